@@ -1,0 +1,30 @@
+# Thin wrapper over CMake: the README's two commands.
+#   make demo   trains a small GPT-2 on the embedded default corpus and prints a sample
+#   make test   builds everything and runs the test suite
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all build deps demo test bench clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: deps build
+	./scripts/demo.sh $(BUILD)
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: deps build
+	/usr/bin/python3 bench/bench_cpu.py --build $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

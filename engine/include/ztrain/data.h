@@ -1,0 +1,74 @@
+/* Training data: token files and the distributed sampler that cuts them into batches.
+ *
+ * A dataset is either an llm.c token file (1024-byte header of int32: magic 20240520, version 1,
+ * token count; then uint16 tokens; or magic 20240801, version 7, uint32 tokens), or any other file
+ * read as bytes (vocab 256). A file named *.bin must be a valid token file. A sample is a window of
+ * T+1 tokens starting at a multiple of T: inputs are its first T tokens, targets the last T.
+ *
+ * The loader follows torch's DistributedSampler + DataLoader as DeepSpeed builds them: every epoch
+ * the sample indices are shuffled with a generator seeded by seed + epoch (when shuffle), padded by
+ * wrapping around to a multiple of the world size, and rank r takes indices r, r+W, r+2W, ...;
+ * batches are consecutive runs of B of them, and a last short batch is dropped when drop_last. */
+#ifndef ZTRAIN_DATA_H
+#define ZTRAIN_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/status.h"
+
+typedef enum { ZT_DATA_TOKENS16 = 0, ZT_DATA_TOKENS32, ZT_DATA_BYTES } zt_data_kind;
+
+typedef struct {
+    char *path;
+    zt_data_kind kind;
+    size_t n_tokens;
+    const void *tokens; /* points into the mapping, past any header */
+    void *map;
+    size_t map_size;
+} zt_dataset;
+
+/* Maps a data file read-only and validates it: header magic and version, file size equal to
+ * header + n_tokens * token size, and every token < vocab_size (the message names the file, the
+ * position and the token). Close with zt_dataset_close(). */
+zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size);
+void zt_dataset_close(zt_dataset *d);
+
+/* Token i (0 <= i < n_tokens). */
+int32_t zt_dataset_token(const zt_dataset *d, size_t i);
+
+/* Writes tokens as an llm.c uint16 token file (tokens must be < 65536). For tests and tools. */
+zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size_t n);
+
+typedef struct {
+    const zt_dataset *ds;
+    int B, T;
+    int rank, world_size;
+    bool shuffle, drop_last;
+    uint64_t seed;
+    int64_t n_samples;   /* windows in the dataset: (n_tokens - 1) / T */
+    int64_t per_rank;    /* samples this rank sees per epoch (after padding) */
+    int64_t epoch;       /* current epoch, from 0 */
+    int64_t pos;         /* next position in this rank's share of the epoch */
+    int64_t *order;      /* sample indices of this rank's share for the current epoch */
+} zt_loader;
+
+/* Prepares a loader at epoch 0, position 0. Fails when the dataset has fewer than T+1 tokens.
+ * Free with zt_loader_free(). */
+zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int rank,
+                         int world_size, bool shuffle, bool drop_last, uint64_t seed);
+void zt_loader_free(zt_loader *l);
+
+/* Fills inputs[B*T] and targets[B*T] with the next batch and returns how many sequences it holds
+ * (B, or fewer for the last batch of an epoch when not drop_last). At the end of an epoch the
+ * loader moves on to the next epoch by itself, reshuffling. */
+int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets);
+
+/* Batches per epoch for this rank. */
+int64_t zt_loader_batches_per_epoch(const zt_loader *l);
+
+/* Moves to (epoch, pos), e.g. when resuming from a checkpoint. */
+void zt_loader_seek(zt_loader *l, int64_t epoch, int64_t pos);
+
+#endif

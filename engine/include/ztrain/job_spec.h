@@ -1,0 +1,73 @@
+/* The job spec: what to train, on what data, for how long, with which DeepSpeed config.
+ *
+ * The same fields as JobSpec in proto/ztrain.proto, read from a JSON file by the CLI (see
+ * DESIGN.md §3). Relative paths resolve against the job file's directory. Unknown keys in any
+ * section are an error naming the key. */
+#ifndef ZTRAIN_JOB_SPEC_H
+#define ZTRAIN_JOB_SPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ztrain/ds_config.h"
+#include "ztrain/status.h"
+
+typedef enum { ZT_DEVICE_CPU = 0, ZT_DEVICE_CUDA } zt_device;
+
+typedef struct {
+    char type[16];     /* "gpt2" */
+    int n_layer;
+    int n_head;
+    int n_embd;        /* must be divisible by n_head */
+    int vocab_size;
+    int block_size;    /* maximum sequence length, also the training sequence length */
+    char *init_from;   /* safetensors path with Hugging Face GPT-2 names, or NULL */
+} zt_model_spec;
+
+typedef struct {
+    char *train;       /* llm.c token file (.bin) or any other file read as bytes (vocab 256) */
+    char *val;         /* optional, same formats; NULL when absent */
+    bool shuffle;      /* DistributedSampler shuffle, default true */
+} zt_data_spec;
+
+typedef struct {
+    int64_t max_steps;        /* optimizer steps; 0: run `epochs` epochs */
+    int epochs;               /* default 1; used when max_steps is 0 */
+    int log_interval;         /* optimizer steps between metric records, default 10 */
+    int eval_interval;        /* 0: no evaluation */
+    int eval_steps;           /* validation micro-batches per evaluation, default 20 */
+    char *checkpoint_dir;     /* NULL: no checkpoints */
+    int checkpoint_interval;  /* optimizer steps between checkpoints; 0: only at the end */
+    bool resume;              /* load checkpoint_dir/latest when it exists */
+    int bench_steps;          /* > 0: stop after this many steps (benchmark runs) */
+    int warmup_steps;         /* steps left out of the timing metrics, default 5 */
+    uint64_t seed;            /* default 1234 */
+} zt_train_spec;
+
+typedef struct {
+    char *name;
+    int world_size;           /* default 1 */
+    zt_device device;
+    zt_model_spec model;
+    zt_data_spec data;
+    zt_train_spec train;
+    zt_ds_config ds;          /* parsed with world_size as the data-parallel size */
+    char *ds_json;            /* the DeepSpeed config as JSON text, kept for checkpoints */
+    char *base_dir;           /* directory that relative paths were resolved against */
+} zt_job_spec;
+
+/* Reads a job file. Strings in *job are heap-owned; release them with zt_job_spec_free(). On
+ * failure nothing needs freeing and zt_last_error() names the file and the key or value at fault
+ * ("job.json: model.n_embd (250) must be divisible by model.n_head (4)"). */
+zt_status zt_job_spec_load(zt_job_spec *job, const char *path);
+
+/* Parses job JSON text; `source` names it in messages and `base_dir` anchors relative paths. */
+zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char *source,
+                            const char *base_dir);
+
+void zt_job_spec_free(zt_job_spec *job);
+
+/* Checks the model dimensions (positive, n_embd % n_head == 0, known type). */
+zt_status zt_model_spec_validate(const zt_model_spec *m, const char *source);
+
+#endif

@@ -1,0 +1,35 @@
+/* The optimizer over one flat slice of parameters: Adam/AdamW or SGD as DeepSpeed configures them.
+ *
+ * The state (Adam's m and v, or SGD's momentum buffer) is one flat fp32 buffer per moment, the same
+ * length as the slice it updates, so a ZeRO partition is just a shorter slice. The lr and momentum
+ * come from the schedule at each step. */
+#ifndef ZTRAIN_OPTIMIZER_H
+#define ZTRAIN_OPTIMIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/ds_config.h"
+#include "ztrain/kernels.h"
+#include "ztrain/status.h"
+
+typedef struct {
+    zt_optimizer_config cfg;
+    const zt_kernels *k;
+    size_t n;      /* parameters in the slice */
+    int64_t t;     /* updates applied so far (Adam's bias-correction step) */
+    float *m;      /* Adam first moment, or SGD momentum buffer (NULL when momentum is 0) */
+    float *v;      /* Adam second moment (NULL for SGD) */
+} zt_optimizer;
+
+/* Allocates zeroed state for n parameters. Free with zt_optimizer_free(). */
+zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, const zt_kernels *k,
+                            size_t n);
+void zt_optimizer_free(zt_optimizer *o);
+
+/* Applies one update to params[n] from grads[n] with the given lr and momentum (Adam's beta1 or
+ * SGD's momentum, from the schedule). */
+void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, double lr,
+                       double momentum);
+
+#endif

@@ -1,0 +1,69 @@
+/* Reading and writing safetensors files (https://github.com/huggingface/safetensors format:
+ * 8-byte little-endian header length, a JSON header mapping names to dtype/shape/data_offsets,
+ * then the raw little-endian data).
+ *
+ * Only what ztrain needs: F32 tensors are written; F32, F16 and BF16 tensors are read (converted to
+ * fp32 on request). */
+#ifndef ZTRAIN_SAFETENSORS_H
+#define ZTRAIN_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/status.h"
+
+#define ZT_ST_MAX_DIMS 8
+
+typedef enum { ZT_ST_F32 = 0, ZT_ST_F16, ZT_ST_BF16, ZT_ST_I32, ZT_ST_I64, ZT_ST_U8, ZT_ST_OTHER } zt_st_dtype;
+
+typedef struct {
+    char *name;
+    zt_st_dtype dtype;
+    char dtype_name[16];  /* as written in the file, e.g. "F32" */
+    int ndim;
+    int64_t shape[ZT_ST_MAX_DIMS];
+    size_t offset;        /* byte offset of the data from the start of the data section */
+    size_t nbytes;
+} zt_st_tensor;
+
+typedef struct {
+    char *path;
+    int n_tensors;
+    zt_st_tensor *tensors;
+    char *metadata_json;  /* the "__metadata__" object as JSON text, or NULL */
+    size_t data_start;    /* file offset of the data section */
+    void *map;            /* the whole file, mmap'ed read-only */
+    size_t map_size;
+} zt_st_file;
+
+/* Opens and validates a safetensors file: header size within the file, well-formed JSON, offsets
+ * in bounds, contiguous and non-overlapping, nbytes = prod(shape) * element size. Messages name the
+ * file and the tensor at fault. Close with zt_st_close(). */
+zt_status zt_st_open(zt_st_file *f, const char *path);
+void zt_st_close(zt_st_file *f);
+
+/* The tensor with this name, or NULL. */
+const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);
+
+/* Pointer to the tensor's raw bytes inside the mapping (valid until zt_st_close). */
+const void *zt_st_data(const zt_st_file *f, const zt_st_tensor *t);
+
+/* Copies a tensor into dst[n] as fp32, converting F16/BF16. Fails (naming file and tensor) when
+ * the element count is not n or the dtype is not a float type. */
+zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, size_t n);
+
+/* One tensor to write. */
+typedef struct {
+    const char *name;
+    const float *data;
+    int ndim;
+    int64_t shape[ZT_ST_MAX_DIMS];
+} zt_st_entry;
+
+/* Writes F32 tensors (in the given order) with optional string metadata pairs
+ * (meta_keys[i] -> meta_values[i]) to path, via a temporary file renamed into place, so a reader
+ * never sees a partial file. */
+zt_status zt_st_write(const char *path, const zt_st_entry *entries, int n_entries,
+                      const char *const *meta_keys, const char *const *meta_values, int n_meta);
+
+#endif

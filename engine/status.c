@@ -1,0 +1,42 @@
+/* Status names and the per-thread message behind zt_last_error(). */
+#include <stdarg.h>
+#include <string.h>
+
+#include "ztrain/status.h"
+
+static _Thread_local char last_error[4096];
+
+const char *zt_status_name(zt_status s) {
+    switch (s) {
+    case ZT_OK: return "ok";
+    case ZT_ERR_INVALID: return "invalid";
+    case ZT_ERR_IO: return "io";
+    case ZT_ERR_FORMAT: return "format";
+    case ZT_ERR_NOMEM: return "out of memory";
+    case ZT_ERR_UNSUPPORTED: return "unsupported";
+    case ZT_ERR_TIMEOUT: return "timeout";
+    case ZT_ERR_NUMERIC: return "numeric";
+    }
+    return "unknown";
+}
+
+const char *zt_last_error(void) { return last_error; }
+
+zt_status zt_error(zt_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+zt_status zt_error_prefix(zt_status s, const char *fmt, ...) {
+    char prefix[1024], old[sizeof last_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, last_error, sizeof old);
+    snprintf(last_error, sizeof last_error, "%s%s", prefix, old);
+    return s;
+}

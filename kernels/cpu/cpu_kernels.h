@@ -1,0 +1,43 @@
+/* The CPU backend's kernels, one op family per file; cpu_backend.c gathers them into the table.
+ * Semantics of every function are those of the matching zt_kernels entry in ztrain/kernels.h. */
+#ifndef ZTRAIN_CPU_KERNELS_H
+#define ZTRAIN_CPU_KERNELS_H
+
+#include "ztrain/kernels.h"
+
+/* encoder.c */
+void zt_cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                            int B, int T, int C);
+void zt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                             int B, int T, int C);
+/* layernorm.c */
+void zt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+void zt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+/* matmul.c */
+void zt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC, bool w_transposed);
+void zt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC,
+                            bool w_transposed);
+/* attention.c */
+void zt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void zt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+/* elementwise.c */
+void zt_cpu_gelu_forward(float *out, const float *inp, size_t n);
+void zt_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void zt_cpu_add(float *out, const float *a, const float *b, size_t n);
+/* softmax_xent.c */
+void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, int N, int V,
+                         float grad_scale);
+/* optim.c */
+void zt_cpu_adam_update(float *p, const float *g, float *m, float *v, size_t n,
+                        const zt_adam_args *a);
+void zt_cpu_sgd_update(float *p, const float *g, float *buf, size_t n, const zt_sgd_args *a);
+double zt_cpu_sum_squares(const float *x, size_t n);
+void zt_cpu_scale(float *x, size_t n, float s);
+
+#endif

@@ -1,0 +1,97 @@
+/* The operation table that every compute backend fills.
+ *
+ * Model code calls these entries and never a backend directly, so a CUDA backend is one more table.
+ * All tensors are row-major fp32 here; shapes are given in brackets. "Accumulates" means the kernel
+ * adds into the output (parameter gradients across micro-steps); otherwise it overwrites. Kernels
+ * never allocate and never fail: shapes are checked by the caller at init. */
+#ifndef ZTRAIN_KERNELS_H
+#define ZTRAIN_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay;
+    float bias_correction1; /* 1 - beta1^t, or 1 when bias correction is off */
+    float bias_correction2; /* 1 - beta2^t, or 1 when bias correction is off */
+    bool adamw_mode;        /* decoupled decay p -= lr*wd*p; else L2: g += wd*p */
+} zt_adam_args;
+
+typedef struct {
+    float lr;
+    float momentum, dampening, weight_decay;
+    bool nesterov;
+    bool first_step; /* torch initialises the momentum buffer to the first gradient */
+} zt_sgd_args;
+
+typedef struct zt_kernels {
+    const char *name;
+
+    /* out[B,T,C] = wte[tok] + wpe[t] */
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                            int B, int T, int C);
+    /* Accumulates dwte[V,C] and dwpe[T,C] from dout[B,T,C]. */
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                             int B, int T, int C);
+
+    /* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N] and rstd[N] for the backward. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    /* Accumulates dinp[N,C], dw[C], db[C]. */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+
+    /* out[N,OC] = inp[N,C] · W + bias. W is [C,OC] (Hugging Face Conv1D layout), or [OC,C] when
+     * w_transposed (the tied LM head reading wte). bias may be NULL. */
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int C, int OC, bool w_transposed);
+    /* Overwrites dinp[N,C] (when not NULL); accumulates dw and dbias (when not NULL). */
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC,
+                            bool w_transposed);
+
+    /* Causal self-attention over qkv[B,T,3C] (q, k, v each [B,T,NH,C/NH]) into out[B,T,C];
+     * att[B,NH,T,T] keeps the softmax probabilities for the backward. */
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+    /* Overwrites dqkv[B,T,3C]; scratch[B,NH,T,T] is work space. */
+    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+
+    /* tanh-approximated GELU, as GPT-2 (and torch's approximate="tanh"). */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    /* Overwrites dinp. */
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* out = a + b (out may alias a). */
+    void (*add)(float *out, const float *a, const float *b, size_t n);
+
+    /* Softmax cross-entropy over logits[N,V], fused with its backward: losses[N] receives
+     * -log softmax(logits)[target]. When grad_scale != 0, logits are overwritten in place by
+     * d(grad_scale * sum(losses))/dlogits = grad_scale * (softmax - onehot(target)).
+     * Targets < 0 are ignored (loss 0, gradient 0). */
+    void (*softmax_xent)(float *losses, float *logits, const int32_t *targets, int N, int V,
+                         float grad_scale);
+
+    /* Optimizer updates over a flat slice of n parameters. */
+    void (*adam_update)(float *p, const float *g, float *m, float *v, size_t n,
+                        const zt_adam_args *a);
+    void (*sgd_update)(float *p, const float *g, float *buf, size_t n, const zt_sgd_args *a);
+
+    /* Sum of squares in double precision (for the global gradient norm). */
+    double (*sum_squares)(const float *x, size_t n);
+    /* x *= s */
+    void (*scale)(float *x, size_t n, float s);
+} zt_kernels;
+
+/* The CPU backend: OpenBLAS for matmuls, OpenMP threads and SIMD for the rest. */
+const zt_kernels *zt_kernels_cpu(void);
+
+/* Threads used by the CPU kernels and OpenBLAS (0 leaves the OpenMP default). */
+void zt_kernels_cpu_set_threads(int n);
+
+#endif
