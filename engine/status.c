@@ -31,12 +31,16 @@ zt_status zt_error(zt_status s, const char *fmt, ...) {
 }
 
 zt_status zt_error_prefix(zt_status s, const char *fmt, ...) {
-    char prefix[1024], old[sizeof last_error];
+    char prefix[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    memcpy(old, last_error, sizeof old);
-    snprintf(last_error, sizeof last_error, "%s%s", prefix, old);
+    size_t plen = strlen(prefix), mlen = strlen(last_error);
+    if (plen + mlen >= sizeof last_error)
+        mlen = sizeof last_error - 1 - plen;
+    memmove(last_error + plen, last_error, mlen);
+    memcpy(last_error, prefix, plen);
+    last_error[plen + mlen] = '\0';
     return s;
 }

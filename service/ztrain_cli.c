@@ -1,1 +1,295 @@
-int main(void) { return 0; }
+/* ztrain: the command-line front end.
+ *
+ *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
+ *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
+ *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF GPT-2 safetensors
+ *
+ * Exit status: 0 success, 1 the job or command failed (the message says why), 2 bad usage,
+ * 130 stopped by a signal after writing a checkpoint. */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ztrain/checkpoint.h"
+#include "ztrain/engine.h"
+#include "ztrain/job_spec.h"
+#include "ztrain/model.h"
+#include "ztrain/sampler.h"
+#include "ztrain/trainer.h"
+
+#define ZTRAIN_VERSION "0.1.0"
+
+static const char usage[] =
+    "usage: ztrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run JOB.json [--out DIR] [--threads N]\n"
+    "      Train the job. Metrics go to DIR/metrics.jsonl (default DIR: runs/<job name>).\n"
+    "  sample CKPT_DIR [--tag TAG] [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
+    "                  [--temperature F] [--top-k K] [--seed S] [--threads N]\n"
+    "      Generate N tokens (default 200) from a checkpoint (default tag: latest).\n"
+    "  export CKPT_DIR --out FILE [--tag TAG]\n"
+    "      Write the checkpoint's weights as safetensors with Hugging Face GPT-2 names.\n"
+    "  --version, --help\n";
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    stop_requested = 1;
+    /* A second signal ends the process at once. */
+    signal(sig, SIG_DFL);
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "ztrain: %s%s\n", what ? what : "", zt_last_error());
+    return 1;
+}
+
+static int bad_usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "ztrain: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", usage);
+    return 2;
+}
+
+/* Parses a strictly numeric option value. */
+static int parse_long(const char *opt, const char *s, long min, long max, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "ztrain: %s expects an integer in [%ld, %ld], got '%s'\n", opt, min, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "ztrain: %s expects a number, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    const char *job_path = NULL, *out = NULL;
+    long threads = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            out = argv[++i];
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            if (parse_long("--threads", argv[++i], 1, 1024, &threads))
+                return 2;
+        } else if (argv[i][0] == '-')
+            return bad_usage("run: unknown option '%s'", argv[i]);
+        else if (!job_path)
+            job_path = argv[i];
+        else
+            return bad_usage("run: unexpected argument '%s'", argv[i]);
+    }
+    if (!job_path)
+        return bad_usage("run: %sthe job file is missing", "");
+    zt_job_spec job;
+    if (zt_job_spec_load(&job, job_path) != ZT_OK)
+        return fail(NULL);
+    char default_out[1024];
+    if (!out) {
+        snprintf(default_out, sizeof default_out, "runs/%s", job.name ? job.name : "job");
+        out = default_out;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,
+                             .stop_requested = &stop_requested};
+    zt_train_result res;
+    printf("ztrain %s: job '%s', %d-layer GPT-2 (n_embd %d), batch %d = %d × %d × %d ranks, "
+           "metrics in %s/metrics.jsonl\n",
+           ZTRAIN_VERSION, job.name, job.model.n_layer, job.model.n_embd,
+           job.ds.train_batch_size, job.ds.train_micro_batch_size_per_gpu,
+           job.ds.gradient_accumulation_steps, job.ds.world_size, out);
+    zt_status s = zt_train_run(&job, &opts, &res);
+    bool checkpointed = job.train.checkpoint_dir != NULL;
+    zt_job_spec_free(&job);
+    if (s != ZT_OK)
+        return fail(NULL);
+    if (res.stopped) {
+        printf("stopped at step %lld%s\n", res.steps,
+               checkpointed ? " (checkpoint written)" : "");
+        return 130;
+    }
+    printf("done: %lld steps, final loss %.4f", res.steps, res.final_loss);
+    if (res.final_eval_loss == res.final_eval_loss)
+        printf(", eval loss %.4f", res.final_eval_loss);
+    if (res.tokens_per_second == res.tokens_per_second)
+        printf(", %.0f tokens/s, %.3f TFLOPS", res.tokens_per_second, res.tflops);
+    printf("\n");
+    return 0;
+}
+
+static void print_token(int32_t token, void *ctx) {
+    int vocab = *(int *)ctx;
+    if (vocab <= 256)
+        putchar(token);
+    else
+        printf("%d ", token);
+    fflush(stdout);
+}
+
+static int parse_token_list(const char *s, int32_t *tokens, int cap, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || *n >= cap)
+            return -1;
+        tokens[(*n)++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return 0;
+}
+
+static int cmd_sample(int argc, char **argv) {
+    const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL;
+    long n_tokens = 200, top_k = 40, seed = 1337, threads = 0;
+    double temperature = 0.8;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (strcmp(a, "--tag") == 0 && has)
+            tag = argv[++i];
+        else if (strcmp(a, "--prompt") == 0 && has)
+            prompt = argv[++i];
+        else if (strcmp(a, "--prompt-tokens") == 0 && has)
+            prompt_tokens = argv[++i];
+        else if (strcmp(a, "--tokens") == 0 && has) {
+            if (parse_long(a, argv[++i], 1, 1000000, &n_tokens))
+                return 2;
+        } else if (strcmp(a, "--top-k") == 0 && has) {
+            if (parse_long(a, argv[++i], 0, 1 << 30, &top_k))
+                return 2;
+        } else if (strcmp(a, "--seed") == 0 && has) {
+            if (parse_long(a, argv[++i], 0, 0x7fffffffL, &seed))
+                return 2;
+        } else if (strcmp(a, "--threads") == 0 && has) {
+            if (parse_long(a, argv[++i], 1, 1024, &threads))
+                return 2;
+        } else if (strcmp(a, "--temperature") == 0 && has) {
+            if (parse_double(a, argv[++i], &temperature))
+                return 2;
+        } else if (a[0] == '-')
+            return bad_usage("sample: unknown option or missing value '%s'", a);
+        else if (!dir)
+            dir = a;
+        else
+            return bad_usage("sample: unexpected argument '%s'", a);
+    }
+    if (!dir)
+        return bad_usage("sample: %sthe checkpoint directory is missing", "");
+    zt_kernels_cpu_set_threads((int)threads);
+    zt_model_spec spec;
+    if (zt_ckpt_read_model_spec(dir, tag, &spec) != ZT_OK)
+        return fail(NULL);
+    zt_model *m = NULL;
+    int rc = 0;
+    int32_t *tokens = NULL;
+    if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1) != ZT_OK ||
+        zt_model_load_safetensors(m, spec.init_from) != ZT_OK) {
+        rc = fail(NULL);
+        goto done;
+    }
+    int cap = (int)n_tokens + 4096, n_prompt = 0;
+    tokens = malloc(sizeof(int32_t) * cap);
+    if (prompt_tokens) {
+        if (parse_token_list(prompt_tokens, tokens, 4096, &n_prompt) != 0) {
+            rc = bad_usage("sample: --prompt-tokens expects comma-separated integers, got '%s'",
+                           prompt_tokens);
+            goto done;
+        }
+    } else if (prompt && *prompt) {
+        if (spec.vocab_size < 256) {
+            fprintf(stderr, "ztrain: --prompt is text (bytes) but the model's vocab_size is %d; "
+                            "use --prompt-tokens\n", spec.vocab_size);
+            rc = 2;
+            goto done;
+        }
+        for (const unsigned char *p = (const unsigned char *)prompt; *p && n_prompt < 4096; p++)
+            tokens[n_prompt++] = *p;
+    } else {
+        tokens[n_prompt++] = spec.vocab_size <= 256 ? '\n' : 50256; /* newline / <|endoftext|> */
+    }
+    if (spec.vocab_size <= 256)
+        for (int i = 0; i < n_prompt; i++)
+            putchar(tokens[i]);
+    zt_sample_options so = {.temperature = (float)temperature, .top_k = (int)top_k,
+                            .seed = (uint64_t)seed};
+    if (zt_sample_generate(m, tokens, n_prompt, n_prompt + (int)n_tokens, &so, print_token,
+                           &spec.vocab_size) != ZT_OK)
+        rc = fail(NULL);
+    putchar('\n');
+done:
+    free(tokens);
+    zt_model_destroy(m);
+    free(spec.init_from);
+    return rc;
+}
+
+static int cmd_export(int argc, char **argv) {
+    const char *dir = NULL, *tag = NULL, *out = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            out = argv[++i];
+        else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
+            tag = argv[++i];
+        else if (argv[i][0] == '-')
+            return bad_usage("export: unknown option or missing value '%s'", argv[i]);
+        else if (!dir)
+            dir = argv[i];
+        else
+            return bad_usage("export: unexpected argument '%s'", argv[i]);
+    }
+    if (!dir || !out)
+        return bad_usage("export: %sexpects CKPT_DIR and --out FILE", "");
+    zt_model_spec spec;
+    if (zt_ckpt_read_model_spec(dir, tag, &spec) != ZT_OK)
+        return fail(NULL);
+    zt_model *m = NULL;
+    int rc = 0;
+    if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1) != ZT_OK ||
+        zt_model_load_safetensors(m, spec.init_from) != ZT_OK ||
+        zt_model_save_safetensors(m, out) != ZT_OK)
+        rc = fail(NULL);
+    else
+        printf("wrote %s (%zu parameters)\n", out, m->n_params);
+    zt_model_destroy(m);
+    free(spec.init_from);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("ztrain %s\n", ZTRAIN_VERSION);
+        return 0;
+    }
+    if (strcmp(argv[1], "run") == 0)
+        return cmd_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "sample") == 0)
+        return cmd_sample(argc - 2, argv + 2);
+    if (strcmp(argv[1], "export") == 0)
+        return cmd_export(argc - 2, argv + 2);
+    return bad_usage("unknown command '%s'", argv[1]);
+}

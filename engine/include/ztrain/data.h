@@ -54,21 +54,25 @@ typedef struct {
     int64_t *order;      /* sample indices of this rank's share for the current epoch */
 } zt_loader;
 
-/* Prepares a loader at epoch 0, position 0. Fails when the dataset has fewer than T+1 tokens.
+/* Prepares a loader at epoch 0, position 0. Fails when the dataset has fewer than T+1 tokens, or
+ * when drop_last leaves this rank no full batch (the loader would never yield one).
  * Free with zt_loader_free(). */
 zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int rank,
                          int world_size, bool shuffle, bool drop_last, uint64_t seed);
 void zt_loader_free(zt_loader *l);
 
 /* Fills inputs[B*T] and targets[B*T] with the next batch and returns how many sequences it holds
- * (B, or fewer for the last batch of an epoch when not drop_last). At the end of an epoch the
- * loader moves on to the next epoch by itself, reshuffling. */
+ * (B, or fewer for the last batch of an epoch when not drop_last; the rows past it are zeroed).
+ * At the end of an epoch the loader moves on to the next epoch by itself, reshuffling: right
+ * after the call that returns an epoch's last batch, (epoch, pos) already read (epoch+1, 0), so
+ * the pair saved in a checkpoint always names the next batch. Never allocates. */
 int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets);
 
 /* Batches per epoch for this rank. */
 int64_t zt_loader_batches_per_epoch(const zt_loader *l);
 
-/* Moves to (epoch, pos), e.g. when resuming from a checkpoint. */
+/* Moves to (epoch, pos), e.g. when resuming from a checkpoint; the loader is then exactly as if
+ * next() had been called up to there. A pos at or past the end of the epoch means (epoch+1, 0). */
 void zt_loader_seek(zt_loader *l, int64_t epoch, int64_t pos);
 
 #endif

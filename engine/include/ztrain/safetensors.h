@@ -45,8 +45,13 @@ void zt_st_close(zt_st_file *f);
 /* The tensor with this name, or NULL. */
 const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);
 
-/* Pointer to the tensor's raw bytes inside the mapping (valid until zt_st_close). */
+/* Pointer to the tensor's raw bytes inside the mapping (valid until zt_st_close). Files from other
+ * writers need not align the data section, so read through memcpy unless the dtype's alignment
+ * has been checked. */
 const void *zt_st_data(const zt_st_file *f, const zt_st_tensor *t);
+
+/* The tensor's element count: the product of its shape (1 for a scalar). */
+int64_t zt_st_numel(const zt_st_tensor *t);
 
 /* Copies a tensor into dst[n] as fp32, converting F16/BF16. Fails (naming file and tensor) when
  * the element count is not n or the dtype is not a float type. */

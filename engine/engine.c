@@ -1,0 +1,224 @@
+/* The engine: DeepSpeed's forward / backward / step loop over one model, optimizer and schedule
+ * (ZeRO stage 0, one rank, fp32 in this build). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ztrain/engine.h"
+
+struct zt_engine {
+    zt_ds_config ds;
+    zt_engine_options opts;
+    const zt_kernels *k;
+    zt_model *model;
+    zt_optimizer opt;
+    zt_lr_schedule sched;
+    zt_loader loader;
+    bool has_loader;
+    int32_t *batch_inputs, *batch_targets;
+    int64_t global_steps, micro_steps, skipped_steps;
+    double grad_norm;
+    bool step_applied;
+    bool forward_pending; /* a training forward whose backward has not run */
+    zt_engine_timers timers, current;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_model_spec *spec,
+                           const zt_dataset *train_data, const zt_engine_options *opts) {
+    zt_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return zt_error(ZT_ERR_NOMEM, "engine: out of memory");
+    e->ds = *ds;
+    e->opts = *opts;
+    e->k = zt_kernels_cpu();
+    e->grad_norm = NAN;
+    zt_status s = zt_model_create(&e->model, spec, e->k, ds->train_micro_batch_size_per_gpu);
+    if (s == ZT_OK) {
+        if (spec->init_from)
+            s = zt_model_load_safetensors(e->model, spec->init_from);
+        else
+            e->model->ops->init_weights(e->model, opts->seed);
+    }
+    if (s == ZT_OK && ds->has_optimizer)
+        s = zt_optimizer_init(&e->opt, &ds->optimizer, e->k, e->model->n_params);
+    if (s == ZT_OK && train_data) {
+        s = zt_loader_init(&e->loader, train_data, ds->train_micro_batch_size_per_gpu,
+                           spec->block_size, opts->rank, ds->world_size, opts->shuffle,
+                           ds->dataloader_drop_last, opts->seed);
+        e->has_loader = s == ZT_OK;
+    }
+    if (s == ZT_OK) {
+        size_t n = (size_t)ds->train_micro_batch_size_per_gpu * spec->block_size;
+        e->batch_inputs = malloc(n * sizeof(int32_t));
+        e->batch_targets = malloc(n * sizeof(int32_t));
+        if (!e->batch_inputs || !e->batch_targets)
+            s = zt_error(ZT_ERR_NOMEM, "engine: out of memory");
+    }
+    if (s != ZT_OK) {
+        zt_engine_destroy(e);
+        return s;
+    }
+    double beta1 = ds->optimizer.type == ZT_OPTIM_SGD ? ds->optimizer.momentum : ds->optimizer.beta1;
+    zt_lr_schedule_init(&e->sched, &ds->scheduler, ds->optimizer.lr, beta1);
+    *out = e;
+    return ZT_OK;
+}
+
+void zt_engine_destroy(zt_engine *e) {
+    if (!e)
+        return;
+    zt_model_destroy(e->model);
+    if (e->ds.has_optimizer)
+        zt_optimizer_free(&e->opt);
+    if (e->has_loader)
+        zt_loader_free(&e->loader);
+    free(e->batch_inputs);
+    free(e->batch_targets);
+    free(e);
+}
+
+zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b) {
+    if (!e->has_loader)
+        return zt_error(ZT_ERR_INVALID, "engine: no training data was given to the engine");
+    b->B = zt_loader_next(&e->loader, e->batch_inputs, e->batch_targets);
+    b->T = e->model->spec.block_size;
+    b->inputs = e->batch_inputs;
+    b->targets = e->batch_targets;
+    return ZT_OK;
+}
+
+static zt_status check_batch(const zt_engine *e, const zt_batch *b) {
+    if (b->B < 1 || b->B > e->model->max_batch || b->T < 1 || b->T > e->model->spec.block_size)
+        return zt_error(ZT_ERR_INVALID,
+                        "engine: batch of %d×%d tokens does not fit micro batch %d × block_size %d",
+                        b->B, b->T, e->model->max_batch, e->model->spec.block_size);
+    const int V = e->model->spec.vocab_size;
+    for (int i = 0; i < b->B * b->T; i++) {
+        if (b->inputs[i] < 0 || b->inputs[i] >= V || b->targets[i] >= V)
+            return zt_error(ZT_ERR_INVALID, "engine: token at batch position %d is outside vocab_size %d",
+                            i, V);
+    }
+    return ZT_OK;
+}
+
+zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
+    ZT_TRY(check_batch(e, b));
+    double t0 = now_ms();
+    if (e->micro_steps % e->ds.gradient_accumulation_steps == 0)
+        memset(&e->current, 0, sizeof e->current);
+    int counted = 0;
+    for (int i = 0; i < b->B * b->T; i++)
+        counted += b->targets[i] >= 0;
+    float grad_scale = counted ? 1.0f / ((float)counted * e->ds.gradient_accumulation_steps) : 0.0f;
+    *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
+    e->forward_pending = grad_scale != 0.0f;
+    e->current.forward_ms += now_ms() - t0;
+    return ZT_OK;
+}
+
+zt_status zt_engine_backward(zt_engine *e) {
+    if (!e->forward_pending)
+        return zt_error(ZT_ERR_INVALID, "engine: backward() without a preceding training forward()");
+    double t0 = now_ms();
+    e->model->ops->backward(e->model);
+    e->forward_pending = false;
+    e->current.backward_ms += now_ms() - t0;
+    return ZT_OK;
+}
+
+zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss) {
+    ZT_TRY(check_batch(e, b));
+    *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, 0.0f);
+    e->forward_pending = false;
+    return ZT_OK;
+}
+
+bool zt_engine_is_gradient_accumulation_boundary(const zt_engine *e) {
+    return (e->micro_steps + 1) % e->ds.gradient_accumulation_steps == 0;
+}
+
+/* Clipping as DeepSpeed's non-ZeRO fp32 path: scale by max_norm / (norm + 1e-6) when below 1. */
+static void clip_gradients(zt_engine *e, double norm) {
+    if (e->ds.gradient_clipping <= 0.0)
+        return;
+    double coef = e->ds.gradient_clipping / (norm + 1e-6);
+    if (coef < 1.0)
+        e->k->scale(e->model->grads, e->model->n_params, (float)coef);
+}
+
+static void log_step(zt_engine *e) {
+    FILE *log = e->opts.log;
+    if (!log || e->opts.rank != 0)
+        return;
+    if (e->ds.steps_per_print > 0 && e->global_steps % e->ds.steps_per_print == 0)
+        fprintf(log, "[ztrain] step=%lld, skipped=%lld, lr=[%g], mom=[%g]\n",
+                (long long)e->global_steps, (long long)e->skipped_steps,
+                zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched));
+    if (e->ds.wall_clock_breakdown)
+        fprintf(log, "[ztrain] time (ms) | fwd: %.2f | bwd: %.2f | step: %.2f\n",
+                e->timers.forward_ms, e->timers.backward_ms, e->timers.step_ms);
+}
+
+zt_status zt_engine_step(zt_engine *e) {
+    if (e->forward_pending)
+        return zt_error(ZT_ERR_INVALID, "engine: step() after forward() without backward()");
+    e->step_applied = false;
+    if (!zt_engine_is_gradient_accumulation_boundary(e)) {
+        e->micro_steps++;
+        return ZT_OK;
+    }
+    if (!e->ds.has_optimizer)
+        return zt_error(ZT_ERR_INVALID, "engine: the DeepSpeed config has no \"optimizer\" section");
+    double t0 = now_ms();
+    zt_model *m = e->model;
+    double norm = sqrt(e->k->sum_squares(m->grads, m->n_params));
+    if (!isfinite(norm))
+        return zt_error(ZT_ERR_NUMERIC,
+                        "engine: gradient norm is %g at step %lld: training diverged (lower the lr "
+                        "or enable gradient_clipping)",
+                        norm, (long long)e->global_steps + 1);
+    e->grad_norm = norm;
+    clip_gradients(e, norm);
+    zt_optimizer_step(&e->opt, m->params, m->grads, zt_lr_schedule_lr(&e->sched),
+                      zt_lr_schedule_momentum(&e->sched));
+    memset(m->grads, 0, m->n_params * sizeof(float));
+    zt_lr_schedule_step(&e->sched);
+    e->global_steps++;
+    e->micro_steps++;
+    e->step_applied = true;
+    e->current.step_ms = now_ms() - t0;
+    e->timers = e->current;
+    log_step(e);
+    return ZT_OK;
+}
+
+bool zt_engine_was_step_applied(const zt_engine *e) { return e->step_applied; }
+int64_t zt_engine_global_steps(const zt_engine *e) { return e->global_steps; }
+int64_t zt_engine_global_samples(const zt_engine *e) {
+    return e->global_steps * e->ds.train_batch_size;
+}
+int64_t zt_engine_micro_steps(const zt_engine *e) { return e->micro_steps; }
+int64_t zt_engine_skipped_steps(const zt_engine *e) { return e->skipped_steps; }
+double zt_engine_get_lr(const zt_engine *e) { return zt_lr_schedule_lr(&e->sched); }
+double zt_engine_get_momentum(const zt_engine *e) { return zt_lr_schedule_momentum(&e->sched); }
+double zt_engine_global_grad_norm(const zt_engine *e) { return e->grad_norm; }
+zt_engine_timers zt_engine_get_timers(const zt_engine *e) { return e->timers; }
+zt_model *zt_engine_model(zt_engine *e) { return e->model; }
+const zt_ds_config *zt_engine_config(const zt_engine *e) { return &e->ds; }
+zt_loader *zt_engine_loader(zt_engine *e) { return e->has_loader ? &e->loader : NULL; }
+zt_optimizer *zt_engine_optimizer(zt_engine *e) { return e->ds.has_optimizer ? &e->opt : NULL; }
+zt_lr_schedule *zt_engine_schedule(zt_engine *e) { return &e->sched; }
+
+void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t micro_steps,
+                            int64_t skipped_steps) {
+    e->global_steps = global_steps;
+    e->micro_steps = micro_steps;
+    e->skipped_steps = skipped_steps;
+}

@@ -1,0 +1,97 @@
+/* The training engine: DeepSpeed's loop in C.
+ *
+ *     zt_engine_create(&e, &ds_config, &model_spec, train_data, &opts);
+ *     for (;;) {
+ *         zt_batch b;
+ *         zt_engine_next_batch(e, &b);
+ *         zt_engine_forward(e, &b, &loss);   // loss = engine(batch)
+ *         zt_engine_backward(e);             // engine.backward(loss)
+ *         zt_engine_step(e);                 // engine.step(): updates only at an accumulation boundary
+ *     }
+ *
+ * As in DeepSpeed, backward scales the gradients by 1/gradient_accumulation_steps, and step()
+ * counts every micro-step but at a boundary ((micro_steps + 1) % gas == 0) computes the global
+ * gradient norm, clips (gradient_clipping), applies the optimizer with the schedule's lr, zeroes the
+ * gradients and advances the schedule. */
+#ifndef ZTRAIN_ENGINE_H
+#define ZTRAIN_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ztrain/data.h"
+#include "ztrain/ds_config.h"
+#include "ztrain/lr_schedule.h"
+#include "ztrain/model.h"
+#include "ztrain/optimizer.h"
+#include "ztrain/status.h"
+
+typedef struct zt_engine zt_engine;
+
+typedef struct {
+    uint64_t seed;       /* weight init (unless init_from) and data shuffling */
+    bool shuffle;        /* shuffle the training data each epoch */
+    int rank;            /* this process's data-parallel rank */
+    FILE *log;           /* where DeepSpeed-style lines go (steps_per_print, wall_clock_breakdown);
+                            NULL: silent */
+} zt_engine_options;
+
+/* One micro-batch: inputs and targets [B, T], engine-owned until the next zt_engine_next_batch. */
+typedef struct {
+    const int32_t *inputs;
+    const int32_t *targets;
+    int B, T;
+} zt_batch;
+
+/* Wall-clock time of the last optimizer step's phases, in milliseconds, summed over its
+ * micro-steps (DeepSpeed's fwd, bwd, step timers). */
+typedef struct {
+    double forward_ms, backward_ms, step_ms;
+} zt_engine_timers;
+
+/* Builds the model (weights from spec->init_from, else initialised from the seed), the optimizer
+ * and the schedule from the config, and a loader over train_data (may be NULL: then batches come
+ * from the caller). train_data must outlive the engine. Free with zt_engine_destroy(). */
+zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_model_spec *spec,
+                           const zt_dataset *train_data, const zt_engine_options *opts);
+void zt_engine_destroy(zt_engine *e);
+
+/* Fills *b with the next micro-batch of this rank's share of the training data. */
+zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b);
+
+/* Forward pass with the loss of the batch (mean token cross-entropy) in *loss. */
+zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss);
+/* Backward of the last forward, accumulating gradients scaled by 1/gas. */
+zt_status zt_engine_backward(zt_engine *e);
+/* Counts a micro-step; at an accumulation boundary, updates the weights. Fails with
+ * ZT_ERR_NUMERIC (naming the step) when the gradient norm is not finite. */
+zt_status zt_engine_step(zt_engine *e);
+
+/* Loss of a batch without gradients (evaluation). */
+zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss);
+
+bool zt_engine_is_gradient_accumulation_boundary(const zt_engine *e);
+bool zt_engine_was_step_applied(const zt_engine *e);
+
+int64_t zt_engine_global_steps(const zt_engine *e);   /* optimizer steps taken */
+int64_t zt_engine_global_samples(const zt_engine *e); /* global_steps * train_batch_size */
+int64_t zt_engine_micro_steps(const zt_engine *e);
+int64_t zt_engine_skipped_steps(const zt_engine *e);
+double zt_engine_get_lr(const zt_engine *e);          /* lr the next update uses */
+double zt_engine_get_momentum(const zt_engine *e);
+double zt_engine_global_grad_norm(const zt_engine *e); /* of the last applied step (pre-clip) */
+zt_engine_timers zt_engine_get_timers(const zt_engine *e);
+
+zt_model *zt_engine_model(zt_engine *e);
+const zt_ds_config *zt_engine_config(const zt_engine *e);
+zt_loader *zt_engine_loader(zt_engine *e);           /* NULL without train data */
+zt_optimizer *zt_engine_optimizer(zt_engine *e);
+zt_lr_schedule *zt_engine_schedule(zt_engine *e);
+
+/* Restores counters after loading a checkpoint (the schedule and optimizer are restored through
+ * their own accessors). */
+void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t micro_steps,
+                            int64_t skipped_steps);
+
+#endif

@@ -1,0 +1,28 @@
+/* Metric records: one JSON object per logged step, one line each (metrics.jsonl), with the metric
+ * names of DESIGN.md §3 ("train/loss", "perf/tokens_per_second", ...). Non-finite values are
+ * written as null, since JSON has no NaN. */
+#ifndef ZTRAIN_METRICS_H
+#define ZTRAIN_METRICS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ztrain/status.h"
+
+typedef struct {
+    const char *key;
+    double value;
+} zt_metric;
+
+typedef struct {
+    FILE *f;
+    char *path;
+} zt_metrics_writer;
+
+/* Opens path for writing (append keeps earlier records, e.g. when a run resumes). */
+zt_status zt_metrics_open(zt_metrics_writer *w, const char *path, bool append);
+/* Writes one record and flushes it, so a reader tailing the file sees every step. */
+zt_status zt_metrics_write(zt_metrics_writer *w, const zt_metric *m, int n);
+void zt_metrics_close(zt_metrics_writer *w);
+
+#endif

@@ -1,0 +1,81 @@
+/* The model interface: one implementation per architecture under engine/models/.
+ *
+ * A model owns one flat fp32 buffer of parameters and one of gradients; its tensors are views at
+ * fixed offsets, listed in `tensors` with their Hugging Face names and shapes, so checkpoints,
+ * safetensors import/export and ZeRO partitions are plain offset arithmetic. Activations are sized
+ * at creation for at most max_batch sequences of block_size tokens; nothing is allocated after. */
+#ifndef ZTRAIN_MODEL_H
+#define ZTRAIN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/job_spec.h"
+#include "ztrain/kernels.h"
+#include "ztrain/status.h"
+
+typedef struct {
+    char name[64];     /* Hugging Face name, e.g. "h.0.attn.c_attn.weight" */
+    size_t offset;     /* in elements, into params and grads */
+    size_t numel;
+    int ndim;
+    int64_t shape[2];
+    int layer;         /* transformer block index, or -1 for embeddings and the final norm */
+} zt_tensor_info;
+
+typedef struct zt_model zt_model;
+
+typedef struct {
+    /* Initialises the weights from a seed, as the architecture's reference does (GPT-2: normal
+     * std 0.02, residual projections scaled by 1/sqrt(2 n_layer), zero biases, unit norms). */
+    void (*init_weights)(zt_model *m, uint64_t seed);
+    /* Runs the forward over B ≤ max_batch sequences of T ≤ block_size tokens. With targets,
+     * returns the mean cross-entropy over targets ≥ 0 and, when grad_scale != 0, prepares the
+     * backward of grad_scale · Σ losses (the caller passes 1/(tokens · accumulation steps)).
+     * Without targets it returns 0 and leaves the logits readable through zt_model_logits(). */
+    float (*forward)(zt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                     float grad_scale);
+    /* Accumulates the parameter gradients of the last forward into m->grads. */
+    void (*backward)(zt_model *m);
+    /* Logits [B, T, vocab] of the last forward without targets. */
+    const float *(*logits)(const zt_model *m);
+    /* Forward+backward FLOPs per token, the figure TFLOPS metrics use. */
+    double (*flops_per_token)(const zt_model *m);
+    void (*destroy)(zt_model *m);
+} zt_model_ops;
+
+struct zt_model {
+    const zt_model_ops *ops;
+    const zt_kernels *k;
+    zt_model_spec spec;   /* a copy; spec.init_from is not owned */
+    int max_batch;
+    size_t n_params;
+    float *params;        /* [n_params], 64-byte aligned, owned */
+    float *grads;         /* [n_params], owned */
+    int n_tensors;
+    zt_tensor_info *tensors;
+};
+
+/* Creates the model that spec->type names, with zeroed parameters and gradients. */
+zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
+                          int max_batch);
+void zt_model_destroy(zt_model *m);
+
+/* The tensor with this Hugging Face name, or NULL. */
+const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name);
+
+/* Loads weights from a safetensors file with Hugging Face GPT-2 names and layouts. Accepts an
+ * optional "transformer." prefix and ignores tensors that are not parameters (attention mask
+ * buffers, the tied lm_head). A missing tensor, a shape mismatch or an unexpected tensor is an
+ * error naming the file, the tensor, and both shapes. */
+zt_status zt_model_load_safetensors(zt_model *m, const char *path);
+
+/* Writes the parameters as fp32 safetensors with Hugging Face GPT-2 names and layouts, with the
+ * model dimensions in the metadata. */
+zt_status zt_model_save_safetensors(const zt_model *m, const char *path);
+
+/* Architecture constructors (engine/models/<arch>.c). */
+zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
+                         int max_batch);
+
+#endif

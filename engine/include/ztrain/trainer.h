@@ -1,0 +1,34 @@
+/* The training loop a job runs: data, engine, evaluation, metrics, checkpoints and progress.
+ * `ztrain run` calls it; later the rank processes under ztraind do too. */
+#ifndef ZTRAIN_TRAINER_H
+#define ZTRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ztrain/job_spec.h"
+#include "ztrain/status.h"
+
+typedef struct {
+    const char *out_dir;   /* metrics.jsonl goes here (created if needed) */
+    FILE *progress;        /* progress output; a terminal gets a live bar, anything else lines */
+    int threads;           /* CPU threads (0: the OpenMP default) */
+    /* When it becomes non-zero (e.g. from a SIGINT/SIGTERM handler) the loop finishes the
+     * current step, writes a checkpoint if the job has a checkpoint_dir, and returns ZT_OK with
+     * `stopped` set. May be NULL. */
+    volatile sig_atomic_t *stop_requested;
+} zt_train_options;
+
+typedef struct {
+    long long steps;            /* optimizer steps at the end (global) */
+    double final_loss;          /* train loss of the last step */
+    double final_eval_loss;     /* NaN when there was no evaluation */
+    double tokens_per_second;   /* mean over the timed steps (after warmup_steps); NaN if none */
+    double tflops;              /* likewise */
+    bool stopped;               /* ended early on stop_requested */
+} zt_train_result;
+
+zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_train_result *res);
+
+#endif

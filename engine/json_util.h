@@ -1,0 +1,96 @@
+/* Reading JSON config files with messages that point at the fault (internal to libztrain).
+ *
+ * A thin layer over cJSON for the DeepSpeed config and the job spec: strict RFC 8259 parsing that
+ * reports "line L, column C" and a Python-json-style reason, duplicate-key detection, typed getters
+ * and an allowed-keys check whose messages name the source, the dotted key path and the offending
+ * value. Every message is left in zt_last_error(). */
+#ifndef ZTRAIN_JSON_UTIL_H
+#define ZTRAIN_JSON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "ztrain/status.h"
+
+/* A JSON object being read, with what messages need to name it. `obj` is NULL when the section is
+ * absent: every getter then reports "absent" and the caller's default stands. The struct borrows
+ * obj and source; it is valid while the cJSON tree and the source string are. */
+typedef struct {
+    const cJSON *obj;
+    const char *source; /* the document, e.g. "ds.json" or "job.json: deepspeed" */
+    char path[256];     /* dotted path of obj from the document root; "" for the root itself */
+} zt_json_obj;
+
+/* Reads a whole file into a NUL-terminated heap buffer the caller frees (*len, if not NULL,
+ * excludes the NUL). A missing file is ZT_ERR_IO "PATH: cannot open: No such file or directory";
+ * a file with a NUL byte in it is ZT_ERR_FORMAT. */
+zt_status zt_json_read_file(const char *path, char **text, size_t *len);
+
+/* Parses strict JSON text (no comments, no trailing commas, no leading zeros). On a syntax error
+ * returns ZT_ERR_FORMAT with "SOURCE: line L, column C: Expecting ',' delimiter"-style messages;
+ * columns count characters from 1, as Python's json module does. *out is the caller's to
+ * cJSON_Delete. */
+zt_status zt_json_parse(const char *text, const char *source, cJSON **out);
+
+/* Reads and parses a file; messages are prefixed with the path. */
+zt_status zt_json_load_file(const char *path, cJSON **out);
+
+/* Rejects an object (at any depth below `node`) that holds the same key twice, as DeepSpeed's
+ * duplicate-key hook does: "SOURCE: Duplicate keys in WHAT: ['lr'] (in optimizer.params)".
+ * `path` is node's dotted path ("" for a root). A direct child of `node` named `skip_key` is not
+ * descended into (the job spec hands its "deepspeed" object to the DeepSpeed parser, which checks
+ * it under its own name); NULL skips nothing. */
+zt_status zt_json_check_duplicates(const cJSON *node, const char *source, const char *what,
+                                   const char *path, const char *skip_key);
+
+/* Starts reading `root` (which may be NULL). `path` is the root's dotted path, usually "". */
+void zt_json_obj_init(zt_json_obj *o, const cJSON *root, const char *source, const char *path);
+
+/* Writes "path.key" (or "key" at the root) into buf. */
+void zt_json_key_path(const zt_json_obj *o, const char *key, char *buf, size_t n);
+
+/* The value under key, or NULL when the key is absent, JSON null, or the string "auto" (DeepSpeed
+ * drops "auto" so that the default applies). Keys match case-sensitively. */
+const cJSON *zt_json_item(const zt_json_obj *o, const char *key);
+
+/* Opens the object under key as *child; an absent key gives child->obj == NULL. Any other
+ * non-object value is an error naming the key. */
+zt_status zt_json_child(const zt_json_obj *o, const char *key, zt_json_obj *child);
+
+/* Typed getters. When the key is absent (see zt_json_item) they leave *out untouched and set
+ * *found (if not NULL) to false. A value of the wrong type is ZT_ERR_INVALID:
+ * "SOURCE: key 'section.key' must be an integer, got \"abc\"". Integers are accepted in any JSON
+ * number form whose value is integral (5e8, 2.0). The string getter returns a pointer into the
+ * tree. */
+zt_status zt_json_get_int(const zt_json_obj *o, const char *key, int *out, bool *found);
+zt_status zt_json_get_int64(const zt_json_obj *o, const char *key, int64_t *out, bool *found);
+zt_status zt_json_get_double(const zt_json_obj *o, const char *key, double *out, bool *found);
+zt_status zt_json_get_bool(const zt_json_obj *o, const char *key, bool *out, bool *found);
+zt_status zt_json_get_string(const zt_json_obj *o, const char *key, const char **out, bool *found);
+
+/* ZT_ERR_INVALID "SOURCE: key 'section.key' is required" unless the key is present. */
+zt_status zt_json_require(const zt_json_obj *o, const char *key);
+
+/* Fails on the first key of the object not in `allowed` (NULL-terminated):
+ * "SOURCE: unknown key 'stag' in zero_optimization (did you mean 'stage'?); allowed keys: ...". */
+zt_status zt_json_check_keys(const zt_json_obj *o, const char *const *allowed);
+
+/* The closest name in `names` (NULL-terminated) to `word` within a small edit distance, ignoring
+ * case, or NULL. Used for "did you mean" hints. */
+const char *zt_json_suggest(const char *word, const char *const *names);
+
+/* Records "SOURCE: key 'section.key' " followed by the formatted text and returns s, for value
+ * checks made by the caller ("must be >= 0, got -1"). */
+zt_status zt_json_key_error(zt_status s, const zt_json_obj *o, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Writes a short JSON rendering of item into buf for "got ..." messages (truncated with "..."). */
+void zt_json_repr(const cJSON *item, char *buf, size_t n);
+
+/* strdup that reports ZT_ERR_NOMEM by returning NULL; NULL in gives NULL out. */
+char *zt_json_strdup(const char *s);
+
+#endif

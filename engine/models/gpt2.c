@@ -1,0 +1,378 @@
+/* GPT-2: token + position embeddings, pre-LayerNorm blocks of causal self-attention and a
+ * tanh-GELU MLP, a final LayerNorm, and an LM head tied to the token embedding.
+ *
+ * Tensors use Hugging Face's names and Conv1D layouts ([in, out]), one layer's tensors contiguous
+ * in the flat buffer, so import/export is a copy and a layer is one slice. Every operation goes
+ * through the kernel table. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ztrain/model.h"
+
+/* Per-layer tensors in flat-buffer order. */
+enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B,
+       N_LAYER_TENSORS };
+
+static const char *const layer_tensor_names[N_LAYER_TENSORS] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+};
+
+typedef struct {
+    float *w[N_LAYER_TENSORS];
+} layer_views;
+
+/* Activations saved by the forward for the backward, per layer unless noted. */
+typedef struct {
+    float *encoded;            /* [B,T,C] the residual stream entering layer 0 */
+    float *ln1, *ln1_mean, *ln1_rstd;
+    float *qkv;                /* [B,T,3C] */
+    float *atty;               /* [B,T,C] attention output before the projection */
+    float *att;                /* [B,NH,T,T] softmax probabilities */
+    float *res2;               /* [B,T,C] residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu;     /* [B,T,4C] */
+    float *res3;               /* [B,T,C] residual after the MLP (the layer's output) */
+} layer_acts;
+
+typedef struct {
+    zt_model base;
+    int L, C, NH, V, maxT;
+    float *wte, *wpe, *lnf_w, *lnf_b;
+    float *dwte, *dwpe, *dlnf_w, *dlnf_b;
+    layer_views *lw, *lg;      /* parameter and gradient views per layer */
+    float *act_memory;
+    layer_acts *la;
+    float *lnf, *lnf_mean, *lnf_rstd;  /* [B,T,C], [B,T] */
+    float *logits;                      /* [B,T,V], the gradient in place after a training forward */
+    float *losses;                      /* [B,T] */
+    /* backward scratch, reused across layers */
+    float *dres, *dln, *datty, *dqkv, *dfch, *datt;
+    /* shape of the last forward */
+    const int32_t *inputs;
+    int B, T;
+    int has_grad;
+} gpt2;
+
+static size_t layer_tensor_numel(int i, int C) {
+    switch (i) {
+    case QKV_W: return (size_t)C * 3 * C;
+    case QKV_B: return (size_t)3 * C;
+    case PROJ_W: return (size_t)C * C;
+    case FC_W: return (size_t)C * 4 * C;
+    case FC_B: return (size_t)4 * C;
+    case FCPROJ_W: return (size_t)4 * C * C;
+    default: return (size_t)C;
+    }
+}
+
+static void layer_tensor_shape(int i, int C, int *ndim, int64_t shape[2]) {
+    size_t n = layer_tensor_numel(i, C);
+    if (i == QKV_W || i == PROJ_W || i == FC_W || i == FCPROJ_W) {
+        *ndim = 2;
+        shape[0] = i == FCPROJ_W ? 4 * C : C;
+        shape[1] = (int64_t)(n / shape[0]);
+    } else {
+        *ndim = 1;
+        shape[0] = (int64_t)n;
+    }
+}
+
+static void add_tensor(zt_model *m, const char *name, size_t *offset, int ndim, int64_t d0,
+                       int64_t d1, int layer) {
+    zt_tensor_info *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = *offset;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim == 2 ? d1 : 0;
+    t->numel = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
+    t->layer = layer;
+    *offset += t->numel;
+}
+
+static void *alloc_floats(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
+        return NULL;
+    memset(p, 0, (n ? n : 1) * sizeof(float));
+    return p;
+}
+
+/* A standard normal from two uniform draws (Box–Muller) of a splitmix64 stream. */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * 0x1.0p-53; }
+
+static void fill_normal(float *x, size_t n, double std, uint64_t *s) {
+    for (size_t i = 0; i < n; i++) {
+        double u1 = uniform01(s), u2 = uniform01(s);
+        x[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+    }
+}
+
+static void gpt2_init_weights(zt_model *m, uint64_t seed) {
+    gpt2 *g = (gpt2 *)m;
+    uint64_t s = seed ^ 0x6770743200000000ull;
+    memset(m->params, 0, m->n_params * sizeof(float));
+    fill_normal(g->wte, (size_t)g->V * g->C, 0.02, &s);
+    fill_normal(g->wpe, (size_t)g->maxT * g->C, 0.02, &s);
+    double proj_std = 0.02 / sqrt(2.0 * g->L);
+    for (int l = 0; l < g->L; l++) {
+        float **w = g->lw[l].w;
+        for (int c = 0; c < g->C; c++)
+            w[LN1_W][c] = w[LN2_W][c] = 1.0f;
+        fill_normal(w[QKV_W], layer_tensor_numel(QKV_W, g->C), 0.02, &s);
+        fill_normal(w[PROJ_W], layer_tensor_numel(PROJ_W, g->C), proj_std, &s);
+        fill_normal(w[FC_W], layer_tensor_numel(FC_W, g->C), 0.02, &s);
+        fill_normal(w[FCPROJ_W], layer_tensor_numel(FCPROJ_W, g->C), proj_std, &s);
+    }
+    for (int c = 0; c < g->C; c++)
+        g->lnf_w[c] = 1.0f;
+}
+
+static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                          float grad_scale) {
+    gpt2 *g = (gpt2 *)m;
+    const zt_kernels *k = m->k;
+    const int C = g->C, NH = g->NH, V = g->V, BT = B * T;
+    ZT_ASSERT(B >= 1 && B <= m->max_batch && T >= 1 && T <= g->maxT);
+    g->inputs = inputs;
+    g->B = B;
+    g->T = T;
+
+    k->encoder_forward(g->la[0].encoded, inputs, g->wte, g->wpe, B, T, C);
+    const float *residual = g->la[0].encoded;
+    for (int l = 0; l < g->L; l++) {
+        layer_acts *a = &g->la[l];
+        float **w = g->lw[l].w;
+        k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B], BT, C);
+        k->matmul_forward(a->qkv, a->ln1, w[QKV_W], w[QKV_B], BT, C, 3 * C, false);
+        k->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+        k->matmul_forward(a->res2, a->atty, w[PROJ_W], w[PROJ_B], BT, C, C, false);
+        k->add(a->res2, a->res2, residual, (size_t)BT * C);
+        k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LN2_W], w[LN2_B], BT, C);
+        k->matmul_forward(a->fch, a->ln2, w[FC_W], w[FC_B], BT, C, 4 * C, false);
+        k->gelu_forward(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+        k->matmul_forward(a->res3, a->fch_gelu, w[FCPROJ_W], w[FCPROJ_B], BT, 4 * C, C, false);
+        k->add(a->res3, a->res3, a->res2, (size_t)BT * C);
+        residual = a->res3;
+    }
+    k->layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, residual, g->lnf_w, g->lnf_b, BT, C);
+    k->matmul_forward(g->logits, g->lnf, g->wte, NULL, BT, C, V, true);
+
+    g->has_grad = 0;
+    if (!targets)
+        return 0.0f;
+    k->softmax_xent(g->losses, g->logits, targets, BT, V, grad_scale);
+    g->has_grad = grad_scale != 0.0f;
+    double sum = 0.0;
+    int counted = 0;
+    for (int i = 0; i < BT; i++) {
+        if (targets[i] >= 0) {
+            sum += g->losses[i];
+            counted++;
+        }
+    }
+    return counted ? (float)(sum / counted) : 0.0f;
+}
+
+static void gpt2_backward(zt_model *m) {
+    gpt2 *g = (gpt2 *)m;
+    const zt_kernels *k = m->k;
+    const int C = g->C, NH = g->NH, V = g->V, B = g->B, T = g->T, BT = B * T;
+    ZT_ASSERT(g->has_grad);
+    g->has_grad = 0;
+
+    const float *last = g->L > 0 ? g->la[g->L - 1].res3 : g->la[0].encoded;
+    k->matmul_backward(g->dln, g->dwte, NULL, g->logits, g->lnf, g->wte, BT, C, V, true);
+    memset(g->dres, 0, sizeof(float) * (size_t)BT * C);
+    k->layernorm_backward(g->dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w, g->lnf_mean,
+                          g->lnf_rstd, BT, C);
+    for (int l = g->L - 1; l >= 0; l--) {
+        layer_acts *a = &g->la[l];
+        float **w = g->lw[l].w, **dw = g->lg[l].w;
+        const float *residual = l == 0 ? g->la[0].encoded : g->la[l - 1].res3;
+        /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
+        k->matmul_backward(g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], g->dres, a->fch_gelu, w[FCPROJ_W],
+                           BT, 4 * C, C, false);
+        k->gelu_backward(g->dfch, a->fch, g->dfch, (size_t)BT * 4 * C);
+        k->matmul_backward(g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, 4 * C,
+                           false);
+        k->layernorm_backward(g->dres, dw[LN2_W], dw[LN2_B], g->dln, a->res2, w[LN2_W],
+                              a->ln2_mean, a->ln2_rstd, BT, C);
+        /* dres now holds the gradient of res2; the attention branch adds into it. */
+        k->matmul_backward(g->datty, dw[PROJ_W], dw[PROJ_B], g->dres, a->atty, w[PROJ_W], BT, C,
+                           C, false);
+        k->attention_backward(g->dqkv, g->datt, g->datty, a->qkv, a->att, B, T, C, NH);
+        k->matmul_backward(g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C, 3 * C,
+                           false);
+        k->layernorm_backward(g->dres, dw[LN1_W], dw[LN1_B], g->dln, residual, w[LN1_W],
+                              a->ln1_mean, a->ln1_rstd, BT, C);
+    }
+    k->encoder_backward(g->dwte, g->dwpe, g->dres, g->inputs, B, T, C);
+}
+
+static const float *gpt2_logits(const zt_model *m) { return ((const gpt2 *)m)->logits; }
+
+/* DeepSpeedExamples' count without activation checkpointing (coefficient 3): per token,
+ * 2·3·params for the dense layers and 2·2·3·layers·hidden·seq for attention's two T×T products. */
+static double gpt2_flops_per_token(const zt_model *m) {
+    const gpt2 *g = (const gpt2 *)m;
+    return 6.0 * (double)m->n_params + 12.0 * g->L * (double)g->C * g->maxT;
+}
+
+static void gpt2_destroy(zt_model *m) {
+    gpt2 *g = (gpt2 *)m;
+    free(m->params);
+    free(m->grads);
+    free(m->tensors);
+    free(g->lw);
+    free(g->lg);
+    free(g->la);
+    free(g->act_memory);
+    free(g);
+}
+
+static const zt_model_ops gpt2_ops = {
+    .init_weights = gpt2_init_weights,
+    .forward = gpt2_forward,
+    .backward = gpt2_backward,
+    .logits = gpt2_logits,
+    .flops_per_token = gpt2_flops_per_token,
+    .destroy = gpt2_destroy,
+};
+
+/* Carves the activation buffers out of one allocation. With `base` NULL it only counts. */
+static size_t carve_activations(gpt2 *g, float *base) {
+    const size_t B = g->base.max_batch, T = g->maxT, C = g->C, NH = g->NH, V = g->V;
+    const size_t BT = B * T;
+    size_t off = 0;
+#define TAKE(ptr, n)                       \
+    do {                                   \
+        if (base)                          \
+            (ptr) = base + off;            \
+        off += ((size_t)(n) + 15) & ~15ul; \
+    } while (0)
+    float *encoded = NULL;
+    TAKE(encoded, BT * C);
+    for (int l = 0; l < g->L; l++) {
+        layer_acts *a = base ? &g->la[l] : &(layer_acts){0};
+        TAKE(a->ln1, BT * C);
+        TAKE(a->ln1_mean, BT);
+        TAKE(a->ln1_rstd, BT);
+        TAKE(a->qkv, BT * 3 * C);
+        TAKE(a->atty, BT * C);
+        TAKE(a->att, B * NH * T * T);
+        TAKE(a->res2, BT * C);
+        TAKE(a->ln2, BT * C);
+        TAKE(a->ln2_mean, BT);
+        TAKE(a->ln2_rstd, BT);
+        TAKE(a->fch, BT * 4 * C);
+        TAKE(a->fch_gelu, BT * 4 * C);
+        TAKE(a->res3, BT * C);
+        if (base)
+            a->encoded = encoded;
+    }
+    TAKE(g->lnf, BT * C);
+    TAKE(g->lnf_mean, BT);
+    TAKE(g->lnf_rstd, BT);
+    TAKE(g->logits, BT * V);
+    TAKE(g->losses, BT);
+    TAKE(g->dres, BT * C);
+    TAKE(g->dln, BT * C);
+    TAKE(g->datty, BT * C);
+    TAKE(g->dqkv, BT * 3 * C);
+    TAKE(g->dfch, BT * 4 * C);
+    TAKE(g->datt, B * NH * T * T);
+#undef TAKE
+    if (base && g->L == 0)
+        g->la[0].encoded = encoded;
+    return off;
+}
+
+zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
+                         int max_batch) {
+    ZT_TRY(zt_model_spec_validate(spec, "model"));
+    if (max_batch < 1)
+        return zt_error(ZT_ERR_INVALID, "gpt2: batch size %d must be positive", max_batch);
+    gpt2 *g = calloc(1, sizeof *g);
+    if (!g)
+        return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
+    zt_model *m = &g->base;
+    m->ops = &gpt2_ops;
+    m->k = k;
+    m->spec = *spec;
+    m->max_batch = max_batch;
+    g->L = spec->n_layer;
+    g->C = spec->n_embd;
+    g->NH = spec->n_head;
+    g->V = spec->vocab_size;
+    g->maxT = spec->block_size;
+    const int C = g->C;
+
+    m->tensors = calloc((size_t)g->L * N_LAYER_TENSORS + 4, sizeof *m->tensors);
+    g->lw = calloc((size_t)g->L + 1, sizeof *g->lw);
+    g->lg = calloc((size_t)g->L + 1, sizeof *g->lg);
+    g->la = calloc((size_t)g->L + 1, sizeof *g->la);
+    if (!m->tensors || !g->lw || !g->lg || !g->la) {
+        gpt2_destroy(m);
+        return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
+    }
+    size_t off = 0;
+    add_tensor(m, "wte.weight", &off, 2, g->V, C, -1);
+    add_tensor(m, "wpe.weight", &off, 2, g->maxT, C, -1);
+    for (int l = 0; l < g->L; l++) {
+        for (int i = 0; i < N_LAYER_TENSORS; i++) {
+            char name[64];
+            int ndim;
+            int64_t shape[2];
+            snprintf(name, sizeof name, "h.%d.%s", l, layer_tensor_names[i]);
+            layer_tensor_shape(i, C, &ndim, shape);
+            add_tensor(m, name, &off, ndim, shape[0], shape[1], l);
+        }
+    }
+    add_tensor(m, "ln_f.weight", &off, 1, C, 0, -1);
+    add_tensor(m, "ln_f.bias", &off, 1, C, 0, -1);
+    m->n_params = off;
+
+    size_t n_act = carve_activations(g, NULL);
+    m->params = alloc_floats(m->n_params);
+    m->grads = alloc_floats(m->n_params);
+    g->act_memory = alloc_floats(n_act);
+    if (!m->params || !m->grads || !g->act_memory) {
+        gpt2_destroy(m);
+        return zt_error(ZT_ERR_NOMEM,
+                        "gpt2: cannot allocate %zu parameters and %zu activation floats",
+                        m->n_params, n_act);
+    }
+    carve_activations(g, g->act_memory);
+
+    const zt_tensor_info *t = m->tensors;
+    g->wte = m->params + t[0].offset;
+    g->dwte = m->grads + t[0].offset;
+    g->wpe = m->params + t[1].offset;
+    g->dwpe = m->grads + t[1].offset;
+    for (int l = 0; l < g->L; l++) {
+        for (int i = 0; i < N_LAYER_TENSORS; i++) {
+            size_t o = t[2 + l * N_LAYER_TENSORS + i].offset;
+            g->lw[l].w[i] = m->params + o;
+            g->lg[l].w[i] = m->grads + o;
+        }
+    }
+    size_t lnf = t[m->n_tensors - 2].offset, lnfb = t[m->n_tensors - 1].offset;
+    g->lnf_w = m->params + lnf;
+    g->lnf_b = m->params + lnfb;
+    g->dlnf_w = m->grads + lnf;
+    g->dlnf_b = m->grads + lnfb;
+    *out = m;
+    return ZT_OK;
+}

@@ -1,0 +1,92 @@
+/* The optimizer over one flat parameter slice: owns Adam's moments or SGD's momentum buffer and
+ * turns the step count, lr and momentum into the kernel's per-step arguments. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ztrain/optimizer.h"
+
+/* One moment buffer, zeroed and 64-byte aligned (a cache line, and an AVX-512 vector). The size is
+ * rounded up to whole 64 bytes, as aligned_alloc requires, and is never 0, so a zero-length slice
+ * still has valid, distinct pointers. */
+static zt_status alloc_state(float **out, size_t n, const char *what) {
+    if (n > (SIZE_MAX - 64) / sizeof(float))
+        return zt_error(ZT_ERR_NOMEM, "optimizer: %zu parameters overflow the size of the %s buffer",
+                        n, what);
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    if (bytes == 0)
+        bytes = 64;
+    float *p = aligned_alloc(64, bytes);
+    if (!p)
+        return zt_error(ZT_ERR_NOMEM, "optimizer: cannot allocate %zu bytes for the %s of %zu "
+                        "parameters", bytes, what, n);
+    memset(p, 0, bytes);
+    *out = p;
+    return ZT_OK;
+}
+
+zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, const zt_kernels *k,
+                            size_t n) {
+    memset(o, 0, sizeof *o);
+    o->cfg = *cfg;
+    o->k = k;
+    o->n = n;
+    zt_status s = ZT_OK;
+    if (cfg->type == ZT_OPTIM_ADAM) {
+        s = alloc_state(&o->m, n, "Adam first moment");
+        if (s == ZT_OK)
+            s = alloc_state(&o->v, n, "Adam second moment");
+    } else if (cfg->momentum != 0.0) {
+        s = alloc_state(&o->m, n, "SGD momentum buffer");
+    }
+    if (s != ZT_OK)
+        zt_optimizer_free(o);
+    return s;
+}
+
+void zt_optimizer_free(zt_optimizer *o) {
+    free(o->m);
+    free(o->v);
+    o->m = NULL;
+    o->v = NULL;
+}
+
+void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, double lr,
+                       double momentum) {
+    const zt_optimizer_config *c = &o->cfg;
+    o->t++;
+    if (c->type == ZT_OPTIM_ADAM) {
+        /* torch and DeepSpeed take the bias corrections with the current beta1, so a OneCycle
+         * that cycles beta1 changes them too. Powers are taken in double, as Python does. */
+        double bc1 = 1.0, bc2 = 1.0;
+        if (c->bias_correction) {
+            bc1 = 1.0 - pow(momentum, (double)o->t);
+            bc2 = 1.0 - pow(c->beta2, (double)o->t);
+        }
+        zt_adam_args a = {
+            .lr = (float)lr,
+            .beta1 = (float)momentum,
+            .beta2 = (float)c->beta2,
+            .eps = (float)c->eps,
+            .weight_decay = (float)c->weight_decay,
+            .bias_correction1 = (float)bc1,
+            .bias_correction2 = (float)bc2,
+            .adamw_mode = c->adam_w_mode,
+        };
+        o->k->adam_update(params, grads, o->m, o->v, o->n, &a);
+    } else {
+        /* Without a buffer (momentum 0 in the config) the kernel runs plain SGD whatever
+         * `momentum` says: DeepSpeed's OneCycle never cycles the momentum of torch's SGD, which
+         * has no betas, so a cycled value here must not conjure up a buffer. */
+        zt_sgd_args a = {
+            .lr = (float)lr,
+            .momentum = (float)momentum,
+            .dampening = (float)c->dampening,
+            .weight_decay = (float)c->weight_decay,
+            .nesterov = c->nesterov,
+            .first_step = o->t == 1,
+        };
+        o->k->sgd_update(params, grads, o->m, o->n, &a);
+    }
+}

@@ -1,0 +1,286 @@
+/* The training loop of a job: forward/backward/step over the engine, metrics every log_interval
+ * steps, evaluation, checkpoints, and a progress display. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "ztrain/checkpoint.h"
+#include "ztrain/engine.h"
+#include "ztrain/metrics.h"
+#include "ztrain/trainer.h"
+
+typedef struct {
+    const zt_job_spec *job;
+    const zt_train_options *opts;
+    zt_engine *e;
+    zt_dataset train, val;
+    bool has_train, has_val;
+    zt_loader val_loader;
+    bool has_val_loader;
+    int32_t *val_inputs, *val_targets;
+    zt_metrics_writer metrics;
+    int64_t max_steps;
+    int64_t first_step;         /* global step when this run started (after resume) */
+    double timed_ms;            /* summed step time after warmup */
+    double timed_tokens;
+    int64_t timed_steps;
+    double start_ms;
+    bool tty;
+} trainer;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void format_duration(char *buf, size_t size, double seconds) {
+    if (!isfinite(seconds) || seconds < 0)
+        snprintf(buf, size, "?");
+    else if (seconds < 60)
+        snprintf(buf, size, "%.0fs", seconds);
+    else if (seconds < 3600)
+        snprintf(buf, size, "%dm%02ds", (int)seconds / 60, (int)seconds % 60);
+    else
+        snprintf(buf, size, "%dh%02dm", (int)seconds / 3600, ((int)seconds % 3600) / 60);
+}
+
+static zt_status open_data(trainer *t) {
+    const zt_job_spec *job = t->job;
+    ZT_TRY(zt_dataset_open(&t->train, job->data.train, job->model.vocab_size));
+    t->has_train = true;
+    if (job->data.val && job->train.eval_interval > 0) {
+        ZT_TRY(zt_dataset_open(&t->val, job->data.val, job->model.vocab_size));
+        t->has_val = true;
+        const zt_ds_config *ds = &job->ds;
+        ZT_TRY(zt_loader_init(&t->val_loader, &t->val, ds->train_micro_batch_size_per_gpu,
+                              job->model.block_size, 0, 1, false, false, job->train.seed));
+        t->has_val_loader = true;
+        size_t n = (size_t)ds->train_micro_batch_size_per_gpu * job->model.block_size;
+        t->val_inputs = malloc(n * sizeof(int32_t));
+        t->val_targets = malloc(n * sizeof(int32_t));
+        if (!t->val_inputs || !t->val_targets)
+            return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    return ZT_OK;
+}
+
+/* Mean loss over eval_steps validation batches, always the same ones (from the start of the
+ * validation set), so successive evaluations are comparable. */
+static zt_status evaluate(trainer *t, double *loss) {
+    zt_loader_seek(&t->val_loader, 0, 0);
+    int steps = t->job->train.eval_steps;
+    int64_t per_epoch = zt_loader_batches_per_epoch(&t->val_loader);
+    if (steps > per_epoch)
+        steps = (int)per_epoch;
+    double sum = 0.0;
+    for (int i = 0; i < steps; i++) {
+        zt_batch b = {t->val_inputs, t->val_targets, 0, t->job->model.block_size};
+        b.B = zt_loader_next(&t->val_loader, t->val_inputs, t->val_targets);
+        float l;
+        ZT_TRY(zt_engine_eval_loss(t->e, &b, &l));
+        sum += l;
+    }
+    *loss = steps ? sum / steps : NAN;
+    return ZT_OK;
+}
+
+static int64_t plan_steps(const trainer *t) {
+    const zt_job_spec *job = t->job;
+    int64_t steps = job->train.max_steps;
+    if (steps <= 0) {
+        int64_t batches = zt_loader_batches_per_epoch(zt_engine_loader(t->e));
+        int64_t per_epoch = batches / job->ds.gradient_accumulation_steps;
+        steps = (per_epoch > 0 ? per_epoch : 1) * (job->train.epochs > 0 ? job->train.epochs : 1);
+    }
+    if (job->train.bench_steps > 0 && t->first_step + job->train.bench_steps < steps)
+        steps = t->first_step + job->train.bench_steps;
+    return steps;
+}
+
+static void show_progress(trainer *t, int64_t step, double loss, double lr, double tok_s,
+                          bool final) {
+    FILE *out = t->opts->progress;
+    if (!out)
+        return;
+    double per_step = t->timed_steps ? t->timed_ms / t->timed_steps
+                                     : (now_ms() - t->start_ms) / (double)(step - t->first_step);
+    char eta[32];
+    format_duration(eta, sizeof eta, per_step * (double)(t->max_steps - step) / 1e3);
+    char speed[32];
+    if (isfinite(tok_s))
+        snprintf(speed, sizeof speed, "%.1fk tok/s", tok_s / 1e3);
+    else
+        snprintf(speed, sizeof speed, "warmup");
+    if (t->tty) {
+        int width = 24, done = (int)(width * step / (t->max_steps ? t->max_steps : 1));
+        char bar[32];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < done ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(out, "\r[%s] step %lld/%lld | loss %.4f | lr %.2e | %s | ETA %s\033[K", bar,
+                (long long)step, (long long)t->max_steps, loss, lr, speed, eta);
+        if (final)
+            fputc('\n', out);
+    } else {
+        fprintf(out, "step %lld/%lld | loss %.4f | lr %.2e | %s | ETA %s\n", (long long)step,
+                (long long)t->max_steps, loss, lr, speed, eta);
+    }
+    fflush(out);
+}
+
+static void print_line(trainer *t, const char *fmt, double v) {
+    FILE *out = t->opts->progress;
+    if (!out)
+        return;
+    if (t->tty)
+        fputs("\r\033[K", out);
+    fprintf(out, fmt, v);
+    fflush(out);
+}
+
+static zt_status save_checkpoint(trainer *t) {
+    if (!t->job->train.checkpoint_dir)
+        return ZT_OK;
+    return zt_ckpt_save(t->e, t->job, t->job->train.checkpoint_dir, NULL);
+}
+
+static zt_status maybe_resume(trainer *t) {
+    const char *dir = t->job->train.checkpoint_dir;
+    char tag[256];
+    if (!t->job->train.resume || !dir || zt_ckpt_latest(dir, tag, sizeof tag) != ZT_OK)
+        return ZT_OK;
+    ZT_TRY(zt_ckpt_load(t->e, dir, tag));
+    if (t->opts->progress)
+        fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n", dir, tag,
+                (long long)zt_engine_global_steps(t->e));
+    return ZT_OK;
+}
+
+static zt_status train_loop(trainer *t, zt_train_result *res) {
+    const zt_job_spec *job = t->job;
+    const int gas = job->ds.gradient_accumulation_steps;
+    const double flops_per_token = zt_engine_model(t->e)->ops->flops_per_token(zt_engine_model(t->e));
+    double last_loss = NAN;
+    t->start_ms = now_ms();
+    while (zt_engine_global_steps(t->e) < t->max_steps) {
+        if (t->opts->stop_requested && *t->opts->stop_requested) {
+            res->stopped = true;
+            break;
+        }
+        double lr = zt_engine_get_lr(t->e);
+        double t0 = now_ms(), loss_sum = 0.0, tokens = 0.0;
+        for (int micro = 0; micro < gas; micro++) {
+            zt_batch b;
+            float loss;
+            ZT_TRY(zt_engine_next_batch(t->e, &b));
+            ZT_TRY(zt_engine_forward(t->e, &b, &loss));
+            ZT_TRY(zt_engine_backward(t->e));
+            ZT_TRY(zt_engine_step(t->e));
+            loss_sum += loss;
+            tokens += (double)b.B * b.T;
+        }
+        double step_ms = now_ms() - t0;
+        int64_t step = zt_engine_global_steps(t->e);
+        last_loss = loss_sum / gas;
+        if (!isfinite(last_loss))
+            return zt_error(ZT_ERR_NUMERIC, "training diverged: loss is %g at step %lld",
+                            last_loss, (long long)step);
+        bool timed = step - t->first_step > job->train.warmup_steps;
+        double tok_s = NAN, tflops = NAN;
+        if (timed) {
+            t->timed_ms += step_ms;
+            t->timed_tokens += tokens;
+            t->timed_steps++;
+            tok_s = tokens / (step_ms / 1e3);
+            tflops = tok_s * flops_per_token / 1e12;
+        }
+        bool last = step == t->max_steps;
+        if (step % job->train.log_interval == 0 || last) {
+            zt_loader *l = zt_engine_loader(t->e);
+            double epoch = (double)l->epoch + (double)l->pos / (double)(l->per_rank ? l->per_rank : 1);
+            zt_metric m[] = {
+                {"train/global_step", (double)step},
+                {"train/loss", last_loss},
+                {"train/learning_rate", lr},
+                {"train/grad_norm", zt_engine_global_grad_norm(t->e)},
+                {"train/epoch", epoch},
+                {"train/samples", (double)zt_engine_global_samples(t->e)},
+                {"train/skipped_steps", (double)zt_engine_skipped_steps(t->e)},
+                {"perf/step_time_ms", step_ms},
+                {"perf/tokens_per_second", tok_s},
+                {"perf/tflops", tflops},
+            };
+            /* Warmup steps carry no perf figures: they are left out of timing. */
+            int n = timed ? 10 : 8;
+            ZT_TRY(zt_metrics_write(&t->metrics, m, n));
+            show_progress(t, step, last_loss, lr, tok_s, last);
+        }
+        if (t->has_val && step % job->train.eval_interval == 0) {
+            double eval_loss;
+            ZT_TRY(evaluate(t, &eval_loss));
+            zt_metric m[] = {{"train/global_step", (double)step}, {"eval/loss", eval_loss}};
+            ZT_TRY(zt_metrics_write(&t->metrics, m, 2));
+            res->final_eval_loss = eval_loss;
+            char fmt[64];
+            snprintf(fmt, sizeof fmt, "step %lld | eval loss %%.4f\n", (long long)step);
+            print_line(t, fmt, eval_loss);
+        }
+        if (job->train.checkpoint_interval > 0 && step % job->train.checkpoint_interval == 0 &&
+            !last)
+            ZT_TRY(save_checkpoint(t));
+    }
+    res->steps = zt_engine_global_steps(t->e);
+    res->final_loss = last_loss;
+    res->tokens_per_second = t->timed_steps ? t->timed_tokens / (t->timed_ms / 1e3) : NAN;
+    res->tflops = res->tokens_per_second * flops_per_token / 1e12;
+    return save_checkpoint(t);
+}
+
+zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_train_result *res) {
+    trainer t = {.job = job, .opts = opts};
+    memset(res, 0, sizeof *res);
+    res->final_eval_loss = NAN;
+    res->final_loss = NAN;
+    t.tty = opts->progress && isatty(fileno(opts->progress));
+    zt_kernels_cpu_set_threads(opts->threads);
+
+    zt_status s = open_data(&t);
+    if (s == ZT_OK) {
+        zt_engine_options eo = {.seed = job->train.seed, .shuffle = job->data.shuffle, .rank = 0,
+                                .log = opts->progress};
+        s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
+    }
+    if (s == ZT_OK)
+        s = maybe_resume(&t);
+    if (s == ZT_OK && opts->out_dir) {
+        char path[4200];
+        s = zt_mkdirs(opts->out_dir);
+        snprintf(path, sizeof path, "%s/metrics.jsonl", opts->out_dir);
+        if (s == ZT_OK)
+            s = zt_metrics_open(&t.metrics, path, zt_engine_global_steps(t.e) > 0);
+    } else if (s == ZT_OK) {
+        s = zt_metrics_open(&t.metrics, "/dev/null", true);
+    }
+    if (s == ZT_OK) {
+        t.first_step = zt_engine_global_steps(t.e);
+        t.max_steps = plan_steps(&t);
+        s = train_loop(&t, res);
+    }
+    if (t.metrics.f)
+        zt_metrics_close(&t.metrics);
+    zt_engine_destroy(t.e);
+    if (t.has_val_loader)
+        zt_loader_free(&t.val_loader);
+    free(t.val_inputs);
+    free(t.val_targets);
+    if (t.has_val)
+        zt_dataset_close(&t.val);
+    if (t.has_train)
+        zt_dataset_close(&t.train);
+    return s;
+}

@@ -1,0 +1,355 @@
+/* Optimizer kernels over a flat fp32 slice: Adam/AdamW and SGD updates with torch's semantics, and
+ * the sum of squares and scale that gradient clipping uses.
+ *
+ * Every element is computed with the same sequence of IEEE operations (explicit fused multiply-adds,
+ * correctly rounded sqrt and divide) on the AVX-512, AVX2 and portable paths alike, and a slice's
+ * tail goes through the same vector code under a mask. An element's result therefore does not depend
+ * on where a ZeRO partition or a thread's chunk starts, nor on which of the three paths the CPU
+ * takes, so N ranks updating N slices reproduce one rank updating the whole buffer bit for bit. */
+#include <math.h>
+#include <stdint.h>
+
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ZT_OPTIM_X86 1
+#endif
+
+/* Elements per unit of thread work: 64 KiB of each stream, a multiple of every vector width so
+ * only a slice's last chunk has a partial vector. Slices of one chunk or less stay on the calling
+ * thread, where starting a parallel region would cost more than the update. */
+#define CHUNK ((size_t)16384)
+
+/* sum_squares combines per-chunk partial sums in chunk order. Partials are gathered in blocks of
+ * this many chunks so the buffer is a fixed stack array whatever the slice length. */
+#define SUMSQ_BLOCK 256
+
+/* Adam's per-step constants, derived once per call in double and rounded to float, the way torch
+ * turns its Python-float hyperparameters into scalars for an fp32 kernel. */
+typedef struct {
+    float decay;   /* 1 - lr*wd in AdamW mode, else 1 */
+    float l2;      /* wd in L2 mode, else 0 */
+    float beta1, one_minus_beta1;
+    float beta2, one_minus_beta2;
+    float eps;
+    float sqrt_bc2;  /* sqrt(1 - beta2^t) */
+    float step_size; /* lr / (1 - beta1^t) */
+} adam_coef;
+
+typedef struct {
+    float lr;
+    float wd;
+    float momentum;
+    float one_minus_dampening;
+    int use_momentum; /* torch skips the buffer entirely when momentum is 0 */
+    int nesterov;
+    int first_step;
+} sgd_coef;
+
+typedef void (*adam_fn)(float *p, const float *g, float *m, float *v, size_t n,
+                        const adam_coef *c);
+typedef void (*sgd_fn)(float *p, const float *g, float *buf, size_t n, const sgd_coef *c);
+
+/* The portable path, and the reference the vector paths reproduce exactly. fmaf keeps GCC from
+ * contracting mul/add pairs differently here than in the intrinsics. */
+static void adam_portable(float *p, const float *g, float *m, float *v, size_t n,
+                          const adam_coef *c) {
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        if (c->l2 != 0.0f)
+            gi = fmaf(c->l2, p[i], gi);
+        float mi = fmaf(c->beta1, m[i], c->one_minus_beta1 * gi);
+        float vi = fmaf(c->beta2, v[i], (c->one_minus_beta2 * gi) * gi);
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / c->sqrt_bc2 + c->eps;
+        p[i] = fmaf(p[i], c->decay, -(c->step_size * (mi / denom)));
+    }
+}
+
+static void sgd_portable(float *p, const float *g, float *buf, size_t n, const sgd_coef *c) {
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        if (c->wd != 0.0f)
+            gi = fmaf(c->wd, p[i], gi);
+        if (c->use_momentum) {
+            float b = c->first_step ? gi : fmaf(c->momentum, buf[i], c->one_minus_dampening * gi);
+            buf[i] = b;
+            gi = c->nesterov ? fmaf(c->momentum, b, gi) : b;
+        }
+        p[i] = fmaf(-c->lr, gi, p[i]);
+    }
+}
+
+#ifdef ZT_OPTIM_X86
+
+/* One vector of Adam, shared by the full-width loop and the masked tail. */
+__attribute__((target("avx512f"))) static inline void
+adam_v16(__m512 *p, __m512 g, __m512 *m, __m512 *v, const adam_coef *c) {
+    if (c->l2 != 0.0f)
+        g = _mm512_fmadd_ps(_mm512_set1_ps(c->l2), *p, g);
+    *m = _mm512_fmadd_ps(_mm512_set1_ps(c->beta1), *m,
+                         _mm512_mul_ps(_mm512_set1_ps(c->one_minus_beta1), g));
+    *v = _mm512_fmadd_ps(_mm512_set1_ps(c->beta2), *v,
+                         _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(c->one_minus_beta2), g), g));
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(*v), _mm512_set1_ps(c->sqrt_bc2)),
+                                 _mm512_set1_ps(c->eps));
+    __m512 upd = _mm512_mul_ps(_mm512_set1_ps(c->step_size), _mm512_div_ps(*m, denom));
+    *p = _mm512_fmsub_ps(*p, _mm512_set1_ps(c->decay), upd);
+}
+
+__attribute__((target("avx512f"))) static void adam_avx512(float *p, const float *g, float *m,
+                                                            float *v, size_t n,
+                                                            const adam_coef *c) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 pv = _mm512_loadu_ps(p + i), mv = _mm512_loadu_ps(m + i);
+        __m512 vv = _mm512_loadu_ps(v + i);
+        adam_v16(&pv, _mm512_loadu_ps(g + i), &mv, &vv, c);
+        _mm512_storeu_ps(p + i, pv);
+        _mm512_storeu_ps(m + i, mv);
+        _mm512_storeu_ps(v + i, vv);
+    }
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 pv = _mm512_maskz_loadu_ps(k, p + i), mv = _mm512_maskz_loadu_ps(k, m + i);
+        __m512 vv = _mm512_maskz_loadu_ps(k, v + i);
+        adam_v16(&pv, _mm512_maskz_loadu_ps(k, g + i), &mv, &vv, c);
+        _mm512_mask_storeu_ps(p + i, k, pv);
+        _mm512_mask_storeu_ps(m + i, k, mv);
+        _mm512_mask_storeu_ps(v + i, k, vv);
+    }
+}
+
+__attribute__((target("avx512f"))) static inline void
+sgd_v16(__m512 *p, __m512 g, __m512 *buf, const sgd_coef *c) {
+    if (c->wd != 0.0f)
+        g = _mm512_fmadd_ps(_mm512_set1_ps(c->wd), *p, g);
+    if (c->use_momentum) {
+        __m512 mom = _mm512_set1_ps(c->momentum);
+        __m512 b = c->first_step
+                       ? g
+                       : _mm512_fmadd_ps(mom, *buf,
+                                         _mm512_mul_ps(_mm512_set1_ps(c->one_minus_dampening), g));
+        *buf = b;
+        g = c->nesterov ? _mm512_fmadd_ps(mom, b, g) : b;
+    }
+    *p = _mm512_fmadd_ps(_mm512_set1_ps(-c->lr), g, *p);
+}
+
+__attribute__((target("avx512f"))) static void sgd_avx512(float *p, const float *g, float *buf,
+                                                           size_t n, const sgd_coef *c) {
+    size_t i = 0;
+    __m512 zero = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m512 pv = _mm512_loadu_ps(p + i);
+        __m512 bv = c->use_momentum ? _mm512_loadu_ps(buf + i) : zero;
+        sgd_v16(&pv, _mm512_loadu_ps(g + i), &bv, c);
+        _mm512_storeu_ps(p + i, pv);
+        if (c->use_momentum)
+            _mm512_storeu_ps(buf + i, bv);
+    }
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
+        __m512 bv = c->use_momentum ? _mm512_maskz_loadu_ps(k, buf + i) : zero;
+        sgd_v16(&pv, _mm512_maskz_loadu_ps(k, g + i), &bv, c);
+        _mm512_mask_storeu_ps(p + i, k, pv);
+        if (c->use_momentum)
+            _mm512_mask_storeu_ps(buf + i, k, bv);
+    }
+}
+
+/* AVX2 has no mask registers; a lane mask built by comparing lane indices with the remaining
+ * count drives maskload/maskstore, which never touch memory past the slice. */
+__attribute__((target("avx2"))) static inline __m256i tail_mask8(size_t rem) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+__attribute__((target("avx2,fma"))) static inline void
+adam_v8(__m256 *p, __m256 g, __m256 *m, __m256 *v, const adam_coef *c) {
+    if (c->l2 != 0.0f)
+        g = _mm256_fmadd_ps(_mm256_set1_ps(c->l2), *p, g);
+    *m = _mm256_fmadd_ps(_mm256_set1_ps(c->beta1), *m,
+                         _mm256_mul_ps(_mm256_set1_ps(c->one_minus_beta1), g));
+    *v = _mm256_fmadd_ps(_mm256_set1_ps(c->beta2), *v,
+                         _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(c->one_minus_beta2), g), g));
+    __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(*v), _mm256_set1_ps(c->sqrt_bc2)),
+                                 _mm256_set1_ps(c->eps));
+    __m256 upd = _mm256_mul_ps(_mm256_set1_ps(c->step_size), _mm256_div_ps(*m, denom));
+    *p = _mm256_fmsub_ps(*p, _mm256_set1_ps(c->decay), upd);
+}
+
+__attribute__((target("avx2,fma"))) static void adam_avx2(float *p, const float *g, float *m,
+                                                          float *v, size_t n,
+                                                          const adam_coef *c) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 pv = _mm256_loadu_ps(p + i), mv = _mm256_loadu_ps(m + i);
+        __m256 vv = _mm256_loadu_ps(v + i);
+        adam_v8(&pv, _mm256_loadu_ps(g + i), &mv, &vv, c);
+        _mm256_storeu_ps(p + i, pv);
+        _mm256_storeu_ps(m + i, mv);
+        _mm256_storeu_ps(v + i, vv);
+    }
+    if (i < n) {
+        __m256i k = tail_mask8(n - i);
+        __m256 pv = _mm256_maskload_ps(p + i, k), mv = _mm256_maskload_ps(m + i, k);
+        __m256 vv = _mm256_maskload_ps(v + i, k);
+        adam_v8(&pv, _mm256_maskload_ps(g + i, k), &mv, &vv, c);
+        _mm256_maskstore_ps(p + i, k, pv);
+        _mm256_maskstore_ps(m + i, k, mv);
+        _mm256_maskstore_ps(v + i, k, vv);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static inline void
+sgd_v8(__m256 *p, __m256 g, __m256 *buf, const sgd_coef *c) {
+    if (c->wd != 0.0f)
+        g = _mm256_fmadd_ps(_mm256_set1_ps(c->wd), *p, g);
+    if (c->use_momentum) {
+        __m256 mom = _mm256_set1_ps(c->momentum);
+        __m256 b = c->first_step
+                       ? g
+                       : _mm256_fmadd_ps(mom, *buf,
+                                         _mm256_mul_ps(_mm256_set1_ps(c->one_minus_dampening), g));
+        *buf = b;
+        g = c->nesterov ? _mm256_fmadd_ps(mom, b, g) : b;
+    }
+    *p = _mm256_fmadd_ps(_mm256_set1_ps(-c->lr), g, *p);
+}
+
+__attribute__((target("avx2,fma"))) static void sgd_avx2(float *p, const float *g, float *buf,
+                                                         size_t n, const sgd_coef *c) {
+    size_t i = 0;
+    __m256 zero = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m256 pv = _mm256_loadu_ps(p + i);
+        __m256 bv = c->use_momentum ? _mm256_loadu_ps(buf + i) : zero;
+        sgd_v8(&pv, _mm256_loadu_ps(g + i), &bv, c);
+        _mm256_storeu_ps(p + i, pv);
+        if (c->use_momentum)
+            _mm256_storeu_ps(buf + i, bv);
+    }
+    if (i < n) {
+        __m256i k = tail_mask8(n - i);
+        __m256 pv = _mm256_maskload_ps(p + i, k);
+        __m256 bv = c->use_momentum ? _mm256_maskload_ps(buf + i, k) : zero;
+        sgd_v8(&pv, _mm256_maskload_ps(g + i, k), &bv, c);
+        _mm256_maskstore_ps(p + i, k, pv);
+        if (c->use_momentum)
+            _mm256_maskstore_ps(buf + i, k, bv);
+    }
+}
+
+#endif /* ZT_OPTIM_X86 */
+
+/* The widest path this CPU runs. __builtin_cpu_supports reads a table libgcc fills at startup, so
+ * asking on every call costs a load and a test. */
+static adam_fn pick_adam(void) {
+#ifdef ZT_OPTIM_X86
+    if (__builtin_cpu_supports("avx512f"))
+        return adam_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return adam_avx2;
+#endif
+    return adam_portable;
+}
+
+static sgd_fn pick_sgd(void) {
+#ifdef ZT_OPTIM_X86
+    if (__builtin_cpu_supports("avx512f"))
+        return sgd_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return sgd_avx2;
+#endif
+    return sgd_portable;
+}
+
+static size_t chunk_len(size_t n, size_t c) {
+    size_t lo = c * CHUNK;
+    return n - lo < CHUNK ? n - lo : CHUNK;
+}
+
+void zt_cpu_adam_update(float *p, const float *g, float *m, float *v, size_t n,
+                        const zt_adam_args *a) {
+    adam_coef c = {
+        .decay = a->adamw_mode ? (float)(1.0 - (double)a->lr * a->weight_decay) : 1.0f,
+        .l2 = a->adamw_mode ? 0.0f : a->weight_decay,
+        .beta1 = a->beta1,
+        .one_minus_beta1 = (float)(1.0 - a->beta1),
+        .beta2 = a->beta2,
+        .one_minus_beta2 = (float)(1.0 - a->beta2),
+        .eps = a->eps,
+        .sqrt_bc2 = (float)sqrt((double)a->bias_correction2),
+        .step_size = (float)((double)a->lr / a->bias_correction1),
+    };
+    adam_fn fn = pick_adam();
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (size_t ci = 0; ci < nchunks; ci++) {
+        size_t lo = ci * CHUNK;
+        fn(p + lo, g + lo, m + lo, v + lo, chunk_len(n, ci), &c);
+    }
+}
+
+void zt_cpu_sgd_update(float *p, const float *g, float *buf, size_t n, const zt_sgd_args *a) {
+    sgd_coef c = {
+        .lr = a->lr,
+        .wd = a->weight_decay,
+        .momentum = a->momentum,
+        .one_minus_dampening = (float)(1.0 - a->dampening),
+        .use_momentum = buf != NULL && a->momentum != 0.0f,
+        .nesterov = a->nesterov,
+        .first_step = a->first_step,
+    };
+    sgd_fn fn = pick_sgd();
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (size_t ci = 0; ci < nchunks; ci++) {
+        size_t lo = ci * CHUNK;
+        fn(p + lo, g + lo, c.use_momentum ? buf + lo : NULL, chunk_len(n, ci), &c);
+    }
+}
+
+/* A chunk's sum of squares in double, so a norm over hundreds of millions of elements keeps its
+ * digits; the lane order is fixed by the compiled code, never by thread timing. */
+static double sumsq_chunk(const float *x, size_t n) {
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)x[i];
+        acc += d * d;
+    }
+    return acc;
+}
+
+double zt_cpu_sum_squares(const float *x, size_t n) {
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+    double total = 0.0;
+    for (size_t b0 = 0; b0 < nchunks; b0 += SUMSQ_BLOCK) {
+        size_t nb = nchunks - b0 < SUMSQ_BLOCK ? nchunks - b0 : SUMSQ_BLOCK;
+        double part[SUMSQ_BLOCK];
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (size_t j = 0; j < nb; j++) {
+            size_t ci = b0 + j;
+            part[j] = sumsq_chunk(x + ci * CHUNK, chunk_len(n, ci));
+        }
+        for (size_t j = 0; j < nb; j++)
+            total += part[j];
+    }
+    return total;
+}
+
+void zt_cpu_scale(float *x, size_t n, float s) {
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (size_t ci = 0; ci < nchunks; ci++) {
+        float *xc = x + ci * CHUNK;
+        size_t len = chunk_len(n, ci);
+#pragma omp simd
+        for (size_t i = 0; i < len; i++)
+            xc[i] *= s;
+    }
+}

@@ -1,0 +1,150 @@
+"""Shared pieces of the PyTorch reference tests: locating the build, a safetensors reader and
+writer written from the format description, and a GPT-2 in plain PyTorch (Hugging Face names and
+Conv1D layouts) that ztrain is compared against."""
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+BUILD = os.environ.get("ZTRAIN_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+SOURCE = os.environ.get("ZTRAIN_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def tool(name):
+    return os.path.join(BUILD, name)
+
+
+def run(args, check=True, **kw):
+    """Runs a program, returning the CompletedProcess; on unexpected failure prints its output."""
+    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        sys.stderr.write(p.stdout + p.stderr)
+        raise SystemExit(f"FAIL: {args[0]} exited with {p.returncode}")
+    return p
+
+
+# ---- safetensors -----------------------------------------------------------------------------
+
+_DTYPES = {"F32": (torch.float32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2),
+           "F64": (torch.float64, 8), "I32": (torch.int32, 4), "I64": (torch.int64, 8)}
+
+
+def st_write(path, tensors, metadata=None):
+    """tensors: dict name -> torch tensor (written in insertion order)."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().contiguous().cpu()
+        code = next(k for k, (dt, _) in _DTYPES.items() if dt == t.dtype)
+        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def st_read(path):
+    """Returns (dict name -> torch tensor, metadata dict)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, info in header.items():
+        dtype, size = _DTYPES[info["dtype"]]
+        b, e = info["data_offsets"]
+        raw = bytearray(data[8 + n + b:8 + n + e])
+        t = torch.frombuffer(raw, dtype=torch.uint8).view(dtype) if raw else torch.empty(0, dtype=dtype)
+        out[name] = t.reshape(info["shape"]).clone()
+    return out, meta
+
+
+# ---- GPT-2 ----------------------------------------------------------------------------------
+
+def gpt2_shapes(L, C, V, T):
+    s = {"wte.weight": (V, C), "wpe.weight": (T, C)}
+    for l in range(L):
+        p = f"h.{l}."
+        s.update({p + "ln_1.weight": (C,), p + "ln_1.bias": (C,),
+                  p + "attn.c_attn.weight": (C, 3 * C), p + "attn.c_attn.bias": (3 * C,),
+                  p + "attn.c_proj.weight": (C, C), p + "attn.c_proj.bias": (C,),
+                  p + "ln_2.weight": (C,), p + "ln_2.bias": (C,),
+                  p + "mlp.c_fc.weight": (C, 4 * C), p + "mlp.c_fc.bias": (4 * C,),
+                  p + "mlp.c_proj.weight": (4 * C, C), p + "mlp.c_proj.bias": (C,)})
+    s.update({"ln_f.weight": (C,), "ln_f.bias": (C,)})
+    return s
+
+
+def gpt2_random_params(L, C, V, T, seed=0):
+    """Random weights with non-trivial norms and biases, so every gradient path is exercised."""
+    g = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape in gpt2_shapes(L, C, V, T).items():
+        if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name == "ln_f.weight":
+            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
+        elif name.endswith("bias"):
+            t = 0.02 * torch.randn(shape, generator=g)
+        else:
+            t = 0.05 * torch.randn(shape, generator=g)
+        params[name] = t.float()
+    return params
+
+
+def gpt2_forward(params, idx, n_layer, n_head):
+    """Logits [B,T,V] of the GPT-2 defined by `params` (HF names) on token ids idx [B,T]."""
+    wte, wpe = params["wte.weight"], params["wpe.weight"]
+    B, T = idx.shape
+    C = wte.shape[1]
+    hs = C // n_head
+    x = wte[idx] + wpe[:T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(n_layer):
+        p = lambda n: params[f"h.{l}.{n}"]
+        h = F.layer_norm(x, (C,), p("ln_1.weight"), p("ln_1.bias"), 1e-5)
+        qkv = h @ p("attn.c_attn.weight") + p("attn.c_attn.bias")
+        q, k, v = qkv.split(C, dim=2)
+        q, k, v = (t.view(B, T, n_head, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
+        h = F.layer_norm(x, (C,), p("ln_2.weight"), p("ln_2.bias"), 1e-5)
+        h = F.gelu(h @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias"), approximate="tanh")
+        x = x + h @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
+    x = F.layer_norm(x, (C,), params["ln_f.weight"], params["ln_f.bias"], 1e-5)
+    return x @ wte.t()
+
+
+def rel_err(a, b):
+    """Norm-wise relative error ||a-b|| / ||b||."""
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+class Checker:
+    """Collects named comparisons and exits non-zero at the end if any failed."""
+
+    def __init__(self):
+        self.failed = 0
+
+    def check(self, ok, what):
+        print(("ok    " if ok else "FAIL  ") + what)
+        self.failed += 0 if ok else 1
+
+    def done(self):
+        if self.failed:
+            raise SystemExit(f"{self.failed} check(s) failed")
+        print("all checks passed")
