@@ -4,6 +4,7 @@
  * index tokens without checks. The loader reproduces torch's DistributedSampler + DataLoader: the
  * per-epoch order is a pure function of (seed, epoch, rank, world_size), so any position can be
  * rebuilt exactly on resume. */
+#define _POSIX_C_SOURCE 200809L /* strdup, O_CLOEXEC; before any header */
 #include "ztrain/data.h"
 
 #include <errno.h>

@@ -387,8 +387,22 @@ void zt_json_obj_init(zt_json_obj *o, const cJSON *root, const char *source, con
     snprintf(o->path, sizeof o->path, "%s", path ? path : "");
 }
 
+/* Copies as much of s as fits after buf[*len], keeping buf NUL-terminated. */
+static void append(char *buf, size_t n, size_t *len, const char *s) {
+    while (*s && *len + 1 < n)
+        buf[(*len)++] = *s++;
+    buf[*len] = '\0';
+}
+
 void zt_json_key_path(const zt_json_obj *o, const char *key, char *buf, size_t n) {
-    snprintf(buf, n, "%s%s%s", o->path, o->path[0] ? "." : "", key);
+    size_t len = 0;
+    if (n == 0)
+        return;
+    buf[0] = '\0';
+    append(buf, n, &len, o->path);
+    if (o->path[0])
+        append(buf, n, &len, ".");
+    append(buf, n, &len, key);
 }
 
 void zt_json_repr(const cJSON *item, char *buf, size_t n) {

@@ -31,12 +31,11 @@ static const char *strip_prefix(const char *name) {
 }
 
 /* Tensors a Hugging Face GPT-2 file may carry that are not parameters here: the causal-mask
- * buffers and the LM head, which is tied to wte. */
+ * buffers. (The LM head is checked separately: it must equal wte, to which it is tied.) */
 static int is_ignored_tensor(const char *name) {
     size_t n = strlen(name);
-    return strcmp(name, "lm_head.weight") == 0 ||
-           (n > 9 && strcmp(name + n - 9, ".attn.bias") == 0) ||
-           (n > 16 && strcmp(name + n - 16, ".attn.masked_bias") == 0);
+    return (n > 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
+           (n > 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0);
 }
 
 static void format_shape(char *buf, size_t size, int ndim, const int64_t *shape) {
@@ -46,6 +45,29 @@ static void format_shape(char *buf, size_t size, int ndim, const int64_t *shape)
                                  (long long)shape[d]);
     if (used < size)
         snprintf(buf + used, size - used, "]");
+}
+
+/* GPT-2's LM head is the token embedding. A file that carries a separate lm_head.weight must hold
+ * the same values (as Hugging Face's tied checkpoints do); a different head cannot be represented
+ * and is refused rather than dropped. */
+static zt_status check_tied_head(const zt_model *m, const zt_st_file *f, const char *path) {
+    const zt_st_tensor *head = zt_st_find(f, "lm_head.weight");
+    const zt_tensor_info *wte = zt_model_find_tensor(m, "wte.weight");
+    if (!head || !wte)
+        return ZT_OK;
+    if (head->ndim != 2 || head->shape[0] != wte->shape[0] || head->shape[1] != wte->shape[1])
+        return zt_error(ZT_ERR_FORMAT, "%s: lm_head.weight does not have wte.weight's shape", path);
+    float *tmp = malloc(wte->numel * sizeof(float));
+    if (!tmp)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    zt_status s = zt_st_read_f32(f, head, tmp, wte->numel);
+    if (s == ZT_OK && memcmp(tmp, m->params + wte->offset, wte->numel * sizeof(float)) != 0)
+        s = zt_error(ZT_ERR_FORMAT,
+                     "%s: lm_head.weight differs from wte.weight, but GPT-2 here ties the LM head "
+                     "to the token embedding",
+                     path);
+    free(tmp);
+    return s;
 }
 
 zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
@@ -60,12 +82,17 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
     for (int i = 0; i < f.n_tensors && s == ZT_OK; i++) {
         const zt_st_tensor *st = &f.tensors[i];
         const char *name = strip_prefix(st->name);
-        if (is_ignored_tensor(name))
+        if (is_ignored_tensor(name) || strcmp(name, "lm_head.weight") == 0)
             continue;
         const zt_tensor_info *t = zt_model_find_tensor(m, name);
         if (!t) {
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this %s model",
                          path, st->name, m->spec.type);
+            break;
+        }
+        if (seen[t - m->tensors]) {
+            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' appears twice (with and without the "
+                         "'transformer.' prefix)", path, name);
             break;
         }
         char want[64], got[64];
@@ -97,6 +124,8 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
         if (!seen[i])
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is missing", path, m->tensors[i].name);
     }
+    if (s == ZT_OK)
+        s = check_tied_head(m, &f, path);
     free(seen);
     zt_st_close(&f);
     return s;

@@ -4,6 +4,7 @@
  * does (contiguous data that exactly fills the data section), so a file that opens here opens in
  * Python too. The writer emits the same layout the reference writer does: a compact JSON header
  * padded with spaces to a multiple of 8 bytes, so that F32 data starts aligned. */
+#define _POSIX_C_SOURCE 200809L /* strndup, O_CLOEXEC, O_DIRECTORY; before any header */
 #include "ztrain/safetensors.h"
 
 #include <cjson/cJSON.h>

@@ -241,6 +241,21 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     return save_checkpoint(t);
 }
 
+/* Refuses what would only fail after training had run for a while. */
+static zt_status check_job(const zt_job_spec *job) {
+    if (job->world_size != 1)
+        return zt_error(ZT_ERR_UNSUPPORTED,
+                        "world_size %d is not supported yet (this build trains one rank)",
+                        job->world_size);
+    if (!job->ds.has_optimizer)
+        return zt_error(ZT_ERR_INVALID,
+                        "deepspeed: the config has no \"optimizer\" section, which training "
+                        "needs");
+    if (job->train.checkpoint_dir)
+        return zt_mkdirs(job->train.checkpoint_dir);
+    return ZT_OK;
+}
+
 zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_train_result *res) {
     trainer t = {.job = job, .opts = opts};
     memset(res, 0, sizeof *res);
@@ -249,7 +264,9 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     t.tty = opts->progress && isatty(fileno(opts->progress));
     zt_kernels_cpu_set_threads(opts->threads);
 
-    zt_status s = open_data(&t);
+    zt_status s = check_job(job);
+    if (s == ZT_OK)
+        s = open_data(&t);
     if (s == ZT_OK) {
         zt_engine_options eo = {.seed = job->train.seed, .shuffle = job->data.shuffle, .rank = 0,
                                 .log = opts->progress};

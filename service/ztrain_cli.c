@@ -119,8 +119,10 @@ static int cmd_run(int argc, char **argv) {
     zt_status s = zt_train_run(&job, &opts, &res);
     bool checkpointed = job.train.checkpoint_dir != NULL;
     zt_job_spec_free(&job);
-    if (s != ZT_OK)
-        return fail(NULL);
+    if (s != ZT_OK) {
+        fprintf(stderr, "ztrain: %s: %s\n", job_path, zt_last_error());
+        return 1;
+    }
     if (res.stopped) {
         printf("stopped at step %lld%s\n", res.steps,
                checkpointed ? " (checkpoint written)" : "");
@@ -227,6 +229,19 @@ static int cmd_sample(int argc, char **argv) {
             tokens[n_prompt++] = *p;
     } else {
         tokens[n_prompt++] = spec.vocab_size <= 256 ? '\n' : 50256; /* newline / <|endoftext|> */
+    }
+    for (int i = 0; i < n_prompt; i++) {
+        if (tokens[i] < 0 || tokens[i] >= spec.vocab_size) {
+            fprintf(stderr, "ztrain: sample: prompt token %d is outside the model's vocab_size %d\n",
+                    tokens[i], spec.vocab_size);
+            rc = 2;
+            goto done;
+        }
+    }
+    if (!(temperature > 0)) {
+        fprintf(stderr, "ztrain: sample: --temperature must be positive, got %g\n", temperature);
+        rc = 2;
+        goto done;
     }
     if (spec.vocab_size <= 256)
         for (int i = 0; i < n_prompt; i++)

@@ -47,14 +47,17 @@ typedef struct {
     int first_step;
 } sgd_coef;
 
+/* Each path reads these through a local copy: their stores through float pointers could
+ * otherwise alias the float constants and force a reload of every constant for every vector. */
 typedef void (*adam_fn)(float *p, const float *g, float *m, float *v, size_t n,
                         const adam_coef *c);
 typedef void (*sgd_fn)(float *p, const float *g, float *buf, size_t n, const sgd_coef *c);
 
-/* The portable path, and the reference the vector paths reproduce exactly. fmaf keeps GCC from
- * contracting mul/add pairs differently here than in the intrinsics. */
+/* The portable path, and the reference the vector paths reproduce exactly: it fuses with fmaf
+ * where they use FMA instructions and leaves no other multiply-add pair for GCC to contract. */
 static void adam_portable(float *p, const float *g, float *m, float *v, size_t n,
-                          const adam_coef *c) {
+                          const adam_coef *coef) {
+    const adam_coef local = *coef, *c = &local;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         if (c->l2 != 0.0f)
@@ -68,7 +71,8 @@ static void adam_portable(float *p, const float *g, float *m, float *v, size_t n
     }
 }
 
-static void sgd_portable(float *p, const float *g, float *buf, size_t n, const sgd_coef *c) {
+static void sgd_portable(float *p, const float *g, float *buf, size_t n, const sgd_coef *coef) {
+    const sgd_coef local = *coef, *c = &local;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         if (c->wd != 0.0f)
@@ -101,7 +105,8 @@ adam_v16(__m512 *p, __m512 g, __m512 *m, __m512 *v, const adam_coef *c) {
 
 __attribute__((target("avx512f"))) static void adam_avx512(float *p, const float *g, float *m,
                                                             float *v, size_t n,
-                                                            const adam_coef *c) {
+                                                            const adam_coef *coef) {
+    const adam_coef local = *coef, *c = &local;
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 pv = _mm512_loadu_ps(p + i), mv = _mm512_loadu_ps(m + i);
@@ -139,7 +144,8 @@ sgd_v16(__m512 *p, __m512 g, __m512 *buf, const sgd_coef *c) {
 }
 
 __attribute__((target("avx512f"))) static void sgd_avx512(float *p, const float *g, float *buf,
-                                                           size_t n, const sgd_coef *c) {
+                                                           size_t n, const sgd_coef *coef) {
+    const sgd_coef local = *coef, *c = &local;
     size_t i = 0;
     __m512 zero = _mm512_setzero_ps();
     for (; i + 16 <= n; i += 16) {
@@ -183,7 +189,8 @@ adam_v8(__m256 *p, __m256 g, __m256 *m, __m256 *v, const adam_coef *c) {
 
 __attribute__((target("avx2,fma"))) static void adam_avx2(float *p, const float *g, float *m,
                                                           float *v, size_t n,
-                                                          const adam_coef *c) {
+                                                          const adam_coef *coef) {
+    const adam_coef local = *coef, *c = &local;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 pv = _mm256_loadu_ps(p + i), mv = _mm256_loadu_ps(m + i);
@@ -221,7 +228,8 @@ sgd_v8(__m256 *p, __m256 g, __m256 *buf, const sgd_coef *c) {
 }
 
 __attribute__((target("avx2,fma"))) static void sgd_avx2(float *p, const float *g, float *buf,
-                                                         size_t n, const sgd_coef *c) {
+                                                         size_t n, const sgd_coef *coef) {
+    const sgd_coef local = *coef, *c = &local;
     size_t i = 0;
     __m256 zero = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8) {

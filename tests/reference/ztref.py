@@ -148,3 +148,38 @@ class Checker:
         if self.failed:
             raise SystemExit(f"{self.failed} check(s) failed")
         print("all checks passed")
+
+
+# ---- data and jobs --------------------------------------------------------------------------
+
+def write_llmc_tokens(path, tokens):
+    """An llm.c token file: 256 int32 header (magic 20240520, version 1, count), uint16 tokens."""
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def write_job(path, job):
+    with open(path, "w") as f:
+        json.dump(job, f, indent=1)
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def warmup_decay_lr(n, min_lr, max_lr, warmup, total, linear):
+    """The lr DeepSpeed's WarmupDecayLR gives the n-th optimizer update (n from 1): the value set
+    at construction (min_lr) for the first, then f(k) with k = n - 2 after each scheduler step."""
+    k = n - 2
+    if k < 0:
+        return min_lr
+    N = max(2, warmup)
+    if k < N:
+        gamma = k / N if linear else math.log(k + 1) / math.log(N)
+    else:
+        gamma = max(0.0, (total - k) / max(1.0, total - N))
+    return min_lr + (max_lr - min_lr) * gamma

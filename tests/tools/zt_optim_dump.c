@@ -121,8 +121,9 @@ static int run_bench(const zt_ds_config *cfg, size_t n, long long steps) {
     for (long long s = 0; s < steps; s++)
         zt_optimizer_step(&opt, params, grads, lr, mom);
     double dt = (now_s() - t0) / (double)steps;
-    /* Adam reads p, g, m, v and writes p, m, v: 28 bytes an element; SGD with momentum 16. */
-    double bytes = cfg->optimizer.type == ZT_OPTIM_ADAM ? 28.0 : (opt.m ? 16.0 : 12.0);
+    /* Adam reads p, g, m, v and writes p, m, v: 28 bytes an element; SGD with momentum reads p,
+     * g, buf and writes p, buf: 20. */
+    double bytes = cfg->optimizer.type == ZT_OPTIM_ADAM ? 28.0 : (opt.m ? 20.0 : 12.0);
     printf("%s n=%zu: %.3f ms/step, %.1f M params/s, %.1f GB/s\n", cfg->optimizer.name, n,
            dt * 1e3, n / dt * 1e-6, n * bytes / dt * 1e-9);
     zt_optimizer_free(&opt);

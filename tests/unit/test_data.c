@@ -3,6 +3,7 @@
  * File validation is checked against hand-built files, one defect each; the sampler against the
  * DistributedSampler rules written out independently here (coverage, disjointness, wrap-around
  * padding, batch counts), and resume against a loader that was actually advanced. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp; before any header */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

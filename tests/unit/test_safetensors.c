@@ -5,6 +5,7 @@
  * message naming the file and the tensor. Truncations and byte flips of a valid file must never
  * crash. Interop with an independent Python implementation is in
  * tests/reference/test_safetensors_io.py. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp; before any header */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>

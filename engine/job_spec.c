@@ -1,0 +1,301 @@
+/* The job spec file (DESIGN.md §3): name, world size, device, model, data, train options and the
+ * DeepSpeed config, inline or by path.
+ *
+ * Choices made where the contract is silent: "name" defaults to the job file's name without
+ * ".json"; "model.type" defaults to "gpt2"; the "train" section may be left out; eval_interval > 0
+ * needs data.val, and resume or checkpoint_interval > 0 need checkpoint_dir, so those mistakes
+ * surface now rather than hours into a run. The load path anchors relative paths at the job
+ * file's directory made absolute, so ranks started elsewhere find the same files. Whether
+ * data.train exists is the data loader's business, not ours. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds_config_json.h"
+#include "json_util.h"
+#include "ztrain/job_spec.h"
+
+static const char *const top_keys[] = {"name", "world_size", "device", "model", "data", "train",
+                                       "deepspeed", NULL};
+static const char *const model_keys[] = {"type", "n_layer", "n_head", "n_embd", "vocab_size",
+                                         "block_size", "init_from", NULL};
+static const char *const data_keys[] = {"train", "val", "shuffle", NULL};
+static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
+                                         "eval_steps", "checkpoint_dir", "checkpoint_interval",
+                                         "resume", "bench_steps", "warmup_steps", "seed", NULL};
+
+/* base_dir/path for a relative path; an absolute path, or an empty or "." base, is kept as is. */
+static char *resolve_path(const char *base_dir, const char *path) {
+    if (path[0] == '/' || !base_dir || !base_dir[0] || strcmp(base_dir, ".") == 0)
+        return zt_json_strdup(path);
+    size_t lb = strlen(base_dir), lp = strlen(path);
+    bool slash = base_dir[lb - 1] != '/';
+    char *out = malloc(lb + slash + lp + 1);
+    if (!out) {
+        zt_error(ZT_ERR_NOMEM, "out of memory resolving %s", path);
+        return NULL;
+    }
+    memcpy(out, base_dir, lb);
+    if (slash)
+        out[lb] = '/';
+    memcpy(out + lb + slash, path, lp + 1);
+    return out;
+}
+
+/* Reads an optional path-valued key into *out (heap, resolved against base_dir). */
+static zt_status get_path(const zt_json_obj *o, const char *key, const char *base_dir, char **out) {
+    const char *v = NULL;
+    ZT_TRY(zt_json_get_string(o, key, &v, NULL));
+    if (!v)
+        return ZT_OK;
+    if (!v[0])
+        return zt_json_key_error(ZT_ERR_INVALID, o, key, "must not be an empty path");
+    *out = resolve_path(base_dir, v);
+    return *out ? ZT_OK : ZT_ERR_NOMEM;
+}
+
+/* An int with a lower bound; messages say which bound. */
+static zt_status get_int_min(const zt_json_obj *o, const char *key, int min, int *out) {
+    bool found;
+    ZT_TRY(zt_json_get_int(o, key, out, &found));
+    if (found && *out < min)
+        return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be >= %d, got %d", min, *out);
+    return ZT_OK;
+}
+
+zt_status zt_model_spec_validate(const zt_model_spec *m, const char *source) {
+    if (strcmp(m->type, "gpt2") != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.type \"%s\" is not supported (known types: gpt2)",
+                        source, m->type);
+    const struct {
+        const char *name;
+        int value;
+    } dims[] = {{"n_layer", m->n_layer},       {"n_head", m->n_head},
+                {"n_embd", m->n_embd},         {"vocab_size", m->vocab_size},
+                {"block_size", m->block_size}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].value <= 0)
+            return zt_error(ZT_ERR_INVALID, "%s: model.%s must be a positive integer, got %d", source,
+                            dims[i].name, dims[i].value);
+    if (m->n_embd % m->n_head != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_embd (%d) must be divisible by model.n_head (%d)",
+                        source, m->n_embd, m->n_head);
+    return ZT_OK;
+}
+
+static zt_status parse_model(zt_model_spec *m, const zt_json_obj *top, const char *base_dir) {
+    zt_json_obj o;
+    ZT_TRY(zt_json_require(top, "model"));
+    ZT_TRY(zt_json_child(top, "model", &o));
+    ZT_TRY(zt_json_check_keys(&o, model_keys));
+    const char *type = "gpt2";
+    ZT_TRY(zt_json_get_string(&o, "type", &type, NULL));
+    if (strlen(type) >= sizeof m->type)
+        return zt_error(ZT_ERR_INVALID, "%s: model.type \"%s\" is not supported (known types: gpt2)",
+                        top->source, type);
+    snprintf(m->type, sizeof m->type, "%s", type);
+    static const char *const dims[] = {"n_layer", "n_head", "n_embd", "vocab_size", "block_size", NULL};
+    int *dst[] = {&m->n_layer, &m->n_head, &m->n_embd, &m->vocab_size, &m->block_size};
+    for (size_t i = 0; dims[i]; i++) {
+        ZT_TRY(zt_json_require(&o, dims[i]));
+        ZT_TRY(zt_json_get_int(&o, dims[i], dst[i], NULL));
+    }
+    ZT_TRY(get_path(&o, "init_from", base_dir, &m->init_from));
+    return zt_model_spec_validate(m, top->source);
+}
+
+static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char *base_dir) {
+    zt_json_obj o;
+    ZT_TRY(zt_json_require(top, "data"));
+    ZT_TRY(zt_json_child(top, "data", &o));
+    ZT_TRY(zt_json_check_keys(&o, data_keys));
+    ZT_TRY(zt_json_require(&o, "train"));
+    ZT_TRY(get_path(&o, "train", base_dir, &d->train));
+    ZT_TRY(get_path(&o, "val", base_dir, &d->val));
+    d->shuffle = true;
+    return zt_json_get_bool(&o, "shuffle", &d->shuffle, NULL);
+}
+
+static zt_status parse_train(zt_train_spec *t, const zt_data_spec *data, const zt_json_obj *top,
+                             const char *base_dir) {
+    zt_json_obj o;
+    ZT_TRY(zt_json_child(top, "train", &o));
+    ZT_TRY(zt_json_check_keys(&o, train_keys));
+    *t = (zt_train_spec){.epochs = 1, .log_interval = 10, .eval_steps = 20, .warmup_steps = 5,
+                         .seed = 1234};
+    bool found;
+    ZT_TRY(zt_json_get_int64(&o, "max_steps", &t->max_steps, &found));
+    if (found && t->max_steps < 0)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "max_steps", "must be >= 0, got %lld",
+                                 (long long)t->max_steps);
+    ZT_TRY(get_int_min(&o, "epochs", 1, &t->epochs));
+    ZT_TRY(get_int_min(&o, "log_interval", 1, &t->log_interval));
+    ZT_TRY(get_int_min(&o, "eval_interval", 0, &t->eval_interval));
+    ZT_TRY(get_int_min(&o, "eval_steps", 1, &t->eval_steps));
+    ZT_TRY(get_path(&o, "checkpoint_dir", base_dir, &t->checkpoint_dir));
+    ZT_TRY(get_int_min(&o, "checkpoint_interval", 0, &t->checkpoint_interval));
+    ZT_TRY(zt_json_get_bool(&o, "resume", &t->resume, NULL));
+    ZT_TRY(get_int_min(&o, "bench_steps", 0, &t->bench_steps));
+    ZT_TRY(get_int_min(&o, "warmup_steps", 0, &t->warmup_steps));
+    int64_t seed = 1234;
+    ZT_TRY(zt_json_get_int64(&o, "seed", &seed, &found));
+    if (found && seed < 0)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "seed", "must be >= 0, got %lld", (long long)seed);
+    t->seed = (uint64_t)seed;
+
+    const char *src = top->source;
+    if (t->eval_interval > 0 && !data->val)
+        return zt_error(ZT_ERR_INVALID, "%s: train.eval_interval is %d but data.val is not set", src,
+                        t->eval_interval);
+    if (t->resume && !t->checkpoint_dir)
+        return zt_error(ZT_ERR_INVALID, "%s: train.resume is true but train.checkpoint_dir is not set", src);
+    if (t->checkpoint_interval > 0 && !t->checkpoint_dir)
+        return zt_error(ZT_ERR_INVALID, "%s: train.checkpoint_interval is %d but train.checkpoint_dir "
+                        "is not set", src, t->checkpoint_interval);
+    return ZT_OK;
+}
+
+/* The DeepSpeed config: an inline object, or a path to a ds_config.json beside the job file. */
+static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const char *base_dir) {
+    const char *src = top->source;
+    ZT_TRY(zt_json_require(top, "deepspeed"));
+    const cJSON *ds = zt_json_item(top, "deepspeed");
+    zt_status s;
+    if (cJSON_IsObject(ds)) {
+        char ds_source[512];
+        snprintf(ds_source, sizeof ds_source, "%s: deepspeed", src);
+        ZT_TRY(zt_ds_config_from_json(&job->ds, ds, ds_source, job->world_size));
+        job->ds_json = cJSON_PrintUnformatted(ds);
+    } else if (cJSON_IsString(ds)) {
+        if (!ds->valuestring[0])
+            return zt_json_key_error(ZT_ERR_INVALID, top, "deepspeed", "must not be an empty path");
+        char *path = resolve_path(base_dir, ds->valuestring);
+        if (!path)
+            return ZT_ERR_NOMEM;
+        cJSON *root = NULL;
+        s = zt_json_load_file(path, &root);
+        if (s == ZT_ERR_IO)
+            zt_error_prefix(s, "%s: deepspeed: ", src);
+        if (s == ZT_OK) {
+            s = zt_ds_config_from_json(&job->ds, root, path, job->world_size);
+            if (s == ZT_OK)
+                job->ds_json = cJSON_PrintUnformatted(root);
+        }
+        cJSON_Delete(root);
+        free(path);
+        ZT_TRY(s);
+    } else {
+        char got[96];
+        zt_json_repr(ds, got, sizeof got);
+        return zt_json_key_error(ZT_ERR_INVALID, top, "deepspeed",
+                                 "must be an object or a path to a DeepSpeed config file, got %s", got);
+    }
+    if (!job->ds_json)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory printing the DeepSpeed config", src);
+    return ZT_OK;
+}
+
+/* "runs/gpt2-small.json" names the job "gpt2-small". */
+static char *default_name(const char *source) {
+    const char *base = strrchr(source, '/');
+    base = base ? base + 1 : source;
+    char *name = zt_json_strdup(base);
+    if (!name)
+        return NULL;
+    size_t n = strlen(name);
+    if (n > 5 && strcmp(name + n - 5, ".json") == 0)
+        name[n - 5] = '\0';
+    return name;
+}
+
+static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *source,
+                               const char *base_dir) {
+    if (!cJSON_IsObject(root)) {
+        char got[64];
+        zt_json_repr(root, got, sizeof got);
+        return zt_error(ZT_ERR_INVALID, "%s: a job spec must be a JSON object, got %s", source, got);
+    }
+    ZT_TRY(zt_json_check_duplicates(root, source, "job spec", "", "deepspeed"));
+    zt_json_obj top;
+    zt_json_obj_init(&top, root, source, "");
+    ZT_TRY(zt_json_check_keys(&top, top_keys));
+
+    job->base_dir = zt_json_strdup(base_dir && base_dir[0] ? base_dir : ".");
+    if (!job->base_dir)
+        return ZT_ERR_NOMEM;
+    const char *name = NULL;
+    ZT_TRY(zt_json_get_string(&top, "name", &name, NULL));
+    job->name = name ? zt_json_strdup(name) : default_name(source);
+    if (!job->name)
+        return ZT_ERR_NOMEM;
+
+    job->world_size = 1;
+    ZT_TRY(get_int_min(&top, "world_size", 1, &job->world_size));
+    const char *device = "cpu";
+    ZT_TRY(zt_json_get_string(&top, "device", &device, NULL));
+    if (strcmp(device, "cuda") == 0)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: device \"cuda\" is not supported yet in this build",
+                        source);
+    if (strcmp(device, "cpu") != 0)
+        return zt_json_key_error(ZT_ERR_INVALID, &top, "device", "must be \"cpu\" or \"cuda\", got \"%s\"",
+                                 device);
+    job->device = ZT_DEVICE_CPU;
+
+    ZT_TRY(parse_model(&job->model, &top, job->base_dir));
+    ZT_TRY(parse_data(&job->data, &top, job->base_dir));
+    ZT_TRY(parse_train(&job->train, &job->data, &top, job->base_dir));
+    return parse_deepspeed(job, &top, job->base_dir);
+}
+
+zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char *source,
+                            const char *base_dir) {
+    memset(job, 0, sizeof *job);
+    cJSON *root;
+    ZT_TRY(zt_json_parse(json_text, source, &root));
+    zt_status s = job_from_json(job, root, source, base_dir);
+    cJSON_Delete(root);
+    if (s != ZT_OK)
+        zt_job_spec_free(job);
+    return s;
+}
+
+zt_status zt_job_spec_load(zt_job_spec *job, const char *path) {
+    memset(job, 0, sizeof *job);
+    char *text;
+    ZT_TRY(zt_json_read_file(path, &text, NULL));
+
+    /* The job file's directory, absolute, so relative paths mean the same thing to every rank. */
+    char *dir = zt_json_strdup(path);
+    if (!dir) {
+        free(text);
+        return ZT_ERR_NOMEM;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, strlen(dir) + 1, ".");
+    else if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    char *abs = realpath(dir, NULL);
+
+    zt_status s = zt_job_spec_parse(job, text, path, abs ? abs : dir);
+    free(abs);
+    free(dir);
+    free(text);
+    return s;
+}
+
+void zt_job_spec_free(zt_job_spec *job) {
+    free(job->name);
+    free(job->model.init_from);
+    free(job->data.train);
+    free(job->data.val);
+    free(job->train.checkpoint_dir);
+    /* ds_json comes from cJSON's allocator. */
+    if (job->ds_json)
+        cJSON_free(job->ds_json);
+    free(job->base_dir);
+    memset(job, 0, sizeof *job);
+}

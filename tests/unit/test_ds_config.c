@@ -1,0 +1,572 @@
+/* DeepSpeed config parsing: batch inference with DeepSpeed's assertion texts, defaults, optimizer
+ * and scheduler params, malformed JSON positions, duplicate and unknown keys, and the gates.
+ * Expected values come from deepspeed.md §1 (DeepSpeed 0.19's config.py, engine.py,
+ * lr_schedules.py), not from this parser's earlier output. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ztrain/ds_config.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) <= 1e-12 * (1 + fabs((double)(b))))
+
+/* Parses json expecting success; prints the message when it fails. */
+static int ok_at(int line, const char *json, int world, zt_ds_config *cfg) {
+    zt_status s = zt_ds_config_parse(cfg, json, "ds.json", world);
+    if (s != ZT_OK) {
+        fprintf(stderr, "FAIL line %d: expected success, got %s: %s\n  config: %s\n", line,
+                zt_status_name(s), zt_last_error(), json);
+        failures++;
+        return 0;
+    }
+    return 1;
+}
+#define OK(json, world, cfg) ok_at(__LINE__, json, world, cfg)
+
+/* Parses json expecting status `want` and a message equal to `msg` (or starting with it when
+ * `prefix_only`). */
+static void err_at(int line, const char *json, int world, zt_status want, const char *msg,
+                   int prefix_only) {
+    zt_ds_config cfg;
+    zt_status s = zt_ds_config_parse(&cfg, json, "ds.json", world);
+    const char *got = zt_last_error();
+    int match = prefix_only ? strncmp(got, msg, strlen(msg)) == 0 : strcmp(got, msg) == 0;
+    if (s != want || !match) {
+        fprintf(stderr, "FAIL line %d: config %s\n  want %s: %s\n  got  %s: %s\n", line, json,
+                zt_status_name(want), msg, zt_status_name(s), s == ZT_OK ? "(success)" : got);
+        failures++;
+    }
+}
+#define ERR(json, world, want, msg) err_at(__LINE__, json, world, want, msg, 0)
+#define ERR_PREFIX(json, world, want, msg) err_at(__LINE__, json, world, want, msg, 1)
+
+static void check_triple(int line, const char *json, int world, int t, int m, int g) {
+    zt_ds_config cfg;
+    if (!ok_at(line, json, world, &cfg))
+        return;
+    if (cfg.train_batch_size != t || cfg.train_micro_batch_size_per_gpu != m ||
+        cfg.gradient_accumulation_steps != g || cfg.world_size != world) {
+        fprintf(stderr, "FAIL line %d: %s W=%d: want (%d,%d,%d), got (%d,%d,%d) W=%d\n", line, json,
+                world, t, m, g, cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu,
+                cfg.gradient_accumulation_steps, cfg.world_size);
+        failures++;
+    }
+}
+#define TRIPLE(json, world, t, m, g) check_triple(__LINE__, json, world, t, m, g)
+
+#define MISMATCH "ds.json: Check batch related parameters. train_batch_size is not equal to " \
+                 "micro_batch_per_gpu * gradient_acc_step * world_size "
+
+static void test_batch(void) {
+    /* DeepSpeed's TestBatchConfig cases (num_ranks, batch, micro, gas). */
+    TRIPLE("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 16, "
+           "\"gradient_accumulation_steps\": 1}", 2, 32, 16, 1);
+    TRIPLE("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 8, "
+           "\"gradient_accumulation_steps\": 2}", 2, 32, 8, 2);
+    ERR("{\"train_batch_size\": 33, \"train_micro_batch_size_per_gpu\": 17, "
+        "\"gradient_accumulation_steps\": 2}", 2, ZT_ERR_INVALID, MISMATCH "33 != 17 * 2 * 2");
+    ERR("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 18, "
+        "\"gradient_accumulation_steps\": 1}", 2, ZT_ERR_INVALID, MISMATCH "32 != 18 * 1 * 2");
+    /* Rule 1, the issue-report example. */
+    ERR("{\"train_batch_size\": 64, \"train_micro_batch_size_per_gpu\": 4, "
+        "\"gradient_accumulation_steps\": 8}", 1, ZT_ERR_INVALID, MISMATCH "64 != 4 * 8 * 1");
+    /* Rule 2: train + micro, gas = train // micro // W. */
+    TRIPLE("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4}", 2, 32, 4, 4);
+    ERR("{\"train_batch_size\": 30, \"train_micro_batch_size_per_gpu\": 4}", 1, ZT_ERR_INVALID,
+        MISMATCH "30 != 4 * 7 * 1");
+    ERR("{\"train_batch_size\": 33, \"train_micro_batch_size_per_gpu\": 17}", 2, ZT_ERR_INVALID,
+        "ds.json: Gradient accumulation steps: 0 has to be greater than 0");
+    /* Rule 3: train + gas, micro = train // W // gas. */
+    TRIPLE("{\"train_batch_size\": 32, \"gradient_accumulation_steps\": 4}", 2, 32, 4, 4);
+    ERR("{\"train_batch_size\": 30, \"gradient_accumulation_steps\": 4}", 2, ZT_ERR_INVALID,
+        MISMATCH "30 != 3 * 4 * 2");
+    /* Rule 4: micro + gas. */
+    TRIPLE("{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2}", 3, 24, 4, 2);
+    /* Rule 5: only train. */
+    TRIPLE("{\"train_batch_size\": 32}", 4, 32, 8, 1);
+    ERR("{\"train_batch_size\": 33}", 2, ZT_ERR_INVALID, MISMATCH "33 != 16 * 1 * 2");
+    /* Rule 6: only micro. */
+    TRIPLE("{\"train_micro_batch_size_per_gpu\": 4}", 3, 12, 4, 1);
+    /* Rule 7: nothing, or only gas. */
+    ERR("{}", 1, ZT_ERR_INVALID,
+        "ds.json: Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+    ERR("{\"gradient_accumulation_steps\": 4}", 1, ZT_ERR_INVALID,
+        "ds.json: Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+    /* The three > 0 assertions, in DeepSpeed's order. */
+    ERR("{\"train_batch_size\": 0, \"train_micro_batch_size_per_gpu\": 4}", 1, ZT_ERR_INVALID,
+        "ds.json: Train batch size: 0 has to be greater than 0");
+    ERR("{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": -2, "
+        "\"gradient_accumulation_steps\": 1}", 1, ZT_ERR_INVALID,
+        "ds.json: Micro batch size per gpu: -2 has to be greater than 0");
+    ERR("{\"train_batch_size\": 8, \"gradient_accumulation_steps\": 0}", 1, ZT_ERR_INVALID,
+        "ds.json: Gradient accumulation steps: 0 has to be greater than 0");
+    ERR("{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 0}", 1, ZT_ERR_INVALID,
+        "ds.json: Micro batch size per gpu: 0 has to be greater than 0");
+    /* Python floors: 8 // -3 == -3, not -2. */
+    ERR("{\"train_batch_size\": 8, \"gradient_accumulation_steps\": -3}", 1, ZT_ERR_INVALID,
+        "ds.json: Micro batch size per gpu: -3 has to be greater than 0");
+    /* "auto" and null are absent. */
+    TRIPLE("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 4, "
+           "\"gradient_accumulation_steps\": null}", 2, 8, 4, 1);
+    ERR("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\"}", 1,
+        ZT_ERR_INVALID,
+        "ds.json: Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+    /* Types. */
+    ERR("{\"train_batch_size\": \"32\"}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'train_batch_size' must be an integer, got \"32\"");
+    ERR("{\"train_batch_size\": 32.5}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'train_batch_size' must be an integer, got 32.5");
+    TRIPLE("{\"train_batch_size\": 3.2e1}", 1, 32, 32, 1);
+    ERR("{\"train_batch_size\": 8}", 0, ZT_ERR_INVALID, "ds.json: world_size must be >= 1, got 0");
+}
+
+static void test_defaults(void) {
+    zt_ds_config cfg;
+    if (!OK("{\"train_batch_size\": 8}", 1, &cfg))
+        return;
+    CHECK(!cfg.has_optimizer);
+    CHECK(cfg.scheduler.type == ZT_SCHED_NONE);
+    CHECK_NEAR(cfg.gradient_clipping, 1.0);
+    CHECK(cfg.steps_per_print == 0);
+    CHECK(!cfg.wall_clock_breakdown && !cfg.dataloader_drop_last && !cfg.prescale_gradients);
+    CHECK_NEAR(cfg.gradient_predivide_factor, 1.0);
+    CHECK(cfg.communication_data_type[0] == '\0');
+    CHECK(!cfg.fp16.enabled && cfg.fp16.loss_scale == 0 && cfg.fp16.initial_scale_power == 16);
+    CHECK(cfg.fp16.loss_scale_window == 1000 && cfg.fp16.hysteresis == 2);
+    CHECK(!cfg.fp16.consecutive_hysteresis && cfg.fp16.min_loss_scale == 1);
+    CHECK(!cfg.bf16.enabled && cfg.bf16.check_grad_overflow);
+    CHECK(cfg.zero.stage == 0 && cfg.zero.contiguous_gradients && cfg.zero.reduce_scatter);
+    CHECK(cfg.zero.reduce_bucket_size == 500000000 && cfg.zero.allgather_bucket_size == 500000000);
+    CHECK(cfg.zero.allgather_partitions && !cfg.zero.overlap_comm);
+    CHECK(cfg.zero.sub_group_size == 1000000000);
+    CHECK(cfg.zero.stage3_prefetch_bucket_size == 50000000);
+    CHECK(cfg.zero.stage3_param_persistence_threshold == 100000);
+    CHECK(cfg.zero.stage3_max_live_parameters == 1000000000);
+    CHECK(cfg.zero.stage3_max_reuse_distance == 1000000000);
+    CHECK(cfg.zero.offload_optimizer.device == ZT_OFFLOAD_NONE);
+    CHECK(cfg.zero.offload_optimizer.buffer_count == 4 && cfg.zero.offload_optimizer.pin_memory);
+    CHECK_NEAR(cfg.zero.offload_optimizer.ratio, 1.0);
+    CHECK(cfg.zero.offload_param.buffer_count == 5 && cfg.zero.offload_param.pin_memory);
+    CHECK(cfg.zero.offload_param.buffer_size == 100000000);
+    CHECK(cfg.zero.offload_param.max_in_cpu == 1000000000);
+
+    /* Values set explicitly to their defaults, and the 5e8 number form. */
+    if (OK("{\"train_batch_size\": 8, \"steps_per_print\": null}", 1, &cfg))
+        CHECK(cfg.steps_per_print == 0);
+    if (OK("{\"train_batch_size\": 8, \"steps_per_print\": 50, \"gradient_clipping\": 0.5, "
+           "\"fp16\": {\"enabled\": false, \"loss_scale\": 0}, \"bf16\": {\"enabled\": false}, "
+           "\"zero_optimization\": {\"stage\": 0, \"reduce_bucket_size\": 2e8, "
+           "\"offload_optimizer\": {\"device\": \"none\"}}, \"wall_clock_breakdown\": true, "
+           "\"dataloader_drop_last\": true, \"communication_data_type\": \"FP32\"}", 1, &cfg)) {
+        CHECK(cfg.steps_per_print == 50);
+        CHECK_NEAR(cfg.gradient_clipping, 0.5);
+        CHECK(cfg.zero.reduce_bucket_size == 200000000);
+        CHECK(cfg.wall_clock_breakdown && cfg.dataloader_drop_last);
+        CHECK(strcmp(cfg.communication_data_type, "fp32") == 0);
+    }
+    /* "auto" everywhere means the default. */
+    if (OK("{\"train_batch_size\": 16, \"gradient_clipping\": \"auto\", \"steps_per_print\": \"auto\", "
+           "\"zero_optimization\": {\"stage\": \"auto\", \"reduce_bucket_size\": \"auto\", "
+           "\"overlap_comm\": \"auto\"}, \"fp16\": {\"enabled\": \"auto\"}, "
+           "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"betas\": \"auto\", "
+           "\"weight_decay\": \"auto\"}}, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+           "{\"warmup_max_lr\": \"auto\", \"warmup_num_steps\": \"auto\"}}}", 1, &cfg)) {
+        CHECK_NEAR(cfg.gradient_clipping, 1.0);
+        CHECK(cfg.zero.stage == 0 && cfg.zero.reduce_bucket_size == 500000000 && !cfg.zero.overlap_comm);
+        CHECK(!cfg.fp16.enabled);
+        CHECK_NEAR(cfg.optimizer.lr, 1e-3);
+        CHECK_NEAR(cfg.optimizer.beta2, 0.999);
+        CHECK_NEAR(cfg.optimizer.weight_decay, 0.0);
+        CHECK_NEAR(cfg.scheduler.warmup_max_lr, 1e-3);
+        CHECK(cfg.scheduler.warmup_num_steps == 1000);
+    }
+    /* An unknown top-level key is a warning only, as in DeepSpeed. */
+    OK("{\"train_batch_size\": 8, \"seed\": 42}", 1, &cfg);
+
+    zt_ds_config d;
+    zt_ds_config_defaults(&d);
+    CHECK(d.train_batch_size == 0 && d.train_micro_batch_size_per_gpu == 0 &&
+          d.gradient_accumulation_steps == 0);
+    CHECK_NEAR(d.gradient_clipping, 1.0);
+    CHECK(d.bf16.check_grad_overflow);
+}
+
+#define B "\"train_batch_size\": 8, "
+
+static void test_optimizer(void) {
+    zt_ds_config c;
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\"}}", 1, &c)) {
+        CHECK(c.has_optimizer && c.optimizer.type == ZT_OPTIM_ADAM);
+        CHECK(strcmp(c.optimizer.name, "Adam") == 0);
+        CHECK_NEAR(c.optimizer.lr, 1e-3);
+        CHECK_NEAR(c.optimizer.beta1, 0.9);
+        CHECK_NEAR(c.optimizer.beta2, 0.999);
+        CHECK_NEAR(c.optimizer.eps, 1e-8);
+        CHECK_NEAR(c.optimizer.weight_decay, 0.0);
+        CHECK(c.optimizer.bias_correction && !c.optimizer.torch_adam);
+        CHECK(c.optimizer.adam_w_mode); /* "Adam" is decoupled unless adam_w_mode is false */
+    }
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false, "
+           "\"weight_decay\": 0.1, \"lr\": 6e-4, \"betas\": [0.8, 0.95], \"eps\": 1e-6, "
+           "\"bias_correction\": false}}}", 1, &c)) {
+        CHECK(!c.optimizer.adam_w_mode); /* L2: decay added to the gradient */
+        CHECK_NEAR(c.optimizer.weight_decay, 0.1);
+        CHECK_NEAR(c.optimizer.lr, 6e-4);
+        CHECK_NEAR(c.optimizer.beta1, 0.8);
+        CHECK_NEAR(c.optimizer.beta2, 0.95);
+        CHECK_NEAR(c.optimizer.eps, 1e-6);
+        CHECK(!c.optimizer.bias_correction);
+    }
+    if (OK("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"adam_w_mode\": false}}}", 1, &c))
+        CHECK(c.optimizer.adam_w_mode); /* AdamW is always decoupled */
+    if (OK("{" B "\"optimizer\": {\"type\": \"ADAMW\", \"legacy_fusion\": false}}", 1, &c))
+        CHECK(c.optimizer.type == ZT_OPTIM_ADAM && c.optimizer.adam_w_mode);
+    /* torch_adam + decoupled mode builds torch.optim.AdamW, whose default decay is 0.01. */
+    if (OK("{" B "\"optimizer\": {\"type\": \"adamw\", \"params\": {\"torch_adam\": true}}}", 1, &c))
+        CHECK(c.optimizer.torch_adam && fabs(c.optimizer.weight_decay - 0.01) < 1e-15);
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+           "\"adam_w_mode\": false}}}", 1, &c))
+        CHECK_NEAR(c.optimizer.weight_decay, 0.0);
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\"}}", 1, &c)) {
+        CHECK(c.optimizer.type == ZT_OPTIM_SGD);
+        CHECK_NEAR(c.optimizer.lr, 1e-3);
+        CHECK(c.optimizer.momentum == 0 && c.optimizer.dampening == 0 && !c.optimizer.nesterov);
+        CHECK(c.optimizer.weight_decay == 0);
+    }
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9, "
+           "\"nesterov\": true, \"weight_decay\": 1e-4}}}", 1, &c)) {
+        CHECK_NEAR(c.optimizer.lr, 0.1);
+        CHECK_NEAR(c.optimizer.momentum, 0.9);
+        CHECK(c.optimizer.nesterov);
+        CHECK_NEAR(c.optimizer.weight_decay, 1e-4);
+    }
+    ERR("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"nesterov\": true}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params: Nesterov momentum requires a momentum and zero dampening");
+    ERR("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"momentum\": 0.9, \"dampening\": 0.1, "
+        "\"nesterov\": true}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.params: Nesterov momentum requires a momentum and zero dampening");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 1e-3, \"max_grad_norm\": 1.0}}}",
+        1, ZT_ERR_INVALID,
+        "ds.json: 'max_grad_norm' is not supported as an optimizer parameter, please switch to using "
+        "the deepspeed parameter 'gradient_clipping' see: "
+        "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details");
+    ERR("{" B "\"optimizer\": {\"type\": \"Lamb\"}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: optimizer type 'Lamb' is not supported by ztrain (supported: Adam, AdamW, SGD)");
+    ERR("{" B "\"optimizer\": {\"type\": \"OneBitAdam\"}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: optimizer type 'OneBitAdam' is not supported by ztrain (supported: Adam, AdamW, SGD)");
+    ERR("{" B "\"optimizer\": {\"type\": \"RMSprop\"}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: optimizer type 'RMSprop' is not supported by ztrain (supported: Adam, AdamW, SGD)");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"sgd\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown optimizer type 'sgd' (");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Frobnicate\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown optimizer type 'Frobnicate'");
+    ERR("{" B "\"optimizer\": {\"params\": {\"lr\": 1e-3}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'optimizer.type' is required");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 1e-3, \"beta1\": 0.9}}}", 1,
+        ZT_ERR_INVALID,
+        "ds.json: unknown key 'beta1' in optimizer.params (did you mean 'betas'?); allowed keys: lr, "
+        "betas, eps, weight_decay, bias_correction, amsgrad, torch_adam, adam_w_mode, set_grad_none, "
+        "fused, foreach");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"param\": {}}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown key 'param' in optimizer (did you mean 'params'?)");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"abc\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'optimizer.params.lr' must be a number, got \"abc\"");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9]}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'optimizer.params.betas' must be a list of two numbers, got [0.9]");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.0]}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params: Invalid beta parameter at index 1: 1");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -0.001}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.params: Invalid learning rate: -0.001");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
+               ZT_ERR_UNSUPPORTED, "ds.json: optimizer.params.amsgrad: true is not supported");
+    OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": false}}}", 1, &c);
+}
+
+#define ADAM6 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 6e-4}}, "
+
+static void test_scheduler(void) {
+    zt_ds_config c;
+    zt_schedule_config *s = &c.scheduler;
+    /* WarmupLR: warmup_max_lr falls back to the optimizer's lr. */
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupLR\"}}", 1, &c)) {
+        CHECK(s->type == ZT_SCHED_WARMUP_LR);
+        CHECK_NEAR(s->warmup_max_lr, 6e-4);
+        CHECK(s->warmup_min_lr == 0 && s->warmup_num_steps == 1000 && !s->warmup_linear);
+    }
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 1e-5, "
+           "\"warmup_max_lr\": 1e-3, \"warmup_num_steps\": 1, \"warmup_type\": \"linear\", "
+           "\"last_batch_iteration\": -1}}}", 1, &c)) {
+        CHECK_NEAR(s->warmup_min_lr, 1e-5);
+        CHECK_NEAR(s->warmup_max_lr, 1e-3);
+        CHECK(s->warmup_num_steps == 1); /* stored as given; the schedule uses max(2, n) */
+        CHECK(s->warmup_linear);
+    }
+    /* An unknown warmup_type falls back to log with a warning, as in DeepSpeed. */
+    if (OK("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"cosine\"}}}",
+           1, &c))
+        CHECK(!s->warmup_linear);
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 0}}}", 1,
+        ZT_ERR_INVALID, "ds.json: scheduler.params: warmup_num_steps must be a positive integer, got 0");
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 1.5}}}", 1,
+        ZT_ERR_INVALID, "ds.json: scheduler.params: warmup_num_steps must be a positive integer, got 1.5");
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"total_num_steps\": 10}}}",
+               1, ZT_ERR_INVALID, "ds.json: unknown key 'total_num_steps' in scheduler.params");
+    /* WarmupDecayLR: total_num_steps required; warmup_max_lr defaults to 0.001 whatever the lr. */
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'scheduler.params.total_num_steps' is required");
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
+           "{\"total_num_steps\": 5000, \"warmup_num_steps\": 100}}}", 1, &c)) {
+        CHECK(s->type == ZT_SCHED_WARMUP_DECAY_LR);
+        CHECK(s->total_num_steps == 5000 && s->warmup_num_steps == 100);
+        CHECK_NEAR(s->warmup_max_lr, 1e-3);
+        CHECK(s->warmup_min_lr == 0);
+    }
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 10}}}",
+        1, ZT_ERR_INVALID, "ds.json: key 'scheduler.params.total_num_steps' is required");
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": "
+           "500, \"warmup_min_ratio\": 0.1, \"cos_min_ratio\": 0.01, \"warmup_num_steps\": 10}}}", 1, &c)) {
+        CHECK(s->type == ZT_SCHED_WARMUP_COSINE_LR);
+        CHECK(s->total_num_steps == 500 && s->warmup_num_steps == 10);
+        CHECK_NEAR(s->warmup_min_ratio, 0.1);
+        CHECK_NEAR(s->cos_min_ratio, 0.01);
+    }
+    if (OK("{" B "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 10}}}",
+           1, &c)) {
+        CHECK(s->warmup_min_ratio == 0 && s->warmup_num_steps == 1000);
+        CHECK_NEAR(s->cos_min_ratio, 1e-4);
+    }
+    /* OneCycle: second step size and stair count default to the first ones; with Adam, DeepSpeed
+     * writes (mom, 0.99) into betas. */
+    ERR("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_max_lr\": 1e-3}}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'scheduler.params.cycle_min_lr' is required");
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 1e-4, "
+           "\"cycle_max_lr\": 1e-3, \"cycle_first_step_size\": 100, \"cycle_first_stair_count\": 3, "
+           "\"decay_step_size\": 10, \"decay_lr_rate\": 0.5, \"decay_mom_rate\": 0.1, "
+           "\"cycle_min_mom\": 0.85, \"cycle_max_mom\": 0.95}}}", 1, &c)) {
+        CHECK(s->type == ZT_SCHED_ONE_CYCLE);
+        CHECK_NEAR(s->cycle_min_lr, 1e-4);
+        CHECK_NEAR(s->cycle_max_lr, 1e-3);
+        CHECK(s->cycle_first_step_size == 100 && s->cycle_second_step_size == 100);
+        CHECK(s->cycle_first_stair_count == 3 && s->cycle_second_stair_count == 3);
+        CHECK(s->decay_step_size == 10);
+        CHECK_NEAR(s->decay_lr_rate, 0.5);
+        CHECK_NEAR(s->decay_mom_rate, 0.1);
+        CHECK_NEAR(s->cycle_min_mom, 0.85);
+        CHECK_NEAR(s->cycle_max_mom, 0.95);
+        CHECK(s->cycle_momentum);
+        CHECK_NEAR(c.optimizer.beta2, 0.99);
+    }
+    if (OK("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+           "\"cycle_max_lr\": 1}}}", 1, &c)) {
+        CHECK(s->cycle_first_step_size == 2000 && s->cycle_second_step_size == 2000);
+        CHECK(s->cycle_first_stair_count == 0 && s->cycle_second_stair_count == 0);
+        CHECK(s->decay_step_size == 0 && s->decay_lr_rate == 0 && s->decay_mom_rate == 0);
+        CHECK_NEAR(s->cycle_min_mom, 0.8);
+        CHECK_NEAR(s->cycle_max_mom, 0.9);
+    }
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"momentum\": 0.9}}, \"scheduler\": "
+           "{\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.01, \"cycle_max_lr\": 0.1, "
+           "\"cycle_second_step_size\": 50}}}", 1, &c)) {
+        CHECK(!s->cycle_momentum); /* torch SGD has no betas: DeepSpeed disables it */
+        CHECK(s->cycle_second_step_size == 50);
+    }
+    ERR("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+        "\"cycle_max_lr\": 1, \"cycle_first_step_size\": 0}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'scheduler.params.cycle_first_step_size' must be a positive integer, got 0");
+    if (OK("{" B "\"scheduler\": {\"type\": \"LRRangeTest\"}}", 1, &c)) {
+        CHECK(s->type == ZT_SCHED_LR_RANGE_TEST);
+        CHECK_NEAR(s->lr_range_test_min_lr, 1e-3);
+        CHECK(s->lr_range_test_step_size == 2000 && !s->lr_range_test_staircase);
+        CHECK_NEAR(s->lr_range_test_step_rate, 1.0);
+    }
+    if (OK("{" B "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {\"lr_range_test_min_lr\": "
+           "1e-5, \"lr_range_test_step_size\": 10, \"lr_range_test_step_rate\": 2.5, "
+           "\"lr_range_test_staircase\": true}}}", 1, &c)) {
+        CHECK_NEAR(s->lr_range_test_min_lr, 1e-5);
+        CHECK(s->lr_range_test_step_size == 10 && s->lr_range_test_staircase);
+        CHECK_NEAR(s->lr_range_test_step_rate, 2.5);
+    }
+    ERR("{" B "\"scheduler\": {\"type\": \"warmuplr\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: unknown scheduler type 'warmuplr'; did you mean 'WarmupLR'? (names are case-sensitive)");
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"StepLR\"}}", 1, ZT_ERR_UNSUPPORTED,
+               "ds.json: scheduler type 'StepLR' (torch.optim.lr_scheduler) is not supported");
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"last_batch_iteration\": 5}}}",
+               1, ZT_ERR_UNSUPPORTED, "ds.json: key 'scheduler.params.last_batch_iteration' 5 is not supported");
+}
+
+static void test_malformed(void) {
+    ERR("{\n  \"train_batch_size\": 8\n  \"gradient_accumulation_steps\": 1\n}", 1, ZT_ERR_FORMAT,
+        "ds.json: line 3, column 3: Expecting ',' delimiter");
+    ERR("{\"train_batch_size\": 8,}", 1, ZT_ERR_FORMAT,
+        "ds.json: line 1, column 23: Illegal trailing comma before end of object");
+    ERR("{\"a\": [1, 2,\n   ]}", 1, ZT_ERR_FORMAT,
+        "ds.json: line 1, column 12: Illegal trailing comma before end of array");
+    ERR("{\n  // the batch\n  \"train_batch_size\": 8\n}", 1, ZT_ERR_FORMAT,
+        "ds.json: line 2, column 3: Expecting property name enclosed in double quotes (comments are "
+        "not allowed in JSON)");
+    ERR("{'train_batch_size': 8}", 1, ZT_ERR_FORMAT,
+        "ds.json: line 1, column 2: Expecting property name enclosed in double quotes (JSON strings "
+        "take double quotes)");
+    ERR("", 1, ZT_ERR_FORMAT, "ds.json: line 1, column 1: Expecting value (the text ends here)");
+    ERR("{\"train_batch_size\": 8", 1, ZT_ERR_FORMAT,
+        "ds.json: line 1, column 23: Expecting ',' delimiter (the text ends here)");
+    /* Columns count characters: "é" is one column though two bytes. */
+    ERR("{\"\xc3\xa9\": 1 x}", 1, ZT_ERR_FORMAT, "ds.json: line 1, column 9: Expecting ',' delimiter");
+    ERR("{\"a\": 01}", 1, ZT_ERR_FORMAT,
+        "ds.json: line 1, column 7: Invalid number (leading zeros are not allowed)");
+    ERR("{\"a\": tru}", 1, ZT_ERR_FORMAT, "ds.json: line 1, column 7: Expecting value");
+    ERR("{\"a\": \"x\ny\"}", 1, ZT_ERR_FORMAT, "ds.json: line 1, column 9: Invalid control character in string");
+    ERR("{\"a\": \"abc}", 1, ZT_ERR_FORMAT, "ds.json: line 1, column 7: Unterminated string starting here");
+    ERR("{\"a\" 1}", 1, ZT_ERR_FORMAT, "ds.json: line 1, column 6: Expecting ':' delimiter");
+    ERR("{\"train_batch_size\": 8} {}", 1, ZT_ERR_FORMAT,
+        "ds.json: line 1, column 25: Extra data after the JSON value");
+    ERR("[1, 2]", 1, ZT_ERR_INVALID, "ds.json: a DeepSpeed config must be a JSON object, got [1,2]");
+}
+
+static void test_keys_and_types(void) {
+    ERR("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 1e-3, "
+        "\"lr\": 2e-3}}}", 1, ZT_ERR_INVALID,
+        "ds.json: Duplicate keys in DeepSpeed config: ['lr'] (in optimizer.params)");
+    ERR("{\"train_batch_size\": 8, \"train_batch_size\": 16}", 1, ZT_ERR_INVALID,
+        "ds.json: Duplicate keys in DeepSpeed config: ['train_batch_size'] (in the top-level object)");
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"stag\": 1}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown key 'stag' in zero_optimization (did you mean 'stage'?); allowed keys: "
+               "stage, contiguous_gradients,");
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"devices\": \"cpu\"}}}", 1,
+               ZT_ERR_INVALID,
+               "ds.json: unknown key 'devices' in zero_optimization.offload_optimizer (did you mean 'device'?)");
+    ERR_PREFIX("{" B "\"fp16\": {\"enabled\": false, \"loss_scal\": 0}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown key 'loss_scal' in fp16 (did you mean 'loss_scale'?); allowed keys: enabled,");
+    ERR_PREFIX("{" B "\"bf16\": {\"enable\": true}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown key 'enable' in bf16 (did you mean 'enabled'?)");
+    ERR("{" B "\"zero_optimization\": {\"stage\": 4}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.stage' must be 0, 1, 2 or 3, got 4");
+    ERR("{" B "\"zero_optimization\": {\"stage\": \"2\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.stage' must be an integer, got \"2\"");
+    ERR("{" B "\"zero_optimization\": {\"overlap_comm\": 1}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.overlap_comm' must be true or false, got 1");
+    ERR("{" B "\"zero_optimization\": {\"reduce_bucket_size\": -1}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 0, got -1");
+    ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.offload_optimizer.device' must be \"none\", \"cpu\" or \"nvme\", "
+        "got \"gpu\"");
+    ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 1.5}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.offload_optimizer.ratio' must be between 0 and 1, got 1.5");
+    ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"ratio\": 0.5}}}", 1, ZT_ERR_INVALID,
+        "ds.json: Partial offloading only supported for ZeRO Stage 3.");
+    ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.offload_optimizer.nvme_path' is required when device is \"nvme\"");
+    ERR("{" B "\"zero_optimization\": {\"cpu_offload\": true, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+        1, ZT_ERR_INVALID,
+        "ds.json: Cannot provide deprecated parameter 'cpu_offload' and replacing parameter "
+        "'offload_optimizer' together");
+    ERR("{" B "\"zero_optimization\": 3}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization' must be an object, got 3");
+    ERR("{" B "\"gradient_clipping\": \"1.0\"}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'gradient_clipping' must be a number, got \"1.0\"");
+    ERR("{" B "\"gradient_clipping\": -1}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'gradient_clipping' must be >= 0, got -1");
+    ERR("{" B "\"fp16\": {\"enabled\": \"yes\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.enabled' must be true or false, got \"yes\"");
+    ERR("{" B "\"fp16\": {\"loss_scale\": -2}}", 1, ZT_ERR_INVALID,
+        "ds.json: fp16.loss_scale must be >= 0 (0 enables dynamic loss scaling)");
+    ERR("{" B "\"communication_data_type\": \"fp8\"}", 1, ZT_ERR_INVALID,
+        "ds.json: Invalid communication_data_type. Supported data types: ['fp16', 'bf16', 'fp32']. Got: fp8");
+    ERR("{" B "\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: bfloat16 and fp16 modes cannot be simultaneously enabled");
+    ERR("{" B "\"fp16\": {\"enabled\": true}, \"bfloat16\": {\"enabled\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: bfloat16 and fp16 modes cannot be simultaneously enabled");
+    ERR("{" B "\"fp16\": {\"fp16_master_weights_and_grads\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.");
+    ERR_PREFIX("{" B "\"data_types\": {\"grad_accum_dtype\": \"fp64\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'data_types.grad_accum_dtype' must be");
+}
+
+static void test_gates(void) {
+    zt_ds_config c;
+    ERR("{" B "\"zero_optimization\": {\"stage\": 2}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: zero_optimization.stage 2 is not supported yet (this build implements stage 0)");
+    ERR("{" B "\"zero_optimization\": true}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: zero_optimization.stage 1 is not supported yet (this build implements stage 0)");
+    OK("{" B "\"zero_optimization\": false}", 1, &c);
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: fp16.enabled is not supported yet (this build trains in fp32)");
+    ERR("{" B "\"bf16\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: bf16.enabled is not supported yet (this build trains in fp32)");
+    ERR("{" B "\"bfloat16\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: bf16.enabled is not supported yet (this build trains in fp32)");
+    ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}}",
+        1, ZT_ERR_UNSUPPORTED,
+        "ds.json: zero_optimization.offload_optimizer.device \"cpu\" is not supported yet (this build "
+        "implements \"none\")");
+    ERR("{" B "\"zero_optimization\": {\"cpu_offload\": true}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: zero_optimization.offload_optimizer.device \"cpu\" is not supported yet (this build "
+        "implements \"none\")");
+    ERR("{" B "\"communication_data_type\": \"bf16\"}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: communication_data_type \"bf16\" is not supported yet (this build communicates in fp32)");
+    ERR("{" B "\"tensorboard\": {\"enabled\": true, \"output_path\": \"tb\"}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: tensorboard.enabled is not supported: ztrain writes its metrics to metrics.jsonl instead");
+    ERR("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: amp.enabled is not supported by ztrain");
+    ERR("{" B "\"activation_checkpointing\": {\"partition_activations\": true}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: activation_checkpointing.partition_activations is not supported by ztrain");
+    /* Accepted sections at their defaults, and the stage-3 default of overlap_comm is computed
+     * before the gate refuses stage 3. */
+    OK("{" B "\"tensorboard\": {\"enabled\": false}, \"wandb\": {\"enabled\": false}, "
+       "\"activation_checkpointing\": {\"partition_activations\": false, \"number_checkpoints\": null}, "
+       "\"checkpoint\": {\"tag_validation\": \"Warn\"}, \"flops_profiler\": {\"enabled\": false}, "
+       "\"zero_allow_untested_optimizer\": true, \"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", 1, &c);
+    /* A validation error is reported before the "not supported yet" gate. */
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"stage\": 2, \"bogus\": 1}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown key 'bogus' in zero_optimization");
+}
+
+static void test_files(void) {
+    zt_ds_config c;
+    zt_status s = zt_ds_config_load(&c, "no/such/dir/ds.json", 1);
+    CHECK(s == ZT_ERR_IO);
+    CHECK(strcmp(zt_last_error(), "no/such/dir/ds.json: cannot open: No such file or directory") == 0);
+
+    char path[] = "/tmp/zt_ds_config_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    const char *text = "{\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"gradient_accumulation_steps\": 2\n}\n";
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    if (zt_ds_config_load(&c, path, 2) == ZT_OK)
+        CHECK(c.train_batch_size == 16 && c.train_micro_batch_size_per_gpu == 4);
+    else
+        CHECK(!"loading a valid file failed");
+    unlink(path);
+}
+
+int main(void) {
+    test_batch();
+    test_defaults();
+    test_optimizer();
+    test_scheduler();
+    test_malformed();
+    test_keys_and_types();
+    test_gates();
+    test_files();
+    if (failures) {
+        fprintf(stderr, "test_ds_config: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_ds_config: all checks passed\n");
+    return 0;
+}

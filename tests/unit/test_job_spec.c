@@ -1,0 +1,321 @@
+/* Job spec files: a full spec with an inline DeepSpeed config and one with a DeepSpeed config path,
+ * relative paths, defaults, and the messages for the usual mistakes (DESIGN.md §3). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "ztrain/job_spec.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_STR(got, want)                                                                     \
+    do {                                                                                         \
+        const char *g_ = (got), *w_ = (want);                                                    \
+        if (!g_ || strcmp(g_, w_) != 0) {                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s\n  want: %s\n  got:  %s\n", __FILE__, __LINE__, #got, \
+                    w_, g_ ? g_ : "(null)");                                                     \
+            failures++;                                                                          \
+        }                                                                                        \
+    } while (0)
+
+static char dir[PATH_MAX]; /* a fresh directory for the files, made absolute */
+
+static void write_file(const char *rel, const char *text) {
+    char path[PATH_MAX * 2];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *in_dir(const char *rel) {
+    static char path[PATH_MAX * 2];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    return path;
+}
+
+/* Parses text with source "job.json" and base "/base", expecting `want` and message `msg`. */
+static void err_at(int line, const char *json, zt_status want, const char *msg, int prefix_only) {
+    zt_job_spec job;
+    zt_status s = zt_job_spec_parse(&job, json, "job.json", "/base");
+    const char *got = zt_last_error();
+    int match = prefix_only ? strncmp(got, msg, strlen(msg)) == 0 : strcmp(got, msg) == 0;
+    if (s != want || !match) {
+        fprintf(stderr, "FAIL line %d: job %s\n  want %s: %s\n  got  %s: %s\n", line, json,
+                zt_status_name(want), msg, zt_status_name(s), s == ZT_OK ? "(success)" : got);
+        failures++;
+    }
+    if (s == ZT_OK)
+        zt_job_spec_free(&job);
+}
+#define ERR(json, want, msg) err_at(__LINE__, json, want, msg, 0)
+#define ERR_PREFIX(json, want, msg) err_at(__LINE__, json, want, msg, 1)
+
+#define MODEL "\"model\": {\"type\": \"gpt2\", \"n_layer\": 4, \"n_head\": 4, \"n_embd\": 256, " \
+              "\"vocab_size\": 256, \"block_size\": 256, \"init_from\": null}"
+#define DATA "\"data\": {\"train\": \"data/train.bin\", \"val\": \"data/val.bin\"}"
+#define DS "\"deepspeed\": {\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4}"
+
+static const char *full_job =
+    "{\n"
+    "  \"name\": \"gpt2-small\",\n"
+    "  \"world_size\": 2,\n"
+    "  \"device\": \"cpu\",\n"
+    "  " MODEL ",\n"
+    "  \"data\": {\"train\": \"data/train.bin\", \"val\": \"data/val.bin\", \"shuffle\": false},\n"
+    "  \"train\": {\"max_steps\": 1000, \"log_interval\": 10, \"eval_interval\": 200, \"eval_steps\": 20,\n"
+    "            \"checkpoint_dir\": \"ckpt\", \"checkpoint_interval\": 500, \"resume\": true,\n"
+    "            \"bench_steps\": 0, \"warmup_steps\": 5, \"seed\": 42, \"epochs\": 3},\n"
+    "  \"deepspeed\": {\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4,\n"
+    "                \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 6e-4, \"weight_decay\": 0.1}},\n"
+    "                \"gradient_clipping\": 1.0}\n"
+    "}\n";
+
+static void test_full_inline(void) {
+    write_file("job.json", full_job);
+    zt_job_spec job;
+    zt_status s = zt_job_spec_load(&job, in_dir("job.json"));
+    if (s != ZT_OK) {
+        fprintf(stderr, "FAIL: full job: %s\n", zt_last_error());
+        failures++;
+        return;
+    }
+    CHECK_STR(job.name, "gpt2-small");
+    CHECK(job.world_size == 2 && job.device == ZT_DEVICE_CPU);
+    CHECK_STR(job.model.type, "gpt2");
+    CHECK(job.model.n_layer == 4 && job.model.n_head == 4 && job.model.n_embd == 256);
+    CHECK(job.model.vocab_size == 256 && job.model.block_size == 256);
+    CHECK(job.model.init_from == NULL);
+    CHECK_STR(job.base_dir, dir);
+    char want[PATH_MAX * 2];
+    snprintf(want, sizeof want, "%s/data/train.bin", dir);
+    CHECK_STR(job.data.train, want);
+    snprintf(want, sizeof want, "%s/data/val.bin", dir);
+    CHECK_STR(job.data.val, want);
+    CHECK(!job.data.shuffle);
+    CHECK(job.train.max_steps == 1000 && job.train.epochs == 3 && job.train.log_interval == 10);
+    CHECK(job.train.eval_interval == 200 && job.train.eval_steps == 20);
+    snprintf(want, sizeof want, "%s/ckpt", dir);
+    CHECK_STR(job.train.checkpoint_dir, want);
+    CHECK(job.train.checkpoint_interval == 500 && job.train.resume);
+    CHECK(job.train.bench_steps == 0 && job.train.warmup_steps == 5 && job.train.seed == 42);
+    /* The DeepSpeed batch inference ran with the job's world size: 16 // 4 // 2 = 2. */
+    CHECK(job.ds.world_size == 2 && job.ds.train_batch_size == 16);
+    CHECK(job.ds.train_micro_batch_size_per_gpu == 4 && job.ds.gradient_accumulation_steps == 2);
+    CHECK(job.ds.has_optimizer && job.ds.optimizer.adam_w_mode);
+    CHECK(job.ds.optimizer.lr == 6e-4 && job.ds.optimizer.weight_decay == 0.1);
+    CHECK_STR(job.ds_json, "{\"train_batch_size\":16,\"train_micro_batch_size_per_gpu\":4,"
+                           "\"optimizer\":{\"type\":\"AdamW\",\"params\":{\"lr\":0.0006,"
+                           "\"weight_decay\":0.1}},\"gradient_clipping\":1}");
+    zt_job_spec_free(&job);
+    CHECK(job.name == NULL && job.ds_json == NULL && job.base_dir == NULL);
+}
+
+static void test_deepspeed_path(void) {
+    char sub[PATH_MAX * 2];
+    snprintf(sub, sizeof sub, "%s/conf", dir);
+    mkdir(sub, 0755);
+    write_file("conf/ds_config.json",
+               "{\n  \"train_micro_batch_size_per_gpu\": 2,\n  \"gradient_accumulation_steps\": 4,\n"
+               "  \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9}}\n}\n");
+    write_file("job_path.json", "{\"world_size\": 3, " MODEL ", " DATA ", "
+                                "\"deepspeed\": \"conf/ds_config.json\"}");
+    zt_job_spec job;
+    zt_status s = zt_job_spec_load(&job, in_dir("job_path.json"));
+    if (s != ZT_OK) {
+        fprintf(stderr, "FAIL: deepspeed path: %s\n", zt_last_error());
+        failures++;
+        return;
+    }
+    CHECK_STR(job.name, "job_path"); /* the file name without .json */
+    CHECK(job.ds.train_batch_size == 24 && job.ds.gradient_accumulation_steps == 4);
+    CHECK(job.ds.optimizer.type == ZT_OPTIM_SGD && job.ds.optimizer.momentum == 0.9);
+    CHECK_STR(job.ds_json, "{\"train_micro_batch_size_per_gpu\":2,\"gradient_accumulation_steps\":4,"
+                           "\"optimizer\":{\"type\":\"SGD\",\"params\":{\"lr\":0.1,\"momentum\":0.9}}}");
+    /* Defaults of a job without a train section. */
+    CHECK(job.train.max_steps == 0 && job.train.epochs == 1 && job.train.log_interval == 10);
+    CHECK(job.train.eval_interval == 0 && job.train.eval_steps == 20);
+    CHECK(job.train.checkpoint_dir == NULL && job.train.checkpoint_interval == 0 && !job.train.resume);
+    CHECK(job.train.bench_steps == 0 && job.train.warmup_steps == 5 && job.train.seed == 1234);
+    CHECK(job.data.shuffle);
+    zt_job_spec_free(&job);
+
+    /* Errors inside the referenced file name that file; a missing one names the job too. */
+    write_file("conf/bad_ds.json", "{\"train_batch_size\": 10, \"train_micro_batch_size_per_gpu\": 4}");
+    write_file("job_bad.json", "{\"world_size\": 2, " MODEL ", " DATA ", "
+                               "\"deepspeed\": \"conf/bad_ds.json\"}");
+    char want[PATH_MAX * 5];
+    snprintf(want, sizeof want, "%s/conf/bad_ds.json: Check batch related parameters. train_batch_size "
+             "is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 10 != 4 * 1 * 2", dir);
+    CHECK(zt_job_spec_load(&job, in_dir("job_bad.json")) == ZT_ERR_INVALID);
+    CHECK_STR(zt_last_error(), want);
+
+    write_file("job_missing.json", "{" MODEL ", " DATA ", \"deepspeed\": \"conf/nope.json\"}");
+    snprintf(want, sizeof want, "%s: deepspeed: %s/conf/nope.json: cannot open: No such file or directory",
+             in_dir("job_missing.json"), dir);
+    CHECK(zt_job_spec_load(&job, in_dir("job_missing.json")) == ZT_ERR_IO);
+    CHECK_STR(zt_last_error(), want);
+}
+
+static void test_paths(void) {
+    zt_job_spec job;
+    const char *text = "{" MODEL ", \"data\": {\"train\": \"/abs/train.bin\", \"val\": \"rel/val.bin\"}, "
+                       DS ", \"train\": {\"checkpoint_dir\": \"../ckpt\"}}";
+    if (zt_job_spec_parse(&job, text, "job.json", "/base/dir") != ZT_OK) {
+        fprintf(stderr, "FAIL: paths: %s\n", zt_last_error());
+        failures++;
+        return;
+    }
+    CHECK_STR(job.data.train, "/abs/train.bin");
+    CHECK_STR(job.data.val, "/base/dir/rel/val.bin");
+    CHECK_STR(job.train.checkpoint_dir, "/base/dir/../ckpt");
+    CHECK_STR(job.base_dir, "/base/dir");
+    CHECK_STR(job.name, "job");
+    zt_job_spec_free(&job);
+
+    text = "{\"model\": {\"n_layer\": 1, \"n_head\": 1, \"n_embd\": 8, \"vocab_size\": 256, "
+           "\"block_size\": 8, \"init_from\": \"weights/gpt2.safetensors\"}, \"data\": {\"train\": "
+           "\"t.bin\"}, " DS "}";
+    if (zt_job_spec_parse(&job, text, "job.json", "/base/") == ZT_OK) {
+        CHECK_STR(job.model.init_from, "/base/weights/gpt2.safetensors");
+        CHECK_STR(job.model.type, "gpt2");
+        CHECK_STR(job.data.train, "/base/t.bin");
+        CHECK(job.data.val == NULL);
+        zt_job_spec_free(&job);
+    } else {
+        fprintf(stderr, "FAIL: init_from: %s\n", zt_last_error());
+        failures++;
+    }
+}
+
+static void test_errors(void) {
+    ERR("{\"model\": {\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 250, \"vocab_size\": 256, "
+        "\"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: model.n_embd (250) must be divisible by model.n_head (4)");
+    ERR("{\"model\": {\"n_layers\": 4}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: unknown key 'n_layers' in model (did you mean 'n_layer'?); allowed keys: type, "
+        "n_layer, n_head, n_embd, vocab_size, block_size, init_from");
+    ERR_PREFIX("{" MODEL ", " DATA ", " DS ", \"train\": {\"max_step\": 10}}", ZT_ERR_INVALID,
+               "job.json: unknown key 'max_step' in train (did you mean 'max_steps'?); allowed keys: "
+               "max_steps, epochs,");
+    ERR_PREFIX("{" MODEL ", " DATA ", " DS ", \"world\": 2}", ZT_ERR_INVALID,
+               "job.json: unknown key 'world' at the top level");
+    ERR("{\"model\": {\"n_layer\": \"4\", \"n_head\": 4, \"n_embd\": 256, \"vocab_size\": 256, "
+        "\"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'model.n_layer' must be an integer, got \"4\"");
+    ERR("{" MODEL ", " DATA ", " DS ", \"train\": {\"max_steps\": \"abc\"}}", ZT_ERR_INVALID,
+        "job.json: key 'train.max_steps' must be an integer, got \"abc\"");
+    ERR("{" MODEL ", " DATA ", " DS ", \"train\": {\"resume\": 1}}", ZT_ERR_INVALID,
+        "job.json: key 'train.resume' must be true or false, got 1");
+    ERR("{" MODEL ", " DATA ", " DS ", \"train\": {\"log_interval\": 0}}", ZT_ERR_INVALID,
+        "job.json: key 'train.log_interval' must be >= 1, got 0");
+    ERR("{\"model\": {\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 256, \"vocab_size\": 256}, " DATA ", "
+        DS "}", ZT_ERR_INVALID, "job.json: key 'model.block_size' is required");
+    ERR("{\"model\": {\"n_layer\": 4, \"n_head\": 0, \"n_embd\": 256, \"vocab_size\": 256, "
+        "\"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: model.n_head must be a positive integer, got 0");
+    ERR("{\"model\": {\"type\": \"llama\", \"n_layer\": 4, \"n_head\": 4, \"n_embd\": 256, "
+        "\"vocab_size\": 256, \"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: model.type \"llama\" is not supported (known types: gpt2)");
+    ERR("{" MODEL ", \"data\": {\"val\": \"v.bin\"}, " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'data.train' is required");
+    ERR("{" MODEL ", " DATA "}", ZT_ERR_INVALID, "job.json: key 'deepspeed' is required");
+    ERR("{" MODEL ", " DATA ", \"deepspeed\": 5}", ZT_ERR_INVALID,
+        "job.json: key 'deepspeed' must be an object or a path to a DeepSpeed config file, got 5");
+    ERR("{\"device\": \"cuda\", " MODEL ", " DATA ", " DS "}", ZT_ERR_UNSUPPORTED,
+        "job.json: device \"cuda\" is not supported yet in this build");
+    ERR("{\"device\": \"tpu\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'device' must be \"cpu\" or \"cuda\", got \"tpu\"");
+    ERR("{\"world_size\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'world_size' must be >= 1, got 0");
+    ERR("{" MODEL ", \"data\": {\"train\": \"t.bin\"}, " DS ", \"train\": {\"eval_interval\": 100}}",
+        ZT_ERR_INVALID, "job.json: train.eval_interval is 100 but data.val is not set");
+    ERR("{" MODEL ", " DATA ", " DS ", \"train\": {\"resume\": true}}", ZT_ERR_INVALID,
+        "job.json: train.resume is true but train.checkpoint_dir is not set");
+    /* The inline DeepSpeed config is checked with the job's world size, named as "job.json: deepspeed". */
+    ERR("{\"world_size\": 3, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: deepspeed: Check batch related parameters. train_batch_size is not equal to "
+        "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 4 * 1 * 3");
+    ERR("{" MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 8, \"train_batch_size\": 8}}",
+        ZT_ERR_INVALID,
+        "job.json: deepspeed: Duplicate keys in DeepSpeed config: ['train_batch_size'] (in the top-level object)");
+    ERR("{\"model\": {\"n_layer\": 4, \"n_head\": 4, \"n_head\": 8, \"n_embd\": 256, \"vocab_size\": 256, "
+        "\"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: Duplicate keys in job spec: ['n_head'] (in model)");
+    ERR("{\n  \"name\": \"x\",\n  \"world_size\": 2,,\n}", ZT_ERR_FORMAT,
+        "job.json: line 3, column 19: Expecting property name enclosed in double quotes");
+    ERR("[]", ZT_ERR_INVALID, "job.json: a job spec must be a JSON object, got []");
+
+    zt_model_spec m = {.type = "gpt2", .n_layer = 2, .n_head = 3, .n_embd = 12, .vocab_size = 5,
+                       .block_size = 0};
+    CHECK(zt_model_spec_validate(&m, "spec") == ZT_ERR_INVALID);
+    CHECK_STR(zt_last_error(), "spec: model.block_size must be a positive integer, got 0");
+    m.block_size = 16;
+    CHECK(zt_model_spec_validate(&m, "spec") == ZT_OK);
+}
+
+static void test_missing_file(void) {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd) || chdir(dir) != 0) {
+        CHECK(!"cannot change directory");
+        return;
+    }
+    unlink("job.json");
+    zt_job_spec job;
+    CHECK(zt_job_spec_load(&job, "job.json") == ZT_ERR_IO);
+    CHECK_STR(zt_last_error(), "job.json: cannot open: No such file or directory");
+    /* A job file loaded by a relative name still anchors paths at its absolute directory. */
+    write_file("rel.json", "{" MODEL ", " DATA ", " DS "}");
+    if (zt_job_spec_load(&job, "rel.json") == ZT_OK) {
+        CHECK_STR(job.base_dir, dir);
+        zt_job_spec_free(&job);
+    } else {
+        fprintf(stderr, "FAIL: relative load: %s\n", zt_last_error());
+        failures++;
+    }
+    CHECK(chdir(cwd) == 0);
+}
+
+int main(void) {
+    char tmpl[] = "/tmp/zt_job_spec_XXXXXX";
+    if (!mkdtemp(tmpl) || !realpath(tmpl, dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_full_inline();
+    test_deepspeed_path();
+    test_paths();
+    test_errors();
+    test_missing_file();
+
+    const char *files[] = {"job.json", "job_path.json", "job_bad.json", "job_missing.json", "rel.json",
+                           "conf/ds_config.json", "conf/bad_ds.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        unlink(in_dir(files[i]));
+    rmdir(in_dir("conf"));
+    rmdir(dir);
+
+    if (failures) {
+        fprintf(stderr, "test_job_spec: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_job_spec: all checks passed\n");
+    return 0;
+}
