@@ -15,6 +15,24 @@ enum { ROW_BLOCK = 64 };
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
+/* Softmax over the first n entries of a row of T; the masked rest becomes 0. */
+static void causal_softmax_row(float *row, int n, int T) {
+    float mx = row[0];
+    for (int s = 1; s < n; s++)
+        mx = row[s] > mx ? row[s] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int s = 0; s < n; s++) {
+        row[s] = expf(row[s] - mx);
+        sum += row[s];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int s = 0; s < n; s++)
+        row[s] *= inv;
+    memset(row + n, 0, sizeof(float) * (T - n));
+}
+
 void zt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH) {
     const int hs = C / NH, C3 = 3 * C;
@@ -31,21 +49,8 @@ void zt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
                 /* scores for rows r0..r1 against keys 0..r1 */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
                             q + (size_t)r0 * C3, C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
-                for (int t = r0; t < r1; t++) {
-                    float *row = a + (size_t)t * T;
-                    float mx = -INFINITY;
-                    for (int s = 0; s <= t; s++)
-                        mx = row[s] > mx ? row[s] : mx;
-                    float sum = 0.0f;
-                    for (int s = 0; s <= t; s++) {
-                        row[s] = expf(row[s] - mx);
-                        sum += row[s];
-                    }
-                    float inv = 1.0f / sum;
-                    for (int s = 0; s <= t; s++)
-                        row[s] *= inv;
-                    memset(row + t + 1, 0, sizeof(float) * (T - t - 1));
-                }
+                for (int t = r0; t < r1; t++)
+                    causal_softmax_row(a + (size_t)t * T, t + 1, T);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
                             a + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
             }
@@ -76,8 +81,10 @@ void zt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, c
                     const float *p = a + (size_t)t * T;
                     float *g = dp + (size_t)t * T;
                     float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
                     for (int s = 0; s <= t; s++)
                         dot += p[s] * g[s];
+#pragma omp simd
                     for (int s = 0; s <= t; s++)
                         g[s] = p[s] * (g[s] - dot) * scale;
                     for (int s = t + 1; s < r1; s++)

@@ -17,15 +17,17 @@ void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, i
                     x[v] = 0.0f;
             continue;
         }
-        float mx = -INFINITY;
-        for (int v = 0; v < V; v++)
+        float mx = x[0];
+        for (int v = 1; v < V; v++)
             mx = x[v] > mx ? x[v] : mx;
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int v = 0; v < V; v++)
             sum += expf(x[v] - mx);
         float logz = mx + logf(sum);
         losses[n] = logz - x[y];
         if (grad_scale != 0.0f) {
+#pragma omp simd
             for (int v = 0; v < V; v++)
                 x[v] = expf(x[v] - logz) * grad_scale;
             x[y] -= grad_scale;
