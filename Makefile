@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build deps demo test bench clean
+.PHONY: all build deps demo test test-sanitize bench clean
 
 all: build
 
@@ -28,3 +28,9 @@ bench: deps build
 
 clean:
 	rm -rf $(BUILD)
+
+# The unit, reference and CLI tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-sanitize: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_SANITIZE=ON
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS)

@@ -133,6 +133,18 @@ static void show_progress(trainer *t, int64_t step, double loss, double lr, doub
     fflush(out);
 }
 
+/* The engine prints DeepSpeed's steps_per_print and wall_clock_breakdown lines during a step; on
+ * a terminal they must not be appended to the progress bar. */
+static void clear_bar_before_engine_log(trainer *t) {
+    const zt_ds_config *ds = &t->job->ds;
+    int64_t next = zt_engine_global_steps(t->e) + 1;
+    if (t->tty && (ds->wall_clock_breakdown ||
+                   (ds->steps_per_print > 0 && next % ds->steps_per_print == 0))) {
+        fputs("\r\033[K", t->opts->progress);
+        fflush(t->opts->progress);
+    }
+}
+
 static void print_line(trainer *t, const char *fmt, double v) {
     FILE *out = t->opts->progress;
     if (!out)
@@ -173,6 +185,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             break;
         }
         double lr = zt_engine_get_lr(t->e);
+        clear_bar_before_engine_log(t);
         double t0 = now_ms(), loss_sum = 0.0, tokens = 0.0;
         for (int micro = 0; micro < gas; micro++) {
             zt_batch b;
@@ -200,7 +213,10 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             tflops = tok_s * flops_per_token / 1e12;
         }
         bool last = step == t->max_steps;
-        if (step % job->train.log_interval == 0 || last) {
+        bool logged = step % job->train.log_interval == 0 || last;
+        if (t->tty && !logged)
+            show_progress(t, step, last_loss, lr, tok_s, false);
+        if (logged) {
             zt_loader *l = zt_engine_loader(t->e);
             double epoch = (double)l->epoch + (double)l->pos / (double)(l->per_rank ? l->per_rank : 1);
             zt_metric m[] = {

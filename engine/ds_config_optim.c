@@ -1,0 +1,322 @@
+/* The DeepSpeed "optimizer" and "scheduler" sections: which optimizer and LR schedule ztrain runs,
+ * with their parameters. A missing "type" is an error rather than DeepSpeed's "no optimizer".
+ * torch.optim's argument checks (negative lr, betas outside [0, 1), ...) are applied to Adam too,
+ * with torch's texts, although FusedAdam itself does not check them. A zero step size in
+ * LRRangeTest/OneCycle, which DeepSpeed checks only at run time where it would crash, is rejected
+ * here. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ds_config_internal.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Optimizer (engine.py::_configure_basic_optimizer)                                           */
+
+static const char *const ds_builtin_optimizers[] = {
+    "adagrad", "adam", "adamw", "lamb", "onebitadam", "zerooneadam", "onebitlamb",
+    "muadam", "muadamw", "musgd", "lion", "muon", NULL};
+static const char *const torch_optimizers[] = {
+    "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "LBFGS", "NAdam",
+    "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam", NULL};
+
+/* torch.optim's argument checks, with its texts, prefixed by where the value came from. */
+static zt_status torch_check(const zt_json_obj *p, bool bad, const char *fmt, double v) {
+    if (!bad)
+        return ZT_OK;
+    char msg[128];
+    snprintf(msg, sizeof msg, fmt, v);
+    return zt_error(ZT_ERR_INVALID, "%s: %s: %s", p->source, p->path, msg);
+}
+
+static zt_status parse_adam(zt_optimizer_config *o, const zt_json_obj *p, bool type_is_adamw) {
+    static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
+                                       "amsgrad", "torch_adam", "adam_w_mode", "set_grad_none",
+                                       "fused", "foreach", NULL};
+    ZT_TRY(zt_json_check_keys(p, keys));
+    bool adam_w_mode = true, amsgrad = false, ignored;
+    ZT_TRY(zt_json_get_bool(p, "torch_adam", &o->torch_adam, NULL));
+    ZT_TRY(zt_json_get_bool(p, "adam_w_mode", &adam_w_mode, NULL));
+    o->type = ZT_OPTIM_ADAM;
+    o->adam_w_mode = type_is_adamw || adam_w_mode;
+    /* With torch_adam DeepSpeed builds torch.optim.AdamW for the decoupled mode, and its default
+     * weight_decay is 0.01; FusedAdam's (and torch Adam's) is 0. */
+    o->weight_decay = o->torch_adam && o->adam_w_mode ? 0.01 : 0.0;
+    ZT_TRY(zt_json_get_double(p, "lr", &o->lr, NULL));
+    ZT_TRY(zt_json_get_double(p, "eps", &o->eps, NULL));
+    ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
+    ZT_TRY(zt_json_get_bool(p, "bias_correction", &o->bias_correction, NULL));
+    ZT_TRY(zt_json_get_bool(p, "amsgrad", &amsgrad, NULL));
+    ZT_TRY(zt_json_get_bool(p, "set_grad_none", &ignored, NULL));
+    ZT_TRY(zt_json_get_bool(p, "fused", &ignored, NULL));
+    ZT_TRY(zt_json_get_bool(p, "foreach", &ignored, NULL));
+    const cJSON *betas = zt_json_item(p, "betas");
+    if (betas) {
+        const cJSON *b1 = cJSON_GetArrayItem(betas, 0), *b2 = cJSON_GetArrayItem(betas, 1);
+        if (!cJSON_IsArray(betas) || cJSON_GetArraySize(betas) != 2 || !cJSON_IsNumber(b1) ||
+            !cJSON_IsNumber(b2)) {
+            char got[128];
+            zt_json_repr(betas, got, sizeof got);
+            return zt_json_key_error(ZT_ERR_INVALID, p, "betas", "must be a list of two numbers, got %s",
+                                     got);
+        }
+        o->beta1 = b1->valuedouble;
+        o->beta2 = b2->valuedouble;
+    }
+    ZT_TRY(torch_check(p, o->lr < 0, "Invalid learning rate: %g", o->lr));
+    ZT_TRY(torch_check(p, o->eps < 0, "Invalid epsilon value: %g", o->eps));
+    ZT_TRY(torch_check(p, o->beta1 < 0 || o->beta1 >= 1, "Invalid beta parameter at index 0: %g", o->beta1));
+    ZT_TRY(torch_check(p, o->beta2 < 0 || o->beta2 >= 1, "Invalid beta parameter at index 1: %g", o->beta2));
+    ZT_TRY(torch_check(p, o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay));
+    if (amsgrad)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s.amsgrad: true is not supported (ztrain's Adam, like "
+                        "DeepSpeed's FusedAdam, has no AMSGrad variant)", p->source, p->path);
+    return ZT_OK;
+}
+
+static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
+    static const char *const keys[] = {"lr", "momentum", "dampening", "weight_decay", "nesterov",
+                                       "foreach", "fused", NULL};
+    ZT_TRY(zt_json_check_keys(p, keys));
+    bool ignored;
+    o->type = ZT_OPTIM_SGD;
+    o->adam_w_mode = false; /* SGD's weight decay is L2, added to the gradient */
+    o->weight_decay = 0;
+    ZT_TRY(zt_json_get_double(p, "lr", &o->lr, NULL));
+    ZT_TRY(zt_json_get_double(p, "momentum", &o->momentum, NULL));
+    ZT_TRY(zt_json_get_double(p, "dampening", &o->dampening, NULL));
+    ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
+    ZT_TRY(zt_json_get_bool(p, "nesterov", &o->nesterov, NULL));
+    ZT_TRY(zt_json_get_bool(p, "foreach", &ignored, NULL));
+    ZT_TRY(zt_json_get_bool(p, "fused", &ignored, NULL));
+    ZT_TRY(torch_check(p, o->lr < 0, "Invalid learning rate: %g", o->lr));
+    ZT_TRY(torch_check(p, o->momentum < 0, "Invalid momentum value: %g", o->momentum));
+    ZT_TRY(torch_check(p, o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay));
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+        return zt_error(ZT_ERR_INVALID, "%s: %s: Nesterov momentum requires a momentum and zero dampening",
+                        p->source, p->path);
+    return ZT_OK;
+}
+
+zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top) {
+    zt_json_obj opt, params;
+    ZT_TRY(zt_json_child(top, "optimizer", &opt));
+    if (!opt.obj)
+        return ZT_OK;
+    static const char *const keys[] = {"type", "params", "legacy_fusion", NULL};
+    ZT_TRY(zt_json_check_keys(&opt, keys));
+    bool legacy_fusion;
+    ZT_TRY(zt_json_get_bool(&opt, "legacy_fusion", &legacy_fusion, NULL));
+    const char *type = NULL;
+    ZT_TRY(zt_json_get_string(&opt, "type", &type, NULL));
+    if (!type)
+        return zt_json_key_error(ZT_ERR_INVALID, &opt, "type", "is required");
+    ZT_TRY(zt_json_child(&opt, "params", &params));
+    /* DeepSpeed checks the key's presence, whatever its value, before looking at the type. */
+    if (params.obj && cJSON_GetObjectItemCaseSensitive(params.obj, "max_grad_norm"))
+        return zt_error(ZT_ERR_INVALID, "%s: 'max_grad_norm' is not supported as an optimizer parameter, "
+                        "please switch to using the deepspeed parameter 'gradient_clipping' see: "
+                        "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details",
+                        top->source);
+
+    char lower[32] = "";
+    for (size_t i = 0; type[i] && i + 1 < sizeof lower; i++)
+        lower[i] = (char)((type[i] >= 'A' && type[i] <= 'Z') ? type[i] + 32 : type[i]);
+    bool builtin = strlen(type) < sizeof lower && zt_ds_name_in(lower, ds_builtin_optimizers);
+    cfg->has_optimizer = true;
+    snprintf(cfg->optimizer.name, sizeof cfg->optimizer.name, "%s", type);
+    if (builtin && (strcmp(lower, "adam") == 0 || strcmp(lower, "adamw") == 0))
+        return parse_adam(&cfg->optimizer, &params, strcmp(lower, "adamw") == 0);
+    if (!builtin && strcmp(type, "SGD") == 0)
+        return parse_sgd(&cfg->optimizer, &params);
+    if (builtin || zt_ds_name_in(type, torch_optimizers))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer type '%s' is not supported by ztrain "
+                        "(supported: Adam, AdamW, SGD)", top->source, type);
+    const char *near = zt_json_suggest(type, torch_optimizers);
+    char hint[96] = "";
+    if (near)
+        snprintf(hint, sizeof hint, "; did you mean '%s'?", near);
+    return zt_error(ZT_ERR_INVALID, "%s: unknown optimizer type '%s' (DeepSpeed's own types such as "
+                    "Adam are case-insensitive, torch.optim names such as SGD are case-sensitive)%s",
+                    top->source, type, hint);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scheduler (deepspeed/runtime/lr_schedules.py)                                               */
+
+static const char *const ds_schedulers[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
+                                            "OneCycle", "LRRangeTest", NULL};
+static const char *const torch_schedulers[] = {
+    "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR",
+    "ExponentialLR", "SequentialLR", "CosineAnnealingLR", "ChainedScheduler", "ReduceLROnPlateau",
+    "CyclicLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR", NULL};
+
+/* A positive int; a zero would divide by zero inside the schedule. */
+static zt_status get_positive_int(const zt_json_obj *p, const char *key, int *out, bool *found) {
+    bool f;
+    ZT_TRY(zt_json_get_int(p, key, out, &f));
+    if (found)
+        *found = f;
+    if (f && *out <= 0)
+        return zt_json_key_error(ZT_ERR_INVALID, p, key, "must be a positive integer, got %d", *out);
+    return ZT_OK;
+}
+
+static zt_status get_nonneg_int(const zt_json_obj *p, const char *key, int *out, bool *found) {
+    bool f;
+    ZT_TRY(zt_json_get_int(p, key, out, &f));
+    if (found)
+        *found = f;
+    if (f && *out < 0)
+        return zt_json_key_error(ZT_ERR_INVALID, p, key, "must be >= 0, got %d", *out);
+    return ZT_OK;
+}
+
+/* warmup_num_steps and warmup_type, shared by the three Warmup* schedules. */
+static zt_status parse_warmup(zt_schedule_config *s, const zt_json_obj *p) {
+    const cJSON *n = zt_json_item(p, "warmup_num_steps");
+    if (n) {
+        if (!cJSON_IsNumber(n) || n->valuedouble != floor(n->valuedouble) || n->valuedouble <= 0 ||
+            n->valuedouble > INT_MAX) {
+            char got[64];
+            zt_json_repr(n, got, sizeof got);
+            return zt_error(ZT_ERR_INVALID, "%s: %s: warmup_num_steps must be a positive integer, got %s",
+                            p->source, p->path, got);
+        }
+        s->warmup_num_steps = (int)n->valuedouble;
+    }
+    const char *type = NULL;
+    ZT_TRY(zt_json_get_string(p, "warmup_type", &type, NULL));
+    if (type && strcmp(type, "log") != 0 && strcmp(type, "linear") != 0)
+        zt_ds_warn(p->source, "Using unknown warmup_type: %s. The increasing function is set to default (log)",
+                   type);
+    s->warmup_linear = type && strcmp(type, "linear") == 0;
+    return ZT_OK;
+}
+
+static zt_status parse_total_steps(zt_schedule_config *s, const zt_json_obj *p) {
+    ZT_TRY(zt_json_require(p, "total_num_steps"));
+    ZT_TRY(get_positive_int(p, "total_num_steps", &s->total_num_steps, NULL));
+    int n = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
+    if (s->total_num_steps < n)
+        zt_ds_warn(p->source, "total_num_steps %d is less than warmup_num_steps %d", s->total_num_steps,
+                   s->warmup_num_steps);
+    return ZT_OK;
+}
+
+/* With cycle_momentum DeepSpeed writes (mom, 0.99) into Adam's betas, so beta2 becomes 0.99; with
+ * SGD (no betas) it turns cycle_momentum off with a warning. Both are mirrored in the parsed
+ * config, so the engine needs no special case. */
+static zt_status parse_one_cycle(zt_ds_config *cfg, const zt_json_obj *p) {
+    zt_schedule_config *s = &cfg->scheduler;
+    bool second_given = false, stair_given = false;
+    ZT_TRY(zt_json_require(p, "cycle_min_lr"));
+    ZT_TRY(zt_json_require(p, "cycle_max_lr"));
+    ZT_TRY(zt_json_get_double(p, "cycle_min_lr", &s->cycle_min_lr, NULL));
+    ZT_TRY(zt_json_get_double(p, "cycle_max_lr", &s->cycle_max_lr, NULL));
+    ZT_TRY(zt_json_get_double(p, "decay_lr_rate", &s->decay_lr_rate, NULL));
+    ZT_TRY(get_positive_int(p, "cycle_first_step_size", &s->cycle_first_step_size, NULL));
+    ZT_TRY(get_positive_int(p, "cycle_second_step_size", &s->cycle_second_step_size, &second_given));
+    ZT_TRY(get_nonneg_int(p, "cycle_first_stair_count", &s->cycle_first_stair_count, NULL));
+    ZT_TRY(get_nonneg_int(p, "cycle_second_stair_count", &s->cycle_second_stair_count, &stair_given));
+    ZT_TRY(get_nonneg_int(p, "decay_step_size", &s->decay_step_size, NULL));
+    ZT_TRY(zt_json_get_bool(p, "cycle_momentum", &s->cycle_momentum, NULL));
+    ZT_TRY(zt_json_get_double(p, "cycle_min_mom", &s->cycle_min_mom, NULL));
+    ZT_TRY(zt_json_get_double(p, "cycle_max_mom", &s->cycle_max_mom, NULL));
+    ZT_TRY(zt_json_get_double(p, "decay_mom_rate", &s->decay_mom_rate, NULL));
+    if (!second_given)
+        s->cycle_second_step_size = s->cycle_first_step_size;
+    if (!stair_given)
+        s->cycle_second_stair_count = s->cycle_first_stair_count;
+    if (s->cycle_momentum && cfg->has_optimizer) {
+        if (cfg->optimizer.type == ZT_OPTIM_SGD) {
+            zt_ds_warn(p->source, "cycle_momentum is disabled because optimizer SGD does not support "
+                                  "momentum, no betas attribute in defaults");
+            s->cycle_momentum = false;
+        } else {
+            cfg->optimizer.beta2 = 0.99;
+        }
+    }
+    return ZT_OK;
+}
+
+zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top) {
+    zt_json_obj sch, p;
+    ZT_TRY(zt_json_child(top, "scheduler", &sch));
+    if (!sch.obj)
+        return ZT_OK;
+    static const char *const keys[] = {"type", "params", NULL};
+    ZT_TRY(zt_json_check_keys(&sch, keys));
+    const char *type = NULL;
+    ZT_TRY(zt_json_get_string(&sch, "type", &type, NULL));
+    if (!type)
+        return zt_json_key_error(ZT_ERR_INVALID, &sch, "type", "is required");
+    ZT_TRY(zt_json_child(&sch, "params", &p));
+    zt_schedule_config *s = &cfg->scheduler;
+
+    if (strcmp(type, "WarmupLR") == 0 || strcmp(type, "WarmupDecayLR") == 0) {
+        bool decay = type[6] == 'D';
+        static const char *const warm_keys[] = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps",
+                                                "warmup_type", "last_batch_iteration", NULL};
+        static const char *const decay_keys[] = {"total_num_steps", "warmup_min_lr", "warmup_max_lr",
+                                                 "warmup_num_steps", "warmup_type",
+                                                 "last_batch_iteration", NULL};
+        ZT_TRY(zt_json_check_keys(&p, decay ? decay_keys : warm_keys));
+        s->type = decay ? ZT_SCHED_WARMUP_DECAY_LR : ZT_SCHED_WARMUP_LR;
+        /* WarmupLR's max defaults to the optimizer's lr; WarmupDecayLR's signature says 0.001. */
+        s->warmup_max_lr = !decay && cfg->has_optimizer ? cfg->optimizer.lr : 1e-3;
+        ZT_TRY(zt_json_get_double(&p, "warmup_min_lr", &s->warmup_min_lr, NULL));
+        ZT_TRY(zt_json_get_double(&p, "warmup_max_lr", &s->warmup_max_lr, NULL));
+        ZT_TRY(parse_warmup(s, &p));
+        if (decay)
+            ZT_TRY(parse_total_steps(s, &p));
+    } else if (strcmp(type, "WarmupCosineLR") == 0) {
+        static const char *const cos_keys[] = {"total_num_steps", "warmup_min_ratio", "warmup_num_steps",
+                                               "cos_min_ratio", "warmup_type", "last_batch_iteration",
+                                               NULL};
+        ZT_TRY(zt_json_check_keys(&p, cos_keys));
+        s->type = ZT_SCHED_WARMUP_COSINE_LR;
+        ZT_TRY(zt_json_get_double(&p, "warmup_min_ratio", &s->warmup_min_ratio, NULL));
+        ZT_TRY(zt_json_get_double(&p, "cos_min_ratio", &s->cos_min_ratio, NULL));
+        ZT_TRY(parse_warmup(s, &p));
+        ZT_TRY(parse_total_steps(s, &p));
+    } else if (strcmp(type, "OneCycle") == 0) {
+        static const char *const oc_keys[] = {
+            "cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size",
+            "cycle_second_step_size", "cycle_first_stair_count", "cycle_second_stair_count",
+            "decay_step_size", "cycle_momentum", "cycle_min_mom", "cycle_max_mom", "decay_mom_rate",
+            "last_batch_iteration", NULL};
+        ZT_TRY(zt_json_check_keys(&p, oc_keys));
+        s->type = ZT_SCHED_ONE_CYCLE;
+        ZT_TRY(parse_one_cycle(cfg, &p));
+    } else if (strcmp(type, "LRRangeTest") == 0) {
+        static const char *const lrrt_keys[] = {"lr_range_test_min_lr", "lr_range_test_step_size",
+                                                "lr_range_test_step_rate", "lr_range_test_staircase",
+                                                "last_batch_iteration", NULL};
+        ZT_TRY(zt_json_check_keys(&p, lrrt_keys));
+        s->type = ZT_SCHED_LR_RANGE_TEST;
+        ZT_TRY(zt_json_get_double(&p, "lr_range_test_min_lr", &s->lr_range_test_min_lr, NULL));
+        ZT_TRY(get_positive_int(&p, "lr_range_test_step_size", &s->lr_range_test_step_size, NULL));
+        ZT_TRY(zt_json_get_double(&p, "lr_range_test_step_rate", &s->lr_range_test_step_rate, NULL));
+        ZT_TRY(zt_json_get_bool(&p, "lr_range_test_staircase", &s->lr_range_test_staircase, NULL));
+    } else if (zt_ds_name_in(type, torch_schedulers)) {
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: scheduler type '%s' (torch.optim.lr_scheduler) is not "
+                        "supported by ztrain (supported: WarmupLR, WarmupDecayLR, WarmupCosineLR, "
+                        "OneCycle, LRRangeTest)", top->source, type);
+    } else {
+        const char *near = zt_json_suggest(type, ds_schedulers);
+        char hint[96] = "";
+        if (near)
+            snprintf(hint, sizeof hint, "; did you mean '%s'? (names are case-sensitive)", near);
+        return zt_error(ZT_ERR_INVALID, "%s: unknown scheduler type '%s'%s", top->source, type, hint);
+    }
+
+    /* The starting iteration of a resumed run comes from ztrain's own checkpoint. */
+    int last = -1;
+    ZT_TRY(zt_json_get_int(&p, "last_batch_iteration", &last, NULL));
+    if (last != -1)
+        return zt_json_key_error(ZT_ERR_UNSUPPORTED, &p, "last_batch_iteration",
+                                 "%d is not supported (only -1; resume from a checkpoint instead)", last);
+    return ZT_OK;
+}
