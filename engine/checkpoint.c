@@ -8,6 +8,7 @@
 
 #include "fsutil.h"
 #include "ztrain/checkpoint.h"
+#include "ztrain/comm.h"
 #include "ztrain/safetensors.h"
 
 #define META_FORMAT "ztrain-checkpoint"
@@ -28,23 +29,32 @@ static cJSON *model_spec_json(const zt_model_spec *s) {
     return o;
 }
 
+/* This rank's optimizer state over its slice [own_lo, own_lo + count) of the flat parameters,
+ * clipped to the real parameters (the padding is not saved), so a checkpoint can be loaded by any
+ * number of ranks. Stage 0 ranks hold the whole state; each saves its slice all the same. */
 static zt_status save_optimizer(zt_engine *e, const char *path) {
     zt_optimizer *o = zt_engine_optimizer(e);
     if (!o)
         return ZT_OK;
+    size_t own_lo, part, n = zt_engine_model(e)->n_params;
+    zt_engine_partition(e, &own_lo, &part);
+    size_t lo = own_lo < n ? own_lo : n, hi = own_lo + part < n ? own_lo + part : n;
+    /* A stage-0 optimizer covers the whole buffer, so its slice starts at own_lo. */
+    size_t base = o->n == part ? own_lo : 0;
     zt_st_entry entries[2];
-    int n = 0;
+    int k = 0;
     const char *first = o->cfg.type == ZT_OPTIM_ADAM ? "exp_avg" : "momentum_buffer";
     if (o->m)
-        entries[n++] = (zt_st_entry){first, o->m, 1, {(int64_t)o->n}};
+        entries[k++] = (zt_st_entry){first, o->m + (lo - base), 1, {(int64_t)(hi - lo)}};
     if (o->v)
-        entries[n++] = (zt_st_entry){"exp_avg_sq", o->v, 1, {(int64_t)o->n}};
-    char step[32], offset[32];
+        entries[k++] = (zt_st_entry){"exp_avg_sq", o->v + (lo - base), 1, {(int64_t)(hi - lo)}};
+    char step[32], offset[32], total[32];
     snprintf(step, sizeof step, "%lld", (long long)o->t);
-    snprintf(offset, sizeof offset, "%d", 0);
-    const char *keys[] = {"step", "partition_offset"};
-    const char *values[] = {step, offset};
-    return zt_st_write(path, entries, n, keys, values, 2);
+    snprintf(offset, sizeof offset, "%zu", lo);
+    snprintf(total, sizeof total, "%zu", n);
+    const char *keys[] = {"step", "partition_offset", "n_params"};
+    const char *values[] = {step, offset, total};
+    return zt_st_write(path, entries, k, keys, values, 3);
 }
 
 static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
@@ -69,6 +79,9 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
         cJSON *d = cJSON_AddObjectToObject(m, "data");
         cJSON_AddNumberToObject(d, "epoch", (double)l->epoch);
         cJSON_AddNumberToObject(d, "position", (double)l->pos);
+        /* Samples of the epoch consumed by all ranks together: what a different number of ranks
+         * resumes from. */
+        cJSON_AddNumberToObject(d, "global_position", (double)l->pos * l->world_size);
         /* 64-bit seeds do not fit a JSON number exactly. */
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)l->seed);
@@ -84,8 +97,28 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
     return text;
 }
 
+/* Whether any rank failed (collective); the message names the first failing rank. */
+static zt_status agree(zt_engine *e, zt_status mine, const char *what) {
+    zt_comm *c = zt_engine_comm(e);
+    if (!c)
+        return mine;
+    double failed[2] = {mine != ZT_OK ? 1.0 : 0.0, mine != ZT_OK ? -(double)zt_engine_rank(e) : -1e9};
+    zt_status s = zt_comm_all_reduce_f64(c, failed, 2, ZT_REDUCE_MAX);
+    if (s != ZT_OK)
+        return s;
+    if (mine != ZT_OK)
+        return mine;
+    if (failed[0] > 0.0)
+        return zt_error(ZT_ERR_IO, "%s failed on rank %d", what, (int)-failed[1]);
+    return ZT_OK;
+}
+
+/* Every rank writes its optimizer partition into a temporary directory; rank 0 writes the model
+ * and meta.json; after all ranks have finished (a barrier), rank 0 writes DONE, renames the
+ * directory into place and points `latest` at it. */
 zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag) {
     char default_tag[64], tmp[4096], final[4096], path[4200];
+    int rank = zt_engine_rank(e);
     if (!tag) {
         snprintf(default_tag, sizeof default_tag, "global_step%lld",
                  (long long)zt_engine_global_steps(e));
@@ -93,43 +126,56 @@ zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, co
     }
     if (!*tag || strchr(tag, '/') || tag[0] == '.')
         return zt_error(ZT_ERR_INVALID, "checkpoint tag '%s' must be a plain directory name", tag);
-    ZT_TRY(zt_mkdirs(dir));
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp-%d", dir, tag, (int)getpid());
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, tag);
     path_join(final, sizeof final, dir, tag);
-    ZT_TRY(zt_remove_tree(tmp));
-    ZT_TRY(zt_mkdirs(tmp));
 
-    path_join(path, sizeof path, tmp, "model.safetensors");
-    zt_status s = zt_model_save_safetensors(zt_engine_model(e), path);
-    if (s == ZT_OK) {
-        snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tmp, 0);
-        s = save_optimizer(e, path);
+    zt_status s = ZT_OK;
+    if (rank == 0) {
+        s = zt_mkdirs(dir);
+        if (s == ZT_OK)
+            s = zt_remove_tree(tmp);
+        if (s == ZT_OK)
+            s = zt_mkdirs(tmp);
     }
-    if (s == ZT_OK) {
+    ZT_TRY(agree(e, s, "creating the checkpoint directory"));
+
+    snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tmp, rank);
+    s = save_optimizer(e, path);
+    /* Stage 3 gathers the full weights for rank 0 to write (collective). */
+    zt_status g = zt_engine_gather_params(e);
+    if (g != ZT_OK)
+        return g;
+    if (s == ZT_OK && rank == 0) {
+        path_join(path, sizeof path, tmp, "model.safetensors");
+        s = zt_model_save_safetensors(zt_engine_model(e), path);
+    }
+    zt_engine_release_unowned(e);
+    if (s == ZT_OK && rank == 0) {
         char *meta = meta_json(e, job, tag);
         path_join(path, sizeof path, tmp, "meta.json");
         s = meta ? zt_write_file_atomic(path, meta, strlen(meta))
                  : zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
         free(meta);
     }
-    if (s == ZT_OK) {
+    ZT_TRY(agree(e, s, "writing the checkpoint"));
+    if (rank == 0) {
         path_join(path, sizeof path, tmp, "DONE");
         s = zt_write_file_atomic(path, tag, strlen(tag));
+        if (s == ZT_OK) {
+            zt_sync_dir(tmp);
+            s = zt_remove_tree(final);
+        }
+        if (s == ZT_OK && rename(tmp, final) != 0)
+            s = zt_error(ZT_ERR_IO, "%s: cannot rename checkpoint into place", final);
+        if (s == ZT_OK) {
+            path_join(path, sizeof path, dir, "latest");
+            s = zt_write_file_atomic(path, tag, strlen(tag));
+            zt_sync_dir(dir);
+        }
+        if (s != ZT_OK)
+            zt_remove_tree(tmp);
     }
-    if (s == ZT_OK) {
-        zt_sync_dir(tmp);
-        s = zt_remove_tree(final);
-    }
-    if (s == ZT_OK && rename(tmp, final) != 0)
-        s = zt_error(ZT_ERR_IO, "%s: cannot rename checkpoint into place", final);
-    if (s != ZT_OK) {
-        zt_remove_tree(tmp);
-        return s;
-    }
-    path_join(path, sizeof path, dir, "latest");
-    ZT_TRY(zt_write_file_atomic(path, tag, strlen(tag)));
-    zt_sync_dir(dir);
-    return ZT_OK;
+    return agree(e, s, "finishing the checkpoint");
 }
 
 zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size) {
@@ -199,27 +245,66 @@ static zt_status read_spec(const cJSON *meta, const char *tagdir, zt_model_spec 
     return ZT_OK;
 }
 
-static zt_status load_optimizer(zt_optimizer *o, const char *path, int64_t step) {
-    zt_st_file f;
-    ZT_TRY(zt_st_open(&f, path));
-    zt_status s = ZT_OK;
+/* A number stored as a string in the file's metadata (safetensors metadata values are strings). */
+static size_t meta_size(const zt_st_file *f, const char *key) {
+    if (!f->metadata_json)
+        return 0;
+    cJSON *m = cJSON_Parse(f->metadata_json);
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(m, key);
+    size_t out = cJSON_IsString(item) ? (size_t)strtoull(item->valuestring, NULL, 10) : 0;
+    cJSON_Delete(m);
+    return out;
+}
+
+/* Fills this rank's optimizer state from every saved partition that overlaps its slice, so a
+ * checkpoint written by any number of ranks loads on any other number. */
+static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_world, int64_t step) {
+    zt_optimizer *o = zt_engine_optimizer(e);
+    size_t own_lo, part, n = zt_engine_model(e)->n_params;
+    zt_engine_partition(e, &own_lo, &part);
+    size_t base = o->n == part ? own_lo : 0;
+    size_t lo = o->n == part ? own_lo : 0, hi = base + o->n < n ? base + o->n : n;
     const char *first = o->cfg.type == ZT_OPTIM_ADAM ? "exp_avg" : "momentum_buffer";
     struct { const char *name; float *dst; } want[2] = {{first, o->m}, {"exp_avg_sq", o->v}};
-    for (int i = 0; i < 2 && s == ZT_OK; i++) {
-        if (!want[i].dst)
-            continue;
-        const zt_st_tensor *t = zt_st_find(&f, want[i].name);
-        if (!t)
-            s = zt_error(ZT_ERR_FORMAT,
-                         "%s: no '%s' tensor (was the checkpoint written with another optimizer?)",
-                         path, want[i].name);
-        else
-            s = zt_st_read_f32(&f, t, want[i].dst, o->n);
+    size_t covered = 0;
+    for (int r = 0; r < saved_world; r++) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tagdir, r);
+        zt_st_file f;
+        ZT_TRY(zt_st_open(&f, path));
+        zt_status s = ZT_OK;
+        size_t off = meta_size(&f, "partition_offset");
+        if (meta_size(&f, "n_params") != n)
+            s = zt_error(ZT_ERR_FORMAT, "%s: optimizer state is for %zu parameters, the model has %zu",
+                         path, meta_size(&f, "n_params"), n);
+        for (int i = 0; i < 2 && s == ZT_OK; i++) {
+            if (!want[i].dst)
+                continue;
+            const zt_st_tensor *t = zt_st_find(&f, want[i].name);
+            if (!t || t->dtype != ZT_ST_F32 || t->ndim != 1) {
+                s = zt_error(ZT_ERR_FORMAT,
+                             "%s: no fp32 '%s' tensor (was the checkpoint written with another "
+                             "optimizer?)",
+                             path, want[i].name);
+                break;
+            }
+            size_t len = (size_t)t->shape[0];
+            size_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
+            if (a < b) {
+                memcpy(want[i].dst + (a - base), (const float *)zt_st_data(&f, t) + (a - off),
+                       (b - a) * sizeof(float));
+                if (i == 0)
+                    covered += b - a;
+            }
+        }
+        zt_st_close(&f);
+        ZT_TRY(s);
     }
-    zt_st_close(&f);
-    if (s == ZT_OK)
-        o->t = step;
-    return s;
+    if (covered != hi - lo)
+        return zt_error(ZT_ERR_FORMAT, "%s: the optimizer partitions cover %zu of the %zu values "
+                        "this rank needs", tagdir, covered, hi - lo);
+    o->t = step;
+    return ZT_OK;
 }
 
 zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
@@ -238,21 +323,14 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
                      "vocab_size %d, block_size %d, but the job's model differs",
                      tagdir, saved.type, saved.n_layer, saved.n_head, saved.n_embd,
                      saved.vocab_size, saved.block_size);
-    int world = (int)num(meta, "world_size", 1);
-    if (s == ZT_OK && world != zt_engine_config(e)->world_size)
-        s = zt_error(ZT_ERR_UNSUPPORTED,
-                     "%s: checkpoint was written by %d ranks but this job has %d; re-partitioning "
-                     "is not supported yet",
-                     tagdir, world, zt_engine_config(e)->world_size);
+    int saved_world = (int)num(meta, "world_size", 1);
     if (s == ZT_OK) {
         path_join(path, sizeof path, tagdir, "model.safetensors");
         s = zt_model_load_safetensors(model, path);
+        zt_engine_release_unowned(e);
     }
-    zt_optimizer *o = zt_engine_optimizer(e);
-    if (s == ZT_OK && o) {
-        snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tagdir, 0);
-        s = load_optimizer(o, path, (int64_t)num(meta, "optimizer_step", 0));
-    }
+    if (s == ZT_OK && zt_engine_optimizer(e))
+        s = load_optimizer(e, tagdir, saved_world, (int64_t)num(meta, "optimizer_step", 0));
     if (s == ZT_OK) {
         const cJSON *sched = cJSON_GetObjectItemCaseSensitive(meta, "lr_schedule");
         zt_engine_schedule(e)->last_batch_iteration = (int64_t)num(sched, "last_batch_iteration", -1);
@@ -261,8 +339,10 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
                                (int64_t)num(meta, "skipped_steps", 0));
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
         zt_loader *l = zt_engine_loader(e);
-        if (l && cJSON_IsObject(d))
-            zt_loader_seek(l, (int64_t)num(d, "epoch", 0), (int64_t)num(d, "position", 0));
+        if (l && cJSON_IsObject(d)) {
+            double global = num(d, "global_position", num(d, "position", 0) * saved_world);
+            zt_loader_seek(l, (int64_t)num(d, "epoch", 0), (int64_t)(global / l->world_size));
+        }
     }
     cJSON_Delete(meta);
     return s;

@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
+
+#include "fsutil.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "token files are little-endian and are read in place; a big-endian host needs byte swapping"
@@ -134,47 +134,16 @@ zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size) {
     if (!d->path)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
 
-    zt_status s = ZT_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        s = zt_error(ZT_ERR_IO, "%s: not a regular file", path);
-        close(fd);
-        goto fail;
-    }
-    if (st.st_size == 0) {
+    zt_status s = zt_map_file(path, &d->map, &d->map_size);
+    if (s == ZT_OK && d->map_size == 0)
         s = zt_error(ZT_ERR_FORMAT, "%s: empty file, no tokens", path);
-        close(fd);
+    if (s != ZT_OK)
         goto fail;
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    /* The mapping keeps its own reference to the file, so the descriptor can go now. */
-    if (close(fd) != 0 && map != MAP_FAILED) {
-        s = zt_error(ZT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-        munmap(map, size);
-        goto fail;
-    }
-    if (map == MAP_FAILED) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(map_errno));
-        goto fail;
-    }
-    d->map = map;
-    d->map_size = size;
+    size_t size = d->map_size;
 
     /* A .bin file must be a token file; any other file is one only when it opens with a magic,
      * so text corpora are read as bytes without a naming convention. */
-    const unsigned char *bytes = map;
+    const unsigned char *bytes = d->map;
     int32_t first = size >= 4 ? read_i32(bytes) : 0;
     if (has_suffix(path, ".bin") || first == LLMC_MAGIC_U16 || first == LLMC_MAGIC_U32) {
         s = parse_token_header(d, bytes, size);
@@ -193,8 +162,7 @@ fail:
 }
 
 void zt_dataset_close(zt_dataset *d) {
-    if (d->map)
-        munmap(d->map, d->map_size);
+    zt_unmap_file(d->map, d->map_size);
     free(d->path);
     memset(d, 0, sizeof *d);
 }

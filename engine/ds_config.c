@@ -455,9 +455,6 @@ static zt_status ds_config_check_implemented(const zt_ds_config *cfg, const zt_j
     if (cfg->bf16.enabled)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: bf16.enabled is not supported yet (this build trains "
                         "in fp32)", src);
-    if (cfg->zero.stage > 0)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.stage %d is not supported yet (this "
-                        "build implements stage 0)", src, cfg->zero.stage);
     if (cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.offload_optimizer.device \"%s\" is "
                         "not supported yet (this build implements \"none\")", src,

@@ -36,6 +36,7 @@ typedef struct {
 #define NOSTORE ((ptrdiff_t)-1)
 #define ANYVAL 1, 0
 #define NONNEG 0, 1e300
+#define POSITIVE 1, 1e300
 #define FLD(T, m) offsetof(T, m)
 #define NFIELDS(t) (sizeof(t) / sizeof((t)[0]))
 

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "zero.h"
+#include "ztrain/comm.h"
 #include "ztrain/engine.h"
 
 struct zt_engine {
@@ -13,6 +15,8 @@ struct zt_engine {
     const zt_kernels *k;
     zt_model *model;
     zt_optimizer opt;
+    zt_zero zero;
+    int world;
     zt_lr_schedule sched;
     zt_loader loader;
     bool has_loader;
@@ -39,18 +43,34 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     e->opts = *opts;
     e->k = zt_kernels_cpu();
     e->grad_norm = NAN;
-    zt_status s = zt_model_create(&e->model, spec, e->k, ds->train_micro_batch_size_per_gpu);
+    e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
+    zt_status s = ZT_OK;
+    if (e->world != ds->world_size)
+        s = zt_error(ZT_ERR_INVALID, "engine: the job has %d ranks but the config was read for %d",
+                     e->world, ds->world_size);
+    /* Equal slices, each a multiple of 16 floats so every rank's slice stays 64-byte aligned. */
+    if (s == ZT_OK)
+        s = zt_model_create(&e->model, spec, e->k, ds->train_micro_batch_size_per_gpu,
+                            16 * (size_t)e->world);
     if (s == ZT_OK) {
         if (spec->init_from)
             s = zt_model_load_safetensors(e->model, spec->init_from);
         else
             e->model->ops->init_weights(e->model, opts->seed);
     }
-    if (s == ZT_OK && ds->has_optimizer)
-        s = zt_optimizer_init(&e->opt, &ds->optimizer, e->k, e->model->n_params);
+    if (s == ZT_OK)
+        s = zt_zero_init(&e->zero, e->model, opts->comm, ds->zero.stage,
+                         (size_t)ds->zero.reduce_bucket_size,
+                         (size_t)ds->zero.stage3_param_persistence_threshold);
+    if (s == ZT_OK) {
+        zt_zero_after_load(&e->zero);
+        size_t n = ds->zero.stage == 0 ? e->model->n_padded : e->zero.part;
+        if (ds->has_optimizer)
+            s = zt_optimizer_init(&e->opt, &ds->optimizer, e->k, n);
+    }
     if (s == ZT_OK && train_data) {
         s = zt_loader_init(&e->loader, train_data, ds->train_micro_batch_size_per_gpu,
-                           spec->block_size, opts->rank, ds->world_size, opts->shuffle,
+                           spec->block_size, opts->rank, e->world, opts->shuffle,
                            ds->dataloader_drop_last, opts->seed);
         e->has_loader = s == ZT_OK;
     }
@@ -74,6 +94,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
 void zt_engine_destroy(zt_engine *e) {
     if (!e)
         return;
+    zt_zero_free(&e->zero);
     zt_model_destroy(e->model);
     if (e->ds.has_optimizer)
         zt_optimizer_free(&e->opt);
@@ -120,7 +141,7 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
     e->forward_pending = grad_scale != 0.0f;
     e->current.forward_ms += now_ms() - t0;
-    return ZT_OK;
+    return e->zero.error;
 }
 
 zt_status zt_engine_backward(zt_engine *e) {
@@ -130,27 +151,27 @@ zt_status zt_engine_backward(zt_engine *e) {
     e->model->ops->backward(e->model);
     e->forward_pending = false;
     e->current.backward_ms += now_ms() - t0;
-    return ZT_OK;
+    return e->zero.error;
 }
 
 zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(check_batch(e, b));
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, 0.0f);
     e->forward_pending = false;
-    return ZT_OK;
+    return e->zero.error;
 }
 
 bool zt_engine_is_gradient_accumulation_boundary(const zt_engine *e) {
     return (e->micro_steps + 1) % e->ds.gradient_accumulation_steps == 0;
 }
 
-/* Clipping as DeepSpeed's non-ZeRO fp32 path: scale by max_norm / (norm + 1e-6) when below 1. */
-static void clip_gradients(zt_engine *e, double norm) {
+/* Clipping as DeepSpeed's fp32 path: scale by max_norm / (norm + 1e-6) when below 1. */
+static void clip_gradients(zt_engine *e, float *g, size_t count, double norm) {
     if (e->ds.gradient_clipping <= 0.0)
         return;
     double coef = e->ds.gradient_clipping / (norm + 1e-6);
     if (coef < 1.0)
-        e->k->scale(e->model->grads, e->model->n_params, (float)coef);
+        e->k->scale(g, count, (float)coef);
 }
 
 static void log_step(zt_engine *e) {
@@ -177,18 +198,23 @@ zt_status zt_engine_step(zt_engine *e) {
     if (!e->ds.has_optimizer)
         return zt_error(ZT_ERR_INVALID, "engine: the DeepSpeed config has no \"optimizer\" section");
     double t0 = now_ms();
-    zt_model *m = e->model;
-    double norm = sqrt(e->k->sum_squares(m->grads, m->n_params));
+    float *g, *p;
+    size_t count;
+    double norm2;
+    ZT_TRY(zt_zero_reduce_gradients(&e->zero, &g, &p, &count));
+    ZT_TRY(zt_zero_norm_squared(&e->zero, g, count, &norm2));
+    double norm = sqrt(norm2);
+    /* Every rank sees the same norm, so they all stop here together. */
     if (!isfinite(norm))
         return zt_error(ZT_ERR_NUMERIC,
                         "engine: gradient norm is %g at step %lld: training diverged (lower the lr "
                         "or enable gradient_clipping)",
                         norm, (long long)e->global_steps + 1);
     e->grad_norm = norm;
-    clip_gradients(e, norm);
-    zt_optimizer_step(&e->opt, m->params, m->grads, zt_lr_schedule_lr(&e->sched),
+    clip_gradients(e, g, count, norm);
+    zt_optimizer_step(&e->opt, p, g, zt_lr_schedule_lr(&e->sched),
                       zt_lr_schedule_momentum(&e->sched));
-    memset(m->grads, 0, m->n_params * sizeof(float));
+    ZT_TRY(zt_zero_after_step(&e->zero));
     zt_lr_schedule_step(&e->sched);
     e->global_steps++;
     e->micro_steps++;
@@ -211,6 +237,24 @@ double zt_engine_get_momentum(const zt_engine *e) { return zt_lr_schedule_moment
 double zt_engine_global_grad_norm(const zt_engine *e) { return e->grad_norm; }
 zt_engine_timers zt_engine_get_timers(const zt_engine *e) { return e->timers; }
 zt_model *zt_engine_model(zt_engine *e) { return e->model; }
+int zt_engine_rank(const zt_engine *e) { return e->zero.rank; }
+int zt_engine_world_size(const zt_engine *e) { return e->world; }
+zt_comm *zt_engine_comm(zt_engine *e) { return e->zero.comm; }
+
+void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part) {
+    *own_lo = e->zero.own_lo;
+    *part = e->zero.part;
+}
+
+zt_status zt_engine_gather_params(zt_engine *e) { return zt_zero_gather_all(&e->zero); }
+void zt_engine_release_unowned(zt_engine *e) { zt_zero_after_load(&e->zero); }
+
+zt_engine_memory zt_engine_take_memory(zt_engine *e) {
+    size_t opt = 0;
+    if (e->ds.has_optimizer)
+        opt = e->opt.n * sizeof(float) * ((e->opt.m ? 1 : 0) + (e->opt.v ? 1 : 0));
+    return zt_zero_take_memory(&e->zero, opt);
+}
 const zt_ds_config *zt_engine_config(const zt_engine *e) { return &e->ds; }
 zt_loader *zt_engine_loader(zt_engine *e) { return e->has_loader ? &e->loader : NULL; }
 zt_optimizer *zt_engine_optimizer(zt_engine *e) { return e->ds.has_optimizer ? &e->opt : NULL; }

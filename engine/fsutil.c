@@ -1,4 +1,5 @@
-/* Filesystem helpers: recursive mkdir/remove and atomic whole-file writes. */
+/* Filesystem helpers: recursive mkdir/remove, atomic whole-file writes, whole-file reads and
+ * read-only mappings. */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
@@ -6,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,37 +80,93 @@ zt_status zt_write_file_atomic(const char *path, const void *data, size_t len) {
 }
 
 zt_status zt_read_file(const char *path, char **data, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    *data = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
+    struct stat st;
+    int e = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+    if (e) {
+        close(fd);
+        return zt_error(ZT_ERR_IO, "%s: cannot read: %s", path, strerror(e));
+    }
+    /* Read until EOF rather than trusting st_size, so pipes and /proc files work too. */
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
     char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        char *bigger = realloc(buf, cap * 2);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
+    for (;;) {
+        if (!buf) {
+            close(fd);
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory reading the file", path);
         }
-        buf = bigger;
-        cap *= 2;
+        if (n + 1 >= cap) {
+            char *bigger = realloc(buf, cap * 2);
+            if (!bigger)
+                free(buf);
+            buf = bigger;
+            cap *= 2;
+            continue;
+        }
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int err = errno;
+            free(buf);
+            close(fd);
+            return zt_error(ZT_ERR_IO, "%s: cannot read: %s", path, strerror(err));
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
     }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory reading the file", path);
-    if (err) {
-        free(buf);
-        return zt_error(ZT_ERR_IO, "%s: read error", path);
-    }
+    close(fd);
     buf[n] = '\0';
     *data = buf;
     if (len)
         *len = n;
     return ZT_OK;
+}
+
+zt_status zt_map_file(const char *path, void **map, size_t *size) {
+    *map = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return zt_error(ZT_ERR_IO, "%s: cannot stat: %s", path, strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return zt_error(ZT_ERR_IO, "%s: not a regular file", path);
+    }
+    /* mmap refuses a zero length; an empty file is left for the caller to judge. */
+    if (st.st_size == 0) {
+        close(fd);
+        return ZT_OK;
+    }
+    size_t n = (size_t)st.st_size;
+    void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    /* The mapping keeps its own reference to the file, so the descriptor can go now. */
+    if (close(fd) != 0 && p != MAP_FAILED) {
+        int err = errno;
+        munmap(p, n);
+        return zt_error(ZT_ERR_IO, "%s: close failed: %s", path, strerror(err));
+    }
+    if (p == MAP_FAILED)
+        return zt_error(ZT_ERR_IO, "%s: cannot map %zu bytes: %s", path, n, strerror(map_errno));
+    *map = p;
+    *size = n;
+    return ZT_OK;
+}
+
+void zt_unmap_file(void *map, size_t size) {
+    if (map)
+        munmap(map, size);
 }
 
 bool zt_path_exists(const char *path) {

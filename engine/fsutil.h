@@ -1,4 +1,5 @@
-/* Small filesystem helpers shared by checkpoints, metrics and the CLI (internal). */
+/* Small filesystem helpers shared by checkpoints, metrics, datasets, safetensors, JSON files and
+ * the CLI (internal). */
 #ifndef ZTRAIN_FSUTIL_H
 #define ZTRAIN_FSUTIL_H
 
@@ -13,8 +14,18 @@ zt_status zt_mkdirs(const char *path);
 zt_status zt_remove_tree(const char *path);
 /* Writes len bytes to path through path.tmp, fsync and rename. */
 zt_status zt_write_file_atomic(const char *path, const void *data, size_t len);
-/* Reads a whole file into a NUL-terminated heap buffer (*len excludes the NUL). */
+/* Reads a whole file into a NUL-terminated heap buffer the caller frees (*len, if not NULL,
+ * excludes the NUL); *data is NULL on failure. Messages: "PATH: cannot open: REASON",
+ * "PATH: cannot read: REASON" (a directory is "Is a directory"). */
 zt_status zt_read_file(const char *path, char **data, size_t *len);
+/* Maps a regular file read-only and whole; the caller releases it with zt_unmap_file, and the
+ * mapping outlives the descriptor, which is closed before returning. An empty file succeeds with
+ * *map == NULL and *size == 0, so the caller words its own "empty" message. Failures are ZT_ERR_IO
+ * naming the path and the reason ("PATH: cannot open: REASON", "PATH: not a regular file",
+ * "PATH: cannot map N bytes: REASON") and leave *map NULL. */
+zt_status zt_map_file(const char *path, void **map, size_t *size);
+/* Unmaps what zt_map_file mapped; a NULL map (an empty file, or none) is a no-op. */
+void zt_unmap_file(void *map, size_t size);
 bool zt_path_exists(const char *path);
 /* fsync a directory so renames inside it are durable. */
 void zt_sync_dir(const char *path);

@@ -7,16 +7,14 @@
 #include "json_util.h"
 
 #include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "fsutil.h"
 
 /* cJSON refuses nesting deeper than 1000; staying below it keeps our message the one users see. */
 #define SCAN_MAX_DEPTH 512
@@ -254,52 +252,13 @@ zt_status zt_json_parse(const char *text, const char *source, cJSON **out) {
 /* Files                                                                                       */
 
 zt_status zt_json_read_file(const char *path, char **text, size_t *len) {
-    *text = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    int e = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
-    if (e) {
-        close(fd);
-        return zt_error(ZT_ERR_IO, "%s: cannot read: %s", path, strerror(e));
-    }
-    /* Read until EOF rather than trusting st_size, so pipes and /proc files work too. */
-    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            close(fd);
-            return zt_error(ZT_ERR_NOMEM, "%s: out of memory reading the file", path);
-        }
-        if (n + 1 >= cap) {
-            char *bigger = realloc(buf, cap * 2);
-            if (!bigger)
-                free(buf);
-            buf = bigger;
-            cap *= 2;
-            continue;
-        }
-        ssize_t r = read(fd, buf + n, cap - n - 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            free(buf);
-            close(fd);
-            return zt_error(ZT_ERR_IO, "%s: cannot read: %s", path, strerror(e));
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    buf[n] = '\0';
-    if (memchr(buf, '\0', n)) {
-        free(buf);
+    size_t n;
+    ZT_TRY(zt_read_file(path, text, &n));
+    if (memchr(*text, '\0', n)) {
+        free(*text);
+        *text = NULL;
         return zt_error(ZT_ERR_FORMAT, "%s: contains a NUL byte; not a JSON text file", path);
     }
-    *text = buf;
     if (len)
         *len = n;
     return ZT_OK;

@@ -3,15 +3,81 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "ztrain/model.h"
 #include "ztrain/safetensors.h"
 
 zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
-                          int max_batch) {
+                          int max_batch, size_t pad_to) {
     if (strcmp(spec->type, "gpt2") == 0)
-        return zt_gpt2_create(out, spec, k, max_batch);
+        return zt_gpt2_create(out, spec, k, max_batch, pad_to ? pad_to : 1);
     return zt_error(ZT_ERR_INVALID, "model.type '%s' is not known (available: gpt2)", spec->type);
+}
+
+static size_t page_floats(void) { return (size_t)sysconf(_SC_PAGESIZE) / sizeof(float); }
+
+static float *map_floats(size_t n) {
+    void *p = mmap(NULL, (n ? n : 1) * sizeof(float), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to) {
+    m->n_padded = (m->n_params + pad_to - 1) / pad_to * pad_to;
+    m->params = map_floats(m->n_padded);
+    m->grads = map_floats(m->n_padded);
+    if (!m->params || !m->grads)
+        return zt_error(ZT_ERR_NOMEM, "%s: cannot map %zu parameters", m->spec.type, m->n_padded);
+    return ZT_OK;
+}
+
+void zt_model_free_flat(zt_model *m) {
+    size_t bytes = (m->n_padded ? m->n_padded : 1) * sizeof(float);
+    if (m->params)
+        munmap(m->params, bytes);
+    if (m->grads)
+        munmap(m->grads, bytes);
+    m->params = m->grads = NULL;
+}
+
+void zt_flat_release(float *x, size_t lo, size_t hi) {
+    if (hi <= lo)
+        return;
+    size_t pf = page_floats();
+    size_t first = (lo + pf - 1) / pf * pf, last = hi / pf * pf;
+    if (first >= last) {
+        memset(x + lo, 0, (hi - lo) * sizeof(float));
+        return;
+    }
+    memset(x + lo, 0, (first - lo) * sizeof(float));
+    memset(x + last, 0, (hi - last) * sizeof(float));
+    madvise(x + first, (last - first) * sizeof(float), MADV_DONTNEED);
+}
+
+size_t zt_flat_resident_bytes(const float *x, size_t lo, size_t hi) {
+    if (hi <= lo)
+        return 0;
+    size_t pf = page_floats();
+    size_t first = lo / pf * pf, pages = (hi - first + pf - 1) / pf;
+    unsigned char vec[4096];
+    size_t bytes = 0;
+    for (size_t p0 = 0; p0 < pages; p0 += sizeof vec) {
+        size_t np = pages - p0 < sizeof vec ? pages - p0 : sizeof vec;
+        if (mincore((void *)(x + first + p0 * pf), np * pf * sizeof(float), vec) != 0)
+            return 0;
+        for (size_t i = 0; i < np; i++) {
+            if (!(vec[i] & 1))
+                continue;
+            /* Count only the part of a resident page that lies inside [lo, hi). */
+            size_t a = first + (p0 + i) * pf, b = a + pf;
+            a = a < lo ? lo : a;
+            b = b > hi ? hi : b;
+            bytes += (b - a) * sizeof(float);
+        }
+    }
+    return bytes;
 }
 
 void zt_model_destroy(zt_model *m) {

@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
+
+#include "fsutil.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian and is read in place; a big-endian host needs swapping"
@@ -291,43 +291,16 @@ zt_status zt_st_open(zt_st_file *f, const char *path) {
     f->path = strdup(path);
     if (!f->path)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    zt_status s = ZT_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    zt_status s = zt_map_file(path, &f->map, &f->map_size);
+    if (s != ZT_OK)
         goto fail;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        s = zt_error(ZT_ERR_IO, "%s: not a regular file", path);
-        close(fd);
-        goto fail;
-    }
-    size_t size = (size_t)st.st_size;
+    size_t size = f->map_size;
+    const void *map = f->map;
     if (size < 8) {
         s = zt_error(ZT_ERR_FORMAT, "%s: file has %zu bytes, too short for the 8-byte header length",
                      path, size);
-        close(fd);
         goto fail;
     }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    if (close(fd) != 0 && map != MAP_FAILED) {
-        s = zt_error(ZT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-        munmap(map, size);
-        goto fail;
-    }
-    if (map == MAP_FAILED) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(map_errno));
-        goto fail;
-    }
-    f->map = map;
-    f->map_size = size;
 
     uint64_t hlen;
     memcpy(&hlen, map, sizeof hlen);
@@ -359,8 +332,7 @@ void zt_st_close(zt_st_file *f) {
         free(f->tensors[i].name);
     free(f->tensors);
     free(f->metadata_json);
-    if (f->map)
-        munmap(f->map, f->map_size);
+    zt_unmap_file(f->map, f->map_size);
     free(f->path);
     memset(f, 0, sizeof *f);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "fsutil.h"
@@ -30,6 +31,8 @@ typedef struct {
     int64_t timed_steps;
     double start_ms;
     bool tty;
+    int rank, world;
+    zt_comm *comm;      /* NULL for one rank */
 } trainer;
 
 static double now_ms(void) {
@@ -58,7 +61,8 @@ static zt_status open_data(trainer *t) {
         t->has_val = true;
         const zt_ds_config *ds = &job->ds;
         ZT_TRY(zt_loader_init(&t->val_loader, &t->val, ds->train_micro_batch_size_per_gpu,
-                              job->model.block_size, 0, 1, false, false, job->train.seed));
+                              job->model.block_size, t->rank, t->world, false, false,
+                              job->train.seed));
         t->has_val_loader = true;
         size_t n = (size_t)ds->train_micro_batch_size_per_gpu * job->model.block_size;
         t->val_inputs = malloc(n * sizeof(int32_t));
@@ -86,6 +90,8 @@ static zt_status evaluate(trainer *t, double *loss) {
         sum += l;
     }
     *loss = steps ? sum / steps : NAN;
+    if (t->comm)
+        ZT_TRY(zt_comm_all_reduce_f64(t->comm, loss, 1, ZT_REDUCE_AVG));
     return ZT_OK;
 }
 
@@ -173,6 +179,59 @@ static zt_status maybe_resume(trainer *t) {
     return ZT_OK;
 }
 
+/* Metrics are written by rank 0 only. */
+static zt_status write_metrics(trainer *t, const zt_metric *m, int n) {
+    return t->rank == 0 ? zt_metrics_write(&t->metrics, m, n) : ZT_OK;
+}
+
+/* A stop request on any rank stops every rank before the same step. */
+static zt_status agree_to_stop(trainer *t, bool *stop) {
+    double flag = t->opts->stop_requested && *t->opts->stop_requested ? 1.0 : 0.0;
+    if (t->comm)
+        ZT_TRY(zt_comm_all_reduce_f64(t->comm, &flag, 1, ZT_REDUCE_MAX));
+    *stop = flag > 0.0;
+    return ZT_OK;
+}
+
+static double peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
+}
+
+enum { MEM_PER_RANK = 4, MEM_MAX_RANKS = 64 };
+
+typedef struct {
+    char keys[MEM_MAX_RANKS * MEM_PER_RANK][48];
+    zt_metric m[MEM_MAX_RANKS * MEM_PER_RANK];
+    int n;
+} memory_metrics;
+
+/* Every rank's model-state bytes and peak RSS, gathered to rank 0 as memory/rank<r>/... (all
+ * ranks take part; rank 0 gets the metrics). */
+static zt_status collect_memory_metrics(trainer *t, memory_metrics *out) {
+    double v[MEM_PER_RANK * MEM_MAX_RANKS] = {0};
+    out->n = 0;
+    if (t->world > MEM_MAX_RANKS)
+        return ZT_OK;
+    zt_engine_memory mem = zt_engine_take_memory(t->e);
+    double *mine = v + MEM_PER_RANK * t->rank;
+    mine[0] = mem.params_bytes;
+    mine[1] = mem.grads_bytes;
+    mine[2] = mem.optimizer_bytes;
+    mine[3] = peak_rss_bytes();
+    if (t->comm)
+        ZT_TRY(zt_comm_all_reduce_f64(t->comm, v, (size_t)MEM_PER_RANK * t->world, ZT_REDUCE_SUM));
+    static const char *const names[MEM_PER_RANK] = {"params_bytes", "grads_bytes",
+                                                    "optimizer_bytes", "peak_rss_bytes"};
+    for (int r = 0; r < t->world; r++) {
+        for (int i = 0; i < MEM_PER_RANK; i++, out->n++) {
+            snprintf(out->keys[out->n], sizeof out->keys[out->n], "memory/rank%d/%s", r, names[i]);
+            out->m[out->n] = (zt_metric){out->keys[out->n], v[MEM_PER_RANK * r + i]};
+        }
+    }
+    return ZT_OK;
+}
+
 static zt_status train_loop(trainer *t, zt_train_result *res) {
     const zt_job_spec *job = t->job;
     const int gas = job->ds.gradient_accumulation_steps;
@@ -180,7 +239,9 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     double last_loss = NAN;
     t->start_ms = now_ms();
     while (zt_engine_global_steps(t->e) < t->max_steps) {
-        if (t->opts->stop_requested && *t->opts->stop_requested) {
+        bool stop;
+        ZT_TRY(agree_to_stop(t, &stop));
+        if (stop) {
             res->stopped = true;
             break;
         }
@@ -197,9 +258,15 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             loss_sum += loss;
             tokens += (double)b.B * b.T;
         }
+        /* The step's loss and tokens over all ranks (each rank's mean counts equally, as
+         * DeepSpeed averages the ranks' gradients). */
+        double sums[2] = {loss_sum / gas, tokens};
+        if (t->comm)
+            ZT_TRY(zt_comm_all_reduce_f64(t->comm, sums, 2, ZT_REDUCE_SUM));
+        tokens = sums[1];
         double step_ms = now_ms() - t0;
         int64_t step = zt_engine_global_steps(t->e);
-        last_loss = loss_sum / gas;
+        last_loss = sums[0] / t->world;
         if (!isfinite(last_loss))
             return zt_error(ZT_ERR_NUMERIC, "training diverged: loss is %g at step %lld",
                             last_loss, (long long)step);
@@ -233,14 +300,19 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             };
             /* Warmup steps carry no perf figures: they are left out of timing. */
             int n = timed ? 10 : 8;
-            ZT_TRY(zt_metrics_write(&t->metrics, m, n));
+            static memory_metrics mem;
+            ZT_TRY(collect_memory_metrics(t, &mem));
+            zt_metric all[10 + MEM_MAX_RANKS * MEM_PER_RANK];
+            memcpy(all, m, sizeof(zt_metric) * n);
+            memcpy(all + n, mem.m, sizeof(zt_metric) * mem.n);
+            ZT_TRY(write_metrics(t, all, n + mem.n));
             show_progress(t, step, last_loss, lr, tok_s, last);
         }
         if (t->has_val && step % job->train.eval_interval == 0) {
             double eval_loss;
             ZT_TRY(evaluate(t, &eval_loss));
             zt_metric m[] = {{"train/global_step", (double)step}, {"eval/loss", eval_loss}};
-            ZT_TRY(zt_metrics_write(&t->metrics, m, 2));
+            ZT_TRY(write_metrics(t, m, 2));
             res->final_eval_loss = eval_loss;
             char fmt[64];
             snprintf(fmt, sizeof fmt, "step %lld | eval loss %%.4f\n", (long long)step);
@@ -258,11 +330,12 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
 }
 
 /* Refuses what would only fail after training had run for a while. */
-static zt_status check_job(const zt_job_spec *job) {
-    if (job->world_size != 1)
-        return zt_error(ZT_ERR_UNSUPPORTED,
-                        "world_size %d is not supported yet (this build trains one rank)",
-                        job->world_size);
+static zt_status check_job(const zt_job_spec *job, int world) {
+    if (job->world_size != world)
+        return zt_error(ZT_ERR_INVALID,
+                        "world_size is %d but %d rank(s) were started (run multi-rank jobs with "
+                        "`ztrain run`, or a launcher that sets WORLD_SIZE)",
+                        job->world_size, world);
     if (!job->ds.has_optimizer)
         return zt_error(ZT_ERR_INVALID,
                         "deepspeed: the config has no \"optimizer\" section, which training "
@@ -280,17 +353,23 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     t.tty = opts->progress && isatty(fileno(opts->progress));
     zt_kernels_cpu_set_threads(opts->threads);
 
-    zt_status s = check_job(job);
+    t.rank = opts->dist ? opts->dist->rank : 0;
+    t.world = opts->dist ? opts->dist->world_size : 1;
+    t.comm = t.world > 1 ? opts->comm : NULL;
+    zt_status s = check_job(job, t.world);
+    if (s == ZT_OK && t.world > 1 && !t.comm)
+        s = zt_error(ZT_ERR_INVALID, "rank %d of %d has no communicator", t.rank, t.world);
     if (s == ZT_OK)
         s = open_data(&t);
     if (s == ZT_OK) {
-        zt_engine_options eo = {.seed = job->train.seed, .shuffle = job->data.shuffle, .rank = 0,
-                                .log = opts->progress};
+        zt_engine_options eo = {.seed = job->train.seed, .shuffle = job->data.shuffle,
+                                .rank = t.rank, .comm = t.comm,
+                                .log = t.rank == 0 ? opts->progress : NULL};
         s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
     }
     if (s == ZT_OK)
         s = maybe_resume(&t);
-    if (s == ZT_OK && opts->out_dir) {
+    if (s == ZT_OK && opts->out_dir && t.rank == 0) {
         char path[4200];
         s = zt_mkdirs(opts->out_dir);
         snprintf(path, sizeof path, "%s/metrics.jsonl", opts->out_dir);

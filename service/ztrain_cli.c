@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "launcher.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
 #include "ztrain/job_spec.h"
@@ -106,16 +108,45 @@ static int cmd_run(int argc, char **argv) {
         snprintf(default_out, sizeof default_out, "runs/%s", job.name ? job.name : "job");
         out = default_out;
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,
-                             .stop_requested = &stop_requested};
-    zt_train_result res;
     printf("ztrain %s: job '%s', %d-layer GPT-2 (n_embd %d), batch %d = %d × %d × %d ranks, "
            "metrics in %s/metrics.jsonl\n",
            ZTRAIN_VERSION, job.name, job.model.n_layer, job.model.n_embd,
            job.ds.train_batch_size, job.ds.train_micro_batch_size_per_gpu,
            job.ds.gradient_accumulation_steps, job.ds.world_size, out);
+    if (job.world_size > 1) {
+        /* Several ranks run as that many ztrain-worker processes (the binary next to this one),
+         * which this process only supervises; rank 0 prints the progress and the final line.
+         * The launcher takes SIGINT/SIGTERM itself and forwards them to the ranks. */
+        int world_size = job.world_size;
+        zt_job_spec_free(&job);
+        char worker[4096], threads_arg[32];
+        ssize_t n = readlink("/proc/self/exe", worker, sizeof worker);
+        if (n <= 0 || (size_t)n > sizeof worker - sizeof "/ztrain-worker") {
+            fprintf(stderr, "ztrain: cannot read this program's path from /proc/self/exe: %s\n",
+                    n < 0 ? strerror(errno) : "too long");
+            return 1;
+        }
+        worker[n] = '\0';
+        strcpy(strrchr(worker, '/'), "/ztrain-worker");
+        snprintf(threads_arg, sizeof threads_arg, "%ld", threads);
+        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out,
+                         threads ? "--threads" : NULL, threads_arg, NULL};
+        zt_launch_options lo = {.program = worker, .argv = wargv, .world_size = world_size};
+        zt_launch_result lr;
+        if (zt_launch_ranks(&lo, &lr) != ZT_OK) {
+            fprintf(stderr, "ztrain: %s: %s\n", job_path, zt_last_error());
+            return 1;
+        }
+        if (lr.killed)
+            fprintf(stderr, "ztrain: %s: the ranks were killed on a second signal; their last "
+                            "step was not checkpointed\n", job_path);
+        return lr.stopped ? 130 : 0;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,
+                             .stop_requested = &stop_requested};
+    zt_train_result res;
     zt_status s = zt_train_run(&job, &opts, &res);
     bool checkpointed = job.train.checkpoint_dir != NULL;
     zt_job_spec_free(&job);
@@ -205,7 +236,7 @@ static int cmd_sample(int argc, char **argv) {
     zt_model *m = NULL;
     int rc = 0;
     int32_t *tokens = NULL;
-    if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1) != ZT_OK ||
+    if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1, 1) != ZT_OK ||
         zt_model_load_safetensors(m, spec.init_from) != ZT_OK) {
         rc = fail(NULL);
         goto done;
@@ -280,7 +311,7 @@ static int cmd_export(int argc, char **argv) {
         return fail(NULL);
     zt_model *m = NULL;
     int rc = 0;
-    if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1) != ZT_OK ||
+    if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1, 1) != ZT_OK ||
         zt_model_load_safetensors(m, spec.init_from) != ZT_OK ||
         zt_model_save_safetensors(m, out) != ZT_OK)
         rc = fail(NULL);

@@ -149,11 +149,16 @@ static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *tar
     g->B = B;
     g->T = T;
 
+    const zt_model_hooks *h = &m->hooks;
+    if (h->fetch)
+        h->fetch(h->ctx, -1);
     k->encoder_forward(g->la[0].encoded, inputs, g->wte, g->wpe, B, T, C);
     const float *residual = g->la[0].encoded;
     for (int l = 0; l < g->L; l++) {
         layer_acts *a = &g->la[l];
         float **w = g->lw[l].w;
+        if (h->fetch)
+            h->fetch(h->ctx, l);
         k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B], BT, C);
         k->matmul_forward(a->qkv, a->ln1, w[QKV_W], w[QKV_B], BT, C, 3 * C, false);
         k->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
@@ -165,15 +170,18 @@ static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *tar
         k->matmul_forward(a->res3, a->fch_gelu, w[FCPROJ_W], w[FCPROJ_B], BT, 4 * C, C, false);
         k->add(a->res3, a->res3, a->res2, (size_t)BT * C);
         residual = a->res3;
+        if (h->release)
+            h->release(h->ctx, l);
     }
     k->layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, residual, g->lnf_w, g->lnf_b, BT, C);
     k->matmul_forward(g->logits, g->lnf, g->wte, NULL, BT, C, V, true);
 
-    g->has_grad = 0;
+    g->has_grad = targets && grad_scale != 0.0f;
+    if (!g->has_grad && h->release)
+        h->release(h->ctx, -1);
     if (!targets)
         return 0.0f;
     k->softmax_xent(g->losses, g->logits, targets, BT, V, grad_scale);
-    g->has_grad = grad_scale != 0.0f;
     double sum = 0.0;
     int counted = 0;
     for (int i = 0; i < BT; i++) {
@@ -197,10 +205,13 @@ static void gpt2_backward(zt_model *m) {
     memset(g->dres, 0, sizeof(float) * (size_t)BT * C);
     k->layernorm_backward(g->dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w, g->lnf_mean,
                           g->lnf_rstd, BT, C);
+    const zt_model_hooks *h = &m->hooks;
     for (int l = g->L - 1; l >= 0; l--) {
         layer_acts *a = &g->la[l];
         float **w = g->lw[l].w, **dw = g->lg[l].w;
         const float *residual = l == 0 ? g->la[0].encoded : g->la[l - 1].res3;
+        if (h->fetch)
+            h->fetch(h->ctx, l);
         /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
         k->matmul_backward(g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], g->dres, a->fch_gelu, w[FCPROJ_W],
                            BT, 4 * C, C, false);
@@ -217,8 +228,16 @@ static void gpt2_backward(zt_model *m) {
                            false);
         k->layernorm_backward(g->dres, dw[LN1_W], dw[LN1_B], g->dln, residual, w[LN1_W],
                               a->ln1_mean, a->ln1_rstd, BT, C);
+        if (h->grads_ready)
+            h->grads_ready(h->ctx, l);
+        if (h->release)
+            h->release(h->ctx, l);
     }
     k->encoder_backward(g->dwte, g->dwpe, g->dres, g->inputs, B, T, C);
+    if (h->grads_ready)
+        h->grads_ready(h->ctx, -1);
+    if (h->release)
+        h->release(h->ctx, -1);
 }
 
 static const float *gpt2_logits(const zt_model *m) { return ((const gpt2 *)m)->logits; }
@@ -232,8 +251,7 @@ static double gpt2_flops_per_token(const zt_model *m) {
 
 static void gpt2_destroy(zt_model *m) {
     gpt2 *g = (gpt2 *)m;
-    free(m->params);
-    free(m->grads);
+    zt_model_free_flat(m);
     free(m->tensors);
     free(g->lw);
     free(g->lg);
@@ -300,7 +318,7 @@ static size_t carve_activations(gpt2 *g, float *base) {
 }
 
 zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
-                         int max_batch) {
+                         int max_batch, size_t pad_to) {
     ZT_TRY(zt_model_spec_validate(spec, "model"));
     if (max_batch < 1)
         return zt_error(ZT_ERR_INVALID, "gpt2: batch size %d must be positive", max_batch);
@@ -312,6 +330,7 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_ker
     m->k = k;
     m->spec = *spec;
     m->max_batch = max_batch;
+    m->n_layer = spec->n_layer;
     g->L = spec->n_layer;
     g->C = spec->n_embd;
     g->NH = spec->n_head;
@@ -345,10 +364,13 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_ker
     m->n_params = off;
 
     size_t n_act = carve_activations(g, NULL);
-    m->params = alloc_floats(m->n_params);
-    m->grads = alloc_floats(m->n_params);
+    zt_status s = zt_model_alloc_flat(m, pad_to);
+    if (s != ZT_OK) {
+        gpt2_destroy(m);
+        return s;
+    }
     g->act_memory = alloc_floats(n_act);
-    if (!m->params || !m->grads || !g->act_memory) {
+    if (!g->act_memory) {
         gpt2_destroy(m);
         return zt_error(ZT_ERR_NOMEM,
                         "gpt2: cannot allocate %zu parameters and %zu activation floats",

@@ -88,168 +88,128 @@ static void sgd_portable(float *p, const float *g, float *buf, size_t n, const s
 
 #ifdef ZT_OPTIM_X86
 
-/* One vector of Adam, shared by the full-width loop and the masked tail. */
-__attribute__((target("avx512f"))) static inline void
-adam_v16(__m512 *p, __m512 g, __m512 *m, __m512 *v, const adam_coef *c) {
-    if (c->l2 != 0.0f)
-        g = _mm512_fmadd_ps(_mm512_set1_ps(c->l2), *p, g);
-    *m = _mm512_fmadd_ps(_mm512_set1_ps(c->beta1), *m,
-                         _mm512_mul_ps(_mm512_set1_ps(c->one_minus_beta1), g));
-    *v = _mm512_fmadd_ps(_mm512_set1_ps(c->beta2), *v,
-                         _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(c->one_minus_beta2), g), g));
-    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(*v), _mm512_set1_ps(c->sqrt_bc2)),
-                                 _mm512_set1_ps(c->eps));
-    __m512 upd = _mm512_mul_ps(_mm512_set1_ps(c->step_size), _mm512_div_ps(*m, denom));
-    *p = _mm512_fmsub_ps(*p, _mm512_set1_ps(c->decay), upd);
+/* The AVX-512 and AVX2 paths are one text, expanded once per instruction set by the two macros
+ * below, so the two cannot drift apart; the portable loops above stay the written-out reference
+ * that both reproduce. Each instruction set supplies its vector type, mask type, intrinsic prefix
+ * (_mm512 or _mm256) and width, and three tail helpers that hide how it masks a partial vector. */
+
+/* AVX-512 masks the tail with a mask register. */
+__attribute__((target("avx512f"))) static inline __mmask16 tail_mask_avx512(size_t rem) {
+    return (__mmask16)((1u << rem) - 1u);
 }
 
-__attribute__((target("avx512f"))) static void adam_avx512(float *p, const float *g, float *m,
-                                                            float *v, size_t n,
-                                                            const adam_coef *coef) {
-    const adam_coef local = *coef, *c = &local;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 pv = _mm512_loadu_ps(p + i), mv = _mm512_loadu_ps(m + i);
-        __m512 vv = _mm512_loadu_ps(v + i);
-        adam_v16(&pv, _mm512_loadu_ps(g + i), &mv, &vv, c);
-        _mm512_storeu_ps(p + i, pv);
-        _mm512_storeu_ps(m + i, mv);
-        _mm512_storeu_ps(v + i, vv);
-    }
-    if (i < n) {
-        __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
-        __m512 pv = _mm512_maskz_loadu_ps(k, p + i), mv = _mm512_maskz_loadu_ps(k, m + i);
-        __m512 vv = _mm512_maskz_loadu_ps(k, v + i);
-        adam_v16(&pv, _mm512_maskz_loadu_ps(k, g + i), &mv, &vv, c);
-        _mm512_mask_storeu_ps(p + i, k, pv);
-        _mm512_mask_storeu_ps(m + i, k, mv);
-        _mm512_mask_storeu_ps(v + i, k, vv);
-    }
+__attribute__((target("avx512f"))) static inline __m512 mask_load_avx512(const float *p,
+                                                                         __mmask16 k) {
+    return _mm512_maskz_loadu_ps(k, p);
 }
 
-__attribute__((target("avx512f"))) static inline void
-sgd_v16(__m512 *p, __m512 g, __m512 *buf, const sgd_coef *c) {
-    if (c->wd != 0.0f)
-        g = _mm512_fmadd_ps(_mm512_set1_ps(c->wd), *p, g);
-    if (c->use_momentum) {
-        __m512 mom = _mm512_set1_ps(c->momentum);
-        __m512 b = c->first_step
-                       ? g
-                       : _mm512_fmadd_ps(mom, *buf,
-                                         _mm512_mul_ps(_mm512_set1_ps(c->one_minus_dampening), g));
-        *buf = b;
-        g = c->nesterov ? _mm512_fmadd_ps(mom, b, g) : b;
-    }
-    *p = _mm512_fmadd_ps(_mm512_set1_ps(-c->lr), g, *p);
-}
-
-__attribute__((target("avx512f"))) static void sgd_avx512(float *p, const float *g, float *buf,
-                                                           size_t n, const sgd_coef *coef) {
-    const sgd_coef local = *coef, *c = &local;
-    size_t i = 0;
-    __m512 zero = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        __m512 pv = _mm512_loadu_ps(p + i);
-        __m512 bv = c->use_momentum ? _mm512_loadu_ps(buf + i) : zero;
-        sgd_v16(&pv, _mm512_loadu_ps(g + i), &bv, c);
-        _mm512_storeu_ps(p + i, pv);
-        if (c->use_momentum)
-            _mm512_storeu_ps(buf + i, bv);
-    }
-    if (i < n) {
-        __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
-        __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
-        __m512 bv = c->use_momentum ? _mm512_maskz_loadu_ps(k, buf + i) : zero;
-        sgd_v16(&pv, _mm512_maskz_loadu_ps(k, g + i), &bv, c);
-        _mm512_mask_storeu_ps(p + i, k, pv);
-        if (c->use_momentum)
-            _mm512_mask_storeu_ps(buf + i, k, bv);
-    }
+__attribute__((target("avx512f"))) static inline void mask_store_avx512(float *p, __mmask16 k,
+                                                                        __m512 x) {
+    _mm512_mask_storeu_ps(p, k, x);
 }
 
 /* AVX2 has no mask registers; a lane mask built by comparing lane indices with the remaining
  * count drives maskload/maskstore, which never touch memory past the slice. */
-__attribute__((target("avx2"))) static inline __m256i tail_mask8(size_t rem) {
+__attribute__((target("avx2"))) static inline __m256i tail_mask_avx2(size_t rem) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-__attribute__((target("avx2,fma"))) static inline void
-adam_v8(__m256 *p, __m256 g, __m256 *m, __m256 *v, const adam_coef *c) {
-    if (c->l2 != 0.0f)
-        g = _mm256_fmadd_ps(_mm256_set1_ps(c->l2), *p, g);
-    *m = _mm256_fmadd_ps(_mm256_set1_ps(c->beta1), *m,
-                         _mm256_mul_ps(_mm256_set1_ps(c->one_minus_beta1), g));
-    *v = _mm256_fmadd_ps(_mm256_set1_ps(c->beta2), *v,
-                         _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(c->one_minus_beta2), g), g));
-    __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(*v), _mm256_set1_ps(c->sqrt_bc2)),
-                                 _mm256_set1_ps(c->eps));
-    __m256 upd = _mm256_mul_ps(_mm256_set1_ps(c->step_size), _mm256_div_ps(*m, denom));
-    *p = _mm256_fmsub_ps(*p, _mm256_set1_ps(c->decay), upd);
+__attribute__((target("avx2"))) static inline __m256 mask_load_avx2(const float *p, __m256i k) {
+    return _mm256_maskload_ps(p, k);
 }
 
-__attribute__((target("avx2,fma"))) static void adam_avx2(float *p, const float *g, float *m,
-                                                          float *v, size_t n,
-                                                          const adam_coef *coef) {
-    const adam_coef local = *coef, *c = &local;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 pv = _mm256_loadu_ps(p + i), mv = _mm256_loadu_ps(m + i);
-        __m256 vv = _mm256_loadu_ps(v + i);
-        adam_v8(&pv, _mm256_loadu_ps(g + i), &mv, &vv, c);
-        _mm256_storeu_ps(p + i, pv);
-        _mm256_storeu_ps(m + i, mv);
-        _mm256_storeu_ps(v + i, vv);
-    }
-    if (i < n) {
-        __m256i k = tail_mask8(n - i);
-        __m256 pv = _mm256_maskload_ps(p + i, k), mv = _mm256_maskload_ps(m + i, k);
-        __m256 vv = _mm256_maskload_ps(v + i, k);
-        adam_v8(&pv, _mm256_maskload_ps(g + i, k), &mv, &vv, c);
-        _mm256_maskstore_ps(p + i, k, pv);
-        _mm256_maskstore_ps(m + i, k, mv);
-        _mm256_maskstore_ps(v + i, k, vv);
-    }
+__attribute__((target("avx2"))) static inline void mask_store_avx2(float *p, __m256i k, __m256 x) {
+    _mm256_maskstore_ps(p, k, x);
 }
 
-__attribute__((target("avx2,fma"))) static inline void
-sgd_v8(__m256 *p, __m256 g, __m256 *buf, const sgd_coef *c) {
-    if (c->wd != 0.0f)
-        g = _mm256_fmadd_ps(_mm256_set1_ps(c->wd), *p, g);
-    if (c->use_momentum) {
-        __m256 mom = _mm256_set1_ps(c->momentum);
-        __m256 b = c->first_step
-                       ? g
-                       : _mm256_fmadd_ps(mom, *buf,
-                                         _mm256_mul_ps(_mm256_set1_ps(c->one_minus_dampening), g));
-        *buf = b;
-        g = c->nesterov ? _mm256_fmadd_ps(mom, b, g) : b;
+/* adam_vec_ISA updates one vector, for the full-width loop and the masked tail alike; adam_ISA
+ * runs it over a slice. */
+#define ADAM_VECTOR_PATH(ISA, TARGET, V, MASK, MM, W)                                              \
+    __attribute__((target(TARGET))) static inline void adam_vec_##ISA(V *p, V g, V *m, V *v,       \
+                                                                      const adam_coef *c) {        \
+        if (c->l2 != 0.0f)                                                                         \
+            g = MM##_fmadd_ps(MM##_set1_ps(c->l2), *p, g);                                         \
+        *m = MM##_fmadd_ps(MM##_set1_ps(c->beta1), *m,                                             \
+                           MM##_mul_ps(MM##_set1_ps(c->one_minus_beta1), g));                      \
+        *v = MM##_fmadd_ps(MM##_set1_ps(c->beta2), *v,                                             \
+                           MM##_mul_ps(MM##_mul_ps(MM##_set1_ps(c->one_minus_beta2), g), g));      \
+        V denom = MM##_add_ps(MM##_div_ps(MM##_sqrt_ps(*v), MM##_set1_ps(c->sqrt_bc2)),            \
+                              MM##_set1_ps(c->eps));                                               \
+        V upd = MM##_mul_ps(MM##_set1_ps(c->step_size), MM##_div_ps(*m, denom));                   \
+        *p = MM##_fmsub_ps(*p, MM##_set1_ps(c->decay), upd);                                       \
+    }                                                                                              \
+                                                                                                   \
+    __attribute__((target(TARGET))) static void adam_##ISA(float *p, const float *g, float *m,     \
+                                                           float *v, size_t n,                     \
+                                                           const adam_coef *coef) {                \
+        const adam_coef local = *coef, *c = &local;                                                \
+        size_t i = 0;                                                                              \
+        for (; i + W <= n; i += W) {                                                               \
+            V pv = MM##_loadu_ps(p + i), mv = MM##_loadu_ps(m + i);                                \
+            V vv = MM##_loadu_ps(v + i);                                                           \
+            adam_vec_##ISA(&pv, MM##_loadu_ps(g + i), &mv, &vv, c);                                \
+            MM##_storeu_ps(p + i, pv);                                                             \
+            MM##_storeu_ps(m + i, mv);                                                             \
+            MM##_storeu_ps(v + i, vv);                                                             \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            MASK k = tail_mask_##ISA(n - i);                                                       \
+            V pv = mask_load_##ISA(p + i, k), mv = mask_load_##ISA(m + i, k);                      \
+            V vv = mask_load_##ISA(v + i, k);                                                      \
+            adam_vec_##ISA(&pv, mask_load_##ISA(g + i, k), &mv, &vv, c);                           \
+            mask_store_##ISA(p + i, k, pv);                                                        \
+            mask_store_##ISA(m + i, k, mv);                                                        \
+            mask_store_##ISA(v + i, k, vv);                                                        \
+        }                                                                                          \
     }
-    *p = _mm256_fmadd_ps(_mm256_set1_ps(-c->lr), g, *p);
-}
 
-__attribute__((target("avx2,fma"))) static void sgd_avx2(float *p, const float *g, float *buf,
-                                                         size_t n, const sgd_coef *coef) {
-    const sgd_coef local = *coef, *c = &local;
-    size_t i = 0;
-    __m256 zero = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8) {
-        __m256 pv = _mm256_loadu_ps(p + i);
-        __m256 bv = c->use_momentum ? _mm256_loadu_ps(buf + i) : zero;
-        sgd_v8(&pv, _mm256_loadu_ps(g + i), &bv, c);
-        _mm256_storeu_ps(p + i, pv);
-        if (c->use_momentum)
-            _mm256_storeu_ps(buf + i, bv);
+/* sgd_vec_ISA and sgd_ISA, the same way; without momentum the buffer is neither read nor
+ * written. */
+#define SGD_VECTOR_PATH(ISA, TARGET, V, MASK, MM, W)                                               \
+    __attribute__((target(TARGET))) static inline void sgd_vec_##ISA(V *p, V g, V *buf,            \
+                                                                     const sgd_coef *c) {          \
+        if (c->wd != 0.0f)                                                                         \
+            g = MM##_fmadd_ps(MM##_set1_ps(c->wd), *p, g);                                         \
+        if (c->use_momentum) {                                                                     \
+            V mom = MM##_set1_ps(c->momentum);                                                     \
+            V b = c->first_step                                                                    \
+                      ? g                                                                          \
+                      : MM##_fmadd_ps(mom, *buf,                                                   \
+                                      MM##_mul_ps(MM##_set1_ps(c->one_minus_dampening), g));       \
+            *buf = b;                                                                              \
+            g = c->nesterov ? MM##_fmadd_ps(mom, b, g) : b;                                        \
+        }                                                                                          \
+        *p = MM##_fmadd_ps(MM##_set1_ps(-c->lr), g, *p);                                           \
+    }                                                                                              \
+                                                                                                   \
+    __attribute__((target(TARGET))) static void sgd_##ISA(float *p, const float *g, float *buf,    \
+                                                          size_t n, const sgd_coef *coef) {        \
+        const sgd_coef local = *coef, *c = &local;                                                 \
+        size_t i = 0;                                                                              \
+        V zero = MM##_setzero_ps();                                                                \
+        for (; i + W <= n; i += W) {                                                               \
+            V pv = MM##_loadu_ps(p + i);                                                           \
+            V bv = c->use_momentum ? MM##_loadu_ps(buf + i) : zero;                                \
+            sgd_vec_##ISA(&pv, MM##_loadu_ps(g + i), &bv, c);                                      \
+            MM##_storeu_ps(p + i, pv);                                                             \
+            if (c->use_momentum)                                                                   \
+                MM##_storeu_ps(buf + i, bv);                                                       \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            MASK k = tail_mask_##ISA(n - i);                                                       \
+            V pv = mask_load_##ISA(p + i, k);                                                      \
+            V bv = c->use_momentum ? mask_load_##ISA(buf + i, k) : zero;                           \
+            sgd_vec_##ISA(&pv, mask_load_##ISA(g + i, k), &bv, c);                                 \
+            mask_store_##ISA(p + i, k, pv);                                                        \
+            if (c->use_momentum)                                                                   \
+                mask_store_##ISA(buf + i, k, bv);                                                  \
+        }                                                                                          \
     }
-    if (i < n) {
-        __m256i k = tail_mask8(n - i);
-        __m256 pv = _mm256_maskload_ps(p + i, k);
-        __m256 bv = c->use_momentum ? _mm256_maskload_ps(buf + i, k) : zero;
-        sgd_v8(&pv, _mm256_maskload_ps(g + i, k), &bv, c);
-        _mm256_maskstore_ps(p + i, k, pv);
-        if (c->use_momentum)
-            _mm256_maskstore_ps(buf + i, k, bv);
-    }
-}
+
+ADAM_VECTOR_PATH(avx512, "avx512f", __m512, __mmask16, _mm512, 16)
+SGD_VECTOR_PATH(avx512, "avx512f", __m512, __mmask16, _mm512, 16)
+ADAM_VECTOR_PATH(avx2, "avx2,fma", __m256, __m256i, _mm256, 8)
+SGD_VECTOR_PATH(avx2, "avx2,fma", __m256, __m256i, _mm256, 8)
 
 #endif /* ZT_OPTIM_X86 */
 

@@ -275,10 +275,12 @@ try:
     run_job("n_layer 0", setter(["model"], "n_layer", 0), ["job.json", "n_layer"])
     run_job("unknown model type llama", setter(["model"], "type", "llama"), ["llama"])
     run_job("no optimizer section", deleter(["deepspeed"], "optimizer"), ["optimizer"])
-    # The CLI trains in one process: a job asking for 2 data-parallel ranks must be refused until
-    # the launcher exists, not run as rank 0 of 2 on half the data and reported as done.
-    run_job("world_size 2 (multi-rank not supported yet)", setter([], "world_size", 2),
-            ["job.json", "world_size", "not supported"])
+    # Batch keys that do not fit world_size: DeepSpeed's own text, with the world size in it.
+    run_job("batch keys inconsistent with world_size 2",
+            lambda job, d: (job.update(world_size=2),
+                            job["deepspeed"].update(train_batch_size=6, gradient_accumulation_steps=2)),
+            ["job.json", "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step "
+             "* world_size 6 != 2 * 2 * 2"])
 
     # ---- missing files -------------------------------------------------------------------------
     d = new_case_dir()
@@ -363,9 +365,12 @@ try:
     run_job("init_from that is not a safetensors file", not_safetensors, ["weights.safetensors"])
 
     # ---- options that are valid DeepSpeed but not implemented yet ------------------------------
-    run_job("zero_optimization.stage 2 (not supported yet)",
-            setter(["deepspeed"], "zero_optimization", {"stage": 2}),
-            ["job.json", "stage", "not supported"])
+    run_job("zero_optimization.stage 4 (outside 0-3)",
+            setter(["deepspeed"], "zero_optimization", {"stage": 4}),
+            ["job.json", "stage", "4"])
+    run_job("zero_optimization.reduce_bucket_size 0",
+            setter(["deepspeed"], "zero_optimization", {"stage": 2, "reduce_bucket_size": 0}),
+            ["job.json", "reduce_bucket_size", "0"])
     run_job("fp16.enabled true (not supported yet)", setter(["deepspeed"], "fp16", {"enabled": True}),
             ["job.json", "fp16", "not supported"])
     run_job("bf16.enabled true (not supported yet)", setter(["deepspeed"], "bf16", {"enabled": True}),

@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
     spec.block_size = atoi(argv[8]);
     int B = atoi(argv[9]), T = atoi(argv[10]);
     zt_model *m;
-    if (zt_model_create(&m, &spec, zt_kernels_cpu(), B) != ZT_OK)
+    if (zt_model_create(&m, &spec, zt_kernels_cpu(), B, 1) != ZT_OK)
         return die("");
     if (zt_model_load_safetensors(m, argv[1]) != ZT_OK)
         return die("");

@@ -3,8 +3,7 @@
  * File validation is checked against hand-built files, one defect each; the sampler against the
  * DistributedSampler rules written out independently here (coverage, disjointness, wrap-around
  * padding, batch counts), and resume against a loader that was actually advanced. */
-#define _POSIX_C_SOURCE 200809L /* mkdtemp; before any header */
-#include <errno.h>
+#define _XOPEN_SOURCE 700 /* mkdtemp and realpath, for check.h; before any header */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,45 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "ztrain/data.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-
-#define CHECKF(cond, ...)                                                             \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fputc('\n', stderr);                                                      \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 256, "%s/%s", tmpdir, name);
-    return p;
-}
-
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) {
-        fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
-        exit(1);
-    }
-}
 
 /* An llm.c token file with a given header and body, valid or not. */
 static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t ntok,
@@ -61,7 +23,7 @@ static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t
     memcpy(buf, h, sizeof h);
     if (body_bytes)
         memcpy(buf + 1024, body, body_bytes);
-    write_file(path, buf, n);
+    check_write_file(path, buf, n);
     free(buf);
 }
 
@@ -69,23 +31,18 @@ static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t
 static void expect_open_fails(const char *path, int vocab, zt_status want, ...) {
     zt_dataset d;
     zt_status s = zt_dataset_open(&d, path, vocab);
-    const char *msg = zt_last_error();
-    CHECKF(s == want, "%s: status %s, want %s (%s)", path, zt_status_name(s), zt_status_name(want),
-           msg);
-    CHECKF(strstr(msg, path) != NULL, "message does not name %s: %s", path, msg);
+    va_list facts;
+    va_start(facts, want);
+    check_error_has(__FILE__, __LINE__, s, want, path, facts);
+    va_end(facts);
     CHECK(d.map == NULL && d.path == NULL);
-    va_list ap;
-    va_start(ap, want);
-    for (const char *fact; (fact = va_arg(ap, const char *)) != NULL;)
-        CHECKF(strstr(msg, fact) != NULL, "message lacks \"%s\": %s", fact, msg);
-    va_end(ap);
     if (s == ZT_OK)
         zt_dataset_close(&d);
 }
 
 static void test_bad_files(void) {
     uint16_t body[1000] = {0};
-    const char *p = tmp_path("train.bin");
+    const char *p = check_tmp_path("train.bin");
 
     write_llmc(p, 12345, 1, 1000, body, sizeof body);
     expect_open_fails(p, 256, ZT_ERR_FORMAT,
@@ -98,7 +55,7 @@ static void test_bad_files(void) {
     expect_open_fails(p, 256, ZT_ERR_FORMAT, "bad version 1", "expected 7", NULL);
 
     unsigned char shortbuf[100] = {0};
-    write_file(p, shortbuf, sizeof shortbuf);
+    check_write_file(p, shortbuf, sizeof shortbuf);
     expect_open_fails(p, 256, ZT_ERR_FORMAT, "100 bytes", "1024", NULL);
 
     write_llmc(p, 20240520, 1, 1000, body, 1024);
@@ -118,23 +75,24 @@ static void test_bad_files(void) {
     expect_open_fails(p, 256, ZT_ERR_FORMAT,
                       "token 300 at position 17 is outside the model's vocab_size 256", NULL);
 
-    write_file(p, "", 0);
+    check_write_file(p, "", 0);
     expect_open_fails(p, 256, ZT_ERR_FORMAT, "empty", NULL);
-    const char *txt = tmp_path("empty.txt");
-    write_file(txt, "", 0);
+    const char *txt = check_tmp_path("empty.txt");
+    check_write_file(txt, "", 0);
     expect_open_fails(txt, 256, ZT_ERR_FORMAT, "empty", NULL);
 
     /* A .bin file holding text is a token file with a bad magic, not a byte file. */
-    write_file(p, "hello world, this is text\n", 26);
+    check_write_file(p, "hello world, this is text\n", 26);
     expect_open_fails(p, 256, ZT_ERR_FORMAT, "26 bytes", NULL);
 
     /* Any file that starts with a magic is a token file, whatever its name. */
-    const char *tok = tmp_path("train.tokens");
+    const char *tok = check_tmp_path("train.tokens");
     write_llmc(tok, 20240520, 1, 10, body, 8);
     expect_open_fails(tok, 256, ZT_ERR_FORMAT, "header says 10 tokens (1044 bytes)", NULL);
 
-    expect_open_fails(tmp_path("missing.bin"), 256, ZT_ERR_IO, "No such file or directory", NULL);
-    expect_open_fails(tmpdir, 256, ZT_ERR_IO, "not a regular file", NULL);
+    expect_open_fails(check_tmp_path("missing.bin"), 256, ZT_ERR_IO, "No such file or directory",
+                      NULL);
+    expect_open_fails(check_tmpdir, 256, ZT_ERR_IO, "not a regular file", NULL);
     write_llmc(p, 20240520, 1, 2, body, 4);
     expect_open_fails(p, 0, ZT_ERR_INVALID, "vocab_size 0", NULL);
 }
@@ -144,11 +102,11 @@ static void test_token_files(void) {
     uint16_t toks[300];
     for (int i = 0; i < 300; i++)
         toks[i] = (uint16_t)(i * 211 % 50257);
-    const char *p = tmp_path("w.bin");
+    const char *p = check_tmp_path("w.bin");
     CHECK(zt_dataset_write_tokens(p, toks, 300) == ZT_OK);
     struct stat st;
     CHECK(stat(p, &st) == 0 && st.st_size == 1024 + 600);
-    CHECK(access(tmp_path("w.bin.tmp"), F_OK) != 0);
+    CHECK(access(check_tmp_path("w.bin.tmp"), F_OK) != 0);
     FILE *f = fopen(p, "rb");
     int32_t h[256];
     CHECK(f && fread(h, 4, 256, f) == 256);
@@ -170,7 +128,7 @@ static void test_token_files(void) {
     uint32_t t32[50];
     for (int i = 0; i < 50; i++)
         t32[i] = 100000u + (uint32_t)i * 1000u;
-    const char *p32 = tmp_path("llama.bin");
+    const char *p32 = check_tmp_path("llama.bin");
     write_llmc(p32, 20240801, 7, 50, t32, sizeof t32);
     CHECK(zt_dataset_open(&d, p32, 200000) == ZT_OK);
     CHECK(d.kind == ZT_DATA_TOKENS32 && d.n_tokens == 50);
@@ -182,9 +140,9 @@ static void test_token_files(void) {
 }
 
 static void test_byte_files(void) {
-    const char *p = tmp_path("corpus.txt");
+    const char *p = check_tmp_path("corpus.txt");
     const char *text = "hello world\n";
-    write_file(p, text, strlen(text));
+    check_write_file(p, text, strlen(text));
     zt_dataset d;
     CHECK(zt_dataset_open(&d, p, 256) == ZT_OK);
     CHECK(d.kind == ZT_DATA_BYTES && d.n_tokens == strlen(text));
@@ -195,8 +153,8 @@ static void test_byte_files(void) {
     expect_open_fails(p, 109, ZT_ERR_FORMAT, "token 111 at position 4", "vocab_size 109", NULL);
 
     unsigned char hi[3] = {1, 255, 2};
-    const char *ph = tmp_path("high.dat");
-    write_file(ph, hi, 3);
+    const char *ph = check_tmp_path("high.dat");
+    check_write_file(ph, hi, 3);
     CHECK(zt_dataset_open(&d, ph, 256) == ZT_OK);
     CHECK(zt_dataset_token(&d, 1) == 255);
     zt_dataset_close(&d);
@@ -210,7 +168,7 @@ static void open_counting(zt_dataset *d, int T, int n_samples) {
     uint16_t *t = malloc(n * sizeof *t);
     for (size_t i = 0; i < n; i++)
         t[i] = (uint16_t)i;
-    const char *p = tmp_path("count.bin");
+    const char *p = check_tmp_path("count.bin");
     if (zt_dataset_write_tokens(p, t, n) != ZT_OK || zt_dataset_open(d, p, 65536) != ZT_OK) {
         fprintf(stderr, "cannot build dataset: %s\n", zt_last_error());
         exit(1);
@@ -228,8 +186,8 @@ static int64_t read_epoch(zt_loader *l, int64_t *out, int32_t *in, int32_t *tg) 
         int got = zt_loader_next(l, in, tg);
         bool last = b == bpe - 1;
         int want = (!l->drop_last && last && l->per_rank % B) ? (int)(l->per_rank % B) : B;
-        CHECKF(got == want, "batch %lld of %lld: got %d rows, want %d", (long long)b,
-               (long long)bpe, got, want);
+        CHECK(got == want, "batch %lld of %lld: got %d rows, want %d", (long long)b,
+              (long long)bpe, got, want);
         for (int r = 0; r < got; r++) {
             int64_t s = in[r * T] / T;
             for (int t = 0; t < T; t++) {
@@ -275,14 +233,14 @@ static void test_sampler_partition(void) {
                         zt_loader l;
                         zt_status s = zt_loader_init(&l, &d, B, T, r, W, true, drop, 42);
                         if (drop && per_rank < B) {
-                            CHECKF(s == ZT_ERR_INVALID, "N=%d W=%d B=%d: a rank without a full "
-                                   "batch must be refused", N, W, B);
+                            CHECK(s == ZT_ERR_INVALID, "N=%d W=%d B=%d: a rank without a full "
+                                  "batch must be refused", N, W, B);
                             continue;
                         }
                         CHECK(s == ZT_OK);
                         CHECK(l.per_rank == per_rank);
-                        CHECKF(zt_loader_batches_per_epoch(&l) == bpe, "N=%d W=%d B=%d drop=%d",
-                               N, W, B, drop);
+                        CHECK(zt_loader_batches_per_epoch(&l) == bpe, "N=%d W=%d B=%d drop=%d",
+                              N, W, B, drop);
                         for (int e = 0; e < 2; e++) {
                             int64_t got[64];
                             int64_t n = read_epoch(&l, got, in, tg);
@@ -304,8 +262,8 @@ static void test_sampler_partition(void) {
                             if (!filled[e][g])
                                 continue;
                             int64_t want = ref[e][g % N];
-                            CHECKF(G[e][g] == want, "N=%d W=%d B=%d drop=%d epoch %d slot %lld",
-                                   N, W, B, drop, e, (long long)g);
+                            CHECK(G[e][g] == want, "N=%d W=%d B=%d drop=%d epoch %d slot %lld",
+                                  N, W, B, drop, e, (long long)g);
                         }
                         if (!drop) {
                             int seen[64] = {0};
@@ -378,8 +336,8 @@ static void test_shuffle(void) {
         last[u.order[7]]++;
     }
     for (int i = 0; i < 8; i++) {
-        CHECKF(first[i] > 850 && first[i] < 1150, "sample %d first %d times", i, first[i]);
-        CHECKF(last[i] > 850 && last[i] < 1150, "sample %d last %d times", i, last[i]);
+        CHECK(first[i] > 850 && first[i] < 1150, "sample %d first %d times", i, first[i]);
+        CHECK(last[i] > 850 && last[i] < 1150, "sample %d last %d times", i, last[i]);
     }
     zt_loader_free(&u);
     zt_dataset_close(&d);
@@ -434,16 +392,16 @@ static void test_seek(void) {
 static void test_small_datasets(void) {
     const int T = 8;
     uint16_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-    const char *p = tmp_path("small.bin");
+    const char *p = check_tmp_path("small.bin");
     zt_dataset d;
     zt_loader l;
     CHECK(zt_dataset_write_tokens(p, t, 8) == ZT_OK);
     CHECK(zt_dataset_open(&d, p, 256) == ZT_OK);
     zt_status s = zt_loader_init(&l, &d, 1, T, 0, 1, true, false, 1);
     CHECK(s == ZT_ERR_INVALID);
-    CHECKF(strstr(zt_last_error(), p) && strstr(zt_last_error(), "8 tokens") &&
-               strstr(zt_last_error(), "T+1 = 9"),
-           "%s", zt_last_error());
+    CHECK(strstr(zt_last_error(), p) && strstr(zt_last_error(), "8 tokens") &&
+              strstr(zt_last_error(), "T+1 = 9"),
+          "%s", zt_last_error());
     CHECK(l.order == NULL);
     zt_dataset_close(&d);
 
@@ -463,8 +421,8 @@ static void test_small_datasets(void) {
     zt_dataset_close(&d);
 
     /* A byte file through the loader. */
-    const char *pt = tmp_path("bytes.txt");
-    write_file(pt, "abcdefghijklmnopq", 17);
+    const char *pt = check_tmp_path("bytes.txt");
+    check_write_file(pt, "abcdefghijklmnopq", 17);
     CHECK(zt_dataset_open(&d, pt, 256) == ZT_OK);
     CHECK(zt_loader_init(&l, &d, 1, 4, 0, 1, false, true, 0) == ZT_OK);
     CHECK(l.n_samples == 4 && zt_loader_batches_per_epoch(&l) == 4);
@@ -476,19 +434,8 @@ static void test_small_datasets(void) {
     zt_dataset_close(&d);
 }
 
-static void remove_tmpdir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "warning: could not remove %s\n", tmpdir);
-}
-
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/zt_test_data.XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    check_tmpdir_create("zt_test_data");
     test_bad_files();
     test_token_files();
     test_byte_files();
@@ -496,11 +443,6 @@ int main(void) {
     test_shuffle();
     test_seek();
     test_small_datasets();
-    remove_tmpdir();
-    if (failures) {
-        fprintf(stderr, "test_data: %d checks failed\n", failures);
-        return 1;
-    }
-    printf("test_data: all checks passed\n");
-    return 0;
+    check_tmpdir_remove();
+    return check_summary("test_data");
 }

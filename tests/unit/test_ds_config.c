@@ -8,61 +8,40 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "ztrain/ds_config.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
 
 #define CHECK_NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) <= 1e-12 * (1 + fabs((double)(b))))
 
 /* Parses json expecting success; prints the message when it fails. */
-static int ok_at(int line, const char *json, int world, zt_ds_config *cfg) {
+static bool ok_at(int line, const char *json, int world, zt_ds_config *cfg) {
     zt_status s = zt_ds_config_parse(cfg, json, "ds.json", world);
-    if (s != ZT_OK) {
-        fprintf(stderr, "FAIL line %d: expected success, got %s: %s\n  config: %s\n", line,
-                zt_status_name(s), zt_last_error(), json);
-        failures++;
-        return 0;
-    }
-    return 1;
+    return check_at(__FILE__, line, s == ZT_OK, "expected success, got %s: %s\n  config: %s",
+                    zt_status_name(s), zt_last_error(), json);
 }
 #define OK(json, world, cfg) ok_at(__LINE__, json, world, cfg)
 
 /* Parses json expecting status `want` and a message equal to `msg` (or starting with it when
  * `prefix_only`). */
 static void err_at(int line, const char *json, int world, zt_status want, const char *msg,
-                   int prefix_only) {
+                   bool prefix_only) {
     zt_ds_config cfg;
     zt_status s = zt_ds_config_parse(&cfg, json, "ds.json", world);
-    const char *got = zt_last_error();
-    int match = prefix_only ? strncmp(got, msg, strlen(msg)) == 0 : strcmp(got, msg) == 0;
-    if (s != want || !match) {
-        fprintf(stderr, "FAIL line %d: config %s\n  want %s: %s\n  got  %s: %s\n", line, json,
-                zt_status_name(want), msg, zt_status_name(s), s == ZT_OK ? "(success)" : got);
-        failures++;
-    }
+    check_error_is(__FILE__, line, "config", json, s, want, msg, prefix_only);
 }
-#define ERR(json, world, want, msg) err_at(__LINE__, json, world, want, msg, 0)
-#define ERR_PREFIX(json, world, want, msg) err_at(__LINE__, json, world, want, msg, 1)
+#define ERR(json, world, want, msg) err_at(__LINE__, json, world, want, msg, false)
+#define ERR_PREFIX(json, world, want, msg) err_at(__LINE__, json, world, want, msg, true)
 
 static void check_triple(int line, const char *json, int world, int t, int m, int g) {
     zt_ds_config cfg;
     if (!ok_at(line, json, world, &cfg))
         return;
-    if (cfg.train_batch_size != t || cfg.train_micro_batch_size_per_gpu != m ||
-        cfg.gradient_accumulation_steps != g || cfg.world_size != world) {
-        fprintf(stderr, "FAIL line %d: %s W=%d: want (%d,%d,%d), got (%d,%d,%d) W=%d\n", line, json,
-                world, t, m, g, cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu,
-                cfg.gradient_accumulation_steps, cfg.world_size);
-        failures++;
-    }
+    check_at(__FILE__, line,
+             cfg.train_batch_size == t && cfg.train_micro_batch_size_per_gpu == m &&
+                 cfg.gradient_accumulation_steps == g && cfg.world_size == world,
+             "%s W=%d: want (%d,%d,%d), got (%d,%d,%d) W=%d", json, world, t, m, g,
+             cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu,
+             cfg.gradient_accumulation_steps, cfg.world_size);
 }
 #define TRIPLE(json, world, t, m, g) check_triple(__LINE__, json, world, t, m, g)
 
@@ -458,7 +437,7 @@ static void test_keys_and_types(void) {
     ERR("{" B "\"zero_optimization\": {\"overlap_comm\": 1}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'zero_optimization.overlap_comm' must be true or false, got 1");
     ERR("{" B "\"zero_optimization\": {\"reduce_bucket_size\": -1}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 0, got -1");
+        "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 1, got -1");
     ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'zero_optimization.offload_optimizer.device' must be \"none\", \"cpu\" or \"nvme\", "
         "got \"gpu\"");
@@ -496,10 +475,12 @@ static void test_keys_and_types(void) {
 
 static void test_gates(void) {
     zt_ds_config c;
-    ERR("{" B "\"zero_optimization\": {\"stage\": 2}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: zero_optimization.stage 2 is not supported yet (this build implements stage 0)");
-    ERR("{" B "\"zero_optimization\": true}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: zero_optimization.stage 1 is not supported yet (this build implements stage 0)");
+    OK("{" B "\"zero_optimization\": {\"stage\": 2}}", 1, &c);
+    CHECK(c.zero.stage == 2);
+    OK("{" B "\"zero_optimization\": true}", 1, &c);
+    CHECK(c.zero.stage == 1);
+    ERR("{" B "\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 0}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 1, got 0");
     OK("{" B "\"zero_optimization\": false}", 1, &c);
     ERR("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, ZT_ERR_UNSUPPORTED,
         "ds.json: fp16.enabled is not supported yet (this build trains in fp32)");
@@ -563,10 +544,5 @@ int main(void) {
     test_keys_and_types();
     test_gates();
     test_files();
-    if (failures) {
-        fprintf(stderr, "test_ds_config: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_ds_config: all checks passed\n");
-    return 0;
+    return check_summary("test_ds_config");
 }

@@ -9,64 +9,26 @@
 
 #include <cjson/cJSON.h>
 
+#include "check.h"
 #include "ztrain/job_spec.h"
 
-static int failures;
+static const char *dir; /* check_tmpdir: the fresh directory for the files, absolute */
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                                     \
-    do {                                                                                         \
-        const char *g_ = (got), *w_ = (want);                                                    \
-        if (!g_ || strcmp(g_, w_) != 0) {                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s\n  want: %s\n  got:  %s\n", __FILE__, __LINE__, #got, \
-                    w_, g_ ? g_ : "(null)");                                                     \
-            failures++;                                                                          \
-        }                                                                                        \
-    } while (0)
-
-static char dir[PATH_MAX]; /* a fresh directory for the files, made absolute */
-
+/* Writes text to dir/rel. */
 static void write_file(const char *rel, const char *text) {
-    char path[PATH_MAX * 2];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "cannot write %s\n", path);
-        exit(2);
-    }
-    fputs(text, f);
-    fclose(f);
-}
-
-static char *in_dir(const char *rel) {
-    static char path[PATH_MAX * 2];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    return path;
+    check_write_file(check_tmp_path(rel), text, strlen(text));
 }
 
 /* Parses text with source "job.json" and base "/base", expecting `want` and message `msg`. */
-static void err_at(int line, const char *json, zt_status want, const char *msg, int prefix_only) {
+static void err_at(int line, const char *json, zt_status want, const char *msg, bool prefix_only) {
     zt_job_spec job;
     zt_status s = zt_job_spec_parse(&job, json, "job.json", "/base");
-    const char *got = zt_last_error();
-    int match = prefix_only ? strncmp(got, msg, strlen(msg)) == 0 : strcmp(got, msg) == 0;
-    if (s != want || !match) {
-        fprintf(stderr, "FAIL line %d: job %s\n  want %s: %s\n  got  %s: %s\n", line, json,
-                zt_status_name(want), msg, zt_status_name(s), s == ZT_OK ? "(success)" : got);
-        failures++;
-    }
+    check_error_is(__FILE__, line, "job", json, s, want, msg, prefix_only);
     if (s == ZT_OK)
         zt_job_spec_free(&job);
 }
-#define ERR(json, want, msg) err_at(__LINE__, json, want, msg, 0)
-#define ERR_PREFIX(json, want, msg) err_at(__LINE__, json, want, msg, 1)
+#define ERR(json, want, msg) err_at(__LINE__, json, want, msg, false)
+#define ERR_PREFIX(json, want, msg) err_at(__LINE__, json, want, msg, true)
 
 #define MODEL "\"model\": {\"type\": \"gpt2\", \"n_layer\": 4, \"n_head\": 4, \"n_embd\": 256, " \
               "\"vocab_size\": 256, \"block_size\": 256, \"init_from\": null}"
@@ -91,12 +53,10 @@ static const char *full_job =
 static void test_full_inline(void) {
     write_file("job.json", full_job);
     zt_job_spec job;
-    zt_status s = zt_job_spec_load(&job, in_dir("job.json"));
-    if (s != ZT_OK) {
-        fprintf(stderr, "FAIL: full job: %s\n", zt_last_error());
-        failures++;
+    zt_status s = zt_job_spec_load(&job, check_tmp_path("job.json"));
+    CHECK(s == ZT_OK, "full job: %s", zt_last_error());
+    if (s != ZT_OK)
         return;
-    }
     CHECK_STR(job.name, "gpt2-small");
     CHECK(job.world_size == 2 && job.device == ZT_DEVICE_CPU);
     CHECK_STR(job.model.type, "gpt2");
@@ -129,21 +89,17 @@ static void test_full_inline(void) {
 }
 
 static void test_deepspeed_path(void) {
-    char sub[PATH_MAX * 2];
-    snprintf(sub, sizeof sub, "%s/conf", dir);
-    mkdir(sub, 0755);
+    mkdir(check_tmp_path("conf"), 0755);
     write_file("conf/ds_config.json",
                "{\n  \"train_micro_batch_size_per_gpu\": 2,\n  \"gradient_accumulation_steps\": 4,\n"
                "  \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9}}\n}\n");
     write_file("job_path.json", "{\"world_size\": 3, " MODEL ", " DATA ", "
                                 "\"deepspeed\": \"conf/ds_config.json\"}");
     zt_job_spec job;
-    zt_status s = zt_job_spec_load(&job, in_dir("job_path.json"));
-    if (s != ZT_OK) {
-        fprintf(stderr, "FAIL: deepspeed path: %s\n", zt_last_error());
-        failures++;
+    zt_status s = zt_job_spec_load(&job, check_tmp_path("job_path.json"));
+    CHECK(s == ZT_OK, "deepspeed path: %s", zt_last_error());
+    if (s != ZT_OK)
         return;
-    }
     CHECK_STR(job.name, "job_path"); /* the file name without .json */
     CHECK(job.ds.train_batch_size == 24 && job.ds.gradient_accumulation_steps == 4);
     CHECK(job.ds.optimizer.type == ZT_OPTIM_SGD && job.ds.optimizer.momentum == 0.9);
@@ -164,13 +120,13 @@ static void test_deepspeed_path(void) {
     char want[PATH_MAX * 5];
     snprintf(want, sizeof want, "%s/conf/bad_ds.json: Check batch related parameters. train_batch_size "
              "is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 10 != 4 * 1 * 2", dir);
-    CHECK(zt_job_spec_load(&job, in_dir("job_bad.json")) == ZT_ERR_INVALID);
+    CHECK(zt_job_spec_load(&job, check_tmp_path("job_bad.json")) == ZT_ERR_INVALID);
     CHECK_STR(zt_last_error(), want);
 
     write_file("job_missing.json", "{" MODEL ", " DATA ", \"deepspeed\": \"conf/nope.json\"}");
     snprintf(want, sizeof want, "%s: deepspeed: %s/conf/nope.json: cannot open: No such file or directory",
-             in_dir("job_missing.json"), dir);
-    CHECK(zt_job_spec_load(&job, in_dir("job_missing.json")) == ZT_ERR_IO);
+             check_tmp_path("job_missing.json"), dir);
+    CHECK(zt_job_spec_load(&job, check_tmp_path("job_missing.json")) == ZT_ERR_IO);
     CHECK_STR(zt_last_error(), want);
 }
 
@@ -178,11 +134,10 @@ static void test_paths(void) {
     zt_job_spec job;
     const char *text = "{" MODEL ", \"data\": {\"train\": \"/abs/train.bin\", \"val\": \"rel/val.bin\"}, "
                        DS ", \"train\": {\"checkpoint_dir\": \"../ckpt\"}}";
-    if (zt_job_spec_parse(&job, text, "job.json", "/base/dir") != ZT_OK) {
-        fprintf(stderr, "FAIL: paths: %s\n", zt_last_error());
-        failures++;
+    zt_status s = zt_job_spec_parse(&job, text, "job.json", "/base/dir");
+    CHECK(s == ZT_OK, "paths: %s", zt_last_error());
+    if (s != ZT_OK)
         return;
-    }
     CHECK_STR(job.data.train, "/abs/train.bin");
     CHECK_STR(job.data.val, "/base/dir/rel/val.bin");
     CHECK_STR(job.train.checkpoint_dir, "/base/dir/../ckpt");
@@ -193,15 +148,14 @@ static void test_paths(void) {
     text = "{\"model\": {\"n_layer\": 1, \"n_head\": 1, \"n_embd\": 8, \"vocab_size\": 256, "
            "\"block_size\": 8, \"init_from\": \"weights/gpt2.safetensors\"}, \"data\": {\"train\": "
            "\"t.bin\"}, " DS "}";
-    if (zt_job_spec_parse(&job, text, "job.json", "/base/") == ZT_OK) {
+    s = zt_job_spec_parse(&job, text, "job.json", "/base/");
+    CHECK(s == ZT_OK, "init_from: %s", zt_last_error());
+    if (s == ZT_OK) {
         CHECK_STR(job.model.init_from, "/base/weights/gpt2.safetensors");
         CHECK_STR(job.model.type, "gpt2");
         CHECK_STR(job.data.train, "/base/t.bin");
         CHECK(job.data.val == NULL);
         zt_job_spec_free(&job);
-    } else {
-        fprintf(stderr, "FAIL: init_from: %s\n", zt_last_error());
-        failures++;
     }
 }
 
@@ -283,39 +237,22 @@ static void test_missing_file(void) {
     CHECK_STR(zt_last_error(), "job.json: cannot open: No such file or directory");
     /* A job file loaded by a relative name still anchors paths at its absolute directory. */
     write_file("rel.json", "{" MODEL ", " DATA ", " DS "}");
-    if (zt_job_spec_load(&job, "rel.json") == ZT_OK) {
+    zt_status s = zt_job_spec_load(&job, "rel.json");
+    CHECK(s == ZT_OK, "relative load: %s", zt_last_error());
+    if (s == ZT_OK) {
         CHECK_STR(job.base_dir, dir);
         zt_job_spec_free(&job);
-    } else {
-        fprintf(stderr, "FAIL: relative load: %s\n", zt_last_error());
-        failures++;
     }
     CHECK(chdir(cwd) == 0);
 }
 
 int main(void) {
-    char tmpl[] = "/tmp/zt_job_spec_XXXXXX";
-    if (!mkdtemp(tmpl) || !realpath(tmpl, dir)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    dir = check_tmpdir_create("zt_job_spec");
     test_full_inline();
     test_deepspeed_path();
     test_paths();
     test_errors();
     test_missing_file();
-
-    const char *files[] = {"job.json", "job_path.json", "job_bad.json", "job_missing.json", "rel.json",
-                           "conf/ds_config.json", "conf/bad_ds.json"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        unlink(in_dir(files[i]));
-    rmdir(in_dir("conf"));
-    rmdir(dir);
-
-    if (failures) {
-        fprintf(stderr, "test_job_spec: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_job_spec: all checks passed\n");
-    return 0;
+    check_tmpdir_remove();
+    return check_summary("test_job_spec");
 }

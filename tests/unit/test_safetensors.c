@@ -5,9 +5,8 @@
  * message naming the file and the tensor. Truncations and byte flips of a valid file must never
  * crash. Interop with an independent Python implementation is in
  * tests/reference/test_safetensors_io.py. */
-#define _POSIX_C_SOURCE 200809L /* mkdtemp; before any header */
+#define _XOPEN_SOURCE 700 /* mkdtemp and realpath, for check.h; before any header */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,48 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "ztrain/safetensors.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-
-#define CHECKF(cond, ...)                                                             \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fputc('\n', stderr);                                                      \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 256, "%s/%s", tmpdir, name);
-    return p;
-}
-
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) {
-        fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
-        exit(1);
-    }
-}
 
 static unsigned char *read_file(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -79,7 +40,7 @@ static void build_file(const char *path, const char *header, size_t data_len) {
     memcpy(buf, &h, 8);
     memcpy(buf + 8, header, hl);
     memset(buf + 8 + hl, 0x3f, data_len);
-    write_file(path, buf, n);
+    check_write_file(path, buf, n);
     free(buf);
 }
 
@@ -87,15 +48,11 @@ static void build_file(const char *path, const char *header, size_t data_len) {
 static void expect_open_fails(const char *path, zt_status want, ...) {
     zt_st_file f;
     zt_status s = zt_st_open(&f, path);
-    const char *msg = zt_last_error();
-    CHECKF(s == want, "status %s, want %s (%s)", zt_status_name(s), zt_status_name(want), msg);
-    CHECKF(strstr(msg, path) != NULL, "message does not name the file: %s", msg);
+    va_list facts;
+    va_start(facts, want);
+    check_error_has(__FILE__, __LINE__, s, want, path, facts);
+    va_end(facts);
     CHECK(f.map == NULL && f.tensors == NULL && f.path == NULL);
-    va_list ap;
-    va_start(ap, want);
-    for (const char *fact; (fact = va_arg(ap, const char *)) != NULL;)
-        CHECKF(strstr(msg, fact) != NULL, "message lacks \"%s\": %s", fact, msg);
-    va_end(ap);
     if (s == ZT_OK)
         zt_st_close(&f);
 }
@@ -121,9 +78,9 @@ static void test_round_trip(void) {
     };
     const char *mk[] = {"format", "note"};
     const char *mv[] = {"pt", "line\nbreak \"quoted\" \\ end"};
-    const char *p = tmp_path("rt.safetensors");
+    const char *p = check_tmp_path("rt.safetensors");
     CHECK(zt_st_write(p, e, 5, mk, mv, 2) == ZT_OK);
-    CHECK(access(tmp_path("rt.safetensors.tmp"), F_OK) != 0);
+    CHECK(access(check_tmp_path("rt.safetensors.tmp"), F_OK) != 0);
 
     /* The layout the reference writer produces: 8-byte length, space-padded header. */
     size_t n;
@@ -206,8 +163,8 @@ static void test_half_conversions(void) {
         memcpy(buf + 8 + hl + 2 * i, &v, 2);
         memcpy(buf + 8 + hl + 131072 + 2 * i, &v, 2);
     }
-    const char *p = tmp_path("half.safetensors");
-    write_file(p, buf, 8 + hl + 262144);
+    const char *p = check_tmp_path("half.safetensors");
+    check_write_file(p, buf, 8 + hl + 262144);
     zt_st_file f;
     CHECK(zt_st_open(&f, p) == ZT_OK);
     CHECK(f.data_start % 4 == 1);
@@ -246,7 +203,7 @@ static void test_half_conversions(void) {
 }
 
 static void test_other_dtypes(void) {
-    const char *p = tmp_path("types.safetensors");
+    const char *p = check_tmp_path("types.safetensors");
     build_file(p,
                "{\"__metadata__\":{\"a\":\"b\"},"
                "\"i\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]},"
@@ -273,7 +230,7 @@ static void test_other_dtypes(void) {
 }
 
 static void test_bad_files(void) {
-    const char *p = tmp_path("bad.safetensors");
+    const char *p = check_tmp_path("bad.safetensors");
     zt_st_entry e[] = {{"a", (float[]){1, 2, 3, 4}, 1, {4}}, {"b", (float[]){5, 6}, 2, {1, 2}}};
 
     /* Truncated: the last tensor runs off the end; cut into the length field. */
@@ -282,15 +239,15 @@ static void test_bad_files(void) {
     unsigned char *raw = read_file(p, &n);
     uint64_t hl;
     memcpy(&hl, raw, 8);
-    write_file(p, raw, 8 + hl + 20);
+    check_write_file(p, raw, 8 + hl + 20);
     expect_open_fails(p, ZT_ERR_FORMAT, "'b'", "runs past the end", NULL);
-    write_file(p, raw, 8 + hl + 23);
+    check_write_file(p, raw, 8 + hl + 23);
     expect_open_fails(p, ZT_ERR_FORMAT, "'b'", "runs past the end", NULL);
-    write_file(p, raw, 8 + hl - 1);
+    check_write_file(p, raw, 8 + hl - 1);
     expect_open_fails(p, ZT_ERR_FORMAT, "header length", NULL);
-    write_file(p, raw, 5);
+    check_write_file(p, raw, 5);
     expect_open_fails(p, ZT_ERR_FORMAT, "5 bytes", "too short", NULL);
-    write_file(p, raw, 0);
+    check_write_file(p, raw, 0);
     expect_open_fails(p, ZT_ERR_FORMAT, "0 bytes", NULL);
     free(raw);
 
@@ -299,11 +256,11 @@ static void test_bad_files(void) {
     uint64_t len = 1000;
     memcpy(big, &len, 8);
     memcpy(big + 8, "{}", 2);
-    write_file(p, big, sizeof big);
+    check_write_file(p, big, sizeof big);
     expect_open_fails(p, ZT_ERR_FORMAT, "header length 1000 is larger than the 56 bytes", NULL);
     len = UINT64_MAX;
     memcpy(big, &len, 8);
-    write_file(p, big, sizeof big);
+    check_write_file(p, big, sizeof big);
     expect_open_fails(p, ZT_ERR_FORMAT, "header length 18446744073709551615", NULL);
 
     const char *F = "\"dtype\":\"F32\"";
@@ -371,12 +328,12 @@ static void test_bad_files(void) {
     BAD(0, "\"__metadata__\" is not an object");
 #undef BAD
 
-    expect_open_fails(tmp_path("missing.safetensors"), ZT_ERR_IO, "No such file or directory",
+    expect_open_fails(check_tmp_path("missing.safetensors"), ZT_ERR_IO, "No such file or directory",
                       NULL);
-    expect_open_fails(tmpdir, ZT_ERR_IO, "not a regular file", NULL);
+    expect_open_fails(check_tmpdir, ZT_ERR_IO, "not a regular file", NULL);
 
     /* The writer refuses bad input and leaves no file behind. */
-    const char *w = tmp_path("w.safetensors");
+    const char *w = check_tmp_path("w.safetensors");
     zt_st_entry dup[] = {{"x", (float[]){1}, 1, {1}}, {"x", (float[]){2}, 1, {1}}};
     CHECK(zt_st_write(w, dup, 2, NULL, NULL, 0) == ZT_ERR_INVALID &&
           strstr(zt_last_error(), "'x' is listed twice"));
@@ -387,7 +344,7 @@ static void test_bad_files(void) {
     const char *k2[] = {"k", "k"}, *v2[] = {"1", "2"};
     CHECK(zt_st_write(w, NULL, 0, k2, v2, 2) == ZT_ERR_INVALID);
     CHECK(access(w, F_OK) != 0);
-    const char *nodir = tmp_path("no/such/dir.safetensors");
+    const char *nodir = check_tmp_path("no/such/dir.safetensors");
     CHECK(zt_st_write(nodir, e, 2, NULL, NULL, 0) == ZT_ERR_IO &&
           strstr(zt_last_error(), "No such file or directory"));
 }
@@ -395,7 +352,7 @@ static void test_bad_files(void) {
 /* Every truncation and many single-byte changes of a valid file: each must open or fail
  * cleanly (run under ZT_SANITIZE to catch out-of-bounds reads). */
 static void test_no_crash(void) {
-    const char *p = tmp_path("fuzz.safetensors");
+    const char *p = check_tmp_path("fuzz.safetensors");
     zt_st_entry e[] = {{"a", (float[]){1, 2, 3, 4}, 2, {2, 2}}, {"bb", (float[]){5}, 0, {0}}};
     const char *mk[] = {"m"}, *mv[] = {"v"};
     CHECK(zt_st_write(p, e, 2, mk, mv, 1) == ZT_OK);
@@ -403,7 +360,7 @@ static void test_no_crash(void) {
     unsigned char *raw = read_file(p, &n);
     int opened = 0;
     for (size_t cut = 0; cut < n; cut++) {
-        write_file(p, raw, cut);
+        check_write_file(p, raw, cut);
         zt_st_file f;
         if (zt_st_open(&f, p) == ZT_OK) {
             opened++;
@@ -419,7 +376,7 @@ static void test_no_crash(void) {
             memcpy(m, raw, n);
             rng = rng * 1103515245u + 12345u;
             m[pos] = subst[(rng >> 16) % sizeof subst];
-            write_file(p, m, n);
+            check_write_file(p, m, n);
             zt_st_file f;
             if (zt_st_open(&f, p) == ZT_OK) {
                 for (int i = 0; i < f.n_tensors; i++) {
@@ -435,29 +392,13 @@ static void test_no_crash(void) {
     free(raw);
 }
 
-static void remove_tmpdir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "warning: could not remove %s\n", tmpdir);
-}
-
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/zt_test_st.XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    check_tmpdir_create("zt_test_st");
     test_round_trip();
     test_half_conversions();
     test_other_dtypes();
     test_bad_files();
     test_no_crash();
-    remove_tmpdir();
-    if (failures) {
-        fprintf(stderr, "test_safetensors: %d checks failed\n", failures);
-        return 1;
-    }
-    printf("test_safetensors: all checks passed\n");
-    return 0;
+    check_tmpdir_remove();
+    return check_summary("test_safetensors");
 }

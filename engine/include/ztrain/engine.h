@@ -29,10 +29,19 @@
 
 typedef struct zt_engine zt_engine;
 
+/* Model-state bytes one rank holds, measured (resident pages of the flat buffers; the optimizer
+ * state's size), as maxima over the steps since they were last read. */
+typedef struct {
+    double params_bytes, grads_bytes, optimizer_bytes;
+} zt_engine_memory;
+
+typedef struct zt_comm zt_comm;
+
 typedef struct {
     uint64_t seed;       /* weight init (unless init_from) and data shuffling */
     bool shuffle;        /* shuffle the training data each epoch */
     int rank;            /* this process's data-parallel rank */
+    zt_comm *comm;       /* the job's communicator; NULL for one rank */
     FILE *log;           /* where DeepSpeed-style lines go (steps_per_print, wall_clock_breakdown);
                             NULL: silent */
 } zt_engine_options;
@@ -82,6 +91,17 @@ double zt_engine_get_lr(const zt_engine *e);          /* lr the next update uses
 double zt_engine_get_momentum(const zt_engine *e);
 double zt_engine_global_grad_norm(const zt_engine *e); /* of the last applied step (pre-clip) */
 zt_engine_timers zt_engine_get_timers(const zt_engine *e);
+/* Model-state memory held by this rank since the last call (see zt_engine_memory). */
+zt_engine_memory zt_engine_take_memory(zt_engine *e);
+int zt_engine_rank(const zt_engine *e);
+int zt_engine_world_size(const zt_engine *e);
+zt_comm *zt_engine_comm(zt_engine *e);
+/* The slice of the flat buffers this rank owns, and the partition size (see engine/zero.h). */
+void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part);
+/* Gathers every parameter on every rank (collective; stage 3 releases them again with
+ * zt_engine_release_unowned) — for writing full weights. */
+zt_status zt_engine_gather_params(zt_engine *e);
+void zt_engine_release_unowned(zt_engine *e);
 
 zt_model *zt_engine_model(zt_engine *e);
 const zt_ds_config *zt_engine_config(const zt_engine *e);

@@ -25,6 +25,18 @@ typedef struct {
 
 typedef struct zt_model zt_model;
 
+/* Called by the model around its use of parameters and as gradients become final, so ZeRO can
+ * gather partitioned parameters just in time (stage 3) and reduce gradients while the backward
+ * runs (stages 2 and 3). `layer` is a transformer block, or -1 for the outer tensors (embeddings
+ * and final norm), which stay fetched from the start of a forward to the end of its backward (or
+ * of the forward, without gradients). Every callback may be NULL. */
+typedef struct {
+    void *ctx;
+    void (*fetch)(void *ctx, int layer);
+    void (*release)(void *ctx, int layer);
+    void (*grads_ready)(void *ctx, int layer);
+} zt_model_hooks;
+
 typedef struct {
     /* Initialises the weights from a seed, as the architecture's reference does (GPT-2: normal
      * std 0.02, residual projections scaled by 1/sqrt(2 n_layer), zero biases, unit norms). */
@@ -49,16 +61,22 @@ struct zt_model {
     const zt_kernels *k;
     zt_model_spec spec;   /* a copy; spec.init_from is not owned */
     int max_batch;
+    int n_layer;
     size_t n_params;
-    float *params;        /* [n_params], 64-byte aligned, owned */
-    float *grads;         /* [n_params], owned */
+    size_t n_padded;      /* n_params rounded up to the pad_to given at creation */
+    float *params;        /* [n_padded], page-aligned anonymous mapping, owned; the padding is 0 */
+    float *grads;         /* [n_padded], likewise */
+    zt_model_hooks hooks;
     int n_tensors;
     zt_tensor_info *tensors;
 };
 
-/* Creates the model that spec->type names, with zeroed parameters and gradients. */
+/* Creates the model that spec->type names, with zeroed parameters and gradients whose flat
+ * buffers are padded to a multiple of pad_to elements (ZeRO splits them into equal slices). The
+ * buffers are anonymous mappings: pages a rank does not hold can be handed back to the kernel
+ * (zt_flat_release) and read as zeros when touched again. */
 zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
-                          int max_batch);
+                          int max_batch, size_t pad_to);
 void zt_model_destroy(zt_model *m);
 
 /* The tensor with this Hugging Face name, or NULL. */
@@ -76,6 +94,18 @@ zt_status zt_model_save_safetensors(const zt_model *m, const char *path);
 
 /* Architecture constructors (engine/models/<arch>.c). */
 zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
-                         int max_batch);
+                         int max_batch, size_t pad_to);
+
+/* For architectures: maps m->params and m->grads for m->n_params rounded up to pad_to, and unmaps
+ * them. */
+zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to);
+void zt_model_free_flat(zt_model *m);
+
+/* Zeroes x[lo, hi) and returns the whole pages inside it to the kernel, so memory that a rank
+ * no longer holds stops counting against it. x must be page-aligned. */
+void zt_flat_release(float *x, size_t lo, size_t hi);
+
+/* Bytes of x[lo, hi) that are resident in memory (mincore), to measure what a rank holds. */
+size_t zt_flat_resident_bytes(const float *x, size_t lo, size_t hi);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "ztrain/comm.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/status.h"
 
@@ -18,6 +19,11 @@ typedef struct {
      * current step, writes a checkpoint if the job has a checkpoint_dir, and returns ZT_OK with
      * `stopped` set. May be NULL. */
     volatile sig_atomic_t *stop_requested;
+    /* This process's place in the job and its communicator (NULL for a single-rank job run in
+     * process). Rank 0 writes metrics.jsonl and shows progress; every rank trains its share. A stop
+     * request on any rank stops all of them at the same step. */
+    const zt_dist_info *dist;
+    zt_comm *comm;
 } zt_train_options;
 
 typedef struct {

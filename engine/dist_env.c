@@ -1,0 +1,265 @@
+/* Who this process is in a distributed job, read from the launcher's environment.
+ *
+ * Two conventions are understood: torchrun / Kubeflow PyTorchJob (RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and Slurm (SLURM_PROCID, SLURM_NTASKS,
+ * SLURM_LOCALID, ...). Every value is checked; a bad one is reported by the variable's name. */
+#define _POSIX_C_SOURCE 200809L /* before any header */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ztrain/comm.h"
+
+/* torchrun's default rendezvous port; used when a launcher does not name one. */
+enum { DEFAULT_MASTER_PORT = 29500 };
+
+static const char *env_nonempty(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* A non-negative decimal integer that fits an int, with nothing around it: launchers write plain
+ * numbers, so a sign, a space or a suffix means the variable was set by something else. */
+static bool parse_int(const char *s, long max, int *out) {
+    if (!s || !*s)
+        return false;
+    long v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        v = v * 10 + (*p - '0');
+        if (v > max)
+            return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+/* Reads an optional non-negative integer variable; *present says whether it was set. */
+static zt_status env_int(const char *name, bool *present, int *out) {
+    const char *v = env_nonempty(name);
+    *present = v != NULL;
+    if (!v)
+        return ZT_OK;
+    if (!parse_int(v, INT_MAX, out))
+        return zt_error(ZT_ERR_INVALID, "%s='%s' is not a non-negative integer", name, v);
+    return ZT_OK;
+}
+
+static zt_status env_port(const char *name, int *port) {
+    const char *v = env_nonempty(name);
+    if (!v)
+        return ZT_OK;
+    if (!parse_int(v, 65535, port) || *port == 0)
+        return zt_error(ZT_ERR_INVALID, "%s='%s' is not a port number", name, v);
+    return ZT_OK;
+}
+
+/* The task count on node `node` from Slurm's compressed SLURM_TASKS_PER_NODE ("4(x2),3" means
+ * 4, 4, 3). With node < 0 (SLURM_NODEID unknown) the count is returned only when every node has
+ * the same one. Returns -1 when the string cannot be used. */
+static int slurm_tasks_on_node(const char *s, int node) {
+    int seen = 0, uniform = -1;
+    bool mixed = false;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long count = strtol(p, &end, 10);
+        if (end == p || errno || count <= 0 || count > INT_MAX)
+            return -1;
+        long reps = 1;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x')
+                return -1;
+            reps = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || reps <= 0 || reps > INT_MAX)
+                return -1;
+            p = end + 1;
+        }
+        if (node >= 0 && node < seen + reps)
+            return (int)count;
+        seen = reps > INT_MAX - seen ? INT_MAX : seen + (int)reps;
+        if (uniform >= 0 && uniform != count)
+            mixed = true;
+        uniform = (int)count;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return node < 0 && !mixed ? uniform : -1;
+}
+
+/* The first host of a Slurm host list ("gpu[003-005,007],cpu1" -> "gpu003"): Slurm starts task 0
+ * of a step on the first node of its list, so that host is where rank 0 listens. */
+static void slurm_first_host(const char *list, char *out, size_t cap) {
+    size_t n = 0;
+    const char *p = list;
+    while (*p && *p != ',' && *p != '[' && n + 1 < cap)
+        out[n++] = *p++;
+    if (*p == '[') {
+        p++;
+        while (isdigit((unsigned char)*p) && n + 1 < cap)
+            out[n++] = *p++;
+    }
+    out[n] = '\0';
+}
+
+/* Keeps only [A-Za-z0-9_-]: the run id becomes part of a shared-memory name and of file names. */
+static void set_run_id(zt_dist_info *d, const char *src) {
+    size_t n = 0;
+    for (const char *p = src; *p && n + 1 < sizeof d->run_id; p++) {
+        unsigned char ch = (unsigned char)*p;
+        d->run_id[n++] = isalnum(ch) || ch == '_' || ch == '-' ? (char)ch : '_';
+    }
+    d->run_id[n] = '\0';
+}
+
+static zt_status read_torchrun(zt_dist_info *d) {
+    bool has_rank, has_world, has_lrank, has_lworld;
+    ZT_TRY(env_int("RANK", &has_rank, &d->rank));
+    ZT_TRY(env_int("WORLD_SIZE", &has_world, &d->world_size));
+    ZT_TRY(env_int("LOCAL_RANK", &has_lrank, &d->local_rank));
+    ZT_TRY(env_int("LOCAL_WORLD_SIZE", &has_lworld, &d->local_world_size));
+    if (has_rank != has_world)
+        return zt_error(ZT_ERR_INVALID, "%s is set but %s is not", has_rank ? "RANK" : "WORLD_SIZE",
+                        has_rank ? "WORLD_SIZE" : "RANK");
+    if (d->world_size < 1)
+        return zt_error(ZT_ERR_INVALID, "WORLD_SIZE=%d must be at least 1", d->world_size);
+    if (d->rank >= d->world_size)
+        return zt_error(ZT_ERR_INVALID, "RANK=%d is not below WORLD_SIZE=%d", d->rank,
+                        d->world_size);
+    /* Kubeflow's PyTorchJob runs one process per pod and sets no LOCAL_* variables; the older
+     * torch.distributed.launch sets LOCAL_RANK alone, for ranks that all share one host. */
+    if (!has_lrank)
+        d->local_rank = 0;
+    if (!has_lworld)
+        d->local_world_size = has_lrank ? d->world_size : 1;
+    if (has_lworld && d->local_world_size < 1)
+        return zt_error(ZT_ERR_INVALID, "LOCAL_WORLD_SIZE=%d must be at least 1",
+                        d->local_world_size);
+    if (d->local_rank >= d->local_world_size)
+        return zt_error(ZT_ERR_INVALID, "LOCAL_RANK=%d is not below LOCAL_WORLD_SIZE=%d",
+                        d->local_rank, d->local_world_size);
+    if (d->local_world_size > d->world_size)
+        return zt_error(ZT_ERR_INVALID, "LOCAL_WORLD_SIZE=%d is larger than WORLD_SIZE=%d",
+                        d->local_world_size, d->world_size);
+    return ZT_OK;
+}
+
+static zt_status read_slurm(zt_dist_info *d) {
+    bool has_rank, has_world, has_lrank, has_x;
+    ZT_TRY(env_int("SLURM_PROCID", &has_rank, &d->rank));
+    ZT_TRY(env_int("SLURM_NTASKS", &has_world, &d->world_size));
+    ZT_TRY(env_int("SLURM_LOCALID", &has_lrank, &d->local_rank));
+    if (!has_world)
+        return zt_error(ZT_ERR_INVALID, "SLURM_PROCID is set but SLURM_NTASKS is not");
+    if (d->world_size < 1)
+        return zt_error(ZT_ERR_INVALID, "SLURM_NTASKS=%d must be at least 1", d->world_size);
+    if (d->rank >= d->world_size)
+        return zt_error(ZT_ERR_INVALID, "SLURM_PROCID=%d is not below SLURM_NTASKS=%d", d->rank,
+                        d->world_size);
+    if (!has_lrank)
+        d->local_rank = 0;
+
+    /* The local world: an explicit --ntasks-per-node, else this node's entry in the per-node
+     * list, else an even split over the nodes. */
+    int per_node = 0, node = -1, nnodes = 0;
+    ZT_TRY(env_int("SLURM_NTASKS_PER_NODE", &has_x, &per_node));
+    if (has_x && per_node < 1)
+        return zt_error(ZT_ERR_INVALID, "SLURM_NTASKS_PER_NODE=%d must be at least 1", per_node);
+    if (!has_x) {
+        ZT_TRY(env_int("SLURM_NODEID", &has_x, &node));
+        if (!has_x)
+            node = -1;
+        const char *tpn = env_nonempty("SLURM_STEP_TASKS_PER_NODE");
+        if (!tpn)
+            tpn = env_nonempty("SLURM_TASKS_PER_NODE");
+        if (tpn) {
+            per_node = slurm_tasks_on_node(tpn, node);
+            if (per_node < 0 && node >= 0)
+                return zt_error(ZT_ERR_INVALID,
+                                "SLURM_TASKS_PER_NODE='%s' has no entry for SLURM_NODEID=%d", tpn,
+                                node);
+            if (per_node < 0)
+                per_node = 0;
+        }
+    }
+    if (per_node == 0) {
+        ZT_TRY(env_int("SLURM_NNODES", &has_x, &nnodes));
+        if (!has_x || nnodes < 1)
+            nnodes = 1;
+        per_node = (d->world_size + nnodes - 1) / nnodes;
+    }
+    d->local_world_size = per_node < d->world_size ? per_node : d->world_size;
+    if (d->local_rank >= d->local_world_size)
+        return zt_error(ZT_ERR_INVALID,
+                        "SLURM_LOCALID=%d is not below the %d task(s) on this node", d->local_rank,
+                        d->local_world_size);
+
+    /* Slurm names no rendezvous address: rank 0 runs on the first node of the step. Its port is
+     * derived from the job id so that two jobs sharing a node do not collide. */
+    if (!env_nonempty("MASTER_ADDR")) {
+        const char *list = env_nonempty("SLURM_STEP_NODELIST");
+        if (!list)
+            list = env_nonempty("SLURM_JOB_NODELIST");
+        if (!list)
+            list = env_nonempty("SLURM_NODELIST");
+        if (list)
+            slurm_first_host(list, d->master_addr, sizeof d->master_addr);
+    }
+    if (!d->master_addr[0])
+        strcpy(d->master_addr, "127.0.0.1");
+    const char *job = env_nonempty("SLURM_JOB_ID");
+    if (job && isdigit((unsigned char)job[0]))
+        d->master_port = 20000 + (int)(strtoul(job, NULL, 10) % 10000);
+    return ZT_OK;
+}
+
+zt_status zt_dist_from_env(zt_dist_info *d) {
+    memset(d, 0, sizeof *d);
+    d->world_size = 1;
+    d->local_world_size = 1;
+    strcpy(d->master_addr, "127.0.0.1");
+    d->master_port = DEFAULT_MASTER_PORT;
+
+    /* torchrun is checked first: it may itself run inside a Slurm allocation, and then its
+     * variables, not Slurm's, describe the ranks. */
+    if (env_nonempty("RANK") || env_nonempty("WORLD_SIZE") || env_nonempty("LOCAL_RANK")) {
+        ZT_TRY(read_torchrun(d));
+    } else if (env_nonempty("SLURM_PROCID")) {
+        ZT_TRY(read_slurm(d));
+    }
+
+    const char *addr = env_nonempty("MASTER_ADDR");
+    if (addr) {
+        if (strlen(addr) >= sizeof d->master_addr)
+            return zt_error(ZT_ERR_INVALID, "MASTER_ADDR is longer than %zu characters",
+                            sizeof d->master_addr - 1);
+        strcpy(d->master_addr, addr);
+    }
+    ZT_TRY(env_port("MASTER_PORT", &d->master_port));
+
+    /* torchrun without --rdzv-id (or --standalone) exports TORCHELASTIC_RUN_ID=none for every job,
+     * which would make concurrent jobs share a name; such an id is skipped. */
+    const char *id = env_nonempty("ZTRAIN_RUN_ID");
+    if (!id) {
+        id = env_nonempty("TORCHELASTIC_RUN_ID");
+        if (id && strcmp(id, "none") == 0)
+            id = NULL;
+    }
+    if (!id)
+        id = env_nonempty("SLURM_JOB_ID");
+    if (id) {
+        set_run_id(d, id);
+    } else {
+        snprintf(d->run_id, sizeof d->run_id, "port%d", d->master_port);
+    }
+    return ZT_OK;
+}

@@ -1,0 +1,61 @@
+/* The ZeRO partitioner (internal to the engine): which slice of the flat buffers each rank owns,
+ * and the communication that stages 0–3 need around the model's forward, backward and step.
+ *
+ * The flat buffers (n_padded elements, a multiple of 16·world) split into world equal slices;
+ * rank r owns [r·part, (r+1)·part). Stage 0 all-reduces gradients and keeps everything whole;
+ * stage 1 reduce-scatters gradients at the boundary and keeps the optimizer state of its slice;
+ * stage 2 reduce-scatters buckets of gradients as the backward produces them into a slice-sized
+ * accumulator, releasing the rest; stage 3 also releases the parameters it does not own, gathering
+ * each layer just before its use (tensors under stage3_param_persistence_threshold stay whole). */
+#ifndef ZTRAIN_ZERO_H
+#define ZTRAIN_ZERO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ztrain/comm.h"
+#include "ztrain/engine.h"
+#include "ztrain/model.h"
+
+typedef struct {
+    size_t off[2], len[2];
+    int n;
+} zt_zero_segment;
+
+typedef struct {
+    int stage, rank, world;
+    zt_comm *comm;              /* NULL when world == 1 */
+    zt_model *model;
+    size_t part;                /* slice length */
+    size_t own_lo, own_hi;      /* this rank's slice */
+    float *grad_acc;            /* stages 2, 3: reduced gradients of the slice [part] */
+    size_t bucket_size;
+    size_t pend_lo, pend_hi;    /* stages 2, 3: ready gradients not yet reduced */
+    zt_zero_segment *segments;  /* per layer + 1 (index 0: the outer tensors) */
+    bool *persistent;           /* stage 3: per model tensor, kept whole */
+    zt_status error;            /* first failure inside a model hook */
+    zt_engine_memory peak;      /* bytes held, maxima since the last zt_zero_take_memory */
+} zt_zero;
+
+zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
+                       size_t persistence_threshold);
+void zt_zero_free(zt_zero *z);
+
+/* After the parameters are loaded or initialised identically on every rank: stage 3 lets go of
+ * what this rank does not own. */
+void zt_zero_after_load(zt_zero *z);
+
+/* At an accumulation boundary: finishes the gradient reduction and points *g and *p at the
+ * gradient and parameter slice this rank updates (count elements). */
+zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *count);
+/* Squared global gradient norm from this rank's slice. */
+zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double *out);
+/* After the update: clears the gradients and brings every rank's parameters up to date. */
+zt_status zt_zero_after_step(zt_zero *z);
+/* Every rank's parameters in full (stage 3 gathers them; call zt_zero_after_load to let go). */
+zt_status zt_zero_gather_all(zt_zero *z);
+
+/* The bytes held since the last call (maxima), and resets the maxima to what is held now. */
+zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes);
+
+#endif

@@ -1,0 +1,477 @@
+/* The launcher: starts a job's ranks as one process group and supervises them until the last has
+ * ended. It waits only for the pids it started, records exit status and signal apart, and tears
+ * the whole group down when one rank fails, so a dead rank never leaves its peers running. */
+#define _GNU_SOURCE
+#include "launcher.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define STOP_EXIT_STATUS 130
+
+/* Variables the launcher sets for every rank. Slurm's and torchelastic's identity variables are
+ * removed as well: when `ztrain run` itself runs inside a Slurm step they describe that step, not
+ * the ranks started here, and zt_dist_from_env must not see two contradicting identities. */
+static const char *const replaced_vars[] = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "ZTRAIN_RUN_ID", "ZTRAIN_LAUNCHER_PID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS",
+    "SLURM_LOCALID", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+};
+
+typedef struct {
+    const zt_launch_options *opts;
+    int n;
+    pid_t *pids;            /* 0: not started */
+    char *reaped;           /* 1 once waitpid has returned the rank's status */
+    zt_rank_exit *exits;
+    pid_t pgid;
+    int live;               /* started and not yet reaped */
+    int first_failed;       /* -1 until a rank fails */
+    int spawn_errno;        /* errno of a failed posix_spawn, 0 if every rank started */
+    int spawn_rank;
+    int user_signals;       /* SIGINT/SIGTERM received */
+    int term_signals_sent;  /* SIGTERMs sent to the group */
+    bool terminating;       /* tearing down after a failure: SIGKILL at deadline */
+    bool kill_sent;
+    double deadline;        /* CLOCK_MONOTONIC seconds at which terminating turns into SIGKILL */
+} launch;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int count_cpus(void) {
+    /* The affinity mask, not the machine's core count: under taskset or a cgroup cpuset the ranks
+     * share only the cores this process may run on. */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* A TCP port that is free on loopback right now: the kernel picks one for port 0. Another
+ * process could take it before rank 0 binds it, as with torchrun's own choice; the shm backend
+ * does not bind it at all, and the window is short for the NCCL bootstrap. */
+static zt_status free_port(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return zt_error(ZT_ERR_IO, "cannot pick a MASTER_PORT: socket: %s", strerror(errno));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    zt_status s = ZT_OK;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        s = zt_error(ZT_ERR_IO, "cannot pick a MASTER_PORT on 127.0.0.1: %s", strerror(errno));
+    else
+        *port = ntohs(a.sin_port);
+    close(fd);
+    return s;
+}
+
+static bool is_replaced(const char *entry) {
+    for (size_t i = 0; i < sizeof replaced_vars / sizeof *replaced_vars; i++) {
+        size_t len = strlen(replaced_vars[i]);
+        if (strncmp(entry, replaced_vars[i], len) == 0 && entry[len] == '=')
+            return true;
+    }
+    return false;
+}
+
+/* The ranks' environment: the launcher's, less replaced_vars, plus the identity variables. The
+ * two per-rank entries are left for the caller to point at RANK= and LOCAL_RANK= strings. */
+typedef struct {
+    char **envp;
+    size_t rank_slot, local_rank_slot;
+    char fixed[7][160];
+} rank_env;
+
+static zt_status rank_env_init(rank_env *e, int world_size, const char *run_id, int port) {
+    size_t n = 0;
+    for (char **p = environ; *p; p++)
+        n++;
+    /* Room for the inherited entries, the fixed ones, RANK, LOCAL_RANK and the NULL. */
+    size_t n_fixed = sizeof e->fixed / sizeof e->fixed[0];
+    e->envp = calloc(n + n_fixed + 3, sizeof(char *));
+    if (!e->envp)
+        return zt_error(ZT_ERR_NOMEM, "out of memory building the ranks' environment");
+    size_t k = 0;
+    for (char **p = environ; *p; p++)
+        if (!is_replaced(*p))
+            e->envp[k++] = *p;
+    int f = 0;
+    snprintf(e->fixed[f], sizeof e->fixed[f], "WORLD_SIZE=%d", world_size);
+    e->envp[k++] = e->fixed[f++];
+    snprintf(e->fixed[f], sizeof e->fixed[f], "LOCAL_WORLD_SIZE=%d", world_size);
+    e->envp[k++] = e->fixed[f++];
+    snprintf(e->fixed[f], sizeof e->fixed[f], "MASTER_ADDR=127.0.0.1");
+    e->envp[k++] = e->fixed[f++];
+    snprintf(e->fixed[f], sizeof e->fixed[f], "MASTER_PORT=%d", port);
+    e->envp[k++] = e->fixed[f++];
+    snprintf(e->fixed[f], sizeof e->fixed[f], "ZTRAIN_RUN_ID=%s", run_id);
+    e->envp[k++] = e->fixed[f++];
+    /* Lets a worker ask for SIGTERM when the launcher dies (PR_SET_PDEATHSIG), so that even a
+     * SIGKILLed launcher leaves no rank behind. */
+    snprintf(e->fixed[f], sizeof e->fixed[f], "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());
+    e->envp[k++] = e->fixed[f++];
+    if (!getenv("OMP_NUM_THREADS")) {
+        /* Without it every rank's OpenMP runtime would start one thread per core and the ranks
+         * would oversubscribe the machine world_size times over. */
+        int threads = count_cpus() / world_size;
+        snprintf(e->fixed[f], sizeof e->fixed[f], "OMP_NUM_THREADS=%d", threads > 0 ? threads : 1);
+        e->envp[k++] = e->fixed[f++];
+    }
+    ZT_ASSERT((size_t)f <= n_fixed);
+    e->rank_slot = k++;
+    e->local_rank_slot = k++;
+    e->envp[k] = NULL;
+    return ZT_OK;
+}
+
+static const char *signal_name(int sig, char *buf, size_t size) {
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev)
+        snprintf(buf, size, " (SIG%s)", abbrev);
+    else
+        buf[0] = '\0';
+    return buf;
+}
+
+/* Sends sig to the whole group. Only while one of our ranks is unreaped: until then its pid (the
+ * group id) cannot be reused, afterwards -pgid might name someone else's group. */
+static void signal_group(launch *l, int sig) {
+    if (l->live == 0 || l->pgid <= 0)
+        return;
+    if (kill(-l->pgid, sig) != 0 && errno != ESRCH)
+        fprintf(stderr, "ztrain: cannot send signal %d to the ranks' process group %ld: %s\n", sig,
+                (long)l->pgid, strerror(errno));
+}
+
+/* SIGTERM asks the ranks to end; SIGCONT lets a rank that is stopped (SIGSTOP, a debugger
+ * detached) act on it instead of sitting out the grace period. */
+static void terminate_group(launch *l) {
+    signal_group(l, SIGTERM);
+    signal_group(l, SIGCONT);
+    l->term_signals_sent++;
+}
+
+static void kill_group(launch *l) {
+    if (l->kill_sent)
+        return;
+    signal_group(l, SIGKILL);
+    l->kill_sent = true;
+}
+
+static bool exit_is_failure(const launch *l, const zt_rank_exit *x) {
+    if (x->term_signal == 0)
+        return x->exit_status != 0 && x->exit_status != STOP_EXIT_STATUS;
+    /* A rank that died of the SIGTERM we forwarded for a stop (before it had installed its
+     * handler) was stopped, not broken; anything after our SIGKILL is ours too. */
+    if (x->term_signal == SIGTERM && l->user_signals > 0 && l->term_signals_sent == 1)
+        return false;
+    return !l->kill_sent;
+}
+
+/* Reaps every rank that has ended (with block, every rank), the one SIGCHLD named first (hint_pid):
+ * that signal carries the pid of the first child to change state since the last wakeup, which
+ * orders a killed rank before the peers that exit because they noticed it. */
+static void reap_ended(launch *l, pid_t hint_pid, bool block) {
+    int order[l->n + 1], n_order = 0;
+    for (int r = 0; r < l->n; r++)
+        if (l->pids[r] == hint_pid && hint_pid > 0)
+            order[n_order++] = r;
+    for (int r = 0; r < l->n; r++)
+        if (l->pids[r] != hint_pid || hint_pid <= 0)
+            order[n_order++] = r;
+    int failed[l->n], n_failed = 0;
+    for (int i = 0; i < n_order; i++) {
+        int r = order[i];
+        if (l->pids[r] <= 0 || l->reaped[r])
+            continue;
+        int st;
+        pid_t got;
+        do
+            got = waitpid(l->pids[r], &st, block ? 0 : WNOHANG);
+        while (got < 0 && errno == EINTR);
+        if (got == 0)
+            continue;
+        zt_rank_exit *x = &l->exits[r];
+        if (got < 0) {
+            /* ECHILD: another thread or a SIGCHLD handler reaped it; its status is lost. */
+            x->exit_status = -1;
+            x->term_signal = 0;
+        } else if (WIFEXITED(st)) {
+            x->exit_status = WEXITSTATUS(st);
+            x->term_signal = 0;
+        } else if (WIFSIGNALED(st)) {
+            x->exit_status = -1;
+            x->term_signal = WTERMSIG(st);
+        } else {
+            continue; /* stopped or continued: not reported without WUNTRACED, but be safe */
+        }
+        l->reaped[r] = 1;
+        l->live--;
+        if (exit_is_failure(l, x))
+            failed[n_failed++] = r;
+    }
+    if (n_failed > 0 && l->first_failed < 0) {
+        /* Within one batch the order is known only for the SIGCHLD's pid; otherwise a rank killed
+         * by a signal is the likelier cause than a peer that exited with an error after it. */
+        int pick = failed[0];
+        if (l->pids[pick] != hint_pid)
+            for (int i = 0; i < n_failed; i++)
+                if (l->exits[failed[i]].term_signal) {
+                    pick = failed[i];
+                    break;
+                }
+        l->first_failed = pick;
+    }
+}
+
+static void begin_termination(launch *l) {
+    if (l->terminating)
+        return;
+    l->terminating = true;
+    l->deadline = now_s() + (l->opts->grace_s > 0 ? l->opts->grace_s : 5.0);
+    terminate_group(l);
+}
+
+/* Waits for every started rank, acting on SIGCHLD, SIGINT and SIGTERM (all blocked). */
+static void supervise(launch *l, const sigset_t *waitset) {
+    while (l->live > 0) {
+        double wait = 1.0; /* a periodic poll as well, in case a SIGCHLD went to another thread */
+        if (l->terminating && !l->kill_sent) {
+            double left = l->deadline - now_s();
+            if (left <= 0) {
+                kill_group(l);
+                continue;
+            }
+            if (left < wait)
+                wait = left;
+        }
+        struct timespec ts = {.tv_sec = (time_t)wait,
+                              .tv_nsec = (long)((wait - (double)(time_t)wait) * 1e9)};
+        siginfo_t si;
+        int sig = sigtimedwait(waitset, &si, &ts);
+        pid_t hint = 0;
+        if (sig < 0) {
+            if (errno != EAGAIN && errno != EINTR) {
+                /* Cannot happen with a valid set and timeout; never leave the ranks unwatched. */
+                fprintf(stderr, "ztrain: sigtimedwait: %s; killing the ranks\n", strerror(errno));
+                kill_group(l);
+                l->terminating = true;
+            }
+        } else if (sig == SIGCHLD) {
+            if (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED)
+                hint = si.si_pid;
+        } else {
+            l->user_signals++;
+            if (l->user_signals == 1 && !l->terminating)
+                terminate_group(l); /* a stop: the ranks checkpoint and exit 130, no deadline */
+            else
+                kill_group(l);
+        }
+        /* After SIGKILL, which cannot be caught, the ranks are waited for without a deadline. */
+        reap_ended(l, hint, l->kill_sent);
+        if (l->first_failed >= 0)
+            begin_termination(l);
+    }
+}
+
+static void describe_exit(char *buf, size_t size, int rank, const zt_rank_exit *x) {
+    char name[32];
+    if (x->term_signal)
+        snprintf(buf, size, "rank %d (pid %ld) was killed by signal %d%s", rank, (long)x->pid,
+                 x->term_signal, signal_name(x->term_signal, name, sizeof name));
+    else if (x->exit_status >= 0)
+        snprintf(buf, size, "rank %d (pid %ld) exited with status %d", rank, (long)x->pid,
+                 x->exit_status);
+    else
+        snprintf(buf, size, "rank %d (pid %ld) ended, but its exit status was lost (reaped "
+                 "elsewhere)", rank, (long)x->pid);
+}
+
+static zt_status spawn_all(launch *l, rank_env *env) {
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_t fa;
+    int err = posix_spawnattr_init(&attr);
+    if (err)
+        return zt_error(ZT_ERR_NOMEM, "posix_spawnattr_init: %s", strerror(err));
+    err = posix_spawn_file_actions_init(&fa);
+    if (err) {
+        posix_spawnattr_destroy(&attr);
+        return zt_error(ZT_ERR_NOMEM, "posix_spawn_file_actions_init: %s", strerror(err));
+    }
+    /* The ranks start with an empty mask (ours blocks SIGINT, SIGTERM and SIGCHLD right now) and
+     * default actions for the signals a worker relies on, even if our caller ignores them. */
+    sigset_t empty, defaults;
+    sigemptyset(&empty);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGCHLD);
+    if (!err)
+        err = posix_spawnattr_setsigmask(&attr, &empty);
+    if (!err)
+        err = posix_spawnattr_setsigdefault(&attr, &defaults);
+    if (!err)
+        err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                                  POSIX_SPAWN_SETSIGDEF);
+    /* Descriptors other than 0-2 (the job store, sockets of ztraind, anything a library opened
+     * without O_CLOEXEC) must not leak into the ranks. */
+    if (!err)
+        err = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    char rank_var[32], local_rank_var[32];
+    env->envp[env->rank_slot] = rank_var;
+    env->envp[env->local_rank_slot] = local_rank_var;
+    for (int r = 0; r < l->n && !err; r++) {
+        snprintf(rank_var, sizeof rank_var, "RANK=%d", r);
+        snprintf(local_rank_var, sizeof local_rank_var, "LOCAL_RANK=%d", r);
+        /* Rank 0 founds the group (pgroup 0: its own pid); the others join it. The group exists
+         * as long as rank 0 is unreaped, and nothing is reaped before every rank has started. */
+        err = posix_spawnattr_setpgroup(&attr, r == 0 ? 0 : l->pgid);
+        if (err)
+            break;
+        pid_t pid;
+        /* glibc's posix_spawn reports the exec's errno itself (its child shares our memory until
+         * the exec), so a missing program is an error here and not an exit status 127. */
+        err = posix_spawn(&pid, l->opts->program, &fa, &attr, l->opts->argv, env->envp);
+        if (err) {
+            l->spawn_errno = err;
+            l->spawn_rank = r;
+            break;
+        }
+        l->pids[r] = pid;
+        l->exits[r].pid = pid;
+        l->live++;
+        if (r == 0)
+            l->pgid = pid;
+    }
+    env->envp[env->rank_slot] = NULL;
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (err && !l->spawn_errno) {
+        l->spawn_errno = err;
+        l->spawn_rank = l->live;
+    }
+    return l->spawn_errno ? ZT_ERR_IO : ZT_OK;
+}
+
+zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) {
+    res->stopped = res->killed = false;
+    res->failed_rank = -1;
+    if (!opts->program || !opts->argv || !opts->argv[0] || opts->world_size < 1)
+        return zt_error(ZT_ERR_INVALID, "launch: a program, its argv and world_size >= 1 are "
+                                        "required (world_size %d)", opts->world_size);
+    int n = opts->world_size;
+    launch l = {.opts = opts, .n = n, .first_failed = -1, .spawn_rank = -1};
+    l.pids = calloc((size_t)n, sizeof *l.pids);
+    l.reaped = calloc((size_t)n, 1);
+    l.exits = opts->exits ? opts->exits : calloc((size_t)n, sizeof *l.exits);
+    if (!l.pids || !l.reaped || !l.exits) {
+        free(l.pids);
+        free(l.reaped);
+        if (!opts->exits)
+            free(l.exits);
+        return zt_error(ZT_ERR_NOMEM, "out of memory launching %d ranks", n);
+    }
+    for (int r = 0; r < n; r++)
+        l.exits[r] = (zt_rank_exit){.pid = 0, .exit_status = -1, .term_signal = 0};
+
+    char run_id[96];
+    if (opts->run_id) {
+        snprintf(run_id, sizeof run_id, "%s", opts->run_id);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(run_id, sizeof run_id, "%ld-%lld%09ld", (long)getpid(), (long long)ts.tv_sec,
+                 ts.tv_nsec);
+    }
+    int port = 0;
+    rank_env env = {0};
+    zt_status s = free_port(&port);
+    if (s == ZT_OK)
+        s = rank_env_init(&env, n, run_id, port);
+    if (s != ZT_OK) {
+        free(l.pids);
+        free(l.reaped);
+        if (!opts->exits)
+            free(l.exits);
+        return s;
+    }
+
+    /* SIGCHLD is blocked and taken with sigtimedwait, which needs it not ignored: SIG_IGN would
+     * make the kernel reap the ranks itself and lose their exit statuses. */
+    struct sigaction old_chld, dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, NULL, &old_chld);
+    bool restore_chld = old_chld.sa_handler == SIG_IGN || (old_chld.sa_flags & SA_NOCLDWAIT);
+    if (restore_chld)
+        sigaction(SIGCHLD, &dfl, NULL);
+    sigset_t waitset, old_mask;
+    sigemptyset(&waitset);
+    sigaddset(&waitset, SIGCHLD);
+    sigaddset(&waitset, SIGINT);
+    sigaddset(&waitset, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &waitset, &old_mask);
+
+    /* Output the caller buffered must come before the ranks' own. */
+    fflush(NULL);
+    s = spawn_all(&l, &env);
+    if (s != ZT_OK)
+        begin_termination(&l);
+    supervise(&l, &waitset);
+
+    /* A SIGINT/SIGTERM that arrived after the last rank ended belongs to this run, which is over;
+     * take it off so that it does not reach the caller's handler once the mask is restored. */
+    struct timespec zero = {0, 0};
+    sigset_t user;
+    sigemptyset(&user);
+    sigaddset(&user, SIGINT);
+    sigaddset(&user, SIGTERM);
+    while (sigtimedwait(&user, NULL, &zero) > 0)
+        ;
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    if (restore_chld)
+        sigaction(SIGCHLD, &old_chld, NULL);
+
+    char why[512];
+    if (l.spawn_errno) {
+        s = zt_error(ZT_ERR_IO, "cannot start rank %d: %s: %s", l.spawn_rank, opts->program,
+                     strerror(l.spawn_errno));
+    } else if (l.first_failed >= 0) {
+        describe_exit(why, sizeof why, l.first_failed, &l.exits[l.first_failed]);
+        s = zt_error(ZT_ERR_IO, "%s", why);
+        res->failed_rank = l.first_failed;
+    } else {
+        /* Ranks that all exited 0 finished the job, even if a signal came in as they did. */
+        s = ZT_OK;
+        res->killed = l.kill_sent;
+        for (int r = 0; r < n; r++)
+            if (l.exits[r].exit_status != 0)
+                res->stopped = true;
+    }
+    free(env.envp);
+    free(l.pids);
+    free(l.reaped);
+    if (!opts->exits)
+        free(l.exits);
+    return s;
+}
