@@ -145,8 +145,8 @@ static zt_status read_torchrun(zt_dist_info *d) {
         return zt_error(ZT_ERR_INVALID, "LOCAL_WORLD_SIZE=%d must be at least 1",
                         d->local_world_size);
     if (d->local_rank >= d->local_world_size)
-        return zt_error(ZT_ERR_INVALID, "LOCAL_RANK=%d is not below LOCAL_WORLD_SIZE=%d",
-                        d->local_rank, d->local_world_size);
+        return zt_error(ZT_ERR_INVALID, "LOCAL_RANK=%d is not below %s=%d", d->local_rank,
+                        has_lworld ? "LOCAL_WORLD_SIZE" : "WORLD_SIZE", d->local_world_size);
     if (d->local_world_size > d->world_size)
         return zt_error(ZT_ERR_INVALID, "LOCAL_WORLD_SIZE=%d is larger than WORLD_SIZE=%d",
                         d->local_world_size, d->world_size);
@@ -178,15 +178,18 @@ static zt_status read_slurm(zt_dist_info *d) {
         ZT_TRY(env_int("SLURM_NODEID", &has_x, &node));
         if (!has_x)
             node = -1;
-        const char *tpn = env_nonempty("SLURM_STEP_TASKS_PER_NODE");
-        if (!tpn)
-            tpn = env_nonempty("SLURM_TASKS_PER_NODE");
+        /* The step's own list is exact under srun; the job's one describes the allocation. */
+        const char *tpn_name = "SLURM_STEP_TASKS_PER_NODE";
+        const char *tpn = env_nonempty(tpn_name);
+        if (!tpn) {
+            tpn_name = "SLURM_TASKS_PER_NODE";
+            tpn = env_nonempty(tpn_name);
+        }
         if (tpn) {
             per_node = slurm_tasks_on_node(tpn, node);
             if (per_node < 0 && node >= 0)
-                return zt_error(ZT_ERR_INVALID,
-                                "SLURM_TASKS_PER_NODE='%s' has no entry for SLURM_NODEID=%d", tpn,
-                                node);
+                return zt_error(ZT_ERR_INVALID, "%s='%s' has no entry for SLURM_NODEID=%d",
+                                tpn_name, tpn, node);
             if (per_node < 0)
                 per_node = 0;
         }
@@ -231,7 +234,7 @@ zt_status zt_dist_from_env(zt_dist_info *d) {
 
     /* torchrun is checked first: it may itself run inside a Slurm allocation, and then its
      * variables, not Slurm's, describe the ranks. */
-    if (env_nonempty("RANK") || env_nonempty("WORLD_SIZE") || env_nonempty("LOCAL_RANK")) {
+    if (env_nonempty("RANK") || env_nonempty("WORLD_SIZE")) {
         ZT_TRY(read_torchrun(d));
     } else if (env_nonempty("SLURM_PROCID")) {
         ZT_TRY(read_slurm(d));

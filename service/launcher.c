@@ -100,10 +100,22 @@ static bool is_replaced(const char *entry) {
 typedef struct {
     char **envp;
     size_t rank_slot, local_rank_slot;
-    char fixed[7][160];
+    char fixed[8][160];
 } rank_env;
 
-static zt_status rank_env_init(rank_env *e, int world_size, const char *run_id, int port) {
+/* The thread count OMP_NUM_THREADS gives the outermost level ("4" or "4,2"), or 0. */
+static int omp_threads_from_env(void) {
+    const char *v = getenv("OMP_NUM_THREADS");
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long t = strtol(v, &end, 10);
+    return errno || end == v || (*end && *end != ',') || t < 1 || t > 1 << 20 ? 0 : (int)t;
+}
+
+static zt_status rank_env_init(rank_env *e, const zt_launch_options *o, const char *run_id,
+                               int port) {
     size_t n = 0;
     for (char **p = environ; *p; p++)
         n++;
@@ -112,14 +124,21 @@ static zt_status rank_env_init(rank_env *e, int world_size, const char *run_id, 
     e->envp = calloc(n + n_fixed + 3, sizeof(char *));
     if (!e->envp)
         return zt_error(ZT_ERR_NOMEM, "out of memory building the ranks' environment");
+    /* An explicit thread count replaces the user's OMP_NUM_THREADS; without either, every
+     * rank's OpenMP runtime would start one thread per core, world_size times over. */
+    int cpus = count_cpus(), threads = o->threads_per_rank;
+    bool set_threads = threads > 0 || !getenv("OMP_NUM_THREADS");
+    if (threads <= 0)
+        threads = set_threads ? (cpus / o->world_size > 0 ? cpus / o->world_size : 1)
+                              : omp_threads_from_env();
     size_t k = 0;
     for (char **p = environ; *p; p++)
-        if (!is_replaced(*p))
+        if (!is_replaced(*p) && !(set_threads && strncmp(*p, "OMP_NUM_THREADS=", 16) == 0))
             e->envp[k++] = *p;
     int f = 0;
-    snprintf(e->fixed[f], sizeof e->fixed[f], "WORLD_SIZE=%d", world_size);
+    snprintf(e->fixed[f], sizeof e->fixed[f], "WORLD_SIZE=%d", o->world_size);
     e->envp[k++] = e->fixed[f++];
-    snprintf(e->fixed[f], sizeof e->fixed[f], "LOCAL_WORLD_SIZE=%d", world_size);
+    snprintf(e->fixed[f], sizeof e->fixed[f], "LOCAL_WORLD_SIZE=%d", o->world_size);
     e->envp[k++] = e->fixed[f++];
     snprintf(e->fixed[f], sizeof e->fixed[f], "MASTER_ADDR=127.0.0.1");
     e->envp[k++] = e->fixed[f++];
@@ -131,11 +150,16 @@ static zt_status rank_env_init(rank_env *e, int world_size, const char *run_id, 
      * SIGKILLed launcher leaves no rank behind. */
     snprintf(e->fixed[f], sizeof e->fixed[f], "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());
     e->envp[k++] = e->fixed[f++];
-    if (!getenv("OMP_NUM_THREADS")) {
-        /* Without it every rank's OpenMP runtime would start one thread per core and the ranks
-         * would oversubscribe the machine world_size times over. */
-        int threads = count_cpus() / world_size;
-        snprintf(e->fixed[f], sizeof e->fixed[f], "OMP_NUM_THREADS=%d", threads > 0 ? threads : 1);
+    if (set_threads) {
+        snprintf(e->fixed[f], sizeof e->fixed[f], "OMP_NUM_THREADS=%d", threads);
+        e->envp[k++] = e->fixed[f++];
+    }
+    /* When the ranks' threads outnumber the cores, libgomp's spin-waiting at the end of each
+     * parallel region keeps the core that another rank's thread needs: measured on 2 cores with
+     * 2 ranks of 2 threads, a step took 450 ms spinning and 3 ms passive. It cannot see the
+     * other processes, so the launcher tells it (unless the user chose a policy). */
+    if (threads > 0 && (long)threads * o->world_size > cpus && !getenv("OMP_WAIT_POLICY")) {
+        snprintf(e->fixed[f], sizeof e->fixed[f], "OMP_WAIT_POLICY=PASSIVE");
         e->envp[k++] = e->fixed[f++];
     }
     ZT_ASSERT((size_t)f <= n_fixed);
@@ -408,7 +432,7 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
     rank_env env = {0};
     zt_status s = free_port(&port);
     if (s == ZT_OK)
-        s = rank_env_init(&env, n, run_id, port);
+        s = rank_env_init(&env, opts, run_id, port);
     if (s != ZT_OK) {
         free(l.pids);
         free(l.reaped);

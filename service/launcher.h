@@ -26,6 +26,9 @@ typedef struct {
     /* Distinguishes this run's ranks from any other job's on the host (the shm backend names its
      * segment after it). NULL: "<launcher pid>-<nanoseconds since the epoch>". */
     const char *run_id;
+    /* OpenMP threads per rank (OMP_NUM_THREADS); 0: the user's OMP_NUM_THREADS if set, else
+     * max(1, cpus / world_size) with cpus from this process's affinity mask. */
+    int threads_per_rank;
     /* Seconds the ranks get to exit after SIGTERM before they are sent SIGKILL (<= 0: 5 s). */
     double grace_s;
     /* If not NULL, world_size entries the launcher fills with how each rank ended. */
@@ -46,8 +49,9 @@ typedef struct {
  *
  * Each rank gets the launcher's environment plus RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
  * MASTER_ADDR=127.0.0.1, MASTER_PORT (a port that was free on loopback), ZTRAIN_RUN_ID,
- * ZTRAIN_LAUNCHER_PID, and OMP_NUM_THREADS = max(1, cpus / world_size) unless that is already set;
- * Slurm's and torchelastic's identity variables are removed so that they cannot contradict these.
+ * ZTRAIN_LAUNCHER_PID, and OMP_NUM_THREADS (see threads_per_rank); OMP_WAIT_POLICY=PASSIVE
+ * when the ranks' threads outnumber the cores and the user chose no policy. Slurm's and
+ * torchelastic's identity variables are removed so that they cannot contradict these.
  * Ranks inherit stdin, stdout and stderr and no other descriptor, start with default signal
  * dispositions and an empty signal mask, and form one new process group whose id is rank 0's pid.
  *

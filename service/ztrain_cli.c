@@ -119,7 +119,7 @@ static int cmd_run(int argc, char **argv) {
          * The launcher takes SIGINT/SIGTERM itself and forwards them to the ranks. */
         int world_size = job.world_size;
         zt_job_spec_free(&job);
-        char worker[4096], threads_arg[32];
+        char worker[4096];
         ssize_t n = readlink("/proc/self/exe", worker, sizeof worker);
         if (n <= 0 || (size_t)n > sizeof worker - sizeof "/ztrain-worker") {
             fprintf(stderr, "ztrain: cannot read this program's path from /proc/self/exe: %s\n",
@@ -128,10 +128,11 @@ static int cmd_run(int argc, char **argv) {
         }
         worker[n] = '\0';
         strcpy(strrchr(worker, '/'), "/ztrain-worker");
-        snprintf(threads_arg, sizeof threads_arg, "%ld", threads);
-        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out,
-                         threads ? "--threads" : NULL, threads_arg, NULL};
-        zt_launch_options lo = {.program = worker, .argv = wargv, .world_size = world_size};
+        /* --threads reaches the ranks as their OMP_NUM_THREADS, which the launcher weighs
+         * against the cores. */
+        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out, NULL};
+        zt_launch_options lo = {.program = worker, .argv = wargv, .world_size = world_size,
+                                .threads_per_rank = (int)threads};
         zt_launch_result lr;
         if (zt_launch_ranks(&lo, &lr) != ZT_OK) {
             fprintf(stderr, "ztrain: %s: %s\n", job_path, zt_last_error());

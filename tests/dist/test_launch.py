@@ -234,8 +234,15 @@ def case_b():
         pgid0, pgid1 = os.getpgid(ranks[0]), os.getpgid(ranks[1])
         ck.check(pgid0 == ranks[0] and pgid1 == ranks[0] and pgid0 != os.getpgid(run.p.pid),
                  "b: the ranks form one new process group led by rank 0")
-        # The user's OMP_NUM_THREADS (ctest sets one) wins over the launcher's share of the cores.
-        omp = os.environ.get("OMP_NUM_THREADS") or str(max(1, len(os.sched_getaffinity(0)) // 2))
+        # The user's OMP_NUM_THREADS (ctest sets one) wins over the launcher's share of the cores;
+        # threads that outnumber the cores must not spin-wait (see launcher.c).
+        cpus = len(os.sched_getaffinity(0))
+        omp = os.environ.get("OMP_NUM_THREADS") or str(max(1, cpus // 2))
+        passive = int(omp) * 2 > cpus and "OMP_WAIT_POLICY" not in os.environ
+        ck.check(env0.get("OMP_NUM_THREADS") == omp and
+                 (env0.get("OMP_WAIT_POLICY") == "PASSIVE") == passive,
+                 f"b: OMP_NUM_THREADS={env0.get('OMP_NUM_THREADS')} (expected {omp}), "
+                 f"OMP_WAIT_POLICY={env0.get('OMP_WAIT_POLICY')} on {cpus} cores")
         same = all(env0.get(k) == env1.get(k) for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                                         "MASTER_ADDR", "MASTER_PORT",
                                                         "ZTRAIN_RUN_ID", "OMP_NUM_THREADS"))
@@ -243,7 +250,7 @@ def case_b():
                  env0.get("LOCAL_RANK") == "0" and env1.get("LOCAL_RANK") == "1" and
                  env0.get("MASTER_ADDR") == "127.0.0.1" and
                  env0.get("MASTER_PORT", "").isdigit() and env0.get("ZTRAIN_RUN_ID") and
-                 env0.get("OMP_NUM_THREADS") == omp and same, "b: the ranks get the torchrun variables (the same job-wide values)")
+                 same, "b: the ranks get the torchrun variables (the same job-wide values)")
         os.kill(ranks[1], signal.SIGKILL)
         t0 = time.monotonic()
         rc = run.wait(10)
@@ -331,13 +338,14 @@ def case_d():
     ck.check(rc == 1 and "ZTRAIN_COMM_TIMEOUT_S" in err and "rank 0" in err,
              f"d: a malformed ZTRAIN_COMM_TIMEOUT_S fails naming it: {err.strip()}")
 
-    # Two ranks started the way srun starts them: Slurm's variables only, a job id for the run.
+    # Two ranks started the way srun starts them: Slurm's variables only, a job id for the run,
+    # and (no launcher dividing the cores here) one thread each.
     d3, job3 = new_case(world_size=2, max_steps=30, log_interval=1)
     job_id = str(100000 + os.getpid() % 900000)
     procs = []
     for r in range(2):
         env = base_env(SLURM_PROCID=r, SLURM_NTASKS=2, SLURM_LOCALID=r, SLURM_JOB_ID=job_id,
-                       SLURM_NNODES=1, ZTRAIN_COMM_TIMEOUT_S=30)
+                       SLURM_NNODES=1, ZTRAIN_COMM_TIMEOUT_S=30, OMP_NUM_THREADS=1)
         procs.append(subprocess.Popen([WORKER, job3, "--out", os.path.join(d3, "out")],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                       cwd=d3))

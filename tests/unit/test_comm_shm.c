@@ -748,6 +748,11 @@ static void test_dist_env(void) {
     expect_env_error((const char *const[]){"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0",
                                            "LOCAL_WORLD_SIZE=4", NULL},
                      "LOCAL_WORLD_SIZE=4 is larger than WORLD_SIZE=2");
+    expect_env_error((const char *const[]){"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=2", NULL},
+                     "LOCAL_RANK=2 is not below WORLD_SIZE=2");
+    expect_env_error((const char *const[]){"SLURM_PROCID=1", "SLURM_NTASKS=4", "SLURM_NODEID=5",
+                                           "SLURM_TASKS_PER_NODE=2(x2)", NULL},
+                     "SLURM_TASKS_PER_NODE='2(x2)' has no entry for SLURM_NODEID=5");
     expect_env_error((const char *const[]){"SLURM_PROCID=8", "SLURM_NTASKS=8", NULL},
                      "SLURM_PROCID=8 is not below SLURM_NTASKS=8");
     expect_env_error((const char *const[]){"SLURM_PROCID=0", NULL}, "SLURM_NTASKS is not");
