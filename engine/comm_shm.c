@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <math.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdarg.h>
@@ -70,14 +69,16 @@ typedef struct {
     uint64_t start_time;         /* from /proc/<pid>/stat; tells a reused pid from the rank */
     _Atomic uint32_t arrived;    /* 1 + the barrier generation the rank last arrived at */
     uint32_t unused;
-    shm_desc desc[2];            /* one per buffer set, see phase_begin */
+    shm_desc desc[2];            /* one per buffer set, see phase_sync */
     char abort_reason[REASON_LEN];
 } shm_rank;
 
 typedef struct {
     uint64_t magic;
     uint32_t version, world_size;
-    uint64_t nonce; /* random per session: tells this run's segment from another with its name */
+    /* Random per session. Staleness is judged by rank 0's pid and start time, not by this; it
+     * lets a person inspecting /dev/shm or a core dump tell two sessions under one name apart. */
+    uint64_t nonce;
     uint64_t slot_bytes, total_bytes;
     _Atomic uint32_t ready;   /* set last by rank 0, once everything above is written */
     _Atomic uint32_t aborted; /* 0, or 1 + the rank that failed first */
@@ -98,7 +99,6 @@ struct zt_comm {
     shm_rank *ranks;
     unsigned char *data;
     size_t slot_bytes;
-    uint64_t nonce;
     /* Counts the phases (chunks) done; its parity picks the buffer set. Two sets let a rank fill
      * the next chunk while slower ranks still read the last one, with no extra barrier. */
     uint64_t phase;
@@ -655,7 +655,7 @@ static zt_status create_segment(zt_comm *c, size_t total) {
     h->magic = SHM_MAGIC;
     h->version = SHM_VERSION;
     h->world_size = (uint32_t)c->world;
-    h->nonce = c->nonce = session_nonce();
+    h->nonce = session_nonce();
     h->slot_bytes = c->slot_bytes;
     h->total_bytes = total;
     c->ranks[0].start_time = self_start_time();
@@ -725,7 +725,6 @@ static zt_status attach_segment(zt_comm *c, size_t total) {
                 c->base = p;
                 c->map_bytes = size;
                 set_layout(c);
-                c->nonce = c->hdr->nonce;
                 shm_rank *me = &c->ranks[c->rank];
                 me->start_time = self_start_time();
                 int32_t none = 0;

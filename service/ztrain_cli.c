@@ -35,6 +35,8 @@ static const char usage[] =
     "      Generate N tokens (default 200) from a checkpoint (default tag: latest).\n"
     "  export CKPT_DIR --out FILE [--tag TAG]\n"
     "      Write the checkpoint's weights as safetensors with Hugging Face GPT-2 names.\n"
+    "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
+    "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n"
     "  --version, --help\n";
 
 static volatile sig_atomic_t stop_requested;
@@ -302,6 +304,8 @@ static int cmd_export(int argc, char **argv) {
             return bad_usage("export: unknown option or missing value '%s'", argv[i]);
         else if (!dir)
             dir = argv[i];
+        else if (!out)
+            out = argv[i];
         else
             return bad_usage("export: unexpected argument '%s'", argv[i]);
     }
@@ -336,7 +340,9 @@ int main(int argc, char **argv) {
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "sample") == 0)
         return cmd_sample(argc - 2, argv + 2);
-    if (strcmp(argv[1], "export") == 0)
+    /* A checkpoint's model.safetensors already holds the consolidated fp32 weights, whatever the
+     * ZeRO stage and number of ranks that wrote it, so DeepSpeed's zero_to_fp32 is an export. */
+    if (strcmp(argv[1], "export") == 0 || strcmp(argv[1], "zero-to-fp32") == 0)
         return cmd_export(argc - 2, argv + 2);
     return bad_usage("unknown command '%s'", argv[1]);
 }
