@@ -49,7 +49,7 @@ static const zt_zero_segment *segment(const zt_zero *z, int layer) {
 
 static void hook_fetch(void *ctx, int layer) {
     zt_zero *z = ctx;
-    if (z->stage < 3 || z->error != ZT_OK)
+    if (z->stage < 3 || !z->comm || z->error != ZT_OK)
         return;
     const zt_zero_segment *sg = segment(z, layer);
     for (int i = 0; i < sg->n; i++) {

@@ -60,6 +60,9 @@ with tempfile.TemporaryDirectory() as d:
         f.write(bytes((i * 7 + i // 13) % 251 for i in range(20000)))
     ref = train(d, "single", job(1, 0, GLOBAL, 1, "ck-single"))
     ck.check(ref[0][-1] < ref[0][0], "the single-rank loss falls")
+    for stage in (2, 3):  # one rank with ZeRO configured: no communicator at all
+        got = train(d, f"s{stage}n1", job(1, stage, GLOBAL, 1, f"ck-{stage}-1"))
+        compare(ck, f"stage {stage}, 1 rank", ref, got)
     for world in (2, 3):
         for stage in (0, 1, 2, 3):
             got = train(d, f"s{stage}n{world}", job(world, stage, GLOBAL // world, 1, f"ck-{stage}-{world}"))
