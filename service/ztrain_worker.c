@@ -92,13 +92,17 @@ static int comm_timeout(double *out) {
 
 /* The variable that set the world size, for messages: the launcher's setting is at fault, not
  * the job's. The same precedence as zt_dist_from_env: torchrun's variables, then Slurm's. */
+static bool env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v;
+}
+
 static const char *world_size_source(char *buf, size_t size) {
-    const char *ws = getenv("WORLD_SIZE"), *procid = getenv("SLURM_PROCID");
-    const char *ntasks = getenv("SLURM_NTASKS");
-    if (ws && *ws)
-        snprintf(buf, size, "WORLD_SIZE=%s", ws);
-    else if (!getenv("RANK") && !getenv("LOCAL_RANK") && procid && *procid && ntasks)
-        snprintf(buf, size, "SLURM_NTASKS=%s", ntasks);
+    if (env_set("WORLD_SIZE"))
+        snprintf(buf, size, "WORLD_SIZE=%s", getenv("WORLD_SIZE"));
+    else if (!env_set("RANK") && !env_set("LOCAL_RANK") && env_set("SLURM_PROCID") &&
+             env_set("SLURM_NTASKS"))
+        snprintf(buf, size, "SLURM_NTASKS=%s", getenv("SLURM_NTASKS"));
     else
         snprintf(buf, size, "the environment has no WORLD_SIZE (one rank)");
     return buf;

@@ -1,8 +1,9 @@
 /* Collectives between the ranks of one job, behind one interface.
  *
  * A communicator connects world_size ranks; every rank calls the same collectives in the same
- * order. Backends: "shm" (ranks on one host, through one shared-memory segment; this file) and,
- * with the CUDA milestone, "nccl" — both fill zt_comm_ops. All buffers are fp32 host memory here.
+ * order. The one backend so far is "shm" (ranks on one host, through one shared-memory segment,
+ * engine/comm_shm.c), which defines these functions directly; the CUDA milestone's "nccl" backend
+ * turns them into a dispatch on the communicator's backend. All buffers are host memory here.
  *
  * Every wait is bounded: when a peer has exited, the call fails at once with ZT_ERR_IO naming the
  * rank ("rank 2 (pid 1234) has exited"); when a peer is alive but does not arrive within the
