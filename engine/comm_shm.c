@@ -678,14 +678,14 @@ static bool segment_usable(const zt_comm *c, const unsigned char *base, size_t s
     }
     if (h->world_size != (uint32_t)c->world || h->total_bytes != total || size != total ||
         h->slot_bytes != c->slot_bytes) {
-        snprintf(why, cap, "segment %s is for world size %u, this rank expects %d", c->name,
+        snprintf(why, cap, "segment %.160s is for world size %u, this rank expects %d", c->name,
                  h->world_size, c->world);
         return false;
     }
     const shm_rank *r0 = (const shm_rank *)(base + align_up(sizeof(shm_header), 64));
     pid_t pid = atomic_load_explicit(&r0->pid, memory_order_relaxed);
     if (!rank_alive(pid, r0->start_time)) {
-        snprintf(why, cap, "segment %s is left from an earlier run (its rank 0, pid %d, has exited)",
+        snprintf(why, cap, "segment %.160s is left from an earlier run (its rank 0, pid %d, has exited)",
                  c->name, (int)pid);
         return false;
     }
