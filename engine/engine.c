@@ -61,7 +61,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     if (s == ZT_OK)
         s = zt_zero_init(&e->zero, e->model, opts->comm, ds->zero.stage,
                          (size_t)ds->zero.reduce_bucket_size,
-                         (size_t)ds->zero.stage3_param_persistence_threshold);
+                         (size_t)ds->zero.stage3_param_persistence_threshold,
+                         ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size);
     if (s == ZT_OK) {
         zt_zero_after_load(&e->zero);
         size_t n = ds->zero.stage == 0 ? e->model->n_padded : e->zero.part;
@@ -141,7 +142,7 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
     e->forward_pending = grad_scale != 0.0f;
     e->current.forward_ms += now_ms() - t0;
-    return e->zero.error;
+    return zt_zero_status(&e->zero);
 }
 
 zt_status zt_engine_backward(zt_engine *e) {
@@ -151,14 +152,14 @@ zt_status zt_engine_backward(zt_engine *e) {
     e->model->ops->backward(e->model);
     e->forward_pending = false;
     e->current.backward_ms += now_ms() - t0;
-    return e->zero.error;
+    return zt_zero_status(&e->zero);
 }
 
 zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(check_batch(e, b));
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, 0.0f);
     e->forward_pending = false;
-    return e->zero.error;
+    return zt_zero_status(&e->zero);
 }
 
 bool zt_engine_is_gradient_accumulation_boundary(const zt_engine *e) {

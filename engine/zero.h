@@ -10,8 +10,10 @@
 #ifndef ZTRAIN_ZERO_H
 #define ZTRAIN_ZERO_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ztrain/comm.h"
 #include "ztrain/engine.h"
@@ -21,6 +23,29 @@ typedef struct {
     size_t off[2], len[2];
     int n;
 } zt_zero_segment;
+
+/* Work for the communication thread: reduce-scatter a gradient range, or gather a parameter range. */
+typedef struct {
+    enum { ZT_ZERO_REDUCE, ZT_ZERO_GATHER } kind;
+    size_t lo, hi;
+} zt_zero_job;
+
+enum { ZT_ZERO_QUEUE = 64 };
+
+/* With overlap_comm (stage 2/3, several ranks) one thread per rank runs the collectives the
+ * hooks queue, in order, so they overlap the compute of the following layers; stage 3 also
+ * prefetches the next layer's parameters. Every rank queues the same sequence, so the ranks'
+ * collectives still match one for one. The main thread waits for a job only when it needs its
+ * result, and drains the queue before it talks to the communicator itself. */
+typedef struct {
+    bool running;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    zt_zero_job queue[ZT_ZERO_QUEUE];
+    uint64_t submitted, completed; /* job sequence numbers */
+    bool stop;
+} zt_zero_comm_thread;
 
 typedef struct {
     int stage, rank, world;
@@ -33,12 +58,16 @@ typedef struct {
     size_t pend_lo, pend_hi;    /* stages 2, 3: ready gradients not yet reduced */
     zt_zero_segment *segments;  /* per layer + 1 (index 0: the outer tensors) */
     bool *persistent;           /* stage 3: per model tensor, kept whole */
-    zt_status error;            /* first failure inside a model hook */
+    zt_status error;            /* first failure inside a model hook or the comm thread */
+    zt_zero_comm_thread ct;
+    bool prefetch;              /* stage 3: gather the next layer while this one computes */
+    uint64_t *prefetched;       /* per layer + 1: sequence number of its queued gather, or 0 */
+    uint64_t last_reduce;       /* sequence number of the last queued gradient bucket */
     zt_engine_memory peak;      /* bytes held, maxima since the last zt_zero_take_memory */
 } zt_zero;
 
 zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
-                       size_t persistence_threshold);
+                       size_t persistence_threshold, bool overlap_comm, size_t prefetch_size);
 void zt_zero_free(zt_zero *z);
 
 /* After the parameters are loaded or initialised identically on every rank: stage 3 lets go of
@@ -54,6 +83,9 @@ zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double 
 zt_status zt_zero_after_step(zt_zero *z);
 /* Every rank's parameters in full (stage 3 gathers them; call zt_zero_after_load to let go). */
 zt_status zt_zero_gather_all(zt_zero *z);
+
+/* The first failure of a hook or of the communication thread, or ZT_OK. */
+zt_status zt_zero_status(zt_zero *z);
 
 /* The bytes held since the last call (maxima), and resets the maxima to what is held now. */
 zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes);

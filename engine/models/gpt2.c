@@ -151,14 +151,14 @@ static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *tar
 
     const zt_model_hooks *h = &m->hooks;
     if (h->fetch)
-        h->fetch(h->ctx, -1);
+        h->fetch(h->ctx, -1, false);
     k->encoder_forward(g->la[0].encoded, inputs, g->wte, g->wpe, B, T, C);
     const float *residual = g->la[0].encoded;
     for (int l = 0; l < g->L; l++) {
         layer_acts *a = &g->la[l];
         float **w = g->lw[l].w;
         if (h->fetch)
-            h->fetch(h->ctx, l);
+            h->fetch(h->ctx, l, false);
         k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B], BT, C);
         k->matmul_forward(a->qkv, a->ln1, w[QKV_W], w[QKV_B], BT, C, 3 * C, false);
         k->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
@@ -211,7 +211,7 @@ static void gpt2_backward(zt_model *m) {
         float **w = g->lw[l].w, **dw = g->lg[l].w;
         const float *residual = l == 0 ? g->la[0].encoded : g->la[l - 1].res3;
         if (h->fetch)
-            h->fetch(h->ctx, l);
+            h->fetch(h->ctx, l, true);
         /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
         k->matmul_backward(g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], g->dres, a->fch_gelu, w[FCPROJ_W],
                            BT, 4 * C, C, false);

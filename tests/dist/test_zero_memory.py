@@ -48,10 +48,12 @@ with tempfile.TemporaryDirectory() as d:
             pad = 4 * 16 * world + 8 * PAGE  # slice padding and page granularity
             n = world
             want = {
+                # Stage 3 holds the layer in use and, with overlap_comm (its default), the next
+                # one being prefetched; stages 2/3 hold the bucket being reduced and the one filling.
                 "params_bytes": (4 * PSI if stage < 3 else 4 * PSI / n,
-                                 0 if stage < 3 else 4 * (OUTER + LAYER + SMALL)),
+                                 0 if stage < 3 else 4 * (OUTER + 2 * LAYER + SMALL)),
                 "grads_bytes": (4 * PSI if stage < 2 else 4 * PSI / n,
-                                0 if stage < 2 else 4 * (BUCKET + LAYER + OUTER)),
+                                0 if stage < 2 else 4 * (2 * (BUCKET + LAYER) + OUTER)),
                 "optimizer_bytes": (8 * PSI if stage == 0 else 8 * PSI / n, 0),
             }
             for r in range(world):

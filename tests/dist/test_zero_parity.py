@@ -2,7 +2,8 @@
 10 steps of losses within 1e-5 relative and final parameters within 1e-5; and gradient
 accumulation (micro 2 x accumulation 2 x 2 ranks) equals micro 8 on one rank. Three ranks do not
 divide the parameter count, so uneven slices and padding are exercised; a small reduce bucket
-makes stage 2/3 reduce in several buckets during the backward."""
+makes stage 2/3 reduce in several buckets during the backward, on the communication thread
+(overlap_comm, with stage-3 prefetch of the next layer) and without it."""
 import os
 import sys
 import tempfile
@@ -15,7 +16,7 @@ from ztref import Checker, read_metrics, rel_err, run, st_read, tool, write_job 
 GLOBAL = 12  # sequences per step
 
 
-def job(world, stage, micro, gas, ckpt):
+def job(world, stage, micro, gas, ckpt, overlap=True):
     return {
         "name": f"zero{stage}-n{world}",
         "world_size": world,
@@ -32,6 +33,7 @@ def job(world, stage, micro, gas, ckpt):
                       "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3}},
                       "gradient_clipping": 0.5,
                       "zero_optimization": {"stage": stage, "reduce_bucket_size": 3000,
+                                            "overlap_comm": overlap,
                                             "stage3_param_persistence_threshold": 100}}}
 
 
@@ -67,6 +69,9 @@ with tempfile.TemporaryDirectory() as d:
         for stage in (0, 1, 2, 3):
             got = train(d, f"s{stage}n{world}", job(world, stage, GLOBAL // world, 1, f"ck-{stage}-{world}"))
             compare(ck, f"stage {stage}, {world} ranks", ref, got)
+    for stage in (2, 3):  # the same without a communication thread (no overlap, no prefetch)
+        got = train(d, f"sync{stage}", job(2, stage, GLOBAL // 2, 1, f"ck-sync{stage}", overlap=False))
+        compare(ck, f"stage {stage}, 2 ranks, overlap_comm false", ref, got)
     ref8 = train(d, "micro8", job(1, 0, 8, 1, "ck-micro8"))
     for stage in (0, 2):
         got = train(d, f"acc{stage}", job(2, stage, 2, 2, f"ck-acc{stage}"))

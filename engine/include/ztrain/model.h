@@ -7,6 +7,7 @@
 #ifndef ZTRAIN_MODEL_H
 #define ZTRAIN_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,7 +33,9 @@ typedef struct zt_model zt_model;
  * of the forward, without gradients). Every callback may be NULL. */
 typedef struct {
     void *ctx;
-    void (*fetch)(void *ctx, int layer);
+    /* `backward`: the pass runs from the last layer to the first (so the next one to prefetch
+     * is layer - 1 rather than layer + 1). */
+    void (*fetch)(void *ctx, int layer, bool backward);
     void (*release)(void *ctx, int layer);
     void (*grads_ready)(void *ctx, int layer);
 } zt_model_hooks;
