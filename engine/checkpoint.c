@@ -41,13 +41,17 @@ static zt_status save_optimizer(zt_engine *e, const char *path) {
     size_t lo = own_lo < n ? own_lo : n, hi = own_lo + part < n ? own_lo + part : n;
     /* A stage-0 optimizer covers the whole buffer, so its slice starts at own_lo. */
     size_t base = o->n == part ? own_lo : 0;
-    zt_st_entry entries[2];
+    zt_st_entry entries[3];
     int k = 0;
     const char *first = o->cfg.type == ZT_OPTIM_ADAM ? "exp_avg" : "momentum_buffer";
     if (o->m)
         entries[k++] = (zt_st_entry){first, o->m + (lo - base), 1, {(int64_t)(hi - lo)}};
     if (o->v)
         entries[k++] = (zt_st_entry){"exp_avg_sq", o->v + (lo - base), 1, {(int64_t)(hi - lo)}};
+    size_t mbase, mn;
+    float *master = zt_engine_master_weights(e, &mbase, &mn);
+    if (master)
+        entries[k++] = (zt_st_entry){"fp32_master", master + (lo - base), 1, {(int64_t)(hi - lo)}};
     char step[32], offset[32], total[32];
     snprintf(step, sizeof step, "%lld", (long long)o->t);
     snprintf(offset, sizeof offset, "%zu", lo);
@@ -71,6 +75,12 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
     cJSON_AddNumberToObject(m, "zero_stage", ds->zero.stage);
     zt_optimizer *o = zt_engine_optimizer(e);
     cJSON_AddNumberToObject(m, "optimizer_step", o ? (double)o->t : 0);
+    const zt_loss_scaler *ls = zt_engine_loss_scaler(e);
+    cJSON *scaler = cJSON_AddObjectToObject(m, "loss_scaler");
+    cJSON_AddNumberToObject(scaler, "cur_scale", ls->cur_scale);
+    cJSON_AddNumberToObject(scaler, "cur_iter", (double)ls->cur_iter);
+    cJSON_AddNumberToObject(scaler, "last_overflow_iter", (double)ls->last_overflow_iter);
+    cJSON_AddNumberToObject(scaler, "cur_hysteresis", ls->cur_hysteresis);
     cJSON *sched = cJSON_AddObjectToObject(m, "lr_schedule");
     cJSON_AddNumberToObject(sched, "last_batch_iteration",
                             (double)zt_engine_schedule(e)->last_batch_iteration);
@@ -265,7 +275,10 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
     size_t base = o->n == part ? own_lo : 0;
     size_t lo = o->n == part ? own_lo : 0, hi = base + o->n < n ? base + o->n : n;
     const char *first = o->cfg.type == ZT_OPTIM_ADAM ? "exp_avg" : "momentum_buffer";
-    struct { const char *name; float *dst; } want[2] = {{first, o->m}, {"exp_avg_sq", o->v}};
+    size_t mbase, mn;
+    float *master = zt_engine_master_weights(e, &mbase, &mn);
+    struct { const char *name; float *dst; } want[3] = {
+        {first, o->m}, {"exp_avg_sq", o->v}, {"fp32_master", master}};
     size_t covered = 0;
     for (int r = 0; r < saved_world; r++) {
         char path[4400];
@@ -277,10 +290,13 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
         if (meta_size(&f, "n_params") != n)
             s = zt_error(ZT_ERR_FORMAT, "%s: optimizer state is for %zu parameters, the model has %zu",
                          path, meta_size(&f, "n_params"), n);
-        for (int i = 0; i < 2 && s == ZT_OK; i++) {
+        for (int i = 0; i < 3 && s == ZT_OK; i++) {
             if (!want[i].dst)
                 continue;
             const zt_st_tensor *t = zt_st_find(&f, want[i].name);
+            /* A checkpoint from fp32 training has no masters: they stay the loaded weights. */
+            if (!t && i == 2)
+                continue;
             if (!t || t->dtype != ZT_ST_F32 || t->ndim != 1) {
                 s = zt_error(ZT_ERR_FORMAT,
                              "%s: no fp32 '%s' tensor (was the checkpoint written with another "
@@ -327,11 +343,19 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
     if (s == ZT_OK) {
         path_join(path, sizeof path, tagdir, "model.safetensors");
         s = zt_model_load_safetensors(model, path);
-        zt_engine_release_unowned(e);
+        zt_engine_params_loaded(e);
     }
     if (s == ZT_OK && zt_engine_optimizer(e))
         s = load_optimizer(e, tagdir, saved_world, (int64_t)num(meta, "optimizer_step", 0));
     if (s == ZT_OK) {
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
+        zt_loss_scaler *ls = zt_engine_loss_scaler(e);
+        if (cJSON_IsObject(sc) && ls->kind != ZT_SCALER_STATIC) {
+            ls->cur_scale = num(sc, "cur_scale", ls->cur_scale);
+            ls->cur_iter = (int64_t)num(sc, "cur_iter", 0);
+            ls->last_overflow_iter = (int64_t)num(sc, "last_overflow_iter", -1);
+            ls->cur_hysteresis = (int)num(sc, "cur_hysteresis", ls->hysteresis);
+        }
         const cJSON *sched = cJSON_GetObjectItemCaseSensitive(meta, "lr_schedule");
         zt_engine_schedule(e)->last_batch_iteration = (int64_t)num(sched, "last_batch_iteration", -1);
         zt_engine_set_counters(e, (int64_t)num(meta, "global_steps", 0),

@@ -449,12 +449,6 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
 static zt_status ds_config_check_implemented(const zt_ds_config *cfg, const zt_json_obj *top) {
     const char *src = top->source;
     static const char *const dev[] = {"none", "cpu", "nvme"};
-    if (cfg->fp16.enabled)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: fp16.enabled is not supported yet (this build trains "
-                        "in fp32)", src);
-    if (cfg->bf16.enabled)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: bf16.enabled is not supported yet (this build trains "
-                        "in fp32)", src);
     if (cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.offload_optimizer.device \"%s\" is "
                         "not supported yet (this build implements \"none\")", src,
@@ -463,9 +457,6 @@ static zt_status ds_config_check_implemented(const zt_ds_config *cfg, const zt_j
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.offload_param.device \"%s\" is not "
                         "supported yet (this build implements \"none\")", src,
                         dev[cfg->zero.offload_param.device]);
-    if (cfg->communication_data_type[0] && strcmp(cfg->communication_data_type, "fp32") != 0)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: communication_data_type \"%s\" is not supported yet "
-                        "(this build communicates in fp32)", src, cfg->communication_data_type);
     const char *op = NULL;
     zt_json_get_string(top, "gradient_allreduce_op", &op, NULL);
     if (op && strcasecmp(op, "sum") == 0)

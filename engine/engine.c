@@ -8,6 +8,7 @@
 #include "zero.h"
 #include "ztrain/comm.h"
 #include "ztrain/engine.h"
+#include "ztrain/loss_scaler.h"
 
 struct zt_engine {
     zt_ds_config ds;
@@ -17,6 +18,8 @@ struct zt_engine {
     zt_optimizer opt;
     zt_zero zero;
     int world;
+    zt_dtype dtype;             /* ZT_F32, or the 16-bit type of bf16/fp16 training */
+    zt_loss_scaler scaler;
     zt_lr_schedule sched;
     zt_loader loader;
     bool has_loader;
@@ -34,6 +37,19 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* communication_data_type, or by default the training precision (DeepSpeed communicates 16-bit
+ * gradients in 16 bits). */
+static zt_dtype communication_dtype(const zt_ds_config *ds, zt_dtype dtype) {
+    const char *c = ds->communication_data_type;
+    if (strcmp(c, "fp32") == 0)
+        return ZT_F32;
+    if (strcmp(c, "bf16") == 0)
+        return ZT_BF16;
+    if (strcmp(c, "fp16") == 0)
+        return ZT_F16;
+    return dtype;
+}
+
 zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_model_spec *spec,
                            const zt_dataset *train_data, const zt_engine_options *opts) {
     zt_engine *e = calloc(1, sizeof *e);
@@ -44,6 +60,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     e->k = zt_kernels_cpu();
     e->grad_norm = NAN;
     e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
+    e->dtype = ds->bf16.enabled ? ZT_BF16 : ds->fp16.enabled ? ZT_F16 : ZT_F32;
+    zt_loss_scaler_init(&e->scaler, ds);
     zt_status s = ZT_OK;
     if (e->world != ds->world_size)
         s = zt_error(ZT_ERR_INVALID, "engine: the job has %d ranks but the config was read for %d",
@@ -53,6 +71,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         s = zt_model_create(&e->model, spec, e->k, ds->train_micro_batch_size_per_gpu,
                             16 * (size_t)e->world);
     if (s == ZT_OK) {
+        e->model->act_dtype = e->dtype;
         if (spec->init_from)
             s = zt_model_load_safetensors(e->model, spec->init_from);
         else
@@ -62,7 +81,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         s = zt_zero_init(&e->zero, e->model, opts->comm, ds->zero.stage,
                          (size_t)ds->zero.reduce_bucket_size,
                          (size_t)ds->zero.stage3_param_persistence_threshold,
-                         ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size);
+                         ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size,
+                         e->dtype, communication_dtype(ds, e->dtype));
     if (s == ZT_OK) {
         zt_zero_after_load(&e->zero);
         size_t n = ds->zero.stage == 0 ? e->model->n_padded : e->zero.part;
@@ -138,7 +158,10 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     int counted = 0;
     for (int i = 0; i < b->B * b->T; i++)
         counted += b->targets[i] >= 0;
-    float grad_scale = counted ? 1.0f / ((float)counted * e->ds.gradient_accumulation_steps) : 0.0f;
+    /* fp16 scales the loss (DeepSpeed's loss scaler); the gradients are unscaled at the step. */
+    float grad_scale = counted ? (float)(zt_loss_scaler_scale(&e->scaler) /
+                                         ((double)counted * e->ds.gradient_accumulation_steps))
+                               : 0.0f;
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
     e->forward_pending = grad_scale != 0.0f;
     e->current.forward_ms += now_ms() - t0;
@@ -188,6 +211,62 @@ static void log_step(zt_engine *e) {
                 e->timers.forward_ms, e->timers.backward_ms, e->timers.step_ms);
 }
 
+static void finish_step(zt_engine *e, double t0, bool applied) {
+    if (applied)
+        zt_lr_schedule_step(&e->sched);
+    else
+        e->skipped_steps++;
+    e->global_steps++;
+    e->micro_steps++;
+    e->step_applied = applied;
+    e->current.step_ms = now_ms() - t0;
+    e->timers = e->current;
+    log_step(e);
+}
+
+/* The mixed-precision step: the (loss-scaled) 16-bit gradients are checked for overflow — every
+ * rank sees the same global norm, so every rank skips the same step — then unscaled and clipped
+ * in one multiply (as DeepSpeed's ZeRO optimizer does) on their way into the fp32 masters. */
+static zt_status step_half(zt_engine *e, double t0) {
+    uint16_t *g;
+    size_t count;
+    double norm2, scale = zt_loss_scaler_scale(&e->scaler);
+    ZT_TRY(zt_zero_reduce_gradients_half(&e->zero, &g, &count));
+    ZT_TRY(zt_zero_norm_squared_half(&e->zero, g, count, &norm2));
+    bool overflow = !isfinite(norm2);
+    bool checked = e->ds.fp16.enabled || e->ds.bf16.check_grad_overflow;
+    FILE *log = e->opts.rank == 0 ? e->opts.log : NULL;
+    if (overflow && !checked)
+        return zt_error(ZT_ERR_NUMERIC,
+                        "engine: bf16 gradients are not finite at step %lld and "
+                        "bf16.check_grad_overflow is false: training diverged",
+                        (long long)e->global_steps + 1);
+    if (overflow) {
+        ZT_TRY(zt_zero_after_step(&e->zero)); /* zeroes the gradients */
+        if (e->ds.bf16.enabled && log)
+            fprintf(log, "[ztrain] bf16 gradient overflow at step %lld: skipping the step\n",
+                    (long long)e->global_steps + 1);
+        zt_status s = zt_loss_scaler_update(&e->scaler, true, log);
+        finish_step(e, t0, false);
+        return s;
+    }
+    double norm = sqrt(norm2) / scale;
+    e->grad_norm = norm;
+    double combined = scale;
+    if (e->ds.gradient_clipping > 0.0) {
+        double clip = (norm + 1e-6) / e->ds.gradient_clipping;
+        if (clip > 1.0)
+            combined *= clip;
+    }
+    zt_optimizer_begin_step(&e->opt);
+    zt_zero_update_half(&e->zero, &e->opt, g, count, (float)(1.0 / combined),
+                        zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched));
+    ZT_TRY(zt_zero_after_step(&e->zero));
+    ZT_TRY(zt_loss_scaler_update(&e->scaler, false, log));
+    finish_step(e, t0, true);
+    return ZT_OK;
+}
+
 zt_status zt_engine_step(zt_engine *e) {
     if (e->forward_pending)
         return zt_error(ZT_ERR_INVALID, "engine: step() after forward() without backward()");
@@ -199,6 +278,8 @@ zt_status zt_engine_step(zt_engine *e) {
     if (!e->ds.has_optimizer)
         return zt_error(ZT_ERR_INVALID, "engine: the DeepSpeed config has no \"optimizer\" section");
     double t0 = now_ms();
+    if (e->dtype != ZT_F32)
+        return step_half(e, t0);
     float *g, *p;
     size_t count;
     double norm2;
@@ -216,13 +297,7 @@ zt_status zt_engine_step(zt_engine *e) {
     zt_optimizer_step(&e->opt, p, g, zt_lr_schedule_lr(&e->sched),
                       zt_lr_schedule_momentum(&e->sched));
     ZT_TRY(zt_zero_after_step(&e->zero));
-    zt_lr_schedule_step(&e->sched);
-    e->global_steps++;
-    e->micro_steps++;
-    e->step_applied = true;
-    e->current.step_ms = now_ms() - t0;
-    e->timers = e->current;
-    log_step(e);
+    finish_step(e, t0, true);
     return ZT_OK;
 }
 
@@ -248,7 +323,17 @@ void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part) {
 }
 
 zt_status zt_engine_gather_params(zt_engine *e) { return zt_zero_gather_all(&e->zero); }
-void zt_engine_release_unowned(zt_engine *e) { zt_zero_after_load(&e->zero); }
+void zt_engine_release_unowned(zt_engine *e) { zt_zero_release_gathered(&e->zero); }
+void zt_engine_params_loaded(zt_engine *e) { zt_zero_after_load(&e->zero); }
+double zt_engine_loss_scale(const zt_engine *e) { return zt_loss_scaler_scale(&e->scaler); }
+zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e) { return &e->scaler; }
+bool zt_engine_mixed_precision(const zt_engine *e) { return e->dtype != ZT_F32; }
+
+float *zt_engine_master_weights(zt_engine *e, size_t *base, size_t *n) {
+    *base = e->zero.master_base;
+    *n = e->zero.master_n;
+    return e->zero.master;
+}
 
 zt_engine_memory zt_engine_take_memory(zt_engine *e) {
     size_t opt = 0;

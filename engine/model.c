@@ -16,8 +16,6 @@ zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, const zt_ke
     return zt_error(ZT_ERR_INVALID, "model.type '%s' is not known (available: gpt2)", spec->type);
 }
 
-static size_t page_floats(void) { return (size_t)sysconf(_SC_PAGESIZE) / sizeof(float); }
-
 static float *map_floats(size_t n) {
     void *p = mmap(NULL, (n ? n : 1) * sizeof(float), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -42,42 +40,70 @@ void zt_model_free_flat(zt_model *m) {
     m->params = m->grads = NULL;
 }
 
-void zt_flat_release(float *x, size_t lo, size_t hi) {
+/* Byte-level versions: x is page-aligned, [lo, hi) are byte offsets. */
+static void release_bytes(unsigned char *x, size_t lo, size_t hi) {
     if (hi <= lo)
         return;
-    size_t pf = page_floats();
-    size_t first = (lo + pf - 1) / pf * pf, last = hi / pf * pf;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t first = (lo + page - 1) / page * page, last = hi / page * page;
     if (first >= last) {
-        memset(x + lo, 0, (hi - lo) * sizeof(float));
+        memset(x + lo, 0, hi - lo);
         return;
     }
-    memset(x + lo, 0, (first - lo) * sizeof(float));
-    memset(x + last, 0, (hi - last) * sizeof(float));
-    madvise(x + first, (last - first) * sizeof(float), MADV_DONTNEED);
+    memset(x + lo, 0, first - lo);
+    memset(x + last, 0, hi - last);
+    madvise(x + first, last - first, MADV_DONTNEED);
 }
 
-size_t zt_flat_resident_bytes(const float *x, size_t lo, size_t hi) {
+static size_t resident_bytes(const unsigned char *x, size_t lo, size_t hi) {
     if (hi <= lo)
         return 0;
-    size_t pf = page_floats();
-    size_t first = lo / pf * pf, pages = (hi - first + pf - 1) / pf;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t first = lo / page * page, pages = (hi - first + page - 1) / page;
     unsigned char vec[4096];
     size_t bytes = 0;
     for (size_t p0 = 0; p0 < pages; p0 += sizeof vec) {
         size_t np = pages - p0 < sizeof vec ? pages - p0 : sizeof vec;
-        if (mincore((void *)(x + first + p0 * pf), np * pf * sizeof(float), vec) != 0)
+        if (mincore((void *)(x + first + p0 * page), np * page, vec) != 0)
             return 0;
         for (size_t i = 0; i < np; i++) {
             if (!(vec[i] & 1))
                 continue;
             /* Count only the part of a resident page that lies inside [lo, hi). */
-            size_t a = first + (p0 + i) * pf, b = a + pf;
+            size_t a = first + (p0 + i) * page, b = a + page;
             a = a < lo ? lo : a;
             b = b > hi ? hi : b;
-            bytes += (b - a) * sizeof(float);
+            bytes += b - a;
         }
     }
     return bytes;
+}
+
+void zt_flat_release(float *x, size_t lo, size_t hi) {
+    release_bytes((unsigned char *)x, lo * sizeof(float), hi * sizeof(float));
+}
+
+size_t zt_flat_resident_bytes(const float *x, size_t lo, size_t hi) {
+    return resident_bytes((const unsigned char *)x, lo * sizeof(float), hi * sizeof(float));
+}
+
+void zt_half_release(uint16_t *x, size_t lo, size_t hi) {
+    release_bytes((unsigned char *)x, lo * 2, hi * 2);
+}
+
+size_t zt_half_resident_bytes(const uint16_t *x, size_t lo, size_t hi) {
+    return resident_bytes((const unsigned char *)x, lo * 2, hi * 2);
+}
+
+uint16_t *zt_half_map(size_t n) {
+    void *p = mmap(NULL, (n ? n : 1) * 2, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void zt_half_unmap(uint16_t *x, size_t n) {
+    if (x)
+        munmap(x, (n ? n : 1) * 2);
 }
 
 void zt_model_destroy(zt_model *m) {

@@ -52,10 +52,12 @@ void zt_optimizer_free(zt_optimizer *o) {
     o->v = NULL;
 }
 
-void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, double lr,
-                       double momentum) {
+void zt_optimizer_begin_step(zt_optimizer *o) { o->t++; }
+
+void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,
+                         size_t n, double lr, double momentum) {
     const zt_optimizer_config *c = &o->cfg;
-    o->t++;
+    ZT_ASSERT(offset + n <= o->n);
     if (c->type == ZT_OPTIM_ADAM) {
         /* torch and DeepSpeed take the bias corrections with the current beta1, so a OneCycle
          * that cycles beta1 changes them too. Powers are taken in double, as Python does. */
@@ -74,7 +76,7 @@ void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, doubl
             .bias_correction2 = (float)bc2,
             .adamw_mode = c->adam_w_mode,
         };
-        o->k->adam_update(params, grads, o->m, o->v, o->n, &a);
+        o->k->adam_update(params, grads, o->m + offset, o->v + offset, n, &a);
     } else {
         /* Without a buffer (momentum 0 in the config) the kernel runs plain SGD whatever
          * `momentum` says: DeepSpeed's OneCycle never cycles the momentum of torch's SGD, which
@@ -87,6 +89,12 @@ void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, doubl
             .nesterov = c->nesterov,
             .first_step = o->t == 1,
         };
-        o->k->sgd_update(params, grads, o->m, o->n, &a);
+        o->k->sgd_update(params, grads, o->m ? o->m + offset : NULL, n, &a);
     }
+}
+
+void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, double lr,
+                       double momentum) {
+    zt_optimizer_begin_step(o);
+    zt_optimizer_update(o, params, grads, 0, o->n, lr, momentum);
 }

@@ -198,7 +198,7 @@ static double peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
 }
 
-enum { MEM_PER_RANK = 4, MEM_MAX_RANKS = 64 };
+enum { MEM_PER_RANK = 5, MEM_MAX_RANKS = 64 };
 
 typedef struct {
     char keys[MEM_MAX_RANKS * MEM_PER_RANK][48];
@@ -219,10 +219,12 @@ static zt_status collect_memory_metrics(trainer *t, memory_metrics *out) {
     mine[1] = mem.grads_bytes;
     mine[2] = mem.optimizer_bytes;
     mine[3] = peak_rss_bytes();
+    mine[4] = mem.workspace_bytes;
     if (t->comm)
         ZT_TRY(zt_comm_all_reduce_f64(t->comm, v, (size_t)MEM_PER_RANK * t->world, ZT_REDUCE_SUM));
     static const char *const names[MEM_PER_RANK] = {"params_bytes", "grads_bytes",
-                                                    "optimizer_bytes", "peak_rss_bytes"};
+                                                    "optimizer_bytes", "peak_rss_bytes",
+                                                    "fp32_workspace_bytes"};
     for (int r = 0; r < t->world; r++) {
         for (int i = 0; i < MEM_PER_RANK; i++, out->n++) {
             snprintf(out->keys[out->n], sizeof out->keys[out->n], "memory/rank%d/%s", r, names[i]);
@@ -286,7 +288,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         if (logged) {
             zt_loader *l = zt_engine_loader(t->e);
             double epoch = (double)l->epoch + (double)l->pos / (double)(l->per_rank ? l->per_rank : 1);
-            zt_metric m[] = {
+            zt_metric m[11] = {
                 {"train/global_step", (double)step},
                 {"train/loss", last_loss},
                 {"train/learning_rate", lr},
@@ -300,9 +302,11 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             };
             /* Warmup steps carry no perf figures: they are left out of timing. */
             int n = timed ? 10 : 8;
+            if (job->ds.fp16.enabled)
+                m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
             static memory_metrics mem;
             ZT_TRY(collect_memory_metrics(t, &mem));
-            zt_metric all[10 + MEM_MAX_RANKS * MEM_PER_RANK];
+            zt_metric all[11 + MEM_MAX_RANKS * MEM_PER_RANK];
             memcpy(all, m, sizeof(zt_metric) * n);
             memcpy(all + n, mem.m, sizeof(zt_metric) * mem.n);
             ZT_TRY(write_metrics(t, all, n + mem.n));

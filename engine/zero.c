@@ -5,6 +5,9 @@
 
 #include "zero.h"
 
+enum { HALF_ALL_REDUCE, HALF_REDUCE_SCATTER, HALF_ALL_GATHER };
+static zt_status half_collective(zt_zero *z, uint16_t *x, int op);
+
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -53,11 +56,31 @@ static double resident(const float *x, size_t lo, size_t hi) {
     return (double)zt_flat_resident_bytes(x, lo, hi);
 }
 
-/* Gathers [lo, hi) of the parameters from their owners. */
+/* Gathers [lo, hi) of the parameters from their owners (in mixed precision, each owner first
+ * widens its 16-bit piece into the fp32 working copy; the values stay 16-bit exact). */
 static zt_status gather_range(zt_zero *z, size_t lo, size_t hi) {
     size_t offsets[256], counts[256];
     pieces(z, lo, hi, offsets, counts);
-    return zt_comm_all_gather(z->comm, z->model->params + lo, hi - lo, offsets, counts);
+    float *p = z->model->params;
+    if (z->half && counts[z->rank])
+        z->model->k->from_half(p + lo + offsets[z->rank], z->p16 + lo + offsets[z->rank],
+                               counts[z->rank], z->dtype);
+    return zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts);
+}
+
+/* Brings [lo, hi) of the fp32 parameters into place for the model: gathered from their owners at
+ * stage 3, widened from the 16-bit parameters in mixed precision. */
+static zt_status materialise(zt_zero *z, size_t lo, size_t hi) {
+    if (z->stage == 3 && z->comm)
+        return gather_range(z, lo, hi);
+    if (z->half)
+        z->model->k->from_half(z->model->params + lo, z->p16 + lo, hi - lo, z->dtype);
+    return ZT_OK;
+}
+
+static double workspace(zt_zero *z) {
+    const zt_model *m = z->model;
+    return resident(m->params, 0, m->n_padded) + resident(m->grads, 0, m->n_padded);
 }
 
 /* Lets go of [lo, hi) of the parameters outside this rank's slice. */
@@ -184,17 +207,17 @@ static void queue_gather(zt_zero *z, int layer) {
 
 static void hook_fetch(void *ctx, int layer, bool backward) {
     zt_zero *z = ctx;
-    if (z->stage < 3 || !z->comm || first_error(z) != ZT_OK)
+    if (!(z->half || (z->stage == 3 && z->comm)) || first_error(z) != ZT_OK)
         return;
     if (z->prefetched[layer + 1]) {
         wait_for(z, z->prefetched[layer + 1]);
         z->prefetched[layer + 1] = 0;
     } else {
-        /* Not prefetched: gather it now, in order after whatever is queued. */
+        /* Not prefetched: bring it in now, in order after whatever is queued. */
         drain(z);
         const zt_zero_segment *sg = segment(z, layer);
         for (int i = 0; i < sg->n; i++) {
-            zt_status s = gather_range(z, sg->off[i], sg->off[i] + sg->len[i]);
+            zt_status s = materialise(z, sg->off[i], sg->off[i] + sg->len[i]);
             if (s != ZT_OK) {
                 fail(z, s);
                 return;
@@ -204,7 +227,10 @@ static void hook_fetch(void *ctx, int layer, bool backward) {
     int next = backward ? layer - 1 : layer + 1;
     if (z->prefetch && next >= 0 && next < z->model->n_layer)
         queue_gather(z, next);
-    note_max(z, &z->peak.params_bytes, resident(z->model->params, 0, z->model->n_padded));
+    if (z->half)
+        note_max(z, &z->peak.workspace_bytes, workspace(z));
+    else
+        note_max(z, &z->peak.params_bytes, resident(z->model->params, 0, z->model->n_padded));
 }
 
 static void hook_release(void *ctx, int layer) {
@@ -223,30 +249,67 @@ static void hook_release(void *ctx, int layer) {
     }
 }
 
+/* Mixed precision: the fp32 working copy of a layer goes once the layer is done. */
+static void hook_release_half(void *ctx, int layer) {
+    zt_zero *z = ctx;
+    if (layer < 0)
+        drain(z);
+    const zt_zero_segment *sg = segment(z, layer);
+    for (int i = 0; i < sg->n; i++)
+        zt_flat_release(z->model->params, sg->off[i], sg->off[i] + sg->len[i]);
+}
+
 /* Reduce-scatters the gradients of [lo, hi) (averaged over ranks) and adds this rank's piece to
  * its accumulator; the whole range of the full-size gradient buffer is then released. */
 static zt_status reduce_range(zt_zero *z, size_t lo, size_t hi) {
     if (hi <= lo)
         return ZT_OK;
     float *g = z->model->grads;
-    note_max(z, &z->peak.grads_bytes,
-             resident(g, 0, z->model->n_padded) + (double)z->part * sizeof(float));
+    const zt_kernels *k = z->model->k;
+    if (z->half)
+        note_max(z, &z->peak.workspace_bytes, workspace(z));
+    else
+        note_max(z, &z->peak.grads_bytes,
+                 resident(g, 0, z->model->n_padded) + (double)z->part * sizeof(float));
     size_t offsets[256], counts[256];
     pieces(z, lo, hi, offsets, counts);
+    size_t a = max_sz(lo, z->own_lo), b = min_sz(hi, z->own_hi);
+    /* What travels is rounded to communication_data_type (16-bit gradients by default in mixed
+     * precision); the reduction itself adds in fp32. */
+    if (z->half && z->comm_dtype != ZT_F32)
+        k->round_to(g + lo, hi - lo, z->comm_dtype);
     if (z->comm) {
         size_t off = offsets[z->rank];
         ZT_TRY(zt_comm_reduce_scatter(z->comm, g + lo, g + lo + off, hi - lo, offsets, counts,
                                       ZT_REDUCE_AVG));
     }
-    size_t a = max_sz(lo, z->own_lo), b = min_sz(hi, z->own_hi);
-    for (size_t i = a; i < b; i++)
-        z->grad_acc[i - z->own_lo] += g[i];
+    if (z->half) {
+        if (a < b && z->comm_dtype != ZT_F32)
+            k->round_to(g + a, b - a, z->comm_dtype);
+        if (a < b)
+            k->accumulate_half(z->gacc16 + (a - z->own_lo), g + a, b - a, z->dtype);
+    } else {
+        for (size_t i = a; i < b; i++)
+            z->grad_acc[i - z->own_lo] += g[i];
+    }
     zt_flat_release(g, lo, hi);
     return ZT_OK;
 }
 
 static void hook_grads_ready(void *ctx, int layer) {
     zt_zero *z = ctx;
+    if (z->half && z->stage < 2) {
+        /* The layer's fp32 gradients go into the 16-bit gradient buffer (rounded to nearest even,
+         * accumulating over micro-steps) and the fp32 copy is let go. */
+        const zt_zero_segment *sg = segment(z, layer);
+        note_max(z, &z->peak.workspace_bytes, workspace(z));
+        for (int i = 0; i < sg->n; i++) {
+            size_t lo = sg->off[i], hi = lo + sg->len[i];
+            z->model->k->accumulate_half(z->g16 + lo, z->model->grads + lo, hi - lo, z->dtype);
+            zt_flat_release(z->model->grads, lo, hi);
+        }
+        return;
+    }
     if (z->stage < 2 || first_error(z) != ZT_OK)
         return;
     const zt_zero_segment *sg = segment(z, layer);
@@ -301,8 +364,28 @@ static zt_status build_segments(zt_zero *z) {
     return ZT_OK;
 }
 
+static zt_status init_half(zt_zero *z) {
+    size_t n = z->model->n_padded;
+    z->p16 = zt_half_map(n);
+    if (z->stage < 2)
+        z->g16 = zt_half_map(n);
+    else if (posix_memalign((void **)&z->gacc16, 64, (z->part ? z->part : 1) * 2) == 0)
+        memset(z->gacc16, 0, z->part * 2);
+    z->master_n = z->stage == 0 ? n : z->part;
+    z->master_base = z->stage == 0 ? 0 : z->own_lo;
+    if (posix_memalign((void **)&z->master, 64, (z->master_n ? z->master_n : 1) * sizeof(float)))
+        z->master = NULL;
+    if (posix_memalign((void **)&z->chunk, 64, ZT_ZERO_CHUNK * sizeof(float)))
+        z->chunk = NULL;
+    if (!z->p16 || (z->stage < 2 ? !z->g16 : !z->gacc16) || !z->master || !z->chunk)
+        return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit parameters, gradients "
+                        "and fp32 master weights");
+    return ZT_OK;
+}
+
 zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
-                       size_t persistence_threshold, bool overlap_comm, size_t prefetch_size) {
+                       size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
+                       zt_dtype dtype, zt_dtype comm_dtype) {
     memset(z, 0, sizeof *z);
     z->stage = stage;
     z->comm = comm;
@@ -316,7 +399,12 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->own_hi = z->own_lo + z->part;
     z->bucket_size = bucket_size ? bucket_size : 1;
     ZT_TRY(build_segments(z));
-    if (stage >= 2) {
+    z->half = dtype != ZT_F32;
+    z->dtype = dtype;
+    z->comm_dtype = comm_dtype;
+    if (z->half)
+        ZT_TRY(init_half(z));
+    else if (stage >= 2) {
         if (posix_memalign((void **)&z->grad_acc, 64, (z->part ? z->part : 1) * sizeof(float)))
             return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the gradient partition");
         memset(z->grad_acc, 0, z->part * sizeof(float));
@@ -324,8 +412,9 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->persistent = calloc((size_t)m->n_tensors, sizeof *z->persistent);
     if (!z->persistent)
         return zt_error(ZT_ERR_NOMEM, "zero: out of memory");
+    /* In mixed precision every layer's fp32 copy is transient anyway; nothing stays whole. */
     for (int t = 0; t < m->n_tensors; t++)
-        z->persistent[t] = m->tensors[t].numel < persistence_threshold;
+        z->persistent[t] = !z->half && m->tensors[t].numel < persistence_threshold;
     z->prefetched = calloc((size_t)m->n_layer + 1, sizeof *z->prefetched);
     if (!z->prefetched)
         return zt_error(ZT_ERR_NOMEM, "zero: out of memory");
@@ -333,7 +422,8 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
         ZT_TRY(start_comm_thread(z));
         z->prefetch = stage == 3 && prefetch_size > 0;
     }
-    m->hooks = (zt_model_hooks){z, hook_fetch, hook_release, hook_grads_ready};
+    m->hooks = (zt_model_hooks){z, hook_fetch, z->half ? hook_release_half : hook_release,
+                                hook_grads_ready};
     return ZT_OK;
 }
 
@@ -343,24 +433,49 @@ void zt_zero_free(zt_zero *z) {
         z->model->hooks = (zt_model_hooks){0};
     free(z->prefetched);
     free(z->grad_acc);
+    if (z->model) {
+        zt_half_unmap(z->p16, z->model->n_padded);
+        zt_half_unmap(z->g16, z->model->n_padded);
+    }
+    free(z->gacc16);
+    free(z->master);
+    free(z->chunk);
     free(z->segments);
     free(z->persistent);
     memset(z, 0, sizeof *z);
 }
 
-void zt_zero_after_load(zt_zero *z) {
+void zt_zero_release_gathered(zt_zero *z) {
+    const zt_model *m = z->model;
+    if (z->half) {
+        zt_flat_release(m->params, 0, m->n_padded);
+        return;
+    }
     if (z->stage < 3)
         return;
-    const zt_model *m = z->model;
     for (int t = 0; t < m->n_tensors; t++)
         if (!z->persistent[t])
             release_unowned(z, m->tensors[t].offset, m->tensors[t].offset + m->tensors[t].numel);
 }
 
+void zt_zero_after_load(zt_zero *z) {
+    zt_model *m = z->model;
+    if (z->half) {
+        /* As DeepSpeed: the model becomes 16-bit, and the masters are that 16-bit model widened. */
+        m->k->to_half(z->p16, m->params, m->n_padded, z->dtype);
+        m->k->from_half(z->master, z->p16 + z->master_base, z->master_n, z->dtype);
+        if (z->stage == 3) {
+            zt_half_release(z->p16, 0, z->own_lo);
+            zt_half_release(z->p16, z->own_hi, m->n_padded);
+        }
+    }
+    zt_zero_release_gathered(z);
+}
+
 zt_status zt_zero_gather_all(zt_zero *z) {
-    if (z->stage < 3 || !z->comm)
+    if (!z->half && (z->stage < 3 || !z->comm))
         return ZT_OK;
-    return gather_range(z, 0, z->model->n_padded);
+    return materialise(z, 0, z->model->n_padded);
 }
 
 zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *count) {
@@ -399,8 +514,22 @@ zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double 
     return ZT_OK;
 }
 
+static zt_status after_step_half(zt_zero *z) {
+    zt_model *m = z->model;
+    if (z->stage >= 2)
+        memset(z->gacc16, 0, z->part * 2);
+    else
+        memset(z->g16, 0, m->n_padded * 2);
+    if (z->comm && (z->stage == 1 || z->stage == 2))
+        ZT_TRY(half_collective(z, z->p16, HALF_ALL_GATHER));
+    note_max(z, &z->peak.params_bytes, (double)zt_half_resident_bytes(z->p16, 0, m->n_padded));
+    return ZT_OK;
+}
+
 zt_status zt_zero_after_step(zt_zero *z) {
     zt_model *m = z->model;
+    if (z->half)
+        return after_step_half(z);
     if (z->stage >= 2)
         memset(z->grad_acc, 0, z->part * sizeof(float));
     else
@@ -420,10 +549,90 @@ measure:
     return ZT_OK;
 }
 
+/* Runs a collective over a 16-bit range through the fp32 gradient buffer, a chunk at a time, so
+ * the staging stays small: widen, communicate, round back, let go. `reduce` selects an averaging
+ * all-reduce (stage 0) or a reduce-scatter into this rank's piece (stage 1); otherwise it is an
+ * all-gather of the owners' pieces (the 16-bit parameters after a step). */
+static zt_status half_collective(zt_zero *z, uint16_t *x, int op) {
+    const zt_kernels *k = z->model->k;
+    float *buf = z->model->grads;
+    size_t n = z->model->n_padded, step = (size_t)ZT_ZERO_CHUNK * 16;
+    for (size_t lo = 0; lo < n; lo += step) {
+        size_t hi = min_sz(lo + step, n), offsets[256], counts[256];
+        pieces(z, lo, hi, offsets, counts);
+        size_t a = lo + offsets[z->rank], cnt = counts[z->rank];
+        zt_status s;
+        if (op == HALF_ALL_GATHER) {
+            k->from_half(buf + a, x + a, cnt, z->dtype);
+            s = zt_comm_all_gather(z->comm, buf + lo, hi - lo, offsets, counts);
+            if (s == ZT_OK)
+                k->to_half(x + lo, buf + lo, hi - lo, z->dtype);
+        } else {
+            k->from_half(buf + lo, x + lo, hi - lo, z->dtype);
+            if (op == HALF_ALL_REDUCE) {
+                s = zt_comm_all_reduce(z->comm, buf + lo, hi - lo, ZT_REDUCE_AVG);
+                if (s == ZT_OK)
+                    k->to_half(x + lo, buf + lo, hi - lo, z->dtype);
+            } else {
+                s = zt_comm_reduce_scatter(z->comm, buf + lo, buf + a, hi - lo, offsets, counts,
+                                           ZT_REDUCE_AVG);
+                if (s == ZT_OK)
+                    k->to_half(x + a, buf + a, cnt, z->dtype);
+            }
+        }
+        zt_flat_release(buf, lo, hi);
+        ZT_TRY(s);
+    }
+    return ZT_OK;
+}
+
+zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count) {
+    drain(z);
+    ZT_TRY(first_error(z));
+    if (z->stage < 2)
+        note_max(z, &z->peak.grads_bytes, (double)zt_half_resident_bytes(z->g16, 0, z->model->n_padded));
+    if (z->comm && z->stage == 0)
+        ZT_TRY(half_collective(z, z->g16, HALF_ALL_REDUCE));
+    else if (z->comm && z->stage == 1)
+        ZT_TRY(half_collective(z, z->g16, HALF_REDUCE_SCATTER));
+    *g = z->stage >= 2 ? z->gacc16 : z->g16 + z->master_base;
+    *count = z->master_n;
+    return ZT_OK;
+}
+
+zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out) {
+    double s = z->model->k->sum_squares_half(g, count, z->dtype);
+    if (z->stage >= 1 && z->comm)
+        ZT_TRY(zt_comm_all_reduce_f64(z->comm, &s, 1, ZT_REDUCE_SUM));
+    *out = s;
+    return ZT_OK;
+}
+
+void zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
+                         float grad_mul, double lr, double momentum) {
+    const zt_kernels *k = z->model->k;
+    for (size_t c = 0; c < count; c += ZT_ZERO_CHUNK) {
+        size_t len = min_sz(ZT_ZERO_CHUNK, count - c);
+        k->from_half(z->chunk, g + c, len, z->dtype);
+        k->scale(z->chunk, len, grad_mul);
+        zt_optimizer_update(o, z->master + c, z->chunk, c, len, lr, momentum);
+        k->to_half(z->p16 + z->master_base + c, z->master + c, len, z->dtype);
+    }
+}
+
 zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes) {
     zt_model *m = z->model;
     zt_engine_memory out = z->peak;
     out.optimizer_bytes = (double)optimizer_bytes;
+    if (z->half) {
+        out.optimizer_bytes += (double)z->master_n * sizeof(float);
+        if (z->stage >= 2)
+            out.grads_bytes = (double)z->part * 2;
+        z->peak.params_bytes = (double)zt_half_resident_bytes(z->p16, 0, m->n_padded);
+        z->peak.grads_bytes = 0;
+        z->peak.workspace_bytes = 0;
+        return out;
+    }
     if (z->stage >= 2 && out.grads_bytes < (double)z->part * sizeof(float))
         out.grads_bytes = (double)z->part * sizeof(float);
     z->peak.params_bytes = resident(m->params, 0, m->n_padded);

@@ -18,6 +18,7 @@
 #include "ztrain/comm.h"
 #include "ztrain/engine.h"
 #include "ztrain/model.h"
+#include "ztrain/optimizer.h"
 
 typedef struct {
     size_t off[2], len[2];
@@ -30,7 +31,7 @@ typedef struct {
     size_t lo, hi;
 } zt_zero_job;
 
-enum { ZT_ZERO_QUEUE = 64 };
+enum { ZT_ZERO_QUEUE = 64, ZT_ZERO_CHUNK = 1 << 16 };
 
 /* With overlap_comm (stage 2/3, several ranks) one thread per rank runs the collectives the
  * hooks queue, in order, so they overlap the compute of the following layers; stage 3 also
@@ -63,16 +64,42 @@ typedef struct {
     bool prefetch;              /* stage 3: gather the next layer while this one computes */
     uint64_t *prefetched;       /* per layer + 1: sequence number of its queued gather, or 0 */
     uint64_t last_reduce;       /* sequence number of the last queued gradient bucket */
+    /* Mixed precision (dtype bf16 or fp16): the parameters and gradients live in 16 bits and the
+     * model's fp32 buffers become a working copy of the layers in use; fp32 master weights of the
+     * slice feed the optimizer and are rounded to nearest even into the 16-bit parameters. */
+    bool half;
+    zt_dtype dtype;             /* storage type of parameters and gradients */
+    zt_dtype comm_dtype;        /* values are rounded to this before they are communicated */
+    uint16_t *p16;              /* [n_padded] 16-bit parameters (stage 3: the slice resident) */
+    uint16_t *g16;              /* stages 0, 1: [n_padded] 16-bit gradients */
+    uint16_t *gacc16;           /* stages 2, 3: [part] reduced 16-bit gradients of the slice */
+    float *master;              /* [master_n] fp32 master weights (stage 0: everything) */
+    size_t master_n, master_base;
+    float *chunk;               /* [ZT_ZERO_CHUNK] staging for the step's conversions */
     zt_engine_memory peak;      /* bytes held, maxima since the last zt_zero_take_memory */
 } zt_zero;
 
 zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
-                       size_t persistence_threshold, bool overlap_comm, size_t prefetch_size);
+                       size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
+                       zt_dtype dtype, zt_dtype comm_dtype);
 void zt_zero_free(zt_zero *z);
 
-/* After the parameters are loaded or initialised identically on every rank: stage 3 lets go of
- * what this rank does not own. */
+/* After the parameters are loaded or initialised (fp32, identically on every rank): stage 3 lets go
+ * of what this rank does not own; mixed precision takes its 16-bit parameters and fp32 masters
+ * from them and lets go of the fp32 copy. */
 void zt_zero_after_load(zt_zero *z);
+/* After zt_zero_gather_all: lets go of what the gather brought in. */
+void zt_zero_release_gathered(zt_zero *z);
+
+/* Mixed precision at an accumulation boundary: finishes the reduction and points *g at the
+ * 16-bit gradient slice this rank updates (count elements). */
+zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count);
+/* Squared global norm of the (still loss-scaled) 16-bit gradients; not finite on overflow. */
+zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out);
+/* Applies the optimizer (begun by the caller) to the master weights with gradients multiplied by
+ * grad_mul (unscale and clip), and rounds the masters into the 16-bit parameters. */
+void zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
+                         float grad_mul, double lr, double momentum);
 
 /* At an accumulation boundary: finishes the gradient reduction and points *g and *p at the
  * gradient and parameter slice this rank updates (count elements). */

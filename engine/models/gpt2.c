@@ -139,6 +139,12 @@ static void gpt2_init_weights(zt_model *m, uint64_t seed) {
         g->lnf_w[c] = 1.0f;
 }
 
+/* Rounds an activation (or activation gradient) to the training precision. */
+static void held(const zt_model *m, float *x, size_t n) {
+    if (m->act_dtype != ZT_F32)
+        m->k->round_to(x, n, m->act_dtype);
+}
+
 static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                           float grad_scale) {
     gpt2 *g = (gpt2 *)m;
@@ -153,6 +159,7 @@ static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *tar
     if (h->fetch)
         h->fetch(h->ctx, -1, false);
     k->encoder_forward(g->la[0].encoded, inputs, g->wte, g->wpe, B, T, C);
+    held(m, g->la[0].encoded, (size_t)BT * C);
     const float *residual = g->la[0].encoded;
     for (int l = 0; l < g->L; l++) {
         layer_acts *a = &g->la[l];
@@ -160,21 +167,31 @@ static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *tar
         if (h->fetch)
             h->fetch(h->ctx, l, false);
         k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B], BT, C);
+        held(m, a->ln1, (size_t)BT * C);
         k->matmul_forward(a->qkv, a->ln1, w[QKV_W], w[QKV_B], BT, C, 3 * C, false);
+        held(m, a->qkv, (size_t)BT * 3 * C);
         k->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+        held(m, a->atty, (size_t)BT * C);
         k->matmul_forward(a->res2, a->atty, w[PROJ_W], w[PROJ_B], BT, C, C, false);
         k->add(a->res2, a->res2, residual, (size_t)BT * C);
+        held(m, a->res2, (size_t)BT * C);
         k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LN2_W], w[LN2_B], BT, C);
+        held(m, a->ln2, (size_t)BT * C);
         k->matmul_forward(a->fch, a->ln2, w[FC_W], w[FC_B], BT, C, 4 * C, false);
+        held(m, a->fch, (size_t)BT * 4 * C);
         k->gelu_forward(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+        held(m, a->fch_gelu, (size_t)BT * 4 * C);
         k->matmul_forward(a->res3, a->fch_gelu, w[FCPROJ_W], w[FCPROJ_B], BT, 4 * C, C, false);
         k->add(a->res3, a->res3, a->res2, (size_t)BT * C);
+        held(m, a->res3, (size_t)BT * C);
         residual = a->res3;
         if (h->release)
             h->release(h->ctx, l);
     }
     k->layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, residual, g->lnf_w, g->lnf_b, BT, C);
+    held(m, g->lnf, (size_t)BT * C);
     k->matmul_forward(g->logits, g->lnf, g->wte, NULL, BT, C, V, true);
+    held(m, g->logits, (size_t)BT * V);
 
     g->has_grad = targets && grad_scale != 0.0f;
     if (!g->has_grad && h->release)
@@ -182,6 +199,8 @@ static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *tar
     if (!targets)
         return 0.0f;
     k->softmax_xent(g->losses, g->logits, targets, BT, V, grad_scale);
+    if (g->has_grad)
+        held(m, g->logits, (size_t)BT * V);
     double sum = 0.0;
     int counted = 0;
     for (int i = 0; i < BT; i++) {
@@ -202,9 +221,11 @@ static void gpt2_backward(zt_model *m) {
 
     const float *last = g->L > 0 ? g->la[g->L - 1].res3 : g->la[0].encoded;
     k->matmul_backward(g->dln, g->dwte, NULL, g->logits, g->lnf, g->wte, BT, C, V, true);
+    held(m, g->dln, (size_t)BT * C);
     memset(g->dres, 0, sizeof(float) * (size_t)BT * C);
     k->layernorm_backward(g->dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w, g->lnf_mean,
                           g->lnf_rstd, BT, C);
+    held(m, g->dres, (size_t)BT * C);
     const zt_model_hooks *h = &m->hooks;
     for (int l = g->L - 1; l >= 0; l--) {
         layer_acts *a = &g->la[l];
@@ -215,19 +236,27 @@ static void gpt2_backward(zt_model *m) {
         /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
         k->matmul_backward(g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], g->dres, a->fch_gelu, w[FCPROJ_W],
                            BT, 4 * C, C, false);
+        held(m, g->dfch, (size_t)BT * 4 * C);
         k->gelu_backward(g->dfch, a->fch, g->dfch, (size_t)BT * 4 * C);
+        held(m, g->dfch, (size_t)BT * 4 * C);
         k->matmul_backward(g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, 4 * C,
                            false);
+        held(m, g->dln, (size_t)BT * C);
         k->layernorm_backward(g->dres, dw[LN2_W], dw[LN2_B], g->dln, a->res2, w[LN2_W],
                               a->ln2_mean, a->ln2_rstd, BT, C);
+        held(m, g->dres, (size_t)BT * C);
         /* dres now holds the gradient of res2; the attention branch adds into it. */
         k->matmul_backward(g->datty, dw[PROJ_W], dw[PROJ_B], g->dres, a->atty, w[PROJ_W], BT, C,
                            C, false);
+        held(m, g->datty, (size_t)BT * C);
         k->attention_backward(g->dqkv, g->datt, g->datty, a->qkv, a->att, B, T, C, NH);
+        held(m, g->dqkv, (size_t)BT * 3 * C);
         k->matmul_backward(g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C, 3 * C,
                            false);
+        held(m, g->dln, (size_t)BT * C);
         k->layernorm_backward(g->dres, dw[LN1_W], dw[LN1_B], g->dln, residual, w[LN1_W],
                               a->ln1_mean, a->ln1_rstd, BT, C);
+        held(m, g->dres, (size_t)BT * C);
         if (h->grads_ready)
             h->grads_ready(h->ctx, l);
         if (h->release)

@@ -21,6 +21,11 @@ static const zt_kernels cpu_kernels = {
     .sgd_update = zt_cpu_sgd_update,
     .sum_squares = zt_cpu_sum_squares,
     .scale = zt_cpu_scale,
+    .to_half = zt_cpu_to_half,
+    .from_half = zt_cpu_from_half,
+    .round_to = zt_cpu_round_to,
+    .accumulate_half = zt_cpu_accumulate_half,
+    .sum_squares_half = zt_cpu_sum_squares_half,
 };
 
 const zt_kernels *zt_kernels_cpu(void) { return &cpu_kernels; }

@@ -40,4 +40,11 @@ void zt_cpu_sgd_update(float *p, const float *g, float *buf, size_t n, const zt_
 double zt_cpu_sum_squares(const float *x, size_t n);
 void zt_cpu_scale(float *x, size_t n, float s);
 
+/* cast.c */
+void zt_cpu_to_half(uint16_t *dst, const float *src, size_t n, zt_dtype t);
+void zt_cpu_from_half(float *dst, const uint16_t *src, size_t n, zt_dtype t);
+void zt_cpu_round_to(float *x, size_t n, zt_dtype t);
+void zt_cpu_accumulate_half(uint16_t *dst, const float *src, size_t n, zt_dtype t);
+double zt_cpu_sum_squares_half(const uint16_t *x, size_t n, zt_dtype t);
+
 #endif

@@ -371,10 +371,9 @@ try:
     run_job("zero_optimization.reduce_bucket_size 0",
             setter(["deepspeed"], "zero_optimization", {"stage": 2, "reduce_bucket_size": 0}),
             ["job.json", "reduce_bucket_size", "0"])
-    run_job("fp16.enabled true (not supported yet)", setter(["deepspeed"], "fp16", {"enabled": True}),
-            ["job.json", "fp16", "not supported"])
-    run_job("bf16.enabled true (not supported yet)", setter(["deepspeed"], "bf16", {"enabled": True}),
-            ["job.json", "bf16", "not supported"])
+    run_job("fp16.loss_scale_window 0 (must be > 0 when dynamic)",
+            setter(["deepspeed"], "fp16", {"enabled": True, "loss_scale_window": 0}),
+            ["job.json", "loss_scale_window"])
     run_job("offload_optimizer cpu (not supported yet)",
             setter(["deepspeed"], "zero_optimization", {"offload_optimizer": {"device": "cpu"}}),
             ["job.json", "offload_optimizer", "not supported"])

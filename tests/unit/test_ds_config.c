@@ -482,12 +482,13 @@ static void test_gates(void) {
     ERR("{" B "\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 0}}", 1,
         ZT_ERR_INVALID, "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 1, got 0");
     OK("{" B "\"zero_optimization\": false}", 1, &c);
-    ERR("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: fp16.enabled is not supported yet (this build trains in fp32)");
-    ERR("{" B "\"bf16\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: bf16.enabled is not supported yet (this build trains in fp32)");
-    ERR("{" B "\"bfloat16\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: bf16.enabled is not supported yet (this build trains in fp32)");
+    OK("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, &c);
+    CHECK(c.fp16.enabled && c.fp16.initial_scale_power == 8 && c.fp16.hysteresis == 2 &&
+          c.fp16.loss_scale_window == 1000);
+    OK("{" B "\"bf16\": {\"enabled\": true}}", 1, &c);
+    CHECK(c.bf16.enabled && c.bf16.check_grad_overflow);
+    OK("{" B "\"bfloat16\": {\"enabled\": true}}", 1, &c);
+    CHECK(c.bf16.enabled);
     ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}}",
         1, ZT_ERR_UNSUPPORTED,
         "ds.json: zero_optimization.offload_optimizer.device \"cpu\" is not supported yet (this build "
@@ -495,8 +496,8 @@ static void test_gates(void) {
     ERR("{" B "\"zero_optimization\": {\"cpu_offload\": true}}", 1, ZT_ERR_UNSUPPORTED,
         "ds.json: zero_optimization.offload_optimizer.device \"cpu\" is not supported yet (this build "
         "implements \"none\")");
-    ERR("{" B "\"communication_data_type\": \"bf16\"}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: communication_data_type \"bf16\" is not supported yet (this build communicates in fp32)");
+    OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
+    CHECK(strcmp(c.communication_data_type, "bf16") == 0);
     ERR("{" B "\"tensorboard\": {\"enabled\": true, \"output_path\": \"tb\"}}", 1, ZT_ERR_UNSUPPORTED,
         "ds.json: tensorboard.enabled is not supported: ztrain writes its metrics to metrics.jsonl instead");
     ERR("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,

@@ -22,6 +22,7 @@
 
 #include "ztrain/data.h"
 #include "ztrain/ds_config.h"
+#include "ztrain/loss_scaler.h"
 #include "ztrain/lr_schedule.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer.h"
@@ -33,6 +34,9 @@ typedef struct zt_engine zt_engine;
  * state's size), as maxima over the steps since they were last read. */
 typedef struct {
     double params_bytes, grads_bytes, optimizer_bytes;
+    /* Mixed precision on the CPU: the fp32 working copy of the layers in use (parameters and
+     * gradients), which a backend with 16-bit kernels would not need. 0 in fp32. */
+    double workspace_bytes;
 } zt_engine_memory;
 
 typedef struct zt_comm zt_comm;
@@ -102,6 +106,17 @@ void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part);
  * zt_engine_release_unowned) — for writing full weights. */
 zt_status zt_engine_gather_params(zt_engine *e);
 void zt_engine_release_unowned(zt_engine *e);
+/* After new fp32 weights were written into the model's parameters (a checkpoint): every rank
+ * takes its share (stage 3) and its 16-bit parameters and fp32 masters (mixed precision). */
+void zt_engine_params_loaded(zt_engine *e);
+
+/* Mixed precision. The loss scale (1 unless fp16), the scaler itself (its state goes into
+ * checkpoints), whether bf16/fp16 training is on, and the fp32 master weights this rank holds:
+ * elements [base, base + n) of the flat parameters; NULL in fp32 training. */
+double zt_engine_loss_scale(const zt_engine *e);
+zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e);
+bool zt_engine_mixed_precision(const zt_engine *e);
+float *zt_engine_master_weights(zt_engine *e, size_t *base, size_t *n);
 
 zt_model *zt_engine_model(zt_engine *e);
 const zt_ds_config *zt_engine_config(const zt_engine *e);

@@ -70,6 +70,9 @@ struct zt_model {
     float *params;        /* [n_padded], page-aligned anonymous mapping, owned; the padding is 0 */
     float *grads;         /* [n_padded], likewise */
     zt_model_hooks hooks;
+    /* Mixed precision: activations and their gradients are rounded to this type after every
+     * operation (computed in fp32, held at 16-bit precision); ZT_F32 leaves them alone. */
+    zt_dtype act_dtype;
     int n_tensors;
     zt_tensor_info *tensors;
 };
@@ -110,5 +113,11 @@ void zt_flat_release(float *x, size_t lo, size_t hi);
 
 /* Bytes of x[lo, hi) that are resident in memory (mincore), to measure what a rank holds. */
 size_t zt_flat_resident_bytes(const float *x, size_t lo, size_t hi);
+
+/* The same for 16-bit buffers (mixed precision), and their anonymous mappings of n elements. */
+void zt_half_release(uint16_t *x, size_t lo, size_t hi);
+size_t zt_half_resident_bytes(const uint16_t *x, size_t lo, size_t hi);
+uint16_t *zt_half_map(size_t n);
+void zt_half_unmap(uint16_t *x, size_t n);
 
 #endif

@@ -32,4 +32,11 @@ void zt_optimizer_free(zt_optimizer *o);
 void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, double lr,
                        double momentum);
 
+/* The same in pieces, for callers that stream the slice through a small buffer: begin_step counts
+ * the update once, then update() applies it to params[0..n) / grads[0..n), which are the slice's
+ * elements [offset, offset + n) (so the matching part of the state is used). */
+void zt_optimizer_begin_step(zt_optimizer *o);
+void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,
+                         size_t n, double lr, double momentum);
+
 #endif

@@ -27,6 +27,9 @@ typedef struct {
     bool first_step; /* torch initialises the momentum buffer to the first gradient */
 } zt_sgd_args;
 
+/* Storage types of the mixed-precision path. 16-bit values are raw IEEE binary16 / bfloat16 bits. */
+typedef enum { ZT_F32 = 0, ZT_BF16, ZT_F16 } zt_dtype;
+
 typedef struct zt_kernels {
     const char *name;
 
@@ -86,6 +89,18 @@ typedef struct zt_kernels {
     double (*sum_squares)(const float *x, size_t n);
     /* x *= s */
     void (*scale)(float *x, size_t n, float s);
+
+    /* Mixed precision. Conversions to 16 bits round to nearest even and keep subnormals, ±inf and
+     * NaN (a NaN stays a quiet NaN); values beyond the 16-bit range become ±inf. */
+    void (*to_half)(uint16_t *dst, const float *src, size_t n, zt_dtype t);
+    void (*from_half)(float *dst, const uint16_t *src, size_t n, zt_dtype t);
+    /* x = the nearest representable value of type t, in place (fp32 storage, 16-bit precision). */
+    void (*round_to)(float *x, size_t n, zt_dtype t);
+    /* dst = to_half(from_half(dst) + src): accumulates fp32 values into a 16-bit buffer. */
+    void (*accumulate_half)(uint16_t *dst, const float *src, size_t n, zt_dtype t);
+    /* Sum of squares of a 16-bit buffer (double accumulation, deterministic chunking); +inf/NaN
+     * when any element is not finite. */
+    double (*sum_squares_half)(const uint16_t *x, size_t n, zt_dtype t);
 } zt_kernels;
 
 /* The CPU backend: OpenBLAS for matmuls, OpenMP threads and SIMD for the rest. */
