@@ -236,6 +236,10 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
         if (cfg->fp16.min_loss_scale <= 0)
             return zt_error(ZT_ERR_INVALID, "%s: fp16.min_loss_scale must be greater than 0, got %g",
                             top->source, cfg->fp16.min_loss_scale);
+        /* With 0 the ZeRO rule would never lower the scale. */
+        if (cfg->fp16.hysteresis <= 0)
+            return zt_error(ZT_ERR_INVALID, "%s: fp16.hysteresis must be greater than 0, got %d",
+                            top->source, cfg->fp16.hysteresis);
     }
 
     /* "bfloat16" is the old name; DeepSpeed reads it only when "bf16" is absent. */

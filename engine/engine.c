@@ -1,6 +1,7 @@
 /* The engine: DeepSpeed's forward / backward / step loop over one model, optimizer and schedule
  * (ZeRO stage 0, one rank, fp32 in this build). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +21,7 @@ struct zt_engine {
     int world;
     zt_dtype dtype;             /* ZT_F32, or the 16-bit type of bf16/fp16 training */
     zt_loss_scaler scaler;
+    int64_t inject_nan_step;    /* ZTRAIN_INJECT_NAN_GRAD (tests): poison this optimizer step */
     zt_lr_schedule sched;
     zt_loader loader;
     bool has_loader;
@@ -50,6 +52,17 @@ static zt_dtype communication_dtype(const zt_ds_config *ds, zt_dtype dtype) {
     return dtype;
 }
 
+/* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes rank RANK's (default 0) local gradients of optimizer
+ * step STEP (from 1) not finite — how tests reach the overflow paths on purpose. */
+static int64_t fault_injection_step(int rank) {
+    const char *v = getenv("ZTRAIN_INJECT_NAN_GRAD");
+    long long step = 0;
+    int r = 0;
+    if (!v || sscanf(v, "%lld:%d", &step, &r) < 1 || r != rank)
+        return 0;
+    return step;
+}
+
 zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_model_spec *spec,
                            const zt_dataset *train_data, const zt_engine_options *opts) {
     zt_engine *e = calloc(1, sizeof *e);
@@ -61,6 +74,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     e->grad_norm = NAN;
     e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
     e->dtype = ds->bf16.enabled ? ZT_BF16 : ds->fp16.enabled ? ZT_F16 : ZT_F32;
+    e->inject_nan_step = fault_injection_step(opts->rank);
     zt_loss_scaler_init(&e->scaler, ds);
     zt_status s = ZT_OK;
     if (e->world != ds->world_size)
@@ -278,6 +292,8 @@ zt_status zt_engine_step(zt_engine *e) {
     if (!e->ds.has_optimizer)
         return zt_error(ZT_ERR_INVALID, "engine: the DeepSpeed config has no \"optimizer\" section");
     double t0 = now_ms();
+    if (e->inject_nan_step == e->global_steps + 1)
+        e->zero.poison_next = true;
     if (e->dtype != ZT_F32)
         return step_half(e, t0);
     float *g, *p;

@@ -7,6 +7,7 @@
 
 enum { HALF_ALL_REDUCE, HALF_REDUCE_SCATTER, HALF_ALL_GATHER };
 static zt_status half_collective(zt_zero *z, uint16_t *x, int op);
+static void poison(zt_zero *z);
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -481,6 +482,7 @@ zt_status zt_zero_gather_all(zt_zero *z) {
 zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *count) {
     drain(z);
     ZT_TRY(first_error(z));
+    poison(z);
     zt_model *m = z->model;
     if (z->stage < 2)
         note_max(z, &z->peak.grads_bytes, resident(m->grads, 0, m->n_padded));
@@ -586,9 +588,23 @@ static zt_status half_collective(zt_zero *z, uint16_t *x, int op) {
     return ZT_OK;
 }
 
+/* Fault injection for tests: one non-finite value in this rank's local gradients, before they
+ * are combined, as an overflow in one rank's backward would leave it. */
+static void poison(zt_zero *z) {
+    if (!z->poison_next)
+        return;
+    z->poison_next = false;
+    float nan = __builtin_nanf("");
+    if (z->half)
+        z->model->k->to_half(z->stage >= 2 ? z->gacc16 : z->g16 + z->own_lo, &nan, 1, z->dtype);
+    else
+        *(z->stage >= 2 ? z->grad_acc : z->model->grads + z->own_lo) = nan;
+}
+
 zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count) {
     drain(z);
     ZT_TRY(first_error(z));
+    poison(z);
     if (z->stage < 2)
         note_max(z, &z->peak.grads_bytes, (double)zt_half_resident_bytes(z->g16, 0, z->model->n_padded));
     if (z->comm && z->stage == 0)

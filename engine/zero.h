@@ -76,6 +76,7 @@ typedef struct {
     float *master;              /* [master_n] fp32 master weights (stage 0: everything) */
     size_t master_n, master_base;
     float *chunk;               /* [ZT_ZERO_CHUNK] staging for the step's conversions */
+    bool poison_next;           /* fault injection: make this rank's next gradients not finite */
     zt_engine_memory peak;      /* bytes held, maxima since the last zt_zero_take_memory */
 } zt_zero;
 

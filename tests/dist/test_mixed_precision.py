@@ -94,7 +94,7 @@ with tempfile.TemporaryDirectory() as d:
                     mine = flat[off:off + master.numel()]
                     exact &= torch.equal(master.to(dtype).float(), mine)
             ck.check(exact, f"{name}: at steps 10..50 the 16-bit weights are the masters rounded to nearest even")
-            if stage in (0, 3):
+            if True:
                 mem = recs[-1]
                 for r in range(WORLD):
                     n = WORLD
@@ -129,4 +129,28 @@ with tempfile.TemporaryDirectory() as d:
         ck.check(recs[-1]["train/loss"] < recs[int(skipped)]["train/loss"], f"{name}: training recovers")
         marker = "OVERFLOW! Rank 0 Skipping step." if stage else "Grad overflow on iteration"
         ck.check(marker in p.stdout + p.stderr, f"{name}: DeepSpeed's overflow line is logged ('{marker}')")
+    # One rank's gradients become NaN at step 5 (fault injection): every rank skips that step.
+    for precision in ("bf16", "fp16"):
+        name = f"nan-{precision}"
+        write_job(f"{d}/{name}.json", job(precision, 2, f"ck-{name}", steps=12))
+        env = dict(os.environ, ZTRAIN_INJECT_NAN_GRAD="5:1")
+        p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], env=env)
+        recs = read_metrics(f"{d}/{name}/metrics.jsonl")
+        skipped = [r["train/skipped_steps"] for r in recs]
+        ck.check(skipped == [0] * 4 + [1] * 8, f"{name}: exactly step 5 was skipped ({skipped})")
+        ck.check(recs[-1]["train/loss"] < recs[0]["train/loss"], f"{name}: training goes on")
+        line = ("bf16 gradient overflow at step 5: skipping the step" if precision == "bf16"
+                else "OVERFLOW! Rank 0 Skipping step.")
+        ck.check(line in p.stdout, f"{name}: logged '{line}'")
+    # bf16 with check_grad_overflow false, and fp32: a NaN is never applied silently.
+    for precision in ("bf16", "fp32"):
+        name = f"nan-unchecked-{precision}"
+        spec = job(precision, 1, f"ck-{name}", steps=8)
+        if precision == "bf16":
+            spec["deepspeed"]["bf16"]["check_grad_overflow"] = False
+        write_job(f"{d}/{name}.json", spec)
+        env = dict(os.environ, ZTRAIN_INJECT_NAN_GRAD="3:0")
+        p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], env=env, check=False)
+        ck.check(p.returncode == 1 and "step 3" in p.stderr and "diverged" in p.stderr,
+                 f"{name}: the run fails at step 3 with a message ({p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''})")
 ck.done()

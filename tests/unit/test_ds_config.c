@@ -485,6 +485,8 @@ static void test_gates(void) {
     OK("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, &c);
     CHECK(c.fp16.enabled && c.fp16.initial_scale_power == 8 && c.fp16.hysteresis == 2 &&
           c.fp16.loss_scale_window == 1000);
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}", 1, ZT_ERR_INVALID,
+        "ds.json: fp16.hysteresis must be greater than 0, got 0");
     OK("{" B "\"bf16\": {\"enabled\": true}}", 1, &c);
     CHECK(c.bf16.enabled && c.bf16.check_grad_overflow);
     OK("{" B "\"bfloat16\": {\"enabled\": true}}", 1, &c);
