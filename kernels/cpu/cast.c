@@ -2,9 +2,9 @@
  * binary16), the fused round trip, accumulation into a 16-bit buffer, and a 16-bit buffer's sum of
  * squares. They run over whole parameter and gradient buffers every step.
  *
- * Every conversion is exact IEEE: round to nearest even, subnormals produced and consumed, ±inf past
- * the 16-bit range, -0 kept, and a NaN stays a NaN of the same sign with its quiet bit set and the
- * high bits of its payload. The scalar functions below define each element's result; the vector
+ * Every conversion is exact IEEE: round to nearest even, subnormals produced and consumed, ±inf
+ * past the 16-bit range, -0 kept, and a NaN stays a NaN of the same sign with its quiet bit set and
+ * the high bits of its payload. The scalar functions below define each element's result; the vector
  * paths reproduce them bit for bit (verified over all 2^32 fp32 and all 2^16 16-bit patterns when
  * written; tests/reference/test_casts.py holds every path to PyTorch's casts), so a buffer converts
  * the same way on every CPU, whatever the thread count or where a slice starts.
@@ -12,9 +12,9 @@
  * ZT_F32 is no 16-bit type: round_to leaves the values as they are (each already is the nearest
  * fp32), the other entries stop the process, since a caller passing it has mixed up its buffers.
  *
- * The widest path the CPU supports runs. The environment variable ZTRAIN_CAST_ISA (portable, avx2 or
- * avx512), read once, picks a narrower one so tests can check every path on one machine; a path the
- * CPU lacks is never taken. */
+ * The widest path the CPU supports runs. The environment variable ZTRAIN_CAST_ISA (portable, avx2
+ * or avx512), read once, picks a narrower one so tests can check every path on one machine; a path
+ * the CPU lacks is never taken. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +60,7 @@ static inline uint16_t bf16_from_f32(uint32_t u) {
     return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
 }
 
-/* bfloat16 -> fp32 is exact: the bits are the high half of the fp32. A signalling NaN is quieted. */
+/* bfloat16 -> fp32 is exact: the bits are the high half of an fp32. A signalling NaN is quieted. */
 static inline uint32_t f32_from_bf16(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     return (h & 0x7FFFu) > 0x7F80u ? u | 0x00400000u : u;
@@ -110,6 +110,14 @@ static inline uint32_t f32_from_f16(uint16_t h) {
     return sign | ((e + 112u) << 23) | (m << 13);
 }
 
+/* accumulate_half's sum. When both terms are NaN, which payload an add returns depends on its
+ * operand order, which the compiler may swap; a NaN accumulator therefore passes through as it is,
+ * so every path gives the same bits. */
+static inline float acc_sum(float acc, float add) {
+    float s = acc + add;
+    return acc != acc ? acc : s;
+}
+
 /* One path: each function converts a contiguous run on the calling thread. */
 typedef void (*to_fn)(uint16_t *dst, const float *src, size_t n);
 typedef void (*from_fn)(float *dst, const uint16_t *src, size_t n);
@@ -126,10 +134,10 @@ typedef struct {
 } cast_path;
 
 /* The bfloat16 loops are the scalar functions in a plain loop, which GCC vectorises at whatever
- * instruction set the function is compiled for; integer arithmetic makes every width agree. They are
- * instantiated once per path, under that path's target attribute. AVX512-BF16's vcvtneps2bf16 is
- * not used: it treats fp32 subnormal inputs as zero, where bfloat16 (fp32's exponent range) has
- * subnormals of its own. */
+ * instruction set the function is compiled for; integer arithmetic (and acc_sum's NaN rule) makes
+ * every width agree. They are instantiated once per path, under that path's target attribute.
+ * AVX512-BF16's vcvtneps2bf16 is not used: it treats fp32 subnormal inputs as zero, where bfloat16
+ * (fp32's exponent range) has subnormals of its own. */
 #define BF16_LOOPS(ISA, ATTR)                                                                      \
     ATTR static void to_bf16_##ISA(uint16_t *dst, const float *src, size_t n) {                    \
         for (size_t i = 0; i < n; i++)                                                             \
@@ -145,12 +153,12 @@ typedef struct {
     }                                                                                              \
     ATTR static void acc_bf16_##ISA(uint16_t *dst, const float *src, size_t n) {                   \
         for (size_t i = 0; i < n; i++)                                                             \
-            dst[i] = bf16_from_f32(f32_bits(bits_f32(f32_from_bf16(dst[i])) + src[i]));            \
+            dst[i] = bf16_from_f32(f32_bits(acc_sum(bits_f32(f32_from_bf16(dst[i])), src[i])));  \
     }
 
 BF16_LOOPS(portable, )
 
-/* The portable binary16 loops run the reference itself: every x86 CPU since 2013 takes a hardware
+/* The portable binary16 loops run the reference itself: every x86 CPU with AVX2 takes a hardware
  * path instead. */
 static void to_f16_portable(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -169,7 +177,7 @@ static void round_f16_portable(float *x, size_t n) {
 
 static void acc_f16_portable(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++)
-        dst[i] = f16_from_f32(f32_bits(bits_f32(f32_from_f16(dst[i])) + src[i]));
+        dst[i] = f16_from_f32(f32_bits(acc_sum(bits_f32(f32_from_f16(dst[i])), src[i])));
 }
 
 static const cast_path path_portable = {
@@ -187,7 +195,7 @@ static const cast_path path_portable = {
  * (an fp32 subnormal becomes ±0 in binary16 either way) and quiet NaNs keeping sign and payload
  * bits, as the reference does. The two widths are one text; each supplies its vector types, load
  * and store of the 16-bit half, intrinsic prefix and width. Tails take the reference. */
-#define F16_LOOPS(ISA, TARGET, VF, VH, MM, W, LOADH, STOREH, CVT_TO)                               \
+#define F16_LOOPS(ISA, TARGET, VF, VH, MM, W, LOADH, STOREH, CVT_TO, KEEP_NAN)                     \
     __attribute__((target(TARGET))) static void to_f16_##ISA(uint16_t *dst, const float *src,      \
                                                              size_t n) {                           \
         size_t i = 0;                                                                              \
@@ -212,8 +220,8 @@ static const cast_path path_portable = {
                                                               size_t n) {                          \
         size_t i = 0;                                                                              \
         for (; i + W <= n; i += W) {                                                               \
-            VF sum = MM##_add_ps(MM##_cvtph_ps(LOADH((const VH *)(dst + i))),                      \
-                                 MM##_loadu_ps(src + i));                                          \
+            VF acc = MM##_cvtph_ps(LOADH((const VH *)(dst + i)));                                  \
+            VF sum = KEEP_NAN(MM##_add_ps(acc, MM##_loadu_ps(src + i)), acc);                      \
             STOREH((VH *)(dst + i), CVT_TO(sum));                                                  \
         }                                                                                          \
         acc_f16_portable(dst + i, src + i, n - i);                                                 \
@@ -221,11 +229,16 @@ static const cast_path path_portable = {
 
 #define CVT_TO_AVX2(x) _mm256_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT)
 #define CVT_TO_AVX512(x) _mm512_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+/* acc_sum in vector form: the lanes where acc is NaN take acc. */
+#define KEEP_NAN_AVX2(s, acc)                                                                      \
+    _mm256_blendv_ps((s), (acc), _mm256_cmp_ps((acc), (acc), _CMP_UNORD_Q))
+#define KEEP_NAN_AVX512(s, acc)                                                                    \
+    _mm512_mask_mov_ps((s), _mm512_cmp_ps_mask((acc), (acc), _CMP_UNORD_Q), (acc))
 
 F16_LOOPS(avx2, "avx2,f16c", __m256, __m128i, _mm256, 8, _mm_loadu_si128, _mm_storeu_si128,
-          CVT_TO_AVX2)
+          CVT_TO_AVX2, KEEP_NAN_AVX2)
 F16_LOOPS(avx512, "avx512f,avx512bw", __m512, __m256i, _mm512, 16, _mm256_loadu_si256,
-          _mm256_storeu_si256, CVT_TO_AVX512)
+          _mm256_storeu_si256, CVT_TO_AVX512, KEEP_NAN_AVX512)
 
 BF16_LOOPS(avx2, __attribute__((target("avx2,f16c"))))
 BF16_LOOPS(avx512, __attribute__((target("avx512f,avx512bw,prefer-vector-width=512"))))
@@ -350,7 +363,9 @@ static double sumsq_chunk(const uint16_t *x, size_t n, from_fn from) {
             lane[j] += d * d;
         }
     }
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    double lo = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+    double hi = (lane[4] + lane[5]) + (lane[6] + lane[7]);
+    return lo + hi;
 }
 
 double zt_cpu_sum_squares_half(const uint16_t *x, size_t n, zt_dtype t) {

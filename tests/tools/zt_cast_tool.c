@@ -27,7 +27,8 @@ static void *read_all(const char *path, size_t size, size_t *n) {
     long bytes = ftell(f);
     fseek(f, 0, SEEK_SET);
     if (bytes < 0 || (size_t)bytes % size != 0) {
-        fprintf(stderr, "%s: %s: size %ld is not a multiple of %zu bytes\n", prog, path, bytes, size);
+        fprintf(stderr, "%s: %s: size %ld is not a multiple of %zu bytes\n", prog, path, bytes,
+                size);
         exit(1);
     }
     *n = (size_t)bytes / size;
