@@ -36,7 +36,7 @@ def main():
             for precision in ("fp32", "bf16", "fp16"):
                 ds = {"train_micro_batch_size_per_gpu": MICRO,
                       "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
-                      "zero_optimization": {"stage": stage}}
+                      "zero_optimization": {"stage": stage, "reduce_bucket_size": 500000}}
                 if precision != "fp32":
                     ds[precision] = {"enabled": True}
                 job = {"name": "pb", "world_size": n,
