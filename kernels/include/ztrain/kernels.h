@@ -91,7 +91,11 @@ typedef struct zt_kernels {
     void (*scale)(float *x, size_t n, float s);
 
     /* Mixed precision. Conversions to 16 bits round to nearest even and keep subnormals, ±inf and
-     * NaN (a NaN stays a quiet NaN); values beyond the 16-bit range become ±inf. */
+     * NaN (a NaN stays a quiet NaN with its sign); values beyond the 16-bit range become ±inf.
+     * t must be ZT_BF16 or ZT_F16 (ZT_F32 is a caller's bug and aborts), except round_to, for which
+     * ZT_F32 leaves x unchanged. In accumulate_half a NaN already in dst stays that NaN. The CPU
+     * backend picks AVX-512, AVX2+F16C or portable code at run time (ZTRAIN_CAST_ISA forces one,
+     * for tests); every path gives the same bits. */
     void (*to_half)(uint16_t *dst, const float *src, size_t n, zt_dtype t);
     void (*from_half)(float *dst, const uint16_t *src, size_t n, zt_dtype t);
     /* x = the nearest representable value of type t, in place (fp32 storage, 16-bit precision). */
