@@ -176,21 +176,6 @@ int32_t zt_dataset_token(const zt_dataset *d, size_t i) {
     return 0;
 }
 
-static zt_status write_all(int fd, const void *buf, size_t n, const char *path) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return zt_error(ZT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return ZT_OK;
-}
-
 zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size_t n) {
     if (n > (size_t)INT32_MAX)
         return zt_error(ZT_ERR_INVALID, "%s: %zu tokens do not fit the int32 count of the header",
@@ -210,9 +195,9 @@ zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size
         free(tmp);
         return s;
     }
-    s = write_all(fd, header, sizeof header, tmp);
+    s = zt_write_all(fd, header, sizeof header, tmp);
     if (s == ZT_OK)
-        s = write_all(fd, tokens, n * sizeof *tokens, tmp);
+        s = zt_write_all(fd, tokens, n * sizeof *tokens, tmp);
     if (s == ZT_OK && fsync(fd) != 0)
         s = zt_error(ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && s == ZT_OK)

@@ -45,26 +45,32 @@ zt_status zt_remove_tree(const char *path) {
     return ZT_OK;
 }
 
+zt_status zt_write_all(int fd, const void *buf, size_t n, const char *path) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return zt_error(ZT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return ZT_OK;
+}
+
 zt_status zt_write_file_atomic(const char *path, const void *data, size_t len) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return zt_error(ZT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int err = errno;
-            close(fd);
-            unlink(tmp);
-            return zt_error(ZT_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
-        }
-        p += n;
-        left -= (size_t)n;
+    zt_status s = zt_write_all(fd, data, len, tmp);
+    if (s != ZT_OK) {
+        close(fd);
+        unlink(tmp);
+        return s;
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
         int err = errno;

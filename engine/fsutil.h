@@ -12,6 +12,8 @@
 zt_status zt_mkdirs(const char *path);
 /* rm -rf; a missing path is not an error. */
 zt_status zt_remove_tree(const char *path);
+/* Writes all n bytes to fd, retrying short writes and EINTR; messages name path. */
+zt_status zt_write_all(int fd, const void *buf, size_t n, const char *path);
 /* Writes len bytes to path through path.tmp, fsync and rename. */
 zt_status zt_write_file_atomic(const char *path, const void *data, size_t len);
 /* Reads a whole file into a NUL-terminated heap buffer the caller frees (*len, if not NULL,

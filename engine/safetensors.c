@@ -466,21 +466,6 @@ static void sb_json_string(strbuf *b, const char *s) {
     sb_put(b, "\"", 1);
 }
 
-static zt_status write_all(int fd, const void *buf, size_t n, const char *path) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return zt_error(ZT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return ZT_OK;
-}
-
 /* Makes the rename durable: without syncing the directory a crash can bring back the old name. */
 static zt_status sync_parent_dir(const char *path) {
     const char *slash = strrchr(path, '/');
@@ -601,11 +586,11 @@ zt_status zt_st_write(const char *path, const zt_st_entry *entries, int n_entrie
         return s;
     }
     uint64_t hlen = h.len;
-    s = write_all(fd, &hlen, sizeof hlen, tmp);
+    s = zt_write_all(fd, &hlen, sizeof hlen, tmp);
     if (s == ZT_OK)
-        s = write_all(fd, h.p, h.len, tmp);
+        s = zt_write_all(fd, h.p, h.len, tmp);
     for (int i = 0; i < n_entries && s == ZT_OK; i++)
-        s = write_all(fd, entries[i].data, entry_bytes(&entries[i]), tmp);
+        s = zt_write_all(fd, entries[i].data, entry_bytes(&entries[i]), tmp);
     if (s == ZT_OK && fsync(fd) != 0)
         s = zt_error(ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && s == ZT_OK)
