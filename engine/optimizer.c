@@ -54,28 +54,34 @@ void zt_optimizer_free(zt_optimizer *o) {
 
 void zt_optimizer_begin_step(zt_optimizer *o) { o->t++; }
 
+/* Adam's kernel arguments for the update begun by zt_optimizer_begin_step. torch and DeepSpeed take
+ * the bias corrections with the current beta1, so a OneCycle that cycles beta1 changes them too.
+ * Powers are taken in double, as Python does. */
+static zt_adam_args adam_args(const zt_optimizer *o, double lr, double momentum) {
+    const zt_optimizer_config *c = &o->cfg;
+    double bc1 = 1.0, bc2 = 1.0;
+    if (c->bias_correction) {
+        bc1 = 1.0 - pow(momentum, (double)o->t);
+        bc2 = 1.0 - pow(c->beta2, (double)o->t);
+    }
+    return (zt_adam_args){
+        .lr = (float)lr,
+        .beta1 = (float)momentum,
+        .beta2 = (float)c->beta2,
+        .eps = (float)c->eps,
+        .weight_decay = (float)c->weight_decay,
+        .bias_correction1 = (float)bc1,
+        .bias_correction2 = (float)bc2,
+        .adamw_mode = c->adam_w_mode,
+    };
+}
+
 void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,
                          size_t n, double lr, double momentum) {
     const zt_optimizer_config *c = &o->cfg;
     ZT_ASSERT(offset + n <= o->n);
     if (c->type == ZT_OPTIM_ADAM) {
-        /* torch and DeepSpeed take the bias corrections with the current beta1, so a OneCycle
-         * that cycles beta1 changes them too. Powers are taken in double, as Python does. */
-        double bc1 = 1.0, bc2 = 1.0;
-        if (c->bias_correction) {
-            bc1 = 1.0 - pow(momentum, (double)o->t);
-            bc2 = 1.0 - pow(c->beta2, (double)o->t);
-        }
-        zt_adam_args a = {
-            .lr = (float)lr,
-            .beta1 = (float)momentum,
-            .beta2 = (float)c->beta2,
-            .eps = (float)c->eps,
-            .weight_decay = (float)c->weight_decay,
-            .bias_correction1 = (float)bc1,
-            .bias_correction2 = (float)bc2,
-            .adamw_mode = c->adam_w_mode,
-        };
+        zt_adam_args a = adam_args(o, lr, momentum);
         o->k->adam_update(params, grads, o->m + offset, o->v + offset, n, &a);
     } else {
         /* Without a buffer (momentum 0 in the config) the kernel runs plain SGD whatever
@@ -91,6 +97,19 @@ void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, siz
         };
         o->k->sgd_update(params, grads, o->m ? o->m + offset : NULL, n, &a);
     }
+}
+
+bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads,
+                               zt_dtype grad_type, float grad_mul, uint16_t *params16,
+                               zt_dtype param_type, size_t offset, size_t n, double lr,
+                               double momentum) {
+    if (o->cfg.type != ZT_OPTIM_ADAM || !o->k->adam_update_mixed)
+        return false;
+    ZT_ASSERT(offset + n <= o->n);
+    zt_adam_args a = adam_args(o, lr, momentum);
+    o->k->adam_update_mixed(master, grads, grad_type, grad_mul, o->m + offset, o->v + offset,
+                            params16, param_type, n, &a);
+    return true;
 }
 
 void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, double lr,

@@ -627,6 +627,11 @@ zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count,
 void zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
                          float grad_mul, double lr, double momentum) {
     const zt_kernels *k = z->model->k;
+    /* Adam takes one fused pass over the slice (the kernel threads it). SGD, and a backend without
+     * the fused kernel, stream it through the staging buffer in four passes, with the same bits. */
+    if (zt_optimizer_update_mixed(o, z->master, g, z->dtype, grad_mul, z->p16 + z->master_base,
+                                  z->dtype, 0, count, lr, momentum))
+        return;
     for (size_t c = 0; c < count; c += ZT_ZERO_CHUNK) {
         size_t len = min_sz(ZT_ZERO_CHUNK, count - c);
         k->from_half(z->chunk, g + c, len, z->dtype);

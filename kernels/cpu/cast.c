@@ -4,10 +4,10 @@
  *
  * Every conversion is exact IEEE: round to nearest even, subnormals produced and consumed, ±inf
  * past the 16-bit range, -0 kept, and a NaN stays a NaN of the same sign with its quiet bit set and
- * the high bits of its payload. The scalar functions below define each element's result; the vector
- * paths reproduce them bit for bit (verified over all 2^32 fp32 and all 2^16 16-bit patterns when
- * written; tests/reference/test_casts.py holds every path to PyTorch's casts), so a buffer converts
- * the same way on every CPU, whatever the thread count or where a slice starts.
+ * the high bits of its payload. The scalar functions in half.h define each element's result; the
+ * vector paths reproduce them bit for bit (verified over all 2^32 fp32 and all 2^16 16-bit patterns
+ * when written; tests/reference/test_casts.py holds every path to PyTorch's casts), so a buffer
+ * converts the same way on every CPU, whatever the thread count or where a slice starts.
  *
  * ZT_F32 is no 16-bit type: round_to leaves the values as they are (each already is the nearest
  * fp32), the other entries stop the process, since a caller passing it has mixed up its buffers.
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -37,78 +38,6 @@
 #define SUMSQ_BLOCK 256
 #define SUMSQ_SUB 512
 #define SUMSQ_LANES 8
-
-static inline uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* fp32 -> bfloat16. Adding 0x7FFF plus the lowest kept bit rounds to nearest even; the carry runs
- * into the exponent, so the largest finite values round up to inf and the largest subnormals to the
- * smallest normal. A NaN is truncated instead (rounding could carry it into inf) and quieted. Pure
- * integer arithmetic, so it ignores MXCSR's flush-to-zero modes, and GCC vectorises it. */
-static inline uint16_t bf16_from_f32(uint32_t u) {
-    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x0040u;
-    return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
-}
-
-/* bfloat16 -> fp32 is exact: the bits are the high half of an fp32. A signalling NaN is quieted. */
-static inline uint32_t f32_from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    return (h & 0x7FFFu) > 0x7F80u ? u | 0x00400000u : u;
-}
-
-/* fp32 -> binary16, written out as the reference the F16C and AVX-512 conversions reproduce. */
-static inline uint16_t f16_from_f32(uint32_t u) {
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u)
-        return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x03FFu));
-    /* 65520 = 65504 + half an ulp is a tie with inf, whose mantissa is even. */
-    if (a >= 0x477FF000u)
-        return (uint16_t)(sign | 0x7C00u);
-    if (a >= 0x38800000u) {
-        /* Normal: rebias the exponent by 127 - 15 and round off 13 mantissa bits; a carry out of
-         * the mantissa bumps the exponent, correctly. */
-        a -= 112u << 23;
-        return (uint16_t)(sign | ((a + 0x0FFFu + ((a >> 13) & 1u)) >> 13));
-    }
-    /* Below 2^-14: a binary16 subnormal counts units of 2^-24. Values up to 2^-25 (a tie with 0)
-     * round to zero, fp32 subnormals among them. */
-    uint32_t e = a >> 23;
-    if (e < 102)
-        return (uint16_t)sign;
-    uint32_t m = (a & 0x007FFFFFu) | 0x00800000u;
-    uint32_t shift = 126 - e; /* 14..24 */
-    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
-    q += rem > half || (rem == half && (q & 1u));
-    return (uint16_t)(sign | q); /* q = 0x400 is the smallest normal, encoded right */
-}
-
-/* binary16 -> fp32 is exact; subnormals become fp32 normals, a signalling NaN is quieted. */
-static inline uint32_t f32_from_f16(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x03FFu;
-    if (e == 0x1F)
-        return sign | 0x7F800000u | (m << 13) | (m ? 0x00400000u : 0u);
-    if (e == 0) {
-        if (m == 0)
-            return sign;
-        /* Shift the leading one up to the implicit bit's place (bit 10). */
-        int s = __builtin_clz(m) - 21;
-        m = (m << s) & 0x03FFu;
-        e = 1u - (uint32_t)s;
-    }
-    return sign | ((e + 112u) << 23) | (m << 13);
-}
 
 /* accumulate_half's sum. When both terms are NaN, which payload an add returns depends on its
  * operand order, which the compiler may swap; a NaN accumulator therefore passes through as it is,

@@ -26,6 +26,7 @@ static const zt_kernels cpu_kernels = {
     .round_to = zt_cpu_round_to,
     .accumulate_half = zt_cpu_accumulate_half,
     .sum_squares_half = zt_cpu_sum_squares_half,
+    .adam_update_mixed = zt_cpu_adam_update_mixed,
 };
 
 const zt_kernels *zt_kernels_cpu(void) { return &cpu_kernels; }
@@ -34,3 +35,5 @@ void zt_kernels_cpu_set_threads(int n) {
     if (n > 0)
         omp_set_num_threads(n);
 }
+
+const char *zt_kernels_cpu_optim_isa(void) { return zt_cpu_optim_isa(); }

@@ -39,6 +39,11 @@ void zt_cpu_adam_update(float *p, const float *g, float *m, float *v, size_t n,
 void zt_cpu_sgd_update(float *p, const float *g, float *buf, size_t n, const zt_sgd_args *a);
 double zt_cpu_sum_squares(const float *x, size_t n);
 void zt_cpu_scale(float *x, size_t n, float s);
+void zt_cpu_adam_update_mixed(float *master, const void *grad, zt_dtype grad_type,
+                              float grad_mul, float *m, float *v, uint16_t *param16,
+                              zt_dtype param_type, size_t n, const zt_adam_args *a);
+/* The path name zt_kernels_cpu_optim_isa reports. */
+const char *zt_cpu_optim_isa(void);
 
 /* cast.c */
 void zt_cpu_to_half(uint16_t *dst, const float *src, size_t n, zt_dtype t);

@@ -1,15 +1,30 @@
-/* Optimizer kernels over a flat fp32 slice: Adam/AdamW and SGD updates with torch's semantics, and
- * the sum of squares and scale that gradient clipping uses.
+/* Optimizer kernels over a flat fp32 slice: Adam/AdamW and SGD updates with torch's semantics, the
+ * fused mixed-precision Adam step, and the sum of squares and scale that gradient clipping uses.
  *
  * Every element is computed with the same sequence of IEEE operations (explicit fused multiply-adds,
  * correctly rounded sqrt and divide) on the AVX-512, AVX2 and portable paths alike, and a slice's
  * tail goes through the same vector code under a mask. An element's result therefore does not depend
  * on where a ZeRO partition or a thread's chunk starts, nor on which of the three paths the CPU
- * takes, so N ranks updating N slices reproduce one rank updating the whole buffer bit for bit. */
+ * takes, so N ranks updating N slices reproduce one rank updating the whole buffer bit for bit.
+ *
+ * The mixed-precision step reads 16-bit (or fp32) gradients, multiplies them by the unscale/clip
+ * factor, updates the fp32 masters and moments, and writes the masters rounded to 16 bits, in one
+ * pass. Its conversions are half.h's, which cast.c uses too, and its arithmetic is the fp32
+ * update's after one rounded multiply, so it gives the bits of from_half, scale, adam_update and
+ * to_half run one after another.
+ *
+ * The widest path the CPU supports runs. The environment variable ZTRAIN_OPTIM_ISA (portable, avx2
+ * or avx512), read once, picks a narrower one so tests can check every path on one machine; a path
+ * the CPU lacks is never taken. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
+#include "half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -52,24 +67,99 @@ typedef struct {
 typedef void (*adam_fn)(float *p, const float *g, float *m, float *v, size_t n,
                         const adam_coef *c);
 typedef void (*sgd_fn)(float *p, const float *g, float *buf, size_t n, const sgd_coef *c);
+/* The fused mixed-precision update: g is read as grad_type and multiplied by grad_mul; out (NULL
+ * when out_type is ZT_F32) receives the updated p rounded to out_type. */
+typedef void (*mixed_fn)(float *p, const void *g, zt_dtype grad_type, float grad_mul, float *m,
+                         float *v, uint16_t *out, zt_dtype out_type, size_t n, const adam_coef *c);
 
-/* The portable path, and the reference the vector paths reproduce exactly: it fuses with fmaf
- * where they use FMA instructions and leaves no other multiply-add pair for GCC to contract. */
-static void adam_portable(float *p, const float *g, float *m, float *v, size_t n,
-                          const adam_coef *coef) {
+/* One element's Adam update: the portable path, and the reference the vector paths reproduce
+ * exactly. It fuses with fmaf where they use FMA instructions and leaves no other multiply-add pair
+ * for GCC to contract. */
+static inline void adam_elem(float *p, float g, float *m, float *v, const adam_coef *c) {
+    if (c->l2 != 0.0f)
+        g = fmaf(c->l2, *p, g);
+    float mi = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
+    float vi = fmaf(c->beta2, *v, (c->one_minus_beta2 * g) * g);
+    *m = mi;
+    *v = vi;
+    float denom = sqrtf(vi) / c->sqrt_bc2 + c->eps;
+    *p = fmaf(*p, c->decay, -(c->step_size * (mi / denom)));
+}
+
+/* A gradient element as from_half (or a plain load) gives it, and an updated parameter as to_half
+ * rounds it. */
+static inline float grad_elem(const void *g, size_t i, zt_dtype t) {
+    if (t == ZT_BF16)
+        return bits_f32(f32_from_bf16(((const uint16_t *)g)[i]));
+    if (t == ZT_F16)
+        return bits_f32(f32_from_f16(((const uint16_t *)g)[i]));
+    return ((const float *)g)[i];
+}
+
+static inline uint16_t half_elem(float x, zt_dtype t) {
+    return t == ZT_BF16 ? bf16_from_f32(f32_bits(x)) : f16_from_f32(f32_bits(x));
+}
+
+/* The one loop behind adam_update and adam_update_mixed on a path. Every caller passes gt, ot and
+ * scaled as constants, so inlining leaves one branch-free loop per combination: adam_update is the
+ * fp32, unscaled, no-output case, with no multiply by 1 that could touch a NaN's bits. */
+__attribute__((always_inline)) static inline void adam_body_portable(
+    float *p, const void *g, zt_dtype gt, float mul, bool scaled, float *m, float *v,
+    uint16_t *out, zt_dtype ot, size_t n, const adam_coef *coef) {
     const adam_coef local = *coef, *c = &local;
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
-        if (c->l2 != 0.0f)
-            gi = fmaf(c->l2, p[i], gi);
-        float mi = fmaf(c->beta1, m[i], c->one_minus_beta1 * gi);
-        float vi = fmaf(c->beta2, v[i], (c->one_minus_beta2 * gi) * gi);
-        m[i] = mi;
-        v[i] = vi;
-        float denom = sqrtf(vi) / c->sqrt_bc2 + c->eps;
-        p[i] = fmaf(p[i], c->decay, -(c->step_size * (mi / denom)));
+        float gi = grad_elem(g, i, gt);
+        if (scaled)
+            gi *= mul;
+        adam_elem(p + i, gi, m + i, v + i, c);
+        if (ot != ZT_F32)
+            out[i] = half_elem(p[i], ot);
     }
 }
+
+/* Instantiates adam_ISA (the fp32 update) and adam_mixed_ISA, which expands adam_body_ISA once for
+ * each of the three gradient types times the three output choices (none, bf16, f16). */
+#define ADAM_ENTRY_POINTS(ISA, ATTR)                                                               \
+    ATTR static void adam_##ISA(float *p, const float *g, float *m, float *v, size_t n,           \
+                                const adam_coef *c) {                                              \
+        adam_body_##ISA(p, g, ZT_F32, 1.0f, false, m, v, NULL, ZT_F32, n, c);                      \
+    }                                                                                              \
+                                                                                                   \
+    ATTR static void adam_mixed_##ISA(float *p, const void *g, zt_dtype gt, float mul, float *m,   \
+                                      float *v, uint16_t *out, zt_dtype ot, size_t n,              \
+                                      const adam_coef *c) {                                        \
+        switch (gt * 3 + ot) {                                                                     \
+        case ZT_F32 * 3 + ZT_F32:                                                                  \
+            adam_body_##ISA(p, g, ZT_F32, mul, true, m, v, out, ZT_F32, n, c);                     \
+            break;                                                                                 \
+        case ZT_F32 * 3 + ZT_BF16:                                                                 \
+            adam_body_##ISA(p, g, ZT_F32, mul, true, m, v, out, ZT_BF16, n, c);                    \
+            break;                                                                                 \
+        case ZT_F32 * 3 + ZT_F16:                                                                  \
+            adam_body_##ISA(p, g, ZT_F32, mul, true, m, v, out, ZT_F16, n, c);                     \
+            break;                                                                                 \
+        case ZT_BF16 * 3 + ZT_F32:                                                                 \
+            adam_body_##ISA(p, g, ZT_BF16, mul, true, m, v, out, ZT_F32, n, c);                    \
+            break;                                                                                 \
+        case ZT_BF16 * 3 + ZT_BF16:                                                                \
+            adam_body_##ISA(p, g, ZT_BF16, mul, true, m, v, out, ZT_BF16, n, c);                   \
+            break;                                                                                 \
+        case ZT_BF16 * 3 + ZT_F16:                                                                 \
+            adam_body_##ISA(p, g, ZT_BF16, mul, true, m, v, out, ZT_F16, n, c);                    \
+            break;                                                                                 \
+        case ZT_F16 * 3 + ZT_F32:                                                                  \
+            adam_body_##ISA(p, g, ZT_F16, mul, true, m, v, out, ZT_F32, n, c);                     \
+            break;                                                                                 \
+        case ZT_F16 * 3 + ZT_BF16:                                                                 \
+            adam_body_##ISA(p, g, ZT_F16, mul, true, m, v, out, ZT_BF16, n, c);                    \
+            break;                                                                                 \
+        default:                                                                                   \
+            adam_body_##ISA(p, g, ZT_F16, mul, true, m, v, out, ZT_F16, n, c);                     \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+
+ADAM_ENTRY_POINTS(portable, )
 
 static void sgd_portable(float *p, const float *g, float *buf, size_t n, const sgd_coef *coef) {
     const sgd_coef local = *coef, *c = &local;
@@ -88,10 +178,11 @@ static void sgd_portable(float *p, const float *g, float *buf, size_t n, const s
 
 #ifdef ZT_OPTIM_X86
 
-/* The AVX-512 and AVX2 paths are one text, expanded once per instruction set by the two macros
- * below, so the two cannot drift apart; the portable loops above stay the written-out reference
- * that both reproduce. Each instruction set supplies its vector type, mask type, intrinsic prefix
- * (_mm512 or _mm256) and width, and three tail helpers that hide how it masks a partial vector. */
+/* The AVX-512 and AVX2 paths are one text, expanded once per instruction set by the macros below,
+ * so the two cannot drift apart; the portable loops above stay the written-out reference that both
+ * reproduce. Each instruction set supplies its vector type, mask type, intrinsic prefix (_mm512 or
+ * _mm256) and width, three tail helpers that hide how it masks a partial vector, and two that load
+ * a vector of gradients and store a vector of 16-bit parameters. */
 
 /* AVX-512 masks the tail with a mask register. */
 __attribute__((target("avx512f"))) static inline __mmask16 tail_mask_avx512(size_t rem) {
@@ -108,6 +199,20 @@ __attribute__((target("avx512f"))) static inline void mask_store_avx512(float *p
     _mm512_mask_storeu_ps(p, k, x);
 }
 
+__attribute__((target("avx512f"))) static inline __m512 load_grad_avx512(const void *g, size_t i,
+                                                                         zt_dtype t) {
+    if (t == ZT_F32)
+        return _mm512_loadu_ps((const float *)g + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i));
+    return t == ZT_BF16 ? bf16x16_to_f32(h) : f16x16_to_f32(h);
+}
+
+__attribute__((target("avx512f"))) static inline void store_half_avx512(uint16_t *out, __m512 x,
+                                                                        zt_dtype t) {
+    __m256i h = t == ZT_BF16 ? f32x16_to_bf16(x) : f32x16_to_f16(x);
+    _mm256_storeu_si256((__m256i *)out, h);
+}
+
 /* AVX2 has no mask registers; a lane mask built by comparing lane indices with the remaining
  * count drives maskload/maskstore, which never touch memory past the slice. */
 __attribute__((target("avx2"))) static inline __m256i tail_mask_avx2(size_t rem) {
@@ -122,8 +227,23 @@ __attribute__((target("avx2"))) static inline void mask_store_avx2(float *p, __m
     _mm256_maskstore_ps(p, k, x);
 }
 
-/* adam_vec_ISA updates one vector, for the full-width loop and the masked tail alike; adam_ISA
- * runs it over a slice. */
+__attribute__((target("avx2,f16c"))) static inline __m256 load_grad_avx2(const void *g, size_t i,
+                                                                         zt_dtype t) {
+    if (t == ZT_F32)
+        return _mm256_loadu_ps((const float *)g + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
+    return t == ZT_BF16 ? bf16x8_to_f32(h) : f16x8_to_f32(h);
+}
+
+__attribute__((target("avx2,f16c"))) static inline void store_half_avx2(uint16_t *out, __m256 x,
+                                                                        zt_dtype t) {
+    __m128i h = t == ZT_BF16 ? f32x8_to_bf16(x) : f32x8_to_f16(x);
+    _mm_storeu_si128((__m128i *)out, h);
+}
+
+/* adam_vec_ISA updates one vector, for the full-width loop and the masked tail alike;
+ * adam_body_ISA runs it over a slice, as adam_body_portable does. A 16-bit tail goes through a
+ * W-element buffer, so no load or store reaches past the slice. */
 #define ADAM_VECTOR_PATH(ISA, TARGET, V, MASK, MM, W)                                              \
     __attribute__((target(TARGET))) static inline void adam_vec_##ISA(V *p, V g, V *m, V *v,       \
                                                                       const adam_coef *c) {        \
@@ -139,29 +259,53 @@ __attribute__((target("avx2"))) static inline void mask_store_avx2(float *p, __m
         *p = MM##_fmsub_ps(*p, MM##_set1_ps(c->decay), upd);                                       \
     }                                                                                              \
                                                                                                    \
-    __attribute__((target(TARGET))) static void adam_##ISA(float *p, const float *g, float *m,     \
-                                                           float *v, size_t n,                     \
-                                                           const adam_coef *coef) {                \
+    __attribute__((target(TARGET), always_inline)) static inline void adam_body_##ISA(             \
+        float *p, const void *g, zt_dtype gt, float mul, bool scaled, float *m, float *v,          \
+        uint16_t *out, zt_dtype ot, size_t n, const adam_coef *coef) {                             \
         const adam_coef local = *coef, *c = &local;                                                \
+        V s = MM##_set1_ps(mul);                                                                   \
         size_t i = 0;                                                                              \
         for (; i + W <= n; i += W) {                                                               \
+            V gv = load_grad_##ISA(g, i, gt);                                                      \
+            if (scaled)                                                                            \
+                gv = MM##_mul_ps(gv, s);                                                           \
             V pv = MM##_loadu_ps(p + i), mv = MM##_loadu_ps(m + i);                                \
             V vv = MM##_loadu_ps(v + i);                                                           \
-            adam_vec_##ISA(&pv, MM##_loadu_ps(g + i), &mv, &vv, c);                                \
+            adam_vec_##ISA(&pv, gv, &mv, &vv, c);                                                  \
             MM##_storeu_ps(p + i, pv);                                                             \
             MM##_storeu_ps(m + i, mv);                                                             \
             MM##_storeu_ps(v + i, vv);                                                             \
+            if (ot != ZT_F32)                                                                      \
+                store_half_##ISA(out + i, pv, ot);                                                 \
         }                                                                                          \
         if (i < n) {                                                                               \
-            MASK k = tail_mask_##ISA(n - i);                                                       \
+            size_t rem = n - i;                                                                    \
+            MASK k = tail_mask_##ISA(rem);                                                         \
+            V gv;                                                                                  \
+            if (gt == ZT_F32) {                                                                    \
+                gv = mask_load_##ISA((const float *)g + i, k);                                     \
+            } else {                                                                               \
+                uint16_t h[W] = {0};                                                               \
+                memcpy(h, (const uint16_t *)g + i, rem * sizeof *h);                               \
+                gv = load_grad_##ISA(h, 0, gt);                                                    \
+            }                                                                                      \
+            if (scaled)                                                                            \
+                gv = MM##_mul_ps(gv, s);                                                           \
             V pv = mask_load_##ISA(p + i, k), mv = mask_load_##ISA(m + i, k);                      \
             V vv = mask_load_##ISA(v + i, k);                                                      \
-            adam_vec_##ISA(&pv, mask_load_##ISA(g + i, k), &mv, &vv, c);                           \
+            adam_vec_##ISA(&pv, gv, &mv, &vv, c);                                                  \
             mask_store_##ISA(p + i, k, pv);                                                        \
             mask_store_##ISA(m + i, k, mv);                                                        \
             mask_store_##ISA(v + i, k, vv);                                                        \
+            if (ot != ZT_F32) {                                                                    \
+                uint16_t h[W];                                                                     \
+                store_half_##ISA(h, pv, ot);                                                       \
+                memcpy(out + i, h, rem * sizeof *h);                                               \
+            }                                                                                      \
         }                                                                                          \
-    }
+    }                                                                                              \
+                                                                                                   \
+    ADAM_ENTRY_POINTS(ISA, __attribute__((target(TARGET))))
 
 /* sgd_vec_ISA and sgd_ISA, the same way; without momentum the buffer is neither read nor
  * written. */
@@ -208,41 +352,67 @@ __attribute__((target("avx2"))) static inline void mask_store_avx2(float *p, __m
 
 ADAM_VECTOR_PATH(avx512, "avx512f", __m512, __mmask16, _mm512, 16)
 SGD_VECTOR_PATH(avx512, "avx512f", __m512, __mmask16, _mm512, 16)
-ADAM_VECTOR_PATH(avx2, "avx2,fma", __m256, __m256i, _mm256, 8)
-SGD_VECTOR_PATH(avx2, "avx2,fma", __m256, __m256i, _mm256, 8)
+ADAM_VECTOR_PATH(avx2, "avx2,fma,f16c", __m256, __m256i, _mm256, 8)
+SGD_VECTOR_PATH(avx2, "avx2,fma,f16c", __m256, __m256i, _mm256, 8)
 
 #endif /* ZT_OPTIM_X86 */
 
-/* The widest path this CPU runs. __builtin_cpu_supports reads a table libgcc fills at startup, so
- * asking on every call costs a load and a test. */
-static adam_fn pick_adam(void) {
+typedef struct {
+    const char *name;
+    adam_fn adam;
+    sgd_fn sgd;
+    mixed_fn mixed;
+} optim_path;
+
+static const optim_path path_portable = {"portable", adam_portable, sgd_portable,
+                                         adam_mixed_portable};
 #ifdef ZT_OPTIM_X86
-    if (__builtin_cpu_supports("avx512f"))
-        return adam_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return adam_avx2;
+static const optim_path path_avx2 = {"avx2", adam_avx2, sgd_avx2, adam_mixed_avx2};
+static const optim_path path_avx512 = {"avx512", adam_avx512, sgd_avx512, adam_mixed_avx512};
 #endif
-    return adam_portable;
+
+/* The paths this CPU runs, narrowest first. Every CPU with AVX2 and FMA has F16C, which the AVX2
+ * path's binary16 conversions use; AVX-512F has its own. */
+static size_t supported_paths(const optim_path **out) {
+    size_t k = 0;
+    out[k++] = &path_portable;
+#ifdef ZT_OPTIM_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        out[k++] = &path_avx2;
+    if (__builtin_cpu_supports("avx512f"))
+        out[k++] = &path_avx512;
+#endif
+    return k;
 }
 
-static sgd_fn pick_sgd(void) {
-#ifdef ZT_OPTIM_X86
-    if (__builtin_cpu_supports("avx512f"))
-        return sgd_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return sgd_avx2;
-#endif
-    return sgd_portable;
+/* The path ZTRAIN_OPTIM_ISA names when this CPU has it, else the widest it has. Chosen once;
+ * threads racing on the first call compute the same answer. */
+static const optim_path *pick_path(void) {
+    static const optim_path *chosen;
+    const optim_path *p = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+    if (p)
+        return p;
+    const optim_path *paths[3];
+    size_t k = supported_paths(paths);
+    p = paths[k - 1];
+    const char *want = getenv("ZTRAIN_OPTIM_ISA");
+    for (size_t j = 0; want && j < k; j++)
+        if (strcmp(want, paths[j]->name) == 0)
+            p = paths[j];
+    __atomic_store_n(&chosen, p, __ATOMIC_RELEASE);
+    return p;
 }
+
+const char *zt_cpu_optim_isa(void) { return pick_path()->name; }
 
 static size_t chunk_len(size_t n, size_t c) {
     size_t lo = c * CHUNK;
     return n - lo < CHUNK ? n - lo : CHUNK;
 }
 
-void zt_cpu_adam_update(float *p, const float *g, float *m, float *v, size_t n,
-                        const zt_adam_args *a) {
-    adam_coef c = {
+static adam_coef adam_coef_of(const zt_adam_args *a) {
+    return (adam_coef){
         .decay = a->adamw_mode ? (float)(1.0 - (double)a->lr * a->weight_decay) : 1.0f,
         .l2 = a->adamw_mode ? 0.0f : a->weight_decay,
         .beta1 = a->beta1,
@@ -253,12 +423,47 @@ void zt_cpu_adam_update(float *p, const float *g, float *m, float *v, size_t n,
         .sqrt_bc2 = (float)sqrt((double)a->bias_correction2),
         .step_size = (float)((double)a->lr / a->bias_correction1),
     };
-    adam_fn fn = pick_adam();
+}
+
+void zt_cpu_adam_update(float *p, const float *g, float *m, float *v, size_t n,
+                        const zt_adam_args *a) {
+    adam_coef c = adam_coef_of(a);
+    adam_fn fn = pick_path()->adam;
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (size_t ci = 0; ci < nchunks; ci++) {
         size_t lo = ci * CHUNK;
         fn(p + lo, g + lo, m + lo, v + lo, chunk_len(n, ci), &c);
+    }
+}
+
+/* A dtype outside the ones the table documents is a caller's bug, not a runtime condition. */
+static void require_dtype(zt_dtype t, bool f32_ok, const char *what) {
+    if (t != ZT_BF16 && t != ZT_F16 && !(f32_ok && t == ZT_F32)) {
+        fprintf(stderr, "ztrain: adam_update_mixed: %s dtype %d is not %s\n", what, (int)t,
+                f32_ok ? "ZT_F32, ZT_BF16 or ZT_F16" : "ZT_BF16 or ZT_F16");
+        abort();
+    }
+}
+
+void zt_cpu_adam_update_mixed(float *master, const void *grad, zt_dtype grad_type,
+                              float grad_mul, float *m, float *v, uint16_t *param16,
+                              zt_dtype param_type, size_t n, const zt_adam_args *a) {
+    require_dtype(grad_type, true, "gradient");
+    if (param16)
+        require_dtype(param_type, false, "parameter");
+    else
+        param_type = ZT_F32;
+    adam_coef c = adam_coef_of(a);
+    mixed_fn fn = pick_path()->mixed;
+    const char *g = grad;
+    size_t gsize = grad_type == ZT_F32 ? sizeof(float) : sizeof(uint16_t);
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (size_t ci = 0; ci < nchunks; ci++) {
+        size_t lo = ci * CHUNK;
+        fn(master + lo, g + lo * gsize, grad_type, grad_mul, m + lo, v + lo,
+           param16 ? param16 + lo : NULL, param_type, chunk_len(n, ci), &c);
     }
 }
 
@@ -272,7 +477,7 @@ void zt_cpu_sgd_update(float *p, const float *g, float *buf, size_t n, const zt_
         .nesterov = a->nesterov,
         .first_step = a->first_step,
     };
-    sgd_fn fn = pick_sgd();
+    sgd_fn fn = pick_path()->sgd;
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (size_t ci = 0; ci < nchunks; ci++) {

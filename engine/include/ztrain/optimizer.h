@@ -6,6 +6,7 @@
 #ifndef ZTRAIN_OPTIMIZER_H
 #define ZTRAIN_OPTIMIZER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,5 +39,14 @@ void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, doubl
 void zt_optimizer_begin_step(zt_optimizer *o);
 void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,
                          size_t n, double lr, double momentum);
+
+/* Mixed precision in one pass, when the optimizer is Adam and the backend has adam_update_mixed
+ * (else returns false and does nothing): as zt_optimizer_update on master[0..n) with gradients
+ * grads[i] * grad_mul read as grad_type, then params16[i] = master[i] rounded to param_type
+ * (params16 may be NULL). Bit for bit the same as from_half, scale, zt_optimizer_update, to_half. */
+bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads,
+                               zt_dtype grad_type, float grad_mul, uint16_t *params16,
+                               zt_dtype param_type, size_t offset, size_t n, double lr,
+                               double momentum);
 
 #endif

@@ -105,6 +105,23 @@ typedef struct zt_kernels {
     /* Sum of squares of a 16-bit buffer (double accumulation, deterministic chunking); +inf/NaN
      * when any element is not finite. */
     double (*sum_squares_half)(const uint16_t *x, size_t n, zt_dtype t);
+
+    /* Fused mixed-precision Adam over a flat slice of n parameters, in one pass over memory. For
+     * each i: g = grad[i] * grad_mul, grad read as grad_type (ZT_F32: grad is a float array;
+     * ZT_BF16 / ZT_F16: 16-bit values widened exactly, as from_half does); master[i], m[i] and v[i]
+     * are updated from g exactly as adam_update updates p, g, m and v; then, when param16 is not
+     * NULL, param16[i] = master[i] rounded to param_type (ZT_BF16 or ZT_F16) as to_half rounds.
+     * The result is bit for bit that of from_half (for 16-bit gradients), scale by grad_mul,
+     * adam_update and to_half run one after another, on every CPU path and any thread count,
+     * and so independent of where a slice starts. grad_mul (the loss-scale inverse times the
+     * clipping factor) is always applied; 1.0f leaves a gradient as it is. param_type is ignored
+     * when param16 is NULL. No two buffers may overlap. A grad_type or (with param16) param_type
+     * outside those listed is a caller's bug and aborts. The CPU backend runs the path
+     * ZTRAIN_OPTIM_ISA names (portable, avx2 or avx512; see zt_kernels_cpu_optim_isa), as it
+     * does for adam_update and sgd_update. */
+    void (*adam_update_mixed)(float *master, const void *grad, zt_dtype grad_type, float grad_mul,
+                              float *m, float *v, uint16_t *param16, zt_dtype param_type,
+                              size_t n, const zt_adam_args *a);
 } zt_kernels;
 
 /* The CPU backend: OpenBLAS for matmuls, OpenMP threads and SIMD for the rest. */
@@ -112,5 +129,11 @@ const zt_kernels *zt_kernels_cpu(void);
 
 /* Threads used by the CPU kernels and OpenBLAS (0 leaves the OpenMP default). */
 void zt_kernels_cpu_set_threads(int n);
+
+/* The instruction-set path of the CPU optimizer kernels (adam_update, sgd_update,
+ * adam_update_mixed): "avx512", "avx2" or "portable". It is the widest this CPU has, unless the
+ * environment variable ZTRAIN_OPTIM_ISA, read at the first call, names a narrower one the CPU has;
+ * every path gives the same bits. A static string. */
+const char *zt_kernels_cpu_optim_isa(void);
 
 #endif
