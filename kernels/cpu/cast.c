@@ -21,6 +21,7 @@
 
 #include "cpu_kernels.h"
 #include "half.h"
+#include "isa.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -190,35 +191,16 @@ static const cast_path path_avx512 = {
 
 #endif /* ZT_CAST_X86 */
 
-/* The paths this CPU runs, narrowest first (every AVX-512 CPU has AVX2 and F16C). */
-static size_t supported_paths(const cast_path **out) {
-    size_t k = 0;
-    out[k++] = &path_portable;
-#ifdef ZT_CAST_X86
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
-        out[k++] = &path_avx2;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
-        out[k++] = &path_avx512;
-#endif
-    return k;
-}
-
-/* The path ZTRAIN_CAST_ISA names when this CPU has it, else the widest it has. Chosen once; threads
- * racing on the first call compute the same answer. */
+/* The path for the instruction set isa.c picks (ZTRAIN_CAST_ISA overrides it, for tests). */
 static const cast_path *pick_path(void) {
-    static const cast_path *chosen;
-    const cast_path *p = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-    if (p)
-        return p;
-    const cast_path *paths[3];
-    size_t k = supported_paths(paths);
-    p = paths[k - 1];
-    const char *want = getenv("ZTRAIN_CAST_ISA");
-    for (size_t j = 0; want && j < k; j++)
-        if (strcmp(want, paths[j]->name) == 0)
-            p = paths[j];
-    __atomic_store_n(&chosen, p, __ATOMIC_RELEASE);
-    return p;
+    static int cache;
+#ifdef ZT_CAST_X86
+    static const cast_path *const by_isa[] = {&path_portable, &path_avx2, &path_avx512};
+    return by_isa[zt_cpu_isa_pick("ZTRAIN_CAST_ISA", &cache)];
+#else
+    (void)zt_cpu_isa_pick("ZTRAIN_CAST_ISA", &cache);
+    return &path_portable;
+#endif
 }
 
 /* A dtype other than the two 16-bit types is a caller's bug, not a runtime condition. */

@@ -25,6 +25,7 @@
 
 #include "cpu_kernels.h"
 #include "half.h"
+#include "isa.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -371,37 +372,16 @@ static const optim_path path_avx2 = {"avx2", adam_avx2, sgd_avx2, adam_mixed_avx
 static const optim_path path_avx512 = {"avx512", adam_avx512, sgd_avx512, adam_mixed_avx512};
 #endif
 
-/* The paths this CPU runs, narrowest first. Every CPU with AVX2 and FMA has F16C, which the AVX2
- * path's binary16 conversions use; AVX-512F has its own. */
-static size_t supported_paths(const optim_path **out) {
-    size_t k = 0;
-    out[k++] = &path_portable;
-#ifdef ZT_OPTIM_X86
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        out[k++] = &path_avx2;
-    if (__builtin_cpu_supports("avx512f"))
-        out[k++] = &path_avx512;
-#endif
-    return k;
-}
-
-/* The path ZTRAIN_OPTIM_ISA names when this CPU has it, else the widest it has. Chosen once;
- * threads racing on the first call compute the same answer. */
+/* The path for the instruction set isa.c picks (ZTRAIN_OPTIM_ISA overrides it, for tests). */
 static const optim_path *pick_path(void) {
-    static const optim_path *chosen;
-    const optim_path *p = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-    if (p)
-        return p;
-    const optim_path *paths[3];
-    size_t k = supported_paths(paths);
-    p = paths[k - 1];
-    const char *want = getenv("ZTRAIN_OPTIM_ISA");
-    for (size_t j = 0; want && j < k; j++)
-        if (strcmp(want, paths[j]->name) == 0)
-            p = paths[j];
-    __atomic_store_n(&chosen, p, __ATOMIC_RELEASE);
-    return p;
+    static int cache;
+#ifdef ZT_OPTIM_X86
+    static const optim_path *const by_isa[] = {&path_portable, &path_avx2, &path_avx512};
+    return by_isa[zt_cpu_isa_pick("ZTRAIN_OPTIM_ISA", &cache)];
+#else
+    (void)zt_cpu_isa_pick("ZTRAIN_OPTIM_ISA", &cache);
+    return &path_portable;
+#endif
 }
 
 const char *zt_cpu_optim_isa(void) { return pick_path()->name; }
