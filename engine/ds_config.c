@@ -442,8 +442,35 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
     return ZT_OK;
 }
 
-/* Valid DeepSpeed options that this build does not run yet (fp16, bf16, ZeRO stages > 0, offload,
- * 16-bit communication): they are parsed and validated like the rest, then refused here, in one
+/* Tuning knobs of DeepSpeed's implementation that have no counterpart here: a value other than
+ * the default is accepted (configs carry them everywhere) but said to have no effect, rather than
+ * silently ignored. */
+static void ds_config_warn_without_effect(const zt_ds_config *cfg, const char *src) {
+    const zt_zero_config *z = &cfg->zero;
+    if (!z->contiguous_gradients)
+        zt_ds_warn(src, "zero_optimization.contiguous_gradients false has no effect: ztrain's "
+                   "gradients always live in one flat buffer");
+    if (!z->reduce_scatter)
+        zt_ds_warn(src, "zero_optimization.reduce_scatter false has no effect: ztrain always "
+                   "reduce-scatters partitioned gradients");
+    if (!z->allgather_partitions)
+        zt_ds_warn(src, "zero_optimization.allgather_partitions false has no effect: ztrain always "
+                   "all-gathers updated partitions");
+    if (z->allgather_bucket_size != 500000000)
+        zt_ds_warn(src, "zero_optimization.allgather_bucket_size has no effect: ztrain gathers "
+                   "parameters per layer (stage 3) or in fixed chunks");
+    if (z->sub_group_size != 1000000000)
+        zt_ds_warn(src, "zero_optimization.sub_group_size has no effect without offload");
+    if (z->stage3_max_live_parameters != 1000000000 || z->stage3_max_reuse_distance != 1000000000)
+        zt_ds_warn(src, "zero_optimization.stage3_max_live_parameters / stage3_max_reuse_distance "
+                   "have no effect: ztrain holds at most the layer in use and the one prefetched");
+    if (cfg->prescale_gradients || cfg->gradient_predivide_factor != 1.0)
+        zt_ds_warn(src, "prescale_gradients / gradient_predivide_factor have no effect: ztrain "
+                   "averages gradients in fp32 during the reduction");
+}
+
+/* Valid DeepSpeed options that this build does not run yet (offload, gradient_allreduce_op "sum",
+ * 16-bit data_types): they are parsed and validated like the rest, then refused here, in one
  * place. Everything else in the config has been validated by now; the issue that implements one
  * of these deletes its lines here. */
 static zt_status ds_config_check_implemented(const zt_ds_config *cfg, const zt_json_obj *top) {
@@ -507,7 +534,9 @@ zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const cha
     ZT_TRY(zt_ds_parse_optimizer(cfg, &top));
     ZT_TRY(zt_ds_parse_scheduler(cfg, &top));
     ZT_TRY(ds_config_check_features(cfg, &top));
-    return ds_config_check_implemented(cfg, &top);
+    ZT_TRY(ds_config_check_implemented(cfg, &top));
+    ds_config_warn_without_effect(cfg, top.source);
+    return ZT_OK;
 }
 
 zt_status zt_ds_config_parse(zt_ds_config *cfg, const char *json_text, const char *source,

@@ -14,6 +14,14 @@
 #include "ztrain/metrics.h"
 #include "ztrain/trainer.h"
 
+enum { MEM_PER_RANK = 5, MEM_MAX_RANKS = 64 };
+
+typedef struct {
+    char keys[MEM_MAX_RANKS * MEM_PER_RANK][48];
+    zt_metric m[MEM_MAX_RANKS * MEM_PER_RANK];
+    int n;
+} memory_metrics;
+
 typedef struct {
     const zt_job_spec *job;
     const zt_train_options *opts;
@@ -33,6 +41,7 @@ typedef struct {
     bool tty;
     int rank, world;
     zt_comm *comm;      /* NULL for one rank */
+    memory_metrics mem; /* scratch for the per-rank memory record */
 } trainer;
 
 static double now_ms(void) {
@@ -198,13 +207,6 @@ static double peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
 }
 
-enum { MEM_PER_RANK = 5, MEM_MAX_RANKS = 64 };
-
-typedef struct {
-    char keys[MEM_MAX_RANKS * MEM_PER_RANK][48];
-    zt_metric m[MEM_MAX_RANKS * MEM_PER_RANK];
-    int n;
-} memory_metrics;
 
 /* Every rank's model-state bytes and peak RSS, gathered to rank 0 as memory/rank<r>/... (all
  * ranks take part; rank 0 gets the metrics). */
@@ -225,8 +227,10 @@ static zt_status collect_memory_metrics(trainer *t, memory_metrics *out) {
     static const char *const names[MEM_PER_RANK] = {"params_bytes", "grads_bytes",
                                                     "optimizer_bytes", "peak_rss_bytes",
                                                     "fp32_workspace_bytes"};
+    /* The fp32 workspace exists only in mixed precision. */
+    int per_rank = zt_engine_mixed_precision(t->e) ? MEM_PER_RANK : MEM_PER_RANK - 1;
     for (int r = 0; r < t->world; r++) {
-        for (int i = 0; i < MEM_PER_RANK; i++, out->n++) {
+        for (int i = 0; i < per_rank; i++, out->n++) {
             snprintf(out->keys[out->n], sizeof out->keys[out->n], "memory/rank%d/%s", r, names[i]);
             out->m[out->n] = (zt_metric){out->keys[out->n], v[MEM_PER_RANK * r + i]};
         }
@@ -304,12 +308,12 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             int n = timed ? 10 : 8;
             if (job->ds.fp16.enabled)
                 m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
-            static memory_metrics mem;
-            ZT_TRY(collect_memory_metrics(t, &mem));
+            memory_metrics *mem = &t->mem;
+            ZT_TRY(collect_memory_metrics(t, mem));
             zt_metric all[11 + MEM_MAX_RANKS * MEM_PER_RANK];
             memcpy(all, m, sizeof(zt_metric) * n);
-            memcpy(all + n, mem.m, sizeof(zt_metric) * mem.n);
-            ZT_TRY(write_metrics(t, all, n + mem.n));
+            memcpy(all + n, mem->m, sizeof(zt_metric) * mem->n);
+            ZT_TRY(write_metrics(t, all, n + mem->n));
             show_progress(t, step, last_loss, lr, tok_s, last);
         }
         if (t->has_val && step % job->train.eval_interval == 0) {

@@ -413,7 +413,8 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->persistent = calloc((size_t)m->n_tensors, sizeof *z->persistent);
     if (!z->persistent)
         return zt_error(ZT_ERR_NOMEM, "zero: out of memory");
-    /* In mixed precision every layer's fp32 copy is transient anyway; nothing stays whole. */
+    /* In mixed precision every layer's fp32 copy is transient anyway, and the 16-bit parameters of
+     * small tensors are not yet kept whole either: the threshold has no effect there (README). */
     for (int t = 0; t < m->n_tensors; t++)
         z->persistent[t] = !z->half && m->tensors[t].numel < persistence_threshold;
     z->prefetched = calloc((size_t)m->n_layer + 1, sizeof *z->prefetched);

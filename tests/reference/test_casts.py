@@ -26,29 +26,11 @@ import tempfile
 import numpy as np
 import torch
 
-from ztref import Checker, run, tool
+from ztref import Checker, run, tool, cpu_paths
 
 TOOL = tool("zt_cast_tool")
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 rng = np.random.default_rng(20240611)
-
-
-def cpu_paths():
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    paths = ["portable"]
-    if {"avx2", "f16c"} <= flags:
-        paths.append("avx2")
-    if {"avx512f", "avx512bw"} <= flags:
-        paths.append("avx512")
-    return paths
 
 
 def f32(bits):

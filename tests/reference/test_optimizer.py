@@ -44,14 +44,15 @@ import tempfile
 import numpy as np
 import torch
 
+from ztref import cpu_paths, tool
+
 REL_TOL = 1e-5
 ADAMW_REL_TOL = 1e-6
 STEPS = 10
 # An odd total, so slice and thread-chunk tails are exercised.
 SHAPES = [(768, 768), (256, 1024), (384, 384), (1031,), (7,)]
 
-BUILD = os.environ.get("ZTRAIN_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
-TOOL = os.path.join(BUILD, "zt_optim_dump")
+TOOL = tool("zt_optim_dump")
 
 LOSS_SCALE = 1024.0
 GRAD_MUL = np.float32(1.0 / (LOSS_SCALE * 1.25))
@@ -60,24 +61,6 @@ ADAMW = {"type": "AdamW", "params": {"lr": 1e-2, "betas": [0.9, 0.95], "eps": 1e
                                      "weight_decay": 0.1}}
 ADAM_L2 = {"type": "Adam", "params": {"lr": 1e-3, "betas": [0.8, 0.99], "eps": 1e-6,
                                       "weight_decay": 0.01, "adam_w_mode": False}}
-
-
-def cpu_paths():
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    paths = ["portable"]
-    if {"avx2", "fma", "f16c"} <= flags:
-        paths.append("avx2")
-    if "avx512f" in flags:
-        paths.append("avx512")
-    return paths
 
 
 def path_env(path):

@@ -183,3 +183,26 @@ def warmup_decay_lr(n, min_lr, max_lr, warmup, total, linear):
     else:
         gamma = max(0.0, (total - k) / max(1.0, total - N))
     return min_lr + (max_lr - min_lr) * gamma
+
+
+# ---- CPU kernels ------------------------------------------------------------------------------
+
+def cpu_paths():
+    """The SIMD paths the CPU kernels can take on this machine, as kernels/cpu/isa.c decides them
+    ("avx2" needs AVX2, FMA and F16C; "avx512" also AVX-512 F and BW), narrowest first. Tests force
+    each one with ZTRAIN_CAST_ISA / ZTRAIN_OPTIM_ISA."""
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    paths = ["portable"]
+    if {"avx2", "fma", "f16c"} <= flags:
+        paths.append("avx2")
+        if {"avx512f", "avx512bw"} <= flags:
+            paths.append("avx512")
+    return paths

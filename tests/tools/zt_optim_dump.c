@@ -174,27 +174,6 @@ static int parse_dtype(const char *s, int none_ok, zt_dtype *out) {
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-/* The Adam arguments zt_optimizer_update passes its kernel for the update o has begun. The 4pass
- * mode calls zt_optimizer_update itself, so a slip here shows as a difference between the modes. */
-static zt_adam_args adam_args(const zt_optimizer *o, double lr, double momentum) {
-    const zt_optimizer_config *c = &o->cfg;
-    double bc1 = 1.0, bc2 = 1.0;
-    if (c->bias_correction) {
-        bc1 = 1.0 - pow(momentum, (double)o->t);
-        bc2 = 1.0 - pow(c->beta2, (double)o->t);
-    }
-    return (zt_adam_args){
-        .lr = (float)lr,
-        .beta1 = (float)momentum,
-        .beta2 = (float)c->beta2,
-        .eps = (float)c->eps,
-        .weight_decay = (float)c->weight_decay,
-        .bias_correction1 = (float)bc1,
-        .bias_correction2 = (float)bc2,
-        .adamw_mode = c->adam_w_mode,
-    };
-}
-
 /* The engine's zt_zero_update_half: the slice streams through a 64K-float buffer. */
 enum { STAGE_CHUNK = 1 << 16 };
 
@@ -214,14 +193,17 @@ static void update_4pass(zt_optimizer *o, float *master, const void *g, zt_dtype
     }
 }
 
-/* The fused kernel over the slice in pieces of `piece` elements. */
+/* The fused path over the slice in pieces of `piece` elements, through the same optimizer call
+ * the engine makes, so a slice can start anywhere in a vector. */
 static void update_fused(zt_optimizer *o, float *master, const void *g, zt_dtype gt, float mul,
                          uint16_t *p16, zt_dtype pt, double lr, double mom, size_t piece) {
-    zt_adam_args a = adam_args(o, lr, mom);
     size_t esize = gt == ZT_F32 ? sizeof(float) : sizeof(uint16_t);
-    for (size_t c = 0; c < o->n; c += piece)
-        o->k->adam_update_mixed(master + c, (const char *)g + c * esize, gt, mul, o->m + c,
-                                o->v + c, p16 ? p16 + c : NULL, pt, min_sz(piece, o->n - c), &a);
+    for (size_t c = 0; c < o->n; c += piece) {
+        bool fused = zt_optimizer_update_mixed(o, master + c, (const char *)g + c * esize, gt, mul,
+                                               p16 ? p16 + c : NULL, pt, c, min_sz(piece, o->n - c),
+                                               lr, mom);
+        ZT_ASSERT(fused);
+    }
 }
 
 /* Pieces of an odd length, so the fused kernel sees slices that start anywhere in a vector. */
