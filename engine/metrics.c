@@ -1,12 +1,16 @@
-/* metrics.jsonl writer. */
+/* metrics.jsonl writer, with an optional mirror to ztraind's metrics pipe. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ztrain/metrics.h"
 
 zt_status zt_metrics_open(zt_metrics_writer *w, const char *path, bool append) {
+    w->mirror_fd = 0;
     w->f = fopen(path, append ? "a" : "w");
     if (!w->f)
         return zt_error(ZT_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
@@ -14,22 +18,66 @@ zt_status zt_metrics_open(zt_metrics_writer *w, const char *path, bool append) {
     return ZT_OK;
 }
 
-zt_status zt_metrics_write(zt_metrics_writer *w, const zt_metric *m, int n) {
-    fputc('{', w->f);
-    for (int i = 0; i < n; i++) {
-        fprintf(w->f, "%s\"%s\": ", i ? ", " : "", m[i].key);
-        double v = m[i].value;
-        if (!isfinite(v))
-            fputs("null", w->f);
-        else if (v == (double)(long long)v && fabs(v) < 1e15)
-            fprintf(w->f, "%lld", (long long)v);
-        else
-            fprintf(w->f, "%.9g", v);
+void zt_metrics_mirror(zt_metrics_writer *w, int fd) {
+    w->mirror_fd = fd;
+    /* A daemon that died must not kill the rank with SIGPIPE: the write fails with EPIPE. */
+    if (fd > 0)
+        signal(SIGPIPE, SIG_IGN);
+}
+
+/* One write() per line: the pipe is read line by line, and a line under PIPE_BUF is atomic. */
+static void mirror_line(zt_metrics_writer *w, const char *line, size_t n) {
+    while (w->mirror_fd > 0 && n > 0) {
+        ssize_t k = write(w->mirror_fd, line, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            w->mirror_fd = 0;
+            return;
+        }
+        line += k;
+        n -= (size_t)k;
     }
-    fputs("}\n", w->f);
+}
+
+static void put_value(FILE *f, double v) {
+    if (!isfinite(v))
+        fputs("null", f);
+    else if (v == (double)(long long)v && fabs(v) < 1e15)
+        fprintf(f, "%lld", (long long)v);
+    else
+        fprintf(f, "%.9g", v);
+}
+
+zt_status zt_metrics_write(zt_metrics_writer *w, const zt_metric *m, int n) {
+    char *line = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&line, &len);
+    if (!mem)
+        return zt_error(ZT_ERR_NOMEM, "out of memory formatting a metric record");
+    fputc('{', mem);
+    for (int i = 0; i < n; i++) {
+        fprintf(mem, "%s\"%s\": ", i ? ", " : "", m[i].key);
+        put_value(mem, m[i].value);
+    }
+    fputs("}\n", mem);
+    fclose(mem);
+    fwrite(line, 1, len, w->f);
+    mirror_line(w, line, len);
+    free(line);
     if (fflush(w->f) != 0 || ferror(w->f))
         return zt_error(ZT_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
     return ZT_OK;
+}
+
+void zt_metrics_event(zt_metrics_writer *w, const char *event, long long step,
+                      long long max_steps) {
+    char line[256];
+    int n = snprintf(line, sizeof line,
+                     "{\"event\": \"%s\", \"train/global_step\": %lld, \"max_steps\": %lld}\n",
+                     event, step, max_steps);
+    if (n > 0 && (size_t)n < sizeof line)
+        mirror_line(w, line, (size_t)n);
 }
 
 void zt_metrics_close(zt_metrics_writer *w) {
@@ -38,4 +86,5 @@ void zt_metrics_close(zt_metrics_writer *w) {
     free(w->path);
     w->f = NULL;
     w->path = NULL;
+    w->mirror_fd = 0;
 }

@@ -389,6 +389,11 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (s == ZT_OK) {
         t.first_step = zt_engine_global_steps(t.e);
         t.max_steps = plan_steps(&t);
+        if (t.rank == 0 && opts->metrics_fd > 0) {
+            zt_metrics_mirror(&t.metrics, opts->metrics_fd);
+            zt_metrics_event(&t.metrics, "running", (long long)t.first_step,
+                             (long long)t.max_steps);
+        }
         s = train_loop(&t, res);
     }
     if (t.metrics.f)

@@ -8,6 +8,12 @@ packages=(
   libopenblas-openmp-dev                      # matmuls (the OpenMP build of OpenBLAS)
   libcjson-dev                                # JSON configs, job specs, metrics
   python3 python3-torch python3-numpy         # the PyTorch reference for tests and benchmarks
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto   # ztraind's gRPC (C core)
+  libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
+  python3-grpcio protobuf-compiler protobuf-compiler-grpc        # gRPC clients in the tests
+  curl wrk                                    # the demo's HTTP call, the HTTP benchmark
+  libjs-chart.js                              # the dashboard's charts, served by ztraind
+  chromium chromium-driver python3-selenium   # the dashboard's browser tests
 )
 
 missing=()

@@ -3,6 +3,7 @@
  *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
  *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF GPT-2 safetensors
+ *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
  *
  * Exit status: 0 success, 1 the job or command failed (the message says why), 2 bad usage,
  * 130 stopped by a signal after writing a checkpoint. */
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_remote.h"
 #include "launcher.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
@@ -37,7 +39,14 @@ static const char usage[] =
     "      Write the checkpoint's weights as safetensors with Hugging Face GPT-2 names.\n"
     "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
     "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n"
-    "  --version, --help\n";
+    "  --version, --help\n"
+    "\n"
+    "commands for a running ztraind:\n";
+
+static void print_usage(FILE *f) {
+    fputs(usage, f);
+    fputs(zt_cli_remote_usage, f);
+}
 
 static volatile sig_atomic_t stop_requested;
 
@@ -55,7 +64,8 @@ static int fail(const char *what) {
 static int bad_usage(const char *fmt, const char *arg) {
     fprintf(stderr, "ztrain: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage);
+    fprintf(stderr, "\n\n");
+    print_usage(stderr);
     return 2;
 }
 
@@ -329,7 +339,7 @@ static int cmd_export(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(usage, argc < 2 ? stderr : stdout);
+        print_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
@@ -344,5 +354,7 @@ int main(int argc, char **argv) {
      * ZeRO stage and number of ranks that wrote it, so DeepSpeed's zero_to_fp32 is an export. */
     if (strcmp(argv[1], "export") == 0 || strcmp(argv[1], "zero-to-fp32") == 0)
         return cmd_export(argc - 2, argv + 2);
+    if (zt_cli_remote_is_command(argv[1]))
+        return zt_cli_remote_main(argv[1], argc - 2, argv + 2);
     return bad_usage("unknown command '%s'", argv[1]);
 }

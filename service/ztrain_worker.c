@@ -11,6 +11,7 @@
  * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -87,6 +88,21 @@ static int comm_timeout(double *out) {
     if (errno || end == v || *end || !isfinite(t) || t <= 0)
         return -1;
     *out = t;
+    return 0;
+}
+
+/* ztraind hands rank 0 the write end of its metrics pipe as ZTRAIN_METRICS_FD. */
+static int metrics_fd_from_env(int *fd) {
+    const char *v = getenv("ZTRAIN_METRICS_FD");
+    *fd = 0;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || n < 3 || n > 65535 || fcntl((int)n, F_GETFD) < 0)
+        return -1;
+    *fd = (int)n;
     return 0;
 }
 
@@ -172,6 +188,14 @@ int main(int argc, char **argv) {
         out = default_out;
     }
 
+    int metrics_fd = 0;
+    if (metrics_fd_from_env(&metrics_fd) != 0) {
+        fprintf(stderr, "ztrain-worker: rank %d: ZTRAIN_METRICS_FD='%s' is not an open "
+                        "descriptor\n", rank, getenv("ZTRAIN_METRICS_FD"));
+        zt_job_spec_free(&job);
+        return 1;
+    }
+
     zt_comm *comm = NULL;
     if (dist.world_size > 1 && zt_comm_create_shm(&comm, &dist, timeout_s) != ZT_OK) {
         fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
@@ -180,7 +204,8 @@ int main(int argc, char **argv) {
     }
     zt_train_options opts = {.out_dir = out, .progress = rank == 0 ? stdout : NULL,
                              .threads = (int)threads, .stop_requested = &stop_requested,
-                             .dist = comm ? &dist : NULL, .comm = comm};
+                             .dist = comm ? &dist : NULL, .comm = comm,
+                             .metrics_fd = metrics_fd};
     zt_train_result res;
     zt_status s = zt_train_run(&job, &opts, &res);
     bool checkpointed = job.train.checkpoint_dir != NULL;

@@ -17,6 +17,7 @@ typedef struct {
 typedef struct {
     FILE *f;
     char *path;
+    int mirror_fd;  /* > 0: every record is also written here as one line (see below) */
 } zt_metrics_writer;
 
 /* Opens path for writing (append keeps earlier records, e.g. when a run resumes). */
@@ -24,5 +25,14 @@ zt_status zt_metrics_open(zt_metrics_writer *w, const char *path, bool append);
 /* Writes one record and flushes it, so a reader tailing the file sees every step. */
 zt_status zt_metrics_write(zt_metrics_writer *w, const zt_metric *m, int n);
 void zt_metrics_close(zt_metrics_writer *w);
+
+/* Also sends every record to fd (ztraind's pipe, ZTRAIN_METRICS_FD) with a single write(), so a
+ * reader sees whole lines. The fd stays the caller's. A reader that has gone away (EPIPE) is not
+ * the training's failure: the record still reaches the file, and the mirror is dropped. */
+void zt_metrics_mirror(zt_metrics_writer *w, int fd);
+/* Writes a lifecycle line to the mirror only: {"event": "<event>", "train/global_step": step,
+ * "max_steps": max_steps}. ztraind takes "running" as the moment the job starts training. */
+void zt_metrics_event(zt_metrics_writer *w, const char *event, long long step,
+                      long long max_steps);
 
 #endif

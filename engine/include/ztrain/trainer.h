@@ -24,6 +24,9 @@ typedef struct {
      * request on any rank stops all of them at the same step. */
     const zt_dist_info *dist;
     zt_comm *comm;
+    /* > 0: rank 0 also sends every metric record, and a {"event": "running"} line when the loop
+     * starts, to this descriptor (ztraind's pipe; the worker takes it from ZTRAIN_METRICS_FD). */
+    int metrics_fd;
 } zt_train_options;
 
 typedef struct {

@@ -1,0 +1,18 @@
+/* Bearer tokens: how ztraind and the CLI find the token, and how a request's header is checked. */
+#ifndef ZTRAIN_AUTH_H
+#define ZTRAIN_AUTH_H
+
+#include <stdbool.h>
+
+#include "ztrain/status.h"
+
+/* The token from `file` (its first line, surrounding whitespace removed) when file is not NULL,
+ * else from the ZTRAIN_TOKEN environment variable, else none (*token = NULL). An unreadable or
+ * empty file is ZT_ERR_IO / ZT_ERR_INVALID naming it. *token is heap-owned by the caller. */
+zt_status zt_auth_load_token(const char *file, char **token);
+
+/* Whether `header` (the value of an Authorization header, may be NULL) is "Bearer <expected>".
+ * The comparison takes the same time wherever the first difference is. */
+bool zt_auth_bearer_ok(const char *expected, const char *header);
+
+#endif

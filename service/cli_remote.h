@@ -1,0 +1,29 @@
+/* The ztrain CLI's commands that talk to a running ztraind over gRPC:
+ *
+ *   ztrain submit JOB.json [--wait | --watch] [--idempotency-key K]
+ *   ztrain list [--state S] [--limit N]
+ *   ztrain status ID [--json]
+ *   ztrain watch ID [--from-step N]
+ *   ztrain logs ID [-f] [--tail N]
+ *   ztrain cancel ID [--force] [--grace SECONDS]
+ *
+ * Every command takes --server HOST:PORT (default $ZTRAIN_SERVER, else 127.0.0.1:50051) and
+ * --token-file FILE (default $ZTRAIN_TOKEN). */
+#ifndef ZTRAIN_CLI_REMOTE_H
+#define ZTRAIN_CLI_REMOTE_H
+
+#include <stdbool.h>
+
+/* The usage lines of these commands, for the CLI's help text. */
+extern const char zt_cli_remote_usage[];
+
+/* Whether `command` is one of the commands above. */
+bool zt_cli_remote_is_command(const char *command);
+
+/* Runs `command` with its arguments (argv[0] is the first argument after the command name).
+ * Returns the process exit status: 0 success, 1 failure (an error on stderr), 2 bad usage.
+ * `watch` and `submit --wait/--watch` return the job's outcome: 0 SUCCEEDED, 1 FAILED,
+ * 3 CANCELLED. */
+int zt_cli_remote_main(const char *command, int argc, char **argv);
+
+#endif

@@ -1,0 +1,32 @@
+/* ztraind's gRPC server: the ztrain.v1.Trainer service and grpc.health.v1.Health/Check on gRPC's
+ * C core (no C++), one completion queue drained by the thread that calls zt_grpc_server_run, one
+ * state machine per call. Every method goes through the job manager (job_manager.h). */
+#ifndef ZTRAIN_GRPC_SERVER_H
+#define ZTRAIN_GRPC_SERVER_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "job_manager.h"
+#include "ztrain/status.h"
+
+typedef struct {
+    const char *addr;           /* "127.0.0.1:50051"; port 0 picks a free one */
+    const char *token;          /* NULL: no authentication; else every call needs
+                                   "authorization: Bearer <token>" or gets UNAUTHENTICATED */
+    size_t max_message_bytes;   /* largest request accepted (0: 4 MiB) */
+} zt_grpc_server_config;
+
+typedef struct zt_grpc_server zt_grpc_server;
+
+/* Binds and starts serving. SO_REUSEPORT is off, so a port already in use is ZT_ERR_IO naming
+ * the address, never a second silent server. jm must outlive the server. */
+zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_config *cfg, zt_jobs *jm);
+/* The bound port (useful with port 0). */
+int zt_grpc_server_port(const zt_grpc_server *s);
+/* Serves on the calling thread until *stop becomes non-zero (polled at least every 200 ms), then
+ * ends open streams, cancels remaining calls and returns. */
+void zt_grpc_server_run(zt_grpc_server *s, volatile sig_atomic_t *stop);
+void zt_grpc_server_destroy(zt_grpc_server *s);
+
+#endif

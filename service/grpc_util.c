@@ -1,0 +1,71 @@
+/* protobuf-c <-> grpc byte buffers, metadata lookup and status names (grpc_util.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/slice.h>
+
+#include "grpc_util.h"
+#include "job_manager.h"
+
+grpc_byte_buffer *zt_pb_pack(const ProtobufCMessage *m) {
+    size_t n = protobuf_c_message_get_packed_size(m);
+    grpc_slice s = grpc_slice_malloc(n);
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+ProtobufCMessage *zt_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb) {
+    grpc_byte_buffer_reader r;
+    if (!bb || !grpc_byte_buffer_reader_init(&r, bb))
+        return NULL;
+    /* readall flattens a buffer that arrived in several slices. */
+    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all),
+                                                    GRPC_SLICE_START_PTR(all));
+    grpc_slice_unref(all);
+    return m;
+}
+
+char *zt_grpc_metadata_find(const grpc_metadata_array *md, const char *key) {
+    for (size_t i = 0; i < md->count; i++) {
+        if (grpc_slice_str_cmp(md->metadata[i].key, key) != 0)
+            continue;
+        const grpc_slice v = md->metadata[i].value;
+        size_t n = GRPC_SLICE_LENGTH(v);
+        char *out = malloc(n + 1);
+        if (!out)
+            return NULL;
+        memcpy(out, GRPC_SLICE_START_PTR(v), n);
+        out[n] = '\0';
+        return out;
+    }
+    return NULL;
+}
+
+grpc_status_code zt_grpc_status_from_zt(int s) {
+    switch (s) {
+    case ZT_OK: return GRPC_STATUS_OK;
+    case ZT_ERR_INVALID:
+    case ZT_ERR_FORMAT:
+    case ZT_ERR_UNSUPPORTED: return GRPC_STATUS_INVALID_ARGUMENT;
+    case ZT_ERR_NOT_FOUND: return GRPC_STATUS_NOT_FOUND;
+    case ZT_ERR_LIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case ZT_ERR_TIMEOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
+    default: return GRPC_STATUS_INTERNAL;
+    }
+}
+
+const char *zt_grpc_status_name(grpc_status_code code) {
+    static const char *const names[] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "UNAUTHENTICATED"};
+    if ((int)code < 0 || (size_t)code >= sizeof names / sizeof names[0])
+        return "UNKNOWN";
+    return names[code];
+}

@@ -1,0 +1,33 @@
+/* What ztraind's gRPC server and the ztrain CLI's client share on top of gRPC's C core:
+ * protobuf-c messages to and from byte buffers, request metadata, and status codes and names. */
+#ifndef ZTRAIN_GRPC_UTIL_H
+#define ZTRAIN_GRPC_UTIL_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "ztrain/status.h"
+
+/* A new byte buffer holding m packed; the caller destroys it with grpc_byte_buffer_destroy (or
+ * hands it to a SEND_MESSAGE op and destroys it when the op's tag returns). */
+grpc_byte_buffer *zt_pb_pack(const ProtobufCMessage *m);
+
+/* The message of type `desc` in bb, or NULL when bb is NULL (no message was sent), cannot be
+ * read (failed decompression) or is not a valid encoding. The buffer stays the caller's; the
+ * message is heap-owned: protobuf_c_message_free_unpacked(msg, NULL). */
+ProtobufCMessage *zt_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb);
+
+/* A malloc'd copy of the value of the first metadata entry named `key` (lowercase), or NULL
+ * when there is none. */
+char *zt_grpc_metadata_find(const grpc_metadata_array *md, const char *key);
+
+/* The gRPC status for a failed zt_status: INVALID_ARGUMENT for bad input (INVALID, FORMAT,
+ * UNSUPPORTED), NOT_FOUND, RESOURCE_EXHAUSTED for ZT_ERR_LIMIT, DEADLINE_EXCEEDED for a
+ * timeout, INTERNAL for the rest. */
+grpc_status_code zt_grpc_status_from_zt(int s);
+
+/* "NOT_FOUND", "UNAVAILABLE", ... (the names clients print); "UNKNOWN" for anything else. */
+const char *zt_grpc_status_name(grpc_status_code code);
+
+#endif

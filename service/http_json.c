@@ -1,0 +1,439 @@
+/* JSON encodings of the HTTP API (http_json.h): a comma-tracking writer over a growable buffer,
+ * string escaping that repairs invalid UTF-8, and the job, series, record and log-line shapes. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_json.h"
+
+void zt_jbuf_init(zt_jbuf *b) {
+    memset(b, 0, sizeof *b);
+}
+
+void zt_jbuf_free(zt_jbuf *b) {
+    free(b->data);
+    zt_jbuf_init(b);
+}
+
+bool zt_jbuf_reserve(zt_jbuf *b, size_t n) {
+    if (b->oom)
+        return false;
+    if (b->len + n + 1 <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1) {
+        if (cap > SIZE_MAX / 2) {
+            b->oom = true;
+            return false;
+        }
+        cap *= 2;
+    }
+    char *p = realloc(b->data, cap);
+    if (!p) {
+        b->oom = true;
+        return false;
+    }
+    b->data = p;
+    b->cap = cap;
+    return true;
+}
+
+char *zt_jbuf_take(zt_jbuf *b, size_t *len) {
+    if (b->oom || !zt_jbuf_reserve(b, 0)) {
+        zt_jbuf_free(b);
+        return NULL;
+    }
+    char *p = b->data;
+    p[b->len] = '\0';
+    if (len)
+        *len = b->len;
+    zt_jbuf_init(b);
+    return p;
+}
+
+/* Appends without touching the comma state: the building block of everything else. */
+static void put(zt_jbuf *b, const char *s, size_t n) {
+    if (n == 0 || !zt_jbuf_reserve(b, n))
+        return;
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void putc1(zt_jbuf *b, char c) {
+    if (!zt_jbuf_reserve(b, 1))
+        return;
+    b->data[b->len++] = c;
+    b->data[b->len] = '\0';
+}
+
+void zt_jbuf_text(zt_jbuf *b, const char *s, size_t n) {
+    put(b, s, n);
+    b->comma = false;
+}
+
+void zt_jbuf_puts(zt_jbuf *b, const char *s) {
+    zt_jbuf_text(b, s, strlen(s));
+}
+
+void zt_jbuf_printf(zt_jbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    b->comma = false;
+    if (n <= 0 || !zt_jbuf_reserve(b, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* Starts a value or a member: the separator from the previous one, if any. */
+static void sep(zt_jbuf *b) {
+    if (b->comma)
+        putc1(b, ',');
+}
+
+void zt_json_open(zt_jbuf *b, char c) {
+    sep(b);
+    putc1(b, c);
+    b->comma = false;
+}
+
+void zt_json_close(zt_jbuf *b, char c) {
+    putc1(b, c);
+    b->comma = true;
+}
+
+/* The length of the valid UTF-8 sequence at s (at most n bytes), or 0 when it is not one:
+ * no overlong forms, no surrogates, nothing above U+10FFFF (RFC 3629). */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
+    if (n < len)
+        return 0;
+    unsigned cp = c & (0x3F >> (len - 1));
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+static void escape_into(zt_jbuf *b, const char *str, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        /* Copy the longest run that needs no escaping in one go. */
+        size_t run = i;
+        while (run < n && s[run] >= 0x20 && s[run] < 0x80 && s[run] != '"' && s[run] != '\\')
+            run++;
+        put(b, str + i, run - i);
+        i = run;
+        if (i >= n)
+            break;
+        unsigned char c = s[i];
+        if (c >= 0x80) {
+            size_t len = utf8_len(s + i, n - i);
+            if (len) {
+                put(b, str + i, len);
+                i += len;
+            } else {
+                put(b, "\\ufffd", 6);
+                i++;
+            }
+            continue;
+        }
+        char esc[6] = {'\\', 0};
+        size_t elen = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            elen = 6;
+        }
+        put(b, esc, elen);
+        i++;
+    }
+}
+
+void zt_json_key(zt_jbuf *b, const char *key) {
+    sep(b);
+    putc1(b, '"');
+    escape_into(b, key, strlen(key));
+    put(b, "\":", 2);
+    b->comma = false;
+}
+
+void zt_json_strn(zt_jbuf *b, const char *s, size_t n) {
+    sep(b);
+    putc1(b, '"');
+    escape_into(b, s, n);
+    putc1(b, '"');
+    b->comma = true;
+}
+
+void zt_json_str(zt_jbuf *b, const char *s) {
+    if (!s)
+        zt_json_null(b);
+    else
+        zt_json_strn(b, s, strlen(s));
+}
+
+/* Series hold hundreds of steps per response: a hand-written conversion instead of snprintf. */
+static size_t format_int(char *out, int64_t v) {
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t k = 0;
+    if (v < 0)
+        out[k++] = '-';
+    while (n)
+        out[k++] = tmp[--n];
+    return k;
+}
+
+void zt_json_int(zt_jbuf *b, int64_t v) {
+    sep(b);
+    char tmp[24];
+    put(b, tmp, format_int(tmp, v));
+    b->comma = true;
+}
+
+void zt_json_num(zt_jbuf *b, double v) {
+    if (!isfinite(v)) {
+        zt_json_null(b);
+        return;
+    }
+    sep(b);
+    char tmp[32];
+    size_t n;
+    /* Whole numbers (steps, counts) are common and need no round-trip search. */
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+        n = format_int(tmp, (int64_t)v);
+        if (v == 0 && signbit(v))
+            n = (size_t)snprintf(tmp, sizeof tmp, "-0");
+    } else {
+        n = (size_t)snprintf(tmp, sizeof tmp, "%.15g", v);
+        if (strtod(tmp, NULL) != v)
+            n = (size_t)snprintf(tmp, sizeof tmp, "%.17g", v);
+    }
+    put(b, tmp, n);
+    b->comma = true;
+}
+
+void zt_json_bool(zt_jbuf *b, bool v) {
+    sep(b);
+    put(b, v ? "true" : "false", v ? 4 : 5);
+    b->comma = true;
+}
+
+void zt_json_null(zt_jbuf *b) {
+    sep(b);
+    put(b, "null", 4);
+    b->comma = true;
+}
+
+static bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+void zt_json_raw(zt_jbuf *b, const char *json, size_t n) {
+    while (n && json && is_space(*json))
+        json++, n--;
+    while (n && json && is_space(json[n - 1]))
+        n--;
+    if (!json || n == 0) {
+        zt_json_null(b);
+        return;
+    }
+    sep(b);
+    put(b, json, n);
+    b->comma = true;
+}
+
+void zt_ckpt_list_free(zt_ckpt_list *c) {
+    for (int i = 0; i < c->n; i++)
+        free(c->items[i].tag);
+    free(c->items);
+    free(c->latest);
+    memset(c, 0, sizeof *c);
+}
+
+static void member_str(zt_jbuf *b, const char *key, const char *v) {
+    zt_json_key(b, key);
+    zt_json_str(b, v);
+}
+
+static void member_int(zt_jbuf *b, const char *key, int64_t v) {
+    zt_json_key(b, key);
+    zt_json_int(b, v);
+}
+
+static void member_num(zt_jbuf *b, const char *key, double v) {
+    zt_json_key(b, key);
+    zt_json_num(b, v);
+}
+
+/* Wall time since the job started: up to its end, or up to now while it runs. */
+static int64_t elapsed_ms(const zt_job_info *j, int64_t now_ms) {
+    if (j->started_ms <= 0)
+        return 0;
+    int64_t end = j->finished_ms > 0 ? j->finished_ms : now_ms;
+    return end > j->started_ms ? end - j->started_ms : 0;
+}
+
+/* The remaining time at the average pace so far; only meaningful for a running job that
+ * knows its last step and has taken at least one. */
+static double eta_ms(const zt_job_info *j, int64_t elapsed) {
+    if (j->state != ZT_JOB_RUNNING || j->max_steps <= 0 || j->step <= 0 || elapsed <= 0)
+        return NAN;
+    if (j->step >= j->max_steps)
+        return 0;
+    return floor((double)(j->max_steps - j->step) * (double)elapsed / (double)j->step);
+}
+
+static void encode_ranks(zt_jbuf *b, const zt_job_info *j) {
+    zt_json_key(b, "ranks");
+    zt_json_open(b, '[');
+    for (int i = 0; j->ranks && i < j->world_size; i++) {
+        const zt_rank_info *r = &j->ranks[i];
+        zt_json_open(b, '{');
+        member_int(b, "rank", r->rank);
+        member_int(b, "pid", r->pid);
+        zt_json_key(b, "running");
+        zt_json_bool(b, r->running);
+        member_int(b, "exit_code", r->exit_code);
+        member_int(b, "signal", r->signal);
+        zt_json_close(b, '}');
+    }
+    zt_json_close(b, ']');
+}
+
+void zt_json_job_open(zt_jbuf *b, const zt_job_info *j, int64_t now_ms) {
+    int64_t elapsed = elapsed_ms(j, now_ms);
+    zt_json_open(b, '{');
+    member_str(b, "id", j->id);
+    member_str(b, "name", j->name);
+    member_str(b, "state", zt_job_state_name(j->state));
+    member_str(b, "reason", j->reason ? j->reason : "");
+    member_int(b, "world_size", j->world_size);
+    member_str(b, "device", j->device);
+    member_int(b, "created_unix_ms", j->created_ms);
+    member_int(b, "started_unix_ms", j->started_ms);
+    member_int(b, "finished_unix_ms", j->finished_ms);
+    member_int(b, "elapsed_ms", elapsed);
+    member_int(b, "step", j->step);
+    member_int(b, "max_steps", j->max_steps);
+    member_num(b, "loss", j->loss);
+    member_num(b, "tokens_per_second", j->tokens_per_second);
+    member_num(b, "eta_ms", eta_ms(j, elapsed));
+    encode_ranks(b, j);
+    member_str(b, "run_dir", j->run_dir ? j->run_dir : "");
+    member_str(b, "checkpoint_dir", j->checkpoint_dir ? j->checkpoint_dir : "");
+    member_str(b, "idempotency_key", j->idempotency_key ? j->idempotency_key : "");
+    /* The manager stores the spec as JSON text it produced itself; splicing it avoids a parse
+     * and a print per response. */
+    zt_json_key(b, "spec");
+    zt_json_raw(b, j->spec_json, j->spec_json ? strlen(j->spec_json) : 0);
+}
+
+void zt_json_job_close(zt_jbuf *b, const zt_ckpt_list *ck) {
+    if (ck) {
+        zt_json_key(b, "checkpoints");
+        zt_json_open(b, '[');
+        for (int i = 0; i < ck->n; i++) {
+            zt_json_open(b, '{');
+            member_str(b, "tag", ck->items[i].tag);
+            zt_json_key(b, "step");
+            if (ck->items[i].step >= 0)
+                zt_json_int(b, ck->items[i].step);
+            else
+                zt_json_null(b);
+            zt_json_key(b, "complete");
+            zt_json_bool(b, ck->items[i].complete);
+            zt_json_close(b, '}');
+        }
+        zt_json_close(b, ']');
+        member_str(b, "latest", ck->latest);
+    }
+    zt_json_close(b, '}');
+}
+
+void zt_json_job(zt_jbuf *b, const zt_job_info *j, int64_t now_ms, const zt_ckpt_list *ck) {
+    zt_json_job_open(b, j, now_ms);
+    zt_json_job_close(b, ck);
+}
+
+void zt_json_series(zt_jbuf *b, const char *key, const int64_t *steps, const double *values,
+                    int n) {
+    /* Roughly 8 bytes a step and 20 a value: one reservation instead of many regrowths. */
+    zt_jbuf_reserve(b, strlen(key) + 40 + (size_t)(n > 0 ? n : 0) * 30);
+    zt_json_open(b, '{');
+    member_str(b, "key", key);
+    zt_json_key(b, "steps");
+    zt_json_open(b, '[');
+    for (int i = 0; i < n; i++)
+        zt_json_int(b, steps[i]);
+    zt_json_close(b, ']');
+    zt_json_key(b, "values");
+    zt_json_open(b, '[');
+    for (int i = 0; i < n; i++)
+        zt_json_num(b, values[i]);
+    zt_json_close(b, ']');
+    zt_json_close(b, '}');
+}
+
+void zt_json_record(zt_jbuf *b, const zt_metric_record *r) {
+    zt_json_open(b, '{');
+    member_int(b, "step", r->step);
+    member_int(b, "time_unix_ms", r->time_ms);
+    zt_json_key(b, "values");
+    zt_json_raw(b, r->json, r->json ? strlen(r->json) : 0);
+    zt_json_close(b, '}');
+}
+
+void zt_json_log_line(zt_jbuf *b, const zt_log_line *l) {
+    zt_json_open(b, '{');
+    member_int(b, "seq", l->seq);
+    member_int(b, "time_unix_ms", l->time_ms);
+    member_int(b, "rank", l->rank);
+    member_str(b, "stream", l->stream);
+    member_str(b, "text", l->text);
+    zt_json_close(b, '}');
+}
+
+void zt_json_error(zt_jbuf *b, const char *msg) {
+    zt_json_open(b, '{');
+    member_str(b, "error", msg);
+    zt_json_close(b, '}');
+}

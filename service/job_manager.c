@@ -1,0 +1,1168 @@
+/* The job manager (job_manager.h): the job table, the state machine, the queue, metric history
+ * and log tails in memory, write-through to the job store, and fan-out to watchers. The
+ * supervisor thread drives it: it starts queued jobs in `tick` and reports lines and exits. */
+#define _GNU_SOURCE
+#include "job_manager.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "job_store.h"
+#include "supervisor.h"
+#include "ztrain/job_spec.h"
+
+#define LOG_RING 2000            /* log lines per job in memory */
+#define LOG_KEEP 10000           /* log lines per job in the store */
+#define MAX_KEYS 1024            /* distinct metric keys per job */
+#define STOP_EXIT_STATUS 130
+
+/* One metric record: the text as rank 0 wrote it, and its values parsed once for series. */
+typedef struct {
+    int64_t step, time_ms;
+    char *json;
+    int n;
+    uint16_t *keys;              /* indices into job.keys */
+    double *values;
+} record;
+
+typedef struct {
+    zt_log_line line;            /* text owned; stream points at a static string */
+} log_entry;
+
+struct zt_job_watch {
+    struct job *job;
+    int what;
+    zt_job_event_fn fn;
+    void *ctx;
+    bool done;                   /* the terminal state was delivered */
+    zt_job_watch *next;
+};
+
+typedef struct job {
+    struct zt_jobs *jm;
+    zt_job_info info;
+    long long number;
+    record *records;
+    int64_t n_records, cap_records;
+    char *keys[MAX_KEYS];
+    int n_keys;
+    log_entry *logs;             /* ring of LOG_RING */
+    int log_head, log_count;
+    int64_t next_seq;
+    zt_job_watch *watches;
+    /* While ranks run. */
+    zt_rank_group *group;
+    bool cancel_requested, force;
+    bool shutdown;               /* cancelled because ztraind is stopping */
+    double grace_s;
+    int failed_rank;             /* first rank that failed, -1 */
+    char *fail_reason;
+    char **last_stderr;          /* per rank, for the failure reason */
+} job;
+
+struct zt_jobs {
+    zt_jobs_config cfg;
+    pthread_mutex_t mu;
+    job **jobs;                  /* oldest first; numbers increase */
+    int n_jobs, cap_jobs;
+    long long last_number;
+    int ranks_in_use;
+    zt_job_store *store;
+    zt_supervisor *sup;
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Small helpers                                                                               */
+
+static const char *const state_names[] = {
+    [ZT_JOB_QUEUED] = "QUEUED",       [ZT_JOB_STARTING] = "STARTING",
+    [ZT_JOB_RUNNING] = "RUNNING",     [ZT_JOB_STOPPING] = "STOPPING",
+    [ZT_JOB_SUCCEEDED] = "SUCCEEDED", [ZT_JOB_FAILED] = "FAILED",
+    [ZT_JOB_CANCELLED] = "CANCELLED",
+};
+
+const char *zt_job_state_name(zt_job_state s) {
+    return s >= ZT_JOB_QUEUED && s <= ZT_JOB_CANCELLED ? state_names[s] : "UNKNOWN";
+}
+
+zt_job_state zt_job_state_parse(const char *s) {
+    if (strncasecmp(s, "JOB_STATE_", 10) == 0)
+        s += 10;
+    for (int i = ZT_JOB_QUEUED; i <= ZT_JOB_CANCELLED; i++)
+        if (strcasecmp(s, state_names[i]) == 0)
+            return (zt_job_state)i;
+    return 0;
+}
+
+bool zt_job_state_terminal(zt_job_state s) {
+    return s == ZT_JOB_SUCCEEDED || s == ZT_JOB_FAILED || s == ZT_JOB_CANCELLED;
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char *xstrdup(const char *s) {
+    char *d = strdup(s ? s : "");
+    ZT_ASSERT(d);
+    return d;
+}
+
+static void set_str(char **field, const char *value) {
+    free(*field);
+    *field = xstrdup(value);
+}
+
+static void set_reason(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_reason(job *j, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    ZT_ASSERT(s);
+    free(j->info.reason);
+    j->info.reason = s;
+}
+
+/* Static copies of the stream names, so log entries need not own them. */
+static const char *intern_stream(const char *s) {
+    if (strcmp(s, "stdout") == 0)
+        return "stdout";
+    if (strcmp(s, "stderr") == 0)
+        return "stderr";
+    return "ztraind";
+}
+
+void zt_job_info_free(zt_job_info *j) {
+    free(j->name);
+    free(j->reason);
+    free(j->spec_json);
+    free(j->idempotency_key);
+    free(j->ranks);
+    free(j->run_dir);
+    free(j->checkpoint_dir);
+    memset(j, 0, sizeof *j);
+}
+
+static void info_copy(zt_job_info *dst, const zt_job_info *src) {
+    *dst = *src;
+    dst->name = xstrdup(src->name);
+    dst->reason = xstrdup(src->reason);
+    dst->spec_json = xstrdup(src->spec_json);
+    dst->idempotency_key = xstrdup(src->idempotency_key);
+    dst->run_dir = xstrdup(src->run_dir);
+    dst->checkpoint_dir = xstrdup(src->checkpoint_dir);
+    dst->ranks = calloc((size_t)src->world_size, sizeof *dst->ranks);
+    ZT_ASSERT(dst->ranks);
+    memcpy(dst->ranks, src->ranks, (size_t)src->world_size * sizeof *dst->ranks);
+}
+
+static void job_free(job *j) {
+    for (int64_t i = 0; i < j->n_records; i++) {
+        free(j->records[i].json);
+        free(j->records[i].keys);
+        free(j->records[i].values);
+    }
+    free(j->records);
+    for (int i = 0; i < j->n_keys; i++)
+        free(j->keys[i]);
+    for (int i = 0; i < LOG_RING && j->logs; i++)
+        free((char *)j->logs[i].line.text);
+    free(j->logs);
+    for (zt_job_watch *w = j->watches, *next; w; w = next) {
+        next = w->next;
+        free(w);
+    }
+    for (int r = 0; j->last_stderr && r < j->info.world_size; r++)
+        free(j->last_stderr[r]);
+    free(j->last_stderr);
+    free(j->fail_reason);
+    zt_job_info_free(&j->info);
+    free(j);
+}
+
+static job *job_alloc(const zt_job_info *src) {
+    job *j = calloc(1, sizeof *j);
+    ZT_ASSERT(j);
+    info_copy(&j->info, src);
+    j->logs = calloc(LOG_RING, sizeof *j->logs);
+    j->last_stderr = calloc((size_t)src->world_size, sizeof *j->last_stderr);
+    ZT_ASSERT(j->logs && j->last_stderr);
+    j->next_seq = 1;
+    j->failed_rank = -1;
+    j->info.loss = NAN;
+    j->info.tokens_per_second = NAN;
+    j->info.step = 0;
+    j->info.n_records = 0;
+    const char *digits = strchr(src->id, '-');
+    j->number = digits ? atoll(digits + 1) : 0;
+    return j;
+}
+
+/* Jobs are numbered in order, so the table is sorted and an id is a binary search away. */
+static job *find_job(zt_jobs *jm, const char *id) {
+    if (!id || strncmp(id, "job-", 4) != 0)
+        return NULL;
+    char *end;
+    long long n = strtoll(id + 4, &end, 10);
+    if (*end || n <= 0)
+        return NULL;
+    int lo = 0, hi = jm->n_jobs - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (jm->jobs[mid]->number == n)
+            return strcmp(jm->jobs[mid]->info.id, id) == 0 ? jm->jobs[mid] : NULL;
+        if (jm->jobs[mid]->number < n)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return NULL;
+}
+
+static zt_status not_found(const char *id) {
+    return zt_error(ZT_ERR_NOT_FOUND, "job %s not found", id ? id : "(none)");
+}
+
+static void add_job(zt_jobs *jm, job *j) {
+    if (jm->n_jobs == jm->cap_jobs) {
+        jm->cap_jobs = jm->cap_jobs ? 2 * jm->cap_jobs : 64;
+        jm->jobs = realloc(jm->jobs, (size_t)jm->cap_jobs * sizeof *jm->jobs);
+        ZT_ASSERT(jm->jobs);
+    }
+    j->jm = jm;
+    jm->jobs[jm->n_jobs++] = j;
+    if (j->number > jm->last_number)
+        jm->last_number = j->number;
+}
+
+/* A store failure must not take the daemon down: the job goes on, the failure is logged. */
+static void persist(zt_jobs *jm, const job *j) {
+    if (zt_store_put_job(jm->store, &j->info) != ZT_OK)
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Events to watchers                                                                          */
+
+static void notify(job *j, const zt_job_event *ev) {
+    int bit = ev->kind == ZT_EVENT_METRICS ? ZT_WATCH_METRICS
+              : ev->kind == ZT_EVENT_LOG   ? ZT_WATCH_LOGS
+                                           : -1;
+    for (zt_job_watch *w = j->watches; w; w = w->next) {
+        if (w->done || (bit != -1 && !(w->what & bit)))
+            continue;
+        w->fn(w->ctx, ev);
+        if (ev->kind == ZT_EVENT_STATE && zt_job_state_terminal(ev->job->state))
+            w->done = true;
+    }
+}
+
+static void notify_state(job *j) {
+    zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
+    notify(j, &ev);
+}
+
+/* Every state change goes through here: stored, then told. Terminal states never change. */
+static void set_state(zt_jobs *jm, job *j, zt_job_state s) {
+    if (zt_job_state_terminal(j->info.state))
+        return;
+    j->info.state = s;
+    if (zt_job_state_terminal(s))
+        j->info.finished_ms = now_ms();
+    persist(jm, j);
+    notify_state(j);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Metric records and log lines                                                                */
+
+static int key_index(job *j, const char *key) {
+    for (int i = 0; i < j->n_keys; i++)
+        if (strcmp(j->keys[i], key) == 0)
+            return i;
+    if (j->n_keys == MAX_KEYS)
+        return -1;
+    j->keys[j->n_keys] = xstrdup(key);
+    return j->n_keys++;
+}
+
+/* Appends a record (parsed from its JSON) to the job's history; updates step, loss, tok/s. */
+static bool append_record(job *j, const cJSON *obj, const char *text, int64_t time_ms,
+                          int64_t *step_out) {
+    int n = cJSON_GetArraySize(obj);
+    record r = {.time_ms = time_ms, .json = xstrdup(text)};
+    r.keys = malloc((size_t)(n ? n : 1) * sizeof *r.keys);
+    r.values = malloc((size_t)(n ? n : 1) * sizeof *r.values);
+    ZT_ASSERT(r.keys && r.values);
+    r.step = j->info.step;
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        if (!cJSON_IsNumber(it) || !it->string)
+            continue;
+        int k = key_index(j, it->string);
+        if (k < 0)
+            continue;
+        r.keys[r.n] = (uint16_t)k;
+        r.values[r.n++] = it->valuedouble;
+        if (strcmp(it->string, "train/global_step") == 0)
+            r.step = (int64_t)it->valuedouble;
+        else if (strcmp(it->string, "train/loss") == 0)
+            j->info.loss = it->valuedouble;
+        else if (strcmp(it->string, "perf/tokens_per_second") == 0)
+            j->info.tokens_per_second = it->valuedouble;
+    }
+    if (j->n_records == j->cap_records) {
+        j->cap_records = j->cap_records ? 2 * j->cap_records : 256;
+        j->records = realloc(j->records, (size_t)j->cap_records * sizeof *j->records);
+        ZT_ASSERT(j->records);
+    }
+    j->records[j->n_records++] = r;
+    j->info.n_records = j->n_records;
+    if (r.step > j->info.step)
+        j->info.step = r.step;
+    *step_out = r.step;
+    return true;
+}
+
+static void append_log(job *j, const zt_log_line *l) {
+    log_entry *e = &j->logs[(j->log_head + j->log_count) % LOG_RING];
+    if (j->log_count == LOG_RING) {
+        e = &j->logs[j->log_head];
+        j->log_head = (j->log_head + 1) % LOG_RING;
+        j->log_count--;
+    }
+    free((char *)e->line.text);
+    e->line = *l;
+    e->line.stream = intern_stream(l->stream);
+    e->line.text = xstrdup(l->text);
+    j->log_count++;
+    if (l->seq >= j->next_seq)
+        j->next_seq = l->seq + 1;
+}
+
+static const zt_log_line *log_at(const job *j, int i) {
+    return &j->logs[(j->log_head + i) % LOG_RING].line;
+}
+
+/* A line of ztraind's own about the job, for its log ("started 2 ranks: pids 10, 11"). */
+static void daemon_log(zt_jobs *jm, job *j, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void daemon_log(zt_jobs *jm, job *j, const char *fmt, ...) {
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    zt_log_line l = {.seq = j->next_seq, .time_ms = now_ms(), .rank = -1, .stream = "ztraind",
+                     .text = text};
+    append_log(j, &l);
+    if (zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP) != ZT_OK)
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+    zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = &l};
+    notify(j, &ev);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Supervisor callbacks (supervisor thread)                                                    */
+
+static int count_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return 1;
+}
+
+static zt_status write_job_file(const job *j, char *path, size_t size) {
+    snprintf(path, size, "%s/job.json", j->info.run_dir);
+    ZT_TRY(zt_mkdirs(j->info.run_dir));
+    return zt_write_file_atomic(path, j->info.spec_json, strlen(j->info.spec_json));
+}
+
+static void start_job(zt_jobs *jm, job *j) {
+    char job_path[4200];
+    zt_status s = write_job_file(j, job_path, sizeof job_path);
+    char *argv[] = {jm->cfg.worker_path, job_path, "--out", j->info.run_dir, NULL};
+    /* A job alone on the machine gets all of it, as under `ztrain run`; when other jobs may
+     * share the cores, the ranks' OpenMP threads wait passively instead of spinning. */
+    int cpus = count_cpus(), threads = jm->cfg.threads_per_rank;
+    if (threads <= 0)
+        threads = cpus / j->info.world_size > 0 ? cpus / j->info.world_size : 1;
+    zt_group_spec spec = {.program = jm->cfg.worker_path, .argv = argv,
+                          .cwd = j->info.run_dir, .world_size = j->info.world_size,
+                          .threads_per_rank = threads, .run_id = j->info.id,
+                          .fail_grace_s = 3.0,
+                          .passive_wait = (long)threads * jm->cfg.max_ranks > cpus};
+    pid_t *pids = calloc((size_t)j->info.world_size, sizeof *pids);
+    ZT_ASSERT(pids);
+    if (s == ZT_OK)
+        s = zt_supervisor_start_group(jm->sup, &spec, j, &j->group, pids);
+    if (s != ZT_OK) {
+        set_reason(j, "cannot start the ranks: %s", zt_last_error());
+        free(pids);
+        set_state(jm, j, ZT_JOB_FAILED);
+        return;
+    }
+    jm->ranks_in_use += j->info.world_size;
+    for (int r = 0; r < j->info.world_size; r++)
+        j->info.ranks[r] = (zt_rank_info){.rank = r, .pid = pids[r], .running = true};
+    free(pids);
+    j->info.started_ms = now_ms();
+    set_reason(j, "%s", "");
+    daemon_log(jm, j, "started %d rank(s) of %s, %d thread(s) each", j->info.world_size,
+               jm->cfg.worker_path, threads);
+    set_state(jm, j, ZT_JOB_STARTING);
+}
+
+/* Starts queued jobs in submission order while they fit; the first that does not fit waits
+ * (no overtaking, so a large job is never starved by small ones). */
+static void on_tick(void *ctx) {
+    zt_jobs *jm = ctx;
+    pthread_mutex_lock(&jm->mu);
+    for (int i = 0; i < jm->n_jobs; i++) {
+        job *j = jm->jobs[i];
+        if (j->info.state != ZT_JOB_QUEUED)
+            continue;
+        int free_ranks = jm->cfg.max_ranks - jm->ranks_in_use;
+        if (j->info.world_size <= free_ranks) {
+            start_job(jm, j);
+            continue;
+        }
+        char why[256];
+        snprintf(why, sizeof why, "waiting for %d free rank slot(s): %d of --max-ranks %d in use",
+                 j->info.world_size, jm->ranks_in_use, jm->cfg.max_ranks);
+        if (strcmp(why, j->info.reason) != 0) {
+            set_reason(j, "%s", why);
+            persist(jm, j);
+            notify_state(j);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&jm->mu);
+}
+
+static void on_metrics_line(void *group_ctx, const char *line);
+static void on_log_line(void *group_ctx, int rank, const char *stream, const char *line);
+static void on_rank_exited(void *group_ctx, int rank, pid_t pid, int exit_code, int sig);
+static void on_group_ended(void *group_ctx);
+
+static void on_metrics_line(void *group_ctx, const char *line) {
+    job *j = group_ctx;
+    zt_jobs *jm = j->jm;
+    cJSON *obj = cJSON_Parse(line);
+    pthread_mutex_lock(&jm->mu);
+    if (!cJSON_IsObject(obj)) {
+        daemon_log(jm, j, "ignored a malformed metrics line: %.200s", line);
+    } else if (cJSON_GetObjectItemCaseSensitive(obj, "event")) {
+        const cJSON *max = cJSON_GetObjectItemCaseSensitive(obj, "max_steps");
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(obj, "train/global_step");
+        if (cJSON_IsNumber(max))
+            j->info.max_steps = (int64_t)max->valuedouble;
+        if (cJSON_IsNumber(step) && (int64_t)step->valuedouble > j->info.step)
+            j->info.step = (int64_t)step->valuedouble;
+        if (j->info.state == ZT_JOB_STARTING)
+            set_state(jm, j, ZT_JOB_RUNNING);
+        else
+            persist(jm, j);
+    } else {
+        int64_t step;
+        zt_metric_record r = {.time_ms = now_ms(), .json = line};
+        append_record(j, obj, line, r.time_ms, &step);
+        r.step = step;
+        if (zt_store_add_record(jm->store, j->info.id, &r) != ZT_OK)
+            fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        if (j->info.state == ZT_JOB_STARTING)
+            set_state(jm, j, ZT_JOB_RUNNING);
+        zt_job_event ev = {.kind = ZT_EVENT_METRICS, .record = &r};
+        notify(j, &ev);
+    }
+    pthread_mutex_unlock(&jm->mu);
+    cJSON_Delete(obj);
+}
+
+static void on_log_line(void *group_ctx, int rank, const char *stream, const char *line) {
+    job *j = group_ctx;
+    zt_jobs *jm = j->jm;
+    pthread_mutex_lock(&jm->mu);
+    zt_log_line l = {.seq = j->next_seq, .time_ms = now_ms(), .rank = rank, .stream = stream,
+                     .text = line};
+    append_log(j, &l);
+    if (strcmp(stream, "stderr") == 0 && line[0])
+        set_str(&j->last_stderr[rank], line);
+    if (zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP) != ZT_OK)
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+    zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = &l};
+    notify(j, &ev);
+    pthread_mutex_unlock(&jm->mu);
+}
+
+static void describe_exit(char *buf, size_t size, int rank, pid_t pid, int code, int sig,
+                          const char *last_stderr) {
+    if (sig) {
+        const char *abbrev = sigabbrev_np(sig);
+        snprintf(buf, size, "rank %d (pid %ld) was killed by signal %d (SIG%s)", rank, (long)pid,
+                 sig, abbrev ? abbrev : "?");
+    } else if (last_stderr) {
+        snprintf(buf, size, "rank %d (pid %ld) exited with status %d: %s", rank, (long)pid, code,
+                 last_stderr);
+    } else {
+        snprintf(buf, size, "rank %d (pid %ld) exited with status %d", rank, (long)pid, code);
+    }
+}
+
+static void on_rank_exited(void *group_ctx, int rank, pid_t pid, int exit_code, int sig) {
+    job *j = group_ctx;
+    zt_jobs *jm = j->jm;
+    pthread_mutex_lock(&jm->mu);
+    zt_rank_info *ri = &j->info.ranks[rank];
+    ri->running = false;
+    ri->exit_code = exit_code;
+    ri->signal = sig;
+    bool failed = sig != 0 || (exit_code != 0 && exit_code != STOP_EXIT_STATUS);
+    char what[1400];
+    describe_exit(what, sizeof what, rank, pid, exit_code, sig, j->last_stderr[rank]);
+    if (failed && j->failed_rank < 0) {
+        j->failed_rank = rank;
+        set_str(&j->fail_reason, what);
+    }
+    daemon_log(jm, j, "%s", what);
+    persist(jm, j);
+    notify_state(j);
+    pthread_mutex_unlock(&jm->mu);
+}
+
+/* The final state, once every rank is reaped: a cancel request wins, then the first failure. */
+static void on_group_ended(void *group_ctx) {
+    job *j = group_ctx;
+    zt_jobs *jm = j->jm;
+    pthread_mutex_lock(&jm->mu);
+    j->group = NULL;
+    jm->ranks_in_use -= j->info.world_size;
+    bool all_zero = true, all_stopped = true;
+    for (int r = 0; r < j->info.world_size; r++) {
+        const zt_rank_info *ri = &j->info.ranks[r];
+        all_zero &= ri->signal == 0 && ri->exit_code == 0;
+        all_stopped &= ri->signal == 0 && (ri->exit_code == 0 || ri->exit_code == STOP_EXIT_STATUS);
+    }
+    if (j->cancel_requested) {
+        if (j->shutdown)
+            set_reason(j, "ztraind was stopped: the job was cancelled at step %lld%s",
+                       (long long)j->info.step,
+                       all_stopped ? " with a checkpoint" : " (the ranks had to be killed)");
+        else if (j->force)
+            set_reason(j, "cancelled by request (forced: the ranks were killed at step %lld)",
+                       (long long)j->info.step);
+        else if (all_stopped)
+            set_reason(j, "cancelled by request at step %lld (the ranks wrote a checkpoint and "
+                          "stopped)", (long long)j->info.step);
+        else
+            set_reason(j, "cancelled by request; the ranks did not stop within the grace period "
+                          "of %.0f s and were killed", j->grace_s);
+        set_state(jm, j, ZT_JOB_CANCELLED);
+    } else if (j->failed_rank >= 0) {
+        set_reason(j, "%s", j->fail_reason);
+        set_state(jm, j, ZT_JOB_FAILED);
+    } else if (all_zero) {
+        set_state(jm, j, ZT_JOB_SUCCEEDED);
+    } else {
+        set_reason(j, "the ranks were stopped by a signal from outside ztraind at step %lld",
+                   (long long)j->info.step);
+        set_state(jm, j, ZT_JOB_CANCELLED);
+    }
+    pthread_mutex_unlock(&jm->mu);
+    zt_supervisor_wake(jm->sup);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Submitting: paths inside the roots, the spec checked by the engine's own parser             */
+
+/* Whether `path` (absolute, resolved) lies inside `root` (absolute, resolved). */
+static bool inside(const char *root, const char *path) {
+    size_t n = strlen(root);
+    return strncmp(root, path, n) == 0 && (path[n] == '/' || path[n] == '\0' || n == 1);
+}
+
+/* Resolves `value` against root and checks that it stays inside it, following symlinks. The
+ * file must exist when must_exist; otherwise its nearest existing ancestor is checked. The
+ * resolved path goes back into the JSON. */
+static zt_status resolve_in_root(cJSON *parent, const char *key, const char *field,
+                                 const char *root, bool must_exist) {
+    cJSON *item = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (!item || cJSON_IsNull(item))
+        return ZT_OK;
+    if (!cJSON_IsString(item) || !item->valuestring[0])
+        return zt_error(ZT_ERR_INVALID, "%s must be a non-empty path", field);
+    const char *v = item->valuestring;
+    char *joined = NULL;
+    if (asprintf(&joined, "%s%s%s", v[0] == '/' ? "" : root, v[0] == '/' ? "" : "/", v) < 0)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    char resolved[PATH_MAX];
+    zt_status s = ZT_OK;
+    if (realpath(joined, resolved)) {
+        if (!inside(root, resolved))
+            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's %s root %s", field, v,
+                         must_exist ? "data" : "runs", root);
+    } else if (must_exist) {
+        s = zt_error(ZT_ERR_INVALID, "%s: '%s' does not exist under the data root %s (%s)", field,
+                     v, root, strerror(errno));
+    } else {
+        /* A directory to be made: its nearest existing ancestor must be inside, and the rest of
+         * the path may not climb out with "..". */
+        char probe[PATH_MAX];
+        snprintf(probe, sizeof probe, "%s", joined);
+        char *slash;
+        while (!realpath(probe, resolved) && (slash = strrchr(probe, '/')) && slash != probe)
+            *slash = '\0';
+        const char *rest = joined + strlen(probe);
+        if (strstr(rest, "/..") || !inside(root, resolved))
+            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's runs root %s", field,
+                         v, root);
+        else
+            snprintf(resolved + strlen(resolved), sizeof resolved - strlen(resolved), "%s", rest);
+    }
+    if (s == ZT_OK)
+        cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(resolved));
+    free(joined);
+    return s;
+}
+
+static cJSON *section(cJSON *top, const char *key) {
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(top, key);
+    return cJSON_IsObject(o) ? o : NULL;
+}
+
+/* The spec with its paths resolved and a default checkpoint directory; *text is heap-owned. */
+static zt_status canonical_spec(zt_jobs *jm, const char *spec_json, const char *id, char **text) {
+    cJSON *top = cJSON_Parse(spec_json);
+    if (!cJSON_IsObject(top)) {
+        cJSON_Delete(top);
+        return zt_error(ZT_ERR_INVALID, "spec: not a JSON object");
+    }
+    zt_status s = ZT_OK;
+    cJSON *ds = cJSON_GetObjectItemCaseSensitive(top, "deepspeed");
+    if (ds && !cJSON_IsObject(ds))
+        s = zt_error(ZT_ERR_INVALID, "deepspeed: the service takes the DeepSpeed config as JSON "
+                                     "text (deepspeed_json), not as a path on the server");
+    cJSON *data = section(top, "data"), *model = section(top, "model");
+    cJSON *train = section(top, "train");
+    if (s == ZT_OK && data)
+        s = resolve_in_root(data, "train", "data.train", jm->cfg.data_root, true);
+    if (s == ZT_OK && data)
+        s = resolve_in_root(data, "val", "data.val", jm->cfg.data_root, true);
+    if (s == ZT_OK && model)
+        s = resolve_in_root(model, "init_from", "model.init_from", jm->cfg.data_root, true);
+    if (s == ZT_OK && !train) {
+        train = cJSON_AddObjectToObject(top, "train");
+    }
+    if (s == ZT_OK) {
+        cJSON *ckpt = cJSON_GetObjectItemCaseSensitive(train, "checkpoint_dir");
+        if (!ckpt || cJSON_IsNull(ckpt)) {
+            char dflt[PATH_MAX];
+            snprintf(dflt, sizeof dflt, "%s/%s/ckpt", jm->cfg.runs_root, id);
+            cJSON_DeleteItemFromObjectCaseSensitive(train, "checkpoint_dir");
+            cJSON_AddStringToObject(train, "checkpoint_dir", dflt);
+        } else {
+            s = resolve_in_root(train, "checkpoint_dir", "train.checkpoint_dir",
+                                jm->cfg.runs_root, false);
+        }
+    }
+    if (s == ZT_OK && !(*text = cJSON_PrintUnformatted(top)))
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
+    cJSON_Delete(top);
+    return s;
+}
+
+/* The engine's own parser is the judge of a spec: the same messages as `ztrain run`, DeepSpeed's
+ * texts included. Paths are already absolute, so the base directory does not matter. */
+static zt_status validate_spec(zt_jobs *jm, const char *text, zt_job_spec *spec) {
+    ZT_TRY(zt_job_spec_parse(spec, text, "spec", jm->cfg.runs_root));
+    zt_status s = ZT_OK;
+    if (spec->world_size > jm->cfg.max_world_size)
+        s = zt_error(ZT_ERR_INVALID, "spec: world_size %d is above this server's limit of %d",
+                     spec->world_size, jm->cfg.max_world_size);
+    else if (spec->world_size > jm->cfg.max_ranks)
+        s = zt_error(ZT_ERR_INVALID, "spec: world_size %d can never run: the server runs at most "
+                     "%d rank(s) at once (--max-ranks)", spec->world_size, jm->cfg.max_ranks);
+    if (s != ZT_OK)
+        zt_job_spec_free(spec);
+    return s;
+}
+
+static job *find_by_key(zt_jobs *jm, const char *key) {
+    if (!key || !key[0])
+        return NULL;
+    for (int i = jm->n_jobs - 1; i >= 0; i--)
+        if (strcmp(jm->jobs[i]->info.idempotency_key, key) == 0)
+            return jm->jobs[i];
+    return NULL;
+}
+
+static int live_jobs(const zt_jobs *jm) {
+    int n = 0;
+    for (int i = 0; i < jm->n_jobs; i++)
+        n += !zt_job_state_terminal(jm->jobs[i]->info.state);
+    return n;
+}
+
+zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
+                         zt_job_info *info) {
+    size_t limit = jm->cfg.max_spec_bytes ? jm->cfg.max_spec_bytes : 1 << 20;
+    if (strlen(spec_json) > limit)
+        return zt_error(ZT_ERR_LIMIT, "spec: %zu bytes is above the limit of %zu",
+                        strlen(spec_json), limit);
+    pthread_mutex_lock(&jm->mu);
+    job *known = find_by_key(jm, idempotency_key);
+    if (known) {
+        info_copy(info, &known->info);
+        pthread_mutex_unlock(&jm->mu);
+        return ZT_OK;
+    }
+    if (live_jobs(jm) >= jm->cfg.max_jobs) {
+        pthread_mutex_unlock(&jm->mu);
+        return zt_error(ZT_ERR_LIMIT, "the server already has %d queued or running jobs (its "
+                        "limit)", jm->cfg.max_jobs);
+    }
+    /* The number is taken now so that the default checkpoint directory can name the job; a
+     * refused spec leaves a gap in the numbering, which nothing relies on. */
+    char id[sizeof ((zt_job_info *)0)->id];
+    snprintf(id, sizeof id, "job-%06lld", (++jm->last_number) % 1000000000000LL);
+    pthread_mutex_unlock(&jm->mu);
+
+    char *text = NULL;
+    zt_job_spec spec;
+    zt_status s = canonical_spec(jm, spec_json, id, &text);
+    if (s == ZT_OK)
+        s = validate_spec(jm, text, &spec);
+    if (s != ZT_OK) {
+        free(text);
+        return s;
+    }
+    zt_job_info ji = {.name = spec.name, .state = ZT_JOB_QUEUED, .reason = "",
+                      .spec_json = text, .idempotency_key = (char *)(idempotency_key ? idempotency_key : ""),
+                      .world_size = spec.world_size, .created_ms = now_ms(),
+                      .max_steps = spec.train.max_steps, .checkpoint_dir = spec.train.checkpoint_dir};
+    snprintf(ji.id, sizeof ji.id, "%s", id);
+    snprintf(ji.device, sizeof ji.device, "%s", spec.device == ZT_DEVICE_CUDA ? "cuda" : "cpu");
+    char run_dir[PATH_MAX];
+    snprintf(run_dir, sizeof run_dir, "%s/%s", jm->cfg.runs_root, id);
+    ji.run_dir = run_dir;
+    zt_rank_info *ranks = calloc((size_t)spec.world_size, sizeof *ranks);
+    ZT_ASSERT(ranks);
+    for (int r = 0; r < spec.world_size; r++)
+        ranks[r].rank = r;
+    ji.ranks = ranks;
+
+    pthread_mutex_lock(&jm->mu);
+    job *j = find_by_key(jm, idempotency_key);   /* a twin may have won the race */
+    if (!j) {
+        j = job_alloc(&ji);
+        add_job(jm, j);
+        persist(jm, j);
+    }
+    info_copy(info, &j->info);
+    pthread_mutex_unlock(&jm->mu);
+    free(ranks);
+    free(text);
+    zt_job_spec_free(&spec);
+    zt_supervisor_wake(jm->sup);
+    return ZT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Queries                                                                                     */
+
+zt_status zt_jobs_get(zt_jobs *jm, const char *id, zt_job_info *info) {
+    pthread_mutex_lock(&jm->mu);
+    job *j = find_job(jm, id);
+    if (j)
+        info_copy(info, &j->info);
+    pthread_mutex_unlock(&jm->mu);
+    return j ? ZT_OK : not_found(id);
+}
+
+zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, int limit,
+                       zt_job_info **jobs, int *n, bool *more) {
+    *jobs = NULL;
+    *n = 0;
+    *more = false;
+    if (limit <= 0)
+        limit = 50;
+    pthread_mutex_lock(&jm->mu);
+    int start = jm->n_jobs - 1;
+    if (after_id && after_id[0]) {
+        job *a = find_job(jm, after_id);
+        if (!a) {
+            pthread_mutex_unlock(&jm->mu);
+            return zt_error(ZT_ERR_INVALID, "page token '%s' names no job", after_id);
+        }
+        while (start >= 0 && jm->jobs[start] != a)
+            start--;
+        start--;
+    }
+    zt_job_info *out = calloc((size_t)limit, sizeof *out);
+    ZT_ASSERT(out);
+    for (int i = start; i >= 0; i--) {
+        const job *j = jm->jobs[i];
+        if (state && j->info.state != state)
+            continue;
+        if (*n == limit) {
+            *more = true;
+            break;
+        }
+        info_copy(&out[(*n)++], &j->info);
+    }
+    pthread_mutex_unlock(&jm->mu);
+    *jobs = out;
+    return ZT_OK;
+}
+
+zt_status zt_jobs_all(zt_jobs *jm, zt_job_info **jobs, int *n) {
+    pthread_mutex_lock(&jm->mu);
+    int count = jm->n_jobs;
+    zt_job_info *out = calloc((size_t)(count ? count : 1), sizeof *out);
+    ZT_ASSERT(out);
+    for (int i = 0; i < count; i++)
+        info_copy(&out[i], &jm->jobs[count - 1 - i]->info);
+    pthread_mutex_unlock(&jm->mu);
+    *jobs = out;
+    *n = count;
+    return ZT_OK;
+}
+
+const zt_jobs_config *zt_jobs_get_config(const zt_jobs *jm) {
+    return &jm->cfg;
+}
+
+/* Indices of at most max_points of n points, evenly spaced, first and last included. */
+static int thin(int n, int max_points, int k) {
+    if (max_points <= 0 || n <= max_points)
+        return k;
+    if (max_points == 1)
+        return n - 1;
+    return (int)((int64_t)k * (n - 1) / (max_points - 1));
+}
+
+zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *keys, int n_keys,
+                                int64_t since_step, int max_points, zt_series_fn emit, void *ctx) {
+    pthread_mutex_lock(&jm->mu);
+    job *j = find_job(jm, id);
+    if (!j) {
+        pthread_mutex_unlock(&jm->mu);
+        return not_found(id);
+    }
+    int64_t first = 0;
+    while (first < j->n_records && j->records[first].step < since_step)
+        first++;
+    int64_t span = j->n_records - first;
+    int64_t *steps = malloc((size_t)(span ? span : 1) * sizeof *steps);
+    double *values = malloc((size_t)(span ? span : 1) * sizeof *values);
+    ZT_ASSERT(steps && values);
+    int n_out = n_keys > 0 ? n_keys : j->n_keys;
+    for (int q = 0; q < n_out; q++) {
+        const char *key = n_keys > 0 ? keys[q] : j->keys[q];
+        int k = -1;
+        for (int i = 0; i < j->n_keys && k < 0; i++)
+            if (strcmp(j->keys[i], key) == 0)
+                k = i;
+        int m = 0;
+        for (int64_t r = first; k >= 0 && r < j->n_records; r++) {
+            const record *rec = &j->records[r];
+            for (int v = 0; v < rec->n; v++)
+                if (rec->keys[v] == k && isfinite(rec->values[v])) {
+                    steps[m] = rec->step;
+                    values[m++] = rec->values[v];
+                    break;
+                }
+        }
+        int kept = max_points > 0 && m > max_points ? max_points : m;
+        for (int i = 0; i < kept; i++) {
+            int src = thin(m, max_points, i);
+            steps[i] = steps[src];
+            values[i] = values[src];
+        }
+        emit(ctx, key, steps, values, kept);
+    }
+    free(steps);
+    free(values);
+    pthread_mutex_unlock(&jm->mu);
+    return ZT_OK;
+}
+
+zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step,
+                                 zt_record_fn emit, void *ctx) {
+    pthread_mutex_lock(&jm->mu);
+    job *j = find_job(jm, id);
+    for (int64_t i = 0; j && i < j->n_records; i++) {
+        const record *rec = &j->records[i];
+        if (rec->step < since_step)
+            continue;
+        zt_metric_record r = {.step = rec->step, .time_ms = rec->time_ms, .json = rec->json};
+        emit(ctx, &r);
+    }
+    pthread_mutex_unlock(&jm->mu);
+    return j ? ZT_OK : not_found(id);
+}
+
+zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, void *ctx) {
+    pthread_mutex_lock(&jm->mu);
+    job *j = find_job(jm, id);
+    if (j) {
+        int from = tail > 0 && tail < j->log_count ? j->log_count - tail : 0;
+        for (int i = from; i < j->log_count; i++)
+            emit(ctx, log_at(j, i));
+    }
+    pthread_mutex_unlock(&jm->mu);
+    return j ? ZT_OK : not_found(id);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Cancel and watch                                                                            */
+
+zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s,
+                         zt_job_info *info) {
+    pthread_mutex_lock(&jm->mu);
+    job *j = find_job(jm, id);
+    if (!j) {
+        pthread_mutex_unlock(&jm->mu);
+        return not_found(id);
+    }
+    if (j->info.state == ZT_JOB_QUEUED) {
+        j->cancel_requested = true;
+        set_reason(j, "cancelled by request while queued");
+        set_state(jm, j, ZT_JOB_CANCELLED);
+    } else if (!zt_job_state_terminal(j->info.state) && j->group) {
+        j->cancel_requested = true;
+        j->grace_s = grace_s > 0 ? grace_s : jm->cfg.default_grace_s;
+        if (force) {
+            j->force = true;
+            daemon_log(jm, j, "force-cancel requested: killing the ranks");
+            zt_rank_group_kill(jm->sup, j->group);
+        } else if (j->info.state != ZT_JOB_STOPPING) {
+            daemon_log(jm, j, "cancel requested: the ranks finish the step, write a checkpoint "
+                              "and stop (killed after %.0f s)", j->grace_s);
+            zt_rank_group_terminate(jm->sup, j->group, j->grace_s);
+        }
+        set_reason(j, force ? "force-cancel requested" : "cancel requested");
+        if (j->info.state != ZT_JOB_STOPPING)
+            set_state(jm, j, ZT_JOB_STOPPING);
+        else
+            persist(jm, j);
+    }
+    if (info)
+        info_copy(info, &j->info);
+    pthread_mutex_unlock(&jm->mu);
+    return ZT_OK;
+}
+
+zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step, int log_tail,
+                        zt_job_event_fn fn, void *ctx, zt_job_watch **out) {
+    zt_job_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    *w = (zt_job_watch){.what = what, .fn = fn, .ctx = ctx};
+    pthread_mutex_lock(&jm->mu);
+    job *j = find_job(jm, id);
+    if (!j) {
+        pthread_mutex_unlock(&jm->mu);
+        free(w);
+        return not_found(id);
+    }
+    w->job = j;
+    bool ended = zt_job_state_terminal(j->info.state);
+    zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
+    if (!ended)
+        fn(ctx, &ev);
+    for (int64_t i = 0; (what & ZT_WATCH_METRICS) && i < j->n_records; i++) {
+        const record *rec = &j->records[i];
+        if (rec->step < from_step)
+            continue;
+        zt_metric_record r = {.step = rec->step, .time_ms = rec->time_ms, .json = rec->json};
+        zt_job_event me = {.kind = ZT_EVENT_METRICS, .record = &r};
+        fn(ctx, &me);
+    }
+    if (what & ZT_WATCH_LOGS) {
+        int from = log_tail >= 0 && log_tail < j->log_count ? j->log_count - log_tail : 0;
+        for (int i = from; i < j->log_count; i++) {
+            zt_job_event le = {.kind = ZT_EVENT_LOG, .log = log_at(j, i)};
+            fn(ctx, &le);
+        }
+    }
+    if (ended) {
+        fn(ctx, &ev);
+        w->done = true;
+    }
+    w->next = j->watches;
+    j->watches = w;
+    pthread_mutex_unlock(&jm->mu);
+    *out = w;
+    return ZT_OK;
+}
+
+void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w) {
+    if (!w)
+        return;
+    pthread_mutex_lock(&jm->mu);
+    for (zt_job_watch **link = &w->job->watches; *link; link = &(*link)->next)
+        if (*link == w) {
+            *link = w->next;
+            break;
+        }
+    pthread_mutex_unlock(&jm->mu);
+    free(w);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Life cycle                                                                                  */
+
+static void load_job(void *ctx, const zt_job_info *ji) {
+    zt_jobs *jm = ctx;
+    add_job(jm, job_alloc(ji));
+}
+
+static void load_record(void *ctx, const char *job_id, const zt_metric_record *r) {
+    zt_jobs *jm = ctx;
+    job *j = find_job(jm, job_id);
+    cJSON *obj = cJSON_Parse(r->json);
+    int64_t step;
+    if (j && cJSON_IsObject(obj))
+        append_record(j, obj, r->json, r->time_ms, &step);
+    cJSON_Delete(obj);
+}
+
+static void load_log(void *ctx, const char *job_id, const zt_log_line *l) {
+    zt_jobs *jm = ctx;
+    job *j = find_job(jm, job_id);
+    if (j)
+        append_log(j, l);
+}
+
+/* Jobs whose ranks were running under the previous daemon: they asked to be stopped when it
+ * died (PR_SET_PDEATHSIG), so they are gone, and they are not re-adopted. */
+static void fail_orphans(zt_jobs *jm) {
+    for (int i = 0; i < jm->n_jobs; i++) {
+        job *j = jm->jobs[i];
+        zt_job_state s = j->info.state;
+        if (s != ZT_JOB_STARTING && s != ZT_JOB_RUNNING && s != ZT_JOB_STOPPING)
+            continue;
+        for (int r = 0; r < j->info.world_size; r++)
+            j->info.ranks[r].running = false;
+        if (s == ZT_JOB_STOPPING) {
+            set_reason(j, "ztraind was restarted while the job was being cancelled");
+            set_state(jm, j, ZT_JOB_CANCELLED);
+        } else {
+            set_reason(j, "ztraind was restarted while the job was running (step %lld); its ranks "
+                          "were stopped with the previous daemon",
+                       (long long)j->info.step);
+            set_state(jm, j, ZT_JOB_FAILED);
+        }
+        daemon_log(jm, j, "%s", j->info.reason);
+    }
+}
+
+static zt_status resolve_root(char **root, const char *what) {
+    ZT_TRY(zt_mkdirs(*root));
+    char buf[PATH_MAX];
+    if (!realpath(*root, buf))
+        return zt_error(ZT_ERR_IO, "%s root %s: %s", what, *root, strerror(errno));
+    set_str(root, buf);
+    return ZT_OK;
+}
+
+zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
+    zt_jobs *jm = calloc(1, sizeof *jm);
+    if (!jm)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    jm->cfg = *cfg;
+    jm->cfg.data_root = xstrdup(cfg->data_root);
+    jm->cfg.runs_root = xstrdup(cfg->runs_root);
+    jm->cfg.db_path = xstrdup(cfg->db_path);
+    jm->cfg.worker_path = xstrdup(cfg->worker_path);
+    if (jm->cfg.max_ranks < 1)
+        jm->cfg.max_ranks = 1;
+    pthread_mutex_init(&jm->mu, NULL);
+    zt_status s = resolve_root(&jm->cfg.data_root, "data");
+    if (s == ZT_OK)
+        s = resolve_root(&jm->cfg.runs_root, "runs");
+    if (s == ZT_OK)
+        s = zt_store_open(&jm->store, jm->cfg.db_path);
+    zt_store_loader loader = {load_job, load_record, load_log};
+    if (s == ZT_OK)
+        s = zt_store_load(jm->store, LOG_RING, &loader, jm);
+    long long max_number = 0;
+    if (s == ZT_OK)
+        s = zt_store_max_job_number(jm->store, &max_number);
+    if (s != ZT_OK) {
+        zt_jobs_destroy(jm);
+        return s;
+    }
+    if (max_number > jm->last_number)
+        jm->last_number = max_number;
+    fail_orphans(jm);
+    zt_supervisor_callbacks cb = {on_tick, on_metrics_line, on_log_line, on_rank_exited,
+                                  on_group_ended};
+    s = zt_supervisor_create(&jm->sup, &cb, jm);
+    if (s != ZT_OK) {
+        zt_jobs_destroy(jm);
+        return s;
+    }
+    *out = jm;
+    return ZT_OK;
+}
+
+static bool any_ranks(zt_jobs *jm) {
+    pthread_mutex_lock(&jm->mu);
+    bool any = jm->ranks_in_use > 0;
+    pthread_mutex_unlock(&jm->mu);
+    return any;
+}
+
+void zt_jobs_destroy(zt_jobs *jm) {
+    if (!jm)
+        return;
+    if (jm->sup) {
+        /* Queued jobs stay queued for the next daemon; running ones stop with a checkpoint. */
+        pthread_mutex_lock(&jm->mu);
+        for (int i = 0; i < jm->n_jobs; i++) {
+            job *j = jm->jobs[i];
+            if (j->group && !j->cancel_requested) {
+                j->cancel_requested = true;
+                j->shutdown = true;
+                j->grace_s = jm->cfg.default_grace_s;
+                daemon_log(jm, j, "ztraind is shutting down: cancelling the job");
+                zt_rank_group_terminate(jm->sup, j->group, j->grace_s);
+                set_reason(j, "ztraind is shutting down");
+                set_state(jm, j, ZT_JOB_STOPPING);
+            }
+        }
+        pthread_mutex_unlock(&jm->mu);
+        /* The supervisor thread reaps them and records the final states. */
+        while (any_ranks(jm))
+            usleep(20000);
+        zt_supervisor_destroy(jm->sup);
+    }
+    for (int i = 0; i < jm->n_jobs; i++)
+        job_free(jm->jobs[i]);
+    free(jm->jobs);
+    zt_store_close(jm->store);
+    free(jm->cfg.data_root);
+    free(jm->cfg.runs_root);
+    free(jm->cfg.db_path);
+    free(jm->cfg.worker_path);
+    pthread_mutex_destroy(&jm->mu);
+    free(jm);
+}

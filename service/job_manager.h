@@ -1,0 +1,195 @@
+/* The job manager: ztraind's table of jobs, their state machine, the queue, and the one place
+ * every front end (gRPC, HTTP) goes through.
+ *
+ *   QUEUED -> STARTING -> RUNNING -> STOPPING -> SUCCEEDED | FAILED | CANCELLED
+ *
+ * A terminal state never changes. Jobs wait in QUEUED while starting them would put more than
+ * max_ranks ranks to work at once. Each job's ranks are one process group spawned by the
+ * supervisor (supervisor.h); rank 0 reports metric records and every rank's stdout/stderr
+ * becomes the job's log. Everything is written through to the job store (SQLite), so a restarted
+ * daemon has every job and its history; jobs whose ranks died with the previous daemon are
+ * marked FAILED with that reason (they are not re-adopted).
+ *
+ * Thread safety: every function may be called from any thread. One mutex guards the table;
+ * watcher callbacks run with it held (see zt_jobs_watch). */
+#ifndef ZTRAIN_JOB_MANAGER_H
+#define ZTRAIN_JOB_MANAGER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ztrain/status.h"
+
+/* The same numbers as ztrain.v1.JobState. */
+typedef enum {
+    ZT_JOB_QUEUED = 1,
+    ZT_JOB_STARTING = 2,
+    ZT_JOB_RUNNING = 3,
+    ZT_JOB_STOPPING = 4,
+    ZT_JOB_SUCCEEDED = 5,
+    ZT_JOB_FAILED = 6,
+    ZT_JOB_CANCELLED = 7,
+} zt_job_state;
+
+/* "QUEUED", "RUNNING", ...; "UNKNOWN" for anything else. */
+const char *zt_job_state_name(zt_job_state s);
+/* The state named by s (case-insensitive, with or without the "JOB_STATE_" prefix), or 0. */
+zt_job_state zt_job_state_parse(const char *s);
+bool zt_job_state_terminal(zt_job_state s);
+
+/* Status codes of the front ends, beyond zt_status: a job that does not exist, and a limit
+ * (number of jobs, spec size) that was reached. Both come with zt_last_error(). */
+#define ZT_ERR_NOT_FOUND (-100)
+#define ZT_ERR_LIMIT (-101)
+
+typedef struct {
+    int rank;
+    int pid;           /* 0 before the rank was started */
+    bool running;
+    int exit_code;     /* valid when !running && signal == 0 && pid != 0 */
+    int signal;        /* the signal that ended the rank, 0 if it exited */
+} zt_rank_info;
+
+/* A copy of one job, owned by the caller: release it with zt_job_info_free. */
+typedef struct {
+    char id[32];              /* "job-000042" */
+    char *name;
+    zt_job_state state;
+    char *reason;             /* failure/cancel reason, or what a queued job waits for; "" if none */
+    char *spec_json;          /* the job spec as resolved: absolute paths, "deepspeed" inline */
+    char *idempotency_key;    /* "" if none */
+    int world_size;
+    char device[8];           /* "cpu" or "cuda" */
+    int64_t created_ms, started_ms, finished_ms;   /* Unix ms; 0 when not yet */
+    int64_t step;             /* last train/global_step */
+    int64_t max_steps;        /* 0 when the job runs by epochs */
+    double loss;              /* last train/loss; NaN before the first record */
+    double tokens_per_second; /* last perf/tokens_per_second; NaN when none */
+    int64_t n_records;        /* metric records received so far */
+    zt_rank_info *ranks;      /* world_size entries */
+    char *run_dir;            /* <runs root>/<id>: job.json, metrics.jsonl */
+    char *checkpoint_dir;
+} zt_job_info;
+
+void zt_job_info_free(zt_job_info *j);
+
+/* One metric record as rank 0 wrote it: `json` is the object's text
+ * ({"train/loss": 2.5, "train/global_step": 10, ...}), `step` its train/global_step. */
+typedef struct {
+    int64_t step;
+    int64_t time_ms;
+    const char *json;
+} zt_metric_record;
+
+typedef struct {
+    int64_t seq;              /* per job, from 1 */
+    int64_t time_ms;
+    int rank;                 /* -1: a line of ztraind's own about the job */
+    const char *stream;       /* "stdout", "stderr" or "ztraind" */
+    const char *text;         /* without the newline */
+} zt_log_line;
+
+typedef struct {
+    char *data_root;          /* data, init_from: relative to it, or absolute inside it */
+    char *runs_root;          /* run directories and checkpoints */
+    char *db_path;            /* the SQLite file */
+    char *worker_path;        /* ztrain-worker */
+    size_t max_spec_bytes;    /* largest job spec accepted (0: 1 MiB) */
+    int max_ranks;            /* ranks running at once, >= 1 */
+    int max_world_size;       /* largest world_size a job may ask for */
+    int max_jobs;             /* jobs queued or running at once; beyond it SubmitJob says no */
+    int threads_per_rank;     /* OMP_NUM_THREADS for ranks; 0: max(1, cores / world_size) */
+    double default_grace_s;   /* graceful cancel: seconds before SIGKILL */
+} zt_jobs_config;
+
+typedef struct zt_jobs zt_jobs;
+
+/* Opens (or creates) the store, loads every job, marks the ones that were running when the
+ * previous daemon died as FAILED ("ztraind restarted while the job was running"), and starts the
+ * supervisor thread. Queued jobs start when capacity allows. */
+zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg);
+/* Stops: every live job is cancelled gracefully (grace: cfg->default_grace_s), then killed; the
+ * store is closed. Watchers get their final event first. */
+void zt_jobs_destroy(zt_jobs *jm);
+
+/* Validates and queues a job given as job-spec JSON text (the file format of DESIGN.md §3, with
+ * "deepspeed" an object). Paths resolve against the roots and must stay inside them. On success
+ * *info is the new job (or, for a known idempotency_key, the job it created first).
+ * ZT_ERR_INVALID: the message names the field ("model.n_embd ...", DeepSpeed's own texts);
+ * ZT_ERR_LIMIT: too many jobs. */
+zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
+                         zt_job_info *info);
+
+/* ZT_ERR_NOT_FOUND for an unknown id. */
+zt_status zt_jobs_get(zt_jobs *jm, const char *id, zt_job_info *info);
+
+/* Jobs newest first, only those in `state` unless it is 0, starting after the job
+ * `after_id` ("" or NULL: from the newest). *jobs is a malloc'd array of *n infos (free each
+ * with zt_job_info_free, then the array); *more says whether jobs remain after the last one. */
+zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, int limit,
+                       zt_job_info **jobs, int *n, bool *more);
+
+/* Graceful: SIGTERM to the ranks (they finish the step, checkpoint, exit 130), state STOPPING,
+ * SIGKILL after grace_s (<= 0: the default); force: SIGKILL now. A queued job is cancelled at
+ * once. A terminal job is left as it is. *info (may be NULL) gets the job after the request. */
+zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s,
+                         zt_job_info *info);
+
+/* The history of metric `keys` (all keys if n_keys == 0) from records with step >= since_step,
+ * each thinned to at most max_points (0: all) evenly spaced records, the last always kept.
+ * Calls emit(ctx, key, steps, values, n) once per key, keys in first-seen order; a record that
+ * lacks a key (or has null) contributes no point to it. Runs under the manager's lock. */
+typedef void (*zt_series_fn)(void *ctx, const char *key, const int64_t *steps,
+                             const double *values, int n);
+zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *keys, int n_keys,
+                                int64_t since_step, int max_points, zt_series_fn emit, void *ctx);
+
+/* Calls emit for each stored record with step >= since_step, in order (under the lock). */
+typedef void (*zt_record_fn)(void *ctx, const zt_metric_record *r);
+zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step,
+                                 zt_record_fn emit, void *ctx);
+
+/* The last `tail` log lines of the job (all ranks, in arrival order), through emit. */
+typedef void (*zt_log_fn)(void *ctx, const zt_log_line *l);
+zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, void *ctx);
+
+/* Watching a job. The callback runs with the manager's lock held, on the thread that produced
+ * the event (the supervisor, or the caller of submit/cancel): it must be quick, must not block
+ * and must not call back into zt_jobs. The `job` of a STATE event, the record and the line are
+ * valid only during the call. */
+typedef enum { ZT_EVENT_STATE, ZT_EVENT_METRICS, ZT_EVENT_LOG } zt_job_event_kind;
+typedef struct {
+    zt_job_event_kind kind;
+    const zt_job_info *job;          /* ZT_EVENT_STATE */
+    const zt_metric_record *record;  /* ZT_EVENT_METRICS */
+    const zt_log_line *log;          /* ZT_EVENT_LOG */
+} zt_job_event;
+typedef void (*zt_job_event_fn)(void *ctx, const zt_job_event *ev);
+
+enum {
+    ZT_WATCH_STATE = 1,    /* state changes; the first event is always the current state */
+    ZT_WATCH_METRICS = 2,  /* records with step >= from_step, history first, then live */
+    ZT_WATCH_LOGS = 4,     /* the last log_tail lines, then live */
+};
+
+typedef struct zt_job_watch zt_job_watch;
+
+/* Replays (under the lock, so nothing is lost or repeated) and then delivers live events until
+ * zt_jobs_unwatch: first the current state (for a job that has already ended, this STATE event
+ * comes last instead, after the history), then the records and log lines asked for. After the
+ * STATE event of a terminal state no more events come. When only
+ * ZT_WATCH_LOGS is asked for, the terminal state is still delivered as a STATE event, so the
+ * caller knows when to end. ZT_ERR_NOT_FOUND for an unknown id. */
+zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step, int log_tail,
+                        zt_job_event_fn fn, void *ctx, zt_job_watch **out);
+/* After it returns, fn is never called again for this watch. */
+void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w);
+
+/* Snapshots of every job for /metrics and the jobs page: like zt_jobs_list with no filter and
+ * no limit. */
+zt_status zt_jobs_all(zt_jobs *jm, zt_job_info **jobs, int *n);
+
+/* The configuration the manager runs with (for /healthz and messages). */
+const zt_jobs_config *zt_jobs_get_config(const zt_jobs *jm);
+
+#endif

@@ -1,0 +1,577 @@
+/* Job specs, jobs, metric records and log lines between ztrain's JSON and the proto messages
+ * (job_proto.h).
+ *
+ * The job-spec keys are the proto's field names (model.n_embd is ModelSpec.n_embd), so both
+ * directions walk the protobuf-c descriptors instead of listing every field twice: a field added
+ * to the proto is known here at once. The one exception is "deepspeed" in JSON, which is
+ * JobSpec.deepspeed_json in the proto. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cjson/cJSON.h>
+
+#include "job_proto.h"
+#include "json_util.h"
+
+#define DEEPSPEED_KEY "deepspeed"
+#define DEEPSPEED_FIELD "deepspeed_json"
+
+/* Keys whose zero the proto would read as "the default" although the job file forbids it. */
+static const char *const positive_keys[] = {
+    "world_size",   "model.n_layer",   "model.n_head",      "model.n_embd",
+    "model.vocab_size", "model.block_size", "train.epochs", "train.log_interval",
+    "train.eval_steps", NULL};
+
+/* ---- building heap-owned messages -------------------------------------------------------- */
+
+/* Copies s; on failure records it in *ok and returns the empty string, which keeps the
+ * message freeable, so builders check for out-of-memory once at the end. */
+static char *dup_str(const char *s, bool *ok) {
+    if (!s || !*s)
+        return (char *)protobuf_c_empty_string;
+    char *d = strdup(s);
+    if (!d) {
+        *ok = false;
+        return (char *)protobuf_c_empty_string;
+    }
+    return d;
+}
+
+static ProtobufCMessage *new_message(const ProtobufCMessageDescriptor *desc) {
+    ProtobufCMessage *m = malloc(desc->sizeof_message);
+    if (m)
+        protobuf_c_message_init(desc, m);
+    return m;
+}
+
+static void free_message(void *m) {
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+}
+
+static void *field_ptr(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+    return (char *)m + f->offset;
+}
+
+static const void *field_cptr(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+    return (const char *)m + f->offset;
+}
+
+static bool is_oneof(const ProtobufCFieldDescriptor *f) {
+    return (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0;
+}
+
+/* ---- job-spec JSON -> JobSpec ------------------------------------------------------------ */
+
+/* An unknown key, named by its dotted path, with the closest field name of its section as a
+ * hint when there is one. */
+static zt_status unknown_key(const zt_json_obj *o, const char *key,
+                             const ProtobufCMessageDescriptor *desc, bool top) {
+    const char *names[64];
+    unsigned n = 0;
+    for (unsigned i = 0; i < desc->n_fields && n + 1 < sizeof names / sizeof names[0]; i++)
+        names[n++] = top && strcmp(desc->fields[i].name, DEEPSPEED_FIELD) == 0
+                         ? DEEPSPEED_KEY
+                         : desc->fields[i].name;
+    names[n] = NULL;
+    char path[300], hint[320] = "";
+    zt_json_key_path(o, key, path, sizeof path);
+    const char *near = zt_json_suggest(key, names);
+    if (near) {
+        char near_path[300];
+        zt_json_key_path(o, near, near_path, sizeof near_path);
+        snprintf(hint, sizeof hint, " (did you mean '%s'?)", near_path);
+    }
+    return zt_error(ZT_ERR_INVALID, "%s: unknown key '%s'%s", o->source, path, hint);
+}
+
+static zt_status check_positive(const zt_json_obj *o, const char *key, int64_t v) {
+    char path[300];
+    zt_json_key_path(o, key, path, sizeof path);
+    for (const char *const *k = positive_keys; *k; k++)
+        if (strcmp(*k, path) == 0 && v < 1)
+            return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be >= 1, got %lld", (long long)v);
+    return ZT_OK;
+}
+
+static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top, bool *ok);
+
+/* One key of a section into its field; absent values (null, "auto") leave the default. */
+static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f,
+                                 const zt_json_obj *o, bool *ok) {
+    bool found = false;
+    void *p = field_ptr(msg, f);
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *v;
+        ZT_TRY(zt_json_get_string(o, f->name, &v, &found));
+        if (found && !*v)
+            return zt_json_key_error(ZT_ERR_INVALID, o, f->name, "must not be empty");
+        if (found)
+            *(char **)p = dup_str(v, ok);
+        break;
+    }
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_UINT64: {
+        int64_t v;
+        ZT_TRY(zt_json_get_int64(o, f->name, &v, &found));
+        if (!found)
+            break;
+        ZT_TRY(check_positive(o, f->name, v));
+        if (f->type == PROTOBUF_C_TYPE_INT32 && (v < INT32_MIN || v > INT32_MAX))
+            return zt_json_key_error(ZT_ERR_INVALID, o, f->name, "is out of range: %lld",
+                                     (long long)v);
+        if (f->type == PROTOBUF_C_TYPE_UINT64 && v < 0)
+            return zt_json_key_error(ZT_ERR_INVALID, o, f->name, "must be >= 0, got %lld",
+                                     (long long)v);
+        if (f->type == PROTOBUF_C_TYPE_INT32)
+            *(int32_t *)p = (int32_t)v;
+        else if (f->type == PROTOBUF_C_TYPE_INT64)
+            *(int64_t *)p = v;
+        else
+            *(uint64_t *)p = (uint64_t)v;
+        break;
+    }
+    case PROTOBUF_C_TYPE_BOOL: {
+        bool v;
+        ZT_TRY(zt_json_get_bool(o, f->name, &v, &found));
+        if (found)
+            *(protobuf_c_boolean *)p = v;
+        break;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE: {
+        zt_json_obj child;
+        ZT_TRY(zt_json_child(o, f->name, &child));
+        if (!child.obj)
+            break;
+        ProtobufCMessage *sub = new_message(f->descriptor);
+        if (!sub)
+            return zt_error(ZT_ERR_NOMEM, "out of memory reading %s", o->source);
+        *(ProtobufCMessage **)p = sub;
+        return fill_from_json(sub, &child, false, ok);
+    }
+    default:
+        return zt_json_key_error(ZT_ERR_INVALID, o, f->name, "has a type this client cannot send");
+    }
+    if (found && is_oneof(f))
+        *(uint32_t *)((char *)msg + f->quantifier_offset) = f->id;
+    return ZT_OK;
+}
+
+/* Every key of the object o into msg; "deepspeed" at the top is the caller's. */
+static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top, bool *ok) {
+    for (const cJSON *c = o->obj->child; c; c = c->next) {
+        if (top && strcmp(c->string, DEEPSPEED_KEY) == 0)
+            continue;
+        const ProtobufCFieldDescriptor *f =
+            protobuf_c_message_descriptor_get_field_by_name(msg->descriptor, c->string);
+        if (!f || (top && strcmp(f->name, DEEPSPEED_FIELD) == 0))
+            return unknown_key(o, c->string, msg->descriptor, top);
+        ZT_TRY(field_from_json(msg, f, o, ok));
+    }
+    return ZT_OK;
+}
+
+static char *join_path(const char *dir, const char *path) {
+    if (path[0] == '/' || !dir[0])
+        return strdup(path);
+    size_t nd = strlen(dir), np = strlen(path);
+    char *out = malloc(nd + np + 2);
+    if (out)
+        snprintf(out, nd + np + 2, "%s%s%s", dir, dir[nd - 1] == '/' ? "" : "/", path);
+    return out;
+}
+
+/* "deepspeed": an object becomes its JSON text; a path is read relative to base_dir. */
+static zt_status deepspeed_from_json(const zt_json_obj *top, const char *base_dir, char **out) {
+    const cJSON *ds = zt_json_item(top, DEEPSPEED_KEY);
+    if (!ds)
+        return ZT_OK;
+    if (cJSON_IsObject(ds)) {
+        char *text = cJSON_PrintUnformatted(ds);
+        *out = text ? strdup(text) : NULL;
+        cJSON_free(text);
+        return *out ? ZT_OK : zt_error(ZT_ERR_NOMEM, "%s: out of memory", top->source);
+    }
+    if (!cJSON_IsString(ds) || !base_dir) {
+        char got[96];
+        zt_json_repr(ds, got, sizeof got);
+        return zt_json_key_error(ZT_ERR_INVALID, top, DEEPSPEED_KEY, "must be %s, got %s",
+                                 base_dir ? "an object or a path to a DeepSpeed config file"
+                                          : "an object",
+                                 got);
+    }
+    if (!ds->valuestring[0])
+        return zt_json_key_error(ZT_ERR_INVALID, top, DEEPSPEED_KEY, "must not be an empty path");
+    char *path = join_path(base_dir, ds->valuestring);
+    if (!path)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", top->source);
+    zt_status s = zt_json_read_file(path, out, NULL);
+    free(path);
+    if (s != ZT_OK)
+        return zt_error_prefix(s, "%s: deepspeed: ", top->source);
+    return ZT_OK;
+}
+
+static zt_status spec_from_tree(const cJSON *root, const char *source, const char *base_dir,
+                                Ztrain__V1__JobSpec *spec, bool *ok) {
+    if (!cJSON_IsObject(root)) {
+        char got[64];
+        zt_json_repr(root, got, sizeof got);
+        return zt_error(ZT_ERR_INVALID, "%s: a job spec must be a JSON object, got %s", source, got);
+    }
+    ZT_TRY(zt_json_check_duplicates(root, source, "job spec", "", DEEPSPEED_KEY));
+    zt_json_obj top;
+    zt_json_obj_init(&top, root, source, "");
+    ZT_TRY(fill_from_json(&spec->base, &top, true, ok));
+    char *ds = NULL;
+    ZT_TRY(deepspeed_from_json(&top, base_dir, &ds));
+    if (ds)
+        spec->deepspeed_json = ds;
+    return ZT_OK;
+}
+
+zt_status zt_job_proto_spec_from_json(const char *json_text, const char *source,
+                                      const char *base_dir, Ztrain__V1__JobSpec **out) {
+    *out = NULL;
+    cJSON *root;
+    ZT_TRY(zt_json_parse(json_text, source, &root));
+    Ztrain__V1__JobSpec *spec = (Ztrain__V1__JobSpec *)new_message(&ztrain__v1__job_spec__descriptor);
+    if (!spec) {
+        cJSON_Delete(root);
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    }
+    bool ok = true;
+    zt_status s = spec_from_tree(root, source, base_dir, spec, &ok);
+    cJSON_Delete(root);
+    if (s == ZT_OK && !ok)
+        s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    if (s != ZT_OK) {
+        free_message(spec);
+        return s;
+    }
+    *out = spec;
+    return ZT_OK;
+}
+
+/* ---- JobSpec -> job-spec JSON ------------------------------------------------------------ */
+
+/* Integers as raw text, so 64-bit values (a seed) survive without going through a double. */
+static cJSON *raw_int(long long v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", v);
+    return cJSON_CreateRaw(buf);
+}
+
+static cJSON *raw_uint(unsigned long long v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", v);
+    return cJSON_CreateRaw(buf);
+}
+
+/* The JSON value of one field, or NULL when it is unset (zero, empty, or an unset oneof). */
+static cJSON *field_to_json(const ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f);
+
+static cJSON *message_to_json(const ProtobufCMessage *msg, const char *skip_field) {
+    cJSON *obj = cJSON_CreateObject();
+    if (!obj)
+        return NULL;
+    for (unsigned i = 0; i < msg->descriptor->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &msg->descriptor->fields[i];
+        if (skip_field && strcmp(f->name, skip_field) == 0)
+            continue;
+        cJSON *v = field_to_json(msg, f);
+        if (v)
+            cJSON_AddItemToObject(obj, f->name, v);
+    }
+    return obj;
+}
+
+static cJSON *field_to_json(const ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f) {
+    const void *p = field_cptr(msg, f);
+    bool present = false;
+    if (is_oneof(f)) {
+        if (*(const uint32_t *)((const char *)msg + f->quantifier_offset) != f->id)
+            return NULL;
+        present = true;
+    }
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *s = *(char *const *)p;
+        return s && *s ? cJSON_CreateString(s) : NULL;
+    }
+    case PROTOBUF_C_TYPE_INT32:
+        return present || *(const int32_t *)p ? raw_int(*(const int32_t *)p) : NULL;
+    case PROTOBUF_C_TYPE_INT64:
+        return present || *(const int64_t *)p ? raw_int(*(const int64_t *)p) : NULL;
+    case PROTOBUF_C_TYPE_UINT64:
+        return present || *(const uint64_t *)p ? raw_uint(*(const uint64_t *)p) : NULL;
+    case PROTOBUF_C_TYPE_BOOL:
+        return present || *(const protobuf_c_boolean *)p
+                   ? cJSON_CreateBool(*(const protobuf_c_boolean *)p)
+                   : NULL;
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return present || *(const double *)p ? cJSON_CreateNumber(*(const double *)p) : NULL;
+    case PROTOBUF_C_TYPE_MESSAGE: {
+        const ProtobufCMessage *sub = *(ProtobufCMessage *const *)p;
+        return sub ? message_to_json(sub, NULL) : NULL;
+    }
+    default:
+        return NULL;
+    }
+}
+
+/* The spec as a cJSON tree with "deepspeed" parsed from deepspeed_json. */
+static zt_status spec_to_tree(const Ztrain__V1__JobSpec *spec, cJSON **out) {
+    *out = NULL;
+    if (!spec) {
+        *out = cJSON_CreateObject();
+        return *out ? ZT_OK : zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    cJSON *ds = NULL;
+    if (spec->deepspeed_json && spec->deepspeed_json[0]) {
+        ZT_TRY(zt_json_parse(spec->deepspeed_json, "spec.deepspeed_json", &ds));
+        /* A string here would be taken for a path, and the server must never read files a
+         * client names this way. */
+        if (!cJSON_IsObject(ds)) {
+            char got[64];
+            zt_json_repr(ds, got, sizeof got);
+            cJSON_Delete(ds);
+            return zt_error(ZT_ERR_INVALID, "spec.deepspeed_json must hold a JSON object "
+                                            "(a DeepSpeed config), got %s", got);
+        }
+    }
+    cJSON *obj = message_to_json(&spec->base, DEEPSPEED_FIELD);
+    if (!obj) {
+        cJSON_Delete(ds);
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    if (ds)
+        cJSON_AddItemToObject(obj, DEEPSPEED_KEY, ds);
+    *out = obj;
+    return ZT_OK;
+}
+
+/* Prints a tree into malloc'd text and deletes it. */
+static zt_status print_tree(cJSON *tree, bool pretty, char **out) {
+    char *text = pretty ? cJSON_Print(tree) : cJSON_PrintUnformatted(tree);
+    cJSON_Delete(tree);
+    *out = text ? strdup(text) : NULL;
+    cJSON_free(text);
+    return *out ? ZT_OK : zt_error(ZT_ERR_NOMEM, "out of memory printing JSON");
+}
+
+zt_status zt_job_proto_spec_to_json(const Ztrain__V1__JobSpec *spec, char **json_text) {
+    *json_text = NULL;
+    cJSON *tree;
+    ZT_TRY(spec_to_tree(spec, &tree));
+    return print_tree(tree, false, json_text);
+}
+
+/* ---- jobs -------------------------------------------------------------------------------- */
+
+static double finite_or_zero(double v) { return isfinite(v) ? v : 0.0; }
+
+static zt_status ranks_from_info(const zt_job_info *info, Ztrain__V1__Job *j) {
+    if (info->world_size <= 0 || !info->ranks)
+        return ZT_OK;
+    j->ranks = calloc((size_t)info->world_size, sizeof *j->ranks);
+    if (!j->ranks)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < info->world_size; i++) {
+        Ztrain__V1__RankStatus *r =
+            (Ztrain__V1__RankStatus *)new_message(&ztrain__v1__rank_status__descriptor);
+        if (!r)
+            return zt_error(ZT_ERR_NOMEM, "out of memory");
+        j->ranks[j->n_ranks++] = r;
+        r->rank = info->ranks[i].rank;
+        r->pid = info->ranks[i].pid;
+        r->running = info->ranks[i].running;
+        r->exit_code = info->ranks[i].exit_code;
+        r->signal = info->ranks[i].signal;
+    }
+    return ZT_OK;
+}
+
+static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok) {
+    j->id = dup_str(info->id, ok);
+    j->name = dup_str(info->name, ok);
+    j->state = (Ztrain__V1__JobState)info->state;
+    j->reason = dup_str(info->reason, ok);
+    j->created_unix_ms = info->created_ms;
+    j->started_unix_ms = info->started_ms;
+    j->finished_unix_ms = info->finished_ms;
+    j->step = info->step;
+    j->max_steps = info->max_steps;
+    j->loss = finite_or_zero(info->loss);
+    j->tokens_per_second = finite_or_zero(info->tokens_per_second);
+    j->run_dir = dup_str(info->run_dir, ok);
+    j->checkpoint_dir = dup_str(info->checkpoint_dir, ok);
+    j->idempotency_key = dup_str(info->idempotency_key, ok);
+    ZT_TRY(ranks_from_info(info, j));
+    if (info->spec_json && info->spec_json[0]) {
+        char source[64];
+        snprintf(source, sizeof source, "the stored spec of %s", info->id);
+        ZT_TRY(zt_job_proto_spec_from_json(info->spec_json, source, NULL, &j->spec));
+    }
+    return ZT_OK;
+}
+
+zt_status zt_job_proto_job_from_info(const zt_job_info *info, Ztrain__V1__Job **out) {
+    *out = NULL;
+    Ztrain__V1__Job *j = (Ztrain__V1__Job *)new_message(&ztrain__v1__job__descriptor);
+    if (!j)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    bool ok = true;
+    zt_status s = job_fill(info, j, &ok);
+    if (s == ZT_OK && !ok)
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
+    if (s != ZT_OK) {
+        free_message(j);
+        return s;
+    }
+    *out = j;
+    return ZT_OK;
+}
+
+static cJSON *ranks_to_json(const Ztrain__V1__Job *job) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; arr && i < job->n_ranks; i++) {
+        const Ztrain__V1__RankStatus *r = job->ranks[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddNumberToObject(o, "rank", r->rank);
+        cJSON_AddNumberToObject(o, "pid", r->pid);
+        cJSON_AddBoolToObject(o, "running", r->running);
+        cJSON_AddNumberToObject(o, "exit_code", r->exit_code);
+        cJSON_AddNumberToObject(o, "signal", r->signal);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+zt_status zt_job_proto_job_to_json(const Ztrain__V1__Job *job, char **json_text) {
+    *json_text = NULL;
+    cJSON *spec = NULL;
+    if (job->spec)
+        ZT_TRY(spec_to_tree(job->spec, &spec));
+    cJSON *o = cJSON_CreateObject();
+    if (!o) {
+        cJSON_Delete(spec);
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    cJSON_AddStringToObject(o, "id", job->id);
+    cJSON_AddStringToObject(o, "name", job->name);
+    cJSON_AddStringToObject(o, "state", zt_job_proto_state_name(job->state));
+    cJSON_AddStringToObject(o, "reason", job->reason);
+    cJSON_AddItemToObject(o, "created_unix_ms", raw_int(job->created_unix_ms));
+    cJSON_AddItemToObject(o, "started_unix_ms", raw_int(job->started_unix_ms));
+    cJSON_AddItemToObject(o, "finished_unix_ms", raw_int(job->finished_unix_ms));
+    cJSON_AddItemToObject(o, "step", raw_int(job->step));
+    cJSON_AddItemToObject(o, "max_steps", raw_int(job->max_steps));
+    cJSON_AddNumberToObject(o, "loss", job->loss);
+    cJSON_AddNumberToObject(o, "tokens_per_second", job->tokens_per_second);
+    cJSON_AddItemToObject(o, "ranks", ranks_to_json(job));
+    cJSON_AddStringToObject(o, "run_dir", job->run_dir);
+    cJSON_AddStringToObject(o, "checkpoint_dir", job->checkpoint_dir);
+    cJSON_AddStringToObject(o, "idempotency_key", job->idempotency_key);
+    if (spec)
+        cJSON_AddItemToObject(o, "spec", spec);
+    return print_tree(o, true, json_text);
+}
+
+/* ---- records and log lines --------------------------------------------------------------- */
+
+static zt_status record_fill(const cJSON *root, Ztrain__V1__MetricRecord *m, bool *ok) {
+    size_t n = 0;
+    for (const cJSON *c = root->child; c; c = c->next)
+        n += cJSON_IsNumber(c) && isfinite(c->valuedouble);
+    if (n == 0)
+        return ZT_OK;
+    m->values = calloc(n, sizeof *m->values);
+    if (!m->values)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble))
+            continue;
+        Ztrain__V1__MetricValue *v =
+            (Ztrain__V1__MetricValue *)new_message(&ztrain__v1__metric_value__descriptor);
+        if (!v)
+            return zt_error(ZT_ERR_NOMEM, "out of memory");
+        m->values[m->n_values++] = v;
+        v->key = dup_str(c->string, ok);
+        v->value = c->valuedouble;
+    }
+    return ZT_OK;
+}
+
+zt_status zt_job_proto_record_from_metric(const zt_metric_record *r, Ztrain__V1__MetricRecord **out) {
+    *out = NULL;
+    cJSON *root = cJSON_Parse(r->json ? r->json : "");
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return zt_error(ZT_ERR_FORMAT, "metric record at step %lld is not a JSON object",
+                        (long long)r->step);
+    }
+    Ztrain__V1__MetricRecord *m =
+        (Ztrain__V1__MetricRecord *)new_message(&ztrain__v1__metric_record__descriptor);
+    zt_status s = m ? ZT_OK : zt_error(ZT_ERR_NOMEM, "out of memory");
+    bool ok = true;
+    if (m) {
+        m->step = r->step;
+        m->time_unix_ms = r->time_ms;
+        s = record_fill(root, m, &ok);
+    }
+    cJSON_Delete(root);
+    if (s == ZT_OK && !ok)
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
+    if (s != ZT_OK) {
+        free_message(m);
+        return s;
+    }
+    *out = m;
+    return ZT_OK;
+}
+
+zt_status zt_job_proto_log_from_line(const zt_log_line *l, Ztrain__V1__LogLine **out) {
+    *out = NULL;
+    Ztrain__V1__LogLine *m = (Ztrain__V1__LogLine *)new_message(&ztrain__v1__log_line__descriptor);
+    if (!m)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    bool ok = true;
+    m->seq = l->seq;
+    m->time_unix_ms = l->time_ms;
+    m->rank = l->rank;
+    m->stream = dup_str(l->stream, &ok);
+    m->text = dup_str(l->text, &ok);
+    if (!ok) {
+        free_message(m);
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    *out = m;
+    return ZT_OK;
+}
+
+static const char *const state_names[] = {"UNSPECIFIED", "QUEUED",    "STARTING", "RUNNING",
+                                          "STOPPING",    "SUCCEEDED", "FAILED",   "CANCELLED"};
+
+const char *zt_job_proto_state_name(Ztrain__V1__JobState s) {
+    if ((int)s < 0 || (size_t)s >= sizeof state_names / sizeof state_names[0])
+        return "UNKNOWN";
+    return state_names[s];
+}
+
+Ztrain__V1__JobState zt_job_proto_state_parse(const char *s) {
+    if (strncasecmp(s, "JOB_STATE_", 10) == 0)
+        s += 10;
+    for (size_t i = 1; i < sizeof state_names / sizeof state_names[0]; i++)
+        if (strcasecmp(s, state_names[i]) == 0)
+            return (Ztrain__V1__JobState)i;
+    return ZTRAIN__V1__JOB_STATE__JOB_STATE_UNSPECIFIED;
+}

@@ -1,0 +1,274 @@
+/* SQLite persistence of jobs, metric records and log tails (job_store.h). */
+#include "job_store.h"
+
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS jobs ("
+    "  number INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, name TEXT NOT NULL,"
+    "  state INTEGER NOT NULL, reason TEXT NOT NULL, spec_json TEXT NOT NULL,"
+    "  idempotency_key TEXT NOT NULL, world_size INTEGER NOT NULL, device TEXT NOT NULL,"
+    "  created_ms INTEGER NOT NULL, started_ms INTEGER NOT NULL, finished_ms INTEGER NOT NULL,"
+    "  max_steps INTEGER NOT NULL, ranks_json TEXT NOT NULL, run_dir TEXT NOT NULL,"
+    "  checkpoint_dir TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS records ("
+    "  job INTEGER NOT NULL, step INTEGER NOT NULL, time_ms INTEGER NOT NULL, json TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS records_by_job ON records (job);"
+    "CREATE TABLE IF NOT EXISTS logs ("
+    "  job INTEGER NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL, rank INTEGER NOT NULL,"
+    "  stream TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (job, seq));";
+
+enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, N_STMTS };
+static const char *const stmt_sql[N_STMTS] = {
+    [PUT_JOB] = "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+                " ?12, ?13, ?14, ?15, ?16)",
+    [ADD_RECORD] = "INSERT INTO records VALUES (?1, ?2, ?3, ?4)",
+    [ADD_LOG] = "INSERT INTO logs VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [TRIM_LOG] = "DELETE FROM logs WHERE job = ?1 AND seq <= ?2",
+};
+
+struct zt_job_store {
+    sqlite3 *db;
+    char *path;
+    sqlite3_stmt *stmt[N_STMTS];
+};
+
+static zt_status db_error(zt_job_store *st, const char *what) {
+    return zt_error(ZT_ERR_IO, "%s: %s: %s", st->path, what, sqlite3_errmsg(st->db));
+}
+
+/* "job-000042" -> 42; the number is the row's key, so rows sort by age. */
+static long long job_number(const char *id) {
+    const char *digits = strchr(id, '-');
+    return digits ? atoll(digits + 1) : 0;
+}
+
+zt_status zt_store_open(zt_job_store **out, const char *path) {
+    zt_job_store *st = calloc(1, sizeof *st);
+    if (!st || !(st->path = strdup(path))) {
+        free(st);
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    zt_status s = ZT_OK;
+    if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                           SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
+        s = db_error(st, "cannot open");
+    /* WAL: readers never block the writer, and a killed process loses nothing committed. */
+    if (s == ZT_OK && sqlite3_exec(st->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                                           "PRAGMA busy_timeout=5000;", NULL, NULL, NULL) != SQLITE_OK)
+        s = db_error(st, "cannot set WAL mode");
+    if (s == ZT_OK && sqlite3_exec(st->db, schema, NULL, NULL, NULL) != SQLITE_OK)
+        s = db_error(st, "cannot create the schema");
+    for (int i = 0; s == ZT_OK && i < N_STMTS; i++)
+        if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+                               NULL) != SQLITE_OK)
+            s = db_error(st, "cannot prepare a statement (is this a ztraind state file?)");
+    if (s != ZT_OK) {
+        zt_store_close(st);
+        return s;
+    }
+    *out = st;
+    return ZT_OK;
+}
+
+void zt_store_close(zt_job_store *st) {
+    if (!st)
+        return;
+    for (int i = 0; i < N_STMTS; i++)
+        sqlite3_finalize(st->stmt[i]);
+    sqlite3_close(st->db);
+    free(st->path);
+    free(st);
+}
+
+static zt_status run(zt_job_store *st, sqlite3_stmt *stmt, const char *what) {
+    int rc = sqlite3_step(stmt);
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    return rc == SQLITE_DONE ? ZT_OK : db_error(st, what);
+}
+
+static char *ranks_to_json(const zt_job_info *j) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int r = 0; arr && r < j->world_size; r++) {
+        const zt_rank_info *ri = &j->ranks[r];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "pid", ri->pid);
+        cJSON_AddBoolToObject(o, "running", ri->running);
+        cJSON_AddNumberToObject(o, "exit_code", ri->exit_code);
+        cJSON_AddNumberToObject(o, "signal", ri->signal);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *text = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    return text;
+}
+
+static void ranks_from_json(zt_job_info *j, const char *text) {
+    cJSON *arr = cJSON_Parse(text);
+    for (int r = 0; r < j->world_size; r++) {
+        cJSON *o = cJSON_GetArrayItem(arr, r);
+        zt_rank_info *ri = &j->ranks[r];
+        ri->rank = r;
+        if (!o)
+            continue;
+        ri->pid = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "pid"));
+        ri->running = cJSON_IsTrue(cJSON_GetObjectItem(o, "running"));
+        ri->exit_code = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "exit_code"));
+        ri->signal = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "signal"));
+    }
+    cJSON_Delete(arr);
+}
+
+zt_status zt_store_put_job(zt_job_store *st, const zt_job_info *j) {
+    char *ranks = ranks_to_json(j);
+    if (!ranks)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    sqlite3_stmt *q = st->stmt[PUT_JOB];
+    sqlite3_bind_int64(q, 1, job_number(j->id));
+    sqlite3_bind_text(q, 2, j->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, j->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 4, j->state);
+    sqlite3_bind_text(q, 5, j->reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 6, j->spec_json, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 7, j->idempotency_key, -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 8, j->world_size);
+    sqlite3_bind_text(q, 9, j->device, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 10, j->created_ms);
+    sqlite3_bind_int64(q, 11, j->started_ms);
+    sqlite3_bind_int64(q, 12, j->finished_ms);
+    sqlite3_bind_int64(q, 13, j->max_steps);
+    sqlite3_bind_text(q, 14, ranks, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 15, j->run_dir, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 16, j->checkpoint_dir, -1, SQLITE_STATIC);
+    zt_status s = run(st, q, "cannot write a job");
+    free(ranks);
+    return s;
+}
+
+zt_status zt_store_add_record(zt_job_store *st, const char *job_id, const zt_metric_record *r) {
+    sqlite3_stmt *q = st->stmt[ADD_RECORD];
+    sqlite3_bind_int64(q, 1, job_number(job_id));
+    sqlite3_bind_int64(q, 2, r->step);
+    sqlite3_bind_int64(q, 3, r->time_ms);
+    sqlite3_bind_text(q, 4, r->json, -1, SQLITE_STATIC);
+    return run(st, q, "cannot write a metric record");
+}
+
+zt_status zt_store_add_log(zt_job_store *st, const char *job_id, const zt_log_line *l, int keep) {
+    sqlite3_stmt *q = st->stmt[ADD_LOG];
+    long long job = job_number(job_id);
+    sqlite3_bind_int64(q, 1, job);
+    sqlite3_bind_int64(q, 2, l->seq);
+    sqlite3_bind_int64(q, 3, l->time_ms);
+    sqlite3_bind_int(q, 4, l->rank);
+    sqlite3_bind_text(q, 5, l->stream, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 6, l->text, -1, SQLITE_STATIC);
+    ZT_TRY(run(st, q, "cannot write a log line"));
+    /* Trimming in batches keeps the table near `keep` lines per job at a tenth of the cost. */
+    int batch = keep / 10 > 0 ? keep / 10 : 1;
+    if (l->seq > keep && l->seq % batch == 0) {
+        q = st->stmt[TRIM_LOG];
+        sqlite3_bind_int64(q, 1, job);
+        sqlite3_bind_int64(q, 2, l->seq - keep);
+        ZT_TRY(run(st, q, "cannot trim the log"));
+    }
+    return ZT_OK;
+}
+
+static const char *col_text(sqlite3_stmt *q, int i) {
+    const unsigned char *t = sqlite3_column_text(q, i);
+    return t ? (const char *)t : "";
+}
+
+static zt_status load_jobs(zt_job_store *st, const zt_store_loader *cb, void *ctx) {
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(st->db, "SELECT * FROM jobs ORDER BY number", -1, &q, NULL) != SQLITE_OK)
+        return db_error(st, "cannot read jobs");
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        zt_job_info j = {0};
+        snprintf(j.id, sizeof j.id, "%s", col_text(q, 1));
+        j.name = (char *)col_text(q, 2);
+        j.state = (zt_job_state)sqlite3_column_int(q, 3);
+        j.reason = (char *)col_text(q, 4);
+        j.spec_json = (char *)col_text(q, 5);
+        j.idempotency_key = (char *)col_text(q, 6);
+        j.world_size = sqlite3_column_int(q, 7);
+        snprintf(j.device, sizeof j.device, "%s", col_text(q, 8));
+        j.created_ms = sqlite3_column_int64(q, 9);
+        j.started_ms = sqlite3_column_int64(q, 10);
+        j.finished_ms = sqlite3_column_int64(q, 11);
+        j.max_steps = sqlite3_column_int64(q, 12);
+        j.run_dir = (char *)col_text(q, 14);
+        j.checkpoint_dir = (char *)col_text(q, 15);
+        if (j.world_size < 1 || j.world_size > 1 << 16)
+            continue;
+        j.ranks = calloc((size_t)j.world_size, sizeof *j.ranks);
+        if (!j.ranks)
+            break;
+        ranks_from_json(&j, col_text(q, 13));
+        cb->job(ctx, &j);
+        free(j.ranks);
+    }
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read jobs");
+}
+
+static zt_status load_records(zt_job_store *st, const zt_store_loader *cb, void *ctx) {
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT jobs.id, step, time_ms, json FROM records JOIN jobs ON "
+                           "jobs.number = records.job ORDER BY records.job, records.rowid",
+                           -1, &q, NULL) != SQLITE_OK)
+        return db_error(st, "cannot read metric records");
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        zt_metric_record r = {.step = sqlite3_column_int64(q, 1),
+                              .time_ms = sqlite3_column_int64(q, 2), .json = col_text(q, 3)};
+        cb->record(ctx, col_text(q, 0), &r);
+    }
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read metric records");
+}
+
+static zt_status load_logs(zt_job_store *st, int tail, const zt_store_loader *cb, void *ctx) {
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT jobs.id, seq, time_ms, rank, stream, text FROM logs JOIN jobs "
+                           "ON jobs.number = logs.job WHERE seq > (SELECT MAX(seq) FROM logs l2 "
+                           "WHERE l2.job = logs.job) - ?1 ORDER BY logs.job, seq",
+                           -1, &q, NULL) != SQLITE_OK)
+        return db_error(st, "cannot read logs");
+    sqlite3_bind_int(q, 1, tail);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        zt_log_line l = {.seq = sqlite3_column_int64(q, 1), .time_ms = sqlite3_column_int64(q, 2),
+                         .rank = sqlite3_column_int(q, 3), .stream = col_text(q, 4),
+                         .text = col_text(q, 5)};
+        cb->log(ctx, col_text(q, 0), &l);
+    }
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read logs");
+}
+
+zt_status zt_store_load(zt_job_store *st, int log_tail, const zt_store_loader *cb, void *ctx) {
+    ZT_TRY(load_jobs(st, cb, ctx));
+    ZT_TRY(load_records(st, cb, ctx));
+    return load_logs(st, log_tail, cb, ctx);
+}
+
+zt_status zt_store_max_job_number(zt_job_store *st, long long *n) {
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(st->db, "SELECT COALESCE(MAX(number), 0) FROM jobs", -1, &q, NULL) !=
+        SQLITE_OK)
+        return db_error(st, "cannot read jobs");
+    zt_status s = sqlite3_step(q) == SQLITE_ROW ? ZT_OK : db_error(st, "cannot read jobs");
+    *n = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return s;
+}

@@ -1,0 +1,533 @@
+/* The supervisor thread (supervisor.h): spawns rank groups, reads their pipes, reaps them through
+ * pidfds and tears a group down when one of its ranks fails. */
+#define _GNU_SOURCE
+#include "supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proc_spawn.h"
+
+extern char **environ;
+
+#define POLL_MS 200
+#define LINE_BYTES 16384            /* longer lines are split */
+#define DRAIN_AFTER_REAP_S 1.0      /* pipes held open by a stray grandchild stop counting */
+#define STOP_EXIT_STATUS 130        /* a rank that stopped on request */
+
+typedef struct {
+    int fd;                 /* -1 once closed */
+    int rank;
+    const char *stream;     /* "stdout", "stderr", or "metrics" */
+    char *buf;
+    size_t len;
+} line_pipe;
+
+typedef struct {
+    pid_t pid;
+    int pidfd;              /* -1 once reaped */
+} rank_proc;
+
+struct zt_rank_group {
+    void *ctx;
+    int n;
+    rank_proc *ranks;
+    line_pipe *pipes;       /* stdout and stderr of every rank, then rank 0's metrics pipe */
+    int n_pipes;
+    pid_t pgid;
+    int live;               /* ranks not yet reaped */
+    double reaped_at;       /* when live reached 0 */
+    double fail_grace_s;
+    /* Shared with other threads, under the supervisor's mutex. */
+    bool tearing_down;
+    double kill_at;         /* CLOCK_MONOTONIC seconds; 0: no SIGKILL scheduled */
+    bool kill_sent;
+    zt_rank_group *next;
+};
+
+struct zt_supervisor {
+    zt_supervisor_callbacks cb;
+    void *ctx;
+    pthread_t thread;
+    int wake_fd;
+    pthread_mutex_t mu;
+    zt_rank_group *groups;  /* changed only by the supervisor thread */
+    atomic_bool stop;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The ranks' environment                                                                      */
+
+/* What a rank inherits from the daemon: locale, paths, and the knobs of the libraries it runs
+ * on. Anything else (the daemon's token, a user's stray settings) stays out. */
+static const char *const inherited_names[] = {
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ZTRAIN_COMM_TIMEOUT_S",
+    "ZTRAIN_OPTIM_ISA", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES",
+};
+static const char *const inherited_prefixes[] = {"LC_", "NCCL_", "ASAN_", "UBSAN_", "LSAN_"};
+
+static bool is_inherited(const char *entry) {
+    const char *eq = strchr(entry, '=');
+    if (!eq)
+        return false;
+    size_t len = (size_t)(eq - entry);
+    for (size_t i = 0; i < sizeof inherited_names / sizeof *inherited_names; i++)
+        if (strlen(inherited_names[i]) == len && strncmp(entry, inherited_names[i], len) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof inherited_prefixes / sizeof *inherited_prefixes; i++)
+        if (strncmp(entry, inherited_prefixes[i], strlen(inherited_prefixes[i])) == 0)
+            return true;
+    return false;
+}
+
+typedef struct {
+    char **envp;
+    char *owned[16];
+    int n_owned;
+    size_t n;
+} env_list;
+
+static void env_add(env_list *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void env_add(env_list *e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    ZT_ASSERT(s && e->n_owned < 16);
+    e->owned[e->n_owned++] = s;
+    e->envp[e->n++] = s;
+    e->envp[e->n] = NULL;
+}
+
+static void env_free(env_list *e) {
+    for (int i = 0; i < e->n_owned; i++)
+        free(e->owned[i]);
+    free(e->envp);
+}
+
+static int count_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return 1;
+}
+
+/* The environment shared by every rank of a group; RANK and LOCAL_RANK are added per rank. */
+static zt_status env_build(env_list *e, const zt_group_spec *spec) {
+    size_t n = 0;
+    for (char **p = environ; *p; p++)
+        n++;
+    e->envp = calloc(n + 20, sizeof(char *));
+    if (!e->envp)
+        return zt_error(ZT_ERR_NOMEM, "out of memory building the ranks' environment");
+    for (char **p = environ; *p; p++)
+        if (is_inherited(*p))
+            e->envp[e->n++] = *p;
+    int threads = spec->threads_per_rank > 0 ? spec->threads_per_rank
+                                             : count_cpus() / spec->world_size;
+    env_add(e, "OMP_NUM_THREADS=%d", threads > 0 ? threads : 1);
+    if (spec->passive_wait && !getenv("OMP_WAIT_POLICY"))
+        env_add(e, "OMP_WAIT_POLICY=PASSIVE");
+    env_add(e, "WORLD_SIZE=%d", spec->world_size);
+    env_add(e, "LOCAL_WORLD_SIZE=%d", spec->world_size);
+    env_add(e, "MASTER_ADDR=127.0.0.1");
+    /* The shm backend rendezvous through ZTRAIN_RUN_ID, not the port; one is set all the same
+     * because the environment contract of a rank includes it. */
+    env_add(e, "MASTER_PORT=%d", 29500);
+    env_add(e, "ZTRAIN_RUN_ID=%s", spec->run_id);
+    env_add(e, "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());
+    return ZT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Groups                                                                                      */
+
+static void group_free(zt_rank_group *g) {
+    for (int i = 0; i < g->n_pipes; i++) {
+        if (g->pipes[i].fd >= 0)
+            close(g->pipes[i].fd);
+        free(g->pipes[i].buf);
+    }
+    for (int r = 0; r < g->n; r++)
+        if (g->ranks[r].pidfd >= 0)
+            close(g->ranks[r].pidfd);
+    free(g->pipes);
+    free(g->ranks);
+    free(g);
+}
+
+static zt_rank_group *group_alloc(int n, void *ctx) {
+    zt_rank_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->ctx = ctx;
+    g->n = n;
+    g->n_pipes = 2 * n + 1;
+    g->ranks = calloc((size_t)n, sizeof *g->ranks);
+    g->pipes = calloc((size_t)g->n_pipes, sizeof *g->pipes);
+    if (!g->ranks || !g->pipes) {
+        free(g->ranks);
+        free(g->pipes);
+        free(g);
+        return NULL;
+    }
+    for (int r = 0; r < n; r++)
+        g->ranks[r].pidfd = -1;
+    for (int i = 0; i < g->n_pipes; i++) {
+        g->pipes[i].fd = -1;
+        g->pipes[i].rank = i < 2 * n ? i / 2 : 0;
+        g->pipes[i].stream = i < 2 * n ? (i % 2 ? "stderr" : "stdout") : "metrics";
+    }
+    return g;
+}
+
+/* Signals the group while one of its ranks is unreaped (afterwards -pgid may be another's). */
+static void signal_group(zt_rank_group *g, int sig) {
+    if (g->live > 0 && g->pgid > 0)
+        kill(-g->pgid, sig);
+}
+
+static zt_status open_pipe(int fds[2]) {
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return zt_error(ZT_ERR_IO, "pipe: %s", strerror(errno));
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    return ZT_OK;
+}
+
+zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec, void *group_ctx,
+                                    zt_rank_group **out, pid_t *pids) {
+    zt_rank_group *g = group_alloc(spec->world_size, group_ctx);
+    if (!g)
+        return zt_error(ZT_ERR_NOMEM, "out of memory starting %d ranks", spec->world_size);
+    g->fail_grace_s = spec->fail_grace_s;
+    env_list env = {0};
+    zt_status st = env_build(&env, spec);
+    size_t rank_slot = env.n;
+    for (int r = 0; st == ZT_OK && r < spec->world_size; r++) {
+        int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, met_p[2] = {-1, -1};
+        st = open_pipe(out_p);
+        if (st == ZT_OK)
+            st = open_pipe(err_p);
+        if (st == ZT_OK && r == 0)
+            st = open_pipe(met_p);
+        char rank_var[32], local_var[48], metrics_var[32];
+        snprintf(rank_var, sizeof rank_var, "RANK=%d", r);
+        snprintf(local_var, sizeof local_var, "LOCAL_RANK=%d", r);
+        snprintf(metrics_var, sizeof metrics_var, "ZTRAIN_METRICS_FD=3");
+        env.envp[rank_slot] = rank_var;
+        env.envp[rank_slot + 1] = local_var;
+        env.envp[rank_slot + 2] = r == 0 ? metrics_var : NULL;
+        env.envp[rank_slot + 3] = NULL;
+        zt_spawn_request req = {.program = spec->program, .argv = spec->argv, .envp = env.envp,
+                                .cwd = spec->cwd, .pgid = g->pgid, .stdout_fd = out_p[1],
+                                .stderr_fd = err_p[1], .fd3 = r == 0 ? met_p[1] : 0};
+        if (st == ZT_OK)
+            st = zt_spawn(&req, &g->ranks[r].pid, &g->ranks[r].pidfd);
+        /* Our copies of the write ends close now, so EOF comes when the rank's do. */
+        if (out_p[1] >= 0)
+            close(out_p[1]);
+        if (err_p[1] >= 0)
+            close(err_p[1]);
+        if (met_p[1] >= 0)
+            close(met_p[1]);
+        g->pipes[2 * r].fd = out_p[0];
+        g->pipes[2 * r + 1].fd = err_p[0];
+        if (r == 0)
+            g->pipes[2 * spec->world_size].fd = met_p[0];
+        if (st == ZT_OK) {
+            if (r == 0)
+                g->pgid = g->ranks[0].pid;
+            g->live++;
+            if (pids)
+                pids[r] = g->ranks[r].pid;
+        }
+    }
+    env_free(&env);
+    if (st != ZT_OK) {
+        /* Nothing of a half-started group may outlive this call. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zt_last_error());
+        signal_group(g, SIGKILL);
+        for (int r = 0; r < g->n; r++)
+            if (g->ranks[r].pid > 0 && g->ranks[r].pidfd >= 0)
+                waitid(P_PIDFD, (id_t)g->ranks[r].pidfd, &(siginfo_t){0}, WEXITED);
+        group_free(g);
+        return zt_error(st, "%s", msg);
+    }
+    g->next = s->groups;
+    s->groups = g;
+    *out = g;
+    return ZT_OK;
+}
+
+void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s) {
+    pthread_mutex_lock(&s->mu);
+    signal_group(g, SIGTERM);
+    signal_group(g, SIGCONT);   /* a stopped rank must be able to act on it */
+    double at = now_s() + (grace_s > 0 ? grace_s : 0);
+    if (!g->kill_at || at < g->kill_at)
+        g->kill_at = at;
+    g->tearing_down = true;
+    pthread_mutex_unlock(&s->mu);
+    zt_supervisor_wake(s);
+}
+
+void zt_rank_group_kill(zt_supervisor *s, zt_rank_group *g) {
+    pthread_mutex_lock(&s->mu);
+    signal_group(g, SIGKILL);
+    g->kill_sent = true;
+    g->tearing_down = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The thread                                                                                  */
+
+static void emit_line(zt_supervisor *s, zt_rank_group *g, line_pipe *p, const char *line) {
+    if (p->stream[0] == 'm')
+        s->cb.metrics_line(g->ctx, line);
+    else
+        s->cb.log_line(g->ctx, p->rank, p->stream, line);
+}
+
+static void flush_partial(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
+    if (p->len == 0)
+        return;
+    p->buf[p->len] = '\0';
+    emit_line(s, g, p, p->buf);
+    p->len = 0;
+}
+
+/* Reads what is there, hands on complete lines; EOF or an error closes the pipe. */
+static void read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
+    if (!p->buf && !(p->buf = malloc(LINE_BYTES + 1)))
+        return;
+    for (;;) {
+        ssize_t k = read(p->fd, p->buf + p->len, LINE_BYTES - p->len);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && errno == EAGAIN)
+            return;
+        if (k <= 0) {
+            flush_partial(s, g, p);
+            close(p->fd);
+            p->fd = -1;
+            return;
+        }
+        p->len += (size_t)k;
+        size_t start = 0;
+        for (size_t i = 0; i < p->len; i++) {
+            if (p->buf[i] != '\n')
+                continue;
+            p->buf[i] = '\0';
+            emit_line(s, g, p, p->buf + start);
+            start = i + 1;
+        }
+        memmove(p->buf, p->buf + start, p->len - start);
+        p->len -= start;
+        if (p->len == LINE_BYTES)
+            flush_partial(s, g, p);
+    }
+}
+
+static bool rank_failed(int exit_code, int sig) {
+    return sig != 0 || (exit_code != 0 && exit_code != STOP_EXIT_STATUS);
+}
+
+static void reap_rank(zt_supervisor *s, zt_rank_group *g, int r) {
+    siginfo_t si = {0};
+    if (waitid(P_PIDFD, (id_t)g->ranks[r].pidfd, &si, WEXITED | WNOHANG) != 0 || si.si_pid == 0)
+        return;
+    close(g->ranks[r].pidfd);
+    g->ranks[r].pidfd = -1;
+    int code = si.si_code == CLD_EXITED ? si.si_status : -1;
+    int sig = si.si_code == CLD_EXITED ? 0 : si.si_status;
+    /* The pipes of this rank may still hold its last words; read them before reporting. */
+    read_pipe(s, g, &g->pipes[2 * r]);
+    read_pipe(s, g, &g->pipes[2 * r + 1]);
+    if (r == 0 && g->pipes[2 * g->n].fd >= 0)
+        read_pipe(s, g, &g->pipes[2 * g->n]);
+    pthread_mutex_lock(&s->mu);
+    g->live--;
+    if (g->live == 0)
+        g->reaped_at = now_s();
+    bool teardown = rank_failed(code, sig) && !g->tearing_down && g->live > 0;
+    pthread_mutex_unlock(&s->mu);
+    s->cb.rank_exited(g->ctx, r, g->ranks[r].pid, code, sig);
+    if (teardown)
+        zt_rank_group_terminate(s, g, g->fail_grace_s);
+}
+
+static bool group_done(const zt_rank_group *g, double now) {
+    if (g->live > 0)
+        return false;
+    if (now - g->reaped_at > DRAIN_AFTER_REAP_S)
+        return true;
+    for (int i = 0; i < g->n_pipes; i++)
+        if (g->pipes[i].fd >= 0)
+            return false;
+    return true;
+}
+
+static void finish_groups(zt_supervisor *s) {
+    double now = now_s();
+    zt_rank_group **link = &s->groups;
+    while (*link) {
+        zt_rank_group *g = *link;
+        pthread_mutex_lock(&s->mu);
+        if (g->live > 0 && g->kill_at && now >= g->kill_at && !g->kill_sent) {
+            signal_group(g, SIGKILL);
+            g->kill_sent = true;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!group_done(g, now)) {
+            link = &g->next;
+            continue;
+        }
+        for (int i = 0; i < g->n_pipes; i++)
+            if (g->pipes[i].fd >= 0) {
+                read_pipe(s, g, &g->pipes[i]);
+                flush_partial(s, g, &g->pipes[i]);
+            }
+        *link = g->next;
+        s->cb.group_ended(g->ctx);
+        group_free(g);
+    }
+}
+
+typedef struct {
+    zt_rank_group *g;
+    int index;              /* pipe index, or -1 - rank for a pidfd */
+} poll_owner;
+
+static void *supervisor_main(void *arg) {
+    zt_supervisor *s = arg;
+    size_t cap = 0;
+    struct pollfd *pfd = NULL;
+    poll_owner *owner = NULL;
+    while (!atomic_load(&s->stop)) {
+        s->cb.tick(s->ctx);
+        size_t need = 1;
+        for (zt_rank_group *g = s->groups; g; g = g->next)
+            need += (size_t)(g->n_pipes + g->n);
+        if (need > cap) {
+            cap = need * 2;
+            pfd = realloc(pfd, cap * sizeof *pfd);
+            owner = realloc(owner, cap * sizeof *owner);
+            ZT_ASSERT(pfd && owner);
+        }
+        size_t n = 0;
+        pfd[n++] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
+        double timeout = POLL_MS / 1e3, now = now_s();
+        for (zt_rank_group *g = s->groups; g; g = g->next) {
+            for (int i = 0; i < g->n_pipes; i++)
+                if (g->pipes[i].fd >= 0) {
+                    owner[n] = (poll_owner){g, i};
+                    pfd[n++] = (struct pollfd){.fd = g->pipes[i].fd, .events = POLLIN};
+                }
+            for (int r = 0; r < g->n; r++)
+                if (g->ranks[r].pidfd >= 0) {
+                    owner[n] = (poll_owner){g, -1 - r};
+                    pfd[n++] = (struct pollfd){.fd = g->ranks[r].pidfd, .events = POLLIN};
+                }
+            pthread_mutex_lock(&s->mu);
+            if (g->kill_at && !g->kill_sent && g->kill_at - now < timeout)
+                timeout = g->kill_at - now > 0 ? g->kill_at - now : 0;
+            pthread_mutex_unlock(&s->mu);
+            if (g->live == 0)
+                timeout = 0.05;
+        }
+        int ready = poll(pfd, (nfds_t)n, (int)(timeout * 1e3) + 1);
+        if (ready > 0) {
+            if (pfd[0].revents) {
+                uint64_t v;
+                if (read(s->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+                    perror("ztraind: supervisor wake");
+            }
+            for (size_t i = 1; i < n; i++) {
+                if (!pfd[i].revents)
+                    continue;
+                zt_rank_group *g = owner[i].g;
+                if (owner[i].index >= 0 && g->pipes[owner[i].index].fd >= 0)
+                    read_pipe(s, g, &g->pipes[owner[i].index]);
+                else if (owner[i].index < 0 && g->ranks[-1 - owner[i].index].pidfd >= 0)
+                    reap_rank(s, g, -1 - owner[i].index);
+            }
+        }
+        finish_groups(s);
+    }
+    free(pfd);
+    free(owner);
+    return NULL;
+}
+
+zt_status zt_supervisor_create(zt_supervisor **out, const zt_supervisor_callbacks *cb, void *ctx) {
+    zt_supervisor *s = calloc(1, sizeof *s);
+    if (!s)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    s->cb = *cb;
+    s->ctx = ctx;
+    pthread_mutex_init(&s->mu, NULL);
+    s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->wake_fd < 0) {
+        free(s);
+        return zt_error(ZT_ERR_IO, "eventfd: %s", strerror(errno));
+    }
+    int rc = pthread_create(&s->thread, NULL, supervisor_main, s);
+    if (rc != 0) {
+        close(s->wake_fd);
+        free(s);
+        return zt_error(ZT_ERR_IO, "cannot start the supervisor thread: %s", strerror(rc));
+    }
+    *out = s;
+    return ZT_OK;
+}
+
+void zt_supervisor_wake(zt_supervisor *s) {
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+        perror("ztraind: supervisor wake");
+}
+
+void zt_supervisor_destroy(zt_supervisor *s) {
+    if (!s)
+        return;
+    atomic_store(&s->stop, true);
+    zt_supervisor_wake(s);
+    pthread_join(s->thread, NULL);
+    /* Whatever is left dies with the daemon's shutdown; reap it so no zombie is left either. */
+    for (zt_rank_group *g = s->groups, *next; g; g = next) {
+        next = g->next;
+        signal_group(g, SIGKILL);
+        for (int r = 0; r < g->n; r++)
+            if (g->ranks[r].pidfd >= 0)
+                waitid(P_PIDFD, (id_t)g->ranks[r].pidfd, &(siginfo_t){0}, WEXITED);
+        group_free(g);
+    }
+    close(s->wake_fd);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

@@ -1,0 +1,65 @@
+/* The supervisor: one thread that owns every rank process of every job. It spawns a job's ranks
+ * as one process group, reads their stdout/stderr and rank 0's metrics pipe line by line, reaps
+ * exactly the pids it started (through pidfds, never waitpid(-1)), and tears a group down when a
+ * rank fails. What it sees goes to the job manager through callbacks on the supervisor thread.
+ *
+ * Spawning also happens on this thread: a rank asks to be told when its parent thread dies
+ * (PR_SET_PDEATHSIG), so its parent must be a thread that lives as long as the daemon. */
+#ifndef ZTRAIN_SUPERVISOR_H
+#define ZTRAIN_SUPERVISOR_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "ztrain/status.h"
+
+typedef struct zt_supervisor zt_supervisor;
+typedef struct zt_rank_group zt_rank_group;
+
+/* All run on the supervisor thread, with no supervisor lock held. */
+typedef struct {
+    /* Every loop iteration (at least every 200 ms, and at once after zt_supervisor_wake): the
+     * place to start queued jobs with zt_supervisor_start_group. */
+    void (*tick)(void *ctx);
+    /* One complete line from rank 0's metrics pipe (no newline). */
+    void (*metrics_line)(void *group_ctx, const char *line);
+    /* One line of a rank's stdout or stderr (no newline). */
+    void (*log_line)(void *group_ctx, int rank, const char *stream, const char *line);
+    /* A rank was reaped: exit_code when it exited, or the signal that ended it. */
+    void (*rank_exited)(void *group_ctx, int rank, pid_t pid, int exit_code, int signal);
+    /* Every rank is reaped and the pipes are drained. The group is freed after this returns. */
+    void (*group_ended)(void *group_ctx);
+} zt_supervisor_callbacks;
+
+typedef struct {
+    const char *program;       /* ztrain-worker */
+    char *const *argv;         /* NULL-terminated */
+    const char *cwd;
+    int world_size;
+    int threads_per_rank;      /* OMP_NUM_THREADS; 0: cores / world_size */
+    /* OMP_WAIT_POLICY=PASSIVE (unless the daemon's environment chose a policy): other jobs may
+     * share the cores, and OpenMP threads spinning at barriers would take them. */
+    bool passive_wait;
+    const char *run_id;        /* ZTRAIN_RUN_ID: names the ranks' shm segment */
+    /* After a rank fails, the others get SIGTERM, then SIGKILL after this many seconds. */
+    double fail_grace_s;
+} zt_group_spec;
+
+zt_status zt_supervisor_create(zt_supervisor **out, const zt_supervisor_callbacks *cb, void *ctx);
+/* SIGKILLs and reaps whatever is still running, stops the thread. No callback runs after it. */
+void zt_supervisor_destroy(zt_supervisor *s);
+/* Makes the thread run `tick` soon. Any thread. */
+void zt_supervisor_wake(zt_supervisor *s);
+
+/* Supervisor thread only (from tick). Starts world_size ranks with a clean environment (a short
+ * list of inherited variables, the torchrun identity, ZTRAIN_METRICS_FD=3 for rank 0). pids gets
+ * world_size entries. On failure nothing is left running and no callback will come. */
+zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec, void *group_ctx,
+                                    zt_rank_group **out, pid_t *pids);
+
+/* Any thread; g is valid until its group_ended callback has returned. Graceful: SIGTERM (and
+ * SIGCONT) to the group now, SIGKILL when grace_s has passed. */
+void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s);
+void zt_rank_group_kill(zt_supervisor *s, zt_rank_group *g);
+
+#endif

@@ -1,0 +1,263 @@
+/* ztraind: the training coordinator. It takes jobs over gRPC, runs each as a process group of
+ * ztrain-worker ranks, keeps jobs, metric history and logs in SQLite, and serves the read side
+ * (JSON API, live events, Prometheus /metrics, the dashboard) over HTTP.
+ *
+ *   ztraind [--grpc-addr HOST:PORT] [--http-addr HOST:PORT] [--state-dir DIR]
+ *           [--data-root DIR] [--runs-root DIR] [--max-ranks N] [--token-file FILE] ...
+ *
+ * SIGINT/SIGTERM stop it gracefully: running jobs finish their step, write a checkpoint and are
+ * recorded as CANCELLED; queued jobs stay queued for the next start. Exit status: 0 after a
+ * clean stop, 1 when it cannot start (the message says why), 2 bad usage. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "grpc_server.h"
+#include "http_api.h"
+#include "job_manager.h"
+
+#ifndef ZT_WEB_DIR
+#define ZT_WEB_DIR "/usr/share/ztrain/web"
+#endif
+#ifndef ZT_CHARTJS_DIR
+#define ZT_CHARTJS_DIR "/usr/share/javascript/chart.js"
+#endif
+
+static const char usage[] =
+    "usage: ztraind [options]\n"
+    "\n"
+    "  --grpc-addr HOST:PORT   gRPC listen address (default 127.0.0.1:50051; port 0: any free)\n"
+    "  --http-addr HOST:PORT   HTTP listen address (default 127.0.0.1:8080; port 0: any free)\n"
+    "  --state-dir DIR         the SQLite state file lives here (default ./ztraind-state)\n"
+    "  --data-root DIR         job data and init_from paths resolve inside it\n"
+    "                          (default STATE_DIR/data)\n"
+    "  --runs-root DIR         run directories and checkpoints (default STATE_DIR/runs)\n"
+    "  --max-ranks N           ranks running at once (default: the CPU count)\n"
+    "  --max-world-size N      largest world_size a job may ask for (default 64)\n"
+    "  --max-jobs N            jobs queued or running at once (default 100)\n"
+    "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size)\n"
+    "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
+    "  --token-file FILE       require 'authorization: Bearer <token>' (default: $ZTRAIN_TOKEN,\n"
+    "                          else no authentication)\n"
+    "  --worker PATH           the rank program (default: ztrain-worker beside ztraind)\n"
+    "  --web-dir DIR           the dashboard's files (default " ZT_WEB_DIR ")\n"
+    "  --help\n";
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+typedef struct {
+    const char *grpc_addr, *http_addr, *state_dir, *data_root, *runs_root, *token_file;
+    const char *worker, *web_dir;
+    long max_ranks, max_world_size, max_jobs, threads_per_rank;
+    double grace_s;
+} options;
+
+static int cpu_count(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return 1;
+}
+
+static int parse_long(const char *flag, const char *v, long min, long max, long *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < min || n > max) {
+        fprintf(stderr, "ztraind: %s expects an integer in [%ld, %ld], got '%s'\n%s", flag, min,
+                max, v, usage);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "ztraind: unknown option or missing value: '%s'\n%s", a, usage);
+            return -1;
+        }
+        const char *v = argv[++i];
+        int rc = 0;
+        if (strcmp(a, "--grpc-addr") == 0)
+            o->grpc_addr = v;
+        else if (strcmp(a, "--http-addr") == 0)
+            o->http_addr = v;
+        else if (strcmp(a, "--state-dir") == 0)
+            o->state_dir = v;
+        else if (strcmp(a, "--data-root") == 0)
+            o->data_root = v;
+        else if (strcmp(a, "--runs-root") == 0)
+            o->runs_root = v;
+        else if (strcmp(a, "--token-file") == 0)
+            o->token_file = v;
+        else if (strcmp(a, "--worker") == 0)
+            o->worker = v;
+        else if (strcmp(a, "--web-dir") == 0)
+            o->web_dir = v;
+        else if (strcmp(a, "--max-ranks") == 0)
+            rc = parse_long(a, v, 1, 4096, &o->max_ranks);
+        else if (strcmp(a, "--max-world-size") == 0)
+            rc = parse_long(a, v, 1, 65536, &o->max_world_size);
+        else if (strcmp(a, "--max-jobs") == 0)
+            rc = parse_long(a, v, 1, 1000000, &o->max_jobs);
+        else if (strcmp(a, "--threads-per-rank") == 0)
+            rc = parse_long(a, v, 1, 1024, &o->threads_per_rank);
+        else if (strcmp(a, "--grace") == 0) {
+            char *end;
+            o->grace_s = strtod(v, &end);
+            if (end == v || *end || !(o->grace_s > 0 && o->grace_s < 86400)) {
+                fprintf(stderr, "ztraind: --grace expects seconds in (0, 86400), got '%s'\n", v);
+                rc = -1;
+            }
+        } else {
+            fprintf(stderr, "ztraind: unknown option '%s'\n%s", a, usage);
+            rc = -1;
+        }
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* "HOST:PORT" -> host and port for the HTTP server. */
+static int split_addr(const char *addr, char *host, size_t size, int *port) {
+    const char *colon = strrchr(addr, ':');
+    char *end;
+    long p = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == addr || *end || p < 0 || p > 65535 || (size_t)(colon - addr) >= size) {
+        fprintf(stderr, "ztraind: --http-addr expects HOST:PORT, got '%s'\n", addr);
+        return -1;
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+/* ztrain-worker from the directory ztraind was started from. */
+static void default_worker(char *buf, size_t size) {
+    char self[PATH_MAX - 32];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(buf, size, "%s/ztrain-worker", n > 0 ? self : ".");
+}
+
+int main(int argc, char **argv) {
+    options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
+                 .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = cpu_count(),
+                 .max_world_size = 64, .max_jobs = 100, .grace_s = 30};
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    char host[256];
+    int http_port;
+    if (split_addr(o.http_addr, host, sizeof host, &http_port) != 0)
+        return 2;
+
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char *token = NULL;
+    if (zt_auth_load_token(o.token_file, &token) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        return 1;
+    }
+    char db[PATH_MAX], data_root[PATH_MAX], runs_root[PATH_MAX], worker[PATH_MAX];
+    snprintf(db, sizeof db, "%s/ztraind.db", o.state_dir);
+    snprintf(data_root, sizeof data_root, "%s", o.data_root ? o.data_root : "");
+    snprintf(runs_root, sizeof runs_root, "%s", o.runs_root ? o.runs_root : "");
+    if (!o.data_root)
+        snprintf(data_root, sizeof data_root, "%s/data", o.state_dir);
+    if (!o.runs_root)
+        snprintf(runs_root, sizeof runs_root, "%s/runs", o.state_dir);
+    if (o.worker)
+        snprintf(worker, sizeof worker, "%s", o.worker);
+    else
+        default_worker(worker, sizeof worker);
+    if (access(worker, X_OK) != 0) {
+        fprintf(stderr, "ztraind: the worker program %s: %s\n", worker, strerror(errno));
+        free(token);
+        return 1;
+    }
+    if (mkdir(o.state_dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, strerror(errno));
+        free(token);
+        return 1;
+    }
+
+    zt_jobs_config jc = {.data_root = data_root, .runs_root = runs_root, .db_path = db,
+                         .worker_path = worker, .max_ranks = (int)o.max_ranks,
+                         .max_world_size = (int)o.max_world_size, .max_jobs = (int)o.max_jobs,
+                         .threads_per_rank = (int)o.threads_per_rank,
+                         .default_grace_s = o.grace_s};
+    zt_jobs *jm = NULL;
+    zt_grpc_server *grpc = NULL;
+    zt_http_server *http = NULL;
+    int rc = 1;
+    if (zt_jobs_create(&jm, &jc) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        goto out;
+    }
+    zt_grpc_server_config gc = {.addr = o.grpc_addr, .token = token};
+    if (zt_grpc_server_create(&grpc, &gc, jm) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        goto out;
+    }
+    zt_http_config hc = {.host = host, .port = http_port, .token = token, .web_dir = o.web_dir,
+                         .chartjs_dir = ZT_CHARTJS_DIR};
+    if (zt_http_start(&http, &hc, jm) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        goto out;
+    }
+    char grpc_host[256];
+    snprintf(grpc_host, sizeof grpc_host, "%s", o.grpc_addr);
+    char *colon = strrchr(grpc_host, ':');
+    if (colon)
+        *colon = '\0';
+    /* One line that scripts (and the tests) read to learn the ports that were picked. */
+    printf("ztraind: ready grpc=%s:%d http=http://%s:%d state=%s data=%s runs=%s max_ranks=%ld%s\n",
+           grpc_host, zt_grpc_server_port(grpc), host, zt_http_port(http), db,
+           zt_jobs_get_config(jm)->data_root, zt_jobs_get_config(jm)->runs_root, o.max_ranks,
+           token ? " auth=bearer" : "");
+    fflush(stdout);
+
+    zt_grpc_server_run(grpc, &stop_requested);
+    printf("ztraind: stopping: running jobs are cancelled with a checkpoint\n");
+    fflush(stdout);
+    rc = 0;
+out:
+    if (http)
+        zt_http_stop(http);
+    zt_jobs_destroy(jm);
+    if (grpc)
+        zt_grpc_server_destroy(grpc);
+    free(token);
+    if (rc == 0)
+        printf("ztraind: stopped\n");
+    return rc;
+}

@@ -1,0 +1,327 @@
+"""Shared pieces of the service tests: the build, Python gRPC stubs generated at test time, a real
+ztraind on free ports with its own state, data and runs directories, tiny jobs, and waits.
+
+    from svc import Checker, Daemon, stubs, tiny_job, spec_proto, wait_state
+
+    pb, rpc = stubs()
+    with Daemon(BUILD, tmp, max_ranks=1) as d:
+        job = tiny_job(d.data_root, max_steps=20)
+        j = d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job)), metadata=d.metadata)
+        wait_state(d, j.id, {"SUCCEEDED"})
+
+Nothing here imports torch, so a service test starts in well under a second. Each test is a
+standalone /usr/bin/python3 script run by ctest with ZTRAIN_BUILD and ZTRAIN_SOURCE set."""
+import atexit
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.abspath(os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", "..")))
+BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SOURCE, "build")))
+HEALTH_PROTO_DIR = "/usr/share/grpc-proto/grpc/health/v1"
+
+# Byte-level text for vocab 256: long enough for a few hundred steps of block 32.
+TEXT = (b"It was the best of times, it was the worst of times, it was the age of wisdom, "
+        b"it was the age of foolishness, it was the epoch of belief, it was the epoch of "
+        b"incredulity, it was the season of Light, it was the season of Darkness.\n") * 60
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def tool(name):
+    return os.path.join(BUILD, name)
+
+
+class Checker:
+    """Collects named checks and exits non-zero at the end if any failed."""
+
+    def __init__(self):
+        self.failed = 0
+
+    def check(self, ok, what):
+        print(("ok    " if ok else "FAIL  ") + what, flush=True)
+        self.failed += 0 if ok else 1
+        return ok
+
+    def done(self):
+        if self.failed:
+            raise SystemExit(f"{self.failed} check(s) failed")
+        print("all checks passed")
+
+
+# ---- stubs ---------------------------------------------------------------------------------
+
+_stubs = None
+
+
+def stubs():
+    """(ztrain_pb2, ztrain_pb2_grpc, health_pb2, health_pb2_grpc), generated once per process
+    with protoc and Debian's grpc_python_plugin into a temporary directory."""
+    global _stubs
+    if _stubs:
+        return _stubs
+    out = tempfile.mkdtemp(prefix="ztrain-stubs-")
+    atexit.register(shutil.rmtree, out, True)
+    plugin = "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin"
+    for include, proto in ((os.path.join(SOURCE, "proto"), "ztrain.proto"),
+                           (HEALTH_PROTO_DIR, "health.proto")):
+        subprocess.run(["protoc", "-I", include, f"--python_out={out}", f"--grpc_out={out}", plugin,
+                        proto], check=True)
+    sys.path.insert(0, out)
+    import health_pb2
+    import health_pb2_grpc
+    import ztrain_pb2
+    import ztrain_pb2_grpc
+    _stubs = (ztrain_pb2, ztrain_pb2_grpc, health_pb2, health_pb2_grpc)
+    return _stubs
+
+
+def state_name(value):
+    """"RUNNING" for JOB_STATE_RUNNING's number."""
+    pb = stubs()[0]
+    return pb.JobState.Name(value).replace("JOB_STATE_", "")
+
+
+# ---- the daemon ----------------------------------------------------------------------------
+
+class Daemon:
+    """A ztraind on 127.0.0.1 with free ports (kept across restart) and everything under tmpdir:
+    state/ (SQLite), data/ (the data root), runs/ (the runs root). stdout and stderr go to
+    tmpdir/ztraind.log, which log() returns."""
+
+    def __init__(self, build, tmpdir, max_ranks=1, token=None, extra_args=(), threads_per_rank=1,
+                 grace=None, start=True):
+        self.build = os.path.abspath(build)
+        self.dir = tmpdir
+        self.state_dir = os.path.join(tmpdir, "state")
+        self.data_root = os.path.join(tmpdir, "data")
+        self.runs_root = os.path.join(tmpdir, "runs")
+        os.makedirs(self.data_root, exist_ok=True)
+        os.makedirs(self.runs_root, exist_ok=True)
+        self.max_ranks = max_ranks
+        self.token = token
+        self.token_file = None
+        if token:
+            self.token_file = os.path.join(tmpdir, "token")
+            with open(self.token_file, "w") as f:
+                f.write(token + "\n")
+        self.extra_args = list(extra_args)
+        self.threads_per_rank = threads_per_rank
+        self.grace = grace
+        self.log_path = os.path.join(tmpdir, "ztraind.log")
+        self.grpc_port = 0
+        self.http_port = 0
+        self.proc = None
+        self._channel = None
+        if start:
+            self.start()
+
+    @property
+    def grpc_addr(self):
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self):
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def metadata(self):
+        """The call metadata this daemon needs (the bearer token, when it has one)."""
+        return [("authorization", f"Bearer {self.token}")] if self.token else []
+
+    def args(self):
+        a = [os.path.join(self.build, "ztraind"),
+             "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
+             "--http-addr", f"127.0.0.1:{self.http_port}",
+             "--state-dir", self.state_dir, "--data-root", self.data_root,
+             "--runs-root", self.runs_root, "--max-ranks", str(self.max_ranks),
+             "--threads-per-rank", str(self.threads_per_rank)]
+        if self.grace is not None:
+            a += ["--grace", str(self.grace)]
+        if self.token_file:
+            a += ["--token-file", self.token_file]
+        return a + self.extra_args
+
+    def start(self, timeout=30):
+        """Starts ztraind and waits for its ready line, which names the ports it bound."""
+        env = dict(os.environ)
+        env.pop("ZTRAIN_TOKEN", None)
+        with open(self.log_path, "ab") as log:
+            start_offset = log.tell()
+            self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, cwd=self.dir)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log()[start_offset:]
+            m = re.search(r"ztraind: ready grpc=\S+:(\d+) http=http://\S+:(\d+)", text)
+            if m:
+                self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ztraind exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"ztraind did not get ready in {timeout} s:\n{self.log()}")
+
+    def log(self):
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def _close_channel(self):
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def stop(self, timeout=30):
+        """SIGTERM and wait; returns the exit status (None if it had to be killed)."""
+        self._close_channel()
+        if not self.proc or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self):
+        self._close_channel()
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self):
+        """Stops and starts again on the same ports with the same state."""
+        self.stop()
+        return self.start()
+
+    def channel(self):
+        import grpc
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(self.grpc_addr)
+        return self._channel
+
+    def stub(self):
+        return stubs()[1].TrainerStub(self.channel())
+
+    def health(self):
+        return stubs()[3].HealthStub(self.channel())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---- jobs ----------------------------------------------------------------------------------
+
+def write_data(data_root, name="train.txt", data=TEXT):
+    path = os.path.join(data_root, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return name
+
+
+def tiny_job(data_root, name="tiny", max_steps=20, log_interval=1, world_size=1, deepspeed=None,
+             data_name="train.txt", **train):
+    """A job-spec dict (the JSON file format) for a 2-layer, n_embd 32, block 32 GPT-2 on byte
+    text, writing that text into data_root. Extra keyword arguments go to "train"."""
+    write_data(data_root, data_name)
+    t = {"max_steps": max_steps, "log_interval": log_interval, "warmup_steps": 0}
+    t.update(train)
+    return {"name": name, "world_size": world_size, "device": "cpu",
+            "model": {"type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256,
+                      "block_size": 32},
+            "data": {"train": data_name},
+            "train": t,
+            "deepspeed": deepspeed if deepspeed is not None else
+            {"train_micro_batch_size_per_gpu": 2,
+             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}}
+
+
+def spec_proto(job):
+    """The JobSpec message for a job-spec dict ("deepspeed" inline or as text)."""
+    pb = stubs()[0]
+    ds = job.get("deepspeed")
+    spec = pb.JobSpec(name=job.get("name", ""), world_size=job.get("world_size", 0),
+                      device=job.get("device", ""),
+                      deepspeed_json=ds if isinstance(ds, str) else json.dumps(ds or {}))
+    if "model" in job:
+        spec.model.CopyFrom(pb.ModelSpec(**job["model"]))
+    if "data" in job:
+        spec.data.CopyFrom(pb.DataSpec(**job["data"]))
+    if "train" in job:
+        spec.train.CopyFrom(pb.TrainOptions(**job["train"]))
+    return spec
+
+
+def submit(d, job, key=""):
+    pb = stubs()[0]
+    return d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job), idempotency_key=key),
+                              metadata=d.metadata, timeout=30)
+
+
+def get_job(d, job_id):
+    pb = stubs()[0]
+    return d.stub().GetJob(pb.GetJobRequest(id=job_id), metadata=d.metadata, timeout=30)
+
+
+def wait_state(d, job_id, states, timeout=60, poll=0.05):
+    """Polls GetJob until the job's state is one of `states` (names like "RUNNING"); returns the
+    Job, or the last one seen when the time ran out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        j = get_job(d, job_id)
+        if state_name(j.state) in states or time.monotonic() > deadline:
+            return j
+        time.sleep(poll)
+
+
+def wait_step(d, job_id, step, timeout=60):
+    """Waits until the job reports at least `step` (or ends); returns the Job."""
+    deadline = time.monotonic() + timeout
+    while True:
+        j = get_job(d, job_id)
+        if j.step >= step or state_name(j.state) in TERMINAL or time.monotonic() > deadline:
+            return j
+        time.sleep(0.05)
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def alive(pid):
+    """Whether a process exists and is not a zombie (read from /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_gone(pids, timeout=10):
+    """The pids still alive after waiting up to timeout seconds for them to end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if p and alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def temp_dir(prefix):
+    d = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, d, True)
+    return d

@@ -1,0 +1,140 @@
+"""ztraind's supervision and durability, with real processes and signals:
+
+- a rank killed with SIGKILL fails its job within 5 s, naming the rank and the signal, and no
+  process of the job is left (nor its shared-memory segment);
+- ztraind killed with SIGKILL takes its ranks along (they ask for SIGTERM when it dies), and the
+  restarted daemon has every job, its metric history and its log tail; the job that was running
+  is FAILED with the reason, and a queued job still runs;
+- ztraind stopped with SIGTERM cancels a running job with a checkpoint and exits 0;
+- an HTTP port already in use is an error at start, naming the address."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from svc import (BUILD, Checker, Daemon, alive, get_job, state_name, stubs, submit, temp_dir,
+                 tiny_job, wait_gone, wait_state, wait_step)
+
+c = Checker()
+pb = stubs()[0]
+
+
+def http_json(d, path):
+    with urllib.request.urlopen(d.http_url + path, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def series(d, job_id, key="train/loss"):
+    r = d.stub().GetMetrics(pb.GetMetricsRequest(id=job_id, keys=[key]), metadata=d.metadata,
+                            timeout=10)
+    return [(s, v) for s, v in zip(r.series[0].steps, r.series[0].values)] if r.series else []
+
+
+def shm_segments(job_id):
+    return [n for n in os.listdir("/dev/shm") if job_id in n]
+
+
+def killed_rank():
+    d = Daemon(BUILD, temp_dir("ztrain-sup-kill-"), max_ranks=2)
+    with d:
+        j = submit(d, tiny_job(d.data_root, name="victim", world_size=2, max_steps=100000))
+        j = wait_step(d, j.id, 3)
+        c.check(state_name(j.state) == "RUNNING", f"2-rank job running (state {state_name(j.state)})")
+        pids = [r.pid for r in j.ranks]
+        c.check(all(alive(p) for p in pids), f"both ranks alive: {pids}")
+        t0 = time.monotonic()
+        os.kill(pids[1], signal.SIGKILL)
+        j = wait_state(d, j.id, {"FAILED", "SUCCEEDED", "CANCELLED"}, timeout=30, poll=0.02)
+        took = time.monotonic() - t0
+        c.check(state_name(j.state) == "FAILED", f"job FAILED after SIGKILL of rank 1 "
+                f"(state {state_name(j.state)}) in {took:.2f} s")
+        c.check(took < 5.0, f"failure noticed within 5 s ({took:.2f} s)")
+        c.check("rank 1" in j.reason and "signal 9 (SIGKILL)" in j.reason,
+                f"reason names the rank and the signal: {j.reason!r}")
+        c.check(j.ranks[1].signal == 9 and not j.ranks[1].running, "rank 1 recorded as signal 9")
+        c.check(not wait_gone(pids, 5), "no rank process left")
+        c.check(not shm_segments(j.id), f"no shm segment of the job left: {shm_segments(j.id)}")
+        logs = http_json(d, f"/api/v1/jobs/{j.id}/logs?tail=50")["lines"]
+        c.check(any("signal 9" in l["text"] and l["stream"] == "ztraind" for l in logs),
+                "ztraind's own log line about the killed rank is in the job's log")
+
+
+def daemon_killed_and_restarted():
+    d = Daemon(BUILD, temp_dir("ztrain-sup-restart-"), max_ranks=1)
+    done = submit(d, tiny_job(d.data_root, name="finished", max_steps=15))
+    done = wait_state(d, done.id, {"SUCCEEDED", "FAILED"}, timeout=60)
+    c.check(state_name(done.state) == "SUCCEEDED", "first job succeeded")
+    before = series(d, done.id)
+    c.check(len(before) == 15, f"15 loss points before the kill ({len(before)})")
+    logs_before = http_json(d, f"/api/v1/jobs/{done.id}/logs?tail=1000")["lines"]
+
+    running = submit(d, tiny_job(d.data_root, name="interrupted", max_steps=100000))
+    queued = submit(d, tiny_job(d.data_root, name="queued", max_steps=5))
+    running = wait_step(d, running.id, 3)
+    c.check(state_name(running.state) == "RUNNING", "second job running")
+    c.check(state_name(get_job(d, queued.id).state) == "QUEUED", "third job queued behind it")
+    pids = [r.pid for r in running.ranks]
+    seen = len(series(d, running.id))
+
+    d.kill()
+    c.check(not wait_gone(pids, 10), "the running job's rank ended with the killed daemon")
+    d.start()
+
+    after = get_job(d, done.id)
+    c.check(state_name(after.state) == "SUCCEEDED", "finished job still SUCCEEDED after restart")
+    c.check(series(d, done.id) == before, "its loss history is intact")
+    logs_after = http_json(d, f"/api/v1/jobs/{done.id}/logs?tail=1000")["lines"]
+    c.check([l["text"] for l in logs_after] == [l["text"] for l in logs_before],
+            f"its log tail is intact ({len(logs_after)} lines)")
+    r = get_job(d, running.id)
+    c.check(state_name(r.state) == "FAILED" and "restarted" in r.reason,
+            f"the interrupted job is FAILED with the reason: {state_name(r.state)} {r.reason!r}")
+    c.check(len(series(d, running.id)) >= seen, f"its records up to the kill are kept "
+            f"({len(series(d, running.id))} >= {seen})")
+    q = wait_state(d, queued.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
+    c.check(state_name(q.state) == "SUCCEEDED", f"the queued job ran after the restart "
+            f"({state_name(q.state)} {q.reason!r})")
+    ids = [j.id for j in d.stub().ListJobs(pb.ListJobsRequest(), metadata=d.metadata).jobs]
+    c.check(ids == [queued.id, running.id, done.id], f"all three jobs listed, newest first: {ids}")
+    d.stop()
+
+
+def daemon_sigterm():
+    d = Daemon(BUILD, temp_dir("ztrain-sup-term-"), max_ranks=1, grace=20)
+    j = submit(d, tiny_job(d.data_root, name="graceful", max_steps=100000))
+    j = wait_step(d, j.id, 3)
+    rc = d.stop(timeout=30)
+    c.check(rc == 0, f"ztraind exits 0 on SIGTERM (got {rc})")
+    c.check(not wait_gone([r.pid for r in j.ranks], 5), "no rank left")
+    d.start()
+    j = get_job(d, j.id)
+    c.check(state_name(j.state) == "CANCELLED", f"the running job is CANCELLED "
+            f"({state_name(j.state)} {j.reason!r})")
+    latest = os.path.join(j.checkpoint_dir, "latest")
+    tag = open(latest).read().strip() if os.path.exists(latest) else ""
+    c.check(bool(tag) and os.path.exists(os.path.join(j.checkpoint_dir, tag, "DONE")),
+            f"a complete checkpoint was written ({tag!r})")
+    d.stop()
+
+
+def http_port_in_use():
+    d = Daemon(BUILD, temp_dir("ztrain-sup-port-"))
+    with d:
+        other = temp_dir("ztrain-sup-port2-")
+        p = subprocess.run([os.path.join(BUILD, "ztraind"), "--grpc-addr", "127.0.0.1:0",
+                            "--http-addr", f"127.0.0.1:{d.http_port}", "--state-dir", other],
+                           capture_output=True, text=True, timeout=30)
+        c.check(p.returncode == 1 and f"127.0.0.1:{d.http_port}" in p.stderr,
+                f"second daemon on the same HTTP port fails naming it: rc {p.returncode}, "
+                f"{p.stderr.strip()!r}")
+
+
+killed_rank()
+daemon_killed_and_restarted()
+daemon_sigterm()
+http_port_in_use()
+c.done()
