@@ -43,6 +43,8 @@
 #define LIST_DEFAULT_PAGE 50
 #define LIST_MAX_PAGE 1000
 #define LOGS_DEFAULT_TAIL 100
+/* Status details travel in HTTP/2 trailers, which clients cap (8 KiB by default). */
+#define STATUS_TEXT_MAX 4000
 
 typedef enum {
     M_SUBMIT, M_GET, M_LIST, M_CANCEL, M_WATCH, M_METRICS, M_LOGS, M_HEALTH,
@@ -193,13 +195,24 @@ static void kick_locked(call *c) {
     grpc_slice_unref(details);
 }
 
+/* A copy of text cut to STATUS_TEXT_MAX bytes on a UTF-8 character boundary. */
+static char *status_text_copy(const char *text) {
+    size_t n = strlen(text);
+    if (n > STATUS_TEXT_MAX) {
+        n = STATUS_TEXT_MAX;
+        while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80)
+            n--;
+    }
+    return strndup(text, n);
+}
+
 /* Decides the call's status; the first decision wins. An error drops what is still queued. */
 static void finish_locked(call *c, grpc_status_code code, const char *text) {
     if (c->finishing)
         return;
     c->finishing = true;
     c->status = code;
-    c->status_text = strdup(text ? text : "");
+    c->status_text = status_text_copy(text ? text : "");
     if (code != GRPC_STATUS_OK)
         drop_queue_locked(c);
     kick_locked(c);
@@ -399,8 +412,10 @@ static Ztrain__V1__MetricSeries *new_series(const char *key, const int64_t *step
         protobuf_c_message_free_unpacked(&ms->base, NULL);
         return NULL;
     }
-    memcpy(ms->steps, steps, sizeof *steps * (size_t)n);
-    memcpy(ms->values, values, sizeof *values * (size_t)n);
+    if (n > 0) {
+        memcpy(ms->steps, steps, sizeof *steps * (size_t)n);
+        memcpy(ms->values, values, sizeof *values * (size_t)n);
+    }
     ms->n_steps = ms->n_values = (size_t)n;
     return ms;
 }

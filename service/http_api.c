@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -41,13 +42,30 @@
 #define ZT_SSE_KEEPALIVE_MS 15000
 /* How often a waiting stream checks whether its client went away. */
 #define ZT_SSE_POLL_MS 1000
-/* A client that reads slower than the job writes is cut off rather than grow without bound. */
-#define ZT_SSE_MAX_QUEUED ((size_t)64 * 1024 * 1024)
+/* A client that reads slower than the job writes is cut off rather than grow without bound;
+ * the replay of a long history counts too (about 60000 records of a GPT-2 job), and a client
+ * that wants more reads /records first and streams from where it ends. */
+#define ZT_SSE_MAX_QUEUED ((size_t)32 * 1024 * 1024)
 #define ZT_MAX_KEYS 64
 #define ZT_MAX_LIST_LIMIT 1000
 #define ZT_MAX_LOG_TAIL 100000
+/* The nice value of connection threads: under load the HTTP side yields the cores to the
+ * training ranks (nice 0), which are what the machine is for. */
+#define ZT_HTTP_NICE 10
+/* Series responses kept for repeated queries (see series_cache_get): slots, and the largest
+ * body kept, so the cache stays under 8 MiB. */
+#define ZT_CACHE_SLOTS 32
+#define ZT_CACHE_MAX_BODY ((size_t)256 * 1024)
 
 typedef struct zt_sse zt_sse;
+
+typedef struct {
+    char *query;              /* "<job id>\n<since_step>\n<max_points>\n<key>,<key>..." */
+    int64_t n_records;        /* the job's record count the body was computed at (or after) */
+    char *body;
+    size_t len;
+    uint64_t used;            /* when last hit, for eviction */
+} series_cache_slot;
 
 struct zt_http_server {
     struct MHD_Daemon *daemon;
@@ -60,6 +78,9 @@ struct zt_http_server {
     pthread_mutex_t mu;       /* guards streams and stopping */
     zt_sse *streams;          /* live event streams, so that stop can end them */
     bool stopping;
+    pthread_mutex_t cache_mu; /* guards the cache */
+    series_cache_slot cache[ZT_CACHE_SLOTS];
+    uint64_t cache_clock;
 };
 
 static int64_t wall_ms(void) {
@@ -354,7 +375,7 @@ static enum MHD_Result api_list(zt_http_server *s, struct MHD_Connection *c) {
     int n = 0;
     bool more = false;
     zt_status st = zt_jobs_list(s->jm, state, after, (int)limit, &jobs, &n, &more);
-    if (st == ZT_ERR_NOT_FOUND)
+    if ((st == ZT_ERR_NOT_FOUND || st == ZT_ERR_INVALID) && after && *after)
         return send_error(c, MHD_HTTP_BAD_REQUEST, "after: %s", zt_last_error());
     if (st != ZT_OK)
         return send_status(c, st, NULL);
@@ -488,6 +509,99 @@ static void encode_series(zt_jbuf *b, const char *id, const series_set *set, con
     zt_json_close(b, '}');
 }
 
+/* The series cache. A dashboard polls the same query again and again, and computing it walks
+ * the job's whole history under the job manager's lock, which is also what the supervisor
+ * needs to take each new record from the ranks. A job's records are only ever appended, so a
+ * response stays exact for as long as the job's record count is unchanged: a hit costs a
+ * zt_jobs_get (a short copy under the lock) instead of the walk. */
+static char *series_cache_get(zt_http_server *s, const char *query, int64_t n_records,
+                              size_t *len) {
+    char *body = NULL;
+    pthread_mutex_lock(&s->cache_mu);
+    for (int i = 0; i < ZT_CACHE_SLOTS; i++) {
+        series_cache_slot *e = &s->cache[i];
+        if (e->query && e->n_records == n_records && strcmp(e->query, query) == 0) {
+            body = malloc(e->len + 1);
+            if (body) {
+                memcpy(body, e->body, e->len);
+                body[e->len] = '\0';
+                *len = e->len;
+                e->used = ++s->cache_clock;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->cache_mu);
+    return body;
+}
+
+/* Keeps a copy of body for query, replacing that query's older entry or the least recently
+ * used one. */
+static void series_cache_put(zt_http_server *s, const char *query, int64_t n_records,
+                             const char *body, size_t len) {
+    if (len > ZT_CACHE_MAX_BODY)
+        return;
+    char *q = strdup(query), *copy = malloc(len ? len : 1);
+    if (!q || !copy) {
+        free(q);
+        free(copy);
+        return;
+    }
+    memcpy(copy, body, len);
+    pthread_mutex_lock(&s->cache_mu);
+    series_cache_slot *victim = &s->cache[0];
+    for (int i = 0; i < ZT_CACHE_SLOTS; i++) {
+        series_cache_slot *e = &s->cache[i];
+        if (e->query && strcmp(e->query, query) == 0) {
+            victim = e;
+            break;
+        }
+        if (!e->query || (victim->query && e->used < victim->used))
+            victim = e;
+    }
+    free(victim->query);
+    free(victim->body);
+    *victim = (series_cache_slot){.query = q, .n_records = n_records, .body = copy, .len = len,
+                                  .used = ++s->cache_clock};
+    pthread_mutex_unlock(&s->cache_mu);
+}
+
+static void series_cache_free(zt_http_server *s) {
+    for (int i = 0; i < ZT_CACHE_SLOTS; i++) {
+        free(s->cache[i].query);
+        free(s->cache[i].body);
+    }
+}
+
+/* Sends a NUL-terminated body of len bytes (taken over) as JSON. */
+static enum MHD_Result send_json_body(struct MHD_Connection *c, char *body, size_t len) {
+    zt_jbuf b = {.data = body, .len = len, .cap = len + 1};
+    return send_json(c, MHD_HTTP_OK, &b);
+}
+
+/* The series of the query, computed (the manager's walk, then the encoding outside its lock). */
+static enum MHD_Result compute_series(zt_http_server *s, struct MHD_Connection *c,
+                                      const char *id, const char **keys, int n_keys,
+                                      int64_t since, int max_points, const char *query,
+                                      int64_t n_records) {
+    series_set set = {0};
+    zt_status st = zt_jobs_metric_series(s->jm, id, keys, n_keys, since, max_points,
+                                         series_collect, &set);
+    enum MHD_Result ret = MHD_NO;
+    if (st == ZT_OK && !set.oom) {
+        zt_jbuf b;
+        zt_jbuf_init(&b);
+        encode_series(&b, id, &set, keys, n_keys);
+        if (!b.oom)
+            series_cache_put(s, query, n_records, b.data, b.len);
+        ret = send_json(c, MHD_HTTP_OK, &b);
+    } else if (st != ZT_OK) {
+        ret = send_status(c, st, id);
+    }
+    series_set_free(&set);
+    return ret;
+}
+
 static enum MHD_Result api_metrics(zt_http_server *s, struct MHD_Connection *c, const char *id) {
     enum MHD_Result ret;
     int64_t since = 0, max_points = 0;
@@ -504,18 +618,29 @@ static enum MHD_Result api_metrics(zt_http_server *s, struct MHD_Connection *c, 
         free(list);
         return send_error(c, MHD_HTTP_BAD_REQUEST, "keys: at most %d keys", ZT_MAX_KEYS);
     }
-    series_set set = {0};
-    zt_status st = zt_jobs_metric_series(s->jm, id, keys, n_keys, since, (int)max_points,
-                                         series_collect, &set);
-    if (st == ZT_OK && !set.oom) {
-        zt_jbuf b;
-        zt_jbuf_init(&b);
-        encode_series(&b, id, &set, keys, n_keys);
-        ret = send_json(c, MHD_HTTP_OK, &b);
-    } else {
-        ret = st != ZT_OK ? send_status(c, st, id) : MHD_NO;
+    zt_job_info info;
+    zt_status st = zt_jobs_get(s->jm, id, &info);
+    if (st != ZT_OK) {
+        free(list);
+        return send_status(c, st, id);
     }
-    series_set_free(&set);
+    int64_t n_records = info.n_records;
+    zt_job_info_free(&info);
+    zt_jbuf q;
+    zt_jbuf_init(&q);
+    /* Keys cannot hold a comma (it separates them), nor the id and numbers a line break. */
+    zt_jbuf_printf(&q, "%s\n%" PRId64 "\n%" PRId64 "\n", id, since, max_points);
+    for (int i = 0; i < n_keys; i++)
+        zt_jbuf_printf(&q, "%s%s", i ? "," : "", keys[i]);
+    size_t len;
+    char *body = q.oom ? NULL : series_cache_get(s, q.data, n_records, &len);
+    if (body)
+        ret = send_json_body(c, body, len);
+    else if (!q.oom)
+        ret = compute_series(s, c, id, keys, n_keys, since, (int)max_points, q.data, n_records);
+    else
+        ret = MHD_NO;
+    zt_jbuf_free(&q);
     free(list);
     return ret;
 }
@@ -1262,6 +1387,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *upload_data, size_t *upload_size, void **req_cls) {
     zt_http_server *s = cls;
     if (*req_cls == NULL) {
+        /* Each connection has its own thread, so this runs once per connection. Raising the
+         * nice value needs no privilege; a failure just leaves the thread as it was. */
+        static __thread bool niced;
+        if (!niced) {
+            setpriority(PRIO_PROCESS, (id_t)gettid(), ZT_HTTP_NICE);
+            niced = true;
+        }
         /* First call, headers only. A body announced as too large is refused before it is
          * read; MHD then closes the connection. */
         *req_cls = &no_body;
@@ -1301,9 +1433,28 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     *req_cls = NULL;
 }
 
+/* MHD reports every malformed request; a client sending junk in a loop must not fill the
+ * daemon's log, so at most ZT_HTTP_LOG_BURST messages go out per minute. */
+#define ZT_HTTP_LOG_BURST 20
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
-    fputs("ztraind: http: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t window_start;
+    static int in_window, dropped;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&mu);
+    if (now - window_start >= 60000) {
+        if (dropped)
+            fprintf(stderr, "ztraind: http: %d more messages were not logged\n", dropped);
+        window_start = now;
+        in_window = dropped = 0;
+    }
+    bool show = in_window++ < ZT_HTTP_LOG_BURST;
+    dropped += !show;
+    if (show) {
+        fputs("ztraind: http: ", stderr);
+        vfprintf(stderr, fmt, ap);
+    }
+    pthread_mutex_unlock(&mu);
 }
 
 /* ---- start and stop ---------------------------------------------------------------------- */
@@ -1338,6 +1489,8 @@ static int bound_port(int fd) {
 }
 
 static void server_free(zt_http_server *s) {
+    series_cache_free(s);
+    pthread_mutex_destroy(&s->cache_mu);
     free(s->token);
     free(s->web_dir);
     free(s->chartjs_dir);
@@ -1355,6 +1508,7 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
     if (!s)
         return ZT_ERR_NOMEM;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->cache_mu, NULL);
     s->jm = jm;
     s->token = cfg->token && *cfg->token ? strdup(cfg->token) : NULL;
     s->web_dir = dup_or_null(cfg->web_dir);

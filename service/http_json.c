@@ -229,20 +229,90 @@ void zt_json_int(zt_jbuf *b, int64_t v) {
     b->comma = true;
 }
 
+static const double p10[18] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,
+                               1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17};
+
+/* Whether a == m / 10^k for the integer m nearest a * 10^k (which must stay below 2^53). The
+ * test is exact: m and 10^k are exact doubles and IEEE division rounds their quotient
+ * correctly, which is the double that parsing the decimal text m·10^-k gives. */
+static bool exact_at(double a, int k, double *m) {
+    double scaled = a * p10[k];
+    if (scaled >= 9007199254740992.0)
+        return false;
+    *m = nearbyint(scaled);
+    return *m / p10[k] == a;
+}
+
+/* The fewest decimals k (at most 17) with a == m / 10^k as above, written as fixed-point text;
+ * 0 when there is none (printf then decides). Metric values arrive as 9-significant-digit text
+ * from the worker, so k is usually found by the first guess, 9 digits, with trailing zeros
+ * stripped: any shorter exact form would have passed at that k too. This replaces printf's %g
+ * and a strtod check per value, which were most of the cost of a series response. */
+static size_t format_fixed(char *out, double v) {
+    double a = fabs(v), m = 0;
+    if (!(a >= 1e-7 && a < 1e15))
+        return 0;
+    int digits_before = 0;   /* floor(log10(a)) + 1, approximately: only a first guess */
+    while (digits_before < 16 && a >= p10[digits_before])
+        digits_before++;
+    for (double x = a; digits_before > -7 && x < 0.1; x *= 10)
+        digits_before--;
+    int k = 9 - digits_before;
+    if (k < 0)
+        k = 0;
+    if (k > 17)
+        k = 17;
+    int64_t im;
+    if (exact_at(a, k, &m)) {
+        im = (int64_t)m;
+        while (k > 0 && im % 10 == 0) {
+            im /= 10;
+            k--;
+        }
+    } else {
+        do
+            k++;
+        while (k < 18 && !exact_at(a, k, &m));
+        if (k == 18)
+            return 0;
+        im = (int64_t)m;
+    }
+    char digits[24];
+    size_t nd = format_int(digits, im), n = 0;
+    if (v < 0)
+        out[n++] = '-';
+    if (nd <= (size_t)k) {
+        out[n++] = '0';
+        out[n++] = '.';
+        for (size_t z = nd; z < (size_t)k; z++)
+            out[n++] = '0';
+        memcpy(out + n, digits, nd);
+        return n + nd;
+    }
+    memcpy(out + n, digits, nd - (size_t)k);
+    n += nd - (size_t)k;
+    if (k > 0) {
+        out[n++] = '.';
+        memcpy(out + n, digits + nd - (size_t)k, (size_t)k);
+        n += (size_t)k;
+    }
+    return n;
+}
+
 void zt_json_num(zt_jbuf *b, double v) {
     if (!isfinite(v)) {
         zt_json_null(b);
         return;
     }
     sep(b);
-    char tmp[32];
+    char tmp[40];
     size_t n;
-    /* Whole numbers (steps, counts) are common and need no round-trip search. */
-    if (v == floor(v) && fabs(v) < 9007199254740992.0) {
-        n = format_int(tmp, (int64_t)v);
-        if (v == 0 && signbit(v))
-            n = (size_t)snprintf(tmp, sizeof tmp, "-0");
-    } else {
+    if (v == 0) {
+        n = signbit(v) ? 2 : 1;
+        memcpy(tmp, "-0", 2);
+        if (n == 1)
+            tmp[0] = '0';
+    } else if ((n = format_fixed(tmp, v)) == 0) {
         n = (size_t)snprintf(tmp, sizeof tmp, "%.15g", v);
         if (strtod(tmp, NULL) != v)
             n = (size_t)snprintf(tmp, sizeof tmp, "%.17g", v);

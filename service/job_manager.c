@@ -19,27 +19,15 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "job_history.h"
 #include "job_store.h"
+#include "spec_check.h"
 #include "supervisor.h"
 #include "ztrain/job_spec.h"
 
 #define LOG_RING 2000            /* log lines per job in memory */
 #define LOG_KEEP 10000           /* log lines per job in the store */
-#define MAX_KEYS 1024            /* distinct metric keys per job */
 #define STOP_EXIT_STATUS 130
-
-/* One metric record: the text as rank 0 wrote it, and its values parsed once for series. */
-typedef struct {
-    int64_t step, time_ms;
-    char *json;
-    int n;
-    uint16_t *keys;              /* indices into job.keys */
-    double *values;
-} record;
-
-typedef struct {
-    zt_log_line line;            /* text owned; stream points at a static string */
-} log_entry;
 
 struct zt_job_watch {
     struct job *job;
@@ -54,13 +42,7 @@ typedef struct job {
     struct zt_jobs *jm;
     zt_job_info info;
     long long number;
-    record *records;
-    int64_t n_records, cap_records;
-    char *keys[MAX_KEYS];
-    int n_keys;
-    log_entry *logs;             /* ring of LOG_RING */
-    int log_head, log_count;
-    int64_t next_seq;
+    zt_job_history *history;
     zt_job_watch *watches;
     /* While ranks run. */
     zt_rank_group *group;
@@ -140,15 +122,6 @@ static void set_reason(job *j, const char *fmt, ...) {
     j->info.reason = s;
 }
 
-/* Static copies of the stream names, so log entries need not own them. */
-static const char *intern_stream(const char *s) {
-    if (strcmp(s, "stdout") == 0)
-        return "stdout";
-    if (strcmp(s, "stderr") == 0)
-        return "stderr";
-    return "ztraind";
-}
-
 void zt_job_info_free(zt_job_info *j) {
     free(j->name);
     free(j->reason);
@@ -174,17 +147,7 @@ static void info_copy(zt_job_info *dst, const zt_job_info *src) {
 }
 
 static void job_free(job *j) {
-    for (int64_t i = 0; i < j->n_records; i++) {
-        free(j->records[i].json);
-        free(j->records[i].keys);
-        free(j->records[i].values);
-    }
-    free(j->records);
-    for (int i = 0; i < j->n_keys; i++)
-        free(j->keys[i]);
-    for (int i = 0; i < LOG_RING && j->logs; i++)
-        free((char *)j->logs[i].line.text);
-    free(j->logs);
+    zt_history_destroy(j->history);
     for (zt_job_watch *w = j->watches, *next; w; w = next) {
         next = w->next;
         free(w);
@@ -201,10 +164,9 @@ static job *job_alloc(const zt_job_info *src) {
     job *j = calloc(1, sizeof *j);
     ZT_ASSERT(j);
     info_copy(&j->info, src);
-    j->logs = calloc(LOG_RING, sizeof *j->logs);
+    j->history = zt_history_create(LOG_RING);
     j->last_stderr = calloc((size_t)src->world_size, sizeof *j->last_stderr);
-    ZT_ASSERT(j->logs && j->last_stderr);
-    j->next_seq = 1;
+    ZT_ASSERT(j->last_stderr);
     j->failed_rank = -1;
     j->info.loss = NAN;
     j->info.tokens_per_second = NAN;
@@ -293,71 +255,19 @@ static void set_state(zt_jobs *jm, job *j, zt_job_state s) {
 /* ------------------------------------------------------------------------------------------ */
 /* Metric records and log lines                                                                */
 
-static int key_index(job *j, const char *key) {
-    for (int i = 0; i < j->n_keys; i++)
-        if (strcmp(j->keys[i], key) == 0)
-            return i;
-    if (j->n_keys == MAX_KEYS)
-        return -1;
-    j->keys[j->n_keys] = xstrdup(key);
-    return j->n_keys++;
-}
-
-/* Appends a record (parsed from its JSON) to the job's history; updates step, loss, tok/s. */
-static bool append_record(job *j, const cJSON *obj, const char *text, int64_t time_ms,
-                          int64_t *step_out) {
-    int n = cJSON_GetArraySize(obj);
-    record r = {.time_ms = time_ms, .json = xstrdup(text)};
-    r.keys = malloc((size_t)(n ? n : 1) * sizeof *r.keys);
-    r.values = malloc((size_t)(n ? n : 1) * sizeof *r.values);
-    ZT_ASSERT(r.keys && r.values);
-    r.step = j->info.step;
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        if (!cJSON_IsNumber(it) || !it->string)
-            continue;
-        int k = key_index(j, it->string);
-        if (k < 0)
-            continue;
-        r.keys[r.n] = (uint16_t)k;
-        r.values[r.n++] = it->valuedouble;
-        if (strcmp(it->string, "train/global_step") == 0)
-            r.step = (int64_t)it->valuedouble;
-        else if (strcmp(it->string, "train/loss") == 0)
-            j->info.loss = it->valuedouble;
-        else if (strcmp(it->string, "perf/tokens_per_second") == 0)
-            j->info.tokens_per_second = it->valuedouble;
-    }
-    if (j->n_records == j->cap_records) {
-        j->cap_records = j->cap_records ? 2 * j->cap_records : 256;
-        j->records = realloc(j->records, (size_t)j->cap_records * sizeof *j->records);
-        ZT_ASSERT(j->records);
-    }
-    j->records[j->n_records++] = r;
-    j->info.n_records = j->n_records;
-    if (r.step > j->info.step)
-        j->info.step = r.step;
-    *step_out = r.step;
-    return true;
-}
-
-static void append_log(job *j, const zt_log_line *l) {
-    log_entry *e = &j->logs[(j->log_head + j->log_count) % LOG_RING];
-    if (j->log_count == LOG_RING) {
-        e = &j->logs[j->log_head];
-        j->log_head = (j->log_head + 1) % LOG_RING;
-        j->log_count--;
-    }
-    free((char *)e->line.text);
-    e->line = *l;
-    e->line.stream = intern_stream(l->stream);
-    e->line.text = xstrdup(l->text);
-    j->log_count++;
-    if (l->seq >= j->next_seq)
-        j->next_seq = l->seq + 1;
-}
-
-static const zt_log_line *log_at(const job *j, int i) {
-    return &j->logs[(j->log_head + i) % LOG_RING].line;
+/* Adds a record to the history and takes step, loss and tokens/s from it for the job's info. */
+static void add_record(job *j, const cJSON *obj, const char *text, int64_t time_ms,
+                       zt_metric_record *out) {
+    zt_history_add_record(j->history, obj, text, time_ms, j->info.step, out);
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(obj, "train/loss");
+    const cJSON *tps = cJSON_GetObjectItemCaseSensitive(obj, "perf/tokens_per_second");
+    if (cJSON_IsNumber(loss))
+        j->info.loss = loss->valuedouble;
+    if (cJSON_IsNumber(tps))
+        j->info.tokens_per_second = tps->valuedouble;
+    j->info.n_records = zt_history_n_records(j->history);
+    if (out->step > j->info.step)
+        j->info.step = out->step;
 }
 
 /* A line of ztraind's own about the job, for its log ("started 2 ranks: pids 10, 11"). */
@@ -369,9 +279,9 @@ static void daemon_log(zt_jobs *jm, job *j, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    zt_log_line l = {.seq = j->next_seq, .time_ms = now_ms(), .rank = -1, .stream = "ztraind",
-                     .text = text};
-    append_log(j, &l);
+    zt_log_line l = {.seq = zt_history_next_seq(j->history), .time_ms = now_ms(), .rank = -1,
+                     .stream = "ztraind", .text = text};
+    zt_history_add_log(j->history, &l);
     if (zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP) != ZT_OK)
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
     zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = &l};
@@ -429,30 +339,51 @@ static void start_job(zt_jobs *jm, job *j) {
     set_state(jm, j, ZT_JOB_STARTING);
 }
 
-/* Starts queued jobs in submission order while they fit; the first that does not fit waits
- * (no overtaking, so a large job is never starved by small ones). */
-static void on_tick(void *ctx) {
-    zt_jobs *jm = ctx;
-    pthread_mutex_lock(&jm->mu);
+/* Says what a queued job waits for, when that changed. */
+static void set_wait_reason(zt_jobs *jm, job *j, const char *why) {
+    if (strcmp(why, j->info.reason) == 0)
+        return;
+    set_reason(j, "%s", why);
+    persist(jm, j);
+    notify_state(j);
+}
+
+/* Goes through the queue in submission order: jobs that fit start (only when `start`: spawning
+ * is the supervisor thread's), the first that does not fit waits, and so do the ones behind it
+ * (no overtaking, so a large job is never starved by small ones). Each waiting job's reason
+ * says what it waits for. Called with the lock held. */
+static void schedule(zt_jobs *jm, bool start) {
+    const job *blocked = NULL;
+    int free_ranks = jm->cfg.max_ranks - jm->ranks_in_use;
     for (int i = 0; i < jm->n_jobs; i++) {
         job *j = jm->jobs[i];
         if (j->info.state != ZT_JOB_QUEUED)
             continue;
-        int free_ranks = jm->cfg.max_ranks - jm->ranks_in_use;
-        if (j->info.world_size <= free_ranks) {
-            start_job(jm, j);
-            continue;
-        }
         char why[256];
-        snprintf(why, sizeof why, "waiting for %d free rank slot(s): %d of --max-ranks %d in use",
-                 j->info.world_size, jm->ranks_in_use, jm->cfg.max_ranks);
-        if (strcmp(why, j->info.reason) != 0) {
-            set_reason(j, "%s", why);
-            persist(jm, j);
-            notify_state(j);
+        if (blocked) {
+            snprintf(why, sizeof why, "waiting behind %s, which is first in the queue",
+                     blocked->info.id);
+        } else if (j->info.world_size <= free_ranks) {
+            free_ranks -= j->info.world_size;
+            if (start) {
+                start_job(jm, j);
+                continue;
+            }
+            snprintf(why, sizeof why, "starting");
+        } else {
+            snprintf(why, sizeof why, "waiting for %d free rank slot(s): %d of --max-ranks %d "
+                     "in use", j->info.world_size, jm->cfg.max_ranks - free_ranks,
+                     jm->cfg.max_ranks);
+            blocked = j;
         }
-        break;
+        set_wait_reason(jm, j, why);
     }
+}
+
+static void on_tick(void *ctx) {
+    zt_jobs *jm = ctx;
+    pthread_mutex_lock(&jm->mu);
+    schedule(jm, true);
     pthread_mutex_unlock(&jm->mu);
 }
 
@@ -480,10 +411,8 @@ static void on_metrics_line(void *group_ctx, const char *line) {
         else
             persist(jm, j);
     } else {
-        int64_t step;
-        zt_metric_record r = {.time_ms = now_ms(), .json = line};
-        append_record(j, obj, line, r.time_ms, &step);
-        r.step = step;
+        zt_metric_record r;
+        add_record(j, obj, line, now_ms(), &r);
         if (zt_store_add_record(jm->store, j->info.id, &r) != ZT_OK)
             fprintf(stderr, "ztraind: %s\n", zt_last_error());
         if (j->info.state == ZT_JOB_STARTING)
@@ -499,9 +428,9 @@ static void on_log_line(void *group_ctx, int rank, const char *stream, const cha
     job *j = group_ctx;
     zt_jobs *jm = j->jm;
     pthread_mutex_lock(&jm->mu);
-    zt_log_line l = {.seq = j->next_seq, .time_ms = now_ms(), .rank = rank, .stream = stream,
-                     .text = line};
-    append_log(j, &l);
+    zt_log_line l = {.seq = zt_history_next_seq(j->history), .time_ms = now_ms(), .rank = rank,
+                     .stream = stream, .text = line};
+    zt_history_add_log(j->history, &l);
     if (strcmp(stream, "stderr") == 0 && line[0])
         set_str(&j->last_stderr[rank], line);
     if (zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP) != ZT_OK)
@@ -589,119 +518,7 @@ static void on_group_ended(void *group_ctx) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Submitting: paths inside the roots, the spec checked by the engine's own parser             */
-
-/* Whether `path` (absolute, resolved) lies inside `root` (absolute, resolved). */
-static bool inside(const char *root, const char *path) {
-    size_t n = strlen(root);
-    return strncmp(root, path, n) == 0 && (path[n] == '/' || path[n] == '\0' || n == 1);
-}
-
-/* Resolves `value` against root and checks that it stays inside it, following symlinks. The
- * file must exist when must_exist; otherwise its nearest existing ancestor is checked. The
- * resolved path goes back into the JSON. */
-static zt_status resolve_in_root(cJSON *parent, const char *key, const char *field,
-                                 const char *root, bool must_exist) {
-    cJSON *item = cJSON_GetObjectItemCaseSensitive(parent, key);
-    if (!item || cJSON_IsNull(item))
-        return ZT_OK;
-    if (!cJSON_IsString(item) || !item->valuestring[0])
-        return zt_error(ZT_ERR_INVALID, "%s must be a non-empty path", field);
-    const char *v = item->valuestring;
-    char *joined = NULL;
-    if (asprintf(&joined, "%s%s%s", v[0] == '/' ? "" : root, v[0] == '/' ? "" : "/", v) < 0)
-        return zt_error(ZT_ERR_NOMEM, "out of memory");
-    char resolved[PATH_MAX];
-    zt_status s = ZT_OK;
-    if (realpath(joined, resolved)) {
-        if (!inside(root, resolved))
-            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's %s root %s", field, v,
-                         must_exist ? "data" : "runs", root);
-    } else if (must_exist) {
-        s = zt_error(ZT_ERR_INVALID, "%s: '%s' does not exist under the data root %s (%s)", field,
-                     v, root, strerror(errno));
-    } else {
-        /* A directory to be made: its nearest existing ancestor must be inside, and the rest of
-         * the path may not climb out with "..". */
-        char probe[PATH_MAX];
-        snprintf(probe, sizeof probe, "%s", joined);
-        char *slash;
-        while (!realpath(probe, resolved) && (slash = strrchr(probe, '/')) && slash != probe)
-            *slash = '\0';
-        const char *rest = joined + strlen(probe);
-        if (strstr(rest, "/..") || !inside(root, resolved))
-            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's runs root %s", field,
-                         v, root);
-        else
-            snprintf(resolved + strlen(resolved), sizeof resolved - strlen(resolved), "%s", rest);
-    }
-    if (s == ZT_OK)
-        cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(resolved));
-    free(joined);
-    return s;
-}
-
-static cJSON *section(cJSON *top, const char *key) {
-    cJSON *o = cJSON_GetObjectItemCaseSensitive(top, key);
-    return cJSON_IsObject(o) ? o : NULL;
-}
-
-/* The spec with its paths resolved and a default checkpoint directory; *text is heap-owned. */
-static zt_status canonical_spec(zt_jobs *jm, const char *spec_json, const char *id, char **text) {
-    cJSON *top = cJSON_Parse(spec_json);
-    if (!cJSON_IsObject(top)) {
-        cJSON_Delete(top);
-        return zt_error(ZT_ERR_INVALID, "spec: not a JSON object");
-    }
-    zt_status s = ZT_OK;
-    cJSON *ds = cJSON_GetObjectItemCaseSensitive(top, "deepspeed");
-    if (ds && !cJSON_IsObject(ds))
-        s = zt_error(ZT_ERR_INVALID, "deepspeed: the service takes the DeepSpeed config as JSON "
-                                     "text (deepspeed_json), not as a path on the server");
-    cJSON *data = section(top, "data"), *model = section(top, "model");
-    cJSON *train = section(top, "train");
-    if (s == ZT_OK && data)
-        s = resolve_in_root(data, "train", "data.train", jm->cfg.data_root, true);
-    if (s == ZT_OK && data)
-        s = resolve_in_root(data, "val", "data.val", jm->cfg.data_root, true);
-    if (s == ZT_OK && model)
-        s = resolve_in_root(model, "init_from", "model.init_from", jm->cfg.data_root, true);
-    if (s == ZT_OK && !train) {
-        train = cJSON_AddObjectToObject(top, "train");
-    }
-    if (s == ZT_OK) {
-        cJSON *ckpt = cJSON_GetObjectItemCaseSensitive(train, "checkpoint_dir");
-        if (!ckpt || cJSON_IsNull(ckpt)) {
-            char dflt[PATH_MAX];
-            snprintf(dflt, sizeof dflt, "%s/%s/ckpt", jm->cfg.runs_root, id);
-            cJSON_DeleteItemFromObjectCaseSensitive(train, "checkpoint_dir");
-            cJSON_AddStringToObject(train, "checkpoint_dir", dflt);
-        } else {
-            s = resolve_in_root(train, "checkpoint_dir", "train.checkpoint_dir",
-                                jm->cfg.runs_root, false);
-        }
-    }
-    if (s == ZT_OK && !(*text = cJSON_PrintUnformatted(top)))
-        s = zt_error(ZT_ERR_NOMEM, "out of memory");
-    cJSON_Delete(top);
-    return s;
-}
-
-/* The engine's own parser is the judge of a spec: the same messages as `ztrain run`, DeepSpeed's
- * texts included. Paths are already absolute, so the base directory does not matter. */
-static zt_status validate_spec(zt_jobs *jm, const char *text, zt_job_spec *spec) {
-    ZT_TRY(zt_job_spec_parse(spec, text, "spec", jm->cfg.runs_root));
-    zt_status s = ZT_OK;
-    if (spec->world_size > jm->cfg.max_world_size)
-        s = zt_error(ZT_ERR_INVALID, "spec: world_size %d is above this server's limit of %d",
-                     spec->world_size, jm->cfg.max_world_size);
-    else if (spec->world_size > jm->cfg.max_ranks)
-        s = zt_error(ZT_ERR_INVALID, "spec: world_size %d can never run: the server runs at most "
-                     "%d rank(s) at once (--max-ranks)", spec->world_size, jm->cfg.max_ranks);
-    if (s != ZT_OK)
-        zt_job_spec_free(spec);
-    return s;
-}
+/* Submitting                                                                                  */
 
 static job *find_by_key(zt_jobs *jm, const char *key) {
     if (!key || !key[0])
@@ -745,13 +562,12 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
 
     char *text = NULL;
     zt_job_spec spec;
-    zt_status s = canonical_spec(jm, spec_json, id, &text);
-    if (s == ZT_OK)
-        s = validate_spec(jm, text, &spec);
-    if (s != ZT_OK) {
-        free(text);
+    zt_spec_limits limits = {.data_root = jm->cfg.data_root, .runs_root = jm->cfg.runs_root,
+                             .max_world_size = jm->cfg.max_world_size,
+                             .max_ranks = jm->cfg.max_ranks};
+    zt_status s = zt_spec_check(spec_json, id, &limits, &text, &spec);
+    if (s != ZT_OK)
         return s;
-    }
     zt_job_info ji = {.name = spec.name, .state = ZT_JOB_QUEUED, .reason = "",
                       .spec_json = text, .idempotency_key = (char *)(idempotency_key ? idempotency_key : ""),
                       .world_size = spec.world_size, .created_ms = now_ms(),
@@ -773,6 +589,7 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
         j = job_alloc(&ji);
         add_job(jm, j);
         persist(jm, j);
+        schedule(jm, false);
     }
     info_copy(info, &j->info);
     pthread_mutex_unlock(&jm->mu);
@@ -848,72 +665,22 @@ const zt_jobs_config *zt_jobs_get_config(const zt_jobs *jm) {
     return &jm->cfg;
 }
 
-/* Indices of at most max_points of n points, evenly spaced, first and last included. */
-static int thin(int n, int max_points, int k) {
-    if (max_points <= 0 || n <= max_points)
-        return k;
-    if (max_points == 1)
-        return n - 1;
-    return (int)((int64_t)k * (n - 1) / (max_points - 1));
-}
-
 zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *keys, int n_keys,
                                 int64_t since_step, int max_points, zt_series_fn emit, void *ctx) {
     pthread_mutex_lock(&jm->mu);
     job *j = find_job(jm, id);
-    if (!j) {
-        pthread_mutex_unlock(&jm->mu);
-        return not_found(id);
-    }
-    int64_t first = 0;
-    while (first < j->n_records && j->records[first].step < since_step)
-        first++;
-    int64_t span = j->n_records - first;
-    int64_t *steps = malloc((size_t)(span ? span : 1) * sizeof *steps);
-    double *values = malloc((size_t)(span ? span : 1) * sizeof *values);
-    ZT_ASSERT(steps && values);
-    int n_out = n_keys > 0 ? n_keys : j->n_keys;
-    for (int q = 0; q < n_out; q++) {
-        const char *key = n_keys > 0 ? keys[q] : j->keys[q];
-        int k = -1;
-        for (int i = 0; i < j->n_keys && k < 0; i++)
-            if (strcmp(j->keys[i], key) == 0)
-                k = i;
-        int m = 0;
-        for (int64_t r = first; k >= 0 && r < j->n_records; r++) {
-            const record *rec = &j->records[r];
-            for (int v = 0; v < rec->n; v++)
-                if (rec->keys[v] == k && isfinite(rec->values[v])) {
-                    steps[m] = rec->step;
-                    values[m++] = rec->values[v];
-                    break;
-                }
-        }
-        int kept = max_points > 0 && m > max_points ? max_points : m;
-        for (int i = 0; i < kept; i++) {
-            int src = thin(m, max_points, i);
-            steps[i] = steps[src];
-            values[i] = values[src];
-        }
-        emit(ctx, key, steps, values, kept);
-    }
-    free(steps);
-    free(values);
+    if (j)
+        zt_history_series(j->history, keys, n_keys, since_step, max_points, emit, ctx);
     pthread_mutex_unlock(&jm->mu);
-    return ZT_OK;
+    return j ? ZT_OK : not_found(id);
 }
 
 zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step,
                                  zt_record_fn emit, void *ctx) {
     pthread_mutex_lock(&jm->mu);
     job *j = find_job(jm, id);
-    for (int64_t i = 0; j && i < j->n_records; i++) {
-        const record *rec = &j->records[i];
-        if (rec->step < since_step)
-            continue;
-        zt_metric_record r = {.step = rec->step, .time_ms = rec->time_ms, .json = rec->json};
-        emit(ctx, &r);
-    }
+    if (j)
+        zt_history_records(j->history, since_step, emit, ctx);
     pthread_mutex_unlock(&jm->mu);
     return j ? ZT_OK : not_found(id);
 }
@@ -921,11 +688,8 @@ zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step
 zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, void *ctx) {
     pthread_mutex_lock(&jm->mu);
     job *j = find_job(jm, id);
-    if (j) {
-        int from = tail > 0 && tail < j->log_count ? j->log_count - tail : 0;
-        for (int i = from; i < j->log_count; i++)
-            emit(ctx, log_at(j, i));
-    }
+    if (j)
+        zt_history_logs(j->history, tail, emit, ctx);
     pthread_mutex_unlock(&jm->mu);
     return j ? ZT_OK : not_found(id);
 }
@@ -969,6 +733,19 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
     return ZT_OK;
 }
 
+/* History replayed to a new watch, as the events live ones would have been. */
+static void replay_record(void *ctx, const zt_metric_record *r) {
+    zt_job_watch *w = ctx;
+    zt_job_event ev = {.kind = ZT_EVENT_METRICS, .record = r};
+    w->fn(w->ctx, &ev);
+}
+
+static void replay_log(void *ctx, const zt_log_line *l) {
+    zt_job_watch *w = ctx;
+    zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = l};
+    w->fn(w->ctx, &ev);
+}
+
 zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step, int log_tail,
                         zt_job_event_fn fn, void *ctx, zt_job_watch **out) {
     zt_job_watch *w = calloc(1, sizeof *w);
@@ -987,21 +764,10 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
     zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
     if (!ended)
         fn(ctx, &ev);
-    for (int64_t i = 0; (what & ZT_WATCH_METRICS) && i < j->n_records; i++) {
-        const record *rec = &j->records[i];
-        if (rec->step < from_step)
-            continue;
-        zt_metric_record r = {.step = rec->step, .time_ms = rec->time_ms, .json = rec->json};
-        zt_job_event me = {.kind = ZT_EVENT_METRICS, .record = &r};
-        fn(ctx, &me);
-    }
-    if (what & ZT_WATCH_LOGS) {
-        int from = log_tail >= 0 && log_tail < j->log_count ? j->log_count - log_tail : 0;
-        for (int i = from; i < j->log_count; i++) {
-            zt_job_event le = {.kind = ZT_EVENT_LOG, .log = log_at(j, i)};
-            fn(ctx, &le);
-        }
-    }
+    if (what & ZT_WATCH_METRICS)
+        zt_history_records(j->history, from_step, replay_record, w);
+    if (what & ZT_WATCH_LOGS)
+        zt_history_logs(j->history, log_tail, replay_log, w);
     if (ended) {
         fn(ctx, &ev);
         w->done = true;
@@ -1038,9 +804,9 @@ static void load_record(void *ctx, const char *job_id, const zt_metric_record *r
     zt_jobs *jm = ctx;
     job *j = find_job(jm, job_id);
     cJSON *obj = cJSON_Parse(r->json);
-    int64_t step;
+    zt_metric_record stored;
     if (j && cJSON_IsObject(obj))
-        append_record(j, obj, r->json, r->time_ms, &step);
+        add_record(j, obj, r->json, r->time_ms, &stored);
     cJSON_Delete(obj);
 }
 
@@ -1048,7 +814,7 @@ static void load_log(void *ctx, const char *job_id, const zt_log_line *l) {
     zt_jobs *jm = ctx;
     job *j = find_job(jm, job_id);
     if (j)
-        append_log(j, l);
+        zt_history_add_log(j->history, l);
 }
 
 /* Jobs whose ranks were running under the previous daemon: they asked to be stopped when it

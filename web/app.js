@@ -502,11 +502,13 @@
       logLoss: false,
       memory: {},        /* "rank0/params_bytes" -> value, from the newest record that has it */
       lastStepTime: null,
-      series: new Map(), /* key -> {points: [{x, y, step, t}], byStep: Map, chart, dirtyFrom} */
+      series: new Map(), /* key -> {points: [{x, y, step, t}], byStep: Map, chart, def, dirty} */
       charts: {},
       flushTimer: null,
       allDirty: false,
       pollTimer: null,
+      specShown: false,
+      streamEnded: false,
     };
 
     /* -- charts -- */
@@ -520,7 +522,6 @@
     function makeChart(name, def) {
       const canvas = $(root, `canvas[data-chart="${name}"]`);
       const datasets = [];
-      const multi = def.series.length > 1;
       for (const s of def.series) {
         const entry = {points: [], byStep: new Map(), chart: name, def: s, dirty: false};
         st.series.set(s.key, entry);
@@ -565,7 +566,7 @@
           plugins: {
             decimation: {enabled: true, algorithm: 'min-max'},
             legend: {
-              display: multi,
+              display: false,
               labels: {boxWidth: 12, filter: (item, data) => {
                 const d = data.datasets[item.datasetIndex];
                 return d.ztLegend && d.data.length > 0;
@@ -652,7 +653,10 @@
     function setT0(ms) {
       if (st.t0 === ms) return;
       st.t0 = ms;
-      if (st.xMode === 'time') st.allDirty = true;
+      if (st.xMode === 'time') {
+        st.allDirty = true;
+        scheduleFlush();
+      }
     }
 
     function scheduleFlush() {
@@ -685,9 +689,30 @@
           setText(field('mfu-hint'), hasMfu ? '(MFU on the right axis)' : '');
         }
         chart.canvas.parentElement.classList.toggle('no-data', empty);
+        const named = chart.data.datasets.filter((d) => d.ztLegend && d.data.length > 0);
+        chart.options.plugins.legend.display = named.length > 1;
         chart.update('none');
       }
+      renderLive();
       renderRanks();
+    }
+
+    /* The header follows the records as they arrive; the job itself is polled less often. */
+    function lastValue(key) {
+      const pts = st.series.get(key).points;
+      return pts.length ? pts[pts.length - 1] : null;
+    }
+
+    function renderLive() {
+      const job = st.job;
+      if (!job || st.maxStep <= job.step) return;
+      const loss = lastValue('train/loss');
+      const tps = lastValue('perf/tokens_per_second');
+      const live = Object.assign({}, job, {step: st.maxStep});
+      setText(field('progress'), fmtProgress(live));
+      field('progress-bar').value = job.max_steps > 0 ? Math.min(1, st.maxStep / job.max_steps) : 0;
+      if (loss && loss.step === st.maxStep) setText(field('loss'), fmtFixed(loss.y, 4));
+      if (tps && tps.step === st.maxStep) setText(field('tps'), fmtCompact(tps.y));
     }
 
     function redrawAll() {
@@ -736,6 +761,7 @@
       field('progress-bar').value = job.max_steps > 0 ? Math.min(1, job.step / job.max_steps) : 0;
       setText(field('loss'), fmtFixed(job.loss, 4));
       setText(field('tps'), fmtCompact(job.tokens_per_second));
+      renderLive();
       setText(field('elapsed'), fmtDuration(job.elapsed_ms));
       setText(field('eta'), TERMINAL.has(job.state) ? '—' : fmtDuration(job.eta_ms));
       setText(field('world'), `${job.world_size} × ${job.device || 'cpu'}`);

@@ -174,6 +174,12 @@ class Daemon:
         with open(self.log_path, encoding="utf-8", errors="replace") as f:
             return f.read()
 
+    def sanitizer_errors(self):
+        """The first lines of any AddressSanitizer, LeakSanitizer or UBSan report in the log (in
+        a -DZT_SANITIZE=ON build); empty when there is none. Leaks show up after stop()."""
+        pat = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:")
+        return [l for l in self.log().splitlines() if pat.search(l)][:5]
+
     def _close_channel(self):
         if self._channel is not None:
             self._channel.close()

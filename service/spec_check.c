@@ -1,0 +1,138 @@
+/* Checking a submitted job spec: paths resolved inside the server's roots, a default checkpoint
+ * directory, and the engine's own parser as the judge of everything else (its messages, and
+ * DeepSpeed's texts, go back to the client as they are). */
+#define _GNU_SOURCE
+#include "spec_check.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether `path` (absolute, resolved) lies inside `root` (absolute, resolved). */
+static bool inside(const char *root, const char *path) {
+    size_t n = strlen(root);
+    return strncmp(root, path, n) == 0 && (path[n] == '/' || path[n] == '\0' || n == 1);
+}
+
+/* Resolves `value` against root and checks that it stays inside it, following symlinks. The
+ * file must exist when must_exist; otherwise its nearest existing ancestor is checked. The
+ * resolved path goes back into the JSON. */
+static zt_status resolve_in_root(cJSON *parent, const char *key, const char *field,
+                                 const char *root, bool must_exist) {
+    cJSON *item = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (!item || cJSON_IsNull(item))
+        return ZT_OK;
+    if (!cJSON_IsString(item) || !item->valuestring[0])
+        return zt_error(ZT_ERR_INVALID, "%s must be a non-empty path", field);
+    const char *v = item->valuestring;
+    char *joined = NULL;
+    if (asprintf(&joined, "%s%s%s", v[0] == '/' ? "" : root, v[0] == '/' ? "" : "/", v) < 0)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    char resolved[PATH_MAX];
+    zt_status s = ZT_OK;
+    if (realpath(joined, resolved)) {
+        if (!inside(root, resolved))
+            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's %s root %s", field, v,
+                         must_exist ? "data" : "runs", root);
+    } else if (must_exist) {
+        s = zt_error(ZT_ERR_INVALID, "%s: '%s' does not exist under the data root %s (%s)", field,
+                     v, root, strerror(errno));
+    } else {
+        /* A directory to be made: its nearest existing ancestor must be inside, and the rest of
+         * the path may not climb out with "..". */
+        char probe[PATH_MAX];
+        snprintf(probe, sizeof probe, "%s", joined);
+        char *slash;
+        while (!realpath(probe, resolved) && (slash = strrchr(probe, '/')) && slash != probe)
+            *slash = '\0';
+        const char *rest = joined + strlen(probe);
+        if (strstr(rest, "/..") || !inside(root, resolved))
+            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's runs root %s", field,
+                         v, root);
+        else
+            snprintf(resolved + strlen(resolved), sizeof resolved - strlen(resolved), "%s", rest);
+    }
+    if (s == ZT_OK)
+        cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(resolved));
+    free(joined);
+    return s;
+}
+
+static cJSON *section(cJSON *top, const char *key) {
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(top, key);
+    return cJSON_IsObject(o) ? o : NULL;
+}
+
+/* The spec with its paths resolved and a default checkpoint directory; *text is heap-owned. */
+static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json, const char *id,
+                                char **text) {
+    cJSON *top = cJSON_Parse(spec_json);
+    if (!cJSON_IsObject(top)) {
+        cJSON_Delete(top);
+        return zt_error(ZT_ERR_INVALID, "spec: not a JSON object");
+    }
+    zt_status s = ZT_OK;
+    cJSON *ds = cJSON_GetObjectItemCaseSensitive(top, "deepspeed");
+    if (ds && !cJSON_IsObject(ds))
+        s = zt_error(ZT_ERR_INVALID, "deepspeed: the service takes the DeepSpeed config as JSON "
+                                     "text (deepspeed_json), not as a path on the server");
+    cJSON *data = section(top, "data"), *model = section(top, "model");
+    cJSON *train = section(top, "train");
+    if (s == ZT_OK && data)
+        s = resolve_in_root(data, "train", "data.train", lim->data_root, true);
+    if (s == ZT_OK && data)
+        s = resolve_in_root(data, "val", "data.val", lim->data_root, true);
+    if (s == ZT_OK && model)
+        s = resolve_in_root(model, "init_from", "model.init_from", lim->data_root, true);
+    if (s == ZT_OK && !train) {
+        train = cJSON_AddObjectToObject(top, "train");
+    }
+    if (s == ZT_OK) {
+        cJSON *ckpt = cJSON_GetObjectItemCaseSensitive(train, "checkpoint_dir");
+        if (!ckpt || cJSON_IsNull(ckpt)) {
+            char dflt[PATH_MAX];
+            snprintf(dflt, sizeof dflt, "%s/%s/ckpt", lim->runs_root, id);
+            cJSON_DeleteItemFromObjectCaseSensitive(train, "checkpoint_dir");
+            cJSON_AddStringToObject(train, "checkpoint_dir", dflt);
+        } else {
+            s = resolve_in_root(train, "checkpoint_dir", "train.checkpoint_dir",
+                                lim->runs_root, false);
+        }
+    }
+    if (s == ZT_OK && !(*text = cJSON_PrintUnformatted(top)))
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
+    cJSON_Delete(top);
+    return s;
+}
+
+/* The engine's own parser is the judge of a spec: the same messages as `ztrain run`, DeepSpeed's
+ * texts included. Paths are already absolute, so the base directory does not matter. */
+static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_job_spec *spec) {
+    ZT_TRY(zt_job_spec_parse(spec, text, "spec", lim->runs_root));
+    zt_status s = ZT_OK;
+    if (spec->world_size > lim->max_world_size)
+        s = zt_error(ZT_ERR_INVALID, "spec: world_size %d is above this server's limit of %d",
+                     spec->world_size, lim->max_world_size);
+    else if (spec->world_size > lim->max_ranks)
+        s = zt_error(ZT_ERR_INVALID, "spec: world_size %d can never run: the server runs at most "
+                     "%d rank(s) at once (--max-ranks)", spec->world_size, lim->max_ranks);
+    if (s != ZT_OK)
+        zt_job_spec_free(spec);
+    return s;
+}
+
+zt_status zt_spec_check(const char *spec_json, const char *id, const zt_spec_limits *lim,
+                        char **text, zt_job_spec *spec) {
+    *text = NULL;
+    zt_status s = canonical_spec(lim, spec_json, id, text);
+    if (s == ZT_OK)
+        s = validate_spec(lim, *text, spec);
+    if (s != ZT_OK) {
+        free(*text);
+        *text = NULL;
+    }
+    return s;
+}

@@ -1,0 +1,25 @@
+/* Checking a job spec submitted to ztraind (job_manager.c's first step of SubmitJob). */
+#ifndef ZTRAIN_SPEC_CHECK_H
+#define ZTRAIN_SPEC_CHECK_H
+
+#include "ztrain/job_spec.h"
+#include "ztrain/status.h"
+
+typedef struct {
+    const char *data_root;    /* absolute and resolved: data.train, data.val, model.init_from */
+    const char *runs_root;    /* absolute and resolved: train.checkpoint_dir */
+    int max_world_size;
+    int max_ranks;            /* a larger world_size could never start */
+} zt_spec_limits;
+
+/* Resolves the spec's paths inside the roots (following symlinks; "..", absolute paths and
+ * links that leave a root are refused), sets train.checkpoint_dir to RUNS/<id>/ckpt when absent,
+ * and parses the result with zt_job_spec_parse. On success *text is the resolved spec as JSON
+ * (heap, the caller frees it) and *spec its parsed form (zt_job_spec_free). On failure nothing
+ * needs freeing and zt_last_error() names the field: "data.train: '../x' is outside the server's
+ * data root /data", "spec: model.n_embd (250) must be divisible by model.n_head (4)", or
+ * DeepSpeed's own text. */
+zt_status zt_spec_check(const char *spec_json, const char *id, const zt_spec_limits *lim,
+                        char **text, zt_job_spec *spec);
+
+#endif

@@ -1,0 +1,225 @@
+"""What ztraind's gRPC server does with bad requests, bad clients and a busy port (Python grpcio).
+
+  a. With a token, every call (Health/Check included) without "authorization: Bearer <token>",
+     or with a wrong one, is UNAUTHENTICATED; the right token works.
+  b. SubmitJob with a data path escaping the data root, a bad model, a bad DeepSpeed config
+     (DeepSpeed's own text), deepspeed_json that is not JSON or not an object: INVALID_ARGUMENT
+     naming the field at fault.
+  c. Garbage bytes as the request of a unary and of a streaming method are INVALID_ARGUMENT, an
+     empty request says the id is required, an unknown method is UNIMPLEMENTED, a message over
+     the size limit is RESOURCE_EXHAUSTED, and the server keeps serving throughout.
+  d. Watchers that cancel or hit their deadline mid-stream are cleaned up: the job goes on, new
+     watches work, and 100 concurrent calls all succeed.
+  e. A second ztraind on the same gRPC port fails to start with an error naming the address."""
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from svc import (BUILD, Checker, Daemon, get_job, spec_proto, state_name, stubs,  # noqa: E402
+                 submit, temp_dir, tiny_job, wait_state, wait_step)
+
+import grpc  # noqa: E402
+
+sys.stdout.reconfigure(line_buffering=True)
+pb, rpc, hpb, hrpc = stubs()
+ck = Checker()
+LONG = 10_000_000
+
+
+def code_of(call):
+    """(status code, details) of a call that is expected to fail."""
+    try:
+        r = call()
+        if hasattr(r, "__iter__") and not hasattr(r, "ListFields"):
+            list(r)
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        return e.code(), e.details() or ""
+
+
+def serving(d):
+    try:
+        return d.health().Check(hpb.HealthCheckRequest(), metadata=d.metadata,
+                                timeout=10).status == hpb.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        return False
+
+
+def case_a(tmp):
+    with Daemon(BUILD, os.path.join(tmp, "auth"), token="s3cret-token") as d:
+        stub, health = d.stub(), d.health()
+        for name, md in (("no", []), ("a wrong", [("authorization", "Bearer nope")]),
+                         ("a non-Bearer", [("authorization", "s3cret-token")])):
+            codes = [
+                code_of(lambda: health.Check(hpb.HealthCheckRequest(), metadata=md, timeout=10)),
+                code_of(lambda: stub.GetJob(pb.GetJobRequest(id="job-000001"), metadata=md,
+                                            timeout=10)),
+                code_of(lambda: stub.ListJobs(pb.ListJobsRequest(), metadata=md, timeout=10)),
+                code_of(lambda: stub.WatchJob(pb.WatchJobRequest(id="job-000001"), metadata=md,
+                                              timeout=10)),
+                code_of(lambda: stub.SubmitJob(
+                    pb.SubmitJobRequest(spec=spec_proto(tiny_job(d.data_root))), metadata=md,
+                    timeout=10)),
+            ]
+            ck.check(all(c == grpc.StatusCode.UNAUTHENTICATED for c, _ in codes),
+                     f"a: {name} token: UNAUTHENTICATED everywhere ({[c.name for c, _ in codes]})")
+        ck.check(serving(d), "a: with the token Health/Check is SERVING")
+        j = submit(d, tiny_job(d.data_root, max_steps=3))
+        ck.check(state_name(wait_state(d, j.id, {"SUCCEEDED", "FAILED"}).state) == "SUCCEEDED",
+                 "a: with the token a job runs")
+
+
+def case_b(d):
+    stub = d.stub()
+
+    def submit_code(job):
+        return code_of(lambda: stub.SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job)),
+                                              metadata=d.metadata, timeout=30))
+
+    job = tiny_job(d.data_root)
+    job["data"]["train"] = "../../etc/passwd"
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "data.train" in details,
+             f"b: a data path escaping the root: {code.name}: {details}")
+
+    job = tiny_job(d.data_root)
+    job["data"]["train"] = "/etc/passwd"
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "data.train" in details,
+             f"b: an absolute path outside the root: {code.name}: {details}")
+
+    job = tiny_job(d.data_root)
+    job["model"].update(n_embd=30, n_head=4)
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "model.n_embd" in details and
+             "divisible" in details, f"b: a bad model: {code.name}: {details}")
+
+    job = tiny_job(d.data_root, deepspeed={"train_batch_size": 3,
+                                           "train_micro_batch_size_per_gpu": 2})
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and
+             "Check batch related parameters. train_batch_size is not equal to "
+             "micro_batch_per_gpu * gradient_acc_step * world_size" in details,
+             f"b: a bad DeepSpeed config gets DeepSpeed's text: {code.name}: {details}")
+
+    job = tiny_job(d.data_root, deepspeed={"zero_optimization": {"stag": 2}})
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "stag" in details,
+             f"b: an unknown DeepSpeed key is named: {code.name}: {details}")
+
+    job = tiny_job(d.data_root)
+    job["deepspeed"] = '{"train_micro_batch_size_per_gpu": 2,,}'
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "spec.deepspeed_json" in details and
+             "line 1" in details, f"b: deepspeed_json that is not JSON: {code.name}: {details}")
+
+    job = tiny_job(d.data_root)
+    job["deepspeed"] = json.dumps("/etc/passwd")
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "spec.deepspeed_json" in details,
+             f"b: deepspeed_json that is a string (a path) is refused: {code.name}: {details}")
+
+    job = tiny_job(d.data_root)
+    del job["model"]
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "model" in details,
+             f"b: a spec without a model: {code.name}: {details}")
+
+    code, details = code_of(lambda: stub.ListJobs(pb.ListJobsRequest(state=42),
+                                                  metadata=d.metadata, timeout=10))
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT, f"b: ListJobs of state 42: {code.name}")
+    ck.check(serving(d), "b: the server still serves")
+
+
+def case_c(d):
+    ch = d.channel()
+    garbage = b"\xff\xff\xff\xff\x0f\x12\x80"
+    unary = ch.unary_unary("/ztrain.v1.Trainer/GetJob")
+    stream = ch.unary_stream("/ztrain.v1.Trainer/WatchJob")
+    code, details = code_of(lambda: unary(garbage, metadata=d.metadata, timeout=10))
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "GetJobRequest" in details,
+             f"c: garbage to GetJob: {code.name}: {details}")
+    code, details = code_of(lambda: stream(garbage, metadata=d.metadata, timeout=10))
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT, f"c: garbage to WatchJob: {code.name}")
+    code, details = code_of(lambda: ch.unary_unary("/ztrain.v1.Trainer/SubmitJob")(
+        os.urandom(4096), metadata=d.metadata, timeout=10))
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT, f"c: random bytes to SubmitJob: {code.name}")
+    code, details = code_of(lambda: unary(b"", metadata=d.metadata, timeout=10))
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "id is required" in details,
+             f"c: an empty GetJob request: {code.name}: {details}")
+    code, details = code_of(lambda: ch.unary_unary("/ztrain.v1.Trainer/DeleteEverything")(
+        b"", metadata=d.metadata, timeout=10))
+    ck.check(code == grpc.StatusCode.UNIMPLEMENTED, f"c: an unknown method: {code.name}: {details}")
+    big = pb.GetJobRequest(id="x" * (5 << 20))
+    code, details = code_of(lambda: d.stub().GetJob(big, metadata=d.metadata, timeout=10))
+    ck.check(code == grpc.StatusCode.RESOURCE_EXHAUSTED,
+             f"c: a 5 MiB request over the 4 MiB limit: {code.name}")
+    ck.check(serving(d), "c: the server still serves")
+
+
+def case_d(d):
+    job = submit(d, tiny_job(d.data_root, name="watched", max_steps=LONG, log_interval=1))
+    wait_step(d, job.id, 5)
+    stub = d.stub()
+    for i in range(20):
+        it = stub.WatchJob(pb.WatchJobRequest(id=job.id, logs=True), metadata=d.metadata,
+                           timeout=30)
+        next(it)
+        next(it)
+        it.cancel()
+    code, _ = code_of(lambda: list(stub.WatchJob(pb.WatchJobRequest(id=job.id),
+                                                 metadata=d.metadata, timeout=0.3)))
+    ck.check(code == grpc.StatusCode.DEADLINE_EXCEEDED, f"d: a watch's deadline ends it ({code.name})")
+    code, _ = code_of(lambda: list(stub.StreamLogs(pb.StreamLogsRequest(id=job.id, follow=True),
+                                                   metadata=d.metadata, timeout=0.3)))
+    ck.check(code == grpc.StatusCode.DEADLINE_EXCEEDED, f"d: so does a log follower's ({code.name})")
+    j = get_job(d, job.id)
+    ck.check(state_name(j.state) == "RUNNING", "d: after 20 cancelled watchers the job runs on")
+    it = stub.WatchJob(pb.WatchJobRequest(id=job.id, from_step=LONG), metadata=d.metadata,
+                       timeout=60)
+    first = next(it)
+    ck.check(first.WhichOneof("event") == "job", "d: a new watch starts with the job's state")
+    with ThreadPoolExecutor(max_workers=20) as ex:
+        futures = [ex.submit(lambda: stub.GetJob(pb.GetJobRequest(id=job.id), metadata=d.metadata,
+                                                 timeout=30)) for _ in range(100)]
+        ids = [f.result().id for f in futures]
+    ck.check(ids == [job.id] * 100, "d: 100 concurrent GetJob calls all succeed")
+    stub.CancelJob(pb.CancelJobRequest(id=job.id, force=True), metadata=d.metadata)
+    states = [state_name(ev.job.state) for ev in it if ev.WhichOneof("event") == "job"]
+    ck.check(states and states[-1] == "CANCELLED", f"d: the open watch ends with {states}")
+
+
+def case_e(d, tmp):
+    second = Daemon(BUILD, os.path.join(tmp, "second"), start=False)
+    second.grpc_port = d.grpc_port
+    try:
+        second.start(timeout=20)
+        started, log = True, second.log()
+    except RuntimeError as e:
+        started, log = False, str(e)
+    finally:
+        second.kill()
+    ck.check(not started and second.proc.returncode == 1 and
+             f"127.0.0.1:{d.grpc_port}" in log and "cannot listen" in log,
+             f"e: a second ztraind on port {d.grpc_port} fails: "
+             f"{[l for l in log.splitlines() if 'ztraind:' in l][-1:]}")
+    ck.check(serving(d), "e: the first one still serves")
+
+
+tmp = temp_dir("ztrain-grpc-errors-")
+t = time.monotonic()
+case_a(tmp)
+print(f"      (case_a: {time.monotonic() - t:.1f} s)")
+with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1) as d:
+    for case, args in ((case_b, ()), (case_c, ()), (case_d, ()), (case_e, (tmp,))):
+        t = time.monotonic()
+        case(d, *args)
+        print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")
+    rc = d.stop()
+    ck.check(rc == 0, f"ztraind stops cleanly after all that (exit {rc})")
+ck.check(not d.sanitizer_errors(), f"no sanitizer report from ztraind {d.sanitizer_errors()}")
+ck.done()

@@ -1,0 +1,621 @@
+"""ztraind's HTTP API, driven against a real daemon running real jobs (submitted over gRPC with
+grpcio), with the worker's own metrics.jsonl as the reference for every number:
+
+  a. A port already in use is a startup error naming host:port.
+  b. Open routes (/healthz, /, /vendor/chart.js/, OPTIONS preflights) need no token; /api/* and
+     /metrics answer 401 with WWW-Authenticate without it or with a wrong one; every response
+     carries the CORS headers; unknown routes 404, wrong methods 405, bad query values 400 naming
+     the parameter; path traversal under /static/ and /vendor/ is refused; an oversized POST is
+     refused; garbage on the socket does not hurt the daemon.
+  c. A finished job: a live event stream opened at submission replays and follows every record
+     (equal to metrics.jsonl) and ends after the terminal job event; GET /api/v1/jobs/{id} has
+     every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl,
+     max_points thins them keeping the last point; records and logs; the list pages.
+  d. /metrics parses as Prometheus text (HELP and TYPE for every family) and ztrain_job_loss is
+     the last train/loss; label values are escaped.
+  e. A running job: eta_ms and /healthz; cancel over POST ends it CANCELLED with a complete
+     checkpoint, and its event stream (authorised by ?access_token=) ends with that state.
+  f. SIGTERM with an event stream open: the daemon ends it, stops and exits 0 (under ASan: no
+     leaks)."""
+import http.client
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.stdout.reconfigure(line_buffering=True)
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.environ.get("ZTRAIN_BUILD", os.path.join(HERE, "..", "..", "build"))
+SOURCE = os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", ".."))
+ZTRAIND = os.path.join(BUILD, "ztraind")
+TOKEN = "tok-3f9a7c1e"
+TEXT = (b"It was the best of times, it was the worst of times, it was the age of wisdom, "
+        b"it was the age of foolishness, it was the epoch of belief.\n" * 80)
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+JOB_FIELDS = ("id", "name", "state", "reason", "world_size", "device", "created_unix_ms",
+              "started_unix_ms", "finished_unix_ms", "elapsed_ms", "step", "max_steps", "loss",
+              "tokens_per_second", "eta_ms", "ranks", "run_dir", "checkpoint_dir",
+              "idempotency_key", "spec")
+
+
+class Checker:
+    def __init__(self):
+        self.failed = 0
+
+    def check(self, ok, what):
+        print(("ok    " if ok else "FAIL  ") + what)
+        self.failed += 0 if ok else 1
+        return ok
+
+    def done(self):
+        if self.failed:
+            raise SystemExit(f"{self.failed} check(s) failed")
+        print("all checks passed")
+
+
+ck = Checker()
+top = tempfile.mkdtemp(prefix="ztrain-http-")
+
+
+# ---- gRPC stubs and the daemon ---------------------------------------------------------------
+
+def load_stubs():
+    """ztrain_pb2 / ztrain_pb2_grpc generated from proto/ztrain.proto into the temp dir."""
+    out = os.path.join(top, "stubs")
+    os.makedirs(out)
+    subprocess.run(["protoc", "-I" + os.path.join(SOURCE, "proto"), "--python_out=" + out,
+                    "--grpc_out=" + out, "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
+                    "ztrain.proto"], check=True)
+    sys.path.insert(0, out)
+    import grpc  # noqa: E402
+    import ztrain_pb2  # noqa: E402
+    import ztrain_pb2_grpc  # noqa: E402
+    return grpc, ztrain_pb2, ztrain_pb2_grpc
+
+
+grpc, pb, pb_grpc = load_stubs()
+
+
+class Daemon:
+    """ztraind on free ports with its own state dir; the data root holds train.txt."""
+
+    def __init__(self, name, token=None, http_addr="127.0.0.1:0"):
+        self.dir = os.path.join(top, name)
+        os.makedirs(os.path.join(self.dir, "state", "data"))
+        with open(os.path.join(self.dir, "state", "data", "train.txt"), "wb") as f:
+            f.write(TEXT)
+        args = [ZTRAIND, "--grpc-addr", "127.0.0.1:0", "--http-addr", http_addr,
+                "--state-dir", os.path.join(self.dir, "state"), "--max-ranks", "2",
+                "--grace", "20"]
+        if token:
+            with open(os.path.join(self.dir, "token"), "w") as f:
+                f.write(token + "\n")
+            args += ["--token-file", os.path.join(self.dir, "token")]
+        self.log_path = os.path.join(self.dir, "ztraind.log")
+        with open(self.log_path, "wb") as log:
+            env = {k: v for k, v in os.environ.items() if k != "ZTRAIN_TOKEN"}
+            self.p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.token = token
+        self.http_port = self.grpc_addr = None
+
+    def log(self):
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def wait_ready(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = re.search(r"ready grpc=(\S+) http=http://[\d.]+:(\d+)", self.log())
+            if m:
+                self.grpc_addr, self.http_port = m.group(1), int(m.group(2))
+                self.stub = pb_grpc.TrainerStub(grpc.insecure_channel(self.grpc_addr))
+                return True
+            if self.p.poll() is not None:
+                return False
+            time.sleep(0.05)
+        return False
+
+    def submit(self, name, max_steps, log_interval=1, layers=2, embd=64, eval_interval=0,
+               checkpoint_interval=0):
+        train = pb.TrainOptions(max_steps=max_steps, log_interval=log_interval,
+                                checkpoint_interval=checkpoint_interval, warmup_steps=0)
+        data = pb.DataSpec(train="train.txt")
+        if eval_interval:
+            data.val = "train.txt"
+            train.eval_interval, train.eval_steps = eval_interval, 2
+        spec = pb.JobSpec(name=name, world_size=1, device="cpu",
+                          model=pb.ModelSpec(type="gpt2", n_layer=layers, n_head=2, n_embd=embd,
+                                             vocab_size=256, block_size=64),
+                          data=data, train=train,
+                          deepspeed_json=json.dumps({"train_micro_batch_size_per_gpu": 2,
+                                                     "optimizer": {"type": "AdamW",
+                                                                   "params": {"lr": 1e-3}}}))
+        md = [("authorization", "Bearer " + self.token)] if self.token else None
+        return self.stub.SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=md, timeout=30).id
+
+    def stop(self, timeout=60):
+        """SIGTERM; the exit status, or None if it did not stop in time (then killed)."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            return None
+
+
+# ---- HTTP helpers ----------------------------------------------------------------------------
+
+class Http:
+    def __init__(self, port, token):
+        self.port, self.token = port, token
+
+    def request(self, method, path, body=None, headers=None, auth=True, timeout=30):
+        """(status, headers, body bytes); status None when the server dropped the connection."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = dict(headers or {})
+        if auth and self.token:
+            h["Authorization"] = "Bearer " + self.token
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            return r.status, r.headers, r.read()
+        except (ConnectionError, http.client.HTTPException):
+            return None, {}, b""
+        finally:
+            c.close()
+
+    def get(self, path, **kw):
+        """(status, parsed JSON or None)."""
+        status, _, data = self.request("GET", path, **kw)
+        try:
+            return status, json.loads(data)
+        except ValueError:
+            return status, None
+
+    def job(self, job_id):
+        return self.get(f"/api/v1/jobs/{job_id}")[1]
+
+    def wait_job(self, job_id, pred, timeout=120):
+        deadline = time.monotonic() + timeout
+        j = None
+        while time.monotonic() < deadline:
+            j = self.job(job_id)
+            if j and pred(j):
+                return j
+            time.sleep(0.1)
+        return j
+
+
+class EventStream(threading.Thread):
+    """Reads a Server-Sent Events stream to its end into self.events: (event, data, id)."""
+
+    def __init__(self, api, path, auth=True, timeout=120):
+        super().__init__(daemon=True)
+        self.c = http.client.HTTPConnection("127.0.0.1", api.port, timeout=timeout)
+        headers = {"Authorization": "Bearer " + api.token} if auth and api.token else {}
+        self.c.request("GET", path, headers=headers)
+        self.r = self.c.getresponse()
+        self.status = self.r.status
+        self.content_type = self.r.getheader("Content-Type", "")
+        self.events, self.comments, self.error, self.clean_end = [], 0, None, False
+        self.start()
+
+    def run(self):
+        name, data, eid = "message", [], None
+        try:
+            while True:
+                line = self.r.readline()
+                if not line:
+                    self.clean_end = True
+                    break
+                line = line.decode("utf-8").rstrip("\n")
+                if line == "":
+                    if data:
+                        self.events.append((name, json.loads("\n".join(data)), eid))
+                    name, data, eid = "message", [], None
+                elif line.startswith(":"):
+                    self.comments += 1
+                elif line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    data.append(line[6:])
+                elif line.startswith("id: "):
+                    eid = line[4:]
+        except Exception as e:  # noqa: BLE001 - reported as a failed check
+            self.error = repr(e)
+        finally:
+            self.c.close()
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def series_of(records, key):
+    pts = [(r["train/global_step"], r[key]) for r in records if r.get(key) is not None]
+    return [s for s, _ in pts], [v for _, v in pts]
+
+
+def cors_ok(headers):
+    return (headers.get("Access-Control-Allow-Origin") == "*" and
+            "POST" in headers.get("Access-Control-Allow-Methods", "") and
+            "Authorization" in headers.get("Access-Control-Allow-Headers", ""))
+
+
+# ---- cases -----------------------------------------------------------------------------------
+
+def case_a(d):
+    other = Daemon("port-in-use", http_addr=f"127.0.0.1:{d.http_port}")
+    try:
+        rc = other.p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        rc = None
+    other.stop(5)
+    msg = other.log()
+    ck.check(rc == 1 and f"HTTP 127.0.0.1:{d.http_port}: Address already in use" in msg,
+             f"a: a port in use is an error naming it (exit {rc}: {msg.strip()[-160:]})")
+
+
+def case_b(api, d):
+    s, h, body = api.request("GET", "/healthz", auth=False)
+    hz = json.loads(body) if s == 200 else {}
+    ck.check(s == 200 and hz.get("status") == "ok" and
+             all(isinstance(hz.get(k), int) for k in ("jobs", "running", "queued")) and cors_ok(h),
+             f"b: /healthz needs no token and has status, jobs, running, queued ({s} {hz})")
+    s, h, _ = api.request("OPTIONS", "/api/v1/jobs", auth=False,
+                          headers={"Origin": "http://x", "Access-Control-Request-Method": "POST"})
+    ck.check(s == 204 and cors_ok(h) and h.get("Access-Control-Max-Age"),
+             f"b: OPTIONS preflight is 204 with CORS and Max-Age, no token needed ({s})")
+    for path in ("/api/v1/jobs", "/api/v1/jobs/job-000001/metrics", "/metrics"):
+        s, h, body = api.request("GET", path, auth=False)
+        s2, _, _ = api.request("GET", path, auth=False, headers={"Authorization": "Bearer nope"})
+        s3, _, _ = api.request("GET", path, auth=False,
+                               headers={"Authorization": "Basic " + TOKEN})
+        ck.check(s == 401 and s2 == 401 and s3 == 401 and
+                 h.get("WWW-Authenticate", "").startswith("Bearer") and cors_ok(h) and
+                 json.loads(body).get("error") == "missing or invalid bearer token",
+                 f"b: {path} without a token, with a wrong one, or not Bearer: 401 ({s} {s2} {s3})")
+    s, h, _ = api.request("GET", "/api/v1/jobs")
+    ck.check(s == 200 and cors_ok(h) and h.get("Content-Type") == "application/json",
+             f"b: with the token: 200, JSON, CORS headers ({s})")
+    s, h, body = api.request("GET", "/", auth=False)
+    index = os.path.join(SOURCE, "web", "index.html")
+    if os.path.exists(index):
+        with open(index, "rb") as f:
+            ck.check(s == 200 and body == f.read() and h.get("Content-Type", "").startswith(
+                "text/html"), f"b: / serves web/index.html without a token ({s})")
+    else:
+        ck.check(s == 404, f"b: / is 404 while web/index.html does not exist ({s})")
+    chart = "/usr/share/javascript/chart.js/chart.min.js"
+    if os.path.exists(chart):
+        s, h, body = api.request("GET", "/vendor/chart.js/chart.min.js", auth=False)
+        ck.check(s == 200 and len(body) == os.path.getsize(chart) and
+                 h.get("Content-Type", "").startswith("text/javascript"),
+                 f"b: /vendor/chart.js/chart.min.js is Debian's file ({s}, {len(body)} bytes)")
+    for path in ("/static/../../../../etc/passwd", "/static/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+                 "/vendor/chart.js/../../../../etc/passwd", "/static/.hidden", "/static/a//b",
+                 "/static/"):
+        s, _, body = api.request("GET", path, auth=False)
+        ck.check(s == 404 and b"root:" not in body, f"b: {path} is refused ({s})")
+    for path, param in (("/api/v1/jobs/job-000001/metrics?since_step=abc", "since_step"),
+                        ("/api/v1/jobs/job-000001/metrics?max_points=-1", "max_points"),
+                        ("/api/v1/jobs/job-000001/records?since_step=1.5", "since_step"),
+                        ("/api/v1/jobs/job-000001/logs?tail=x", "tail"),
+                        ("/api/v1/jobs/job-000001/events?logs=maybe", "logs"),
+                        ("/api/v1/jobs?limit=0", "limit"),
+                        ("/api/v1/jobs?state=BOGUS", "state"),
+                        ("/api/v1/jobs?after=job-999999", "after"),
+                        ("/api/v1/jobs?after=../x", "after")):
+        s, j = api.get(path)
+        ck.check(s == 400 and j and j["error"].startswith(param + ":"),
+                 f"b: {path} is 400 naming {param} ({s} {j})")
+    for path in ("/api/v1/jobs/job-999999", "/api/v1/jobs/job-999999/metrics",
+                 "/api/v1/jobs/job-999999/events", "/api/v1/jobs/..%2f..%2fetc",
+                 "/api/v1/nothing", "/nothing"):
+        s, j = api.get(path)
+        ck.check(s == 404 and j and "error" in j, f"b: {path} is 404 with an error ({s} {j})")
+    s, h, body = api.request("DELETE", "/api/v1/jobs/job-000001")
+    s2, _, _ = api.request("GET", "/api/v1/jobs/job-000001/cancel")
+    ck.check(s == 405 and s2 == 405 and "GET" in h.get("Allow", ""),
+             f"b: a wrong method is 405 with Allow ({s} {s2} {h.get('Allow')})")
+    big = b"{" + b" " * (200 * 1024) + b"}"
+    s, _, _ = api.request("POST", "/api/v1/jobs/job-000001/cancel", body=big,
+                          headers={"Content-Type": "application/json"})
+    ck.check(s in (413, None), f"b: a 200 KiB POST body is refused ({s})")
+    s, _, _ = api.request("POST", "/api/v1/jobs/job-999999/cancel", body=b"not json")
+    ck.check(s == 400, f"b: a cancel body that is not JSON is 400 ({s})")
+    # Garbage and abuse on raw sockets; the daemon must stay up and keep answering.
+    for junk in (b"\x00\xff garbage\r\n\r\n", b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\n\r\n",
+                 b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 5000 + b"\r\n",
+                 b"POST /api/v1/jobs/x/cancel HTTP/1.1\r\nContent-Length: 99999999999999\r\n\r\n"):
+        try:
+            with socket.create_connection(("127.0.0.1", api.port), timeout=5) as sock:
+                sock.sendall(junk)
+                sock.recv(4096)
+        except OSError:
+            pass
+    s, _, _ = api.request("GET", "/healthz", auth=False)
+    ck.check(s == 200 and d.p.poll() is None, f"b: the daemon survives junk requests ({s})")
+
+
+def case_c(api, d):
+    job_id = d.submit("finite", max_steps=400, eval_interval=100, checkpoint_interval=100)
+    stream = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0&logs=1")
+    keys = ["train/loss", "eval/loss", "perf/tokens_per_second"]
+    query = f"/api/v1/jobs/{job_id}/metrics?keys={','.join(keys)}"
+    # The query asked while the job runs is asked again at the end: a response kept from the
+    # run must not be served once more records exist.
+    polled = []
+
+    def done(j):
+        polled.append(len(api.get(query)[1]["series"][0]["steps"]))
+        return j["state"] in TERMINAL
+    j = api.wait_job(job_id, done)
+    stream.join(60)
+    ck.check(j and j["state"] == "SUCCEEDED", f"c: the job succeeds ({j and j['state']})")
+    recs = read_metrics(os.path.join(j["run_dir"], "metrics.jsonl"))
+    ck.check(stream.status == 200 and stream.content_type.startswith("text/event-stream"),
+             f"c: the event stream is text/event-stream ({stream.status} {stream.content_type})")
+    ev = stream.events
+    jobs = [e for e in ev if e[0] == "job"]
+    got = [e[1] for e in ev if e[0] == "metrics"]
+    ck.check(not stream.is_alive() and stream.clean_end and not stream.error,
+             f"c: the stream ends by itself ({stream.error})")
+    ck.check(ev and ev[-1][0] == "job" and ev[-1][1]["state"] == "SUCCEEDED" and
+             all(e[1]["state"] not in TERMINAL for e in jobs[:-1]),
+             f"c: the stream ends right after the terminal job event "
+             f"({[e[1]['state'] for e in jobs]})")
+    ck.check([g["values"] for g in got] == recs and
+             all(g["step"] == r["train/global_step"] for g, r in zip(got, recs)) and
+             all(e[2] == str(e[1]["step"]) for e in ev if e[0] == "metrics"),
+             f"c: the stream's metrics events are metrics.jsonl, in order, with id = step "
+             f"({len(got)} events, {len(recs)} records)")
+    logs = [e[1] for e in ev if e[0] == "log"]
+    ck.check(logs and all(set(l) == {"seq", "time_unix_ms", "rank", "stream", "text"} for l in logs)
+             and [l["seq"] for l in logs] == sorted({l["seq"] for l in logs}),
+             f"c: logs=1 adds log events with increasing seq ({len(logs)})")
+
+    j = api.job(job_id)
+    missing = [k for k in JOB_FIELDS + ("checkpoints", "latest") if k not in j]
+    ck.check(not missing, f"c: the job has every field (missing {missing})")
+    train_recs = [r for r in recs if r.get("train/loss") is not None]
+    ck.check(j["step"] == 400 and j["max_steps"] == 400 and
+             j["loss"] == train_recs[-1]["train/loss"] and
+             j["tokens_per_second"] == train_recs[-1]["perf/tokens_per_second"] and
+             j["eta_ms"] is None and
+             j["elapsed_ms"] == j["finished_unix_ms"] - j["started_unix_ms"] and
+             j["created_unix_ms"] <= j["started_unix_ms"] <= j["finished_unix_ms"],
+             f"c: step, loss, tokens/s are the last record's; elapsed = finished - started "
+             f"({j['step']} {j['loss']} {j['elapsed_ms']})")
+    ck.check(j["ranks"] == [{"rank": 0, "pid": j["ranks"][0]["pid"], "running": False,
+                             "exit_code": 0, "signal": 0}] and j["ranks"][0]["pid"] > 0,
+             f"c: ranks ({j['ranks']})")
+    ck.check(j["spec"]["model"]["n_layer"] == 2 and j["spec"]["train"]["max_steps"] == 400 and
+             j["name"] == "finite" and j["world_size"] == 1 and j["device"] == "cpu",
+             "c: spec is the resolved job spec as an object")
+    ckdir = j["checkpoint_dir"]
+    with open(os.path.join(ckdir, "latest")) as f:
+        latest = f.read().strip()
+    want = sorted((int(t[len("global_step"):]), t) for t in os.listdir(ckdir)
+                  if os.path.isdir(os.path.join(ckdir, t)) and not t.startswith("."))
+    ck.check([(c["step"], c["tag"]) for c in j["checkpoints"]] == want and
+             all(c["complete"] == os.path.exists(os.path.join(ckdir, c["tag"], "DONE"))
+                 for c in j["checkpoints"]) and j["latest"] == latest and
+             any(c["step"] == 400 and c["complete"] for c in j["checkpoints"]),
+             f"c: checkpoints list the directory with DONE, and latest ({j['checkpoints']} "
+             f"{j['latest']})")
+
+    s, m = api.get(query)
+    ok = s == 200 and m["job_id"] == job_id and [x["key"] for x in m["series"]] == keys
+    for x in m["series"] if ok else []:
+        steps, values = series_of(recs, x["key"])
+        ok = ok and x["steps"] == steps and x["values"] == values and len(steps) > 0
+    ck.check(ok, f"c: metric series equal metrics.jsonl exactly (train/loss, eval/loss, tokens/s; "
+                 f"the same query during the run saw {polled[:3]}...{polled[-2:]} points)")
+    steps, values = series_of(recs, "train/loss")
+    s, m = api.get(f"/api/v1/jobs/{job_id}/metrics?keys=train/loss&max_points=7")
+    x = m["series"][0] if s == 200 else {"steps": [], "values": []}
+    ck.check(0 < len(x["steps"]) <= 7 and x["steps"][-1] == steps[-1] and
+             x["values"][-1] == values[-1] and x["steps"][0] == steps[0] and
+             all(dict(zip(steps, values))[st] == v for st, v in zip(x["steps"], x["values"])),
+             f"c: max_points=7 keeps <= 7 points of the series, first and last included "
+             f"({x['steps']})")
+    s, m = api.get(f"/api/v1/jobs/{job_id}/metrics?keys=train/loss&since_step=350")
+    ck.check(s == 200 and m["series"][0]["steps"] == [t for t in steps if t >= 350],
+             "c: since_step keeps steps >= since_step")
+    s, m = api.get(f"/api/v1/jobs/{job_id}/metrics")
+    allkeys = {k for r in recs for k, v in r.items() if v is not None}
+    ck.check(s == 200 and {x["key"] for x in m["series"]} == allkeys,
+             f"c: without keys, every key of the records ({len(m['series'])} series)")
+    s, m = api.get(f"/api/v1/jobs/{job_id}/metrics?keys=no/such,train/loss,no/such")
+    ck.check(s == 200 and [(x["key"], len(x["steps"])) for x in m["series"]] ==
+             [("no/such", 0), ("train/loss", len(steps))],
+             "c: an unknown key is an empty series; duplicates are dropped")
+    s, r = api.get(f"/api/v1/jobs/{job_id}/records?since_step=390")
+    want = [x for x in recs if x["train/global_step"] >= 390]
+    ck.check(s == 200 and r["job_id"] == job_id and [x["values"] for x in r["records"]] == want and
+             all(x["step"] == x["values"]["train/global_step"] and x["time_unix_ms"] > 0
+                 for x in r["records"]),
+             f"c: records since_step=390 are metrics.jsonl's ({len(r['records'])})")
+    s, lg = api.get(f"/api/v1/jobs/{job_id}/logs?tail=5")
+    lines = lg["lines"] if s == 200 else []
+    ck.check(len(lines) == 5 and [l["seq"] for l in lines] == sorted(l["seq"] for l in lines) and
+             lines[-1]["rank"] == -1 and lines[-1]["stream"] == "ztraind" and
+             any(l["stream"] == "stdout" and l["rank"] == 0 for l in lines),
+             f"c: logs?tail=5 are the last 5 lines ({[l['text'][:40] for l in lines]})")
+    return job_id, recs
+
+
+def prom_parse(text):
+    """{family: (help, type)}, [(name, {label: value}, float)], or raises on a bad line."""
+    families, samples = {}, []
+    label_re = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+    for line in text.split("\n")[:-1]:
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            _, kind, name, rest = line.split(" ", 3)
+            h, t = families.get(name, (None, None))
+            families[name] = (rest, t) if kind == "HELP" else (h, rest)
+            continue
+        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)", line)
+        if not m:
+            raise ValueError(f"bad sample line {line!r}")
+        labels = {}
+        if m.group(3):
+            body = m.group(3)
+            pos = 0
+            while pos < len(body):
+                lm = label_re.match(body, pos)
+                if not lm:
+                    raise ValueError(f"bad labels in {line!r}")
+                labels[lm.group(1)] = re.sub(r'\\(.)', lambda e: "\n" if e.group(1) == "n"
+                                             else e.group(1), lm.group(2))
+                pos = lm.end() + (1 if lm.end() < len(body) and body[lm.end()] == "," else 0)
+        samples.append((m.group(1), labels, float(m.group(4))))
+    if not text.endswith("\n"):
+        raise ValueError("the last line is not newline-terminated")
+    return families, samples
+
+
+def case_d(api, d, job_id, recs):
+    odd = 'odd "name" \\ with\nnewline'
+    odd_id = d.submit(odd, max_steps=3, layers=1, embd=32)
+    api.wait_job(odd_id, lambda j: j["state"] in TERMINAL)
+    s, h, body = api.request("GET", "/metrics")
+    try:
+        families, samples = prom_parse(body.decode())
+        err = None
+    except ValueError as e:
+        families, samples, err = {}, [], str(e)
+    ck.check(s == 200 and h.get("Content-Type", "").startswith("text/plain; version=0.0.4") and
+             not err, f"d: /metrics is Prometheus text 0.0.4 ({s} {err})")
+    names = {n for n, _, _ in samples}
+    ck.check(names and all(families.get(n, (None, None))[0] and families[n][1] in
+                           ("gauge", "counter") for n in names),
+             f"d: every family has HELP and TYPE ({sorted(names)})")
+    ck.check(all(re.fullmatch(r"ztrain_[a-z_]+", n) for n in names) and
+             all(families[n][1] == "counter" for n in names if n.endswith("_total")),
+             "d: names follow the conventions (prefix, _total counters)")
+
+    def value(name, jid):
+        v = [x for n, lab, x in samples if n == name and lab.get("job_id") == jid]
+        return v[0] if len(v) == 1 else None
+
+    last = [r for r in recs if r.get("train/loss") is not None][-1]
+    ck.check(value("ztrain_job_loss", job_id) == last["train/loss"] and
+             value("ztrain_job_step", job_id) == 400 and
+             value("ztrain_job_tokens_per_second", job_id) == last["perf/tokens_per_second"] and
+             value("ztrain_job_learning_rate", job_id) == last["train/learning_rate"] and
+             value("ztrain_job_grad_norm", job_id) == last["train/grad_norm"] and
+             value("ztrain_job_tflops", job_id) == last["perf/tflops"] and
+             math.isclose(value("ztrain_job_step_time_seconds", job_id) or 0,
+                          last["perf/step_time_ms"] / 1e3, rel_tol=1e-12) and
+             value("ztrain_job_skipped_steps_total", job_id) == last["train/skipped_steps"] and
+             value("ztrain_job_world_size", job_id) == 1,
+             f"d: per-job gauges are the last record's values "
+             f"(loss {value('ztrain_job_loss', job_id)} vs {last['train/loss']})")
+    st = [lab for n, lab, x in samples if n == "ztrain_job_state" and lab["job_id"] == job_id]
+    ck.check(len(st) == 1 and st[0]["state"] == "SUCCEEDED" and st[0]["job_name"] == "finite",
+             f"d: ztrain_job_state has one series per job, for its current state ({st})")
+    counts = {lab["state"]: x for n, lab, x in samples if n == "ztrain_jobs"}
+    ck.check(set(counts) == {"QUEUED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED",
+                             "CANCELLED"} and counts["SUCCEEDED"] >= 1 and
+             ("ztrain_up", {}, 1.0) in samples,
+             f"d: ztrain_jobs counts every state; ztrain_up 1 ({counts})")
+    odd_lab = [lab for n, lab, x in samples if n == "ztrain_job_state" and lab["job_id"] == odd_id]
+    ck.check(len(odd_lab) == 1 and odd_lab[0]["job_name"] == odd,
+             f"d: label values escape backslash, quote and newline ({odd_lab})")
+    s, lst = api.get("/api/v1/jobs?limit=1")
+    s2, nxt = api.get(f"/api/v1/jobs?limit=1&after={lst['jobs'][0]['id']}") if s == 200 else (0, {})
+    s3, only = api.get("/api/v1/jobs?state=SUCCEEDED&limit=1000")
+    ck.check(s == 200 and lst["jobs"][0]["id"] == odd_id and lst["next_after"] == odd_id and
+             s2 == 200 and nxt["jobs"][0]["id"] == job_id and
+             all(j["state"] == "SUCCEEDED" for j in only["jobs"]) and only["next_after"] is None and
+             job_id in [j["id"] for j in only["jobs"]],
+             "d: the list is newest first, pages with next_after/after and filters by state")
+
+
+def case_e(api, d):
+    job_id = d.submit("long", max_steps=10_000_000, log_interval=20, layers=1, embd=32)
+    j = api.wait_job(job_id, lambda j: j["state"] == "RUNNING" and j["step"] >= 40, timeout=60)
+    ck.check(j and j["state"] == "RUNNING" and j["eta_ms"] is not None and j["eta_ms"] > 0 and
+             j["elapsed_ms"] > 0 and j["ranks"][0]["running"],
+             f"e: a running job has elapsed_ms and eta_ms ({j and (j['elapsed_ms'], j['eta_ms'])})")
+    s, hz = api.get("/healthz", auth=False)
+    ck.check(s == 200 and hz["running"] >= 1, f"e: /healthz counts it running ({hz})")
+    step = j["step"] if j else 0
+    bare = Http(api.port, None)
+    s, _ = bare.get(f"/api/v1/jobs/{job_id}/events?access_token=wrong")
+    ck.check(s == 401, f"e: a wrong access_token is 401 ({s})")
+    stream = EventStream(bare, f"/api/v1/jobs/{job_id}/events?since_step={step}"
+                               f"&access_token={TOKEN}", auth=False)
+    time.sleep(0.5)
+    s, h, body = api.request("POST", f"/api/v1/jobs/{job_id}/cancel",
+                             body=json.dumps({"force": False, "grace_seconds": 20}),
+                             headers={"Content-Type": "application/json"})
+    c = json.loads(body) if s == 200 else {}
+    ck.check(s == 200 and cors_ok(h) and c.get("id") == job_id and
+             c.get("state") in ("STOPPING", "CANCELLED"),
+             f"e: POST cancel answers the job after the request ({s} {c.get('state')})")
+    j = api.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout=60)
+    stream.join(30)
+    ev = stream.events
+    met = [e[1]["step"] for e in ev if e[0] == "metrics"]
+    ck.check(stream.status == 200 and not stream.is_alive() and ev and ev[0][0] == "job" and
+             ev[-1][0] == "job" and ev[-1][1]["state"] == "CANCELLED" and
+             "STOPPING" in [e[1]["state"] for e in ev if e[0] == "job"] and
+             met and met[0] >= step and met == sorted(met),
+             f"e: the stream (token in the query) starts with the job, follows from since_step "
+             f"and ends with CANCELLED ({[e[1].get('state') for e in ev if e[0] == 'job']}, "
+             f"{len(met)} records, {stream.error})")
+    ck.check(j and j["state"] == "CANCELLED" and j["latest"] and
+             any(c["tag"] == j["latest"] and c["complete"] for c in j["checkpoints"]),
+             f"e: the cancelled job left a complete checkpoint ({j and j['checkpoints']})")
+
+
+def case_f(api, d):
+    job_id = d.submit("at-shutdown", max_steps=10_000_000, log_interval=50, layers=1, embd=32)
+    api.wait_job(job_id, lambda j: j["state"] == "RUNNING", timeout=60)
+    stream = EventStream(api, f"/api/v1/jobs/{job_id}/events")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    rc = d.stop(timeout=60)
+    stream.join(10)
+    ck.check(rc == 0 and not stream.is_alive(),
+             f"f: SIGTERM with a live stream: the stream ends and ztraind exits 0 in "
+             f"{time.monotonic() - t0:.1f} s (exit {rc}; {d.log().strip()[-300:]})")
+
+
+def main():
+    d = Daemon("main", token=TOKEN)
+    try:
+        if not ck.check(d.wait_ready(), f"ztraind starts ({d.log().strip()[-300:]})"):
+            ck.done()
+        api = Http(d.http_port, TOKEN)
+        case_a(d)
+        case_b(api, d)
+        job_id, recs = case_c(api, d)
+        case_d(api, d, job_id, recs)
+        case_e(api, d)
+        case_f(api, d)
+    finally:
+        d.stop(30)
+    log = d.log()
+    ck.check("ERROR: AddressSanitizer" not in log and "LeakSanitizer" not in log,
+             "ztraind's log has no sanitizer report")
+    ck.done()
+    shutil.rmtree(top, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
