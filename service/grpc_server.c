@@ -712,7 +712,12 @@ static void on_new_call(zt_grpc_server *s, call *c, bool ok) {
         call_free(c);
         return;
     }
-    dispatch(c);
+    /* A call that slipped in as shutdown began is not served: the job manager may already be
+     * on its way out. */
+    if (s->shutting_down)
+        finish(c, GRPC_STATUS_UNAVAILABLE, "ztraind is shutting down");
+    else
+        dispatch(c);
     if (c->payload) {
         grpc_byte_buffer_destroy(c->payload);
         c->payload = NULL;

@@ -134,10 +134,9 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned code, zt_jbu
     return send_text(c, code, b, "application/json");
 }
 
-/* {"error": "..."} with the given status; `extra` (may be NULL) is one more header,
- * "Name: value". */
-static enum MHD_Result send_error_h(struct MHD_Connection *c, unsigned code, const char *extra,
-                                    const char *fmt, ...) {
+/* {"error": "..."} with the given status, and one more header when hname is not NULL. */
+static enum MHD_Result send_error_h(struct MHD_Connection *c, unsigned code, const char *hname,
+                                    const char *hvalue, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -157,20 +156,12 @@ static enum MHD_Result send_error_h(struct MHD_Connection *c, unsigned code, con
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (extra) {
-        char name[64];
-        const char *colon = strchr(extra, ':');
-        size_t len = colon ? (size_t)(colon - extra) : 0;
-        if (len > 0 && len < sizeof name) {
-            memcpy(name, extra, len);
-            name[len] = '\0';
-            MHD_add_response_header(r, name, colon + 1 + (colon[1] == ' '));
-        }
-    }
+    if (hname)
+        MHD_add_response_header(r, hname, hvalue);
     return queue(c, code, r);
 }
 
-#define send_error(c, code, ...) send_error_h((c), (code), NULL, __VA_ARGS__)
+#define send_error(c, code, ...) send_error_h((c), (code), NULL, NULL, __VA_ARGS__)
 
 /* The HTTP status of a job manager failure, with its message. */
 static enum MHD_Result send_status(struct MHD_Connection *c, zt_status s, const char *id) {
@@ -1162,6 +1153,10 @@ static bool sse_token_ok(const zt_http_server *s, struct MHD_Connection *c) {
     return ok;
 }
 
+/* GET /api/v1/jobs/{id}/events?since_step=&logs=&tail=: the job, its records from since_step
+ * and (logs=1) its last `tail` log lines (0: none), then live events until a terminal state.
+ * A reconnecting EventSource's Last-Event-ID (the last record's step) moves since_step past
+ * what it already has. */
 static enum MHD_Result api_events(zt_http_server *s, struct MHD_Connection *c, const char *id) {
     enum MHD_Result ret;
     int64_t since = 0, tail = 100, last_id = -1;
@@ -1170,7 +1165,8 @@ static enum MHD_Result api_events(zt_http_server *s, struct MHD_Connection *c, c
         !arg_int(c, "tail", 0, ZT_MAX_LOG_TAIL, &tail, &ret) || !arg_bool(c, "logs", &logs, &ret))
         return ret;
     const char *lei = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
-    if (lei && sscanf(lei, "%" SCNd64, &last_id) == 1 && last_id >= since)
+    if (lei && sscanf(lei, "%" SCNd64, &last_id) == 1 && last_id >= since &&
+        last_id < INT64_MAX)
         since = last_id + 1;
     zt_sse *st = sse_create(s, c);
     if (!st)
@@ -1281,10 +1277,8 @@ static bool starts_with(const char *s, const char *prefix) {
 
 static enum MHD_Result method_not_allowed(struct MHD_Connection *c, const char *method,
                                           const char *url, const char *allow) {
-    char allow_h[64];
-    snprintf(allow_h, sizeof allow_h, "Allow: %s", allow);
-    return send_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, allow_h, "%s is not allowed on %s (%s)",
-                        method, url, allow);
+    return send_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, MHD_HTTP_HEADER_ALLOW, allow,
+                        "%s is not allowed on %s (%s)", method, url, allow);
 }
 
 /* /api/v1/jobs/{id}[/{sub}] once the method and token have been checked by route(). */
@@ -1354,19 +1348,19 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
     bool api = starts_with(url, "/api/");
     if (api || !strcmp(url, "/metrics")) {
         if (!authorized(s, c) && !(is_events_url(url) && sse_token_ok(s, c)))
-            return send_error_h(c, MHD_HTTP_UNAUTHORIZED, "WWW-Authenticate: Bearer",
-                                "missing or invalid bearer token");
+            return send_error_h(c, MHD_HTTP_UNAUTHORIZED, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer", "missing or invalid bearer token");
         if (!api)
-            return get ? api_prometheus(s, c) : method_not_allowed(c, method, url, "GET, HEAD");
+            return get ? api_prometheus(s, c) : method_not_allowed(c, method, url, "GET, HEAD, OPTIONS");
         if (!strcmp(url, "/api/v1/jobs"))
-            return get ? api_list(s, c) : method_not_allowed(c, method, url, "GET, HEAD");
+            return get ? api_list(s, c) : method_not_allowed(c, method, url, "GET, HEAD, OPTIONS");
         if (starts_with(url, "/api/v1/jobs/"))
             return route_job(s, c, method, url, url + strlen("/api/v1/jobs/"), req);
         return send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
     }
     const char *file_dir = NULL, *rel = NULL, *cache = "no-cache";
     if (!strcmp(url, "/healthz")) {
-        return get ? api_healthz(s, c) : method_not_allowed(c, method, url, "GET, HEAD");
+        return get ? api_healthz(s, c) : method_not_allowed(c, method, url, "GET, HEAD, OPTIONS");
     } else if (!strcmp(url, "/")) {
         file_dir = s->web_dir, rel = "index.html";
     } else if (starts_with(url, "/static/")) {
@@ -1378,7 +1372,7 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
         return send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
     }
     if (!get)
-        return method_not_allowed(c, method, url, "GET, HEAD");
+        return method_not_allowed(c, method, url, "GET, HEAD, OPTIONS");
     return serve_file(c, file_dir, rel, cache);
 }
 

@@ -309,9 +309,7 @@ void zt_json_num(zt_jbuf *b, double v) {
     size_t n;
     if (v == 0) {
         n = signbit(v) ? 2 : 1;
-        memcpy(tmp, "-0", 2);
-        if (n == 1)
-            tmp[0] = '0';
+        memcpy(tmp, signbit(v) ? "-0" : "0", n);
     } else if ((n = format_fixed(tmp, v)) == 0) {
         n = (size_t)snprintf(tmp, sizeof tmp, "%.15g", v);
         if (strtod(tmp, NULL) != v)

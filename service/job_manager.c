@@ -32,6 +32,7 @@
 struct zt_job_watch {
     struct job *job;
     int what;
+    int64_t from_step;
     zt_job_event_fn fn;
     void *ctx;
     bool done;                   /* the terminal state was delivered */
@@ -230,6 +231,8 @@ static void notify(job *j, const zt_job_event *ev) {
     for (zt_job_watch *w = j->watches; w; w = w->next) {
         if (w->done || (bit != -1 && !(w->what & bit)))
             continue;
+        if (ev->kind == ZT_EVENT_METRICS && ev->record->step < w->from_step)
+            continue;
         w->fn(w->ctx, ev);
         if (ev->kind == ZT_EVENT_STATE && zt_job_state_terminal(ev->job->state))
             w->done = true;
@@ -411,8 +414,12 @@ static void on_metrics_line(void *group_ctx, const char *line) {
         else
             persist(jm, j);
     } else {
+        /* The record is kept as cJSON prints it, not as it came: what clients get is then
+         * valid JSON whatever followed the object on the line. */
+        char *text = cJSON_PrintUnformatted(obj);
         zt_metric_record r;
-        add_record(j, obj, line, now_ms(), &r);
+        add_record(j, obj, text ? text : "{}", now_ms(), &r);
+        free(text);
         if (zt_store_add_record(jm->store, j->info.id, &r) != ZT_OK)
             fprintf(stderr, "ztraind: %s\n", zt_last_error());
         if (j->info.state == ZT_JOB_STARTING)
@@ -475,6 +482,21 @@ static void on_rank_exited(void *group_ctx, int rank, pid_t pid, int exit_code, 
     pthread_mutex_unlock(&jm->mu);
 }
 
+/* " (checkpoint global_step996)" for the job's newest complete checkpoint, or "". */
+static void checkpoint_note(const job *j, char *buf, size_t size) {
+    char path[4200], tag[256] = "";
+    snprintf(path, sizeof path, "%s/latest", j->info.checkpoint_dir);
+    FILE *f = fopen(path, "r");
+    buf[0] = '\0';
+    if (!f)
+        return;
+    if (fgets(tag, sizeof tag, f))
+        tag[strcspn(tag, "\r\n")] = '\0';
+    fclose(f);
+    if (tag[0])
+        snprintf(buf, size, " (checkpoint %s)", tag);
+}
+
 /* The final state, once every rank is reaped: a cancel request wins, then the first failure. */
 static void on_group_ended(void *group_ctx) {
     job *j = group_ctx;
@@ -488,17 +510,18 @@ static void on_group_ended(void *group_ctx) {
         all_zero &= ri->signal == 0 && ri->exit_code == 0;
         all_stopped &= ri->signal == 0 && (ri->exit_code == 0 || ri->exit_code == STOP_EXIT_STATUS);
     }
+    char ckpt[300];
+    checkpoint_note(j, ckpt, sizeof ckpt);
     if (j->cancel_requested) {
-        if (j->shutdown)
-            set_reason(j, "ztraind was stopped: the job was cancelled at step %lld%s",
-                       (long long)j->info.step,
-                       all_stopped ? " with a checkpoint" : " (the ranks had to be killed)");
+        if (j->shutdown && all_stopped)
+            set_reason(j, "ztraind was stopped: the job stopped with a checkpoint%s", ckpt);
+        else if (j->shutdown)
+            set_reason(j, "ztraind was stopped: the ranks did not stop in time and were killed");
         else if (j->force)
-            set_reason(j, "cancelled by request (forced: the ranks were killed at step %lld)",
-                       (long long)j->info.step);
+            set_reason(j, "cancelled by request (forced: the ranks were killed at once)");
         else if (all_stopped)
-            set_reason(j, "cancelled by request at step %lld (the ranks wrote a checkpoint and "
-                          "stopped)", (long long)j->info.step);
+            set_reason(j, "cancelled by request: the ranks wrote a checkpoint and stopped%s",
+                       ckpt);
         else
             set_reason(j, "cancelled by request; the ranks did not stop within the grace period "
                           "of %.0f s and were killed", j->grace_s);
@@ -751,7 +774,7 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
     zt_job_watch *w = calloc(1, sizeof *w);
     if (!w)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
-    *w = (zt_job_watch){.what = what, .fn = fn, .ctx = ctx};
+    *w = (zt_job_watch){.what = what, .from_step = from_step, .fn = fn, .ctx = ctx};
     pthread_mutex_lock(&jm->mu);
     job *j = find_job(jm, id);
     if (!j) {

@@ -30,8 +30,9 @@ zt_status zt_job_proto_spec_from_json(const char *json_text, const char *source,
  * and column for text that is not JSON). A NULL spec is the empty object. */
 zt_status zt_job_proto_spec_to_json(const Ztrain__V1__JobSpec *spec, char **json_text);
 
-/* A Job message for a job manager snapshot, spec included (parsed from info->spec_json; a
- * loss or tokens/s still NaN becomes 0, the proto's "not yet"). */
+/* A Job message for a job manager snapshot, spec included (parsed from info->spec_json; a spec
+ * that does not map is left out with a line on stderr). A loss or tokens/s still NaN becomes 0,
+ * the proto's "not yet". */
 zt_status zt_job_proto_job_from_info(const zt_job_info *info, Ztrain__V1__Job **out);
 
 /* A Job as a JSON object's text (the fields of the proto by their proto names, the state by

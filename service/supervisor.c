@@ -157,7 +157,8 @@ static zt_status env_build(env_list *e, const zt_group_spec *spec) {
     /* The shm backend rendezvous through ZTRAIN_RUN_ID, not the port; one is set all the same
      * because the environment contract of a rank includes it. */
     env_add(e, "MASTER_PORT=%d", 29500);
-    env_add(e, "ZTRAIN_RUN_ID=%s", spec->run_id);
+    /* Unique on the host even with several daemons: the shm backend names its segment after it. */
+    env_add(e, "ZTRAIN_RUN_ID=ztraind%ld-%s", (long)getpid(), spec->run_id);
     env_add(e, "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());
     return ZT_OK;
 }

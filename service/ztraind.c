@@ -251,11 +251,12 @@ int main(int argc, char **argv) {
     fflush(stdout);
     rc = 0;
 out:
+    /* The front ends go first: their watches must be gone before the job manager is. */
     if (http)
         zt_http_stop(http);
-    zt_jobs_destroy(jm);
     if (grpc)
         zt_grpc_server_destroy(grpc);
+    zt_jobs_destroy(jm);
     free(token);
     if (rc == 0)
         printf("ztraind: stopped\n");

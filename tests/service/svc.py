@@ -230,10 +230,19 @@ class Daemon:
 # ---- jobs ----------------------------------------------------------------------------------
 
 def write_data(data_root, name="train.txt", data=TEXT):
+    """Writes data_root/name unless it already holds `data`. A new version goes in through a
+    rename: ranks map their data file, and truncating a mapped file kills them with SIGBUS."""
     path = os.path.join(data_root, name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return name
+    except OSError:
+        pass
+    with open(path + ".tmp", "wb") as f:
         f.write(data)
+    os.replace(path + ".tmp", path)
     return name
 
 

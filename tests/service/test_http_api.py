@@ -22,135 +22,33 @@ import json
 import math
 import os
 import re
-import shutil
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from svc import (BUILD, SOURCE, TERMINAL, Checker, Daemon, read_metrics, submit,  # noqa: E402
+                 temp_dir, tiny_job)
+
 sys.stdout.reconfigure(line_buffering=True)
-HERE = os.path.dirname(os.path.abspath(__file__))
-BUILD = os.environ.get("ZTRAIN_BUILD", os.path.join(HERE, "..", "..", "build"))
-SOURCE = os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", ".."))
-ZTRAIND = os.path.join(BUILD, "ztraind")
 TOKEN = "tok-3f9a7c1e"
-TEXT = (b"It was the best of times, it was the worst of times, it was the age of wisdom, "
-        b"it was the age of foolishness, it was the epoch of belief.\n" * 80)
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 JOB_FIELDS = ("id", "name", "state", "reason", "world_size", "device", "created_unix_ms",
               "started_unix_ms", "finished_unix_ms", "elapsed_ms", "step", "max_steps", "loss",
               "tokens_per_second", "eta_ms", "ranks", "run_dir", "checkpoint_dir",
               "idempotency_key", "spec")
-
-
-class Checker:
-    def __init__(self):
-        self.failed = 0
-
-    def check(self, ok, what):
-        print(("ok    " if ok else "FAIL  ") + what)
-        self.failed += 0 if ok else 1
-        return ok
-
-    def done(self):
-        if self.failed:
-            raise SystemExit(f"{self.failed} check(s) failed")
-        print("all checks passed")
-
-
 ck = Checker()
-top = tempfile.mkdtemp(prefix="ztrain-http-")
+top = temp_dir("ztrain-http-")
 
 
-# ---- gRPC stubs and the daemon ---------------------------------------------------------------
-
-def load_stubs():
-    """ztrain_pb2 / ztrain_pb2_grpc generated from proto/ztrain.proto into the temp dir."""
-    out = os.path.join(top, "stubs")
-    os.makedirs(out)
-    subprocess.run(["protoc", "-I" + os.path.join(SOURCE, "proto"), "--python_out=" + out,
-                    "--grpc_out=" + out, "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
-                    "ztrain.proto"], check=True)
-    sys.path.insert(0, out)
-    import grpc  # noqa: E402
-    import ztrain_pb2  # noqa: E402
-    import ztrain_pb2_grpc  # noqa: E402
-    return grpc, ztrain_pb2, ztrain_pb2_grpc
-
-
-grpc, pb, pb_grpc = load_stubs()
-
-
-class Daemon:
-    """ztraind on free ports with its own state dir; the data root holds train.txt."""
-
-    def __init__(self, name, token=None, http_addr="127.0.0.1:0"):
-        self.dir = os.path.join(top, name)
-        os.makedirs(os.path.join(self.dir, "state", "data"))
-        with open(os.path.join(self.dir, "state", "data", "train.txt"), "wb") as f:
-            f.write(TEXT)
-        args = [ZTRAIND, "--grpc-addr", "127.0.0.1:0", "--http-addr", http_addr,
-                "--state-dir", os.path.join(self.dir, "state"), "--max-ranks", "2",
-                "--grace", "20"]
-        if token:
-            with open(os.path.join(self.dir, "token"), "w") as f:
-                f.write(token + "\n")
-            args += ["--token-file", os.path.join(self.dir, "token")]
-        self.log_path = os.path.join(self.dir, "ztraind.log")
-        with open(self.log_path, "wb") as log:
-            env = {k: v for k, v in os.environ.items() if k != "ZTRAIN_TOKEN"}
-            self.p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self.token = token
-        self.http_port = self.grpc_addr = None
-
-    def log(self):
-        with open(self.log_path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def wait_ready(self, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = re.search(r"ready grpc=(\S+) http=http://[\d.]+:(\d+)", self.log())
-            if m:
-                self.grpc_addr, self.http_port = m.group(1), int(m.group(2))
-                self.stub = pb_grpc.TrainerStub(grpc.insecure_channel(self.grpc_addr))
-                return True
-            if self.p.poll() is not None:
-                return False
-            time.sleep(0.05)
-        return False
-
-    def submit(self, name, max_steps, log_interval=1, layers=2, embd=64, eval_interval=0,
-               checkpoint_interval=0):
-        train = pb.TrainOptions(max_steps=max_steps, log_interval=log_interval,
-                                checkpoint_interval=checkpoint_interval, warmup_steps=0)
-        data = pb.DataSpec(train="train.txt")
-        if eval_interval:
-            data.val = "train.txt"
-            train.eval_interval, train.eval_steps = eval_interval, 2
-        spec = pb.JobSpec(name=name, world_size=1, device="cpu",
-                          model=pb.ModelSpec(type="gpt2", n_layer=layers, n_head=2, n_embd=embd,
-                                             vocab_size=256, block_size=64),
-                          data=data, train=train,
-                          deepspeed_json=json.dumps({"train_micro_batch_size_per_gpu": 2,
-                                                     "optimizer": {"type": "AdamW",
-                                                                   "params": {"lr": 1e-3}}}))
-        md = [("authorization", "Bearer " + self.token)] if self.token else None
-        return self.stub.SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=md, timeout=30).id
-
-    def stop(self, timeout=60):
-        """SIGTERM; the exit status, or None if it did not stop in time (then killed)."""
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-        try:
-            return self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-            return None
+def start_job(d, name, max_steps, log_interval=1, **train):
+    """Submits svc's tiny GPT-2 (2 layers, n_embd 32); eval_interval adds the text as val data."""
+    job = tiny_job(d.data_root, name=name, max_steps=max_steps, log_interval=log_interval,
+                   **train)
+    if train.get("eval_interval"):
+        job["data"]["val"] = job["data"]["train"]
+        job["train"].setdefault("eval_steps", 2)
+    return submit(d, job).id
 
 
 # ---- HTTP helpers ----------------------------------------------------------------------------
@@ -199,10 +97,12 @@ class Http:
 class EventStream(threading.Thread):
     """Reads a Server-Sent Events stream to its end into self.events: (event, data, id)."""
 
-    def __init__(self, api, path, auth=True, timeout=120):
+    def __init__(self, api, path, auth=True, timeout=120, headers=None):
         super().__init__(daemon=True)
         self.c = http.client.HTTPConnection("127.0.0.1", api.port, timeout=timeout)
-        headers = {"Authorization": "Bearer " + api.token} if auth and api.token else {}
+        headers = dict(headers or {})
+        if auth and api.token:
+            headers["Authorization"] = "Bearer " + api.token
         self.c.request("GET", path, headers=headers)
         self.r = self.c.getresponse()
         self.status = self.r.status
@@ -237,11 +137,6 @@ class EventStream(threading.Thread):
             self.c.close()
 
 
-def read_metrics(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def series_of(records, key):
     pts = [(r["train/global_step"], r[key]) for r in records if r.get(key) is not None]
     return [s for s, _ in pts], [v for _, v in pts]
@@ -256,15 +151,18 @@ def cors_ok(headers):
 # ---- cases -----------------------------------------------------------------------------------
 
 def case_a(d):
-    other = Daemon("port-in-use", http_addr=f"127.0.0.1:{d.http_port}")
+    other = Daemon(BUILD, temp_dir("ztrain-http-port-"), start=False)
+    other.http_port = d.http_port
     try:
-        rc = other.p.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        rc = None
+        other.start(timeout=20)
+        err = None
+    except RuntimeError as e:
+        err = str(e)
     other.stop(5)
-    msg = other.log()
-    ck.check(rc == 1 and f"HTTP 127.0.0.1:{d.http_port}: Address already in use" in msg,
-             f"a: a port in use is an error naming it (exit {rc}: {msg.strip()[-160:]})")
+    ck.check(err is not None and "exited with 1" in err and
+             f"HTTP 127.0.0.1:{d.http_port}: Address already in use" in err,
+             f"a: a port in use is an error naming it "
+             f"({(err or 'it started').strip().splitlines()[-1]})")
 
 
 def case_b(api, d):
@@ -346,11 +244,11 @@ def case_b(api, d):
         except OSError:
             pass
     s, _, _ = api.request("GET", "/healthz", auth=False)
-    ck.check(s == 200 and d.p.poll() is None, f"b: the daemon survives junk requests ({s})")
+    ck.check(s == 200 and d.proc.poll() is None, f"b: the daemon survives junk requests ({s})")
 
 
 def case_c(api, d):
-    job_id = d.submit("finite", max_steps=400, eval_interval=100, checkpoint_interval=100)
+    job_id = start_job(d, "finite", 400, eval_interval=100, checkpoint_interval=100)
     stream = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0&logs=1")
     keys = ["train/loss", "eval/loss", "perf/tokens_per_second"]
     query = f"/api/v1/jobs/{job_id}/metrics?keys={','.join(keys)}"
@@ -385,6 +283,14 @@ def case_c(api, d):
     ck.check(logs and all(set(l) == {"seq", "time_unix_ms", "rank", "stream", "text"} for l in logs)
              and [l["seq"] for l in logs] == sorted({l["seq"] for l in logs}),
              f"c: logs=1 adds log events with increasing seq ({len(logs)})")
+
+    again = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
+                        headers={"Last-Event-ID": "390"})
+    again.join(30)
+    steps = [e[1]["step"] for e in again.events if e[0] == "metrics"]
+    ck.check(steps == [r["train/global_step"] for r in recs if r["train/global_step"] > 390] and
+             again.events[-1][0] == "job" and again.clean_end,
+             f"c: a reconnect with Last-Event-ID 390 continues after step 390 ({steps[:3]}...)")
 
     j = api.job(job_id)
     missing = [k for k in JOB_FIELDS + ("checkpoints", "latest") if k not in j]
@@ -489,7 +395,7 @@ def prom_parse(text):
 
 def case_d(api, d, job_id, recs):
     odd = 'odd "name" \\ with\nnewline'
-    odd_id = d.submit(odd, max_steps=3, layers=1, embd=32)
+    odd_id = start_job(d, odd, 3)
     api.wait_job(odd_id, lambda j: j["state"] in TERMINAL)
     s, h, body = api.request("GET", "/metrics")
     try:
@@ -546,7 +452,7 @@ def case_d(api, d, job_id, recs):
 
 
 def case_e(api, d):
-    job_id = d.submit("long", max_steps=10_000_000, log_interval=20, layers=1, embd=32)
+    job_id = start_job(d, "long", 10_000_000, log_interval=20)
     j = api.wait_job(job_id, lambda j: j["state"] == "RUNNING" and j["step"] >= 40, timeout=60)
     ck.check(j and j["state"] == "RUNNING" and j["eta_ms"] is not None and j["eta_ms"] > 0 and
              j["elapsed_ms"] > 0 and j["ranks"][0]["running"],
@@ -584,7 +490,7 @@ def case_e(api, d):
 
 
 def case_f(api, d):
-    job_id = d.submit("at-shutdown", max_steps=10_000_000, log_interval=50, layers=1, embd=32)
+    job_id = start_job(d, "at-shutdown", 10_000_000, log_interval=50)
     api.wait_job(job_id, lambda j: j["state"] == "RUNNING", timeout=60)
     stream = EventStream(api, f"/api/v1/jobs/{job_id}/events")
     time.sleep(0.5)
@@ -593,14 +499,13 @@ def case_f(api, d):
     stream.join(10)
     ck.check(rc == 0 and not stream.is_alive(),
              f"f: SIGTERM with a live stream: the stream ends and ztraind exits 0 in "
-             f"{time.monotonic() - t0:.1f} s (exit {rc}; {d.log().strip()[-300:]})")
+             f"{time.monotonic() - t0:.1f} s (exit {rc}: {d.log().strip().splitlines()[-1]})")
 
 
 def main():
-    d = Daemon("main", token=TOKEN)
+    d = Daemon(BUILD, os.path.join(top, "main"), token=TOKEN, grace=20, start=False)
     try:
-        if not ck.check(d.wait_ready(), f"ztraind starts ({d.log().strip()[-300:]})"):
-            ck.done()
+        d.start()
         api = Http(d.http_port, TOKEN)
         case_a(d)
         case_b(api, d)
@@ -610,11 +515,9 @@ def main():
         case_f(api, d)
     finally:
         d.stop(30)
-    log = d.log()
-    ck.check("ERROR: AddressSanitizer" not in log and "LeakSanitizer" not in log,
-             "ztraind's log has no sanitizer report")
+    errors = d.sanitizer_errors()
+    ck.check(not errors, f"ztraind's log has no sanitizer report ({errors})")
     ck.done()
-    shutil.rmtree(top, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ def series(d, job_id, key="train/loss"):
     return [(s, v) for s, v in zip(r.series[0].steps, r.series[0].values)] if r.series else []
 
 
-def shm_segments(job_id):
-    return [n for n in os.listdir("/dev/shm") if job_id in n]
+def shm_segments(d, job_id):
+    """This daemon's shared-memory segments of the job (the ranks' ZTRAIN_RUN_ID names them)."""
+    return [n for n in os.listdir("/dev/shm") if f"ztraind{d.proc.pid}-{job_id}" in n]
 
 
 def killed_rank():
@@ -57,7 +58,8 @@ def killed_rank():
                 f"reason names the rank and the signal: {j.reason!r}")
         c.check(j.ranks[1].signal == 9 and not j.ranks[1].running, "rank 1 recorded as signal 9")
         c.check(not wait_gone(pids, 5), "no rank process left")
-        c.check(not shm_segments(j.id), f"no shm segment of the job left: {shm_segments(j.id)}")
+        c.check(not shm_segments(d, j.id), f"no shm segment of the job left: "
+                f"{shm_segments(d, j.id)}")
         logs = http_json(d, f"/api/v1/jobs/{j.id}/logs?tail=50")["lines"]
         c.check(any("signal 9" in l["text"] and l["stream"] == "ztraind" for l in logs),
                 "ztraind's own log line about the killed rank is in the job's log")

@@ -1,0 +1,210 @@
+"""ztraind's gRPC API driven by Python grpcio: the life of a job and what it reports.
+
+  a. Health/Check answers SERVING (and NOT_FOUND for a service it does not have).
+  b. A job submitted behind a running one waits QUEUED with a reason (--max-ranks 1 leaves room
+     for one rank), and WatchJob sees it go QUEUED -> STARTING/RUNNING -> SUCCEEDED, then the
+     stream ends with OK. Three jobs: one runs, two wait; ListJobs filters them by state.
+  c. GetMetrics returns exactly the loss series the rank wrote to <run dir>/metrics.jsonl, and
+     max_points thins it while keeping the last point.
+  d. WatchJob from step 0, opened after the job started, replays every record (compared with
+     metrics.jsonl); from_step skips the earlier ones.
+  e. ListJobs pages newest first with page tokens; a repeated idempotency key returns the first
+     job; StreamLogs returns the last lines; unknown ids are NOT_FOUND everywhere."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from svc import (BUILD, Checker, Daemon, get_job, read_metrics, state_name, stubs,  # noqa: E402
+                 submit, temp_dir, tiny_job, wait_state, wait_step)
+
+import grpc  # noqa: E402
+
+sys.stdout.reconfigure(line_buffering=True)
+pb, rpc, hpb, hrpc = stubs()
+ck = Checker()
+LONG = 10_000_000
+
+
+def watch(d, job_id, from_step=0, timeout=60):
+    """Every event of a WatchJob stream until it ends: (states seen, metric records, status)."""
+    states, records = [], []
+    try:
+        for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, from_step=from_step),
+                                    metadata=d.metadata, timeout=timeout):
+            kind = ev.WhichOneof("event")
+            if kind == "job":
+                states.append(state_name(ev.job.state))
+            elif kind == "metrics":
+                records.append(ev.metrics)
+        return states, records, grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return states, records, e.code()
+
+
+def record_values(rec):
+    return {v.key: v.value for v in rec.values}
+
+
+def case_a(d):
+    h = d.health()
+    ck.check(h.Check(hpb.HealthCheckRequest(), timeout=10).status ==
+             hpb.HealthCheckResponse.SERVING, "a: Health/Check is SERVING")
+    ck.check(h.Check(hpb.HealthCheckRequest(service="ztrain.v1.Trainer"), timeout=10).status ==
+             hpb.HealthCheckResponse.SERVING, "a: ... for ztrain.v1.Trainer too")
+    try:
+        h.Check(hpb.HealthCheckRequest(service="nope.Service"), timeout=10)
+        code = grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        code = e.code()
+    ck.check(code == grpc.StatusCode.NOT_FOUND, f"a: an unknown service is NOT_FOUND ({code})")
+
+
+def case_b(d):
+    blocker = submit(d, tiny_job(d.data_root, name="blocker", max_steps=LONG, log_interval=50))
+    j = wait_state(d, blocker.id, {"RUNNING"})
+    ck.check(state_name(j.state) == "RUNNING", f"b: the first job runs ({state_name(j.state)})")
+    second = submit(d, tiny_job(d.data_root, name="second", max_steps=30))
+    third = submit(d, tiny_job(d.data_root, name="third", max_steps=LONG))
+    s2, s3, s1 = get_job(d, second.id), get_job(d, third.id), get_job(d, blocker.id)
+    ck.check(state_name(s2.state) == "QUEUED" and s2.reason and state_name(s3.state) == "QUEUED",
+             f"b: with --max-ranks 1 the others wait QUEUED with a reason ('{s2.reason}'; the "
+             f"first is {state_name(s1.state)} {s1.reason})")
+    queued = d.stub().ListJobs(pb.ListJobsRequest(state=pb.JOB_STATE_QUEUED), metadata=d.metadata)
+    running = d.stub().ListJobs(pb.ListJobsRequest(state=pb.JOB_STATE_RUNNING), metadata=d.metadata)
+    ck.check([x.id for x in queued.jobs] == [third.id, second.id] and
+             [x.id for x in running.jobs] == [blocker.id],
+             "b: ListJobs filters by state, newest first")
+
+    # The watch opens while the job waits, so it sees every state from QUEUED on.
+    import threading
+    result = {}
+    t = threading.Thread(target=lambda: result.update(w=watch(d, second.id)))
+    t.start()
+    time.sleep(0.3)
+    d.stub().CancelJob(pb.CancelJobRequest(id=blocker.id, force=True), metadata=d.metadata)
+    t.join(90)
+    states, records, code = result.get("w", ([], [], None))
+    ck.check(code == grpc.StatusCode.OK and states[:1] == ["QUEUED"] and "RUNNING" in states and
+             states[-1] == "SUCCEEDED" and states.index("RUNNING") > 0,
+             f"b: WatchJob sees {states} and ends OK ({code})")
+    ck.check([r.step for r in records] == list(range(1, 31)),
+             f"b: ... with one record per step ({len(records)} records)")
+    d.stub().CancelJob(pb.CancelJobRequest(id=third.id, force=True), metadata=d.metadata)
+    wait_state(d, third.id, {"CANCELLED"})
+    return second.id
+
+
+def case_c(d, job_id):
+    job = get_job(d, job_id)
+    recs = [r for r in read_metrics(os.path.join(job.run_dir, "metrics.jsonl")) if "train/loss" in r]
+    resp = d.stub().GetMetrics(pb.GetMetricsRequest(id=job_id, keys=["train/loss"]),
+                               metadata=d.metadata)
+    s = resp.series[0] if len(resp.series) == 1 else None
+    ck.check(s is not None and s.key == "train/loss" and
+             list(s.steps) == [r["train/global_step"] for r in recs] and
+             list(s.values) == [r["train/loss"] for r in recs],
+             f"c: GetMetrics' train/loss equals metrics.jsonl ({len(recs)} records)")
+    all_keys = d.stub().GetMetrics(pb.GetMetricsRequest(id=job_id), metadata=d.metadata)
+    keys = {x.key for x in all_keys.series}
+    ck.check({"train/loss", "train/learning_rate", "perf/tokens_per_second"} <= keys,
+             f"c: with no keys every series comes back ({len(keys)} keys)")
+    thin = d.stub().GetMetrics(pb.GetMetricsRequest(id=job_id, keys=["train/loss"], max_points=5),
+                               metadata=d.metadata).series[0]
+    ck.check(len(thin.steps) == 5 and thin.steps[-1] == recs[-1]["train/global_step"],
+             f"c: max_points=5 keeps 5 points ending at the last ({list(thin.steps)})")
+    since = d.stub().GetMetrics(pb.GetMetricsRequest(id=job_id, keys=["train/loss"],
+                                                     since_step=25), metadata=d.metadata).series[0]
+    ck.check(list(since.steps) == list(range(25, 31)), f"c: since_step=25 ({list(since.steps)})")
+
+
+def case_d(d):
+    job = submit(d, tiny_job(d.data_root, name="replay", max_steps=3000, log_interval=15))
+    j = wait_step(d, job.id, 30)
+    ck.check(state_name(j.state) == "RUNNING" and j.step >= 30,
+             f"d: the job is running (step {j.step})")
+    states, records, code = watch(d, job.id, from_step=0)
+    later = watch(d, job.id, from_step=1500)[1]
+    end = get_job(d, job.id)
+    recs = [r for r in read_metrics(os.path.join(end.run_dir, "metrics.jsonl"))]
+    ck.check(code == grpc.StatusCode.OK and states[0] == "RUNNING" and states[-1] == "SUCCEEDED",
+             f"d: the watch starts RUNNING and ends SUCCEEDED ({states[0]}..{states[-1]}, {code})")
+    ck.check([r.step for r in records] == [r["train/global_step"] for r in recs] and
+             len(records) == 200,
+             f"d: WatchJob from step 0 replays every record ({len(records)} of {len(recs)})")
+    same = all(record_values(a).get("train/loss") == b["train/loss"] and
+               record_values(a).get("train/learning_rate") == b["train/learning_rate"]
+               for a, b in zip(records, recs))
+    ck.check(same, "d: ... with the values of metrics.jsonl")
+    ck.check(later and later[0].step == 1500 and later[-1].step == 3000,
+             f"d: from_step=1500 starts at step {later[0].step if later else None}")
+    nulls_left_out = all(all(v.value == v.value for v in r.values) for r in records)
+    ck.check(nulls_left_out, "d: no record carries a NaN (nulls are left out)")
+
+
+def case_e(d):
+    stub = d.stub()
+    ids = [submit(d, tiny_job(d.data_root, name=f"page{i}", max_steps=3)).id for i in range(3)]
+    for i in ids:
+        wait_state(d, i, {"SUCCEEDED", "FAILED"})
+    everything = stub.ListJobs(pb.ListJobsRequest(page_size=1000), metadata=d.metadata)
+    all_ids = [j.id for j in everything.jobs]
+    pages, token = [], ""
+    while True:
+        page = stub.ListJobs(pb.ListJobsRequest(page_size=2, page_token=token), metadata=d.metadata)
+        pages.append([j.id for j in page.jobs])
+        token = page.next_page_token
+        if not token:
+            break
+    ck.check(all_ids == sorted(all_ids, reverse=True) and all_ids[:3] == ids[::-1],
+             f"e: ListJobs is newest first ({all_ids})")
+    ck.check(sum(pages, []) == all_ids and all(len(p) <= 2 for p in pages) and
+             everything.next_page_token == "",
+             f"e: pages of 2 with tokens cover the list once ({pages})")
+
+    job = tiny_job(d.data_root, name="idem", max_steps=3)
+    a = submit(d, job, key="abc-123")
+    b = submit(d, job, key="abc-123")
+    ck.check(a.id == b.id and a.idempotency_key == "abc-123",
+             f"e: a repeated idempotency key returns the first job ({a.id}, {b.id})")
+
+    lines = [l.text for l in stub.StreamLogs(pb.StreamLogsRequest(id=ids[0], tail=2),
+                                             metadata=d.metadata, timeout=10)]
+    ck.check(len(lines) == 2 and "exited with status 0" in lines[-1],
+             f"e: StreamLogs tail=2 gives the last two lines ({lines})")
+
+    missing = "job-999999"
+    calls = {
+        "GetJob": lambda: stub.GetJob(pb.GetJobRequest(id=missing), metadata=d.metadata),
+        "CancelJob": lambda: stub.CancelJob(pb.CancelJobRequest(id=missing), metadata=d.metadata),
+        "GetMetrics": lambda: stub.GetMetrics(pb.GetMetricsRequest(id=missing), metadata=d.metadata),
+        "WatchJob": lambda: list(stub.WatchJob(pb.WatchJobRequest(id=missing), metadata=d.metadata,
+                                               timeout=10)),
+        "StreamLogs": lambda: list(stub.StreamLogs(pb.StreamLogsRequest(id=missing, follow=True),
+                                                   metadata=d.metadata, timeout=10)),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+            code, details = grpc.StatusCode.OK, ""
+        except grpc.RpcError as e:
+            code, details = e.code(), e.details()
+        ck.check(code == grpc.StatusCode.NOT_FOUND and missing in details,
+                 f"e: {name} of an unknown id is NOT_FOUND naming it ({code}: {details})")
+
+
+tmp = temp_dir("ztrain-grpc-jobs-")
+with Daemon(BUILD, tmp, max_ranks=1) as d:
+    for case in (case_a, case_b, case_c, case_d, case_e):
+        t = time.monotonic()
+        if case is case_c:
+            case(d, second_id)
+        elif case is case_b:
+            second_id = case(d)
+        else:
+            case(d)
+        print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")
+    rc = d.stop()
+    ck.check(rc == 0, f"ztraind stops cleanly on SIGTERM (exit {rc})")
+ck.check(not d.sanitizer_errors(), f"no sanitizer report from ztraind {d.sanitizer_errors()}")
+ck.done()
