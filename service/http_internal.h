@@ -1,0 +1,119 @@
+/* What the files of ztraind's HTTP server share (http_api.c and the route files beside it): the
+ * server's state, the helpers every route answers with, and the routes http_api.c dispatches
+ * to. Not part of the public interface, which is http_api.h. */
+#ifndef ZTRAIN_HTTP_INTERNAL_H
+#define ZTRAIN_HTTP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <microhttpd.h>
+
+#include "http_api.h"
+#include "http_json.h"
+#include "job_manager.h"
+
+/* The largest `tail` of log lines a request may ask for (GET .../logs and .../events). */
+#define ZT_MAX_LOG_TAIL 100000
+
+typedef struct zt_sse zt_sse;
+typedef struct zt_series_cache zt_series_cache;
+
+struct zt_http_server {
+    struct MHD_Daemon *daemon;
+    zt_jobs *jm;
+    char *token;
+    char *web_dir;
+    char *chartjs_dir;
+    size_t max_body;
+    int port;
+    pthread_mutex_t mu;       /* guards streams and stopping */
+    zt_sse *streams;          /* live event streams, so that stop can end them */
+    bool stopping;
+    zt_series_cache *cache;   /* responses of GET .../metrics (http_series.c) */
+};
+
+static inline int64_t zt_http_wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline int64_t zt_http_mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- answering (http_reply.c) ------------------------------------------------------------ */
+
+/* Queues r with the CORS headers added and drops our reference: MHD keeps the response until
+ * it is sent. A NULL r (a failed create) is MHD_NO, which closes the connection. */
+enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MHD_Response *r);
+/* Sends the buffer's text, which it takes over (b is left empty), as `type`, not to be cached. */
+enum MHD_Result zt_http_send_text(struct MHD_Connection *c, unsigned code, zt_jbuf *b,
+                                  const char *type);
+enum MHD_Result zt_http_send_json(struct MHD_Connection *c, unsigned code, zt_jbuf *b);
+/* {"error": "<printf of fmt>"} with the given status, and one more header when hname is not
+ * NULL (Allow on a 405, WWW-Authenticate on a 401). */
+enum MHD_Result zt_http_send_error_with_header(struct MHD_Connection *c, unsigned code,
+                                               const char *hname, const char *hvalue,
+                                               const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+#define zt_http_send_error(c, code, ...) \
+    zt_http_send_error_with_header((c), (code), NULL, NULL, __VA_ARGS__)
+/* The HTTP status of a job manager failure s, with zt_last_error()'s message; id names the
+ * job in a 500 (NULL when there is none). */
+enum MHD_Result zt_http_send_status(struct MHD_Connection *c, zt_status s, const char *id);
+
+/* The query argument `name`, or NULL when absent. */
+const char *zt_http_arg(struct MHD_Connection *c, const char *name);
+/* Read the argument `name` into *out, left as it is when absent. On a malformed or
+ * out-of-range value they answer 400 naming the argument, set *ret and return false. */
+bool zt_http_arg_int(struct MHD_Connection *c, const char *name, int64_t lo, int64_t hi,
+                     int64_t *out, enum MHD_Result *ret);
+bool zt_http_arg_bool(struct MHD_Connection *c, const char *name, bool *out,
+                      enum MHD_Result *ret);
+/* Whether the n bytes at id can be a job id at all. */
+bool zt_http_valid_job_id(const char *id, size_t n);
+
+/* ---- routes ------------------------------------------------------------------------------ */
+
+/* http_jobs.c: /healthz, GET /api/v1/jobs, GET /api/v1/jobs/{id}[/records|/logs] and
+ * POST /api/v1/jobs/{id}/cancel. `body` is the request body, or NULL when none was sent. */
+enum MHD_Result zt_http_healthz(zt_http_server *s, struct MHD_Connection *c);
+enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c);
+enum MHD_Result zt_http_job_get(zt_http_server *s, struct MHD_Connection *c, const char *id);
+enum MHD_Result zt_http_job_records(zt_http_server *s, struct MHD_Connection *c, const char *id);
+enum MHD_Result zt_http_job_logs(zt_http_server *s, struct MHD_Connection *c, const char *id);
+enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, const char *id,
+                                   const zt_jbuf *body);
+/* The checkpoints in a job's checkpoint_dir, oldest step first; empty when dir is NULL, empty
+ * or unreadable. Release with zt_ckpt_list_free. */
+void zt_http_list_checkpoints(const char *dir, zt_ckpt_list *out);
+
+/* http_series.c: GET /api/v1/jobs/{id}/metrics, and the cache of its responses. */
+enum MHD_Result zt_http_job_metrics(zt_http_server *s, struct MHD_Connection *c, const char *id);
+zt_series_cache *zt_series_cache_create(void);
+void zt_series_cache_destroy(zt_series_cache *cache);
+
+/* http_events.c: GET /api/v1/jobs/{id}/events, the live event stream. */
+enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c, const char *id);
+/* Whether the request carries the server's token as ?access_token=, which the event stream
+ * takes in place of the Authorization header. */
+bool zt_http_events_token_ok(const zt_http_server *s, struct MHD_Connection *c);
+/* Ends every live stream and refuses new ones, so that MHD can join their threads. */
+void zt_http_events_stop_all(zt_http_server *s);
+
+/* http_prometheus.c: GET /metrics. */
+enum MHD_Result zt_http_prometheus(zt_http_server *s, struct MHD_Connection *c);
+
+/* http_static.c: the file `rel` under dir (404 when dir is NULL, rel is not a plain relative
+ * path or no such file exists), with the given Cache-Control. */
+enum MHD_Result zt_http_serve_file(struct MHD_Connection *c, const char *dir, const char *rel,
+                                   const char *cache);
+
+#endif

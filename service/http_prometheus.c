@@ -1,0 +1,151 @@
+/* GET /metrics (http_internal.h): every job's state and last reported numbers in Prometheus'
+ * text exposition format (version 0.0.4), one family per quantity, each sample labelled with
+ * the job's id and name. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_internal.h"
+
+/* The record keys /metrics reports beyond what zt_job_info carries: the last value of each. */
+enum { K_LR, K_STEP_MS, K_TFLOPS, K_GRAD_NORM, K_SKIPPED, K_COUNT };
+static const char *const prom_keys[K_COUNT] = {
+    "train/learning_rate", "perf/step_time_ms", "perf/tflops", "train/grad_norm",
+    "train/skipped_steps",
+};
+
+typedef struct {
+    double v[K_COUNT];
+} prom_last;
+
+static void prom_collect(void *ctx, const char *key, const int64_t *steps, const double *values,
+                         int n) {
+    prom_last *l = ctx;
+    for (int k = 0; k < K_COUNT; k++)
+        if (n > 0 && strcmp(key, prom_keys[k]) == 0)
+            l->v[k] = values[n - 1];
+}
+
+static double pv_world_size(const zt_job_info *j, const prom_last *l) { return j->world_size; }
+static double pv_step(const zt_job_info *j, const prom_last *l) { return (double)j->step; }
+static double pv_loss(const zt_job_info *j, const prom_last *l) { return j->loss; }
+static double pv_tps(const zt_job_info *j, const prom_last *l) { return j->tokens_per_second; }
+static double pv_lr(const zt_job_info *j, const prom_last *l) { return l->v[K_LR]; }
+static double pv_step_s(const zt_job_info *j, const prom_last *l) { return l->v[K_STEP_MS] / 1e3; }
+static double pv_tflops(const zt_job_info *j, const prom_last *l) { return l->v[K_TFLOPS]; }
+static double pv_gnorm(const zt_job_info *j, const prom_last *l) { return l->v[K_GRAD_NORM]; }
+static double pv_skipped(const zt_job_info *j, const prom_last *l) { return l->v[K_SKIPPED]; }
+
+static const struct {
+    const char *name, *type, *help;
+    double (*value)(const zt_job_info *, const prom_last *);
+} prom_job_families[] = {
+    {"ztrain_job_world_size", "gauge", "Ranks the job runs on.", pv_world_size},
+    {"ztrain_job_step", "gauge", "Last train/global_step the job reported.", pv_step},
+    {"ztrain_job_loss", "gauge", "Last training loss (train/loss).", pv_loss},
+    {"ztrain_job_tokens_per_second", "gauge", "Last training throughput in tokens per second.",
+     pv_tps},
+    {"ztrain_job_learning_rate", "gauge", "Last learning rate (train/learning_rate).", pv_lr},
+    {"ztrain_job_step_time_seconds", "gauge", "Duration of the last logged step in seconds.",
+     pv_step_s},
+    {"ztrain_job_tflops", "gauge", "Last achieved model TFLOPS (perf/tflops).", pv_tflops},
+    {"ztrain_job_grad_norm", "gauge", "Last global gradient norm (train/grad_norm).", pv_gnorm},
+    {"ztrain_job_skipped_steps_total", "counter",
+     "Optimizer steps skipped because of gradient overflow.", pv_skipped},
+};
+#define N_PROM_JOB_FAMILIES (sizeof prom_job_families / sizeof prom_job_families[0])
+
+static void prom_family(zt_jbuf *b, const char *name, const char *type, const char *help) {
+    zt_jbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value in the exposition format: backslash, double quote and newline escaped. */
+static void prom_label_value(zt_jbuf *b, const char *v) {
+    const char *run = v;
+    for (const char *p = v; *p; p++) {
+        const char *esc = *p == '\\' ? "\\\\" : *p == '"' ? "\\\"" : *p == '\n' ? "\\n" : NULL;
+        if (!esc)
+            continue;
+        zt_jbuf_text(b, run, (size_t)(p - run));
+        zt_jbuf_puts(b, esc);
+        run = p + 1;
+    }
+    zt_jbuf_puts(b, run);
+}
+
+static void prom_job_labels(zt_jbuf *b, const zt_job_info *j) {
+    zt_jbuf_puts(b, "{job_id=\"");
+    prom_label_value(b, j->id);
+    zt_jbuf_puts(b, "\",job_name=\"");
+    prom_label_value(b, j->name ? j->name : "");
+    zt_jbuf_puts(b, "\"");
+}
+
+/* A sample value: JSON's number syntax is also valid exposition text. */
+static void prom_value(zt_jbuf *b, double v) {
+    zt_jbuf_puts(b, "} ");
+    zt_json_num(b, v);
+    zt_jbuf_puts(b, "\n");
+}
+
+static void prom_write(zt_jbuf *b, const zt_job_info *jobs, const prom_last *last, int n) {
+    prom_family(b, "ztrain_up", "gauge", "1 while ztraind answers.");
+    zt_jbuf_puts(b, "ztrain_up 1\n");
+    prom_family(b, "ztrain_jobs", "gauge", "Jobs known to ztraind, by state.");
+    for (zt_job_state st = ZT_JOB_QUEUED; st <= ZT_JOB_CANCELLED; st++) {
+        int count = 0;
+        for (int i = 0; i < n; i++)
+            count += jobs[i].state == st;
+        zt_jbuf_printf(b, "ztrain_jobs{state=\"%s\"} %d\n", zt_job_state_name(st), count);
+    }
+    prom_family(b, "ztrain_job_state", "gauge", "1 for the job's current state.");
+    for (int i = 0; i < n; i++) {
+        zt_jbuf_puts(b, "ztrain_job_state");
+        prom_job_labels(b, &jobs[i]);
+        zt_jbuf_printf(b, ",state=\"%s\"", zt_job_state_name(jobs[i].state));
+        prom_value(b, 1);
+    }
+    for (size_t f = 0; f < N_PROM_JOB_FAMILIES; f++) {
+        prom_family(b, prom_job_families[f].name, prom_job_families[f].type,
+                    prom_job_families[f].help);
+        for (int i = 0; i < n; i++) {
+            double v = prom_job_families[f].value(&jobs[i], &last[i]);
+            if (isnan(v))
+                continue;
+            zt_jbuf_puts(b, prom_job_families[f].name);
+            prom_job_labels(b, &jobs[i]);
+            prom_value(b, v);
+        }
+    }
+}
+
+enum MHD_Result zt_http_prometheus(zt_http_server *s, struct MHD_Connection *c) {
+    zt_job_info *jobs = NULL;
+    int n = 0;
+    zt_status st = zt_jobs_all(s->jm, &jobs, &n);
+    if (st != ZT_OK)
+        return zt_http_send_status(c, st, NULL);
+    prom_last *last = malloc(sizeof *last * (size_t)(n > 0 ? n : 1));
+    enum MHD_Result ret = MHD_NO;
+    if (last) {
+        for (int i = 0; i < n; i++) {
+            for (int k = 0; k < K_COUNT; k++)
+                last[i].v[k] = NAN;
+            /* Only the records of the last step: the last value of each key, without walking
+             * the job's whole history under the manager's lock. */
+            if (jobs[i].n_records > 0)
+                zt_jobs_metric_series(s->jm, jobs[i].id, prom_keys, K_COUNT, jobs[i].step, 1,
+                                      prom_collect, &last[i]);
+        }
+        zt_jbuf b;
+        zt_jbuf_init(&b);
+        prom_write(&b, jobs, last, n);
+        ret = zt_http_send_text(c, MHD_HTTP_OK, &b, "text/plain; version=0.0.4; charset=utf-8");
+    }
+    free(last);
+    for (int i = 0; i < n; i++)
+        zt_job_info_free(&jobs[i]);
+    free(jobs);
+    return ret;
+}

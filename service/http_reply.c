@@ -1,0 +1,143 @@
+/* How ztraind's HTTP routes answer (http_internal.h): responses with the CORS headers, JSON
+ * errors and the status of a job manager failure, and query arguments that answer 400 naming
+ * themselves when malformed, so every route reports a bad request the same way. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_internal.h"
+
+/* Every response carries these, so that a dashboard served from elsewhere can use the API. */
+static void add_cors(struct MHD_Response *r) {
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+}
+
+enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MHD_Response *r) {
+    if (!r)
+        return MHD_NO;
+    add_cors(r);
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A response that owns the buffer's text; NULL (b freed) when memory ran out. */
+static struct MHD_Response *text_response(zt_jbuf *b, const char *type) {
+    size_t n;
+    char *p = zt_jbuf_take(b, &n);
+    if (!p)
+        return NULL;
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, p, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(p);
+        return NULL;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    return r;
+}
+
+enum MHD_Result zt_http_send_text(struct MHD_Connection *c, unsigned code, zt_jbuf *b,
+                                  const char *type) {
+    return zt_http_queue(c, code, text_response(b, type));
+}
+
+enum MHD_Result zt_http_send_json(struct MHD_Connection *c, unsigned code, zt_jbuf *b) {
+    return zt_http_send_text(c, code, b, "application/json");
+}
+
+enum MHD_Result zt_http_send_error_with_header(struct MHD_Connection *c, unsigned code,
+                                               const char *hname, const char *hvalue,
+                                               const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    zt_jbuf b;
+    zt_jbuf_init(&b);
+    zt_json_error(&b, msg);
+    struct MHD_Response *r = text_response(&b, "application/json");
+    if (r && hname)
+        MHD_add_response_header(r, hname, hvalue);
+    return zt_http_queue(c, code, r);
+}
+
+enum MHD_Result zt_http_send_status(struct MHD_Connection *c, zt_status s, const char *id) {
+    const char *msg = zt_last_error();
+    switch ((int)s) {
+    case ZT_ERR_NOT_FOUND:
+        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "%s", *msg ? msg : "no such job");
+    case ZT_ERR_INVALID:
+        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s", msg);
+    case ZT_ERR_LIMIT:
+        return zt_http_send_error(c, MHD_HTTP_TOO_MANY_REQUESTS, "%s", msg);
+    default:
+        return zt_http_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "job %s: %s",
+                                  id ? id : "-", msg);
+    }
+}
+
+/* ---- query arguments --------------------------------------------------------------------- */
+
+const char *zt_http_arg(struct MHD_Connection *c, const char *name) {
+    return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+bool zt_http_arg_int(struct MHD_Connection *c, const char *name, int64_t lo, int64_t hi,
+                     int64_t *out, enum MHD_Result *ret) {
+    const char *v = zt_http_arg(c, name);
+    if (!v)
+        return true;
+    char *end = NULL;
+    errno = 0;
+    long long x = *v && !isspace((unsigned char)*v) ? strtoll(v, &end, 10) : 0;
+    if (!end || end == v || *end || errno || x < lo || x > hi) {
+        if (hi == INT64_MAX)
+            *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
+                                      "%s: expected an integer >= %" PRId64 ", got '%.64s'",
+                                      name, lo, v);
+        else
+            *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
+                                      "%s: expected an integer from %" PRId64 " to %" PRId64
+                                      ", got '%.64s'", name, lo, hi, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+bool zt_http_arg_bool(struct MHD_Connection *c, const char *name, bool *out,
+                      enum MHD_Result *ret) {
+    const char *v = zt_http_arg(c, name);
+    if (!v)
+        return true;
+    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !*v) {
+        *out = true;
+    } else if (!strcmp(v, "0") || !strcasecmp(v, "false")) {
+        *out = false;
+    } else {
+        *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
+                                  "%s: expected 0, 1, true or false, got '%.64s'", name, v);
+        return false;
+    }
+    return true;
+}
+
+/* Job ids are short and plain ("job-000042"); anything else cannot name a job, and checking
+ * here keeps odd bytes out of the manager and the messages. */
+bool zt_http_valid_job_id(const char *id, size_t n) {
+    if (n == 0 || n >= sizeof(((zt_job_info *)0)->id))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)id[i]) && id[i] != '-' && id[i] != '_' && id[i] != '.')
+            return false;
+    return true;
+}
