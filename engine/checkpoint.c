@@ -1,9 +1,11 @@
 /* Checkpoint save and load (layout in ztrain/checkpoint.h). */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fsutil.h"
@@ -29,9 +31,32 @@ static cJSON *model_spec_json(const zt_model_spec *s) {
     return o;
 }
 
+/* Reads saved optimizer state from wherever the engine keeps it (memory or offload files). */
+typedef struct {
+    zt_engine *e;
+    zt_state_kind kind;
+    size_t start; /* the tensor's first element within the optimizer's slice */
+} state_reader;
+
+static zt_status read_state(void *ctx, size_t first, float *dst, size_t n) {
+    state_reader *r = ctx;
+    return zt_engine_read_state(r->e, r->kind, r->start + first, dst, n);
+}
+
+/* The tensors of an optimizer partition file, in file order. */
+static void state_names(const zt_optimizer *o, const char *names[3], zt_state_kind kinds[3]) {
+    names[0] = o->cfg.type == ZT_OPTIM_ADAM ? "exp_avg" : "momentum_buffer";
+    kinds[0] = ZT_STATE_EXP_AVG;
+    names[1] = "exp_avg_sq";
+    kinds[1] = ZT_STATE_EXP_AVG_SQ;
+    names[2] = "fp32_master";
+    kinds[2] = ZT_STATE_MASTER;
+}
+
 /* This rank's optimizer state over its slice [own_lo, own_lo + count) of the flat parameters,
  * clipped to the real parameters (the padding is not saved), so a checkpoint can be loaded by any
- * number of ranks. Stage 0 ranks hold the whole state; each saves its slice all the same. */
+ * number of ranks. Stage 0 ranks hold the whole state; each saves its slice all the same. The
+ * state is streamed from where it lives, so offloaded state is never all in memory at once. */
 static zt_status save_optimizer(zt_engine *e, const char *path) {
     zt_optimizer *o = zt_engine_optimizer(e);
     if (!o)
@@ -41,24 +66,28 @@ static zt_status save_optimizer(zt_engine *e, const char *path) {
     size_t lo = own_lo < n ? own_lo : n, hi = own_lo + part < n ? own_lo + part : n;
     /* A stage-0 optimizer covers the whole buffer, so its slice starts at own_lo. */
     size_t base = o->n == part ? own_lo : 0;
+    const char *names[3];
+    zt_state_kind kinds[3];
+    state_names(o, names, kinds);
     zt_st_entry entries[3];
+    zt_st_source sources[3];
+    state_reader readers[3];
     int k = 0;
-    const char *first = o->cfg.type == ZT_OPTIM_ADAM ? "exp_avg" : "momentum_buffer";
-    if (o->m)
-        entries[k++] = (zt_st_entry){first, o->m + (lo - base), 1, {(int64_t)(hi - lo)}};
-    if (o->v)
-        entries[k++] = (zt_st_entry){"exp_avg_sq", o->v + (lo - base), 1, {(int64_t)(hi - lo)}};
-    size_t mbase, mn;
-    float *master = zt_engine_master_weights(e, &mbase, &mn);
-    if (master)
-        entries[k++] = (zt_st_entry){"fp32_master", master + (lo - base), 1, {(int64_t)(hi - lo)}};
+    for (int i = 0; i < 3; i++) {
+        if (!zt_engine_has_state(e, kinds[i]))
+            continue;
+        readers[k] = (state_reader){e, kinds[i], lo - base};
+        entries[k] = (zt_st_entry){names[i], NULL, 1, {(int64_t)(hi - lo)}};
+        sources[k] = (zt_st_source){read_state, &readers[k]};
+        k++;
+    }
     char step[32], offset[32], total[32];
     snprintf(step, sizeof step, "%lld", (long long)o->t);
     snprintf(offset, sizeof offset, "%zu", lo);
     snprintf(total, sizeof total, "%zu", n);
     const char *keys[] = {"step", "partition_offset", "n_params"};
     const char *values[] = {step, offset, total};
-    return zt_st_write(path, entries, k, keys, values, 3);
+    return zt_st_write_sources(path, entries, sources, k, keys, values, 3);
 }
 
 static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
@@ -266,19 +295,43 @@ static size_t meta_size(const zt_st_file *f, const char *key) {
     return out;
 }
 
+/* Hands the pages of a read-only file mapping that were just copied back to the kernel, so
+ * loading offloaded state does not bring it all into resident memory on the way. */
+static void drop_pages(const void *p, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + bytes) / page * page;
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Copies saved values into the engine's state, wherever it lives, in pieces. */
+static zt_status copy_in(zt_engine *e, zt_state_kind kind, const float *src, size_t first,
+                         size_t n) {
+    enum { PIECE = 1 << 20 };
+    for (size_t c = 0; c < n; c += PIECE) {
+        size_t len = n - c < PIECE ? n - c : PIECE;
+        ZT_TRY(zt_engine_write_state(e, kind, first + c, src + c, len));
+        drop_pages(src + c, len * sizeof(float));
+    }
+    return ZT_OK;
+}
+
 /* Fills this rank's optimizer state from every saved partition that overlaps its slice, so a
- * checkpoint written by any number of ranks loads on any other number. */
+ * checkpoint written by any number of ranks loads on any other number, with or without offload. */
 static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_world, int64_t step) {
     zt_optimizer *o = zt_engine_optimizer(e);
     size_t own_lo, part, n = zt_engine_model(e)->n_params;
     zt_engine_partition(e, &own_lo, &part);
     size_t base = o->n == part ? own_lo : 0;
     size_t lo = o->n == part ? own_lo : 0, hi = base + o->n < n ? base + o->n : n;
-    const char *first = o->cfg.type == ZT_OPTIM_ADAM ? "exp_avg" : "momentum_buffer";
-    size_t mbase, mn;
-    float *master = zt_engine_master_weights(e, &mbase, &mn);
-    struct { const char *name; float *dst; } want[3] = {
-        {first, o->m}, {"exp_avg_sq", o->v}, {"fp32_master", master}};
+    const char *names[3];
+    zt_state_kind kinds[3];
+    state_names(o, names, kinds);
+    /* Coverage is counted on the first tensor the optimizer has (none for plain SGD). */
+    int counted = -1;
+    for (int i = 0; i < 2 && counted < 0; i++)
+        if (zt_engine_has_state(e, kinds[i]))
+            counted = i;
     size_t covered = 0;
     for (int r = 0; r < saved_world; r++) {
         char path[4400];
@@ -291,32 +344,32 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
             s = zt_error(ZT_ERR_FORMAT, "%s: optimizer state is for %zu parameters, the model has %zu",
                          path, meta_size(&f, "n_params"), n);
         for (int i = 0; i < 3 && s == ZT_OK; i++) {
-            if (!want[i].dst)
+            if (!zt_engine_has_state(e, kinds[i]))
                 continue;
-            const zt_st_tensor *t = zt_st_find(&f, want[i].name);
+            const zt_st_tensor *t = zt_st_find(&f, names[i]);
             /* A checkpoint from fp32 training has no masters: they stay the loaded weights. */
-            if (!t && i == 2)
+            if (!t && kinds[i] == ZT_STATE_MASTER)
                 continue;
             if (!t || t->dtype != ZT_ST_F32 || t->ndim != 1) {
                 s = zt_error(ZT_ERR_FORMAT,
                              "%s: no fp32 '%s' tensor (was the checkpoint written with another "
                              "optimizer?)",
-                             path, want[i].name);
+                             path, names[i]);
                 break;
             }
             size_t len = (size_t)t->shape[0];
             size_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
             if (a < b) {
-                memcpy(want[i].dst + (a - base), (const float *)zt_st_data(&f, t) + (a - off),
-                       (b - a) * sizeof(float));
-                if (i == 0)
+                s = copy_in(e, kinds[i], (const float *)zt_st_data(&f, t) + (a - off), a - base,
+                            b - a);
+                if (i == counted)
                     covered += b - a;
             }
         }
         zt_st_close(&f);
         ZT_TRY(s);
     }
-    if (covered != hi - lo)
+    if (counted >= 0 && covered != hi - lo)
         return zt_error(ZT_ERR_FORMAT, "%s: the optimizer partitions cover %zu of the %zu values "
                         "this rank needs", tagdir, covered, hi - lo);
     o->t = step;
@@ -343,7 +396,9 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
     if (s == ZT_OK) {
         path_join(path, sizeof path, tagdir, "model.safetensors");
         s = zt_model_load_safetensors(model, path);
-        zt_engine_params_loaded(e);
+        zt_status loaded = zt_engine_params_loaded(e);
+        if (s == ZT_OK)
+            s = loaded;
     }
     if (s == ZT_OK && zt_engine_optimizer(e))
         s = load_optimizer(e, tagdir, saved_world, (int64_t)num(meta, "optimizer_step", 0));

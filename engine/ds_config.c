@@ -459,8 +459,16 @@ static void ds_config_warn_without_effect(const zt_ds_config *cfg, const char *s
     if (z->allgather_bucket_size != 500000000)
         zt_ds_warn(src, "zero_optimization.allgather_bucket_size has no effect: ztrain gathers "
                    "parameters per layer (stage 3) or in fixed chunks");
-    if (z->sub_group_size != 1000000000)
-        zt_ds_warn(src, "zero_optimization.sub_group_size has no effect without offload");
+    bool nvme = z->offload_optimizer.device == ZT_OFFLOAD_NVME ||
+                (z->stage == 3 && z->offload_param.device == ZT_OFFLOAD_NVME);
+    if (z->sub_group_size != 1000000000 && !nvme)
+        zt_ds_warn(src, "zero_optimization.sub_group_size has no effect without NVMe offload");
+    const zt_offload_config *op = &z->offload_param;
+    if (z->stage == 3 && op->device == ZT_OFFLOAD_NVME &&
+        (op->buffer_count != 5 || op->buffer_size != 100000000 || op->max_in_cpu != 1000000000))
+        zt_ds_warn(src, "zero_optimization.offload_param buffer_count / buffer_size / max_in_cpu "
+                   "have no effect: ztrain reads each layer's slice straight into its working "
+                   "buffer and holds at most the layer in use and the one prefetched");
     if (z->stage3_max_live_parameters != 1000000000 || z->stage3_max_reuse_distance != 1000000000)
         zt_ds_warn(src, "zero_optimization.stage3_max_live_parameters / stage3_max_reuse_distance "
                    "have no effect: ztrain holds at most the layer in use and the one prefetched");
@@ -469,21 +477,12 @@ static void ds_config_warn_without_effect(const zt_ds_config *cfg, const char *s
                    "averages gradients in fp32 during the reduction");
 }
 
-/* Valid DeepSpeed options that this build does not run yet (offload, gradient_allreduce_op "sum",
- * 16-bit data_types): they are parsed and validated like the rest, then refused here, in one
- * place. Everything else in the config has been validated by now; the issue that implements one
- * of these deletes its lines here. */
-static zt_status ds_config_check_implemented(const zt_ds_config *cfg, const zt_json_obj *top) {
+/* Valid DeepSpeed options that this build does not run yet (gradient_allreduce_op "sum", 16-bit
+ * data_types): they are parsed and validated like the rest, then refused here, in one place.
+ * Everything else in the config has been validated by now; the issue that implements one of
+ * these deletes its lines here. */
+static zt_status ds_config_check_implemented(const zt_json_obj *top) {
     const char *src = top->source;
-    static const char *const dev[] = {"none", "cpu", "nvme"};
-    if (cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.offload_optimizer.device \"%s\" is "
-                        "not supported yet (this build implements \"none\")", src,
-                        dev[cfg->zero.offload_optimizer.device]);
-    if (cfg->zero.offload_param.device != ZT_OFFLOAD_NONE)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.offload_param.device \"%s\" is not "
-                        "supported yet (this build implements \"none\")", src,
-                        dev[cfg->zero.offload_param.device]);
     const char *op = NULL;
     zt_json_get_string(top, "gradient_allreduce_op", &op, NULL);
     if (op && strcasecmp(op, "sum") == 0)
@@ -534,7 +533,7 @@ zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const cha
     ZT_TRY(zt_ds_parse_optimizer(cfg, &top));
     ZT_TRY(zt_ds_parse_scheduler(cfg, &top));
     ZT_TRY(ds_config_check_features(cfg, &top));
-    ZT_TRY(ds_config_check_implemented(cfg, &top));
+    ZT_TRY(ds_config_check_implemented(&top));
     ds_config_warn_without_effect(cfg, top.source);
     return ZT_OK;
 }

@@ -1,8 +1,7 @@
 /* The DeepSpeed "zero_optimization" section with its offload sections, and the precision sections
  * fp16 and bf16. Their pydantic models are lists of typed, range-checked keys, so they are read
  * from tables (ds_config_internal.h) plus a few keys read by hand. All of it is parsed and
- * validated here, including what this build does not run yet (fp16, bf16, ZeRO stages > 0,
- * offload), which ds_config_check_implemented refuses afterwards. */
+ * validated here; what this build does not run is refused afterwards by ds_config.c. */
 #include <stdio.h>
 #include <string.h>
 
@@ -121,6 +120,11 @@ static zt_status parse_offload(const zt_json_obj *zero, const char *key, zt_offl
     }
     if (off->device == ZT_OFFLOAD_NVME && !off->nvme_path[0])
         return zt_json_key_error(ZT_ERR_INVALID, &o, "nvme_path", "is required when device is \"nvme\"");
+    /* The files stream through these buffers: there must be one. */
+    if (off->device == ZT_OFFLOAD_NVME && off->buffer_count < 1)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "buffer_count",
+                                 "must be at least 1 when device is \"nvme\", got %d",
+                                 off->buffer_count);
     return ZT_OK;
 }
 

@@ -1,5 +1,5 @@
-/* The engine: DeepSpeed's forward / backward / step loop over one model, optimizer and schedule
- * (ZeRO stage 0, one rank, fp32 in this build). */
+/* The engine: DeepSpeed's forward / backward / step loop over one model, optimizer and schedule,
+ * with ZeRO stages 0-3 (zero.c), mixed precision and offload (offload.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +63,36 @@ static int64_t fault_injection_step(int rank) {
     return step;
 }
 
+/* The offload store, once the optimizer exists. A rank that cannot create its files (no room, a
+ * path it cannot write) fails here, and so does every other rank, naming it, rather than waiting
+ * for it in the first collective. */
+static zt_status start_offload(zt_engine *e) {
+    zt_status s = zt_zero_init_offload(&e->zero, &e->ds.zero,
+                                       e->ds.has_optimizer ? &e->opt : NULL, e->opts.job_name);
+    if (!e->zero.off && s == ZT_OK)
+        return ZT_OK;
+    if (e->opts.comm) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zt_last_error());
+        double failed = s != ZT_OK ? (double)e->opts.rank + 1.0 : 0.0;
+        zt_status c = zt_comm_all_reduce_f64(e->opts.comm, &failed, 1, ZT_REDUCE_MAX);
+        if (s != ZT_OK)
+            return zt_error(s, "%s", msg);
+        ZT_TRY(c);
+        if (failed > 0.0)
+            return zt_error(ZT_ERR_IO, "rank %d could not set up its offload files (its own "
+                            "message says why)", (int)failed - 1);
+    }
+    ZT_TRY(s);
+    if (e->opts.log && e->opts.rank == 0) {
+        static const char *const dev[] = {"none", "cpu", "nvme"};
+        fprintf(e->opts.log, "[ztrain] offload: optimizer %s, params %s (%s)\n",
+                dev[e->ds.zero.offload_optimizer.device],
+                e->zero.param_file ? "nvme" : "in memory", zt_offload_describe(e->zero.off));
+    }
+    return ZT_OK;
+}
+
 zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_model_spec *spec,
                            const zt_dataset *train_data, const zt_engine_options *opts) {
     zt_engine *e = calloc(1, sizeof *e);
@@ -91,18 +121,25 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         else
             e->model->ops->init_weights(e->model, opts->seed);
     }
+    bool offload_optimizer = ds->zero.offload_optimizer.device != ZT_OFFLOAD_NONE;
     if (s == ZT_OK)
         s = zt_zero_init(&e->zero, e->model, opts->comm, ds->zero.stage,
                          (size_t)ds->zero.reduce_bucket_size,
                          (size_t)ds->zero.stage3_param_persistence_threshold,
                          ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size,
-                         e->dtype, communication_dtype(ds, e->dtype));
-    if (s == ZT_OK) {
-        zt_zero_after_load(&e->zero);
+                         e->dtype, communication_dtype(ds, e->dtype), offload_optimizer);
+    if (s == ZT_OK && ds->has_optimizer) {
         size_t n = ds->zero.stage == 0 ? e->model->n_padded : e->zero.part;
-        if (ds->has_optimizer)
+        /* Offloaded, the state belongs to the store (zero.h), which streams it to the kernel. */
+        if (offload_optimizer)
+            zt_optimizer_init_external(&e->opt, &ds->optimizer, e->k, n);
+        else
             s = zt_optimizer_init(&e->opt, &ds->optimizer, e->k, n);
     }
+    if (s == ZT_OK)
+        s = start_offload(e);
+    if (s == ZT_OK)
+        s = zt_zero_after_load(&e->zero);
     if (s == ZT_OK && train_data) {
         s = zt_loader_init(&e->loader, train_data, ds->train_micro_batch_size_per_gpu,
                            spec->block_size, opts->rank, e->world, opts->shuffle,
@@ -273,8 +310,8 @@ static zt_status step_half(zt_engine *e, double t0) {
             combined *= clip;
     }
     zt_optimizer_begin_step(&e->opt);
-    zt_zero_update_half(&e->zero, &e->opt, g, count, (float)(1.0 / combined),
-                        zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched));
+    ZT_TRY(zt_zero_update_half(&e->zero, &e->opt, g, count, (float)(1.0 / combined),
+                               zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched)));
     ZT_TRY(zt_zero_after_step(&e->zero));
     ZT_TRY(zt_loss_scaler_update(&e->scaler, false, log));
     finish_step(e, t0, true);
@@ -310,8 +347,9 @@ zt_status zt_engine_step(zt_engine *e) {
                         norm, (long long)e->global_steps + 1);
     e->grad_norm = norm;
     clip_gradients(e, g, count, norm);
-    zt_optimizer_step(&e->opt, p, g, zt_lr_schedule_lr(&e->sched),
-                      zt_lr_schedule_momentum(&e->sched));
+    zt_optimizer_begin_step(&e->opt);
+    ZT_TRY(zt_zero_update(&e->zero, &e->opt, p, g, count, zt_lr_schedule_lr(&e->sched),
+                          zt_lr_schedule_momentum(&e->sched)));
     ZT_TRY(zt_zero_after_step(&e->zero));
     finish_step(e, t0, true);
     return ZT_OK;
@@ -340,7 +378,7 @@ void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part) {
 
 zt_status zt_engine_gather_params(zt_engine *e) { return zt_zero_gather_all(&e->zero); }
 void zt_engine_release_unowned(zt_engine *e) { zt_zero_release_gathered(&e->zero); }
-void zt_engine_params_loaded(zt_engine *e) { zt_zero_after_load(&e->zero); }
+zt_status zt_engine_params_loaded(zt_engine *e) { return zt_zero_after_load(&e->zero); }
 double zt_engine_loss_scale(const zt_engine *e) { return zt_loss_scaler_scale(&e->scaler); }
 zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e) { return &e->scaler; }
 bool zt_engine_mixed_precision(const zt_engine *e) { return e->dtype != ZT_F32; }
@@ -356,6 +394,26 @@ zt_engine_memory zt_engine_take_memory(zt_engine *e) {
     if (e->ds.has_optimizer)
         opt = e->opt.n * sizeof(float) * ((e->opt.m ? 1 : 0) + (e->opt.v ? 1 : 0));
     return zt_zero_take_memory(&e->zero, opt);
+}
+
+static int state_stream(zt_state_kind kind) {
+    return kind == ZT_STATE_MASTER ? ZT_OFFLOAD_MASTER
+           : kind == ZT_STATE_EXP_AVG ? ZT_OFFLOAD_EXP_AVG : ZT_OFFLOAD_EXP_AVG_SQ;
+}
+
+bool zt_engine_has_state(const zt_engine *e, zt_state_kind kind) {
+    return e->ds.has_optimizer && zt_zero_has_state(&e->zero, &e->opt, state_stream(kind));
+}
+
+zt_status zt_engine_read_state(zt_engine *e, zt_state_kind kind, size_t first, float *dst,
+                               size_t count) {
+    return zt_zero_state_copy(&e->zero, &e->opt, state_stream(kind), false, first, dst, count);
+}
+
+zt_status zt_engine_write_state(zt_engine *e, zt_state_kind kind, size_t first, const float *src,
+                                size_t count) {
+    return zt_zero_state_copy(&e->zero, &e->opt, state_stream(kind), true, first, (float *)src,
+                              count);
 }
 const zt_ds_config *zt_engine_config(const zt_engine *e) { return &e->ds; }
 zt_loader *zt_engine_loader(zt_engine *e) { return e->has_loader ? &e->loader : NULL; }

@@ -16,8 +16,8 @@
 #include "json_util.h"
 #include "ztrain/job_spec.h"
 
-static const char *const top_keys[] = {"name", "world_size", "device", "model", "data", "train",
-                                       "deepspeed", NULL};
+static const char *const top_keys[] = {"name", "world_size", "nodes", "device", "model", "data",
+                                       "train", "deepspeed", NULL};
 static const char *const model_keys[] = {"type", "n_layer", "n_head", "n_embd", "vocab_size",
                                          "block_size", "init_from", NULL};
 static const char *const data_keys[] = {"train", "val", "shuffle", NULL};
@@ -193,6 +193,25 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
     }
     if (!job->ds_json)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory printing the DeepSpeed config", src);
+    /* A relative nvme_path is relative to the job file, as the job's other paths are. */
+    zt_offload_config *sections[] = {&job->ds.zero.offload_optimizer, &job->ds.zero.offload_param};
+    for (int i = 0; i < 2; i++) {
+        char *nvme = sections[i]->nvme_path;
+        if (!nvme[0] || nvme[0] == '/')
+            continue;
+        char *path = resolve_path(base_dir, nvme);
+        if (!path)
+            return ZT_ERR_NOMEM;
+        size_t len = strlen(path);
+        if (len < sizeof sections[i]->nvme_path)
+            memcpy(nvme, path, len + 1);
+        free(path);
+        if (len >= sizeof sections[i]->nvme_path)
+            return zt_error(ZT_ERR_INVALID, "%s: deepspeed: zero_optimization.%s.nvme_path is longer "
+                            "than %zu bytes once resolved against the job's directory", src,
+                            i ? "offload_param" : "offload_optimizer",
+                            sizeof sections[i]->nvme_path - 1);
+    }
     return ZT_OK;
 }
 
@@ -232,6 +251,14 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
 
     job->world_size = 1;
     ZT_TRY(get_int_min(&top, "world_size", 1, &job->world_size));
+    /* Where the ranks run is the launcher's business (srun --nodes); the spec only has to be
+     * possible: every node gets at least one rank. */
+    job->nodes = 1;
+    ZT_TRY(get_int_min(&top, "nodes", 1, &job->nodes));
+    if (job->nodes > job->world_size)
+        return zt_json_key_error(ZT_ERR_INVALID, &top, "nodes", "(%d) must not exceed world_size "
+                                 "(%d): every node runs at least one rank", job->nodes,
+                                 job->world_size);
     const char *device = "cpu";
     ZT_TRY(zt_json_get_string(&top, "device", &device, NULL));
     if (strcmp(device, "cuda") == 0)

@@ -45,6 +45,21 @@ zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, con
     return s;
 }
 
+void zt_optimizer_init_external(zt_optimizer *o, const zt_optimizer_config *cfg,
+                                const zt_kernels *k, size_t n) {
+    memset(o, 0, sizeof *o);
+    o->cfg = *cfg;
+    o->k = k;
+    o->n = n;
+    o->external = true;
+}
+
+int zt_optimizer_state_count(const zt_optimizer_config *cfg) {
+    if (cfg->type == ZT_OPTIM_ADAM)
+        return 2;
+    return cfg->momentum != 0.0 ? 1 : 0;
+}
+
 void zt_optimizer_free(zt_optimizer *o) {
     free(o->m);
     free(o->v);
@@ -76,13 +91,12 @@ static zt_adam_args adam_args(const zt_optimizer *o, double lr, double momentum)
     };
 }
 
-void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,
-                         size_t n, double lr, double momentum) {
+void zt_optimizer_update_with(zt_optimizer *o, float *params, const float *grads, float *m,
+                              float *v, size_t n, double lr, double momentum) {
     const zt_optimizer_config *c = &o->cfg;
-    ZT_ASSERT(offset + n <= o->n);
     if (c->type == ZT_OPTIM_ADAM) {
         zt_adam_args a = adam_args(o, lr, momentum);
-        o->k->adam_update(params, grads, o->m + offset, o->v + offset, n, &a);
+        o->k->adam_update(params, grads, m, v, n, &a);
     } else {
         /* Without a buffer (momentum 0 in the config) the kernel runs plain SGD whatever
          * `momentum` says: DeepSpeed's OneCycle never cycles the momentum of torch's SGD, which
@@ -95,8 +109,26 @@ void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, siz
             .nesterov = c->nesterov,
             .first_step = o->t == 1,
         };
-        o->k->sgd_update(params, grads, o->m ? o->m + offset : NULL, n, &a);
+        o->k->sgd_update(params, grads, c->momentum != 0.0 ? m : NULL, n, &a);
     }
+}
+
+void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,
+                         size_t n, double lr, double momentum) {
+    ZT_ASSERT(offset + n <= o->n && !o->external);
+    zt_optimizer_update_with(o, params, grads, o->m ? o->m + offset : NULL,
+                             o->v ? o->v + offset : NULL, n, lr, momentum);
+}
+
+bool zt_optimizer_update_mixed_with(zt_optimizer *o, float *master, const void *grads,
+                                    zt_dtype grad_type, float grad_mul, float *m, float *v,
+                                    uint16_t *params16, zt_dtype param_type, size_t n, double lr,
+                                    double momentum) {
+    if (o->cfg.type != ZT_OPTIM_ADAM || !o->k->adam_update_mixed)
+        return false;
+    zt_adam_args a = adam_args(o, lr, momentum);
+    o->k->adam_update_mixed(master, grads, grad_type, grad_mul, m, v, params16, param_type, n, &a);
+    return true;
 }
 
 bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads,
@@ -105,11 +137,9 @@ bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads
                                double momentum) {
     if (o->cfg.type != ZT_OPTIM_ADAM || !o->k->adam_update_mixed)
         return false;
-    ZT_ASSERT(offset + n <= o->n);
-    zt_adam_args a = adam_args(o, lr, momentum);
-    o->k->adam_update_mixed(master, grads, grad_type, grad_mul, o->m + offset, o->v + offset,
-                            params16, param_type, n, &a);
-    return true;
+    ZT_ASSERT(offset + n <= o->n && !o->external);
+    return zt_optimizer_update_mixed_with(o, master, grads, grad_type, grad_mul, o->m + offset,
+                                          o->v + offset, params16, param_type, n, lr, momentum);
 }
 
 void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, double lr,

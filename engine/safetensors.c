@@ -488,8 +488,8 @@ static zt_status sync_parent_dir(const char *path) {
     return s;
 }
 
-static zt_status check_entries(const char *path, const zt_st_entry *e, int n,
-                               const char *const *mk, const char *const *mv, int n_meta) {
+static zt_status check_entries(const char *path, const zt_st_entry *e, const zt_st_source *src,
+                               int n, const char *const *mk, const char *const *mv, int n_meta) {
     if (n < 0 || n_meta < 0 || (n > 0 && !e) || (n_meta > 0 && (!mk || !mv)))
         return zt_error(ZT_ERR_INVALID, "%s: bad tensor or metadata list", path);
     for (int i = 0; i < n; i++) {
@@ -505,7 +505,7 @@ static zt_status check_entries(const char *path, const zt_st_entry *e, int n,
                                 e[i].name);
             numel *= e[i].shape[d];
         }
-        if (numel > 0 && !e[i].data)
+        if (numel > 0 && !e[i].data && !(src && src[i].read))
             return zt_error(ZT_ERR_INVALID, "%s: tensor '%s' has no data", path, e[i].name);
         for (int j = 0; j < i; j++)
             if (strcmp(e[i].name, e[j].name) == 0)
@@ -529,9 +529,37 @@ static size_t entry_bytes(const zt_st_entry *e) {
     return n;
 }
 
+/* A tensor without data in memory, through a bounded buffer. */
+static zt_status write_streamed(int fd, const zt_st_entry *e, const zt_st_source *src,
+                                const char *path) {
+    enum { PIECE = 1 << 16 };
+    size_t n = entry_bytes(e) / sizeof(float);
+    if (n == 0)
+        return ZT_OK;
+    float *buf = malloc((n < PIECE ? n : PIECE) * sizeof(float));
+    if (!buf)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    zt_status s = ZT_OK;
+    for (size_t first = 0; first < n && s == ZT_OK; first += PIECE) {
+        size_t len = n - first < PIECE ? n - first : PIECE;
+        s = src->read(src->ctx, first, buf, len);
+        if (s == ZT_OK)
+            s = zt_write_all(fd, buf, len * sizeof(float), path);
+    }
+    free(buf);
+    return s;
+}
+
 zt_status zt_st_write(const char *path, const zt_st_entry *entries, int n_entries,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta) {
-    ZT_TRY(check_entries(path, entries, n_entries, meta_keys, meta_values, n_meta));
+    return zt_st_write_sources(path, entries, NULL, n_entries, meta_keys, meta_values, n_meta);
+}
+
+zt_status zt_st_write_sources(const char *path, const zt_st_entry *entries,
+                              const zt_st_source *sources, int n_entries,
+                              const char *const *meta_keys, const char *const *meta_values,
+                              int n_meta) {
+    ZT_TRY(check_entries(path, entries, sources, n_entries, meta_keys, meta_values, n_meta));
 
     strbuf h = {0};
     sb_puts(&h, "{");
@@ -589,8 +617,12 @@ zt_status zt_st_write(const char *path, const zt_st_entry *entries, int n_entrie
     s = zt_write_all(fd, &hlen, sizeof hlen, tmp);
     if (s == ZT_OK)
         s = zt_write_all(fd, h.p, h.len, tmp);
-    for (int i = 0; i < n_entries && s == ZT_OK; i++)
-        s = zt_write_all(fd, entries[i].data, entry_bytes(&entries[i]), tmp);
+    for (int i = 0; i < n_entries && s == ZT_OK; i++) {
+        if (entries[i].data)
+            s = zt_write_all(fd, entries[i].data, entry_bytes(&entries[i]), tmp);
+        else
+            s = write_streamed(fd, &entries[i], sources ? &sources[i] : NULL, tmp);
+    }
     if (s == ZT_OK && fsync(fd) != 0)
         s = zt_error(ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && s == ZT_OK)

@@ -372,7 +372,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (s == ZT_OK) {
         zt_engine_options eo = {.seed = job->train.seed, .shuffle = job->data.shuffle,
                                 .rank = t.rank, .comm = t.comm,
-                                .log = t.rank == 0 ? opts->progress : NULL};
+                                .log = t.rank == 0 ? opts->progress : NULL,
+                                .job_name = job->name};
         s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
     }
     if (s == ZT_OK)

@@ -1,5 +1,6 @@
 /* ZeRO stages 0–3 over the model's flat buffers (see zero.h). */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,16 +32,27 @@ static void unlock(zt_zero *z) {
         pthread_mutex_unlock(&z->ct.mu);
 }
 
+/* Records the first failure with its message, which lives in the failing thread's
+ * zt_last_error (call with the lock held, or without a comm thread). */
+static void record(zt_zero *z, zt_status s) {
+    if (s == ZT_OK || z->error != ZT_OK)
+        return;
+    z->error = s;
+    snprintf(z->error_msg, sizeof z->error_msg, "%s", zt_last_error());
+}
+
 static void fail(zt_zero *z, zt_status s) {
     lock(z);
-    if (z->error == ZT_OK)
-        z->error = s;
+    record(z, s);
     unlock(z);
 }
 
+/* The first failure, its message made this thread's zt_last_error. */
 static zt_status first_error(zt_zero *z) {
     lock(z);
     zt_status s = z->error;
+    if (s != ZT_OK)
+        zt_error(s, "%s", z->error_msg);
     unlock(z);
     return s;
 }
@@ -57,22 +69,41 @@ static double resident(const float *x, size_t lo, size_t hi) {
     return (double)zt_flat_resident_bytes(x, lo, hi);
 }
 
+/* Reads this rank's piece [a, a + n) of its offloaded parameters into the fp32 working copy
+ * (16-bit ones pass through the 16-bit buffer, which holds nothing else at stage 3 then). */
+static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
+    float *p = z->model->params;
+    if (!z->half)
+        return zt_offload_read(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, p + a, n);
+    ZT_TRY(zt_offload_read(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n));
+    z->model->k->from_half(p + a, z->p16 + a, n, z->dtype);
+    zt_half_release(z->p16, a, a + n);
+    return ZT_OK;
+}
+
 /* Gathers [lo, hi) of the parameters from their owners (in mixed precision, each owner first
- * widens its 16-bit piece into the fp32 working copy; the values stay 16-bit exact). */
+ * widens its 16-bit piece into the fp32 working copy; the values stay 16-bit exact; offloaded
+ * pieces are read from the file first). */
 static zt_status gather_range(zt_zero *z, size_t lo, size_t hi) {
     size_t offsets[256], counts[256];
     pieces(z, lo, hi, offsets, counts);
     float *p = z->model->params;
-    if (z->half && counts[z->rank])
-        z->model->k->from_half(p + lo + offsets[z->rank], z->p16 + lo + offsets[z->rank],
-                               counts[z->rank], z->dtype);
-    return zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts);
+    size_t a = lo + offsets[z->rank], n = counts[z->rank];
+    if (n && z->param_file)
+        ZT_TRY(load_owned(z, a, n));
+    else if (z->half && n)
+        z->model->k->from_half(p + a, z->p16 + a, n, z->dtype);
+    return z->comm ? zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts) : ZT_OK;
 }
+
+/* Stage 3 brings layers in as they are used: gathered from their owners, or read from this
+ * rank's file. */
+static bool gathers(const zt_zero *z) { return z->stage == 3 && (z->comm || z->param_file); }
 
 /* Brings [lo, hi) of the fp32 parameters into place for the model: gathered from their owners at
  * stage 3, widened from the 16-bit parameters in mixed precision. */
 static zt_status materialise(zt_zero *z, size_t lo, size_t hi) {
-    if (z->stage == 3 && z->comm)
+    if (gathers(z))
         return gather_range(z, lo, hi);
     if (z->half)
         z->model->k->from_half(z->model->params + lo, z->p16 + lo, hi - lo, z->dtype);
@@ -84,8 +115,13 @@ static double workspace(zt_zero *z) {
     return resident(m->params, 0, m->n_padded) + resident(m->grads, 0, m->n_padded);
 }
 
-/* Lets go of [lo, hi) of the parameters outside this rank's slice. */
+/* Lets go of [lo, hi) of the parameters outside this rank's slice (all of it when the slice
+ * itself lives in a file). */
 static void release_unowned(zt_zero *z, size_t lo, size_t hi) {
+    if (z->param_file) {
+        zt_flat_release(z->model->params, lo, hi);
+        return;
+    }
     zt_flat_release(z->model->params, lo, min_sz(hi, z->own_lo));
     zt_flat_release(z->model->params, max_sz(lo, z->own_hi), hi);
 }
@@ -117,8 +153,7 @@ static void *comm_thread_main(void *arg) {
         /* After a failure the communicator is unusable: later jobs only count as done. */
         zt_status s = skip ? ZT_OK : run_job(z, &j);
         pthread_mutex_lock(&ct->mu);
-        if (s != ZT_OK && z->error == ZT_OK)
-            z->error = s;
+        record(z, s);
         ct->completed++;
         pthread_cond_broadcast(&ct->done);
     }
@@ -208,7 +243,7 @@ static void queue_gather(zt_zero *z, int layer) {
 
 static void hook_fetch(void *ctx, int layer, bool backward) {
     zt_zero *z = ctx;
-    if (!(z->half || (z->stage == 3 && z->comm)) || first_error(z) != ZT_OK)
+    if (!(z->half || gathers(z)) || first_error(z) != ZT_OK)
         return;
     if (z->prefetched[layer + 1]) {
         wait_for(z, z->prefetched[layer + 1]);
@@ -374,11 +409,13 @@ static zt_status init_half(zt_zero *z) {
         memset(z->gacc16, 0, z->part * 2);
     z->master_n = z->stage == 0 ? n : z->part;
     z->master_base = z->stage == 0 ? 0 : z->own_lo;
-    if (posix_memalign((void **)&z->master, 64, (z->master_n ? z->master_n : 1) * sizeof(float)))
+    if (!z->masters_offloaded &&
+        posix_memalign((void **)&z->master, 64, (z->master_n ? z->master_n : 1) * sizeof(float)))
         z->master = NULL;
     if (posix_memalign((void **)&z->chunk, 64, ZT_ZERO_CHUNK * sizeof(float)))
         z->chunk = NULL;
-    if (!z->p16 || (z->stage < 2 ? !z->g16 : !z->gacc16) || !z->master || !z->chunk)
+    if (!z->p16 || (z->stage < 2 ? !z->g16 : !z->gacc16) || (!z->master && !z->masters_offloaded) ||
+        !z->chunk)
         return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit parameters, gradients "
                         "and fp32 master weights");
     return ZT_OK;
@@ -386,9 +423,10 @@ static zt_status init_half(zt_zero *z) {
 
 zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
                        size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
-                       zt_dtype dtype, zt_dtype comm_dtype) {
+                       zt_dtype dtype, zt_dtype comm_dtype, bool masters_offloaded) {
     memset(z, 0, sizeof *z);
     z->stage = stage;
+    z->masters_offloaded = masters_offloaded;
     z->comm = comm;
     z->model = m;
     z->rank = comm ? zt_comm_rank(comm) : 0;
@@ -431,6 +469,7 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
 
 void zt_zero_free(zt_zero *z) {
     stop_comm_thread(z);
+    zt_offload_destroy(z->off);
     if (z->model)
         z->model->hooks = (zt_model_hooks){0};
     free(z->prefetched);
@@ -460,22 +499,66 @@ void zt_zero_release_gathered(zt_zero *z) {
             release_unowned(z, m->tensors[t].offset, m->tensors[t].offset + m->tensors[t].numel);
 }
 
-void zt_zero_after_load(zt_zero *z) {
-    zt_model *m = z->model;
-    if (z->half) {
-        /* As DeepSpeed: the model becomes 16-bit, and the masters are that 16-bit model widened. */
-        m->k->to_half(z->p16, m->params, m->n_padded, z->dtype);
-        m->k->from_half(z->master, z->p16 + z->master_base, z->master_n, z->dtype);
-        if (z->stage == 3) {
-            zt_half_release(z->p16, 0, z->own_lo);
-            zt_half_release(z->p16, z->own_hi, m->n_padded);
+/* The masters of the slice from the 16-bit parameters, into memory or, through the staging
+ * buffer, into the store. */
+static zt_status init_masters(zt_zero *z) {
+    const zt_kernels *k = z->model->k;
+    const uint16_t *p16 = z->p16 + z->master_base;
+    if (z->master) {
+        k->from_half(z->master, p16, z->master_n, z->dtype);
+        return ZT_OK;
+    }
+    for (size_t c = 0; c < z->master_n; c += ZT_ZERO_CHUNK) {
+        size_t len = min_sz(ZT_ZERO_CHUNK, z->master_n - c);
+        k->from_half(z->chunk, p16 + c, len, z->dtype);
+        ZT_TRY(zt_offload_write(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len));
+    }
+    return ZT_OK;
+}
+
+/* Stage 3 in mixed precision keeps only its slice of the 16-bit parameters: the slice is rounded
+ * from the fp32 weights a chunk at a time and the masters widened from it, so the whole 16-bit
+ * model is never resident, nor, when offloaded, the whole slice. */
+static zt_status slice_to_half(zt_zero *z) {
+    const zt_kernels *k = z->model->k;
+    zt_half_release(z->p16, 0, z->own_lo);
+    zt_half_release(z->p16, z->own_hi, z->model->n_padded);
+    for (size_t c = 0; c < z->part; c += ZT_ZERO_CHUNK) {
+        size_t len = min_sz(ZT_ZERO_CHUNK, z->part - c), at = z->own_lo + c;
+        uint16_t *h = z->p16 + at;
+        k->to_half(h, z->model->params + at, len, z->dtype);
+        if (z->master) {
+            k->from_half(z->master + c, h, len, z->dtype);
+        } else {
+            k->from_half(z->chunk, h, len, z->dtype);
+            ZT_TRY(zt_offload_write(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len));
+        }
+        if (z->param_file) {
+            ZT_TRY(zt_offload_write(z->off, ZT_OFFLOAD_PARAMS, c, h, len));
+            zt_half_release(z->p16, at, at + len);
         }
     }
+    return ZT_OK;
+}
+
+zt_status zt_zero_after_load(zt_zero *z) {
+    zt_model *m = z->model;
+    zt_status s = ZT_OK;
+    /* As DeepSpeed: the model becomes 16-bit, and the masters are that 16-bit model widened. */
+    if (z->half && z->stage == 3) {
+        s = slice_to_half(z);
+    } else if (z->half) {
+        m->k->to_half(z->p16, m->params, m->n_padded, z->dtype);
+        s = init_masters(z);
+    } else if (z->param_file) {
+        s = zt_offload_write(z->off, ZT_OFFLOAD_PARAMS, 0, m->params + z->own_lo, z->part);
+    }
     zt_zero_release_gathered(z);
+    return s;
 }
 
 zt_status zt_zero_gather_all(zt_zero *z) {
-    if (!z->half && (z->stage < 3 || !z->comm))
+    if (!z->half && !gathers(z))
         return ZT_OK;
     return materialise(z, 0, z->model->n_padded);
 }
@@ -537,17 +620,15 @@ zt_status zt_zero_after_step(zt_zero *z) {
         memset(z->grad_acc, 0, z->part * sizeof(float));
     else
         memset(m->grads, 0, m->n_padded * sizeof(float));
-    if (!z->comm || z->stage == 0)
-        goto measure;
-    if (z->stage < 3) {
-        ZT_TRY(gather_range(z, 0, m->n_padded));
-    } else {
+    if (z->stage == 3 && gathers(z)) {
+        /* The tensors kept whole take the update of every owner (from this rank's file too). */
         for (int t = 0; t < m->n_tensors; t++)
             if (z->persistent[t])
                 ZT_TRY(gather_range(z, m->tensors[t].offset,
                                     m->tensors[t].offset + m->tensors[t].numel));
+    } else if (z->comm && z->stage > 0 && z->stage < 3) {
+        ZT_TRY(gather_range(z, 0, m->n_padded));
     }
-measure:
     note_max(z, &z->peak.params_bytes, resident(m->params, 0, m->n_padded));
     return ZT_OK;
 }
@@ -625,29 +706,168 @@ zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count,
     return ZT_OK;
 }
 
-void zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
-                         float grad_mul, double lr, double momentum) {
+/* The mixed-precision update of n elements whose masters, state and 16-bit parameters are at
+ * the given addresses. Adam takes one fused pass (the kernel threads it). SGD, and a backend
+ * without the fused kernel, stream it through the staging buffer in four passes, with the same
+ * bits. */
+static void update_half_range(zt_zero *z, zt_optimizer *o, float *master, const uint16_t *g,
+                              float *m, float *v, uint16_t *p16, size_t n, float grad_mul,
+                              double lr, double momentum) {
     const zt_kernels *k = z->model->k;
-    /* Adam takes one fused pass over the slice (the kernel threads it). SGD, and a backend without
-     * the fused kernel, stream it through the staging buffer in four passes, with the same bits. */
-    if (zt_optimizer_update_mixed(o, z->master, g, z->dtype, grad_mul, z->p16 + z->master_base,
-                                  z->dtype, 0, count, lr, momentum))
+    if (zt_optimizer_update_mixed_with(o, master, g, z->dtype, grad_mul, m, v, p16, z->dtype, n,
+                                       lr, momentum))
         return;
-    for (size_t c = 0; c < count; c += ZT_ZERO_CHUNK) {
-        size_t len = min_sz(ZT_ZERO_CHUNK, count - c);
+    for (size_t c = 0; c < n; c += ZT_ZERO_CHUNK) {
+        size_t len = min_sz(ZT_ZERO_CHUNK, n - c);
         k->from_half(z->chunk, g + c, len, z->dtype);
         k->scale(z->chunk, len, grad_mul);
-        zt_optimizer_update(o, z->master + c, z->chunk, c, len, lr, momentum);
-        k->to_half(z->p16 + z->master_base + c, z->master + c, len, z->dtype);
+        zt_optimizer_update_with(o, master + c, z->chunk, m ? m + c : NULL, v ? v + c : NULL, len,
+                                 lr, momentum);
+        k->to_half(p16 + c, master + c, len, z->dtype);
     }
+}
+
+typedef struct {
+    zt_zero *z;
+    zt_optimizer *o;
+    const void *g;
+    float grad_mul;
+    double lr, momentum;
+} update_ctx;
+
+static void update_tile_half(void *arg, const zt_offload_tile *t) {
+    update_ctx *c = arg;
+    update_half_range(c->z, c->o, t->p[ZT_OFFLOAD_MASTER], (const uint16_t *)c->g + t->first,
+                      t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ],
+                      t->p[ZT_OFFLOAD_PARAMS], t->count, c->grad_mul, c->lr, c->momentum);
+}
+
+static void update_tile(void *arg, const zt_offload_tile *t) {
+    update_ctx *c = arg;
+    zt_optimizer_update_with(c->o, t->p[ZT_OFFLOAD_PARAMS], (const float *)c->g + t->first,
+                             t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ], t->count,
+                             c->lr, c->momentum);
+}
+
+/* After an offloaded update every rank learns whether any rank's failed, so that no rank goes on
+ * to publish (all-gather) parameters while another stops. */
+static zt_status agree_on_update(zt_zero *z, zt_status mine) {
+    if (!z->comm)
+        return mine;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zt_last_error());
+    double failed = mine != ZT_OK ? (double)z->rank + 1.0 : 0.0;
+    zt_status s = zt_comm_all_reduce_f64(z->comm, &failed, 1, ZT_REDUCE_MAX);
+    if (mine != ZT_OK)
+        return zt_error(mine, "%s", msg);
+    ZT_TRY(s);
+    if (failed > 0.0)
+        return zt_error(ZT_ERR_IO, "rank %d could not update its offloaded state (its own message "
+                        "says why); no rank applies this update", (int)failed - 1);
+    return ZT_OK;
+}
+
+zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
+                              float grad_mul, double lr, double momentum) {
+    if (!z->off) {
+        update_half_range(z, o, z->master, g, o->m, o->v, z->p16 + z->master_base, count,
+                          grad_mul, lr, momentum);
+        return ZT_OK;
+    }
+    update_ctx c = {z, o, g, grad_mul, lr, momentum};
+    return agree_on_update(z, zt_offload_step(z->off, update_tile_half, &c));
+}
+
+zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, size_t count,
+                         double lr, double momentum) {
+    if (!z->off) {
+        zt_optimizer_update(o, p, g, 0, count, lr, momentum);
+        return ZT_OK;
+    }
+    update_ctx c = {z, o, g, 1.0f, lr, momentum};
+    return agree_on_update(z, zt_offload_step(z->off, update_tile, &c));
+}
+
+/* ---- offload ------------------------------------------------------------------------------- */
+
+zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimizer *o,
+                               const char *job_name) {
+    const zt_offload_device od = cfg->offload_optimizer.device;
+    bool param_nvme = z->stage == 3 && cfg->offload_param.device == ZT_OFFLOAD_NVME;
+    if (od == ZT_OFFLOAD_NONE && !param_nvme)
+        return ZT_OK;
+    ZT_ASSERT((od != ZT_OFFLOAD_NONE) == z->masters_offloaded);
+    ZT_ASSERT(!o || o->external == z->masters_offloaded);
+    zt_model *m = z->model;
+    size_t base = z->stage == 0 ? 0 : z->own_lo;
+    zt_offload_spec spec = {
+        .rank = z->rank,
+        .job_name = job_name,
+        .n = z->stage == 0 ? m->n_padded : z->part,
+        .optimizer = &cfg->offload_optimizer,
+        .param = &cfg->offload_param,
+        .sub_group_size = cfg->sub_group_size,
+    };
+    ZT_ASSERT(!o || o->n == spec.n);
+    /* Where offload_optimizer puts the masters and moments; without it they stay where they are. */
+    zt_offload_place state = od == ZT_OFFLOAD_NVME ? ZT_PLACE_FILE
+                             : od == ZT_OFFLOAD_CPU ? ZT_PLACE_HOST : ZT_PLACE_MEMORY;
+    spec.streams[ZT_OFFLOAD_PARAMS] = (zt_offload_stream_spec){
+        param_nvme ? ZT_PLACE_FILE : ZT_PLACE_MEMORY, z->half ? "params16" : "params",
+        z->half ? 2 : 4, z->half ? (void *)(z->p16 + base) : (void *)(m->params + base), z->half};
+    if (z->half)
+        spec.streams[ZT_OFFLOAD_MASTER] =
+            (zt_offload_stream_spec){state, "fp32_master", 4, z->master, false};
+    int n_state = o ? zt_optimizer_state_count(&o->cfg) : 0;
+    bool adam = o && o->cfg.type == ZT_OPTIM_ADAM;
+    if (n_state >= 1)
+        spec.streams[ZT_OFFLOAD_EXP_AVG] = (zt_offload_stream_spec){
+            state, adam ? "exp_avg" : "momentum_buffer", 4, o->m, false};
+    if (n_state >= 2)
+        spec.streams[ZT_OFFLOAD_EXP_AVG_SQ] =
+            (zt_offload_stream_spec){state, "exp_avg_sq", 4, o->v, false};
+    ZT_TRY(zt_offload_create(&z->off, &spec));
+    z->param_file = param_nvme;
+    return ZT_OK;
+}
+
+bool zt_zero_has_state(const zt_zero *z, const zt_optimizer *o, int stream) {
+    if (stream == ZT_OFFLOAD_MASTER)
+        return z->half;
+    int n_state = o ? zt_optimizer_state_count(&o->cfg) : 0;
+    return stream == ZT_OFFLOAD_EXP_AVG ? n_state >= 1 : n_state >= 2;
+}
+
+zt_status zt_zero_state_copy(zt_zero *z, zt_optimizer *o, int stream, bool write, size_t first,
+                             float *data, size_t count) {
+    ZT_ASSERT(zt_zero_has_state(z, o, stream) && stream != ZT_OFFLOAD_PARAMS);
+    if (z->off && zt_offload_has(z->off, stream))
+        return write ? zt_offload_write(z->off, stream, first, data, count)
+                     : zt_offload_read(z->off, stream, first, data, count);
+    float *mem = stream == ZT_OFFLOAD_MASTER     ? z->master
+                 : stream == ZT_OFFLOAD_EXP_AVG ? o->m
+                                                : o->v;
+    ZT_ASSERT(mem && first + count <= o->n);
+    if (write)
+        memcpy(mem + first, data, count * sizeof(float));
+    else
+        memcpy(data, mem + first, count * sizeof(float));
+    return ZT_OK;
 }
 
 zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes) {
     zt_model *m = z->model;
     zt_engine_memory out = z->peak;
     out.optimizer_bytes = (double)optimizer_bytes;
+    if (z->off) {
+        /* What the store holds in memory: host state and the buffers the files stream through. */
+        for (int i = ZT_OFFLOAD_MASTER; i < ZT_OFFLOAD_STREAMS; i++)
+            out.optimizer_bytes += zt_offload_resident_bytes(z->off, i);
+        out.params_bytes += zt_offload_resident_bytes(z->off, ZT_OFFLOAD_PARAMS);
+    }
     if (z->half) {
-        out.optimizer_bytes += (double)z->master_n * sizeof(float);
+        if (z->master)
+            out.optimizer_bytes += (double)z->master_n * sizeof(float);
         if (z->stage >= 2)
             out.grads_bytes = (double)z->part * 2;
         z->peak.params_bytes = (double)zt_half_resident_bytes(z->p16, 0, m->n_padded);

@@ -19,6 +19,7 @@
 #include "ztrain/engine.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer.h"
+#include "offload.h"
 
 typedef struct {
     size_t off[2], len[2];
@@ -60,6 +61,7 @@ typedef struct {
     zt_zero_segment *segments;  /* per layer + 1 (index 0: the outer tensors) */
     bool *persistent;           /* stage 3: per model tensor, kept whole */
     zt_status error;            /* first failure inside a model hook or the comm thread */
+    char error_msg[512];        /* its message (the comm thread's own is thread-local) */
     zt_zero_comm_thread ct;
     bool prefetch;              /* stage 3: gather the next layer while this one computes */
     uint64_t *prefetched;       /* per layer + 1: sequence number of its queued gather, or 0 */
@@ -77,18 +79,34 @@ typedef struct {
     size_t master_n, master_base;
     float *chunk;               /* [ZT_ZERO_CHUNK] staging for the step's conversions */
     bool poison_next;           /* fault injection: make this rank's next gradients not finite */
+    /* Offload (offload.h): with offload_optimizer "cpu"/"nvme" the masters and the optimizer's
+     * state live in the store (master is NULL); with offload_param "nvme" at stage 3 so does this
+     * rank's slice of the parameters (param_file), read piece by piece as layers are gathered.
+     * NULL when nothing is offloaded. */
+    zt_offload *off;
+    bool masters_offloaded;
+    bool param_file;
     zt_engine_memory peak;      /* bytes held, maxima since the last zt_zero_take_memory */
 } zt_zero;
 
+/* masters_offloaded: offload_optimizer is on, so the fp32 masters are not allocated here (the
+ * store of zt_zero_init_offload holds them). */
 zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
                        size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
-                       zt_dtype dtype, zt_dtype comm_dtype);
+                       zt_dtype dtype, zt_dtype comm_dtype, bool masters_offloaded);
 void zt_zero_free(zt_zero *z);
+
+/* After the optimizer exists (created with zt_optimizer_init_external when offload_optimizer is
+ * on): sets up the offload store for cfg's offload sections, or does nothing when nothing is
+ * offloaded. o may be NULL (no optimizer). job_name names the NVMe directories. */
+zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimizer *o,
+                               const char *job_name);
 
 /* After the parameters are loaded or initialised (fp32, identically on every rank): stage 3 lets go
  * of what this rank does not own; mixed precision takes its 16-bit parameters and fp32 masters
- * from them and lets go of the fp32 copy. */
-void zt_zero_after_load(zt_zero *z);
+ * from them and lets go of the fp32 copy; offloaded parameters and masters are written to the
+ * store. */
+zt_status zt_zero_after_load(zt_zero *z);
 /* After zt_zero_gather_all: lets go of what the gather brought in. */
 void zt_zero_release_gathered(zt_zero *z);
 
@@ -98,15 +116,29 @@ zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count)
 /* Squared global norm of the (still loss-scaled) 16-bit gradients; not finite on overflow. */
 zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out);
 /* Applies the optimizer (begun by the caller) to the master weights with gradients multiplied by
- * grad_mul (unscale and clip), and rounds the masters into the 16-bit parameters. */
-void zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
-                         float grad_mul, double lr, double momentum);
+ * grad_mul (unscale and clip), and rounds the masters into the 16-bit parameters. With offload
+ * the update streams through the store, and every rank learns whether any rank's update failed
+ * (collective), so none publishes parameters from a failed update. */
+zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
+                              float grad_mul, double lr, double momentum);
 
 /* At an accumulation boundary: finishes the gradient reduction and points *g and *p at the
  * gradient and parameter slice this rank updates (count elements). */
 zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *count);
 /* Squared global gradient norm from this rank's slice. */
 zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double *out);
+/* fp32: applies the optimizer (begun by the caller) to the slice's parameters p from g (as
+ * zt_zero_reduce_gradients gave them; with offloaded parameters p is not used), through the
+ * store when anything is offloaded (collective then, as zt_zero_update_half). */
+zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, size_t count,
+                         double lr, double momentum);
+
+/* The fp32 masters (ZT_OFFLOAD_MASTER) and the optimizer's state (ZT_OFFLOAD_EXP_AVG: Adam's
+ * first moment or SGD's momentum buffer; ZT_OFFLOAD_EXP_AVG_SQ) of this rank's slice, wherever
+ * they live: whether there is one, and copies of elements [first, first + count) out and in. */
+bool zt_zero_has_state(const zt_zero *z, const zt_optimizer *o, int stream);
+zt_status zt_zero_state_copy(zt_zero *z, zt_optimizer *o, int stream, bool write, size_t first,
+                             float *data, size_t count);
 /* After the update: clears the gradients and brings every rank's parameters up to date. */
 zt_status zt_zero_after_step(zt_zero *z);
 /* Every rank's parameters in full (stage 3 gathers them; call zt_zero_after_load to let go). */
@@ -115,7 +147,8 @@ zt_status zt_zero_gather_all(zt_zero *z);
 /* The first failure of a hook or of the communication thread, or ZT_OK. */
 zt_status zt_zero_status(zt_zero *z);
 
-/* The bytes held since the last call (maxima), and resets the maxima to what is held now. */
+/* The bytes held since the last call (maxima), and resets the maxima to what is held now.
+ * optimizer_bytes: the optimizer's own state in memory (the store's is added here). */
 zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes);
 
 #endif

@@ -1,34 +1,100 @@
 #!/usr/bin/env bash
-# Installs what ztrain needs to build, test and benchmark on Debian 12, with apt. Idempotent: it
-# installs only the packages that are missing and says which. Run as root (or with sudo available).
+# Installs what ztrain needs on Debian 12 with apt (the build and runtime profiles also on Ubuntu
+# 24.04, the CUDA images' base). Idempotent: it installs only the packages that are missing and
+# says which. Run as root (or with sudo available).
+#
+#   scripts/install-deps.sh              everything to build, test and benchmark (`make test`)
+#   scripts/install-deps.sh PROFILE...   only the named profiles (several may be given):
+#     build      compile ztraind, ztrain and ztrain-worker (the image's build stage)
+#     runtime    run the built programs and serve the dashboard, nothing to compile with (the
+#                image's runtime stage; it leaves apt's lists in place, the caller cleans them)
+#     test       the test suite and benchmarks on top of build (PyTorch, grpcio, Chromium, ...)
+#     container  `make test-container`: podman with runc, debootstrap, and python3 for the test
+#     slurm      `make test-slurm`: Slurm's controller, node daemon and client tools, and munge
 set -euo pipefail
 
-packages=(
+build=(
   build-essential cmake pkg-config            # the build
   libopenblas-openmp-dev                      # matmuls (the OpenMP build of OpenBLAS)
   libcjson-dev                                # JSON configs, job specs, metrics
-  python3 python3-torch python3-numpy         # the PyTorch reference for tests and benchmarks
+  liburing-dev                                # io_uring for NVMe offload (else a thread pool)
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto   # ztraind's gRPC (C core)
   libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
+  libjs-chart.js                              # the dashboard's charts, served by ztraind
+)
+
+# The shared libraries the programs link (the -dev packages above name them), and Chart.js.
+runtime=(
+  libopenblas0-openmp libgomp1                # matmuls and the kernels' OpenMP threads
+  libcjson1 liburing2                         # JSON; io_uring (NVMe offload)
+  libgrpc29 libprotobuf-c1                    # gRPC C core (pulls in abseil, re2, c-ares, ssl)
+  libmicrohttpd12 libsqlite3-0                # HTTP server, durable state
+  libjs-chart.js                              # the dashboard's charts
+  tini                                        # PID 1 in the image: reaps orphans, forwards signals
+)
+
+test=(
+  python3 python3-torch python3-numpy         # the PyTorch reference for tests and benchmarks
   python3-grpcio protobuf-compiler protobuf-compiler-grpc        # gRPC clients in the tests
   curl wrk                                    # the demo's HTTP call, the HTTP benchmark
-  libjs-chart.js                              # the dashboard's charts, served by ztraind
   chromium chromium-driver python3-selenium   # the dashboard's browser tests
 )
+
+# podman pulls in crun first, which rejects hybrid cgroup hosts, so runc is named; netavark is
+# the network stack (apt would otherwise pick the older CNI plugins without recommends), and it
+# needs iptables for published ports and the bridge's NAT.
+container=(
+  podman runc netavark iptables               # build and run OCI images, no daemon
+  debootstrap                                 # the Debian base image, made locally
+  python3                                     # the container test
+)
+
+# A Slurm cluster of two emulated nodes on this host, for the Slurm launcher's test (the
+# controller, the node daemon, srun/scancel/squeue/scontrol, and munge for authentication).
+slurm=(
+  slurmctld slurmd slurm-client munge         # Slurm 22.05 and its authentication
+  python3 python3-grpcio protobuf-compiler protobuf-compiler-grpc   # the test's gRPC client
+)
+
+profiles=("$@")
+if [ ${#profiles[@]} -eq 0 ]; then profiles=(build test); fi
+packages=()
+for profile in "${profiles[@]}"; do
+  case "$profile" in
+    build) packages+=("${build[@]}") ;;
+    runtime) packages+=("${runtime[@]}") ;;
+    test) packages+=("${build[@]}" "${test[@]}") ;;
+    container) packages+=("${container[@]}") ;;
+    slurm) packages+=("${slurm[@]}") ;;
+    *) echo "install-deps: unknown profile '$profile' (build, runtime, test, container, slurm)" >&2
+       exit 2 ;;
+  esac
+done
+
+# Ubuntu 24.04 (the CUDA images' base) has the same versions under other names for two of the
+# runtime libraries: its 64-bit time_t transition renamed them.
+os_id="$(. /etc/os-release 2>/dev/null && echo "${ID:-}")"
+if [ "$os_id" = ubuntu ]; then
+  for i in "${!packages[@]}"; do
+    case "${packages[$i]}" in
+      libgrpc29|libmicrohttpd12) packages[$i]="${packages[$i]}t64" ;;
+    esac
+  done
+fi
 
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
+    case " ${missing[*]} " in *" $p "*) ;; *) missing+=("$p") ;; esac
   fi
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages are installed"
+  echo "install-deps (${profiles[*]}): all packages are installed"
   exit 0
 fi
 
-echo "install-deps: installing ${missing[*]}"
+echo "install-deps (${profiles[*]}): installing ${missing[*]}"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive

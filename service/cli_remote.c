@@ -353,7 +353,8 @@ static void show_progress(watch_view *v, bool force) {
 static void on_job(watch_view *v, const Ztrain__V1__Job *j) {
     bool changed = j->state != v->state;
     v->state = j->state;
-    v->max_steps = j->max_steps;
+    if (j->max_steps > 0)
+        v->max_steps = j->max_steps;
     snprintf(v->id, sizeof v->id, "%s", j->id);
     snprintf(v->reason, sizeof v->reason, "%s", j->reason);
     if (j->step > v->step)
@@ -413,6 +414,16 @@ static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *
     watch_view v = {.out = out, .quiet = quiet, .tty = isatty(fileno(out)), .loss = NAN,
                     .tps = NAN};
     snprintf(v.id, sizeof v.id, "%s", id);
+    /* The stream of a job that has already ended brings its state last, after the records:
+     * the job's step count is asked first so that replayed records show "step N/M". */
+    Ztrain__V1__GetJobRequest get = ZTRAIN__V1__GET_JOB_REQUEST__INIT;
+    get.id = (char *)id;
+    Ztrain__V1__Job *job = NULL;
+    if (zt_rpc_call(c, "/ztrain.v1.Trainer/GetJob", &get.base, &ztrain__v1__job__descriptor,
+                    (ProtobufCMessage **)&job) != ZT_OK)
+        return fail();
+    v.max_steps = job->max_steps;
+    protobuf_c_message_free_unpacked(&job->base, NULL);
     Ztrain__V1__WatchJobRequest req = ZTRAIN__V1__WATCH_JOB_REQUEST__INIT;
     req.id = (char *)id;
     req.from_step = from_step;

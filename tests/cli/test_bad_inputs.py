@@ -374,9 +374,11 @@ try:
     run_job("fp16.loss_scale_window 0 (must be > 0 when dynamic)",
             setter(["deepspeed"], "fp16", {"enabled": True, "loss_scale_window": 0}),
             ["job.json", "loss_scale_window"])
-    run_job("offload_optimizer cpu (not supported yet)",
-            setter(["deepspeed"], "zero_optimization", {"offload_optimizer": {"device": "cpu"}}),
-            ["job.json", "offload_optimizer", "not supported"])
+    run_job("offload_optimizer nvme with an nvme_path that does not exist",
+            setter(["deepspeed"], "zero_optimization",
+                   {"stage": 1, "offload_optimizer": {"device": "nvme",
+                                                      "nvme_path": "/no/such/nvme"}}),
+            ["offload_optimizer.nvme_path", "/no/such/nvme", "rank 0"])
     run_job('device "cuda" (not supported yet)', setter([], "device", "cuda"),
             ["job.json", "cuda", "not supported"])
     run_job('device "tpu" (unknown)', setter([], "device", "tpu"), ["job.json", "tpu"])

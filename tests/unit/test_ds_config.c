@@ -491,13 +491,27 @@ static void test_gates(void) {
     CHECK(c.bf16.enabled && c.bf16.check_grad_overflow);
     OK("{" B "\"bfloat16\": {\"enabled\": true}}", 1, &c);
     CHECK(c.bf16.enabled);
-    ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}}",
-        1, ZT_ERR_UNSUPPORTED,
-        "ds.json: zero_optimization.offload_optimizer.device \"cpu\" is not supported yet (this build "
-        "implements \"none\")");
-    ERR("{" B "\"zero_optimization\": {\"cpu_offload\": true}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: zero_optimization.offload_optimizer.device \"cpu\" is not supported yet (this build "
-        "implements \"none\")");
+    /* Offload runs: the sections are read as DeepSpeed reads them. */
+    OK("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}}",
+       1, &c);
+    CHECK(c.zero.offload_optimizer.device == ZT_OFFLOAD_CPU && c.zero.offload_optimizer.pin_memory);
+    OK("{" B "\"zero_optimization\": {\"cpu_offload\": true}}", 1, &c);
+    CHECK(c.zero.offload_optimizer.device == ZT_OFFLOAD_CPU);
+    OK("{" B "\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 65536, "
+       "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", "
+       "\"buffer_count\": 2, \"pipeline_read\": true, \"pipeline_write\": true, \"ratio\": 0.5}, "
+       "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/p\", \"max_in_cpu\": 1e9}}}",
+       1, &c);
+    CHECK(c.zero.offload_optimizer.device == ZT_OFFLOAD_NVME && c.zero.offload_param.device == ZT_OFFLOAD_NVME);
+    CHECK(strcmp(c.zero.offload_optimizer.nvme_path, "/local_nvme") == 0);
+    CHECK(strcmp(c.zero.offload_param.nvme_path, "/p") == 0);
+    CHECK(c.zero.offload_optimizer.buffer_count == 2 && c.zero.offload_optimizer.pipeline_read &&
+          c.zero.offload_optimizer.pipeline_write && c.zero.sub_group_size == 65536);
+    CHECK_NEAR(c.zero.offload_optimizer.ratio, 0.5);
+    ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\", "
+        "\"nvme_path\": \"/x\", \"buffer_count\": 0}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.offload_optimizer.buffer_count' must be at least 1 when "
+        "device is \"nvme\", got 0");
     OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
     CHECK(strcmp(c.communication_data_type, "bf16") == 0);
     ERR("{" B "\"tensorboard\": {\"enabled\": true, \"output_path\": \"tb\"}}", 1, ZT_ERR_UNSUPPORTED,

@@ -59,6 +59,7 @@ static void test_full_inline(void) {
         return;
     CHECK_STR(job.name, "gpt2-small");
     CHECK(job.world_size == 2 && job.device == ZT_DEVICE_CPU);
+    CHECK(job.nodes == 1, "nodes defaults to 1, got %d", job.nodes);
     CHECK_STR(job.model.type, "gpt2");
     CHECK(job.model.n_layer == 4 && job.model.n_head == 4 && job.model.n_embd == 256);
     CHECK(job.model.vocab_size == 256 && job.model.block_size == 256);
@@ -197,6 +198,11 @@ static void test_errors(void) {
         "job.json: device \"cuda\" is not supported yet in this build");
     ERR("{\"device\": \"tpu\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'device' must be \"cpu\" or \"cuda\", got \"tpu\"");
+    ERR("{\"world_size\": 2, \"nodes\": 3, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'nodes' (3) must not exceed world_size (2): every node runs at least one "
+        "rank");
+    ERR("{\"nodes\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'nodes' must be >= 1, got 0");
     ERR("{\"world_size\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'world_size' must be >= 1, got 0");
     ERR("{" MODEL ", \"data\": {\"train\": \"t.bin\"}, " DS ", \"train\": {\"eval_interval\": 100}}",

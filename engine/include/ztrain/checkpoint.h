@@ -1,7 +1,8 @@
 /* Checkpoints: DIR/latest names the newest tag; DIR/<tag>/ holds
  *   model.safetensors              fp32 weights with Hugging Face names (loads in the Python world)
  *   optim_rank_<r>.safetensors     rank r's optimizer state (Adam exp_avg/exp_avg_sq, or SGD's
- *                                  momentum_buffer) over its slice of the flat parameters
+ *                                  momentum_buffer) over its slice of the flat parameters, the
+ *                                  same whether the state lived in memory or in offload files
  *   meta.json                      counters, data position, schedule, seed, world size, model
  *                                  spec and DeepSpeed config
  *   DONE                           written last: a tag without it is never loaded

@@ -3,9 +3,9 @@
  * A user's ds_config.json works unchanged: the same keys, defaults, inference rules and error texts
  * (see shared/reference/deepspeed.md). Unknown keys inside a section are an error naming the key;
  * unknown top-level keys are reported as warnings on stderr (DeepSpeed ignores them silently);
- * the string "auto" means the default. Options that later issues implement (ZeRO stages > 0, fp16,
- * bf16, offload) are parsed and validated now; a non-default value is ZT_ERR_UNSUPPORTED until then,
- * never silently ignored. */
+ * the string "auto" means the default. Valid options this build does not run (gradient_allreduce_op
+ * "sum", 16-bit data_types, a few DeepSpeed extensions) are parsed and validated, then refused with
+ * ZT_ERR_UNSUPPORTED, never silently ignored. */
 #ifndef ZTRAIN_DS_CONFIG_H
 #define ZTRAIN_DS_CONFIG_H
 

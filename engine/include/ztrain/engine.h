@@ -31,7 +31,8 @@
 typedef struct zt_engine zt_engine;
 
 /* Model-state bytes one rank holds, measured (resident pages of the flat buffers; the optimizer
- * state's size), as maxima over the steps since they were last read. */
+ * state's size — with offload, what stays in memory: host state and the buffers the NVMe files
+ * stream through), as maxima over the steps since they were last read. */
 typedef struct {
     double params_bytes, grads_bytes, optimizer_bytes;
     /* Mixed precision on the CPU: the fp32 working copy of the layers in use (parameters and
@@ -48,6 +49,7 @@ typedef struct {
     zt_comm *comm;       /* the job's communicator; NULL for one rank */
     FILE *log;           /* where DeepSpeed-style lines go (steps_per_print, wall_clock_breakdown);
                             NULL: silent */
+    const char *job_name; /* names the per-run directories of NVMe offload; NULL: "job" */
 } zt_engine_options;
 
 /* One micro-batch: inputs and targets [B, T], engine-owned until the next zt_engine_next_batch. */
@@ -107,16 +109,29 @@ void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part);
 zt_status zt_engine_gather_params(zt_engine *e);
 void zt_engine_release_unowned(zt_engine *e);
 /* After new fp32 weights were written into the model's parameters (a checkpoint): every rank
- * takes its share (stage 3) and its 16-bit parameters and fp32 masters (mixed precision). */
-void zt_engine_params_loaded(zt_engine *e);
+ * takes its share (stage 3) and its 16-bit parameters and fp32 masters (mixed precision), into
+ * the offload files where they live there (which can fail). */
+zt_status zt_engine_params_loaded(zt_engine *e);
 
 /* Mixed precision. The loss scale (1 unless fp16), the scaler itself (its state goes into
  * checkpoints), whether bf16/fp16 training is on, and the fp32 master weights this rank holds:
- * elements [base, base + n) of the flat parameters; NULL in fp32 training. */
+ * elements [base, base + n) of the flat parameters; NULL in fp32 training, and when
+ * offload_optimizer holds them (read them with zt_engine_read_state). */
 double zt_engine_loss_scale(const zt_engine *e);
 zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e);
 bool zt_engine_mixed_precision(const zt_engine *e);
 float *zt_engine_master_weights(zt_engine *e, size_t *base, size_t *n);
+
+/* The optimizer's state and the fp32 masters of this rank's slice, wherever they live (in memory,
+ * or offloaded to host buffers or NVMe files), for checkpoints: elements [first, first + count)
+ * of the slice the optimizer updates (the whole flat buffer at stage 0, else the partition from
+ * zt_engine_partition). EXP_AVG is Adam's first moment or SGD's momentum buffer. */
+typedef enum { ZT_STATE_MASTER, ZT_STATE_EXP_AVG, ZT_STATE_EXP_AVG_SQ } zt_state_kind;
+bool zt_engine_has_state(const zt_engine *e, zt_state_kind kind);
+zt_status zt_engine_read_state(zt_engine *e, zt_state_kind kind, size_t first, float *dst,
+                               size_t count);
+zt_status zt_engine_write_state(zt_engine *e, zt_state_kind kind, size_t first, const float *src,
+                                size_t count);
 
 zt_model *zt_engine_model(zt_engine *e);
 const zt_ds_config *zt_engine_config(const zt_engine *e);

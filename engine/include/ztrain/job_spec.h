@@ -47,6 +47,7 @@ typedef struct {
 typedef struct {
     char *name;
     int world_size;           /* default 1 */
+    int nodes;                /* hosts the ranks are spread over, 1..world_size, default 1 */
     zt_device device;
     zt_model_spec model;
     zt_data_spec data;

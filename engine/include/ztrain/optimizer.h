@@ -21,12 +21,21 @@ typedef struct {
     int64_t t;     /* updates applied so far (Adam's bias-correction step) */
     float *m;      /* Adam first moment, or SGD momentum buffer (NULL when momentum is 0) */
     float *v;      /* Adam second moment (NULL for SGD) */
+    bool external; /* the state lives elsewhere (offload): m and v are NULL */
 } zt_optimizer;
 
 /* Allocates zeroed state for n parameters. Free with zt_optimizer_free(). */
 zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, const zt_kernels *k,
                             size_t n);
+/* The same without allocating the state: its owner (the offload store) keeps it and passes it to
+ * the *_with updates. */
+void zt_optimizer_init_external(zt_optimizer *o, const zt_optimizer_config *cfg,
+                                const zt_kernels *k, size_t n);
 void zt_optimizer_free(zt_optimizer *o);
+
+/* How many state buffers of n floats the optimizer keeps: 2 for Adam (exp_avg, exp_avg_sq), 1
+ * for SGD with momentum (momentum_buffer), 0 for plain SGD. */
+int zt_optimizer_state_count(const zt_optimizer_config *cfg);
 
 /* Applies one update to params[n] from grads[n] with the given lr and momentum (Adam's beta1 or
  * SGD's momentum, from the schedule). */
@@ -48,5 +57,16 @@ bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads
                                zt_dtype grad_type, float grad_mul, uint16_t *params16,
                                zt_dtype param_type, size_t offset, size_t n, double lr,
                                double momentum);
+
+/* zt_optimizer_update and zt_optimizer_update_mixed with the state of these n elements given
+ * explicitly (m: first moment or momentum buffer, v: second moment; NULL where the optimizer has
+ * none), for state that the optimizer does not hold (offload streams it through buffers). The
+ * bits are the same: every element's update depends on that element alone. */
+void zt_optimizer_update_with(zt_optimizer *o, float *params, const float *grads, float *m,
+                              float *v, size_t n, double lr, double momentum);
+bool zt_optimizer_update_mixed_with(zt_optimizer *o, float *master, const void *grads,
+                                    zt_dtype grad_type, float grad_mul, float *m, float *v,
+                                    uint16_t *params16, zt_dtype param_type, size_t n, double lr,
+                                    double momentum);
 
 #endif

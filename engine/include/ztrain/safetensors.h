@@ -65,10 +65,24 @@ typedef struct {
     int64_t shape[ZT_ST_MAX_DIMS];
 } zt_st_entry;
 
+/* The data of a tensor that does not live in memory (offloaded optimizer state): read() fills dst
+ * with the tensor's elements [first, first + n). */
+typedef struct {
+    zt_status (*read)(void *ctx, size_t first, float *dst, size_t n);
+    void *ctx;
+} zt_st_source;
+
 /* Writes F32 tensors (in the given order) with optional string metadata pairs
  * (meta_keys[i] -> meta_values[i]) to path, via a temporary file renamed into place, so a reader
  * never sees a partial file. */
 zt_status zt_st_write(const char *path, const zt_st_entry *entries, int n_entries,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta);
+
+/* The same where a tensor's data may come in pieces: an entry with data NULL is written from
+ * sources[i] through a bounded buffer (sources may be NULL when every entry has data). */
+zt_status zt_st_write_sources(const char *path, const zt_st_entry *entries,
+                              const zt_st_source *sources, int n_entries,
+                              const char *const *meta_keys, const char *const *meta_values,
+                              int n_meta);
 
 #endif
