@@ -20,6 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from ztref import Checker, gpt2_shapes, read_metrics, run, tool, write_job  # noqa: E402
 
 L, C, H, V, T = 6, 384, 6, 256, 64
+_cache = os.path.join(os.environ.get("ZTRAIN_BUILD", "build"), "CMakeCache.txt")
+SANITIZED = os.path.exists(_cache) and "ZT_SANITIZE:BOOL=ON" in open(_cache).read()
 PSI = sum(int(math.prod(s)) for s in gpt2_shapes(L, C, V, T).values())
 WORLD = 2
 
@@ -86,8 +88,13 @@ with tempfile.TemporaryDirectory() as d:
                          f"{what}, rank {r}: params bytes are the 16-bit slice in memory "
                          f"({m['params_bytes'] / 1e6:.1f} MB) and only the buffers offloaded "
                          f"({o['params_bytes'] / 1e6:.1f} MB)")
-            ck.check(net > 0.85 * moved and drop >= 0.97 * net,
-                     f"{what}, rank {r}: peak RSS drops by {drop / 1e6:.1f} MB, at least the net "
-                     f"state moved to files ({net / 1e6:.1f} MB = {moved / 1e6:.1f} MB less the buffers)")
+            rss = (f"{what}, rank {r}: peak RSS drops by {drop / 1e6:.1f} MB, at least the net "
+                   f"state moved to files ({net / 1e6:.1f} MB = {moved / 1e6:.1f} MB less the buffers)")
+            if SANITIZED:
+                # ASan's shadow memory and quarantine make peak RSS a measure of the sanitizer;
+                # the Release build of the same test asserts it.
+                print(f"skip  {rss} (sanitizer build: RSS not comparable)")
+            else:
+                ck.check(net > 0.85 * moved and drop >= 0.97 * net, rss)
     ck.check(os.listdir(f"{d}/nvme") == [], "nothing left under nvme_path")
 ck.done()
