@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build deps demo test test-sanitize bench clean
+.PHONY: all build deps demo test test-sanitize test-container bench clean
 
 all: build
 
@@ -34,3 +34,11 @@ test-sanitize: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_SANITIZE=ON
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+# The CPU image from docker/Dockerfile, built with podman on a locally made Debian base and run:
+# a job submitted from the host with $(BUILD)/ztrain, SIGTERM, a restart on the same volumes
+# (tests/container/test_container.py; it installs podman, runc and debootstrap with apt).
+test-container:
+	./scripts/install-deps.sh build container
+	$(MAKE) build
+	/usr/bin/python3 tests/container/test_container.py $(BUILD)
