@@ -1,0 +1,288 @@
+/* The job page's metric charts: Chart.js set up for them, the series they draw, TensorBoard-style
+ * smoothing, the step or wall-time x axis, and the chart controls above them.
+ *
+ * Chart is the global of Debian's Chart.js build, which index.html loads with a classic script
+ * ahead of the modules; tests reach the charts through Chart.getChart(canvas), and each dataset
+ * carries ztKey (its metric key) and ztRole ("raw" or "smoothed") for them. */
+import {$, setText} from './dom.js';
+import {fmtClock, isNum} from './format.js';
+
+/* Records arriving together (a replayed history, or several ranks' steps) are drawn in one
+ * chart update; this bounds how late a new point can appear. */
+const FLUSH_MS = 150;
+
+/* Each chart draws one or more metric keys. A smoothed key gets two datasets, as in
+ * TensorBoard: the raw points faded (role "raw") and their moving average (role "smoothed"). */
+const CHARTS = {
+  loss: {logToggle: true, series: [
+    {key: 'train/loss', label: 'train loss', color: '31,111,235', smooth: true},
+    {key: 'eval/loss', label: 'eval loss', color: '227,98,9', points: true},
+  ]},
+  lr: {series: [{key: 'train/learning_rate', label: 'learning rate', color: '130,80,223'}]},
+  step_time: {series: [{key: 'perf/step_time_ms', label: 'step time (ms)', color: '10,127,127', smooth: true}]},
+  tps: {series: [{key: 'perf/tokens_per_second', label: 'tokens/s', color: '26,127,55', smooth: true}]},
+  tflops: {series: [
+    {key: 'perf/tflops', label: 'TFLOPS', color: '191,57,137', smooth: true},
+    {key: 'perf/mfu', label: 'MFU', color: '154,103,0', smooth: true, axis: 'y1'},
+  ]},
+  grad_norm: {series: [{key: 'train/grad_norm', label: 'grad norm', color: '207,34,46', smooth: true}]},
+  loss_scale: {series: [{key: 'train/loss_scale', label: 'loss scale', color: '87,96,106'}]},
+};
+
+/* TensorBoard's smoothing: an exponential moving average started at 0 and divided by
+ * (1 - w^n) so the first points are not pulled towards 0; constant series and non-finite
+ * values are left as they are. */
+function smooth(points, w) {
+  const out = new Array(points.length);
+  const constant = points.every((p) => p.y === points[0].y);
+  let last = 0;
+  let n = 0;
+  for (let i = 0; i < points.length; i++) {
+    const p = points[i];
+    let y = p.y;
+    if (!constant && Number.isFinite(y) && w > 0) {
+      last = last * w + (1 - w) * y;
+      n++;
+      y = w === 1 ? last : last / (1 - Math.pow(w, n));
+    }
+    out[i] = {x: p.x, y, step: p.step, t: p.t};
+  }
+  return out;
+}
+
+/* The tooltip shows the exact value, as the API has it, not a rounded one. */
+const tooltipNumber = (v) => (isNum(v) ? String(v) : '—');
+
+export class JobCharts {
+  /* Takes over the canvases (data-chart=<name>) and chart controls inside root, the job view.
+   * onFlush runs after every redraw, so the page's header can follow the newest records. */
+  constructor(root, onFlush) {
+    this.root = root;
+    this.onFlush = onFlush;
+    this.alive = true;
+    /* Wall-time origin in Unix ms: the job's start, or its first record until that is known. */
+    this.t0 = null;
+    this.xMode = 'step';
+    this.smoothing = Number($(root, '[data-testid="smoothing"]').value);
+    this.logLoss = false;
+    this.series = new Map(); /* key -> {points: [{x, y, step, t}], byStep: Map, chart, def, dirty} */
+    this.charts = {};
+    this.flushTimer = null;
+    this.allDirty = false;
+
+    for (const [name, def] of Object.entries(CHARTS)) this.makeChart(name, def);
+    /* Charts with no data show "no data" from the start. */
+    for (const chart of Object.values(this.charts)) chart.canvas.parentElement.classList.add('no-data');
+    this.bindControls();
+  }
+
+  xTitle() {
+    return this.xMode === 'step' ? 'step' : 'wall time since start (m:ss)';
+  }
+
+  makeChart(name, def) {
+    const canvas = $(this.root, `canvas[data-chart="${name}"]`);
+    const datasets = [];
+    for (const s of def.series) {
+      const entry = {points: [], byStep: new Map(), chart: name, def: s, dirty: false};
+      this.series.set(s.key, entry);
+      const base = {
+        ztKey: s.key, label: s.label, yAxisID: s.axis || 'y', data: entry.points,
+        borderColor: `rgba(${s.color},${s.smooth ? 0.28 : 1})`,
+        backgroundColor: `rgba(${s.color},${s.smooth ? 0.28 : 1})`,
+        borderWidth: s.smooth ? 1 : 1.6,
+        pointRadius: s.points ? 2.5 : 0,
+      };
+      datasets.push(Object.assign({}, base, {ztRole: 'raw', ztLegend: !s.smooth}));
+      if (s.smooth) {
+        datasets.push(Object.assign({}, base, {
+          ztRole: 'smoothed', ztLegend: true, data: [],
+          borderColor: `rgb(${s.color})`, backgroundColor: `rgb(${s.color})`, borderWidth: 1.8,
+          pointRadius: s.points ? 2.5 : 0,
+        }));
+      }
+    }
+    const scales = {
+      x: {type: 'linear', title: {display: true, text: this.xTitle()},
+        ticks: {maxTicksLimit: 8, callback: (v) => (this.xMode === 'step' ? v : fmtClock(v))}},
+      y: {type: 'linear', ticks: {maxTicksLimit: 6}},
+    };
+    if (def.series.some((s) => s.axis === 'y1')) {
+      scales.y1 = {type: 'linear', position: 'right', display: false, grid: {drawOnChartArea: false},
+        title: {display: true, text: 'MFU'}};
+    }
+    const chart = new Chart(canvas, {
+      type: 'line',
+      data: {datasets},
+      options: {
+        animation: false,
+        responsive: true,
+        maintainAspectRatio: false,
+        parsing: false,
+        normalized: true,
+        spanGaps: true,
+        interaction: {mode: 'nearest', axis: 'x', intersect: false},
+        elements: {line: {tension: 0}, point: {hitRadius: 4, hoverRadius: 3}},
+        scales,
+        plugins: {
+          decimation: {enabled: true, algorithm: 'min-max'},
+          legend: {
+            display: false,
+            labels: {boxWidth: 12, filter: (item, data) => {
+              const d = data.datasets[item.datasetIndex];
+              return d.ztLegend && d.data.length > 0;
+            }},
+            /* A legend entry stands for a key: hiding it hides its raw and smoothed lines. */
+            onClick: (e, item, legend) => {
+              const ch = legend.chart;
+              const key = ch.data.datasets[item.datasetIndex].ztKey;
+              const show = !ch.isDatasetVisible(item.datasetIndex);
+              ch.data.datasets.forEach((d, i) => {
+                if (d.ztKey === key) ch.setDatasetVisibility(i, show);
+              });
+              ch.update('none');
+            },
+          },
+          tooltip: {
+            filter: (item) => !(item.dataset.ztRole === 'smoothed' && this.smoothing === 0),
+            callbacks: {
+              title: (items) => {
+                if (!items.length) return '';
+                const p = items[0].raw;
+                return this.xMode === 'step' ? `step ${p.step}` : `${fmtClock(p.x)} since start · step ${p.step}`;
+              },
+              label: (item) => {
+                const d = item.dataset;
+                const suffix = d.ztRole === 'smoothed' ? ' (smoothed)' : '';
+                return `${d.label}${suffix}: ${tooltipNumber(item.raw.y)}`;
+              },
+            },
+          },
+        },
+      },
+    });
+    canvas.dataset.keys = def.series.map((s) => s.key).join(',');
+    this.charts[name] = chart;
+  }
+
+  bindControls() {
+    const tid = (name) => $(this.root, `[data-testid="${name}"]`);
+    tid('x-step').addEventListener('change', () => this.setXMode('step'));
+    tid('x-time').addEventListener('change', () => this.setXMode('time'));
+
+    tid('loss-log').addEventListener('change', (e) => {
+      this.logLoss = e.target.checked;
+      const chart = this.charts.loss;
+      chart.options.scales.y.type = this.logLoss ? 'logarithmic' : 'linear';
+      chart.update('none');
+    });
+
+    const smoothingOut = tid('smoothing-value');
+    tid('smoothing').addEventListener('input', (e) => {
+      this.smoothing = Number(e.target.value);
+      smoothingOut.value = this.smoothing.toFixed(2);
+      this.redrawAll();
+    });
+  }
+
+  setXMode(mode) {
+    this.xMode = mode;
+    for (const chart of Object.values(this.charts)) chart.options.scales.x.title.text = this.xTitle();
+    this.allDirty = true;
+    this.redrawAll();
+  }
+
+  xOf(p) {
+    return this.xMode === 'step' ? p.step : (p.t - this.t0) / 1000;
+  }
+
+  setT0(ms) {
+    if (this.t0 === ms) return;
+    this.t0 = ms;
+    if (this.xMode === 'time') {
+      this.allDirty = true;
+      this.scheduleFlush();
+    }
+  }
+
+  /* Adds one value of a charted key (other keys are ignored) at a step recorded at tMs. The
+   * charts are redrawn at the next flush, which the caller schedules. */
+  addPoint(key, step, tMs, v) {
+    const s = this.series.get(key);
+    if (!s) return;
+    const old = s.byStep.get(step);
+    if (old) {
+      /* A record replayed by a reconnected stream: same step, same values. */
+      old.y = v;
+      s.dirty = true;
+      return;
+    }
+    const p = {x: 0, y: v, step, t: tMs};
+    p.x = this.xOf(p);
+    const pts = s.points;
+    if (!pts.length || pts[pts.length - 1].step < step) {
+      pts.push(p);
+    } else {
+      let i = pts.length;
+      while (i > 0 && pts[i - 1].step > step) i--;
+      pts.splice(i, 0, p);
+    }
+    s.byStep.set(step, p);
+    s.dirty = true;
+  }
+
+  /* The newest point of a key, or null. */
+  lastPoint(key) {
+    const pts = this.series.get(key).points;
+    return pts.length ? pts[pts.length - 1] : null;
+  }
+
+  scheduleFlush() {
+    if (this.flushTimer === null) this.flushTimer = setTimeout(() => this.flush(), FLUSH_MS);
+  }
+
+  /* Redraws the charts whose series changed since the last flush, then calls onFlush. */
+  flush() {
+    this.flushTimer = null;
+    if (!this.alive) return;
+    const touched = new Set();
+    for (const s of this.series.values()) {
+      if (!s.dirty && !this.allDirty) continue;
+      if (this.allDirty) for (const p of s.points) p.x = this.xOf(p);
+      touched.add(s.chart);
+      s.dirty = false;
+    }
+    this.allDirty = false;
+    for (const name of touched) {
+      const chart = this.charts[name];
+      let empty = true;
+      for (const d of chart.data.datasets) {
+        const s = this.series.get(d.ztKey);
+        if (s.points.length) empty = false;
+        if (d.ztRole === 'smoothed') d.data = smooth(s.points, this.smoothing);
+        else d.data = s.points;
+      }
+      const hasMfu = chart.options.scales.y1 && this.series.get('perf/mfu').points.length > 0;
+      if (chart.options.scales.y1) {
+        chart.options.scales.y1.display = hasMfu;
+        setText($(this.root, '[data-field="mfu-hint"]'), hasMfu ? '(MFU on the right axis)' : '');
+      }
+      chart.canvas.parentElement.classList.toggle('no-data', empty);
+      const named = chart.data.datasets.filter((d) => d.ztLegend && d.data.length > 0);
+      chart.options.plugins.legend.display = named.length > 1;
+      chart.update('none');
+    }
+    this.onFlush();
+  }
+
+  redrawAll() {
+    for (const s of this.series.values()) s.dirty = true;
+    this.flush();
+  }
+
+  destroy() {
+    this.alive = false;
+    clearTimeout(this.flushTimer);
+    for (const chart of Object.values(this.charts)) chart.destroy();
+  }
+}

@@ -1,0 +1,312 @@
+/* One job's page (#/jobs/<id>): its header and stats, charts, ranks, log, checkpoints, spec, and
+ * the cancel button.
+ *
+ * The page loads the job's history once (/records, /logs) and then follows the job's event
+ * stream; new records are appended to the charts in place and nothing is fetched twice. The job
+ * itself is polled every JOB_POLL_MS until it ends. */
+import {AuthError, ApiError, TERMINAL, apiFetch, apiJson, jobPath, readEvents, reportError} from './api.js';
+import {clearBanner, showBanner} from './banner.js';
+import {JobCharts} from './charts.js';
+import {$, cloneTemplate, setText, stateBadge} from './dom.js';
+import {fmtBytes, fmtCompact, fmtDuration, fmtFixed, fmtProgress, fmtRankState, isNum} from './format.js';
+import {isAuthBlocked} from './token.js';
+
+const JOB_POLL_MS = 2000;
+const LOG_TAIL = 200;
+/* The log keeps only this many lines, so that a chatty job does not slow the page down. */
+const LOG_MAX_LINES = 2000;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/* Shows job id's page in main. Returns the view, whose destroy() stops its polling, closes its
+ * event stream and frees its charts. */
+export function jobView(main, id) {
+  const root = cloneTemplate('job-view');
+  main.append(root);
+  document.title = `${id} · ztrain`;
+  const field = (name) => $(root, `[data-field="${name}"]`);
+  const tid = (name) => $(root, `[data-testid="${name}"]`);
+  const ctrl = new AbortController();
+  const signal = ctrl.signal;
+
+  const st = {
+    job: null,
+    alive: true,
+    maxStep: -1,
+    logSeq: 0,
+    memory: {},        /* "rank0/params_bytes" -> value, from the newest record that has it */
+    lastStepTime: null,
+    pollTimer: null,
+    specShown: false,
+    streamEnded: false,
+  };
+
+  const charts = new JobCharts(root, () => {
+    renderLive();
+    renderRanks();
+  });
+
+  /* -- records -- */
+
+  function addRecord(rec) {
+    const values = rec.values || {};
+    const step = rec.step;
+    if (!isNum(step)) return;
+    if (step > st.maxStep) st.maxStep = step;
+    if (charts.t0 === null && isNum(rec.time_unix_ms)) charts.setT0(rec.time_unix_ms);
+    for (const key in values) {
+      const v = values[key];
+      if (!isNum(v)) continue;
+      const m = /^memory\/(rank\d+\/.+)$/.exec(key);
+      if (m) {
+        st.memory[m[1]] = v;
+        continue;
+      }
+      if (key === 'perf/step_time_ms') st.lastStepTime = v;
+      charts.addPoint(key, step, rec.time_unix_ms, v);
+    }
+    /* Even a record with memory alone is flushed: the rank table follows it. */
+    charts.scheduleFlush();
+  }
+
+  /* The header follows the records as they arrive; the job itself is polled less often. */
+  function renderLive() {
+    const job = st.job;
+    if (!job || st.maxStep <= job.step) return;
+    const loss = charts.lastPoint('train/loss');
+    const tps = charts.lastPoint('perf/tokens_per_second');
+    const live = Object.assign({}, job, {step: st.maxStep});
+    setText(field('progress'), fmtProgress(live));
+    field('progress-bar').value = job.max_steps > 0 ? Math.min(1, st.maxStep / job.max_steps) : 0;
+    if (loss && loss.step === st.maxStep) setText(field('loss'), fmtFixed(loss.y, 4));
+    if (tps && tps.step === st.maxStep) setText(field('tps'), fmtCompact(tps.y));
+  }
+
+  /* -- job header, ranks, checkpoints, spec -- */
+
+  /* job may be partial (a "job" event); it is merged into what the page already knows. */
+  function renderJob(job) {
+    st.job = Object.assign({}, st.job || {}, job);
+    job = st.job;
+    document.title = `${job.name || job.id} · ztrain`;
+    setText(field('name'), job.name || job.id);
+    setText(field('id'), job.id);
+    stateBadge(tid('job-state'), job.state);
+    setText(tid('job-reason'), job.reason || '');
+    setText(field('progress'), fmtProgress(job));
+    field('progress-bar').value = job.max_steps > 0 ? Math.min(1, job.step / job.max_steps) : 0;
+    setText(field('loss'), fmtFixed(job.loss, 4));
+    setText(field('tps'), fmtCompact(job.tokens_per_second));
+    renderLive();
+    setText(field('elapsed'), fmtDuration(job.elapsed_ms));
+    setText(field('eta'), TERMINAL.has(job.state) ? '—' : fmtDuration(job.eta_ms));
+    setText(field('world'), `${job.world_size} × ${job.device || 'cpu'}`);
+    if (job.started_unix_ms > 0) charts.setT0(job.started_unix_ms);
+    const terminal = TERMINAL.has(job.state);
+    tid('cancel').hidden = terminal;
+    if (terminal) tid('cancel-confirm-box').hidden = true;
+    renderRanks();
+    renderCheckpoints(job);
+    if (job.spec && !st.specShown) {
+      st.specShown = true;
+      const spec = Object.assign({}, job.spec);
+      const ds = spec.deepspeed;
+      delete spec.deepspeed;
+      tid('spec').textContent = JSON.stringify(spec, null, 2);
+      tid('ds-config').textContent = ds === undefined ? '(none)' : JSON.stringify(ds, null, 2);
+    }
+  }
+
+  /* Process state from the job, memory and step time from the newest records. */
+  function renderRanks() {
+    const job = st.job;
+    if (!job) return;
+    const body = tid('ranks-body');
+    const ranks = job.ranks && job.ranks.length ? job.ranks
+      : Array.from({length: job.world_size || 0}, (_, r) => ({rank: r, pid: 0, running: false}));
+    ranks.forEach((r, i) => {
+      let tr = body.children[i];
+      if (!tr) {
+        tr = document.createElement('tr');
+        tr.dataset.testid = 'rank-row';
+        for (let c = 0; c < 8; c++) tr.append(document.createElement('td'));
+        for (let c = 3; c < 8; c++) tr.children[c].className = 'num';
+        body.append(tr);
+      }
+      tr.dataset.rank = r.rank;
+      const mem = (k) => st.memory[`rank${r.rank}/${k}`];
+      const rankStepTime = st.memory[`rank${r.rank}/step_time_ms`];
+      const cells = [String(r.rank), fmtRankState(r), r.pid ? String(r.pid) : '—',
+        fmtBytes(mem('params_bytes')), fmtBytes(mem('grads_bytes')), fmtBytes(mem('optimizer_bytes')),
+        fmtBytes(mem('peak_rss_bytes')),
+        isNum(rankStepTime) ? rankStepTime.toFixed(1) + ' ms'
+          : isNum(st.lastStepTime) ? st.lastStepTime.toFixed(1) + ' ms' : '—'];
+      cells.forEach((text, c) => setText(tr.children[c], text));
+    });
+    while (body.children.length > ranks.length) body.lastElementChild.remove();
+  }
+
+  /* The table is rebuilt only when a checkpoint changes; tags are set as text, never as markup. */
+  function renderCheckpoints(job) {
+    const body = tid('checkpoints-body');
+    const list = job.checkpoints || [];
+    setText(field('checkpoint-dir'), job.checkpoint_dir ? `in ${job.checkpoint_dir}` : '');
+    const html = list.map((c) => {
+      const latest = job.latest && c.tag === job.latest ? ' (latest)' : '';
+      return `<tr data-testid="checkpoint-row"><td class="mono"></td><td class="num">${isNum(c.step) ? c.step : '—'}</td>` +
+        `<td>${c.complete ? 'yes (DONE)' : 'no'}${latest}</td></tr>`;
+    }).join('');
+    if (body.dataset.html !== html || body.dataset.tags !== list.map((c) => c.tag).join('\n')) {
+      body.innerHTML = html;
+      list.forEach((c, i) => {
+        body.children[i].children[0].textContent = c.tag;
+      });
+      body.dataset.html = html;
+      body.dataset.tags = list.map((c) => c.tag).join('\n');
+    }
+    tid('checkpoints-empty').hidden = list.length > 0;
+  }
+
+  /* -- log -- */
+
+  const logEl = tid('log');
+
+  /* Appends lines not seen yet (by seq), and keeps the log scrolled to the end if it was there. */
+  function addLogs(lines) {
+    if (!lines.length) return;
+    const atBottom = logEl.scrollHeight - logEl.scrollTop - logEl.clientHeight < 8;
+    const frag = document.createDocumentFragment();
+    for (const l of lines) {
+      if (isNum(l.seq)) {
+        if (l.seq <= st.logSeq) continue;
+        st.logSeq = l.seq;
+      }
+      const span = document.createElement('span');
+      span.className = l.stream || '';
+      const who = l.rank >= 0 ? `rank ${l.rank}` : 'ztraind';
+      span.textContent = `[${who}] ${l.text}\n`;
+      frag.append(span);
+    }
+    logEl.append(frag);
+    while (logEl.childElementCount > LOG_MAX_LINES) logEl.firstElementChild.remove();
+    if (atBottom) logEl.scrollTop = logEl.scrollHeight;
+  }
+
+  /* -- cancel: a two-step confirmation inside the page -- */
+
+  const cancelBtn = tid('cancel');
+  const confirmBox = tid('cancel-confirm-box');
+  const cancelStatus = tid('cancel-status');
+  cancelBtn.addEventListener('click', () => {
+    confirmBox.hidden = false;
+    tid('cancel-abort').focus();
+  });
+  tid('cancel-abort').addEventListener('click', () => {
+    confirmBox.hidden = true;
+    cancelBtn.focus();
+  });
+  tid('cancel-confirm').addEventListener('click', async () => {
+    const force = tid('cancel-force').checked;
+    confirmBox.hidden = true;
+    cancelBtn.disabled = true;
+    setText(cancelStatus, force ? 'Killing the job…' : 'Asking the job to stop…');
+    try {
+      const job = await apiJson(jobPath(id, '/cancel'), {
+        method: 'POST', signal,
+        headers: {'Content-Type': 'application/json'},
+        body: JSON.stringify({force}),
+      });
+      setText(cancelStatus, `Cancel requested: the job is ${job.state}.`);
+      renderJob(job);
+    } catch (e) {
+      setText(cancelStatus, e instanceof AuthError ? 'Cancel needs the API token.' : `Cancel failed: ${e.message}`);
+      reportError(e, 'Cancel failed');
+    } finally {
+      cancelBtn.disabled = false;
+    }
+  });
+
+  /* -- loading and following -- */
+
+  async function follow() {
+    while (st.alive && !(st.job && TERMINAL.has(st.job.state) && st.streamEnded)) {
+      let terminalSeen = false;
+      try {
+        const since = Math.max(0, st.maxStep);
+        const res = await apiFetch(jobPath(id, `/events?since_step=${since}&logs=1`),
+          {signal, headers: {Accept: 'text/event-stream'}});
+        await readEvents(res, (ev) => {
+          if (!st.alive) return;
+          let data;
+          try {
+            data = JSON.parse(ev.data);
+          } catch (e) {
+            return;
+          }
+          if (ev.event === 'metrics') addRecord(data);
+          else if (ev.event === 'log') addLogs([data]);
+          else if (ev.event === 'job') {
+            renderJob(data);
+            if (TERMINAL.has(data.state)) terminalSeen = true;
+          }
+        });
+        clearBanner('net');
+      } catch (e) {
+        if (e.name === 'AbortError' || e instanceof AuthError) return;
+        reportError(e, 'Following the job failed');
+      }
+      if (terminalSeen) {
+        st.streamEnded = true;
+        return;
+      }
+      /* The stream ended early (daemon restart, proxy timeout): pick up from the last step;
+       * records seen twice are merged by step. */
+      await sleep(1000);
+    }
+  }
+
+  async function pollJob() {
+    if (!st.alive) return;
+    if (!isAuthBlocked()) {
+      try {
+        renderJob(await apiJson(jobPath(id), {signal}));
+      } catch (e) {
+        reportError(e, 'Reading the job failed');
+      }
+    }
+    if (st.alive && !(st.job && TERMINAL.has(st.job.state))) st.pollTimer = setTimeout(pollJob, JOB_POLL_MS);
+  }
+
+  (async () => {
+    try {
+      renderJob(await apiJson(jobPath(id), {signal}));
+      const [recs, logs] = await Promise.all([
+        apiJson(jobPath(id, '/records?since_step=0'), {signal}),
+        apiJson(jobPath(id, `/logs?tail=${LOG_TAIL}`), {signal}),
+      ]);
+      for (const r of recs.records || []) addRecord(r);
+      addLogs(logs.lines || []);
+      charts.flush();
+      /* Tests wait for this before reading the page. */
+      root.dataset.loaded = 'true';
+      st.pollTimer = setTimeout(pollJob, JOB_POLL_MS);
+      follow();
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) {
+        setText(tid('job-name'), id);
+        showBanner('error', `No job ${id} on this ztraind.`);
+      } else {
+        reportError(e, 'Loading the job failed');
+      }
+    }
+  })();
+
+  return {
+    destroy() {
+      st.alive = false;
+      clearTimeout(st.pollTimer);
+      ctrl.abort();
+      charts.destroy();
+    },
+  };
+}

@@ -1,0 +1,88 @@
+/* The API token: kept in local storage, sent by api.js as a bearer token, and asked for in the
+ * token panel when ztraind answers 401. While a 401 stands the views stop polling (see
+ * isAuthBlocked), so a page left open does not repeat a failing call every second. */
+import {clearBanner, showBanner} from './banner.js';
+
+const TOKEN_KEY = 'ztrain.token';
+const tokenPanel = document.getElementById('token-panel');
+const tokenInput = document.getElementById('token-input');
+
+function storedToken() {
+  try {
+    return localStorage.getItem(TOKEN_KEY) || '';
+  } catch (e) {
+    return '';
+  }
+}
+
+let sessionToken = storedToken();
+/* Set by a 401 until a token is entered. */
+let authBlocked = false;
+
+function setToken(t) {
+  try {
+    if (t) localStorage.setItem(TOKEN_KEY, t);
+    else localStorage.removeItem(TOKEN_KEY);
+  } catch (e) {
+    /* Private windows may refuse storage; the token then lasts until the page is closed. */
+  }
+  sessionToken = t;
+}
+
+/* The token to send, or '' for none. */
+export function bearerToken() {
+  return sessionToken;
+}
+
+export function isAuthBlocked() {
+  return authBlocked;
+}
+
+function openTokenPanel() {
+  const wasHidden = tokenPanel.hidden;
+  tokenPanel.hidden = false;
+  tokenInput.value = '';
+  if (wasHidden) tokenInput.focus();
+}
+
+/* Called by api.js on a 401: says why in the banner and opens the token panel. */
+export function onUnauthorized(message) {
+  authBlocked = true;
+  const detail = message ? ` (${message})` : '';
+  if (sessionToken) {
+    showBanner('auth', `401 Unauthorized: ztraind rejected the API token${detail}. Enter the right token below.`);
+  } else {
+    showBanner('auth', `401 Unauthorized: this ztraind requires an API token${detail}. Enter it below.`);
+  }
+  openTokenPanel();
+}
+
+/* Wires the token button and panel; onTokenChanged runs after a token is saved or forgotten,
+ * so the current view can reload with it. */
+export function initTokenPanel(onTokenChanged) {
+  document.getElementById('token-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const t = tokenInput.value.trim();
+    if (!t) return;
+    setToken(t);
+    tokenInput.value = '';
+    tokenPanel.hidden = true;
+    authBlocked = false;
+    clearBanner('auth');
+    onTokenChanged();
+  });
+
+  document.getElementById('token-forget').addEventListener('click', () => {
+    setToken('');
+    tokenInput.value = '';
+    tokenPanel.hidden = true;
+    authBlocked = false;
+    clearBanner('auth');
+    onTokenChanged();
+  });
+
+  document.getElementById('token-button').addEventListener('click', () => {
+    if (tokenPanel.hidden) openTokenPanel();
+    else tokenPanel.hidden = true;
+  });
+}
