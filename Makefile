@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build deps demo test test-sanitize test-container bench clean
+.PHONY: all build deps demo test test-sanitize test-container test-slurm bench clean
 
 all: build
 
@@ -42,3 +42,11 @@ test-container:
 	./scripts/install-deps.sh build container
 	$(MAKE) build
 	/usr/bin/python3 tests/container/test_container.py $(BUILD)
+
+# ztraind --launcher slurm on a Slurm cluster of two emulated nodes on this host (munged,
+# slurmctld and two slurmd's started by the test, everything in a temporary directory; root):
+# tests/slurm/test_slurm.py. It installs Slurm and munge with apt.
+test-slurm:
+	./scripts/install-deps.sh build slurm
+	$(MAKE) build
+	/usr/bin/python3 tests/slurm/test_slurm.py $(BUILD)

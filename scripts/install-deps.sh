@@ -36,6 +36,7 @@ runtime=(
 test=(
   python3 python3-torch python3-numpy         # the PyTorch reference for tests and benchmarks
   python3-grpcio protobuf-compiler protobuf-compiler-grpc        # gRPC clients in the tests
+  python3-yaml                                # the Kubernetes manifest's test reads it
   curl wrk                                    # the demo's HTTP call, the HTTP benchmark
   chromium chromium-driver python3-selenium   # the dashboard's browser tests
 )

@@ -124,8 +124,8 @@ static void encode_series(zt_jbuf *b, const char *id, const series_set *set, con
 /* A dashboard polls the same query again and again, and computing it walks the job's whole
  * history under the job manager's lock, which is also what the supervisor needs to take each
  * new record from the ranks. A job's records are only ever appended, so a response stays
- * exact for as long as the job's record count is unchanged: a hit costs a zt_jobs_get (a short
- * copy under the lock) instead of the walk. */
+ * exact for as long as the job's record count is unchanged: a hit costs one look at that count
+ * under the lock instead of the walk. */
 typedef struct {
     char *query;              /* "<job id>\n<since_step>\n<max_points>\n<key>,<key>..." */
     int64_t n_records;        /* the job's record count the body was computed at (or after) */
@@ -262,14 +262,12 @@ enum MHD_Result zt_http_job_metrics(zt_http_server *s, struct MHD_Connection *c,
         return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "keys: at most %d keys",
                                   ZT_MAX_KEYS);
     }
-    zt_job_info info;
-    zt_status st = zt_jobs_get(s->jm, id, &info);
+    int64_t n_records;
+    zt_status st = zt_jobs_record_count(s->jm, id, &n_records);
     if (st != ZT_OK) {
         free(list);
         return zt_http_send_status(c, st, id);
     }
-    int64_t n_records = info.n_records;
-    zt_job_info_free(&info);
     zt_jbuf q;
     zt_jbuf_init(&q);
     /* Keys cannot hold a comma (it separates them), nor the id and numbers a line break. */

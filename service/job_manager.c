@@ -24,6 +24,7 @@
 #include "spec_check.h"
 #include "supervisor.h"
 #include "ztrain/job_spec.h"
+#include "proc_spawn.h"
 
 #define LOG_RING 2000            /* log lines per job in memory */
 #define LOG_KEEP 10000           /* log lines per job in the store */
@@ -53,6 +54,11 @@ typedef struct job {
     int failed_rank;             /* first rank that failed, -1 */
     char *fail_reason;
     char **last_stderr;          /* per rank, for the failure reason */
+    char **hosts;                /* per rank: the Slurm node it runs on, once it said so */
+    /* Slurm: the scheduler stopped the job itself (scancel from outside, time limit, node
+     * failure) or srun failed; launch_failed tells FAILED from CANCELLED. */
+    char *launch_reason;
+    bool launch_failed;
 } job;
 
 struct zt_jobs {
@@ -64,6 +70,7 @@ struct zt_jobs {
     int ranks_in_use;
     zt_job_store *store;
     zt_supervisor *sup;
+    char tag[16];                /* names this daemon's Slurm jobs (zt_jobs_config.slurm) */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -156,7 +163,11 @@ static void job_free(job *j) {
     for (int r = 0; j->last_stderr && r < j->info.world_size; r++)
         free(j->last_stderr[r]);
     free(j->last_stderr);
+    for (int r = 0; j->hosts && r < j->info.world_size; r++)
+        free(j->hosts[r]);
+    free(j->hosts);
     free(j->fail_reason);
+    free(j->launch_reason);
     zt_job_info_free(&j->info);
     free(j);
 }
@@ -167,7 +178,8 @@ static job *job_alloc(const zt_job_info *src) {
     info_copy(&j->info, src);
     j->history = zt_history_create(LOG_RING);
     j->last_stderr = calloc((size_t)src->world_size, sizeof *j->last_stderr);
-    ZT_ASSERT(j->last_stderr);
+    j->hosts = calloc((size_t)src->world_size, sizeof *j->hosts);
+    ZT_ASSERT(j->last_stderr && j->hosts);
     j->failed_rank = -1;
     j->info.loss = NAN;
     j->info.tokens_per_second = NAN;
@@ -294,17 +306,24 @@ static void daemon_log(zt_jobs *jm, job *j, const char *fmt, ...) {
 /* ------------------------------------------------------------------------------------------ */
 /* Supervisor callbacks (supervisor thread)                                                    */
 
-static int count_cpus(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    return 1;
-}
-
 static zt_status write_job_file(const job *j, char *path, size_t size) {
     snprintf(path, size, "%s/job.json", j->info.run_dir);
     ZT_TRY(zt_mkdirs(j->info.run_dir));
     return zt_write_file_atomic(path, j->info.spec_json, strlen(j->info.spec_json));
+}
+
+/* The job's Slurm name: unique per daemon (its tag) and job, so scancel --name finds it. */
+static void slurm_job_name(const zt_jobs *jm, const job *j, char *buf, size_t size) {
+    snprintf(buf, size, "ztrain-%s-%s", jm->tag, j->info.id);
+}
+
+/* The spec's "nodes" (1 when absent); the spec was checked when it was submitted. */
+static int spec_nodes(const job *j) {
+    cJSON *top = cJSON_Parse(j->info.spec_json);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(top, "nodes");
+    int nodes = cJSON_IsNumber(n) && n->valuedouble >= 1 ? (int)n->valuedouble : 1;
+    cJSON_Delete(top);
+    return nodes;
 }
 
 static void start_job(zt_jobs *jm, job *j) {
@@ -312,15 +331,26 @@ static void start_job(zt_jobs *jm, job *j) {
     zt_status s = write_job_file(j, job_path, sizeof job_path);
     char *argv[] = {jm->cfg.worker_path, job_path, "--out", j->info.run_dir, NULL};
     /* A job alone on the machine gets all of it, as under `ztrain run`; when other jobs may
-     * share the cores, the ranks' OpenMP threads wait passively instead of spinning. */
-    int cpus = count_cpus(), threads = jm->cfg.threads_per_rank;
+     * share the cores, the ranks' OpenMP threads wait passively instead of spinning. Under
+     * Slurm the cores are the scheduler's to hand out: one per rank unless --threads-per-rank
+     * asks for more (and srun --cpus-per-task then reserves them). */
+    int cpus = zt_cpu_count(), threads = jm->cfg.threads_per_rank;
+    if (threads <= 0 && jm->cfg.slurm)
+        threads = 1;
     if (threads <= 0)
         threads = cpus / j->info.world_size > 0 ? cpus / j->info.world_size : 1;
+    char name[96];
+    slurm_job_name(jm, j, name, sizeof name);
+    zt_slurm_job sj = {.cfg = jm->cfg.slurm, .job_name = name, .nodes = spec_nodes(j),
+                       .ntasks = j->info.world_size,
+                       .cpus_per_task = jm->cfg.threads_per_rank};
     zt_group_spec spec = {.program = jm->cfg.worker_path, .argv = argv,
                           .cwd = j->info.run_dir, .world_size = j->info.world_size,
-                          .threads_per_rank = threads, .run_id = j->info.id,
+                          .threads_per_rank = threads,
+                          .run_id = jm->cfg.slurm ? name : j->info.id,
                           .fail_grace_s = 3.0,
-                          .passive_wait = (long)threads * jm->cfg.max_ranks > cpus};
+                          .passive_wait = (long)threads * jm->cfg.max_ranks > cpus,
+                          .slurm = jm->cfg.slurm ? &sj : NULL};
     pid_t *pids = calloc((size_t)j->info.world_size, sizeof *pids);
     ZT_ASSERT(pids);
     if (s == ZT_OK)
@@ -333,12 +363,18 @@ static void start_job(zt_jobs *jm, job *j) {
     }
     jm->ranks_in_use += j->info.world_size;
     for (int r = 0; r < j->info.world_size; r++)
-        j->info.ranks[r] = (zt_rank_info){.rank = r, .pid = pids[r], .running = true};
+        j->info.ranks[r] = (zt_rank_info){.rank = r, .pid = pids[r], .running = pids[r] != 0};
     free(pids);
     j->info.started_ms = now_ms();
     set_reason(j, "%s", "");
-    daemon_log(jm, j, "started %d rank(s) of %s, %d thread(s) each", j->info.world_size,
-               jm->cfg.worker_path, threads);
+    if (jm->cfg.slurm)
+        daemon_log(jm, j, "started srun for %d rank(s) on %d node(s) as Slurm job %s%s%s, %d "
+                   "thread(s) per rank", j->info.world_size, sj.nodes, name,
+                   sj.cfg->partition && sj.cfg->partition[0] ? " in partition " : "",
+                   sj.cfg->partition ? sj.cfg->partition : "", threads);
+    else
+        daemon_log(jm, j, "started %d rank(s) of %s, %d thread(s) each", j->info.world_size,
+                   jm->cfg.worker_path, threads);
     set_state(jm, j, ZT_JOB_STARTING);
 }
 
@@ -392,7 +428,10 @@ static void on_tick(void *ctx) {
 
 static void on_metrics_line(void *group_ctx, const char *line);
 static void on_log_line(void *group_ctx, int rank, const char *stream, const char *line);
-static void on_rank_exited(void *group_ctx, int rank, pid_t pid, int exit_code, int sig);
+static void on_rank_exited(void *group_ctx, int rank, pid_t pid, const char *host, int exit_code,
+                           int sig);
+static void on_rank_placed(void *group_ctx, int rank, pid_t pid, const char *host);
+static void on_launch_event(void *group_ctx, zt_launch_event ev, const char *text);
 static void on_group_ended(void *group_ctx);
 
 static void on_metrics_line(void *group_ctx, const char *line) {
@@ -438,7 +477,7 @@ static void on_log_line(void *group_ctx, int rank, const char *stream, const cha
     zt_log_line l = {.seq = zt_history_next_seq(j->history), .time_ms = now_ms(), .rank = rank,
                      .stream = stream, .text = line};
     zt_history_add_log(j->history, &l);
-    if (strcmp(stream, "stderr") == 0 && line[0])
+    if (rank >= 0 && strcmp(stream, "stderr") == 0 && line[0])
         set_str(&j->last_stderr[rank], line);
     if (zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP) != ZT_OK)
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
@@ -447,21 +486,31 @@ static void on_log_line(void *group_ctx, int rank, const char *stream, const cha
     pthread_mutex_unlock(&jm->mu);
 }
 
-static void describe_exit(char *buf, size_t size, int rank, pid_t pid, int code, int sig,
-                          const char *last_stderr) {
+/* "rank 1 (pid 4242)", "rank 3 on n2 (pid 4242)", "rank 3 on n2". */
+static void describe_rank(char *buf, size_t size, int rank, pid_t pid, const char *host) {
+    int n = snprintf(buf, size, "rank %d", rank);
+    if (host && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " on %s", host);
+    if (pid && n >= 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, " (pid %ld)", (long)pid);
+}
+
+static void describe_exit(char *buf, size_t size, int rank, pid_t pid, const char *host, int code,
+                          int sig, const char *last_stderr) {
+    char who[200];
+    describe_rank(who, sizeof who, rank, pid, host);
     if (sig) {
         const char *abbrev = sigabbrev_np(sig);
-        snprintf(buf, size, "rank %d (pid %ld) was killed by signal %d (SIG%s)", rank, (long)pid,
-                 sig, abbrev ? abbrev : "?");
+        snprintf(buf, size, "%s was killed by signal %d (SIG%s)", who, sig, abbrev ? abbrev : "?");
     } else if (last_stderr) {
-        snprintf(buf, size, "rank %d (pid %ld) exited with status %d: %s", rank, (long)pid, code,
-                 last_stderr);
+        snprintf(buf, size, "%s exited with status %d: %s", who, code, last_stderr);
     } else {
-        snprintf(buf, size, "rank %d (pid %ld) exited with status %d", rank, (long)pid, code);
+        snprintf(buf, size, "%s exited with status %d", who, code);
     }
 }
 
-static void on_rank_exited(void *group_ctx, int rank, pid_t pid, int exit_code, int sig) {
+static void on_rank_exited(void *group_ctx, int rank, pid_t pid, const char *host, int exit_code,
+                           int sig) {
     job *j = group_ctx;
     zt_jobs *jm = j->jm;
     pthread_mutex_lock(&jm->mu);
@@ -469,9 +518,14 @@ static void on_rank_exited(void *group_ctx, int rank, pid_t pid, int exit_code, 
     ri->running = false;
     ri->exit_code = exit_code;
     ri->signal = sig;
+    if (!pid)
+        pid = ri->pid;
+    if (!host)
+        host = j->hosts[rank];
     bool failed = sig != 0 || (exit_code != 0 && exit_code != STOP_EXIT_STATUS);
     char what[1400];
-    describe_exit(what, sizeof what, rank, pid, exit_code, sig, j->last_stderr[rank]);
+    describe_exit(what, sizeof what, rank, pid, host, exit_code, sig,
+                  failed ? j->last_stderr[rank] : NULL);
     if (failed && j->failed_rank < 0) {
         j->failed_rank = rank;
         set_str(&j->fail_reason, what);
@@ -479,6 +533,44 @@ static void on_rank_exited(void *group_ctx, int rank, pid_t pid, int exit_code, 
     daemon_log(jm, j, "%s", what);
     persist(jm, j);
     notify_state(j);
+    pthread_mutex_unlock(&jm->mu);
+}
+
+/* A Slurm rank said where it runs: its pid is on that node. */
+static void on_rank_placed(void *group_ctx, int rank, pid_t pid, const char *host) {
+    job *j = group_ctx;
+    zt_jobs *jm = j->jm;
+    pthread_mutex_lock(&jm->mu);
+    zt_rank_info *ri = &j->info.ranks[rank];
+    ri->pid = pid;
+    ri->running = true;
+    set_str(&j->hosts[rank], host);
+    /* The placement line is the rank's first stderr line, not what it died saying. */
+    free(j->last_stderr[rank]);
+    j->last_stderr[rank] = NULL;
+    daemon_log(jm, j, "rank %d runs on %s (pid %ld)", rank, host, (long)pid);
+    persist(jm, j);
+    notify_state(j);
+    pthread_mutex_unlock(&jm->mu);
+}
+
+static void on_launch_event(void *group_ctx, zt_launch_event ev, const char *text) {
+    job *j = group_ctx;
+    zt_jobs *jm = j->jm;
+    pthread_mutex_lock(&jm->mu);
+    daemon_log(jm, j, "%s", text);
+    if (ev == ZT_LAUNCH_WAITING && j->info.state == ZT_JOB_STARTING) {
+        set_reason(j, "%s", text);
+        persist(jm, j);
+        notify_state(j);
+    } else if (ev == ZT_LAUNCH_ALLOCATED && j->info.state == ZT_JOB_STARTING) {
+        set_reason(j, "%s", "");
+        persist(jm, j);
+        notify_state(j);
+    } else if ((ev == ZT_LAUNCH_STOPPED || ev == ZT_LAUNCH_FAILED) && !j->launch_reason) {
+        j->launch_reason = xstrdup(text);
+        j->launch_failed = ev == ZT_LAUNCH_FAILED;
+    }
     pthread_mutex_unlock(&jm->mu);
 }
 
@@ -512,7 +604,13 @@ static void on_group_ended(void *group_ctx) {
     }
     char ckpt[300];
     checkpoint_note(j, ckpt, sizeof ckpt);
-    if (j->cancel_requested) {
+    bool any_started = false;
+    for (int r = 0; r < j->info.world_size; r++)
+        any_started |= j->info.ranks[r].pid != 0;
+    if (j->cancel_requested && !any_started) {
+        set_reason(j, "cancelled by request before Slurm started the ranks");
+        set_state(jm, j, ZT_JOB_CANCELLED);
+    } else if (j->cancel_requested) {
         if (j->shutdown && all_stopped)
             set_reason(j, "ztraind was stopped: the job stopped with a checkpoint%s", ckpt);
         else if (j->shutdown)
@@ -526,6 +624,16 @@ static void on_group_ended(void *group_ctx) {
             set_reason(j, "cancelled by request; the ranks did not stop within the grace period "
                           "of %.0f s and were killed", j->grace_s);
         set_state(jm, j, ZT_JOB_CANCELLED);
+    } else if (j->launch_reason) {
+        /* Slurm's decision explains the ranks' ends, not the other way round. */
+        if (j->failed_rank >= 0)
+            set_reason(j, "%s; first failure: %s", j->launch_reason, j->fail_reason);
+        else if (all_stopped && ckpt[0])
+            set_reason(j, "%s; the ranks wrote a checkpoint and stopped%s", j->launch_reason,
+                       ckpt);
+        else
+            set_reason(j, "%s", j->launch_reason);
+        set_state(jm, j, j->launch_failed ? ZT_JOB_FAILED : ZT_JOB_CANCELLED);
     } else if (j->failed_rank >= 0) {
         set_reason(j, "%s", j->fail_reason);
         set_state(jm, j, ZT_JOB_FAILED);
@@ -587,7 +695,8 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
     zt_job_spec spec;
     zt_spec_limits limits = {.data_root = jm->cfg.data_root, .runs_root = jm->cfg.runs_root,
                              .max_world_size = jm->cfg.max_world_size,
-                             .max_ranks = jm->cfg.max_ranks};
+                             .max_ranks = jm->cfg.max_ranks,
+                             .max_nodes = jm->cfg.slurm ? 0 : 1};
     zt_status s = zt_spec_check(spec_json, id, &limits, &text, &spec);
     if (s != ZT_OK)
         return s;
@@ -631,6 +740,15 @@ zt_status zt_jobs_get(zt_jobs *jm, const char *id, zt_job_info *info) {
     job *j = find_job(jm, id);
     if (j)
         info_copy(info, &j->info);
+    pthread_mutex_unlock(&jm->mu);
+    return j ? ZT_OK : not_found(id);
+}
+
+zt_status zt_jobs_record_count(zt_jobs *jm, const char *id, int64_t *n) {
+    pthread_mutex_lock(&jm->mu);
+    job *j = find_job(jm, id);
+    if (j)
+        *n = zt_history_n_records(j->history);
     pthread_mutex_unlock(&jm->mu);
     return j ? ZT_OK : not_found(id);
 }
@@ -840,6 +958,22 @@ static void load_log(void *ctx, const char *job_id, const zt_log_line *l) {
         zt_history_add_log(j->history, l);
 }
 
+/* The previous daemon's srun died with it (it runs under setpriv --pdeathsig TERM, and srun
+ * answers SIGTERM by killing its tasks), but srun may have been killed on its own, or started
+ * without setpriv: the job is cancelled in Slurm all the same, so that nothing of it runs on. */
+static void cancel_orphan_in_slurm(zt_jobs *jm, job *j) {
+    char name[96], err[512];
+    slurm_job_name(jm, j, name, sizeof name);
+    char **argv = zt_slurm_scancel_argv(jm->cfg.slurm, name, NULL, NULL);
+    int rc = argv ? zt_slurm_run_sync(argv, 15.0, err, sizeof err) : -1;
+    zt_slurm_argv_free(argv);
+    if (rc == 0)
+        daemon_log(jm, j, "cancelled whatever was left in Slurm of %s (scancel --name=%s)",
+                   j->info.id, name);
+    else
+        daemon_log(jm, j, "scancel --name=%s failed (status %d): %s", name, rc, err);
+}
+
 /* Jobs whose ranks were running under the previous daemon: they asked to be stopped when it
  * died (PR_SET_PDEATHSIG), so they are gone, and they are not re-adopted. */
 static void fail_orphans(zt_jobs *jm) {
@@ -850,6 +984,8 @@ static void fail_orphans(zt_jobs *jm) {
             continue;
         for (int r = 0; r < j->info.world_size; r++)
             j->info.ranks[r].running = false;
+        if (jm->cfg.slurm)
+            cancel_orphan_in_slurm(jm, j);
         if (s == ZT_JOB_STOPPING) {
             set_reason(j, "ztraind was restarted while the job was being cancelled");
             set_state(jm, j, ZT_JOB_CANCELLED);
@@ -870,6 +1006,22 @@ static zt_status resolve_root(char **root, const char *what) {
         return zt_error(ZT_ERR_IO, "%s root %s: %s", what, *root, strerror(errno));
     set_str(root, buf);
     return ZT_OK;
+}
+
+/* FNV-1a of the host name and the state file's absolute path: the same daemon (same host, same
+ * state) gets the same tag after a restart, two daemons get different ones. */
+static void daemon_tag(zt_jobs *jm) {
+    char host[256] = "", db[PATH_MAX];
+    gethostname(host, sizeof host - 1);
+    if (!realpath(jm->cfg.db_path, db))
+        snprintf(db, sizeof db, "%s", jm->cfg.db_path);
+    uint32_t h = 2166136261u;
+    for (const char *p = host; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ ':') * 16777619u;
+    for (const char *p = db; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    snprintf(jm->tag, sizeof jm->tag, "%08x", h);
 }
 
 zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
@@ -901,9 +1053,13 @@ zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
     }
     if (max_number > jm->last_number)
         jm->last_number = max_number;
+    daemon_tag(jm);
     fail_orphans(jm);
-    zt_supervisor_callbacks cb = {on_tick, on_metrics_line, on_log_line, on_rank_exited,
-                                  on_group_ended};
+    zt_supervisor_callbacks cb = {.tick = on_tick, .metrics_line = on_metrics_line,
+                                  .log_line = on_log_line, .rank_exited = on_rank_exited,
+                                  .rank_placed = on_rank_placed,
+                                  .launch_event = on_launch_event,
+                                  .group_ended = on_group_ended};
     s = zt_supervisor_create(&jm->sup, &cb, jm);
     if (s != ZT_OK) {
         zt_jobs_destroy(jm);

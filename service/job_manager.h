@@ -5,8 +5,9 @@
  *
  * A terminal state never changes. Jobs wait in QUEUED while starting them would put more than
  * max_ranks ranks to work at once. Each job's ranks are one process group spawned by the
- * supervisor (supervisor.h); rank 0 reports metric records and every rank's stdout/stderr
- * becomes the job's log. Everything is written through to the job store (SQLite), so a restarted
+ * supervisor (supervisor.h), or one srun on a Slurm cluster (which queues jobs itself: a job it
+ * holds back stays STARTING, and its reason says so); rank 0 reports metric records and every
+ * rank's stdout/stderr becomes the job's log. Everything is written through to the job store (SQLite), so a restarted
  * daemon has every job and its history; jobs whose ranks died with the previous daemon are
  * marked FAILED with that reason (they are not re-adopted).
  *
@@ -18,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "slurm_launch.h"
 #include "ztrain/status.h"
 
 /* The same numbers as ztrain.v1.JobState. */
@@ -100,6 +102,11 @@ typedef struct {
     int max_jobs;             /* jobs queued or running at once; beyond it SubmitJob says no */
     int threads_per_rank;     /* OMP_NUM_THREADS for ranks; 0: max(1, cores / world_size) */
     double default_grace_s;   /* graceful cancel: seconds before SIGKILL */
+    /* NULL: the ranks run on this host. Else each job is one srun on this Slurm cluster (it must
+     * stay valid until zt_jobs_destroy): its job name is ztrain-<daemon tag>-<job id>, the
+     * daemon tag a hash of the host and the state file, so that a restarted daemon finds the
+     * Slurm jobs of the previous one and cancels them. */
+    const zt_slurm_config *slurm;
 } zt_jobs_config;
 
 typedef struct zt_jobs zt_jobs;
@@ -122,6 +129,10 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
 
 /* ZT_ERR_NOT_FOUND for an unknown id. */
 zt_status zt_jobs_get(zt_jobs *jm, const char *id, zt_job_info *info);
+
+/* How many metric records the job has: they are only ever appended, so a front end can cache an
+ * answer computed from the history until this changes. ZT_ERR_NOT_FOUND for an unknown id. */
+zt_status zt_jobs_record_count(zt_jobs *jm, const char *id, int64_t *n);
 
 /* Jobs newest first, only those in `state` unless it is 0, starting after the job
  * `after_id` ("" or NULL: from the newest). *jobs is a malloc'd array of *n infos (free each

@@ -22,9 +22,9 @@
 
 /* Keys whose zero the proto would read as "the default" although the job file forbids it. */
 static const char *const positive_keys[] = {
-    "world_size",   "model.n_layer",   "model.n_head",      "model.n_embd",
-    "model.vocab_size", "model.block_size", "train.epochs", "train.log_interval",
-    "train.eval_steps", NULL};
+    "world_size",       "nodes",            "model.n_layer", "model.n_head",
+    "model.n_embd",     "model.vocab_size", "model.block_size", "train.epochs",
+    "train.log_interval", "train.eval_steps", NULL};
 
 /* ---- building heap-owned messages -------------------------------------------------------- */
 

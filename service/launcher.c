@@ -3,6 +3,7 @@
  * the whole group down when one rank fails, so a dead rank never leaves its peers running. */
 #define _GNU_SOURCE
 #include "launcher.h"
+#include "proc_spawn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -54,16 +55,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int count_cpus(void) {
-    /* The affinity mask, not the machine's core count: under taskset or a cgroup cpuset the ranks
-     * share only the cores this process may run on. */
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
 }
 
 /* A TCP port that is free on loopback right now: the kernel picks one for port 0. Another
@@ -126,7 +117,7 @@ static zt_status rank_env_init(rank_env *e, const zt_launch_options *o, const ch
         return zt_error(ZT_ERR_NOMEM, "out of memory building the ranks' environment");
     /* An explicit thread count replaces the user's OMP_NUM_THREADS; without either, every
      * rank's OpenMP runtime would start one thread per core, world_size times over. */
-    int cpus = count_cpus(), threads = o->threads_per_rank;
+    int cpus = zt_cpu_count(), threads = o->threads_per_rank;
     bool set_threads = threads > 0 || !getenv("OMP_NUM_THREADS");
     if (threads <= 0)
         threads = set_threads ? (cpus / o->world_size > 0 ? cpus / o->world_size : 1)

@@ -24,4 +24,8 @@ typedef struct {
  * reason ("/x/ztrain-worker: No such file or directory"). */
 zt_status zt_spawn(const zt_spawn_request *r, pid_t *pid, int *pidfd);
 
+/* The CPUs this process may run on (its affinity mask, so taskset and cgroup cpusets count),
+ * at least 1: what ranks started from here share. */
+int zt_cpu_count(void);
+
 #endif

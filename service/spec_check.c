@@ -102,6 +102,16 @@ static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json
                                 lim->runs_root, false);
         }
     }
+    /* Offload files are the job's to write: they stay inside the runs root like checkpoints. */
+    cJSON *zero = ds ? section(ds, "zero_optimization") : NULL;
+    static const char *const offload[] = {"offload_optimizer", "offload_param"};
+    for (int i = 0; s == ZT_OK && zero && i < 2; i++) {
+        cJSON *o = section(zero, offload[i]);
+        char field[96];
+        snprintf(field, sizeof field, "deepspeed.zero_optimization.%s.nvme_path", offload[i]);
+        if (o)
+            s = resolve_in_root(o, "nvme_path", field, lim->runs_root, false);
+    }
     if (s == ZT_OK && !(*text = cJSON_PrintUnformatted(top)))
         s = zt_error(ZT_ERR_NOMEM, "out of memory");
     cJSON_Delete(top);
@@ -119,6 +129,9 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
     else if (spec->world_size > lim->max_ranks)
         s = zt_error(ZT_ERR_INVALID, "spec: world_size %d can never run: the server runs at most "
                      "%d rank(s) at once (--max-ranks)", spec->world_size, lim->max_ranks);
+    else if (lim->max_nodes > 0 && spec->nodes > lim->max_nodes)
+        s = zt_error(ZT_ERR_INVALID, "spec: nodes %d needs a server started with --launcher slurm: "
+                     "this one runs every rank on its own host", spec->nodes);
     if (s != ZT_OK)
         zt_job_spec_free(spec);
     return s;

@@ -7,9 +7,10 @@
 
 typedef struct {
     const char *data_root;    /* absolute and resolved: data.train, data.val, model.init_from */
-    const char *runs_root;    /* absolute and resolved: train.checkpoint_dir */
+    const char *runs_root;    /* absolute and resolved: train.checkpoint_dir, nvme_path */
     int max_world_size;
     int max_ranks;            /* a larger world_size could never start */
+    int max_nodes;            /* 1: the ranks run on this host (the local launcher); 0: any */
 } zt_spec_limits;
 
 /* Resolves the spec's paths inside the roots (following symlinks; "..", absolute paths and

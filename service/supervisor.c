@@ -1,5 +1,7 @@
 /* The supervisor thread (supervisor.h): spawns rank groups, reads their pipes, reaps them through
- * pidfds and tears a group down when one of its ranks fails. */
+ * pidfds and tears a group down when one of its ranks fails. Local groups are all here; a Slurm
+ * group (one srun whose output speaks for all ranks) has its own file, supervisor_slurm.c, and
+ * this loop polls and dispatches for both. */
 #define _GNU_SOURCE
 #include "supervisor.h"
 
@@ -21,59 +23,13 @@
 #include <unistd.h>
 
 #include "proc_spawn.h"
+#include "supervisor_internal.h"
 
 extern char **environ;
 
 #define POLL_MS 200
 #define LINE_BYTES 16384            /* longer lines are split */
 #define DRAIN_AFTER_REAP_S 1.0      /* pipes held open by a stray grandchild stop counting */
-#define STOP_EXIT_STATUS 130        /* a rank that stopped on request */
-
-typedef struct {
-    int fd;                 /* -1 once closed */
-    int rank;
-    const char *stream;     /* "stdout", "stderr", or "metrics" */
-    char *buf;
-    size_t len;
-} line_pipe;
-
-typedef struct {
-    pid_t pid;
-    int pidfd;              /* -1 once reaped */
-} rank_proc;
-
-struct zt_rank_group {
-    void *ctx;
-    int n;
-    rank_proc *ranks;
-    line_pipe *pipes;       /* stdout and stderr of every rank, then rank 0's metrics pipe */
-    int n_pipes;
-    pid_t pgid;
-    int live;               /* ranks not yet reaped */
-    double reaped_at;       /* when live reached 0 */
-    double fail_grace_s;
-    /* Shared with other threads, under the supervisor's mutex. */
-    bool tearing_down;
-    double kill_at;         /* CLOCK_MONOTONIC seconds; 0: no SIGKILL scheduled */
-    bool kill_sent;
-    zt_rank_group *next;
-};
-
-struct zt_supervisor {
-    zt_supervisor_callbacks cb;
-    void *ctx;
-    pthread_t thread;
-    int wake_fd;
-    pthread_mutex_t mu;
-    zt_rank_group *groups;  /* changed only by the supervisor thread */
-    atomic_bool stop;
-};
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* The ranks' environment                                                                      */
@@ -101,13 +57,6 @@ static bool is_inherited(const char *entry) {
     return false;
 }
 
-typedef struct {
-    char **envp;
-    char *owned[16];
-    int n_owned;
-    size_t n;
-} env_list;
-
 static void env_add(env_list *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void env_add(env_list *e, const char *fmt, ...) {
     va_list ap;
@@ -122,21 +71,18 @@ static void env_add(env_list *e, const char *fmt, ...) {
     e->envp[e->n] = NULL;
 }
 
-static void env_free(env_list *e) {
+void zt_sup_env_free(env_list *e) {
     for (int i = 0; i < e->n_owned; i++)
         free(e->owned[i]);
     free(e->envp);
 }
 
-static int count_cpus(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    return 1;
-}
-
-/* The environment shared by every rank of a group; RANK and LOCAL_RANK are added per rank. */
-static zt_status env_build(env_list *e, const zt_group_spec *spec) {
+/* The environment shared by every rank of a group; RANK and LOCAL_RANK are added per rank.
+ * A Slurm group's (listener given) is srun's, which passes it on to every task: it carries no
+ * torchrun identity, since the ranks must take Slurm's (zt_dist_from_env reads RANK and
+ * WORLD_SIZE first), and no ZTRAIN_LAUNCHER_PID (a task's parent is slurmstepd). */
+zt_status zt_sup_env_build(env_list *e, const zt_group_spec *spec,
+                           const zt_metrics_listener *listener) {
     size_t n = 0;
     for (char **p = environ; *p; p++)
         n++;
@@ -144,11 +90,20 @@ static zt_status env_build(env_list *e, const zt_group_spec *spec) {
     if (!e->envp)
         return zt_error(ZT_ERR_NOMEM, "out of memory building the ranks' environment");
     for (char **p = environ; *p; p++)
-        if (is_inherited(*p))
+        if (is_inherited(*p) || (listener && strncmp(*p, "SLURM_CONF=", 11) == 0))
             e->envp[e->n++] = *p;
     int threads = spec->threads_per_rank > 0 ? spec->threads_per_rank
-                                             : count_cpus() / spec->world_size;
+                                             : zt_cpu_count() / spec->world_size;
     env_add(e, "OMP_NUM_THREADS=%d", threads > 0 ? threads : 1);
+    if (listener) {
+        /* Unique across daemons and hosts: the job name. The shm backend names its segment
+         * after it, and every rank of the step gets the same one. */
+        env_add(e, "ZTRAIN_RUN_ID=%s", spec->run_id);
+        env_add(e, "ZTRAIN_METRICS_ADDR=%s", zt_metrics_listener_addr(listener));
+        env_add(e, "ZTRAIN_METRICS_TOKEN=%s", zt_metrics_listener_token(listener));
+        env_add(e, "ZTRAIN_REPORT_PLACEMENT=1");
+        return ZT_OK;
+    }
     if (spec->passive_wait && !getenv("OMP_WAIT_POLICY"))
         env_add(e, "OMP_WAIT_POLICY=PASSIVE");
     env_add(e, "WORLD_SIZE=%d", spec->world_size);
@@ -172,68 +127,79 @@ static void group_free(zt_rank_group *g) {
             close(g->pipes[i].fd);
         free(g->pipes[i].buf);
     }
-    for (int r = 0; r < g->n; r++)
-        if (g->ranks[r].pidfd >= 0)
-            close(g->ranks[r].pidfd);
+    for (int r = 0; r < g->n_procs; r++)
+        if (g->procs[r].pidfd >= 0)
+            close(g->procs[r].pidfd);
+    zt_sup_slurm_free(g->slurm);
     free(g->pipes);
-    free(g->ranks);
+    free(g->procs);
     free(g);
 }
 
-static zt_rank_group *group_alloc(int n, void *ctx) {
+/* n ranks in n_procs processes: 2 pipes per process, then the metrics stream. */
+static zt_rank_group *group_alloc(int n, int n_procs, void *ctx) {
     zt_rank_group *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
     g->ctx = ctx;
     g->n = n;
-    g->n_pipes = 2 * n + 1;
-    g->ranks = calloc((size_t)n, sizeof *g->ranks);
+    g->n_procs = n_procs;
+    g->n_pipes = 2 * n_procs + 1;
+    g->procs = calloc((size_t)n_procs, sizeof *g->procs);
     g->pipes = calloc((size_t)g->n_pipes, sizeof *g->pipes);
-    if (!g->ranks || !g->pipes) {
-        free(g->ranks);
+    if (!g->procs || !g->pipes) {
+        free(g->procs);
         free(g->pipes);
         free(g);
         return NULL;
     }
-    for (int r = 0; r < n; r++)
-        g->ranks[r].pidfd = -1;
+    for (int r = 0; r < n_procs; r++)
+        g->procs[r].pidfd = -1;
     for (int i = 0; i < g->n_pipes; i++) {
         g->pipes[i].fd = -1;
-        g->pipes[i].rank = i < 2 * n ? i / 2 : 0;
-        g->pipes[i].stream = i < 2 * n ? (i % 2 ? "stderr" : "stdout") : "metrics";
+        g->pipes[i].rank = i < 2 * n_procs ? i / 2 : 0;
+        g->pipes[i].stream = i < 2 * n_procs ? (i % 2 ? "stderr" : "stdout") : "metrics";
     }
     return g;
 }
 
-/* Signals the group while one of its ranks is unreaped (afterwards -pgid may be another's). */
-static void signal_group(zt_rank_group *g, int sig) {
+/* Signals the group while one of its processes is unreaped (afterwards -pgid may be another's). */
+void zt_sup_signal_group(zt_rank_group *g, int sig) {
     if (g->live > 0 && g->pgid > 0)
         kill(-g->pgid, sig);
 }
 
-static zt_status open_pipe(int fds[2]) {
+zt_status zt_sup_open_pipe(int fds[2]) {
     if (pipe2(fds, O_CLOEXEC) != 0)
         return zt_error(ZT_ERR_IO, "pipe: %s", strerror(errno));
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
     return ZT_OK;
 }
 
-zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec, void *group_ctx,
-                                    zt_rank_group **out, pid_t *pids) {
-    zt_rank_group *g = group_alloc(spec->world_size, group_ctx);
-    if (!g)
-        return zt_error(ZT_ERR_NOMEM, "out of memory starting %d ranks", spec->world_size);
-    g->fail_grace_s = spec->fail_grace_s;
+/* Kills and reaps whatever a half-started group has running, then frees it; nothing of it may
+ * outlive the failed start. */
+static zt_status abandon_group(zt_rank_group *g, zt_status st) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zt_last_error());
+    zt_sup_signal_group(g, SIGKILL);
+    for (int r = 0; r < g->n_procs; r++)
+        if (g->procs[r].pid > 0 && g->procs[r].pidfd >= 0)
+            waitid(P_PIDFD, (id_t)g->procs[r].pidfd, &(siginfo_t){0}, WEXITED);
+    group_free(g);
+    return zt_error(st, "%s", msg);
+}
+
+static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t *pids) {
     env_list env = {0};
-    zt_status st = env_build(&env, spec);
+    zt_status st = zt_sup_env_build(&env, spec, NULL);
     size_t rank_slot = env.n;
     for (int r = 0; st == ZT_OK && r < spec->world_size; r++) {
         int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, met_p[2] = {-1, -1};
-        st = open_pipe(out_p);
+        st = zt_sup_open_pipe(out_p);
         if (st == ZT_OK)
-            st = open_pipe(err_p);
+            st = zt_sup_open_pipe(err_p);
         if (st == ZT_OK && r == 0)
-            st = open_pipe(met_p);
+            st = zt_sup_open_pipe(met_p);
         char rank_var[32], local_var[48], metrics_var[32];
         snprintf(rank_var, sizeof rank_var, "RANK=%d", r);
         snprintf(local_var, sizeof local_var, "LOCAL_RANK=%d", r);
@@ -246,7 +212,7 @@ zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec,
                                 .cwd = spec->cwd, .pgid = g->pgid, .stdout_fd = out_p[1],
                                 .stderr_fd = err_p[1], .fd3 = r == 0 ? met_p[1] : 0};
         if (st == ZT_OK)
-            st = zt_spawn(&req, &g->ranks[r].pid, &g->ranks[r].pidfd);
+            st = zt_spawn(&req, &g->procs[r].pid, &g->procs[r].pidfd);
         /* Our copies of the write ends close now, so EOF comes when the rank's do. */
         if (out_p[1] >= 0)
             close(out_p[1]);
@@ -260,24 +226,26 @@ zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec,
             g->pipes[2 * spec->world_size].fd = met_p[0];
         if (st == ZT_OK) {
             if (r == 0)
-                g->pgid = g->ranks[0].pid;
+                g->pgid = g->procs[0].pid;
             g->live++;
             if (pids)
-                pids[r] = g->ranks[r].pid;
+                pids[r] = g->procs[r].pid;
         }
     }
-    env_free(&env);
-    if (st != ZT_OK) {
-        /* Nothing of a half-started group may outlive this call. */
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", zt_last_error());
-        signal_group(g, SIGKILL);
-        for (int r = 0; r < g->n; r++)
-            if (g->ranks[r].pid > 0 && g->ranks[r].pidfd >= 0)
-                waitid(P_PIDFD, (id_t)g->ranks[r].pidfd, &(siginfo_t){0}, WEXITED);
-        group_free(g);
-        return zt_error(st, "%s", msg);
-    }
+    zt_sup_env_free(&env);
+    return st;
+}
+
+zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec, void *group_ctx,
+                                    zt_rank_group **out, pid_t *pids) {
+    zt_rank_group *g = group_alloc(spec->world_size, spec->slurm ? 1 : spec->world_size,
+                                   group_ctx);
+    if (!g)
+        return zt_error(ZT_ERR_NOMEM, "out of memory starting %d ranks", spec->world_size);
+    g->fail_grace_s = spec->fail_grace_s;
+    zt_status st = spec->slurm ? zt_sup_start_slurm(spec, g, pids) : start_local(spec, g, pids);
+    if (st != ZT_OK)
+        return abandon_group(g, st);
     g->next = s->groups;
     s->groups = g;
     *out = g;
@@ -286,9 +254,13 @@ zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec,
 
 void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s) {
     pthread_mutex_lock(&s->mu);
-    signal_group(g, SIGTERM);
-    signal_group(g, SIGCONT);   /* a stopped rank must be able to act on it */
-    double at = now_s() + (grace_s > 0 ? grace_s : 0);
+    if (g->slurm) {
+        g->slurm->term_wanted = true;   /* the supervisor thread runs scancel */
+    } else {
+        zt_sup_signal_group(g, SIGTERM);
+        zt_sup_signal_group(g, SIGCONT);   /* a stopped rank must be able to act on it */
+    }
+    double at = zt_sup_now_s() + (grace_s > 0 ? grace_s : 0);
     if (!g->kill_at || at < g->kill_at)
         g->kill_at = at;
     g->tearing_down = true;
@@ -298,10 +270,15 @@ void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s)
 
 void zt_rank_group_kill(zt_supervisor *s, zt_rank_group *g) {
     pthread_mutex_lock(&s->mu);
-    signal_group(g, SIGKILL);
-    g->kill_sent = true;
+    if (g->slurm) {
+        g->kill_at = zt_sup_now_s();      /* the supervisor thread runs scancel --signal=KILL */
+    } else {
+        zt_sup_signal_group(g, SIGKILL);
+        g->kill_sent = true;
+    }
     g->tearing_down = true;
     pthread_mutex_unlock(&s->mu);
+    zt_supervisor_wake(s);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -310,6 +287,8 @@ void zt_rank_group_kill(zt_supervisor *s, zt_rank_group *g) {
 static void emit_line(zt_supervisor *s, zt_rank_group *g, line_pipe *p, const char *line) {
     if (p->stream[0] == 'm')
         s->cb.metrics_line(g->ctx, line);
+    else if (g->slurm)
+        zt_sup_slurm_line(s, g, p->stream, line);
     else
         s->cb.log_line(g->ctx, p->rank, p->stream, line);
 }
@@ -323,7 +302,7 @@ static void flush_partial(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
 }
 
 /* Reads what is there, hands on complete lines; EOF or an error closes the pipe. */
-static void read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
+void zt_sup_read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
     if (!p->buf && !(p->buf = malloc(LINE_BYTES + 1)))
         return;
     for (;;) {
@@ -354,30 +333,26 @@ static void read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
     }
 }
 
-static bool rank_failed(int exit_code, int sig) {
-    return sig != 0 || (exit_code != 0 && exit_code != STOP_EXIT_STATUS);
-}
-
 static void reap_rank(zt_supervisor *s, zt_rank_group *g, int r) {
     siginfo_t si = {0};
-    if (waitid(P_PIDFD, (id_t)g->ranks[r].pidfd, &si, WEXITED | WNOHANG) != 0 || si.si_pid == 0)
+    if (waitid(P_PIDFD, (id_t)g->procs[r].pidfd, &si, WEXITED | WNOHANG) != 0 || si.si_pid == 0)
         return;
-    close(g->ranks[r].pidfd);
-    g->ranks[r].pidfd = -1;
+    close(g->procs[r].pidfd);
+    g->procs[r].pidfd = -1;
     int code = si.si_code == CLD_EXITED ? si.si_status : -1;
     int sig = si.si_code == CLD_EXITED ? 0 : si.si_status;
     /* The pipes of this rank may still hold its last words; read them before reporting. */
-    read_pipe(s, g, &g->pipes[2 * r]);
-    read_pipe(s, g, &g->pipes[2 * r + 1]);
+    zt_sup_read_pipe(s, g, &g->pipes[2 * r]);
+    zt_sup_read_pipe(s, g, &g->pipes[2 * r + 1]);
     if (r == 0 && g->pipes[2 * g->n].fd >= 0)
-        read_pipe(s, g, &g->pipes[2 * g->n]);
+        zt_sup_read_pipe(s, g, &g->pipes[2 * g->n]);
     pthread_mutex_lock(&s->mu);
     g->live--;
     if (g->live == 0)
-        g->reaped_at = now_s();
-    bool teardown = rank_failed(code, sig) && !g->tearing_down && g->live > 0;
+        g->reaped_at = zt_sup_now_s();
+    bool teardown = zt_sup_rank_failed(code, sig) && !g->tearing_down && g->live > 0;
     pthread_mutex_unlock(&s->mu);
-    s->cb.rank_exited(g->ctx, r, g->ranks[r].pid, code, sig);
+    s->cb.rank_exited(g->ctx, r, g->procs[r].pid, NULL, code, sig);
     if (teardown)
         zt_rank_group_terminate(s, g, g->fail_grace_s);
 }
@@ -394,23 +369,27 @@ static bool group_done(const zt_rank_group *g, double now) {
 }
 
 static void finish_groups(zt_supervisor *s) {
-    double now = now_s();
+    double now = zt_sup_now_s();
     zt_rank_group **link = &s->groups;
     while (*link) {
         zt_rank_group *g = *link;
-        pthread_mutex_lock(&s->mu);
-        if (g->live > 0 && g->kill_at && now >= g->kill_at && !g->kill_sent) {
-            signal_group(g, SIGKILL);
-            g->kill_sent = true;
+        if (g->slurm) {
+            zt_sup_drive_slurm(s, g, now);
+        } else {
+            pthread_mutex_lock(&s->mu);
+            if (g->live > 0 && g->kill_at && now >= g->kill_at && !g->kill_sent) {
+                zt_sup_signal_group(g, SIGKILL);
+                g->kill_sent = true;
+            }
+            pthread_mutex_unlock(&s->mu);
         }
-        pthread_mutex_unlock(&s->mu);
         if (!group_done(g, now)) {
             link = &g->next;
             continue;
         }
         for (int i = 0; i < g->n_pipes; i++)
             if (g->pipes[i].fd >= 0) {
-                read_pipe(s, g, &g->pipes[i]);
+                zt_sup_read_pipe(s, g, &g->pipes[i]);
                 flush_partial(s, g, &g->pipes[i]);
             }
         *link = g->next;
@@ -419,9 +398,13 @@ static void finish_groups(zt_supervisor *s) {
     }
 }
 
+/* What a polled descriptor belongs to. */
+typedef enum { OWNER_PIPE, OWNER_PROC, OWNER_LISTENER, OWNER_HELPER } owner_kind;
 typedef struct {
+    owner_kind kind;
     zt_rank_group *g;
-    int index;              /* pipe index, or -1 - rank for a pidfd */
+    int index;              /* pipe or process index */
+    helper *h;
 } poll_owner;
 
 static void *supervisor_main(void *arg) {
@@ -433,7 +416,9 @@ static void *supervisor_main(void *arg) {
         s->cb.tick(s->ctx);
         size_t need = 1;
         for (zt_rank_group *g = s->groups; g; g = g->next)
-            need += (size_t)(g->n_pipes + g->n);
+            need += (size_t)(g->n_pipes + g->n_procs) + (g->slurm ? 8 : 0);
+        for (helper *h = s->helpers; h; h = h->next)
+            need++;
         if (need > cap) {
             cap = need * 2;
             pfd = realloc(pfd, cap * sizeof *pfd);
@@ -442,24 +427,36 @@ static void *supervisor_main(void *arg) {
         }
         size_t n = 0;
         pfd[n++] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
-        double timeout = POLL_MS / 1e3, now = now_s();
+        double timeout = POLL_MS / 1e3, now = zt_sup_now_s();
         for (zt_rank_group *g = s->groups; g; g = g->next) {
             for (int i = 0; i < g->n_pipes; i++)
                 if (g->pipes[i].fd >= 0) {
-                    owner[n] = (poll_owner){g, i};
+                    owner[n] = (poll_owner){OWNER_PIPE, g, i, NULL};
                     pfd[n++] = (struct pollfd){.fd = g->pipes[i].fd, .events = POLLIN};
                 }
-            for (int r = 0; r < g->n; r++)
-                if (g->ranks[r].pidfd >= 0) {
-                    owner[n] = (poll_owner){g, -1 - r};
-                    pfd[n++] = (struct pollfd){.fd = g->ranks[r].pidfd, .events = POLLIN};
+            for (int r = 0; r < g->n_procs; r++)
+                if (g->procs[r].pidfd >= 0) {
+                    owner[n] = (poll_owner){OWNER_PROC, g, r, NULL};
+                    pfd[n++] = (struct pollfd){.fd = g->procs[r].pidfd, .events = POLLIN};
                 }
+            if (g->slurm && g->slurm->listener) {
+                int k = zt_metrics_listener_fds(g->slurm->listener, pfd + n, 8);
+                for (int i = 0; i < k; i++)
+                    owner[n + (size_t)i] = (poll_owner){OWNER_LISTENER, g, 0, NULL};
+                n += (size_t)k;
+            }
             pthread_mutex_lock(&s->mu);
             if (g->kill_at && !g->kill_sent && g->kill_at - now < timeout)
                 timeout = g->kill_at - now > 0 ? g->kill_at - now : 0;
+            if (g->slurm && g->slurm->term_wanted && !g->slurm->term_sent)
+                timeout = 0;
             pthread_mutex_unlock(&s->mu);
             if (g->live == 0)
                 timeout = 0.05;
+        }
+        for (helper *h = s->helpers; h; h = h->next) {
+            owner[n] = (poll_owner){OWNER_HELPER, NULL, 0, h};
+            pfd[n++] = (struct pollfd){.fd = h->pidfd, .events = POLLIN};
         }
         int ready = poll(pfd, (nfds_t)n, (int)(timeout * 1e3) + 1);
         if (ready > 0) {
@@ -472,12 +469,28 @@ static void *supervisor_main(void *arg) {
                 if (!pfd[i].revents)
                     continue;
                 zt_rank_group *g = owner[i].g;
-                if (owner[i].index >= 0 && g->pipes[owner[i].index].fd >= 0)
-                    read_pipe(s, g, &g->pipes[owner[i].index]);
-                else if (owner[i].index < 0 && g->ranks[-1 - owner[i].index].pidfd >= 0)
-                    reap_rank(s, g, -1 - owner[i].index);
+                int k = owner[i].index;
+                switch (owner[i].kind) {
+                case OWNER_PIPE:
+                    if (g->pipes[k].fd >= 0)
+                        zt_sup_read_pipe(s, g, &g->pipes[k]);
+                    break;
+                case OWNER_PROC:
+                    if (g->procs[k].pidfd >= 0 && g->slurm)
+                        zt_sup_reap_srun(s, g);
+                    else if (g->procs[k].pidfd >= 0)
+                        reap_rank(s, g, k);
+                    break;
+                case OWNER_LISTENER:
+                    break;      /* accept_metrics below */
+                case OWNER_HELPER:
+                    zt_sup_reap_helper(s, owner[i].h);
+                    break;
+                }
             }
         }
+        for (zt_rank_group *g = s->groups; g; g = g->next)
+            zt_sup_accept_metrics(g);
         finish_groups(s);
     }
     free(pfd);
@@ -522,11 +535,20 @@ void zt_supervisor_destroy(zt_supervisor *s) {
     /* Whatever is left dies with the daemon's shutdown; reap it so no zombie is left either. */
     for (zt_rank_group *g = s->groups, *next; g; g = next) {
         next = g->next;
-        signal_group(g, SIGKILL);
-        for (int r = 0; r < g->n; r++)
-            if (g->ranks[r].pidfd >= 0)
-                waitid(P_PIDFD, (id_t)g->ranks[r].pidfd, &(siginfo_t){0}, WEXITED);
+        if (g->slurm && g->live > 0)
+            zt_sup_slurm_kill_now(g);
+        zt_sup_signal_group(g, SIGKILL);
+        for (int r = 0; r < g->n_procs; r++)
+            if (g->procs[r].pidfd >= 0)
+                waitid(P_PIDFD, (id_t)g->procs[r].pidfd, &(siginfo_t){0}, WEXITED);
         group_free(g);
+    }
+    for (helper *h = s->helpers, *next; h; h = next) {
+        next = h->next;
+        waitid(P_PIDFD, (id_t)h->pidfd, &(siginfo_t){0}, WEXITED);
+        close(h->pidfd);
+        close(h->err_fd);
+        free(h);
     }
     close(s->wake_fd);
     pthread_mutex_destroy(&s->mu);

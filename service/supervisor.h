@@ -3,6 +3,11 @@
  * exactly the pids it started (through pidfds, never waitpid(-1)), and tears a group down when a
  * rank fails. What it sees goes to the job manager through callbacks on the supervisor thread.
  *
+ * A group's ranks are either local processes or, with a Slurm spec, the tasks of one srun that
+ * the supervisor starts instead (slurm_launch.h): their lines come through srun's labelled
+ * output, their exits from srun's reports, rank 0's metrics over a per-job TCP endpoint
+ * (metrics_listener.h), and stopping them is scancel's job.
+ *
  * Spawning also happens on this thread: a rank asks to be told when its parent thread dies
  * (PR_SET_PDEATHSIG), so its parent must be a thread that lives as long as the daemon. */
 #ifndef ZTRAIN_SUPERVISOR_H
@@ -11,10 +16,20 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "slurm_launch.h"
 #include "ztrain/status.h"
 
 typedef struct zt_supervisor zt_supervisor;
 typedef struct zt_rank_group zt_rank_group;
+
+/* What the scheduler did with a Slurm group's job, beyond its ranks' own exits. */
+typedef enum {
+    ZT_LAUNCH_WAITING = 1,   /* queued in Slurm, waiting for resources: text says so */
+    ZT_LAUNCH_ALLOCATED,     /* it got its nodes */
+    ZT_LAUNCH_STOPPED,       /* cancelled in Slurm from outside ztraind (scancel, preemption) */
+    ZT_LAUNCH_FAILED,        /* srun failed, or Slurm ended the job for a failure (time limit,
+                                node failure): text says which */
+} zt_launch_event;
 
 /* All run on the supervisor thread, with no supervisor lock held. */
 typedef struct {
@@ -23,10 +38,16 @@ typedef struct {
     void (*tick)(void *ctx);
     /* One complete line from rank 0's metrics pipe (no newline). */
     void (*metrics_line)(void *group_ctx, const char *line);
-    /* One line of a rank's stdout or stderr (no newline). */
+    /* One line of a rank's stdout or stderr (no newline); rank -1 for a line of srun's own. */
     void (*log_line)(void *group_ctx, int rank, const char *stream, const char *line);
-    /* A rank was reaped: exit_code when it exited, or the signal that ended it. */
-    void (*rank_exited)(void *group_ctx, int rank, pid_t pid, int exit_code, int signal);
+    /* A rank ended: exit_code when it exited, or the signal that ended it. pid is 0 and host
+     * the node's name for a Slurm rank (srun reports no pid); host is NULL for a local one. */
+    void (*rank_exited)(void *group_ctx, int rank, pid_t pid, const char *host, int exit_code,
+                        int signal);
+    /* Slurm groups: a rank said where it runs (its pid on that node). */
+    void (*rank_placed)(void *group_ctx, int rank, pid_t pid, const char *host);
+    /* Slurm groups: what the scheduler did with the job (see zt_launch_event). */
+    void (*launch_event)(void *group_ctx, zt_launch_event event, const char *text);
     /* Every rank is reaped and the pipes are drained. The group is freed after this returns. */
     void (*group_ended)(void *group_ctx);
 } zt_supervisor_callbacks;
@@ -43,6 +64,9 @@ typedef struct {
     const char *run_id;        /* ZTRAIN_RUN_ID: names the ranks' shm segment */
     /* After a rank fails, the others get SIGTERM, then SIGKILL after this many seconds. */
     double fail_grace_s;
+    /* NULL: the ranks are local processes. Else one srun places them on the Slurm cluster
+     * (program and argv are then the worker's; job_name and run_id are copied). */
+    const zt_slurm_job *slurm;
 } zt_group_spec;
 
 zt_status zt_supervisor_create(zt_supervisor **out, const zt_supervisor_callbacks *cb, void *ctx);
@@ -53,12 +77,18 @@ void zt_supervisor_wake(zt_supervisor *s);
 
 /* Supervisor thread only (from tick). Starts world_size ranks with a clean environment (a short
  * list of inherited variables, the torchrun identity, ZTRAIN_METRICS_FD=3 for rank 0). pids gets
- * world_size entries. On failure nothing is left running and no callback will come. */
+ * world_size entries. On failure nothing is left running and no callback will come.
+ *
+ * With spec->slurm it starts one srun instead, whose environment carries no torchrun identity
+ * (the ranks take Slurm's) but ZTRAIN_METRICS_ADDR/ZTRAIN_METRICS_TOKEN for rank 0 and
+ * ZTRAIN_REPORT_PLACEMENT=1; pids are all 0 until the ranks report (rank_placed). */
 zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec, void *group_ctx,
                                     zt_rank_group **out, pid_t *pids);
 
 /* Any thread; g is valid until its group_ended callback has returned. Graceful: SIGTERM (and
- * SIGCONT) to the group now, SIGKILL when grace_s has passed. */
+ * SIGCONT) to the group now, SIGKILL when grace_s has passed. For a Slurm group that is
+ * `scancel --signal=TERM`, then `scancel --signal=KILL` (and a pending job is simply
+ * cancelled); srun itself is killed only when it has not ended 10 s after that. */
 void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s);
 void zt_rank_group_kill(zt_supervisor *s, zt_rank_group *g);
 

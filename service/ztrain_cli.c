@@ -115,6 +115,13 @@ static int cmd_run(int argc, char **argv) {
     zt_job_spec job;
     if (zt_job_spec_load(&job, job_path) != ZT_OK)
         return fail(NULL);
+    if (job.nodes > 1) {
+        fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "
+                "on this host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm\n",
+                job_path, job.nodes);
+        zt_job_spec_free(&job);
+        return 1;
+    }
     char default_out[1024];
     if (!out) {
         snprintf(default_out, sizeof default_out, "runs/%s", job.name ? job.name : "job");

@@ -7,18 +7,30 @@
  * so `ztrain run`, ztraind, torchrun-style launchers and srun all start it the same way. Rank 0
  * writes DIR/metrics.jsonl and prints progress; the other ranks print only errors.
  *
+ * What ztraind adds: ZTRAIN_METRICS_FD (a pipe that rank 0 mirrors every metric record to), or,
+ * for ranks on other hosts (its Slurm launcher), ZTRAIN_METRICS_ADDR=HOST:PORT with
+ * ZTRAIN_METRICS_TOKEN (rank 0 connects there and sends the same lines), and
+ * ZTRAIN_REPORT_PLACEMENT=1 (each rank first prints "ztrain-worker: rank R of W on NODE, pid P"
+ * on stderr, which is how ztraind learns where a Slurm task runs).
+ *
  * Exit status: 0 success, 1 failure ("ztrain-worker: rank R: <message>" on stderr), 2 bad usage,
  * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ztrain/comm.h"
@@ -26,20 +38,43 @@
 #include "ztrain/trainer.h"
 
 #define DEFAULT_COMM_TIMEOUT_S 300.0
+#define METRICS_CONNECT_TIMEOUT_S 30.0
 
 static const char usage[] = "usage: ztrain-worker JOB.json [--out DIR] [--threads N]\n";
 
 static volatile sig_atomic_t stop_requested;
+static struct timespec stop_time;   /* when the first stop signal came (CLOCK_MONOTONIC) */
 
-/* The first SIGINT or SIGTERM asks the trainer to stop after the current step (every rank stops
- * at the same step and the checkpoint is written); the second one ends the process at once. */
-static void on_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
+/* A SIGTERM this soon after the first is the same request again: at a job's time limit slurmd
+ * signals the step twice in a row (the time-limit signal, then the job's termination), and
+ * taking the second as "now, without a checkpoint" would lose exactly the checkpoint the first
+ * one asked for. ztrain's own launchers escalate with SIGKILL, never a second SIGTERM. */
+#define REPEATED_TERM_S 1.0
+
+static void restore_default(int sig) {
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigemptyset(&dfl.sa_mask);
-    sigaction(SIGINT, &dfl, NULL);
-    sigaction(SIGTERM, &dfl, NULL);
+    sigaction(sig, &dfl, NULL);
+}
+
+/* The first SIGINT or SIGTERM asks the trainer to stop after the current step (every rank stops
+ * at the same step and the checkpoint is written); a second one ends the process at once — a
+ * second SIGTERM only when it comes REPEATED_TERM_S or more after the first. */
+static void on_signal(int sig) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!stop_requested) {
+        stop_requested = 1;
+        stop_time = now;
+        restore_default(SIGINT);
+        return;
+    }
+    double since = (double)(now.tv_sec - stop_time.tv_sec) +
+                   (double)(now.tv_nsec - stop_time.tv_nsec) / 1e9;
+    if (sig == SIGTERM && since < REPEATED_TERM_S)
+        return;
+    restore_default(sig);
+    raise(sig);
 }
 
 static int install_signal_handlers(void) {
@@ -106,6 +141,107 @@ static int metrics_fd_from_env(int *fd) {
     return 0;
 }
 
+/* One connect() attempt to a resolved address, bounded by the time left. 0 or an errno. */
+static int connect_within(int fd, const struct addrinfo *a, double timeout_s) {
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    int err = 0;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            int k = poll(&pfd, 1, (int)(timeout_s * 1e3));
+            socklen_t len = sizeof err;
+            if (k == 0)
+                err = ETIMEDOUT;
+            else if (k < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+                err = errno;
+        }
+    }
+    fcntl(fd, F_SETFL, 0);
+    return err;
+}
+
+/* ZTRAIN_METRICS_ADDR=HOST:PORT ("[v6]:PORT" too): ztraind's endpoint for a rank 0 that may run
+ * on another host than ztraind. Connects, sends the handshake line with ZTRAIN_METRICS_TOKEN,
+ * and returns the socket in *fd for the trainer to mirror its records to, as it would the pipe
+ * of ZTRAIN_METRICS_FD. -1 with a message in msg when that fails: a job whose metrics cannot
+ * reach its coordinator fails at once instead of training unseen. */
+static int metrics_connect(const char *addr, int *fd, char *msg, size_t size) {
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    size_t n = colon ? (size_t)(colon - addr) : 0;
+    if (!colon || n == 0 || n >= sizeof host || !colon[1]) {
+        snprintf(msg, size, "ZTRAIN_METRICS_ADDR='%s' is not HOST:PORT", addr);
+        return -1;
+    }
+    memcpy(host, addr, n);
+    host[n] = '\0';
+    if (host[0] == '[' && host[n - 1] == ']') {
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = '\0';
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, colon + 1, &hints, &res);
+    if (rc != 0) {
+        snprintf(msg, size, "ZTRAIN_METRICS_ADDR=%s: %s", addr, gai_strerror(rc));
+        return -1;
+    }
+    int err = ECONNREFUSED;
+    *fd = -1;
+    for (struct addrinfo *a = res; a && *fd < 0; a = a->ai_next) {
+        int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        if (s < 0) {
+            err = errno;
+            continue;
+        }
+        err = connect_within(s, a, METRICS_CONNECT_TIMEOUT_S);
+        if (err == 0)
+            *fd = s;
+        else
+            close(s);
+    }
+    freeaddrinfo(res);
+    if (*fd < 0) {
+        snprintf(msg, size, "cannot connect to ztraind's metrics endpoint %s: %s", addr,
+                 strerror(err));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const char *token = getenv("ZTRAIN_METRICS_TOKEN");
+    char hello[256];
+    int len = snprintf(hello, sizeof hello, "ztrain-metrics %s\n", token ? token : "");
+    if (len <= 0 || (size_t)len >= sizeof hello ||
+        send(*fd, hello, (size_t)len, MSG_NOSIGNAL) != len) {
+        snprintf(msg, size, "cannot send to ztraind's metrics endpoint %s: %s", addr,
+                 strerror(errno));
+        close(*fd);
+        *fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Where this rank runs, for a launcher that cannot see it (ztraind under Slurm): the Slurm
+ * node's name when there is one, else the host's. */
+static void report_placement(const zt_dist_info *d) {
+    const char *v = getenv("ZTRAIN_REPORT_PLACEMENT");
+    if (!v || strcmp(v, "1") != 0)
+        return;
+    char host[256] = "";
+    const char *node = getenv("SLURMD_NODENAME");
+    if (node && *node)
+        snprintf(host, sizeof host, "%s", node);
+    else if (gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "unknown");
+    host[strcspn(host, ",")] = '\0';
+    fprintf(stderr, "ztrain-worker: rank %d of %d on %s, pid %ld\n", d->rank, d->world_size, host,
+            (long)getpid());
+    fflush(stderr);
+}
+
 /* The variable that set the world size, for messages: the launcher's setting is at fault, not
  * the job's. The same precedence as zt_dist_from_env: torchrun's variables, then Slurm's. */
 static bool env_set(const char *name) {
@@ -170,6 +306,7 @@ int main(int argc, char **argv) {
                         "number of seconds\n", rank, getenv("ZTRAIN_COMM_TIMEOUT_S"));
         return 1;
     }
+    report_placement(&dist);
     zt_job_spec job;
     if (zt_job_spec_load(&job, job_path) != ZT_OK) {
         fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
@@ -192,6 +329,14 @@ int main(int argc, char **argv) {
     if (metrics_fd_from_env(&metrics_fd) != 0) {
         fprintf(stderr, "ztrain-worker: rank %d: ZTRAIN_METRICS_FD='%s' is not an open "
                         "descriptor\n", rank, getenv("ZTRAIN_METRICS_FD"));
+        zt_job_spec_free(&job);
+        return 1;
+    }
+    const char *metrics_addr = getenv("ZTRAIN_METRICS_ADDR");
+    char msg[512];
+    if (rank == 0 && !metrics_fd && metrics_addr && *metrics_addr &&
+        metrics_connect(metrics_addr, &metrics_fd, msg, sizeof msg) != 0) {
+        fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, msg);
         zt_job_spec_free(&job);
         return 1;
     }

@@ -3,7 +3,8 @@
  * (JSON API, live events, Prometheus /metrics, the dashboard) over HTTP.
  *
  *   ztraind [--grpc-addr HOST:PORT] [--http-addr HOST:PORT] [--state-dir DIR]
- *           [--data-root DIR] [--runs-root DIR] [--max-ranks N] [--token-file FILE] ...
+ *           [--data-root DIR] [--runs-root DIR] [--max-ranks N] [--token-file FILE]
+ *           [--launcher local|slurm [--slurm-partition P] [--metrics-host HOST]] ...
  *
  * SIGINT/SIGTERM stop it gracefully: running jobs finish their step, write a checkpoint and are
  * recorded as CANCELLED; queued jobs stay queued for the next start. Exit status: 0 after a
@@ -12,6 +13,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 #include "grpc_server.h"
 #include "http_api.h"
 #include "job_manager.h"
+#include "proc_spawn.h"
 
 #ifndef ZT_WEB_DIR
 #define ZT_WEB_DIR "/usr/share/ztrain/web"
@@ -43,11 +46,19 @@ static const char usage[] =
     "  --max-ranks N           ranks running at once (default: the CPU count)\n"
     "  --max-world-size N      largest world_size a job may ask for (default 64)\n"
     "  --max-jobs N            jobs queued or running at once (default 100)\n"
-    "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size)\n"
+    "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
+    "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
     "  --token-file FILE       require 'authorization: Bearer <token>' (default: $ZTRAIN_TOKEN,\n"
     "                          else no authentication)\n"
     "  --worker PATH           the rank program (default: ztrain-worker beside ztraind)\n"
+    "  --launcher local|slurm  where ranks run: local processes (default), or one srun per job\n"
+    "                          on a Slurm cluster (srun and scancel from PATH; SLURM_CONF is\n"
+    "                          passed on). Slurm queues the jobs: --max-ranks defaults to 4096\n"
+    "  --slurm-partition P     the partition jobs go to (default: the cluster's default)\n"
+    "  --metrics-host HOST     address a job's rank 0 sends its metrics to over TCP, on a port\n"
+    "                          per job (slurm; default 127.0.0.1: reachable from every node\n"
+    "                          only when they all are this host)\n"
     "  --web-dir DIR           the dashboard's files (default " ZT_WEB_DIR ")\n"
     "  --help\n";
 
@@ -60,17 +71,11 @@ static void on_signal(int sig) {
 
 typedef struct {
     const char *grpc_addr, *http_addr, *state_dir, *data_root, *runs_root, *token_file;
-    const char *worker, *web_dir;
+    const char *worker, *web_dir, *launcher, *slurm_partition, *metrics_host;
     long max_ranks, max_world_size, max_jobs, threads_per_rank;
+    bool max_ranks_given;
     double grace_s;
 } options;
-
-static int cpu_count(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    return 1;
-}
 
 static int parse_long(const char *flag, const char *v, long min, long max, long *out) {
     char *end;
@@ -114,9 +119,16 @@ static int parse_args(int argc, char **argv, options *o) {
             o->worker = v;
         else if (strcmp(a, "--web-dir") == 0)
             o->web_dir = v;
-        else if (strcmp(a, "--max-ranks") == 0)
+        else if (strcmp(a, "--launcher") == 0)
+            o->launcher = v;
+        else if (strcmp(a, "--slurm-partition") == 0)
+            o->slurm_partition = v;
+        else if (strcmp(a, "--metrics-host") == 0)
+            o->metrics_host = v;
+        else if (strcmp(a, "--max-ranks") == 0) {
             rc = parse_long(a, v, 1, 4096, &o->max_ranks);
-        else if (strcmp(a, "--max-world-size") == 0)
+            o->max_ranks_given = true;
+        } else if (strcmp(a, "--max-world-size") == 0)
             rc = parse_long(a, v, 1, 65536, &o->max_world_size);
         else if (strcmp(a, "--max-jobs") == 0)
             rc = parse_long(a, v, 1, 1000000, &o->max_jobs);
@@ -136,6 +148,57 @@ static int parse_args(int argc, char **argv, options *o) {
         if (rc != 0)
             return -1;
     }
+    if (strcmp(o->launcher, "local") != 0 && strcmp(o->launcher, "slurm") != 0) {
+        fprintf(stderr, "ztraind: --launcher expects 'local' or 'slurm', got '%s'\n", o->launcher);
+        return -1;
+    }
+    if (strcmp(o->launcher, "slurm") != 0 && (o->slurm_partition || o->metrics_host)) {
+        fprintf(stderr, "ztraind: --slurm-partition and --metrics-host need --launcher slurm\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The absolute path of `name` from PATH, into buf; false when it is not there. */
+static bool find_in_path(const char *name, char *buf, size_t size) {
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n > 0 && (int)n < (int)size - 2) {
+            snprintf(buf, size, "%.*s/%s", (int)n, p, name);
+            if (buf[0] == '/' && access(buf, X_OK) == 0)
+                return true;
+        }
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    return false;
+}
+
+/* --launcher slurm: srun and scancel must be there; setpriv (util-linux) ties each srun to
+ * ztraind's life when it is. */
+typedef struct {
+    char srun[PATH_MAX], scancel[PATH_MAX], setpriv[PATH_MAX];
+} slurm_paths;
+
+static int slurm_setup(const options *o, slurm_paths *p, zt_slurm_config *cfg) {
+    if (!find_in_path("srun", p->srun, sizeof p->srun) ||
+        !find_in_path("scancel", p->scancel, sizeof p->scancel)) {
+        fprintf(stderr, "ztraind: --launcher slurm needs srun and scancel in PATH (Debian: apt "
+                        "install slurm-client)\n");
+        return -1;
+    }
+    bool setpriv = find_in_path("setpriv", p->setpriv, sizeof p->setpriv);
+    if (!setpriv)
+        fprintf(stderr, "ztraind: warning: setpriv (util-linux) is not in PATH: a ztraind that "
+                        "dies leaves its sruns running until it is restarted\n");
+    *cfg = (zt_slurm_config){.srun = p->srun, .scancel = p->scancel,
+                             .setpriv = setpriv ? p->setpriv : NULL,
+                             .partition = o->slurm_partition,
+                             .metrics_host = o->metrics_host ? o->metrics_host : "127.0.0.1"};
     return 0;
 }
 
@@ -167,10 +230,17 @@ static void default_worker(char *buf, size_t size) {
 
 int main(int argc, char **argv) {
     options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
-                 .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = cpu_count(),
-                 .max_world_size = 64, .max_jobs = 100, .grace_s = 30};
+                 .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = zt_cpu_count(),
+                 .max_world_size = 64, .max_jobs = 100, .grace_s = 30, .launcher = "local"};
     if (parse_args(argc, argv, &o) != 0)
         return 2;
+    bool slurm = strcmp(o.launcher, "slurm") == 0;
+    slurm_paths sp;
+    zt_slurm_config slurm_cfg;
+    if (slurm && slurm_setup(&o, &sp, &slurm_cfg) != 0)
+        return 1;
+    if (slurm && !o.max_ranks_given)
+        o.max_ranks = 4096;
     char host[256];
     int http_port;
     if (split_addr(o.http_addr, host, sizeof host, &http_port) != 0)
@@ -214,7 +284,7 @@ int main(int argc, char **argv) {
                          .worker_path = worker, .max_ranks = (int)o.max_ranks,
                          .max_world_size = (int)o.max_world_size, .max_jobs = (int)o.max_jobs,
                          .threads_per_rank = (int)o.threads_per_rank,
-                         .default_grace_s = o.grace_s};
+                         .default_grace_s = o.grace_s, .slurm = slurm ? &slurm_cfg : NULL};
     zt_jobs *jm = NULL;
     zt_grpc_server *grpc = NULL;
     zt_http_server *http = NULL;
@@ -240,10 +310,11 @@ int main(int argc, char **argv) {
     if (colon)
         *colon = '\0';
     /* One line that scripts (and the tests) read to learn the ports that were picked. */
-    printf("ztraind: ready grpc=%s:%d http=http://%s:%d state=%s data=%s runs=%s max_ranks=%ld%s\n",
+    printf("ztraind: ready grpc=%s:%d http=http://%s:%d state=%s data=%s runs=%s max_ranks=%ld "
+           "launcher=%s%s\n",
            grpc_host, zt_grpc_server_port(grpc), host, zt_http_port(http), db,
            zt_jobs_get_config(jm)->data_root, zt_jobs_get_config(jm)->runs_root, o.max_ranks,
-           token ? " auth=bearer" : "");
+           o.launcher, token ? " auth=bearer" : "");
     fflush(stdout);
 
     zt_grpc_server_run(grpc, &stop_requested);

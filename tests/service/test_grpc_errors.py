@@ -93,6 +93,14 @@ def case_b(d):
              f"b: an absolute path outside the root: {code.name}: {details}")
 
     job = tiny_job(d.data_root)
+    job["deepspeed"]["zero_optimization"] = {
+        "stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "/etc"}}
+    code, details = submit_code(job)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and
+             "offload_optimizer.nvme_path" in details and "outside" in details,
+             f"b: an NVMe offload path outside the runs root: {code.name}: {details}")
+
+    job = tiny_job(d.data_root)
     job["model"].update(n_embd=30, n_head=4)
     code, details = submit_code(job)
     ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and "model.n_embd" in details and
