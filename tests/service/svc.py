@@ -157,6 +157,8 @@ class Daemon:
             start_offset = log.tell()
             self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT,
                                          env=env, cwd=self.dir)
+        # A test that dies on an exception must not leave its daemon (and its ranks) running.
+        atexit.register(self.kill)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log()[start_offset:]
