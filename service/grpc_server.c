@@ -1,5 +1,6 @@
 /* ztraind's gRPC server (grpc_server.h): ztrain.v1.Trainer and grpc.health.v1.Health/Check on
- * gRPC's C core, one completion queue drained by zt_grpc_server_run.
+ * gRPC's C core, one completion queue drained by zt_grpc_server_run. This file is the queue, the
+ * calls and sending; the methods themselves are grpc_methods.c's.
  *
  * Every call is a small state machine (`struct call`) whose tags all come back on that queue.
  * Each call starts a lone RECV_CLOSE_ON_SERVER when it arrives, which returns when the call is
@@ -12,7 +13,6 @@
  * packs the event and queues it under the call's mutex. Lock order is manager -> call, so no
  * zt_jobs_* function is ever called with a call's mutex held, and the watch is removed from the
  * queue's thread when the call closes, never from inside the callback. */
-#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,10 +27,8 @@
 
 #include "auth.h"
 #include "grpc_server.h"
+#include "grpc_server_internal.h"
 #include "grpc_util.h"
-#include "health.pb-c.h"
-#include "job_proto.h"
-#include "ztrain.pb-c.h"
 
 /* Requests kept posted per method: a burst of new calls beyond this waits for a re-arm, which
  * happens as soon as each one arrives. */
@@ -40,79 +38,8 @@
 /* A watcher that falls this far behind is ended with RESOURCE_EXHAUSTED. Metric records are
  * never dropped one by one: a client that sees the stream must see every record. */
 #define STREAM_MAX_QUEUED_BYTES ((size_t)64 << 20)
-#define LIST_DEFAULT_PAGE 50
-#define LIST_MAX_PAGE 1000
-#define LOGS_DEFAULT_TAIL 100
 /* Status details travel in HTTP/2 trailers, which clients cap (8 KiB by default). */
 #define STATUS_TEXT_MAX 4000
-
-typedef enum {
-    M_SUBMIT, M_GET, M_LIST, M_CANCEL, M_WATCH, M_METRICS, M_LOGS, M_HEALTH,
-    M_COUNT,
-    M_UNKNOWN = M_COUNT /* a method nobody registered: answered UNIMPLEMENTED */
-} method_id;
-
-typedef enum { TAG_NEW, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
-
-typedef struct call call;
-
-typedef struct {
-    tag_kind kind;
-    call *c;
-} tag;
-
-typedef struct out_msg {
-    struct out_msg *next;
-    grpc_byte_buffer *bb;
-    size_t bytes;
-} out_msg;
-
-struct zt_grpc_server {
-    grpc_server *server;
-    grpc_completion_queue *cq;
-    void *handles[M_COUNT];
-    zt_jobs *jm;
-    char *token;
-    char *addr;
-    int port;
-    int n_calls;          /* call structs alive, posted requests included */
-    bool shutting_down;   /* shutdown_and_notify was called */
-    bool server_down;     /* its tag came back and the server is destroyed */
-    bool cq_down;         /* grpc_completion_queue_shutdown was called */
-    bool drained;         /* the queue returned GRPC_QUEUE_SHUTDOWN */
-    tag shutdown_tag;
-};
-
-struct call {
-    zt_grpc_server *srv;
-    method_id method;
-    grpc_call *call;
-    gpr_timespec deadline;
-    grpc_metadata_array md;
-    grpc_byte_buffer *payload;     /* the request of a registered method */
-    grpc_call_details details;     /* M_UNKNOWN: the method's name */
-    tag t_new, t_send, t_status, t_close;
-    int cancelled;                 /* written by RECV_CLOSE_ON_SERVER */
-    zt_job_watch *watch;           /* touched on the queue's thread only */
-
-    /* Everything below is shared with watch callbacks and guarded by mu, which also serialises
-     * grpc_call_start_batch on this call. */
-    pthread_mutex_t mu;
-    int pending;                   /* batches started whose tags have not come back */
-    bool md_sent;                  /* initial metadata went out (with the first batch) */
-    bool sending;                  /* a SEND_MESSAGE is in flight: at most one at a time */
-    bool status_started;
-    bool broken;                   /* a send failed: the call is dead, only CLOSE will come */
-    bool closed;
-    bool replaying;                /* inside zt_jobs_watch: a terminal state waits for its end */
-    bool terminal_seen;
-    bool finishing;                /* the status is decided; it follows the queued messages */
-    grpc_status_code status;
-    char *status_text;
-    grpc_byte_buffer *in_flight;   /* the message of the SEND or STATUS batch in flight */
-    out_msg *head, *tail;
-    size_t queued_bytes;
-};
 
 /* ---- sending ----------------------------------------------------------------------------- */
 
@@ -121,7 +48,8 @@ struct call {
 static bool start_batch(call *c, const grpc_op *ops, size_t n, tag *t) {
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, t, NULL);
     if (e != GRPC_CALL_OK) {
-        fprintf(stderr, "ztraind: grpc: starting a batch failed: %s\n", grpc_call_error_to_string(e));
+        fprintf(stderr, "ztraind: grpc: starting a batch failed: %s\n",
+                grpc_call_error_to_string(e));
         grpc_call_cancel(c->call, NULL);
         return false;
     }
@@ -206,8 +134,7 @@ static char *status_text_copy(const char *text) {
     return strndup(text, n);
 }
 
-/* Decides the call's status; the first decision wins. An error drops what is still queued. */
-static void finish_locked(call *c, grpc_status_code code, const char *text) {
+void zt_call_finish_locked(call *c, grpc_status_code code, const char *text) {
     if (c->finishing)
         return;
     c->finishing = true;
@@ -218,18 +145,17 @@ static void finish_locked(call *c, grpc_status_code code, const char *text) {
     kick_locked(c);
 }
 
-static void finish(call *c, grpc_status_code code, const char *text) {
+void zt_call_finish(call *c, grpc_status_code code, const char *text) {
     pthread_mutex_lock(&c->mu);
-    finish_locked(c, code, text);
+    zt_call_finish_locked(c, code, text);
     pthread_mutex_unlock(&c->mu);
 }
 
-static void finish_zt(call *c, zt_status s) {
-    finish(c, zt_grpc_status_from_zt(s), zt_last_error());
+void zt_call_finish_zt(call *c, zt_status s) {
+    zt_call_finish(c, zt_grpc_status_from_zt(s), zt_last_error());
 }
 
-/* Queues a packed message; takes ownership of bb. */
-static void push_locked(call *c, grpc_byte_buffer *bb) {
+void zt_call_push_locked(call *c, grpc_byte_buffer *bb) {
     size_t bytes = grpc_byte_buffer_length(bb);
     if (c->finishing || c->broken || c->closed) {
         grpc_byte_buffer_destroy(bb);
@@ -240,13 +166,13 @@ static void push_locked(call *c, grpc_byte_buffer *bb) {
         char text[160];
         snprintf(text, sizeof text, "the client fell more than %zu MiB behind the stream",
                  STREAM_MAX_QUEUED_BYTES >> 20);
-        finish_locked(c, GRPC_STATUS_RESOURCE_EXHAUSTED, text);
+        zt_call_finish_locked(c, GRPC_STATUS_RESOURCE_EXHAUSTED, text);
         return;
     }
     out_msg *m = malloc(sizeof *m);
     if (!m) {
         grpc_byte_buffer_destroy(bb);
-        finish_locked(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
+        zt_call_finish_locked(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
         return;
     }
     *m = (out_msg){.bb = bb, .bytes = bytes};
@@ -259,353 +185,13 @@ static void push_locked(call *c, grpc_byte_buffer *bb) {
     kick_locked(c);
 }
 
-/* A unary reply: the message and status OK in one batch. */
-static void reply(call *c, const ProtobufCMessage *msg) {
+void zt_call_reply(call *c, const ProtobufCMessage *msg) {
     grpc_byte_buffer *bb = zt_pb_pack(msg);
     pthread_mutex_lock(&c->mu);
-    push_locked(c, bb);
-    finish_locked(c, GRPC_STATUS_OK, "");
+    zt_call_push_locked(c, bb);
+    zt_call_finish_locked(c, GRPC_STATUS_OK, "");
     pthread_mutex_unlock(&c->mu);
 }
-
-/* ---- method handlers --------------------------------------------------------------------- */
-
-static bool require_id(call *c, const char *id) {
-    if (id && *id)
-        return true;
-    finish(c, GRPC_STATUS_INVALID_ARGUMENT, "id is required");
-    return false;
-}
-
-/* Replies with the job of a manager call, or its error. Reads zt_last_error() at once, on the
- * thread that made the call. */
-static void reply_job(call *c, zt_status s, zt_job_info *info) {
-    if (s != ZT_OK) {
-        finish_zt(c, s);
-        return;
-    }
-    Ztrain__V1__Job *job;
-    s = zt_job_proto_job_from_info(info, &job);
-    zt_job_info_free(info);
-    if (s != ZT_OK) {
-        finish(c, GRPC_STATUS_INTERNAL, zt_last_error());
-        return;
-    }
-    reply(c, &job->base);
-    protobuf_c_message_free_unpacked(&job->base, NULL);
-}
-
-static void handle_submit(call *c, ProtobufCMessage *m) {
-    Ztrain__V1__SubmitJobRequest *req = (Ztrain__V1__SubmitJobRequest *)m;
-    char *spec_json;
-    zt_status s = zt_job_proto_spec_to_json(req->spec, &spec_json);
-    if (s != ZT_OK) {
-        finish(c, GRPC_STATUS_INVALID_ARGUMENT, zt_last_error());
-        return;
-    }
-    zt_job_info info;
-    memset(&info, 0, sizeof info);
-    s = zt_jobs_submit(c->srv->jm, spec_json, req->idempotency_key, &info);
-    free(spec_json);
-    reply_job(c, s, &info);
-}
-
-static void handle_get(call *c, ProtobufCMessage *m) {
-    Ztrain__V1__GetJobRequest *req = (Ztrain__V1__GetJobRequest *)m;
-    if (!require_id(c, req->id))
-        return;
-    zt_job_info info;
-    memset(&info, 0, sizeof info);
-    reply_job(c, zt_jobs_get(c->srv->jm, req->id, &info), &info);
-}
-
-static void free_infos(zt_job_info *jobs, int n) {
-    for (int i = 0; i < n; i++)
-        zt_job_info_free(&jobs[i]);
-    free(jobs);
-}
-
-static zt_status list_response(zt_job_info *jobs, int n, bool more,
-                               Ztrain__V1__ListJobsResponse *resp) {
-    if (n > 0) {
-        resp->jobs = calloc((size_t)n, sizeof *resp->jobs);
-        if (!resp->jobs)
-            return zt_error(ZT_ERR_NOMEM, "out of memory listing %d jobs", n);
-    }
-    for (int i = 0; i < n; i++) {
-        ZT_TRY(zt_job_proto_job_from_info(&jobs[i], &resp->jobs[i]));
-        resp->n_jobs++;
-    }
-    /* The page token is the last id of this page: the next page starts after it. */
-    if (more && n > 0 && !(resp->next_page_token = strdup(jobs[n - 1].id))) {
-        resp->next_page_token = (char *)protobuf_c_empty_string;
-        return zt_error(ZT_ERR_NOMEM, "out of memory");
-    }
-    return ZT_OK;
-}
-
-static void handle_list(call *c, ProtobufCMessage *m) {
-    Ztrain__V1__ListJobsRequest *req = (Ztrain__V1__ListJobsRequest *)m;
-    if ((int)req->state < 0 || (int)req->state > ZT_JOB_CANCELLED) {
-        finish(c, GRPC_STATUS_INVALID_ARGUMENT, "state is not a JobState");
-        return;
-    }
-    if (req->page_size < 0) {
-        finish(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size must be >= 0");
-        return;
-    }
-    int limit = req->page_size == 0 ? LIST_DEFAULT_PAGE
-                                    : req->page_size > LIST_MAX_PAGE ? LIST_MAX_PAGE : req->page_size;
-    zt_job_info *jobs = NULL;
-    int n = 0;
-    bool more = false;
-    zt_status s = zt_jobs_list(c->srv->jm, (zt_job_state)req->state, req->page_token, limit, &jobs,
-                               &n, &more);
-    if (s != ZT_OK) {
-        finish_zt(c, s);
-        return;
-    }
-    Ztrain__V1__ListJobsResponse *resp = malloc(sizeof *resp);
-    if (resp)
-        ztrain__v1__list_jobs_response__init(resp);
-    s = resp ? list_response(jobs, n, more, resp) : zt_error(ZT_ERR_NOMEM, "out of memory");
-    free_infos(jobs, n);
-    if (s == ZT_OK)
-        reply(c, &resp->base);
-    else
-        finish(c, GRPC_STATUS_INTERNAL, zt_last_error());
-    if (resp)
-        protobuf_c_message_free_unpacked(&resp->base, NULL);
-}
-
-static void handle_cancel(call *c, ProtobufCMessage *m) {
-    Ztrain__V1__CancelJobRequest *req = (Ztrain__V1__CancelJobRequest *)m;
-    if (!require_id(c, req->id))
-        return;
-    if (!isfinite(req->grace_seconds) || req->grace_seconds < 0) {
-        finish(c, GRPC_STATUS_INVALID_ARGUMENT, "grace_seconds must be a number >= 0");
-        return;
-    }
-    zt_job_info info;
-    memset(&info, 0, sizeof info);
-    zt_status s = zt_jobs_cancel(c->srv->jm, req->id, req->force, req->grace_seconds, &info);
-    reply_job(c, s, &info);
-}
-
-typedef struct {
-    Ztrain__V1__GetMetricsResponse *resp;
-    bool oom;
-} series_ctx;
-
-static Ztrain__V1__MetricSeries *new_series(const char *key, const int64_t *steps,
-                                            const double *values, int n) {
-    Ztrain__V1__MetricSeries *ms = malloc(sizeof *ms);
-    if (!ms)
-        return NULL;
-    ztrain__v1__metric_series__init(ms);
-    ms->key = strdup(key);
-    ms->steps = n ? malloc(sizeof *steps * (size_t)n) : NULL;
-    ms->values = n ? malloc(sizeof *values * (size_t)n) : NULL;
-    if (!ms->key || (n && (!ms->steps || !ms->values))) {
-        if (!ms->key)
-            ms->key = (char *)protobuf_c_empty_string;
-        protobuf_c_message_free_unpacked(&ms->base, NULL);
-        return NULL;
-    }
-    if (n > 0) {
-        memcpy(ms->steps, steps, sizeof *steps * (size_t)n);
-        memcpy(ms->values, values, sizeof *values * (size_t)n);
-    }
-    ms->n_steps = ms->n_values = (size_t)n;
-    return ms;
-}
-
-/* Runs under the manager's lock: copies one key's series into the response. */
-static void emit_series(void *ctx, const char *key, const int64_t *steps, const double *values,
-                        int n) {
-    series_ctx *sc = ctx;
-    Ztrain__V1__GetMetricsResponse *r = sc->resp;
-    if (sc->oom)
-        return;
-    Ztrain__V1__MetricSeries **grown = realloc(r->series, sizeof *grown * (r->n_series + 1));
-    Ztrain__V1__MetricSeries *ms = grown ? new_series(key, steps, values, n) : NULL;
-    if (grown)
-        r->series = grown;
-    if (!ms) {
-        sc->oom = true;
-        return;
-    }
-    r->series[r->n_series++] = ms;
-}
-
-static void handle_metrics(call *c, ProtobufCMessage *m) {
-    Ztrain__V1__GetMetricsRequest *req = (Ztrain__V1__GetMetricsRequest *)m;
-    if (!require_id(c, req->id))
-        return;
-    if (req->max_points < 0) {
-        finish(c, GRPC_STATUS_INVALID_ARGUMENT, "max_points must be >= 0");
-        return;
-    }
-    Ztrain__V1__GetMetricsResponse *resp = malloc(sizeof *resp);
-    if (!resp) {
-        finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
-        return;
-    }
-    ztrain__v1__get_metrics_response__init(resp);
-    series_ctx sc = {.resp = resp};
-    zt_status s = zt_jobs_metric_series(c->srv->jm, req->id, (const char *const *)req->keys,
-                                        (int)req->n_keys, req->since_step, req->max_points,
-                                        emit_series, &sc);
-    if (s != ZT_OK)
-        finish_zt(c, s);
-    else if (sc.oom)
-        finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind ran out of memory copying the series");
-    else
-        reply(c, &resp->base);
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-}
-
-static void handle_health(call *c, ProtobufCMessage *m) {
-    Grpc__Health__V1__HealthCheckRequest *req = (Grpc__Health__V1__HealthCheckRequest *)m;
-    if (req->service[0] && strcmp(req->service, "ztrain.v1.Trainer") != 0) {
-        finish(c, GRPC_STATUS_NOT_FOUND, "unknown service");
-        return;
-    }
-    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-    reply(c, &resp.base);
-}
-
-/* ---- streams ----------------------------------------------------------------------------- */
-
-static bool state_is_terminal(zt_job_state s) {
-    return s == ZT_JOB_SUCCEEDED || s == ZT_JOB_FAILED || s == ZT_JOB_CANCELLED;
-}
-
-/* The message an event becomes on this call's stream (JobEvent for WatchJob, LogLine for
- * StreamLogs), packed; NULL with *skip for events the stream does not carry. */
-static zt_status pack_event(const call *c, const zt_job_event *ev, grpc_byte_buffer **out) {
-    *out = NULL;
-    ProtobufCMessage *inner = NULL;
-    Ztrain__V1__JobEvent je = ZTRAIN__V1__JOB_EVENT__INIT;
-    if (ev->kind == ZT_EVENT_STATE) {
-        if (c->method != M_WATCH)
-            return ZT_OK;
-        ZT_TRY(zt_job_proto_job_from_info(ev->job, &je.job));
-        je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_JOB;
-        inner = &je.job->base;
-    } else if (ev->kind == ZT_EVENT_METRICS) {
-        ZT_TRY(zt_job_proto_record_from_metric(ev->record, &je.metrics));
-        je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_METRICS;
-        inner = &je.metrics->base;
-    } else {
-        ZT_TRY(zt_job_proto_log_from_line(ev->log, &je.log));
-        je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_LOG;
-        inner = &je.log->base;
-    }
-    *out = zt_pb_pack(c->method == M_WATCH ? &je.base : inner);
-    protobuf_c_message_free_unpacked(inner, NULL);
-    return ZT_OK;
-}
-
-/* The watch callback: runs with the manager's lock held, on whichever thread produced the
- * event. It packs, queues and kicks; nothing here may block or call into the manager. */
-static void on_job_event(void *ctx, const zt_job_event *ev) {
-    call *c = ctx;
-    grpc_byte_buffer *bb = NULL;
-    zt_status s = pack_event(c, ev, &bb);
-    bool terminal = ev->kind == ZT_EVENT_STATE && state_is_terminal(ev->job->state);
-    pthread_mutex_lock(&c->mu);
-    if (s != ZT_OK)
-        finish_locked(c, GRPC_STATUS_INTERNAL, zt_last_error());
-    if (bb)
-        push_locked(c, bb);
-    if (terminal && c->replaying)
-        c->terminal_seen = true;
-    else if (terminal)
-        finish_locked(c, GRPC_STATUS_OK, "");
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Registers the watch. Events replayed inside zt_jobs_watch may include a terminal state
- * before the history that follows it, so the stream ends only once the replay is over. */
-static void start_watch(call *c, const char *id, int what, int64_t from_step, int log_tail) {
-    pthread_mutex_lock(&c->mu);
-    c->replaying = true;
-    pthread_mutex_unlock(&c->mu);
-    zt_job_watch *w = NULL;
-    zt_status s = zt_jobs_watch(c->srv->jm, id, what, from_step, log_tail, on_job_event, c, &w);
-    grpc_status_code code = zt_grpc_status_from_zt(s);
-    char *text = s != ZT_OK ? strdup(zt_last_error()) : NULL;
-    c->watch = s == ZT_OK ? w : NULL;
-    pthread_mutex_lock(&c->mu);
-    c->replaying = false;
-    if (s != ZT_OK)
-        finish_locked(c, code, text ? text : "watch failed");
-    else if (c->terminal_seen)
-        finish_locked(c, GRPC_STATUS_OK, "");
-    pthread_mutex_unlock(&c->mu);
-    free(text);
-}
-
-static void handle_watch(call *c, ProtobufCMessage *m) {
-    Ztrain__V1__WatchJobRequest *req = (Ztrain__V1__WatchJobRequest *)m;
-    if (!require_id(c, req->id))
-        return;
-    int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (req->logs ? ZT_WATCH_LOGS : 0);
-    /* Log lines in a watch are live ones only; StreamLogs is the way to read a tail. */
-    start_watch(c, req->id, what, req->from_step, 0);
-}
-
-static void emit_log(void *ctx, const zt_log_line *l) {
-    call *c = ctx;
-    zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = l};
-    on_job_event(c, &ev);
-}
-
-static void handle_logs(call *c, ProtobufCMessage *m) {
-    Ztrain__V1__StreamLogsRequest *req = (Ztrain__V1__StreamLogsRequest *)m;
-    if (!require_id(c, req->id))
-        return;
-    if (req->tail < 0) {
-        finish(c, GRPC_STATUS_INVALID_ARGUMENT, "tail must be >= 0");
-        return;
-    }
-    int tail = req->tail ? req->tail : LOGS_DEFAULT_TAIL;
-    if (req->follow) {
-        start_watch(c, req->id, ZT_WATCH_LOGS, 0, tail);
-        return;
-    }
-    zt_status s = zt_jobs_logs(c->srv->jm, req->id, tail, emit_log, c);
-    if (s != ZT_OK)
-        finish_zt(c, s);
-    else
-        finish(c, GRPC_STATUS_OK, "");
-}
-
-typedef void (*handler_fn)(call *c, ProtobufCMessage *req);
-
-static const struct {
-    const char *path;
-    const ProtobufCMessageDescriptor *request;
-    handler_fn handle;
-} methods[M_COUNT] = {
-    [M_SUBMIT] = {"/ztrain.v1.Trainer/SubmitJob", &ztrain__v1__submit_job_request__descriptor,
-                  handle_submit},
-    [M_GET] = {"/ztrain.v1.Trainer/GetJob", &ztrain__v1__get_job_request__descriptor, handle_get},
-    [M_LIST] = {"/ztrain.v1.Trainer/ListJobs", &ztrain__v1__list_jobs_request__descriptor,
-                handle_list},
-    [M_CANCEL] = {"/ztrain.v1.Trainer/CancelJob", &ztrain__v1__cancel_job_request__descriptor,
-                  handle_cancel},
-    [M_WATCH] = {"/ztrain.v1.Trainer/WatchJob", &ztrain__v1__watch_job_request__descriptor,
-                 handle_watch},
-    [M_METRICS] = {"/ztrain.v1.Trainer/GetMetrics", &ztrain__v1__get_metrics_request__descriptor,
-                   handle_metrics},
-    [M_LOGS] = {"/ztrain.v1.Trainer/StreamLogs", &ztrain__v1__stream_logs_request__descriptor,
-                handle_logs},
-    [M_HEALTH] = {"/grpc.health.v1.Health/Check",
-                  &grpc__health__v1__health_check_request__descriptor, handle_health},
-};
 
 /* ---- call lifecycle ---------------------------------------------------------------------- */
 
@@ -669,8 +255,8 @@ static bool authorized(const call *c) {
 
 static void dispatch(call *c) {
     if (!authorized(c)) {
-        finish(c, GRPC_STATUS_UNAUTHENTICATED,
-               "this server needs \"authorization: Bearer <token>\" metadata with its token");
+        zt_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, "this server needs \"authorization: "
+                       "Bearer <token>\" metadata with its token");
         return;
     }
     if (c->method == M_UNKNOWN) {
@@ -678,18 +264,19 @@ static void dispatch(call *c) {
         char text[512];
         snprintf(text, sizeof text, "unknown method %s", name);
         gpr_free(name);
-        finish(c, GRPC_STATUS_UNIMPLEMENTED, text);
+        zt_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, text);
         return;
     }
-    ProtobufCMessage *req = zt_pb_unpack(methods[c->method].request, c->payload);
+    ProtobufCMessage *req = zt_pb_unpack(zt_grpc_methods[c->method].request, c->payload);
     if (!req) {
         char text[256];
         snprintf(text, sizeof text, "the request is not a valid %s message",
-                 methods[c->method].request->name);
-        finish(c, GRPC_STATUS_INVALID_ARGUMENT, c->payload ? text : "the request has no message");
+                 zt_grpc_methods[c->method].request->name);
+        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+                       c->payload ? text : "the request has no message");
         return;
     }
-    methods[c->method].handle(c, req);
+    zt_grpc_methods[c->method].handle(c, req);
     protobuf_c_message_free_unpacked(req, NULL);
 }
 
@@ -715,7 +302,7 @@ static void on_new_call(zt_grpc_server *s, call *c, bool ok) {
     /* A call that slipped in as shutdown began is not served: the job manager may already be
      * on its way out. */
     if (s->shutting_down)
-        finish(c, GRPC_STATUS_UNAVAILABLE, "ztraind is shutting down");
+        zt_call_finish(c, GRPC_STATUS_UNAVAILABLE, "ztraind is shutting down");
     else
         dispatch(c);
     if (c->payload) {
@@ -820,10 +407,11 @@ static grpc_server *create_core_server(const zt_grpc_server_config *cfg) {
 static zt_status register_and_bind(zt_grpc_server *s, const char *addr) {
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     for (int m = 0; m < M_COUNT; m++) {
-        s->handles[m] = grpc_server_register_method(s->server, methods[m].path, NULL,
-                                                    GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        s->handles[m] = grpc_server_register_method(s->server, zt_grpc_methods[m].path, NULL,
+                                                    GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+                                                    0);
         if (!s->handles[m])
-            return zt_error(ZT_ERR_INVALID, "gRPC: cannot register %s", methods[m].path);
+            return zt_error(ZT_ERR_INVALID, "gRPC: cannot register %s", zt_grpc_methods[m].path);
     }
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     s->port = grpc_server_add_http2_port(s->server, addr, creds);

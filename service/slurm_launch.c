@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "strfmt.h"
+
 extern char **environ;
 
 /* ---- command lines ----------------------------------------------------------------------- */
@@ -44,9 +46,7 @@ static void add(argv_builder *b, const char *fmt, ...) {
     }
     va_list ap;
     va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
+    char *s = zt_vstrfmt(fmt, ap);
     va_end(ap);
     if (!s) {
         b->ok = false;

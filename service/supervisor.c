@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "proc_spawn.h"
+#include "strfmt.h"
 #include "supervisor_internal.h"
 
 extern char **environ;
@@ -61,9 +62,7 @@ static void env_add(env_list *e, const char *fmt, ...) __attribute__((format(pri
 static void env_add(env_list *e, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
+    char *s = zt_vstrfmt(fmt, ap);
     va_end(ap);
     ZT_ASSERT(s && e->n_owned < 16);
     e->owned[e->n_owned++] = s;

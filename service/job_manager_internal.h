@@ -1,0 +1,124 @@
+/* What the job manager's three files share: job_manager.c (the table, submitting, queries,
+ * cancel, start and stop), job_runner.c (the queue, starting jobs, and turning what the
+ * supervisor reports into records, logs and final states) and job_watch.c (watchers). Not an
+ * API: nothing outside these three files includes it.
+ *
+ * One mutex, zt_jobs.mu, guards the table and every job in it. Every function declared here is
+ * called with it held and never takes it. */
+#ifndef ZTRAIN_JOB_MANAGER_INTERNAL_H
+#define ZTRAIN_JOB_MANAGER_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "job_history.h"
+#include "job_manager.h"
+#include "job_store.h"
+#include "supervisor.h"
+
+#define LOG_RING 2000            /* log lines per job in memory */
+#define LOG_KEEP 10000           /* log lines per job in the store */
+
+typedef struct job {
+    struct zt_jobs *jm;
+    zt_job_info info;
+    long long number;
+    zt_job_history *history;
+    zt_job_watch *watches;       /* job_watch.c's */
+    /* While ranks run. */
+    zt_rank_group *group;
+    bool cancel_requested, force;
+    bool shutdown;               /* cancelled because ztraind is stopping */
+    double grace_s;
+    int failed_rank;             /* first rank that failed, -1 */
+    char *fail_reason;
+    char **last_stderr;          /* per rank, for the failure reason */
+    char **hosts;                /* per rank: the Slurm node it runs on, once it said so */
+    /* Slurm: the scheduler stopped the job itself (scancel from outside, time limit, node
+     * failure) or srun failed; launch_failed tells FAILED from CANCELLED. */
+    char *launch_reason;
+    bool launch_failed;
+} job;
+
+struct zt_jobs {
+    zt_jobs_config cfg;
+    pthread_mutex_t mu;
+    job **jobs;                  /* oldest first; numbers increase */
+    int n_jobs, cap_jobs;
+    long long last_number;
+    int ranks_in_use;
+    zt_job_store *store;
+    zt_supervisor *sup;
+    char tag[16];                /* names this daemon's Slurm jobs (zt_jobs_config.slurm) */
+};
+
+static inline int64_t zt_jm_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A copy of s, "" for NULL; running out of memory for one is an assertion. */
+static inline char *zt_jm_strdup(const char *s) {
+    char *d = strdup(s ? s : "");
+    ZT_ASSERT(d);
+    return d;
+}
+
+/* Replaces a malloc'd string field with a copy of value. */
+static inline void zt_jm_set_str(char **field, const char *value) {
+    free(*field);
+    *field = zt_jm_strdup(value);
+}
+
+/* job_manager.c: the table, and a job's state and what is known about it. */
+
+/* The job with this id, or NULL. */
+job *zt_jm_find_job(zt_jobs *jm, const char *id);
+/* ZT_ERR_NOT_FOUND, naming the id. */
+zt_status zt_jm_not_found(const char *id);
+
+/* Sets the job's reason (why it failed or was cancelled, or what it waits for). It is only
+ * stored and told with the next zt_jm_set_state, or the caller's own persist and notify. */
+void zt_jm_set_reason(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Writes the job through to the store. A store failure must not take the daemon down: the job
+ * goes on, the failure is logged. */
+void zt_jm_persist(zt_jobs *jm, const job *j);
+/* Every state change goes through here: stored, then told. Terminal states never change. */
+void zt_jm_set_state(zt_jobs *jm, job *j, zt_job_state s);
+/* A line of ztraind's own about the job, for its log ("started 2 ranks: pids 10, 11"). */
+void zt_jm_daemon_log(zt_jobs *jm, job *j, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Adds a record to the history and takes step, loss and tokens/s from it for the job's info.
+ * *out describes the stored record. */
+void zt_jm_add_record(job *j, const cJSON *obj, const char *text, int64_t time_ms,
+                      zt_metric_record *out);
+/* The job's Slurm name: unique per daemon (its tag) and job, so scancel --name finds it. */
+void zt_jm_slurm_job_name(const zt_jobs *jm, const job *j, char *buf, size_t size);
+
+/* job_runner.c: the queue and the supervisor's reports. */
+
+/* Goes through the queue in submission order, starting the jobs that fit when `start` (spawning
+ * is the supervisor thread's), and says in each waiting job's reason what it waits for. */
+void zt_jm_schedule(zt_jobs *jm, bool start);
+/* What the supervisor thread calls: ctx is the zt_jobs, group_ctx the job. These take the lock
+ * themselves. */
+extern const zt_supervisor_callbacks zt_jm_supervisor_callbacks;
+
+/* job_watch.c: events to watchers. */
+
+/* Hands ev to every watch of the job that asked for its kind. The watchers' callbacks run here,
+ * with the lock held, as zt_jobs_watch promises. */
+void zt_jm_notify(job *j, const zt_job_event *ev);
+/* A STATE event with the job as it is now. */
+void zt_jm_notify_state(job *j);
+/* Frees the job's watches, when the job itself goes (zt_jobs_destroy). */
+void zt_jm_free_watches(job *j);
+
+#endif

@@ -1,0 +1,103 @@
+/* Watching a job (zt_jobs_watch in job_manager.h): a new watch gets the job's history replayed
+ * under the manager's lock, then every live event of the kinds it asked for, until the terminal
+ * state. The events come from job_manager.c and job_runner.c through zt_jm_notify. */
+#include <stdlib.h>
+
+#include "job_manager_internal.h"
+
+struct zt_job_watch {
+    struct job *job;
+    int what;
+    int64_t from_step;
+    zt_job_event_fn fn;
+    void *ctx;
+    bool done;                   /* the terminal state was delivered */
+    zt_job_watch *next;
+};
+
+void zt_jm_notify(job *j, const zt_job_event *ev) {
+    int bit = ev->kind == ZT_EVENT_METRICS ? ZT_WATCH_METRICS
+              : ev->kind == ZT_EVENT_LOG   ? ZT_WATCH_LOGS
+                                           : -1;
+    for (zt_job_watch *w = j->watches; w; w = w->next) {
+        if (w->done || (bit != -1 && !(w->what & bit)))
+            continue;
+        if (ev->kind == ZT_EVENT_METRICS && ev->record->step < w->from_step)
+            continue;
+        w->fn(w->ctx, ev);
+        if (ev->kind == ZT_EVENT_STATE && zt_job_state_terminal(ev->job->state))
+            w->done = true;
+    }
+}
+
+void zt_jm_notify_state(job *j) {
+    zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
+    zt_jm_notify(j, &ev);
+}
+
+void zt_jm_free_watches(job *j) {
+    for (zt_job_watch *w = j->watches, *next; w; w = next) {
+        next = w->next;
+        free(w);
+    }
+    j->watches = NULL;
+}
+
+/* History replayed to a new watch, as the events live ones would have been. */
+static void replay_record(void *ctx, const zt_metric_record *r) {
+    zt_job_watch *w = ctx;
+    zt_job_event ev = {.kind = ZT_EVENT_METRICS, .record = r};
+    w->fn(w->ctx, &ev);
+}
+
+static void replay_log(void *ctx, const zt_log_line *l) {
+    zt_job_watch *w = ctx;
+    zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = l};
+    w->fn(w->ctx, &ev);
+}
+
+zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step, int log_tail,
+                        zt_job_event_fn fn, void *ctx, zt_job_watch **out) {
+    zt_job_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    *w = (zt_job_watch){.what = what, .from_step = from_step, .fn = fn, .ctx = ctx};
+    pthread_mutex_lock(&jm->mu);
+    job *j = zt_jm_find_job(jm, id);
+    if (!j) {
+        pthread_mutex_unlock(&jm->mu);
+        free(w);
+        return zt_jm_not_found(id);
+    }
+    w->job = j;
+    bool ended = zt_job_state_terminal(j->info.state);
+    zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
+    if (!ended)
+        fn(ctx, &ev);
+    if (what & ZT_WATCH_METRICS)
+        zt_history_records(j->history, from_step, replay_record, w);
+    if (what & ZT_WATCH_LOGS)
+        zt_history_logs(j->history, log_tail, replay_log, w);
+    if (ended) {
+        fn(ctx, &ev);
+        w->done = true;
+    }
+    w->next = j->watches;
+    j->watches = w;
+    pthread_mutex_unlock(&jm->mu);
+    *out = w;
+    return ZT_OK;
+}
+
+void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w) {
+    if (!w)
+        return;
+    pthread_mutex_lock(&jm->mu);
+    for (zt_job_watch **link = &w->job->watches; *link; link = &(*link)->next)
+        if (*link == w) {
+            *link = w->next;
+            break;
+        }
+    pthread_mutex_unlock(&jm->mu);
+    free(w);
+}
