@@ -465,10 +465,17 @@ static void ds_config_warn_without_effect(const zt_ds_config *cfg, const char *s
         zt_ds_warn(src, "zero_optimization.sub_group_size has no effect without NVMe offload");
     const zt_offload_config *op = &z->offload_param;
     if (z->stage == 3 && op->device == ZT_OFFLOAD_NVME &&
-        (op->buffer_count != 5 || op->buffer_size != 100000000 || op->max_in_cpu != 1000000000))
-        zt_ds_warn(src, "zero_optimization.offload_param buffer_count / buffer_size / max_in_cpu "
-                   "have no effect: ztrain reads each layer's slice straight into its working "
-                   "buffer and holds at most the layer in use and the one prefetched");
+        (op->buffer_size != 100000000 || op->max_in_cpu != 1000000000))
+        zt_ds_warn(src, "zero_optimization.offload_param buffer_size / max_in_cpu have no effect: "
+                   "ztrain reads each layer's slice straight into its working buffer and holds at "
+                   "most the layer in use and the one prefetched");
+    /* The update streams every file through one set of buffers: offload_optimizer's when the
+     * optimizer state is in files too (offload.c). */
+    if (z->stage == 3 && op->device == ZT_OFFLOAD_NVME && op->buffer_count != 5 &&
+        z->offload_optimizer.device == ZT_OFFLOAD_NVME)
+        zt_ds_warn(src, "zero_optimization.offload_param.buffer_count has no effect with "
+                   "offload_optimizer on NVMe: the update streams the parameters through "
+                   "offload_optimizer.buffer_count buffers");
     if (z->stage3_max_live_parameters != 1000000000 || z->stage3_max_reuse_distance != 1000000000)
         zt_ds_warn(src, "zero_optimization.stage3_max_live_parameters / stage3_max_reuse_distance "
                    "have no effect: ztrain holds at most the layer in use and the one prefetched");

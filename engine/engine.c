@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fault_inject.h"
 #include "zero.h"
 #include "ztrain/comm.h"
 #include "ztrain/engine.h"
@@ -52,17 +53,6 @@ static zt_dtype communication_dtype(const zt_ds_config *ds, zt_dtype dtype) {
     return dtype;
 }
 
-/* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes rank RANK's (default 0) local gradients of optimizer
- * step STEP (from 1) not finite — how tests reach the overflow paths on purpose. */
-static int64_t fault_injection_step(int rank) {
-    const char *v = getenv("ZTRAIN_INJECT_NAN_GRAD");
-    long long step = 0;
-    int r = 0;
-    if (!v || sscanf(v, "%lld:%d", &step, &r) < 1 || r != rank)
-        return 0;
-    return step;
-}
-
 /* The offload store, once the optimizer exists. A rank that cannot create its files (no room, a
  * path it cannot write) fails here, and so does every other rank, naming it, rather than waiting
  * for it in the first collective. */
@@ -71,19 +61,7 @@ static zt_status start_offload(zt_engine *e) {
                                        e->ds.has_optimizer ? &e->opt : NULL, e->opts.job_name);
     if (!e->zero.off && s == ZT_OK)
         return ZT_OK;
-    if (e->opts.comm) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", zt_last_error());
-        double failed = s != ZT_OK ? (double)e->opts.rank + 1.0 : 0.0;
-        zt_status c = zt_comm_all_reduce_f64(e->opts.comm, &failed, 1, ZT_REDUCE_MAX);
-        if (s != ZT_OK)
-            return zt_error(s, "%s", msg);
-        ZT_TRY(c);
-        if (failed > 0.0)
-            return zt_error(ZT_ERR_IO, "rank %d could not set up its offload files (its own "
-                            "message says why)", (int)failed - 1);
-    }
-    ZT_TRY(s);
+    ZT_TRY(zt_zero_agree(&e->zero, s, "set up its offload files"));
     if (e->opts.log && e->opts.rank == 0) {
         static const char *const dev[] = {"none", "cpu", "nvme"};
         fprintf(e->opts.log, "[ztrain] offload: optimizer %s, params %s (%s)\n",
@@ -104,7 +82,9 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     e->grad_norm = NAN;
     e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
     e->dtype = ds->bf16.enabled ? ZT_BF16 : ds->fp16.enabled ? ZT_F16 : ZT_F32;
-    e->inject_nan_step = fault_injection_step(opts->rank);
+    /* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes rank RANK's local gradients of optimizer step
+     * STEP not finite: how tests reach the overflow paths on purpose. */
+    e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->rank);
     zt_loss_scaler_init(&e->scaler, ds);
     zt_status s = ZT_OK;
     if (e->world != ds->world_size)
@@ -382,12 +362,6 @@ zt_status zt_engine_params_loaded(zt_engine *e) { return zt_zero_after_load(&e->
 double zt_engine_loss_scale(const zt_engine *e) { return zt_loss_scaler_scale(&e->scaler); }
 zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e) { return &e->scaler; }
 bool zt_engine_mixed_precision(const zt_engine *e) { return e->dtype != ZT_F32; }
-
-float *zt_engine_master_weights(zt_engine *e, size_t *base, size_t *n) {
-    *base = e->zero.master_base;
-    *n = e->zero.master_n;
-    return e->zero.master;
-}
 
 zt_engine_memory zt_engine_take_memory(zt_engine *e) {
     size_t opt = 0;

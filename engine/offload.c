@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "aio.h"
+#include "fault_inject.h"
 #include "offload.h"
 
 /* O_DIRECT transfers start, end and sit in memory on this boundary (the largest logical block
@@ -100,16 +101,6 @@ static void *host_alloc(size_t bytes) {
     if (p)
         memset(p, 0, size);
     return p;
-}
-
-/* ZTRAIN_INJECT_NVME_FULL="STEP[:RANK]": the update STEP (from 1) on RANK (default 0). */
-static int64_t injected_full_step(int rank) {
-    const char *v = getenv("ZTRAIN_INJECT_NVME_FULL");
-    long long step = 0;
-    int r = 0;
-    if (!v || sscanf(v, "%lld:%d", &step, &r) < 1 || r != rank)
-        return 0;
-    return step;
 }
 
 /* ---- directories and files ------------------------------------------------------------------ */
@@ -267,7 +258,7 @@ zt_status zt_offload_create(zt_offload **out, const zt_offload_spec *spec) {
     pthread_mutex_init(&f->sync_mu, NULL);
     f->rank = spec->rank;
     f->n = spec->n;
-    f->full_at = injected_full_step(spec->rank);
+    f->full_at = zt_inject_step("ZTRAIN_INJECT_NVME_FULL", spec->rank);
     for (int i = 0; i < ZT_OFFLOAD_STREAMS; i++)
         f->s[i].fd = -1;
     f->dirs[0] = (directory){"zero_optimization.offload_optimizer.nvme_path", "optimizer state",
@@ -293,7 +284,8 @@ zt_status zt_offload_create(zt_offload **out, const zt_offload_spec *spec) {
     const zt_offload_config *io = state_in_file ? spec->optimizer : spec->param;
     f->slots = io->buffer_count < 1 ? 1 : io->buffer_count > ZT_OFFLOAD_MAX_SLOTS
                                               ? ZT_OFFLOAD_MAX_SLOTS : io->buffer_count;
-    f->pipeline_read = state_in_file ? io->pipeline_read : true;
+    /* Reading ahead needs a second set of buffers. */
+    f->pipeline_read = (state_in_file ? io->pipeline_read : true) && f->slots > 1;
     f->pipeline_write = state_in_file ? io->pipeline_write : true;
 
     zt_status st = ZT_OK;
@@ -346,7 +338,7 @@ zt_status zt_offload_create(zt_offload **out, const zt_offload_spec *spec) {
         snprintf(f->describe, sizeof f->describe, "%s, %s, tiles of %zu elements, %d buffer%s, "
                  "%s reads, %s writes", zt_aio_backend(f->aio), direct ? "O_DIRECT" : "page cache",
                  f->tile, f->slots, f->slots == 1 ? "" : "s",
-                 f->pipeline_read && f->slots > 1 ? "pipelined" : "serial",
+                 f->pipeline_read ? "pipelined" : "serial",
                  f->pipeline_write ? "pipelined" : "serial");
     else
         snprintf(f->describe, sizeof f->describe, "host memory, tiles of %zu elements", f->tile);
@@ -465,39 +457,41 @@ static void tile_range(const zt_offload *f, size_t i, size_t *first, size_t *cou
     *count = min_sz(f->tile, f->n - *first);
 }
 
-/* Starts reading tile i into its buffers, once their previous tile is written back. */
-static void start_read(zt_offload *f, size_t i, step_error *e) {
+/* The transfer of tile i of a stream between its file and the tile's buffer. The length is
+ * rounded up to whole aligned blocks, which the file holds (file_bytes). */
+static zt_aio_req tile_req(const zt_offload *f, const stream *s, size_t i, bool write) {
     size_t first, count;
     tile_range(f, i, &first, &count);
+    return (zt_aio_req){.fd = s->fd, .write = write, .buf = s->buf[i % (size_t)f->slots],
+                        .len = round_up(count, ZT_OFFLOAD_ALIGN) * s->elem,
+                        .off = (off_t)(first * s->elem)};
+}
+
+/* Starts reading tile i into its buffers, once their previous tile is written back. */
+static void start_read(zt_offload *f, size_t i, step_error *e) {
     int slot = (int)(i % (size_t)f->slots);
     for (int k = 0; k < ZT_OFFLOAD_STREAMS; k++) {
         stream *s = &f->s[k];
-        if (!tile_in_file(s, first))
+        if (!tile_in_file(s, i * f->tile))
             continue;
         finish(f, s, &s->wr[slot], e);
         if (s->write_only)
             continue;
         if (e->err)
             return;
-        s->rd[slot] = (zt_aio_req){.fd = s->fd, .buf = s->buf[slot],
-                                   .len = round_up(count, ZT_OFFLOAD_ALIGN) * s->elem,
-                                   .off = (off_t)(first * s->elem)};
+        s->rd[slot] = tile_req(f, s, i, false);
         zt_aio_submit(f->aio, &s->rd[slot]);
     }
 }
 
 static void start_write(zt_offload *f, size_t i, bool inject, step_error *e) {
-    size_t first, count;
-    tile_range(f, i, &first, &count);
     int slot = (int)(i % (size_t)f->slots);
     for (int k = 0; k < ZT_OFFLOAD_STREAMS; k++) {
         stream *s = &f->s[k];
-        if (!tile_in_file(s, first))
+        if (!tile_in_file(s, i * f->tile))
             continue;
         zt_aio_req *r = &s->wr[slot];
-        *r = (zt_aio_req){.fd = s->fd, .write = true, .buf = s->buf[slot],
-                          .len = round_up(count, ZT_OFFLOAD_ALIGN) * s->elem,
-                          .off = (off_t)(first * s->elem)};
+        *r = tile_req(f, s, i, true);
         if (inject && !e->injected) {
             /* Fault injection: this write fails as on a full disk, and nothing is written. */
             e->injected = r;
@@ -510,10 +504,8 @@ static void start_write(zt_offload *f, size_t i, bool inject, step_error *e) {
 
 static void finish_tile(zt_offload *f, size_t i, bool write, step_error *e) {
     int slot = (int)(i % (size_t)f->slots);
-    size_t first, count;
-    tile_range(f, i, &first, &count);
     for (int k = 0; k < ZT_OFFLOAD_STREAMS; k++)
-        if (tile_in_file(&f->s[k], first))
+        if (tile_in_file(&f->s[k], i * f->tile))
             finish(f, &f->s[k], write ? &f->s[k].wr[slot] : &f->s[k].rd[slot], e);
 }
 
@@ -522,11 +514,10 @@ zt_status zt_offload_step(zt_offload *f, zt_offload_update_fn update, void *ctx)
     bool inject = f->full_at == f->updates;
     size_t tiles = (f->n + f->tile - 1) / f->tile;
     step_error e = {0};
-    bool ahead = f->pipeline_read && f->slots > 1;
     if (tiles > 0)
         start_read(f, 0, &e);
     for (size_t i = 0; i < tiles && !e.err; i++) {
-        if (ahead && i + 1 < tiles)
+        if (f->pipeline_read && i + 1 < tiles)
             start_read(f, i + 1, &e);
         finish_tile(f, i, false, &e);
         if (e.err)
@@ -543,7 +534,7 @@ zt_status zt_offload_step(zt_offload *f, zt_offload_update_fn update, void *ctx)
         start_write(f, i, inject, &e);
         if (!f->pipeline_write)
             finish_tile(f, i, true, &e);
-        if (!ahead && i + 1 < tiles && !e.err)
+        if (!f->pipeline_read && i + 1 < tiles && !e.err)
             start_read(f, i + 1, &e);
     }
     /* Nothing may still be moving when the caller looks at the result. */

@@ -499,21 +499,16 @@ void zt_zero_release_gathered(zt_zero *z) {
             release_unowned(z, m->tensors[t].offset, m->tensors[t].offset + m->tensors[t].numel);
 }
 
-/* The masters of the slice from the 16-bit parameters, into memory or, through the staging
- * buffer, into the store. */
-static zt_status init_masters(zt_zero *z) {
+/* Masters [c, c + len) of the slice widened from their 16-bit parameters h, into memory or,
+ * through the staging buffer, into the store. */
+static zt_status put_masters(zt_zero *z, size_t c, const uint16_t *h, size_t len) {
     const zt_kernels *k = z->model->k;
-    const uint16_t *p16 = z->p16 + z->master_base;
     if (z->master) {
-        k->from_half(z->master, p16, z->master_n, z->dtype);
+        k->from_half(z->master + c, h, len, z->dtype);
         return ZT_OK;
     }
-    for (size_t c = 0; c < z->master_n; c += ZT_ZERO_CHUNK) {
-        size_t len = min_sz(ZT_ZERO_CHUNK, z->master_n - c);
-        k->from_half(z->chunk, p16 + c, len, z->dtype);
-        ZT_TRY(zt_offload_write(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len));
-    }
-    return ZT_OK;
+    k->from_half(z->chunk, h, len, z->dtype);
+    return zt_offload_write(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len);
 }
 
 /* Stage 3 in mixed precision keeps only its slice of the 16-bit parameters: the slice is rounded
@@ -527,12 +522,7 @@ static zt_status slice_to_half(zt_zero *z) {
         size_t len = min_sz(ZT_ZERO_CHUNK, z->part - c), at = z->own_lo + c;
         uint16_t *h = z->p16 + at;
         k->to_half(h, z->model->params + at, len, z->dtype);
-        if (z->master) {
-            k->from_half(z->master + c, h, len, z->dtype);
-        } else {
-            k->from_half(z->chunk, h, len, z->dtype);
-            ZT_TRY(zt_offload_write(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len));
-        }
+        ZT_TRY(put_masters(z, c, h, len));
         if (z->param_file) {
             ZT_TRY(zt_offload_write(z->off, ZT_OFFLOAD_PARAMS, c, h, len));
             zt_half_release(z->p16, at, at + len);
@@ -549,7 +539,9 @@ zt_status zt_zero_after_load(zt_zero *z) {
         s = slice_to_half(z);
     } else if (z->half) {
         m->k->to_half(z->p16, m->params, m->n_padded, z->dtype);
-        s = init_masters(z);
+        for (size_t c = 0; c < z->master_n && s == ZT_OK; c += ZT_ZERO_CHUNK)
+            s = put_masters(z, c, z->p16 + z->master_base + c,
+                            min_sz(ZT_ZERO_CHUNK, z->master_n - c));
     } else if (z->param_file) {
         s = zt_offload_write(z->off, ZT_OFFLOAD_PARAMS, 0, m->params + z->own_lo, z->part);
     }
@@ -749,9 +741,7 @@ static void update_tile(void *arg, const zt_offload_tile *t) {
                              c->lr, c->momentum);
 }
 
-/* After an offloaded update every rank learns whether any rank's failed, so that no rank goes on
- * to publish (all-gather) parameters while another stops. */
-static zt_status agree_on_update(zt_zero *z, zt_status mine) {
+zt_status zt_zero_agree(zt_zero *z, zt_status mine, const char *what) {
     if (!z->comm)
         return mine;
     char msg[1024];
@@ -762,9 +752,15 @@ static zt_status agree_on_update(zt_zero *z, zt_status mine) {
         return zt_error(mine, "%s", msg);
     ZT_TRY(s);
     if (failed > 0.0)
-        return zt_error(ZT_ERR_IO, "rank %d could not update its offloaded state (its own message "
-                        "says why); no rank applies this update", (int)failed - 1);
+        return zt_error(ZT_ERR_IO, "rank %d could not %s (its own message says why)",
+                        (int)failed - 1, what);
     return ZT_OK;
+}
+
+/* After an offloaded update every rank learns whether any rank's failed, so that no rank goes on
+ * to publish (all-gather) parameters while another stops. */
+static zt_status agree_on_update(zt_zero *z, zt_status mine) {
+    return zt_zero_agree(z, mine, "update its offloaded state; no rank applies this update");
 }
 
 zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,

@@ -133,6 +133,11 @@ zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double 
 zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, size_t count,
                          double lr, double momentum);
 
+/* Collective: whether any rank's `mine` failed. A failing rank keeps its own status and message;
+ * the others return ZT_ERR_IO with "rank R could not <what> (its own message says why)" naming
+ * the first failing rank. Without a communicator, mine. */
+zt_status zt_zero_agree(zt_zero *z, zt_status mine, const char *what);
+
 /* The fp32 masters (ZT_OFFLOAD_MASTER) and the optimizer's state (ZT_OFFLOAD_EXP_AVG: Adam's
  * first moment or SGD's momentum buffer; ZT_OFFLOAD_EXP_AVG_SQ) of this rank's slice, wherever
  * they live: whether there is one, and copies of elements [first, first + count) out and in. */

@@ -2,7 +2,7 @@
  * calls through grpc_client.h and prints for people, or for scripts where that is the point
  * (`submit` prints only the job id on stdout; `status --json`). */
 #define _GNU_SOURCE
-#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,20 +62,6 @@ static int usage_error(const options *o, const char *fmt, const char *what) {
     return 2;
 }
 
-static int parse_number(const options *o, const char *flag, const char *s, double min, double max,
-                        double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= min && v <= max)) {
-        fprintf(stderr, "ztrain: %s: %s expects a number in [%g, %g], got '%s'\n", o->command, flag,
-                min, max, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* Which flags each command takes besides --server and --token-file. */
 static bool flag_allowed(const char *command, const char *flag) {
     static const struct {
@@ -95,7 +81,7 @@ static bool flag_allowed(const char *command, const char *flag) {
 
 /* A flag with a value; returns -1 after printing a usage error. */
 static int value_flag(options *o, const char *flag, const char *v) {
-    double d;
+    long n;
     if (strcmp(flag, "--server") == 0)
         o->server = v;
     else if (strcmp(flag, "--token-file") == 0)
@@ -105,15 +91,15 @@ static int value_flag(options *o, const char *flag, const char *v) {
     else if (strcmp(flag, "--idempotency-key") == 0)
         o->idempotency_key = v;
     else if (strcmp(flag, "--limit") == 0 || strcmp(flag, "--tail") == 0) {
-        if (parse_number(o, flag, v, 1, 1e9, &d))
+        if (zt_cli_parse_long(flag, v, 1, INT32_MAX, &n))
             return -1;
-        *(flag[2] == 'l' ? &o->limit : &o->tail) = (long)d;
+        *(flag[2] == 'l' ? &o->limit : &o->tail) = n;
     } else if (strcmp(flag, "--from-step") == 0) {
-        if (parse_number(o, flag, v, 0, 9e15, &d))
+        if (zt_cli_parse_long(flag, v, 0, LONG_MAX, &n))
             return -1;
-        o->from_step = (int64_t)d;
+        o->from_step = n;
     } else if (strcmp(flag, "--grace") == 0) {
-        if (parse_number(o, flag, v, 0, 1e9, &o->grace_s))
+        if (zt_cli_parse_double(flag, v, 0, 1e9, &o->grace_s))
             return -1;
     }
     return 0;
@@ -159,11 +145,6 @@ static int parse_options(options *o, int argc, char **argv) {
 
 /* ---- connection -------------------------------------------------------------------------- */
 
-static int fail(void) {
-    fprintf(stderr, "ztrain: %s\n", zt_last_error());
-    return 1;
-}
-
 static int connect_client(const options *o, zt_rpc_client **c) {
     const char *server = o->server;
     if (!server) {
@@ -172,10 +153,10 @@ static int connect_client(const options *o, zt_rpc_client **c) {
     }
     char *token = NULL;
     if (zt_auth_load_token(o->token_file, &token) != ZT_OK)
-        return fail();
+        return zt_cli_fail(NULL);
     zt_status s = zt_rpc_client_create(c, server, token, 0);
     free(token);
-    return s == ZT_OK ? 0 : fail();
+    return s == ZT_OK ? 0 : zt_cli_fail(NULL);
 }
 
 static zt_status get_job(zt_rpc_client *c, const char *id, Ztrain__V1__Job **job) {
@@ -416,12 +397,9 @@ static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *
     snprintf(v.id, sizeof v.id, "%s", id);
     /* The stream of a job that has already ended brings its state last, after the records:
      * the job's step count is asked first so that replayed records show "step N/M". */
-    Ztrain__V1__GetJobRequest get = ZTRAIN__V1__GET_JOB_REQUEST__INIT;
-    get.id = (char *)id;
     Ztrain__V1__Job *job = NULL;
-    if (zt_rpc_call(c, "/ztrain.v1.Trainer/GetJob", &get.base, &ztrain__v1__job__descriptor,
-                    (ProtobufCMessage **)&job) != ZT_OK)
-        return fail();
+    if (get_job(c, id, &job) != ZT_OK)
+        return zt_cli_fail(NULL);
     v.max_steps = job->max_steps;
     protobuf_c_message_free_unpacked(&job->base, NULL);
     Ztrain__V1__WatchJobRequest req = ZTRAIN__V1__WATCH_JOB_REQUEST__INIT;
@@ -431,7 +409,7 @@ static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *
                                 &ztrain__v1__job_event__descriptor, on_event, &v);
     clear_bar(&v);
     if (s != ZT_OK)
-        return fail();
+        return zt_cli_fail(NULL);
     if (!terminal(v.state)) {
         fprintf(stderr, "ztrain: %s: the server ended the watch before the job did (state %s)\n",
                 id, zt_job_proto_state_name(v.state));
@@ -472,14 +450,14 @@ static int cmd_submit(const options *o, zt_rpc_client *c) {
         return usage_error(o, "%s", "--wait and --watch exclude each other");
     Ztrain__V1__SubmitJobRequest req = ZTRAIN__V1__SUBMIT_JOB_REQUEST__INIT;
     if (read_spec(o->arg, &req.spec) != ZT_OK)
-        return fail();
+        return zt_cli_fail(NULL);
     req.idempotency_key = (char *)(o->idempotency_key ? o->idempotency_key : "");
     Ztrain__V1__Job *job = NULL;
     zt_status s = zt_rpc_call(c, "/ztrain.v1.Trainer/SubmitJob", &req.base,
                               &ztrain__v1__job__descriptor, (ProtobufCMessage **)&job);
     protobuf_c_message_free_unpacked(&req.spec->base, NULL);
     if (s != ZT_OK)
-        return fail();
+        return zt_cli_fail(NULL);
     printf("%s\n", job->id);
     fflush(stdout);
     int rc = 0;
@@ -515,7 +493,7 @@ static int cmd_list(const options *o, zt_rpc_client *c) {
         if (zt_rpc_call(c, "/ztrain.v1.Trainer/ListJobs", &req.base,
                         &ztrain__v1__list_jobs_response__descriptor,
                         (ProtobufCMessage **)&resp) != ZT_OK) {
-            rc = fail();
+            rc = zt_cli_fail(NULL);
             break;
         }
         if (!token)
@@ -560,7 +538,7 @@ static void print_status(const Ztrain__V1__Job *j) {
 static int cmd_status(const options *o, zt_rpc_client *c) {
     Ztrain__V1__Job *job;
     if (get_job(c, o->arg, &job) != ZT_OK)
-        return fail();
+        return zt_cli_fail(NULL);
     int rc = 0;
     if (o->json) {
         char *text;
@@ -568,7 +546,7 @@ static int cmd_status(const options *o, zt_rpc_client *c) {
             printf("%s\n", text);
             free(text);
         } else {
-            rc = fail();
+            rc = zt_cli_fail(NULL);
         }
     } else {
         print_status(job);
@@ -597,7 +575,7 @@ static int cmd_logs(const options *o, zt_rpc_client *c) {
     req.follow = o->follow;
     zt_status s = zt_rpc_stream(c, "/ztrain.v1.Trainer/StreamLogs", &req.base,
                                 &ztrain__v1__log_line__descriptor, on_log, NULL);
-    return s == ZT_OK ? 0 : fail();
+    return s == ZT_OK ? 0 : zt_cli_fail(NULL);
 }
 
 static int cmd_cancel(const options *o, zt_rpc_client *c) {
@@ -608,7 +586,7 @@ static int cmd_cancel(const options *o, zt_rpc_client *c) {
     Ztrain__V1__Job *job;
     if (zt_rpc_call(c, "/ztrain.v1.Trainer/CancelJob", &req.base, &ztrain__v1__job__descriptor,
                     (ProtobufCMessage **)&job) != ZT_OK)
-        return fail();
+        return zt_cli_fail(NULL);
     printf("%s: %s%s%s\n", job->id, zt_job_proto_state_name(job->state), job->reason[0] ? " - " : "",
            job->reason);
     protobuf_c_message_free_unpacked(&job->base, NULL);

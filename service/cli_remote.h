@@ -20,6 +20,13 @@ extern const char zt_cli_remote_usage[];
 /* Whether `command` is one of the commands above. */
 bool zt_cli_remote_is_command(const char *command);
 
+/* ztrain_cli.c's helpers, shared with these commands. zt_cli_fail prints "ztrain: " what and
+ * zt_last_error() and returns 1; the parsers print a usage message and return -1 for a value
+ * that is not a number (an integer for _long) in [min, max]. */
+int zt_cli_fail(const char *what);
+int zt_cli_parse_long(const char *opt, const char *s, long min, long max, long *out);
+int zt_cli_parse_double(const char *opt, const char *s, double min, double max, double *out);
+
 /* Runs `command` with its arguments (argv[0] is the first argument after the command name).
  * Returns the process exit status: 0 success, 1 failure (an error on stderr), 2 bad usage.
  * `watch` and `submit --wait/--watch` return the job's outcome: 0 SUCCEEDED, 1 FAILED,

@@ -431,11 +431,10 @@ zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_confi
     grpc_init();
     s->jm = jm;
     s->shutdown_tag.kind = TAG_SHUTDOWN;
-    s->addr = strdup(cfg->addr ? cfg->addr : "");
     s->token = cfg->token && cfg->token[0] ? strdup(cfg->token) : NULL;
     s->cq = grpc_completion_queue_create_for_next(NULL);
     s->server = create_core_server(cfg);
-    zt_status st = !s->addr || (cfg->token && cfg->token[0] && !s->token)
+    zt_status st = cfg->token && cfg->token[0] && !s->token
                        ? zt_error(ZT_ERR_NOMEM, "out of memory")
                        : register_and_bind(s, cfg->addr ? cfg->addr : "");
     if (st != ZT_OK) {
@@ -461,7 +460,6 @@ void zt_grpc_server_destroy(zt_grpc_server *s) {
     }
     grpc_completion_queue_destroy(s->cq);
     free(s->token);
-    free(s->addr);
     free(s);
     grpc_shutdown();
 }

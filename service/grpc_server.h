@@ -25,7 +25,7 @@ zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_confi
 /* The bound port (useful with port 0). */
 int zt_grpc_server_port(const zt_grpc_server *s);
 /* Serves on the calling thread until *stop becomes non-zero (polled at least every 200 ms), then
- * ends open streams, cancels remaining calls and returns. */
+ * cancels every open call (streams end UNAVAILABLE) and returns. */
 void zt_grpc_server_run(zt_grpc_server *s, volatile sig_atomic_t *stop);
 void zt_grpc_server_destroy(zt_grpc_server *s);
 

@@ -43,7 +43,6 @@ struct zt_grpc_server {
     void *handles[M_COUNT];
     zt_jobs *jm;
     char *token;
-    char *addr;
     int port;
     int n_calls;          /* call structs alive, posted requests included */
     bool shutting_down;   /* shutdown_and_notify was called */

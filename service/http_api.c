@@ -64,12 +64,12 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     size_t id_len = slash ? (size_t)(slash - rest) : strlen(rest);
     const char *sub = slash ? slash + 1 : "";
     char id[sizeof(((zt_job_info *)0)->id)];
-    static const char *const subs[] = {"", "metrics", "records", "logs", "events", "cancel"};
-    int which = -1;
-    for (int i = 0; i < (int)(sizeof subs / sizeof subs[0]); i++)
-        if (strcmp(sub, subs[i]) == 0)
-            which = i;
-    if (which < 0)
+    enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, N_SUBS };
+    static const char *const subs[N_SUBS] = {"", "metrics", "records", "logs", "events", "cancel"};
+    int which = 0;
+    while (which < N_SUBS && strcmp(sub, subs[which]) != 0)
+        which++;
+    if (which == N_SUBS)
         return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
     if (!zt_http_valid_job_id(rest, id_len))
         return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no job '%.*s'",
@@ -77,21 +77,21 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     memcpy(id, rest, id_len);
     id[id_len] = '\0';
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (which == 5) {
+    if (which == CANCEL) {
         if (strcmp(method, "POST") != 0)
             return method_not_allowed(c, method, url, "POST, OPTIONS");
         return zt_http_job_cancel(s, c, id, req ? &req->body : NULL);
     }
     /* An event stream has no HEAD: its headers would promise a body that never ends. */
-    if (which == 4 && strcmp(method, "GET") != 0)
+    if (which == EVENTS && strcmp(method, "GET") != 0)
         return method_not_allowed(c, method, url, "GET, OPTIONS");
     if (!get)
         return method_not_allowed(c, method, url, GET_ONLY);
     switch (which) {
-    case 0: return zt_http_job_get(s, c, id);
-    case 1: return zt_http_job_metrics(s, c, id);
-    case 2: return zt_http_job_records(s, c, id);
-    case 3: return zt_http_job_logs(s, c, id);
+    case JOB: return zt_http_job_get(s, c, id);
+    case METRICS: return zt_http_job_metrics(s, c, id);
+    case RECORDS: return zt_http_job_records(s, c, id);
+    case LOGS: return zt_http_job_logs(s, c, id);
     default: return zt_http_job_events(s, c, id);
     }
 }

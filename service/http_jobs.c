@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "http_internal.h"
+#include "ztrain/checkpoint.h"
 
 #define ZT_MAX_LIST_LIMIT 1000
 
@@ -35,21 +36,6 @@ static int ckpt_cmp(const void *a, const void *b) {
     if (x->step != y->step)
         return x->step < y->step ? -1 : 1;
     return strcmp(x->tag, y->tag);
-}
-
-static char *read_latest(int dfd) {
-    int fd = openat(dfd, "latest", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
-    char buf[256];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return NULL;
-    while (n > 0 && isspace((unsigned char)buf[n - 1]))
-        n--;
-    buf[n] = '\0';
-    return n ? strdup(buf) : NULL;
 }
 
 /* Directories whose name starts with '.' are checkpoints being written (checkpoint.c renames
@@ -84,8 +70,11 @@ void zt_http_list_checkpoints(const char *dir, zt_ckpt_list *out) {
         c->complete = faccessat(dfd, done, F_OK, 0) == 0;
         out->n++;
     }
-    out->latest = read_latest(dfd);
     closedir(d);
+    /* The engine's reader of dir/latest; a missing or malformed one just leaves latest NULL. */
+    char latest[256];
+    if (zt_ckpt_latest(dir, latest, sizeof latest) == ZT_OK)
+        out->latest = strdup(latest);
     if (out->n > 1)
         qsort(out->items, (size_t)out->n, sizeof *out->items, ckpt_cmp);
 }

@@ -153,9 +153,28 @@ static void add_job(zt_jobs *jm, job *j) {
         jm->last_number = j->number;
 }
 
+void zt_jm_store_result(zt_jobs *jm, zt_status s) {
+    if (s == ZT_OK) {
+        if (jm->store_failing)
+            fprintf(stderr, "ztraind: the state file is written again (%ld later failed "
+                    "write(s) not reported)\n", jm->store_failures_unsaid);
+        jm->store_failing = false;
+        jm->store_failures_unsaid = 0;
+        return;
+    }
+    /* A full disk fails every write, one per log line and record: the first failure is
+     * reported, the ones after it are counted until a write succeeds. */
+    if (jm->store_failing) {
+        jm->store_failures_unsaid++;
+        return;
+    }
+    jm->store_failing = true;
+    fprintf(stderr, "ztraind: %s (the jobs go on; what is not written is lost when ztraind "
+            "restarts)\n", zt_last_error());
+}
+
 void zt_jm_persist(zt_jobs *jm, const job *j) {
-    if (zt_store_put_job(jm->store, &j->info) != ZT_OK)
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+    zt_jm_store_result(jm, zt_store_put_job(jm->store, &j->info));
 }
 
 void zt_jm_set_state(zt_jobs *jm, job *j, zt_job_state s) {
@@ -194,8 +213,7 @@ void zt_jm_daemon_log(zt_jobs *jm, job *j, const char *fmt, ...) {
     zt_log_line l = {.seq = zt_history_next_seq(j->history), .time_ms = zt_jm_now_ms(),
                      .rank = -1, .stream = "ztraind", .text = text};
     zt_history_add_log(j->history, &l);
-    if (zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP) != ZT_OK)
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+    zt_jm_store_result(jm, zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP));
     zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = &l};
     zt_jm_notify(j, &ev);
 }

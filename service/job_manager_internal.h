@@ -56,6 +56,8 @@ struct zt_jobs {
     zt_job_store *store;
     zt_supervisor *sup;
     char tag[16];                /* names this daemon's Slurm jobs (zt_jobs_config.slurm) */
+    bool store_failing;          /* the last write to the store failed (zt_jm_store_result) */
+    long store_failures_unsaid;  /* failures since the one reported */
 };
 
 static inline int64_t zt_jm_now_ms(void) {
@@ -87,8 +89,11 @@ zt_status zt_jm_not_found(const char *id);
 /* Sets the job's reason (why it failed or was cancelled, or what it waits for). It is only
  * stored and told with the next zt_jm_set_state, or the caller's own persist and notify. */
 void zt_jm_set_reason(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Writes the job through to the store. A store failure must not take the daemon down: the job
- * goes on, the failure is logged. */
+/* What every write to the store ends with. A store failure must not take the daemon down: the
+ * job goes on with its history in memory, and the failure goes to ztraind's stderr: the first one of a run of failures, and how many
+ * followed once a write succeeds again (a full disk would fail every log line). */
+void zt_jm_store_result(zt_jobs *jm, zt_status s);
+/* Writes the job through to the store (zt_jm_store_result). */
 void zt_jm_persist(zt_jobs *jm, const job *j);
 /* Every state change goes through here: stored, then told. Terminal states never change. */
 void zt_jm_set_state(zt_jobs *jm, job *j, zt_job_state s);

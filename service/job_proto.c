@@ -98,18 +98,21 @@ static zt_status check_positive(const zt_json_obj *o, const char *key, int64_t v
     return ZT_OK;
 }
 
-static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top, bool *ok);
+static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top,
+                                bool server_text, bool *ok);
 
 /* One key of a section into its field; absent values (null, "auto") leave the default. */
 static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f,
-                                 const zt_json_obj *o, bool *ok) {
+                                 const zt_json_obj *o, bool server_text, bool *ok) {
     bool found = false;
     void *p = field_ptr(msg, f);
     switch (f->type) {
     case PROTOBUF_C_TYPE_STRING: {
         const char *v;
         ZT_TRY(zt_json_get_string(o, f->name, &v, &found));
-        if (found && !*v)
+        /* The proto cannot tell "" from "unset". A client's file is told so; the server's own
+         * text (the engine took "" for a name) maps "" to unset. */
+        if (found && !*v && !server_text)
             return zt_json_key_error(ZT_ERR_INVALID, o, f->name, "must not be empty");
         if (found)
             *(char **)p = dup_str(v, ok);
@@ -153,7 +156,7 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
         if (!sub)
             return zt_error(ZT_ERR_NOMEM, "out of memory reading %s", o->source);
         *(ProtobufCMessage **)p = sub;
-        return fill_from_json(sub, &child, false, ok);
+        return fill_from_json(sub, &child, false, server_text, ok);
     }
     default:
         return zt_json_key_error(ZT_ERR_INVALID, o, f->name, "has a type this client cannot send");
@@ -164,7 +167,8 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
 }
 
 /* Every key of the object o into msg; "deepspeed" at the top is the caller's. */
-static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top, bool *ok) {
+static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top,
+                                bool server_text, bool *ok) {
     for (const cJSON *c = o->obj->child; c; c = c->next) {
         if (top && strcmp(c->string, DEEPSPEED_KEY) == 0)
             continue;
@@ -172,7 +176,7 @@ static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, boo
             protobuf_c_message_descriptor_get_field_by_name(msg->descriptor, c->string);
         if (!f || (top && strcmp(f->name, DEEPSPEED_FIELD) == 0))
             return unknown_key(o, c->string, msg->descriptor, top);
-        ZT_TRY(field_from_json(msg, f, o, ok));
+        ZT_TRY(field_from_json(msg, f, o, server_text, ok));
     }
     return ZT_OK;
 }
@@ -228,7 +232,7 @@ static zt_status spec_from_tree(const cJSON *root, const char *source, const cha
     ZT_TRY(zt_json_check_duplicates(root, source, "job spec", "", DEEPSPEED_KEY));
     zt_json_obj top;
     zt_json_obj_init(&top, root, source, "");
-    ZT_TRY(fill_from_json(&spec->base, &top, true, ok));
+    ZT_TRY(fill_from_json(&spec->base, &top, true, !base_dir, ok));
     char *ds = NULL;
     ZT_TRY(deepspeed_from_json(&top, base_dir, &ds));
     if (ds)
@@ -375,8 +379,6 @@ zt_status zt_job_proto_spec_to_json(const Ztrain__V1__JobSpec *spec, char **json
 
 /* ---- jobs -------------------------------------------------------------------------------- */
 
-static double finite_or_zero(double v) { return isfinite(v) ? v : 0.0; }
-
 static zt_status ranks_from_info(const zt_job_info *info, Ztrain__V1__Job *j) {
     if (info->world_size <= 0 || !info->ranks)
         return ZT_OK;
@@ -408,8 +410,9 @@ static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok)
     j->finished_unix_ms = info->finished_ms;
     j->step = info->step;
     j->max_steps = info->max_steps;
-    j->loss = finite_or_zero(info->loss);
-    j->tokens_per_second = finite_or_zero(info->tokens_per_second);
+    /* NaN travels as NaN: 0 would read as a real loss, and hide one that went non-finite. */
+    j->loss = info->loss;
+    j->tokens_per_second = info->tokens_per_second;
     j->run_dir = dup_str(info->run_dir, ok);
     j->checkpoint_dir = dup_str(info->checkpoint_dir, ok);
     j->idempotency_key = dup_str(info->idempotency_key, ok);
@@ -417,13 +420,10 @@ static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok)
     if (info->spec_json && info->spec_json[0]) {
         char source[64];
         snprintf(source, sizeof source, "the stored spec of %s", info->id);
-        /* A stored spec this build cannot map (a key the proto lacks) must not make every call
-         * that shows the job fail: the job goes out without its spec, and the log says why. */
-        zt_status s = zt_job_proto_spec_from_json(info->spec_json, source, NULL, &j->spec);
-        if (s == ZT_ERR_NOMEM)
-            return s;
-        if (s != ZT_OK)
-            fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        /* The stored spec passed the engine's parser, whose keys are the proto's, so one that
+         * does not map is a server bug: the call fails naming the job rather than sending a
+         * Job without its spec. */
+        ZT_TRY(zt_job_proto_spec_from_json(info->spec_json, source, NULL, &j->spec));
     }
     return ZT_OK;
 }

@@ -19,8 +19,9 @@
  *
  * "deepspeed" is an object (sent as its JSON text) or a path to a DeepSpeed config file, read
  * relative to base_dir and sent unchanged; with base_dir NULL a path is an error, so text that
- * came from elsewhere (a server's stored spec) never makes this code read a file. `source`
- * names the text in messages ("job.json"). */
+ * came from elsewhere (a server's stored spec) never makes this code read a file; it also maps an
+ * empty string to "unset" instead of refusing it. `source` names the text in messages
+ * ("job.json"). */
 zt_status zt_job_proto_spec_from_json(const char *json_text, const char *source,
                                       const char *base_dir, Ztrain__V1__JobSpec **out);
 
@@ -30,9 +31,8 @@ zt_status zt_job_proto_spec_from_json(const char *json_text, const char *source,
  * and column for text that is not JSON). A NULL spec is the empty object. */
 zt_status zt_job_proto_spec_to_json(const Ztrain__V1__JobSpec *spec, char **json_text);
 
-/* A Job message for a job manager snapshot, spec included (parsed from info->spec_json; a spec
- * that does not map is left out with a line on stderr). A loss or tokens/s still NaN becomes 0,
- * the proto's "not yet". */
+/* A Job message for a job manager snapshot, spec included (parsed from info->spec_json; one that
+ * does not map is an error naming the job). A loss or tokens/s still NaN is sent as NaN. */
 zt_status zt_job_proto_job_from_info(const zt_job_info *info, Ztrain__V1__Job **out);
 
 /* A Job as a JSON object's text (the fields of the proto by their proto names, the state by

@@ -140,11 +140,16 @@ static void on_tick(void *ctx) {
 static void on_metrics_line(void *group_ctx, const char *line) {
     job *j = group_ctx;
     zt_jobs *jm = j->jm;
+    /* Parsed and printed before the lock is taken: neither needs the job. A record is kept as
+     * cJSON prints it, not as it came: what clients get is then valid JSON whatever followed
+     * the object on the line. */
     cJSON *obj = cJSON_Parse(line);
+    bool is_record = cJSON_IsObject(obj) && !cJSON_GetObjectItemCaseSensitive(obj, "event");
+    char *text = is_record ? cJSON_PrintUnformatted(obj) : NULL;
     pthread_mutex_lock(&jm->mu);
     if (!cJSON_IsObject(obj)) {
         zt_jm_daemon_log(jm, j, "ignored a malformed metrics line: %.200s", line);
-    } else if (cJSON_GetObjectItemCaseSensitive(obj, "event")) {
+    } else if (!is_record) {
         const cJSON *max = cJSON_GetObjectItemCaseSensitive(obj, "max_steps");
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(obj, "train/global_step");
         if (cJSON_IsNumber(max))
@@ -156,20 +161,16 @@ static void on_metrics_line(void *group_ctx, const char *line) {
         else
             zt_jm_persist(jm, j);
     } else {
-        /* The record is kept as cJSON prints it, not as it came: what clients get is then
-         * valid JSON whatever followed the object on the line. */
-        char *text = cJSON_PrintUnformatted(obj);
         zt_metric_record r;
         zt_jm_add_record(j, obj, text ? text : "{}", zt_jm_now_ms(), &r);
-        free(text);
-        if (zt_store_add_record(jm->store, j->info.id, &r) != ZT_OK)
-            fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        zt_jm_store_result(jm, zt_store_add_record(jm->store, j->info.id, &r));
         if (j->info.state == ZT_JOB_STARTING)
             zt_jm_set_state(jm, j, ZT_JOB_RUNNING);
         zt_job_event ev = {.kind = ZT_EVENT_METRICS, .record = &r};
         zt_jm_notify(j, &ev);
     }
     pthread_mutex_unlock(&jm->mu);
+    free(text);
     cJSON_Delete(obj);
 }
 
@@ -182,8 +183,7 @@ static void on_log_line(void *group_ctx, int rank, const char *stream, const cha
     zt_history_add_log(j->history, &l);
     if (rank >= 0 && strcmp(stream, "stderr") == 0 && line[0])
         zt_jm_set_str(&j->last_stderr[rank], line);
-    if (zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP) != ZT_OK)
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+    zt_jm_store_result(jm, zt_store_add_log(jm->store, j->info.id, &l, LOG_KEEP));
     zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = &l};
     zt_jm_notify(j, &ev);
     pthread_mutex_unlock(&jm->mu);

@@ -8,9 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +40,8 @@ typedef struct {
     pid_t pgid;
     int live;               /* started and not yet reaped */
     int first_failed;       /* -1 until a rank fails */
-    int spawn_errno;        /* errno of a failed posix_spawn, 0 if every rank started */
-    int spawn_rank;
+    int spawn_rank;         /* the rank that could not be started, -1 if every rank started */
+    char spawn_error[512];  /* why it could not */
     int user_signals;       /* SIGINT/SIGTERM received */
     int term_signals_sent;  /* SIGTERMs sent to the group */
     bool terminating;       /* tearing down after a failure: SIGKILL at deadline */
@@ -323,54 +321,26 @@ static void describe_exit(char *buf, size_t size, int rank, const zt_rank_exit *
                  "elsewhere)", rank, (long)x->pid);
 }
 
+/* Starts the ranks through zt_spawn: an empty signal mask (ours blocks SIGINT, SIGTERM and
+ * SIGCHLD right now) and default dispositions even if our caller ignores some, no descriptor
+ * other than 0-2 (the user's terminal), one process group. */
 static zt_status spawn_all(launch *l, rank_env *env) {
-    posix_spawnattr_t attr;
-    posix_spawn_file_actions_t fa;
-    int err = posix_spawnattr_init(&attr);
-    if (err)
-        return zt_error(ZT_ERR_NOMEM, "posix_spawnattr_init: %s", strerror(err));
-    err = posix_spawn_file_actions_init(&fa);
-    if (err) {
-        posix_spawnattr_destroy(&attr);
-        return zt_error(ZT_ERR_NOMEM, "posix_spawn_file_actions_init: %s", strerror(err));
-    }
-    /* The ranks start with an empty mask (ours blocks SIGINT, SIGTERM and SIGCHLD right now) and
-     * default actions for the signals a worker relies on, even if our caller ignores them. */
-    sigset_t empty, defaults;
-    sigemptyset(&empty);
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    sigaddset(&defaults, SIGCHLD);
-    if (!err)
-        err = posix_spawnattr_setsigmask(&attr, &empty);
-    if (!err)
-        err = posix_spawnattr_setsigdefault(&attr, &defaults);
-    if (!err)
-        err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                                  POSIX_SPAWN_SETSIGDEF);
-    /* Descriptors other than 0-2 (the job store, sockets of ztraind, anything a library opened
-     * without O_CLOEXEC) must not leak into the ranks. */
-    if (!err)
-        err = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     char rank_var[32], local_rank_var[32];
     env->envp[env->rank_slot] = rank_var;
     env->envp[env->local_rank_slot] = local_rank_var;
-    for (int r = 0; r < l->n && !err; r++) {
+    zt_status s = ZT_OK;
+    for (int r = 0; r < l->n && s == ZT_OK; r++) {
         snprintf(rank_var, sizeof rank_var, "RANK=%d", r);
         snprintf(local_rank_var, sizeof local_rank_var, "LOCAL_RANK=%d", r);
-        /* Rank 0 founds the group (pgroup 0: its own pid); the others join it. The group exists
+        /* Rank 0 founds the group (pgid 0: its own pid); the others join it. The group exists
          * as long as rank 0 is unreaped, and nothing is reaped before every rank has started. */
-        err = posix_spawnattr_setpgroup(&attr, r == 0 ? 0 : l->pgid);
-        if (err)
-            break;
+        zt_spawn_request req = {.program = l->opts->program, .argv = l->opts->argv,
+                                .envp = env->envp, .pgid = l->pgid, .inherit_stdio = true};
         pid_t pid;
-        /* glibc's posix_spawn reports the exec's errno itself (its child shares our memory until
-         * the exec), so a missing program is an error here and not an exit status 127. */
-        err = posix_spawn(&pid, l->opts->program, &fa, &attr, l->opts->argv, env->envp);
-        if (err) {
-            l->spawn_errno = err;
+        s = zt_spawn(&req, &pid, NULL);
+        if (s != ZT_OK) {
             l->spawn_rank = r;
+            snprintf(l->spawn_error, sizeof l->spawn_error, "%s", zt_last_error());
             break;
         }
         l->pids[r] = pid;
@@ -380,13 +350,7 @@ static zt_status spawn_all(launch *l, rank_env *env) {
             l->pgid = pid;
     }
     env->envp[env->rank_slot] = NULL;
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    if (err && !l->spawn_errno) {
-        l->spawn_errno = err;
-        l->spawn_rank = l->live;
-    }
-    return l->spawn_errno ? ZT_ERR_IO : ZT_OK;
+    return s;
 }
 
 zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) {
@@ -468,9 +432,8 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
         sigaction(SIGCHLD, &old_chld, NULL);
 
     char why[512];
-    if (l.spawn_errno) {
-        s = zt_error(ZT_ERR_IO, "cannot start rank %d: %s: %s", l.spawn_rank, opts->program,
-                     strerror(l.spawn_errno));
+    if (l.spawn_rank >= 0) {
+        s = zt_error(ZT_ERR_IO, "cannot start rank %d: %s", l.spawn_rank, l.spawn_error);
     } else if (l.first_failed >= 0) {
         describe_exit(why, sizeof why, l.first_failed, &l.exits[l.first_failed]);
         s = zt_error(ZT_ERR_IO, "%s", why);

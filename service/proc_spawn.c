@@ -22,15 +22,17 @@ zt_status zt_spawn(const zt_spawn_request *r, pid_t *pid, int *pidfd) {
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&attr);
 
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (r->stdout_fd >= 0)
-        posix_spawn_file_actions_adddup2(&fa, r->stdout_fd, 1);
-    else
-        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    if (r->stderr_fd >= 0)
-        posix_spawn_file_actions_adddup2(&fa, r->stderr_fd, 2);
-    else
-        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    if (!r->inherit_stdio) {
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        if (r->stdout_fd >= 0)
+            posix_spawn_file_actions_adddup2(&fa, r->stdout_fd, 1);
+        else
+            posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        if (r->stderr_fd >= 0)
+            posix_spawn_file_actions_adddup2(&fa, r->stderr_fd, 2);
+        else
+            posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    }
     int first_closed = 3;
     if (r->fd3 > 0) {
         posix_spawn_file_actions_adddup2(&fa, r->fd3, 3);

@@ -91,9 +91,8 @@ zt_status zt_sup_env_build(env_list *e, const zt_group_spec *spec,
     for (char **p = environ; *p; p++)
         if (is_inherited(*p) || (listener && strncmp(*p, "SLURM_CONF=", 11) == 0))
             e->envp[e->n++] = *p;
-    int threads = spec->threads_per_rank > 0 ? spec->threads_per_rank
-                                             : zt_cpu_count() / spec->world_size;
-    env_add(e, "OMP_NUM_THREADS=%d", threads > 0 ? threads : 1);
+    ZT_ASSERT(spec->threads_per_rank > 0);
+    env_add(e, "OMP_NUM_THREADS=%d", spec->threads_per_rank);
     if (listener) {
         /* Unique across daemons and hosts: the job name. The shm backend names its segment
          * after it, and every rank of the step gets the same one. */

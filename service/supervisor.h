@@ -57,7 +57,8 @@ typedef struct {
     char *const *argv;         /* NULL-terminated */
     const char *cwd;
     int world_size;
-    int threads_per_rank;      /* OMP_NUM_THREADS; 0: cores / world_size */
+    int threads_per_rank;      /* OMP_NUM_THREADS, at least 1: the caller chose it from the
+                                  cores it shares out (job_runner.c's start_job) */
     /* OMP_WAIT_POLICY=PASSIVE (unless the daemon's environment chose a policy): other jobs may
      * share the cores, and OpenMP threads spinning at barriers would take them. */
     bool passive_wait;

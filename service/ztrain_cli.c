@@ -8,6 +8,7 @@
  * Exit status: 0 success, 1 the job or command failed (the message says why), 2 bad usage,
  * 130 stopped by a signal after writing a checkpoint. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -56,7 +57,7 @@ static void on_signal(int sig) {
     signal(sig, SIG_DFL);
 }
 
-static int fail(const char *what) {
+int zt_cli_fail(const char *what) {
     fprintf(stderr, "ztrain: %s%s\n", what ? what : "", zt_last_error());
     return 1;
 }
@@ -69,8 +70,7 @@ static int bad_usage(const char *fmt, const char *arg) {
     return 2;
 }
 
-/* Parses a strictly numeric option value. */
-static int parse_long(const char *opt, const char *s, long min, long max, long *out) {
+int zt_cli_parse_long(const char *opt, const char *s, long min, long max, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -82,12 +82,12 @@ static int parse_long(const char *opt, const char *s, long min, long max, long *
     return 0;
 }
 
-static int parse_double(const char *opt, const char *s, double *out) {
+int zt_cli_parse_double(const char *opt, const char *s, double min, double max, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end) {
-        fprintf(stderr, "ztrain: %s expects a number, got '%s'\n", opt, s);
+    if (errno || end == s || *end || !(v >= min && v <= max)) {
+        fprintf(stderr, "ztrain: %s expects a number in [%g, %g], got '%s'\n", opt, min, max, s);
         return -1;
     }
     *out = v;
@@ -101,7 +101,7 @@ static int cmd_run(int argc, char **argv) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            if (parse_long("--threads", argv[++i], 1, 1024, &threads))
+            if (zt_cli_parse_long("--threads", argv[++i], 1, 1024, &threads))
                 return 2;
         } else if (argv[i][0] == '-')
             return bad_usage("run: unknown option '%s'", argv[i]);
@@ -114,7 +114,7 @@ static int cmd_run(int argc, char **argv) {
         return bad_usage("run: %sthe job file is missing", "");
     zt_job_spec job;
     if (zt_job_spec_load(&job, job_path) != ZT_OK)
-        return fail(NULL);
+        return zt_cli_fail(NULL);
     if (job.nodes > 1) {
         fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "
                 "on this host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm\n",
@@ -226,19 +226,19 @@ static int cmd_sample(int argc, char **argv) {
         else if (strcmp(a, "--prompt-tokens") == 0 && has)
             prompt_tokens = argv[++i];
         else if (strcmp(a, "--tokens") == 0 && has) {
-            if (parse_long(a, argv[++i], 1, 1000000, &n_tokens))
+            if (zt_cli_parse_long(a, argv[++i], 1, 1000000, &n_tokens))
                 return 2;
         } else if (strcmp(a, "--top-k") == 0 && has) {
-            if (parse_long(a, argv[++i], 0, 1 << 30, &top_k))
+            if (zt_cli_parse_long(a, argv[++i], 0, 1 << 30, &top_k))
                 return 2;
         } else if (strcmp(a, "--seed") == 0 && has) {
-            if (parse_long(a, argv[++i], 0, 0x7fffffffL, &seed))
+            if (zt_cli_parse_long(a, argv[++i], 0, 0x7fffffffL, &seed))
                 return 2;
         } else if (strcmp(a, "--threads") == 0 && has) {
-            if (parse_long(a, argv[++i], 1, 1024, &threads))
+            if (zt_cli_parse_long(a, argv[++i], 1, 1024, &threads))
                 return 2;
         } else if (strcmp(a, "--temperature") == 0 && has) {
-            if (parse_double(a, argv[++i], &temperature))
+            if (zt_cli_parse_double(a, argv[++i], -HUGE_VAL, HUGE_VAL, &temperature))
                 return 2;
         } else if (a[0] == '-')
             return bad_usage("sample: unknown option or missing value '%s'", a);
@@ -252,13 +252,13 @@ static int cmd_sample(int argc, char **argv) {
     zt_kernels_cpu_set_threads((int)threads);
     zt_model_spec spec;
     if (zt_ckpt_read_model_spec(dir, tag, &spec) != ZT_OK)
-        return fail(NULL);
+        return zt_cli_fail(NULL);
     zt_model *m = NULL;
     int rc = 0;
     int32_t *tokens = NULL;
     if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1, 1) != ZT_OK ||
         zt_model_load_safetensors(m, spec.init_from) != ZT_OK) {
-        rc = fail(NULL);
+        rc = zt_cli_fail(NULL);
         goto done;
     }
     int cap = (int)n_tokens + 4096, n_prompt = 0;
@@ -301,7 +301,7 @@ static int cmd_sample(int argc, char **argv) {
                             .seed = (uint64_t)seed};
     if (zt_sample_generate(m, tokens, n_prompt, n_prompt + (int)n_tokens, &so, print_token,
                            &spec.vocab_size) != ZT_OK)
-        rc = fail(NULL);
+        rc = zt_cli_fail(NULL);
     putchar('\n');
 done:
     free(tokens);
@@ -330,13 +330,13 @@ static int cmd_export(int argc, char **argv) {
         return bad_usage("export: %sexpects CKPT_DIR and --out FILE", "");
     zt_model_spec spec;
     if (zt_ckpt_read_model_spec(dir, tag, &spec) != ZT_OK)
-        return fail(NULL);
+        return zt_cli_fail(NULL);
     zt_model *m = NULL;
     int rc = 0;
     if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1, 1) != ZT_OK ||
         zt_model_load_safetensors(m, spec.init_from) != ZT_OK ||
         zt_model_save_safetensors(m, out) != ZT_OK)
-        rc = fail(NULL);
+        rc = zt_cli_fail(NULL);
     else
         printf("wrote %s (%zu parameters)\n", out, m->n_params);
     zt_model_destroy(m);

@@ -135,34 +135,38 @@ export function jobView(main, id) {
       }
       tr.dataset.rank = r.rank;
       const mem = (k) => st.memory[`rank${r.rank}/${k}`];
-      const rankStepTime = st.memory[`rank${r.rank}/step_time_ms`];
+      /* Ranks step together, and the records carry one step time for the job. */
       const cells = [String(r.rank), fmtRankState(r), r.pid ? String(r.pid) : '—',
         fmtBytes(mem('params_bytes')), fmtBytes(mem('grads_bytes')), fmtBytes(mem('optimizer_bytes')),
         fmtBytes(mem('peak_rss_bytes')),
-        isNum(rankStepTime) ? rankStepTime.toFixed(1) + ' ms'
-          : isNum(st.lastStepTime) ? st.lastStepTime.toFixed(1) + ' ms' : '—'];
+        isNum(st.lastStepTime) ? st.lastStepTime.toFixed(1) + ' ms' : '—'];
       cells.forEach((text, c) => setText(tr.children[c], text));
     });
     while (body.children.length > ranks.length) body.lastElementChild.remove();
   }
 
-  /* The table is rebuilt only when a checkpoint changes; tags are set as text, never as markup. */
+  /* The table is rebuilt only when the checkpoints or latest change; tags are set as text. */
   function renderCheckpoints(job) {
     const body = tid('checkpoints-body');
     const list = job.checkpoints || [];
     setText(field('checkpoint-dir'), job.checkpoint_dir ? `in ${job.checkpoint_dir}` : '');
-    const html = list.map((c) => {
-      const latest = job.latest && c.tag === job.latest ? ' (latest)' : '';
-      return `<tr data-testid="checkpoint-row"><td class="mono"></td><td class="num">${isNum(c.step) ? c.step : '—'}</td>` +
-        `<td>${c.complete ? 'yes (DONE)' : 'no'}${latest}</td></tr>`;
-    }).join('');
-    if (body.dataset.html !== html || body.dataset.tags !== list.map((c) => c.tag).join('\n')) {
-      body.innerHTML = html;
-      list.forEach((c, i) => {
-        body.children[i].children[0].textContent = c.tag;
-      });
-      body.dataset.html = html;
-      body.dataset.tags = list.map((c) => c.tag).join('\n');
+    const key = JSON.stringify([job.latest, list]);
+    if (body.dataset.key !== key) {
+      body.dataset.key = key;
+      body.replaceChildren(...list.map((c) => {
+        const tr = document.createElement('tr');
+        tr.dataset.testid = 'checkpoint-row';
+        const latest = job.latest && c.tag === job.latest ? ' (latest)' : '';
+        const cells = [[c.tag, 'mono'], [isNum(c.step) ? String(c.step) : '—', 'num'],
+          [(c.complete ? 'yes (DONE)' : 'no') + latest, '']];
+        for (const [text, cls] of cells) {
+          const td = document.createElement('td');
+          td.className = cls;
+          td.textContent = text;
+          tr.append(td);
+        }
+        return tr;
+      }));
     }
     tid('checkpoints-empty').hidden = list.length > 0;
   }

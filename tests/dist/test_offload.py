@@ -102,10 +102,15 @@ with tempfile.TemporaryDirectory() as d:
     nvme = f"{d}/nvme"
     os.makedirs(nvme)
 
-    def offloaded(name, spec, ref, env=None, what=""):
+    def offloaded(name, spec, ref, env=None, what="", expect=()):
+        """expect: fragments of the startup line, which tell that the options were applied (the
+        bits are the same whether they were or not)."""
         p = ztrain_run(d, spec, env)
         line = next((l for l in p.stdout.splitlines() if l.startswith("[ztrain] offload:")), None)
-        ck.check(line is not None, f"{name}: {line[18:] if line else 'no offload line at startup'}")
+        missing = [f for f in expect if line is None or f not in line]
+        ck.check(line is not None and not missing,
+                 f"{name}: {line[18:] if line else 'no offload line at startup'}"
+                 + (f" lacks {missing}" if missing else ""))
         got = result(d, name)
         ck.check(identical(ref, got), f"{name}{what}: {STEPS} losses and final parameters "
                                       f"bit-identical to the in-memory run")
@@ -121,20 +126,28 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(refs[1][0][-1] < refs[1][0][0], "the in-memory loss falls")
     offloaded("nvme1", job("nvme1", 2, 1, nvme, dict(NV, pipeline_read=True, pipeline_write=True,
                                                      buffer_count=2)), refs[1],
-              what=" (2 buffers, pipelined reads and writes)")
+              what=" (2 buffers, pipelined reads and writes)",
+              expect=["optimizer nvme, params in memory", "tiles of 2048 elements", "2 buffers,",
+                      "pipelined reads", "pipelined writes"])
     offloaded("nvme1b", job("nvme1b", 2, 1, nvme, dict(NV, buffer_count=1, pipeline_write=True)),
-              refs[1], what=" (1 buffer)")
-    offloaded("nvme2", job("nvme2", 2, 2, nvme, NV), refs[2], what=" (serial reads and writes)")
+              refs[1], what=" (1 buffer)",
+              expect=["1 buffer,", "serial reads", "pipelined writes"])
+    offloaded("nvme2", job("nvme2", 2, 2, nvme, NV), refs[2], what=" (serial reads and writes)",
+              expect=["4 buffers,", "serial reads", "serial writes"])
     offloaded("nvme2t", job("nvme2t", 2, 2, nvme, dict(NV, pipeline_read=True, pipeline_write=True)),
-              refs[2], env={"ZTRAIN_AIO": "threads"}, what=" (ZTRAIN_AIO=threads, pipelined)")
+              refs[2], env={"ZTRAIN_AIO": "threads"}, what=" (ZTRAIN_AIO=threads, pipelined)",
+              expect=["(threads,", "pipelined reads", "pipelined writes"])
     offloaded("cpu2", job("cpu2", 2, 2, nvme, {"device": "cpu", "pin_memory": True}), refs[2],
-              what=" (offload_optimizer cpu)")
+              what=" (offload_optimizer cpu)", expect=["optimizer cpu, params in memory (host memory"])
     offloaded("nvme3", job("nvme3", 2, 3, nvme, NV), refs[3])
     offloaded("inf3", job("inf3", 2, 3, nvme, dict(NV, pipeline_read=True, pipeline_write=True,
                                                    buffer_count=3), param=NV), refs[3],
-              what=" (optimizer and parameters on NVMe)")
+              what=" (optimizer and parameters on NVMe)",
+              expect=["optimizer nvme, params nvme", "3 buffers,"])
     offloaded("param3", job("param3", 2, 3, nvme, None, param=NV), refs[3],
-              what=" (offload_param nvme alone)")
+              what=" (offload_param nvme alone)",
+              expect=["optimizer none, params nvme", "5 buffers,", "pipelined reads",
+                      "pipelined writes"])
     offloaded("ratio3", job("ratio3", 2, 3, nvme, dict(NV, ratio=0.5)), refs[3],
               what=" (ratio 0.5: half the tiles in the file)")
     # ratio 0.5: int(0.5 × 9 tiles) = 4 tiles of each moment in the file, the rest (9,152 of the
@@ -146,7 +159,8 @@ with tempfile.TemporaryDirectory() as d:
              f"rank 0's optimizer bytes: in memory {opt_bytes['mem3']:.0f}, all in files "
              f"{opt_bytes['nvme3']:.0f} (the buffers), ratio 0.5 {host:.0f} more (the host part)")
     offloaded("cpu3", job("cpu3", 2, 3, nvme, {"device": "cpu"}, param={"device": "cpu"}), refs[3],
-              what=" (offload_optimizer and offload_param cpu)")
+              what=" (offload_optimizer and offload_param cpu)",
+              expect=["optimizer cpu, params in memory (host memory"])
     for stage in (2, 3):
         ztrain_run(d, job(f"bmem{stage}", 2, stage, nvme, precision="bf16"))
         bref = result(d, f"bmem{stage}")

@@ -23,14 +23,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, Checker, Daemon, get_job, state_name, stubs, temp_dir,  # noqa: E402
+from svc import (BUILD, LONG, Checker, Daemon, get_job, state_name, stubs, temp_dir,  # noqa: E402
                  tiny_job, wait_state, wait_step, write_data)
 
-sys.stdout.reconfigure(line_buffering=True)
 pb = stubs()[0]
 ck = Checker()
 ZTRAIN = os.path.join(BUILD, "ztrain")
-LONG = 10_000_000
 
 
 def cli(args, d=None, env=None, cwd=None, timeout=120):
@@ -74,7 +72,8 @@ def case_a(d, tmp):
     except ValueError:
         doc = {}
     ck.check(rc == 0 and doc.get("state") == "SUCCEEDED" and doc.get("step") == 40 and
-             doc.get("run_dir") == j.run_dir and doc.get("spec", {}).get("model", {}).get(
+             doc.get("run_dir") == j.run_dir and doc.get("loss") == j.loss and
+             doc.get("id") == job_id and doc.get("spec", {}).get("model", {}).get(
                  "n_embd") == 32 and "train_micro_batch_size_per_gpu" in doc["spec"]["deepspeed"],
              f"a: status --json agrees with GetJob ({sorted(doc)})")
     rc, out, err = cli(["list"], d)

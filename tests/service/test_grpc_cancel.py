@@ -16,15 +16,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, Checker, Daemon, get_job, read_metrics, state_name, stubs,  # noqa: E402
+from svc import (BUILD, LONG, Checker, Daemon, get_job, read_metrics, state_name, stubs,  # noqa: E402
                  submit, temp_dir, tiny_job, wait_gone, wait_state, wait_step)
 
 import grpc  # noqa: E402
 
-sys.stdout.reconfigure(line_buffering=True)
 pb, rpc, hpb, hrpc = stubs()
 ck = Checker()
-LONG = 10_000_000
 
 
 def cancel(d, job_id, **kw):

@@ -19,15 +19,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, Checker, Daemon, get_job, spec_proto, state_name, stubs,  # noqa: E402
+from svc import (BUILD, LONG, Checker, Daemon, get_job, spec_proto, state_name, stubs,  # noqa: E402
                  submit, temp_dir, tiny_job, wait_state, wait_step)
 
 import grpc  # noqa: E402
 
-sys.stdout.reconfigure(line_buffering=True)
 pb, rpc, hpb, hrpc = stubs()
 ck = Checker()
-LONG = 10_000_000
 
 
 def code_of(call):

@@ -10,20 +10,19 @@
      metrics.jsonl); from_step skips the earlier ones.
   e. ListJobs pages newest first with page tokens; a repeated idempotency key returns the first
      job; StreamLogs returns the last lines; unknown ids are NOT_FOUND everywhere."""
+import math
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, Checker, Daemon, get_job, read_metrics, state_name, stubs,  # noqa: E402
+from svc import (BUILD, LONG, Checker, Daemon, get_job, read_metrics, state_name, stubs,  # noqa: E402
                  submit, temp_dir, tiny_job, wait_state, wait_step)
 
 import grpc  # noqa: E402
 
-sys.stdout.reconfigure(line_buffering=True)
 pb, rpc, hpb, hrpc = stubs()
 ck = Checker()
-LONG = 10_000_000
 
 
 def watch(d, job_id, from_step=0, timeout=60):
@@ -70,6 +69,9 @@ def case_b(d):
     ck.check(state_name(s2.state) == "QUEUED" and s2.reason and state_name(s3.state) == "QUEUED",
              f"b: with --max-ranks 1 the others wait QUEUED with a reason ('{s2.reason}'; the "
              f"first is {state_name(s1.state)} {s1.reason})")
+    # A job with no record yet has no loss: NaN, never a 0 that reads as a real value.
+    ck.check(math.isnan(s2.loss) and math.isnan(s2.tokens_per_second) and s2.step == 0,
+             f"b: a queued job's loss and tokens/s are NaN ({s2.loss}, {s2.tokens_per_second})")
     queued = d.stub().ListJobs(pb.ListJobsRequest(state=pb.JOB_STATE_QUEUED), metadata=d.metadata)
     running = d.stub().ListJobs(pb.ListJobsRequest(state=pb.JOB_STATE_RUNNING), metadata=d.metadata)
     ck.check([x.id for x in queued.jobs] == [third.id, second.id] and

@@ -249,15 +249,20 @@ def case_b(api, d):
 
 def case_c(api, d):
     job_id = start_job(d, "finite", 400, eval_interval=100, checkpoint_interval=100)
-    stream = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0&logs=1")
     keys = ["train/loss", "eval/loss", "perf/tokens_per_second"]
     query = f"/api/v1/jobs/{job_id}/metrics?keys={','.join(keys)}"
     # The query asked while the job runs is asked again at the end: a response kept from the
-    # run must not be served once more records exist.
+    # run must not be served once more records exist. The first ask comes before the job's
+    # worker can have reported a step.
     polled = []
 
-    def done(j):
+    def poll_query():
         polled.append(len(api.get(query)[1]["series"][0]["steps"]))
+    poll_query()
+    stream = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0&logs=1")
+
+    def done(j):
+        poll_query()
         return j["state"] in TERMINAL
     j = api.wait_job(job_id, done)
     stream.join(60)
@@ -330,6 +335,12 @@ def case_c(api, d):
     ck.check(ok, f"c: metric series equal metrics.jsonl exactly (train/loss, eval/loss, tokens/s; "
                  f"the same query during the run saw {polled[:3]}...{polled[-2:]} points)")
     steps, values = series_of(recs, "train/loss")
+    # Without this the check above could pass with no answer ever cached from the run.
+    ck.check(polled and polled == sorted(polled) and polled[0] < len(steps) and
+             polled[-1] == len(steps),
+             f"c: the query asked during the run grew with the job and reached every point "
+             f"({len(polled)} polls, {polled[0] if polled else None} -> "
+             f"{polled[-1] if polled else None} of {len(steps)})")
     s, m = api.get(f"/api/v1/jobs/{job_id}/metrics?keys=train/loss&max_points=7")
     x = m["series"][0] if s == 200 else {"steps": [], "values": []}
     ck.check(0 < len(x["steps"]) <= 7 and x["steps"][-1] == steps[-1] and

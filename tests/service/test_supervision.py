@@ -81,6 +81,7 @@ def daemon_killed_and_restarted():
     c.check(state_name(get_job(d, queued.id).state) == "QUEUED", "third job queued behind it")
     pids = [r.pid for r in running.ranks]
     seen = len(series(d, running.id))
+    c.check(seen > 0, f"the running job has records before the kill ({seen})")
 
     d.kill()
     c.check(not wait_gone(pids, 10), "the running job's rank ended with the killed daemon")

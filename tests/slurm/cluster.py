@@ -44,6 +44,28 @@ def which(name):
     return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
 
+def read_proc(pid, name):
+    """The bytes of /proc/PID/NAME (OSError when the process is gone)."""
+    with open(f"/proc/{pid}/{name}", "rb") as f:
+        return f.read()
+
+
+def live_pids(wanted):
+    """pids of the live (not zombie) processes, other than this one, for which wanted(pid) is
+    true; a process that ends while it is looked at (OSError) is left out."""
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == os.getpid():
+            continue
+        try:
+            if not wanted(p) or read_proc(p, "stat").rsplit(b")", 1)[1].split()[0] == b"Z":
+                continue
+        except OSError:
+            continue
+        found.append(int(p))
+    return found
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
 
@@ -182,20 +204,7 @@ class Cluster:
         in their environment: whatever Slurm (slurmstepd, tasks) or the test (ztraind, srun)
         started for it."""
         mark = f"SLURM_CONF={self.conf}".encode()
-        found = []
-        for p in os.listdir("/proc"):
-            if not p.isdigit() or int(p) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{p}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-                with open(f"/proc/{p}/stat") as f:
-                    zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
-            except OSError:
-                continue
-            if mark in env and not zombie:
-                found.append(int(p))
-        return found
+        return live_pids(lambda p: mark in read_proc(p, "environ").split(b"\0"))
 
     def stop(self):
         """Every daemon, newest first: SIGTERM, then SIGKILL after 5 s; then SIGKILL to anything

@@ -35,7 +35,7 @@ if len(sys.argv) > 1:
     os.environ["ZTRAIN_BUILD"] = os.path.abspath(sys.argv[1])
 from svc import (BUILD, SOURCE, Checker, Daemon, get_job, read_metrics, spec_proto,  # noqa: E402
                  state_name, stubs, temp_dir, tiny_job, wait_state, wait_step, write_data)
-from cluster import Cluster, missing_programs  # noqa: E402
+from cluster import Cluster, live_pids, missing_programs, read_proc  # noqa: E402
 
 sys.stdout.reconfigure(line_buffering=True)
 c = Checker()
@@ -92,21 +92,10 @@ def slurm_name(d, job_id):
 
 def workers_of(run_dir):
     """pids of live ztrain-worker processes working for run_dir (read from /proc)."""
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{p}/stat") as f:
-                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            continue
-        if not zombie and argv and argv[0].endswith(b"ztrain-worker") and \
-                any(run_dir.encode() in a for a in argv):
-            found.append(int(p))
-    return found
+    def is_worker(p):
+        argv = read_proc(p, "cmdline").split(b"\0")
+        return argv[0].endswith(b"ztrain-worker") and any(run_dir.encode() in a for a in argv)
+    return live_pids(is_worker)
 
 
 def nothing_left(cluster, d, job_id, run_dir, timeout=15):

@@ -114,13 +114,11 @@ void zt_engine_release_unowned(zt_engine *e);
 zt_status zt_engine_params_loaded(zt_engine *e);
 
 /* Mixed precision. The loss scale (1 unless fp16), the scaler itself (its state goes into
- * checkpoints), whether bf16/fp16 training is on, and the fp32 master weights this rank holds:
- * elements [base, base + n) of the flat parameters; NULL in fp32 training, and when
- * offload_optimizer holds them (read them with zt_engine_read_state). */
+ * checkpoints) and whether bf16/fp16 training is on. The fp32 master weights are state like the
+ * optimizer's: zt_engine_read_state (ZT_STATE_MASTER) reads them wherever they live. */
 double zt_engine_loss_scale(const zt_engine *e);
 zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e);
 bool zt_engine_mixed_precision(const zt_engine *e);
-float *zt_engine_master_weights(zt_engine *e, size_t *base, size_t *n);
 
 /* The optimizer's state and the fp32 masters of this rank's slice, wherever they live (in memory,
  * or offloaded to host buffers or NVMe files), for checkpoints: elements [first, first + count)
