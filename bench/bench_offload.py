@@ -12,8 +12,9 @@ turn; the figures are medians over all rounds' timed steps, so a burst of load e
 machine moves them less. tokens/s is per step; "step ms" is DeepSpeed's step timer
 (wall_clock_breakdown): the optimizer update, which is where the offloaded state is read and
 written. Peak RSS is the rank's getrusage maximum; "optim MB" is
-ztrain's own optimizer-bytes metric (state in memory plus offload buffers); "in files MB" is what
-lives under nvme_path. --nvme-path defaults to a directory under /tmp; /dev/shm (tmpfs) is also
+ztrain's own optimizer-bytes metric (state in memory plus offload buffers); "in files MB" is the state
+that lives under nvme_path by the formula (8 bytes a parameter for Adam's moments, 12 with the
+fp32 masters, plus the 16-bit parameters at stage 3), not a measurement of the directory. --nvme-path defaults to a directory under /tmp; /dev/shm (tmpfs) is also
 measured when it exists, to tell the cost of the mechanism from the cost of the device.
 """
 import argparse

@@ -1,11 +1,16 @@
 /* Checkpoint save and load (layout in ztrain/checkpoint.h). */
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fsutil.h"
@@ -231,6 +236,66 @@ zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size) {
     snprintf(tag, size, "%s", text);
     free(text);
     return ZT_OK;
+}
+
+static int64_t tag_step(const char *tag) {
+    size_t n = strlen(tag), i = n;
+    while (i > 0 && isdigit((unsigned char)tag[i - 1]))
+        i--;
+    if (i == n || n - i > 18)
+        return -1;
+    return strtoll(tag + i, NULL, 10);
+}
+
+static int entry_cmp(const void *a, const void *b) {
+    const zt_ckpt_entry *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return strcmp(x->tag, y->tag);
+}
+
+void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out) {
+    memset(out, 0, sizeof *out);
+    DIR *d = dir && *dir ? opendir(dir) : NULL;
+    if (!d)
+        return;
+    int dfd = dirfd(d), cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && out->n < 10000) {
+        struct stat st;
+        if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, 0) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (out->n == cap) {
+            int ncap = cap ? cap * 2 : 8;
+            zt_ckpt_entry *p = realloc(out->items, sizeof *p * (size_t)ncap);
+            if (!p)
+                break;
+            out->items = p;
+            cap = ncap;
+        }
+        char done[NAME_MAX + 8];
+        snprintf(done, sizeof done, "%s/DONE", e->d_name);
+        zt_ckpt_entry *c = &out->items[out->n];
+        if (!(c->tag = strdup(e->d_name)))
+            break;
+        c->step = tag_step(e->d_name);
+        c->complete = faccessat(dfd, done, F_OK, 0) == 0;
+        out->n++;
+    }
+    closedir(d);
+    char latest[256];
+    if (zt_ckpt_latest(dir, latest, sizeof latest) == ZT_OK)
+        out->latest = strdup(latest);
+    if (out->n > 1)
+        qsort(out->items, (size_t)out->n, sizeof *out->items, entry_cmp);
+}
+
+void zt_ckpt_list_free(zt_ckpt_list *c) {
+    for (int i = 0; i < c->n; i++)
+        free(c->items[i].tag);
+    free(c->items);
+    free(c->latest);
+    memset(c, 0, sizeof *c);
 }
 
 /* Opens dir/tag/meta.json after checking the DONE marker. */

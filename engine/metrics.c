@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +14,8 @@
 
 zt_status zt_metrics_open(zt_metrics_writer *w, const char *path, bool append) {
     w->mirror_fd = 0;
+    w->line = NULL;
+    w->cap = 0;
     w->f = fopen(path, append ? "a" : "w");
     if (!w->f)
         return zt_error(ZT_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
@@ -40,31 +45,48 @@ static void mirror_line(zt_metrics_writer *w, const char *line, size_t n) {
     }
 }
 
-static void put_value(FILE *f, double v) {
+/* Appends to the writer's line buffer, growing it when a record is longer than any before, so
+ * the step loop formats records without allocating. Returns false when out of memory. */
+static bool put(zt_metrics_writer *w, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool put(zt_metrics_writer *w, size_t *len, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(w->line + *len, w->cap - *len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return false;
+        if (*len + (size_t)n < w->cap) {
+            *len += (size_t)n;
+            return true;
+        }
+        size_t cap = 2 * (w->cap + (size_t)n) + 256;
+        char *grown = realloc(w->line, cap);
+        if (!grown)
+            return false;
+        w->line = grown;
+        w->cap = cap;
+    }
+}
+
+static bool put_value(zt_metrics_writer *w, size_t *len, double v) {
     if (!isfinite(v))
-        fputs("null", f);
-    else if (v == (double)(long long)v && fabs(v) < 1e15)
-        fprintf(f, "%lld", (long long)v);
-    else
-        fprintf(f, "%.9g", v);
+        return put(w, len, "null");
+    if (v == (double)(long long)v && fabs(v) < 1e15)
+        return put(w, len, "%lld", (long long)v);
+    return put(w, len, "%.9g", v);
 }
 
 zt_status zt_metrics_write(zt_metrics_writer *w, const zt_metric *m, int n) {
-    char *line = NULL;
     size_t len = 0;
-    FILE *mem = open_memstream(&line, &len);
-    if (!mem)
+    bool ok = put(w, &len, "{");
+    for (int i = 0; ok && i < n; i++)
+        ok = put(w, &len, "%s\"%s\": ", i ? ", " : "", m[i].key) && put_value(w, &len, m[i].value);
+    if (!ok || !put(w, &len, "}\n"))
         return zt_error(ZT_ERR_NOMEM, "out of memory formatting a metric record");
-    fputc('{', mem);
-    for (int i = 0; i < n; i++) {
-        fprintf(mem, "%s\"%s\": ", i ? ", " : "", m[i].key);
-        put_value(mem, m[i].value);
-    }
-    fputs("}\n", mem);
-    fclose(mem);
-    fwrite(line, 1, len, w->f);
-    mirror_line(w, line, len);
-    free(line);
+    fwrite(w->line, 1, len, w->f);
+    mirror_line(w, w->line, len);
     if (fflush(w->f) != 0 || ferror(w->f))
         return zt_error(ZT_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
     return ZT_OK;
@@ -84,7 +106,10 @@ void zt_metrics_close(zt_metrics_writer *w) {
     if (w->f)
         fclose(w->f);
     free(w->path);
+    free(w->line);
     w->f = NULL;
     w->path = NULL;
+    w->line = NULL;
+    w->cap = 0;
     w->mirror_fd = 0;
 }

@@ -126,7 +126,7 @@ static bool peer_gone(int fd) {
 static void sse_take_chunk(zt_sse *st, sse_chunk *ch) {
     if (ch->ckpt_dir) {
         zt_ckpt_list ck;
-        zt_http_list_checkpoints(ch->ckpt_dir, &ck);
+        zt_ckpt_list_dir(ch->ckpt_dir, &ck);
         zt_jbuf b = {.data = ch->data, .len = ch->len, .cap = ch->len + 1, .comma = true};
         ch->data = NULL;
         zt_json_job_close(&b, &ck);

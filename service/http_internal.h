@@ -91,9 +91,6 @@ enum MHD_Result zt_http_job_records(zt_http_server *s, struct MHD_Connection *c,
 enum MHD_Result zt_http_job_logs(zt_http_server *s, struct MHD_Connection *c, const char *id);
 enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, const char *id,
                                    const zt_jbuf *body);
-/* The checkpoints in a job's checkpoint_dir, oldest step first; empty when dir is NULL, empty
- * or unreadable. Release with zt_ckpt_list_free. */
-void zt_http_list_checkpoints(const char *dir, zt_ckpt_list *out);
 
 /* http_series.c: GET /api/v1/jobs/{id}/metrics, and the cache of its responses. */
 enum MHD_Result zt_http_job_metrics(zt_http_server *s, struct MHD_Connection *c, const char *id);

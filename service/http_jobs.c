@@ -2,16 +2,10 @@
  * the checkpoints found on its disk, its records and log lines, and cancellation. The metric
  * series route, with its cache, has its own file (http_series.c). */
 #define _GNU_SOURCE
-#include <ctype.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -20,68 +14,11 @@
 
 #define ZT_MAX_LIST_LIMIT 1000
 
-/* ---- checkpoints ------------------------------------------------------------------------- */
-
-static int64_t tag_step(const char *tag) {
-    size_t n = strlen(tag), i = n;
-    while (i > 0 && isdigit((unsigned char)tag[i - 1]))
-        i--;
-    if (i == n || n - i > 18)
-        return -1;
-    return strtoll(tag + i, NULL, 10);
-}
-
-static int ckpt_cmp(const void *a, const void *b) {
-    const zt_ckpt_entry *x = a, *y = b;
-    if (x->step != y->step)
-        return x->step < y->step ? -1 : 1;
-    return strcmp(x->tag, y->tag);
-}
-
-/* Directories whose name starts with '.' are checkpoints being written (checkpoint.c renames
- * them into place), so they are left out. */
-void zt_http_list_checkpoints(const char *dir, zt_ckpt_list *out) {
-    memset(out, 0, sizeof *out);
-    DIR *d = dir && *dir ? opendir(dir) : NULL;
-    if (!d)
-        return;
-    int dfd = dirfd(d);
-    int cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && out->n < 10000) {
-        struct stat st;
-        if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, 0) != 0 || !S_ISDIR(st.st_mode))
-            continue;
-        if (out->n == cap) {
-            int ncap = cap ? cap * 2 : 8;
-            zt_ckpt_entry *p = realloc(out->items, sizeof *p * (size_t)ncap);
-            if (!p)
-                break;
-            out->items = p;
-            cap = ncap;
-        }
-        char done[NAME_MAX + 8];
-        snprintf(done, sizeof done, "%s/DONE", e->d_name);
-        zt_ckpt_entry *c = &out->items[out->n];
-        c->tag = strdup(e->d_name);
-        if (!c->tag)
-            break;
-        c->step = tag_step(e->d_name);
-        c->complete = faccessat(dfd, done, F_OK, 0) == 0;
-        out->n++;
-    }
-    closedir(d);
-    /* The engine's reader of dir/latest; a missing or malformed one just leaves latest NULL. */
-    char latest[256];
-    if (zt_ckpt_latest(dir, latest, sizeof latest) == ZT_OK)
-        out->latest = strdup(latest);
-    if (out->n > 1)
-        qsort(out->items, (size_t)out->n, sizeof *out->items, ckpt_cmp);
-}
+/* ---- one job ---------------------------------------------------------------------------- */
 
 static enum MHD_Result send_job(struct MHD_Connection *c, const zt_job_info *j) {
     zt_ckpt_list ck;
-    zt_http_list_checkpoints(j->checkpoint_dir, &ck);
+    zt_ckpt_list_dir(j->checkpoint_dir, &ck);
     zt_jbuf b;
     zt_jbuf_init(&b);
     zt_json_job(&b, j, zt_http_wall_ms(), &ck);
@@ -92,19 +29,14 @@ static enum MHD_Result send_job(struct MHD_Connection *c, const zt_job_info *j) 
 /* ---- routes ------------------------------------------------------------------------------ */
 
 enum MHD_Result zt_http_healthz(zt_http_server *s, struct MHD_Connection *c) {
-    zt_job_info *jobs = NULL;
+    /* Probes and the dashboard ask every second or two: count, do not copy every job. */
+    int count[ZT_JOB_CANCELLED + 1];
+    zt_jobs_count_states(s->jm, count);
     int n = 0;
-    zt_status st = zt_jobs_all(s->jm, &jobs, &n);
-    if (st != ZT_OK)
-        return zt_http_send_status(c, st, NULL);
-    int running = 0, queued = 0;
-    for (int i = 0; i < n; i++) {
-        zt_job_state js = jobs[i].state;
-        running += js == ZT_JOB_STARTING || js == ZT_JOB_RUNNING || js == ZT_JOB_STOPPING;
-        queued += js == ZT_JOB_QUEUED;
-        zt_job_info_free(&jobs[i]);
-    }
-    free(jobs);
+    for (int i = ZT_JOB_QUEUED; i <= ZT_JOB_CANCELLED; i++)
+        n += count[i];
+    int running = count[ZT_JOB_STARTING] + count[ZT_JOB_RUNNING] + count[ZT_JOB_STOPPING];
+    int queued = count[ZT_JOB_QUEUED];
     zt_jbuf b;
     zt_jbuf_init(&b);
     zt_json_open(&b, '{');

@@ -349,14 +349,6 @@ void zt_json_raw(zt_jbuf *b, const char *json, size_t n) {
     b->comma = true;
 }
 
-void zt_ckpt_list_free(zt_ckpt_list *c) {
-    for (int i = 0; i < c->n; i++)
-        free(c->items[i].tag);
-    free(c->items);
-    free(c->latest);
-    memset(c, 0, sizeof *c);
-}
-
 static void member_str(zt_jbuf *b, const char *key, const char *v) {
     zt_json_key(b, key);
     zt_json_str(b, v);

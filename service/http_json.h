@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ztrain/checkpoint.h"
 #include "job_manager.h"
 
 /* A growable byte buffer with a JSON writer on top. The writer inserts the commas between
@@ -51,21 +52,6 @@ void zt_json_null(zt_jbuf *b);
 /* Splices text that is already one JSON value (a metric record, the job spec); leading and
  * trailing whitespace is dropped, and null is written when nothing is left. */
 void zt_json_raw(zt_jbuf *b, const char *json, size_t n);
-
-/* The checkpoints found in a job's checkpoint_dir (read by the HTTP server; encoded here). */
-typedef struct {
-    char *tag;          /* "global_step100" */
-    int64_t step;       /* from the tag's trailing digits; -1 when it has none */
-    bool complete;      /* the DONE marker exists */
-} zt_ckpt_entry;
-
-typedef struct {
-    zt_ckpt_entry *items;
-    int n;
-    char *latest;       /* the content of <dir>/latest, or NULL */
-} zt_ckpt_list;
-
-void zt_ckpt_list_free(zt_ckpt_list *c);
 
 /* A job: {"id","name","state","reason","world_size","device","created_unix_ms",
  * "started_unix_ms","finished_unix_ms","elapsed_ms","step","max_steps","loss",

@@ -105,6 +105,21 @@ int64_t zt_history_n_records(const zt_job_history *h) {
     return h->n_records;
 }
 
+/* The first record with step >= since_step. Steps never decrease within a job (rank 0 reports
+ * them in order, evaluations repeat the step they follow), so a binary search finds it: series,
+ * records and watches from a late step do not walk the whole history. */
+static int64_t first_at(const zt_job_history *h, int64_t since_step) {
+    int64_t lo = 0, hi = h->n_records;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (h->records[mid].step < since_step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* The k-th of at most max_points indices of n points, evenly spaced, first and last kept. */
 static int64_t thin(int64_t n, int max_points, int64_t k) {
     if (max_points <= 0 || n <= max_points)
@@ -116,9 +131,7 @@ static int64_t thin(int64_t n, int max_points, int64_t k) {
 
 void zt_history_series(const zt_job_history *h, const char *const *keys, int n_keys,
                        int64_t since_step, int max_points, zt_series_fn emit, void *ctx) {
-    int64_t first = 0;
-    while (first < h->n_records && h->records[first].step < since_step)
-        first++;
+    int64_t first = first_at(h, since_step);
     int64_t span = h->n_records - first;
     int64_t *steps = malloc((size_t)(span ? span : 1) * sizeof *steps);
     double *values = malloc((size_t)(span ? span : 1) * sizeof *values);
@@ -151,10 +164,8 @@ void zt_history_series(const zt_job_history *h, const char *const *keys, int n_k
 
 void zt_history_records(const zt_job_history *h, int64_t since_step, zt_record_fn emit,
                         void *ctx) {
-    for (int64_t i = 0; i < h->n_records; i++) {
+    for (int64_t i = first_at(h, since_step); i < h->n_records; i++) {
         const record *rec = &h->records[i];
-        if (rec->step < since_step)
-            continue;
         zt_metric_record r = {.step = rec->step, .time_ms = rec->time_ms, .json = rec->json};
         emit(ctx, &r);
     }

@@ -359,6 +359,17 @@ zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, in
     return ZT_OK;
 }
 
+void zt_jobs_count_states(zt_jobs *jm, int count[ZT_JOB_CANCELLED + 1]) {
+    memset(count, 0, sizeof(int) * (ZT_JOB_CANCELLED + 1));
+    pthread_mutex_lock(&jm->mu);
+    for (int i = 0; i < jm->n_jobs; i++) {
+        zt_job_state s = jm->jobs[i]->info.state;
+        if (s >= ZT_JOB_QUEUED && s <= ZT_JOB_CANCELLED)
+            count[s]++;
+    }
+    pthread_mutex_unlock(&jm->mu);
+}
+
 zt_status zt_jobs_all(zt_jobs *jm, zt_job_info **jobs, int *n) {
     pthread_mutex_lock(&jm->mu);
     int count = jm->n_jobs;

@@ -200,6 +200,10 @@ void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w);
  * no limit. */
 zt_status zt_jobs_all(zt_jobs *jm, zt_job_info **jobs, int *n);
 
+/* How many jobs are in each state: count[s] for s in ZT_JOB_QUEUED..ZT_JOB_CANCELLED (count[0]
+ * is 0). Cheap: nothing is copied. */
+void zt_jobs_count_states(zt_jobs *jm, int count[ZT_JOB_CANCELLED + 1]);
+
 /* The configuration the manager runs with (for /healthz and messages). */
 const zt_jobs_config *zt_jobs_get_config(const zt_jobs *jm);
 

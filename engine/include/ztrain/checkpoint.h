@@ -12,6 +12,7 @@
 #ifndef ZTRAIN_CHECKPOINT_H
 #define ZTRAIN_CHECKPOINT_H
 
+#include <stdint.h>
 #include <stdbool.h>
 
 #include "ztrain/engine.h"
@@ -25,6 +26,25 @@ zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, co
 
 /* Reads dir/latest into tag[size]. Returns ZT_ERR_IO when there is no latest file. */
 zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size);
+
+/* One checkpoint directory under dir, as zt_ckpt_list_dir finds it. */
+typedef struct {
+    char *tag;          /* "global_step100" */
+    int64_t step;       /* from the tag's trailing digits; -1 when it has none */
+    bool complete;      /* the DONE marker exists, so it can be loaded */
+} zt_ckpt_entry;
+
+typedef struct {
+    zt_ckpt_entry *items;   /* sorted by step, then tag */
+    int n;
+    char *latest;           /* the tag dir/latest names, or NULL */
+} zt_ckpt_list;
+
+/* The checkpoints in dir (at most 10,000; checkpoints still being written, whose temporary
+ * directories start with '.', are left out). A missing or unreadable dir gives an empty list.
+ * Release with zt_ckpt_list_free. */
+void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out);
+void zt_ckpt_list_free(zt_ckpt_list *c);
 
 /* Restores the engine from dir/tag (tag NULL: latest): weights, optimizer state, schedule,
  * counters and data position. Refuses a tag without DONE, a different model shape, or a different

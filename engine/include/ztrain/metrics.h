@@ -18,6 +18,8 @@ typedef struct {
     FILE *f;
     char *path;
     int mirror_fd;  /* > 0: every record is also written here as one line (see below) */
+    char *line;     /* the record being formatted; grown once, reused for every record */
+    size_t cap;
 } zt_metrics_writer;
 
 /* Opens path for writing (append keeps earlier records, e.g. when a run resumes). */
