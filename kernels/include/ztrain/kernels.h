@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ztrain/dtype.h"
+
 typedef struct {
     float lr;
     float beta1, beta2, eps;
@@ -27,8 +29,6 @@ typedef struct {
     bool first_step; /* torch initialises the momentum buffer to the first gradient */
 } zt_sgd_args;
 
-/* Storage types of the mixed-precision path. 16-bit values are raw IEEE binary16 / bfloat16 bits. */
-typedef enum { ZT_F32 = 0, ZT_BF16, ZT_F16 } zt_dtype;
 
 typedef struct zt_kernels {
     const char *name;
