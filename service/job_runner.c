@@ -12,8 +12,7 @@
 #include "fsutil.h"
 #include "job_manager_internal.h"
 #include "proc_spawn.h"
-
-#define STOP_EXIT_STATUS 130     /* a rank that stopped on request */
+#include "rank_group.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* The queue                                                                                   */
@@ -189,29 +188,6 @@ static void on_log_line(void *group_ctx, int rank, const char *stream, const cha
     pthread_mutex_unlock(&jm->mu);
 }
 
-/* "rank 1 (pid 4242)", "rank 3 on n2 (pid 4242)", "rank 3 on n2". */
-static void describe_rank(char *buf, size_t size, int rank, pid_t pid, const char *host) {
-    int n = snprintf(buf, size, "rank %d", rank);
-    if (host && n >= 0 && (size_t)n < size)
-        n += snprintf(buf + n, size - (size_t)n, " on %s", host);
-    if (pid && n >= 0 && (size_t)n < size)
-        snprintf(buf + n, size - (size_t)n, " (pid %ld)", (long)pid);
-}
-
-static void describe_exit(char *buf, size_t size, int rank, pid_t pid, const char *host, int code,
-                          int sig, const char *last_stderr) {
-    char who[200];
-    describe_rank(who, sizeof who, rank, pid, host);
-    if (sig) {
-        const char *abbrev = sigabbrev_np(sig);
-        snprintf(buf, size, "%s was killed by signal %d (SIG%s)", who, sig, abbrev ? abbrev : "?");
-    } else if (last_stderr) {
-        snprintf(buf, size, "%s exited with status %d: %s", who, code, last_stderr);
-    } else {
-        snprintf(buf, size, "%s exited with status %d", who, code);
-    }
-}
-
 static void on_rank_exited(void *group_ctx, int rank, pid_t pid, const char *host, int exit_code,
                            int sig) {
     job *j = group_ctx;
@@ -225,10 +201,10 @@ static void on_rank_exited(void *group_ctx, int rank, pid_t pid, const char *hos
         pid = ri->pid;
     if (!host)
         host = j->hosts[rank];
-    bool failed = sig != 0 || (exit_code != 0 && exit_code != STOP_EXIT_STATUS);
+    zt_rank_exit x = {.pid = pid, .exit_status = exit_code, .term_signal = sig};
+    bool failed = zt_rank_exit_is_failure(&x, ZT_RANK_SENT_NONE);
     char what[1400];
-    describe_exit(what, sizeof what, rank, pid, host, exit_code, sig,
-                  failed ? j->last_stderr[rank] : NULL);
+    zt_rank_describe_exit(what, sizeof what, rank, host, &x, failed ? j->last_stderr[rank] : NULL);
     if (failed && j->failed_rank < 0) {
         j->failed_rank = rank;
         zt_jm_set_str(&j->fail_reason, what);
@@ -303,7 +279,8 @@ static void on_group_ended(void *group_ctx) {
     for (int r = 0; r < j->info.world_size; r++) {
         const zt_rank_info *ri = &j->info.ranks[r];
         all_zero &= ri->signal == 0 && ri->exit_code == 0;
-        all_stopped &= ri->signal == 0 && (ri->exit_code == 0 || ri->exit_code == STOP_EXIT_STATUS);
+        zt_rank_exit x = {.exit_status = ri->exit_code, .term_signal = ri->signal};
+        all_stopped &= !zt_rank_exit_is_failure(&x, ZT_RANK_SENT_NONE);
     }
     char ckpt[300];
     checkpoint_note(j, ckpt, sizeof ckpt);

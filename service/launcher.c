@@ -3,7 +3,7 @@
  * the whole group down when one rank fails, so a dead rank never leaves its peers running. */
 #define _GNU_SOURCE
 #include "launcher.h"
-#include "proc_spawn.h"
+#include "rank_group.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,19 +17,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-extern char **environ;
-
-#define STOP_EXIT_STATUS 130
-
-/* Variables the launcher sets for every rank. Slurm's and torchelastic's identity variables are
- * removed as well: when `ztrain run` itself runs inside a Slurm step they describe that step, not
- * the ranks started here, and zt_dist_from_env must not see two contradicting identities. */
-static const char *const replaced_vars[] = {
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "ZTRAIN_RUN_ID", "ZTRAIN_LAUNCHER_PID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS",
-    "SLURM_LOCALID", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
-};
 
 typedef struct {
     const zt_launch_options *opts;
@@ -75,98 +62,6 @@ static zt_status free_port(int *port) {
     return s;
 }
 
-static bool is_replaced(const char *entry) {
-    for (size_t i = 0; i < sizeof replaced_vars / sizeof *replaced_vars; i++) {
-        size_t len = strlen(replaced_vars[i]);
-        if (strncmp(entry, replaced_vars[i], len) == 0 && entry[len] == '=')
-            return true;
-    }
-    return false;
-}
-
-/* The ranks' environment: the launcher's, less replaced_vars, plus the identity variables. The
- * two per-rank entries are left for the caller to point at RANK= and LOCAL_RANK= strings. */
-typedef struct {
-    char **envp;
-    size_t rank_slot, local_rank_slot;
-    char fixed[8][160];
-} rank_env;
-
-/* The thread count OMP_NUM_THREADS gives the outermost level ("4" or "4,2"), or 0. */
-static int omp_threads_from_env(void) {
-    const char *v = getenv("OMP_NUM_THREADS");
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    long t = strtol(v, &end, 10);
-    return errno || end == v || (*end && *end != ',') || t < 1 || t > 1 << 20 ? 0 : (int)t;
-}
-
-static zt_status rank_env_init(rank_env *e, const zt_launch_options *o, const char *run_id,
-                               int port) {
-    size_t n = 0;
-    for (char **p = environ; *p; p++)
-        n++;
-    /* Room for the inherited entries, the fixed ones, RANK, LOCAL_RANK and the NULL. */
-    size_t n_fixed = sizeof e->fixed / sizeof e->fixed[0];
-    e->envp = calloc(n + n_fixed + 3, sizeof(char *));
-    if (!e->envp)
-        return zt_error(ZT_ERR_NOMEM, "out of memory building the ranks' environment");
-    /* An explicit thread count replaces the user's OMP_NUM_THREADS; without either, every
-     * rank's OpenMP runtime would start one thread per core, world_size times over. */
-    int cpus = zt_cpu_count(), threads = o->threads_per_rank;
-    bool set_threads = threads > 0 || !getenv("OMP_NUM_THREADS");
-    if (threads <= 0)
-        threads = set_threads ? (cpus / o->world_size > 0 ? cpus / o->world_size : 1)
-                              : omp_threads_from_env();
-    size_t k = 0;
-    for (char **p = environ; *p; p++)
-        if (!is_replaced(*p) && !(set_threads && strncmp(*p, "OMP_NUM_THREADS=", 16) == 0))
-            e->envp[k++] = *p;
-    int f = 0;
-    snprintf(e->fixed[f], sizeof e->fixed[f], "WORLD_SIZE=%d", o->world_size);
-    e->envp[k++] = e->fixed[f++];
-    snprintf(e->fixed[f], sizeof e->fixed[f], "LOCAL_WORLD_SIZE=%d", o->world_size);
-    e->envp[k++] = e->fixed[f++];
-    snprintf(e->fixed[f], sizeof e->fixed[f], "MASTER_ADDR=127.0.0.1");
-    e->envp[k++] = e->fixed[f++];
-    snprintf(e->fixed[f], sizeof e->fixed[f], "MASTER_PORT=%d", port);
-    e->envp[k++] = e->fixed[f++];
-    snprintf(e->fixed[f], sizeof e->fixed[f], "ZTRAIN_RUN_ID=%s", run_id);
-    e->envp[k++] = e->fixed[f++];
-    /* Lets a worker ask for SIGTERM when the launcher dies (PR_SET_PDEATHSIG), so that even a
-     * SIGKILLed launcher leaves no rank behind. */
-    snprintf(e->fixed[f], sizeof e->fixed[f], "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());
-    e->envp[k++] = e->fixed[f++];
-    if (set_threads) {
-        snprintf(e->fixed[f], sizeof e->fixed[f], "OMP_NUM_THREADS=%d", threads);
-        e->envp[k++] = e->fixed[f++];
-    }
-    /* When the ranks' threads outnumber the cores, libgomp's spin-waiting at the end of each
-     * parallel region keeps the core that another rank's thread needs: measured on 2 cores with
-     * 2 ranks of 2 threads, a step took 450 ms spinning and 3 ms passive. It cannot see the
-     * other processes, so the launcher tells it (unless the user chose a policy). */
-    if (threads > 0 && (long)threads * o->world_size > cpus && !getenv("OMP_WAIT_POLICY")) {
-        snprintf(e->fixed[f], sizeof e->fixed[f], "OMP_WAIT_POLICY=PASSIVE");
-        e->envp[k++] = e->fixed[f++];
-    }
-    ZT_ASSERT((size_t)f <= n_fixed);
-    e->rank_slot = k++;
-    e->local_rank_slot = k++;
-    e->envp[k] = NULL;
-    return ZT_OK;
-}
-
-static const char *signal_name(int sig, char *buf, size_t size) {
-    const char *abbrev = sigabbrev_np(sig);
-    if (abbrev)
-        snprintf(buf, size, " (SIG%s)", abbrev);
-    else
-        buf[0] = '\0';
-    return buf;
-}
-
 /* Sends sig to the whole group. Only while one of our ranks is unreaped: until then its pid (the
  * group id) cannot be reused, afterwards -pgid might name someone else's group. */
 static void signal_group(launch *l, int sig) {
@@ -192,14 +87,14 @@ static void kill_group(launch *l) {
     l->kill_sent = true;
 }
 
-static bool exit_is_failure(const launch *l, const zt_rank_exit *x) {
-    if (x->term_signal == 0)
-        return x->exit_status != 0 && x->exit_status != STOP_EXIT_STATUS;
-    /* A rank that died of the SIGTERM we forwarded for a stop (before it had installed its
-     * handler) was stopped, not broken; anything after our SIGKILL is ours too. */
-    if (x->term_signal == SIGTERM && l->user_signals > 0 && l->term_signals_sent == 1)
-        return false;
-    return !l->kill_sent;
+/* What the launcher had sent the group, for zt_rank_exit_is_failure: a rank that died of the
+ * SIGTERM forwarded for a stop (before it had installed its handler) was stopped, not broken;
+ * anything after our SIGKILL is ours too. */
+static zt_rank_sent sent_to_group(const launch *l) {
+    if (l->kill_sent)
+        return ZT_RANK_SENT_KILL;
+    return l->user_signals > 0 && l->term_signals_sent == 1 ? ZT_RANK_SENT_STOP
+                                                           : ZT_RANK_SENT_NONE;
 }
 
 /* Reaps every rank that has ended (with block, every rank), the one SIGCHLD named first (hint_pid):
@@ -241,7 +136,7 @@ static void reap_ended(launch *l, pid_t hint_pid, bool block) {
         }
         l->reaped[r] = 1;
         l->live--;
-        if (exit_is_failure(l, x))
+        if (zt_rank_exit_is_failure(x, sent_to_group(l)))
             failed[n_failed++] = r;
     }
     if (n_failed > 0 && l->first_failed < 0) {
@@ -308,36 +203,17 @@ static void supervise(launch *l, const sigset_t *waitset) {
     }
 }
 
-static void describe_exit(char *buf, size_t size, int rank, const zt_rank_exit *x) {
-    char name[32];
-    if (x->term_signal)
-        snprintf(buf, size, "rank %d (pid %ld) was killed by signal %d%s", rank, (long)x->pid,
-                 x->term_signal, signal_name(x->term_signal, name, sizeof name));
-    else if (x->exit_status >= 0)
-        snprintf(buf, size, "rank %d (pid %ld) exited with status %d", rank, (long)x->pid,
-                 x->exit_status);
-    else
-        snprintf(buf, size, "rank %d (pid %ld) ended, but its exit status was lost (reaped "
-                 "elsewhere)", rank, (long)x->pid);
-}
-
-/* Starts the ranks through zt_spawn: an empty signal mask (ours blocks SIGINT, SIGTERM and
+/* Starts the ranks through zt_rank_spawn: an empty signal mask (ours blocks SIGINT, SIGTERM and
  * SIGCHLD right now) and default dispositions even if our caller ignores some, no descriptor
  * other than 0-2 (the user's terminal), one process group. */
-static zt_status spawn_all(launch *l, rank_env *env) {
-    char rank_var[32], local_rank_var[32];
-    env->envp[env->rank_slot] = rank_var;
-    env->envp[env->local_rank_slot] = local_rank_var;
+static zt_status spawn_all(launch *l, zt_rank_env *env) {
     zt_status s = ZT_OK;
-    for (int r = 0; r < l->n && s == ZT_OK; r++) {
-        snprintf(rank_var, sizeof rank_var, "RANK=%d", r);
-        snprintf(local_rank_var, sizeof local_rank_var, "LOCAL_RANK=%d", r);
+    for (int r = 0; r < l->n; r++) {
         /* Rank 0 founds the group (pgid 0: its own pid); the others join it. The group exists
          * as long as rank 0 is unreaped, and nothing is reaped before every rank has started. */
-        zt_spawn_request req = {.program = l->opts->program, .argv = l->opts->argv,
-                                .envp = env->envp, .pgid = l->pgid, .inherit_stdio = true};
+        zt_rank_io io = {.pgid = l->pgid, .inherit_stdio = true};
         pid_t pid;
-        s = zt_spawn(&req, &pid, NULL);
+        s = zt_rank_spawn(env, r, &io, &pid, NULL);
         if (s != ZT_OK) {
             l->spawn_rank = r;
             snprintf(l->spawn_error, sizeof l->spawn_error, "%s", zt_last_error());
@@ -349,7 +225,6 @@ static zt_status spawn_all(launch *l, rank_env *env) {
         if (r == 0)
             l->pgid = pid;
     }
-    env->envp[env->rank_slot] = NULL;
     return s;
 }
 
@@ -384,10 +259,16 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
                  ts.tv_nsec);
     }
     int port = 0;
-    rank_env env = {0};
+    zt_rank_env env = {0};
+    zt_rank_group_spec spec = {.program = opts->program, .argv = opts->argv, .world_size = n,
+                               .env = ZT_RANK_ENV_INHERIT, .identity = ZT_RANK_ID_TORCHRUN,
+                               .master_addr = "127.0.0.1", .run_id = run_id,
+                               .threads_per_rank = opts->threads_per_rank,
+                               .wait = ZT_RANK_WAIT_AUTO, .cuda_devices = opts->cuda_devices};
     zt_status s = free_port(&port);
+    spec.master_port = port;
     if (s == ZT_OK)
-        s = rank_env_init(&env, opts, run_id, port);
+        s = zt_rank_env_init(&env, &spec);
     if (s != ZT_OK) {
         free(l.pids);
         free(l.reaped);
@@ -435,7 +316,8 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
     if (l.spawn_rank >= 0) {
         s = zt_error(ZT_ERR_IO, "cannot start rank %d: %s", l.spawn_rank, l.spawn_error);
     } else if (l.first_failed >= 0) {
-        describe_exit(why, sizeof why, l.first_failed, &l.exits[l.first_failed]);
+        zt_rank_describe_exit(why, sizeof why, l.first_failed, NULL, &l.exits[l.first_failed],
+                              NULL);
         s = zt_error(ZT_ERR_IO, "%s", why);
         res->failed_rank = l.first_failed;
     } else {
@@ -446,7 +328,7 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
             if (l.exits[r].exit_status != 0)
                 res->stopped = true;
     }
-    free(env.envp);
+    zt_rank_env_free(&env);
     free(l.pids);
     free(l.reaped);
     if (!opts->exits)

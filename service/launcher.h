@@ -1,6 +1,6 @@
 /* Starting and supervising the rank processes of one job on this host.
  *
- * `ztrain run` (and later ztraind's job manager) hands zt_launch_ranks a worker program and its
+ * `ztrain run` hands zt_launch_ranks a worker program and its
  * arguments; it starts world_size copies as one new process group, gives each its identity in the
  * torchrun environment, and waits until every rank has ended. The first rank to fail takes the
  * whole group down with it, so a job never ends with some of its ranks still running. */
@@ -10,14 +10,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "rank_group.h"
 #include "ztrain/status.h"
-
-/* How one rank ended, exit status and signal recorded apart (as waitpid reports them). */
-typedef struct {
-    pid_t pid;         /* 0 when the rank was never started */
-    int exit_status;   /* the status passed to exit(), or -1 when a signal ended the process */
-    int term_signal;   /* the signal that ended the process, or 0 when it exited */
-} zt_rank_exit;
 
 typedef struct {
     const char *program;    /* path of the worker executable; it is not searched in PATH */
@@ -29,9 +23,13 @@ typedef struct {
     /* OpenMP threads per rank (OMP_NUM_THREADS); 0: the user's OMP_NUM_THREADS if set, else
      * max(1, cpus / world_size) with cpus from this process's affinity mask. */
     int threads_per_rank;
+    /* world_size strings, rank r's CUDA_VISIBLE_DEVICES (see zt_rank_group_spec); NULL: the
+     * ranks inherit the user's CUDA_VISIBLE_DEVICES, if any, like the rest of the environment. */
+    const char *const *cuda_devices;
     /* Seconds the ranks get to exit after SIGTERM before they are sent SIGKILL (<= 0: 5 s). */
     double grace_s;
-    /* If not NULL, world_size entries the launcher fills with how each rank ended. */
+    /* If not NULL, world_size entries the launcher fills with how each rank ended (pid 0: the
+     * rank was never started). */
     zt_rank_exit *exits;
 } zt_launch_options;
 
@@ -50,8 +48,9 @@ typedef struct {
  * Each rank gets the launcher's environment plus RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
  * MASTER_ADDR=127.0.0.1, MASTER_PORT (a port that was free on loopback), ZTRAIN_RUN_ID,
  * ZTRAIN_LAUNCHER_PID, and OMP_NUM_THREADS (see threads_per_rank); OMP_WAIT_POLICY=PASSIVE
- * when the ranks' threads outnumber the cores and the user chose no policy. Slurm's and
- * torchelastic's identity variables are removed so that they cannot contradict these.
+ * when the ranks' threads outnumber the cores and the user chose no policy; CUDA_VISIBLE_DEVICES
+ * when cuda_devices assigns GPUs. Slurm's and torchelastic's identity variables are removed so
+ * that they cannot contradict these (rank_group.h: ZT_RANK_ENV_INHERIT, ZT_RANK_WAIT_AUTO).
  * Ranks inherit stdin, stdout and stderr and no other descriptor, start with default signal
  * dispositions and an empty signal mask, and form one new process group whose id is rank 0's pid.
  *

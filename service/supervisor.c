@@ -11,7 +11,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,99 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proc_spawn.h"
-#include "strfmt.h"
 #include "supervisor_internal.h"
-
-extern char **environ;
 
 #define POLL_MS 200
 #define LINE_BYTES 16384            /* longer lines are split */
 #define DRAIN_AFTER_REAP_S 1.0      /* pipes held open by a stray grandchild stop counting */
-
-/* ------------------------------------------------------------------------------------------ */
-/* The ranks' environment                                                                      */
-
-/* What a rank inherits from the daemon: locale, paths, and the knobs of the libraries it runs
- * on. Anything else (the daemon's token, a user's stray settings) stays out. */
-static const char *const inherited_names[] = {
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
-    "CUDA_VISIBLE_DEVICES", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ZTRAIN_COMM_TIMEOUT_S",
-    "ZTRAIN_OPTIM_ISA", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES",
-};
-static const char *const inherited_prefixes[] = {"LC_", "NCCL_", "ASAN_", "UBSAN_", "LSAN_"};
-
-static bool is_inherited(const char *entry) {
-    const char *eq = strchr(entry, '=');
-    if (!eq)
-        return false;
-    size_t len = (size_t)(eq - entry);
-    for (size_t i = 0; i < sizeof inherited_names / sizeof *inherited_names; i++)
-        if (strlen(inherited_names[i]) == len && strncmp(entry, inherited_names[i], len) == 0)
-            return true;
-    for (size_t i = 0; i < sizeof inherited_prefixes / sizeof *inherited_prefixes; i++)
-        if (strncmp(entry, inherited_prefixes[i], strlen(inherited_prefixes[i])) == 0)
-            return true;
-    return false;
-}
-
-static void env_add(env_list *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void env_add(env_list *e, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = zt_vstrfmt(fmt, ap);
-    va_end(ap);
-    ZT_ASSERT(s && e->n_owned < 16);
-    e->owned[e->n_owned++] = s;
-    e->envp[e->n++] = s;
-    e->envp[e->n] = NULL;
-}
-
-void zt_sup_env_free(env_list *e) {
-    for (int i = 0; i < e->n_owned; i++)
-        free(e->owned[i]);
-    free(e->envp);
-}
-
-/* The environment shared by every rank of a group; RANK and LOCAL_RANK are added per rank.
- * A Slurm group's (listener given) is srun's, which passes it on to every task: it carries no
- * torchrun identity, since the ranks must take Slurm's (zt_dist_from_env reads RANK and
- * WORLD_SIZE first), and no ZTRAIN_LAUNCHER_PID (a task's parent is slurmstepd). */
-zt_status zt_sup_env_build(env_list *e, const zt_group_spec *spec,
-                           const zt_metrics_listener *listener) {
-    size_t n = 0;
-    for (char **p = environ; *p; p++)
-        n++;
-    e->envp = calloc(n + 20, sizeof(char *));
-    if (!e->envp)
-        return zt_error(ZT_ERR_NOMEM, "out of memory building the ranks' environment");
-    for (char **p = environ; *p; p++)
-        if (is_inherited(*p) || (listener && strncmp(*p, "SLURM_CONF=", 11) == 0))
-            e->envp[e->n++] = *p;
-    ZT_ASSERT(spec->threads_per_rank > 0);
-    env_add(e, "OMP_NUM_THREADS=%d", spec->threads_per_rank);
-    if (listener) {
-        /* Unique across daemons and hosts: the job name. The shm backend names its segment
-         * after it, and every rank of the step gets the same one. */
-        env_add(e, "ZTRAIN_RUN_ID=%s", spec->run_id);
-        env_add(e, "ZTRAIN_METRICS_ADDR=%s", zt_metrics_listener_addr(listener));
-        env_add(e, "ZTRAIN_METRICS_TOKEN=%s", zt_metrics_listener_token(listener));
-        env_add(e, "ZTRAIN_REPORT_PLACEMENT=1");
-        return ZT_OK;
-    }
-    if (spec->passive_wait && !getenv("OMP_WAIT_POLICY"))
-        env_add(e, "OMP_WAIT_POLICY=PASSIVE");
-    env_add(e, "WORLD_SIZE=%d", spec->world_size);
-    env_add(e, "LOCAL_WORLD_SIZE=%d", spec->world_size);
-    env_add(e, "MASTER_ADDR=127.0.0.1");
-    /* The shm backend rendezvous through ZTRAIN_RUN_ID, not the port; one is set all the same
-     * because the environment contract of a rank includes it. */
-    env_add(e, "MASTER_PORT=%d", 29500);
-    /* Unique on the host even with several daemons: the shm backend names its segment after it. */
-    env_add(e, "ZTRAIN_RUN_ID=ztraind%ld-%s", (long)getpid(), spec->run_id);
-    env_add(e, "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());
-    return ZT_OK;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Groups                                                                                      */
@@ -187,10 +98,24 @@ static zt_status abandon_group(zt_rank_group *g, zt_status st) {
     return zt_error(st, "%s", msg);
 }
 
+/* The local ranks: one zt_rank_spawn each, with the whitelist environment and the torchrun
+ * identity, stdout and stderr on pipes, and rank 0's metrics pipe as its fd 3. */
 static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t *pids) {
-    env_list env = {0};
-    zt_status st = zt_sup_env_build(&env, spec, NULL);
-    size_t rank_slot = env.n;
+    /* Unique on the host even with several daemons: the shm backend names its segment after it. */
+    char run_id[160];
+    snprintf(run_id, sizeof run_id, "ztraind%ld-%s", (long)getpid(), spec->run_id);
+    ZT_ASSERT(spec->threads_per_rank > 0);
+    /* The shm backend meets through ZTRAIN_RUN_ID, not the port; one is set all the same
+     * because the environment contract of a rank includes it. */
+    zt_rank_group_spec rs = {
+        .program = spec->program, .argv = spec->argv, .cwd = spec->cwd,
+        .world_size = spec->world_size, .env = ZT_RANK_ENV_WHITELIST,
+        .identity = ZT_RANK_ID_TORCHRUN, .master_addr = "127.0.0.1", .master_port = 29500,
+        .run_id = run_id, .threads_per_rank = spec->threads_per_rank,
+        .wait = spec->passive_wait ? ZT_RANK_WAIT_PASSIVE : ZT_RANK_WAIT_DEFAULT,
+        .cuda_devices = spec->cuda_devices};
+    zt_rank_env env;
+    zt_status st = zt_rank_env_init(&env, &rs);
     for (int r = 0; st == ZT_OK && r < spec->world_size; r++) {
         int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, met_p[2] = {-1, -1};
         st = zt_sup_open_pipe(out_p);
@@ -198,19 +123,10 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
             st = zt_sup_open_pipe(err_p);
         if (st == ZT_OK && r == 0)
             st = zt_sup_open_pipe(met_p);
-        char rank_var[32], local_var[48], metrics_var[32];
-        snprintf(rank_var, sizeof rank_var, "RANK=%d", r);
-        snprintf(local_var, sizeof local_var, "LOCAL_RANK=%d", r);
-        snprintf(metrics_var, sizeof metrics_var, "ZTRAIN_METRICS_FD=3");
-        env.envp[rank_slot] = rank_var;
-        env.envp[rank_slot + 1] = local_var;
-        env.envp[rank_slot + 2] = r == 0 ? metrics_var : NULL;
-        env.envp[rank_slot + 3] = NULL;
-        zt_spawn_request req = {.program = spec->program, .argv = spec->argv, .envp = env.envp,
-                                .cwd = spec->cwd, .pgid = g->pgid, .stdout_fd = out_p[1],
-                                .stderr_fd = err_p[1], .fd3 = r == 0 ? met_p[1] : 0};
+        zt_rank_io io = {.pgid = g->pgid, .stdout_fd = out_p[1], .stderr_fd = err_p[1],
+                         .metrics_fd = r == 0 ? met_p[1] : -1};
         if (st == ZT_OK)
-            st = zt_spawn(&req, &g->procs[r].pid, &g->procs[r].pidfd);
+            st = zt_rank_spawn(&env, r, &io, &g->procs[r].pid, &g->procs[r].pidfd);
         /* Our copies of the write ends close now, so EOF comes when the rank's do. */
         if (out_p[1] >= 0)
             close(out_p[1]);
@@ -230,7 +146,7 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
                 pids[r] = g->procs[r].pid;
         }
     }
-    zt_sup_env_free(&env);
+    zt_rank_env_free(&env);
     return st;
 }
 

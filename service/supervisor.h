@@ -63,6 +63,10 @@ typedef struct {
      * share the cores, and OpenMP threads spinning at barriers would take them. */
     bool passive_wait;
     const char *run_id;        /* ZTRAIN_RUN_ID: names the ranks' shm segment */
+    /* Local groups: world_size strings, the GPUs each rank may use (its CUDA_VISIBLE_DEVICES,
+     * see rank_group.h); NULL: none assigned, and the daemon's own CUDA_VISIBLE_DEVICES, if
+     * any, is passed on. */
+    const char *const *cuda_devices;
     /* After a rank fails, the others get SIGTERM, then SIGKILL after this many seconds. */
     double fail_grace_s;
     /* NULL: the ranks are local processes. Else one srun places them on the Slurm cluster
@@ -76,8 +80,9 @@ void zt_supervisor_destroy(zt_supervisor *s);
 /* Makes the thread run `tick` soon. Any thread. */
 void zt_supervisor_wake(zt_supervisor *s);
 
-/* Supervisor thread only (from tick). Starts world_size ranks with a clean environment (a short
- * list of inherited variables, the torchrun identity, ZTRAIN_METRICS_FD=3 for rank 0). pids gets
+/* Supervisor thread only (from tick). Starts world_size ranks with a clean environment
+ * (rank_group.h: a short list of inherited variables, the torchrun identity, OMP_NUM_THREADS,
+ * CUDA_VISIBLE_DEVICES from cuda_devices, ZTRAIN_METRICS_FD=3 for rank 0). pids gets
  * world_size entries. On failure nothing is left running and no callback will come.
  *
  * With spec->slurm it starts one srun instead, whose environment carries no torchrun identity

@@ -11,9 +11,8 @@
 #include <time.h>
 
 #include "metrics_listener.h"
+#include "rank_group.h"
 #include "supervisor.h"
-
-#define STOP_EXIT_STATUS 130        /* a rank that stopped on request */
 
 typedef struct {
     int fd;                 /* -1 once closed */
@@ -91,22 +90,12 @@ static inline double zt_sup_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* A rank's end that takes its group down: a signal, or a status other than 0 and 130. */
+/* A rank's end that takes its group down: rank_group.h's verdict. The supervisor's own signals
+ * need no exception: a group that is being torn down is not torn down again. */
 static inline bool zt_sup_rank_failed(int exit_code, int sig) {
-    return sig != 0 || (exit_code != 0 && exit_code != STOP_EXIT_STATUS);
+    zt_rank_exit x = {.exit_status = exit_code, .term_signal = sig};
+    return zt_rank_exit_is_failure(&x, ZT_RANK_SENT_NONE);
 }
-
-typedef struct {
-    char **envp;
-    char *owned[16];
-    int n_owned;
-    size_t n;
-} env_list;
-
-/* supervisor.c: the environment of a group's ranks (of its srun when listener is given). */
-zt_status zt_sup_env_build(env_list *e, const zt_group_spec *spec,
-                           const zt_metrics_listener *listener);
-void zt_sup_env_free(env_list *e);
 /* Signals the group's process group while one of its processes is unreaped. */
 void zt_sup_signal_group(zt_rank_group *g, int sig);
 /* A close-on-exec pipe whose read end is non-blocking. */

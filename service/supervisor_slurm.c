@@ -48,9 +48,22 @@ zt_status zt_sup_start_slurm(const zt_group_spec *spec, zt_rank_group *g, pid_t 
     char **argv = zt_slurm_srun_argv(spec->slurm, spec->argv);
     if (!argv)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
-    env_list env = {0};
+    /* srun's environment, which it passes on to every task: the whitelist, the run id (the job
+     * name: unique across daemons and hosts, and the same for every rank of the step; the shm
+     * backend names its segment after it), and how rank 0 reaches the metrics endpoint. */
+    char addr_var[400], token_var[100];
+    snprintf(addr_var, sizeof addr_var, "ZTRAIN_METRICS_ADDR=%s",
+             zt_metrics_listener_addr(sl->listener));
+    snprintf(token_var, sizeof token_var, "ZTRAIN_METRICS_TOKEN=%s",
+             zt_metrics_listener_token(sl->listener));
+    const char *extra[] = {addr_var, token_var, "ZTRAIN_REPORT_PLACEMENT=1", NULL};
+    ZT_ASSERT(spec->threads_per_rank > 0);
+    zt_rank_group_spec rs = {.world_size = spec->world_size, .env = ZT_RANK_ENV_WHITELIST,
+                             .identity = ZT_RANK_ID_SLURM, .run_id = spec->run_id,
+                             .threads_per_rank = spec->threads_per_rank, .extra_env = extra};
+    zt_rank_env env;
     int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
-    zt_status st = zt_sup_env_build(&env, spec, sl->listener);
+    zt_status st = zt_rank_env_init(&env, &rs);
     if (st == ZT_OK)
         st = zt_sup_open_pipe(out_p);
     if (st == ZT_OK)
@@ -65,7 +78,7 @@ zt_status zt_sup_start_slurm(const zt_group_spec *spec, zt_rank_group *g, pid_t 
         close(err_p[1]);
     g->pipes[0].fd = out_p[0];
     g->pipes[1].fd = err_p[0];
-    zt_sup_env_free(&env);
+    zt_rank_env_free(&env);
     zt_slurm_argv_free(argv);
     if (st != ZT_OK)
         return st;
@@ -302,9 +315,10 @@ void zt_sup_reap_srun(zt_supervisor *s, zt_rank_group *g) {
     pthread_mutex_unlock(&s->mu);
     char text[800];
     if (sig) {
-        const char *abbrev = sigabbrev_np(sig);
-        snprintf(text, sizeof text, "srun (pid %ld) was killed by signal %d (SIG%s); the job was "
-                 "cancelled in Slurm", (long)g->procs[0].pid, sig, abbrev ? abbrev : "?");
+        char what[64];
+        zt_rank_describe_signal(what, sizeof what, sig);
+        snprintf(text, sizeof text, "srun (pid %ld) was killed by %s; the job was cancelled in "
+                 "Slurm", (long)g->procs[0].pid, what);
         if (!tearing_down)
             s->cb.launch_event(g->ctx, ZT_LAUNCH_FAILED, text);
         for (int r = 0; sl->ranks_seen && r < g->n; r++)
