@@ -15,7 +15,7 @@
 struct zt_engine {
     zt_ds_config ds;
     zt_engine_options opts;
-    const zt_kernels *k;
+    zt_backend *be;             /* where the model, gradients and optimizer state live */
     zt_model *model;
     zt_optimizer opt;
     zt_zero zero;
@@ -78,7 +78,6 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         return zt_error(ZT_ERR_NOMEM, "engine: out of memory");
     e->ds = *ds;
     e->opts = *opts;
-    e->k = zt_kernels_cpu();
     e->grad_norm = NAN;
     e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
     e->dtype = ds->bf16.enabled ? ZT_BF16 : ds->fp16.enabled ? ZT_F16 : ZT_F32;
@@ -86,20 +85,21 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
      * STEP not finite: how tests reach the overflow paths on purpose. */
     e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->rank);
     zt_loss_scaler_init(&e->scaler, ds);
-    zt_status s = ZT_OK;
-    if (e->world != ds->world_size)
+    zt_backend_options bo = {.threads = opts->threads};
+    zt_status s = zt_backend_create(&e->be, opts->device, &bo);
+    if (s == ZT_OK && e->world != ds->world_size)
         s = zt_error(ZT_ERR_INVALID, "engine: the job has %d ranks but the config was read for %d",
                      e->world, ds->world_size);
     /* Equal slices, each a multiple of 16 floats so every rank's slice stays 64-byte aligned. */
     if (s == ZT_OK)
-        s = zt_model_create(&e->model, spec, e->k, ds->train_micro_batch_size_per_gpu,
+        s = zt_model_create(&e->model, spec, e->be, ds->train_micro_batch_size_per_gpu,
                             16 * (size_t)e->world);
     if (s == ZT_OK) {
-        e->model->act_dtype = e->dtype;
+        e->model->ctx.act = e->dtype;
         if (spec->init_from)
             s = zt_model_load_safetensors(e->model, spec->init_from);
         else
-            e->model->ops->init_weights(e->model, opts->seed);
+            s = e->model->ops->init_weights(e->model, opts->seed);
     }
     bool offload_optimizer = ds->zero.offload_optimizer.device != ZT_OFFLOAD_NONE;
     if (s == ZT_OK)
@@ -112,9 +112,9 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         size_t n = ds->zero.stage == 0 ? e->model->n_padded : e->zero.part;
         /* Offloaded, the state belongs to the store (zero.h), which streams it to the kernel. */
         if (offload_optimizer)
-            zt_optimizer_init_external(&e->opt, &ds->optimizer, e->k, n);
+            zt_optimizer_init_external(&e->opt, &ds->optimizer, e->be, n);
         else
-            s = zt_optimizer_init(&e->opt, &ds->optimizer, e->k, n);
+            s = zt_optimizer_init(&e->opt, &ds->optimizer, e->be, n);
     }
     if (s == ZT_OK)
         s = start_offload(e);
@@ -154,6 +154,7 @@ void zt_engine_destroy(zt_engine *e) {
         zt_loader_free(&e->loader);
     free(e->batch_inputs);
     free(e->batch_targets);
+    zt_backend_destroy(e->be);
     free(e);
 }
 
@@ -226,7 +227,7 @@ static void clip_gradients(zt_engine *e, float *g, size_t count, double norm) {
         return;
     double coef = e->ds.gradient_clipping / (norm + 1e-6);
     if (coef < 1.0)
-        e->k->scale(g, count, (float)coef);
+        e->be->ops->scale(&e->model->ctx, g, count, (float)coef);
 }
 
 static void log_step(zt_engine *e) {

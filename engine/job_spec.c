@@ -261,13 +261,16 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
                                  job->world_size);
     const char *device = "cpu";
     ZT_TRY(zt_json_get_string(&top, "device", &device, NULL));
-    if (strcmp(device, "cuda") == 0)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: device \"cuda\" is not supported yet in this build",
-                        source);
-    if (strcmp(device, "cpu") != 0)
+    if (strcmp(device, "cpu") == 0)
+        job->device = ZT_DEVICE_CPU;
+    else if (strcmp(device, "cuda") == 0)
+        job->device = ZT_DEVICE_CUDA;
+    else
         return zt_json_key_error(ZT_ERR_INVALID, &top, "device", "must be \"cpu\" or \"cuda\", got \"%s\"",
                                  device);
-    job->device = ZT_DEVICE_CPU;
+    if (!zt_backend_available(job->device))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: device \"%s\" is not supported yet in this build "
+                        "(configure with -DZT_CUDA=ON)", source, device);
 
     ZT_TRY(parse_model(&job->model, &top, job->base_dir));
     ZT_TRY(parse_data(&job->data, &top, job->base_dir));

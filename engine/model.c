@@ -3,107 +3,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "ztrain/model.h"
 #include "ztrain/safetensors.h"
 
-zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
+zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                           int max_batch, size_t pad_to) {
     if (strcmp(spec->type, "gpt2") == 0)
-        return zt_gpt2_create(out, spec, k, max_batch, pad_to ? pad_to : 1);
+        return zt_gpt2_create(out, spec, be, max_batch, pad_to ? pad_to : 1);
     return zt_error(ZT_ERR_INVALID, "model.type '%s' is not known (available: gpt2)", spec->type);
 }
 
-static float *map_floats(size_t n) {
-    void *p = mmap(NULL, (n ? n : 1) * sizeof(float), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
+static size_t flat_bytes(const zt_model *m) { return m->n_padded * sizeof(float); }
 
 zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to) {
     m->n_padded = (m->n_params + pad_to - 1) / pad_to * pad_to;
-    m->params = map_floats(m->n_padded);
-    m->grads = map_floats(m->n_padded);
+    m->params = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, flat_bytes(m));
+    m->grads = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, flat_bytes(m));
     if (!m->params || !m->grads)
-        return zt_error(ZT_ERR_NOMEM, "%s: cannot map %zu parameters", m->spec.type, m->n_padded);
+        return zt_error(ZT_ERR_NOMEM, "%s: cannot allocate %zu parameters on %s", m->spec.type,
+                        m->n_padded, m->ctx.be->name);
     return ZT_OK;
 }
 
 void zt_model_free_flat(zt_model *m) {
-    size_t bytes = (m->n_padded ? m->n_padded : 1) * sizeof(float);
-    if (m->params)
-        munmap(m->params, bytes);
-    if (m->grads)
-        munmap(m->grads, bytes);
+    zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, m->params, flat_bytes(m));
+    zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, m->grads, flat_bytes(m));
     m->params = m->grads = NULL;
 }
 
-/* Byte-level versions: x is page-aligned, [lo, hi) are byte offsets. */
-static void release_bytes(unsigned char *x, size_t lo, size_t hi) {
-    if (hi <= lo)
-        return;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t first = (lo + page - 1) / page * page, last = hi / page * page;
-    if (first >= last) {
-        memset(x + lo, 0, hi - lo);
-        return;
-    }
-    memset(x + lo, 0, first - lo);
-    memset(x + last, 0, hi - last);
-    madvise(x + first, last - first, MADV_DONTNEED);
-}
-
-static size_t resident_bytes(const unsigned char *x, size_t lo, size_t hi) {
-    if (hi <= lo)
-        return 0;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t first = lo / page * page, pages = (hi - first + page - 1) / page;
-    unsigned char vec[4096];
-    size_t bytes = 0;
-    for (size_t p0 = 0; p0 < pages; p0 += sizeof vec) {
-        size_t np = pages - p0 < sizeof vec ? pages - p0 : sizeof vec;
-        if (mincore((void *)(x + first + p0 * page), np * page, vec) != 0)
-            return 0;
-        for (size_t i = 0; i < np; i++) {
-            if (!(vec[i] & 1))
-                continue;
-            /* Count only the part of a resident page that lies inside [lo, hi). */
-            size_t a = first + (p0 + i) * page, b = a + page;
-            a = a < lo ? lo : a;
-            b = b > hi ? hi : b;
-            bytes += b - a;
-        }
-    }
-    return bytes;
-}
-
-void zt_flat_release(float *x, size_t lo, size_t hi) {
-    release_bytes((unsigned char *)x, lo * sizeof(float), hi * sizeof(float));
-}
-
-size_t zt_flat_resident_bytes(const float *x, size_t lo, size_t hi) {
-    return resident_bytes((const unsigned char *)x, lo * sizeof(float), hi * sizeof(float));
-}
-
-void zt_half_release(uint16_t *x, size_t lo, size_t hi) {
-    release_bytes((unsigned char *)x, lo * 2, hi * 2);
-}
-
-size_t zt_half_resident_bytes(const uint16_t *x, size_t lo, size_t hi) {
-    return resident_bytes((const unsigned char *)x, lo * 2, hi * 2);
-}
-
-uint16_t *zt_half_map(size_t n) {
-    void *p = mmap(NULL, (n ? n : 1) * 2, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-void zt_half_unmap(uint16_t *x, size_t n) {
-    if (x)
-        munmap(x, (n ? n : 1) * 2);
+void zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n) {
+    zt_backend_copy(m->ctx.be, m->params + at, src, n * sizeof(float), ZT_COPY_H2D,
+                    ZT_STREAM_COMPUTE);
 }
 
 void zt_model_destroy(zt_model *m) {
@@ -149,25 +80,55 @@ static zt_status check_tied_head(const zt_model *m, const zt_st_file *f, const c
         return ZT_OK;
     if (head->ndim != 2 || head->shape[0] != wte->shape[0] || head->shape[1] != wte->shape[1])
         return zt_error(ZT_ERR_FORMAT, "%s: lm_head.weight does not have wte.weight's shape", path);
-    float *tmp = malloc(wte->numel * sizeof(float));
-    if (!tmp)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    zt_status s = zt_st_read_f32(f, head, tmp, wte->numel);
-    if (s == ZT_OK && memcmp(tmp, m->params + wte->offset, wte->numel * sizeof(float)) != 0)
-        s = zt_error(ZT_ERR_FORMAT,
-                     "%s: lm_head.weight differs from wte.weight, but GPT-2 here ties the LM head "
-                     "to the token embedding",
-                     path);
-    free(tmp);
+    size_t bytes = wte->numel * sizeof(float);
+    float *file = malloc(bytes), *model = malloc(bytes);
+    zt_status s = file && model ? zt_st_read_f32(f, head, file, wte->numel)
+                                : zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    if (s == ZT_OK) {
+        zt_backend_copy(m->ctx.be, model, m->params + wte->offset, bytes, ZT_COPY_D2H,
+                        ZT_STREAM_COMPUTE);
+        if (memcmp(file, model, bytes) != 0)
+            s = zt_error(ZT_ERR_FORMAT,
+                         "%s: lm_head.weight differs from wte.weight, but GPT-2 here ties the LM "
+                         "head to the token embedding",
+                         path);
+    }
+    free(file);
+    free(model);
     return s;
+}
+
+/* Reads one tensor (st, already checked against t; rows beyond t's are left out) into the
+ * parameters through host staging of t's size. */
+static zt_status read_param(zt_model *m, const zt_st_file *f, const zt_st_tensor *st,
+                            const zt_tensor_info *t, float *staging) {
+    zt_st_tensor head = *st;
+    if (st->shape[0] > t->shape[0]) {
+        head.shape[0] = t->shape[0];
+        head.nbytes = st->nbytes / (size_t)st->shape[0] * (size_t)t->shape[0];
+    }
+    ZT_TRY(zt_st_read_f32(f, &head, staging, t->numel));
+    zt_model_set_params(m, t->offset, staging, t->numel);
+    return ZT_OK;
+}
+
+static size_t largest_tensor(const zt_model *m) {
+    size_t n = 1;
+    for (int i = 0; i < m->n_tensors; i++)
+        n = m->tensors[i].numel > n ? m->tensors[i].numel : n;
+    return n;
 }
 
 zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
     zt_st_file f;
     ZT_TRY(zt_st_open(&f, path));
     zt_status s = ZT_OK;
+    size_t staging_bytes = largest_tensor(m) * sizeof(float);
     char *seen = calloc((size_t)m->n_tensors, 1);
-    if (!seen) {
+    float *staging = zt_backend_alloc(m->ctx.be, ZT_MEM_PINNED, staging_bytes);
+    if (!seen || !staging) {
+        free(seen);
+        zt_backend_free(m->ctx.be, ZT_MEM_PINNED, staging, staging_bytes);
         zt_st_close(&f);
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
     }
@@ -202,14 +163,7 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
                          path, st->name, got, want);
             break;
         }
-        if (crop) {
-            zt_st_tensor head = *st;
-            head.shape[0] = t->shape[0];
-            head.nbytes = st->nbytes / (size_t)st->shape[0] * (size_t)t->shape[0];
-            s = zt_st_read_f32(&f, &head, m->params + t->offset, t->numel);
-        } else {
-            s = zt_st_read_f32(&f, st, m->params + t->offset, t->numel);
-        }
+        s = read_param(m, &f, st, t, staging);
         seen[t - m->tensors] = 1;
     }
     for (int i = 0; i < m->n_tensors && s == ZT_OK; i++) {
@@ -219,21 +173,42 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
     if (s == ZT_OK)
         s = check_tied_head(m, &f, path);
     free(seen);
+    zt_backend_free(m->ctx.be, ZT_MEM_PINNED, staging, staging_bytes);
     zt_st_close(&f);
     return s;
 }
 
+/* The writer asks for a tensor's values piece by piece; they come from the device. */
+typedef struct {
+    const zt_model *m;
+    size_t offset;
+} param_reader;
+
+static zt_status read_params(void *ctx, size_t first, float *dst, size_t n) {
+    const param_reader *r = ctx;
+    zt_backend_copy(r->m->ctx.be, dst, r->m->params + r->offset + first, n * sizeof(float),
+                    ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    return ZT_OK;
+}
+
 zt_status zt_model_save_safetensors(const zt_model *m, const char *path) {
     zt_st_entry *e = calloc((size_t)m->n_tensors, sizeof *e);
-    if (!e)
+    zt_st_source *src = calloc((size_t)m->n_tensors, sizeof *src);
+    param_reader *readers = calloc((size_t)m->n_tensors, sizeof *readers);
+    if (!e || !src || !readers) {
+        free(e);
+        free(src);
+        free(readers);
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    }
     for (int i = 0; i < m->n_tensors; i++) {
         const zt_tensor_info *t = &m->tensors[i];
         e[i].name = t->name;
-        e[i].data = m->params + t->offset;
         e[i].ndim = t->ndim;
         e[i].shape[0] = t->shape[0];
         e[i].shape[1] = t->shape[1];
+        readers[i] = (param_reader){m, t->offset};
+        src[i] = (zt_st_source){read_params, &readers[i]};
     }
     char dims[5][32];
     snprintf(dims[0], sizeof dims[0], "%d", m->spec.n_layer);
@@ -244,7 +219,9 @@ zt_status zt_model_save_safetensors(const zt_model *m, const char *path) {
     const char *keys[] = {"format", "model_type", "n_layer", "n_head", "n_embd", "vocab_size",
                           "block_size"};
     const char *values[] = {"pt", m->spec.type, dims[0], dims[1], dims[2], dims[3], dims[4]};
-    zt_status s = zt_st_write(path, e, m->n_tensors, keys, values, 7);
+    zt_status s = zt_st_write_sources(path, e, src, m->n_tensors, keys, values, 7);
     free(e);
+    free(src);
+    free(readers);
     return s;
 }

@@ -7,38 +7,36 @@
 
 #include "ztrain/optimizer.h"
 
-/* One moment buffer, zeroed and 64-byte aligned (a cache line, and an AVX-512 vector). The size is
- * rounded up to whole 64 bytes, as aligned_alloc requires, and is never 0, so a zero-length slice
- * still has valid, distinct pointers. */
-static zt_status alloc_state(float **out, size_t n, const char *what) {
-    if (n > (SIZE_MAX - 64) / sizeof(float))
+static size_t state_bytes(const zt_optimizer *o) { return (o->n ? o->n : 1) * sizeof(float); }
+
+/* One moment buffer of n floats in the backend's memory, zeroed; never 0 bytes, so a zero-length
+ * slice still has valid, distinct pointers. It is written once here, so its memory is taken now
+ * (a rank that cannot hold its optimizer state fails at the start, not at its first step). */
+static zt_status alloc_state(zt_optimizer *o, float **out, const char *what) {
+    if (o->n > SIZE_MAX / sizeof(float) - 1)
         return zt_error(ZT_ERR_NOMEM, "optimizer: %zu parameters overflow the size of the %s buffer",
-                        n, what);
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    if (bytes == 0)
-        bytes = 64;
-    float *p = aligned_alloc(64, bytes);
-    if (!p)
-        return zt_error(ZT_ERR_NOMEM, "optimizer: cannot allocate %zu bytes for the %s of %zu "
-                        "parameters", bytes, what, n);
-    memset(p, 0, bytes);
-    *out = p;
+                        o->n, what);
+    *out = zt_backend_alloc(o->ctx.be, ZT_MEM_DEVICE, state_bytes(o));
+    if (!*out)
+        return zt_error(ZT_ERR_NOMEM, "optimizer: cannot allocate %zu bytes on %s for the %s of "
+                        "%zu parameters", state_bytes(o), o->ctx.be->name, what, o->n);
+    zt_backend_zero(o->ctx.be, *out, state_bytes(o), ZT_STREAM_COMPUTE);
     return ZT_OK;
 }
 
-zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, const zt_kernels *k,
+zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, zt_backend *be,
                             size_t n) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
-    o->k = k;
+    o->ctx = (zt_ctx){be, ZT_F32};
     o->n = n;
     zt_status s = ZT_OK;
     if (cfg->type == ZT_OPTIM_ADAM) {
-        s = alloc_state(&o->m, n, "Adam first moment");
+        s = alloc_state(o, &o->m, "Adam first moment");
         if (s == ZT_OK)
-            s = alloc_state(&o->v, n, "Adam second moment");
+            s = alloc_state(o, &o->v, "Adam second moment");
     } else if (cfg->momentum != 0.0) {
-        s = alloc_state(&o->m, n, "SGD momentum buffer");
+        s = alloc_state(o, &o->m, "SGD momentum buffer");
     }
     if (s != ZT_OK)
         zt_optimizer_free(o);
@@ -46,10 +44,10 @@ zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, con
 }
 
 void zt_optimizer_init_external(zt_optimizer *o, const zt_optimizer_config *cfg,
-                                const zt_kernels *k, size_t n) {
+                                zt_backend *be, size_t n) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
-    o->k = k;
+    o->ctx = (zt_ctx){be, ZT_F32};
     o->n = n;
     o->external = true;
 }
@@ -61,8 +59,10 @@ int zt_optimizer_state_count(const zt_optimizer_config *cfg) {
 }
 
 void zt_optimizer_free(zt_optimizer *o) {
-    free(o->m);
-    free(o->v);
+    if (o->ctx.be) {
+        zt_backend_free(o->ctx.be, ZT_MEM_DEVICE, o->m, state_bytes(o));
+        zt_backend_free(o->ctx.be, ZT_MEM_DEVICE, o->v, state_bytes(o));
+    }
     o->m = NULL;
     o->v = NULL;
 }
@@ -96,7 +96,7 @@ void zt_optimizer_update_with(zt_optimizer *o, float *params, const float *grads
     const zt_optimizer_config *c = &o->cfg;
     if (c->type == ZT_OPTIM_ADAM) {
         zt_adam_args a = adam_args(o, lr, momentum);
-        o->k->adam_update(params, grads, m, v, n, &a);
+        o->ctx.be->ops->adam_update(&o->ctx, params, grads, m, v, n, &a);
     } else {
         /* Without a buffer (momentum 0 in the config) the kernel runs plain SGD whatever
          * `momentum` says: DeepSpeed's OneCycle never cycles the momentum of torch's SGD, which
@@ -109,7 +109,7 @@ void zt_optimizer_update_with(zt_optimizer *o, float *params, const float *grads
             .nesterov = c->nesterov,
             .first_step = o->t == 1,
         };
-        o->k->sgd_update(params, grads, c->momentum != 0.0 ? m : NULL, n, &a);
+        o->ctx.be->ops->sgd_update(&o->ctx, params, grads, c->momentum != 0.0 ? m : NULL, n, &a);
     }
 }
 
@@ -124,10 +124,10 @@ bool zt_optimizer_update_mixed_with(zt_optimizer *o, float *master, const void *
                                     zt_dtype grad_type, float grad_mul, float *m, float *v,
                                     uint16_t *params16, zt_dtype param_type, size_t n, double lr,
                                     double momentum) {
-    if (o->cfg.type != ZT_OPTIM_ADAM || !o->k->adam_update_mixed)
+    if (o->cfg.type != ZT_OPTIM_ADAM || !o->ctx.be->ops->adam_update_mixed)
         return false;
     zt_adam_args a = adam_args(o, lr, momentum);
-    o->k->adam_update_mixed(master, grads, grad_type, grad_mul, m, v, params16, param_type, n, &a);
+    o->ctx.be->ops->adam_update_mixed(&o->ctx, master, grads, grad_type, grad_mul, m, v, params16, param_type, n, &a);
     return true;
 }
 
@@ -135,7 +135,7 @@ bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads
                                zt_dtype grad_type, float grad_mul, uint16_t *params16,
                                zt_dtype param_type, size_t offset, size_t n, double lr,
                                double momentum) {
-    if (o->cfg.type != ZT_OPTIM_ADAM || !o->k->adam_update_mixed)
+    if (o->cfg.type != ZT_OPTIM_ADAM || !o->ctx.be->ops->adam_update_mixed)
         return false;
     ZT_ASSERT(offset + n <= o->n && !o->external);
     return zt_optimizer_update_mixed_with(o, master, grads, grad_type, grad_mul, o->m + offset,

@@ -32,15 +32,15 @@ zt_status zt_sample_generate(zt_model *m, int32_t *tokens, int n_prompt, int n_t
         if (tokens[i] < 0 || tokens[i] >= V)
             return zt_error(ZT_ERR_INVALID, "sample: prompt token %d is outside vocab_size %d",
                             tokens[i], V);
-    float *probs = malloc(sizeof(float) * V * 2);
+    float *probs = malloc(sizeof(float) * V * 3);
     if (!probs)
         return zt_error(ZT_ERR_NOMEM, "sample: out of memory");
-    float *sorted = probs + V;
+    float *sorted = probs + V, *logits = probs + 2 * V;
     uint64_t rng = opts->seed;
     for (int n = n_prompt; n < n_total; n++) {
         int start = n > maxT ? n - maxT : 0, T = n - start;
         m->ops->forward(m, tokens + start, NULL, 1, T, 0.0f);
-        const float *logits = m->ops->logits(m) + (size_t)(T - 1) * V;
+        m->ops->logits(m, (size_t)(T - 1), 1, logits);
         float cutoff = -INFINITY;
         if (opts->top_k > 0 && opts->top_k < V) {
             memcpy(sorted, logits, sizeof(float) * V);

@@ -359,7 +359,6 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     res->final_eval_loss = NAN;
     res->final_loss = NAN;
     t.tty = opts->progress && isatty(fileno(opts->progress));
-    zt_kernels_cpu_set_threads(opts->threads);
 
     t.rank = opts->dist ? opts->dist->rank : 0;
     t.world = opts->dist ? opts->dist->world_size : 1;
@@ -371,7 +370,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         s = open_data(&t);
     if (s == ZT_OK) {
         zt_engine_options eo = {.seed = job->train.seed, .shuffle = job->data.shuffle,
-                                .rank = t.rank, .comm = t.comm,
+                                .rank = t.rank, .comm = t.comm, .device = job->device,
+                                .threads = opts->threads,
                                 .log = t.rank == 0 ? opts->progress : NULL,
                                 .job_name = job->name};
         s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);

@@ -1,5 +1,8 @@
 /* The ZeRO partitioner (internal to the engine): which slice of the flat buffers each rank owns,
  * and the communication that stages 0–3 need around the model's forward, backward and step.
+ * zero.c holds the partition state, zero_gather.c the parameter gathering, zero_buckets.c the
+ * gradient buckets and their reduction, zero_comm_thread.c the communication thread and
+ * zero_optim.c the partition's optimizer state and update; all memory is the model's backend's.
  *
  * The flat buffers (n_padded elements, a multiple of 16·world) split into world equal slices;
  * rank r owns [r·part, (r+1)·part). Stage 0 all-reduces gradients and keeps everything whole;
@@ -53,6 +56,8 @@ typedef struct {
     int stage, rank, world;
     zt_comm *comm;              /* NULL when world == 1 */
     zt_model *model;
+    zt_backend *be;             /* the model's: every buffer below is its device memory */
+    zt_ctx ctx;                 /* ZeRO's own arithmetic on it, in fp32 */
     size_t part;                /* slice length */
     size_t own_lo, own_hi;      /* this rank's slice */
     float *grad_acc;            /* stages 2, 3: reduced gradients of the slice [part] */

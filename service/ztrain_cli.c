@@ -249,14 +249,16 @@ static int cmd_sample(int argc, char **argv) {
     }
     if (!dir)
         return bad_usage("sample: %sthe checkpoint directory is missing", "");
-    zt_kernels_cpu_set_threads((int)threads);
     zt_model_spec spec;
     if (zt_ckpt_read_model_spec(dir, tag, &spec) != ZT_OK)
         return zt_cli_fail(NULL);
+    zt_backend *be = NULL;
     zt_model *m = NULL;
     int rc = 0;
     int32_t *tokens = NULL;
-    if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1, 1) != ZT_OK ||
+    zt_backend_options bo = {.threads = (int)threads};
+    if (zt_backend_create(&be, ZT_DEVICE_CPU, &bo) != ZT_OK ||
+        zt_model_create(&m, &spec, be, 1, 1) != ZT_OK ||
         zt_model_load_safetensors(m, spec.init_from) != ZT_OK) {
         rc = zt_cli_fail(NULL);
         goto done;
@@ -306,6 +308,7 @@ static int cmd_sample(int argc, char **argv) {
 done:
     free(tokens);
     zt_model_destroy(m);
+    zt_backend_destroy(be);
     free(spec.init_from);
     return rc;
 }
@@ -331,15 +334,18 @@ static int cmd_export(int argc, char **argv) {
     zt_model_spec spec;
     if (zt_ckpt_read_model_spec(dir, tag, &spec) != ZT_OK)
         return zt_cli_fail(NULL);
+    zt_backend *be = NULL;
     zt_model *m = NULL;
     int rc = 0;
-    if (zt_model_create(&m, &spec, zt_kernels_cpu(), 1, 1) != ZT_OK ||
+    if (zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK ||
+        zt_model_create(&m, &spec, be, 1, 1) != ZT_OK ||
         zt_model_load_safetensors(m, spec.init_from) != ZT_OK ||
         zt_model_save_safetensors(m, out) != ZT_OK)
         rc = zt_cli_fail(NULL);
     else
         printf("wrote %s (%zu parameters)\n", out, m->n_params);
     zt_model_destroy(m);
+    zt_backend_destroy(be);
     free(spec.init_from);
     return rc;
 }

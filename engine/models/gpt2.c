@@ -3,7 +3,7 @@
  *
  * Tensors use Hugging Face's names and Conv1D layouts ([in, out]), one layer's tensors contiguous
  * in the flat buffer, so import/export is a copy and a layer is one slice. Every operation goes
- * through the kernel table. */
+ * through the backend's op table, and every buffer is the backend's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +44,9 @@ typedef struct {
     float *wte, *wpe, *lnf_w, *lnf_b;
     float *dwte, *dwpe, *dlnf_w, *dlnf_b;
     layer_views *lw, *lg;      /* parameter and gradient views per layer */
-    float *act_memory;
+    float *act_memory;         /* device memory of act_bytes, carved into the buffers below */
+    size_t act_bytes;
+    float *host_losses;        /* [max_batch · block_size] the losses, read back to the host */
     layer_acts *la;
     float *lnf, *lnf_mean, *lnf_rstd;  /* [B,T,C], [B,T] */
     float *logits;                      /* [B,T,V], the gradient in place after a training forward */
@@ -94,14 +96,6 @@ static void add_tensor(zt_model *m, const char *name, size_t *offset, int ndim, 
     *offset += t->numel;
 }
 
-static void *alloc_floats(size_t n) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
-        return NULL;
-    memset(p, 0, (n ? n : 1) * sizeof(float));
-    return p;
-}
-
 /* A standard normal from two uniform draws (Box–Muller) of a splitmix64 stream. */
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -119,93 +113,97 @@ static void fill_normal(float *x, size_t n, double std, uint64_t *s) {
     }
 }
 
-static void gpt2_init_weights(zt_model *m, uint64_t seed) {
-    gpt2 *g = (gpt2 *)m;
-    uint64_t s = seed ^ 0x6770743200000000ull;
-    memset(m->params, 0, m->n_params * sizeof(float));
-    fill_normal(g->wte, (size_t)g->V * g->C, 0.02, &s);
-    fill_normal(g->wpe, (size_t)g->maxT * g->C, 0.02, &s);
-    double proj_std = 0.02 / sqrt(2.0 * g->L);
-    for (int l = 0; l < g->L; l++) {
-        float **w = g->lw[l].w;
-        for (int c = 0; c < g->C; c++)
-            w[LN1_W][c] = w[LN2_W][c] = 1.0f;
-        fill_normal(w[QKV_W], layer_tensor_numel(QKV_W, g->C), 0.02, &s);
-        fill_normal(w[PROJ_W], layer_tensor_numel(PROJ_W, g->C), proj_std, &s);
-        fill_normal(w[FC_W], layer_tensor_numel(FC_W, g->C), 0.02, &s);
-        fill_normal(w[FCPROJ_W], layer_tensor_numel(FCPROJ_W, g->C), proj_std, &s);
-    }
-    for (int c = 0; c < g->C; c++)
-        g->lnf_w[c] = 1.0f;
+/* What a tensor starts as: GPT-2's normal(0, 0.02), the residual projections' 0.02/sqrt(2L),
+ * ones for norm weights, zeros for biases. */
+static double init_std(const gpt2 *g, const char *name) {
+    const char *dot = strrchr(name, '.');
+    if (dot && strcmp(dot, ".bias") == 0)
+        return 0.0;
+    if (strstr(name, "ln_"))
+        return -1.0;
+    if (strstr(name, "c_proj.weight"))
+        return 0.02 / sqrt(2.0 * g->L);
+    return 0.02;
 }
 
-/* Rounds an activation (or activation gradient) to the training precision. */
-static void held(const zt_model *m, float *x, size_t n) {
-    if (m->act_dtype != ZT_F32)
-        m->k->round_to(x, n, m->act_dtype);
+/* Tensors are drawn in flat-buffer order from one stream (wte, wpe, then each layer's weights),
+ * into a small host buffer a piece at a time, and copied to the device. */
+static zt_status gpt2_init_weights(zt_model *m, uint64_t seed) {
+    gpt2 *g = (gpt2 *)m;
+    enum { PIECE = 4096 };
+    float host[PIECE];
+    uint64_t s = seed ^ 0x6770743200000000ull;
+    zt_backend_zero(m->ctx.be, m->params, m->n_params * sizeof(float), ZT_STREAM_COMPUTE);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const zt_tensor_info *t = &m->tensors[i];
+        double std = init_std(g, t->name);
+        for (size_t at = 0; std != 0.0 && at < t->numel; at += PIECE) {
+            size_t n = t->numel - at < PIECE ? t->numel - at : PIECE;
+            if (std > 0.0)
+                fill_normal(host, n, std, &s);
+            else
+                for (size_t j = 0; j < n; j++)
+                    host[j] = 1.0f;
+            zt_model_set_params(m, t->offset + at, host, n);
+        }
+    }
+    return ZT_OK;
 }
 
 static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                           float grad_scale) {
     gpt2 *g = (gpt2 *)m;
-    const zt_kernels *k = m->k;
+    const zt_ops *op = m->ctx.be->ops;
+    const zt_ctx *x = &m->ctx;
     const int C = g->C, NH = g->NH, V = g->V, BT = B * T;
     ZT_ASSERT(B >= 1 && B <= m->max_batch && T >= 1 && T <= g->maxT);
     g->inputs = inputs;
     g->B = B;
     g->T = T;
+    const zt_attn_shape attn = {B, T, NH, NH, C / NH, true, 0};
 
     const zt_model_hooks *h = &m->hooks;
     if (h->fetch)
         h->fetch(h->ctx, -1, false);
-    k->encoder_forward(g->la[0].encoded, inputs, g->wte, g->wpe, B, T, C);
-    held(m, g->la[0].encoded, (size_t)BT * C);
+    op->embedding_forward(x, g->la[0].encoded, inputs, g->wte, g->wpe, B, T, C);
     const float *residual = g->la[0].encoded;
     for (int l = 0; l < g->L; l++) {
         layer_acts *a = &g->la[l];
         float **w = g->lw[l].w;
         if (h->fetch)
             h->fetch(h->ctx, l, false);
-        k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B], BT, C);
-        held(m, a->ln1, (size_t)BT * C);
-        k->matmul_forward(a->qkv, a->ln1, w[QKV_W], w[QKV_B], BT, C, 3 * C, false);
-        held(m, a->qkv, (size_t)BT * 3 * C);
-        k->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
-        held(m, a->atty, (size_t)BT * C);
-        k->matmul_forward(a->res2, a->atty, w[PROJ_W], w[PROJ_B], BT, C, C, false);
-        k->add(a->res2, a->res2, residual, (size_t)BT * C);
-        held(m, a->res2, (size_t)BT * C);
-        k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LN2_W], w[LN2_B], BT, C);
-        held(m, a->ln2, (size_t)BT * C);
-        k->matmul_forward(a->fch, a->ln2, w[FC_W], w[FC_B], BT, C, 4 * C, false);
-        held(m, a->fch, (size_t)BT * 4 * C);
-        k->gelu_forward(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
-        held(m, a->fch_gelu, (size_t)BT * 4 * C);
-        k->matmul_forward(a->res3, a->fch_gelu, w[FCPROJ_W], w[FCPROJ_B], BT, 4 * C, C, false);
-        k->add(a->res3, a->res3, a->res2, (size_t)BT * C);
-        held(m, a->res3, (size_t)BT * C);
+        op->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B],
+                              BT, C);
+        op->linear_forward(x, a->qkv, a->ln1, w[QKV_W], w[QKV_B], NULL, BT, C, 3 * C, ZT_W_IN_OUT);
+        op->attention_forward(x, &attn, a->atty, a->att, a->qkv, NULL, NULL);
+        op->linear_forward(x, a->res2, a->atty, w[PROJ_W], w[PROJ_B], residual, BT, C, C,
+                           ZT_W_IN_OUT);
+        op->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LN2_W], w[LN2_B],
+                              BT, C);
+        op->linear_forward(x, a->fch, a->ln2, w[FC_W], w[FC_B], NULL, BT, C, 4 * C, ZT_W_IN_OUT);
+        op->gelu_forward(x, a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+        op->linear_forward(x, a->res3, a->fch_gelu, w[FCPROJ_W], w[FCPROJ_B], a->res2, BT, 4 * C,
+                           C, ZT_W_IN_OUT);
         residual = a->res3;
         if (h->release)
             h->release(h->ctx, l);
     }
-    k->layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, residual, g->lnf_w, g->lnf_b, BT, C);
-    held(m, g->lnf, (size_t)BT * C);
-    k->matmul_forward(g->logits, g->lnf, g->wte, NULL, BT, C, V, true);
-    held(m, g->logits, (size_t)BT * V);
+    op->layernorm_forward(x, g->lnf, g->lnf_mean, g->lnf_rstd, residual, g->lnf_w, g->lnf_b, BT, C);
+    op->linear_forward(x, g->logits, g->lnf, g->wte, NULL, NULL, BT, C, V, ZT_W_OUT_IN);
 
     g->has_grad = targets && grad_scale != 0.0f;
     if (!g->has_grad && h->release)
         h->release(h->ctx, -1);
     if (!targets)
         return 0.0f;
-    k->softmax_xent(g->losses, g->logits, targets, BT, V, grad_scale);
-    if (g->has_grad)
-        held(m, g->logits, (size_t)BT * V);
+    op->softmax_xent(x, g->losses, g->logits, targets, BT, V, grad_scale);
+    zt_backend_copy(m->ctx.be, g->host_losses, g->losses, (size_t)BT * sizeof(float), ZT_COPY_D2H,
+                    ZT_STREAM_COMPUTE);
     double sum = 0.0;
     int counted = 0;
     for (int i = 0; i < BT; i++) {
         if (targets[i] >= 0) {
-            sum += g->losses[i];
+            sum += g->host_losses[i];
             counted++;
         }
     }
@@ -214,18 +212,19 @@ static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *tar
 
 static void gpt2_backward(zt_model *m) {
     gpt2 *g = (gpt2 *)m;
-    const zt_kernels *k = m->k;
+    const zt_ops *op = m->ctx.be->ops;
+    const zt_ctx *x = &m->ctx;
     const int C = g->C, NH = g->NH, V = g->V, B = g->B, T = g->T, BT = B * T;
     ZT_ASSERT(g->has_grad);
     g->has_grad = 0;
+    const zt_attn_shape attn = {B, T, NH, NH, C / NH, true, 0};
 
     const float *last = g->L > 0 ? g->la[g->L - 1].res3 : g->la[0].encoded;
-    k->matmul_backward(g->dln, g->dwte, NULL, g->logits, g->lnf, g->wte, BT, C, V, true);
-    held(m, g->dln, (size_t)BT * C);
-    memset(g->dres, 0, sizeof(float) * (size_t)BT * C);
-    k->layernorm_backward(g->dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w, g->lnf_mean,
-                          g->lnf_rstd, BT, C);
-    held(m, g->dres, (size_t)BT * C);
+    op->linear_backward(x, g->dln, g->dwte, NULL, g->logits, g->lnf, g->wte, BT, C, V,
+                        ZT_W_OUT_IN, false);
+    zt_backend_zero(m->ctx.be, g->dres, sizeof(float) * (size_t)BT * C, ZT_STREAM_COMPUTE);
+    op->layernorm_backward(x, g->dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w, g->lnf_mean,
+                           g->lnf_rstd, BT, C);
     const zt_model_hooks *h = &m->hooks;
     for (int l = g->L - 1; l >= 0; l--) {
         layer_acts *a = &g->la[l];
@@ -234,42 +233,39 @@ static void gpt2_backward(zt_model *m) {
         if (h->fetch)
             h->fetch(h->ctx, l, true);
         /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
-        k->matmul_backward(g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], g->dres, a->fch_gelu, w[FCPROJ_W],
-                           BT, 4 * C, C, false);
-        held(m, g->dfch, (size_t)BT * 4 * C);
-        k->gelu_backward(g->dfch, a->fch, g->dfch, (size_t)BT * 4 * C);
-        held(m, g->dfch, (size_t)BT * 4 * C);
-        k->matmul_backward(g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, 4 * C,
-                           false);
-        held(m, g->dln, (size_t)BT * C);
-        k->layernorm_backward(g->dres, dw[LN2_W], dw[LN2_B], g->dln, a->res2, w[LN2_W],
-                              a->ln2_mean, a->ln2_rstd, BT, C);
-        held(m, g->dres, (size_t)BT * C);
+        op->linear_backward(x, g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], g->dres, a->fch_gelu,
+                            w[FCPROJ_W], BT, 4 * C, C, ZT_W_IN_OUT, false);
+        op->gelu_backward(x, g->dfch, a->fch, g->dfch, (size_t)BT * 4 * C);
+        op->linear_backward(x, g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, 4 * C,
+                            ZT_W_IN_OUT, false);
+        op->layernorm_backward(x, g->dres, dw[LN2_W], dw[LN2_B], g->dln, a->res2, w[LN2_W],
+                               a->ln2_mean, a->ln2_rstd, BT, C);
         /* dres now holds the gradient of res2; the attention branch adds into it. */
-        k->matmul_backward(g->datty, dw[PROJ_W], dw[PROJ_B], g->dres, a->atty, w[PROJ_W], BT, C,
-                           C, false);
-        held(m, g->datty, (size_t)BT * C);
-        k->attention_backward(g->dqkv, g->datt, g->datty, a->qkv, a->att, B, T, C, NH);
-        held(m, g->dqkv, (size_t)BT * 3 * C);
-        k->matmul_backward(g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C, 3 * C,
-                           false);
-        held(m, g->dln, (size_t)BT * C);
-        k->layernorm_backward(g->dres, dw[LN1_W], dw[LN1_B], g->dln, residual, w[LN1_W],
-                              a->ln1_mean, a->ln1_rstd, BT, C);
-        held(m, g->dres, (size_t)BT * C);
+        op->linear_backward(x, g->datty, dw[PROJ_W], dw[PROJ_B], g->dres, a->atty, w[PROJ_W], BT,
+                            C, C, ZT_W_IN_OUT, false);
+        op->attention_backward(x, &attn, g->dqkv, NULL, NULL, g->datt, g->datty, a->qkv, NULL,
+                               NULL, a->att);
+        op->linear_backward(x, g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C,
+                            3 * C, ZT_W_IN_OUT, false);
+        op->layernorm_backward(x, g->dres, dw[LN1_W], dw[LN1_B], g->dln, residual, w[LN1_W],
+                               a->ln1_mean, a->ln1_rstd, BT, C);
         if (h->grads_ready)
             h->grads_ready(h->ctx, l);
         if (h->release)
             h->release(h->ctx, l);
     }
-    k->encoder_backward(g->dwte, g->dwpe, g->dres, g->inputs, B, T, C);
+    op->embedding_backward(x, g->dwte, g->dwpe, g->dres, g->inputs, B, T, C);
     if (h->grads_ready)
         h->grads_ready(h->ctx, -1);
     if (h->release)
         h->release(h->ctx, -1);
 }
 
-static const float *gpt2_logits(const zt_model *m) { return ((const gpt2 *)m)->logits; }
+static void gpt2_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
+    const gpt2 *g = (const gpt2 *)m;
+    zt_backend_copy(m->ctx.be, dst, g->logits + row * (size_t)g->V, rows * g->V * sizeof(float),
+                    ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+}
 
 /* DeepSpeedExamples' count without activation checkpointing (coefficient 3): per token,
  * 2·3·params for the dense layers and 2·2·3·layers·hidden·seq for attention's two T×T products. */
@@ -285,7 +281,8 @@ static void gpt2_destroy(zt_model *m) {
     free(g->lw);
     free(g->lg);
     free(g->la);
-    free(g->act_memory);
+    zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, g->act_memory, g->act_bytes);
+    free(g->host_losses);
     free(g);
 }
 
@@ -346,7 +343,7 @@ static size_t carve_activations(gpt2 *g, float *base) {
     return off;
 }
 
-zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
+zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                          int max_batch, size_t pad_to) {
     ZT_TRY(zt_model_spec_validate(spec, "model"));
     if (max_batch < 1)
@@ -356,7 +353,7 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_ker
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
     zt_model *m = &g->base;
     m->ops = &gpt2_ops;
-    m->k = k;
+    m->ctx = (zt_ctx){be, ZT_F32};
     m->spec = *spec;
     m->max_batch = max_batch;
     m->n_layer = spec->n_layer;
@@ -398,13 +395,18 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_ker
         gpt2_destroy(m);
         return s;
     }
-    g->act_memory = alloc_floats(n_act);
-    if (!g->act_memory) {
+    g->act_bytes = (n_act ? n_act : 1) * sizeof(float);
+    g->act_memory = zt_backend_alloc(be, ZT_MEM_DEVICE, g->act_bytes);
+    g->host_losses = malloc((size_t)max_batch * g->maxT * sizeof(float));
+    if (!g->act_memory || !g->host_losses) {
         gpt2_destroy(m);
         return zt_error(ZT_ERR_NOMEM,
                         "gpt2: cannot allocate %zu parameters and %zu activation floats",
                         m->n_params, n_act);
     }
+    /* Written once now, so the activations' memory is taken at creation: a batch that does not
+     * fit fails here rather than in the first forward. */
+    zt_backend_zero(be, g->act_memory, g->act_bytes, ZT_STREAM_COMPUTE);
     carve_activations(g, g->act_memory);
 
     const zt_tensor_info *t = m->tensors;

@@ -1,28 +1,32 @@
-/* The CPU backend's kernels, one op family per file; cpu_backend.c gathers them into the table.
- * Semantics of every function are those of the matching zt_kernels entry in ztrain/kernels.h. */
+/* The CPU backend's kernels, one op family per file, on fp32 host memory; ops_cpu.c gathers them
+ * into the backend's op table (ztrain/ops.h), adding the rounding that holds activations at
+ * 16-bit precision. Semantics of every function are those of the matching zt_ops entry. */
 #ifndef ZTRAIN_CPU_KERNELS_H
 #define ZTRAIN_CPU_KERNELS_H
 
-#include "ztrain/kernels.h"
+#include "ztrain/ops.h"
 
-/* encoder.c */
-void zt_cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C);
-void zt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C);
-/* layernorm.c */
+/* The CPU backend's op table (ops_cpu.c). */
+const zt_ops *zt_cpu_ops(void);
+
+/* embedding.c (wpe and dwpe may be NULL) */
+void zt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C);
+void zt_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int B, int T, int C);
+/* layernorm.c (b and db may be NULL) */
 void zt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
 void zt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
-/* matmul.c */
-void zt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+/* linear.c: W is [C,OC], or [OC,C] when w_transposed */
+void zt_cpu_linear_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                            int C, int OC, bool w_transposed);
-void zt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+void zt_cpu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC,
-                            bool w_transposed);
-/* attention.c */
+                            bool w_transposed, bool accumulate_dinp);
+/* attention.c: packed qkv[B,T,3C], NH heads of C/NH */
 void zt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void zt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
@@ -42,7 +46,7 @@ void zt_cpu_scale(float *x, size_t n, float s);
 void zt_cpu_adam_update_mixed(float *master, const void *grad, zt_dtype grad_type,
                               float grad_mul, float *m, float *v, uint16_t *param16,
                               zt_dtype param_type, size_t n, const zt_adam_args *a);
-/* The path name zt_kernels_cpu_optim_isa reports. */
+/* The path name zt_backend_cpu_optim_isa reports. */
 const char *zt_cpu_optim_isa(void);
 
 /* cast.c */

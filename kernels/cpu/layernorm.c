@@ -1,4 +1,4 @@
-/* LayerNorm over the last dimension, eps 1e-5 as in GPT-2. */
+/* LayerNorm over the last dimension, eps 1e-5 as in GPT-2; the bias is optional. */
 #include <math.h>
 
 #include "cpu_kernels.h"
@@ -20,9 +20,15 @@ void zt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
         for (int c = 0; c < C; c++)
             var += (x[c] - m) * (x[c] - m);
         float s = 1.0f / sqrtf(var / C + eps);
+        if (b) {
 #pragma omp simd
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * s * w[c] + b[c];
+            for (int c = 0; c < C; c++)
+                o[c] = (x[c] - m) * s * w[c] + b[c];
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++)
+                o[c] = (x[c] - m) * s * w[c];
+        }
         mean[n] = m;
         rstd[n] = s;
     }
@@ -71,7 +77,8 @@ void zt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *d
         }
         for (int c = c0; c < c1; c++) {
             dw[c] += gw[c - c0];
-            db[c] += gb[c - c0];
+            if (db)
+                db[c] += gb[c - c0];
         }
     }
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ztrain/kernels.h"
+#include "ztrain/backend.h"
 
 static const char *prog = "zt_cast_tool";
 
@@ -71,26 +71,32 @@ int main(int argc, char **argv) {
         t = ZT_F16;
     else
         return usage();
-    const zt_kernels *k = zt_kernels_cpu();
+    zt_backend *be;
+    if (zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK) {
+        fprintf(stderr, "zt_cast_tool: %s\n", zt_last_error());
+        return 1;
+    }
+    const zt_ops *k = be->ops;
+    const zt_ctx cx = {be, ZT_F32};
     size_t n, m;
 
     if (strcmp(op, "to") == 0 && argc == 5) {
         float *in = read_all(argv[3], sizeof(float), &n);
         uint16_t *out = malloc(n * sizeof *out + 1);
-        k->to_half(out, in, n, t);
+        k->to_half(&cx, out, in, n, t);
         write_all(argv[4], out, sizeof *out, n);
         free(in);
         free(out);
     } else if (strcmp(op, "from") == 0 && argc == 5) {
         uint16_t *in = read_all(argv[3], sizeof(uint16_t), &n);
         float *out = malloc(n * sizeof *out + 1);
-        k->from_half(out, in, n, t);
+        k->from_half(&cx, out, in, n, t);
         write_all(argv[4], out, sizeof *out, n);
         free(in);
         free(out);
     } else if (strcmp(op, "round") == 0 && argc == 5) {
         float *x = read_all(argv[3], sizeof(float), &n);
-        k->round_to(x, n, t);
+        k->round_to(&cx, x, n, t);
         write_all(argv[4], x, sizeof *x, n);
         free(x);
     } else if (strcmp(op, "accumulate") == 0 && argc == 6) {
@@ -100,13 +106,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s: %s has %zu elements, %s has %zu\n", prog, argv[3], n, argv[4], m);
             return 1;
         }
-        k->accumulate_half(acc, add, n, t);
+        k->accumulate_half(&cx, acc, add, n, t);
         write_all(argv[5], acc, sizeof *acc, n);
         free(acc);
         free(add);
     } else if (strcmp(op, "sumsq") == 0 && argc == 4) {
         uint16_t *x = read_all(argv[3], sizeof(uint16_t), &n);
-        printf("%.17g\n", k->sum_squares_half(x, n, t));
+        printf("%.17g\n", k->sum_squares_half(&cx, x, n, t));
         free(x);
     } else {
         return usage();

@@ -29,8 +29,10 @@ int main(int argc, char **argv) {
     spec.vocab_size = atoi(argv[7]);
     spec.block_size = atoi(argv[8]);
     int B = atoi(argv[9]), T = atoi(argv[10]);
+    zt_backend *be;
     zt_model *m;
-    if (zt_model_create(&m, &spec, zt_kernels_cpu(), B, 1) != ZT_OK)
+    if (zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK ||
+        zt_model_create(&m, &spec, be, B, 1) != ZT_OK)
         return die("");
     if (zt_model_load_safetensors(m, argv[1]) != ZT_OK)
         return die("");
@@ -47,8 +49,11 @@ int main(int argc, char **argv) {
     m->ops->forward(m, batch, NULL, B, T, 0.0f);
     snprintf(path, sizeof path, "%s/logits.f32", argv[3]);
     f = fopen(path, "wb");
-    fwrite(m->ops->logits(m), sizeof(float), n * spec.vocab_size, f);
+    float *logits = malloc(n * spec.vocab_size * sizeof(float));
+    m->ops->logits(m, 0, n, logits);
+    fwrite(logits, sizeof(float), n * spec.vocab_size, f);
     fclose(f);
+    free(logits);
 
     float loss = m->ops->forward(m, batch, batch + n, B, T, 1.0f / (float)n);
     m->ops->backward(m);
@@ -57,16 +62,21 @@ int main(int argc, char **argv) {
     fprintf(f, "%.9g\n", loss);
     fclose(f);
 
+    float *grads = malloc(m->n_params * sizeof(float));
+    zt_backend_copy(be, grads, m->grads, m->n_params * sizeof(float), ZT_COPY_D2H,
+                    ZT_STREAM_COMPUTE);
     zt_st_entry *e = calloc((size_t)m->n_tensors, sizeof *e);
     for (int i = 0; i < m->n_tensors; i++) {
         const zt_tensor_info *t = &m->tensors[i];
-        e[i] = (zt_st_entry){t->name, m->grads + t->offset, t->ndim, {t->shape[0], t->shape[1]}};
+        e[i] = (zt_st_entry){t->name, grads + t->offset, t->ndim, {t->shape[0], t->shape[1]}};
     }
     snprintf(path, sizeof path, "%s/grads.safetensors", argv[3]);
     if (zt_st_write(path, e, m->n_tensors, NULL, NULL, 0) != ZT_OK)
         return die("");
     free(e);
+    free(grads);
     free(batch);
     zt_model_destroy(m);
+    zt_backend_destroy(be);
     return 0;
 }

@@ -33,10 +33,21 @@
 #include <string.h>
 #include <time.h>
 
+#include "ztrain/backend.h"
 #include "ztrain/ds_config.h"
-#include "ztrain/kernels.h"
 #include "ztrain/lr_schedule.h"
 #include "ztrain/optimizer.h"
+
+/* The CPU backend, made on first use. The tool's buffers are plain host memory, which is the CPU
+ * backend's device memory. */
+static zt_backend *cpu_backend(void) {
+    static zt_backend *be;
+    if (!be && zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK) {
+        fprintf(stderr, "zt_optim_dump: %s\n", zt_last_error());
+        exit(1);
+    }
+    return be;
+}
 
 static int parse_count(const char *s, long long *out) {
     char *end;
@@ -100,7 +111,7 @@ static int run_dump(const zt_ds_config *cfg, const char *params_path, const char
         return 1;
     }
     zt_optimizer opt;
-    if (zt_optimizer_init(&opt, &cfg->optimizer, zt_kernels_cpu(), n) != ZT_OK) {
+    if (zt_optimizer_init(&opt, &cfg->optimizer, cpu_backend(), n) != ZT_OK) {
         fprintf(stderr, "zt_optim_dump: %s\n", zt_last_error());
         return 1;
     }
@@ -137,7 +148,7 @@ static int run_bench(const zt_ds_config *cfg, size_t n, long long steps) {
         grads[i] = (float)((i % 777) * 1e-5 - 3e-3);
     }
     zt_optimizer opt;
-    if (zt_optimizer_init(&opt, &cfg->optimizer, zt_kernels_cpu(), n) != ZT_OK) {
+    if (zt_optimizer_init(&opt, &cfg->optimizer, cpu_backend(), n) != ZT_OK) {
         fprintf(stderr, "zt_optim_dump: %s\n", zt_last_error());
         return 1;
     }
@@ -179,17 +190,18 @@ enum { STAGE_CHUNK = 1 << 16 };
 
 static void update_4pass(zt_optimizer *o, float *master, const void *g, zt_dtype gt, float mul,
                          uint16_t *p16, zt_dtype pt, float *chunk, double lr, double mom) {
-    const zt_kernels *k = o->k;
+    const zt_ops *k = o->ctx.be->ops;
+    const zt_ctx *x = &o->ctx;
     for (size_t c = 0; c < o->n; c += STAGE_CHUNK) {
         size_t len = min_sz(STAGE_CHUNK, o->n - c);
         if (gt == ZT_F32)
             memcpy(chunk, (const float *)g + c, len * sizeof(float));
         else
-            k->from_half(chunk, (const uint16_t *)g + c, len, gt);
-        k->scale(chunk, len, mul);
+            k->from_half(x, chunk, (const uint16_t *)g + c, len, gt);
+        k->scale(x, chunk, len, mul);
         zt_optimizer_update(o, master + c, chunk, c, len, lr, mom);
         if (p16)
-            k->to_half(p16 + c, master + c, len, pt);
+            k->to_half(x, p16 + c, master + c, len, pt);
     }
 }
 
@@ -227,7 +239,7 @@ static int run_mixed(const zt_ds_config *cfg, zt_dtype gt, zt_dtype pt, float mu
     float *chunk = malloc(STAGE_CHUNK * sizeof *chunk);
     zt_optimizer opt;
     if ((pt != ZT_F32 && !p16) || !chunk ||
-        zt_optimizer_init(&opt, &cfg->optimizer, zt_kernels_cpu(), n) != ZT_OK) {
+        zt_optimizer_init(&opt, &cfg->optimizer, cpu_backend(), n) != ZT_OK) {
         fprintf(stderr, "zt_optim_dump: %s\n", zt_last_error());
         return 1;
     }
@@ -318,7 +330,8 @@ static int run_bench_json(const zt_ds_config *cfg, size_t n, long long reps) {
         fprintf(stderr, "zt_optim_dump: --bench-json needs an Adam config\n");
         return 1;
     }
-    const zt_kernels *k = zt_kernels_cpu();
+    const zt_ops *k = cpu_backend()->ops;
+    const zt_ctx xc = {cpu_backend(), ZT_F32}, *x = &xc;
     float *p = alloc_or_die(n * sizeof(float)), *g = alloc_or_die(n * sizeof(float));
     uint16_t *g16 = alloc_or_die(n * sizeof(uint16_t)), *p16 = alloc_or_die(n * sizeof(uint16_t));
     float *chunk = alloc_or_die(STAGE_CHUNK * sizeof(float));
@@ -334,9 +347,9 @@ static int run_bench_json(const zt_ds_config *cfg, size_t n, long long reps) {
         g[i] = (float)((i % 777) * 1e-5 - 3e-3);
     }
     memset(src, 1, copy_bytes);
-    k->to_half(g16, g, n, ZT_BF16);
+    k->to_half(x, g16, g, n, ZT_BF16);
     zt_optimizer opt;
-    if (zt_optimizer_init(&opt, &cfg->optimizer, k, n) != ZT_OK) {
+    if (zt_optimizer_init(&opt, &cfg->optimizer, cpu_backend(), n) != ZT_OK) {
         fprintf(stderr, "zt_optim_dump: %s\n", zt_last_error());
         return 1;
     }
@@ -373,7 +386,7 @@ static int run_bench_json(const zt_ds_config *cfg, size_t n, long long reps) {
     printf("{\"n\": %zu, \"reps\": %lld, \"threads\": %d, \"isa\": \"%s\", \"adam_fp32_s\": %.6g, "
            "\"mixed_fused_bf16_s\": %.6g, \"mixed_4pass_bf16_s\": %.6g, \"copy_bytes\": %zu, "
            "\"copy_s\": %.6g, \"stream_s\": %.6g}\n",
-           n, reps, omp_get_max_threads(), zt_kernels_cpu_optim_isa(), median(t[B_FP32], reps),
+           n, reps, omp_get_max_threads(), zt_backend_cpu_optim_isa(), median(t[B_FP32], reps),
            median(t[B_FUSED], reps), median(t[B_4PASS], reps), copy_bytes,
            median(t[B_COPY], reps), median(t[B_STREAM], reps));
     zt_optimizer_free(&opt);
@@ -414,7 +427,7 @@ int main(int argc, char **argv) {
     zt_ds_config cfg;
     long long a, b;
     if (argc == 2 && strcmp(mode, "--isa") == 0) {
-        printf("%s\n", zt_kernels_cpu_optim_isa());
+        printf("%s\n", zt_backend_cpu_optim_isa());
         return 0;
     }
     if (argc == 5 && (strcmp(mode, "--bench") == 0 || strcmp(mode, "--bench-json") == 0)) {

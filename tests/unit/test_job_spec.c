@@ -195,7 +195,8 @@ static void test_errors(void) {
     ERR("{" MODEL ", " DATA ", \"deepspeed\": 5}", ZT_ERR_INVALID,
         "job.json: key 'deepspeed' must be an object or a path to a DeepSpeed config file, got 5");
     ERR("{\"device\": \"cuda\", " MODEL ", " DATA ", " DS "}", ZT_ERR_UNSUPPORTED,
-        "job.json: device \"cuda\" is not supported yet in this build");
+        "job.json: device \"cuda\" is not supported yet in this build (configure with "
+        "-DZT_CUDA=ON)");
     ERR("{\"device\": \"tpu\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'device' must be \"cpu\" or \"cuda\", got \"tpu\"");
     ERR("{\"world_size\": 2, \"nodes\": 3, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,

@@ -18,6 +18,9 @@
 
 #include "ztrain/status.h"
 
+/* The most ranks a job may have, everywhere: communicators, ZeRO's partitions, per-rank metrics. */
+enum { ZT_MAX_WORLD = 512 };
+
 typedef enum { ZT_REDUCE_SUM = 0, ZT_REDUCE_AVG, ZT_REDUCE_MAX } zt_reduce_op;
 
 typedef struct zt_comm zt_comm;

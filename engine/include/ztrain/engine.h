@@ -50,6 +50,8 @@ typedef struct {
     FILE *log;           /* where DeepSpeed-style lines go (steps_per_print, wall_clock_breakdown);
                             NULL: silent */
     const char *job_name; /* names the per-run directories of NVMe offload; NULL: "job" */
+    zt_device device;    /* the backend the engine computes on (the job's "device") */
+    int threads;         /* CPU threads of the backend; 0: the OpenMP default */
 } zt_engine_options;
 
 /* One micro-batch: inputs and targets [B, T], engine-owned until the next zt_engine_next_batch. */

@@ -9,10 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ztrain/backend.h"
 #include "ztrain/ds_config.h"
 #include "ztrain/status.h"
-
-typedef enum { ZT_DEVICE_CPU = 0, ZT_DEVICE_CUDA } zt_device;
 
 typedef struct {
     char type[16];     /* "gpt2" */

@@ -1,9 +1,11 @@
 /* The model interface: one implementation per architecture under engine/models/.
  *
- * A model owns one flat fp32 buffer of parameters and one of gradients; its tensors are views at
- * fixed offsets, listed in `tensors` with their Hugging Face names and shapes, so checkpoints,
- * safetensors import/export and ZeRO partitions are plain offset arithmetic. Activations are sized
- * at creation for at most max_batch sequences of block_size tokens; nothing is allocated after. */
+ * A model owns one flat fp32 buffer of parameters and one of gradients in its backend's device
+ * memory; its tensors are views at fixed offsets, listed in `tensors` with their Hugging Face names
+ * and shapes, so checkpoints, safetensors import/export and ZeRO partitions are plain offset
+ * arithmetic. Activations are sized at creation for at most max_batch sequences of block_size
+ * tokens; nothing is allocated after. Model code reaches that memory only through the backend
+ * (backend.h) and computes only through its op table (ops.h). */
 #ifndef ZTRAIN_MODEL_H
 #define ZTRAIN_MODEL_H
 
@@ -12,7 +14,7 @@
 #include <stdint.h>
 
 #include "ztrain/job_spec.h"
-#include "ztrain/kernels.h"
+#include "ztrain/backend.h"
 #include "ztrain/status.h"
 
 typedef struct {
@@ -43,17 +45,18 @@ typedef struct {
 typedef struct {
     /* Initialises the weights from a seed, as the architecture's reference does (GPT-2: normal
      * std 0.02, residual projections scaled by 1/sqrt(2 n_layer), zero biases, unit norms). */
-    void (*init_weights)(zt_model *m, uint64_t seed);
+    zt_status (*init_weights)(zt_model *m, uint64_t seed);
     /* Runs the forward over B ≤ max_batch sequences of T ≤ block_size tokens. With targets,
      * returns the mean cross-entropy over targets ≥ 0 and, when grad_scale != 0, prepares the
      * backward of grad_scale · Σ losses (the caller passes 1/(tokens · accumulation steps)).
-     * Without targets it returns 0 and leaves the logits readable through zt_model_logits(). */
+     * Without targets it returns 0 and leaves the logits readable through logits(). */
     float (*forward)(zt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                      float grad_scale);
     /* Accumulates the parameter gradients of the last forward into m->grads. */
     void (*backward)(zt_model *m);
-    /* Logits [B, T, vocab] of the last forward without targets. */
-    const float *(*logits)(const zt_model *m);
+    /* Copies rows [row, row + rows) of the logits [B·T, vocab] of the last forward without
+     * targets into host memory dst[rows · vocab]. */
+    void (*logits)(const zt_model *m, size_t row, size_t rows, float *dst);
     /* Forward+backward FLOPs per token, the figure TFLOPS metrics use. */
     double (*flops_per_token)(const zt_model *m);
     void (*destroy)(zt_model *m);
@@ -61,27 +64,27 @@ typedef struct {
 
 struct zt_model {
     const zt_model_ops *ops;
-    const zt_kernels *k;
+    /* The backend the model computes on, and the precision its activations are held at: in mixed
+     * precision activations and their gradients are held at 16 bits (ops.h says how the CPU does
+     * it); ZT_F32 otherwise. The caller may change ctx.act before the first forward. */
+    zt_ctx ctx;
     zt_model_spec spec;   /* a copy; spec.init_from is not owned */
     int max_batch;
     int n_layer;
     size_t n_params;
     size_t n_padded;      /* n_params rounded up to the pad_to given at creation */
-    float *params;        /* [n_padded], page-aligned anonymous mapping, owned; the padding is 0 */
+    float *params;        /* [n_padded] device memory, owned; the padding is 0 */
     float *grads;         /* [n_padded], likewise */
     zt_model_hooks hooks;
-    /* Mixed precision: activations and their gradients are rounded to this type after every
-     * operation (computed in fp32, held at 16-bit precision); ZT_F32 leaves them alone. */
-    zt_dtype act_dtype;
     int n_tensors;
     zt_tensor_info *tensors;
 };
 
-/* Creates the model that spec->type names, with zeroed parameters and gradients whose flat
- * buffers are padded to a multiple of pad_to elements (ZeRO splits them into equal slices). The
- * buffers are anonymous mappings: pages a rank does not hold can be handed back to the kernel
- * (zt_flat_release) and read as zeros when touched again. */
-zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
+/* Creates the model that spec->type names on backend be (which must outlive it), with zeroed
+ * parameters and gradients whose flat buffers are padded to a multiple of pad_to elements (ZeRO
+ * splits them into equal slices). Ranges a rank does not hold can be released through the backend
+ * (zt_backend_release) and read as zeros afterwards. */
+zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                           int max_batch, size_t pad_to);
 void zt_model_destroy(zt_model *m);
 
@@ -99,25 +102,15 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path);
 zt_status zt_model_save_safetensors(const zt_model *m, const char *path);
 
 /* Architecture constructors (engine/models/<arch>.c). */
-zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_kernels *k,
+zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                          int max_batch, size_t pad_to);
 
-/* For architectures: maps m->params and m->grads for m->n_params rounded up to pad_to, and unmaps
- * them. */
+/* For architectures: allocates m->params and m->grads in device memory for m->n_params rounded
+ * up to pad_to (m->ctx.be must be set), and frees them. */
 zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to);
 void zt_model_free_flat(zt_model *m);
 
-/* Zeroes x[lo, hi) and returns the whole pages inside it to the kernel, so memory that a rank
- * no longer holds stops counting against it. x must be page-aligned. */
-void zt_flat_release(float *x, size_t lo, size_t hi);
-
-/* Bytes of x[lo, hi) that are resident in memory (mincore), to measure what a rank holds. */
-size_t zt_flat_resident_bytes(const float *x, size_t lo, size_t hi);
-
-/* The same for 16-bit buffers (mixed precision), and their anonymous mappings of n elements. */
-void zt_half_release(uint16_t *x, size_t lo, size_t hi);
-size_t zt_half_resident_bytes(const uint16_t *x, size_t lo, size_t hi);
-uint16_t *zt_half_map(size_t n);
-void zt_half_unmap(uint16_t *x, size_t n);
+/* For architectures: copies n host floats into the parameters at element offset `at`. */
+void zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n);
 
 #endif

@@ -11,12 +11,12 @@
 #include <stdint.h>
 
 #include "ztrain/ds_config.h"
-#include "ztrain/kernels.h"
+#include "ztrain/backend.h"
 #include "ztrain/status.h"
 
 typedef struct {
     zt_optimizer_config cfg;
-    const zt_kernels *k;
+    zt_ctx ctx;    /* the backend that holds the state and runs the updates */
     size_t n;      /* parameters in the slice */
     int64_t t;     /* updates applied so far (Adam's bias-correction step) */
     float *m;      /* Adam first moment, or SGD momentum buffer (NULL when momentum is 0) */
@@ -24,13 +24,15 @@ typedef struct {
     bool external; /* the state lives elsewhere (offload): m and v are NULL */
 } zt_optimizer;
 
-/* Allocates zeroed state for n parameters. Free with zt_optimizer_free(). */
-zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, const zt_kernels *k,
+/* Allocates zeroed state for n parameters in be's device memory; updates run on be. Free with
+ * zt_optimizer_free(). */
+zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, zt_backend *be,
                             size_t n);
 /* The same without allocating the state: its owner (the offload store) keeps it and passes it to
- * the *_with updates. */
+ * the *_with updates, which run on be (the backend whose memory that state is in: the host's, for
+ * offloaded state). */
 void zt_optimizer_init_external(zt_optimizer *o, const zt_optimizer_config *cfg,
-                                const zt_kernels *k, size_t n);
+                                zt_backend *be, size_t n);
 void zt_optimizer_free(zt_optimizer *o);
 
 /* How many state buffers of n floats the optimizer keeps: 2 for Adam (exp_avg, exp_avg_sq), 1

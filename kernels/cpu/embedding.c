@@ -1,13 +1,19 @@
-/* Token + position embeddings (GPT-2's "encoder"). */
+/* Token embeddings, with learned position embeddings added when the model has them (GPT-2). */
+#include <string.h>
+
 #include "cpu_kernels.h"
 
-void zt_cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C) {
+void zt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C) {
 #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float *te = wte + (size_t)tokens[bt] * C;
-        const float *pe = wpe + (size_t)(bt % T) * C;
         float *o = out + (size_t)bt * C;
+        if (!wpe) {
+            memcpy(o, te, sizeof(float) * C);
+            continue;
+        }
+        const float *pe = wpe + (size_t)(bt % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++)
             o[c] = te[c] + pe[c];
@@ -16,8 +22,8 @@ void zt_cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte,
 
 /* Several positions may hold the same token, so threads split the channels rather than the
  * positions: every thread owns a column band of dwte and dwpe and the sums stay deterministic. */
-void zt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C) {
+void zt_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int B, int T, int C) {
     const int band = 16;
 #pragma omp parallel for
     for (int c0 = 0; c0 < C; c0 += band) {
@@ -25,11 +31,13 @@ void zt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const 
         for (int bt = 0; bt < B * T; bt++) {
             const float *d = dout + (size_t)bt * C;
             float *te = dwte + (size_t)tokens[bt] * C;
-            float *pe = dwpe + (size_t)(bt % T) * C;
-            for (int c = c0; c < c1; c++) {
+            for (int c = c0; c < c1; c++)
                 te[c] += d[c];
+            if (!dwpe)
+                continue;
+            float *pe = dwpe + (size_t)(bt % T) * C;
+            for (int c = c0; c < c1; c++)
                 pe[c] += d[c];
-            }
         }
     }
 }

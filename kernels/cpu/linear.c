@@ -4,7 +4,7 @@
 
 #include "cpu_kernels.h"
 
-void zt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+void zt_cpu_linear_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                            int C, int OC, bool w_transposed) {
     float beta = 0.0f;
     if (bias) {
@@ -21,14 +21,15 @@ void zt_cpu_matmul_forward(float *out, const float *inp, const float *w, const f
                     out, OC);
 }
 
-void zt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+void zt_cpu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC,
-                            bool w_transposed) {
+                            bool w_transposed, bool accumulate_dinp) {
+    const float dinp_beta = accumulate_dinp ? 1.0f : 0.0f;
     if (w_transposed) {
         /* W is [OC,C]: dinp = dout·W, dW += doutᵀ·inp */
         if (dinp)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
-                        0.0f, dinp, C);
+                        dinp_beta, dinp, C);
         if (dw)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                         1.0f, dw, C);
@@ -36,7 +37,7 @@ void zt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *d
         /* W is [C,OC]: dinp = dout·Wᵀ, dW += inpᵀ·dout */
         if (dinp)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC,
-                        0.0f, dinp, C);
+                        dinp_beta, dinp, C);
         if (dw)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC,
                         1.0f, dw, OC);

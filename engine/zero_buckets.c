@@ -1,0 +1,249 @@
+/* ZeRO's gradients: buckets reduce-scattered into this rank's accumulator as the backward makes
+ * them ready (stages 2 and 3), the reduction at the accumulation boundary (all-reduce at stage 0,
+ * reduce-scatter at stage 1, 16-bit gradients through fp32 chunks), the global norm, clearing after
+ * the step, and the fault injection that makes a rank's gradients non-finite for tests. */
+#include <stdlib.h>
+
+#include "zero_internal.h"
+
+enum { HALF_ALL_REDUCE, HALF_REDUCE_SCATTER, HALF_ALL_GATHER };
+static zt_status half_collective(zt_zero *z, uint16_t *x, int kind);
+static void poison(zt_zero *z);
+
+/* Reduce-scatters the gradients of [lo, hi) (averaged over ranks) and adds this rank's piece to
+ * its accumulator; the whole range of the full-size gradient buffer is then released. */
+zt_status zt_zero_reduce_range(zt_zero *z, size_t lo, size_t hi) {
+    if (hi <= lo)
+        return ZT_OK;
+    float *g = z->model->grads;
+    const zt_ops *op = z->be->ops;
+    if (z->half)
+        zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
+    else
+        zt_zero_note_max(z, &z->peak.grads_bytes, zt_zero_resident_f32(z, g, 0, z->model->n_padded) +
+                                                      (double)z->part * sizeof(float));
+    size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
+    zt_zero_pieces(z, lo, hi, offsets, counts);
+    size_t a = zt_max_sz(lo, z->own_lo), b = zt_min_sz(hi, z->own_hi);
+    /* What travels is rounded to communication_data_type (16-bit gradients by default in mixed
+     * precision); the reduction itself adds in fp32. */
+    if (z->half && z->comm_dtype != ZT_F32)
+        op->round_to(&z->ctx, g + lo, hi - lo, z->comm_dtype);
+    if (z->comm) {
+        size_t off = offsets[z->rank];
+        ZT_TRY(zt_comm_reduce_scatter(z->comm, g + lo, g + lo + off, hi - lo, offsets, counts,
+                                      ZT_REDUCE_AVG));
+    }
+    if (z->half) {
+        if (a < b && z->comm_dtype != ZT_F32)
+            op->round_to(&z->ctx, g + a, b - a, z->comm_dtype);
+        if (a < b)
+            op->accumulate_half(&z->ctx, z->gacc16 + (a - z->own_lo), g + a, b - a, z->dtype);
+    } else if (a < b) {
+        float *acc = z->grad_acc + (a - z->own_lo);
+        op->add(&z->ctx, acc, acc, g + a, b - a);
+    }
+    zt_zero_release_f32(z, g, lo, hi);
+    return ZT_OK;
+}
+
+void zt_zero_hook_grads_ready(void *ctx, int layer) {
+    zt_zero *z = ctx;
+    if (z->half && z->stage < 2) {
+        /* The layer's fp32 gradients go into the 16-bit gradient buffer (rounded to nearest even,
+         * accumulating over micro-steps) and the fp32 copy is let go. */
+        const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
+        zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
+        for (int i = 0; i < sg->n; i++) {
+            size_t lo = sg->off[i], hi = lo + sg->len[i];
+            z->be->ops->accumulate_half(&z->ctx, z->g16 + lo, z->model->grads + lo, hi - lo,
+                                        z->dtype);
+            zt_zero_release_f32(z, z->model->grads, lo, hi);
+        }
+        return;
+    }
+    if (z->stage < 2 || zt_zero_first_error(z) != ZT_OK)
+        return;
+    const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
+    zt_status s = ZT_OK;
+    if (layer >= 0) {
+        /* Blocks become ready from the last to the first, so the pending range grows downward. */
+        if (z->pend_hi == z->pend_lo)
+            z->pend_hi = sg->off[0] + sg->len[0];
+        z->pend_lo = sg->off[0];
+        if (z->pend_hi - z->pend_lo >= z->bucket_size) {
+            /* At most one bucket in flight while the next fills, so the gradient memory stays
+             * bounded by two buckets however slow the communication is. */
+            zt_zero_wait_for(z, z->last_reduce);
+            z->last_reduce =
+                zt_zero_submit(z, (zt_zero_job){ZT_ZERO_REDUCE, z->pend_lo, z->pend_hi});
+            z->pend_lo = z->pend_hi = 0;
+        }
+    } else {
+        /* The outer tensors are last: flush what is pending, then them (and the padding), and
+         * wait, so the step finds every gradient reduced. */
+        zt_zero_drain(z);
+        s = zt_zero_reduce_range(z, z->pend_lo, z->pend_hi);
+        z->pend_lo = z->pend_hi = 0;
+        for (int i = 0; i < sg->n && s == ZT_OK; i++) {
+            size_t hi = sg->off[i] + sg->len[i];
+            if (hi == z->model->n_params)
+                hi = z->model->n_padded;
+            s = zt_zero_reduce_range(z, sg->off[i], hi);
+        }
+    }
+    if (s != ZT_OK)
+        zt_zero_fail(z, s);
+}
+
+zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *count) {
+    zt_zero_drain(z);
+    ZT_TRY(zt_zero_first_error(z));
+    poison(z);
+    zt_model *m = z->model;
+    if (z->stage < 2)
+        zt_zero_note_max(z, &z->peak.grads_bytes,
+                         zt_zero_resident_f32(z, m->grads, 0, m->n_padded));
+    if (z->stage == 0 || !z->comm) {
+        if (z->comm)
+            ZT_TRY(zt_comm_all_reduce(z->comm, m->grads, m->n_padded, ZT_REDUCE_AVG));
+        if (z->stage == 0) {
+            *g = m->grads;
+            *p = m->params;
+            *count = m->n_padded;
+            return ZT_OK;
+        }
+    } else if (z->stage == 1) {
+        size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
+        zt_zero_pieces(z, 0, m->n_padded, offsets, counts);
+        ZT_TRY(zt_comm_reduce_scatter(z->comm, m->grads, m->grads + z->own_lo, m->n_padded,
+                                      offsets, counts, ZT_REDUCE_AVG));
+    }
+    *g = z->stage >= 2 ? z->grad_acc : m->grads + z->own_lo;
+    *p = m->params + z->own_lo;
+    *count = z->part;
+    return ZT_OK;
+}
+
+zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double *out) {
+    double s = z->be->ops->sum_squares(&z->ctx, g, count);
+    /* Stage 0 holds the whole reduced gradient on every rank; the others sum their slices. */
+    if (z->stage >= 1 && z->comm)
+        ZT_TRY(zt_comm_all_reduce_f64(z->comm, &s, 1, ZT_REDUCE_SUM));
+    *out = s;
+    return ZT_OK;
+}
+
+static zt_status after_step_half(zt_zero *z) {
+    zt_model *m = z->model;
+    if (z->stage >= 2)
+        zt_backend_zero(z->be, z->gacc16, z->part * 2, ZT_STREAM_COMPUTE);
+    else
+        zt_backend_zero(z->be, z->g16, m->n_padded * 2, ZT_STREAM_COMPUTE);
+    if (z->comm && (z->stage == 1 || z->stage == 2))
+        ZT_TRY(half_collective(z, z->p16, HALF_ALL_GATHER));
+    zt_zero_note_max(z, &z->peak.params_bytes, zt_zero_resident_u16(z, z->p16, 0, m->n_padded));
+    return ZT_OK;
+}
+
+zt_status zt_zero_after_step(zt_zero *z) {
+    zt_model *m = z->model;
+    if (z->half)
+        return after_step_half(z);
+    if (z->stage >= 2)
+        zt_backend_zero(z->be, z->grad_acc, z->part * sizeof(float), ZT_STREAM_COMPUTE);
+    else
+        zt_backend_zero(z->be, m->grads, m->n_padded * sizeof(float), ZT_STREAM_COMPUTE);
+    if (z->stage == 3 && zt_zero_gathers(z)) {
+        /* The tensors kept whole take the update of every owner (from this rank's file too). */
+        for (int t = 0; t < m->n_tensors; t++)
+            if (z->persistent[t])
+                ZT_TRY(zt_zero_gather_range(z, m->tensors[t].offset,
+                                            m->tensors[t].offset + m->tensors[t].numel));
+    } else if (z->comm && z->stage > 0 && z->stage < 3) {
+        ZT_TRY(zt_zero_gather_range(z, 0, m->n_padded));
+    }
+    zt_zero_note_max(z, &z->peak.params_bytes,
+                     zt_zero_resident_f32(z, m->params, 0, m->n_padded));
+    return ZT_OK;
+}
+
+/* Runs a collective over a 16-bit range through the fp32 gradient buffer, a chunk at a time, so
+ * the staging stays small: widen, communicate, round back, let go. `kind` selects an averaging
+ * all-reduce (stage 0), a reduce-scatter into this rank's piece (stage 1), or an all-gather of
+ * the owners' pieces (the 16-bit parameters after a step). */
+static zt_status half_collective(zt_zero *z, uint16_t *x, int kind) {
+    const zt_ops *op = z->be->ops;
+    float *buf = z->model->grads;
+    size_t n = z->model->n_padded, step = (size_t)ZT_ZERO_CHUNK * 16;
+    for (size_t lo = 0; lo < n; lo += step) {
+        size_t hi = zt_min_sz(lo + step, n), offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
+        zt_zero_pieces(z, lo, hi, offsets, counts);
+        size_t a = lo + offsets[z->rank], cnt = counts[z->rank];
+        zt_status s;
+        ZT_TRY(zt_zero_commit_f32(z, buf, lo, hi));
+        if (kind == HALF_ALL_GATHER) {
+            op->from_half(&z->ctx, buf + a, x + a, cnt, z->dtype);
+            s = zt_comm_all_gather(z->comm, buf + lo, hi - lo, offsets, counts);
+            if (s == ZT_OK)
+                op->to_half(&z->ctx, x + lo, buf + lo, hi - lo, z->dtype);
+        } else {
+            op->from_half(&z->ctx, buf + lo, x + lo, hi - lo, z->dtype);
+            if (kind == HALF_ALL_REDUCE) {
+                s = zt_comm_all_reduce(z->comm, buf + lo, hi - lo, ZT_REDUCE_AVG);
+                if (s == ZT_OK)
+                    op->to_half(&z->ctx, x + lo, buf + lo, hi - lo, z->dtype);
+            } else {
+                s = zt_comm_reduce_scatter(z->comm, buf + lo, buf + a, hi - lo, offsets, counts,
+                                           ZT_REDUCE_AVG);
+                if (s == ZT_OK)
+                    op->to_half(&z->ctx, x + a, buf + a, cnt, z->dtype);
+            }
+        }
+        zt_zero_release_f32(z, buf, lo, hi);
+        ZT_TRY(s);
+    }
+    return ZT_OK;
+}
+
+/* Fault injection for tests: one non-finite value in this rank's local gradients, before they
+ * are combined, as an overflow in one rank's backward would leave it. The value is a quiet NaN
+ * of the gradients' type, written from the host. */
+static void poison(zt_zero *z) {
+    if (!z->poison_next)
+        return;
+    z->poison_next = false;
+    if (z->half) {
+        uint16_t nan16 = z->dtype == ZT_BF16 ? 0x7fc0 : 0x7e00;
+        uint16_t *at = z->stage >= 2 ? z->gacc16 : z->g16 + z->own_lo;
+        zt_backend_copy(z->be, at, &nan16, sizeof nan16, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    } else {
+        float nan = __builtin_nanf("");
+        float *at = z->stage >= 2 ? z->grad_acc : z->model->grads + z->own_lo;
+        zt_backend_copy(z->be, at, &nan, sizeof nan, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    }
+}
+
+zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count) {
+    zt_zero_drain(z);
+    ZT_TRY(zt_zero_first_error(z));
+    poison(z);
+    if (z->stage < 2)
+        zt_zero_note_max(z, &z->peak.grads_bytes,
+                         zt_zero_resident_u16(z, z->g16, 0, z->model->n_padded));
+    if (z->comm && z->stage == 0)
+        ZT_TRY(half_collective(z, z->g16, HALF_ALL_REDUCE));
+    else if (z->comm && z->stage == 1)
+        ZT_TRY(half_collective(z, z->g16, HALF_REDUCE_SCATTER));
+    *g = z->stage >= 2 ? z->gacc16 : z->g16 + z->master_base;
+    *count = z->master_n;
+    return ZT_OK;
+}
+
+zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out) {
+    double s = z->be->ops->sum_squares_half(&z->ctx, g, count, z->dtype);
+    if (z->stage >= 1 && z->comm)
+        ZT_TRY(zt_comm_all_reduce_f64(z->comm, &s, 1, ZT_REDUCE_SUM));
+    *out = s;
+    return ZT_OK;
+}

@@ -1,0 +1,166 @@
+/* ZeRO's parameter gathering: bringing a range of the parameters into the model's fp32 working
+ * copy before it is used (all-gathered from the owners at stage 3, read from this rank's offload
+ * file, widened from 16 bits in mixed precision), and letting go of it afterwards, through the
+ * model's fetch and release hooks. */
+#include <stdlib.h>
+
+#include "zero_internal.h"
+
+/* Reads this rank's piece [a, a + n) of its offloaded parameters into the fp32 working copy
+ * (16-bit ones pass through the 16-bit buffer, which holds nothing else at stage 3 then). */
+static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
+    float *p = z->model->params;
+    if (!z->half)
+        return zt_offload_read(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, p + a, n);
+    ZT_TRY(zt_offload_read(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n));
+    z->be->ops->from_half(&z->ctx, p + a, z->p16 + a, n, z->dtype);
+    zt_zero_release_u16(z, z->p16, a, a + n);
+    return ZT_OK;
+}
+
+/* Gathers [lo, hi) of the parameters from their owners (in mixed precision, each owner first
+ * widens its 16-bit piece into the fp32 working copy; the values stay 16-bit exact; offloaded
+ * pieces are read from the file first). */
+zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi) {
+    size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
+    zt_zero_pieces(z, lo, hi, offsets, counts);
+    float *p = z->model->params;
+    ZT_TRY(zt_zero_commit_f32(z, p, lo, hi));
+    size_t a = lo + offsets[z->rank], n = counts[z->rank];
+    if (n && z->param_file)
+        ZT_TRY(load_owned(z, a, n));
+    else if (z->half && n)
+        z->be->ops->from_half(&z->ctx, p + a, z->p16 + a, n, z->dtype);
+    return z->comm ? zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts) : ZT_OK;
+}
+
+/* Stage 3 brings layers in as they are used: gathered from their owners, or read from this
+ * rank's file. */
+bool zt_zero_gathers(const zt_zero *z) { return z->stage == 3 && (z->comm || z->param_file); }
+
+/* Brings [lo, hi) of the fp32 parameters into place for the model: gathered from their owners at
+ * stage 3, widened from the 16-bit parameters in mixed precision. */
+static zt_status materialise(zt_zero *z, size_t lo, size_t hi) {
+    if (zt_zero_gathers(z))
+        return zt_zero_gather_range(z, lo, hi);
+    if (z->half) {
+        ZT_TRY(zt_zero_commit_f32(z, z->model->params, lo, hi));
+        z->be->ops->from_half(&z->ctx, z->model->params + lo, z->p16 + lo, hi - lo, z->dtype);
+    }
+    return ZT_OK;
+}
+
+double zt_zero_workspace(zt_zero *z) {
+    const zt_model *m = z->model;
+    return zt_zero_resident_f32(z, m->params, 0, m->n_padded) +
+           zt_zero_resident_f32(z, m->grads, 0, m->n_padded);
+}
+
+/* Lets go of [lo, hi) of the parameters outside this rank's slice (all of it when the slice
+ * itself lives in a file). */
+static void release_unowned(zt_zero *z, size_t lo, size_t hi) {
+    if (z->param_file) {
+        zt_zero_release_f32(z, z->model->params, lo, hi);
+        return;
+    }
+    zt_zero_release_f32(z, z->model->params, lo, zt_min_sz(hi, z->own_lo));
+    zt_zero_release_f32(z, z->model->params, zt_max_sz(lo, z->own_hi), hi);
+}
+
+static void queue_gather(zt_zero *z, int layer) {
+    const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
+    uint64_t seq = 0;
+    for (int i = 0; i < sg->n; i++)
+        seq = zt_zero_submit(z,
+                             (zt_zero_job){ZT_ZERO_GATHER, sg->off[i], sg->off[i] + sg->len[i]});
+    z->prefetched[layer + 1] = seq;
+}
+
+/* The backward is about to accumulate the layer's gradients into ranges that an earlier reduction
+ * may have released. */
+static zt_status commit_grads(zt_zero *z, int layer) {
+    const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
+    zt_status s = ZT_OK;
+    for (int i = 0; i < sg->n && s == ZT_OK; i++)
+        s = zt_zero_commit_f32(z, z->model->grads, sg->off[i], sg->off[i] + sg->len[i]);
+    if (s != ZT_OK)
+        zt_zero_fail(z, s);
+    return s;
+}
+
+void zt_zero_hook_fetch(void *ctx, int layer, bool backward) {
+    zt_zero *z = ctx;
+    if (backward && commit_grads(z, layer) != ZT_OK)
+        return;
+    if (!(z->half || zt_zero_gathers(z)) || zt_zero_first_error(z) != ZT_OK)
+        return;
+    if (z->prefetched[layer + 1]) {
+        zt_zero_wait_for(z, z->prefetched[layer + 1]);
+        z->prefetched[layer + 1] = 0;
+    } else {
+        /* Not prefetched: bring it in now, in order after whatever is queued. */
+        zt_zero_drain(z);
+        const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
+        for (int i = 0; i < sg->n; i++) {
+            zt_status s = materialise(z, sg->off[i], sg->off[i] + sg->len[i]);
+            if (s != ZT_OK) {
+                zt_zero_fail(z, s);
+                return;
+            }
+        }
+    }
+    int next = backward ? layer - 1 : layer + 1;
+    if (z->prefetch && next >= 0 && next < z->model->n_layer)
+        queue_gather(z, next);
+    if (z->half)
+        zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
+    else
+        zt_zero_note_max(z, &z->peak.params_bytes,
+                         zt_zero_resident_f32(z, z->model->params, 0, z->model->n_padded));
+}
+
+void zt_zero_hook_release(void *ctx, int layer) {
+    zt_zero *z = ctx;
+    if (z->stage < 3)
+        return;
+    /* The end of a pass: nothing may still be in flight when the caller talks to the
+     * communicator itself. */
+    if (layer < 0)
+        zt_zero_drain(z);
+    const zt_model *m = z->model;
+    for (int t = 0; t < m->n_tensors; t++) {
+        const zt_tensor_info *ti = &m->tensors[t];
+        if (ti->layer == layer && !z->persistent[t])
+            release_unowned(z, ti->offset, ti->offset + ti->numel);
+    }
+}
+
+/* Mixed precision: the fp32 working copy of a layer goes once the layer is done. */
+void zt_zero_hook_release_half(void *ctx, int layer) {
+    zt_zero *z = ctx;
+    if (layer < 0)
+        zt_zero_drain(z);
+    const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
+    for (int i = 0; i < sg->n; i++)
+        zt_zero_release_f32(z, z->model->params, sg->off[i], sg->off[i] + sg->len[i]);
+}
+
+void zt_zero_release_gathered(zt_zero *z) {
+    const zt_model *m = z->model;
+    if (z->half) {
+        zt_zero_release_f32(z, m->params, 0, m->n_padded);
+        return;
+    }
+    if (z->stage < 3)
+        return;
+    for (int t = 0; t < m->n_tensors; t++)
+        if (!z->persistent[t])
+            release_unowned(z, m->tensors[t].offset, m->tensors[t].offset + m->tensors[t].numel);
+}
+
+zt_status zt_zero_gather_all(zt_zero *z) {
+    if (!z->half && !zt_zero_gathers(z))
+        return ZT_OK;
+    return materialise(z, 0, z->model->n_padded);
+}
+

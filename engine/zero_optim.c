@@ -1,0 +1,145 @@
+/* The optimizer over a rank's partition: the update of the slice (fp32, or the fused
+ * mixed-precision Adam on fp32 masters with 16-bit outputs), streamed through the offload store
+ * when offload_optimizer or offload_param puts the state in host buffers or NVMe files, and
+ * copies of that state in and out for checkpoints. */
+#include <stdlib.h>
+
+#include "zero_internal.h"
+
+/* The mixed-precision update of n elements whose masters, state and 16-bit parameters are at
+ * the given addresses. Adam takes one fused pass (the kernel threads it). SGD, and a backend
+ * without the fused kernel, stream it through the staging buffer in four passes, with the same
+ * bits. */
+static void update_half_range(zt_zero *z, zt_optimizer *o, float *master, const uint16_t *g,
+                              float *m, float *v, uint16_t *p16, size_t n, float grad_mul,
+                              double lr, double momentum) {
+    const zt_ops *op = z->be->ops;
+    if (zt_optimizer_update_mixed_with(o, master, g, z->dtype, grad_mul, m, v, p16, z->dtype, n,
+                                       lr, momentum))
+        return;
+    for (size_t c = 0; c < n; c += ZT_ZERO_CHUNK) {
+        size_t len = zt_min_sz(ZT_ZERO_CHUNK, n - c);
+        op->from_half(&z->ctx, z->chunk, g + c, len, z->dtype);
+        op->scale(&z->ctx, z->chunk, len, grad_mul);
+        zt_optimizer_update_with(o, master + c, z->chunk, m ? m + c : NULL, v ? v + c : NULL, len,
+                                 lr, momentum);
+        op->to_half(&z->ctx, p16 + c, master + c, len, z->dtype);
+    }
+}
+
+typedef struct {
+    zt_zero *z;
+    zt_optimizer *o;
+    const void *g;
+    float grad_mul;
+    double lr, momentum;
+} update_ctx;
+
+static void update_tile_half(void *arg, const zt_offload_tile *t) {
+    update_ctx *c = arg;
+    update_half_range(c->z, c->o, t->p[ZT_OFFLOAD_MASTER], (const uint16_t *)c->g + t->first,
+                      t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ],
+                      t->p[ZT_OFFLOAD_PARAMS], t->count, c->grad_mul, c->lr, c->momentum);
+}
+
+static void update_tile(void *arg, const zt_offload_tile *t) {
+    update_ctx *c = arg;
+    zt_optimizer_update_with(c->o, t->p[ZT_OFFLOAD_PARAMS], (const float *)c->g + t->first,
+                             t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ], t->count,
+                             c->lr, c->momentum);
+}
+
+/* After an offloaded update every rank learns whether any rank's failed, so that no rank goes on
+ * to publish (all-gather) parameters while another stops. */
+static zt_status agree_on_update(zt_zero *z, zt_status mine) {
+    return zt_zero_agree(z, mine, "update its offloaded state; no rank applies this update");
+}
+
+zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
+                              float grad_mul, double lr, double momentum) {
+    if (!z->off) {
+        update_half_range(z, o, z->master, g, o->m, o->v, z->p16 + z->master_base, count,
+                          grad_mul, lr, momentum);
+        return ZT_OK;
+    }
+    update_ctx c = {z, o, g, grad_mul, lr, momentum};
+    return agree_on_update(z, zt_offload_step(z->off, update_tile_half, &c));
+}
+
+zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, size_t count,
+                         double lr, double momentum) {
+    if (!z->off) {
+        zt_optimizer_update(o, p, g, 0, count, lr, momentum);
+        return ZT_OK;
+    }
+    update_ctx c = {z, o, g, 1.0f, lr, momentum};
+    return agree_on_update(z, zt_offload_step(z->off, update_tile, &c));
+}
+
+zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimizer *o,
+                               const char *job_name) {
+    const zt_offload_device od = cfg->offload_optimizer.device;
+    bool param_nvme = z->stage == 3 && cfg->offload_param.device == ZT_OFFLOAD_NVME;
+    if (od == ZT_OFFLOAD_NONE && !param_nvme)
+        return ZT_OK;
+    ZT_ASSERT((od != ZT_OFFLOAD_NONE) == z->masters_offloaded);
+    ZT_ASSERT(!o || o->external == z->masters_offloaded);
+    zt_model *m = z->model;
+    size_t base = z->stage == 0 ? 0 : z->own_lo;
+    zt_offload_spec spec = {
+        .rank = z->rank,
+        .job_name = job_name,
+        .n = z->stage == 0 ? m->n_padded : z->part,
+        .optimizer = &cfg->offload_optimizer,
+        .param = &cfg->offload_param,
+        .sub_group_size = cfg->sub_group_size,
+    };
+    ZT_ASSERT(!o || o->n == spec.n);
+    /* Where offload_optimizer puts the masters and moments; without it they stay where they are. */
+    zt_offload_place state = od == ZT_OFFLOAD_NVME ? ZT_PLACE_FILE
+                             : od == ZT_OFFLOAD_CPU ? ZT_PLACE_HOST : ZT_PLACE_MEMORY;
+    spec.streams[ZT_OFFLOAD_PARAMS] = (zt_offload_stream_spec){
+        param_nvme ? ZT_PLACE_FILE : ZT_PLACE_MEMORY, z->half ? "params16" : "params",
+        z->half ? 2 : 4, z->half ? (void *)(z->p16 + base) : (void *)(m->params + base), z->half};
+    if (z->half)
+        spec.streams[ZT_OFFLOAD_MASTER] =
+            (zt_offload_stream_spec){state, "fp32_master", 4, z->master, false};
+    int n_state = o ? zt_optimizer_state_count(&o->cfg) : 0;
+    bool adam = o && o->cfg.type == ZT_OPTIM_ADAM;
+    if (n_state >= 1)
+        spec.streams[ZT_OFFLOAD_EXP_AVG] = (zt_offload_stream_spec){
+            state, adam ? "exp_avg" : "momentum_buffer", 4, o->m, false};
+    if (n_state >= 2)
+        spec.streams[ZT_OFFLOAD_EXP_AVG_SQ] =
+            (zt_offload_stream_spec){state, "exp_avg_sq", 4, o->v, false};
+    ZT_TRY(zt_offload_create(&z->off, &spec));
+    z->param_file = param_nvme;
+    return ZT_OK;
+}
+
+bool zt_zero_has_state(const zt_zero *z, const zt_optimizer *o, int stream) {
+    if (stream == ZT_OFFLOAD_MASTER)
+        return z->half;
+    int n_state = o ? zt_optimizer_state_count(&o->cfg) : 0;
+    return stream == ZT_OFFLOAD_EXP_AVG ? n_state >= 1 : n_state >= 2;
+}
+
+zt_status zt_zero_state_copy(zt_zero *z, zt_optimizer *o, int stream, bool write, size_t first,
+                             float *data, size_t count) {
+    ZT_ASSERT(zt_zero_has_state(z, o, stream) && stream != ZT_OFFLOAD_PARAMS);
+    if (z->off && zt_offload_has(z->off, stream))
+        return write ? zt_offload_write(z->off, stream, first, data, count)
+                     : zt_offload_read(z->off, stream, first, data, count);
+    float *mem = stream == ZT_OFFLOAD_MASTER     ? z->master
+                 : stream == ZT_OFFLOAD_EXP_AVG ? o->m
+                                                : o->v;
+    ZT_ASSERT(mem && first + count <= o->n);
+    if (write)
+        zt_backend_copy(z->be, mem + first, data, count * sizeof(float), ZT_COPY_H2D,
+                        ZT_STREAM_COMPUTE);
+    else
+        zt_backend_copy(z->be, data, mem + first, count * sizeof(float), ZT_COPY_D2H,
+                        ZT_STREAM_COMPUTE);
+    return ZT_OK;
+}
+

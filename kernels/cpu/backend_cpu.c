@@ -1,0 +1,162 @@
+/* The CPU backend object: device memory is host memory. Device buffers are anonymous mappings
+ * whose pages are committed on first touch, so a released range (madvise DONTNEED) reads as zero
+ * and stops counting against the process until it is written again; mincore tells what a range
+ * holds. Every op completes before it returns, so streams and events have nothing to order. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cpu_kernels.h"
+#include "ztrain/backend.h"
+
+/* The CPU has nothing to wait for; an event only has to be a distinct non-NULL pointer. */
+struct zt_event {
+    int unused;
+};
+
+static void *cpu_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
+    (void)be;
+    if (bytes == 0)
+        bytes = 1;
+    if (kind == ZT_MEM_DEVICE) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
+    (void)be;
+    if (!p)
+        return;
+    if (kind == ZT_MEM_DEVICE)
+        munmap(p, bytes ? bytes : 1);
+    else
+        free(p);
+}
+
+static void cpu_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
+    (void)be, (void)s;
+    memset(p, 0, bytes);
+}
+
+static void cpu_copy(zt_backend *be, void *dst, const void *src, size_t bytes, zt_copy_kind kind,
+                     zt_stream s) {
+    (void)be, (void)kind, (void)s;
+    memcpy(dst, src, bytes);
+}
+
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* Zeroes the partial pages at the ends and hands the whole pages in between back to the kernel,
+ * which maps fresh zero pages when they are touched again. */
+static void cpu_release(zt_backend *be, void *p, size_t lo, size_t hi) {
+    (void)be;
+    if (hi <= lo)
+        return;
+    unsigned char *x = p;
+    size_t page = page_size();
+    size_t first = (lo + page - 1) / page * page, last = hi / page * page;
+    if (first >= last) {
+        memset(x + lo, 0, hi - lo);
+        return;
+    }
+    memset(x + lo, 0, first - lo);
+    memset(x + last, 0, hi - last);
+    madvise(x + first, last - first, MADV_DONTNEED);
+}
+
+static zt_status cpu_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
+    (void)be, (void)p, (void)lo, (void)hi;
+    return ZT_OK;
+}
+
+/* Resident pages of [lo, hi), counting only the part of each page inside the range. */
+static size_t cpu_resident_bytes(zt_backend *be, const void *p, size_t lo, size_t hi) {
+    (void)be;
+    if (hi <= lo)
+        return 0;
+    const unsigned char *x = p;
+    size_t page = page_size();
+    size_t first = lo / page * page, pages = (hi - first + page - 1) / page;
+    unsigned char vec[4096];
+    size_t bytes = 0;
+    for (size_t p0 = 0; p0 < pages; p0 += sizeof vec) {
+        size_t np = pages - p0 < sizeof vec ? pages - p0 : sizeof vec;
+        if (mincore((void *)(x + first + p0 * page), np * page, vec) != 0)
+            return 0;
+        for (size_t i = 0; i < np; i++) {
+            if (!(vec[i] & 1))
+                continue;
+            size_t a = first + (p0 + i) * page, b = a + page;
+            a = a < lo ? lo : a;
+            b = b > hi ? hi : b;
+            bytes += b - a;
+        }
+    }
+    return bytes;
+}
+
+static zt_event *cpu_event_create(zt_backend *be) {
+    (void)be;
+    return calloc(1, sizeof(zt_event));
+}
+
+static void cpu_event_destroy(zt_backend *be, zt_event *ev) {
+    (void)be;
+    free(ev);
+}
+
+static void cpu_event_record(zt_backend *be, zt_event *ev, zt_stream s) {
+    (void)be, (void)ev, (void)s;
+}
+
+static void cpu_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
+    (void)be, (void)s, (void)ev;
+}
+
+static zt_status cpu_sync(zt_backend *be) {
+    (void)be;
+    return ZT_OK;
+}
+
+static void cpu_destroy(zt_backend *be) { free(be); }
+
+static const zt_backend_iface cpu_iface = {
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .release = cpu_release,
+    .commit = cpu_commit,
+    .resident_bytes = cpu_resident_bytes,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait = cpu_stream_wait,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+};
+
+zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts) {
+    zt_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return zt_error(ZT_ERR_NOMEM, "cpu backend: out of memory");
+    be->name = "cpu";
+    be->device = ZT_DEVICE_CPU;
+    be->iface = &cpu_iface;
+    be->ops = zt_cpu_ops();
+    if (opts && opts->threads > 0)
+        omp_set_num_threads(opts->threads);
+    *out = be;
+    return ZT_OK;
+}
+
+const char *zt_backend_cpu_optim_isa(void) { return zt_cpu_optim_isa(); }

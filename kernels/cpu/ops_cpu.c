@@ -1,0 +1,185 @@
+/* The CPU backend's op table. The kernels compute in fp32 on fp32 storage; this layer holds every
+ * activation output at the context's precision by rounding it in place (nearest even), which is
+ * how the CPU emulates 16-bit activations exactly, and adapts the general shapes of ops.h to what
+ * the kernels implement. */
+#include "cpu_kernels.h"
+#include "ztrain/status.h"
+
+/* Rounds an activation (or activation gradient) to the precision the context holds them at. */
+static void hold(const zt_ctx *x, void *v, size_t n) {
+    if (x->act != ZT_F32)
+        zt_cpu_round_to(v, n, x->act);
+}
+
+static void embedding_forward(const zt_ctx *x, void *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C) {
+    zt_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C);
+    hold(x, out, (size_t)B * T * C);
+}
+
+static void embedding_backward(const zt_ctx *x, float *dwte, float *dwpe, const void *dout,
+                               const int32_t *tokens, int B, int T, int C) {
+    (void)x;
+    zt_cpu_embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+}
+
+static void layernorm_forward(const zt_ctx *x, void *out, float *mean, float *rstd,
+                              const void *inp, const float *w, const float *b, int N, int C) {
+    zt_cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    hold(x, out, (size_t)N * C);
+}
+
+static void layernorm_backward(const zt_ctx *x, void *dinp, float *dw, float *db,
+                               const void *dout, const void *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C) {
+    zt_cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    hold(x, dinp, (size_t)N * C);
+}
+
+static void linear_forward(const zt_ctx *x, void *out, const void *inp, const float *w,
+                           const float *bias, const void *residual, int N, int C, int OC,
+                           zt_weight_layout layout) {
+    zt_cpu_linear_forward(out, inp, w, bias, N, C, OC, layout == ZT_W_OUT_IN);
+    if (residual)
+        zt_cpu_add(out, out, residual, (size_t)N * OC);
+    hold(x, out, (size_t)N * OC);
+}
+
+static void linear_backward(const zt_ctx *x, void *dinp, float *dw, float *dbias,
+                            const void *dout, const void *inp, const float *w, int N, int C,
+                            int OC, zt_weight_layout layout, bool accumulate_dinp) {
+    zt_cpu_linear_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, layout == ZT_W_OUT_IN,
+                           accumulate_dinp);
+    if (dinp)
+        hold(x, dinp, (size_t)N * C);
+}
+
+/* The kernel so far is GPT-2's: packed q|k|v with as many kv heads as query heads. */
+static void check_attention_shape(const zt_attn_shape *s) {
+    ZT_ASSERT(s->packed && s->n_kv_head == s->n_head && s->window == 0);
+}
+
+static void attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
+                              const void *q, const void *k, const void *v) {
+    (void)k, (void)v;
+    check_attention_shape(s);
+    int C = s->n_head * s->head_dim;
+    zt_cpu_attention_forward(out, att, q, s->B, s->T, C, s->n_head);
+    hold(x, out, (size_t)s->B * s->T * C);
+}
+
+static void attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
+                               void *dv, float *scratch, const void *dout, const void *q,
+                               const void *k, const void *v, const float *att) {
+    (void)dk, (void)dv, (void)k, (void)v;
+    check_attention_shape(s);
+    int C = s->n_head * s->head_dim;
+    zt_cpu_attention_backward(dq, scratch, dout, q, att, s->B, s->T, C, s->n_head);
+    hold(x, dq, (size_t)s->B * s->T * 3 * C);
+}
+
+static void gelu_forward(const zt_ctx *x, void *out, const void *inp, size_t n) {
+    zt_cpu_gelu_forward(out, inp, n);
+    hold(x, out, n);
+}
+
+static void gelu_backward(const zt_ctx *x, void *dinp, const void *inp, const void *dout,
+                          size_t n) {
+    zt_cpu_gelu_backward(dinp, inp, dout, n);
+    hold(x, dinp, n);
+}
+
+static void add(const zt_ctx *x, void *out, const void *a, const void *b, size_t n) {
+    zt_cpu_add(out, a, b, n);
+    hold(x, out, n);
+}
+
+static void softmax_xent(const zt_ctx *x, float *losses, void *logits, const int32_t *targets,
+                         int N, int V, float grad_scale) {
+    zt_cpu_softmax_xent(losses, logits, targets, N, V, grad_scale);
+    if (grad_scale != 0.0f)
+        hold(x, logits, (size_t)N * V);
+}
+
+static void adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v, size_t n,
+                        const zt_adam_args *a) {
+    (void)x;
+    zt_cpu_adam_update(p, g, m, v, n, a);
+}
+
+static void sgd_update(const zt_ctx *x, float *p, const float *g, float *buf, size_t n,
+                       const zt_sgd_args *a) {
+    (void)x;
+    zt_cpu_sgd_update(p, g, buf, n, a);
+}
+
+static void adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
+                              zt_dtype grad_type, float grad_mul, float *m, float *v,
+                              uint16_t *param16, zt_dtype param_type, size_t n,
+                              const zt_adam_args *a) {
+    (void)x;
+    zt_cpu_adam_update_mixed(master, grad, grad_type, grad_mul, m, v, param16, param_type, n, a);
+}
+
+static double sum_squares(const zt_ctx *x, const float *v, size_t n) {
+    (void)x;
+    return zt_cpu_sum_squares(v, n);
+}
+
+static void scale(const zt_ctx *x, float *v, size_t n, float s) {
+    (void)x;
+    zt_cpu_scale(v, n, s);
+}
+
+static void to_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n, zt_dtype t) {
+    (void)x;
+    zt_cpu_to_half(dst, src, n, t);
+}
+
+static void from_half(const zt_ctx *x, float *dst, const uint16_t *src, size_t n, zt_dtype t) {
+    (void)x;
+    zt_cpu_from_half(dst, src, n, t);
+}
+
+static void round_to(const zt_ctx *x, float *v, size_t n, zt_dtype t) {
+    (void)x;
+    zt_cpu_round_to(v, n, t);
+}
+
+static void accumulate_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n,
+                            zt_dtype t) {
+    (void)x;
+    zt_cpu_accumulate_half(dst, src, n, t);
+}
+
+static double sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t) {
+    (void)x;
+    return zt_cpu_sum_squares_half(v, n, t);
+}
+
+static const zt_ops cpu_ops = {
+    .embedding_forward = embedding_forward,
+    .embedding_backward = embedding_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .linear_forward = linear_forward,
+    .linear_backward = linear_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .add = add,
+    .softmax_xent = softmax_xent,
+    .adam_update = adam_update,
+    .sgd_update = sgd_update,
+    .adam_update_mixed = adam_update_mixed,
+    .sum_squares = sum_squares,
+    .scale = scale,
+    .to_half = to_half,
+    .from_half = from_half,
+    .round_to = round_to,
+    .accumulate_half = accumulate_half,
+    .sum_squares_half = sum_squares_half,
+};
+
+const zt_ops *zt_cpu_ops(void) { return &cpu_ops; }

@@ -1,0 +1,166 @@
+/* The backend object: one compute device as the engine sees it.
+ *
+ * A backend owns the memory that parameters, gradients, optimizer state and activations live in,
+ * the streams that compute and communication run on, and the op table (ops.h) that computes on
+ * that memory. The engine, ZeRO, the optimizer and the model files touch that memory only through
+ * these calls, so a new device is a new implementation of zt_backend_iface and a new op table
+ * (kernels/<device>/), not edits across the engine. The CPU backend (kernels/cpu/) is the first and
+ * the reference: OpenBLAS and OpenMP, device memory = host memory, streams and events that do
+ * nothing because every call completes before it returns.
+ *
+ * Memory. zt_backend_alloc returns zeroed memory of a kind: ZT_MEM_DEVICE (where ops compute;
+ * on the CPU an anonymous mapping whose pages are committed on first touch), ZT_MEM_HOST (plain
+ * host memory, 64-byte aligned) or ZT_MEM_PINNED (host memory the device can copy from
+ * asynchronously; plain host memory on the CPU). A device range can be released — its contents
+ * become zero and whole pages go back to the system — and committed again before it is written;
+ * zt_backend_resident_bytes measures what a range really holds, which is how ZeRO's memory
+ * savings are measured. Offsets and sizes of these calls are in bytes.
+ *
+ * Ordering. Ops and copies are issued on a stream (compute by default). Within a stream they run
+ * in issue order; across streams, record an event on one and make the other wait for it.
+ * zt_backend_sync waits for everything issued and returns the first asynchronous error (a GPU
+ * fault surfaces there), with a message naming the device. */
+#ifndef ZTRAIN_BACKEND_H
+#define ZTRAIN_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ztrain/dtype.h"
+#include "ztrain/ops.h"
+#include "ztrain/status.h"
+
+/* Where a job's ranks compute (the job spec's "device"). */
+typedef enum { ZT_DEVICE_CPU = 0, ZT_DEVICE_CUDA, ZT_DEVICE_COUNT } zt_device;
+
+/* "cpu", "cuda". */
+const char *zt_device_name(zt_device d);
+
+typedef enum {
+    ZT_MEM_DEVICE = 0, /* where ops compute */
+    ZT_MEM_HOST,       /* host memory for the host's own work (offload buffers, staging) */
+    ZT_MEM_PINNED,     /* host memory for asynchronous copies to and from the device */
+} zt_mem;
+
+typedef enum { ZT_COPY_H2D = 0, ZT_COPY_D2H, ZT_COPY_D2D, ZT_COPY_H2H } zt_copy_kind;
+
+/* Streams every backend has. Communication runs on its own stream so that gradient reductions
+ * overlap the backward of the layers below. */
+typedef enum { ZT_STREAM_COMPUTE = 0, ZT_STREAM_COMM, ZT_STREAMS } zt_stream;
+
+typedef struct zt_event zt_event;
+typedef struct zt_backend zt_backend;
+
+/* What each backend implements. Every entry is required; "no-op" below means what the CPU does. */
+typedef struct {
+    void *(*alloc)(zt_backend *be, zt_mem kind, size_t bytes);
+    void (*free)(zt_backend *be, zt_mem kind, void *p, size_t bytes);
+    void (*zero)(zt_backend *be, void *p, size_t bytes, zt_stream s);
+    void (*copy)(zt_backend *be, void *dst, const void *src, size_t bytes, zt_copy_kind kind,
+                 zt_stream s);
+    void (*release)(zt_backend *be, void *p, size_t lo, size_t hi);
+    zt_status (*commit)(zt_backend *be, void *p, size_t lo, size_t hi);
+    size_t (*resident_bytes)(zt_backend *be, const void *p, size_t lo, size_t hi);
+    zt_event *(*event_create)(zt_backend *be);
+    void (*event_destroy)(zt_backend *be, zt_event *ev);
+    void (*event_record)(zt_backend *be, zt_event *ev, zt_stream s);
+    void (*stream_wait)(zt_backend *be, zt_stream s, zt_event *ev);
+    zt_status (*sync)(zt_backend *be);
+    void (*destroy)(zt_backend *be);
+} zt_backend_iface;
+
+struct zt_backend {
+    const char *name;               /* "cpu", "cuda" */
+    zt_device device;
+    int device_index;               /* which GPU of this process's visible ones; 0 on the CPU */
+    const zt_backend_iface *iface;
+    const zt_ops *ops;              /* the op table; entries a backend lacks are NULL */
+    void *impl;                     /* the implementation's own state */
+};
+
+typedef struct {
+    int threads;                    /* CPU: OpenMP and OpenBLAS threads; 0 leaves the default */
+    int device_index;               /* GPU: which visible device; ignored on the CPU */
+} zt_backend_options;
+
+/* Creates the backend for a device. A device this build lacks is ZT_ERR_INVALID naming the
+ * build option that adds it ("device \"cuda\": this build has no CUDA backend (configure with
+ * -DZT_CUDA=ON)"). Free with zt_backend_destroy. opts may be NULL (defaults). */
+zt_status zt_backend_create(zt_backend **out, zt_device device, const zt_backend_options *opts);
+void zt_backend_destroy(zt_backend *be);
+
+/* Whether this build has a backend for the device. */
+bool zt_backend_available(zt_device device);
+
+/* ---- memory (offsets and sizes in bytes) ------------------------------------------------- */
+
+/* Zeroed memory of the kind, or NULL when it cannot be had. Device memory is 64-byte aligned
+ * (page-aligned on the CPU); a 0-byte request still returns a distinct pointer. */
+static inline void *zt_backend_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
+    return be->iface->alloc(be, kind, bytes);
+}
+/* Frees what zt_backend_alloc returned, with the same kind and size. NULL is ignored. */
+static inline void zt_backend_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
+    be->iface->free(be, kind, p, bytes);
+}
+/* p[0, bytes) = 0, on stream s. */
+static inline void zt_backend_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
+    be->iface->zero(be, p, bytes, s);
+}
+/* Copies bytes from src to dst on stream s; the buffers may not overlap. With ZT_COPY_H2D and
+ * ZT_COPY_D2H from non-pinned host memory the call returns only when the host buffer may be
+ * reused. */
+static inline void zt_backend_copy(zt_backend *be, void *dst, const void *src, size_t bytes,
+                                   zt_copy_kind kind, zt_stream s) {
+    be->iface->copy(be, dst, src, bytes, kind, s);
+}
+/* Device memory: [lo, hi) of p reads as zero from now on, and the whole pages inside it are
+ * returned to the system, so memory a rank no longer holds stops counting against it. Ordered
+ * after everything issued on the compute stream. */
+static inline void zt_backend_release(zt_backend *be, void *p, size_t lo, size_t hi) {
+    be->iface->release(be, p, lo, hi);
+}
+/* Device memory: makes a released [lo, hi) usable again (zero-filled). On the CPU pages come
+ * back on first touch, so this is a no-op; a GPU backend maps physical memory here, which can
+ * fail (ZT_ERR_NOMEM naming the device and the size). */
+static inline zt_status zt_backend_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
+    return be->iface->commit(be, p, lo, hi);
+}
+/* Bytes of device memory [lo, hi) of p that are really held (resident pages inside the range). */
+static inline size_t zt_backend_resident_bytes(zt_backend *be, const void *p, size_t lo,
+                                               size_t hi) {
+    return be->iface->resident_bytes(be, p, lo, hi);
+}
+
+/* ---- ordering ---------------------------------------------------------------------------- */
+
+/* An event to order streams with; NULL when none can be made. */
+static inline zt_event *zt_backend_event_create(zt_backend *be) {
+    return be->iface->event_create(be);
+}
+static inline void zt_backend_event_destroy(zt_backend *be, zt_event *ev) {
+    be->iface->event_destroy(be, ev);
+}
+/* The event completes when everything issued on s so far has. */
+static inline void zt_backend_event_record(zt_backend *be, zt_event *ev, zt_stream s) {
+    be->iface->event_record(be, ev, s);
+}
+/* Work issued on s from now on starts after ev completes (the host does not wait). */
+static inline void zt_backend_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
+    be->iface->stream_wait(be, s, ev);
+}
+/* Waits for everything issued on every stream; the first asynchronous error, if any. */
+static inline zt_status zt_backend_sync(zt_backend *be) { return be->iface->sync(be); }
+
+/* ---- the CPU backend ---------------------------------------------------------------------- */
+
+/* The CPU backend (kernels/cpu/backend_cpu.c). */
+zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts);
+
+/* The instruction-set path of the CPU optimizer kernels (adam_update, sgd_update,
+ * adam_update_mixed): "avx512", "avx2" or "portable". It is the widest this CPU has, unless the
+ * environment variable ZTRAIN_OPTIM_ISA, read at the first call, names a narrower one the CPU has;
+ * every path gives the same bits. A static string. */
+const char *zt_backend_cpu_optim_isa(void);
+
+#endif

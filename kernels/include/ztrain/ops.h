@@ -1,0 +1,210 @@
+/* The ops: what a model, ZeRO and the optimizer compute, as one table that every backend fills.
+ *
+ * Model code calls these entries and never a backend's kernels directly, so a new device is a new
+ * table. Every op takes a zt_ctx: the backend that runs it (its memory, stream and handles) and
+ * the precision activations are held at.
+ *
+ * Tensors are row-major; shapes are given in brackets, N is a number of rows (tokens), C a row's
+ * width. Pointers are the backend's device memory (zt_backend_alloc with ZT_MEM_DEVICE), except
+ * tokens, targets and the optimizer's argument structs, which the caller keeps in host memory.
+ * Three kinds of tensor, three storage rules:
+ * - activations and activation gradients (`void *`): held at ctx->act precision. A backend that
+ *   computes in that type stores it; the CPU stores fp32 values rounded to ctx->act after every op
+ *   (round to nearest even), which gives the values 16-bit storage would, bit for bit. Which
+ *   outputs are activations is said at each op.
+ * - parameters and parameter gradients (`float *`): the model's fp32 working copy of a layer.
+ * - statistics (LayerNorm's mean and rstd, softmax probabilities, losses): fp32 always.
+ * "Accumulates" means the op adds into the output (parameter gradients across micro-steps, a
+ * residual stream's gradient across branches); otherwise it overwrites. Ops never allocate and
+ * never fail: shapes are checked by the model at creation. An entry a backend does not have is
+ * NULL; a model checks the entries it needs when it is created.
+ *
+ * Entries marked "(Llama)" are interfaces that the Llama family's issue implements; no backend
+ * has them yet. */
+#ifndef ZTRAIN_OPS_H
+#define ZTRAIN_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/dtype.h"
+
+struct zt_backend;
+
+/* What every op call carries. */
+typedef struct {
+    struct zt_backend *be;
+    zt_dtype act; /* precision of activations: ZT_F32, ZT_BF16 or ZT_F16 */
+} zt_ctx;
+
+/* Weight layouts of a linear layer. */
+typedef enum {
+    ZT_W_IN_OUT = 0, /* W[C, OC]: Hugging Face's Conv1D (GPT-2) */
+    ZT_W_OUT_IN,     /* W[OC, C]: torch.nn.Linear (Llama), and a tied LM head reading wte */
+} zt_weight_layout;
+
+/* The shape of a causal self-attention. q holds n_head heads and k, v n_kv_head heads of head_dim
+ * each; n_head is a multiple of n_kv_head (grouped-query attention: query head h reads kv head
+ * h / (n_head / n_kv_head)). Packed: q points at rows of [B, T, (n_head + 2·n_kv_head)·head_dim]
+ * holding q | k | v, and k and v are NULL. Otherwise q[B, T, n_head·head_dim],
+ * k[B, T, n_kv_head·head_dim] and v[B, T, n_kv_head·head_dim] are separate. The scale is
+ * 1/sqrt(head_dim). */
+typedef struct {
+    int B, T;
+    int n_head, n_kv_head, head_dim;
+    bool packed;
+    int window; /* sliding window (Mistral): a query sees at most the last `window` positions,
+                   itself included; 0 for no limit */
+} zt_attn_shape;
+
+typedef struct {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay;
+    float bias_correction1; /* 1 - beta1^t, or 1 when bias correction is off */
+    float bias_correction2; /* 1 - beta2^t, or 1 when bias correction is off */
+    bool adamw_mode;        /* decoupled decay p -= lr*wd*p; else L2: g += wd*p */
+} zt_adam_args;
+
+typedef struct {
+    float lr;
+    float momentum, dampening, weight_decay;
+    bool nesterov;
+    bool first_step; /* torch initialises the momentum buffer to the first gradient */
+} zt_sgd_args;
+
+typedef struct zt_ops {
+    /* ---- model ops ------------------------------------------------------------------------ */
+
+    /* out[B,T,C] = wte[tok] + wpe[t] (activation); wpe NULL: no learned positions (Llama). */
+    void (*embedding_forward)(const zt_ctx *x, void *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C);
+    /* Accumulates dwte[V,C] and, when not NULL, dwpe[T,C] from dout[B,T,C]. */
+    void (*embedding_backward)(const zt_ctx *x, float *dwte, float *dwpe, const void *dout,
+                               const int32_t *tokens, int B, int T, int C);
+
+    /* out[N,C] = (inp - mean) * rstd * w + b (activation; b may be NULL); saves mean[N] and
+     * rstd[N] for the backward. eps 1e-5. */
+    void (*layernorm_forward)(const zt_ctx *x, void *out, float *mean, float *rstd,
+                              const void *inp, const float *w, const float *b, int N, int C);
+    /* Accumulates dinp[N,C] (activation gradient: the sum is held), dw[C] and db[C] (db may be
+     * NULL). */
+    void (*layernorm_backward)(const zt_ctx *x, void *dinp, float *dw, float *db,
+                               const void *dout, const void *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
+
+    /* (Llama) out[N,C] = inp * rstd * w with rstd = 1/sqrt(mean(inp²) + eps), computed in fp32
+     * (activation); saves rstd[N]. */
+    void (*rmsnorm_forward)(const zt_ctx *x, void *out, float *rstd, const void *inp,
+                            const float *w, float eps, int N, int C);
+    /* (Llama) Accumulates dinp[N,C] (held) and dw[C]. */
+    void (*rmsnorm_backward)(const zt_ctx *x, void *dinp, float *dw, const void *dout,
+                             const void *inp, const float *w, const float *rstd, int N, int C);
+
+    /* (Llama) Rotary embedding in place over rows of x: token (b, t) starts at
+     * x + (b·T + t)·row_stride and holds n_heads heads of head_dim. Dimension j < head_dim/2 of a
+     * head pairs with j + head_dim/2 (Hugging Face's rotate_half):
+     *   (a, b) -> (a·cos[t][j] - b·sin[t][j], b·cos[t][j] + a·sin[t][j]).
+     * cos and sin are [T, head_dim/2] tables in device memory that the model computes once
+     * (theta and any rope_scaling are its business). The backward rotates by the negative
+     * angle, in place over the gradient. Both hold their result. */
+    void (*rope_forward)(const zt_ctx *x, void *xq, const float *cos, const float *sin, int B,
+                         int T, int n_heads, int head_dim, size_t row_stride);
+    void (*rope_backward)(const zt_ctx *x, void *dxq, const float *cos, const float *sin, int B,
+                          int T, int n_heads, int head_dim, size_t row_stride);
+
+    /* out[N,OC] = inp[N,C] · W + bias + residual (activation). W is [C,OC] or [OC,C] as layout
+     * says; bias[OC] and residual[N,OC] may be NULL. The residual add is fused so that a block's
+     * output is held once, as the sum. */
+    void (*linear_forward)(const zt_ctx *x, void *out, const void *inp, const float *w,
+                           const float *bias, const void *residual, int N, int C, int OC,
+                           zt_weight_layout layout);
+    /* dinp[N,C] (activation gradient; not computed when NULL) is overwritten, or accumulated into
+     * when accumulate_dinp (two layers reading one input, as Llama's gate and up); dw and dbias
+     * accumulate (each may be NULL). */
+    void (*linear_backward)(const zt_ctx *x, void *dinp, float *dw, float *dbias,
+                            const void *dout, const void *inp, const float *w, int N, int C,
+                            int OC, zt_weight_layout layout, bool accumulate_dinp);
+
+    /* Causal self-attention (see zt_attn_shape) into out[B,T,n_head·head_dim] (activation);
+     * att[B,n_head,T,T] keeps the softmax probabilities for the backward (fp32). The CPU backend
+     * so far computes the packed case with n_kv_head == n_head and no window (GPT-2); the general
+     * case is the Llama issue's. */
+    void (*attention_forward)(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
+                              const void *q, const void *k, const void *v);
+    /* Overwrites dq, dk, dv (activation gradients, laid out as q, k, v; packed: dq only) from
+     * dout; scratch[B,n_head,T,T] is work space. */
+    void (*attention_backward)(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
+                               void *dv, float *scratch, const void *dout, const void *q,
+                               const void *k, const void *v, const float *att);
+
+    /* tanh-approximated GELU, as GPT-2 (torch's approximate="tanh"); out[n] is an activation. */
+    void (*gelu_forward)(const zt_ctx *x, void *out, const void *inp, size_t n);
+    /* Overwrites dinp[n] (held); dinp may alias dout. */
+    void (*gelu_backward)(const zt_ctx *x, void *dinp, const void *inp, const void *dout,
+                          size_t n);
+
+    /* (Llama) out[n] = silu(gate) · up, silu(g) = g / (1 + exp(-g)) (activation). */
+    void (*silu_mul_forward)(const zt_ctx *x, void *out, const void *gate, const void *up,
+                             size_t n);
+    /* (Llama) Overwrites dgate[n] and dup[n] (held). */
+    void (*silu_mul_backward)(const zt_ctx *x, void *dgate, void *dup, const void *dout,
+                              const void *gate, const void *up, size_t n);
+
+    /* out = a + b (activation; out may alias a or b). */
+    void (*add)(const zt_ctx *x, void *out, const void *a, const void *b, size_t n);
+
+    /* Softmax cross-entropy over logits[N,V], fused with its backward: losses[N] receives
+     * -log softmax(logits)[target] (fp32). When grad_scale != 0, logits are overwritten in place
+     * by d(grad_scale · Σ losses)/dlogits = grad_scale · (softmax - onehot(target)), an
+     * activation gradient. Targets < 0 are ignored (loss 0, gradient 0). */
+    void (*softmax_xent)(const zt_ctx *x, float *losses, void *logits, const int32_t *targets,
+                         int N, int V, float grad_scale);
+
+    /* ---- optimizer and gradient ops (flat slices; x->act is not used) --------------------- */
+
+    /* AdamW / Adam over n parameters. */
+    void (*adam_update)(const zt_ctx *x, float *p, const float *g, float *m, float *v, size_t n,
+                        const zt_adam_args *a);
+    /* SGD with momentum (buf NULL without momentum), as torch.optim.SGD. */
+    void (*sgd_update)(const zt_ctx *x, float *p, const float *g, float *buf, size_t n,
+                       const zt_sgd_args *a);
+    /* Fused mixed-precision Adam over n parameters, in one pass over memory. For each i:
+     * g = grad[i] · grad_mul, grad read as grad_type (ZT_F32: a float array; ZT_BF16 / ZT_F16:
+     * 16-bit values widened exactly, as from_half does); master[i], m[i] and v[i] are updated
+     * from g exactly as adam_update updates p, g, m and v; then, when param16 is not NULL,
+     * param16[i] = master[i] rounded to param_type (ZT_BF16 or ZT_F16) as to_half rounds. The
+     * result is bit for bit that of from_half, scale by grad_mul, adam_update and to_half run one
+     * after another, on every CPU path and any thread count, and so independent of where a slice
+     * starts. grad_mul (the loss-scale inverse times the clipping factor) is always applied;
+     * 1.0f leaves a gradient as it is. No two buffers may overlap. A grad_type or (with param16)
+     * param_type outside those listed is a caller's bug and aborts. */
+    void (*adam_update_mixed)(const zt_ctx *x, float *master, const void *grad,
+                              zt_dtype grad_type, float grad_mul, float *m, float *v,
+                              uint16_t *param16, zt_dtype param_type, size_t n,
+                              const zt_adam_args *a);
+
+    /* Sum of squares in double precision (the global gradient norm); the result is returned to
+     * the host (a GPU backend synchronises its compute stream). */
+    double (*sum_squares)(const zt_ctx *x, const float *v, size_t n);
+    /* v *= s */
+    void (*scale)(const zt_ctx *x, float *v, size_t n, float s);
+
+    /* Conversions. To 16 bits: round to nearest even, keeping subnormals, ±inf and NaN (a NaN
+     * stays a quiet NaN with its sign); values beyond the 16-bit range become ±inf. t must be
+     * ZT_BF16 or ZT_F16 (anything else is a caller's bug and aborts), except round_to, for which
+     * ZT_F32 leaves v unchanged. In accumulate_half a NaN already in dst stays that NaN. */
+    void (*to_half)(const zt_ctx *x, uint16_t *dst, const float *src, size_t n, zt_dtype t);
+    void (*from_half)(const zt_ctx *x, float *dst, const uint16_t *src, size_t n, zt_dtype t);
+    /* v = the nearest value of type t, in place (fp32 storage, 16-bit precision). */
+    void (*round_to)(const zt_ctx *x, float *v, size_t n, zt_dtype t);
+    /* dst = to_half(from_half(dst) + src): accumulates fp32 values into a 16-bit buffer. */
+    void (*accumulate_half)(const zt_ctx *x, uint16_t *dst, const float *src, size_t n,
+                            zt_dtype t);
+    /* Sum of squares of a 16-bit buffer (double accumulation, deterministic chunking); +inf or
+     * NaN when any element is not finite. Returned to the host. */
+    double (*sum_squares_half)(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t);
+} zt_ops;
+
+#endif
