@@ -101,8 +101,15 @@ cJSON *zt_model_field_to_cjson(const zt_model_field *f, const void *rec) {
     switch (f->kind) {
     case ZT_FIELD_INT:
         return cJSON_CreateNumber(*(const int *)p);
-    case ZT_FIELD_FLOAT:
-        return cJSON_CreateNumber(*(const double *)p);
+    case ZT_FIELD_FLOAT: {
+        /* cJSON prints a double with 15 digits when that reads back within an epsilon, which
+         * would change the value in meta.json; the field's own text reads back exactly. */
+        char text[64];
+        if (!isfinite(*(const double *)p))
+            return cJSON_CreateNull();
+        zt_model_field_format_value(f, rec, text, sizeof text);
+        return cJSON_CreateRaw(text);
+    }
     case ZT_FIELD_BOOL:
         return cJSON_CreateBool(*(const bool *)p);
     case ZT_FIELD_STRING:

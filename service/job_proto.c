@@ -89,9 +89,8 @@ static zt_status unknown_key(const zt_json_obj *o, const char *key,
     return zt_error(ZT_ERR_INVALID, "%s: unknown key '%s'%s", o->source, path, hint);
 }
 
-/* Whether the key at this dotted path must be >= 1. A model key is when any family bounds it so:
- * the proto carries no type with the model's fields, and a family that allows 0 there still
- * means its default by it. */
+/* Whether the key at this dotted path must be >= 1. A model key is when any family's table bounds
+ * it so (the family is not looked up here: the server's parser judges the spec as a whole). */
 static bool must_be_positive(const char *path) {
     for (const char *const *k = positive_keys; *k; k++)
         if (strcmp(*k, path) == 0)
