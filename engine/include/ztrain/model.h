@@ -106,8 +106,9 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, const zt_ker
 
 /* ---- The registry of model families -------------------------------------------------------
  *
- * A family (GPT-2, Llama, ...) is one file under engine/models/ that defines a zt_model_family
- * and one line in engine/model_registry.c that lists it. Its table of spec fields is the one
+ * A family (GPT-2, Llama, ...) is one file under engine/models/ that defines a zt_model_family,
+ * and an entry in engine/model_registry.c's list; its fields are members of zt_model_spec and
+ * of proto/ztrain.proto's ModelSpec. Its table of spec fields is the one
  * place the model section of a job spec is declared: the job-spec parser (allowed keys, required
  * keys, types, defaults, bounds), zt_model_spec_validate, checkpoints' meta.json (written, read
  * and compared), safetensors export metadata, the service's JSON <-> proto mapping and the CLI's
@@ -158,6 +159,8 @@ typedef struct {
 /* The most fields a family's table may hold. */
 #define ZT_MODEL_MAX_FIELDS 64
 
+/* Key, offset, size and kind of a zt_model_spec member that is an int, a double, a bool or a
+ * char * path; any other type does not compile. */
 #define ZT_MODEL_FIELD(member)                                                               \
     .key = #member, .offset = offsetof(zt_model_spec, member),                               \
     .size = sizeof(((zt_model_spec *)0)->member),                                            \
