@@ -4,7 +4,13 @@ Both train the same configuration (same model, batch, sequence, AdamW, fp32) wit
 count on the same machine; each is timed over the same number of steps after the same warmup.
 Prints tokens/s of each and the ratio ztrain / PyTorch.
 
+With --baseline DIR (the build directory of another ztrain, e.g. an earlier commit) it compares
+two ztrain builds instead: the two are run alternately --repeat times per model (A B A B ...), so
+that a slow phase of the machine hits both, and it prints each run, the medians, the ratio of
+medians and each side's spread (max/min - 1), which is the noise a difference must exceed.
+
     /usr/bin/python3 bench/bench_cpu.py [--build build] [--threads 2] [--steps 20] [--warmup 3]
+    /usr/bin/python3 bench/bench_cpu.py --build build --baseline ../old/build --repeat 5
 """
 import argparse
 import json
@@ -106,14 +112,46 @@ def bench_ztrain(build, L, C, NH, data_path, steps, warmup, threads, workdir):
     return BATCH * SEQ * len(timed) / (sum(timed) / 1e3)
 
 
+def compare_builds(build, baseline, args):
+    """ztrain against another ztrain build, alternating runs; ratios of medians."""
+    print(f"ztrain {build} vs baseline {baseline}: GPT-2 on the CPU, fp32, AdamW, batch {BATCH} x "
+          f"seq {SEQ}, {args.threads} threads, {args.steps} timed steps after {args.warmup} warmup, "
+          f"{args.repeat} alternating runs each")
+    with tempfile.TemporaryDirectory() as d:
+        n = (args.warmup + args.steps) * BATCH * SEQ + 1
+        data = torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(1))
+        data_path = os.path.join(d, "data.txt")
+        data.to(torch.uint8).numpy().tofile(data_path)
+        for L, C, NH in CONFIGS:
+            new, old = [], []
+            for _ in range(args.repeat):
+                old.append(bench_ztrain(baseline, L, C, NH, data_path, args.steps, args.warmup,
+                                        args.threads, d))
+                new.append(bench_ztrain(build, L, C, NH, data_path, args.steps, args.warmup,
+                                        args.threads, d))
+            med = lambda v: sorted(v)[len(v) // 2]
+            spread = lambda v: max(v) / min(v) - 1
+            print(f"L{L} C{C} H{NH}: baseline tok/s {' '.join(f'{x:.0f}' for x in old)}")
+            print(f"L{L} C{C} H{NH}: this     tok/s {' '.join(f'{x:.0f}' for x in new)}")
+            print(f"L{L} C{C} H{NH}: median {med(new):.0f} vs {med(old):.0f}, ratio "
+                  f"{med(new) / med(old):.3f}; spread this {spread(new):.1%}, baseline "
+                  f"{spread(old):.1%}")
+            sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
+    ap.add_argument("--baseline", help="another ztrain build directory to compare against")
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     args = ap.parse_args()
     build = os.path.abspath(args.build)
+    if args.baseline:
+        compare_builds(build, os.path.abspath(args.baseline), args)
+        return
     print(f"GPT-2 training on the CPU, fp32, AdamW, batch {BATCH} x seq {SEQ}, vocab {VOCAB}, "
           f"{args.threads} threads, {args.steps} timed steps after {args.warmup} warmup")
     print(f"PyTorch {torch.__version__}, {os.cpu_count()} CPUs")

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "model_fields.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/comm.h"
 #include "ztrain/safetensors.h"
@@ -25,14 +26,15 @@ static void path_join(char *out, size_t size, const char *a, const char *b) {
     snprintf(out, size, "%s/%s", a, b);
 }
 
+/* The spec's type and architecture fields (its paths say where weights came from, which a
+ * checkpoint replaces). */
 static cJSON *model_spec_json(const zt_model_spec *s) {
+    const zt_model_family *fam = zt_model_family_find(s->type);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "type", s->type);
-    cJSON_AddNumberToObject(o, "n_layer", s->n_layer);
-    cJSON_AddNumberToObject(o, "n_head", s->n_head);
-    cJSON_AddNumberToObject(o, "n_embd", s->n_embd);
-    cJSON_AddNumberToObject(o, "vocab_size", s->vocab_size);
-    cJSON_AddNumberToObject(o, "block_size", s->block_size);
+    cJSON_AddItemToObject(o, zt_model_type_field.key, zt_model_field_to_cjson(&zt_model_type_field, s));
+    for (const zt_model_field *f = fam ? fam->fields : NULL; f && f->key; f++)
+        if (f->kind != ZT_FIELD_PATH)
+            cJSON_AddItemToObject(o, f->key, zt_model_field_to_cjson(f, s));
     return o;
 }
 
@@ -336,16 +338,23 @@ static double num(const cJSON *o, const char *key, double fallback) {
 
 static zt_status read_spec(const cJSON *meta, const char *tagdir, zt_model_spec *spec) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(meta, "model");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, zt_model_type_field.key);
     if (!cJSON_IsObject(m) || !cJSON_IsString(type))
         return zt_error(ZT_ERR_FORMAT, "%s/meta.json: no model section", tagdir);
     memset(spec, 0, sizeof *spec);
-    snprintf(spec->type, sizeof spec->type, "%s", type->valuestring);
-    spec->n_layer = (int)num(m, "n_layer", 0);
-    spec->n_head = (int)num(m, "n_head", 0);
-    spec->n_embd = (int)num(m, "n_embd", 0);
-    spec->vocab_size = (int)num(m, "vocab_size", 0);
-    spec->block_size = (int)num(m, "block_size", 0);
+    const zt_model_family *fam = zt_model_family_find(type->valuestring);
+    if (!fam) {
+        char known[256];
+        zt_model_family_names(known, sizeof known);
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: model.type \"%s\" is not supported (known "
+                        "types: %s)", tagdir, type->valuestring, known);
+    }
+    snprintf(spec->type, sizeof spec->type, "%s", fam->name);
+    char source[4200];
+    snprintf(source, sizeof source, "%s/meta.json", tagdir);
+    for (const zt_model_field *f = fam->fields; f->key; f++)
+        if (f->kind != ZT_FIELD_PATH)
+            ZT_TRY(zt_model_field_from_cjson(f, m, spec, source));
     return ZT_OK;
 }
 
@@ -448,15 +457,15 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
     zt_model *model = zt_engine_model(e);
     zt_model_spec saved;
     zt_status s = read_spec(meta, tagdir, &saved);
-    const zt_model_spec *cur = &model->spec;
-    if (s == ZT_OK && (strcmp(saved.type, cur->type) != 0 || saved.n_layer != cur->n_layer ||
-                       saved.n_head != cur->n_head || saved.n_embd != cur->n_embd ||
-                       saved.vocab_size != cur->vocab_size || saved.block_size != cur->block_size))
-        s = zt_error(ZT_ERR_INVALID,
-                     "%s: checkpoint holds a %s model with n_layer %d, n_head %d, n_embd %d, "
-                     "vocab_size %d, block_size %d, but the job's model differs",
-                     tagdir, saved.type, saved.n_layer, saved.n_head, saved.n_embd,
-                     saved.vocab_size, saved.block_size);
+    const zt_model_field *differs = s == ZT_OK ? zt_model_spec_difference(&saved, &model->spec)
+                                               : NULL;
+    if (differs) {
+        char held[1024], job_value[256];
+        zt_model_spec_describe(&saved, held, sizeof held);
+        zt_model_field_format(differs, &model->spec, job_value, sizeof job_value);
+        s = zt_error(ZT_ERR_INVALID, "%s: checkpoint holds a %s model, but the job's model has "
+                     "%s %s", tagdir, held, differs->key, job_value);
+    }
     int saved_world = (int)num(meta, "world_size", 1);
     if (s == ZT_OK) {
         path_join(path, sizeof path, tagdir, "model.safetensors");

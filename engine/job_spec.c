@@ -14,12 +14,12 @@
 
 #include "ds_config_json.h"
 #include "json_util.h"
+#include "model_fields.h"
 #include "ztrain/job_spec.h"
+#include "ztrain/model.h"
 
 static const char *const top_keys[] = {"name", "world_size", "nodes", "device", "model", "data",
                                        "train", "deepspeed", NULL};
-static const char *const model_keys[] = {"type", "n_layer", "n_head", "n_embd", "vocab_size",
-                                         "block_size", "init_from", NULL};
 static const char *const data_keys[] = {"train", "val", "shuffle", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
@@ -64,44 +64,41 @@ static zt_status get_int_min(const zt_json_obj *o, const char *key, int min, int
     return ZT_OK;
 }
 
-zt_status zt_model_spec_validate(const zt_model_spec *m, const char *source) {
-    if (strcmp(m->type, "gpt2") != 0)
-        return zt_error(ZT_ERR_INVALID, "%s: model.type \"%s\" is not supported (known types: gpt2)",
-                        source, m->type);
-    const struct {
-        const char *name;
-        int value;
-    } dims[] = {{"n_layer", m->n_layer},       {"n_head", m->n_head},
-                {"n_embd", m->n_embd},         {"vocab_size", m->vocab_size},
-                {"block_size", m->block_size}};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        if (dims[i].value <= 0)
-            return zt_error(ZT_ERR_INVALID, "%s: model.%s must be a positive integer, got %d", source,
-                            dims[i].name, dims[i].value);
-    if (m->n_embd % m->n_head != 0)
-        return zt_error(ZT_ERR_INVALID, "%s: model.n_embd (%d) must be divisible by model.n_head (%d)",
-                        source, m->n_embd, m->n_head);
-    return ZT_OK;
-}
-
+/* The model section, read through the field table of the family that "type" names. */
 static zt_status parse_model(zt_model_spec *m, const zt_json_obj *top, const char *base_dir) {
     zt_json_obj o;
     ZT_TRY(zt_json_require(top, "model"));
     ZT_TRY(zt_json_child(top, "model", &o));
-    ZT_TRY(zt_json_check_keys(&o, model_keys));
-    const char *type = "gpt2";
-    ZT_TRY(zt_json_get_string(&o, "type", &type, NULL));
-    if (strlen(type) >= sizeof m->type)
-        return zt_error(ZT_ERR_INVALID, "%s: model.type \"%s\" is not supported (known types: gpt2)",
-                        top->source, type);
-    snprintf(m->type, sizeof m->type, "%s", type);
-    static const char *const dims[] = {"n_layer", "n_head", "n_embd", "vocab_size", "block_size", NULL};
-    int *dst[] = {&m->n_layer, &m->n_head, &m->n_embd, &m->vocab_size, &m->block_size};
-    for (size_t i = 0; dims[i]; i++) {
-        ZT_TRY(zt_json_require(&o, dims[i]));
-        ZT_TRY(zt_json_get_int(&o, dims[i], dst[i], NULL));
+    const char *type = zt_model_type_field.def_str;
+    ZT_TRY(zt_json_get_string(&o, zt_model_type_field.key, &type, NULL));
+    const zt_model_family *fam = strlen(type) < sizeof m->type ? zt_model_family_find(type) : NULL;
+    if (!fam) {
+        char known[256];
+        zt_model_family_names(known, sizeof known);
+        return zt_error(ZT_ERR_INVALID, "%s: model.type \"%s\" is not supported (known types: %s)",
+                        top->source, type, known);
     }
-    ZT_TRY(get_path(&o, "init_from", base_dir, &m->init_from));
+    snprintf(m->type, sizeof m->type, "%s", type);
+
+    const char *keys[ZT_MODEL_MAX_FIELDS + 2];
+    int n = 0;
+    keys[n++] = zt_model_type_field.key;
+    for (const zt_model_field *f = fam->fields; f->key; f++) {
+        ZT_ASSERT(n < ZT_MODEL_MAX_FIELDS + 1);
+        keys[n++] = f->key;
+    }
+    keys[n] = NULL;
+    ZT_TRY(zt_json_check_keys(&o, keys));
+    for (const zt_model_field *f = fam->fields; f->key; f++) {
+        if (f->kind != ZT_FIELD_PATH) {
+            ZT_TRY(zt_model_field_read_json(f, &o, m));
+            continue;
+        }
+        char **path = (char **)((char *)m + f->offset);
+        if (f->required)
+            ZT_TRY(zt_json_require(&o, f->key));
+        ZT_TRY(get_path(&o, f->key, base_dir, path));
+    }
     return zt_model_spec_validate(m, top->source);
 }
 
@@ -317,9 +314,21 @@ zt_status zt_job_spec_load(zt_job_spec *job, const char *path) {
     return s;
 }
 
+/* The model's path fields are heap strings the spec owns. */
+static void free_model_paths(zt_model_spec *m) {
+    const zt_model_family *fam = zt_model_family_find(m->type);
+    for (const zt_model_field *f = fam ? fam->fields : NULL; f && f->key; f++) {
+        if (f->kind == ZT_FIELD_PATH) {
+            char **path = (char **)((char *)m + f->offset);
+            free(*path);
+            *path = NULL;
+        }
+    }
+}
+
 void zt_job_spec_free(zt_job_spec *job) {
     free(job->name);
-    free(job->model.init_from);
+    free_model_paths(&job->model);
     free(job->data.train);
     free(job->data.val);
     free(job->train.checkpoint_dir);

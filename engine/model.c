@@ -1,5 +1,5 @@
-/* Architecture dispatch and the weight formats every architecture shares (safetensors with
- * Hugging Face names). */
+/* What every model family shares: creation through the registry, the flat parameter buffers,
+ * and safetensors import/export with Hugging Face names, driven by the family's zt_hf_map. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +9,13 @@
 
 zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                           int max_batch, size_t pad_to) {
-    if (strcmp(spec->type, "gpt2") == 0)
-        return zt_gpt2_create(out, spec, be, max_batch, pad_to ? pad_to : 1);
-    return zt_error(ZT_ERR_INVALID, "model.type '%s' is not known (available: gpt2)", spec->type);
+    const zt_model_family *fam = zt_model_family_find(spec->type);
+    if (fam)
+        return fam->create(out, spec, be, max_batch, pad_to ? pad_to : 1);
+    char known[256];
+    zt_model_family_names(known, sizeof known);
+    return zt_error(ZT_ERR_INVALID, "model.type '%s' is not known (available: %s)", spec->type,
+                    known);
 }
 
 static size_t flat_bytes(const zt_model *m) { return m->n_padded * sizeof(float); }
@@ -49,16 +53,26 @@ const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name) 
     return NULL;
 }
 
-static const char *strip_prefix(const char *name) {
-    return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
+/* The family's map for this model. */
+static const zt_hf_map *hf_map(const zt_model *m) {
+    const zt_model_family *fam = zt_model_family_find(m->spec.type);
+    ZT_ASSERT(fam);
+    return &fam->hf;
 }
 
-/* Tensors a Hugging Face GPT-2 file may carry that are not parameters here: the causal-mask
- * buffers. (The LM head is checked separately: it must equal wte, to which it is tied.) */
-static int is_ignored_tensor(const char *name) {
+static const char *strip_prefix(const zt_hf_map *map, const char *name) {
+    size_t n = map->strip_prefix ? strlen(map->strip_prefix) : 0;
+    return n && strncmp(name, map->strip_prefix, n) == 0 ? name + n : name;
+}
+
+static bool is_ignored(const zt_hf_map *map, const char *name) {
     size_t n = strlen(name);
-    return (n > 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
-           (n > 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0);
+    for (const char *const *s = map->ignore_suffixes; s && *s; s++) {
+        size_t ns = strlen(*s);
+        if (n > ns && strcmp(name + n - ns, *s) == 0)
+            return true;
+    }
+    return false;
 }
 
 static void format_shape(char *buf, size_t size, int ndim, const int64_t *shape) {
@@ -70,110 +84,135 @@ static void format_shape(char *buf, size_t size, int ndim, const int64_t *shape)
         snprintf(buf + used, size - used, "]");
 }
 
-/* GPT-2's LM head is the token embedding. A file that carries a separate lm_head.weight must hold
- * the same values (as Hugging Face's tied checkpoints do); a different head cannot be represented
- * and is refused rather than dropped. */
-static zt_status check_tied_head(const zt_model *m, const zt_st_file *f, const char *path) {
-    const zt_st_tensor *head = zt_st_find(f, "lm_head.weight");
-    const zt_tensor_info *wte = zt_model_find_tensor(m, "wte.weight");
-    if (!head || !wte)
-        return ZT_OK;
-    if (head->ndim != 2 || head->shape[0] != wte->shape[0] || head->shape[1] != wte->shape[1])
-        return zt_error(ZT_ERR_FORMAT, "%s: lm_head.weight does not have wte.weight's shape", path);
-    size_t bytes = wte->numel * sizeof(float);
-    float *file = malloc(bytes), *model = malloc(bytes);
-    zt_status s = file && model ? zt_st_read_f32(f, head, file, wte->numel)
-                                : zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    if (s == ZT_OK) {
-        zt_backend_copy(m->ctx.be, model, m->params + wte->offset, bytes, ZT_COPY_D2H,
-                        ZT_STREAM_COMPUTE);
-        if (memcmp(file, model, bytes) != 0)
-            s = zt_error(ZT_ERR_FORMAT,
-                         "%s: lm_head.weight differs from wte.weight, but GPT-2 here ties the LM "
-                         "head to the token embedding",
-                         path);
-    }
-    free(file);
-    free(model);
+/* The one place a file's tensor data enters the parameters: read into host memory, then copied
+ * to the backend. */
+static zt_status read_param(zt_model *m, const zt_st_file *f, const zt_st_tensor *st,
+                            const zt_tensor_info *t) {
+    size_t bytes = t->numel * sizeof(float);
+    float *staging = zt_backend_alloc(m->ctx.be, ZT_MEM_PINNED, bytes);
+    if (!staging)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory reading '%s'", f->path, t->name);
+    zt_status s = zt_st_read_f32(f, st, staging, t->numel);
+    if (s == ZT_OK)
+        zt_model_set_params(m, t->offset, staging, t->numel);
+    zt_backend_free(m->ctx.be, ZT_MEM_PINNED, staging, bytes);
     return s;
 }
 
-/* Reads one tensor (st, already checked against t; rows beyond t's are left out) into the
- * parameters through host staging of t's size. */
-static zt_status read_param(zt_model *m, const zt_st_file *f, const zt_st_tensor *st,
-                            const zt_tensor_info *t, float *staging) {
-    zt_st_tensor head = *st;
-    if (st->shape[0] > t->shape[0]) {
-        head.shape[0] = t->shape[0];
-        head.nbytes = st->nbytes / (size_t)st->shape[0] * (size_t)t->shape[0];
+/* Whether two tensors of a file hold the same values once read as fp32. Tensors of one dtype
+ * compare as raw bytes (every conversion to fp32 is exact, so equal values are equal bytes),
+ * which needs no memory however large they are. */
+static zt_status same_values(const zt_st_file *f, const zt_st_tensor *a, const zt_st_tensor *b,
+                             size_t n, bool *same) {
+    if (a->dtype == b->dtype && a->nbytes == b->nbytes) {
+        *same = memcmp(zt_st_data(f, a), zt_st_data(f, b), a->nbytes) == 0;
+        return ZT_OK;
     }
-    ZT_TRY(zt_st_read_f32(f, &head, staging, t->numel));
-    zt_model_set_params(m, t->offset, staging, t->numel);
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    zt_status s = x && y ? ZT_OK : zt_error(ZT_ERR_NOMEM, "%s: out of memory", f->path);
+    if (s == ZT_OK)
+        s = zt_st_read_f32(f, a, x, n);
+    if (s == ZT_OK)
+        s = zt_st_read_f32(f, b, y, n);
+    if (s == ZT_OK)
+        *same = memcmp(x, y, n * sizeof(float)) == 0;
+    free(x);
+    free(y);
+    return s;
+}
+
+/* A tied tensor the file carries (GPT-2's lm_head.weight) must be the tensor it is tied to: the
+ * model keeps only that one, so a different head cannot be represented and is refused rather
+ * than dropped. It is compared with the file's tensor that was loaded into map->tied_to (src
+ * maps each parameter to its file tensor). */
+static zt_status check_tied(const zt_model *m, const zt_st_file *f, const zt_st_tensor *tied,
+                            const zt_st_tensor *const *src) {
+    const zt_hf_map *map = hf_map(m);
+    const zt_tensor_info *t = zt_model_find_tensor(m, map->tied_to);
+    ZT_ASSERT(t && src[t - m->tensors]);
+    const zt_st_tensor *to = src[t - m->tensors];
+    bool same = tied->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = tied->shape[d] == t->shape[d];
+    if (!same)
+        return zt_error(ZT_ERR_FORMAT, "%s: %s does not have %s's shape", f->path, map->tied,
+                        map->tied_to);
+    ZT_TRY(same_values(f, tied, to, t->numel, &same));
+    if (!same) {
+        const zt_model_family *fam = zt_model_family_find(m->spec.type);
+        return zt_error(ZT_ERR_FORMAT, "%s: %s differs from %s, but %s here ties them (the model "
+                        "has only %s)", f->path, map->tied, map->tied_to, fam->title,
+                        map->tied_to);
+    }
     return ZT_OK;
 }
 
-static size_t largest_tensor(const zt_model *m) {
-    size_t n = 1;
-    for (int i = 0; i < m->n_tensors; i++)
-        n = m->tensors[i].numel > n ? m->tensors[i].numel : n;
-    return n;
-}
-
-zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
-    zt_st_file f;
-    ZT_TRY(zt_st_open(&f, path));
-    zt_status s = ZT_OK;
-    size_t staging_bytes = largest_tensor(m) * sizeof(float);
-    char *seen = calloc((size_t)m->n_tensors, 1);
-    float *staging = zt_backend_alloc(m->ctx.be, ZT_MEM_PINNED, staging_bytes);
-    if (!seen || !staging) {
-        free(seen);
-        zt_backend_free(m->ctx.be, ZT_MEM_PINNED, staging, staging_bytes);
-        zt_st_close(&f);
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    }
-    for (int i = 0; i < f.n_tensors && s == ZT_OK; i++) {
-        const zt_st_tensor *st = &f.tensors[i];
-        const char *name = strip_prefix(st->name);
-        if (is_ignored_tensor(name) || strcmp(name, "lm_head.weight") == 0)
-            continue;
-        const zt_tensor_info *t = zt_model_find_tensor(m, name);
-        if (!t) {
-            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this %s model",
-                         path, st->name, m->spec.type);
-            break;
-        }
-        if (seen[t - m->tensors]) {
-            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' appears twice (with and without the "
-                         "'transformer.' prefix)", path, name);
-            break;
-        }
+/* Loads one tensor of the file into the parameter t, cropping it along dim 0 when the map
+ * allows (a longer position table than block_size keeps its first rows, as nanoGPT does). */
+static zt_status load_tensor(zt_model *m, const zt_st_file *f, const zt_st_tensor *st,
+                             const zt_tensor_info *t) {
+    const zt_hf_map *map = hf_map(m);
+    bool same = st->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = st->shape[d] == t->shape[d];
+    if (same)
+        return read_param(m, f, st, t);
+    bool crop = map->croppable && strcmp(t->name, map->croppable) == 0 && st->ndim == t->ndim &&
+                st->shape[0] > t->shape[0];
+    for (int d = 1; crop && d < t->ndim; d++)
+        crop = st->shape[d] == t->shape[d];
+    if (!crop) {
         char want[64], got[64];
         format_shape(want, sizeof want, t->ndim, t->shape);
         format_shape(got, sizeof got, st->ndim, st->shape);
-        /* A longer position table (e.g. GPT-2's 1024 positions for a shorter block_size) is
-         * cropped to the model's block_size, as nanoGPT does. */
-        int crop = strcmp(name, "wpe.weight") == 0 && st->ndim == 2 && st->shape[1] == t->shape[1] &&
-                   st->shape[0] > t->shape[0];
-        int same = st->ndim == t->ndim;
-        for (int d = 0; same && d < t->ndim; d++)
-            same = st->shape[d] == t->shape[d];
-        if (!same && !crop) {
-            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has shape %s but the model needs %s",
-                         path, st->name, got, want);
-            break;
+        return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has shape %s but the model needs %s",
+                        f->path, st->name, got, want);
+    }
+    zt_st_tensor head = *st;
+    head.shape[0] = t->shape[0];
+    head.nbytes = st->nbytes / (size_t)st->shape[0] * (size_t)t->shape[0];
+    return read_param(m, f, &head, t);
+}
+
+zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
+    const zt_hf_map *map = hf_map(m);
+    zt_st_file f;
+    ZT_TRY(zt_st_open(&f, path));
+    zt_status s = ZT_OK;
+    /* For every parameter, the file tensor it was loaded from. */
+    const zt_st_tensor **src = calloc((size_t)m->n_tensors + 1, sizeof *src);
+    if (!src) {
+        zt_st_close(&f);
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    const zt_st_tensor *tied = NULL;
+    for (int i = 0; i < f.n_tensors && s == ZT_OK; i++) {
+        const zt_st_tensor *st = &f.tensors[i];
+        const char *name = strip_prefix(map, st->name);
+        if (is_ignored(map, name))
+            continue;
+        const zt_tensor_info *t = zt_model_find_tensor(m, name);
+        bool is_tied = !t && map->tied && strcmp(name, map->tied) == 0;
+        if (!t && !is_tied) {
+            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this %s model",
+                         path, st->name, m->spec.type);
+        } else if (is_tied ? tied != NULL : src[t - m->tensors] != NULL) {
+            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' appears twice (with and without the "
+                         "'%s' prefix)", path, name, map->strip_prefix ? map->strip_prefix : "");
+        } else if (is_tied) {
+            tied = st;
+        } else {
+            s = load_tensor(m, &f, st, t);
+            src[t - m->tensors] = st;
         }
-        s = read_param(m, &f, st, t, staging);
-        seen[t - m->tensors] = 1;
     }
     for (int i = 0; i < m->n_tensors && s == ZT_OK; i++) {
-        if (!seen[i])
+        if (!src[i])
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is missing", path, m->tensors[i].name);
     }
-    if (s == ZT_OK)
-        s = check_tied_head(m, &f, path);
-    free(seen);
-    zt_backend_free(m->ctx.be, ZT_MEM_PINNED, staging, staging_bytes);
+    if (s == ZT_OK && tied)
+        s = check_tied(m, &f, tied, src);
+    free(src);
     zt_st_close(&f);
     return s;
 }
@@ -210,16 +249,24 @@ zt_status zt_model_save_safetensors(const zt_model *m, const char *path) {
         readers[i] = (param_reader){m, t->offset};
         src[i] = (zt_st_source){read_params, &readers[i]};
     }
-    char dims[5][32];
-    snprintf(dims[0], sizeof dims[0], "%d", m->spec.n_layer);
-    snprintf(dims[1], sizeof dims[1], "%d", m->spec.n_head);
-    snprintf(dims[2], sizeof dims[2], "%d", m->spec.n_embd);
-    snprintf(dims[3], sizeof dims[3], "%d", m->spec.vocab_size);
-    snprintf(dims[4], sizeof dims[4], "%d", m->spec.block_size);
-    const char *keys[] = {"format", "model_type", "n_layer", "n_head", "n_embd", "vocab_size",
-                          "block_size"};
-    const char *values[] = {"pt", m->spec.type, dims[0], dims[1], dims[2], dims[3], dims[4]};
-    zt_status s = zt_st_write_sources(path, e, src, m->n_tensors, keys, values, 7);
+    /* The metadata: the format, the type, then the architecture fields of the family's table,
+     * which is what a reader needs to rebuild the model. */
+    const zt_model_family *fam = zt_model_family_find(m->spec.type);
+    ZT_ASSERT(fam);
+    const char *keys[ZT_MODEL_MAX_FIELDS + 2] = {"format", "model_type"};
+    const char *values[ZT_MODEL_MAX_FIELDS + 2] = {"pt", m->spec.type};
+    char text[ZT_MODEL_MAX_FIELDS][64];
+    int n = 2;
+    for (const zt_model_field *fld = fam->fields; fld->key; fld++) {
+        if (fld->kind == ZT_FIELD_PATH)
+            continue;
+        ZT_ASSERT(n < ZT_MODEL_MAX_FIELDS + 2);
+        zt_model_field_format(fld, &m->spec, text[n - 2], sizeof text[n - 2]);
+        keys[n] = fld->key;
+        values[n] = text[n - 2];
+        n++;
+    }
+    zt_status s = zt_st_write_sources(path, e, src, m->n_tensors, keys, values, n);
     free(e);
     free(src);
     free(readers);

@@ -16,15 +16,15 @@
 
 #include "job_proto.h"
 #include "json_util.h"
+#include "ztrain/model.h"
 
 #define DEEPSPEED_KEY "deepspeed"
 #define DEEPSPEED_FIELD "deepspeed_json"
 
-/* Keys whose zero the proto would read as "the default" although the job file forbids it. */
-static const char *const positive_keys[] = {
-    "world_size",       "nodes",            "model.n_layer", "model.n_head",
-    "model.n_embd",     "model.vocab_size", "model.block_size", "train.epochs",
-    "train.log_interval", "train.eval_steps", NULL};
+/* Keys whose zero the proto would read as "the default" although the job file forbids it. The
+ * model's are its family's fields with a positive bound (must_be_positive). */
+static const char *const positive_keys[] = {"world_size", "nodes", "train.epochs",
+                                            "train.log_interval", "train.eval_steps", NULL};
 
 /* ---- building heap-owned messages -------------------------------------------------------- */
 
@@ -89,12 +89,27 @@ static zt_status unknown_key(const zt_json_obj *o, const char *key,
     return zt_error(ZT_ERR_INVALID, "%s: unknown key '%s'%s", o->source, path, hint);
 }
 
+/* Whether the key at this dotted path must be >= 1. A model key is when any family's table bounds
+ * it so (the family is not looked up here: the server's parser judges the spec as a whole). */
+static bool must_be_positive(const char *path) {
+    for (const char *const *k = positive_keys; *k; k++)
+        if (strcmp(*k, path) == 0)
+            return true;
+    if (strncmp(path, "model.", 6) != 0)
+        return false;
+    for (int i = 0; zt_model_family_at(i); i++) {
+        const zt_model_field *f = zt_model_family_field(zt_model_family_at(i), path + 6);
+        if (f && f->kind == ZT_FIELD_INT && f->bound == ZT_BOUND_POSITIVE)
+            return true;
+    }
+    return false;
+}
+
 static zt_status check_positive(const zt_json_obj *o, const char *key, int64_t v) {
     char path[300];
     zt_json_key_path(o, key, path, sizeof path);
-    for (const char *const *k = positive_keys; *k; k++)
-        if (strcmp(*k, path) == 0 && v < 1)
-            return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be >= 1, got %lld", (long long)v);
+    if (v < 1 && must_be_positive(path))
+        return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be >= 1, got %lld", (long long)v);
     return ZT_OK;
 }
 

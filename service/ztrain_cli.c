@@ -127,9 +127,11 @@ static int cmd_run(int argc, char **argv) {
         snprintf(default_out, sizeof default_out, "runs/%s", job.name ? job.name : "job");
         out = default_out;
     }
-    printf("ztrain %s: job '%s', %d-layer GPT-2 (n_embd %d), batch %d = %d × %d × %d ranks, "
+    char model[512];
+    zt_model_spec_describe(&job.model, model, sizeof model);
+    printf("ztrain %s: job '%s', %s, batch %d = %d × %d × %d ranks, "
            "metrics in %s/metrics.jsonl\n",
-           ZTRAIN_VERSION, job.name, job.model.n_layer, job.model.n_embd,
+           ZTRAIN_VERSION, job.name, model,
            job.ds.train_batch_size, job.ds.train_micro_batch_size_per_gpu,
            job.ds.gradient_accumulation_steps, job.ds.world_size, out);
     if (job.world_size > 1) {

@@ -429,3 +429,47 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *
     *out = m;
     return ZT_OK;
 }
+
+/* ---- The family: spec fields, checks and Hugging Face names ------------------------------- */
+
+static zt_status gpt2_validate(const zt_model_spec *s, const char *source) {
+    if (s->n_embd % s->n_head != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_embd (%d) must be divisible by model.n_head (%d)",
+                        source, s->n_embd, s->n_head);
+    return ZT_OK;
+}
+
+static const zt_model_field gpt2_fields[] = {
+    {ZT_MODEL_FIELD(n_layer), .required = true, .bound = ZT_BOUND_POSITIVE,
+     .meaning = "transformer blocks"},
+    {ZT_MODEL_FIELD(n_head), .required = true, .bound = ZT_BOUND_POSITIVE,
+     .meaning = "attention heads per block"},
+    {ZT_MODEL_FIELD(n_embd), .required = true, .bound = ZT_BOUND_POSITIVE,
+     .meaning = "width of the residual stream, a multiple of n_head"},
+    {ZT_MODEL_FIELD(vocab_size), .required = true, .bound = ZT_BOUND_POSITIVE,
+     .meaning = "rows of the token embedding, which is also the LM head"},
+    {ZT_MODEL_FIELD(block_size), .required = true, .bound = ZT_BOUND_POSITIVE,
+     .meaning = "positions, the longest sequence and the training sequence length"},
+    {ZT_MODEL_FIELD(init_from),
+     .meaning = "safetensors file with Hugging Face GPT-2 names to start from"},
+    {0},
+};
+
+/* Hugging Face's GPT2LMHeadModel keeps the causal masks as buffers (attn.bias, and
+ * attn.masked_bias in older files) beside the weights. */
+static const char *const gpt2_hf_ignored[] = {".attn.bias", ".attn.masked_bias", NULL};
+
+const zt_model_family zt_gpt2_family = {
+    .name = "gpt2",
+    .title = "GPT-2",
+    .fields = gpt2_fields,
+    .validate = gpt2_validate,
+    .create = zt_gpt2_create,
+    .hf = {
+        .strip_prefix = "transformer.",
+        .ignore_suffixes = gpt2_hf_ignored,
+        .tied = "lm_head.weight",
+        .tied_to = "wte.weight",
+        .croppable = "wpe.weight",
+    },
+};

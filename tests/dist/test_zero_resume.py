@@ -1,7 +1,8 @@
 """Checkpoints across ranks: resuming with the same number of ranks is bit-exact; resuming on a
 different number (4 -> 2 at stage 1, 2 -> 3 at stage 3) re-partitions the optimizer state
 directly and continues within 1e-5 of the uninterrupted run; `ztrain zero-to-fp32` writes the
-consolidated weights, equal to a single-rank run's."""
+consolidated weights, equal to a single-rank run's; a job whose model differs from the
+checkpoint's is refused with the differing field named."""
 import os
 import sys
 import tempfile
@@ -66,4 +67,15 @@ with tempfile.TemporaryDirectory() as d:
         ref, _ = st_read(f"{d}/single.safetensors")
         err, tensor = max((rel_err(got[k], ref[k]), k) for k in ref)
         ck.check(err < 1e-5, f"{name}: zero-to-fp32 weights equal the single-rank run's (worst {tensor} {err:.1e})")
+    # A job whose model differs from the checkpoint's is refused, naming the field and its value.
+    for field, value in [("n_embd", 64), ("block_size", 16)]:
+        spec = job(1, 0, "ck-single", resume=True)
+        spec["model"][field] = value
+        write_job(f"{d}/other.json", spec)
+        p = run([tool("ztrain"), "run", f"{d}/other.json", "--out", f"{d}/other"], check=False)
+        want = ("ck-single/global_step10: checkpoint holds a GPT-2 (n_layer 2, n_head 2, n_embd 32, "
+                f"vocab_size 256, block_size 32) model, but the job's model has {field} {value}")
+        ck.check(p.returncode != 0 and want in p.stderr,
+                 f"resuming with {field} {value}: exit {p.returncode}, message names the field "
+                 f"({p.stderr.strip()[-300:]})")
 ck.done()

@@ -183,6 +183,8 @@ def case_f(d, tmp):
             (lambda j: j["model"].update(n_layer="2"), "'model.n_layer' must be an integer"),
             (lambda j: j.update(world_size=0), "'world_size' must be >= 1, got 0"),
             (lambda j: j["train"].update(epochs=0), "'train.epochs' must be >= 1, got 0"),
+            (lambda j: j["model"].update(n_head=0), "'model.n_head' must be >= 1, got 0"),
+            (lambda j: j["model"].update(block_size=-4), "'model.block_size' must be >= 1, got -4"),
             (lambda j: j.update(deepspeed="missing/ds.json"), "deepspeed: "),
             (lambda j: j.update(deepspeed=[1]), "'deepspeed' must be an object or a path"),
             (lambda j: j.update(data="train.txt"), "'data'"),

@@ -189,6 +189,18 @@ static void test_errors(void) {
     ERR("{\"model\": {\"type\": \"llama\", \"n_layer\": 4, \"n_head\": 4, \"n_embd\": 256, "
         "\"vocab_size\": 256, \"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: model.type \"llama\" is not supported (known types: gpt2)");
+    /* A type too long for any family's name is unknown all the same, not truncated. */
+    ERR("{\"model\": {\"type\": \"gpt2-with-a-very-long-name\", \"n_layer\": 4}, " DATA ", " DS "}",
+        ZT_ERR_INVALID,
+        "job.json: model.type \"gpt2-with-a-very-long-name\" is not supported (known types: gpt2)");
+    ERR("{\"model\": {\"type\": 2, \"n_layer\": 4}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'model.type' must be a string, got 2");
+    ERR("{\"model\": {\"type\": \"gpt2\", \"n_kv_head\": 4}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: unknown key 'n_kv_head' in model (did you mean 'n_head'?); allowed keys: type, "
+        "n_layer, n_head, n_embd, vocab_size, block_size, init_from");
+    ERR("{\"model\": {\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 256, \"vocab_size\": 256, "
+        "\"block_size\": 64, \"init_from\": \"\"}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'model.init_from' must not be an empty path");
     ERR("{" MODEL ", \"data\": {\"val\": \"v.bin\"}, " DS "}", ZT_ERR_INVALID,
         "job.json: key 'data.train' is required");
     ERR("{" MODEL ", " DATA "}", ZT_ERR_INVALID, "job.json: key 'deepspeed' is required");
@@ -232,6 +244,34 @@ static void test_errors(void) {
     CHECK(zt_model_spec_validate(&m, "spec") == ZT_OK);
 }
 
+/* Every dimension of a GPT-2 model must be a positive integer, and is required. */
+static void test_model_bounds(void) {
+    static const char *const dims[] = {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        for (int bad = 0; bad >= -3; bad -= 3) {
+            char model[512], json[1024], msg[256];
+            size_t used = (size_t)snprintf(model, sizeof model, "\"model\": {\"type\": \"gpt2\"");
+            for (size_t j = 0; j < sizeof dims / sizeof dims[0]; j++)
+                used += (size_t)snprintf(model + used, sizeof model - used, ", \"%s\": %d", dims[j],
+                                         j == i ? bad : 8);
+            snprintf(model + used, sizeof model - used, "}");
+            snprintf(json, sizeof json, "{%s, " DATA ", " DS "}", model);
+            snprintf(msg, sizeof msg, "job.json: model.%s must be a positive integer, got %d",
+                     dims[i], bad);
+            ERR(json, ZT_ERR_INVALID, msg);
+        }
+        char json[1024], msg[256];
+        /* Required keys are asked for in the table's order, so each is the first one missing
+         * only when those before it are given. */
+        char given[512] = "";
+        for (size_t j = 0; j < i; j++)
+            snprintf(given + strlen(given), sizeof given - strlen(given), "\"%s\": 8, ", dims[j]);
+        snprintf(json, sizeof json, "{\"model\": {%s\"type\": \"gpt2\"}, " DATA ", " DS "}", given);
+        snprintf(msg, sizeof msg, "job.json: key 'model.%s' is required", dims[i]);
+        ERR(json, ZT_ERR_INVALID, msg);
+    }
+}
+
 static void test_missing_file(void) {
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd) || chdir(dir) != 0) {
@@ -259,6 +299,7 @@ int main(void) {
     test_deepspeed_path();
     test_paths();
     test_errors();
+    test_model_bounds();
     test_missing_file();
     check_tmpdir_remove();
     return check_summary("test_job_spec");

@@ -13,14 +13,17 @@
 #include "ztrain/ds_config.h"
 #include "ztrain/status.h"
 
+/* The model section: the fields of every family in one plain struct. Which of them a family
+ * reads, with what defaults and bounds, is its field table's business (zt_model_family in
+ * ztrain/model.h); the comments here only say what each member is. */
 typedef struct {
-    char type[16];     /* "gpt2" */
+    char type[16];     /* the family: "gpt2" */
     int n_layer;
     int n_head;
     int n_embd;        /* must be divisible by n_head */
     int vocab_size;
     int block_size;    /* maximum sequence length, also the training sequence length */
-    char *init_from;   /* safetensors path with Hugging Face GPT-2 names, or NULL */
+    char *init_from;   /* safetensors path with the family's Hugging Face names, or NULL */
 } zt_model_spec;
 
 typedef struct {
@@ -67,7 +70,9 @@ zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char 
 
 void zt_job_spec_free(zt_job_spec *job);
 
-/* Checks the model dimensions (positive, n_embd % n_head == 0, known type). */
+/* Checks a model spec against its family (engine/model_registry.c): a known type, every field
+ * within its bound, then the family's own cross-field checks (GPT-2: n_embd % n_head == 0).
+ * Messages start with `source`. */
 zt_status zt_model_spec_validate(const zt_model_spec *m, const char *source);
 
 #endif

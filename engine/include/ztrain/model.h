@@ -91,20 +91,158 @@ void zt_model_destroy(zt_model *m);
 /* The tensor with this Hugging Face name, or NULL. */
 const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name);
 
-/* Loads weights from a safetensors file with Hugging Face GPT-2 names and layouts. Accepts an
- * optional "transformer." prefix and ignores tensors that are not parameters (attention mask
- * buffers, the tied lm_head). A missing tensor, a shape mismatch or an unexpected tensor is an
- * error naming the file, the tensor, and both shapes. */
+/* Loads weights from a safetensors file with the Hugging Face names and layouts of the model's
+ * family, read through the family's zt_hf_map: its prefix is dropped, the tensors it ignores are
+ * skipped, a tied tensor must equal the one it is tied to, and a croppable tensor may be longer
+ * along dim 0. A missing tensor, a shape mismatch or an unexpected tensor is an error naming the
+ * file, the tensor, and both shapes. */
 zt_status zt_model_load_safetensors(zt_model *m, const char *path);
 
-/* Writes the parameters as fp32 safetensors with Hugging Face GPT-2 names and layouts, with the
- * model dimensions in the metadata. */
+/* Writes the parameters as fp32 safetensors with Hugging Face names and layouts. The metadata
+ * holds "format": "pt", "model_type": spec.type and every architecture field of the family's
+ * table (see zt_model_field) as text. */
 zt_status zt_model_save_safetensors(const zt_model *m, const char *path);
 
 /* Architecture constructors (engine/models/<arch>.c). */
 zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                          int max_batch, size_t pad_to);
 
+/* ---- The registry of model families -------------------------------------------------------
+ *
+ * A family (GPT-2, Llama, ...) is one file under engine/models/ that defines a zt_model_family,
+ * and an entry in engine/model_registry.c's list; its fields are members of zt_model_spec and
+ * of proto/ztrain.proto's ModelSpec. Its table of spec fields is the one
+ * place the model section of a job spec is declared: the job-spec parser (allowed keys, required
+ * keys, types, defaults, bounds), zt_model_spec_validate, checkpoints' meta.json (written, read
+ * and compared), safetensors export metadata, the service's JSON <-> proto mapping and the CLI's
+ * description of a model all walk it. proto/ztrain.proto's ModelSpec must hold a field of the
+ * same name and a matching type for every entry (tests/unit/test_model_registry.c checks). */
+
+/* What a spec field holds, which is the zt_model_spec member's C type. */
+typedef enum {
+    ZT_FIELD_INT,    /* int; proto int32 */
+    ZT_FIELD_FLOAT,  /* double; proto double */
+    ZT_FIELD_BOOL,   /* bool; proto bool */
+    ZT_FIELD_STRING, /* char[size], inline and NUL-terminated; proto string */
+    /* char *, a heap path resolved against the job file's directory; proto string. A path says
+     * where weights come from, not what the model is, so it is the one kind that checkpoints,
+     * export metadata and comparisons leave out: every other field is an architecture field. */
+    ZT_FIELD_PATH,
+} zt_field_kind;
+
+/* The lower bound a numeric field's value must respect. */
+typedef enum {
+    ZT_BOUND_NONE,
+    ZT_BOUND_POSITIVE,    /* > 0 */
+    ZT_BOUND_NONNEGATIVE, /* >= 0 */
+} zt_field_bound;
+
+/* One key of a job spec's "model" section. The key is the JSON key, the proto ModelSpec field
+ * name, the meta.json key and the zt_model_spec member's name; write entries with
+ * ZT_MODEL_FIELD(member), which fills key, offset, size and kind from the member itself, so they
+ * cannot disagree:
+ *     {ZT_MODEL_FIELD(n_head), .required = true, .bound = ZT_BOUND_POSITIVE,
+ *      .meaning = "attention heads"}
+ * A field that is not required takes `def` (numbers and bools) or `def_str` (strings) when the
+ * job leaves it out, and so does a field missing from an older checkpoint. A default that is not
+ * zero, on a field whose bound allows zero, needs a proto field with presence (a oneof), because
+ * the proto reads a zero as "unset". */
+typedef struct {
+    const char *key;
+    zt_field_kind kind;
+    size_t offset;        /* offsetof(zt_model_spec, member) */
+    size_t size;          /* sizeof the member: for STRING, the longest value plus its NUL */
+    bool required;
+    double def;
+    const char *def_str;
+    zt_field_bound bound;
+    const char *meaning;  /* one line for documentation and messages */
+} zt_model_field;
+
+/* The most fields a family's table may hold. */
+#define ZT_MODEL_MAX_FIELDS 64
+
+/* Key, offset, size and kind of a zt_model_spec member that is an int, a double, a bool or a
+ * char * path; any other type does not compile. */
+#define ZT_MODEL_FIELD(member)                                                               \
+    .key = #member, .offset = offsetof(zt_model_spec, member),                               \
+    .size = sizeof(((zt_model_spec *)0)->member),                                            \
+    .kind = _Generic(&((zt_model_spec *)0)->member, int *: ZT_FIELD_INT,                     \
+                     double *: ZT_FIELD_FLOAT, bool *: ZT_FIELD_BOOL, char **: ZT_FIELD_PATH)
+/* The same for an inline char array member. */
+#define ZT_MODEL_STRING_FIELD(member)                                                        \
+    .key = #member, .offset = offsetof(zt_model_spec, member),                               \
+    .size = sizeof(((zt_model_spec *)0)->member), .kind = ZT_FIELD_STRING
+
+/* How the tensor names of a Hugging Face safetensors file map to a family's parameters, whose
+ * own names (zt_tensor_info.name) are what export writes. Every member may be NULL. */
+typedef struct {
+    /* Dropped from the front of a file's name when present ("transformer."); a file that holds
+     * a name both with and without it is refused as ambiguous. */
+    const char *strip_prefix;
+    /* Name endings of tensors that are not parameters (causal-mask buffers): skipped.
+     * NULL-terminated. */
+    const char *const *ignore_suffixes;
+    /* A tensor the file may carry although the model keeps no parameter of that name, because
+     * it is tied to `tied_to` (GPT-2's lm_head.weight to wte.weight): it must have the same
+     * shape and values, else the load fails rather than drop it. A family whose model does have
+     * a parameter of that name (an untied head) loads it like any other. */
+    const char *tied;
+    const char *tied_to;
+    /* A parameter the file may hold more rows of (dim 0) than the model needs: the first rows
+     * are loaded (a position table longer than block_size, as nanoGPT crops GPT-2's 1024). */
+    const char *croppable;
+} zt_hf_map;
+
+typedef struct {
+    const char *name;   /* model.type: "gpt2" */
+    const char *title;  /* for people: "GPT-2" */
+    /* The spec fields after "type" (which names the family and is every family's), in the order
+     * messages list them; terminated by an entry whose key is NULL. */
+    const zt_model_field *fields;
+    /* Checks what involves several fields, once every field is known to be in bounds; the
+     * message starts with `source` ("job.json: model.n_embd (250) must be divisible by
+     * model.n_head (4)"). NULL when there is nothing to check. */
+    zt_status (*validate)(const zt_model_spec *spec, const char *source);
+    /* Builds the model; zt_model_create's contract, with pad_to >= 1. */
+    zt_status (*create)(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+                        int max_batch, size_t pad_to);
+    zt_hf_map hf;
+} zt_model_family;
+
+/* "type": the one field every spec has, which names its family (default "gpt2"). It is no
+ * family's table entry, but reads, prints and compares like one. */
+extern const zt_model_field zt_model_type_field;
+
+/* The family named `name`, or NULL. */
+const zt_model_family *zt_model_family_find(const char *name);
+
+/* The i-th registered family (from 0), or NULL past the last. */
+const zt_model_family *zt_model_family_at(int i);
+
+/* Writes the registered names, comma-separated ("gpt2"), for "known types" messages. */
+void zt_model_family_names(char *buf, size_t size);
+
+/* The family's field with this key, or NULL (also for "type"). */
+const zt_model_field *zt_model_family_field(const zt_model_family *fam, const char *key);
+
+/* Writes a person's description of the spec: the family's title and its architecture fields,
+ * "GPT-2 (n_layer 2, n_head 2, n_embd 32, vocab_size 256, block_size 32)". An unknown type is
+ * described by its name alone. */
+void zt_model_spec_describe(const zt_model_spec *spec, char *buf, size_t size);
+
+/* The first field in which a and b differ, or NULL when they describe the same model:
+ * &zt_model_type_field when their types differ, else the first architecture field of their
+ * family that does (paths are not compared). A spec of an unknown type compares by type alone. */
+const zt_model_field *zt_model_spec_difference(const zt_model_spec *a, const zt_model_spec *b);
+
+/* Writes a field's value in spec as text: "32", "10000", "true", "llama3", or "(none)" for an
+ * unset path. */
+void zt_model_field_format(const zt_model_field *f, const zt_model_spec *spec, char *buf,
+                           size_t size);
+
+/* For architectures: maps m->params and m->grads for m->n_params rounded up to pad_to, and unmaps
+ * them. */
 /* For architectures: allocates m->params and m->grads in device memory for m->n_params rounded
  * up to pad_to (m->ctx.be must be set), and frees them. */
 zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to);
