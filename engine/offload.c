@@ -51,6 +51,8 @@ typedef struct {
 } directory;
 
 struct zt_offload {
+    zt_backend *be;      /* whose host memory the state and the I/O buffers are */
+    zt_mem host_kind;    /* ZT_MEM_PINNED when pin_memory is set, else ZT_MEM_HOST */
     int rank;
     size_t n, tile;
     int slots;
@@ -92,15 +94,20 @@ static size_t file_bytes(const stream *s) {
     return round_up(s->n_file, ZT_OFFLOAD_ALIGN) * s->elem;
 }
 
-/* Host memory for offloaded state: zeroed, 64-byte aligned. A GPU backend would pin it here when
- * pin_memory is set, for DMA; on the CPU backend pinning buys nothing, so pin_memory has no
- * effect (README). */
-static void *host_alloc(size_t bytes) {
-    size_t size = round_up(bytes ? bytes : 1, 64);
-    void *p = aligned_alloc(64, size);
-    if (p)
-        memset(p, 0, size);
-    return p;
+/* Host memory for offloaded state, from the backend: zeroed and page-aligned (so O_DIRECT can use
+ * it), pinned when pin_memory asks (for a GPU's DMA; on the CPU backend pinned memory is plain
+ * host memory, so pin_memory has no effect there; README). */
+static void *host_alloc(zt_offload *f, size_t bytes) {
+    return zt_backend_alloc(f->be, f->host_kind, bytes);
+}
+
+static void host_free(zt_offload *f, void *p, size_t bytes) {
+    zt_backend_free(f->be, f->host_kind, p, bytes);
+}
+
+/* Copies between the caller's buffers and host-resident state or bounce buffers. */
+static void host_copy(zt_offload *f, void *dst, const void *src, size_t bytes) {
+    zt_backend_copy(f->be, dst, src, bytes, ZT_COPY_H2H, ZT_STREAM_COMPUTE);
 }
 
 /* ---- directories and files ------------------------------------------------------------------ */
@@ -241,7 +248,7 @@ static zt_status setup_stream(zt_offload *f, stream *s, const zt_offload_stream_
     size_t host_n = f->n - (s->place == ZT_PLACE_FILE ? s->n_file : 0);
     if (host_n > 0 || s->place == ZT_PLACE_HOST) {
         s->host_bytes = host_n * s->elem;
-        s->mem = host_alloc(s->host_bytes);
+        s->mem = host_alloc(f, s->host_bytes);
         if (!s->mem)
             return zt_error(ZT_ERR_NOMEM, "offload: cannot allocate %.1f MB of host memory for %s",
                             s->host_bytes / 1e6, s->name);
@@ -256,6 +263,8 @@ zt_status zt_offload_create(zt_offload **out, const zt_offload_spec *spec) {
     if (!f)
         return zt_error(ZT_ERR_NOMEM, "offload: out of memory");
     pthread_mutex_init(&f->sync_mu, NULL);
+    f->be = spec->be;
+    f->host_kind = spec->optimizer->pin_memory ? ZT_MEM_PINNED : ZT_MEM_HOST;
     f->rank = spec->rank;
     f->n = spec->n;
     f->full_at = zt_inject_step("ZTRAIN_INJECT_NVME_FULL", spec->rank);
@@ -292,7 +301,7 @@ zt_status zt_offload_create(zt_offload **out, const zt_offload_spec *spec) {
     for (int i = 0; i < ZT_OFFLOAD_STREAMS && st == ZT_OK; i++)
         st = setup_stream(f, &f->s[i], &spec->streams[i], spec, i);
     if (st == ZT_OK && any_file) {
-        f->sync = aligned_alloc(BLOCK, SYNC_BYTES);
+        f->sync = host_alloc(f, SYNC_BYTES);
         if (!f->sync)
             st = zt_error(ZT_ERR_NOMEM, "offload: out of memory for the I/O buffers");
         for (int i = 0; i < ZT_OFFLOAD_STREAMS; i++)
@@ -318,7 +327,7 @@ zt_status zt_offload_create(zt_offload **out, const zt_offload_spec *spec) {
         if (st == ZT_OK)
             st = open_file(f, s);
         for (int k = 0; k < f->slots && st == ZT_OK; k++) {
-            s->buf[k] = aligned_alloc(BLOCK, f->tile * s->elem);
+            s->buf[k] = host_alloc(f, f->tile * s->elem);
             if (!s->buf[k])
                 st = zt_error(ZT_ERR_NOMEM, "offload: out of memory for the I/O buffers");
             s->resident += (double)(f->tile * s->elem);
@@ -357,14 +366,14 @@ void zt_offload_destroy(zt_offload *f) {
         if (s->path[0])
             unlink(s->path);
         if (s->owns_mem)
-            free(s->mem);
+            host_free(f, s->mem, s->host_bytes);
         for (int k = 0; k < ZT_OFFLOAD_MAX_SLOTS; k++)
-            free(s->buf[k]);
+            host_free(f, s->buf[k], f->tile * s->elem);
     }
     for (int d = 0; d < 2; d++)
         if (f->dirs[d].made)
             rmdir(f->dirs[d].path);
-    free(f->sync);
+    host_free(f, f->sync, SYNC_BYTES);
     pthread_mutex_destroy(&f->sync_mu);
     free(f);
 }
@@ -397,10 +406,10 @@ static zt_status file_copy(zt_offload *f, stream *s, bool write, size_t first,
         if (!write || pos > a || end < b)
             st = full_io(s->fd, false, f->sync, b - a, (off_t)a, s->path);
         if (st == ZT_OK && write) {
-            memcpy(f->sync + (pos - a), data + (pos - lo), end - pos);
+            host_copy(f, f->sync + (pos - a), data + (pos - lo), end - pos);
             st = full_io(s->fd, true, f->sync, b - a, (off_t)a, s->path);
         } else if (st == ZT_OK) {
-            memcpy(data + (pos - lo), f->sync + (pos - a), end - pos);
+            host_copy(f, data + (pos - lo), f->sync + (pos - a), end - pos);
         }
         pos = end;
     }
@@ -420,9 +429,9 @@ static zt_status copy(zt_offload *f, int index, bool write, size_t first, unsign
         void *mem = at(s, first + in_file);
         unsigned char *d = data + in_file * s->elem;
         if (write)
-            memcpy(mem, d, rest * s->elem);
+            host_copy(f, mem, d, rest * s->elem);
         else
-            memcpy(d, mem, rest * s->elem);
+            host_copy(f, d, mem, rest * s->elem);
     }
     return ZT_OK;
 }

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ztrain/backend.h"
 #include "ztrain/ds_config.h"
 #include "ztrain/status.h"
 
@@ -55,6 +56,9 @@ typedef struct {
 } zt_offload_stream_spec;
 
 typedef struct {
+    zt_backend *be;                     /* allocates the host state and I/O buffers; the data
+                                           pointers of reads, writes and tiles are host memory
+                                           that this backend can copy */
     int rank;
     const char *job_name;               /* part of the directory name; NULL: "job" */
     size_t n;                           /* elements of every stream */

@@ -87,6 +87,7 @@ zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimiz
     zt_model *m = z->model;
     size_t base = z->stage == 0 ? 0 : z->own_lo;
     zt_offload_spec spec = {
+        .be = z->be,
         .rank = z->rank,
         .job_name = job_name,
         .n = z->stage == 0 ? m->n_padded : z->part,

@@ -16,6 +16,8 @@ struct zt_event {
     int unused;
 };
 
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
 static void *cpu_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
     (void)be;
     if (bytes == 0)
@@ -26,7 +28,7 @@ static void *cpu_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
         return p == MAP_FAILED ? NULL : p;
     }
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes) != 0)
+    if (posix_memalign(&p, page_size(), bytes) != 0)
         return NULL;
     memset(p, 0, bytes);
     return p;
@@ -52,8 +54,6 @@ static void cpu_copy(zt_backend *be, void *dst, const void *src, size_t bytes, z
     (void)be, (void)kind, (void)s;
     memcpy(dst, src, bytes);
 }
-
-static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
 /* Zeroes the partial pages at the ends and hands the whole pages in between back to the kernel,
  * which maps fresh zero pages when they are touched again. */

@@ -94,8 +94,9 @@ bool zt_backend_available(zt_device device);
 
 /* ---- memory (offsets and sizes in bytes) ------------------------------------------------- */
 
-/* Zeroed memory of the kind, or NULL when it cannot be had. Device memory is 64-byte aligned
- * (page-aligned on the CPU); a 0-byte request still returns a distinct pointer. */
+/* Zeroed memory of the kind, or NULL when it cannot be had. Device memory is at least 64-byte
+ * aligned (page-aligned on the CPU); host and pinned memory are page-aligned, so O_DIRECT I/O can
+ * use them. A 0-byte request still returns a distinct pointer. */
 static inline void *zt_backend_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
     return be->iface->alloc(be, kind, bytes);
 }
