@@ -1,0 +1,126 @@
+/* The op test harness: every op of every backend in this build against the CPU's, the CPU's ops
+ * against double-precision references and finite differences, 16-bit activations held as ops.h
+ * says, the optimizer and cast ops against plain loops, and the backend object's memory.
+ * `test_ops --op NAME` runs one family (or the family of one zt_ops entry); `test_ops --perf`
+ * times the ops at GPT-2 small's shapes instead (not run by ctest). The checks live in
+ * tests/unit/ops/, one file per op family, with the shared pieces in harness.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/harness.h"
+
+static const zt_test_family *const families[] = {
+    &zt_test_backend_memory,
+    &zt_test_embedding,
+    &zt_test_layernorm,
+    &zt_test_linear,
+    &zt_test_attention,
+    &zt_test_gelu,
+    &zt_test_add,
+    &zt_test_softmax_xent,
+    &zt_test_rmsnorm,
+    &zt_test_rope,
+    &zt_test_silu_mul,
+    &zt_test_adam_update,
+    &zt_test_sgd_update,
+    &zt_test_adam_update_mixed,
+    &zt_test_sum_squares,
+    &zt_test_scale,
+    &zt_test_to_half,
+    &zt_test_from_half,
+    &zt_test_round_to,
+    &zt_test_accumulate_half,
+    &zt_test_sum_squares_half,
+};
+enum { NFAMILIES = sizeof families / sizeof families[0] };
+
+static bool covers(const zt_test_family *f, const char *entry) {
+    for (const char *const *e = f->entries; *e; e++)
+        if (strcmp(*e, entry) == 0)
+            return true;
+    return false;
+}
+
+/* The family --op names: its own name, or the name of a zt_ops entry it covers. */
+static const zt_test_family *family_named(const char *name) {
+    for (int i = 0; i < NFAMILIES; i++)
+        if (strcmp(families[i]->name, name) == 0 || covers(families[i], name))
+            return families[i];
+    return NULL;
+}
+
+static int usage(const char *why) {
+    if (why)
+        fprintf(stderr, "test_ops: %s\n", why);
+    fprintf(stderr, "usage: test_ops [--op NAME] [--perf] [--margins]\nNAME is one of:");
+    for (int i = 0; i < NFAMILIES; i++)
+        fprintf(stderr, " %s", families[i]->name);
+    fprintf(stderr, "\nor a zt_ops entry (layernorm_backward, ...)\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    const zt_test_family *only = NULL;
+    bool perf = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--perf") == 0)
+            perf = true;
+        else if (strcmp(argv[i], "--margins") == 0)
+            zt_test_margins = true;
+        else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
+            only = family_named(argv[++i]);
+            if (!only)
+                return usage("no op family of that name");
+        } else
+            return usage(strcmp(argv[i], "--help") == 0 ? NULL : "unknown argument");
+    }
+
+    /* Every entry of the op table belongs to exactly one family, so none goes unchecked. */
+    for (int e = 0; e < zt_test_entry_count(); e++) {
+        int owners = 0;
+        for (int i = 0; i < NFAMILIES; i++)
+            owners += covers(families[i], zt_test_entry_name(e));
+        CHECK_AT(owners == 1, "zt_ops entry %s belongs to %d families of test_ops, not 1",
+                 zt_test_entry_name(e), owners);
+    }
+
+    zt_test_env env = {0};
+    static const zt_device devices[] = {ZT_DEVICE_CPU, ZT_DEVICE_CUDA};
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++) {
+        if (!zt_backend_available(devices[i]))
+            continue;
+        zt_backend *be = NULL;
+        zt_status s = zt_backend_create(&be, devices[i], NULL);
+        if (!CHECK_AT(s == ZT_OK, "zt_backend_create(%s): %s", zt_device_name(devices[i]),
+                      zt_last_error()))
+            continue;
+        env.be[env.n++] = be;
+    }
+    if (env.n == 0 || env.be[0]->device != ZT_DEVICE_CPU) {
+        fprintf(stderr, "test_ops: no CPU backend to compare with\n");
+        return 1;
+    }
+    printf("backends:");
+    for (int b = 0; b < env.n; b++)
+        printf(" %s", env.be[b]->name);
+    printf(" (CPU optimizer path %s)\n", zt_backend_cpu_optim_isa());
+
+    if (perf)
+        printf("%-24s %-5s %-36s %10s  %s\n", "op (fp32 activations)", "dev", "shape", "ms",
+               "rate");
+    for (int i = 0; i < NFAMILIES; i++) {
+        const zt_test_family *f = families[i];
+        if (only && f != only)
+            continue;
+        if (!perf) {
+            f->check(&env);
+            continue;
+        }
+        for (int b = 0; b < env.n && f->perf; b++)
+            f->perf(env.be[b]);
+    }
+
+    for (int b = 0; b < env.n; b++)
+        zt_backend_destroy(env.be[b]);
+    return zt_test_summary();
+}
