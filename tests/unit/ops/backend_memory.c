@@ -169,6 +169,15 @@ static void check_release(zt_backend *be) {
              be->name);
     CHECK_AT(memcmp(back, host, lo) == 0 && memcmp(back + hi, host + hi, n - hi) == 0,
              "%s: release(%zu, %zu) touched bytes outside its range", be->name, lo, hi);
+    /* Reading released memory holds none: the kernel maps its one shared zero page there, which
+     * the process's RSS does not count, and neither may resident_bytes ("what a range really
+     * holds", backend.h), or a rank that reads what it gave back would measure the memory ZeRO
+     * saved as spent. */
+    if (cpu)
+        CHECK_AT(zt_backend_resident_bytes(be, p, 0, n) == after,
+                 "cpu: after reading the released range, resident_bytes counts %zu bytes, not %zu "
+                 "(mincore reports the shared zero page as resident)",
+                 zt_backend_resident_bytes(be, p, 0, n), after);
 
     /* Within one page nothing goes back, but the bytes still read as zero. */
     zt_backend_release(be, p, 14 * page + 10, 14 * page + 90);
