@@ -4,6 +4,7 @@
  * `test_ops --op NAME` runs one family (or the family of one zt_ops entry); `test_ops --perf`
  * times the ops at GPT-2 small's shapes instead (not run by ctest). The checks live in
  * tests/unit/ops/, one file per op family, with the shared pieces in harness.h. */
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -103,7 +104,8 @@ int main(int argc, char **argv) {
     printf("backends:");
     for (int b = 0; b < env.n; b++)
         printf(" %s", env.be[b]->name);
-    printf(" (CPU optimizer path %s)\n", zt_backend_cpu_optim_isa());
+    printf(" (CPU: optimizer path %s, %d OpenMP threads)\n", zt_backend_cpu_optim_isa(),
+           omp_get_max_threads());
 
     if (perf)
         printf("%-24s %-5s %-36s %10s  %s\n", "op (fp32 activations)", "dev", "shape", "ms",
