@@ -1,8 +1,10 @@
 /* The CPU backend object: device memory is host memory. Device buffers are anonymous mappings
  * whose pages are committed on first touch, so a released range (madvise DONTNEED) reads as zero
- * and stops counting against the process until it is written again; mincore tells what a range
- * holds. Every op completes before it returns, so streams and events have nothing to order. */
+ * and stops counting against the process until it is written again; /proc/self/pagemap tells
+ * what a range holds. Every op completes before it returns, so streams and events have nothing to order. */
+#include <fcntl.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -78,7 +80,29 @@ static zt_status cpu_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     return ZT_OK;
 }
 
-/* Resident pages of [lo, hi), counting only the part of each page inside the range. */
+/* Whether each of n pages from `addr` is held by this process: present in /proc/self/pagemap
+ * (bit 63) and mapped by this process alone (bit 56). mincore would also count the kernel's shared
+ * zero page, which any read of an untouched or released page maps and which holds none of the
+ * process's memory. Without pagemap (a restricted /proc) mincore is the fallback. */
+static bool pages_held(int pagemap, const unsigned char *addr, size_t n, size_t page,
+                       unsigned char *held) {
+    if (pagemap >= 0) {
+        uint64_t e[512];
+        off_t at = (off_t)((uintptr_t)addr / page * sizeof(uint64_t));
+        if (pread(pagemap, e, n * sizeof(uint64_t), at) != (ssize_t)(n * sizeof(uint64_t)))
+            return false;
+        for (size_t i = 0; i < n; i++)
+            held[i] = (e[i] >> 63 & 1) && (e[i] >> 56 & 1);
+        return true;
+    }
+    if (mincore((void *)addr, n * page, held) != 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        held[i] &= 1;
+    return true;
+}
+
+/* Held pages of [lo, hi), counting only the part of each page inside the range. */
 static size_t cpu_resident_bytes(zt_backend *be, const void *p, size_t lo, size_t hi) {
     (void)be;
     if (hi <= lo)
@@ -86,14 +110,15 @@ static size_t cpu_resident_bytes(zt_backend *be, const void *p, size_t lo, size_
     const unsigned char *x = p;
     size_t page = page_size();
     size_t first = lo / page * page, pages = (hi - first + page - 1) / page;
-    unsigned char vec[4096];
+    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    unsigned char held[512];
     size_t bytes = 0;
-    for (size_t p0 = 0; p0 < pages; p0 += sizeof vec) {
-        size_t np = pages - p0 < sizeof vec ? pages - p0 : sizeof vec;
-        if (mincore((void *)(x + first + p0 * page), np * page, vec) != 0)
-            return 0;
+    for (size_t p0 = 0; p0 < pages; p0 += sizeof held) {
+        size_t np = pages - p0 < sizeof held ? pages - p0 : sizeof held;
+        if (!pages_held(pagemap, x + first + p0 * page, np, page, held))
+            break;
         for (size_t i = 0; i < np; i++) {
-            if (!(vec[i] & 1))
+            if (!held[i])
                 continue;
             size_t a = first + (p0 + i) * page, b = a + page;
             a = a < lo ? lo : a;
@@ -101,6 +126,8 @@ static size_t cpu_resident_bytes(zt_backend *be, const void *p, size_t lo, size_
             bytes += b - a;
         }
     }
+    if (pagemap >= 0)
+        close(pagemap);
     return bytes;
 }
 
