@@ -92,10 +92,9 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
                      e->world, ds->world_size);
     /* Equal slices, each a multiple of 16 floats so every rank's slice stays 64-byte aligned. */
     if (s == ZT_OK)
-        s = zt_model_create(&e->model, spec, e->be, ds->train_micro_batch_size_per_gpu,
+        s = zt_model_create(&e->model, spec, e->be, e->dtype, ds->train_micro_batch_size_per_gpu,
                             16 * (size_t)e->world);
     if (s == ZT_OK) {
-        e->model->ctx.act = e->dtype;
         if (spec->init_from)
             s = zt_model_load_safetensors(e->model, spec->init_from);
         else

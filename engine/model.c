@@ -7,11 +7,11 @@
 #include "ztrain/model.h"
 #include "ztrain/safetensors.h"
 
-zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                           int max_batch, size_t pad_to) {
     const zt_model_family *fam = zt_model_family_find(spec->type);
     if (fam)
-        return fam->create(out, spec, be, max_batch, pad_to ? pad_to : 1);
+        return fam->create(out, spec, be, act, max_batch, pad_to ? pad_to : 1);
     char known[256];
     zt_model_family_names(known, sizeof known);
     return zt_error(ZT_ERR_INVALID, "model.type '%s' is not known (available: %s)", spec->type,

@@ -260,7 +260,7 @@ static int cmd_sample(int argc, char **argv) {
     int32_t *tokens = NULL;
     zt_backend_options bo = {.threads = (int)threads};
     if (zt_backend_create(&be, ZT_DEVICE_CPU, &bo) != ZT_OK ||
-        zt_model_create(&m, &spec, be, 1, 1) != ZT_OK ||
+        zt_model_create(&m, &spec, be, ZT_F32, 1, 1) != ZT_OK ||
         zt_model_load_safetensors(m, spec.init_from) != ZT_OK) {
         rc = zt_cli_fail(NULL);
         goto done;
@@ -340,7 +340,7 @@ static int cmd_export(int argc, char **argv) {
     zt_model *m = NULL;
     int rc = 0;
     if (zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK ||
-        zt_model_create(&m, &spec, be, 1, 1) != ZT_OK ||
+        zt_model_create(&m, &spec, be, ZT_F32, 1, 1) != ZT_OK ||
         zt_model_load_safetensors(m, spec.init_from) != ZT_OK ||
         zt_model_save_safetensors(m, out) != ZT_OK)
         rc = zt_cli_fail(NULL);

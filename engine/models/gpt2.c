@@ -25,17 +25,21 @@ typedef struct {
     float *w[N_LAYER_TENSORS];
 } layer_views;
 
-/* Activations saved by the forward for the backward, per layer unless noted. */
+/* Activations saved by the forward for the backward, per layer unless noted. `void *` ones are
+ * activations, stored as the backend stores them (zt_backend_act_size); `float *` ones are fp32
+ * statistics (ops.h). */
 typedef struct {
-    float *encoded;            /* [B,T,C] the residual stream entering layer 0 */
-    float *ln1, *ln1_mean, *ln1_rstd;
-    float *qkv;                /* [B,T,3C] */
-    float *atty;               /* [B,T,C] attention output before the projection */
+    void *encoded;             /* [B,T,C] the residual stream entering layer 0 */
+    void *ln1;
+    float *ln1_mean, *ln1_rstd;
+    void *qkv;                 /* [B,T,3C] */
+    void *atty;                /* [B,T,C] attention output before the projection */
     float *att;                /* [B,NH,T,T] softmax probabilities */
-    float *res2;               /* [B,T,C] residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;     /* [B,T,4C] */
-    float *res3;               /* [B,T,C] residual after the MLP (the layer's output) */
+    void *res2;                /* [B,T,C] residual after attention */
+    void *ln2;
+    float *ln2_mean, *ln2_rstd;
+    void *fch, *fch_gelu;      /* [B,T,4C] */
+    void *res3;                /* [B,T,C] residual after the MLP (the layer's output) */
 } layer_acts;
 
 typedef struct {
@@ -44,15 +48,18 @@ typedef struct {
     float *wte, *wpe, *lnf_w, *lnf_b;
     float *dwte, *dwpe, *dlnf_w, *dlnf_b;
     layer_views *lw, *lg;      /* parameter and gradient views per layer */
-    float *act_memory;         /* device memory of act_bytes, carved into the buffers below */
+    unsigned char *act_memory; /* device memory of act_bytes, carved into the buffers below */
     size_t act_bytes;
+    size_t act_size;           /* bytes per activation element on this backend */
     float *host_losses;        /* [max_batch · block_size] the losses, read back to the host */
     layer_acts *la;
-    float *lnf, *lnf_mean, *lnf_rstd;  /* [B,T,C], [B,T] */
-    float *logits;                      /* [B,T,V], the gradient in place after a training forward */
+    void *lnf;                          /* [B,T,C] */
+    float *lnf_mean, *lnf_rstd;         /* [B,T] */
+    void *logits;                       /* [B,T,V], the gradient in place after a training forward */
     float *losses;                      /* [B,T] */
-    /* backward scratch, reused across layers */
-    float *dres, *dln, *datty, *dqkv, *dfch, *datt;
+    /* backward scratch, reused across layers (datt is fp32 work space) */
+    void *dres, *dln, *datty, *dqkv, *dfch;
+    float *datt;
     /* shape of the last forward */
     const int32_t *inputs;
     int B, T;
@@ -166,7 +173,7 @@ static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *tar
     if (h->fetch)
         h->fetch(h->ctx, -1, false);
     op->embedding_forward(x, g->la[0].encoded, inputs, g->wte, g->wpe, B, T, C);
-    const float *residual = g->la[0].encoded;
+    const void *residual = g->la[0].encoded;
     for (int l = 0; l < g->L; l++) {
         layer_acts *a = &g->la[l];
         float **w = g->lw[l].w;
@@ -219,17 +226,17 @@ static void gpt2_backward(zt_model *m) {
     g->has_grad = 0;
     const zt_attn_shape attn = {B, T, NH, NH, C / NH, true, 0};
 
-    const float *last = g->L > 0 ? g->la[g->L - 1].res3 : g->la[0].encoded;
+    const void *last = g->L > 0 ? g->la[g->L - 1].res3 : g->la[0].encoded;
     op->linear_backward(x, g->dln, g->dwte, NULL, g->logits, g->lnf, g->wte, BT, C, V,
                         ZT_W_OUT_IN, false);
-    zt_backend_zero(m->ctx.be, g->dres, sizeof(float) * (size_t)BT * C, ZT_STREAM_COMPUTE);
+    zt_backend_zero(m->ctx.be, g->dres, g->act_size * (size_t)BT * C, ZT_STREAM_COMPUTE);
     op->layernorm_backward(x, g->dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w, g->lnf_mean,
                            g->lnf_rstd, BT, C);
     const zt_model_hooks *h = &m->hooks;
     for (int l = g->L - 1; l >= 0; l--) {
         layer_acts *a = &g->la[l];
         float **w = g->lw[l].w, **dw = g->lg[l].w;
-        const float *residual = l == 0 ? g->la[0].encoded : g->la[l - 1].res3;
+        const void *residual = l == 0 ? g->la[0].encoded : g->la[l - 1].res3;
         if (h->fetch)
             h->fetch(h->ctx, l, true);
         /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
@@ -261,9 +268,12 @@ static void gpt2_backward(zt_model *m) {
         h->release(h->ctx, -1);
 }
 
+/* Sampling reads logits as fp32: it runs with fp32 activations. */
 static void gpt2_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
     const gpt2 *g = (const gpt2 *)m;
-    zt_backend_copy(m->ctx.be, dst, g->logits + row * (size_t)g->V, rows * g->V * sizeof(float),
+    ZT_ASSERT(g->act_size == sizeof(float));
+    const float *logits = g->logits;
+    zt_backend_copy(m->ctx.be, dst, logits + row * (size_t)g->V, rows * g->V * sizeof(float),
                     ZT_COPY_D2H, ZT_STREAM_COMPUTE);
 }
 
@@ -295,55 +305,60 @@ static const zt_model_ops gpt2_ops = {
     .destroy = gpt2_destroy,
 };
 
-/* Carves the activation buffers out of one allocation. With `base` NULL it only counts. */
-static size_t carve_activations(gpt2 *g, float *base) {
+/* Carves the activation buffers out of one allocation, each 64-byte aligned: activations of
+ * act_size bytes per element, statistics of 4. With `base` NULL it only counts bytes. */
+static size_t carve_activations(gpt2 *g, unsigned char *base) {
     const size_t B = g->base.max_batch, T = g->maxT, C = g->C, NH = g->NH, V = g->V;
-    const size_t BT = B * T;
+    const size_t BT = B * T, es = g->act_size;
     size_t off = 0;
-#define TAKE(ptr, n)                       \
-    do {                                   \
-        if (base)                          \
-            (ptr) = base + off;            \
-        off += ((size_t)(n) + 15) & ~15ul; \
+#define TAKE(ptr, n, elem)                           \
+    do {                                             \
+        if (base)                                    \
+            (ptr) = (void *)(base + off);            \
+        off += ((size_t)(n) * (elem) + 63) & ~63ul;  \
     } while (0)
-    float *encoded = NULL;
-    TAKE(encoded, BT * C);
+#define ACT(ptr, n) TAKE(ptr, n, es)
+#define F32(ptr, n) TAKE(ptr, n, sizeof(float))
+    void *encoded = NULL;
+    ACT(encoded, BT * C);
     for (int l = 0; l < g->L; l++) {
         layer_acts *a = base ? &g->la[l] : &(layer_acts){0};
-        TAKE(a->ln1, BT * C);
-        TAKE(a->ln1_mean, BT);
-        TAKE(a->ln1_rstd, BT);
-        TAKE(a->qkv, BT * 3 * C);
-        TAKE(a->atty, BT * C);
-        TAKE(a->att, B * NH * T * T);
-        TAKE(a->res2, BT * C);
-        TAKE(a->ln2, BT * C);
-        TAKE(a->ln2_mean, BT);
-        TAKE(a->ln2_rstd, BT);
-        TAKE(a->fch, BT * 4 * C);
-        TAKE(a->fch_gelu, BT * 4 * C);
-        TAKE(a->res3, BT * C);
+        ACT(a->ln1, BT * C);
+        F32(a->ln1_mean, BT);
+        F32(a->ln1_rstd, BT);
+        ACT(a->qkv, BT * 3 * C);
+        ACT(a->atty, BT * C);
+        F32(a->att, B * NH * T * T);
+        ACT(a->res2, BT * C);
+        ACT(a->ln2, BT * C);
+        F32(a->ln2_mean, BT);
+        F32(a->ln2_rstd, BT);
+        ACT(a->fch, BT * 4 * C);
+        ACT(a->fch_gelu, BT * 4 * C);
+        ACT(a->res3, BT * C);
         if (base)
             a->encoded = encoded;
     }
-    TAKE(g->lnf, BT * C);
-    TAKE(g->lnf_mean, BT);
-    TAKE(g->lnf_rstd, BT);
-    TAKE(g->logits, BT * V);
-    TAKE(g->losses, BT);
-    TAKE(g->dres, BT * C);
-    TAKE(g->dln, BT * C);
-    TAKE(g->datty, BT * C);
-    TAKE(g->dqkv, BT * 3 * C);
-    TAKE(g->dfch, BT * 4 * C);
-    TAKE(g->datt, B * NH * T * T);
+    ACT(g->lnf, BT * C);
+    F32(g->lnf_mean, BT);
+    F32(g->lnf_rstd, BT);
+    ACT(g->logits, BT * V);
+    F32(g->losses, BT);
+    ACT(g->dres, BT * C);
+    ACT(g->dln, BT * C);
+    ACT(g->datty, BT * C);
+    ACT(g->dqkv, BT * 3 * C);
+    ACT(g->dfch, BT * 4 * C);
+    F32(g->datt, B * NH * T * T);
+#undef F32
+#undef ACT
 #undef TAKE
     if (base && g->L == 0)
         g->la[0].encoded = encoded;
     return off;
 }
 
-zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                          int max_batch, size_t pad_to) {
     ZT_TRY(zt_model_spec_validate(spec, "model"));
     if (max_batch < 1)
@@ -353,7 +368,8 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
     zt_model *m = &g->base;
     m->ops = &gpt2_ops;
-    m->ctx = (zt_ctx){be, ZT_F32};
+    m->ctx = (zt_ctx){be, act};
+    g->act_size = zt_backend_act_size(be, act);
     m->spec = *spec;
     m->max_batch = max_batch;
     m->n_layer = spec->n_layer;
@@ -395,13 +411,13 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *
         gpt2_destroy(m);
         return s;
     }
-    g->act_bytes = (n_act ? n_act : 1) * sizeof(float);
+    g->act_bytes = n_act ? n_act : 1;
     g->act_memory = zt_backend_alloc(be, ZT_MEM_DEVICE, g->act_bytes);
     g->host_losses = malloc((size_t)max_batch * g->maxT * sizeof(float));
     if (!g->act_memory || !g->host_losses) {
         gpt2_destroy(m);
         return zt_error(ZT_ERR_NOMEM,
-                        "gpt2: cannot allocate %zu parameters and %zu activation floats",
+                        "gpt2: cannot allocate %zu parameters and %zu bytes of activations",
                         m->n_params, n_act);
     }
     /* Written once now, so the activations' memory is taken at creation: a batch that does not

@@ -180,6 +180,7 @@ zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts
     be->device = ZT_DEVICE_CPU;
     be->iface = &cpu_iface;
     be->ops = zt_cpu_ops();
+    be->act_as_f32 = true;
     if (opts && opts->threads > 0)
         omp_set_num_threads(opts->threads);
     *out = be;

@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
     zt_backend *be;
     zt_model *m;
     if (zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK ||
-        zt_model_create(&m, &spec, be, B, 1) != ZT_OK)
+        zt_model_create(&m, &spec, be, ZT_F32, B, 1) != ZT_OK)
         return die("");
     if (zt_model_load_safetensors(m, argv[1]) != ZT_OK)
         return die("");

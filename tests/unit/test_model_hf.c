@@ -169,7 +169,7 @@ static zt_model *new_model(void) {
     zt_model_spec spec = {.type = "gpt2", .n_layer = L, .n_head = NH, .n_embd = C,
                           .vocab_size = V, .block_size = T};
     zt_model *m = NULL;
-    zt_status s = zt_model_create(&m, &spec, cpu_backend(), 1, 1);
+    zt_status s = zt_model_create(&m, &spec, cpu_backend(), ZT_F32, 1, 1);
     if (s != ZT_OK) {
         fprintf(stderr, "cannot create the model: %s\n", zt_last_error());
         exit(2);

@@ -66,7 +66,7 @@ struct zt_model {
     const zt_model_ops *ops;
     /* The backend the model computes on, and the precision its activations are held at: in mixed
      * precision activations and their gradients are held at 16 bits (ops.h says how the CPU does
-     * it); ZT_F32 otherwise. The caller may change ctx.act before the first forward. */
+     * it); ZT_F32 otherwise. Fixed at creation: the activation buffers are sized for it. */
     zt_ctx ctx;
     zt_model_spec spec;   /* a copy; spec.init_from is not owned */
     int max_batch;
@@ -80,11 +80,12 @@ struct zt_model {
     zt_tensor_info *tensors;
 };
 
-/* Creates the model that spec->type names on backend be (which must outlive it), with zeroed
+/* Creates the model that spec->type names on backend be (which must outlive it), holding its
+ * activations at precision act (ZT_F32, or the 16-bit type of mixed precision), with zeroed
  * parameters and gradients whose flat buffers are padded to a multiple of pad_to elements (ZeRO
  * splits them into equal slices). Ranges a rank does not hold can be released through the backend
  * (zt_backend_release) and read as zeros afterwards. */
-zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                           int max_batch, size_t pad_to);
 void zt_model_destroy(zt_model *m);
 
@@ -104,7 +105,7 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path);
 zt_status zt_model_save_safetensors(const zt_model *m, const char *path);
 
 /* Architecture constructors (engine/models/<arch>.c). */
-zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                          int max_batch, size_t pad_to);
 
 /* ---- The registry of model families -------------------------------------------------------
@@ -205,7 +206,7 @@ typedef struct {
      * model.n_head (4)"). NULL when there is nothing to check. */
     zt_status (*validate)(const zt_model_spec *spec, const char *source);
     /* Builds the model; zt_model_create's contract, with pad_to >= 1. */
-    zt_status (*create)(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+    zt_status (*create)(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                         int max_batch, size_t pad_to);
     zt_hf_map hf;
 } zt_model_family;

@@ -75,8 +75,17 @@ struct zt_backend {
     int device_index;               /* which GPU of this process's visible ones; 0 on the CPU */
     const zt_backend_iface *iface;
     const zt_ops *ops;              /* the op table; entries a backend lacks are NULL */
+    /* Activations are stored as fp32 values held at ctx.act precision (the CPU's emulation of
+     * 16-bit activations); otherwise they are stored in ctx.act itself. */
+    bool act_as_f32;
     void *impl;                     /* the implementation's own state */
 };
+
+/* Bytes per activation element at precision act on this backend: what a model carves its
+ * activation buffers with. */
+static inline size_t zt_backend_act_size(const zt_backend *be, zt_dtype act) {
+    return be->act_as_f32 ? sizeof(float) : zt_dtype_size(act);
+}
 
 typedef struct {
     int threads;                    /* CPU: OpenMP and OpenBLAS threads; 0 leaves the default */

@@ -28,7 +28,7 @@ void zt_test_dev_init(zt_test_dev *d, zt_backend *be, zt_dtype act) {
 }
 
 size_t zt_test_act_size(const zt_backend *be, zt_dtype act) {
-    return be->device == ZT_DEVICE_CPU ? sizeof(float) : zt_dtype_size(act);
+    return zt_backend_act_size(be, act);
 }
 
 void *zt_test_dev_alloc(zt_test_dev *d, size_t bytes) {
