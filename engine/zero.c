@@ -85,7 +85,7 @@ static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
  * widens its 16-bit piece into the fp32 working copy; the values stay 16-bit exact; offloaded
  * pieces are read from the file first). */
 static zt_status gather_range(zt_zero *z, size_t lo, size_t hi) {
-    size_t offsets[256], counts[256];
+    size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
     pieces(z, lo, hi, offsets, counts);
     float *p = z->model->params;
     size_t a = lo + offsets[z->rank], n = counts[z->rank];
@@ -93,7 +93,7 @@ static zt_status gather_range(zt_zero *z, size_t lo, size_t hi) {
         ZT_TRY(load_owned(z, a, n));
     else if (z->half && n)
         z->model->k->from_half(p + a, z->p16 + a, n, z->dtype);
-    return z->comm ? zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts) : ZT_OK;
+    return z->comm ? zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts, ZT_F32) : ZT_OK;
 }
 
 /* Stage 3 brings layers in as they are used: gathered from their owners, or read from this
@@ -307,7 +307,7 @@ static zt_status reduce_range(zt_zero *z, size_t lo, size_t hi) {
     else
         note_max(z, &z->peak.grads_bytes,
                  resident(g, 0, z->model->n_padded) + (double)z->part * sizeof(float));
-    size_t offsets[256], counts[256];
+    size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
     pieces(z, lo, hi, offsets, counts);
     size_t a = max_sz(lo, z->own_lo), b = min_sz(hi, z->own_hi);
     /* What travels is rounded to communication_data_type (16-bit gradients by default in mixed
@@ -317,7 +317,7 @@ static zt_status reduce_range(zt_zero *z, size_t lo, size_t hi) {
     if (z->comm) {
         size_t off = offsets[z->rank];
         ZT_TRY(zt_comm_reduce_scatter(z->comm, g + lo, g + lo + off, hi - lo, offsets, counts,
-                                      ZT_REDUCE_AVG));
+                                      ZT_F32, ZT_REDUCE_AVG));
     }
     if (z->half) {
         if (a < b && z->comm_dtype != ZT_F32)
@@ -431,8 +431,9 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->model = m;
     z->rank = comm ? zt_comm_rank(comm) : 0;
     z->world = comm ? zt_comm_world_size(comm) : 1;
-    if (z->world > 256)
-        return zt_error(ZT_ERR_UNSUPPORTED, "zero: world size %d is above 256", z->world);
+    if (z->world > ZT_MAX_WORLD)
+        return zt_error(ZT_ERR_UNSUPPORTED, "zero: world size %d is above ZT_MAX_WORLD (%d)",
+                        z->world, ZT_MAX_WORLD);
     z->part = m->n_padded / (size_t)z->world;
     z->own_lo = (size_t)z->rank * z->part;
     z->own_hi = z->own_lo + z->part;
@@ -564,7 +565,7 @@ zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *cou
         note_max(z, &z->peak.grads_bytes, resident(m->grads, 0, m->n_padded));
     if (z->stage == 0 || !z->comm) {
         if (z->comm)
-            ZT_TRY(zt_comm_all_reduce(z->comm, m->grads, m->n_padded, ZT_REDUCE_AVG));
+            ZT_TRY(zt_comm_all_reduce(z->comm, m->grads, m->n_padded, ZT_F32, ZT_REDUCE_AVG));
         if (z->stage == 0) {
             *g = m->grads;
             *p = m->params;
@@ -572,10 +573,10 @@ zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *cou
             return ZT_OK;
         }
     } else if (z->stage == 1) {
-        size_t offsets[256], counts[256];
+        size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
         pieces(z, 0, m->n_padded, offsets, counts);
         ZT_TRY(zt_comm_reduce_scatter(z->comm, m->grads, m->grads + z->own_lo, m->n_padded,
-                                      offsets, counts, ZT_REDUCE_AVG));
+                                      offsets, counts, ZT_F32, ZT_REDUCE_AVG));
     }
     *g = z->stage >= 2 ? z->grad_acc : m->grads + z->own_lo;
     *p = m->params + z->own_lo;
@@ -587,7 +588,7 @@ zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double 
     double s = z->model->k->sum_squares(g, count);
     /* Stage 0 holds the whole reduced gradient on every rank; the others sum their slices. */
     if (z->stage >= 1 && z->comm)
-        ZT_TRY(zt_comm_all_reduce_f64(z->comm, &s, 1, ZT_REDUCE_SUM));
+        ZT_TRY(zt_comm_all_reduce(z->comm, &s, 1, ZT_F64, ZT_REDUCE_SUM));
     *out = s;
     return ZT_OK;
 }
@@ -634,24 +635,24 @@ static zt_status half_collective(zt_zero *z, uint16_t *x, int op) {
     float *buf = z->model->grads;
     size_t n = z->model->n_padded, step = (size_t)ZT_ZERO_CHUNK * 16;
     for (size_t lo = 0; lo < n; lo += step) {
-        size_t hi = min_sz(lo + step, n), offsets[256], counts[256];
+        size_t hi = min_sz(lo + step, n), offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
         pieces(z, lo, hi, offsets, counts);
         size_t a = lo + offsets[z->rank], cnt = counts[z->rank];
         zt_status s;
         if (op == HALF_ALL_GATHER) {
             k->from_half(buf + a, x + a, cnt, z->dtype);
-            s = zt_comm_all_gather(z->comm, buf + lo, hi - lo, offsets, counts);
+            s = zt_comm_all_gather(z->comm, buf + lo, hi - lo, offsets, counts, ZT_F32);
             if (s == ZT_OK)
                 k->to_half(x + lo, buf + lo, hi - lo, z->dtype);
         } else {
             k->from_half(buf + lo, x + lo, hi - lo, z->dtype);
             if (op == HALF_ALL_REDUCE) {
-                s = zt_comm_all_reduce(z->comm, buf + lo, hi - lo, ZT_REDUCE_AVG);
+                s = zt_comm_all_reduce(z->comm, buf + lo, hi - lo, ZT_F32, ZT_REDUCE_AVG);
                 if (s == ZT_OK)
                     k->to_half(x + lo, buf + lo, hi - lo, z->dtype);
             } else {
                 s = zt_comm_reduce_scatter(z->comm, buf + lo, buf + a, hi - lo, offsets, counts,
-                                           ZT_REDUCE_AVG);
+                                           ZT_F32, ZT_REDUCE_AVG);
                 if (s == ZT_OK)
                     k->to_half(x + a, buf + a, cnt, z->dtype);
             }
@@ -693,7 +694,7 @@ zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count)
 zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out) {
     double s = z->model->k->sum_squares_half(g, count, z->dtype);
     if (z->stage >= 1 && z->comm)
-        ZT_TRY(zt_comm_all_reduce_f64(z->comm, &s, 1, ZT_REDUCE_SUM));
+        ZT_TRY(zt_comm_all_reduce(z->comm, &s, 1, ZT_F64, ZT_REDUCE_SUM));
     *out = s;
     return ZT_OK;
 }
@@ -747,7 +748,7 @@ zt_status zt_zero_agree(zt_zero *z, zt_status mine, const char *what) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", zt_last_error());
     double failed = mine != ZT_OK ? (double)z->rank + 1.0 : 0.0;
-    zt_status s = zt_comm_all_reduce_f64(z->comm, &failed, 1, ZT_REDUCE_MAX);
+    zt_status s = zt_comm_all_reduce(z->comm, &failed, 1, ZT_F64, ZT_REDUCE_MAX);
     if (mine != ZT_OK)
         return zt_error(mine, "%s", msg);
     ZT_TRY(s);

@@ -212,7 +212,7 @@ static void test_all_reduce(zt_comm *c, int rank, int world) {
             unsigned salt = o * 16 + s;
             for (size_t i = 0; i < n; i++)
                 buf[i] = val_f32(rank, i, salt);
-            zt_status st = zt_comm_all_reduce(c, buf, n, ops[o]);
+            zt_status st = zt_comm_all_reduce(c, buf, n, ZT_F32, ops[o]);
             CHECKF(st == ZT_OK, "all_reduce(%zu, %s): %s", n, op_str(ops[o]), zt_last_error());
             size_t bad = 0, first = 0;
             for (size_t i = 0; i < n; i++) {
@@ -238,7 +238,7 @@ static void test_all_reduce_f64(zt_comm *c, int rank, int world) {
             unsigned salt = 100 + o * 16 + s;
             for (size_t i = 0; i < n; i++)
                 buf[i] = val_f64(rank, i, salt);
-            zt_status st = zt_comm_all_reduce_f64(c, buf, n, ops[o]);
+            zt_status st = zt_comm_all_reduce(c, buf, n, ZT_F64, ops[o]);
             CHECKF(st == ZT_OK, "all_reduce_f64: %s", zt_last_error());
             size_t bad = 0;
             for (size_t i = 0; i < n; i++) {
@@ -270,7 +270,7 @@ static void test_reduce_scatter(zt_comm *c, int rank, int world) {
                 in[i] = val_f32(rank, i, salt);
             uint64_t in_hash = fnv(in, n * sizeof(float));
             float *dst = alias ? in + off[rank] : out;
-            zt_status st = zt_comm_reduce_scatter(c, in, dst, n, off, cnt, op);
+            zt_status st = zt_comm_reduce_scatter(c, in, dst, n, off, cnt, ZT_F32, op);
             CHECKF(st == ZT_OK, "reduce_scatter: %s", zt_last_error());
             size_t bad = 0;
             for (size_t j = 0; j < cnt[rank]; j++) {
@@ -312,7 +312,7 @@ static void test_all_gather(zt_comm *c, int rank, int world) {
             for (size_t i = 0; i < n; i++)
                 buf[i] = i >= off[rank] && i < off[rank] + cnt[rank] ? val_f32(rank, i, salt)
                                                                       : sentinel;
-            zt_status st = zt_comm_all_gather(c, buf, n, off, cnt);
+            zt_status st = zt_comm_all_gather(c, buf, n, off, cnt, ZT_F32);
             CHECKF(st == ZT_OK, "all_gather: %s", zt_last_error());
             size_t bad = 0;
             for (size_t i = 0; i < n; i++) {
@@ -338,7 +338,7 @@ static void test_broadcast(zt_comm *c, int rank, int world) {
             unsigned salt = 400 + (unsigned)root * 8 + s;
             for (size_t i = 0; i < n; i++)
                 buf[i] = rank == root ? val_f32(root, i, salt) : -1.0f;
-            zt_status st = zt_comm_broadcast(c, buf, n, root);
+            zt_status st = zt_comm_broadcast(c, buf, n, ZT_F32, root);
             CHECKF(st == ZT_OK, "broadcast: %s", zt_last_error());
             size_t bad = 0;
             for (size_t i = 0; i < n; i++) {
@@ -364,7 +364,7 @@ typedef struct {
 static void collectives(const scenario *sc, int rank) {
     zt_dist_info d = make_info(rank, sc->world, sc->run_id);
     zt_comm *c;
-    zt_status st = zt_comm_create_shm(&c, &d, sc->timeout_s);
+    zt_status st = zt_comm_create(&c, "shm", &d, sc->timeout_s);
     CHECKF(st == ZT_OK, "rank %d create: %s", rank, zt_last_error());
     if (st != ZT_OK)
         return;
@@ -377,7 +377,7 @@ static void collectives(const scenario *sc, int rank) {
     test_broadcast(c, rank, sc->world);
     /* NaN in MAX survives from any rank: the fp16 overflow check relies on it. */
     float flag = rank == sc->world - 1 ? NAN : (float)rank;
-    CHECK(zt_comm_all_reduce(c, &flag, 1, ZT_REDUCE_MAX) == ZT_OK && isnan(flag));
+    CHECK(zt_comm_all_reduce(c, &flag, 1, ZT_F32, ZT_REDUCE_MAX) == ZT_OK && isnan(flag));
     for (int i = 0; i < 5; i++)
         CHECKF(zt_comm_barrier(c) == ZT_OK, "barrier: %s", zt_last_error());
     zt_comm_destroy(c);
@@ -388,7 +388,7 @@ static void collectives(const scenario *sc, int rank) {
 static void peer_exits(const scenario *sc, int rank) {
     zt_dist_info d = make_info(rank, sc->world, sc->run_id);
     zt_comm *c;
-    if (zt_comm_create_shm(&c, &d, sc->timeout_s) != ZT_OK) {
+    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
         CHECKF(0, "create: %s", zt_last_error());
         return;
     }
@@ -397,7 +397,7 @@ static void peer_exits(const scenario *sc, int rank) {
         _exit(0);
     float *buf = calloc(BIG, sizeof(float));
     double t0 = now_s();
-    zt_status st = zt_comm_all_reduce(c, buf, BIG, ZT_REDUCE_SUM);
+    zt_status st = zt_comm_all_reduce(c, buf, BIG, ZT_F32, ZT_REDUCE_SUM);
     double dt = now_s() - t0;
     char want[32];
     snprintf(want, sizeof want, "rank %d (pid", sc->victim);
@@ -418,7 +418,7 @@ static void peer_exits(const scenario *sc, int rank) {
 static void peer_stalls(const scenario *sc, int rank) {
     zt_dist_info d = make_info(rank, sc->world, sc->run_id);
     zt_comm *c;
-    if (zt_comm_create_shm(&c, &d, sc->timeout_s) != ZT_OK) {
+    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
         CHECKF(0, "create: %s", zt_last_error());
         return;
     }
@@ -450,13 +450,13 @@ static void peer_stalls(const scenario *sc, int rank) {
 static void mismatch(const scenario *sc, int rank) {
     zt_dist_info d = make_info(rank, sc->world, sc->run_id);
     zt_comm *c;
-    if (zt_comm_create_shm(&c, &d, sc->timeout_s) != ZT_OK) {
+    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
         CHECKF(0, "create: %s", zt_last_error());
         return;
     }
     float buf[10] = {0};
-    zt_status st = rank == sc->victim ? zt_comm_broadcast(c, buf, 10, 0)
-                                      : zt_comm_all_reduce(c, buf, 10, ZT_REDUCE_SUM);
+    zt_status st = rank == sc->victim ? zt_comm_broadcast(c, buf, 10, ZT_F32, 0)
+                                      : zt_comm_all_reduce(c, buf, 10, ZT_F32, ZT_REDUCE_SUM);
     CHECKF(st == ZT_ERR_INVALID && strstr(zt_last_error(), "broadcast(n=10, root=0)") &&
                strstr(zt_last_error(), "all_reduce(n=10, op=sum)"),
            "rank %d: %s: %s", rank, zt_status_name(st), zt_last_error());
@@ -470,7 +470,7 @@ static void alone(const scenario *sc, int rank) {
     zt_dist_info d = make_info(rank, sc->world, sc->run_id);
     zt_comm *c;
     double t0 = now_s();
-    zt_status st = zt_comm_create_shm(&c, &d, sc->timeout_s);
+    zt_status st = zt_comm_create(&c, "shm", &d, sc->timeout_s);
     double dt = now_s() - t0;
     const char *want = rank == 0 ? "rank(s) 1" : "from rank 0";
     CHECKF(st == ZT_ERR_TIMEOUT && strstr(zt_last_error(), want), "rank %d alone: %s: %s", rank,
@@ -484,7 +484,7 @@ static void alone(const scenario *sc, int rank) {
 static void hang_in_rendezvous(const scenario *sc, int rank) {
     zt_dist_info d = make_info(rank, sc->world, sc->run_id);
     zt_comm *c;
-    zt_comm_create_shm(&c, &d, 30.0); /* killed by the parent long before this returns */
+    zt_comm_create(&c, "shm", &d, 30.0); /* killed by the parent long before this returns */
     CHECK(0);
 }
 
@@ -769,23 +769,23 @@ static void test_dist_env(void) {
 static void test_bad_args(void) {
     zt_comm *c = (zt_comm *)1;
     zt_dist_info d = make_info(2, 2, "x");
-    CHECK(zt_comm_create_shm(&c, &d, 1.0) == ZT_ERR_INVALID && c == NULL);
+    CHECK(zt_comm_create(&c, "shm", &d, 1.0) == ZT_ERR_INVALID && c == NULL);
     d = make_info(0, 2, "bad/name");
-    CHECK(zt_comm_create_shm(&c, &d, 1.0) == ZT_ERR_INVALID && strstr(zt_last_error(), "run id"));
+    CHECK(zt_comm_create(&c, "shm", &d, 1.0) == ZT_ERR_INVALID && strstr(zt_last_error(), "run id"));
     d = make_info(0, 2, "x");
-    CHECK(zt_comm_create_shm(&c, &d, 0.0) == ZT_ERR_INVALID);
+    CHECK(zt_comm_create(&c, "shm", &d, 0.0) == ZT_ERR_INVALID);
     /* A world of one needs no peers: every collective is the identity. */
     char id[64];
     snprintf(id, sizeof id, "test-%d-single", (int)getpid());
     d = make_info(0, 1, id);
-    CHECKF(zt_comm_create_shm(&c, &d, 1.0) == ZT_OK, "%s", zt_last_error());
+    CHECKF(zt_comm_create(&c, "shm", &d, 1.0) == ZT_OK, "%s", zt_last_error());
     float v[3] = {1.5f, -2.0f, 3.0f};
     size_t off = 1, cnt = 2;
     float out[2];
-    CHECK(zt_comm_all_reduce(c, v, 3, ZT_REDUCE_AVG) == ZT_OK && v[0] == 1.5f && v[2] == 3.0f);
-    CHECK(zt_comm_reduce_scatter(c, v, out, 3, &off, &cnt, ZT_REDUCE_SUM) == ZT_OK &&
+    CHECK(zt_comm_all_reduce(c, v, 3, ZT_F32, ZT_REDUCE_AVG) == ZT_OK && v[0] == 1.5f && v[2] == 3.0f);
+    CHECK(zt_comm_reduce_scatter(c, v, out, 3, &off, &cnt, ZT_F32, ZT_REDUCE_SUM) == ZT_OK &&
           out[0] == -2.0f && out[1] == 3.0f);
-    CHECK(zt_comm_broadcast(c, v, 3, 1) == ZT_ERR_INVALID);
+    CHECK(zt_comm_broadcast(c, v, 3, ZT_F32, 1) == ZT_ERR_INVALID);
     zt_comm_destroy(c);
     CHECK(!segment_exists(id));
 }
