@@ -6,7 +6,9 @@
  * this rank for send/recv, pieces inside [0, n) and disjoint, buffers non-NULL where they hold
  * elements, n * dtype size not overflowing) and on the communicator not having failed. A transport
  * reports a failure with zt_comm_fail, which makes the communicator unusable and tells the peers
- * through the table's abort entry. */
+ * through the table's abort entry. A transport adds its table to the list in comm.c (under its
+ * build option) and to the extern declarations below; a C++ one (comm_gloo.cc) includes this
+ * header inside extern "C", as the engine's headers carry no C++ guards. */
 #ifndef ZTRAIN_COMM_TRANSPORT_H
 #define ZTRAIN_COMM_TRANSPORT_H
 

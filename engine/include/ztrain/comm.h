@@ -102,7 +102,11 @@ zt_status zt_comm_barrier(zt_comm *c);
  * once the message outgrows the pair's channel), so order the calls so that every send meets its
  * recv (even stages send first, odd ones receive first) or the pair times out. A wait that makes
  * no progress for the timeout is ZT_ERR_TIMEOUT naming the peer; a peer that has exited is
- * ZT_ERR_IO naming it. peer must be another rank: sending to oneself is ZT_ERR_INVALID. */
+ * ZT_ERR_IO naming it. peer must be another rank: sending to oneself is ZT_ERR_INVALID. On "shm"
+ * each ordered pair that exchanges messages holds one channel of a fixed pool: every pair gets
+ * one in worlds up to 23 ranks, and larger worlds have max(512, 4 × world_size) channels, so a
+ * rank may talk to several others but not all; a send past the pool is ZT_ERR_NOMEM naming the
+ * pair. */
 zt_status zt_comm_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer);
 zt_status zt_comm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);
 
