@@ -15,6 +15,7 @@
 #include "ds_config_json.h"
 #include "json_util.h"
 #include "model_fields.h"
+#include "ztrain/comm.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
 
@@ -248,6 +249,10 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
 
     job->world_size = 1;
     ZT_TRY(get_int_min(&top, "world_size", 1, &job->world_size));
+    if (job->world_size > ZT_MAX_WORLD)
+        return zt_json_key_error(ZT_ERR_INVALID, &top, "world_size",
+                                 "(%d) is above ztrain's limit of %d ranks (ZT_MAX_WORLD)",
+                                 job->world_size, ZT_MAX_WORLD);
     /* Where the ranks run is the launcher's business (srun --nodes); the spec only has to be
      * possible: every node gets at least one rank. */
     job->nodes = 1;

@@ -14,12 +14,15 @@
 #include "ztrain/metrics.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 5, MEM_MAX_RANKS = 64 };
+enum { MEM_PER_RANK = 5, STEP_METRICS = 11 };
 
+/* The per-rank memory record of every logged step, sized for the job's world when training
+ * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
 typedef struct {
-    char keys[MEM_MAX_RANKS * MEM_PER_RANK][48];
-    zt_metric m[MEM_MAX_RANKS * MEM_PER_RANK];
-    int n;
+    double *values;   /* [world * MEM_PER_RANK]: this rank's filled in, then summed over ranks */
+    char (*keys)[48]; /* [n]: "memory/rank<r>/<name>" */
+    zt_metric *all;   /* [STEP_METRICS + n]: the step's whole record */
+    int n;            /* the metrics per step: world × the names that apply */
 } memory_metrics;
 
 typedef struct {
@@ -41,7 +44,7 @@ typedef struct {
     bool tty;
     int rank, world;
     zt_comm *comm;      /* NULL for one rank */
-    memory_metrics mem; /* scratch for the per-rank memory record */
+    memory_metrics mem; /* the per-rank memory record's buffers */
 } trainer;
 
 static double now_ms(void) {
@@ -100,7 +103,7 @@ static zt_status evaluate(trainer *t, double *loss) {
     }
     *loss = steps ? sum / steps : NAN;
     if (t->comm)
-        ZT_TRY(zt_comm_all_reduce_f64(t->comm, loss, 1, ZT_REDUCE_AVG));
+        ZT_TRY(zt_comm_all_reduce(t->comm, loss, 1, ZT_F64, ZT_REDUCE_AVG));
     return ZT_OK;
 }
 
@@ -197,7 +200,7 @@ static zt_status write_metrics(trainer *t, const zt_metric *m, int n) {
 static zt_status agree_to_stop(trainer *t, bool *stop) {
     double flag = t->opts->stop_requested && *t->opts->stop_requested ? 1.0 : 0.0;
     if (t->comm)
-        ZT_TRY(zt_comm_all_reduce_f64(t->comm, &flag, 1, ZT_REDUCE_MAX));
+        ZT_TRY(zt_comm_all_reduce(t->comm, &flag, 1, ZT_F64, ZT_REDUCE_MAX));
     *stop = flag > 0.0;
     return ZT_OK;
 }
@@ -208,13 +211,42 @@ static double peak_rss_bytes(void) {
 }
 
 
-/* Every rank's model-state bytes and peak RSS, gathered to rank 0 as memory/rank<r>/... (all
- * ranks take part; rank 0 gets the metrics). */
-static zt_status collect_memory_metrics(trainer *t, memory_metrics *out) {
-    double v[MEM_PER_RANK * MEM_MAX_RANKS] = {0};
-    out->n = 0;
-    if (t->world > MEM_MAX_RANKS)
-        return ZT_OK;
+static const char *const mem_names[MEM_PER_RANK] = {"params_bytes", "grads_bytes",
+                                                    "optimizer_bytes", "peak_rss_bytes",
+                                                    "fp32_workspace_bytes"};
+
+/* Sizes the memory record for the world and names its metrics, once the engine says whether it
+ * trains in mixed precision (the fp32 workspace exists only then). */
+static zt_status memory_metrics_init(trainer *t) {
+    memory_metrics *mm = &t->mem;
+    size_t slots = (size_t)MEM_PER_RANK * (size_t)t->world;
+    mm->values = calloc(slots, sizeof *mm->values);
+    mm->keys = calloc(slots, sizeof *mm->keys);
+    mm->all = calloc(STEP_METRICS + slots, sizeof *mm->all);
+    if (!mm->values || !mm->keys || !mm->all)
+        return zt_error(ZT_ERR_NOMEM, "out of memory for the memory metrics of %d ranks",
+                        t->world);
+    int per_rank = zt_engine_mixed_precision(t->e) ? MEM_PER_RANK : MEM_PER_RANK - 1;
+    mm->n = 0;
+    for (int r = 0; r < t->world; r++)
+        for (int i = 0; i < per_rank; i++, mm->n++)
+            snprintf(mm->keys[mm->n], sizeof mm->keys[mm->n], "memory/rank%d/%s", r,
+                     mem_names[i]);
+    return ZT_OK;
+}
+
+static void memory_metrics_free(memory_metrics *mm) {
+    free(mm->values);
+    free(mm->keys);
+    free(mm->all);
+}
+
+/* Every rank's model-state bytes and peak RSS, gathered to rank 0 as memory/rank<r>/... into
+ * dst[0 .. t->mem.n) (all ranks take part; rank 0 gets the metrics). */
+static zt_status collect_memory_metrics(trainer *t, zt_metric *dst) {
+    memory_metrics *mm = &t->mem;
+    double *v = mm->values;
+    memset(v, 0, sizeof *v * MEM_PER_RANK * (size_t)t->world);
     zt_engine_memory mem = zt_engine_take_memory(t->e);
     double *mine = v + MEM_PER_RANK * t->rank;
     mine[0] = mem.params_bytes;
@@ -223,18 +255,11 @@ static zt_status collect_memory_metrics(trainer *t, memory_metrics *out) {
     mine[3] = peak_rss_bytes();
     mine[4] = mem.workspace_bytes;
     if (t->comm)
-        ZT_TRY(zt_comm_all_reduce_f64(t->comm, v, (size_t)MEM_PER_RANK * t->world, ZT_REDUCE_SUM));
-    static const char *const names[MEM_PER_RANK] = {"params_bytes", "grads_bytes",
-                                                    "optimizer_bytes", "peak_rss_bytes",
-                                                    "fp32_workspace_bytes"};
-    /* The fp32 workspace exists only in mixed precision. */
-    int per_rank = zt_engine_mixed_precision(t->e) ? MEM_PER_RANK : MEM_PER_RANK - 1;
-    for (int r = 0; r < t->world; r++) {
-        for (int i = 0; i < per_rank; i++, out->n++) {
-            snprintf(out->keys[out->n], sizeof out->keys[out->n], "memory/rank%d/%s", r, names[i]);
-            out->m[out->n] = (zt_metric){out->keys[out->n], v[MEM_PER_RANK * r + i]};
-        }
-    }
+        ZT_TRY(zt_comm_all_reduce(t->comm, v, (size_t)MEM_PER_RANK * t->world, ZT_F64,
+                                  ZT_REDUCE_SUM));
+    int per_rank = mm->n / t->world;
+    for (int k = 0; k < mm->n; k++)
+        dst[k] = (zt_metric){mm->keys[k], v[MEM_PER_RANK * (k / per_rank) + k % per_rank]};
     return ZT_OK;
 }
 
@@ -268,7 +293,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
          * DeepSpeed averages the ranks' gradients). */
         double sums[2] = {loss_sum / gas, tokens};
         if (t->comm)
-            ZT_TRY(zt_comm_all_reduce_f64(t->comm, sums, 2, ZT_REDUCE_SUM));
+            ZT_TRY(zt_comm_all_reduce(t->comm, sums, 2, ZT_F64, ZT_REDUCE_SUM));
         tokens = sums[1];
         double step_ms = now_ms() - t0;
         int64_t step = zt_engine_global_steps(t->e);
@@ -292,7 +317,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         if (logged) {
             zt_loader *l = zt_engine_loader(t->e);
             double epoch = (double)l->epoch + (double)l->pos / (double)(l->per_rank ? l->per_rank : 1);
-            zt_metric m[11] = {
+            zt_metric m[STEP_METRICS] = {
                 {"train/global_step", (double)step},
                 {"train/loss", last_loss},
                 {"train/learning_rate", lr},
@@ -308,12 +333,10 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             int n = timed ? 10 : 8;
             if (job->ds.fp16.enabled)
                 m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
-            memory_metrics *mem = &t->mem;
-            ZT_TRY(collect_memory_metrics(t, mem));
-            zt_metric all[11 + MEM_MAX_RANKS * MEM_PER_RANK];
+            zt_metric *all = t->mem.all;
             memcpy(all, m, sizeof(zt_metric) * n);
-            memcpy(all + n, mem->m, sizeof(zt_metric) * mem->n);
-            ZT_TRY(write_metrics(t, all, n + mem->n));
+            ZT_TRY(collect_memory_metrics(t, all + n));
+            ZT_TRY(write_metrics(t, all, n + t->mem.n));
             show_progress(t, step, last_loss, lr, tok_s, last);
         }
         if (t->has_val && step % job->train.eval_interval == 0) {
@@ -377,6 +400,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
     }
     if (s == ZT_OK)
+        s = memory_metrics_init(&t);
+    if (s == ZT_OK)
         s = maybe_resume(&t);
     if (s == ZT_OK && opts->out_dir && t.rank == 0) {
         char path[4200];
@@ -400,6 +425,7 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (t.metrics.f)
         zt_metrics_close(&t.metrics);
     zt_engine_destroy(t.e);
+    memory_metrics_free(&t.mem);
     if (t.has_val_loader)
         zt_loader_free(&t.val_loader);
     free(t.val_inputs);

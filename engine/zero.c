@@ -249,7 +249,7 @@ zt_status zt_zero_agree(zt_zero *z, zt_status mine, const char *what) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", zt_last_error());
     double failed = mine != ZT_OK ? (double)z->rank + 1.0 : 0.0;
-    zt_status s = zt_comm_all_reduce_f64(z->comm, &failed, 1, ZT_REDUCE_MAX);
+    zt_status s = zt_comm_all_reduce(z->comm, &failed, 1, ZT_F64, ZT_REDUCE_MAX);
     if (mine != ZT_OK)
         return zt_error(mine, "%s", msg);
     ZT_TRY(s);

@@ -31,7 +31,9 @@ zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi) {
         ZT_TRY(load_owned(z, a, n));
     else if (z->half && n)
         z->be->ops->from_half(&z->ctx, p + a, z->p16 + a, n, z->dtype);
-    return z->comm ? zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts) : ZT_OK;
+    if (!z->comm)
+        return ZT_OK;
+    return zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts, ZT_F32);
 }
 
 /* Stage 3 brings layers in as they are used: gathered from their owners, or read from this

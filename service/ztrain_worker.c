@@ -342,7 +342,7 @@ int main(int argc, char **argv) {
     }
 
     zt_comm *comm = NULL;
-    if (dist.world_size > 1 && zt_comm_create_shm(&comm, &dist, timeout_s) != ZT_OK) {
+    if (dist.world_size > 1 && zt_comm_create(&comm, "shm", &dist, timeout_s) != ZT_OK) {
         fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
         zt_job_spec_free(&job);
         return 1;

@@ -26,6 +26,7 @@
 #include "http_api.h"
 #include "job_manager.h"
 #include "proc_spawn.h"
+#include "ztrain/comm.h"
 
 #ifndef ZT_WEB_DIR
 #define ZT_WEB_DIR "/usr/share/ztrain/web"
@@ -33,6 +34,10 @@
 #ifndef ZT_CHARTJS_DIR
 #define ZT_CHARTJS_DIR "/usr/share/javascript/chart.js"
 #endif
+
+/* ZT_MAX_WORLD as a string literal, for the usage text. */
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
 
 static const char usage[] =
     "usage: ztraind [options]\n"
@@ -44,7 +49,8 @@ static const char usage[] =
     "                          (default STATE_DIR/data)\n"
     "  --runs-root DIR         run directories and checkpoints (default STATE_DIR/runs)\n"
     "  --max-ranks N           ranks running at once (default: the CPU count)\n"
-    "  --max-world-size N      largest world_size a job may ask for (default 64)\n"
+    "  --max-world-size N      largest world_size a job may ask for (default 64, at most "
+    STRINGIFY(ZT_MAX_WORLD) ")\n"
     "  --max-jobs N            jobs queued or running at once (default 100)\n"
     "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
     "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
@@ -129,7 +135,7 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_long(a, v, 1, 4096, &o->max_ranks);
             o->max_ranks_given = true;
         } else if (strcmp(a, "--max-world-size") == 0)
-            rc = parse_long(a, v, 1, 65536, &o->max_world_size);
+            rc = parse_long(a, v, 1, ZT_MAX_WORLD, &o->max_world_size);
         else if (strcmp(a, "--max-jobs") == 0)
             rc = parse_long(a, v, 1, 1000000, &o->max_jobs);
         else if (strcmp(a, "--threads-per-rank") == 0)

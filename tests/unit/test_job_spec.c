@@ -218,6 +218,17 @@ static void test_errors(void) {
         "job.json: key 'nodes' must be >= 1, got 0");
     ERR("{\"world_size\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'world_size' must be >= 1, got 0");
+    /* ZT_MAX_WORLD (512) bounds a job, here and in every transport. */
+    ERR("{\"world_size\": 513, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'world_size' (513) is above ztrain's limit of 512 ranks (ZT_MAX_WORLD)");
+    zt_job_spec job;
+    zt_status s = zt_job_spec_parse(&job, "{\"world_size\": 512, " MODEL ", " DATA ", "
+                                    "\"deepspeed\": {\"train_batch_size\": 2048, "
+                                    "\"train_micro_batch_size_per_gpu\": 4}}",
+                                    "job.json", "/base");
+    CHECK(s == ZT_OK && job.world_size == 512, "world_size 512: %s", zt_last_error());
+    if (s == ZT_OK)
+        zt_job_spec_free(&job);
     ERR("{" MODEL ", \"data\": {\"train\": \"t.bin\"}, " DS ", \"train\": {\"eval_interval\": 100}}",
         ZT_ERR_INVALID, "job.json: train.eval_interval is 100 but data.val is not set");
     ERR("{" MODEL ", " DATA ", " DS ", \"train\": {\"resume\": true}}", ZT_ERR_INVALID,

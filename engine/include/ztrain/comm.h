@@ -1,25 +1,37 @@
-/* Collectives between the ranks of one job, behind one interface.
+/* Collectives and point-to-point messages between the ranks of one job, behind one interface.
  *
- * A communicator connects world_size ranks; every rank calls the same collectives in the same
- * order. The one backend so far is "shm" (ranks on one host, through one shared-memory segment,
- * engine/comm_shm.c), which defines these functions directly; the CUDA milestone's "nccl" backend
- * turns them into a dispatch on the communicator's backend. All buffers are host memory here.
+ * A communicator connects world_size ranks through one transport, picked by name when it is
+ * created: "shm" (ranks on one host, through one shared-memory segment, engine/comm_shm.c) is
+ * built in; "gloo" (CPU ranks across hosts) and "nccl" (GPU buffers) are planned transports, each
+ * one more file filling the table of engine/comm_transport.h. engine/comm.c checks the arguments
+ * (the same for every transport) and dispatches. Every rank calls the same collectives in the same
+ * order, with the same counts, dtype and op; a point-to-point message is one send matched by one
+ * recv. One thread at a time may use a communicator. Buffers are host memory for "shm" and
+ * "gloo", device memory for "nccl"; they stay the caller's.
  *
  * Every wait is bounded: when a peer has exited, the call fails at once with ZT_ERR_IO naming the
  * rank ("rank 2 (pid 1234) has exited"); when a peer is alive but does not arrive within the
- * timeout, it fails with ZT_ERR_TIMEOUT naming the ranks that did not arrive. After a failure the
- * communicator is unusable: the caller reports and exits. Results are bit-identical on every rank
- * (reductions add the ranks' contributions in rank order), so replicated state never drifts. */
+ * timeout, it fails with ZT_ERR_TIMEOUT naming the ranks it waited for. After a failure,
+ * including a bad argument, the communicator is unusable and the peers stop at their next wait:
+ * the caller reports and exits.
+ *
+ * Results are bit-identical on every rank, so replicated state never drifts: a reduction adds
+ * the ranks' contributions in rank order. fp32 adds in fp32, fp64 in double; bf16 and fp16 are
+ * widened exactly, added in fp32 in rank order and rounded once, to nearest even, at the end
+ * (AVG divides the fp32 sum by the world size before that rounding). MAX keeps a NaN from any
+ * rank, so an overflow flag survives. */
 #ifndef ZTRAIN_COMM_H
 #define ZTRAIN_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ztrain/dtype.h"
 #include "ztrain/status.h"
 
-/* The most ranks a job may have, everywhere: communicators, ZeRO's partitions, per-rank metrics. */
-enum { ZT_MAX_WORLD = 512 };
+/* The most ranks a job may have: the job spec, the daemon and every transport refuse more, and
+ * per-rank tables (ZeRO's pieces, the per-rank memory metrics) are sized by it. */
+#define ZT_MAX_WORLD 512
 
 typedef enum { ZT_REDUCE_SUM = 0, ZT_REDUCE_AVG, ZT_REDUCE_MAX } zt_reduce_op;
 
@@ -40,34 +52,62 @@ typedef struct {
  * naming the variable. */
 zt_status zt_dist_from_env(zt_dist_info *d);
 
-/* Connects to the job's other ranks through shared memory. Rank 0 creates the segment, the others
- * attach, retrying until timeout_s. Free with zt_comm_destroy (rank 0 removes the segment). */
-zt_status zt_comm_create_shm(zt_comm **out, const zt_dist_info *d, double timeout_s);
+/* Connects this rank to the job's others through the named transport ("shm"), waiting up to
+ * timeout_s seconds for them; every later wait is bounded by the same timeout. A world size
+ * outside [1, ZT_MAX_WORLD], a rank outside the world, a non-positive timeout, or a transport
+ * that is unknown or not in this build (the message names it and the transports this build has)
+ * is ZT_ERR_INVALID. "shm": rank 0 creates the segment, the others attach, and the segment's name
+ * is removed once all have, so nothing is left in /dev/shm however the job ends; run_id must be
+ * [A-Za-z0-9_-] and distinct between jobs running at once. *out is NULL on failure; free with
+ * zt_comm_destroy. */
+zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_info *d,
+                         double timeout_s);
+/* Frees the communicator, failed or not; NULL is fine. */
 void zt_comm_destroy(zt_comm *c);
 
 int zt_comm_rank(const zt_comm *c);
 int zt_comm_world_size(const zt_comm *c);
+/* The transport's name ("shm"); static storage. */
+const char *zt_comm_transport(const zt_comm *c);
 
-/* buf[n] becomes op over all ranks' buf[n] (every rank gets the result). */
-zt_status zt_comm_all_reduce(zt_comm *c, float *buf, size_t n, zt_reduce_op op);
-/* The same in double precision, for small statistics (norms, losses, counters). */
-zt_status zt_comm_all_reduce_f64(zt_comm *c, double *buf, size_t n, zt_reduce_op op);
+/* buf[n] of dtype t becomes op over all ranks' buf[n] (every rank gets the result). */
+zt_status zt_comm_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt_reduce_op op);
 
 /* Reduce-scatter over a range that ranks own in contiguous pieces: every rank passes the same
  * in[n]; piece r is in[offsets[r] .. offsets[r] + counts[r]) and rank r receives op over all
- * ranks' piece r in out[counts[r]] (out may alias in + offsets[rank]). Pieces must be disjoint;
- * counts may be 0. */
-zt_status zt_comm_reduce_scatter(zt_comm *c, const float *in, float *out, size_t n,
-                                 const size_t *offsets, const size_t *counts, zt_reduce_op op);
+ * ranks' piece r in out[counts[r]] (out may alias in + offsets[rank]; no other part of in
+ * changes). offsets[] and counts[] hold world_size entries, the same on every rank; pieces must
+ * lie inside [0, n) and be disjoint; counts may be 0. */
+zt_status zt_comm_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n,
+                                 const size_t *offsets, const size_t *counts, zt_dtype t,
+                                 zt_reduce_op op);
 
 /* All-gather into buf[n]: rank r contributes buf[offsets[r] .. + counts[r]) and afterwards every
- * rank holds every piece. */
-zt_status zt_comm_all_gather(zt_comm *c, float *buf, size_t n, const size_t *offsets,
-                             const size_t *counts);
+ * rank holds every piece (elements in no piece are left as they are). Pieces as for
+ * reduce_scatter. */
+zt_status zt_comm_all_gather(zt_comm *c, void *buf, size_t n, const size_t *offsets,
+                             const size_t *counts, zt_dtype t);
 
 /* buf[n] of rank root is copied to every rank. */
-zt_status zt_comm_broadcast(zt_comm *c, float *buf, size_t n, int root);
+zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int root);
 
 zt_status zt_comm_barrier(zt_comm *c);
+
+/* Point-to-point, for pipeline stages: send hands buf[n] of dtype t to rank peer, which takes it
+ * with a recv naming this rank and the same n and t (a mismatch is ZT_ERR_INVALID on the
+ * receiver, naming both). Messages between one sender and one receiver arrive in the order they
+ * were sent, whatever the collectives and other pairs' messages in between; any n works (large
+ * messages stream in pieces). Both calls block: recv until the whole message is in buf, send until
+ * the transport holds or has delivered all of it. A send may wait for its receiver (on "shm",
+ * once the message outgrows the pair's channel), so order the calls so that every send meets its
+ * recv (even stages send first, odd ones receive first) or the pair times out. A wait that makes
+ * no progress for the timeout is ZT_ERR_TIMEOUT naming the peer; a peer that has exited is
+ * ZT_ERR_IO naming it. peer must be another rank: sending to oneself is ZT_ERR_INVALID. On "shm"
+ * each ordered pair that exchanges messages holds one channel of a fixed pool: every pair gets
+ * one in worlds up to 23 ranks, and larger worlds have max(512, 4 × world_size) channels, so a
+ * rank may talk to several others but not all; a send past the pool is ZT_ERR_NOMEM naming the
+ * pair. */
+zt_status zt_comm_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer);
+zt_status zt_comm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);
 
 #endif
