@@ -147,7 +147,11 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--model", action="append", metavar="L,C,H",
+                    help="n_layer,n_embd,n_head to run instead of the default models (repeatable)")
     args = ap.parse_args()
+    if args.model:
+        CONFIGS[:] = [tuple(int(x) for x in m.split(",")) for m in args.model]
     build = os.path.abspath(args.build)
     if args.baseline:
         compare_builds(build, os.path.abspath(args.baseline), args)

@@ -1,7 +1,8 @@
 /* The CPU backend object: device memory is host memory. Device buffers are anonymous mappings
  * whose pages are committed on first touch, so a released range (madvise DONTNEED) reads as zero
  * and stops counting against the process until it is written again; /proc/self/pagemap tells
- * what a range holds. Every op completes before it returns, so streams and events have nothing to order. */
+ * what a range holds. Every op completes before it returns, so streams and events have nothing
+ * to order. */
 #include <fcntl.h>
 #include <omp.h>
 #include <stdint.h>
