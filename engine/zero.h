@@ -41,13 +41,17 @@ enum { ZT_ZERO_QUEUE = 64, ZT_ZERO_CHUNK = 1 << 16 };
  * hooks queue, in order, so they overlap the compute of the following layers; stage 3 also
  * prefetches the next layer's parameters. Every rank queues the same sequence, so the ranks'
  * collectives still match one for one. The main thread waits for a job only when it needs its
- * result, and drains the queue before it talks to the communicator itself. */
+ * result, and drains the queue before it talks to the communicator itself. On a device with
+ * streams the job's collective runs on the communication stream: it starts after the compute
+ * issued before it was queued (its `ready` event), and compute that needs its result waits for
+ * its `done` event; on the CPU both are no-ops, every op having finished when it returns. */
 typedef struct {
     bool running;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     zt_zero_job queue[ZT_ZERO_QUEUE];
+    zt_event *ready[ZT_ZERO_QUEUE], *finished[ZT_ZERO_QUEUE]; /* per queue slot */
     uint64_t submitted, completed; /* job sequence numbers */
     bool stop;
 } zt_zero_comm_thread;

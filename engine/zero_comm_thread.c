@@ -6,7 +6,9 @@
 #include "zero_internal.h"
 
 static zt_status run_job(zt_zero *z, const zt_zero_job *j) {
-    return j->kind == ZT_ZERO_REDUCE ? zt_zero_reduce_range(z, j->lo, j->hi) : zt_zero_gather_range(z, j->lo, j->hi);
+    if (j->kind == ZT_ZERO_REDUCE)
+        return zt_zero_reduce_range(z, j->lo, j->hi);
+    return zt_zero_gather_range(z, j->lo, j->hi);
 }
 
 static void *comm_thread_main(void *arg) {
@@ -18,11 +20,14 @@ static void *comm_thread_main(void *arg) {
             pthread_cond_wait(&ct->work, &ct->mu);
         if (ct->stop)
             break;
-        zt_zero_job j = ct->queue[ct->completed % ZT_ZERO_QUEUE];
+        size_t slot = ct->completed % ZT_ZERO_QUEUE;
+        zt_zero_job j = ct->queue[slot];
         bool skip = z->error != ZT_OK;
         pthread_mutex_unlock(&ct->mu);
         /* After a failure the communicator is unusable: later jobs only count as done. */
+        zt_backend_stream_wait(z->be, ZT_STREAM_COMM, ct->ready[slot]);
         zt_status s = skip ? ZT_OK : run_job(z, &j);
+        zt_backend_event_record(z->be, ct->finished[slot], ZT_STREAM_COMM);
         pthread_mutex_lock(&ct->mu);
         zt_zero_record(z, s);
         ct->completed++;
@@ -45,21 +50,27 @@ uint64_t zt_zero_submit(zt_zero *z, zt_zero_job j) {
     pthread_mutex_lock(&ct->mu);
     while (ct->submitted - ct->completed == ZT_ZERO_QUEUE)
         pthread_cond_wait(&ct->done, &ct->mu);
-    ct->queue[ct->submitted % ZT_ZERO_QUEUE] = j;
+    size_t slot = ct->submitted % ZT_ZERO_QUEUE;
+    ct->queue[slot] = j;
+    zt_backend_event_record(z->be, ct->ready[slot], ZT_STREAM_COMPUTE);
     uint64_t seq = ++ct->submitted;
     pthread_cond_signal(&ct->work);
     pthread_mutex_unlock(&ct->mu);
     return seq;
 }
 
-/* Waits until job `seq` (and everything queued before it) has run. */
+/* Waits until job `seq` (and everything queued before it) has run, and orders the compute issued
+ * from now on after its collective. */
 void zt_zero_wait_for(zt_zero *z, uint64_t seq) {
     zt_zero_comm_thread *ct = &z->ct;
-    if (!ct->running)
+    if (!ct->running || seq == 0)
         return;
     pthread_mutex_lock(&ct->mu);
     while (ct->completed < seq)
         pthread_cond_wait(&ct->done, &ct->mu);
+    /* The slot is not reused before this job's successors are queued, which only this thread
+     * does. */
+    zt_backend_stream_wait(z->be, ZT_STREAM_COMPUTE, ct->finished[(seq - 1) % ZT_ZERO_QUEUE]);
     pthread_mutex_unlock(&ct->mu);
 }
 
@@ -72,8 +83,28 @@ void zt_zero_drain(zt_zero *z) {
     zt_zero_wait_for(z, all);
 }
 
+static void destroy_events(zt_zero *z) {
+    zt_zero_comm_thread *ct = &z->ct;
+    for (int i = 0; i < ZT_ZERO_QUEUE; i++) {
+        if (ct->ready[i])
+            zt_backend_event_destroy(z->be, ct->ready[i]);
+        if (ct->finished[i])
+            zt_backend_event_destroy(z->be, ct->finished[i]);
+        ct->ready[i] = ct->finished[i] = NULL;
+    }
+}
+
 zt_status zt_zero_start_comm_thread(zt_zero *z) {
     zt_zero_comm_thread *ct = &z->ct;
+    for (int i = 0; i < ZT_ZERO_QUEUE; i++) {
+        ct->ready[i] = zt_backend_event_create(z->be);
+        ct->finished[i] = zt_backend_event_create(z->be);
+        if (!ct->ready[i] || !ct->finished[i]) {
+            destroy_events(z);
+            return zt_error(ZT_ERR_NOMEM, "zero: cannot create the communication events on %s",
+                            z->be->name);
+        }
+    }
     pthread_mutex_init(&ct->mu, NULL);
     pthread_cond_init(&ct->work, NULL);
     pthread_cond_init(&ct->done, NULL);
@@ -81,6 +112,7 @@ zt_status zt_zero_start_comm_thread(zt_zero *z) {
         pthread_mutex_destroy(&ct->mu);
         pthread_cond_destroy(&ct->work);
         pthread_cond_destroy(&ct->done);
+        destroy_events(z);
         return zt_error(ZT_ERR_NOMEM, "zero: cannot start the communication thread");
     }
     ct->running = true;
@@ -100,5 +132,6 @@ void zt_zero_stop_comm_thread(zt_zero *z) {
     pthread_mutex_destroy(&ct->mu);
     pthread_cond_destroy(&ct->work);
     pthread_cond_destroy(&ct->done);
+    destroy_events(z);
 }
 
