@@ -112,16 +112,22 @@ def bench_ztrain(build, L, C, NH, data_path, steps, warmup, threads, workdir):
     return BATCH * SEQ * len(timed) / (sum(timed) / 1e3)
 
 
+def make_data(d, args):
+    """Random bytes for every step, as a tensor and as a file in d that ztrain reads."""
+    n = (args.warmup + args.steps) * BATCH * SEQ + 1
+    data = torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(1))
+    data_path = os.path.join(d, "data.txt")
+    data.to(torch.uint8).numpy().tofile(data_path)
+    return data, data_path
+
+
 def compare_builds(build, baseline, args):
     """ztrain against another ztrain build, alternating runs; ratios of medians."""
     print(f"ztrain {build} vs baseline {baseline}: GPT-2 on the CPU, fp32, AdamW, batch {BATCH} x "
           f"seq {SEQ}, {args.threads} threads, {args.steps} timed steps after {args.warmup} warmup, "
           f"{args.repeat} alternating runs each")
     with tempfile.TemporaryDirectory() as d:
-        n = (args.warmup + args.steps) * BATCH * SEQ + 1
-        data = torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(1))
-        data_path = os.path.join(d, "data.txt")
-        data.to(torch.uint8).numpy().tofile(data_path)
+        _, data_path = make_data(d, args)
         for L, C, NH in CONFIGS:
             new, old = [], []
             for _ in range(args.repeat):
@@ -161,10 +167,7 @@ def main():
     print(f"PyTorch {torch.__version__}, {os.cpu_count()} CPUs")
     print(f"{'model':>18} {'ztrain tok/s':>14} {'PyTorch tok/s':>14} {'ratio':>7}")
     with tempfile.TemporaryDirectory() as d:
-        n = (args.warmup + args.steps) * BATCH * SEQ + 1
-        data = torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(1))
-        data_path = os.path.join(d, "data.txt")
-        data.to(torch.uint8).numpy().tofile(data_path)
+        data, data_path = make_data(d, args)
         for L, C, NH in CONFIGS:
             z = bench_ztrain(build, L, C, NH, data_path, args.steps, args.warmup, args.threads, d)
             t = bench_torch(L, C, NH, data, args.steps, args.warmup, args.threads)
