@@ -1,9 +1,10 @@
 /* ztraind's HTTP server on libmicrohttpd (http_api.h): starting and stopping it, reading each
- * request (its body within the size limit), bearer auth and CORS preflights, and the routing
- * of every URL to its handler. The handlers live beside it: the job routes (http_jobs.c), the
- * metric series (http_series.c), the live event stream (http_events.c), Prometheus' /metrics
- * (http_prometheus.c) and the dashboard's files (http_static.c); how they answer is
- * http_reply.c, and what they share is http_internal.h.
+ * request (its body within the size limit) once its Host and Origin have passed, bearer auth
+ * and CORS preflights, and the routing of every URL to its handler. The handlers live beside
+ * it: the job routes (http_jobs.c), the metric series (http_series.c), the live event stream
+ * (http_events.c), Prometheus' /metrics (http_prometheus.c) and the dashboard's files
+ * (http_static.c); who may ask is http_guard.c, how they answer is http_reply.c, and what they
+ * share is http_internal.h.
  *
  * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), because an event
  * stream's content reader blocks until the job manager has something to say; ordinary requests
@@ -80,6 +81,11 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     if (which == CANCEL) {
         if (strcmp(method, "POST") != 0)
             return method_not_allowed(c, method, url, "POST, OPTIONS");
+        /* Every route that changes state takes JSON only: a cross-origin form or "simple"
+         * request cannot send that type, and one that can is preflighted first. */
+        enum MHD_Result ret;
+        if (!zt_http_guard_json(c, method, &ret))
+            return ret;
         return zt_http_job_cancel(s, c, id, req ? &req->body : NULL);
     }
     /* An event stream has no HEAD: its headers would promise a body that never ends. */
@@ -165,9 +171,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             setpriority(PRIO_PROCESS, (id_t)gettid(), ZT_HTTP_NICE);
             niced = true;
         }
-        /* First call, headers only. A body announced as too large is refused before it is
-         * read; MHD then closes the connection. */
+        /* First call, headers only. A request from a name or an origin that may not ask, or
+         * with a body announced as too large, is refused before its body is read; MHD then
+         * closes the connection. */
         *req_cls = &no_body;
+        enum MHD_Result ret;
+        if (!zt_http_guard_request(s, c, &ret))
+            return ret;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->max_body)
@@ -192,6 +202,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return req->body.oom ? MHD_NO : MHD_YES;
     }
     return route(s, c, url, method, req);
+}
+
+/* Each connection carries its server, so that zt_http_add_cors can find the allowed origins
+ * from the connection alone. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)c;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        *socket_context = cls;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
@@ -261,6 +280,7 @@ static int bound_port(int fd) {
 
 static void server_free(zt_http_server *s) {
     zt_series_cache_destroy(s->cache);
+    zt_http_guard_free(&s->guard);
     free(s->token);
     free(s->web_dir);
     free(s->chartjs_dir);
@@ -290,8 +310,14 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
         return ZT_ERR_NOMEM;
     }
     const char *host = cfg->host && *cfg->host ? cfg->host : "127.0.0.1";
+    zt_status st = zt_http_guard_init(&s->guard, host, cfg->hosts, cfg->n_hosts, cfg->origins,
+                                      cfg->n_origins);
+    if (st != ZT_OK) {
+        server_free(s);
+        return st;
+    }
     int fd = -1;
-    zt_status st = open_listener(host, cfg->port, &fd);
+    st = open_listener(host, cfg->port, &fd);
     if (st != ZT_OK) {
         server_free(s);
         return st;
@@ -313,6 +339,7 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ZT_HTTP_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)ZT_HTTP_MEMORY_LIMIT,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_END);
     if (!s->daemon) {
         close(fd);

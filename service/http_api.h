@@ -18,11 +18,38 @@ typedef struct {
     const char *chartjs_dir;      /* Debian's libjs-chart.js, served under /vendor/chart.js/ */
     unsigned max_connections;     /* 0: 256 */
     size_t max_request_bytes;     /* request bodies; 0: 64 KiB */
+    /* The names a request's Host header may carry besides the listen address, against DNS
+     * rebinding. Always served: on a loopback listen 127.x.x.x, [::1] and localhost; on any
+     * other (0.0.0.0 or one address) every IP address and localhost, since such a server is
+     * reached at addresses it cannot know (NAT, container port maps). Any other name is 421.
+     * Each entry is a DNS name or an address without a port (the port is never checked), or
+     * "*" for any Host. Copied; n_hosts entries. */
+    const char *const *hosts;
+    size_t n_hosts;
+    /* Origins whose pages may call the server from another origin ("https://dash.example:8443",
+     * exact, as browsers send them): their Origin is echoed in Access-Control-Allow-Origin
+     * with Vary: Origin. A request with any other Origin than the page's own (the Host it
+     * asked for) is 403. None by default: the dashboard is same-origin. Copied. */
+    const char *const *origins;
+    size_t n_origins;
 } zt_http_config;
 
 typedef struct zt_http_server zt_http_server;
 
-/* Starts serving on its own threads. A port in use is ZT_ERR_IO naming host:port. */
+/* Whether `name` can be one of zt_http_config.hosts, and `origin` one of its origins:
+ * ZT_ERR_INVALID with zt_last_error() saying why not (a port on a host name, a path, a
+ * trailing slash or a default port on an origin, a wildcard origin). */
+zt_status zt_http_check_host_name(const char *name);
+zt_status zt_http_check_origin(const char *origin);
+
+/* Starts serving on its own threads. A port in use is ZT_ERR_IO naming host:port; a malformed
+ * host name or origin is ZT_ERR_INVALID naming it.
+ *
+ * Every request is checked before it is read: a Host that is not one of the server's names is
+ * 421, an Origin that is neither the page's own nor allowed is 403 (both with a JSON error
+ * naming the header); a state-changing request (POST .../cancel) without Content-Type:
+ * application/json is 415, so that neither a form nor a cross-origin "simple" request can
+ * change anything. */
 zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs *jm);
 int zt_http_port(const zt_http_server *s);
 /* Stops accepting, ends live streams and joins the threads. */

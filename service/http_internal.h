@@ -22,6 +22,16 @@
 typedef struct zt_sse zt_sse;
 typedef struct zt_series_cache zt_series_cache;
 
+/* Who may send requests (http_guard.c): the config's hosts and origins, normalized. */
+typedef struct {
+    bool loopback;            /* the listen address is a loopback one */
+    bool any_host;            /* "*" was among the hosts */
+    char **hosts;             /* lowercase, without a trailing dot */
+    size_t n_hosts;
+    char **origins;
+    size_t n_origins;
+} zt_http_guard;
+
 struct zt_http_server {
     struct MHD_Daemon *daemon;
     zt_jobs *jm;
@@ -34,6 +44,7 @@ struct zt_http_server {
     zt_sse *streams;          /* live event streams, so that stop can end them */
     bool stopping;
     zt_series_cache *cache;   /* responses of GET .../metrics (http_series.c) */
+    zt_http_guard guard;
 };
 
 static inline int64_t zt_http_wall_ms(void) {
@@ -48,10 +59,34 @@ static inline int64_t zt_http_mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- who may ask (http_guard.c) ------------------------------------------------------------ */
+
+/* Validates and copies the names and origins (zt_http_config); listen_host is the address the
+ * server listens on. ZT_ERR_INVALID names a malformed entry. */
+zt_status zt_http_guard_init(zt_http_guard *g, const char *listen_host,
+                             const char *const *hosts, size_t n_hosts,
+                             const char *const *origins, size_t n_origins);
+void zt_http_guard_free(zt_http_guard *g);
+/* Whether a Host header's value names this server; whether an Origin is in the allowed list. */
+bool zt_http_host_ok(const zt_http_guard *g, const char *host);
+bool zt_http_origin_allowed(const zt_http_guard *g, const char *origin);
+/* The Host and Origin checks, on a request's headers before its body is read. On a refusal
+ * (421 or 403) the answer is queued, *ret set, and false returned. */
+bool zt_http_guard_request(const zt_http_server *s, struct MHD_Connection *c,
+                           enum MHD_Result *ret);
+/* For every route that changes state: the request's Content-Type must be application/json
+ * (parameters such as charset allowed), or 415 is queued into *ret and false returned. */
+bool zt_http_guard_json(struct MHD_Connection *c, const char *method, enum MHD_Result *ret);
+/* Vary: Origin on every response, and the CORS headers when the request's Origin is an
+ * allowed one. The server is found through the connection's socket context, which
+ * zt_http_start sets; without it no origin is allowed. */
+void zt_http_add_cors(struct MHD_Connection *c, struct MHD_Response *r);
+
 /* ---- answering (http_reply.c) ------------------------------------------------------------ */
 
-/* Queues r with the CORS headers added and drops our reference: MHD keeps the response until
- * it is sent. A NULL r (a failed create) is MHD_NO, which closes the connection. */
+/* Queues r with the CORS headers added (zt_http_add_cors) and drops our reference: MHD keeps
+ * the response until it is sent. A NULL r (a failed create) is MHD_NO, which closes the
+ * connection. */
 enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MHD_Response *r);
 /* Sends the buffer's text, which it takes over (b is left empty), as `type`, not to be cached. */
 enum MHD_Result zt_http_send_text(struct MHD_Connection *c, unsigned code, zt_jbuf *b,

@@ -12,17 +12,10 @@
 
 #include "http_internal.h"
 
-/* Every response carries these, so that a dashboard served from elsewhere can use the API. */
-static void add_cors(struct MHD_Response *r) {
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
-}
-
 enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MHD_Response *r) {
     if (!r)
         return MHD_NO;
-    add_cors(r);
+    zt_http_add_cors(c, r);
     enum MHD_Result ret = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
     return ret;

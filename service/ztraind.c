@@ -2,7 +2,8 @@
  * ztrain-worker ranks, keeps jobs, metric history and logs in SQLite, and serves the read side
  * (JSON API, live events, Prometheus /metrics, the dashboard) over HTTP.
  *
- *   ztraind [--grpc-addr HOST:PORT] [--http-addr HOST:PORT] [--state-dir DIR]
+ *   ztraind [--grpc-addr HOST:PORT] [--http-addr HOST:PORT] [--http-host NAME]...
+ *           [--http-allow-origin ORIGIN]... [--state-dir DIR]
  *           [--data-root DIR] [--runs-root DIR] [--max-ranks N] [--token-file FILE]
  *           [--launcher local|slurm [--slurm-partition P] [--metrics-host HOST]] ...
  *
@@ -44,6 +45,14 @@ static const char usage[] =
     "\n"
     "  --grpc-addr HOST:PORT   gRPC listen address (default 127.0.0.1:50051; port 0: any free)\n"
     "  --http-addr HOST:PORT   HTTP listen address (default 127.0.0.1:8080; port 0: any free)\n"
+    "  --http-host NAME        a name the HTTP server answers to (the Host header; any other\n"
+    "                          gets 421, against DNS rebinding); repeatable. Always served:\n"
+    "                          127.0.0.1, [::1], localhost, and when not listening on\n"
+    "                          loopback any IP address; '*': any name\n"
+    "  --http-allow-origin ORIGIN\n"
+    "                          a web origin (https://dash.example:8443) whose pages may call\n"
+    "                          the HTTP API from another origin (CORS); repeatable. Default\n"
+    "                          none: the dashboard is served from the same origin\n"
     "  --state-dir DIR         the SQLite state file lives here (default ./ztraind-state)\n"
     "  --data-root DIR         job data and init_from paths resolve inside it\n"
     "                          (default STATE_DIR/data)\n"
@@ -75,8 +84,13 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
+/* The most --http-host or --http-allow-origin values: each request is checked against them. */
+#define MAX_HTTP_NAMES 32
+
 typedef struct {
     const char *grpc_addr, *http_addr, *state_dir, *data_root, *runs_root, *token_file;
+    const char *http_hosts[MAX_HTTP_NAMES], *http_origins[MAX_HTTP_NAMES];
+    size_t n_http_hosts, n_http_origins;
     const char *worker, *web_dir, *launcher, *slurm_partition, *metrics_host;
     long max_ranks, max_world_size, max_jobs, threads_per_rank;
     bool max_ranks_given;
@@ -93,6 +107,23 @@ static int parse_long(const char *flag, const char *v, long min, long max, long 
         return -1;
     }
     *out = n;
+    return 0;
+}
+
+/* Appends a repeatable flag's value after checking it (check returns ZT_ERR_INVALID with a
+ * message saying why a value cannot be used). */
+static int add_name(const char *flag, const char *v, zt_status (*check)(const char *),
+                    const char **list, size_t *n) {
+    if (check(v) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s %s\n", flag, zt_last_error());
+        return -1;
+    }
+    if (*n == MAX_HTTP_NAMES) {
+        fprintf(stderr, "ztraind: %s: at most %d values ('%s' is one too many)\n", flag,
+                MAX_HTTP_NAMES, v);
+        return -1;
+    }
+    list[(*n)++] = v;
     return 0;
 }
 
@@ -113,6 +144,10 @@ static int parse_args(int argc, char **argv, options *o) {
             o->grpc_addr = v;
         else if (strcmp(a, "--http-addr") == 0)
             o->http_addr = v;
+        else if (strcmp(a, "--http-host") == 0)
+            rc = add_name(a, v, zt_http_check_host_name, o->http_hosts, &o->n_http_hosts);
+        else if (strcmp(a, "--http-allow-origin") == 0)
+            rc = add_name(a, v, zt_http_check_origin, o->http_origins, &o->n_http_origins);
         else if (strcmp(a, "--state-dir") == 0)
             o->state_dir = v;
         else if (strcmp(a, "--data-root") == 0)
@@ -305,7 +340,9 @@ int main(int argc, char **argv) {
         goto out;
     }
     zt_http_config hc = {.host = host, .port = http_port, .token = token, .web_dir = o.web_dir,
-                         .chartjs_dir = ZT_CHARTJS_DIR};
+                         .chartjs_dir = ZT_CHARTJS_DIR, .hosts = o.http_hosts,
+                         .n_hosts = o.n_http_hosts, .origins = o.http_origins,
+                         .n_origins = o.n_http_origins};
     if (zt_http_start(&http, &hc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
