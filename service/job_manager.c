@@ -601,8 +601,11 @@ void zt_jobs_destroy(zt_jobs *jm) {
     if (!jm)
         return;
     if (jm->sup) {
-        /* Queued jobs stay queued for the next daemon; running ones stop with a checkpoint. */
+        /* Queued jobs stay queued for the next daemon; running ones stop with a checkpoint.
+         * `stopping` is set under the same lock as the cancels, so no tick after this one
+         * starts a queued job on the ranks the cancelled jobs free. */
         pthread_mutex_lock(&jm->mu);
+        jm->stopping = true;
         for (int i = 0; i < jm->n_jobs; i++) {
             job *j = jm->jobs[i];
             if (j->group && !j->cancel_requested) {

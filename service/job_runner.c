@@ -125,11 +125,14 @@ void zt_jm_schedule(zt_jobs *jm, bool start) {
     }
 }
 
-/* The supervisor thread's periodic tick, and the only place where queued jobs start. */
+/* The supervisor thread's periodic tick, and the only place where queued jobs start. Once the
+ * daemon is stopping it starts nothing: the ranks that the running jobs free while they stop
+ * must not go to a queued job, which stays QUEUED for the next daemon. */
 static void on_tick(void *ctx) {
     zt_jobs *jm = ctx;
     pthread_mutex_lock(&jm->mu);
-    zt_jm_schedule(jm, true);
+    if (!jm->stopping)
+        zt_jm_schedule(jm, true);
     pthread_mutex_unlock(&jm->mu);
 }
 
