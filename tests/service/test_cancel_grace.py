@@ -79,6 +79,7 @@ def case_a():
                  f"a: the reason names the 2 s grace period in force: {end.reason!r}")
         ck.check(end.ranks[0].signal == 9, f"a: the rank was killed (signal {end.ranks[0].signal})")
         ck.check(not wait_gone([j.ranks[0].pid], 5), "a: no rank left")
+    ck.check(not d.sanitizer_errors(), f"a: no sanitizer report from ztraind {d.sanitizer_errors()}")
 
 
 def case_b():
@@ -98,6 +99,7 @@ def case_b():
     ck.check(grace_in(end.reason) == 1,
              f"b: the reason names the 1 s grace period: {end.reason!r}")
     d.stop()
+    ck.check(not d.sanitizer_errors(), f"b: no sanitizer report from ztraind {d.sanitizer_errors()}")
 
 
 case_a()

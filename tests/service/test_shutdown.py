@@ -77,6 +77,7 @@ def queued_jobs_stay_queued():
                 f"{q.id} runs after the restart ({state_name(j.state)}, step {j.step}, "
                 f"{j.reason!r})")
     c.check(d.stop() == 0, "the restarted daemon stops cleanly")
+    c.check(not d.sanitizer_errors(), f"no sanitizer report from ztraind {d.sanitizer_errors()}")
 
 
 queued_jobs_stay_queued()
