@@ -1,7 +1,5 @@
 /* Checkpoint save and load (layout in ztrain/checkpoint.h). */
 #include <cjson/cJSON.h>
-#include <ctype.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -13,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_dir.h"
 #include "fsutil.h"
 #include "model_fields.h"
 #include "ztrain/checkpoint.h"
@@ -160,10 +159,11 @@ static zt_status agree(zt_engine *e, zt_status mine, const char *what) {
 }
 
 /* Every rank writes its optimizer partition into a temporary directory; rank 0 writes the model
- * and meta.json; after all ranks have finished (a barrier), rank 0 writes DONE, renames the
- * directory into place and points `latest` at it. */
+ * and meta.json; after all ranks have finished (a barrier), rank 0 writes DONE and installs the
+ * directory under its tag (ckpt_dir.c: renamed or swapped into place, then `latest`). Before
+ * that rank 0 repairs what an earlier save killed half-way left. */
 zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag) {
-    char default_tag[64], tmp[4096], final[4096], path[4200];
+    char default_tag[64], tmp[4096], path[4200];
     int rank = zt_engine_rank(e);
     if (!tag) {
         snprintf(default_tag, sizeof default_tag, "global_step%lld",
@@ -172,12 +172,13 @@ zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, co
     }
     if (!*tag || strchr(tag, '/') || tag[0] == '.')
         return zt_error(ZT_ERR_INVALID, "checkpoint tag '%s' must be a plain directory name", tag);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, tag);
-    path_join(final, sizeof final, dir, tag);
+    zt_ckpt_aside_name(tmp, sizeof tmp, dir, tag, ZT_CKPT_TMP_SUFFIX);
 
     zt_status s = ZT_OK;
     if (rank == 0) {
         s = zt_mkdirs(dir);
+        if (s == ZT_OK)
+            s = zt_ckpt_recover(dir);
         if (s == ZT_OK)
             s = zt_remove_tree(tmp);
         if (s == ZT_OK)
@@ -207,100 +208,17 @@ zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, co
     if (rank == 0) {
         path_join(path, sizeof path, tmp, "DONE");
         s = zt_write_file_atomic(path, tag, strlen(tag));
-        if (s == ZT_OK) {
-            zt_sync_dir(tmp);
-            s = zt_remove_tree(final);
-        }
-        if (s == ZT_OK && rename(tmp, final) != 0)
-            s = zt_error(ZT_ERR_IO, "%s: cannot rename checkpoint into place", final);
-        if (s == ZT_OK) {
-            path_join(path, sizeof path, dir, "latest");
-            s = zt_write_file_atomic(path, tag, strlen(tag));
-            zt_sync_dir(dir);
-        }
+        /* Once DONE is there the temporary directory may be the only complete copy (an
+         * install that failed half-way): the next save's zt_ckpt_recover sorts it out. */
         if (s != ZT_OK)
             zt_remove_tree(tmp);
+        else
+            s = zt_ckpt_install(dir, tag, tmp, zt_engine_global_steps(e));
     }
     return agree(e, s, "finishing the checkpoint");
 }
 
-zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size) {
-    char path[4200], *text;
-    path_join(path, sizeof path, dir, "latest");
-    if (!zt_path_exists(path))
-        return zt_error(ZT_ERR_IO, "%s: no checkpoint (no 'latest' file)", dir);
-    ZT_TRY(zt_read_file(path, &text, NULL));
-    text[strcspn(text, "\r\n")] = '\0';
-    if (!*text || strlen(text) >= size) {
-        free(text);
-        return zt_error(ZT_ERR_FORMAT, "%s: 'latest' does not hold a valid tag", path);
-    }
-    snprintf(tag, size, "%s", text);
-    free(text);
-    return ZT_OK;
-}
-
-static int64_t tag_step(const char *tag) {
-    size_t n = strlen(tag), i = n;
-    while (i > 0 && isdigit((unsigned char)tag[i - 1]))
-        i--;
-    if (i == n || n - i > 18)
-        return -1;
-    return strtoll(tag + i, NULL, 10);
-}
-
-static int entry_cmp(const void *a, const void *b) {
-    const zt_ckpt_entry *x = a, *y = b;
-    if (x->step != y->step)
-        return x->step < y->step ? -1 : 1;
-    return strcmp(x->tag, y->tag);
-}
-
-void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out) {
-    memset(out, 0, sizeof *out);
-    DIR *d = dir && *dir ? opendir(dir) : NULL;
-    if (!d)
-        return;
-    int dfd = dirfd(d), cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && out->n < 10000) {
-        struct stat st;
-        if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, 0) != 0 || !S_ISDIR(st.st_mode))
-            continue;
-        if (out->n == cap) {
-            int ncap = cap ? cap * 2 : 8;
-            zt_ckpt_entry *p = realloc(out->items, sizeof *p * (size_t)ncap);
-            if (!p)
-                break;
-            out->items = p;
-            cap = ncap;
-        }
-        char done[NAME_MAX + 8];
-        snprintf(done, sizeof done, "%s/DONE", e->d_name);
-        zt_ckpt_entry *c = &out->items[out->n];
-        if (!(c->tag = strdup(e->d_name)))
-            break;
-        c->step = tag_step(e->d_name);
-        c->complete = faccessat(dfd, done, F_OK, 0) == 0;
-        out->n++;
-    }
-    closedir(d);
-    char latest[256];
-    if (zt_ckpt_latest(dir, latest, sizeof latest) == ZT_OK)
-        out->latest = strdup(latest);
-    if (out->n > 1)
-        qsort(out->items, (size_t)out->n, sizeof *out->items, entry_cmp);
-}
-
-void zt_ckpt_list_free(zt_ckpt_list *c) {
-    for (int i = 0; i < c->n; i++)
-        free(c->items[i].tag);
-    free(c->items);
-    free(c->latest);
-    memset(c, 0, sizeof *c);
-}
-
-/* Opens dir/tag/meta.json after checking the DONE marker. */
+/* Opens the complete copy of dir/tag (zt_ckpt_tag_dir) and its meta.json. */
 static zt_status open_meta(const char *dir, const char *tag, char *tagdir, size_t size,
                            cJSON **meta) {
     char latest[256], path[4400], *text;
@@ -308,7 +226,7 @@ static zt_status open_meta(const char *dir, const char *tag, char *tagdir, size_
         ZT_TRY(zt_ckpt_latest(dir, latest, sizeof latest));
         tag = latest;
     }
-    snprintf(tagdir, size, "%s/%s", dir, tag);
+    zt_ckpt_tag_dir(dir, tag, tagdir, size);
     path_join(path, sizeof path, tagdir, "DONE");
     if (!zt_path_exists(tagdir))
         return zt_error(ZT_ERR_IO, "%s: checkpoint does not exist", tagdir);

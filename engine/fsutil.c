@@ -1,6 +1,6 @@
 /* Filesystem helpers: recursive mkdir/remove, atomic whole-file writes, whole-file reads and
- * read-only mappings. */
-#define _XOPEN_SOURCE 700
+ * read-only mappings, directory syncs and atomic swaps. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -82,7 +82,7 @@ zt_status zt_write_file_atomic(const char *path, const void *data, size_t len) {
         unlink(tmp);
         return zt_error(ZT_ERR_IO, "%s: cannot rename into place: %s", path, strerror(err));
     }
-    return ZT_OK;
+    return zt_sync_parent_dir(path);
 }
 
 zt_status zt_read_file(const char *path, char **data, size_t *len) {
@@ -180,10 +180,40 @@ bool zt_path_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-void zt_sync_dir(const char *path) {
+zt_status zt_sync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+    if (fd < 0)
+        return zt_error(ZT_ERR_IO, "%s: cannot open the directory to sync it: %s", path,
+                        strerror(errno));
+    /* A filesystem that cannot sync a directory says EINVAL (or ENOTSUP): its renames are as
+     * durable as they will get, which is not a failure of the write. */
+    int err = fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP ? errno : 0;
+    if (close(fd) != 0 && !err)
+        err = errno;
+    if (err)
+        return zt_error(ZT_ERR_IO, "%s: cannot sync the directory: %s", path, strerror(err));
+    return ZT_OK;
+}
+
+zt_status zt_sync_parent_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return zt_sync_dir(".");
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir)
+        return zt_error(ZT_ERR_INVALID, "%s: path too long", path);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return zt_sync_dir(dir);
+}
+
+zt_status zt_rename_exchange(const char *a, const char *b) {
+    if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0)
+        return ZT_OK;
+    int err = errno;
+    if (err == EINVAL || err == ENOSYS || err == ENOTSUP)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: the filesystem cannot exchange it with %s "
+                        "atomically: %s", b, a, strerror(err));
+    return zt_error(ZT_ERR_IO, "%s: cannot exchange it with %s: %s", b, a, strerror(err));
 }

@@ -14,7 +14,8 @@ zt_status zt_mkdirs(const char *path);
 zt_status zt_remove_tree(const char *path);
 /* Writes all n bytes to fd, retrying short writes and EINTR; messages name path. */
 zt_status zt_write_all(int fd, const void *buf, size_t n, const char *path);
-/* Writes len bytes to path through path.tmp, fsync and rename. */
+/* Writes len bytes to path through path.tmp, fsync, rename, and a sync of the directory that
+ * makes the rename durable. */
 zt_status zt_write_file_atomic(const char *path, const void *data, size_t len);
 /* Reads a whole file into a NUL-terminated heap buffer the caller frees (*len, if not NULL,
  * excludes the NUL); *data is NULL on failure. Messages: "PATH: cannot open: REASON",
@@ -29,7 +30,16 @@ zt_status zt_map_file(const char *path, void **map, size_t *size);
 /* Unmaps what zt_map_file mapped; a NULL map (an empty file, or none) is a no-op. */
 void zt_unmap_file(void *map, size_t size);
 bool zt_path_exists(const char *path);
-/* fsync a directory so renames inside it are durable. */
-void zt_sync_dir(const char *path);
+/* fsync a directory so renames inside it are durable. A filesystem that does not sync
+ * directories (fsync says EINVAL or ENOTSUP) is not an error; any other failure is ZT_ERR_IO
+ * naming the directory. */
+zt_status zt_sync_dir(const char *path);
+/* zt_sync_dir of the directory that holds path ("." for a bare name). */
+zt_status zt_sync_parent_dir(const char *path);
+/* Swaps two existing paths in one step (renameat2 with RENAME_EXCHANGE): a reader sees either
+ * name holding one of the two, never a missing one. ZT_ERR_UNSUPPORTED when the filesystem or
+ * kernel cannot (NFS, for one: the caller falls back to two renames), ZT_ERR_IO otherwise;
+ * messages name both paths. */
+zt_status zt_rename_exchange(const char *a, const char *b);
 
 #endif

@@ -37,6 +37,8 @@ typedef struct {
     zt_metrics_writer metrics;
     int64_t max_steps;
     int64_t first_step;         /* global step when this run started (after resume) */
+    char resume_tag[256];       /* the checkpoint to resume from; "" for step 0 */
+    int64_t saved_step;         /* the step of the last checkpoint this run wrote; -1: none */
     double timed_ms;            /* summed step time after warmup */
     double timed_tokens;
     int64_t timed_steps;
@@ -173,20 +175,41 @@ static void print_line(trainer *t, const char *fmt, double v) {
     fflush(out);
 }
 
+/* A stop right after an interval checkpoint would save the same step again: the checkpoint this
+ * run has just written is the one it would write. */
 static zt_status save_checkpoint(trainer *t) {
-    if (!t->job->train.checkpoint_dir)
+    int64_t step = zt_engine_global_steps(t->e);
+    if (!t->job->train.checkpoint_dir || step == t->saved_step)
         return ZT_OK;
-    return zt_ckpt_save(t->e, t->job, t->job->train.checkpoint_dir, NULL);
+    ZT_TRY(zt_ckpt_save(t->e, t->job, t->job->train.checkpoint_dir, NULL));
+    t->saved_step = step;
+    return ZT_OK;
+}
+
+/* Decides, before anything is created, what a resumable job starts from (zt_ckpt_find_resume),
+ * so that a checkpoint_dir whose `latest` leads nowhere neither fails late nor starts over
+ * silently. Rank 0 prints the notice, if any. */
+static zt_status choose_resume(trainer *t) {
+    const char *dir = t->job->train.checkpoint_dir;
+    char note[4096];
+    t->resume_tag[0] = '\0';
+    if (!t->job->train.resume || !dir)
+        return ZT_OK;
+    ZT_TRY(zt_ckpt_find_resume(dir, t->resume_tag, sizeof t->resume_tag, note, sizeof note));
+    if (note[0] && t->opts->progress) {
+        fprintf(t->opts->progress, "%s\n", note);
+        fflush(t->opts->progress);
+    }
+    return ZT_OK;
 }
 
 static zt_status maybe_resume(trainer *t) {
     const char *dir = t->job->train.checkpoint_dir;
-    char tag[256];
-    if (!t->job->train.resume || !dir || zt_ckpt_latest(dir, tag, sizeof tag) != ZT_OK)
+    if (!t->resume_tag[0])
         return ZT_OK;
-    ZT_TRY(zt_ckpt_load(t->e, dir, tag));
+    ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
     if (t->opts->progress)
-        fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n", dir, tag,
+        fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n", dir, t->resume_tag,
                 (long long)zt_engine_global_steps(t->e));
     return ZT_OK;
 }
@@ -377,7 +400,7 @@ static zt_status check_job(const zt_job_spec *job, int world) {
 }
 
 zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_train_result *res) {
-    trainer t = {.job = job, .opts = opts};
+    trainer t = {.job = job, .opts = opts, .saved_step = -1};
     memset(res, 0, sizeof *res);
     res->final_eval_loss = NAN;
     res->final_loss = NAN;
@@ -386,7 +409,9 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     t.rank = opts->dist ? opts->dist->rank : 0;
     t.world = opts->dist ? opts->dist->world_size : 1;
     t.comm = t.world > 1 ? opts->comm : NULL;
-    zt_status s = check_job(job, t.world);
+    zt_status s = choose_resume(&t);
+    if (s == ZT_OK)
+        s = check_job(job, t.world);
     if (s == ZT_OK && t.world > 1 && !t.comm)
         s = zt_error(ZT_ERR_INVALID, "rank %d of %d has no communicator", t.rank, t.world);
     if (s == ZT_OK)
@@ -407,8 +432,11 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         char path[4200];
         s = zt_mkdirs(opts->out_dir);
         snprintf(path, sizeof path, "%s/metrics.jsonl", opts->out_dir);
+        /* A resumable job's records are appended, also when it starts from step 0: an earlier
+         * run's metrics.jsonl in the same directory is never truncated. */
         if (s == ZT_OK)
-            s = zt_metrics_open(&t.metrics, path, zt_engine_global_steps(t.e) > 0);
+            s = zt_metrics_open(&t.metrics, path,
+                                job->train.resume || zt_engine_global_steps(t.e) > 0);
     } else if (s == ZT_OK) {
         s = zt_metrics_open(&t.metrics, "/dev/null", true);
     }

@@ -433,14 +433,16 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
         zt_jm_set_state(jm, j, ZT_JOB_CANCELLED);
     } else if (!zt_job_state_terminal(j->info.state) && j->group) {
         j->cancel_requested = true;
-        j->grace_s = grace_s > 0 ? grace_s : jm->cfg.default_grace_s;
         if (force) {
             j->force = true;
             zt_jm_daemon_log(jm, j, "force-cancel requested: killing the ranks");
             zt_rank_group_kill(jm->sup, j->group);
         } else if (j->info.state != ZT_JOB_STOPPING) {
+            /* Only the request that stops the ranks sets the grace period: a later one does
+             * not move the deadline that is already running. */
+            j->grace_s = grace_s > 0 ? grace_s : jm->cfg.default_grace_s;
             zt_jm_daemon_log(jm, j, "cancel requested: the ranks finish the step, write a "
-                                    "checkpoint and stop (killed after %.0f s)", j->grace_s);
+                                    "checkpoint and stop (killed after %g s)", j->grace_s);
             zt_rank_group_terminate(jm->sup, j->group, j->grace_s);
         }
         zt_jm_set_reason(j, force ? "force-cancel requested" : "cancel requested");
@@ -601,8 +603,11 @@ void zt_jobs_destroy(zt_jobs *jm) {
     if (!jm)
         return;
     if (jm->sup) {
-        /* Queued jobs stay queued for the next daemon; running ones stop with a checkpoint. */
+        /* Queued jobs stay queued for the next daemon; running ones stop with a checkpoint.
+         * `stopping` is set under the same lock as the cancels, so no tick after this one
+         * starts a queued job on the ranks the cancelled jobs free. */
         pthread_mutex_lock(&jm->mu);
+        jm->stopping = true;
         for (int i = 0; i < jm->n_jobs; i++) {
             job *j = jm->jobs[i];
             if (j->group && !j->cancel_requested) {

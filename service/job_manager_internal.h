@@ -55,6 +55,7 @@ struct zt_jobs {
     int ranks_in_use;
     zt_job_store *store;
     zt_supervisor *sup;
+    bool stopping;               /* zt_jobs_destroy began: queued jobs no longer start */
     char tag[16];                /* names this daemon's Slurm jobs (zt_jobs_config.slurm) */
     bool store_failing;          /* the last write to the store failed (zt_jm_store_result) */
     long store_failures_unsaid;  /* failures since the one reported */

@@ -4,7 +4,9 @@
  * callback takes the manager's lock for itself; the rest runs with it held. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,11 +127,14 @@ void zt_jm_schedule(zt_jobs *jm, bool start) {
     }
 }
 
-/* The supervisor thread's periodic tick, and the only place where queued jobs start. */
+/* The supervisor thread's periodic tick, and the only place where queued jobs start. Once the
+ * daemon is stopping it starts nothing: the ranks that the running jobs free while they stop
+ * must not go to a queued job, which stays QUEUED for the next daemon. */
 static void on_tick(void *ctx) {
     zt_jobs *jm = ctx;
     pthread_mutex_lock(&jm->mu);
-    zt_jm_schedule(jm, true);
+    if (!jm->stopping)
+        zt_jm_schedule(jm, true);
     pthread_mutex_unlock(&jm->mu);
 }
 
@@ -268,8 +273,22 @@ static void checkpoint_note(const job *j, char *buf, size_t size) {
         snprintf(buf, size, " (checkpoint %s)", tag);
 }
 
+/* Why a cancelled job's ranks did not all stop cleanly: the grace period in force ran out (a
+ * later cancel asking for a longer one does not extend it, and the supervisor says which one it
+ * was), or a rank failed on its own on the way out. */
+static void stop_failure(const job *j, const zt_group_end *end, char *buf, size_t size) {
+    const zt_rank_info *first = j->failed_rank >= 0 ? &j->info.ranks[j->failed_rank] : NULL;
+    if (end->killed && (!first || first->signal == SIGKILL))
+        snprintf(buf, size, "the ranks did not stop within the grace period of %g s and were "
+                 "killed", round(end->grace_s * 10) / 10);
+    else if (j->fail_reason)
+        snprintf(buf, size, "the ranks did not stop cleanly: %s", j->fail_reason);
+    else
+        snprintf(buf, size, "the ranks did not stop cleanly");
+}
+
 /* The final state, once every rank is reaped: a cancel request wins, then the first failure. */
-static void on_group_ended(void *group_ctx) {
+static void on_group_ended(void *group_ctx, const zt_group_end *end) {
     job *j = group_ctx;
     zt_jobs *jm = j->jm;
     pthread_mutex_lock(&jm->mu);
@@ -291,19 +310,19 @@ static void on_group_ended(void *group_ctx) {
         zt_jm_set_reason(j, "cancelled by request before Slurm started the ranks");
         zt_jm_set_state(jm, j, ZT_JOB_CANCELLED);
     } else if (j->cancel_requested) {
+        char why[1600];
+        stop_failure(j, end, why, sizeof why);
         if (j->shutdown && all_stopped)
             zt_jm_set_reason(j, "ztraind was stopped: the job stopped with a checkpoint%s", ckpt);
         else if (j->shutdown)
-            zt_jm_set_reason(j, "ztraind was stopped: the ranks did not stop in time and were "
-                                "killed");
+            zt_jm_set_reason(j, "ztraind was stopped: %s", why);
         else if (j->force)
             zt_jm_set_reason(j, "cancelled by request (forced: the ranks were killed at once)");
         else if (all_stopped)
             zt_jm_set_reason(j, "cancelled by request: the ranks wrote a checkpoint and "
                                 "stopped%s", ckpt);
         else
-            zt_jm_set_reason(j, "cancelled by request; the ranks did not stop within the grace "
-                                "period of %.0f s and were killed", j->grace_s);
+            zt_jm_set_reason(j, "cancelled by request; %s", why);
         zt_jm_set_state(jm, j, ZT_JOB_CANCELLED);
     } else if (j->launch_reason) {
         /* Slurm's decision explains the ranks' ends, not the other way round. */

@@ -167,6 +167,7 @@ zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec,
 }
 
 void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s) {
+    double now = zt_sup_now_s();
     pthread_mutex_lock(&s->mu);
     if (g->slurm) {
         g->slurm->term_wanted = true;   /* the supervisor thread runs scancel */
@@ -174,7 +175,9 @@ void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s)
         zt_sup_signal_group(g, SIGTERM);
         zt_sup_signal_group(g, SIGCONT);   /* a stopped rank must be able to act on it */
     }
-    double at = zt_sup_now_s() + (grace_s > 0 ? grace_s : 0);
+    double at = now + (grace_s > 0 ? grace_s : 0);
+    if (!g->term_at)
+        g->term_at = now;
     if (!g->kill_at || at < g->kill_at)
         g->kill_at = at;
     g->tearing_down = true;
@@ -307,7 +310,13 @@ static void finish_groups(zt_supervisor *s) {
                 flush_partial(s, g, &g->pipes[i]);
             }
         *link = g->next;
-        s->cb.group_ended(g->ctx);
+        /* A cancel may still come in (and move kill_at) until group_ended has returned. */
+        pthread_mutex_lock(&s->mu);
+        zt_group_end end = {.killed = g->kill_sent};
+        if (g->kill_sent && g->term_at && g->kill_at >= g->term_at)
+            end.grace_s = g->kill_at - g->term_at;
+        pthread_mutex_unlock(&s->mu);
+        s->cb.group_ended(g->ctx, &end);
         group_free(g);
     }
 }

@@ -31,6 +31,17 @@ typedef enum {
                                 node failure): text says which */
 } zt_launch_event;
 
+/* How the supervisor ended a group, beyond what its ranks' exits say. */
+typedef struct {
+    /* The supervisor sent SIGKILL (for Slurm: scancel --signal=KILL): a grace period ran out,
+     * or zt_rank_group_kill asked for it. */
+    bool killed;
+    /* When killed after a graceful stop: the grace period that ran out, in seconds from the
+     * first zt_rank_group_terminate to the SIGKILL deadline in force (the shortest asked for);
+     * 0 otherwise. */
+    double grace_s;
+} zt_group_end;
+
 /* All run on the supervisor thread, with no supervisor lock held. */
 typedef struct {
     /* Every loop iteration (at least every 200 ms, and at once after zt_supervisor_wake): the
@@ -49,7 +60,7 @@ typedef struct {
     /* Slurm groups: what the scheduler did with the job (see zt_launch_event). */
     void (*launch_event)(void *group_ctx, zt_launch_event event, const char *text);
     /* Every rank is reaped and the pipes are drained. The group is freed after this returns. */
-    void (*group_ended)(void *group_ctx);
+    void (*group_ended)(void *group_ctx, const zt_group_end *end);
 } zt_supervisor_callbacks;
 
 typedef struct {

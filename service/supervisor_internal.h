@@ -59,6 +59,7 @@ struct zt_rank_group {
     slurm_part *slurm;      /* NULL for local ranks */
     /* Shared with other threads, under the supervisor's mutex. */
     bool tearing_down;
+    double term_at;         /* CLOCK_MONOTONIC seconds of the first graceful stop; 0: none */
     double kill_at;         /* CLOCK_MONOTONIC seconds; 0: no SIGKILL scheduled */
     bool kill_sent;
     zt_rank_group *next;

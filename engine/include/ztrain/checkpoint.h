@@ -7,8 +7,13 @@
  *                                  spec and DeepSpeed config
  *   DONE                           written last: a tag without it is never loaded
  * The default tag is "global_step<N>", as DeepSpeed's. A tag directory is written under a
- * temporary name and renamed into place, and `latest` is replaced atomically, so a crash at any
- * point leaves the previous checkpoint loadable. */
+ * temporary name (DIR/.<tag>.tmp), synced, and renamed into place, then `latest` is replaced
+ * atomically, so a crash at any point leaves the previous checkpoint loadable. A tag saved again
+ * (a stop right after an interval checkpoint of the same step) is swapped in with one atomic
+ * exchange, or where the filesystem has none by moving the old copy aside (DIR/.<tag>.old)
+ * first, and loading then finds whichever complete copy there is: `latest` never leads to
+ * nothing. The next save finishes or undoes what a killed save left and removes the
+ * temporary directories. */
 #ifndef ZTRAIN_CHECKPOINT_H
 #define ZTRAIN_CHECKPOINT_H
 
@@ -24,8 +29,24 @@
  * meta.json. */
 zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag);
 
-/* Reads dir/latest into tag[size]. Returns ZT_ERR_IO when there is no latest file. */
+/* Reads dir/latest into tag[size]. Returns ZT_ERR_IO when there is no latest file, ZT_ERR_FORMAT
+ * when it is empty or does not hold a tag. */
 zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size);
+
+/* What a run with "resume": true starts from, into tag[size] ("" for step 0), and a one-line
+ * notice for the user into note[note_size] ("" when there is nothing to say). Reads only.
+ *  - dir/latest names a complete checkpoint: that tag, no notice.
+ *  - dir does not exist, or has neither `latest` (or an empty one) nor a complete checkpoint:
+ *    "" (start from step 0), with a notice saying so and naming dir — the first run of a
+ *    resumable job, or a checkpoint_dir with a typo.
+ *  - `latest` is missing, empty, or names a tag that does not exist or has no DONE, while
+ *    complete checkpoints exist: the newest of them by the step number in its tag, with a
+ *    notice saying what was wrong with `latest`.
+ *  - `latest` names a tag and no complete checkpoint exists: ZT_ERR_FORMAT naming dir, the tag
+ *    and the tags found (starting over would hide that the checkpoint is gone); so is a choice
+ *    between complete tags without step numbers, and an unreadable `latest` is ZT_ERR_IO. */
+zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
+                              size_t note_size);
 
 /* One checkpoint directory under dir, as zt_ckpt_list_dir finds it. */
 typedef struct {

@@ -40,7 +40,7 @@ typedef struct {
     int eval_steps;           /* validation micro-batches per evaluation, default 20 */
     char *checkpoint_dir;     /* NULL: no checkpoints */
     int checkpoint_interval;  /* optimizer steps between checkpoints; 0: only at the end */
-    bool resume;              /* load checkpoint_dir/latest when it exists */
+    bool resume;              /* continue from checkpoint_dir (zt_ckpt_find_resume says from what) */
     int bench_steps;          /* > 0: stop after this many steps (benchmark runs) */
     int warmup_steps;         /* steps left out of the timing metrics, default 5 */
     uint64_t seed;            /* default 1234 */
