@@ -69,8 +69,12 @@ static const char usage[] =
     "  --web-dir DIR           the dashboard's files (default " ZT_WEB_DIR ")\n"
     "  --max-grpc-connections N  gRPC connections open at once; more are closed as they come\n"
     "                          (default: from the open-file limit, at most 1024)\n"
-    "  --header-timeout SECONDS  a gRPC connection must start HTTP/2 within this (default 10)\n"
-    "  --idle-timeout SECONDS  a gRPC connection with no call is closed after this (default 30)\n"
+    "  --max-http-connections N  HTTP connections open at once, half of them per client\n"
+    "                          address (default: from the open-file limit, at most 256)\n"
+    "  --header-timeout SECONDS  an HTTP request must arrive whole, and a gRPC connection\n"
+    "                          start HTTP/2, within this of connecting or of the last answer\n"
+    "                          (default 10)\n"
+    "  --idle-timeout SECONDS  a connection doing nothing is closed after this (default 30)\n"
     "  --help\n";
 
 static volatile sig_atomic_t stop_requested;
@@ -148,6 +152,8 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_long(a, v, 1, 1024, &o->threads_per_rank);
         else if (strcmp(a, "--max-grpc-connections") == 0)
             rc = parse_long(a, v, 1, 1000000, &o->max_grpc_conns);
+        else if (strcmp(a, "--max-http-connections") == 0)
+            rc = parse_long(a, v, 1, 100000, &o->max_http_conns);
         else if (strcmp(a, "--header-timeout") == 0)
             rc = parse_long(a, v, 1, 3600, &o->header_timeout_s);
         else if (strcmp(a, "--idle-timeout") == 0)
@@ -264,11 +270,12 @@ static long clamp_long(long v, long lo, long hi) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* A gRPC connection bound that fits the descriptors: HTTP's 256 connections and FDS_RESERVED
- * for the jobs, SQLite and gRPC's own are left. */
+/* Connection bounds that fit the descriptors: libmicrohttpd may briefly hold twice its bound
+ * (connections being closed), and FDS_RESERVED are left for the jobs, SQLite and gRPC's own. */
 #define FDS_RESERVED 128
 static void size_connection_bounds(options *o, long fd_limit) {
-    o->max_http_conns = 256;
+    if (!o->max_http_conns)
+        o->max_http_conns = clamp_long(fd_limit / 8, 16, 256);
     if (!o->max_grpc_conns)
         o->max_grpc_conns = clamp_long((fd_limit - FDS_RESERVED - 2 * o->max_http_conns) / 2,
                                        16, 1024);
@@ -363,7 +370,10 @@ int main(int argc, char **argv) {
         goto out;
     }
     zt_http_config hc = {.host = host, .port = http_port, .token = token, .web_dir = o.web_dir,
-                         .chartjs_dir = ZT_CHARTJS_DIR};
+                         .chartjs_dir = ZT_CHARTJS_DIR,
+                         .max_connections = (unsigned)o.max_http_conns,
+                         .header_timeout_s = (unsigned)o.header_timeout_s,
+                         .idle_timeout_s = (unsigned)o.idle_timeout_s};
     if (zt_http_start(&http, &hc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
