@@ -40,6 +40,8 @@
 #define STREAM_MAX_QUEUED_BYTES ((size_t)64 << 20)
 /* Status details travel in HTTP/2 trailers, which clients cap (8 KiB by default). */
 #define STATUS_TEXT_MAX 4000
+#define KEEPALIVE_MS 60000
+#define KEEPALIVE_TIMEOUT_MS 20000
 
 /* ---- sending ----------------------------------------------------------------------------- */
 
@@ -361,6 +363,9 @@ static void begin_shutdown(zt_grpc_server *s) {
     if (s->shutting_down)
         return;
     s->shutting_down = true;
+    /* Before the listener closes, so that its descriptor number, once reused, is not taken
+     * for gRPC's. */
+    zt_grpc_accept_guard_stop();
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
     /* Without this, shutdown waits for every open stream's client deadline. */
     grpc_server_cancel_all_calls(s->server);
@@ -388,23 +393,37 @@ static void serve(zt_grpc_server *s, volatile sig_atomic_t *stop) {
 
 void zt_grpc_server_run(zt_grpc_server *s, volatile sig_atomic_t *stop) { serve(s, stop); }
 
+static void int_arg(grpc_arg *a, const char *key, int value) {
+    a->type = GRPC_ARG_INTEGER;
+    a->key = (char *)key;
+    a->value.integer = value;
+}
+
 static grpc_server *create_core_server(const zt_grpc_server_config *cfg) {
     size_t max = cfg->max_message_bytes ? cfg->max_message_bytes : DEFAULT_MAX_MESSAGE;
-    grpc_arg args[2];
+    grpc_arg args[6];
+    size_t n = 0;
     memset(args, 0, sizeof args);
     /* gRPC turns SO_REUSEPORT on by default, which lets a second daemon bind the same port
      * without an error; off, a port in use fails here. */
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = GRPC_ARG_ALLOW_REUSEPORT;
-    args[0].value.integer = 0;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[1].value.integer = max > INT32_MAX ? INT32_MAX : (int)max;
-    grpc_channel_args ch_args = {.num_args = 2, .args = args};
+    int_arg(&args[n++], GRPC_ARG_ALLOW_REUSEPORT, 0);
+    int_arg(&args[n++], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+            max > INT32_MAX ? INT32_MAX : (int)max);
+    /* A connection that never sends the HTTP/2 preface holds a descriptor and a slot of the
+     * connection bound; the handshake timeout is what closes it. */
+    if (cfg->handshake_timeout_ms > 0)
+        int_arg(&args[n++], GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, cfg->handshake_timeout_ms);
+    if (cfg->idle_timeout_ms > 0)
+        int_arg(&args[n++], GRPC_ARG_MAX_CONNECTION_IDLE_MS, cfg->idle_timeout_ms);
+    /* A watcher whose host vanished keeps its call open, so the idle timeout never applies;
+     * pings while calls are open find it within KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS. */
+    int_arg(&args[n++], GRPC_ARG_KEEPALIVE_TIME_MS, KEEPALIVE_MS);
+    int_arg(&args[n++], GRPC_ARG_KEEPALIVE_TIMEOUT_MS, KEEPALIVE_TIMEOUT_MS);
+    grpc_channel_args ch_args = {.num_args = n, .args = args};
     return grpc_server_create(&ch_args, NULL);
 }
 
-static zt_status register_and_bind(zt_grpc_server *s, const char *addr) {
+static zt_status register_and_bind(zt_grpc_server *s, const char *addr, int max_connections) {
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     for (int m = 0; m < M_COUNT; m++) {
         s->handles[m] = grpc_server_register_method(s->server, zt_grpc_methods[m].path, NULL,
@@ -419,7 +438,10 @@ static zt_status register_and_bind(zt_grpc_server *s, const char *addr) {
     if (s->port == 0)
         return zt_error(ZT_ERR_IO, "gRPC: cannot listen on %s: the address is in use or invalid",
                         addr);
-    return ZT_OK;
+    /* A unix socket's clients are local and its "port" is no port. */
+    if (strncmp(addr, "unix:", 5) == 0 || strncmp(addr, "unix-abstract:", 14) == 0)
+        return ZT_OK;
+    return zt_grpc_accept_guard_start(s->port, max_connections);
 }
 
 zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_config *cfg,
@@ -436,7 +458,8 @@ zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_confi
     s->server = create_core_server(cfg);
     zt_status st = cfg->token && cfg->token[0] && !s->token
                        ? zt_error(ZT_ERR_NOMEM, "out of memory")
-                       : register_and_bind(s, cfg->addr ? cfg->addr : "");
+                       : register_and_bind(s, cfg->addr ? cfg->addr : "",
+                                           cfg->max_connections);
     if (st != ZT_OK) {
         zt_grpc_server_destroy(s);
         return st;
@@ -458,6 +481,7 @@ void zt_grpc_server_destroy(zt_grpc_server *s) {
         begin_shutdown(s);
         serve(s, NULL);
     }
+    zt_grpc_accept_guard_stop();
     grpc_completion_queue_destroy(s->cq);
     free(s->token);
     free(s);

@@ -15,12 +15,22 @@ typedef struct {
     const char *token;          /* NULL: no authentication; else every call needs
                                    "authorization: Bearer <token>" or gets UNAUTHENTICATED */
     size_t max_message_bytes;   /* largest request accepted (0: 4 MiB) */
+    int max_connections;        /* TCP connections open at once; past it a new one is closed
+                                   as it is accepted (0: no bound). Running out of file
+                                   descriptors never stops the listener: what cannot be
+                                   accepted is closed, and serving goes on once fds are free */
+    int handshake_timeout_ms;   /* a connection that has not begun HTTP/2 within this is closed
+                                   (0: gRPC's 120 s) */
+    int idle_timeout_ms;        /* a connection with no call open for this long is closed with
+                                   a GOAWAY, which clients take as "reconnect when needed"
+                                   (0: never) */
 } zt_grpc_server_config;
 
 typedef struct zt_grpc_server zt_grpc_server;
 
 /* Binds and starts serving. SO_REUSEPORT is off, so a port already in use is ZT_ERR_IO naming
- * the address, never a second silent server. jm must outlive the server. */
+ * the address, never a second silent server. jm must outlive the server. One server per
+ * process: the connection bound lives in process-wide state (grpc_accept.c). */
 zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_config *cfg, zt_jobs *jm);
 /* The bound port (useful with port 0). */
 int zt_grpc_server_port(const zt_grpc_server *s);

@@ -109,4 +109,11 @@ typedef struct {
 
 extern const method_def zt_grpc_methods[M_COUNT];
 
+/* grpc_accept.c: the gate on gRPC's accept4 calls. Start finds gRPC's listening sockets on
+ * `port` (after grpc_server_add_http2_port) and, from then on, keeps at most max_connections
+ * (0: no bound) of their connections open and gets the listener through EMFILE. Stop lets
+ * every accept through untouched again; it is safe to call when start was not. */
+zt_status zt_grpc_accept_guard_start(int port, int max_connections);
+void zt_grpc_accept_guard_stop(void);
+
 #endif

@@ -26,9 +26,10 @@
 #include "auth.h"
 #include "http_internal.h"
 
-/* An idle keep-alive connection is closed after this long. Event streams stay open: their
- * keepalive comments count as activity. */
-#define ZT_HTTP_TIMEOUT_S 30u
+/* A connection nothing happens on is closed after the idle timeout (30 s unless configured).
+ * Event streams stay open: their keepalive comments count as activity. */
+#define ZT_HTTP_IDLE_TIMEOUT_S 30u
+#define ZT_HTTP_HEADER_TIMEOUT_S 10u
 #define ZT_HTTP_MEMORY_LIMIT ((size_t)64 * 1024)
 /* The nice value of connection threads: under load the HTTP side yields the cores to the
  * training ranks (nice 0), which are what the machine is for. */
@@ -178,6 +179,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         enum MHD_Result ret;
         if (!zt_http_guard_request(s, c, &ret))
             return ret;
+        zt_http_conns_request_begun(s->conns, c);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->max_body)
@@ -201,20 +203,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return req->body.oom ? MHD_NO : MHD_YES;
     }
+    zt_http_conns_request_read(s->conns, c);
     return route(s, c, url, method, req);
-}
-
-/* Each connection carries its server, so that zt_http_add_cors can find the allowed origins
- * from the connection alone. */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe) {
-    (void)c;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
-        *socket_context = cls;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
+    zt_http_server *s = cls;
+    zt_http_conns_request_done(s->conns, c);
     if (*req_cls && *req_cls != &no_body) {
         http_req *req = *req_cls;
         zt_jbuf_free(&req->body);
@@ -279,6 +275,7 @@ static int bound_port(int fd) {
 }
 
 static void server_free(zt_http_server *s) {
+    zt_http_conns_destroy(s->conns);
     zt_series_cache_destroy(s->cache);
     zt_http_guard_free(&s->guard);
     free(s->token);
@@ -327,19 +324,29 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
     /* On loopback every client shares one address; the per-address cap matters when serving
      * a network, where one host should not take every slot. */
     unsigned per_ip = max_conn > 16 ? max_conn / 2 : max_conn;
+    st = zt_http_conns_create(&s->conns, s, max_conn, per_ip,
+                              cfg->header_timeout_s ? cfg->header_timeout_s
+                                                    : ZT_HTTP_HEADER_TIMEOUT_S);
+    if (st != ZT_OK) {
+        close(fd);
+        server_free(s);
+        return st;
+    }
+    /* The slots are ztraind's (http_conns.c). libmicrohttpd's own bound only has to leave room
+     * for connections that were displaced and are still being closed. */
     s->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
             MHD_USE_ITC | MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, s,
+        0, zt_http_conns_admit, s->conns, on_request, s,
         /* First, so that MHD's own messages about the options below go through it too. */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ZT_HTTP_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * max_conn),
+        MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(cfg->idle_timeout_s ? cfg->idle_timeout_s : ZT_HTTP_IDLE_TIMEOUT_S),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)ZT_HTTP_MEMORY_LIMIT,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_NOTIFY_CONNECTION, zt_http_conns_notify, s->conns,
         MHD_OPTION_END);
     if (!s->daemon) {
         close(fd);

@@ -16,7 +16,14 @@ typedef struct {
                                      "Authorization: Bearer <token>" or get 401 */
     const char *web_dir;          /* the dashboard's files (index.html, ...) */
     const char *chartjs_dir;      /* Debian's libjs-chart.js, served under /vendor/chart.js/ */
-    unsigned max_connections;     /* 0: 256 */
+    unsigned max_connections;     /* 0: 256. Half of them may come from one client address. A
+                                     new connection past either bound displaces the one that
+                                     has waited longest without sending a request; it is
+                                     refused only when every slot is busy answering */
+    unsigned header_timeout_s;    /* a request (head and body) must arrive within this of its
+                                     connection opening or of the previous answer; 0: 10 s */
+    unsigned idle_timeout_s;      /* an answer nobody reads, or a connection nothing happens on,
+                                     is closed after this; 0: 30 s */
     size_t max_request_bytes;     /* request bodies; 0: 64 KiB */
     /* The names a request's Host header may carry besides the listen address, against DNS
      * rebinding. Always served: on a loopback listen 127.x.x.x, [::1] and localhost; on any

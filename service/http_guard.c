@@ -274,9 +274,7 @@ void zt_http_add_cors(struct MHD_Connection *c, struct MHD_Response *r) {
     /* Every answer may depend on the Origin (echoed, or refused), so no cache may reuse it for
      * another origin. */
     MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    const zt_http_server *s = ci ? ci->socket_context : NULL;
+    const zt_http_server *s = zt_http_conns_owner(c);
     const char *origin = header(c, "Origin");
     if (!s || !origin || !zt_http_origin_allowed(&s->guard, origin))
         return;

@@ -21,6 +21,7 @@
 
 typedef struct zt_sse zt_sse;
 typedef struct zt_series_cache zt_series_cache;
+typedef struct zt_http_conns zt_http_conns;
 
 /* Who may send requests (http_guard.c): the config's hosts and origins, normalized. */
 typedef struct {
@@ -45,6 +46,7 @@ struct zt_http_server {
     bool stopping;
     zt_series_cache *cache;   /* responses of GET .../metrics (http_series.c) */
     zt_http_guard guard;
+    zt_http_conns *conns;     /* connection slots and request deadlines (http_conns.c) */
 };
 
 static inline int64_t zt_http_wall_ms(void) {
@@ -139,6 +141,30 @@ enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c, 
 bool zt_http_events_token_ok(const zt_http_server *s, struct MHD_Connection *c);
 /* Ends every live stream and refuses new ones, so that MHD can join their threads. */
 void zt_http_events_stop_all(zt_http_server *s);
+
+/* ---- connection slots (http_conns.c) ----------------------------------------------------- */
+
+/* At most `max` connections, `per_address` of them from one client address; a request must
+ * arrive whole within header_timeout_s of its connection opening or of the previous answer's
+ * end, or the connection is shut down. Starts the watchdog thread that enforces it. */
+zt_status zt_http_conns_create(zt_http_conns **out, void *owner, unsigned max,
+                               unsigned per_address, unsigned header_timeout_s);
+/* The owner given at creation for a watched connection (the HTTP server: what request-level code
+ * that has only the connection needs), or NULL when the connection is not watched. */
+void *zt_http_conns_owner(struct MHD_Connection *mc);
+/* After MHD_stop_daemon: stops the watchdog and frees the table. */
+void zt_http_conns_destroy(zt_http_conns *t);
+/* libmicrohttpd's accept policy (cls: the table): makes room by displacing the connection that
+ * has waited longest without sending a request, or refuses when every slot is busy. */
+enum MHD_Result zt_http_conns_admit(void *cls, const struct sockaddr *addr, socklen_t len);
+/* MHD_OPTION_NOTIFY_CONNECTION (cls: the table): the entry of each connection. */
+void zt_http_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code);
+/* A request's progress, from the access handler and the completion callback: its head has
+ * arrived; its body has too and the answer is being made; the answer is done. */
+void zt_http_conns_request_begun(zt_http_conns *t, struct MHD_Connection *c);
+void zt_http_conns_request_read(zt_http_conns *t, struct MHD_Connection *c);
+void zt_http_conns_request_done(zt_http_conns *t, struct MHD_Connection *c);
 
 /* http_prometheus.c: GET /metrics. */
 enum MHD_Result zt_http_prometheus(zt_http_server *s, struct MHD_Connection *c);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +76,14 @@ static const char usage[] =
     "                          per job (slurm; default 127.0.0.1: reachable from every node\n"
     "                          only when they all are this host)\n"
     "  --web-dir DIR           the dashboard's files (default " ZT_WEB_DIR ")\n"
+    "  --max-grpc-connections N  gRPC connections open at once; more are closed as they come\n"
+    "                          (default: from the open-file limit, at most 1024)\n"
+    "  --max-http-connections N  HTTP connections open at once, half of them per client\n"
+    "                          address (default: from the open-file limit, at most 256)\n"
+    "  --header-timeout SECONDS  an HTTP request must arrive whole, and a gRPC connection\n"
+    "                          start HTTP/2, within this of connecting or of the last answer\n"
+    "                          (default 10)\n"
+    "  --idle-timeout SECONDS  a connection doing nothing is closed after this (default 30)\n"
     "  --help\n";
 
 static volatile sig_atomic_t stop_requested;
@@ -93,6 +102,7 @@ typedef struct {
     size_t n_http_hosts, n_http_origins;
     const char *worker, *web_dir, *launcher, *slurm_partition, *metrics_host;
     long max_ranks, max_world_size, max_jobs, threads_per_rank;
+    long max_grpc_conns, max_http_conns, header_timeout_s, idle_timeout_s;
     bool max_ranks_given;
     double grace_s;
 } options;
@@ -175,6 +185,14 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_long(a, v, 1, 1000000, &o->max_jobs);
         else if (strcmp(a, "--threads-per-rank") == 0)
             rc = parse_long(a, v, 1, 1024, &o->threads_per_rank);
+        else if (strcmp(a, "--max-grpc-connections") == 0)
+            rc = parse_long(a, v, 1, 1000000, &o->max_grpc_conns);
+        else if (strcmp(a, "--max-http-connections") == 0)
+            rc = parse_long(a, v, 1, 100000, &o->max_http_conns);
+        else if (strcmp(a, "--header-timeout") == 0)
+            rc = parse_long(a, v, 1, 3600, &o->header_timeout_s);
+        else if (strcmp(a, "--idle-timeout") == 0)
+            rc = parse_long(a, v, 1, 86400, &o->idle_timeout_s);
         else if (strcmp(a, "--grace") == 0) {
             char *end;
             o->grace_s = strtod(v, &end);
@@ -258,6 +276,46 @@ static int split_addr(const char *addr, char *host, size_t size, int *port) {
     return 0;
 }
 
+/* The soft open-file limit raised to the hard one: every connection costs a descriptor, and
+ * the usual soft 1024 is far below what the system allows the process. Returns the limit in
+ * force, and the one it started with in *was. ztraind polls with poll and epoll only, so
+ * descriptors past FD_SETSIZE are fine. */
+static long raise_fd_limit(long *was) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        *was = 1024;
+        return 1024;
+    }
+    *was = rl.rlim_cur == RLIM_INFINITY ? LONG_MAX : (long)rl.rlim_cur;
+    if (rl.rlim_cur != rl.rlim_max) {
+        struct rlimit want = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+        /* An unlimited hard limit is still capped by fs.nr_open, which setrlimit enforces. */
+        if (want.rlim_cur == RLIM_INFINITY)
+            want.rlim_cur = 1 << 20;
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+            rl.rlim_cur = want.rlim_cur;
+        else
+            fprintf(stderr, "ztraind: warning: cannot raise the open-file limit from %ld: %s\n",
+                    *was, strerror(errno));
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? LONG_MAX : (long)rl.rlim_cur;
+}
+
+static long clamp_long(long v, long lo, long hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Connection bounds that fit the descriptors: libmicrohttpd may briefly hold twice its bound
+ * (connections being closed), and FDS_RESERVED are left for the jobs, SQLite and gRPC's own. */
+#define FDS_RESERVED 128
+static void size_connection_bounds(options *o, long fd_limit) {
+    if (!o->max_http_conns)
+        o->max_http_conns = clamp_long(fd_limit / 8, 16, 256);
+    if (!o->max_grpc_conns)
+        o->max_grpc_conns = clamp_long((fd_limit - FDS_RESERVED - 2 * o->max_http_conns) / 2,
+                                       16, 1024);
+}
+
 /* ztrain-worker from the directory ztraind was started from. */
 static void default_worker(char *buf, size_t size) {
     char self[PATH_MAX - 32];
@@ -272,7 +330,8 @@ static void default_worker(char *buf, size_t size) {
 int main(int argc, char **argv) {
     options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
                  .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = zt_cpu_count(),
-                 .max_world_size = 64, .max_jobs = 100, .grace_s = 30, .launcher = "local"};
+                 .max_world_size = 64, .max_jobs = 100, .grace_s = 30, .launcher = "local",
+                 .header_timeout_s = 10, .idle_timeout_s = 30};
     if (parse_args(argc, argv, &o) != 0)
         return 2;
     bool slurm = strcmp(o.launcher, "slurm") == 0;
@@ -286,6 +345,9 @@ int main(int argc, char **argv) {
     int http_port;
     if (split_addr(o.http_addr, host, sizeof host, &http_port) != 0)
         return 2;
+
+    long fd_limit_was, fd_limit = raise_fd_limit(&fd_limit_was);
+    size_connection_bounds(&o, fd_limit);
 
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -334,7 +396,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
     }
-    zt_grpc_server_config gc = {.addr = o.grpc_addr, .token = token};
+    zt_grpc_server_config gc = {.addr = o.grpc_addr, .token = token,
+                                .max_connections = (int)o.max_grpc_conns,
+                                .handshake_timeout_ms = (int)o.header_timeout_s * 1000,
+                                .idle_timeout_ms = (int)o.idle_timeout_s * 1000};
     if (zt_grpc_server_create(&grpc, &gc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
@@ -342,7 +407,10 @@ int main(int argc, char **argv) {
     zt_http_config hc = {.host = host, .port = http_port, .token = token, .web_dir = o.web_dir,
                          .chartjs_dir = ZT_CHARTJS_DIR, .hosts = o.http_hosts,
                          .n_hosts = o.n_http_hosts, .origins = o.http_origins,
-                         .n_origins = o.n_http_origins};
+                         .n_origins = o.n_http_origins,
+                         .max_connections = (unsigned)o.max_http_conns,
+                         .header_timeout_s = (unsigned)o.header_timeout_s,
+                         .idle_timeout_s = (unsigned)o.idle_timeout_s};
     if (zt_http_start(&http, &hc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
@@ -352,6 +420,10 @@ int main(int argc, char **argv) {
     char *colon = strrchr(grpc_host, ':');
     if (colon)
         *colon = '\0';
+    printf("ztraind: limits: open files %ld (was %ld), grpc connections %ld, http connections "
+           "%ld, header timeout %ld s, idle timeout %ld s\n",
+           fd_limit, fd_limit_was, o.max_grpc_conns, o.max_http_conns, o.header_timeout_s,
+           o.idle_timeout_s);
     /* One line that scripts (and the tests) read to learn the ports that were picked. */
     printf("ztraind: ready grpc=%s:%d http=http://%s:%d state=%s data=%s runs=%s max_ranks=%ld "
            "launcher=%s%s\n",
