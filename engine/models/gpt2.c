@@ -375,6 +375,7 @@ static uint64_t carve_activations(const act_dims *d, gpt2 *g, unsigned char *bas
         carve_layer(&c, d, &scratch);
         c.off = zt_u64_add(before, zt_u64_mul(c.off - before, d->L, ov), ov);
     }
+    /* A count writes the final buffers' (NULL) pointers into a throwaway. */
     gpt2 none;
     gpt2 *o = base ? g : &none;
     o->lnf = take(&c, BTC, es);
