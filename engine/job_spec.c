@@ -277,7 +277,13 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(parse_model(&job->model, &top, job->base_dir));
     ZT_TRY(parse_data(&job->data, &top, job->base_dir));
     ZT_TRY(parse_train(&job->train, &job->data, &top, job->base_dir));
-    return parse_deepspeed(job, &top, job->base_dir);
+    ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
+    /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would
+     * overflow, wherever a spec is read; activations are sized at fp32, the widest. */
+    zt_model_estimate est;
+    zt_model_estimate_args args = {.micro_batch = job->ds.train_micro_batch_size_per_gpu,
+                                   .act_size = sizeof(float)};
+    return zt_model_estimate_spec(&job->model, &args, source, &est);
 }
 
 zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char *source,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "size_math.h"
 #include "ztrain/model.h"
 #include "ztrain/safetensors.h"
 
@@ -21,7 +22,12 @@ zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend 
 static size_t flat_bytes(const zt_model *m) { return m->n_padded * sizeof(float); }
 
 zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to) {
-    m->n_padded = (m->n_params + pad_to - 1) / pad_to * pad_to;
+    bool overflow = false;
+    uint64_t padded = zt_u64_round_up(m->n_params, pad_to, &overflow);
+    if (overflow || zt_u64_mul(padded, sizeof(float), &overflow) > SIZE_MAX || overflow)
+        return zt_error(ZT_ERR_NOMEM, "%s: %zu parameters do not fit this machine's address space",
+                        m->spec.type, m->n_params);
+    m->n_padded = (size_t)padded;
     m->params = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, flat_bytes(m));
     m->grads = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, flat_bytes(m));
     if (!m->params || !m->grads)

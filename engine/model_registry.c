@@ -1,5 +1,5 @@
 /* The list of model families, and what works on a model spec through its family's field table:
- * validation, a description for people, and comparison (ztrain/model.h). */
+ * validation, sizing, a description for people, and comparison (ztrain/model.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -58,6 +58,15 @@ zt_status zt_model_spec_validate(const zt_model_spec *m, const char *source) {
     for (const zt_model_field *f = fam->fields; f->key; f++)
         ZT_TRY(zt_model_field_check(f, m, source));
     return fam->validate ? fam->validate(m, source) : ZT_OK;
+}
+
+zt_status zt_model_estimate_spec(const zt_model_spec *spec, const zt_model_estimate_args *args,
+                                 const char *source, zt_model_estimate *out) {
+    ZT_TRY(zt_model_spec_validate(spec, source));
+    const zt_model_family *fam = zt_model_family_find(spec->type);
+    ZT_ASSERT(fam->estimate && args->micro_batch >= 1 && args->act_size >= 1);
+    memset(out, 0, sizeof *out);
+    return fam->estimate(spec, args, source, out);
 }
 
 void zt_model_spec_describe(const zt_model_spec *spec, char *buf, size_t size) {

@@ -266,7 +266,10 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
     zt_spec_limits limits = {.data_root = jm->cfg.data_root, .runs_root = jm->cfg.runs_root,
                              .max_world_size = jm->cfg.max_world_size,
                              .max_ranks = jm->cfg.max_ranks,
-                             .max_nodes = jm->cfg.slurm ? 0 : 1};
+                             .max_nodes = jm->cfg.slurm ? 0 : 1,
+                             .max_rank_bytes = jm->cfg.max_rank_bytes,
+                             .max_job_bytes = jm->cfg.max_job_bytes,
+                             .host_bytes = jm->cfg.host_bytes, .host_name = jm->cfg.host_name};
     zt_status s = zt_spec_check(spec_json, id, &limits, &text, &spec);
     if (s != ZT_OK)
         return s;

@@ -102,6 +102,12 @@ typedef struct {
     int max_jobs;             /* jobs queued or running at once; beyond it SubmitJob says no */
     int threads_per_rank;     /* OMP_NUM_THREADS for ranks; 0: max(1, cores / world_size) */
     double default_grace_s;   /* graceful cancel: seconds before SIGKILL */
+    /* Admission (ztrain/admission.h): SubmitJob refuses a job whose estimated memory is above
+     * one of these; a 0 is no limit. */
+    uint64_t max_rank_bytes;  /* one rank (--max-rank-memory) */
+    uint64_t max_job_bytes;   /* all of a job's ranks (--max-job-memory) */
+    uint64_t host_bytes;      /* the host the ranks share (its MemTotal; 0 with Slurm) */
+    const char *host_name;    /* how messages call host_bytes; must outlive the manager */
     /* NULL: the ranks run on this host. Else each job is one srun on this Slurm cluster (it must
      * stay valid until zt_jobs_destroy): its job name is ztrain-<daemon tag>-<job id>, the
      * daemon tag a hash of the host and the state file, so that a restarted daemon finds the

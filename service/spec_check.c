@@ -1,6 +1,6 @@
 /* Checking a submitted job spec: paths resolved inside the server's roots, a default checkpoint
- * directory, and the engine's own parser as the judge of everything else (its messages, and
- * DeepSpeed's texts, go back to the client as they are). */
+ * directory, the engine's own parser as the judge of everything else (its messages, and
+ * DeepSpeed's texts, go back to the client as they are), and admission against the memory. */
 #define _GNU_SOURCE
 #include "spec_check.h"
 
@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ztrain/admission.h"
 
 /* Whether `path` (absolute, resolved) lies inside `root` (absolute, resolved). */
 static bool inside(const char *root, const char *path) {
@@ -132,6 +134,14 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
     else if (lim->max_nodes > 0 && spec->nodes > lim->max_nodes)
         s = zt_error(ZT_ERR_INVALID, "spec: nodes %d needs a server started with --launcher slurm: "
                      "this one runs every rank on its own host", spec->nodes);
+    if (s == ZT_OK) {
+        zt_admission_limits al = {.rank_bytes = lim->max_rank_bytes,
+                                  .rank_name = "this server's --max-rank-memory",
+                                  .job_bytes = lim->max_job_bytes,
+                                  .job_name = "this server's --max-job-memory",
+                                  .host_bytes = lim->host_bytes, .host_name = lim->host_name};
+        s = zt_admission_check(spec, &al, "spec", NULL);
+    }
     if (s != ZT_OK)
         zt_job_spec_free(spec);
     return s;

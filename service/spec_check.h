@@ -2,6 +2,8 @@
 #ifndef ZTRAIN_SPEC_CHECK_H
 #define ZTRAIN_SPEC_CHECK_H
 
+#include <stdint.h>
+
 #include "ztrain/job_spec.h"
 #include "ztrain/status.h"
 
@@ -11,11 +13,17 @@ typedef struct {
     int max_world_size;
     int max_ranks;            /* a larger world_size could never start */
     int max_nodes;            /* 1: the ranks run on this host (the local launcher); 0: any */
+    /* Admission (ztrain/admission.h); a 0 is no limit. */
+    uint64_t max_rank_bytes;  /* --max-rank-memory */
+    uint64_t max_job_bytes;   /* --max-job-memory */
+    uint64_t host_bytes;      /* the memory of the host the ranks share (local launcher) */
+    const char *host_name;    /* how messages call it: "this host's memory (MemTotal)" */
 } zt_spec_limits;
 
 /* Resolves the spec's paths inside the roots (following symlinks; "..", absolute paths and
  * links that leave a root are refused), sets train.checkpoint_dir to RUNS/<id>/ckpt when absent,
- * and parses the result with zt_job_spec_parse. On success *text is the resolved spec as JSON
+ * parses the result with zt_job_spec_parse, and admits it: a job whose estimated memory is above
+ * a limit is refused (zt_admission_check's message names the estimate and the limit). On success *text is the resolved spec as JSON
  * (heap, the caller frees it) and *spec its parsed form (zt_job_spec_free). On failure nothing
  * needs freeing and zt_last_error() names the field: "data.train: '../x' is outside the server's
  * data root /data", "spec: model.n_embd (250) must be divisible by model.n_head (4)", or

@@ -1,6 +1,7 @@
 /* ztrain: the command-line front end.
  *
  *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
+ *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
  *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF GPT-2 safetensors
  *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
@@ -18,6 +19,7 @@
 
 #include "cli_remote.h"
 #include "launcher.h"
+#include "ztrain/admission.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
 #include "ztrain/job_spec.h"
@@ -38,6 +40,8 @@ static const char usage[] =
     "      Generate N tokens (default 200) from a checkpoint (default tag: latest).\n"
     "  export CKPT_DIR --out FILE [--tag TAG]\n"
     "      Write the checkpoint's weights as safetensors with Hugging Face GPT-2 names.\n"
+    "  estimate JOB.json [--json]\n"
+    "      The job's memory per rank and on this host, as `ztrain run` and ztraind judge it.\n"
     "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
     "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n"
     "  --version, --help\n"
@@ -94,6 +98,78 @@ int zt_cli_parse_double(const char *opt, const char *s, double min, double max, 
     return 0;
 }
 
+/* The limits of a job that starts now on this host: what the host (or this process's memory
+ * cgroup) has available. False, with a warning, when that cannot be read: the job then runs
+ * unchecked, as it would have. */
+static bool host_limits(zt_admission_limits *lim, zt_host_memory *hm) {
+    if (zt_host_memory_read(hm) != ZT_OK) {
+        fprintf(stderr, "ztrain: warning: %s; the job's memory is not checked\n", zt_last_error());
+        return false;
+    }
+    *lim = (zt_admission_limits){
+        .host_bytes = hm->available,
+        .host_name = hm->cgroup_limited ? "what this process's memory cgroup has left"
+                                        : "the memory available on this host (MemAvailable)"};
+    return true;
+}
+
+static int cmd_estimate(int argc, char **argv) {
+    const char *job_path = NULL;
+    bool json = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = true;
+        else if (argv[i][0] == '-')
+            return bad_usage("estimate: unknown option '%s'", argv[i]);
+        else if (!job_path)
+            job_path = argv[i];
+        else
+            return bad_usage("estimate: unexpected argument '%s'", argv[i]);
+    }
+    if (!job_path)
+        return bad_usage("estimate: %sthe job file is missing", "");
+    zt_job_spec job;
+    if (zt_job_spec_load(&job, job_path) != ZT_OK)
+        return zt_cli_fail(NULL);
+    zt_memory_estimate e;
+    zt_admission_limits lim = {0};
+    zt_host_memory hm = {0};
+    bool checked = host_limits(&lim, &hm);
+    zt_status s = zt_memory_estimate_job(&job, job_path, &e);
+    bool fits = s == ZT_OK && zt_admission_check(&job, &lim, job_path, NULL) == ZT_OK;
+    zt_job_spec_free(&job);
+    if (s != ZT_OK)
+        return zt_cli_fail(NULL);
+    if (json) {
+        printf("{\"params\": %llu, \"padded\": %llu, \"stage\": %d, \"world_size\": %d, "
+               "\"param_size\": %d, \"state_size\": %d, \"param_bytes\": %llu, "
+               "\"grad_bytes\": %llu, \"optimizer_bytes\": %llu, \"offload_bytes\": %llu, "
+               "\"workspace_bytes\": %llu, \"activation_bytes\": %llu, \"micro_batch\": %d, "
+               "\"overhead_bytes\": %llu, \"rank_bytes\": %llu, \"ranks_per_host\": %d, "
+               "\"host_bytes\": %llu, \"job_bytes\": %llu, \"available_bytes\": %llu, "
+               "\"fits\": %s}\n",
+               (unsigned long long)e.params, (unsigned long long)e.padded, e.stage, e.world_size,
+               e.param_size, e.state_size, (unsigned long long)e.param_bytes,
+               (unsigned long long)e.grad_bytes, (unsigned long long)e.optimizer_bytes,
+               (unsigned long long)e.offload_bytes, (unsigned long long)e.workspace_bytes,
+               (unsigned long long)e.activation_bytes, e.micro_batch,
+               (unsigned long long)e.overhead_bytes, (unsigned long long)e.rank_bytes,
+               e.ranks_per_host, (unsigned long long)e.host_bytes,
+               (unsigned long long)e.job_bytes, (unsigned long long)hm.available,
+               fits ? "true" : "false");
+        return 0;
+    }
+    char desc[768], host[32], avail[32];
+    zt_memory_estimate_describe(&e, desc, sizeof desc);
+    zt_format_bytes(e.host_bytes, host, sizeof host);
+    zt_format_bytes(hm.available, avail, sizeof avail);
+    printf("%s: %s\n", job_path, desc);
+    if (checked)
+        printf("%d rank%s on this host: %s of %s available: %s\n", e.ranks_per_host,
+               e.ranks_per_host == 1 ? "" : "s", host, avail, fits ? "fits" : "does not fit");
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
     const char *job_path = NULL, *out = NULL;
     long threads = 0;
@@ -121,6 +197,14 @@ static int cmd_run(int argc, char **argv) {
                 job_path, job.nodes);
         zt_job_spec_free(&job);
         return 1;
+    }
+    /* Judged before a rank starts: a job that cannot fit would only grow until the kernel's
+     * OOM killer ends it, perhaps with other processes. */
+    zt_admission_limits lim;
+    zt_host_memory hm;
+    if (host_limits(&lim, &hm) && zt_admission_check(&job, &lim, job_path, NULL) != ZT_OK) {
+        zt_job_spec_free(&job);
+        return zt_cli_fail(NULL);
     }
     char default_out[1024];
     if (!out) {
@@ -363,6 +447,8 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "run") == 0)
         return cmd_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "estimate") == 0)
+        return cmd_estimate(argc - 2, argv + 2);
     if (strcmp(argv[1], "sample") == 0)
         return cmd_sample(argc - 2, argv + 2);
     /* A checkpoint's model.safetensors already holds the consolidated fp32 weights, whatever the

@@ -5,6 +5,7 @@
  *   ztraind [--grpc-addr HOST:PORT] [--http-addr HOST:PORT] [--http-host NAME]...
  *           [--http-allow-origin ORIGIN]... [--state-dir DIR]
  *           [--data-root DIR] [--runs-root DIR] [--max-ranks N] [--token-file FILE]
+ *           [--max-rank-memory SIZE] [--max-job-memory SIZE]
  *           [--launcher local|slurm [--slurm-partition P] [--metrics-host HOST]] ...
  *
  * SIGINT/SIGTERM stop it gracefully: running jobs finish their step, write a checkpoint and are
@@ -28,6 +29,7 @@
 #include "http_api.h"
 #include "job_manager.h"
 #include "proc_spawn.h"
+#include "ztrain/admission.h"
 #include "ztrain/comm.h"
 
 #ifndef ZT_WEB_DIR
@@ -62,6 +64,10 @@ static const char usage[] =
     "  --max-world-size N      largest world_size a job may ask for (default 64, at most "
     STRINGIFY(ZT_MAX_WORLD) ")\n"
     "  --max-jobs N            jobs queued or running at once (default 100)\n"
+    "  --max-rank-memory SIZE  refuse a job whose estimated memory per rank is above SIZE\n"
+    "                          (512M, 64G, 1.5T: units of 1024; default: no limit beyond the host's)\n"
+    "  --max-job-memory SIZE   the same for all of a job's ranks together (default: the host's\n"
+    "                          memory, MemTotal or the cgroup's limit, with the local launcher)\n"
     "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
     "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
@@ -104,6 +110,7 @@ typedef struct {
     long max_ranks, max_world_size, max_jobs, threads_per_rank;
     long max_grpc_conns, max_http_conns, header_timeout_s, idle_timeout_s;
     bool max_ranks_given;
+    uint64_t max_rank_bytes, max_job_bytes;
     double grace_s;
 } options;
 
@@ -183,7 +190,14 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_long(a, v, 1, ZT_MAX_WORLD, &o->max_world_size);
         else if (strcmp(a, "--max-jobs") == 0)
             rc = parse_long(a, v, 1, 1000000, &o->max_jobs);
-        else if (strcmp(a, "--threads-per-rank") == 0)
+        else if (strcmp(a, "--max-rank-memory") == 0 || strcmp(a, "--max-job-memory") == 0) {
+            uint64_t *limit = strcmp(a, "--max-rank-memory") == 0 ? &o->max_rank_bytes
+                                                                  : &o->max_job_bytes;
+            if (zt_parse_bytes(v, a, limit) != ZT_OK) {
+                fprintf(stderr, "ztraind: %s\n%s", zt_last_error(), usage);
+                rc = -1;
+            }
+        } else if (strcmp(a, "--threads-per-rank") == 0)
             rc = parse_long(a, v, 1, 1024, &o->threads_per_rank);
         else if (strcmp(a, "--max-grpc-connections") == 0)
             rc = parse_long(a, v, 1, 1000000, &o->max_grpc_conns);
@@ -383,11 +397,23 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    /* Admission: with the local launcher every rank of a job runs on this host, so a job must
+     * fit its memory (ranks of other jobs come and go: the supervisor's queue handles them). */
+    zt_host_memory hm = {0};
+    const char *host_name = NULL;
+    if (!slurm && zt_host_memory_read(&hm) != ZT_OK)
+        fprintf(stderr, "ztraind: warning: %s; jobs are admitted by --max-rank-memory and "
+                        "--max-job-memory alone\n", zt_last_error());
+    else if (!slurm)
+        host_name = hm.cgroup_limited ? "this host's memory as ztraind's memory cgroup limits it"
+                                      : "this host's memory (MemTotal)";
     zt_jobs_config jc = {.data_root = data_root, .runs_root = runs_root, .db_path = db,
                          .worker_path = worker, .max_ranks = (int)o.max_ranks,
                          .max_world_size = (int)o.max_world_size, .max_jobs = (int)o.max_jobs,
                          .threads_per_rank = (int)o.threads_per_rank,
-                         .default_grace_s = o.grace_s, .slurm = slurm ? &slurm_cfg : NULL};
+                         .default_grace_s = o.grace_s, .slurm = slurm ? &slurm_cfg : NULL,
+                         .max_rank_bytes = o.max_rank_bytes, .max_job_bytes = o.max_job_bytes,
+                         .host_bytes = host_name ? hm.total : 0, .host_name = host_name};
     zt_jobs *jm = NULL;
     zt_grpc_server *grpc = NULL;
     zt_http_server *http = NULL;

@@ -4,11 +4,13 @@
  * Tensors use Hugging Face's names and Conv1D layouts ([in, out]), one layer's tensors contiguous
  * in the flat buffer, so import/export is a copy and a layer is one slice. Every operation goes
  * through the backend's op table, and every buffer is the backend's. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "size_math.h"
 #include "ztrain/model.h"
 
 /* Per-layer tensors in flat-buffer order. */
@@ -66,24 +68,26 @@ typedef struct {
     int has_grad;
 } gpt2;
 
-static size_t layer_tensor_numel(int i, int C) {
+/* Sizes in 64 bits: with n_embd at most INT_MAX / 4 (gpt2_validate), no single tensor can
+ * overflow; sums over layers are checked in gpt2_estimate. */
+static uint64_t layer_tensor_numel(int i, uint64_t C) {
     switch (i) {
-    case QKV_W: return (size_t)C * 3 * C;
-    case QKV_B: return (size_t)3 * C;
-    case PROJ_W: return (size_t)C * C;
-    case FC_W: return (size_t)C * 4 * C;
-    case FC_B: return (size_t)4 * C;
-    case FCPROJ_W: return (size_t)4 * C * C;
-    default: return (size_t)C;
+    case QKV_W: return C * 3 * C;
+    case QKV_B: return 3 * C;
+    case PROJ_W: return C * C;
+    case FC_W: return C * 4 * C;
+    case FC_B: return 4 * C;
+    case FCPROJ_W: return 4 * C * C;
+    default: return C;
     }
 }
 
 static void layer_tensor_shape(int i, int C, int *ndim, int64_t shape[2]) {
-    size_t n = layer_tensor_numel(i, C);
+    uint64_t n = layer_tensor_numel(i, (uint64_t)C);
     if (i == QKV_W || i == PROJ_W || i == FC_W || i == FCPROJ_W) {
         *ndim = 2;
-        shape[0] = i == FCPROJ_W ? 4 * C : C;
-        shape[1] = (int64_t)(n / shape[0]);
+        shape[0] = i == FCPROJ_W ? 4 * (int64_t)C : C;
+        shape[1] = (int64_t)(n / (uint64_t)shape[0]);
     } else {
         *ndim = 1;
         shape[0] = (int64_t)n;
@@ -305,71 +309,116 @@ static const zt_model_ops gpt2_ops = {
     .destroy = gpt2_destroy,
 };
 
-/* Carves the activation buffers out of one allocation, each 64-byte aligned: activations of
- * act_size bytes per element, statistics of 4. With `base` NULL it only counts bytes. */
-static size_t carve_activations(gpt2 *g, unsigned char *base) {
-    const size_t B = g->base.max_batch, T = g->maxT, C = g->C, NH = g->NH, V = g->V;
-    const size_t BT = B * T, es = g->act_size;
-    size_t off = 0;
-#define TAKE(ptr, n, elem)                           \
-    do {                                             \
-        if (base)                                    \
-            (ptr) = (void *)(base + off);            \
-        off += ((size_t)(n) * (elem) + 63) & ~63ul;  \
-    } while (0)
-#define ACT(ptr, n) TAKE(ptr, n, es)
-#define F32(ptr, n) TAKE(ptr, n, sizeof(float))
-    void *encoded = NULL;
-    ACT(encoded, BT * C);
-    for (int l = 0; l < g->L; l++) {
-        layer_acts *a = base ? &g->la[l] : &(layer_acts){0};
-        ACT(a->ln1, BT * C);
-        F32(a->ln1_mean, BT);
-        F32(a->ln1_rstd, BT);
-        ACT(a->qkv, BT * 3 * C);
-        ACT(a->atty, BT * C);
-        F32(a->att, B * NH * T * T);
-        ACT(a->res2, BT * C);
-        ACT(a->ln2, BT * C);
-        F32(a->ln2_mean, BT);
-        F32(a->ln2_rstd, BT);
-        ACT(a->fch, BT * 4 * C);
-        ACT(a->fch_gelu, BT * 4 * C);
-        ACT(a->res3, BT * C);
-        if (base)
-            a->encoded = encoded;
+/* Activation buffers are carved one after another out of one allocation, each rounded up to 64
+ * bytes; without a base the carver only counts, in 64 bits, noting any overflow. */
+typedef struct {
+    unsigned char *base;
+    uint64_t off;
+    bool overflow;
+} carver;
+
+static void *take(carver *c, uint64_t n, uint64_t elem) {
+    void *p = c->base ? c->base + c->off : NULL;
+    uint64_t bytes = zt_u64_round_up(zt_u64_mul(n, elem, &c->overflow), 64, &c->overflow);
+    c->off = zt_u64_add(c->off, bytes, &c->overflow);
+    return p;
+}
+
+/* The dimensions activations are carved for: B sequences of T tokens, activation elements of es
+ * bytes, statistics of 4. */
+typedef struct {
+    uint64_t B, T, C, NH, V, L, es;
+} act_dims;
+
+static void carve_layer(carver *c, const act_dims *d, layer_acts *a) {
+    const uint64_t BT = d->B * d->T, C = d->C, es = d->es, F32 = sizeof(float);
+    bool *ov = &c->overflow;
+    const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
+    a->ln1 = take(c, zt_u64_mul(BT, C, ov), es);
+    a->ln1_mean = take(c, BT, F32);
+    a->ln1_rstd = take(c, BT, F32);
+    a->qkv = take(c, zt_u64_mul(BT, 3 * C, ov), es);
+    a->atty = take(c, zt_u64_mul(BT, C, ov), es);
+    a->att = take(c, att, F32);
+    a->res2 = take(c, zt_u64_mul(BT, C, ov), es);
+    a->ln2 = take(c, zt_u64_mul(BT, C, ov), es);
+    a->ln2_mean = take(c, BT, F32);
+    a->ln2_rstd = take(c, BT, F32);
+    a->fch = take(c, zt_u64_mul(BT, 4 * C, ov), es);
+    a->fch_gelu = take(c, zt_u64_mul(BT, 4 * C, ov), es);
+    a->res3 = take(c, zt_u64_mul(BT, C, ov), es);
+}
+
+/* Carves g's buffers out of base (its layer_acts included), or with base NULL and g NULL counts
+ * the bytes: the one function that both sizes and lays out the activations, so the estimate is
+ * the allocation. A count walks one layer and multiplies, so a spec of a billion layers is sized
+ * at once. Returns the bytes, or UINT64_MAX with *overflow set. */
+static uint64_t carve_activations(const act_dims *d, gpt2 *g, unsigned char *base, bool *overflow) {
+    carver c = {.base = base};
+    bool *ov = &c.overflow;
+    /* B·T fits an int (gpt2_estimate checks), so BT times a 64-bit C is the first product that
+     * can overflow, and take() checks it. */
+    const uint64_t BT = d->B * d->T, C = d->C, NH = d->NH, es = d->es, F32 = sizeof(float);
+    const uint64_t BTC = zt_u64_mul(BT, C, ov);
+    const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
+    layer_acts scratch;
+    void *encoded = take(&c, BTC, es);
+    if (base) {
+        for (uint64_t l = 0; l < d->L; l++) {
+            carve_layer(&c, d, &g->la[l]);
+            g->la[l].encoded = encoded;
+        }
+        if (d->L == 0)
+            g->la[0].encoded = encoded;
+    } else if (d->L > 0) {
+        uint64_t before = c.off;
+        carve_layer(&c, d, &scratch);
+        c.off = zt_u64_add(before, zt_u64_mul(c.off - before, d->L, ov), ov);
     }
-    ACT(g->lnf, BT * C);
-    F32(g->lnf_mean, BT);
-    F32(g->lnf_rstd, BT);
-    ACT(g->logits, BT * V);
-    F32(g->losses, BT);
-    ACT(g->dres, BT * C);
-    ACT(g->dln, BT * C);
-    ACT(g->datty, BT * C);
-    ACT(g->dqkv, BT * 3 * C);
-    ACT(g->dfch, BT * 4 * C);
-    F32(g->datt, B * NH * T * T);
-#undef F32
-#undef ACT
-#undef TAKE
-    if (base && g->L == 0)
-        g->la[0].encoded = encoded;
-    return off;
+    /* A count writes the final buffers' (NULL) pointers into a throwaway. */
+    gpt2 none;
+    gpt2 *o = base ? g : &none;
+    o->lnf = take(&c, BTC, es);
+    o->lnf_mean = take(&c, BT, F32);
+    o->lnf_rstd = take(&c, BT, F32);
+    o->logits = take(&c, zt_u64_mul(BT, d->V, ov), es);
+    o->losses = take(&c, BT, F32);
+    o->dres = take(&c, BTC, es);
+    o->dln = take(&c, BTC, es);
+    o->datty = take(&c, BTC, es);
+    o->dqkv = take(&c, zt_u64_mul(BT, 3 * C, ov), es);
+    o->dfch = take(&c, zt_u64_mul(BT, 4 * C, ov), es);
+    o->datt = take(&c, att, F32);
+    *overflow |= c.overflow;
+    return c.off;
+}
+
+static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size) {
+    return (act_dims){(uint64_t)micro_batch, (uint64_t)s->block_size, (uint64_t)s->n_embd,
+                      (uint64_t)s->n_head, (uint64_t)s->vocab_size, (uint64_t)s->n_layer,
+                      (uint64_t)act_size};
 }
 
 zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                          int max_batch, size_t pad_to) {
-    ZT_TRY(zt_model_spec_validate(spec, "model"));
     if (max_batch < 1)
         return zt_error(ZT_ERR_INVALID, "gpt2: batch size %d must be positive", max_batch);
+    /* The estimate is the check that every size below fits: nothing is computed in a type it
+     * could overflow once it has passed. */
+    const size_t act_size = zt_backend_act_size(be, act);
+    zt_model_estimate est;
+    ZT_TRY(zt_model_estimate_spec(spec, &(zt_model_estimate_args){max_batch, act_size, 0},
+                                  "model", &est));
+    if (est.activation_bytes > SIZE_MAX)
+        return zt_error(ZT_ERR_NOMEM, "gpt2: %llu bytes of activations do not fit this machine's "
+                        "address space", (unsigned long long)est.activation_bytes);
     gpt2 *g = calloc(1, sizeof *g);
     if (!g)
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
     zt_model *m = &g->base;
     m->ops = &gpt2_ops;
     m->ctx = (zt_ctx){be, act};
-    g->act_size = zt_backend_act_size(be, act);
+    g->act_size = act_size;
     m->spec = *spec;
     m->max_batch = max_batch;
     m->n_layer = spec->n_layer;
@@ -380,13 +429,13 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *
     g->maxT = spec->block_size;
     const int C = g->C;
 
-    m->tensors = calloc((size_t)g->L * N_LAYER_TENSORS + 4, sizeof *m->tensors);
+    m->tensors = calloc(est.n_tensors, sizeof *m->tensors);
     g->lw = calloc((size_t)g->L + 1, sizeof *g->lw);
     g->lg = calloc((size_t)g->L + 1, sizeof *g->lg);
     g->la = calloc((size_t)g->L + 1, sizeof *g->la);
     if (!m->tensors || !g->lw || !g->lg || !g->la) {
         gpt2_destroy(m);
-        return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
+        return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory for the tables of %d layers", g->L);
     }
     size_t off = 0;
     add_tensor(m, "wte.weight", &off, 2, g->V, C, -1);
@@ -404,26 +453,29 @@ zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *
     add_tensor(m, "ln_f.weight", &off, 1, C, 0, -1);
     add_tensor(m, "ln_f.bias", &off, 1, C, 0, -1);
     m->n_params = off;
+    ZT_ASSERT(m->n_params == est.params && (uint64_t)m->n_tensors == est.n_tensors);
 
-    size_t n_act = carve_activations(g, NULL);
     zt_status s = zt_model_alloc_flat(m, pad_to);
     if (s != ZT_OK) {
         gpt2_destroy(m);
         return s;
     }
-    g->act_bytes = n_act ? n_act : 1;
+    g->act_bytes = est.activation_bytes ? (size_t)est.activation_bytes : 1;
     g->act_memory = zt_backend_alloc(be, ZT_MEM_DEVICE, g->act_bytes);
     g->host_losses = malloc((size_t)max_batch * g->maxT * sizeof(float));
     if (!g->act_memory || !g->host_losses) {
         gpt2_destroy(m);
         return zt_error(ZT_ERR_NOMEM,
-                        "gpt2: cannot allocate %zu parameters and %zu bytes of activations",
-                        m->n_params, n_act);
+                        "gpt2: cannot allocate %zu parameters and %llu bytes of activations",
+                        m->n_params, (unsigned long long)est.activation_bytes);
     }
     /* Written once now, so the activations' memory is taken at creation: a batch that does not
      * fit fails here rather than in the first forward. */
     zt_backend_zero(be, g->act_memory, g->act_bytes, ZT_STREAM_COMPUTE);
-    carve_activations(g, g->act_memory);
+    act_dims dims = dims_of(spec, max_batch, act_size);
+    bool overflow = false;
+    ZT_ASSERT(carve_activations(&dims, g, g->act_memory, &overflow) == est.activation_bytes &&
+              !overflow);
 
     const zt_tensor_info *t = m->tensors;
     g->wte = m->params + t[0].offset;
@@ -452,6 +504,65 @@ static zt_status gpt2_validate(const zt_model_spec *s, const char *source) {
     if (s->n_embd % s->n_head != 0)
         return zt_error(ZT_ERR_INVALID, "%s: model.n_embd (%d) must be divisible by model.n_head (%d)",
                         source, s->n_embd, s->n_head);
+    /* The kernels take every dimension as an int, the MLP's 4·n_embd the widest. */
+    if (s->n_embd > INT_MAX / 4)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_embd (%d) is too large: the MLP's width "
+                        "4·n_embd = %lld is above %d, the largest dimension the kernels take",
+                        source, s->n_embd, 4LL * s->n_embd, INT_MAX);
+    return ZT_OK;
+}
+
+/* Exact sizes from the spec: the tensors gpt2_create lays out and the activations it carves,
+ * every sum and product in 64 bits and checked. */
+static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_args *a,
+                               const char *source, zt_model_estimate *out) {
+    const uint64_t L = (uint64_t)s->n_layer, C = (uint64_t)s->n_embd;
+    const uint64_t outer[] = {(uint64_t)s->vocab_size * C, (uint64_t)s->block_size * C, C, C};
+    bool ov = false;
+    uint64_t layer = 0, layer_small = 0, outer_n = 0, outer_small = 0;
+    /* Products of two ints and sums of a few: they fit 64 bits without a check. */
+    for (int i = 0; i < N_LAYER_TENSORS; i++) {
+        uint64_t n = layer_tensor_numel(i, C);
+        layer += n;
+        layer_small += n < a->persistence_threshold ? n : 0;
+    }
+    for (size_t i = 0; i < sizeof outer / sizeof outer[0]; i++) {
+        outer_n += outer[i];
+        outer_small += outer[i] < a->persistence_threshold ? outer[i] : 0;
+    }
+    uint64_t params = zt_u64_add(outer_n, zt_u64_mul(L, layer, &ov), &ov);
+    /* The model keeps an fp32 buffer of parameters and one of gradients. */
+    zt_u64_mul(params, 2 * sizeof(float), &ov);
+    if (ov)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_layer (%d) blocks of %llu parameters each "
+                        "(model.n_embd %d) are more than a 64-bit size can hold", source,
+                        s->n_layer, (unsigned long long)layer, s->n_embd);
+    uint64_t tokens = (uint64_t)a->micro_batch * (uint64_t)s->block_size;
+    if (tokens > INT_MAX)
+        return zt_error(ZT_ERR_INVALID, "%s: a micro-batch of %d sequences of model.block_size %d "
+                        "is %llu tokens, above %d, the most one forward takes", source,
+                        a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
+    act_dims d = dims_of(s, a->micro_batch, a->act_size);
+    uint64_t act = carve_activations(&d, NULL, NULL, &ov);
+    if (ov)
+        return zt_error(ZT_ERR_INVALID, "%s: the activations of a micro-batch of %d sequences of "
+                        "model.block_size %d (model.n_embd %d, model.n_head %d, model.n_layer %d, "
+                        "model.vocab_size %d) are more than a 64-bit size can hold", source,
+                        a->micro_batch, s->block_size, s->n_embd, s->n_head, s->n_layer,
+                        s->vocab_size);
+    const uint64_t n_tensors = L * N_LAYER_TENSORS + 4;
+    *out = (zt_model_estimate){
+        .params = params,
+        .layer_params = layer,
+        .outer_params = outer_n,
+        .persistent_params = outer_small + L * layer_small,
+        .n_tensors = n_tensors,
+        .n_layer = s->n_layer,
+        .activation_bytes = act,
+        .host_bytes = sizeof(gpt2) + n_tensors * sizeof(zt_tensor_info) +
+                      (L + 1) * (2 * sizeof(layer_views) + sizeof(layer_acts)) +
+                      tokens * sizeof(float),
+    };
     return ZT_OK;
 }
 
@@ -480,6 +591,7 @@ const zt_model_family zt_gpt2_family = {
     .title = "GPT-2",
     .fields = gpt2_fields,
     .validate = gpt2_validate,
+    .estimate = gpt2_estimate,
     .create = zt_gpt2_create,
     .hf = {
         .strip_prefix = "transformer.",

@@ -25,6 +25,7 @@ static void test_registry(void) {
         CHECK(strstr(names, f->name) != NULL, "%s in the names \"%s\"", f->name, names);
         CHECK(f->title && f->title[0] && f->fields && f->create, "%s: title, fields, create",
               f->name);
+        CHECK(f->estimate, "%s: an estimate, which admission needs", f->name);
         CHECK(strlen(f->name) < sizeof ((zt_model_spec *)0)->type, "%s fits spec.type", f->name);
         CHECK((f->hf.tied == NULL) == (f->hf.tied_to == NULL), "%s: tied and tied_to together",
               f->name);

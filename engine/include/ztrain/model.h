@@ -195,6 +195,33 @@ typedef struct {
     const char *croppable;
 } zt_hf_map;
 
+/* What a family's estimate is asked about: the shape of one forward and what the caller will
+ * keep whole. */
+typedef struct {
+    int micro_batch;                /* sequences per forward, >= 1 (max_batch of zt_model_create) */
+    size_t act_size;                /* bytes per activation element (zt_backend_act_size) */
+    uint64_t persistence_threshold; /* persistent_params counts the tensors with fewer elements */
+} zt_model_estimate_args;
+
+/* The sizes of the model zt_model_create would build for a spec, computed from the spec alone in
+ * 64 bits: the counts are exact (params is what zt_model.n_params will be, activation_bytes what
+ * the model will allocate), so ZeRO's and the admission's arithmetic can start from them. */
+typedef struct {
+    uint64_t params;            /* every parameter: the flat buffer before padding (Ψ) */
+    uint64_t layer_params;      /* the largest block's parameters: what ZeRO-3 gathers at once */
+    uint64_t outer_params;      /* those outside the blocks (embeddings, final norm), which stay
+                                   gathered from the start of a forward to the end of its backward */
+    uint64_t persistent_params; /* those in tensors of fewer than persistence_threshold elements */
+    uint64_t n_tensors;         /* entries of zt_model.tensors */
+    int n_layer;                /* blocks */
+    /* The activations, their gradients and the backward's scratch for micro_batch sequences of
+     * the longest length, as carved at act_size bytes per element (statistics at 4). */
+    uint64_t activation_bytes;
+    /* Host memory the model keeps besides its buffers: its tensor table, per-layer views and the
+     * per-token losses read back from a forward. */
+    uint64_t host_bytes;
+} zt_model_estimate;
+
 typedef struct {
     const char *name;   /* model.type: "gpt2" */
     const char *title;  /* for people: "GPT-2" */
@@ -205,6 +232,12 @@ typedef struct {
      * message starts with `source` ("job.json: model.n_embd (250) must be divisible by
      * model.n_head (4)"). NULL when there is nothing to check. */
     zt_status (*validate)(const zt_model_spec *spec, const char *source);
+    /* Sizes the model, once validate has passed: every count in 64 bits, any that would
+     * overflow (or any dimension above what the kernels index, which take them as int) an
+     * ZT_ERR_INVALID naming the field, with `source` first, like validate's. Required: it is
+     * how a job is judged before any memory is taken (ztrain/admission.h). */
+    zt_status (*estimate)(const zt_model_spec *spec, const zt_model_estimate_args *args,
+                          const char *source, zt_model_estimate *out);
     /* Builds the model; zt_model_create's contract, with pad_to >= 1. */
     zt_status (*create)(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                         int max_batch, size_t pad_to);
@@ -227,6 +260,12 @@ void zt_model_family_names(char *buf, size_t size);
 /* The family's field with this key, or NULL (also for "type"). */
 const zt_model_field *zt_model_family_field(const zt_model_family *fam, const char *key);
 
+/* Validates the spec (zt_model_spec_validate) and sizes it through its family's estimate:
+ * ZT_ERR_INVALID, naming the field, for a spec whose sizes do not fit 64 bits or the kernels'
+ * int dimensions ("job.json: model.n_layer 1000000000000 ..."). */
+zt_status zt_model_estimate_spec(const zt_model_spec *spec, const zt_model_estimate_args *args,
+                                 const char *source, zt_model_estimate *out);
+
 /* Writes a person's description of the spec: the family's title and its architecture fields,
  * "GPT-2 (n_layer 2, n_head 2, n_embd 32, vocab_size 256, block_size 32)". An unknown type is
  * described by its name alone. */
@@ -242,10 +281,9 @@ const zt_model_field *zt_model_spec_difference(const zt_model_spec *a, const zt_
 void zt_model_field_format(const zt_model_field *f, const zt_model_spec *spec, char *buf,
                            size_t size);
 
-/* For architectures: maps m->params and m->grads for m->n_params rounded up to pad_to, and unmaps
- * them. */
 /* For architectures: allocates m->params and m->grads in device memory for m->n_params rounded
- * up to pad_to (m->ctx.be must be set), and frees them. */
+ * up to pad_to (m->ctx.be must be set), and frees them. A size that does not fit size_t is
+ * ZT_ERR_NOMEM like an allocation that fails. */
 zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to);
 void zt_model_free_flat(zt_model *m);
 

@@ -1,0 +1,110 @@
+/* Admission: whether a job can fit in memory, judged from its spec before any rank starts.
+ *
+ * ztraind refuses a job at SubmitJob, and `ztrain run` before it starts a rank, when the memory
+ * the job needs is more than the host has or a configured limit allows. One rank's estimate is
+ * the ZeRO paper's model-state accounting for the job's stage, precision and optimizer (fp32
+ * Adam: 4 bytes of parameters, 4 of gradients and 8 of optimizer state per parameter Ψ, so 16Ψ
+ * at stage 0, 8Ψ + 8Ψ/N at stage 1, 4Ψ + 12Ψ/N at stage 2, 16Ψ/N at stage 3; bf16/fp16: 2 + 2
+ * + 12, the 12 being fp32 masters and moments), with offload moving the optimizer state (and at
+ * stage 3 the parameters) out of device memory; plus what this engine holds beyond the formula
+ * (the fp32 model as it is initialised, stage 3's gathered layers, stage 2/3's reduce buckets,
+ * mixed precision's fp32 working copy), one micro-batch's activations (the model family's
+ * estimate, ztrain/model.h), and the process itself. The ranks of a job on one host add up. */
+#ifndef ZTRAIN_ADMISSION_H
+#define ZTRAIN_ADMISSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/job_spec.h"
+#include "ztrain/status.h"
+
+/* What the process takes whatever the model: program, libraries, thread stacks and BLAS buffers,
+ * and a rank's share of the communicator's shared-memory segment. */
+#define ZT_RANK_BASELINE_BYTES ((uint64_t)64 << 20)
+
+/* Bytes one rank needs, by what they hold. Every figure saturates at UINT64_MAX (which no limit
+ * admits) rather than wrap. On the CPU every figure is host memory; the split says what a GPU
+ * backend would hold in device memory (all but offload_bytes and overhead_bytes). */
+typedef struct {
+    uint64_t params;            /* Ψ: the model's parameters */
+    uint64_t padded;            /* Ψ padded as the engine pads it, to a multiple of 16 × N */
+    int stage;                  /* ZeRO stage */
+    int world_size;             /* N */
+    int param_size;             /* bytes per parameter and gradient: 4, or 2 in bf16/fp16 */
+    int state_size;             /* fp32 bytes of optimizer state per parameter (K): 8 for Adam,
+                                   4 for SGD with momentum, 0 without, + 4 for mixed precision's
+                                   master weights */
+    uint64_t param_bytes;       /* the parameters a rank keeps: all, or a 1/N slice at stage 3
+                                   (0 when offload_param puts the slice on NVMe) */
+    uint64_t grad_bytes;        /* gradients: all, or a 1/N slice from stage 2 */
+    uint64_t optimizer_bytes;   /* state in device memory: all, or a 1/N slice from stage 1; 0
+                                   when offload_optimizer moves it */
+    uint64_t offload_bytes;     /* host memory of offload: the state that "cpu" moves there, the
+                                   part of "nvme" state that ratio keeps there, and the buffers
+                                   the files stream through */
+    /* The most that is held beyond those at any one time: at start, the fp32 model as it is
+     * initialised or loaded, before it is converted to 16 bits and partitioned; in training,
+     * stage 3's gathered layers (the one in use, the one prefetched and the small tensors kept
+     * whole), stage 2/3's reduce buckets and mixed precision's fp32 working copy. */
+    uint64_t workspace_bytes;
+    uint64_t activation_bytes;  /* one micro-batch's activations (zt_model_estimate) */
+    int micro_batch;            /* train_micro_batch_size_per_gpu */
+    /* ZT_RANK_BASELINE_BYTES, the model's and ZeRO's tables and the batch buffers. */
+    uint64_t overhead_bytes;
+    uint64_t rank_bytes;        /* the sum: one rank */
+    int ranks_per_host;         /* ceil(world_size / nodes) */
+    uint64_t host_bytes;        /* rank_bytes × ranks_per_host: one host */
+    uint64_t job_bytes;         /* rank_bytes × world_size: the whole job */
+} zt_memory_estimate;
+
+/* Estimates a parsed job's memory. Fails only as zt_model_estimate_spec does (a spec whose sizes
+ * overflow, which zt_job_spec_parse has already refused); messages start with `source`. */
+zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
+                                 zt_memory_estimate *out);
+
+/* Writes the estimate for people: "54.2 MiB per rank for 0.83 M parameters at ZeRO stage 2,
+ * fp32 (parameters 3.2 MiB, gradients ..., activations 1.9 MiB for a micro-batch of 2, ...)". */
+void zt_memory_estimate_describe(const zt_memory_estimate *e, char *buf, size_t size);
+
+/* The limits a job is admitted against; a 0 is no limit. The names are how messages call each
+ * one: "--max-rank-memory", "this host's memory (MemTotal)". */
+typedef struct {
+    uint64_t rank_bytes;        /* the most one rank may need */
+    const char *rank_name;
+    uint64_t job_bytes;         /* the most all the job's ranks together may need */
+    const char *job_name;
+    uint64_t host_bytes;        /* the memory the ranks on one host share */
+    const char *host_name;
+} zt_admission_limits;
+
+/* Estimates the job and checks it against every limit. A job that cannot fit is ZT_ERR_INVALID
+ * with the estimate, its breakdown and the limit it exceeds: "spec: the job does not fit: it
+ * needs an estimated 823.9 GiB per rank (...); 1 rank on one host need 823.9 GiB, above this
+ * host's memory (MemTotal), 23.5 GiB". est may be NULL; when not, it holds the estimate
+ * whatever the verdict (unless the estimate itself failed). */
+zt_status zt_admission_check(const zt_job_spec *job, const zt_admission_limits *lim,
+                             const char *source, zt_memory_estimate *est);
+
+/* The host's memory: /proc/meminfo's MemTotal and MemAvailable, each lowered to what the
+ * process's memory cgroup allows (cgroup v2 memory.max, v1 memory.limit_in_bytes, at its own
+ * level or any above it; available as the limit less the usage that is not reclaimable page
+ * cache). ZT_ERR_IO when /proc/meminfo cannot be read. */
+typedef struct {
+    uint64_t total;
+    uint64_t available;
+    bool cgroup_limited;        /* a cgroup limit is lower than MemTotal */
+} zt_host_memory;
+
+zt_status zt_host_memory_read(zt_host_memory *out);
+
+/* Reads a size: bytes, or a number (fractions allowed) with a binary unit K, M, G or T, also
+ * written KiB, MiB, GiB, TiB or KB, MB, GB, TB (all powers of 1024, as memory is sold): "64G",
+ * "1.5TiB", "512M", "1000000". `what` names it in the message. */
+zt_status zt_parse_bytes(const char *text, const char *what, uint64_t *out);
+
+/* Writes bytes with a binary unit and one decimal ("23.5 GiB", "512 B"). */
+void zt_format_bytes(uint64_t bytes, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,139 @@
+"""Admission in `ztrain run` (issue 19, defect 5): a job that cannot fit in the memory this host has
+available is refused before any rank starts, with the estimate and the limit, and a spec whose
+sizes overflow is refused naming the field, without undefined behaviour (the sanitizer build runs
+this test too); an ordinary job still runs. `ztrain estimate --json` reports the figures, checked
+here against GPT-2's parameter count and the ZeRO paper's fp32 formula.
+
+Every run is watched: the run and its children together may not pass 1 GiB of resident memory or
+60 s, else they are killed and the case fails, so a refusal that does not happen cannot take the
+machine down."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build")))
+ZTRAIN = os.path.join(BUILD, "ztrain")
+TEXT = (b"It was the best of times, it was the worst of times, it was the age of wisdom, "
+        b"it was the age of foolishness, it was the epoch of belief.\n" * 40)
+sys.stdout.reconfigure(line_buffering=True)
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok    " if ok else "FAIL  ") + what)
+    failed += 0 if ok else 1
+
+
+def tree_rss_mb(root):
+    """Resident memory of a process and all its descendants, from /proc."""
+    children, rss = {}, {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        children.setdefault(int(fields["PPid"]), []).append(int(pid))
+        rss[int(pid)] = int(fields.get("VmRSS", "0 kB").split()[0]) / 1024
+    total, todo = 0.0, [root]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0.0)
+        todo += children.get(p, [])
+    return total
+
+
+def watched(args, limit_mb=1024, limit_s=60):
+    """(exit status, stdout, stderr, peak MB of the process tree); killed past the limits."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    peak, t0 = 0.0, time.monotonic()
+    while p.poll() is None:
+        peak = max(peak, tree_rss_mb(p.pid))
+        if peak > limit_mb or time.monotonic() - t0 > limit_s:
+            os.killpg(p.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    out, err = p.communicate()
+    return p.returncode, out, err, peak
+
+
+def write_job(d, name, world_size=1, micro_batch=2, stage=0, **model):
+    m = {"type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256,
+         "block_size": 32}
+    m.update(model)
+    job = {"name": name, "world_size": world_size, "model": m, "data": {"train": "train.txt"},
+           "train": {"max_steps": 3, "log_interval": 1, "warmup_steps": 0},
+           "deepspeed": {"train_micro_batch_size_per_gpu": micro_batch,
+                         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                         "zero_optimization": {"stage": stage}}}
+    path = os.path.join(d, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(job, f)
+    return path
+
+
+def estimate(path):
+    out = subprocess.run([ZTRAIN, "estimate", "--json", path], capture_output=True, text=True,
+                         timeout=60)
+    return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr}
+
+
+with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
+    with open(os.path.join(d, "train.txt"), "wb") as f:
+        f.write(TEXT)
+
+    for world in (1, 2):
+        job = write_job(d, f"big{world}", world_size=world, n_layer=1, n_head=1, n_embd=65536)
+        out_dir = os.path.join(d, f"out-big{world}")
+        rc, out, err, peak = watched([ZTRAIN, "run", job, "--out", out_dir])
+        check(rc == 1 and "the job does not fit" in err and "GiB per rank" in err and
+              ("(MemAvailable)" in err or "memory cgroup" in err),
+              f"n_embd 65536 on {world} rank(s): exit {rc}, refused with the estimate and the "
+              f"limit: {err.strip()[:300]}")
+        check(not os.path.exists(out_dir) and "metrics in" not in out and peak < 200,
+              f"n_embd 65536 on {world} rank(s): nothing started (peak {peak:.0f} MB)")
+
+    for what, kw, fact in (
+            ("n_embd 600000000", {"n_layer": 1, "n_head": 1, "n_embd": 600000000},
+             "model.n_embd (600000000) is too large"),
+            ("16 layers of n_embd 536870908", {"n_layer": 16, "n_head": 4, "n_embd": 536870908},
+             "model.n_layer (16) blocks")):
+        rc, out, err, peak = watched([ZTRAIN, "run", write_job(d, "overflow", **kw), "--out",
+                                      os.path.join(d, "out-overflow")])
+        check(rc == 1 and fact in err and "runtime error" not in err and "Sanitizer" not in err,
+              f"{what}: refused naming the field, no undefined behaviour: {err.strip()[:300]}")
+
+    small = write_job(d, "small", world_size=2, stage=1)
+    rc, out, err, _ = watched([ZTRAIN, "run", small, "--out", os.path.join(d, "out-small")])
+    check(rc == 0 and "done: 3 steps" in out, f"an ordinary job runs: exit {rc} {err[-300:]}")
+
+    # The estimate against formulas written here: GPT-2's parameter count (L=2, C=32, V=256,
+    # T=32) and the fp32 ZeRO stage-1 terms 4Ψ + 4Ψ + 8Ψ/N for N = 2 (Ψ padded to 32).
+    e = estimate(small)
+    psi = 12 * 2 * 32 * 32 + 13 * 2 * 32 + 256 * 32 + 32 * 32 + 2 * 32
+    padded = -(-psi // 32) * 32
+    check(e.get("params") == psi and e.get("padded") == padded,
+          f"estimate: {psi} parameters, {padded} padded: {e}")
+    check(e.get("param_bytes") == 4 * padded and e.get("grad_bytes") == 4 * padded and
+          e.get("optimizer_bytes") == 8 * padded // 2 and e.get("stage") == 1,
+          "estimate: stage 1 holds 4Ψ + 4Ψ + 8Ψ/N")
+    parts = ("param_bytes", "grad_bytes", "optimizer_bytes", "offload_bytes", "workspace_bytes",
+             "activation_bytes", "overhead_bytes")
+    check(e.get("rank_bytes") == sum(e.get(k, 0) for k in parts) and
+          e.get("host_bytes") == 2 * e.get("rank_bytes", 0) and e.get("fits") is True,
+          "estimate: the parts add up, two ranks on this host, and it fits")
+    check(estimate(os.path.join(d, "big1.json")).get("fits") is False,
+          "estimate: n_embd 65536 does not fit")
+
+if failed:
+    raise SystemExit(f"{failed} check(s) failed")
+print("all checks passed")

@@ -1,0 +1,355 @@
+/* Admission (ztrain/admission.h) against formulas written here: GPT-2's parameter count
+ * 12·L·C² + 13·L·C + V·C + T·C + 2·C and its activation bytes; the ZeRO paper's per-rank model
+ * state for every stage, fp32 (4 + 4 + 8 bytes per parameter) and 16-bit (2 + 2 + 12), SGD's
+ * smaller state and offload; limits, sizes that overflow (refused naming the field, never wrapped),
+ * sizes as flags write them, and the host's memory read from a made-up /proc and cgroup tree. */
+#define _XOPEN_SOURCE 700
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "host_memory.h"
+#include "ztrain/admission.h"
+#include "ztrain/job_spec.h"
+#include "ztrain/model.h"
+
+typedef unsigned long long ull;
+
+/* A job spec with these model dimensions and DeepSpeed config (JSON text), parsed. */
+static zt_status job_at(zt_job_spec *job, int world, int L, int NH, int C, int V, int T,
+                        const char *ds) {
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"name\": \"t\", \"world_size\": %d, \"model\": {\"type\": \"gpt2\", \"n_layer\": %d,"
+             " \"n_head\": %d, \"n_embd\": %d, \"vocab_size\": %d, \"block_size\": %d},"
+             " \"data\": {\"train\": \"train.bin\"}, \"deepspeed\": %s}",
+             world, L, NH, C, V, T, ds);
+    return zt_job_spec_parse(job, json, "spec", "/base");
+}
+
+static uint64_t gpt2_params(uint64_t L, uint64_t C, uint64_t V, uint64_t T) {
+    return 12 * L * C * C + 13 * L * C + V * C + T * C + 2 * C;
+}
+
+/* GPT-2's activations at 4 bytes an element for B sequences of T, with every buffer a multiple
+ * of 64 bytes (so the carving's alignment adds nothing): per layer ln1, qkv (3), atty, res2, ln2,
+ * fch (4), fch_gelu (4), res3 = 16·B·T·C, four B·T statistics and the B·NH·T·T softmax; then the
+ * embedding output, the final norm and its two statistics, the logits, the losses, and the
+ * backward's dres, dln, datty, dqkv (3), dfch (4) and its own B·NH·T·T. */
+static uint64_t gpt2_activations(uint64_t B, uint64_t T, uint64_t C, uint64_t NH, uint64_t V,
+                                 uint64_t L) {
+    uint64_t BT = B * T, att = B * NH * T * T;
+    uint64_t per_layer = 16 * BT * C + 4 * BT + att;
+    return 4 * (BT * C + L * per_layer + BT * C + 2 * BT + BT * V + BT + 10 * BT * C + att);
+}
+
+static void test_model_sizes(void) {
+    static const int cases[][6] = {
+        /* L, NH, C, V, T, B */
+        {2, 2, 32, 256, 32, 2}, {4, 4, 128, 256, 64, 1}, {12, 12, 768, 50257, 1024, 4},
+        {1, 8, 4096, 32000, 128, 16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *c = cases[i];
+        zt_model_spec spec = {.type = "gpt2", .n_layer = c[0], .n_head = c[1], .n_embd = c[2],
+                              .vocab_size = c[3], .block_size = c[4]};
+        zt_model_estimate e;
+        zt_model_estimate_args args = {.micro_batch = c[5], .act_size = 4};
+        zt_status s = zt_model_estimate_spec(&spec, &args, "spec", &e);
+        CHECK(s == ZT_OK, "case %zu: %s", i, zt_last_error());
+        uint64_t L = c[0], NH = c[1], C = c[2], V = c[3], T = c[4], B = c[5];
+        CHECK(e.params == gpt2_params(L, C, V, T), "case %zu: %llu", i, (ull)e.params);
+        CHECK(e.layer_params == 12 * C * C + 13 * C, "case %zu", i);
+        CHECK(e.outer_params == V * C + T * C + 2 * C, "case %zu", i);
+        CHECK(e.n_tensors == 12 * L + 4 && e.n_layer == c[0], "case %zu", i);
+        CHECK(e.activation_bytes == gpt2_activations(B, T, C, NH, V, L),
+              "case %zu: %llu, formula %llu", i, (ull)e.activation_bytes,
+              (ull)gpt2_activations(B, T, C, NH, V, L));
+        /* Without a persistence threshold nothing is small; with 1000 the norms and biases
+         * below it are (C ≤ 128 here: 4C < 1000 for the first two cases). */
+        CHECK(e.persistent_params == 0, "case %zu", i);
+        if (C <= 128) {
+            args.persistence_threshold = 1000;
+            CHECK(zt_model_estimate_spec(&spec, &args, "spec", &e) == ZT_OK);
+            /* Per block the four norm tensors and the four biases, 13·C; ln_f outside. */
+            CHECK(e.persistent_params == L * 13 * C + 2 * C,
+                  "case %zu: %llu", i, (ull)e.persistent_params);
+        }
+    }
+    /* Buffers that are not multiples of 64 bytes are rounded up each: the total lies between
+     * the formula and the formula plus 64 bytes for each of the 13·L + 12 buffers. */
+    zt_model_spec odd = {.type = "gpt2", .n_layer = 3, .n_head = 3, .n_embd = 33, .vocab_size = 257,
+                         .block_size = 7};
+    zt_model_estimate e;
+    CHECK(zt_model_estimate_spec(&odd, &(zt_model_estimate_args){3, 4, 0}, "spec", &e) == ZT_OK);
+    uint64_t f = gpt2_activations(3, 7, 33, 3, 257, 3);
+    CHECK(e.activation_bytes >= f && e.activation_bytes <= f + 64 * (13 * 3 + 12),
+          "%llu vs %llu", (ull)e.activation_bytes, (ull)f);
+}
+
+/* Sizes whose products overflow: refused when the spec is read, naming the field. */
+static void test_overflow(void) {
+    static const struct {
+        int L, NH, C, V, T, B;
+        const char *fact;
+    } cases[] = {
+        /* 4·n_embd overflows the int the kernels take. */
+        {1, 1, 600000000, 256, 32, 1, "model.n_embd (600000000) is too large"},
+        {1, 1, INT_MAX, 256, 32, 1, "model.n_embd"},
+        /* 16 blocks of 12·C² parameters wrap 64 bits. */
+        {16, 4, 536870908, 256, 32, 1, "model.n_layer (16) blocks"},
+        {INT_MAX, 1, 400000000, 256, 32, 1, "model.n_layer"},
+        /* 2^26 sequences of 64 tokens are more than one forward's int. */
+        {1, 1, 64, 256, 64, 1 << 26, "is 4294967296 tokens"},
+        /* B·NH·T·T of the softmax wraps 64 bits. */
+        {1, 400000000, 400000000, 256, 127, 1 << 24, "the activations of a micro-batch"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ds[256];
+        snprintf(ds, sizeof ds, "{\"train_micro_batch_size_per_gpu\": %d}", cases[i].B);
+        zt_job_spec job;
+        zt_status s = job_at(&job, 1, cases[i].L, cases[i].NH, cases[i].C, cases[i].V, cases[i].T,
+                             ds);
+        const char *msg = zt_last_error();
+        CHECK(s == ZT_ERR_INVALID, "case %zu: %s", i, s == ZT_OK ? "accepted" : msg);
+        CHECK(strncmp(msg, "spec: ", 6) == 0 && strstr(msg, cases[i].fact), "case %zu: %s", i, msg);
+        if (s == ZT_OK)
+            zt_job_spec_free(&job);
+    }
+}
+
+typedef struct {
+    uint64_t p, g, o; /* the formula's bytes per rank */
+} state_bytes;
+
+/* The ZeRO paper's per-rank model state for padded Ψ on N ranks at a stage, with P bytes per
+ * parameter and gradient and K bytes of optimizer state. */
+static state_bytes zero_formula(uint64_t psi, uint64_t N, int stage, uint64_t P, uint64_t K) {
+    return (state_bytes){stage == 3 ? P * psi / N : P * psi, stage >= 2 ? P * psi / N : P * psi,
+                         stage >= 1 ? K * psi / N : K * psi};
+}
+
+static void test_zero_formulas(void) {
+    static const struct {
+        const char *precision; /* the DeepSpeed section, or "" */
+        const char *optimizer;
+        uint64_t P, K;
+    } kinds[] = {
+        {"", "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}", 4, 8},
+        {"\"bf16\": {\"enabled\": true},", "{\"type\": \"Adam\", \"params\": {\"lr\": 0.001}}", 2,
+         12},
+        {"\"fp16\": {\"enabled\": true},", "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}", 2,
+         12},
+        {"", "{\"type\": \"SGD\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9}}", 4, 4},
+        {"", "{\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}", 4, 0},
+    };
+    const int L = 4, C = 128, V = 256, T = 64;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        for (int world = 1; world <= 4; world *= 2) {
+            for (int stage = 0; stage <= 3; stage++) {
+                char ds[512];
+                snprintf(ds, sizeof ds,
+                         "{\"train_micro_batch_size_per_gpu\": 2, %s \"optimizer\": %s, "
+                         "\"zero_optimization\": {\"stage\": %d}}",
+                         kinds[k].precision, kinds[k].optimizer, stage);
+                zt_job_spec job;
+                if (job_at(&job, world, L, 4, C, V, T, ds) != ZT_OK) {
+                    CHECK(false, "%s", zt_last_error());
+                    continue;
+                }
+                zt_memory_estimate e;
+                CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK, "%s", zt_last_error());
+                uint64_t psi = gpt2_params(L, C, V, T);
+                uint64_t padded = (psi + 16 * world - 1) / (16 * world) * (16 * world);
+                state_bytes f = zero_formula(padded, world, stage, kinds[k].P, kinds[k].K);
+                CHECK(e.params == psi && e.padded == padded);
+                CHECK(e.param_bytes == f.p && e.grad_bytes == f.g && e.optimizer_bytes == f.o,
+                      "kind %zu, N=%d, stage %d: %llu %llu %llu, formula %llu %llu %llu", k, world,
+                      stage, (ull)e.param_bytes, (ull)e.grad_bytes, (ull)e.optimizer_bytes,
+                      (ull)f.p, (ull)f.g, (ull)f.o);
+                CHECK(e.offload_bytes == 0 && e.param_size == (int)kinds[k].P &&
+                      e.state_size == (int)kinds[k].K);
+                /* Mixed precision initialises the whole fp32 model before rounding it; fp32
+                 * stages 0-2 hold nothing beyond the formula but stage 2's buckets. */
+                if (kinds[k].P == 2)
+                    CHECK(e.workspace_bytes >= 4 * padded, "kind %zu stage %d", k, stage);
+                else if (stage < 2)
+                    CHECK(e.workspace_bytes == 0, "kind %zu stage %d: %llu", k, stage,
+                          (ull)e.workspace_bytes);
+                CHECK(e.activation_bytes == gpt2_activations(2, T, C, 4, V, L));
+                uint64_t sum = e.param_bytes + e.grad_bytes + e.optimizer_bytes +
+                               e.workspace_bytes + e.activation_bytes + e.overhead_bytes;
+                CHECK(e.rank_bytes == sum && e.job_bytes == sum * (uint64_t)world &&
+                      e.ranks_per_host == world && e.host_bytes == e.job_bytes);
+                CHECK(e.overhead_bytes >= ZT_RANK_BASELINE_BYTES);
+                zt_job_spec_free(&job);
+            }
+        }
+    }
+}
+
+static void test_offload(void) {
+    const int L = 4, C = 128, V = 256, T = 64, world = 2;
+    uint64_t psi = gpt2_params(L, C, V, T), part = psi / world; /* 834304 is a multiple of 32 */
+    zt_job_spec job;
+    zt_memory_estimate e;
+    /* "cpu" moves Adam's 8 bytes (and bf16's 4 of masters) per slice element to host memory. */
+    const char *cpu = "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}, "
+                      "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
+                      "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+                      "{\"device\": \"cpu\"}}}";
+    CHECK(job_at(&job, world, L, 4, C, V, T, cpu) == ZT_OK, "%s", zt_last_error());
+    CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK);
+    CHECK(e.optimizer_bytes == 0 && e.offload_bytes == 12 * part, "%llu", (ull)e.offload_bytes);
+    CHECK(e.param_bytes == 2 * psi && e.grad_bytes == 2 * part);
+    zt_job_spec_free(&job);
+    /* "nvme" keeps only the buffers: buffer_count tiles of sub_group_size (a multiple of 2048)
+     * for each of the two moments, and the 1 MiB bounce buffer; offload_param moves the stage-3
+     * slice to a file with buffers of its own. */
+    const char *nvme = "{\"train_micro_batch_size_per_gpu\": 1, "
+                       "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
+                       "\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 8192, "
+                       "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\", "
+                       "\"buffer_count\": 4}, \"offload_param\": {\"device\": \"nvme\", "
+                       "\"nvme_path\": \"/tmp\"}}}";
+    CHECK(job_at(&job, world, L, 4, C, V, T, nvme) == ZT_OK, "%s", zt_last_error());
+    CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK);
+    uint64_t buffers = 4 * 8192 * 4 * 2 + 4 * 8192 * 4 + (1 << 20);
+    CHECK(e.optimizer_bytes == 0 && e.param_bytes == 0 && e.offload_bytes == buffers,
+          "%llu, want %llu", (ull)e.offload_bytes, (ull)buffers);
+    CHECK(e.grad_bytes == 4 * part);
+    zt_job_spec_free(&job);
+}
+
+static void test_limits(void) {
+    const char *ds = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": "
+                     "\"AdamW\", \"params\": {\"lr\": 0.001}}}";
+    zt_job_spec job;
+    CHECK(job_at(&job, 4, 2, 2, 64, 256, 32, ds) == ZT_OK, "%s", zt_last_error());
+    zt_memory_estimate e;
+    CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK);
+    zt_admission_limits lim = {.rank_bytes = e.rank_bytes, .rank_name = "--max-rank-memory",
+                               .job_bytes = e.job_bytes, .job_name = "--max-job-memory",
+                               .host_bytes = e.host_bytes, .host_name = "the host's memory"};
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "exactly at every limit");
+    char limit_s[32];
+    struct {
+        uint64_t *limit;
+        const char *name;
+    } each[] = {{&lim.rank_bytes, "--max-rank-memory"}, {&lim.job_bytes, "--max-job-memory"},
+                {&lim.host_bytes, "the host's memory"}};
+    for (int i = 0; i < 3; i++) {
+        uint64_t saved = *each[i].limit;
+        *each[i].limit = saved - 1;
+        zt_memory_estimate got;
+        zt_status s = zt_admission_check(&job, &lim, "spec", &got);
+        const char *msg = zt_last_error();
+        zt_format_bytes(saved - 1, limit_s, sizeof limit_s);
+        CHECK(s == ZT_ERR_INVALID && strstr(msg, "spec: the job does not fit") &&
+                  strstr(msg, each[i].name) && strstr(msg, limit_s) &&
+                  strstr(msg, "per rank for"),
+              "%s: %s", each[i].name, msg);
+        CHECK(got.rank_bytes == e.rank_bytes);
+        *each[i].limit = saved;
+    }
+    /* nodes spread the ranks: a host holds ceil(4 / 3) = 2 of them. */
+    job.nodes = 3;
+    CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK);
+    CHECK(e.ranks_per_host == 2 && e.host_bytes == 2 * e.rank_bytes);
+    zt_job_spec_free(&job);
+}
+
+static void test_bytes(void) {
+    static const struct {
+        const char *text;
+        uint64_t want;
+    } good[] = {{"1000", 1000},       {"512M", 512ull << 20}, {"64G", 64ull << 30},
+                {"64g", 64ull << 30}, {"1.5GiB", 3ull << 29}, {"2 TB", 2ull << 40},
+                {"4KiB", 4096},       {"7B", 7}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t v = 0;
+        CHECK(zt_parse_bytes(good[i].text, "--max-rank-memory", &v) == ZT_OK && v == good[i].want,
+              "'%s': %llu", good[i].text, (ull)v);
+    }
+    static const char *const bad[] = {"", "0", "-1G", "12Q", "G", "nan", "1e30T", "64 G B"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v;
+        zt_status s = zt_parse_bytes(bad[i], "--max-job-memory", &v);
+        CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), "--max-job-memory expects"),
+              "'%s'", bad[i]);
+    }
+    char buf[32];
+    zt_format_bytes(512, buf, sizeof buf);
+    CHECK_STR(buf, "512 B");
+    zt_format_bytes(1536, buf, sizeof buf);
+    CHECK_STR(buf, "1.5 KiB");
+    zt_format_bytes(3ull << 30, buf, sizeof buf);
+    CHECK_STR(buf, "3.0 GiB");
+}
+
+static void write_at(const char *rel, const char *text) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", check_tmp_path(rel));
+    for (char *p = path + strlen(check_tmpdir) + 1; (p = strchr(p, '/')); p++) {
+        *p = '\0';
+        mkdir(path, 0700);
+        *p = '/';
+    }
+    check_write_file(path, text, strlen(text));
+}
+
+static void test_host_memory(void) {
+    write_at("meminfo", "MemTotal:       16777216 kB\nMemFree:  100 kB\n"
+                        "MemAvailable:   10485760 kB\nBuffers: 5 kB\n");
+    char meminfo[PATH_MAX], root[PATH_MAX];
+    snprintf(meminfo, sizeof meminfo, "%s", check_tmp_path("meminfo"));
+    snprintf(root, sizeof root, "%s", check_tmp_path("sys"));
+    zt_host_memory hm;
+    CHECK(zt_host_memory_read_from(meminfo, NULL, root, &hm) == ZT_OK);
+    CHECK(hm.total == 16ull << 30 && hm.available == 10ull << 30 && !hm.cgroup_limited);
+
+    /* cgroup v2: a 4 GiB limit on the parent, none ("max") on the process's own level; 2 GiB
+     * used of which 1 GiB is inactive page cache leaves 3 GiB. */
+    write_at("cg2", "0::/a/b\n");
+    write_at("sys/a/memory.max", "4294967296\n");
+    write_at("sys/a/memory.current", "2147483648\n");
+    write_at("sys/a/memory.stat", "anon 1073741824\ninactive_file 1073741824\nactive_file 0\n");
+    write_at("sys/a/b/memory.max", "max\n");
+    write_at("sys/a/b/memory.current", "2147483648\n");
+    CHECK(zt_host_memory_read_from(meminfo, check_tmp_path("cg2"), root, &hm) == ZT_OK);
+    CHECK(hm.total == 4ull << 30 && hm.available == 3ull << 30 && hm.cgroup_limited,
+          "%llu %llu", (ull)hm.total, (ull)hm.available);
+
+    /* cgroup v1 as Docker shows it: the path in /proc/self/cgroup is the host's, the container's
+     * own cgroup is mounted at the controller's root. v1's "unlimited" is a huge number. */
+    write_at("cg1", "9:name=systemd:/docker/x\n4:cpu,memory:/docker/x\n0::/\n");
+    write_at("sys/memory/memory.limit_in_bytes", "8589934592\n");
+    write_at("sys/memory/memory.usage_in_bytes", "1073741824\n");
+    write_at("sys/memory/memory.stat", "cache 0\ntotal_inactive_file 0\n");
+    CHECK(zt_host_memory_read_from(meminfo, check_tmp_path("cg1"), root, &hm) == ZT_OK);
+    CHECK(hm.total == 8ull << 30 && hm.available == 7ull << 30 && hm.cgroup_limited,
+          "%llu %llu", (ull)hm.total, (ull)hm.available);
+    write_at("sys/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    CHECK(zt_host_memory_read_from(meminfo, check_tmp_path("cg1"), root, &hm) == ZT_OK);
+    CHECK(hm.total == 16ull << 30 && hm.available == 10ull << 30 && !hm.cgroup_limited);
+
+    CHECK(zt_host_memory_read_from(check_tmp_path("none"), NULL, root, &hm) == ZT_ERR_IO);
+    /* This machine's own: something, and no more available than there is. */
+    CHECK(zt_host_memory_read(&hm) == ZT_OK && hm.total > 0 && hm.available <= hm.total);
+}
+
+int main(void) {
+    check_tmpdir_create("zt_admission");
+    test_model_sizes();
+    test_overflow();
+    test_zero_formulas();
+    test_offload();
+    test_limits();
+    test_bytes();
+    test_host_memory();
+    check_tmpdir_remove();
+    return check_summary("test_admission");
+}
