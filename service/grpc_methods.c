@@ -4,7 +4,8 @@
  * Unary methods run to completion on the completion queue's thread. WatchJob and StreamLogs -f
  * register a job-manager watch whose callback, on_job_event, runs on other threads with the
  * manager's lock held: it only packs the event and queues it under the call's mutex (lock order
- * manager -> call). grpc_server.c removes the watch when the call closes. */
+ * manager -> call). grpc_server.c removes the watch when the call closes. GetMetrics is bounded
+ * by the manager (keys, points) and computed without its lock. */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -174,7 +175,7 @@ static Ztrain__V1__MetricSeries *new_series(const char *key, const int64_t *step
     return ms;
 }
 
-/* Runs under the manager's lock: copies one key's series into the response. */
+/* Copies one key's series into the response (the manager calls it with no lock held). */
 static void emit_series(void *ctx, const char *key, const int64_t *steps, const double *values,
                         int n) {
     series_ctx *sc = ctx;
@@ -206,6 +207,8 @@ static void handle_metrics(call *c, ProtobufCMessage *m) {
         return;
     }
     ztrain__v1__get_metrics_response__init(resp);
+    /* The manager checks the keys against ZT_METRICS_MAX_KEYS (repeats count once) and caps the
+     * points, so that the answer is bounded whatever the request. */
     series_ctx sc = {.resp = resp};
     zt_status s = zt_jobs_metric_series(c->srv->jm, req->id, (const char *const *)req->keys,
                                         (int)req->n_keys, req->since_step, req->max_points,
@@ -260,7 +263,9 @@ static zt_status pack_event(const call *c, const zt_job_event *ev, grpc_byte_buf
 }
 
 /* The watch callback: runs with the manager's lock held, on whichever thread produced the
- * event. It packs, queues and kicks; nothing here may block or call into the manager. */
+ * event (or without it on this queue's thread, replaying a history from the store inside
+ * zt_jobs_watch). It packs, queues and kicks; nothing here may block or call into the
+ * manager. */
 static void on_job_event(void *ctx, const zt_job_event *ev) {
     call *c = ctx;
     grpc_byte_buffer *bb = NULL;

@@ -56,8 +56,9 @@ static void chunk_free(sse_chunk *ch) {
     free(ch);
 }
 
-/* The watch callback: runs under the job manager's lock, on the supervisor's thread or ours.
- * It only formats and queues; the content reader does the rest. */
+/* The watch callback: runs under the job manager's lock, on the supervisor's thread or ours
+ * (or on ours without it, replaying the part of the history read from the store). It only
+ * formats and queues; the content reader does the rest. */
 static void sse_on_event(void *ctx, const zt_job_event *ev) {
     zt_sse *st = ctx;
     zt_jbuf b;

@@ -134,17 +134,32 @@ static enum MHD_Result send_job_array(struct MHD_Connection *c, zt_jbuf *b, zt_s
     return zt_http_send_json(c, MHD_HTTP_OK, b);
 }
 
+/* A page of records: at most `limit` (ZT_RECORDS_MAX_PAGE when absent), and "next_since_step",
+ * the since_step that continues the history, or null at its end. */
 enum MHD_Result zt_http_job_records(zt_http_server *s, struct MHD_Connection *c,
                                     const char *id) {
     enum MHD_Result ret;
-    int64_t since = 0;
-    if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret))
+    int64_t since = 0, limit = ZT_RECORDS_MAX_PAGE;
+    if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret) ||
+        !zt_http_arg_int(c, "limit", 1, ZT_RECORDS_MAX_PAGE, &limit, &ret))
         return ret;
     zt_jbuf b;
     zt_jbuf_init(&b);
     begin_job_array(&b, id, "records");
-    zt_status st = zt_jobs_metric_records(s->jm, id, since, record_encode, &b);
-    return send_job_array(c, &b, st, id);
+    int64_t next = -1;
+    zt_status st = zt_jobs_metric_records(s->jm, id, since, (int)limit, record_encode, &b, &next);
+    if (st != ZT_OK) {
+        zt_jbuf_free(&b);
+        return zt_http_send_status(c, st, id);
+    }
+    zt_json_close(&b, ']');
+    zt_json_key(&b, "next_since_step");
+    if (next >= 0)
+        zt_json_int(&b, next);
+    else
+        zt_json_null(&b);
+    zt_json_close(&b, '}');
+    return zt_http_send_json(c, MHD_HTTP_OK, &b);
 }
 
 enum MHD_Result zt_http_job_logs(zt_http_server *s, struct MHD_Connection *c, const char *id) {

@@ -1,6 +1,7 @@
 /* GET /metrics (http_internal.h): every job's state and last reported numbers in Prometheus'
  * text exposition format (version 0.0.4), one family per quantity, each sample labelled with
- * the job's id and name. */
+ * the job's id and name. A scrape copies a summary of each job (zt_jobs_summaries), not its spec
+ * nor its history. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdlib.h>
@@ -8,38 +9,27 @@
 
 #include "http_internal.h"
 
-/* The record keys /metrics reports beyond what zt_job_info carries: the last value of each. */
+/* The record keys /metrics reports beyond the job's step, loss and throughput: the value each
+ * had at the job's last step. */
 enum { K_LR, K_STEP_MS, K_TFLOPS, K_GRAD_NORM, K_SKIPPED, K_COUNT };
 static const char *const prom_keys[K_COUNT] = {
     "train/learning_rate", "perf/step_time_ms", "perf/tflops", "train/grad_norm",
     "train/skipped_steps",
 };
 
-typedef struct {
-    double v[K_COUNT];
-} prom_last;
-
-static void prom_collect(void *ctx, const char *key, const int64_t *steps, const double *values,
-                         int n) {
-    prom_last *l = ctx;
-    for (int k = 0; k < K_COUNT; k++)
-        if (n > 0 && strcmp(key, prom_keys[k]) == 0)
-            l->v[k] = values[n - 1];
-}
-
-static double pv_world_size(const zt_job_info *j, const prom_last *l) { return j->world_size; }
-static double pv_step(const zt_job_info *j, const prom_last *l) { return (double)j->step; }
-static double pv_loss(const zt_job_info *j, const prom_last *l) { return j->loss; }
-static double pv_tps(const zt_job_info *j, const prom_last *l) { return j->tokens_per_second; }
-static double pv_lr(const zt_job_info *j, const prom_last *l) { return l->v[K_LR]; }
-static double pv_step_s(const zt_job_info *j, const prom_last *l) { return l->v[K_STEP_MS] / 1e3; }
-static double pv_tflops(const zt_job_info *j, const prom_last *l) { return l->v[K_TFLOPS]; }
-static double pv_gnorm(const zt_job_info *j, const prom_last *l) { return l->v[K_GRAD_NORM]; }
-static double pv_skipped(const zt_job_info *j, const prom_last *l) { return l->v[K_SKIPPED]; }
+static double pv_world_size(const zt_job_summary *j) { return j->world_size; }
+static double pv_step(const zt_job_summary *j) { return (double)j->step; }
+static double pv_loss(const zt_job_summary *j) { return j->loss; }
+static double pv_tps(const zt_job_summary *j) { return j->tokens_per_second; }
+static double pv_lr(const zt_job_summary *j) { return j->values[K_LR]; }
+static double pv_step_s(const zt_job_summary *j) { return j->values[K_STEP_MS] / 1e3; }
+static double pv_tflops(const zt_job_summary *j) { return j->values[K_TFLOPS]; }
+static double pv_gnorm(const zt_job_summary *j) { return j->values[K_GRAD_NORM]; }
+static double pv_skipped(const zt_job_summary *j) { return j->values[K_SKIPPED]; }
 
 static const struct {
     const char *name, *type, *help;
-    double (*value)(const zt_job_info *, const prom_last *);
+    double (*value)(const zt_job_summary *);
 } prom_job_families[] = {
     {"ztrain_job_world_size", "gauge", "Ranks the job runs on.", pv_world_size},
     {"ztrain_job_step", "gauge", "Last train/global_step the job reported.", pv_step},
@@ -74,7 +64,7 @@ static void prom_label_value(zt_jbuf *b, const char *v) {
     zt_jbuf_puts(b, run);
 }
 
-static void prom_job_labels(zt_jbuf *b, const zt_job_info *j) {
+static void prom_job_labels(zt_jbuf *b, const zt_job_summary *j) {
     zt_jbuf_puts(b, "{job_id=\"");
     prom_label_value(b, j->id);
     zt_jbuf_puts(b, "\",job_name=\"");
@@ -89,7 +79,7 @@ static void prom_value(zt_jbuf *b, double v) {
     zt_jbuf_puts(b, "\n");
 }
 
-static void prom_write(zt_jbuf *b, const zt_job_info *jobs, const prom_last *last, int n) {
+static void prom_write(zt_jbuf *b, const zt_job_summary *jobs, int n) {
     prom_family(b, "ztrain_up", "gauge", "1 while ztraind answers.");
     zt_jbuf_puts(b, "ztrain_up 1\n");
     prom_family(b, "ztrain_jobs", "gauge", "Jobs known to ztraind, by state.");
@@ -110,7 +100,7 @@ static void prom_write(zt_jbuf *b, const zt_job_info *jobs, const prom_last *las
         prom_family(b, prom_job_families[f].name, prom_job_families[f].type,
                     prom_job_families[f].help);
         for (int i = 0; i < n; i++) {
-            double v = prom_job_families[f].value(&jobs[i], &last[i]);
+            double v = prom_job_families[f].value(&jobs[i]);
             if (isnan(v))
                 continue;
             zt_jbuf_puts(b, prom_job_families[f].name);
@@ -121,31 +111,14 @@ static void prom_write(zt_jbuf *b, const zt_job_info *jobs, const prom_last *las
 }
 
 enum MHD_Result zt_http_prometheus(zt_http_server *s, struct MHD_Connection *c) {
-    zt_job_info *jobs = NULL;
+    zt_job_summary *jobs = NULL;
     int n = 0;
-    zt_status st = zt_jobs_all(s->jm, &jobs, &n);
+    zt_status st = zt_jobs_summaries(s->jm, prom_keys, K_COUNT, &jobs, &n);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, NULL);
-    prom_last *last = malloc(sizeof *last * (size_t)(n > 0 ? n : 1));
-    enum MHD_Result ret = MHD_NO;
-    if (last) {
-        for (int i = 0; i < n; i++) {
-            for (int k = 0; k < K_COUNT; k++)
-                last[i].v[k] = NAN;
-            /* Only the records of the last step: the last value of each key, without walking
-             * the job's whole history under the manager's lock. */
-            if (jobs[i].n_records > 0)
-                zt_jobs_metric_series(s->jm, jobs[i].id, prom_keys, K_COUNT, jobs[i].step, 1,
-                                      prom_collect, &last[i]);
-        }
-        zt_jbuf b;
-        zt_jbuf_init(&b);
-        prom_write(&b, jobs, last, n);
-        ret = zt_http_send_text(c, MHD_HTTP_OK, &b, "text/plain; version=0.0.4; charset=utf-8");
-    }
-    free(last);
-    for (int i = 0; i < n; i++)
-        zt_job_info_free(&jobs[i]);
-    free(jobs);
-    return ret;
+    zt_jbuf b;
+    zt_jbuf_init(&b);
+    prom_write(&b, jobs, n);
+    zt_job_summaries_free(jobs, n);
+    return zt_http_send_text(c, MHD_HTTP_OK, &b, "text/plain; version=0.0.4; charset=utf-8");
 }

@@ -1,6 +1,7 @@
 /* GET /api/v1/jobs/{id}/metrics?keys=&since_step=&max_points= (http_internal.h): the history of
  * a job's metric keys, thinned for charts, and the cache that lets a polling dashboard ask for
- * the same series again without walking the job's history under the job manager's lock. */
+ * the same series again without walking the job's history again. The limits on keys and points
+ * are the job manager's (ZT_METRICS_* in job_manager.h), the same as GetMetrics'. */
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <pthread.h>
@@ -9,7 +10,6 @@
 
 #include "http_internal.h"
 
-#define ZT_MAX_KEYS 64
 /* Responses kept for repeated queries: slots, and the largest body kept, so the cache stays
  * under 8 MiB. */
 #define ZT_CACHE_SLOTS 32
@@ -17,8 +17,7 @@
 
 /* ---- the manager's series, copied out ---------------------------------------------------- */
 
-/* One metric's history as copied out of the manager: the copy is all that happens under its
- * lock; the encoding happens afterwards. */
+/* One metric's history as the manager gives it; the encoding happens afterwards. */
 typedef struct {
     char *key;
     int64_t *steps;
@@ -71,8 +70,8 @@ static void series_set_free(series_set *set) {
     free(set->v);
 }
 
-/* Splits "a,b,,c" in place into at most ZT_MAX_KEYS distinct non-empty keys; -1 when there are
- * more. */
+/* Splits "a,b,,c" in place into at most ZT_METRICS_MAX_KEYS distinct non-empty keys; -1 when
+ * there are more. */
 static int split_keys(char *list, const char **keys) {
     int n = 0;
     for (char *save = NULL, *k = strtok_r(list, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
@@ -81,7 +80,7 @@ static int split_keys(char *list, const char **keys) {
             dup = strcmp(keys[i], k) == 0;
         if (dup)
             continue;
-        if (n == ZT_MAX_KEYS)
+        if (n == ZT_METRICS_MAX_KEYS)
             return -1;
         keys[n++] = k;
     }
@@ -121,11 +120,10 @@ static void encode_series(zt_jbuf *b, const char *id, const series_set *set, con
 
 /* ---- the cache --------------------------------------------------------------------------- */
 
-/* A dashboard polls the same query again and again, and computing it walks the job's whole
- * history under the job manager's lock, which is also what the supervisor needs to take each
- * new record from the ranks. A job's records are only ever appended, so a response stays
- * exact for as long as the job's record count is unchanged: a hit costs one look at that count
- * under the lock instead of the walk. */
+/* A dashboard polls the same query again and again, and computing it walks the job's history
+ * (parsing each record, reading the older ones from the store). A job's records are only ever
+ * appended, so a response stays exact for as long as the job's record count is unchanged: a
+ * hit costs one look at that count instead of the walk. */
 typedef struct {
     char *query;              /* "<job id>\n<since_step>\n<max_points>\n<key>,<key>..." */
     int64_t n_records;        /* the job's record count the body was computed at (or after) */
@@ -220,8 +218,8 @@ static enum MHD_Result send_json_body(struct MHD_Connection *c, char *body, size
     return zt_http_send_json(c, MHD_HTTP_OK, &b);
 }
 
-/* The series of the query, computed (the manager's walk, then the encoding outside its lock)
- * and kept in the cache. */
+/* The series of the query, computed (the manager's walk, then the encoding) and kept in the
+ * cache. */
 static enum MHD_Result compute_series(zt_http_server *s, struct MHD_Connection *c,
                                       const char *id, const char **keys, int n_keys,
                                       int64_t since, int max_points, const char *query,
@@ -255,12 +253,12 @@ enum MHD_Result zt_http_job_metrics(zt_http_server *s, struct MHD_Connection *c,
     char *list = strdup(kv ? kv : "");
     if (!list)
         return MHD_NO;
-    const char *keys[ZT_MAX_KEYS];
+    const char *keys[ZT_METRICS_MAX_KEYS];
     int n_keys = split_keys(list, keys);
     if (n_keys < 0) {
         free(list);
         return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "keys: at most %d keys",
-                                  ZT_MAX_KEYS);
+                                  ZT_METRICS_MAX_KEYS);
     }
     int64_t n_records;
     zt_status st = zt_jobs_record_count(s->jm, id, &n_records);

@@ -1,51 +1,63 @@
-/* A job's metric records and log tail in memory (job_history.h). */
+/* A job's newest metric records, the last values of its keys, and its log tail in memory
+ * (job_history.h). */
 #include "job_history.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_KEYS 1024   /* distinct metric keys per job; more are not indexed for series */
+#define MAX_KEYS 1024   /* distinct metric keys per job whose last value is kept */
 
 typedef struct {
-    int64_t step, time_ms;
+    int64_t seq, step, time_ms;
     char *json;
-    int n;
-    uint16_t *keys;     /* indices into zt_job_history.keys */
-    double *values;
-} record;
+} cached;
 
 struct zt_job_history {
-    record *records;
-    int64_t n_records, cap_records;
-    char *keys[MAX_KEYS];
-    int n_keys;
+    int64_t n_records;
+    cached *ring;       /* the newest records, oldest at ring_head */
+    int ring_cap, ring_head, ring_count;
+    /* The value each key had when it was last reported, and at which step: a key's value is
+     * "at the last step" while its step is last_step. */
+    char **keys;
+    double *last_value;
+    int64_t *last_step_of;
+    int n_keys, cap_keys;
+    int64_t last_step;
     zt_log_line *logs;  /* ring; texts owned, streams static */
     int log_ring, log_head, log_count;
     int64_t next_seq;
 };
 
-zt_job_history *zt_history_create(int log_ring) {
+zt_job_history *zt_history_create(int log_ring, int record_cache) {
     zt_job_history *h = calloc(1, sizeof *h);
     ZT_ASSERT(h);
     h->log_ring = log_ring > 0 ? log_ring : 1;
     h->logs = calloc((size_t)h->log_ring, sizeof *h->logs);
     ZT_ASSERT(h->logs);
+    h->ring_cap = record_cache > 0 ? record_cache : 1;
     h->next_seq = 1;
+    h->last_step = INT64_MIN;
     return h;
+}
+
+void zt_history_drop_records(zt_job_history *h) {
+    for (int i = 0; i < h->ring_count; i++)
+        free(h->ring[(h->ring_head + i) % h->ring_cap].json);
+    free(h->ring);
+    h->ring = NULL;
+    h->ring_head = h->ring_count = 0;
 }
 
 void zt_history_destroy(zt_job_history *h) {
     if (!h)
         return;
-    for (int64_t i = 0; i < h->n_records; i++) {
-        free(h->records[i].json);
-        free(h->records[i].keys);
-        free(h->records[i].values);
-    }
-    free(h->records);
+    zt_history_drop_records(h);
     for (int i = 0; i < h->n_keys; i++)
         free(h->keys[i]);
+    free(h->keys);
+    free(h->last_value);
+    free(h->last_step_of);
     for (int i = 0; i < h->log_ring; i++)
         free((char *)h->logs[i].text);
     free(h->logs);
@@ -69,106 +81,84 @@ static int intern_key(zt_job_history *h, const char *key) {
     int k = find_key(h, key);
     if (k >= 0 || h->n_keys == MAX_KEYS)
         return k;
+    if (h->n_keys == h->cap_keys) {
+        h->cap_keys = h->cap_keys ? 2 * h->cap_keys : 16;
+        h->keys = realloc(h->keys, (size_t)h->cap_keys * sizeof *h->keys);
+        h->last_value = realloc(h->last_value, (size_t)h->cap_keys * sizeof *h->last_value);
+        h->last_step_of = realloc(h->last_step_of, (size_t)h->cap_keys * sizeof *h->last_step_of);
+        ZT_ASSERT(h->keys && h->last_value && h->last_step_of);
+    }
     h->keys[h->n_keys] = xstrdup(key);
     return h->n_keys++;
 }
 
-void zt_history_add_record(zt_job_history *h, const cJSON *obj, const char *text,
-                           int64_t time_ms, int64_t default_step, zt_metric_record *out) {
-    int n = cJSON_GetArraySize(obj);
-    record r = {.step = default_step, .time_ms = time_ms, .json = xstrdup(text)};
-    r.keys = malloc((size_t)(n ? n : 1) * sizeof *r.keys);
-    r.values = malloc((size_t)(n ? n : 1) * sizeof *r.values);
-    ZT_ASSERT(r.keys && r.values);
+/* The record's step (train/global_step, else default_step), and its numbers as the last values
+ * of their keys. */
+static int64_t note_values(zt_job_history *h, const cJSON *obj, int64_t default_step) {
+    const cJSON *gs = cJSON_GetObjectItemCaseSensitive(obj, "train/global_step");
+    int64_t step = cJSON_IsNumber(gs) ? (int64_t)gs->valuedouble : default_step;
+    if (step > h->last_step)
+        h->last_step = step;
     for (const cJSON *it = obj->child; it; it = it->next) {
-        if (!cJSON_IsNumber(it) || !it->string)
+        if (!cJSON_IsNumber(it) || !it->string || !isfinite(it->valuedouble))
             continue;
         int k = intern_key(h, it->string);
         if (k < 0)
             continue;
-        r.keys[r.n] = (uint16_t)k;
-        r.values[r.n++] = it->valuedouble;
-        if (strcmp(it->string, "train/global_step") == 0)
-            r.step = (int64_t)it->valuedouble;
+        h->last_value[k] = it->valuedouble;
+        h->last_step_of[k] = step;
     }
-    if (h->n_records == h->cap_records) {
-        h->cap_records = h->cap_records ? 2 * h->cap_records : 256;
-        h->records = realloc(h->records, (size_t)h->cap_records * sizeof *h->records);
-        ZT_ASSERT(h->records);
+    return step;
+}
+
+void zt_history_add_record(zt_job_history *h, const cJSON *obj, const char *text,
+                           int64_t time_ms, int64_t default_step, zt_metric_record *out) {
+    cached r = {.seq = ++h->n_records, .step = note_values(h, obj, default_step),
+                .time_ms = time_ms, .json = xstrdup(text)};
+    if (!h->ring) {
+        h->ring = calloc((size_t)h->ring_cap, sizeof *h->ring);
+        ZT_ASSERT(h->ring);
     }
-    h->records[h->n_records++] = r;
+    if (h->ring_count == h->ring_cap) {
+        free(h->ring[h->ring_head].json);
+        h->ring_head = (h->ring_head + 1) % h->ring_cap;
+        h->ring_count--;
+    }
+    h->ring[(h->ring_head + h->ring_count++) % h->ring_cap] = r;
     if (out)
-        *out = (zt_metric_record){.step = r.step, .time_ms = r.time_ms, .json = r.json};
+        *out = (zt_metric_record){.seq = r.seq, .step = r.step, .time_ms = r.time_ms,
+                                  .json = r.json};
+}
+
+void zt_history_restore_record(zt_job_history *h, const cJSON *obj, int64_t seq, int64_t step) {
+    note_values(h, obj, step);
+    if (seq > h->n_records)
+        h->n_records = seq;
 }
 
 int64_t zt_history_n_records(const zt_job_history *h) {
     return h->n_records;
 }
 
-/* The first record with step >= since_step. Steps never decrease within a job (rank 0 reports
- * them in order, evaluations repeat the step they follow), so a binary search finds it: series,
- * records and watches from a late step do not walk the whole history. */
-static int64_t first_at(const zt_job_history *h, int64_t since_step) {
-    int64_t lo = 0, hi = h->n_records;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (h->records[mid].step < since_step)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+int64_t zt_history_first_cached(const zt_job_history *h) {
+    return h->ring_count ? h->ring[h->ring_head].seq : h->n_records + 1;
 }
 
-/* The k-th of at most max_points indices of n points, evenly spaced, first and last kept. */
-static int64_t thin(int64_t n, int max_points, int64_t k) {
-    if (max_points <= 0 || n <= max_points)
-        return k;
-    if (max_points == 1)
-        return n - 1;
-    return k * (n - 1) / (max_points - 1);
-}
-
-void zt_history_series(const zt_job_history *h, const char *const *keys, int n_keys,
-                       int64_t since_step, int max_points, zt_series_fn emit, void *ctx) {
-    int64_t first = first_at(h, since_step);
-    int64_t span = h->n_records - first;
-    int64_t *steps = malloc((size_t)(span ? span : 1) * sizeof *steps);
-    double *values = malloc((size_t)(span ? span : 1) * sizeof *values);
-    ZT_ASSERT(steps && values);
-    int n_out = n_keys > 0 ? n_keys : h->n_keys;
-    for (int q = 0; q < n_out; q++) {
-        const char *key = n_keys > 0 ? keys[q] : h->keys[q];
-        int k = find_key(h, key);
-        int64_t m = 0;
-        for (int64_t r = first; k >= 0 && r < h->n_records; r++) {
-            const record *rec = &h->records[r];
-            for (int v = 0; v < rec->n; v++)
-                if (rec->keys[v] == k && isfinite(rec->values[v])) {
-                    steps[m] = rec->step;
-                    values[m++] = rec->values[v];
-                    break;
-                }
-        }
-        int64_t kept = max_points > 0 && m > max_points ? max_points : m;
-        for (int64_t i = 0; i < kept; i++) {
-            int64_t src = thin(m, max_points, i);
-            steps[i] = steps[src];
-            values[i] = values[src];
-        }
-        emit(ctx, key, steps, values, (int)kept);
-    }
-    free(steps);
-    free(values);
-}
-
-void zt_history_records(const zt_job_history *h, int64_t since_step, zt_record_fn emit,
-                        void *ctx) {
-    for (int64_t i = first_at(h, since_step); i < h->n_records; i++) {
-        const record *rec = &h->records[i];
-        zt_metric_record r = {.step = rec->step, .time_ms = rec->time_ms, .json = rec->json};
+void zt_history_cached_records(const zt_job_history *h, int64_t since_step, int64_t after_seq,
+                               zt_record_fn emit, void *ctx) {
+    for (int i = 0; i < h->ring_count; i++) {
+        const cached *c = &h->ring[(h->ring_head + i) % h->ring_cap];
+        if (c->step < since_step || c->seq <= after_seq)
+            continue;
+        zt_metric_record r = {.seq = c->seq, .step = c->step, .time_ms = c->time_ms,
+                              .json = c->json};
         emit(ctx, &r);
     }
+}
+
+double zt_history_last_value(const zt_job_history *h, const char *key) {
+    int k = find_key(h, key);
+    return k >= 0 && h->last_step_of[k] == h->last_step ? h->last_value[k] : NAN;
 }
 
 /* Static copies of the stream names, so log lines need not own them. */

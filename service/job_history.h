@@ -1,6 +1,7 @@
-/* A job's history in ztraind's memory: every metric record (its text, and its values parsed
- * once so that series queries need no JSON parsing) and a ring of the newest log lines. The job
- * manager owns one per job and calls it under its lock; the job store keeps the durable copy. */
+/* A job's history in ztraind's memory, bounded whatever the job's length: its newest metric
+ * records (a ring, for watchers and queries of the recent past; the job store has every record
+ * and serves the rest), the value each metric key had at the job's last step, and a ring of the
+ * newest log lines. The job manager owns one per job and calls it under its lock. */
 #ifndef ZTRAIN_JOB_HISTORY_H
 #define ZTRAIN_JOB_HISTORY_H
 
@@ -12,22 +13,35 @@
 
 typedef struct zt_job_history zt_job_history;
 
-/* log_ring: how many log lines are kept (older ones are forgotten). */
-zt_job_history *zt_history_create(int log_ring);
+/* log_ring: how many log lines are kept; record_cache: how many of the newest metric records
+ * (older ones are forgotten, and the ring is only allocated with the first record). */
+zt_job_history *zt_history_create(int log_ring, int record_cache);
 void zt_history_destroy(zt_job_history *h);
 
-/* Appends a record: `obj` is its parsed form, `text` its JSON. Its step is train/global_step,
- * or `default_step` when the record has none. *out (may be NULL) describes the stored record;
- * its json stays valid until the history is destroyed. */
+/* Appends a record, numbered n_records + 1: `obj` is its parsed form, `text` its JSON. Its step
+ * is train/global_step, or `default_step` when the record has none, and its numbers become the
+ * last values of their keys. *out (may be NULL) describes the record; its json stays valid
+ * while the record is in the ring: until record_cache more have come, or
+ * zt_history_drop_records, or the history is destroyed. */
 void zt_history_add_record(zt_job_history *h, const cJSON *obj, const char *text,
                            int64_t time_ms, int64_t default_step, zt_metric_record *out);
+/* Takes a stored record back after a restart (oldest first): it counts towards n_records and
+ * its values towards the last ones, but it is not kept in the ring. */
+void zt_history_restore_record(zt_job_history *h, const cJSON *obj, int64_t seq, int64_t step);
+/* Records the job has had (the number of the newest one). */
 int64_t zt_history_n_records(const zt_job_history *h);
-
-/* Series, records and log tails, as zt_jobs_metric_series / _records / _logs describe them. */
-void zt_history_series(const zt_job_history *h, const char *const *keys, int n_keys,
-                       int64_t since_step, int max_points, zt_series_fn emit, void *ctx);
-void zt_history_records(const zt_job_history *h, int64_t since_step, zt_record_fn emit,
-                        void *ctx);
+/* The number of the oldest record in the ring, n_records + 1 when it is empty: the records
+ * numbered below it are only in the job store. */
+int64_t zt_history_first_cached(const zt_job_history *h);
+/* Calls emit for each record in the ring with step >= since_step and seq > after_seq, oldest
+ * first (the pointers are the ring's: copy what outlives the caller's lock). */
+void zt_history_cached_records(const zt_job_history *h, int64_t since_step, int64_t after_seq,
+                               zt_record_fn emit, void *ctx);
+/* Forgets the ring (a job that has ended is read from the store); the last values stay. */
+void zt_history_drop_records(zt_job_history *h);
+/* The value `key` had in the records of the job's last step (the newest one that has it); NaN
+ * when none of them has it. */
+double zt_history_last_value(const zt_job_history *h, const char *key);
 
 /* Stores a copy of the line; its seq must be zt_history_next_seq() or later. */
 void zt_history_add_log(zt_job_history *h, const zt_log_line *l);

@@ -1,7 +1,7 @@
 /* The job manager (job_manager.h): the job table, submitting, queries, cancel, and the manager's
  * start (loading the store, failing the jobs the previous daemon left running) and stop. The
- * queue and what the supervisor reports are job_runner.c's, watchers job_watch.c's; what the
- * three share is in job_manager_internal.h. */
+ * queue and what the supervisor reports are job_runner.c's, history queries job_metrics.c's,
+ * watchers job_watch.c's; what they share is in job_manager_internal.h. */
 #define _GNU_SOURCE
 #include "job_manager.h"
 
@@ -70,17 +70,28 @@ void zt_job_info_free(zt_job_info *j) {
     memset(j, 0, sizeof *j);
 }
 
-static void info_copy(zt_job_info *dst, const zt_job_info *src) {
+/* What changes in a job: its numbers, reason and ranks. The strings that never change are left
+ * NULL for info_copy_fixed, which needs no lock. */
+static void info_copy_changing(zt_job_info *dst, const zt_job_info *src) {
     *dst = *src;
-    dst->name = zt_jm_strdup(src->name);
+    dst->name = dst->spec_json = dst->idempotency_key = dst->run_dir = dst->checkpoint_dir = NULL;
     dst->reason = zt_jm_strdup(src->reason);
+    dst->ranks = calloc((size_t)src->world_size, sizeof *dst->ranks);
+    ZT_ASSERT(dst->ranks);
+    memcpy(dst->ranks, src->ranks, (size_t)src->world_size * sizeof *dst->ranks);
+}
+
+static void info_copy_fixed(zt_job_info *dst, const zt_job_info *src) {
+    dst->name = zt_jm_strdup(src->name);
     dst->spec_json = zt_jm_strdup(src->spec_json);
     dst->idempotency_key = zt_jm_strdup(src->idempotency_key);
     dst->run_dir = zt_jm_strdup(src->run_dir);
     dst->checkpoint_dir = zt_jm_strdup(src->checkpoint_dir);
-    dst->ranks = calloc((size_t)src->world_size, sizeof *dst->ranks);
-    ZT_ASSERT(dst->ranks);
-    memcpy(dst->ranks, src->ranks, (size_t)src->world_size * sizeof *dst->ranks);
+}
+
+static void info_copy(zt_job_info *dst, const zt_job_info *src) {
+    info_copy_changing(dst, src);
+    info_copy_fixed(dst, src);
 }
 
 static void job_free(job *j) {
@@ -102,7 +113,7 @@ static job *job_alloc(const zt_job_info *src) {
     job *j = calloc(1, sizeof *j);
     ZT_ASSERT(j);
     info_copy(&j->info, src);
-    j->history = zt_history_create(LOG_RING);
+    j->history = zt_history_create(LOG_RING, ZT_JOBS_RECORD_CACHE);
     j->last_stderr = calloc((size_t)src->world_size, sizeof *j->last_stderr);
     j->hosts = calloc((size_t)src->world_size, sizeof *j->hosts);
     ZT_ASSERT(j->last_stderr && j->hosts);
@@ -181,8 +192,11 @@ void zt_jm_set_state(zt_jobs *jm, job *j, zt_job_state s) {
     if (zt_job_state_terminal(j->info.state))
         return;
     j->info.state = s;
-    if (zt_job_state_terminal(s))
+    /* An ended job's history is read from the store: its newest records need not stay. */
+    if (zt_job_state_terminal(s)) {
         j->info.finished_ms = zt_jm_now_ms();
+        zt_history_drop_records(j->history);
+    }
     zt_jm_persist(jm, j);
     zt_jm_notify_state(j);
 }
@@ -190,9 +204,8 @@ void zt_jm_set_state(zt_jobs *jm, job *j, zt_job_state s) {
 /* ------------------------------------------------------------------------------------------ */
 /* Metric records and log lines                                                                */
 
-void zt_jm_add_record(job *j, const cJSON *obj, const char *text, int64_t time_ms,
-                      zt_metric_record *out) {
-    zt_history_add_record(j->history, obj, text, time_ms, j->info.step, out);
+/* The job's info after a record: its step, and the last loss and throughput. */
+static void take_numbers(job *j, const cJSON *obj, int64_t step) {
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(obj, "train/loss");
     const cJSON *tps = cJSON_GetObjectItemCaseSensitive(obj, "perf/tokens_per_second");
     if (cJSON_IsNumber(loss))
@@ -200,8 +213,14 @@ void zt_jm_add_record(job *j, const cJSON *obj, const char *text, int64_t time_m
     if (cJSON_IsNumber(tps))
         j->info.tokens_per_second = tps->valuedouble;
     j->info.n_records = zt_history_n_records(j->history);
-    if (out->step > j->info.step)
-        j->info.step = out->step;
+    if (step > j->info.step)
+        j->info.step = step;
+}
+
+void zt_jm_add_record(job *j, const cJSON *obj, const char *text, int64_t time_ms,
+                      zt_metric_record *out) {
+    zt_history_add_record(j->history, obj, text, time_ms, j->info.step, out);
+    take_numbers(j, obj, out->step);
 }
 
 void zt_jm_daemon_log(zt_jobs *jm, job *j, const char *fmt, ...) {
@@ -346,7 +365,8 @@ zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, in
         start--;
     }
     zt_job_info *out = calloc((size_t)limit, sizeof *out);
-    ZT_ASSERT(out);
+    const job **found = calloc((size_t)limit, sizeof *found);
+    ZT_ASSERT(out && found);
     for (int i = start; i >= 0; i--) {
         const job *j = jm->jobs[i];
         if (state && j->info.state != state)
@@ -355,9 +375,14 @@ zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, in
             *more = true;
             break;
         }
-        info_copy(&out[(*n)++], &j->info);
+        found[*n] = j;
+        info_copy_changing(&out[(*n)++], &j->info);
     }
     pthread_mutex_unlock(&jm->mu);
+    /* The specs (up to max_spec_bytes each) are copied here, not under the lock. */
+    for (int i = 0; i < *n; i++)
+        info_copy_fixed(&out[i], &found[i]->info);
+    free(found);
     *jobs = out;
     return ZT_OK;
 }
@@ -373,41 +398,60 @@ void zt_jobs_count_states(zt_jobs *jm, int count[ZT_JOB_CANCELLED + 1]) {
     pthread_mutex_unlock(&jm->mu);
 }
 
-zt_status zt_jobs_all(zt_jobs *jm, zt_job_info **jobs, int *n) {
+zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
+                            zt_job_summary **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    if (n_keys < 0)
+        n_keys = 0;
     pthread_mutex_lock(&jm->mu);
     int count = jm->n_jobs;
-    zt_job_info *out = calloc((size_t)(count ? count : 1), sizeof *out);
-    ZT_ASSERT(out);
-    for (int i = 0; i < count; i++)
-        info_copy(&out[i], &jm->jobs[count - 1 - i]->info);
+    size_t slots = count ? (size_t)count : 1;
+    zt_job_summary *v = calloc(slots, sizeof *v);
+    const job **found = calloc(slots, sizeof *found);
+    double *values = calloc(slots * (size_t)(n_keys ? n_keys : 1), sizeof *values);
+    if (!v || !found || !values) {
+        pthread_mutex_unlock(&jm->mu);
+        free(v);
+        free(found);
+        free(values);
+        return zt_error(ZT_ERR_NOMEM, "out of memory summarising %d jobs", count);
+    }
+    for (int i = 0; i < count; i++) {
+        const job *j = found[i] = jm->jobs[count - 1 - i];
+        zt_job_summary *e = &v[i];
+        memcpy(e->id, j->info.id, sizeof e->id);
+        e->state = j->info.state;
+        e->world_size = j->info.world_size;
+        e->step = j->info.step;
+        e->loss = j->info.loss;
+        e->tokens_per_second = j->info.tokens_per_second;
+        e->values = &values[(size_t)i * (size_t)n_keys];
+        for (int k = 0; k < n_keys; k++)
+            e->values[k] = zt_history_last_value(j->history, keys[k]);
+    }
     pthread_mutex_unlock(&jm->mu);
-    *jobs = out;
+    for (int i = 0; i < count; i++)
+        v[i].name = zt_jm_strdup(found[i]->info.name);
+    free(found);
+    v[0].values = values;   /* also what zt_job_summaries_free frees, when there is no job */
+    *out = v;
     *n = count;
     return ZT_OK;
 }
 
+void zt_job_summaries_free(zt_job_summary *s, int n) {
+    if (!s)
+        return;
+    for (int i = 0; i < n; i++)
+        free(s[i].name);
+    /* The values of every summary are one array, which the first one's points to. */
+    free(s[0].values);
+    free(s);
+}
+
 const zt_jobs_config *zt_jobs_get_config(const zt_jobs *jm) {
     return &jm->cfg;
-}
-
-zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *keys, int n_keys,
-                                int64_t since_step, int max_points, zt_series_fn emit, void *ctx) {
-    pthread_mutex_lock(&jm->mu);
-    job *j = zt_jm_find_job(jm, id);
-    if (j)
-        zt_history_series(j->history, keys, n_keys, since_step, max_points, emit, ctx);
-    pthread_mutex_unlock(&jm->mu);
-    return j ? ZT_OK : zt_jm_not_found(id);
-}
-
-zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step,
-                                 zt_record_fn emit, void *ctx) {
-    pthread_mutex_lock(&jm->mu);
-    job *j = zt_jm_find_job(jm, id);
-    if (j)
-        zt_history_records(j->history, since_step, emit, ctx);
-    pthread_mutex_unlock(&jm->mu);
-    return j ? ZT_OK : zt_jm_not_found(id);
 }
 
 zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, void *ctx) {
@@ -468,14 +512,41 @@ static void load_job(void *ctx, const zt_job_info *ji) {
     add_job(jm, job_alloc(ji));
 }
 
-static void load_record(void *ctx, const char *job_id, const zt_metric_record *r) {
-    zt_jobs *jm = ctx;
-    job *j = zt_jm_find_job(jm, job_id);
-    cJSON *obj = cJSON_Parse(r->json);
-    zt_metric_record stored;
-    if (j && cJSON_IsObject(obj))
-        zt_jm_add_record(j, obj, r->json, r->time_ms, &stored);
-    cJSON_Delete(obj);
+/* The newest records of a job, newest first, as the store gives them. */
+typedef struct {
+    char *json[LOAD_RECORDS];
+    int64_t seq[LOAD_RECORDS], step[LOAD_RECORDS];
+    int n;
+} newest_records;
+
+static void take_newest(void *ctx, const zt_metric_record *r) {
+    newest_records *nr = ctx;
+    if (nr->n == LOAD_RECORDS)
+        return;
+    nr->json[nr->n] = zt_jm_strdup(r->json);
+    nr->seq[nr->n] = r->seq;
+    nr->step[nr->n++] = r->step;
+}
+
+/* What a restarted daemon keeps of a job's history: its record count, step, last loss and
+ * throughput and the last values of its keys, from its newest LOAD_RECORDS records (the store
+ * serves the rest). A loss older than those is not found, and stays unknown (NaN). */
+static zt_status load_newest_records(zt_jobs *jm, job *j) {
+    newest_records *nr = calloc(1, sizeof *nr);
+    if (!nr)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    zt_status s = zt_store_last_records(jm->store, j->info.id, LOAD_RECORDS, take_newest, nr);
+    for (int i = nr->n - 1; i >= 0; i--) {
+        cJSON *obj = cJSON_Parse(nr->json[i]);
+        if (s == ZT_OK && cJSON_IsObject(obj)) {
+            zt_history_restore_record(j->history, obj, nr->seq[i], nr->step[i]);
+            take_numbers(j, obj, nr->step[i]);
+        }
+        cJSON_Delete(obj);
+        free(nr->json[i]);
+    }
+    free(nr);
+    return s;
 }
 
 static void load_log(void *ctx, const char *job_id, const zt_log_line *l) {
@@ -572,9 +643,11 @@ zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
         s = resolve_root(&jm->cfg.runs_root, "runs");
     if (s == ZT_OK)
         s = zt_store_open(&jm->store, jm->cfg.db_path);
-    zt_store_loader loader = {load_job, load_record, load_log};
+    zt_store_loader loader = {load_job, load_log};
     if (s == ZT_OK)
         s = zt_store_load(jm->store, LOG_RING, &loader, jm);
+    for (int i = 0; s == ZT_OK && i < jm->n_jobs; i++)
+        s = load_newest_records(jm, jm->jobs[i]);
     long long max_number = 0;
     if (s == ZT_OK)
         s = zt_store_max_job_number(jm->store, &max_number);

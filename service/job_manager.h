@@ -11,8 +11,13 @@
  * daemon has every job and its history; jobs whose ranks died with the previous daemon are
  * marked FAILED with that reason (they are not re-adopted).
  *
+ * Memory is bounded whatever the jobs' histories: a running job keeps its newest metric
+ * records in memory (ZT_JOBS_RECORD_CACHE), a job that has ended only the last values of its
+ * keys, and everything older is read from the store when asked for.
+ *
  * Thread safety: every function may be called from any thread. One mutex guards the table;
- * watcher callbacks run with it held (see zt_jobs_watch). */
+ * watcher callbacks run with it held (see zt_jobs_watch). Nothing that walks a job's history
+ * holds it for more than a copy of the newest records: a query cannot stall the supervisor. */
 #ifndef ZTRAIN_JOB_MANAGER_H
 #define ZTRAIN_JOB_MANAGER_H
 
@@ -76,8 +81,10 @@ typedef struct {
 void zt_job_info_free(zt_job_info *j);
 
 /* One metric record as rank 0 wrote it: `json` is the object's text
- * ({"train/loss": 2.5, "train/global_step": 10, ...}), `step` its train/global_step. */
+ * ({"train/loss": 2.5, "train/global_step": 10, ...}), `step` its train/global_step, `seq` its
+ * number within the job (1, 2, ... in the order they came). */
 typedef struct {
+    int64_t seq;
     int64_t step;
     int64_t time_ms;
     const char *json;
@@ -142,7 +149,8 @@ zt_status zt_jobs_record_count(zt_jobs *jm, const char *id, int64_t *n);
 
 /* Jobs newest first, only those in `state` unless it is 0, starting after the job
  * `after_id` ("" or NULL: from the newest). *jobs is a malloc'd array of *n infos (free each
- * with zt_job_info_free, then the array); *more says whether jobs remain after the last one. */
+ * with zt_job_info_free, then the array); *more says whether jobs remain after the last one.
+ * What never changes in a job (its spec, name, paths) is copied after the lock is released. */
 zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, int limit,
                        zt_job_info **jobs, int *n, bool *more);
 
@@ -152,19 +160,41 @@ zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, in
 zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s,
                          zt_job_info *info);
 
-/* The history of metric `keys` (all keys if n_keys == 0) from records with step >= since_step,
- * each thinned to at most max_points (0: all) evenly spaced records, the last always kept.
- * Calls emit(ctx, key, steps, values, n) once per key, keys in first-seen order; a record that
- * lacks a key (or has null) contributes no point to it. Runs under the manager's lock. */
+/* Metric records a running job keeps in memory; older ones are read from the store. */
+#define ZT_JOBS_RECORD_CACHE 256
+
+/* The limits of one history query, the same for every front end (GetMetrics, the HTTP series
+ * and records routes): what a query may ask for and what one answer may hold. */
+#define ZT_METRICS_MAX_KEYS 64                /* distinct keys of one series query */
+#define ZT_METRICS_MAX_KEY_BYTES 256          /* the longest key */
+#define ZT_METRICS_MAX_POINTS 10000           /* points of one series: what max_points 0 means */
+#define ZT_METRICS_MAX_ANSWER_POINTS 200000   /* points of all the series of one answer */
+#define ZT_RECORDS_MAX_PAGE 10000             /* records of one zt_jobs_metric_records answer */
+
+/* The history of metric `keys` from the records with step >= since_step. Repeated keys count
+ * once; more than ZT_METRICS_MAX_KEYS distinct keys, or one longer than
+ * ZT_METRICS_MAX_KEY_BYTES, is ZT_ERR_INVALID naming the limit. With n_keys == 0, every key of
+ * those records (more than ZT_METRICS_MAX_KEYS of them is ZT_ERR_INVALID too). Each series is
+ * thinned to at most P evenly spaced points, the first and the last kept: P is max_points
+ * capped at ZT_METRICS_MAX_POINTS (0: the cap) and at ZT_METRICS_MAX_ANSWER_POINTS divided by
+ * the number of series. Calls emit(ctx, key, steps, values, n) once per key: in the order
+ * asked (an empty series for a key no record has), or without keys in first-seen order. A
+ * record that lacks a key (or has null) contributes no point to it.
+ * The manager's lock is held only to copy the job's newest records; older ones are read from
+ * the store, and emit runs on the caller's thread with no lock held. */
 typedef void (*zt_series_fn)(void *ctx, const char *key, const int64_t *steps,
                              const double *values, int n);
 zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *keys, int n_keys,
                                 int64_t since_step, int max_points, zt_series_fn emit, void *ctx);
 
-/* Calls emit for each stored record with step >= since_step, in order (under the lock). */
+/* Calls emit for the records with step >= since_step, in order, at most `limit` of them (<= 0,
+ * or above ZT_RECORDS_MAX_PAGE: that many), with no lock held (as zt_jobs_metric_series). A page
+ * ends at a change of step: when records remain, *next_since_step is the step of the first one
+ * left out, which no record of the page has, so that asking again from it continues the history
+ * with nothing lost or repeated; -1 when the page is the end of the history. */
 typedef void (*zt_record_fn)(void *ctx, const zt_metric_record *r);
-zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step,
-                                 zt_record_fn emit, void *ctx);
+zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step, int limit,
+                                 zt_record_fn emit, void *ctx, int64_t *next_since_step);
 
 /* The last `tail` log lines of the job (all ranks, in arrival order), through emit. */
 typedef void (*zt_log_fn)(void *ctx, const zt_log_line *l);
@@ -172,8 +202,9 @@ zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, vo
 
 /* Watching a job. The callback runs with the manager's lock held, on the thread that produced
  * the event (the supervisor, or the caller of submit/cancel): it must be quick, must not block
- * and must not call back into zt_jobs. The `job` of a STATE event, the record and the line are
- * valid only during the call. */
+ * and must not call back into zt_jobs. Only the replay of records older than the job's newest
+ * ones runs without the lock, on the caller of zt_jobs_watch, before any live event. The `job`
+ * of a STATE event, the record and the line are valid only during the call. */
 typedef enum { ZT_EVENT_STATE, ZT_EVENT_METRICS, ZT_EVENT_LOG } zt_job_event_kind;
 typedef struct {
     zt_job_event_kind kind;
@@ -191,10 +222,13 @@ enum {
 
 typedef struct zt_job_watch zt_job_watch;
 
-/* Replays (under the lock, so nothing is lost or repeated) and then delivers live events until
- * zt_jobs_unwatch: first the current state (for a job that has already ended, this STATE event
- * comes last instead, after the history), then the records and log lines asked for. After the
- * STATE event of a terminal state no more events come. When only
+/* Replays and then delivers live events until zt_jobs_unwatch: first the current state (for a
+ * job that has ended, this STATE event comes last instead, after the history), then the records
+ * and log lines asked for, then live events; nothing is lost or repeated. Records older than
+ * the job's newest ones are read from the store without the manager's lock, the newest ones and
+ * the log lines under it; a state change meanwhile comes as a STATE event before the newest
+ * records (or, when the job ended, last). After the STATE event of a terminal state no more
+ * events come. When only
  * ZT_WATCH_LOGS is asked for, the terminal state is still delivered as a STATE event, so the
  * caller knows when to end. ZT_ERR_NOT_FOUND for an unknown id. */
 zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step, int log_tail,
@@ -202,9 +236,23 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
 /* After it returns, fn is never called again for this watch. */
 void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w);
 
-/* Snapshots of every job for /metrics and the jobs page: like zt_jobs_list with no filter and
- * no limit. */
-zt_status zt_jobs_all(zt_jobs *jm, zt_job_info **jobs, int *n);
+/* What a scrape needs of a job: no spec, reason or ranks. */
+typedef struct {
+    char id[32];
+    char *name;
+    zt_job_state state;
+    int world_size;
+    int64_t step;
+    double loss, tokens_per_second;   /* NaN when none */
+    double *values;   /* per key asked for: its value at the job's last step; NaN when none */
+} zt_job_summary;
+
+/* Every job, newest first, for /metrics: *out is a malloc'd array of *n summaries (free it with
+ * zt_job_summaries_free). Under the lock only numbers are copied: a job's name never changes and
+ * is copied after. */
+zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
+                            zt_job_summary **out, int *n);
+void zt_job_summaries_free(zt_job_summary *s, int n);
 
 /* How many jobs are in each state: count[s] for s in ZT_JOB_QUEUED..ZT_JOB_CANCELLED (count[0]
  * is 0). Cheap: nothing is copied. */

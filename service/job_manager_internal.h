@@ -1,10 +1,13 @@
-/* What the job manager's three files share: job_manager.c (the table, submitting, queries,
- * cancel, start and stop), job_runner.c (the queue, starting jobs, and turning what the
- * supervisor reports into records, logs and final states) and job_watch.c (watchers). Not an
- * API: nothing outside these three files includes it.
+/* What the job manager's files share: job_manager.c (the table, submitting, queries, cancel,
+ * start and stop), job_runner.c (the queue, starting jobs, and turning what the supervisor
+ * reports into records, logs and final states), job_metrics.c (history queries) and
+ * job_watch.c (watchers). Not an API: nothing outside these files includes it.
  *
  * One mutex, zt_jobs.mu, guards the table and every job in it. Every function declared here is
- * called with it held and never takes it. */
+ * called with it held and never takes it, but for job_metrics.c's (which say so). A job's
+ * spec, name, idempotency key and paths never change once it is in the table, and jobs leave
+ * the table only with the manager: they may be read without the lock through a job pointer
+ * found under it. */
 #ifndef ZTRAIN_JOB_MANAGER_INTERNAL_H
 #define ZTRAIN_JOB_MANAGER_INTERNAL_H
 
@@ -24,6 +27,7 @@
 
 #define LOG_RING 2000            /* log lines per job in memory */
 #define LOG_KEEP 10000           /* log lines per job in the store */
+#define LOAD_RECORDS 64          /* a job's newest records read back at start */
 
 typedef struct job {
     struct zt_jobs *jm;
@@ -116,6 +120,18 @@ void zt_jm_schedule(zt_jobs *jm, bool start);
 /* What the supervisor thread calls: ctx is the zt_jobs, group_ctx the job. These take the lock
  * themselves. */
 extern const zt_supervisor_callbacks zt_jm_supervisor_callbacks;
+
+/* job_metrics.c: reading a job's history. */
+
+/* What walks a history: false stops the walk. */
+typedef bool (*zt_jm_walk_fn)(void *ctx, const zt_metric_record *r);
+/* Reads the job's stored records with step >= *since and *after < seq < before, in order, a
+ * page at a time, through fn; *since and *after follow each record delivered, so that a later
+ * call goes on after it. *stopped (may be NULL) says whether fn stopped the walk. Needs no
+ * lock, and may be called with the manager's lock held (the store's reader lock comes after
+ * it). */
+zt_status zt_jm_read_stored(zt_jobs *jm, const char *id, int64_t *since, int64_t *after,
+                            int64_t before, zt_jm_walk_fn fn, void *ctx, bool *stopped);
 
 /* job_watch.c: events to watchers. */
 

@@ -2,11 +2,16 @@
 #include "job_store.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Records are numbered per job (seq, from 1) in the order they came: the number is what a reader
+ * pages by and what tells the store's part of a history from the job manager's recent records.
+ * The indexes follow the migration (migrate_records), which adds seq to an older file. */
 static const char schema[] =
     "CREATE TABLE IF NOT EXISTS jobs ("
     "  number INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, name TEXT NOT NULL,"
@@ -16,29 +21,62 @@ static const char schema[] =
     "  max_steps INTEGER NOT NULL, ranks_json TEXT NOT NULL, run_dir TEXT NOT NULL,"
     "  checkpoint_dir TEXT NOT NULL);"
     "CREATE TABLE IF NOT EXISTS records ("
-    "  job INTEGER NOT NULL, step INTEGER NOT NULL, time_ms INTEGER NOT NULL, json TEXT NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS records_by_job ON records (job);"
+    "  job INTEGER NOT NULL, step INTEGER NOT NULL, time_ms INTEGER NOT NULL, json TEXT NOT NULL,"
+    "  seq INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS logs ("
     "  job INTEGER NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL, rank INTEGER NOT NULL,"
     "  stream TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (job, seq));";
 
-enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, N_STMTS };
+/* Steps never decrease within a job, so (job, step, seq) orders a job's records as they came and
+ * lets a reader start at a step without walking the records before it. */
+static const char indexes[] =
+    "CREATE INDEX IF NOT EXISTS records_by_job_step ON records (job, step, seq);"
+    "DROP INDEX IF EXISTS records_by_job;";
+
+/* A file written before records were numbered: each job's records get 1, 2, ... in the order
+ * they were inserted (rowid), in one transaction. */
+static const char migrate_sql[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE records ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE records SET seq = numbered.n FROM (SELECT rowid AS id, row_number() OVER"
+    "  (PARTITION BY job ORDER BY rowid) AS n FROM records) AS numbered"
+    "  WHERE records.rowid = numbered.id;"
+    "COMMIT;";
+
+enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, LAST_RECORDS, N_STMTS };
 static const char *const stmt_sql[N_STMTS] = {
     [PUT_JOB] = "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
                 " ?12, ?13, ?14, ?15, ?16)",
-    [ADD_RECORD] = "INSERT INTO records VALUES (?1, ?2, ?3, ?4)",
+    [ADD_RECORD] = "INSERT INTO records (job, seq, step, time_ms, json)"
+                   " VALUES (?1, ?2, ?3, ?4, ?5)",
     [ADD_LOG] = "INSERT INTO logs VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [TRIM_LOG] = "DELETE FROM logs WHERE job = ?1 AND seq <= ?2",
+    [LAST_RECORDS] = "SELECT seq, step, time_ms, json FROM records WHERE job = ?1"
+                     " ORDER BY step DESC, seq DESC LIMIT ?2",
 };
+
+/* The reader's one statement: a page of a job's history from a step and after a record. */
+static const char read_sql[] =
+    "SELECT seq, step, time_ms, json FROM records WHERE job = ?1 AND step >= ?2 AND seq > ?3"
+    " AND seq < ?4 ORDER BY step, seq LIMIT ?5";
 
 struct zt_job_store {
     sqlite3 *db;
     char *path;
     sqlite3_stmt *stmt[N_STMTS];
+    /* The history's readers: their own connection (WAL lets it read while db writes), used by
+     * one thread at a time under rd_mu, which nothing else is held under. */
+    pthread_mutex_t rd_mu;
+    sqlite3 *rd;
+    sqlite3_stmt *rd_stmt;
 };
 
+static zt_status conn_error(zt_job_store *st, sqlite3 *db, const char *what) {
+    return zt_error(ZT_ERR_IO, "%s: %s: %s", st->path, what, sqlite3_errmsg(db));
+}
+
 static zt_status db_error(zt_job_store *st, const char *what) {
-    return zt_error(ZT_ERR_IO, "%s: %s: %s", st->path, what, sqlite3_errmsg(st->db));
+    return conn_error(st, st->db, what);
 }
 
 /* "job-000042" -> 42; the number is the row's key, so rows sort by age. */
@@ -47,26 +85,56 @@ static long long job_number(const char *id) {
     return digits ? atoll(digits + 1) : 0;
 }
 
+static zt_status migrate_records(zt_job_store *st) {
+    sqlite3_stmt *probe = NULL;
+    bool numbered = sqlite3_prepare_v2(st->db, "SELECT seq FROM records LIMIT 0", -1, &probe,
+                                       NULL) == SQLITE_OK;
+    sqlite3_finalize(probe);
+    if (numbered)
+        return ZT_OK;
+    if (sqlite3_exec(st->db, migrate_sql, NULL, NULL, NULL) == SQLITE_OK)
+        return ZT_OK;
+    zt_status s = db_error(st, "cannot number the metric records of an older state file");
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return s;
+}
+
+/* Opens one connection to the file, as ztraind uses them: WAL, so that readers never block the
+ * writer and a killed process loses nothing committed, and a wait for a lock held elsewhere. */
+static zt_status open_conn(zt_job_store *st, sqlite3 **db) {
+    if (sqlite3_open_v2(st->path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                          SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
+        return conn_error(st, *db, "cannot open");
+    if (sqlite3_exec(*db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                          "PRAGMA busy_timeout=5000;", NULL, NULL, NULL) != SQLITE_OK)
+        return conn_error(st, *db, "cannot set WAL mode");
+    return ZT_OK;
+}
+
 zt_status zt_store_open(zt_job_store **out, const char *path) {
     zt_job_store *st = calloc(1, sizeof *st);
     if (!st || !(st->path = strdup(path))) {
         free(st);
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     }
-    zt_status s = ZT_OK;
-    if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                           SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
-        s = db_error(st, "cannot open");
-    /* WAL: readers never block the writer, and a killed process loses nothing committed. */
-    if (s == ZT_OK && sqlite3_exec(st->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                                           "PRAGMA busy_timeout=5000;", NULL, NULL, NULL) != SQLITE_OK)
-        s = db_error(st, "cannot set WAL mode");
+    pthread_mutex_init(&st->rd_mu, NULL);
+    zt_status s = open_conn(st, &st->db);
     if (s == ZT_OK && sqlite3_exec(st->db, schema, NULL, NULL, NULL) != SQLITE_OK)
         s = db_error(st, "cannot create the schema");
+    if (s == ZT_OK)
+        s = migrate_records(st);
+    if (s == ZT_OK && sqlite3_exec(st->db, indexes, NULL, NULL, NULL) != SQLITE_OK)
+        s = db_error(st, "cannot index the metric records");
     for (int i = 0; s == ZT_OK && i < N_STMTS; i++)
         if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
                                NULL) != SQLITE_OK)
             s = db_error(st, "cannot prepare a statement (is this a ztraind state file?)");
+    if (s == ZT_OK)
+        s = open_conn(st, &st->rd);
+    if (s == ZT_OK && (sqlite3_exec(st->rd, "PRAGMA query_only=1", NULL, NULL, NULL) != SQLITE_OK ||
+                       sqlite3_prepare_v3(st->rd, read_sql, -1, SQLITE_PREPARE_PERSISTENT,
+                                          &st->rd_stmt, NULL) != SQLITE_OK))
+        s = conn_error(st, st->rd, "cannot prepare the history reader");
     if (s != ZT_OK) {
         zt_store_close(st);
         return s;
@@ -80,7 +148,10 @@ void zt_store_close(zt_job_store *st) {
         return;
     for (int i = 0; i < N_STMTS; i++)
         sqlite3_finalize(st->stmt[i]);
+    sqlite3_finalize(st->rd_stmt);
+    sqlite3_close(st->rd);
     sqlite3_close(st->db);
+    pthread_mutex_destroy(&st->rd_mu);
     free(st->path);
     free(st);
 }
@@ -153,9 +224,10 @@ zt_status zt_store_put_job(zt_job_store *st, const zt_job_info *j) {
 zt_status zt_store_add_record(zt_job_store *st, const char *job_id, const zt_metric_record *r) {
     sqlite3_stmt *q = st->stmt[ADD_RECORD];
     sqlite3_bind_int64(q, 1, job_number(job_id));
-    sqlite3_bind_int64(q, 2, r->step);
-    sqlite3_bind_int64(q, 3, r->time_ms);
-    sqlite3_bind_text(q, 4, r->json, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 2, r->seq);
+    sqlite3_bind_int64(q, 3, r->step);
+    sqlite3_bind_int64(q, 4, r->time_ms);
+    sqlite3_bind_text(q, 5, r->json, -1, SQLITE_STATIC);
     return run(st, q, "cannot write a metric record");
 }
 
@@ -219,23 +291,6 @@ static zt_status load_jobs(zt_job_store *st, const zt_store_loader *cb, void *ct
     return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read jobs");
 }
 
-static zt_status load_records(zt_job_store *st, const zt_store_loader *cb, void *ctx) {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(st->db,
-                           "SELECT jobs.id, step, time_ms, json FROM records JOIN jobs ON "
-                           "jobs.number = records.job ORDER BY records.job, records.rowid",
-                           -1, &q, NULL) != SQLITE_OK)
-        return db_error(st, "cannot read metric records");
-    int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        zt_metric_record r = {.step = sqlite3_column_int64(q, 1),
-                              .time_ms = sqlite3_column_int64(q, 2), .json = col_text(q, 3)};
-        cb->record(ctx, col_text(q, 0), &r);
-    }
-    sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read metric records");
-}
-
 static zt_status load_logs(zt_job_store *st, int tail, const zt_store_loader *cb, void *ctx) {
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(st->db,
@@ -258,8 +313,53 @@ static zt_status load_logs(zt_job_store *st, int tail, const zt_store_loader *cb
 
 zt_status zt_store_load(zt_job_store *st, int log_tail, const zt_store_loader *cb, void *ctx) {
     ZT_TRY(load_jobs(st, cb, ctx));
-    ZT_TRY(load_records(st, cb, ctx));
     return load_logs(st, log_tail, cb, ctx);
+}
+
+/* A record of the current row of q (seq, step, time_ms, json): valid until q moves on. */
+static zt_metric_record row_record(sqlite3_stmt *q) {
+    return (zt_metric_record){.seq = sqlite3_column_int64(q, 0),
+                              .step = sqlite3_column_int64(q, 1),
+                              .time_ms = sqlite3_column_int64(q, 2), .json = col_text(q, 3)};
+}
+
+zt_status zt_store_last_records(zt_job_store *st, const char *job_id, int limit,
+                                zt_record_fn emit, void *ctx) {
+    sqlite3_stmt *q = st->stmt[LAST_RECORDS];
+    sqlite3_bind_int64(q, 1, job_number(job_id));
+    sqlite3_bind_int(q, 2, limit);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        zt_metric_record r = row_record(q);
+        emit(ctx, &r);
+    }
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read metric records");
+}
+
+zt_status zt_store_read_records(zt_job_store *st, const char *job_id, int64_t since_step,
+                                int64_t after_seq, int64_t before_seq, int limit,
+                                zt_record_fn emit, void *ctx, int *n) {
+    *n = 0;
+    pthread_mutex_lock(&st->rd_mu);
+    sqlite3_stmt *q = st->rd_stmt;
+    sqlite3_bind_int64(q, 1, job_number(job_id));
+    sqlite3_bind_int64(q, 2, since_step);
+    sqlite3_bind_int64(q, 3, after_seq);
+    sqlite3_bind_int64(q, 4, before_seq);
+    sqlite3_bind_int(q, 5, limit);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        zt_metric_record r = row_record(q);
+        emit(ctx, &r);
+        (*n)++;
+    }
+    zt_status s = rc == SQLITE_DONE ? ZT_OK : conn_error(st, st->rd, "cannot read metric records");
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    pthread_mutex_unlock(&st->rd_mu);
+    return s;
 }
 
 zt_status zt_store_max_job_number(zt_job_store *st, long long *n) {

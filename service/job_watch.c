@@ -1,6 +1,8 @@
-/* Watching a job (zt_jobs_watch in job_manager.h): a new watch gets the job's history replayed
- * under the manager's lock, then every live event of the kinds it asked for, until the terminal
- * state. The events come from job_manager.c and job_runner.c through zt_jm_notify. */
+/* Watching a job (zt_jobs_watch in job_manager.h): a new watch gets the job's history replayed,
+ * the part of it in the store without the manager's lock and the newest records under it, then
+ * every live event of the kinds it asked for, until the terminal state. The events come from
+ * job_manager.c and job_runner.c through zt_jm_notify. */
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "job_manager_internal.h"
@@ -50,6 +52,40 @@ static void replay_record(void *ctx, const zt_metric_record *r) {
     w->fn(w->ctx, &ev);
 }
 
+static bool replay_stored(void *ctx, const zt_metric_record *r) {
+    replay_record(ctx, r);
+    return true;
+}
+
+/* Rounds of reading the store without the lock before the rest is read with it held: each round
+ * reads what the job reported during the one before, so this is reached only by a job that
+ * reports faster than the store is read. */
+#define UNLOCKED_ROUNDS 8
+
+/* Replays the job's records that are only in the store (numbered below the ring's first), from
+ * from_step. Called and returns with the lock held; releases it while it reads, so that the
+ * supervisor goes on. When it returns, the ring holds every record not yet replayed (*after is
+ * the last number replayed or skipped). */
+static zt_status replay_store(zt_jobs *jm, job *j, zt_job_watch *w, int64_t *after) {
+    int64_t since = w->from_step;
+    int64_t before = zt_history_first_cached(j->history);
+    for (int round = 0; *after < before - 1; round++) {
+        bool unlocked = round < UNLOCKED_ROUNDS;
+        if (unlocked)
+            pthread_mutex_unlock(&jm->mu);
+        zt_status s = zt_jm_read_stored(jm, j->info.id, &since, after, before, replay_stored, w,
+                                        NULL);
+        if (unlocked)
+            pthread_mutex_lock(&jm->mu);
+        ZT_TRY(s);
+        /* Numbers below `before` that the store does not have were never written (a failed
+         * write): there is nothing more of them to replay. */
+        *after = before - 1;
+        before = zt_history_first_cached(j->history);
+    }
+    return ZT_OK;
+}
+
 static void replay_log(void *ctx, const zt_log_line *l) {
     zt_job_watch *w = ctx;
     zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = l};
@@ -70,12 +106,26 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
         return zt_jm_not_found(id);
     }
     w->job = j;
-    bool ended = zt_job_state_terminal(j->info.state);
     zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
-    if (!ended)
+    zt_job_state told = 0;
+    if (!zt_job_state_terminal(j->info.state)) {
+        told = j->info.state;
+        fn(ctx, &ev);
+    }
+    int64_t after = 0;
+    zt_status s = (what & ZT_WATCH_METRICS) ? replay_store(jm, j, w, &after) : ZT_OK;
+    if (s != ZT_OK) {
+        pthread_mutex_unlock(&jm->mu);
+        free(w);
+        return s;
+    }
+    /* The state may have changed while the store was read: the watcher hears of it now (a
+     * terminal state after the rest of the history). */
+    bool ended = zt_job_state_terminal(j->info.state);
+    if (!ended && j->info.state != told)
         fn(ctx, &ev);
     if (what & ZT_WATCH_METRICS)
-        zt_history_records(j->history, from_step, replay_record, w);
+        zt_history_cached_records(j->history, from_step, after, replay_record, w);
     if (what & ZT_WATCH_LOGS)
         zt_history_logs(j->history, log_tail, replay_log, w);
     if (ended) {

@@ -281,14 +281,25 @@ export function jobView(main, id) {
     if (st.alive && !(st.job && TERMINAL.has(st.job.state))) st.pollTimer = setTimeout(pollJob, JOB_POLL_MS);
   }
 
+  /* The whole history, a page of /records at a time (each page says where the next starts). */
+  async function loadRecords() {
+    const records = [];
+    for (let since = 0; since !== null && since !== undefined;) {
+      const page = await apiJson(jobPath(id, `/records?since_step=${since}`), {signal});
+      records.push(...(page.records || []));
+      since = page.next_since_step;
+    }
+    return records;
+  }
+
   (async () => {
     try {
       renderJob(await apiJson(jobPath(id), {signal}));
       const [recs, logs] = await Promise.all([
-        apiJson(jobPath(id, '/records?since_step=0'), {signal}),
+        loadRecords(),
         apiJson(jobPath(id, `/logs?tail=${LOG_TAIL}`), {signal}),
       ]);
-      for (const r of recs.records || []) addRecord(r);
+      for (const r of recs) addRecord(r);
       addLogs(logs.lines || []);
       charts.flush();
       /* Tests wait for this before reading the page. */
