@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "job_manager.h"
+#include "tls.h"
 #include "ztrain/status.h"
 
 typedef struct {
@@ -15,6 +16,10 @@ typedef struct {
     const char *token;          /* NULL: no authentication; else every call needs
                                    "authorization: Bearer <token>" or gets UNAUTHENTICATED */
     size_t max_message_bytes;   /* largest request accepted (0: 4 MiB) */
+    /* NULL, or no cert in it: plaintext. Else TLS with tls->cert and tls->key; with tls->ca
+     * too, every client must present a certificate that one of those CAs signed (mutual TLS),
+     * or its handshake fails. Copied by zt_grpc_server_create. */
+    const zt_tls_pem *tls;
 } zt_grpc_server_config;
 
 typedef struct zt_grpc_server zt_grpc_server;
