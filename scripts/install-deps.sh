@@ -20,6 +20,7 @@ build=(
   liburing-dev                                # io_uring for NVMe offload (else a thread pool)
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto   # ztraind's gRPC (C core)
   libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
+  libgnutls28-dev                             # TLS: checking certificates, client certificates
   libjs-chart.js                              # the dashboard's charts, served by ztraind
 )
 
@@ -29,6 +30,7 @@ runtime=(
   libcjson1 liburing2                         # JSON; io_uring (NVMe offload)
   libgrpc29 libprotobuf-c1                    # gRPC C core (pulls in abseil, re2, c-ares, ssl)
   libmicrohttpd12 libsqlite3-0                # HTTP server, durable state
+  libgnutls30                                 # TLS certificate checks (HTTPS's own library)
   libjs-chart.js                              # the dashboard's charts
   tini                                        # PID 1 in the image: reaps orphans, forwards signals
 )
@@ -38,6 +40,7 @@ test=(
   python3-grpcio protobuf-compiler protobuf-compiler-grpc        # gRPC clients in the tests
   python3-yaml                                # the Kubernetes manifest's test reads it
   curl wrk                                    # the demo's HTTP call, the HTTP benchmark
+  openssl                                     # the TLS test makes its certificates
   chromium chromium-driver python3-selenium   # the dashboard's browser tests
 )
 
@@ -72,13 +75,13 @@ for profile in "${profiles[@]}"; do
   esac
 done
 
-# Ubuntu 24.04 (the CUDA images' base) has the same versions under other names for two of the
+# Ubuntu 24.04 (the CUDA images' base) has the same versions under other names for three of the
 # runtime libraries: its 64-bit time_t transition renamed them.
 os_id="$(. /etc/os-release 2>/dev/null && echo "${ID:-}")"
 if [ "$os_id" = ubuntu ]; then
   for i in "${!packages[@]}"; do
     case "${packages[$i]}" in
-      libgrpc29|libmicrohttpd12) packages[$i]="${packages[$i]}t64" ;;
+      libgrpc29|libmicrohttpd12|libgnutls30) packages[$i]="${packages[$i]}t64" ;;
     esac
   done
 fi

@@ -38,7 +38,11 @@ const char zt_cli_remote_usage[] =
     "  cancel ID [--force] [--grace SECONDS]\n"
     "      Stop a job: a checkpoint first, or at once with --force.\n"
     "  Remote commands take --server HOST:PORT (default $ZTRAIN_SERVER, else " DEFAULT_SERVER ")\n"
-    "  and --token-file FILE (default $ZTRAIN_TOKEN).\n";
+    "  and --token-file FILE (default $ZTRAIN_TOKEN). For a ztraind with --tls-cert:\n"
+    "  --tls-ca FILE (default $ZTRAIN_TLS_CA) the PEM CA that signed the server's certificate,\n"
+    "  which must name the host of --server; with --tls-client-ca also --tls-cert FILE and\n"
+    "  --tls-key FILE (default $ZTRAIN_TLS_CERT, $ZTRAIN_TLS_KEY), the client's own. Any of\n"
+    "  them turns TLS on; without --tls-ca the system's roots are trusted.\n";
 
 /* ---- options ----------------------------------------------------------------------------- */
 
@@ -46,6 +50,7 @@ typedef struct {
     const char *command;
     const char *server;
     const char *token_file;
+    const char *tls_ca, *tls_cert, *tls_key;
     const char *arg;            /* the one positional argument: a job file or id */
     bool wait, watch, json, follow, force;
     const char *state;
@@ -86,6 +91,12 @@ static int value_flag(options *o, const char *flag, const char *v) {
         o->server = v;
     else if (strcmp(flag, "--token-file") == 0)
         o->token_file = v;
+    else if (strcmp(flag, "--tls-ca") == 0)
+        o->tls_ca = v;
+    else if (strcmp(flag, "--tls-cert") == 0)
+        o->tls_cert = v;
+    else if (strcmp(flag, "--tls-key") == 0)
+        o->tls_key = v;
     else if (strcmp(flag, "--state") == 0)
         o->state = v;
     else if (strcmp(flag, "--idempotency-key") == 0)
@@ -106,9 +117,9 @@ static int value_flag(options *o, const char *flag, const char *v) {
 }
 
 static bool takes_value(const char *flag) {
-    static const char *const with_value[] = {"--server", "--token-file", "--state", "--limit",
-                                             "--tail", "--from-step", "--grace", "--idempotency-key",
-                                             NULL};
+    static const char *const with_value[] = {"--server", "--token-file", "--tls-ca", "--tls-cert",
+                                             "--tls-key", "--state", "--limit", "--tail",
+                                             "--from-step", "--grace", "--idempotency-key", NULL};
     for (const char *const *f = with_value; *f; f++)
         if (strcmp(*f, flag) == 0)
             return true;
@@ -124,7 +135,9 @@ static int parse_options(options *o, int argc, char **argv) {
             o->arg = a;
             continue;
         }
-        bool common = strcmp(a, "--server") == 0 || strcmp(a, "--token-file") == 0;
+        bool common = strcmp(a, "--server") == 0 || strcmp(a, "--token-file") == 0 ||
+                      strcmp(a, "--tls-ca") == 0 || strcmp(a, "--tls-cert") == 0 ||
+                      strcmp(a, "--tls-key") == 0;
         if (!common && !flag_allowed(o->command, a))
             return usage_error(o, "unknown option '%s'", a);
         if (takes_value(a)) {
@@ -145,17 +158,37 @@ static int parse_options(options *o, int argc, char **argv) {
 
 /* ---- connection -------------------------------------------------------------------------- */
 
+/* A TLS file from its flag, else from its environment variable; the source names which. */
+static zt_tls_file tls_file(const char *flag_value, const char *flag, const char *env_name,
+                            const char *either) {
+    if (flag_value)
+        return (zt_tls_file){flag_value, flag};
+    const char *env = getenv(env_name);
+    return env && *env ? (zt_tls_file){env, env_name} : (zt_tls_file){NULL, either};
+}
+
 static int connect_client(const options *o, zt_rpc_client **c) {
     const char *server = o->server;
     if (!server) {
         const char *env = getenv("ZTRAIN_SERVER");
         server = env && *env ? env : DEFAULT_SERVER;
     }
-    char *token = NULL;
-    if (zt_auth_load_token(o->token_file, &token) != ZT_OK)
+    zt_tls_file ca = tls_file(o->tls_ca, "--tls-ca", "ZTRAIN_TLS_CA",
+                              "--tls-ca (or ZTRAIN_TLS_CA)");
+    zt_tls_file cert = tls_file(o->tls_cert, "--tls-cert", "ZTRAIN_TLS_CERT",
+                                "--tls-cert (or ZTRAIN_TLS_CERT)");
+    zt_tls_file key = tls_file(o->tls_key, "--tls-key", "ZTRAIN_TLS_KEY",
+                               "--tls-key (or ZTRAIN_TLS_KEY)");
+    zt_tls_pem tls;
+    if (zt_tls_load(&tls, cert, key, ca) != ZT_OK)
         return zt_cli_fail(NULL);
-    zt_status s = zt_rpc_client_create(c, server, token, 0);
+    bool use_tls = ca.path || cert.path;
+    char *token = NULL;
+    zt_status s = zt_auth_load_token(o->token_file, &token);
+    if (s == ZT_OK)
+        s = zt_rpc_client_create(c, server, token, use_tls ? &tls : NULL, 0);
     free(token);
+    zt_tls_pem_free(&tls);
     return s == ZT_OK ? 0 : zt_cli_fail(NULL);
 }
 

@@ -7,8 +7,10 @@
  *   ztrain logs ID [-f] [--tail N]
  *   ztrain cancel ID [--force] [--grace SECONDS]
  *
- * Every command takes --server HOST:PORT (default $ZTRAIN_SERVER, else 127.0.0.1:50051) and
- * --token-file FILE (default $ZTRAIN_TOKEN). */
+ * Every command takes --server HOST:PORT (default $ZTRAIN_SERVER, else 127.0.0.1:50051),
+ * --token-file FILE (default $ZTRAIN_TOKEN), and for a TLS server --tls-ca FILE (the CA that
+ * signed its certificate) and, for mutual TLS, --tls-cert FILE and --tls-key FILE (defaults
+ * $ZTRAIN_TLS_CA, $ZTRAIN_TLS_CERT, $ZTRAIN_TLS_KEY; any of them turns TLS on). */
 #ifndef ZTRAIN_CLI_REMOTE_H
 #define ZTRAIN_CLI_REMOTE_H
 

@@ -7,6 +7,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "grpc_client.h"
@@ -21,13 +22,28 @@ struct zt_rpc_client {
     char *addr;
     char *auth;                 /* "Bearer <token>", or NULL */
     double timeout_s;
+    bool tls, client_cert;
     grpc_channel *channel;
     grpc_completion_queue *cq;
     grpc_status_code last_code;
 };
 
+/* Plaintext, or TLS with the given trust roots and, for mutual TLS, the client's own pair.
+ * gRPC copies the PEM text. */
+static grpc_channel_credentials *channel_credentials(const zt_tls_pem *tls) {
+    if (!tls)
+        return grpc_insecure_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = tls->key, .cert_chain = tls->cert};
+    return grpc_ssl_credentials_create_ex(tls->ca, tls->cert ? &pair : NULL, NULL, NULL);
+}
+
+/* gRPC logs each failed TLS handshake on stderr, which repeats what the call's status says. */
+static void drop_log(gpr_log_func_args *args) {
+    (void)args;
+}
+
 zt_status zt_rpc_client_create(zt_rpc_client **out, const char *addr, const char *token,
-                               double timeout_s) {
+                               const zt_tls_pem *tls, double timeout_s) {
     *out = NULL;
     zt_rpc_client *c = calloc(1, sizeof *c);
     if (!c || !(c->addr = strdup(addr))) {
@@ -45,11 +61,16 @@ zt_status zt_rpc_client_create(zt_rpc_client **out, const char *addr, const char
         snprintf(c->auth, n, "Bearer %s", token);
     }
     c->timeout_s = timeout_s > 0 ? timeout_s : DEFAULT_TIMEOUT_S;
+    c->tls = tls != NULL;
+    c->client_cert = tls && tls->cert;
+    /* Whoever sets GRPC_VERBOSITY wants gRPC's own log lines. */
+    if (!getenv("GRPC_VERBOSITY"))
+        gpr_set_log_function(drop_log);
     grpc_init();
     grpc_arg arg = {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
                     .value.integer = MAX_REPLY_BYTES};
     grpc_channel_args args = {.num_args = 1, .args = &arg};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel_credentials *creds = channel_credentials(tls);
     c->channel = grpc_channel_create(addr, creds, &args);
     grpc_channel_credentials_release(creds);
     c->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -96,6 +117,27 @@ static bool run_batch(zt_rpc_client *c, grpc_call *call, const grpc_op *ops, siz
     return wait_tag(c, tag);
 }
 
+/* Why a connection failed, when TLS is the likely cause: gRPC only says the socket closed or
+ * which OpenSSL check failed, which does not tell a user which flag to change. */
+static const char *tls_hint(const zt_rpc_client *c, const char *details) {
+    bool closed = strstr(details, "Socket closed") != NULL;
+    if (!c->tls)
+        return closed ? " (a TLS server closes plaintext connections: if ztraind runs with "
+                        "--tls-cert, give --tls-ca FILE or set ZTRAIN_TLS_CA)"
+                      : "";
+    if (strstr(details, "wrong version number"))
+        return " (the server does not speak TLS: is ztraind running without --tls-cert?)";
+    if (strstr(details, "certificate verify failed"))
+        return " (the server's certificate is not signed by a CA of --tls-ca, or does not name "
+               "the host of --server in its subjectAltName)";
+    if (closed)
+        return c->client_cert ? " (a server under mutual TLS closes connections whose client "
+                                "certificate no CA of its --tls-client-ca signed)"
+                              : " (a server under mutual TLS closes connections without a "
+                                "client certificate: give --tls-cert and --tls-key)";
+    return "";
+}
+
 /* What a status becomes: the code's name and the details, with the address first when the
  * trouble is reaching the server rather than what it answered. */
 static zt_status status_error(zt_rpc_client *c, grpc_status_code code, grpc_slice details) {
@@ -109,8 +151,9 @@ static zt_status status_error(zt_rpc_client *c, grpc_status_code code, grpc_slic
                   : code == GRPC_STATUS_RESOURCE_EXHAUSTED ? ZT_ERR_LIMIT
                   : code == GRPC_STATUS_DEADLINE_EXCEEDED  ? ZT_ERR_TIMEOUT
                                                            : ZT_ERR_IO;
-    zt_error(s, "%s%s%s%s%s", transport ? c->addr : "", transport ? ": " : "",
-             zt_grpc_status_name(code), text[0] ? ": " : "", text);
+    zt_error(s, "%s%s%s%s%s%s", transport ? c->addr : "", transport ? ": " : "",
+             zt_grpc_status_name(code), text[0] ? ": " : "", text,
+             code == GRPC_STATUS_UNAVAILABLE ? tls_hint(c, text) : "");
     gpr_free(text);
     return s;
 }

@@ -14,15 +14,22 @@
 #include <grpc/status.h>
 #include <protobuf-c/protobuf-c.h>
 
+#include "tls.h"
 #include "ztrain/status.h"
 
 typedef struct zt_rpc_client zt_rpc_client;
 
 /* A client of the server at addr ("host:port" or "unix:/path"); the connection is made by the
  * first call. token (may be NULL) is sent as "authorization: Bearer <token>" on every call.
- * timeout_s bounds each unary call (<= 0: 30 s); streams have no deadline. */
+ * timeout_s bounds each unary call (<= 0: 30 s); streams have no deadline.
+ *
+ * tls NULL: plaintext. Else TLS: the server's certificate must chain to tls->ca (NULL: gRPC's
+ * default roots) and name addr's host (an IP address in the certificate's subjectAltName when
+ * addr is one); tls->cert and tls->key, when set, are presented for mutual TLS. Copied: tls
+ * may be freed once this returns. A failed connection's message says when TLS is the likely
+ * cause (a plaintext client at a TLS server, or the reverse, or a certificate not trusted). */
 zt_status zt_rpc_client_create(zt_rpc_client **out, const char *addr, const char *token,
-                               double timeout_s);
+                               const zt_tls_pem *tls, double timeout_s);
 void zt_rpc_client_destroy(zt_rpc_client *c);
 
 /* Calls `method` ("/ztrain.v1.Trainer/GetJob") with req and unpacks the reply as reply_desc

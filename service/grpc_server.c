@@ -423,7 +423,25 @@ static grpc_server *create_core_server(const zt_grpc_server_config *cfg) {
     return grpc_server_create(&ch_args, NULL);
 }
 
-static zt_status register_and_bind(zt_grpc_server *s, const char *addr, int max_connections) {
+/* The listening port's credentials: plaintext, or TLS with gRPC's own SSL server credentials.
+ * A client CA means mutual TLS: a client without a certificate that CA signed is refused in
+ * the handshake, before any call reaches the token check. gRPC copies the PEM text. */
+static grpc_server_credentials *server_credentials(const zt_tls_pem *tls) {
+    if (!tls || !tls->cert)
+        return grpc_insecure_server_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = tls->key, .cert_chain = tls->cert};
+    grpc_ssl_server_certificate_config *config =
+        grpc_ssl_server_certificate_config_create(tls->ca, &pair, 1);
+    grpc_ssl_server_credentials_options *options =
+        grpc_ssl_server_credentials_create_options_using_config(
+            tls->ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                    : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            config);
+    return grpc_ssl_server_credentials_create_with_options(options);
+}
+
+static zt_status register_and_bind(zt_grpc_server *s, const char *addr, int max_connections,
+                                   const zt_tls_pem *tls) {
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     for (int m = 0; m < M_COUNT; m++) {
         s->handles[m] = grpc_server_register_method(s->server, zt_grpc_methods[m].path, NULL,
@@ -432,7 +450,7 @@ static zt_status register_and_bind(zt_grpc_server *s, const char *addr, int max_
         if (!s->handles[m])
             return zt_error(ZT_ERR_INVALID, "gRPC: cannot register %s", zt_grpc_methods[m].path);
     }
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *creds = server_credentials(tls);
     s->port = grpc_server_add_http2_port(s->server, addr, creds);
     grpc_server_credentials_release(creds);
     if (s->port == 0)
@@ -459,7 +477,7 @@ zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_confi
     zt_status st = cfg->token && cfg->token[0] && !s->token
                        ? zt_error(ZT_ERR_NOMEM, "out of memory")
                        : register_and_bind(s, cfg->addr ? cfg->addr : "",
-                                           cfg->max_connections);
+                                           cfg->max_connections, cfg->tls);
     if (st != ZT_OK) {
         zt_grpc_server_destroy(s);
         return st;

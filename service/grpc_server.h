@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "job_manager.h"
+#include "tls.h"
 #include "ztrain/status.h"
 
 typedef struct {
@@ -24,6 +25,10 @@ typedef struct {
     int idle_timeout_ms;        /* a connection with no call open for this long is closed with
                                    a GOAWAY, which clients take as "reconnect when needed"
                                    (0: never) */
+    /* NULL, or no cert in it: plaintext. Else TLS with tls->cert and tls->key; with tls->ca
+     * too, every client must present a certificate that one of those CAs signed (mutual TLS),
+     * or its handshake fails. Copied by zt_grpc_server_create. */
+    const zt_tls_pem *tls;
 } zt_grpc_server_config;
 
 typedef struct zt_grpc_server zt_grpc_server;

@@ -1,9 +1,14 @@
-/* protobuf-c <-> grpc byte buffers, metadata lookup and status names (grpc_util.h). */
+/* protobuf-c <-> grpc byte buffers, metadata lookup, status names and gRPC's log
+ * (grpc_util.h). */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/slice.h>
+#include <grpc/support/log.h>
 
 #include "grpc_util.h"
 #include "job_manager.h"
@@ -68,4 +73,33 @@ const char *zt_grpc_status_name(grpc_status_code code) {
     if ((int)code < 0 || (size_t)code >= sizeof names / sizeof names[0])
         return "UNKNOWN";
     return names[code];
+}
+
+static const char *log_program = "ztrain";
+static int log_per_minute;
+
+static void log_limited(gpr_log_func_args *args) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static time_t window_start;
+    static int in_window, dropped;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    pthread_mutex_lock(&mu);
+    if (now.tv_sec - window_start >= 60) {
+        if (dropped)
+            fprintf(stderr, "%s: grpc: %d more messages were not logged\n", log_program, dropped);
+        window_start = now.tv_sec;
+        in_window = dropped = 0;
+    }
+    if (in_window++ < log_per_minute)
+        fprintf(stderr, "%s: grpc: %s\n", log_program, args->message);
+    else
+        dropped++;
+    pthread_mutex_unlock(&mu);
+}
+
+void zt_grpc_log_limit(const char *program, int per_minute) {
+    log_program = program;
+    log_per_minute = per_minute;
+    gpr_set_log_function(log_limited);
 }

@@ -3,8 +3,8 @@
  * and CORS preflights, and the routing of every URL to its handler. The handlers live beside
  * it: the job routes (http_jobs.c), the metric series (http_series.c), the live event stream
  * (http_events.c), Prometheus' /metrics (http_prometheus.c) and the dashboard's files
- * (http_static.c); who may ask is http_guard.c, how they answer is http_reply.c, and what they
- * share is http_internal.h.
+ * (http_static.c); who may ask is http_guard.c (with client certificates, http_tls.c, which
+ * also sets up HTTPS), how they answer is http_reply.c, and what they share is http_internal.h.
  *
  * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), because an event
  * stream's content reader blocks until the job manager has something to say; ordinary requests
@@ -177,7 +177,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
          * closes the connection. */
         *req_cls = &no_body;
         enum MHD_Result ret;
-        if (!zt_http_guard_request(s, c, &ret))
+        if (!zt_http_guard_client_cert(s, c, &ret) || !zt_http_guard_request(s, c, &ret))
             return ret;
         zt_http_conns_request_begun(s->conns, c);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
@@ -309,6 +309,10 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
     const char *host = cfg->host && *cfg->host ? cfg->host : "127.0.0.1";
     zt_status st = zt_http_guard_init(&s->guard, host, cfg->hosts, cfg->n_hosts, cfg->origins,
                                       cfg->n_origins);
+    struct MHD_OptionItem tls_opts[ZT_HTTP_TLS_OPTIONS];
+    unsigned tls_flags = 0;
+    if (st == ZT_OK)
+        st = zt_http_tls_options(s, cfg->tls, tls_opts, &tls_flags);
     if (st != ZT_OK) {
         server_free(s);
         return st;
@@ -336,7 +340,7 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
      * for connections that were displaced and are still being closed. */
     s->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-            MHD_USE_ITC | MHD_USE_ERROR_LOG,
+            MHD_USE_ITC | MHD_USE_ERROR_LOG | tls_flags,
         0, zt_http_conns_admit, s->conns, on_request, s,
         /* First, so that MHD's own messages about the options below go through it too. */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
@@ -347,6 +351,7 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)ZT_HTTP_MEMORY_LIMIT,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, zt_http_conns_notify, s->conns,
+        MHD_OPTION_ARRAY, tls_opts,
         MHD_OPTION_END);
     if (!s->daemon) {
         close(fd);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "job_manager.h"
+#include "tls.h"
 #include "ztrain/status.h"
 
 typedef struct {
@@ -39,6 +40,12 @@ typedef struct {
      * asked for) is 403. None by default: the dashboard is same-origin. Copied. */
     const char *const *origins;
     size_t n_origins;
+    /* NULL, or no cert in it: plain HTTP. Else HTTPS with tls->cert and tls->key (a plain HTTP
+     * request on the port then gets no answer: the TLS handshake fails). With tls->ca, every
+     * request must come over a connection that presented a client certificate one of those
+     * CAs signed, or it is 403 (mutual TLS, as on gRPC). Not copied: it must outlive the
+     * server. */
+    const zt_tls_pem *tls;
 } zt_http_config;
 
 typedef struct zt_http_server zt_http_server;

@@ -47,6 +47,7 @@ struct zt_http_server {
     zt_series_cache *cache;   /* responses of GET .../metrics (http_series.c) */
     zt_http_guard guard;
     zt_http_conns *conns;     /* connection slots and request deadlines (http_conns.c) */
+    bool client_certs;        /* mutual TLS: every request's connection needs a client cert */
 };
 
 static inline int64_t zt_http_wall_ms(void) {
@@ -83,6 +84,22 @@ bool zt_http_guard_json(struct MHD_Connection *c, const char *method, enum MHD_R
  * allowed one. The server is found through the connection's socket context, which
  * zt_http_start sets; without it no origin is allowed. */
 void zt_http_add_cors(struct MHD_Connection *c, struct MHD_Response *r);
+
+/* ---- HTTPS (http_tls.c) ----------------------------------------------------------------- */
+
+/* The most options zt_http_tls_options writes, MHD_OPTION_END included. */
+#define ZT_HTTP_TLS_OPTIONS 4
+
+/* The MHD start flags (*flags) and options (opts, for MHD_OPTION_ARRAY; just MHD_OPTION_END
+ * without TLS) that serve tls, and with tls->ca sets s->client_certs. tls must outlive the
+ * daemon: MHD keeps the pointers. ZT_ERR_UNSUPPORTED when this libmicrohttpd has no TLS. */
+zt_status zt_http_tls_options(zt_http_server *s, const zt_tls_pem *tls,
+                              struct MHD_OptionItem opts[ZT_HTTP_TLS_OPTIONS], unsigned *flags);
+/* Under mutual TLS (s->client_certs), before a request is read: its connection must have
+ * presented a certificate that chains to tls->ca and, when it lists key purposes, is meant for
+ * TLS clients. Else 403 naming what was wrong is queued, *ret set, and false returned. */
+bool zt_http_guard_client_cert(const zt_http_server *s, struct MHD_Connection *c,
+                               enum MHD_Result *ret);
 
 /* ---- answering (http_reply.c) ------------------------------------------------------------ */
 

@@ -6,6 +6,7 @@
  *           [--http-allow-origin ORIGIN]... [--state-dir DIR]
  *           [--data-root DIR] [--runs-root DIR] [--max-ranks N] [--token-file FILE]
  *           [--max-rank-memory SIZE] [--max-job-memory SIZE]
+ *           [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
  *           [--launcher local|slurm [--slurm-partition P] [--metrics-host HOST]] ...
  *
  * SIGINT/SIGTERM stop it gracefully: running jobs finish their step, write a checkpoint and are
@@ -26,10 +27,12 @@
 
 #include "auth.h"
 #include "grpc_server.h"
+#include "grpc_util.h"
 #include "http_api.h"
 #include "job_manager.h"
 #include "proc_spawn.h"
 #include "ztrain/admission.h"
+#include "tls.h"
 #include "ztrain/comm.h"
 
 #ifndef ZT_WEB_DIR
@@ -73,6 +76,11 @@ static const char usage[] =
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
     "  --token-file FILE       require 'authorization: Bearer <token>' (default: $ZTRAIN_TOKEN,\n"
     "                          else no authentication)\n"
+    "  --tls-cert FILE         serve gRPC and HTTP over TLS (HTTPS) with this PEM certificate\n"
+    "                          chain, leaf first (default: plaintext)\n"
+    "  --tls-key FILE          the certificate's PEM private key, unencrypted\n"
+    "  --tls-client-ca FILE    mutual TLS: gRPC and HTTP clients must present a certificate\n"
+    "                          that a CA in this PEM file signed\n"
     "  --worker PATH           the rank program (default: ztrain-worker beside ztraind)\n"
     "  --launcher local|slurm  where ranks run: local processes (default), or one srun per job\n"
     "                          on a Slurm cluster (srun and scancel from PATH; SLURM_CONF is\n"
@@ -104,6 +112,7 @@ static void on_signal(int sig) {
 
 typedef struct {
     const char *grpc_addr, *http_addr, *state_dir, *data_root, *runs_root, *token_file;
+    const char *tls_cert, *tls_key, *tls_client_ca;
     const char *http_hosts[MAX_HTTP_NAMES], *http_origins[MAX_HTTP_NAMES];
     size_t n_http_hosts, n_http_origins;
     const char *worker, *web_dir, *launcher, *slurm_partition, *metrics_host;
@@ -173,6 +182,12 @@ static int parse_args(int argc, char **argv, options *o) {
             o->runs_root = v;
         else if (strcmp(a, "--token-file") == 0)
             o->token_file = v;
+        else if (strcmp(a, "--tls-cert") == 0)
+            o->tls_cert = v;
+        else if (strcmp(a, "--tls-key") == 0)
+            o->tls_key = v;
+        else if (strcmp(a, "--tls-client-ca") == 0)
+            o->tls_client_ca = v;
         else if (strcmp(a, "--worker") == 0)
             o->worker = v;
         else if (strcmp(a, "--web-dir") == 0)
@@ -227,6 +242,16 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     if (strcmp(o->launcher, "slurm") != 0 && (o->slurm_partition || o->metrics_host)) {
         fprintf(stderr, "ztraind: --slurm-partition and --metrics-host need --launcher slurm\n");
+        return -1;
+    }
+    if (!o->tls_cert != !o->tls_key) {
+        fprintf(stderr, "ztraind: %s needs %s too: a certificate and its key come together\n",
+                o->tls_cert ? "--tls-cert" : "--tls-key", o->tls_cert ? "--tls-key" : "--tls-cert");
+        return -1;
+    }
+    if (o->tls_client_ca && !o->tls_cert) {
+        fprintf(stderr, "ztraind: --tls-client-ca needs --tls-cert and --tls-key: client "
+                        "certificates are checked in the server's TLS handshake\n");
         return -1;
     }
     return 0;
@@ -368,10 +393,22 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* Unless GRPC_VERBOSITY asks for gRPC's own log as it is. */
+    if (!getenv("GRPC_VERBOSITY"))
+        zt_grpc_log_limit("ztraind", 20);
 
     char *token = NULL;
     if (zt_auth_load_token(o.token_file, &token) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        return 1;
+    }
+    /* Before the job manager starts queued jobs: a TLS file at fault stops ztraind at once. */
+    zt_tls_pem tls;
+    if (zt_tls_load(&tls, (zt_tls_file){o.tls_cert, "--tls-cert"},
+                    (zt_tls_file){o.tls_key, "--tls-key"},
+                    (zt_tls_file){o.tls_client_ca, "--tls-client-ca"}) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        free(token);
         return 1;
     }
     char db[PATH_MAX], data_root[PATH_MAX], runs_root[PATH_MAX], worker[PATH_MAX];
@@ -389,11 +426,13 @@ int main(int argc, char **argv) {
     if (access(worker, X_OK) != 0) {
         fprintf(stderr, "ztraind: the worker program %s: %s\n", worker, strerror(errno));
         free(token);
+        zt_tls_pem_free(&tls);
         return 1;
     }
     if (mkdir(o.state_dir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, strerror(errno));
         free(token);
+        zt_tls_pem_free(&tls);
         return 1;
     }
 
@@ -425,7 +464,7 @@ int main(int argc, char **argv) {
     zt_grpc_server_config gc = {.addr = o.grpc_addr, .token = token,
                                 .max_connections = (int)o.max_grpc_conns,
                                 .handshake_timeout_ms = (int)o.header_timeout_s * 1000,
-                                .idle_timeout_ms = (int)o.idle_timeout_s * 1000};
+                                .idle_timeout_ms = (int)o.idle_timeout_s * 1000, .tls = &tls};
     if (zt_grpc_server_create(&grpc, &gc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
@@ -436,7 +475,7 @@ int main(int argc, char **argv) {
                          .n_origins = o.n_http_origins,
                          .max_connections = (unsigned)o.max_http_conns,
                          .header_timeout_s = (unsigned)o.header_timeout_s,
-                         .idle_timeout_s = (unsigned)o.idle_timeout_s};
+                         .idle_timeout_s = (unsigned)o.idle_timeout_s, .tls = &tls};
     if (zt_http_start(&http, &hc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
@@ -451,11 +490,12 @@ int main(int argc, char **argv) {
            fd_limit, fd_limit_was, o.max_grpc_conns, o.max_http_conns, o.header_timeout_s,
            o.idle_timeout_s);
     /* One line that scripts (and the tests) read to learn the ports that were picked. */
-    printf("ztraind: ready grpc=%s:%d http=http://%s:%d state=%s data=%s runs=%s max_ranks=%ld "
-           "launcher=%s%s\n",
-           grpc_host, zt_grpc_server_port(grpc), host, zt_http_port(http), db,
-           zt_jobs_get_config(jm)->data_root, zt_jobs_get_config(jm)->runs_root, o.max_ranks,
-           o.launcher, token ? " auth=bearer" : "");
+    printf("ztraind: ready grpc=%s:%d http=%s://%s:%d state=%s data=%s runs=%s max_ranks=%ld "
+           "launcher=%s%s%s\n",
+           grpc_host, zt_grpc_server_port(grpc), tls.cert ? "https" : "http", host,
+           zt_http_port(http), db, zt_jobs_get_config(jm)->data_root,
+           zt_jobs_get_config(jm)->runs_root, o.max_ranks, o.launcher,
+           token ? " auth=bearer" : "", tls.ca ? " tls=mutual" : tls.cert ? " tls=on" : "");
     fflush(stdout);
 
     zt_grpc_server_run(grpc, &stop_requested);
@@ -470,6 +510,7 @@ out:
         zt_grpc_server_destroy(grpc);
     zt_jobs_destroy(jm);
     free(token);
+    zt_tls_pem_free(&tls);
     if (rc == 0)
         printf("ztraind: stopped\n");
     return rc;

@@ -167,7 +167,7 @@ class Daemon:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log()[start_offset:]
-            m = re.search(r"ztraind: ready grpc=\S+:(\d+) http=http://\S+:(\d+)", text)
+            m = re.search(r"ztraind: ready grpc=\S+:(\d+) http=https?://\S+:(\d+)", text)
             if m:
                 self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
                 return self
