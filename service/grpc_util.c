@@ -76,6 +76,7 @@ grpc_status_code zt_grpc_status_from_zt(int s) {
     case ZT_ERR_UNSUPPORTED: return GRPC_STATUS_INVALID_ARGUMENT;
     case ZT_ERR_NOT_FOUND: return GRPC_STATUS_NOT_FOUND;
     case ZT_ERR_LIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case ZT_ERR_CONFLICT: return GRPC_STATUS_ALREADY_EXISTS;
     case ZT_ERR_TIMEOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
     default: return GRPC_STATUS_INTERNAL;
     }

@@ -31,8 +31,8 @@ ProtobufCMessage *zt_pb_unpack_request(const ProtobufCMessageDescriptor *desc,
 char *zt_grpc_metadata_find(const grpc_metadata_array *md, const char *key);
 
 /* The gRPC status for a failed zt_status: INVALID_ARGUMENT for bad input (INVALID, FORMAT,
- * UNSUPPORTED), NOT_FOUND, RESOURCE_EXHAUSTED for ZT_ERR_LIMIT, DEADLINE_EXCEEDED for a
- * timeout, INTERNAL for the rest. */
+ * UNSUPPORTED), NOT_FOUND, RESOURCE_EXHAUSTED for ZT_ERR_LIMIT, ALREADY_EXISTS for
+ * ZT_ERR_CONFLICT, DEADLINE_EXCEEDED for a timeout, INTERNAL for the rest. */
 grpc_status_code zt_grpc_status_from_zt(int s);
 
 /* "NOT_FOUND", "UNAVAILABLE", ... (the names clients print); "UNKNOWN" for anything else. */
