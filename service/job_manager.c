@@ -491,11 +491,25 @@ zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step
     return j ? ZT_OK : zt_jm_not_found(id);
 }
 
+void zt_jm_logs(zt_jobs *jm, job *j, int tail, zt_log_fn emit, void *ctx) {
+    if (tail < 0 || tail > LOG_KEEP)
+        tail = LOG_KEEP;
+    int64_t first_seq;
+    int in_ring = zt_history_log_count(j->history, &first_seq);
+    if (tail > in_ring && first_seq > 1) {
+        zt_status s = zt_store_logs(jm->store, j->info.id, first_seq, tail - in_ring, emit, ctx);
+        if (s != ZT_OK)
+            fprintf(stderr, "ztraind: %s (serving the log lines in memory only)\n",
+                    zt_last_error());
+    }
+    zt_history_logs(j->history, tail, emit, ctx);
+}
+
 zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, void *ctx) {
     pthread_mutex_lock(&jm->mu);
     job *j = zt_jm_find_job(jm, id);
     if (j)
-        zt_history_logs(j->history, tail, emit, ctx);
+        zt_jm_logs(jm, j, tail, emit, ctx);
     pthread_mutex_unlock(&jm->mu);
     return j ? ZT_OK : zt_jm_not_found(id);
 }

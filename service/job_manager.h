@@ -168,7 +168,9 @@ typedef void (*zt_record_fn)(void *ctx, const zt_metric_record *r);
 zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step,
                                  zt_record_fn emit, void *ctx);
 
-/* The last `tail` log lines of the job (all ranks, in arrival order), through emit. */
+/* The last `tail` log lines of the job (all ranks, in arrival order), through emit: up to the
+ * 10,000 the store keeps (a larger or negative tail serves those), the newest 2,000 from memory
+ * and older ones read from the store, under the manager's lock. */
 typedef void (*zt_log_fn)(void *ctx, const zt_log_line *l);
 zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, void *ctx);
 

@@ -22,13 +22,16 @@ static const char schema[] =
     "  job INTEGER NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL, rank INTEGER NOT NULL,"
     "  stream TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (job, seq));";
 
-enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, N_STMTS };
+enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, READ_LOGS, N_STMTS };
 static const char *const stmt_sql[N_STMTS] = {
     [PUT_JOB] = "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
                 " ?12, ?13, ?14, ?15, ?16)",
     [ADD_RECORD] = "INSERT INTO records VALUES (?1, ?2, ?3, ?4)",
     [ADD_LOG] = "INSERT INTO logs VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [TRIM_LOG] = "DELETE FROM logs WHERE job = ?1 AND seq <= ?2",
+    /* The newest lines below a seq, walking the (job, seq) key backwards, then put in order. */
+    [READ_LOGS] = "SELECT seq, time_ms, rank, stream, text FROM (SELECT * FROM logs WHERE job = ?1"
+                  " AND seq < ?2 ORDER BY seq DESC LIMIT ?3) ORDER BY seq",
 };
 
 struct zt_job_store {
@@ -183,6 +186,24 @@ zt_status zt_store_add_log(zt_job_store *st, const char *job_id, const zt_log_li
 static const char *col_text(sqlite3_stmt *q, int i) {
     const unsigned char *t = sqlite3_column_text(q, i);
     return t ? (const char *)t : "";
+}
+
+zt_status zt_store_logs(zt_job_store *st, const char *job_id, int64_t before_seq, int limit,
+                        zt_log_fn emit, void *ctx) {
+    sqlite3_stmt *q = st->stmt[READ_LOGS];
+    sqlite3_bind_int64(q, 1, job_number(job_id));
+    sqlite3_bind_int64(q, 2, before_seq);
+    sqlite3_bind_int(q, 3, limit);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        zt_log_line l = {.seq = sqlite3_column_int64(q, 0), .time_ms = sqlite3_column_int64(q, 1),
+                         .rank = sqlite3_column_int(q, 2), .stream = col_text(q, 3),
+                         .text = col_text(q, 4)};
+        emit(ctx, &l);
+    }
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read logs");
 }
 
 static zt_status load_jobs(zt_job_store *st, const zt_store_loader *cb, void *ctx) {
