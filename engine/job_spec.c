@@ -15,6 +15,7 @@
 #include "ds_config_json.h"
 #include "json_util.h"
 #include "model_fields.h"
+#include "text.h"
 #include "ztrain/comm.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
@@ -226,6 +227,20 @@ static char *default_name(const char *source) {
     return name;
 }
 
+/* A name is shown in terminals (`ztrain list`), in file names and in Prometheus labels: printable
+ * UTF-8 of bounded length, so that it can neither drive the terminal nor hide what follows it. */
+static zt_status check_name(const char *name, const char *source) {
+    size_t n = strlen(name), at;
+    char why[ZT_TEXT_WHY_SIZE];
+    if (n > ZT_JOB_NAME_MAX)
+        return zt_error(ZT_ERR_INVALID, "%s: name: %zu bytes is above the limit of %d", source, n,
+                        ZT_JOB_NAME_MAX);
+    if (!zt_text_check(name, n, ZT_TEXT_PRINTABLE, &at, why))
+        return zt_error(ZT_ERR_INVALID, "%s: name: %s at byte %zu (a job name is printable "
+                        "UTF-8 text)", source, why, at);
+    return ZT_OK;
+}
+
 static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *source,
                                const char *base_dir) {
     if (!cJSON_IsObject(root)) {
@@ -246,6 +261,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     job->name = name ? zt_json_strdup(name) : default_name(source);
     if (!job->name)
         return ZT_ERR_NOMEM;
+    ZT_TRY(check_name(job->name, source));
 
     job->world_size = 1;
     ZT_TRY(get_int_min(&top, "world_size", 1, &job->world_size));

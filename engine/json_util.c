@@ -77,6 +77,10 @@ static bool scan_string(scanner *sc) {
             for (size_t i = 1; i <= 4; i++)
                 if (sc->pos + i >= sc->n || !isxdigit((unsigned char)sc->s[sc->pos + i]))
                     return scan_fail(sc, esc, "Invalid \\uXXXX escape");
+            /* cJSON would store the NUL and every C string would end there: a name or a path
+             * cut short without a word. */
+            if (memcmp(sc->s + sc->pos + 1, "0000", 4) == 0)
+                return scan_fail(sc, esc, "\\u0000 (NUL) is not allowed in a string");
             sc->pos += 5;
         } else if (c != 0 && strchr("\"\\/bfnrt", c)) {
             sc->pos++;

@@ -29,7 +29,8 @@ typedef struct {
  * a file with a NUL byte in it is ZT_ERR_FORMAT. */
 zt_status zt_json_read_file(const char *path, char **text, size_t *len);
 
-/* Parses strict JSON text (no comments, no trailing commas, no leading zeros). On a syntax error
+/* Parses strict JSON text (no comments, no trailing commas, no leading zeros, no \u0000 in a
+ * string, which C strings would end at). On a syntax error
  * returns ZT_ERR_FORMAT with "SOURCE: line L, column C: Expecting ',' delimiter"-style messages;
  * columns count characters from 1, as Python's json module does. *out is the caller's to
  * cJSON_Delete. */

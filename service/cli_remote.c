@@ -1,6 +1,8 @@
 /* The ztrain CLI's remote commands (cli_remote.h): each parses its options, makes one or two
  * calls through grpc_client.h and prints for people, or for scripts where that is the point
- * (`submit` prints only the job id on stdout; `status --json`). */
+ * (`submit` prints only the job id on stdout; `status --json`). Every string the server sent is
+ * escaped before it is printed (engine/text.h): ztraind refuses names that could drive a terminal,
+ * but an older daemon may hold some, and a rank's log line may carry anything. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <math.h>
@@ -16,6 +18,7 @@
 #include "grpc_client.h"
 #include "job_proto.h"
 #include "json_util.h"
+#include "text.h"
 #include "ztrain.pb-c.h"
 
 #define DEFAULT_SERVER "127.0.0.1:50051"
@@ -201,6 +204,19 @@ static zt_status get_job(zt_rpc_client *c, const char *id, Ztrain__V1__Job **job
 
 /* ---- formatting -------------------------------------------------------------------------- */
 
+/* A string from the server as a terminal may see it; the caller frees it. */
+static char *shown(const char *s) {
+    char *t = zt_text_escape_dup(s ? s : "", 0);
+    ZT_ASSERT(t);
+    return t;
+}
+
+/* The same into a buffer, cut short if need be: for ids and other short fields. */
+static const char *shown_in(const char *s, char *buf, size_t size) {
+    zt_text_escape(s ? s : "", 0, buf, size);
+    return buf;
+}
+
 static void format_rate(double v, char *buf, size_t n) {
     if (!(v > 0))
         snprintf(buf, n, "-");
@@ -369,8 +385,8 @@ static void on_job(watch_view *v, const Ztrain__V1__Job *j) {
     v->state = j->state;
     if (j->max_steps > 0)
         v->max_steps = j->max_steps;
-    snprintf(v->id, sizeof v->id, "%s", j->id);
-    snprintf(v->reason, sizeof v->reason, "%s", j->reason);
+    shown_in(j->id, v->id, sizeof v->id);
+    shown_in(j->reason, v->reason, sizeof v->reason);
     if (j->step > v->step)
         v->step = j->step;
     if (j->step > 0 && isfinite(j->loss))
@@ -379,7 +395,7 @@ static void on_job(watch_view *v, const Ztrain__V1__Job *j) {
         return;
     clear_bar(v);
     fprintf(v->out, "%s: %s%s%s\n", v->id, zt_job_proto_state_name(j->state),
-            j->reason[0] ? " - " : "", j->reason);
+            v->reason[0] ? " - " : "", v->reason);
     fflush(v->out);
 }
 
@@ -427,7 +443,7 @@ static int report_outcome(watch_view *v) {
 static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *out, bool quiet) {
     watch_view v = {.out = out, .quiet = quiet, .tty = isatty(fileno(out)), .loss = NAN,
                     .tps = NAN};
-    snprintf(v.id, sizeof v.id, "%s", id);
+    shown_in(id, v.id, sizeof v.id);
     /* The stream of a job that has already ended brings its state last, after the records:
      * the job's step count is asked first so that replayed records show "step N/M". */
     Ztrain__V1__Job *job = NULL;
@@ -491,7 +507,8 @@ static int cmd_submit(const options *o, zt_rpc_client *c) {
     protobuf_c_message_free_unpacked(&req.spec->base, NULL);
     if (s != ZT_OK)
         return zt_cli_fail(NULL);
-    printf("%s\n", job->id);
+    char id[64];
+    printf("%s\n", shown_in(job->id, id, sizeof id));
     fflush(stdout);
     int rc = 0;
     /* stdout carries only the id, so what --watch shows goes to stderr. */
@@ -502,12 +519,14 @@ static int cmd_submit(const options *o, zt_rpc_client *c) {
 }
 
 static void print_list_row(const Ztrain__V1__Job *j) {
-    char step[48], loss[32], created[32];
+    char step[48], loss[32], created[32], id[64];
     format_step(j->step, j->max_steps, step, sizeof step);
     format_loss(j, loss, sizeof loss);
     format_time(j->created_unix_ms, created, sizeof created);
-    printf("%-12s %-10s %-13s %-9s %-19s %s\n", j->id, zt_job_proto_state_name(j->state), step,
-           loss, created, j->name);
+    char *name = shown(j->name);
+    printf("%-12s %-10s %-13s %-9s %-19s %s\n", shown_in(j->id, id, sizeof id),
+           zt_job_proto_state_name(j->state), step, loss, created, name);
+    free(name);
 }
 
 static int cmd_list(const options *o, zt_rpc_client *c) {
@@ -551,10 +570,13 @@ static void print_status(const Ztrain__V1__Job *j) {
     format_time(j->created_unix_ms, t0, sizeof t0);
     format_time(j->started_unix_ms, t1, sizeof t1);
     format_time(j->finished_unix_ms, t2, sizeof t2);
-    printf("%s  %s\n", j->id, j->name);
+    char id[64];
+    char *name = shown(j->name), *reason = shown(j->reason);
+    char *run_dir = shown(j->run_dir), *ckpt = shown(j->checkpoint_dir);
+    printf("%s  %s\n", shown_in(j->id, id, sizeof id), name);
     printf("  state        %s\n", zt_job_proto_state_name(j->state));
-    if (j->reason[0])
-        printf("  reason       %s\n", j->reason);
+    if (reason[0])
+        printf("  reason       %s\n", reason);
     printf("  step         %s\n", step);
     printf("  loss         %s\n", loss);
     printf("  tokens/s     %s\n", rate);
@@ -564,8 +586,12 @@ static void print_status(const Ztrain__V1__Job *j) {
         format_rank(j->ranks[i], r, sizeof r);
         printf("  %-12s %s\n", i == 0 ? "ranks" : "", r);
     }
-    printf("  run dir      %s\n", j->run_dir[0] ? j->run_dir : "-");
-    printf("  checkpoints  %s\n", j->checkpoint_dir[0] ? j->checkpoint_dir : "-");
+    printf("  run dir      %s\n", run_dir[0] ? run_dir : "-");
+    printf("  checkpoints  %s\n", ckpt[0] ? ckpt : "-");
+    free(name);
+    free(reason);
+    free(run_dir);
+    free(ckpt);
 }
 
 static int cmd_status(const options *o, zt_rpc_client *c) {
@@ -576,7 +602,12 @@ static int cmd_status(const options *o, zt_rpc_client *c) {
     if (o->json) {
         char *text;
         if (zt_job_proto_job_to_json(job, &text) == ZT_OK) {
-            printf("%s\n", text);
+            /* cJSON escapes C0 controls in strings but passes DEL, C1, the bidirectional
+             * controls and bytes that are not UTF-8. */
+            char *safe = zt_text_escape_dup(text, ZT_ESCAPE_JSON);
+            ZT_ASSERT(safe);
+            printf("%s\n", safe);
+            free(safe);
             free(text);
         } else {
             rc = zt_cli_fail(NULL);
@@ -591,12 +622,14 @@ static int cmd_status(const options *o, zt_rpc_client *c) {
 static bool on_log(void *ctx, const ProtobufCMessage *m) {
     (void)ctx;
     const Ztrain__V1__LogLine *l = (const Ztrain__V1__LogLine *)m;
+    char *text = shown(l->text);
     if (l->rank < 0)
-        printf("[ztraind] %s\n", l->text);
+        printf("[ztraind] %s\n", text);
     else if (l->rank > 0)
-        printf("[rank %d] %s\n", l->rank, l->text);
+        printf("[rank %d] %s\n", l->rank, text);
     else
-        printf("%s\n", l->text);
+        printf("%s\n", text);
+    free(text);
     fflush(stdout);
     return true;
 }
@@ -620,8 +653,11 @@ static int cmd_cancel(const options *o, zt_rpc_client *c) {
     if (zt_rpc_call(c, "/ztrain.v1.Trainer/CancelJob", &req.base, &ztrain__v1__job__descriptor,
                     (ProtobufCMessage **)&job) != ZT_OK)
         return zt_cli_fail(NULL);
-    printf("%s: %s%s%s\n", job->id, zt_job_proto_state_name(job->state), job->reason[0] ? " - " : "",
-           job->reason);
+    char id[64];
+    char *reason = shown(job->reason);
+    printf("%s: %s%s%s\n", shown_in(job->id, id, sizeof id), zt_job_proto_state_name(job->state),
+           reason[0] ? " - " : "", reason);
+    free(reason);
     protobuf_c_message_free_unpacked(&job->base, NULL);
     return 0;
 }

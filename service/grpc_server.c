@@ -269,13 +269,15 @@ static void dispatch(call *c) {
         zt_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, text);
         return;
     }
-    ProtobufCMessage *req = zt_pb_unpack(zt_grpc_methods[c->method].request, c->payload);
+    char why[256];
+    ProtobufCMessage *req = zt_pb_unpack_request(zt_grpc_methods[c->method].request, c->payload,
+                                                 why, sizeof why);
     if (!req) {
         char text[256];
         snprintf(text, sizeof text, "the request is not a valid %s message",
                  zt_grpc_methods[c->method].request->name);
         zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
-                       c->payload ? text : "the request has no message");
+                       why[0] ? why : c->payload ? text : "the request has no message");
         return;
     }
     zt_grpc_methods[c->method].handle(c, req);

@@ -12,6 +12,7 @@
 
 #include "grpc_util.h"
 #include "job_manager.h"
+#include "pb_strings.h"
 
 grpc_byte_buffer *zt_pb_pack(const ProtobufCMessage *m) {
     size_t n = protobuf_c_message_get_packed_size(m);
@@ -22,17 +23,37 @@ grpc_byte_buffer *zt_pb_pack(const ProtobufCMessage *m) {
     return bb;
 }
 
-ProtobufCMessage *zt_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb) {
+/* The message of type desc in bb; with why, only when its strings pass zt_pb_strings_valid. */
+static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb,
+                                char *why, size_t why_size) {
     grpc_byte_buffer_reader r;
+    if (why && why_size)
+        why[0] = '\0';
     if (!bb || !grpc_byte_buffer_reader_init(&r, bb))
         return NULL;
     /* readall flattens a buffer that arrived in several slices. */
     grpc_slice all = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
-    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all),
-                                                    GRPC_SLICE_START_PTR(all));
+    ProtobufCMessage *m = NULL;
+    char field[200];
+    if (why && !zt_pb_strings_valid(desc, GRPC_SLICE_START_PTR(all), GRPC_SLICE_LENGTH(all),
+                                    field, sizeof field))
+        snprintf(why, why_size, "%s.%s (strings must be UTF-8 without NUL)", desc->short_name,
+                 field);
+    else
+        m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all),
+                                      GRPC_SLICE_START_PTR(all));
     grpc_slice_unref(all);
     return m;
+}
+
+ProtobufCMessage *zt_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb) {
+    return unpack(desc, bb, NULL, 0);
+}
+
+ProtobufCMessage *zt_pb_unpack_request(const ProtobufCMessageDescriptor *desc,
+                                       grpc_byte_buffer *bb, char *why, size_t why_size) {
+    return unpack(desc, bb, why, why_size);
 }
 
 char *zt_grpc_metadata_find(const grpc_metadata_array *md, const char *key) {
@@ -59,6 +80,7 @@ grpc_status_code zt_grpc_status_from_zt(int s) {
     case ZT_ERR_UNSUPPORTED: return GRPC_STATUS_INVALID_ARGUMENT;
     case ZT_ERR_NOT_FOUND: return GRPC_STATUS_NOT_FOUND;
     case ZT_ERR_LIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case ZT_ERR_CONFLICT: return GRPC_STATUS_ALREADY_EXISTS;
     case ZT_ERR_TIMEOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
     default: return GRPC_STATUS_INTERNAL;
     }

@@ -18,13 +18,21 @@ grpc_byte_buffer *zt_pb_pack(const ProtobufCMessage *m);
  * message is heap-owned: protobuf_c_message_free_unpacked(msg, NULL). */
 ProtobufCMessage *zt_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb);
 
+/* zt_pb_unpack for a request: its strings are checked first (pb_strings.h), so that a NUL or a
+ * byte that is not UTF-8 is refused naming the field instead of being cut short or passed on.
+ * NULL when the message is refused or cannot be decoded; in the first case why (why_size bytes)
+ * says which field and byte ("SubmitJobRequest.spec.name: a NUL byte at byte 2"), in the second
+ * it is left empty. */
+ProtobufCMessage *zt_pb_unpack_request(const ProtobufCMessageDescriptor *desc,
+                                       grpc_byte_buffer *bb, char *why, size_t why_size);
+
 /* A malloc'd copy of the value of the first metadata entry named `key` (lowercase), or NULL
  * when there is none. */
 char *zt_grpc_metadata_find(const grpc_metadata_array *md, const char *key);
 
 /* The gRPC status for a failed zt_status: INVALID_ARGUMENT for bad input (INVALID, FORMAT,
- * UNSUPPORTED), NOT_FOUND, RESOURCE_EXHAUSTED for ZT_ERR_LIMIT, DEADLINE_EXCEEDED for a
- * timeout, INTERNAL for the rest. */
+ * UNSUPPORTED), NOT_FOUND, RESOURCE_EXHAUSTED for ZT_ERR_LIMIT, ALREADY_EXISTS for
+ * ZT_ERR_CONFLICT, DEADLINE_EXCEEDED for a timeout, INTERNAL for the rest. */
 grpc_status_code zt_grpc_status_from_zt(int s);
 
 /* "NOT_FOUND", "UNAVAILABLE", ... (the names clients print); "UNKNOWN" for anything else. */

@@ -191,6 +191,11 @@ int64_t zt_history_next_seq(const zt_job_history *h) {
     return h->next_seq;
 }
 
+int zt_history_log_count(const zt_job_history *h, int64_t *first_seq) {
+    *first_seq = h->log_count ? h->logs[h->log_head].seq : 0;
+    return h->log_count;
+}
+
 void zt_history_logs(const zt_job_history *h, int tail, zt_log_fn emit, void *ctx) {
     int from = tail >= 0 && tail < h->log_count ? h->log_count - tail : 0;
     for (int i = from; i < h->log_count; i++)

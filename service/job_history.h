@@ -46,6 +46,9 @@ double zt_history_last_value(const zt_job_history *h, const char *key);
 /* Stores a copy of the line; its seq must be zt_history_next_seq() or later. */
 void zt_history_add_log(zt_job_history *h, const zt_log_line *l);
 int64_t zt_history_next_seq(const zt_job_history *h);
+/* How many lines the ring holds, and in *first_seq the seq of the oldest (0 when none): older
+ * lines are only in the job store. */
+int zt_history_log_count(const zt_job_history *h, int64_t *first_seq);
 /* The newest `tail` lines (all when tail < 0), oldest first. */
 void zt_history_logs(const zt_job_history *h, int tail, zt_log_fn emit, void *ctx);
 

@@ -20,6 +20,7 @@
 #include "job_manager_internal.h"
 #include "spec_check.h"
 #include "strfmt.h"
+#include "text.h"
 #include "ztrain/job_spec.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -159,7 +160,15 @@ static void add_job(zt_jobs *jm, job *j) {
         ZT_ASSERT(jm->jobs);
     }
     j->jm = jm;
-    jm->jobs[jm->n_jobs++] = j;
+    /* A submit takes its number before its spec is checked, and concurrent submits finish in any
+     * order: each job goes in at its number's place (nearly always the end), so that the table
+     * stays sorted for zt_jm_find_job's binary search. */
+    int at = jm->n_jobs;
+    while (at > 0 && jm->jobs[at - 1]->number > j->number)
+        at--;
+    memmove(&jm->jobs[at + 1], &jm->jobs[at], (size_t)(jm->n_jobs - at) * sizeof *jm->jobs);
+    jm->jobs[at] = j;
+    jm->n_jobs++;
     if (j->number > jm->last_number)
         jm->last_number = j->number;
 }
@@ -256,23 +265,98 @@ static int live_jobs(const zt_jobs *jm) {
     return n;
 }
 
+static zt_status too_many_jobs(const zt_jobs *jm) {
+    return zt_error(ZT_ERR_LIMIT, "the server already has %d queued or running jobs (its limit)",
+                    jm->cfg.max_jobs);
+}
+
+/* A key is echoed in messages and shown next to the job: printable text of bounded length. */
+static zt_status check_key(const char *key) {
+    size_t n = strlen(key), at;
+    char why[ZT_TEXT_WHY_SIZE];
+    if (n > ZT_IDEMPOTENCY_KEY_MAX)
+        return zt_error(ZT_ERR_INVALID, "idempotency_key: %zu bytes is above the limit of %d", n,
+                        ZT_IDEMPOTENCY_KEY_MAX);
+    if (!zt_text_check(key, n, ZT_TEXT_PRINTABLE, &at, why))
+        return zt_error(ZT_ERR_INVALID, "idempotency_key: %s at byte %zu (a key is printable "
+                        "UTF-8 text)", why, at);
+    return ZT_OK;
+}
+
+static zt_status check_spec(zt_jobs *jm, const char *spec_json, const char *id, char **text,
+                            zt_job_spec *spec) {
+    zt_spec_limits limits = {.data_root = jm->cfg.data_root, .runs_root = jm->cfg.runs_root,
+                             .max_world_size = jm->cfg.max_world_size,
+                             .max_ranks = jm->cfg.max_ranks,
+                             .max_nodes = jm->cfg.slurm ? 0 : 1,
+                             .max_rank_bytes = jm->cfg.max_rank_bytes,
+                             .max_job_bytes = jm->cfg.max_job_bytes,
+                             .host_bytes = jm->cfg.host_bytes, .host_name = jm->cfg.host_name};
+    return zt_spec_check(spec_json, id, &limits, text, spec);
+}
+
+/* Whether two resolved specs say the same thing: the same keys with the same values, in any
+ * order (cJSON_Compare), so that a client's retry matches however it orders its DeepSpeed
+ * config. */
+static bool same_spec(const char *a, const char *b) {
+    cJSON *ja = cJSON_Parse(a), *jb = cJSON_Parse(b);
+    bool same = ja && jb && cJSON_Compare(ja, jb, true);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    return same;
+}
+
+/* The answer to a submit whose key names a job already: that job when the spec is the same one,
+ * else ZT_ERR_CONFLICT. "The same" is judged on the specs as resolved, the new one resolved as if
+ * it were that job (its id names the default checkpoint directory), so a path written
+ * differently but leading to the same file, or keys in another order, is still the same job. */
+static zt_status answer_known_key(zt_jobs *jm, const char *spec_json, const char *key,
+                                  const char *known_id, const char *known_spec,
+                                  zt_job_info *info) {
+    char *text = NULL;
+    zt_job_spec spec;
+    zt_status s = check_spec(jm, spec_json, known_id, &text, &spec);
+    if (s != ZT_OK)
+        return s;
+    zt_job_spec_free(&spec);
+    bool same = same_spec(text, known_spec);
+    free(text);
+    if (!same)
+        return zt_error(ZT_ERR_CONFLICT, "idempotency_key '%s' was used for job %s with a "
+                        "different spec; a new job needs a new key", key, known_id);
+    return zt_jobs_get(jm, known_id, info);
+}
+
+/* Called with the lock held, which it releases: the known job's id and resolved spec are copied
+ * first, since resolving the new spec touches the file system and must not hold up the others. */
+static zt_status answer_known_job(zt_jobs *jm, const char *spec_json, const char *key,
+                                  const job *known, zt_job_info *info) {
+    char id[sizeof known->info.id];
+    snprintf(id, sizeof id, "%s", known->info.id);
+    char *known_spec = zt_jm_strdup(known->info.spec_json);
+    pthread_mutex_unlock(&jm->mu);
+    zt_status s = answer_known_key(jm, spec_json, key, id, known_spec, info);
+    free(known_spec);
+    return s;
+}
+
 zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
                          zt_job_info *info) {
     size_t limit = jm->cfg.max_spec_bytes ? jm->cfg.max_spec_bytes : 1 << 20;
     if (strlen(spec_json) > limit)
         return zt_error(ZT_ERR_LIMIT, "spec: %zu bytes is above the limit of %zu",
                         strlen(spec_json), limit);
+    const char *key = idempotency_key ? idempotency_key : "";
+    ZT_TRY(check_key(key));
     pthread_mutex_lock(&jm->mu);
-    job *known = find_by_key(jm, idempotency_key);
-    if (known) {
-        info_copy(info, &known->info);
-        pthread_mutex_unlock(&jm->mu);
-        return ZT_OK;
-    }
+    job *known = find_by_key(jm, key);
+    if (known)
+        return answer_known_job(jm, spec_json, key, known, info);   /* unlocks */
+    /* Checked here so that a full server says so before the spec is judged, and again below,
+     * under the same lock as the insert, so that concurrent submits cannot pass it together. */
     if (live_jobs(jm) >= jm->cfg.max_jobs) {
         pthread_mutex_unlock(&jm->mu);
-        return zt_error(ZT_ERR_LIMIT, "the server already has %d queued or running jobs (its "
-                        "limit)", jm->cfg.max_jobs);
+        return too_many_jobs(jm);
     }
     /* The number is taken now so that the default checkpoint directory can name the job; a
      * refused spec leaves a gap in the numbering, which nothing relies on. */
@@ -282,18 +366,11 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
 
     char *text = NULL;
     zt_job_spec spec;
-    zt_spec_limits limits = {.data_root = jm->cfg.data_root, .runs_root = jm->cfg.runs_root,
-                             .max_world_size = jm->cfg.max_world_size,
-                             .max_ranks = jm->cfg.max_ranks,
-                             .max_nodes = jm->cfg.slurm ? 0 : 1,
-                             .max_rank_bytes = jm->cfg.max_rank_bytes,
-                             .max_job_bytes = jm->cfg.max_job_bytes,
-                             .host_bytes = jm->cfg.host_bytes, .host_name = jm->cfg.host_name};
-    zt_status s = zt_spec_check(spec_json, id, &limits, &text, &spec);
+    zt_status s = check_spec(jm, spec_json, id, &text, &spec);
     if (s != ZT_OK)
         return s;
     zt_job_info ji = {.name = spec.name, .state = ZT_JOB_QUEUED, .reason = "",
-                      .spec_json = text, .idempotency_key = (char *)(idempotency_key ? idempotency_key : ""),
+                      .spec_json = text, .idempotency_key = (char *)key,
                       .world_size = spec.world_size, .created_ms = zt_jm_now_ms(),
                       .max_steps = spec.train.max_steps, .checkpoint_dir = spec.train.checkpoint_dir};
     snprintf(ji.id, sizeof ji.id, "%s", id);
@@ -308,18 +385,25 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
     ji.ranks = ranks;
 
     pthread_mutex_lock(&jm->mu);
-    job *j = find_by_key(jm, idempotency_key);   /* a twin may have won the race */
-    if (!j) {
-        j = job_alloc(&ji);
+    /* A twin with the same key may have won the race while the spec was checked: its answer is
+     * the answer. */
+    job *twin = find_by_key(jm, key);
+    bool full = !twin && live_jobs(jm) >= jm->cfg.max_jobs;
+    if (!twin && !full) {
+        job *j = job_alloc(&ji);
         add_job(jm, j);
         zt_jm_persist(jm, j);
         zt_jm_schedule(jm, false);
+        info_copy(info, &j->info);
     }
-    info_copy(info, &j->info);
-    pthread_mutex_unlock(&jm->mu);
     free(ranks);
     free(text);
     zt_job_spec_free(&spec);
+    if (twin)
+        return answer_known_job(jm, spec_json, key, twin, info);   /* unlocks */
+    pthread_mutex_unlock(&jm->mu);
+    if (full)
+        return too_many_jobs(jm);
     zt_supervisor_wake(jm->sup);
     return ZT_OK;
 }
@@ -454,11 +538,25 @@ const zt_jobs_config *zt_jobs_get_config(const zt_jobs *jm) {
     return &jm->cfg;
 }
 
+void zt_jm_logs(zt_jobs *jm, job *j, int tail, zt_log_fn emit, void *ctx) {
+    if (tail < 0 || tail > LOG_KEEP)
+        tail = LOG_KEEP;
+    int64_t first_seq;
+    int in_ring = zt_history_log_count(j->history, &first_seq);
+    if (tail > in_ring && first_seq > 1) {
+        zt_status s = zt_store_logs(jm->store, j->info.id, first_seq, tail - in_ring, emit, ctx);
+        if (s != ZT_OK)
+            fprintf(stderr, "ztraind: %s (serving the log lines in memory only)\n",
+                    zt_last_error());
+    }
+    zt_history_logs(j->history, tail, emit, ctx);
+}
+
 zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, void *ctx) {
     pthread_mutex_lock(&jm->mu);
     job *j = zt_jm_find_job(jm, id);
     if (j)
-        zt_history_logs(j->history, tail, emit, ctx);
+        zt_jm_logs(jm, j, tail, emit, ctx);
     pthread_mutex_unlock(&jm->mu);
     return j ? ZT_OK : zt_jm_not_found(id);
 }

@@ -48,6 +48,11 @@ bool zt_job_state_terminal(zt_job_state s);
  * (number of jobs, spec size) that was reached. Both come with zt_last_error(). */
 #define ZT_ERR_NOT_FOUND (-100)
 #define ZT_ERR_LIMIT (-101)
+/* An idempotency key already names a job whose spec is not the one submitted. */
+#define ZT_ERR_CONFLICT (-102)
+
+/* The longest idempotency key, in bytes; a key is printable UTF-8 (engine/text.h). */
+#define ZT_IDEMPOTENCY_KEY_MAX 256
 
 typedef struct {
     int rank;
@@ -134,9 +139,12 @@ void zt_jobs_destroy(zt_jobs *jm);
 
 /* Validates and queues a job given as job-spec JSON text (the file format of DESIGN.md §3, with
  * "deepspeed" an object). Paths resolve against the roots and must stay inside them. On success
- * *info is the new job (or, for a known idempotency_key, the job it created first).
- * ZT_ERR_INVALID: the message names the field ("model.n_embd ...", DeepSpeed's own texts);
- * ZT_ERR_LIMIT: too many jobs. */
+ * *info is the new job, or, for an idempotency_key (NULL or "": none) that names a job already,
+ * that job, when the spec is the same: the same keys and values once resolved, in any order.
+ * ZT_ERR_INVALID: the message names the field ("model.n_embd ...", "name: the control character
+ * U+001B at byte 3 ...", DeepSpeed's own texts); ZT_ERR_CONFLICT: the key names a job with
+ * another spec (the message names the key and that job); ZT_ERR_LIMIT: max_jobs jobs are
+ * queued or running, which holds under concurrent submits. */
 zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
                          zt_job_info *info);
 
@@ -196,7 +204,9 @@ typedef void (*zt_record_fn)(void *ctx, const zt_metric_record *r);
 zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step, int limit,
                                  zt_record_fn emit, void *ctx, int64_t *next_since_step);
 
-/* The last `tail` log lines of the job (all ranks, in arrival order), through emit. */
+/* The last `tail` log lines of the job (all ranks, in arrival order), through emit: up to the
+ * 10,000 the store keeps (a larger or negative tail serves those), the newest 2,000 from memory
+ * and older ones read from the store, under the manager's lock. */
 typedef void (*zt_log_fn)(void *ctx, const zt_log_line *l);
 zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, void *ctx);
 

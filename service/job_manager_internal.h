@@ -26,7 +26,7 @@
 #include "supervisor.h"
 
 #define LOG_RING 2000            /* log lines per job in memory */
-#define LOG_KEEP 10000           /* log lines per job in the store */
+#define LOG_KEEP 10000           /* log lines per job in the store: the most a tail serves */
 #define LOAD_RECORDS 64          /* a job's newest records read back at start */
 
 typedef struct job {
@@ -98,6 +98,9 @@ void zt_jm_set_reason(job *j, const char *fmt, ...) __attribute__((format(printf
  * job goes on with its history in memory, and the failure goes to ztraind's stderr: the first one of a run of failures, and how many
  * followed once a write succeeds again (a full disk would fail every log line). */
 void zt_jm_store_result(zt_jobs *jm, zt_status s);
+/* The last `tail` log lines of j (at most LOG_KEEP; tail < 0: LOG_KEEP), oldest first: the
+ * ring's, after older ones read from the store when the ring holds fewer than asked for. */
+void zt_jm_logs(zt_jobs *jm, job *j, int tail, zt_log_fn emit, void *ctx);
 /* Writes the job through to the store (zt_jm_store_result). */
 void zt_jm_persist(zt_jobs *jm, const job *j);
 /* Every state change goes through here: stored, then told. Terminal states never change. */

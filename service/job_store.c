@@ -43,7 +43,7 @@ static const char migrate_sql[] =
     "  WHERE records.rowid = numbered.id;"
     "COMMIT;";
 
-enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, LAST_RECORDS, N_STMTS };
+enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, LAST_RECORDS, READ_LOGS, N_STMTS };
 static const char *const stmt_sql[N_STMTS] = {
     [PUT_JOB] = "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
                 " ?12, ?13, ?14, ?15, ?16)",
@@ -53,6 +53,9 @@ static const char *const stmt_sql[N_STMTS] = {
     [TRIM_LOG] = "DELETE FROM logs WHERE job = ?1 AND seq <= ?2",
     [LAST_RECORDS] = "SELECT seq, step, time_ms, json FROM records WHERE job = ?1"
                      " ORDER BY step DESC, seq DESC LIMIT ?2",
+    /* The newest lines below a seq, walking the (job, seq) key backwards, then put in order. */
+    [READ_LOGS] = "SELECT seq, time_ms, rank, stream, text FROM (SELECT * FROM logs WHERE job = ?1"
+                  " AND seq < ?2 ORDER BY seq DESC LIMIT ?3) ORDER BY seq",
 };
 
 /* The reader's one statement: a page of a job's history from a step and after a record. */
@@ -255,6 +258,24 @@ zt_status zt_store_add_log(zt_job_store *st, const char *job_id, const zt_log_li
 static const char *col_text(sqlite3_stmt *q, int i) {
     const unsigned char *t = sqlite3_column_text(q, i);
     return t ? (const char *)t : "";
+}
+
+zt_status zt_store_logs(zt_job_store *st, const char *job_id, int64_t before_seq, int limit,
+                        zt_log_fn emit, void *ctx) {
+    sqlite3_stmt *q = st->stmt[READ_LOGS];
+    sqlite3_bind_int64(q, 1, job_number(job_id));
+    sqlite3_bind_int64(q, 2, before_seq);
+    sqlite3_bind_int(q, 3, limit);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        zt_log_line l = {.seq = sqlite3_column_int64(q, 0), .time_ms = sqlite3_column_int64(q, 1),
+                         .rank = sqlite3_column_int(q, 2), .stream = col_text(q, 3),
+                         .text = col_text(q, 4)};
+        emit(ctx, &l);
+    }
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read logs");
 }
 
 static zt_status load_jobs(zt_job_store *st, const zt_store_loader *cb, void *ctx) {

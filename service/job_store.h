@@ -29,6 +29,11 @@ zt_status zt_store_add_record(zt_job_store *st, const char *job_id, const zt_met
 /* Appends a log line and keeps only the newest `keep` lines of the job. */
 zt_status zt_store_add_log(zt_job_store *st, const char *job_id, const zt_log_line *l, int keep);
 
+/* The newest `limit` log lines of the job whose seq is below before_seq, oldest first, through
+ * emit (the line is valid during the call only). */
+zt_status zt_store_logs(zt_job_store *st, const char *job_id, int64_t before_seq, int limit,
+                        zt_log_fn emit, void *ctx);
+
 /* Calls back for every job (oldest first), then for each job its last log_tail lines in order.
  * Metric records are not loaded: zt_store_last_records gives the newest ones, and readers read
  * the rest when asked. Pointers are valid during the call only. */

@@ -127,7 +127,7 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
     if (what & ZT_WATCH_METRICS)
         zt_history_cached_records(j->history, from_step, after, replay_record, w);
     if (what & ZT_WATCH_LOGS)
-        zt_history_logs(j->history, log_tail, replay_log, w);
+        zt_jm_logs(jm, j, log_tail, replay_log, w);
     if (ended) {
         fn(ctx, &ev);
         w->done = true;

@@ -20,6 +20,7 @@
 #include "cli_remote.h"
 #include "launcher.h"
 #include "ztrain/admission.h"
+#include "text.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
 #include "ztrain/job_spec.h"
@@ -62,7 +63,11 @@ static void on_signal(int sig) {
 }
 
 int zt_cli_fail(const char *what) {
-    fprintf(stderr, "ztrain: %s%s\n", what ? what : "", zt_last_error());
+    /* The message may quote a server's answer or a file's name: control characters are shown,
+     * not acted on. */
+    char *msg = zt_text_escape_dup(zt_last_error(), ZT_ESCAPE_KEEP_NEWLINE);
+    fprintf(stderr, "ztrain: %s%s\n", what ? what : "", msg ? msg : "(out of memory)");
+    free(msg);
     return 1;
 }
 

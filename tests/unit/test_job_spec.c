@@ -304,8 +304,43 @@ static void test_missing_file(void) {
     CHECK(chdir(cwd) == 0);
 }
 
+/* A name is printable UTF-8 of at most ZT_JOB_NAME_MAX bytes; the message names the byte. */
+static void test_names(void) {
+    ERR("{\"name\": \"run\\u001b[31m\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: name: the control character U+001B at byte 3 (a job name is printable UTF-8 "
+        "text)");
+    ERR("{\"name\": \"a\xe2\x80\xae" "b\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: name: the control or format character U+202E at byte 1 (a job name is "
+        "printable UTF-8 text)");
+    ERR("{\"name\": \"ok\xff\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: name: invalid UTF-8 (byte 0xff) at byte 2 (a job name is printable UTF-8 "
+        "text)");
+    /* cJSON would keep the NUL and every C string would end at it. */
+    ERR("{\"name\": \"ab\\u0000cd\", " MODEL ", " DATA ", " DS "}", ZT_ERR_FORMAT,
+        "job.json: line 1, column 13: \\u0000 (NUL) is not allowed in a string");
+    char name[ZT_JOB_NAME_MAX + 2], json[1024];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    snprintf(json, sizeof json, "{\"name\": \"%s\", " MODEL ", " DATA ", " DS "}", name);
+    ERR(json, ZT_ERR_INVALID, "job.json: name: 129 bytes is above the limit of 128");
+    /* At the limit, in several scripts, the name is taken as it is. */
+    snprintf(name, sizeof name, "%s",
+             "r\xc3\xa9sum\xc3\xa9-\xe8\xae\xad\xe7\xbb\x83-\xf0\x9f\x9a\x80");
+    memset(name + strlen(name), 'x', ZT_JOB_NAME_MAX - strlen(name));
+    name[ZT_JOB_NAME_MAX] = '\0';
+    snprintf(json, sizeof json, "{\"name\": \"%s\", " MODEL ", " DATA ", " DS "}", name);
+    zt_job_spec job;
+    zt_status s = zt_job_spec_parse(&job, json, "job.json", "/base");
+    CHECK(s == ZT_OK, "%s", zt_last_error());
+    if (s == ZT_OK) {
+        CHECK_STR(job.name, name);
+        zt_job_spec_free(&job);
+    }
+}
+
 int main(void) {
     dir = check_tmpdir_create("zt_job_spec");
+    test_names();
     test_full_inline();
     test_deepspeed_path();
     test_paths();

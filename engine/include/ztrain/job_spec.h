@@ -46,8 +46,12 @@ typedef struct {
     uint64_t seed;            /* default 1234 */
 } zt_train_spec;
 
+/* The longest job name, in bytes. A name is printable UTF-8 (no control, bidirectional or line
+ * separator characters); a spec with any other is refused, naming the byte at fault. */
+#define ZT_JOB_NAME_MAX 128
+
 typedef struct {
-    char *name;
+    char *name;               /* see ZT_JOB_NAME_MAX */
     int world_size;           /* default 1 */
     int nodes;                /* hosts the ranks are spread over, 1..world_size, default 1 */
     zt_device device;
