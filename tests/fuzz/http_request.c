@@ -16,7 +16,9 @@
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -68,6 +70,13 @@ static void submit(const char *spec, char id[32]) {
     zt_job_info_free(&info);
 }
 
+/* At exit, before the temporary directory goes: the server's threads and the supervisor stop
+ * first, so that nothing runs while the process ends. */
+static void stop_server(void) {
+    zt_http_stop(server);
+    zt_jobs_destroy(jobs);
+}
+
 static void start_server(void) {
     const char *tmp = fuzz_tmpdir();
     char data[PATH_MAX], runs[PATH_MAX], db[PATH_MAX], path[PATH_MAX + 32];
@@ -108,25 +117,42 @@ static void start_server(void) {
                          .hosts = hosts, .n_hosts = 1, .origins = origins, .n_origins = 1};
     FUZZ_CHECK(zt_http_start(&server, &hc, jobs) == ZT_OK, "HTTP: %s", zt_last_error());
     port = zt_http_port(server);
+    atexit(stop_server);
 }
 
-/* Sends the request, half-closes, and reads the whole answer into a growing buffer. */
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sends the request, half-closes, and reads the whole answer into a growing buffer. libFuzzer's
+ * timer signal interrupts the calls now and then, so they are retried on EINTR against one
+ * deadline. */
 static char *exchange(const uint8_t *req, size_t size, size_t *len) {
+    int64_t deadline = mono_ms() + ANSWER_TIMEOUT_S * 1000;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     FUZZ_CHECK(fd >= 0, "socket: %s", strerror(errno));
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    FUZZ_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
-    struct timeval tv = {.tv_sec = ANSWER_TIMEOUT_S};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int rc;
+    while ((rc = connect(fd, (struct sockaddr *)&a, sizeof a)) != 0 && errno == EINTR)
+        ;
+    FUZZ_CHECK(rc == 0 || errno == EISCONN, "connect: %s", strerror(errno));
     /* The server may answer and close before it has read everything (a refused Host, a body
      * too large): a failed send is not an error, the answer is what counts. */
     for (size_t sent = 0; sent < size;) {
-        ssize_t n = send(fd, req + sent, size - sent, MSG_NOSIGNAL);
-        if (n <= 0)
+        ssize_t n = send(fd, req + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EINTR && errno != EAGAIN)
             break;
-        sent += (size_t)n;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int64_t left = deadline - mono_ms();
+        FUZZ_CHECK(left > 0, "the server read no more of the request for %d s", ANSWER_TIMEOUT_S);
+        poll(&p, 1, (int)left);
     }
     shutdown(fd, SHUT_WR);
     size_t cap = 8192;
@@ -139,16 +165,30 @@ static char *exchange(const uint8_t *req, size_t size, size_t *len) {
             FUZZ_CHECK(buf != NULL, "out of memory");
             cap *= 2;
         }
-        ssize_t n = recv(fd, buf + *len, cap - *len, 0);
+        ssize_t n = recv(fd, buf + *len, cap - *len, MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno == ECONNRESET))
             break;
-        FUZZ_CHECK(n > 0, "the server neither answered nor closed in %d s (%s)", ANSWER_TIMEOUT_S,
-                   strerror(errno));
-        *len += (size_t)n;
+        if (n > 0) {
+            *len += (size_t)n;
+            continue;
+        }
+        FUZZ_CHECK(errno == EINTR || errno == EAGAIN, "recv: %s", strerror(errno));
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int64_t left = deadline - mono_ms();
+        FUZZ_CHECK(left > 0, "the server neither answered nor closed in %d s", ANSWER_TIMEOUT_S);
+        poll(&p, 1, (int)left);
     }
     buf[*len] = '\0';
     close(fd);
     return buf;
+}
+
+static bool contains_caseless(const uint8_t *data, size_t size, const char *word) {
+    size_t n = strlen(word);
+    for (size_t i = 0; i + n <= size; i++)
+        if (strncasecmp((const char *)data + i, word, n) == 0)
+            return true;
+    return false;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -164,11 +204,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(!memmem(answer, len, "\r\nAccess-Control-Allow-Origin: *\r\n", 34),
                "a wildcard CORS answer");
     /* The token reaches the server in the Authorization header, or as ?access_token= on an
-     * event stream, where it may be percent-encoded. A request with neither may not see a
-     * job's run directory or Prometheus' job labels (JSON escapes the quotes of anything the
-     * request itself made the server echo). */
+     * event stream, where it may be percent-encoded (and libmicrohttpd matches argument names
+     * whatever their case). A request with neither may not see a job's run directory or
+     * Prometheus' job labels (JSON escapes the quotes of anything the request itself made the
+     * server echo). */
     bool may_have_token = memmem(data, size, "Bearer " TOKEN, 17) || memchr(data, '%', size) ||
-                          memmem(data, size, "access_token", 12);
+                          contains_caseless(data, size, "access_token");
     if (!may_have_token) {
         FUZZ_CHECK(!memmem(answer, len, "\"run_dir\":", 10), "job data without the token");
         FUZZ_CHECK(!memmem(answer, len, "job=\"job-", 9), "job metrics without the token");
