@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build deps demo test test-sanitize test-container test-slurm bench clean
+.PHONY: all build deps demo test test-sanitize test-fuzz test-container test-slurm bench clean
 
 all: build
 
@@ -34,6 +34,17 @@ test-sanitize: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_SANITIZE=ON
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+# libFuzzer targets (tests/fuzz/: the DeepSpeed config, job specs, safetensors, token files,
+# checkpoints' meta.json, ztraind's HTTP requests and gRPC request messages), built with clang
+# under ASan/UBSan in build-fuzz/ and each run for FUZZ_SECONDS over its corpus. A crash fails
+# the run and keeps its input in build-fuzz/fuzz/crashes/ (tests/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+test-fuzz:
+	./scripts/install-deps.sh build fuzz
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_FUZZ=ON
+	cmake --build build-fuzz -j $(JOBS) --target fuzz
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh build-fuzz
 
 # The CPU image from docker/Dockerfile, built with podman on a locally made Debian base and run:
 # a job submitted from the host with $(BUILD)/ztrain, SIGTERM, a restart on the same volumes

@@ -254,6 +254,66 @@ static double num(const cJSON *o, const char *key, double fallback) {
     return cJSON_IsNumber(v) ? v->valuedouble : fallback;
 }
 
+/* Integers in meta.json go through doubles: beyond 2^53 they are no longer exact. */
+#define META_MAX_INT 9007199254740992.0
+
+/* The whole number under `key` of `o` (the section named `section`, "" at the top), or fallback
+ * when it is absent, within [lo, hi]. A value no save writes (a damaged or edited file) is
+ * refused by name rather than converted out of range into the engine's counters. */
+static zt_status meta_int(const cJSON *o, const char *section, const char *key, double fallback,
+                          double lo, double hi, const char *tagdir, int64_t *out) {
+    double v = num(o, key, fallback);
+    if (!(v >= lo && v <= hi && v == floor(v)))
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: %s%s%s (%g) is not a whole number from "
+                        "%.0f to %.0f", tagdir, section, *section ? "." : "", key, v, lo, hi);
+    *out = (int64_t)v;
+    return ZT_OK;
+}
+
+/* The counters and the data position a load restores, all checked before any is applied. */
+typedef struct {
+    int64_t world_size, optimizer_step;
+    bool has_scaler;             /* a loss_scaler section the engine's dynamic scaler takes */
+    int64_t cur_iter, last_overflow_iter, cur_hysteresis;
+    int64_t last_batch_iteration, global_steps, micro_steps, skipped_steps;
+    bool has_data;               /* a data section and a loader to seek */
+    int64_t epoch, global_position;
+} meta_counts;
+
+static zt_status read_counts(const cJSON *meta, const char *tagdir, zt_engine *e,
+                             meta_counts *c) {
+    const double max = META_MAX_INT;
+    memset(c, 0, sizeof *c);
+    ZT_TRY(meta_int(meta, "", "world_size", 1, 1, ZT_MAX_WORLD, tagdir, &c->world_size));
+    ZT_TRY(meta_int(meta, "", "optimizer_step", 0, 0, max, tagdir, &c->optimizer_step));
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
+    const zt_loss_scaler *ls = zt_engine_loss_scaler(e);
+    c->has_scaler = cJSON_IsObject(sc) && ls->kind != ZT_SCALER_STATIC;
+    if (c->has_scaler) {
+        ZT_TRY(meta_int(sc, "loss_scaler", "cur_iter", 0, 0, max, tagdir, &c->cur_iter));
+        ZT_TRY(meta_int(sc, "loss_scaler", "last_overflow_iter", -1, -1, max, tagdir,
+                        &c->last_overflow_iter));
+        ZT_TRY(meta_int(sc, "loss_scaler", "cur_hysteresis", ls->hysteresis, 0, INT_MAX, tagdir,
+                        &c->cur_hysteresis));
+    }
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(meta, "lr_schedule");
+    ZT_TRY(meta_int(sched, "lr_schedule", "last_batch_iteration", -1, -1, max, tagdir,
+                    &c->last_batch_iteration));
+    ZT_TRY(meta_int(meta, "", "global_steps", 0, 0, max, tagdir, &c->global_steps));
+    ZT_TRY(meta_int(meta, "", "micro_steps", 0, 0, max, tagdir, &c->micro_steps));
+    ZT_TRY(meta_int(meta, "", "skipped_steps", 0, 0, max, tagdir, &c->skipped_steps));
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
+    c->has_data = zt_engine_loader(e) && cJSON_IsObject(d);
+    if (c->has_data) {
+        int64_t position;
+        ZT_TRY(meta_int(d, "data", "epoch", 0, 0, max, tagdir, &c->epoch));
+        ZT_TRY(meta_int(d, "data", "position", 0, 0, max, tagdir, &position));
+        ZT_TRY(meta_int(d, "data", "global_position", (double)position * (double)c->world_size,
+                        0, max, tagdir, &c->global_position));
+    }
+    return ZT_OK;
+}
+
 static zt_status read_spec(const cJSON *meta, const char *tagdir, zt_model_spec *spec) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(meta, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, zt_model_type_field.key);
@@ -384,7 +444,9 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
         s = zt_error(ZT_ERR_INVALID, "%s: checkpoint holds a %s model, but the job's model has "
                      "%s %s", tagdir, held, differs->key, job_value);
     }
-    int saved_world = (int)num(meta, "world_size", 1);
+    meta_counts c;
+    if (s == ZT_OK)
+        s = read_counts(meta, tagdir, e, &c);
     if (s == ZT_OK) {
         path_join(path, sizeof path, tagdir, "model.safetensors");
         s = zt_model_load_safetensors(model, path);
@@ -393,27 +455,21 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
             s = loaded;
     }
     if (s == ZT_OK && zt_engine_optimizer(e))
-        s = load_optimizer(e, tagdir, saved_world, (int64_t)num(meta, "optimizer_step", 0));
+        s = load_optimizer(e, tagdir, (int)c.world_size, c.optimizer_step);
     if (s == ZT_OK) {
-        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
-        zt_loss_scaler *ls = zt_engine_loss_scaler(e);
-        if (cJSON_IsObject(sc) && ls->kind != ZT_SCALER_STATIC) {
+        if (c.has_scaler) {
+            zt_loss_scaler *ls = zt_engine_loss_scaler(e);
+            const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
             ls->cur_scale = num(sc, "cur_scale", ls->cur_scale);
-            ls->cur_iter = (int64_t)num(sc, "cur_iter", 0);
-            ls->last_overflow_iter = (int64_t)num(sc, "last_overflow_iter", -1);
-            ls->cur_hysteresis = (int)num(sc, "cur_hysteresis", ls->hysteresis);
+            ls->cur_iter = c.cur_iter;
+            ls->last_overflow_iter = c.last_overflow_iter;
+            ls->cur_hysteresis = (int)c.cur_hysteresis;
         }
-        const cJSON *sched = cJSON_GetObjectItemCaseSensitive(meta, "lr_schedule");
-        zt_engine_schedule(e)->last_batch_iteration = (int64_t)num(sched, "last_batch_iteration", -1);
-        zt_engine_set_counters(e, (int64_t)num(meta, "global_steps", 0),
-                               (int64_t)num(meta, "micro_steps", 0),
-                               (int64_t)num(meta, "skipped_steps", 0));
-        const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
+        zt_engine_schedule(e)->last_batch_iteration = c.last_batch_iteration;
+        zt_engine_set_counters(e, c.global_steps, c.micro_steps, c.skipped_steps);
         zt_loader *l = zt_engine_loader(e);
-        if (l && cJSON_IsObject(d)) {
-            double global = num(d, "global_position", num(d, "position", 0) * saved_world);
-            zt_loader_seek(l, (int64_t)num(d, "epoch", 0), (int64_t)(global / l->world_size));
-        }
+        if (c.has_data)
+            zt_loader_seek(l, c.epoch, c.global_position / l->world_size);
     }
     cJSON_Delete(meta);
     return s;

@@ -53,7 +53,9 @@ static bool put(zt_metrics_writer *w, size_t *len, const char *fmt, ...) {
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(w->line + *len, w->cap - *len, fmt, ap);
+        /* The buffer is NULL until the first record: NULL + 0 is undefined in C, so that
+         * first call measures into no buffer at all. */
+        int n = vsnprintf(w->line ? w->line + *len : NULL, w->cap - *len, fmt, ap);
         va_end(ap);
         if (n < 0)
             return false;

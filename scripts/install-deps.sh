@@ -9,6 +9,8 @@
 #     runtime    run the built programs and serve the dashboard, nothing to compile with (the
 #                image's runtime stage; it leaves apt's lists in place, the caller cleans them)
 #     test       the test suite and benchmarks on top of build (PyTorch, grpcio, Chromium, ...)
+#     fuzz       `make test-fuzz`: clang with libFuzzer's runtime and clang's OpenMP (on top of
+#                build, whose libraries the fuzz build links)
 #     container  `make test-container`: podman with runc, debootstrap, and python3 for the test
 #     slurm      `make test-slurm`: Slurm's controller, node daemon and client tools, and munge
 set -euo pipefail
@@ -44,6 +46,13 @@ test=(
   chromium chromium-driver python3-selenium   # the dashboard's browser tests
 )
 
+# The fuzz build (`make test-fuzz`): clang, libclang_rt.fuzzer and the sanitizers' runtimes
+# (libclang-rt-dev: the distribution's clang version of libclang-rt-14-dev on Debian 12), and
+# the OpenMP runtime that clang's -fopenmp links (GCC's libgomp is not clang's).
+fuzz=(
+  clang libclang-rt-dev libomp-dev
+)
+
 # podman pulls in crun first, which rejects hybrid cgroup hosts, so runc is named; netavark is
 # the network stack (apt would otherwise pick the older CNI plugins without recommends), and it
 # needs iptables for published ports and the bridge's NAT.
@@ -68,9 +77,10 @@ for profile in "${profiles[@]}"; do
     build) packages+=("${build[@]}") ;;
     runtime) packages+=("${runtime[@]}") ;;
     test) packages+=("${build[@]}" "${test[@]}") ;;
+    fuzz) packages+=("${build[@]}" "${fuzz[@]}") ;;
     container) packages+=("${container[@]}") ;;
     slurm) packages+=("${slurm[@]}") ;;
-    *) echo "install-deps: unknown profile '$profile' (build, runtime, test, container, slurm)" >&2
+    *) echo "install-deps: unknown profile '$profile' (build, runtime, test, fuzz, container, slurm)" >&2
        exit 2 ;;
   esac
 done

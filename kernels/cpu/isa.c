@@ -9,10 +9,26 @@ static const char *const names[] = {"portable", "avx2", "avx512"};
 
 const char *zt_cpu_isa_name(zt_cpu_isa isa) { return names[isa]; }
 
+#if defined(__x86_64__) || defined(__i386__)
+#if defined(__clang__)
+#include <cpuid.h>
+#endif
+
+/* Clang 14 (Debian 12's, which the fuzz build uses) does not know "f16c" in
+ * __builtin_cpu_supports, so it asks CPUID leaf 1 directly (ECX bit 29). */
+static bool has_f16c(void) {
+#if defined(__clang__)
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+#else
+    return __builtin_cpu_supports("f16c");
+#endif
+}
+#endif
+
 static zt_cpu_isa widest(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                __builtin_cpu_supports("f16c");
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
         return ZT_ISA_AVX512;
     if (avx2)

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target of a ZT_FUZZ build (`make test-fuzz`) for a bounded time over its
+# committed corpus, and prints how long each ran, how many inputs it tried and how fast.
+#
+#   tests/fuzz/run.sh BUILD_DIR [TARGET...]      (default: every fuzz_* in BUILD_DIR)
+#   FUZZ_SECONDS=N     seconds per target (default 60)
+#   FUZZ_TIMEOUT=N     seconds one input may take (default 30)
+#   FUZZ_TMPDIR=DIR    where the targets write their files (default /dev/shm, else $TMPDIR)
+#
+# The committed seeds (tests/fuzz/corpus/<target>/) are only read: what a run learns goes to
+# BUILD_DIR/fuzz/corpus/<target>/, which the next run starts from too. An input that crashes a
+# target, breaks one of its checks, leaks, or runs past FUZZ_TIMEOUT seconds fails the target
+# and is kept as BUILD_DIR/fuzz/crashes/<target>/crash-<sha1> (or leak-, timeout-, oom-); replay
+# it with BUILD_DIR/fuzz_<target> FILE, and once fixed, add it to the target's committed corpus
+# so that the replay test (ctest -R fuzz/) keeps it fixed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build="${1:?usage: tests/fuzz/run.sh BUILD_DIR [TARGET...]}"
+shift
+seconds="${FUZZ_SECONDS:-60}"
+timeout_s="${FUZZ_TIMEOUT:-30}"
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  for exe in "$build"/fuzz_*; do
+    [ -x "$exe" ] && targets+=("${exe##*/fuzz_}")
+  done
+fi
+if [ ${#targets[@]} -eq 0 ]; then
+  echo "fuzz: no fuzz_* programs in $build (configure it with -DZT_FUZZ=ON)" >&2
+  exit 2
+fi
+
+# Undefined behaviour stops the run like a crash (the build also makes it fatal), with a stack.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
+export OMP_NUM_THREADS=1
+# The targets that read files write each input to one first: on a disk-backed /tmp that costs
+# twenty times more than on tmpfs.
+if [ -z "${FUZZ_TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
+  export TMPDIR=/dev/shm
+elif [ -n "${FUZZ_TMPDIR:-}" ]; then
+  export TMPDIR="$FUZZ_TMPDIR"
+fi
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  exe="$build/fuzz_$t"
+  seeds="tests/fuzz/corpus/$t"
+  work="$build/fuzz/corpus/$t"
+  crashes="$build/fuzz/crashes/$t"
+  log="$build/fuzz/$t.log"
+  mkdir -p "$work" "$crashes"
+  args=(-max_total_time="$seconds" -timeout="$timeout_s" -rss_limit_mb=2048 -max_len=65536
+        -print_final_stats=1 -close_fd_mask=3 -artifact_prefix="$crashes/")
+  [ -f "tests/fuzz/$t.dict" ] && args+=(-dict="tests/fuzz/$t.dict")
+  echo "fuzz: $t for ${seconds} s (log: $log)"
+  start=$(date +%s)
+  "$exe" "${args[@]}" "$work" "$seeds" >"$log" 2>&1
+  rc=$?
+  elapsed=$(( $(date +%s) - start ))
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  kept=$(find "$work" -type f | wc -l)
+  line=$(printf '%-16s %5ss %10s runs %7s/s  cov %6s  corpus %5s' "$t" "$elapsed" "${runs:-?}" \
+         "${rate:-?}" "${cov:-?}" "$kept")
+  if [ $rc -ne 0 ] || [ -n "$(ls -A "$crashes")" ]; then
+    failed+=("$t")
+    line="$line  FAILED (rc $rc)"
+    echo "fuzz: $t FAILED; the end of $log:" >&2
+    tail -n 40 "$log" >&2
+    ls "$crashes" >&2
+  fi
+  summary+=("$line")
+done
+
+echo
+echo "target            time        inputs run   exec/s   coverage    corpus"
+printf '%s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: ${#failed[@]} target(s) failed: ${failed[*]}; inputs kept in $build/fuzz/crashes/" >&2
+  exit 1
+fi
+echo "fuzz: no crashes in ${#targets[@]} target(s)"

@@ -1,0 +1,104 @@
+/* A checkpoint's meta.json with counters no save writes (found by fuzzing, tests/fuzz/ckpt_meta.c):
+ * numbers beyond what the engine's integers hold (converting them was undefined behaviour),
+ * negative or fractional positions (a negative epoch aborted in the loader's assertion). Each is
+ * refused by zt_ckpt_load with ZT_ERR_FORMAT naming meta.json and the key, and the engine's
+ * counters keep what the untouched checkpoint restored. The untouched file itself loads and
+ * restores the counters it holds. */
+#include "check.h"
+#include "ztrain/checkpoint.h"
+#include "ztrain/engine.h"
+#include "ztrain/job_spec.h"
+
+static const char job_json[] =
+    "{\"name\": \"meta\", \"model\": {\"type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, "
+    "\"n_embd\": 8, \"vocab_size\": 256, \"block_size\": 8},"
+    " \"data\": {\"train\": \"train.txt\"}, \"train\": {\"max_steps\": 1},"
+    " \"deepspeed\": {\"train_batch_size\": 2, \"optimizer\": {\"type\": \"AdamW\"}}}";
+
+/* meta.json as the save wrote it, with `from` replaced by `to` (which must occur once). */
+static void write_meta(const char *saved, const char *path, const char *from, const char *to) {
+    const char *at = strstr(saved, from);
+    if (!at || strstr(at + 1, from)) {
+        fprintf(stderr, "'%s' is not in the saved meta.json exactly once\n", from);
+        exit(2);
+    }
+    size_t n = strlen(saved) + strlen(to) + 1;
+    char *text = malloc(n);
+    snprintf(text, n, "%.*s%s%s", (int)(at - saved), saved, to, at + strlen(from));
+    check_write_file(path, text, strlen(text));
+    free(text);
+}
+
+static void step(zt_engine *e) {
+    zt_batch b;
+    float loss;
+    CHECK(zt_engine_next_batch(e, &b) == ZT_OK && zt_engine_forward(e, &b, &loss) == ZT_OK &&
+              zt_engine_backward(e) == ZT_OK && zt_engine_step(e) == ZT_OK,
+          "%s", zt_last_error());
+}
+
+int main(void) {
+    const char *tmp = check_tmpdir_create("zt_ckpt_meta");
+    char text[4096];
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = "pack my box with five dozen liquor jugs "[i % 40];
+    check_write_file(check_tmp_path("train.txt"), text, sizeof text);
+    zt_job_spec job;
+    zt_dataset data;
+    zt_engine *e = NULL;
+    zt_engine_options opts = {.seed = 3, .shuffle = true, .threads = 1};
+    if (zt_job_spec_parse(&job, job_json, "job", tmp) != ZT_OK ||
+        zt_dataset_open(&data, job.data.train, job.model.vocab_size) != ZT_OK ||
+        zt_engine_create(&e, &job.ds, &job.model, &data, &opts) != ZT_OK) {
+        fprintf(stderr, "setup: %s\n", zt_last_error());
+        return 2;
+    }
+    step(e);
+    step(e);
+    const char *dir = check_tmp_path("ckpt");
+    CHECK(zt_ckpt_save(e, &job, dir, NULL) == ZT_OK, "%s", zt_last_error());
+    const char *meta_path = check_tmp_path("ckpt/global_step2/meta.json");
+    FILE *f = fopen(meta_path, "rb");
+    char saved[8192];
+    size_t n = f ? fread(saved, 1, sizeof saved - 1, f) : 0;
+    if (f)
+        fclose(f);
+    saved[n] = '\0';
+
+    /* The file as saved, with the counters set to values this test chose. */
+    write_meta(saved, meta_path, "\"global_steps\":\t2", "\"global_steps\": 7");
+    CHECK(zt_ckpt_load(e, dir, NULL) == ZT_OK, "%s", zt_last_error());
+    CHECK(zt_engine_global_steps(e) == 7, "global steps %lld", (long long)zt_engine_global_steps(e));
+    CHECK(zt_engine_micro_steps(e) == 2, "micro steps %lld", (long long)zt_engine_micro_steps(e));
+    step(e);
+
+    static const struct {
+        const char *from, *to, *key;
+    } bad[] = {
+        {"\"world_size\":\t1", "\"world_size\": 1e300", "world_size"},
+        {"\"world_size\":\t1", "\"world_size\": 0", "world_size"},
+        {"\"global_steps\":\t2", "\"global_steps\": 1e300", "global_steps"},
+        {"\"micro_steps\":\t2", "\"micro_steps\": -1e19", "micro_steps"},
+        {"\"skipped_steps\":\t0", "\"skipped_steps\": 0.5", "skipped_steps"},
+        {"\"optimizer_step\":\t2", "\"optimizer_step\": 1e400", "optimizer_step"},
+        {"\"last_batch_iteration\":\t1", "\"last_batch_iteration\": -2", "last_batch_iteration"},
+        {"\"epoch\":\t0", "\"epoch\": -1", "data.epoch"},
+        {"\"global_position\":\t4", "\"global_position\": 1e300", "data.global_position"},
+        {"\"position\":\t4", "\"position\": -3", "data.position"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_meta(saved, meta_path, bad[i].from, bad[i].to);
+        zt_status s = zt_ckpt_load(e, dir, NULL);
+        const char *msg = zt_last_error();
+        CHECK(s == ZT_ERR_FORMAT, "%s: status %d (%s)", bad[i].to, (int)s, msg);
+        CHECK(strstr(msg, "meta.json") && strstr(msg, bad[i].key), "%s: message '%s'", bad[i].to,
+              msg);
+        CHECK(zt_engine_global_steps(e) == 8, "%s: global steps now %lld", bad[i].to,
+              (long long)zt_engine_global_steps(e));
+    }
+    zt_engine_destroy(e);
+    zt_dataset_close(&data);
+    zt_job_spec_free(&job);
+    check_tmpdir_remove();
+    return check_summary("test_ckpt_meta");
+}
