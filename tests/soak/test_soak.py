@@ -55,6 +55,16 @@ GETJOB_P99_MS = 1000
 PEAK_RSS_KIB = 256 * 1024
 
 
+def sanitized_build():
+    """Whether BUILD is a -DZT_SANITIZE=ON build: ASan's shadow memory and quarantine make its
+    RSS several times larger (~400 MiB here), so the bound is only for a plain build."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            return "ZT_SANITIZE:BOOL=ON" in f.read()
+    except OSError:
+        return False
+
+
 def on_signal(sig, frame):
     raise SystemExit(f"stopped by signal {sig}")
 
@@ -160,12 +170,16 @@ def load_test():
                 f"a: GetJob under load: {len(ms)} calls, {failed} failed, p50 {p50:.1f} ms, "
                 f"p99 {p99:.1f} ms (bound {GETJOB_P99_MS} ms)")
         rss = d.peak_rss_kib()
-        c.check(rss < PEAK_RSS_KIB, f"a: ztraind's peak RSS {rss / 1024:.1f} MiB "
-                f"(bound {PEAK_RSS_KIB // 1024} MiB)")
+        if sanitized_build():
+            print(f"      ztraind's peak RSS {rss / 1024:.1f} MiB (a sanitizer build: no bound)")
+        else:
+            c.check(rss < PEAK_RSS_KIB, f"a: ztraind's peak RSS {rss / 1024:.1f} MiB "
+                    f"(bound {PEAK_RSS_KIB // 1024} MiB)")
     finally:
         if watchers:
             watchers.kill()
         d.stop()
+    c.check(not d.sanitizer_errors(), f"a: no sanitizer report from ztraind {d.sanitizer_errors()}")
 
 
 # ---- b. soak -----------------------------------------------------------------------------------
@@ -321,7 +335,8 @@ def soak_test():
         c.check(health["running"] == 0 and health["queued"] == 0,
                 f"b: nothing running or queued: {health}")
         rc = d.stop()
-        c.check(rc == 0, f"b: the last daemon exits 0 on SIGTERM ({rc})")
+        c.check(rc == 0 and not d.sanitizer_errors(), f"b: the last daemon exits 0 on SIGTERM "
+                f"({rc}), no sanitizer report from any {d.sanitizer_errors()}")
         left = {p: (daemon_ranks(p), daemon_shm(p)) for p in d.pids}
         c.check(len(d.pids) == 3 and not any(r or s for r, s in left.values()),
                 f"b: no rank process and no shared-memory segment of any of the {len(d.pids)} "
