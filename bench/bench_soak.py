@@ -8,14 +8,15 @@ scraped every second, GetJob timed from another process) next to unloaded runs o
                                          [--rounds 1]
 
 Runs alternate, each on a fresh ztraind (--max-ranks 1, --threads-per-rank 1): unloaded, then
---rounds times loaded and unloaded. In each the job (a 2-layer GPT-2, n_embd 64, block 64, micro-batch 4, a record every
---log-interval steps) trains for --seconds after it has started; GetJob is timed throughout
-(every 10 ms, in a child process), and afterwards 100 SubmitJob calls are timed in the unloaded
-runs for reference. Printed per run: the job's step speed (mean perf/tokens_per_second of the
-records in the window, the first second left out) and steps per wall-clock second, ztraind's peak
-RSS, GetJob and SubmitJob p50/p99; then the ratio of the loaded run's speed to the unloaded
-runs' mean. Figures, not assertions: the test asserts. On 2 shared cores the clients (Python)
-compete with the job and the daemon for the CPU, so the ratio measures that competition too."""
+--rounds times loaded and unloaded. In each the job (a 2-layer GPT-2, n_embd 64, block 64,
+micro-batch 4, a record every --log-interval steps) trains for --seconds after it has started;
+GetJob is timed throughout (every 10 ms, in a child process), and afterwards 100 SubmitJob calls
+are timed in the unloaded runs for reference. Printed per run: the job's step speed (mean
+perf/tokens_per_second of the records in the window, the first second left out) and steps per
+wall-clock second, ztraind's peak RSS, GetJob and SubmitJob p50/p99; then the ratio of the loaded
+runs' mean speed to the unloaded runs'. Figures, not assertions: the test asserts. On 2 shared
+cores the clients (Python) compete with the job and the daemon for the CPU, so the ratio
+measures that competition too."""
 import argparse
 import json
 import os
@@ -128,9 +129,9 @@ def main():
     print(f"{'run':<10} {'tokens/s':>9} {'steps/s':>8} {'peak RSS':>9} {'GetJob p50/p99 ms':>18} "
           f"{'SubmitJob p50/p99 ms':>21}")
     for r in runs:
+        failed = f"  ({r['getjob_failed']} GetJob failed)" if r["getjob_failed"] else ""
         print(f"{'loaded' if r['loaded'] else 'unloaded':<10} {r['tps']:9.0f} {r['steps_s']:8.1f} "
-              f"{r['rss_mib']:6.1f} MiB {lat(r['getjob']):>18} {lat(r['submit']):>21}"
-              f"{'  (' + str(r['getjob_failed']) + ' GetJob failed)' if r['getjob_failed'] else ''}")
+              f"{r['rss_mib']:6.1f} MiB {lat(r['getjob']):>18} {lat(r['submit']):>21}{failed}")
     idle = [r for r in runs if not r["loaded"]]
     busy = [r for r in runs if r["loaded"]]
     for name, key in (("step speed (perf/tokens_per_second)", "tps"),

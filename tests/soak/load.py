@@ -70,9 +70,10 @@ class Watchers:
 
     def __init__(self, d, job_id, tmpdir, grpc=150, sse=50, procs=4):
         self.d, self.job_id, self.tmpdir = d, job_id, tmpdir
-        per = [(grpc * (i + 1) // procs - grpc * i // procs, sse * (i + 1) // procs - sse * i // procs)
-               for i in range(procs)]
-        self.plan = [p for p in per if p != (0, 0)]
+        def share(n, i):
+            return n * (i + 1) // procs - n * i // procs
+        self.plan = [(share(grpc, i), share(sse, i)) for i in range(procs)
+                     if (share(grpc, i), share(sse, i)) != (0, 0)]
         self.children = []
 
     def start(self, timeout=120):

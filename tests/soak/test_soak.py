@@ -227,7 +227,7 @@ def kill_and_restart(d, blocker, batch, snapshots):
     c.check(state_name(jobs[0].state) == "RUNNING" and certain,
             f"b: before kill {len(snapshots)}: the 2-rank job runs, {len(unfinished)} jobs "
             f"unfinished, {len(certain)} certainly queued ({elapsed()})")
-    pids = [r.pid for j in jobs for r in j.ranks if r.pid > 0]
+    pids = [r.pid for j in jobs if j.id in unfinished for r in j.ranks if r.pid > 0 and r.running]
     old = d.proc.pid
     d.kill()
     c.check(not wait_gone(pids, 20) and not daemon_ranks(old),
