@@ -4,7 +4,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build deps demo test test-sanitize test-fuzz test-container test-slurm bench clean
+.PHONY: all build deps demo test test-sanitize test-fuzz test-container test-slurm test-soak bench
+.PHONY: clean
 
 all: build
 
@@ -61,3 +62,11 @@ test-slurm:
 	./scripts/install-deps.sh build slurm
 	$(MAKE) build
 	/usr/bin/python3 tests/slurm/test_slurm.py $(BUILD)
+
+# ztraind under load and across faults (tests/soak/test_soak.py, about a minute on 2 cores): 200
+# watchers on a running job while 1,000 jobs are submitted and listed, then 100 small jobs with
+# the daemon SIGKILLed and restarted twice. It needs the service tests' packages.
+test-soak:
+	./scripts/install-deps.sh build test
+	$(MAKE) build
+	/usr/bin/python3 tests/soak/test_soak.py $(BUILD)

@@ -124,6 +124,8 @@ class Daemon:
         self.grpc_port = 0
         self.http_port = 0
         self.proc = None
+        # Every pid this daemon had, one per start(): what a killed one left behind is found by it.
+        self.pids = []
         self._channel = None
         if start:
             self.start()
@@ -162,6 +164,7 @@ class Daemon:
             start_offset = log.tell()
             self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT,
                                          env=env, cwd=self.dir)
+        self.pids.append(self.proc.pid)
         # A test that dies on an exception must not leave its daemon (and its ranks) running.
         atexit.register(self.kill)
         deadline = time.monotonic() + timeout
@@ -186,6 +189,14 @@ class Daemon:
         a -DZT_SANITIZE=ON build); empty when there is none. Leaks show up after stop()."""
         pat = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:")
         return [l for l in self.log().splitlines() if pat.search(l)][:5]
+
+    def peak_rss_kib(self):
+        """The running daemon's peak resident set size (VmHWM), KiB."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        raise RuntimeError(f"no VmHWM in /proc/{self.proc.pid}/status")
 
     def _close_channel(self):
         if self._channel is not None:
@@ -341,6 +352,31 @@ def wait_gone(pids, timeout=10):
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
+
+
+def daemon_ranks(daemon_pid):
+    """Pids of the live processes a ztraind with this pid started as ranks: their ZTRAIN_RUN_ID
+    is ztraind<pid>-<job id> (supervisor.c), which also tells them from other daemons' ranks."""
+    mark = f"\0ZTRAIN_RUN_ID=ztraind{daemon_pid}-".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = b"\0" + f.read()
+        except OSError:
+            continue
+        if mark in env and alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def daemon_shm(daemon_pid):
+    """The /dev/shm segments of the shm communicator left by ranks of a ztraind with this pid
+    (named /ztrain-<uid>-<ZTRAIN_RUN_ID>, engine/comm_shm.c)."""
+    prefix = f"ztrain-{os.getuid()}-ztraind{daemon_pid}-"
+    return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
 
 
 def temp_dir(prefix):
