@@ -5,7 +5,7 @@ scraped every second, GetJob timed from another process) next to unloaded runs o
 
     /usr/bin/python3 bench/bench_soak.py [--build build] [--seconds 30] [--jobs 1000]
                                          [--grpc 150] [--sse 50] [--log-interval 20]
-                                         [--rounds 1]
+                                         [--rounds 1] [--client-nice 0]
 
 Runs alternate, each on a fresh ztraind (--max-ranks 1, --threads-per-rank 1): unloaded, then
 --rounds times loaded and unloaded. In each the job (a 2-layer GPT-2, n_embd 64, block 64,
@@ -13,10 +13,14 @@ micro-batch 4, a record every --log-interval steps) trains for --seconds after i
 GetJob is timed throughout (every 10 ms, in a child process), and afterwards 100 SubmitJob calls
 are timed in the unloaded runs for reference. Printed per run: the job's step speed (mean
 perf/tokens_per_second of the records in the window, the first second left out) and steps per
-wall-clock second, ztraind's peak RSS, GetJob and SubmitJob p50/p99; then the ratio of the loaded
+wall-clock second, steps per CPU second the rank got (what the job did with the CPU it had, which
+other processes on a shared machine do not change), ztraind's peak RSS, GetJob and SubmitJob
+p50/p99, and the CPU (in cores) that the rank, ztraind and the clients used in the window; then
+the ratio of the loaded
 runs' mean speed to the unloaded runs'. Figures, not assertions: the test asserts. On 2 shared
 cores the clients (Python) compete with the job and the daemon for the CPU, so the ratio
-measures that competition too."""
+measures that competition too; --client-nice 19 makes the watchers yield as clients on other
+machines would (the GetJob prober and the submitting process keep normal priority)."""
 import argparse
 import json
 import os
@@ -69,12 +73,17 @@ def run(args, loaded):
                                 3 * args.log_interval)
             out = {"loaded": loaded}
             if loaded:
-                watchers = load.Watchers(d, job.id, tmp, grpc=args.grpc, sse=args.sse)
+                watchers = load.Watchers(d, job.id, tmp, grpc=args.grpc, sse=args.sse,
+                                         nice=args.client_nice)
                 watchers.start()
                 scraper = load.Scraper(d)
                 scraper.start()
             prober = load.Prober(d, job.id, tmp)
             prober.start()
+            clients = (watchers.pids() if watchers else []) + [prober.p.pid]
+            procs = {"rank": [job.ranks[0].pid], "ztraind": [d.proc.pid], "clients": clients}
+            cpu0 = {k: sum(load.cpu_seconds(p) for p in v) for k, v in procs.items()}
+            cpu0["clients"] += time.process_time()
             t0 = time.time()
             if loaded:
                 ids, out["submit"] = load.submit_many(d, args.jobs)
@@ -84,6 +93,9 @@ def run(args, loaded):
                 out["listed"] = len(set(listed))
             time.sleep(max(0.0, args.seconds - (time.time() - t0)))
             t1 = time.time()
+            cpu1 = {k: sum(load.cpu_seconds(p) for p in v) for k, v in procs.items()}
+            cpu1["clients"] += time.process_time()
+            out["cores"] = {k: (cpu1[k] - cpu0[k]) / (t1 - t0) for k in procs}
             out["getjob"], out["getjob_failed"] = prober.stop()
             if loaded:
                 out["scrapes"] = scraper.stop()
@@ -102,6 +114,7 @@ def run(args, loaded):
                 out["watchers"] = (len(seen), sum(1 for n in seen if n == want), want)
             out["tps"], out["steps_s"] = speed(records(d, job.id), int(t0 * 1000) + 1000,
                                                int(t1 * 1000))
+            out["steps_cpu"] = out["steps_s"] / out["cores"]["rank"]
             out["rss_mib"] = d.peak_rss_kib() / 1024
         finally:
             if watchers:
@@ -119,23 +132,30 @@ def main():
     ap.add_argument("--sse", type=int, default=50)
     ap.add_argument("--log-interval", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--client-nice", type=int, default=0,
+                    help="run the watcher processes niced, approximating clients elsewhere")
     args = ap.parse_args()
     runs = [run(args, False)]
     for _ in range(args.rounds):
         runs += [run(args, True), run(args, False)]
+    niced = f", watchers at nice {args.client_nice}" if args.client_nice else ""
     print(f"ztraind under load: {args.grpc} WatchJob + {args.sse} SSE watchers, {args.jobs} jobs "
           f"submitted and listed, /metrics every second; {args.seconds:.0f} s a run "
-          f"({os.cpu_count()} CPUs)")
-    print(f"{'run':<10} {'tokens/s':>9} {'steps/s':>8} {'peak RSS':>9} {'GetJob p50/p99 ms':>18} "
-          f"{'SubmitJob p50/p99 ms':>21}")
+          f"({os.cpu_count()} CPUs{niced})")
+    print(f"{'run':<10} {'tokens/s':>9} {'steps/s':>8} {'/CPU s':>7} {'peak RSS':>9} "
+          f"{'GetJob p50/p99 ms':>18} {'SubmitJob p50/p99 ms':>21}  cores: rank, ztraind, clients")
     for r in runs:
         failed = f"  ({r['getjob_failed']} GetJob failed)" if r["getjob_failed"] else ""
+        cores = r["cores"]
         print(f"{'loaded' if r['loaded'] else 'unloaded':<10} {r['tps']:9.0f} {r['steps_s']:8.1f} "
-              f"{r['rss_mib']:6.1f} MiB {lat(r['getjob']):>18} {lat(r['submit']):>21}{failed}")
+              f"{r['steps_cpu']:7.1f} {r['rss_mib']:6.1f} MiB {lat(r['getjob']):>18} "
+              f"{lat(r['submit']):>21}  "
+              f"{cores['rank']:.2f} {cores['ztraind']:.2f} {cores['clients']:.2f}{failed}")
     idle = [r for r in runs if not r["loaded"]]
     busy = [r for r in runs if r["loaded"]]
     for name, key in (("step speed (perf/tokens_per_second)", "tps"),
-                      ("wall-clock steps/s", "steps_s")):
+                      ("wall-clock steps/s", "steps_s"),
+                      ("steps per CPU second of the rank", "steps_cpu")):
         base = statistics.mean(r[key] for r in idle)
         high = statistics.mean(r[key] for r in busy)
         print(f"{name}: unloaded {base:.0f}, loaded {high:.0f}, ratio {high / base:.3f}")

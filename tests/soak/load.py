@@ -57,10 +57,20 @@ def percentile(values, q):
 
 # ---- in the test's process -------------------------------------------------------------------
 
-def _child(args):
+def cpu_seconds(pid):
+    """User plus system CPU time a live process has used so far, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _child(args, nice=0):
+    """This file run as a child process; `nice` above 0 makes it yield the CPU like a client on
+    another machine would."""
     return subprocess.Popen([sys.executable, os.path.abspath(__file__)] + args,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, ZTRAIN_BUILD=svc.BUILD, ZTRAIN_SOURCE=svc.SOURCE))
+                            env=dict(os.environ, ZTRAIN_BUILD=svc.BUILD, ZTRAIN_SOURCE=svc.SOURCE),
+                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
 
 
 class Watchers:
@@ -68,8 +78,8 @@ class Watchers:
     processes. start() returns once every stream has its first event; join() returns the
     results of every watcher once the job has ended (see _watch_main for their shape)."""
 
-    def __init__(self, d, job_id, tmpdir, grpc=150, sse=50, procs=4):
-        self.d, self.job_id, self.tmpdir = d, job_id, tmpdir
+    def __init__(self, d, job_id, tmpdir, grpc=150, sse=50, procs=4, nice=0):
+        self.d, self.job_id, self.tmpdir, self.nice = d, job_id, tmpdir, nice
         def share(n, i):
             return n * (i + 1) // procs - n * i // procs
         self.plan = [(share(grpc, i), share(sse, i)) for i in range(procs)
@@ -81,7 +91,7 @@ class Watchers:
             out = os.path.join(self.tmpdir, f"watch-{i}.json")
             p = _child(["watch", "--grpc-addr", self.d.grpc_addr, "--http-port",
                         str(self.d.http_port), "--job", self.job_id, "--grpc", str(g),
-                        "--sse", str(s), "--out", out])
+                        "--sse", str(s), "--out", out], self.nice)
             self.children.append((p, out))
         deadline = time.monotonic() + timeout
         for p, _ in self.children:
@@ -105,6 +115,9 @@ class Watchers:
                 results.append({"distinct": [], "watchers": [], "exit": p.returncode})
         return results
 
+    def pids(self):
+        return [p.pid for p, _ in self.children]
+
     def kill(self):
         for p, _ in self.children:
             if p.poll() is None:
@@ -125,14 +138,15 @@ class Prober:
     """GetJob of one job in a loop (every `interval` s) in a child process, from start() to
     stop(), which returns each call's latency in ms and the number of failed calls."""
 
-    def __init__(self, d, job_id, tmpdir, interval=0.01):
+    def __init__(self, d, job_id, tmpdir, interval=0.01, nice=0):
+        self.nice = nice
         self.out = os.path.join(tmpdir, "probe.json")
         self.args = ["probe", "--grpc-addr", d.grpc_addr, "--job", job_id, "--interval",
                      str(interval), "--out", self.out]
         self.p = None
 
     def start(self):
-        self.p = _child(self.args)
+        self.p = _child(self.args, self.nice)
         if _readline(self.p, time.monotonic() + 60).strip() != "ready":
             raise RuntimeError("the GetJob prober did not start")
 
