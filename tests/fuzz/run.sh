@@ -35,12 +35,15 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_m
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
 export OMP_NUM_THREADS=1
 # The targets that read files write each input to one first: on a disk-backed /tmp that costs
-# twenty times more than on tmpfs.
-if [ -z "${FUZZ_TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
-  export TMPDIR=/dev/shm
-elif [ -n "${FUZZ_TMPDIR:-}" ]; then
-  export TMPDIR="$FUZZ_TMPDIR"
+# twenty times more than on tmpfs. They work in one directory for this run, removed at its end,
+# so that a target stopped by a crash (which skips its own clean-up) leaves nothing behind.
+base="${FUZZ_TMPDIR:-}"
+if [ -z "$base" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
+  base=/dev/shm
 fi
+TMPDIR="$(mktemp -d "${base:-${TMPDIR:-/tmp}}/ztrain-fuzz-run.XXXXXX")" || exit 2
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 
 failed=()
 summary=()
