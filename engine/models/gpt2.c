@@ -399,8 +399,8 @@ static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size
                       (uint64_t)act_size};
 }
 
-zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
-                         int max_batch, size_t pad_to) {
+static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+                             zt_dtype act, int max_batch, size_t pad_to) {
     if (max_batch < 1)
         return zt_error(ZT_ERR_INVALID, "gpt2: batch size %d must be positive", max_batch);
     /* The estimate is the check that every size below fits: nothing is computed in a type it
@@ -592,7 +592,7 @@ const zt_model_family zt_gpt2_family = {
     .fields = gpt2_fields,
     .validate = gpt2_validate,
     .estimate = gpt2_estimate,
-    .create = zt_gpt2_create,
+    .create = gpt2_create,
     .hf = {
         .strip_prefix = "transformer.",
         .ignore_suffixes = gpt2_hf_ignored,

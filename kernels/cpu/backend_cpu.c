@@ -14,6 +14,12 @@
 #include "cpu_kernels.h"
 #include "ztrain/backend.h"
 
+/* The backend and what the CPU keeps open for it. */
+typedef struct {
+    zt_backend be;
+    int pagemap; /* /proc/self/pagemap, or -1 */
+} cpu_state;
+
 /* The CPU has nothing to wait for; an event only has to be a distinct non-NULL pointer. */
 struct zt_event {
     int unused;
@@ -105,13 +111,12 @@ static bool pages_held(int pagemap, const unsigned char *addr, size_t n, size_t 
 
 /* Held pages of [lo, hi), counting only the part of each page inside the range. */
 static size_t cpu_resident_bytes(zt_backend *be, const void *p, size_t lo, size_t hi) {
-    (void)be;
     if (hi <= lo)
         return 0;
     const unsigned char *x = p;
     size_t page = page_size();
     size_t first = lo / page * page, pages = (hi - first + page - 1) / page;
-    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    int pagemap = ((const cpu_state *)be->impl)->pagemap;
     unsigned char held[512];
     size_t bytes = 0;
     for (size_t p0 = 0; p0 < pages; p0 += sizeof held) {
@@ -127,8 +132,6 @@ static size_t cpu_resident_bytes(zt_backend *be, const void *p, size_t lo, size_
             bytes += b - a;
         }
     }
-    if (pagemap >= 0)
-        close(pagemap);
     return bytes;
 }
 
@@ -155,7 +158,12 @@ static zt_status cpu_sync(zt_backend *be) {
     return ZT_OK;
 }
 
-static void cpu_destroy(zt_backend *be) { free(be); }
+static void cpu_destroy(zt_backend *be) {
+    cpu_state *st = be->impl;
+    if (st->pagemap >= 0)
+        close(st->pagemap);
+    free(st);
+}
 
 static const zt_backend_iface cpu_iface = {
     .alloc = cpu_alloc,
@@ -174,9 +182,13 @@ static const zt_backend_iface cpu_iface = {
 };
 
 zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts) {
-    zt_backend *be = calloc(1, sizeof *be);
-    if (!be)
+    cpu_state *st = calloc(1, sizeof *st);
+    if (!st)
         return zt_error(ZT_ERR_NOMEM, "cpu backend: out of memory");
+    zt_backend *be = &st->be;
+    be->impl = st;
+    /* Opened once: ZeRO measures residency at every layer. -1 leaves mincore as the fallback. */
+    st->pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     be->name = "cpu";
     be->device = ZT_DEVICE_CPU;
     be->iface = &cpu_iface;

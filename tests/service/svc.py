@@ -247,6 +247,14 @@ class Daemon:
 
 # ---- jobs ----------------------------------------------------------------------------------
 
+def error_of(body):
+    """The "error" text of an HTTP JSON error body, or "" when the body is not one."""
+    try:
+        return json.loads(body).get("error", "")
+    except ValueError:
+        return ""
+
+
 def write_data(data_root, name="train.txt", data=TEXT):
     """Writes data_root/name unless it already holds `data`. A new version goes in through a
     rename: ranks map their data file, and truncating a mapped file kills them with SIGBUS."""

@@ -28,8 +28,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, LONG, TERMINAL, Checker, Daemon, state_name, submit,  # noqa: E402
-                 temp_dir, tiny_job, wait_state)
+from svc import (BUILD, LONG, TERMINAL, Checker, Daemon, error_of, state_name,  # noqa: E402
+                 submit, temp_dir, tiny_job, wait_state)
 
 sys.stdout.reconfigure(line_buffering=True)
 ck = Checker()
@@ -58,13 +58,6 @@ def raw(port, method, path, host=None, headers=None, body=None):
         return r.status, r.headers, r.read()
     finally:
         c.close()
-
-
-def error_of(body):
-    try:
-        return json.loads(body).get("error", "")
-    except ValueError:
-        return ""
 
 
 def job_state(d, job_id):

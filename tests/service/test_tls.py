@@ -24,8 +24,8 @@ import sys
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, Checker, Daemon, state_name, stubs, temp_dir, tiny_job,  # noqa: E402
-                 spec_proto)
+from svc import (BUILD, Checker, Daemon, error_of, state_name, stubs, temp_dir,  # noqa: E402
+                 tiny_job, spec_proto)
 
 pb, rpc, health_pb, health_rpc = stubs()
 ck = Checker()
@@ -130,13 +130,6 @@ def https_get(d, path, ca, cert=None, key=None):
         return r.status, r.read()
     finally:
         c.close()
-
-
-def error_of(body):
-    try:
-        return json.loads(body).get("error", "")
-    except ValueError:
-        return ""
 
 
 # ---- cases --------------------------------------------------------------------------------------

@@ -104,9 +104,6 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path);
  * table (see zt_model_field) as text. */
 zt_status zt_model_save_safetensors(const zt_model *m, const char *path);
 
-/* Architecture constructors (engine/models/<arch>.c). */
-zt_status zt_gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
-                         int max_batch, size_t pad_to);
 
 /* ---- The registry of model families -------------------------------------------------------
  *
