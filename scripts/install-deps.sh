@@ -44,6 +44,7 @@ test=(
   curl wrk                                    # the demo's HTTP call, the HTTP benchmark
   openssl                                     # the TLS test makes its certificates
   chromium chromium-driver python3-selenium   # the dashboard's browser tests
+  python3-venv python3-pip                    # .venv/: the PyPI packages a few tests compare with
 )
 
 # The fuzz build (`make test-fuzz`): clang, libclang_rt.fuzzer and the sanitizers' runtimes
@@ -105,13 +106,30 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps (${profiles[*]}): all packages are installed"
-  exit 0
+else
+  echo "install-deps (${profiles[*]}): installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "install-deps: done"
 fi
 
-echo "install-deps (${profiles[*]}): installing ${missing[*]}"
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "install-deps: done"
+# The test profile's PyPI packages (scripts/requirements-test.txt) in .venv/ at the repository
+# root, built on Debian's python3 with its site packages visible. Remade only when the
+# requirements change: the copy of them inside .venv/ records what was installed.
+case " ${profiles[*]} " in
+  *" test "*)
+    root="$(cd "$(dirname "$0")/.." && pwd)"
+    req="$root/scripts/requirements-test.txt"
+    venv="$root/.venv"
+    if ! cmp -s "$req" "$venv/requirements-test.txt" 2>/dev/null; then
+      echo "install-deps (test): installing scripts/requirements-test.txt into .venv/"
+      rm -rf "$venv"
+      /usr/bin/python3 -m venv --system-site-packages "$venv"
+      "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+      cp "$req" "$venv/requirements-test.txt"
+    fi
+    ;;
+esac
