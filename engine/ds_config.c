@@ -41,6 +41,8 @@ void zt_ds_config_defaults(zt_ds_config *cfg) {
     o->eps = 1e-8;
     o->adam_w_mode = true;
     o->bias_correction = true;
+    o->max_coeff = 10.0;
+    o->min_coeff = 0.01;
 
     zt_schedule_config *s = &cfg->scheduler;
     s->type = ZT_SCHED_NONE;
@@ -234,7 +236,7 @@ static const field top_fields[] = {
     {"prescale_gradients", FT_BOOL, FLD(zt_ds_config, prescale_gradients), ANYVAL},
     {"gradient_predivide_factor", FT_DOUBLE, FLD(zt_ds_config, gradient_predivide_factor), ANYVAL},
     {"sparse_gradients", FT_BOOL, NOSTORE, ANYVAL},
-    {"zero_allow_untested_optimizer", FT_BOOL, NOSTORE, ANYVAL},
+    {"zero_allow_untested_optimizer", FT_BOOL, FLD(zt_ds_config, zero_allow_untested_optimizer), ANYVAL},
     {"zero_force_ds_cpu_optimizer", FT_BOOL, NOSTORE, ANYVAL},
     {"gradient_clipping", FT_DOUBLE, FLD(zt_ds_config, gradient_clipping), NONNEG},
     {"graph_harvesting", FT_BOOL, NOSTORE, ANYVAL},

@@ -17,6 +17,7 @@
 typedef enum {
     ZT_OPTIM_ADAM, /* "Adam"/"AdamW" (and lower-case): decoupled decay when adam_w_mode */
     ZT_OPTIM_SGD,  /* "SGD": torch.optim.SGD semantics (L2 weight decay, momentum, nesterov) */
+    ZT_OPTIM_LAMB, /* "Lamb" (any case): DeepSpeed's FusedLamb, one trust ratio per tensor */
 } zt_optimizer_type;
 
 typedef struct {
@@ -32,6 +33,12 @@ typedef struct {
     double momentum;       /* SGD, default 0 */
     double dampening;      /* SGD, default 0 */
     bool nesterov;         /* SGD, default false */
+    double max_coeff;      /* LAMB: upper clamp of the trust ratio, default 10.0 */
+    double min_coeff;      /* LAMB: lower clamp of the trust ratio, default 0.01 */
+    bool eps_inside_sqrt;  /* LAMB: sqrt(v + eps) rather than sqrt(v) + eps, default false */
+    /* "OneBitAdam", "ZeroOneAdam" or "OneBitLamb": run as Adam (AdamW mode) or LAMB without
+     * their compressed communication (the parser warns once); type says which. */
+    bool compression_dropped;
 } zt_optimizer_config;
 
 typedef enum {
@@ -124,6 +131,7 @@ typedef struct {
     int world_size;
 
     bool has_optimizer; /* false: no "optimizer" section (the engine then refuses to step) */
+    bool zero_allow_untested_optimizer; /* default false: LAMB at ZeRO stage >= 1 is refused */
     zt_optimizer_config optimizer;
     zt_schedule_config scheduler;
 
