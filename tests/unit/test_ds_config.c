@@ -349,6 +349,38 @@ static void test_lamb_family(void) {
         1, ZT_ERR_INVALID, "ds.json: 1bit-Lamb is not compatible with ZeRO (zero_optimization.stage is 3)");
 }
 
+/* The monitor sections: where DeepSpeed's monitors would write (os.path.join(output_path,
+ * job_name)), their defaults, and their pydantic validation. */
+static void test_monitor(void) {
+    zt_ds_config c;
+    if (OK("{\"train_batch_size\": 8}", 1, &c)) {
+        CHECK(!c.monitor.tensorboard.enabled && !c.monitor.csv.enabled);
+        CHECK(!c.monitor.wandb && !c.monitor.comet);
+    }
+    if (OK("{" B "\"tensorboard\": {\"enabled\": true}, \"csv_monitor\": {\"enabled\": true, "
+           "\"output_path\": \"logs/\", \"job_name\": \"run1\"}}", 1, &c)) {
+        CHECK(c.monitor.tensorboard.enabled && strcmp(c.monitor.tensorboard.dir, "DeepSpeedJobName") == 0);
+        CHECK(c.monitor.csv.enabled && strcmp(c.monitor.csv.dir, "logs/run1") == 0);
+    }
+    if (OK("{" B "\"tensorboard\": {\"enabled\": true, \"output_path\": \"/tmp/tb\", \"job_name\": "
+           "\"x\"}, \"csv_monitor\": {\"output_path\": \"/a\", \"job_name\": \"/b/c\"}}", 1, &c)) {
+        CHECK(strcmp(c.monitor.tensorboard.dir, "/tmp/tb/x") == 0);
+        CHECK(!c.monitor.csv.enabled && strcmp(c.monitor.csv.dir, "/b/c") == 0);
+    }
+    if (OK("{" B "\"wandb\": {\"enabled\": true, \"project\": \"p\", \"team\": null, \"group\": \"g\"}, "
+           "\"comet\": {\"enabled\": true, \"samples_log_interval\": 50, \"online\": false, "
+           "\"api_key\": null, \"mode\": \"get_or_create\"}}", 1, &c))
+        CHECK(c.monitor.wandb && c.monitor.comet);
+    ERR_PREFIX("{" B "\"tensorboard\": {\"enabled\": true, \"path\": \"tb\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown key 'path' in tensorboard");
+    ERR_PREFIX("{" B "\"csv_monitor\": {\"enabled\": \"yes\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'csv_monitor.enabled' must be");
+    ERR("{" B "\"wandb\": {\"project\": 3}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'wandb.project' must be a string, got 3");
+    ERR_PREFIX("{" B "\"comet\": {\"samples_log_interval\": 1.5}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'comet.samples_log_interval' must be");
+}
+
 static void test_scheduler(void) {
     zt_ds_config c;
     zt_schedule_config *s = &c.scheduler;
@@ -588,8 +620,6 @@ static void test_gates(void) {
         "device is \"nvme\", got 0");
     OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
     CHECK(strcmp(c.communication_data_type, "bf16") == 0);
-    ERR("{" B "\"tensorboard\": {\"enabled\": true, \"output_path\": \"tb\"}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: tensorboard.enabled is not supported: ztrain writes its metrics to metrics.jsonl instead");
     ERR("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
         "ds.json: amp.enabled is not supported by ztrain");
     ERR("{" B "\"activation_checkpointing\": {\"partition_activations\": true}}", 1, ZT_ERR_UNSUPPORTED,
@@ -631,6 +661,7 @@ int main(void) {
     test_defaults();
     test_optimizer();
     test_lamb_family();
+    test_monitor();
     test_scheduler();
     test_malformed();
     test_keys_and_types();

@@ -123,6 +123,20 @@ typedef struct {
     zt_offload_config offload_param;
 } zt_zero_config;
 
+/* A file monitor ("tensorboard", "csv_monitor"): rank 0 writes under `dir`, which is
+ * os.path.join(output_path, job_name) as DeepSpeed forms it (defaults "" and "DeepSpeedJobName");
+ * the job spec anchors a relative dir at the job file's directory. */
+typedef struct {
+    bool enabled;
+    char dir[1024];
+} zt_monitor_output;
+
+typedef struct {
+    zt_monitor_output tensorboard; /* TensorBoard event files */
+    zt_monitor_output csv;         /* one CSV file per tag */
+    bool wandb, comet;             /* enabled: warned (no network), nothing written */
+} zt_monitor_config;
+
 typedef struct {
     /* The batch triple after DeepSpeed's inference; world_size is the data-parallel size. */
     int train_batch_size;
@@ -146,6 +160,7 @@ typedef struct {
     zt_fp16_config fp16;
     zt_bf16_config bf16;
     zt_zero_config zero;
+    zt_monitor_config monitor;
 } zt_ds_config;
 
 /* Parses DeepSpeed config JSON text. `source` names it in messages (a file path, or "job.json:
