@@ -84,7 +84,7 @@ static zt_status parse_comet(zt_ds_config *cfg, const zt_json_obj *top) {
 }
 
 zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top) {
-    const zt_monitor_config *m = &cfg->monitor;
+    zt_monitor_config *m = &cfg->monitor;
     ZT_TRY(parse_output(top, "tensorboard", &m->tensorboard));
     ZT_TRY(parse_output(top, "csv_monitor", &m->csv));
     ZT_TRY(parse_wandb(cfg, top));
