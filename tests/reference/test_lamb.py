@@ -7,7 +7,7 @@ from deepspeed/ops/lamb/fused_lamb.py and csrc/lamb/fused_lamb_cuda_kernel.cu:
     p -= lr·sqrt(1 - b2^t) / (1 - b1^t) · trust · u             (lr alone without bias_correction)
 
 after the engine's gradient clipping. Eight steps of a tiny GPT-2: on one rank; on two ranks with
-ZeRO-1 and ZeRO-2 (zero_allow_untested_optimizer, ztrain's trust ratios being per tensor across the
+ZeRO-1, ZeRO-2 and ZeRO-3 (zero_allow_untested_optimizer, ztrain's trust ratios being per tensor across the
 partitions, so the trajectory is the one-rank one); with eps inside the sqrt and no bias correction;
 and max_coeff/min_coeff set so that both clamps act (checked in the reference). Every step's loss
 within 1e-5 relative and every final tensor within 1e-5 (norm-wise). bf16 on two ranks at ZeRO-2
@@ -158,6 +158,7 @@ with tempfile.TemporaryDirectory() as d:
     compare(ck, "Lamb, 1 rank", one, ref)
     compare(ck, "Lamb, 2 ranks ZeRO-1", train(d, job("lamb-z1", 2, 1, lamb)), ref)
     compare(ck, "Lamb, 2 ranks ZeRO-2", train(d, job("lamb-z2", 2, 2, lamb)), ref)
+    compare(ck, "Lamb, 2 ranks ZeRO-3", train(d, job("lamb-z3", 2, 3, lamb)), ref)
     compare(ck, "Lamb bf16, 2 ranks ZeRO-2", train(d, job("lamb-bf16", 2, 2, lamb, "bf16")), ref,
             loss_tol=1e-3, param_tol=1e-2)
 
