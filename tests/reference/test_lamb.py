@@ -11,7 +11,8 @@ ZeRO-1, ZeRO-2 and ZeRO-3 (zero_allow_untested_optimizer, ztrain's trust ratios 
 partitions, so the trajectory is the one-rank one); with eps inside the sqrt and no bias correction;
 and max_coeff/min_coeff set so that both clamps act (checked in the reference). Every step's loss
 within 1e-5 relative and every final tensor within 1e-5 (norm-wise). bf16 on two ranks at ZeRO-2
-(the mixed-precision path) within bf16's tolerance of the fp32 reference.
+(the mixed-precision path) within bf16's tolerance of the fp32 reference. A run stopped at step 4
+and resumed from its checkpoint ends bit for bit where the uninterrupted one does.
 
 Then the 1-bit family: OneBitAdam and ZeroOneAdam give bit for bit the trajectory of "AdamW" with the
 same parameters, OneBitLamb that of "Lamb", each with its one warning line; at ZeRO stage 1 they
@@ -161,6 +162,16 @@ with tempfile.TemporaryDirectory() as d:
     compare(ck, "Lamb, 2 ranks ZeRO-3", train(d, job("lamb-z3", 2, 3, lamb)), ref)
     compare(ck, "Lamb bf16, 2 ranks ZeRO-2", train(d, job("lamb-bf16", 2, 2, lamb, "bf16")), ref,
             loss_tol=1e-3, param_tol=1e-2)
+
+    # Stopped after 4 steps and resumed from that checkpoint: the moments and the step count
+    # (the bias correction) come back, and the run ends where the uninterrupted one does.
+    spec = job("lamb-resume", 1, 0, lamb)
+    spec["train"].update(max_steps=STEPS // 2, resume=True)
+    train(d, spec)
+    spec["train"]["max_steps"] = STEPS
+    resumed = train(d, spec)
+    ck.check(all(torch.equal(resumed[1][k], one[1][k]) for k in one[1]),
+             "Lamb resumed from a checkpoint at step 4: final parameters equal, bit for bit")
 
     ref_inside = lamb_reference(params, tokens, LAMB_EPS_INSIDE, {})
     compare(ck, "Lamb eps_inside_sqrt, no bias correction",
