@@ -87,8 +87,18 @@ static zt_status parse_adam(zt_optimizer_config *o, const zt_json_obj *p, bool t
 }
 
 /* The keys of the 1-bit family's constructors (deepspeed/runtime/fp16/onebit/) that only steer
- * the compressed communication; accepted, and covered by the one warning that the family runs
- * without it. */
+ * the compressed communication, per type (another type's key is an unknown key, as Python's
+ * TypeError would make it); accepted, type-checked, and covered by the one warning that the
+ * family runs without compression. */
+static const char *const onebit_adam_keys[] = {"freeze_step", "cuda_aware", "comm_backend_name",
+                                               NULL};
+static const char *const zero_one_adam_keys[] = {
+    "var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper",
+    "cuda_aware", "comm_backend_name", NULL};
+static const char *const onebit_lamb_keys[] = {
+    "freeze_step", "cuda_aware", "comm_backend_name", "coeff_beta", "factor_max", "factor_min",
+    "factor_threshold", NULL};
+/* All of them, for their type checks. */
 static const char *const onebit_comm_keys[] = {
     "freeze_step", "cuda_aware", "comm_backend_name", "var_freeze_step", "var_update_scaler",
     "local_step_scaler", "local_step_clipper", "coeff_beta", "factor_max", "factor_min",
@@ -122,7 +132,7 @@ static zt_status parse_lamb(zt_optimizer_config *o, const zt_json_obj *p, bool o
     size_t k = 0;
     for (const char *const *s = keys; *s; s++)
         all[k++] = *s;
-    for (const char *const *s = onebit_comm_keys; onebit && *s; s++)
+    for (const char *const *s = onebit_lamb_keys; onebit && *s; s++)
         all[k++] = *s;
     all[k] = NULL;
     ZT_TRY(zt_json_check_keys(p, all));
@@ -149,14 +159,15 @@ static zt_status parse_lamb(zt_optimizer_config *o, const zt_json_obj *p, bool o
 
 /* OneBitAdam and ZeroOneAdam: their constructors' math keys, as AdamW; eps_inside_sqrt is
  * accepted and, as in their step(), not used. */
-static zt_status parse_onebit_adam(zt_optimizer_config *o, const zt_json_obj *p) {
+static zt_status parse_onebit_adam(zt_optimizer_config *o, const zt_json_obj *p,
+                                   bool zero_one) {
     static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
                                        "eps_inside_sqrt", "amsgrad", NULL};
     const char *all[32];
     size_t k = 0;
     for (const char *const *s = keys; *s; s++)
         all[k++] = *s;
-    for (const char *const *s = onebit_comm_keys; *s; s++)
+    for (const char *const *s = zero_one ? zero_one_adam_keys : onebit_adam_keys; *s; s++)
         all[k++] = *s;
     all[k] = NULL;
     ZT_TRY(zt_json_check_keys(p, all));
@@ -210,7 +221,8 @@ static zt_status parse_lamb_family(zt_ds_config *cfg, const zt_json_obj *params,
     zt_optimizer_config *o = &cfg->optimizer;
     bool lamb = strcmp(lower, "lamb") == 0 || strcmp(lower, "onebitlamb") == 0;
     bool onebit = strcmp(lower, "lamb") != 0;
-    ZT_TRY(lamb ? parse_lamb(o, params, onebit) : parse_onebit_adam(o, params));
+    ZT_TRY(lamb ? parse_lamb(o, params, onebit)
+                : parse_onebit_adam(o, params, strcmp(lower, "zerooneadam") == 0));
     o->compression_dropped = onebit;
     if (lamb && cfg->fp16.loss_scale != 0)
         return zt_error(ZT_ERR_INVALID, "%s: DeepSpeed %s optimizer requires dynamic loss scaling "

@@ -339,6 +339,10 @@ static void test_lamb_family(void) {
     }
     ERR("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"freeze_step\": \"x\"}}}", 1,
         ZT_ERR_INVALID, "ds.json: key 'optimizer.params.freeze_step' must be a number, got \"x\"");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"var_freeze_step\": "
+               "1}}}", 1, ZT_ERR_INVALID, "ds.json: unknown key 'var_freeze_step' in optimizer.params");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {\"freeze_step\": 1}}}",
+               1, ZT_ERR_INVALID, "ds.json: unknown key 'freeze_step' in optimizer.params");
     ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"max_coeff\": 1}}}",
                1, ZT_ERR_INVALID, "ds.json: unknown key 'max_coeff' in optimizer.params");
     ERR("{" B "\"zero_optimization\": {\"stage\": 1}, \"optimizer\": {\"type\": \"OneBitAdam\"}}", 1,
