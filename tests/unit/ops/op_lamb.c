@@ -192,4 +192,45 @@ static void lamb_check(const zt_test_env *env) {
     lamb_split(env->be[0], &r);
 }
 
-const zt_test_family zt_test_lamb = {"lamb", lamb_entries, lamb_check, NULL};
+/* ---- --perf: 16M parameters in 64 tensors of 256K, as adam_update's perf case ---------------- */
+
+typedef struct {
+    zt_ctx ctx;
+    float *p, *g, *m, *v;
+    size_t n;
+    zt_lamb_args a;
+} lamb_perf;
+
+/* One LAMB step as the optimizer runs it: both passes, tensor by tensor. */
+static void lamb_perf_run(void *arg) {
+    lamb_perf *q = arg;
+    const size_t t = q->n / 64;
+    for (size_t lo = 0; lo < q->n; lo += t) {
+        double sums[2];
+        q->ctx.be->ops->lamb_moments(&q->ctx, q->p + lo, q->g + lo, q->m + lo, q->v + lo, t,
+                                     &q->a, sums);
+    }
+    for (size_t lo = 0; lo < q->n; lo += t)
+        q->ctx.be->ops->lamb_apply(&q->ctx, q->p + lo, q->m + lo, q->v + lo, t, &q->a, 1e-9f);
+}
+
+static void lamb_perf_fn(zt_backend *be) {
+    if (!zt_test_has(be, "lamb_moments") || !zt_test_has(be, "lamb_apply"))
+        return;
+    const size_t n = (size_t)1 << 24;
+    zt_test_rng r = zt_test_rng_for("lamb/perf", 0);
+    zt_test_dev d;
+    zt_test_dev_init(&d, be, ZT_F32);
+    lamb_perf q = {d.ctx, .n = n, .a = lamb_args(0)};
+    q.p = zt_test_dev_random(&d, &r, n, 1.0);
+    q.g = zt_test_dev_random(&d, &r, n, 1.0);
+    q.m = zt_test_dev_alloc(&d, n * sizeof(float));
+    q.v = zt_test_dev_alloc(&d, n * sizeof(float));
+    /* Bytes: the first pass reads p, g, m, v and writes m, v (24 a parameter); the second reads
+     * p, m, v and writes p (16). */
+    double ms = zt_test_time_ms(be, lamb_perf_run, &q, 9);
+    zt_test_perf_row("lamb (both passes)", be, "n=16777216, 64 tensors", ms, 40.0 * n / 1e9, 0);
+    zt_test_dev_finish(&d);
+}
+
+const zt_test_family zt_test_lamb = {"lamb", lamb_entries, lamb_check, lamb_perf_fn};
