@@ -51,7 +51,7 @@ static zt_status read_state(void *ctx, size_t first, float *dst, size_t n) {
 
 /* The tensors of an optimizer partition file, in file order. */
 static void state_names(const zt_optimizer *o, const char *names[3], zt_state_kind kinds[3]) {
-    names[0] = o->cfg.type == ZT_OPTIM_ADAM ? "exp_avg" : "momentum_buffer";
+    names[0] = o->cfg.type != ZT_OPTIM_SGD ? "exp_avg" : "momentum_buffer";
     kinds[0] = ZT_STATE_EXP_AVG;
     names[1] = "exp_avg_sq";
     kinds[1] = ZT_STATE_EXP_AVG_SQ;

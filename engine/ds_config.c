@@ -1,9 +1,10 @@
 /* The DeepSpeed config, read the way DeepSpeed 0.19 reads it (shared/reference/deepspeed.md §1):
  * the entry points, the top-level keys, the batch triple, the two gates, and the helpers every
- * section shares; the sections themselves are in ds_config_optim.c and ds_config_zero.c. Order of
- * work follows DeepSpeedConfig: sections and scalars first, then the batch triple, then what
- * DeepSpeed checks when it builds the optimizer and the scheduler, and last the two gates, so a
- * config that is wrong is reported as wrong before it is reported as unsupported. */
+ * section shares; the sections themselves are in ds_config_optim.c, ds_config_zero.c and
+ * ds_config_monitor.c. Order of work follows DeepSpeedConfig: sections and scalars first, then the
+ * batch triple, then what DeepSpeed checks when it builds the optimizer and the scheduler, and
+ * last the two gates, so a config that is wrong is reported as wrong before it is reported as
+ * unsupported. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@ void zt_ds_config_defaults(zt_ds_config *cfg) {
     o->eps = 1e-8;
     o->adam_w_mode = true;
     o->bias_correction = true;
+    o->max_coeff = 10.0;
+    o->min_coeff = 0.01;
 
     zt_schedule_config *s = &cfg->scheduler;
     s->type = ZT_SCHED_NONE;
@@ -55,6 +58,9 @@ void zt_ds_config_defaults(zt_ds_config *cfg) {
     s->lr_range_test_min_lr = 1e-3;
     s->lr_range_test_step_size = 2000;
     s->lr_range_test_step_rate = 1.0;
+
+    snprintf(cfg->monitor.tensorboard.dir, sizeof cfg->monitor.tensorboard.dir, "DeepSpeedJobName");
+    snprintf(cfg->monitor.csv.dir, sizeof cfg->monitor.csv.dir, "DeepSpeedJobName");
 
     cfg->gradient_clipping = 1.0;
     cfg->gradient_predivide_factor = 1.0;
@@ -234,7 +240,7 @@ static const field top_fields[] = {
     {"prescale_gradients", FT_BOOL, FLD(zt_ds_config, prescale_gradients), ANYVAL},
     {"gradient_predivide_factor", FT_DOUBLE, FLD(zt_ds_config, gradient_predivide_factor), ANYVAL},
     {"sparse_gradients", FT_BOOL, NOSTORE, ANYVAL},
-    {"zero_allow_untested_optimizer", FT_BOOL, NOSTORE, ANYVAL},
+    {"zero_allow_untested_optimizer", FT_BOOL, FLD(zt_ds_config, zero_allow_untested_optimizer), ANYVAL},
     {"zero_force_ds_cpu_optimizer", FT_BOOL, NOSTORE, ANYVAL},
     {"gradient_clipping", FT_DOUBLE, FLD(zt_ds_config, gradient_clipping), NONNEG},
     {"graph_harvesting", FT_BOOL, NOSTORE, ANYVAL},
@@ -360,28 +366,21 @@ static zt_status infer_batch(zt_ds_config *cfg, const batch_keys *bk, const char
 /* Gates                                                                                       */
 
 /* Switches in sections ztrain accepts but does not act on (and does not validate inside).
- * Honouring them is not planned, so turning one on ("enabled": true on a monitor, the profiler,
+ * Honouring them is not planned, so turning one on ("enabled": true on the profiler,
  * elasticity, amp, ...; activation partitioning; ZeRO++ quantisation) is ZT_ERR_UNSUPPORTED
  * rather than silently dropped. */
 static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json_obj *top) {
     const char *src = top->source;
-    static const char *const monitors[] = {"tensorboard", "wandb", "csv_monitor", "comet", NULL};
     static const char *const switched[] = {
         "flops_profiler", "comms_logger", "elasticity", "autotuning", "eigenvalue",
         "progressive_layer_drop", "curriculum_learning", "data_efficiency", "hybrid_engine",
         "nebula", "datastates", "amp", "torch_autocast", "quantize_training", "expert_parallel",
         NULL};
-    for (int pass = 0; pass < 2; pass++) {
-        for (const char *const *k = pass ? switched : monitors; *k; k++) {
-            const cJSON *sec = zt_json_item(top, *k);
-            const cJSON *en = sec && cJSON_IsObject(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "enabled") : NULL;
-            if (!cJSON_IsTrue(en))
-                continue;
-            if (!pass)
-                return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s.enabled is not supported: ztrain writes its "
-                                "metrics to metrics.jsonl instead", src, *k);
+    for (const char *const *k = switched; *k; k++) {
+        const cJSON *sec = zt_json_item(top, *k);
+        const cJSON *en = sec && cJSON_IsObject(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "enabled") : NULL;
+        if (cJSON_IsTrue(en))
             return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s.enabled is not supported by ztrain", src, *k);
-        }
     }
     const cJSON *ac = zt_json_item(top, "activation_checkpointing");
     static const char *const ac_flags[] = {"partition_activations", "cpu_checkpointing", NULL};
@@ -539,6 +538,7 @@ zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const cha
                         source);
     ZT_TRY(zt_ds_parse_optimizer(cfg, &top));
     ZT_TRY(zt_ds_parse_scheduler(cfg, &top));
+    ZT_TRY(zt_ds_parse_monitor(cfg, &top));
     ZT_TRY(ds_config_check_features(cfg, &top));
     ZT_TRY(ds_config_check_implemented(&top));
     ds_config_warn_without_effect(cfg, top.source);

@@ -1,5 +1,5 @@
-/* What the DeepSpeed config parser's files (ds_config.c, ds_config_optim.c, ds_config_zero.c)
- * share with each other; internal to them, not part of libztrain's API. */
+/* What the DeepSpeed config parser's files (ds_config.c, ds_config_optim.c, ds_config_zero.c,
+ * ds_config_monitor.c) share with each other; internal to them, not part of libztrain's API. */
 #ifndef ZTRAIN_DS_CONFIG_INTERNAL_H
 #define ZTRAIN_DS_CONFIG_INTERNAL_H
 
@@ -56,5 +56,7 @@ zt_status zt_ds_parse_zero(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top);
+/* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet. */
+zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
 
 #endif

@@ -30,6 +30,33 @@ static zt_status torch_check(const zt_json_obj *p, bool bad, const char *fmt, do
     return zt_error(ZT_ERR_INVALID, "%s: %s: %s", p->source, p->path, msg);
 }
 
+/* "betas": a list of two numbers, as Adam and LAMB take it. */
+static zt_status get_betas(zt_optimizer_config *o, const zt_json_obj *p) {
+    const cJSON *betas = zt_json_item(p, "betas");
+    if (!betas)
+        return ZT_OK;
+    const cJSON *b1 = cJSON_GetArrayItem(betas, 0), *b2 = cJSON_GetArrayItem(betas, 1);
+    if (!cJSON_IsArray(betas) || cJSON_GetArraySize(betas) != 2 || !cJSON_IsNumber(b1) ||
+        !cJSON_IsNumber(b2)) {
+        char got[128];
+        zt_json_repr(betas, got, sizeof got);
+        return zt_json_key_error(ZT_ERR_INVALID, p, "betas", "must be a list of two numbers, got %s",
+                                 got);
+    }
+    o->beta1 = b1->valuedouble;
+    o->beta2 = b2->valuedouble;
+    return ZT_OK;
+}
+
+/* torch.optim's checks of lr, eps, betas and weight_decay, shared by Adam and LAMB. */
+static zt_status check_adam_like(const zt_optimizer_config *o, const zt_json_obj *p) {
+    ZT_TRY(torch_check(p, o->lr < 0, "Invalid learning rate: %g", o->lr));
+    ZT_TRY(torch_check(p, o->eps < 0, "Invalid epsilon value: %g", o->eps));
+    ZT_TRY(torch_check(p, o->beta1 < 0 || o->beta1 >= 1, "Invalid beta parameter at index 0: %g", o->beta1));
+    ZT_TRY(torch_check(p, o->beta2 < 0 || o->beta2 >= 1, "Invalid beta parameter at index 1: %g", o->beta2));
+    return torch_check(p, o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay);
+}
+
 static zt_status parse_adam(zt_optimizer_config *o, const zt_json_obj *p, bool type_is_adamw) {
     static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
                                        "amsgrad", "torch_adam", "adam_w_mode", "set_grad_none",
@@ -51,28 +78,115 @@ static zt_status parse_adam(zt_optimizer_config *o, const zt_json_obj *p, bool t
     ZT_TRY(zt_json_get_bool(p, "set_grad_none", &ignored, NULL));
     ZT_TRY(zt_json_get_bool(p, "fused", &ignored, NULL));
     ZT_TRY(zt_json_get_bool(p, "foreach", &ignored, NULL));
-    const cJSON *betas = zt_json_item(p, "betas");
-    if (betas) {
-        const cJSON *b1 = cJSON_GetArrayItem(betas, 0), *b2 = cJSON_GetArrayItem(betas, 1);
-        if (!cJSON_IsArray(betas) || cJSON_GetArraySize(betas) != 2 || !cJSON_IsNumber(b1) ||
-            !cJSON_IsNumber(b2)) {
-            char got[128];
-            zt_json_repr(betas, got, sizeof got);
-            return zt_json_key_error(ZT_ERR_INVALID, p, "betas", "must be a list of two numbers, got %s",
-                                     got);
-        }
-        o->beta1 = b1->valuedouble;
-        o->beta2 = b2->valuedouble;
-    }
-    ZT_TRY(torch_check(p, o->lr < 0, "Invalid learning rate: %g", o->lr));
-    ZT_TRY(torch_check(p, o->eps < 0, "Invalid epsilon value: %g", o->eps));
-    ZT_TRY(torch_check(p, o->beta1 < 0 || o->beta1 >= 1, "Invalid beta parameter at index 0: %g", o->beta1));
-    ZT_TRY(torch_check(p, o->beta2 < 0 || o->beta2 >= 1, "Invalid beta parameter at index 1: %g", o->beta2));
-    ZT_TRY(torch_check(p, o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay));
+    ZT_TRY(get_betas(o, p));
+    ZT_TRY(check_adam_like(o, p));
     if (amsgrad)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s.amsgrad: true is not supported (ztrain's Adam, like "
                         "DeepSpeed's FusedAdam, has no AMSGrad variant)", p->source, p->path);
     return ZT_OK;
+}
+
+/* The keys of the 1-bit family's constructors (deepspeed/runtime/fp16/onebit/) that only steer
+ * the compressed communication, per type (another type's key is an unknown key, as Python's
+ * TypeError would make it); accepted, type-checked, and covered by the one warning that the
+ * family runs without compression. */
+static const char *const onebit_adam_keys[] = {"freeze_step", "cuda_aware", "comm_backend_name",
+                                               NULL};
+static const char *const zero_one_adam_keys[] = {
+    "var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper",
+    "cuda_aware", "comm_backend_name", NULL};
+static const char *const onebit_lamb_keys[] = {
+    "freeze_step", "cuda_aware", "comm_backend_name", "coeff_beta", "factor_max", "factor_min",
+    "factor_threshold", NULL};
+/* All of them, for their type checks. */
+static const char *const onebit_comm_keys[] = {
+    "freeze_step", "cuda_aware", "comm_backend_name", "var_freeze_step", "var_update_scaler",
+    "local_step_scaler", "local_step_clipper", "coeff_beta", "factor_max", "factor_min",
+    "factor_threshold", NULL};
+
+static zt_status check_onebit_comm_keys(const zt_json_obj *p) {
+    for (const char *const *k = onebit_comm_keys; *k; k++) {
+        const cJSON *v = zt_json_item(p, *k);
+        if (!v)
+            continue;
+        bool is_bool = strcmp(*k, "cuda_aware") == 0, is_str = strcmp(*k, "comm_backend_name") == 0;
+        if ((is_bool && !cJSON_IsBool(v)) || (is_str && !cJSON_IsString(v)) ||
+            (!is_bool && !is_str && !cJSON_IsNumber(v))) {
+            char got[64];
+            zt_json_repr(v, got, sizeof got);
+            return zt_json_key_error(ZT_ERR_INVALID, p, *k, "must be a %s, got %s",
+                                     is_bool ? "bool" : is_str ? "string" : "number", got);
+        }
+    }
+    return ZT_OK;
+}
+
+/* FusedLamb (deepspeed/ops/lamb/fused_lamb.py): lr, bias_correction, betas, eps,
+ * eps_inside_sqrt, weight_decay, max_coeff, min_coeff; OneBitLamb adds its communication keys.
+ * max_grad_norm never gets here (refused for every type, as DeepSpeed does). */
+static zt_status parse_lamb(zt_optimizer_config *o, const zt_json_obj *p, bool onebit) {
+    static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
+                                       "eps_inside_sqrt", "max_coeff", "min_coeff", "amsgrad",
+                                       NULL};
+    const char *all[32];
+    size_t k = 0;
+    for (const char *const *s = keys; *s; s++)
+        all[k++] = *s;
+    for (const char *const *s = onebit_lamb_keys; onebit && *s; s++)
+        all[k++] = *s;
+    all[k] = NULL;
+    ZT_TRY(zt_json_check_keys(p, all));
+    bool amsgrad = false;
+    o->type = ZT_OPTIM_LAMB;
+    o->adam_w_mode = false; /* LAMB adds weight_decay * p to its update, before the trust ratio */
+    o->weight_decay = 0;
+    ZT_TRY(zt_json_get_double(p, "lr", &o->lr, NULL));
+    ZT_TRY(zt_json_get_double(p, "eps", &o->eps, NULL));
+    ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
+    ZT_TRY(zt_json_get_bool(p, "bias_correction", &o->bias_correction, NULL));
+    ZT_TRY(zt_json_get_bool(p, "eps_inside_sqrt", &o->eps_inside_sqrt, NULL));
+    ZT_TRY(zt_json_get_double(p, "max_coeff", &o->max_coeff, NULL));
+    ZT_TRY(zt_json_get_double(p, "min_coeff", &o->min_coeff, NULL));
+    ZT_TRY(zt_json_get_bool(p, "amsgrad", &amsgrad, NULL));
+    ZT_TRY(get_betas(o, p));
+    if (onebit)
+        ZT_TRY(check_onebit_comm_keys(p));
+    if (amsgrad)
+        return zt_error(ZT_ERR_INVALID, "%s: %s.amsgrad: %s does not support the AMSGrad variant.",
+                        p->source, p->path, onebit ? "1-bit Lamb" : "FusedLamb");
+    return check_adam_like(o, p);
+}
+
+/* OneBitAdam and ZeroOneAdam: their constructors' math keys, as AdamW; eps_inside_sqrt is
+ * accepted and, as in their step(), not used. */
+static zt_status parse_onebit_adam(zt_optimizer_config *o, const zt_json_obj *p,
+                                   bool zero_one) {
+    static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
+                                       "eps_inside_sqrt", "amsgrad", NULL};
+    const char *all[32];
+    size_t k = 0;
+    for (const char *const *s = keys; *s; s++)
+        all[k++] = *s;
+    for (const char *const *s = zero_one ? zero_one_adam_keys : onebit_adam_keys; *s; s++)
+        all[k++] = *s;
+    all[k] = NULL;
+    ZT_TRY(zt_json_check_keys(p, all));
+    bool amsgrad = false, ignored;
+    o->type = ZT_OPTIM_ADAM;
+    o->adam_w_mode = true;
+    o->weight_decay = 0;
+    ZT_TRY(zt_json_get_double(p, "lr", &o->lr, NULL));
+    ZT_TRY(zt_json_get_double(p, "eps", &o->eps, NULL));
+    ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
+    ZT_TRY(zt_json_get_bool(p, "bias_correction", &o->bias_correction, NULL));
+    ZT_TRY(zt_json_get_bool(p, "eps_inside_sqrt", &ignored, NULL));
+    ZT_TRY(zt_json_get_bool(p, "amsgrad", &amsgrad, NULL));
+    ZT_TRY(get_betas(o, p));
+    ZT_TRY(check_onebit_comm_keys(p));
+    if (amsgrad)
+        return zt_error(ZT_ERR_INVALID, "%s: %s.amsgrad: the 1-bit and 0/1 Adam optimizers do not "
+                        "support the AMSGrad variant.", p->source, p->path);
+    return check_adam_like(o, p);
 }
 
 static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
@@ -96,6 +210,51 @@ static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
     if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
         return zt_error(ZT_ERR_INVALID, "%s: %s: Nesterov momentum requires a momentum and zero dampening",
                         p->source, p->path);
+    return ZT_OK;
+}
+
+/* LAMB and the 1-bit family, with the assertions DeepSpeed makes when it builds them
+ * (engine.py: _do_args_sanity_check, _configure_basic_optimizer, _do_optimizer_sanity_check),
+ * named by optimizer_name(), the lower-cased type. */
+static zt_status parse_lamb_family(zt_ds_config *cfg, const zt_json_obj *params, const char *lower,
+                                   const char *src) {
+    zt_optimizer_config *o = &cfg->optimizer;
+    bool lamb = strcmp(lower, "lamb") == 0 || strcmp(lower, "onebitlamb") == 0;
+    bool onebit = strcmp(lower, "lamb") != 0;
+    ZT_TRY(lamb ? parse_lamb(o, params, onebit)
+                : parse_onebit_adam(o, params, strcmp(lower, "zerooneadam") == 0));
+    o->compression_dropped = onebit;
+    if (lamb && cfg->fp16.loss_scale != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: DeepSpeed %s optimizer requires dynamic loss scaling "
+                        "(fp16.loss_scale must be 0)", src, lower);
+    if (onebit && cfg->zero.stage > 0) {
+        const char *what = strcmp(lower, "onebitadam") == 0   ? "1bit-Adam"
+                           : strcmp(lower, "zerooneadam") == 0 ? "0/1 Adam"
+                                                                : "1bit-Lamb";
+        return zt_error(ZT_ERR_INVALID, "%s: %s is not compatible with ZeRO (zero_optimization.stage "
+                        "is %d)", src, what, cfg->zero.stage);
+    }
+    if (onebit)
+        zt_ds_warn(src, "optimizer %s: compressed communication is not implemented; it runs as "
+                   "uncompressed %s (%s), and %s", o->name, lamb ? "LAMB" : "Adam",
+                   lamb ? "DeepSpeed's FusedLamb math" : "DeepSpeed's FusedAdam math, AdamW mode",
+                   "freeze_step, cuda_aware, comm_backend_name and the other compression "
+                   "parameters have no effect");
+    if (lamb && cfg->zero.stage > 0) {
+        /* FusedLamb is not among ZeRO's tested optimizers (zero/utils.py). */
+        if (!cfg->zero_allow_untested_optimizer)
+            return zt_error(ZT_ERR_INVALID, "%s: You are using an untested ZeRO Optimizer. Please add "
+                            "<\"zero_allow_untested_optimizer\": true> in the configuration file to "
+                            "use it.", src);
+        zt_ds_warn(src, "**** You are using ZeRO with an untested optimizer, proceed with caution "
+                   "***** (ztrain takes LAMB's trust ratios per parameter tensor across the ranks' "
+                   "partitions, as without ZeRO; DeepSpeed takes one per rank's flat partition)");
+        if (cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer %s with "
+                            "zero_optimization.offload_optimizer is not supported (DeepSpeed's "
+                            "FusedLamb is a GPU kernel, with no CPU optimizer for offload)", src,
+                            o->name);
+    }
     return ZT_OK;
 }
 
@@ -130,9 +289,13 @@ zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top) {
         return parse_adam(&cfg->optimizer, &params, strcmp(lower, "adamw") == 0);
     if (!builtin && strcmp(type, "SGD") == 0)
         return parse_sgd(&cfg->optimizer, &params);
+    if (builtin && (strcmp(lower, "lamb") == 0 || strcmp(lower, "onebitlamb") == 0 ||
+                    strcmp(lower, "onebitadam") == 0 || strcmp(lower, "zerooneadam") == 0))
+        return parse_lamb_family(cfg, &params, lower, top->source);
     if (builtin || zt_ds_name_in(type, torch_optimizers))
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer type '%s' is not supported by ztrain "
-                        "(supported: Adam, AdamW, SGD)", top->source, type);
+                        "(supported: Adam, AdamW, SGD, Lamb, and OneBitAdam, ZeroOneAdam, OneBitLamb "
+                        "without compression)", top->source, type);
     const char *near = zt_json_suggest(type, torch_optimizers);
     char hint[96] = "";
     if (near)

@@ -71,6 +71,28 @@ static zt_status start_offload(zt_engine *e) {
     return ZT_OK;
 }
 
+/* LAMB takes one trust ratio per parameter tensor, so its optimizer learns where the model's
+ * tensors lie in the slice it updates. */
+static zt_status setup_lamb(zt_engine *e) {
+    const zt_model *m = e->model;
+    if (!e->be->ops->lamb_moments || !e->be->ops->lamb_apply)
+        return zt_error(ZT_ERR_UNSUPPORTED, "engine: optimizer %s (LAMB) has no kernel on the %s "
+                        "backend", e->ds.optimizer.name, e->be->name);
+    size_t *starts = malloc((size_t)m->n_tensors * sizeof *starts);
+    if (!starts)
+        return zt_error(ZT_ERR_NOMEM, "engine: out of memory");
+    size_t end = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        starts[i] = m->tensors[i].offset;
+        size_t hi = m->tensors[i].offset + m->tensors[i].numel;
+        end = hi > end ? hi : end;
+    }
+    zt_status s = zt_optimizer_set_tensors(&e->opt, starts, m->n_tensors, end, m->n_padded,
+                                           e->ds.zero.stage == 0 ? 0 : e->zero.own_lo);
+    free(starts);
+    return s;
+}
+
 zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_model_spec *spec,
                            const zt_dataset *train_data, const zt_engine_options *opts) {
     zt_engine *e = calloc(1, sizeof *e);
@@ -115,6 +137,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         else
             s = zt_optimizer_init(&e->opt, &ds->optimizer, e->be, n);
     }
+    if (s == ZT_OK && ds->has_optimizer && ds->optimizer.type == ZT_OPTIM_LAMB)
+        s = setup_lamb(e);
     if (s == ZT_OK)
         s = start_offload(e);
     if (s == ZT_OK)

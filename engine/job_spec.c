@@ -211,6 +211,25 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
                             i ? "offload_param" : "offload_optimizer",
                             sizeof sections[i]->nvme_path - 1);
     }
+    /* DeepSpeed's monitors write under the launch directory; a job's is its file's directory. */
+    zt_monitor_output *monitors[] = {&job->ds.monitor.tensorboard, &job->ds.monitor.csv};
+    static const char *const monitor_keys[] = {"tensorboard", "csv_monitor"};
+    for (int i = 0; i < 2; i++) {
+        char *dir = monitors[i]->dir;
+        if (dir[0] == '/')
+            continue;
+        char *path = resolve_path(base_dir, dir);
+        if (!path)
+            return ZT_ERR_NOMEM;
+        size_t len = strlen(path);
+        if (len < sizeof monitors[i]->dir)
+            memcpy(dir, path, len + 1);
+        free(path);
+        if (len >= sizeof monitors[i]->dir)
+            return zt_error(ZT_ERR_INVALID, "%s: deepspeed: %s output_path/job_name is longer than "
+                            "%zu bytes once resolved against the job's directory", src,
+                            monitor_keys[i], sizeof monitors[i]->dir - 1);
+    }
     return ZT_OK;
 }
 

@@ -1,5 +1,6 @@
-/* The optimizer over one flat parameter slice: owns Adam's moments or SGD's momentum buffer and
- * turns the step count, lr and momentum into the kernel's per-step arguments. */
+/* The optimizer over one flat parameter slice: owns Adam's (or LAMB's) moments or SGD's momentum
+ * buffer and turns the step count, lr and momentum into the kernel's per-step arguments; for LAMB
+ * also the per-tensor sums and trust ratios between its two passes. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,10 +32,10 @@ zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, zt_
     o->ctx = (zt_ctx){be, ZT_F32};
     o->n = n;
     zt_status s = ZT_OK;
-    if (cfg->type == ZT_OPTIM_ADAM) {
-        s = alloc_state(o, &o->m, "Adam first moment");
+    if (cfg->type == ZT_OPTIM_ADAM || cfg->type == ZT_OPTIM_LAMB) {
+        s = alloc_state(o, &o->m, "first moment");
         if (s == ZT_OK)
-            s = alloc_state(o, &o->v, "Adam second moment");
+            s = alloc_state(o, &o->v, "second moment");
     } else if (cfg->momentum != 0.0) {
         s = alloc_state(o, &o->m, "SGD momentum buffer");
     }
@@ -53,7 +54,7 @@ void zt_optimizer_init_external(zt_optimizer *o, const zt_optimizer_config *cfg,
 }
 
 int zt_optimizer_state_count(const zt_optimizer_config *cfg) {
-    if (cfg->type == ZT_OPTIM_ADAM)
+    if (cfg->type == ZT_OPTIM_ADAM || cfg->type == ZT_OPTIM_LAMB)
         return 2;
     return cfg->momentum != 0.0 ? 1 : 0;
 }
@@ -65,9 +66,126 @@ void zt_optimizer_free(zt_optimizer *o) {
     }
     o->m = NULL;
     o->v = NULL;
+    free(o->tensor_lo);
+    free(o->lamb_sums);
+    free(o->lamb_step);
+    o->tensor_lo = NULL;
+    o->lamb_sums = NULL;
+    o->lamb_step = NULL;
 }
 
-void zt_optimizer_begin_step(zt_optimizer *o) { o->t++; }
+void zt_optimizer_begin_step(zt_optimizer *o) {
+    o->t++;
+    if (o->lamb_sums)
+        memset(o->lamb_sums, 0, 2 * (size_t)o->n_tensors * sizeof *o->lamb_sums);
+}
+
+static size_t clamp_to_slice(size_t at, size_t slice_lo, size_t n) {
+    if (at <= slice_lo)
+        return 0;
+    return at - slice_lo < n ? at - slice_lo : n;
+}
+
+zt_status zt_optimizer_set_tensors(zt_optimizer *o, const size_t *starts, int count, size_t end,
+                                   size_t total, size_t slice_lo) {
+    ZT_ASSERT(count > 0 && end <= total);
+    int n = count + 1;
+    o->n_tensors = n;
+    o->tensor_lo = malloc(((size_t)n + 1) * sizeof *o->tensor_lo);
+    o->lamb_sums = calloc(2 * (size_t)n, sizeof *o->lamb_sums);
+    o->lamb_step = calloc((size_t)n, sizeof *o->lamb_step);
+    if (!o->tensor_lo || !o->lamb_sums || !o->lamb_step)
+        return zt_error(ZT_ERR_NOMEM, "optimizer: out of memory for LAMB's %d tensors", count);
+    for (int i = 0; i < count; i++) {
+        ZT_ASSERT(i == 0 || starts[i] >= starts[i - 1]);
+        o->tensor_lo[i] = clamp_to_slice(starts[i], slice_lo, o->n);
+    }
+    o->tensor_lo[count] = clamp_to_slice(end, slice_lo, o->n);
+    o->tensor_lo[n] = clamp_to_slice(total, slice_lo, o->n);
+    return ZT_OK;
+}
+
+static zt_lamb_args lamb_args(const zt_optimizer *o, double momentum) {
+    const zt_optimizer_config *c = &o->cfg;
+    return (zt_lamb_args){
+        .beta1 = (float)momentum,
+        .beta2 = (float)c->beta2,
+        .eps = (float)c->eps,
+        .weight_decay = (float)c->weight_decay,
+        .eps_inside_sqrt = c->eps_inside_sqrt,
+    };
+}
+
+/* The part of tensor i inside the slice's elements [offset, offset + n), as [*lo, *lo + *len);
+ * false when they do not meet. */
+static bool tensor_part(const zt_optimizer *o, int i, size_t offset, size_t n, size_t *lo,
+                        size_t *len) {
+    size_t a = o->tensor_lo[i] > offset ? o->tensor_lo[i] : offset;
+    size_t b = o->tensor_lo[i + 1] < offset + n ? o->tensor_lo[i + 1] : offset + n;
+    *lo = a;
+    *len = b > a ? b - a : 0;
+    return *len > 0;
+}
+
+void zt_optimizer_lamb_moments(zt_optimizer *o, const float *params, const float *grads,
+                               size_t offset, size_t n, double momentum) {
+    ZT_ASSERT(o->cfg.type == ZT_OPTIM_LAMB && o->lamb_sums && !o->external);
+    ZT_ASSERT(offset + n <= o->n);
+    zt_lamb_args a = lamb_args(o, momentum);
+    for (int i = 0; i < o->n_tensors; i++) {
+        size_t lo, len;
+        if (!tensor_part(o, i, offset, n, &lo, &len))
+            continue;
+        double sums[2];
+        o->ctx.be->ops->lamb_moments(&o->ctx, params + (lo - offset), grads + (lo - offset),
+                                     o->m + lo, o->v + lo, len, &a, sums);
+        o->lamb_sums[2 * i] += sums[0];
+        o->lamb_sums[2 * i + 1] += sums[1];
+    }
+}
+
+/* FusedLamb's constants: the bias corrections in float from powers taken in double, and the step
+ * size lr·sqrt(bc2)/bc1 in float (fused_lamb_cuda_kernel.cu); the trust ratio ||p|| / ||u||,
+ * clamped first to max_coeff and then to min_coeff, or 1 when either norm is 0. */
+zt_status zt_optimizer_lamb_reduce(zt_optimizer *o, zt_comm *comm, double lr, double momentum) {
+    ZT_ASSERT(o->cfg.type == ZT_OPTIM_LAMB && o->lamb_sums);
+    const zt_optimizer_config *c = &o->cfg;
+    if (comm)
+        ZT_TRY(zt_comm_all_reduce(comm, o->lamb_sums, 2 * (size_t)o->n_tensors, ZT_F64,
+                                  ZT_REDUCE_SUM));
+    float step_size = (float)lr;
+    if (c->bias_correction) {
+        float bc1 = (float)(1.0 - pow(momentum, (double)o->t));
+        float bc2 = (float)(1.0 - pow(c->beta2, (double)o->t));
+        step_size = (float)lr * sqrtf(bc2) / bc1;
+    }
+    for (int i = 0; i < o->n_tensors; i++) {
+        float w = (float)sqrt(o->lamb_sums[2 * i]), u = (float)sqrt(o->lamb_sums[2 * i + 1]);
+        float coeff = 1.0f;
+        if (w != 0.0f && u != 0.0f) {
+            coeff = w / u;
+            if (coeff > (float)c->max_coeff)
+                coeff = (float)c->max_coeff;
+            if (coeff < (float)c->min_coeff)
+                coeff = (float)c->min_coeff;
+        }
+        o->lamb_step[i] = step_size * coeff;
+    }
+    return ZT_OK;
+}
+
+void zt_optimizer_lamb_apply(zt_optimizer *o, float *params, size_t offset, size_t n) {
+    ZT_ASSERT(o->cfg.type == ZT_OPTIM_LAMB && o->lamb_step && !o->external);
+    ZT_ASSERT(offset + n <= o->n);
+    /* The moments pass's beta1 is not used here: u depends on m, v and p alone. */
+    zt_lamb_args a = lamb_args(o, 0.0);
+    for (int i = 0; i < o->n_tensors; i++) {
+        size_t lo, len;
+        if (tensor_part(o, i, offset, n, &lo, &len))
+            o->ctx.be->ops->lamb_apply(&o->ctx, params + (lo - offset), o->m + lo, o->v + lo, len,
+                                       &a, o->lamb_step[i]);
+    }
+}
 
 /* Adam's kernel arguments for the update begun by zt_optimizer_begin_step. torch and DeepSpeed take
  * the bias corrections with the current beta1, so a OneCycle that cycles beta1 changes them too.
@@ -94,6 +212,7 @@ static zt_adam_args adam_args(const zt_optimizer *o, double lr, double momentum)
 void zt_optimizer_update_with(zt_optimizer *o, float *params, const float *grads, float *m,
                               float *v, size_t n, double lr, double momentum) {
     const zt_optimizer_config *c = &o->cfg;
+    ZT_ASSERT(c->type != ZT_OPTIM_LAMB);
     if (c->type == ZT_OPTIM_ADAM) {
         zt_adam_args a = adam_args(o, lr, momentum);
         o->ctx.be->ops->adam_update(&o->ctx, params, grads, m, v, n, &a);
@@ -115,7 +234,7 @@ void zt_optimizer_update_with(zt_optimizer *o, float *params, const float *grads
 
 void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,
                          size_t n, double lr, double momentum) {
-    ZT_ASSERT(offset + n <= o->n && !o->external);
+    ZT_ASSERT(offset + n <= o->n && !o->external && o->cfg.type != ZT_OPTIM_LAMB);
     zt_optimizer_update_with(o, params, grads, o->m ? o->m + offset : NULL,
                              o->v ? o->v + offset : NULL, n, lr, momentum);
 }
@@ -145,5 +264,12 @@ bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads
 void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, double lr,
                        double momentum) {
     zt_optimizer_begin_step(o);
-    zt_optimizer_update(o, params, grads, 0, o->n, lr, momentum);
+    if (o->cfg.type != ZT_OPTIM_LAMB) {
+        zt_optimizer_update(o, params, grads, 0, o->n, lr, momentum);
+        return;
+    }
+    zt_optimizer_lamb_moments(o, params, grads, 0, o->n, momentum);
+    zt_status s = zt_optimizer_lamb_reduce(o, NULL, lr, momentum);
+    ZT_ASSERT(s == ZT_OK); /* without a communicator it cannot fail */
+    zt_optimizer_lamb_apply(o, params, 0, o->n);
 }

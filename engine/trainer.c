@@ -12,6 +12,7 @@
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
 #include "ztrain/metrics.h"
+#include "ztrain/monitor.h"
 #include "ztrain/trainer.h"
 
 enum { MEM_PER_RANK = 5, STEP_METRICS = 11 };
@@ -47,6 +48,7 @@ typedef struct {
     int rank, world;
     zt_comm *comm;      /* NULL for one rank */
     memory_metrics mem; /* the per-rank memory record's buffers */
+    zt_monitor *monitor; /* rank 0's DeepSpeed monitors (tensorboard, csv_monitor); NULL: none */
 } trainer;
 
 static double now_ms(void) {
@@ -286,6 +288,28 @@ static zt_status collect_memory_metrics(trainer *t, zt_metric *dst) {
     return ZT_OK;
 }
 
+/* What DeepSpeed's engine.step() hands its monitors at each optimizer step (engine.py), at the
+ * global sample count: the lr the next step uses, and with fp16 the loss scale after this step;
+ * with wall_clock_breakdown the step's phase times. Also the step's loss as train_loss, which
+ * DeepSpeed's pipeline engine (and its base engine before 0.19) writes: the mean over the ranks. */
+static zt_status write_monitor(trainer *t, double loss) {
+    if (!t->monitor)
+        return ZT_OK;
+    const zt_ds_config *ds = &t->job->ds;
+    zt_monitor_event ev[6] = {{"Train/Samples/train_loss", loss},
+                              {"Train/Samples/lr", zt_engine_get_lr(t->e)}};
+    int n = 2;
+    if (ds->fp16.enabled)
+        ev[n++] = (zt_monitor_event){"Train/Samples/loss_scale", zt_engine_loss_scale(t->e)};
+    if (ds->wall_clock_breakdown) {
+        zt_engine_timers tm = zt_engine_get_timers(t->e);
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_forward", tm.forward_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward", tm.backward_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_step", tm.step_ms};
+    }
+    return zt_monitor_write(t->monitor, ev, n, zt_engine_global_samples(t->e));
+}
+
 static zt_status train_loop(trainer *t, zt_train_result *res) {
     const zt_job_spec *job = t->job;
     const int gas = job->ds.gradient_accumulation_steps;
@@ -324,6 +348,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         if (!isfinite(last_loss))
             return zt_error(ZT_ERR_NUMERIC, "training diverged: loss is %g at step %lld",
                             last_loss, (long long)step);
+        ZT_TRY(write_monitor(t, last_loss));
         bool timed = step - t->first_step > job->train.warmup_steps;
         double tok_s = NAN, tflops = NAN;
         if (timed) {
@@ -426,6 +451,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     }
     if (s == ZT_OK)
         s = memory_metrics_init(&t);
+    if (s == ZT_OK && t.rank == 0)
+        s = zt_monitor_open(&t.monitor, &job->ds.monitor);
     if (s == ZT_OK)
         s = maybe_resume(&t);
     if (s == ZT_OK && opts->out_dir && t.rank == 0) {
@@ -452,6 +479,7 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     }
     if (t.metrics.f)
         zt_metrics_close(&t.metrics);
+    zt_monitor_close(t.monitor);
     zt_engine_destroy(t.e);
     memory_metrics_free(&t.mem);
     if (t.has_val_loader)

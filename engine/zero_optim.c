@@ -55,8 +55,42 @@ static zt_status agree_on_update(zt_zero *z, zt_status mine) {
     return zt_zero_agree(z, mine, "update its offloaded state; no rank applies this update");
 }
 
+/* LAMB's trust ratios need whole tensors, which ZeRO partitions across ranks: the sums of
+ * squares of this rank's pieces are all-reduced between the two passes (stage 0 holds every
+ * tensor whole on every rank). Offload is refused with LAMB when the config is read. */
+static zt_comm *lamb_comm(const zt_zero *z) { return z->stage > 0 ? z->comm : NULL; }
+
+static zt_status lamb_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, size_t count,
+                             double lr, double momentum) {
+    ZT_ASSERT(!z->off);
+    zt_optimizer_lamb_moments(o, p, g, 0, count, momentum);
+    ZT_TRY(zt_optimizer_lamb_reduce(o, lamb_comm(z), lr, momentum));
+    zt_optimizer_lamb_apply(o, p, 0, count);
+    return ZT_OK;
+}
+
+/* The mixed-precision LAMB step: the 16-bit gradients are widened and scaled chunk by chunk
+ * through the staging buffer for the first pass; the second needs no gradients. */
+static zt_status lamb_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
+                                  float grad_mul, double lr, double momentum) {
+    ZT_ASSERT(!z->off);
+    const zt_ops *op = z->be->ops;
+    for (size_t c = 0; c < count; c += ZT_ZERO_CHUNK) {
+        size_t len = zt_min_sz(ZT_ZERO_CHUNK, count - c);
+        op->from_half(&z->ctx, z->chunk, g + c, len, z->dtype);
+        op->scale(&z->ctx, z->chunk, len, grad_mul);
+        zt_optimizer_lamb_moments(o, z->master + c, z->chunk, c, len, momentum);
+    }
+    ZT_TRY(zt_optimizer_lamb_reduce(o, lamb_comm(z), lr, momentum));
+    zt_optimizer_lamb_apply(o, z->master, 0, count);
+    op->to_half(&z->ctx, z->p16 + z->master_base, z->master, count, z->dtype);
+    return ZT_OK;
+}
+
 zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
                               float grad_mul, double lr, double momentum) {
+    if (o->cfg.type == ZT_OPTIM_LAMB)
+        return lamb_update_half(z, o, g, count, grad_mul, lr, momentum);
     if (!z->off) {
         update_half_range(z, o, z->master, g, o->m, o->v, z->p16 + z->master_base, count,
                           grad_mul, lr, momentum);
@@ -68,6 +102,8 @@ zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, si
 
 zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, size_t count,
                          double lr, double momentum) {
+    if (o->cfg.type == ZT_OPTIM_LAMB)
+        return lamb_update(z, o, p, g, count, lr, momentum);
     if (!z->off) {
         zt_optimizer_update(o, p, g, 0, count, lr, momentum);
         return ZT_OK;
@@ -106,7 +142,7 @@ zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimiz
         spec.streams[ZT_OFFLOAD_MASTER] =
             (zt_offload_stream_spec){state, "fp32_master", 4, z->master, false};
     int n_state = o ? zt_optimizer_state_count(&o->cfg) : 0;
-    bool adam = o && o->cfg.type == ZT_OPTIM_ADAM;
+    bool adam = o && o->cfg.type != ZT_OPTIM_SGD;
     if (n_state >= 1)
         spec.streams[ZT_OFFLOAD_EXP_AVG] = (zt_offload_stream_spec){
             state, adam ? "exp_avg" : "momentum_buffer", 4, o->m, false};

@@ -68,6 +68,41 @@ static cJSON *section(cJSON *top, const char *key) {
     return cJSON_IsObject(o) ? o : NULL;
 }
 
+/* A DeepSpeed monitor writes in os.path.join(output_path, job_name), which DeepSpeed takes from
+ * its launch directory; a job's is its run directory. That directory is resolved inside the runs
+ * root like the checkpoints, and written back as output_path with an empty job_name. Values of
+ * the wrong type are left for the config parser to report. */
+static zt_status resolve_monitor_dir(cJSON *ds, const char *key, const char *runs_root,
+                                     const char *id) {
+    cJSON *mon = section(ds, key);
+    if (!mon)
+        return ZT_OK;
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(mon, "output_path");
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(mon, "job_name");
+    if ((op && !cJSON_IsNull(op) && !cJSON_IsString(op)) || (jn && !cJSON_IsNull(jn) && !cJSON_IsString(jn)))
+        return ZT_OK;
+    const char *path = cJSON_IsString(op) ? op->valuestring : "";
+    const char *name = cJSON_IsString(jn) ? jn->valuestring : "DeepSpeedJobName";
+    char dir[PATH_MAX];
+    if (name[0] == '/' || !path[0])
+        snprintf(dir, sizeof dir, "%s", name);
+    else
+        snprintf(dir, sizeof dir, "%s/%s", path, name);
+    char *rooted = NULL;
+    int n = dir[0] == '/' ? asprintf(&rooted, "%s", dir)
+                          : asprintf(&rooted, "%s/%s/%s", runs_root, id, dir);
+    if (n < 0)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    cJSON_DeleteItemFromObjectCaseSensitive(mon, "output_path");
+    cJSON_DeleteItemFromObjectCaseSensitive(mon, "job_name");
+    cJSON_AddStringToObject(mon, "output_path", rooted);
+    cJSON_AddStringToObject(mon, "job_name", "");
+    free(rooted);
+    char field[64];
+    snprintf(field, sizeof field, "deepspeed.%s output_path/job_name", key);
+    return resolve_in_root(mon, "output_path", field, runs_root, false);
+}
+
 /* The spec with its paths resolved and a default checkpoint directory; *text is heap-owned. */
 static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json, const char *id,
                                 char **text) {
@@ -114,6 +149,8 @@ static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json
         if (o)
             s = resolve_in_root(o, "nvme_path", field, lim->runs_root, false);
     }
+    for (int i = 0; s == ZT_OK && ds && i < 2; i++)
+        s = resolve_monitor_dir(ds, i ? "csv_monitor" : "tensorboard", lim->runs_root, id);
     if (s == ZT_OK && !(*text = cJSON_PrintUnformatted(top)))
         s = zt_error(ZT_ERR_NOMEM, "out of memory");
     cJSON_Delete(top);

@@ -46,6 +46,11 @@ void zt_cpu_scale(float *x, size_t n, float s);
 void zt_cpu_adam_update_mixed(float *master, const void *grad, zt_dtype grad_type,
                               float grad_mul, float *m, float *v, uint16_t *param16,
                               zt_dtype param_type, size_t n, const zt_adam_args *a);
+/* lamb.c */
+void zt_cpu_lamb_moments(const float *p, const float *g, float *m, float *v, size_t n,
+                         const zt_lamb_args *a, double sums[2]);
+void zt_cpu_lamb_apply(float *p, const float *m, const float *v, size_t n, const zt_lamb_args *a,
+                       float step);
 /* The path name zt_backend_cpu_optim_isa reports. */
 const char *zt_cpu_optim_isa(void);
 

@@ -121,6 +121,18 @@ static void adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
     zt_cpu_adam_update_mixed(master, grad, grad_type, grad_mul, m, v, param16, param_type, n, a);
 }
 
+static void lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
+                         size_t n, const zt_lamb_args *a, double sums[2]) {
+    (void)x;
+    zt_cpu_lamb_moments(p, g, m, v, n, a, sums);
+}
+
+static void lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
+                       const zt_lamb_args *a, float step) {
+    (void)x;
+    zt_cpu_lamb_apply(p, m, v, n, a, step);
+}
+
 static double sum_squares(const zt_ctx *x, const float *v, size_t n) {
     (void)x;
     return zt_cpu_sum_squares(v, n);
@@ -173,6 +185,8 @@ static const zt_ops cpu_ops = {
     .adam_update = adam_update,
     .sgd_update = sgd_update,
     .adam_update_mixed = adam_update_mixed,
+    .lamb_moments = lamb_moments,
+    .lamb_apply = lamb_apply,
     .sum_squares = sum_squares,
     .scale = scale,
     .to_half = to_half,

@@ -98,6 +98,15 @@ def case_b(d):
              "offload_optimizer.nvme_path" in details and "outside" in details,
              f"b: an NVMe offload path outside the runs root: {code.name}: {details}")
 
+    for monitor in ({"enabled": True, "output_path": "/etc"},
+                    {"enabled": True, "job_name": "../../../etc"}):
+        job = tiny_job(d.data_root)
+        job["deepspeed"]["tensorboard"] = monitor
+        code, details = submit_code(job)
+        ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and
+                 "deepspeed.tensorboard output_path/job_name" in details and "outside" in details,
+                 f"b: a TensorBoard directory outside the runs root: {code.name}: {details}")
+
     job = tiny_job(d.data_root)
     job["model"].update(n_embd=30, n_head=4)
     code, details = submit_code(job)

@@ -241,12 +241,9 @@ static void test_optimizer(void) {
         "ds.json: 'max_grad_norm' is not supported as an optimizer parameter, please switch to using "
         "the deepspeed parameter 'gradient_clipping' see: "
         "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details");
-    ERR("{" B "\"optimizer\": {\"type\": \"Lamb\"}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: optimizer type 'Lamb' is not supported by ztrain (supported: Adam, AdamW, SGD)");
-    ERR("{" B "\"optimizer\": {\"type\": \"OneBitAdam\"}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: optimizer type 'OneBitAdam' is not supported by ztrain (supported: Adam, AdamW, SGD)");
     ERR("{" B "\"optimizer\": {\"type\": \"RMSprop\"}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: optimizer type 'RMSprop' is not supported by ztrain (supported: Adam, AdamW, SGD)");
+        "ds.json: optimizer type 'RMSprop' is not supported by ztrain (supported: Adam, AdamW, SGD, "
+        "Lamb, and OneBitAdam, ZeroOneAdam, OneBitLamb without compression)");
     ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"sgd\"}}", 1, ZT_ERR_INVALID,
                "ds.json: unknown optimizer type 'sgd' (");
     ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Frobnicate\"}}", 1, ZT_ERR_INVALID,
@@ -274,6 +271,119 @@ static void test_optimizer(void) {
 }
 
 #define ADAM6 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 6e-4}}, "
+
+/* LAMB with FusedLamb's defaults and DeepSpeed's assertions around it (engine.py), and the 1-bit
+ * family run without compression. */
+static void test_lamb_family(void) {
+    zt_ds_config c;
+    if (OK("{" B "\"optimizer\": {\"type\": \"LAMB\"}}", 1, &c)) {
+        CHECK(c.optimizer.type == ZT_OPTIM_LAMB && !c.optimizer.compression_dropped);
+        CHECK_NEAR(c.optimizer.lr, 1e-3);
+        CHECK_NEAR(c.optimizer.beta1, 0.9);
+        CHECK_NEAR(c.optimizer.beta2, 0.999);
+        CHECK_NEAR(c.optimizer.eps, 1e-8);
+        CHECK_NEAR(c.optimizer.weight_decay, 0.0);
+        CHECK_NEAR(c.optimizer.max_coeff, 10.0);
+        CHECK_NEAR(c.optimizer.min_coeff, 0.01);
+        CHECK(c.optimizer.bias_correction && !c.optimizer.eps_inside_sqrt);
+    }
+    if (OK("{" B "\"optimizer\": {\"type\": \"lamb\", \"params\": {\"lr\": 2e-3, \"betas\": [0.8, "
+           "0.99], \"eps\": 1e-6, \"weight_decay\": 0.01, \"bias_correction\": false, "
+           "\"eps_inside_sqrt\": true, \"max_coeff\": 5, \"min_coeff\": 0.1}}}", 1, &c)) {
+        CHECK(c.optimizer.type == ZT_OPTIM_LAMB);
+        CHECK_NEAR(c.optimizer.lr, 2e-3);
+        CHECK_NEAR(c.optimizer.beta1, 0.8);
+        CHECK_NEAR(c.optimizer.beta2, 0.99);
+        CHECK_NEAR(c.optimizer.eps, 1e-6);
+        CHECK_NEAR(c.optimizer.weight_decay, 0.01);
+        CHECK_NEAR(c.optimizer.max_coeff, 5.0);
+        CHECK_NEAR(c.optimizer.min_coeff, 0.1);
+        CHECK(!c.optimizer.bias_correction && c.optimizer.eps_inside_sqrt);
+    }
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"freeze_step\": 10}}}", 1,
+               ZT_ERR_INVALID, "ds.json: unknown key 'freeze_step' in optimizer.params");
+    ERR("{" B "\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"amsgrad\": true}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params.amsgrad: FusedLamb does not support the AMSGrad "
+        "variant.");
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"loss_scale\": 128}, \"optimizer\": {\"type\": "
+        "\"Lamb\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: DeepSpeed lamb optimizer requires dynamic loss scaling (fp16.loss_scale must be 0)");
+    ERR("{" B "\"zero_optimization\": {\"stage\": 1}, \"optimizer\": {\"type\": \"Lamb\"}}", 1,
+        ZT_ERR_INVALID, "ds.json: You are using an untested ZeRO Optimizer. Please add "
+        "<\"zero_allow_untested_optimizer\": true> in the configuration file to use it.");
+    if (OK("{" B "\"zero_optimization\": {\"stage\": 2}, \"zero_allow_untested_optimizer\": true, "
+           "\"optimizer\": {\"type\": \"Lamb\"}}", 1, &c))
+        CHECK(c.optimizer.type == ZT_OPTIM_LAMB && c.zero_allow_untested_optimizer);
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+               "\"cpu\"}}, \"zero_allow_untested_optimizer\": true, \"optimizer\": {\"type\": "
+               "\"Lamb\"}}", 1, ZT_ERR_UNSUPPORTED,
+               "ds.json: optimizer Lamb with zero_optimization.offload_optimizer is not supported");
+
+    if (OK("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"lr\": 4e-4, "
+           "\"freeze_step\": 23000, \"cuda_aware\": false, \"comm_backend_name\": \"nccl\", "
+           "\"weight_decay\": 0.01, \"bias_correction\": false}}}", 1, &c)) {
+        CHECK(c.optimizer.type == ZT_OPTIM_ADAM && c.optimizer.adam_w_mode);
+        CHECK(c.optimizer.compression_dropped && !c.optimizer.bias_correction);
+        CHECK_NEAR(c.optimizer.lr, 4e-4);
+        CHECK_NEAR(c.optimizer.weight_decay, 0.01);
+    }
+    if (OK("{" B "\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {\"var_freeze_step\": "
+           "1000, \"var_update_scaler\": 16, \"local_step_scaler\": 1000, \"local_step_clipper\": "
+           "16}}}", 1, &c))
+        CHECK(c.optimizer.type == ZT_OPTIM_ADAM && c.optimizer.compression_dropped);
+    if (OK("{" B "\"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"max_coeff\": 0.3, "
+           "\"min_coeff\": 0.01, \"freeze_step\": 1000, \"coeff_beta\": 0.9, \"factor_max\": 4.0, "
+           "\"factor_min\": 0.5, \"factor_threshold\": 0.1}}}", 1, &c)) {
+        CHECK(c.optimizer.type == ZT_OPTIM_LAMB && c.optimizer.compression_dropped);
+        CHECK_NEAR(c.optimizer.max_coeff, 0.3);
+    }
+    ERR("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"freeze_step\": \"x\"}}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'optimizer.params.freeze_step' must be a number, got \"x\"");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"var_freeze_step\": "
+               "1}}}", 1, ZT_ERR_INVALID, "ds.json: unknown key 'var_freeze_step' in optimizer.params");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {\"freeze_step\": 1}}}",
+               1, ZT_ERR_INVALID, "ds.json: unknown key 'freeze_step' in optimizer.params");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"max_coeff\": 1}}}",
+               1, ZT_ERR_INVALID, "ds.json: unknown key 'max_coeff' in optimizer.params");
+    ERR("{" B "\"zero_optimization\": {\"stage\": 1}, \"optimizer\": {\"type\": \"OneBitAdam\"}}", 1,
+        ZT_ERR_INVALID, "ds.json: 1bit-Adam is not compatible with ZeRO (zero_optimization.stage is 1)");
+    ERR("{" B "\"zero_optimization\": {\"stage\": 2}, \"optimizer\": {\"type\": \"ZeroOneAdam\"}}",
+        1, ZT_ERR_INVALID, "ds.json: 0/1 Adam is not compatible with ZeRO (zero_optimization.stage is 2)");
+    ERR("{" B "\"zero_optimization\": {\"stage\": 3}, \"optimizer\": {\"type\": \"OneBitLamb\"}}",
+        1, ZT_ERR_INVALID, "ds.json: 1bit-Lamb is not compatible with ZeRO (zero_optimization.stage is 3)");
+}
+
+/* The monitor sections: where DeepSpeed's monitors would write (os.path.join(output_path,
+ * job_name)), their defaults, and their pydantic validation. */
+static void test_monitor(void) {
+    zt_ds_config c;
+    if (OK("{\"train_batch_size\": 8}", 1, &c)) {
+        CHECK(!c.monitor.tensorboard.enabled && !c.monitor.csv.enabled);
+        CHECK(!c.monitor.wandb && !c.monitor.comet);
+    }
+    if (OK("{" B "\"tensorboard\": {\"enabled\": true}, \"csv_monitor\": {\"enabled\": true, "
+           "\"output_path\": \"logs/\", \"job_name\": \"run1\"}}", 1, &c)) {
+        CHECK(c.monitor.tensorboard.enabled && strcmp(c.monitor.tensorboard.dir, "DeepSpeedJobName") == 0);
+        CHECK(c.monitor.csv.enabled && strcmp(c.monitor.csv.dir, "logs/run1") == 0);
+    }
+    if (OK("{" B "\"tensorboard\": {\"enabled\": true, \"output_path\": \"/tmp/tb\", \"job_name\": "
+           "\"x\"}, \"csv_monitor\": {\"output_path\": \"/a\", \"job_name\": \"/b/c\"}}", 1, &c)) {
+        CHECK(strcmp(c.monitor.tensorboard.dir, "/tmp/tb/x") == 0);
+        CHECK(!c.monitor.csv.enabled && strcmp(c.monitor.csv.dir, "/b/c") == 0);
+    }
+    if (OK("{" B "\"wandb\": {\"enabled\": true, \"project\": \"p\", \"team\": null, \"group\": \"g\"}, "
+           "\"comet\": {\"enabled\": true, \"samples_log_interval\": 50, \"online\": false, "
+           "\"api_key\": null, \"mode\": \"get_or_create\"}}", 1, &c))
+        CHECK(c.monitor.wandb && c.monitor.comet);
+    ERR_PREFIX("{" B "\"tensorboard\": {\"enabled\": true, \"path\": \"tb\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: unknown key 'path' in tensorboard");
+    ERR_PREFIX("{" B "\"csv_monitor\": {\"enabled\": \"yes\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'csv_monitor.enabled' must be");
+    ERR("{" B "\"wandb\": {\"project\": 3}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'wandb.project' must be a string, got 3");
+    ERR_PREFIX("{" B "\"comet\": {\"samples_log_interval\": 1.5}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'comet.samples_log_interval' must be");
+}
 
 static void test_scheduler(void) {
     zt_ds_config c;
@@ -514,8 +624,6 @@ static void test_gates(void) {
         "device is \"nvme\", got 0");
     OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
     CHECK(strcmp(c.communication_data_type, "bf16") == 0);
-    ERR("{" B "\"tensorboard\": {\"enabled\": true, \"output_path\": \"tb\"}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: tensorboard.enabled is not supported: ztrain writes its metrics to metrics.jsonl instead");
     ERR("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
         "ds.json: amp.enabled is not supported by ztrain");
     ERR("{" B "\"activation_checkpointing\": {\"partition_activations\": true}}", 1, ZT_ERR_UNSUPPORTED,
@@ -556,6 +664,8 @@ int main(void) {
     test_batch();
     test_defaults();
     test_optimizer();
+    test_lamb_family();
+    test_monitor();
     test_scheduler();
     test_malformed();
     test_keys_and_types();

@@ -25,6 +25,7 @@ static const zt_test_family *const families[] = {
     &zt_test_adam_update,
     &zt_test_sgd_update,
     &zt_test_adam_update_mixed,
+    &zt_test_lamb,
     &zt_test_sum_squares,
     &zt_test_scale,
     &zt_test_to_half,

@@ -17,6 +17,7 @@
 typedef enum {
     ZT_OPTIM_ADAM, /* "Adam"/"AdamW" (and lower-case): decoupled decay when adam_w_mode */
     ZT_OPTIM_SGD,  /* "SGD": torch.optim.SGD semantics (L2 weight decay, momentum, nesterov) */
+    ZT_OPTIM_LAMB, /* "Lamb" (any case): DeepSpeed's FusedLamb, one trust ratio per tensor */
 } zt_optimizer_type;
 
 typedef struct {
@@ -32,6 +33,12 @@ typedef struct {
     double momentum;       /* SGD, default 0 */
     double dampening;      /* SGD, default 0 */
     bool nesterov;         /* SGD, default false */
+    double max_coeff;      /* LAMB: upper clamp of the trust ratio, default 10.0 */
+    double min_coeff;      /* LAMB: lower clamp of the trust ratio, default 0.01 */
+    bool eps_inside_sqrt;  /* LAMB: sqrt(v + eps) rather than sqrt(v) + eps, default false */
+    /* "OneBitAdam", "ZeroOneAdam" or "OneBitLamb": run as Adam (AdamW mode) or LAMB without
+     * their compressed communication (the parser warns once); type says which. */
+    bool compression_dropped;
 } zt_optimizer_config;
 
 typedef enum {
@@ -116,6 +123,20 @@ typedef struct {
     zt_offload_config offload_param;
 } zt_zero_config;
 
+/* A file monitor ("tensorboard", "csv_monitor"): rank 0 writes under `dir`, which is
+ * os.path.join(output_path, job_name) as DeepSpeed forms it (defaults "" and "DeepSpeedJobName");
+ * the job spec anchors a relative dir at the job file's directory. */
+typedef struct {
+    bool enabled;
+    char dir[1024];
+} zt_monitor_output;
+
+typedef struct {
+    zt_monitor_output tensorboard; /* TensorBoard event files */
+    zt_monitor_output csv;         /* one CSV file per tag */
+    bool wandb, comet;             /* enabled: warned (no network), nothing written */
+} zt_monitor_config;
+
 typedef struct {
     /* The batch triple after DeepSpeed's inference; world_size is the data-parallel size. */
     int train_batch_size;
@@ -124,6 +145,7 @@ typedef struct {
     int world_size;
 
     bool has_optimizer; /* false: no "optimizer" section (the engine then refuses to step) */
+    bool zero_allow_untested_optimizer; /* default false: LAMB at ZeRO stage >= 1 is refused */
     zt_optimizer_config optimizer;
     zt_schedule_config scheduler;
 
@@ -138,6 +160,7 @@ typedef struct {
     zt_fp16_config fp16;
     zt_bf16_config bf16;
     zt_zero_config zero;
+    zt_monitor_config monitor;
 } zt_ds_config;
 
 /* Parses DeepSpeed config JSON text. `source` names it in messages (a file path, or "job.json:

@@ -1,4 +1,5 @@
-/* The optimizer over one flat slice of parameters: Adam/AdamW or SGD as DeepSpeed configures them.
+/* The optimizer over one flat slice of parameters: Adam/AdamW, SGD or LAMB as DeepSpeed configures
+ * them.
  *
  * The state (Adam's m and v, or SGD's momentum buffer) is one flat fp32 buffer per moment, the same
  * length as the slice it updates, so a ZeRO partition is just a shorter slice. The lr and momentum
@@ -12,6 +13,7 @@
 
 #include "ztrain/ds_config.h"
 #include "ztrain/backend.h"
+#include "ztrain/comm.h"
 #include "ztrain/status.h"
 
 typedef struct {
@@ -22,6 +24,11 @@ typedef struct {
     float *m;      /* Adam first moment, or SGD momentum buffer (NULL when momentum is 0) */
     float *v;      /* Adam second moment (NULL for SGD) */
     bool external; /* the state lives elsewhere (offload): m and v are NULL */
+    /* LAMB only (zt_optimizer_set_tensors): the parameter tensors' parts in this slice. */
+    int n_tensors;      /* the model's tensors, and the padding after them as one more */
+    size_t *tensor_lo;  /* [n_tensors + 1]: tensor i is [tensor_lo[i], tensor_lo[i+1]) here */
+    double *lamb_sums;  /* [2 * n_tensors]: this step's sums of p² and of u² per tensor */
+    float *lamb_step;   /* [n_tensors]: this step's step size times each trust ratio */
 } zt_optimizer;
 
 /* Allocates zeroed state for n parameters in be's device memory; updates run on be. Free with
@@ -35,9 +42,30 @@ void zt_optimizer_init_external(zt_optimizer *o, const zt_optimizer_config *cfg,
                                 zt_backend *be, size_t n);
 void zt_optimizer_free(zt_optimizer *o);
 
-/* How many state buffers of n floats the optimizer keeps: 2 for Adam (exp_avg, exp_avg_sq), 1
+/* How many state buffers of n floats the optimizer keeps: 2 for Adam and LAMB (exp_avg,
+ * exp_avg_sq), 1
  * for SGD with momentum (momentum_buffer), 0 for plain SGD. */
 int zt_optimizer_state_count(const zt_optimizer_config *cfg);
+
+/* LAMB's trust ratios are per parameter tensor, so a LAMB optimizer must be told where the
+ * tensors lie before its first step (other types ignore this): `starts[0..count)` are the tensors'
+ * first elements in the model's flat buffer, ascending, the last tensor ends at `end`, the padding
+ * up to `total` counts as one more tensor, and the slice begins at element `slice_lo` of that
+ * buffer. The arrays are the optimizer's, freed by zt_optimizer_free. */
+zt_status zt_optimizer_set_tensors(zt_optimizer *o, const size_t *starts, int count, size_t end,
+                                   size_t total, size_t slice_lo);
+
+/* LAMB's step in three calls, after zt_optimizer_begin_step: lamb_moments over the slice's
+ * elements [offset, offset + n) (in any number of pieces) updates the moments from grads and adds
+ * up each tensor's sums of squares; lamb_reduce all-reduces those sums over comm when the tensors
+ * are partitioned across ranks (NULL: this slice holds them whole) and derives each tensor's step
+ * from lr and momentum (beta1, which the schedule may cycle); lamb_apply then updates the
+ * parameters of [offset, offset + n), again in any pieces. zt_optimizer_step does all three on a
+ * whole slice. */
+void zt_optimizer_lamb_moments(zt_optimizer *o, const float *params, const float *grads,
+                               size_t offset, size_t n, double momentum);
+zt_status zt_optimizer_lamb_reduce(zt_optimizer *o, zt_comm *comm, double lr, double momentum);
+void zt_optimizer_lamb_apply(zt_optimizer *o, float *params, size_t offset, size_t n);
 
 /* Applies one update to params[n] from grads[n] with the given lr and momentum (Adam's beta1 or
  * SGD's momentum, from the schedule). */
@@ -45,7 +73,7 @@ void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, doubl
                        double momentum);
 
 /* The same in pieces, for callers that stream the slice through a small buffer: begin_step counts
- * the update once, then update() applies it to params[0..n) / grads[0..n), which are the slice's
+ * the update once, then update() (Adam and SGD; LAMB uses the lamb_* calls) applies it to params[0..n) / grads[0..n), which are the slice's
  * elements [offset, offset + n) (so the matching part of the state is used). */
 void zt_optimizer_begin_step(zt_optimizer *o);
 void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,

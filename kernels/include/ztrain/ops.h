@@ -67,6 +67,18 @@ typedef struct {
     bool adamw_mode;        /* decoupled decay p -= lr*wd*p; else L2: g += wd*p */
 } zt_adam_args;
 
+/* LAMB as DeepSpeed's FusedLamb computes it (csrc/lamb/fused_lamb_cuda_kernel.cu): Adam's moments
+ * without bias correction, an update u = m / (sqrt(v) + eps) + weight_decay·p (sqrt(v + eps) with
+ * eps_inside_sqrt), and p -= step_size · trust · u, where the trust ratio ||p|| / ||u|| of the whole
+ * parameter tensor is clamped to [min_coeff, max_coeff] (1 when either norm is 0) and step_size
+ * carries the bias correction. The two ops are its two passes; the caller sums a tensor's
+ * pieces in between. */
+typedef struct {
+    float beta1, beta2, eps;
+    float weight_decay;
+    bool eps_inside_sqrt;
+} zt_lamb_args;
+
 typedef struct {
     float lr;
     float momentum, dampening, weight_decay;
@@ -184,6 +196,18 @@ typedef struct zt_ops {
                               zt_dtype grad_type, float grad_mul, float *m, float *v,
                               uint16_t *param16, zt_dtype param_type, size_t n,
                               const zt_adam_args *a);
+
+    /* LAMB's first pass over n parameters (all of one tensor, or a piece of it): m and v are
+     * updated from g as Adam's (m = b1·m + (1-b1)·g, v = b2·v + (1-b2)·g²); p is only read.
+     * sums[0] receives the sum of p² (p before the update) and sums[1] the sum of u², both in
+     * double and returned to the host. */
+    void (*lamb_moments)(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
+                         size_t n, const zt_lamb_args *a, double sums[2]);
+    /* LAMB's second pass: p -= step · u, with u recomputed from p, m and v exactly as
+     * lamb_moments defines it; step is the step size times the tensor's clamped trust ratio. An
+     * element's result does not depend on n or on where the slice starts. */
+    void (*lamb_apply)(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
+                       const zt_lamb_args *a, float step);
 
     /* Sum of squares in double precision (the global gradient norm); the result is returned to
      * the host (a GPU backend synchronises its compute stream). */

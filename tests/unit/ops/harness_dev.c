@@ -134,6 +134,7 @@ static const struct {
     ENTRY(gelu_forward),      ENTRY(gelu_backward),      ENTRY(silu_mul_forward),
     ENTRY(silu_mul_backward), ENTRY(add),                ENTRY(softmax_xent),
     ENTRY(adam_update),       ENTRY(sgd_update),         ENTRY(adam_update_mixed),
+    ENTRY(lamb_moments),      ENTRY(lamb_apply),
     ENTRY(sum_squares),       ENTRY(scale),              ENTRY(to_half),
     ENTRY(from_half),         ENTRY(round_to),           ENTRY(accumulate_half),
     ENTRY(sum_squares_half),
