@@ -83,7 +83,8 @@ def rope(B, T, H, hd, theta, scaling):
     cos, sin = LlamaRotaryEmbedding(config=config)(q, torch.arange(T)[None].expand(B, T))
     # ztrain's tables hold each frequency once; Hugging Face's repeat them over both halves.
     half = hd // 2
-    same = torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:])
+    same = (torch.equal(cos[..., :half], cos[..., half:])
+            and torch.equal(sin[..., :half], sin[..., half:]))
     chk.check(same, f"rope hd={hd}: Hugging Face's cos/sin repeat over the two halves")
     out, _ = apply_rotary_pos_emb(q, q.detach(), cos, sin)
     (out * dout).sum().backward()
@@ -106,7 +107,8 @@ def silu_mul(n):
 
 
 def attention(B, T, NH, KVH, hd, window):
-    q, k, v = leaf(torch.randn(B, NH, T, hd)), leaf(torch.randn(B, KVH, T, hd)), leaf(torch.randn(B, KVH, T, hd))
+    q = leaf(torch.randn(B, NH, T, hd))
+    k, v = leaf(torch.randn(B, KVH, T, hd)), leaf(torch.randn(B, KVH, T, hd))
     dout = torch.randn(B, T, NH * hd)
     config = MistralConfig(sliding_window=window or None)
     mask = MistralModel._prepare_4d_causal_attention_mask_with_cache_position(
