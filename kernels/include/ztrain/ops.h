@@ -149,7 +149,8 @@ typedef struct zt_ops {
      * out may alias gate or up. */
     void (*silu_mul_forward)(const zt_ctx *x, void *out, const void *gate, const void *up,
                              size_t n);
-    /* Overwrites dgate[n] and dup[n] (held); either may alias dout, gate or up. */
+    /* Overwrites dgate[n] and dup[n] (held); each may alias one of dout, gate and up, the two
+     * not the same one. */
     void (*silu_mul_backward)(const zt_ctx *x, void *dgate, void *dup, const void *dout,
                               const void *gate, const void *up, size_t n);
 
