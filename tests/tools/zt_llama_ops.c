@@ -18,13 +18,26 @@
 
 static const char *prog = "zt_llama_ops", *dir;
 
+/* Every buffer the run allocates, freed together at its end. */
+static float *bufs[16];
+static int nbufs;
+
+static float *zeros(size_t n) {
+    float *v = calloc(n ? n : 1, sizeof *v);
+    if (!v || nbufs == (int)(sizeof bufs / sizeof bufs[0])) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        exit(1);
+    }
+    return bufs[nbufs++] = v;
+}
+
 /* DIR/NAME.f32 holding exactly n floats; exits on failure (this is a test program). */
 static float *load(const char *name, size_t n) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.f32", dir, name);
     FILE *f = fopen(path, "rb");
-    float *buf = calloc(n ? n : 1, sizeof *buf);
-    if (!f || !buf || fread(buf, sizeof *buf, n, f) != n || fgetc(f) != EOF) {
+    float *buf = zeros(n);
+    if (!f || fread(buf, sizeof *buf, n, f) != n || fgetc(f) != EOF) {
         fprintf(stderr, "%s: %s: cannot read %zu floats (or the file is longer)\n", prog, path, n);
         exit(1);
     }
@@ -40,15 +53,6 @@ static void save(const char *name, const float *v, size_t n) {
         fprintf(stderr, "%s: cannot write %s\n", prog, path);
         exit(1);
     }
-}
-
-static float *zeros(size_t n) {
-    float *v = calloc(n ? n : 1, sizeof *v);
-    if (!v) {
-        fprintf(stderr, "%s: out of memory\n", prog);
-        exit(1);
-    }
-    return v;
 }
 
 static int usage(void) {
@@ -73,6 +77,7 @@ int main(int argc, char **argv) {
     const zt_ops *k = be->ops;
     const zt_ctx x = {be, ZT_F32};
     dir = argv[argc - 1];
+    int rc = 0;
 
     if (strcmp(op, "rmsnorm") == 0 && argc == 6) {
         int N = atoi(argv[2]), C = atoi(argv[3]);
@@ -111,8 +116,10 @@ int main(int argc, char **argv) {
         save("out", out, nq), save("att", att, np), save("dq", dq, nq), save("dk", dk, nkv),
             save("dv", dv, nkv);
     } else {
-        return usage();
+        rc = usage();
     }
+    while (nbufs > 0)
+        free(bufs[--nbufs]);
     zt_backend_destroy(be);
-    return 0;
+    return rc;
 }
