@@ -37,9 +37,11 @@ static const field zero_fields[] = {
     {"max_live_parameters", FT_INT64, ZF(stage3_max_live_parameters), NONNEG},
     {"stage3_max_reuse_distance", FT_INT64, ZF(stage3_max_reuse_distance), NONNEG},
     {"max_reuse_distance", FT_INT64, ZF(stage3_max_reuse_distance), NONNEG},
-    {"stage3_gather_16bit_weights_on_model_save", FT_BOOL, NOSTORE, ANYVAL},
-    {"gather_16bit_weights_on_model_save", FT_BOOL, NOSTORE, ANYVAL},
-    {"stage3_gather_fp16_weights_on_model_save", FT_BOOL, NOSTORE, ANYVAL},
+    /* The field, its alias and its deprecated name: stage 3 writes a consolidated 16-bit model
+     * with each checkpoint (checkpoint.h). */
+    {"stage3_gather_16bit_weights_on_model_save", FT_BOOL, ZF(gather_16bit_weights_on_model_save), ANYVAL},
+    {"gather_16bit_weights_on_model_save", FT_BOOL, ZF(gather_16bit_weights_on_model_save), ANYVAL},
+    {"stage3_gather_fp16_weights_on_model_save", FT_BOOL, ZF(gather_16bit_weights_on_model_save), ANYVAL},
     {"stage3_module_granularity_threshold", FT_INT64, NOSTORE, ANYVAL},
     {"module_granularity_threshold", FT_INT64, NOSTORE, ANYVAL},
     {"stage3_use_all_reduce_for_fetch_params", FT_BOOL, NOSTORE, ANYVAL},

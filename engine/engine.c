@@ -359,6 +359,17 @@ void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part) {
 zt_status zt_engine_gather_params(zt_engine *e) { return zt_zero_gather_all(&e->zero); }
 void zt_engine_release_unowned(zt_engine *e) { zt_zero_release_gathered(&e->zero); }
 zt_status zt_engine_params_loaded(zt_engine *e) { return zt_zero_after_load(&e->zero); }
+bool zt_engine_params_sharded(const zt_engine *e) { return zt_zero_params_sharded(&e->zero); }
+zt_status zt_engine_read_own_params(zt_engine *e, size_t first, float *dst, size_t count) {
+    return zt_zero_read_own(&e->zero, first, dst, count);
+}
+zt_status zt_engine_gather_layer(zt_engine *e, int layer) {
+    return zt_zero_gather_layer(&e->zero, layer);
+}
+void zt_engine_release_layer(zt_engine *e, int layer) { zt_zero_release_layer(&e->zero, layer); }
+zt_status zt_engine_load_params(zt_engine *e, zt_engine_param_reader read, void *ctx) {
+    return zt_zero_load_params(&e->zero, read, ctx);
+}
 double zt_engine_loss_scale(const zt_engine *e) { return zt_loss_scaler_scale(&e->scaler); }
 zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e) { return &e->scaler; }
 bool zt_engine_mixed_precision(const zt_engine *e) { return e->dtype != ZT_F32; }

@@ -112,6 +112,8 @@ typedef struct {
     int64_t stage3_param_persistence_threshold;
     int64_t stage3_max_live_parameters;
     int64_t stage3_max_reuse_distance;
+    bool gather_16bit_weights_on_model_save; /* stage 3: a consolidated model with each checkpoint
+                                                (also stage3_gather_16bit_/_fp16_weights_...) */
     zt_offload_config offload_optimizer;
     zt_offload_config offload_param;
 } zt_zero_config;
