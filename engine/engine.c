@@ -107,14 +107,19 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
                          (size_t)ds->zero.stage3_param_persistence_threshold,
                          ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size,
                          e->dtype, communication_dtype(ds, e->dtype), offload_optimizer);
+    /* bf16 masters and optimizer states (ds_config.h): ZeRO keeps the state, in 16 bits. */
+    bool states16 = e->dtype == ZT_BF16 && ds->bf16.master_weights_and_grads &&
+                    ds->bf16.optimizer_states;
     if (s == ZT_OK && ds->has_optimizer) {
         size_t n = ds->zero.stage == 0 ? e->model->n_padded : e->zero.part;
         /* Offloaded, the state belongs to the store (zero.h), which streams it to the kernel. */
-        if (offload_optimizer)
+        if (offload_optimizer || states16)
             zt_optimizer_init_external(&e->opt, &ds->optimizer, e->be, n);
         else
             s = zt_optimizer_init(&e->opt, &ds->optimizer, e->be, n);
     }
+    if (s == ZT_OK && states16)
+        s = zt_zero_use_states16(&e->zero, ds->has_optimizer ? &e->opt : NULL);
     if (s == ZT_OK)
         s = start_offload(e);
     if (s == ZT_OK)

@@ -95,6 +95,13 @@ typedef struct {
     zt_offload *off;
     bool masters_offloaded;
     bool param_file;
+    /* bf16_master_weights_and_grads with bf16_optimizer_states (zt_zero_use_states16): no fp32
+     * masters (the 16-bit parameters of the slice are the masters) and the optimizer's state in
+     * 16 bits, m16/v16 [part] (NULL where the optimizer has no such state), updated through
+     * staging16 [4 × ZT_OPTIMIZER_PIECE16]. */
+    bool states16;
+    uint16_t *m16, *v16;
+    float *staging16;
     zt_engine_memory peak;      /* bytes held, maxima since the last zt_zero_take_memory */
 } zt_zero;
 
@@ -104,6 +111,11 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
                        size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
                        zt_dtype dtype, zt_dtype comm_dtype, bool masters_offloaded);
 void zt_zero_free(zt_zero *z);
+
+/* Mixed precision at stages 1-3 without offload, after the optimizer exists (created with
+ * zt_optimizer_init_external; o NULL without one) and before the parameters are loaded: keeps
+ * the masters in the 16-bit parameters and the optimizer's state in 16 bits (see states16). */
+zt_status zt_zero_use_states16(zt_zero *z, const zt_optimizer *o);
 
 /* After the optimizer exists (created with zt_optimizer_init_external when offload_optimizer is
  * on): sets up the offload store for cfg's offload sections, or does nothing when nothing is
