@@ -5,12 +5,14 @@
 #include "ckpt_shards.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fsutil.h"
 #include "model_fields.h"
+#include "size_math.h"
 #include "ztrain/comm.h"
 #include "ztrain/safetensors.h"
 
@@ -198,7 +200,8 @@ static void shards_close(shard_set *set) {
     memset(set, 0, sizeof *set);
 }
 
-/* Opens the n_shards model_rank files of tagdir, each checked to be a slice of n_params. */
+/* Opens the n_shards model_rank files of tagdir, each checked to be a slice of n_params (0: of
+ * what the first one says). */
 static zt_status shards_open(shard_set *set, const char *tagdir, int n_shards, size_t n_params) {
     memset(set, 0, sizeof *set);
     set->s = calloc((size_t)n_shards, sizeof *set->s);
@@ -217,8 +220,11 @@ static zt_status shards_open(shard_set *set, const char *tagdir, int n_shards, s
         set->n = r + 1;
         size_t total = 0;
         sh->t = zt_st_find(&sh->f, "params");
+        bool has_total = meta_number(&sh->f, "n_params", &total);
+        if (r == 0 && n_params == 0 && has_total)
+            n_params = set->n_params = total;
         if (!sh->t || sh->t->ndim != 1 || !meta_number(&sh->f, "partition_offset", &sh->lo) ||
-            !meta_number(&sh->f, "n_params", &total) || total != n_params ||
+            !has_total || total != n_params ||
             sh->lo > n_params || (size_t)sh->t->shape[0] > n_params - sh->lo) {
             shards_close(set);
             return zt_error(ZT_ERR_FORMAT, "%s: not a slice of the %zu parameters (a 1-D "
@@ -288,15 +294,13 @@ void zt_ckpt_weights_close(zt_ckpt_weights *w) {
 }
 
 /* The tensor list from meta.json's "params" ([[name, offset, [shape]], ...]). */
-static zt_status tensors_from_meta(zt_ckpt_weights *w, const cJSON *meta, const char *tagdir,
-                                   size_t *n_params) {
+static zt_status tensors_from_meta(zt_ckpt_weights *w, const cJSON *meta, const char *tagdir) {
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(meta, "params");
     int n = cJSON_GetArraySize(params);
     w->tensors = calloc((size_t)(n ? n : 1), sizeof *w->tensors);
     w->offsets = calloc((size_t)(n ? n : 1), sizeof *w->offsets);
     if (!w->tensors || !w->offsets)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
-    *n_params = 0;
     const cJSON *row;
     cJSON_ArrayForEach(row, params) {
         const cJSON *name = cJSON_GetArrayItem(row, 0), *off = cJSON_GetArrayItem(row, 1);
@@ -307,23 +311,35 @@ static zt_status tensors_from_meta(zt_ckpt_weights *w, const cJSON *meta, const 
             return zt_error(ZT_ERR_FORMAT, "%s/meta.json: params[%d] is not [name, offset, "
                             "[shape]]", tagdir, w->n);
         zt_ckpt_tensor *t = &w->tensors[w->n];
+        bool ov = off->valuedouble > 9e15;
+        uint64_t numel = 1;
         t->ndim = ndim;
-        t->numel = 1;
         for (int d = 0; d < ndim; d++) {
             const cJSON *dim = cJSON_GetArrayItem(shape, d);
-            if (!cJSON_IsNumber(dim) || dim->valuedouble < 0 || dim->valuedouble > 1e15)
-                return zt_error(ZT_ERR_FORMAT, "%s/meta.json: params[%d] has a bad shape", tagdir,
-                                w->n);
-            t->shape[d] = (int64_t)dim->valuedouble;
-            t->numel *= (size_t)t->shape[d];
+            ov |= !cJSON_IsNumber(dim) || dim->valuedouble < 0 || dim->valuedouble > 9e15;
+            t->shape[d] = ov ? 0 : (int64_t)dim->valuedouble;
+            numel = zt_u64_mul(numel, (uint64_t)t->shape[d], &ov);
         }
+        if (ov || numel > SIZE_MAX)
+            return zt_error(ZT_ERR_FORMAT, "%s/meta.json: params[%d] has a bad offset or shape",
+                            tagdir, w->n);
+        t->numel = (size_t)numel;
         w->offsets[w->n] = (size_t)off->valuedouble;
         if (!(t->name = strdup(name->valuestring)))
             return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
         w->n++;
-        size_t end = w->offsets[w->n - 1] + t->numel;
-        *n_params = end > *n_params ? end : *n_params;
     }
+    return ZT_OK;
+}
+
+/* Every tensor of the layout must lie within the shards' parameters. */
+static zt_status check_layout(const zt_ckpt_weights *w, const char *tagdir) {
+    for (int i = 0; i < w->n; i++)
+        if (w->offsets[i] > w->shards.n_params ||
+            w->tensors[i].numel > w->shards.n_params - w->offsets[i])
+            return zt_error(ZT_ERR_FORMAT, "%s/meta.json: params[%d] ('%s') lies outside the %zu "
+                            "parameters of the model shards", tagdir, i, w->tensors[i].name,
+                            w->shards.n_params);
     return ZT_OK;
 }
 
@@ -374,11 +390,12 @@ zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const cha
                     : zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
     int n_shards = zt_ckpt_meta_shards(meta);
     if (s == ZT_OK && n_shards > 0) {
-        size_t n_params = 0;
         w->sharded = true;
-        s = tensors_from_meta(w, meta, tagdir, &n_params);
+        s = tensors_from_meta(w, meta, tagdir);
         if (s == ZT_OK)
-            s = shards_open(&w->shards, tagdir, n_shards, n_params);
+            s = shards_open(&w->shards, tagdir, n_shards, 0);
+        if (s == ZT_OK)
+            s = check_layout(w, tagdir);
     } else if (s == ZT_OK) {
         s = tensors_from_file(w, tagdir);
     }
