@@ -10,7 +10,8 @@
   c. in bf16 the consolidated file is BF16 and holds exactly the fp32 consolidation's values (the
      16-bit parameters, widened), and the deprecated spelling gather_16bit... works too;
   d. without the flag there is no model.safetensors, and zero-to-fp32 and `ztrain sample` still
-     read the shards; a damaged shard is refused naming the file."""
+     read the shards; resuming from them is bit-identical to the uninterrupted run; a damaged
+     shard is refused naming the file."""
 import json
 import math
 import os
@@ -137,9 +138,19 @@ with tempfile.TemporaryDirectory() as d:
              "zero-to-fp32 consolidates the shards without it")
     p = subprocess.run([tool("ztrain"), "sample", ckdir, "--tokens", "8"], capture_output=True)
     ck.check(p.returncode == 0 and len(p.stdout) >= 8, "ztrain sample reads the shards")
+    # Resuming from the shards continues the fp32 run of a. bit for bit (same job, other flag).
+    spec = job("plain", {})
+    spec["train"]["resume"] = True
+    write_job(f"{d}/plain.json", spec)
+    p = run([tool("ztrain"), "run", f"{d}/plain.json", "--out", f"{d}/out-plain"])
+    full = [m["train/loss"] for m in read_metrics(f"{d}/out-fp32/metrics.jsonl")]
+    resumed = [m["train/loss"] for m in read_metrics(f"{d}/out-plain/metrics.jsonl")]
+    ck.check("resumed from" in p.stdout and resumed == full,
+             f"resumed from the shards at step 1, the losses are bit-identical: {resumed}")
     with open(f"{tagdir}/model_rank_00001.safetensors", "r+b") as f:
         f.truncate(100)
-    p = run([tool("ztrain"), "zero-to-fp32", ckdir, f"{d}/bad.safetensors"], check=False)
+    p = run([tool("ztrain"), "zero-to-fp32", ckdir, f"{d}/bad.safetensors", "--tag",
+             os.path.basename(tagdir)], check=False)
     ck.check(p.returncode != 0 and "model_rank_00001.safetensors" in p.stderr,
              f"a damaged shard is refused naming it: {p.stderr.strip()[:160]}")
 ck.done()
