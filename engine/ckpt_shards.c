@@ -1,18 +1,14 @@
 /* ZeRO-3 checkpoints without gathering (ckpt_shards.h): each rank saves and loads only its own
  * slice of the parameters, the consolidated model is written a layer at a time when the config
- * asks for it, and a checkpoint's weights are read tensor by tensor from whichever files hold
- * them (checkpoint.h's zt_ckpt_weights, which `ztrain export` and `zero-to-fp32` stream from). */
+ * asks for it, and the shards are read as one flat buffer (by loads here, and by ckpt_weights.c,
+ * which reads a checkpoint's weights for export). */
 #include "ckpt_shards.h"
 
 #include <limits.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsutil.h"
-#include "model_fields.h"
-#include "size_math.h"
 #include "ztrain/comm.h"
 #include "ztrain/safetensors.h"
 
@@ -181,28 +177,14 @@ int zt_ckpt_meta_shards(const cJSON *meta) {
 /* ------------------------------------------------------------------------------------------ */
 /* The shards as one flat buffer                                                               */
 
-typedef struct {
-    zt_st_file f;
-    const zt_st_tensor *t;
-    size_t lo, n; /* the flat elements [lo, lo + n) it holds */
-} shard;
-
-typedef struct {
-    shard *s;
-    int n;
-    size_t n_params;
-} shard_set;
-
-static void shards_close(shard_set *set) {
+void zt_ckpt_shards_close(zt_ckpt_shard_set *set) {
     for (int r = 0; r < set->n; r++)
         zt_st_close(&set->s[r].f);
     free(set->s);
     memset(set, 0, sizeof *set);
 }
 
-/* Opens the n_shards model_rank files of tagdir, each checked to be a slice of n_params (0: of
- * what the first one says). */
-static zt_status shards_open(shard_set *set, const char *tagdir, int n_shards, size_t n_params) {
+zt_status zt_ckpt_shards_open(zt_ckpt_shard_set *set, const char *tagdir, int n_shards, size_t n_params) {
     memset(set, 0, sizeof *set);
     set->s = calloc((size_t)n_shards, sizeof *set->s);
     if (!set->s)
@@ -211,10 +193,10 @@ static zt_status shards_open(shard_set *set, const char *tagdir, int n_shards, s
     for (int r = 0; r < n_shards; r++) {
         char path[PATH_BYTES];
         shard_path(path, sizeof path, tagdir, r);
-        shard *sh = &set->s[r];
+        zt_ckpt_shard *sh = &set->s[r];
         zt_status s = zt_st_open(&sh->f, path);
         if (s != ZT_OK) {
-            shards_close(set);
+            zt_ckpt_shards_close(set);
             return s;
         }
         set->n = r + 1;
@@ -226,7 +208,7 @@ static zt_status shards_open(shard_set *set, const char *tagdir, int n_shards, s
         if (!sh->t || sh->t->ndim != 1 || !meta_number(&sh->f, "partition_offset", &sh->lo) ||
             !has_total || total != n_params ||
             sh->lo > n_params || (size_t)sh->t->shape[0] > n_params - sh->lo) {
-            shards_close(set);
+            zt_ckpt_shards_close(set);
             return zt_error(ZT_ERR_FORMAT, "%s: not a slice of the %zu parameters (a 1-D "
                             "'params' tensor with partition_offset and n_params metadata)", path,
                             n_params);
@@ -236,11 +218,10 @@ static zt_status shards_open(shard_set *set, const char *tagdir, int n_shards, s
     return ZT_OK;
 }
 
-/* Flat elements [lo, lo + n) from the shards that hold them; every one must be held. */
-static zt_status shards_read(const shard_set *set, size_t lo, float *dst, size_t n) {
+zt_status zt_ckpt_shards_read(const zt_ckpt_shard_set *set, size_t lo, float *dst, size_t n) {
     size_t covered = 0;
     for (int r = 0; r < set->n; r++) {
-        const shard *sh = &set->s[r];
+        const zt_ckpt_shard *sh = &set->s[r];
         size_t a = lo > sh->lo ? lo : sh->lo;
         size_t b = lo + n < sh->lo + sh->n ? lo + n : sh->lo + sh->n;
         if (a >= b)
@@ -255,215 +236,13 @@ static zt_status shards_read(const shard_set *set, size_t lo, float *dst, size_t
 }
 
 static zt_status read_shards(void *ctx, size_t lo, float *dst, size_t n) {
-    return shards_read(ctx, lo, dst, n);
+    return zt_ckpt_shards_read(ctx, lo, dst, n);
 }
 
 zt_status zt_ckpt_load_param_shards(zt_engine *e, const char *tagdir, int n_shards) {
-    shard_set set;
-    ZT_TRY(shards_open(&set, tagdir, n_shards, zt_engine_model(e)->n_params));
+    zt_ckpt_shard_set set;
+    ZT_TRY(zt_ckpt_shards_open(&set, tagdir, n_shards, zt_engine_model(e)->n_params));
     zt_status s = zt_engine_load_params(e, read_shards, &set);
-    shards_close(&set);
-    return s;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Reading a checkpoint's weights (checkpoint.h)                                               */
-
-struct zt_ckpt_weights {
-    zt_ckpt_tensor *tensors;
-    size_t *offsets;      /* sharded: each tensor's flat offset */
-    const zt_st_tensor **in_file; /* model.safetensors: each tensor's entry */
-    int n;
-    shard_set shards;     /* sharded checkpoints */
-    zt_st_file model;     /* the others: model.safetensors */
-    bool sharded, model_open;
-};
-
-void zt_ckpt_weights_close(zt_ckpt_weights *w) {
-    if (!w)
-        return;
-    for (int i = 0; i < w->n; i++)
-        free((char *)w->tensors[i].name);
-    free(w->tensors);
-    free(w->offsets);
-    free(w->in_file);
-    shards_close(&w->shards);
-    if (w->model_open)
-        zt_st_close(&w->model);
-    free(w);
-}
-
-/* The tensor list from meta.json's "params" ([[name, offset, [shape]], ...]). */
-static zt_status tensors_from_meta(zt_ckpt_weights *w, const cJSON *meta, const char *tagdir) {
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(meta, "params");
-    int n = cJSON_GetArraySize(params);
-    w->tensors = calloc((size_t)(n ? n : 1), sizeof *w->tensors);
-    w->offsets = calloc((size_t)(n ? n : 1), sizeof *w->offsets);
-    if (!w->tensors || !w->offsets)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
-    const cJSON *row;
-    cJSON_ArrayForEach(row, params) {
-        const cJSON *name = cJSON_GetArrayItem(row, 0), *off = cJSON_GetArrayItem(row, 1);
-        const cJSON *shape = cJSON_GetArrayItem(row, 2);
-        int ndim = cJSON_GetArraySize(shape);
-        if (!cJSON_IsString(name) || !cJSON_IsNumber(off) || off->valuedouble < 0 ||
-            !cJSON_IsArray(shape) || ndim < 1 || ndim > 2)
-            return zt_error(ZT_ERR_FORMAT, "%s/meta.json: params[%d] is not [name, offset, "
-                            "[shape]]", tagdir, w->n);
-        zt_ckpt_tensor *t = &w->tensors[w->n];
-        bool ov = off->valuedouble > 9e15;
-        uint64_t numel = 1;
-        t->ndim = ndim;
-        for (int d = 0; d < ndim; d++) {
-            const cJSON *dim = cJSON_GetArrayItem(shape, d);
-            ov |= !cJSON_IsNumber(dim) || dim->valuedouble < 0 || dim->valuedouble > 9e15;
-            t->shape[d] = ov ? 0 : (int64_t)dim->valuedouble;
-            numel = zt_u64_mul(numel, (uint64_t)t->shape[d], &ov);
-        }
-        if (ov || numel > SIZE_MAX)
-            return zt_error(ZT_ERR_FORMAT, "%s/meta.json: params[%d] has a bad offset or shape",
-                            tagdir, w->n);
-        t->numel = (size_t)numel;
-        w->offsets[w->n] = (size_t)off->valuedouble;
-        if (!(t->name = strdup(name->valuestring)))
-            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
-        w->n++;
-    }
-    return ZT_OK;
-}
-
-/* Every tensor of the layout must lie within the shards' parameters. */
-static zt_status check_layout(const zt_ckpt_weights *w, const char *tagdir) {
-    for (int i = 0; i < w->n; i++)
-        if (w->offsets[i] > w->shards.n_params ||
-            w->tensors[i].numel > w->shards.n_params - w->offsets[i])
-            return zt_error(ZT_ERR_FORMAT, "%s/meta.json: params[%d] ('%s') lies outside the %zu "
-                            "parameters of the model shards", tagdir, i, w->tensors[i].name,
-                            w->shards.n_params);
-    return ZT_OK;
-}
-
-/* The tensor list from model.safetensors, in the order of their data (the model's: the writer
- * writes them so). */
-static int by_offset(const void *a, const void *b) {
-    const zt_st_tensor *x = *(const zt_st_tensor *const *)a, *y = *(const zt_st_tensor *const *)b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
-static zt_status tensors_from_file(zt_ckpt_weights *w, const char *tagdir) {
-    char path[PATH_BYTES];
-    snprintf(path, sizeof path, "%s/model.safetensors", tagdir);
-    ZT_TRY(zt_st_open(&w->model, path));
-    w->model_open = true;
-    int n = w->model.n_tensors;
-    w->tensors = calloc((size_t)(n ? n : 1), sizeof *w->tensors);
-    w->in_file = calloc((size_t)(n ? n : 1), sizeof *w->in_file);
-    if (!w->tensors || !w->in_file)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    for (int i = 0; i < n; i++)
-        w->in_file[i] = &w->model.tensors[i];
-    qsort(w->in_file, (size_t)n, sizeof *w->in_file, by_offset);
-    for (; w->n < n; w->n++) {
-        const zt_st_tensor *st = w->in_file[w->n];
-        zt_ckpt_tensor *t = &w->tensors[w->n];
-        if (st->ndim < 1 || st->ndim > 2)
-            return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has %d dimensions", path, st->name,
-                            st->ndim);
-        t->ndim = st->ndim;
-        t->shape[0] = st->shape[0];
-        t->shape[1] = st->ndim > 1 ? st->shape[1] : 0;
-        t->numel = (size_t)zt_st_numel(st);
-        if (!(t->name = strdup(st->name)))
-            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    }
-    return ZT_OK;
-}
-
-zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const char *tag,
-                               zt_model_spec *spec) {
-    char tagdir[4096];
-    cJSON *meta;
-    *out = NULL;
-    ZT_TRY(zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
-    zt_ckpt_weights *w = calloc(1, sizeof *w);
-    zt_status s = w ? zt_ckpt_meta_spec(meta, tagdir, spec)
-                    : zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
-    int n_shards = zt_ckpt_meta_shards(meta);
-    if (s == ZT_OK && n_shards > 0) {
-        w->sharded = true;
-        s = tensors_from_meta(w, meta, tagdir);
-        if (s == ZT_OK)
-            s = shards_open(&w->shards, tagdir, n_shards, 0);
-        if (s == ZT_OK)
-            s = check_layout(w, tagdir);
-    } else if (s == ZT_OK) {
-        s = tensors_from_file(w, tagdir);
-    }
-    cJSON_Delete(meta);
-    if (s != ZT_OK) {
-        zt_ckpt_weights_close(w);
-        return s;
-    }
-    *out = w;
-    return ZT_OK;
-}
-
-int zt_ckpt_weights_count(const zt_ckpt_weights *w) { return w->n; }
-
-const zt_ckpt_tensor *zt_ckpt_weights_tensor(const zt_ckpt_weights *w, int i) {
-    ZT_ASSERT(i >= 0 && i < w->n);
-    return &w->tensors[i];
-}
-
-zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, int i, size_t first, float *dst, size_t n) {
-    ZT_ASSERT(i >= 0 && i < w->n);
-    const zt_ckpt_tensor *t = &w->tensors[i];
-    if (first > t->numel || n > t->numel - first)
-        return zt_error(ZT_ERR_INVALID, "checkpoint tensor '%s' has %zu elements, not [%zu, %zu)",
-                        t->name, t->numel, first, first + n);
-    if (w->sharded)
-        return shards_read(&w->shards, w->offsets[i] + first, dst, n);
-    return zt_st_read_f32_range(&w->model, w->in_file[i], first, dst, n);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Export                                                                                      */
-
-typedef struct {
-    zt_ckpt_weights *w;
-    int tensor;
-} weights_reader;
-
-static zt_status read_weights(void *ctx, size_t first, float *dst, size_t n) {
-    weights_reader *r = ctx;
-    return zt_ckpt_weights_read(r->w, r->tensor, first, dst, n);
-}
-
-zt_status zt_ckpt_export_fp32(const char *dir, const char *tag, const char *out) {
-    zt_ckpt_weights *w;
-    zt_model_spec spec;
-    ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, &spec));
-    int n = w->n;
-    zt_st_entry *entries = calloc((size_t)(n ? n : 1), sizeof *entries);
-    zt_st_source *sources = calloc((size_t)(n ? n : 1), sizeof *sources);
-    weights_reader *readers = calloc((size_t)(n ? n : 1), sizeof *readers);
-    zt_status s = ZT_OK;
-    if (entries && sources && readers) {
-        for (int i = 0; i < n; i++) {
-            const zt_ckpt_tensor *t = &w->tensors[i];
-            entries[i] = (zt_st_entry){t->name, NULL, t->ndim, {t->shape[0], t->shape[1]}};
-            readers[i] = (weights_reader){w, i};
-            sources[i] = (zt_st_source){read_weights, &readers[i]};
-        }
-        zt_model_st_metadata meta;
-        int n_meta = zt_model_st_metadata_of(&spec, &meta);
-        s = zt_st_write_sources(out, entries, sources, n, meta.keys, meta.values, n_meta);
-    } else {
-        s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", out);
-    }
-    free(entries);
-    free(sources);
-    free(readers);
-    zt_ckpt_weights_close(w);
+    zt_ckpt_shards_close(&set);
     return s;
 }

@@ -1,7 +1,8 @@
 /* ZeRO's parameter gathering: bringing a range of the parameters into the model's fp32 working
  * copy before it is used (all-gathered from the owners at stage 3, read from this rank's offload
  * file, widened from 16 bits in mixed precision), and letting go of it afterwards, through the
- * model's fetch and release hooks. */
+ * model's fetch and release hooks; and the same for checkpoints, which save and load a rank's
+ * own slice and gather a layer at a time. */
 #include <stdlib.h>
 
 #include "zero_internal.h"
@@ -177,7 +178,6 @@ zt_status zt_zero_gather_all(zt_zero *z) {
     note_gathered(z);
     return ZT_OK;
 }
-
 
 /* ------------------------------------------------------------------------------------------ */
 /* Checkpoints without gathering the model (zero.h)                                            */
