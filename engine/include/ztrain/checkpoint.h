@@ -34,8 +34,10 @@
 #include "ztrain/status.h"
 
 /* Saves the engine's complete training state under dir/tag (tag NULL: "global_step<N>") and
- * points dir/latest at it. `job` supplies the model spec and DeepSpeed config recorded in
- * meta.json. */
+ * points dir/latest at it (collective: every rank calls it). `job` supplies the model spec and
+ * DeepSpeed config recorded in meta.json. At ZeRO stage 3 no rank gathers the model: each writes
+ * its own slice, and the consolidated model (when the config asks for it) is gathered and
+ * written a layer at a time. */
 zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag);
 
 /* Reads dir/latest into tag[size]. Returns ZT_ERR_IO when there is no latest file, ZT_ERR_FORMAT
@@ -77,8 +79,10 @@ void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out);
 void zt_ckpt_list_free(zt_ckpt_list *c);
 
 /* Restores the engine from dir/tag (tag NULL: latest): weights, optimizer state, schedule,
- * counters and data position. Refuses a tag without DONE, a different model shape, or a different
- * world size, with a message naming the checkpoint and the mismatch. */
+ * counters and data position, on any number of ranks (each reads the ranges of the saved
+ * partitions it needs; from a stage-3 checkpoint's shards only what it keeps). Refuses a tag
+ * without DONE or a different model shape, with a message naming the checkpoint and the
+ * mismatch. */
 zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
 
 /* Reads the model spec recorded in a checkpoint (for `ztrain sample` and `ztrain export`).
