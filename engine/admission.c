@@ -89,9 +89,13 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     const uint64_t padded = out->padded, part = padded / N;
     const uint64_t P = half ? 2 : 4;
     const int n_state = ds->has_optimizer ? zt_optimizer_state_count(&ds->optimizer) : 0;
-    const int streams = n_state + (half ? 1 : 0);
+    /* bf16_optimizer_states: the moments in 2 bytes and no fp32 masters (zero.h). */
+    const bool states16 = ds->bf16.enabled && ds->bf16.master_weights_and_grads &&
+                          ds->bf16.optimizer_states;
+    const int streams = n_state + (half && !states16 ? 1 : 0);
+    const uint64_t state_elem = states16 ? 2 : 4;
     out->param_size = (int)P;
-    out->state_size = 4 * streams;
+    out->state_size = (int)state_elem * streams;
 
     /* The ZeRO paper's terms. */
     const bool params_in_file = stage == 3 && z->offload_param.device == ZT_OFFLOAD_NVME;
@@ -99,7 +103,8 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     out->param_bytes = params_in_file ? 0 : zt_u64_mul(P, stage == 3 ? part : padded, &ov);
     out->grad_bytes = zt_u64_mul(P, stage >= 2 ? part : padded, &ov);
     if (z->offload_optimizer.device == ZT_OFFLOAD_NONE)
-        out->optimizer_bytes = zt_u64_mul(zt_u64_mul(state_n, 4, &ov), (uint64_t)streams, &ov);
+        out->optimizer_bytes = zt_u64_mul(zt_u64_mul(state_n, state_elem, &ov), (uint64_t)streams,
+                                          &ov);
     if (z->offload_optimizer.device != ZT_OFFLOAD_NONE || params_in_file)
         out->offload_bytes = offload_host_bytes(z, state_n, z->offload_optimizer.device ==
                                                 ZT_OFFLOAD_NONE ? 0 : streams, params_in_file,
@@ -137,6 +142,9 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     out->workspace_bytes = zt_u64_mul(max_u64(at_start, in_training), sizeof(float), &ov);
     if (half)
         out->workspace_bytes = zt_u64_add(out->workspace_bytes, ZT_ZERO_CHUNK * sizeof(float), &ov);
+    if (states16)
+        out->workspace_bytes = zt_u64_add(out->workspace_bytes,
+                                          4 * ZT_OPTIMIZER_PIECE16 * sizeof(float), &ov);
 
     out->activation_bytes = m.activation_bytes;
     /* The tables: the model's, ZeRO's per tensor and per layer, and the batch of tokens. */

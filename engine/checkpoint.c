@@ -1,5 +1,4 @@
 /* Checkpoint save and load (layout in ztrain/checkpoint.h). */
-#include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "ckpt_dir.h"
+#include "ckpt_shards.h"
 #include "fsutil.h"
 #include "model_fields.h"
 #include "ztrain/checkpoint.h"
@@ -134,6 +134,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
         cJSON_AddBoolToObject(d, "shuffle", l->shuffle);
     }
     cJSON_AddItemToObject(m, "model", model_spec_json(&zt_engine_model(e)->spec));
+    if (zt_engine_params_sharded(e))
+        zt_ckpt_shards_meta(e, m, ds->zero.gather_16bit_weights_on_model_save);
     cJSON *ds_json = job && job->ds_json ? cJSON_Parse(job->ds_json) : NULL;
     if (ds_json)
         cJSON_AddItemToObject(m, "deepspeed", ds_json);
@@ -188,15 +190,29 @@ zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, co
 
     snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tmp, rank);
     s = save_optimizer(e, path);
-    /* Stage 3 gathers the full weights for rank 0 to write (collective). */
-    zt_status g = zt_engine_gather_params(e);
-    if (g != ZT_OK)
-        return g;
-    if (s == ZT_OK && rank == 0) {
-        path_join(path, sizeof path, tmp, "model.safetensors");
-        s = zt_model_save_safetensors(zt_engine_model(e), path);
+    if (zt_engine_params_sharded(e)) {
+        /* Stage 3: each rank its own slice, and the consolidated model only on request, a layer
+         * at a time (collective). */
+        snprintf(path, sizeof path, "%s/model_rank_%05d.safetensors", tmp, rank);
+        if (s == ZT_OK)
+            s = zt_ckpt_save_param_shard(e, path);
+        if (zt_engine_config(e)->zero.gather_16bit_weights_on_model_save) {
+            path_join(path, sizeof path, tmp, "model.safetensors");
+            zt_status g = zt_ckpt_save_gathered_model(e, path);
+            if (s == ZT_OK)
+                s = g;
+        }
+    } else {
+        /* Stages 0-2 hold every parameter (mixed precision widens them from 16 bits). */
+        zt_status g = zt_engine_gather_params(e);
+        if (g != ZT_OK)
+            return g;
+        if (s == ZT_OK && rank == 0) {
+            path_join(path, sizeof path, tmp, "model.safetensors");
+            s = zt_model_save_safetensors(zt_engine_model(e), path);
+        }
+        zt_engine_release_unowned(e);
     }
-    zt_engine_release_unowned(e);
     if (s == ZT_OK && rank == 0) {
         char *meta = meta_json(e, job, tag);
         path_join(path, sizeof path, tmp, "meta.json");
@@ -219,8 +235,8 @@ zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, co
 }
 
 /* Opens the complete copy of dir/tag (zt_ckpt_tag_dir) and its meta.json. */
-static zt_status open_meta(const char *dir, const char *tag, char *tagdir, size_t size,
-                           cJSON **meta) {
+zt_status zt_ckpt_open_meta(const char *dir, const char *tag, char *tagdir, size_t size,
+                            cJSON **meta) {
     char latest[256], path[4400], *text;
     if (!tag) {
         ZT_TRY(zt_ckpt_latest(dir, latest, sizeof latest));
@@ -314,7 +330,7 @@ static zt_status read_counts(const cJSON *meta, const char *tagdir, zt_engine *e
     return ZT_OK;
 }
 
-static zt_status read_spec(const cJSON *meta, const char *tagdir, zt_model_spec *spec) {
+zt_status zt_ckpt_meta_spec(const cJSON *meta, const char *tagdir, zt_model_spec *spec) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(meta, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, zt_model_type_field.key);
     if (!cJSON_IsObject(m) || !cJSON_IsString(type))
@@ -431,10 +447,10 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
 zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
     char tagdir[4096], path[4200];
     cJSON *meta;
-    ZT_TRY(open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
+    ZT_TRY(zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
     zt_model *model = zt_engine_model(e);
     zt_model_spec saved;
-    zt_status s = read_spec(meta, tagdir, &saved);
+    zt_status s = zt_ckpt_meta_spec(meta, tagdir, &saved);
     const zt_model_field *differs = s == ZT_OK ? zt_model_spec_difference(&saved, &model->spec)
                                                : NULL;
     if (differs) {
@@ -447,7 +463,10 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
     meta_counts c;
     if (s == ZT_OK)
         s = read_counts(meta, tagdir, e, &c);
-    if (s == ZT_OK) {
+    int n_shards = zt_ckpt_meta_shards(meta);
+    if (s == ZT_OK && n_shards > 0) {
+        s = zt_ckpt_load_param_shards(e, tagdir, n_shards);
+    } else if (s == ZT_OK) {
         path_join(path, sizeof path, tagdir, "model.safetensors");
         s = zt_model_load_safetensors(model, path);
         zt_status loaded = zt_engine_params_loaded(e);
@@ -478,12 +497,14 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
 zt_status zt_ckpt_read_model_spec(const char *dir, const char *tag, zt_model_spec *spec) {
     char tagdir[4096], path[4200];
     cJSON *meta;
-    ZT_TRY(open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
-    zt_status s = read_spec(meta, tagdir, spec);
+    ZT_TRY(zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
+    zt_status s = zt_ckpt_meta_spec(meta, tagdir, spec);
     cJSON_Delete(meta);
     if (s != ZT_OK)
         return s;
     path_join(path, sizeof path, tagdir, "model.safetensors");
+    if (!zt_path_exists(path))
+        return ZT_OK; /* a stage-3 checkpoint without the consolidated model */
     spec->init_from = strdup(path);
     return spec->init_from ? ZT_OK : zt_error(ZT_ERR_NOMEM, "out of memory");
 }

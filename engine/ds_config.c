@@ -537,6 +537,9 @@ zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const cha
         return zt_error(ZT_ERR_INVALID, "%s: gradient_allreduce_op='sum' is not supported with ZeRO stage 3",
                         source);
     ZT_TRY(zt_ds_parse_optimizer(cfg, &top));
+    if (cfg->bf16.optimizer_states && cfg->has_optimizer && cfg->optimizer.type == ZT_OPTIM_LAMB)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: bf16.bf16_optimizer_states with optimizer type "
+                        "Lamb is not supported yet: ztrain's LAMB keeps fp32 moments", source);
     ZT_TRY(zt_ds_parse_scheduler(cfg, &top));
     ZT_TRY(zt_ds_parse_monitor(cfg, &top));
     ZT_TRY(ds_config_check_features(cfg, &top));

@@ -37,9 +37,11 @@ static const field zero_fields[] = {
     {"max_live_parameters", FT_INT64, ZF(stage3_max_live_parameters), NONNEG},
     {"stage3_max_reuse_distance", FT_INT64, ZF(stage3_max_reuse_distance), NONNEG},
     {"max_reuse_distance", FT_INT64, ZF(stage3_max_reuse_distance), NONNEG},
-    {"stage3_gather_16bit_weights_on_model_save", FT_BOOL, NOSTORE, ANYVAL},
-    {"gather_16bit_weights_on_model_save", FT_BOOL, NOSTORE, ANYVAL},
-    {"stage3_gather_fp16_weights_on_model_save", FT_BOOL, NOSTORE, ANYVAL},
+    /* The field, its alias and its deprecated name: stage 3 writes a consolidated 16-bit model
+     * with each checkpoint (checkpoint.h). */
+    {"stage3_gather_16bit_weights_on_model_save", FT_BOOL, ZF(gather_16bit_weights_on_model_save), ANYVAL},
+    {"gather_16bit_weights_on_model_save", FT_BOOL, ZF(gather_16bit_weights_on_model_save), ANYVAL},
+    {"stage3_gather_fp16_weights_on_model_save", FT_BOOL, ZF(gather_16bit_weights_on_model_save), ANYVAL},
     {"stage3_module_granularity_threshold", FT_INT64, NOSTORE, ANYVAL},
     {"module_granularity_threshold", FT_INT64, NOSTORE, ANYVAL},
     {"stage3_use_all_reduce_for_fetch_params", FT_BOOL, NOSTORE, ANYVAL},
@@ -206,16 +208,62 @@ static const field fp16_fields[] = {
     {"loss_scale_window", FT_INT, FLD(zt_fp16_config, loss_scale_window), ANYVAL},
     {"hysteresis", FT_INT, FLD(zt_fp16_config, hysteresis), ANYVAL},
     {"consecutive_hysteresis", FT_BOOL, FLD(zt_fp16_config, consecutive_hysteresis), ANYVAL},
-    {"fp16_master_weights_and_grads", FT_BOOL, NOSTORE, ANYVAL},
+    {"fp16_master_weights_and_grads", FT_BOOL, FLD(zt_fp16_config, master_weights_and_grads), ANYVAL},
 };
 
 static const field bf16_fields[] = {
     {"enabled", FT_BOOL, FLD(zt_bf16_config, enabled), ANYVAL},
     {"immediate_grad_update", FT_BOOL, NOSTORE, ANYVAL},
     {"check_grad_overflow", FT_BOOL, FLD(zt_bf16_config, check_grad_overflow), ANYVAL},
-    {"bf16_master_weights_and_grads", FT_BOOL, NOSTORE, ANYVAL},
-    {"bf16_optimizer_states", FT_BOOL, NOSTORE, ANYVAL},
+    {"bf16_master_weights_and_grads", FT_BOOL, FLD(zt_bf16_config, master_weights_and_grads), ANYVAL},
+    {"bf16_optimizer_states", FT_BOOL, FLD(zt_bf16_config, optimizer_states), ANYVAL},
 };
+
+/* The 16-bit master and state flags as the ZeRO optimizers judge them
+ * (ZeROOptimizer._configure_master_weights and the offload validators of stage_1_and_2.py and
+ * stage3.py): 16-bit masters whose optimizer state stays fp32 need ZeRO-Offload with
+ * DeepSpeedCPUAdam, and so do offloaded bf16 states. ztrain runs the one combination that keeps
+ * everything on the device (bf16 masters and bf16 states, no optimizer offload) and refuses the
+ * offloaded ones, whose store keeps fp32 masters and state, by name. */
+static zt_status check_master_precision(const zt_ds_config *cfg, const char *src) {
+    const zt_bf16_config *b = &cfg->bf16;
+    const zt_zero_config *z = &cfg->zero;
+    bool offload = z->offload_optimizer.device != ZT_OFFLOAD_NONE;
+    const char *offload_name = z->stage == 3 ? "ZeRO-3 Offload" : "ZeRO-Offload";
+    if (cfg->fp16.master_weights_and_grads && b->master_weights_and_grads)
+        return zt_error(ZT_ERR_INVALID, "%s: fp16_master_weights_and_gradients and "
+                        "bf16_master_weights_and_gradients are mutually exclusive.", src);
+    if (cfg->fp16.master_weights_and_grads && !offload)
+        return zt_error(ZT_ERR_INVALID, "%s: fp16.fp16_master_weights_and_grads: Master weights "
+                        "feature requires %s with DeepSpeedCPUAdam (DeepSpeed keeps the fp32 "
+                        "optimizer states on the CPU); enable zero_optimization.offload_optimizer "
+                        "or remove the key", src, offload_name);
+    if (cfg->fp16.master_weights_and_grads)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: fp16.fp16_master_weights_and_grads is not "
+                        "supported yet: ztrain's offloaded optimizer keeps fp32 master weights",
+                        src);
+    if (!b->master_weights_and_grads)
+        return ZT_OK;
+    if (!b->enabled)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: bf16.bf16_master_weights_and_grads needs "
+                        "bf16.enabled: ztrain keeps bf16 masters of bf16 training only", src);
+    if (!b->optimizer_states && !offload)
+        return zt_error(ZT_ERR_INVALID, "%s: bf16.bf16_master_weights_and_grads without "
+                        "bf16_optimizer_states: Master weights feature requires %s with "
+                        "DeepSpeedCPUAdam (DeepSpeed keeps the fp32 optimizer states on the CPU "
+                        "then); set bf16.bf16_optimizer_states too, or remove the key", src,
+                        offload_name);
+    if (offload)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: bf16.bf16_master_weights_and_grads with "
+                        "zero_optimization.offload_optimizer is not supported yet: ztrain's "
+                        "offloaded optimizer keeps fp32 master weights and optimizer states",
+                        src);
+    if (z->stage == 3 && z->offload_param.device == ZT_OFFLOAD_NVME)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: bf16.bf16_optimizer_states with "
+                        "zero_optimization.offload_param on NVMe is not supported yet: the "
+                        "parameter store streams fp32 optimizer state", src);
+    return ZT_OK;
+}
 
 zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     zt_json_obj fp16, bf16;
@@ -258,10 +306,9 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
                         top->source);
 
     /* DeepSpeedConfig._do_error_check: these only exist inside the ZeRO optimizers. */
-    bool fp16_master = false, bf16_master = false, bf16_states = false;
-    ZT_TRY(zt_json_get_bool(&fp16, "fp16_master_weights_and_grads", &fp16_master, NULL));
-    ZT_TRY(zt_json_get_bool(&bf16, "bf16_master_weights_and_grads", &bf16_master, NULL));
-    ZT_TRY(zt_json_get_bool(&bf16, "bf16_optimizer_states", &bf16_states, NULL));
+    bool fp16_master = cfg->fp16.master_weights_and_grads;
+    bool bf16_master = cfg->bf16.master_weights_and_grads;
+    bool bf16_states = cfg->bf16.optimizer_states;
     bool zero = cfg->zero.stage > 0;
     if (fp16_master && !zero)
         return zt_error(ZT_ERR_INVALID, "%s: Fp16_master_weights_and_grads is only supported with ZeRO "
@@ -275,5 +322,5 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     if (bf16_states && !bf16_master)
         return zt_error(ZT_ERR_INVALID, "%s: bf16_optimizer_states requires "
                         "bf16_master_weights_and_grads to be enabled.", top->source);
-    return ZT_OK;
+    return check_master_precision(cfg, top->source);
 }

@@ -129,16 +129,21 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
                          (size_t)ds->zero.stage3_param_persistence_threshold,
                          ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size,
                          e->dtype, communication_dtype(ds, e->dtype), offload_optimizer);
+    /* bf16 masters and optimizer states (ds_config.h): ZeRO keeps the state, in 16 bits. */
+    bool states16 = e->dtype == ZT_BF16 && ds->bf16.master_weights_and_grads &&
+                    ds->bf16.optimizer_states;
     if (s == ZT_OK && ds->has_optimizer) {
         size_t n = ds->zero.stage == 0 ? e->model->n_padded : e->zero.part;
         /* Offloaded, the state belongs to the store (zero.h), which streams it to the kernel. */
-        if (offload_optimizer)
+        if (offload_optimizer || states16)
             zt_optimizer_init_external(&e->opt, &ds->optimizer, e->be, n);
         else
             s = zt_optimizer_init(&e->opt, &ds->optimizer, e->be, n);
     }
     if (s == ZT_OK && ds->has_optimizer && ds->optimizer.type == ZT_OPTIM_LAMB)
         s = setup_lamb(e);
+    if (s == ZT_OK && states16)
+        s = zt_zero_use_states16(&e->zero, ds->has_optimizer ? &e->opt : NULL);
     if (s == ZT_OK)
         s = start_offload(e);
     if (s == ZT_OK)
@@ -383,6 +388,17 @@ void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part) {
 zt_status zt_engine_gather_params(zt_engine *e) { return zt_zero_gather_all(&e->zero); }
 void zt_engine_release_unowned(zt_engine *e) { zt_zero_release_gathered(&e->zero); }
 zt_status zt_engine_params_loaded(zt_engine *e) { return zt_zero_after_load(&e->zero); }
+bool zt_engine_params_sharded(const zt_engine *e) { return zt_zero_params_sharded(&e->zero); }
+zt_status zt_engine_read_own_params(zt_engine *e, size_t first, float *dst, size_t count) {
+    return zt_zero_read_own(&e->zero, first, dst, count);
+}
+zt_status zt_engine_gather_layer(zt_engine *e, int layer) {
+    return zt_zero_gather_layer(&e->zero, layer);
+}
+void zt_engine_release_layer(zt_engine *e, int layer) { zt_zero_release_layer(&e->zero, layer); }
+zt_status zt_engine_load_params(zt_engine *e, zt_engine_param_reader read, void *ctx) {
+    return zt_zero_load_params(&e->zero, read, ctx);
+}
 double zt_engine_loss_scale(const zt_engine *e) { return zt_loss_scaler_scale(&e->scaler); }
 zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e) { return &e->scaler; }
 bool zt_engine_mixed_precision(const zt_engine *e) { return e->dtype != ZT_F32; }

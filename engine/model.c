@@ -236,6 +236,28 @@ static zt_status read_params(void *ctx, size_t first, float *dst, size_t n) {
     return ZT_OK;
 }
 
+/* The metadata: the format, the type, then the architecture fields of the family's table, which
+ * is what a reader needs to rebuild the model. */
+int zt_model_st_metadata_of(const zt_model_spec *spec, zt_model_st_metadata *out) {
+    const zt_model_family *fam = zt_model_family_find(spec->type);
+    ZT_ASSERT(fam);
+    out->keys[0] = "format";
+    out->values[0] = "pt";
+    out->keys[1] = "model_type";
+    out->values[1] = spec->type;
+    int n = 2;
+    for (const zt_model_field *fld = fam->fields; fld->key; fld++) {
+        if (fld->kind == ZT_FIELD_PATH)
+            continue;
+        ZT_ASSERT(n < ZT_MODEL_MAX_FIELDS + 2);
+        zt_model_field_format(fld, spec, out->text[n - 2], sizeof out->text[n - 2]);
+        out->keys[n] = fld->key;
+        out->values[n] = out->text[n - 2];
+        n++;
+    }
+    return n;
+}
+
 zt_status zt_model_save_safetensors(const zt_model *m, const char *path) {
     zt_st_entry *e = calloc((size_t)m->n_tensors, sizeof *e);
     zt_st_source *src = calloc((size_t)m->n_tensors, sizeof *src);
@@ -255,23 +277,9 @@ zt_status zt_model_save_safetensors(const zt_model *m, const char *path) {
         readers[i] = (param_reader){m, t->offset};
         src[i] = (zt_st_source){read_params, &readers[i]};
     }
-    /* The metadata: the format, the type, then the architecture fields of the family's table,
-     * which is what a reader needs to rebuild the model. */
-    const zt_model_family *fam = zt_model_family_find(m->spec.type);
-    ZT_ASSERT(fam);
-    const char *keys[ZT_MODEL_MAX_FIELDS + 2] = {"format", "model_type"};
-    const char *values[ZT_MODEL_MAX_FIELDS + 2] = {"pt", m->spec.type};
-    char text[ZT_MODEL_MAX_FIELDS][64];
-    int n = 2;
-    for (const zt_model_field *fld = fam->fields; fld->key; fld++) {
-        if (fld->kind == ZT_FIELD_PATH)
-            continue;
-        ZT_ASSERT(n < ZT_MODEL_MAX_FIELDS + 2);
-        zt_model_field_format(fld, &m->spec, text[n - 2], sizeof text[n - 2]);
-        keys[n] = fld->key;
-        values[n] = text[n - 2];
-        n++;
-    }
+    zt_model_st_metadata meta;
+    int n = zt_model_st_metadata_of(&m->spec, &meta);
+    const char *const *keys = meta.keys, *const *values = meta.values;
     zt_status s = zt_st_write_sources(path, e, src, m->n_tensors, keys, values, n);
     free(e);
     free(src);

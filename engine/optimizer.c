@@ -273,3 +273,28 @@ void zt_optimizer_step(zt_optimizer *o, float *params, const float *grads, doubl
     ZT_ASSERT(s == ZT_OK); /* without a communicator it cannot fail */
     zt_optimizer_lamb_apply(o, params, 0, o->n);
 }
+
+void zt_optimizer_update_16(zt_optimizer *o, uint16_t *params, const uint16_t *grads,
+                            float grad_mul, uint16_t *m, uint16_t *v, zt_dtype type, size_t n,
+                            float *staging, double lr, double momentum) {
+    const zt_ops *op = o->ctx.be->ops;
+    const zt_ctx *x = &o->ctx;
+    enum { PIECE = ZT_OPTIMIZER_PIECE16 };
+    float *w = staging, *g = staging + PIECE, *fm = staging + 2 * PIECE, *fv = staging + 3 * PIECE;
+    for (size_t c = 0; c < n; c += PIECE) {
+        size_t len = n - c < PIECE ? n - c : PIECE;
+        op->from_half(x, w, params + c, len, type);
+        op->from_half(x, g, grads + c, len, type);
+        op->scale(x, g, len, grad_mul);
+        if (m)
+            op->from_half(x, fm, m + c, len, type);
+        if (v)
+            op->from_half(x, fv, v + c, len, type);
+        zt_optimizer_update_with(o, w, g, m ? fm : NULL, v ? fv : NULL, len, lr, momentum);
+        op->to_half(x, params + c, w, len, type);
+        if (m)
+            op->to_half(x, m + c, fm, len, type);
+        if (v)
+            op->to_half(x, v + c, fv, len, type);
+    }
+}

@@ -381,6 +381,29 @@ static float bf16_to_f32(uint16_t h) {
     return v;
 }
 
+zt_status zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t first,
+                               float *dst, size_t n) {
+    size_t numel = (size_t)zt_st_numel(t);
+    if (first > numel || n > numel - first)
+        return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has %zu elements, not [%zu, %zu)", f->path,
+                        t->name, numel, first, first + n);
+    const unsigned char *src = zt_st_data(f, t);
+    if (t->dtype == ZT_ST_F32) {
+        memcpy(dst, src + first * sizeof(float), n * sizeof(float));
+    } else if (t->dtype == ZT_ST_F16 || t->dtype == ZT_ST_BF16) {
+        bool bf = t->dtype == ZT_ST_BF16;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * (first + i), 2);
+            dst[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
+        }
+    } else {
+        return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, not F32, F16 or BF16",
+                        f->path, t->name, t->dtype_name);
+    }
+    return ZT_OK;
+}
+
 zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, size_t n) {
     int64_t numel = zt_st_numel(t);
     if ((uint64_t)numel != n)
@@ -522,31 +545,82 @@ static zt_status check_entries(const char *path, const zt_st_entry *e, const zt_
     return ZT_OK;
 }
 
-static size_t entry_bytes(const zt_st_entry *e) {
-    size_t n = sizeof(float);
+static size_t entry_numel(const zt_st_entry *e) {
+    size_t n = 1;
     for (int d = 0; d < e->ndim; d++)
         n *= (size_t)e->shape[d];
     return n;
 }
 
+static size_t entry_bytes(const zt_st_entry *e, zt_st_dtype dtype) {
+    return entry_numel(e) * (dtype == ZT_ST_F32 ? sizeof(float) : 2);
+}
+
+/* fp32 to bfloat16, rounded to nearest even (NaN stays a quiet NaN). */
+static uint16_t f32_to_bf16(float v) {
+    uint32_t x;
+    memcpy(&x, &v, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+/* fp32 to IEEE half, rounded to nearest even: overflow to infinity, subnormals and underflow to
+ * zero as the format has them. */
+static uint16_t f32_to_f16(float v) {
+    uint32_t x;
+    memcpy(&x, &v, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u);
+    if (ax >= 0x477ff000u) /* rounds to beyond 65504 */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: subnormal or zero */
+        if (ax < 0x33000000u)
+            return (uint16_t)sign;
+        uint32_t e = ax >> 23, mant = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t half = mant >> shift, rest = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rest > mid || (rest == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t r = ax + 0xfffu + ((ax >> 13) & 1);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
 /* A tensor without data in memory, through a bounded buffer. */
+/* A tensor without data in memory, or one rounded to 16 bits, through a bounded buffer. */
 static zt_status write_streamed(int fd, const zt_st_entry *e, const zt_st_source *src,
-                                const char *path) {
+                                zt_st_dtype dtype, const char *path) {
     enum { PIECE = 1 << 16 };
-    size_t n = entry_bytes(e) / sizeof(float);
+    size_t n = entry_numel(e);
     if (n == 0)
         return ZT_OK;
-    float *buf = malloc((n < PIECE ? n : PIECE) * sizeof(float));
-    if (!buf)
+    size_t piece = n < PIECE ? n : PIECE;
+    float *buf = e->data ? NULL : malloc(piece * sizeof(float));
+    uint16_t *half = dtype == ZT_ST_F32 ? NULL : malloc(piece * 2);
+    if ((!e->data && !buf) || (dtype != ZT_ST_F32 && !half)) {
+        free(buf);
+        free(half);
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    }
     zt_status s = ZT_OK;
     for (size_t first = 0; first < n && s == ZT_OK; first += PIECE) {
         size_t len = n - first < PIECE ? n - first : PIECE;
-        s = src->read(src->ctx, first, buf, len);
-        if (s == ZT_OK)
-            s = zt_write_all(fd, buf, len * sizeof(float), path);
+        const float *v = e->data ? e->data + first : buf;
+        if (!e->data)
+            s = src->read(src->ctx, first, buf, len);
+        if (s == ZT_OK && half) {
+            for (size_t i = 0; i < len; i++)
+                half[i] = dtype == ZT_ST_BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+            s = zt_write_all(fd, half, len * 2, path);
+        } else if (s == ZT_OK) {
+            s = zt_write_all(fd, v, len * sizeof(float), path);
+        }
     }
     free(buf);
+    free(half);
     return s;
 }
 
@@ -559,7 +633,19 @@ zt_status zt_st_write_sources(const char *path, const zt_st_entry *entries,
                               const zt_st_source *sources, int n_entries,
                               const char *const *meta_keys, const char *const *meta_values,
                               int n_meta) {
+    return zt_st_write_typed(path, entries, sources, NULL, n_entries, meta_keys, meta_values,
+                             n_meta);
+}
+
+zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
+                            const zt_st_source *sources, const zt_st_dtype *dtypes,
+                            int n_entries, const char *const *meta_keys,
+                            const char *const *meta_values, int n_meta) {
     ZT_TRY(check_entries(path, entries, sources, n_entries, meta_keys, meta_values, n_meta));
+    for (int i = 0; dtypes && i < n_entries; i++)
+        if (dtypes[i] != ZT_ST_F32 && dtypes[i] != ZT_ST_F16 && dtypes[i] != ZT_ST_BF16)
+            return zt_error(ZT_ERR_INVALID, "%s: tensor '%s': only F32, F16 and BF16 are written",
+                            path, entries[i].name);
 
     strbuf h = {0};
     sb_puts(&h, "{");
@@ -577,11 +663,14 @@ zt_status zt_st_write_sources(const char *path, const zt_st_entry *entries,
     size_t offset = 0;
     for (int i = 0; i < n_entries; i++) {
         const zt_st_entry *e = &entries[i];
-        size_t nb = entry_bytes(e);
+        zt_st_dtype dt = dtypes ? dtypes[i] : ZT_ST_F32;
+        size_t nb = entry_bytes(e, dt);
         if (i || n_meta > 0)
             sb_puts(&h, ",");
         sb_json_string(&h, e->name);
-        sb_puts(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_puts(&h, dt == ZT_ST_BF16  ? ":{\"dtype\":\"BF16\",\"shape\":["
+                    : dt == ZT_ST_F16 ? ":{\"dtype\":\"F16\",\"shape\":["
+                                      : ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < e->ndim; d++)
             sb_printf(&h, d ? ",%lld" : "%lld", (long long)e->shape[d]);
         sb_printf(&h, "],\"data_offsets\":[%lld", (long long)offset);
@@ -618,10 +707,11 @@ zt_status zt_st_write_sources(const char *path, const zt_st_entry *entries,
     if (s == ZT_OK)
         s = zt_write_all(fd, h.p, h.len, tmp);
     for (int i = 0; i < n_entries && s == ZT_OK; i++) {
-        if (entries[i].data)
-            s = zt_write_all(fd, entries[i].data, entry_bytes(&entries[i]), tmp);
+        zt_st_dtype dt = dtypes ? dtypes[i] : ZT_ST_F32;
+        if (entries[i].data && dt == ZT_ST_F32)
+            s = zt_write_all(fd, entries[i].data, entry_bytes(&entries[i], dt), tmp);
         else
-            s = write_streamed(fd, &entries[i], sources ? &sources[i] : NULL, tmp);
+            s = write_streamed(fd, &entries[i], sources ? &sources[i] : NULL, dt, tmp);
     }
     if (s == ZT_OK && fsync(fd) != 0)
         s = zt_error(ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));

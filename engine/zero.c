@@ -106,6 +106,7 @@ static size_t gacc16_bytes(const zt_zero *z) { return z->part * 2; }
 static size_t grad_acc_bytes(const zt_zero *z) { return z->part * sizeof(float); }
 static size_t master_bytes(const zt_zero *z) { return z->master_n * sizeof(float); }
 static size_t chunk_bytes(void) { return ZT_ZERO_CHUNK * sizeof(float); }
+static size_t staging16_bytes(void) { return 4 * ZT_OPTIMIZER_PIECE16 * sizeof(float); }
 
 static zt_status init_half(zt_zero *z) {
     size_t n = z->model->n_padded;
@@ -123,6 +124,24 @@ static zt_status init_half(zt_zero *z) {
         !z->chunk)
         return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit parameters, gradients "
                         "and fp32 master weights on %s", z->be->name);
+    return ZT_OK;
+}
+
+zt_status zt_zero_use_states16(zt_zero *z, const zt_optimizer *o) {
+    ZT_ASSERT(z->half && z->stage > 0 && !z->masters_offloaded && (!o || o->external));
+    z->states16 = true;
+    free_device(z, z->master, master_bytes(z));
+    z->master = NULL;
+    int n_state = o ? zt_optimizer_state_count(&o->cfg) : 0;
+    /* Written once now, as the fp32 state is: a rank that cannot hold it fails at the start. */
+    if (n_state >= 1)
+        z->m16 = alloc_device_taken(z, gacc16_bytes(z));
+    if (n_state >= 2)
+        z->v16 = alloc_device_taken(z, gacc16_bytes(z));
+    z->staging16 = alloc_device(z, staging16_bytes());
+    if ((n_state >= 1 && !z->m16) || (n_state >= 2 && !z->v16) || !z->staging16)
+        return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the bf16 optimizer state on %s",
+                        z->be->name);
     return ZT_OK;
 }
 
@@ -187,6 +206,9 @@ void zt_zero_free(zt_zero *z) {
         free_device(z, z->gacc16, gacc16_bytes(z));
         free_device(z, z->master, master_bytes(z));
         free_device(z, z->chunk, chunk_bytes());
+        free_device(z, z->m16, gacc16_bytes(z));
+        free_device(z, z->v16, gacc16_bytes(z));
+        free_device(z, z->staging16, staging16_bytes());
     }
     free(z->segments);
     free(z->persistent);
@@ -197,6 +219,8 @@ void zt_zero_free(zt_zero *z) {
  * through the staging buffer, into the store. */
 static zt_status put_masters(zt_zero *z, size_t c, const uint16_t *h, size_t len) {
     const zt_ops *op = z->be->ops;
+    if (z->states16)
+        return ZT_OK; /* the 16-bit parameters are the masters */
     if (z->master) {
         op->from_half(&z->ctx, z->master + c, h, len, z->dtype);
         return ZT_OK;
@@ -272,6 +296,11 @@ zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes) {
     if (z->half) {
         if (z->master)
             out.optimizer_bytes += (double)z->master_n * sizeof(float);
+        /* 16-bit state: what its pages hold, measured. */
+        if (z->m16)
+            out.optimizer_bytes += zt_zero_resident_u16(z, z->m16, 0, z->part);
+        if (z->v16)
+            out.optimizer_bytes += zt_zero_resident_u16(z, z->v16, 0, z->part);
         if (z->stage >= 2)
             out.grads_bytes = (double)z->part * 2;
         z->peak.params_bytes = zt_zero_resident_u16(z, z->p16, 0, m->n_padded);

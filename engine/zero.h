@@ -95,6 +95,13 @@ typedef struct {
     zt_offload *off;
     bool masters_offloaded;
     bool param_file;
+    /* bf16_master_weights_and_grads with bf16_optimizer_states (zt_zero_use_states16): no fp32
+     * masters (the 16-bit parameters of the slice are the masters) and the optimizer's state in
+     * 16 bits, m16/v16 [part] (NULL where the optimizer has no such state), updated through
+     * staging16 [4 × ZT_OPTIMIZER_PIECE16]. */
+    bool states16;
+    uint16_t *m16, *v16;
+    float *staging16;
     zt_engine_memory peak;      /* bytes held, maxima since the last zt_zero_take_memory */
 } zt_zero;
 
@@ -104,6 +111,11 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
                        size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
                        zt_dtype dtype, zt_dtype comm_dtype, bool masters_offloaded);
 void zt_zero_free(zt_zero *z);
+
+/* Mixed precision at stages 1-3 without offload, after the optimizer exists (created with
+ * zt_optimizer_init_external; o NULL without one) and before the parameters are loaded: keeps
+ * the masters in the 16-bit parameters and the optimizer's state in 16 bits (see states16). */
+zt_status zt_zero_use_states16(zt_zero *z, const zt_optimizer *o);
 
 /* After the optimizer exists (created with zt_optimizer_init_external when offload_optimizer is
  * on): sets up the offload store for cfg's offload sections, or does nothing when nothing is
@@ -157,6 +169,24 @@ zt_status zt_zero_state_copy(zt_zero *z, zt_optimizer *o, int stream, bool write
 zt_status zt_zero_after_step(zt_zero *z);
 /* Every rank's parameters in full (stage 3 gathers them; call zt_zero_after_load to let go). */
 zt_status zt_zero_gather_all(zt_zero *z);
+
+/* Checkpoints at stage 3 (zt_zero_params_sharded): each rank saves and loads its own slice of the
+ * parameters, and a consolidated model is written a layer at a time, never the whole model on a
+ * rank. */
+bool zt_zero_params_sharded(const zt_zero *z);
+/* This rank's parameters [own_lo + first, own_lo + first + count) as fp32 into host memory dst
+ * (widened from 16 bits in mixed precision, read from the offload file where they live there). */
+zt_status zt_zero_read_own(zt_zero *z, size_t first, float *dst, size_t count);
+/* Collective: every rank has the layer's parameters (layer -1: the outer tensors) in the model's
+ * fp32 buffer until zt_zero_release_layer; its peak counts in zt_zero_take_memory. */
+zt_status zt_zero_gather_layer(zt_zero *z, int layer);
+void zt_zero_release_layer(zt_zero *z, int layer);
+/* Fills the model's fp32 parameters from read (which supplies flat elements [lo, lo + n) into
+ * host memory), asking only for what this rank keeps (at stage 3 with several ranks or
+ * offloaded parameters: its slice and the tensors kept whole; else everything), then takes them
+ * as zt_zero_after_load does. */
+typedef zt_status (*zt_zero_param_reader)(void *ctx, size_t lo, float *dst, size_t n);
+zt_status zt_zero_load_params(zt_zero *z, zt_zero_param_reader read, void *ctx);
 
 /* The first failure of a hook or of the communication thread, or ZT_OK. */
 zt_status zt_zero_status(zt_zero *z);

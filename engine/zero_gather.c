@@ -1,7 +1,8 @@
 /* ZeRO's parameter gathering: bringing a range of the parameters into the model's fp32 working
  * copy before it is used (all-gathered from the owners at stage 3, read from this rank's offload
  * file, widened from 16 bits in mixed precision), and letting go of it afterwards, through the
- * model's fetch and release hooks. */
+ * model's fetch and release hooks; and the same for checkpoints, which save and load a rank's
+ * own slice and gather a layer at a time. */
 #include <stdlib.h>
 
 #include "zero_internal.h"
@@ -160,9 +161,100 @@ void zt_zero_release_gathered(zt_zero *z) {
             release_unowned(z, m->tensors[t].offset, m->tensors[t].offset + m->tensors[t].numel);
 }
 
+/* The peak of a gather is noted like a layer's, so that what a whole-model gather costs shows in
+ * the memory the engine reports. */
+static void note_gathered(zt_zero *z) {
+    if (z->half)
+        zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
+    else
+        zt_zero_note_max(z, &z->peak.params_bytes,
+                         zt_zero_resident_f32(z, z->model->params, 0, z->model->n_padded));
+}
+
 zt_status zt_zero_gather_all(zt_zero *z) {
     if (!z->half && !zt_zero_gathers(z))
         return ZT_OK;
-    return materialise(z, 0, z->model->n_padded);
+    ZT_TRY(materialise(z, 0, z->model->n_padded));
+    note_gathered(z);
+    return ZT_OK;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Checkpoints without gathering the model (zero.h)                                            */
+
+bool zt_zero_params_sharded(const zt_zero *z) { return z->stage == 3; }
+
+zt_status zt_zero_gather_layer(zt_zero *z, int layer) {
+    zt_zero_drain(z);
+    const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
+    for (int i = 0; i < sg->n; i++)
+        ZT_TRY(materialise(z, sg->off[i], sg->off[i] + sg->len[i]));
+    note_gathered(z);
+    return ZT_OK;
+}
+
+void zt_zero_release_layer(zt_zero *z, int layer) {
+    if (z->half)
+        zt_zero_hook_release_half(z, layer);
+    else
+        zt_zero_hook_release(z, layer);
+}
+
+zt_status zt_zero_read_own(zt_zero *z, size_t first, float *dst, size_t count) {
+    ZT_ASSERT(first + count <= z->part);
+    float *p = z->model->params;
+    for (size_t c = 0; c < count; c += ZT_ZERO_CHUNK) {
+        size_t len = zt_min_sz(ZT_ZERO_CHUNK, count - c), at = z->own_lo + first + c;
+        const float *from = p + at;
+        if (z->param_file) {
+            /* The slice lives in the file: through the working copy, let go again at once. */
+            ZT_TRY(zt_zero_commit_f32(z, p, at, at + len));
+            ZT_TRY(load_owned(z, at, len));
+        } else if (z->half) {
+            z->be->ops->from_half(&z->ctx, z->chunk, z->p16 + at, len, z->dtype);
+            from = z->chunk;
+        }
+        zt_backend_copy(z->be, dst + c, from, len * sizeof(float), ZT_COPY_D2H,
+                        ZT_STREAM_COMPUTE);
+        if (z->param_file)
+            zt_zero_release_f32(z, p, at, at + len);
+    }
+    return ZT_OK;
+}
+
+/* Fills [lo, hi) of the fp32 parameters from the reader through a host staging buffer. */
+static zt_status fill_range(zt_zero *z, size_t lo, size_t hi, zt_zero_param_reader read,
+                            void *ctx, float *staging) {
+    if (lo >= hi)
+        return ZT_OK; /* a slice of padding only */
+    ZT_TRY(zt_zero_commit_f32(z, z->model->params, lo, hi));
+    for (size_t c = lo; c < hi; c += ZT_ZERO_CHUNK) {
+        size_t len = zt_min_sz(ZT_ZERO_CHUNK, hi - c);
+        ZT_TRY(read(ctx, c, staging, len));
+        zt_backend_copy(z->be, z->model->params + c, staging, len * sizeof(float), ZT_COPY_H2D,
+                        ZT_STREAM_COMPUTE);
+    }
+    return ZT_OK;
+}
+
+zt_status zt_zero_load_params(zt_zero *z, zt_zero_param_reader read, void *ctx) {
+    const zt_model *m = z->model;
+    size_t bytes = ZT_ZERO_CHUNK * sizeof(float);
+    float *staging = zt_backend_alloc(z->be, ZT_MEM_PINNED, bytes);
+    if (!staging)
+        return zt_error(ZT_ERR_NOMEM, "zero: out of memory for the staging of a parameter load");
+    zt_status s = ZT_OK;
+    if (!zt_zero_gathers(z)) {
+        s = fill_range(z, 0, m->n_params, read, ctx, staging);
+    } else {
+        /* Only what this rank keeps: its slice, and the tensors kept whole on every rank. */
+        s = fill_range(z, z->own_lo, zt_min_sz(z->own_hi, m->n_params), read, ctx, staging);
+        for (int t = 0; t < m->n_tensors && s == ZT_OK; t++)
+            if (z->persistent[t])
+                s = fill_range(z, m->tensors[t].offset, m->tensors[t].offset + m->tensors[t].numel,
+                               read, ctx, staging);
+    }
+    zt_backend_free(z->be, ZT_MEM_PINNED, staging, bytes);
+    ZT_TRY(s);
+    return zt_zero_after_load(z);
+}

@@ -91,6 +91,11 @@ zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, si
                               float grad_mul, double lr, double momentum) {
     if (o->cfg.type == ZT_OPTIM_LAMB)
         return lamb_update_half(z, o, g, count, grad_mul, lr, momentum);
+    if (z->states16) {
+        zt_optimizer_update_16(o, z->p16 + z->master_base, g, grad_mul, z->m16, z->v16, z->dtype,
+                               count, z->staging16, lr, momentum);
+        return ZT_OK;
+    }
     if (!z->off) {
         update_half_range(z, o, z->master, g, o->m, o->v, z->p16 + z->master_base, count,
                           grad_mul, lr, momentum);
@@ -154,9 +159,30 @@ zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimiz
     return ZT_OK;
 }
 
+/* 16-bit state in and out of a checkpoint as fp32, through the staging buffer: widened exactly
+ * on the way out, rounded to nearest even on the way in. */
+static zt_status state16_copy(zt_zero *z, uint16_t *mem, bool write, size_t first, float *data,
+                              size_t count) {
+    ZT_ASSERT(mem && first + count <= z->part);
+    const zt_ops *op = z->be->ops;
+    for (size_t c = 0; c < count; c += ZT_ZERO_CHUNK) {
+        size_t len = zt_min_sz(ZT_ZERO_CHUNK, count - c);
+        if (write) {
+            zt_backend_copy(z->be, z->chunk, data + c, len * sizeof(float), ZT_COPY_H2D,
+                            ZT_STREAM_COMPUTE);
+            op->to_half(&z->ctx, mem + first + c, z->chunk, len, z->dtype);
+        } else {
+            op->from_half(&z->ctx, z->chunk, mem + first + c, len, z->dtype);
+            zt_backend_copy(z->be, data + c, z->chunk, len * sizeof(float), ZT_COPY_D2H,
+                            ZT_STREAM_COMPUTE);
+        }
+    }
+    return ZT_OK;
+}
+
 bool zt_zero_has_state(const zt_zero *z, const zt_optimizer *o, int stream) {
     if (stream == ZT_OFFLOAD_MASTER)
-        return z->half;
+        return z->half && !z->states16;
     int n_state = o ? zt_optimizer_state_count(&o->cfg) : 0;
     return stream == ZT_OFFLOAD_EXP_AVG ? n_state >= 1 : n_state >= 2;
 }
@@ -167,6 +193,9 @@ zt_status zt_zero_state_copy(zt_zero *z, zt_optimizer *o, int stream, bool write
     if (z->off && zt_offload_has(z->off, stream))
         return write ? zt_offload_write(z->off, stream, first, data, count)
                      : zt_offload_read(z->off, stream, first, data, count);
+    if (z->states16)
+        return state16_copy(z, stream == ZT_OFFLOAD_EXP_AVG ? z->m16 : z->v16, write, first, data,
+                            count);
     float *mem = stream == ZT_OFFLOAD_MASTER     ? z->master
                  : stream == ZT_OFFLOAD_EXP_AVG ? o->m
                                                 : o->v;

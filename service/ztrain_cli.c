@@ -303,6 +303,31 @@ static int parse_token_list(const char *s, int32_t *tokens, int cap, int *n) {
     return 0;
 }
 
+/* Fills the model's parameters from a checkpoint's weights, tensor by tensor, matched by name. */
+static zt_status load_checkpoint_weights(zt_model *m, zt_ckpt_weights *w) {
+    if (zt_ckpt_weights_count(w) != m->n_tensors)
+        return zt_error(ZT_ERR_FORMAT, "checkpoint: %d weight tensors for a model of %d",
+                        zt_ckpt_weights_count(w), m->n_tensors);
+    zt_status s = ZT_OK;
+    for (int i = 0; i < m->n_tensors && s == ZT_OK; i++) {
+        const zt_tensor_info *t = &m->tensors[i];
+        int k = 0;
+        while (k < m->n_tensors && strcmp(zt_ckpt_weights_tensor(w, k)->name, t->name) != 0)
+            k++;
+        if (k == m->n_tensors || zt_ckpt_weights_tensor(w, k)->numel != t->numel)
+            return zt_error(ZT_ERR_FORMAT, "checkpoint: no tensor '%s' of %zu values", t->name,
+                            t->numel);
+        float *v = malloc((t->numel ? t->numel : 1) * sizeof *v);
+        if (!v)
+            return zt_error(ZT_ERR_NOMEM, "checkpoint: out of memory reading '%s'", t->name);
+        s = zt_ckpt_weights_read(w, k, 0, v, t->numel);
+        if (s == ZT_OK)
+            zt_model_set_params(m, t->offset, v, t->numel);
+        free(v);
+    }
+    return s;
+}
+
 static int cmd_sample(int argc, char **argv) {
     const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL;
     long n_tokens = 200, top_k = 40, seed = 1337, threads = 0;
@@ -341,7 +366,8 @@ static int cmd_sample(int argc, char **argv) {
     if (!dir)
         return bad_usage("sample: %sthe checkpoint directory is missing", "");
     zt_model_spec spec;
-    if (zt_ckpt_read_model_spec(dir, tag, &spec) != ZT_OK)
+    zt_ckpt_weights *w = NULL;
+    if (zt_ckpt_weights_open(&w, dir, tag, &spec) != ZT_OK)
         return zt_cli_fail(NULL);
     zt_backend *be = NULL;
     zt_model *m = NULL;
@@ -350,7 +376,7 @@ static int cmd_sample(int argc, char **argv) {
     zt_backend_options bo = {.threads = (int)threads};
     if (zt_backend_create(&be, ZT_DEVICE_CPU, &bo) != ZT_OK ||
         zt_model_create(&m, &spec, be, ZT_F32, 1, 1) != ZT_OK ||
-        zt_model_load_safetensors(m, spec.init_from) != ZT_OK) {
+        load_checkpoint_weights(m, w) != ZT_OK) {
         rc = zt_cli_fail(NULL);
         goto done;
     }
@@ -400,7 +426,7 @@ done:
     free(tokens);
     zt_model_destroy(m);
     zt_backend_destroy(be);
-    free(spec.init_from);
+    zt_ckpt_weights_close(w);
     return rc;
 }
 
@@ -422,23 +448,12 @@ static int cmd_export(int argc, char **argv) {
     }
     if (!dir || !out)
         return bad_usage("export: %sexpects CKPT_DIR and --out FILE", "");
-    zt_model_spec spec;
-    if (zt_ckpt_read_model_spec(dir, tag, &spec) != ZT_OK)
+    /* Streamed tensor by tensor from the checkpoint's files (a ZeRO-3 checkpoint's shards), never
+     * the whole model in memory. */
+    if (zt_ckpt_export_fp32(dir, tag, out) != ZT_OK)
         return zt_cli_fail(NULL);
-    zt_backend *be = NULL;
-    zt_model *m = NULL;
-    int rc = 0;
-    if (zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK ||
-        zt_model_create(&m, &spec, be, ZT_F32, 1, 1) != ZT_OK ||
-        zt_model_load_safetensors(m, spec.init_from) != ZT_OK ||
-        zt_model_save_safetensors(m, out) != ZT_OK)
-        rc = zt_cli_fail(NULL);
-    else
-        printf("wrote %s (%zu parameters)\n", out, m->n_params);
-    zt_model_destroy(m);
-    zt_backend_destroy(be);
-    free(spec.init_from);
-    return rc;
+    printf("wrote %s\n", out);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -456,8 +471,8 @@ int main(int argc, char **argv) {
         return cmd_estimate(argc - 2, argv + 2);
     if (strcmp(argv[1], "sample") == 0)
         return cmd_sample(argc - 2, argv + 2);
-    /* A checkpoint's model.safetensors already holds the consolidated fp32 weights, whatever the
-     * ZeRO stage and number of ranks that wrote it, so DeepSpeed's zero_to_fp32 is an export. */
+    /* Both consolidate the fp32 weights, whatever the ZeRO stage and number of ranks that wrote
+     * the checkpoint, so DeepSpeed's zero_to_fp32 is an export. */
     if (strcmp(argv[1], "export") == 0 || strcmp(argv[1], "zero-to-fp32") == 0)
         return cmd_export(argc - 2, argv + 2);
     if (zt_cli_remote_is_command(argv[1]))

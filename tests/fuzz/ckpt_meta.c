@@ -1,8 +1,9 @@
 /* Fuzz target: a checkpoint's meta.json, as `ztrain sample`/`export` (zt_ckpt_read_model_spec)
  * and a resuming job (zt_ckpt_load) read it. At start a tiny GPT-2 engine is built and saved
  * once, so that its checkpoint has real weights and optimizer state; each input then replaces
- * that checkpoint's meta.json, which is read both ways, and after a load that succeeds the
- * engine trains one step from what it restored, as a resumed job does. A load may refuse the
+ * that checkpoint's meta.json, which is read three ways (the spec, export's tensor reader, a
+ * load), and after a load that succeeds the engine trains one step from what it restored, as a
+ * resumed job does. A load may refuse the
  * file, but must neither crash nor leave the engine with values it cannot compute with. */
 #include <limits.h>
 
@@ -66,6 +67,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
          * (fields may be missing from the file, so the spec may be invalid here). */
         zt_model_spec_validate(&spec, "meta.json");
         free(spec.init_from);
+    }
+    /* Export's reader: every tensor's first and last values. */
+    zt_ckpt_weights *w;
+    if (zt_ckpt_weights_open(&w, ckpt_dir, NULL, &spec) == ZT_OK) {
+        for (int i = 0; i < zt_ckpt_weights_count(w); i++) {
+            const zt_ckpt_tensor *t = zt_ckpt_weights_tensor(w, i);
+            float v[2];
+            if (t->numel)
+                zt_ckpt_weights_read(w, i, t->numel - 1, v, 1);
+            zt_ckpt_weights_read(w, i, 0, v, t->numel < 2 ? t->numel : 2);
+        }
+        zt_ckpt_weights_close(w);
     }
     /* A resumed job's next move: one more step from the restored counters, schedule, loss
      * scale and data position. */

@@ -8,7 +8,8 @@ come from torch; comparisons are exact, bit for bit (NaNs by sign and payload).
   1. Python writes F32, F16 and BF16 tensors; the C tool (tests/tools/zt_st_tool) reads them and
      dumps fp32; Python compares with torch's own conversion to fp32.
   2. The C tool writes F32 tensors; Python parses the file with its own reader and compares with
-     the torch tensors it started from.
+     the torch tensors it started from. It also writes fp32 values as F16 and BF16 (round to
+     nearest even: ties, subnormals, overflow to infinity, NaN), compared with torch's casts.
   3. Files broken in known ways are refused by the C reader with a message naming file and tensor.
 
 Run: ZTRAIN_BUILD=<build dir> /usr/bin/python3 tests/reference/test_safetensors_io.py
@@ -77,8 +78,8 @@ def py_write(path, tensors, metadata=None, data_order=None, align=True):
 
 
 def py_read(path):
-    """Reads a safetensors file of F32 tensors strictly; returns (header bytes, header dict,
-    {name: tensor})."""
+    """Reads a safetensors file of F32, F16 and BF16 tensors strictly; returns (header bytes,
+    header dict, {name: tensor})."""
     with open(path, "rb") as f:
         blob = f.read()
     (n,) = struct.unpack("<Q", blob[:8])
@@ -90,14 +91,16 @@ def py_read(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        assert info["dtype"] == "F32", info
+        assert info["dtype"] in DTYPE_SIZE, info
+        size = DTYPE_SIZE[info["dtype"]]
         b, e = info["data_offsets"]
         numel = int(np.prod(info["shape"])) if info["shape"] else 1
-        assert e - b == numel * 4, (name, info)
+        assert e - b == numel * size, (name, info)
         assert 0 <= b <= e <= len(data), (name, info)
         spans.append((b, e, name))
-        arr = np.frombuffer(data[b:e], dtype="<i4").copy()
-        out[name] = torch.from_numpy(arr).view(torch.float32).reshape(info["shape"])
+        arr = torch.from_numpy(np.frombuffer(data[b:e], dtype="<i4" if size == 4 else "<i2").copy())
+        kind = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[info["dtype"]]
+        out[name] = arr.view(kind).reshape(info["shape"])
     spans.sort()
     pos = 0
     for b, e, name in spans:
@@ -227,6 +230,50 @@ def test_c_writes_python_reads(tmp):
         check(same_fp32(got[name], t), f"{name} values differ")
 
 
+def rounding_values():
+    """fp32 values that every branch of an fp32 -> 16-bit rounding meets: exact ties both ways,
+    just above and below them, subnormal results and the underflow edge, the overflow edge,
+    infinities, NaN, and a million random values over the whole exponent range."""
+    g = torch.Generator().manual_seed(5)
+    bits = torch.randint(0, 2 ** 31, (1 << 20,), generator=g, dtype=torch.int64)
+    rand = (bits.to(torch.int32) ^ torch.randint(0, 2, (1 << 20,), generator=g).to(torch.int32) << 31)
+    ties = []
+    for base in (1.0, 1.5, 3.0, 2.0 ** -14, 2.0 ** -20, 2.0 ** -127, 1000.0):
+        for ulp in (2.0 ** -10, 2.0 ** -7):
+            ties += [base + base * ulp / 2, base + base * ulp * 1.5]
+    vals = torch.tensor(ties + [65504.0, 65519.0, 65520.0, 65536.0, 2.0 ** -24, 2.0 ** -25,
+                                2.0 ** -25 * 1.0000001, 2.0 ** -26, 3.0 * 2.0 ** -26, 1e-40,
+                                3.3e38, 3.4028235e38, float("inf"), float("-inf"),
+                                float("nan")], dtype=torch.float32)
+    vals = torch.cat([vals, -vals, rand.view(torch.float32)])
+    return vals
+
+
+def test_c_writes_16bit(tmp):
+    vals = rounding_values()
+    f = os.path.join(tmp, "round.f32")
+    with open(f, "wb") as fh:
+        fh.write(raw_bytes(vals))
+    spec = {"tensors": [{"name": "f16", "shape": [vals.numel()], "file": f, "dtype": "F16"},
+                        {"name": "bf16", "shape": [vals.numel()], "file": f, "dtype": "BF16"}]}
+    spec_path = os.path.join(tmp, "spec16.json")
+    with open(spec_path, "w") as fh:
+        json.dump(spec, fh)
+    path = os.path.join(tmp, "c16.safetensors")
+    r = tool("write", path, spec_path)
+    check(r.returncode == 0, f"write 16-bit: {r.stderr}")
+    if r.returncode != 0:
+        return
+    _, header, got = py_read(path)
+    for name, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        check(header[name]["dtype"] == DTYPE_NAME[dtype], f"{name}: dtype {header[name]['dtype']}")
+        want = vals.to(dtype)
+        nan = torch.isnan(want)
+        same = torch.equal(got[name].view(torch.int16)[~nan], want.view(torch.int16)[~nan])
+        check(same and bool(torch.isnan(got[name][nan]).all()),
+              f"{name}: {vals.numel()} values rounded as torch casts them")
+
+
 def build(path, header, data_len):
     text = header.encode() if isinstance(header, str) else header
     with open(path, "wb") as f:
@@ -276,6 +323,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="zt_st_io.") as tmp:
         test_python_writes_c_reads(tmp)
         test_c_writes_python_reads(tmp)
+        test_c_writes_16bit(tmp)
         test_c_refuses_broken_files(tmp)
     if failures:
         print(f"test_safetensors_io: {len(failures)} checks failed", file=sys.stderr)

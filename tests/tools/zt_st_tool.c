@@ -3,9 +3,10 @@
  *   zt_st_tool dump FILE OUTDIR    every tensor as raw fp32 in OUTDIR/<i>.f32, plus
  *                                  OUTDIR/manifest.json {"metadata", "tensors": [{name, dtype,
  *                                  shape, offset, file}]}
- *   zt_st_tool write FILE SPEC     writes F32 tensors listed in SPEC, a JSON file
- *                                  {"metadata": {k: v}, "tensors": [{name, shape, file}]} whose
- *                                  files hold raw little-endian fp32
+ *   zt_st_tool write FILE SPEC     writes the tensors listed in SPEC, a JSON file
+ *                                  {"metadata": {k: v}, "tensors": [{name, shape, file, dtype}]}
+ *                                  whose files hold raw little-endian fp32; dtype (optional,
+ *                                  default "F32") "F16" or "BF16" stores them rounded
  *   zt_st_tool check FILE          opens FILE; prints "ok N" or the error
  *
  * Exit status: 0 success, 1 the library refused the file or the write, 2 usage or tool error. */
@@ -110,6 +111,7 @@ static int cmd_write(const char *path, const char *spec_path) {
     const cJSON *tensors = cJSON_GetObjectItem(spec, "tensors");
     int nt = cJSON_GetArraySize(tensors), nm = cJSON_IsObject(meta) ? cJSON_GetArraySize(meta) : 0;
     zt_st_entry *e = calloc((size_t)nt + 1, sizeof *e);
+    zt_st_dtype *types = calloc((size_t)nt + 1, sizeof *types);
     const char **mk = calloc((size_t)nm + 1, sizeof *mk), **mv = calloc((size_t)nm + 1, sizeof *mv);
     int rc = 0, i = 0;
     const cJSON *it;
@@ -128,6 +130,10 @@ static int cmd_write(const char *path, const char *spec_path) {
             rc = 2;
         }
         e[i].data = (const float *)data;
+        const cJSON *dt = cJSON_GetObjectItem(it, "dtype");
+        const char *dts = cJSON_IsString(dt) ? dt->valuestring : "F32";
+        types[i] = strcmp(dts, "F16") == 0 ? ZT_ST_F16 : strcmp(dts, "BF16") == 0 ? ZT_ST_BF16
+                                                                                 : ZT_ST_F32;
         i++;
     }
     i = 0;
@@ -137,13 +143,14 @@ static int cmd_write(const char *path, const char *spec_path) {
         i++;
     }
     if (rc == 0) {
-        zt_status s = zt_st_write(path, e, nt, mk, mv, nm);
+        zt_status s = zt_st_write_typed(path, e, NULL, types, nt, mk, mv, nm);
         if (s != ZT_OK)
             rc = fail(s);
     }
     for (i = 0; i < nt; i++)
         free((void *)e[i].data);
     free(e);
+    free(types);
     free(mk);
     free(mv);
     cJSON_Delete(spec);

@@ -33,9 +33,10 @@ typedef struct {
     int stage;                  /* ZeRO stage */
     int world_size;             /* N */
     int param_size;             /* bytes per parameter and gradient: 4, or 2 in bf16/fp16 */
-    int state_size;             /* fp32 bytes of optimizer state per parameter (K): 8 for Adam,
+    int state_size;             /* bytes of optimizer state per parameter (K): 8 for Adam,
                                    4 for SGD with momentum, 0 without, + 4 for mixed precision's
-                                   master weights */
+                                   master weights; half that and no masters with
+                                   bf16_optimizer_states (bf16 moments, bf16 masters) */
     uint64_t param_bytes;       /* the parameters a rank keeps: all, or a 1/N slice at stage 3
                                    (0 when offload_param puts the slice on NVMe) */
     uint64_t grad_bytes;        /* gradients: all, or a 1/N slice from stage 2 */

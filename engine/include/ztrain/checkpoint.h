@@ -1,10 +1,19 @@
 /* Checkpoints: DIR/latest names the newest tag; DIR/<tag>/ holds
- *   model.safetensors              fp32 weights with Hugging Face names (loads in the Python world)
+ *   model.safetensors              fp32 weights with Hugging Face names (loads in the Python world);
+ *                                  at ZeRO stage 3 only with zero_optimization.
+ *                                  stage3_gather_16bit_weights_on_model_save (or its other
+ *                                  spellings), then in the training's precision (bf16/fp16, fp32
+ *                                  without mixed precision), gathered and written a layer at a time
+ *   model_rank_<r>.safetensors     stage 3: rank r's slice of the flat parameters ("params", fp32,
+ *                                  metadata partition_offset and n_params), saved by each rank
+ *                                  without any gathering, as DeepSpeed's zero_pp_rank files
  *   optim_rank_<r>.safetensors     rank r's optimizer state (Adam exp_avg/exp_avg_sq, or SGD's
  *                                  momentum_buffer) over its slice of the flat parameters, the
  *                                  same whether the state lived in memory or in offload files
  *   meta.json                      counters, data position, schedule, seed, world size, model
- *                                  spec and DeepSpeed config
+ *                                  spec and DeepSpeed config; at stage 3 also "model_shards" (the
+ *                                  number of model_rank files) and "params", the flat layout
+ *                                  [[name, offset, [shape]], ...] that consolidates them
  *   DONE                           written last: a tag without it is never loaded
  * The default tag is "global_step<N>", as DeepSpeed's. A tag directory is written under a
  * temporary name (DIR/.<tag>.tmp), synced, and renamed into place, then `latest` is replaced
@@ -25,8 +34,10 @@
 #include "ztrain/status.h"
 
 /* Saves the engine's complete training state under dir/tag (tag NULL: "global_step<N>") and
- * points dir/latest at it. `job` supplies the model spec and DeepSpeed config recorded in
- * meta.json. */
+ * points dir/latest at it (collective: every rank calls it). `job` supplies the model spec and
+ * DeepSpeed config recorded in meta.json. At ZeRO stage 3 no rank gathers the model: each writes
+ * its own slice, and the consolidated model (when the config asks for it) is gathered and
+ * written a layer at a time. */
 zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag);
 
 /* Reads dir/latest into tag[size]. Returns ZT_ERR_IO when there is no latest file, ZT_ERR_FORMAT
@@ -68,12 +79,43 @@ void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out);
 void zt_ckpt_list_free(zt_ckpt_list *c);
 
 /* Restores the engine from dir/tag (tag NULL: latest): weights, optimizer state, schedule,
- * counters and data position. Refuses a tag without DONE, a different model shape, or a different
- * world size, with a message naming the checkpoint and the mismatch. */
+ * counters and data position, on any number of ranks (each reads the ranges of the saved
+ * partitions it needs; from a stage-3 checkpoint's shards only what it keeps). Refuses a tag
+ * without DONE or a different model shape, with a message naming the checkpoint and the
+ * mismatch. */
 zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
 
 /* Reads the model spec recorded in a checkpoint (for `ztrain sample` and `ztrain export`).
- * spec->init_from is set to the checkpoint's model.safetensors (heap-owned; free it). */
+ * spec->init_from is set to the checkpoint's model.safetensors (heap-owned; free it); a stage-3
+ * checkpoint may have none: read its weights with zt_ckpt_weights. */
 zt_status zt_ckpt_read_model_spec(const char *dir, const char *tag, zt_model_spec *spec);
+
+/* A checkpoint's weights, read tensor by tensor whatever wrote them: from model.safetensors, or
+ * for a ZeRO-3 checkpoint from the model_rank shards (the fp32 values the ranks held), so that
+ * no reader needs the whole model in memory. The files are mapped, and only the pages of the
+ * ranges read are touched. */
+typedef struct zt_ckpt_weights zt_ckpt_weights;
+
+typedef struct {
+    const char *name;             /* Hugging Face name, e.g. "h.0.attn.c_attn.weight" */
+    int ndim;
+    int64_t shape[2];
+    size_t numel;
+} zt_ckpt_tensor;
+
+/* Opens dir/tag (tag NULL: latest). *spec receives the model spec (spec->init_from NULL). Close
+ * with zt_ckpt_weights_close. */
+zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const char *tag,
+                               zt_model_spec *spec);
+/* The model's tensors, in the model's order (valid until close). */
+int zt_ckpt_weights_count(const zt_ckpt_weights *w);
+const zt_ckpt_tensor *zt_ckpt_weights_tensor(const zt_ckpt_weights *w, int i);
+/* Elements [first, first + n) of tensor i, as fp32, into dst. */
+zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, int i, size_t first, float *dst, size_t n);
+void zt_ckpt_weights_close(zt_ckpt_weights *w);
+
+/* `ztrain export` / `zero-to-fp32`: the checkpoint's weights as one fp32 safetensors file with
+ * Hugging Face names (the metadata of zt_model_save_safetensors), streamed tensor by tensor. */
+zt_status zt_ckpt_export_fp32(const char *dir, const char *tag, const char *out);
 
 #endif

@@ -86,11 +86,20 @@ typedef struct {
     int hysteresis;
     bool consecutive_hysteresis;
     double min_loss_scale;
+    bool master_weights_and_grads; /* fp16_master_weights_and_grads: refused (DeepSpeed needs
+                                      ZeRO-Offload with DeepSpeedCPUAdam; ztrain's offloaded
+                                      optimizer keeps fp32 masters) */
 } zt_fp16_config;
 
 typedef struct {
     bool enabled;
     bool check_grad_overflow; /* default true (DeepSpeed >= 0.19) */
+    /* bf16_master_weights_and_grads with bf16_optimizer_states (ZeRO 1-3, no optimizer offload):
+     * no fp32 masters — the bf16 parameters of the partition are the masters — and the optimizer
+     * state in bf16, updated in fp32 and rounded to nearest even on store. The other
+     * combinations DeepSpeed allows only with ZeRO-Offload and are refused (ds_config_zero.c). */
+    bool master_weights_and_grads;
+    bool optimizer_states;
 } zt_bf16_config;
 
 typedef enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU, ZT_OFFLOAD_NVME } zt_offload_device;
@@ -119,6 +128,8 @@ typedef struct {
     int64_t stage3_param_persistence_threshold;
     int64_t stage3_max_live_parameters;
     int64_t stage3_max_reuse_distance;
+    bool gather_16bit_weights_on_model_save; /* stage 3: a consolidated model with each checkpoint
+                                                (also stage3_gather_16bit_/_fp16_weights_...) */
     zt_offload_config offload_optimizer;
     zt_offload_config offload_param;
 } zt_zero_config;

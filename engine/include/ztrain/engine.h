@@ -115,6 +115,20 @@ void zt_engine_release_unowned(zt_engine *e);
  * the offload files where they live there (which can fail). */
 zt_status zt_engine_params_loaded(zt_engine *e);
 
+/* ZeRO-3 checkpoints (checkpoint.c). Whether the parameters are partitioned (stage 3), so that
+ * each rank saves and loads only its slice; that slice's elements [first, first + count) as fp32
+ * into host memory dst (widened from 16 bits in mixed precision); one layer (-1: the outer
+ * tensors) gathered on every rank until zt_engine_release_layer (collective), for a consolidated
+ * model file written a layer at a time; and a parameter load in which read(ctx, lo, dst, n)
+ * supplies flat elements [lo, lo + n) and is asked only for what this rank keeps, after which
+ * the engine takes them as zt_engine_params_loaded does. */
+bool zt_engine_params_sharded(const zt_engine *e);
+zt_status zt_engine_read_own_params(zt_engine *e, size_t first, float *dst, size_t count);
+zt_status zt_engine_gather_layer(zt_engine *e, int layer);
+void zt_engine_release_layer(zt_engine *e, int layer);
+typedef zt_status (*zt_engine_param_reader)(void *ctx, size_t lo, float *dst, size_t n);
+zt_status zt_engine_load_params(zt_engine *e, zt_engine_param_reader read, void *ctx);
+
 /* Mixed precision. The loss scale (1 unless fp16), the scaler itself (its state goes into
  * checkpoints) and whether bf16/fp16 training is on. The fp32 master weights are state like the
  * optimizer's: zt_engine_read_state (ZT_STATE_MASTER) reads them wherever they live. */

@@ -287,4 +287,14 @@ void zt_model_free_flat(zt_model *m);
 /* For architectures: copies n host floats into the parameters at element offset `at`. */
 void zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n);
 
+/* The string metadata zt_model_save_safetensors writes for a spec ("format", "model_type", the
+ * architecture fields), for writers that stream a model's tensors from elsewhere (a ZeRO-3
+ * checkpoint's shards): keys[i] -> values[i] for i < the count returned; values point into out. */
+typedef struct {
+    const char *keys[ZT_MODEL_MAX_FIELDS + 2];
+    const char *values[ZT_MODEL_MAX_FIELDS + 2];
+    char text[ZT_MODEL_MAX_FIELDS][64];
+} zt_model_st_metadata;
+int zt_model_st_metadata_of(const zt_model_spec *spec, zt_model_st_metadata *out);
+
 #endif

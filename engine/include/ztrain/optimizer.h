@@ -99,4 +99,16 @@ bool zt_optimizer_update_mixed_with(zt_optimizer *o, float *master, const void *
                                     uint16_t *params16, zt_dtype param_type, size_t n, double lr,
                                     double momentum);
 
+/* bf16_master_weights_and_grads with bf16_optimizer_states: parameters (which are the masters),
+ * gradients and state all 16-bit of `type`, the update computed in fp32 as DeepSpeed's fused
+ * optimizers compute it. Each piece of ZT_OPTIMIZER_PIECE16 elements is widened into staging (4 ×
+ * ZT_OPTIMIZER_PIECE16 floats of the backend's memory, the caller's), the gradients multiplied by
+ * grad_mul, updated as zt_optimizer_update_with (m and v hold the 16-bit state, NULL where the
+ * optimizer has none) and rounded to nearest even on store: parameters, m and v. The optimizer
+ * holds no state of its own then (zt_optimizer_init_external). */
+#define ZT_OPTIMIZER_PIECE16 (1 << 14)
+void zt_optimizer_update_16(zt_optimizer *o, uint16_t *params, const uint16_t *grads,
+                            float grad_mul, uint16_t *m, uint16_t *v, zt_dtype type, size_t n,
+                            float *staging, double lr, double momentum);
+
 #endif

@@ -2,8 +2,8 @@
  * 8-byte little-endian header length, a JSON header mapping names to dtype/shape/data_offsets,
  * then the raw little-endian data).
  *
- * Only what ztrain needs: F32 tensors are written; F32, F16 and BF16 tensors are read (converted to
- * fp32 on request). */
+ * Only what ztrain needs: F32, F16 and BF16 tensors are written (from fp32 values, rounded to
+ * nearest even) and read (converted to fp32 on request). */
 #ifndef ZTRAIN_SAFETENSORS_H
 #define ZTRAIN_SAFETENSORS_H
 
@@ -57,6 +57,12 @@ int64_t zt_st_numel(const zt_st_tensor *t);
  * the element count is not n or the dtype is not a float type. */
 zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, size_t n);
 
+/* The same for elements [first, first + n) of an F32, F16 or BF16 tensor (read in place from the
+ * mapping, so only those pages are touched). Fails, naming file and tensor, when the range is
+ * outside the tensor or the dtype is another. */
+zt_status zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t first,
+                               float *dst, size_t n);
+
 /* One tensor to write. */
 typedef struct {
     const char *name;
@@ -72,7 +78,7 @@ typedef struct {
     void *ctx;
 } zt_st_source;
 
-/* Writes F32 tensors (in the given order) with optional string metadata pairs
+/* Writes the tensors (in the given order) with optional string metadata pairs
  * (meta_keys[i] -> meta_values[i]) to path, via a temporary file renamed into place, so a reader
  * never sees a partial file. */
 zt_status zt_st_write(const char *path, const zt_st_entry *entries, int n_entries,
@@ -84,5 +90,12 @@ zt_status zt_st_write_sources(const char *path, const zt_st_entry *entries,
                               const zt_st_source *sources, int n_entries,
                               const char *const *meta_keys, const char *const *meta_values,
                               int n_meta);
+
+/* The same with each tensor stored as dtypes[i]: ZT_ST_F32, ZT_ST_F16 or ZT_ST_BF16, into which
+ * its fp32 values are rounded to nearest even (dtypes NULL: all F32). */
+zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
+                            const zt_st_source *sources, const zt_st_dtype *dtypes,
+                            int n_entries, const char *const *meta_keys,
+                            const char *const *meta_values, int n_meta);
 
 #endif
