@@ -196,6 +196,8 @@ static int cmd_run(int argc, char **argv) {
     zt_job_spec job;
     if (zt_job_spec_load(&job, job_path) != ZT_OK)
         return zt_cli_fail(NULL);
+    /* Once per job, here, before any rank starts: the ranks are told they need not. */
+    zt_job_spec_print_notes(&job, stderr);
     if (job.nodes > 1) {
         fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "
                 "on this host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm\n",
@@ -240,7 +242,8 @@ static int cmd_run(int argc, char **argv) {
         strcpy(strrchr(worker, '/'), "/ztrain-worker");
         /* --threads reaches the ranks as their OMP_NUM_THREADS, which the launcher weighs
          * against the cores. */
-        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out, NULL};
+        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out, "--validated",
+                         NULL};
         zt_launch_options lo = {.program = worker, .argv = wargv, .world_size = world_size,
                                 .threads_per_rank = (int)threads};
         zt_launch_result lr;
