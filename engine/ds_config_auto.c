@@ -88,9 +88,11 @@ static void fill(resolver *r, const char *path, cJSON *hf_val, const char *hf_ke
     if (given && differs) {
         char ds[128];
         value_text(cur, ds, sizeof ds);
+        /* HF's text names the TrainingArguments field alone. */
+        const char *name = strncmp(hf_key, "training_args.", 14) == 0 ? hf_key + 14 : hf_key;
         size_t used = strlen(r->mismatches);
         snprintf(r->mismatches + used, sizeof r->mismatches - used, "\n- ds %s=%s vs hf %s=%s", path,
-                 ds, hf_key, text);
+                 ds, name, text);
     }
     cJSON_Delete(hf_val);
 }
@@ -130,7 +132,7 @@ static void fill_from_args(resolver *r, int world) {
          "training_args.gradient_accumulation_steps", gas);
     double tbs = (double)world * a->per_device_train_batch_size * a->gradient_accumulation_steps;
     fill(r, "train_batch_size", cJSON_CreateNumber(tbs),
-         "world_size * per_device_train_batch_size * gradient_accumulation_steps", pb || gas);
+         "train_batch_size (calculated)", pb || gas);
     fill(r, "gradient_clipping", cJSON_CreateNumber(a->max_grad_norm), "training_args.max_grad_norm",
          given(a, ZT_ARG_MAX_GRAD_NORM));
     fill(r, "optimizer.params.lr", cJSON_CreateNumber(a->learning_rate), "training_args.learning_rate",

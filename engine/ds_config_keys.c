@@ -116,8 +116,8 @@ static const zt_ds_key rows[] = {
     /* csv_monitor, tensorboard, wandb: monitors. */
     {"csv_monitor", SEC | R, 0, NULL, "enabled refused: ztrain writes metrics.jsonl"},
     {"csv_monitor.enabled", HAND | R, 0, "false", "true refused"},
-    {"csv_monitor.output_path", W, 0, NULL, "read only when enabled"},
-    {"csv_monitor.job_name", W, 0, NULL, "read only when enabled"},
+    {"csv_monitor.output_path", HAND | R, 0, NULL, "read only when enabled, which is refused"},
+    {"csv_monitor.job_name", HAND | R, 0, NULL, "read only when enabled, which is refused"},
 
     /* data_efficiency: refused only when a sub-feature is switched on. */
     {"curriculum_learning", OPAQUE | R, 0, NULL, "enabled refused"},
@@ -126,13 +126,13 @@ static const zt_ds_key rows[] = {
      "accepted while every sub-feature is off; a sub-feature switched on is refused"},
     {"data_efficiency.enabled", HAND | R, 0, "false",
      "true accepted while data_sampling and data_routing are off"},
-    {"data_efficiency.seed", W, 0, "1234", "no sub-feature runs; the job's train.seed seeds data"},
+    {"data_efficiency.seed", HAND | R, 0, "1234", "read only by a sub-feature, which is refused"},
     {"data_efficiency.data_sampling", SEC | R, 0, NULL, "refused when enabled with a sub-feature"},
     {"data_efficiency.data_sampling.enabled", HAND | R, 0, "false",
      "true accepted while its sub-features are off"},
-    {"data_efficiency.data_sampling.num_epochs", W, 0, "1000", "read only by data sampling"},
-    {"data_efficiency.data_sampling.num_workers", W, 0, "0", "read only by data sampling"},
-    {"data_efficiency.data_sampling.pin_memory", W, 0, "false", "read only by data sampling"},
+    {"data_efficiency.data_sampling.num_epochs", HAND | R, 0, "1000", "read only by a sub-feature, which is refused"},
+    {"data_efficiency.data_sampling.num_workers", HAND | R, 0, "0", "read only by a sub-feature, which is refused"},
+    {"data_efficiency.data_sampling.pin_memory", HAND | R, 0, "false", "read only by a sub-feature, which is refused"},
     {"data_efficiency.data_sampling.curriculum_learning", OPAQUE | R, 0, NULL,
      "enabled refused"},
     {"data_efficiency.data_sampling.curriculum_learning.enabled", HAND | R, 0, "false",
@@ -215,8 +215,8 @@ static const zt_ds_key rows[] = {
 
     {"progressive_layer_drop", SEC | R, 0, NULL, "enabled refused: ztrain's GPT-2 drops no layers"},
     {"progressive_layer_drop.enabled", HAND | R, 0, "false", "true refused"},
-    {"progressive_layer_drop.theta", W, 0, "1.0", "read only when enabled"},
-    {"progressive_layer_drop.gamma", W, 0, "0.001", "read only when enabled"},
+    {"progressive_layer_drop.theta", HAND | R, 0, "1.0", "read only when enabled, which is refused"},
+    {"progressive_layer_drop.gamma", HAND | R, 0, "0.001", "read only when enabled, which is refused"},
 
     {"quantize_training", OPAQUE | R, 0, NULL, "enabled refused"},
     {"quantize_training.enabled", HAND | R, 0, "false", "true refused"},
@@ -234,8 +234,8 @@ static const zt_ds_key rows[] = {
 
     {"tensorboard", SEC | R, 0, NULL, "enabled refused: ztrain writes metrics.jsonl"},
     {"tensorboard.enabled", HAND | R, 0, "false", "true refused"},
-    {"tensorboard.output_path", W, 0, NULL, "read only when enabled"},
-    {"tensorboard.job_name", W, 0, NULL, "read only when enabled"},
+    {"tensorboard.output_path", HAND | R, 0, NULL, "read only when enabled, which is refused"},
+    {"tensorboard.job_name", HAND | R, 0, NULL, "read only when enabled, which is refused"},
 
     {"timers", SEC | W, 0, NULL, "ztrain always times steps (perf/* in the records)"},
     {"timers.throughput", SEC | W, 0, NULL, "ztrain always times steps"},
@@ -244,14 +244,14 @@ static const zt_ds_key rows[] = {
 
     {"torch_autocast", SEC | R, 0, NULL, "enabled refused: use the bf16 or fp16 section"},
     {"torch_autocast.enabled", HAND | R, 0, "false", "true refused: use the bf16 or fp16 section"},
-    {"torch_autocast.dtype", W, 0, NULL, "read only when enabled"},
-    {"torch_autocast.lower_precision_safe_modules", W, 0, NULL, "read only when enabled"},
+    {"torch_autocast.dtype", HAND | R, 0, NULL, "read only when enabled, which is refused"},
+    {"torch_autocast.lower_precision_safe_modules", HAND | R, 0, NULL, "read only when enabled, which is refused"},
 
     {"wandb", SEC | R, 0, NULL, "enabled refused: no network; use the HTTP API"},
     {"wandb.enabled", HAND | R, 0, "false", "true refused"},
-    {"wandb.group", W, 0, NULL, "read only when enabled"},
-    {"wandb.team", W, 0, NULL, "read only when enabled"},
-    {"wandb.project", W, 0, NULL, "read only when enabled"},
+    {"wandb.group", HAND | R, 0, NULL, "read only when enabled, which is refused"},
+    {"wandb.team", HAND | R, 0, NULL, "read only when enabled, which is refused"},
+    {"wandb.project", HAND | R, 0, NULL, "read only when enabled, which is refused"},
 
     {"weight_quantization", OPAQUE | PRESENT | W, 0, NULL,
      "ZeRO-Inference's weight quantization: ztrain trains in full"},

@@ -2,6 +2,7 @@
  *
  *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
  *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
+ *   ztrain config-keys                                the DeepSpeed key table, as markdown
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
  *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF GPT-2 safetensors
  *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
@@ -43,6 +44,8 @@ static const char usage[] =
     "      Write the checkpoint's weights as safetensors with Hugging Face GPT-2 names.\n"
     "  estimate JOB.json [--json]\n"
     "      The job's memory per rank and on this host, as `ztrain run` and ztraind judge it.\n"
+    "  config-keys\n"
+    "      Every DeepSpeed config key ztrain knows, with its fate, as a markdown table.\n"
     "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
     "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n"
     "  --version, --help\n"
@@ -172,6 +175,33 @@ static int cmd_estimate(int argc, char **argv) {
     if (checked)
         printf("%d rank%s on this host: %s of %s available: %s\n", e.ranks_per_host,
                e.ranks_per_host == 1 ? "" : "s", host, avail, fits ? "fits" : "does not fit");
+    return 0;
+}
+
+/* The key table as the README's markdown table (README.md "DeepSpeed config keys"; a test keeps
+ * the two equal). */
+static int cmd_config_keys(int argc) {
+    if (argc > 0)
+        return bad_usage("config-keys: %stakes no arguments", "");
+    size_t n;
+    const zt_ds_key *keys = zt_ds_keys(&n);
+    printf("| key | fate | what ztrain does |\n|---|---|---|\n");
+    for (size_t i = 0; i < n; i++) {
+        const zt_ds_key *k = &keys[i];
+        char fate[48];
+        static const char *const names[] = {"honoured", "warned", "refused"};
+        snprintf(fate, sizeof fate, "%s", names[zt_ds_key_fate_of(k)]);
+        if (zt_ds_key_fate_of(k) == ZT_DS_KEY_HONOURED && k->stages) {
+            char list[16] = "";
+            for (int s = 0; s < 4; s++)
+                if (k->stages & (1u << s))
+                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d",
+                             list[0] ? "," : "", s);
+            snprintf(fate, sizeof fate, "honoured at stage %s", list);
+        }
+        printf("| `%s`%s | %s | %s |\n", k->path,
+               (k->flags & ZT_DS_KEY_OPAQUE) ? " (contents not listed)" : "", fate, k->note);
+    }
     return 0;
 }
 
@@ -457,6 +487,8 @@ int main(int argc, char **argv) {
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "estimate") == 0)
         return cmd_estimate(argc - 2, argv + 2);
+    if (strcmp(argv[1], "config-keys") == 0)
+        return cmd_config_keys(argc - 2);
     if (strcmp(argv[1], "sample") == 0)
         return cmd_sample(argc - 2, argv + 2);
     /* A checkpoint's model.safetensors already holds the consolidated fp32 weights, whatever the
