@@ -227,6 +227,10 @@ static int cmd_run(int argc, char **argv) {
     if (zt_job_spec_load(&job, job_path) != ZT_OK)
         return zt_cli_fail(NULL);
     /* Once per job, here, before any rank starts: the ranks are told they need not. */
+    if (zt_job_spec_check_files(&job, job_path) != ZT_OK) {
+        zt_job_spec_free(&job);
+        return zt_cli_fail(NULL);
+    }
     zt_job_spec_print_notes(&job, stderr);
     if (job.nodes > 1) {
         fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "

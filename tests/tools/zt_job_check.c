@@ -16,8 +16,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztrain: %s\n", zt_last_error());
         return 1;
     }
-    zt_job_spec_print_notes(&job, stderr);
-    zt_status s = argc == 3 ? zt_job_spec_write_effective(&job, argv[2]) : ZT_OK;
+    zt_status s = zt_job_spec_check_files(&job, argv[1]);
+    if (s == ZT_OK)
+        zt_job_spec_print_notes(&job, stderr);
+    if (s == ZT_OK && argc == 3)
+        s = zt_job_spec_write_effective(&job, argv[2]);
     if (s != ZT_OK)
         fprintf(stderr, "ztrain: %s\n", zt_last_error());
     zt_job_spec_free(&job);

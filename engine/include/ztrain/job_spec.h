@@ -79,6 +79,12 @@ zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char 
 
 void zt_job_spec_free(zt_job_spec *job);
 
+/* The checks that read the job's files (engine/job_check.c): data.train (and data.val when the job
+ * evaluates) open with the model's vocabulary and hold at least one sample for rank 0's first
+ * batch; model.init_from can be opened. Made before any rank starts, so a bad file is one error.
+ * Messages start with `source` and name the key. */
+zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source);
+
 /* Prints what the job's DeepSpeed config left to the script (job->ds.resolved) and its warnings,
  * once per job: by the process that validates the job before its ranks start, or by rank 0 of
  * ranks that another launcher started. */
