@@ -470,8 +470,33 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
 
 /* The warnings that depend on more than one key; the key table's pass (ds_config_keys.c) gives
  * those of single keys. */
-static void ds_config_warn_without_effect(const zt_ds_config *cfg, const char *src) {
+static void ds_config_warn_without_effect(const zt_ds_config *cfg, const zt_json_obj *top) {
+    const char *src = top->source;
     const zt_zero_config *z = &cfg->zero;
+    const cJSON *zero = zt_json_item(top, "zero_optimization");
+    const cJSON *overlap = cJSON_IsObject(zero) ? cJSON_GetObjectItemCaseSensitive(zero, "overlap_comm")
+                                                : NULL;
+    /* The communication thread exists only to overlap collectives, which one rank has none of. */
+    if (cJSON_IsTrue(overlap) && z->stage >= 2 && cfg->world_size == 1)
+        zt_ds_warn(src, "zero_optimization.overlap_comm has no effect with one rank");
+    /* The next layer is prefetched on the communication thread, so only with overlap_comm. */
+    if (z->stage == 3 && !z->overlap_comm && z->stage3_prefetch_bucket_size != 50000000)
+        zt_ds_warn(src, "zero_optimization.stage3_prefetch_bucket_size has no effect without "
+                   "overlap_comm: the next layer is prefetched on the communication thread");
+    bool mixed = cfg->bf16.enabled || cfg->fp16.enabled;
+    if (z->stage == 3 && mixed && z->stage3_param_persistence_threshold != 100000)
+        zt_ds_warn(src, "zero_optimization.stage3_param_persistence_threshold has no effect in "
+                   "bf16/fp16 training yet: every 16-bit parameter is partitioned");
+    /* Without files there is nothing to stream, pipeline or split. */
+    const zt_offload_config *oo = &z->offload_optimizer;
+    if (oo->device != ZT_OFFLOAD_NVME && (oo->pipeline_read || oo->pipeline_write ||
+                                          oo->buffer_count != 4 || oo->ratio < 1.0))
+        zt_ds_warn(src, "zero_optimization.offload_optimizer buffer_count / pipeline_read / "
+                   "pipeline_write / ratio have no effect without device \"nvme\"");
+    if (z->stage == 3 && z->offload_param.device != ZT_OFFLOAD_NVME &&
+        z->offload_param.buffer_count != 5)
+        zt_ds_warn(src, "zero_optimization.offload_param.buffer_count has no effect without device "
+                   "\"nvme\"");
     bool nvme = z->offload_optimizer.device == ZT_OFFLOAD_NVME ||
                 (z->stage == 3 && z->offload_param.device == ZT_OFFLOAD_NVME);
     if (z->sub_group_size != 1000000000 && !nvme)
@@ -484,7 +509,6 @@ static void ds_config_warn_without_effect(const zt_ds_config *cfg, const char *s
         zt_ds_warn(src, "zero_optimization.offload_param.buffer_count has no effect with "
                    "offload_optimizer on NVMe: the update streams the parameters through "
                    "offload_optimizer.buffer_count buffers");
-    bool mixed = cfg->bf16.enabled || cfg->fp16.enabled;
     if (!mixed && cfg->communication_data_type[0] && strcmp(cfg->communication_data_type, "fp32"))
         zt_ds_warn(src, "communication_data_type \"%s\" has no effect in fp32 training: ztrain "
                    "communicates fp32 gradients in fp32", cfg->communication_data_type);
@@ -546,7 +570,7 @@ static zt_status from_json(zt_ds_config *cfg, const cJSON *root, const char *sou
     ZT_TRY(zt_ds_parse_scheduler(cfg, &top));
     ZT_TRY(ds_config_check_features(cfg, &top));
     ZT_TRY(ds_config_check_implemented(&top));
-    ds_config_warn_without_effect(cfg, top.source);
+    ds_config_warn_without_effect(cfg, &top);
     zt_ds_apply_fates(cfg, &top);
     return ZT_OK;
 }

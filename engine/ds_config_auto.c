@@ -125,7 +125,8 @@ static int zero_stage(const cJSON *root) {
 /* trainer_config_process: batch, clipping, optimizer and scheduler values, precision. */
 static void fill_from_args(resolver *r, int world) {
     const zt_training_args *a = r->args;
-    bool pb = given(a, ZT_ARG_PER_DEVICE_TRAIN_BATCH_SIZE), gas = given(a, ZT_ARG_GRADIENT_ACCUMULATION_STEPS);
+    bool pb = given(a, ZT_ARG_PER_DEVICE_TRAIN_BATCH_SIZE);
+    bool gas = given(a, ZT_ARG_GRADIENT_ACCUMULATION_STEPS);
     fill(r, "train_micro_batch_size_per_gpu", cJSON_CreateNumber(a->per_device_train_batch_size),
          "training_args.per_device_train_batch_size", pb);
     fill(r, "gradient_accumulation_steps", cJSON_CreateNumber(a->gradient_accumulation_steps),
@@ -166,8 +167,9 @@ static zt_status fill_finalize(resolver *r, const zt_ds_auto_context *ctx) {
     }
     const char *key = NULL;
     cJSON *params = find_node(r->root, "scheduler.params.total_num_steps", &key);
-    bool needs_total = params && (is_auto(cJSON_GetObjectItemCaseSensitive(params, "total_num_steps")) ||
-                                  is_auto(cJSON_GetObjectItemCaseSensitive(params, "warmup_num_steps")));
+    bool needs_total =
+        params && (is_auto(cJSON_GetObjectItemCaseSensitive(params, "total_num_steps")) ||
+                   is_auto(cJSON_GetObjectItemCaseSensitive(params, "warmup_num_steps")));
     if (needs_total && ctx->max_steps <= 0)
         return zt_error(ZT_ERR_INVALID, "%s: scheduler.params total_num_steps / warmup_num_steps "
                         "\"auto\" need the number of training steps: set train.max_steps in the job",
@@ -246,8 +248,9 @@ static zt_status supply_scheduler(resolver *r, const zt_ds_auto_context *ctx) {
     return ZT_OK;
 }
 
-zt_status zt_ds_resolve_auto(cJSON *root, const zt_training_args *args, const zt_ds_auto_context *ctx,
-                             const char *source, char *log, size_t log_size) {
+zt_status zt_ds_resolve_auto(cJSON *root, const zt_training_args *args,
+                             const zt_ds_auto_context *ctx, const char *source, char *log,
+                             size_t log_size) {
     ZT_ASSERT(log && log_size > 0);
     log[0] = '\0';
     if (!cJSON_IsObject(root))

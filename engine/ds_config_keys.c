@@ -22,7 +22,8 @@
 /* The reasons shared by many rows. */
 #define NO_DEVICE "the CPU backend has no device memory to pin or stream to"
 #define NO_TP "ztrain is data-parallel only"
-#define USER_CODE "only acts through calls in the user's model code, which ztrain's models do not make"
+#define USER_CODE \
+    "only acts through calls in the user's model code, which ztrain's models do not make"
 #define OWN_LAYOUT "ztrain's gradients live in one flat buffer reduced in fixed chunks"
 #define LAYER_GATHER "ztrain holds at most the layer in use and the one prefetched"
 
@@ -94,7 +95,8 @@ static const zt_ds_key rows[] = {
 
     /* checkpoint: the writer of DeepSpeed's own checkpoint format. */
     {"checkpoint", SEC | W, 0, NULL, "ztrain writes its own checkpoint layout"},
-    {"checkpoint.tag_validation", W, 0, "\"Warn\"", "ztrain's tags are global_step<N> on every rank"},
+    {"checkpoint.tag_validation", W, 0, "\"Warn\"",
+     "ztrain's tags are global_step<N> on every rank"},
     {"checkpoint.load_universal", W, 0, "false",
      "ztrain's checkpoints load on any rank count without conversion"},
     {"checkpoint.use_node_local_storage", W, 0, "false", "rank 0 writes the shared files"},
@@ -130,9 +132,12 @@ static const zt_ds_key rows[] = {
     {"data_efficiency.data_sampling", SEC | R, 0, NULL, "refused when enabled with a sub-feature"},
     {"data_efficiency.data_sampling.enabled", HAND | R, 0, "false",
      "true accepted while its sub-features are off"},
-    {"data_efficiency.data_sampling.num_epochs", HAND | R, 0, "1000", "read only by a sub-feature, which is refused"},
-    {"data_efficiency.data_sampling.num_workers", HAND | R, 0, "0", "read only by a sub-feature, which is refused"},
-    {"data_efficiency.data_sampling.pin_memory", HAND | R, 0, "false", "read only by a sub-feature, which is refused"},
+    {"data_efficiency.data_sampling.num_epochs", HAND | R, 0, "1000",
+     "read only by a sub-feature, which is refused"},
+    {"data_efficiency.data_sampling.num_workers", HAND | R, 0, "0",
+     "read only by a sub-feature, which is refused"},
+    {"data_efficiency.data_sampling.pin_memory", HAND | R, 0, "false",
+     "read only by a sub-feature, which is refused"},
     {"data_efficiency.data_sampling.curriculum_learning", OPAQUE | R, 0, NULL,
      "enabled refused"},
     {"data_efficiency.data_sampling.curriculum_learning.enabled", HAND | R, 0, "false",
@@ -199,7 +204,8 @@ static const zt_ds_key rows[] = {
     {"optimizer.params.lr", H, 0, NULL, "Adam, AdamW, SGD"},
     {"optimizer.params.betas", H, 0, NULL, "Adam, AdamW"},
     {"optimizer.params.eps", H, 0, NULL, "Adam, AdamW"},
-    {"optimizer.params.weight_decay", H, 0, NULL, "every parameter, as DeepSpeed given model.parameters()"},
+    {"optimizer.params.weight_decay", H, 0, NULL,
+     "every parameter, as DeepSpeed given model.parameters()"},
     {"optimizer.params.bias_correction", H, 0, NULL, "Adam, AdamW"},
     {"optimizer.params.adam_w_mode", H, 0, NULL, "Adam, AdamW"},
     {"optimizer.params.torch_adam", H, 0, NULL, "Adam, AdamW: the AdamW weight-decay default"},
@@ -211,18 +217,22 @@ static const zt_ds_key rows[] = {
     {"optimizer.params.dampening", H, 0, NULL, "SGD"},
     {"optimizer.params.nesterov", H, 0, NULL, "SGD"},
 
-    {"pipeline", OPAQUE | W, 0, NULL, "read only by a PipelineModule: ztrain has no pipeline parallelism"},
+    {"pipeline", OPAQUE | W, 0, NULL,
+     "read only by a PipelineModule: ztrain has no pipeline parallelism"},
 
     {"progressive_layer_drop", SEC | R, 0, NULL, "enabled refused: ztrain's GPT-2 drops no layers"},
     {"progressive_layer_drop.enabled", HAND | R, 0, "false", "true refused"},
-    {"progressive_layer_drop.theta", HAND | R, 0, "1.0", "read only when enabled, which is refused"},
-    {"progressive_layer_drop.gamma", HAND | R, 0, "0.001", "read only when enabled, which is refused"},
+    {"progressive_layer_drop.theta", HAND | R, 0, "1.0",
+     "read only when enabled, which is refused"},
+    {"progressive_layer_drop.gamma", HAND | R, 0, "0.001",
+     "read only when enabled, which is refused"},
 
     {"quantize_training", OPAQUE | R, 0, NULL, "enabled refused"},
     {"quantize_training.enabled", HAND | R, 0, "false", "true refused"},
 
     /* scheduler: the scheduler parser validates params per type (ds_config_optim.c). */
-    {"scheduler", SEC | H, 0, NULL, "WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest"},
+    {"scheduler", SEC | H, 0, NULL,
+     "WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest"},
     {"scheduler.type", H, 0, NULL, "DeepSpeed's five; torch schedulers refused"},
     {"scheduler.params", OPAQUE | HAND | H, 0, NULL, "checked per type by the scheduler parser"},
 
@@ -245,7 +255,8 @@ static const zt_ds_key rows[] = {
     {"torch_autocast", SEC | R, 0, NULL, "enabled refused: use the bf16 or fp16 section"},
     {"torch_autocast.enabled", HAND | R, 0, "false", "true refused: use the bf16 or fp16 section"},
     {"torch_autocast.dtype", HAND | R, 0, NULL, "read only when enabled, which is refused"},
-    {"torch_autocast.lower_precision_safe_modules", HAND | R, 0, NULL, "read only when enabled, which is refused"},
+    {"torch_autocast.lower_precision_safe_modules", HAND | R, 0, NULL,
+     "read only when enabled, which is refused"},
 
     {"wandb", SEC | R, 0, NULL, "enabled refused: no network; use the HTTP API"},
     {"wandb.enabled", HAND | R, 0, "false", "true refused"},
@@ -292,18 +303,22 @@ static const zt_ds_key rows[] = {
      "nvme offload tile (without nvme: warned)"},
     {"zero_optimization.stage3_prefetch_bucket_size", H, ST3, "50000000",
      "0 turns the next layer's prefetch off; any other value prefetches one layer"},
-    {"zero_optimization.prefetch_bucket_size", H, ST3, "50000000", "alias of stage3_prefetch_bucket_size"},
+    {"zero_optimization.prefetch_bucket_size", H, ST3, "50000000",
+     "alias of stage3_prefetch_bucket_size"},
     {"zero_optimization.stage3_param_persistence_threshold", H, ST3, "100000",
      "small tensors kept whole (fp32 training; no effect yet in bf16/fp16)"},
     {"zero_optimization.param_persistence_threshold", H, ST3, "100000",
      "alias of stage3_param_persistence_threshold"},
     {"zero_optimization.contiguous_gradients", W, 0, "true", OWN_LAYOUT},
-    {"zero_optimization.reduce_scatter", W, 0, "true", "ztrain always reduce-scatters partitioned gradients"},
+    {"zero_optimization.reduce_scatter", W, 0, "true",
+     "ztrain always reduce-scatters partitioned gradients"},
     {"zero_optimization.use_multi_rank_bucket_allreduce", W, 0, "true", OWN_LAYOUT},
-    {"zero_optimization.allgather_partitions", W, 0, "true", "ztrain always all-gathers updated partitions"},
+    {"zero_optimization.allgather_partitions", W, 0, "true",
+     "ztrain always all-gathers updated partitions"},
     {"zero_optimization.allgather_bucket_size", W, 0, "500000000",
      "ztrain gathers parameters per layer (stage 3) or in fixed chunks"},
-    {"zero_optimization.load_from_fp32_weights", W, 0, "true", "ztrain always loads the fp32 masters"},
+    {"zero_optimization.load_from_fp32_weights", W, 0, "true",
+     "ztrain always loads the fp32 masters"},
     {"zero_optimization.elastic_checkpoint", W, 0, "false",
      "ztrain's checkpoints load on any rank count anyway"},
     {"zero_optimization.cpu_offload", H, 0, NULL, "deprecated: offload_optimizer.device cpu"},
@@ -325,14 +340,17 @@ static const zt_ds_key rows[] = {
     {"zero_optimization.module_granularity_threshold", W, 0, "0", LAYER_GATHER},
     {"zero_optimization.stage3_use_all_reduce_for_fetch_params", W, 0, "false",
      "ztrain gathers with all-gather"},
-    {"zero_optimization.use_all_reduce_for_fetch_params", W, 0, "false", "ztrain gathers with all-gather"},
+    {"zero_optimization.use_all_reduce_for_fetch_params", W, 0, "false",
+     "ztrain gathers with all-gather"},
     {"zero_optimization.stage3_allgather_sequential", W, 0, "false", LAYER_GATHER},
     {"zero_optimization.allgather_sequential", W, 0, "false", LAYER_GATHER},
     {"zero_optimization.stage3_partition_stream_chunk_size", W, 0, NULL, LAYER_GATHER},
     {"zero_optimization.partition_stream_chunk_size", W, 0, NULL, LAYER_GATHER},
-    {"zero_optimization.ignore_unused_parameters", W, 0, "true", "ztrain's models use every parameter"},
+    {"zero_optimization.ignore_unused_parameters", W, 0, "true",
+     "ztrain's models use every parameter"},
     {"zero_optimization.round_robin_gradients", W, 0, "false", OWN_LAYOUT},
-    {"zero_optimization.memory_efficient_linear", W, 0, "true", "ztrain's linear layers are its own"},
+    {"zero_optimization.memory_efficient_linear", W, 0, "true",
+     "ztrain's linear layers are its own"},
     {"zero_optimization.pipeline_loading_checkpoint", W, 0, "false", "no pipeline parallelism"},
     {"zero_optimization.override_module_apply", W, 0, "true", "no torch modules here"},
     {"zero_optimization.log_trace_cache_warnings", W, 0, "false", "no trace cache here"},
@@ -347,8 +365,10 @@ static const zt_ds_key rows[] = {
     {"zero_optimization.zero_quantized_gradients", HAND | R, 0, "false", "true refused (ZeRO++)"},
     {"zero_optimization.zeropp_loco_param", OPAQUE | HAND | R, 0, NULL, "refused (ZeRO++)"},
     {"zero_optimization.mics_shard_size", HAND | R, 0, "-1", "above 0 refused (MiCS)"},
-    {"zero_optimization.mics_hierarchical_params_gather", HAND | R, 0, "false", "true refused (MiCS)"},
-    {"zero_optimization.zenflow", OPAQUE | HAND | R, 0, NULL, "refused: ZenFlow is not implemented"},
+    {"zero_optimization.mics_hierarchical_params_gather", HAND | R, 0, "false",
+     "true refused (MiCS)"},
+    {"zero_optimization.zenflow", OPAQUE | HAND | R, 0, NULL,
+     "refused: ZenFlow is not implemented"},
 };
 
 
