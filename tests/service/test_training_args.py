@@ -9,6 +9,7 @@ INVALID_ARGUMENT with the Trainer's text, before any rank starts."""
 import json
 import math
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +77,17 @@ with Daemon(BUILD, temp_dir("ztrain-targs-"), max_ranks=2) as d:
     ck.check(opt["type"] == "AdamW" and math.isclose(opt["params"]["lr"], 3e-4) and
              opt["params"]["betas"] == [0.9, 0.95] and opt["params"]["weight_decay"] == 0.01,
              f"the Trainer's AdamW stands in for the missing optimizer ({opt})")
+
+    # The CLI sends a job file's training_args through the same proto fields.
+    path = os.path.join(d.data_root, "..", "targs.json")
+    with open(path, "w") as f:
+        json.dump(dict(job, name="targs-cli"), f)
+    env = {k: v for k, v in os.environ.items() if k not in ("ZTRAIN_SERVER", "ZTRAIN_TOKEN")}
+    p = subprocess.run([os.path.join(BUILD, "ztrain"), "submit", path, "--server", d.grpc_addr],
+                       capture_output=True, text=True, env=env, timeout=60)
+    sent = get_job(d, p.stdout.strip()).spec.training_args if p.returncode == 0 else None
+    ck.check(sent is not None and sent == got,
+             f"`ztrain submit` sends the same TrainingArgs ({p.stderr.strip()} {sent})")
 
     bad = tiny_job(d.data_root, name="mismatch", max_steps=2,
                    deepspeed={"train_micro_batch_size_per_gpu": 4,
