@@ -469,7 +469,15 @@ void zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o) {
         if (!row)
             continue;
         bool section = row->flags & ZT_DS_KEY_SECTION, opaque = row->flags & ZT_DS_KEY_OPAQUE;
-        if (section && !opaque && cJSON_IsObject(c)) {
+        zt_ds_key_fate fate = zt_ds_key_fate_of(row);
+        if (section) {
+            if (!cJSON_IsObject(c))
+                continue; /* a section given as something else is its parser's business */
+            bool by_hand = row->flags & ZT_DS_KEY_BY_HAND;
+            if (opaque && !by_hand && fate == ZT_DS_KEY_WARNED &&
+                ((row->flags & ZT_DS_KEY_PRESENCE) || has_unlisted(path, c)))
+                zt_ds_warn(o->source, "%s has no effect: %s", path, row->note);
+            /* The rows listed inside an opaque section still have their fates. */
             zt_json_obj child;
             zt_json_obj_init(&child, c, o->source, path);
             zt_ds_apply_fates(cfg, &child);
@@ -477,13 +485,7 @@ void zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o) {
         }
         if (row->flags & ZT_DS_KEY_BY_HAND)
             continue;
-        zt_ds_key_fate fate = zt_ds_key_fate_of(row);
-        if (section && fate == ZT_DS_KEY_WARNED) {
-            if ((row->flags & ZT_DS_KEY_PRESENCE) || has_unlisted(path, c))
-                zt_ds_warn(o->source, "%s has no effect: %s", path, row->note);
-            continue;
-        }
-        if (section || !is_set(row, c))
+        if (!is_set(row, c))
             continue;
         int stage = cfg->zero.stage;
         if (fate == ZT_DS_KEY_WARNED)

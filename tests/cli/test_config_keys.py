@@ -81,8 +81,7 @@ def main():
         open(os.path.join(tmp, "train.txt"), "wb").write(b"x" * 4096)
         paths = {r[0] for r in rows}
         sections = {p for p in paths if any(q.startswith(p + ".") for q in paths)}
-        warned = [r for r in rows if r[2] == "warned" and r[0] not in sections and not r[1] and
-                  not any(r[0].startswith(o + ".") for o, op, _, _ in rows if op)]
+        warned = [r for r in rows if r[2] == "warned" and r[0] not in sections and not r[1]]
         n = 0
         for path, _, _, note in warned:
             # A value of another type than every default: the parser's typed sections refuse it,
