@@ -4,9 +4,10 @@
  * (see shared/reference/deepspeed.md). Every key ztrain knows is in one table (zt_ds_keys) with its
  * fate: honoured, warned as without effect when set away from DeepSpeed's default, or refused with
  * ZT_ERR_UNSUPPORTED. Unknown keys inside any section are an error naming the key; unknown
- * top-level keys are warnings (DeepSpeed ignores them silently). The string "auto" left in a config
- * (zt_ds_resolve_auto fills those a script would fill) means the default. Warnings are collected in
- * the parsed config, one line each, for the caller to print once per job. */
+ * top-level keys are warnings (DeepSpeed ignores them silently). A job's training_args fill the
+ * "auto" values a script or the Hugging Face Trainer would fill (zt_job_spec_parse); "auto" left
+ * over means the default. Warnings are collected in the parsed config, one line each, for the
+ * caller to print once per job. */
 #ifndef ZTRAIN_DS_CONFIG_H
 #define ZTRAIN_DS_CONFIG_H
 
