@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from svc import BUILD, Checker, Daemon, get_job, stubs, submit, temp_dir, tiny_job, wait_state  # noqa: E402
@@ -77,6 +78,10 @@ with Daemon(BUILD, temp_dir("ztrain-targs-"), max_ranks=2) as d:
     ck.check(opt["type"] == "AdamW" and math.isclose(opt["params"]["lr"], 3e-4) and
              opt["params"]["betas"] == [0.9, 0.95] and opt["params"]["weight_decay"] == 0.01,
              f"the Trainer's AdamW stands in for the missing optimizer ({opt})")
+
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{j.id}", timeout=30) as r:
+        served = json.load(r).get("effective_config")
+    ck.check(served == eff, "GET /api/v1/jobs/{id} serves the effective config")
 
     # The CLI sends a job file's training_args through the same proto fields.
     path = os.path.join(d.data_root, "..", "targs.json")
