@@ -223,8 +223,9 @@ static void supply_optimizer(resolver *r) {
 }
 
 /* No "scheduler" and training_args.lr_scheduler_type: the Trainer's schedule as the DeepSpeed
- * schedule that computes the same lr (linear: WarmupDecayLR with linear warmup from 0, whose
- * formula is transformers' get_linear_schedule_with_warmup). */
+ * schedule of the same formula (linear: WarmupDecayLR with linear warmup from 0 is transformers'
+ * get_linear_schedule_with_warmup). As every DeepSpeed schedule it runs one step later than the
+ * Trainer's own: DeepSpeed's first step is taken at lr 0, before the schedule's first step. */
 static zt_status supply_scheduler(resolver *r, const zt_ds_auto_context *ctx) {
     const char *type = r->args->lr_scheduler_type;
     if (!type[0] || strcmp(type, "constant") == 0 ||

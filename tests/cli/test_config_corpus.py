@@ -6,7 +6,9 @@ on a tiny GPT-2 or validated only (where running adds nothing), with
   own HfTrainerDeepSpeedConfig.trainer_config_process / trainer_config_finalize give for the same
   config and arguments (its code, driven here with a plain namespace as TrainingArguments);
 - every warning expected appearing exactly once, also with two ranks, and no other warning;
-- the refusals naming the key, and an unknown key in every section of the key table refused.
+- the refusals naming the key, and an unknown key in every section of the key table refused;
+- lr_scheduler_type "linear" against transformers' get_linear_schedule_with_warmup (torch), run
+  as DeepSpeed runs its schedules: one step later.
 """
 import copy
 import json
@@ -267,6 +269,41 @@ def check_config(tmp, name, spec):
               f"{name}: warmup_num_steps = ceil(max_steps * warmup_ratio)")
 
 
+def check_linear_schedule(tmp):
+    """lr_scheduler_type "linear" without a scheduler: transformers' get_linear_schedule_with_warmup,
+    run as a DeepSpeed schedule, one step later (DeepSpeed's first step is at lr 0)."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+    steps, warmup, lr = 6, 2, 1e-3
+    job = write_job(tmp, "linear", {"zero_optimization": {"stage": 0}}, 1,
+                    {"learning_rate": lr, "warmup_steps": warmup, "lr_scheduler_type": "linear",
+                     "per_device_train_batch_size": 2})
+    with open(job) as f:
+        spec = json.load(f)
+    spec["train"]["max_steps"] = steps
+    with open(job, "w") as f:
+        json.dump(spec, f)
+    out = os.path.join(tmp, "runs", "linear")
+    p = subprocess.run([ZTRAIN, "run", job, "--out", out], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    check(p.returncode == 0, f"linear schedule: the run succeeds ({p.stderr.strip()[-300:]})")
+    if p.returncode != 0:
+        return
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        got = [json.loads(l)["train/learning_rate"] for l in f]
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    sched = get_linear_schedule_with_warmup(opt, warmup, steps)
+    hf = []
+    for _ in range(steps):
+        hf.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    want = [0.0] + hf[:-1]
+    check(len(got) == steps and all(math.isclose(g, w, rel_tol=1e-6, abs_tol=1e-12)
+                                    for g, w in zip(got, want)),
+          f"linear schedule: lr per step {got} = transformers' {hf} one step later")
+
+
 def check_unknown_keys(tmp):
     """An unknown key in every section of the key table is refused naming the key and section."""
     table = subprocess.run([ZTRAIN, "config-keys"], capture_output=True, text=True).stdout
@@ -300,6 +337,7 @@ def main():
         for name in names:
             if name in CORPUS:
                 check_config(tmp, name, CORPUS[name])
+        check_linear_schedule(tmp)
         check_unknown_keys(tmp)
     print(f"{failed} failure(s)")
     sys.exit(1 if failed else 0)
