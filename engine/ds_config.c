@@ -14,13 +14,41 @@
 #include "ds_config_internal.h"
 #include "ds_config_json.h"
 
+/* The config being parsed on this thread, whose warnings zt_ds_warn records. */
+static _Thread_local zt_ds_config *warn_sink;
+
 void zt_ds_warn(const char *source, const char *fmt, ...) {
+    char line[1024];
+    int n = snprintf(line, sizeof line, "ztrain: warning: %s: ", source);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "ztrain: warning: %s: ", source);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (n > 0 && (size_t)n < sizeof line)
+        vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    if (!warn_sink) {
+        fprintf(stderr, "%s\n", line);
+        return;
+    }
+    char *w = warn_sink->warnings;
+    size_t used = strlen(w), len = strlen(line);
+    for (const char *at = w; (at = strstr(at, line)) != NULL; at += len)
+        if ((at == w || at[-1] == '\n') && at[len] == '\n')
+            return;
+    if (used + len + 2 > sizeof warn_sink->warnings) {
+        warn_sink->warnings_lost++;
+        return;
+    }
+    memcpy(w + used, line, len);
+    w[used + len] = '\n';
+    w[used + len + 1] = '\0';
+}
+
+void zt_ds_config_print_warnings(const zt_ds_config *cfg, FILE *f) {
+    fputs(cfg->warnings, f);
+    if (cfg->warnings_lost)
+        fprintf(f, "ztrain: warning: %d more warning(s) about the DeepSpeed config not shown\n",
+                cfg->warnings_lost);
+    fflush(f);
 }
 
 bool zt_ds_name_in(const char *name, const char *const *list) {
@@ -164,36 +192,6 @@ zt_status zt_ds_check_table_keys(const zt_json_obj *o, const field *fields, size
 
 /* ------------------------------------------------------------------------------------------ */
 /* Top-level scalars                                                                           */
-
-/* Every top-level key DeepSpeed 0.19 reads; anything else draws one warning line on stderr and is
- * otherwise ignored, as DeepSpeed ignores it. */
-static const char *const known_top_keys[] = {
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-    "managed_gradient_accumulation", "steps_per_print", "dump_state", "disable_allgather",
-    "communication_data_type", "seq_parallel_communication_data_type", "prescale_gradients",
-    "gradient_predivide_factor", "gradient_allreduce_op", "sparse_gradients", "zero_optimization",
-    "allgather_size", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-    "activation_checkpointing", "comms_logger", "tensorboard", "wandb", "csv_monitor", "comet",
-    "gradient_clipping", "fp16", "bf16", "bfloat16", "amp", "torch_autocast",
-    "compression_training", "graph_harvesting", "optimizer", "scheduler", "flops_profiler",
-    "wall_clock_breakdown", "memory_breakdown", "autotuning", "eigenvalue", "quantize_training",
-    "use_data_before_expert_parallelism", "hybrid_engine", "sparse_attention", "pipeline",
-    "progressive_layer_drop", "curriculum_learning", "data_efficiency", "checkpoint", "data_types",
-    "aio", "dataloader_drop_last", "log_level", "nebula", "datastates", "weight_quantization",
-    "compile", "timers", "tensor_parallel", "expert_parallel", "vocabulary_size", "elasticity",
-    "sequence_parallel_size", "data_parallel_size", NULL};
-
-static void warn_unknown_top_keys(const zt_json_obj *top) {
-    for (const cJSON *c = top->obj->child; c; c = c->next) {
-        if (zt_ds_name_in(c->string, known_top_keys))
-            continue;
-        const char *near = zt_json_suggest(c->string, known_top_keys);
-        char hint[128] = "";
-        if (near)
-            snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
-        zt_ds_warn(top->source, "unknown top-level key '%s' is ignored%s", c->string, hint);
-    }
-}
 
 /* A DeepSpeed data type name ("fp16", "bfloat16", "torch.float32", ...) as fp32/fp16/bf16, or
  * NULL for a name DtypeEnum does not know. */
@@ -365,6 +363,33 @@ static zt_status infer_batch(zt_ds_config *cfg, const batch_keys *bk, const char
 /* ------------------------------------------------------------------------------------------ */
 /* Gates                                                                                       */
 
+/* data_efficiency runs a feature only when the switches on the whole path to it are on
+ * (data_efficiency.enabled, then data_sampling.enabled or data_routing.enabled, then the feature's
+ * own). A feature switched on under a switch that is off does nothing, in DeepSpeed too: a warning
+ * says so. A section with every feature off is accepted. */
+static zt_status check_data_efficiency(const zt_json_obj *top) {
+    static const char *const features[][2] = {{"data_sampling", "curriculum_learning"},
+                                              {"data_sampling", "dynamic_batching"},
+                                              {"data_routing", "random_ltd"}};
+    const cJSON *de = zt_json_item(top, "data_efficiency");
+    for (size_t i = 0; cJSON_IsObject(de) && i < sizeof features / sizeof features[0]; i++) {
+        const cJSON *group = cJSON_GetObjectItemCaseSensitive(de, features[i][0]);
+        const cJSON *feat = cJSON_IsObject(group) ? cJSON_GetObjectItemCaseSensitive(group, features[i][1])
+                                                  : NULL;
+        if (!cJSON_IsObject(feat) || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(feat, "enabled")))
+            continue;
+        bool de_on = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(de, "enabled"));
+        bool group_on = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(group, "enabled"));
+        if (de_on && group_on)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: data_efficiency.%s.%s.enabled is not supported "
+                            "by ztrain", top->source, features[i][0], features[i][1]);
+        zt_ds_warn(top->source, "data_efficiency.%s.%s.enabled has no effect: %s is false",
+                   features[i][0], features[i][1],
+                   de_on ? features[i][0] : "data_efficiency.enabled");
+    }
+    return ZT_OK;
+}
+
 /* Switches in sections ztrain accepts but does not act on (and does not validate inside).
  * Honouring them is not planned, so turning one on ("enabled": true on the profiler,
  * elasticity, amp, ...; activation partitioning; ZeRO++ quantisation) is ZT_ERR_UNSUPPORTED
@@ -373,7 +398,7 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
     const char *src = top->source;
     static const char *const switched[] = {
         "flops_profiler", "comms_logger", "elasticity", "autotuning", "eigenvalue",
-        "progressive_layer_drop", "curriculum_learning", "data_efficiency", "hybrid_engine",
+        "progressive_layer_drop", "curriculum_learning", "hybrid_engine",
         "nebula", "datastates", "amp", "torch_autocast", "quantize_training", "expert_parallel",
         NULL};
     for (const char *const *k = switched; *k; k++) {
@@ -383,11 +408,12 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
             return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s.enabled is not supported by ztrain", src, *k);
     }
     const cJSON *ac = zt_json_item(top, "activation_checkpointing");
-    static const char *const ac_flags[] = {"partition_activations", "cpu_checkpointing", NULL};
+    static const char *const ac_flags[] = {"cpu_checkpointing", NULL};
     for (const char *const *k = ac_flags; ac && *k; k++)
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ac, *k)))
             return zt_error(ZT_ERR_UNSUPPORTED, "%s: activation_checkpointing.%s is not supported by ztrain",
                             src, *k);
+    ZT_TRY(check_data_efficiency(top));
     const cJSON *comp = zt_json_item(top, "compile");
     if (comp && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(comp, "deepcompile")))
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: compile.deepcompile is not supported by ztrain", src);
@@ -441,33 +467,40 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
     return ZT_OK;
 }
 
-/* Tuning knobs of DeepSpeed's implementation that have no counterpart here: a value other than
- * the default is accepted (configs carry them everywhere) but said to have no effect, rather than
- * silently ignored. */
-static void ds_config_warn_without_effect(const zt_ds_config *cfg, const char *src) {
+/* The warnings that depend on more than one key; the key table's pass (ds_config_keys.c) gives
+ * those of single keys. */
+static void ds_config_warn_without_effect(const zt_ds_config *cfg, const zt_json_obj *top) {
+    const char *src = top->source;
     const zt_zero_config *z = &cfg->zero;
-    if (!z->contiguous_gradients)
-        zt_ds_warn(src, "zero_optimization.contiguous_gradients false has no effect: ztrain's "
-                   "gradients always live in one flat buffer");
-    if (!z->reduce_scatter)
-        zt_ds_warn(src, "zero_optimization.reduce_scatter false has no effect: ztrain always "
-                   "reduce-scatters partitioned gradients");
-    if (!z->allgather_partitions)
-        zt_ds_warn(src, "zero_optimization.allgather_partitions false has no effect: ztrain always "
-                   "all-gathers updated partitions");
-    if (z->allgather_bucket_size != 500000000)
-        zt_ds_warn(src, "zero_optimization.allgather_bucket_size has no effect: ztrain gathers "
-                   "parameters per layer (stage 3) or in fixed chunks");
+    const cJSON *zero = zt_json_item(top, "zero_optimization");
+    const cJSON *overlap = cJSON_IsObject(zero) ? cJSON_GetObjectItemCaseSensitive(zero, "overlap_comm")
+                                                : NULL;
+    /* The communication thread exists only to overlap collectives, which one rank has none of. */
+    if (cJSON_IsTrue(overlap) && z->stage >= 2 && cfg->world_size == 1)
+        zt_ds_warn(src, "zero_optimization.overlap_comm has no effect with one rank");
+    /* The next layer is prefetched on the communication thread, so only with overlap_comm. */
+    if (z->stage == 3 && !z->overlap_comm && z->stage3_prefetch_bucket_size != 50000000)
+        zt_ds_warn(src, "zero_optimization.stage3_prefetch_bucket_size has no effect without "
+                   "overlap_comm: the next layer is prefetched on the communication thread");
+    bool mixed = cfg->bf16.enabled || cfg->fp16.enabled;
+    if (z->stage == 3 && mixed && z->stage3_param_persistence_threshold != 100000)
+        zt_ds_warn(src, "zero_optimization.stage3_param_persistence_threshold has no effect in "
+                   "bf16/fp16 training yet: every 16-bit parameter is partitioned");
+    /* Without files there is nothing to stream, pipeline or split. */
+    const zt_offload_config *oo = &z->offload_optimizer;
+    if (oo->device != ZT_OFFLOAD_NVME && (oo->pipeline_read || oo->pipeline_write ||
+                                          oo->buffer_count != 4 || oo->ratio < 1.0))
+        zt_ds_warn(src, "zero_optimization.offload_optimizer buffer_count / pipeline_read / "
+                   "pipeline_write / ratio have no effect without device \"nvme\"");
+    if (z->stage == 3 && z->offload_param.device != ZT_OFFLOAD_NVME &&
+        z->offload_param.buffer_count != 5)
+        zt_ds_warn(src, "zero_optimization.offload_param.buffer_count has no effect without device "
+                   "\"nvme\"");
     bool nvme = z->offload_optimizer.device == ZT_OFFLOAD_NVME ||
                 (z->stage == 3 && z->offload_param.device == ZT_OFFLOAD_NVME);
     if (z->sub_group_size != 1000000000 && !nvme)
         zt_ds_warn(src, "zero_optimization.sub_group_size has no effect without NVMe offload");
     const zt_offload_config *op = &z->offload_param;
-    if (z->stage == 3 && op->device == ZT_OFFLOAD_NVME &&
-        (op->buffer_size != 100000000 || op->max_in_cpu != 1000000000))
-        zt_ds_warn(src, "zero_optimization.offload_param buffer_size / max_in_cpu have no effect: "
-                   "ztrain reads each layer's slice straight into its working buffer and holds at "
-                   "most the layer in use and the one prefetched");
     /* The update streams every file through one set of buffers: offload_optimizer's when the
      * optimizer state is in files too (offload.c). */
     if (z->stage == 3 && op->device == ZT_OFFLOAD_NVME && op->buffer_count != 5 &&
@@ -475,12 +508,9 @@ static void ds_config_warn_without_effect(const zt_ds_config *cfg, const char *s
         zt_ds_warn(src, "zero_optimization.offload_param.buffer_count has no effect with "
                    "offload_optimizer on NVMe: the update streams the parameters through "
                    "offload_optimizer.buffer_count buffers");
-    if (z->stage3_max_live_parameters != 1000000000 || z->stage3_max_reuse_distance != 1000000000)
-        zt_ds_warn(src, "zero_optimization.stage3_max_live_parameters / stage3_max_reuse_distance "
-                   "have no effect: ztrain holds at most the layer in use and the one prefetched");
-    if (cfg->prescale_gradients || cfg->gradient_predivide_factor != 1.0)
-        zt_ds_warn(src, "prescale_gradients / gradient_predivide_factor have no effect: ztrain "
-                   "averages gradients in fp32 during the reduction");
+    if (!mixed && cfg->communication_data_type[0] && strcmp(cfg->communication_data_type, "fp32"))
+        zt_ds_warn(src, "communication_data_type \"%s\" has no effect in fp32 training: ztrain "
+                   "communicates fp32 gradients in fp32", cfg->communication_data_type);
 }
 
 /* Valid DeepSpeed options that this build does not run yet (gradient_allreduce_op "sum", 16-bit
@@ -510,9 +540,8 @@ static zt_status ds_config_check_implemented(const zt_json_obj *top) {
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points                                                                                */
 
-zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const char *source,
-                                 int world_size) {
-    zt_ds_config_defaults(cfg);
+static zt_status from_json(zt_ds_config *cfg, const cJSON *root, const char *source,
+                           int world_size) {
     if (!cJSON_IsObject(root)) {
         char got[64];
         zt_json_repr(root, got, sizeof got);
@@ -526,7 +555,7 @@ zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const cha
     zt_json_obj top;
     zt_json_obj_init(&top, root, source, "");
     batch_keys bk = {0};
-    warn_unknown_top_keys(&top);
+    ZT_TRY(zt_ds_check_known_keys(&top));
     ZT_TRY(parse_top(cfg, &top, &bk));
     ZT_TRY(zt_ds_parse_zero(cfg, &top));
     ZT_TRY(zt_ds_parse_precision(cfg, &top));
@@ -544,8 +573,47 @@ zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const cha
     ZT_TRY(zt_ds_parse_monitor(cfg, &top));
     ZT_TRY(ds_config_check_features(cfg, &top));
     ZT_TRY(ds_config_check_implemented(&top));
-    ds_config_warn_without_effect(cfg, top.source);
+    ds_config_warn_without_effect(cfg, &top);
+    zt_ds_apply_fates(cfg, &top);
     return ZT_OK;
+}
+
+zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const char *source,
+                                 int world_size) {
+    zt_ds_config_defaults(cfg);
+    zt_ds_config *outer = warn_sink;
+    warn_sink = cfg;
+    zt_status s = from_json(cfg, root, source, world_size);
+    warn_sink = outer;
+    return s;
+}
+
+zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const char *source,
+                                   const zt_training_args *args, const zt_ds_auto_context *ctx,
+                                   cJSON **resolved) {
+    zt_ds_config_defaults(cfg);
+    if (resolved)
+        *resolved = NULL;
+    cJSON *copy = cJSON_Duplicate(root, true);
+    if (!copy)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory copying the DeepSpeed config", source);
+    zt_ds_config *outer = warn_sink;
+    warn_sink = cfg;
+    /* Duplicate keys are judged on the text as written, before "auto" is filled. */
+    zt_status s = zt_json_check_duplicates(root, source, "DeepSpeed config", "", NULL);
+    char log[sizeof cfg->resolved];
+    log[0] = '\0';
+    if (s == ZT_OK)
+        s = zt_ds_resolve_auto(copy, args, ctx, source, log, sizeof log);
+    if (s == ZT_OK)
+        s = from_json(cfg, copy, source, ctx->world_size);
+    warn_sink = outer;
+    snprintf(cfg->resolved, sizeof cfg->resolved, "%s", log);
+    if (s == ZT_OK && resolved)
+        *resolved = copy;
+    else
+        cJSON_Delete(copy);
+    return s;
 }
 
 zt_status zt_ds_config_parse(zt_ds_config *cfg, const char *json_text, const char *source,

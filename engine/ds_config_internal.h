@@ -15,7 +15,8 @@
  * - JSON null and the string "auto" mean "absent" everywhere, so the default applies.
  * - Integers must be integral numbers (5e8 and 2.0 are fine); bools must be true/false. */
 
-/* Prints "ztrain: warning: SOURCE: " and the message, one line on stderr. */
+/* Records "ztrain: warning: SOURCE: " and the message as one line in the warnings of the config
+ * being parsed on this thread (stderr outside a parse); a line already recorded is not repeated. */
 void zt_ds_warn(const char *source, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Whether name is in the NULL-terminated list (case-sensitive). */
@@ -58,5 +59,12 @@ zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top);
 /* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet. */
 zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
+
+/* The key table's two passes (ds_config_keys.c). The first refuses a key that is not in the table
+ * inside any section it describes (warns at the top level); the second, after the section parsers,
+ * warns for every set key whose fate is a warning, or that is honoured only at other ZeRO stages
+ * than cfg's. Rows marked ZT_DS_KEY_BY_HAND are left to their section's parser. */
+zt_status zt_ds_check_known_keys(const zt_json_obj *o);
+void zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o);
 
 #endif

@@ -16,4 +16,24 @@
 zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const char *source,
                                  int world_size);
 
+/* As zt_ds_config_from_json, for the config of a job whose script supplies `args`: the tree is
+ * copied and resolved first as Hugging Face's Trainer resolves it (HfTrainerDeepSpeedConfig's
+ * trainer_config_process and trainer_config_finalize): every "auto" that the Trainer fills is
+ * filled from args and ctx, a missing optimizer is the Trainer's AdamW (with a warning), missing
+ * batch keys come from args, and a value the job set in args that differs from the config's is
+ * the Trainer's mismatch error. cfg->resolved lists what was filled. On success *resolved (if not
+ * NULL) is the resolved tree, which the caller deletes. */
+zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const char *source,
+                                   const zt_training_args *args, const zt_ds_auto_context *ctx,
+                                   cJSON **resolved);
+
+/* The effective config: the resolved tree with every value the engine uses written in, defaults
+ * included (the keys the key table honours), as indented JSON text the caller frees with free(). */
+char *zt_ds_config_effective_json(const zt_ds_config *cfg, const cJSON *resolved);
+
+/* Fills the "auto" values of root in place (see zt_ds_config_from_script); log receives the lines
+ * for cfg->resolved. */
+zt_status zt_ds_resolve_auto(cJSON *root, const zt_training_args *args, const zt_ds_auto_context *ctx,
+                             const char *source, char *log, size_t log_size);
+
 #endif

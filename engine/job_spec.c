@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ds_config_json.h"
+#include "fsutil.h"
 #include "json_util.h"
 #include "model_fields.h"
 #include "text.h"
@@ -21,7 +22,7 @@
 #include "ztrain/model.h"
 
 static const char *const top_keys[] = {"name", "world_size", "nodes", "device", "model", "data",
-                                       "train", "deepspeed", NULL};
+                                       "train", "training_args", "deepspeed", NULL};
 static const char *const data_keys[] = {"train", "val", "shuffle", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
@@ -155,6 +156,87 @@ static zt_status parse_train(zt_train_spec *t, const zt_data_spec *data, const z
     return ZT_OK;
 }
 
+/* A double argument with an inclusive lower bound (and an upper one when hi >= lo). */
+static zt_status get_arg_double(const zt_json_obj *o, const char *key, double lo, double hi,
+                                double *out, unsigned bit, unsigned *given) {
+    bool found;
+    ZT_TRY(zt_json_get_double(o, key, out, &found));
+    if (!found)
+        return ZT_OK;
+    if (*out < lo || (hi >= lo && *out > hi)) {
+        if (hi >= lo)
+            return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be between %g and %g, got %g", lo,
+                                     hi, *out);
+        return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be >= %g, got %g", lo, *out);
+    }
+    *given |= bit;
+    return ZT_OK;
+}
+
+/* "training_args": Hugging Face TrainingArguments' names, ranges and defaults. */
+static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top) {
+    static const char *const keys[] = {
+        "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+        "max_grad_norm", "per_device_train_batch_size", "gradient_accumulation_steps",
+        "warmup_steps", "warmup_ratio", "lr_scheduler_type", "bf16", "fp16", NULL};
+    zt_json_obj o;
+    zt_training_args_defaults(a);
+    ZT_TRY(zt_json_child(top, "training_args", &o));
+    ZT_TRY(zt_json_check_keys(&o, keys));
+    unsigned *g = &a->given;
+    ZT_TRY(get_arg_double(&o, "learning_rate", 0, -1, &a->learning_rate, ZT_ARG_LEARNING_RATE, g));
+    ZT_TRY(get_arg_double(&o, "weight_decay", 0, -1, &a->weight_decay, ZT_ARG_WEIGHT_DECAY, g));
+    ZT_TRY(get_arg_double(&o, "adam_beta1", 0, 0.999999, &a->adam_beta1, ZT_ARG_ADAM_BETAS, g));
+    ZT_TRY(get_arg_double(&o, "adam_beta2", 0, 0.999999, &a->adam_beta2, ZT_ARG_ADAM_BETAS, g));
+    ZT_TRY(get_arg_double(&o, "adam_epsilon", 0, -1, &a->adam_epsilon, ZT_ARG_ADAM_EPSILON, g));
+    ZT_TRY(get_arg_double(&o, "max_grad_norm", 0, -1, &a->max_grad_norm, ZT_ARG_MAX_GRAD_NORM, g));
+    ZT_TRY(get_arg_double(&o, "warmup_ratio", 0, 1, &a->warmup_ratio, ZT_ARG_WARMUP, g));
+    bool found;
+    ZT_TRY(get_int_min(&o, "per_device_train_batch_size", 1, &a->per_device_train_batch_size));
+    if (zt_json_item(&o, "per_device_train_batch_size"))
+        *g |= ZT_ARG_PER_DEVICE_TRAIN_BATCH_SIZE;
+    ZT_TRY(get_int_min(&o, "gradient_accumulation_steps", 1, &a->gradient_accumulation_steps));
+    if (zt_json_item(&o, "gradient_accumulation_steps"))
+        *g |= ZT_ARG_GRADIENT_ACCUMULATION_STEPS;
+    ZT_TRY(get_int_min(&o, "warmup_steps", 0, &a->warmup_steps));
+    if (zt_json_item(&o, "warmup_steps"))
+        *g |= ZT_ARG_WARMUP;
+    ZT_TRY(zt_json_get_bool(&o, "bf16", &a->bf16, &found));
+    *g |= found ? ZT_ARG_BF16 : 0;
+    ZT_TRY(zt_json_get_bool(&o, "fp16", &a->fp16, &found));
+    *g |= found ? ZT_ARG_FP16 : 0;
+    if (a->bf16 && a->fp16)
+        return zt_error(ZT_ERR_INVALID, "%s: training_args.bf16 and training_args.fp16 cannot both "
+                        "be true", top->source);
+    static const char *const schedules[] = {"linear", "constant", "constant_with_warmup", NULL};
+    const char *sched = NULL;
+    ZT_TRY(zt_json_get_string(&o, "lr_scheduler_type", &sched, NULL));
+    if (sched) {
+        bool known = false;
+        for (const char *const *k = schedules; *k; k++)
+            known = known || strcmp(sched, *k) == 0;
+        if (!known)
+            return zt_json_key_error(ZT_ERR_INVALID, &o, "lr_scheduler_type", "\"%s\" is not supported "
+                                     "(supported: linear, constant, constant_with_warmup)", sched);
+        snprintf(a->lr_scheduler_type, sizeof a->lr_scheduler_type, "%s", sched);
+    }
+    return ZT_OK;
+}
+
+/* The DeepSpeed config as the job's script leaves it (ds_config_auto.c), parsed, with its
+ * effective form kept for the run directory. */
+static zt_status read_ds(zt_job_spec *job, const cJSON *ds, const char *source) {
+    zt_ds_auto_context ctx = {.world_size = job->world_size, .hidden_size = job->model.n_embd,
+                              .max_steps = job->train.max_steps};
+    cJSON *resolved = NULL;
+    ZT_TRY(zt_ds_config_from_script(&job->ds, ds, source, &job->args, &ctx, &resolved));
+    job->ds_effective_json = zt_ds_config_effective_json(&job->ds, resolved);
+    cJSON_Delete(resolved);
+    if (!job->ds_effective_json)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory printing the effective config", source);
+    return ZT_OK;
+}
+
 /* The DeepSpeed config: an inline object, or a path to a ds_config.json beside the job file. */
 static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const char *base_dir) {
     const char *src = top->source;
@@ -164,7 +246,7 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
     if (cJSON_IsObject(ds)) {
         char ds_source[512];
         snprintf(ds_source, sizeof ds_source, "%s: deepspeed", src);
-        ZT_TRY(zt_ds_config_from_json(&job->ds, ds, ds_source, job->world_size));
+        ZT_TRY(read_ds(job, ds, ds_source));
         job->ds_json = cJSON_PrintUnformatted(ds);
     } else if (cJSON_IsString(ds)) {
         if (!ds->valuestring[0])
@@ -177,7 +259,7 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
         if (s == ZT_ERR_IO)
             zt_error_prefix(s, "%s: deepspeed: ", src);
         if (s == ZT_OK) {
-            s = zt_ds_config_from_json(&job->ds, root, path, job->world_size);
+            s = read_ds(job, root, path);
             if (s == ZT_OK)
                 job->ds_json = cJSON_PrintUnformatted(root);
         }
@@ -312,6 +394,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(parse_model(&job->model, &top, job->base_dir));
     ZT_TRY(parse_data(&job->data, &top, job->base_dir));
     ZT_TRY(parse_train(&job->train, &job->data, &top, job->base_dir));
+    ZT_TRY(parse_training_args(&job->args, &top));
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would
      * overflow, wherever a spec is read; activations are sized at fp32, the widest. */
@@ -381,6 +464,31 @@ void zt_job_spec_free(zt_job_spec *job) {
     /* ds_json comes from cJSON's allocator. */
     if (job->ds_json)
         cJSON_free(job->ds_json);
+    free(job->ds_effective_json);
     free(job->base_dir);
     memset(job, 0, sizeof *job);
+}
+
+void zt_job_spec_print_notes(const zt_job_spec *job, FILE *f) {
+    fputs(job->ds.resolved, f);
+    zt_ds_config_print_warnings(&job->ds, f);
+}
+
+zt_status zt_job_spec_write_effective(const zt_job_spec *job, const char *dir) {
+    if (!job->ds_effective_json)
+        return ZT_OK;
+    ZT_TRY(zt_mkdirs(dir));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ds_config.effective.json", dir);
+    char *text = NULL;
+    size_t n = strlen(job->ds_effective_json);
+    text = malloc(n + 2);
+    if (!text)
+        return zt_error(ZT_ERR_NOMEM, "out of memory writing %s", path);
+    memcpy(text, job->ds_effective_json, n);
+    text[n] = '\n';
+    text[n + 1] = '\0';
+    zt_status s = zt_write_file_atomic(path, text, n + 1);
+    free(text);
+    return s;
 }

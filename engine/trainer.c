@@ -458,6 +458,9 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (s == ZT_OK && opts->out_dir && t.rank == 0) {
         char path[4200];
         s = zt_mkdirs(opts->out_dir);
+        /* The run directory records what the DeepSpeed config came to, "auto" values resolved. */
+        if (s == ZT_OK)
+            s = zt_job_spec_write_effective(job, opts->out_dir);
         snprintf(path, sizeof path, "%s/metrics.jsonl", opts->out_dir);
         /* A resumable job's records are appended, also when it starts from step 0: an earlier
          * run's metrics.jsonl in the same directory is never truncated. */

@@ -10,18 +10,42 @@
 #include <cjson/cJSON.h>
 
 #include "http_internal.h"
+#include "json_util.h"
 #include "ztrain/checkpoint.h"
 
 #define ZT_MAX_LIST_LIMIT 1000
 
 /* ---- one job ---------------------------------------------------------------------------- */
 
+/* The effective DeepSpeed config that rank 0 wrote into the run directory ("auto" values resolved,
+ * defaults written in), or null before it has. Read per request, like the checkpoints: one small
+ * file, and only for one job's page. */
+static void effective_config(zt_jbuf *b, const zt_job_info *j) {
+    char path[4200], *text = NULL, *out = NULL;
+    cJSON *root = NULL;
+    snprintf(path, sizeof path, "%s/ds_config.effective.json", j->run_dir ? j->run_dir : "");
+    if (j->run_dir && zt_json_read_file(path, &text, NULL) == ZT_OK)
+        root = cJSON_Parse(text);
+    if (root)
+        out = cJSON_PrintUnformatted(root);
+    zt_json_key(b, "effective_config");
+    if (out)
+        zt_json_raw(b, out, strlen(out));
+    else
+        zt_json_null(b);
+    cJSON_free(out);
+    cJSON_Delete(root);
+    free(text);
+}
+
 static enum MHD_Result send_job(struct MHD_Connection *c, const zt_job_info *j) {
     zt_ckpt_list ck;
     zt_ckpt_list_dir(j->checkpoint_dir, &ck);
     zt_jbuf b;
     zt_jbuf_init(&b);
-    zt_json_job(&b, j, zt_http_wall_ms(), &ck);
+    zt_json_job_open(&b, j, zt_http_wall_ms());
+    effective_config(&b, j);
+    zt_json_job_close(&b, &ck);
     zt_ckpt_list_free(&ck);
     return zt_http_send_json(c, MHD_HTTP_OK, &b);
 }

@@ -249,6 +249,20 @@ void zt_jm_daemon_log(zt_jobs *jm, job *j, const char *fmt, ...) {
 /* ------------------------------------------------------------------------------------------ */
 /* Submitting                                                                                  */
 
+/* What the DeepSpeed config resolved to and its warnings, once per job, in the job's log as
+ * ztraind's own lines (the ranks are started with --validated and print none of it). */
+static void log_config_notes(zt_jobs *jm, job *j, const zt_job_spec *spec) {
+    const char *texts[] = {spec->ds.resolved, spec->ds.warnings};
+    for (int i = 0; i < 2; i++) {
+        for (const char *line = texts[i]; *line;) {
+            const char *end = strchr(line, '\n');
+            int len = end ? (int)(end - line) : (int)strlen(line);
+            zt_jm_daemon_log(jm, j, "%.*s", len, line);
+            line += len + (end ? 1 : 0);
+        }
+    }
+}
+
 static job *find_by_key(zt_jobs *jm, const char *key) {
     if (!key || !key[0])
         return NULL;
@@ -393,6 +407,7 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
         job *j = job_alloc(&ji);
         add_job(jm, j);
         zt_jm_persist(jm, j);
+        log_config_notes(jm, j, &spec);
         zt_jm_schedule(jm, false);
         info_copy(info, &j->info);
     }

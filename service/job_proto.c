@@ -24,7 +24,9 @@
 /* Keys whose zero the proto would read as "the default" although the job file forbids it. The
  * model's are its family's fields with a positive bound (must_be_positive). */
 static const char *const positive_keys[] = {"world_size", "nodes", "train.epochs",
-                                            "train.log_interval", "train.eval_steps", NULL};
+                                            "train.log_interval", "train.eval_steps",
+                                            "training_args.per_device_train_batch_size",
+                                            "training_args.gradient_accumulation_steps", NULL};
 
 /* ---- building heap-owned messages -------------------------------------------------------- */
 
@@ -160,6 +162,13 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
         ZT_TRY(zt_json_get_bool(o, f->name, &v, &found));
         if (found)
             *(protobuf_c_boolean *)p = v;
+        break;
+    }
+    case PROTOBUF_C_TYPE_DOUBLE: {
+        double v;
+        ZT_TRY(zt_json_get_double(o, f->name, &v, &found));
+        if (found)
+            *(double *)p = v;
         break;
     }
     case PROTOBUF_C_TYPE_MESSAGE: {

@@ -37,7 +37,7 @@ static int spec_nodes(const job *j) {
 static void start_job(zt_jobs *jm, job *j) {
     char job_path[4200];
     zt_status s = write_job_file(j, job_path, sizeof job_path);
-    char *argv[] = {jm->cfg.worker_path, job_path, "--out", j->info.run_dir, NULL};
+    char *argv[] = {jm->cfg.worker_path, job_path, "--out", j->info.run_dir, "--validated", NULL};
     /* A job alone on the machine gets all of it, as under `ztrain run`; when other jobs may
      * share the cores, the ranks' OpenMP threads wait passively instead of spinning. Under
      * Slurm the cores are the scheduler's to hand out: one per rank unless --threads-per-rank

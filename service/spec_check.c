@@ -171,6 +171,9 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
     else if (lim->max_nodes > 0 && spec->nodes > lim->max_nodes)
         s = zt_error(ZT_ERR_INVALID, "spec: nodes %d needs a server started with --launcher slurm: "
                      "this one runs every rank on its own host", spec->nodes);
+    /* The files are judged here, once, rather than by every rank after it has started. */
+    if (s == ZT_OK)
+        s = zt_job_spec_check_files(spec, "spec");
     if (s == ZT_OK) {
         zt_admission_limits al = {.rank_bytes = lim->max_rank_bytes,
                                   .rank_name = "this server's --max-rank-memory",

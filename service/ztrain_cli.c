@@ -2,6 +2,7 @@
  *
  *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
  *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
+ *   ztrain config-keys                                the DeepSpeed key table, as markdown
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
  *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF GPT-2 safetensors
  *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
@@ -43,6 +44,8 @@ static const char usage[] =
     "      Write the checkpoint's weights as safetensors with Hugging Face GPT-2 names.\n"
     "  estimate JOB.json [--json]\n"
     "      The job's memory per rank and on this host, as `ztrain run` and ztraind judge it.\n"
+    "  config-keys\n"
+    "      Every DeepSpeed config key ztrain knows, with its fate, as a markdown table.\n"
     "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
     "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n"
     "  --version, --help\n"
@@ -175,6 +178,33 @@ static int cmd_estimate(int argc, char **argv) {
     return 0;
 }
 
+/* The key table as the README's markdown table (README.md "DeepSpeed config keys"; a test keeps
+ * the two equal). */
+static int cmd_config_keys(int argc) {
+    if (argc > 0)
+        return bad_usage("config-keys: %stakes no arguments", "");
+    size_t n;
+    const zt_ds_key *keys = zt_ds_keys(&n);
+    printf("| key | fate | what ztrain does |\n|---|---|---|\n");
+    for (size_t i = 0; i < n; i++) {
+        const zt_ds_key *k = &keys[i];
+        char fate[48];
+        static const char *const names[] = {"honoured", "warned", "refused"};
+        snprintf(fate, sizeof fate, "%s", names[zt_ds_key_fate_of(k)]);
+        if (zt_ds_key_fate_of(k) == ZT_DS_KEY_HONOURED && k->stages) {
+            char list[16] = "";
+            for (int s = 0; s < 4; s++)
+                if (k->stages & (1u << s))
+                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d",
+                             list[0] ? "," : "", s);
+            snprintf(fate, sizeof fate, "honoured at stage %s", list);
+        }
+        printf("| `%s`%s | %s | %s |\n", k->path,
+               (k->flags & ZT_DS_KEY_OPAQUE) ? " (contents not listed)" : "", fate, k->note);
+    }
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
     const char *job_path = NULL, *out = NULL;
     long threads = 0;
@@ -196,6 +226,12 @@ static int cmd_run(int argc, char **argv) {
     zt_job_spec job;
     if (zt_job_spec_load(&job, job_path) != ZT_OK)
         return zt_cli_fail(NULL);
+    /* Once per job, here, before any rank starts: the ranks are told they need not. */
+    if (zt_job_spec_check_files(&job, job_path) != ZT_OK) {
+        zt_job_spec_free(&job);
+        return zt_cli_fail(NULL);
+    }
+    zt_job_spec_print_notes(&job, stderr);
     if (job.nodes > 1) {
         fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "
                 "on this host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm\n",
@@ -240,7 +276,8 @@ static int cmd_run(int argc, char **argv) {
         strcpy(strrchr(worker, '/'), "/ztrain-worker");
         /* --threads reaches the ranks as their OMP_NUM_THREADS, which the launcher weighs
          * against the cores. */
-        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out, NULL};
+        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out, "--validated",
+                         NULL};
         zt_launch_options lo = {.program = worker, .argv = wargv, .world_size = world_size,
                                 .threads_per_rank = (int)threads};
         zt_launch_result lr;
@@ -469,6 +506,8 @@ int main(int argc, char **argv) {
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "estimate") == 0)
         return cmd_estimate(argc - 2, argv + 2);
+    if (strcmp(argv[1], "config-keys") == 0)
+        return cmd_config_keys(argc - 2);
     if (strcmp(argv[1], "sample") == 0)
         return cmd_sample(argc - 2, argv + 2);
     /* Both consolidate the fp32 weights, whatever the ZeRO stage and number of ranks that wrote

@@ -1,6 +1,10 @@
 /* ztrain-worker: one rank of a job.
  *
- *   ztrain-worker JOB.json [--out DIR] [--threads N]
+ *   ztrain-worker JOB.json [--out DIR] [--threads N] [--validated]
+ *
+ * --validated: the process that started the ranks (`ztrain run`, ztraind) has validated the job and
+ * printed what its DeepSpeed config resolved to and its warnings; without it rank 0 prints them,
+ * so that they appear once per job either way.
  *
  * It needs no daemon: its place in the job comes from the launcher's environment (torchrun's
  * RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or Slurm's SLURM_PROCID, SLURM_NTASKS),
@@ -40,7 +44,8 @@
 #define DEFAULT_COMM_TIMEOUT_S 300.0
 #define METRICS_CONNECT_TIMEOUT_S 30.0
 
-static const char usage[] = "usage: ztrain-worker JOB.json [--out DIR] [--threads N]\n";
+static const char usage[] =
+    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--validated]\n";
 
 static volatile sig_atomic_t stop_requested;
 static struct timespec stop_time;   /* when the first stop signal came (CLOCK_MONOTONIC) */
@@ -263,8 +268,11 @@ static const char *world_size_source(char *buf, size_t size) {
 int main(int argc, char **argv) {
     const char *job_path = NULL, *out = NULL;
     long threads = 0;
+    bool validated = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--validated") == 0) {
+            validated = true;
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out = argv[++i];
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             char *end;
@@ -312,6 +320,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
         return 1;
     }
+    if (rank == 0 && !validated)
+        zt_job_spec_print_notes(&job, stderr);
     if (job.world_size != dist.world_size) {
         char src[160];
         fprintf(stderr, "ztrain-worker: rank %d: %s but %s says world_size %d\n", rank,

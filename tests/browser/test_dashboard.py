@@ -21,7 +21,8 @@ and then job B (2 ranks, endless), which therefore waits in QUEUED until A is do
      and log tail match the API.
   d. The jobs page shows A SUCCEEDED and B RUNNING; on B's page, Cancel and then the in-page
      confirmation (both by keyboard) cancel it: CANCELLED in the API and on both pages.
-  e. A job whose data file is shorter than one sample fails in its worker: the FAILED state and
+  e. A job whose init_from file holds no safetensors fails in its worker (a data file too short
+     is refused at submit now): the FAILED state and
      the daemon's reason show in the jobs table (also under the FAILED filter) and on its page.
   f. No SEVERE entry in the browser's console in a-e (a missing favicon would be one).
   g. A daemon with a token: the page says 401 and asks for the token (focus in the field); a
@@ -417,7 +418,7 @@ def case_cancel(drv, d, a_id, b_id, seen):
 
 def case_failed(drv, d):
     job = tiny_job(d.data_root, name="dash-fails", max_steps=50)
-    job["data"]["train"] = write_data(d.data_root, "short.txt", b"far too short")
+    job["model"]["init_from"] = write_data(d.data_root, "short.txt", b"far too short")
     c_id = submit(d, job).id
     wait_state(d, c_id, TERMINAL, timeout=30)
     c = api(d, f"/api/v1/jobs/{c_id}")

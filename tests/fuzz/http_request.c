@@ -39,10 +39,12 @@ static const char ok_job[] =
     "\"n_embd\": 8, \"vocab_size\": 256, \"block_size\": 8}, \"data\": {\"train\": \"train.txt\"},"
     " \"train\": {\"max_steps\": 3, \"log_interval\": 1}, \"deepspeed\": {\"train_batch_size\": 2,"
     " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}}}";
-/* Byte tokens above vocab_size: the worker refuses the data and the job fails. */
+/* init_from names a file that exists but holds no safetensors: the submit (which checks that the
+ * file can be opened) accepts it, the worker refuses it and the job fails. */
 static const char failing_job[] =
     "{\"name\": \"fuzz-fail\", \"model\": {\"type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, "
-    "\"n_embd\": 8, \"vocab_size\": 32, \"block_size\": 8}, \"data\": {\"train\": \"train.txt\"},"
+    "\"n_embd\": 8, \"vocab_size\": 256, \"block_size\": 8, \"init_from\": \"train.txt\"}, "
+    "\"data\": {\"train\": \"train.txt\"},"
     " \"deepspeed\": {\"train_batch_size\": 2, \"optimizer\": {\"type\": \"AdamW\"}}}";
 static const char long_job[] =
     "{\"name\": \"fuzz-cancelled\", \"model\": {\"type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2,"

@@ -302,6 +302,8 @@ def spec_proto(job):
         spec.data.CopyFrom(pb.DataSpec(**job["data"]))
     if "train" in job:
         spec.train.CopyFrom(pb.TrainOptions(**job["train"]))
+    if "training_args" in job:
+        spec.training_args.CopyFrom(pb.TrainingArgs(**job["training_args"]))
     return spec
 
 

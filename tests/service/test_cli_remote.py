@@ -133,12 +133,14 @@ def case_c(d, tmp):
     ck.check(follower.returncode == 0 and "cancel requested" in f_out,
              f"c: logs -f ends with the job ({follower.returncode}, {len(f_out.splitlines())} lines)")
 
+    # A data file too short is refused at submit (issue 20: errors early); init_from naming a file
+    # that opens but holds no safetensors fails in the rank.
     write_data(d.data_root, "short.txt", b"tiny")
     bad = tiny_job(d.data_root, name="cli-fail", max_steps=5)
-    bad["data"]["train"] = "short.txt"
+    bad["model"]["init_from"] = "short.txt"
     rc, out, _ = cli(["submit", write_job(os.path.join(tmp, "jobs", "fail.json"), bad)], d)
     rc, out, err = cli(["watch", out.strip()], d)
-    ck.check(rc == 1 and "FAILED" in err and "fewer than one sample" in err,
+    ck.check(rc == 1 and "FAILED" in err and "too short for the 8-byte header" in err,
              f"c: watch exits 1 for a failed job, the reason on stderr ({rc}: {err.strip()})")
 
 

@@ -1,16 +1,20 @@
 /* The DeepSpeed JSON config, read as DeepSpeed 0.19 reads it.
  *
  * A user's ds_config.json works unchanged: the same keys, defaults, inference rules and error texts
- * (see shared/reference/deepspeed.md). Unknown keys inside a section are an error naming the key;
- * unknown top-level keys are reported as warnings on stderr (DeepSpeed ignores them silently);
- * the string "auto" means the default. Valid options this build does not run (gradient_allreduce_op
- * "sum", 16-bit data_types, a few DeepSpeed extensions) are parsed and validated, then refused with
- * ZT_ERR_UNSUPPORTED, never silently ignored. */
+ * (see shared/reference/deepspeed.md). Every key ztrain knows is in one table (zt_ds_keys) with its
+ * fate: honoured, warned as without effect when set away from DeepSpeed's default, or refused with
+ * ZT_ERR_UNSUPPORTED. Unknown keys inside any section are an error naming the key; unknown
+ * top-level keys are warnings (DeepSpeed ignores them silently). A job's training_args fill the
+ * "auto" values a script or the Hugging Face Trainer would fill (zt_job_spec_parse); "auto" left
+ * over means the default. Warnings are collected in the parsed config, one line each, for the
+ * caller to print once per job. */
 #ifndef ZTRAIN_DS_CONFIG_H
 #define ZTRAIN_DS_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ztrain/status.h"
 
@@ -172,7 +176,55 @@ typedef struct {
     zt_bf16_config bf16;
     zt_zero_config zero;
     zt_monitor_config monitor;
+
+    /* The parse's warnings, each "ztrain: warning: SOURCE: ...\n", in order, without repeats;
+     * "" when there were none. Full beyond the buffer: the last line says how many were lost. */
+    char warnings[8192];
+    int warnings_lost;
+    /* Each value the job's script supplied (zt_ds_config_from_script): every "auto" resolved and
+     * every missing key filled, one line each ("ztrain: SOURCE: \"auto\" KEY = VALUE (FROM)\n"). */
+    char resolved[4096];
 } zt_ds_config;
+
+/* What a DeepSpeed user's training script, or the Hugging Face Trainer, supplies besides the
+ * config: the job spec's "training_args" section, with TrainingArguments' names and defaults. */
+typedef struct {
+    double learning_rate;            /* 5e-5 */
+    double weight_decay;             /* 0 */
+    double adam_beta1, adam_beta2;   /* 0.9, 0.999 */
+    double adam_epsilon;             /* 1e-8 */
+    double max_grad_norm;            /* 1.0 */
+    int per_device_train_batch_size; /* 8 */
+    int gradient_accumulation_steps; /* 1 */
+    int warmup_steps;                /* 0: warmup_ratio decides */
+    double warmup_ratio;             /* 0 */
+    char lr_scheduler_type[24];      /* "" (the config's scheduler, or none), "constant",
+                                      * "constant_with_warmup", "linear" */
+    bool bf16, fp16;                 /* false */
+    unsigned given;                  /* ZT_ARG_* bits: the arguments the job set itself */
+} zt_training_args;
+
+/* The arguments whose value, when the job sets it, must match a DeepSpeed value that is not
+ * "auto" (HF's fill_match): a mismatch is an error with HF's text. */
+#define ZT_ARG_LEARNING_RATE 1u
+#define ZT_ARG_WEIGHT_DECAY 2u
+#define ZT_ARG_ADAM_BETAS 4u
+#define ZT_ARG_ADAM_EPSILON 8u
+#define ZT_ARG_MAX_GRAD_NORM 16u
+#define ZT_ARG_PER_DEVICE_TRAIN_BATCH_SIZE 32u
+#define ZT_ARG_GRADIENT_ACCUMULATION_STEPS 64u
+#define ZT_ARG_WARMUP 128u
+#define ZT_ARG_BF16 256u
+#define ZT_ARG_FP16 512u
+
+void zt_training_args_defaults(zt_training_args *a);
+
+/* What else the resolution needs from the job. */
+typedef struct {
+    int world_size;
+    int hidden_size;   /* the model's width: HF's "auto" ZeRO bucket sizes derive from it */
+    int64_t max_steps; /* the Trainer's num_training_steps; 0 when the job runs by epochs */
+} zt_ds_auto_context;
 
 /* Parses DeepSpeed config JSON text. `source` names it in messages (a file path, or "job.json:
  * deepspeed"). `world_size` is the data-parallel size used by the batch inference. On failure *cfg
@@ -186,5 +238,40 @@ zt_status zt_ds_config_load(zt_ds_config *cfg, const char *path, int world_size)
 
 /* Fills *cfg with DeepSpeed's defaults for every key (the batch triple left at 0). */
 void zt_ds_config_defaults(zt_ds_config *cfg);
+
+/* Prints cfg->warnings to f. Callers print them once per job: the process that validates a job
+ * before its ranks start (`ztrain run`, ztraind), or rank 0 of ranks started by another launcher. */
+void zt_ds_config_print_warnings(const zt_ds_config *cfg, FILE *f);
+
+/* ---- The key table ---------------------------------------------------------------------------
+ * One row per key path ("zero_optimization.offload_param.buffer_size"). A key that is not in the
+ * table is refused inside a section (ZT_ERR_INVALID naming the key and the section) and warned at
+ * the top level. What happens to a present key is its fate, applied when its value differs from
+ * DeepSpeed's default (`dflt`; null and "auto" never differ): */
+typedef enum {
+    ZT_DS_KEY_HONOURED = 0, /* acted on as DeepSpeed does; with `stages`, only at those ZeRO stages
+                             * and warned as without effect at the others */
+    ZT_DS_KEY_WARNED = 1,   /* accepted with one warning line: "<path> has no effect: <note>" */
+    ZT_DS_KEY_REFUSED = 2,  /* ZT_ERR_UNSUPPORTED naming the key (the note says which values) */
+} zt_ds_key_fate;
+
+#define ZT_DS_KEY_FATE_MASK 3u
+#define ZT_DS_KEY_SECTION 4u   /* an object whose keys are rows of their own */
+#define ZT_DS_KEY_OPAQUE 8u    /* a section whose contents are not listed: a warned one warns when
+                                * it holds a key that is not a row */
+#define ZT_DS_KEY_BY_HAND 16u  /* the fate is applied by the section's parser, with its own text */
+#define ZT_DS_KEY_PRESENCE 32u /* any value counts as set (no default to compare with) */
+
+typedef struct {
+    const char *path;  /* dotted key path */
+    unsigned flags;    /* the fate (ZT_DS_KEY_FATE_MASK) and ZT_DS_KEY_* flags */
+    unsigned stages;   /* honoured keys: bit s set for each ZeRO stage s that acts on it; 0: all */
+    const char *dflt;  /* DeepSpeed's default as JSON text, or NULL (any value counts as set) */
+    const char *note;  /* one line: what is honoured, or why there is no effect or no support */
+} zt_ds_key;
+
+/* The table, in section order; static storage. */
+const zt_ds_key *zt_ds_keys(size_t *n);
+zt_ds_key_fate zt_ds_key_fate_of(const zt_ds_key *k);
 
 #endif

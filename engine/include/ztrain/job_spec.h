@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ztrain/backend.h"
 #include "ztrain/ds_config.h"
@@ -58,8 +59,12 @@ typedef struct {
     zt_model_spec model;
     zt_data_spec data;
     zt_train_spec train;
-    zt_ds_config ds;          /* parsed with world_size as the data-parallel size */
+    zt_training_args args;    /* "training_args": what the script / HF Trainer supplies */
+    zt_ds_config ds;          /* parsed with world_size as the data-parallel size, "auto" values
+                               * and a missing optimizer supplied from args (ds.resolved says
+                               * which, ds.warnings what has no effect) */
     char *ds_json;            /* the DeepSpeed config as JSON text, kept for checkpoints */
+    char *ds_effective_json;  /* the effective config (zt_job_spec_write_effective) */
     char *base_dir;           /* directory that relative paths were resolved against */
 } zt_job_spec;
 
@@ -73,6 +78,21 @@ zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char 
                             const char *base_dir);
 
 void zt_job_spec_free(zt_job_spec *job);
+
+/* The checks that read the job's files (engine/job_check.c): data.train (and data.val when the job
+ * evaluates) open with the model's vocabulary and hold at least one sample for rank 0's first
+ * batch; model.init_from can be opened. Made before any rank starts, so a bad file is one error.
+ * Messages start with `source` and name the key. */
+zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source);
+
+/* Prints what the job's DeepSpeed config left to the script (job->ds.resolved) and its warnings,
+ * once per job: by the process that validates the job before its ranks start, or by rank 0 of
+ * ranks that another launcher started. */
+void zt_job_spec_print_notes(const zt_job_spec *job, FILE *f);
+
+/* Writes job->ds_effective_json as DIR/ds_config.effective.json (DIR made when missing), DIR
+ * being the run directory: where metrics.jsonl goes (`ztrain run --out`, ztraind's RUNS/<id>). */
+zt_status zt_job_spec_write_effective(const zt_job_spec *job, const char *dir);
 
 /* Checks a model spec against its family (engine/model_registry.c): a known type, every field
  * within its bound, then the family's own cross-field checks (GPT-2: n_embd % n_head == 0).

@@ -1,0 +1,41 @@
+/* The checks of a job that read its files, made once by whoever starts the ranks (`ztrain run`,
+ * ztraind) before any rank starts: the data files open with the model's vocabulary and hold at
+ * least what one rank's first batch needs, and model.init_from can be read. Without them each
+ * rank would find the same fault on its own and the job would fail with one error per rank. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ztrain/data.h"
+#include "ztrain/job_spec.h"
+
+static zt_status check_dataset(const zt_job_spec *job, const char *path, const char *key,
+                               bool drop_last, const char *source) {
+    zt_dataset d;
+    zt_status s = zt_dataset_open(&d, path, job->model.vocab_size);
+    if (s != ZT_OK)
+        return zt_error_prefix(s, "%s: %s: ", source, key);
+    zt_loader l;
+    s = zt_loader_init(&l, &d, job->ds.train_micro_batch_size_per_gpu, job->model.block_size, 0,
+                       job->world_size, false, drop_last, job->train.seed);
+    if (s == ZT_OK)
+        zt_loader_free(&l);
+    else
+        zt_error_prefix(s, "%s: %s: ", source, key);
+    zt_dataset_close(&d);
+    return s;
+}
+
+zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source) {
+    ZT_TRY(check_dataset(job, job->data.train, "data.train", job->ds.dataloader_drop_last, source));
+    if (job->data.val && job->train.eval_interval > 0)
+        ZT_TRY(check_dataset(job, job->data.val, "data.val", false, source));
+    if (job->model.init_from) {
+        FILE *f = fopen(job->model.init_from, "rb");
+        if (!f)
+            return zt_error(ZT_ERR_IO, "%s: model.init_from: cannot open %s: %s", source,
+                            job->model.init_from, strerror(errno));
+        fclose(f);
+    }
+    return ZT_OK;
+}

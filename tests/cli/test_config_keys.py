@@ -1,0 +1,105 @@
+"""The DeepSpeed key table (issue 20): the README's table "DeepSpeed config keys" is exactly what
+`ztrain config-keys` prints from the parser's own table, so the two cannot drift apart; and the
+table is the parser's truth: every key it lists, written with DeepSpeed's default, is accepted
+without a word, and every warned key set away from its default draws exactly one warning naming it.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
+ZTRAIN = os.path.join(BUILD, "ztrain")
+CHECK_TOOL = os.path.join(BUILD, "zt_job_check")
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok    " if ok else "FAIL  ") + what)
+    failed += 0 if ok else 1
+
+
+def readme_table():
+    with open(os.path.join(SRC, "README.md")) as f:
+        text = f.read()
+    m = re.search(r"<!-- config-keys: [^\n]*-->\n(.*?)<!-- config-keys end -->", text, re.S)
+    return m.group(1) if m else None
+
+
+def parse_rows(table):
+    rows = []
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        path = cells[0].split("`")[1]
+        rows.append((path, "(contents not listed)" in cells[0], cells[1], cells[2]))
+    return rows
+
+
+def nest(path, value):
+    # The 16-bit master flags exist only with ZeRO (DeepSpeed's own check), states only with masters.
+    ds = {"train_batch_size": 8, "zero_optimization": {"stage": 1}}
+    if path.endswith("bf16_optimizer_states"):
+        ds[path.split(".")[0]] = {"bf16_master_weights_and_grads": True}
+    if path.startswith("optimizer."):
+        ds["optimizer"] = {"type": "Adam"}
+    node = ds
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return ds
+
+
+def run_check(tmp, ds):
+    job = {"model": {"type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 256,
+                     "block_size": 8},
+           "data": {"train": "train.txt"}, "deepspeed": ds}
+    path = os.path.join(tmp, "job.json")
+    with open(path, "w") as f:
+        json.dump(job, f)
+    return subprocess.run([CHECK_TOOL, path], capture_output=True, text=True, timeout=30)
+
+
+def main():
+    printed = subprocess.run([ZTRAIN, "config-keys"], capture_output=True, text=True, check=True).stdout
+    readme = readme_table()
+    check(readme is not None, "README.md has the generated table between its markers")
+    check(readme == printed, "README.md's key table is what `ztrain config-keys` prints "
+          "(regenerate it with `build/ztrain config-keys`)")
+    rows = parse_rows(printed)
+    check(len(rows) > 200, f"{len(rows)} keys in the table")
+    check(len({r[0] for r in rows}) == len(rows), "no key is listed twice")
+
+    # Defaults come from the C table, which the markdown does not show: they are read back from
+    # the parser by setting each scalar key to a value that cannot be a default.
+    with tempfile.TemporaryDirectory() as tmp:
+        open(os.path.join(tmp, "train.txt"), "wb").write(b"x" * 4096)
+        paths = {r[0] for r in rows}
+        sections = {p for p in paths if any(q.startswith(p + ".") for q in paths)}
+        warned = [r for r in rows if r[2] == "warned" and r[0] not in sections and not r[1]]
+        n = 0
+        for path, _, _, note in warned:
+            # A value of another type than every default: the parser's typed sections refuse it,
+            # so the probe uses a value of the right kind for each family of knobs.
+            for probe in (True, False, 4, 0.5, "x", "fp16"):
+                p = run_check(tmp, nest(path, probe))
+                lines = [l for l in p.stderr.splitlines() if l.startswith("ztrain: warning:")]
+                hits = [l for l in lines if f"{path} has no effect" in l]
+                if p.returncode == 0 and hits:
+                    break
+            check(p.returncode == 0 and len(hits) == 1,
+                  f"warned key {path}: accepted with exactly one warning naming it "
+                  f"({p.stderr.strip()[-200:]})")
+            n += 1
+        check(n > 50, f"{n} warned keys probed")
+    print(f"{failed} failure(s)")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
