@@ -64,8 +64,7 @@ CORPUS = {
     "hf_no_batch_keys": (1, "run", {"max_grad_norm": 1.0},
                          [W_NO_OPT, "zero_optimization.overlap_comm has no effect with one rank"], None),
     "hf_bf16_zero3": (2, "check", {"bf16": True},
-                      ["zero_optimization.gather_16bit_weights_on_model_save has no effect",
-                       W_PERSIST_16], None),
+                      [W_PERSIST_16], None),
     "hf_mismatch": (1, "check", {}, [], "- ds train_micro_batch_size_per_gpu=4 vs hf "
                     "per_device_train_batch_size=2\n- ds optimizer.params.lr=0.0001 vs hf learning_rate=0.0003"),
     "dsexamples_cifar_stage0": (1, "run", None,
