@@ -22,6 +22,7 @@
 #include "fsutil.h"
 #include "json_util.h"
 #include "model_fields.h"
+#include "ztrain/safetensors.h"
 
 typedef enum {
     ROW_FIELD, /* config key <-> spec field */
@@ -289,6 +290,26 @@ bool zt_hf_is_dir(const char *path) {
     return path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The weights as far as they can be judged without the model: the index and every shard open,
+ * their headers agree, and every tensor is of a dtype that converts to fp32. Only headers are
+ * read (the shards are mapped, not read), so a missing shard or an I64 tensor is one error when
+ * the job is read, before any rank starts; names and shapes are the loader's to check. */
+static zt_status check_weights(const char *dir) {
+    zt_st_set set;
+    ZT_TRY(zt_st_set_open(&set, dir));
+    zt_status s = ZT_OK;
+    for (int i = 0; i < set.n_tensors && s == ZT_OK; i++) {
+        const zt_st_tensor *t = set.tensors[i].tensor;
+        if (t->dtype != ZT_ST_F32 && t->dtype != ZT_ST_F16 && t->dtype != ZT_ST_BF16 &&
+            strcmp(t->dtype_name, "F64") != 0)
+            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, not a float type ztrain "
+                         "reads (F32, F16, BF16)", set.tensors[i].file->path, t->name,
+                         t->dtype_name);
+    }
+    zt_st_set_close(&set);
+    return s;
+}
+
 static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
     if (!cJSON_IsObject(root))
         return zt_error(ZT_ERR_FORMAT, "%s: not a JSON object", c->path);
@@ -325,13 +346,7 @@ static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
             ZT_TRY(apply_row(&rows[i], root, c));
     if (strcmp(type, "qwen2") == 0)
         ZT_TRY(check_qwen2(root, c));
-    char weights[4200], index[4200];
-    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
-    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
-    if (!zt_path_exists(weights) && !zt_path_exists(index))
-        return zt_error(ZT_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json "
-                        "beside config.json", dir);
-    return ZT_OK;
+    return check_weights(dir);
 }
 
 zt_status zt_hf_config_read(const char *dir, zt_hf_config *out) {

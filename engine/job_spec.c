@@ -127,8 +127,11 @@ static zt_status parse_model(zt_model_spec *m, const zt_json_obj *top, const cha
     if (zt_hf_is_dir(from)) {
         hf = malloc(sizeof *hf);
         s = hf ? zt_hf_config_read(from, hf) : zt_error(ZT_ERR_NOMEM, "out of memory");
+        /* A directory the job names that cannot be read (a missing shard) is a fault of the
+         * job, as a missing data.train is. */
         if (s != ZT_OK && hf)
-            zt_error_prefix(s, "%s: model.init_from: ", top->source);
+            s = zt_error_prefix(s == ZT_ERR_IO ? ZT_ERR_INVALID : s, "%s: model.init_from: ",
+                                top->source);
     }
     const zt_model_family *fam = NULL;
     if (s == ZT_OK)

@@ -15,7 +15,8 @@
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
 
-/* A directory NAME holding config.json with this text and an (empty) model.safetensors. */
+/* A directory NAME holding config.json with this text and a model.safetensors without tensors
+ * (the header "{}" padded to 8 bytes). */
 static const char *hf_dir(const char *name, const char *config) {
     const char *dir = check_tmp_path(name);
     mkdir(dir, 0755);
@@ -23,7 +24,8 @@ static const char *hf_dir(const char *name, const char *config) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     check_write_file(path, config, strlen(config));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    check_write_file(path, "", 0);
+    static const char empty[16] = {8, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
+    check_write_file(path, empty, sizeof empty);
     return dir;
 }
 

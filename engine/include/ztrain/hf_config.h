@@ -44,8 +44,9 @@ bool zt_hf_is_dir(const char *path);
  * (or a family this build does not register), a value of the wrong type, and on what ztrain
  * cannot represent: hidden_act other than silu, mlp_bias, rope_scaling types other than linear
  * and llama3, Qwen2 sliding windows on only some layers, GPT-2 variants with another activation,
- * epsilon or attention scaling. Also checks that the directory holds weights (model.safetensors
- * or model.safetensors.index.json). */
+ * epsilon or attention scaling. Also checks the weights as far as headers tell (zt_st_set_open
+ * on the directory: the index and every shard it names, and a float dtype for every tensor),
+ * so that these errors come when a job is read, before any rank starts. */
 zt_status zt_hf_config_read(const char *dir, zt_hf_config *out);
 
 /* Writes the config.json `from_pretrained` needs for spec (model_type, architectures,
