@@ -188,8 +188,8 @@ static void llama_backward(zt_model *m) {
         /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
         op->linear_backward(x, o->dh, dw[LLAMA_DOWN_W], NULL, o->dres, a->hmul, w[LLAMA_DOWN_W],
                             BT, I, C, ZT_W_OUT_IN, false);
-        op->silu_mul_backward(x, o->dgate, o->dup, o->dh, a->gate, a->up, (size_t)BT * I);
-        op->linear_backward(x, o->dln, dw[LLAMA_GATE_W], NULL, o->dgate, a->ln2, w[LLAMA_GATE_W],
+        op->silu_mul_backward(x, o->dh, o->dup, o->dh, a->gate, a->up, (size_t)BT * I);
+        op->linear_backward(x, o->dln, dw[LLAMA_GATE_W], NULL, o->dh, a->ln2, w[LLAMA_GATE_W],
                             BT, C, I, ZT_W_OUT_IN, false);
         op->linear_backward(x, o->dln, dw[LLAMA_UP_W], NULL, o->dup, a->ln2, w[LLAMA_UP_W], BT, C,
                             I, ZT_W_OUT_IN, true);

@@ -58,7 +58,8 @@ typedef struct {
     float *lnf_rstd;         /* [B,T] */
     void *logits;            /* [B,T,V], the gradient in place after a training forward */
     float *losses;           /* [B,T] */
-    void *dres, *dln, *datty, *dqkv, *dh, *dgate, *dup;
+    /* Backward scratch; dh, the gradient of silu(gate)·up, becomes the gate's in place. */
+    void *dres, *dln, *datty, *dqkv, *dh, *dup;
     float *datt;             /* [B,NH,T,T] fp32 work space */
 } llama_outer_acts;
 

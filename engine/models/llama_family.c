@@ -128,7 +128,6 @@ uint64_t zt_llama_carve(const llama_dims *d, uint64_t batch, uint64_t es, unsign
     o->datty = take(&c, zt_u64_mul(BT, d->Q, ov), es);
     o->dqkv = take(&c, zt_u64_mul(BT, d->QKV, ov), es);
     o->dh = take(&c, BTI, es);
-    o->dgate = take(&c, BTI, es);
     o->dup = take(&c, BTI, es);
     o->datt = take(&c, att, F32);
     *overflow |= c.overflow;
