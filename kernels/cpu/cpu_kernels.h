@@ -36,10 +36,12 @@ void zt_cpu_linear_forward(float *out, const float *inp, const float *w, const f
 void zt_cpu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC,
                             bool w_transposed, bool accumulate_dinp);
-/* attention.c: packed qkv[B,T,3C], NH heads of C/NH */
-void zt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-void zt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+/* attention.c: the shapes of zt_attn_shape (packed: k, v and dk, dv are NULL) */
+void zt_cpu_attention_forward(float *out, float *att, const zt_attn_shape *s, const float *q,
+                              const float *k, const float *v);
+void zt_cpu_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                               const zt_attn_shape *s, const float *q, const float *k,
+                               const float *v, const float *att);
 /* elementwise.c */
 void zt_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void zt_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);

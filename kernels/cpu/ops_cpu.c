@@ -87,28 +87,25 @@ static void linear_backward(const zt_ctx *x, void *dinp, float *dw, float *dbias
         hold(x, dinp, (size_t)N * C);
 }
 
-/* The kernel so far is GPT-2's: packed q|k|v with as many kv heads as query heads. */
-static void check_attention_shape(const zt_attn_shape *s) {
-    ZT_ASSERT(s->packed && s->n_kv_head == s->n_head && s->window == 0);
-}
-
 static void attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                               const void *q, const void *k, const void *v) {
-    (void)k, (void)v;
-    check_attention_shape(s);
-    int C = s->n_head * s->head_dim;
-    zt_cpu_attention_forward(out, att, q, s->B, s->T, C, s->n_head);
-    hold(x, out, (size_t)s->B * s->T * C);
+    zt_cpu_attention_forward(out, att, s, q, k, v);
+    hold(x, out, (size_t)s->B * s->T * s->n_head * s->head_dim);
 }
 
 static void attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
                                void *dv, float *scratch, const void *dout, const void *q,
                                const void *k, const void *v, const float *att) {
-    (void)dk, (void)dv, (void)k, (void)v;
-    check_attention_shape(s);
-    int C = s->n_head * s->head_dim;
-    zt_cpu_attention_backward(dq, scratch, dout, q, att, s->B, s->T, C, s->n_head);
-    hold(x, dq, (size_t)s->B * s->T * 3 * C);
+    zt_cpu_attention_backward(dq, dk, dv, scratch, dout, s, q, k, v, att);
+    size_t rows = (size_t)s->B * s->T, qw = (size_t)s->n_head * s->head_dim,
+           kvw = (size_t)s->n_kv_head * s->head_dim;
+    if (s->packed) {
+        hold(x, dq, rows * (qw + 2 * kvw));
+        return;
+    }
+    hold(x, dq, rows * qw);
+    hold(x, dk, rows * kvw);
+    hold(x, dv, rows * kvw);
 }
 
 static void gelu_forward(const zt_ctx *x, void *out, const void *inp, size_t n) {

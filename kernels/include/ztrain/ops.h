@@ -126,13 +126,14 @@ typedef struct zt_ops {
                             int OC, zt_weight_layout layout, bool accumulate_dinp);
 
     /* Causal self-attention (see zt_attn_shape) into out[B,T,n_head·head_dim] (activation);
-     * att[B,n_head,T,T] keeps the softmax probabilities for the backward (fp32). The CPU backend
-     * so far computes the packed case with n_kv_head == n_head and no window (GPT-2); the general
-     * case is the Llama issue's. */
+     * att[B,n_head,T,T] keeps the softmax probabilities for the backward (fp32; zero where the
+     * mask is). Every shape zt_attn_shape allows: packed or separate, grouped-query heads, any
+     * head_dim, with or without a window. */
     void (*attention_forward)(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                               const void *q, const void *k, const void *v);
-    /* Overwrites dq, dk, dv (activation gradients, laid out as q, k, v; packed: dq only) from
-     * dout; scratch[B,n_head,T,T] is work space. */
+    /* Overwrites dq, dk, dv (activation gradients, laid out as q, k, v; packed: dq holds the
+     * whole q|k|v rows and dk, dv are NULL) from dout; a kv head's gradient sums over the query
+     * heads of its group. scratch[B,n_head,T,T] is work space. */
     void (*attention_backward)(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
                                void *dv, float *scratch, const void *dout, const void *q,
                                const void *k, const void *v, const float *att);
