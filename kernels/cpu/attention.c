@@ -1,110 +1,203 @@
-/* Causal multi-head self-attention.
+/* Causal multi-head self-attention, with grouped-query heads and an optional sliding window.
  *
  * Each (batch, head) pair is independent, so threads split the pairs and every matrix product
  * inside one pair is a single-threaded sgemm (the OpenMP build of OpenBLAS runs serially inside a
  * parallel region). The T×T probabilities are kept for the backward; on the CPU, at the sequence
- * lengths it trains, that is cheaper than recomputing them. Products are blocked by rows so the
- * upper (masked) triangle is mostly never computed. */
+ * lengths it trains, that is cheaper than recomputing them. Products are blocked by rows so that
+ * the upper (masked) triangle, and with a window the keys before it, are mostly never computed.
+ *
+ * q, k and v are read through row strides, which covers the packed q|k|v rows of GPT-2 and the
+ * separate buffers of Llama's projections with one code path; a query head h reads kv head
+ * h / (n_head / n_kv_head). In the backward several query heads of a group add into one kv
+ * head's gradient, so those sums are made by the thread that owns the kv head. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "ztrain/status.h"
 
 enum { ROW_BLOCK = 64 };
 
 static int min_int(int a, int b) { return a < b ? a : b; }
+static int max_int(int a, int b) { return a > b ? a : b; }
 
-/* Softmax over the first n entries of a row of T; the masked rest becomes 0. */
-static void causal_softmax_row(float *row, int n, int T) {
-    float mx = row[0];
-    for (int s = 1; s < n; s++)
+/* Where the heads live: q, k, v (or their gradients) and out, each with its distance between
+ * consecutive tokens in floats. */
+typedef struct {
+    int B, T, NH, KVH, hd, group, window;
+    size_t sq, skv, so;
+    float scale;
+} geom;
+
+static geom geom_of(const zt_attn_shape *s) {
+    ZT_ASSERT(s->n_kv_head > 0 && s->n_head % s->n_kv_head == 0 && s->window >= 0);
+    geom g = {.B = s->B, .T = s->T, .NH = s->n_head, .KVH = s->n_kv_head, .hd = s->head_dim,
+              .group = s->n_head / s->n_kv_head, .window = s->window};
+    size_t qw = (size_t)s->n_head * s->head_dim, kvw = (size_t)s->n_kv_head * s->head_dim;
+    g.sq = s->packed ? qw + 2 * kvw : qw;
+    g.skv = s->packed ? g.sq : kvw;
+    g.so = qw;
+    g.scale = 1.0f / sqrtf((float)s->head_dim);
+    return g;
+}
+
+/* The packed layout's k and v follow q inside each row. */
+static void unpack(const zt_attn_shape *s, const float *q, const float **k, const float **v) {
+    if (!s->packed)
+        return;
+    *k = q + (size_t)s->n_head * s->head_dim;
+    *v = *k + (size_t)s->n_kv_head * s->head_dim;
+}
+
+/* The first key query t sees. */
+static int first_key(const geom *g, int t) { return g->window ? max_int(0, t - g->window + 1) : 0; }
+
+/* Softmax over entries lo..hi-1 of a row of T; the masked rest becomes 0. */
+static void masked_softmax_row(float *row, int lo, int hi, int T) {
+    float mx = row[lo];
+    for (int s = lo + 1; s < hi; s++)
         mx = row[s] > mx ? row[s] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int s = 0; s < n; s++) {
+    for (int s = lo; s < hi; s++) {
         row[s] = expf(row[s] - mx);
         sum += row[s];
     }
     float inv = 1.0f / sum;
 #pragma omp simd
-    for (int s = 0; s < n; s++)
+    for (int s = lo; s < hi; s++)
         row[s] *= inv;
-    memset(row + n, 0, sizeof(float) * (T - n));
+    memset(row, 0, sizeof(float) * lo);
+    memset(row + hi, 0, sizeof(float) * (T - hi));
 }
 
-void zt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH) {
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
+void zt_cpu_attention_forward(float *out, float *att, const zt_attn_shape *s, const float *q,
+                              const float *k, const float *v) {
+    unpack(s, q, &k, &v);
+    const geom g = geom_of(s);
+    const int T = g.T;
 #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + h * hs;
-            const float *k = q + C, *v = q + 2 * C;
-            float *a = att + ((size_t)b * NH + h) * T * T;
-            float *o = out + (size_t)b * T * C + h * hs;
+    for (int b = 0; b < g.B; b++) {
+        for (int h = 0; h < g.NH; h++) {
+            const float *qh = q + (size_t)b * T * g.sq + (size_t)h * g.hd;
+            size_t kv_at = (size_t)b * T * g.skv + (size_t)(h / g.group) * g.hd;
+            const float *kh = k + kv_at, *vh = v + kv_at;
+            float *a = att + ((size_t)b * g.NH + h) * T * T;
+            float *o = out + (size_t)b * T * g.so + (size_t)h * g.hd;
             for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
-                int r1 = min_int(r0 + ROW_BLOCK, T);
-                /* scores for rows r0..r1 against keys 0..r1 */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
-                            q + (size_t)r0 * C3, C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
+                int r1 = min_int(r0 + ROW_BLOCK, T), k0 = first_key(&g, r0);
+                /* scores for rows r0..r1 against the keys any of them sees, k0..r1 */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1 - k0, g.hd,
+                            g.scale, qh + r0 * g.sq, (int)g.sq, kh + k0 * g.skv, (int)g.skv, 0.0f,
+                            a + (size_t)r0 * T + k0, T);
                 for (int t = r0; t < r1; t++)
-                    causal_softmax_row(a + (size_t)t * T, t + 1, T);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                            a + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
+                    masked_softmax_row(a + (size_t)t * T, first_key(&g, t), t + 1, T);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, g.hd, r1 - k0,
+                            1.0f, a + (size_t)r0 * T + k0, T, vh + k0 * g.skv, (int)g.skv, 0.0f,
+                            o + r0 * g.so, (int)g.so);
             }
         }
     }
 }
 
-void zt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH) {
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + h * hs;
-            const float *k = q + C, *v = q + 2 * C;
-            const float *a = att + ((size_t)b * NH + h) * T * T;
-            const float *d = dout + (size_t)b * T * C + h * hs;
-            float *dq = dqkv + (size_t)b * T * C3 + h * hs;
-            float *dk = dq + C, *dv = dq + 2 * C;
-            float *dp = scratch + ((size_t)b * NH + h) * T * T;
-            for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
-                int r1 = min_int(r0 + ROW_BLOCK, T);
-                /* dprobs = dout · vᵀ, then through the softmax: dscores = p ⊙ (dp - Σ p·dp) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
-                            d + (size_t)r0 * C, C, v, C3, 0.0f, dp + (size_t)r0 * T, T);
-                for (int t = r0; t < r1; t++) {
-                    const float *p = a + (size_t)t * T;
-                    float *g = dp + (size_t)t * T;
-                    float dot = 0.0f;
+/* The backward's tensors besides the geometry. */
+typedef struct {
+    float *dq, *dk, *dv, *scratch;
+    const float *dout, *q, *k, *v, *att;
+} grads;
+
+/* Query head h of batch b: dscores into its scratch (zero wherever the mask is, so that the key
+ * gradients below may read whole blocks of it) and dq. */
+static void dscores_and_dq(const geom *g, const grads *x, int b, int h) {
+    const int T = g->T;
+    size_t kv_at = (size_t)b * T * g->skv + (size_t)(h / g->group) * g->hd;
+    const float *kh = x->k + kv_at, *vh = x->v + kv_at;
+    const float *a = x->att + ((size_t)b * g->NH + h) * T * T;
+    const float *d = x->dout + (size_t)b * T * g->so + (size_t)h * g->hd;
+    float *dqh = x->dq + (size_t)b * T * g->sq + (size_t)h * g->hd;
+    float *dp = x->scratch + ((size_t)b * g->NH + h) * T * T;
+    for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
+        int r1 = min_int(r0 + ROW_BLOCK, T), k0 = first_key(g, r0);
+        /* dprobs = dout · vᵀ, then through the softmax: dscores = p ⊙ (dp - Σ p·dp) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1 - k0, g->hd, 1.0f,
+                    d + r0 * g->so, (int)g->so, vh + k0 * g->skv, (int)g->skv, 0.0f,
+                    dp + (size_t)r0 * T + k0, T);
+        for (int t = r0; t < r1; t++) {
+            const float *p = a + (size_t)t * T;
+            float *gr = dp + (size_t)t * T;
+            int lo = first_key(g, t);
+            float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                    for (int s = 0; s <= t; s++)
-                        dot += p[s] * g[s];
+            for (int s = lo; s <= t; s++)
+                dot += p[s] * gr[s];
 #pragma omp simd
-                    for (int s = 0; s <= t; s++)
-                        g[s] = p[s] * (g[s] - dot) * scale;
-                    for (int s = t + 1; s < r1; s++)
-                        g[s] = 0.0f;
-                }
-                /* dq rows r0..r1 = dscores · k */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                            dp + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
-            }
-            /* Key/value rows s0..s1 receive from query rows s0..T (the causal mask zeroes the
-             * rest): dv = pᵀ · dout, dk = dscoresᵀ · q. */
-            for (int s0 = 0; s0 < T; s0 += ROW_BLOCK) {
-                int s1 = min_int(s0 + ROW_BLOCK, T);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s1 - s0, hs, T - s0, 1.0f,
-                            a + (size_t)s0 * T + s0, T, d + (size_t)s0 * C, C, 0.0f,
-                            dv + (size_t)s0 * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s1 - s0, hs, T - s0, 1.0f,
-                            dp + (size_t)s0 * T + s0, T, q + (size_t)s0 * C3, C3, 0.0f,
-                            dk + (size_t)s0 * C3, C3);
-            }
+            for (int s = lo; s <= t; s++)
+                gr[s] = p[s] * (gr[s] - dot) * g->scale;
+            memset(gr, 0, sizeof(float) * lo);
+            for (int s = t + 1; s < r1; s++)
+                gr[s] = 0.0f;
+        }
+        /* dq rows r0..r1 = dscores · k */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, g->hd, r1 - k0, 1.0f,
+                    dp + (size_t)r0 * T + k0, T, kh + k0 * g->skv, (int)g->skv, 0.0f,
+                    dqh + r0 * g->sq, (int)g->sq);
+    }
+}
+
+/* Kv head kvh of batch b: dv = Σ pᵀ · dout and dk = Σ dscoresᵀ · q over the query heads of its
+ * group, whose dscores are in scratch. Key rows s0..s1 receive from the query rows that see
+ * them, s0 up to s1 + window - 1 (all later rows without a window). */
+static void kv_grads(const geom *g, const grads *x, int b, int kvh) {
+    const int T = g->T;
+    size_t kv_at = (size_t)b * T * g->skv + (size_t)kvh * g->hd;
+    float *dkh = x->dk + kv_at, *dvh = x->dv + kv_at;
+    for (int i = 0; i < g->group; i++) {
+        int h = kvh * g->group + i;
+        const float *qh = x->q + (size_t)b * T * g->sq + (size_t)h * g->hd;
+        const float *a = x->att + ((size_t)b * g->NH + h) * T * T;
+        const float *dp = x->scratch + ((size_t)b * g->NH + h) * T * T;
+        const float *d = x->dout + (size_t)b * T * g->so + (size_t)h * g->hd;
+        const float beta = i == 0 ? 0.0f : 1.0f;
+        for (int s0 = 0; s0 < T; s0 += ROW_BLOCK) {
+            int s1 = min_int(s0 + ROW_BLOCK, T);
+            int q1 = g->window ? min_int(T, s1 + g->window - 1) : T;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s1 - s0, g->hd, q1 - s0, 1.0f,
+                        a + (size_t)s0 * T + s0, T, d + s0 * g->so, (int)g->so, beta,
+                        dvh + s0 * g->skv, (int)g->skv);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s1 - s0, g->hd, q1 - s0, 1.0f,
+                        dp + (size_t)s0 * T + s0, T, qh + s0 * g->sq, (int)g->sq, beta,
+                        dkh + s0 * g->skv, (int)g->skv);
         }
     }
+}
+
+void zt_cpu_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                               const zt_attn_shape *s, const float *q, const float *k,
+                               const float *v, const float *att) {
+    unpack(s, q, &k, &v);
+    unpack(s, dq, (const float **)&dk, (const float **)&dv);
+    const geom g = geom_of(s);
+    const grads x = {dq, dk, dv, scratch, dout, q, k, v, att};
+    if (g.group == 1) {
+        /* One kv head per query head: each pair is done start to end by one thread, while its
+         * scratch is still in cache. */
+#pragma omp parallel for collapse(2)
+        for (int b = 0; b < g.B; b++)
+            for (int h = 0; h < g.NH; h++) {
+                dscores_and_dq(&g, &x, b, h);
+                kv_grads(&g, &x, b, h);
+            }
+        return;
+    }
+    /* Grouped heads: the query heads in parallel first, then the kv heads, each summing over
+     * its group. */
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < g.B; b++)
+        for (int h = 0; h < g.NH; h++)
+            dscores_and_dq(&g, &x, b, h);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < g.B; b++)
+        for (int kvh = 0; kvh < g.KVH; kvh++)
+            kv_grads(&g, &x, b, kvh);
 }

@@ -20,20 +20,36 @@ void zt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
 void zt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
+/* rmsnorm.c */
+void zt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, float eps,
+                            int N, int C);
+void zt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int C);
+/* rope.c: in place over rows of row_stride floats */
+void zt_cpu_rope_forward(float *x, const float *cos, const float *sin, int B, int T, int n_heads,
+                         int head_dim, size_t row_stride);
+void zt_cpu_rope_backward(float *dx, const float *cos, const float *sin, int B, int T,
+                          int n_heads, int head_dim, size_t row_stride);
 /* linear.c: W is [C,OC], or [OC,C] when w_transposed */
 void zt_cpu_linear_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                            int C, int OC, bool w_transposed);
 void zt_cpu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC,
                             bool w_transposed, bool accumulate_dinp);
-/* attention.c: packed qkv[B,T,3C], NH heads of C/NH */
-void zt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-void zt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+/* attention.c: the shapes of zt_attn_shape (packed: k, v and dk, dv are NULL) */
+void zt_cpu_attention_forward(float *out, float *att, const zt_attn_shape *s, const float *q,
+                              const float *k, const float *v);
+void zt_cpu_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                               const zt_attn_shape *s, const float *q, const float *k,
+                               const float *v, const float *att);
 /* elementwise.c */
 void zt_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void zt_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void zt_cpu_add(float *out, const float *a, const float *b, size_t n);
+/* swiglu.c (outputs may alias inputs) */
+void zt_cpu_silu_mul_forward(float *out, const float *gate, const float *up, size_t n);
+void zt_cpu_silu_mul_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, size_t n);
 /* softmax_xent.c */
 void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, int N, int V,
                          float grad_scale);

@@ -36,6 +36,39 @@ static void layernorm_backward(const zt_ctx *x, void *dinp, float *dw, float *db
     hold(x, dinp, (size_t)N * C);
 }
 
+static void rmsnorm_forward(const zt_ctx *x, void *out, float *rstd, const void *inp,
+                            const float *w, float eps, int N, int C) {
+    zt_cpu_rmsnorm_forward(out, rstd, inp, w, eps, N, C);
+    hold(x, out, (size_t)N * C);
+}
+
+static void rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw, const void *dout,
+                             const void *inp, const float *w, const float *rstd, int N, int C) {
+    zt_cpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+    hold(x, dinp, (size_t)N * C);
+}
+
+/* Holds the heads rope rotated: n_heads·head_dim values at the start of each row of row_stride. */
+static void hold_rows(const zt_ctx *x, float *v, int rows, size_t width, size_t row_stride) {
+    if (x->act == ZT_F32)
+        return;
+#pragma omp parallel for
+    for (int r = 0; r < rows; r++)
+        zt_cpu_round_to(v + (size_t)r * row_stride, width, x->act);
+}
+
+static void rope_forward(const zt_ctx *x, void *xq, const float *cos, const float *sin, int B,
+                         int T, int n_heads, int head_dim, size_t row_stride) {
+    zt_cpu_rope_forward(xq, cos, sin, B, T, n_heads, head_dim, row_stride);
+    hold_rows(x, xq, B * T, (size_t)n_heads * head_dim, row_stride);
+}
+
+static void rope_backward(const zt_ctx *x, void *dxq, const float *cos, const float *sin, int B,
+                          int T, int n_heads, int head_dim, size_t row_stride) {
+    zt_cpu_rope_backward(dxq, cos, sin, B, T, n_heads, head_dim, row_stride);
+    hold_rows(x, dxq, B * T, (size_t)n_heads * head_dim, row_stride);
+}
+
 static void linear_forward(const zt_ctx *x, void *out, const void *inp, const float *w,
                            const float *bias, const void *residual, int N, int C, int OC,
                            zt_weight_layout layout) {
@@ -54,28 +87,25 @@ static void linear_backward(const zt_ctx *x, void *dinp, float *dw, float *dbias
         hold(x, dinp, (size_t)N * C);
 }
 
-/* The kernel so far is GPT-2's: packed q|k|v with as many kv heads as query heads. */
-static void check_attention_shape(const zt_attn_shape *s) {
-    ZT_ASSERT(s->packed && s->n_kv_head == s->n_head && s->window == 0);
-}
-
 static void attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                               const void *q, const void *k, const void *v) {
-    (void)k, (void)v;
-    check_attention_shape(s);
-    int C = s->n_head * s->head_dim;
-    zt_cpu_attention_forward(out, att, q, s->B, s->T, C, s->n_head);
-    hold(x, out, (size_t)s->B * s->T * C);
+    zt_cpu_attention_forward(out, att, s, q, k, v);
+    hold(x, out, (size_t)s->B * s->T * s->n_head * s->head_dim);
 }
 
 static void attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
                                void *dv, float *scratch, const void *dout, const void *q,
                                const void *k, const void *v, const float *att) {
-    (void)dk, (void)dv, (void)k, (void)v;
-    check_attention_shape(s);
-    int C = s->n_head * s->head_dim;
-    zt_cpu_attention_backward(dq, scratch, dout, q, att, s->B, s->T, C, s->n_head);
-    hold(x, dq, (size_t)s->B * s->T * 3 * C);
+    zt_cpu_attention_backward(dq, dk, dv, scratch, dout, s, q, k, v, att);
+    size_t rows = (size_t)s->B * s->T, qw = (size_t)s->n_head * s->head_dim,
+           kvw = (size_t)s->n_kv_head * s->head_dim;
+    if (s->packed) {
+        hold(x, dq, rows * (qw + 2 * kvw));
+        return;
+    }
+    hold(x, dq, rows * qw);
+    hold(x, dk, rows * kvw);
+    hold(x, dv, rows * kvw);
 }
 
 static void gelu_forward(const zt_ctx *x, void *out, const void *inp, size_t n) {
@@ -87,6 +117,19 @@ static void gelu_backward(const zt_ctx *x, void *dinp, const void *inp, const vo
                           size_t n) {
     zt_cpu_gelu_backward(dinp, inp, dout, n);
     hold(x, dinp, n);
+}
+
+static void silu_mul_forward(const zt_ctx *x, void *out, const void *gate, const void *up,
+                             size_t n) {
+    zt_cpu_silu_mul_forward(out, gate, up, n);
+    hold(x, out, n);
+}
+
+static void silu_mul_backward(const zt_ctx *x, void *dgate, void *dup, const void *dout,
+                              const void *gate, const void *up, size_t n) {
+    zt_cpu_silu_mul_backward(dgate, dup, dout, gate, up, n);
+    hold(x, dgate, n);
+    hold(x, dup, n);
 }
 
 static void add(const zt_ctx *x, void *out, const void *a, const void *b, size_t n) {
@@ -162,12 +205,18 @@ static const zt_ops cpu_ops = {
     .embedding_backward = embedding_backward,
     .layernorm_forward = layernorm_forward,
     .layernorm_backward = layernorm_backward,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward = rmsnorm_backward,
+    .rope_forward = rope_forward,
+    .rope_backward = rope_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
+    .silu_mul_forward = silu_mul_forward,
+    .silu_mul_backward = silu_mul_backward,
     .add = add,
     .softmax_xent = softmax_xent,
     .adam_update = adam_update,

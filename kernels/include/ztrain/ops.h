@@ -17,10 +17,7 @@
  * "Accumulates" means the op adds into the output (parameter gradients across micro-steps, a
  * residual stream's gradient across branches); otherwise it overwrites. Ops never allocate and
  * never fail: shapes are checked by the model at creation. An entry a backend does not have is
- * NULL; a model checks the entries it needs when it is created.
- *
- * Entries marked "(Llama)" are interfaces that the Llama family's issue implements; no backend
- * has them yet. */
+ * NULL; a model checks the entries it needs when it is created. */
 #ifndef ZTRAIN_OPS_H
 #define ZTRAIN_OPS_H
 
@@ -94,17 +91,18 @@ typedef struct zt_ops {
                                const void *dout, const void *inp, const float *w,
                                const float *mean, const float *rstd, int N, int C);
 
-    /* (Llama) out[N,C] = inp * rstd * w with rstd = 1/sqrt(mean(inp²) + eps), computed in fp32
-     * (activation); saves rstd[N]. */
+    /* RMSNorm (Llama): out[N,C] = inp * rstd * w with rstd = 1/sqrt(mean(inp²) + eps), computed
+     * in fp32 (activation); saves rstd[N] (fp32). */
     void (*rmsnorm_forward)(const zt_ctx *x, void *out, float *rstd, const void *inp,
                             const float *w, float eps, int N, int C);
-    /* (Llama) Accumulates dinp[N,C] (held) and dw[C]. */
+    /* Accumulates dinp[N,C] (activation gradient: the sum is held) and dw[C]. */
     void (*rmsnorm_backward)(const zt_ctx *x, void *dinp, float *dw, const void *dout,
                              const void *inp, const float *w, const float *rstd, int N, int C);
 
-    /* (Llama) Rotary embedding in place over rows of x: token (b, t) starts at
-     * x + (b·T + t)·row_stride and holds n_heads heads of head_dim. Dimension j < head_dim/2 of a
-     * head pairs with j + head_dim/2 (Hugging Face's rotate_half):
+    /* Rotary embedding (Llama) in place over rows of x: token (b, t) starts at
+     * x + (b·T + t)·row_stride (row_stride counts elements) and its first n_heads·head_dim
+     * elements are n_heads heads of head_dim (even); the rest of the row is left as it is, so q
+     * and k rotate inside a packed q|k|v row. Dimension j < head_dim/2 of a head pairs with j + head_dim/2 (Hugging Face's rotate_half):
      *   (a, b) -> (a·cos[t][j] - b·sin[t][j], b·cos[t][j] + a·sin[t][j]).
      * cos and sin are [T, head_dim/2] tables in device memory that the model computes once
      * (theta and any rope_scaling are its business). The backward rotates by the negative
@@ -128,13 +126,14 @@ typedef struct zt_ops {
                             int OC, zt_weight_layout layout, bool accumulate_dinp);
 
     /* Causal self-attention (see zt_attn_shape) into out[B,T,n_head·head_dim] (activation);
-     * att[B,n_head,T,T] keeps the softmax probabilities for the backward (fp32). The CPU backend
-     * so far computes the packed case with n_kv_head == n_head and no window (GPT-2); the general
-     * case is the Llama issue's. */
+     * att[B,n_head,T,T] keeps the softmax probabilities for the backward (fp32; zero where the
+     * mask is). Every shape zt_attn_shape allows: packed or separate, grouped-query heads, any
+     * head_dim, with or without a window. */
     void (*attention_forward)(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                               const void *q, const void *k, const void *v);
-    /* Overwrites dq, dk, dv (activation gradients, laid out as q, k, v; packed: dq only) from
-     * dout; scratch[B,n_head,T,T] is work space. */
+    /* Overwrites dq, dk, dv (activation gradients, laid out as q, k, v; packed: dq holds the
+     * whole q|k|v rows and dk, dv are NULL) from dout; a kv head's gradient sums over the query
+     * heads of its group. scratch[B,n_head,T,T] is work space. */
     void (*attention_backward)(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
                                void *dv, float *scratch, const void *dout, const void *q,
                                const void *k, const void *v, const float *att);
@@ -145,10 +144,11 @@ typedef struct zt_ops {
     void (*gelu_backward)(const zt_ctx *x, void *dinp, const void *inp, const void *dout,
                           size_t n);
 
-    /* (Llama) out[n] = silu(gate) · up, silu(g) = g / (1 + exp(-g)) (activation). */
+    /* SwiGLU's gate (Llama): out[n] = silu(gate) · up, silu(g) = g / (1 + exp(-g)) (activation);
+     * out may alias gate or up. */
     void (*silu_mul_forward)(const zt_ctx *x, void *out, const void *gate, const void *up,
                              size_t n);
-    /* (Llama) Overwrites dgate[n] and dup[n] (held). */
+    /* Overwrites dgate[n] and dup[n] (held); either may alias dout, gate or up. */
     void (*silu_mul_backward)(const zt_ctx *x, void *dgate, void *dup, const void *dout,
                               const void *gate, const void *up, size_t n);
 

@@ -1,6 +1,8 @@
-/* attention_forward and attention_backward, GPT-2's case (packed q|k|v, as many kv heads as query
- * heads, no window): every backend against the CPU, the CPU against a double-precision causal
- * attention and its finite differences, and outputs held at 16 bits. */
+/* attention_forward and attention_backward in every shape ops.h allows: q|k|v packed in one row
+ * (GPT-2) or separate, grouped-query heads (n_kv_head dividing n_head), any head_dim, with or
+ * without a sliding window. Every backend against the CPU, the CPU against a double-precision
+ * attention written from the definition and its finite differences, and outputs held at 16
+ * bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,87 +12,125 @@
 
 typedef struct {
     zt_attn_shape s;
-    float *qkv;  /* [B,T,3C] at the case's precision */
-    float *dout; /* [B,T,C] at the case's precision */
+    float *q, *k, *v; /* at the case's precision; packed: q holds the rows of q|k|v, k, v NULL */
+    float *dout;      /* [B,T,n_head·head_dim] at the case's precision */
 } att_case;
 
 typedef struct {
-    float *out, *att, *dqkv;
+    float *out, *att, *dq, *dk, *dv; /* dk, dv NULL when packed */
 } att_result;
 
-static size_t att_c(const att_case *c) { return (size_t)c->s.n_head * c->s.head_dim; }
 static size_t att_rows(const att_case *c) { return (size_t)c->s.B * c->s.T; }
+static size_t att_qw(const att_case *c) { return (size_t)c->s.n_head * c->s.head_dim; }
+static size_t att_kvw(const att_case *c) { return (size_t)c->s.n_kv_head * c->s.head_dim; }
+/* Elements of the q buffer (the whole packed rows when packed) and of k and of v. */
+static size_t att_nq(const att_case *c) {
+    return att_rows(c) * (c->s.packed ? att_qw(c) + 2 * att_kvw(c) : att_qw(c));
+}
+static size_t att_nkv(const att_case *c) { return c->s.packed ? 0 : att_rows(c) * att_kvw(c); }
+static size_t att_nout(const att_case *c) { return att_rows(c) * att_qw(c); }
 static size_t att_probs(const att_case *c) {
     return (size_t)c->s.B * c->s.n_head * c->s.T * c->s.T;
 }
 
-static att_case att_make(zt_test_rng *r, int B, int T, int NH, int hd, zt_dtype act) {
-    att_case c = {.s = {B, T, NH, NH, hd, true, 0}};
-    size_t nqkv = att_rows(&c) * 3 * att_c(&c), nout = att_rows(&c) * att_c(&c);
-    c.qkv = zt_test_random(r, nqkv, 0.0, 1.0);
-    zt_test_round_all(c.qkv, nqkv, act);
-    c.dout = zt_test_random(r, nout, 0.0, 1.0);
-    zt_test_round_all(c.dout, nout, act);
+static float *random_act(zt_test_rng *r, size_t n, zt_dtype act) {
+    if (n == 0)
+        return NULL;
+    float *v = zt_test_random(r, n, 0.0, 1.0);
+    zt_test_round_all(v, n, act);
+    return v;
+}
+
+static att_case att_make(zt_test_rng *r, zt_attn_shape s, zt_dtype act) {
+    att_case c = {.s = s};
+    c.q = random_act(r, att_nq(&c), act);
+    c.k = random_act(r, att_nkv(&c), act);
+    c.v = random_act(r, att_nkv(&c), act);
+    c.dout = random_act(r, att_nout(&c), act);
     return c;
 }
 
-static void att_free(att_case *c, att_result *a, att_result *b) {
-    free(c->qkv), free(c->dout);
-    att_result *res[] = {a, b};
-    for (int i = 0; i < 2; i++)
-        if (res[i])
-            free(res[i]->out), free(res[i]->att), free(res[i]->dqkv);
+static void att_free_result(att_result *x) {
+    free(x->out), free(x->att), free(x->dq), free(x->dk), free(x->dv);
 }
 
-/* The forward, then the backward from the probabilities it kept into a dq that holds NaN (the
- * backward overwrites it), on be at act. */
+static void att_free(att_case *c) { free(c->q), free(c->k), free(c->v), free(c->dout); }
+
+static const char *att_name(const zt_attn_shape *s, char *buf, size_t n) {
+    snprintf(buf, n, "B=%d T=%d heads=%d/%d hd=%d %s window=%d", s->B, s->T, s->n_head,
+             s->n_kv_head, s->head_dim, s->packed ? "packed" : "separate", s->window);
+    return buf;
+}
+
+/* The forward, then the backward from the probabilities it kept into gradients that hold NaN
+ * (the backward overwrites them), on be at act. */
 static att_result att_run(zt_backend *be, zt_dtype act, const att_case *c) {
-    size_t nqkv = att_rows(c) * 3 * att_c(c), nout = att_rows(c) * att_c(c), np = att_probs(c);
+    size_t nq = att_nq(c), nkv = att_nkv(c), nout = att_nout(c), np = att_probs(c);
     zt_test_dev d;
     zt_test_dev_init(&d, be, act);
     void *out = zt_test_dev_alloc(&d, nout * zt_test_act_size(be, act));
     float *att = zt_test_dev_alloc(&d, np * sizeof(float));
     float *scratch = zt_test_dev_alloc(&d, np * sizeof(float));
-    void *qkv = zt_test_dev_act(&d, c->qkv, nqkv), *dout = zt_test_dev_act(&d, c->dout, nout);
-    float *nans = zt_test_nans(nqkv);
-    void *dqkv = zt_test_dev_act(&d, nans, nqkv);
+    void *q = zt_test_dev_act(&d, c->q, nq), *k = zt_test_dev_act(&d, c->k, nkv);
+    void *v = zt_test_dev_act(&d, c->v, nkv), *dout = zt_test_dev_act(&d, c->dout, nout);
+    float *nans = zt_test_nans(nq > nkv ? nq : nkv);
+    void *dq = zt_test_dev_act(&d, nans, nq);
+    void *dk = c->k ? zt_test_dev_act(&d, nans, nkv) : NULL;
+    void *dv = c->k ? zt_test_dev_act(&d, nans, nkv) : NULL;
     free(nans);
-    be->ops->attention_forward(&d.ctx, &c->s, out, att, qkv, NULL, NULL);
-    be->ops->attention_backward(&d.ctx, &c->s, dqkv, NULL, NULL, scratch, dout, qkv, NULL, NULL,
-                                att);
-    att_result x = {zt_test_zeros(nout), zt_test_zeros(np), zt_test_zeros(nqkv)};
+    be->ops->attention_forward(&d.ctx, &c->s, out, att, q, k, v);
+    be->ops->attention_backward(&d.ctx, &c->s, dq, dk, dv, scratch, dout, q, k, v, att);
+    att_result x = {zt_test_zeros(nout), zt_test_zeros(np), zt_test_zeros(nq), NULL, NULL};
     zt_test_dev_get_act(&d, x.out, out, nout);
     zt_test_dev_get_f32(&d, x.att, att, np);
-    zt_test_dev_get_act(&d, x.dqkv, dqkv, nqkv);
+    zt_test_dev_get_act(&d, x.dq, dq, nq);
+    if (dk) {
+        x.dk = zt_test_zeros(nkv), x.dv = zt_test_zeros(nkv);
+        zt_test_dev_get_act(&d, x.dk, dk, nkv);
+        zt_test_dev_get_act(&d, x.dv, dv, nkv);
+    }
     zt_test_dev_finish(&d);
     return x;
 }
 
-/* The probabilities above the diagonal are zero by definition, but a backend need not write
- * them; the comparison between backends looks at the causal part only. */
-static void causal_only(float *att, const att_case *c) {
+/* Whether query t sees key u. */
+static bool visible(const zt_attn_shape *s, int t, int u) {
+    return u <= t && (s->window == 0 || u > t - s->window);
+}
+
+/* The probabilities outside the mask are zero by definition, but a backend need not write them;
+ * the comparison between backends looks at the visible part only. */
+static void visible_only(float *att, const att_case *c) {
     int T = c->s.T;
     for (size_t m = 0; m < (size_t)c->s.B * c->s.n_head; m++)
         for (int t = 0; t < T; t++)
-            for (int u = t + 1; u < T; u++)
-                att[(m * T + t) * T + u] = 0.0f;
+            for (int u = 0; u < T; u++)
+                if (!visible(&c->s, t, u))
+                    att[(m * T + t) * T + u] = 0.0f;
 }
 
 static void att_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    for (int k = 0; k < 4; k++) {
-        int B = k == 0 ? 1 : 2, T = k == 3 ? zt_test_int(r, 65, 70) : zt_test_int(r, 1, 23);
-        int NH = zt_test_int(r, 1, 4), hd = zt_test_int(r, 2, 11);
-        att_case c = att_make(r, B, T, NH, hd, act);
+    for (int k = 0; k < 6; k++) {
+        int kvh = zt_test_int(r, 1, 3), group = k == 0 ? 1 : zt_test_int(r, 1, 4);
+        int T = k == 3 ? zt_test_int(r, 65, 140) : zt_test_int(r, 1, 23);
+        zt_attn_shape s = {.B = k == 0 ? 1 : 2, .T = T, .n_head = kvh * group, .n_kv_head = kvh,
+                           .head_dim = zt_test_int(r, 2, 11), .packed = k % 2 == 0,
+                           .window = k >= 3 ? zt_test_int(r, 1, T) : 0};
+        att_case c = att_make(r, s, act);
         att_result want = att_run(cpu, act, &c), got = att_run(be, act, &c);
-        causal_only(want.att, &c), causal_only(got.att, &c);
-        char at[128];
-        snprintf(at, sizeof at, "attention %s vs cpu at %s, B=%d T=%d NH=%d hd=%d", be->name,
-                 zt_dtype_name(act), B, T, NH, hd);
+        visible_only(want.att, &c), visible_only(got.att, &c);
+        char at[192], shape[96];
+        snprintf(at, sizeof at, "attention %s vs cpu at %s, %s", be->name, zt_dtype_name(act),
+                 att_name(&s, shape, sizeof shape));
         double tol = zt_test_tol(act);
-        CHECK_CLOSE(got.out, want.out, att_rows(&c) * att_c(&c), tol, "%s: out", at);
+        CHECK_CLOSE(got.out, want.out, att_nout(&c), tol, "%s: out", at);
         CHECK_CLOSE(got.att, want.att, att_probs(&c), tol, "%s: att", at);
-        CHECK_CLOSE(got.dqkv, want.dqkv, att_rows(&c) * 3 * att_c(&c), tol, "%s: dqkv", at);
-        att_free(&c, &want, &got);
+        CHECK_CLOSE(got.dq, want.dq, att_nq(&c), tol, "%s: dq", at);
+        if (!s.packed) {
+            CHECK_CLOSE(got.dk, want.dk, att_nkv(&c), tol, "%s: dk", at);
+            CHECK_CLOSE(got.dv, want.dv, att_nkv(&c), tol, "%s: dv", at);
+        }
+        att_free_result(&want), att_free_result(&got), att_free(&c);
     }
 }
 
@@ -98,49 +138,65 @@ static void att_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_r
 
 typedef struct {
     const att_case *c;
-    double *qkv, *r; /* r is the dout the backward was fed */
+    double *q, *k, *v, *r; /* k, v NULL when packed; r is the dout the backward was fed */
 } att_ref;
 
-/* Causal softmax attention, one (batch, head, query) row at a time; att may be NULL. */
+/* Head h's vector of token (b, t) in q (which = 0), k (1) or v (2). */
+static const double *head_of(const att_ref *s, int which, int b, int t, int h) {
+    const att_case *c = s->c;
+    size_t row = (size_t)b * c->s.T + t, hd = c->s.head_dim;
+    if (c->s.packed) {
+        size_t width = att_qw(c) + 2 * att_kvw(c);
+        size_t at = which == 0 ? 0 : which == 1 ? att_qw(c) : att_qw(c) + att_kvw(c);
+        return s->q + row * width + at + h * hd;
+    }
+    if (which == 0)
+        return s->q + row * att_qw(c) + h * hd;
+    return (which == 1 ? s->k : s->v) + row * att_kvw(c) + h * hd;
+}
+
+/* softmax(q·kᵀ/sqrt(head_dim)) over the keys each query sees, times v, one (batch, head, query)
+ * row at a time; query head h reads kv head h / (n_head / n_kv_head). att may be NULL. */
 static void att_ref_forward(const att_ref *s, double *out, double *att) {
     const zt_attn_shape *sh = &s->c->s;
-    int T = sh->T, hd = sh->head_dim;
-    size_t C = att_c(s->c), C3 = 3 * C;
+    int T = sh->T, hd = sh->head_dim, group = sh->n_head / sh->n_kv_head;
     double scale = 1.0 / sqrt((double)hd), *p = calloc(T, sizeof *p);
     for (int b = 0; b < sh->B; b++)
         for (int h = 0; h < sh->n_head; h++)
             for (int t = 0; t < T; t++) {
-                const double *q = s->qkv + ((size_t)b * T + t) * C3 + (size_t)h * hd;
+                const double *q = head_of(s, 0, b, t, h);
                 double mx = -INFINITY, sum = 0.0;
-                for (int u = 0; u <= t; u++) {
-                    const double *k = s->qkv + ((size_t)b * T + u) * C3 + C + (size_t)h * hd;
+                for (int u = 0; u < T; u++) {
+                    if (!visible(sh, t, u))
+                        continue;
+                    const double *k = head_of(s, 1, b, u, h / group);
                     double dot = 0.0;
                     for (int i = 0; i < hd; i++)
                         dot += q[i] * k[i];
                     p[u] = dot * scale;
                     mx = fmax(mx, p[u]);
                 }
-                for (int u = 0; u <= t; u++)
-                    sum += (p[u] = exp(p[u] - mx));
-                double *o = out + ((size_t)b * T + t) * C + (size_t)h * hd;
+                for (int u = 0; u < T; u++)
+                    if (visible(sh, t, u))
+                        sum += (p[u] = exp(p[u] - mx));
+                double *o = out + ((size_t)b * T + t) * att_qw(s->c) + (size_t)h * hd;
                 for (int i = 0; i < hd; i++)
                     o[i] = 0.0;
-                for (int u = 0; u <= t; u++) {
-                    p[u] /= sum;
-                    const double *v = s->qkv + ((size_t)b * T + u) * C3 + 2 * C + (size_t)h * hd;
+                for (int u = 0; u < T; u++) {
+                    p[u] = visible(sh, t, u) ? p[u] / sum : 0.0;
+                    const double *v = head_of(s, 2, b, u, h / group);
                     for (int i = 0; i < hd; i++)
                         o[i] += p[u] * v[i];
                 }
                 if (att)
-                    for (int u = 0; u < T; u++)
-                        att[(((size_t)b * sh->n_head + h) * T + t) * T + u] = u <= t ? p[u] : 0.0;
+                    memcpy(att + (((size_t)b * sh->n_head + h) * T + t) * T, p, T * sizeof *p);
             }
     free(p);
 }
 
 static double att_ref_loss(void *state) {
     att_ref *s = state;
-    size_t n = att_rows(s->c) * att_c(s->c);
+    size_t n = att_nout(s->c);
     double *out = calloc(n, sizeof *out), l = 0.0;
     att_ref_forward(s, out, NULL);
     for (size_t i = 0; i < n; i++)
@@ -149,43 +205,60 @@ static double att_ref_loss(void *state) {
     return l;
 }
 
-/* Single and several heads, a single position, and sequences past the kernel's 64-row blocks. */
+/* GPT-2's shapes (one and several heads, a single position, sequences past the kernel's 64-row
+ * blocks), grouped queries 4:1 and 2:1, windows of one token, of a few tokens across blocks, of
+ * more than a block and as long as the sequence, packed and separate, odd head sizes. */
 static void att_grad(zt_backend *cpu, zt_test_rng *r) {
-    static const int shapes[][4] = {{2, 9, 3, 5}, {1, 1, 2, 4}, {1, 67, 1, 3}, {2, 13, 4, 7},
-                                    {1, 5, 1, 2}};
-    for (int k = 0; k < 5; k++) {
-        int B = shapes[k][0], T = shapes[k][1], NH = shapes[k][2], hd = shapes[k][3];
-        att_case c = att_make(r, B, T, NH, hd, ZT_F32);
+    static const zt_attn_shape shapes[] = {
+        {2, 9, 3, 3, 5, true, 0},    {1, 1, 2, 2, 4, true, 0},    {1, 67, 1, 1, 3, true, 0},
+        {2, 13, 4, 4, 7, true, 0},   {2, 13, 4, 1, 7, false, 0},  {1, 11, 8, 2, 3, true, 0},
+        {1, 70, 4, 2, 6, true, 5},   {1, 150, 2, 1, 4, false, 70}, {2, 11, 4, 4, 8, false, 3},
+        {1, 9, 2, 2, 3, true, 1},    {1, 20, 4, 2, 5, false, 20}, {2, 6, 6, 3, 2, false, 2},
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        att_case c = att_make(r, shapes[k], ZT_F32);
         att_result got = att_run(cpu, ZT_F32, &c);
-        size_t nqkv = att_rows(&c) * 3 * att_c(&c), nout = att_rows(&c) * att_c(&c);
-        att_ref s = {&c, zt_test_widen(c.qkv, nqkv), zt_test_widen(c.dout, nout)};
+        size_t nq = att_nq(&c), nkv = att_nkv(&c), nout = att_nout(&c);
+        att_ref s = {&c, zt_test_widen(c.q, nq), c.k ? zt_test_widen(c.k, nkv) : NULL,
+                     c.v ? zt_test_widen(c.v, nkv) : NULL, zt_test_widen(c.dout, nout)};
         double *out = calloc(nout, sizeof *out), *att = calloc(att_probs(&c), sizeof *att);
         att_ref_forward(&s, out, att);
-        char at[96];
-        snprintf(at, sizeof at, "attention cpu B=%d T=%d NH=%d hd=%d", B, T, NH, hd);
+        char at[128], shape[96];
+        snprintf(at, sizeof at, "attention cpu %s", att_name(&c.s, shape, sizeof shape));
         CHECK_CLOSE(got.out, out, nout, ZT_TEST_TOL_FWD, "%s: out against the reference", at);
         CHECK_CLOSE(got.att, att, att_probs(&c), ZT_TEST_TOL_FWD,
                     "%s: att against the reference", at);
-        CHECK_FD(s.qkv, nqkv, got.dqkv, NULL, att_ref_loss, &s, 300, r,
-                 "%s: dqkv (overwriting NaN)", at);
-        free(out), free(att), free(s.qkv), free(s.r);
-        att_free(&c, &got, NULL);
+        CHECK_FD(s.q, nq, got.dq, NULL, att_ref_loss, &s, 300, r, "%s: dq (overwriting NaN)", at);
+        if (!c.s.packed) {
+            CHECK_FD(s.k, nkv, got.dk, NULL, att_ref_loss, &s, 200, r,
+                     "%s: dk (overwriting NaN)", at);
+            CHECK_FD(s.v, nkv, got.dv, NULL, att_ref_loss, &s, 200, r,
+                     "%s: dv (overwriting NaN)", at);
+        }
+        free(out), free(att), free(s.q), free(s.k), free(s.v), free(s.r);
+        att_free_result(&got), att_free(&c);
     }
 }
 
-/* At 16 bits out and dqkv are held; the probabilities are those of fp32 activations. */
+/* At 16 bits out and the gradients are held; the probabilities are those of fp32 activations. */
 static void att_held(zt_backend *cpu, zt_test_rng *r) {
-    for (zt_dtype t = ZT_BF16; t <= ZT_F16; t++) {
-        att_case c = att_make(r, 2, 11, 3, 6, t);
-        att_result f32 = att_run(cpu, ZT_F32, &c), held = att_run(cpu, t, &c);
-        const char *tn = zt_dtype_name(t);
-        CHECK_HELD(cpu, t, held.out, f32.out, att_rows(&c) * att_c(&c), "attention at %s: out",
-                   tn);
-        CHECK_HELD(cpu, t, held.dqkv, f32.dqkv, att_rows(&c) * 3 * att_c(&c),
-                   "attention at %s: dqkv", tn);
-        CHECK_SAME(held.att, f32.att, att_probs(&c), "attention at %s: att", tn);
-        att_free(&c, &f32, &held);
-    }
+    static const zt_attn_shape shapes[] = {{2, 11, 3, 3, 6, true, 0}, {2, 12, 4, 2, 6, false, 4}};
+    for (zt_dtype t = ZT_BF16; t <= ZT_F16; t++)
+        for (int k = 0; k < 2; k++) {
+            att_case c = att_make(r, shapes[k], t);
+            att_result f32 = att_run(cpu, ZT_F32, &c), held = att_run(cpu, t, &c);
+            char at[128], shape[96];
+            snprintf(at, sizeof at, "attention at %s, %s", zt_dtype_name(t),
+                     att_name(&c.s, shape, sizeof shape));
+            CHECK_HELD(cpu, t, held.out, f32.out, att_nout(&c), "%s: out", at);
+            CHECK_HELD(cpu, t, held.dq, f32.dq, att_nq(&c), "%s: dq", at);
+            if (!c.s.packed) {
+                CHECK_HELD(cpu, t, held.dk, f32.dk, att_nkv(&c), "%s: dk", at);
+                CHECK_HELD(cpu, t, held.dv, f32.dv, att_nkv(&c), "%s: dv", at);
+            }
+            CHECK_SAME(held.att, f32.att, att_probs(&c), "%s: att", at);
+            att_free_result(&f32), att_free_result(&held), att_free(&c);
+        }
 }
 
 static const char *const entries[] = {"attention_forward", "attention_backward", NULL};
@@ -198,51 +271,68 @@ static void check(const zt_test_env *env) {
     att_held(env->be[0], &r);
 }
 
-/* ---- --perf: GPT-2 small's attention, B=4, T=256, 12 heads of 64 ----------------------------- */
+/* ---- --perf: GPT-2 small's attention (B=4, T=256, 12 heads of 64, packed) and a Llama-style
+ * one at the same size (separate q, k, v with 4 kv heads), each without and with a window --- */
 
 typedef struct {
     zt_ctx ctx;
     zt_attn_shape s;
-    void *out, *qkv, *dqkv, *dout;
+    void *out, *q, *k, *v, *dq, *dk, *dv, *dout;
     float *att, *scratch;
 } att_perf;
 
 static void att_perf_forward(void *arg) {
     att_perf *p = arg;
-    p->ctx.be->ops->attention_forward(&p->ctx, &p->s, p->out, p->att, p->qkv, NULL, NULL);
+    p->ctx.be->ops->attention_forward(&p->ctx, &p->s, p->out, p->att, p->q, p->k, p->v);
 }
 
 static void att_perf_backward(void *arg) {
     att_perf *p = arg;
-    p->ctx.be->ops->attention_backward(&p->ctx, &p->s, p->dqkv, NULL, NULL, p->scratch, p->dout,
-                                       p->qkv, NULL, NULL, p->att);
+    p->ctx.be->ops->attention_backward(&p->ctx, &p->s, p->dq, p->dk, p->dv, p->scratch, p->dout,
+                                       p->q, p->k, p->v, p->att);
 }
 
-static void perf(zt_backend *be) {
-    if (!zt_test_has(be, "attention_forward") || !zt_test_has(be, "attention_backward"))
-        return;
-    const int B = 4, T = 256, NH = 12, hd = 64;
-    size_t C = (size_t)NH * hd, rows = (size_t)B * T, np = (size_t)B * NH * T * T;
+static void perf_one(zt_backend *be, zt_attn_shape s) {
+    size_t rows = (size_t)s.B * s.T, qw = (size_t)s.n_head * s.head_dim,
+           kvw = (size_t)s.n_kv_head * s.head_dim, np = (size_t)s.B * s.n_head * s.T * s.T;
+    size_t nq = rows * (s.packed ? qw + 2 * kvw : qw), nkv = s.packed ? 0 : rows * kvw;
     zt_test_rng r = zt_test_rng_for("attention/perf", 0);
     zt_test_dev d;
     zt_test_dev_init(&d, be, ZT_F32);
-    att_perf p = {.ctx = d.ctx, .s = {B, T, NH, NH, hd, true, 0}};
-    p.out = zt_test_dev_alloc(&d, rows * C * sizeof(float));
-    p.qkv = zt_test_dev_random(&d, &r, rows * 3 * C, 1.0);
-    p.dqkv = zt_test_dev_alloc(&d, rows * 3 * C * sizeof(float));
-    p.dout = zt_test_dev_random(&d, &r, rows * C, 1.0);
+    att_perf p = {.ctx = d.ctx, .s = s};
+    p.out = zt_test_dev_alloc(&d, rows * qw * sizeof(float));
+    p.q = zt_test_dev_random(&d, &r, nq, 1.0);
+    p.dq = zt_test_dev_alloc(&d, nq * sizeof(float));
+    if (nkv) {
+        p.k = zt_test_dev_random(&d, &r, nkv, 1.0);
+        p.v = zt_test_dev_random(&d, &r, nkv, 1.0);
+        p.dk = zt_test_dev_alloc(&d, nkv * sizeof(float));
+        p.dv = zt_test_dev_alloc(&d, nkv * sizeof(float));
+    }
+    p.dout = zt_test_dev_random(&d, &r, rows * qw, 1.0);
     p.att = zt_test_dev_alloc(&d, np * sizeof(float));
     p.scratch = zt_test_dev_alloc(&d, np * sizeof(float));
-    char shape[64];
-    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d hd=%d", B, T, NH, hd);
-    /* FLOP of the causal half: q·kᵀ and p·v take B·NH·hd·T²/2 multiply-adds each; the backward
-     * has four such products. */
-    double flop = 2.0 * B * NH * (double)T * T * hd;
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d/%d hd=%d%s w=%d", s.B, s.T, s.n_head,
+             s.n_kv_head, s.head_dim, s.packed ? " pk" : "", s.window);
+    /* FLOP of the visible part: q·kᵀ and p·v take B·NH·hd multiply-adds per visible (query,
+     * key) pair, T²/2 of them without a window; the backward has four such products. */
+    double pairs = s.window ? (double)s.T * s.window - (double)s.window * (s.window - 1) / 2
+                            : (double)s.T * (s.T + 1) / 2;
+    double flop = 4.0 * s.B * s.n_head * pairs * s.head_dim;
     double ms = zt_test_time_ms(be, att_perf_forward, &p, 9);
     zt_test_perf_row("attention_forward", be, shape, ms, 0, flop / 1e9);
     ms = zt_test_time_ms(be, att_perf_backward, &p, 9);
     zt_test_perf_row("attention_backward", be, shape, ms, 0, 2.0 * flop / 1e9);
     zt_test_dev_finish(&d);
+}
+
+static void perf(zt_backend *be) {
+    if (!zt_test_has(be, "attention_forward") || !zt_test_has(be, "attention_backward"))
+        return;
+    perf_one(be, (zt_attn_shape){4, 256, 12, 12, 64, true, 0});
+    perf_one(be, (zt_attn_shape){4, 256, 12, 4, 64, false, 0});
+    perf_one(be, (zt_attn_shape){4, 256, 12, 4, 64, false, 64});
 }
 
 const zt_test_family zt_test_attention = {"attention", entries, check, perf};

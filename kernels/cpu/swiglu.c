@@ -1,0 +1,30 @@
+/* The SwiGLU gate of Llama's MLP: silu(gate) · up elementwise, silu(g) = g·sigmoid(g). Each
+ * element is read whole before any output is written, so an output may alias an input.
+ *
+ * Built with -ffast-math so that expf vectorises (CMakeLists.txt), this file avoids infinities:
+ * the exponent is capped at 88, where expf is still finite and the sigmoid already 0 in fp32. */
+#include <math.h>
+
+#include "cpu_kernels.h"
+
+static inline float sigmoid(float g) { return 1.0f / (1.0f + expf(fminf(-g, 88.0f))); }
+
+void zt_cpu_silu_mul_forward(float *out, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g * sigmoid(g) * up[i];
+    }
+}
+
+void zt_cpu_silu_mul_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, size_t n) {
+    /* d silu(g)/dg = sig·(1 + g·(1 - sig)) */
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], u = up[i], d = dout[i];
+        float sig = sigmoid(g);
+        dgate[i] = d * u * sig * (1.0f + g * (1.0f - sig));
+        dup[i] = d * g * sig;
+    }
+}
