@@ -346,6 +346,12 @@ static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
             ZT_TRY(apply_row(&rows[i], root, c));
     if (strcmp(type, "qwen2") == 0)
         ZT_TRY(check_qwen2(root, c));
+    /* A field no key of this model_type sets stays at its default: the config describes the
+     * whole model, and a job may not change what transformers would not see (a Mistral with
+     * rope scaling). The sequence length is the job's. */
+    for (const zt_model_field *f = c->family->fields; f->key; f++)
+        if (f->kind != ZT_FIELD_PATH && strcmp(f->key, "block_size") != 0)
+            c->given[f - c->family->fields] = true;
     return check_weights(dir);
 }
 
@@ -449,6 +455,47 @@ static cJSON *config_json(const zt_model_spec *spec, const zt_model_family *fam)
     return root;
 }
 
+static bool written_by_row(const char *type, const char *field) {
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (rows[i].kind == ROW_FIELD && rows[i].field && strcmp(rows[i].field, field) == 0 &&
+            row_applies(&rows[i], type))
+            return true;
+    return false;
+}
+
+/* What config.json cannot say must be what transformers assumes: a field no key of the
+ * model_type writes holds its default, or the value the model_type fixes (Qwen2's q/k/v
+ * biases), else the directory would load as another model. */
+static zt_status check_representable(const zt_model_spec *spec, const zt_model_family *fam,
+                                     const char *path) {
+    zt_model_spec fixed;
+    memset(&fixed, 0, sizeof fixed);
+    snprintf(fixed.type, sizeof fixed.type, "%s", spec->type);
+    for (const zt_model_field *f = fam->fields; f->key; f++)
+        zt_model_field_set_default(f, &fixed);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const hf_row *r = &rows[i];
+        if (r->kind != ROW_CONST || !row_applies(r, spec->type))
+            continue;
+        cJSON *v = cJSON_Parse(r->def);
+        zt_status s = set_field(zt_model_family_field(fam, r->field), &fixed, v, path, r->field);
+        cJSON_Delete(v);
+        ZT_TRY(s);
+    }
+    for (const zt_model_field *f = fam->fields; f->key; f++) {
+        if (f->kind == ZT_FIELD_PATH || strcmp(f->key, "block_size") == 0 ||
+            written_by_row(spec->type, f->key) || zt_model_field_equal(f, spec, &fixed))
+            continue;
+        char have[64], want[64];
+        zt_model_field_format(f, spec, have, sizeof have);
+        zt_model_field_format(f, &fixed, want, sizeof want);
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: model.%s is %s, but a %s config.json has no "
+                        "key for it (transformers would build the model with %s)", path, f->key,
+                        have, spec->type, want);
+    }
+    return ZT_OK;
+}
+
 zt_status zt_hf_config_write(const zt_model_spec *spec, const char *path) {
     const zt_model_family *fam = zt_model_family_find(spec->type);
     if (!fam || !architecture_of(spec->type))
@@ -463,6 +510,7 @@ zt_status zt_hf_config_write(const zt_model_spec *spec, const char *path) {
             *(const bool *)((const char *)spec + o->offset))
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: a llama model with qkv_bias and o_bias "
                         "different has no Hugging Face config (attention_bias sets both)", path);
+    ZT_TRY(check_representable(spec, fam, path));
     cJSON *root = config_json(spec, fam);
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);

@@ -104,6 +104,11 @@ static zt_status model_field(const zt_model_field *f, const zt_json_obj *o,
     char job_value[64], hf_value[64], key[96] = "";
     zt_model_field_format(f, m, job_value, sizeof job_value);
     zt_model_field_format(f, &hf->spec, hf_value, sizeof hf_value);
+    /* An empty string (no rope scaling) is shown as such. */
+    if (!hf_value[0])
+        snprintf(hf_value, sizeof hf_value, "(none)");
+    if (!job_value[0])
+        snprintf(job_value, sizeof job_value, "(none)");
     if (hf->given_key[i])
         snprintf(key, sizeof key, " (%s)", hf->given_key[i]);
     else

@@ -273,7 +273,7 @@ try:
     run_job("n_embd 15 not divisible by n_head 2", setter(["model"], "n_embd", 15),
             ["job.json", "n_embd", "n_head", "15", "divisible"])
     run_job("n_layer 0", setter(["model"], "n_layer", 0), ["job.json", "n_layer"])
-    run_job("unknown model type llama", setter(["model"], "type", "llama"), ["llama"])
+    run_job("unknown model type falcon", setter(["model"], "type", "falcon"), ["falcon"])
     run_job("no optimizer section", deleter(["deepspeed"], "optimizer"), ["optimizer"])
     # Batch keys that do not fit world_size: DeepSpeed's own text, with the world size in it.
     run_job("batch keys inconsistent with world_size 2",

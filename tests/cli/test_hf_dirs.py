@@ -7,7 +7,9 @@ equals the loss transformers computes with the same weights on the same batch.
 
 Out: `ztrain export CKPT --hf DIR --max-shard-size S` writes a directory that from_pretrained
 loads, whose logits equal ztrain's own logits of the checkpoint (the zt_gpt2_check tool), sharded
-as save_pretrained shards; without --max-shard-size it is one model.safetensors.
+as save_pretrained shards; without --max-shard-size it is one model.safetensors. The job resumes
+from its checkpoint with the directory still its init_from, and a ZeRO-3 job on two ranks
+exports a directory with the starting logits (lr 0).
 
 Bad input: a model_type ztrain lacks, a refused config key, a missing shard, a tensor the index
 lists but its shard lacks, a tensor of the wrong shape, a config that disagrees with the job, a
@@ -160,6 +162,10 @@ try:
     ckpt = os.path.join(top, "in_fp32", "ckpt")
     src_dir = os.path.join(top, "in_fp32", "hf")
     out_dir = os.path.join(top, "exported")
+    idx = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        orig = GPT2LMHeadModel.from_pretrained(src_dir).eval()(idx).logits
+        hl = orig
     rc, out, err = ztrain(["export", ckpt, "--hf", out_dir, "--max-shard-size", SHARD])
     ck.check(rc == 0, f"export --hf --max-shard-size {SHARD}: exit {rc} {out.strip()} {err.strip()[-300:]}")
     files = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
@@ -200,10 +206,8 @@ try:
         exp = GPT2LMHeadModel.from_pretrained(out_dir).eval()
         ck.check(exp.config.n_layer == L and exp.config.n_embd == C and exp.config.vocab_size == V,
                  "from_pretrained builds the same architecture")
-        idx = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(5))
         with torch.no_grad():
             hl = exp(idx).logits
-            orig = GPT2LMHeadModel.from_pretrained(src_dir).eval()(idx).logits
         zl, why = ztrain_logits(os.path.join(ckpt, "global_step1", "model.safetensors"), idx)
         ck.check(zl is not None and rel(zl, hl) < 1e-5,
                  f"from_pretrained(exported) logits vs ztrain's logits of the checkpoint (rel "
@@ -227,6 +231,38 @@ try:
         with torch.no_grad():
             a = GPT2LMHeadModel.from_pretrained(single).eval()(idx).logits
         ck.check(torch.equal(a, hl), "the one-file directory gives the same logits")
+
+    # ---- resume, and a ZeRO-3 job on two ranks ---------------------------------------------
+    # The job whose init_from is a directory resumes from its checkpoint: the spec config.json
+    # fills is the one the checkpoint recorded.
+    d = os.path.join(top, "in_fp32")
+    job_path = os.path.join(d, "job.json")
+    job = json.load(open(job_path))
+    job["train"].update({"max_steps": 2, "resume": True})
+    write_job(job_path, job)
+    rc, out, err = ztrain(["run", job_path, "--out", os.path.join(d, "run")])
+    ck.check(rc == 0 and "resumed from" in out and "global_step1" in out,
+             f"the job resumes from its checkpoint: exit {rc} "
+             f"{[l for l in out.splitlines() if 'resum' in l][:1]} {err.strip()[-200:]}")
+
+    d = os.path.join(top, "zero3")
+    os.makedirs(d)
+    shutil.copytree(src_dir, os.path.join(d, "hf"))
+    job_path = job_for(d, "hf")
+    job = json.load(open(job_path))
+    job["world_size"] = 2
+    job["deepspeed"]["zero_optimization"] = {"stage": 3}
+    write_job(job_path, job)
+    rc, out, err = ztrain(["run", job_path, "--out", os.path.join(d, "run")])
+    ck.check(rc == 0, f"2 ranks, ZeRO-3, init_from the directory: exit {rc} {err.strip()[-200:]}")
+    z3 = os.path.join(d, "exported")
+    rc, out, err = ztrain(["export", os.path.join(d, "ckpt"), "--hf", z3, "--max-shard-size", SHARD])
+    ck.check(rc == 0, f"export --hf of the ZeRO-3 checkpoint: exit {rc} {err.strip()[-200:]}")
+    if rc == 0:
+        with torch.no_grad():
+            z = GPT2LMHeadModel.from_pretrained(z3).eval()(idx).logits
+        ck.check(torch.equal(z, orig), "its directory gives the logits of the one the job "
+                 "started from, bit for bit")
 
     # ---- bad input ------------------------------------------------------------------------
     n = [0]

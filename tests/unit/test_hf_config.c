@@ -235,6 +235,19 @@ static void test_job_spec(void) {
     s = parse(&job, "{\"init_from\": \"job-hf/model.safetensors\", \"block_size\": 8}");
     check_error_is(__FILE__, __LINE__, "job", "file init_from", s, ZT_ERR_INVALID,
                    "job.json: key 'model.n_layer' is required", false);
+    /* A field the model_type's config has no key for is fixed at its default. */
+    if (zt_model_family_find("mistral")) {
+        hf_dir("job-mistral", "{\"model_type\": \"mistral\", \"num_hidden_layers\": 1, "
+               "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"hidden_size\": 8, "
+               "\"intermediate_size\": 8, \"vocab_size\": 10}");
+        s = parse(&job, "{\"init_from\": \"job-mistral\", \"block_size\": 8, "
+                        "\"rope_scaling\": \"linear\"}");
+        snprintf(want, sizeof want, "job.json: model.rope_scaling is linear but "
+                 "%s/config.json gives (none) (fixed for model_type mistral)",
+                 check_tmp_path("job-mistral"));
+        check_error_is(__FILE__, __LINE__, "job", "mistral rope_scaling", s, ZT_ERR_INVALID, want,
+                       false);
+    }
     /* A broken config is an error of the job, naming both files. */
     hf_dir("job-bad", "{\"model_type\": \"gpt2\", \"n_head\": \"two\"}");
     s = parse(&job, "{\"init_from\": \"job-bad\", \"block_size\": 8}");
@@ -343,6 +356,19 @@ static void test_write(void) {
     defaults(&s, "llama");
     set_field(&s, "qkv_bias", 1);
     CHECK(zt_hf_config_write(&s, check_tmp_path("qkv-only.json")) == ZT_ERR_UNSUPPORTED);
+    /* Fields a model_type's config has no key for must be what transformers assumes. */
+    defaults(&s, "qwen2");
+    set_field(&s, "n_head", 2);
+    set_field(&s, "n_embd", 16);
+    set_field(&s, "head_dim", 16);
+    CHECK(zt_hf_config_write(&s, check_tmp_path("qwen2-head-dim.json")) == ZT_ERR_UNSUPPORTED &&
+          strstr(zt_last_error(), "model.head_dim is 16"), "%s", zt_last_error());
+    defaults(&s, "mistral");
+    set_field(&s, "o_bias", 1);
+    CHECK(zt_hf_config_write(&s, check_tmp_path("mistral-o-bias.json")) == ZT_ERR_UNSUPPORTED &&
+          strstr(zt_last_error(), "model.o_bias is true"), "%s", zt_last_error());
+    struct stat st;
+    CHECK(stat(check_tmp_path("mistral-o-bias.json"), &st) != 0, "a refused config was written");
 }
 
 static void test_sizes(void) {

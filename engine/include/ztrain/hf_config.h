@@ -26,7 +26,8 @@ typedef struct {
      * NULL. */
     zt_model_spec spec;
     /* given[i]: the config determines the family's i-th field (fam->fields[i]); a job spec that
-     * also sets it must agree. */
+     * also sets it must agree. That is every field but block_size and the paths: a field that no
+     * key of the model_type sets is fixed at its default. */
     bool given[ZT_MODEL_MAX_FIELDS];
     /* The config key behind given[i], or NULL where the model_type alone fixes the field
      * (Qwen2's qkv_bias). Static strings. */
@@ -51,7 +52,11 @@ zt_status zt_hf_config_read(const char *dir, zt_hf_config *out);
 
 /* Writes the config.json `from_pretrained` needs for spec (model_type, architectures,
  * torch_dtype "float32", every mapped key, tie_word_embeddings, and the fixed keys such as
- * hidden_act) into path, atomically. */
+ * hidden_act) into path, atomically. A spec that config.json cannot describe is
+ * ZT_ERR_UNSUPPORTED naming the field, and nothing is written: a field no key of its model_type
+ * carries that is not at the value transformers assumes (a Qwen2 head_dim, a Mistral
+ * rope_scaling, Qwen2 or Mistral biases other than theirs), or a Llama with q/k/v biases but no
+ * output bias. */
 zt_status zt_hf_config_write(const zt_model_spec *spec, const char *path);
 
 /* Parses a size as `ztrain export --max-shard-size` takes it, in Hugging Face's notation:
