@@ -1,6 +1,6 @@
 /* The Llama family's rotary embedding tables: Hugging Face's inverse frequencies, with its
  * "linear" and "llama3" rope_scaling, turned into the cos/sin tables the rope op reads. Computed
- * once at model creation, in double precision and rounded to fp32. */
+ * once at model creation: frequencies in double precision, angles in fp32 as Hugging Face's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +42,15 @@ zt_status zt_llama_rope_tables(const zt_model_spec *s, int head_dim, int T, floa
     if (!inv_freq)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory for the rotary tables", s->type);
     zt_llama_rope_inv_freq(s, head_dim, inv_freq);
+    /* The angle is the fp32 product of an fp32 frequency and the position, as Hugging Face
+     * (and Meta's reference) compute it: at position 8192 its rounding is worth up to 5e-4
+     * radians, and a model trained with those tables expects them. Its cosine and sine are then
+     * taken exactly and rounded. */
     for (int t = 0; t < T; t++) {
         for (int j = 0; j < half; j++) {
-            const double angle = (double)t * inv_freq[j];
-            cos_t[(size_t)t * half + j] = (float)cos(angle);
-            sin_t[(size_t)t * half + j] = (float)sin(angle);
+            const float angle = (float)inv_freq[j] * (float)t;
+            cos_t[(size_t)t * half + j] = (float)cos((double)angle);
+            sin_t[(size_t)t * half + j] = (float)sin((double)angle);
         }
     }
     free(inv_freq);

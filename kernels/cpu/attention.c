@@ -42,12 +42,10 @@ static geom geom_of(const zt_attn_shape *s) {
     return g;
 }
 
-/* The packed layout's k and v follow q inside each row. */
-static void unpack(const zt_attn_shape *s, const float *q, const float **k, const float **v) {
-    if (!s->packed)
-        return;
-    *k = q + (size_t)s->n_head * s->head_dim;
-    *v = *k + (size_t)s->n_kv_head * s->head_dim;
+/* Where k and v start inside a packed q|k|v row. */
+static size_t packed_k(const zt_attn_shape *s) { return (size_t)s->n_head * s->head_dim; }
+static size_t packed_v(const zt_attn_shape *s) {
+    return packed_k(s) + (size_t)s->n_kv_head * s->head_dim;
 }
 
 /* The first key query t sees. */
@@ -74,7 +72,8 @@ static void masked_softmax_row(float *row, int lo, int hi, int T) {
 
 void zt_cpu_attention_forward(float *out, float *att, const zt_attn_shape *s, const float *q,
                               const float *k, const float *v) {
-    unpack(s, q, &k, &v);
+    if (s->packed)
+        k = q + packed_k(s), v = q + packed_v(s);
     const geom g = geom_of(s);
     const int T = g.T;
 #pragma omp parallel for collapse(2)
@@ -175,8 +174,10 @@ static void kv_grads(const geom *g, const grads *x, int b, int kvh) {
 void zt_cpu_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
                                const zt_attn_shape *s, const float *q, const float *k,
                                const float *v, const float *att) {
-    unpack(s, q, &k, &v);
-    unpack(s, dq, (const float **)&dk, (const float **)&dv);
+    if (s->packed) {
+        k = q + packed_k(s), v = q + packed_v(s);
+        dk = dq + packed_k(s), dv = dq + packed_v(s);
+    }
     const geom g = geom_of(s);
     const grads x = {dq, dk, dv, scratch, dout, q, k, v, att};
     if (g.group == 1) {

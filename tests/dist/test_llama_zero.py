@@ -1,8 +1,10 @@
 """The Llama family under ZeRO on several ranks, from a fresh initialisation: stages 1, 2 and 3 on
 2 ranks give the single-rank trajectory (10 losses and the final parameters within 1e-5); a
 stage-3 run on 2 ranks stopped at step 5 resumes on 1 rank within 1e-5 of the uninterrupted run,
-and zero-to-fp32 writes the single-rank weights under their Hugging Face names; bf16 at stage 3
-follows the fp32 curve within 2e-2; a resume whose model differs names the Llama field."""
+and zero-to-fp32 writes the single-rank weights under their Hugging Face names; stage 3 with
+the optimizer state and parameters offloaded to NVMe gives the same losses bit for bit; fp16 with
+the loss scaler at stage 2 and bf16 at stage 3 follow the fp32 curve within 2e-2; a resume whose
+model differs names the Llama field."""
 import os
 import sys
 import tempfile
@@ -17,7 +19,7 @@ MODEL = {"type": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 3
          "tie_word_embeddings": False}
 
 
-def job(world, stage, ckpt, resume=False, bench_steps=0, precision=None):
+def job(world, stage, ckpt, resume=False, bench_steps=0, precision=None, nvme=None):
     ds = {"train_batch_size": GLOBAL, "train_micro_batch_size_per_gpu": GLOBAL // world,
           # eps 1e-4 keeps Adam from magnifying rounding noise in near-zero gradients.
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.1, "eps": 1e-4}},
@@ -27,6 +29,9 @@ def job(world, stage, ckpt, resume=False, bench_steps=0, precision=None):
                                 "stage3_param_persistence_threshold": 100}}
     if precision:
         ds[precision] = {"enabled": True}
+    if nvme:
+        for key in ("offload_optimizer", "offload_param"):
+            ds["zero_optimization"][key] = {"device": "nvme", "nvme_path": nvme}
     return {"name": f"llama{stage}-n{world}", "world_size": world, "model": MODEL,
             "data": {"train": "train.txt", "shuffle": True},
             "train": {"max_steps": STEPS, "log_interval": 1, "checkpoint_dir": ckpt,
@@ -76,6 +81,18 @@ with tempfile.TemporaryDirectory() as d:
     w = weights(d, "ck-split")
     err, name = max((rel_err(w[k], ref_w[k]), k) for k in ref_w)
     ck.check(err < 1e-5, f"2 -> 1 ranks: zero-to-fp32 weights, worst {name} {err:.1e}")
+
+    # ZeRO-Infinity: optimizer state and parameters in files, the same arithmetic.
+    os.makedirs(f"{d}/nvme")
+    train(d, "nvme", job(2, 3, "ck-nvme", nvme=f"{d}/nvme"))
+    ck.check(losses(d, "nvme") == losses(d, "s3"),
+             "stage 3 with optimizer and parameters offloaded to NVMe: the same losses, bit for bit")
+
+    train(d, "fp16", job(2, 2, "ck-fp16", precision="fp16"))
+    got = losses(d, "fp16")
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+    ck.check(len(got) == STEPS and worst < 2e-2,
+             f"fp16 with the loss scaler, stage 2, 2 ranks: within {worst:.1e} of fp32")
 
     train(d, "bf16", job(2, 3, "ck-bf16", precision="bf16"))
     got = losses(d, "bf16")

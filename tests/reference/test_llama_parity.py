@@ -3,7 +3,8 @@ attention): logits, loss and every parameter gradient of tiny models of each var
 error under 1e-5 — GQA 4:1 and 1:1, tied and untied heads, q/k/v (and o) biases, head_dim apart
 from n_embd / n_head, llama3 and linear rope scaling, Mistral's sliding window shorter than the
 sequence, Qwen2 — and bf16 activations within the tolerance their rounding allows. The weights
-reach ztrain through the model.safetensors that transformers' save_pretrained writes."""
+reach ztrain through the model.safetensors that transformers' save_pretrained writes. The
+parameter count that admission and ZeRO start from (`ztrain estimate`) is transformers' own."""
 import json
 import os
 import sys
@@ -50,6 +51,10 @@ def ztrain_run(d, family, model, B, T, inputs, targets, act="f32"):
     with open(f"{d}/batch.i32", "wb") as f:
         f.write(inputs.numpy().tobytes() + targets.numpy().tobytes())
     run([tool("zt_model_check"), f"{d}/job.json", f"{d}/batch.i32", d, B, T, act])
+    estimate = json.loads(run([tool("ztrain"), "estimate", f"{d}/job.json", "--json"]).stdout)
+    n = sum(p.numel() for p in model.parameters())
+    ck.check(estimate["params"] == n,
+             f"{family}: the estimate's {estimate['params']} parameters are transformers' {n}")
     logits = None
     if act == "f32":
         logits = torch.from_numpy(np.fromfile(f"{d}/logits.f32", dtype="float32"))

@@ -102,7 +102,8 @@ typedef struct zt_ops {
     /* Rotary embedding (Llama) in place over rows of x: token (b, t) starts at
      * x + (b·T + t)·row_stride (row_stride counts elements) and its first n_heads·head_dim
      * elements are n_heads heads of head_dim (even); the rest of the row is left as it is, so q
-     * and k rotate inside a packed q|k|v row. Dimension j < head_dim/2 of a head pairs with j + head_dim/2 (Hugging Face's rotate_half):
+     * and k rotate inside a packed q|k|v row. Dimension j < head_dim/2 of a head pairs with
+     * j + head_dim/2 (Hugging Face's rotate_half):
      *   (a, b) -> (a·cos[t][j] - b·sin[t][j], b·cos[t][j] + a·sin[t][j]).
      * cos and sin are [T, head_dim/2] tables in device memory that the model computes once
      * (theta and any rope_scaling are its business). The backward rotates by the negative
@@ -148,7 +149,8 @@ typedef struct zt_ops {
      * out may alias gate or up. */
     void (*silu_mul_forward)(const zt_ctx *x, void *out, const void *gate, const void *up,
                              size_t n);
-    /* Overwrites dgate[n] and dup[n] (held); either may alias dout, gate or up. */
+    /* Overwrites dgate[n] and dup[n] (held); each may alias one of dout, gate and up, the two
+     * not the same one. */
     void (*silu_mul_backward)(const zt_ctx *x, void *dgate, void *dup, const void *dout,
                               const void *gate, const void *up, size_t n);
 

@@ -180,4 +180,51 @@ static void check(const zt_test_env *env) {
     rms_held(env->be[0], &r);
 }
 
-const zt_test_family zt_test_rmsnorm = {"rmsnorm", entries, check, NULL};
+/* ---- --perf: a Llama-style RMSNorm over B=4, T=256 at width 768 ----------------------------- */
+
+typedef struct {
+    zt_ctx ctx;
+    void *out, *inp, *dinp, *dout;
+    float *w, *rstd, *dw;
+    int N, C;
+} rms_perf;
+
+static void rms_perf_forward(void *arg) {
+    rms_perf *p = arg;
+    p->ctx.be->ops->rmsnorm_forward(&p->ctx, p->out, p->rstd, p->inp, p->w, 1e-6f, p->N, p->C);
+}
+
+static void rms_perf_backward(void *arg) {
+    rms_perf *p = arg;
+    p->ctx.be->ops->rmsnorm_backward(&p->ctx, p->dinp, p->dw, p->dout, p->inp, p->w, p->rstd,
+                                     p->N, p->C);
+}
+
+static void perf(zt_backend *be) {
+    if (!zt_test_has(be, "rmsnorm_forward") || !zt_test_has(be, "rmsnorm_backward"))
+        return;
+    const int N = 4 * 256, C = 768;
+    size_t n = (size_t)N * C;
+    zt_test_rng r = zt_test_rng_for("rmsnorm/perf", 0);
+    zt_test_dev d;
+    zt_test_dev_init(&d, be, ZT_F32);
+    rms_perf p = {d.ctx, .N = N, .C = C};
+    p.out = zt_test_dev_alloc(&d, n * sizeof(float));
+    p.dinp = zt_test_dev_alloc(&d, n * sizeof(float));
+    p.inp = zt_test_dev_random(&d, &r, n, 1.0);
+    p.dout = zt_test_dev_random(&d, &r, n, 1.0);
+    p.w = zt_test_dev_random(&d, &r, C, 1.0);
+    p.dw = zt_test_dev_alloc(&d, C * sizeof(float));
+    p.rstd = zt_test_dev_alloc(&d, N * sizeof(float));
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+    /* Bytes: the forward reads inp and writes out; the backward reads inp and dout and reads and
+     * writes dinp (the weight gradient's second pass over inp and dout is counted too). */
+    double ms = zt_test_time_ms(be, rms_perf_forward, &p, 20);
+    zt_test_perf_row("rmsnorm_forward", be, shape, ms, 2.0 * n * 4 / 1e9, 0);
+    ms = zt_test_time_ms(be, rms_perf_backward, &p, 20);
+    zt_test_perf_row("rmsnorm_backward", be, shape, ms, 6.0 * n * 4 / 1e9, 0);
+    zt_test_dev_finish(&d);
+}
+
+const zt_test_family zt_test_rmsnorm = {"rmsnorm", entries, check, perf};

@@ -57,7 +57,8 @@ static rope_result rope_run(zt_backend *be, zt_dtype act, const rope_case *c) {
     size_t n = rope_n(c), half = (size_t)c->head_dim / 2, es = zt_test_act_size(be, act);
     zt_test_dev d;
     zt_test_dev_init(&d, be, act);
-    float *cs = zt_test_dev_f32(&d, c->cos, c->T * half), *sn = zt_test_dev_f32(&d, c->sin, c->T * half);
+    float *cs = zt_test_dev_f32(&d, c->cos, c->T * half);
+    float *sn = zt_test_dev_f32(&d, c->sin, c->T * half);
     char *x = zt_test_dev_act(&d, c->x, n), *dx = zt_test_dev_act(&d, c->dout, n);
     be->ops->rope_forward(&d.ctx, x + c->offset * es, cs, sn, c->B, c->T, c->n_heads,
                           c->head_dim, c->row_stride);
@@ -176,4 +177,51 @@ static void check(const zt_test_env *env) {
     rope_held(env->be[0], &r);
 }
 
-const zt_test_family zt_test_rope = {"rope", entries, check, NULL};
+/* ---- --perf: q and k of a Llama-style packed q|k|v row, B=4, T=256, 12 + 4 heads of 64 ------- */
+
+typedef struct {
+    zt_ctx ctx;
+    float *x, *cos, *sin;
+    int B, T, heads, hd;
+    size_t stride;
+} rope_perf;
+
+static void rope_perf_forward(void *arg) {
+    rope_perf *p = arg;
+    p->ctx.be->ops->rope_forward(&p->ctx, p->x, p->cos, p->sin, p->B, p->T, p->heads, p->hd,
+                                 p->stride);
+}
+
+static void rope_perf_backward(void *arg) {
+    rope_perf *p = arg;
+    p->ctx.be->ops->rope_backward(&p->ctx, p->x, p->cos, p->sin, p->B, p->T, p->heads, p->hd,
+                                  p->stride);
+}
+
+static void perf(zt_backend *be) {
+    if (!zt_test_has(be, "rope_forward") || !zt_test_has(be, "rope_backward"))
+        return;
+    const int B = 4, T = 256, NH = 12, KVH = 4, hd = 64;
+    zt_test_rng r = zt_test_rng_for("rope/perf", 0);
+    zt_test_dev d;
+    zt_test_dev_init(&d, be, ZT_F32);
+    rope_perf p = {d.ctx, .B = B, .T = T, .heads = NH + KVH, .hd = hd,
+                   .stride = (size_t)(NH + 2 * KVH) * hd};
+    p.x = zt_test_dev_random(&d, &r, (size_t)B * T * p.stride, 1.0);
+    /* Real tables, so that the values keep their size over the repetitions. */
+    rope_case tables = rope_make(&r, 1, T, 1, hd, 0, 0, ZT_F32);
+    p.cos = zt_test_dev_f32(&d, tables.cos, (size_t)T * hd / 2);
+    p.sin = zt_test_dev_f32(&d, tables.sin, (size_t)T * hd / 2);
+    rope_free(&tables, NULL, NULL);
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d heads=%d+%d hd=%d", B, T, NH, KVH, hd);
+    /* Bytes: the rotated heads are read and written once. */
+    double gb = 2.0 * B * T * p.heads * hd * 4 / 1e9;
+    double ms = zt_test_time_ms(be, rope_perf_forward, &p, 20);
+    zt_test_perf_row("rope_forward", be, shape, ms, gb, 0);
+    ms = zt_test_time_ms(be, rope_perf_backward, &p, 20);
+    zt_test_perf_row("rope_backward", be, shape, ms, gb, 0);
+    zt_test_dev_finish(&d);
+}
+
+const zt_test_family zt_test_rope = {"rope", entries, check, perf};

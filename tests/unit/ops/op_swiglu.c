@@ -153,4 +153,45 @@ static void check(const zt_test_env *env) {
     silu_held(env->be[0], &r);
 }
 
-const zt_test_family zt_test_silu_mul = {"silu_mul", entries, check, NULL};
+/* ---- --perf: a Llama-style MLP's gate over B=4, T=256 at width 2048 --------------------------- */
+
+typedef struct {
+    zt_ctx ctx;
+    void *out, *gate, *up, *dout, *dgate, *dup;
+    size_t n;
+} silu_perf;
+
+static void silu_perf_forward(void *arg) {
+    silu_perf *p = arg;
+    p->ctx.be->ops->silu_mul_forward(&p->ctx, p->out, p->gate, p->up, p->n);
+}
+
+static void silu_perf_backward(void *arg) {
+    silu_perf *p = arg;
+    p->ctx.be->ops->silu_mul_backward(&p->ctx, p->dgate, p->dup, p->dout, p->gate, p->up, p->n);
+}
+
+static void perf(zt_backend *be) {
+    if (!zt_test_has(be, "silu_mul_forward") || !zt_test_has(be, "silu_mul_backward"))
+        return;
+    const size_t n = (size_t)4 * 256 * 2048;
+    zt_test_rng r = zt_test_rng_for("silu_mul/perf", 0);
+    zt_test_dev d;
+    zt_test_dev_init(&d, be, ZT_F32);
+    silu_perf p = {d.ctx, .n = n};
+    p.out = zt_test_dev_alloc(&d, n * sizeof(float));
+    p.dgate = zt_test_dev_alloc(&d, n * sizeof(float));
+    p.dup = zt_test_dev_alloc(&d, n * sizeof(float));
+    p.gate = zt_test_dev_random(&d, &r, n, 2.0);
+    p.up = zt_test_dev_random(&d, &r, n, 1.0);
+    p.dout = zt_test_dev_random(&d, &r, n, 1.0);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    double ms = zt_test_time_ms(be, silu_perf_forward, &p, 20);
+    zt_test_perf_row("silu_mul_forward", be, shape, ms, 3.0 * n * 4 / 1e9, 0);
+    ms = zt_test_time_ms(be, silu_perf_backward, &p, 20);
+    zt_test_perf_row("silu_mul_backward", be, shape, ms, 5.0 * n * 4 / 1e9, 0);
+    zt_test_dev_finish(&d);
+}
+
+const zt_test_family zt_test_silu_mul = {"silu_mul", entries, check, perf};
