@@ -19,14 +19,15 @@
 /* One tensor as the directory names it, and where its values come from. */
 typedef struct {
     char name[96];
-    const zt_tensor_info *t;
+    const zt_ckpt_tensor *t;
     zt_ckpt_weights *w;
+    int index; /* in w */
     int shard;
 } export_tensor;
 
 static zt_status read_piece(void *ctx, size_t first, float *dst, size_t n) {
     const export_tensor *e = ctx;
-    return zt_ckpt_weights_read(e->w, e->t->name, e->t->numel, first, dst, n);
+    return zt_ckpt_weights_read(e->w, e->index, first, dst, n);
 }
 
 /* Whether out_dir may be written: absent, or an empty directory. */
@@ -122,35 +123,37 @@ static zt_status write_index(const char *tmp, const export_tensor *e, int n, int
     return s;
 }
 
-/* Writes the directory's files into tmp. */
-static zt_status write_files(const char *tmp, const zt_model *m, zt_ckpt_weights *w,
+/* Writes the directory's files into tmp: config.json first, so that a spec it cannot describe
+ * is refused before any tensor is read. */
+static zt_status write_files(const char *tmp, const zt_model_spec *spec, zt_ckpt_weights *w,
                              uint64_t max_shard_bytes, zt_hf_export_result *res) {
-    const zt_model_family *fam = zt_model_family_find(m->spec.type);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    ZT_TRY(zt_hf_config_write(spec, path));
+    const zt_model_family *fam = zt_model_family_find(spec->type);
     const char *prefix = fam->hf.strip_prefix ? fam->hf.strip_prefix : "";
-    export_tensor *e = calloc((size_t)m->n_tensors + 1, sizeof *e);
+    int n = zt_ckpt_weights_count(w);
+    export_tensor *e = calloc((size_t)n + 1, sizeof *e);
     if (!e)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tmp);
     uint64_t total = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
+    size_t params = 0;
+    for (int i = 0; i < n; i++) {
+        const zt_ckpt_tensor *t = zt_ckpt_weights_tensor(w, i);
+        e[i] = (export_tensor){.t = t, .w = w, .index = i};
         /* Hugging Face files carry the prefix the loader drops ("transformer." for GPT-2). */
-        snprintf(e[i].name, sizeof e[i].name, "%s%s", prefix, m->tensors[i].name);
-        e[i].t = &m->tensors[i];
-        e[i].w = w;
-        total += (uint64_t)m->tensors[i].numel * sizeof(float);
+        snprintf(e[i].name, sizeof e[i].name, "%s%s", prefix, t->name);
+        total += (uint64_t)t->numel * sizeof(float);
+        params += t->numel;
     }
-    int n_shards = plan_shards(e, m->n_tensors, max_shard_bytes);
+    int n_shards = plan_shards(e, n, max_shard_bytes);
     zt_status s = ZT_OK;
     for (int k = 0; k < n_shards && s == ZT_OK; k++)
-        s = write_shard(tmp, e, m->n_tensors, k, n_shards);
+        s = write_shard(tmp, e, n, k, n_shards);
     if (s == ZT_OK && n_shards > 1)
-        s = write_index(tmp, e, m->n_tensors, n_shards, total);
-    char path[4400];
-    snprintf(path, sizeof path, "%s/config.json", tmp);
-    if (s == ZT_OK)
-        s = zt_hf_config_write(&m->spec, path);
+        s = write_index(tmp, e, n, n_shards, total);
     free(e);
-    *res = (zt_hf_export_result){.n_shards = n_shards, .total_bytes = total,
-                                 .n_params = m->n_params};
+    *res = (zt_hf_export_result){.n_shards = n_shards, .total_bytes = total, .n_params = params};
     return s;
 }
 
@@ -162,13 +165,7 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
     zt_model_spec spec;
     zt_ckpt_weights *w = NULL;
     ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, &spec));
-    /* The model is built for its tensor table only: its buffers are device memory that is
-     * never written here, which on the CPU backend takes no pages. */
-    zt_backend *be = NULL;
-    zt_model *m = NULL;
-    zt_status s = zt_backend_create(&be, ZT_DEVICE_CPU, NULL);
-    if (s == ZT_OK)
-        s = zt_model_create(&m, &spec, be, ZT_F32, 1, 1);
+    zt_status s = ZT_OK;
     /* The temporary directory is a sibling: "out/" must not put it inside out. */
     char tmp[4200];
     size_t len = strlen(out_dir);
@@ -181,7 +178,7 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
     if (s == ZT_OK && (s = zt_mkdirs(tmp)) == ZT_OK)
         made = true;
     if (s == ZT_OK)
-        s = write_files(tmp, m, w, max_shard_bytes, res);
+        s = write_files(tmp, &spec, w, max_shard_bytes, res);
     if (s == ZT_OK)
         s = zt_sync_dir(tmp);
     /* rename() replaces an empty directory, so an out_dir made beforehand is fine. */
@@ -192,8 +189,6 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
         s = zt_sync_parent_dir(out_dir);
     else if (made)
         zt_remove_tree(tmp);
-    zt_model_destroy(m);
-    zt_backend_destroy(be);
     zt_ckpt_weights_close(w);
     return s;
 }

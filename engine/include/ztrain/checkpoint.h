@@ -76,26 +76,28 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
  * spec->init_from is set to the checkpoint's model.safetensors (heap-owned; free it). */
 zt_status zt_ckpt_read_model_spec(const char *dir, const char *tag, zt_model_spec *spec);
 
-/* ---- Reading a checkpoint's weights a piece at a time ----------------------------------------
- *
- * For tools that turn a checkpoint into something else (`ztrain export --hf`): the consolidated
- * fp32 weights, read tensor by tensor and piece by piece, so that no process needs to hold the
- * whole model. Today they come from the tag's model.safetensors, mapped and read through
- * (the pages read are handed back to the kernel); a checkpoint layout without that file (per-rank
- * shards of a ZeRO-3 job) is read here too, behind the same calls. */
+/* A checkpoint's weights, read tensor by tensor whatever wrote them: from model.safetensors, or
+ * for a ZeRO-3 checkpoint from the model_rank shards (the fp32 values the ranks held), so that
+ * no reader needs the whole model in memory. The files are mapped, and only the pages of the
+ * ranges read are touched. */
 typedef struct zt_ckpt_weights zt_ckpt_weights;
 
-/* Opens the weights of dir/tag (tag NULL: latest; it must be complete) and reads the model spec
- * recorded with them into *spec (init_from NULL). Close with zt_ckpt_weights_close. */
+typedef struct {
+    const char *name;             /* Hugging Face name, e.g. "h.0.attn.c_attn.weight" */
+    int ndim;
+    int64_t shape[2];
+    size_t numel;
+} zt_ckpt_tensor;
+
+/* Opens dir/tag (tag NULL: latest). *spec receives the model spec (spec->init_from NULL). Close
+ * with zt_ckpt_weights_close. */
 zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const char *tag,
                                zt_model_spec *spec);
-
-/* Copies elements [first, first + n) of the parameter named `name` (zt_tensor_info.name of the
- * spec's model), which has numel elements, into dst. Fails naming the checkpoint file and the
- * tensor when it is absent, not fp32, or of another size. */
-zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, const char *name, size_t numel, size_t first,
-                               float *dst, size_t n);
-
+/* The model's tensors, in the model's order (valid until close). */
+int zt_ckpt_weights_count(const zt_ckpt_weights *w);
+const zt_ckpt_tensor *zt_ckpt_weights_tensor(const zt_ckpt_weights *w, int i);
+/* Elements [first, first + n) of tensor i, as fp32, into dst. */
+zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, int i, size_t first, float *dst, size_t n);
 void zt_ckpt_weights_close(zt_ckpt_weights *w);
 
 #endif
