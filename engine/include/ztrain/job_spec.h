@@ -23,7 +23,9 @@ typedef struct {
     int n_embd;        /* must be divisible by n_head */
     int vocab_size;
     int block_size;    /* maximum sequence length, also the training sequence length */
-    char *init_from;   /* safetensors path with the family's Hugging Face names, or NULL */
+    /* A safetensors file with the family's Hugging Face names, or a Hugging Face model
+     * directory whose config.json fills the spec (ztrain/hf_config.h); NULL: initialise. */
+    char *init_from;
     /* The Llama family (llama, mistral, qwen2), named as Hugging Face's config.json keys are
      * documented in engine/models/llama_family.c's field table. */
     int n_kv_head;                  /* key/value heads (grouped-query attention); 0: n_head */
