@@ -222,10 +222,12 @@ try:
         ck.check(rc == 0, f"the exported directory is a job's init_from: exit {rc} {err.strip()[-200:]}")
 
     single = os.path.join(top, "single")
+    os.makedirs(single)  # an empty directory may be the target: it is replaced
     rc, out, err = ztrain(["export", ckpt, "--hf", single])
     ck.check(rc == 0 and sorted(os.listdir(single)) == ["config.json", "model.safetensors"]
              and "1 shard" in out,
-             f"export --hf with the default 5GB shards: config.json and model.safetensors only "
+             f"export --hf with the default 5GB shards into an empty directory: config.json and "
+             f"model.safetensors only "
              f"({sorted(os.listdir(single)) if os.path.isdir(single) else err.strip()})")
     if rc == 0:
         with torch.no_grad():
