@@ -253,8 +253,9 @@ static zt_status apply_row(const hf_row *r, const cJSON *root, zt_hf_config *c) 
         c->given_key[f - fam->fields] = r->key;
         return ZT_OK;
     }
-    cJSON *owned;
-    const cJSON *v = r->kind == ROW_CONST ? (owned = cJSON_Parse(r->def)) : row_value(r, root, &owned);
+    cJSON *owned = NULL;
+    const cJSON *v = r->kind == ROW_CONST ? (owned = cJSON_Parse(r->def))
+                                          : row_value(r, root, &owned);
     if (!v)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", c->path);
     zt_status s = ZT_OK;
@@ -381,7 +382,8 @@ static cJSON *field_json(const zt_model_family *fam, const zt_model_field *f, co
         const char *s = (const char *)spec + f->offset;
         return s[0] ? cJSON_CreateString(s) : cJSON_CreateNull();
     }
-    if (f->kind == ZT_FIELD_INT && r->zero_is && *(const int *)((const char *)spec + f->offset) == 0) {
+    const int *ip = f->kind == ZT_FIELD_INT ? (const int *)((const char *)spec + f->offset) : NULL;
+    if (ip && r->zero_is && *ip == 0) {
         const char *slash = strchr(r->zero_is, '/');
         if (!slash)
             return cJSON_CreateNumber(int_field(fam, spec, r->zero_is));
@@ -389,8 +391,8 @@ static cJSON *field_json(const zt_model_family *fam, const zt_model_field *f, co
         snprintf(a, sizeof a, "%.*s", (int)(slash - r->zero_is), r->zero_is);
         return cJSON_CreateNumber(int_field(fam, spec, a) / int_field(fam, spec, slash + 1));
     }
-    if (f->kind == ZT_FIELD_INT && strcmp(r->key, "sliding_window") == 0 &&
-        *(const int *)((const char *)spec + f->offset) == 0)
+    /* No window is null in Mistral's and Qwen2's configs. */
+    if (ip && *ip == 0 && strcmp(r->key, "sliding_window") == 0)
         return cJSON_CreateNull();
     return zt_model_field_to_cjson(f, spec);
 }

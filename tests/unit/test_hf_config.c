@@ -182,7 +182,8 @@ static void test_llama_read(void) {
     CHECK(get_bool(s, "qkv_bias") && !get_bool(s, "o_bias") && get_int(s, "sliding_window") == 0
           && get_int(s, "vocab_size") == 151936 && get_int(s, "n_kv_head") == 32);
     dir = hf_dir("qwen2-win", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, "
-                 "\"sliding_window\": 128, \"use_sliding_window\": true, \"max_window_layers\": 2}");
+                 "\"sliding_window\": 128, \"use_sliding_window\": true, "
+                 "\"max_window_layers\": 2}");
     CHECK(zt_hf_config_read(dir, &c) == ZT_OK && get_int(s, "sliding_window") == 128, "%s",
           zt_last_error());
     dir = hf_dir("linear", "{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"linear\", "
