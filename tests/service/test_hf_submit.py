@@ -2,9 +2,9 @@
 
 ztraind reads the job spec through the same function as `ztrain run`, so a directory is resolved
 before any rank starts: a spec that gives only init_from and block_size is taken and trains; a
-spec whose n_layer disagrees
-with config.json, and a directory whose index names a shard that is not there, are
-INVALID_ARGUMENT naming the field or the shard, and make no job."""
+spec whose n_layer disagrees with config.json, a directory whose index names a shard that is not
+there, and one whose shard is a link to a file outside the data root are INVALID_ARGUMENT naming
+the field or the shard, and make no job."""
 import json
 import os
 import random
@@ -80,6 +80,14 @@ def main():
     with Daemon(BUILD, tmp, max_ranks=1) as d:
         write_hf_dir(os.path.join(d.data_root, "hf"))
         write_hf_dir(os.path.join(d.data_root, "hf_missing"), drop_second=True)
+        # A shard that is a link to a file outside the data root (a valid one).
+        outside = os.path.join(tmp, "outside")
+        write_hf_dir(outside)
+        linked = os.path.join(d.data_root, "hf_link")
+        write_hf_dir(linked)
+        shard = "model-00002-of-00002.safetensors"
+        os.remove(os.path.join(linked, shard))
+        os.symlink(os.path.join(outside, shard), os.path.join(linked, shard))
 
         job = tiny_job(d.data_root, name="from-hf", max_steps=2)
         job["model"] = {"init_from": "hf", "block_size": 32}
@@ -100,7 +108,11 @@ def main():
                 ("an index naming a shard that is not there",
                  {"init_from": "hf_missing", "block_size": 32},
                  ["hf_missing/model.safetensors.index.json", "model-00002-of-00002.safetensors",
-                  "No such file"])):
+                  "No such file"]),
+                ("a shard linked to a file outside the data root",
+                 {"init_from": "hf_link", "block_size": 32},
+                 ["model.init_from", "hf_link/model-00002-of-00002.safetensors",
+                  "outside the server's data root"])):
             job = tiny_job(d.data_root, name="bad-hf", max_steps=2)
             job["model"] = model
             try:
