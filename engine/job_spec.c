@@ -18,6 +18,7 @@
 #include "model_fields.h"
 #include "text.h"
 #include "ztrain/comm.h"
+#include "ztrain/hf_config.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
 
@@ -67,21 +68,88 @@ static zt_status get_int_min(const zt_json_obj *o, const char *key, int min, int
     return ZT_OK;
 }
 
-/* The model section, read through the field table of the family that "type" names. */
+/* The family: the job's "type", or config.json's model_type when init_from is a Hugging Face
+ * directory (then a "type" the job also gives must agree). */
+static zt_status model_family(const zt_json_obj *o, const zt_hf_config *hf,
+                              const zt_model_family **fam) {
+    const char *type = hf ? hf->spec.type : zt_model_type_field.def_str;
+    const char *given = NULL;
+    ZT_TRY(zt_json_get_string(o, zt_model_type_field.key, &given, NULL));
+    if (hf && given && strcmp(given, type) != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.type is \"%s\" but %s has model_type \"%s\"",
+                        o->source, given, hf->path, type);
+    if (given)
+        type = given;
+    *fam = strlen(type) < sizeof ((zt_model_spec *)0)->type ? zt_model_family_find(type) : NULL;
+    if (!*fam) {
+        char known[256];
+        zt_model_family_names(known, sizeof known);
+        return zt_error(ZT_ERR_INVALID, "%s: model.type \"%s\" is not supported (known types: %s)",
+                        o->source, type, known);
+    }
+    return ZT_OK;
+}
+
+/* One architecture field: from the job, from config.json, or both when they agree. */
+static zt_status model_field(const zt_model_field *f, const zt_json_obj *o,
+                             const zt_hf_config *hf, int i, zt_model_spec *m) {
+    if (!hf || !hf->given[i])
+        return zt_model_field_read_json(f, o, m);
+    if (!zt_json_item(o, f->key)) {
+        memcpy((char *)m + f->offset, (const char *)&hf->spec + f->offset, f->size);
+        return ZT_OK;
+    }
+    ZT_TRY(zt_model_field_read_json(f, o, m));
+    if (zt_model_field_equal(f, m, &hf->spec))
+        return ZT_OK;
+    char job_value[64], hf_value[64], key[96] = "";
+    zt_model_field_format(f, m, job_value, sizeof job_value);
+    zt_model_field_format(f, &hf->spec, hf_value, sizeof hf_value);
+    /* An empty string (no rope scaling) is shown as such. */
+    if (!hf_value[0])
+        snprintf(hf_value, sizeof hf_value, "(none)");
+    if (!job_value[0])
+        snprintf(job_value, sizeof job_value, "(none)");
+    if (hf->given_key[i])
+        snprintf(key, sizeof key, " (%s)", hf->given_key[i]);
+    else
+        snprintf(key, sizeof key, " (fixed for model_type %s)", hf->spec.type);
+    return zt_error(ZT_ERR_INVALID, "%s: model.%s is %s but %s gives %s%s", o->source, f->key,
+                    job_value, hf->path, hf_value, key);
+}
+
+/* The model section, read through the field table of its family. When init_from is a Hugging
+ * Face directory, its config.json names the family and fills the architecture fields the job
+ * leaves out (ztrain/hf_config.h); this is the one place a directory is resolved, which
+ * `ztrain run`, ztraind's spec check and every rank all go through. */
 static zt_status parse_model(zt_model_spec *m, const zt_json_obj *top, const char *base_dir) {
     zt_json_obj o;
     ZT_TRY(zt_json_require(top, "model"));
     ZT_TRY(zt_json_child(top, "model", &o));
-    const char *type = zt_model_type_field.def_str;
-    ZT_TRY(zt_json_get_string(&o, zt_model_type_field.key, &type, NULL));
-    const zt_model_family *fam = strlen(type) < sizeof m->type ? zt_model_family_find(type) : NULL;
-    if (!fam) {
-        char known[256];
-        zt_model_family_names(known, sizeof known);
-        return zt_error(ZT_ERR_INVALID, "%s: model.type \"%s\" is not supported (known types: %s)",
-                        top->source, type, known);
+    char *from = NULL;
+    ZT_TRY(get_path(&o, "init_from", base_dir, &from));
+    zt_hf_config *hf = NULL;
+    zt_status s = ZT_OK;
+    if (zt_hf_is_dir(from)) {
+        hf = malloc(sizeof *hf);
+        s = hf ? zt_hf_config_read(from, hf) : zt_error(ZT_ERR_NOMEM, "out of memory");
+        /* A directory the job names that cannot be read (a missing shard) is a fault of the
+         * job, as a missing data.train is. */
+        if (s != ZT_OK && hf)
+            s = zt_error_prefix(s == ZT_ERR_IO ? ZT_ERR_INVALID : s, "%s: model.init_from: ",
+                                top->source);
     }
-    snprintf(m->type, sizeof m->type, "%s", type);
+    const zt_model_family *fam = NULL;
+    if (s == ZT_OK)
+        s = model_family(&o, hf, &fam);
+    if (s != ZT_OK) {
+        free(from);
+        free(hf);
+        return s;
+    }
+    /* From here the spec owns `from` (zt_job_spec_free releases the family's paths). */
+    snprintf(m->type, sizeof m->type, "%s", fam->name);
+    m->init_from = from;
 
     const char *keys[ZT_MODEL_MAX_FIELDS + 2];
     int n = 0;
@@ -91,18 +159,26 @@ static zt_status parse_model(zt_model_spec *m, const zt_json_obj *top, const cha
         keys[n++] = f->key;
     }
     keys[n] = NULL;
-    ZT_TRY(zt_json_check_keys(&o, keys));
-    for (const zt_model_field *f = fam->fields; f->key; f++) {
+    s = zt_json_check_keys(&o, keys);
+    for (const zt_model_field *f = fam->fields; f->key && s == ZT_OK; f++) {
         if (f->kind != ZT_FIELD_PATH) {
-            ZT_TRY(zt_model_field_read_json(f, &o, m));
+            s = model_field(f, &o, hf, (int)(f - fam->fields), m);
             continue;
         }
         char **path = (char **)((char *)m + f->offset);
+        if (path == &m->init_from)
+            continue;
         if (f->required)
-            ZT_TRY(zt_json_require(&o, f->key));
-        ZT_TRY(get_path(&o, f->key, base_dir, path));
+            s = zt_json_require(&o, f->key);
+        if (s == ZT_OK)
+            s = get_path(&o, f->key, base_dir, path);
     }
-    return zt_model_spec_validate(m, top->source);
+    if (s == ZT_OK && hf && hf->max_positions > 0 && m->block_size > hf->max_positions)
+        s = zt_error(ZT_ERR_INVALID, "%s: model.block_size %d is above %s's %s %d, the longest "
+                     "sequence the model supports", top->source, m->block_size, hf->path,
+                     hf->max_positions_key, hf->max_positions);
+    free(hf);
+    return s == ZT_OK ? zt_model_spec_validate(m, top->source) : s;
 }
 
 static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char *base_dir) {

@@ -105,21 +105,21 @@ static zt_status read_param(zt_model *m, const zt_st_file *f, const zt_st_tensor
     return s;
 }
 
-/* Whether two tensors of a file hold the same values once read as fp32. Tensors of one dtype
- * compare as raw bytes (every conversion to fp32 is exact, so equal values are equal bytes),
- * which needs no memory however large they are. */
-static zt_status same_values(const zt_st_file *f, const zt_st_tensor *a, const zt_st_tensor *b,
-                             size_t n, bool *same) {
-    if (a->dtype == b->dtype && a->nbytes == b->nbytes) {
-        *same = memcmp(zt_st_data(f, a), zt_st_data(f, b), a->nbytes) == 0;
+/* Whether two tensors hold the same values once read as fp32. Tensors of one dtype compare as
+ * raw bytes (every conversion to fp32 is exact, so equal values are equal bytes), which needs no
+ * memory however large they are. */
+static zt_status same_values(const zt_st_ref *a, const zt_st_ref *b, size_t n, bool *same) {
+    if (a->tensor->dtype == b->tensor->dtype && a->tensor->nbytes == b->tensor->nbytes) {
+        *same = memcmp(zt_st_data(a->file, a->tensor), zt_st_data(b->file, b->tensor),
+                       a->tensor->nbytes) == 0;
         return ZT_OK;
     }
     float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
-    zt_status s = x && y ? ZT_OK : zt_error(ZT_ERR_NOMEM, "%s: out of memory", f->path);
+    zt_status s = x && y ? ZT_OK : zt_error(ZT_ERR_NOMEM, "%s: out of memory", a->file->path);
     if (s == ZT_OK)
-        s = zt_st_read_f32(f, a, x, n);
+        s = zt_st_read_f32(a->file, a->tensor, x, n);
     if (s == ZT_OK)
-        s = zt_st_read_f32(f, b, y, n);
+        s = zt_st_read_f32(b->file, b->tensor, y, n);
     if (s == ZT_OK)
         *same = memcmp(x, y, n * sizeof(float)) == 0;
     free(x);
@@ -131,23 +131,23 @@ static zt_status same_values(const zt_st_file *f, const zt_st_tensor *a, const z
  * model keeps only that one, so a different head cannot be represented and is refused rather
  * than dropped. It is compared with the file's tensor that was loaded into map->tied_to (src
  * maps each parameter to its file tensor). */
-static zt_status check_tied(const zt_model *m, const zt_st_file *f, const zt_st_tensor *tied,
-                            const zt_st_tensor *const *src) {
+static zt_status check_tied(const zt_model *m, const zt_st_ref *tied, const zt_st_ref *src) {
     const zt_hf_map *map = hf_map(m);
     const zt_tensor_info *t = zt_model_find_tensor(m, map->tied_to);
-    ZT_ASSERT(t && src[t - m->tensors]);
-    const zt_st_tensor *to = src[t - m->tensors];
-    bool same = tied->ndim == t->ndim;
+    ZT_ASSERT(t && src[t - m->tensors].tensor);
+    const zt_st_ref *to = &src[t - m->tensors];
+    const char *path = tied->file->path;
+    bool same = tied->tensor->ndim == t->ndim;
     for (int d = 0; same && d < t->ndim; d++)
-        same = tied->shape[d] == t->shape[d];
+        same = tied->tensor->shape[d] == t->shape[d];
     if (!same)
-        return zt_error(ZT_ERR_FORMAT, "%s: %s does not have %s's shape", f->path, map->tied,
+        return zt_error(ZT_ERR_FORMAT, "%s: %s does not have %s's shape", path, map->tied,
                         map->tied_to);
-    ZT_TRY(same_values(f, tied, to, t->numel, &same));
+    ZT_TRY(same_values(tied, to, t->numel, &same));
     if (!same) {
         const zt_model_family *fam = zt_model_family_find(m->spec.type);
         return zt_error(ZT_ERR_FORMAT, "%s: %s differs from %s, but %s here ties them (the model "
-                        "has only %s)", f->path, map->tied, map->tied_to, fam->title,
+                        "has only %s)", path, map->tied, map->tied_to, fam->title,
                         map->tied_to);
     }
     return ZT_OK;
@@ -182,18 +182,19 @@ static zt_status load_tensor(zt_model *m, const zt_st_file *f, const zt_st_tenso
 
 zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
     const zt_hf_map *map = hf_map(m);
-    zt_st_file f;
-    ZT_TRY(zt_st_open(&f, path));
+    zt_st_set set;
+    ZT_TRY(zt_st_set_open(&set, path));
     zt_status s = ZT_OK;
     /* For every parameter, the file tensor it was loaded from. */
-    const zt_st_tensor **src = calloc((size_t)m->n_tensors + 1, sizeof *src);
+    zt_st_ref *src = calloc((size_t)m->n_tensors + 1, sizeof *src);
     if (!src) {
-        zt_st_close(&f);
+        zt_st_set_close(&set);
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
     }
-    const zt_st_tensor *tied = NULL;
-    for (int i = 0; i < f.n_tensors && s == ZT_OK; i++) {
-        const zt_st_tensor *st = &f.tensors[i];
+    zt_st_ref tied = {0};
+    for (int i = 0; i < set.n_tensors && s == ZT_OK; i++) {
+        const zt_st_ref *ref = &set.tensors[i];
+        const zt_st_tensor *st = ref->tensor;
         const char *name = strip_prefix(map, st->name);
         if (is_ignored(map, name))
             continue;
@@ -201,25 +202,27 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
         bool is_tied = !t && map->tied && strcmp(name, map->tied) == 0;
         if (!t && !is_tied) {
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this %s model",
-                         path, st->name, m->spec.type);
-        } else if (is_tied ? tied != NULL : src[t - m->tensors] != NULL) {
+                         ref->file->path, st->name, m->spec.type);
+        } else if (is_tied ? tied.tensor != NULL : src[t - m->tensors].tensor != NULL) {
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' appears twice (with and without the "
-                         "'%s' prefix)", path, name, map->strip_prefix ? map->strip_prefix : "");
+                         "'%s' prefix)", ref->file->path, name,
+                         map->strip_prefix ? map->strip_prefix : "");
         } else if (is_tied) {
-            tied = st;
+            tied = *ref;
         } else {
-            s = load_tensor(m, &f, st, t);
-            src[t - m->tensors] = st;
+            s = load_tensor(m, ref->file, st, t);
+            src[t - m->tensors] = *ref;
         }
     }
     for (int i = 0; i < m->n_tensors && s == ZT_OK; i++) {
-        if (!src[i])
-            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is missing", path, m->tensors[i].name);
+        if (!src[i].tensor)
+            s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is missing", set.path,
+                         m->tensors[i].name);
     }
-    if (s == ZT_OK && tied)
-        s = check_tied(m, &f, tied, src);
+    if (s == ZT_OK && tied.tensor)
+        s = check_tied(m, &tied, src);
     free(src);
-    zt_st_close(&f);
+    zt_st_set_close(&set);
     return s;
 }
 

@@ -9,9 +9,15 @@
 /* The families, each defined in engine/models/<family>.c. A new family is one declaration and
  * one entry here; nothing else in the engine or the service names a family. */
 extern const zt_model_family zt_gpt2_family;
+extern const zt_model_family zt_llama_family;
+extern const zt_model_family zt_mistral_family;
+extern const zt_model_family zt_qwen2_family;
 
 static const zt_model_family *const families[] = {
     &zt_gpt2_family,
+    &zt_llama_family,
+    &zt_mistral_family,
+    &zt_qwen2_family,
 };
 
 const zt_model_field zt_model_type_field = {

@@ -91,17 +91,18 @@ static zt_status unknown_key(const zt_json_obj *o, const char *key,
     return zt_error(ZT_ERR_INVALID, "%s: unknown key '%s'%s", o->source, path, hint);
 }
 
-/* Whether the key at this dotted path must be >= 1. A model key is when any family's table bounds
- * it so (the family is not looked up here: the server's parser judges the spec as a whole). */
-static bool must_be_positive(const char *path) {
+/* Whether the key at this dotted path, a number of this kind, must be positive. A model key is
+ * when any family's table bounds it so (the family is not looked up here: the server's parser
+ * judges the spec as a whole). */
+static bool must_be_positive(const char *path, zt_field_kind kind) {
     for (const char *const *k = positive_keys; *k; k++)
-        if (strcmp(*k, path) == 0)
+        if (kind == ZT_FIELD_INT && strcmp(*k, path) == 0)
             return true;
     if (strncmp(path, "model.", 6) != 0)
         return false;
     for (int i = 0; zt_model_family_at(i); i++) {
         const zt_model_field *f = zt_model_family_field(zt_model_family_at(i), path + 6);
-        if (f && f->kind == ZT_FIELD_INT && f->bound == ZT_BOUND_POSITIVE)
+        if (f && f->kind == kind && f->bound == ZT_BOUND_POSITIVE)
             return true;
     }
     return false;
@@ -110,8 +111,19 @@ static bool must_be_positive(const char *path) {
 static zt_status check_positive(const zt_json_obj *o, const char *key, int64_t v) {
     char path[300];
     zt_json_key_path(o, key, path, sizeof path);
-    if (v < 1 && must_be_positive(path))
+    if (v < 1 && must_be_positive(path, ZT_FIELD_INT))
         return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be >= 1, got %lld", (long long)v);
+    return ZT_OK;
+}
+
+/* A double the proto would send as "unset" (zero) or that the engine refuses anyway. */
+static zt_status check_positive_double(const zt_json_obj *o, const char *key, double v) {
+    char path[300];
+    zt_json_key_path(o, key, path, sizeof path);
+    if (!isfinite(v))
+        return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be a finite number, got %g", v);
+    if (!(v > 0.0) && must_be_positive(path, ZT_FIELD_FLOAT))
+        return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be positive, got %g", v);
     return ZT_OK;
 }
 
@@ -155,6 +167,15 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
             *(int64_t *)p = v;
         else
             *(uint64_t *)p = (uint64_t)v;
+        break;
+    }
+    case PROTOBUF_C_TYPE_DOUBLE: {
+        double v;
+        ZT_TRY(zt_json_get_double(o, f->name, &v, &found));
+        if (!found)
+            break;
+        ZT_TRY(check_positive_double(o, f->name, v));
+        *(double *)p = v;
         break;
     }
     case PROTOBUF_C_TYPE_BOOL: {

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "ztrain/admission.h"
+#include "ztrain/hf_config.h"
+#include "ztrain/safetensors.h"
 
 /* Whether `path` (absolute, resolved) lies inside `root` (absolute, resolved). */
 static bool inside(const char *root, const char *path) {
@@ -60,6 +62,34 @@ static zt_status resolve_in_root(cJSON *parent, const char *key, const char *fie
     if (s == ZT_OK)
         cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(resolved));
     free(joined);
+    return s;
+}
+
+/* A Hugging Face directory as init_from: the files the engine will read in it (config.json, the
+ * index and every shard it names, or model.safetensors) must resolve inside the data root too,
+ * so that a link in the directory cannot reach a file the server would not give a job. A file
+ * that is missing is the engine's to report. */
+static zt_status hf_files_inside(const char *root, const char *dir) {
+    if (!zt_hf_is_dir(dir))
+        return ZT_OK;
+    char path[PATH_MAX + 32], resolved[PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (realpath(path, resolved) && !inside(root, resolved))
+        return zt_error(ZT_ERR_INVALID, "model.init_from: %s is outside the server's data root "
+                        "%s", path, root);
+    zt_st_set set;
+    if (zt_st_set_open(&set, dir) != ZT_OK)
+        return ZT_OK;
+    const char *outside = NULL;
+    if (realpath(set.path, resolved) && !inside(root, resolved))
+        outside = set.path;
+    for (int k = 0; k < set.n_files && !outside; k++)
+        if (realpath(set.files[k].path, resolved) && !inside(root, resolved))
+            outside = set.files[k].path;
+    zt_status s = outside ? zt_error(ZT_ERR_INVALID, "model.init_from: %s is outside the "
+                                     "server's data root %s", outside, root)
+                          : ZT_OK;
+    zt_st_set_close(&set);
     return s;
 }
 
@@ -124,6 +154,9 @@ static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json
         s = resolve_in_root(data, "val", "data.val", lim->data_root, true);
     if (s == ZT_OK && model)
         s = resolve_in_root(model, "init_from", "model.init_from", lim->data_root, true);
+    const cJSON *from = model ? cJSON_GetObjectItemCaseSensitive(model, "init_from") : NULL;
+    if (s == ZT_OK && cJSON_IsString(from))
+        s = hf_files_inside(lim->data_root, from->valuestring);
     if (s == ZT_OK && !train) {
         train = cJSON_AddObjectToObject(top, "train");
     }

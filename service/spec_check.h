@@ -21,7 +21,8 @@ typedef struct {
 } zt_spec_limits;
 
 /* Resolves the spec's paths inside the roots (following symlinks; "..", absolute paths and
- * links that leave a root are refused), sets train.checkpoint_dir to RUNS/<id>/ckpt when absent,
+ * links that leave a root are refused; for a Hugging Face directory as model.init_from, so are
+ * links in it to a config.json, an index or a shard outside the data root), sets train.checkpoint_dir to RUNS/<id>/ckpt when absent,
  * parses the result with zt_job_spec_parse, and admits it: a job whose estimated memory is above
  * a limit is refused (zt_admission_check's message names the estimate and the limit). On success *text is the resolved spec as JSON
  * (heap, the caller frees it) and *spec its parsed form (zt_job_spec_free). On failure nothing

@@ -4,7 +4,8 @@
  *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
  *   ztrain config-keys                                the DeepSpeed key table, as markdown
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
- *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF GPT-2 safetensors
+ *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF safetensors
+ *   ztrain export CKPT_DIR --hf DIR [--max-shard-size SIZE]   a Hugging Face model directory
  *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
  *
  * Exit status: 0 success, 1 the job or command failed (the message says why), 2 bad usage,
@@ -24,6 +25,7 @@
 #include "text.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
+#include "ztrain/hf_config.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
 #include "ztrain/sampler.h"
@@ -41,7 +43,10 @@ static const char usage[] =
     "                  [--temperature F] [--top-k K] [--seed S] [--threads N]\n"
     "      Generate N tokens (default 200) from a checkpoint (default tag: latest).\n"
     "  export CKPT_DIR --out FILE [--tag TAG]\n"
-    "      Write the checkpoint's weights as safetensors with Hugging Face GPT-2 names.\n"
+    "      Write the checkpoint's weights as safetensors with Hugging Face names.\n"
+    "  export CKPT_DIR --hf DIR [--max-shard-size SIZE] [--tag TAG]\n"
+    "      Write a Hugging Face model directory (config.json, safetensors shards of at most\n"
+    "      SIZE, default 5GB, and their index) that transformers' from_pretrained loads.\n"
     "  estimate JOB.json [--json]\n"
     "      The job's memory per rank and on this host, as `ztrain run` and ztraind judge it.\n"
     "  config-keys\n"
@@ -467,24 +472,48 @@ done:
     return rc;
 }
 
+/* `export --hf DIR`: a Hugging Face directory, streamed from the checkpoint. */
+static int export_hf(const char *dir, const char *tag, const char *out, const char *max_size) {
+    uint64_t max_bytes = 5000000000ULL; /* save_pretrained's default, "5GB" */
+    if (max_size && !zt_hf_parse_size(max_size, &max_bytes))
+        return bad_usage("export: --max-shard-size expects a size such as 5GB, 200MiB or a "
+                         "byte count, got '%s'", max_size);
+    zt_hf_export_result res;
+    if (zt_hf_export(dir, tag, out, max_bytes, &res) != ZT_OK)
+        return zt_cli_fail(NULL);
+    printf("wrote %s (%zu parameters, %d shard%s, %llu bytes)\n", out, res.n_params,
+           res.n_shards, res.n_shards == 1 ? "" : "s", (unsigned long long)res.total_bytes);
+    return 0;
+}
+
 static int cmd_export(int argc, char **argv) {
-    const char *dir = NULL, *tag = NULL, *out = NULL;
+    const char *dir = NULL, *tag = NULL, *out = NULL, *hf = NULL, *max_size = NULL;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
+        else if (strcmp(argv[i], "--hf") == 0 && i + 1 < argc)
+            hf = argv[++i];
+        else if (strcmp(argv[i], "--max-shard-size") == 0 && i + 1 < argc)
+            max_size = argv[++i];
         else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
             tag = argv[++i];
         else if (argv[i][0] == '-')
             return bad_usage("export: unknown option or missing value '%s'", argv[i]);
         else if (!dir)
             dir = argv[i];
-        else if (!out)
+        else if (!out && !hf)
             out = argv[i];
         else
             return bad_usage("export: unexpected argument '%s'", argv[i]);
     }
-    if (!dir || !out)
-        return bad_usage("export: %sexpects CKPT_DIR and --out FILE", "");
+    if (!dir || (!out && !hf))
+        return bad_usage("export: %sexpects CKPT_DIR and --out FILE or --hf DIR", "");
+    if (out && hf)
+        return bad_usage("export: %s--out FILE and --hf DIR are two formats: give one", "");
+    if (max_size && !hf)
+        return bad_usage("export: %s--max-shard-size goes with --hf DIR", "");
+    if (hf)
+        return export_hf(dir, tag, hf, max_size);
     /* Streamed tensor by tensor from the checkpoint's files (a ZeRO-3 checkpoint's shards), never
      * the whole model in memory. */
     if (zt_ckpt_export_fp32(dir, tag, out) != ZT_OK)

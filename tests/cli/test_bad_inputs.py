@@ -263,7 +263,7 @@ try:
     run_job("n_embd 15 not divisible by n_head 2", setter(["model"], "n_embd", 15),
             ["job.json", "n_embd", "n_head", "15", "divisible"])
     run_job("n_layer 0", setter(["model"], "n_layer", 0), ["job.json", "n_layer"])
-    run_job("unknown model type llama", setter(["model"], "type", "llama"), ["llama"])
+    run_job("unknown model type falcon", setter(["model"], "type", "falcon"), ["falcon"])
     # No "optimizer" section trains with the Trainer's AdamW and a warning (issue 20;
     # tests/cli/test_config_corpus.py, hf_no_optimizer).
     # Batch keys that do not fit world_size: DeepSpeed's own text, with the world size in it.

@@ -186,13 +186,43 @@ static void test_errors(void) {
     ERR("{\"model\": {\"n_layer\": 4, \"n_head\": 0, \"n_embd\": 256, \"vocab_size\": 256, "
         "\"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: model.n_head must be a positive integer, got 0");
+    ERR("{\"model\": {\"type\": \"mamba\", \"n_layer\": 4, \"n_head\": 4, \"n_embd\": 256, "
+        "\"vocab_size\": 256, \"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: model.type \"mamba\" is not supported (known types: gpt2, llama, mistral, "
+        "qwen2)");
+    /* The Llama family's own fields and checks. */
     ERR("{\"model\": {\"type\": \"llama\", \"n_layer\": 4, \"n_head\": 4, \"n_embd\": 256, "
         "\"vocab_size\": 256, \"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
-        "job.json: model.type \"llama\" is not supported (known types: gpt2)");
+        "job.json: key 'model.intermediate_size' is required");
+#define LLAMA "\"type\": \"llama\", \"n_layer\": 2, \"n_head\": 8, \"n_embd\": 64, " \
+              "\"vocab_size\": 256, \"block_size\": 64, \"intermediate_size\": 128"
+    ERR("{\"model\": {" LLAMA ", \"n_kv_head\": 3}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: model.n_head (8) must be a multiple of model.n_kv_head (3)");
+    ERR("{\"model\": {" LLAMA ", \"head_dim\": 7}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: the head dimension (7, model.head_dim or n_embd / n_head) must be even: rotary "
+        "embeddings rotate pairs");
+    ERR("{\"model\": {" LLAMA ", \"rope_scaling\": \"yarn\"}, " DATA ", " DS "}",
+        ZT_ERR_UNSUPPORTED, "job.json: model.rope_scaling \"yarn\" is not supported (known: "
+        "\"linear\", \"llama3\", or \"\" for none)");
+    ERR("{\"model\": {" LLAMA ", \"rope_scaling\": \"llama3\", \"rope_factor\": 8, "
+        "\"rope_low_freq_factor\": 4}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: model.rope_high_freq_factor (4) must be greater than "
+        "model.rope_low_freq_factor (4): llama3 scaling blends between them");
+    ERR("{\"model\": {" LLAMA ", \"rope_scaling\": \"linear\", \"rope_factor\": 0.5}, " DATA
+        ", " DS "}", ZT_ERR_INVALID, "job.json: model.rope_factor (0.5) must be at least 1");
+    ERR("{\"model\": {" LLAMA ", \"max_position_embeddings\": 32}, " DATA ", " DS "}",
+        ZT_ERR_INVALID, "job.json: model.block_size (64) must be at most "
+        "model.max_position_embeddings (32)");
+    ERR("{\"model\": {" LLAMA ", \"rms_norm_eps\": 0}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: model.rms_norm_eps must be positive, got 0");
+    ERR("{\"model\": {" LLAMA ", \"sliding_window\": -1}, " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: model.sliding_window must be a non-negative integer, got -1");
+#undef LLAMA
     /* A type too long for any family's name is unknown all the same, not truncated. */
     ERR("{\"model\": {\"type\": \"gpt2-with-a-very-long-name\", \"n_layer\": 4}, " DATA ", " DS "}",
         ZT_ERR_INVALID,
-        "job.json: model.type \"gpt2-with-a-very-long-name\" is not supported (known types: gpt2)");
+        "job.json: model.type \"gpt2-with-a-very-long-name\" is not supported (known types: gpt2, "
+        "llama, mistral, qwen2)");
     ERR("{\"model\": {\"type\": 2, \"n_layer\": 4}, " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'model.type' must be a string, got 2");
     ERR("{\"model\": {\"type\": \"gpt2\", \"n_kv_head\": 4}, " DATA ", " DS "}", ZT_ERR_INVALID,

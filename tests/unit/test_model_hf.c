@@ -92,8 +92,10 @@ static file_tensor *add(file_spec *fs, const char *name, int ndim, int64_t d0, i
     snprintf(t->name, sizeof t->name, "%s", name);
     t->bf16 = false;
     t->ndim = ndim;
+    /* Dimensions past the second are the caller's to set; until then they count as 1. */
     t->shape[0] = d0;
     t->shape[1] = d1;
+    t->shape[2] = t->shape[3] = 1;
     t->data = malloc((numel(t) ? numel(t) : 1) * sizeof(float));
     for (size_t j = 0; j < numel(t); j++)
         t->data[j] = value(seed, j);

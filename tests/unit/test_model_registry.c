@@ -13,7 +13,7 @@
 static void test_registry(void) {
     const zt_model_family *gpt2 = zt_model_family_find("gpt2");
     CHECK(gpt2 != NULL, "gpt2 is registered");
-    CHECK(zt_model_family_find("llama") == NULL);
+    CHECK(zt_model_family_find("mamba") == NULL);
     CHECK(zt_model_family_find("") == NULL);
     CHECK(zt_model_family_at(-1) == NULL);
     char names[256];
@@ -108,6 +108,72 @@ static void test_gpt2_fields(void) {
     CHECK_STR(fam->hf.croppable, "wpe.weight");
 }
 
+/* The Llama family's tables, as the agreed names (llama_fields.md) give them: the same keys,
+ * kinds and defaults in llama, mistral and qwen2, which differ only in qkv_bias's default, and the
+ * Hugging Face map (full names, an lm_head tied to the embedding). */
+static void test_llama_fields(void) {
+    static const struct {
+        const char *key;
+        zt_field_kind kind;
+        size_t offset;
+        bool required;
+        double def;
+    } want[] = {
+        {"n_layer", ZT_FIELD_INT, offsetof(zt_model_spec, n_layer), true, 0},
+        {"n_head", ZT_FIELD_INT, offsetof(zt_model_spec, n_head), true, 0},
+        {"n_embd", ZT_FIELD_INT, offsetof(zt_model_spec, n_embd), true, 0},
+        {"vocab_size", ZT_FIELD_INT, offsetof(zt_model_spec, vocab_size), true, 0},
+        {"block_size", ZT_FIELD_INT, offsetof(zt_model_spec, block_size), true, 0},
+        {"init_from", ZT_FIELD_PATH, offsetof(zt_model_spec, init_from), false, 0},
+        {"n_kv_head", ZT_FIELD_INT, offsetof(zt_model_spec, n_kv_head), false, 0},
+        {"head_dim", ZT_FIELD_INT, offsetof(zt_model_spec, head_dim), false, 0},
+        {"intermediate_size", ZT_FIELD_INT, offsetof(zt_model_spec, intermediate_size), true, 0},
+        {"rms_norm_eps", ZT_FIELD_FLOAT, offsetof(zt_model_spec, rms_norm_eps), false, 1e-6},
+        {"rope_theta", ZT_FIELD_FLOAT, offsetof(zt_model_spec, rope_theta), false, 10000},
+        {"rope_scaling", ZT_FIELD_STRING, offsetof(zt_model_spec, rope_scaling), false, 0},
+        {"rope_factor", ZT_FIELD_FLOAT, offsetof(zt_model_spec, rope_factor), false, 1},
+        {"rope_low_freq_factor", ZT_FIELD_FLOAT, offsetof(zt_model_spec, rope_low_freq_factor),
+         false, 1},
+        {"rope_high_freq_factor", ZT_FIELD_FLOAT, offsetof(zt_model_spec, rope_high_freq_factor),
+         false, 4},
+        {"rope_original_max_position", ZT_FIELD_INT,
+         offsetof(zt_model_spec, rope_original_max_position), false, 8192},
+        {"max_position_embeddings", ZT_FIELD_INT,
+         offsetof(zt_model_spec, max_position_embeddings), false, 0},
+        {"tie_word_embeddings", ZT_FIELD_BOOL, offsetof(zt_model_spec, tie_word_embeddings), false,
+         0},
+        {"qkv_bias", ZT_FIELD_BOOL, offsetof(zt_model_spec, qkv_bias), false, -1},
+        {"o_bias", ZT_FIELD_BOOL, offsetof(zt_model_spec, o_bias), false, 0},
+        {"sliding_window", ZT_FIELD_INT, offsetof(zt_model_spec, sliding_window), false, 0},
+    };
+    const char *names[] = {"llama", "mistral", "qwen2"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const zt_model_family *fam = zt_model_family_find(names[k]);
+        if (!check_at(__FILE__, __LINE__, fam != NULL, "%s is registered", names[k]))
+            continue;
+        size_t n = 0;
+        for (const zt_model_field *f = fam->fields; f->key; f++, n++) {
+            if (n >= sizeof want / sizeof want[0])
+                break;
+            CHECK_STR(f->key, want[n].key);
+            double def = want[n].def >= 0 ? want[n].def : strcmp(names[k], "qwen2") == 0;
+            CHECK(f->kind == want[n].kind && f->offset == want[n].offset &&
+                      f->required == want[n].required && f->def == def,
+                  "%s.%s: kind %d offset %zu required %d default %g", names[k], f->key, f->kind,
+                  f->offset, f->required, f->def);
+        }
+        CHECK(n == sizeof want / sizeof want[0], "%s has %zu fields", names[k], n);
+        CHECK(fam->hf.strip_prefix == NULL, "%s: no prefix stripped", names[k]);
+        CHECK_STR(fam->hf.tied, "lm_head.weight");
+        CHECK_STR(fam->hf.tied_to, "model.embed_tokens.weight");
+        CHECK(fam->hf.croppable == NULL, "%s: nothing croppable", names[k]);
+        CHECK(fam->validate && fam->estimate, "%s: validate and estimate", names[k]);
+    }
+    const zt_model_field *sc = zt_model_family_field(zt_model_family_find("llama"), "rope_scaling");
+    CHECK(sc && sc->size == 16 && sc->def_str && sc->def_str[0] == '\0', "rope_scaling: char[16], "
+          "default \"\"");
+}
+
 /* The proto type a field of this kind travels as. */
 static ProtobufCType proto_type(zt_field_kind k) {
     switch (k) {
@@ -196,6 +262,7 @@ int main(void) {
     test_registry();
     test_tables_well_formed();
     test_gpt2_fields();
+    test_llama_fields();
     test_proto_matches();
     test_describe_and_compare();
     return check_summary("test_model_registry");

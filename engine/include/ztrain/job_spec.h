@@ -24,7 +24,26 @@ typedef struct {
     int n_embd;        /* must be divisible by n_head */
     int vocab_size;
     int block_size;    /* maximum sequence length, also the training sequence length */
-    char *init_from;   /* safetensors path with the family's Hugging Face names, or NULL */
+    /* A safetensors file with the family's Hugging Face names, or a Hugging Face model
+     * directory whose config.json fills the spec (ztrain/hf_config.h); NULL: initialise. */
+    char *init_from;
+    /* The Llama family (llama, mistral, qwen2), named as Hugging Face's config.json keys are
+     * documented in engine/models/llama_family.c's field table. */
+    int n_kv_head;                  /* key/value heads (grouped-query attention); 0: n_head */
+    int head_dim;                   /* 0: n_embd / n_head */
+    int intermediate_size;          /* SwiGLU width */
+    double rms_norm_eps;
+    double rope_theta;
+    char rope_scaling[16];          /* "" (none), "linear" or "llama3" */
+    double rope_factor;
+    double rope_low_freq_factor;    /* llama3 scaling only */
+    double rope_high_freq_factor;   /* llama3 scaling only */
+    int rope_original_max_position; /* llama3 scaling only */
+    int max_position_embeddings;    /* 0: block_size */
+    bool tie_word_embeddings;       /* the LM head reads the token embedding */
+    bool qkv_bias;                  /* biases on the q, k and v projections */
+    bool o_bias;                    /* a bias on the attention's output projection */
+    int sliding_window;             /* a query sees at most this many positions; 0: all */
 } zt_model_spec;
 
 typedef struct {

@@ -92,11 +92,14 @@ void zt_model_destroy(zt_model *m);
 /* The tensor with this Hugging Face name, or NULL. */
 const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name);
 
-/* Loads weights from a safetensors file with the Hugging Face names and layouts of the model's
- * family, read through the family's zt_hf_map: its prefix is dropped, the tensors it ignores are
- * skipped, a tied tensor must equal the one it is tied to, and a croppable tensor may be longer
- * along dim 0. A missing tensor, a shape mismatch or an unexpected tensor is an error naming the
- * file, the tensor, and both shapes. */
+/* Loads weights with the Hugging Face names and layouts of the model's family from `path`: a
+ * safetensors file, or a set of shards (a Hugging Face directory or its
+ * model.safetensors.index.json; see zt_st_set_open). They are read through the family's
+ * zt_hf_map: its prefix is dropped, the tensors it ignores are skipped, a tied tensor must equal
+ * the one it is tied to, and a croppable tensor may be longer along dim 0. F32, F16 and BF16
+ * (and F64) data are converted to fp32. A missing tensor, a shape mismatch, an unexpected tensor
+ * or a dtype that is not a float is an error naming the file (the shard), the tensor, and both
+ * shapes or the dtype. */
 zt_status zt_model_load_safetensors(zt_model *m, const char *path);
 
 /* Writes the parameters as fp32 safetensors with Hugging Face names and layouts. The metadata

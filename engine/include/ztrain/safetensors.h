@@ -63,6 +63,39 @@ zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst,
 zt_status zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t first,
                                float *dst, size_t n);
 
+/* ---- Sets of files: a model's weights as Hugging Face stores them ----------------------------
+ *
+ * One file, or shards model-0000k-of-0000n.safetensors beside model.safetensors.index.json,
+ * whose "weight_map" maps every tensor name to the shard holding it. */
+
+typedef struct {
+    const zt_st_file *file;      /* the shard that holds it */
+    const zt_st_tensor *tensor;
+} zt_st_ref;
+
+typedef struct {
+    char *path;          /* what was opened: the file, or the index */
+    int n_files;
+    zt_st_file *files;
+    int n_tensors;
+    zt_st_ref *tensors;  /* every tensor of every file, shard by shard in the index's order */
+} zt_st_set;
+
+/* Opens a set from `path`: a safetensors file; an index (a path ending in ".json"); or a
+ * directory, which is read through DIR/model.safetensors.index.json when it exists, else
+ * DIR/model.safetensors. Each shard is opened with zt_st_open (mapped, headers checked) and the
+ * index checked against them: a shard name must be a plain file name in the index's directory,
+ * and every listed tensor must be in the shard the index names, every tensor of a shard listed
+ * there, and no name in two shards. Messages name the index, the shard and the tensor at fault
+ * ("DIR/model.safetensors.index.json: shard model-00002-of-00002.safetensors (holding
+ * 'h.1.mlp.c_fc.weight'): DIR/model-00002-of-00002.safetensors: cannot open: No such file or
+ * directory"). Close with zt_st_set_close. */
+zt_status zt_st_set_open(zt_st_set *set, const char *path);
+void zt_st_set_close(zt_st_set *set);
+
+/* The tensor with this name and its file, or NULL. */
+const zt_st_ref *zt_st_set_find(const zt_st_set *set, const char *name);
+
 /* One tensor to write. */
 typedef struct {
     const char *name;

@@ -1,0 +1,90 @@
+/* The Llama family's shared pieces (internal to libztrain): the dimensions a spec resolves to,
+ * the layout of the parameters and activations that both the model (llama.c) and the family's
+ * estimate (llama_family.c) walk, and the rotary tables (llama_rope.c). */
+#ifndef ZTRAIN_MODELS_LLAMA_H
+#define ZTRAIN_MODELS_LLAMA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ztrain/model.h"
+
+/* Per-layer tensors in flat-buffer order. q, k and v weights are adjacent, so together they are
+ * one [(n_head + 2·n_kv_head)·head_dim, n_embd] linear whose output is the packed q | k | v the
+ * attention op reads; their biases are adjacent for the same reason. */
+enum {
+    LLAMA_IN_NORM, LLAMA_Q_W, LLAMA_K_W, LLAMA_V_W, LLAMA_Q_B, LLAMA_K_B, LLAMA_V_B, LLAMA_O_W,
+    LLAMA_O_B, LLAMA_POST_NORM, LLAMA_GATE_W, LLAMA_UP_W, LLAMA_DOWN_W, LLAMA_N_LAYER_TENSORS
+};
+
+/* A spec's dimensions once its defaults are resolved, all in 64 bits so that sizes computed from
+ * them cannot wrap unnoticed. */
+typedef struct {
+    uint64_t L, C, NH, KV, HD, I, V, T; /* T: block_size */
+    uint64_t Q, KVD, QKV;               /* n_head·head_dim, n_kv_head·head_dim, Q + 2·KVD */
+    bool qkv_bias, o_bias, tied;
+} llama_dims;
+
+llama_dims zt_llama_dims(const zt_model_spec *s);
+
+/* Elements of layer tensor i (0 for a bias the spec does not have) and its shape. */
+uint64_t zt_llama_layer_numel(const llama_dims *d, int i);
+/* The tensor's Hugging Face name suffix after "model.layers.N.". */
+extern const char *const zt_llama_layer_names[LLAMA_N_LAYER_TENSORS];
+/* 1-D tensors (norms and biases) are shape[0] only; matrices are [out, in]. */
+int zt_llama_layer_shape(const llama_dims *d, int i, int64_t shape[2]);
+
+/* Activations saved by the forward for the backward, per layer. `void *` ones are activations,
+ * stored as the backend stores them (zt_backend_act_size); `float *` ones are fp32 (ops.h). */
+typedef struct {
+    void *ln1;         /* [B,T,C] input_layernorm's output */
+    float *ln1_rstd;   /* [B,T] */
+    void *qkv;         /* [B,T,QKV] q | k | v, q and k rotated in place */
+    void *atty;        /* [B,T,Q] attention output before o_proj */
+    float *att;        /* [B,NH,T,T] softmax probabilities */
+    void *res2;        /* [B,T,C] residual after attention */
+    void *ln2;         /* [B,T,C] post_attention_layernorm's output */
+    float *ln2_rstd;   /* [B,T] */
+    void *gate, *up;   /* [B,T,I] the two projections of the MLP's input */
+    void *hmul;        /* [B,T,I] silu(gate)·up */
+    void *res3;        /* [B,T,C] residual after the MLP (the layer's output) */
+} llama_layer_acts;
+
+/* The buffers outside the layers, and the backward's scratch shared by all of them. */
+typedef struct {
+    void *encoded;           /* [B,T,C] the residual stream entering layer 0 */
+    float *rope_cos, *rope_sin; /* [block_size, head_dim/2] rotary tables */
+    void *lnf;               /* [B,T,C] */
+    float *lnf_rstd;         /* [B,T] */
+    void *logits;            /* [B,T,V], the gradient in place after a training forward */
+    float *losses;           /* [B,T] */
+    /* Backward scratch; dh, the gradient of silu(gate)·up, becomes the gate's in place. */
+    void *dres, *dln, *datty, *dqkv, *dh, *dup;
+    float *datt;             /* [B,NH,T,T] fp32 work space */
+} llama_outer_acts;
+
+/* Carves the activations for `batch` sequences of block_size tokens at es bytes per activation
+ * element out of base, filling la[0..L) and o, or with base NULL only counts (la and o may then
+ * be NULL; a count walks one layer and multiplies). The one function that both sizes and lays
+ * out the activations, so the estimate is the allocation. Returns the bytes, or UINT64_MAX with
+ * *overflow set. */
+uint64_t zt_llama_carve(const llama_dims *d, uint64_t batch, uint64_t es, unsigned char *base,
+                        llama_layer_acts *la, llama_outer_acts *o, bool *overflow);
+
+/* Fills cos and sin [T, head_dim/2] (host memory) with Hugging Face's rotary tables for the
+ * spec's rope_theta and rope_scaling: position t, frequency j. ZT_ERR_NOMEM when its scratch
+ * cannot be had. */
+zt_status zt_llama_rope_tables(const zt_model_spec *s, int head_dim, int T, float *cos_t,
+                               float *sin_t);
+
+/* The inverse frequencies [head_dim/2] after rope_scaling, as Hugging Face computes them. */
+void zt_llama_rope_inv_freq(const zt_model_spec *s, int head_dim, double *inv_freq);
+
+/* Host memory a model keeps besides its buffers, but for its tensor table: the model struct,
+ * per-layer views and the per-token losses read back from a forward. */
+uint64_t zt_llama_host_bytes(const llama_dims *d, uint64_t micro_batch);
+
+zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+                          zt_dtype act, int max_batch, size_t pad_to);
+
+#endif

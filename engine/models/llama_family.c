@@ -1,0 +1,332 @@
+/* The Llama family as the registry sees it: its spec fields (named after Hugging Face's
+ * config.json keys), the checks across them, the exact sizes of a model built from a spec, and
+ * the three registered families, "llama", "mistral" and "qwen2", which share all of it. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llama.h"
+#include "size_math.h"
+
+llama_dims zt_llama_dims(const zt_model_spec *s) {
+    llama_dims d = {
+        .L = (uint64_t)s->n_layer,
+        .C = (uint64_t)s->n_embd,
+        .NH = (uint64_t)s->n_head,
+        .KV = (uint64_t)(s->n_kv_head ? s->n_kv_head : s->n_head),
+        .HD = (uint64_t)(s->head_dim ? s->head_dim : s->n_embd / s->n_head),
+        .I = (uint64_t)s->intermediate_size,
+        .V = (uint64_t)s->vocab_size,
+        .T = (uint64_t)s->block_size,
+        .qkv_bias = s->qkv_bias,
+        .o_bias = s->o_bias,
+        .tied = s->tie_word_embeddings,
+    };
+    d.Q = d.NH * d.HD;
+    d.KVD = d.KV * d.HD;
+    d.QKV = d.Q + 2 * d.KVD;
+    return d;
+}
+
+const char *const zt_llama_layer_names[LLAMA_N_LAYER_TENSORS] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+    "self_attn.v_proj.bias", "self_attn.o_proj.weight", "self_attn.o_proj.bias",
+    "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+};
+
+int zt_llama_layer_shape(const llama_dims *d, int i, int64_t shape[2]) {
+    const uint64_t rows[LLAMA_N_LAYER_TENSORS] = {
+        [LLAMA_IN_NORM] = d->C, [LLAMA_Q_W] = d->Q, [LLAMA_K_W] = d->KVD, [LLAMA_V_W] = d->KVD,
+        [LLAMA_Q_B] = d->qkv_bias ? d->Q : 0, [LLAMA_K_B] = d->qkv_bias ? d->KVD : 0,
+        [LLAMA_V_B] = d->qkv_bias ? d->KVD : 0, [LLAMA_O_W] = d->C,
+        [LLAMA_O_B] = d->o_bias ? d->C : 0, [LLAMA_POST_NORM] = d->C, [LLAMA_GATE_W] = d->I,
+        [LLAMA_UP_W] = d->I, [LLAMA_DOWN_W] = d->C,
+    };
+    const uint64_t cols[LLAMA_N_LAYER_TENSORS] = {
+        [LLAMA_Q_W] = d->C, [LLAMA_K_W] = d->C, [LLAMA_V_W] = d->C, [LLAMA_O_W] = d->Q,
+        [LLAMA_GATE_W] = d->C, [LLAMA_UP_W] = d->C, [LLAMA_DOWN_W] = d->I,
+    };
+    shape[0] = (int64_t)rows[i];
+    shape[1] = (int64_t)cols[i];
+    return cols[i] ? 2 : 1;
+}
+
+/* Each factor is at most INT_MAX (llama_validate bounds Q, KVD and QKV), so a product of two
+ * fits 64 bits. */
+uint64_t zt_llama_layer_numel(const llama_dims *d, int i) {
+    int64_t shape[2];
+    int ndim = zt_llama_layer_shape(d, i, shape);
+    return (uint64_t)shape[0] * (ndim == 2 ? (uint64_t)shape[1] : 1);
+}
+
+/* Activation buffers are carved one after another, each rounded up to 64 bytes; without a base
+ * the carver only counts, in 64 bits, noting any overflow. */
+typedef struct {
+    unsigned char *base;
+    uint64_t off;
+    bool overflow;
+} carver;
+
+static void *take(carver *c, uint64_t n, uint64_t elem) {
+    void *p = c->base ? c->base + c->off : NULL;
+    uint64_t bytes = zt_u64_round_up(zt_u64_mul(n, elem, &c->overflow), 64, &c->overflow);
+    c->off = zt_u64_add(c->off, bytes, &c->overflow);
+    return p;
+}
+
+static void carve_layer(carver *c, const llama_dims *d, uint64_t BT, uint64_t att, uint64_t es,
+                        llama_layer_acts *a) {
+    bool *ov = &c->overflow;
+    const uint64_t F32 = sizeof(float), BTC = zt_u64_mul(BT, d->C, ov),
+                   BTI = zt_u64_mul(BT, d->I, ov);
+    a->ln1 = take(c, BTC, es);
+    a->ln1_rstd = take(c, BT, F32);
+    a->qkv = take(c, zt_u64_mul(BT, d->QKV, ov), es);
+    a->atty = take(c, zt_u64_mul(BT, d->Q, ov), es);
+    a->att = take(c, att, F32);
+    a->res2 = take(c, BTC, es);
+    a->ln2 = take(c, BTC, es);
+    a->ln2_rstd = take(c, BT, F32);
+    a->gate = take(c, BTI, es);
+    a->up = take(c, BTI, es);
+    a->hmul = take(c, BTI, es);
+    a->res3 = take(c, BTC, es);
+}
+
+uint64_t zt_llama_carve(const llama_dims *d, uint64_t batch, uint64_t es, unsigned char *base,
+                        llama_layer_acts *la, llama_outer_acts *o, bool *overflow) {
+    carver c = {.base = base};
+    bool *ov = &c.overflow;
+    const uint64_t F32 = sizeof(float);
+    const uint64_t BT = zt_u64_mul(batch, d->T, ov), BTC = zt_u64_mul(BT, d->C, ov),
+                   BTI = zt_u64_mul(BT, d->I, ov);
+    const uint64_t att = zt_u64_mul(zt_u64_mul(batch, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
+    const uint64_t rope = zt_u64_mul(d->T, d->HD / 2, ov);
+    llama_outer_acts none;
+    if (!base)
+        o = &none;
+    o->encoded = take(&c, BTC, es);
+    o->rope_cos = take(&c, rope, F32);
+    o->rope_sin = take(&c, rope, F32);
+    if (base) {
+        for (uint64_t l = 0; l < d->L; l++)
+            carve_layer(&c, d, BT, att, es, &la[l]);
+    } else if (d->L > 0) {
+        llama_layer_acts scratch;
+        uint64_t before = c.off;
+        carve_layer(&c, d, BT, att, es, &scratch);
+        c.off = zt_u64_add(before, zt_u64_mul(c.off - before, d->L, ov), ov);
+    }
+    o->lnf = take(&c, BTC, es);
+    o->lnf_rstd = take(&c, BT, F32);
+    o->logits = take(&c, zt_u64_mul(BT, d->V, ov), es);
+    o->losses = take(&c, BT, F32);
+    o->dres = take(&c, BTC, es);
+    o->dln = take(&c, BTC, es);
+    o->datty = take(&c, zt_u64_mul(BT, d->Q, ov), es);
+    o->dqkv = take(&c, zt_u64_mul(BT, d->QKV, ov), es);
+    o->dh = take(&c, BTI, es);
+    o->dup = take(&c, BTI, es);
+    o->datt = take(&c, att, F32);
+    *overflow |= c.overflow;
+    return c.off;
+}
+
+/* ---- Checks ---------------------------------------------------------------------------------- */
+
+static zt_status check_rope_scaling(const zt_model_spec *s, const char *source) {
+    if (s->rope_scaling[0] == '\0')
+        return ZT_OK;
+    if (strcmp(s->rope_scaling, "linear") != 0 && strcmp(s->rope_scaling, "llama3") != 0)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: model.rope_scaling \"%s\" is not supported (known: "
+                        "\"linear\", \"llama3\", or \"\" for none)", source, s->rope_scaling);
+    /* Hugging Face refuses a factor below 1 for both types. */
+    if (s->rope_factor < 1.0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.rope_factor (%g) must be at least 1", source,
+                        s->rope_factor);
+    if (strcmp(s->rope_scaling, "llama3") == 0 &&
+        !(s->rope_high_freq_factor > s->rope_low_freq_factor))
+        return zt_error(ZT_ERR_INVALID, "%s: model.rope_high_freq_factor (%g) must be greater than "
+                        "model.rope_low_freq_factor (%g): llama3 scaling blends between them",
+                        source, s->rope_high_freq_factor, s->rope_low_freq_factor);
+    return ZT_OK;
+}
+
+static zt_status llama_validate(const zt_model_spec *s, const char *source) {
+    const int kv = s->n_kv_head ? s->n_kv_head : s->n_head;
+    if (s->n_head % kv != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_head (%d) must be a multiple of "
+                        "model.n_kv_head (%d)", source, s->n_head, kv);
+    if (s->head_dim == 0 && s->n_embd % s->n_head != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_embd (%d) must be divisible by model.n_head "
+                        "(%d) when model.head_dim is not given", source, s->n_embd, s->n_head);
+    const int hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
+    if (hd % 2 != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: the head dimension (%d, model.head_dim or "
+                        "n_embd / n_head) must be even: rotary embeddings rotate pairs", source, hd);
+    /* The kernels take every width as an int; the packed q | k | v row is the widest after the
+     * vocabulary and the SwiGLU width, which are ints already. */
+    if ((int64_t)(s->n_head + 2LL * kv) * hd > INT_MAX)
+        return zt_error(ZT_ERR_INVALID, "%s: the q, k and v projections' width (model.n_head %d + "
+                        "2 · model.n_kv_head %d) · head_dim %d is above %d, the largest dimension "
+                        "the kernels take", source, s->n_head, kv, hd, INT_MAX);
+    if (s->max_position_embeddings != 0 && s->block_size > s->max_position_embeddings)
+        return zt_error(ZT_ERR_INVALID, "%s: model.block_size (%d) must be at most "
+                        "model.max_position_embeddings (%d)", source, s->block_size,
+                        s->max_position_embeddings);
+    return check_rope_scaling(s, source);
+}
+
+/* ---- Sizes ----------------------------------------------------------------------------------- */
+
+/* Exact sizes from the spec: the tensors zt_llama_create lays out and the activations it carves,
+ * every sum and product in 64 bits and checked. */
+static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_args *a,
+                                const char *source, zt_model_estimate *out) {
+    const llama_dims d = zt_llama_dims(s);
+    bool ov = false;
+    uint64_t layer = 0, layer_small = 0, layer_tensors = 0, outer = 0, outer_small = 0;
+    for (int i = 0; i < LLAMA_N_LAYER_TENSORS; i++) {
+        uint64_t n = zt_llama_layer_numel(&d, i);
+        layer = zt_u64_add(layer, n, &ov);
+        layer_small += n < a->persistence_threshold ? n : 0;
+        layer_tensors += n > 0;
+    }
+    /* model.embed_tokens, model.norm and, untied, lm_head. */
+    const uint64_t table = zt_u64_mul(d.V, d.C, &ov);
+    const uint64_t outer_t[] = {table, d.C, d.tied ? 0 : table};
+    uint64_t outer_tensors = 0;
+    for (size_t i = 0; i < sizeof outer_t / sizeof outer_t[0]; i++) {
+        outer = zt_u64_add(outer, outer_t[i], &ov);
+        outer_small += outer_t[i] < a->persistence_threshold ? outer_t[i] : 0;
+        outer_tensors += outer_t[i] > 0;
+    }
+    uint64_t params = zt_u64_add(outer, zt_u64_mul(d.L, layer, &ov), &ov);
+    /* The model keeps an fp32 buffer of parameters and one of gradients. */
+    zt_u64_mul(params, 2 * sizeof(float), &ov);
+    if (ov)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_layer (%d) blocks of %llu parameters each "
+                        "(model.n_embd %d, model.intermediate_size %d, model.vocab_size %d) are "
+                        "more than a 64-bit size can hold", source, s->n_layer,
+                        (unsigned long long)layer, s->n_embd, s->intermediate_size,
+                        s->vocab_size);
+    const uint64_t tokens = (uint64_t)a->micro_batch * d.T;
+    if (tokens > INT_MAX)
+        return zt_error(ZT_ERR_INVALID, "%s: a micro-batch of %d sequences of model.block_size %d "
+                        "is %llu tokens, above %d, the most one forward takes", source,
+                        a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
+    const uint64_t act = zt_llama_carve(&d, (uint64_t)a->micro_batch, a->act_size, NULL, NULL,
+                                        NULL, &ov);
+    if (ov)
+        return zt_error(ZT_ERR_INVALID, "%s: the activations of a micro-batch of %d sequences of "
+                        "model.block_size %d (model.n_embd %d, model.n_head %d, "
+                        "model.intermediate_size %d, model.n_layer %d, model.vocab_size %d) are "
+                        "more than a 64-bit size can hold", source, a->micro_batch,
+                        s->block_size, s->n_embd, s->n_head, s->intermediate_size, s->n_layer,
+                        s->vocab_size);
+    const uint64_t n_tensors = d.L * layer_tensors + outer_tensors;
+    *out = (zt_model_estimate){
+        .params = params,
+        .layer_params = layer,
+        .outer_params = outer,
+        .persistent_params = outer_small + d.L * layer_small,
+        .n_tensors = n_tensors,
+        .n_layer = s->n_layer,
+        .activation_bytes = act,
+        .host_bytes = zt_llama_host_bytes(&d, (uint64_t)a->micro_batch) +
+                      n_tensors * sizeof(zt_tensor_info),
+    };
+    return ZT_OK;
+}
+
+/* ---- The families ------------------------------------------------------------------------------ */
+
+/* One table per default of qkv_bias, which is the only thing the families differ in. */
+#define LLAMA_FIELDS(qkv_bias_default)                                                        \
+    {ZT_MODEL_FIELD(n_layer), .required = true, .bound = ZT_BOUND_POSITIVE,                   \
+     .meaning = "decoder layers (num_hidden_layers)"},                                        \
+    {ZT_MODEL_FIELD(n_head), .required = true, .bound = ZT_BOUND_POSITIVE,                    \
+     .meaning = "query heads per layer (num_attention_heads)"},                               \
+    {ZT_MODEL_FIELD(n_embd), .required = true, .bound = ZT_BOUND_POSITIVE,                    \
+     .meaning = "width of the residual stream (hidden_size)"},                                \
+    {ZT_MODEL_FIELD(vocab_size), .required = true, .bound = ZT_BOUND_POSITIVE,                \
+     .meaning = "rows of the token embedding and of the LM head"},                            \
+    {ZT_MODEL_FIELD(block_size), .required = true, .bound = ZT_BOUND_POSITIVE,                \
+     .meaning = "the longest sequence and the training sequence length"},                     \
+    {ZT_MODEL_FIELD(init_from),                                                               \
+     .meaning = "safetensors file with Hugging Face names to start from"},                    \
+    {ZT_MODEL_FIELD(n_kv_head), .bound = ZT_BOUND_NONNEGATIVE,                                \
+     .meaning = "key/value heads, a divisor of n_head (num_key_value_heads); 0: n_head"},     \
+    {ZT_MODEL_FIELD(head_dim), .bound = ZT_BOUND_NONNEGATIVE,                                 \
+     .meaning = "width of one head, even; 0: n_embd / n_head"},                               \
+    {ZT_MODEL_FIELD(intermediate_size), .required = true, .bound = ZT_BOUND_POSITIVE,         \
+     .meaning = "width of the SwiGLU MLP"},                                                   \
+    {ZT_MODEL_FIELD(rms_norm_eps), .def = 1e-6, .bound = ZT_BOUND_POSITIVE,                   \
+     .meaning = "epsilon of every RMSNorm"},                                                  \
+    {ZT_MODEL_FIELD(rope_theta), .def = 10000.0, .bound = ZT_BOUND_POSITIVE,                  \
+     .meaning = "base of the rotary frequencies"},                                            \
+    {ZT_MODEL_STRING_FIELD(rope_scaling), .def_str = "",                                      \
+     .meaning = "rotary scaling: \"\" (none), \"linear\" or \"llama3\" (rope_scaling.rope_type)"}, \
+    {ZT_MODEL_FIELD(rope_factor), .def = 1.0, .bound = ZT_BOUND_POSITIVE,                     \
+     .meaning = "rope_scaling.factor, at least 1"},                                           \
+    {ZT_MODEL_FIELD(rope_low_freq_factor), .def = 1.0, .bound = ZT_BOUND_POSITIVE,            \
+     .meaning = "rope_scaling.low_freq_factor (llama3)"},                                     \
+    {ZT_MODEL_FIELD(rope_high_freq_factor), .def = 4.0, .bound = ZT_BOUND_POSITIVE,           \
+     .meaning = "rope_scaling.high_freq_factor (llama3)"},                                    \
+    {ZT_MODEL_FIELD(rope_original_max_position), .def = 8192, .bound = ZT_BOUND_POSITIVE,     \
+     .meaning = "rope_scaling.original_max_position_embeddings (llama3)"},                    \
+    {ZT_MODEL_FIELD(max_position_embeddings), .bound = ZT_BOUND_NONNEGATIVE,                  \
+     .meaning = "positions the model was made for, at least block_size; 0: block_size"},     \
+    {ZT_MODEL_FIELD(tie_word_embeddings),                                                     \
+     .meaning = "the LM head is the token embedding"},                                        \
+    {ZT_MODEL_FIELD(qkv_bias), .def = qkv_bias_default,                                       \
+     .meaning = "biases on the q, k and v projections"},                                      \
+    {ZT_MODEL_FIELD(o_bias), .meaning = "a bias on the attention's output projection"},       \
+    {ZT_MODEL_FIELD(sliding_window), .bound = ZT_BOUND_NONNEGATIVE,                           \
+     .meaning = "a query sees at most this many positions, itself included; 0: all"},         \
+    {0}
+
+static const zt_model_field llama_fields[] = {LLAMA_FIELDS(0)};
+static const zt_model_field qwen2_fields[] = {LLAMA_FIELDS(1)};
+
+/* Older Llama checkpoints keep the rotary inverse frequencies as a buffer beside the weights. */
+static const char *const llama_hf_ignored[] = {".rotary_emb.inv_freq", NULL};
+
+/* A file of a tied model may still carry lm_head.weight: it must equal the embedding. */
+#define LLAMA_HF_MAP                                                                          \
+    {                                                                                         \
+        .ignore_suffixes = llama_hf_ignored, .tied = "lm_head.weight",                        \
+        .tied_to = "model.embed_tokens.weight",                                               \
+    }
+
+const zt_model_family zt_llama_family = {
+    .name = "llama",
+    .title = "Llama",
+    .fields = llama_fields,
+    .validate = llama_validate,
+    .estimate = llama_estimate,
+    .create = zt_llama_create,
+    .hf = LLAMA_HF_MAP,
+};
+
+const zt_model_family zt_mistral_family = {
+    .name = "mistral",
+    .title = "Mistral",
+    .fields = llama_fields,
+    .validate = llama_validate,
+    .estimate = llama_estimate,
+    .create = zt_llama_create,
+    .hf = LLAMA_HF_MAP,
+};
+
+const zt_model_family zt_qwen2_family = {
+    .name = "qwen2",
+    .title = "Qwen2",
+    .fields = qwen2_fields,
+    .validate = llama_validate,
+    .estimate = llama_estimate,
+    .create = zt_llama_create,
+    .hf = LLAMA_HF_MAP,
+};

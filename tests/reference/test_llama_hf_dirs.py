@@ -1,0 +1,151 @@
+"""Llama, Mistral and Qwen2 directories in and out, against transformers.
+
+For each variant (Llama 3 with GQA, llama3 rope scaling, head_dim apart from n_embd / n_head and
+attention biases; Mistral with a sliding window; Qwen2 with q/k/v biases and a tied head), a
+model saved by save_pretrained in shards (fp32 or bf16) is a job's whole model section with only
+block_size beside it: zt_model_check's logits of the directory equal transformers' (float64,
+eager) within 1e-5, and `ztrain run`'s first loss equals transformers' loss on the same batch.
+The run's checkpoint exported with `ztrain export --hf --max-shard-size` is read back by
+from_pretrained: the same config (every architecture key), the same tensors bit for bit (lr 0),
+and logits equal to ztrain's own of the exported directory within 1e-5."""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+from llama_ref import CLASSES, base_config, hf_model  # noqa: E402
+from ztref import Checker, read_metrics, rel_err, run, tool, write_job, write_llmc_tokens  # noqa: E402
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+torch.set_num_threads(2)
+BLOCK, B = 16, 2
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}
+CASES = [
+    ("llama3 GQA, head_dim 16, attention_bias, bf16 shards", "llama", torch.bfloat16,
+     base_config(head_dim=16, rope_scaling=LLAMA3, rope_theta=500000.0, attention_bias=True)),
+    ("mistral sliding window 5", "mistral", torch.float32, base_config(sliding_window=5)),
+    ("qwen2 q/k/v biases, tied head", "qwen2", torch.float32,
+     base_config(num_key_value_heads=4, tie_word_embeddings=True, use_sliding_window=False)),
+]
+# The keys from_pretrained builds the architecture from; export must give them back.
+ARCH_KEYS = ["model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+             "hidden_size", "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta",
+             "rope_scaling", "tie_word_embeddings", "head_dim", "attention_bias", "mlp_bias",
+             "hidden_act", "sliding_window", "use_sliding_window"]
+
+ck = Checker()
+
+
+def ztrain_logits(d, init_from, inputs):
+    """ztrain's logits (zt_model_check) of a job whose model section is only init_from and
+    block_size."""
+    write_job(f"{d}/check.json", {"model": {"init_from": init_from, "block_size": BLOCK},
+                                  "data": {"train": "unused.bin"},
+                                  "deepspeed": {"train_micro_batch_size_per_gpu": B}})
+    with open(f"{d}/batch.i32", "wb") as f:
+        f.write(inputs.numpy().tobytes() * 2)
+    out = tempfile.mkdtemp(dir=d)
+    p = run([tool("zt_model_check"), f"{d}/check.json", f"{d}/batch.i32", out, B, BLOCK],
+            check=False)
+    if p.returncode != 0:
+        return None, p.stderr.strip()[-300:]
+    return torch.from_numpy(np.fromfile(f"{out}/logits.f32", dtype="float32")), ""
+
+
+for i, (what, family, dtype, config) in enumerate(CASES):
+    model = hf_model(family, 30 + i, **config)
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(200 + i)
+    tokens = torch.randint(0, V, (B * BLOCK + 1,), generator=g)
+    inputs = torch.stack([tokens[j * BLOCK:j * BLOCK + BLOCK] for j in range(B)]).to(torch.int32)
+    targets = torch.stack([tokens[j * BLOCK + 1:j * BLOCK + BLOCK + 1] for j in range(B)])
+    with tempfile.TemporaryDirectory() as d:
+        hf_dir = f"{d}/hf"
+        model.to(dtype).save_pretrained(hf_dir, max_shard_size="40KB", safe_serialization=True)
+        n_shards = len(glob.glob(f"{hf_dir}/model-*.safetensors"))
+        ck.check(n_shards > 1, f"{what}: save_pretrained wrote {n_shards} shards")
+        cls = CLASSES[family][1]
+        ref = cls.from_pretrained(hf_dir, torch_dtype=torch.float32, attn_implementation="eager")
+        ref = ref.double().eval()
+        with torch.no_grad():
+            want = ref(input_ids=inputs.long()).logits
+        want_loss = torch.nn.functional.cross_entropy(want.reshape(-1, V), targets.reshape(-1)).item()
+
+        got, why = ztrain_logits(d, "hf", inputs)
+        e = rel_err(got.view(B, BLOCK, V), want) if got is not None else float("nan")
+        ck.check(got is not None and e < 1e-5, f"{what}: logits of the directory, config.json "
+                 f"filling the spec: rel err {e:.2e} {why}")
+
+        # One step at lr 0 through `ztrain run`: the first loss is transformers', and the
+        # checkpoint holds the loaded weights.
+        write_llmc_tokens(f"{d}/train.bin", tokens.tolist() * 4)
+        write_job(f"{d}/job.json", {
+            "model": {"init_from": "hf", "block_size": BLOCK},
+            "data": {"train": "train.bin", "shuffle": False},
+            "train": {"max_steps": 1, "log_interval": 1, "warmup_steps": 0,
+                      "checkpoint_dir": "ckpt"},
+            "deepspeed": {"train_micro_batch_size_per_gpu": B,
+                          "optimizer": {"type": "AdamW", "params": {"lr": 0.0, "weight_decay": 0.0}}}})
+        p = run([tool("ztrain"), "run", f"{d}/job.json", "--out", f"{d}/run"], check=False)
+        m = read_metrics(f"{d}/run/metrics.jsonl") if p.returncode == 0 else []
+        loss = m[0]["train/loss"] if m else float("nan")
+        e = abs(loss - want_loss) / want_loss
+        ck.check(p.returncode == 0 and e < 1e-5, f"{what}: `ztrain run` first loss {loss:.6f} vs "
+                 f"transformers {want_loss:.6f} (rel {e:.1e}) {p.stderr.strip()[-200:]}")
+        if p.returncode != 0:
+            continue
+
+        out = f"{d}/exported"
+        p = run([tool("ztrain"), "export", f"{d}/ckpt", "--hf", out, "--max-shard-size", "40KB"],
+                check=False)
+        ck.check(p.returncode == 0 and len(glob.glob(f"{out}/model-*.safetensors")) > 1,
+                 f"{what}: export --hf, sharded: exit {p.returncode} {p.stderr.strip()[-200:]}")
+        if p.returncode != 0:
+            continue
+        src = json.load(open(f"{hf_dir}/config.json"))
+        exp = json.load(open(f"{out}/config.json"))
+        # head_dim and num_key_value_heads are written resolved; transformers resolves them too.
+        differ = {k: (src.get(k), exp.get(k)) for k in ARCH_KEYS
+                  if k in src and src.get(k) != exp.get(k)}
+        ck.check(not differ and exp["architectures"] == [cls.__name__],
+                 f"{what}: config.json gives back every architecture key ({differ}), "
+                 f"architectures {exp.get('architectures')}")
+        back = cls.from_pretrained(out, attn_implementation="eager").eval()
+        orig = cls.from_pretrained(hf_dir, torch_dtype=torch.float32, attn_implementation="eager")
+        sd_back, sd_orig = back.state_dict(), orig.state_dict()
+        same = set(sd_back) == set(sd_orig) and all(torch.equal(sd_back[k], sd_orig[k])
+                                                    for k in sd_orig)
+        ck.check(same, f"{what}: from_pretrained(exported) holds the loaded weights bit for bit")
+        with torch.no_grad():
+            hl = back.double()(input_ids=inputs.long()).logits
+        zl, why = ztrain_logits(d, "exported", inputs)
+        e = rel_err(zl.view(B, BLOCK, V), hl) if zl is not None else float("nan")
+        ck.check(zl is not None and e < 1e-5, f"{what}: from_pretrained(exported) logits vs "
+                 f"ztrain's of the same directory: rel err {e:.2e} {why}")
+
+# A directory of a configuration ztrain refuses fails when the job is read, naming the key.
+with tempfile.TemporaryDirectory() as d:
+    hf_model("llama", 40, **base_config(mlp_bias=True)).save_pretrained(f"{d}/hf")
+    write_job(f"{d}/job.json", {"model": {"init_from": "hf", "block_size": BLOCK},
+                                "data": {"train": "train.bin"},
+                                "deepspeed": {"train_micro_batch_size_per_gpu": 1}})
+    p = subprocess.run([tool("ztrain"), "run", f"{d}/job.json", "--out", f"{d}/run"],
+                       capture_output=True, text=True)
+    ck.check(p.returncode == 1 and "config.json" in p.stderr and "'mlp_bias'" in p.stderr
+             and not os.path.exists(f"{d}/run/metrics.jsonl"),
+             f"mlp_bias true: exit {p.returncode}, {p.stderr.strip()[:200]}")
+
+ck.done()
