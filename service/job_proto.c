@@ -185,13 +185,6 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
             *(protobuf_c_boolean *)p = v;
         break;
     }
-    case PROTOBUF_C_TYPE_DOUBLE: {
-        double v;
-        ZT_TRY(zt_json_get_double(o, f->name, &v, &found));
-        if (found)
-            *(double *)p = v;
-        break;
-    }
     case PROTOBUF_C_TYPE_MESSAGE: {
         zt_json_obj child;
         ZT_TRY(zt_json_child(o, f->name, &child));
