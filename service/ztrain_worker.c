@@ -13,6 +13,10 @@
  * ZTRAIN_REPORT_PLACEMENT=1 (each rank first prints "ztrain-worker: rank R of W on NODE, pid P"
  * on stderr, which is how ztraind learns where a Slurm task runs).
  *
+ * The ranks' transport is the job's "comm", which ZTRAIN_COMM ("shm", "gloo", "auto") overrides;
+ * auto is shm when every rank runs on this host and gloo when not (zt_comm_choose). Rank 0 logs
+ * the choice on stderr.
+ *
  * Exit status: 0 success, 1 failure ("ztrain-worker: rank R: <message>" on stderr), 2 bad usage,
  * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written. */
 #define _GNU_SOURCE
@@ -341,11 +345,23 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    /* The transport: the job's or ZTRAIN_COMM's, else shm when every rank is on this host and
+     * gloo when not. Rank 0 says which and why, so the job's log shows it. */
     zt_comm *comm = NULL;
-    if (dist.world_size > 1 && zt_comm_create(&comm, "shm", &dist, timeout_s) != ZT_OK) {
-        fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
-        zt_job_spec_free(&job);
-        return 1;
+    if (dist.world_size > 1) {
+        const char *transport;
+        char why[256];
+        if (zt_comm_choose(&dist, job.comm, &transport, why, sizeof why) != ZT_OK ||
+            zt_comm_create(&comm, transport, &dist, timeout_s) != ZT_OK) {
+            fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
+            zt_job_spec_free(&job);
+            return 1;
+        }
+        if (rank == 0) {
+            fprintf(stderr, "ztrain-worker: comm transport %s (%s), rendezvous at %s:%d\n",
+                    transport, why, dist.master_addr, dist.master_port);
+            fflush(stderr);
+        }
     }
     zt_train_options opts = {.out_dir = out, .progress = rank == 0 ? stdout : NULL,
                              .threads = (int)threads, .stop_requested = &stop_requested,
