@@ -33,6 +33,8 @@ namespace {
 // Last messages on the way out (the abort notice, the look for another rank's) wait at most this
 // long for the store, whose host may be the one that went away.
 constexpr double ABORT_STORE_TIMEOUT_S = 2.0;
+// How long a rank that lost a peer waits for that peer's notice saying whom it waited for.
+constexpr double NOTICE_GRACE_S = 2.0;
 
 using Clock = std::chrono::steady_clock;
 
@@ -214,6 +216,9 @@ zt_status join(zt_gloo_comm *c, const zt_dist_info *d, double timeout_s) {
                             "gloo rendezvous: rank %d joined %s twice: two processes have "
                             "RANK=%d",
                             me, c->store_addr.c_str(), me);
+    key = "notice/" + std::to_string(me);
+    const std::string &endpoint = c->notice_endpoints[size_t(me)];
+    ZT_TRY(zt_tcp_store_set(c->store, key.c_str(), endpoint.data(), endpoint.size()));
     key = "host/" + std::to_string(me);
     const std::string &mine = c->hosts[size_t(me)];
     ZT_TRY(zt_tcp_store_set(c->store, key.c_str(), mine.data(), mine.size()));
@@ -227,12 +232,13 @@ zt_status join(zt_gloo_comm *c, const zt_dist_info *d, double timeout_s) {
         if (!failure.empty())
             return zt_comm_fail(&c->comm, ZT_ERR_IO, "gloo rendezvous stopped: %s",
                                 failure.c_str());
+        // Every rank times out on its own deadline, so a timeout is not published as a failure
+        // for the others to report.
         if (Clock::now() >= deadline)
-            return zt_comm_fail(&c->comm, ZT_ERR_TIMEOUT,
-                                "gloo rendezvous timed out after %g s at %s: rank(s) %s of %d "
-                                "never joined",
-                                timeout_s, c->store_addr.c_str(), missing_ranks(c).c_str(),
-                                world);
+            return zt_error(ZT_ERR_TIMEOUT,
+                            "gloo rendezvous timed out after %g s at %s: rank(s) %s of %d never "
+                            "joined",
+                            timeout_s, c->store_addr.c_str(), missing_ranks(c).c_str(), world);
         std::this_thread::sleep_for(pause);
         pause = std::min(pause * 2, std::chrono::milliseconds(50));
         ZT_TRY(zt_tcp_store_add(c->store, "joined", 0, &count));
@@ -241,6 +247,9 @@ zt_status join(zt_gloo_comm *c, const zt_dist_info *d, double timeout_s) {
         key = "host/" + std::to_string(r);
         ZT_TRY(zt_tcp_store_get(c->store, key.c_str(), &v, &n, timeout_s));
         c->hosts[size_t(r)] = text_of(v, n);
+        key = "notice/" + std::to_string(r);
+        ZT_TRY(zt_tcp_store_get(c->store, key.c_str(), &v, &n, timeout_s));
+        c->notice_endpoints[size_t(r)] = text_of(v, n);
     }
     return ZT_OK;
 }
@@ -254,6 +263,7 @@ void release(zt_gloo_comm *c) {
         }
         c->ctx.reset();
     }
+    zt_gloo_notice_stop(c);
     zt_tcp_store_close(c->store);
     zt_tcp_store_server_stop(c->server);
     delete c;
@@ -282,32 +292,41 @@ zt_status connect_mesh(zt_gloo_comm *c, const zt_dist_info *d, const std::string
 
 zt_status zt_gloo_peer_failed(zt_gloo_comm *c, const char *what, int peer, bool timed_out,
                               const char *detail) {
-    std::string failure = published_failure(c);
-    std::string mine = "rank " + std::to_string(c->comm.rank) + " ";
-    if (!failure.empty() && failure.compare(0, mine.size(), mine) != 0)
-        return zt_comm_fail(&c->comm, ZT_ERR_IO, "%s: stopped because %s", what,
-                            failure.c_str());
     std::string host = host_of(c, peer);
+    char own[ZT_COMM_REASON_LEN];
     if (timed_out)
-        return zt_comm_fail(&c->comm, ZT_ERR_TIMEOUT,
-                            "%s: timed out after %g s waiting for rank %d on %s (is its host "
-                            "reachable?)",
-                            what, c->comm.timeout_s, peer, host.c_str());
-    return zt_comm_fail(&c->comm, ZT_ERR_IO,
-                        "%s: lost rank %d on %s: it has exited or its connection broke (%s)",
-                        what, peer, host.c_str(), detail);
+        snprintf(own, sizeof own,
+                 "%s: timed out after %g s waiting for rank %d on %s (is its host reachable?)",
+                 what, c->comm.timeout_s, peer, host.c_str());
+    else
+        snprintf(own, sizeof own, "%s: lost rank %d on %s: it has exited or its connection broke (%s)",
+                 what, peer, host.c_str(), detail);
+    // The peers hear this rank's view at once; then the peer it blames may explain itself (it
+    // was waiting for another), and that explanation, not this rank's, names the culprit.
+    std::string me = "rank " + std::to_string(c->comm.rank) + " on " + host_of(c, c->comm.rank);
+    zt_gloo_notice_send(c, peer, me + " failed: " + own);
+    std::string cause = zt_gloo_notice_cause(c, peer, std::min(NOTICE_GRACE_S, c->comm.timeout_s));
+    if (cause.empty()) {
+        cause = published_failure(c);
+        if (cause.compare(0, me.size(), me) == 0)
+            cause.clear();
+    }
+    if (!cause.empty())
+        return zt_comm_fail(&c->comm, ZT_ERR_IO, "%s: stopped because %s", what, cause.c_str());
+    return zt_comm_fail(&c->comm, timed_out ? ZT_ERR_TIMEOUT : ZT_ERR_IO, "%s", own);
 }
 
 // Tells the others why this rank stops (only the first failure of the job is kept), then closes
 // the connections, so that peers waiting on this rank stop at once and find the reason.
 void zt_gloo_abort(zt_comm *cc) {
     zt_gloo_comm *c = gl(cc);
+    std::string me = "rank " + std::to_string(cc->rank) + " on " + host_of(c, cc->rank);
+    zt_gloo_notice_send(c, -1, me + " failed: " + cc->failure);
     if (c->store) {
         zt_tcp_store_set_timeout(c->store, std::min(ABORT_STORE_TIMEOUT_S, cc->timeout_s));
         int64_t first = 0;
         if (zt_tcp_store_add(c->store, "abort_count", 1, &first) == ZT_OK && first == 1) {
-            std::string msg = "rank " + std::to_string(cc->rank) + " on " + host_of(c, cc->rank) +
-                              " failed: " + cc->failure;
+            std::string msg = me + " failed: " + cc->failure;
             zt_tcp_store_set(c->store, "abort", msg.data(), msg.size());
         }
     }
@@ -335,6 +354,11 @@ zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s)
     if (gethostname(name, sizeof name - 1) != 0)
         snprintf(name, sizeof name, "unknown");
     c->hosts[size_t(d->rank)] = std::string("host ") + name + " (" + addr + ")";
+    std::string endpoint;
+    if (s == ZT_OK)
+        s = zt_gloo_notice_listen(c, addr, &endpoint);
+    if (s == ZT_OK)
+        c->notice_endpoints[size_t(d->rank)] = endpoint;
     if (s == ZT_OK && d->rank == 0)
         s = zt_tcp_store_server_start(&c->server, d->master_port);
     if (s == ZT_OK)
@@ -344,6 +368,11 @@ zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s)
     if (s == ZT_OK)
         s = connect_mesh(c, d, addr, timeout_s);
     if (s != ZT_OK) {
+        // Rank 0's store outlives its failure a moment, so that ranks whose deadlines come a
+        // little later read their own timeout or this rank's reason, not a vanished store.
+        if (c->server)
+            std::this_thread::sleep_for(
+                std::chrono::duration<double>(std::min(ABORT_STORE_TIMEOUT_S, timeout_s)));
         // The message is zt_last_error()'s; releasing touches no error state.
         release(c);
         return s;
