@@ -246,6 +246,39 @@ static void report_placement(const zt_dist_info *d) {
     fflush(stderr);
 }
 
+/* Under Slurm without MASTER_ADDR, rank 0's address is its node's name (the step's first node),
+ * which the cluster's hosts normally resolve. Where they do not (nodes known to Slurm by a
+ * NodeAddr only, as in a test cluster of emulated nodes), Slurm's own record of the node has the
+ * address: `scontrol show node NAME` prints NodeAddr=. The name stays when that fails too, and
+ * the communicator then says it does not resolve. */
+static void slurm_master_addr(zt_dist_info *d) {
+    if (getenv("MASTER_ADDR") || getenv("WORLD_SIZE") || !getenv("SLURM_PROCID"))
+        return;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(d->master_addr, NULL, &hints, &res) == 0) {
+        freeaddrinfo(res);
+        return;
+    }
+    for (const char *p = d->master_addr; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '.' || *p == '_'))
+            return;
+    char cmd[320], line[4096];
+    snprintf(cmd, sizeof cmd, "scontrol show node -o '%s' 2>/dev/null", d->master_addr);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return;
+    char addr[256] = "";
+    while (fgets(line, sizeof line, f)) {
+        const char *a = strstr(line, "NodeAddr=");
+        if (a)
+            sscanf(a + 9, "%255s", addr);
+    }
+    pclose(f);
+    if (addr[0])
+        snprintf(d->master_addr, sizeof d->master_addr, "%s", addr);
+}
+
 /* The variable that set the world size, for messages: the launcher's setting is at fault, not
  * the job's. The same precedence as zt_dist_from_env: torchrun's variables, then Slurm's. */
 static bool env_set(const char *name) {
@@ -311,6 +344,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     report_placement(&dist);
+    slurm_master_addr(&dist);
     zt_job_spec job;
     if (zt_job_spec_load(&job, job_path) != ZT_OK) {
         fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
