@@ -391,11 +391,12 @@ int main(int argc, char **argv) {
             zt_job_spec_free(&job);
             return 1;
         }
-        if (rank == 0) {
+        if (rank == 0 && strcmp(transport, "shm") == 0)
+            fprintf(stderr, "ztrain-worker: comm transport shm (%s)\n", why);
+        else if (rank == 0)
             fprintf(stderr, "ztrain-worker: comm transport %s (%s), rendezvous at %s:%d\n",
                     transport, why, dist.master_addr, dist.master_port);
-            fflush(stderr);
-        }
+        fflush(stderr);
     }
     zt_train_options opts = {.out_dir = out, .progress = rank == 0 ? stdout : NULL,
                              .threads = (int)threads, .stop_requested = &stop_requested,
