@@ -11,10 +11,12 @@
 // waits for, so that a dead rank, a lost link or a timeout is reported by rank and host.
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <vector>
 
+#include <gloo/common/error.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include "comm_gloo.h"
@@ -25,8 +27,9 @@ using Clock = std::chrono::steady_clock;
 using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
 
 // A reduction moves the buffer in chunks of this many bytes, which bounds the scratch space that
-// receives every rank's contribution to this rank's share (one chunk's worth in all).
-constexpr size_t CHUNK_BYTES = size_t(16) << 20;
+// receives every rank's contribution to this rank's share (two chunks' worth: one being reduced,
+// the next arriving).
+constexpr size_t CHUNK_BYTES = size_t(4) << 20;
 
 // Slots tell Gloo's messages apart: collectives number theirs from a counter every rank advances
 // alike; point-to-point messages between a pair use one slot, in which Gloo keeps them in order.
@@ -41,21 +44,35 @@ class Step {
   public:
     Step(zt_gloo_comm *c, const char *what) : c_(c), what_(what), slot_(c->next_slot++) {}
 
+    // Posting to a peer whose connection already broke throws: the first such peer is kept and
+    // reported by wait(), like a failure seen while waiting.
     void send(int peer, const void *p, size_t bytes) {
-        if (!bytes)
+        if (!bytes || failed_peer_ >= 0)
             return;
-        sends_.push_back({peer, c_->ctx->createUnboundBuffer(const_cast<void *>(p), bytes)});
-        sends_.back().buf->send(peer, slot_);
+        try {
+            sends_.push_back({peer, c_->ctx->createUnboundBuffer(const_cast<void *>(p), bytes)});
+            sends_.back().buf->send(peer, slot_);
+        } catch (const gloo::Exception &e) {
+            failed_peer_ = peer;
+            failure_ = e.what();
+        }
     }
     void recv(int peer, void *p, size_t bytes) {
-        if (!bytes)
+        if (!bytes || failed_peer_ >= 0)
             return;
-        recvs_.push_back({peer, c_->ctx->createUnboundBuffer(p, bytes)});
-        recvs_.back().buf->recv(peer, slot_);
+        try {
+            recvs_.push_back({peer, c_->ctx->createUnboundBuffer(p, bytes)});
+            recvs_.back().buf->recv(peer, slot_);
+        } catch (const gloo::Exception &e) {
+            failed_peer_ = peer;
+            failure_ = e.what();
+        }
     }
     // Waits for every receive, then every send, each within the timeout from the start of the
     // wait. ZT_OK, or the communicator's failure naming the peer.
     zt_status wait() {
+        if (failed_peer_ >= 0)
+            return zt_gloo_peer_failed(c_, what_, failed_peer_, false, failure_.c_str());
         auto deadline = Clock::now() + std::chrono::milliseconds(c_->timeout_ms);
         for (auto *list : {&recvs_, &sends_}) {
             for (auto &op : *list) {
@@ -93,6 +110,8 @@ class Step {
     const char *what_;
     uint64_t slot_;
     std::vector<Op> sends_, recvs_;
+    int failed_peer_ = -1;
+    std::string failure_;
 };
 
 // Runs a step body that may throw (a Gloo call refusing its arguments, memory running out) and
@@ -109,6 +128,26 @@ template <typename F> zt_status guarded(zt_gloo_comm *c, const char *what, F bod
 
 size_t share_lo(size_t m, int k, int world) { return m * size_t(k) / size_t(world); }
 
+// Grows the communicator's scratch space (kept between calls, so the step loop does not allocate)
+// to hold two halves of half_bytes each, and returns the start of half i % 2.
+unsigned char *scratch_half(zt_gloo_comm *c, size_t half_bytes, size_t i) {
+    if (c->scratch.size() < 2 * half_bytes)
+        c->scratch.resize(2 * half_bytes);
+    return c->scratch.data() + (i % 2) * half_bytes;
+}
+
+// Keeps at most `keep` steps in flight, waiting for the oldest beyond that.
+zt_status settle(std::deque<std::unique_ptr<Step>> &steps, size_t keep) {
+    while (steps.size() > keep) {
+        ZT_TRY(steps.front()->wait());
+        steps.pop_front();
+    }
+    return ZT_OK;
+}
+
+// In chunks, pipelined: while this rank reduces its share of chunk i, chunk i+1's contributions
+// are already on the way (into the other half of the scratch space) and chunk i-1's results are
+// still going out.
 zt_status gloo_all_reduce(zt_comm *cc, void *buf, size_t n, zt_dtype t, zt_reduce_op op) {
     zt_gloo_comm *c = gl(cc);
     const char *what = "all_reduce";
@@ -118,44 +157,56 @@ zt_status gloo_all_reduce(zt_comm *cc, void *buf, size_t n, zt_dtype t, zt_reduc
     return guarded(c, what, [&]() -> zt_status {
         size_t es = zt_dtype_size(t);
         size_t chunk = std::max<size_t>(CHUNK_BYTES / es, size_t(world));
+        size_t nchunks = (n + chunk - 1) / chunk;
+        size_t half = size_t(world) * ((chunk + size_t(world) - 1) / size_t(world)) * es;
         auto *p = static_cast<unsigned char *>(buf);
-        std::vector<unsigned char> scratch;
-        for (size_t off = 0; off < n; off += chunk) {
-            size_t m = std::min(chunk, n - off);
-            unsigned char *base = p + off * es;
-            size_t lo = share_lo(m, me, world), cnt = share_lo(m, me + 1, world) - lo;
-            scratch.resize(size_t(world) * cnt * es);
-            {
-                Step gather(c, what);
-                for (int k = 0; k < world; k++) {
-                    if (k == me)
-                        continue;
-                    size_t klo = share_lo(m, k, world), khi = share_lo(m, k + 1, world);
-                    gather.recv(k, scratch.data() + size_t(k) * cnt * es, cnt * es);
-                    gather.send(k, base + klo * es, (khi - klo) * es);
-                }
-                if (cnt)
-                    std::memcpy(scratch.data() + size_t(me) * cnt * es, base + lo * es, cnt * es);
-                ZT_TRY(gather.wait());
-            }
-            if (cnt)
-                zt_comm_reduce(base + lo * es, scratch.data(), cnt * es, world, cnt, t, op);
-            Step spread(c, what);
+        auto base = [&](size_t i) { return p + i * chunk * es; };
+        auto size = [&](size_t i) { return std::min(chunk, n - i * chunk); };
+        auto gather = [&](size_t i) {
+            size_t m = size(i), lo = share_lo(m, me, world);
+            size_t cnt = share_lo(m, me + 1, world) - lo;
+            unsigned char *s = scratch_half(c, half, i);
+            auto step = std::make_unique<Step>(c, what);
             for (int k = 0; k < world; k++) {
                 if (k == me)
                     continue;
                 size_t klo = share_lo(m, k, world), khi = share_lo(m, k + 1, world);
-                spread.recv(k, base + klo * es, (khi - klo) * es);
-                spread.send(k, base + lo * es, cnt * es);
+                step->recv(k, s + size_t(k) * cnt * es, cnt * es);
+                step->send(k, base(i) + klo * es, (khi - klo) * es);
             }
-            ZT_TRY(spread.wait());
+            if (cnt)
+                std::memcpy(s + size_t(me) * cnt * es, base(i) + lo * es, cnt * es);
+            return step;
+        };
+        std::deque<std::unique_ptr<Step>> spreads;
+        auto next = gather(0);
+        for (size_t i = 0; i < nchunks; i++) {
+            ZT_TRY(next->wait());
+            if (i + 1 < nchunks)
+                next = gather(i + 1);
+            size_t m = size(i), lo = share_lo(m, me, world);
+            size_t cnt = share_lo(m, me + 1, world) - lo;
+            if (cnt)
+                zt_comm_reduce(base(i) + lo * es, scratch_half(c, half, i), cnt * es, world, cnt,
+                               t, op);
+            auto spread = std::make_unique<Step>(c, what);
+            for (int k = 0; k < world; k++) {
+                if (k == me)
+                    continue;
+                size_t klo = share_lo(m, k, world), khi = share_lo(m, k + 1, world);
+                spread->recv(k, base(i) + klo * es, (khi - klo) * es);
+                spread->send(k, base(i) + lo * es, cnt * es);
+            }
+            spreads.push_back(std::move(spread));
+            ZT_TRY(settle(spreads, 2));
         }
-        return ZT_OK;
+        return settle(spreads, 0);
     });
 }
 
 // Piece by piece in rounds: round i moves, for every rank k, elements [i*chunk, (i+1)*chunk) of
-// piece k, so the scratch space stays one chunk per rank whatever the pieces' sizes.
+// piece k, so the scratch space stays one chunk per rank whatever the pieces' sizes; round i+1
+// is on the way while round i is reduced.
 zt_status gloo_reduce_scatter(zt_comm *cc, const void *in, void *out, size_t n,
                               const size_t *offsets, const size_t *counts, zt_dtype t,
                               zt_reduce_op op) {
@@ -174,24 +225,37 @@ zt_status gloo_reduce_scatter(zt_comm *cc, const void *in, void *out, size_t n,
         size_t chunk = std::max<size_t>(CHUNK_BYTES / es / size_t(world), 1), longest = 0;
         for (int k = 0; k < world; k++)
             longest = std::max(longest, counts[k]);
-        std::vector<unsigned char> scratch;
-        for (size_t pos = 0; pos < longest; pos += chunk) {
-            auto part = [&](int k) { return counts[k] > pos ? std::min(chunk, counts[k] - pos) : 0; };
-            size_t mine = part(me);
-            scratch.resize(size_t(world) * mine * es);
-            Step step(c, what);
+        size_t rounds = (longest + chunk - 1) / chunk, half = size_t(world) * chunk * es;
+        auto part = [&](int k, size_t i) {
+            size_t pos = i * chunk;
+            return counts[k] > pos ? std::min(chunk, counts[k] - pos) : size_t(0);
+        };
+        auto post = [&](size_t i) {
+            size_t mine = part(me, i), pos = i * chunk;
+            unsigned char *s = scratch_half(c, half, i);
+            auto step = std::make_unique<Step>(c, what);
             for (int k = 0; k < world; k++) {
                 if (k == me)
                     continue;
-                step.recv(k, scratch.data() + size_t(k) * mine * es, mine * es);
-                step.send(k, src + (offsets[k] + pos) * es, part(k) * es);
+                step->recv(k, s + size_t(k) * mine * es, mine * es);
+                step->send(k, src + (offsets[k] + pos) * es, part(k, i) * es);
             }
             if (mine)
-                std::memcpy(scratch.data() + size_t(me) * mine * es,
-                            src + (offsets[me] + pos) * es, mine * es);
-            ZT_TRY(step.wait());
+                std::memcpy(s + size_t(me) * mine * es, src + (offsets[me] + pos) * es,
+                            mine * es);
+            return step;
+        };
+        if (rounds == 0)
+            return ZT_OK;
+        auto next = post(0);
+        for (size_t i = 0; i < rounds; i++) {
+            ZT_TRY(next->wait());
+            if (i + 1 < rounds)
+                next = post(i + 1);
+            size_t mine = part(me, i);
             if (mine)
-                zt_comm_reduce(dst + pos * es, scratch.data(), mine * es, world, mine, t, op);
+                zt_comm_reduce(dst + i * chunk * es, scratch_half(c, half, i), mine * es, world,
+                               mine, t, op);
         }
         return ZT_OK;
     });

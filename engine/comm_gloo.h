@@ -36,6 +36,7 @@ struct zt_gloo_comm {
     zt_tcp_store *store = nullptr;
     std::string store_addr;         // "MASTER_ADDR:MASTER_PORT", for messages
     std::vector<std::string> hosts; // per rank: "host (address)"
+    std::vector<unsigned char> scratch; // the reductions' incoming contributions (comm_gloo.cc)
 
     // Failure notices (comm_gloo_notice.cc): this rank's listener and what it has heard.
     int notice_fd = -1;
