@@ -16,7 +16,6 @@
 #include <memory>
 #include <vector>
 
-#include <gloo/common/error.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include "comm_gloo.h"
@@ -52,7 +51,7 @@ class Step {
         try {
             sends_.push_back({peer, c_->ctx->createUnboundBuffer(const_cast<void *>(p), bytes)});
             sends_.back().buf->send(peer, slot_);
-        } catch (const gloo::Exception &e) {
+        } catch (const std::exception &e) {
             failed_peer_ = peer;
             failure_ = e.what();
         }
@@ -63,7 +62,7 @@ class Step {
         try {
             recvs_.push_back({peer, c_->ctx->createUnboundBuffer(p, bytes)});
             recvs_.back().buf->recv(peer, slot_);
-        } catch (const gloo::Exception &e) {
+        } catch (const std::exception &e) {
             failed_peer_ = peer;
             failure_ = e.what();
         }

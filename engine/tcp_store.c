@@ -120,12 +120,13 @@ zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, d
             break;
         double left = deadline - now_s();
         if (left <= 0) {
+            zt_status s = zt_error(ZT_ERR_TIMEOUT,
+                                   "rendezvous store: no server at %s (MASTER_ADDR:MASTER_PORT) "
+                                   "within %g s: %s; is rank 0 running there?",
+                                   c->where, timeout_s, strerror(err));
             freeaddrinfo(res);
             free(c);
-            return zt_error(ZT_ERR_TIMEOUT,
-                            "rendezvous store: no server at %s (MASTER_ADDR:MASTER_PORT) within "
-                            "%g s: %s; is rank 0 running there?",
-                            c->where, timeout_s, strerror(err));
+            return s;
         }
         sleep_s(pause < left ? pause : left);
         pause = pause * 2 < 0.5 ? pause * 2 : 0.5;
