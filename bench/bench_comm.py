@@ -5,12 +5,15 @@ over loopback (every rank on this host) and over a veth link between two emulate
 
     /usr/bin/python3 bench/bench_comm.py [--build build] [--sizes 65536,1048576,16777216,67108864]
                                          [--iters 10] [--worlds 2,4] [--links loopback,veth]
+                                         [--train-steps 12]
 
 ztrain's side is tests/tools/zt_comm_bench (one process per rank, launched with torchrun's
 variables); torch's a script with the same loop. Each prints the slowest rank's mean time per
 call; the table gives it and the bus bandwidth as nccl-tests define it (all-reduce: bytes × 2(N-1)/N
 per time, reduce-scatter: bytes × (N-1)/N per time), the bytes every rank must move. Debian's
-torch 1.13 has no Gloo reduce-scatter: its column says n/a there.
+torch 1.13 has no Gloo reduce-scatter: its column says n/a there. With the veth link it also
+times a 4-rank GPT-2 job on one host (shared memory) against the same job on the two emulated
+hosts (tokens/s).
 """
 import argparse
 import os
@@ -86,6 +89,43 @@ def run_side(kind, world, link, args, hosts, port):
     return got
 
 
+def train_rate(args, hosts, d, two_hosts):
+    """tokens/s of a 4-rank GPT-2 job (ZeRO 1): on one host (`ztrain run`, shm) or on the two
+    emulated hosts, 2 ranks each (gloo over the veth link); the mean of the timed steps."""
+    import json
+    spec = {"name": "rate", "world_size": 4,
+            "model": {"type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 128,
+                      "vocab_size": 256, "block_size": 128},
+            "data": {"train": "train.txt"},
+            "train": {"max_steps": args.train_steps, "log_interval": 1, "warmup_steps": 2},
+            "deepspeed": {"train_micro_batch_size_per_gpu": 4,
+                          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                          "zero_optimization": {"stage": 1}}}
+    with open(f"{d}/train.txt", "wb") as f:
+        f.write(bytes((i * 7 + i // 13) % 251 for i in range(200000)))
+    path = f"{d}/rate.json"
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    out = f"{d}/rate-{'two' if two_hosts else 'one'}"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("ZTRAIN_COMM", None)
+    if two_hosts:
+        jobs = []
+        for r in range(4):
+            jobs.append(([os.path.join(args.build, "ztrain-worker"), path, "--out", out],
+                         dict(env, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r % 2),
+                              LOCAL_WORLD_SIZE="2", MASTER_ADDR=hosts.addr[0],
+                              MASTER_PORT="29700", ZTRAIN_RUN_ID=f"rate{os.getpid()}"), r // 2))
+        launch(jobs, hosts)
+    else:
+        subprocess.run([os.path.join(args.build, "ztrain"), "run", path, "--out", out],
+                       env=env, check=True, capture_output=True)
+    with open(f"{out}/metrics.jsonl") as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    rates = [r["perf/tokens_per_second"] for r in recs[2:] if r.get("perf/tokens_per_second")]
+    return sum(rates) / len(rates)
+
+
 def fmt_size(n):
     return f"{n >> 20} MB" if n >= 1 << 20 else f"{n >> 10} KB"
 
@@ -97,6 +137,8 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--links", default="loopback,veth")
+    ap.add_argument("--train-steps", type=int, default=12,
+                    help="steps of the 4-rank training comparison (veth only; 0: none)")
     args = ap.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
     links = args.links.split(",")
@@ -136,6 +178,12 @@ def main():
                             ratio = f"{t / g:.2f}×" if g and t else "n/a"
                             print(f"| {link} | {world} | {op} | {fmt_size(n)} | "
                                   f"{' | '.join(cells)} | {ratio} |", flush=True)
+            if hosts and args.train_steps:
+                one = train_rate(args, hosts, d, False)
+                two = train_rate(args, hosts, d, True)
+                print(f"\nGPT-2 (2 layers, n_embd 128, seq 128, micro 4, ZeRO 1), 4 ranks, "
+                      f"1 thread each: one host (shm) {one:.0f} tokens/s, two emulated hosts "
+                      f"(gloo over veth) {two:.0f} tokens/s ({two / one:.2f}×)")
         finally:
             if hosts:
                 hosts.__exit__(None, None, None)
