@@ -1,6 +1,7 @@
 // The Gloo transport ("gloo"): CPU ranks on any number of hosts, connected by Gloo's TCP
 // transport in a full mesh, after a rendezvous through the TCP key-value store that rank 0 serves
-// at MASTER_ADDR:MASTER_PORT (engine/tcp_store.h). The rendezvous lives in comm_gloo_rdzv.cc.
+// at MASTER_ADDR:MASTER_PORT (engine/tcp_store.h). The rendezvous lives in comm_gloo_rdzv.cc,
+// the failure notices between ranks in comm_gloo_notice.cc.
 //
 // The collectives are built here on Gloo's point-to-point buffers rather than taken from its
 // algorithms, for two reasons. Results must be bit-identical to the shm transport's, which folds
@@ -9,6 +10,10 @@
 // them in rank order with the same function, and sends the result to all — the same bytes on the
 // wire as a ring all-reduce, 2(N-1)/N of the buffer per rank. And a wait must know which peer it
 // waits for, so that a dead rank, a lost link or a timeout is reported by rank and host.
+//
+// Unlike shm, the ranks do not compare what they were asked to do: ranks that call different
+// collectives (a bug in the caller) fail on a message of the wrong size or time out, rather than
+// with a message saying which collectives disagreed.
 #include <chrono>
 #include <cstring>
 #include <deque>
