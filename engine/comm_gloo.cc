@@ -42,11 +42,32 @@ constexpr uint64_t P2P_MAGIC = 0x7a7467703270ULL; // "ztgp2p"
 
 zt_gloo_comm *gl(zt_comm *c) { return reinterpret_cast<zt_gloo_comm *>(c); }
 
+// A hash of what a collective was asked to do: its kind, count, dtype, op or root, and its pieces.
+uint64_t desc_of(int kind, size_t n, zt_dtype t, int arg, int world, const size_t *offsets,
+                 const size_t *counts) {
+    uint64_t h = 1469598103934665603ULL;
+    auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+    mix(uint64_t(kind));
+    mix(uint64_t(n));
+    mix(uint64_t(t));
+    mix(uint64_t(arg));
+    for (int r = 0; offsets && r < world; r++) {
+        mix(offsets[r]);
+        mix(counts[r]);
+    }
+    return h;
+}
+
 // The sends and receives of one step of a collective, one buffer per peer, so that a failure is
 // pinned on the peer whose buffer failed.
 class Step {
   public:
-    Step(zt_gloo_comm *c, const char *what) : c_(c), what_(what), slot_(c->next_slot++) {}
+    // desc is the collective's description (desc_of): it goes into the slot, so that ranks
+    // calling different collectives post messages that never match, and time out, instead of
+    // a message larger than the buffer awaiting it (which Gloo cannot recover from).
+    Step(zt_gloo_comm *c, const char *what, uint64_t desc)
+        : c_(c), what_(what),
+          slot_(((desc << 24) ^ (c->next_slot++ & 0xffffff)) & (P2P_SLOT - 1)) {}
 
     // Posting to a peer whose connection already broke throws: the first such peer is kept and
     // reported by wait(), like a failure seen while waiting.
@@ -163,6 +184,7 @@ zt_status gloo_all_reduce(zt_comm *cc, void *buf, size_t n, zt_dtype t, zt_reduc
         size_t chunk = std::max<size_t>(CHUNK_BYTES / es, size_t(world));
         size_t nchunks = (n + chunk - 1) / chunk;
         size_t half = size_t(world) * ((chunk + size_t(world) - 1) / size_t(world)) * es;
+        uint64_t desc = desc_of(1, n, t, op, world, nullptr, nullptr);
         auto *p = static_cast<unsigned char *>(buf);
         auto base = [&](size_t i) { return p + i * chunk * es; };
         auto size = [&](size_t i) { return std::min(chunk, n - i * chunk); };
@@ -170,7 +192,7 @@ zt_status gloo_all_reduce(zt_comm *cc, void *buf, size_t n, zt_dtype t, zt_reduc
             size_t m = size(i), lo = share_lo(m, me, world);
             size_t cnt = share_lo(m, me + 1, world) - lo;
             unsigned char *s = scratch_half(c, half, i);
-            auto step = std::make_unique<Step>(c, what);
+            auto step = std::make_unique<Step>(c, what, desc);
             for (int k = 0; k < world; k++) {
                 if (k == me)
                     continue;
@@ -193,7 +215,7 @@ zt_status gloo_all_reduce(zt_comm *cc, void *buf, size_t n, zt_dtype t, zt_reduc
             if (cnt)
                 zt_comm_reduce(base(i) + lo * es, scratch_half(c, half, i), cnt * es, world, cnt,
                                t, op);
-            auto spread = std::make_unique<Step>(c, what);
+            auto spread = std::make_unique<Step>(c, what, desc);
             for (int k = 0; k < world; k++) {
                 if (k == me)
                     continue;
@@ -230,6 +252,7 @@ zt_status gloo_reduce_scatter(zt_comm *cc, const void *in, void *out, size_t n,
         for (int k = 0; k < world; k++)
             longest = std::max(longest, counts[k]);
         size_t rounds = (longest + chunk - 1) / chunk, half = size_t(world) * chunk * es;
+        uint64_t desc = desc_of(2, n, t, op, world, offsets, counts);
         auto part = [&](int k, size_t i) {
             size_t pos = i * chunk;
             return counts[k] > pos ? std::min(chunk, counts[k] - pos) : size_t(0);
@@ -237,7 +260,7 @@ zt_status gloo_reduce_scatter(zt_comm *cc, const void *in, void *out, size_t n,
         auto post = [&](size_t i) {
             size_t mine = part(me, i), pos = i * chunk;
             unsigned char *s = scratch_half(c, half, i);
-            auto step = std::make_unique<Step>(c, what);
+            auto step = std::make_unique<Step>(c, what, desc);
             for (int k = 0; k < world; k++) {
                 if (k == me)
                     continue;
@@ -275,7 +298,7 @@ zt_status gloo_all_gather(zt_comm *cc, void *buf, size_t n, const size_t *offset
     return guarded(c, what, [&]() -> zt_status {
         size_t es = zt_dtype_size(t);
         auto *p = static_cast<unsigned char *>(buf);
-        Step step(c, what);
+        Step step(c, what, desc_of(3, n, t, 0, world, offsets, counts));
         for (int k = 0; k < world; k++) {
             if (k == me)
                 continue;
@@ -294,7 +317,7 @@ zt_status gloo_broadcast(zt_comm *cc, void *buf, size_t n, zt_dtype t, int root)
         return ZT_OK;
     return guarded(c, what, [&]() -> zt_status {
         size_t bytes = n * zt_dtype_size(t);
-        Step step(c, what);
+        Step step(c, what, desc_of(4, n, t, root, world, nullptr, nullptr));
         if (me == root) {
             for (int k = 0; k < world; k++)
                 if (k != me)
@@ -316,7 +339,7 @@ zt_status gloo_barrier(zt_comm *cc) {
     return guarded(c, what, [&]() -> zt_status {
         unsigned char token = 1;
         std::vector<unsigned char> in(static_cast<size_t>(world));
-        Step step(c, what);
+        Step step(c, what, desc_of(5, 0, ZT_F32, 0, world, nullptr, nullptr));
         for (int k = 0; k < world; k++) {
             if (k == me)
                 continue;

@@ -296,7 +296,8 @@ zt_status zt_gloo_peer_failed(zt_gloo_comm *c, const char *what, int peer, bool 
     char own[ZT_COMM_REASON_LEN];
     if (timed_out)
         snprintf(own, sizeof own,
-                 "%s: timed out after %g s waiting for rank %d on %s (is its host reachable?)",
+                 "%s: timed out after %g s waiting for rank %d on %s (is its host reachable? do "
+                 "all ranks call the same collectives?)",
                  what, c->comm.timeout_s, peer, host.c_str());
     else
         snprintf(own, sizeof own, "%s: lost rank %d on %s: it has exited or its connection broke (%s)",

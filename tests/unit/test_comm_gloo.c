@@ -304,6 +304,23 @@ static void missing_rank(int rank, int world, int port) {
     CHECK(took > 1.4 && took < 6, "rank %d timed out after %.1f s", rank, took);
 }
 
+/* Ranks that disagree on a collective (a bug in the caller): rank 0 all-reduces 10 elements,
+ * rank 1 20. Neither may crash; both fail within the timeout. */
+static void disagreeing(int rank, int world, int port) {
+    zt_dist_info d = info(rank, world, port, "gloo-disagree");
+    zt_comm *g = NULL;
+    if (zt_comm_create(&g, "gloo", &d, 1.5) != ZT_OK) {
+        fail("rank %d: create: %s", rank, zt_last_error());
+        return;
+    }
+    float v[20] = {0};
+    double t0 = now_s();
+    zt_status s = zt_comm_all_reduce(g, v, rank == 0 ? 10 : 20, ZT_F32, ZT_REDUCE_SUM);
+    CHECK(s != ZT_OK && now_s() - t0 < 8, "rank %d: %d after %.1f s: %s", rank, (int)s,
+          now_s() - t0, zt_last_error());
+    zt_comm_destroy(g);
+}
+
 /* Rank 1 believes the world has 3 ranks, rank 0 that it has 2. */
 static void mismatched_world(int rank, int world, int port) {
     zt_dist_info d = info(rank, rank == 0 ? 2 : 3, port, "gloo-world");
@@ -322,6 +339,7 @@ int main(void) {
     CHECK(run_ranks(3, collectives, free_port()) == 0, "collectives");
     CHECK(run_ranks(3, dead_rank, free_port()) == 0, "dead rank");
     CHECK(run_ranks(2, missing_rank, free_port()) == 0, "missing rank");
+    CHECK(run_ranks(2, disagreeing, free_port()) == 0, "ranks calling different collectives");
     CHECK(run_ranks(2, mismatched_world, free_port()) == 0, "mismatched world size");
 
     /* A port in use on rank 0's host, and an address that does not resolve. */
