@@ -12,8 +12,8 @@
 // waits for, so that a dead rank, a lost link or a timeout is reported by rank and host.
 //
 // Unlike shm, the ranks do not compare what they were asked to do: ranks that call different
-// collectives (a bug in the caller) fail on a message of the wrong size or time out, rather than
-// with a message saying which collectives disagreed.
+// collectives (a bug in the caller) post messages in different slots (Step) and time out, rather
+// than fail at once with a message saying which collectives disagreed.
 #include <chrono>
 #include <cstring>
 #include <deque>
