@@ -15,7 +15,7 @@
  *
  * The ranks' transport is the job's "comm", which ZTRAIN_COMM ("shm", "gloo", "auto") overrides;
  * auto is shm when every rank runs on this host and gloo when not (zt_comm_choose). Rank 0 logs
- * the choice on stderr.
+ * the choice on stderr (not the default shm, which it has always used silently).
  *
  * Exit status: 0 success, 1 failure ("ztrain-worker: rank R: <message>" on stderr), 2 bad usage,
  * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written. */
@@ -380,7 +380,8 @@ int main(int argc, char **argv) {
     }
 
     /* The transport: the job's or ZTRAIN_COMM's, else shm when every rank is on this host and
-     * gloo when not. Rank 0 says which and why, so the job's log shows it. */
+     * gloo when not. Rank 0 says which and why, so the job's log shows it, unless it is shm
+     * picked by default: ranks on one host have always talked that way and stay silent. */
     zt_comm *comm = NULL;
     if (dist.world_size > 1) {
         const char *transport;
@@ -391,9 +392,13 @@ int main(int argc, char **argv) {
             zt_job_spec_free(&job);
             return 1;
         }
-        if (rank == 0 && strcmp(transport, "shm") == 0)
+        const char *env_comm = getenv("ZTRAIN_COMM");
+        bool named = job.comm != ZT_COMM_AUTO || (env_comm && *env_comm &&
+                                                  strcmp(env_comm, "auto") != 0);
+        bool shm = strcmp(transport, "shm") == 0;
+        if (rank == 0 && shm && named)
             fprintf(stderr, "ztrain-worker: comm transport shm (%s)\n", why);
-        else if (rank == 0)
+        else if (rank == 0 && !shm)
             fprintf(stderr, "ztrain-worker: comm transport %s (%s), rendezvous at %s:%d\n",
                     transport, why, dist.master_addr, dist.master_port);
         fflush(stderr);
