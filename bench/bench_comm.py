@@ -8,7 +8,8 @@ over loopback (every rank on this host) and over a veth link between two emulate
                                          [--train-steps 12]
 
 ztrain's side is tests/tools/zt_comm_bench (one process per rank, launched with torchrun's
-variables); torch's a script with the same loop. Each prints the slowest rank's mean time per
+variables); torch's a script with the same loop: 5 warm-up calls, then --iters timed ones, more
+for small sizes (up to 64 MiB moved, at most 200), so that first-use costs wash out. Each prints the slowest rank's mean time per
 call; the table gives it and the bus bandwidth as nccl-tests define it (all-reduce: bytes × 2(N-1)/N
 per time, reduce-scatter: bytes × (N-1)/N per time), the bytes every rank must move. Debian's
 torch 1.13 has no Gloo reduce-scatter: its column says n/a there. With the veth link it also
@@ -31,13 +32,14 @@ r, w = dist.get_rank(), dist.get_world_size()
 iters = int(sys.argv[1])
 for nbytes in [int(x) for x in sys.argv[2:]]:
     t = torch.ones(nbytes // 4)
-    for _ in range(2):
+    rounds = max(iters, min(200, (64 << 20) // nbytes))
+    for _ in range(5):
         dist.all_reduce(t)
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(iters):
+    for _ in range(rounds):
         dist.all_reduce(t)
-    el = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+    el = torch.tensor([(time.perf_counter() - t0) / rounds], dtype=torch.float64)
     dist.all_reduce(el, op=dist.ReduceOp.MAX)
     if r == 0:
         print("all_reduce", nbytes, el.item(), flush=True)
