@@ -18,7 +18,11 @@ static const struct {
     const char *absent;
 } transports[] = {
     {"shm", &zt_comm_shm_ops, NULL},
-    {"gloo", NULL, "planned: CPU ranks across hosts, to be built with -DZT_GLOO=ON"},
+#ifdef ZT_HAVE_GLOO
+    {"gloo", &zt_comm_gloo_ops, NULL},
+#else
+    {"gloo", NULL, "CPU ranks across hosts: install libgloo-dev and configure again (-DZT_GLOO=ON)"},
+#endif
     {"nccl", NULL, "planned: GPU buffers, to be built with -DZT_CUDA=ON"},
 };
 enum { N_TRANSPORTS = sizeof transports / sizeof *transports };

@@ -49,6 +49,9 @@ struct zt_comm {
 };
 
 extern const zt_comm_ops zt_comm_shm_ops;
+#ifdef ZT_HAVE_GLOO
+extern const zt_comm_ops zt_comm_gloo_ops;
+#endif
 
 static inline void zt_comm_init_header(zt_comm *c, const zt_comm_ops *ops, const zt_dist_info *d,
                                        double timeout_s) {

@@ -22,8 +22,8 @@
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
 
-static const char *const top_keys[] = {"name", "world_size", "nodes", "device", "model", "data",
-                                       "train", "training_args", "deepspeed", NULL};
+static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "device", "model",
+                                       "data", "train", "training_args", "deepspeed", NULL};
 static const char *const data_keys[] = {"train", "val", "shuffle", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
@@ -454,6 +454,11 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
         return zt_json_key_error(ZT_ERR_INVALID, &top, "nodes", "(%d) must not exceed world_size "
                                  "(%d): every node runs at least one rank", job->nodes,
                                  job->world_size);
+    const char *comm = "auto";
+    ZT_TRY(zt_json_get_string(&top, "comm", &comm, NULL));
+    if (!zt_comm_choice_parse(comm, &job->comm))
+        return zt_json_key_error(ZT_ERR_INVALID, &top, "comm",
+                                 "must be \"auto\", \"shm\" or \"gloo\", got \"%s\"", comm);
     const char *device = "cpu";
     ZT_TRY(zt_json_get_string(&top, "device", &device, NULL));
     if (strcmp(device, "cpu") == 0)

@@ -13,6 +13,8 @@
 #                build, whose libraries the fuzz build links)
 #     container  `make test-container`: podman with runc, debootstrap, and python3 for the test
 #     slurm      `make test-slurm`: Slurm's controller, node daemon and client tools, and munge
+#     multihost  `make test-multihost`: iproute2 (network namespaces, veth, bridges) and the
+#                test's PyTorch (it reads safetensors with it)
 set -euo pipefail
 
 build=(
@@ -24,6 +26,7 @@ build=(
   libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
   libgnutls28-dev                             # TLS: checking certificates, client certificates
   libjs-chart.js                              # the dashboard's charts, served by ztraind
+  libgloo-dev                                 # the gloo transport: CPU ranks across hosts
 )
 
 # The shared libraries the programs link (the -dev packages above name them), and Chart.js.
@@ -33,6 +36,7 @@ runtime=(
   libgrpc29 libprotobuf-c1                    # gRPC C core (pulls in abseil, re2, c-ares, ssl)
   libmicrohttpd12 libsqlite3-0                # HTTP server, durable state
   libgnutls30                                 # TLS certificate checks (HTTPS's own library)
+  libgloo0                                    # the gloo transport (ranks across hosts)
   libjs-chart.js                              # the dashboard's charts
   tini                                        # PID 1 in the image: reaps orphans, forwards signals
 )
@@ -70,6 +74,12 @@ slurm=(
   python3 python3-grpcio protobuf-compiler protobuf-compiler-grpc   # the test's gRPC client
 )
 
+# Emulated hosts for the multi-host test: network namespaces joined by veth links and a bridge.
+multihost=(
+  iproute2                                    # ip netns, veth, bridge
+  python3 python3-torch                       # the test, and its safetensors reader
+)
+
 profiles=("$@")
 if [ ${#profiles[@]} -eq 0 ]; then profiles=(build test); fi
 packages=()
@@ -81,7 +91,8 @@ for profile in "${profiles[@]}"; do
     fuzz) packages+=("${build[@]}" "${fuzz[@]}") ;;
     container) packages+=("${container[@]}") ;;
     slurm) packages+=("${slurm[@]}") ;;
-    *) echo "install-deps: unknown profile '$profile' (build, runtime, test, fuzz, container, slurm)" >&2
+    multihost) packages+=("${multihost[@]}") ;;
+    *) echo "install-deps: unknown profile '$profile' (build, runtime, test, fuzz, container, slurm, multihost)" >&2
        exit 2 ;;
   esac
 done

@@ -408,6 +408,7 @@ void zt_json_job_open(zt_jbuf *b, const zt_job_info *j, int64_t now_ms) {
     member_str(b, "reason", j->reason ? j->reason : "");
     member_int(b, "world_size", j->world_size);
     member_str(b, "device", j->device);
+    member_str(b, "comm", j->comm);
     member_int(b, "created_unix_ms", j->created_ms);
     member_int(b, "started_unix_ms", j->started_ms);
     member_int(b, "finished_unix_ms", j->finished_ms);

@@ -389,6 +389,7 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
                       .max_steps = spec.train.max_steps, .checkpoint_dir = spec.train.checkpoint_dir};
     snprintf(ji.id, sizeof ji.id, "%s", id);
     snprintf(ji.device, sizeof ji.device, "%s", spec.device == ZT_DEVICE_CUDA ? "cuda" : "cpu");
+    snprintf(ji.comm, sizeof ji.comm, "%s", zt_comm_for_nodes(spec.comm, spec.nodes));
     char run_dir[PATH_MAX];
     snprintf(run_dir, sizeof run_dir, "%s/%s", jm->cfg.runs_root, id);
     ji.run_dir = run_dir;

@@ -72,6 +72,7 @@ typedef struct {
     char *idempotency_key;    /* "" if none */
     int world_size;
     char device[8];           /* "cpu" or "cuda" */
+    char comm[8];             /* the ranks' transport, "shm" or "gloo" (zt_comm_for_nodes) */
     int64_t created_ms, started_ms, finished_ms;   /* Unix ms; 0 when not yet */
     int64_t step;             /* last train/global_step */
     int64_t max_steps;        /* 0 when the job runs by epochs */

@@ -454,6 +454,7 @@ static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok)
     j->run_dir = dup_str(info->run_dir, ok);
     j->checkpoint_dir = dup_str(info->checkpoint_dir, ok);
     j->idempotency_key = dup_str(info->idempotency_key, ok);
+    j->comm = dup_str(info->comm, ok);
     ZT_TRY(ranks_from_info(info, j));
     if (info->spec_json && info->spec_json[0]) {
         char source[64];

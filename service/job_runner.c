@@ -77,12 +77,13 @@ static void start_job(zt_jobs *jm, job *j) {
     zt_jm_set_reason(j, "%s", "");
     if (jm->cfg.slurm)
         zt_jm_daemon_log(jm, j, "started srun for %d rank(s) on %d node(s) as Slurm job "
-                         "%s%s%s, %d thread(s) per rank", j->info.world_size, sj.nodes, name,
+                         "%s%s%s, %d thread(s) per rank, %s transport", j->info.world_size,
+                         sj.nodes, name,
                          sj.cfg->partition && sj.cfg->partition[0] ? " in partition " : "",
-                         sj.cfg->partition ? sj.cfg->partition : "", threads);
+                         sj.cfg->partition ? sj.cfg->partition : "", threads, j->info.comm);
     else
-        zt_jm_daemon_log(jm, j, "started %d rank(s) of %s, %d thread(s) each",
-                         j->info.world_size, jm->cfg.worker_path, threads);
+        zt_jm_daemon_log(jm, j, "started %d rank(s) of %s, %d thread(s) each, %s transport",
+                         j->info.world_size, jm->cfg.worker_path, threads, j->info.comm);
     zt_jm_set_state(jm, j, ZT_JOB_STARTING);
 }
 

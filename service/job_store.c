@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ztrain/comm.h"
+
 /* Records are numbered per job (seq, from 1) in the order they came: the number is what a reader
  * pages by and what tells the store's part of a history from the job manager's recent records.
  * The indexes follow the migration (migrate_records), which adds seq to an older file. */
@@ -278,6 +280,20 @@ zt_status zt_store_logs(zt_job_store *st, const char *job_id, int64_t before_seq
     return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read logs");
 }
 
+/* The transport a stored job's ranks use, from its spec (the column-less field of zt_job_info):
+ * its "comm", or auto's choice for its "nodes". */
+static void comm_of_spec(const char *spec_json, char *out, size_t size) {
+    cJSON *top = cJSON_Parse(spec_json);
+    const cJSON *comm = cJSON_GetObjectItemCaseSensitive(top, "comm");
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(top, "nodes");
+    zt_comm_choice choice = ZT_COMM_AUTO;
+    if (cJSON_IsString(comm))
+        zt_comm_choice_parse(comm->valuestring, &choice);
+    snprintf(out, size, "%s",
+             zt_comm_for_nodes(choice, cJSON_IsNumber(nodes) ? nodes->valueint : 1));
+    cJSON_Delete(top);
+}
+
 static zt_status load_jobs(zt_job_store *st, const zt_store_loader *cb, void *ctx) {
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(st->db, "SELECT * FROM jobs ORDER BY number", -1, &q, NULL) != SQLITE_OK)
@@ -293,6 +309,7 @@ static zt_status load_jobs(zt_job_store *st, const zt_store_loader *cb, void *ct
         j.idempotency_key = (char *)col_text(q, 6);
         j.world_size = sqlite3_column_int(q, 7);
         snprintf(j.device, sizeof j.device, "%s", col_text(q, 8));
+        comm_of_spec(j.spec_json, j.comm, sizeof j.comm);
         j.created_ms = sqlite3_column_int64(q, 9);
         j.started_ms = sqlite3_column_int64(q, 10);
         j.finished_ms = sqlite3_column_int64(q, 11);

@@ -42,26 +42,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* A TCP port that is free on loopback right now: the kernel picks one for port 0. Another
- * process could take it before rank 0 binds it, as with torchrun's own choice; the shm backend
- * does not bind it at all, and the window is short for the NCCL bootstrap. */
-static zt_status free_port(int *port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return zt_error(ZT_ERR_IO, "cannot pick a MASTER_PORT: socket: %s", strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    zt_status s = ZT_OK;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        s = zt_error(ZT_ERR_IO, "cannot pick a MASTER_PORT on 127.0.0.1: %s", strerror(errno));
-    else
-        *port = ntohs(a.sin_port);
-    close(fd);
-    return s;
-}
-
 /* Sends sig to the whole group. Only while one of our ranks is unreaped: until then its pid (the
  * group id) cannot be reused, afterwards -pgid might name someone else's group. */
 static void signal_group(launch *l, int sig) {
@@ -265,7 +245,7 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
                                .master_addr = "127.0.0.1", .run_id = run_id,
                                .threads_per_rank = opts->threads_per_rank,
                                .wait = ZT_RANK_WAIT_AUTO, .cuda_devices = opts->cuda_devices};
-    zt_status s = free_port(&port);
+    zt_status s = zt_rank_free_port(&port);
     spec.master_port = port;
     if (s == ZT_OK)
         s = zt_rank_env_init(&env, &spec);

@@ -4,12 +4,15 @@
 #define _GNU_SOURCE
 #include "rank_group.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "proc_spawn.h"
@@ -282,4 +285,24 @@ void zt_rank_describe_exit(char *buf, size_t size, int rank, const char *host,
     } else {
         snprintf(buf, size, "%s exited with status %d", who, x->exit_status);
     }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The rendezvous port                                                                         */
+
+zt_status zt_rank_free_port(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return zt_error(ZT_ERR_IO, "cannot pick a MASTER_PORT: socket: %s", strerror(errno));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    zt_status s = ZT_OK;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        s = zt_error(ZT_ERR_IO, "cannot pick a MASTER_PORT on 127.0.0.1: %s", strerror(errno));
+    else
+        *port = ntohs(a.sin_port);
+    close(fd);
+    return s;
 }

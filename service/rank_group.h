@@ -116,6 +116,10 @@ char *const *zt_rank_env_of(zt_rank_env *e, int rank, bool metrics_fd);
 
 void zt_rank_env_free(zt_rank_env *e);
 
+/* A port for MASTER_PORT that nothing on 127.0.0.1 listens on now, picked by the kernel: the
+ * gloo transport's rank 0 serves its rendezvous there, so concurrent jobs need distinct ones. */
+zt_status zt_rank_free_port(int *port);
+
 /* Where one rank's descriptors go and which process group it joins. */
 typedef struct {
     pid_t pgid;                 /* 0: the rank founds a new process group (rank 0, whose pid

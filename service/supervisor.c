@@ -105,12 +105,16 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
     char run_id[160];
     snprintf(run_id, sizeof run_id, "ztraind%ld-%s", (long)getpid(), spec->run_id);
     ZT_ASSERT(spec->threads_per_rank > 0);
-    /* The shm backend meets through ZTRAIN_RUN_ID, not the port; one is set all the same
-     * because the environment contract of a rank includes it. */
+    /* The shm backend meets through ZTRAIN_RUN_ID, the gloo one (a job's "comm": "gloo") at the
+     * port, where its rank 0 listens: a free one, so that concurrent jobs never share it. */
+    int port = 0;
+    zt_status pst = zt_rank_free_port(&port);
+    if (pst != ZT_OK)
+        return pst;
     zt_rank_group_spec rs = {
         .program = spec->program, .argv = spec->argv, .cwd = spec->cwd,
         .world_size = spec->world_size, .env = ZT_RANK_ENV_WHITELIST,
-        .identity = ZT_RANK_ID_TORCHRUN, .master_addr = "127.0.0.1", .master_port = 29500,
+        .identity = ZT_RANK_ID_TORCHRUN, .master_addr = "127.0.0.1", .master_port = port,
         .run_id = run_id, .threads_per_rank = spec->threads_per_rank,
         .wait = spec->passive_wait ? ZT_RANK_WAIT_PASSIVE : ZT_RANK_WAIT_DEFAULT,
         .cuda_devices = spec->cuda_devices};

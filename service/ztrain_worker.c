@@ -17,6 +17,10 @@
  * ZTRAIN_REPORT_PLACEMENT=1 (each rank first prints "ztrain-worker: rank R of W on NODE, pid P"
  * on stderr, which is how ztraind learns where a Slurm task runs).
  *
+ * The ranks' transport is the job's "comm", which ZTRAIN_COMM ("shm", "gloo", "auto") overrides;
+ * auto is shm when every rank runs on this host and gloo when not (zt_comm_choose). Rank 0 logs
+ * the choice on stderr (not the default shm, which it has always used silently).
+ *
  * Exit status: 0 success, 1 failure ("ztrain-worker: rank R: <message>" on stderr), 2 bad usage,
  * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written. */
 #define _GNU_SOURCE
@@ -247,6 +251,39 @@ static void report_placement(const zt_dist_info *d) {
     fflush(stderr);
 }
 
+/* Under Slurm without MASTER_ADDR, rank 0's address is its node's name (the step's first node),
+ * which the cluster's hosts normally resolve. Where they do not (nodes known to Slurm by a
+ * NodeAddr only, as in a test cluster of emulated nodes), Slurm's own record of the node has the
+ * address: `scontrol show node NAME` prints NodeAddr=. The name stays when that fails too, and
+ * the communicator then says it does not resolve. */
+static void slurm_master_addr(zt_dist_info *d) {
+    if (getenv("MASTER_ADDR") || getenv("WORLD_SIZE") || !getenv("SLURM_PROCID"))
+        return;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(d->master_addr, NULL, &hints, &res) == 0) {
+        freeaddrinfo(res);
+        return;
+    }
+    for (const char *p = d->master_addr; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '.' || *p == '_'))
+            return;
+    char cmd[320], line[4096];
+    snprintf(cmd, sizeof cmd, "scontrol show node -o '%s' 2>/dev/null", d->master_addr);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return;
+    char addr[256] = "";
+    while (fgets(line, sizeof line, f)) {
+        const char *a = strstr(line, "NodeAddr=");
+        if (a)
+            sscanf(a + 9, "%255s", addr);
+    }
+    pclose(f);
+    if (addr[0])
+        snprintf(d->master_addr, sizeof d->master_addr, "%s", addr);
+}
+
 /* The variable that set the world size, for messages: the launcher's setting is at fault, not
  * the job's. The same precedence as zt_dist_from_env: torchrun's variables, then Slurm's. */
 static bool env_set(const char *name) {
@@ -315,6 +352,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     report_placement(&dist);
+    slurm_master_addr(&dist);
     zt_job_spec job;
     if (zt_job_spec_load(&job, job_path) != ZT_OK) {
         fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
@@ -351,11 +389,29 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    /* The transport: the job's or ZTRAIN_COMM's, else shm when every rank is on this host and
+     * gloo when not. Rank 0 says which and why, so the job's log shows it, unless it is shm
+     * picked by default: ranks on one host have always talked that way and stay silent. */
     zt_comm *comm = NULL;
-    if (dist.world_size > 1 && zt_comm_create(&comm, "shm", &dist, timeout_s) != ZT_OK) {
-        fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
-        zt_job_spec_free(&job);
-        return 1;
+    if (dist.world_size > 1) {
+        const char *transport;
+        char why[256];
+        if (zt_comm_choose(&dist, job.comm, &transport, why, sizeof why) != ZT_OK ||
+            zt_comm_create(&comm, transport, &dist, timeout_s) != ZT_OK) {
+            fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
+            zt_job_spec_free(&job);
+            return 1;
+        }
+        const char *env_comm = getenv("ZTRAIN_COMM");
+        bool named = job.comm != ZT_COMM_AUTO || (env_comm && *env_comm &&
+                                                  strcmp(env_comm, "auto") != 0);
+        bool shm = strcmp(transport, "shm") == 0;
+        if (rank == 0 && shm && named)
+            fprintf(stderr, "ztrain-worker: comm transport shm (%s)\n", why);
+        else if (rank == 0 && !shm)
+            fprintf(stderr, "ztrain-worker: comm transport %s (%s), rendezvous at %s:%d\n",
+                    transport, why, dist.master_addr, dist.master_port);
+        fflush(stderr);
     }
     zt_train_options opts = {.out_dir = out, .progress = rank == 0 ? stdout : NULL,
                              .threads = (int)threads, .stop_requested = &stop_requested,

@@ -100,7 +100,9 @@ export function jobView(main, id) {
     renderLive();
     setText(field('elapsed'), fmtDuration(job.elapsed_ms));
     setText(field('eta'), TERMINAL.has(job.state) ? '—' : fmtDuration(job.eta_ms));
-    setText(field('world'), `${job.world_size} × ${job.device || 'cpu'}`);
+    // The transport only matters, and is only shown, when several ranks talk.
+    const comm = job.world_size > 1 && job.comm ? ` over ${job.comm}` : '';
+    setText(field('world'), `${job.world_size} × ${job.device || 'cpu'}${comm}`);
     if (job.started_unix_ms > 0) charts.setT0(job.started_unix_ms);
     const terminal = TERMINAL.has(job.state);
     tid('cancel').hidden = terminal;

@@ -6,13 +6,15 @@ same arguments and environment, named "pytorch" (the operator finds the containe
 and the job in its ConfigMap must have world_size = Master + Worker replicas. Then one process per
 replica runs the container's command (tini dropped, paths moved into a temporary directory) with
 exactly the environment such a pod has: the container's env, the operator's RANK, WORLD_SIZE,
-MASTER_ADDR (<job>-master-0, which does not resolve here: the shared-memory backend must not need
-it), MASTER_PORT (the pytorchjob-port) and PYTHONUNBUFFERED, what Kubernetes itself adds (HOSTNAME,
-KUBERNETES_SERVICE_*), PATH and HOME (and this host's OPENBLAS_* kernel choice, which the
-reference run also has); no LOCAL_RANK, LOCAL_WORLD_SIZE or ZTRAIN_RUN_ID. The ranks
-must train together, rank 0 alone reporting, and give exactly the losses of `ztrain run` on the
-same job (the launcher that sets the full torchrun environment). A pod whose RANK is missing
-fails at once, naming it.
+MASTER_ADDR (<job>-master-0), MASTER_PORT (the pytorchjob-port) and PYTHONUNBUFFERED, what
+Kubernetes itself adds (HOSTNAME, KUBERNETES_SERVICE_*), PATH and HOME (and this host's OPENBLAS_*
+kernel choice, which the reference run also has); no LOCAL_RANK, LOCAL_WORLD_SIZE or ZTRAIN_RUN_ID.
+The cluster's DNS resolves <job>-master-0 to the master pod; this host's cannot, so the pods'
+MASTER_ADDR is that name only in a first start, which must fail at once saying that it does not
+resolve, and "localhost" afterwards. Pods are separate hosts, so the ranks must pick the gloo
+transport themselves (rank 0 says so) and train together over TCP, rank 0 alone reporting, to
+exactly the losses of `ztrain run` on the same job (the launcher that sets the full torchrun
+environment, over shared memory). A pod whose RANK is missing fails at once, naming it.
 
 The model and step count are shrunk so that the case takes seconds; the environment is not."""
 import json
@@ -111,15 +113,20 @@ def main():
         # The image runs the worker under tini; here the build's worker runs directly.
         cmd = [tool("ztrain-worker")] + argv
         pj_name = pj["metadata"]["name"]
-        # The shm segment is named after the port when nothing else names the run: a port of
-        # this test's own keeps it apart from concurrent tests.
+        # Rank 0 serves the rendezvous at the port: a port of this test's own keeps it apart
+        # from concurrent tests.
         port = 20000 + os.getpid() % 10000
+        p = subprocess.run(cmd, env=pod_env(master, pj_name, 1, world, port),
+                           capture_output=True, text=True, timeout=60, cwd=top)
+        c.check(p.returncode == 1 and f"MASTER_ADDR '{pj_name}-master-0' does not resolve"
+                in p.stderr, f"a pod whose MASTER_ADDR does not resolve fails saying so: "
+                f"{p.stderr.strip()}")
         procs = []
         for r in range(world):
             out = open(os.path.join(top, f"rank{r}.out"), "wb")
             err = open(os.path.join(top, f"rank{r}.err"), "wb")
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, cwd=top,
-                                          env=pod_env(master, pj_name, r, world, port)))
+            env = dict(pod_env(master, pj_name, r, world, port), MASTER_ADDR="localhost")
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, cwd=top, env=env))
             out.close()
             err.close()
         rcs = []
@@ -137,6 +144,8 @@ def main():
                 f"pods: every rank exited 0 ({rcs}; {[e.strip() for e in errs]})")
         c.check("done: 30 steps" in outs[0] and all(o == "" for o in outs[1:]),
                 "pods: rank 0 alone reports progress")
+        c.check("comm transport gloo" in errs[0],
+                f"pods: rank 0 picked the gloo transport ({errs[0].strip()[:200]})")
         out_dir = argv[argv.index("--out") + 1]
         pods = read_metrics(os.path.join(out_dir, "metrics.jsonl")) if rcs == [0] * world else []
 

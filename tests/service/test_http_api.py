@@ -34,7 +34,7 @@ from svc import (BUILD, SOURCE, TERMINAL, Checker, Daemon, read_metrics, submit,
 
 sys.stdout.reconfigure(line_buffering=True)
 TOKEN = "tok-3f9a7c1e"
-JOB_FIELDS = ("id", "name", "state", "reason", "world_size", "device", "created_unix_ms",
+JOB_FIELDS = ("id", "name", "state", "reason", "world_size", "device", "comm", "created_unix_ms",
               "started_unix_ms", "finished_unix_ms", "elapsed_ms", "step", "max_steps", "loss",
               "tokens_per_second", "eta_ms", "ranks", "run_dir", "checkpoint_dir",
               "idempotency_key", "spec")
@@ -322,6 +322,7 @@ def case_c(api, d):
     ck.check(j["spec"]["model"]["n_layer"] == 2 and j["spec"]["train"]["max_steps"] == 400 and
              j["name"] == "finite" and j["world_size"] == 1 and j["device"] == "cpu",
              "c: spec is the resolved job spec as an object")
+    ck.check(j["comm"] == "shm", f"c: one host's ranks use the shm transport ({j['comm']!r})")
     ckdir = j["checkpoint_dir"]
     with open(os.path.join(ckdir, "latest")) as f:
         latest = f.read().strip()

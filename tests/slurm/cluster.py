@@ -8,6 +8,13 @@ srun, scancel, squeue); the munge socket is named in slurm.conf (AuthInfo=socket
     with Cluster(tmpdir) as c:          # start() on entry, stop() on exit, even after a failure
         subprocess.run(["srun", "-N2", "-n4", "hostname"], env=c.env())
 
+Node n2 runs in a network namespace of its own, joined to this host's by a veth pair (n1 is this
+host at the pair's root end, n2 the namespace's end; slurmctld listens on the root end), so the
+two nodes are separate network hosts: their ranks cannot share one loopback and meet over TCP,
+through the gloo transport. They still share the file system, the PID space and /dev/shm. The
+pair's addresses and the namespace's name follow this process's pid, so parallel runs do not
+collide; stop() deletes the namespace (and with it the pair).
+
 The daemons get SIGTERM when the test process dies, even by SIGKILL (PR_SET_PDEATHSIG); stop()
 also kills whatever else still runs with this cluster's SLURM_CONF (slurmstepd, tasks, a
 ztraind the test started), so a failed test leaves nothing behind.
@@ -25,7 +32,7 @@ import subprocess
 import time
 
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "srun", "sbatch", "scancel", "squeue",
-            "sinfo", "scontrol", "setpriv")
+            "sinfo", "scontrol", "setpriv", "nsenter", "ip")
 
 
 def missing_programs():
@@ -81,6 +88,12 @@ class Cluster:
     CPUS = 2          # per node: 2 tasks of one CPU each
 
     def __init__(self, tmpdir):
+        pid = os.getpid()
+        self.netns = f"ztslurm{pid}-n2"
+        self.veth = f"zs{pid}"[:15]
+        net = f"10.{200 + pid % 50}.{pid // 50 % 250}"
+        # n1 is this host at the pair's root end; n2 the namespace's end.
+        self.addr = {"n1": f"{net}.1", "n2": f"{net}.2"}
         self.dir = tmpdir
         os.chmod(tmpdir, 0o755)          # munged checks every directory up to its socket
         self.conf = os.path.join(tmpdir, "slurm.conf")
@@ -126,13 +139,41 @@ class Cluster:
             f"--seed-file={self.munge_dir}/munged.seed"])
         self._wait(lambda: os.path.exists(self.munge_socket), 10, "munged's socket")
 
+    def _make_netns(self):
+        """n2's network namespace: the veth pair, addresses, and a default route to this host."""
+        def ip(*args):
+            subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+        ip("netns", "add", self.netns)
+        ip("link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
+        ip("addr", "add", f"{self.addr['n1']}/30", "dev", self.veth)
+        ip("link", "set", self.veth, "up")
+        ip("-n", self.netns, "link", "set", "lo", "up")
+        ip("-n", self.netns, "addr", "add", f"{self.addr['n2']}/30", "dev", "eth0")
+        ip("-n", self.netns, "link", "set", "eth0", "up")
+        ip("-n", self.netns, "route", "add", "default", "via", self.addr["n1"])
+
+    def _remove_netns(self):
+        for _ in range(50):
+            r = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True)
+            pids = [int(x) for x in r.stdout.split()]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.veth], capture_output=True)
+
     def _write_conf(self):
         d = self.dir
         for sub in ("state", "spool", "log", "run"):
             os.makedirs(os.path.join(d, sub), exist_ok=True)
         lines = [
             "ClusterName=ztraintest",
-            f"SlurmctldHost={self.host}(127.0.0.1)",
+            f"SlurmctldHost={self.host}({self.addr['n1']})",
             "SlurmUser=root", "SlurmdUser=root",
             "AuthType=auth/munge", "CredType=cred/munge",
             f"AuthInfo=socket={self.munge_socket}",
@@ -149,7 +190,7 @@ class Cluster:
             f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd-%n.log",
         ]
         for n in self.NODES:
-            lines.append(f"NodeName={n} NodeHostname={self.host} NodeAddr=127.0.0.1 "
+            lines.append(f"NodeName={n} NodeHostname={self.host} NodeAddr={self.addr[n]} "
                          f"Port={free_port()} CPUs={self.CPUS} Sockets=1 "
                          f"CoresPerSocket={self.CPUS} ThreadsPerCore=1 RealMemory=1000 "
                          "State=UNKNOWN")
@@ -178,6 +219,7 @@ class Cluster:
         """munged, slurmctld, the slurmd's; returns once both nodes are idle."""
         t0 = time.monotonic()
         self._start_munge()
+        self._make_netns()
         self._write_conf()
         os.environ["SLURM_CONF"] = self.conf
         self._spawn("slurmctld", [which("slurmctld"), "-D", "-i"])
@@ -185,7 +227,10 @@ class Cluster:
                                           capture_output=True, text=True).stdout.find("UP") >= 0,
                    timeout, "slurmctld answering")
         for n in self.NODES:
-            self._spawn(f"slurmd-{n}", [which("slurmd"), "-D", "-N", n])
+            # nsenter, not `ip netns exec`: that one also mounts a fresh /sys, without the
+            # cgroup file system slurmd looks for.
+            netns = [which("nsenter"), f"--net=/run/netns/{self.netns}", "--"] if n == "n2" else []
+            self._spawn(f"slurmd-{n}", netns + [which("slurmd"), "-D", "-N", n])
         self._wait(lambda: self.node_states() == {n: "idle" for n in self.NODES}, timeout,
                    "both nodes idle")
         self.start_s = time.monotonic() - t0
@@ -223,6 +268,7 @@ class Cluster:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        self._remove_netns()
         if os.environ.get("SLURM_CONF") == self.conf:
             del os.environ["SLURM_CONF"]
         return killed

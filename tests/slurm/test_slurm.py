@@ -1,10 +1,12 @@
 """ztraind's Slurm launcher on a real Slurm 22.05 cluster of two emulated nodes (n1, n2) on this
-host (cluster.py), driven over gRPC and HTTP as the service tests drive the local launcher:
+host, n2 in a network namespace of its own (cluster.py), driven over gRPC and HTTP as the service tests drive the local launcher:
 
   a. a 2-node, 4-rank job through `ztraind --launcher slurm` succeeds; ranks 0-1 run on n1 and
      2-3 on n2 (each rank says where, and the job's ranks carry those pids); its log has lines of
-     ranks 0-3 and its metrics arrive over the per-job TCP endpoint; its losses equal, exactly,
-     those of the same job on a second ztraind with the local launcher;
+     ranks 0-3 and its metrics arrive over the per-job TCP endpoint; n2 being a network namespace
+     of its own, the ranks use the gloo transport (the job's record and rank 0's log say so,
+     rendezvous at n1's address, which `scontrol show node` gives); its losses equal, exactly,
+     those of the same job on a second ztraind with the local launcher (shared memory);
   b. examples/slurm/ztrain.sbatch runs the same job with sbatch (no ztraind), same losses;
   c. a graceful cancel of a running job: CANCELLED with a checkpoint (DONE), every rank exited
      130, no Slurm job and no ztrain-worker left;
@@ -138,6 +140,12 @@ def case_two_nodes(cluster, sd, ld):
             f"{[(r.pid, r.exit_code, r.signal) for r in j.ranks]}")
     c.check(any(l["rank"] == 0 and l["text"].startswith("done: 20 steps") for l in lines),
             "a: rank 0's final line is in the log")
+    # n2 is a network namespace of its own: the ranks meet over TCP, and say so.
+    chose = [l["text"] for l in lines if l["rank"] == 0 and "comm transport" in l["text"]]
+    c.check(j.comm == "gloo" and chose and chose[0].startswith("ztrain-worker: comm transport "
+            f"gloo") and cluster.addr["n1"] in chose[0],
+            f"a: the job records the gloo transport ({j.comm!r}) and rank 0 logged it with "
+            f"n1's address: {chose[:1]}")
     slurm_loss = losses(sd, j.id)
     c.check(len(slurm_loss) == 20, f"a: 20 loss records reached ztraind over TCP "
             f"({len(slurm_loss)})")

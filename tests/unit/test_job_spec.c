@@ -60,6 +60,7 @@ static void test_full_inline(void) {
     CHECK_STR(job.name, "gpt2-small");
     CHECK(job.world_size == 2 && job.device == ZT_DEVICE_CPU);
     CHECK(job.nodes == 1, "nodes defaults to 1, got %d", job.nodes);
+    CHECK(job.comm == ZT_COMM_AUTO, "comm defaults to auto, got %d", (int)job.comm);
     CHECK_STR(job.model.type, "gpt2");
     CHECK(job.model.n_layer == 4 && job.model.n_head == 4 && job.model.n_embd == 256);
     CHECK(job.model.vocab_size == 256 && job.model.block_size == 256);
@@ -246,6 +247,8 @@ static void test_errors(void) {
         "rank");
     ERR("{\"nodes\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'nodes' must be >= 1, got 0");
+    ERR("{\"comm\": \"tcp\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: key 'comm' must be \"auto\", \"shm\" or \"gloo\", got \"tcp\"");
     ERR("{\"world_size\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'world_size' must be >= 1, got 0");
     /* ZT_MAX_WORLD (512) bounds a job, here and in every transport. */

@@ -2,8 +2,9 @@
  *
  * A communicator connects world_size ranks through one transport, picked by name when it is
  * created: "shm" (ranks on one host, through one shared-memory segment, engine/comm_shm.c) is
- * built in; "gloo" (CPU ranks across hosts) and "nccl" (GPU buffers) are planned transports, each
- * one more file filling the table of engine/comm_transport.h. engine/comm.c checks the arguments
+ * built in; "gloo" (CPU ranks on any hosts, over TCP, engine/comm_gloo*.cc) is built when
+ * Debian's libgloo-dev is installed; "nccl" (GPU buffers) is planned, one more file filling the
+ * table of engine/comm_transport.h. engine/comm.c checks the arguments
  * (the same for every transport) and dispatches. Every rank calls the same collectives in the same
  * order, with the same counts, dtype and op; a point-to-point message is one send matched by one
  * recv. One thread at a time may use a communicator. Buffers are host memory for "shm" and
@@ -23,6 +24,7 @@
 #ifndef ZTRAIN_COMM_H
 #define ZTRAIN_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,14 +54,44 @@ typedef struct {
  * naming the variable. */
 zt_status zt_dist_from_env(zt_dist_info *d);
 
+/* Which transport a job's ranks use: a job spec's "comm" ("auto", "shm", "gloo"). */
+typedef enum { ZT_COMM_AUTO = 0, ZT_COMM_SHM, ZT_COMM_GLOO } zt_comm_choice;
+
+/* Reads "auto", "shm" or "gloo" into *out; false (and *out unchanged) for anything else. */
+bool zt_comm_choice_parse(const char *s, zt_comm_choice *out);
+
+/* The transport this rank uses. The environment's ZTRAIN_COMM ("auto", "shm", "gloo"; anything
+ * else is ZT_ERR_INVALID naming it) overrides the job's choice. Auto picks "shm" when every rank
+ * of the job runs on this host, which it is faster for, and "gloo" when they do not: when
+ * LOCAL_WORLD_SIZE is below WORLD_SIZE (torchrun across nodes; Kubeflow's PyTorchJob, one rank
+ * per pod, sets no LOCAL_WORLD_SIZE and so counts as one rank per host), or, under Slurm, when
+ * SLURM_NNODES is above 1 or this node runs fewer tasks than the step. *name is static storage;
+ * why[cap] (may be NULL) says what decided, for the log ("LOCAL_WORLD_SIZE=2 < WORLD_SIZE=4:
+ * ranks on several hosts"). */
+zt_status zt_comm_choose(const zt_dist_info *d, zt_comm_choice job, const char **name, char *why,
+                         size_t cap);
+
+/* The transport a job with `nodes` hosts gets from `choice`, as zt_comm_choose decides it for a
+ * launcher that spreads the ranks over exactly those hosts (ztraind's): auto is "gloo" when
+ * nodes > 1, else "shm". Static storage. */
+const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
+
 /* Connects this rank to the job's others through the named transport ("shm"), waiting up to
  * timeout_s seconds for them; every later wait is bounded by the same timeout. A world size
  * outside [1, ZT_MAX_WORLD], a rank outside the world, a non-positive timeout, or a transport
  * that is unknown or not in this build (the message names it and the transports this build has)
  * is ZT_ERR_INVALID. "shm": rank 0 creates the segment, the others attach, and the segment's name
  * is removed once all have, so nothing is left in /dev/shm however the job ends; run_id must be
- * [A-Za-z0-9_-] and distinct between jobs running at once. *out is NULL on failure; free with
- * zt_comm_destroy. */
+ * [A-Za-z0-9_-] and distinct between jobs running at once. "gloo": rank 0 serves a TCP
+ * key-value store at master_port on every address of its host, every rank publishes there the
+ * address it reaches master_addr from (or GLOO_SOCKET_IFNAME's) and its host name, and the ranks
+ * connect in a full mesh; a master_addr that does not resolve is ZT_ERR_INVALID, a port in use on
+ * rank 0's host ZT_ERR_IO, ranks started with different world sizes or two with one rank
+ * ZT_ERR_INVALID, and ranks that do not all join within the timeout ZT_ERR_TIMEOUT naming the
+ * missing ones. After that a peer that exits or whose host becomes unreachable is ZT_ERR_IO or
+ * ZT_ERR_TIMEOUT naming its rank and host ("lost rank 2 on host n2 (10.0.0.2)"); a rank that
+ * fails tells the others through the store, and they report its reason. *out is NULL on
+ * failure; free with zt_comm_destroy. */
 zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_info *d,
                          double timeout_s);
 /* Frees the communicator, failed or not; NULL is fine. */
@@ -67,7 +99,7 @@ void zt_comm_destroy(zt_comm *c);
 
 int zt_comm_rank(const zt_comm *c);
 int zt_comm_world_size(const zt_comm *c);
-/* The transport's name ("shm"); static storage. */
+/* The transport's name ("shm", "gloo"); static storage. */
 const char *zt_comm_transport(const zt_comm *c);
 
 /* buf[n] of dtype t becomes op over all ranks' buf[n] (every rank gets the result). */
@@ -102,7 +134,8 @@ zt_status zt_comm_barrier(zt_comm *c);
  * once the message outgrows the pair's channel), so order the calls so that every send meets its
  * recv (even stages send first, odd ones receive first) or the pair times out. A wait that makes
  * no progress for the timeout is ZT_ERR_TIMEOUT naming the peer; a peer that has exited is
- * ZT_ERR_IO naming it. peer must be another rank: sending to oneself is ZT_ERR_INVALID. On "shm"
+ * ZT_ERR_IO naming it. peer must be another rank: sending to oneself is ZT_ERR_INVALID. On "gloo"
+ * a send always waits until its receiver has posted the matching recv. On "shm"
  * each ordered pair that exchanges messages holds one channel of a fixed pool: every pair gets
  * one in worlds up to 23 ranks, and larger worlds have max(512, 4 × world_size) channels, so a
  * rank may talk to several others but not all; a send past the pool is ZT_ERR_NOMEM naming the

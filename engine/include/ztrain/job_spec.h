@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "ztrain/backend.h"
+#include "ztrain/comm.h"
 #include "ztrain/ds_config.h"
 #include "ztrain/status.h"
 
@@ -74,6 +75,7 @@ typedef struct {
     char *name;               /* see ZT_JOB_NAME_MAX */
     int world_size;           /* default 1 */
     int nodes;                /* hosts the ranks are spread over, 1..world_size, default 1 */
+    zt_comm_choice comm;      /* "comm": the ranks' transport, default auto (zt_comm_choose) */
     zt_device device;
     zt_model_spec model;
     zt_data_spec data;

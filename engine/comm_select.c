@@ -1,0 +1,72 @@
+/* Which transport a job's ranks use (ztrain/comm.h: zt_comm_choose): shared memory when every
+ * rank runs on this host, Gloo over TCP when they do not, decided from what the launcher says
+ * about the ranks' placement, unless the job or the environment names one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ztrain/comm.h"
+
+bool zt_comm_choice_parse(const char *s, zt_comm_choice *out) {
+    static const struct {
+        const char *name;
+        zt_comm_choice choice;
+    } names[] = {{"auto", ZT_COMM_AUTO}, {"shm", ZT_COMM_SHM}, {"gloo", ZT_COMM_GLOO}};
+    for (size_t i = 0; s && i < sizeof names / sizeof *names; i++) {
+        if (strcmp(s, names[i].name) == 0) {
+            *out = names[i].choice;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes) {
+    if (choice == ZT_COMM_SHM)
+        return "shm";
+    if (choice == ZT_COMM_GLOO || nodes > 1)
+        return "gloo";
+    return "shm";
+}
+
+static void say(char *why, size_t cap, const char *text) {
+    if (why && cap)
+        snprintf(why, cap, "%s", text);
+}
+
+zt_status zt_comm_choose(const zt_dist_info *d, zt_comm_choice job, const char **name, char *why,
+                         size_t cap) {
+    char text[256];
+    const char *env = getenv("ZTRAIN_COMM");
+    zt_comm_choice choice = job;
+    if (env && *env) {
+        if (!zt_comm_choice_parse(env, &choice))
+            return zt_error(ZT_ERR_INVALID,
+                            "ZTRAIN_COMM='%s' must be \"auto\", \"shm\" or \"gloo\"", env);
+        if (choice != ZT_COMM_AUTO) {
+            *name = choice == ZT_COMM_SHM ? "shm" : "gloo";
+            say(why, cap, "ZTRAIN_COMM names it");
+            return ZT_OK;
+        }
+    } else if (choice != ZT_COMM_AUTO) {
+        *name = choice == ZT_COMM_SHM ? "shm" : "gloo";
+        say(why, cap, "the job's \"comm\" names it");
+        return ZT_OK;
+    }
+    /* Slurm's identity is the one in use when torchrun's variables are absent (dist_env.c). */
+    const char *nnodes = getenv("SLURM_NNODES");
+    bool slurm = !getenv("WORLD_SIZE") && getenv("SLURM_PROCID");
+    if (d->local_world_size < d->world_size) {
+        *name = "gloo";
+        snprintf(text, sizeof text, "%d of the %d ranks run on this host: ranks on several hosts",
+                 d->local_world_size, d->world_size);
+    } else if (slurm && nnodes && atoi(nnodes) > 1) {
+        *name = "gloo";
+        snprintf(text, sizeof text, "SLURM_NNODES=%s: ranks on several hosts", nnodes);
+    } else {
+        *name = "shm";
+        snprintf(text, sizeof text, "all %d ranks run on this host", d->world_size);
+    }
+    say(why, cap, text);
+    return ZT_OK;
+}

@@ -1,0 +1,66 @@
+/* A small TCP key-value store for the rendezvous of ranks on several hosts (internal to the
+ * engine): rank 0 serves it at MASTER_ADDR:MASTER_PORT, every rank (rank 0 too) is a client. The
+ * Gloo transport publishes its addresses through it, as torch.distributed's TCPStore does for
+ * PyTorch; Debian's Gloo has file, hash and Redis stores but none over plain TCP.
+ *
+ * Values are byte strings under string keys; a key, once set, may be set again (the last value
+ * wins). Every call that waits is bounded by a timeout and fails with ZT_ERR_TIMEOUT naming what
+ * it waited for; a server that goes away is ZT_ERR_IO naming its address. One thread at a time
+ * may use a client; the server runs its own thread. */
+#ifndef ZTRAIN_TCP_STORE_H
+#define ZTRAIN_TCP_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/status.h"
+
+/* Limits the server enforces: a request past them drops the connection that sent it. */
+#define ZT_TCP_STORE_MAX_KEY 1024
+#define ZT_TCP_STORE_MAX_VALUE ((size_t)64 << 20)
+
+/* The wire format, shared by the server and the client. A request: op (1 byte), key length (4
+ * bytes), the key, then an 8-byte argument (SET: the value's length, followed by the value; ADD:
+ * the delta; GET: 0). A reply: status (1 byte), length (8 bytes), that many bytes of value.
+ * Integers are big-endian, so hosts of either byte order may share a job. */
+enum { ZT_TCP_STORE_SET = 1, ZT_TCP_STORE_GET = 2, ZT_TCP_STORE_ADD = 3 };
+enum { ZT_TCP_STORE_OK = 0, ZT_TCP_STORE_ABSENT = 1, ZT_TCP_STORE_BAD = 2 };
+
+typedef struct zt_tcp_store_server zt_tcp_store_server;
+typedef struct zt_tcp_store zt_tcp_store;
+
+/* Listens on every address of this host at port (0: a free port the kernel picks, see
+ * zt_tcp_store_server_port) and serves any number of clients from a thread of its own until
+ * zt_tcp_store_server_stop. A port in use is ZT_ERR_IO saying so and naming the port. */
+zt_status zt_tcp_store_server_start(zt_tcp_store_server **out, int port);
+int zt_tcp_store_server_port(const zt_tcp_store_server *s);
+/* Stops the thread, closes every connection (clients then see ZT_ERR_IO) and frees the server;
+ * NULL is fine. */
+void zt_tcp_store_server_stop(zt_tcp_store_server *s);
+
+/* Connects to the server at host:port, retrying while it is not listening yet (rank 0 may start
+ * after the others) for up to timeout_s seconds, which also bounds every later request's reply.
+ * A host that does not resolve is ZT_ERR_INVALID naming it; no server within the timeout is
+ * ZT_ERR_TIMEOUT naming host:port and the last error. Free with zt_tcp_store_close. */
+zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, double timeout_s);
+void zt_tcp_store_close(zt_tcp_store *c);
+/* Changes the bound on each later request's reply (a short one for a last message on the way
+ * out, when the server's host may be gone). */
+void zt_tcp_store_set_timeout(zt_tcp_store *c, double timeout_s);
+
+zt_status zt_tcp_store_set(zt_tcp_store *c, const char *key, const void *value, size_t len);
+/* Waits up to timeout_s seconds (0: not at all) for key to exist, then returns a copy of its
+ * value in *value (malloc'd, the caller frees; NUL-terminated past len for text) and its length.
+ * A key still absent at the deadline is ZT_ERR_TIMEOUT naming it, with *value NULL. */
+zt_status zt_tcp_store_get(zt_tcp_store *c, const char *key, void **value, size_t *len,
+                           double timeout_s);
+/* Waits up to timeout_s seconds for every key to exist. On ZT_ERR_TIMEOUT, *missing (when not
+ * NULL) is the index of the first key still absent. */
+zt_status zt_tcp_store_wait(zt_tcp_store *c, const char *const *keys, int nkeys, double timeout_s,
+                            int *missing);
+/* Adds delta to the integer under key (absent counts as 0) and returns the new value in *result:
+ * an atomic counter, e.g. to elect the first of several ranks. The value is stored as decimal
+ * text, so a get reads it too; adding to a key that holds something else is ZT_ERR_INVALID. */
+zt_status zt_tcp_store_add(zt_tcp_store *c, const char *key, int64_t delta, int64_t *result);
+
+#endif
