@@ -273,7 +273,13 @@ try:
     run_job("n_embd 15 not divisible by n_head 2", setter(["model"], "n_embd", 15),
             ["job.json", "n_embd", "n_head", "15", "divisible"])
     run_job("n_layer 0", setter(["model"], "n_layer", 0), ["job.json", "n_layer"])
-    run_job("unknown model type llama", setter(["model"], "type", "llama"), ["llama"])
+    run_job("unknown model type mamba", setter(["model"], "type", "mamba"),
+            ["job.json", "mamba", "known types: gpt2, llama, mistral, qwen2"])
+    run_job("llama without intermediate_size", setter(["model"], "type", "llama"),
+            ["job.json", "model.intermediate_size", "required"])
+    run_job("llama n_head 2 over n_kv_head 3",
+            lambda job, d: job["model"].update(type="llama", intermediate_size=64, n_kv_head=3),
+            ["job.json", "model.n_head (2) must be a multiple of model.n_kv_head (3)"])
     run_job("no optimizer section", deleter(["deepspeed"], "optimizer"), ["optimizer"])
     # Batch keys that do not fit world_size: DeepSpeed's own text, with the world size in it.
     run_job("batch keys inconsistent with world_size 2",
