@@ -2,7 +2,8 @@
  * against double-precision references and finite differences, 16-bit activations held as ops.h
  * says, the optimizer and cast ops against plain loops, and the backend object's memory.
  * `test_ops --op NAME` runs one family (or the family of one zt_ops entry); `test_ops --perf`
- * times the ops at GPT-2 small's shapes instead (not run by ctest). The checks live in
+ * times the ops at GPT-2 small's shapes, and the Llama family's at a Llama-style model of the same
+ * width, instead (not run by ctest). The checks live in
  * tests/unit/ops/, one file per op family, with the shared pieces in harness.h. */
 #include <omp.h>
 #include <stdio.h>
