@@ -273,8 +273,7 @@ try:
     run_job("n_embd 15 not divisible by n_head 2", setter(["model"], "n_embd", 15),
             ["job.json", "n_embd", "n_head", "15", "divisible"])
     run_job("n_layer 0", setter(["model"], "n_layer", 0), ["job.json", "n_layer"])
-    run_job("unknown model type mamba", setter(["model"], "type", "mamba"),
-            ["job.json", "mamba", "known types: gpt2, llama, mistral, qwen2"])
+    run_job("unknown model type falcon", setter(["model"], "type", "falcon"), ["falcon"])
     run_job("llama without intermediate_size", setter(["model"], "type", "llama"),
             ["job.json", "model.intermediate_size", "required"])
     run_job("llama n_head 2 over n_kv_head 3",
