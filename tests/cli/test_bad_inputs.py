@@ -264,6 +264,11 @@ try:
             ["job.json", "n_embd", "n_head", "15", "divisible"])
     run_job("n_layer 0", setter(["model"], "n_layer", 0), ["job.json", "n_layer"])
     run_job("unknown model type falcon", setter(["model"], "type", "falcon"), ["falcon"])
+    run_job("llama without intermediate_size", setter(["model"], "type", "llama"),
+            ["job.json", "model.intermediate_size", "required"])
+    run_job("llama n_head 2 over n_kv_head 3",
+            lambda job, d: job["model"].update(type="llama", intermediate_size=64, n_kv_head=3),
+            ["job.json", "model.n_head (2) must be a multiple of model.n_kv_head (3)"])
     # No "optimizer" section trains with the Trainer's AdamW and a warning (issue 20;
     # tests/cli/test_config_corpus.py, hf_no_optimizer).
     # Batch keys that do not fit world_size: DeepSpeed's own text, with the world size in it.
