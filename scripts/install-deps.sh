@@ -19,6 +19,7 @@ build=(
   build-essential cmake pkg-config            # the build
   libopenblas-openmp-dev                      # matmuls (the OpenMP build of OpenBLAS)
   libcjson-dev                                # JSON configs, job specs, metrics
+  libpcre2-dev                                # the tokenizers' pre-tokenizer regexes (UTF, UCP)
   liburing-dev                                # io_uring for NVMe offload (else a thread pool)
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto   # ztraind's gRPC (C core)
   libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
@@ -30,6 +31,7 @@ build=(
 runtime=(
   libopenblas0-openmp libgomp1                # matmuls and the kernels' OpenMP threads
   libcjson1 liburing2                         # JSON; io_uring (NVMe offload)
+  libpcre2-8-0                                # the tokenizers' pre-tokenizer regexes
   libgrpc29 libprotobuf-c1                    # gRPC C core (pulls in abseil, re2, c-ares, ssl)
   libmicrohttpd12 libsqlite3-0                # HTTP server, durable state
   libgnutls30                                 # TLS certificate checks (HTTPS's own library)
