@@ -176,6 +176,13 @@ int32_t zt_dataset_token(const zt_dataset *d, size_t i) {
     return 0;
 }
 
+void zt_dataset_header(int32_t header[ZT_DATASET_HEADER_INTS], bool uint32_tokens, int32_t n) {
+    memset(header, 0, ZT_DATASET_HEADER_INTS * sizeof *header);
+    header[0] = uint32_tokens ? LLMC_MAGIC_U32 : LLMC_MAGIC_U16;
+    header[1] = uint32_tokens ? LLMC_VERSION_U32 : LLMC_VERSION_U16;
+    header[2] = n;
+}
+
 zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size_t n) {
     if (n > (size_t)INT32_MAX)
         return zt_error(ZT_ERR_INVALID, "%s: %zu tokens do not fit the int32 count of the header",
@@ -187,7 +194,8 @@ zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
 
-    int32_t header[LLMC_HEADER_INTS] = {LLMC_MAGIC_U16, LLMC_VERSION_U16, (int32_t)n};
+    int32_t header[LLMC_HEADER_INTS];
+    zt_dataset_header(header, false, (int32_t)n);
     zt_status s = ZT_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {

@@ -3,6 +3,7 @@
  *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
  *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
+ *   ztrain prepare --tokenizer T --out DIR INPUT...   text/JSONL to token shards (cli_prepare.h)
  *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF GPT-2 safetensors
  *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
  *
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_prepare.h"
 #include "cli_remote.h"
 #include "launcher.h"
 #include "ztrain/admission.h"
@@ -44,13 +46,12 @@ static const char usage[] =
     "  estimate JOB.json [--json]\n"
     "      The job's memory per rank and on this host, as `ztrain run` and ztraind judge it.\n"
     "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
-    "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n"
-    "  --version, --help\n"
-    "\n"
-    "commands for a running ztraind:\n";
+    "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n";
 
 static void print_usage(FILE *f) {
     fputs(usage, f);
+    fputs(zt_cli_prepare_usage, f);
+    fputs("  --version, --help\n\ncommands for a running ztraind:\n", f);
     fputs(zt_cli_remote_usage, f);
 }
 
@@ -456,6 +457,8 @@ int main(int argc, char **argv) {
         return cmd_estimate(argc - 2, argv + 2);
     if (strcmp(argv[1], "sample") == 0)
         return cmd_sample(argc - 2, argv + 2);
+    if (strcmp(argv[1], "prepare") == 0)
+        return zt_cli_prepare(argc - 2, argv + 2);
     /* A checkpoint's model.safetensors already holds the consolidated fp32 weights, whatever the
      * ZeRO stage and number of ranks that wrote it, so DeepSpeed's zero_to_fp32 is an export. */
     if (strcmp(argv[1], "export") == 0 || strcmp(argv[1], "zero-to-fp32") == 0)

@@ -38,6 +38,11 @@ void zt_dataset_close(zt_dataset *d);
 /* Token i (0 <= i < n_tokens). */
 int32_t zt_dataset_token(const zt_dataset *d, size_t i);
 
+/* Fills the 1024-byte llm.c header of a token file of n tokens: magic 20240520 version 1 for
+ * uint16 tokens, magic 20240801 version 7 for uint32 tokens (what zt_dataset_open accepts). */
+#define ZT_DATASET_HEADER_INTS 256
+void zt_dataset_header(int32_t header[ZT_DATASET_HEADER_INTS], bool uint32_tokens, int32_t n);
+
 /* Writes tokens as an llm.c uint16 token file (tokens must be < 65536). For tests and tools. */
 zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size_t n);
 
