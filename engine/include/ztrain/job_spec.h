@@ -26,10 +26,20 @@ typedef struct {
     char *init_from;   /* safetensors path with the family's Hugging Face names, or NULL */
 } zt_model_spec;
 
+/* One source of a training mixture. */
 typedef struct {
-    char *train;       /* llm.c token file (.bin) or any other file read as bytes (vocab 256) */
-    char *val;         /* optional, same formats; NULL when absent */
+    char *path;        /* a token file or a glob of them */
+    double weight;     /* > 0; the mixture draws source i with probability weight_i / sum */
+} zt_data_source;
+
+typedef struct {
+    char *train;       /* llm.c token file (.bin), a glob of them, or any other file read as bytes
+                          (vocab 256); NULL when train_mix is set */
+    zt_data_source *train_mix; /* data.train given as [{"path", "weight"}, ...]; else NULL */
+    int n_train_mix;
+    char *val;         /* optional, a file or glob as train; NULL when absent */
     bool shuffle;      /* DistributedSampler shuffle, default true */
+    char *tokenizer;   /* optional tokenizer.json: `ztrain sample --prompt` encodes with it */
 } zt_data_spec;
 
 typedef struct {
