@@ -134,6 +134,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
         cJSON_AddBoolToObject(d, "shuffle", l->shuffle);
     }
     cJSON_AddItemToObject(m, "model", model_spec_json(&zt_engine_model(e)->spec));
+    if (job && job->data.tokenizer)
+        cJSON_AddStringToObject(m, "tokenizer", job->data.tokenizer);
     cJSON *ds_json = job && job->ds_json ? cJSON_Parse(job->ds_json) : NULL;
     if (ds_json)
         cJSON_AddItemToObject(m, "deepspeed", ds_json);
@@ -471,6 +473,19 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
         if (c.has_data)
             zt_loader_seek(l, c.epoch, c.global_position / l->world_size);
     }
+    cJSON_Delete(meta);
+    return s;
+}
+
+zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
+    char tagdir[4096];
+    cJSON *meta;
+    *path = NULL;
+    ZT_TRY(open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer");
+    zt_status s = ZT_OK;
+    if (cJSON_IsString(t) && !(*path = strdup(t->valuestring)))
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
     cJSON_Delete(meta);
     return s;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli_prepare.h"
+#include "cli_text.h"
 #include "cli_remote.h"
 #include "launcher.h"
 #include "ztrain/admission.h"
@@ -40,7 +41,9 @@ static const char usage[] =
     "      Train the job. Metrics go to DIR/metrics.jsonl (default DIR: runs/<job name>).\n"
     "  sample CKPT_DIR [--tag TAG] [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
     "                  [--temperature F] [--top-k K] [--seed S] [--threads N]\n"
-    "      Generate N tokens (default 200) from a checkpoint (default tag: latest).\n"
+    "                  [--tokenizer TOKENIZER.json]\n"
+    "      Generate N tokens (default 200) from a checkpoint (default tag: latest); with a\n"
+    "      tokenizer (default: the job's data.tokenizer) the prompt and output are text.\n"
     "  export CKPT_DIR --out FILE [--tag TAG]\n"
     "      Write the checkpoint's weights as safetensors with Hugging Face GPT-2 names.\n"
     "  estimate JOB.json [--json]\n"
@@ -305,7 +308,7 @@ static int parse_token_list(const char *s, int32_t *tokens, int cap, int *n) {
 }
 
 static int cmd_sample(int argc, char **argv) {
-    const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL;
+    const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_path = NULL;
     long n_tokens = 200, top_k = 40, seed = 1337, threads = 0;
     double temperature = 0.8;
     for (int i = 0; i < argc; i++) {
@@ -317,6 +320,8 @@ static int cmd_sample(int argc, char **argv) {
             prompt = argv[++i];
         else if (strcmp(a, "--prompt-tokens") == 0 && has)
             prompt_tokens = argv[++i];
+        else if (strcmp(a, "--tokenizer") == 0 && has)
+            tok_path = argv[++i];
         else if (strcmp(a, "--tokens") == 0 && has) {
             if (zt_cli_parse_long(a, argv[++i], 1, 1000000, &n_tokens))
                 return 2;
@@ -348,6 +353,15 @@ static int cmd_sample(int argc, char **argv) {
     zt_model *m = NULL;
     int rc = 0;
     int32_t *tokens = NULL;
+    char *ckpt_tok = NULL;
+    zt_tokenizer_t *tok = NULL;
+    zt_cli_text text = {0};
+    if (!tok_path && !prompt_tokens && zt_ckpt_read_tokenizer(dir, tag, &ckpt_tok) == ZT_OK)
+        tok_path = ckpt_tok;
+    if (tok_path && zt_tokenizer_load(tok_path, &tok) != ZT_OK) {
+        rc = zt_cli_fail("sample: ");
+        goto done;
+    }
     zt_backend_options bo = {.threads = (int)threads};
     if (zt_backend_create(&be, ZT_DEVICE_CPU, &bo) != ZT_OK ||
         zt_model_create(&m, &spec, be, ZT_F32, 1, 1) != ZT_OK ||
@@ -357,7 +371,13 @@ static int cmd_sample(int argc, char **argv) {
     }
     int cap = (int)n_tokens + 4096, n_prompt = 0;
     tokens = malloc(sizeof(int32_t) * cap);
-    if (prompt_tokens) {
+    if (tok && !prompt_tokens) {
+        if (zt_cli_text_prompt(&text, tok, prompt ? prompt : "", spec.vocab_size, tokens, 4096,
+                               &n_prompt) != ZT_OK) {
+            rc = zt_cli_fail(NULL);
+            goto done;
+        }
+    } else if (prompt_tokens) {
         if (parse_token_list(prompt_tokens, tokens, 4096, &n_prompt) != 0) {
             rc = bad_usage("sample: --prompt-tokens expects comma-separated integers, got '%s'",
                            prompt_tokens);
@@ -388,16 +408,23 @@ static int cmd_sample(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    if (spec.vocab_size <= 256)
+    if (spec.vocab_size <= 256 && !text.tok)
         for (int i = 0; i < n_prompt; i++)
             putchar(tokens[i]);
     zt_sample_options so = {.temperature = (float)temperature, .top_k = (int)top_k,
                             .seed = (uint64_t)seed};
-    if (zt_sample_generate(m, tokens, n_prompt, n_prompt + (int)n_tokens, &so, print_token,
-                           &spec.vocab_size) != ZT_OK)
+    if (zt_sample_generate(m, tokens, n_prompt, n_prompt + (int)n_tokens, &so,
+                           text.tok ? zt_cli_text_on_token : print_token,
+                           text.tok ? (void *)&text : (void *)&spec.vocab_size) != ZT_OK)
         rc = zt_cli_fail(NULL);
+    if (text.tok)
+        zt_cli_text_finish(&text);
     putchar('\n');
 done:
+    if (text.tok)
+        zt_cli_text_finish(&text);
+    zt_tokenizer_destroy(tok);
+    free(ckpt_tok);
     free(tokens);
     zt_model_destroy(m);
     zt_backend_destroy(be);

@@ -76,4 +76,8 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
  * spec->init_from is set to the checkpoint's model.safetensors (heap-owned; free it). */
 zt_status zt_ckpt_read_model_spec(const char *dir, const char *tag, zt_model_spec *spec);
 
+/* The tokenizer.json the job named (data.tokenizer), as meta.json records it: a heap string the
+ * caller frees, or NULL when the job named none. */
+zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path);
+
 #endif
