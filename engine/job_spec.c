@@ -22,7 +22,8 @@
 
 static const char *const top_keys[] = {"name", "world_size", "nodes", "device", "model", "data",
                                        "train", "deepspeed", NULL};
-static const char *const data_keys[] = {"train", "val", "shuffle", "tokenizer", NULL};
+static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
+                                        "sample_tokens", "sample_prompt", NULL};
 static const char *const source_keys[] = {"path", "weight", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
@@ -149,6 +150,14 @@ static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char 
         ZT_TRY(get_path(&o, "train", base_dir, &d->train));
     ZT_TRY(get_path(&o, "val", base_dir, &d->val));
     ZT_TRY(get_path(&o, "tokenizer", base_dir, &d->tokenizer));
+    ZT_TRY(get_int_min(&o, "sample_tokens", 0, &d->sample_tokens));
+    const char *prompt = NULL;
+    ZT_TRY(zt_json_get_string(&o, "sample_prompt", &prompt, NULL));
+    if (prompt && !(d->sample_prompt = zt_json_strdup(prompt)))
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", o.source);
+    if (d->sample_tokens > 0 && !d->tokenizer)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "sample_tokens",
+                                 "is %d but data.tokenizer is not set", d->sample_tokens);
     d->shuffle = true;
     return zt_json_get_bool(&o, "shuffle", &d->shuffle, NULL);
 }
@@ -399,6 +408,7 @@ void zt_job_spec_free(zt_job_spec *job) {
     free(job->data.train_mix);
     free(job->data.val);
     free(job->data.tokenizer);
+    free(job->data.sample_prompt);
     free(job->train.checkpoint_dir);
     /* ds_json comes from cJSON's allocator. */
     if (job->ds_json)

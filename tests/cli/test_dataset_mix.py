@@ -8,7 +8,9 @@ after 5 steps and resumed from its checkpoint: losses, learning rates and gradie
 identical to the last bit (the mixture's draws and each source's position come back exactly).
 Then `ztrain sample --prompt TEXT` (tokenizer from the checkpoint) must print exactly what HF
 decodes from the prompt's HF ids followed by the ids the same sampling produces with
---prompt-tokens; and a mixture weight of 0 is refused naming the key.
+--prompt-tokens; a job with data.sample_tokens logs a text sample at each evaluation, the last
+one what `ztrain sample` draws from its final checkpoint; and a mixture weight of 0 is refused
+naming the key.
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/cli/test_dataset_mix.py
 """
@@ -110,7 +112,28 @@ def main():
         check(r.returncode != 0 and "data.train[1].weight" in r.stderr and "must be > 0" in r.stderr,
               f"weight 0: {r.stderr.strip()}")
 
+        # A job that asks for a text sample at each evaluation: rank 0 logs it; at the last step
+        # it is what `ztrain sample` draws from the final checkpoint with the same settings.
         prompt = "the city of café"
+        sj = job("ckpt-sampled", False, 0)
+        sj["data"].update(val="shards/web_train_000000.bin", sample_tokens=12, sample_prompt=prompt)
+        sj["train"].update(eval_interval=6, eval_steps=2)
+        with open(out("sampled.json"), "w") as f:
+            json.dump(sj, f)
+        r = run("run", out("sampled.json"), "--out", out("sampled"))
+        lines = [x for x in r.stdout.splitlines() if " | sample: " in x]
+        print("\n".join(lines))
+        check(r.returncode == 0 and [x.split(" |")[0] for x in lines] == ["step 6", "step 12"],
+              f"sample lines at evaluation: {lines} {r.stderr.strip()}")
+        r3 = run("sample", out("ckpt-sampled"), "--prompt", prompt, "--tokens", "12", "--seed",
+                 "1234", "--temperature", "0.8", "--top-k", "40")
+        want = r3.stdout[:-1]
+        esc = "".join("\\x%02x" % ord(c) if (ord(c) < 32 and c != "\t") or ord(c) == 127 else c
+                      for c in want)
+        logged = lines[-1].split(" | sample: ", 1)[1] if lines else ""
+        check(logged == esc or ("\\u" in logged and logged.startswith(prompt)),
+              f"the last evaluation's sample {logged!r} is not `ztrain sample`'s {esc!r}")
+
         r = run("sample", out("ckpt-full"), "--prompt", prompt, "--tokens", "30", "--seed", "3")
         check(r.returncode == 0, "sample with the checkpoint's tokenizer")
         text = r.stdout

@@ -198,6 +198,10 @@ static void test_job_spec(void) {
     snprintf(text, sizeof text, "%s{\"train\": [{\"path\": \"a.bin\", \"weigth\": 1}]}}", head);
     s = zt_job_spec_parse(&job, text, "job.json", "/base");
     CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), "weigth"), "%s", zt_last_error());
+    snprintf(text, sizeof text, "%s{\"train\": \"a.bin\", \"sample_tokens\": 8}}", head);
+    s = zt_job_spec_parse(&job, text, "job.json", "/base");
+    check_error_is(__FILE__, __LINE__, "job", text, s, ZT_ERR_INVALID,
+                   "job.json: key 'data.sample_tokens' is 8 but data.tokenizer is not set", false);
     snprintf(text, sizeof text, "%s{\"train\": []}}", head);
     s = zt_job_spec_parse(&job, text, "job.json", "/base");
     CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), "empty mixture"), "%s", zt_last_error());

@@ -40,6 +40,9 @@ typedef struct {
     char *val;         /* optional, a file or glob as train; NULL when absent */
     bool shuffle;      /* DistributedSampler shuffle, default true */
     char *tokenizer;   /* optional tokenizer.json: `ztrain sample --prompt` encodes with it */
+    int sample_tokens; /* > 0: at each evaluation rank 0 logs a sample of this many tokens
+                          (needs tokenizer); default 0 */
+    char *sample_prompt; /* the sample's prompt; NULL: start from BOS / end-of-text */
 } zt_data_spec;
 
 typedef struct {
