@@ -35,6 +35,8 @@ typedef struct {
     zt_loader val_loader;
     bool has_val_loader;
     int32_t *val_inputs, *val_targets;
+    zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens) */
+    bool has_sampler;
     zt_metrics_writer metrics;
     int64_t max_steps;
     int64_t first_step;         /* global step when this run started (after resume) */
@@ -48,8 +50,6 @@ typedef struct {
     int rank, world;
     zt_comm *comm;      /* NULL for one rank */
     memory_metrics mem; /* the per-rank memory record's buffers */
-    zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens) */
-    bool has_sampler;
 } trainer;
 
 static double now_ms(void) {
@@ -101,6 +101,10 @@ static zt_status open_data(trainer *t) {
         t->val_targets = malloc(n * sizeof(int32_t));
         if (!t->val_inputs || !t->val_targets)
             return zt_error(ZT_ERR_NOMEM, "out of memory");
+        if (t->rank == 0 && job->data.sample_tokens > 0) {
+            ZT_TRY(zt_eval_sampler_init(&t->sampler, job));
+            t->has_sampler = true;
+        }
     }
     return ZT_OK;
 }
@@ -457,10 +461,6 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     }
     if (s == ZT_OK)
         s = memory_metrics_init(&t);
-    if (s == ZT_OK && t.rank == 0 && job->data.sample_tokens > 0 && job->train.eval_interval > 0) {
-        s = zt_eval_sampler_init(&t.sampler, job);
-        t.has_sampler = s == ZT_OK;
-    }
     if (s == ZT_OK)
         s = maybe_resume(&t);
     if (s == ZT_OK && opts->out_dir && t.rank == 0) {
@@ -489,12 +489,12 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         zt_metrics_close(&t.metrics);
     zt_engine_destroy(t.e);
     memory_metrics_free(&t.mem);
-    if (t.has_sampler)
-        zt_eval_sampler_free(&t.sampler);
     if (t.has_val_loader)
         zt_loader_free(&t.val_loader);
     free(t.val_inputs);
     free(t.val_targets);
+    if (t.has_sampler)
+        zt_eval_sampler_free(&t.sampler);
     if (t.has_val)
         zt_dataset_close(&t.val);
     if (t.has_train)
