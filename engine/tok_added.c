@@ -20,10 +20,11 @@ zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src) {
         const char *content = tok_json_str(a, "content");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
         if (!content || !*content || !cJSON_IsNumber(id) || id->valuedouble < 0 ||
-            id->valuedouble > (double)INT32_MAX - 1)
+            id->valuedouble >= TOK_MAX_ID || id->valuedouble != (double)(int32_t)id->valuedouble)
             return zt_error(ZT_ERR_FORMAT,
-                            "%s: added_tokens[%d] needs a non-empty \"content\" and an \"id\" >= 0",
-                            src, i);
+                            "%s: added_tokens[%d] needs a non-empty \"content\" and an \"id\" "
+                            "in [0, %d)",
+                            src, i, TOK_MAX_ID);
         const char *flags[] = {"lstrip", "rstrip", "single_word"};
         for (int f = 0; f < 3; f++)
             if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, flags[f])))

@@ -141,10 +141,10 @@ zt_status tok_parse_bpe(zt_tokenizer_t *t, const cJSON *model, const char *src) 
     int32_t max_id = -1;
     int n = cJSON_GetArraySize(vocab);
     for (const cJSON *v = vocab->child; v; v = v->next) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)INT32_MAX - 1 ||
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= TOK_MAX_ID ||
             v->valuedouble != (double)(int32_t)v->valuedouble)
-            return zt_error(ZT_ERR_FORMAT, "%s: model.vocab[\"%s\"] must be an id >= 0", src,
-                            v->string);
+            return zt_error(ZT_ERR_FORMAT, "%s: model.vocab[\"%s\"] must be an id in [0, %d)",
+                            src, v->string, TOK_MAX_ID);
         if ((int32_t)v->valuedouble > max_id)
             max_id = (int32_t)v->valuedouble;
     }

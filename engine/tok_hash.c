@@ -91,8 +91,11 @@ void tok_pairmap_free(tok_pairmap *m) {
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id) {
     uint64_t k = pair_key(a, b);
     for (size_t i = pair_hash(k) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->slots[i].key == k)
+        if (m->slots[i].key == k) {
+            m->slots[i].rank = rank;
+            m->slots[i].id = id;
             return;
+        }
         if (m->slots[i].key == 0) {
             m->slots[i] = (tok_pair){k, rank, id};
             return;

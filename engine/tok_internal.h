@@ -50,7 +50,7 @@ typedef struct {
 
 bool tok_pairmap_init(tok_pairmap *m, size_t capacity);
 void tok_pairmap_free(tok_pairmap *m);
-/* Keeps the first value inserted for a pair, as HF keeps the first (lowest-rank) merge. */
+/* A pair listed twice takes its last entry, as HF's merge map (collected in order) does. */
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
 const tok_pair *tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b);
 
@@ -100,6 +100,10 @@ typedef struct {
 bool tok_pieces_add(tok_pieces *p, const char *s, size_t len, bool first);
 void tok_pieces_clear(tok_pieces *p);
 void tok_pieces_free(tok_pieces *p);
+
+/* The largest id a tokenizer.json may use: real vocabularies hold a few hundred thousand, and
+ * the id tables are allocated up to the largest id. */
+#define TOK_MAX_ID (1 << 24)
 
 /* ---- components ----------------------------------------------------------------------------- */
 

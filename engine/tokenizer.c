@@ -99,9 +99,8 @@ static zt_status split_added(zt_tok_worker_t *w, const char *s, size_t len, bool
     return emit(w, s + start, len - start, first && start == 0, out);
 }
 
-/* A stretch of raw text between raw added tokens: normalized as a whole, then split on the
- * normalized added tokens. The normalized text is copied out of w->norm because encoding
- * reuses it. */
+/* A stretch of raw text between raw added tokens: normalized as a whole into w->norm (which
+ * only this stage writes), then split on the normalized added tokens. */
 static zt_status encode_segment(zt_tok_worker_t *w, const char *s, size_t len, bool first,
                                 zt_tok_ids *out) {
     if (len == 0)
@@ -109,13 +108,7 @@ static zt_status encode_segment(zt_tok_worker_t *w, const char *s, size_t len, b
     if (w->t->n_norms == 0)
         return split_added(w, s, len, true, first, out, encode_plain);
     ZT_TRY(tok_normalize(w, s, len, &w->norm));
-    char *copy = malloc(w->norm.n + 1);
-    if (!copy)
-        return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory");
-    memcpy(copy, w->norm.p, w->norm.n);
-    zt_status st = split_added(w, copy, w->norm.n, true, first, out, encode_plain);
-    free(copy);
-    return st;
+    return split_added(w, w->norm.p, w->norm.n, true, first, out, encode_plain);
 }
 
 zt_status zt_tok_encode(zt_tok_worker_t *w, const char *text, size_t len, bool add_special,
