@@ -78,6 +78,8 @@ def train_llama3(texts):
         processors.TemplateProcessing(single="<|begin_of_text|> $A",
                                       special_tokens=[("<|begin_of_text|>", bos)])])
     tok.add_tokens(["hello world"])  # normalized, not special
+    # One special token a prefix of another: HF matches leftmost-longest.
+    tok.add_special_tokens(["<|a|>", "<|a|><|b|>"])
     return tok
 
 
@@ -215,7 +217,9 @@ def check_refused(d, base_json, mutate, expect):
 
 def main():
     texts = tokcorpus.training_texts()
-    docs = tokcorpus.test_documents()
+    docs = tokcorpus.test_documents() + [
+        b"say hello world now", b"x<|a|><|b|>y<|a|>z<|a|><|b", b"<|a|><|a|><|b|><|b|>",
+        b"hello worldhello world"]
     rng = random.Random(3)
     tokenizers = {
         "gpt2": train_gpt2(texts),
