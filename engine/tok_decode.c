@@ -130,7 +130,7 @@ static bool is_valid_utf8(const char *s, size_t n) {
     return true;
 }
 
-#define PIECE(l, i) ((l)->buf.p + (l)->v[i].off), ((l)->v[i].len)
+#define PIECE(l, i) tok_piece_text((l), (i)), ((l)->v[i].len)
 
 /* One decoder over the token list `in`, into `out` (cleared first). */
 static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out, tok_buf *tmp) {
@@ -141,7 +141,7 @@ static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out,
         tmp->n = 0;
         tok_buf bytes = {0};
         for (size_t i = 0; i < in->n && ok; i++) {
-            const char *s = in->buf.p + in->v[i].off;
+            const char *s = tok_piece_text(in, i);
             size_t len = in->v[i].len, start = tmp->n;
             bool mapped = true;
             for (size_t k = 0; k < len && mapped;) {
@@ -166,7 +166,7 @@ static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out,
     case TOK_DEC_BYTEFALLBACK: {
         tmp->n = 0;
         for (size_t i = 0; i <= in->n && ok; i++) {
-            const char *s = i < in->n ? in->buf.p + in->v[i].off : NULL;
+            const char *s = i < in->n ? tok_piece_text(in, i) : NULL;
             size_t len = i < in->n ? in->v[i].len : 0;
             bool is_byte = s && len == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>';
             unsigned v = 0;
@@ -205,7 +205,7 @@ static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out,
     case TOK_DEC_REPLACE:
     case TOK_DEC_METASPACE:
         for (size_t i = 0; i < in->n && ok; i++) {
-            const char *s = in->buf.p + in->v[i].off;
+            const char *s = tok_piece_text(in, i);
             size_t len = in->v[i].len;
             tmp->n = 0;
             for (size_t k = 0; k < len;) {
@@ -225,7 +225,7 @@ static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out,
         break;
     case TOK_DEC_STRIP:
         for (size_t i = 0; i < in->n && ok; i++) {
-            const char *s = in->buf.p + in->v[i].off;
+            const char *s = tok_piece_text(in, i);
             size_t len = in->v[i].len, a = 0, b = len;
             for (int k = 0; k < d->start && a + d->alen <= b && memcmp(s + a, d->a, d->alen) == 0;
                  k++)

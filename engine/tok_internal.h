@@ -98,6 +98,10 @@ typedef struct {
 } tok_pieces;
 
 bool tok_pieces_add(tok_pieces *p, const char *s, size_t len, bool first);
+/* Piece i's text ("" while the buffer holds nothing, so no offset is applied to NULL). */
+static inline const char *tok_piece_text(const tok_pieces *p, size_t i) {
+    return p->buf.p ? p->buf.p + p->v[i].off : "";
+}
 void tok_pieces_clear(tok_pieces *p);
 void tok_pieces_free(tok_pieces *p);
 

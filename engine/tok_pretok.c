@@ -485,7 +485,7 @@ zt_status tok_pre_tokenize(zt_tok_worker_t *w, const char *s, size_t len, bool f
         const tok_pre *p = &t->pres[k];
         tok_pieces_clear(next);
         for (size_t i = 0; i < cur->n; i++) {
-            const char *ps = cur->buf.p + cur->v[i].off;
+            const char *ps = tok_piece_text(cur, i);
             size_t pl = cur->v[i].len;
             bool pf = cur->v[i].first;
             switch (p->kind) {

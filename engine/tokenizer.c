@@ -41,6 +41,8 @@ void zt_tok_worker_destroy(zt_tok_worker_t *w) {
 /* The text as valid UTF-8 in w->text, each maximal invalid subpart replaced by U+FFFD. */
 static zt_status repair_utf8(zt_tok_worker_t *w, const char *s, size_t len, size_t *n_bad) {
     w->text.n = 0;
+    if (len == 0)
+        return ZT_OK;
     bool ok = tok_buf_reserve(&w->text, len);
     size_t start = 0;
     for (size_t i = 0; i < len && ok;) {
@@ -72,7 +74,7 @@ static zt_status encode_plain(zt_tok_worker_t *w, const char *s, size_t len, boo
     tok_pieces *pieces;
     ZT_TRY(tok_pre_tokenize(w, s, len, first, &pieces));
     for (size_t i = 0; i < pieces->n; i++)
-        ZT_TRY(tok_bpe_word(w, pieces->buf.p + pieces->v[i].off, pieces->v[i].len, out));
+        ZT_TRY(tok_bpe_word(w, tok_piece_text(pieces, i), pieces->v[i].len, out));
     return ZT_OK;
 }
 
@@ -120,7 +122,7 @@ zt_status zt_tok_encode(zt_tok_worker_t *w, const char *text, size_t len, bool a
     if (s == ZT_OK && add_special)
         for (size_t i = 0; i < t->n_before; i++)
             ok &= tok_ids_push(out, t->tmpl_before[i]);
-    if (s == ZT_OK && ok) {
+    if (s == ZT_OK && ok && w->text.n > 0) {
         /* The stages below write to the worker's other buffers, never to w->text, so the
          * repaired text is read in place. */
         s = split_added(w, w->text.p, w->text.n, false, true, out, encode_segment);
