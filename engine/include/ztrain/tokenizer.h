@@ -17,7 +17,7 @@
  *   added_tokens    matched before the model, leftmost-longest, on the raw text (normalized:
  *                   false) or on the normalized text (normalized: true); no lstrip, rstrip or
  *                   single_word.
- *   truncation and padding must be null.
+ *   truncation and padding must be null; ids must be below 2^24.
  *
  * Text is UTF-8. Invalid UTF-8 is encoded as Python's bytes.decode("utf-8", "replace") would hand
  * it to Hugging Face: each maximal invalid subsequence becomes U+FFFD. Regexes run on PCRE2 with
