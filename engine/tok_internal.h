@@ -111,12 +111,13 @@ void tok_pieces_free(tok_pieces *p);
 
 /* ---- components ----------------------------------------------------------------------------- */
 
-typedef enum { TOK_NORM_PREPEND, TOK_NORM_REPLACE } tok_norm_kind;
+typedef enum { TOK_NORM_PREPEND, TOK_NORM_REPLACE, TOK_NORM_UNICODE } tok_norm_kind;
 
 typedef struct {
     tok_norm_kind kind;
     char *a, *b; /* Prepend: a; Replace: pattern a by content b */
     size_t alen, blen;
+    const void *form; /* Unicode: libunistring's uninorm_t (NFC, NFD, NFKC, NFKD) */
 } tok_norm;
 
 typedef enum { TOK_PRE_BYTELEVEL, TOK_PRE_SPLIT, TOK_PRE_METASPACE } tok_pre_kind;

@@ -1,8 +1,10 @@
 /* Normalizers of a tokenizer.json: how a stretch of text between added tokens is rewritten before
- * the pre-tokenizers see it. ztrain implements the two that the SentencePiece-style families use
- * (Prepend, Replace by a string) and Sequence; Unicode normalization forms are refused by name. */
+ * the pre-tokenizers see it: Prepend and Replace by a string (the SentencePiece-style families),
+ * the Unicode normalization forms NFC, NFD, NFKC and NFKD (Qwen2's NFC) through libunistring, and
+ * Sequence. Others are refused by name. */
 #include <stdlib.h>
 #include <string.h>
+#include <uninorm.h>
 
 #include "tok_internal.h"
 
@@ -72,7 +74,16 @@ zt_status tok_parse_normalizer(zt_tokenizer_t *t, const cJSON *j, const char *sr
             n.a = NULL;
         }
     } else {
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: normalizer type %s is not supported", src, type);
+        static const char *const names[] = {"NFC", "NFD", "NFKC", "NFKD"};
+        for (int i = 0; i < 4 && !n.form; i++)
+            if (strcmp(type, names[i]) == 0)
+                n.form = i == 0 ? UNINORM_NFC : i == 1 ? UNINORM_NFD : i == 2 ? UNINORM_NFKC
+                                                                         : UNINORM_NFKD;
+        if (!n.form)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: normalizer type %s is not supported", src,
+                            type);
+        n.kind = TOK_NORM_UNICODE;
+        return add_norm(t, n, src);
     }
     if (!n.a)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
@@ -99,7 +110,19 @@ zt_status tok_normalize(zt_tok_worker_t *w, const char *s, size_t len, tok_buf *
     for (size_t k = 0; k < t->n_norms && ok; k++) {
         const tok_norm *n = &t->norms[k];
         tmp.n = 0;
-        if (n->kind == TOK_NORM_PREPEND) {
+        if (n->kind == TOK_NORM_UNICODE) {
+            if (out->n == 0)
+                continue;
+            size_t len = 0;
+            uint8_t *u = u8_normalize((uninorm_t)n->form, (const uint8_t *)out->p, out->n, NULL,
+                                      &len);
+            if (!u) {
+                ok = false;
+                break;
+            }
+            ok &= tok_buf_add(&tmp, u, len);
+            free(u);
+        } else if (n->kind == TOK_NORM_PREPEND) {
             if (out->n == 0)
                 continue;
             ok &= tok_buf_add(&tmp, n->a, n->alen);

@@ -8,7 +8,8 @@ and saved as tokenizer.json:
   llama2    SentencePiece-style BPE: Prepend/Replace normalizers, byte_fallback (<0xNN> tokens in
             the vocabulary), fuse_unk, the Replace/ByteFallback/Fuse/Strip decoder, BOS template
   metaspace the same model with a Metaspace pre-tokenizer (prepend_scheme "first") and decoder
-  prefix    ByteLevel with add_prefix_space and a Digits pre-tokenizer before it
+  qwen2     Qwen2's NFC normalizer and split pattern, then ByteLevel without regex
+  prefix    an NFKC normalizer, ByteLevel with add_prefix_space and a Digits pre-tokenizer
 Then a varied corpus (ASCII, accents, CJK, emoji, whitespace runs, digits, code, controls, and
 invalid UTF-8, which HF is given as Python's errors="replace" decoding) is encoded by both, with
 and without special tokens, on one and two threads: the ids must be identical. HF's ids, and
@@ -39,6 +40,8 @@ import tokcorpus  # noqa: E402
 
 BUILD = os.environ.get("ZTRAIN_BUILD", "build")
 TOOL = os.path.join(BUILD, "zt_tok_tool")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -119,8 +122,22 @@ def train_llama2(texts, metaspace):
     return tok
 
 
+def train_qwen2(texts):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=800, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tok
+
+
 def train_prefix(texts):
     tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=True)])
@@ -219,13 +236,18 @@ def main():
     texts = tokcorpus.training_texts()
     docs = tokcorpus.test_documents() + [
         b"say hello world now", b"x<|a|><|b|>y<|a|>z<|a|><|b", b"<|a|><|a|><|b|><|b|>",
-        b"hello worldhello world"]
+        b"hello worldhello world",
+        # Unicode normalization: decomposed accents, Hangul jamo, a ligature, the Ohm and
+        # Angstrom signs, full-width and superscript digits, a compatibility CJK character.
+        "cafe\u0301 A\u030a \u1100\u1161\u11a8 \ufb01 \u2126 \u212b \uff11\uff12 x\u00b2 \uf900".encode(),
+        "e\u0301\u0301 \u0041\u0308\u0304 \u1e9b\u0323 \u2460 \u3300".encode()]
     rng = random.Random(3)
     tokenizers = {
         "gpt2": train_gpt2(texts),
         "llama3": train_llama3(texts),
         "llama2": train_llama2(texts, metaspace=False),
         "metaspace": train_llama2(texts, metaspace=True),
+        "qwen2": train_qwen2(texts),
         "prefix": train_prefix(texts),
     }
     with tempfile.TemporaryDirectory() as d:
@@ -253,8 +275,8 @@ def main():
         base = tokenizers["gpt2"].to_str()
         check_refused(d, base, lambda j: j["model"].update(type="WordPiece"),
                       "model type WordPiece is not supported")
-        check_refused(d, base, lambda j: j.update(normalizer={"type": "NFKC"}),
-                      "normalizer type NFKC is not supported")
+        check_refused(d, base, lambda j: j.update(normalizer={"type": "BertNormalizer"}),
+                      "normalizer type BertNormalizer is not supported")
         check_refused(d, base, lambda j: j.update(pre_tokenizer={"type": "Whitespace"}),
                       "pre_tokenizer type Whitespace is not supported")
         check_refused(d, base, lambda j: j.update(decoder={"type": "WordPiece", "prefix": "##"}),

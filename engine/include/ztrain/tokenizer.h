@@ -2,11 +2,12 @@
  * `tokenizers` library does, for the BPE families ztrain trains.
  *
  * What a tokenizer.json may hold (anything else is ZT_ERR_UNSUPPORTED naming the component, e.g.
- * "tok.json: normalizer type NFKC is not supported", never a silently different encoding):
+ * "tok.json: normalizer type Lowercase is not supported", never a silently different encoding):
  *   model           BPE: vocab, merges (either "a b" strings or ["a", "b"] pairs), unk_token,
  *                   fuse_unk, byte_fallback (<0xNN> tokens), ignore_merges; no dropout, no
  *                   continuing_subword_prefix / end_of_word_suffix.
- *   normalizer      null, Prepend, Replace (string pattern), Sequence of those.
+ *   normalizer      null, Prepend, Replace (string pattern), NFC, NFD, NFKC, NFKD (libunistring),
+ *                   Sequence of those.
  *   pre_tokenizer   null, ByteLevel (GPT-2's regex or none), Split (regex or string; any of the
  *                   five behaviours; invert), Metaspace (prepend_scheme always/first/never, split),
  *                   Digits, Sequence of those.
