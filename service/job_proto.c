@@ -162,13 +162,6 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
             *(protobuf_c_boolean *)p = v;
         break;
     }
-    case PROTOBUF_C_TYPE_DOUBLE: {
-        double v;
-        ZT_TRY(zt_json_get_double(o, f->name, &v, &found));
-        if (found)
-            *(double *)p = v;
-        break;
-    }
     case PROTOBUF_C_TYPE_MESSAGE: {
         zt_json_obj child;
         ZT_TRY(zt_json_child(o, f->name, &child));
@@ -189,7 +182,7 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
 }
 
 /* data.train given as a list, [{"path": P, "weight": W}, ...]: DataSpec.mixture. The engine's
- * parser judges the values; this only carries them. */
+ * parser judges the paths; this carries them, and refuses a weight the proto cannot carry. */
 static zt_status mixture_from_json(Ztrain__V1__DataSpec *d, const zt_json_obj *o,
                                    const cJSON *list, bool *ok) {
     int n = cJSON_GetArraySize(list);
@@ -210,8 +203,14 @@ static zt_status mixture_from_json(Ztrain__V1__DataSpec *d, const zt_json_obj *o
         d->mixture[d->n_mixture++] = src;
         zt_json_obj so;
         zt_json_obj_init(&so, e, o->source, path);
+        static const char *const keys[] = {"path", "weight", NULL};
+        const char *p = NULL;
+        ZT_TRY(zt_json_check_keys(&so, keys));
+        ZT_TRY(zt_json_require(&so, "path"));
         ZT_TRY(zt_json_require(&so, "weight"));
-        ZT_TRY(fill_from_json(&src->base, &so, false, false, ok));
+        ZT_TRY(zt_json_get_string(&so, "path", &p, NULL));
+        ZT_TRY(zt_json_get_double(&so, "weight", &src->weight, NULL));
+        src->path = dup_str(p, ok);
         /* The proto cannot carry a weight of 0 (it reads as unset): say what is wrong now. */
         if (!(src->weight > 0))
             return zt_json_key_error(ZT_ERR_INVALID, &so, "weight", "must be > 0, got %g",
