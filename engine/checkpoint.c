@@ -101,6 +101,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
     cJSON_AddStringToObject(m, "format", META_FORMAT);
     cJSON_AddNumberToObject(m, "version", META_VERSION);
     cJSON_AddStringToObject(m, "tag", tag);
+    if (job && job->data.tokenizer)
+        cJSON_AddStringToObject(m, "tokenizer", job->data.tokenizer);
     cJSON_AddNumberToObject(m, "global_steps", (double)zt_engine_global_steps(e));
     cJSON_AddNumberToObject(m, "global_samples", (double)zt_engine_global_samples(e));
     cJSON_AddNumberToObject(m, "micro_steps", (double)zt_engine_micro_steps(e));
@@ -134,8 +136,6 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
         cJSON_AddBoolToObject(d, "shuffle", l->shuffle);
     }
     cJSON_AddItemToObject(m, "model", model_spec_json(&zt_engine_model(e)->spec));
-    if (job && job->data.tokenizer)
-        cJSON_AddStringToObject(m, "tokenizer", job->data.tokenizer);
     cJSON *ds_json = job && job->ds_json ? cJSON_Parse(job->ds_json) : NULL;
     if (ds_json)
         cJSON_AddItemToObject(m, "deepspeed", ds_json);
@@ -338,6 +338,19 @@ static zt_status read_spec(const cJSON *meta, const char *tagdir, zt_model_spec 
     return ZT_OK;
 }
 
+zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
+    char tagdir[4096];
+    cJSON *meta;
+    *path = NULL;
+    ZT_TRY(open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer");
+    zt_status s = ZT_OK;
+    if (cJSON_IsString(t) && !(*path = strdup(t->valuestring)))
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
+    cJSON_Delete(meta);
+    return s;
+}
+
 /* A number stored as a string in the file's metadata (safetensors metadata values are strings). */
 static size_t meta_size(const zt_st_file *f, const char *key) {
     if (!f->metadata_json)
@@ -473,19 +486,6 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
         if (c.has_data)
             zt_loader_seek(l, c.epoch, c.global_position / l->world_size);
     }
-    cJSON_Delete(meta);
-    return s;
-}
-
-zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
-    char tagdir[4096];
-    cJSON *meta;
-    *path = NULL;
-    ZT_TRY(open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer");
-    zt_status s = ZT_OK;
-    if (cJSON_IsString(t) && !(*path = strdup(t->valuestring)))
-        s = zt_error(ZT_ERR_NOMEM, "out of memory");
     cJSON_Delete(meta);
     return s;
 }

@@ -20,49 +20,8 @@ static bool inside(const char *root, const char *path) {
     return strncmp(root, path, n) == 0 && (path[n] == '/' || path[n] == '\0' || n == 1);
 }
 
-/* Resolves `value` against root and checks that it stays inside it, following symlinks. The
- * file must exist when must_exist; otherwise its nearest existing ancestor is checked. The
- * resolved path goes back into the JSON. */
 static zt_status resolve_in_root(cJSON *parent, const char *key, const char *field,
-                                 const char *root, bool must_exist) {
-    cJSON *item = cJSON_GetObjectItemCaseSensitive(parent, key);
-    if (!item || cJSON_IsNull(item))
-        return ZT_OK;
-    if (!cJSON_IsString(item) || !item->valuestring[0])
-        return zt_error(ZT_ERR_INVALID, "%s must be a non-empty path", field);
-    const char *v = item->valuestring;
-    char *joined = NULL;
-    if (asprintf(&joined, "%s%s%s", v[0] == '/' ? "" : root, v[0] == '/' ? "" : "/", v) < 0)
-        return zt_error(ZT_ERR_NOMEM, "out of memory");
-    char resolved[PATH_MAX];
-    zt_status s = ZT_OK;
-    if (realpath(joined, resolved)) {
-        if (!inside(root, resolved))
-            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's %s root %s", field, v,
-                         must_exist ? "data" : "runs", root);
-    } else if (must_exist) {
-        s = zt_error(ZT_ERR_INVALID, "%s: '%s' does not exist under the data root %s (%s)", field,
-                     v, root, strerror(errno));
-    } else {
-        /* A directory to be made: its nearest existing ancestor must be inside, and the rest of
-         * the path may not climb out with "..". */
-        char probe[PATH_MAX];
-        snprintf(probe, sizeof probe, "%s", joined);
-        char *slash;
-        while (!realpath(probe, resolved) && (slash = strrchr(probe, '/')) && slash != probe)
-            *slash = '\0';
-        const char *rest = joined + strlen(probe);
-        if (strstr(rest, "/..") || !inside(root, resolved))
-            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's runs root %s", field,
-                         v, root);
-        else
-            snprintf(resolved + strlen(resolved), sizeof resolved - strlen(resolved), "%s", rest);
-    }
-    if (s == ZT_OK)
-        cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(resolved));
-    free(joined);
-    return s;
-}
+                                 const char *root, bool must_exist);
 
 /* A data path that may be a glob of shards (a pattern in its file name only): its directory is
  * resolved inside the data root, every match must resolve inside it too, and at least one must
@@ -131,6 +90,50 @@ static zt_status resolve_train(cJSON *data, const char *root) {
         ZT_TRY(resolve_data_path(e, "path", field, root));
     }
     return ZT_OK;
+}
+
+/* Resolves `value` against root and checks that it stays inside it, following symlinks. The
+ * file must exist when must_exist; otherwise its nearest existing ancestor is checked. The
+ * resolved path goes back into the JSON. */
+static zt_status resolve_in_root(cJSON *parent, const char *key, const char *field,
+                                 const char *root, bool must_exist) {
+    cJSON *item = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (!item || cJSON_IsNull(item))
+        return ZT_OK;
+    if (!cJSON_IsString(item) || !item->valuestring[0])
+        return zt_error(ZT_ERR_INVALID, "%s must be a non-empty path", field);
+    const char *v = item->valuestring;
+    char *joined = NULL;
+    if (asprintf(&joined, "%s%s%s", v[0] == '/' ? "" : root, v[0] == '/' ? "" : "/", v) < 0)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    char resolved[PATH_MAX];
+    zt_status s = ZT_OK;
+    if (realpath(joined, resolved)) {
+        if (!inside(root, resolved))
+            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's %s root %s", field, v,
+                         must_exist ? "data" : "runs", root);
+    } else if (must_exist) {
+        s = zt_error(ZT_ERR_INVALID, "%s: '%s' does not exist under the data root %s (%s)", field,
+                     v, root, strerror(errno));
+    } else {
+        /* A directory to be made: its nearest existing ancestor must be inside, and the rest of
+         * the path may not climb out with "..". */
+        char probe[PATH_MAX];
+        snprintf(probe, sizeof probe, "%s", joined);
+        char *slash;
+        while (!realpath(probe, resolved) && (slash = strrchr(probe, '/')) && slash != probe)
+            *slash = '\0';
+        const char *rest = joined + strlen(probe);
+        if (strstr(rest, "/..") || !inside(root, resolved))
+            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's runs root %s", field,
+                         v, root);
+        else
+            snprintf(resolved + strlen(resolved), sizeof resolved - strlen(resolved), "%s", rest);
+    }
+    if (s == ZT_OK)
+        cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(resolved));
+    free(joined);
+    return s;
 }
 
 static cJSON *section(cJSON *top, const char *key) {

@@ -48,6 +48,10 @@ zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size);
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size);
 
+/* The tokenizer.json the job named (data.tokenizer), as meta.json records it: a heap string the
+ * caller frees, or NULL when the job named none (for `ztrain sample`). */
+zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path);
+
 /* One checkpoint directory under dir, as zt_ckpt_list_dir finds it. */
 typedef struct {
     char *tag;          /* "global_step100" */
@@ -76,8 +80,5 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
  * spec->init_from is set to the checkpoint's model.safetensors (heap-owned; free it). */
 zt_status zt_ckpt_read_model_spec(const char *dir, const char *tag, zt_model_spec *spec);
 
-/* The tokenizer.json the job named (data.tokenizer), as meta.json records it: a heap string the
- * caller frees, or NULL when the job named none. */
-zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path);
 
 #endif
