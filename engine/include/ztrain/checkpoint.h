@@ -80,5 +80,4 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
  * spec->init_from is set to the checkpoint's model.safetensors (heap-owned; free it). */
 zt_status zt_ckpt_read_model_spec(const char *dir, const char *tag, zt_model_spec *spec);
 
-
 #endif
