@@ -1,9 +1,9 @@
 /* ztrain: the command-line front end.
  *
+ *   ztrain prepare --tokenizer T --out DIR INPUT...   text/JSONL to token shards (cli_prepare.h)
  *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
  *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
- *   ztrain prepare --tokenizer T --out DIR INPUT...   text/JSONL to token shards (cli_prepare.h)
  *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF GPT-2 safetensors
  *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
  *
@@ -478,14 +478,14 @@ int main(int argc, char **argv) {
         printf("ztrain %s\n", ZTRAIN_VERSION);
         return 0;
     }
+    if (strcmp(argv[1], "prepare") == 0)
+        return zt_cli_prepare(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0)
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "estimate") == 0)
         return cmd_estimate(argc - 2, argv + 2);
     if (strcmp(argv[1], "sample") == 0)
         return cmd_sample(argc - 2, argv + 2);
-    if (strcmp(argv[1], "prepare") == 0)
-        return zt_cli_prepare(argc - 2, argv + 2);
     /* A checkpoint's model.safetensors already holds the consolidated fp32 weights, whatever the
      * ZeRO stage and number of ranks that wrote it, so DeepSpeed's zero_to_fp32 is an export. */
     if (strcmp(argv[1], "export") == 0 || strcmp(argv[1], "zero-to-fp32") == 0)
