@@ -338,11 +338,22 @@ static zt_status read_spec(const cJSON *meta, const char *tagdir, zt_model_spec 
     return ZT_OK;
 }
 
+/* Reads meta.json itself rather than through the loader's checks: `ztrain sample` has already
+ * read the model spec, which makes them, from the same checkpoint. */
 zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
-    char tagdir[4096];
-    cJSON *meta;
+    char latest[256], tagdir[4096], file[4200], *text;
     *path = NULL;
-    ZT_TRY(open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
+    if (!tag) {
+        ZT_TRY(zt_ckpt_latest(dir, latest, sizeof latest));
+        tag = latest;
+    }
+    zt_ckpt_tag_dir(dir, tag, tagdir, sizeof tagdir);
+    snprintf(file, sizeof file, "%s/meta.json", tagdir);
+    ZT_TRY(zt_read_file(file, &text, NULL));
+    cJSON *meta = cJSON_Parse(text);
+    free(text);
+    if (!meta)
+        return zt_error(ZT_ERR_FORMAT, "%s: not valid JSON", file);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer");
     zt_status s = ZT_OK;
     if (cJSON_IsString(t) && !(*path = strdup(t->valuestring)))
