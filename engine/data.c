@@ -129,6 +129,8 @@ static zt_status check_vocab(const zt_dataset *d, int vocab_size) {
 
 zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size) {
     memset(d, 0, sizeof *d);
+    if (!path)
+        return zt_error(ZT_ERR_INVALID, "no data path (a mixture opens with zt_dataset_open_train)");
     if (vocab_size <= 0)
         return zt_error(ZT_ERR_INVALID, "%s: vocab_size %d must be positive", path, vocab_size);
     d->path = strdup(path);

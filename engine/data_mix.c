@@ -8,6 +8,7 @@
 
 #include "data_internal.h"
 #include "fsutil.h"
+#include "ztrain/job_spec.h"
 
 static const char *kind_name(zt_data_kind k) {
     return k == ZT_DATA_TOKENS16 ? "uint16 tokens" : k == ZT_DATA_TOKENS32 ? "uint32 tokens"
@@ -89,6 +90,22 @@ zt_status zt_dataset_open_mixture(zt_dataset *d, const char *const *paths, const
     if (s != ZT_OK)
         zt_dataset_close(d);
     return s;
+}
+
+zt_status zt_dataset_open_train(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
+    if (!spec->train_mix)
+        return zt_dataset_open(d, spec->train, vocab_size);
+    const char *paths[ZT_MAX_MIX_SOURCES];
+    double weights[ZT_MAX_MIX_SOURCES];
+    memset(d, 0, sizeof *d);
+    if (spec->n_train_mix > ZT_MAX_MIX_SOURCES)
+        return zt_error(ZT_ERR_INVALID, "data.train: %d mixture sources, at most %d",
+                        spec->n_train_mix, ZT_MAX_MIX_SOURCES);
+    for (int i = 0; i < spec->n_train_mix; i++) {
+        paths[i] = spec->train_mix[i].path;
+        weights[i] = spec->train_mix[i].weight;
+    }
+    return zt_dataset_open_mixture(d, paths, weights, spec->n_train_mix, vocab_size);
 }
 
 /* ---- a glob's samples --------------------------------------------------------------------- */

@@ -71,22 +71,7 @@ static void format_duration(char *buf, size_t size, double seconds) {
 
 static zt_status open_data(trainer *t) {
     const zt_job_spec *job = t->job;
-    if (job->data.train_mix) {
-        const zt_data_spec *d = &job->data;
-        const char *paths[ZT_MAX_MIX_SOURCES];
-        double weights[ZT_MAX_MIX_SOURCES];
-        if (d->n_train_mix > ZT_MAX_MIX_SOURCES)
-            return zt_error(ZT_ERR_INVALID, "data.train: %d mixture sources, at most %d",
-                            d->n_train_mix, ZT_MAX_MIX_SOURCES);
-        for (int i = 0; i < d->n_train_mix; i++) {
-            paths[i] = d->train_mix[i].path;
-            weights[i] = d->train_mix[i].weight;
-        }
-        ZT_TRY(zt_dataset_open_mixture(&t->train, paths, weights, d->n_train_mix,
-                                       job->model.vocab_size));
-    } else {
-        ZT_TRY(zt_dataset_open(&t->train, job->data.train, job->model.vocab_size));
-    }
+    ZT_TRY(zt_dataset_open_train(&t->train, &job->data, job->model.vocab_size));
     t->has_train = true;
     if (job->data.val && job->train.eval_interval > 0) {
         ZT_TRY(zt_dataset_open(&t->val, job->data.val, job->model.vocab_size));

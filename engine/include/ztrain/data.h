@@ -46,6 +46,12 @@ typedef struct zt_dataset {
  * pattern that matches nothing is an error naming it. Close with zt_dataset_close(). */
 zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size);
 
+/* Opens the training data a job spec names (data.train): its file or glob, or its mixture.
+ * Everything that opens a job's training data goes through here, so a mixture is never taken
+ * for a missing path. */
+struct zt_data_spec_s;
+zt_status zt_dataset_open_train(zt_dataset *d, const struct zt_data_spec_s *spec, int vocab_size);
+
 /* The most sources a job's mixture may name. */
 #define ZT_MAX_MIX_SOURCES 64
 

@@ -32,9 +32,10 @@ typedef struct {
     double weight;     /* > 0; the mixture draws source i with probability weight_i / sum */
 } zt_data_source;
 
-typedef struct {
+typedef struct zt_data_spec_s {
     char *train;       /* llm.c token file (.bin), a glob of them, or any other file read as bytes
-                          (vocab 256); NULL when train_mix is set */
+                          (vocab 256); NULL when train_mix is set: open the training data with
+                          zt_dataset_open_train (ztrain/data.h), which takes either */
     zt_data_source *train_mix; /* data.train given as [{"path", "weight"}, ...]; else NULL */
     int n_train_mix;
     char *val;         /* optional, a file or glob as train; NULL when absent */
