@@ -101,6 +101,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
     cJSON_AddStringToObject(m, "format", META_FORMAT);
     cJSON_AddNumberToObject(m, "version", META_VERSION);
     cJSON_AddStringToObject(m, "tag", tag);
+    if (job && job->data.tokenizer)
+        cJSON_AddStringToObject(m, "tokenizer", job->data.tokenizer);
     cJSON_AddNumberToObject(m, "global_steps", (double)zt_engine_global_steps(e));
     cJSON_AddNumberToObject(m, "global_samples", (double)zt_engine_global_samples(e));
     cJSON_AddNumberToObject(m, "micro_steps", (double)zt_engine_micro_steps(e));
@@ -350,6 +352,30 @@ zt_status zt_ckpt_meta_spec(const cJSON *meta, const char *tagdir, zt_model_spec
         if (f->kind != ZT_FIELD_PATH)
             ZT_TRY(zt_model_field_from_cjson(f, m, spec, source));
     return ZT_OK;
+}
+
+/* Reads meta.json itself rather than through the loader's checks: `ztrain sample` has already
+ * read the model spec, which makes them, from the same checkpoint. */
+zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
+    char latest[256], tagdir[4096], file[4200], *text;
+    *path = NULL;
+    if (!tag) {
+        ZT_TRY(zt_ckpt_latest(dir, latest, sizeof latest));
+        tag = latest;
+    }
+    zt_ckpt_tag_dir(dir, tag, tagdir, sizeof tagdir);
+    snprintf(file, sizeof file, "%s/meta.json", tagdir);
+    ZT_TRY(zt_read_file(file, &text, NULL));
+    cJSON *meta = cJSON_Parse(text);
+    free(text);
+    if (!meta)
+        return zt_error(ZT_ERR_FORMAT, "%s: not valid JSON", file);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer");
+    zt_status s = ZT_OK;
+    if (cJSON_IsString(t) && !(*path = strdup(t->valuestring)))
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
+    cJSON_Delete(meta);
+    return s;
 }
 
 /* A number stored as a string in the file's metadata (safetensors metadata values are strings). */

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data_internal.h"
 #include "fsutil.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -128,11 +129,15 @@ static zt_status check_vocab(const zt_dataset *d, int vocab_size) {
 
 zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size) {
     memset(d, 0, sizeof *d);
+    if (!path)
+        return zt_error(ZT_ERR_INVALID, "no data path (a mixture opens with zt_dataset_open_train)");
     if (vocab_size <= 0)
         return zt_error(ZT_ERR_INVALID, "%s: vocab_size %d must be positive", path, vocab_size);
     d->path = strdup(path);
     if (!d->path)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    if (zt_data_is_glob(path))
+        return zt_data_open_glob(d, vocab_size);
 
     zt_status s = zt_map_file(path, &d->map, &d->map_size);
     if (s == ZT_OK && d->map_size == 0)
@@ -162,18 +167,34 @@ fail:
 }
 
 void zt_dataset_close(zt_dataset *d) {
+    for (int i = 0; i < d->n_parts; i++)
+        zt_dataset_close(&d->parts[i]);
+    free(d->parts);
+    free(d->weights);
     zt_unmap_file(d->map, d->map_size);
     free(d->path);
     memset(d, 0, sizeof *d);
 }
 
 int32_t zt_dataset_token(const zt_dataset *d, size_t i) {
+    for (int k = 0; k < d->n_parts; k++) {
+        if (i < d->parts[k].n_tokens)
+            return zt_dataset_token(&d->parts[k], i);
+        i -= d->parts[k].n_tokens;
+    }
     switch (d->kind) {
     case ZT_DATA_TOKENS16: return ((const uint16_t *)d->tokens)[i];
     case ZT_DATA_TOKENS32: return (int32_t)((const uint32_t *)d->tokens)[i];
     case ZT_DATA_BYTES: return ((const uint8_t *)d->tokens)[i];
     }
     return 0;
+}
+
+void zt_dataset_header(int32_t header[ZT_DATASET_HEADER_INTS], bool uint32_tokens, int32_t n) {
+    memset(header, 0, ZT_DATASET_HEADER_INTS * sizeof *header);
+    header[0] = uint32_tokens ? LLMC_MAGIC_U32 : LLMC_MAGIC_U16;
+    header[1] = uint32_tokens ? LLMC_VERSION_U32 : LLMC_VERSION_U16;
+    header[2] = n;
 }
 
 zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size_t n) {
@@ -187,7 +208,8 @@ zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
 
-    int32_t header[LLMC_HEADER_INTS] = {LLMC_MAGIC_U16, LLMC_VERSION_U16, (int32_t)n};
+    int32_t header[LLMC_HEADER_INTS];
+    zt_dataset_header(header, false, (int32_t)n);
     zt_status s = ZT_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -314,7 +336,16 @@ zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int r
     l->shuffle = shuffle;
     l->drop_last = drop_last;
     l->seed = seed;
+    if (ds->weights)
+        return zt_data_mix_init(l);
     l->n_samples = (int64_t)((ds->n_tokens - 1) / (size_t)T);
+    if (ds->parts) {
+        zt_status s = zt_data_glob_samples(l);
+        if (s != ZT_OK) {
+            memset(l, 0, sizeof *l);
+            return s;
+        }
+    }
     l->per_rank = (l->n_samples + world_size - 1) / world_size;
     if (drop_last && l->per_rank < B) {
         zt_status s = zt_error(ZT_ERR_INVALID,
@@ -338,16 +369,30 @@ zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int r
 }
 
 void zt_loader_free(zt_loader *l) {
+    for (int i = 0; l->subs && i < l->ds->n_parts; i++)
+        zt_loader_free(&l->subs[i]);
+    free(l->subs);
+    free(l->part_first);
     free(l->order);
     memset(l, 0, sizeof *l);
 }
 
 int64_t zt_loader_batches_per_epoch(const zt_loader *l) {
+    if (l->subs)
+        return l->per_rank / l->B > 0 ? l->per_rank / l->B : 1;
     return l->drop_last ? l->per_rank / l->B : (l->per_rank + l->B - 1) / l->B;
 }
 
-/* Copies T inputs and T targets of sample `s`; one loop per token width keeps this branch-free. */
-static void copy_sample(const zt_dataset *ds, int64_t s, int T, int32_t *in, int32_t *tg) {
+/* Copies T inputs and T targets of sample `s`; one loop per token width keeps this branch-free.
+ * A glob's sample is first found in its file. */
+void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, int32_t *in,
+                         int32_t *tg) {
+    int T = l->T;
+    if (ds->parts) {
+        int k = zt_data_glob_part(l, s);
+        s -= l->part_first[k];
+        ds = &ds->parts[k];
+    }
     size_t start = (size_t)s * (size_t)T;
     switch (ds->kind) {
     case ZT_DATA_TOKENS16: {
@@ -378,12 +423,14 @@ static void copy_sample(const zt_dataset *ds, int64_t s, int T, int32_t *in, int
 }
 
 int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets) {
+    if (l->subs)
+        return zt_data_mix_next(l, inputs, targets);
     int64_t end = loader_epoch_end(l);
     int64_t left = end - l->pos;
     int n = left < l->B ? (int)left : l->B;
     size_t T = (size_t)l->T;
     for (int b = 0; b < n; b++)
-        copy_sample(l->ds, l->order[l->pos + b], l->T, inputs + b * T, targets + b * T);
+        zt_data_copy_sample(l, l->ds, l->order[l->pos + b], inputs + b * T, targets + b * T);
     /* Rows past a short last batch are zeroed so that a caller that ignores the count still sees
      * deterministic data. */
     if (n < l->B) {
@@ -402,6 +449,10 @@ int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets) {
 
 void zt_loader_seek(zt_loader *l, int64_t epoch, int64_t pos) {
     ZT_ASSERT(epoch >= 0 && pos >= 0);
+    if (l->subs) {
+        zt_data_mix_seek(l, epoch * l->per_rank + pos);
+        return;
+    }
     /* A position at or past the end of the epoch is where next() would already have moved on. */
     if (pos >= loader_epoch_end(l)) {
         epoch++;

@@ -12,7 +12,9 @@
 static zt_status check_dataset(const zt_job_spec *job, const char *path, const char *key,
                                bool drop_last, const char *source) {
     zt_dataset d;
-    zt_status s = zt_dataset_open(&d, path, job->model.vocab_size);
+    /* data.train may be a glob or a mixture, which only the train opener knows (path NULL). */
+    zt_status s = path ? zt_dataset_open(&d, path, job->model.vocab_size)
+                       : zt_dataset_open_train(&d, &job->data, job->model.vocab_size);
     if (s != ZT_OK)
         return zt_error_prefix(s, "%s: %s: ", source, key);
     zt_loader l;
@@ -27,7 +29,7 @@ static zt_status check_dataset(const zt_job_spec *job, const char *path, const c
 }
 
 zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source) {
-    ZT_TRY(check_dataset(job, job->data.train, "data.train", job->ds.dataloader_drop_last, source));
+    ZT_TRY(check_dataset(job, NULL, "data.train", job->ds.dataloader_drop_last, source));
     if (job->data.val && job->train.eval_interval > 0)
         ZT_TRY(check_dataset(job, job->data.val, "data.val", false, source));
     if (job->model.init_from) {

@@ -24,7 +24,9 @@
 
 static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "device", "model",
                                        "data", "train", "training_args", "deepspeed", NULL};
-static const char *const data_keys[] = {"train", "val", "shuffle", NULL};
+static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
+                                        "sample_tokens", "sample_prompt", NULL};
+static const char *const source_keys[] = {"path", "weight", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
                                          "resume", "bench_steps", "warmup_steps", "seed", NULL};
@@ -181,14 +183,58 @@ static zt_status parse_model(zt_model_spec *m, const zt_json_obj *top, const cha
     return s == ZT_OK ? zt_model_spec_validate(m, top->source) : s;
 }
 
+/* data.train as a mixture: [{"path": P, "weight": W}, ...], every weight > 0. */
+static zt_status parse_mixture(zt_data_spec *d, const zt_json_obj *data, const cJSON *list,
+                               const char *base_dir) {
+    int n = cJSON_GetArraySize(list);
+    if (n == 0)
+        return zt_json_key_error(ZT_ERR_INVALID, data, "train", "is an empty mixture");
+    d->train_mix = calloc((size_t)n, sizeof *d->train_mix);
+    if (!d->train_mix)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", data->source);
+    int i = 0;
+    for (const cJSON *e = list->child; e; e = e->next, i++) {
+        char path[64];
+        snprintf(path, sizeof path, "data.train[%d]", i);
+        if (!cJSON_IsObject(e))
+            return zt_error(ZT_ERR_INVALID, "%s: key '%s' must be an object {\"path\", \"weight\"}",
+                            data->source, path);
+        zt_json_obj src;
+        zt_json_obj_init(&src, e, data->source, path);
+        ZT_TRY(zt_json_check_keys(&src, source_keys));
+        ZT_TRY(zt_json_require(&src, "path"));
+        ZT_TRY(zt_json_require(&src, "weight"));
+        zt_data_source *ds = &d->train_mix[d->n_train_mix++];
+        ZT_TRY(get_path(&src, "path", base_dir, &ds->path));
+        ZT_TRY(zt_json_get_double(&src, "weight", &ds->weight, NULL));
+        if (!(ds->weight > 0))
+            return zt_json_key_error(ZT_ERR_INVALID, &src, "weight", "must be > 0, got %g",
+                                     ds->weight);
+    }
+    return ZT_OK;
+}
+
 static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char *base_dir) {
     zt_json_obj o;
     ZT_TRY(zt_json_require(top, "data"));
     ZT_TRY(zt_json_child(top, "data", &o));
     ZT_TRY(zt_json_check_keys(&o, data_keys));
     ZT_TRY(zt_json_require(&o, "train"));
-    ZT_TRY(get_path(&o, "train", base_dir, &d->train));
+    const cJSON *train = zt_json_item(&o, "train");
+    if (cJSON_IsArray(train))
+        ZT_TRY(parse_mixture(d, &o, train, base_dir));
+    else
+        ZT_TRY(get_path(&o, "train", base_dir, &d->train));
     ZT_TRY(get_path(&o, "val", base_dir, &d->val));
+    ZT_TRY(get_path(&o, "tokenizer", base_dir, &d->tokenizer));
+    ZT_TRY(get_int_min(&o, "sample_tokens", 0, &d->sample_tokens));
+    const char *prompt = NULL;
+    ZT_TRY(zt_json_get_string(&o, "sample_prompt", &prompt, NULL));
+    if (prompt && !(d->sample_prompt = zt_json_strdup(prompt)))
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", o.source);
+    if (d->sample_tokens > 0 && !d->tokenizer)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "sample_tokens",
+                                 "is %d but data.tokenizer is not set", d->sample_tokens);
     d->shuffle = true;
     return zt_json_get_bool(&o, "shuffle", &d->shuffle, NULL);
 }
@@ -540,7 +586,12 @@ void zt_job_spec_free(zt_job_spec *job) {
     free(job->name);
     free_model_paths(&job->model);
     free(job->data.train);
+    for (int i = 0; i < job->data.n_train_mix; i++)
+        free(job->data.train_mix[i].path);
+    free(job->data.train_mix);
     free(job->data.val);
+    free(job->data.tokenizer);
+    free(job->data.sample_prompt);
     free(job->train.checkpoint_dir);
     /* ds_json comes from cJSON's allocator. */
     if (job->ds_json)

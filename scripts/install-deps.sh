@@ -21,6 +21,8 @@ build=(
   build-essential cmake pkg-config            # the build
   libopenblas-openmp-dev                      # matmuls (the OpenMP build of OpenBLAS)
   libcjson-dev                                # JSON configs, job specs, metrics
+  libpcre2-dev                                # the tokenizers' pre-tokenizer regexes (UTF, UCP)
+  libunistring-dev                            # the tokenizers' Unicode normalizers (NFC, NFKC)
   liburing-dev                                # io_uring for NVMe offload (else a thread pool)
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto   # ztraind's gRPC (C core)
   libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
@@ -33,6 +35,7 @@ build=(
 runtime=(
   libopenblas0-openmp libgomp1                # matmuls and the kernels' OpenMP threads
   libcjson1 liburing2                         # JSON; io_uring (NVMe offload)
+  libpcre2-8-0 libunistring2                  # the tokenizers' regexes and Unicode normalizers
   libgrpc29 libprotobuf-c1                    # gRPC C core (pulls in abseil, re2, c-ares, ssl)
   libmicrohttpd12 libsqlite3-0                # HTTP server, durable state
   libgnutls30                                 # TLS certificate checks (HTTPS's own library)
@@ -98,12 +101,13 @@ for profile in "${profiles[@]}"; do
 done
 
 # Ubuntu 24.04 (the CUDA images' base) has the same versions under other names for three of the
-# runtime libraries: its 64-bit time_t transition renamed them.
+# runtime libraries: its 64-bit time_t transition renamed them; and a newer libunistring.
 os_id="$(. /etc/os-release 2>/dev/null && echo "${ID:-}")"
 if [ "$os_id" = ubuntu ]; then
   for i in "${!packages[@]}"; do
     case "${packages[$i]}" in
       libgrpc29|libmicrohttpd12|libgnutls30) packages[$i]="${packages[$i]}t64" ;;
+      libunistring2) packages[$i]=libunistring5 ;;
     esac
   done
 fi

@@ -204,12 +204,55 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
     return ZT_OK;
 }
 
+/* data.train given as a list, [{"path": P, "weight": W}, ...]: DataSpec.mixture. The engine's
+ * parser judges the paths; this carries them, and refuses a weight the proto cannot carry. */
+static zt_status mixture_from_json(Ztrain__V1__DataSpec *d, const zt_json_obj *o,
+                                   const cJSON *list, bool *ok) {
+    int n = cJSON_GetArraySize(list);
+    d->mixture = calloc((size_t)n + 1, sizeof *d->mixture);
+    if (!d->mixture)
+        return zt_error(ZT_ERR_NOMEM, "out of memory reading %s", o->source);
+    int i = 0;
+    for (const cJSON *e = list->child; e; e = e->next, i++) {
+        char path[64];
+        snprintf(path, sizeof path, "data.train[%d]", i);
+        if (!cJSON_IsObject(e))
+            return zt_error(ZT_ERR_INVALID, "%s: key '%s' must be an object {\"path\", \"weight\"}",
+                            o->source, path);
+        Ztrain__V1__DataSource *src =
+            (Ztrain__V1__DataSource *)new_message(&ztrain__v1__data_source__descriptor);
+        if (!src)
+            return zt_error(ZT_ERR_NOMEM, "out of memory reading %s", o->source);
+        d->mixture[d->n_mixture++] = src;
+        zt_json_obj so;
+        zt_json_obj_init(&so, e, o->source, path);
+        static const char *const keys[] = {"path", "weight", NULL};
+        const char *p = NULL;
+        ZT_TRY(zt_json_check_keys(&so, keys));
+        ZT_TRY(zt_json_require(&so, "path"));
+        ZT_TRY(zt_json_require(&so, "weight"));
+        ZT_TRY(zt_json_get_string(&so, "path", &p, NULL));
+        ZT_TRY(zt_json_get_double(&so, "weight", &src->weight, NULL));
+        src->path = dup_str(p, ok);
+        /* The proto cannot carry a weight of 0 (it reads as unset): say what is wrong now. */
+        if (!(src->weight > 0))
+            return zt_json_key_error(ZT_ERR_INVALID, &so, "weight", "must be > 0, got %g",
+                                     src->weight);
+    }
+    return ZT_OK;
+}
+
 /* Every key of the object o into msg; "deepspeed" at the top is the caller's. */
 static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top,
                                 bool server_text, bool *ok) {
     for (const cJSON *c = o->obj->child; c; c = c->next) {
         if (top && strcmp(c->string, DEEPSPEED_KEY) == 0)
             continue;
+        if (msg->descriptor == &ztrain__v1__data_spec__descriptor &&
+            strcmp(c->string, "train") == 0 && cJSON_IsArray(c)) {
+            ZT_TRY(mixture_from_json((Ztrain__V1__DataSpec *)msg, o, c, ok));
+            continue;
+        }
         const ProtobufCFieldDescriptor *f =
             protobuf_c_message_descriptor_get_field_by_name(msg->descriptor, c->string);
         if (!f || (top && strcmp(f->name, DEEPSPEED_FIELD) == 0))
@@ -325,11 +368,23 @@ static cJSON *message_to_json(const ProtobufCMessage *msg, const char *skip_fiel
         return NULL;
     for (unsigned i = 0; i < msg->descriptor->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &msg->descriptor->fields[i];
-        if (skip_field && strcmp(f->name, skip_field) == 0)
+        if ((skip_field && strcmp(f->name, skip_field) == 0) ||
+            f->label == PROTOBUF_C_LABEL_REPEATED)
             continue;
         cJSON *v = field_to_json(msg, f);
         if (v)
             cJSON_AddItemToObject(obj, f->name, v);
+    }
+    /* DataSpec.mixture is the job file's "train" list. */
+    if (msg->descriptor == &ztrain__v1__data_spec__descriptor) {
+        const Ztrain__V1__DataSpec *d = (const Ztrain__V1__DataSpec *)msg;
+        cJSON *list = d->n_mixture ? cJSON_CreateArray() : NULL;
+        for (size_t i = 0; list && i < d->n_mixture; i++)
+            cJSON_AddItemToArray(list, message_to_json(&d->mixture[i]->base, NULL));
+        if (list) {
+            cJSON_DeleteItemFromObjectCaseSensitive(obj, "train");
+            cJSON_AddItemToObject(obj, "train", list);
+        }
     }
     return obj;
 }

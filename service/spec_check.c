@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <glob.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,78 @@
 static bool inside(const char *root, const char *path) {
     size_t n = strlen(root);
     return strncmp(root, path, n) == 0 && (path[n] == '/' || path[n] == '\0' || n == 1);
+}
+
+static zt_status resolve_in_root(cJSON *parent, const char *key, const char *field,
+                                 const char *root, bool must_exist);
+
+/* A data path that may be a glob of shards (a pattern in its file name only): its directory is
+ * resolved inside the data root, every match must resolve inside it too, and at least one must
+ * exist. A plain path goes to resolve_in_root. */
+static zt_status resolve_data_path(cJSON *parent, const char *key, const char *field,
+                                   const char *root) {
+    cJSON *item = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (!cJSON_IsString(item) || !item->valuestring[0])
+        return resolve_in_root(parent, key, field, root, true);
+    const char *v = item->valuestring, *slash = strrchr(v, '/');
+    const char *base = slash ? slash + 1 : v;
+    char *joined = NULL;
+    if (asprintf(&joined, "%s%s%s", v[0] == '/' ? "" : root, v[0] == '/' ? "" : "/", v) < 0)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    char resolved[PATH_MAX];
+    const char *glob_char = strpbrk(v, "*?[");
+    if (!glob_char || realpath(joined, resolved)) {
+        free(joined);
+        return resolve_in_root(parent, key, field, root, true);
+    }
+    zt_status s = ZT_OK;
+    if (glob_char < base) {
+        s = zt_error(ZT_ERR_INVALID, "%s: '%s': only the file name may be a pattern", field, v);
+    } else {
+        char *dir = strndup(joined, (size_t)(strrchr(joined, '/') - joined));
+        if (!dir || !realpath(dir, resolved) || !inside(root, resolved))
+            s = zt_error(ZT_ERR_INVALID, "%s: '%s' is not in a directory under the data root %s",
+                         field, v, root);
+        free(dir);
+    }
+    glob_t g;
+    int rc = s == ZT_OK ? glob(joined, 0, NULL, &g) : GLOB_ABORTED;
+    if (s == ZT_OK && rc != 0)
+        s = zt_error(ZT_ERR_INVALID, "%s: no file under the data root matches '%s'", field, v);
+    for (size_t i = 0; rc == 0 && s == ZT_OK && i < g.gl_pathc; i++) {
+        char match[PATH_MAX];
+        if (!realpath(g.gl_pathv[i], match) || !inside(root, match))
+            s = zt_error(ZT_ERR_INVALID, "%s: '%s' matches %s, outside the server's data root %s",
+                         field, v, g.gl_pathv[i], root);
+    }
+    if (rc == 0)
+        globfree(&g);
+    if (s == ZT_OK) {
+        char *pattern = NULL;
+        if (asprintf(&pattern, "%s/%s", resolved, base) < 0)
+            s = zt_error(ZT_ERR_NOMEM, "out of memory");
+        else
+            cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(pattern));
+        free(pattern);
+    }
+    free(joined);
+    return s;
+}
+
+/* data.train as a path or glob, or as a mixture list whose every path is resolved so. */
+static zt_status resolve_train(cJSON *data, const char *root) {
+    cJSON *train = cJSON_GetObjectItemCaseSensitive(data, "train");
+    if (!cJSON_IsArray(train))
+        return resolve_data_path(data, "train", "data.train", root);
+    int i = 0;
+    for (cJSON *e = train->child; e; e = e->next, i++) {
+        char field[64];
+        snprintf(field, sizeof field, "data.train[%d].path", i);
+        if (!cJSON_IsObject(e))
+            return zt_error(ZT_ERR_INVALID, "data.train[%d] must be an object", i);
+        ZT_TRY(resolve_data_path(e, "path", field, root));
+    }
+    return ZT_OK;
 }
 
 /* Resolves `value` against root and checks that it stays inside it, following symlinks. The
@@ -149,9 +222,11 @@ static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json
     cJSON *data = section(top, "data"), *model = section(top, "model");
     cJSON *train = section(top, "train");
     if (s == ZT_OK && data)
-        s = resolve_in_root(data, "train", "data.train", lim->data_root, true);
+        s = resolve_train(data, lim->data_root);
     if (s == ZT_OK && data)
-        s = resolve_in_root(data, "val", "data.val", lim->data_root, true);
+        s = resolve_data_path(data, "val", "data.val", lim->data_root);
+    if (s == ZT_OK && data)
+        s = resolve_in_root(data, "tokenizer", "data.tokenizer", lim->data_root, true);
     if (s == ZT_OK && model)
         s = resolve_in_root(model, "init_from", "model.init_from", lim->data_root, true);
     const cJSON *from = model ? cJSON_GetObjectItemCaseSensitive(model, "init_from") : NULL;

@@ -1,5 +1,6 @@
 /* ztrain: the command-line front end.
  *
+ *   ztrain prepare --tokenizer T --out DIR INPUT...   text/JSONL to token shards (cli_prepare.h)
  *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
  *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
  *   ztrain config-keys                                the DeepSpeed key table, as markdown
@@ -19,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_prepare.h"
+#include "cli_text.h"
 #include "cli_remote.h"
 #include "launcher.h"
 #include "ztrain/admission.h"
@@ -41,7 +44,9 @@ static const char usage[] =
     "      Train the job. Metrics go to DIR/metrics.jsonl (default DIR: runs/<job name>).\n"
     "  sample CKPT_DIR [--tag TAG] [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
     "                  [--temperature F] [--top-k K] [--seed S] [--threads N]\n"
-    "      Generate N tokens (default 200) from a checkpoint (default tag: latest).\n"
+    "                  [--tokenizer TOKENIZER.json]\n"
+    "      Generate N tokens (default 200) from a checkpoint (default tag: latest); with a\n"
+    "      tokenizer (default: the job's data.tokenizer) the prompt and output are text.\n"
     "  export CKPT_DIR --out FILE [--tag TAG]\n"
     "      Write the checkpoint's weights as safetensors with Hugging Face names.\n"
     "  export CKPT_DIR --hf DIR [--max-shard-size SIZE] [--tag TAG]\n"
@@ -52,13 +57,12 @@ static const char usage[] =
     "  config-keys\n"
     "      Every DeepSpeed config key ztrain knows, with its fate, as a markdown table.\n"
     "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
-    "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n"
-    "  --version, --help\n"
-    "\n"
-    "commands for a running ztraind:\n";
+    "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n";
 
 static void print_usage(FILE *f) {
     fputs(usage, f);
+    fputs(zt_cli_prepare_usage, f);
+    fputs("  --version, --help\n\ncommands for a running ztraind:\n", f);
     fputs(zt_cli_remote_usage, f);
 }
 
@@ -371,7 +375,7 @@ static zt_status load_checkpoint_weights(zt_model *m, zt_ckpt_weights *w) {
 }
 
 static int cmd_sample(int argc, char **argv) {
-    const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL;
+    const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_path = NULL;
     long n_tokens = 200, top_k = 40, seed = 1337, threads = 0;
     double temperature = 0.8;
     for (int i = 0; i < argc; i++) {
@@ -383,6 +387,8 @@ static int cmd_sample(int argc, char **argv) {
             prompt = argv[++i];
         else if (strcmp(a, "--prompt-tokens") == 0 && has)
             prompt_tokens = argv[++i];
+        else if (strcmp(a, "--tokenizer") == 0 && has)
+            tok_path = argv[++i];
         else if (strcmp(a, "--tokens") == 0 && has) {
             if (zt_cli_parse_long(a, argv[++i], 1, 1000000, &n_tokens))
                 return 2;
@@ -415,6 +421,15 @@ static int cmd_sample(int argc, char **argv) {
     zt_model *m = NULL;
     int rc = 0;
     int32_t *tokens = NULL;
+    char *ckpt_tok = NULL;
+    zt_tokenizer_t *tok = NULL;
+    zt_cli_text text = {0};
+    if (!tok_path && !prompt_tokens && zt_ckpt_read_tokenizer(dir, tag, &ckpt_tok) == ZT_OK)
+        tok_path = ckpt_tok;
+    if (tok_path && zt_tokenizer_load(tok_path, &tok) != ZT_OK) {
+        rc = zt_cli_fail("sample: ");
+        goto done;
+    }
     zt_backend_options bo = {.threads = (int)threads};
     if (zt_backend_create(&be, ZT_DEVICE_CPU, &bo) != ZT_OK ||
         zt_model_create(&m, &spec, be, ZT_F32, 1, 1) != ZT_OK ||
@@ -424,7 +439,13 @@ static int cmd_sample(int argc, char **argv) {
     }
     int cap = (int)n_tokens + 4096, n_prompt = 0;
     tokens = malloc(sizeof(int32_t) * cap);
-    if (prompt_tokens) {
+    if (tok && !prompt_tokens) {
+        if (zt_cli_text_prompt(&text, tok, prompt ? prompt : "", spec.vocab_size, tokens, 4096,
+                               &n_prompt) != ZT_OK) {
+            rc = zt_cli_fail(NULL);
+            goto done;
+        }
+    } else if (prompt_tokens) {
         if (parse_token_list(prompt_tokens, tokens, 4096, &n_prompt) != 0) {
             rc = bad_usage("sample: --prompt-tokens expects comma-separated integers, got '%s'",
                            prompt_tokens);
@@ -455,16 +476,23 @@ static int cmd_sample(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    if (spec.vocab_size <= 256)
+    if (spec.vocab_size <= 256 && !text.tok)
         for (int i = 0; i < n_prompt; i++)
             putchar(tokens[i]);
     zt_sample_options so = {.temperature = (float)temperature, .top_k = (int)top_k,
                             .seed = (uint64_t)seed};
-    if (zt_sample_generate(m, tokens, n_prompt, n_prompt + (int)n_tokens, &so, print_token,
-                           &spec.vocab_size) != ZT_OK)
+    if (zt_sample_generate(m, tokens, n_prompt, n_prompt + (int)n_tokens, &so,
+                           text.tok ? zt_cli_text_on_token : print_token,
+                           text.tok ? (void *)&text : (void *)&spec.vocab_size) != ZT_OK)
         rc = zt_cli_fail(NULL);
+    if (text.tok)
+        zt_cli_text_finish(&text);
     putchar('\n');
 done:
+    if (text.tok)
+        zt_cli_text_finish(&text);
+    zt_tokenizer_destroy(tok);
+    free(ckpt_tok);
     free(tokens);
     zt_model_destroy(m);
     zt_backend_destroy(be);
@@ -531,6 +559,8 @@ int main(int argc, char **argv) {
         printf("ztrain %s\n", ZTRAIN_VERSION);
         return 0;
     }
+    if (strcmp(argv[1], "prepare") == 0)
+        return zt_cli_prepare(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0)
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "estimate") == 0)

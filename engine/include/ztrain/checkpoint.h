@@ -59,6 +59,10 @@ zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size);
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size);
 
+/* The tokenizer.json the job named (data.tokenizer), as meta.json records it: a heap string the
+ * caller frees, or NULL when the job named none (for `ztrain sample`). */
+zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path);
+
 /* One checkpoint directory under dir, as zt_ckpt_list_dir finds it. */
 typedef struct {
     char *tag;          /* "global_step100" */

@@ -5,6 +5,12 @@
  * read as bytes (vocab 256). A file named *.bin must be a valid token file. A sample is a window of
  * T+1 tokens starting at a multiple of T: inputs are its first T tokens, targets the last T.
  *
+ * A dataset may also be a glob of files (shards, in name order): its samples are those of every
+ * file, never crossing from one file into the next; or a weighted mixture of such sources, from
+ * which each sample is drawn: source i with probability weight_i / sum(weights), chosen by a hash
+ * of (seed, the rank's sample count, rank), and within a source in that source's own
+ * DistributedSampler order (its seed is the loader's plus the source's index).
+ *
  * The loader follows torch's DistributedSampler + DataLoader as DeepSpeed builds them: every epoch
  * the sample indices are shuffled with a generator seeded by seed + epoch (when shuffle), padded by
  * wrapping around to a multiple of the world size, and rank r takes indices r, r+W, r+2W, ...;
@@ -20,28 +26,53 @@
 
 typedef enum { ZT_DATA_TOKENS16 = 0, ZT_DATA_TOKENS32, ZT_DATA_BYTES } zt_data_kind;
 
-typedef struct {
+typedef struct zt_dataset {
     char *path;
     zt_data_kind kind;
     size_t n_tokens;
-    const void *tokens; /* points into the mapping, past any header */
+    const void *tokens; /* points into the mapping, past any header; NULL for a glob or mixture */
     void *map;
     size_t map_size;
+    struct zt_dataset *parts; /* a glob's files or a mixture's sources; NULL for one file */
+    int n_parts;
+    double *weights;          /* a mixture's weights, summing to 1; NULL for a glob */
 } zt_dataset;
 
 /* Maps a data file read-only and validates it: header magic and version, file size equal to
  * header + n_tokens * token size, and every token < vocab_size (the message names the file, the
- * position and the token). Close with zt_dataset_close(). */
+ * position and the token). A path that does not exist and holds * ? or [ is a glob: every match
+ * is opened so, and all must be token files of one token width (uint16 and uint32 shards, or
+ * text among shards, come from different tokenizers and are refused naming two of them); a
+ * pattern that matches nothing is an error naming it. Close with zt_dataset_close(). */
 zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size);
+
+/* Opens the training data a job spec names (data.train): its file or glob, or its mixture.
+ * Everything that opens a job's training data goes through here, so a mixture is never taken
+ * for a missing path. */
+struct zt_data_spec_s;
+zt_status zt_dataset_open_train(zt_dataset *d, const struct zt_data_spec_s *spec, int vocab_size);
+
+/* The most sources a job's mixture may name. */
+#define ZT_MAX_MIX_SOURCES 64
+
+/* Opens a mixture of n sources (each a path or glob as above) with weights > 0 (an error names a
+ * weight <= 0 or not finite). All sources must have the same token width. */
+zt_status zt_dataset_open_mixture(zt_dataset *d, const char *const *paths, const double *weights,
+                                  int n, int vocab_size);
 void zt_dataset_close(zt_dataset *d);
 
-/* Token i (0 <= i < n_tokens). */
+/* Token i (0 <= i < n_tokens; a glob's files and a mixture's sources one after the other). */
 int32_t zt_dataset_token(const zt_dataset *d, size_t i);
+
+/* Fills the 1024-byte llm.c header of a token file of n tokens: magic 20240520 version 1 for
+ * uint16 tokens, magic 20240801 version 7 for uint32 tokens (what zt_dataset_open accepts). */
+#define ZT_DATASET_HEADER_INTS 256
+void zt_dataset_header(int32_t header[ZT_DATASET_HEADER_INTS], bool uint32_tokens, int32_t n);
 
 /* Writes tokens as an llm.c uint16 token file (tokens must be < 65536). For tests and tools. */
 zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size_t n);
 
-typedef struct {
+typedef struct zt_loader {
     const zt_dataset *ds;
     int B, T;
     int rank, world_size;
@@ -51,11 +82,17 @@ typedef struct {
     int64_t per_rank;    /* samples this rank sees per epoch (after padding) */
     int64_t epoch;       /* current epoch, from 0 */
     int64_t pos;         /* next position in this rank's share of the epoch */
-    int64_t *order;      /* sample indices of this rank's share for the current epoch */
+    int64_t *order;      /* sample indices of this rank's share for the current epoch (a
+                            mixture: scratch for its seek, one count per source) */
+    int64_t *part_first; /* a glob: the first sample of each file, n_parts + 1 entries */
+    struct zt_loader *subs; /* a mixture: one loader (B = 1) per source */
+    int64_t drawn;       /* a mixture: samples drawn by this rank since the start */
 } zt_loader;
 
 /* Prepares a loader at epoch 0, position 0. Fails when the dataset has fewer than T+1 tokens, or
  * when drop_last leaves this rank no full batch (the loader would never yield one).
+ * A mixture's batches are always full; its epoch is as many samples as its sources hold
+ * together (per rank), and its (epoch, pos) is the count of samples drawn, which seek replays.
  * Free with zt_loader_free(). */
 zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int rank,
                          int world_size, bool shuffle, bool drop_last, uint64_t seed);

@@ -47,10 +47,24 @@ typedef struct {
     int sliding_window;             /* a query sees at most this many positions; 0: all */
 } zt_model_spec;
 
+/* One source of a training mixture. */
 typedef struct {
-    char *train;       /* llm.c token file (.bin) or any other file read as bytes (vocab 256) */
-    char *val;         /* optional, same formats; NULL when absent */
+    char *path;        /* a token file or a glob of them */
+    double weight;     /* > 0; the mixture draws source i with probability weight_i / sum */
+} zt_data_source;
+
+typedef struct zt_data_spec_s {
+    char *train;       /* llm.c token file (.bin), a glob of them, or any other file read as bytes
+                          (vocab 256); NULL when train_mix is set: open the training data with
+                          zt_dataset_open_train (ztrain/data.h), which takes either */
+    zt_data_source *train_mix; /* data.train given as [{"path", "weight"}, ...]; else NULL */
+    int n_train_mix;
+    char *val;         /* optional, a file or glob as train; NULL when absent */
     bool shuffle;      /* DistributedSampler shuffle, default true */
+    char *tokenizer;   /* optional tokenizer.json: `ztrain sample --prompt` encodes with it */
+    int sample_tokens; /* > 0: at each evaluation rank 0 logs a sample of this many tokens
+                          (needs tokenizer); default 0 */
+    char *sample_prompt; /* the sample's prompt; NULL: start from BOS / end-of-text */
 } zt_data_spec;
 
 typedef struct {

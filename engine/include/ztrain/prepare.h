@@ -1,0 +1,67 @@
+/* Preparing a dataset: text in, llm.c token shards out (what `ztrain prepare` runs).
+ *
+ * Inputs are files, directories (searched recursively, files in name order) and glob patterns.
+ * A file named *.jsonl or *.ndjson holds one JSON object per line whose `field` (default "text")
+ * is a document; blank lines are skipped. Any other file is
+ * text: the whole file is one document, or each line one when text_lines is set.
+ *
+ * Documents are encoded with the tokenizer on n_threads threads. Each document is separated from
+ * the previous one the way its family does it: when the tokenizer's post-processor puts tokens
+ * around a sequence (Llama's BOS), documents are encoded with them; otherwise the separator token
+ * (default: the tokenizer's <|endoftext|>, </s>, <|end_of_text|> or <eos>, whichever it has) goes
+ * before each document, as llm.c's GPT-2 shards have it.
+ *
+ * Each document goes to the validation split with probability val_fraction, decided by a hash of
+ * its index and the seed (the same inputs always give the same split). Each split is cut into
+ * shards of shard_tokens tokens (the last one shorter), named OUT_DIR/NAME_{train,val}_NNNNNN.bin,
+ * uint16 tokens when the vocabulary fits (magic 20240520) and uint32 otherwise (20240801).
+ * Shards are written under temporary names and renamed into place only when every input was read
+ * and encoded: a failure leaves no shard behind. Existing shards of the same name are an error
+ * unless overwrite is set, in which case they are removed just before the new ones are renamed. */
+#ifndef ZTRAIN_PREPARE_H
+#define ZTRAIN_PREPARE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/status.h"
+
+typedef enum { ZT_PREPARE_DTYPE_AUTO = 0, ZT_PREPARE_DTYPE_U16, ZT_PREPARE_DTYPE_U32 } zt_prepare_dtype;
+
+typedef struct {
+    const char *tokenizer;        /* tokenizer.json */
+    const char *const *inputs;    /* files, directories, globs */
+    int n_inputs;
+    const char *out_dir;          /* created when missing */
+    const char *name;             /* shard name prefix, default "data" */
+    const char *field;            /* JSONL field, default "text" */
+    const char *separator;        /* a token's text, or NULL for the family's default */
+    bool text_lines;              /* a text file's lines are its documents */
+    bool skip_bad_lines;          /* count bad JSONL lines instead of failing on the first */
+    bool overwrite;
+    double val_fraction;          /* in [0, 1) */
+    uint64_t seed;
+    int64_t shard_tokens;         /* default 100,000,000; at most INT32_MAX */
+    zt_prepare_dtype dtype;
+    int n_threads;
+    /* Called after each batch of documents (may be NULL). */
+    void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total, uint64_t tokens_done);
+    void *progress_ctx;
+} zt_prepare_options;
+
+typedef struct {
+    uint64_t documents, tokens, bytes;     /* tokens count the separators */
+    uint64_t val_documents, val_tokens;
+    uint64_t bad_lines;                    /* skipped under skip_bad_lines */
+    uint64_t invalid_utf8;                 /* sequences replaced by U+FFFD */
+    int train_shards, val_shards;
+    int32_t vocab_size;
+    bool uint32_tokens;
+} zt_prepare_stats;
+
+/* Runs the preparation. Errors name the file (and line, for JSONL) at fault: "a.jsonl:12: not
+ * JSON", "a.jsonl:13: no string field \"text\"", a vocabulary too large for uint16, no inputs. */
+zt_status zt_prepare_run(const zt_prepare_options *o, zt_prepare_stats *stats);
+
+#endif

@@ -1,0 +1,94 @@
+/* Hugging Face tokenizers in C: reads a tokenizer.json and encodes and decodes exactly as the
+ * `tokenizers` library does, for the BPE families ztrain trains.
+ *
+ * What a tokenizer.json may hold (anything else is ZT_ERR_UNSUPPORTED naming the component, e.g.
+ * "tok.json: normalizer type Lowercase is not supported", never a silently different encoding):
+ *   model           BPE: vocab, merges (either "a b" strings or ["a", "b"] pairs), unk_token,
+ *                   fuse_unk, byte_fallback (<0xNN> tokens), ignore_merges; no dropout, no
+ *                   continuing_subword_prefix / end_of_word_suffix.
+ *   normalizer      null, Prepend, Replace (string pattern), NFC, NFD, NFKC, NFKD (libunistring),
+ *                   Sequence of those.
+ *   pre_tokenizer   null, ByteLevel (GPT-2's regex or none), Split (regex or string; any of the
+ *                   five behaviours; invert), Metaspace (prepend_scheme always/first/never, split),
+ *                   Digits, Sequence of those.
+ *   post_processor  null, ByteLevel (offsets only: no effect on ids), TemplateProcessing (its
+ *                   single-sequence template), Sequence of those.
+ *   decoder         null, ByteLevel, Metaspace, Replace (string pattern), ByteFallback, Fuse,
+ *                   Strip, Sequence of those.
+ *   added_tokens    matched before the model, leftmost-longest, on the raw text (normalized:
+ *                   false) or on the normalized text (normalized: true); no lstrip, rstrip or
+ *                   single_word.
+ *   truncation and padding must be null; ids must be below 2^24.
+ *
+ * Text is UTF-8. Invalid UTF-8 is encoded as Python's bytes.decode("utf-8", "replace") would hand
+ * it to Hugging Face: each maximal invalid subsequence becomes U+FFFD. Regexes run on PCRE2 with
+ * Unicode properties (\p{L}, \p{N}, \s as Unicode White_Space).
+ *
+ * Threads: a zt_tokenizer_t is immutable after loading and may be shared by any number of
+ * threads; each thread encodes through its own zt_tok_worker_t (regex match space and a cache of
+ * pre-token results). zt_tokenizer_encode_batch makes its own workers. */
+#ifndef ZTRAIN_TOKENIZER_H
+#define ZTRAIN_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/status.h"
+
+typedef struct zt_tokenizer zt_tokenizer_t;
+typedef struct zt_tok_worker zt_tok_worker_t;
+
+/* A growable array of token ids; encode calls append to it. Free ids with free(). */
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} zt_tok_ids;
+
+/* Loads a tokenizer.json. *out is the caller's to zt_tokenizer_destroy. Messages name the file
+ * and the component or key at fault. */
+zt_status zt_tokenizer_load(const char *path, zt_tokenizer_t **out);
+void zt_tokenizer_destroy(zt_tokenizer_t *t);
+
+/* One past the largest id of the vocabulary and the added tokens: the smallest vocab_size that
+ * holds every id the tokenizer produces. */
+int32_t zt_tokenizer_vocab_size(const zt_tokenizer_t *t);
+
+/* The id of a token given by its text (vocabulary or added token), or -1. */
+int32_t zt_tokenizer_token_id(const zt_tokenizer_t *t, const char *token);
+
+/* The text of an id (a vocabulary entry in the model's alphabet, e.g. "Ġthe" or "▁the"), or NULL
+ * for an id the tokenizer does not have. Valid while t is. */
+const char *zt_tokenizer_id_token(const zt_tokenizer_t *t, int32_t id);
+
+/* True when the id is an added token marked special. */
+bool zt_tokenizer_is_special(const zt_tokenizer_t *t, int32_t id);
+
+/* The ids the post-processor's single-sequence template puts before and after the text (Llama's
+ * BOS: one id before, none after). The pointers are valid while t is; counts may be 0. */
+void zt_tokenizer_template(const zt_tokenizer_t *t, const int32_t **before, size_t *n_before,
+                           const int32_t **after, size_t *n_after);
+
+zt_status zt_tok_worker_create(const zt_tokenizer_t *t, zt_tok_worker_t **out);
+void zt_tok_worker_destroy(zt_tok_worker_t *w);
+
+/* Appends the ids of text[0..len) to out, as HF's encode(text, add_special_tokens) gives them;
+ * add_special applies the post-processor's template. *invalid_utf8 (may be NULL) is incremented
+ * by the number of invalid UTF-8 sequences replaced by U+FFFD. On failure out keeps what it had. */
+zt_status zt_tok_encode(zt_tok_worker_t *w, const char *text, size_t len, bool add_special,
+                        zt_tok_ids *out, size_t *invalid_utf8);
+
+/* Encodes n documents on n_threads threads (<= 0: one); outs[i] receives document i's ids
+ * (appended). *invalid_utf8 (may be NULL) gets the total count of replaced sequences. */
+zt_status zt_tokenizer_encode_batch(const zt_tokenizer_t *t, const char *const *texts,
+                                    const size_t *lens, size_t n, bool add_special, int n_threads,
+                                    zt_tok_ids *outs, size_t *invalid_utf8);
+
+/* Decodes ids into a NUL-terminated heap string the caller frees (*len, if not NULL, excludes
+ * the NUL), as HF's decode(ids, skip_special_tokens) does: ids the tokenizer does not have (a
+ * model's vocabulary padded past the tokenizer's) are left out, and bytes that do not form UTF-8
+ * become U+FFFD. */
+zt_status zt_tokenizer_decode(const zt_tokenizer_t *t, const int32_t *ids, size_t n,
+                              bool skip_special, char **text, size_t *len);
+
+#endif

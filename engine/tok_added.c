@@ -1,0 +1,155 @@
+/* Added tokens and the post-processor of a tokenizer.json: the tokens matched in the text before
+ * the model sees it (special tokens such as <|endoftext|>), and the template that puts BOS/EOS
+ * around an encoded sequence (TemplateProcessing). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_internal.h"
+
+zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src) {
+    if (!j || cJSON_IsNull(j))
+        return ZT_OK;
+    if (!cJSON_IsArray(j))
+        return zt_error(ZT_ERR_FORMAT, "%s: added_tokens must be an array", src);
+    int n = cJSON_GetArraySize(j);
+    t->added = calloc((size_t)n + 1, sizeof *t->added);
+    if (!t->added)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
+    int i = 0;
+    for (const cJSON *a = j->child; a; a = a->next, i++) {
+        const char *content = tok_json_str(a, "content");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
+        if (!content || !*content || !cJSON_IsNumber(id) || id->valuedouble < 0 ||
+            id->valuedouble >= TOK_MAX_ID || id->valuedouble != (double)(int32_t)id->valuedouble)
+            return zt_error(ZT_ERR_FORMAT,
+                            "%s: added_tokens[%d] needs a non-empty \"content\" and an \"id\" "
+                            "in [0, %d)",
+                            src, i, TOK_MAX_ID);
+        const char *flags[] = {"lstrip", "rstrip", "single_word"};
+        for (int f = 0; f < 3; f++)
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, flags[f])))
+                return zt_error(ZT_ERR_UNSUPPORTED,
+                                "%s: added_tokens[%d] (\"%s\"): %s true is not supported", src, i,
+                                content, flags[f]);
+        tok_added *ad = &t->added[t->n_added];
+        ad->len = strlen(content);
+        ad->s = malloc(ad->len + 1);
+        if (!ad->s)
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
+        memcpy(ad->s, content, ad->len + 1);
+        ad->id = (int32_t)id->valuedouble;
+        ad->special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "special"));
+        ad->normalized = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "normalized"));
+        t->n_added++;
+        ZT_TRY(tok_set_added_text(t, ad->id, ad->s, ad->len));
+        t->id_special[ad->id] = ad->special;
+        if (ad->normalized)
+            t->any_norm_added = true;
+        else
+            t->any_raw_added = true;
+        t->added_first[(unsigned char)ad->s[0]] |= ad->normalized ? 2 : 1;
+    }
+    return ZT_OK;
+}
+
+const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t len,
+                                 bool normalized) {
+    if (!(t->added_first[(unsigned char)s[0]] & (normalized ? 2 : 1)))
+        return NULL;
+    const tok_added *best = NULL;
+    for (size_t i = 0; i < t->n_added; i++) {
+        const tok_added *a = &t->added[i];
+        if (a->normalized == normalized && a->len <= len && (!best || a->len > best->len) &&
+            memcmp(a->s, s, a->len) == 0)
+            best = a;
+    }
+    return best;
+}
+
+/* ---- post-processor ------------------------------------------------------------------------- */
+
+static zt_status template_ids(zt_tokenizer_t *t, const cJSON *special, const char *name,
+                              int32_t **ids, size_t *n, const char *src) {
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(special, name);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(tok, "ids");
+    if (!cJSON_IsArray(list))
+        return zt_error(ZT_ERR_FORMAT,
+                        "%s: post_processor.special_tokens has no ids for \"%s\" of the template",
+                        src, name);
+    for (const cJSON *v = list->child; v; v = v->next) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= t->n_ids)
+            return zt_error(ZT_ERR_FORMAT,
+                            "%s: post_processor.special_tokens[\"%s\"] has an id outside the "
+                            "vocabulary",
+                            src, name);
+        int32_t *p = realloc(*ids, (*n + 1) * sizeof *p);
+        if (!p)
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
+        *ids = p;
+        p[(*n)++] = (int32_t)v->valuedouble;
+    }
+    return ZT_OK;
+}
+
+static zt_status parse_template(zt_tokenizer_t *t, const cJSON *j, const char *src) {
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(j, "single");
+    const cJSON *special = cJSON_GetObjectItemCaseSensitive(j, "special_tokens");
+    if (!cJSON_IsArray(single))
+        return zt_error(ZT_ERR_FORMAT, "%s: post_processor TemplateProcessing needs \"single\"",
+                        src);
+    bool seen_seq = false;
+    for (const cJSON *p = single->child; p; p = p->next) {
+        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(p, "Sequence");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(p, "SpecialToken");
+        if (seq) {
+            const char *id = tok_json_str(seq, "id");
+            if (seen_seq || !id || strcmp(id, "A") != 0)
+                return zt_error(ZT_ERR_UNSUPPORTED,
+                                "%s: post_processor TemplateProcessing: a single template with "
+                                "other than one $A sequence is not supported",
+                                src);
+            seen_seq = true;
+        } else if (sp) {
+            const char *name = tok_json_str(sp, "id");
+            if (!name)
+                return zt_error(ZT_ERR_FORMAT, "%s: post_processor SpecialToken without an id",
+                                src);
+            ZT_TRY(template_ids(t, special, name, seen_seq ? &t->tmpl_after : &t->tmpl_before,
+                                seen_seq ? &t->n_after : &t->n_before, src));
+        } else {
+            return zt_error(ZT_ERR_FORMAT,
+                            "%s: post_processor TemplateProcessing: a piece is neither Sequence "
+                            "nor SpecialToken",
+                            src);
+        }
+    }
+    if (!seen_seq)
+        return zt_error(ZT_ERR_FORMAT, "%s: post_processor TemplateProcessing: single has no $A",
+                        src);
+    return ZT_OK;
+}
+
+zt_status tok_parse_post_processor(zt_tokenizer_t *t, const cJSON *j, const char *src) {
+    if (!j || cJSON_IsNull(j))
+        return ZT_OK;
+    const char *type = tok_json_str(j, "type");
+    if (!type)
+        return zt_error(ZT_ERR_FORMAT, "%s: post_processor has no type", src);
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "processors");
+        if (!cJSON_IsArray(list))
+            return zt_error(ZT_ERR_FORMAT, "%s: post_processor Sequence needs processors", src);
+        for (const cJSON *p = list->child; p; p = p->next)
+            ZT_TRY(tok_parse_post_processor(t, p, src));
+        return ZT_OK;
+    }
+    /* ByteLevel's post-processing trims offsets only; the ids are untouched. */
+    if (strcmp(type, "ByteLevel") == 0)
+        return ZT_OK;
+    if (strcmp(type, "TemplateProcessing") == 0) {
+        if (t->n_before || t->n_after)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: post_processor: two templates", src);
+        return parse_template(t, j, src);
+    }
+    return zt_error(ZT_ERR_UNSUPPORTED, "%s: post_processor type %s is not supported", src, type);
+}

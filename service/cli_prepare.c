@@ -1,0 +1,157 @@
+/* `ztrain prepare`: parses the options into zt_prepare_options, draws a progress bar with MB/s and
+ * tokens/s when stderr is a terminal, and prints the summary (documents, tokens, bytes per token,
+ * shards, skipped lines). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "cli_prepare.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_remote.h"
+#include "ztrain/prepare.h"
+
+const char zt_cli_prepare_usage[] =
+    "  prepare --tokenizer TOKENIZER.json --out DIR INPUT... [--name NAME] [--field F]\n"
+    "          [--lines] [--val-fraction F] [--shard-size TOKENS] [--threads N] [--seed S]\n"
+    "          [--separator TOKEN] [--dtype uint16|uint32] [--skip-bad-lines] [--overwrite]\n"
+    "      Encode text files, JSONL files (*.jsonl: field F, default text), directories and\n"
+    "      globs into llm.c token shards DIR/NAME_{train,val}_NNNNNN.bin.\n";
+
+typedef struct {
+    struct timespec start;
+    double last;
+    bool tty;
+} progress_state;
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t tokens) {
+    progress_state *p = ctx;
+    double el = seconds_since(&p->start);
+    if (!p->tty || (el - p->last < 0.2 && done < total))
+        return;
+    p->last = el;
+    double frac = total ? (double)done / (double)total : 1.0;
+    if (frac > 1)
+        frac = 1;
+    char bar[31];
+    int fill = (int)(frac * 30);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : ' ';
+    bar[30] = '\0';
+    fprintf(stderr, "\r[%s] %5.1f%%  %7.2f MB/s  %9.0f tokens/s", bar, 100 * frac,
+            el > 0 ? (double)done / el / 1e6 : 0.0, el > 0 ? (double)tokens / el : 0.0);
+    fflush(stderr);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "ztrain: prepare: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\nusage: ztrain prepare ...\n%s", zt_cli_prepare_usage);
+    return 2;
+}
+
+int zt_cli_prepare(int argc, char **argv) {
+    zt_prepare_options o = {.n_threads = 1, .seed = 1234};
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    if (!inputs)
+        return 1;
+    int rc = 0;
+    for (int i = 0; i < argc && rc == 0; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        double d;
+        if (strcmp(a, "--lines") == 0) {
+            o.text_lines = true;
+        } else if (strcmp(a, "--skip-bad-lines") == 0) {
+            o.skip_bad_lines = true;
+        } else if (strcmp(a, "--overwrite") == 0) {
+            o.overwrite = true;
+        } else if (strncmp(a, "--", 2) == 0 && !v) {
+            rc = usage_error("unknown option or missing value '%s'", a);
+        } else if (strcmp(a, "--tokenizer") == 0) {
+            o.tokenizer = argv[++i];
+        } else if (strcmp(a, "--out") == 0) {
+            o.out_dir = argv[++i];
+        } else if (strcmp(a, "--name") == 0) {
+            o.name = argv[++i];
+        } else if (strcmp(a, "--field") == 0) {
+            o.field = argv[++i];
+        } else if (strcmp(a, "--separator") == 0) {
+            o.separator = argv[++i];
+        } else if (strcmp(a, "--dtype") == 0) {
+            i++;
+            if (strcmp(v, "uint16") == 0)
+                o.dtype = ZT_PREPARE_DTYPE_U16;
+            else if (strcmp(v, "uint32") == 0)
+                o.dtype = ZT_PREPARE_DTYPE_U32;
+            else
+                rc = usage_error("--dtype is uint16 or uint32, got '%s'", v);
+        } else if (strcmp(a, "--val-fraction") == 0) {
+            if (zt_cli_parse_double(a, argv[++i], 0, 0.999999, &d) != 0)
+                rc = 2;
+            o.val_fraction = d;
+        } else if (strcmp(a, "--shard-size") == 0) {
+            if (zt_cli_parse_long(a, argv[++i], 2, 2147483647L, &n) != 0)
+                rc = 2;
+            o.shard_tokens = n;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (zt_cli_parse_long(a, argv[++i], 1, 64, &n) != 0)
+                rc = 2;
+            o.n_threads = (int)n;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (zt_cli_parse_long(a, argv[++i], 0, 2147483647L, &n) != 0)
+                rc = 2;
+            o.seed = (uint64_t)n;
+        } else if (strncmp(a, "--", 2) == 0) {
+            rc = usage_error("unknown option '%s'", a);
+        } else {
+            inputs[o.n_inputs++] = a;
+        }
+    }
+    if (rc == 0 && (!o.tokenizer || !o.out_dir))
+        rc = usage_error("%s--tokenizer and --out are required", "");
+    if (rc == 0 && o.n_inputs == 0)
+        rc = usage_error("%sno input files", "");
+    if (rc != 0) {
+        free(inputs);
+        return rc;
+    }
+    o.inputs = inputs;
+    progress_state ps = {.tty = isatty(STDERR_FILENO) == 1};
+    clock_gettime(CLOCK_MONOTONIC, &ps.start);
+    o.progress = on_progress;
+    o.progress_ctx = &ps;
+    zt_prepare_stats st;
+    zt_status s = zt_prepare_run(&o, &st);
+    double el = seconds_since(&ps.start);
+    if (ps.tty)
+        fputc('\n', stderr);
+    free(inputs);
+    if (s != ZT_OK)
+        return zt_cli_fail("prepare: ");
+    printf("prepared %llu documents: %llu tokens from %llu bytes (%.2f bytes/token), vocab %d, "
+           "%s tokens\n",
+           (unsigned long long)st.documents, (unsigned long long)st.tokens,
+           (unsigned long long)st.bytes, st.tokens ? (double)st.bytes / (double)st.tokens : 0.0,
+           st.vocab_size, st.uint32_tokens ? "uint32" : "uint16");
+    printf("train: %d shards, %llu tokens; val: %d shards, %llu tokens (%llu documents)\n",
+           st.train_shards, (unsigned long long)(st.tokens - st.val_tokens), st.val_shards,
+           (unsigned long long)st.val_tokens, (unsigned long long)st.val_documents);
+    if (st.bad_lines)
+        printf("skipped %llu bad JSONL lines\n", (unsigned long long)st.bad_lines);
+    if (st.invalid_utf8)
+        printf("replaced %llu invalid UTF-8 sequences with U+FFFD\n",
+               (unsigned long long)st.invalid_utf8);
+    printf("%.2f s, %.2f MB/s, %.0f tokens/s on %d threads\n", el,
+           el > 0 ? (double)st.bytes / el / 1e6 : 0.0, el > 0 ? (double)st.tokens / el : 0.0,
+           o.n_threads);
+    return 0;
+}

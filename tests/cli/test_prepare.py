@@ -1,0 +1,243 @@
+"""`ztrain prepare` against Hugging Face `tokenizers` (the PyPI wheel in .venv/).
+
+Tokenizers trained here with HF (a GPT-2-style byte-level BPE whose documents are separated by
+<|endoftext|> before each one, as llm.c's shards have it; a Llama-style one whose post-processor
+puts BOS before each document) prepare text files, JSONL files, a directory and a glob into
+shards. The shards' tokens, read back from the llm.c format, must equal HF's encoding of every
+document in input order with the separators; shards are exactly --shard-size tokens but the last;
+the validation split takes about --val-fraction of the documents and the two splits partition
+them. Then bad input: a line that is not JSON and one without the field (errors naming file and
+line, or counted under --skip-bad-lines), a vocabulary too large for uint16 (refused; uint32
+shards chosen by default), an unknown tokenizer model, existing shards — none of which may leave
+a shard or a temporary file behind.
+
+Run: ZTRAIN_BUILD=<build dir> python3 tests/cli/test_prepare.py
+"""
+import glob
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "reference"))
+import tokcorpus  # noqa: E402
+
+BUILD = os.environ.get("ZTRAIN_BUILD", "build")
+ZTRAIN = os.path.join(BUILD, "ztrain")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+    return cond
+
+
+def train(bos):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    special = ["<|begin_of_text|>"] if bos else ["<|endoftext|>"]
+    tok.train_from_iterator(tokcorpus.training_texts(600), trainers.BpeTrainer(
+        vocab_size=700, special_tokens=special, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)])
+    return tok
+
+
+def read_shard(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, n = struct.unpack_from("<3i", data)
+    if magic == 20240520 and version == 1:
+        fmt, size = "H", 2
+    elif magic == 20240801 and version == 7:
+        fmt, size = "I", 4
+    else:
+        raise ValueError(f"{path}: bad header {magic} {version}")
+    if len(data) != 1024 + n * size:
+        raise ValueError(f"{path}: size {len(data)} for {n} tokens")
+    return list(struct.unpack_from("<%d%s" % (n, fmt), data, 1024)), size
+
+
+def shards(out, name, split):
+    return sorted(glob.glob(os.path.join(out, f"{name}_{split}_*.bin")))
+
+
+def prepare(*args):
+    return subprocess.run([ZTRAIN, "prepare", *args], capture_output=True, text=True, timeout=120)
+
+
+def split_docs(tokens, sep):
+    docs = []
+    for t in tokens:
+        if t == sep:
+            docs.append([])
+        else:
+            docs[-1].append(t)
+    return docs
+
+
+def main():
+    rng = random.Random(11)
+    with tempfile.TemporaryDirectory() as d:
+        gpt2 = os.path.join(d, "gpt2.json")
+        llama = os.path.join(d, "llama.json")
+        tok_gpt2, tok_llama = train(False), train(True)
+        tok_gpt2.save(gpt2)
+        tok_llama.save(llama)
+
+        # Inputs: a JSONL file (with a blank line and another field), text files in a
+        # directory tree and text files named by a glob (one document per file).
+        docs = [tokcorpus.document(rng) for _ in range(300)]
+        docs = [x for x in docs if "<|" not in x]
+        jsonl = os.path.join(d, "a.jsonl")
+        with open(jsonl, "w") as f:
+            for i, x in enumerate(docs[:200]):
+                f.write(json.dumps({"id": i, "body": x}) + "\n")
+                if i == 50:
+                    f.write("\n")
+        os.makedirs(os.path.join(d, "dir", "sub"))
+        dir_docs = docs[200:230]
+        for i, x in enumerate(dir_docs):
+            sub = "sub" if i % 2 else ""
+            with open(os.path.join(d, "dir", sub, "%03d.txt" % i), "w") as f:
+                f.write(x)
+        glob_docs = docs[230:]
+        for i, x in enumerate(glob_docs):
+            with open(os.path.join(d, "g%03d.md" % i), "w") as f:
+                f.write(x)
+        # A directory's files are taken in name order, whatever their depth.
+        dir_order = sorted(((os.path.join(d, "dir", "sub" if i % 2 else "", "%03d.txt" % i), x)
+                            for i, x in enumerate(dir_docs)), key=lambda p: p[0])
+        expected_docs = docs[:200] + [x for _, x in dir_order] + glob_docs
+        inputs = [jsonl, os.path.join(d, "dir"), os.path.join(d, "g*.md")]
+
+        out = os.path.join(d, "out")
+        r = prepare("--tokenizer", gpt2, "--out", out, "--name", "t", "--field", "body",
+                    "--shard-size", "3000", "--threads", "2", *inputs)
+        check(r.returncode == 0, f"prepare failed: {r.stderr}")
+        print(r.stdout.strip())
+        sep = tok_gpt2.token_to_id("<|endoftext|>")
+        want = []
+        for e in tok_gpt2.encode_batch(expected_docs):
+            want += [sep] + e.ids
+        got, sizes = [], []
+        for p in shards(out, "t", "train"):
+            toks, size = read_shard(p)
+            check(size == 2, f"{p}: uint16 expected for a vocabulary of 700")
+            sizes.append(len(toks))
+            got += toks
+        check(got == want, f"gpt2 shards: {len(got)} tokens, HF {len(want)}; first difference at "
+              f"{next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))}")
+        check(sizes and all(s == 3000 for s in sizes[:-1]) and 0 < sizes[-1] <= 3000,
+              f"shard sizes {sizes}")
+        check(f"prepared {len(expected_docs)} documents: {len(want)} tokens" in r.stdout,
+              f"summary: {r.stdout}")
+        check(not glob.glob(os.path.join(out, "*.tmp")), "temporary files left")
+
+        # A Llama-style tokenizer: BOS from the post-processor separates documents; a
+        # validation split of 25%.
+        r = prepare("--tokenizer", llama, "--out", out, "--name", "l", "--field", "body",
+                    "--val-fraction", "0.25", "--seed", "5", *inputs)
+        check(r.returncode == 0, f"prepare (llama) failed: {r.stderr}")
+        bos = tok_llama.token_to_id("<|begin_of_text|>")
+        want_docs = [e.ids for e in tok_llama.encode_batch(expected_docs)]
+        train_docs = split_docs(sum((read_shard(p)[0] for p in shards(out, "l", "train")), []), bos)
+        val_docs = split_docs(sum((read_shard(p)[0] for p in shards(out, "l", "val")), []), bos)
+        # Each split keeps input order, so walking the expected documents assigns each to one.
+        ti = vi = 0
+        ok = True
+        for w in want_docs:
+            w = w[1:]
+            if ti < len(train_docs) and train_docs[ti] == w:
+                ti += 1
+            elif vi < len(val_docs) and val_docs[vi] == w:
+                vi += 1
+            else:
+                ok = False
+                break
+        check(ok and ti == len(train_docs) and vi == len(val_docs),
+              f"llama: train {len(train_docs)} + val {len(val_docs)} documents are not a "
+              f"partition of HF's {len(want_docs)} in order")
+        n = len(want_docs)
+        # Binomial(n, 0.25): 5 standard deviations either side.
+        sd = (n * 0.25 * 0.75) ** 0.5
+        check(abs(len(val_docs) - 0.25 * n) < 5 * sd, f"val documents {len(val_docs)} of {n}")
+
+        # Bad JSONL lines: an error naming file and line, nothing written; or skipped and counted.
+        bad = os.path.join(d, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write(json.dumps({"text": "fine"}) + "\n")
+            f.write("{not json\n")
+            f.write(json.dumps({"other": "x"}) + "\n")
+            f.write(json.dumps({"text": "also fine"}) + " trailing\n")
+        bout = os.path.join(d, "bout")
+        r = prepare("--tokenizer", gpt2, "--out", bout, bad)
+        check(r.returncode == 1 and f"{bad}:2: not JSON" in r.stderr, f"bad line: {r.stderr}")
+        check(not glob.glob(os.path.join(bout, "*")), f"files left after a failure: "
+              f"{glob.glob(os.path.join(bout, '*'))}")
+        r = prepare("--tokenizer", gpt2, "--out", bout, "--skip-bad-lines", bad)
+        check(r.returncode == 0 and "skipped 3 bad JSONL lines" in r.stdout,
+              f"--skip-bad-lines: {r.returncode} {r.stdout} {r.stderr}")
+        toks = read_shard(shards(bout, "data", "train")[0])[0]
+        check(toks == [sep] + tok_gpt2.encode("fine").ids, f"skip-bad-lines tokens {toks}")
+        r = prepare("--tokenizer", gpt2, "--out", bout, bad, "--skip-bad-lines")
+        check(r.returncode == 1 and "already exists" in r.stderr and "--overwrite" in r.stderr,
+              f"existing shards: {r.stderr}")
+        with open(bad, "w") as f:
+            f.write(json.dumps({"text": 5}) + "\n")
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "b2"), bad)
+        check(r.returncode == 1 and f'{bad}:1: no string field "text"' in r.stderr,
+              f"missing field: {r.stderr}")
+
+        # A vocabulary past uint16: uint32 shards by default, a refusal when uint16 is asked for.
+        j = json.loads(tok_gpt2.to_str())
+        j["added_tokens"].append({"id": 70000, "content": "<|big|>", "single_word": False,
+                                  "lstrip": False, "rstrip": False, "normalized": False,
+                                  "special": True})
+        big = os.path.join(d, "big.json")
+        with open(big, "w") as f:
+            json.dump(j, f)
+        r = prepare("--tokenizer", big, "--out", os.path.join(d, "o16"), "--dtype", "uint16", jsonl,
+                    "--field", "body")
+        check(r.returncode == 1 and "does not fit uint16" in r.stderr, f"uint16: {r.stderr}")
+        o32 = os.path.join(d, "o32")
+        r = prepare("--tokenizer", big, "--out", o32, jsonl, "--field", "body")
+        check(r.returncode == 0, f"uint32: {r.stderr}")
+        toks, size = read_shard(shards(o32, "data", "train")[0])
+        want32 = []
+        for e in tok_gpt2.encode_batch(docs[:200]):
+            want32 += [sep] + e.ids
+        check(size == 4 and toks == want32, "uint32 shard tokens differ from HF")
+
+        j["model"]["type"] = "Unigram"
+        with open(big, "w") as f:
+            json.dump(j, f)
+        r = prepare("--tokenizer", big, "--out", os.path.join(d, "o3"), jsonl)
+        check(r.returncode == 1 and "model type Unigram is not supported" in r.stderr,
+              f"unknown model: {r.stderr}")
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "o4"), os.path.join(d, "nope*.txt"))
+        check(r.returncode == 1 and "no file matches" in r.stderr, f"empty glob: {r.stderr}")
+    if failures:
+        print(f"{len(failures)} failures", file=sys.stderr)
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
