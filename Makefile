@@ -44,7 +44,8 @@ test-sanitize: deps
 FUZZ_SECONDS ?= 60
 test-fuzz:
 	./scripts/install-deps.sh build fuzz
-	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_FUZZ=ON
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_FUZZ=ON
 	cmake --build build-fuzz -j $(JOBS) --target fuzz
 	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh build-fuzz
 

@@ -35,7 +35,16 @@ static zt_status set_id_text(zt_tokenizer_t *t, int32_t id, const char *s, size_
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory for the vocabulary", t->path);
     memcpy(copy, s, len);
     copy[len] = '\0';
-    free(t->id_text[id]);
+    if (t->id_text[id]) {
+        /* The vocabulary map keys on the text an added token now replaces: keep it alive. */
+        char **r = realloc(t->retired, (t->n_retired + 1) * sizeof *r);
+        if (!r) {
+            free(copy);
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory for the vocabulary", t->path);
+        }
+        t->retired = r;
+        t->retired[t->n_retired++] = t->id_text[id];
+    }
     t->id_text[id] = copy;
     t->id_len[id] = (uint32_t)len;
     return ZT_OK;
@@ -156,6 +165,10 @@ zt_status tok_parse_bpe(zt_tokenizer_t *t, const cJSON *model, const char *src) 
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory for %d tokens", src, n);
     for (const cJSON *v = vocab->child; v; v = v->next) {
         int32_t id = (int32_t)v->valuedouble;
+        /* Two tokens of one id would decode ambiguously (and the map keeps the first's text). */
+        if (t->id_text[id])
+            return zt_error(ZT_ERR_FORMAT, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"",
+                            src, id, t->id_text[id], v->string);
         ZT_TRY(set_id_text(t, id, v->string, strlen(v->string)));
         tok_strmap_put(&t->vocab, t->id_text[id], t->id_len[id], id);
     }

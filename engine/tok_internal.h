@@ -175,7 +175,10 @@ struct zt_tokenizer {
     char **id_text;
     uint32_t *id_len;
     bool *id_special;
-    tok_strmap vocab;          /* the model's vocabulary */
+    tok_strmap vocab;          /* the model's vocabulary; its keys are id_text strings */
+    /* Texts an added token replaced in id_text: the vocabulary map still points at them. */
+    char **retired;
+    size_t n_retired;
     tok_pairmap merges;
     int32_t unk_id;            /* -1: none */
     bool fuse_unk, byte_fallback, ignore_merges;

@@ -64,6 +64,9 @@ void zt_tokenizer_destroy(zt_tokenizer_t *t) {
     for (int32_t i = 0; t->id_text && i < t->n_ids; i++)
         free(t->id_text[i]);
     free(t->id_text);
+    for (size_t i = 0; i < t->n_retired; i++)
+        free(t->retired[i]);
+    free(t->retired);
     free(t->id_len);
     free(t->id_special);
     tok_strmap_free(&t->vocab);
