@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_init.h"
 #include "size_math.h"
 #include "ztrain/model.h"
 
@@ -107,23 +108,6 @@ static void add_tensor(zt_model *m, const char *name, size_t *offset, int ndim, 
     *offset += t->numel;
 }
 
-/* A standard normal from two uniform draws (Box–Muller) of a splitmix64 stream. */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * 0x1.0p-53; }
-
-static void fill_normal(float *x, size_t n, double std, uint64_t *s) {
-    for (size_t i = 0; i < n; i++) {
-        double u1 = uniform01(s), u2 = uniform01(s);
-        x[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-    }
-}
-
 /* What a tensor starts as: GPT-2's normal(0, 0.02), the residual projections' 0.02/sqrt(2L),
  * ones for norm weights, zeros for biases. */
 static double init_std(const gpt2 *g, const char *name) {
@@ -151,7 +135,7 @@ static zt_status gpt2_init_weights(zt_model *m, uint64_t seed) {
         for (size_t at = 0; std != 0.0 && at < t->numel; at += PIECE) {
             size_t n = t->numel - at < PIECE ? t->numel - at : PIECE;
             if (std > 0.0)
-                fill_normal(host, n, std, &s);
+                zt_init_fill_normal(host, n, std, &s);
             else
                 for (size_t j = 0; j < n; j++)
                     host[j] = 1.0f;
