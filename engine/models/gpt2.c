@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model_init.h"
+#include "carve.h"
 #include "size_math.h"
 #include "ztrain/model.h"
 
@@ -293,44 +294,29 @@ static const zt_model_ops gpt2_ops = {
     .destroy = gpt2_destroy,
 };
 
-/* Activation buffers are carved one after another out of one allocation, each rounded up to 64
- * bytes; without a base the carver only counts, in 64 bits, noting any overflow. */
-typedef struct {
-    unsigned char *base;
-    uint64_t off;
-    bool overflow;
-} carver;
-
-static void *take(carver *c, uint64_t n, uint64_t elem) {
-    void *p = c->base ? c->base + c->off : NULL;
-    uint64_t bytes = zt_u64_round_up(zt_u64_mul(n, elem, &c->overflow), 64, &c->overflow);
-    c->off = zt_u64_add(c->off, bytes, &c->overflow);
-    return p;
-}
-
 /* The dimensions activations are carved for: B sequences of T tokens, activation elements of es
  * bytes, statistics of 4. */
 typedef struct {
     uint64_t B, T, C, NH, V, L, es;
 } act_dims;
 
-static void carve_layer(carver *c, const act_dims *d, layer_acts *a) {
+static void carve_layer(zt_carver *c, const act_dims *d, layer_acts *a) {
     const uint64_t BT = d->B * d->T, C = d->C, es = d->es, F32 = sizeof(float);
     bool *ov = &c->overflow;
     const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
-    a->ln1 = take(c, zt_u64_mul(BT, C, ov), es);
-    a->ln1_mean = take(c, BT, F32);
-    a->ln1_rstd = take(c, BT, F32);
-    a->qkv = take(c, zt_u64_mul(BT, 3 * C, ov), es);
-    a->atty = take(c, zt_u64_mul(BT, C, ov), es);
-    a->att = take(c, att, F32);
-    a->res2 = take(c, zt_u64_mul(BT, C, ov), es);
-    a->ln2 = take(c, zt_u64_mul(BT, C, ov), es);
-    a->ln2_mean = take(c, BT, F32);
-    a->ln2_rstd = take(c, BT, F32);
-    a->fch = take(c, zt_u64_mul(BT, 4 * C, ov), es);
-    a->fch_gelu = take(c, zt_u64_mul(BT, 4 * C, ov), es);
-    a->res3 = take(c, zt_u64_mul(BT, C, ov), es);
+    a->ln1 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
+    a->ln1_mean = zt_carve(c, BT, F32);
+    a->ln1_rstd = zt_carve(c, BT, F32);
+    a->qkv = zt_carve(c, zt_u64_mul(BT, 3 * C, ov), es);
+    a->atty = zt_carve(c, zt_u64_mul(BT, C, ov), es);
+    a->att = zt_carve(c, att, F32);
+    a->res2 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
+    a->ln2 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
+    a->ln2_mean = zt_carve(c, BT, F32);
+    a->ln2_rstd = zt_carve(c, BT, F32);
+    a->fch = zt_carve(c, zt_u64_mul(BT, 4 * C, ov), es);
+    a->fch_gelu = zt_carve(c, zt_u64_mul(BT, 4 * C, ov), es);
+    a->res3 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
 }
 
 /* Carves g's buffers out of base (its layer_acts included), or with base NULL and g NULL counts
@@ -338,15 +324,15 @@ static void carve_layer(carver *c, const act_dims *d, layer_acts *a) {
  * the allocation. A count walks one layer and multiplies, so a spec of a billion layers is sized
  * at once. Returns the bytes, or UINT64_MAX with *overflow set. */
 static uint64_t carve_activations(const act_dims *d, gpt2 *g, unsigned char *base, bool *overflow) {
-    carver c = {.base = base};
+    zt_carver c = {.base = base};
     bool *ov = &c.overflow;
     /* B·T fits an int (gpt2_estimate checks), so BT times a 64-bit C is the first product that
-     * can overflow, and take() checks it. */
+     * can overflow, and zt_carve() checks it. */
     const uint64_t BT = d->B * d->T, C = d->C, NH = d->NH, es = d->es, F32 = sizeof(float);
     const uint64_t BTC = zt_u64_mul(BT, C, ov);
     const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
     layer_acts scratch;
-    void *encoded = take(&c, BTC, es);
+    void *encoded = zt_carve(&c, BTC, es);
     if (base) {
         for (uint64_t l = 0; l < d->L; l++) {
             carve_layer(&c, d, &g->la[l]);
@@ -362,17 +348,17 @@ static uint64_t carve_activations(const act_dims *d, gpt2 *g, unsigned char *bas
     /* A count writes the final buffers' (NULL) pointers into a throwaway. */
     gpt2 none;
     gpt2 *o = base ? g : &none;
-    o->lnf = take(&c, BTC, es);
-    o->lnf_mean = take(&c, BT, F32);
-    o->lnf_rstd = take(&c, BT, F32);
-    o->logits = take(&c, zt_u64_mul(BT, d->V, ov), es);
-    o->losses = take(&c, BT, F32);
-    o->dres = take(&c, BTC, es);
-    o->dln = take(&c, BTC, es);
-    o->datty = take(&c, BTC, es);
-    o->dqkv = take(&c, zt_u64_mul(BT, 3 * C, ov), es);
-    o->dfch = take(&c, zt_u64_mul(BT, 4 * C, ov), es);
-    o->datt = take(&c, att, F32);
+    o->lnf = zt_carve(&c, BTC, es);
+    o->lnf_mean = zt_carve(&c, BT, F32);
+    o->lnf_rstd = zt_carve(&c, BT, F32);
+    o->logits = zt_carve(&c, zt_u64_mul(BT, d->V, ov), es);
+    o->losses = zt_carve(&c, BT, F32);
+    o->dres = zt_carve(&c, BTC, es);
+    o->dln = zt_carve(&c, BTC, es);
+    o->datty = zt_carve(&c, BTC, es);
+    o->dqkv = zt_carve(&c, zt_u64_mul(BT, 3 * C, ov), es);
+    o->dfch = zt_carve(&c, zt_u64_mul(BT, 4 * C, ov), es);
+    o->datt = zt_carve(&c, att, F32);
     *overflow |= c.overflow;
     return c.off;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "llama.h"
+#include "carve.h"
 #include "size_math.h"
 
 llama_dims zt_llama_dims(const zt_model_spec *s) {
@@ -61,43 +62,28 @@ uint64_t zt_llama_layer_numel(const llama_dims *d, int i) {
     return (uint64_t)shape[0] * (ndim == 2 ? (uint64_t)shape[1] : 1);
 }
 
-/* Activation buffers are carved one after another, each rounded up to 64 bytes; without a base
- * the carver only counts, in 64 bits, noting any overflow. */
-typedef struct {
-    unsigned char *base;
-    uint64_t off;
-    bool overflow;
-} carver;
-
-static void *take(carver *c, uint64_t n, uint64_t elem) {
-    void *p = c->base ? c->base + c->off : NULL;
-    uint64_t bytes = zt_u64_round_up(zt_u64_mul(n, elem, &c->overflow), 64, &c->overflow);
-    c->off = zt_u64_add(c->off, bytes, &c->overflow);
-    return p;
-}
-
-static void carve_layer(carver *c, const llama_dims *d, uint64_t BT, uint64_t att, uint64_t es,
+static void carve_layer(zt_carver *c, const llama_dims *d, uint64_t BT, uint64_t att, uint64_t es,
                         llama_layer_acts *a) {
     bool *ov = &c->overflow;
     const uint64_t F32 = sizeof(float), BTC = zt_u64_mul(BT, d->C, ov),
                    BTI = zt_u64_mul(BT, d->I, ov);
-    a->ln1 = take(c, BTC, es);
-    a->ln1_rstd = take(c, BT, F32);
-    a->qkv = take(c, zt_u64_mul(BT, d->QKV, ov), es);
-    a->atty = take(c, zt_u64_mul(BT, d->Q, ov), es);
-    a->att = take(c, att, F32);
-    a->res2 = take(c, BTC, es);
-    a->ln2 = take(c, BTC, es);
-    a->ln2_rstd = take(c, BT, F32);
-    a->gate = take(c, BTI, es);
-    a->up = take(c, BTI, es);
-    a->hmul = take(c, BTI, es);
-    a->res3 = take(c, BTC, es);
+    a->ln1 = zt_carve(c, BTC, es);
+    a->ln1_rstd = zt_carve(c, BT, F32);
+    a->qkv = zt_carve(c, zt_u64_mul(BT, d->QKV, ov), es);
+    a->atty = zt_carve(c, zt_u64_mul(BT, d->Q, ov), es);
+    a->att = zt_carve(c, att, F32);
+    a->res2 = zt_carve(c, BTC, es);
+    a->ln2 = zt_carve(c, BTC, es);
+    a->ln2_rstd = zt_carve(c, BT, F32);
+    a->gate = zt_carve(c, BTI, es);
+    a->up = zt_carve(c, BTI, es);
+    a->hmul = zt_carve(c, BTI, es);
+    a->res3 = zt_carve(c, BTC, es);
 }
 
 uint64_t zt_llama_carve(const llama_dims *d, uint64_t batch, uint64_t es, unsigned char *base,
                         llama_layer_acts *la, llama_outer_acts *o, bool *overflow) {
-    carver c = {.base = base};
+    zt_carver c = {.base = base};
     bool *ov = &c.overflow;
     const uint64_t F32 = sizeof(float);
     const uint64_t BT = zt_u64_mul(batch, d->T, ov), BTC = zt_u64_mul(BT, d->C, ov),
@@ -107,9 +93,9 @@ uint64_t zt_llama_carve(const llama_dims *d, uint64_t batch, uint64_t es, unsign
     llama_outer_acts none;
     if (!base)
         o = &none;
-    o->encoded = take(&c, BTC, es);
-    o->rope_cos = take(&c, rope, F32);
-    o->rope_sin = take(&c, rope, F32);
+    o->encoded = zt_carve(&c, BTC, es);
+    o->rope_cos = zt_carve(&c, rope, F32);
+    o->rope_sin = zt_carve(&c, rope, F32);
     if (base) {
         for (uint64_t l = 0; l < d->L; l++)
             carve_layer(&c, d, BT, att, es, &la[l]);
@@ -119,17 +105,17 @@ uint64_t zt_llama_carve(const llama_dims *d, uint64_t batch, uint64_t es, unsign
         carve_layer(&c, d, BT, att, es, &scratch);
         c.off = zt_u64_add(before, zt_u64_mul(c.off - before, d->L, ov), ov);
     }
-    o->lnf = take(&c, BTC, es);
-    o->lnf_rstd = take(&c, BT, F32);
-    o->logits = take(&c, zt_u64_mul(BT, d->V, ov), es);
-    o->losses = take(&c, BT, F32);
-    o->dres = take(&c, BTC, es);
-    o->dln = take(&c, BTC, es);
-    o->datty = take(&c, zt_u64_mul(BT, d->Q, ov), es);
-    o->dqkv = take(&c, zt_u64_mul(BT, d->QKV, ov), es);
-    o->dh = take(&c, BTI, es);
-    o->dup = take(&c, BTI, es);
-    o->datt = take(&c, att, F32);
+    o->lnf = zt_carve(&c, BTC, es);
+    o->lnf_rstd = zt_carve(&c, BT, F32);
+    o->logits = zt_carve(&c, zt_u64_mul(BT, d->V, ov), es);
+    o->losses = zt_carve(&c, BT, F32);
+    o->dres = zt_carve(&c, BTC, es);
+    o->dln = zt_carve(&c, BTC, es);
+    o->datty = zt_carve(&c, zt_u64_mul(BT, d->Q, ov), es);
+    o->dqkv = zt_carve(&c, zt_u64_mul(BT, d->QKV, ov), es);
+    o->dh = zt_carve(&c, BTI, es);
+    o->dup = zt_carve(&c, BTI, es);
+    o->datt = zt_carve(&c, att, F32);
     *overflow |= c.overflow;
     return c.off;
 }
