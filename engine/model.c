@@ -47,6 +47,27 @@ void zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n) {
                     ZT_STREAM_COMPUTE);
 }
 
+zt_status zt_model_check_create(const zt_model_spec *spec, zt_backend *be, zt_dtype act,
+                                int max_batch, zt_model_estimate *out) {
+    if (max_batch < 1)
+        return zt_error(ZT_ERR_INVALID, "%s: batch size %d must be positive", spec->type,
+                        max_batch);
+    zt_model_estimate_args args = {max_batch, zt_backend_act_size(be, act), 0};
+    ZT_TRY(zt_model_estimate_spec(spec, &args, "model", out));
+    if (out->activation_bytes > SIZE_MAX)
+        return zt_error(ZT_ERR_NOMEM, "%s: %llu bytes of activations do not fit this machine's "
+                        "address space", spec->type, (unsigned long long)out->activation_bytes);
+    return ZT_OK;
+}
+
+void zt_model_copy_logits(const zt_model *m, const float *logits, size_t row, size_t rows,
+                          float *dst) {
+    ZT_ASSERT(zt_backend_act_size(m->ctx.be, m->ctx.act) == sizeof(float));
+    size_t V = (size_t)m->spec.vocab_size;
+    zt_backend_copy(m->ctx.be, dst, logits + row * V, rows * V * sizeof(float), ZT_COPY_D2H,
+                    ZT_STREAM_COMPUTE);
+}
+
 void zt_model_destroy(zt_model *m) {
     if (m)
         m->ops->destroy(m);

@@ -259,11 +259,7 @@ static void gpt2_backward(zt_model *m) {
 
 /* Sampling reads logits as fp32: it runs with fp32 activations. */
 static void gpt2_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
-    const gpt2 *g = (const gpt2 *)m;
-    ZT_ASSERT(g->act_size == sizeof(float));
-    const float *logits = g->logits;
-    zt_backend_copy(m->ctx.be, dst, logits + row * (size_t)g->V, rows * g->V * sizeof(float),
-                    ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    zt_model_copy_logits(m, ((const gpt2 *)m)->logits, row, rows, dst);
 }
 
 /* DeepSpeedExamples' count without activation checkpointing (coefficient 3): per token,
@@ -371,17 +367,11 @@ static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size
 
 static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                              zt_dtype act, int max_batch, size_t pad_to) {
-    if (max_batch < 1)
-        return zt_error(ZT_ERR_INVALID, "gpt2: batch size %d must be positive", max_batch);
     /* The estimate is the check that every size below fits: nothing is computed in a type it
      * could overflow once it has passed. */
-    const size_t act_size = zt_backend_act_size(be, act);
     zt_model_estimate est;
-    ZT_TRY(zt_model_estimate_spec(spec, &(zt_model_estimate_args){max_batch, act_size, 0},
-                                  "model", &est));
-    if (est.activation_bytes > SIZE_MAX)
-        return zt_error(ZT_ERR_NOMEM, "gpt2: %llu bytes of activations do not fit this machine's "
-                        "address space", (unsigned long long)est.activation_bytes);
+    ZT_TRY(zt_model_check_create(spec, be, act, max_batch, &est));
+    const size_t act_size = zt_backend_act_size(be, act);
     gpt2 *g = calloc(1, sizeof *g);
     if (!g)
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");

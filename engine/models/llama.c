@@ -219,11 +219,7 @@ static void llama_backward(zt_model *m) {
 
 /* Sampling reads logits as fp32: it runs with fp32 activations. */
 static void llama_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
-    const llama *g = (const llama *)m;
-    ZT_ASSERT(g->act_size == sizeof(float));
-    const float *logits = g->o.logits;
-    zt_backend_copy(m->ctx.be, dst, logits + row * (size_t)g->V, rows * g->V * sizeof(float),
-                    ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    zt_model_copy_logits(m, ((const llama *)m)->o.logits, row, rows, dst);
 }
 
 /* As GPT-2's count (DeepSpeedExamples' without activation checkpointing): 2·3 FLOPs per
@@ -365,19 +361,12 @@ static zt_status write_rope_tables(llama *g) {
 
 zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                           zt_dtype act, int max_batch, size_t pad_to) {
-    if (max_batch < 1)
-        return zt_error(ZT_ERR_INVALID, "%s: batch size %d must be positive", spec->type,
-                        max_batch);
     ZT_TRY(check_ops(be, spec->type));
     /* The estimate is the check that every size below fits: nothing is computed in a type it
      * could overflow once it has passed. */
-    const size_t act_size = zt_backend_act_size(be, act);
     zt_model_estimate est;
-    ZT_TRY(zt_model_estimate_spec(spec, &(zt_model_estimate_args){max_batch, act_size, 0},
-                                  "model", &est));
-    if (est.activation_bytes > SIZE_MAX)
-        return zt_error(ZT_ERR_NOMEM, "%s: %llu bytes of activations do not fit this machine's "
-                        "address space", spec->type, (unsigned long long)est.activation_bytes);
+    ZT_TRY(zt_model_check_create(spec, be, act, max_batch, &est));
+    const size_t act_size = zt_backend_act_size(be, act);
     const llama_dims d = zt_llama_dims(spec);
     llama *g = calloc(1, sizeof *g);
     if (!g)

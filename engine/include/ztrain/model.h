@@ -290,6 +290,17 @@ void zt_model_free_flat(zt_model *m);
 /* For architectures: copies n host floats into the parameters at element offset `at`. */
 void zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n);
 
+/* For architectures, first in their create: a positive max_batch, and the family's estimate of
+ * the spec (out) as the proof that every size the creation computes fits, the activations
+ * included in this machine's address space. Messages start with spec->type. */
+zt_status zt_model_check_create(const zt_model_spec *spec, zt_backend *be, zt_dtype act,
+                                int max_batch, zt_model_estimate *out);
+
+/* For architectures' logits op: copies rows [row, row + rows) of logits[·, vocab] (device
+ * memory, fp32: sampling runs with fp32 activations) into host dst. */
+void zt_model_copy_logits(const zt_model *m, const float *logits, size_t row, size_t rows,
+                          float *dst);
+
 /* The string metadata zt_model_save_safetensors writes for a spec ("format", "model_type", the
  * architecture fields), for writers that stream a model's tensors from elsewhere (a ZeRO-3
  * checkpoint's shards): keys[i] -> values[i] for i < the count returned; values point into out. */
