@@ -360,6 +360,26 @@ static zt_status read_ds(zt_job_spec *job, const cJSON *ds, const char *source) 
 }
 
 /* The DeepSpeed config: an inline object, or a path to a ds_config.json beside the job file. */
+
+/* Resolves a relative path held in a fixed-size config buffer against the job's directory, in
+ * place; absolute paths stay as they are, and so does "" when it means unset
+ * (empty_is_unset) rather than the directory itself. */
+static zt_status resolve_in_place(const char *base_dir, char *buf, size_t size, bool empty_is_unset,
+                                  const char *what, const char *src) {
+    if ((empty_is_unset && !buf[0]) || buf[0] == '/')
+        return ZT_OK;
+    char *path = resolve_path(base_dir, buf);
+    if (!path)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory resolving %s", src, what);
+    size_t len = strlen(path);
+    if (len < size)
+        memcpy(buf, path, len + 1);
+    free(path);
+    if (len >= size)
+        return zt_error(ZT_ERR_INVALID, "%s: deepspeed: %s is longer than %zu bytes once resolved "
+                        "against the job's directory", src, what, size - 1);
+    return ZT_OK;
+}
 static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const char *base_dir) {
     const char *src = top->source;
     ZT_TRY(zt_json_require(top, "deepspeed"));
@@ -397,43 +417,18 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
     if (!job->ds_json)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory printing the DeepSpeed config", src);
     /* A relative nvme_path is relative to the job file, as the job's other paths are. */
-    zt_offload_config *sections[] = {&job->ds.zero.offload_optimizer, &job->ds.zero.offload_param};
-    for (int i = 0; i < 2; i++) {
-        char *nvme = sections[i]->nvme_path;
-        if (!nvme[0] || nvme[0] == '/')
-            continue;
-        char *path = resolve_path(base_dir, nvme);
-        if (!path)
-            return ZT_ERR_NOMEM;
-        size_t len = strlen(path);
-        if (len < sizeof sections[i]->nvme_path)
-            memcpy(nvme, path, len + 1);
-        free(path);
-        if (len >= sizeof sections[i]->nvme_path)
-            return zt_error(ZT_ERR_INVALID, "%s: deepspeed: zero_optimization.%s.nvme_path is longer "
-                            "than %zu bytes once resolved against the job's directory", src,
-                            i ? "offload_param" : "offload_optimizer",
-                            sizeof sections[i]->nvme_path - 1);
-    }
+    ZT_TRY(resolve_in_place(base_dir, job->ds.zero.offload_optimizer.nvme_path,
+                            sizeof job->ds.zero.offload_optimizer.nvme_path, true,
+                            "zero_optimization.offload_optimizer.nvme_path", src));
+    ZT_TRY(resolve_in_place(base_dir, job->ds.zero.offload_param.nvme_path,
+                            sizeof job->ds.zero.offload_param.nvme_path, true,
+                            "zero_optimization.offload_param.nvme_path", src));
     /* DeepSpeed's monitors write under the launch directory; a job's is its file's directory. */
-    zt_monitor_output *monitors[] = {&job->ds.monitor.tensorboard, &job->ds.monitor.csv};
-    static const char *const monitor_keys[] = {"tensorboard", "csv_monitor"};
-    for (int i = 0; i < 2; i++) {
-        char *dir = monitors[i]->dir;
-        if (dir[0] == '/')
-            continue;
-        char *path = resolve_path(base_dir, dir);
-        if (!path)
-            return ZT_ERR_NOMEM;
-        size_t len = strlen(path);
-        if (len < sizeof monitors[i]->dir)
-            memcpy(dir, path, len + 1);
-        free(path);
-        if (len >= sizeof monitors[i]->dir)
-            return zt_error(ZT_ERR_INVALID, "%s: deepspeed: %s output_path/job_name is longer than "
-                            "%zu bytes once resolved against the job's directory", src,
-                            monitor_keys[i], sizeof monitors[i]->dir - 1);
-    }
+    ZT_TRY(resolve_in_place(base_dir, job->ds.monitor.tensorboard.dir,
+                            sizeof job->ds.monitor.tensorboard.dir, false,
+                            "tensorboard output_path/job_name", src));
+    ZT_TRY(resolve_in_place(base_dir, job->ds.monitor.csv.dir, sizeof job->ds.monitor.csv.dir,
+                            false, "csv_monitor output_path/job_name", src));
     return ZT_OK;
 }
 
