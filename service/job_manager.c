@@ -337,6 +337,11 @@ static zt_status answer_known_key(zt_jobs *jm, const char *spec_json, const char
     if (s != ZT_OK)
         return s;
     zt_job_spec_free(&spec);
+    s = zt_jm_fork_resume(&text);
+    if (s != ZT_OK) {
+        free(text);
+        return s;
+    }
     bool same = same_spec(text, known_spec);
     free(text);
     if (!same)
@@ -387,6 +392,16 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
     zt_status s = check_spec(jm, spec_json, id, &text, &spec);
     if (s != ZT_OK)
         return s;
+    if (spec.fork_job) {
+        s = zt_jm_prepare_fork(jm, &spec);
+        if (s == ZT_OK)
+            s = zt_jm_fork_resume(&text);
+        if (s != ZT_OK) {
+            free(text);
+            zt_job_spec_free(&spec);
+            return s;
+        }
+    }
     zt_job_info ji = {.name = spec.name, .state = ZT_JOB_QUEUED, .reason = "",
                       .spec_json = text, .idempotency_key = (char *)key,
                       .world_size = spec.world_size, .created_ms = zt_jm_now_ms(),

@@ -7,7 +7,7 @@
  * called with it held and never takes it, but for job_metrics.c's (which say so). A job's
  * spec, name, idempotency key and paths never change once it is in the table, and jobs leave
  * the table only with the manager: they may be read without the lock through a job pointer
- * found under it. */
+ * found under it. zt_jm_prepare_fork (job_fork.c) is the other exception: it takes the lock. */
 #ifndef ZTRAIN_JOB_MANAGER_INTERNAL_H
 #define ZTRAIN_JOB_MANAGER_INTERNAL_H
 
@@ -24,6 +24,7 @@
 #include "job_manager.h"
 #include "job_store.h"
 #include "supervisor.h"
+#include "ztrain/job_spec.h"
 
 #define LOG_RING 2000            /* log lines per job in memory */
 #define LOG_KEEP 10000           /* log lines per job in the store: the most a tail serves */
@@ -157,6 +158,18 @@ bool zt_jm_restart_orphan(zt_jobs *jm, job *j);
 /* Whether the previous daemon's ranks of the job are gone (they get SIGTERM when it dies and
  * stop with a checkpoint); those still there after the default grace period are killed. */
 bool zt_jm_orphans_gone(zt_jobs *jm, job *j);
+
+/* job_fork.c: forks (fork_from). */
+
+/* A spec with fork_from, checked and resolved (spec_check.h): refuses, naming the key, a parent
+ * job that does not exist, a step without a complete checkpoint, a checkpoint whose model is not
+ * the spec's, and a checkpoint directory that already holds checkpoints; else puts the parent's
+ * checkpoint into spec's checkpoint directory as its latest. Takes the manager's lock itself,
+ * for the parent's directory only: call it without the lock. */
+zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec);
+/* A fork's resolved spec (*text, heap, replaced) gets train.resume true, so that its ranks start
+ * from the checkpoint zt_jm_prepare_fork put in place; any other spec is left as it is. */
+zt_status zt_jm_fork_resume(char **text);
 
 /* job_metrics.c: reading a job's history. */
 
