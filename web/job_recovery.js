@@ -5,7 +5,7 @@
 import {$, setText} from './dom.js';
 import {fmtDuration} from './format.js';
 
-/* "SIGKILL (9)" or "exit 1" or "—": how an attempt's first failed rank ended. */
+/* "rank 1: signal 9", "rank 0: exit 1" or "—": how an attempt's first failed rank ended. */
 function rankEnd(a) {
   if (a.rank < 0) return '—';
   if (a.signal) return `rank ${a.rank}: signal ${a.signal}`;
