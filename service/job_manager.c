@@ -739,8 +739,9 @@ static void fail_orphans(zt_jobs *jm) {
             zt_jm_set_reason(j, "ztraind was restarted while the job was running (step %lld); "
                                 "its ranks were stopped with the previous daemon",
                              (long long)j->info.step);
-            if (!zt_jm_restart_orphan(jm, j))
-                zt_jm_set_state(jm, j, ZT_JOB_FAILED);
+            if (zt_jm_restart_orphan(jm, j))
+                continue;   /* the restart logged its reason */
+            zt_jm_set_state(jm, j, ZT_JOB_FAILED);
         }
         zt_jm_daemon_log(jm, j, "%s", j->info.reason);
     }

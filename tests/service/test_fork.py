@@ -8,7 +8,7 @@ new job from that job's checkpoint of that step with a changed config (a lower l
 - The lineage is shown: Job.spec.fork_from over gRPC, the HTTP job JSON, `ztrain status`.
 - Refused clearly (INVALID_ARGUMENT naming the key): a parent that does not exist, a step without
   a complete checkpoint (listing those there are), a model of another shape; the CLI refuses a
-  malformed --fork-from."""
+  malformed --fork-from, and `ztrain run` a spec with fork_from (there is no job to fork)."""
 import json
 import os
 import shutil
@@ -155,6 +155,14 @@ refused(d, job_with_lr(d, "wider", 5e-4, n_embd=64), parent.id, FORK_AT,
         ["fork_from", "n_embd 64"], "a model of another shape")
 rc, _, err = cli(["submit", path, "--fork-from", "nostep"], d)
 c.check(rc == 2 and "JOB@STEP" in err, f"ztrain submit refuses --fork-from nostep: {err.strip()}")
+local = json.loads(json.dumps(fork_job))
+local["data"]["train"] = os.path.join(d.data_root, local["data"]["train"])
+local["fork_from"] = {"job": parent.id, "step": FORK_AT}
+local["train"]["checkpoint_dir"] = os.path.join(tmp, "local-ckpt")
+rc, _, err = cli(["run", write_json(os.path.join(tmp, "local", "job.json"), local)])
+c.check(rc == 1 and "fork_from is for ztraind" in err,
+        f"ztrain run refuses a spec with fork_from rather than train from scratch: "
+        f"{err.strip()[-200:]}")
 
 errors = d.sanitizer_errors()
 c.check(not errors, f"no sanitizer report in ztraind's log: {errors}")
