@@ -123,7 +123,8 @@ try:
     s = open_job(drv, d, fork.id)
     ck.check(bool(s) and not s["lineageHidden"] and s["link"] == a.id and
              s["href"] == f"#/jobs/{a.id}" and s["step"] == str(INTERVAL),
-             f"b: the fork's page says where it comes from: {s and (s['link'], s['href'], s['step'])}")
+             f"b: the fork's page says where it comes from: "
+             f"{s and (s['link'], s['href'], s['step'])}")
     ck.check(bool(s) and s["panelHidden"], "b: and has no attempts panel")
     s = open_job(drv, d, plain.id)
     ck.check(bool(s) and s["panelHidden"] and s["lineageHidden"],
