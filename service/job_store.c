@@ -36,8 +36,10 @@ static const char schema[] =
     "  rank INTEGER NOT NULL, exit_code INTEGER NOT NULL, signal INTEGER NOT NULL,"
     "  failed INTEGER NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (job, attempt));";
 
-/* Steps never decrease within a job, so (job, step, seq) orders a job's records as they came and
- * lets a reader start at a step without walking the records before it. */
+/* Steps never decrease within one attempt of a job's ranks, so (job, step, seq) orders a job's
+ * records as they came and lets a reader start at a step without walking the records before it.
+ * A restart (max_restarts) runs the steps after its checkpoint again: their records follow the
+ * failed attempt's of the same step. */
 static const char indexes[] =
     "CREATE INDEX IF NOT EXISTS records_by_job_step ON records (job, step, seq);"
     "DROP INDEX IF EXISTS records_by_job;";
