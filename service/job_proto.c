@@ -493,6 +493,33 @@ static zt_status ranks_from_info(const zt_job_info *info, Ztrain__V1__Job *j) {
     return ZT_OK;
 }
 
+static zt_status attempts_from_info(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok) {
+    if (info->n_attempts <= 0)
+        return ZT_OK;
+    j->attempts = calloc((size_t)info->n_attempts, sizeof *j->attempts);
+    if (!j->attempts)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < info->n_attempts; i++) {
+        const zt_job_attempt *a = &info->attempts[i];
+        Ztrain__V1__JobAttempt *m =
+            (Ztrain__V1__JobAttempt *)new_message(&ztrain__v1__job_attempt__descriptor);
+        if (!m)
+            return zt_error(ZT_ERR_NOMEM, "out of memory");
+        j->attempts[j->n_attempts++] = m;
+        m->attempt = a->attempt;
+        m->started_unix_ms = a->started_ms;
+        m->ended_unix_ms = a->ended_ms;
+        m->step = a->step;
+        m->rank = a->rank;
+        m->exit_code = a->exit_code;
+        m->signal = a->signal;
+        m->reason = dup_str(a->reason, ok);
+        m->failed = a->failed;
+        m->resumed_from_step = a->resumed_from_step;
+    }
+    return ZT_OK;
+}
+
 static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok) {
     j->id = dup_str(info->id, ok);
     j->name = dup_str(info->name, ok);
@@ -511,6 +538,7 @@ static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok)
     j->idempotency_key = dup_str(info->idempotency_key, ok);
     j->comm = dup_str(info->comm, ok);
     ZT_TRY(ranks_from_info(info, j));
+    ZT_TRY(attempts_from_info(info, j, ok));
     if (info->spec_json && info->spec_json[0]) {
         char source[64];
         snprintf(source, sizeof source, "the stored spec of %s", info->id);
@@ -556,6 +584,28 @@ static cJSON *ranks_to_json(const Ztrain__V1__Job *job) {
     return arr;
 }
 
+static cJSON *attempts_to_json(const Ztrain__V1__Job *job) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; arr && i < job->n_attempts; i++) {
+        const Ztrain__V1__JobAttempt *a = job->attempts[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddNumberToObject(o, "attempt", a->attempt);
+        cJSON_AddItemToObject(o, "started_unix_ms", raw_int(a->started_unix_ms));
+        cJSON_AddItemToObject(o, "ended_unix_ms", raw_int(a->ended_unix_ms));
+        cJSON_AddItemToObject(o, "step", raw_int(a->step));
+        cJSON_AddItemToObject(o, "resumed_from_step", raw_int(a->resumed_from_step));
+        cJSON_AddNumberToObject(o, "rank", a->rank);
+        cJSON_AddNumberToObject(o, "exit_code", a->exit_code);
+        cJSON_AddNumberToObject(o, "signal", a->signal);
+        cJSON_AddBoolToObject(o, "failed", a->failed);
+        cJSON_AddStringToObject(o, "reason", a->reason ? a->reason : "");
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
 zt_status zt_job_proto_job_to_json(const Ztrain__V1__Job *job, char **json_text) {
     *json_text = NULL;
     cJSON *spec = NULL;
@@ -581,6 +631,7 @@ zt_status zt_job_proto_job_to_json(const Ztrain__V1__Job *job, char **json_text)
     cJSON_AddStringToObject(o, "run_dir", job->run_dir);
     cJSON_AddStringToObject(o, "checkpoint_dir", job->checkpoint_dir);
     cJSON_AddStringToObject(o, "idempotency_key", job->idempotency_key);
+    cJSON_AddItemToObject(o, "attempts", attempts_to_json(job));
     if (spec)
         cJSON_AddItemToObject(o, "spec", spec);
     return print_tree(o, true, json_text);

@@ -7,6 +7,7 @@
 import {AuthError, ApiError, TERMINAL, apiFetch, apiJson, jobPath, readEvents, reportError} from './api.js';
 import {clearBanner, showBanner} from './banner.js';
 import {JobCharts} from './charts.js';
+import {renderRecovery} from './job_recovery.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
 import {fmtBytes, fmtCompact, fmtDuration, fmtFixed, fmtProgress, fmtRankState, isNum} from './format.js';
 import {isAuthBlocked} from './token.js';
@@ -109,6 +110,7 @@ export function jobView(main, id) {
     if (terminal) tid('cancel-confirm-box').hidden = true;
     renderRanks();
     renderCheckpoints(job);
+    renderRecovery(root, job);
     if (job.spec && !st.specShown) {
       st.specShown = true;
       const spec = Object.assign({}, job.spec);
