@@ -8,7 +8,7 @@
 
 #include "ztrain/status.h"
 
-typedef struct {
+typedef struct zt_tb_writer {
     FILE *f;
     char path[1280];
 } zt_tb_writer;
