@@ -17,7 +17,8 @@ end with an eval every 20 steps.
      /records, and the URL says x=time and all=1; opening that URL afresh restores the view (the
      jobs in their order, wall time, every key shown, the same points). The log-scale box makes
      the loss axis logarithmic and adds log=1.
-  e. No SEVERE entry in the browser's console."""
+  e. No SEVERE entry in the browser's console.
+A screenshot of the restored view goes to $ZTRAIN_BUILD/compare.png."""
 import json
 import os
 import re
@@ -242,6 +243,8 @@ def main():
                      f"d: log scale for the loss ({axis}) and log=1 in the URL")
             q(drv, "cmp-x-step").click()
             check_lines(drv, d, ids, series, "d (back to steps)")
+
+            drv.save_screenshot(os.path.join(BUILD, "compare.png"))
 
             # e.
             severe = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
