@@ -189,7 +189,7 @@ export function compareView(main, q) {
       if (r.status === 'fulfilled') setJob(jobs[i], r.value);
       else {
         jobs[i].missing = true;
-        reportError(r.reason, `Job ${ids[i]}`);
+        reportError(r.reason, 'Cannot compare');
       }
     });
     charts = new CompareCharts(root, jobs.map((j) => ({id: j.id, name: j.name})));

@@ -18,6 +18,10 @@ end with an eval every 20 steps.
      jobs in their order, wall time, every key shown, the same points). The log-scale box makes
      the loss axis logarithmic and adds log=1.
   e. No SEVERE entry in the browser's console.
+  f. A running job compared with A: its lines grow as it trains (the page polls), every point
+     equal to /metrics.
+  g. A job id that does not exist is marked "not found", the banner names it, and the other
+     job is still drawn.
 A screenshot of the restored view goes to $ZTRAIN_BUILD/compare.png."""
 import json
 import os
@@ -29,7 +33,8 @@ import urllib.request
 sys.stdout.reconfigure(line_buffering=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
-from svc import BUILD, Checker, Daemon, submit, temp_dir, tiny_job, wait_state  # noqa: E402
+from svc import (BUILD, LONG, Checker, Daemon, stubs, submit, temp_dir, tiny_job,  # noqa: E402
+                 wait_state, wait_step)
 
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -249,6 +254,34 @@ def main():
             # e.
             severe = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
             ck.check(not severe, f"e: no SEVERE console entries ({severe[:3]})")
+
+            # f. a running job's lines grow while the page is open
+            run_id = submit(d, tiny_job(d.data_root, name="cmp-running", max_steps=LONG)).id
+            wait_step(d, run_id, 5)
+            drv.get("about:blank")
+            drv.get(f"{d.http_url}/#/compare?jobs={ids[0]},{run_id}")
+            wait_until(lambda: loaded(drv), 20)
+            n0 = len(chart_points(drv, "cmp-chart-loss", "train/loss", run_id))
+            grew = wait_until(lambda: len(chart_points(drv, "cmp-chart-loss", "train/loss", run_id)) > n0, 15)
+            got = [(s, y) for s, _, y in chart_points(drv, "cmp-chart-loss", "train/loss", run_id)]
+            ref = api_series(d, run_id, "train/loss")
+            ck.check(grew and n0 > 0 and got == ref[:len(got)],
+                     f"f: the running job's loss line grew from {n0} to {len(got)} points, "
+                     "each equal to /metrics")
+            d.stub().CancelJob(stubs()[0].CancelJobRequest(id=run_id, force=True), metadata=d.metadata)
+
+            # g. a job that does not exist
+            drv.get("about:blank")
+            drv.get(f"{d.http_url}/#/compare?jobs={ids[0]},job-999999")
+            wait_until(lambda: loaded(drv), 20)
+            state = drv.execute_script(
+                "const li = document.querySelector('[data-job-id=\"job-999999\"]');"
+                "return li && li.querySelector('.state').textContent;")
+            banner = q(drv, "banner").text
+            ck.check(state == "not found" and "job-999999" in banner and
+                     len(chart_points(drv, "cmp-chart-loss", "train/loss", ids[0])) == 80,
+                     f"g: an unknown job is marked not found ({state!r}, banner {banner!r}); "
+                     "the other is drawn")
         finally:
             if drv:
                 drv.quit()
