@@ -186,6 +186,10 @@ def main():
         check_empty(d)
         d.stub().CancelJob(stubs()[0].CancelJobRequest(id=running, force=True),
                            metadata=d.metadata)
+        wait_state(d, running, {"CANCELLED"})
+        rc = d.stop()
+        ck.check(rc == 0 and not d.sanitizer_errors(),
+                 f"ztraind exits 0 with no sanitizer report ({rc}, {d.sanitizer_errors()})")
     ck.done()
 
 
