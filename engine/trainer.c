@@ -487,6 +487,11 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         if (s == ZT_OK)
             s = zt_metrics_open(&t.metrics, path,
                                 job->train.resume || zt_engine_global_steps(t.e) > 0);
+        /* The same records as TensorBoard event files, a new file per run as SummaryWriter
+         * makes: a resumed run's steps continue in it. */
+        snprintf(path, sizeof path, "%s/%s", opts->out_dir, ZT_METRICS_TB_DIR);
+        if (s == ZT_OK)
+            s = zt_metrics_tensorboard(&t.metrics, path);
     } else if (s == ZT_OK) {
         s = zt_metrics_open(&t.metrics, "/dev/null", true);
     }
