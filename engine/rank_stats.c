@@ -39,7 +39,7 @@ static void open_gpu(zt_rank_stats *rs, int local_rank, FILE *note) {
     zt_nvml_close(rs->nvml);
     rs->nvml = NULL;
     if (note && rs->rank == 0) {
-        fprintf(note, "[ztrain] GPU metrics are off (system/rank<r>/gpu_* are null): %s\n",
+        fprintf(note, "[ztrain] GPU metrics are off (no system/rank<r>/gpu_* figures): %s\n",
                 zt_last_error());
         fflush(note);
     }
@@ -135,7 +135,7 @@ static int write_straggler(zt_rank_stats *rs, zt_metric *dst) {
 zt_status zt_rank_stats_collect(zt_rank_stats *rs, zt_comm *comm, zt_metric *dst, int *n) {
     double *m = rs->mine;
     zt_sys_sample sys;
-    /* Without /proc the figures are null rather than the training's failure. */
+    /* Without /proc the figures are left out rather than the training failing. */
     (void)zt_sys_sample_take(&rs->sys, &sys);
     m[F_CPU] = sys.cpu_util;
     m[F_RSS] = sys.rss_bytes;
@@ -154,10 +154,19 @@ zt_status zt_rank_stats_collect(zt_rank_stats *rs, zt_comm *comm, zt_metric *dst
     memcpy(rs->values + (size_t)rs->rank * rs->per_rank, m, (size_t)rs->per_rank * sizeof *m);
     if (comm)
         ZT_TRY(zt_comm_all_reduce(comm, rs->values, slots, ZT_F64, ZT_REDUCE_SUM));
-    for (size_t k = 0; k < slots; k++)
-        dst[k] = (zt_metric){rs->keys[k], rs->values[k]};
-    *n = (int)slots;
-    if (rs->world > 1)
-        *n += write_straggler(rs, dst + slots);
+    /* A figure a rank could not measure is left out rather than written as null, so every
+     * value in a record is a number. */
+    int k = 0;
+    for (size_t i = 0; i < slots; i++)
+        if (isfinite(rs->values[i]))
+            dst[k++] = (zt_metric){rs->keys[i], rs->values[i]};
+    if (rs->world > 1) {
+        zt_metric st[N_STRAGGLER];
+        int m = write_straggler(rs, st);
+        for (int i = 0; i < m; i++)
+            if (isfinite(st[i].value))
+                dst[k++] = st[i];
+    }
+    *n = k;
     return ZT_OK;
 }

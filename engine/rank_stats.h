@@ -38,7 +38,7 @@ typedef struct {
 } zt_rank_stats;
 
 /* Sizes the record for the world. With device cuda it opens NVML for the local rank's GPU; when
- * that fails the GPU figures are null and, on rank 0, one line on `note` (may be NULL) says why.
+ * that fails the GPU figures are left out and, on rank 0, one line on `note` (may be NULL) says why.
  * Free with zt_rank_stats_free (also after a failure). */
 zt_status zt_rank_stats_init(zt_rank_stats *rs, int rank, int world, int local_rank,
                              zt_device device, FILE *note);
@@ -57,8 +57,9 @@ void zt_rank_stats_step(zt_rank_stats *rs, const zt_rank_step *st);
 
 /* Samples CPU and memory (over the interval since the previous collect) and the GPU, gathers
  * every rank's figures to rank 0 (collective over comm; NULL for one rank) and writes them, and
- * with more than one rank the straggler, into dst; *n is the count (rank 0's; the others get
- * the same). The keys stay valid until zt_rank_stats_free. */
+ * with more than one rank the straggler, into dst; *n is the count (every rank gets the same).
+ * A figure that is not known (no NVML, no /proc) is left out. The keys stay valid until
+ * zt_rank_stats_free. */
 zt_status zt_rank_stats_collect(zt_rank_stats *rs, zt_comm *comm, zt_metric *dst, int *n);
 
 #endif

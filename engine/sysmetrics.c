@@ -55,7 +55,7 @@ static zt_status read_status(double *rss, double *hwm) {
 zt_status zt_sys_sample_take(zt_sys_sampler *s, zt_sys_sample *out) {
     double wall = monotonic_ms(), cpu = zt_sys_cpu_ms();
     double dt = wall - s->wall_ms;
-    out->cpu_util = dt >= 1.0 ? (cpu - s->cpu_ms) / dt : NAN;
+    out->cpu_util = dt >= 0.05 ? (cpu - s->cpu_ms) / dt : NAN;
     s->wall_ms = wall;
     s->cpu_ms = cpu;
     out->rss_bytes = out->peak_rss_bytes = NAN;

@@ -24,6 +24,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
+#include "rank_figures.h"
 #include "slurm_launch.h"
 #include "ztrain/status.h"
 
@@ -60,7 +63,12 @@ typedef struct {
     bool running;
     int exit_code;     /* valid when !running && signal == 0 && pid != 0 */
     int signal;        /* the signal that ended the rank, 0 if it exited */
+    zt_rank_figures figures;  /* its step breakdown, CPU, memory, GPU from the newest record */
 } zt_rank_info;
+
+/* Takes each rank's figures out of a metric record into ranks[r].figures, for every r < world
+ * that it carries (rank_figures.c); a record with none leaves them as they were. */
+void zt_rank_figures_take(zt_rank_info *ranks, int world, const cJSON *record);
 
 /* A copy of one job, owned by the caller: release it with zt_job_info_free. */
 typedef struct {
@@ -256,6 +264,7 @@ typedef struct {
     int64_t step;
     double loss, tokens_per_second;   /* NaN when none */
     double *values;   /* per key asked for: its value at the job's last step; NaN when none */
+    zt_rank_figures *ranks;  /* world_size entries: each rank's figures; NULL without ranks */
 } zt_job_summary;
 
 /* Every job, newest first, for /metrics: *out is a malloc'd array of *n summaries (free it with

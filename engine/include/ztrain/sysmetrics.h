@@ -19,7 +19,9 @@ typedef struct {
 typedef struct {
     /* Process CPU time divided by wall time since the previous sample (or since
      * zt_sys_sampler_init): 1.0 is one core busy the whole interval; with several threads
-     * (OpenMP) it can exceed 1. NaN for an interval too short to measure (under 1 ms). */
+     * (OpenMP) it can exceed 1. NaN for an interval too short to say anything (under 50 µs);
+     * getrusage's CPU time of the caller's own process is exact to the microsecond, so short
+     * intervals are fine. */
     double cpu_util;
     double rss_bytes;       /* resident set now (/proc/self/status VmRSS) */
     double peak_rss_bytes;  /* the largest resident set so far (VmHWM) */
