@@ -86,7 +86,7 @@ export class SystemPanel {
     this.dirty = false;
     this.hasGpu = false;
 
-    const section = el('section', {class: 'panel system-panel', 'data-testid': 'system-panel',
+    const section = el('section', {class: 'system-panel', 'data-testid': 'system-panel',
       'aria-labelledby': 'system-title'});
     section.append(el('h2', {id: 'system-title', text: 'System and step breakdown'}));
     this.note = el('p', {class: 'hint', 'data-testid': 'system-note'});
@@ -103,10 +103,11 @@ export class SystemPanel {
       borderColor: `rgb(${color})`, backgroundColor: `rgba(${color},0.35)`,
     }));
 
+    /* The GPU charts join the grid only once a record has GPU figures. */
+    this.grid = grid;
     this.rankCharts = RANK_CHARTS.map((def) => {
       const c = chartCard(def.title, def.testid, false);
-      c.card.hidden = !!def.gpu;
-      grid.append(c.card);
+      if (!def.gpu) grid.append(c.card);
       return Object.assign({}, def, {chart: lineChart(c.canvas, def.bytes, false), box: c.box, card: c.card});
     });
 
@@ -150,7 +151,8 @@ export class SystemPanel {
     for (const e of this.steps.values()) for (const r of e.ranks.keys()) nRanks = Math.max(nRanks, r + 1);
 
     for (const rc of this.rankCharts) {
-      rc.card.hidden = rc.gpu && !this.hasGpu;
+      if (rc.gpu && !this.hasGpu) continue;
+      if (!rc.card.isConnected) this.grid.append(rc.card);
       const sets = [];
       for (let r = 0; r < nRanks; r++) {
         const data = [];
