@@ -1,8 +1,7 @@
 /* The system-metrics sampler (ztrain/sysmetrics.h) against the kernel's other accounts of the
  * same process: CPU utilisation against /proc/self/stat's utime + stime over the same interval
  * (busy loop, then sleep) and, for the busy loop, against 1 less its run-queue wait; the
- * resident set against /proc/self/statm after touching 64 MiB; and NVML's absent state on a host
- * without the driver (its real readings on a GPU host). */
+ * resident set against /proc/self/statm after touching 64 MiB. NVML is test_nvml.c's. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +11,6 @@
 #include <sys/mman.h>
 
 #include "check.h"
-#include "ztrain/nvml.h"
 #include "ztrain/sysmetrics.h"
 
 static double wall_s(void) {
@@ -144,46 +142,8 @@ static void test_rss(void) {
           released.peak_rss_bytes / mib, touched.rss_bytes / mib);
 }
 
-/* Without libnvidia-ml.so.1 (a CPU host: CI), opening says so; with it, the readings of the
- * first GPU are in range. */
-static void test_nvml(void) {
-    zt_nvml *n = (zt_nvml *)1;
-    zt_status st = zt_nvml_open(&n);
-    if (st != ZT_OK) {
-        CHECK(st == ZT_ERR_UNSUPPORTED || st == ZT_ERR_IO, "status %s", zt_status_name(st));
-        CHECK(n == NULL);
-        if (st == ZT_ERR_UNSUPPORTED)
-            CHECK(strncmp(zt_last_error(), "NVML not present: ", 18) == 0, "%s", zt_last_error());
-        printf("nvml: %s\n", zt_last_error());
-        zt_nvml_close(n);
-        return;
-    }
-    int count = 0, dev = -1;
-    CHECK(zt_nvml_device_count(n, &count) == ZT_OK, "%s", zt_last_error());
-    if (count > 0) {
-        CHECK(zt_nvml_device_for_local_rank(n, 0, &dev) == ZT_OK, "%s", zt_last_error());
-        CHECK(dev >= 0 && dev < count, "device %d of %d", dev, count);
-        zt_gpu_sample g;
-        CHECK(zt_nvml_sample(n, dev, &g) == ZT_OK, "%s", zt_last_error());
-        CHECK(g.memory_total_bytes > 1e8 && g.memory_used_bytes <= g.memory_total_bytes,
-              "memory %g of %g", g.memory_used_bytes, g.memory_total_bytes);
-        CHECK(isnan(g.util) || (g.util >= 0 && g.util <= 1), "util %g", g.util);
-        CHECK(isnan(g.temperature_c) || (g.temperature_c > 0 && g.temperature_c < 120),
-              "temperature %g", g.temperature_c);
-        CHECK(isnan(g.power_watts) || (g.power_watts > 0 && g.power_watts < 2000), "power %g",
-              g.power_watts);
-        printf("nvml: GPU %d of %d: util %.2f, memory %.2f/%.2f GB, %.0f W, %.0f C\n", dev, count,
-               g.util, g.memory_used_bytes / 1e9, g.memory_total_bytes / 1e9, g.power_watts,
-               g.temperature_c);
-    }
-    CHECK(zt_nvml_sample(n, count + 7, &(zt_gpu_sample){0}) == ZT_ERR_INVALID);
-    CHECK(strstr(zt_last_error(), "no GPU with index") != NULL, "%s", zt_last_error());
-    zt_nvml_close(n);
-}
-
 int main(void) {
     test_cpu_util();
     test_rss();
-    test_nvml();
     return check_summary("test_sysmetrics");
 }
