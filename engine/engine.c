@@ -270,8 +270,11 @@ static void log_step(zt_engine *e) {
                 (long long)e->global_steps, (long long)e->skipped_steps,
                 zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched));
     if (e->ds.wall_clock_breakdown)
-        fprintf(log, "[ztrain] time (ms) | fwd: %.2f | bwd: %.2f | step: %.2f\n",
-                e->timers.forward_ms, e->timers.backward_ms, e->timers.step_ms);
+        fprintf(log, "[ztrain] time (ms) | fwd: %.2f | bwd: %.2f | bwd_inner: %.2f | "
+                "bwd_allreduce: %.2f | step: %.2f\n",
+                e->timers.forward_ms, e->timers.backward_ms,
+                e->timers.backward_ms - e->timers.backward_comm_ms, e->timers.backward_comm_ms,
+                e->timers.step_ms);
 }
 
 static void finish_step(zt_engine *e, double t0, bool applied) {

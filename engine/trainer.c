@@ -306,7 +306,7 @@ static zt_status write_monitor(trainer *t, double loss) {
     if (!t->monitor)
         return ZT_OK;
     const zt_ds_config *ds = &t->job->ds;
-    zt_monitor_event ev[6] = {{"Train/Samples/train_loss", loss},
+    zt_monitor_event ev[8] = {{"Train/Samples/train_loss", loss},
                               {"Train/Samples/lr", zt_engine_get_lr(t->e)}};
     int n = 2;
     if (ds->fp16.enabled)
@@ -315,6 +315,10 @@ static zt_status write_monitor(trainer *t, double loss) {
         zt_engine_timers tm = zt_engine_get_timers(t->e);
         ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_forward", tm.forward_ms};
         ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward", tm.backward_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward_inner",
+                                     tm.backward_ms - tm.backward_comm_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward_allreduce",
+                                     tm.backward_comm_ms};
         ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_step", tm.step_ms};
     }
     return zt_monitor_write(t->monitor, ev, n, zt_engine_global_samples(t->e));
