@@ -1,12 +1,13 @@
 """The per-rank figures of a real 2-rank job under ztraind, with the job's own metrics.jsonl as
-the reference: GetJob's RankStatus (grpcio) and the HTTP job JSON carry each rank's step time,
-breakdown, CPU and memory of the last logged step; GET /metrics exposes them as rank-labelled
+the reference: GetJob's RankStatus (grpcio), the HTTP job JSON and `ztrain status` carry each
+rank's step time, breakdown, CPU and memory of the last logged step; GET /metrics exposes them as rank-labelled
 Prometheus series (times in seconds; the breakdown as one family with a phase label), with the
 straggler; a CPU job has no GPU series, and its GPU fields are NaN / null."""
 import json
 import math
 import os
 import re
+import subprocess
 import sys
 import urllib.request
 
@@ -65,6 +66,15 @@ with Daemon(BUILD, temp_dir("ztrain-rankm-"), max_ranks=2) as d:
                  f"GetJob rank {r}: {', '.join(f'{n} {getattr(rs, n):.4g}' for n in PERF + SYSTEM)} "
                  f"are the last record's")
         ck.check(all(math.isnan(getattr(rs, n)) for n in GPU), f"GetJob rank {r}: GPU fields are NaN on a CPU job")
+
+    # The CLI's status: each rank's line ends with its figures.
+    out = subprocess.run([os.path.join(BUILD, "ztrain"), "status", jid, "--server", d.grpc_addr],
+                         capture_output=True, text=True, timeout=60).stdout
+    for r in range(2):
+        line = f"; step {want(r, 'step_time_ms'):.1f} ms (comm {want(r, 'comm_ms'):.1f}), " \
+               f"cpu {want(r, 'cpu_util'):.2f}, rss {want(r, 'rss_bytes') / 1048576:.1f} MiB"
+        ck.check(any(f"rank {r}: pid" in ln and ln.endswith(line) for ln in out.splitlines()),
+                 f"ztrain status: rank {r}'s line ends with {line!r}")
 
     # HTTP job JSON.
     hj = json.loads(get(d, f"/api/v1/jobs/{jid}"))
