@@ -26,7 +26,7 @@ double zt_comm_thread_ms(void) { return thread_comm_ms; }
 void zt_comm_add_wait_ms(double ms) { thread_comm_ms += ms; }
 
 /* Returns the transport's call, timed into this thread's communication time. */
-#define RETURN_TIMED(call)                                                                               \
+#define RETURN_TIMED(call)                                                                        \
     do {                                                                                          \
         double t0_ = monotonic_ms();                                                              \
         zt_status s_ = (call);                                                                    \

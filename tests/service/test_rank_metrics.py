@@ -113,4 +113,6 @@ with Daemon(BUILD, temp_dir("ztrain-rankm-"), max_ranks=2) as d:
              f"/metrics: six rank families, each a gauge with HELP/TYPE ({sorted(rank_families)})")
     ck.check(not any(n.startswith("ztrain_rank_gpu") for n in rank_families),
              "/metrics: no GPU series for a CPU job")
+    d.stop()
+    ck.check(not d.sanitizer_errors(), f"no sanitizer report from ztraind: {d.sanitizer_errors()}")
 ck.done()
