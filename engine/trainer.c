@@ -24,7 +24,7 @@ enum { MEM_PER_RANK = 5, STEP_METRICS = 11 };
 typedef struct {
     double *values;   /* [world * MEM_PER_RANK]: this rank's filled in, then summed over ranks */
     char (*keys)[48]; /* [n]: "memory/rank<r>/<name>" */
-    zt_metric *all;   /* [STEP_METRICS + n]: the step's whole record */
+    zt_metric *all;   /* [STEP_METRICS + n + the rank figures' most]: the step's whole record */
     int n;            /* the metrics per step: world × the names that apply */
 } memory_metrics;
 
