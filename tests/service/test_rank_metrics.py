@@ -2,7 +2,8 @@
 the reference: GetJob's RankStatus (grpcio), the HTTP job JSON and `ztrain status` carry each
 rank's step time, breakdown, CPU and memory of the last logged step; GET /metrics exposes them as rank-labelled
 Prometheus series (times in seconds; the breakdown as one family with a phase label), with the
-straggler; a CPU job has no GPU series, and its GPU fields are NaN / null."""
+straggler; a CPU job has no GPU series, and its GPU fields are NaN / null. A record as long as a
+300-rank job's arrives whole (a stand-in worker writes it)."""
 import json
 import math
 import os
@@ -115,4 +116,33 @@ with Daemon(BUILD, temp_dir("ztrain-rankm-"), max_ranks=2) as d:
              "/metrics: no GPU series for a CPU job")
     d.stop()
     ck.check(not d.sanitizer_errors(), f"no sanitizer report from ztraind: {d.sanitizer_errors()}")
+
+# A record of 300 ranks' step figures (70 KB, past the 16 KiB of a log line) reaches ztraind
+# whole: a stand-in worker writes it to the metrics pipe.
+FAKE_WORKER = """#!/usr/bin/python3
+import json, os, sys
+fd = int(os.environ["ZTRAIN_METRICS_FD"])
+rec = {"train/global_step": 1, "train/loss": 1.5}
+for r in range(300):
+    for k in %r:
+        rec["perf/rank%%d/%%s" %% (r, k)] = r + 0.25
+data = (json.dumps(rec) + "\\n").encode()
+while data:
+    data = data[os.write(fd, data):]
+""" % (PERF,)
+top = temp_dir("ztrain-rankm-big-")
+fake = os.path.join(top, "fake-worker")
+with open(fake, "w") as f:
+    f.write(FAKE_WORKER)
+os.chmod(fake, 0o755)
+with Daemon(BUILD, top, max_ranks=1, extra_args=["--worker", fake]) as d:
+    jid = submit(d, tiny_job(d.data_root, name="big-record", max_steps=1)).id
+    j = wait_state(d, jid, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
+    recs = json.loads(get(d, f"/api/v1/jobs/{jid}/records"))["records"]
+    values = recs[0]["values"] if recs else {}
+    ck.check(j.state == pb.JOB_STATE_SUCCEEDED and len(recs) == 1 and len(values) == 2 + 300 * len(PERF)
+             and all(values[f"perf/rank{r}/compute_ms"] == r + 0.25 for r in range(300)),
+             f"a {len(json.dumps(values)) // 1000} KB record arrives whole ({len(values)} keys, {j.reason})")
+    hj = json.loads(get(d, f"/api/v1/jobs/{jid}"))
+    ck.check(hj["ranks"][0].get("step_time_ms") == 0.25, "... and the job's one rank takes its figures from it")
 ck.done()
