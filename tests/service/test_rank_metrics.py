@@ -1,8 +1,8 @@
 """The per-rank figures of a real 2-rank job under ztraind, with the job's own metrics.jsonl as
 the reference: GetJob's RankStatus (grpcio), the HTTP job JSON and `ztrain status` carry each
-rank's step time, breakdown, CPU and memory of the last logged step; GET /metrics exposes them as rank-labelled
-Prometheus series (times in seconds; the breakdown as one family with a phase label), with the
-straggler; a CPU job has no GPU series, and its GPU fields are NaN / null. A record as long as a
+rank's step time, breakdown, CPU and memory of the last logged step; GET /metrics exposes them
+as rank-labelled Prometheus series (times in seconds; the breakdown as one family with a phase
+label), with the straggler; a CPU job has no GPU series, and its GPU fields are NaN / null. A record as long as a
 300-rank job's arrives whole (a stand-in worker writes it)."""
 import json
 import math
