@@ -67,6 +67,9 @@ function lineChart(canvas, bytes, stacked) {
           ticks: {maxTicksLimit: 6, callback: bytes ? (v) => fmtBytes(v) : undefined}},
       },
       plugins: {
+        /* Long runs: thin what is drawn (not the data) as the main charts do; the stacked
+         * breakdown is drawn whole, as its bands must stay aligned point for point. */
+        decimation: {enabled: !stacked, algorithm: 'min-max'},
         legend: {display: true, labels: {boxWidth: 12}},
         tooltip: {callbacks: {
           title: (items) => (items.length ? `step ${items[0].raw.step}` : ''),
@@ -81,8 +84,12 @@ export class SystemPanel {
   /* Builds the panel after the job view's charts (root is the view). */
   constructor(root) {
     this.alive = true;
-    /* step -> {ranks: Map(rank -> {figure: value}), straggler} of every record with rank figures */
-    this.steps = new Map();
+    /* key -> {points: [{x, y, step}] in step order, byStep: Map}: each rank chart's keys
+     * ("system/rank0/cpu_util") and the breakdown's phases ("fwd_ms", the mean over the ranks) */
+    this.series = new Map();
+    /* step -> {ranks: Map(rank -> {figure: value}), straggler}: the strip's newest steps */
+    this.recent = new Map();
+    this.nRanks = 0;
     this.dirty = false;
     this.hasGpu = false;
 
@@ -120,68 +127,92 @@ export class SystemPanel {
     this.section = section;
   }
 
-  /* Takes the per-rank figures of one record (the page's /records or event stream format). */
+  /* Takes the per-rank figures of one record (the page's /records or event stream format): the
+   * charts' points are kept as they come, so a redraw copies nothing, and the strip keeps the
+   * newest STRIP_STEPS steps. */
   addRecord(rec) {
     const values = rec.values || {};
     const step = rec.step;
     if (!isNum(step)) return;
-    let entry = null;
+    let ranks = null;
     for (const key in values) {
       const m = RANK_KEY.exec(key);
       if (!m || !isNum(values[key])) continue;
-      if (!entry) {
-        /* A replayed record (reconnected stream) replaces the step's figures. */
-        entry = {ranks: new Map(), straggler: values['perf/straggler_rank']};
-        this.steps.set(step, entry);
-      }
+      if (!ranks) ranks = new Map();
       const r = Number(m[1]);
-      if (!entry.ranks.has(r)) entry.ranks.set(r, {});
-      entry.ranks.get(r)[m[2]] = values[key];
+      if (!ranks.has(r)) ranks.set(r, {});
+      ranks.get(r)[m[2]] = values[key];
       if (m[2].startsWith('gpu_')) this.hasGpu = true;
+      this.nRanks = Math.max(this.nRanks, r + 1);
     }
-    if (entry) this.dirty = true;
+    if (!ranks) return;
+    for (const rc of this.rankCharts) {
+      for (const [r, f] of ranks) {
+        if (isNum(f[rc.figure])) this.upsert(`system/rank${r}/${rc.figure}`, step, f[rc.figure]);
+      }
+    }
+    for (const [phase] of PHASES) {
+      const vals = [...ranks.values()].map((f) => f[phase]).filter(isNum);
+      if (vals.length) this.upsert(phase, step, vals.reduce((a, b) => a + b, 0) / vals.length);
+    }
+    /* A replayed record (reconnected stream) replaces the step's figures. */
+    this.recent.set(step, {ranks, straggler: values['perf/straggler_rank']});
+    if (this.recent.size > STRIP_STEPS) {
+      const keep = [...this.recent.keys()].sort((a, b) => a - b).slice(-STRIP_STEPS);
+      for (const s of [...this.recent.keys()]) if (!keep.includes(s)) this.recent.delete(s);
+    }
+    this.dirty = true;
+  }
+
+  /* Adds or replaces the point of a series at a step, keeping the points in step order. */
+  upsert(key, step, y) {
+    let s = this.series.get(key);
+    if (!s) {
+      s = {points: [], byStep: new Map()};
+      this.series.set(key, s);
+    }
+    const old = s.byStep.get(step);
+    if (old) {
+      old.y = y;
+      return;
+    }
+    const p = {x: step, y, step};
+    const pts = s.points;
+    let i = pts.length;
+    while (i > 0 && pts[i - 1].step > step) i--;
+    pts.splice(i, 0, p);
+    s.byStep.set(step, p);
+  }
+
+  points(key) {
+    const s = this.series.get(key);
+    return s ? s.points : [];
   }
 
   /* Redraws what changed since the last call (the page calls it after its charts' flush). */
   flush() {
     if (!this.alive || !this.dirty) return;
     this.dirty = false;
-    const steps = [...this.steps.keys()].sort((a, b) => a - b);
-    let nRanks = 0;
-    for (const e of this.steps.values()) for (const r of e.ranks.keys()) nRanks = Math.max(nRanks, r + 1);
-
     for (const rc of this.rankCharts) {
       if (rc.gpu && !this.hasGpu) continue;
       if (!rc.card.isConnected) this.grid.append(rc.card);
-      const sets = [];
-      for (let r = 0; r < nRanks; r++) {
-        const data = [];
-        for (const s of steps) {
-          const v = (this.steps.get(s).ranks.get(r) || {})[rc.figure];
-          if (isNum(v)) data.push({x: s, y: v, step: s});
-        }
-        sets.push({ztKey: `system/rank${r}/${rc.figure}`, ztRole: 'raw', label: `rank ${r}`, data,
+      const sets = rc.chart.data.datasets;
+      for (let r = sets.length; r < this.nRanks; r++) {
+        sets.push({ztKey: `system/rank${r}/${rc.figure}`, ztRole: 'raw', label: `rank ${r}`, data: [],
           borderColor: `rgb(${rankColor(r)})`, backgroundColor: `rgb(${rankColor(r)})`, borderWidth: 1.6});
       }
-      rc.chart.data.datasets = sets;
+      for (const d of sets) d.data = this.points(d.ztKey);
       rc.box.classList.toggle('no-data', !sets.some((d) => d.data.length));
       rc.chart.update('none');
     }
-
     const bdSets = this.breakdown.chart.data.datasets;
-    for (const d of bdSets) {
-      d.data = [];
-      for (const s of steps) {
-        const vals = [...this.steps.get(s).ranks.values()].map((f) => f[d.ztKey]).filter(isNum);
-        if (vals.length) d.data.push({x: s, y: vals.reduce((a, b) => a + b, 0) / vals.length, step: s});
-      }
-    }
+    for (const d of bdSets) d.data = this.points(d.ztKey);
     this.breakdown.box.classList.toggle('no-data', !bdSets.some((d) => d.data.length));
     this.breakdown.chart.update('none');
 
-    setText(this.note, !steps.length ? 'No per-rank figures in the records yet.'
+    setText(this.note, !this.recent.size ? 'No per-rank figures in the records yet.'
       : this.hasGpu ? '' : 'No GPU figures: a CPU job, or NVML not present on the ranks\' host.');
-    this.renderStrip(steps.slice(-STRIP_STEPS), nRanks);
+    this.renderStrip([...this.recent.keys()].sort((a, b) => a - b), this.nRanks);
   }
 
   /* One row per rank, one cell per logged step, shaded by the rank's compute time over the
@@ -194,7 +225,7 @@ export class SystemPanel {
       rows.push(row);
     }
     for (const s of steps) {
-      const e = this.steps.get(s);
+      const e = this.recent.get(s);
       const compute = [];
       for (let r = 0; r < nRanks; r++) compute.push((e.ranks.get(r) || {}).compute_ms);
       const known = compute.filter(isNum).sort((a, b) => a - b);
