@@ -279,6 +279,11 @@ static void format_rank(const Ztrain__V1__RankStatus *r, char *buf, size_t n) {
                  strsignal(r->signal));
     else
         snprintf(buf, n, "rank %d: pid %d, exited with status %d", r->rank, r->pid, r->exit_code);
+    /* The rank's figures of the last logged step, once the job reported them (NaN before). */
+    size_t len = strlen(buf);
+    if (isfinite(r->step_time_ms) && len < n)
+        snprintf(buf + len, n - len, "; step %.1f ms (comm %.1f), cpu %.2f, rss %.1f MiB",
+                 r->step_time_ms, r->comm_ms, r->cpu_util, r->rss_bytes / 1048576.0);
 }
 
 /* The exit status a finished job gives watch and submit --wait. */
@@ -638,7 +643,7 @@ static void print_status(const Ztrain__V1__Job *j) {
     printf("  tokens/s     %s\n", rate);
     printf("  created      %s\n  started      %s\n  finished     %s\n", t0, t1, t2);
     for (size_t i = 0; i < j->n_ranks; i++) {
-        char r[160];
+        char r[256];
         format_rank(j->ranks[i], r, sizeof r);
         printf("  %-12s %s\n", i == 0 ? "ranks" : "", r);
     }

@@ -394,6 +394,9 @@ static void encode_ranks(zt_jbuf *b, const zt_job_info *j) {
         zt_json_bool(b, r->running);
         member_int(b, "exit_code", r->exit_code);
         member_int(b, "signal", r->signal);
+        /* The rank's figures once a record carried them (null where one is not known). */
+        for (int k = 0; r->figures.reported && k < ZT_RANK_FIGURES; k++)
+            member_num(b, zt_rank_figure_names[k], r->figures.v[k]);
         zt_json_close(b, '}');
     }
     zt_json_close(b, ']');

@@ -226,6 +226,8 @@ static void take_numbers(job *j, const cJSON *obj, int64_t step) {
     if (cJSON_IsNumber(tps))
         j->info.tokens_per_second = tps->valuedouble;
     j->info.n_records = zt_history_n_records(j->history);
+    if (j->info.ranks)
+        zt_rank_figures_take(j->info.ranks, j->info.world_size, obj);
     if (step > j->info.step)
         j->info.step = step;
 }
@@ -550,6 +552,12 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
         e->values = &values[(size_t)i * (size_t)n_keys];
         for (int k = 0; k < n_keys; k++)
             e->values[k] = zt_history_last_value(j->history, keys[k]);
+        if (j->info.ranks && j->info.world_size > 0) {
+            e->ranks = malloc((size_t)j->info.world_size * sizeof *e->ranks);
+            ZT_ASSERT(e->ranks);
+            for (int r = 0; r < j->info.world_size; r++)
+                e->ranks[r] = j->info.ranks[r].figures;
+        }
     }
     pthread_mutex_unlock(&jm->mu);
     for (int i = 0; i < count; i++)
@@ -564,8 +572,10 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
 void zt_job_summaries_free(zt_job_summary *s, int n) {
     if (!s)
         return;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         free(s[i].name);
+        free(s[i].ranks);
+    }
     /* The values of every summary are one array, which the first one's points to. */
     free(s[0].values);
     free(s);

@@ -27,6 +27,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
+#include "rank_figures.h"
 #include "slurm_launch.h"
 #include "ztrain/status.h"
 
@@ -63,6 +66,7 @@ typedef struct {
     bool running;
     int exit_code;     /* valid when !running && signal == 0 && pid != 0 */
     int signal;        /* the signal that ended the rank, 0 if it exited */
+    zt_rank_figures figures;  /* its step breakdown, CPU, memory, GPU from the newest record */
 } zt_rank_info;
 
 /* One start of a job's ranks (job_recovery.h has the rules): the first, and one per restart. */
@@ -76,6 +80,9 @@ typedef struct {
     bool failed;              /* a restart followed, or the job FAILED */
     char *reason;             /* why it ended; "" while running or when it succeeded */
 } zt_job_attempt;
+/* Takes each rank's figures out of a metric record into ranks[r].figures, for every r < world
+ * that it carries (rank_figures.c); a record with none leaves them as they were. */
+void zt_rank_figures_take(zt_rank_info *ranks, int world, const cJSON *record);
 
 /* A copy of one job, owned by the caller: release it with zt_job_info_free. */
 typedef struct {
@@ -275,6 +282,7 @@ typedef struct {
     int64_t step;
     double loss, tokens_per_second;   /* NaN when none */
     double *values;   /* per key asked for: its value at the job's last step; NaN when none */
+    zt_rank_figures *ranks;  /* world_size entries: each rank's figures; NULL without ranks */
 } zt_job_summary;
 
 /* Every job, newest first, for /metrics: *out is a malloc'd array of *n summaries (free it with

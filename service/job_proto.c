@@ -472,6 +472,17 @@ zt_status zt_job_proto_spec_to_json(const Ztrain__V1__JobSpec *spec, char **json
 
 /* ---- jobs -------------------------------------------------------------------------------- */
 
+/* The figures in RankStatus' fields, in zt_rank_figure_names' order; NaN when not reported. */
+static void rank_figures_to_proto(const zt_rank_figures *f, Ztrain__V1__RankStatus *r) {
+    double *dst[ZT_RANK_FIGURES] = {
+        &r->step_time_ms, &r->data_ms, &r->fwd_ms, &r->bwd_ms, &r->step_ms, &r->comm_ms,
+        &r->compute_ms, &r->cpu_util, &r->rss_bytes, &r->peak_rss_bytes, &r->gpu_util,
+        &r->gpu_memory_used_bytes, &r->gpu_power_watts, &r->gpu_temperature_c,
+    };
+    for (int i = 0; i < ZT_RANK_FIGURES; i++)
+        *dst[i] = f->reported ? f->v[i] : NAN;
+}
+
 static zt_status ranks_from_info(const zt_job_info *info, Ztrain__V1__Job *j) {
     if (info->world_size <= 0 || !info->ranks)
         return ZT_OK;
@@ -489,6 +500,7 @@ static zt_status ranks_from_info(const zt_job_info *info, Ztrain__V1__Job *j) {
         r->running = info->ranks[i].running;
         r->exit_code = info->ranks[i].exit_code;
         r->signal = info->ranks[i].signal;
+        rank_figures_to_proto(&info->ranks[i].figures, r);
     }
     return ZT_OK;
 }
@@ -579,6 +591,15 @@ static cJSON *ranks_to_json(const Ztrain__V1__Job *job) {
         cJSON_AddBoolToObject(o, "running", r->running);
         cJSON_AddNumberToObject(o, "exit_code", r->exit_code);
         cJSON_AddNumberToObject(o, "signal", r->signal);
+        const double fig[ZT_RANK_FIGURES] = {
+            r->step_time_ms, r->data_ms, r->fwd_ms, r->bwd_ms, r->step_ms, r->comm_ms,
+            r->compute_ms, r->cpu_util, r->rss_bytes, r->peak_rss_bytes, r->gpu_util,
+            r->gpu_memory_used_bytes, r->gpu_power_watts, r->gpu_temperature_c,
+        };
+        /* A figure not reported (NaN) is left out: JSON has no NaN. */
+        for (int k = 0; k < ZT_RANK_FIGURES; k++)
+            if (isfinite(fig[k]))
+                cJSON_AddNumberToObject(o, zt_rank_figure_names[k], fig[k]);
         cJSON_AddItemToArray(arr, o);
     }
     return arr;
