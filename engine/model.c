@@ -8,11 +8,31 @@
 #include "ztrain/model.h"
 #include "ztrain/safetensors.h"
 
+zt_model_stage zt_model_full_stage(int n_layer) {
+    return (zt_model_stage){0, n_layer, true, true, 1};
+}
+
 zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                           int max_batch, size_t pad_to) {
+    zt_model_stage full = zt_model_full_stage(spec->n_layer);
+    return zt_model_create_stage(out, spec, be, act, max_batch, pad_to, &full);
+}
+
+zt_status zt_model_create_stage(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+                                zt_dtype act, int max_batch, size_t pad_to,
+                                const zt_model_stage *stage) {
     const zt_model_family *fam = zt_model_family_find(spec->type);
-    if (fam)
-        return fam->create(out, spec, be, act, max_batch, pad_to ? pad_to : 1);
+    if (fam) {
+        const zt_model_stage *st = stage;
+        if (st->first_layer < 0 || st->last_layer < st->first_layer ||
+            st->last_layer > spec->n_layer || st->buffers < 1 ||
+            (st->first_layer == st->last_layer && !st->embed && !st->head))
+            return zt_error(ZT_ERR_INVALID, "%s: pipeline stage of layers [%d, %d)%s%s with %d "
+                            "buffers is not a part of a model of %d layers", spec->type,
+                            st->first_layer, st->last_layer, st->embed ? " + embedding" : "",
+                            st->head ? " + head" : "", st->buffers, spec->n_layer);
+        return fam->create(out, spec, be, act, max_batch, pad_to ? pad_to : 1, stage);
+    }
     char known[256];
     zt_model_family_names(known, sizeof known);
     return zt_error(ZT_ERR_INVALID, "model.type '%s' is not known (available: %s)", spec->type,

@@ -366,7 +366,8 @@ static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size
 }
 
 static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
-                             zt_dtype act, int max_batch, size_t pad_to) {
+                             zt_dtype act, int max_batch, size_t pad_to,
+                             const zt_model_stage *stage) {
     /* The estimate is the check that every size below fits: nothing is computed in a type it
      * could overflow once it has passed. */
     zt_model_estimate est;
@@ -382,6 +383,9 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
     m->spec = *spec;
     m->max_batch = max_batch;
     m->n_layer = spec->n_layer;
+    m->stage = *stage;
+    ZT_ASSERT(stage->first_layer == 0 && stage->last_layer == spec->n_layer && stage->embed &&
+              stage->head && stage->buffers == 1);
     g->L = spec->n_layer;
     g->C = spec->n_embd;
     g->NH = spec->n_head;

@@ -360,7 +360,8 @@ static zt_status write_rope_tables(llama *g) {
 }
 
 zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
-                          zt_dtype act, int max_batch, size_t pad_to) {
+                          zt_dtype act, int max_batch, size_t pad_to,
+                          const zt_model_stage *stage) {
     ZT_TRY(check_ops(be, spec->type));
     /* The estimate is the check that every size below fits: nothing is computed in a type it
      * could overflow once it has passed. */
@@ -378,6 +379,9 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
     m->spec = *spec;
     m->max_batch = max_batch;
     m->n_layer = spec->n_layer;
+    m->stage = *stage;
+    ZT_ASSERT(stage->first_layer == 0 && stage->last_layer == spec->n_layer && stage->embed &&
+              stage->head && stage->buffers == 1);
     g->L = (int)d.L;
     g->C = (int)d.C;
     g->NH = (int)d.NH;

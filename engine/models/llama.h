@@ -85,6 +85,7 @@ void zt_llama_rope_inv_freq(const zt_model_spec *s, int head_dim, double *inv_fr
 uint64_t zt_llama_host_bytes(const llama_dims *d, uint64_t micro_batch);
 
 zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
-                          zt_dtype act, int max_batch, size_t pad_to);
+                          zt_dtype act, int max_batch, size_t pad_to,
+                          const zt_model_stage *stage);
 
 #endif
