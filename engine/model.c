@@ -233,6 +233,8 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
     }
     zt_st_ref tied = {0};
+    const bool whole = m->stage.embed && m->stage.head && m->stage.first_layer == 0 &&
+                       m->stage.last_layer == m->n_layer;
     for (int i = 0; i < set.n_tensors && s == ZT_OK; i++) {
         const zt_st_ref *ref = &set.tensors[i];
         const zt_st_tensor *st = ref->tensor;
@@ -240,7 +242,11 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
         if (is_ignored(map, name))
             continue;
         const zt_tensor_info *t = zt_model_find_tensor(m, name);
-        bool is_tied = !t && map->tied && strcmp(name, map->tied) == 0;
+        /* Only a stage with the head reads the tie (a first stage of an untied model does not
+         * hold the head the file's tensor is). */
+        bool is_tied = !t && map->tied && strcmp(name, map->tied) == 0 && m->stage.head;
+        if (!t && !is_tied && !whole)
+            continue; /* another pipeline stage's tensor */
         if (!t && !is_tied) {
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this %s model",
                          ref->file->path, st->name, m->spec.type);
@@ -260,7 +266,9 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is missing", set.path,
                          m->tensors[i].name);
     }
-    if (s == ZT_OK && tied.tensor)
+    /* A stage without the tensor the head is tied to cannot compare them; the stage that holds
+     * it does. */
+    if (s == ZT_OK && tied.tensor && zt_model_find_tensor(m, map->tied_to))
         s = check_tied(m, &tied, src);
     free(src);
     zt_st_set_close(&set);

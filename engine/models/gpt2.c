@@ -339,6 +339,7 @@ static void gpt2_backward(zt_model *m) { gpt2_stage_backward(m, 0, NULL, NULL); 
 
 /* Sampling reads logits as fp32: it runs with fp32 activations. */
 static void gpt2_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
+    ZT_ASSERT(m->stage.head);
     zt_model_copy_logits(m, ((const gpt2 *)m)->blk.head[0].logits, row, rows, dst);
 }
 

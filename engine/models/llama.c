@@ -214,6 +214,7 @@ static void llama_backward(zt_model *m) { llama_stage_backward(m, 0, NULL, NULL)
 
 /* Sampling reads logits as fp32: it runs with fp32 activations. */
 static void llama_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
+    ZT_ASSERT(m->stage.head);
     zt_model_copy_logits(m, ((const llama *)m)->blk.head[0].logits, row, rows, dst);
 }
 

@@ -3,7 +3,8 @@
  * gradients (the tied embedding's two shares summing to the whole model's gradient); several
  * activation sets with interleaved forwards and backwards equal one micro-batch at a time;
  * checkpointing every 1, 2 or 3 blocks, in device or host memory, changes no bit of the loss or
- * the gradients at fp32 or bf16; and the activation bytes it saves are the README's formula. */
+ * the gradients at fp32 or bf16; the activation bytes it saves are the README's formula; and a
+ * stage loads its share of a whole model's safetensors file. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,6 +389,44 @@ static void test_memory(const char *type, int every, bool cpu) {
           "%s: %llu more host bytes", type, (unsigned long long)(ck.host_bytes - plain.host_bytes));
 }
 
+/* A stage loads its own tensors (and its tied copy) from a whole model's safetensors file and
+ * skips the rest: it then holds the whole model's values. */
+static void test_load(zt_backend *be, const char *type, bool tied) {
+    zt_model_spec s = spec_of(type, tied);
+    zt_model_stage full = zt_model_full_stage(L);
+    zt_model *whole = create(&s, be, ZT_F32, &full);
+    const zt_model_stage three[3] = {{0, 1, true, false, 1}, {1, 3, false, false, 1},
+                                     {3, L, false, true, 1}};
+    char path[64];
+    snprintf(path, sizeof path, "%s%s.safetensors", type, tied ? "-tied" : "");
+    const char *file = check_tmp_path(path);
+    if (!whole || !check_at(__FILE__, __LINE__, zt_model_save_safetensors(whole, file) == ZT_OK,
+                            "save: %s", zt_last_error())) {
+        zt_model_destroy(whole);
+        return;
+    }
+    snapshot want = snap(whole, false);
+    for (int i = 0; i < 3; i++) {
+        zt_model *m = NULL;
+        if (zt_model_create_stage(&m, &s, be, ZT_F32, B, 1, &three[i]) != ZT_OK)
+            continue;
+        zt_status rc = zt_model_load_safetensors(m, file);
+        if (check_at(__FILE__, __LINE__, rc == ZT_OK, "%s stage %d: load: %s", type, i,
+                     zt_last_error())) {
+            snapshot got = snap(m, false);
+            for (int t = 0; t < got.n; t++) {
+                const zt_tensor_info *w = find(&want, got.t[t].name, false);
+                if (check_at(__FILE__, __LINE__, w != NULL, "%s", got.t[t].name))
+                    same_tensor("loaded stage", &want, w, &got, &got.t[t], NULL, NULL);
+            }
+            snap_free(&got);
+        }
+        zt_model_destroy(m);
+    }
+    snap_free(&want);
+    zt_model_destroy(whole);
+}
+
 static void test_bad_stages(zt_backend *be) {
     zt_model_spec s = spec_of("gpt2", true);
     const zt_model_stage bad[] = {{-1, 2, true, false, 1}, {3, 2, false, false, 1},
@@ -424,6 +463,11 @@ int main(void) {
             test_memory("gpt2", every, cpu);
             test_memory("llama", every, cpu);
         }
+    check_tmpdir_create("test_model_stage");
+    test_load(be, "gpt2", true);
+    test_load(be, "llama", true);
+    test_load(be, "llama", false);
+    check_tmpdir_remove();
     test_bad_stages(be);
     zt_backend_destroy(be);
     return check_summary("test_model_stage");

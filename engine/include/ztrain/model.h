@@ -71,9 +71,12 @@ typedef struct {
     /* Accumulates the parameter gradients of the last forward into m->grads. */
     void (*backward)(zt_model *m);
     /* Copies rows [row, row + rows) of the logits [B·T, vocab] of the last forward without
-     * targets into host memory dst[rows · vocab]. */
+     * targets (a stage's: of buffer 0, on a stage with the head) into host memory
+     * dst[rows · vocab]. */
     void (*logits)(const zt_model *m, size_t row, size_t rows, float *dst);
-    /* Forward+backward FLOPs per token, the figure TFLOPS metrics use. */
+    /* Forward+backward FLOPs per token, the figure TFLOPS metrics use: DeepSpeedExamples' count
+     * with the coefficient 3, or 4 when the model checkpoints activations (spec
+     * checkpoint_interval > 0); a stage counts its own parameters and blocks. */
     double (*flops_per_token)(const zt_model *m);
     void (*destroy)(zt_model *m);
     /* One micro-batch through the stage, keeping its activations in set `buffer`
@@ -102,7 +105,7 @@ struct zt_model {
     zt_model_spec spec;   /* a copy; spec.init_from is not owned */
     zt_model_stage stage; /* the share of the model this one holds; the whole for zt_model_create */
     int max_batch;
-    int n_layer;
+    int n_layer;          /* the whole model's blocks, also on a stage */
     size_t n_params;
     size_t n_padded;      /* n_params rounded up to the pad_to given at creation */
     float *params;        /* [n_padded] device memory, owned; the padding is 0 */
@@ -147,7 +150,8 @@ const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name);
  * the one it is tied to, and a croppable tensor may be longer along dim 0. F32, F16 and BF16
  * (and F64) data are converted to fp32. A missing tensor, a shape mismatch, an unexpected tensor
  * or a dtype that is not a float is an error naming the file (the shard), the tensor, and both
- * shapes or the dtype. */
+ * shapes or the dtype. A pipeline stage (zt_model_create_stage) loads the tensors it holds, its
+ * tied copy from the tensor it copies, and skips the file's others. */
 zt_status zt_model_load_safetensors(zt_model *m, const char *path);
 
 /* Writes the parameters as fp32 safetensors with Hugging Face names and layouts. The metadata
