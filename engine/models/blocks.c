@@ -162,10 +162,12 @@ float zt_blocks_forward(zt_model *m, zt_blocks *k, int buffer, const int32_t *to
         ops->embed_forward(m, in, kept_tokens, B, T);
     else
         copy_act(m, in, in_act, bytes, ZT_COPY_D2D);
+    if (k->shape.cpu)
+        copy_act(m, k->inputs[buffer * k->groups], in, bytes, ZT_COPY_D2H);
     const void *res = in;
     for (uint64_t i = 0; i < k->shape.layers; i++) {
         const int l = st->first_layer + (int)i;
-        if (every && i % every == 0) {
+        if (every && i > 0 && i % every == 0) {
             void *keep = group_input(k, buffer, i / every);
             if (keep != res)
                 copy_act(m, keep, res, bytes, ZT_COPY_D2D);

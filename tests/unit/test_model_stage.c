@@ -322,27 +322,41 @@ static void test_checkpointing(zt_backend *be, const char *type, zt_dtype act, i
     zt_model_destroy(ck);
 }
 
-/* A pipeline stage checkpoints too: a 2-stage split with interleaved micro-batches, every stage
- * checkpointing every 2 blocks, equals the whole model without. */
-static void test_checkpointed_stages(zt_backend *be, const char *type) {
-    zt_model_spec s = spec_of(type, true);
-    float want[2], got[2];
-    zt_model *whole = run_whole(&s, be, ZT_F32, 2, want);
-    s.checkpoint_interval = 2;
-    const zt_model_stage two[2] = {{0, 3, true, false, 2}, {3, L, false, true, 2}};
-    zt_model *st[2] = {create(&s, be, ZT_F32, &two[0]), create(&s, be, ZT_F32, &two[1])};
-    if (whole && st[0] && st[1]) {
-        run_split(st, 2, 2, true, got);
-        for (int mb = 0; mb < 2; mb++)
-            CHECK(same_float(got[mb], want[mb]), "%s checkpointed stages: loss %.9g, want %.9g",
-                  type, (double)got[mb], (double)want[mb]);
-        tied_tolerance = 4 * 0x1p-23;
-        compare_split("checkpointed stages", whole, st, 2);
-        tied_tolerance = 0.0;
+/* A pipeline stage checkpoints too: splits with interleaved micro-batches, every stage
+ * checkpointing every 2 blocks (in host memory: cpu), equal the whole model without; the second
+ * split has stages without blocks (the embedding alone, the head alone). */
+static void test_checkpointed_stages(zt_backend *be, const char *type, bool cpu) {
+    const zt_model_stage splits[2][3] = {
+        {{0, 3, true, false, 2}, {3, L, false, true, 2}},
+        {{0, 0, true, false, 2}, {0, L, false, false, 2}, {L, L, false, true, 2}}};
+    const int n[2] = {2, 3};
+    for (int k = 0; k < 2; k++) {
+        zt_model_spec s = spec_of(type, true);
+        float want[2], got[2];
+        zt_model *whole = run_whole(&s, be, ZT_F32, 2, want);
+        s.checkpoint_interval = 2;
+        s.checkpoint_cpu = cpu;
+        zt_model *st[3] = {0};
+        bool ok = whole != NULL;
+        for (int i = 0; i < n[k] && ok; i++)
+            ok = (st[i] = create(&s, be, ZT_F32, &splits[k][i])) != NULL;
+        if (ok) {
+            run_split(st, n[k], 2, true, got);
+            for (int mb = 0; mb < 2; mb++)
+                CHECK(same_float(got[mb], want[mb]), "%s checkpointed %d stages%s: loss %.9g, "
+                      "want %.9g", type, n[k], cpu ? " cpu" : "", (double)got[mb],
+                      (double)want[mb]);
+            char what[96];
+            snprintf(what, sizeof what, "%s checkpointed %d stages%s", type, n[k],
+                     cpu ? " cpu" : "");
+            tied_tolerance = 4 * 0x1p-23;
+            compare_split(what, whole, st, n[k]);
+            tied_tolerance = 0.0;
+        }
+        for (int i = 0; i < n[k]; i++)
+            zt_model_destroy(st[i]);
+        zt_model_destroy(whole);
     }
-    zt_model_destroy(st[0]);
-    zt_model_destroy(st[1]);
-    zt_model_destroy(whole);
 }
 
 /* ---- The memory formula (README, "Activation checkpointing") -------------------------------- */
@@ -456,8 +470,10 @@ int main(void) {
                 test_checkpointing(be, "gpt2", acts[a], every, cpu);
                 test_checkpointing(be, "llama", acts[a], every, cpu);
             }
-    test_checkpointed_stages(be, "gpt2");
-    test_checkpointed_stages(be, "llama");
+    for (int cpu = 0; cpu < 2; cpu++) {
+        test_checkpointed_stages(be, "gpt2", cpu);
+        test_checkpointed_stages(be, "llama", cpu);
+    }
     for (int every = 1; every <= 5; every++)
         for (int cpu = 0; cpu < 2; cpu++) {
             test_memory("gpt2", every, cpu);
