@@ -234,7 +234,7 @@ static void test_split(zt_backend *be, const char *type, bool tied, int n,
     snprintf(what, sizeof what, "%s%s %d stages (first [%d,%d)), %d micro-batches%s", type,
              tied ? " tied" : "", n, stages[0].first_layer, stages[0].last_layer, mbs,
              interleaved ? " interleaved" : "");
-    float want[4], got[4];
+    float want[4] = {0}, got[4] = {0};
     zt_model *whole = run_whole(&s, be, ZT_F32, mbs, want);
     zt_model *st[4] = {0};
     bool ok = whole != NULL;
@@ -259,7 +259,7 @@ static void test_split(zt_backend *be, const char *type, bool tied, int n,
             ok = (seq[i] = create(&s, be, ZT_F32, &one)) != NULL;
         }
         if (ok) {
-            float seq_losses[4];
+            float seq_losses[4] = {0};
             run_split(seq, n, mbs, false, seq_losses);
             for (int i = 0; i < n; i++) {
                 snapshot a = snap(seq[i], true), b = snap(st[i], true);
@@ -300,7 +300,7 @@ static void test_checkpointing(zt_backend *be, const char *type, zt_dtype act, i
     char what[128];
     snprintf(what, sizeof what, "%s %s checkpoint_interval %d%s", type,
              act == ZT_F32 ? "fp32" : "bf16", every, cpu ? " cpu" : "");
-    float want[2], got[2];
+    float want[2] = {0}, got[2] = {0};
     zt_model *plain = run_whole(&s, be, act, 2, want);
     s.checkpoint_interval = every;
     s.checkpoint_cpu = cpu;
@@ -332,7 +332,7 @@ static void test_checkpointed_stages(zt_backend *be, const char *type, bool cpu)
     const int n[2] = {2, 3};
     for (int k = 0; k < 2; k++) {
         zt_model_spec s = spec_of(type, true);
-        float want[2], got[2];
+        float want[2] = {0}, got[2] = {0};
         zt_model *whole = run_whole(&s, be, ZT_F32, 2, want);
         s.checkpoint_interval = 2;
         s.checkpoint_cpu = cpu;
