@@ -8,11 +8,31 @@
 #include "ztrain/model.h"
 #include "ztrain/safetensors.h"
 
+zt_model_stage zt_model_full_stage(int n_layer) {
+    return (zt_model_stage){0, n_layer, true, true, 1};
+}
+
 zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
                           int max_batch, size_t pad_to) {
+    zt_model_stage full = zt_model_full_stage(spec->n_layer);
+    return zt_model_create_stage(out, spec, be, act, max_batch, pad_to, &full);
+}
+
+zt_status zt_model_create_stage(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+                                zt_dtype act, int max_batch, size_t pad_to,
+                                const zt_model_stage *stage) {
     const zt_model_family *fam = zt_model_family_find(spec->type);
-    if (fam)
-        return fam->create(out, spec, be, act, max_batch, pad_to ? pad_to : 1);
+    if (fam) {
+        const zt_model_stage *st = stage;
+        if (st->first_layer < 0 || st->last_layer < st->first_layer ||
+            st->last_layer > spec->n_layer || st->buffers < 1 ||
+            (st->first_layer == st->last_layer && !st->embed && !st->head))
+            return zt_error(ZT_ERR_INVALID, "%s: pipeline stage of layers [%d, %d)%s%s with %d "
+                            "buffers is not a part of a model of %d layers", spec->type,
+                            st->first_layer, st->last_layer, st->embed ? " + embedding" : "",
+                            st->head ? " + head" : "", st->buffers, spec->n_layer);
+        return fam->create(out, spec, be, act, max_batch, pad_to ? pad_to : 1, stage);
+    }
     char known[256];
     zt_model_family_names(known, sizeof known);
     return zt_error(ZT_ERR_INVALID, "model.type '%s' is not known (available: %s)", spec->type,
@@ -213,6 +233,8 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
     }
     zt_st_ref tied = {0};
+    const bool whole = m->stage.embed && m->stage.head && m->stage.first_layer == 0 &&
+                       m->stage.last_layer == m->n_layer;
     for (int i = 0; i < set.n_tensors && s == ZT_OK; i++) {
         const zt_st_ref *ref = &set.tensors[i];
         const zt_st_tensor *st = ref->tensor;
@@ -220,7 +242,11 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
         if (is_ignored(map, name))
             continue;
         const zt_tensor_info *t = zt_model_find_tensor(m, name);
-        bool is_tied = !t && map->tied && strcmp(name, map->tied) == 0;
+        /* Only a stage with the head reads the tie (a first stage of an untied model does not
+         * hold the head the file's tensor is). */
+        bool is_tied = !t && map->tied && strcmp(name, map->tied) == 0 && m->stage.head;
+        if (!t && !is_tied && !whole)
+            continue; /* another pipeline stage's tensor */
         if (!t && !is_tied) {
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this %s model",
                          ref->file->path, st->name, m->spec.type);
@@ -240,7 +266,9 @@ zt_status zt_model_load_safetensors(zt_model *m, const char *path) {
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' is missing", set.path,
                          m->tensors[i].name);
     }
-    if (s == ZT_OK && tied.tensor)
+    /* A stage without the tensor the head is tied to cannot compare them; the stage that holds
+     * it does. */
+    if (s == ZT_OK && tied.tensor && zt_model_find_tensor(m, map->tied_to))
         s = check_tied(m, &tied, src);
     free(src);
     zt_st_set_close(&set);

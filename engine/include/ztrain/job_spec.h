@@ -45,6 +45,15 @@ typedef struct {
     bool qkv_bias;                  /* biases on the q, k and v projections */
     bool o_bias;                    /* a bias on the attention's output projection */
     int sliding_window;             /* a query sees at most this many positions; 0: all */
+    /* Activation checkpointing: not architecture fields (no family's table holds them, so
+     * checkpoints, exports and comparisons leave them out) but how a model built from the spec
+     * keeps its activations. With checkpoint_interval k > 0 a model keeps only the input of
+     * every k-th of its blocks (the first of each group of k) and recomputes the others' in the
+     * backward, with results bit-identical to k = 0 (everything kept). checkpoint_cpu keeps
+     * those inputs in pinned host memory. The job spec sets both from train.activation_checkpointing
+     * and the DeepSpeed config (README, "Activation checkpointing"). */
+    int checkpoint_interval;
+    bool checkpoint_cpu;
 } zt_model_spec;
 
 /* One source of a training mixture. */
@@ -79,6 +88,12 @@ typedef struct {
     int bench_steps;          /* > 0: stop after this many steps (benchmark runs) */
     int warmup_steps;         /* steps left out of the timing metrics, default 5 */
     uint64_t seed;            /* default 1234 */
+    /* Activation checkpointing (README, "Activation checkpointing"): keep only every
+     * activation_checkpoint_interval-th block's input (default 1: every block's) and recompute
+     * the rest in the backward. Also turned on by training_args.gradient_checkpointing; the
+     * model spec's checkpoint_interval is what the model reads. */
+    bool activation_checkpointing;
+    int activation_checkpoint_interval;
 } zt_train_spec;
 
 /* The longest job name, in bytes. A name is printable UTF-8 (no control, bidirectional or line

@@ -24,9 +24,25 @@ typedef struct {
     int ndim;
     int64_t shape[2];
     int layer;         /* transformer block index, or -1 for embeddings and the final norm */
+    /* A pipeline stage's own copy of a tied tensor (the token embedding on the last stage of a
+     * model whose LM head is tied to it, zt_model_create_stage): its gradient is the head's
+     * share, which the caller sums with the first stage's before the data-parallel reduction.
+     * false everywhere else. */
+    bool tied_copy;
 } zt_tensor_info;
 
 typedef struct zt_model zt_model;
+
+/* A pipeline stage's share of a model (DeepSpeed's PipelineModule partition): transformer blocks
+ * [first_layer, last_layer), plus the embedding when `embed`, plus the final norm and LM head
+ * when `head`. A full model is {0, n_layer, true, true, 1}. */
+typedef struct {
+    int first_layer, last_layer;
+    bool embed, head;
+    /* Activation sets: how many micro-batches may be between their forward and their backward at
+     * once (DeepSpeed's pipe buffers). 1 for a model that is not pipelined. */
+    int buffers;
+} zt_model_stage;
 
 /* Called by the model around its use of parameters and as gradients become final, so ZeRO can
  * gather partitioned parameters just in time (stage 3) and reduce gradients while the backward
@@ -55,11 +71,29 @@ typedef struct {
     /* Accumulates the parameter gradients of the last forward into m->grads. */
     void (*backward)(zt_model *m);
     /* Copies rows [row, row + rows) of the logits [B·T, vocab] of the last forward without
-     * targets into host memory dst[rows · vocab]. */
+     * targets (a stage's: of buffer 0, on a stage with the head) into host memory
+     * dst[rows · vocab]. */
     void (*logits)(const zt_model *m, size_t row, size_t rows, float *dst);
-    /* Forward+backward FLOPs per token, the figure TFLOPS metrics use. */
+    /* Forward+backward FLOPs per token, the figure TFLOPS metrics use: DeepSpeedExamples' count
+     * with the coefficient 3, or 4 when the model checkpoints activations (spec
+     * checkpoint_interval > 0); a stage counts its own parameters and blocks. */
     double (*flops_per_token)(const zt_model *m);
     void (*destroy)(zt_model *m);
+    /* One micro-batch through the stage, keeping its activations in set `buffer`
+     * (0 <= buffer < stage.buffers). The first stage (embed) reads tokens[B,T]; any other reads
+     * in_act[B,T,n_embd] (held at ctx.act precision in backend device memory: the previous
+     * stage's output). The last stage (head) computes the loss against targets as forward does
+     * (returns the mean loss and prepares the backward of grad_scale · Σ losses); any other
+     * writes out_act[B,T,n_embd] (same precision and memory) and returns 0. Pointers are
+     * borrowed for the call; tokens are copied, in_act is not needed after it. */
+    float (*stage_forward)(zt_model *m, int buffer, const int32_t *tokens, const void *in_act,
+                           const int32_t *targets, void *out_act, int B, int T, float grad_scale);
+    /* The backward of set `buffer`'s forward: the last stage from its loss, any other from
+     * dout[B,T,n_embd] (the next stage's gradient w.r.t. this stage's output). Accumulates the
+     * stage's parameter gradients and, unless the stage has `embed`, overwrites
+     * din[B,T,n_embd] (the gradient to send to the previous stage). Both at ctx.act precision
+     * in backend device memory. */
+    void (*stage_backward)(zt_model *m, int buffer, const void *dout, void *din);
 } zt_model_ops;
 
 struct zt_model {
@@ -69,8 +103,9 @@ struct zt_model {
      * it); ZT_F32 otherwise. Fixed at creation: the activation buffers are sized for it. */
     zt_ctx ctx;
     zt_model_spec spec;   /* a copy; spec.init_from is not owned */
+    zt_model_stage stage; /* the share of the model this one holds; the whole for zt_model_create */
     int max_batch;
-    int n_layer;
+    int n_layer;          /* the whole model's blocks, also on a stage */
     size_t n_params;
     size_t n_padded;      /* n_params rounded up to the pad_to given at creation */
     float *params;        /* [n_padded] device memory, owned; the padding is 0 */
@@ -89,6 +124,22 @@ zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend 
                           int max_batch, size_t pad_to);
 void zt_model_destroy(zt_model *m);
 
+/* Like zt_model_create, but the model holds only the stage's tensors (same Hugging Face names,
+ * same order, offsets packed from 0, so the flat buffer is the stage's only) and activations for
+ * stage->buffers micro-batches of its own layers. A stage with `head` on a model with a tied LM
+ * head (GPT-2; Llama with tie_word_embeddings) and without `embed` holds its own copy of the
+ * token embedding under the embedding's name, last in its table, marked tied_copy. Its
+ * zt_tensor_info.layer numbers stay the full model's. The forward and backward ops are for a
+ * whole model only; a stage computes through stage_forward and stage_backward. A stage outside
+ * [0, n_layer], an empty one (no layers, no embedding, no head) or buffers < 1 is
+ * ZT_ERR_INVALID. */
+zt_status zt_model_create_stage(zt_model **out, const zt_model_spec *spec, zt_backend *be,
+                                zt_dtype act, int max_batch, size_t pad_to,
+                                const zt_model_stage *stage);
+
+/* The stage that is the whole model of n_layer blocks. */
+zt_model_stage zt_model_full_stage(int n_layer);
+
 /* The tensor with this Hugging Face name, or NULL. */
 const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name);
 
@@ -99,7 +150,8 @@ const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name);
  * the one it is tied to, and a croppable tensor may be longer along dim 0. F32, F16 and BF16
  * (and F64) data are converted to fp32. A missing tensor, a shape mismatch, an unexpected tensor
  * or a dtype that is not a float is an error naming the file (the shard), the tensor, and both
- * shapes or the dtype. */
+ * shapes or the dtype. A pipeline stage (zt_model_create_stage) loads the tensors it holds, its
+ * tied copy from the tensor it copies, and skips the file's others. */
 zt_status zt_model_load_safetensors(zt_model *m, const char *path);
 
 /* Writes the parameters as fp32 safetensors with Hugging Face names and layouts. The metadata
@@ -238,9 +290,10 @@ typedef struct {
      * how a job is judged before any memory is taken (ztrain/admission.h). */
     zt_status (*estimate)(const zt_model_spec *spec, const zt_model_estimate_args *args,
                           const char *source, zt_model_estimate *out);
-    /* Builds the model; zt_model_create's contract, with pad_to >= 1. */
+    /* Builds the model or a stage of it; zt_model_create_stage's contract, with pad_to >= 1 and
+     * a stage already checked against spec->n_layer. */
     zt_status (*create)(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
-                        int max_batch, size_t pad_to);
+                        int max_batch, size_t pad_to, const zt_model_stage *stage);
     zt_hf_map hf;
 } zt_model_family;
 
