@@ -119,6 +119,13 @@ export function jobView(main, id) {
     }
   }
 
+  /* A pipelined job's rank carries its stage, by DeepSpeed's grid: rank = stage · dp + replica. */
+  function rankLabel(job, rank) {
+    const stages = job.spec && job.spec.pipeline ? job.spec.pipeline.stages || 1 : 1;
+    if (stages <= 1 || !job.world_size) return String(rank);
+    return `${rank} · stage ${Math.floor(rank / (job.world_size / stages))}`;
+  }
+
   /* Process state from the job, memory and step time from the newest records. */
   function renderRanks() {
     const job = st.job;
@@ -138,7 +145,7 @@ export function jobView(main, id) {
       tr.dataset.rank = r.rank;
       const mem = (k) => st.memory[`rank${r.rank}/${k}`];
       /* Ranks step together, and the records carry one step time for the job. */
-      const cells = [String(r.rank), fmtRankState(r), r.pid ? String(r.pid) : '—',
+      const cells = [rankLabel(job, r.rank), fmtRankState(r), r.pid ? String(r.pid) : '—',
         fmtBytes(mem('params_bytes')), fmtBytes(mem('grads_bytes')), fmtBytes(mem('optimizer_bytes')),
         fmtBytes(mem('peak_rss_bytes')),
         isNum(st.lastStepTime) ? st.lastStepTime.toFixed(1) + ' ms' : '—'];
