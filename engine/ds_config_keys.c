@@ -57,7 +57,7 @@ static const zt_ds_key rows[] = {
     {"allgather_size", HAND | H, 0, NULL,
      "read with the legacy \"zero_optimization\": true as its allgather bucket"},
     {"zero_allow_untested_optimizer", H, 0, "false",
-     "LAMB at ZeRO stages 1-3 needs it, as in DeepSpeed; SGD is accepted without it"},
+     "LAMB and SGD at ZeRO stages 1-3 need it, as in DeepSpeed (warned when given)"},
     {"zero_force_ds_cpu_optimizer", W, 0, "true", "ztrain always runs its own CPU optimizer"},
     {"graph_harvesting", W, 0, "false", "CUDA graphs: no device here"},
     {"memory_breakdown", W, 0, "false",

@@ -213,6 +213,22 @@ static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
     return ZT_OK;
 }
 
+/* ZeRO's tested optimizers are Adam, AdamW, Adagrad and DeepSpeed's own (zero/utils.py); with
+ * any other (FusedLamb, torch.optim.SGD) at stage >= 1 DeepSpeed asserts unless the config opts in,
+ * and then warns. `note` adds what ztrain does differently (may be ""). */
+static zt_status check_untested_with_zero(const zt_ds_config *cfg, const char *src,
+                                          const char *note) {
+    if (cfg->zero.stage == 0)
+        return ZT_OK;
+    if (!cfg->zero_allow_untested_optimizer)
+        return zt_error(ZT_ERR_INVALID, "%s: You are using an untested ZeRO Optimizer. Please add "
+                        "<\"zero_allow_untested_optimizer\": true> in the configuration file to "
+                        "use it.", src);
+    zt_ds_warn(src, "**** You are using ZeRO with an untested optimizer, proceed with caution "
+               "*****%s", note);
+    return ZT_OK;
+}
+
 /* LAMB and the 1-bit family, with the assertions DeepSpeed makes when it builds them
  * (engine.py: _do_args_sanity_check, _configure_basic_optimizer, _do_optimizer_sanity_check),
  * named by optimizer_name(), the lower-cased type. */
@@ -241,14 +257,9 @@ static zt_status parse_lamb_family(zt_ds_config *cfg, const zt_json_obj *params,
                    "freeze_step, cuda_aware, comm_backend_name and the other compression "
                    "parameters have no effect");
     if (lamb && cfg->zero.stage > 0) {
-        /* FusedLamb is not among ZeRO's tested optimizers (zero/utils.py). */
-        if (!cfg->zero_allow_untested_optimizer)
-            return zt_error(ZT_ERR_INVALID, "%s: You are using an untested ZeRO Optimizer. Please add "
-                            "<\"zero_allow_untested_optimizer\": true> in the configuration file to "
-                            "use it.", src);
-        zt_ds_warn(src, "**** You are using ZeRO with an untested optimizer, proceed with caution "
-                   "***** (ztrain takes LAMB's trust ratios per parameter tensor across the ranks' "
-                   "partitions, as without ZeRO; DeepSpeed takes one per rank's flat partition)");
+        ZT_TRY(check_untested_with_zero(cfg, src, " (ztrain takes LAMB's trust ratios per parameter "
+                                        "tensor across the ranks' partitions, as without ZeRO; "
+                                        "DeepSpeed takes one per rank's flat partition)"));
         if (cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
             return zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer %s with "
                             "zero_optimization.offload_optimizer is not supported (DeepSpeed's "
@@ -287,8 +298,10 @@ zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top) {
     snprintf(cfg->optimizer.name, sizeof cfg->optimizer.name, "%s", type);
     if (builtin && (strcmp(lower, "adam") == 0 || strcmp(lower, "adamw") == 0))
         return parse_adam(&cfg->optimizer, &params, strcmp(lower, "adamw") == 0);
-    if (!builtin && strcmp(type, "SGD") == 0)
-        return parse_sgd(&cfg->optimizer, &params);
+    if (!builtin && strcmp(type, "SGD") == 0) {
+        ZT_TRY(parse_sgd(&cfg->optimizer, &params));
+        return check_untested_with_zero(cfg, top->source, "");
+    }
     if (builtin && (strcmp(lower, "lamb") == 0 || strcmp(lower, "onebitlamb") == 0 ||
                     strcmp(lower, "onebitadam") == 0 || strcmp(lower, "zerooneadam") == 0))
         return parse_lamb_family(cfg, &params, lower, top->source);

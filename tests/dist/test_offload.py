@@ -46,6 +46,8 @@ def job(name, world, stage, nvme, optimizer=None, param=None, precision=None, op
           "optimizer": opt, "gradient_clipping": 0.5,
           "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3}},
           "zero_optimization": zero}
+    if opt["type"] == "SGD":
+        ds["zero_allow_untested_optimizer"] = True  # torch.optim.SGD is not among ZeRO's tested
     if precision:
         ds[precision] = {"enabled": True}
     return {"name": name, "world_size": world,

@@ -314,6 +314,16 @@ static void test_lamb_family(void) {
     if (OK("{" B "\"zero_optimization\": {\"stage\": 2}, \"zero_allow_untested_optimizer\": true, "
            "\"optimizer\": {\"type\": \"Lamb\"}}", 1, &c))
         CHECK(c.optimizer.type == ZT_OPTIM_LAMB && c.zero_allow_untested_optimizer);
+    /* torch.optim.SGD is not among ZeRO's tested optimizers either; stage 0 needs nothing. */
+    ERR("{" B "\"zero_optimization\": {\"stage\": 1}, \"optimizer\": {\"type\": \"SGD\", "
+        "\"params\": {\"lr\": 0.1}}}", 1, ZT_ERR_INVALID,
+        "ds.json: You are using an untested ZeRO Optimizer. Please add "
+        "<\"zero_allow_untested_optimizer\": true> in the configuration file to use it.");
+    if (OK("{" B "\"zero_optimization\": {\"stage\": 3}, \"zero_allow_untested_optimizer\": true, "
+           "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}}", 1, &c))
+        CHECK(c.optimizer.type == ZT_OPTIM_SGD);
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}}", 1, &c))
+        CHECK(c.optimizer.type == ZT_OPTIM_SGD);
     ERR_PREFIX("{" B "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
                "\"cpu\"}}, \"zero_allow_untested_optimizer\": true, \"optimizer\": {\"type\": "
                "\"Lamb\"}}", 1, ZT_ERR_UNSUPPORTED,

@@ -19,6 +19,7 @@
 #ifndef ZTRAIN_PIPELINE_H
 #define ZTRAIN_PIPELINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "ztrain/status.h"
