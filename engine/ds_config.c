@@ -394,6 +394,16 @@ static zt_status check_data_efficiency(const zt_json_obj *top) {
  * Honouring them is not planned, so turning one on ("enabled": true on the profiler,
  * elasticity, amp, ...; activation partitioning; ZeRO++ quantisation) is ZT_ERR_UNSUPPORTED
  * rather than silently dropped. */
+/* activation_checkpointing: where the job's checkpointed block inputs go (its other keys are
+ * warned by the key table). */
+static zt_status parse_activation_checkpointing(zt_ds_config *cfg, const zt_json_obj *top) {
+    if (!cJSON_IsObject(zt_json_item(top, "activation_checkpointing")))
+        return ZT_OK;
+    zt_json_obj o;
+    ZT_TRY(zt_json_child(top, "activation_checkpointing", &o));
+    return zt_json_get_bool(&o, "cpu_checkpointing", &cfg->cpu_checkpointing, NULL);
+}
+
 static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json_obj *top) {
     const char *src = top->source;
     static const char *const switched[] = {
@@ -407,12 +417,6 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
         if (cJSON_IsTrue(en))
             return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s.enabled is not supported by ztrain", src, *k);
     }
-    const cJSON *ac = zt_json_item(top, "activation_checkpointing");
-    static const char *const ac_flags[] = {"cpu_checkpointing", NULL};
-    for (const char *const *k = ac_flags; ac && *k; k++)
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ac, *k)))
-            return zt_error(ZT_ERR_UNSUPPORTED, "%s: activation_checkpointing.%s is not supported by ztrain",
-                            src, *k);
     ZT_TRY(check_data_efficiency(top));
     const cJSON *comp = zt_json_item(top, "compile");
     if (comp && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(comp, "deepcompile")))
@@ -571,6 +575,7 @@ static zt_status from_json(zt_ds_config *cfg, const cJSON *root, const char *sou
                         "Lamb is not supported yet: ztrain's LAMB keeps fp32 moments", source);
     ZT_TRY(zt_ds_parse_scheduler(cfg, &top));
     ZT_TRY(zt_ds_parse_monitor(cfg, &top));
+    ZT_TRY(parse_activation_checkpointing(cfg, &top));
     ZT_TRY(ds_config_check_features(cfg, &top));
     ZT_TRY(ds_config_check_implemented(&top));
     ds_config_warn_without_effect(cfg, &top);

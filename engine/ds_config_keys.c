@@ -22,8 +22,6 @@
 /* The reasons shared by many rows. */
 #define NO_DEVICE "the CPU backend has no device memory to pin or stream to"
 #define NO_TP "ztrain is data-parallel only"
-#define USER_CODE \
-    "only acts through calls in the user's model code, which ztrain's models do not make"
 #define OWN_LAYOUT "ztrain's gradients live in one flat buffer reduced in fixed chunks"
 #define LAYER_GATHER "ztrain holds at most the layer in use and the one prefetched"
 
@@ -66,16 +64,24 @@ static const zt_ds_key rows[] = {
     {"vocabulary_size", W, 0, NULL, "DeepSpeed only warns when it is not a multiple of 8"},
     {"log_level", W, 0, NULL, "ztrain's own messages are not levelled"},
 
-    /* activation_checkpointing: it only changes deepspeed.checkpointing.checkpoint() calls. */
-    {"activation_checkpointing", SEC | W, 0, NULL, USER_CODE},
+    /* activation_checkpointing: DeepSpeed's settings for the checkpoint() calls of a model; in
+     * ztrain the job turns checkpointing on (train.activation_checkpointing, or training_args'
+     * gradient_checkpointing) and this section says where the kept inputs go. */
+    {"activation_checkpointing", SEC | H, 0, NULL,
+     "applies when the job checkpoints activations (train.activation_checkpointing)"},
     {"activation_checkpointing.partition_activations", W, 0, "false",
      "without tensor parallelism it does nothing in DeepSpeed either"},
-    {"activation_checkpointing.cpu_checkpointing", HAND | R, 0, "false",
-     "true refused: moving checkpointed activations to the host is not implemented"},
-    {"activation_checkpointing.contiguous_memory_optimization", W, 0, "false", USER_CODE},
-    {"activation_checkpointing.number_checkpoints", W, 0, NULL, USER_CODE},
-    {"activation_checkpointing.synchronize_checkpoint_boundary", W, 0, "false", USER_CODE},
-    {"activation_checkpointing.profile", W, 0, "false", USER_CODE},
+    {"activation_checkpointing.cpu_checkpointing", H, 0, "false",
+     "the kept block inputs live in pinned host memory; warned when the job does not checkpoint"},
+    {"activation_checkpointing.contiguous_memory_optimization", W, 0, "false",
+     "it packs partitioned activations, which need tensor parallelism: " NO_TP},
+    {"activation_checkpointing.number_checkpoints", W, 0, NULL,
+     "it sizes contiguous_memory_optimization's buffers, which need tensor parallelism"},
+    {"activation_checkpointing.synchronize_checkpoint_boundary", W, 0, "false",
+     "a device synchronisation per checkpoint: ztrain's kept inputs are ordered on the compute "
+     "stream"},
+    {"activation_checkpointing.profile", W, 0, "false",
+     "per-checkpoint timers: ztrain times whole steps (perf/* in every record)"},
 
     /* aio: DeepSpeed's async I/O library for NVMe offload. */
     {"aio", SEC | W, 0, NULL, "ztrain's NVMe offload sizes its own I/O (io_uring or threads)"},

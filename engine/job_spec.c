@@ -16,6 +16,7 @@
 #include "fsutil.h"
 #include "job_pipeline.h"
 #include "json_util.h"
+#include "job_act_ckpt.h"
 #include "model_fields.h"
 #include "text.h"
 #include "ztrain/comm.h"
@@ -31,7 +32,9 @@ static const char *const data_keys[] = {"train",         "val",          "shuffl
 static const char *const source_keys[] = {"path", "weight", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
-                                         "resume", "bench_steps", "warmup_steps", "seed", NULL};
+                                         "resume", "bench_steps", "warmup_steps", "seed",
+                                         "activation_checkpointing",
+                                         "activation_checkpoint_interval", NULL};
 
 /* base_dir/path for a relative path; an absolute path, or an empty or "." base, is kept as is. */
 static char *resolve_path(const char *base_dir, const char *path) {
@@ -267,6 +270,10 @@ static zt_status parse_train(zt_train_spec *t, const zt_data_spec *data, const z
     if (found && seed < 0)
         return zt_json_key_error(ZT_ERR_INVALID, &o, "seed", "must be >= 0, got %lld", (long long)seed);
     t->seed = (uint64_t)seed;
+    ZT_TRY(zt_json_get_bool(&o, "activation_checkpointing", &t->activation_checkpointing, NULL));
+    t->activation_checkpoint_interval = 1;
+    ZT_TRY(get_int_min(&o, "activation_checkpoint_interval", 1,
+                       &t->activation_checkpoint_interval));
 
     const char *src = top->source;
     if (t->eval_interval > 0 && !data->val)
@@ -302,7 +309,8 @@ static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top
     static const char *const keys[] = {
         "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
         "max_grad_norm", "per_device_train_batch_size", "gradient_accumulation_steps",
-        "warmup_steps", "warmup_ratio", "lr_scheduler_type", "bf16", "fp16", NULL};
+        "warmup_steps", "warmup_ratio", "lr_scheduler_type", "bf16", "fp16",
+        "gradient_checkpointing", NULL};
     zt_json_obj o;
     zt_training_args_defaults(a);
     ZT_TRY(zt_json_child(top, "training_args", &o));
@@ -329,6 +337,7 @@ static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top
     *g |= found ? ZT_ARG_BF16 : 0;
     ZT_TRY(zt_json_get_bool(&o, "fp16", &a->fp16, &found));
     *g |= found ? ZT_ARG_FP16 : 0;
+    ZT_TRY(zt_json_get_bool(&o, "gradient_checkpointing", &a->gradient_checkpointing, NULL));
     if (a->bf16 && a->fp16)
         return zt_error(ZT_ERR_INVALID, "%s: training_args.bf16 and training_args.fp16 cannot both "
                         "be true", top->source);
@@ -524,6 +533,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(zt_job_parse_pipeline(job, &top));
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
     ZT_TRY(zt_job_check_pipeline(job, source));
+    ZT_TRY(zt_job_activation_checkpointing(job, &top));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would
      * overflow, wherever a spec is read; activations are sized at fp32, the widest. */
     zt_model_estimate est;

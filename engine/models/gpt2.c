@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_init.h"
-#include "carve.h"
+#include "blocks.h"
 #include "size_math.h"
 #include "ztrain/model.h"
 
@@ -29,11 +28,9 @@ typedef struct {
     float *w[N_LAYER_TENSORS];
 } layer_views;
 
-/* Activations saved by the forward for the backward, per layer unless noted. `void *` ones are
- * activations, stored as the backend stores them (zt_backend_act_size); `float *` ones are fp32
- * statistics (ops.h). */
+/* Activations a block saves for its backward. `void *` ones are activations, stored as the
+ * backend stores them (zt_backend_act_size); `float *` ones are fp32 statistics (ops.h). */
 typedef struct {
-    void *encoded;             /* [B,T,C] the residual stream entering layer 0 */
     void *ln1;
     float *ln1_mean, *ln1_rstd;
     void *qkv;                 /* [B,T,3C] */
@@ -43,31 +40,22 @@ typedef struct {
     void *ln2;
     float *ln2_mean, *ln2_rstd;
     void *fch, *fch_gelu;      /* [B,T,4C] */
-    void *res3;                /* [B,T,C] residual after the MLP (the layer's output) */
+    void *res3;                /* [B,T,C] residual after the MLP (the block's output) */
 } layer_acts;
 
 typedef struct {
     zt_model base;
-    int L, C, NH, V, maxT;
-    float *wte, *wpe, *lnf_w, *lnf_b;
-    float *dwte, *dwpe, *dlnf_w, *dlnf_b;
-    layer_views *lw, *lg;      /* parameter and gradient views per layer */
+    int L, C, NH, V, maxT;     /* L: the whole model's blocks */
+    float *wte, *wpe, *lnf_w, *lnf_b, *head; /* head: wte, or the last stage's copy of it */
+    float *dwte, *dwpe, *dlnf_w, *dlnf_b, *dhead;
+    layer_views *lw, *lg;      /* parameter and gradient views per block of the stage */
     unsigned char *act_memory; /* device memory of act_bytes, carved into the buffers below */
     size_t act_bytes;
     size_t act_size;           /* bytes per activation element on this backend */
-    float *host_losses;        /* [max_batch · block_size] the losses, read back to the host */
-    layer_acts *la;
-    void *lnf;                          /* [B,T,C] */
-    float *lnf_mean, *lnf_rstd;         /* [B,T] */
-    void *logits;                       /* [B,T,V], the gradient in place after a training forward */
-    float *losses;                      /* [B,T] */
-    /* backward scratch, reused across layers (datt is fp32 work space) */
-    void *dres, *dln, *datty, *dqkv, *dfch;
+    zt_blocks blk;             /* activation sets, checkpointing, dres */
+    /* backward scratch, reused across blocks (datt is fp32 work space) */
+    void *dln, *datty, *dqkv, *dfch;
     float *datt;
-    /* shape of the last forward */
-    const int32_t *inputs;
-    int B, T;
-    int has_grad;
 } gpt2;
 
 /* Sizes in 64 bits: with n_embd at most INT_MAX / 4 (gpt2_validate), no single tensor can
@@ -96,207 +84,167 @@ static void layer_tensor_shape(int i, int C, int *ndim, int64_t shape[2]) {
     }
 }
 
-static void add_tensor(zt_model *m, const char *name, size_t *offset, int ndim, int64_t d0,
-                       int64_t d1, int layer) {
-    zt_tensor_info *t = &m->tensors[m->n_tensors++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->offset = *offset;
-    t->ndim = ndim;
-    t->shape[0] = d0;
-    t->shape[1] = ndim == 2 ? d1 : 0;
-    t->numel = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
-    t->layer = layer;
-    *offset += t->numel;
+/* The stage's tensors in flat-buffer order: wte and wpe with the embedding, the blocks, ln_f with
+ * the head, and a last stage's own copy of wte (the tied head) at the end. */
+static size_t lay_out_tensors(zt_tensor_info *t, int *n, const zt_model_spec *s,
+                              const zt_model_stage *st) {
+    const int C = s->n_embd;
+    size_t off = 0;
+    *n = 0;
+    if (st->embed) {
+        zt_blocks_add_tensor(t, n, "wte.weight", &off, 2, s->vocab_size, C, -1);
+        zt_blocks_add_tensor(t, n, "wpe.weight", &off, 2, s->block_size, C, -1);
+    }
+    for (int l = st->first_layer; l < st->last_layer; l++) {
+        for (int i = 0; i < N_LAYER_TENSORS; i++) {
+            char name[64];
+            int ndim;
+            int64_t shape[2] = {0, 0};
+            snprintf(name, sizeof name, "h.%d.%s", l, layer_tensor_names[i]);
+            layer_tensor_shape(i, C, &ndim, shape);
+            zt_blocks_add_tensor(t, n, name, &off, ndim, shape[0], shape[1], l);
+        }
+    }
+    if (st->head) {
+        zt_blocks_add_tensor(t, n, "ln_f.weight", &off, 1, C, 0, -1);
+        zt_blocks_add_tensor(t, n, "ln_f.bias", &off, 1, C, 0, -1);
+        if (!st->embed) {
+            zt_blocks_add_tensor(t, n, "wte.weight", &off, 2, s->vocab_size, C, -1);
+            t[*n - 1].tied_copy = true;
+        }
+    }
+    return off;
+}
+
+static int stage_tensors(const zt_model_stage *st) {
+    return (st->last_layer - st->first_layer) * N_LAYER_TENSORS + (st->embed ? 2 : 0) +
+           (st->head ? (st->embed ? 2 : 3) : 0);
 }
 
 /* What a tensor starts as: GPT-2's normal(0, 0.02), the residual projections' 0.02/sqrt(2L),
  * ones for norm weights, zeros for biases. */
-static double init_std(const gpt2 *g, const char *name) {
+static double init_std(const zt_model *m, const char *name) {
     const char *dot = strrchr(name, '.');
     if (dot && strcmp(dot, ".bias") == 0)
         return 0.0;
     if (strstr(name, "ln_"))
         return -1.0;
     if (strstr(name, "c_proj.weight"))
-        return 0.02 / sqrt(2.0 * g->L);
+        return 0.02 / sqrt(2.0 * m->spec.n_layer);
     return 0.02;
 }
 
-/* Tensors are drawn in flat-buffer order from one stream (wte, wpe, then each layer's weights),
- * into a small host buffer a piece at a time, and copied to the device. */
+/* Tensors are drawn in the whole model's flat-buffer order from one stream (wte, wpe, then each
+ * layer's weights), so a pipeline stage starts from the same values as the whole model. */
 static zt_status gpt2_init_weights(zt_model *m, uint64_t seed) {
-    gpt2 *g = (gpt2 *)m;
-    enum { PIECE = 4096 };
-    float host[PIECE];
-    uint64_t s = seed ^ 0x6770743200000000ull;
-    zt_backend_zero(m->ctx.be, m->params, m->n_params * sizeof(float), ZT_STREAM_COMPUTE);
-    for (int i = 0; i < m->n_tensors; i++) {
-        const zt_tensor_info *t = &m->tensors[i];
-        double std = init_std(g, t->name);
-        for (size_t at = 0; std != 0.0 && at < t->numel; at += PIECE) {
-            size_t n = t->numel - at < PIECE ? t->numel - at : PIECE;
-            if (std > 0.0)
-                zt_init_fill_normal(host, n, std, &s);
-            else
-                for (size_t j = 0; j < n; j++)
-                    host[j] = 1.0f;
-            zt_model_set_params(m, t->offset + at, host, n);
-        }
-    }
+    const zt_model_stage full = zt_model_full_stage(m->spec.n_layer);
+    zt_tensor_info *t = calloc((size_t)stage_tensors(&full), sizeof *t);
+    if (!t)
+        return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory for the initialisation's tensor table");
+    int n;
+    lay_out_tensors(t, &n, &m->spec, &full);
+    zt_blocks_init_weights(m, seed ^ 0x6770743200000000ull, t, n, init_std);
+    free(t);
     return ZT_OK;
 }
 
-static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
-                          float grad_scale) {
+/* ---- The blocks, the embedding and the head (blocks.h calls them) ------------------------- */
+
+static const void *block_forward(zt_model *m, void *acts, const void *residual, int l, int B,
+                                 int T) {
     gpt2 *g = (gpt2 *)m;
     const zt_ops *op = m->ctx.be->ops;
     const zt_ctx *x = &m->ctx;
-    const int C = g->C, NH = g->NH, V = g->V, BT = B * T;
-    ZT_ASSERT(B >= 1 && B <= m->max_batch && T >= 1 && T <= g->maxT);
-    g->inputs = inputs;
-    g->B = B;
-    g->T = T;
-    const zt_attn_shape attn = {B, T, NH, NH, C / NH, true, 0};
-
-    const zt_model_hooks *h = &m->hooks;
-    if (h->fetch)
-        h->fetch(h->ctx, -1, false);
-    op->embedding_forward(x, g->la[0].encoded, inputs, g->wte, g->wpe, B, T, C);
-    const void *residual = g->la[0].encoded;
-    for (int l = 0; l < g->L; l++) {
-        layer_acts *a = &g->la[l];
-        float **w = g->lw[l].w;
-        if (h->fetch)
-            h->fetch(h->ctx, l, false);
-        op->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B],
-                              BT, C);
-        op->linear_forward(x, a->qkv, a->ln1, w[QKV_W], w[QKV_B], NULL, BT, C, 3 * C, ZT_W_IN_OUT);
-        op->attention_forward(x, &attn, a->atty, a->att, a->qkv, NULL, NULL);
-        op->linear_forward(x, a->res2, a->atty, w[PROJ_W], w[PROJ_B], residual, BT, C, C,
-                           ZT_W_IN_OUT);
-        op->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LN2_W], w[LN2_B],
-                              BT, C);
-        op->linear_forward(x, a->fch, a->ln2, w[FC_W], w[FC_B], NULL, BT, C, 4 * C, ZT_W_IN_OUT);
-        op->gelu_forward(x, a->fch_gelu, a->fch, (size_t)BT * 4 * C);
-        op->linear_forward(x, a->res3, a->fch_gelu, w[FCPROJ_W], w[FCPROJ_B], a->res2, BT, 4 * C,
-                           C, ZT_W_IN_OUT);
-        residual = a->res3;
-        if (h->release)
-            h->release(h->ctx, l);
-    }
-    op->layernorm_forward(x, g->lnf, g->lnf_mean, g->lnf_rstd, residual, g->lnf_w, g->lnf_b, BT, C);
-    op->linear_forward(x, g->logits, g->lnf, g->wte, NULL, NULL, BT, C, V, ZT_W_OUT_IN);
-
-    g->has_grad = targets && grad_scale != 0.0f;
-    if (!g->has_grad && h->release)
-        h->release(h->ctx, -1);
-    if (!targets)
-        return 0.0f;
-    op->softmax_xent(x, g->losses, g->logits, targets, BT, V, grad_scale);
-    zt_backend_copy(m->ctx.be, g->host_losses, g->losses, (size_t)BT * sizeof(float), ZT_COPY_D2H,
-                    ZT_STREAM_COMPUTE);
-    double sum = 0.0;
-    int counted = 0;
-    for (int i = 0; i < BT; i++) {
-        if (targets[i] >= 0) {
-            sum += g->host_losses[i];
-            counted++;
-        }
-    }
-    return counted ? (float)(sum / counted) : 0.0f;
+    const int C = g->C, BT = B * T;
+    const zt_attn_shape attn = {B, T, g->NH, g->NH, C / g->NH, true, 0};
+    layer_acts *a = acts;
+    float **w = g->lw[l - m->stage.first_layer].w;
+    op->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B], BT,
+                          C);
+    op->linear_forward(x, a->qkv, a->ln1, w[QKV_W], w[QKV_B], NULL, BT, C, 3 * C, ZT_W_IN_OUT);
+    op->attention_forward(x, &attn, a->atty, a->att, a->qkv, NULL, NULL);
+    op->linear_forward(x, a->res2, a->atty, w[PROJ_W], w[PROJ_B], residual, BT, C, C,
+                       ZT_W_IN_OUT);
+    op->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LN2_W], w[LN2_B], BT,
+                          C);
+    op->linear_forward(x, a->fch, a->ln2, w[FC_W], w[FC_B], NULL, BT, C, 4 * C, ZT_W_IN_OUT);
+    op->gelu_forward(x, a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+    op->linear_forward(x, a->res3, a->fch_gelu, w[FCPROJ_W], w[FCPROJ_B], a->res2, BT, 4 * C, C,
+                       ZT_W_IN_OUT);
+    return a->res3;
 }
 
-static void gpt2_backward(zt_model *m) {
+static const void *block_output(const void *acts) { return ((const layer_acts *)acts)->res3; }
+
+static void block_backward(zt_model *m, void *acts, const void *residual, int l, int B, int T) {
     gpt2 *g = (gpt2 *)m;
     const zt_ops *op = m->ctx.be->ops;
     const zt_ctx *x = &m->ctx;
-    const int C = g->C, NH = g->NH, V = g->V, B = g->B, T = g->T, BT = B * T;
-    ZT_ASSERT(g->has_grad);
-    g->has_grad = 0;
-    const zt_attn_shape attn = {B, T, NH, NH, C / NH, true, 0};
+    const int C = g->C, BT = B * T;
+    const zt_attn_shape attn = {B, T, g->NH, g->NH, C / g->NH, true, 0};
+    layer_acts *a = acts;
+    float **w = g->lw[l - m->stage.first_layer].w, **dw = g->lg[l - m->stage.first_layer].w;
+    void *dres = g->blk.dres;
+    /* dres holds the gradient of this block's output; the MLP branch adds into it. */
+    op->linear_backward(x, g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], dres, a->fch_gelu, w[FCPROJ_W],
+                        BT, 4 * C, C, ZT_W_IN_OUT, false);
+    op->gelu_backward(x, g->dfch, a->fch, g->dfch, (size_t)BT * 4 * C);
+    op->linear_backward(x, g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, 4 * C,
+                        ZT_W_IN_OUT, false);
+    op->layernorm_backward(x, dres, dw[LN2_W], dw[LN2_B], g->dln, a->res2, w[LN2_W], a->ln2_mean,
+                           a->ln2_rstd, BT, C);
+    /* dres now holds the gradient of res2; the attention branch adds into it. */
+    op->linear_backward(x, g->datty, dw[PROJ_W], dw[PROJ_B], dres, a->atty, w[PROJ_W], BT, C, C,
+                        ZT_W_IN_OUT, false);
+    op->attention_backward(x, &attn, g->dqkv, NULL, NULL, g->datt, g->datty, a->qkv, NULL, NULL,
+                           a->att);
+    op->linear_backward(x, g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C, 3 * C,
+                        ZT_W_IN_OUT, false);
+    op->layernorm_backward(x, dres, dw[LN1_W], dw[LN1_B], g->dln, residual, w[LN1_W],
+                           a->ln1_mean, a->ln1_rstd, BT, C);
+}
 
-    const void *last = g->L > 0 ? g->la[g->L - 1].res3 : g->la[0].encoded;
-    op->linear_backward(x, g->dln, g->dwte, NULL, g->logits, g->lnf, g->wte, BT, C, V,
+static void embed_forward(zt_model *m, void *out, const int32_t *tokens, int B, int T) {
+    gpt2 *g = (gpt2 *)m;
+    m->ctx.be->ops->embedding_forward(&m->ctx, out, tokens, g->wte, g->wpe, B, T, g->C);
+}
+
+static void embed_backward(zt_model *m, const int32_t *tokens, int B, int T) {
+    gpt2 *g = (gpt2 *)m;
+    m->ctx.be->ops->embedding_backward(&m->ctx, g->dwte, g->dwpe, g->blk.dres, tokens, B, T,
+                                       g->C);
+}
+
+static void head_forward(zt_model *m, zt_head_acts *h, const void *last, int B, int T) {
+    gpt2 *g = (gpt2 *)m;
+    const zt_ops *op = m->ctx.be->ops;
+    const int BT = B * T;
+    op->layernorm_forward(&m->ctx, h->lnf, h->lnf_mean, h->lnf_rstd, last, g->lnf_w, g->lnf_b,
+                          BT, g->C);
+    op->linear_forward(&m->ctx, h->logits, h->lnf, g->head, NULL, NULL, BT, g->C, g->V,
+                       ZT_W_OUT_IN);
+}
+
+static void head_backward(zt_model *m, zt_head_acts *h, const void *last, int B, int T) {
+    gpt2 *g = (gpt2 *)m;
+    const zt_ops *op = m->ctx.be->ops;
+    const int BT = B * T, C = g->C;
+    op->linear_backward(&m->ctx, g->dln, g->dhead, NULL, h->logits, h->lnf, g->head, BT, C, g->V,
                         ZT_W_OUT_IN, false);
-    zt_backend_zero(m->ctx.be, g->dres, g->act_size * (size_t)BT * C, ZT_STREAM_COMPUTE);
-    op->layernorm_backward(x, g->dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w, g->lnf_mean,
-                           g->lnf_rstd, BT, C);
-    const zt_model_hooks *h = &m->hooks;
-    for (int l = g->L - 1; l >= 0; l--) {
-        layer_acts *a = &g->la[l];
-        float **w = g->lw[l].w, **dw = g->lg[l].w;
-        const void *residual = l == 0 ? g->la[0].encoded : g->la[l - 1].res3;
-        if (h->fetch)
-            h->fetch(h->ctx, l, true);
-        /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
-        op->linear_backward(x, g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], g->dres, a->fch_gelu,
-                            w[FCPROJ_W], BT, 4 * C, C, ZT_W_IN_OUT, false);
-        op->gelu_backward(x, g->dfch, a->fch, g->dfch, (size_t)BT * 4 * C);
-        op->linear_backward(x, g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, 4 * C,
-                            ZT_W_IN_OUT, false);
-        op->layernorm_backward(x, g->dres, dw[LN2_W], dw[LN2_B], g->dln, a->res2, w[LN2_W],
-                               a->ln2_mean, a->ln2_rstd, BT, C);
-        /* dres now holds the gradient of res2; the attention branch adds into it. */
-        op->linear_backward(x, g->datty, dw[PROJ_W], dw[PROJ_B], g->dres, a->atty, w[PROJ_W], BT,
-                            C, C, ZT_W_IN_OUT, false);
-        op->attention_backward(x, &attn, g->dqkv, NULL, NULL, g->datt, g->datty, a->qkv, NULL,
-                               NULL, a->att);
-        op->linear_backward(x, g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C,
-                            3 * C, ZT_W_IN_OUT, false);
-        op->layernorm_backward(x, g->dres, dw[LN1_W], dw[LN1_B], g->dln, residual, w[LN1_W],
-                               a->ln1_mean, a->ln1_rstd, BT, C);
-        if (h->grads_ready)
-            h->grads_ready(h->ctx, l);
-        if (h->release)
-            h->release(h->ctx, l);
-    }
-    op->embedding_backward(x, g->dwte, g->dwpe, g->dres, g->inputs, B, T, C);
-    if (h->grads_ready)
-        h->grads_ready(h->ctx, -1);
-    if (h->release)
-        h->release(h->ctx, -1);
+    zt_backend_zero(m->ctx.be, g->blk.dres, g->act_size * (size_t)BT * C, ZT_STREAM_COMPUTE);
+    op->layernorm_backward(&m->ctx, g->blk.dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w,
+                           h->lnf_mean, h->lnf_rstd, BT, C);
 }
-
-/* Sampling reads logits as fp32: it runs with fp32 activations. */
-static void gpt2_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
-    zt_model_copy_logits(m, ((const gpt2 *)m)->logits, row, rows, dst);
-}
-
-/* DeepSpeedExamples' count without activation checkpointing (coefficient 3): per token,
- * 2·3·params for the dense layers and 2·2·3·layers·hidden·seq for attention's two T×T products. */
-static double gpt2_flops_per_token(const zt_model *m) {
-    const gpt2 *g = (const gpt2 *)m;
-    return 6.0 * (double)m->n_params + 12.0 * g->L * (double)g->C * g->maxT;
-}
-
-static void gpt2_destroy(zt_model *m) {
-    gpt2 *g = (gpt2 *)m;
-    zt_model_free_flat(m);
-    free(m->tensors);
-    free(g->lw);
-    free(g->lg);
-    free(g->la);
-    zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, g->act_memory, g->act_bytes);
-    free(g->host_losses);
-    free(g);
-}
-
-static const zt_model_ops gpt2_ops = {
-    .init_weights = gpt2_init_weights,
-    .forward = gpt2_forward,
-    .backward = gpt2_backward,
-    .logits = gpt2_logits,
-    .flops_per_token = gpt2_flops_per_token,
-    .destroy = gpt2_destroy,
-};
 
 /* The dimensions activations are carved for: B sequences of T tokens, activation elements of es
  * bytes, statistics of 4. */
 typedef struct {
-    uint64_t B, T, C, NH, V, L, es;
+    uint64_t B, T, C, NH, V, es;
 } act_dims;
 
-static void carve_layer(zt_carver *c, const act_dims *d, layer_acts *a) {
+static void carve_layer(zt_carver *c, const void *dims, void *acts) {
+    const act_dims *d = dims;
+    layer_acts *a = acts;
     const uint64_t BT = d->B * d->T, C = d->C, es = d->es, F32 = sizeof(float);
     bool *ov = &c->overflow;
     const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
@@ -315,64 +263,163 @@ static void carve_layer(zt_carver *c, const act_dims *d, layer_acts *a) {
     a->res3 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
 }
 
-/* Carves g's buffers out of base (its layer_acts included), or with base NULL and g NULL counts
- * the bytes: the one function that both sizes and lays out the activations, so the estimate is
- * the allocation. A count walks one layer and multiplies, so a spec of a billion layers is sized
- * at once. Returns the bytes, or UINT64_MAX with *overflow set. */
-static uint64_t carve_activations(const act_dims *d, gpt2 *g, unsigned char *base, bool *overflow) {
-    zt_carver c = {.base = base};
+static const zt_block_ops gpt2_block_ops = {
+    .acts_size = sizeof(layer_acts),
+    .carve = carve_layer,
+    .forward = block_forward,
+    .output = block_output,
+    .backward = block_backward,
+    .embed_forward = embed_forward,
+    .embed_backward = embed_backward,
+    .head_forward = head_forward,
+    .head_backward = head_backward,
+};
+
+static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size) {
+    return (act_dims){(uint64_t)micro_batch, (uint64_t)s->block_size, (uint64_t)s->n_embd,
+                      (uint64_t)s->n_head, (uint64_t)s->vocab_size, (uint64_t)act_size};
+}
+
+static zt_blocks_shape shape_of(const zt_model_spec *s, const zt_model_stage *st, int micro_batch,
+                                size_t act_size) {
+    zt_blocks_shape b = {
+        .B = (uint64_t)micro_batch, .T = (uint64_t)s->block_size, .C = (uint64_t)s->n_embd,
+        .V = (uint64_t)s->vocab_size, .es = (uint64_t)act_size,
+        .layers = (uint64_t)(st->last_layer - st->first_layer), .buffers = (uint64_t)st->buffers,
+        .head = st->head, .norm_mean = true,
+    };
+    zt_blocks_checkpointing(s, &b);
+    return b;
+}
+
+/* Carves g's buffers out of base and pinned (the blocks' and the backward's scratch), or with g
+ * NULL counts the bytes: the one function that both sizes and lays out the activations, so the
+ * estimate is the allocation. Returns the device bytes (*pinned_bytes the host ones), with
+ * *overflow set when a count passed 64 bits. */
+static uint64_t carve_activations(const act_dims *d, const zt_blocks_shape *s, gpt2 *g,
+                                  unsigned char *base, unsigned char *pinned,
+                                  uint64_t *pinned_bytes, bool *overflow) {
+    zt_carver c = {.base = base}, host = {.base = pinned};
     bool *ov = &c.overflow;
-    /* B·T fits an int (gpt2_estimate checks), so BT times a 64-bit C is the first product that
-     * can overflow, and zt_carve() checks it. */
-    const uint64_t BT = d->B * d->T, C = d->C, NH = d->NH, es = d->es, F32 = sizeof(float);
+    const uint64_t BT = d->B * d->T, C = d->C, es = d->es;
     const uint64_t BTC = zt_u64_mul(BT, C, ov);
-    const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
-    layer_acts scratch;
-    void *encoded = zt_carve(&c, BTC, es);
-    if (base) {
-        for (uint64_t l = 0; l < d->L; l++) {
-            carve_layer(&c, d, &g->la[l]);
-            g->la[l].encoded = encoded;
-        }
-        if (d->L == 0)
-            g->la[0].encoded = encoded;
-    } else if (d->L > 0) {
-        uint64_t before = c.off;
-        carve_layer(&c, d, &scratch);
-        c.off = zt_u64_add(before, zt_u64_mul(c.off - before, d->L, ov), ov);
-    }
-    /* A count writes the final buffers' (NULL) pointers into a throwaway. */
+    const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
+    zt_blocks_carve(g ? &g->blk : NULL, s, &gpt2_block_ops, d, &c, &host);
+    /* A count writes the scratch's (NULL) pointers into a throwaway. */
     gpt2 none;
-    gpt2 *o = base ? g : &none;
-    o->lnf = zt_carve(&c, BTC, es);
-    o->lnf_mean = zt_carve(&c, BT, F32);
-    o->lnf_rstd = zt_carve(&c, BT, F32);
-    o->logits = zt_carve(&c, zt_u64_mul(BT, d->V, ov), es);
-    o->losses = zt_carve(&c, BT, F32);
-    o->dres = zt_carve(&c, BTC, es);
+    gpt2 *o = g ? g : &none;
     o->dln = zt_carve(&c, BTC, es);
     o->datty = zt_carve(&c, BTC, es);
     o->dqkv = zt_carve(&c, zt_u64_mul(BT, 3 * C, ov), es);
     o->dfch = zt_carve(&c, zt_u64_mul(BT, 4 * C, ov), es);
-    o->datt = zt_carve(&c, att, F32);
-    *overflow |= c.overflow;
+    o->datt = zt_carve(&c, att, sizeof(float));
+    *overflow |= c.overflow || host.overflow;
+    *pinned_bytes = host.off;
     return c.off;
 }
 
-static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size) {
-    return (act_dims){(uint64_t)micro_batch, (uint64_t)s->block_size, (uint64_t)s->n_embd,
-                      (uint64_t)s->n_head, (uint64_t)s->vocab_size, (uint64_t)s->n_layer,
-                      (uint64_t)act_size};
+static float gpt2_stage_forward(zt_model *m, int buffer, const int32_t *tokens,
+                                const void *in_act, const int32_t *targets, void *out_act, int B,
+                                int T, float grad_scale) {
+    return zt_blocks_forward(m, &((gpt2 *)m)->blk, buffer, tokens, in_act, targets, out_act, B,
+                             T, grad_scale);
+}
+
+static void gpt2_stage_backward(zt_model *m, int buffer, const void *dout, void *din) {
+    zt_blocks_backward(m, &((gpt2 *)m)->blk, buffer, dout, din);
+}
+
+static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                          float grad_scale) {
+    ZT_ASSERT(m->stage.embed && m->stage.head);
+    return gpt2_stage_forward(m, 0, inputs, NULL, targets, NULL, B, T, grad_scale);
+}
+
+static void gpt2_backward(zt_model *m) { gpt2_stage_backward(m, 0, NULL, NULL); }
+
+/* Sampling reads logits as fp32: it runs with fp32 activations. */
+static void gpt2_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
+    zt_model_copy_logits(m, ((const gpt2 *)m)->blk.head[0].logits, row, rows, dst);
+}
+
+/* DeepSpeedExamples' count: per token, 2·params for the dense layers' forward and
+ * 2·2·layers·hidden·seq for attention's two T×T products, times 3 for forward and backward, or 4
+ * with activation checkpointing (the backward recomputes the forward). A stage counts its own
+ * parameters and blocks. */
+static double gpt2_flops_per_token(const zt_model *m) {
+    const gpt2 *g = (const gpt2 *)m;
+    const double passes = g->blk.shape.interval ? 4.0 : 3.0;
+    return passes * (2.0 * (double)m->n_params +
+                     4.0 * (double)g->blk.shape.layers * (double)g->C * g->maxT);
+}
+
+static void gpt2_destroy(zt_model *m) {
+    gpt2 *g = (gpt2 *)m;
+    zt_model_free_flat(m);
+    free(m->tensors);
+    free(g->lw);
+    free(g->lg);
+    zt_blocks_free(&g->blk, m->ctx.be);
+    zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, g->act_memory, g->act_bytes);
+    free(g);
+}
+
+static const zt_model_ops gpt2_ops = {
+    .init_weights = gpt2_init_weights,
+    .forward = gpt2_forward,
+    .backward = gpt2_backward,
+    .logits = gpt2_logits,
+    .flops_per_token = gpt2_flops_per_token,
+    .destroy = gpt2_destroy,
+    .stage_forward = gpt2_stage_forward,
+    .stage_backward = gpt2_stage_backward,
+};
+
+/* Points the views at the flat buffers, tensor by tensor in lay_out_tensors' order. */
+static void set_views(gpt2 *g) {
+    zt_model *m = &g->base;
+    const zt_tensor_info *t = m->tensors;
+    if (m->stage.embed) {
+        g->wte = m->params + t[0].offset;
+        g->dwte = m->grads + t[0].offset;
+        g->wpe = m->params + t[1].offset;
+        g->dwpe = m->grads + t[1].offset;
+        t += 2;
+    }
+    for (int l = 0; l < m->stage.last_layer - m->stage.first_layer; l++) {
+        for (int i = 0; i < N_LAYER_TENSORS; i++, t++) {
+            g->lw[l].w[i] = m->params + t->offset;
+            g->lg[l].w[i] = m->grads + t->offset;
+        }
+    }
+    if (m->stage.head) {
+        g->lnf_w = m->params + t[0].offset;
+        g->dlnf_w = m->grads + t[0].offset;
+        g->lnf_b = m->params + t[1].offset;
+        g->dlnf_b = m->grads + t[1].offset;
+        g->head = m->stage.embed ? g->wte : m->params + t[2].offset;
+        g->dhead = m->stage.embed ? g->dwte : m->grads + t[2].offset;
+    }
 }
 
 static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                              zt_dtype act, int max_batch, size_t pad_to,
                              const zt_model_stage *stage) {
-    /* The estimate is the check that every size below fits: nothing is computed in a type it
-     * could overflow once it has passed. */
+    /* The estimate is the check that every size of the whole model fits: nothing is computed in
+     * a type it could overflow once it has passed. A stage's activations are counted again
+     * below, since its buffers can outnumber the whole model's blocks. */
     zt_model_estimate est;
     ZT_TRY(zt_model_check_create(spec, be, act, max_batch, &est));
     const size_t act_size = zt_backend_act_size(be, act);
+    const act_dims dims = dims_of(spec, max_batch, act_size);
+    const zt_blocks_shape shape = shape_of(spec, stage, max_batch, act_size);
+    bool overflow = false;
+    uint64_t pinned = 0;
+    const uint64_t act_bytes = carve_activations(&dims, &shape, NULL, NULL, NULL, &pinned,
+                                                 &overflow);
+    if (overflow || act_bytes > SIZE_MAX || pinned > SIZE_MAX)
+        return zt_error(ZT_ERR_NOMEM, "gpt2: the activations of %d buffers of a micro-batch of %d "
+                        "do not fit this machine's address space", stage->buffers, max_batch);
     gpt2 *g = calloc(1, sizeof *g);
     if (!g)
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
@@ -384,80 +431,52 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
     m->max_batch = max_batch;
     m->n_layer = spec->n_layer;
     m->stage = *stage;
-    ZT_ASSERT(stage->first_layer == 0 && stage->last_layer == spec->n_layer && stage->embed &&
-              stage->head && stage->buffers == 1);
     g->L = spec->n_layer;
     g->C = spec->n_embd;
     g->NH = spec->n_head;
     g->V = spec->vocab_size;
     g->maxT = spec->block_size;
-    const int C = g->C;
+    const int layers = stage->last_layer - stage->first_layer;
 
-    m->tensors = calloc(est.n_tensors, sizeof *m->tensors);
-    g->lw = calloc((size_t)g->L + 1, sizeof *g->lw);
-    g->lg = calloc((size_t)g->L + 1, sizeof *g->lg);
-    g->la = calloc((size_t)g->L + 1, sizeof *g->la);
-    if (!m->tensors || !g->lw || !g->lg || !g->la) {
+    m->tensors = calloc((size_t)stage_tensors(stage), sizeof *m->tensors);
+    g->lw = calloc((size_t)layers + 1, sizeof *g->lw);
+    g->lg = calloc((size_t)layers + 1, sizeof *g->lg);
+    zt_status s = zt_blocks_init(&g->blk, &shape, &gpt2_block_ops, "gpt2");
+    if (s != ZT_OK || !m->tensors || !g->lw || !g->lg) {
         gpt2_destroy(m);
-        return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory for the tables of %d layers", g->L);
+        return s != ZT_OK ? s
+                          : zt_error(ZT_ERR_NOMEM, "gpt2: out of memory for the tables of %d "
+                                     "layers", layers);
     }
-    size_t off = 0;
-    add_tensor(m, "wte.weight", &off, 2, g->V, C, -1);
-    add_tensor(m, "wpe.weight", &off, 2, g->maxT, C, -1);
-    for (int l = 0; l < g->L; l++) {
-        for (int i = 0; i < N_LAYER_TENSORS; i++) {
-            char name[64];
-            int ndim;
-            int64_t shape[2];
-            snprintf(name, sizeof name, "h.%d.%s", l, layer_tensor_names[i]);
-            layer_tensor_shape(i, C, &ndim, shape);
-            add_tensor(m, name, &off, ndim, shape[0], shape[1], l);
-        }
-    }
-    add_tensor(m, "ln_f.weight", &off, 1, C, 0, -1);
-    add_tensor(m, "ln_f.bias", &off, 1, C, 0, -1);
-    m->n_params = off;
-    ZT_ASSERT(m->n_params == est.params && (uint64_t)m->n_tensors == est.n_tensors);
+    m->n_params = lay_out_tensors(m->tensors, &m->n_tensors, spec, stage);
+    ZT_ASSERT(m->n_tensors == stage_tensors(stage));
+    const bool whole = layers == g->L && stage->embed && stage->head && stage->buffers == 1;
+    ZT_ASSERT(!whole || (m->n_params == est.params && (uint64_t)m->n_tensors == est.n_tensors &&
+                         act_bytes == est.activation_bytes));
 
-    zt_status s = zt_model_alloc_flat(m, pad_to);
+    s = zt_model_alloc_flat(m, pad_to);
+    if (s == ZT_OK)
+        s = zt_blocks_alloc_pinned(&g->blk, be, (size_t)pinned, "gpt2");
     if (s != ZT_OK) {
         gpt2_destroy(m);
         return s;
     }
-    g->act_bytes = est.activation_bytes ? (size_t)est.activation_bytes : 1;
+    g->act_bytes = act_bytes ? (size_t)act_bytes : 1;
     g->act_memory = zt_backend_alloc(be, ZT_MEM_DEVICE, g->act_bytes);
-    g->host_losses = malloc((size_t)max_batch * g->maxT * sizeof(float));
-    if (!g->act_memory || !g->host_losses) {
+    if (!g->act_memory) {
         gpt2_destroy(m);
         return zt_error(ZT_ERR_NOMEM,
                         "gpt2: cannot allocate %zu parameters and %llu bytes of activations",
-                        m->n_params, (unsigned long long)est.activation_bytes);
+                        m->n_params, (unsigned long long)act_bytes);
     }
     /* Written once now, so the activations' memory is taken at creation: a batch that does not
      * fit fails here rather than in the first forward. */
     zt_backend_zero(be, g->act_memory, g->act_bytes, ZT_STREAM_COMPUTE);
-    act_dims dims = dims_of(spec, max_batch, act_size);
-    bool overflow = false;
-    ZT_ASSERT(carve_activations(&dims, g, g->act_memory, &overflow) == est.activation_bytes &&
-              !overflow);
-
-    const zt_tensor_info *t = m->tensors;
-    g->wte = m->params + t[0].offset;
-    g->dwte = m->grads + t[0].offset;
-    g->wpe = m->params + t[1].offset;
-    g->dwpe = m->grads + t[1].offset;
-    for (int l = 0; l < g->L; l++) {
-        for (int i = 0; i < N_LAYER_TENSORS; i++) {
-            size_t o = t[2 + l * N_LAYER_TENSORS + i].offset;
-            g->lw[l].w[i] = m->params + o;
-            g->lg[l].w[i] = m->grads + o;
-        }
-    }
-    size_t lnf = t[m->n_tensors - 2].offset, lnfb = t[m->n_tensors - 1].offset;
-    g->lnf_w = m->params + lnf;
-    g->lnf_b = m->params + lnfb;
-    g->dlnf_w = m->grads + lnf;
-    g->dlnf_b = m->grads + lnfb;
+    uint64_t pinned_again = 0;
+    ZT_ASSERT(carve_activations(&dims, &shape, g, g->act_memory, g->blk.pinned, &pinned_again,
+                                &overflow) == act_bytes &&
+              pinned_again == pinned && !overflow);
+    set_views(g);
     *out = m;
     return ZT_OK;
 }
@@ -507,7 +526,10 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
                         "is %llu tokens, above %d, the most one forward takes", source,
                         a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
     act_dims d = dims_of(s, a->micro_batch, a->act_size);
-    uint64_t act = carve_activations(&d, NULL, NULL, &ov);
+    const zt_model_stage full = zt_model_full_stage(s->n_layer);
+    const zt_blocks_shape shape = shape_of(s, &full, a->micro_batch, a->act_size);
+    uint64_t pinned = 0;
+    uint64_t act = carve_activations(&d, &shape, NULL, NULL, NULL, &pinned, &ov);
     if (ov)
         return zt_error(ZT_ERR_INVALID, "%s: the activations of a micro-batch of %d sequences of "
                         "model.block_size %d (model.n_embd %d, model.n_head %d, model.n_layer %d, "
@@ -525,7 +547,7 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
         .activation_bytes = act,
         .host_bytes = sizeof(gpt2) + n_tensors * sizeof(zt_tensor_info) +
                       (L + 1) * (2 * sizeof(layer_views) + sizeof(layer_acts)) +
-                      tokens * sizeof(float),
+                      tokens * (sizeof(float) + sizeof(int32_t)) + pinned,
     };
     return ZT_OK;
 }

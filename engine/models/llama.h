@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "blocks.h"
 #include "ztrain/model.h"
 
 /* Per-layer tensors in flat-buffer order. q, k and v weights are adjacent, so together they are
@@ -50,26 +51,39 @@ typedef struct {
     void *res3;        /* [B,T,C] residual after the MLP (the layer's output) */
 } llama_layer_acts;
 
-/* The buffers outside the layers, and the backward's scratch shared by all of them. */
+/* The buffers outside the blocks (blocks.h keeps the stage's inputs, the head's activations and
+ * dres): the rotary tables and the backward's scratch shared by all blocks. */
 typedef struct {
-    void *encoded;           /* [B,T,C] the residual stream entering layer 0 */
     float *rope_cos, *rope_sin; /* [block_size, head_dim/2] rotary tables */
-    void *lnf;               /* [B,T,C] */
-    float *lnf_rstd;         /* [B,T] */
-    void *logits;            /* [B,T,V], the gradient in place after a training forward */
-    float *losses;           /* [B,T] */
     /* Backward scratch; dh, the gradient of silu(gate)·up, becomes the gate's in place. */
-    void *dres, *dln, *datty, *dqkv, *dh, *dup;
+    void *dln, *datty, *dqkv, *dh, *dup;
     float *datt;             /* [B,NH,T,T] fp32 work space */
 } llama_outer_acts;
 
-/* Carves the activations for `batch` sequences of block_size tokens at es bytes per activation
- * element out of base, filling la[0..L) and o, or with base NULL only counts (la and o may then
- * be NULL; a count walks one layer and multiplies). The one function that both sizes and lays
- * out the activations, so the estimate is the allocation. Returns the bytes, or UINT64_MAX with
- * *overflow set. */
-uint64_t zt_llama_carve(const llama_dims *d, uint64_t batch, uint64_t es, unsigned char *base,
-                        llama_layer_acts *la, llama_outer_acts *o, bool *overflow);
+/* What a block's activations are carved for: the dimensions, `batch` sequences of block_size
+ * tokens, es bytes per activation element. */
+typedef struct {
+    const llama_dims *d;
+    uint64_t batch, es;
+} llama_carve_dims;
+
+/* Carves one block's activations (zt_block_ops.carve). */
+void zt_llama_carve_layer(zt_carver *c, const void *dims, void *acts);
+
+/* The blocks' shape of a stage of the model for micro-batches of `batch`. */
+zt_blocks_shape zt_llama_blocks_shape(const zt_model_spec *s, const zt_model_stage *st,
+                                      uint64_t batch, uint64_t es);
+
+/* The family's block computations (llama.c); their carve is zt_llama_carve_layer. */
+extern const zt_block_ops zt_llama_block_ops;
+
+/* Carves the activations of shape s out of base (and pinned host memory for cpu checkpointing),
+ * filling k and o, or with k NULL only counts. The one function that both sizes and lays out the
+ * activations, so the estimate is the allocation. Returns the device bytes (*pinned_bytes the
+ * host ones), with *overflow set when a count passed 64 bits. */
+uint64_t zt_llama_carve(const llama_dims *d, const zt_blocks_shape *s, unsigned char *base,
+                        unsigned char *pinned, zt_blocks *k, llama_outer_acts *o,
+                        uint64_t *pinned_bytes, bool *overflow);
 
 /* Fills cos and sin [T, head_dim/2] (host memory) with Hugging Face's rotary tables for the
  * spec's rope_theta and rope_scaling: position t, frequency j. ZT_ERR_NOMEM when its scratch
@@ -83,6 +97,11 @@ void zt_llama_rope_inv_freq(const zt_model_spec *s, int head_dim, double *inv_fr
 /* Host memory a model keeps besides its buffers, but for its tensor table: the model struct,
  * per-layer views and the per-token losses read back from a forward. */
 uint64_t zt_llama_host_bytes(const llama_dims *d, uint64_t micro_batch);
+
+/* The stage's tensor count and layout into t (returns the elements): the embedding, the blocks,
+ * the final norm and, untied, lm_head; a last stage's own copy of the tied embedding last. */
+int zt_llama_stage_tensors(const llama_dims *d, const zt_model_stage *st);
+size_t zt_llama_lay_out(zt_tensor_info *t, int *n, const llama_dims *d, const zt_model_stage *st);
 
 zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                           zt_dtype act, int max_batch, size_t pad_to,

@@ -62,11 +62,15 @@ uint64_t zt_llama_layer_numel(const llama_dims *d, int i) {
     return (uint64_t)shape[0] * (ndim == 2 ? (uint64_t)shape[1] : 1);
 }
 
-static void carve_layer(zt_carver *c, const llama_dims *d, uint64_t BT, uint64_t att, uint64_t es,
-                        llama_layer_acts *a) {
+void zt_llama_carve_layer(zt_carver *c, const void *dims, void *acts) {
+    const llama_carve_dims *cd = dims;
+    const llama_dims *d = cd->d;
+    llama_layer_acts *a = acts;
     bool *ov = &c->overflow;
-    const uint64_t F32 = sizeof(float), BTC = zt_u64_mul(BT, d->C, ov),
-                   BTI = zt_u64_mul(BT, d->I, ov);
+    const uint64_t F32 = sizeof(float), es = cd->es, BT = zt_u64_mul(cd->batch, d->T, ov);
+    const uint64_t BTC = zt_u64_mul(BT, d->C, ov), BTI = zt_u64_mul(BT, d->I, ov);
+    const uint64_t att = zt_u64_mul(zt_u64_mul(cd->batch, d->NH, ov), zt_u64_mul(d->T, d->T, ov),
+                                    ov);
     a->ln1 = zt_carve(c, BTC, es);
     a->ln1_rstd = zt_carve(c, BT, F32);
     a->qkv = zt_carve(c, zt_u64_mul(BT, d->QKV, ov), es);
@@ -81,42 +85,43 @@ static void carve_layer(zt_carver *c, const llama_dims *d, uint64_t BT, uint64_t
     a->res3 = zt_carve(c, BTC, es);
 }
 
-uint64_t zt_llama_carve(const llama_dims *d, uint64_t batch, uint64_t es, unsigned char *base,
-                        llama_layer_acts *la, llama_outer_acts *o, bool *overflow) {
-    zt_carver c = {.base = base};
+zt_blocks_shape zt_llama_blocks_shape(const zt_model_spec *s, const zt_model_stage *st,
+                                      uint64_t batch, uint64_t es) {
+    zt_blocks_shape b = {
+        .B = batch, .T = (uint64_t)s->block_size, .C = (uint64_t)s->n_embd,
+        .V = (uint64_t)s->vocab_size, .es = es,
+        .layers = (uint64_t)(st->last_layer - st->first_layer), .buffers = (uint64_t)st->buffers,
+        .head = st->head, .norm_mean = false,
+    };
+    zt_blocks_checkpointing(s, &b);
+    return b;
+}
+
+uint64_t zt_llama_carve(const llama_dims *d, const zt_blocks_shape *s, unsigned char *base,
+                        unsigned char *pinned, zt_blocks *k, llama_outer_acts *o,
+                        uint64_t *pinned_bytes, bool *overflow) {
+    zt_carver c = {.base = base}, host = {.base = pinned};
     bool *ov = &c.overflow;
-    const uint64_t F32 = sizeof(float);
-    const uint64_t BT = zt_u64_mul(batch, d->T, ov), BTC = zt_u64_mul(BT, d->C, ov),
+    const uint64_t F32 = sizeof(float), es = s->es;
+    const uint64_t BT = zt_u64_mul(s->B, d->T, ov), BTC = zt_u64_mul(BT, d->C, ov),
                    BTI = zt_u64_mul(BT, d->I, ov);
-    const uint64_t att = zt_u64_mul(zt_u64_mul(batch, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
+    const uint64_t att = zt_u64_mul(zt_u64_mul(s->B, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
     const uint64_t rope = zt_u64_mul(d->T, d->HD / 2, ov);
+    const llama_carve_dims cd = {d, s->B, es};
     llama_outer_acts none;
-    if (!base)
+    if (!k)
         o = &none;
-    o->encoded = zt_carve(&c, BTC, es);
+    zt_blocks_carve(k, s, &zt_llama_block_ops, &cd, &c, &host);
     o->rope_cos = zt_carve(&c, rope, F32);
     o->rope_sin = zt_carve(&c, rope, F32);
-    if (base) {
-        for (uint64_t l = 0; l < d->L; l++)
-            carve_layer(&c, d, BT, att, es, &la[l]);
-    } else if (d->L > 0) {
-        llama_layer_acts scratch;
-        uint64_t before = c.off;
-        carve_layer(&c, d, BT, att, es, &scratch);
-        c.off = zt_u64_add(before, zt_u64_mul(c.off - before, d->L, ov), ov);
-    }
-    o->lnf = zt_carve(&c, BTC, es);
-    o->lnf_rstd = zt_carve(&c, BT, F32);
-    o->logits = zt_carve(&c, zt_u64_mul(BT, d->V, ov), es);
-    o->losses = zt_carve(&c, BT, F32);
-    o->dres = zt_carve(&c, BTC, es);
     o->dln = zt_carve(&c, BTC, es);
     o->datty = zt_carve(&c, zt_u64_mul(BT, d->Q, ov), es);
     o->dqkv = zt_carve(&c, zt_u64_mul(BT, d->QKV, ov), es);
     o->dh = zt_carve(&c, BTI, es);
     o->dup = zt_carve(&c, BTI, es);
     o->datt = zt_carve(&c, att, F32);
-    *overflow |= c.overflow;
+    *overflow |= c.overflow || host.overflow;
+    *pinned_bytes = host.off;
     return c.off;
 }
 
@@ -203,8 +208,11 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
         return zt_error(ZT_ERR_INVALID, "%s: a micro-batch of %d sequences of model.block_size %d "
                         "is %llu tokens, above %d, the most one forward takes", source,
                         a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
-    const uint64_t act = zt_llama_carve(&d, (uint64_t)a->micro_batch, a->act_size, NULL, NULL,
-                                        NULL, &ov);
+    const zt_model_stage full = zt_model_full_stage(s->n_layer);
+    const zt_blocks_shape shape = zt_llama_blocks_shape(s, &full, (uint64_t)a->micro_batch,
+                                                        a->act_size);
+    uint64_t pinned = 0;
+    const uint64_t act = zt_llama_carve(&d, &shape, NULL, NULL, NULL, NULL, &pinned, &ov);
     if (ov)
         return zt_error(ZT_ERR_INVALID, "%s: the activations of a micro-batch of %d sequences of "
                         "model.block_size %d (model.n_embd %d, model.n_head %d, "
@@ -222,7 +230,7 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
         .n_layer = s->n_layer,
         .activation_bytes = act,
         .host_bytes = zt_llama_host_bytes(&d, (uint64_t)a->micro_batch) +
-                      n_tensors * sizeof(zt_tensor_info),
+                      n_tensors * sizeof(zt_tensor_info) + pinned,
     };
     return ZT_OK;
 }

@@ -176,6 +176,9 @@ typedef struct {
     zt_bf16_config bf16;
     zt_zero_config zero;
     zt_monitor_config monitor;
+    /* activation_checkpointing.cpu_checkpointing (default false): a job that checkpoints
+     * activations keeps the checkpointed block inputs in pinned host memory. */
+    bool cpu_checkpointing;
 
     /* The parse's warnings, each "ztrain: warning: SOURCE: ...\n", in order, without repeats;
      * "" when there were none. Full beyond the buffer: the last line says how many were lost. */
@@ -201,6 +204,7 @@ typedef struct {
     char lr_scheduler_type[24];      /* "" (the config's scheduler, or none), "constant",
                                       * "constant_with_warmup", "linear" */
     bool bf16, fp16;                 /* false */
+    bool gradient_checkpointing;     /* false; true turns on activation checkpointing */
     unsigned given;                  /* ZT_ARG_* bits: the arguments the job set itself */
 } zt_training_args;
 

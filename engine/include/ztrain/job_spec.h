@@ -88,6 +88,12 @@ typedef struct {
     int bench_steps;          /* > 0: stop after this many steps (benchmark runs) */
     int warmup_steps;         /* steps left out of the timing metrics, default 5 */
     uint64_t seed;            /* default 1234 */
+    /* Activation checkpointing (README, "Activation checkpointing"): keep only every
+     * activation_checkpoint_interval-th block's input (default 1: every block's) and recompute
+     * the rest in the backward. Also turned on by training_args.gradient_checkpointing; the
+     * model spec's checkpoint_interval is what the model reads. */
+    bool activation_checkpointing;
+    int activation_checkpoint_interval;
 } zt_train_spec;
 
 /* The "pipeline" section: DeepSpeed's pipeline parallelism (engine/pipe_engine.c). stages 1 (the

@@ -1,0 +1,319 @@
+/* The blocks of a model run as a pipeline stage, with activation sets per micro-batch and
+ * activation checkpointing (blocks.h): the part of the forward and backward that every family
+ * shares, and the shared creation helpers (tensor tables, stage-aware initialisation). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blocks.h"
+#include "model_init.h"
+#include "size_math.h"
+
+void zt_blocks_checkpointing(const zt_model_spec *spec, zt_blocks_shape *s) {
+    s->interval = spec->checkpoint_interval > 0 ? (uint64_t)spec->checkpoint_interval : 0;
+    s->cpu = s->interval > 0 && spec->checkpoint_cpu;
+}
+
+static uint64_t groups_of(const zt_blocks_shape *s) {
+    if (!s->interval || s->layers == 0)
+        return 1;
+    return (s->layers + s->interval - 1) / s->interval;
+}
+
+static uint64_t slots_of(const zt_blocks_shape *s) {
+    if (!s->interval)
+        return s->buffers * s->layers;
+    return s->interval < s->layers ? s->interval : s->layers;
+}
+
+void zt_blocks_carve(zt_blocks *k, const zt_blocks_shape *s, const zt_block_ops *ops,
+                     const void *dims, zt_carver *dev, zt_carver *host) {
+    bool *ov = &dev->overflow;
+    const uint64_t BT = zt_u64_mul(s->B, s->T, ov), BTC = zt_u64_mul(BT, s->C, ov);
+    const uint64_t F32 = sizeof(float), groups = groups_of(s), slots = slots_of(s);
+    if (k) {
+        for (uint64_t i = 0; i < slots; i++)
+            ops->carve(dev, dims, k->acts + i * ops->acts_size);
+    } else if (slots > 0) {
+        /* Every slot carves the same sizes, each rounded whole, so one walk times the count is
+         * the sum; a spec of a billion layers is sized at once. */
+        _Alignas(64) unsigned char scratch[512];
+        ZT_ASSERT(ops->acts_size <= sizeof scratch);
+        uint64_t before = dev->off;
+        ops->carve(dev, dims, scratch);
+        dev->off = zt_u64_add(before, zt_u64_mul(dev->off - before, slots, ov), ov);
+    }
+    /* A group's kept input: device memory, or pinned host memory and one device copy in use. */
+    zt_carver *keep = s->cpu ? host : dev;
+    const uint64_t kept = zt_u64_mul(s->buffers, groups, ov);
+    if (k) {
+        for (uint64_t i = 0; i < kept; i++)
+            k->inputs[i] = zt_carve(keep, BTC, s->es);
+    } else {
+        uint64_t before = keep->off;
+        zt_carve(keep, BTC, s->es);
+        keep->off = zt_u64_add(before, zt_u64_mul(keep->off - before, kept, &keep->overflow),
+                               &keep->overflow);
+    }
+    void *work = s->cpu ? zt_carve(dev, BTC, s->es) : NULL;
+    if (k)
+        k->work_in = work;
+    for (uint64_t b = 0; s->head && b < s->buffers; b++) {
+        zt_head_acts none, *h = k ? &k->head[b] : &none;
+        h->lnf = zt_carve(dev, BTC, s->es);
+        h->lnf_mean = s->norm_mean ? zt_carve(dev, BT, F32) : NULL;
+        h->lnf_rstd = zt_carve(dev, BT, F32);
+        h->logits = zt_carve(dev, zt_u64_mul(BT, s->V, ov), s->es);
+        h->losses = zt_carve(dev, BT, F32);
+    }
+    void *dres = zt_carve(dev, BTC, s->es);
+    if (k)
+        k->dres = dres;
+}
+
+zt_status zt_blocks_init(zt_blocks *k, const zt_blocks_shape *s, const zt_block_ops *ops,
+                         const char *type) {
+    *k = (zt_blocks){.ops = ops, .shape = *s, .groups = groups_of(s), .slots = slots_of(s)};
+    const size_t nb = (size_t)s->buffers, tokens = (size_t)(s->B * s->T);
+    k->acts = calloc(k->slots ? (size_t)k->slots : 1, ops->acts_size);
+    k->inputs = calloc(nb * (size_t)k->groups, sizeof *k->inputs);
+    k->head = calloc(nb, sizeof *k->head);
+    k->B = calloc(nb, sizeof *k->B);
+    k->T = calloc(nb, sizeof *k->T);
+    k->has_grad = calloc(nb, sizeof *k->has_grad);
+    k->tokens = calloc(nb * tokens, sizeof *k->tokens);
+    k->host_losses = calloc(tokens, sizeof *k->host_losses);
+    if (!k->acts || !k->inputs || !k->head || !k->B || !k->T || !k->has_grad || !k->tokens ||
+        !k->host_losses)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory for the tables of %llu activation sets",
+                        type, (unsigned long long)s->buffers);
+    return ZT_OK;
+}
+
+zt_status zt_blocks_alloc_pinned(zt_blocks *k, zt_backend *be, size_t bytes, const char *type) {
+    if (!bytes)
+        return ZT_OK;
+    k->pinned = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
+    if (!k->pinned)
+        return zt_error(ZT_ERR_NOMEM, "%s: cannot allocate %zu bytes of pinned host memory for "
+                        "the checkpointed activations (cpu_checkpointing)", type, bytes);
+    k->pinned_bytes = bytes;
+    return ZT_OK;
+}
+
+void zt_blocks_free(zt_blocks *k, zt_backend *be) {
+    if (k->pinned)
+        zt_backend_free(be, ZT_MEM_PINNED, k->pinned, k->pinned_bytes);
+    free(k->acts);
+    free(k->inputs);
+    free(k->head);
+    free(k->B);
+    free(k->T);
+    free(k->has_grad);
+    free(k->tokens);
+    free(k->host_losses);
+    memset(k, 0, sizeof *k);
+}
+
+/* ---- Forward and backward ------------------------------------------------------------------ */
+
+static void *slot(const zt_blocks *k, int buffer, uint64_t i) {
+    uint64_t at = k->shape.interval ? i % k->shape.interval : buffer * k->shape.layers + i;
+    return k->acts + at * k->ops->acts_size;
+}
+
+/* Where group g's input is read from on the device. */
+static void *group_input(const zt_blocks *k, int buffer, uint64_t g) {
+    return k->shape.cpu ? k->work_in : k->inputs[buffer * k->groups + g];
+}
+
+static void copy_act(zt_model *m, void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    zt_backend_copy(m->ctx.be, dst, src, bytes, kind, ZT_STREAM_COMPUTE);
+}
+
+/* Group g's input comes back from host memory into the device copy (cpu checkpointing). */
+static void restore_input(zt_model *m, const zt_blocks *k, int buffer, uint64_t g, size_t bytes) {
+    if (k->shape.cpu)
+        copy_act(m, k->work_in, k->inputs[buffer * k->groups + g], bytes, ZT_COPY_H2D);
+}
+
+float zt_blocks_forward(zt_model *m, zt_blocks *k, int buffer, const int32_t *tokens,
+                        const void *in_act, const int32_t *targets, void *out_act, int B, int T,
+                        float grad_scale) {
+    const zt_model_stage *st = &m->stage;
+    const zt_block_ops *ops = k->ops;
+    const zt_model_hooks *h = &m->hooks;
+    const uint64_t every = k->shape.interval;
+    ZT_ASSERT(buffer >= 0 && (uint64_t)buffer < k->shape.buffers);
+    ZT_ASSERT(B >= 1 && (uint64_t)B <= k->shape.B && T >= 1 && (uint64_t)T <= k->shape.T);
+    ZT_ASSERT(st->embed ? tokens != NULL : in_act != NULL);
+    ZT_ASSERT(st->head || out_act != NULL);
+    const size_t BT = (size_t)B * T, bytes = BT * (size_t)k->shape.C * (size_t)k->shape.es;
+    k->B[buffer] = B;
+    k->T[buffer] = T;
+    int32_t *kept_tokens = k->tokens + (size_t)buffer * k->shape.B * k->shape.T;
+    if (st->embed)
+        memcpy(kept_tokens, tokens, BT * sizeof *tokens);
+
+    if ((st->embed || st->head) && h->fetch)
+        h->fetch(h->ctx, -1, false);
+    void *in = group_input(k, buffer, 0);
+    if (st->embed)
+        ops->embed_forward(m, in, kept_tokens, B, T);
+    else
+        copy_act(m, in, in_act, bytes, ZT_COPY_D2D);
+    const void *res = in;
+    for (uint64_t i = 0; i < k->shape.layers; i++) {
+        const int l = st->first_layer + (int)i;
+        if (every && i % every == 0) {
+            void *keep = group_input(k, buffer, i / every);
+            if (keep != res)
+                copy_act(m, keep, res, bytes, ZT_COPY_D2D);
+            if (k->shape.cpu)
+                copy_act(m, k->inputs[buffer * k->groups + i / every], keep, bytes, ZT_COPY_D2H);
+            res = keep;
+        }
+        if (h->fetch)
+            h->fetch(h->ctx, l, false);
+        res = ops->forward(m, slot(k, buffer, i), res, l, B, T);
+        if (h->release)
+            h->release(h->ctx, l);
+    }
+    if (!st->head) {
+        copy_act(m, out_act, res, bytes, ZT_COPY_D2D);
+        k->has_grad[buffer] = true;
+        return 0.0f;
+    }
+    zt_head_acts *ha = &k->head[buffer];
+    ops->head_forward(m, ha, res, B, T);
+    k->has_grad[buffer] = targets && grad_scale != 0.0f;
+    if (!k->has_grad[buffer] && h->release)
+        h->release(h->ctx, -1);
+    if (!targets)
+        return 0.0f;
+    m->ctx.be->ops->softmax_xent(&m->ctx, ha->losses, ha->logits, targets, (int)BT,
+                                 (int)k->shape.V, grad_scale);
+    zt_backend_copy(m->ctx.be, k->host_losses, ha->losses, BT * sizeof(float), ZT_COPY_D2H,
+                    ZT_STREAM_COMPUTE);
+    double sum = 0.0;
+    int counted = 0;
+    for (size_t i = 0; i < BT; i++) {
+        if (targets[i] >= 0) {
+            sum += k->host_losses[i];
+            counted++;
+        }
+    }
+    return counted ? (float)(sum / counted) : 0.0f;
+}
+
+/* Recomputes blocks [lo, hi) of a checkpoint group from its kept input. Their parameters are
+ * fetched for the backward (and not released: the backward that follows uses them), in
+ * ascending order, so ZeRO's prefetch brings the block before the group in meanwhile. */
+static void recompute(zt_model *m, zt_blocks *k, int buffer, uint64_t g, uint64_t lo,
+                      uint64_t hi, size_t bytes) {
+    const zt_model_hooks *h = &m->hooks;
+    const int B = k->B[buffer], T = k->T[buffer];
+    restore_input(m, k, buffer, g, bytes);
+    const void *res = group_input(k, buffer, g);
+    for (uint64_t i = lo; i < hi; i++) {
+        const int l = m->stage.first_layer + (int)i;
+        if (h->fetch)
+            h->fetch(h->ctx, l, true);
+        res = k->ops->forward(m, slot(k, buffer, i), res, l, B, T);
+    }
+}
+
+void zt_blocks_backward(zt_model *m, zt_blocks *k, int buffer, const void *dout, void *din) {
+    const zt_model_stage *st = &m->stage;
+    const zt_block_ops *ops = k->ops;
+    const zt_model_hooks *h = &m->hooks;
+    ZT_ASSERT(buffer >= 0 && (uint64_t)buffer < k->shape.buffers && k->has_grad[buffer]);
+    ZT_ASSERT(st->head || dout != NULL);
+    ZT_ASSERT(st->embed || din != NULL);
+    k->has_grad[buffer] = false;
+    const int B = k->B[buffer], T = k->T[buffer];
+    const uint64_t L = k->shape.layers, every = k->shape.interval ? k->shape.interval : L;
+    const size_t bytes = (size_t)B * T * (size_t)k->shape.C * (size_t)k->shape.es;
+    bool started = false;
+    for (uint64_t g = k->groups; g-- > 0;) {
+        const uint64_t lo = g * every, hi = lo + every < L ? lo + every : L;
+        if (k->shape.interval && lo < hi)
+            recompute(m, k, buffer, g, lo, hi, bytes);
+        if (!started) {
+            /* The gradient of the stage's output: from the loss, or from the next stage. */
+            if (st->head) {
+                const void *last;
+                if (L > 0) {
+                    last = ops->output(slot(k, buffer, L - 1));
+                } else {
+                    restore_input(m, k, buffer, 0, bytes);
+                    last = group_input(k, buffer, 0);
+                }
+                ops->head_backward(m, &k->head[buffer], last, B, T);
+            } else {
+                copy_act(m, k->dres, dout, bytes, ZT_COPY_D2D);
+            }
+            started = true;
+        }
+        for (uint64_t i = hi; i-- > lo;) {
+            const int l = st->first_layer + (int)i;
+            const void *in = i == lo ? group_input(k, buffer, g) : ops->output(slot(k, buffer, i - 1));
+            if (h->fetch)
+                h->fetch(h->ctx, l, true);
+            ops->backward(m, slot(k, buffer, i), in, l, B, T);
+            if (h->grads_ready)
+                h->grads_ready(h->ctx, l);
+            if (h->release)
+                h->release(h->ctx, l);
+        }
+    }
+    if (st->embed)
+        ops->embed_backward(m, k->tokens + (size_t)buffer * k->shape.B * k->shape.T, B, T);
+    else
+        copy_act(m, din, k->dres, bytes, ZT_COPY_D2D);
+    if (st->embed || st->head) {
+        if (h->grads_ready)
+            h->grads_ready(h->ctx, -1);
+        if (h->release)
+            h->release(h->ctx, -1);
+    }
+}
+
+/* ---- Creation helpers ---------------------------------------------------------------------- */
+
+void zt_blocks_add_tensor(zt_tensor_info *table, int *n, const char *name, size_t *offset,
+                          int ndim, int64_t d0, int64_t d1, int layer) {
+    zt_tensor_info *t = &table[(*n)++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = *offset;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim == 2 ? d1 : 0;
+    t->numel = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
+    t->layer = layer;
+    t->tied_copy = false;
+    *offset += t->numel;
+}
+
+void zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full, int n_full,
+                            double (*std_of)(const zt_model *m, const char *name)) {
+    enum { PIECE = 4096 };
+    float host[PIECE];
+    uint64_t s = seed;
+    zt_backend_zero(m->ctx.be, m->params, m->n_params * sizeof(float), ZT_STREAM_COMPUTE);
+    for (int i = 0; i < n_full; i++) {
+        const zt_tensor_info *t = &full[i];
+        const zt_tensor_info *mine = zt_model_find_tensor(m, t->name);
+        double std = std_of(m, t->name);
+        for (size_t at = 0; std != 0.0 && at < t->numel; at += PIECE) {
+            size_t n = t->numel - at < PIECE ? t->numel - at : PIECE;
+            if (std > 0.0)
+                zt_init_fill_normal(host, n, std, &s);
+            else
+                for (size_t j = 0; j < n; j++)
+                    host[j] = 1.0f;
+            if (mine)
+                zt_model_set_params(m, mine->offset + at, host, n);
+        }
+    }
+}

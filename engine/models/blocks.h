@@ -1,0 +1,118 @@
+/* A model's transformer blocks run as a pipeline stage (internal to libztrain): the activation sets
+ * of a stage's micro-batches, activation checkpointing, and the forward and backward over the
+ * blocks, which every family shares. A family supplies its per-block computations (zt_block_ops)
+ * and carves its own backward scratch; which activations are kept, where, and when they are
+ * recomputed is decided here only.
+ *
+ * Without checkpointing each activation set (buffer) holds every block's saved activations and
+ * the stage's input. With checkpoint interval k the blocks form groups of k (the last may be
+ * shorter); a set keeps only each group's input (in device memory, or pinned host memory with
+ * `cpu`), and k blocks' worth of activations are shared by all sets: the backward of a group first
+ * recomputes its forward from the kept input, with the same ops on the same inputs, so the
+ * results are bit-identical to keeping everything. */
+#ifndef ZTRAIN_MODELS_BLOCKS_H
+#define ZTRAIN_MODELS_BLOCKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "carve.h"
+#include "ztrain/model.h"
+
+/* The final norm and LM head's saved activations, one set per buffer on a stage with the head. */
+typedef struct {
+    void *lnf;                  /* [B,T,C] the final norm's output */
+    float *lnf_mean, *lnf_rstd; /* [B,T]; lnf_mean NULL for an RMSNorm */
+    void *logits;               /* [B,T,V], the gradient in place after a training forward */
+    float *losses;              /* [B,T] */
+} zt_head_acts;
+
+/* What the blocks' activations are carved for. */
+typedef struct {
+    uint64_t B, T, C, V; /* at most B sequences of T tokens, width C, vocabulary V */
+    uint64_t es;         /* bytes per activation element (statistics are fp32) */
+    uint64_t layers;     /* the stage's blocks */
+    uint64_t buffers;    /* activation sets */
+    uint64_t interval;   /* checkpoint interval k; 0: no checkpointing */
+    bool cpu;            /* kept group inputs in pinned host memory */
+    bool head;           /* the stage holds the final norm and head */
+    bool norm_mean;      /* the final norm keeps a mean (LayerNorm) besides its rstd */
+} zt_blocks_shape;
+
+typedef struct {
+    size_t acts_size; /* bytes of the family's per-block activation struct */
+    /* Carves one block's saved activations into acts (with c->base NULL: counts only). */
+    void (*carve)(zt_carver *c, const void *dims, void *acts);
+    /* Block l's forward from the residual `in`, saving what its backward needs into acts;
+     * returns its output (which lives in acts). */
+    const void *(*forward)(zt_model *m, void *acts, const void *in, int l, int B, int T);
+    /* The output the last forward into acts returned. */
+    const void *(*output)(const void *acts);
+    /* Block l's backward: the blocks' dres holds the gradient of its output on entry and of its
+     * input `in` on return; parameter gradients accumulate. */
+    void (*backward)(zt_model *m, void *acts, const void *in, int l, int B, int T);
+    void (*embed_forward)(zt_model *m, void *out, const int32_t *tokens, int B, int T);
+    /* Accumulates the embedding's gradients from dres. */
+    void (*embed_backward)(zt_model *m, const int32_t *tokens, int B, int T);
+    /* The final norm and the logits of `last`, the last block's output. */
+    void (*head_forward)(zt_model *m, zt_head_acts *h, const void *last, int B, int T);
+    /* From the logits' gradient (in place in h->logits): accumulates the head's and the final
+     * norm's gradients and overwrites dres with the gradient of `last`. */
+    void (*head_backward)(zt_model *m, zt_head_acts *h, const void *last, int B, int T);
+} zt_block_ops;
+
+typedef struct {
+    const zt_block_ops *ops;
+    zt_blocks_shape shape;
+    uint64_t groups;         /* checkpoint groups (1 without checkpointing) */
+    unsigned char *acts;     /* per-block activation structs: slots of ops->acts_size */
+    uint64_t slots;          /* buffers · layers, or min(k, layers) with checkpointing */
+    void **inputs;           /* [buffers · groups] each group's input, [B,T,C] */
+    void *work_in;           /* with cpu: the device copy of the group input in use */
+    zt_head_acts *head;      /* [buffers] with the head */
+    void *dres;              /* [B,T,C] the backward's running gradient of the residual stream */
+    unsigned char *pinned;   /* the host memory of the kept inputs with cpu, pinned_bytes */
+    size_t pinned_bytes;
+    /* Per buffer: the shape of its forward, its tokens (first stage) and whether it awaits a
+     * backward. */
+    int *B, *T;
+    bool *has_grad;
+    int32_t *tokens;         /* [buffers · B · T] host */
+    float *host_losses;      /* [B·T] host */
+} zt_blocks;
+
+/* The checkpoint interval and placement a model built from spec uses for its blocks. */
+void zt_blocks_checkpointing(const zt_model_spec *spec, zt_blocks_shape *s);
+
+/* Carves the blocks' buffers: the device ones from dev, the pinned host ones (cpu) from host.
+ * With k NULL (and the carvers' bases NULL) only counts, walking one block and multiplying. */
+void zt_blocks_carve(zt_blocks *k, const zt_blocks_shape *s, const zt_block_ops *ops,
+                     const void *dims, zt_carver *dev, zt_carver *host);
+
+/* Takes the host tables (and records the shape and ops) before the carving pass that lays out
+ * the buffers; zt_blocks_free releases them and the pinned memory. */
+zt_status zt_blocks_init(zt_blocks *k, const zt_blocks_shape *s, const zt_block_ops *ops,
+                         const char *type);
+void zt_blocks_free(zt_blocks *k, zt_backend *be);
+
+/* Allocates the pinned host memory of `bytes` (from the counting pass) for the kept inputs. */
+zt_status zt_blocks_alloc_pinned(zt_blocks *k, zt_backend *be, size_t bytes, const char *type);
+
+/* The stage_forward and stage_backward ops (ztrain/model.h) over the blocks of m->stage. */
+float zt_blocks_forward(zt_model *m, zt_blocks *k, int buffer, const int32_t *tokens,
+                        const void *in_act, const int32_t *targets, void *out_act, int B, int T,
+                        float grad_scale);
+void zt_blocks_backward(zt_model *m, zt_blocks *k, int buffer, const void *dout, void *din);
+
+/* Initialises a model's (or stage's) tensors as the whole model's would be: drawn in the whole
+ * model's order (`full`, n_full entries) from one normal stream, each tensor the model holds
+ * written, the others' draws skipped; std(name) > 0 draws normal(0, std), 0 writes zeros and a
+ * negative value ones. */
+void zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full, int n_full,
+                            double (*std)(const zt_model *m, const char *name));
+
+/* Appends a tensor to a table at *offset elements (advanced by its size). */
+void zt_blocks_add_tensor(zt_tensor_info *table, int *n, const char *name, size_t *offset,
+                          int ndim, int64_t d0, int64_t d1, int layer);
+
+#endif
