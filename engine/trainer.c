@@ -201,6 +201,9 @@ static zt_status save_checkpoint(trainer *t) {
     if (t->pipe && t->rank == 0)
         ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
     ZT_TRY(zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
+    /* Each stage saves among its replicas only: the step's checkpoint is whole once all are. */
+    if (t->pipe)
+        ZT_TRY(zt_comm_barrier(t->comm));
     t->saved_step = step;
     return ZT_OK;
 }
