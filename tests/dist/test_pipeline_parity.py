@@ -14,7 +14,12 @@ each stage before ReduceTiedGrads sums them, where one rank rounds the sum once.
 half a bf16 ulp (2^-9 relative) on one tensor's gradient per micro-batch; through Adam it moves
 weights by a few 16-bit ulps at most (bf16's ulp is 2^-8 = 3.9e-3 relative, so 2e-2 is five),
 and the loss by far less (2e-3 is half an ulp; 6e-5 measured). The loss scale follows the same
-course on every step (every stage sees the global overflow)."""
+course on every step (every stage sees the global overflow).
+
+Evaluation runs the InferenceSchedule: with the same micro-batch as a non-pipelined run (micro 4,
+4 micro-batches, eval_steps 3 on the training text) the eval losses agree within 1e-5; and
+pipeline.activation_checkpoint_interval 1 (every block's input kept, the rest recomputed in the
+backward) changes nothing: losses, eval losses and weights bit-identical to the run without it."""
 import os
 import sys
 import tempfile
@@ -30,11 +35,11 @@ LLAMA = {"type": "llama", "n_layer": 4, "n_head": 4, "n_kv_head": 2, "n_embd": 3
          "tie_word_embeddings": False}
 
 
-def job(model, stages, dp, gas, ckpt, zero=0, precision=None):
+def job(model, stages, dp, gas, ckpt, zero=0, precision=None, micro=None, ac=0):
     spec = {"name": f"pipe{stages}x{dp}g{gas}", "world_size": stages * dp, "model": model,
             "data": {"train": "train.txt", "shuffle": True},
             "train": {"max_steps": STEPS, "log_interval": 1, "checkpoint_dir": ckpt, "seed": 5},
-            "deepspeed": {"train_micro_batch_size_per_gpu": GLOBAL // (dp * gas),
+            "deepspeed": {"train_micro_batch_size_per_gpu": micro or GLOBAL // (dp * gas),
                           "gradient_accumulation_steps": gas,
                           # eps 1e-4: near-zero gradients (the key bias's is exactly 0 in exact
                           # arithmetic) are rounding noise Adam with eps 1e-8 would magnify.
@@ -46,7 +51,11 @@ def job(model, stages, dp, gas, ckpt, zero=0, precision=None):
     if precision:
         spec["deepspeed"][precision] = {"enabled": True}
     if stages > 1:
-        spec["pipeline"] = {"stages": stages, "partition": "uniform"}
+        spec["pipeline"] = {"stages": stages, "partition": "uniform",
+                            "activation_checkpoint_interval": ac}
+    if micro:  # with evaluation
+        spec["data"]["val"] = "train.txt"
+        spec["train"].update(eval_interval=5, eval_steps=3)
     return spec
 
 
@@ -56,9 +65,11 @@ def train(d, name, spec):
     run([tool("ztrain"), "export", f"{d}/{spec['train']['checkpoint_dir']}", "--out",
          f"{d}/{name}.safetensors"])
     params, _ = st_read(f"{d}/{name}.safetensors")
-    metrics = [m for m in read_metrics(f"{d}/{name}/metrics.jsonl") if "train/loss" in m]
+    records = read_metrics(f"{d}/{name}/metrics.jsonl")
+    metrics = [m for m in records if "train/loss" in m]
+    evals = [m["eval/loss"] for m in records if "eval/loss" in m]
     return ([m["train/loss"] for m in metrics], [m["train/grad_norm"] for m in metrics], params,
-            metrics)
+            metrics, evals)
 
 
 def compare(ck, what, ref, got, tol=1e-5):
@@ -91,6 +102,17 @@ with tempfile.TemporaryDirectory() as d:
     ref = train(d, "llama-single", job(LLAMA, 1, 1, 1, "ck-llama-single", zero=1))
     got = train(d, "llama-2x2g4", job(LLAMA, 2, 2, 4, "ck-llama-2x2g4", zero=1))
     compare(ck, "Llama, 2 stages x dp 2 with ZeRO 1, 4 micro-batches", ref, got)
+    ref = train(d, "eval-single", job(GPT2, 1, 1, 4, "ck-eval-single", micro=4))
+    got = train(d, "eval-pipe", job(GPT2, 2, 1, 4, "ck-eval-pipe", micro=4))
+    compare(ck, "GPT-2 2 stages, micro 4, with evaluation", ref, got)
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got[4], ref[4]))
+    ck.check(len(got[4]) == 2 and worst < 1e-5,
+             f"InferenceSchedule: {len(got[4])} eval losses, worst rel err {worst:.1e}")
+    ac = train(d, "eval-pipe-ac", job(GPT2, 2, 1, 4, "ck-eval-pipe-ac", micro=4, ac=1))
+    ck.check(ac[0] == got[0] and ac[1] == got[1] and ac[4] == got[4],
+             "activation_checkpoint_interval 1: losses, norms and eval losses bit-identical")
+    ck.check(all((ac[2][k] == got[2][k]).all() for k in got[2]),
+             "activation_checkpoint_interval 1: final weights bit-identical")
     for precision, stages, dp in (("bf16", 2, 2), ("fp16", 2, 1)):
         ref = train(d, f"{precision}-single", job(GPT2, 1, 1, 1, f"ck-{precision}-single",
                                                  precision=precision))
