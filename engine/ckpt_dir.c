@@ -189,6 +189,13 @@ static void describe_tags(const zt_ckpt_list *l, char *buf, size_t size) {
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size) {
     tag[0] = note[0] = '\0';
+    /* A pipeline resumes each stage from its own directory; the first stage's speaks for the
+     * job (the trainer refuses stages that would resume from different steps). */
+    if (zt_ckpt_pipeline_stages(dir) > 0) {
+        char stage_dir[4200];
+        zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
+        return zt_ckpt_find_resume(stage_dir, tag, size, note, note_size);
+    }
     if (!zt_path_exists(dir)) {
         snprintf(note, note_size, "resume: %s does not exist: no checkpoint to resume from, "
                  "starting from step 0", dir);

@@ -8,8 +8,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "eval_sample.h"
 #include "ckpt_pipeline.h"
+#include "eval_sample.h"
 #include "fsutil.h"
 #include "pipe_engine.h"
 #include "ztrain/checkpoint.h"
@@ -503,9 +503,10 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     t.world = opts->dist ? opts->dist->world_size : 1;
     t.comm = t.world > 1 ? opts->comm : NULL;
     /* A pipelined job's data-parallel rank is the replica (DeepSpeed's grid). */
-    t.data_world = t.world / job->pipeline.stages;
+    bool grid = job->pipeline.stages > 1 && t.world % job->pipeline.stages == 0;
+    t.data_world = grid ? t.world / job->pipeline.stages : t.world;
     t.data_rank = zt_pipe_replica_of(t.rank, t.data_world);
-    if (job->train.checkpoint_dir && job->pipeline.stages > 1)
+    if (job->train.checkpoint_dir && grid)
         zt_ckpt_stage_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
                           zt_pipe_stage_of(t.rank, t.data_world));
     else if (job->train.checkpoint_dir)
