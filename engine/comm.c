@@ -6,8 +6,33 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm_transport.h"
+
+/* Milliseconds this thread has spent inside the collectives and messages below, or waiting for
+ * ones run by another thread (zt_comm_add_wait_ms): what the step breakdown calls
+ * communication. Per thread, so ZeRO's communication thread, whose collectives overlap the
+ * training thread's compute, does not count as the training thread's wait. */
+static _Thread_local double thread_comm_ms;
+
+static double monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+double zt_comm_thread_ms(void) { return thread_comm_ms; }
+void zt_comm_add_wait_ms(double ms) { thread_comm_ms += ms; }
+
+/* Returns the transport's call, timed into this thread's communication time. */
+#define RETURN_TIMED(call)                                                                        \
+    do {                                                                                          \
+        double t0_ = monotonic_ms();                                                              \
+        zt_status s_ = (call);                                                                    \
+        thread_comm_ms += monotonic_ms() - t0_;                                                   \
+        return s_;                                                                                \
+    } while (0)
 
 /* Every transport ztrain knows of. ops is NULL where this build lacks it, and then absent says
  * why and how to get it; a transport's file, once written, replaces "planned" with the option
@@ -154,7 +179,7 @@ zt_status zt_comm_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt_red
     ZT_TRY(check_usable(c));
     ZT_TRY(check_op(c, what, op));
     ZT_TRY(check_elems(c, what, buf, n, t));
-    return c->ops->all_reduce(c, buf, n, t, op);
+    RETURN_TIMED(c->ops->all_reduce(c, buf, n, t, op));
 }
 
 zt_status zt_comm_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n,
@@ -168,7 +193,7 @@ zt_status zt_comm_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n
     if (counts[c->rank] && !out)
         return zt_comm_fail(c, ZT_ERR_INVALID, "%s: NULL output for %zu elements", what,
                             counts[c->rank]);
-    return c->ops->reduce_scatter(c, in, out, n, offsets, counts, t, op);
+    RETURN_TIMED(c->ops->reduce_scatter(c, in, out, n, offsets, counts, t, op));
 }
 
 zt_status zt_comm_all_gather(zt_comm *c, void *buf, size_t n, const size_t *offsets,
@@ -177,7 +202,7 @@ zt_status zt_comm_all_gather(zt_comm *c, void *buf, size_t n, const size_t *offs
     ZT_TRY(check_usable(c));
     ZT_TRY(check_elems(c, what, buf, n, t));
     ZT_TRY(check_pieces(c, what, n, offsets, counts));
-    return c->ops->all_gather(c, buf, n, offsets, counts, t);
+    RETURN_TIMED(c->ops->all_gather(c, buf, n, offsets, counts, t));
 }
 
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int root) {
@@ -185,12 +210,12 @@ zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int roo
     ZT_TRY(check_usable(c));
     ZT_TRY(check_rank(c, what, "root", root));
     ZT_TRY(check_elems(c, what, buf, n, t));
-    return c->ops->broadcast(c, buf, n, t, root);
+    RETURN_TIMED(c->ops->broadcast(c, buf, n, t, root));
 }
 
 zt_status zt_comm_barrier(zt_comm *c) {
     ZT_TRY(check_usable(c));
-    return c->ops->barrier(c);
+    RETURN_TIMED(c->ops->barrier(c));
 }
 
 static zt_status check_peer(zt_comm *c, const char *what, int peer) {
@@ -206,7 +231,7 @@ zt_status zt_comm_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int pe
     ZT_TRY(check_usable(c));
     ZT_TRY(check_peer(c, what, peer));
     ZT_TRY(check_elems(c, what, buf, n, t));
-    return c->ops->send(c, buf, n, t, peer);
+    RETURN_TIMED(c->ops->send(c, buf, n, t, peer));
 }
 
 zt_status zt_comm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer) {
@@ -214,5 +239,5 @@ zt_status zt_comm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer) {
     ZT_TRY(check_usable(c));
     ZT_TRY(check_peer(c, what, peer));
     ZT_TRY(check_elems(c, what, buf, n, t));
-    return c->ops->recv(c, buf, n, t, peer);
+    RETURN_TIMED(c->ops->recv(c, buf, n, t, peer));
 }

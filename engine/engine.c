@@ -32,6 +32,7 @@ struct zt_engine {
     bool step_applied;
     bool forward_pending; /* a training forward whose backward has not run */
     zt_engine_timers timers, current;
+    double step_comm0;    /* zt_comm_thread_ms() when the optimizer step began */
 };
 
 static double now_ms(void) {
@@ -218,7 +219,7 @@ static zt_status check_batch(const zt_engine *e, const zt_batch *b) {
 
 zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(check_batch(e, b));
-    double t0 = now_ms();
+    double t0 = now_ms(), c0 = zt_comm_thread_ms();
     if (e->micro_steps % e->ds.gradient_accumulation_steps == 0)
         memset(&e->current, 0, sizeof e->current);
     int counted = 0;
@@ -231,16 +232,18 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
     e->forward_pending = grad_scale != 0.0f;
     e->current.forward_ms += now_ms() - t0;
+    e->current.forward_comm_ms += zt_comm_thread_ms() - c0;
     return zt_zero_status(&e->zero);
 }
 
 zt_status zt_engine_backward(zt_engine *e) {
     if (!e->forward_pending)
         return zt_error(ZT_ERR_INVALID, "engine: backward() without a preceding training forward()");
-    double t0 = now_ms();
+    double t0 = now_ms(), c0 = zt_comm_thread_ms();
     e->model->ops->backward(e->model);
     e->forward_pending = false;
     e->current.backward_ms += now_ms() - t0;
+    e->current.backward_comm_ms += zt_comm_thread_ms() - c0;
     return zt_zero_status(&e->zero);
 }
 
@@ -273,8 +276,11 @@ static void log_step(zt_engine *e) {
                 (long long)e->global_steps, (long long)e->skipped_steps,
                 zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched));
     if (e->ds.wall_clock_breakdown)
-        fprintf(log, "[ztrain] time (ms) | fwd: %.2f | bwd: %.2f | step: %.2f\n",
-                e->timers.forward_ms, e->timers.backward_ms, e->timers.step_ms);
+        fprintf(log, "[ztrain] time (ms) | fwd: %.2f | bwd: %.2f | bwd_inner: %.2f | "
+                "bwd_allreduce: %.2f | step: %.2f\n",
+                e->timers.forward_ms, e->timers.backward_ms,
+                e->timers.backward_ms - e->timers.backward_comm_ms, e->timers.backward_comm_ms,
+                e->timers.step_ms);
 }
 
 static void finish_step(zt_engine *e, double t0, bool applied) {
@@ -286,6 +292,7 @@ static void finish_step(zt_engine *e, double t0, bool applied) {
     e->micro_steps++;
     e->step_applied = applied;
     e->current.step_ms = now_ms() - t0;
+    e->current.step_comm_ms = zt_comm_thread_ms() - e->step_comm0;
     e->timers = e->current;
     log_step(e);
 }
@@ -344,6 +351,7 @@ zt_status zt_engine_step(zt_engine *e) {
     if (!e->ds.has_optimizer)
         return zt_error(ZT_ERR_INVALID, "engine: the DeepSpeed config has no \"optimizer\" section");
     double t0 = now_ms();
+    e->step_comm0 = zt_comm_thread_ms();
     if (e->inject_nan_step == e->global_steps + 1)
         e->zero.poison_next = true;
     if (e->dtype != ZT_F32)

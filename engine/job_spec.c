@@ -15,6 +15,7 @@
 #include "ds_config_json.h"
 #include "fsutil.h"
 #include "job_pipeline.h"
+#include "job_spec_recovery.h"
 #include "json_util.h"
 #include "job_act_ckpt.h"
 #include "model_fields.h"
@@ -26,7 +27,7 @@
 
 static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "device", "model",
                                        "data", "train", "training_args", "deepspeed",
-                                       "pipeline", NULL};
+                                       "pipeline", "max_restarts", "fork_from", NULL};
 static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
                                         "sample_tokens", "sample_prompt", NULL};
 static const char *const source_keys[] = {"path", "weight", NULL};
@@ -531,6 +532,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(parse_train(&job->train, &job->data, &top, job->base_dir));
     ZT_TRY(parse_training_args(&job->args, &top));
     ZT_TRY(zt_job_parse_pipeline(job, &top));
+    ZT_TRY(zt_job_spec_parse_recovery(job, &top));
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
     ZT_TRY(zt_job_check_pipeline(job, source));
     ZT_TRY(zt_job_activation_checkpointing(job, &top));
@@ -604,6 +606,7 @@ void zt_job_spec_free(zt_job_spec *job) {
     free(job->data.tokenizer);
     free(job->data.sample_prompt);
     free(job->train.checkpoint_dir);
+    free(job->fork_job);
     /* ds_json comes from cJSON's allocator. */
     if (job->ds_json)
         cJSON_free(job->ds_json);

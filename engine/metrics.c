@@ -1,4 +1,5 @@
-/* metrics.jsonl writer, with an optional mirror to ztraind's metrics pipe. */
+/* metrics.jsonl writer, with an optional mirror to ztraind's metrics pipe and an optional copy
+ * of every record as TensorBoard scalars (tb_events.c, the DeepSpeed monitor's writer too). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -8,14 +9,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "tb_events.h"
 #include "ztrain/metrics.h"
 
 zt_status zt_metrics_open(zt_metrics_writer *w, const char *path, bool append) {
     w->mirror_fd = 0;
     w->line = NULL;
     w->cap = 0;
+    w->tb = NULL;
     w->f = fopen(path, append ? "a" : "w");
     if (!w->f)
         return zt_error(ZT_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
@@ -72,12 +76,42 @@ static bool put(zt_metrics_writer *w, size_t *len, const char *fmt, ...) {
     }
 }
 
-static bool put_value(zt_metrics_writer *w, size_t *len, double v) {
+/* A value as a record writes it: null for a non-finite one, an integral one without a
+ * fraction, any other with 9 significant digits. */
+static void format_value(char buf[32], double v) {
     if (!isfinite(v))
-        return put(w, len, "null");
-    if (v == (double)(long long)v && fabs(v) < 1e15)
-        return put(w, len, "%lld", (long long)v);
-    return put(w, len, "%.9g", v);
+        snprintf(buf, 32, "null");
+    else if (v == (double)(long long)v && fabs(v) < 1e15)
+        snprintf(buf, 32, "%lld", (long long)v);
+    else
+        snprintf(buf, 32, "%.9g", v);
+}
+
+static bool put_value(zt_metrics_writer *w, size_t *len, double v) {
+    char buf[32];
+    format_value(buf, v);
+    return put(w, len, "%s", buf);
+}
+
+/* The record's values as TensorBoard scalars (zt_metrics_tensorboard). */
+static zt_status write_tensorboard(zt_metrics_writer *w, const zt_metric *m, int n) {
+    int at = 0;
+    while (at < n && strcmp(m[at].key, "train/global_step") != 0)
+        at++;
+    if (at == n || !isfinite(m[at].value))
+        return ZT_OK;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    for (int i = 0; i < n; i++) {
+        if (i == at)
+            continue;
+        char buf[32];
+        format_value(buf, m[i].value);
+        double v = isfinite(m[i].value) ? strtod(buf, NULL) : m[i].value;
+        ZT_TRY(zt_tb_scalar(w->tb, m[i].key, v, (int64_t)m[at].value, now));
+    }
+    return zt_tb_flush(w->tb);
 }
 
 zt_status zt_metrics_write(zt_metrics_writer *w, const zt_metric *m, int n) {
@@ -91,6 +125,21 @@ zt_status zt_metrics_write(zt_metrics_writer *w, const zt_metric *m, int n) {
     mirror_line(w, w->line, len);
     if (fflush(w->f) != 0 || ferror(w->f))
         return zt_error(ZT_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+    return w->tb ? write_tensorboard(w, m, n) : ZT_OK;
+}
+
+zt_status zt_metrics_tensorboard(zt_metrics_writer *w, const char *dir) {
+    ZT_ASSERT(!w->tb);
+    zt_tb_writer *tb = calloc(1, sizeof *tb);
+    if (!tb)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory opening a TensorBoard event file", dir);
+    zt_status s = zt_tb_open(tb, dir);
+    if (s != ZT_OK) {
+        zt_tb_close(tb);
+        free(tb);
+        return s;
+    }
+    w->tb = tb;
     return ZT_OK;
 }
 
@@ -107,6 +156,11 @@ void zt_metrics_event(zt_metrics_writer *w, const char *event, long long step,
 void zt_metrics_close(zt_metrics_writer *w) {
     if (w->f)
         fclose(w->f);
+    if (w->tb) {
+        zt_tb_close(w->tb);
+        free(w->tb);
+    }
+    w->tb = NULL;
     free(w->path);
     free(w->line);
     w->f = NULL;

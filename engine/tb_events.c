@@ -134,13 +134,17 @@ static double wall_now(void) {
 }
 
 zt_status zt_tb_open(zt_tb_writer *w, const char *dir) {
+    /* SummaryWriter's last name part counts the writers of the process (_global_uid), so two
+     * writers opened in one second never share a file. */
+    static int writers;
     memset(w, 0, sizeof *w);
     ZT_TRY(zt_mkdirs(dir));
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     double now = wall_now();
-    int n = snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%010lld.%s.%d.0", dir,
-                     (long long)now, host, (int)getpid());
+    int uid = __atomic_fetch_add(&writers, 1, __ATOMIC_RELAXED);
+    int n = snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%010lld.%s.%d.%d", dir,
+                     (long long)now, host, (int)getpid(), uid);
     if (n < 0 || (size_t)n >= sizeof w->path)
         return zt_error(ZT_ERR_INVALID, "%s: the TensorBoard directory's path is too long", dir);
     w->f = fopen(w->path, "wb");

@@ -8,13 +8,14 @@
 
 #include "ztrain/status.h"
 
-typedef struct {
+typedef struct zt_tb_writer {
     FILE *f;
     char path[1280];
 } zt_tb_writer;
 
 /* Creates dir (and its parents) and a new event file in it named as SummaryWriter names one,
- * events.out.tfevents.<10-digit unix time>.<host>.<pid>.0, starting with the file-version event
+ * events.out.tfevents.<10-digit unix time>.<host>.<pid>.<n>, n counting the writers this process
+ * has opened from 0 (so the first is .0), starting with the file-version event
  * ("brain.Event:2"). Close with zt_tb_close. */
 zt_status zt_tb_open(zt_tb_writer *w, const char *dir);
 /* Appends one scalar event: Event{wall_time, step, summary{value{tag, simple_value}}}, the value

@@ -12,6 +12,7 @@
 #include "eval_sample.h"
 #include "fsutil.h"
 #include "pipe_engine.h"
+#include "rank_stats.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
 #include "ztrain/metrics.h"
@@ -25,7 +26,7 @@ enum { MEM_PER_RANK = 5, STEP_METRICS = 12 };
 typedef struct {
     double *values;   /* [world * MEM_PER_RANK]: this rank's filled in, then summed over ranks */
     char (*keys)[48]; /* [n]: "memory/rank<r>/<name>" */
-    zt_metric *all;   /* [STEP_METRICS + n]: the step's whole record */
+    zt_metric *all;   /* [STEP_METRICS + n + the rank figures' most]: the step's whole record */
     int n;            /* the metrics per step: world × the names that apply */
 } memory_metrics;
 
@@ -53,6 +54,7 @@ typedef struct {
     int rank, world;
     zt_comm *comm;      /* NULL for one rank */
     memory_metrics mem; /* the per-rank memory record's buffers */
+    zt_rank_stats stats; /* the per-rank step breakdown and system metrics */
     zt_monitor *monitor; /* rank 0's DeepSpeed monitors (tensorboard, csv_monitor); NULL: none */
     zt_pipe *pipe;       /* a pipelined job's stage (it owns e); NULL otherwise */
     int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped */
@@ -284,7 +286,8 @@ static zt_status memory_metrics_init(trainer *t) {
     size_t slots = (size_t)MEM_PER_RANK * (size_t)t->world;
     mm->values = calloc(slots, sizeof *mm->values);
     mm->keys = calloc(slots, sizeof *mm->keys);
-    mm->all = calloc(STEP_METRICS + slots, sizeof *mm->all);
+    mm->all = calloc(STEP_METRICS + slots + (size_t)zt_rank_stats_max_metrics(&t->stats),
+                     sizeof *mm->all);
     if (!mm->values || !mm->keys || !mm->all)
         return zt_error(ZT_ERR_NOMEM, "out of memory for the memory metrics of %d ranks",
                         t->world);
@@ -333,7 +336,7 @@ static zt_status write_monitor(trainer *t, double loss) {
     if (!t->monitor)
         return ZT_OK;
     const zt_ds_config *ds = &t->job->ds;
-    zt_monitor_event ev[6] = {{"Train/Samples/train_loss", loss},
+    zt_monitor_event ev[8] = {{"Train/Samples/train_loss", loss},
                               {"Train/Samples/lr", zt_engine_get_lr(t->e)}};
     int n = 2;
     if (ds->fp16.enabled)
@@ -342,6 +345,10 @@ static zt_status write_monitor(trainer *t, double loss) {
         zt_engine_timers tm = zt_engine_get_timers(t->e);
         ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_forward", tm.forward_ms};
         ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward", tm.backward_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward_inner",
+                                     tm.backward_ms - tm.backward_comm_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward_allreduce",
+                                     tm.backward_comm_ms};
         ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_step", tm.step_ms};
     }
     return zt_monitor_write(t->monitor, ev, n, zt_engine_global_samples(t->e));
@@ -369,6 +376,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         double lr = zt_engine_get_lr(t->e);
         clear_bar_before_engine_log(t);
         double t0 = now_ms(), loss_sum = 0.0, tokens = 0.0;
+        zt_rank_step rs = {.comm = zt_comm_thread_ms()};
         zt_pipe_batch_result piped = {0};
         if (t->pipe) {
             ZT_TRY(zt_pipe_train_batch(t->pipe, &piped));
@@ -377,7 +385,10 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         for (int micro = 0; micro < gas && !t->pipe; micro++) {
             zt_batch b;
             float loss;
+            double d0 = now_ms();
             ZT_TRY(zt_engine_next_batch(t->e, &b));
+            zt_rank_stats_inject_delay(&t->stats);
+            rs.data += now_ms() - d0;
             ZT_TRY(zt_engine_forward(t->e, &b, &loss));
             ZT_TRY(zt_engine_backward(t->e));
             ZT_TRY(zt_engine_step(t->e));
@@ -391,6 +402,10 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             ZT_TRY(zt_comm_all_reduce(t->comm, sums, 2, ZT_F64, ZT_REDUCE_SUM));
         tokens = sums[1];
         double step_ms = now_ms() - t0;
+        rs.step_time = step_ms;
+        rs.comm = zt_comm_thread_ms() - rs.comm;
+        rs.engine = zt_engine_get_timers(t->e);
+        zt_rank_stats_step(&t->stats, &rs);
         int64_t step = zt_engine_global_steps(t->e);
         last_loss = t->pipe ? piped.loss : sums[0] / t->world;
         if (!isfinite(last_loss))
@@ -435,7 +450,9 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             zt_metric *all = t->mem.all;
             memcpy(all, m, sizeof(zt_metric) * n);
             ZT_TRY(collect_memory_metrics(t, all + n));
-            ZT_TRY(write_metrics(t, all, n + t->mem.n));
+            int n_ranks;
+            ZT_TRY(zt_rank_stats_collect(&t->stats, t->comm, all + n + t->mem.n, &n_ranks));
+            ZT_TRY(write_metrics(t, all, n + t->mem.n + n_ranks));
             show_progress(t, step, last_loss, lr, tok_s, last);
         }
         if (t->has_val && step % job->train.eval_interval == 0) {
@@ -532,6 +549,9 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         }
     }
     if (s == ZT_OK)
+        s = zt_rank_stats_init(&t.stats, t.rank, t.world, opts->dist ? opts->dist->local_rank : 0,
+                               job->device, opts->progress);
+    if (s == ZT_OK)
         s = memory_metrics_init(&t);
     if (s == ZT_OK && t.rank == 0)
         s = zt_monitor_open(&t.monitor, &job->ds.monitor);
@@ -549,6 +569,11 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         if (s == ZT_OK)
             s = zt_metrics_open(&t.metrics, path,
                                 job->train.resume || zt_engine_global_steps(t.e) > 0);
+        /* The same records as TensorBoard event files, a new file per run as SummaryWriter
+         * makes: a resumed run's steps continue in it. */
+        snprintf(path, sizeof path, "%s/%s", opts->out_dir, ZT_METRICS_TB_DIR);
+        if (s == ZT_OK)
+            s = zt_metrics_tensorboard(&t.metrics, path);
     } else if (s == ZT_OK) {
         s = zt_metrics_open(&t.metrics, "/dev/null", true);
     }
@@ -570,6 +595,7 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     else
         zt_engine_destroy(t.e);
     memory_metrics_free(&t.mem);
+    zt_rank_stats_free(&t.stats);
     if (t.has_val_loader)
         zt_loader_free(&t.val_loader);
     free(t.val_inputs);

@@ -2,8 +2,19 @@
  * (gradient buckets to reduce, layers to gather) run here in order while the main thread computes
  * the next layers. Without the thread, a queued job runs at once on the caller's thread. */
 #include <pthread.h>
+#include <time.h>
 
 #include "zero_internal.h"
+#include "ztrain/comm.h"
+
+/* The training thread's time blocked on the communication thread counts as its communication
+ * time in the step breakdown (zt_comm_add_wait_ms), the collectives' own time being the other
+ * thread's. */
+static double monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 static zt_status run_job(zt_zero *z, const zt_zero_job *j) {
     if (j->kind == ZT_ZERO_REDUCE)
@@ -48,8 +59,10 @@ uint64_t zt_zero_submit(zt_zero *z, zt_zero_job j) {
         return 0;
     }
     pthread_mutex_lock(&ct->mu);
+    double t0 = monotonic_ms();
     while (ct->submitted - ct->completed == ZT_ZERO_QUEUE)
         pthread_cond_wait(&ct->done, &ct->mu);
+    zt_comm_add_wait_ms(monotonic_ms() - t0);
     size_t slot = ct->submitted % ZT_ZERO_QUEUE;
     ct->queue[slot] = j;
     zt_backend_event_record(z->be, ct->ready[slot], ZT_STREAM_COMPUTE);
@@ -66,8 +79,10 @@ void zt_zero_wait_for(zt_zero *z, uint64_t seq) {
     if (!ct->running || seq == 0)
         return;
     pthread_mutex_lock(&ct->mu);
+    double t0 = monotonic_ms();
     while (ct->completed < seq)
         pthread_cond_wait(&ct->done, &ct->mu);
+    zt_comm_add_wait_ms(monotonic_ms() - t0);
     /* The slot is not reused before this job's successors are queued, which only this thread
      * does. */
     zt_backend_stream_wait(z->be, ZT_STREAM_COMPUTE, ct->finished[(seq - 1) % ZT_ZERO_QUEUE]);

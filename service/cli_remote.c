@@ -27,9 +27,10 @@
 #define RATE_WINDOW 20
 
 const char zt_cli_remote_usage[] =
-    "  submit JOB.json [--wait | --watch] [--idempotency-key K]\n"
+    "  submit JOB.json [--wait | --watch] [--idempotency-key K] [--fork-from ID@STEP]\n"
     "      Send the job to ztraind and print its id. --wait waits for the end, --watch shows\n"
-    "      progress (on stderr); both exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED.\n"
+    "      progress (on stderr); both exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED. --fork-from\n"
+    "      starts it from job ID's checkpoint of step STEP (the spec's fork_from).\n"
     "  list [--state STATE] [--limit N]\n"
     "      The server's jobs, newest first.\n"
     "  status ID [--json]\n"
@@ -58,6 +59,7 @@ typedef struct {
     bool wait, watch, json, follow, force;
     const char *state;
     const char *idempotency_key;
+    const char *fork_from;      /* "job-000042@8" */
     long limit, tail;
     int64_t from_step;
     double grace_s;
@@ -75,7 +77,8 @@ static bool flag_allowed(const char *command, const char *flag) {
     static const struct {
         const char *command, *flags;
     } allowed[] = {
-        {"submit", " --wait --watch --idempotency-key "}, {"list", " --state --limit "},
+        {"submit", " --wait --watch --idempotency-key --fork-from "},
+        {"list", " --state --limit "},
         {"status", " --json "},                           {"watch", " --from-step "},
         {"logs", " -f --follow --tail "},                 {"cancel", " --force --grace "},
     };
@@ -104,6 +107,8 @@ static int value_flag(options *o, const char *flag, const char *v) {
         o->state = v;
     else if (strcmp(flag, "--idempotency-key") == 0)
         o->idempotency_key = v;
+    else if (strcmp(flag, "--fork-from") == 0)
+        o->fork_from = v;
     else if (strcmp(flag, "--limit") == 0 || strcmp(flag, "--tail") == 0) {
         if (zt_cli_parse_long(flag, v, 1, INT32_MAX, &n))
             return -1;
@@ -122,7 +127,8 @@ static int value_flag(options *o, const char *flag, const char *v) {
 static bool takes_value(const char *flag) {
     static const char *const with_value[] = {"--server", "--token-file", "--tls-ca", "--tls-cert",
                                              "--tls-key", "--state", "--limit", "--tail",
-                                             "--from-step", "--grace", "--idempotency-key", NULL};
+                                             "--from-step", "--grace", "--idempotency-key",
+                                             "--fork-from", NULL};
     for (const char *const *f = with_value; *f; f++)
         if (strcmp(*f, flag) == 0)
             return true;
@@ -273,6 +279,11 @@ static void format_rank(const Ztrain__V1__RankStatus *r, char *buf, size_t n) {
                  strsignal(r->signal));
     else
         snprintf(buf, n, "rank %d: pid %d, exited with status %d", r->rank, r->pid, r->exit_code);
+    /* The rank's figures of the last logged step, once the job reported them (NaN before). */
+    size_t len = strlen(buf);
+    if (isfinite(r->step_time_ms) && len < n)
+        snprintf(buf + len, n - len, "; step %.1f ms (comm %.1f), cpu %.2f, rss %.1f MiB",
+                 r->step_time_ms, r->comm_ms, r->cpu_util, r->rss_bytes / 1048576.0);
 }
 
 /* The exit status a finished job gives watch and submit --wait. */
@@ -494,12 +505,39 @@ static zt_status read_spec(const char *path, Ztrain__V1__JobSpec **spec) {
     return s;
 }
 
+/* --fork-from ID@STEP into the spec's fork_from (replacing one the job file has); the spec and
+ * what it holds are freed as unpacked messages, so everything here comes from malloc. */
+static int set_fork_from(const options *o, Ztrain__V1__JobSpec *spec) {
+    const char *at = strrchr(o->fork_from, '@');
+    long step;
+    if (!at || at == o->fork_from)
+        return usage_error(o, "--fork-from '%s': expected JOB@STEP (job-000042@800)",
+                           o->fork_from);
+    if (zt_cli_parse_long("--fork-from's step", at + 1, 0, LONG_MAX, &step))
+        return 2;
+    Ztrain__V1__ForkFrom *f = malloc(sizeof *f);
+    char *id = strndup(o->fork_from, (size_t)(at - o->fork_from));
+    ZT_ASSERT(f && id);
+    ztrain__v1__fork_from__init(f);
+    f->job = id;
+    f->step = step;
+    if (spec->fork_from)
+        protobuf_c_message_free_unpacked(&spec->fork_from->base, NULL);
+    spec->fork_from = f;
+    return 0;
+}
+
 static int cmd_submit(const options *o, zt_rpc_client *c) {
     if (o->wait && o->watch)
         return usage_error(o, "%s", "--wait and --watch exclude each other");
     Ztrain__V1__SubmitJobRequest req = ZTRAIN__V1__SUBMIT_JOB_REQUEST__INIT;
     if (read_spec(o->arg, &req.spec) != ZT_OK)
         return zt_cli_fail(NULL);
+    int bad = o->fork_from ? set_fork_from(o, req.spec) : 0;
+    if (bad) {
+        protobuf_c_message_free_unpacked(&req.spec->base, NULL);
+        return bad;
+    }
     req.idempotency_key = (char *)(o->idempotency_key ? o->idempotency_key : "");
     Ztrain__V1__Job *job = NULL;
     zt_status s = zt_rpc_call(c, "/ztrain.v1.Trainer/SubmitJob", &req.base,
@@ -562,6 +600,29 @@ static int cmd_list(const options *o, zt_rpc_client *c) {
     return rc;
 }
 
+/* A fork's lineage, and the attempts of a job that restarted or may (max_restarts). */
+static void print_recovery(const Ztrain__V1__Job *j) {
+    const Ztrain__V1__JobSpec *spec = j->spec;
+    if (spec && spec->fork_from) {
+        char *parent = shown(spec->fork_from->job);
+        printf("  forked from  %s at step %lld\n", parent, (long long)spec->fork_from->step);
+        free(parent);
+    }
+    if (j->n_attempts <= 1 && (!spec || spec->max_restarts == 0))
+        return;
+    printf("  restarts     %zu of max_restarts %d\n", j->n_attempts ? j->n_attempts - 1 : 0,
+           spec ? spec->max_restarts : 0);
+    for (size_t i = 0; i < j->n_attempts; i++) {
+        const Ztrain__V1__JobAttempt *a = j->attempts[i];
+        char *reason = shown(a->reason);
+        printf("  %-12s %d: steps %lld-%lld, %s%s%s\n", i == 0 ? "attempts" : "", a->attempt,
+               (long long)a->resumed_from_step, (long long)a->step,
+               !a->ended_unix_ms ? "running" : a->failed ? "failed" : "ended",
+               reason[0] ? ": " : "", reason);
+        free(reason);
+    }
+}
+
 static void print_status(const Ztrain__V1__Job *j) {
     char step[48], loss[32], rate[32], t0[32], t1[32], t2[32];
     format_step(j->step, j->max_steps, step, sizeof step);
@@ -582,10 +643,11 @@ static void print_status(const Ztrain__V1__Job *j) {
     printf("  tokens/s     %s\n", rate);
     printf("  created      %s\n  started      %s\n  finished     %s\n", t0, t1, t2);
     for (size_t i = 0; i < j->n_ranks; i++) {
-        char r[160];
+        char r[256];
         format_rank(j->ranks[i], r, sizeof r);
         printf("  %-12s %s\n", i == 0 ? "ranks" : "", r);
     }
+    print_recovery(j);
     printf("  run dir      %s\n", run_dir[0] ? run_dir : "-");
     printf("  checkpoints  %s\n", ckpt[0] ? ckpt : "-");
     free(name);

@@ -1,10 +1,11 @@
 /* ztraind's HTTP server on libmicrohttpd (http_api.h): starting and stopping it, reading each
  * request (its body within the size limit) once its Host and Origin have passed, bearer auth
  * and CORS preflights, and the routing of every URL to its handler. The handlers live beside
- * it: the job routes (http_jobs.c), the metric series (http_series.c), the live event stream
- * (http_events.c), Prometheus' /metrics (http_prometheus.c) and the dashboard's files
- * (http_static.c); who may ask is http_guard.c (with client certificates, http_tls.c, which
- * also sets up HTTPS), how they answer is http_reply.c, and what they share is http_internal.h.
+ * it: the job routes (http_jobs.c), the metric series (http_series.c), the history's downloads
+ * (http_export.c, http_tensorboard.c), the live event stream (http_events.c), Prometheus'
+ * /metrics (http_prometheus.c) and the dashboard's files (http_static.c); who may ask is
+ * http_guard.c (with client certificates, http_tls.c, which also sets up HTTPS), how they
+ * answer is http_reply.c, and what they share is http_internal.h.
  *
  * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), because an event
  * stream's content reader blocks until the job manager has something to say; ordinary requests
@@ -66,8 +67,9 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     size_t id_len = slash ? (size_t)(slash - rest) : strlen(rest);
     const char *sub = slash ? slash + 1 : "";
     char id[sizeof(((zt_job_info *)0)->id)];
-    enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, N_SUBS };
-    static const char *const subs[N_SUBS] = {"", "metrics", "records", "logs", "events", "cancel"};
+    enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, CSV, JSONL, TENSORBOARD, N_SUBS };
+    static const char *const subs[N_SUBS] = {"", "metrics", "records", "logs", "events", "cancel",
+                                             "metrics.csv", "metrics.jsonl", "tensorboard.tar"};
     int which = 0;
     while (which < N_SUBS && strcmp(sub, subs[which]) != 0)
         which++;
@@ -99,6 +101,9 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     case METRICS: return zt_http_job_metrics(s, c, id);
     case RECORDS: return zt_http_job_records(s, c, id);
     case LOGS: return zt_http_job_logs(s, c, id);
+    case CSV: return zt_http_job_export(s, c, id, true);
+    case JSONL: return zt_http_job_export(s, c, id, false);
+    case TENSORBOARD: return zt_http_job_tensorboard(s, c, id);
     default: return zt_http_job_events(s, c, id);
     }
 }

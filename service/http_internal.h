@@ -151,6 +151,18 @@ enum MHD_Result zt_http_job_metrics(zt_http_server *s, struct MHD_Connection *c,
 zt_series_cache *zt_series_cache_create(void);
 void zt_series_cache_destroy(zt_series_cache *cache);
 
+/* http_export.c: GET /api/v1/jobs/{id}/metrics.csv (csv) and .../metrics.jsonl (!csv), the
+ * job's whole history as it stood at the request, streamed. JSONL: one /records element per
+ * line. CSV (RFC 4180, CRLF): columns step, time_unix_ms and every key of the records in
+ * first-seen order; numbers as /metrics writes them, empty cells for absent or null values. */
+enum MHD_Result zt_http_job_export(zt_http_server *s, struct MHD_Connection *c, const char *id,
+                                   bool csv);
+
+/* http_tensorboard.c: GET /api/v1/jobs/{id}/tensorboard.tar, the event files of the job's run
+ * directory as a ustar archive (entries <job id>/<file>); 404 when there are none. */
+enum MHD_Result zt_http_job_tensorboard(zt_http_server *s, struct MHD_Connection *c,
+                                        const char *id);
+
 /* http_events.c: GET /api/v1/jobs/{id}/events, the live event stream. */
 enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c, const char *id);
 /* Whether the request carries the server's token as ?access_token=, which the event stream

@@ -394,6 +394,32 @@ static void encode_ranks(zt_jbuf *b, const zt_job_info *j) {
         zt_json_bool(b, r->running);
         member_int(b, "exit_code", r->exit_code);
         member_int(b, "signal", r->signal);
+        /* The rank's figures once a record carried them (null where one is not known). */
+        for (int k = 0; r->figures.reported && k < ZT_RANK_FIGURES; k++)
+            member_num(b, zt_rank_figure_names[k], r->figures.v[k]);
+        zt_json_close(b, '}');
+    }
+    zt_json_close(b, ']');
+}
+
+/* Every start of the job's ranks (job_recovery.c), as the proto's JobAttempt. */
+static void encode_attempts(zt_jbuf *b, const zt_job_info *j) {
+    zt_json_key(b, "attempts");
+    zt_json_open(b, '[');
+    for (int i = 0; i < j->n_attempts; i++) {
+        const zt_job_attempt *a = &j->attempts[i];
+        zt_json_open(b, '{');
+        member_int(b, "attempt", a->attempt);
+        member_int(b, "started_unix_ms", a->started_ms);
+        member_int(b, "ended_unix_ms", a->ended_ms);
+        member_int(b, "step", a->step);
+        member_int(b, "resumed_from_step", a->resumed_from_step);
+        member_int(b, "rank", a->rank);
+        member_int(b, "exit_code", a->exit_code);
+        member_int(b, "signal", a->signal);
+        zt_json_key(b, "failed");
+        zt_json_bool(b, a->failed);
+        member_str(b, "reason", a->reason ? a->reason : "");
         zt_json_close(b, '}');
     }
     zt_json_close(b, ']');
@@ -419,6 +445,7 @@ void zt_json_job_open(zt_jbuf *b, const zt_job_info *j, int64_t now_ms) {
     member_num(b, "tokens_per_second", j->tokens_per_second);
     member_num(b, "eta_ms", eta_ms(j, elapsed));
     encode_ranks(b, j);
+    encode_attempts(b, j);
     member_str(b, "run_dir", j->run_dir ? j->run_dir : "");
     member_str(b, "checkpoint_dir", j->checkpoint_dir ? j->checkpoint_dir : "");
     member_str(b, "idempotency_key", j->idempotency_key ? j->idempotency_key : "");

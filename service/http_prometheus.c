@@ -1,9 +1,10 @@
 /* GET /metrics (http_internal.h): every job's state and last reported numbers in Prometheus'
  * text exposition format (version 0.0.4), one family per quantity, each sample labelled with
- * the job's id and name. A scrape copies a summary of each job (zt_jobs_summaries), not its spec
- * nor its history. */
+ * the job's id and name (the per-rank series also with the rank). A scrape copies a summary of
+ * each job (zt_jobs_summaries), not its spec nor its history. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,10 +12,11 @@
 
 /* The record keys /metrics reports beyond the job's step, loss and throughput: the value each
  * had at the job's last step. */
-enum { K_LR, K_STEP_MS, K_TFLOPS, K_GRAD_NORM, K_SKIPPED, K_COUNT };
+enum { K_LR, K_STEP_MS, K_TFLOPS, K_GRAD_NORM, K_SKIPPED, K_STRAGGLER, K_STRAGGLER_RATIO,
+       K_COUNT };
 static const char *const prom_keys[K_COUNT] = {
     "train/learning_rate", "perf/step_time_ms", "perf/tflops", "train/grad_norm",
-    "train/skipped_steps",
+    "train/skipped_steps", "perf/straggler_rank", "perf/straggler_ratio",
 };
 
 static double pv_world_size(const zt_job_summary *j) { return j->world_size; }
@@ -26,6 +28,8 @@ static double pv_step_s(const zt_job_summary *j) { return j->values[K_STEP_MS] /
 static double pv_tflops(const zt_job_summary *j) { return j->values[K_TFLOPS]; }
 static double pv_gnorm(const zt_job_summary *j) { return j->values[K_GRAD_NORM]; }
 static double pv_skipped(const zt_job_summary *j) { return j->values[K_SKIPPED]; }
+static double pv_straggler(const zt_job_summary *j) { return j->values[K_STRAGGLER]; }
+static double pv_straggler_ratio(const zt_job_summary *j) { return j->values[K_STRAGGLER_RATIO]; }
 
 static const struct {
     const char *name, *type, *help;
@@ -43,7 +47,51 @@ static const struct {
     {"ztrain_job_grad_norm", "gauge", "Last global gradient norm (train/grad_norm).", pv_gnorm},
     {"ztrain_job_skipped_steps_total", "counter",
      "Optimizer steps skipped because of gradient overflow.", pv_skipped},
+    {"ztrain_job_straggler_rank", "gauge",
+     "The rank with the longest compute time (step less communication) in the last logged step.",
+     pv_straggler},
+    {"ztrain_job_straggler_ratio", "gauge",
+     "The straggler's compute time over the median rank's in the last logged step.",
+     pv_straggler_ratio},
 };
+
+/* The per-rank series (rank_figures.h), labelled with the rank; times in seconds as
+ * Prometheus' conventions ask. The step's parts are one family with a phase label. */
+static const struct {
+    const char *name, *help, *phase;
+    int figure;
+    double per_unit;  /* the figure's units in the series' unit: ms per second, or 1 */
+} prom_rank_families[] = {
+    {"ztrain_rank_step_time_seconds", "The rank's last logged step, in seconds.", NULL,
+     ZT_FIG_STEP_TIME, 1e3},
+    {"ztrain_rank_step_phase_seconds",
+     "The rank's last logged step by phase: data wait, forward, backward, optimizer step (each "
+     "without communication) and communication; they add up to the step time.", "data",
+     ZT_FIG_DATA, 1e3},
+    {"ztrain_rank_step_phase_seconds", NULL, "fwd", ZT_FIG_FWD, 1e3},
+    {"ztrain_rank_step_phase_seconds", NULL, "bwd", ZT_FIG_BWD, 1e3},
+    {"ztrain_rank_step_phase_seconds", NULL, "step", ZT_FIG_STEP, 1e3},
+    {"ztrain_rank_step_phase_seconds", NULL, "comm", ZT_FIG_COMM, 1e3},
+    {"ztrain_rank_compute_seconds",
+     "The rank's last logged step less its communication: what the other ranks wait for.", NULL,
+     ZT_FIG_COMPUTE, 1e3},
+    {"ztrain_rank_cpu_utilization",
+     "Process CPU time over wall time in the last log interval (1 is one core busy).", NULL,
+     ZT_FIG_CPU_UTIL, 1},
+    {"ztrain_rank_resident_memory_bytes", "The rank's resident set (VmRSS).", NULL, ZT_FIG_RSS,
+     1},
+    {"ztrain_rank_peak_resident_memory_bytes", "The rank's largest resident set (VmHWM).", NULL,
+     ZT_FIG_PEAK_RSS, 1},
+    {"ztrain_rank_gpu_utilization", "Fraction of time the rank's GPU ran a kernel (NVML).",
+     NULL, ZT_FIG_GPU_UTIL, 1},
+    {"ztrain_rank_gpu_memory_used_bytes", "Memory in use on the rank's GPU (NVML).", NULL,
+     ZT_FIG_GPU_MEMORY, 1},
+    {"ztrain_rank_gpu_power_watts", "Power drawn by the rank's GPU (NVML).", NULL,
+     ZT_FIG_GPU_POWER, 1},
+    {"ztrain_rank_gpu_temperature_celsius", "Temperature of the rank's GPU (NVML).", NULL,
+     ZT_FIG_GPU_TEMPERATURE, 1},
+};
+#define N_PROM_RANK_FAMILIES (sizeof prom_rank_families / sizeof prom_rank_families[0])
 #define N_PROM_JOB_FAMILIES (sizeof prom_job_families / sizeof prom_job_families[0])
 
 static void prom_family(zt_jbuf *b, const char *name, const char *type, const char *help) {
@@ -79,6 +127,32 @@ static void prom_value(zt_jbuf *b, double v) {
     zt_jbuf_puts(b, "\n");
 }
 
+/* Every rank's figures of every job that has reported them; a family without a single value
+ * (the GPU ones on CPU jobs) is left out whole. */
+static void prom_write_ranks(zt_jbuf *b, const zt_job_summary *jobs, int n) {
+    for (size_t f = 0; f < N_PROM_RANK_FAMILIES; f++) {
+        bool header = prom_rank_families[f].help == NULL;  /* a later phase of the family above */
+        int fig = prom_rank_families[f].figure;
+        for (int i = 0; i < n; i++) {
+            for (int r = 0; jobs[i].ranks && r < jobs[i].world_size; r++) {
+                const zt_rank_figures *rf = &jobs[i].ranks[r];
+                if (!rf->reported || isnan(rf->v[fig]))
+                    continue;
+                if (!header)
+                    prom_family(b, prom_rank_families[f].name, "gauge",
+                                prom_rank_families[f].help);
+                header = true;
+                zt_jbuf_puts(b, prom_rank_families[f].name);
+                prom_job_labels(b, &jobs[i]);
+                zt_jbuf_printf(b, ",rank=\"%d\"", r);
+                if (prom_rank_families[f].phase)
+                    zt_jbuf_printf(b, ",phase=\"%s\"", prom_rank_families[f].phase);
+                prom_value(b, rf->v[fig] / prom_rank_families[f].per_unit);
+            }
+        }
+    }
+}
+
 static void prom_write(zt_jbuf *b, const zt_job_summary *jobs, int n) {
     prom_family(b, "ztrain_up", "gauge", "1 while ztraind answers.");
     zt_jbuf_puts(b, "ztrain_up 1\n");
@@ -108,6 +182,7 @@ static void prom_write(zt_jbuf *b, const zt_job_summary *jobs, int n) {
             prom_value(b, v);
         }
     }
+    prom_write_ranks(b, jobs, n);
 }
 
 enum MHD_Result zt_http_prometheus(zt_http_server *s, struct MHD_Connection *c) {

@@ -68,6 +68,7 @@ void zt_job_info_free(zt_job_info *j) {
     free(j->ranks);
     free(j->run_dir);
     free(j->checkpoint_dir);
+    zt_jm_free_attempts(j);
     memset(j, 0, sizeof *j);
 }
 
@@ -80,6 +81,7 @@ static void info_copy_changing(zt_job_info *dst, const zt_job_info *src) {
     dst->ranks = calloc((size_t)src->world_size, sizeof *dst->ranks);
     ZT_ASSERT(dst->ranks);
     memcpy(dst->ranks, src->ranks, (size_t)src->world_size * sizeof *dst->ranks);
+    zt_jm_copy_attempts(dst, src);
 }
 
 static void info_copy_fixed(zt_job_info *dst, const zt_job_info *src) {
@@ -106,6 +108,7 @@ static void job_free(job *j) {
     free(j->hosts);
     free(j->fail_reason);
     free(j->launch_reason);
+    free(j->orphans);
     zt_job_info_free(&j->info);
     free(j);
 }
@@ -203,6 +206,7 @@ void zt_jm_set_state(zt_jobs *jm, job *j, zt_job_state s) {
     j->info.state = s;
     /* An ended job's history is read from the store: its newest records need not stay. */
     if (zt_job_state_terminal(s)) {
+        zt_jm_attempt_ended(jm, j, s == ZT_JOB_FAILED);
         j->info.finished_ms = zt_jm_now_ms();
         zt_history_drop_records(j->history);
     }
@@ -222,6 +226,8 @@ static void take_numbers(job *j, const cJSON *obj, int64_t step) {
     if (cJSON_IsNumber(tps))
         j->info.tokens_per_second = tps->valuedouble;
     j->info.n_records = zt_history_n_records(j->history);
+    if (j->info.ranks)
+        zt_rank_figures_take(j->info.ranks, j->info.world_size, obj);
     if (step > j->info.step)
         j->info.step = step;
 }
@@ -333,6 +339,11 @@ static zt_status answer_known_key(zt_jobs *jm, const char *spec_json, const char
     if (s != ZT_OK)
         return s;
     zt_job_spec_free(&spec);
+    s = zt_jm_fork_resume(&text);
+    if (s != ZT_OK) {
+        free(text);
+        return s;
+    }
     bool same = same_spec(text, known_spec);
     free(text);
     if (!same)
@@ -383,10 +394,22 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
     zt_status s = check_spec(jm, spec_json, id, &text, &spec);
     if (s != ZT_OK)
         return s;
+    if (spec.fork_job) {
+        s = zt_jm_prepare_fork(jm, &spec);
+        if (s == ZT_OK)
+            s = zt_jm_fork_resume(&text);
+        if (s != ZT_OK) {
+            free(text);
+            zt_job_spec_free(&spec);
+            return s;
+        }
+    }
     zt_job_info ji = {.name = spec.name, .state = ZT_JOB_QUEUED, .reason = "",
                       .spec_json = text, .idempotency_key = (char *)key,
                       .world_size = spec.world_size, .created_ms = zt_jm_now_ms(),
-                      .max_steps = spec.train.max_steps, .checkpoint_dir = spec.train.checkpoint_dir};
+                      .max_steps = spec.train.max_steps,
+                      .checkpoint_dir = spec.train.checkpoint_dir,
+                      .max_restarts = spec.max_restarts};
     snprintf(ji.id, sizeof ji.id, "%s", id);
     snprintf(ji.device, sizeof ji.device, "%s", spec.device == ZT_DEVICE_CUDA ? "cuda" : "cpu");
     snprintf(ji.comm, sizeof ji.comm, "%s", zt_comm_for_nodes(spec.comm, spec.nodes));
@@ -529,6 +552,12 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
         e->values = &values[(size_t)i * (size_t)n_keys];
         for (int k = 0; k < n_keys; k++)
             e->values[k] = zt_history_last_value(j->history, keys[k]);
+        if (j->info.ranks && j->info.world_size > 0) {
+            e->ranks = malloc((size_t)j->info.world_size * sizeof *e->ranks);
+            ZT_ASSERT(e->ranks);
+            for (int r = 0; r < j->info.world_size; r++)
+                e->ranks[r] = j->info.ranks[r].figures;
+        }
     }
     pthread_mutex_unlock(&jm->mu);
     for (int i = 0; i < count; i++)
@@ -543,8 +572,10 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
 void zt_job_summaries_free(zt_job_summary *s, int n) {
     if (!s)
         return;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         free(s[i].name);
+        free(s[i].ranks);
+    }
     /* The values of every summary are one array, which the first one's points to. */
     free(s[0].values);
     free(s);
@@ -623,7 +654,19 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
 
 static void load_job(void *ctx, const zt_job_info *ji) {
     zt_jobs *jm = ctx;
-    add_job(jm, job_alloc(ji));
+    job *j = job_alloc(ji);
+    /* The store keeps max_restarts in the spec only: it never changes. */
+    cJSON *top = cJSON_Parse(ji->spec_json);
+    const cJSON *mr = cJSON_GetObjectItemCaseSensitive(top, "max_restarts");
+    j->info.max_restarts = cJSON_IsNumber(mr) ? mr->valueint : 0;
+    cJSON_Delete(top);
+    add_job(jm, j);
+}
+
+static void load_attempt(void *ctx, const char *job_id, const zt_job_attempt *a) {
+    job *j = zt_jm_find_job(ctx, job_id);
+    if (j)
+        zt_jm_add_attempt(j, a);
 }
 
 /* The newest records of a job, newest first, as the store gives them. */
@@ -687,7 +730,8 @@ static void cancel_orphan_in_slurm(zt_jobs *jm, job *j) {
 }
 
 /* Jobs whose ranks were running under the previous daemon: they asked to be stopped when it
- * died (PR_SET_PDEATHSIG), so they are gone, and they are not re-adopted. */
+ * died (PR_SET_PDEATHSIG), so they are gone, and they are not re-adopted. A job with restarts
+ * left goes back to the queue instead of failing (job_recovery.c). */
 static void fail_orphans(zt_jobs *jm) {
     for (int i = 0; i < jm->n_jobs; i++) {
         job *j = jm->jobs[i];
@@ -705,6 +749,8 @@ static void fail_orphans(zt_jobs *jm) {
             zt_jm_set_reason(j, "ztraind was restarted while the job was running (step %lld); "
                                 "its ranks were stopped with the previous daemon",
                              (long long)j->info.step);
+            if (zt_jm_restart_orphan(jm, j))
+                continue;   /* the restart logged its reason */
             zt_jm_set_state(jm, j, ZT_JOB_FAILED);
         }
         zt_jm_daemon_log(jm, j, "%s", j->info.reason);
@@ -757,7 +803,7 @@ zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
         s = resolve_root(&jm->cfg.runs_root, "runs");
     if (s == ZT_OK)
         s = zt_store_open(&jm->store, jm->cfg.db_path);
-    zt_store_loader loader = {load_job, load_log};
+    zt_store_loader loader = {load_job, load_log, load_attempt};
     if (s == ZT_OK)
         s = zt_store_load(jm->store, LOG_RING, &loader, jm);
     for (int i = 0; s == ZT_OK && i < jm->n_jobs; i++)

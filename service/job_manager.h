@@ -3,13 +3,16 @@
  *
  *   QUEUED -> STARTING -> RUNNING -> STOPPING -> SUCCEEDED | FAILED | CANCELLED
  *
- * A terminal state never changes. Jobs wait in QUEUED while starting them would put more than
- * max_ranks ranks to work at once. Each job's ranks are one process group spawned by the
- * supervisor (supervisor.h), or one srun on a Slurm cluster (which queues jobs itself: a job it
- * holds back stays STARTING, and its reason says so); rank 0 reports metric records and every
- * rank's stdout/stderr becomes the job's log. Everything is written through to the job store (SQLite), so a restarted
- * daemon has every job and its history; jobs whose ranks died with the previous daemon are
- * marked FAILED with that reason (they are not re-adopted).
+ * A terminal state never changes. A job whose spec has max_restarts goes back from STARTING or
+ * RUNNING to QUEUED when its ranks fail and restarts are left, and its next attempt resumes
+ * from the newest complete checkpoint (job_recovery.c; zt_job_attempt). Jobs wait in QUEUED
+ * while starting them would put more than max_ranks ranks to work at once. Each job's ranks
+ * are one process group spawned by the supervisor (supervisor.h), or one srun on a Slurm
+ * cluster (which queues jobs itself: a job it holds back stays STARTING, and its reason says
+ * so); rank 0 reports metric records and every rank's stdout/stderr becomes the job's log.
+ * Everything is written through to the job store (SQLite), so a restarted daemon has every job
+ * and its history; jobs whose ranks died with the previous daemon are marked FAILED with that
+ * reason (they are not re-adopted), or queued to restart when they have restarts left.
  *
  * Memory is bounded whatever the jobs' histories: a running job keeps its newest metric
  * records in memory (ZT_JOBS_RECORD_CACHE), a job that has ended only the last values of its
@@ -24,6 +27,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
+#include "rank_figures.h"
 #include "slurm_launch.h"
 #include "ztrain/status.h"
 
@@ -60,7 +66,23 @@ typedef struct {
     bool running;
     int exit_code;     /* valid when !running && signal == 0 && pid != 0 */
     int signal;        /* the signal that ended the rank, 0 if it exited */
+    zt_rank_figures figures;  /* its step breakdown, CPU, memory, GPU from the newest record */
 } zt_rank_info;
+
+/* One start of a job's ranks (job_recovery.h has the rules): the first, and one per restart. */
+typedef struct {
+    int attempt;              /* 1, 2, ... */
+    int64_t started_ms, ended_ms;   /* Unix ms; ended_ms 0 while the ranks run */
+    int64_t step;             /* the last train/global_step reported (so far) */
+    int64_t resumed_from_step;   /* the checkpoint step it started from; 0: the start */
+    int rank;                 /* the first rank that failed, -1 when none did */
+    int exit_code, signal;    /* that rank's end */
+    bool failed;              /* a restart followed, or the job FAILED */
+    char *reason;             /* why it ended; "" while running or when it succeeded */
+} zt_job_attempt;
+/* Takes each rank's figures out of a metric record into ranks[r].figures, for every r < world
+ * that it carries (rank_figures.c); a record with none leaves them as they were. */
+void zt_rank_figures_take(zt_rank_info *ranks, int world, const cJSON *record);
 
 /* A copy of one job, owned by the caller: release it with zt_job_info_free. */
 typedef struct {
@@ -82,6 +104,9 @@ typedef struct {
     zt_rank_info *ranks;      /* world_size entries */
     char *run_dir;            /* <runs root>/<id>: job.json, metrics.jsonl */
     char *checkpoint_dir;
+    int max_restarts;         /* the spec's max_restarts */
+    zt_job_attempt *attempts; /* n_attempts starts of the ranks, oldest first */
+    int n_attempts;
 } zt_job_info;
 
 void zt_job_info_free(zt_job_info *j);
@@ -131,8 +156,9 @@ typedef struct {
 typedef struct zt_jobs zt_jobs;
 
 /* Opens (or creates) the store, loads every job, marks the ones that were running when the
- * previous daemon died as FAILED ("ztraind restarted while the job was running"), and starts the
- * supervisor thread. Queued jobs start when capacity allows. */
+ * previous daemon died as FAILED ("ztraind restarted while the job was running"; those with
+ * restarts left go back to QUEUED instead), and starts the supervisor thread. Queued jobs
+ * start when capacity allows. */
 zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg);
 /* Stops: every live job is cancelled gracefully (grace: cfg->default_grace_s), then killed; the
  * store is closed. Watchers get their final event first. */
@@ -256,6 +282,7 @@ typedef struct {
     int64_t step;
     double loss, tokens_per_second;   /* NaN when none */
     double *values;   /* per key asked for: its value at the job's last step; NaN when none */
+    zt_rank_figures *ranks;  /* world_size entries: each rank's figures; NULL without ranks */
 } zt_job_summary;
 
 /* Every job, newest first, for /metrics: *out is a malloc'd array of *n summaries (free it with

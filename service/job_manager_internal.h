@@ -7,7 +7,7 @@
  * called with it held and never takes it, but for job_metrics.c's (which say so). A job's
  * spec, name, idempotency key and paths never change once it is in the table, and jobs leave
  * the table only with the manager: they may be read without the lock through a job pointer
- * found under it. */
+ * found under it. zt_jm_prepare_fork (job_fork.c) is the other exception: it takes the lock. */
 #ifndef ZTRAIN_JOB_MANAGER_INTERNAL_H
 #define ZTRAIN_JOB_MANAGER_INTERNAL_H
 
@@ -24,6 +24,7 @@
 #include "job_manager.h"
 #include "job_store.h"
 #include "supervisor.h"
+#include "ztrain/job_spec.h"
 
 #define LOG_RING 2000            /* log lines per job in memory */
 #define LOG_KEEP 10000           /* log lines per job in the store: the most a tail serves */
@@ -48,6 +49,11 @@ typedef struct job {
      * failure) or srun failed; launch_failed tells FAILED from CANCELLED. */
     char *launch_reason;
     bool launch_failed;
+    /* After a daemon restart (job_recovery.c): the ranks of the previous daemon's attempt,
+     * which must be gone before the job starts again, and since when they are waited for. */
+    pid_t *orphans;
+    int n_orphans;
+    double orphans_since;
 } job;
 
 struct zt_jobs {
@@ -123,6 +129,47 @@ void zt_jm_schedule(zt_jobs *jm, bool start);
 /* What the supervisor thread calls: ctx is the zt_jobs, group_ctx the job. These take the lock
  * themselves. */
 extern const zt_supervisor_callbacks zt_jm_supervisor_callbacks;
+
+/* job_recovery.c: attempts and automatic restarts. */
+
+/* dst->attempts becomes a deep copy of src's (dst's own are not freed: it is a fresh copy); the
+ * running attempt's step is the job's. zt_jm_free_attempts releases them. */
+void zt_jm_copy_attempts(zt_job_info *dst, const zt_job_info *src);
+void zt_jm_free_attempts(zt_job_info *j);
+/* Appends a stored attempt (a restarted daemon's loader). */
+void zt_jm_add_attempt(job *j, const zt_job_attempt *a);
+/* The job file of the job's next attempt (heap): its spec as resolved, with train.resume set
+ * after the first attempt, so that a restart goes on from the newest complete checkpoint. */
+char *zt_jm_attempt_spec(const job *j);
+/* The ranks of a new attempt started: a new attempt, with the checkpoint step the ranks resume
+ * from, is added and stored. */
+void zt_jm_attempt_started(zt_jobs *jm, job *j);
+/* Ends the running attempt, if any: failed or not, with the job's reason and its first failed
+ * rank's exit; stored. zt_jm_set_state calls it for every terminal state. */
+void zt_jm_attempt_ended(zt_jobs *jm, job *j, bool failed);
+/* The job's ranks failed, and j->info.reason says why. When a restart is left (max_restarts),
+ * ends the attempt as failed, puts the job back in the queue (QUEUED, a reason saying which
+ * restart it is) and returns true; else adds to the reason that the restarts are used up and
+ * returns false: the caller sets FAILED. */
+bool zt_jm_restart(zt_jobs *jm, job *j);
+/* A job that ran under the previous daemon, with the reason saying so: as zt_jm_restart, and
+ * the job then waits for its old ranks (zt_jm_orphans_gone) before it starts again. */
+bool zt_jm_restart_orphan(zt_jobs *jm, job *j);
+/* Whether the previous daemon's ranks of the job are gone (they get SIGTERM when it dies and
+ * stop with a checkpoint); those still there after the default grace period are killed. */
+bool zt_jm_orphans_gone(zt_jobs *jm, job *j);
+
+/* job_fork.c: forks (fork_from). */
+
+/* A spec with fork_from, checked and resolved (spec_check.h): refuses, naming the key, a parent
+ * job that does not exist, a step without a complete checkpoint, a checkpoint whose model is not
+ * the spec's, and a checkpoint directory that already holds checkpoints; else puts the parent's
+ * checkpoint into spec's checkpoint directory as its latest. Takes the manager's lock itself,
+ * for the parent's directory only: call it without the lock. */
+zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec);
+/* A fork's resolved spec (*text, heap, replaced) gets train.resume true, so that its ranks start
+ * from the checkpoint zt_jm_prepare_fork put in place; any other spec is left as it is. */
+zt_status zt_jm_fork_resume(char **text);
 
 /* job_metrics.c: reading a job's history. */
 

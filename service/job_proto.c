@@ -473,6 +473,17 @@ zt_status zt_job_proto_spec_to_json(const Ztrain__V1__JobSpec *spec, char **json
 
 /* ---- jobs -------------------------------------------------------------------------------- */
 
+/* The figures in RankStatus' fields, in zt_rank_figure_names' order; NaN when not reported. */
+static void rank_figures_to_proto(const zt_rank_figures *f, Ztrain__V1__RankStatus *r) {
+    double *dst[ZT_RANK_FIGURES] = {
+        &r->step_time_ms, &r->data_ms, &r->fwd_ms, &r->bwd_ms, &r->step_ms, &r->comm_ms,
+        &r->compute_ms, &r->cpu_util, &r->rss_bytes, &r->peak_rss_bytes, &r->gpu_util,
+        &r->gpu_memory_used_bytes, &r->gpu_power_watts, &r->gpu_temperature_c,
+    };
+    for (int i = 0; i < ZT_RANK_FIGURES; i++)
+        *dst[i] = f->reported ? f->v[i] : NAN;
+}
+
 static zt_status ranks_from_info(const zt_job_info *info, Ztrain__V1__Job *j) {
     if (info->world_size <= 0 || !info->ranks)
         return ZT_OK;
@@ -490,6 +501,34 @@ static zt_status ranks_from_info(const zt_job_info *info, Ztrain__V1__Job *j) {
         r->running = info->ranks[i].running;
         r->exit_code = info->ranks[i].exit_code;
         r->signal = info->ranks[i].signal;
+        rank_figures_to_proto(&info->ranks[i].figures, r);
+    }
+    return ZT_OK;
+}
+
+static zt_status attempts_from_info(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok) {
+    if (info->n_attempts <= 0)
+        return ZT_OK;
+    j->attempts = calloc((size_t)info->n_attempts, sizeof *j->attempts);
+    if (!j->attempts)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < info->n_attempts; i++) {
+        const zt_job_attempt *a = &info->attempts[i];
+        Ztrain__V1__JobAttempt *m =
+            (Ztrain__V1__JobAttempt *)new_message(&ztrain__v1__job_attempt__descriptor);
+        if (!m)
+            return zt_error(ZT_ERR_NOMEM, "out of memory");
+        j->attempts[j->n_attempts++] = m;
+        m->attempt = a->attempt;
+        m->started_unix_ms = a->started_ms;
+        m->ended_unix_ms = a->ended_ms;
+        m->step = a->step;
+        m->rank = a->rank;
+        m->exit_code = a->exit_code;
+        m->signal = a->signal;
+        m->reason = dup_str(a->reason, ok);
+        m->failed = a->failed;
+        m->resumed_from_step = a->resumed_from_step;
     }
     return ZT_OK;
 }
@@ -512,6 +551,7 @@ static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok)
     j->idempotency_key = dup_str(info->idempotency_key, ok);
     j->comm = dup_str(info->comm, ok);
     ZT_TRY(ranks_from_info(info, j));
+    ZT_TRY(attempts_from_info(info, j, ok));
     if (info->spec_json && info->spec_json[0]) {
         char source[64];
         snprintf(source, sizeof source, "the stored spec of %s", info->id);
@@ -552,6 +592,37 @@ static cJSON *ranks_to_json(const Ztrain__V1__Job *job) {
         cJSON_AddBoolToObject(o, "running", r->running);
         cJSON_AddNumberToObject(o, "exit_code", r->exit_code);
         cJSON_AddNumberToObject(o, "signal", r->signal);
+        const double fig[ZT_RANK_FIGURES] = {
+            r->step_time_ms, r->data_ms, r->fwd_ms, r->bwd_ms, r->step_ms, r->comm_ms,
+            r->compute_ms, r->cpu_util, r->rss_bytes, r->peak_rss_bytes, r->gpu_util,
+            r->gpu_memory_used_bytes, r->gpu_power_watts, r->gpu_temperature_c,
+        };
+        /* A figure not reported (NaN) is left out: JSON has no NaN. */
+        for (int k = 0; k < ZT_RANK_FIGURES; k++)
+            if (isfinite(fig[k]))
+                cJSON_AddNumberToObject(o, zt_rank_figure_names[k], fig[k]);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+static cJSON *attempts_to_json(const Ztrain__V1__Job *job) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; arr && i < job->n_attempts; i++) {
+        const Ztrain__V1__JobAttempt *a = job->attempts[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddNumberToObject(o, "attempt", a->attempt);
+        cJSON_AddItemToObject(o, "started_unix_ms", raw_int(a->started_unix_ms));
+        cJSON_AddItemToObject(o, "ended_unix_ms", raw_int(a->ended_unix_ms));
+        cJSON_AddItemToObject(o, "step", raw_int(a->step));
+        cJSON_AddItemToObject(o, "resumed_from_step", raw_int(a->resumed_from_step));
+        cJSON_AddNumberToObject(o, "rank", a->rank);
+        cJSON_AddNumberToObject(o, "exit_code", a->exit_code);
+        cJSON_AddNumberToObject(o, "signal", a->signal);
+        cJSON_AddBoolToObject(o, "failed", a->failed);
+        cJSON_AddStringToObject(o, "reason", a->reason ? a->reason : "");
         cJSON_AddItemToArray(arr, o);
     }
     return arr;
@@ -582,6 +653,7 @@ zt_status zt_job_proto_job_to_json(const Ztrain__V1__Job *job, char **json_text)
     cJSON_AddStringToObject(o, "run_dir", job->run_dir);
     cJSON_AddStringToObject(o, "checkpoint_dir", job->checkpoint_dir);
     cJSON_AddStringToObject(o, "idempotency_key", job->idempotency_key);
+    cJSON_AddItemToObject(o, "attempts", attempts_to_json(job));
     if (spec)
         cJSON_AddItemToObject(o, "spec", spec);
     return print_tree(o, true, json_text);

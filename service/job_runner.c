@@ -22,7 +22,10 @@
 static zt_status write_job_file(const job *j, char *path, size_t size) {
     snprintf(path, size, "%s/job.json", j->info.run_dir);
     ZT_TRY(zt_mkdirs(j->info.run_dir));
-    return zt_write_file_atomic(path, j->info.spec_json, strlen(j->info.spec_json));
+    char *text = zt_jm_attempt_spec(j);
+    zt_status s = zt_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return s;
 }
 
 /* The spec's "nodes" (1 when absent); the spec was checked when it was submitted. */
@@ -73,8 +76,10 @@ static void start_job(zt_jobs *jm, job *j) {
     for (int r = 0; r < j->info.world_size; r++)
         j->info.ranks[r] = (zt_rank_info){.rank = r, .pid = pids[r], .running = pids[r] != 0};
     free(pids);
-    j->info.started_ms = zt_jm_now_ms();
+    if (!j->info.started_ms)
+        j->info.started_ms = zt_jm_now_ms();
     zt_jm_set_reason(j, "%s", "");
+    zt_jm_attempt_started(jm, j);
     if (jm->cfg.slurm)
         zt_jm_daemon_log(jm, j, "started srun for %d rank(s) on %d node(s) as Slurm job "
                          "%s%s%s, %d thread(s) per rank, %s transport", j->info.world_size,
@@ -111,6 +116,9 @@ void zt_jm_schedule(zt_jobs *jm, bool start) {
         if (blocked) {
             snprintf(why, sizeof why, "waiting behind %s, which is first in the queue",
                      blocked->info.id);
+        } else if (!zt_jm_orphans_gone(jm, j)) {
+            snprintf(why, sizeof why, "restarting once the ranks of the previous ztraind have "
+                     "stopped (they write a checkpoint first)");
         } else if (j->info.world_size <= free_ranks) {
             free_ranks -= j->info.world_size;
             if (start) {
@@ -334,10 +342,15 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
                              j->launch_reason, ckpt);
         else
             zt_jm_set_reason(j, "%s", j->launch_reason);
-        zt_jm_set_state(jm, j, j->launch_failed ? ZT_JOB_FAILED : ZT_JOB_CANCELLED);
+        /* A failure of Slurm's (a node lost) is one of the attempt's: restarts may mend it. */
+        if (!j->launch_failed)
+            zt_jm_set_state(jm, j, ZT_JOB_CANCELLED);
+        else if (!zt_jm_restart(jm, j))
+            zt_jm_set_state(jm, j, ZT_JOB_FAILED);
     } else if (j->failed_rank >= 0) {
         zt_jm_set_reason(j, "%s", j->fail_reason);
-        zt_jm_set_state(jm, j, ZT_JOB_FAILED);
+        if (!zt_jm_restart(jm, j))
+            zt_jm_set_state(jm, j, ZT_JOB_FAILED);
     } else if (all_zero) {
         zt_jm_set_state(jm, j, ZT_JOB_SUCCEEDED);
     } else {

@@ -27,10 +27,19 @@ static const char schema[] =
     "  seq INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS logs ("
     "  job INTEGER NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL, rank INTEGER NOT NULL,"
-    "  stream TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (job, seq));";
+    "  stream TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (job, seq));"
+    /* One row per start of a job's ranks (zt_job_attempt), written when it starts and again
+     * when it ends. */
+    "CREATE TABLE IF NOT EXISTS attempts ("
+    "  job INTEGER NOT NULL, attempt INTEGER NOT NULL, started_ms INTEGER NOT NULL,"
+    "  ended_ms INTEGER NOT NULL, step INTEGER NOT NULL, resumed_from_step INTEGER NOT NULL,"
+    "  rank INTEGER NOT NULL, exit_code INTEGER NOT NULL, signal INTEGER NOT NULL,"
+    "  failed INTEGER NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (job, attempt));";
 
-/* Steps never decrease within a job, so (job, step, seq) orders a job's records as they came and
- * lets a reader start at a step without walking the records before it. */
+/* Steps never decrease within one attempt of a job's ranks, so (job, step, seq) orders a job's
+ * records as they came and lets a reader start at a step without walking the records before it.
+ * A restart (max_restarts) runs the steps after its checkpoint again: their records follow the
+ * failed attempt's of the same step. */
 static const char indexes[] =
     "CREATE INDEX IF NOT EXISTS records_by_job_step ON records (job, step, seq);"
     "DROP INDEX IF EXISTS records_by_job;";
@@ -45,7 +54,7 @@ static const char migrate_sql[] =
     "  WHERE records.rowid = numbered.id;"
     "COMMIT;";
 
-enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, LAST_RECORDS, READ_LOGS, N_STMTS };
+enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, LAST_RECORDS, READ_LOGS, PUT_ATTEMPT, N_STMTS };
 static const char *const stmt_sql[N_STMTS] = {
     [PUT_JOB] = "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
                 " ?12, ?13, ?14, ?15, ?16)",
@@ -58,6 +67,8 @@ static const char *const stmt_sql[N_STMTS] = {
     /* The newest lines below a seq, walking the (job, seq) key backwards, then put in order. */
     [READ_LOGS] = "SELECT seq, time_ms, rank, stream, text FROM (SELECT * FROM logs WHERE job = ?1"
                   " AND seq < ?2 ORDER BY seq DESC LIMIT ?3) ORDER BY seq",
+    [PUT_ATTEMPT] = "INSERT OR REPLACE INTO attempts VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+                    " ?10, ?11)",
 };
 
 /* The reader's one statement: a page of a job's history from a step and after a record. */
@@ -349,9 +360,53 @@ static zt_status load_logs(zt_job_store *st, int tail, const zt_store_loader *cb
     return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read logs");
 }
 
+static zt_status load_attempts(zt_job_store *st, const zt_store_loader *cb, void *ctx) {
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT jobs.id, a.attempt, a.started_ms, a.ended_ms, a.step,"
+                           " a.resumed_from_step, a.rank, a.exit_code, a.signal, a.failed,"
+                           " a.reason FROM attempts AS a JOIN jobs ON jobs.number = a.job"
+                           " ORDER BY a.job, a.attempt",
+                           -1, &q, NULL) != SQLITE_OK)
+        return db_error(st, "cannot read the jobs' attempts");
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        zt_job_attempt a = {.attempt = sqlite3_column_int(q, 1),
+                            .started_ms = sqlite3_column_int64(q, 2),
+                            .ended_ms = sqlite3_column_int64(q, 3),
+                            .step = sqlite3_column_int64(q, 4),
+                            .resumed_from_step = sqlite3_column_int64(q, 5),
+                            .rank = sqlite3_column_int(q, 6), .exit_code = sqlite3_column_int(q, 7),
+                            .signal = sqlite3_column_int(q, 8),
+                            .failed = sqlite3_column_int(q, 9) != 0,
+                            .reason = (char *)col_text(q, 10)};
+        cb->attempt(ctx, col_text(q, 0), &a);
+    }
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? ZT_OK : db_error(st, "cannot read the jobs' attempts");
+}
+
 zt_status zt_store_load(zt_job_store *st, int log_tail, const zt_store_loader *cb, void *ctx) {
     ZT_TRY(load_jobs(st, cb, ctx));
+    if (cb->attempt)
+        ZT_TRY(load_attempts(st, cb, ctx));
     return load_logs(st, log_tail, cb, ctx);
+}
+
+zt_status zt_store_put_attempt(zt_job_store *st, const char *job_id, const zt_job_attempt *a) {
+    sqlite3_stmt *q = st->stmt[PUT_ATTEMPT];
+    sqlite3_bind_int64(q, 1, job_number(job_id));
+    sqlite3_bind_int(q, 2, a->attempt);
+    sqlite3_bind_int64(q, 3, a->started_ms);
+    sqlite3_bind_int64(q, 4, a->ended_ms);
+    sqlite3_bind_int64(q, 5, a->step);
+    sqlite3_bind_int64(q, 6, a->resumed_from_step);
+    sqlite3_bind_int(q, 7, a->rank);
+    sqlite3_bind_int(q, 8, a->exit_code);
+    sqlite3_bind_int(q, 9, a->signal);
+    sqlite3_bind_int(q, 10, a->failed);
+    sqlite3_bind_text(q, 11, a->reason ? a->reason : "", -1, SQLITE_STATIC);
+    return run(st, q, "cannot write a job's attempt");
 }
 
 /* A record of the current row of q (seq, step, time_ms, json): valid until q moves on. */

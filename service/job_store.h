@@ -34,12 +34,17 @@ zt_status zt_store_add_log(zt_job_store *st, const char *job_id, const zt_log_li
 zt_status zt_store_logs(zt_job_store *st, const char *job_id, int64_t before_seq, int limit,
                         zt_log_fn emit, void *ctx);
 
+/* Writes one attempt of the job's ranks whole (insert or replace, keyed by its number). */
+zt_status zt_store_put_attempt(zt_job_store *st, const char *job_id, const zt_job_attempt *a);
+
 /* Calls back for every job (oldest first), then for each job its last log_tail lines in order.
  * Metric records are not loaded: zt_store_last_records gives the newest ones, and readers read
  * the rest when asked. Pointers are valid during the call only. */
 typedef struct {
     void (*job)(void *ctx, const zt_job_info *j);
     void (*log)(void *ctx, const char *job_id, const zt_log_line *l);
+    /* Each job's attempts, in order, after every job and before the log lines; may be NULL. */
+    void (*attempt)(void *ctx, const char *job_id, const zt_job_attempt *a);
 } zt_store_loader;
 zt_status zt_store_load(zt_job_store *st, int log_tail, const zt_store_loader *cb, void *ctx);
 

@@ -25,6 +25,9 @@
 
 #define POLL_MS 200
 #define LINE_BYTES 16384            /* longer lines are split */
+/* A metric record grows with the world (each rank's memory, step and system figures, some 600
+ * bytes a rank), so rank 0's metrics pipe takes whole lines of up to 1 MiB: ~1,700 ranks. */
+#define METRICS_LINE_BYTES (1 << 20)
 #define DRAIN_AFTER_REAP_S 1.0      /* pipes held open by a stray grandchild stop counting */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -224,10 +227,11 @@ static void flush_partial(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
 
 /* Reads what is there, hands on complete lines; EOF or an error closes the pipe. */
 void zt_sup_read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
-    if (!p->buf && !(p->buf = malloc(LINE_BYTES + 1)))
+    const size_t cap = p->stream[0] == 'm' ? METRICS_LINE_BYTES : LINE_BYTES;
+    if (!p->buf && !(p->buf = malloc(cap + 1)))
         return;
     for (;;) {
-        ssize_t k = read(p->fd, p->buf + p->len, LINE_BYTES - p->len);
+        ssize_t k = read(p->fd, p->buf + p->len, cap - p->len);
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0 && errno == EAGAIN)
@@ -249,7 +253,7 @@ void zt_sup_read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
         }
         memmove(p->buf, p->buf + start, p->len - start);
         p->len -= start;
-        if (p->len == LINE_BYTES)
+        if (p->len == cap)
             flush_partial(s, g, p);
     }
 }

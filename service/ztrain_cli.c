@@ -248,6 +248,18 @@ static int cmd_run(int argc, char **argv) {
         zt_job_spec_free(&job);
         return 1;
     }
+    /* A fork's checkpoint is put in place by ztraind at submit; here there is no job to fork
+     * from, and training from scratch instead would hide that. */
+    if (job.fork_job) {
+        fprintf(stderr, "ztrain: run: %s: fork_from is for ztraind (ztrain submit --fork-from); "
+                "under `ztrain run`, copy the checkpoint into train.checkpoint_dir and set "
+                "train.resume\n", job_path);
+        zt_job_spec_free(&job);
+        return 1;
+    }
+    if (job.max_restarts > 0)
+        fprintf(stderr, "ztrain: run: max_restarts is ztraind's: `ztrain run` does not restart "
+                "failed ranks\n");
     /* Judged before a rank starts: a job that cannot fit would only grow until the kernel's
      * OOM killer ends it, perhaps with other processes. */
     zt_admission_limits lim;

@@ -7,8 +7,10 @@
  *   token.js      the stored token and the panel that asks for it on a 401
  *   banner.js     the message banner;  health.js  the daemon's health line
  *   jobs_page.js  #/ : the jobs table;  job_page.js  #/jobs/<id> : one job
+ *   compare_page.js  #/compare?jobs=<id>,<id> : jobs side by side (compare_charts.js, json_diff.js)
  *   charts.js     the job page's charts;  format.js, dom.js  shared helpers */
 import {clearBanner} from './banner.js';
+import {compareView} from './compare_page.js';
 import {refreshHealth} from './health.js';
 import {jobView} from './job_page.js';
 import {jobsView} from './jobs_page.js';
@@ -34,10 +36,12 @@ function route() {
   clearBanner('error');
   const hash = location.hash || '#/';
   const m = /^#\/jobs\/([^/?]+)/.exec(hash);
+  const qi = hash.indexOf('?');
   if (m) {
     view = jobView(main, decodeURIComponent(m[1]));
+  } else if (/^#\/compare(\?|$)/.test(hash)) {
+    view = compareView(main, parseQuery(qi >= 0 ? hash.slice(qi + 1) : ''));
   } else {
-    const qi = hash.indexOf('?');
     view = jobsView(main, parseQuery(qi >= 0 ? hash.slice(qi + 1) : ''));
   }
 }

@@ -12,8 +12,9 @@ import {fmtClock, isNum} from './format.js';
 const FLUSH_MS = 150;
 
 /* Each chart draws one or more metric keys. A smoothed key gets two datasets, as in
- * TensorBoard: the raw points faded (role "raw") and their moving average (role "smoothed"). */
-const CHARTS = {
+ * TensorBoard: the raw points faded (role "raw") and their moving average (role "smoothed").
+ * The comparison page (compare_charts.js) draws the same charts. */
+export const CHARTS = {
   loss: {logToggle: true, series: [
     {key: 'train/loss', label: 'train loss', color: '31,111,235', smooth: true},
     {key: 'eval/loss', label: 'eval loss', color: '227,98,9', points: true},

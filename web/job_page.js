@@ -7,6 +7,8 @@
 import {AuthError, ApiError, TERMINAL, apiFetch, apiJson, jobPath, readEvents, reportError} from './api.js';
 import {clearBanner, showBanner} from './banner.js';
 import {JobCharts} from './charts.js';
+import {renderRecovery} from './job_recovery.js';
+import {SystemPanel} from './system_panel.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
 import {fmtBytes, fmtCompact, fmtDuration, fmtFixed, fmtProgress, fmtRankState, isNum} from './format.js';
 import {isAuthBlocked} from './token.js';
@@ -41,9 +43,11 @@ export function jobView(main, id) {
     streamEnded: false,
   };
 
+  const system = new SystemPanel(root);
   const charts = new JobCharts(root, () => {
     renderLive();
     renderRanks();
+    system.flush();
   });
 
   /* -- records -- */
@@ -54,6 +58,7 @@ export function jobView(main, id) {
     if (!isNum(step)) return;
     if (step > st.maxStep) st.maxStep = step;
     if (charts.t0 === null && isNum(rec.time_unix_ms)) charts.setT0(rec.time_unix_ms);
+    system.addRecord(rec);
     for (const key in values) {
       const v = values[key];
       if (!isNum(v)) continue;
@@ -109,6 +114,7 @@ export function jobView(main, id) {
     if (terminal) tid('cancel-confirm-box').hidden = true;
     renderRanks();
     renderCheckpoints(job);
+    renderRecovery(root, job);
     if (job.spec && !st.specShown) {
       st.specShown = true;
       const spec = Object.assign({}, job.spec);
@@ -144,11 +150,13 @@ export function jobView(main, id) {
       }
       tr.dataset.rank = r.rank;
       const mem = (k) => st.memory[`rank${r.rank}/${k}`];
-      /* Ranks step together, and the records carry one step time for the job. */
+      /* The rank's own step time where the job reports one (its per-rank figures), else the
+       * job's. */
+      const stepTime = isNum(r.step_time_ms) ? r.step_time_ms : st.lastStepTime;
       const cells = [rankLabel(job, r.rank), fmtRankState(r), r.pid ? String(r.pid) : '—',
         fmtBytes(mem('params_bytes')), fmtBytes(mem('grads_bytes')), fmtBytes(mem('optimizer_bytes')),
         fmtBytes(mem('peak_rss_bytes')),
-        isNum(st.lastStepTime) ? st.lastStepTime.toFixed(1) + ' ms' : '—'];
+        isNum(stepTime) ? stepTime.toFixed(1) + ' ms' : '—'];
       cells.forEach((text, c) => setText(tr.children[c], text));
     });
     while (body.children.length > ranks.length) body.lastElementChild.remove();
@@ -331,6 +339,7 @@ export function jobView(main, id) {
       clearTimeout(st.pollTimer);
       ctrl.abort();
       charts.destroy();
+      system.destroy();
     },
   };
 }

@@ -1,8 +1,10 @@
 /* The jobs page (#/ and #/?state=...&after=...): the jobs table, newest first, polled every
  * LIST_POLL_MS, with a state filter and paging. The filter and the page live in the URL's hash so
- * that the browser's back button and a reload keep them. */
+ * that the browser's back button and a reload keep them. Each row has a checkbox: the jobs
+ * checked (kept across pages and filters) open side by side on the comparison page. */
 import {TERMINAL, apiJson, reportError} from './api.js';
 import {clearBanner} from './banner.js';
+import {MAX_COMPARE, compareHash} from './compare_page.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
 import {fmtCompact, fmtDuration, fmtFixed, fmtProgress} from './format.js';
 import {refreshHealth} from './health.js';
@@ -10,11 +12,15 @@ import {isAuthBlocked} from './token.js';
 
 const LIST_POLL_MS = 1500;
 
-function makeRow(id) {
+/* The jobs checked for comparison, in the order they were checked; kept while the page is open. */
+const selected = [];
+
+function makeRow(id, onSelect) {
   const tr = document.createElement('tr');
   tr.dataset.testid = 'job-row';
   tr.dataset.jobId = id;
   tr.innerHTML =
+    '<td data-label="Compare" class="select-cell"><input type="checkbox" data-testid="job-select"></td>' +
     '<td data-label="Job"><div><a data-testid="job-link"></a><span class="job-id"></span></div></td>' +
     '<td data-label="State"><div><span class="state" data-testid="state"></span>' +
     '<span class="reason" data-testid="reason"></span></div></td>' +
@@ -27,6 +33,10 @@ function makeRow(id) {
   const a = $(tr, 'a');
   a.href = '#/jobs/' + encodeURIComponent(id);
   setText($(tr, '.job-id'), id);
+  const box = $(tr, '[data-testid=job-select]');
+  box.setAttribute('aria-label', `Compare ${id}`);
+  box.checked = selected.includes(id);
+  box.addEventListener('change', () => onSelect(id, box.checked));
   return tr;
 }
 
@@ -57,6 +67,24 @@ export function jobsView(main, q) {
   const empty = $(root, '[data-testid=jobs-empty]');
   const older = $(root, '[data-testid=page-older]');
   const newest = $(root, '[data-testid=page-newest]');
+  const compare = $(root, '[data-testid=compare-selected]');
+  const showSelection = () => {
+    compare.disabled = selected.length < 2;
+    setText(compare, selected.length ? `Compare selected (${selected.length})` : 'Compare selected');
+  };
+  /* Checking more jobs than the comparison has colours for is refused: the box stays clear. */
+  const onSelect = (id, on) => {
+    const i = selected.indexOf(id);
+    if (on && i < 0 && selected.length < MAX_COMPARE) selected.push(id);
+    else if (!on && i >= 0) selected.splice(i, 1);
+    const box = rows.get(id) && $(rows.get(id), '[data-testid=job-select]');
+    if (box) box.checked = selected.includes(id);
+    showSelection();
+  };
+  compare.addEventListener('click', () => {
+    location.hash = compareHash(selected);
+  });
+  showSelection();
   filter.value = q.state || '';
   filter.addEventListener('change', () => {
     location.hash = '#/' + (filter.value ? '?state=' + encodeURIComponent(filter.value) : '');
@@ -89,7 +117,7 @@ export function jobsView(main, q) {
     jobs.forEach((job, i) => {
       let tr = rows.get(job.id);
       if (!tr) {
-        tr = makeRow(job.id);
+        tr = makeRow(job.id, onSelect);
         rows.set(job.id, tr);
       }
       fillRow(tr, job);

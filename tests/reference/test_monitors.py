@@ -13,7 +13,8 @@ monitor/csv_monitor.py), checked against the job's own metrics.jsonl:
 - Train/Samples/train_loss is the step's loss; Train/Samples/lr is the lr after the scheduler
   stepped (the next step's train/learning_rate: DeepSpeed logs after lr_scheduler.step());
   Train/Samples/loss_scale is fp16's scale after the step; elapsed_time_ms_{forward,backward,step}
-  with wall_clock_breakdown;
+  with wall_clock_breakdown, and backward_inner + backward_allreduce = backward, backward_inner
+  being the record's perf/rank0/bwd_ms;
 - the CSV files are Train_Samples_<name>.csv with header "step,<name>" and the same values;
 - "wandb" enabled draws a warning pointing at the HTTP API and does not stop the job."""
 import csv
@@ -37,7 +38,8 @@ STEPS, MICRO, GAS, WORLD = 6, 2, 2, 2
 BATCH = MICRO * GAS * WORLD
 TAGS = ["Train/Samples/train_loss", "Train/Samples/lr", "Train/Samples/loss_scale",
         "Train/Samples/elapsed_time_ms_forward", "Train/Samples/elapsed_time_ms_backward",
-        "Train/Samples/elapsed_time_ms_step"]
+        "Train/Samples/elapsed_time_ms_backward_inner",
+        "Train/Samples/elapsed_time_ms_backward_allreduce", "Train/Samples/elapsed_time_ms_step"]
 
 
 def crc32c(data):
@@ -135,6 +137,15 @@ with tempfile.TemporaryDirectory() as d:
              f"loss_scale = train/loss_scale after each step (and it moves): {scale}")
     fwd = [e.value for e in tb["Train/Samples/elapsed_time_ms_forward"]]
     ck.check(all(v > 0 for v in fwd), f"elapsed_time_ms_forward > 0: {fwd}")
+    bwd, inner, allreduce = ([e.value for e in tb[f"Train/Samples/elapsed_time_ms_{t}"]]
+                             for t in ("backward", "backward_inner", "backward_allreduce"))
+    # Without ZeRO 2/3 the gradients are reduced in the step, so the backward's share is 0 here.
+    ck.check(all(abs(i + a - b) <= 1e-5 * b for i, a, b in zip(inner, allreduce, bwd)) and
+             all(a >= 0 for a in allreduce) and len(bwd) == STEPS,
+             f"backward = backward_inner + backward_allreduce: {allreduce}")
+    # Rank 0's record has the same step's backward less its communication as perf/rank0/bwd_ms.
+    ck.check(all(f32_close(i, m["perf/rank0/bwd_ms"]) for i, m in zip(inner, metrics)),
+             f"backward_inner = perf/rank0/bwd_ms: {inner} vs {[m['perf/rank0/bwd_ms'] for m in metrics]}")
 
     # ---- CSV ----
     csv_dir = f"{d}/DeepSpeedJobName"

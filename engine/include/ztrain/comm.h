@@ -152,4 +152,13 @@ zt_status zt_comm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);
  * Free with zt_comm_destroy before the parent. */
 zt_status zt_comm_create_group(zt_comm **out, zt_comm *parent, const int *ranks, int n);
 
+/* Communication time of the calling thread, for the step breakdown (the perf/rank<r>/comm_ms
+ * metric): the milliseconds it has spent inside the calls above, on any communicator, since it
+ * started, plus what it reported with zt_comm_add_wait_ms. A caller takes the difference over
+ * the span it times. Per thread: a helper thread's collectives (ZeRO's overlap_comm) count for
+ * the training thread only where it waits for them, which the waiting code reports with
+ * zt_comm_add_wait_ms. */
+double zt_comm_thread_ms(void);
+void zt_comm_add_wait_ms(double ms);
+
 #endif

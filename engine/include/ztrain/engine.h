@@ -69,9 +69,12 @@ typedef struct {
 } zt_batch;
 
 /* Wall-clock time of the last optimizer step's phases, in milliseconds, summed over its
- * micro-steps (DeepSpeed's fwd, bwd, step timers). */
+ * micro-steps (DeepSpeed's fwd, bwd, step timers), and the part of each that this thread spent
+ * communicating (zt_comm_thread_ms: in collectives, or waiting for ZeRO's communication thread).
+ * backward_comm_ms is DeepSpeed's bwd_allreduce and backward_ms - backward_comm_ms its bwd_inner. */
 typedef struct {
     double forward_ms, backward_ms, step_ms;
+    double forward_comm_ms, backward_comm_ms, step_comm_ms;
 } zt_engine_timers;
 
 /* Builds the model (weights from spec->init_from, else initialised from the seed), the optimizer

@@ -125,6 +125,14 @@ typedef struct {
     char *ds_json;            /* the DeepSpeed config as JSON text, kept for checkpoints */
     char *ds_effective_json;  /* the effective config (zt_job_spec_write_effective) */
     char *base_dir;           /* directory that relative paths were resolved against */
+    /* What ztraind does with the job beyond running it (engine/job_spec_recovery.c; the worker and
+     * `ztrain run` read and ignore them). "max_restarts": how many times the ranks are started
+     * again from the newest complete checkpoint after they fail, default 0. "fork_from":
+     * {"job": ID, "step": N}, the job and checkpoint step a forked job starts from; fork_job is
+     * NULL when the spec has none (heap, freed by zt_job_spec_free). */
+    int max_restarts;
+    char *fork_job;
+    int64_t fork_step;
 } zt_job_spec;
 
 /* Reads a job file. Strings in *job are heap-owned; release them with zt_job_spec_free(). On

@@ -1,0 +1,137 @@
+"""The job page's recovery panel and lineage (web/job_recovery.js), in headless Chromium against
+a real ztraind; the daemon's JSON API is the reference.
+
+  a. A two-rank job with max_restarts 1 whose rank 1 is SIGKILLed mid-run restarts and
+     SUCCEEDS: its page shows the attempts table with one row per attempt of the API's
+     "attempts" (number, resumed-from step, step reached, outcome, the failed rank's signal and
+     the reason), the failed one marked, and "1 of max_restarts 1 restart(s) used".
+  b. A fork of it (fork_from at a checkpoint step): its page shows "Forked from <parent> at step
+     N" with a link to the parent's page, and no attempts panel (no restarts asked for).
+  c. A plain job's page shows neither.
+  d. No SEVERE entry in the browser's console."""
+import json
+import os
+import signal
+import sys
+import time
+import urllib.request
+
+sys.stdout.reconfigure(line_buffering=True)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "service"))
+from svc import (BUILD, Checker, Daemon, get_job, spec_proto, state_name, stubs,  # noqa: E402
+                 temp_dir, tiny_job, wait_state)
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+ck = Checker()
+pb = stubs()[0]
+STEPS, INTERVAL = 240, 20
+
+
+def api(d, path):
+    with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
+        return json.load(r)
+
+
+def wait_until(fn, timeout, poll=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(poll)
+
+
+def submit(d, job, max_restarts=0, fork=None):
+    spec = spec_proto(job)
+    spec.max_restarts = max_restarts
+    if fork:
+        spec.fork_from.job, spec.fork_from.step = fork
+    return d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=d.metadata, timeout=30)
+
+
+def start_browser():
+    o = webdriver.ChromeOptions()
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1366,1500"):
+        o.add_argument(a)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
+
+
+def page_state(drv):
+    """What the page shows: the attempts panel (hidden, summary, rows) and the lineage line."""
+    return drv.execute_script("""
+        const q = (id) => document.querySelector(`[data-testid="${id}"]`);
+        if (!q('attempts-panel')) return null;
+        const rows = [...document.querySelectorAll('[data-testid="attempt-row"]')].map((tr) => ({
+          failed: tr.dataset.failed, cells: [...tr.children].map((td) => td.textContent)}));
+        return {panelHidden: q('attempts-panel').hidden, summary: q('attempts-summary').textContent,
+                rows, lineageHidden: q('lineage').hidden, link: q('lineage-link').textContent,
+                href: q('lineage-link').getAttribute('href'), step: q('lineage-step').textContent,
+                state: q('job-state').textContent};
+    """)
+
+
+def open_job(drv, d, job_id):
+    drv.get(f"{d.http_url}/#/jobs/{job_id}")
+    return wait_until(lambda: (s := page_state(drv)) and s["state"] in ("SUCCEEDED",) and s, 30)
+
+
+d = Daemon(BUILD, temp_dir("ztrain-recovery-page-"), max_ranks=2)
+job = tiny_job(d.data_root, name="restarts", max_steps=STEPS, world_size=2,
+               checkpoint_interval=INTERVAL)
+a = submit(d, job, max_restarts=1)
+running = wait_until(lambda: (j := get_job(d, a.id)) and j.step >= INTERVAL + 5 and
+                     all(r.pid and r.running for r in j.ranks) and j, 60)
+ck.check(bool(running) and running.step < STEPS, "job A runs mid-way when rank 1 is killed")
+if running:
+    os.kill(running.ranks[1].pid, signal.SIGKILL)
+a = wait_state(d, a.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=120)
+ck.check(state_name(a.state) == "SUCCEEDED" and len(a.attempts) == 2,
+         f"job A SUCCEEDED after one restart ({state_name(a.state)}, {len(a.attempts)} attempts)")
+fork = submit(d, tiny_job(d.data_root, name="fork", max_steps=INTERVAL + 4, world_size=1,
+                          checkpoint_interval=INTERVAL), fork=(a.id, INTERVAL))
+fork = wait_state(d, fork.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
+ck.check(state_name(fork.state) == "SUCCEEDED", f"fork B SUCCEEDED ({fork.reason!r})")
+plain = submit(d, tiny_job(d.data_root, name="plain", max_steps=5))
+plain = wait_state(d, plain.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
+
+drv = start_browser()
+try:
+    s = open_job(drv, d, a.id)
+    want = api(d, f"/api/v1/jobs/{a.id}")["attempts"]
+    ck.check(bool(s) and not s["panelHidden"], f"a: A's page shows the attempts panel ({s})")
+    if s:
+        ck.check(s["summary"] == "1 of max_restarts 1 restart(s) used",
+                 f"a: the summary counts the restart: {s['summary']!r}")
+        rows = s["rows"]
+        ck.check(len(rows) == len(want) == 2, f"a: one row per attempt ({len(rows)})")
+        for row, w in zip(rows, want):
+            cells = row["cells"]
+            ck.check(cells[:3] == [str(w["attempt"]), str(w["resumed_from_step"]), str(w["step"])]
+                     and row["failed"] == str(w["failed"]).lower() and cells[6] == w["reason"],
+                     f"a: attempt {w['attempt']}'s row matches the API: {cells}")
+        if len(rows) == 2:
+            ck.check(rows[0]["cells"][3] == "failed" and rows[0]["cells"][4] == "rank 1: signal 9"
+                     and "SIGKILL" in rows[0]["cells"][6],
+                     f"a: the first attempt shows rank 1's SIGKILL: {rows[0]['cells']}")
+        ck.check(s["lineageHidden"], "a: no lineage on a job that is not a fork")
+    s = open_job(drv, d, fork.id)
+    ck.check(bool(s) and not s["lineageHidden"] and s["link"] == a.id and
+             s["href"] == f"#/jobs/{a.id}" and s["step"] == str(INTERVAL),
+             f"b: the fork's page says where it comes from: "
+             f"{s and (s['link'], s['href'], s['step'])}")
+    ck.check(bool(s) and s["panelHidden"], "b: and has no attempts panel")
+    s = open_job(drv, d, plain.id)
+    ck.check(bool(s) and s["panelHidden"] and s["lineageHidden"],
+             "c: a plain job's page shows neither")
+    bad = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+    ck.check(not bad, f"d: no SEVERE console entries: {bad[:3]}")
+finally:
+    drv.quit()
+    d.stop()
+ck.done()
