@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_pipeline.h"
 #include "fault_inject.h"
 #include "fsutil.h"
 #include "ztrain/checkpoint.h"
@@ -76,6 +77,12 @@ static zt_status read_latest(const char *dir, char *tag, size_t size, latest_sta
 }
 
 zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size) {
+    /* A pipeline's checkpoints are its stages' (ckpt_pipeline.h): the first stage's latest. */
+    if (zt_ckpt_pipeline_stages(dir) > 0) {
+        char stage_dir[4200];
+        zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
+        return zt_ckpt_latest(stage_dir, tag, size);
+    }
     latest_state state;
     ZT_TRY(read_latest(dir, tag, size, &state));
     if (state == LATEST_MISSING)
@@ -101,8 +108,28 @@ static int entry_cmp(const void *a, const void *b) {
     return strcmp(x->tag, y->tag);
 }
 
+/* A pipeline's checkpoints: the first stage's tags, complete when every stage has finished
+ * saving that tag. */
+static void list_pipeline(const char *dir, int stages, zt_ckpt_list *out) {
+    char stage_dir[4200], done[4400];
+    zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
+    zt_ckpt_list_dir(stage_dir, out);
+    for (int i = 0; i < out->n; i++) {
+        for (int st = 1; st < stages && out->items[i].complete; st++) {
+            zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, st);
+            snprintf(done, sizeof done, "%s/%s/DONE", stage_dir, out->items[i].tag);
+            out->items[i].complete = zt_path_exists(done);
+        }
+    }
+}
+
 void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out) {
     memset(out, 0, sizeof *out);
+    int stages = dir && *dir ? zt_ckpt_pipeline_stages(dir) : 0;
+    if (stages > 0) {
+        list_pipeline(dir, stages, out);
+        return;
+    }
     DIR *d = dir && *dir ? opendir(dir) : NULL;
     if (!d)
         return;
@@ -162,6 +189,13 @@ static void describe_tags(const zt_ckpt_list *l, char *buf, size_t size) {
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size) {
     tag[0] = note[0] = '\0';
+    /* A pipeline resumes each stage from its own directory; the first stage's speaks for the
+     * job (the trainer refuses stages that would resume from different steps). */
+    if (zt_ckpt_pipeline_stages(dir) > 0) {
+        char stage_dir[4200];
+        zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
+        return zt_ckpt_find_resume(stage_dir, tag, size, note, note_size);
+    }
     if (!zt_path_exists(dir)) {
         snprintf(note, note_size, "resume: %s does not exist: no checkpoint to resume from, "
                  "starting from step 0", dir);

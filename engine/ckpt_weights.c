@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_pipeline.h"
 #include "ckpt_shards.h"
 #include "size_math.h"
 #include "ztrain/safetensors.h"
@@ -20,6 +21,11 @@ struct zt_ckpt_weights {
     zt_ckpt_shard_set shards;     /* sharded checkpoints */
     zt_st_file model;     /* the others: model.safetensors */
     bool sharded, model_open;
+    /* A pipelined checkpoint: its stages' weights, and for each tensor of the union the stage
+     * and the index there that supply it. */
+    zt_ckpt_weights **parts;
+    int n_parts;
+    int *part, *index;
 };
 
 void zt_ckpt_weights_close(zt_ckpt_weights *w) {
@@ -31,6 +37,11 @@ void zt_ckpt_weights_close(zt_ckpt_weights *w) {
     free(w->offsets);
     free(w->in_file);
     zt_ckpt_shards_close(&w->shards);
+    for (int i = 0; i < w->n_parts; i++)
+        zt_ckpt_weights_close(w->parts[i]);
+    free(w->parts);
+    free(w->part);
+    free(w->index);
     if (w->model_open)
         zt_st_close(&w->model);
     free(w);
@@ -122,11 +133,70 @@ static zt_status tensors_from_file(zt_ckpt_weights *w, const char *tagdir) {
     return ZT_OK;
 }
 
+/* Adds tensor i of stage part to the union unless an earlier stage supplied that name (the last
+ * stage's tied copy of the embedding, which the first stage holds too). */
+static zt_status union_add(zt_ckpt_weights *w, int part, int i) {
+    const zt_ckpt_tensor *t = &w->parts[part]->tensors[i];
+    for (int k = 0; k < w->n; k++)
+        if (strcmp(w->tensors[k].name, t->name) == 0)
+            return ZT_OK;
+    w->tensors[w->n] = *t;
+    if (!(w->tensors[w->n].name = strdup(t->name)))
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    w->part[w->n] = part;
+    w->index[w->n] = i;
+    w->n++;
+    return ZT_OK;
+}
+
+/* A pipelined checkpoint read as one model: every stage at the same tag (by default the one the
+ * first stage's `latest` names), the first stage's spec. */
+static zt_status open_pipeline(zt_ckpt_weights *w, const char *dir, const char *tag, int stages,
+                               zt_model_spec *spec) {
+    char sdir[4200], latest[256];
+    zt_ckpt_stage_dir(sdir, sizeof sdir, dir, 0);
+    if (!tag) {
+        ZT_TRY(zt_ckpt_latest(sdir, latest, sizeof latest));
+        tag = latest;
+    }
+    w->parts = calloc((size_t)stages, sizeof *w->parts);
+    if (!w->parts)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+    int total = 0;
+    for (int st = 0; st < stages; st++, w->n_parts++) {
+        zt_model_spec other;
+        zt_ckpt_stage_dir(sdir, sizeof sdir, dir, st);
+        ZT_TRY(zt_ckpt_weights_open(&w->parts[st], sdir, tag, st == 0 ? spec : &other));
+        total += w->parts[st]->n;
+    }
+    w->tensors = calloc((size_t)(total ? total : 1), sizeof *w->tensors);
+    w->part = calloc((size_t)(total ? total : 1), sizeof *w->part);
+    w->index = calloc((size_t)(total ? total : 1), sizeof *w->index);
+    if (!w->tensors || !w->part || !w->index)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+    for (int st = 0; st < stages; st++)
+        for (int i = 0; i < w->parts[st]->n; i++)
+            ZT_TRY(union_add(w, st, i));
+    return ZT_OK;
+}
+
 zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const char *tag,
                                zt_model_spec *spec) {
     char tagdir[4096];
     cJSON *meta;
     *out = NULL;
+    int stages = zt_ckpt_pipeline_stages(dir);
+    if (stages > 0) {
+        zt_ckpt_weights *w = calloc(1, sizeof *w);
+        zt_status s = w ? open_pipeline(w, dir, tag, stages, spec)
+                        : zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+        if (s != ZT_OK) {
+            zt_ckpt_weights_close(w);
+            return s;
+        }
+        *out = w;
+        return ZT_OK;
+    }
     ZT_TRY(zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
     zt_ckpt_weights *w = calloc(1, sizeof *w);
     zt_status s = w ? zt_ckpt_meta_spec(meta, tagdir, spec)
@@ -164,6 +234,8 @@ zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, int i, size_t first, float *d
     if (first > t->numel || n > t->numel - first)
         return zt_error(ZT_ERR_INVALID, "checkpoint tensor '%s' has %zu elements, not [%zu, %zu)",
                         t->name, t->numel, first, first + n);
+    if (w->parts)
+        return zt_ckpt_weights_read(w->parts[w->part[i]], w->index[i], first, dst, n);
     if (w->sharded)
         return zt_ckpt_shards_read(&w->shards, w->offsets[i] + first, dst, n);
     return zt_st_read_f32_range(&w->model, w->in_file[i], first, dst, n);

@@ -107,7 +107,8 @@ static const zt_ds_key rows[] = {
     {"checkpoint.load_universal", W, 0, "false",
      "ztrain's checkpoints load on any rank count without conversion"},
     {"checkpoint.use_node_local_storage", W, 0, "false", "rank 0 writes the shared files"},
-    {"checkpoint.parallel_write", OPAQUE | W, 0, NULL, "no pipeline parallelism"},
+    {"checkpoint.parallel_write", OPAQUE | W, 0, NULL,
+     "a pipeline's stages save their own directories"},
     {"checkpoint.checkpoint_serialization", W, 0, "true", "ztrain writes safetensors"},
     {"checkpoint.writer", OPAQUE | W, 0, NULL, "ztrain writes safetensors"},
 
@@ -242,7 +243,7 @@ static const zt_ds_key rows[] = {
     {"optimizer.params.factor_threshold", HAND | W, 0, NULL, "OneBitLamb: as freeze_step"},
 
     {"pipeline", OPAQUE | W, 0, NULL,
-     "read only by a PipelineModule: ztrain has no pipeline parallelism"},
+     "read only by a PipelineModule: ztrain's is the job spec's \"pipeline\" section"},
 
     {"progressive_layer_drop", SEC | R, 0, NULL, "enabled refused: ztrain's GPT-2 drops no layers"},
     {"progressive_layer_drop.enabled", HAND | R, 0, "false", "true refused"},
@@ -375,7 +376,8 @@ static const zt_ds_key rows[] = {
     {"zero_optimization.round_robin_gradients", W, 0, "false", OWN_LAYOUT},
     {"zero_optimization.memory_efficient_linear", W, 0, "true",
      "ztrain's linear layers are its own"},
-    {"zero_optimization.pipeline_loading_checkpoint", W, 0, "false", "no pipeline parallelism"},
+    {"zero_optimization.pipeline_loading_checkpoint", W, 0, "false",
+     "a pipeline's stages load their own directories"},
     {"zero_optimization.override_module_apply", W, 0, "true", "no torch modules here"},
     {"zero_optimization.log_trace_cache_warnings", W, 0, "false", "no trace cache here"},
     {"zero_optimization.enable_sanity_checks", W, 0, "false", "no trace cache here"},

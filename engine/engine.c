@@ -114,7 +114,11 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         s = zt_error(ZT_ERR_INVALID, "engine: the job has %d ranks but the config was read for %d",
                      e->world, ds->world_size);
     /* Equal slices, each a multiple of 16 floats so every rank's slice stays 64-byte aligned. */
-    if (s == ZT_OK)
+    if (s == ZT_OK && opts->stage)
+        s = zt_model_create_stage(&e->model, spec, e->be, e->dtype,
+                                  ds->train_micro_batch_size_per_gpu, 16 * (size_t)e->world,
+                                  opts->stage);
+    else if (s == ZT_OK)
         s = zt_model_create(&e->model, spec, e->be, e->dtype, ds->train_micro_batch_size_per_gpu,
                             16 * (size_t)e->world);
     if (s == ZT_OK) {
@@ -130,6 +134,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
                          (size_t)ds->zero.stage3_param_persistence_threshold,
                          ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size,
                          e->dtype, communication_dtype(ds, e->dtype), offload_optimizer);
+    if (s == ZT_OK && opts->stage)
+        zt_zero_set_pipeline(&e->zero, opts->stage_comm);
     /* bf16 masters and optimizer states (ds_config.h): ZeRO keeps the state, in 16 bits. */
     bool states16 = e->dtype == ZT_BF16 && ds->bf16.master_weights_and_grads &&
                     ds->bf16.optimizer_states;
@@ -384,6 +390,11 @@ double zt_engine_get_momentum(const zt_engine *e) { return zt_lr_schedule_moment
 double zt_engine_global_grad_norm(const zt_engine *e) { return e->grad_norm; }
 zt_engine_timers zt_engine_get_timers(const zt_engine *e) { return e->timers; }
 zt_model *zt_engine_model(zt_engine *e) { return e->model; }
+void *zt_engine_local_grads(zt_engine *e, zt_dtype *dtype) {
+    ZT_ASSERT(e->zero.stage < 2);
+    *dtype = e->zero.half ? e->dtype : ZT_F32;
+    return e->zero.half ? (void *)e->zero.g16 : (void *)e->model->grads;
+}
 int zt_engine_rank(const zt_engine *e) { return e->zero.rank; }
 int zt_engine_world_size(const zt_engine *e) { return e->world; }
 zt_comm *zt_engine_comm(zt_engine *e) { return e->zero.comm; }

@@ -14,6 +14,7 @@
 
 #include "ds_config_json.h"
 #include "fsutil.h"
+#include "job_pipeline.h"
 #include "job_spec_recovery.h"
 #include "json_util.h"
 #include "job_act_ckpt.h"
@@ -26,7 +27,7 @@
 
 static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "device", "model",
                                        "data", "train", "training_args", "deepspeed",
-                                       "max_restarts", "fork_from", NULL};
+                                       "pipeline", "max_restarts", "fork_from", NULL};
 static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
                                         "sample_tokens", "sample_prompt", NULL};
 static const char *const source_keys[] = {"path", "weight", NULL};
@@ -359,7 +360,9 @@ static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top
 /* The DeepSpeed config as the job's script leaves it (ds_config_auto.c), parsed, with its
  * effective form kept for the run directory. */
 static zt_status read_ds(zt_job_spec *job, const cJSON *ds, const char *source) {
-    zt_ds_auto_context ctx = {.world_size = job->world_size, .hidden_size = job->model.n_embd,
+    /* A pipelined job's data-parallel size is its world size over the stages. */
+    zt_ds_auto_context ctx = {.world_size = job->world_size / job->pipeline.stages,
+                              .hidden_size = job->model.n_embd,
                               .max_steps = job->train.max_steps};
     cJSON *resolved = NULL;
     ZT_TRY(zt_ds_config_from_script(&job->ds, ds, source, &job->args, &ctx, &resolved));
@@ -528,8 +531,10 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(parse_data(&job->data, &top, job->base_dir));
     ZT_TRY(parse_train(&job->train, &job->data, &top, job->base_dir));
     ZT_TRY(parse_training_args(&job->args, &top));
+    ZT_TRY(zt_job_parse_pipeline(job, &top));
     ZT_TRY(zt_job_spec_parse_recovery(job, &top));
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
+    ZT_TRY(zt_job_check_pipeline(job, source));
     ZT_TRY(zt_job_activation_checkpointing(job, &top));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would
      * overflow, wherever a spec is read; activations are sized at fp32, the widest. */

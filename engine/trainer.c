@@ -8,8 +8,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "ckpt_pipeline.h"
 #include "eval_sample.h"
 #include "fsutil.h"
+#include "pipe_engine.h"
 #include "rank_stats.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
@@ -17,7 +19,7 @@
 #include "ztrain/monitor.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 5, STEP_METRICS = 11 };
+enum { MEM_PER_RANK = 5, STEP_METRICS = 12 };
 
 /* The per-rank memory record of every logged step, sized for the job's world when training
  * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
@@ -54,6 +56,9 @@ typedef struct {
     memory_metrics mem; /* the per-rank memory record's buffers */
     zt_rank_stats stats; /* the per-rank step breakdown and system metrics */
     zt_monitor *monitor; /* rank 0's DeepSpeed monitors (tensorboard, csv_monitor); NULL: none */
+    zt_pipe *pipe;       /* a pipelined job's stage (it owns e); NULL otherwise */
+    int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped */
+    char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
 } trainer;
 
 static double now_ms(void) {
@@ -82,7 +87,7 @@ static zt_status open_data(trainer *t) {
         t->has_val = true;
         const zt_ds_config *ds = &job->ds;
         ZT_TRY(zt_loader_init(&t->val_loader, &t->val, ds->train_micro_batch_size_per_gpu,
-                              job->model.block_size, t->rank, t->world, false, false,
+                              job->model.block_size, t->data_rank, t->data_world, false, false,
                               job->train.seed));
         t->has_val_loader = true;
         size_t n = (size_t)ds->train_micro_batch_size_per_gpu * job->model.block_size;
@@ -106,6 +111,8 @@ static zt_status evaluate(trainer *t, double *loss) {
     int64_t per_epoch = zt_loader_batches_per_epoch(&t->val_loader);
     if (steps > per_epoch)
         steps = (int)per_epoch;
+    if (t->pipe)
+        return zt_pipe_eval(t->pipe, &t->val_loader, steps, loss);
     double sum = 0.0;
     for (int i = 0; i < steps; i++) {
         zt_batch b = {t->val_inputs, t->val_targets, 0, t->job->model.block_size};
@@ -192,7 +199,13 @@ static zt_status save_checkpoint(trainer *t) {
     int64_t step = zt_engine_global_steps(t->e);
     if (!t->job->train.checkpoint_dir || step == t->saved_step)
         return ZT_OK;
-    ZT_TRY(zt_ckpt_save(t->e, t->job, t->job->train.checkpoint_dir, NULL));
+    /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h). */
+    if (t->pipe && t->rank == 0)
+        ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
+    ZT_TRY(zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
+    /* Each stage saves among its replicas only: the step's checkpoint is whole once all are. */
+    if (t->pipe)
+        ZT_TRY(zt_comm_barrier(t->comm));
     t->saved_step = step;
     return ZT_OK;
 }
@@ -201,10 +214,10 @@ static zt_status save_checkpoint(trainer *t) {
  * so that a checkpoint_dir whose `latest` leads nowhere neither fails late nor starts over
  * silently. Rank 0 prints the notice, if any. */
 static zt_status choose_resume(trainer *t) {
-    const char *dir = t->job->train.checkpoint_dir;
+    const char *dir = t->ckpt_dir;
     char note[4096];
     t->resume_tag[0] = '\0';
-    if (!t->job->train.resume || !dir)
+    if (!t->job->train.resume || !dir[0])
         return ZT_OK;
     ZT_TRY(zt_ckpt_find_resume(dir, t->resume_tag, sizeof t->resume_tag, note, sizeof note));
     if (note[0] && t->opts->progress) {
@@ -214,8 +227,25 @@ static zt_status choose_resume(trainer *t) {
     return ZT_OK;
 }
 
+/* The stages of a pipeline resume from the same step, or not at all: a save killed after some
+ * stages had finished leaves them apart. */
+static zt_status agree_on_resume(trainer *t) {
+    const char *digits = strpbrk(t->resume_tag, "0123456789");
+    double step[2] = {digits ? atof(digits) : 0.0, 0.0};
+    step[1] = -step[0];
+    ZT_TRY(zt_comm_all_reduce(t->comm, step, 2, ZT_F64, ZT_REDUCE_MAX));
+    if (step[0] != -step[1])
+        return zt_error(ZT_ERR_FORMAT, "%s: the pipeline's stages would resume from different "
+                        "steps (%g to %g): a save did not finish on every stage; delete the "
+                        "newer stage checkpoints",
+                        t->job->train.checkpoint_dir, -step[1], step[0]);
+    return ZT_OK;
+}
+
 static zt_status maybe_resume(trainer *t) {
-    const char *dir = t->job->train.checkpoint_dir;
+    const char *dir = t->ckpt_dir;
+    if (t->pipe && t->job->train.resume && t->job->train.checkpoint_dir)
+        ZT_TRY(agree_on_resume(t));
     if (!t->resume_tag[0])
         return ZT_OK;
     ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
@@ -327,7 +357,13 @@ static zt_status write_monitor(trainer *t, double loss) {
 static zt_status train_loop(trainer *t, zt_train_result *res) {
     const zt_job_spec *job = t->job;
     const int gas = job->ds.gradient_accumulation_steps;
-    const double flops_per_token = zt_engine_model(t->e)->ops->flops_per_token(zt_engine_model(t->e));
+    double flops_per_token = zt_engine_model(t->e)->ops->flops_per_token(zt_engine_model(t->e));
+    /* A stage's model counts its own layers: the whole model's are the stages' sum (over every
+     * rank, divided by the replicas). */
+    if (t->pipe) {
+        ZT_TRY(zt_comm_all_reduce(t->comm, &flops_per_token, 1, ZT_F64, ZT_REDUCE_SUM));
+        flops_per_token /= t->data_world;
+    }
     double last_loss = NAN;
     t->start_ms = now_ms();
     while (zt_engine_global_steps(t->e) < t->max_steps) {
@@ -341,7 +377,12 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         clear_bar_before_engine_log(t);
         double t0 = now_ms(), loss_sum = 0.0, tokens = 0.0;
         zt_rank_step rs = {.comm = zt_comm_thread_ms()};
-        for (int micro = 0; micro < gas; micro++) {
+        zt_pipe_batch_result piped = {0};
+        if (t->pipe) {
+            ZT_TRY(zt_pipe_train_batch(t->pipe, &piped));
+            tokens = piped.tokens;
+        }
+        for (int micro = 0; micro < gas && !t->pipe; micro++) {
             zt_batch b;
             float loss;
             double d0 = now_ms();
@@ -357,7 +398,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         /* The step's loss and tokens over all ranks (each rank's mean counts equally, as
          * DeepSpeed averages the ranks' gradients). */
         double sums[2] = {loss_sum / gas, tokens};
-        if (t->comm)
+        if (t->comm && !t->pipe)
             ZT_TRY(zt_comm_all_reduce(t->comm, sums, 2, ZT_F64, ZT_REDUCE_SUM));
         tokens = sums[1];
         double step_ms = now_ms() - t0;
@@ -366,7 +407,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         rs.engine = zt_engine_get_timers(t->e);
         zt_rank_stats_step(&t->stats, &rs);
         int64_t step = zt_engine_global_steps(t->e);
-        last_loss = sums[0] / t->world;
+        last_loss = t->pipe ? piped.loss : sums[0] / t->world;
         if (!isfinite(last_loss))
             return zt_error(ZT_ERR_NUMERIC, "training diverged: loss is %g at step %lld",
                             last_loss, (long long)step);
@@ -403,6 +444,9 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             int n = timed ? 10 : 8;
             if (job->ds.fp16.enabled)
                 m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
+            /* A pipeline's measured bubble: idle time over the schedule's time. */
+            if (t->pipe)
+                m[n++] = (zt_metric){"perf/pipeline_bubble", piped.bubble};
             zt_metric *all = t->mem.all;
             memcpy(all, m, sizeof(zt_metric) * n);
             ZT_TRY(collect_memory_metrics(t, all + n));
@@ -456,6 +500,10 @@ static zt_status check_job(const zt_job_spec *job, int world) {
                         "data.sample_tokens: samples at evaluation need the whole model on rank "
                         "0, which ZeRO stage 3 on %d ranks partitions",
                         world);
+    if (job->data.sample_tokens > 0 && job->pipeline.stages > 1)
+        return zt_error(ZT_ERR_UNSUPPORTED,
+                        "data.sample_tokens: samples at evaluation need the whole model on rank "
+                        "0, which pipeline.stages %d splits", job->pipeline.stages);
     if (job->train.checkpoint_dir)
         return zt_mkdirs(job->train.checkpoint_dir);
     return ZT_OK;
@@ -471,6 +519,15 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     t.rank = opts->dist ? opts->dist->rank : 0;
     t.world = opts->dist ? opts->dist->world_size : 1;
     t.comm = t.world > 1 ? opts->comm : NULL;
+    /* A pipelined job's data-parallel rank is the replica (DeepSpeed's grid). */
+    bool grid = job->pipeline.stages > 1 && t.world % job->pipeline.stages == 0;
+    t.data_world = grid ? t.world / job->pipeline.stages : t.world;
+    t.data_rank = zt_pipe_replica_of(t.rank, t.data_world);
+    if (job->train.checkpoint_dir && grid)
+        zt_ckpt_stage_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
+                          zt_pipe_stage_of(t.rank, t.data_world));
+    else if (job->train.checkpoint_dir)
+        snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", job->train.checkpoint_dir);
     zt_status s = choose_resume(&t);
     if (s == ZT_OK)
         s = check_job(job, t.world);
@@ -484,7 +541,12 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
                                 .threads = opts->threads,
                                 .log = t.rank == 0 ? opts->progress : NULL,
                                 .job_name = job->name};
-        s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
+        if (job->pipeline.stages > 1) {
+            s = zt_pipe_create(&t.pipe, job, &t.train, t.comm, &eo);
+            t.e = s == ZT_OK ? zt_pipe_engine(t.pipe) : NULL;
+        } else {
+            s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
+        }
     }
     if (s == ZT_OK)
         s = zt_rank_stats_init(&t.stats, t.rank, t.world, opts->dist ? opts->dist->local_rank : 0,
@@ -528,7 +590,10 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (t.metrics.f)
         zt_metrics_close(&t.metrics);
     zt_monitor_close(t.monitor);
-    zt_engine_destroy(t.e);
+    if (t.pipe)
+        zt_pipe_destroy(t.pipe);
+    else
+        zt_engine_destroy(t.e);
     memory_metrics_free(&t.mem);
     zt_rank_stats_free(&t.stats);
     if (t.has_val_loader)

@@ -103,6 +103,11 @@ typedef struct {
     uint16_t *m16, *v16;
     float *staging16;
     zt_engine_memory peak;      /* bytes held, maxima since the last zt_zero_take_memory */
+    /* A pipeline stage (zt_zero_set_pipeline): the gradient norm leaves out [skip_lo, skip_hi)
+     * (a tied copy, counted on the stage that owns the tensor) and is summed over norm_comm (the
+     * replica's stages; NULL: none). */
+    size_t skip_lo, skip_hi;
+    zt_comm *norm_comm;
 } zt_zero;
 
 /* masters_offloaded: offload_optimizer is on, so the fp32 masters are not allocated here (the
@@ -111,6 +116,11 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
                        size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
                        zt_dtype dtype, zt_dtype comm_dtype, bool masters_offloaded);
 void zt_zero_free(zt_zero *z);
+
+/* Makes the partitioner a pipeline stage's: the squared gradient norm is summed over
+ * stage_comm (may be NULL) after the data-parallel reduction, and the tensors the model marks
+ * tied_copy are left out of it. */
+void zt_zero_set_pipeline(zt_zero *z, zt_comm *stage_comm);
 
 /* Mixed precision at stages 1-3 without offload, after the optimizer exists (created with
  * zt_optimizer_init_external; o NULL without one) and before the parameters are loaded: keeps

@@ -125,11 +125,37 @@ zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *cou
     return ZT_OK;
 }
 
-zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double *out) {
-    double s = z->be->ops->sum_squares(&z->ctx, g, count);
-    /* Stage 0 holds the whole reduced gradient on every rank; the others sum their slices. */
+/* The flat-buffer range [lo, hi) of the gradient slice this rank's norm covers, less the range a
+ * pipeline stage leaves out: up to two pieces, relative to the slice's start. */
+static int norm_pieces(const zt_zero *z, size_t count, size_t *lo, size_t *hi) {
+    size_t base = z->stage == 0 ? 0 : z->own_lo, a = zt_max_sz(z->skip_lo, base),
+           b = zt_min_sz(z->skip_hi, base + count);
+    if (a >= b) {
+        lo[0] = 0, hi[0] = count;
+        return 1;
+    }
+    lo[0] = 0, hi[0] = a - base;
+    lo[1] = b - base, hi[1] = count;
+    return 2;
+}
+
+/* Stage 0 holds the whole reduced gradient on every rank; the others sum their slices. A
+ * pipeline stage then sums over its replica's stages. */
+static zt_status reduce_norm(zt_zero *z, double *s) {
     if (z->stage >= 1 && z->comm)
-        ZT_TRY(zt_comm_all_reduce(z->comm, &s, 1, ZT_F64, ZT_REDUCE_SUM));
+        ZT_TRY(zt_comm_all_reduce(z->comm, s, 1, ZT_F64, ZT_REDUCE_SUM));
+    if (z->norm_comm)
+        ZT_TRY(zt_comm_all_reduce(z->norm_comm, s, 1, ZT_F64, ZT_REDUCE_SUM));
+    return ZT_OK;
+}
+
+zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double *out) {
+    size_t lo[2], hi[2];
+    int n = norm_pieces(z, count, lo, hi);
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += z->be->ops->sum_squares(&z->ctx, g + lo[i], hi[i] - lo[i]);
+    ZT_TRY(reduce_norm(z, &s));
     *out = s;
     return ZT_OK;
 }
@@ -241,9 +267,25 @@ zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count)
 }
 
 zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out) {
-    double s = z->be->ops->sum_squares_half(&z->ctx, g, count, z->dtype);
-    if (z->stage >= 1 && z->comm)
-        ZT_TRY(zt_comm_all_reduce(z->comm, &s, 1, ZT_F64, ZT_REDUCE_SUM));
+    size_t lo[2], hi[2];
+    int n = norm_pieces(z, count, lo, hi);
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += z->be->ops->sum_squares_half(&z->ctx, g + lo[i], hi[i] - lo[i], z->dtype);
+    ZT_TRY(reduce_norm(z, &s));
     *out = s;
     return ZT_OK;
+}
+
+void zt_zero_set_pipeline(zt_zero *z, zt_comm *stage_comm) {
+    z->norm_comm = stage_comm;
+    z->skip_lo = z->skip_hi = 0;
+    const zt_model *m = z->model;
+    for (int t = 0; t < m->n_tensors; t++) {
+        if (!m->tensors[t].tied_copy)
+            continue;
+        ZT_ASSERT(z->skip_hi == z->skip_lo); /* one tied tensor per model */
+        z->skip_lo = m->tensors[t].offset;
+        z->skip_hi = z->skip_lo + m->tensors[t].numel;
+    }
 }

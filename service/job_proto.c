@@ -26,7 +26,8 @@
 static const char *const positive_keys[] = {"world_size", "nodes", "train.epochs",
                                             "train.log_interval", "train.eval_steps",
                                             "training_args.per_device_train_batch_size",
-                                            "training_args.gradient_accumulation_steps", NULL};
+                                            "training_args.gradient_accumulation_steps",
+                                            "pipeline.stages", NULL};
 
 /* ---- building heap-owned messages -------------------------------------------------------- */
 

@@ -28,6 +28,7 @@ export const CHARTS = {
   ]},
   grad_norm: {series: [{key: 'train/grad_norm', label: 'grad norm', color: '207,34,46', smooth: true}]},
   loss_scale: {series: [{key: 'train/loss_scale', label: 'loss scale', color: '87,96,106'}]},
+  pipeline_bubble: {series: [{key: 'perf/pipeline_bubble', label: 'bubble fraction', color: '154,103,0', smooth: true}]},
 };
 
 /* TensorBoard's smoothing: an exponential moving average started at 0 and divided by

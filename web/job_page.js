@@ -125,6 +125,13 @@ export function jobView(main, id) {
     }
   }
 
+  /* A pipelined job's rank carries its stage, by DeepSpeed's grid: rank = stage · dp + replica. */
+  function rankLabel(job, rank) {
+    const stages = job.spec && job.spec.pipeline ? job.spec.pipeline.stages || 1 : 1;
+    if (stages <= 1 || !job.world_size) return String(rank);
+    return `${rank} · stage ${Math.floor(rank / (job.world_size / stages))}`;
+  }
+
   /* Process state from the job, memory and step time from the newest records. */
   function renderRanks() {
     const job = st.job;
@@ -146,7 +153,7 @@ export function jobView(main, id) {
       /* The rank's own step time where the job reports one (its per-rank figures), else the
        * job's. */
       const stepTime = isNum(r.step_time_ms) ? r.step_time_ms : st.lastStepTime;
-      const cells = [String(r.rank), fmtRankState(r), r.pid ? String(r.pid) : '—',
+      const cells = [rankLabel(job, r.rank), fmtRankState(r), r.pid ? String(r.pid) : '—',
         fmtBytes(mem('params_bytes')), fmtBytes(mem('grads_bytes')), fmtBytes(mem('optimizer_bytes')),
         fmtBytes(mem('peak_rss_bytes')),
         isNum(stepTime) ? stepTime.toFixed(1) + ' ms' : '—'];

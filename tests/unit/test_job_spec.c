@@ -371,6 +371,59 @@ static void test_names(void) {
     }
 }
 
+/* The "pipeline" section: defaults, the data-parallel size the DeepSpeed batch arithmetic uses
+ * (world_size / stages, so train_batch_size 16 = micro 4 × gas 2 × dp 2 with 4 ranks in 2 stages),
+ * and refusals naming the key. */
+static void test_pipeline(void) {
+#define PIPE_DS "\"deepspeed\": {\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4, " \
+                "\"gradient_accumulation_steps\": 2}"
+    zt_job_spec job;
+    zt_status s = zt_job_spec_parse(&job, "{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS
+                                    ", \"pipeline\": {\"stages\": 2}}", "job.json", "/base");
+    CHECK(s == ZT_OK, "%s", zt_last_error());
+    if (s == ZT_OK) {
+        CHECK(job.pipeline.stages == 2 && job.ds.world_size == 2, "stages %d, dp %d",
+              job.pipeline.stages, job.ds.world_size);
+        CHECK_STR(job.pipeline.partition, "parameters");
+        CHECK(job.pipeline.activation_checkpoint_interval == 0);
+        zt_job_spec_free(&job);
+    }
+    s = zt_job_spec_parse(&job, "{" MODEL ", " DATA ", " DS "}", "job.json", "/base");
+    CHECK(s == ZT_OK && job.pipeline.stages == 1, "no section: one stage");
+    if (s == ZT_OK)
+        zt_job_spec_free(&job);
+    s = zt_job_spec_parse(&job, "{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS
+                          ", \"pipeline\": {\"stages\": 4, \"partition\": \"type:block\", "
+                          "\"activation_checkpoint_interval\": 2}}", "job.json", "/base");
+    /* 4 stages leave dp 1: micro 4 × gas 2 × 1 is not 16. */
+    CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), "train_batch_size"), "%s",
+          zt_last_error());
+    ERR("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS ", \"pipeline\": {\"stages\": 3}}",
+        ZT_ERR_INVALID, "job.json: key 'pipeline.stages' (3) must divide world_size (4): every "
+        "stage has world_size / stages data-parallel replicas");
+    ERR("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS ", \"pipeline\": {\"stages\": 0}}",
+        ZT_ERR_INVALID, "job.json: key 'pipeline.stages' must be >= 1, got 0");
+    ERR("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS ", \"pipeline\": {}}",
+        ZT_ERR_INVALID, "job.json: key 'pipeline.stages' is required");
+    ERR("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS
+        ", \"pipeline\": {\"stages\": 2, \"partition\": \"greedy\"}}",
+        ZT_ERR_INVALID, "job.json: key 'pipeline.partition' must be \"parameters\", \"uniform\" "
+        "or \"type:REGEX\" (at most 127 bytes), got \"greedy\"");
+    ERR("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS
+        ", \"pipeline\": {\"stages\": 2, \"activation_checkpoint_interval\": -1}}",
+        ZT_ERR_INVALID, "job.json: key 'pipeline.activation_checkpoint_interval' must be >= 0, "
+        "got -1");
+    ERR_PREFIX("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS
+               ", \"pipeline\": {\"stages\": 2, \"stage\": 1}}",
+               ZT_ERR_INVALID, "job.json: unknown key 'stage' in pipeline");
+    ERR("{\"world_size\": 4, " MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 16, "
+        "\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2, "
+        "\"zero_optimization\": {\"stage\": 2}}, \"pipeline\": {\"stages\": 2}}",
+        ZT_ERR_UNSUPPORTED, "job.json: deepspeed: zero_optimization.stage 2 with pipeline.stages "
+        "2: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism");
+#undef PIPE_DS
+}
+
 int main(void) {
     dir = check_tmpdir_create("zt_job_spec");
     test_names();
@@ -380,6 +433,7 @@ int main(void) {
     test_errors();
     test_model_bounds();
     test_missing_file();
+    test_pipeline();
     check_tmpdir_remove();
     return check_summary("test_job_spec");
 }

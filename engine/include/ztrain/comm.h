@@ -143,6 +143,15 @@ zt_status zt_comm_barrier(zt_comm *c);
 zt_status zt_comm_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer);
 zt_status zt_comm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);
 
+/* A communicator over members ranks[0..n) of parent (distinct ranks; this rank among them), for
+ * the collectives of a subset: a pipeline stage's data-parallel replicas, or one replica's stages.
+ * Member i is the group's rank i. Its collectives and messages travel as parent's point-to-point
+ * messages, so they follow the rules above (the same order on every member, results bit-identical
+ * to a communicator of those ranks alone), and they must not interleave with other traffic
+ * between the same ranks that the members order differently. A failure fails the parent too.
+ * Free with zt_comm_destroy before the parent. */
+zt_status zt_comm_create_group(zt_comm **out, zt_comm *parent, const int *ranks, int n);
+
 /* Communication time of the calling thread, for the step breakdown (the perf/rank<r>/comm_ms
  * metric): the milliseconds it has spent inside the calls above, on any communicator, since it
  * started, plus what it reported with zt_comm_add_wait_ms. A caller takes the difference over

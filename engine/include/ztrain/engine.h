@@ -52,6 +52,13 @@ typedef struct {
     const char *job_name; /* names the per-run directories of NVMe offload; NULL: "job" */
     zt_device device;    /* the backend the engine computes on (the job's "device") */
     int threads;         /* CPU threads of the backend; 0: the OpenMP default */
+    /* Pipeline parallelism (engine/pipe_engine.c): the stage of the model this rank holds (NULL:
+     * the whole model). With a stage, comm connects the stage's data-parallel replicas, rank is
+     * this rank's replica, and stage_comm connects the stages of its replica (NULL: one stage):
+     * the squared gradient norm is summed over it, a tied copy (zt_tensor_info.tied_copy) left
+     * out, so every stage sees the global norm and skips an overflowing step together. */
+    const zt_model_stage *stage;
+    zt_comm *stage_comm;
 } zt_engine_options;
 
 /* One micro-batch: inputs and targets [B, T], engine-owned until the next zt_engine_next_batch. */
@@ -149,6 +156,12 @@ zt_status zt_engine_read_state(zt_engine *e, zt_state_kind kind, size_t first, f
                                size_t count);
 zt_status zt_engine_write_state(zt_engine *e, zt_state_kind kind, size_t first, const float *src,
                                 size_t count);
+
+/* The gradients this rank accumulates before any reduction, in the model's flat layout: the
+ * model's fp32 grads, or in mixed precision at ZeRO stages 0 and 1 the 16-bit gradient buffer
+ * (*dtype says which). Pipeline stages sum a tied tensor's gradient there. Valid until the
+ * engine is destroyed. */
+void *zt_engine_local_grads(zt_engine *e, zt_dtype *dtype);
 
 zt_model *zt_engine_model(zt_engine *e);
 const zt_ds_config *zt_engine_config(const zt_engine *e);

@@ -96,6 +96,14 @@ typedef struct {
     int activation_checkpoint_interval;
 } zt_train_spec;
 
+/* The "pipeline" section: DeepSpeed's pipeline parallelism (engine/pipe_engine.c). stages 1 (the
+ * default, section absent) is no pipeline. */
+typedef struct {
+    int stages;               /* pipeline stages; must divide world_size */
+    char partition[128];      /* "parameters" (default), "uniform" or "type:REGEX" */
+    int activation_checkpoint_interval; /* 0: off; k: keep every k-th block's inputs */
+} zt_pipe_spec;
+
 /* The longest job name, in bytes. A name is printable UTF-8 (no control, bidirectional or line
  * separator characters); a spec with any other is refused, naming the byte at fault. */
 #define ZT_JOB_NAME_MAX 128
@@ -109,8 +117,9 @@ typedef struct {
     zt_model_spec model;
     zt_data_spec data;
     zt_train_spec train;
+    zt_pipe_spec pipeline;    /* "pipeline": stages, partition (stages 1 without it) */
     zt_training_args args;    /* "training_args": what the script / HF Trainer supplies */
-    zt_ds_config ds;          /* parsed with world_size as the data-parallel size, "auto" values
+    zt_ds_config ds;          /* parsed with world_size / pipeline.stages as the data-parallel size, "auto" values
                                * and a missing optimizer supplied from args (ds.resolved says
                                * which, ds.warnings what has no effect) */
     char *ds_json;            /* the DeepSpeed config as JSON text, kept for checkpoints */

@@ -1,0 +1,59 @@
+/* A pipeline stage's part of the model: the layer list with each layer's parameter count, cut by
+ * DeepSpeed's partition methods (ztrain/pipeline.h), and the stage of the model a rank builds. */
+#include <stdio.h>
+
+#include "pipe_layers.h"
+
+/* Trainable parameters of the stage `st` of spec's model, counted on a model built for one
+ * sequence (the counts do not depend on the batch). */
+static zt_status stage_params(const zt_model_spec *spec, zt_backend *be, zt_model_stage st,
+                              size_t *out) {
+    zt_model *m;
+    st.buffers = 1;
+    ZT_TRY(zt_model_create_stage(&m, spec, be, ZT_F32, 1, 1, &st));
+    *out = m->n_params;
+    zt_model_destroy(m);
+    return ZT_OK;
+}
+
+zt_status zt_pipe_model_layers(const zt_model_spec *spec, zt_device device,
+                               zt_pipe_layer *layers) {
+    const int L = spec->n_layer;
+    zt_backend *be;
+    zt_backend_options bo = {.threads = 1};
+    ZT_TRY(zt_backend_create(&be, device, &bo));
+    size_t embed = 0, block = 0, head = 0;
+    zt_status s = stage_params(spec, be, (zt_model_stage){0, 0, true, false, 1}, &embed);
+    /* Every block of a family has the same tensors. */
+    if (s == ZT_OK && L > 0)
+        s = stage_params(spec, be, (zt_model_stage){0, 1, false, false, 1}, &block);
+    if (s == ZT_OK)
+        s = stage_params(spec, be, (zt_model_stage){L, L, false, true, 1}, &head);
+    zt_backend_destroy(be);
+    ZT_TRY(s);
+    layers[0] = (zt_pipe_layer){"embed", embed};
+    for (int i = 0; i < L; i++)
+        layers[1 + i] = (zt_pipe_layer){"block", block};
+    layers[L + 1] = (zt_pipe_layer){"head", head};
+    return ZT_OK;
+}
+
+zt_status zt_pipe_stage_plan(const zt_job_spec *job, zt_device device, int stage,
+                             zt_model_stage *out) {
+    const int L = job->model.n_layer, n = L + 2, stages = job->pipeline.stages;
+    zt_pipe_layer layers[n];
+    int bounds[stages + 1];
+    ZT_TRY(zt_pipe_model_layers(&job->model, device, layers));
+    ZT_TRY(zt_pipe_partition(job->pipeline.partition, layers, n, stages, bounds));
+    /* Layer i of the list is block i - 1; the stage's blocks are those its range holds. */
+    int lo = bounds[stage], hi = bounds[stage + 1];
+    int first = lo < 1 ? 0 : lo - 1 > L ? L : lo - 1;
+    int last = hi - 1 < 0 ? 0 : hi - 1 > L ? L : hi - 1;
+    *out = (zt_model_stage){first, last < first ? first : last, stage == 0, stage == stages - 1, 1};
+    if (out->first_layer == out->last_layer && !out->embed && !out->head)
+        return zt_error(ZT_ERR_INVALID,
+                        "pipeline.partition \"%s\": stage %d of %d gets no transformer block "
+                        "(layers [%d, %d) of embed, %d blocks, head)",
+                        job->pipeline.partition, stage, stages, lo, hi, L);
+    return ZT_OK;
+}
