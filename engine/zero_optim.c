@@ -123,6 +123,15 @@ zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimiz
     bool param_nvme = z->stage == 3 && cfg->offload_param.device == ZT_OFFLOAD_NVME;
     if (od == ZT_OFFLOAD_NONE && !param_nvme)
         return ZT_OK;
+    /* The offloaded update runs the backend's optimizer ops on host tiles, which only the CPU
+     * backend can read; a GPU needs the update on a CPU backend with its gradients copied out
+     * and its parameters copied back, which is not written yet (README, "GPUs"). */
+    if (z->be->device != ZT_DEVICE_CPU)
+        return zt_error(ZT_ERR_INVALID,
+                        "zero_optimization.%s on device \"%s\": offload is not implemented on "
+                        "GPUs yet; train without it", od != ZT_OFFLOAD_NONE ? "offload_optimizer"
+                                                                           : "offload_param",
+                        z->be->name);
     ZT_ASSERT((od != ZT_OFFLOAD_NONE) == z->masters_offloaded);
     ZT_ASSERT(!o || o->external == z->masters_offloaded);
     zt_model *m = z->model;

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "ztrain/comm.h"
+#include "ztrain/gpu.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/trainer.h"
 
@@ -396,7 +397,9 @@ int main(int argc, char **argv) {
     if (dist.world_size > 1) {
         const char *transport;
         char why[256];
-        if (zt_comm_choose(&dist, job.comm, &transport, why, sizeof why) != ZT_OK ||
+        bool cuda = job.device == ZT_DEVICE_CUDA;
+        if (zt_comm_choose_on(&dist, job.comm, cuda, cuda ? zt_gpu_count() : 0, &transport, why,
+                              sizeof why) != ZT_OK ||
             zt_comm_create(&comm, transport, &dist, timeout_s) != ZT_OK) {
             fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
             zt_job_spec_free(&job);
