@@ -114,6 +114,16 @@ double zt_gpu_peak_bf16(const char *name, int major, int minor, const char **lab
     return 0;
 }
 
+double zt_gpu_peak_of(int index, const char **label) {
+    zt_gpu_props p;
+    if (zt_gpu_props_get(index, &p) != ZT_OK) {
+        if (label)
+            *label = "no GPU: no peak, no MFU";
+        return 0;
+    }
+    return zt_gpu_peak_bf16(p.name, p.major, p.minor, label);
+}
+
 bool zt_gpu_visible_list(const int *ids, int n_ids, int first, int n, char *out, size_t cap) {
     if (!cap || first < 0 || n < 0 || first > n_ids - n)
         return false;

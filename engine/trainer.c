@@ -12,11 +12,12 @@
 #include "fsutil.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
+#include "ztrain/gpu.h"
 #include "ztrain/metrics.h"
 #include "ztrain/monitor.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 5, STEP_METRICS = 11 };
+enum { MEM_PER_RANK = 5, STEP_METRICS = 12 };
 
 /* The per-rank memory record of every logged step, sized for the job's world when training
  * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
@@ -321,6 +322,10 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     const zt_job_spec *job = t->job;
     const int gas = job->ds.gradient_accumulation_steps;
     const double flops_per_token = zt_engine_model(t->e)->ops->flops_per_token(zt_engine_model(t->e));
+    /* perf/mfu: the achieved FLOP/s over the dense bf16 peak of every rank's GPU (ztrain/gpu.h's
+     * table); no peak, and no MFU, on the CPU. */
+    const zt_backend *be = zt_engine_model(t->e)->ctx.be;
+    const double peak = be->device == ZT_DEVICE_CUDA ? zt_gpu_peak_of(be->device_index, NULL) : 0;
     double last_loss = NAN;
     t->start_ms = now_ms();
     while (zt_engine_global_steps(t->e) < t->max_steps) {
@@ -386,6 +391,8 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             };
             /* Warmup steps carry no perf figures: they are left out of timing. */
             int n = timed ? 10 : 8;
+            if (timed && peak > 0)
+                m[n++] = (zt_metric){"perf/mfu", tflops * 1e12 / (peak * t->world)};
             if (job->ds.fp16.enabled)
                 m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
             zt_metric *all = t->mem.all;

@@ -43,6 +43,10 @@ int zt_gpu_for_rank(int local_rank, int n_visible);
  * *label (may be NULL) is the table row used, static storage ("H100 SXM: 989 TFLOPS"). */
 double zt_gpu_peak_bf16(const char *name, int major, int minor, const char **label);
 
+/* The peak of visible GPU index (zt_gpu_peak_bf16 of its name and capability); 0 when there is
+ * no such GPU or the table does not know it. */
+double zt_gpu_peak_of(int index, const char **label);
+
 /* The CUDA_VISIBLE_DEVICES value giving a job the GPUs first .. first + n - 1 of the daemon's
  * list ids[0 .. n_ids) (ids are the daemon's device indices): "2,3". out[cap]; false when it
  * does not fit or the range is outside the list. */
