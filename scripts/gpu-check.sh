@@ -5,8 +5,9 @@
 #
 #   scripts/gpu-check.sh prepare          on the development machine (Debian 12, nvcc): builds
 #                                         with CUDA for any x86-64 CPU and packs the programs and
-#                                         the Debian libraries they need into build-gpu-carry/
-#                                         (git-ignored), which is what travels to the GPU machine
+#                                         the Debian libraries they need into
+#                                         build-gpu-carry/bundle.tar.xz (git-ignored, about 15 MB),
+#                                         which is what travels to the GPU machine
 #   scripts/gpu-check.sh run OUTDIR       on the GPU machine: unpacks that bundle (or builds
 #                                         there when it is absent and the build dependencies are
 #                                         installed), then runs every phase below
@@ -17,20 +18,25 @@
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CARRY="$ROOT/build-gpu-carry"   # bin/ and lib/ of the packed build
+CARRY="$ROOT/build-gpu-carry"   # bundle.tar.xz: bin/ and lib/ of the packed build
 BUILD="$ROOT/build-gpu"         # where prepare (or run, without a bundle) builds
+STAGE="$BUILD/bundle"           # what prepare packs
 
 die() { echo "gpu-check: $*" >&2; exit 2; }
 
 # ---- prepare (development machine) ------------------------------------------------------------
 
 # The libraries a program needs that a bare machine with the CUDA toolkit lacks: everything ldd
-# resolves except glibc's own and the toolkit's (the GPU machine has CUDA 13.0 itself).
+# resolves except glibc's own, the compiler runtime's (the GPU machine's newer ones are backward
+# compatible, and an older libstdc++ ahead of them would break its own programs) and the
+# toolkit's (it has CUDA 13.0 itself).
 bundle_libs() {
     ldd "$@" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
         case "$(basename "$lib")" in
-        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcudart.so*|libcublas*.so*|libnccl.so*|libnvidia*) ;;
-        *) cp -L "$lib" "$CARRY/lib/" ;;
+        libc.so*|libm.so*|libmvec.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
+        libstdc++.so*|libgcc_s.so*) ;;
+        libcuda.so*|libcudart.so*|libcublas*.so*|libnccl.so*|libnvidia*) ;;
+        *) cp -L "$lib" "$STAGE/lib/" ;;
         esac
     done
 }
@@ -43,11 +49,12 @@ prepare() {
         || die "configure failed"
     nice cmake --build "$BUILD" -j2 --target test_ops test_cuda_host ztrain-worker ztrain \
         || die "build failed"
-    rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
+    rm -rf "$STAGE" "$CARRY" && mkdir -p "$STAGE/bin" "$STAGE/lib" "$CARRY"
     local progs=(test_ops test_cuda_host ztrain-worker ztrain)
-    for p in "${progs[@]}"; do cp "$BUILD/$p" "$CARRY/bin/"; done
-    (cd "$CARRY/bin" && bundle_libs "${progs[@]}")
-    du -sh "$CARRY"
+    for p in "${progs[@]}"; do cp "$BUILD/$p" "$STAGE/bin/"; done
+    (cd "$STAGE/bin" && bundle_libs "${progs[@]}")
+    tar -C "$STAGE" -cJf "$CARRY/bundle.tar.xz" bin lib || die "packing failed"
+    du -sh "$CARRY/bundle.tar.xz"
 }
 
 # ---- run (GPU machine) ------------------------------------------------------------------------
@@ -85,10 +92,14 @@ phase_device() {
 # The programs: the carried bundle when there is one, else a build here (which needs the Debian
 # build dependencies, scripts/install-deps.sh, and so a machine with a package registry).
 phase_build() {
-    if [ -x "$CARRY/bin/test_ops" ]; then
-        BIN="$CARRY/bin"
-        export LD_LIBRARY_PATH="$CARRY/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-        echo "using the carried build in $CARRY"
+    if [ -f "$CARRY/bundle.tar.xz" ]; then
+        # Unpacked outside OUTDIR, which should hold only what is worth bringing back.
+        local dir
+        dir=$(mktemp -d /tmp/ztrain-gpu-bundle.XXXXXX) && tar -C "$dir" -xJf "$CARRY/bundle.tar.xz" \
+            || return 1
+        BIN="$dir/bin"
+        export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+        echo "using the carried build ($CARRY/bundle.tar.xz)"
         return 0
     fi
     export PATH=/usr/local/cuda/bin:$PATH

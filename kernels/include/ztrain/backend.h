@@ -170,7 +170,9 @@ static inline zt_status zt_backend_sync(zt_backend *be) { return be->iface->sync
 /* ---- the CUDA backend (kernels/cuda/, in builds with CUDA) -------------------------------------- */
 
 /* The CUDA backend on visible device opts->device_index: ZT_ERR_UNSUPPORTED when no GPU is
- * visible, ZT_ERR_INVALID for an index past the visible ones. Activations are stored in their
+ * visible, ZT_ERR_INVALID for an index past the visible ones. Creation makes that device the
+ * calling thread's current one (cudaSetDevice), which the ops rely on: one CUDA backend per
+ * process, as one rank per GPU has. Activations are stored in their
  * 16-bit type (act_as_f32 is false). Ops, copies and the other calls that return nothing record
  * their first failure, which zt_backend_sync returns as ZT_ERR_IO naming the device. Release
  * zeroes the range and counts it released, but the memory stays allocated. */
