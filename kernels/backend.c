@@ -23,6 +23,21 @@ bool zt_backend_available(zt_device device) {
     }
 }
 
+int zt_backend_device_count(zt_device device) {
+    switch (device) {
+    case ZT_DEVICE_CPU:
+        return 1;
+    case ZT_DEVICE_CUDA:
+#ifdef ZT_HAVE_CUDA
+        return zt_backend_cuda_device_count();
+#else
+        return 0;
+#endif
+    default:
+        return 0;
+    }
+}
+
 zt_status zt_backend_create(zt_backend **out, zt_device device, const zt_backend_options *opts) {
     static const zt_backend_options defaults = {0};
     if (!opts)
@@ -32,9 +47,13 @@ zt_status zt_backend_create(zt_backend **out, zt_device device, const zt_backend
     case ZT_DEVICE_CPU:
         return zt_backend_cpu_create(out, opts);
     case ZT_DEVICE_CUDA:
+#ifdef ZT_HAVE_CUDA
+        return zt_backend_cuda_create(out, opts);
+#else
         return zt_error(ZT_ERR_INVALID,
                         "device \"cuda\": this build has no CUDA backend (configure with "
                         "-DZT_CUDA=ON on a machine with the CUDA toolkit)");
+#endif
     default:
         return zt_error(ZT_ERR_INVALID, "device %d is not known (available: cpu)", (int)device);
     }
