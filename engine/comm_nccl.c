@@ -14,10 +14,12 @@
 #include "tcp_store.h"
 #include "ztrain/backend.h"
 
-/* The CUDA backend's stream, when the backend offers it (kernels/cuda/): collectives then run in
- * its stream order and overlap the compute stream. A weak reference: absent, they run on the
- * transport's own stream after a backend sync. */
-extern void *zt_backend_cuda_stream(zt_backend *be, zt_stream s) __attribute__((weak));
+#ifdef ZT_HAVE_CUDA
+/* The CUDA backend's streams (this one file reaches into kernels/cuda/'s state, as comm_reduce.c
+ * does into the CPU's): collectives run on its communication stream, in the order the ZeRO
+ * communication thread's events set, overlapping the compute stream. */
+#include "cuda_backend.h"
+#endif
 
 typedef struct {
     zt_comm base; /* first: casts between the two */
@@ -75,10 +77,13 @@ static ncclRedOp_t nccl_op(zt_reduce_op op) {
 static zt_status stream_of(nccl_comm *c, cudaStream_t *out) {
     CUDA_CHECK(c, cudaSetDevice(c->device));
     zt_backend *be = c->base.be;
-    if (be && zt_backend_cuda_stream) {
-        *out = (cudaStream_t)zt_backend_cuda_stream(be, ZT_STREAM_COMM);
+#ifdef ZT_HAVE_CUDA
+    if (be && be->device == ZT_DEVICE_CUDA) {
+        *out = ((zt_cuda_state *)be->impl)->stream[ZT_STREAM_COMM];
         return ZT_OK;
     }
+#endif
+    /* Without the backend's streams: after everything it issued, on the transport's own. */
     if (be)
         ZT_TRY(zt_backend_sync(be));
     *out = c->own;

@@ -31,6 +31,15 @@ int zt_gpu_count(void) {
 #endif
 }
 
+void zt_gpu_bind_thread(int index) {
+#ifdef ZT_HAVE_CUDART
+    if (index >= 0 && cudaSetDevice(index) != cudaSuccess)
+        cudaGetLastError(); /* the ops then fail and sync reports it, naming the device */
+#else
+    (void)index;
+#endif
+}
+
 zt_status zt_gpu_props_get(int index, zt_gpu_props *out) {
     memset(out, 0, sizeof *out);
     int n = zt_gpu_count();

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include "zero_internal.h"
+#include "ztrain/gpu.h"
 
 static zt_status run_job(zt_zero *z, const zt_zero_job *j) {
     if (j->kind == ZT_ZERO_REDUCE)
@@ -13,6 +14,9 @@ static zt_status run_job(zt_zero *z, const zt_zero_job *j) {
 
 static void *comm_thread_main(void *arg) {
     zt_zero *z = arg;
+    /* The CUDA runtime's current device is per thread: this one issues ops and copies too. */
+    if (z->be->device == ZT_DEVICE_CUDA)
+        zt_gpu_bind_thread(z->be->device_index);
     zt_zero_comm_thread *ct = &z->ct;
     pthread_mutex_lock(&ct->mu);
     for (;;) {

@@ -123,6 +123,33 @@ phase_ops() {
     return "$rc"
 }
 
+# Training on the GPU (tests/gpu/train_check.py): a GPT-2 and a Llama step against the CPU
+# engine, 20 bf16 steps against the fp32 curve, ZeRO 1-3 with 2 ranks on one GPU against one
+# rank, bit-exact resume, and ZeRO over NCCL when there are two GPUs. Its FIGURE lines become
+# figures of the JSON.
+phase_train() {
+    local log_train="$OUT/train_check.log"
+    timeout 300 python3 "$ROOT/tests/gpu/train_check.py" --bin "$BIN" --dir "$OUT/train-work" \
+        2>&1 | tee "$log_train"
+    local rc=${PIPESTATUS[0]}
+    local name value
+    while read -r _ name value; do figure "train_$name" "$value"; done \
+        < <(grep '^FIGURE ' "$log_train")
+    figure train_failures "$(grep -c '^FAIL' "$log_train")"
+    rm -rf "$OUT/train-work"
+    return "$rc"
+}
+
+# The benchmark (bench/bench_gpu.py): ztrain against PyTorch eager and torch.compile on GPT-2
+# 124M, and the 1.1B Llama with and without offload; its JSON is kept beside this script's.
+phase_bench() {
+    timeout 330 python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" --steps 20 --warmup 5 \
+        --micro-batch 16 --out "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.log"
+    local rc=${PIPESTATUS[0]}
+    [ -f "$OUT/bench_gpu.json" ] && figure bench "$(cat "$OUT/bench_gpu.json")"
+    return "$rc"
+}
+
 write_json() {
     local json="$OUT/gpu-check.json" i
     {
@@ -144,6 +171,8 @@ run() {
     phase device phase_device
     phase build phase_build
     phase ops phase_ops
+    phase train phase_train
+    phase bench phase_bench
     figure failed_phases "\"${FAILED[*]:-}\""
     write_json
     log "done: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"

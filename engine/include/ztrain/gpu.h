@@ -25,6 +25,11 @@ int zt_gpu_count(void);
 /* Whether this build can drive GPUs at all (compiled with the CUDA runtime). */
 bool zt_gpu_built(void);
 
+/* Makes visible GPU index the calling thread's current device (cudaSetDevice), as a thread
+ * other than the one that created the CUDA backend must before it issues ops (ZeRO's
+ * communication thread). A no-op for index < 0 or without CUDA. */
+void zt_gpu_bind_thread(int index);
+
 /* Properties of visible GPU index; ZT_ERR_INVALID naming the index when there is no such GPU. */
 zt_status zt_gpu_props_get(int index, zt_gpu_props *out);
 
