@@ -63,9 +63,13 @@ def train(ctx, name, spec, env=None):
     with open(path, "w") as f:
         json.dump(spec, f)
     out = os.path.join(ctx.dir, "out-" + name)
-    p = subprocess.run([os.path.join(ctx.bin, "ztrain"), "run", path, "--out", out],
-                       capture_output=True, text=True, timeout=ctx.timeout,
-                       env=dict(os.environ, **(env or {})))
+    try:
+        p = subprocess.run([os.path.join(ctx.bin, "ztrain"), "run", path, "--out", out],
+                           capture_output=True, text=True, timeout=ctx.timeout,
+                           env=dict(os.environ, **(env or {})))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"  {name}: {e}")
+        return None
     if p.returncode != 0:
         print(f"  {name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
         return None
@@ -152,6 +156,7 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--checks", default="gpt2,llama,bf16,zero,resume,nccl")
     ap.add_argument("--step-tol", type=float, default=2e-3)
+    ap.add_argument("--zero-stages", default="1,2,3", help="the stages the zero check runs")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
     ctx = ap.parse_args(argv)
@@ -173,7 +178,7 @@ def main(argv=None):
             elif c == "bf16":
                 check_bf16(ctx)
             elif c == "zero":
-                check_zero(ctx)
+                check_zero(ctx, stages=[int(x) for x in ctx.zero_stages.split(",") if x])
             elif c == "resume":
                 check_resume(ctx)
             elif c == "nccl":
