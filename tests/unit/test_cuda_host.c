@@ -116,6 +116,24 @@ static void test_buckets(void) {
     CHECK(zt_cuda_token_buckets(tokens, 0, uniq, start, pos, work) == 0 && start[0] == 0);
 }
 
+#ifdef ZT_HAVE_CUDA
+/* kernels/cuda/ops_cuda.c's table, declared here so the test needs no CUDA headers. */
+const zt_ops *zt_cuda_ops(void);
+#endif
+
+/* The CUDA op table fills every entry of zt_ops (a table of function pointers only), so no op
+ * is left for a model to find missing on a GPU. */
+static void test_table(void) {
+#ifdef ZT_HAVE_CUDA
+    typedef void (*fn)(void);
+    fn entries[sizeof(zt_ops) / sizeof(fn)];
+    _Static_assert(sizeof(zt_ops) % sizeof(fn) == 0, "zt_ops holds function pointers only");
+    memcpy(entries, zt_cuda_ops(), sizeof entries);
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+        CHECK(entries[i] != NULL, "entry %zu of the CUDA op table is NULL", i);
+#endif
+}
+
 static void test_create(void) {
     int gpus = zt_backend_device_count(ZT_DEVICE_CUDA);
     CHECK(zt_backend_device_count(ZT_DEVICE_CPU) == 1);
@@ -146,6 +164,7 @@ int main(void) {
     test_launch();
     test_ranges();
     test_buckets();
+    test_table();
     test_create();
     return check_summary("test_cuda_host");
 }
