@@ -63,3 +63,11 @@ void zt_backend_destroy(zt_backend *be) {
     if (be)
         be->iface->destroy(be);
 }
+
+#ifndef ZT_HAVE_CUDA
+zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out) {
+    (void)out;
+    return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA backend's "
+                    "(this build has none)", be ? be->name : "?");
+}
+#endif

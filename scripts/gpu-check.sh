@@ -53,6 +53,9 @@ prepare() {
     local progs=(test_ops test_cuda_host ztrain-worker ztrain)
     for p in "${progs[@]}"; do cp "$BUILD/$p" "$STAGE/bin/"; done
     (cd "$STAGE/bin" && bundle_libs "${progs[@]}")
+    # What the bundle was built from, for the run's report (uncommitted changes are marked).
+    echo "$(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo '+dirty')" \
+        >"$STAGE/bin/COMMIT"
     tar -C "$STAGE" -cJf "$CARRY/bundle.tar.xz" bin lib || die "packing failed"
     du -sh "$CARRY/bundle.tar.xz"
 }
@@ -98,6 +101,7 @@ phase_build() {
         dir=$(mktemp -d /tmp/ztrain-gpu-bundle.XXXXXX) && tar -C "$dir" -xJf "$CARRY/bundle.tar.xz" \
             || return 1
         BIN="$dir/bin"
+        figure bundle_commit "\"$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)\""
         export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
         echo "using the carried build ($CARRY/bundle.tar.xz)"
         return 0

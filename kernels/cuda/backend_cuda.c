@@ -26,6 +26,28 @@ void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char 
     pthread_mutex_unlock(&st->lock);
 }
 
+void zt_cuda_count(zt_cuda_state *st, long long delta) {
+    pthread_mutex_lock(&st->lock);
+    st->allocated = (size_t)((long long)st->allocated + delta);
+    if (st->allocated > st->peak)
+        st->peak = st->allocated;
+    pthread_mutex_unlock(&st->lock);
+}
+
+zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out) {
+    if (!be || be->device != ZT_DEVICE_CUDA)
+        return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA "
+                        "backend's", be ? be->name : "?");
+    zt_cuda_state *st = be->impl;
+    pthread_mutex_lock(&st->lock);
+    out->allocated = st->allocated;
+    out->peak = st->peak;
+    pthread_mutex_unlock(&st->lock);
+    out->device_free = out->device_total = 0;
+    ZT_CUDA_TRY(be->device_index, cudaMemGetInfo(&out->device_free, &out->device_total));
+    return ZT_OK;
+}
+
 static void *cuda_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
     zt_cuda_state *st = be->impl;
     /* A 0-byte request still gets a distinct pointer. */
@@ -50,6 +72,7 @@ static void *cuda_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
         cudaGetLastError();
         return NULL;
     }
+    zt_cuda_count(st, (long long)bytes);
     /* Zeroed before any later work on either stream can see it: the streams are non-blocking,
      * so a plain cudaMemset on the legacy stream would not be ordered before them. Allocation
      * happens at setup, where waiting costs nothing. */
@@ -73,6 +96,7 @@ static void cuda_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
     /* The range is no longer this allocation's: forget what was released of it. */
     zt_cuda_ranges_remove(&st->released, (uintptr_t)p, (uintptr_t)p + (bytes ? bytes : 1));
     ZT_CUDA_CHECK(be, cudaFree(p));
+    zt_cuda_count(st, -(long long)(bytes ? bytes : 1));
 }
 
 static void cuda_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
@@ -214,6 +238,7 @@ void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes) 
         return st->scratch[slot];
     ZT_CUDA_CHECK(x->be, cudaStreamSynchronize(st->stream[ZT_STREAM_COMPUTE]));
     ZT_CUDA_CHECK(x->be, cudaFree(st->scratch[slot]));
+    zt_cuda_count(st, -(long long)st->scratch_bytes[slot]);
     st->scratch[slot] = NULL;
     st->scratch_bytes[slot] = 0;
     /* A quarter more than asked, so a batch that grows a little does not reallocate each time. */
@@ -224,6 +249,7 @@ void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes) 
         return NULL;
     st->scratch[slot] = p;
     st->scratch_bytes[slot] = want;
+    zt_cuda_count(st, (long long)want);
     return p;
 }
 
@@ -264,6 +290,7 @@ static zt_status setup(zt_cuda_state *st, int dev) {
                                 (2 * ZT_CUDA_SUM_BLOCKS + 2) * sizeof(double)));
     ZT_CUDA_TRY(dev, cudaHostAlloc((void **)&st->sums_host, 2 * sizeof(double),
                                    cudaHostAllocPortable));
+    zt_cuda_count(st, ZT_CUDA_CUBLAS_WORKSPACE + (2 * ZT_CUDA_SUM_BLOCKS + 2) * sizeof(double));
     return ZT_OK;
 }
 

@@ -42,6 +42,8 @@ typedef struct {
     void *bucket_host;
     size_t bucket_host_bytes;
     zt_cuda_ranges released;
+    /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory). */
+    size_t allocated, peak;
     /* The first failure of a call that cannot return one (an op, a copy), reported by sync. */
     pthread_mutex_t lock;
     char first_error[512];
@@ -88,6 +90,9 @@ void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char 
     ZT_GPU_CALL_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, expr,             \
                  return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: %s: %s", (dev), #expr,       \
                                  zt_msg_))
+
+/* Counts bytes of device memory taken (a positive delta) or given back (negative). */
+void zt_cuda_count(zt_cuda_state *st, long long delta);
 
 /* Device scratch of at least bytes in the slot (contents undefined), or NULL after recording the
  * failure. Growing waits for the compute stream, whose earlier work may still read the old one. */

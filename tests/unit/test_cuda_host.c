@@ -116,9 +116,33 @@ static void test_buckets(void) {
     CHECK(zt_cuda_token_buckets(tokens, 0, uniq, start, pos, work) == 0 && start[0] == 0);
 }
 
+#ifdef ZT_HAVE_CUDA
+/* kernels/cuda/ops_cuda.c's table, declared here so the test needs no CUDA headers. */
+const zt_ops *zt_cuda_ops(void);
+#endif
+
+/* The CUDA op table fills every entry of zt_ops (a table of function pointers only), so no op
+ * is left for a model to find missing on a GPU. */
+static void test_table(void) {
+#ifdef ZT_HAVE_CUDA
+    typedef void (*fn)(void);
+    fn entries[sizeof(zt_ops) / sizeof(fn)];
+    _Static_assert(sizeof(zt_ops) % sizeof(fn) == 0, "zt_ops holds function pointers only");
+    memcpy(entries, zt_cuda_ops(), sizeof entries);
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+        CHECK(entries[i] != NULL, "entry %zu of the CUDA op table is NULL", i);
+#endif
+}
+
 static void test_create(void) {
     int gpus = zt_backend_device_count(ZT_DEVICE_CUDA);
     CHECK(zt_backend_device_count(ZT_DEVICE_CPU) == 1);
+    zt_backend *cpu = NULL;
+    zt_cuda_memory mem;
+    CHECK(zt_backend_create(&cpu, ZT_DEVICE_CPU, NULL) == ZT_OK);
+    CHECK(zt_backend_cuda_memory(cpu, &mem) == ZT_ERR_INVALID && strstr(zt_last_error(), "cpu"),
+          "%s", zt_last_error());
+    zt_backend_destroy(cpu);
     zt_backend *be = NULL;
     zt_status s = zt_backend_create(&be, ZT_DEVICE_CUDA, NULL);
     if (!zt_backend_available(ZT_DEVICE_CUDA)) {
@@ -135,6 +159,15 @@ static void test_create(void) {
     }
     CHECK(s == ZT_OK && be && be->device == ZT_DEVICE_CUDA && !be->act_as_f32, "%s",
           zt_last_error());
+    /* The allocator's count follows an allocation and its free to the byte. */
+    zt_cuda_memory m0, m1, m2;
+    CHECK(zt_backend_cuda_memory(be, &m0) == ZT_OK && m0.device_total > 0, "%s", zt_last_error());
+    void *p = zt_backend_alloc(be, ZT_MEM_DEVICE, 3 << 20);
+    CHECK(p && zt_backend_cuda_memory(be, &m1) == ZT_OK && m1.allocated == m0.allocated + (3 << 20)
+          && m1.peak >= m1.allocated);
+    zt_backend_free(be, ZT_MEM_DEVICE, p, 3 << 20);
+    CHECK(zt_backend_cuda_memory(be, &m2) == ZT_OK && m2.allocated == m0.allocated &&
+          m2.peak == m1.peak);
     zt_backend_options past = {.device_index = gpus};
     zt_backend *none = NULL;
     CHECK(zt_backend_create(&none, ZT_DEVICE_CUDA, &past) == ZT_ERR_INVALID && none == NULL);
@@ -146,6 +179,7 @@ int main(void) {
     test_launch();
     test_ranges();
     test_buckets();
+    test_table();
     test_create();
     return check_summary("test_cuda_host");
 }

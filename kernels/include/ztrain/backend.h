@@ -180,6 +180,18 @@ zt_status zt_backend_cuda_create(zt_backend **out, const zt_backend_options *opt
 /* cudaGetDeviceCount, 0 on any error. */
 int zt_backend_cuda_device_count(void);
 
+/* Device memory as a CUDA backend sees it: the bytes its ZT_MEM_DEVICE allocations and its own
+ * workspaces hold now (released ranges still count: the memory stays allocated) and the most they
+ * have held, and the device's free and total bytes (cudaMemGetInfo, which counts other processes
+ * and the CUDA context too). */
+typedef struct {
+    size_t allocated, peak;
+    size_t device_free, device_total;
+} zt_cuda_memory;
+
+/* ZT_ERR_INVALID for a backend that is not CUDA (and in a build without CUDA). */
+zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out);
+
 /* ---- the CPU backend ---------------------------------------------------------------------- */
 
 /* The CPU backend (kernels/cpu/backend_cpu.c). */
