@@ -499,7 +499,8 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(zt_json_get_string(&top, "comm", &comm, NULL));
     if (!zt_comm_choice_parse(comm, &job->comm))
         return zt_json_key_error(ZT_ERR_INVALID, &top, "comm",
-                                 "must be \"auto\", \"shm\", \"gloo\" or \"nccl\", got \"%s\"", comm);
+                                 "must be \"auto\", \"shm\", \"gloo\" or \"nccl\", got \"%s\"",
+                                 comm);
     const char *device = "cpu";
     ZT_TRY(zt_json_get_string(&top, "device", &device, NULL));
     if (strcmp(device, "cpu") == 0)
