@@ -249,6 +249,8 @@ def run_torch(args, torch, family, model, micro, compiled):
                 "peak_memory": torch.cuda.max_memory_allocated()}
     except torch.cuda.OutOfMemoryError:
         return {"error": "out of memory"}
+    except RuntimeError as e:  # torch.compile's backends fail in their own ways under pressure
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     finally:
         del net
         torch.cuda.empty_cache()
@@ -342,6 +344,9 @@ def main(argv=None):
                 if z and t:
                     out[f"ratio_ztrain_over_{r}"] = z / t
             res[family] = out
+            if args.out:  # after each model, so a run cut short still leaves its figures
+                with open(args.out, "w") as f:
+                    json.dump(res, f, indent=2)
             print(f"{family} ({params / 1e6:.0f}M parameters) on {device}, MFU against "
                   f"{peak_name} {peak / 1e12:.0f} TFLOPS dense bf16:")
             for r, v in out.items():
@@ -355,9 +360,6 @@ def main(argv=None):
                               f"{v.get('peak_memory', 0) / 2**30:.1f} GiB")
                 elif r.startswith("ratio"):
                     print(f"  {r}: {v:.2f}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=2)
     return 0
 
 
