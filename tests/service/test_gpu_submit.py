@@ -3,13 +3,21 @@ grpcio: the daemon says how many GPUs it schedules (none here, whatever the buil
 visible, or --gpus 0 says so), and a job asking for "device": "cuda" is INVALID_ARGUMENT naming
 the field (the spec parser's refusal in a build without the CUDA backend, the daemon's own with
 it) and makes no job, while the same job on "cpu" is taken. A daemon started with more
---gpus than CUDA_VISIBLE_DEVICES lists refuses to start, naming --gpus."""
+--gpus than CUDA_VISIBLE_DEVICES lists refuses to start, naming --gpus.
+
+A daemon told it has one GPU (--gpus 1 under CUDA_VISIBLE_DEVICES=7, a GPU this host lacks) hands
+it to "cuda" jobs one at a time through CUDA_VISIBLE_DEVICES: each job's start says
+CUDA_VISIBLE_DEVICES=7 in its log, each fails (this host has no GPU 7) naming the device, and the
+GPU is released for the next, so all three run in turn."""
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import BUILD, Checker, Daemon, stubs, submit, temp_dir, tiny_job  # noqa: E402
+from svc import (BUILD, Checker, Daemon, state_name, stubs, submit, temp_dir,  # noqa: E402
+                 tiny_job, wait_state)
 
 import grpc  # noqa: E402
 
@@ -40,6 +48,33 @@ def case_no_gpu(d, what):
     ck.check("ztraind: gpus: 0 (" in log, f"{what}: the daemon says it has no GPUs to give")
 
 
+def logs_of(d, job_id):
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{job_id}/logs?tail=200",
+                                timeout=30) as r:
+        return json.loads(r.read())["lines"]
+
+
+def case_one_gpu(tmp):
+    """Three cuda jobs through one (absent) GPU: given in turn, released after each."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = "7"
+    try:
+        with Daemon(BUILD, os.path.join(tmp, "one"), max_ranks=4, extra_args=["--gpus", "1"]) as d:
+            job = tiny_job(d.data_root, max_steps=1)
+            ids = [submit(d, dict(job, name=f"g{i}", device="cuda", world_size=1 + i % 2)).id
+                   for i in range(3)]
+            for i, jid in enumerate(ids):
+                j = wait_state(d, jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=120)
+                lines = [line["text"] for line in logs_of(d, jid)]
+                started = [t for t in lines if t.startswith("started ")]
+                ck.check(started and "CUDA_VISIBLE_DEVICES=7" in started[0],
+                         f"job {i}: its ranks got CUDA_VISIBLE_DEVICES=7: {started}")
+                ck.check(state_name(j.state) == "FAILED" and 'device "cuda"' in j.reason,
+                         f"job {i}: fails on this host without the GPU, naming the device: "
+                         f"{state_name(j.state)} {j.reason[:200]!r}")
+    finally:
+        del os.environ["CUDA_VISIBLE_DEVICES"]
+
+
 def main():
     tmp = temp_dir("ztrain-gpu-submit-")
     env_gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -51,6 +86,7 @@ def main():
             case_no_gpu(d, "default --gpus on a host without GPUs")
     with Daemon(BUILD, os.path.join(tmp, "zero"), extra_args=["--gpus", "0"]) as d:
         case_no_gpu(d, "--gpus 0")
+    case_one_gpu(tmp)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
     p = subprocess.run([os.path.join(BUILD, "ztraind"), "--gpus", "2", "--grpc-addr",
                         "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--state-dir",
