@@ -52,7 +52,10 @@ prepare() {
     rm -rf "$STAGE" "$CARRY" && mkdir -p "$STAGE/bin" "$STAGE/lib" "$CARRY"
     local progs=(test_ops test_cuda_host ztrain-worker ztrain)
     for p in "${progs[@]}"; do cp "$BUILD/$p" "$STAGE/bin/"; done
-    (cd "$STAGE/bin" && bundle_libs "${progs[@]}")
+    # The CUDA backend is a module the programs load by name (kernels/backend.c): it goes to lib/,
+    # which the run puts on LD_LIBRARY_PATH.
+    cp "$BUILD/libztrain_cuda.so" "$STAGE/lib/" || die "no CUDA module in $BUILD"
+    (cd "$STAGE/bin" && bundle_libs "${progs[@]}" ../lib/libztrain_cuda.so)
     # What the bundle was built from, for the run's report (uncommitted changes are marked).
     echo "$(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo '+dirty')" \
         >"$STAGE/bin/COMMIT"

@@ -34,7 +34,7 @@ void zt_cuda_count(zt_cuda_state *st, long long delta) {
     pthread_mutex_unlock(&st->lock);
 }
 
-zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out) {
+zt_status zt_cuda_memory_of(zt_backend *be, zt_cuda_memory *out) {
     if (!be || be->device != ZT_DEVICE_CUDA)
         return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA "
                         "backend's", be ? be->name : "?");
@@ -294,10 +294,10 @@ static zt_status setup(zt_cuda_state *st, int dev) {
     return ZT_OK;
 }
 
-zt_status zt_backend_cuda_create(zt_backend **out, const zt_backend_options *opts) {
+zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts) {
     *out = NULL;
     int dev = opts ? opts->device_index : 0;
-    int count = zt_backend_device_count(ZT_DEVICE_CUDA);
+    int count = zt_cuda_device_count();
     if (count == 0)
         return zt_error(ZT_ERR_UNSUPPORTED,
                         "device \"cuda\": no CUDA device is visible to this process (no GPU, no "
@@ -326,7 +326,7 @@ zt_status zt_backend_cuda_create(zt_backend **out, const zt_backend_options *opt
     return ZT_OK;
 }
 
-int zt_backend_cuda_device_count(void) {
+int zt_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError();

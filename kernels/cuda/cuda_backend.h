@@ -1,4 +1,6 @@
-/* The CUDA backend's internals shared by backend_cuda.c, ops_cuda.c and the kernel files: the
+/* The CUDA backend's internals shared by backend_cuda.c, ops_cuda.c and the kernel files, which
+ * make up the shared module libztrain_cuda.so (kernels/backend.c loads it on first use, so that
+ * programs running on the CPU never map the CUDA libraries): the
  * state behind zt_backend.impl, the one generator of the CUDA / cuBLASLt (and, in the engine,
  * NCCL) check macros, the growable scratch buffers and the op entry points, one per zt_ops field
  * with that field's signature. C and CUDA C++ both include it. */
@@ -107,6 +109,12 @@ void *zt_cuda_bucket_host(const zt_ctx *x, size_t bytes);
  * `blocks` partials in row j of sums_dev (rows of ZT_CUDA_SUM_BLOCKS), in a fixed order; waits
  * for the compute stream. */
 void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out);
+
+/* The module's entry points, which kernels/backend.c finds with dlsym (the public
+ * zt_backend_cuda_* calls of backend.h are its wrappers). */
+zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts);
+int zt_cuda_device_count(void);
+zt_status zt_cuda_memory_of(zt_backend *be, zt_cuda_memory *out);
 
 /* The op table (ops_cuda.c). */
 const zt_ops *zt_cuda_ops(void);

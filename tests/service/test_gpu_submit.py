@@ -5,10 +5,10 @@ the field (the spec parser's refusal in a build without the CUDA backend, the da
 it) and makes no job, while the same job on "cpu" is taken. A daemon started with more
 --gpus than CUDA_VISIBLE_DEVICES lists refuses to start, naming --gpus.
 
-A daemon told it has one GPU (--gpus 1 under CUDA_VISIBLE_DEVICES=7, a GPU this host lacks) hands
-it to "cuda" jobs one at a time through CUDA_VISIBLE_DEVICES: each job's start says
-CUDA_VISIBLE_DEVICES=7 in its log, each fails (this host has no GPU 7) naming the device, and the
-GPU is released for the next, so all three run in turn."""
+On a host with a GPU, a daemon told it has one (--gpus 1 under CUDA_VISIBLE_DEVICES=0) hands it to
+"cuda" jobs one at a time: each job's start says CUDA_VISIBLE_DEVICES=0 in its log and the GPU is
+released for the next, so all three run in turn (on a host without one the spec parser refuses
+such jobs before the queue sees them, so this case runs only where a GPU is)."""
 import json
 import os
 import subprocess
@@ -35,9 +35,10 @@ def refused(d, job):
 def case_no_gpu(d, what):
     job = tiny_job(d.data_root, max_steps=1)
     code, msg = refused(d, dict(job, device="cuda"))
-    # A build without the CUDA backend refuses it when the spec is read; one with it, here.
+    # The spec parser refuses it without the CUDA backend or without a visible GPU; past it,
+    # the daemon's own check refuses it when --gpus is 0.
     ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and 'device "cuda"' in msg and
-             ("no GPUs" in msg or "-DZT_CUDA=ON" in msg),
+             ("no GPUs" in msg or "-DZT_CUDA=ON" in msg or "no cuda device is visible" in msg),
              f"{what}: a cuda job is INVALID_ARGUMENT naming the field: {code} {msg}")
     n = len(d.stub().ListJobs(pb.ListJobsRequest(page_size=100), timeout=30).jobs)
     ck.check(n == 0, f"{what}: the refused job made no job ({n})")
@@ -55,8 +56,8 @@ def logs_of(d, job_id):
 
 
 def case_one_gpu(tmp):
-    """Three cuda jobs through one (absent) GPU: given in turn, released after each."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = "7"
+    """Three cuda jobs through one GPU: given in turn, released after each."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
     try:
         with Daemon(BUILD, os.path.join(tmp, "one"), max_ranks=4, extra_args=["--gpus", "1"]) as d:
             job = tiny_job(d.data_root, max_steps=1)
@@ -66,11 +67,10 @@ def case_one_gpu(tmp):
                 j = wait_state(d, jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=120)
                 lines = [line["text"] for line in logs_of(d, jid)]
                 started = [t for t in lines if t.startswith("started ")]
-                ck.check(started and "CUDA_VISIBLE_DEVICES=7" in started[0],
-                         f"job {i}: its ranks got CUDA_VISIBLE_DEVICES=7: {started}")
-                ck.check(state_name(j.state) == "FAILED" and 'device "cuda"' in j.reason,
-                         f"job {i}: fails on this host without the GPU, naming the device: "
-                         f"{state_name(j.state)} {j.reason[:200]!r}")
+                ck.check(started and "CUDA_VISIBLE_DEVICES=0" in started[0],
+                         f"job {i}: its ranks got CUDA_VISIBLE_DEVICES=0: {started}")
+                ck.check(state_name(j.state) in ("SUCCEEDED", "FAILED"),
+                         f"job {i} ended: {state_name(j.state)} {j.reason[:200]!r}")
     finally:
         del os.environ["CUDA_VISIBLE_DEVICES"]
 
@@ -86,7 +86,10 @@ def main():
             case_no_gpu(d, "default --gpus on a host without GPUs")
     with Daemon(BUILD, os.path.join(tmp, "zero"), extra_args=["--gpus", "0"]) as d:
         case_no_gpu(d, "--gpus 0")
-    case_one_gpu(tmp)
+    if os.path.exists("/dev/nvidia0"):
+        case_one_gpu(tmp)
+    else:
+        print("skip  one GPU through the queue: this host has no GPU")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
     p = subprocess.run([os.path.join(BUILD, "ztraind"), "--gpus", "2", "--grpc-addr",
                         "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--state-dir",
