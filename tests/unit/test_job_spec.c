@@ -255,7 +255,7 @@ static void test_errors(void) {
     ERR("{\"nodes\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'nodes' must be >= 1, got 0");
     ERR("{\"comm\": \"tcp\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
-        "job.json: key 'comm' must be \"auto\", \"shm\" or \"gloo\", got \"tcp\"");
+        "job.json: key 'comm' must be \"auto\", \"shm\", \"gloo\" or \"nccl\", got \"tcp\"");
     ERR("{\"world_size\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'world_size' must be >= 1, got 0");
     /* ZT_MAX_WORLD (512) bounds a job, here and in every transport. */
