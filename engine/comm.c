@@ -48,7 +48,12 @@ static const struct {
 #else
     {"gloo", NULL, "CPU ranks across hosts: install libgloo-dev and configure again (-DZT_GLOO=ON)"},
 #endif
-    {"nccl", NULL, "planned: GPU buffers, to be built with -DZT_CUDA=ON"},
+#ifdef ZT_HAVE_NCCL
+    {"nccl", &zt_comm_nccl_ops, NULL},
+#else
+    {"nccl", NULL,
+     "GPU buffers: configure with the CUDA toolkit and its NCCL present (-DZT_CUDA=ON)"},
+#endif
 };
 enum { N_TRANSPORTS = sizeof transports / sizeof *transports };
 
@@ -115,8 +120,10 @@ zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_inf
 }
 
 void zt_comm_destroy(zt_comm *c) {
-    if (c)
-        c->ops->destroy(c);
+    if (!c)
+        return;
+    zt_comm_attach_backend(c, NULL);
+    c->ops->destroy(c);
 }
 
 int zt_comm_rank(const zt_comm *c) { return c->rank; }
@@ -174,17 +181,34 @@ static zt_status check_rank(zt_comm *c, const char *what, const char *role, int 
     return ZT_OK;
 }
 
-zt_status zt_comm_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt_reduce_op op) {
+zt_status zt_comm_check_buffer(zt_comm *c, const char *what, const void *buf, size_t n,
+                               zt_dtype t) {
+    ZT_TRY(check_usable(c));
+    return check_elems(c, what, buf, n, t);
+}
+
+zt_status zt_comm_checked_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t,
+                                     zt_reduce_op op, bool dev) {
     const char *what = "all_reduce";
     ZT_TRY(check_usable(c));
     ZT_TRY(check_op(c, what, op));
     ZT_TRY(check_elems(c, what, buf, n, t));
-    RETURN_TIMED(c->ops->all_reduce(c, buf, n, t, op));
+    RETURN_TIMED((dev ? c->ops->dev_all_reduce : c->ops->all_reduce)(c, buf, n, t, op));
+}
+
+zt_status zt_comm_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt_reduce_op op) {
+    return zt_comm_checked_all_reduce(c, buf, n, t, op, false);
 }
 
 zt_status zt_comm_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n,
                                  const size_t *offsets, const size_t *counts, zt_dtype t,
                                  zt_reduce_op op) {
+    return zt_comm_checked_reduce_scatter(c, in, out, n, offsets, counts, t, op, false);
+}
+
+zt_status zt_comm_checked_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n,
+                                         const size_t *offsets, const size_t *counts, zt_dtype t,
+                                         zt_reduce_op op, bool dev) {
     const char *what = "reduce_scatter";
     ZT_TRY(check_usable(c));
     ZT_TRY(check_op(c, what, op));
@@ -193,24 +217,36 @@ zt_status zt_comm_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n
     if (counts[c->rank] && !out)
         return zt_comm_fail(c, ZT_ERR_INVALID, "%s: NULL output for %zu elements", what,
                             counts[c->rank]);
-    RETURN_TIMED(c->ops->reduce_scatter(c, in, out, n, offsets, counts, t, op));
+    RETURN_TIMED((dev ? c->ops->dev_reduce_scatter
+                      : c->ops->reduce_scatter)(c, in, out, n, offsets, counts, t, op));
 }
 
 zt_status zt_comm_all_gather(zt_comm *c, void *buf, size_t n, const size_t *offsets,
                              const size_t *counts, zt_dtype t) {
+    return zt_comm_checked_all_gather(c, buf, n, offsets, counts, t, false);
+}
+
+zt_status zt_comm_checked_all_gather(zt_comm *c, void *buf, size_t n, const size_t *offsets,
+                                     const size_t *counts, zt_dtype t, bool dev) {
     const char *what = "all_gather";
     ZT_TRY(check_usable(c));
     ZT_TRY(check_elems(c, what, buf, n, t));
     ZT_TRY(check_pieces(c, what, n, offsets, counts));
-    RETURN_TIMED(c->ops->all_gather(c, buf, n, offsets, counts, t));
+    RETURN_TIMED((dev ? c->ops->dev_all_gather : c->ops->all_gather)(c, buf, n, offsets, counts,
+                                                                      t));
 }
 
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int root) {
+    return zt_comm_checked_broadcast(c, buf, n, t, root, false);
+}
+
+zt_status zt_comm_checked_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int root,
+                                    bool dev) {
     const char *what = "broadcast";
     ZT_TRY(check_usable(c));
     ZT_TRY(check_rank(c, what, "root", root));
     ZT_TRY(check_elems(c, what, buf, n, t));
-    RETURN_TIMED(c->ops->broadcast(c, buf, n, t, root));
+    RETURN_TIMED((dev ? c->ops->dev_broadcast : c->ops->broadcast)(c, buf, n, t, root));
 }
 
 zt_status zt_comm_barrier(zt_comm *c) {
@@ -227,17 +263,26 @@ static zt_status check_peer(zt_comm *c, const char *what, int peer) {
 }
 
 zt_status zt_comm_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer) {
+    return zt_comm_checked_send(c, buf, n, t, peer, false);
+}
+
+zt_status zt_comm_checked_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer,
+                               bool dev) {
     const char *what = "send";
     ZT_TRY(check_usable(c));
     ZT_TRY(check_peer(c, what, peer));
     ZT_TRY(check_elems(c, what, buf, n, t));
-    RETURN_TIMED(c->ops->send(c, buf, n, t, peer));
+    RETURN_TIMED((dev ? c->ops->dev_send : c->ops->send)(c, buf, n, t, peer));
 }
 
 zt_status zt_comm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer) {
+    return zt_comm_checked_recv(c, buf, n, t, peer, false);
+}
+
+zt_status zt_comm_checked_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer, bool dev) {
     const char *what = "recv";
     ZT_TRY(check_usable(c));
     ZT_TRY(check_peer(c, what, peer));
     ZT_TRY(check_elems(c, what, buf, n, t));
-    RETURN_TIMED(c->ops->recv(c, buf, n, t, peer));
+    RETURN_TIMED((dev ? c->ops->dev_recv : c->ops->recv)(c, buf, n, t, peer));
 }

@@ -438,4 +438,12 @@ extern "C" const zt_comm_ops zt_comm_gloo_ops = {
     gloo_barrier,
     gloo_send,
     gloo_recv,
+    /* Host buffers only: comm_device.c stages device buffers through host memory. */
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };

@@ -11,7 +11,10 @@ bool zt_comm_choice_parse(const char *s, zt_comm_choice *out) {
     static const struct {
         const char *name;
         zt_comm_choice choice;
-    } names[] = {{"auto", ZT_COMM_AUTO}, {"shm", ZT_COMM_SHM}, {"gloo", ZT_COMM_GLOO}};
+    } names[] = {{"auto", ZT_COMM_AUTO},
+                 {"shm", ZT_COMM_SHM},
+                 {"gloo", ZT_COMM_GLOO},
+                 {"nccl", ZT_COMM_NCCL}};
     for (size_t i = 0; s && i < sizeof names / sizeof *names; i++) {
         if (strcmp(s, names[i].name) == 0) {
             *out = names[i].choice;
@@ -21,9 +24,14 @@ bool zt_comm_choice_parse(const char *s, zt_comm_choice *out) {
     return false;
 }
 
+/* The name of a choice other than auto. */
+static const char *named(zt_comm_choice c) {
+    return c == ZT_COMM_SHM ? "shm" : c == ZT_COMM_GLOO ? "gloo" : "nccl";
+}
+
 const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes) {
-    if (choice == ZT_COMM_SHM)
-        return "shm";
+    if (choice == ZT_COMM_SHM || choice == ZT_COMM_NCCL)
+        return named(choice);
     if (choice == ZT_COMM_GLOO || nodes > 1)
         return "gloo";
     return "shm";
@@ -36,21 +44,35 @@ static void say(char *why, size_t cap, const char *text) {
 
 zt_status zt_comm_choose(const zt_dist_info *d, zt_comm_choice job, const char **name, char *why,
                          size_t cap) {
+    return zt_comm_choose_on(d, job, false, 0, name, why, cap);
+}
+
+zt_status zt_comm_choose_on(const zt_dist_info *d, zt_comm_choice job, bool cuda, int gpus,
+                            const char **name, char *why, size_t cap) {
     char text[256];
     const char *env = getenv("ZTRAIN_COMM");
     zt_comm_choice choice = job;
     if (env && *env) {
         if (!zt_comm_choice_parse(env, &choice))
             return zt_error(ZT_ERR_INVALID,
-                            "ZTRAIN_COMM='%s' must be \"auto\", \"shm\" or \"gloo\"", env);
+                            "ZTRAIN_COMM='%s' must be \"auto\", \"shm\", \"gloo\" or \"nccl\"",
+                            env);
         if (choice != ZT_COMM_AUTO) {
-            *name = choice == ZT_COMM_SHM ? "shm" : "gloo";
+            *name = named(choice);
             say(why, cap, "ZTRAIN_COMM names it");
             return ZT_OK;
         }
     } else if (choice != ZT_COMM_AUTO) {
-        *name = choice == ZT_COMM_SHM ? "shm" : "gloo";
+        *name = named(choice);
         say(why, cap, "the job's \"comm\" names it");
+        return ZT_OK;
+    }
+    if (cuda && gpus >= d->local_world_size) {
+        *name = "nccl";
+        snprintf(text, sizeof text,
+                 "device cuda: %d GPU(s) visible for the %d rank(s) of this host", gpus,
+                 d->local_world_size);
+        say(why, cap, text);
         return ZT_OK;
     }
     /* Slurm's identity is the one in use when torchrun's variables are absent (dist_env.c). */
@@ -66,6 +88,13 @@ zt_status zt_comm_choose(const zt_dist_info *d, zt_comm_choice job, const char *
     } else {
         *name = "shm";
         snprintf(text, sizeof text, "all %d ranks run on this host", d->world_size);
+    }
+    if (cuda) {
+        /* Ranks share GPUs: NCCL would refuse them, so a host transport stages device buffers. */
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len,
+                 "; %d rank(s) share %d GPU(s), which NCCL refuses: staged through host memory",
+                 d->local_world_size, gpus);
     }
     say(why, cap, text);
     return ZT_OK;

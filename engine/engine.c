@@ -10,6 +10,7 @@
 #include "zero.h"
 #include "ztrain/comm.h"
 #include "ztrain/engine.h"
+#include "ztrain/gpu.h"
 #include "ztrain/loss_scaler.h"
 
 struct zt_engine {
@@ -26,7 +27,8 @@ struct zt_engine {
     zt_lr_schedule sched;
     zt_loader loader;
     bool has_loader;
-    int32_t *batch_inputs, *batch_targets;
+    int32_t *batch_inputs, *batch_targets; /* pinned host memory of batch_bytes each */
+    size_t batch_bytes;
     int64_t global_steps, micro_steps, skipped_steps;
     double grad_norm;
     bool step_applied;
@@ -109,7 +111,15 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->rank);
     zt_loss_scaler_init(&e->scaler, ds);
     zt_backend_options bo = {.threads = opts->threads};
+    /* A GPU rank takes the GPU of its LOCAL_RANK (ztrain/gpu.h), as the NCCL transport does. */
+    zt_dist_info local;
+    if (opts->device == ZT_DEVICE_CUDA && zt_dist_from_env(&local) == ZT_OK &&
+        zt_gpu_count() > 0)
+        bo.device_index = zt_gpu_for_rank(local.local_rank, zt_gpu_count());
     zt_status s = zt_backend_create(&e->be, opts->device, &bo);
+    /* ZeRO's collectives take the backend's device memory (comm.h: zt_comm_dev_*). */
+    if (s == ZT_OK && opts->comm)
+        s = zt_comm_attach_backend(opts->comm, e->be);
     if (s == ZT_OK && e->world != ds->world_size)
         s = zt_error(ZT_ERR_INVALID, "engine: the job has %d ranks but the config was read for %d",
                      e->world, ds->world_size);
@@ -162,9 +172,11 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         e->has_loader = s == ZT_OK;
     }
     if (s == ZT_OK) {
-        size_t n = (size_t)ds->train_micro_batch_size_per_gpu * spec->block_size;
-        e->batch_inputs = malloc(n * sizeof(int32_t));
-        e->batch_targets = malloc(n * sizeof(int32_t));
+        /* Pinned, so a GPU reads a batch's tokens with an asynchronous copy (or in place). */
+        e->batch_bytes = (size_t)ds->train_micro_batch_size_per_gpu * spec->block_size *
+                         sizeof(int32_t);
+        e->batch_inputs = zt_backend_alloc(e->be, ZT_MEM_PINNED, e->batch_bytes);
+        e->batch_targets = zt_backend_alloc(e->be, ZT_MEM_PINNED, e->batch_bytes);
         if (!e->batch_inputs || !e->batch_targets)
             s = zt_error(ZT_ERR_NOMEM, "engine: out of memory");
     }
@@ -187,8 +199,13 @@ void zt_engine_destroy(zt_engine *e) {
         zt_optimizer_free(&e->opt);
     if (e->has_loader)
         zt_loader_free(&e->loader);
-    free(e->batch_inputs);
-    free(e->batch_targets);
+    if (e->be) {
+        zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_inputs, e->batch_bytes);
+        zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_targets, e->batch_bytes);
+    }
+    /* The communicator outlives the engine: it lets go of the backend and its staging first. */
+    if (e->opts.comm && e->be)
+        zt_comm_attach_backend(e->opts.comm, NULL);
     zt_backend_destroy(e->be);
     free(e);
 }

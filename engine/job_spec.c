@@ -513,7 +513,8 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(zt_json_get_string(&top, "comm", &comm, NULL));
     if (!zt_comm_choice_parse(comm, &job->comm))
         return zt_json_key_error(ZT_ERR_INVALID, &top, "comm",
-                                 "must be \"auto\", \"shm\" or \"gloo\", got \"%s\"", comm);
+                                 "must be \"auto\", \"shm\", \"gloo\" or \"nccl\", got \"%s\"",
+                                 comm);
     const char *device = "cpu";
     ZT_TRY(zt_json_get_string(&top, "device", &device, NULL));
     if (strcmp(device, "cpu") == 0)
@@ -526,6 +527,12 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     if (!zt_backend_available(job->device))
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: device \"%s\" is not supported yet in this build "
                         "(configure with -DZT_CUDA=ON)", source, device);
+    /* A build with the backend on a host without the device: said here, rather than by every
+     * rank when it starts. */
+    if (zt_backend_device_count(job->device) == 0)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: device \"%s\" is not supported on this host: no "
+                        "%s device is visible (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them)",
+                        source, device, device);
 
     ZT_TRY(parse_model(&job->model, &top, job->base_dir));
     ZT_TRY(parse_data(&job->data, &top, job->base_dir));

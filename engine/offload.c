@@ -105,9 +105,12 @@ static void host_free(zt_offload *f, void *p, size_t bytes) {
     zt_backend_free(f->be, f->host_kind, p, bytes);
 }
 
-/* Copies between the caller's buffers and host-resident state or bounce buffers. */
-static void host_copy(zt_offload *f, void *dst, const void *src, size_t bytes) {
-    zt_backend_copy(f->be, dst, src, bytes, ZT_COPY_H2H, ZT_STREAM_COMPUTE);
+/* Copies between the caller's buffer (device memory when dev) and the store's host memory:
+ * write takes the caller's data in, read hands it out. */
+static void caller_copy(zt_offload *f, bool dev, bool write, void *dst, const void *src,
+                        size_t bytes) {
+    zt_copy_kind kind = !dev ? ZT_COPY_H2H : write ? ZT_COPY_D2H : ZT_COPY_H2D;
+    zt_backend_copy(f->be, dst, src, bytes, kind, ZT_STREAM_COMPUTE);
 }
 
 /* ---- directories and files ------------------------------------------------------------------ */
@@ -395,7 +398,7 @@ const char *zt_offload_describe(const zt_offload *f) { return f->describe; }
 /* Moves elements [first, first + count) of a file-backed stream through the bounce buffer in
  * aligned windows; a window only partly written is read first. */
 static zt_status file_copy(zt_offload *f, stream *s, bool write, size_t first,
-                           unsigned char *data, size_t count) {
+                           unsigned char *data, size_t count, bool dev) {
     size_t lo = first * s->elem, hi = (first + count) * s->elem;
     zt_status st = ZT_OK;
     pthread_mutex_lock(&f->sync_mu);
@@ -406,10 +409,10 @@ static zt_status file_copy(zt_offload *f, stream *s, bool write, size_t first,
         if (!write || pos > a || end < b)
             st = full_io(s->fd, false, f->sync, b - a, (off_t)a, s->path);
         if (st == ZT_OK && write) {
-            host_copy(f, f->sync + (pos - a), data + (pos - lo), end - pos);
+            caller_copy(f, dev, true, f->sync + (pos - a), data + (pos - lo), end - pos);
             st = full_io(s->fd, true, f->sync, b - a, (off_t)a, s->path);
         } else if (st == ZT_OK) {
-            host_copy(f, data + (pos - lo), f->sync + (pos - a), end - pos);
+            caller_copy(f, dev, false, data + (pos - lo), f->sync + (pos - a), end - pos);
         }
         pos = end;
     }
@@ -418,31 +421,41 @@ static zt_status file_copy(zt_offload *f, stream *s, bool write, size_t first,
 }
 
 static zt_status copy(zt_offload *f, int index, bool write, size_t first, unsigned char *data,
-                      size_t count) {
+                      size_t count, bool dev) {
     stream *s = &f->s[index];
     ZT_ASSERT(s->place != ZT_PLACE_ABSENT && first + count <= f->n);
     size_t in_file = tile_in_file(s, first) ? min_sz(count, s->n_file - first) : 0;
     if (in_file)
-        ZT_TRY(file_copy(f, s, write, first, data, in_file));
+        ZT_TRY(file_copy(f, s, write, first, data, in_file, dev));
     size_t rest = count - in_file;
     if (rest) {
         void *mem = at(s, first + in_file);
         unsigned char *d = data + in_file * s->elem;
         if (write)
-            host_copy(f, mem, d, rest * s->elem);
+            caller_copy(f, dev, true, mem, d, rest * s->elem);
         else
-            host_copy(f, d, mem, rest * s->elem);
+            caller_copy(f, dev, false, d, mem, rest * s->elem);
     }
     return ZT_OK;
 }
 
 zt_status zt_offload_read(zt_offload *f, int stream, size_t first, void *dst, size_t count) {
-    return copy(f, stream, false, first, dst, count);
+    return copy(f, stream, false, first, dst, count, false);
 }
 
 zt_status zt_offload_write(zt_offload *f, int stream, size_t first, const void *src,
                            size_t count) {
-    return copy(f, stream, true, first, (unsigned char *)src, count);
+    return copy(f, stream, true, first, (unsigned char *)src, count, false);
+}
+
+zt_status zt_offload_read_device(zt_offload *f, int stream, size_t first, void *dst,
+                                 size_t count) {
+    return copy(f, stream, false, first, dst, count, true);
+}
+
+zt_status zt_offload_write_device(zt_offload *f, int stream, size_t first, const void *src,
+                                  size_t count) {
+    return copy(f, stream, true, first, (unsigned char *)src, count, true);
 }
 
 /* ---- the tiled update --------------------------------------------------------------------- */

@@ -98,6 +98,12 @@ bool zt_offload_in_file(const zt_offload *f, int stream);
 zt_status zt_offload_read(zt_offload *f, int stream, size_t first, void *dst, size_t count);
 zt_status zt_offload_write(zt_offload *f, int stream, size_t first, const void *src,
                            size_t count);
+/* The same with the caller's buffer in the backend's device memory (ZeRO's flat buffers): the
+ * copies are host-to-device and device-to-host, which on the CPU backend are plain copies. */
+zt_status zt_offload_read_device(zt_offload *f, int stream, size_t first, void *dst,
+                                 size_t count);
+zt_status zt_offload_write_device(zt_offload *f, int stream, size_t first, const void *src,
+                                  size_t count);
 
 /* One update over the slice: calls `update` once per tile, in order, and writes back every
  * file-backed tile. A failed read or write stops the update and is returned (naming the file,

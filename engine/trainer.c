@@ -15,6 +15,7 @@
 #include "rank_stats.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
+#include "ztrain/gpu.h"
 #include "ztrain/metrics.h"
 #include "ztrain/monitor.h"
 #include "ztrain/trainer.h"
@@ -364,6 +365,10 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         ZT_TRY(zt_comm_all_reduce(t->comm, &flops_per_token, 1, ZT_F64, ZT_REDUCE_SUM));
         flops_per_token /= t->data_world;
     }
+    /* perf/mfu: the achieved FLOP/s over the dense bf16 peak of every rank's GPU (ztrain/gpu.h's
+     * table); no peak, and no MFU, on the CPU. */
+    const zt_backend *be = zt_engine_model(t->e)->ctx.be;
+    const double peak = be->device == ZT_DEVICE_CUDA ? zt_gpu_peak_of(be->device_index, NULL) : 0;
     double last_loss = NAN;
     t->start_ms = now_ms();
     while (zt_engine_global_steps(t->e) < t->max_steps) {
@@ -442,6 +447,8 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             };
             /* Warmup steps carry no perf figures: they are left out of timing. */
             int n = timed ? 10 : 8;
+            if (timed && peak > 0)
+                m[n++] = (zt_metric){"perf/mfu", tflops * 1e12 / (peak * t->world)};
             if (job->ds.fp16.enabled)
                 m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
             /* A pipeline's measured bubble: idle time over the schedule's time. */

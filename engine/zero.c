@@ -196,6 +196,11 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
 void zt_zero_free(zt_zero *z) {
     zt_zero_stop_comm_thread(z);
     zt_offload_destroy(z->off);
+    if (z->host_be) {
+        zt_backend_free(z->host_be, ZT_MEM_HOST, z->host_g, z->host_bytes);
+        zt_backend_free(z->host_be, ZT_MEM_HOST, z->host_p, z->host_bytes);
+        zt_backend_destroy(z->host_be);
+    }
     if (z->model)
         z->model->hooks = (zt_model_hooks){0};
     free(z->prefetched);
@@ -226,7 +231,7 @@ static zt_status put_masters(zt_zero *z, size_t c, const uint16_t *h, size_t len
         return ZT_OK;
     }
     op->from_half(&z->ctx, z->chunk, h, len, z->dtype);
-    return zt_offload_write(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len);
+    return zt_offload_write_device(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len);
 }
 
 /* Stage 3 in mixed precision keeps only its slice of the 16-bit parameters: the slice is rounded
@@ -242,7 +247,7 @@ static zt_status slice_to_half(zt_zero *z) {
         op->to_half(&z->ctx, h, z->model->params + at, len, z->dtype);
         ZT_TRY(put_masters(z, c, h, len));
         if (z->param_file) {
-            ZT_TRY(zt_offload_write(z->off, ZT_OFFLOAD_PARAMS, c, h, len));
+            ZT_TRY(zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, c, h, len));
             zt_zero_release_u16(z, z->p16, at, at + len);
         }
     }
@@ -261,7 +266,8 @@ zt_status zt_zero_after_load(zt_zero *z) {
             s = put_masters(z, c, z->p16 + z->master_base + c,
                             zt_min_sz(ZT_ZERO_CHUNK, z->master_n - c));
     } else if (z->param_file) {
-        s = zt_offload_write(z->off, ZT_OFFLOAD_PARAMS, 0, m->params + z->own_lo, z->part);
+        s = zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, 0, m->params + z->own_lo,
+                                     z->part);
     }
     zt_zero_release_gathered(z);
     return s;

@@ -95,6 +95,13 @@ typedef struct {
     zt_offload *off;
     bool masters_offloaded;
     bool param_file;
+    /* The offloaded update on a GPU (zero_optim.c): the host's CPU backend runs the optimizer on
+     * the host tiles, with each tile's gradients (and fp32 parameters) copied to host_g / host_p
+     * first and the parameters copied back; NULL on the CPU, whose tiles the update reads where
+     * they are. ZTRAIN_OFFLOAD_STAGED=1 takes this path on the CPU too, for tests. */
+    zt_backend *host_be;
+    void *host_g, *host_p;
+    size_t host_bytes;          /* of each of host_g and host_p */
     /* bf16_master_weights_and_grads with bf16_optimizer_states (zt_zero_use_states16): no fp32
      * masters (the 16-bit parameters of the slice are the masters) and the optimizer's state in
      * 16 bits, m16/v16 [part] (NULL where the optimizer has no such state), updated through

@@ -31,8 +31,8 @@ zt_status zt_zero_reduce_range(zt_zero *z, size_t lo, size_t hi) {
         op->round_to(&z->ctx, g + lo, hi - lo, z->comm_dtype);
     if (z->comm) {
         size_t off = offsets[z->rank];
-        ZT_TRY(zt_comm_reduce_scatter(z->comm, g + lo, g + lo + off, hi - lo, offsets, counts,
-                                      ZT_F32, ZT_REDUCE_AVG));
+        ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, g + lo, g + lo + off, hi - lo, offsets,
+                                          counts, ZT_F32, ZT_REDUCE_AVG));
     }
     if (z->half) {
         if (a < b && z->comm_dtype != ZT_F32)
@@ -106,7 +106,8 @@ zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *cou
                          zt_zero_resident_f32(z, m->grads, 0, m->n_padded));
     if (z->stage == 0 || !z->comm) {
         if (z->comm)
-            ZT_TRY(zt_comm_all_reduce(z->comm, m->grads, m->n_padded, ZT_F32, ZT_REDUCE_AVG));
+            ZT_TRY(zt_comm_dev_all_reduce(z->comm, m->grads, m->n_padded, ZT_F32,
+                                          ZT_REDUCE_AVG));
         if (z->stage == 0) {
             *g = m->grads;
             *p = m->params;
@@ -116,8 +117,8 @@ zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *cou
     } else if (z->stage == 1) {
         size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
         zt_zero_pieces(z, 0, m->n_padded, offsets, counts);
-        ZT_TRY(zt_comm_reduce_scatter(z->comm, m->grads, m->grads + z->own_lo, m->n_padded,
-                                      offsets, counts, ZT_F32, ZT_REDUCE_AVG));
+        ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, m->grads, m->grads + z->own_lo,
+                                          m->n_padded, offsets, counts, ZT_F32, ZT_REDUCE_AVG));
     }
     *g = z->stage >= 2 ? z->grad_acc : m->grads + z->own_lo;
     *p = m->params + z->own_lo;
@@ -210,18 +211,18 @@ static zt_status half_collective(zt_zero *z, uint16_t *x, int kind) {
         ZT_TRY(zt_zero_commit_f32(z, buf, lo, hi));
         if (kind == HALF_ALL_GATHER) {
             op->from_half(&z->ctx, buf + a, x + a, cnt, z->dtype);
-            s = zt_comm_all_gather(z->comm, buf + lo, hi - lo, offsets, counts, ZT_F32);
+            s = zt_comm_dev_all_gather(z->comm, buf + lo, hi - lo, offsets, counts, ZT_F32);
             if (s == ZT_OK)
                 op->to_half(&z->ctx, x + lo, buf + lo, hi - lo, z->dtype);
         } else {
             op->from_half(&z->ctx, buf + lo, x + lo, hi - lo, z->dtype);
             if (kind == HALF_ALL_REDUCE) {
-                s = zt_comm_all_reduce(z->comm, buf + lo, hi - lo, ZT_F32, ZT_REDUCE_AVG);
+                s = zt_comm_dev_all_reduce(z->comm, buf + lo, hi - lo, ZT_F32, ZT_REDUCE_AVG);
                 if (s == ZT_OK)
                     op->to_half(&z->ctx, x + lo, buf + lo, hi - lo, z->dtype);
             } else {
-                s = zt_comm_reduce_scatter(z->comm, buf + lo, buf + a, hi - lo, offsets, counts,
-                                           ZT_F32, ZT_REDUCE_AVG);
+                s = zt_comm_dev_reduce_scatter(z->comm, buf + lo, buf + a, hi - lo, offsets,
+                                               counts, ZT_F32, ZT_REDUCE_AVG);
                 if (s == ZT_OK)
                     op->to_half(&z->ctx, x + a, buf + a, cnt, z->dtype);
             }

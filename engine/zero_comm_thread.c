@@ -15,6 +15,7 @@ static double monotonic_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+#include "ztrain/gpu.h"
 
 static zt_status run_job(zt_zero *z, const zt_zero_job *j) {
     if (j->kind == ZT_ZERO_REDUCE)
@@ -24,6 +25,9 @@ static zt_status run_job(zt_zero *z, const zt_zero_job *j) {
 
 static void *comm_thread_main(void *arg) {
     zt_zero *z = arg;
+    /* The CUDA runtime's current device is per thread: this one issues ops and copies too. */
+    if (z->be->device == ZT_DEVICE_CUDA)
+        zt_gpu_bind_thread(z->be->device_index);
     zt_zero_comm_thread *ct = &z->ct;
     pthread_mutex_lock(&ct->mu);
     for (;;) {

@@ -12,8 +12,8 @@
 static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
     float *p = z->model->params;
     if (!z->half)
-        return zt_offload_read(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, p + a, n);
-    ZT_TRY(zt_offload_read(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n));
+        return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, p + a, n);
+    ZT_TRY(zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n));
     z->be->ops->from_half(&z->ctx, p + a, z->p16 + a, n, z->dtype);
     zt_zero_release_u16(z, z->p16, a, a + n);
     return ZT_OK;
@@ -34,7 +34,7 @@ zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi) {
         z->be->ops->from_half(&z->ctx, p + a, z->p16 + a, n, z->dtype);
     if (!z->comm)
         return ZT_OK;
-    return zt_comm_all_gather(z->comm, p + lo, hi - lo, offsets, counts, ZT_F32);
+    return zt_comm_dev_all_gather(z->comm, p + lo, hi - lo, offsets, counts, ZT_F32);
 }
 
 /* Stage 3 brings layers in as they are used: gathered from their owners, or read from this

@@ -3,6 +3,7 @@
  * when offload_optimizer or offload_param puts the state in host buffers or NVMe files, and
  * copies of that state in and out for checkpoints. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "zero_internal.h"
 
@@ -35,18 +36,82 @@ typedef struct {
     double lr, momentum;
 } update_ctx;
 
+/* A tile's parameters in device memory (offload_param keeps them in the store's host buffers
+ * instead). */
+static bool params_on_device(const zt_zero *z) { return !z->param_file; }
+
+/* On a GPU the tile's gradients come to the host first, and the optimizer runs on the host
+ * backend (the state is host memory); its parameters go back afterwards (staged_end). */
+static const void *staged_grads(update_ctx *c, const zt_offload_tile *t, size_t elem) {
+    zt_zero *z = c->z;
+    const char *g = (const char *)c->g + t->first * elem;
+    zt_backend_copy(z->be, z->host_g, g, t->count * elem, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    c->o->ctx.be = z->host_be;
+    return z->host_g;
+}
+
+static void staged_end(update_ctx *c, const zt_offload_tile *t, size_t elem) {
+    zt_zero *z = c->z;
+    c->o->ctx.be = z->be;
+    if (params_on_device(z))
+        zt_backend_copy(z->be, t->p[ZT_OFFLOAD_PARAMS], z->host_p, t->count * elem, ZT_COPY_H2D,
+                        ZT_STREAM_COMPUTE);
+}
+
 static void update_tile_half(void *arg, const zt_offload_tile *t) {
     update_ctx *c = arg;
-    update_half_range(c->z, c->o, t->p[ZT_OFFLOAD_MASTER], (const uint16_t *)c->g + t->first,
-                      t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ],
-                      t->p[ZT_OFFLOAD_PARAMS], t->count, c->grad_mul, c->lr, c->momentum);
+    zt_zero *z = c->z;
+    const uint16_t *g = (const uint16_t *)c->g + t->first;
+    uint16_t *p16 = t->p[ZT_OFFLOAD_PARAMS];
+    if (z->host_be) {
+        g = staged_grads(c, t, 2);
+        if (params_on_device(z))
+            p16 = z->host_p;
+    }
+    update_half_range(z, c->o, t->p[ZT_OFFLOAD_MASTER], g, t->p[ZT_OFFLOAD_EXP_AVG],
+                      t->p[ZT_OFFLOAD_EXP_AVG_SQ], p16, t->count, c->grad_mul, c->lr,
+                      c->momentum);
+    if (z->host_be)
+        staged_end(c, t, 2);
 }
 
 static void update_tile(void *arg, const zt_offload_tile *t) {
     update_ctx *c = arg;
-    zt_optimizer_update_with(c->o, t->p[ZT_OFFLOAD_PARAMS], (const float *)c->g + t->first,
-                             t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ], t->count,
-                             c->lr, c->momentum);
+    zt_zero *z = c->z;
+    const float *g = (const float *)c->g + t->first;
+    float *p = t->p[ZT_OFFLOAD_PARAMS];
+    if (z->host_be) {
+        g = staged_grads(c, t, 4);
+        if (params_on_device(z)) {
+            zt_backend_copy(z->be, z->host_p, p, t->count * 4, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+            p = z->host_p;
+        }
+    }
+    zt_optimizer_update_with(c->o, p, g, t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ],
+                             t->count, c->lr, c->momentum);
+    if (z->host_be)
+        staged_end(c, t, 4);
+}
+
+/* The host side of the offloaded update on a GPU: a CPU backend and two tile-sized host
+ * buffers. Its mixed-precision update needs the fused Adam kernel (the other path converts on
+ * the device), so SGD with 16-bit parameters is refused there. */
+static zt_status stage_offload(zt_zero *z, const zt_optimizer *o) {
+    const char *forced = getenv("ZTRAIN_OFFLOAD_STAGED");
+    if (z->be->device == ZT_DEVICE_CPU && !(forced && strcmp(forced, "1") == 0))
+        return ZT_OK;
+    if (z->half && o && o->cfg.type != ZT_OPTIM_ADAM)
+        return zt_error(ZT_ERR_INVALID, "zero_optimization.offload_optimizer on device \"%s\": "
+                        "only Adam/AdamW with bf16/fp16 (SGD in 16 bits is not staged)",
+                        z->be->name);
+    ZT_TRY(zt_backend_create(&z->host_be, ZT_DEVICE_CPU, NULL));
+    z->host_bytes = zt_offload_tile_elems(z->off) * sizeof(float);
+    z->host_g = zt_backend_alloc(z->host_be, ZT_MEM_HOST, z->host_bytes);
+    z->host_p = zt_backend_alloc(z->host_be, ZT_MEM_HOST, z->host_bytes);
+    if (!z->host_g || !z->host_p)
+        return zt_error(ZT_ERR_NOMEM, "offload: no host memory for two %zu-byte update tiles",
+                        z->host_bytes);
+    return ZT_OK;
 }
 
 /* After an offloaded update every rank learns whether any rank's failed, so that no rank goes on
@@ -123,6 +188,11 @@ zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimiz
     bool param_nvme = z->stage == 3 && cfg->offload_param.device == ZT_OFFLOAD_NVME;
     if (od == ZT_OFFLOAD_NONE && !param_nvme)
         return ZT_OK;
+    /* offload_param alone would run the update on the device's state with the parameters in
+     * host tiles: not staged (yet); with offload_optimizer too, it is. */
+    if (z->be->device != ZT_DEVICE_CPU && od == ZT_OFFLOAD_NONE)
+        return zt_error(ZT_ERR_INVALID, "zero_optimization.offload_param on device \"%s\": "
+                        "only together with offload_optimizer", z->be->name);
     ZT_ASSERT((od != ZT_OFFLOAD_NONE) == z->masters_offloaded);
     ZT_ASSERT(!o || o->external == z->masters_offloaded);
     zt_model *m = z->model;
@@ -156,7 +226,7 @@ zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimiz
             (zt_offload_stream_spec){state, "exp_avg_sq", 4, o->v, false};
     ZT_TRY(zt_offload_create(&z->off, &spec));
     z->param_file = param_nvme;
-    return ZT_OK;
+    return od != ZT_OFFLOAD_NONE ? stage_offload(z, o) : ZT_OK;
 }
 
 /* 16-bit state in and out of a checkpoint as fp32, through the staging buffer: widened exactly

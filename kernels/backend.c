@@ -1,7 +1,70 @@
-/* Backend creation by device: the one place that knows which backends this build has. */
+/* Backend creation by device: the one place that knows which backends this build has.
+ *
+ * The CUDA backend is a shared module, libztrain_cuda.so, loaded here on first use: linking
+ * cuBLASLt (half a gigabyte of library whose relocations alone add about 100 MB to a process's
+ * resident memory) into every program would charge that to every CPU rank. The module calls back
+ * into this library (zt_error, ...), which the programs export (CMake's ENABLE_EXPORTS). */
 #include <stdio.h>
 
 #include "ztrain/backend.h"
+
+#ifdef ZT_HAVE_CUDA
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* The module's entry points (kernels/cuda/cuda_backend.h). */
+static struct {
+    zt_status (*create)(zt_backend **out, const zt_backend_options *opts);
+    int (*count)(void);
+    zt_status (*memory)(zt_backend *be, zt_cuda_memory *out);
+} cuda_module;
+static char cuda_module_error[512];
+static pthread_once_t cuda_module_once = PTHREAD_ONCE_INIT;
+
+/* By name first (LD_LIBRARY_PATH, the program's run path: a carried or installed build), then at
+ * the path of the build tree that made this library. */
+static void cuda_module_load(void) {
+    void *h = dlopen("libztrain_cuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        h = dlopen(ZT_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(cuda_module_error, sizeof cuda_module_error, "%s", dlerror());
+        return;
+    }
+    *(void **)&cuda_module.create = dlsym(h, "zt_cuda_backend_create");
+    *(void **)&cuda_module.count = dlsym(h, "zt_cuda_device_count");
+    *(void **)&cuda_module.memory = dlsym(h, "zt_cuda_memory_of");
+    if (!cuda_module.create || !cuda_module.count || !cuda_module.memory) {
+        snprintf(cuda_module_error, sizeof cuda_module_error, "%s lacks its entry points",
+                 ZT_CUDA_MODULE);
+        cuda_module.create = NULL;
+    }
+}
+
+/* Whether the module is loaded; its failure is left for zt_last_error otherwise. */
+static bool cuda_module_ready(void) {
+    pthread_once(&cuda_module_once, cuda_module_load);
+    if (cuda_module.create)
+        return true;
+    zt_error(ZT_ERR_UNSUPPORTED, "device \"cuda\": cannot load the CUDA backend: %s",
+             cuda_module_error);
+    return false;
+}
+
+zt_status zt_backend_cuda_create(zt_backend **out, const zt_backend_options *opts) {
+    *out = NULL;
+    return cuda_module_ready() ? cuda_module.create(out, opts) : ZT_ERR_UNSUPPORTED;
+}
+
+int zt_backend_cuda_device_count(void) { return cuda_module_ready() ? cuda_module.count() : 0; }
+
+zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out) {
+    if (!be || be->device != ZT_DEVICE_CUDA)
+        return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA "
+                        "backend's", be ? be->name : "?");
+    return cuda_module.memory(be, out);
+}
+#endif
 
 const char *zt_device_name(zt_device d) {
     static const char *const names[ZT_DEVICE_COUNT] = {"cpu", "cuda"};
@@ -23,6 +86,21 @@ bool zt_backend_available(zt_device device) {
     }
 }
 
+int zt_backend_device_count(zt_device device) {
+    switch (device) {
+    case ZT_DEVICE_CPU:
+        return 1;
+    case ZT_DEVICE_CUDA:
+#ifdef ZT_HAVE_CUDA
+        return zt_backend_cuda_device_count();
+#else
+        return 0;
+#endif
+    default:
+        return 0;
+    }
+}
+
 zt_status zt_backend_create(zt_backend **out, zt_device device, const zt_backend_options *opts) {
     static const zt_backend_options defaults = {0};
     if (!opts)
@@ -32,9 +110,13 @@ zt_status zt_backend_create(zt_backend **out, zt_device device, const zt_backend
     case ZT_DEVICE_CPU:
         return zt_backend_cpu_create(out, opts);
     case ZT_DEVICE_CUDA:
+#ifdef ZT_HAVE_CUDA
+        return zt_backend_cuda_create(out, opts);
+#else
         return zt_error(ZT_ERR_INVALID,
                         "device \"cuda\": this build has no CUDA backend (configure with "
                         "-DZT_CUDA=ON on a machine with the CUDA toolkit)");
+#endif
     default:
         return zt_error(ZT_ERR_INVALID, "device %d is not known (available: cpu)", (int)device);
     }
@@ -44,3 +126,11 @@ void zt_backend_destroy(zt_backend *be) {
     if (be)
         be->iface->destroy(be);
 }
+
+#ifndef ZT_HAVE_CUDA
+zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out) {
+    (void)out;
+    return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA backend's "
+                    "(this build has none)", be ? be->name : "?");
+}
+#endif

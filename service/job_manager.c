@@ -311,7 +311,8 @@ static zt_status check_spec(zt_jobs *jm, const char *spec_json, const char *id, 
                              .max_nodes = jm->cfg.slurm ? 0 : 1,
                              .max_rank_bytes = jm->cfg.max_rank_bytes,
                              .max_job_bytes = jm->cfg.max_job_bytes,
-                             .host_bytes = jm->cfg.host_bytes, .host_name = jm->cfg.host_name};
+                             .host_bytes = jm->cfg.host_bytes, .host_name = jm->cfg.host_name,
+                             .gpus = jm->cfg.slurm ? -1 : jm->gpus.n};
     return zt_spec_check(spec_json, id, &limits, text, spec);
 }
 
@@ -798,7 +799,9 @@ zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
     if (jm->cfg.max_ranks < 1)
         jm->cfg.max_ranks = 1;
     pthread_mutex_init(&jm->mu, NULL);
-    zt_status s = resolve_root(&jm->cfg.data_root, "data");
+    zt_status s = zt_gpu_pool_init(&jm->gpus, cfg->gpus, cfg->gpu_visible);
+    if (s == ZT_OK)
+        s = resolve_root(&jm->cfg.data_root, "data");
     if (s == ZT_OK)
         s = resolve_root(&jm->cfg.runs_root, "runs");
     if (s == ZT_OK)

@@ -151,6 +151,11 @@ typedef struct {
      * daemon tag a hash of the host and the state file, so that a restarted daemon finds the
      * Slurm jobs of the previous one and cancels them. */
     const zt_slurm_config *slurm;
+    /* GPUs the daemon hands out to "device": "cuda" jobs (--gpus; service/gpu_pool.h), named
+     * as gpu_visible lists them (the daemon's CUDA_VISIBLE_DEVICES; NULL: 0 .. gpus-1). With 0
+     * such jobs are refused at SubmitJob. Under Slurm the scheduler binds GPUs instead. */
+    int gpus;
+    const char *gpu_visible;
 } zt_jobs_config;
 
 typedef struct zt_jobs zt_jobs;

@@ -23,6 +23,7 @@
 #include "job_history.h"
 #include "job_manager.h"
 #include "job_store.h"
+#include "gpu_pool.h"
 #include "supervisor.h"
 #include "ztrain/job_spec.h"
 
@@ -63,6 +64,7 @@ struct zt_jobs {
     int n_jobs, cap_jobs;
     long long last_number;
     int ranks_in_use;
+    zt_gpu_pool gpus;            /* held by running "device": "cuda" jobs */
     zt_job_store *store;
     zt_supervisor *sup;
     bool stopping;               /* zt_jobs_destroy began: queued jobs no longer start */

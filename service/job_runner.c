@@ -37,6 +37,15 @@ static int spec_nodes(const job *j) {
     return nodes;
 }
 
+/* GPUs a queued job holds once it starts: none unless it computes on "device": "cuda". */
+static int gpus_needed(const zt_jobs *jm, const job *j) {
+    cJSON *top = cJSON_Parse(j->info.spec_json);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(top, "device");
+    bool cuda = cJSON_IsString(d) && strcmp(d->valuestring, "cuda") == 0;
+    cJSON_Delete(top);
+    return cuda && !jm->cfg.slurm ? zt_gpu_pool_need(&jm->gpus, j->info.world_size) : 0;
+}
+
 static void start_job(zt_jobs *jm, job *j) {
     char job_path[4200];
     zt_status s = write_job_file(j, job_path, sizeof job_path);
@@ -62,10 +71,27 @@ static void start_job(zt_jobs *jm, job *j) {
                           .fail_grace_s = 3.0,
                           .passive_wait = (long)threads * jm->cfg.max_ranks > cpus,
                           .slurm = jm->cfg.slurm ? &sj : NULL};
+    /* Every rank sees the job's GPUs and takes the one of its LOCAL_RANK (gpu_pool.h). */
+    char gpu_list[ZT_MAX_GPUS * 65];
+    const char **devices = NULL;
+    int gpus = gpus_needed(jm, j);
+    if (s == ZT_OK && gpus > 0) {
+        /* The queue started this job only with this many free. */
+        bool took = zt_gpu_pool_take(&jm->gpus, j->info.id, gpus, gpu_list, sizeof gpu_list);
+        ZT_ASSERT(took);
+        devices = calloc((size_t)j->info.world_size, sizeof *devices);
+        ZT_ASSERT(devices);
+        for (int r = 0; r < j->info.world_size; r++)
+            devices[r] = gpu_list;
+        spec.cuda_devices = devices;
+    }
     pid_t *pids = calloc((size_t)j->info.world_size, sizeof *pids);
     ZT_ASSERT(pids);
     if (s == ZT_OK)
         s = zt_supervisor_start_group(jm->sup, &spec, j, &j->group, pids);
+    free(devices);
+    if (s != ZT_OK)
+        zt_gpu_pool_release(&jm->gpus, j->info.id);
     if (s != ZT_OK) {
         zt_jm_set_reason(j, "cannot start the ranks: %s", zt_last_error());
         free(pids);
@@ -87,8 +113,9 @@ static void start_job(zt_jobs *jm, job *j) {
                          sj.cfg->partition && sj.cfg->partition[0] ? " in partition " : "",
                          sj.cfg->partition ? sj.cfg->partition : "", threads, j->info.comm);
     else
-        zt_jm_daemon_log(jm, j, "started %d rank(s) of %s, %d thread(s) each, %s transport",
-                         j->info.world_size, jm->cfg.worker_path, threads, j->info.comm);
+        zt_jm_daemon_log(jm, j, "started %d rank(s) of %s, %d thread(s) each, %s transport%s%s",
+                         j->info.world_size, jm->cfg.worker_path, threads, j->info.comm,
+                         gpus ? ", CUDA_VISIBLE_DEVICES=" : "", gpus ? gpu_list : "");
     zt_jm_set_state(jm, j, ZT_JOB_STARTING);
 }
 
@@ -108,6 +135,7 @@ static void set_wait_reason(zt_jobs *jm, job *j, const char *why) {
 void zt_jm_schedule(zt_jobs *jm, bool start) {
     const job *blocked = NULL;
     int free_ranks = jm->cfg.max_ranks - jm->ranks_in_use;
+    int free_gpus = zt_gpu_pool_free(&jm->gpus);
     for (int i = 0; i < jm->n_jobs; i++) {
         job *j = jm->jobs[i];
         if (j->info.state != ZT_JOB_QUEUED)
@@ -119,17 +147,22 @@ void zt_jm_schedule(zt_jobs *jm, bool start) {
         } else if (!zt_jm_orphans_gone(jm, j)) {
             snprintf(why, sizeof why, "restarting once the ranks of the previous ztraind have "
                      "stopped (they write a checkpoint first)");
-        } else if (j->info.world_size <= free_ranks) {
+        } else if (j->info.world_size <= free_ranks && gpus_needed(jm, j) <= free_gpus) {
             free_ranks -= j->info.world_size;
+            free_gpus -= gpus_needed(jm, j);
             if (start) {
                 start_job(jm, j);
                 continue;
             }
             snprintf(why, sizeof why, "starting");
-        } else {
+        } else if (j->info.world_size > free_ranks) {
             snprintf(why, sizeof why, "waiting for %d free rank slot(s): %d of --max-ranks %d "
                      "in use", j->info.world_size, jm->cfg.max_ranks - free_ranks,
                      jm->cfg.max_ranks);
+            blocked = j;
+        } else {
+            snprintf(why, sizeof why, "waiting for %d free GPU(s): %d of --gpus %d in use",
+                     gpus_needed(jm, j), jm->gpus.n - free_gpus, jm->gpus.n);
             blocked = j;
         }
         set_wait_reason(jm, j, why);
@@ -303,6 +336,7 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
     pthread_mutex_lock(&jm->mu);
     j->group = NULL;
     jm->ranks_in_use -= j->info.world_size;
+    zt_gpu_pool_release(&jm->gpus, j->info.id);
     bool all_zero = true, all_stopped = true;
     for (int r = 0; r < j->info.world_size; r++) {
         const zt_rank_info *ri = &j->info.ranks[r];

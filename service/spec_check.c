@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ztrain/admission.h"
+#include "ztrain/gpu.h"
 #include "ztrain/hf_config.h"
 #include "ztrain/safetensors.h"
 
@@ -276,6 +277,10 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
     else if (spec->world_size > lim->max_ranks)
         s = zt_error(ZT_ERR_INVALID, "spec: world_size %d can never run: the server runs at most "
                      "%d rank(s) at once (--max-ranks)", spec->world_size, lim->max_ranks);
+    else if (spec->device == ZT_DEVICE_CUDA && lim->gpus == 0)
+        s = zt_error(ZT_ERR_INVALID, "spec: device \"cuda\": this server has no GPUs to give "
+                     "(--gpus 0%s); use \"device\": \"cpu\"",
+                     zt_gpu_built() ? ", or none visible" : "; built without CUDA");
     else if (lim->max_nodes > 0 && spec->nodes > lim->max_nodes)
         s = zt_error(ZT_ERR_INVALID, "spec: nodes %d needs a server started with --launcher slurm: "
                      "this one runs every rank on its own host", spec->nodes);

@@ -18,6 +18,7 @@ typedef struct {
     uint64_t max_job_bytes;   /* --max-job-memory */
     uint64_t host_bytes;      /* the memory of the host the ranks share (local launcher) */
     const char *host_name;    /* how messages call it: "this host's memory (MemTotal)" */
+    int gpus;                 /* GPUs the server hands out (--gpus); -1: not its to judge */
 } zt_spec_limits;
 
 /* Resolves the spec's paths inside the roots (following symlinks; "..", absolute paths and

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "ztrain/comm.h"
+#include "ztrain/gpu.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/trainer.h"
 
@@ -396,7 +397,9 @@ int main(int argc, char **argv) {
     if (dist.world_size > 1) {
         const char *transport;
         char why[256];
-        if (zt_comm_choose(&dist, job.comm, &transport, why, sizeof why) != ZT_OK ||
+        bool cuda = job.device == ZT_DEVICE_CUDA;
+        if (zt_comm_choose_on(&dist, job.comm, cuda, cuda ? zt_gpu_count() : 0, &transport, why,
+                              sizeof why) != ZT_OK ||
             zt_comm_create(&comm, transport, &dist, timeout_s) != ZT_OK) {
             fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
             zt_job_spec_free(&job);
@@ -412,6 +415,21 @@ int main(int argc, char **argv) {
             fprintf(stderr, "ztrain-worker: comm transport %s (%s), rendezvous at %s:%d\n",
                     transport, why, dist.master_addr, dist.master_port);
         fflush(stderr);
+    }
+    /* A GPU rank names its device, the device's memory (cudaMemGetInfo) and the peak its MFU
+     * assumes, so a job's log says what it ran on. */
+    if (job.device == ZT_DEVICE_CUDA && zt_gpu_count() > 0) {
+        int gpu = zt_gpu_for_rank(dist.local_rank, zt_gpu_count());
+        zt_gpu_props gp;
+        size_t free_b = 0, total_b = 0;
+        const char *peak = "";
+        if (zt_gpu_props_get(gpu, &gp) == ZT_OK &&
+            zt_gpu_mem_info(gpu, &free_b, &total_b) == ZT_OK) {
+            zt_gpu_peak_bf16(gp.name, gp.major, gp.minor, &peak);
+            fprintf(stderr, "ztrain-worker: rank %d: GPU %d of %d, %s, %.1f GiB free of %.1f GiB, "
+                    "MFU peak %s\n", rank, gpu, zt_gpu_count(), gp.name, free_b / 1073741824.0,
+                    total_b / 1073741824.0, peak);
+        }
     }
     zt_train_options opts = {.out_dir = out, .progress = rank == 0 ? stdout : NULL,
                              .threads = (int)threads, .stop_requested = &stop_requested,

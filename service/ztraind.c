@@ -34,6 +34,7 @@
 #include "ztrain/admission.h"
 #include "tls.h"
 #include "ztrain/comm.h"
+#include "ztrain/gpu.h"
 
 #ifndef ZT_WEB_DIR
 #define ZT_WEB_DIR "/usr/share/ztrain/web"
@@ -64,6 +65,9 @@ static const char usage[] =
     "                          (default STATE_DIR/data)\n"
     "  --runs-root DIR         run directories and checkpoints (default STATE_DIR/runs)\n"
     "  --max-ranks N           ranks running at once (default: the CPU count)\n"
+    "  --gpus N                GPUs handed to \"device\": \"cuda\" jobs, min(world_size, N)\n"
+    "                          per job through CUDA_VISIBLE_DEVICES (default: every visible\n"
+    "                          GPU; 0 in a build without CUDA, which refuses such jobs)\n"
     "  --max-world-size N      largest world_size a job may ask for (default 64, at most "
     STRINGIFY(ZT_MAX_WORLD) ")\n"
     "  --max-jobs N            jobs queued or running at once (default 100)\n"
@@ -116,7 +120,7 @@ typedef struct {
     const char *http_hosts[MAX_HTTP_NAMES], *http_origins[MAX_HTTP_NAMES];
     size_t n_http_hosts, n_http_origins;
     const char *worker, *web_dir, *launcher, *slurm_partition, *metrics_host;
-    long max_ranks, max_world_size, max_jobs, threads_per_rank;
+    long max_ranks, max_world_size, max_jobs, threads_per_rank, gpus;
     long max_grpc_conns, max_http_conns, header_timeout_s, idle_timeout_s;
     bool max_ranks_given;
     uint64_t max_rank_bytes, max_job_bytes;
@@ -201,7 +205,9 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--max-ranks") == 0) {
             rc = parse_long(a, v, 1, 4096, &o->max_ranks);
             o->max_ranks_given = true;
-        } else if (strcmp(a, "--max-world-size") == 0)
+        } else if (strcmp(a, "--gpus") == 0)
+            rc = parse_long(a, v, 0, 64, &o->gpus);
+        else if (strcmp(a, "--max-world-size") == 0)
             rc = parse_long(a, v, 1, ZT_MAX_WORLD, &o->max_world_size);
         else if (strcmp(a, "--max-jobs") == 0)
             rc = parse_long(a, v, 1, 1000000, &o->max_jobs);
@@ -366,11 +372,25 @@ static void default_worker(char *buf, size_t size) {
     snprintf(buf, size, "%s/ztrain-worker", n > 0 ? self : ".");
 }
 
+/* Says which GPUs the daemon schedules and the peak its MFU figures assume. */
+static void describe_gpus(int gpus) {
+    zt_gpu_props p;
+    if (gpus == 0 || zt_gpu_props_get(0, &p) != ZT_OK) {
+        printf("ztraind: gpus: %d (%s)\n", gpus,
+               zt_gpu_built() ? "device \"cuda\" jobs are refused" : "built without CUDA");
+        return;
+    }
+    const char *label;
+    zt_gpu_peak_bf16(p.name, p.major, p.minor, &label);
+    printf("ztraind: gpus: %d of %d visible, %s (compute capability %d.%d), MFU peak %s\n", gpus,
+           zt_gpu_count(), p.name, p.major, p.minor, label);
+}
+
 int main(int argc, char **argv) {
     options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
                  .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = zt_cpu_count(),
                  .max_world_size = 64, .max_jobs = 100, .grace_s = 30, .launcher = "local",
-                 .header_timeout_s = 10, .idle_timeout_s = 30};
+                 .header_timeout_s = 10, .idle_timeout_s = 30, .gpus = -1};
     if (parse_args(argc, argv, &o) != 0)
         return 2;
     bool slurm = strcmp(o.launcher, "slurm") == 0;
@@ -452,7 +472,11 @@ int main(int argc, char **argv) {
                          .threads_per_rank = (int)o.threads_per_rank,
                          .default_grace_s = o.grace_s, .slurm = slurm ? &slurm_cfg : NULL,
                          .max_rank_bytes = o.max_rank_bytes, .max_job_bytes = o.max_job_bytes,
-                         .host_bytes = host_name ? hm.total : 0, .host_name = host_name};
+                         .host_bytes = host_name ? hm.total : 0, .host_name = host_name,
+                         .gpus = o.gpus >= 0 ? (int)o.gpus : zt_gpu_count(),
+                         .gpu_visible = getenv("CUDA_VISIBLE_DEVICES")};
+    if (jc.gpus > 64)
+        jc.gpus = 64;
     zt_jobs *jm = NULL;
     zt_grpc_server *grpc = NULL;
     zt_http_server *http = NULL;
@@ -489,6 +513,7 @@ int main(int argc, char **argv) {
            "%ld, header timeout %ld s, idle timeout %ld s\n",
            fd_limit, fd_limit_was, o.max_grpc_conns, o.max_http_conns, o.header_timeout_s,
            o.idle_timeout_s);
+    describe_gpus(jc.gpus);
     /* One line that scripts (and the tests) read to learn the ports that were picked. */
     printf("ztraind: ready grpc=%s:%d http=%s://%s:%d state=%s data=%s runs=%s max_ranks=%ld "
            "launcher=%s%s%s\n",

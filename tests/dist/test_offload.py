@@ -16,7 +16,11 @@ tmpfs, mounted in a private mount namespace when this machine allows it) fail th
 with a message naming the path and the rank; a filesystem that refuses O_DIRECT (ramfs) falls back
 to the page cache with the same bits; a disk that fills up mid-run
 (ZTRAIN_INJECT_NVME_FULL, a write failing with ENOSPC on rank 1 at step 3) fails that step on every
-rank before any parameter is published: the last checkpoint is step 2's."""
+rank before any parameter is published: the last checkpoint is step 2's.
+
+The update as a GPU runs it (ZTRAIN_OFFLOAD_STAGED=1 on the CPU: each tile's gradients and
+parameters copied to host buffers, the optimizer on a host backend, the parameters copied back)
+is bit-identical too, fp32 and bf16, Adam and SGD."""
 import os
 import shutil
 import subprocess
@@ -170,9 +174,20 @@ with tempfile.TemporaryDirectory() as d:
                                        param=NV if stage == 3 else None), bref,
                   what=" (bf16: fp32 masters" + (" and 16-bit parameters" if stage == 3 else "")
                        + " in files)")
+        # The GPU's way (ZTRAIN_OFFLOAD_STAGED: gradients copied to host tiles, the update on a
+        # host backend, the parameters copied back) gives the same bits.
+        offloaded(f"bcpu{stage}s", job(f"bcpu{stage}s", 2, stage, nvme, {"device": "cpu"},
+                                       precision="bf16", param=NV if stage == 3 else None), bref,
+                  env={"ZTRAIN_OFFLOAD_STAGED": "1"},
+                  what=" (bf16, staged through host tiles as on a GPU)")
     ztrain_run(d, job("smem2", 2, 2, nvme, opt=SGD))
     offloaded("snvme2", job("snvme2", 2, 2, nvme, NV, opt=SGD), result(d, "smem2"),
               what=" (SGD momentum buffer in a file)")
+    offloaded("cpu2s", job("cpu2s", 2, 2, nvme, {"device": "cpu"}), refs[2],
+              env={"ZTRAIN_OFFLOAD_STAGED": "1"}, what=" (fp32, staged through host tiles)")
+    offloaded("scpu2s", job("scpu2s", 2, 2, nvme, {"device": "cpu"}, opt=SGD),
+              result(d, "smem2"), env={"ZTRAIN_OFFLOAD_STAGED": "1"},
+              what=" (SGD fp32, staged through host tiles)")
 
     # ---- resume -------------------------------------------------------------------------------
     INF = dict(optimizer=NV, param=NV)

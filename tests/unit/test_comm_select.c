@@ -26,8 +26,10 @@ static const char *const vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WO
                                    "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
                                    "SLURM_NODEID", "ZTRAIN_COMM", "MASTER_ADDR", NULL};
 
-/* Clears the launcher variables, sets "NAME=value" entries, and returns the choice. */
-static const char *choose(zt_comm_choice job, const char *const *set, char *why, size_t cap) {
+/* Clears the launcher variables, sets "NAME=value" entries, and returns the choice for ranks on
+ * GPUs (cuda, with gpus visible) or on CPUs. */
+static const char *choose_on(zt_comm_choice job, const char *const *set, bool cuda, int gpus,
+                             char *why, size_t cap) {
     for (int i = 0; vars[i]; i++)
         unsetenv(vars[i]);
     for (int i = 0; set[i]; i++) {
@@ -40,9 +42,15 @@ static const char *choose(zt_comm_choice job, const char *const *set, char *why,
     if (zt_dist_from_env(&d) != ZT_OK)
         return zt_last_error();
     const char *name = NULL;
-    if (zt_comm_choose(&d, job, &name, why, cap) != ZT_OK)
+    zt_status st = cuda ? zt_comm_choose_on(&d, job, true, gpus, &name, why, cap)
+                        : zt_comm_choose(&d, job, &name, why, cap);
+    if (st != ZT_OK)
         return zt_last_error();
     return name;
+}
+
+static const char *choose(zt_comm_choice job, const char *const *set, char *why, size_t cap) {
+    return choose_on(job, set, false, 0, why, cap);
 }
 
 int main(void) {
@@ -83,9 +91,33 @@ int main(void) {
     CHECK(strcmp(s, "gloo") == 0, "%s (%s)", s, why);
     const char *env_bad[] = {"RANK=0", "WORLD_SIZE=2", "ZTRAIN_COMM=mpi", NULL};
     s = choose(ZT_COMM_AUTO, env_bad, why, sizeof why);
-    CHECK(strstr(s, "ZTRAIN_COMM='mpi' must be \"auto\", \"shm\" or \"gloo\""), "%s", s);
+    CHECK(strstr(s, "ZTRAIN_COMM='mpi' must be \"auto\", \"shm\", \"gloo\" or \"nccl\""), "%s", s);
+
+    /* Ranks on GPUs: NCCL when each rank of a host has a GPU of its own, on one host or several
+     * (Kubeflow: one rank per pod); a host transport, staging, when ranks must share one. */
+    s = choose_on(ZT_COMM_AUTO, torchrun_one, true, 4, why, sizeof why);
+    CHECK(strcmp(s, "nccl") == 0 && strstr(why, "4 GPU(s)"), "%s (%s)", s, why);
+    s = choose_on(ZT_COMM_AUTO, torchrun_two, true, 8, why, sizeof why);
+    CHECK(strcmp(s, "nccl") == 0, "%s (%s)", s, why);
+    s = choose_on(ZT_COMM_AUTO, kubeflow, true, 1, why, sizeof why);
+    CHECK(strcmp(s, "nccl") == 0, "%s (%s)", s, why);
+    s = choose_on(ZT_COMM_AUTO, torchrun_one, true, 1, why, sizeof why);
+    CHECK(strcmp(s, "shm") == 0 && strstr(why, "4 rank(s) share 1 GPU(s)"), "%s (%s)", s, why);
+    s = choose_on(ZT_COMM_AUTO, torchrun_two, true, 1, why, sizeof why);
+    CHECK(strcmp(s, "gloo") == 0 && strstr(why, "staged through host memory"), "%s (%s)", s,
+          why);
+    s = choose_on(ZT_COMM_SHM, torchrun_one, true, 4, why, sizeof why);
+    CHECK(strcmp(s, "shm") == 0, "the job's shm on GPUs: %s (%s)", s, why);
+    s = choose(ZT_COMM_NCCL, torchrun_one, why, sizeof why);
+    CHECK(strcmp(s, "nccl") == 0 && strstr(why, "\"comm\""), "%s (%s)", s, why);
+    const char *env_nccl[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2",
+                              "ZTRAIN_COMM=nccl", NULL};
+    s = choose(ZT_COMM_AUTO, env_nccl, why, sizeof why);
+    CHECK(strcmp(s, "nccl") == 0 && strstr(why, "ZTRAIN_COMM"), "%s (%s)", s, why);
 
     zt_comm_choice c = ZT_COMM_SHM;
+    CHECK(zt_comm_choice_parse("nccl", &c) && c == ZT_COMM_NCCL, "parse nccl");
+    CHECK(strcmp(zt_comm_for_nodes(ZT_COMM_NCCL, 2), "nccl") == 0, "nccl, 2 nodes");
     CHECK(zt_comm_choice_parse("gloo", &c) && c == ZT_COMM_GLOO, "parse gloo");
     CHECK(!zt_comm_choice_parse("Gloo", &c) && c == ZT_COMM_GLOO, "parse is exact");
     CHECK(strcmp(zt_comm_for_nodes(ZT_COMM_AUTO, 1), "shm") == 0, "auto, 1 node");

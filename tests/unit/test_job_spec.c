@@ -237,9 +237,16 @@ static void test_errors(void) {
     ERR("{" MODEL ", " DATA "}", ZT_ERR_INVALID, "job.json: key 'deepspeed' is required");
     ERR("{" MODEL ", " DATA ", \"deepspeed\": 5}", ZT_ERR_INVALID,
         "job.json: key 'deepspeed' must be an object or a path to a DeepSpeed config file, got 5");
-    ERR("{\"device\": \"cuda\", " MODEL ", " DATA ", " DS "}", ZT_ERR_UNSUPPORTED,
-        "job.json: device \"cuda\" is not supported yet in this build (configure with "
-        "-DZT_CUDA=ON)");
+    /* Refused for want of the backend in this build, or of a GPU on this host; accepted where
+     * both are. */
+    if (!zt_backend_available(ZT_DEVICE_CUDA))
+        ERR("{\"device\": \"cuda\", " MODEL ", " DATA ", " DS "}", ZT_ERR_UNSUPPORTED,
+            "job.json: device \"cuda\" is not supported yet in this build (configure with "
+            "-DZT_CUDA=ON)");
+    else if (zt_backend_device_count(ZT_DEVICE_CUDA) == 0)
+        ERR("{\"device\": \"cuda\", " MODEL ", " DATA ", " DS "}", ZT_ERR_UNSUPPORTED,
+            "job.json: device \"cuda\" is not supported on this host: no cuda device is visible "
+            "(no GPU or driver, or CUDA_VISIBLE_DEVICES hides them)");
     ERR("{\"device\": \"tpu\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'device' must be \"cpu\" or \"cuda\", got \"tpu\"");
     ERR("{\"world_size\": 2, \"nodes\": 3, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
@@ -248,7 +255,7 @@ static void test_errors(void) {
     ERR("{\"nodes\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'nodes' must be >= 1, got 0");
     ERR("{\"comm\": \"tcp\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
-        "job.json: key 'comm' must be \"auto\", \"shm\" or \"gloo\", got \"tcp\"");
+        "job.json: key 'comm' must be \"auto\", \"shm\", \"gloo\" or \"nccl\", got \"tcp\"");
     ERR("{\"world_size\": 0, " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: key 'world_size' must be >= 1, got 0");
     /* ZT_MAX_WORLD (512) bounds a job, here and in every transport. */

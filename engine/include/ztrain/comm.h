@@ -3,12 +3,20 @@
  * A communicator connects world_size ranks through one transport, picked by name when it is
  * created: "shm" (ranks on one host, through one shared-memory segment, engine/comm_shm.c) is
  * built in; "gloo" (CPU ranks on any hosts, over TCP, engine/comm_gloo*.cc) is built when
- * Debian's libgloo-dev is installed; "nccl" (GPU buffers) is planned, one more file filling the
- * table of engine/comm_transport.h. engine/comm.c checks the arguments
+ * Debian's libgloo-dev is installed; "nccl" (GPU ranks on any hosts, engine/comm_nccl.c) is
+ * built with the CUDA toolkit's NCCL. engine/comm.c checks the arguments
  * (the same for every transport) and dispatches. Every rank calls the same collectives in the same
  * order, with the same counts, dtype and op; a point-to-point message is one send matched by one
- * recv. One thread at a time may use a communicator. Buffers are host memory for "shm" and
- * "gloo", device memory for "nccl"; they stay the caller's.
+ * recv. One thread at a time may use a communicator. Buffers are host memory for the calls below
+ * on every transport (NCCL stages them through its own device buffer) and the attached backend's
+ * device memory for the zt_comm_dev_ calls at the end; they stay the caller's.
+ *
+ * On "nccl", reductions of host buffers keep the rules below exactly (each rank's values are
+ * gathered and reduced on the host in rank order); reductions of device buffers are NCCL's, in
+ * its own order (ring or tree): bit-identical on every rank, but not the rank-order sums "shm"
+ * computes, and MAX follows NCCL's comparison. A dead peer is found by polling the collective and
+ * ncclCommGetAsyncError against the timeout, then ncclCommAbort; the message names the ranks that
+ * reported a failure through the rendezvous store, or says that a peer is dead or stuck.
  *
  * Every wait is bounded: when a peer has exited, the call fails at once with ZT_ERR_IO naming the
  * rank ("rank 2 (pid 1234) has exited"); when a peer is alive but does not arrive within the
@@ -54,15 +62,17 @@ typedef struct {
  * naming the variable. */
 zt_status zt_dist_from_env(zt_dist_info *d);
 
-/* Which transport a job's ranks use: a job spec's "comm" ("auto", "shm", "gloo"). */
-typedef enum { ZT_COMM_AUTO = 0, ZT_COMM_SHM, ZT_COMM_GLOO } zt_comm_choice;
+/* Which transport a job's ranks use: a job spec's "comm" ("auto", "shm", "gloo", "nccl"). */
+typedef enum { ZT_COMM_AUTO = 0, ZT_COMM_SHM, ZT_COMM_GLOO, ZT_COMM_NCCL } zt_comm_choice;
 
-/* Reads "auto", "shm" or "gloo" into *out; false (and *out unchanged) for anything else. */
+/* Reads "auto", "shm", "gloo" or "nccl" into *out; false (and *out unchanged) for anything
+ * else. */
 bool zt_comm_choice_parse(const char *s, zt_comm_choice *out);
 
-/* The transport this rank uses. The environment's ZTRAIN_COMM ("auto", "shm", "gloo"; anything
- * else is ZT_ERR_INVALID naming it) overrides the job's choice. Auto picks "shm" when every rank
- * of the job runs on this host, which it is faster for, and "gloo" when they do not: when
+/* The transport this rank uses. The environment's ZTRAIN_COMM ("auto", "shm", "gloo", "nccl";
+ * anything else is ZT_ERR_INVALID naming it) overrides the job's choice. Auto picks "shm" when
+ * every rank of the job runs on this host, which it is faster for, and "gloo" when they do not:
+ * when
  * LOCAL_WORLD_SIZE is below WORLD_SIZE (torchrun across nodes; Kubeflow's PyTorchJob, one rank
  * per pod, sets no LOCAL_WORLD_SIZE and so counts as one rank per host), or, under Slurm, when
  * SLURM_NNODES is above 1 or this node runs fewer tasks than the step. *name is static storage;
@@ -71,9 +81,18 @@ bool zt_comm_choice_parse(const char *s, zt_comm_choice *out);
 zt_status zt_comm_choose(const zt_dist_info *d, zt_comm_choice job, const char **name, char *why,
                          size_t cap);
 
+/* The same for ranks that compute on GPUs (cuda) with gpus of them visible on this host: auto
+ * picks "nccl" when every rank of this host has a GPU of its own (LOCAL_WORLD_SIZE <= gpus), on
+ * one host or several; when ranks must share GPUs, which NCCL refuses, it picks what
+ * zt_comm_choose would ("shm" on one host, "gloo" across hosts), and their device buffers are
+ * staged through host memory (zt_comm_dev_*). Without cuda it is zt_comm_choose. */
+zt_status zt_comm_choose_on(const zt_dist_info *d, zt_comm_choice job, bool cuda, int gpus,
+                            const char **name, char *why, size_t cap);
+
 /* The transport a job with `nodes` hosts gets from `choice`, as zt_comm_choose decides it for a
  * launcher that spreads the ranks over exactly those hosts (ztraind's): auto is "gloo" when
- * nodes > 1, else "shm". Static storage. */
+ * nodes > 1, else "shm" (a CPU job's; a GPU job's ranks pick "nccl" themselves when each has a
+ * GPU of its own), and "nccl" when named. Static storage. */
 const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
 
 /* Connects this rank to the job's others through the named transport ("shm"), waiting up to
@@ -160,5 +179,35 @@ zt_status zt_comm_create_group(zt_comm **out, zt_comm *parent, const int *ranks,
  * zt_comm_add_wait_ms. */
 double zt_comm_thread_ms(void);
 void zt_comm_add_wait_ms(double ms);
+/* ---- device buffers (engine/comm_device.c) ------------------------------------------------ */
+
+struct zt_backend;
+
+/* The calls above take host memory on every transport. The zt_comm_dev_ calls below take the
+ * device memory of the backend attached here (ZeRO's flat buffers) and otherwise mean the same,
+ * with the same checks. Attach once, before the first zt_comm_dev_ call; the backend must outlive
+ * the communicator's use (it is not freed with it); NULL detaches (host memory again).
+ *
+ * How a device buffer travels depends on the transport: "nccl" reads it where it is; "shm" and
+ * "gloo" read host memory, so on a backend whose device memory is the host's (the CPU) the
+ * buffer is passed as it is, and otherwise (several ranks sharing one GPU, where NCCL refuses to
+ * run) it is copied to a host staging buffer of the communicator's (grown to the largest message
+ * once, then reused), reduced there, and copied back. The copies run on the backend's
+ * communication stream after everything issued on its compute stream, and the compute stream
+ * issued afterwards waits for them, so a caller on either thread sees the collective's result in
+ * stream order. An allocation failure of the staging buffer is ZT_ERR_NOMEM naming its size. */
+zt_status zt_comm_attach_backend(zt_comm *c, struct zt_backend *be);
+/* Whether a zt_comm_dev_ call copies through host memory on this communicator (false without a
+ * backend attached). */
+bool zt_comm_dev_staged(const zt_comm *c);
+zt_status zt_comm_dev_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt_reduce_op op);
+zt_status zt_comm_dev_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n,
+                                     const size_t *offsets, const size_t *counts, zt_dtype t,
+                                     zt_reduce_op op);
+zt_status zt_comm_dev_all_gather(zt_comm *c, void *buf, size_t n, const size_t *offsets,
+                                 const size_t *counts, zt_dtype t);
+zt_status zt_comm_dev_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int root);
+zt_status zt_comm_dev_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer);
+zt_status zt_comm_dev_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);
 
 #endif

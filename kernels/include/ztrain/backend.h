@@ -101,6 +101,11 @@ void zt_backend_destroy(zt_backend *be);
 /* Whether this build has a backend for the device. */
 bool zt_backend_available(zt_device device);
 
+/* How many devices of the kind this process can create a backend for: 1 for the CPU; for CUDA
+ * the GPUs the driver shows it (after CUDA_VISIBLE_DEVICES), 0 without a driver or a GPU, and 0
+ * in a build without CUDA. What decides whether GPU tests run or are skipped. */
+int zt_backend_device_count(zt_device device);
+
 /* ---- memory (offsets and sizes in bytes) ------------------------------------------------- */
 
 /* Zeroed memory of the kind, or NULL when it cannot be had. Device memory is at least 64-byte
@@ -161,6 +166,31 @@ static inline void zt_backend_stream_wait(zt_backend *be, zt_stream s, zt_event 
 }
 /* Waits for everything issued on every stream; the first asynchronous error, if any. */
 static inline zt_status zt_backend_sync(zt_backend *be) { return be->iface->sync(be); }
+
+/* ---- the CUDA backend (kernels/cuda/, in builds with CUDA) -------------------------------------- */
+
+/* The CUDA backend on visible device opts->device_index: ZT_ERR_UNSUPPORTED when no GPU is
+ * visible, ZT_ERR_INVALID for an index past the visible ones. Creation makes that device the
+ * calling thread's current one (cudaSetDevice), which the ops rely on: one CUDA backend per
+ * process, as one rank per GPU has. Activations are stored in their
+ * 16-bit type (act_as_f32 is false). Ops, copies and the other calls that return nothing record
+ * their first failure, which zt_backend_sync returns as ZT_ERR_IO naming the device. Release
+ * zeroes the range and counts it released, but the memory stays allocated. */
+zt_status zt_backend_cuda_create(zt_backend **out, const zt_backend_options *opts);
+/* cudaGetDeviceCount, 0 on any error. */
+int zt_backend_cuda_device_count(void);
+
+/* Device memory as a CUDA backend sees it: the bytes its ZT_MEM_DEVICE allocations and its own
+ * workspaces hold now (released ranges still count: the memory stays allocated) and the most they
+ * have held, and the device's free and total bytes (cudaMemGetInfo, which counts other processes
+ * and the CUDA context too). */
+typedef struct {
+    size_t allocated, peak;
+    size_t device_free, device_total;
+} zt_cuda_memory;
+
+/* ZT_ERR_INVALID for a backend that is not CUDA (and in a build without CUDA). */
+zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out);
 
 /* ---- the CPU backend ---------------------------------------------------------------------- */
 

@@ -1,0 +1,148 @@
+/* What ztrain/gpu.h says about the visible GPUs: counted and described through the CUDA runtime
+ * when the build has it, none otherwise; the table of peaks the MFU metric uses; which GPU a
+ * rank takes and the CUDA_VISIBLE_DEVICES list a job is given. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ztrain/gpu.h"
+
+#ifdef ZT_HAVE_CUDART
+#include <cuda_runtime.h>
+#endif
+
+bool zt_gpu_built(void) {
+#ifdef ZT_HAVE_CUDART
+    return true;
+#else
+    return false;
+#endif
+}
+
+int zt_gpu_count(void) {
+#ifdef ZT_HAVE_CUDART
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* no driver or no device: not sticky, nothing to report */
+        return 0;
+    }
+    return n;
+#else
+    return 0;
+#endif
+}
+
+void zt_gpu_bind_thread(int index) {
+#ifdef ZT_HAVE_CUDART
+    if (index >= 0 && cudaSetDevice(index) != cudaSuccess)
+        cudaGetLastError(); /* the ops then fail and sync reports it, naming the device */
+#else
+    (void)index;
+#endif
+}
+
+zt_status zt_gpu_props_get(int index, zt_gpu_props *out) {
+    memset(out, 0, sizeof *out);
+    int n = zt_gpu_count();
+    if (index < 0 || index >= n)
+        return zt_error(ZT_ERR_INVALID, "GPU %d: this process sees %d GPU(s)%s", index, n,
+                        zt_gpu_built() ? "" : " (built without CUDA)");
+#ifdef ZT_HAVE_CUDART
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, index);
+    if (e != cudaSuccess)
+        return zt_error(ZT_ERR_IO, "GPU %d: cudaGetDeviceProperties: %s", index,
+                        cudaGetErrorString(e));
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->major = p.major;
+    out->minor = p.minor;
+    out->total_bytes = p.totalGlobalMem;
+#endif
+    return ZT_OK;
+}
+
+zt_status zt_gpu_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    int n = zt_gpu_count();
+    if (index < 0 || index >= n)
+        return zt_error(ZT_ERR_INVALID, "GPU %d: this process sees %d GPU(s)", index, n);
+#ifdef ZT_HAVE_CUDART
+    int was = 0;
+    cudaGetDevice(&was);
+    cudaError_t e = cudaSetDevice(index);
+    if (e == cudaSuccess)
+        e = cudaMemGetInfo(free_bytes, total_bytes);
+    cudaSetDevice(was);
+    if (e != cudaSuccess)
+        return zt_error(ZT_ERR_IO, "GPU %d: cudaMemGetInfo: %s", index, cudaGetErrorString(e));
+#endif
+    return ZT_OK;
+}
+
+int zt_gpu_for_rank(int local_rank, int n_visible) {
+    if (n_visible <= 0 || local_rank < 0)
+        return -1;
+    return local_rank % n_visible;
+}
+
+/* Dense bf16 peaks from NVIDIA's data sheets (the figures with sparsity are twice these). A name
+ * row wins over a capability row, since one capability covers parts of different peaks (an H100
+ * PCIe and an SXM are both 9.0). */
+static const struct {
+    const char *name_part; /* matched inside the device name; NULL: by capability only */
+    int major, minor;
+    double tflops;
+    const char *label;
+} peaks[] = {
+    {"H200", 9, 0, 989.0, "H200: 989 TFLOPS dense bf16"},
+    {"H100 PCIe", 9, 0, 756.0, "H100 PCIe: 756 TFLOPS dense bf16"},
+    {"H100", 9, 0, 989.0, "H100 SXM: 989 TFLOPS dense bf16"},
+    {"A100", 8, 0, 312.0, "A100: 312 TFLOPS dense bf16"},
+    {"L40S", 8, 9, 362.0, "L40S: 362 TFLOPS dense bf16"},
+    {"RTX 4090", 8, 9, 165.0, "RTX 4090: 165 TFLOPS dense bf16"},
+    {"A10", 8, 6, 125.0, "A10: 125 TFLOPS dense bf16"},
+    {NULL, 9, 0, 989.0, "compute capability 9.0 (as H100 SXM): 989 TFLOPS dense bf16"},
+    {NULL, 8, 0, 312.0, "compute capability 8.0 (as A100): 312 TFLOPS dense bf16"},
+};
+
+double zt_gpu_peak_bf16(const char *name, int major, int minor, const char **label) {
+    int n = (int)(sizeof peaks / sizeof *peaks);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++) {
+            bool by_name = peaks[i].name_part != NULL;
+            if (pass == 0 && !(by_name && name && strstr(name, peaks[i].name_part)))
+                continue;
+            if (pass == 1 && (by_name || peaks[i].major != major || peaks[i].minor != minor))
+                continue;
+            if (label)
+                *label = peaks[i].label;
+            return peaks[i].tflops * 1e12;
+        }
+    }
+    if (label)
+        *label = "unknown device: no peak, no MFU";
+    return 0;
+}
+
+double zt_gpu_peak_of(int index, const char **label) {
+    zt_gpu_props p;
+    if (zt_gpu_props_get(index, &p) != ZT_OK) {
+        if (label)
+            *label = "no GPU: no peak, no MFU";
+        return 0;
+    }
+    return zt_gpu_peak_bf16(p.name, p.major, p.minor, label);
+}
+
+bool zt_gpu_visible_list(const int *ids, int n_ids, int first, int n, char *out, size_t cap) {
+    if (!cap || first < 0 || n < 0 || first > n_ids - n)
+        return false;
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = first; i < first + n; i++) {
+        int w = snprintf(out + len, cap - len, "%s%d", len ? "," : "", ids[i]);
+        if (w < 0 || (size_t)w >= cap - len)
+            return false;
+        len += (size_t)w;
+    }
+    return true;
+}

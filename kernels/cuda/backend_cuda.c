@@ -1,0 +1,336 @@
+/* The CUDA backend object: device memory from cudaMalloc, pinned memory from cudaHostAlloc, a
+ * compute and a communication stream (non-blocking, so neither waits for the legacy default
+ * stream) ordered by CUDA events, and the first asynchronous error reported by sync with the
+ * device named. Release zeroes a device range and counts it released (cuda_host.h's ranges); the
+ * memory itself stays allocated, since mapping and unmapping physical pages (CUDA's virtual
+ * memory management) is not implemented yet. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_backend.h"
+
+struct zt_event {
+    cudaEvent_t ev;
+};
+
+void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char *msg,
+                  const char *file, int line) {
+    zt_cuda_state *st = be->impl;
+    pthread_mutex_lock(&st->lock);
+    if (!st->first_error[0])
+        snprintf(st->first_error, sizeof st->first_error, "%s:%d: %s failed: %s (%s)", file, line,
+                 lib, msg, call);
+    pthread_mutex_unlock(&st->lock);
+}
+
+void zt_cuda_count(zt_cuda_state *st, long long delta) {
+    pthread_mutex_lock(&st->lock);
+    st->allocated = (size_t)((long long)st->allocated + delta);
+    if (st->allocated > st->peak)
+        st->peak = st->allocated;
+    pthread_mutex_unlock(&st->lock);
+}
+
+zt_status zt_cuda_memory_of(zt_backend *be, zt_cuda_memory *out) {
+    if (!be || be->device != ZT_DEVICE_CUDA)
+        return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA "
+                        "backend's", be ? be->name : "?");
+    zt_cuda_state *st = be->impl;
+    pthread_mutex_lock(&st->lock);
+    out->allocated = st->allocated;
+    out->peak = st->peak;
+    pthread_mutex_unlock(&st->lock);
+    out->device_free = out->device_total = 0;
+    ZT_CUDA_TRY(be->device_index, cudaMemGetInfo(&out->device_free, &out->device_total));
+    return ZT_OK;
+}
+
+static void *cuda_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
+    zt_cuda_state *st = be->impl;
+    /* A 0-byte request still gets a distinct pointer. */
+    if (bytes == 0)
+        bytes = 1;
+    void *p = NULL;
+    if (kind == ZT_MEM_HOST) {
+        if (posix_memalign(&p, (size_t)sysconf(_SC_PAGESIZE), bytes) != 0)
+            return NULL;
+        memset(p, 0, bytes);
+        return p;
+    }
+    if (kind == ZT_MEM_PINNED) {
+        if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+            cudaGetLastError(); /* an allocation failure is not sticky; clear it */
+            return NULL;
+        }
+        memset(p, 0, bytes);
+        return p;
+    }
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    zt_cuda_count(st, (long long)bytes);
+    /* Zeroed before any later work on either stream can see it: the streams are non-blocking,
+     * so a plain cudaMemset on the legacy stream would not be ordered before them. Allocation
+     * happens at setup, where waiting costs nothing. */
+    ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[ZT_STREAM_COMPUTE]));
+    ZT_CUDA_CHECK(be, cudaStreamSynchronize(st->stream[ZT_STREAM_COMPUTE]));
+    return p;
+}
+
+static void cuda_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
+    zt_cuda_state *st = be->impl;
+    if (!p)
+        return;
+    if (kind == ZT_MEM_HOST) {
+        free(p);
+        return;
+    }
+    if (kind == ZT_MEM_PINNED) {
+        ZT_CUDA_CHECK(be, cudaFreeHost(p));
+        return;
+    }
+    /* The range is no longer this allocation's: forget what was released of it. */
+    zt_cuda_ranges_remove(&st->released, (uintptr_t)p, (uintptr_t)p + (bytes ? bytes : 1));
+    ZT_CUDA_CHECK(be, cudaFree(p));
+    zt_cuda_count(st, -(long long)(bytes ? bytes : 1));
+}
+
+static void cuda_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
+    zt_cuda_state *st = be->impl;
+    if (bytes)
+        ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[s]));
+}
+
+/* Whether host memory is page-locked (cudaHostAlloc or registered), so a copy from or to it can
+ * run asynchronously. */
+static bool is_pinned(const void *p) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, zt_copy_kind kind,
+                      zt_stream s) {
+    zt_cuda_state *st = be->impl;
+    if (bytes == 0)
+        return;
+    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                                cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
+    ZT_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, kinds[kind], st->stream[s]));
+    /* backend.h: from or to pageable host memory the call returns only when the host buffer may
+     * be reused. CUDA stages a pageable source before returning; a pageable destination is
+     * written only when the copy has run, so wait for it. */
+    if ((kind == ZT_COPY_D2H && !is_pinned(dst)) || kind == ZT_COPY_H2H)
+        ZT_CUDA_CHECK(be, cudaStreamSynchronize(st->stream[s]));
+}
+
+static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi) {
+    zt_cuda_state *st = be->impl;
+    if (hi <= lo)
+        return;
+    ZT_CUDA_CHECK(be, cudaMemsetAsync((char *)p + lo, 0, hi - lo, st->stream[ZT_STREAM_COMPUTE]));
+    if (zt_cuda_ranges_add(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi) != ZT_OK)
+        zt_cuda_fail(be, "host", "zt_cuda_ranges_add", zt_last_error(), __FILE__, __LINE__);
+}
+
+static zt_status cuda_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
+    zt_cuda_state *st = be->impl;
+    return zt_cuda_ranges_remove(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+}
+
+static size_t cuda_resident_bytes(zt_backend *be, const void *p, size_t lo, size_t hi) {
+    zt_cuda_state *st = be->impl;
+    if (hi <= lo)
+        return 0;
+    return (hi - lo) -
+           zt_cuda_ranges_overlap(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+}
+
+static zt_event *cuda_event_create(zt_backend *be) {
+    zt_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    if (cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming) != cudaSuccess) {
+        ZT_CUDA_LAUNCHED(be);
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static void cuda_event_destroy(zt_backend *be, zt_event *ev) {
+    if (!ev)
+        return;
+    ZT_CUDA_CHECK(be, cudaEventDestroy(ev->ev));
+    free(ev);
+}
+
+static void cuda_event_record(zt_backend *be, zt_event *ev, zt_stream s) {
+    zt_cuda_state *st = be->impl;
+    ZT_CUDA_CHECK(be, cudaEventRecord(ev->ev, st->stream[s]));
+}
+
+static void cuda_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
+    zt_cuda_state *st = be->impl;
+    ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[s], ev->ev, 0));
+}
+
+static zt_status cuda_sync(zt_backend *be) {
+    zt_cuda_state *st = be->impl;
+    for (int s = 0; s < ZT_STREAMS; s++)
+        ZT_CUDA_CHECK(be, cudaStreamSynchronize(st->stream[s]));
+    ZT_CUDA_LAUNCHED(be);
+    pthread_mutex_lock(&st->lock);
+    char msg[sizeof st->first_error];
+    memcpy(msg, st->first_error, sizeof msg);
+    st->first_error[0] = '\0';
+    pthread_mutex_unlock(&st->lock);
+    if (!msg[0])
+        return ZT_OK;
+    return zt_error(ZT_ERR_IO, "cuda device %d (%s): %s", be->device_index, st->device_name, msg);
+}
+
+static void cuda_destroy(zt_backend *be) {
+    zt_cuda_state *st = be->impl;
+    cudaDeviceSynchronize();
+    for (int i = 0; i < ZT_CUDA_SCRATCHES; i++)
+        cudaFree(st->scratch[i]);
+    free(st->bucket_host);
+    cudaFree(st->sums_dev);
+    cudaFreeHost(st->sums_host);
+    cudaFree(st->lt_workspace);
+    if (st->lt)
+        cublasLtDestroy(st->lt);
+    for (int s = 0; s < ZT_STREAMS; s++)
+        if (st->stream[s])
+            cudaStreamDestroy(st->stream[s]);
+    zt_cuda_ranges_free(&st->released);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+static const zt_backend_iface cuda_iface = {
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .zero = cuda_zero,
+    .copy = cuda_copy,
+    .release = cuda_release,
+    .commit = cuda_commit,
+    .resident_bytes = cuda_resident_bytes,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait = cuda_stream_wait,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+};
+
+void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes) {
+    zt_cuda_state *st = zt_cuda_of(x);
+    if (bytes <= st->scratch_bytes[slot])
+        return st->scratch[slot];
+    ZT_CUDA_CHECK(x->be, cudaStreamSynchronize(st->stream[ZT_STREAM_COMPUTE]));
+    ZT_CUDA_CHECK(x->be, cudaFree(st->scratch[slot]));
+    zt_cuda_count(st, -(long long)st->scratch_bytes[slot]);
+    st->scratch[slot] = NULL;
+    st->scratch_bytes[slot] = 0;
+    /* A quarter more than asked, so a batch that grows a little does not reallocate each time. */
+    size_t want = bytes + bytes / 4;
+    void *p = NULL;
+    ZT_CUDA_CHECK(x->be, cudaMalloc(&p, want));
+    if (!p)
+        return NULL;
+    st->scratch[slot] = p;
+    st->scratch_bytes[slot] = want;
+    zt_cuda_count(st, (long long)want);
+    return p;
+}
+
+const int32_t *zt_cuda_upload_i32(const zt_ctx *x, zt_cuda_scratch_slot slot, const int32_t *host,
+                                  size_t n) {
+    int32_t *d = zt_cuda_scratch(x, slot, (n ? n : 1) * sizeof(int32_t));
+    if (d && n)
+        ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(d, host, n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                             zt_cuda_compute(x)));
+    return d;
+}
+
+void *zt_cuda_bucket_host(const zt_ctx *x, size_t bytes) {
+    zt_cuda_state *st = zt_cuda_of(x);
+    if (bytes <= st->bucket_host_bytes)
+        return st->bucket_host;
+    void *p = realloc(st->bucket_host, bytes);
+    if (!p) {
+        zt_cuda_fail(x->be, "host", "realloc", "out of host memory", __FILE__, __LINE__);
+        return NULL;
+    }
+    st->bucket_host = p;
+    st->bucket_host_bytes = bytes;
+    return p;
+}
+
+/* What creation needs besides the state itself; on failure the caller destroys st. */
+static zt_status setup(zt_cuda_state *st, int dev) {
+    ZT_CUDA_TRY(dev, cudaSetDevice(dev));
+    struct cudaDeviceProp prop;
+    ZT_CUDA_TRY(dev, cudaGetDeviceProperties(&prop, dev));
+    snprintf(st->device_name, sizeof st->device_name, "%s", prop.name);
+    for (int s = 0; s < ZT_STREAMS; s++)
+        ZT_CUDA_TRY(dev, cudaStreamCreateWithFlags(&st->stream[s], cudaStreamNonBlocking));
+    ZT_CUBLAS_TRY(dev, cublasLtCreate(&st->lt));
+    ZT_CUDA_TRY(dev, cudaMalloc(&st->lt_workspace, ZT_CUDA_CUBLAS_WORKSPACE));
+    ZT_CUDA_TRY(dev, cudaMalloc((void **)&st->sums_dev,
+                                (2 * ZT_CUDA_SUM_BLOCKS + 2) * sizeof(double)));
+    ZT_CUDA_TRY(dev, cudaHostAlloc((void **)&st->sums_host, 2 * sizeof(double),
+                                   cudaHostAllocPortable));
+    zt_cuda_count(st, ZT_CUDA_CUBLAS_WORKSPACE + (2 * ZT_CUDA_SUM_BLOCKS + 2) * sizeof(double));
+    return ZT_OK;
+}
+
+zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts) {
+    *out = NULL;
+    int dev = opts ? opts->device_index : 0;
+    int count = zt_cuda_device_count();
+    if (count == 0)
+        return zt_error(ZT_ERR_UNSUPPORTED,
+                        "device \"cuda\": no CUDA device is visible to this process (no GPU, no "
+                        "driver, or CUDA_VISIBLE_DEVICES hides them)");
+    if (dev < 0 || dev >= count)
+        return zt_error(ZT_ERR_INVALID, "cuda device %d: this process sees %d CUDA device%s",
+                        dev, count, count == 1 ? "" : "s");
+    zt_cuda_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return zt_error(ZT_ERR_NOMEM, "cuda backend: out of host memory");
+    pthread_mutex_init(&st->lock, NULL);
+    zt_backend *be = &st->be;
+    be->impl = st;
+    be->name = "cuda";
+    be->device = ZT_DEVICE_CUDA;
+    be->device_index = dev;
+    be->iface = &cuda_iface;
+    be->ops = zt_cuda_ops();
+    be->act_as_f32 = false;
+    zt_status s = setup(st, dev);
+    if (s != ZT_OK) {
+        cuda_destroy(be);
+        return s;
+    }
+    *out = be;
+    return ZT_OK;
+}
+
+int zt_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}

@@ -1,0 +1,82 @@
+/* Conversions between fp32 and 16-bit buffers on the GPU, with the CPU's exact rounding
+ * (cuda_common.cuh's conversions reproduce kernels/cpu/half.h bit for bit), and the sum of
+ * squares of a 16-bit buffer in double (two-pass, as optim.cu's). */
+#include "cuda_common.cuh"
+
+static bool half_is_bf16(zt_dtype t, const char *fn) {
+    if (t != ZT_BF16 && t != ZT_F16) {
+        fprintf(stderr, "ztrain: %s: dtype %d is not ZT_BF16 or ZT_F16\n", fn, (int)t);
+        abort();
+    }
+    return t == ZT_BF16;
+}
+
+__global__ void to_half_kernel(uint16_t *dst, const float *src, size_t n, bool bf16) {
+    ZT_GRID_LOOP(i, n) { dst[i] = zt_half_from_f32(src[i], bf16); }
+}
+
+__global__ void from_half_kernel(float *dst, const uint16_t *src, size_t n, bool bf16) {
+    ZT_GRID_LOOP(i, n) { dst[i] = zt_f32_from_half(src[i], bf16); }
+}
+
+__global__ void round_kernel(float *v, size_t n, bool bf16) {
+    ZT_GRID_LOOP(i, n) { v[i] = zt_f32_from_half(zt_half_from_f32(v[i], bf16), bf16); }
+}
+
+/* A NaN accumulator passes through as it is, as the CPU's acc_sum. */
+__global__ void accumulate_kernel(uint16_t *dst, const float *src, size_t n, bool bf16) {
+    ZT_GRID_LOOP(i, n) {
+        float acc = zt_f32_from_half(dst[i], bf16);
+        float s = __fadd_rn(acc, src[i]);
+        dst[i] = zt_half_from_f32(acc != acc ? acc : s, bf16);
+    }
+}
+
+__global__ void sumsq_half_partial(const uint16_t *v, size_t n, bool bf16, double *partial) {
+    __shared__ double red[32];
+    double acc = 0.0;
+    ZT_GRID_LOOP(i, n) {
+        double d = (double)zt_f32_from_half(v[i], bf16);
+        acc += d * d;
+    }
+    acc = zt_block_sum(acc, red);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = acc;
+}
+
+extern "C" void zt_cuda_to_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n,
+                                zt_dtype t) {
+    bool bf16 = half_is_bf16(t, "to_half");
+    ZT_LAUNCH_1D(x, n, to_half_kernel, dst, src, n, bf16);
+}
+
+extern "C" void zt_cuda_from_half(const zt_ctx *x, float *dst, const uint16_t *src, size_t n,
+                                  zt_dtype t) {
+    bool bf16 = half_is_bf16(t, "from_half");
+    ZT_LAUNCH_1D(x, n, from_half_kernel, dst, src, n, bf16);
+}
+
+extern "C" void zt_cuda_round_to(const zt_ctx *x, float *v, size_t n, zt_dtype t) {
+    if (t == ZT_F32)
+        return;
+    bool bf16 = half_is_bf16(t, "round_to");
+    ZT_LAUNCH_1D(x, n, round_kernel, v, n, bf16);
+}
+
+extern "C" void zt_cuda_accumulate_half(const zt_ctx *x, uint16_t *dst, const float *src,
+                                        size_t n, zt_dtype t) {
+    bool bf16 = half_is_bf16(t, "accumulate_half");
+    ZT_LAUNCH_1D(x, n, accumulate_kernel, dst, src, n, bf16);
+}
+
+extern "C" double zt_cuda_sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n,
+                                           zt_dtype t) {
+    bool bf16 = half_is_bf16(t, "sum_squares_half");
+    unsigned blocks = zt_cuda_sum_blocks(n);
+    sumsq_half_partial<<<blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x)>>>(v, n, bf16,
+                                                                         zt_cuda_of(x)->sums_dev);
+    ZT_CUDA_LAUNCHED(x->be);
+    double total = 0.0;
+    zt_cuda_sum_totals(x, blocks, 1, &total);
+    return total;
+}

@@ -1,0 +1,187 @@
+/* The CUDA backend's internals shared by backend_cuda.c, ops_cuda.c and the kernel files, which
+ * make up the shared module libztrain_cuda.so (kernels/backend.c loads it on first use, so that
+ * programs running on the CPU never map the CUDA libraries): the
+ * state behind zt_backend.impl, the one generator of the CUDA / cuBLASLt (and, in the engine,
+ * NCCL) check macros, the growable scratch buffers and the op entry points, one per zt_ops field
+ * with that field's signature. C and CUDA C++ both include it. */
+#ifndef ZTRAIN_CUDA_BACKEND_H
+#define ZTRAIN_CUDA_BACKEND_H
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+#include "cuda_host.h"
+#include "ztrain/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Scratch buffers that grow to the largest request and are then reused: a model's first step
+ * sizes them, later steps allocate nothing. Each is used only on the compute stream. */
+typedef enum {
+    ZT_CUDA_SCRATCH_W16 = 0, /* a weight (and bias) rounded to the activations' 16-bit type */
+    ZT_CUDA_SCRATCH_TOKENS,  /* tokens or targets copied from the host */
+    ZT_CUDA_SCRATCH_BUCKETS, /* the embedding backward's token buckets */
+    ZT_CUDA_SCRATCHES
+} zt_cuda_scratch_slot;
+
+/* The cuBLASLt workspace: what llm.c found Hopper's kernels to want. */
+enum { ZT_CUDA_CUBLAS_WORKSPACE = 32 << 20 };
+
+typedef struct {
+    zt_backend be;
+    char device_name[256];
+    cudaStream_t stream[ZT_STREAMS];
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    double *sums_dev;  /* [2 · ZT_CUDA_SUM_BLOCKS + 2]: the two-pass sums' partials and totals */
+    double *sums_host; /* [2], pinned: the totals read back */
+    void *scratch[ZT_CUDA_SCRATCHES];
+    size_t scratch_bytes[ZT_CUDA_SCRATCHES];
+    /* The host side of the token buckets, grown like the device scratch. */
+    void *bucket_host;
+    size_t bucket_host_bytes;
+    zt_cuda_ranges released;
+    /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory). */
+    size_t allocated, peak;
+    /* The first failure of a call that cannot return one (an op, a copy), reported by sync. */
+    pthread_mutex_t lock;
+    char first_error[512];
+} zt_cuda_state;
+
+static inline zt_cuda_state *zt_cuda_of(const zt_ctx *x) { return (zt_cuda_state *)x->be->impl; }
+static inline cudaStream_t zt_cuda_compute(const zt_ctx *x) {
+    return zt_cuda_of(x)->stream[ZT_STREAM_COMPUTE];
+}
+
+/* Records a failed call as the backend's first error, unless one is already recorded: lib is
+ * "CUDA" or "cuBLASLt", call the statement as written. Thread-safe. */
+void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char *msg,
+                  const char *file, int line);
+
+/* The one generator: evaluates expr, a call returning a status of type `type` that is `ok` on
+ * success, and on failure runs on_error with zt_msg_ holding the library's text for the status. */
+#define ZT_GPU_CALL_(type, ok, errstr, expr, on_error)                                             \
+    do {                                                                                           \
+        type zt_rc_ = (expr);                                                                      \
+        if (zt_rc_ != (ok)) {                                                                      \
+            const char *zt_msg_ = errstr(zt_rc_);                                                  \
+            on_error;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* For calls that cannot return a status (ops, copies): the failure is recorded for sync. */
+#define ZT_GPU_RECORD_(be, lib, type, ok, errstr, expr)                                            \
+    ZT_GPU_CALL_(type, ok, errstr, expr, zt_cuda_fail((be), lib, #expr, zt_msg_, __FILE__, __LINE__))
+#define ZT_CUDA_CHECK(be, expr)                                                                    \
+    ZT_GPU_RECORD_(be, "CUDA", cudaError_t, cudaSuccess, cudaGetErrorString, expr)
+#define ZT_CUBLAS_CHECK(be, expr)                                                                  \
+    ZT_GPU_RECORD_(be, "cuBLASLt", cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, \
+                   expr)
+/* After a kernel launch: a bad launch configuration shows here, a fault inside only at sync. */
+#define ZT_CUDA_LAUNCHED(be) ZT_CUDA_CHECK(be, cudaGetLastError())
+
+/* For calls at creation, which return a status: ZT_ERR_UNSUPPORTED naming the device index. */
+#define ZT_CUDA_TRY(dev, expr)                                                                     \
+    ZT_GPU_CALL_(cudaError_t, cudaSuccess, cudaGetErrorString, expr,                               \
+                 return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: %s: %s", (dev), #expr,       \
+                                 zt_msg_))
+#define ZT_CUBLAS_TRY(dev, expr)                                                                   \
+    ZT_GPU_CALL_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, expr,             \
+                 return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: %s: %s", (dev), #expr,       \
+                                 zt_msg_))
+
+/* Counts bytes of device memory taken (a positive delta) or given back (negative). */
+void zt_cuda_count(zt_cuda_state *st, long long delta);
+
+/* Device scratch of at least bytes in the slot (contents undefined), or NULL after recording the
+ * failure. Growing waits for the compute stream, whose earlier work may still read the old one. */
+void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes);
+/* n int32 values of host memory copied to the slot's device scratch, in stream order. */
+const int32_t *zt_cuda_upload_i32(const zt_ctx *x, zt_cuda_scratch_slot slot, const int32_t *host,
+                                  size_t n);
+/* Host scratch for the token buckets (ZT_ERR_NOMEM recorded and NULL when it cannot grow). */
+void *zt_cuda_bucket_host(const zt_ctx *x, size_t bytes);
+
+/* The second pass of the two-pass sums (optim.cu): out[j], j < count, is the sum of the first
+ * `blocks` partials in row j of sums_dev (rows of ZT_CUDA_SUM_BLOCKS), in a fixed order; waits
+ * for the compute stream. */
+void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out);
+
+/* The module's entry points, which kernels/backend.c finds with dlsym (the public
+ * zt_backend_cuda_* calls of backend.h are its wrappers). */
+zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts);
+int zt_cuda_device_count(void);
+zt_status zt_cuda_memory_of(zt_backend *be, zt_cuda_memory *out);
+
+/* The op table (ops_cuda.c). */
+const zt_ops *zt_cuda_ops(void);
+
+/* ---- op entry points, each with the signature of its zt_ops field (ops.h) ------------------- */
+
+void zt_cuda_embedding_forward(const zt_ctx *x, void *out, const int32_t *tokens,
+                               const float *wte, const float *wpe, int B, int T, int C);
+void zt_cuda_embedding_backward(const zt_ctx *x, float *dwte, float *dwpe, const void *dout,
+                                const int32_t *tokens, int B, int T, int C);
+void zt_cuda_layernorm_forward(const zt_ctx *x, void *out, float *mean, float *rstd,
+                               const void *inp, const float *w, const float *b, int N, int C);
+void zt_cuda_layernorm_backward(const zt_ctx *x, void *dinp, float *dw, float *db,
+                                const void *dout, const void *inp, const float *w,
+                                const float *mean, const float *rstd, int N, int C);
+void zt_cuda_rmsnorm_forward(const zt_ctx *x, void *out, float *rstd, const void *inp,
+                             const float *w, float eps, int N, int C);
+void zt_cuda_rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw, const void *dout,
+                              const void *inp, const float *w, const float *rstd, int N, int C);
+void zt_cuda_rope_forward(const zt_ctx *x, void *xq, const float *cos, const float *sin, int B,
+                          int T, int n_heads, int head_dim, size_t row_stride);
+void zt_cuda_rope_backward(const zt_ctx *x, void *dxq, const float *cos, const float *sin, int B,
+                           int T, int n_heads, int head_dim, size_t row_stride);
+void zt_cuda_linear_forward(const zt_ctx *x, void *out, const void *inp, const float *w,
+                            const float *bias, const void *residual, int N, int C, int OC,
+                            zt_weight_layout layout);
+void zt_cuda_linear_backward(const zt_ctx *x, void *dinp, float *dw, float *dbias,
+                             const void *dout, const void *inp, const float *w, int N, int C,
+                             int OC, zt_weight_layout layout, bool accumulate_dinp);
+void zt_cuda_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
+                               const void *q, const void *k, const void *v);
+void zt_cuda_attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
+                                void *dv, float *scratch, const void *dout, const void *q,
+                                const void *k, const void *v, const float *att);
+void zt_cuda_gelu_forward(const zt_ctx *x, void *out, const void *inp, size_t n);
+void zt_cuda_gelu_backward(const zt_ctx *x, void *dinp, const void *inp, const void *dout,
+                           size_t n);
+void zt_cuda_silu_mul_forward(const zt_ctx *x, void *out, const void *gate, const void *up,
+                              size_t n);
+void zt_cuda_silu_mul_backward(const zt_ctx *x, void *dgate, void *dup, const void *dout,
+                               const void *gate, const void *up, size_t n);
+void zt_cuda_add(const zt_ctx *x, void *out, const void *a, const void *b, size_t n);
+void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logits, const int32_t *targets,
+                          int N, int V, float grad_scale);
+void zt_cuda_adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v, size_t n,
+                         const zt_adam_args *a);
+void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, float *buf, size_t n,
+                        const zt_sgd_args *a);
+void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
+                               zt_dtype grad_type, float grad_mul, float *m, float *v,
+                               uint16_t *param16, zt_dtype param_type, size_t n,
+                               const zt_adam_args *a);
+void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
+                          size_t n, const zt_lamb_args *a, double sums[2]);
+void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
+                        const zt_lamb_args *a, float step);
+double zt_cuda_sum_squares(const zt_ctx *x, const float *v, size_t n);
+void zt_cuda_scale(const zt_ctx *x, float *v, size_t n, float s);
+void zt_cuda_to_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n, zt_dtype t);
+void zt_cuda_from_half(const zt_ctx *x, float *dst, const uint16_t *src, size_t n, zt_dtype t);
+void zt_cuda_round_to(const zt_ctx *x, float *v, size_t n, zt_dtype t);
+void zt_cuda_accumulate_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n,
+                             zt_dtype t);
+double zt_cuda_sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

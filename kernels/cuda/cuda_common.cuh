@@ -1,0 +1,136 @@
+/* What the CUDA kernel files share: activations loaded to fp32 and stored back in their type
+ * (fp32, bfloat16 or binary16, rounded to nearest even), the switch from a zt_dtype to a kernel
+ * instantiation, block-wide reductions in a fixed order, and the exact 16-bit conversions of the
+ * cast and optimizer ops. Arithmetic is fp32 throughout; only storage is 16-bit. */
+#ifndef ZTRAIN_CUDA_COMMON_CUH
+#define ZTRAIN_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda_backend.h"
+
+__device__ __forceinline__ float zt_ld(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float zt_ld(const __nv_bfloat16 *p, size_t i) {
+    return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ float zt_ld(const __half *p, size_t i) { return __half2float(p[i]); }
+
+__device__ __forceinline__ void zt_st(float *p, size_t i, float x) { p[i] = x; }
+__device__ __forceinline__ void zt_st(__nv_bfloat16 *p, size_t i, float x) {
+    p[i] = __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ void zt_st(__half *p, size_t i, float x) { p[i] = __float2half_rn(x); }
+
+/* Runs the statement with ACT_T naming the storage type of activations at act. */
+#define ZT_ACT_DISPATCH(act, ...)                                                                  \
+    do {                                                                                           \
+        switch (act) {                                                                             \
+        case ZT_F32: {                                                                             \
+            typedef float ACT_T;                                                                   \
+            __VA_ARGS__;                                                                           \
+        } break;                                                                                   \
+        case ZT_BF16: {                                                                            \
+            typedef __nv_bfloat16 ACT_T;                                                           \
+            __VA_ARGS__;                                                                           \
+        } break;                                                                                   \
+        case ZT_F16: {                                                                             \
+            typedef __half ACT_T;                                                                  \
+            __VA_ARGS__;                                                                           \
+        } break;                                                                                   \
+        default:                                                                                   \
+            ZT_ASSERT(!"activation dtype is fp32, bf16 or fp16");                                  \
+        }                                                                                          \
+    } while (0)
+
+/* Sum or max over the block, whose size is a multiple of 32 (zt_cuda_row_threads), returned to
+ * every thread. The order of additions depends only on the block size: deterministic. scratch
+ * holds 32 values; the call begins and ends with a barrier so it may be reused at once. */
+template <typename T, typename Op>
+__device__ __forceinline__ T zt_block_reduce(T v, T *scratch, Op op) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int o = 16; o > 0; o /= 2)
+        v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    __syncthreads();
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    T r = scratch[0];
+    for (int w = 1; w < warps; w++)
+        r = op(r, scratch[w]);
+    __syncthreads();
+    return r;
+}
+
+struct zt_add_op {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct zt_max_op {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a > b ? a : b; }
+};
+
+template <typename T> __device__ __forceinline__ T zt_block_sum(T v, T *scratch) {
+    return zt_block_reduce(v, scratch, zt_add_op());
+}
+__device__ __forceinline__ float zt_block_max(float v, float *scratch) {
+    return zt_block_reduce(v, scratch, zt_max_op());
+}
+
+/* A grid-stride loop over [0, n). */
+#define ZT_GRID_LOOP(i, n)                                                                         \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* The grid of elementwise kernels: enough blocks to fill any current GPU several times over. */
+enum { ZT_CUDA_MAX_GRID = 65535 };
+
+/* Launches an elementwise kernel over n elements on the compute stream of ctx x. */
+#define ZT_LAUNCH_1D(x, n, kernel, ...)                                                               \
+    do {                                                                                           \
+        zt_cuda_launch l_ = zt_cuda_launch_1d((n), ZT_CUDA_BLOCK, ZT_CUDA_MAX_GRID);               \
+        if (l_.grid == 0)                                                                          \
+            break;                                                                                 \
+        kernel<<<l_.grid, l_.block, 0, zt_cuda_compute(x)>>>(__VA_ARGS__);                         \
+        ZT_CUDA_LAUNCHED((x)->be);                                                                 \
+    } while (0)
+
+/* ---- exact 16-bit conversions (the CPU's half.h, bit for bit) ------------------------------- */
+
+__device__ __forceinline__ uint16_t zt_bf16_from_f32(float x) {
+    uint32_t u = __float_as_uint(x);
+    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x0040u;
+    return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
+}
+
+__device__ __forceinline__ float zt_f32_from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    return __uint_as_float((h & 0x7FFFu) > 0x7F80u ? u | 0x00400000u : u);
+}
+
+/* Round to nearest even with subnormals and overflow to inf, as the hardware conversion does;
+ * a NaN keeps its sign and top payload bits and is quieted, as the CPU's. */
+__device__ __forceinline__ uint16_t zt_f16_from_f32(float x) {
+    uint32_t u = __float_as_uint(x);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u)
+        return (uint16_t)(((u >> 16) & 0x8000u) | 0x7E00u | ((a >> 13) & 0x03FFu));
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+__device__ __forceinline__ float zt_f32_from_f16(uint16_t h) {
+    if ((h & 0x7C00u) == 0x7C00u && (h & 0x03FFu))
+        return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7FC00000u |
+                               ((uint32_t)(h & 0x03FFu) << 13));
+    return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ uint16_t zt_half_from_f32(float x, bool bf16) {
+    return bf16 ? zt_bf16_from_f32(x) : zt_f16_from_f32(x);
+}
+__device__ __forceinline__ float zt_f32_from_half(uint16_t h, bool bf16) {
+    return bf16 ? zt_f32_from_bf16(h) : zt_f32_from_f16(h);
+}
+
+#endif

@@ -1,0 +1,69 @@
+/* LAMB's two passes on the GPU (ops.h, DeepSpeed's FusedLamb): the moments with the sums of p²
+ * and u² in double (two-pass, fixed block count, as optim.cu's sum of squares), then the update
+ * scaled by the caller's trust ratio. Per element the CPU's IEEE operations
+ * (kernels/cpu/lamb.c), so m, v and p match it bit for bit. */
+#include "cuda_common.cuh"
+
+struct lamb_coef {
+    float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd;
+    bool eps_inside_sqrt;
+};
+
+static lamb_coef lamb_coef_of(const zt_lamb_args *a) {
+    lamb_coef c;
+    c.beta1 = a->beta1;
+    c.one_minus_beta1 = (float)(1.0 - a->beta1);
+    c.beta2 = a->beta2;
+    c.one_minus_beta2 = (float)(1.0 - a->beta2);
+    c.eps = a->eps;
+    c.wd = a->weight_decay;
+    c.eps_inside_sqrt = a->eps_inside_sqrt;
+    return c;
+}
+
+__device__ __forceinline__ float lamb_u(float p, float m, float v, const lamb_coef &c) {
+    float denom = c.eps_inside_sqrt ? __fsqrt_rn(__fadd_rn(v, c.eps))
+                                    : __fadd_rn(__fsqrt_rn(v), c.eps);
+    return __fmaf_rn(c.wd, p, __fdiv_rn(m, denom));
+}
+
+__global__ void lamb_moments_kernel(const float *p, const float *g, float *m, float *v, size_t n,
+                                    lamb_coef c, double *partial) {
+    __shared__ double red[32];
+    double w2 = 0.0, u2 = 0.0;
+    ZT_GRID_LOOP(i, n) {
+        float gi = g[i];
+        float mi = __fmaf_rn(c.beta1, m[i], __fmul_rn(c.one_minus_beta1, gi));
+        float vi = __fmaf_rn(c.beta2, v[i], __fmul_rn(__fmul_rn(c.one_minus_beta2, gi), gi));
+        m[i] = mi;
+        v[i] = vi;
+        float u = lamb_u(p[i], mi, vi, c);
+        w2 += (double)p[i] * p[i];
+        u2 += (double)u * u;
+    }
+    w2 = zt_block_sum(w2, red);
+    u2 = zt_block_sum(u2, red);
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = w2;
+        partial[ZT_CUDA_SUM_BLOCKS + blockIdx.x] = u2;
+    }
+}
+
+__global__ void lamb_apply_kernel(float *p, const float *m, const float *v, size_t n, lamb_coef c,
+                                  float step) {
+    ZT_GRID_LOOP(i, n) { p[i] = __fmaf_rn(-step, lamb_u(p[i], m[i], v[i], c), p[i]); }
+}
+
+extern "C" void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m,
+                                     float *v, size_t n, const zt_lamb_args *a, double sums[2]) {
+    unsigned blocks = zt_cuda_sum_blocks(n);
+    lamb_moments_kernel<<<blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x)>>>(
+        p, g, m, v, n, lamb_coef_of(a), zt_cuda_of(x)->sums_dev);
+    ZT_CUDA_LAUNCHED(x->be);
+    zt_cuda_sum_totals(x, blocks, 2, sums);
+}
+
+extern "C" void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v,
+                                   size_t n, const zt_lamb_args *a, float step) {
+    ZT_LAUNCH_1D(x, n, lamb_apply_kernel, p, m, v, n, lamb_coef_of(a), step);
+}

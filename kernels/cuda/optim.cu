@@ -1,0 +1,168 @@
+/* Optimizer and gradient ops on the GPU over flat fp32 slices: Adam/AdamW, the fused
+ * mixed-precision Adam (16-bit gradients in, fp32 masters and moments, 16-bit parameters out),
+ * SGD, scale, and the double-precision sum of squares of the global norm.
+ *
+ * Each element goes through the CPU's sequence of IEEE operations (kernels/cpu/optim.c: explicit
+ * fused multiply-adds, correctly rounded sqrt and divide, which nvcc keeps without
+ * --use_fast_math) with the coefficients derived the same way on the host, so an element's result
+ * is the CPU's bit for bit and does not depend on where a slice starts. The sum of squares runs in
+ * two passes over a fixed number of blocks: deterministic for a given n. */
+#include "cuda_common.cuh"
+
+struct adam_coef {
+    float decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, sqrt_bc2, step_size;
+};
+
+static adam_coef adam_coef_of(const zt_adam_args *a) {
+    adam_coef c;
+    c.decay = a->adamw_mode ? (float)(1.0 - (double)a->lr * a->weight_decay) : 1.0f;
+    c.l2 = a->adamw_mode ? 0.0f : a->weight_decay;
+    c.beta1 = a->beta1;
+    c.one_minus_beta1 = (float)(1.0 - a->beta1);
+    c.beta2 = a->beta2;
+    c.one_minus_beta2 = (float)(1.0 - a->beta2);
+    c.eps = a->eps;
+    c.sqrt_bc2 = (float)sqrt((double)a->bias_correction2);
+    c.step_size = (float)((double)a->lr / a->bias_correction1);
+    return c;
+}
+
+__device__ __forceinline__ float adam_elem(float p, float g, float *m, float *v,
+                                           const adam_coef &c) {
+    if (c.l2 != 0.0f)
+        g = __fmaf_rn(c.l2, p, g);
+    float mi = __fmaf_rn(c.beta1, *m, __fmul_rn(c.one_minus_beta1, g));
+    float vi = __fmaf_rn(c.beta2, *v, __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
+    *m = mi;
+    *v = vi;
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.sqrt_bc2), c.eps);
+    return __fmaf_rn(p, c.decay, -__fmul_rn(c.step_size, __fdiv_rn(mi, denom)));
+}
+
+__global__ void adam_kernel(float *p, const float *g, float *m, float *v, size_t n, adam_coef c) {
+    ZT_GRID_LOOP(i, n) { p[i] = adam_elem(p[i], g[i], m + i, v + i, c); }
+}
+
+/* grad_type: 0 fp32, 1 bf16, 2 fp16 (zt_dtype's values); param16 NULL for no 16-bit copy. */
+__global__ void adam_mixed_kernel(float *p, const void *grad, int grad_type, float mul, float *m,
+                                  float *v, uint16_t *param16, bool param_bf16, size_t n,
+                                  adam_coef c) {
+    ZT_GRID_LOOP(i, n) {
+        float g = grad_type == ZT_F32
+                      ? ((const float *)grad)[i]
+                      : zt_f32_from_half(((const uint16_t *)grad)[i], grad_type == ZT_BF16);
+        float pi = adam_elem(p[i], __fmul_rn(g, mul), m + i, v + i, c);
+        p[i] = pi;
+        if (param16)
+            param16[i] = zt_half_from_f32(pi, param_bf16);
+    }
+}
+
+struct sgd_coef {
+    float lr, wd, momentum, one_minus_dampening;
+    bool use_momentum, nesterov, first_step;
+};
+
+__global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, sgd_coef c) {
+    ZT_GRID_LOOP(i, n) {
+        float gi = g[i];
+        if (c.wd != 0.0f)
+            gi = __fmaf_rn(c.wd, p[i], gi);
+        if (c.use_momentum) {
+            float b = c.first_step ? gi
+                                   : __fmaf_rn(c.momentum, buf[i],
+                                               __fmul_rn(c.one_minus_dampening, gi));
+            buf[i] = b;
+            gi = c.nesterov ? __fmaf_rn(c.momentum, b, gi) : b;
+        }
+        p[i] = __fmaf_rn(-c.lr, gi, p[i]);
+    }
+}
+
+__global__ void scale_kernel(float *v, size_t n, float s) {
+    ZT_GRID_LOOP(i, n) { v[i] = __fmul_rn(v[i], s); }
+}
+
+extern "C" void zt_cuda_adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v,
+                                    size_t n, const zt_adam_args *a) {
+    ZT_LAUNCH_1D(x, n, adam_kernel, p, g, m, v, n, adam_coef_of(a));
+}
+
+extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
+                                          zt_dtype grad_type, float grad_mul, float *m, float *v,
+                                          uint16_t *param16, zt_dtype param_type, size_t n,
+                                          const zt_adam_args *a) {
+    ZT_ASSERT(grad_type == ZT_F32 || grad_type == ZT_BF16 || grad_type == ZT_F16);
+    ZT_ASSERT(!param16 || param_type == ZT_BF16 || param_type == ZT_F16);
+    ZT_LAUNCH_1D(x, n, adam_mixed_kernel, master, grad, (int)grad_type, grad_mul, m, v, param16,
+                 param_type == ZT_BF16, n, adam_coef_of(a));
+}
+
+extern "C" void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, float *buf,
+                                   size_t n, const zt_sgd_args *a) {
+    sgd_coef c;
+    c.lr = a->lr;
+    c.wd = a->weight_decay;
+    c.momentum = a->momentum;
+    c.one_minus_dampening = (float)(1.0 - a->dampening);
+    c.use_momentum = buf != NULL && a->momentum != 0.0f;
+    c.nesterov = a->nesterov;
+    c.first_step = a->first_step;
+    ZT_LAUNCH_1D(x, n, sgd_kernel, p, g, buf, n, c);
+}
+
+extern "C" void zt_cuda_scale(const zt_ctx *x, float *v, size_t n, float s) {
+    ZT_LAUNCH_1D(x, n, scale_kernel, v, n, s);
+}
+
+/* ---- the two-pass sum of squares --------------------------------------------------------------- */
+
+/* Pass 1: block b sums the squares of its grid-strided elements into partial[b]. */
+__global__ void sumsq_partial(const float *v, size_t n, double *partial) {
+    __shared__ double red[32];
+    double acc = 0.0;
+    ZT_GRID_LOOP(i, n) {
+        double d = (double)v[i];
+        acc += d * d;
+    }
+    acc = zt_block_sum(acc, red);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = acc;
+}
+
+/* Pass 2 (one block): total[j] = the sum of partial[j·stride + 0 .. blocks), for j < count. */
+__global__ void sum_partials(const double *partial, unsigned blocks, unsigned stride, int count,
+                             double *total) {
+    __shared__ double red[32];
+    for (int j = 0; j < count; j++) {
+        double acc = 0.0;
+        for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x)
+            acc += partial[(size_t)j * stride + b];
+        acc = zt_block_sum(acc, red);
+        if (threadIdx.x == 0)
+            total[j] = acc;
+    }
+}
+
+extern "C" void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out) {
+    zt_cuda_state *st = zt_cuda_of(x);
+    double *total = st->sums_dev + 2 * ZT_CUDA_SUM_BLOCKS;
+    sum_partials<<<1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x)>>>(st->sums_dev, blocks,
+                                                              ZT_CUDA_SUM_BLOCKS, count, total);
+    ZT_CUDA_LAUNCHED(x->be);
+    ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(st->sums_host, total, count * sizeof(double),
+                                         cudaMemcpyDeviceToHost, zt_cuda_compute(x)));
+    ZT_CUDA_CHECK(x->be, cudaStreamSynchronize(zt_cuda_compute(x)));
+    for (int j = 0; j < count; j++)
+        out[j] = st->sums_host[j];
+}
+
+extern "C" double zt_cuda_sum_squares(const zt_ctx *x, const float *v, size_t n) {
+    unsigned blocks = zt_cuda_sum_blocks(n);
+    sumsq_partial<<<blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x)>>>(v, n,
+                                                                    zt_cuda_of(x)->sums_dev);
+    ZT_CUDA_LAUNCHED(x->be);
+    double total = 0.0;
+    zt_cuda_sum_totals(x, blocks, 1, &total);
+    return total;
+}

@@ -1,0 +1,54 @@
+/* Softmax cross-entropy fused with its backward on the GPU: one block per row finds the row's max
+ * and log-sum-exp in fp32, writes the loss, and overwrites the logits with their gradient
+ * grad_scale·(softmax - onehot) in the same pass, so the probabilities are never stored
+ * (kernels/cpu/softmax_xent.c). */
+#include "cuda_common.cuh"
+
+template <typename T>
+__global__ void xent_kernel(float *losses, T *logits, const int32_t *targets, int V,
+                            float grad_scale) {
+    __shared__ float red[32];
+    const size_t row = (size_t)blockIdx.x * V;
+    const int32_t y = targets[blockIdx.x];
+    if (y < 0) {
+        if (threadIdx.x == 0)
+            losses[blockIdx.x] = 0.0f;
+        if (grad_scale != 0.0f)
+            for (int v = threadIdx.x; v < V; v += blockDim.x)
+                zt_st(logits, row + v, 0.0f);
+        return;
+    }
+    float mx = zt_ld(logits, row);
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, zt_ld(logits, row + v));
+    mx = zt_block_max(mx, red);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        sum += expf(zt_ld(logits, row + v) - mx);
+    float logz = mx + logf(zt_block_sum(sum, red));
+    /* Every thread reads the target's logit before any thread overwrites it. */
+    float xy = zt_ld(logits, row + y);
+    if (threadIdx.x == 0)
+        losses[blockIdx.x] = logz - xy;
+    if (grad_scale == 0.0f)
+        return;
+    __syncthreads();
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float g = expf(zt_ld(logits, row + v) - logz) * grad_scale;
+        zt_st(logits, row + v, v == y ? g - grad_scale : g);
+    }
+}
+
+extern "C" void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logits,
+                                     const int32_t *targets, int N, int V, float grad_scale) {
+    if (N == 0)
+        return;
+    const int32_t *tgt = zt_cuda_upload_i32(x, ZT_CUDA_SCRATCH_TOKENS, targets, (size_t)N);
+    if (!tgt)
+        return;
+    ZT_ACT_DISPATCH(x->act, {
+        xent_kernel<ACT_T><<<N, zt_cuda_row_threads(V), 0, zt_cuda_compute(x)>>>(
+            losses, (ACT_T *)logits, tgt, V, grad_scale);
+        ZT_CUDA_LAUNCHED(x->be);
+    });
+}

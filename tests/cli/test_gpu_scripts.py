@@ -1,0 +1,80 @@
+"""The GPU checks' own plumbing on a machine without a GPU (issue 15, item 6): the training checks
+that scripts/gpu-check.sh runs on a GPU (tests/gpu/train_check.py) run here with the CPU backend
+standing in for the GPU — the fp32 step against the CPU engine, ZeRO 3 with 2 ranks against 1,
+and the bit-exact resume — and must pass, since the CPU engine meets them exactly; a check
+whose runs cannot happen must fail, so the script can tell. bench/bench_gpu.py's argument
+handling and --dry-run plan are checked too: the model sizes it states against GPT-2 124M's and
+the 1.1B Llama's parameter counts, computed here."""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", ".."))
+BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SOURCE, "build")))
+CHECK = os.path.join(SOURCE, "tests", "gpu", "train_check.py")
+BENCH = os.path.join(SOURCE, "bench", "bench_gpu.py")
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    failed += 0 if ok else 1
+
+
+def run(args, timeout=300):
+    return subprocess.run([sys.executable] + args, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+p = run([CHECK, "--bin", BUILD, "--device", "cpu", "--checks", "gpt2,zero,resume",
+         "--zero-stages", "3"])
+print(p.stdout[-3000:], p.stderr[-2000:])
+oks = [line for line in p.stdout.splitlines() if line.startswith("ok ")]
+check(p.returncode == 0 and len(oks) == 3,
+      f"train_check on the CPU: every check passes ({len(oks)} ok, exit {p.returncode})")
+figs = dict(line.split(" ", 2)[1:] for line in p.stdout.splitlines()
+            if line.startswith("FIGURE "))
+check(json.loads(figs.get("gpt2_step_rel_err", "1")) == 0,
+      f"the CPU against itself: the gpt2 steps agree exactly ({figs.get('gpt2_step_rel_err')})")
+
+# A check whose runs cannot happen must fail and say so.
+p = run([CHECK, "--bin", "/nonexistent", "--device", "cpu", "--checks", "gpt2"])
+check(p.returncode == 1 and "FAIL" in p.stdout, f"a check without its runs fails (exit "
+      f"{p.returncode})")
+p = run([CHECK, "--bin", BUILD, "--checks", "gpt2,warp"])
+check(p.returncode == 2 and "--checks: unknown warp" in p.stderr, f"an unknown check is refused: "
+      f"{p.stderr.strip()[-200:]}")
+
+# The benchmark cannot run here; its plan can.
+p = run([BENCH, "--dry-run", "--ztrain-bin", BUILD])
+check(p.returncode == 0, f"bench_gpu --dry-run exits 0: {p.stderr.strip()[-500:]}")
+try:
+    plan = json.loads(p.stdout)
+except ValueError as e:
+    plan = {}
+    check(False, f"bench_gpu --dry-run prints JSON: {e}: {p.stdout[:300]}")
+# GPT-2 124M: wte 50304·768 (padded vocab), wpe 1024·768, 12 blocks of 12·768² + 13·768, final LN.
+C, L, V, T = 768, 12, 50304, 1024
+gpt2 = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+got = plan.get("gpt2", {}).get("params")
+check(got == gpt2, f"bench plan: GPT-2 124M has {got} parameters, expected {gpt2}")
+# The ~1.1B Llama (TinyLlama's shape): 22 layers, 2048 wide, 32 heads (4 for k/v), 5632 MLP,
+# vocab 32000, untied: 1,100,048,384 parameters, as TinyLlama's model card counts.
+C, L, H, KV, FF, V = 2048, 22, 32, 4, 5632, 32000
+kv = C // H * KV
+llama = 2 * V * C + L * (C * C * 2 + 2 * C * kv + 3 * C * FF + 2 * C) + C
+got = plan.get("llama", {}).get("params")
+check(got == llama == 1100048384, f"bench plan: the Llama has {got} parameters, expected {llama}")
+check(plan.get("peak", {}).get("H100 SXM") == 989e12 and "ztrain" in plan.get("runs", []) and
+      "torch_compile" in plan.get("runs", []),
+      f"bench plan: states the peak and the runs ({plan.get('peak')}, {plan.get('runs')})")
+p = run([BENCH, "--micro-batch", "0", "--dry-run"])
+check(p.returncode == 2 and "--micro-batch" in p.stderr, "a micro-batch of 0 is refused")
+p = run([BENCH])
+check(p.returncode != 0 and ("GPU" in p.stderr or "CUDA" in p.stderr or "cuda" in p.stderr),
+      f"without a GPU bench_gpu says so and fails: {p.stderr.strip()[-300:]}")
+print("test_gpu_scripts:", "FAILED" if failed else "ok")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,193 @@
+"""Training checks of the engine on a GPU, run by scripts/gpu-check.sh (issue 15, item 6): each
+check trains tiny models with `ztrain run` and compares what the runs log (metrics.jsonl) with an
+independent run, never with an earlier output of its own:
+
+  gpt2, llama  the first steps on the GPU against the same job on the CPU backend (fp32; the
+               losses within --step-tol relative: cuBLASLt's fp32 sums in another order)
+  bf16         20 bf16 steps on the GPU against the fp32 curve of the same job on the GPU (every
+               loss within 5%, the last within 2%)
+  zero         ZeRO stages 1, 2 and 3 with 2 ranks sharing one GPU (the shm transport staging
+               device buffers through host memory) against 1 rank (losses within 1e-4)
+  resume       a run stopped at a checkpoint and resumed gives the uninterrupted run's losses
+               bit for bit
+  nccl         with two GPUs or more: ZeRO 2 with 2 ranks over NCCL against 1 rank
+
+--device cpu runs the same checks with the CPU backend standing in for the GPU (the build's own
+test, tests/gpu/test_train_check.py: the checks' plumbing on a machine without a GPU). Prints
+one "ok"/"FAIL" line per check and "FIGURE name value" lines the script gathers; the exit status
+is the number of failed checks (capped at 100)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+GPT2 = {"type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256,
+        "block_size": 64}
+LLAMA = {"type": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 64,
+         "intermediate_size": 96, "vocab_size": 256, "block_size": 64,
+         "tie_word_embeddings": False}
+
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    failures += not ok
+
+
+def figure(name, value):
+    print(f"FIGURE {name} {json.dumps(value)}", flush=True)
+
+
+def job(name, device, model, steps, world=1, stage=0, dtype="fp32", ckpt=None, resume=False,
+        bench_steps=0):
+    ds = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8 // world,
+          "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+          "zero_optimization": {"stage": stage, "reduce_bucket_size": 20000}}
+    if dtype == "bf16":
+        ds["bf16"] = {"enabled": True}
+    train = {"max_steps": steps, "log_interval": 1, "warmup_steps": 0, "seed": 7,
+             "bench_steps": bench_steps}
+    if ckpt:
+        train.update(checkpoint_dir=ckpt, resume=resume)
+    return {"name": name, "world_size": world, "device": device, "model": model,
+            "data": {"train": "train.txt"}, "train": train, "deepspeed": ds}
+
+
+def train(ctx, name, spec, env=None):
+    """Runs a job; its losses by step, or None (the failure printed) when it failed."""
+    path = os.path.join(ctx.dir, name + ".json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    out = os.path.join(ctx.dir, "out-" + name)
+    try:
+        p = subprocess.run([os.path.join(ctx.bin, "ztrain"), "run", path, "--out", out],
+                           capture_output=True, text=True, timeout=ctx.timeout,
+                           env=dict(os.environ, **(env or {})))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"  {name}: {e}")
+        return None
+    if p.returncode != 0:
+        print(f"  {name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        return None
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    return [r["train/loss"] for r in recs if "train/loss" in r]
+
+
+def worst_rel(a, b):
+    return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def compare(what, got, ref, tol, n):
+    if got is None or ref is None or len(got) != n or len(ref) != n:
+        check(False, f"{what}: both runs give {n} losses")
+        return None
+    err = worst_rel(got, ref)
+    check(err <= tol, f"{what}: worst relative loss difference {err:.2e} <= {tol:g}")
+    return err
+
+
+def check_family(ctx, family, model):
+    steps = 3
+    ref = train(ctx, f"{family}-cpu", job(f"{family}-cpu", "cpu", model, steps))
+    got = train(ctx, f"{family}-dev", job(f"{family}-dev", ctx.device, model, steps))
+    err = compare(f"{family}: {steps} fp32 steps on {ctx.device} against the CPU engine", got,
+                  ref, ctx.step_tol, steps)
+    figure(f"{family}_step_rel_err", err)
+
+
+def check_bf16(ctx):
+    steps = 20
+    f32 = train(ctx, "curve-fp32", job("curve-fp32", ctx.device, GPT2, steps))
+    b16 = train(ctx, "curve-bf16", job("curve-bf16", ctx.device, GPT2, steps, dtype="bf16"))
+    err = compare(f"bf16: {steps} bf16 steps against the fp32 curve", b16, f32, 0.05, steps)
+    if err is not None:
+        last = abs(b16[-1] - f32[-1]) / f32[-1]
+        check(last <= 0.02, f"bf16: the last loss within {last:.2e} <= 2% of fp32's")
+        check(b16[-1] < b16[0], f"bf16: the loss falls ({b16[0]:.3f} -> {b16[-1]:.3f})")
+        figure("bf16_curve_rel_err", err)
+        figure("bf16_final_loss", b16[-1])
+        figure("fp32_final_loss", f32[-1])
+
+
+def check_zero(ctx, transport="shm", stages=(1, 2, 3)):
+    steps = 5
+    one = train(ctx, f"zero-one-{transport}", job("zero-one", ctx.device, GPT2, steps))
+    for stage in stages:
+        name = f"zero{stage}-two-{transport}"
+        two = train(ctx, name, job(name, ctx.device, GPT2, steps, world=2, stage=stage),
+                    env={"ZTRAIN_COMM": transport})
+        err = compare(f"zero: stage {stage}, 2 ranks over {transport} against 1 rank", two, one,
+                      1e-4, steps)
+        figure(f"zero{stage}_{transport}_rel_err", err)
+
+
+def check_resume(ctx):
+    steps = 6
+    ck_full, ck_split = os.path.join(ctx.dir, "ck-full"), os.path.join(ctx.dir, "ck-split")
+    full = train(ctx, "resume-full", job("resume-full", ctx.device, GPT2, steps, ckpt=ck_full))
+    # bench_steps stops the first half after 3 steps with a checkpoint; the second resumes.
+    a = train(ctx, "resume-a", job("resume-a", ctx.device, GPT2, steps, ckpt=ck_split,
+                                   bench_steps=3))
+    b = train(ctx, "resume-b", job("resume-b", ctx.device, GPT2, steps, ckpt=ck_split,
+                                   resume=True))
+    ok = full is not None and a is not None and b is not None
+    check(ok and len(a) == 3 and a + b[-3:] == full if ok else False,
+          f"resume: 3 steps, a checkpoint, 3 more give the uninterrupted losses bit for bit "
+          f"({full} vs {a} + {b})")
+
+
+def gpu_count():
+    try:
+        p = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True,
+                           timeout=30)
+        return len([line for line in p.stdout.splitlines() if line.startswith("GPU ")])
+    except (OSError, subprocess.SubprocessError):
+        return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", required=True, help="directory holding ztrain and ztrain-worker")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--checks", default="gpt2,llama,bf16,zero,resume,nccl")
+    ap.add_argument("--step-tol", type=float, default=2e-3)
+    ap.add_argument("--zero-stages", default="1,2,3", help="the stages the zero check runs")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--dir", help="work directory (default: a temporary one)")
+    ctx = ap.parse_args(argv)
+    known = {"gpt2", "llama", "bf16", "zero", "resume", "nccl"}
+    wanted = [c for c in ctx.checks.split(",") if c]
+    bad = [c for c in wanted if c not in known]
+    if bad:
+        ap.error(f"--checks: unknown {', '.join(bad)} (known: {', '.join(sorted(known))})")
+    with tempfile.TemporaryDirectory(prefix="ztrain-gpu-train-") as tmp:
+        ctx.dir = ctx.dir or tmp
+        os.makedirs(ctx.dir, exist_ok=True)
+        with open(os.path.join(ctx.dir, "train.txt"), "wb") as f:
+            f.write(bytes((i * 7 + i // 13) % 251 for i in range(60000)))
+        for c in wanted:
+            if c == "gpt2":
+                check_family(ctx, "gpt2", GPT2)
+            elif c == "llama":
+                check_family(ctx, "llama", LLAMA)
+            elif c == "bf16":
+                check_bf16(ctx)
+            elif c == "zero":
+                check_zero(ctx, stages=[int(x) for x in ctx.zero_stages.split(",") if x])
+            elif c == "resume":
+                check_resume(ctx)
+            elif c == "nccl":
+                if ctx.device == "cuda" and gpu_count() >= 2:
+                    check_zero(ctx, "nccl", stages=(2,))
+                else:
+                    print("skip  nccl: needs two GPUs")
+    return min(failures, 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
