@@ -23,7 +23,8 @@
 #include "ztrain/model.h"
 
 static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "device", "model",
-                                       "data", "train", "training_args", "deepspeed", NULL};
+                                       "data", "train", "training_args", "deepspeed", "events",
+                                       "alerts", NULL};
 static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
                                         "sample_tokens", "sample_prompt", NULL};
 static const char *const source_keys[] = {"path", "weight", NULL};
@@ -459,6 +460,20 @@ static zt_status check_name(const char *name, const char *source) {
     return ZT_OK;
 }
 
+/* "events" is read by its own parser (engine/anomaly_spec.c); "alerts" by ztraind's, which
+ * needs only that it is an object here. */
+static zt_status parse_events(zt_job_spec *job, const zt_json_obj *top) {
+    zt_json_obj alerts;
+    ZT_TRY(zt_json_child(top, "alerts", &alerts));
+    const cJSON *ev = zt_json_item(top, "events");
+    char *text = ev ? cJSON_PrintUnformatted(ev) : NULL;
+    if (ev && !text)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory reading events", top->source);
+    zt_status s = zt_events_spec_parse(&job->events, text, top->source);
+    cJSON_free(text);
+    return s;
+}
+
 static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *source,
                                const char *base_dir) {
     if (!cJSON_IsObject(root)) {
@@ -518,6 +533,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(parse_train(&job->train, &job->data, &top, job->base_dir));
     ZT_TRY(parse_training_args(&job->args, &top));
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
+    ZT_TRY(parse_events(job, &top));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would
      * overflow, wherever a spec is read; activations are sized at fp32, the widest. */
     zt_model_estimate est;
