@@ -66,8 +66,9 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     size_t id_len = slash ? (size_t)(slash - rest) : strlen(rest);
     const char *sub = slash ? slash + 1 : "";
     char id[sizeof(((zt_job_info *)0)->id)];
-    enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, N_SUBS };
-    static const char *const subs[N_SUBS] = {"", "metrics", "records", "logs", "events", "cancel"};
+    enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, ANOMALIES, WEBHOOKS, N_SUBS };
+    static const char *const subs[N_SUBS] = {"",       "metrics", "records",   "logs",
+                                             "events", "cancel",  "anomalies", "webhooks"};
     int which = 0;
     while (which < N_SUBS && strcmp(sub, subs[which]) != 0)
         which++;
@@ -99,6 +100,8 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     case METRICS: return zt_http_job_metrics(s, c, id);
     case RECORDS: return zt_http_job_records(s, c, id);
     case LOGS: return zt_http_job_logs(s, c, id);
+    case ANOMALIES: return zt_http_job_anomalies(s, c, id);
+    case WEBHOOKS: return zt_http_job_webhooks(s, c, id);
     default: return zt_http_job_events(s, c, id);
     }
 }

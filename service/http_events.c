@@ -78,6 +78,10 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
         zt_jbuf_printf(&b, "event: metrics\nid: %" PRId64 "\ndata: ", ev->record->step);
         data_at = b.len;
         zt_json_record(&b, ev->record);
+    } else if (ev->kind == ZT_EVENT_ANOMALY) {
+        zt_jbuf_puts(&b, "event: anomaly\ndata: ");
+        data_at = b.len;
+        zt_jbuf_puts(&b, ev->anomaly->json);
     } else {
         zt_jbuf_puts(&b, "event: log\ndata: ");
         data_at = b.len;
