@@ -161,7 +161,8 @@ void zt_anomaly_judge_ranks(zt_anomaly_monitor *m, int64_t step, const double *r
     for (int i = 1; i < n; i++)
         if (rank_ms[i] > rank_ms[slow])
             slow = i;
-    if (!(median > 0.0) || !(rank_ms[slow] > r->factor * median))
+    if (!(median > 0.0) || !(rank_ms[slow] > r->factor * median) ||
+        !(rank_ms[slow] - median >= ZT_SLOW_RANK_MIN_MS))
         return;
     zt_anomaly_event *e = add_event(m, ZT_ANOMALY_SLOW_RANK, step, rank_ms[slow] / median, NAN);
     e->rank = slow;

@@ -40,13 +40,13 @@ static void report(zt_trainer_events *ev, int from) {
     }
 }
 
-/* Sums this rank's loss, tokens and time over the ranks (one all-reduce), so that what every
- * rank judges next is the same. */
+/* Sums this rank's loss, tokens and work time over the ranks (one all-reduce), so that what
+ * every rank judges next is the same. */
 static zt_status reduce_step(zt_trainer_events *ev) {
     memset(ev->sums, 0, sizeof(double) * (size_t)(2 + ev->world));
     ev->sums[0] = ev->loss_sum;
     ev->sums[1] = ev->tokens;
-    ev->sums[2 + ev->rank] = now_ms() - ev->begin_ms;
+    ev->sums[2 + ev->rank] = ev->work_ms;
     ev->summed = true;
     if (!ev->comm)
         return ZT_OK;
@@ -127,9 +127,13 @@ void zt_trainer_events_begin_step(zt_trainer_events *ev) {
     }
 }
 
+/* Called before every zt_engine_step, so the last call is the boundary's: the time to it is
+ * this rank's own work on the step, before the gradient reduction makes the ranks wait for each
+ * other. */
 void zt_trainer_events_add_micro(zt_trainer_events *ev, double loss_share, double tokens) {
     ev->loss_sum += loss_share;
     ev->tokens += tokens;
+    ev->work_ms = now_ms() - ev->begin_ms;
 }
 
 zt_status zt_trainer_events_step_sums(zt_trainer_events *ev, double sums[2]) {

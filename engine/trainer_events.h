@@ -21,7 +21,8 @@ typedef struct {
     bool fp16;
     double loss_sum, tokens;  /* this rank's, over the step's micro-batches so far */
     double begin_ms;          /* when the step began on this rank */
-    double *sums;             /* [2 + world]: loss, tokens, then every rank's time to the gate */
+    double work_ms;           /* from then to the step's last zt_engine_step call */
+    double *sums;             /* [2 + world]: loss, tokens, then every rank's work_ms */
     bool summed;              /* the gate ran this step */
     bool held;                /* the gate held this step's update back */
     zt_status status;         /* a collective that failed inside the gate */

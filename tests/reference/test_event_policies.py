@@ -15,7 +15,7 @@ import torch
 from ztref import (Checker, gpt2_forward, gpt2_random_params, read_metrics, run, st_read,
                    st_write, tool, write_job, write_llmc_tokens)
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)
 L, NH, C, V, T = 2, 4, 64, 97, 32
 MICRO, STEPS = 4, 16
 LR, MOMENTUM = 0.1, 0.9
@@ -48,12 +48,13 @@ def job(d, policy, extra_train=None):
             "optimizer": {"type": "SGD", "params": {"lr": LR, "momentum": MOMENTUM}}}}
 
 
-def torch_run(skip, steps):
-    """Per-step losses and the final parameters of the reference, leaving out the updates of the
-    steps in `skip` (their gradients are dropped; the momentum buffer is left as it was)."""
+def torch_run(skip, steps, keep=()):
+    """Per-step losses of the reference, leaving out the updates of the steps in `skip` (their
+    gradients are dropped; the momentum buffer is left as it was), and its parameters after each
+    step in `keep`."""
     ref = {k: v.double().clone().requires_grad_(True) for k, v in params.items()}
     opt = torch.optim.SGD(list(ref.values()), lr=LR, momentum=MOMENTUM)
-    losses = []
+    losses, kept = [], {}
     for step in range(1, steps + 1):
         starts = [((step - 1) * MICRO + i) * T for i in range(MICRO)]
         x = torch.stack([tokens[s:s + T] for s in starts])
@@ -65,7 +66,9 @@ def torch_run(skip, steps):
         if step not in skip:
             opt.step()
         opt.zero_grad()
-    return losses, {k: v.detach() for k, v in ref.items()}
+        if step in keep:
+            kept[step] = {k: v.detach().clone() for k, v in ref.items()}
+    return losses, kept
 
 
 with tempfile.TemporaryDirectory() as d:
@@ -75,13 +78,13 @@ with tempfile.TemporaryDirectory() as d:
 
     # "skip": both updates left out, the run goes on.
     write_job(f"{d}/skip.json", job(d, "skip"))
-    p = run([tool("ztrain"), "run", f"{d}/skip.json", "--out", f"{d}/skip", "--threads", "2"],
+    p = run([tool("ztrain"), "run", f"{d}/skip.json", "--out", f"{d}/skip", "--threads", "1"],
             env=env)
     got = read_metrics(f"{d}/skip/metrics.jsonl")
     with open(f"{d}/skip/events.jsonl") as f:
         events = [json.loads(line) for line in f if line.strip()]
     want, _ = torch_run({NAN_STEP, SPIKE_STEP}, STEPS)
-    applied, _ = torch_run({NAN_STEP}, STEPS)
+    applied, kept = torch_run({NAN_STEP}, STEPS, keep=(SPIKE_STEP - 1, SPIKE_STEP))
     ck.check(len(got) == STEPS, f"{len(got)} records")
     for step in range(1, STEPS + 1):
         m = got[step - 1]
@@ -104,7 +107,7 @@ with tempfile.TemporaryDirectory() as d:
 
     # "checkpoint_and_stop": the run ends at the spike with a checkpoint of the weights before it.
     write_job(f"{d}/stop.json", job(d, "checkpoint_and_stop", {"checkpoint_dir": "ckpt"}))
-    p = run([tool("ztrain"), "run", f"{d}/stop.json", "--out", f"{d}/stop", "--threads", "2"],
+    p = run([tool("ztrain"), "run", f"{d}/stop.json", "--out", f"{d}/stop", "--threads", "1"],
             env=env, check=False)
     out = p.stdout + p.stderr
     ck.check(p.returncode != 0, f"the stopped run exits {p.returncode}")
@@ -116,8 +119,7 @@ with tempfile.TemporaryDirectory() as d:
         meta = json.load(f)
     ck.check(meta.get("global_steps", meta.get("step")) == SPIKE_STEP, f"checkpoint meta {meta}")
     saved, _ = st_read(f"{d}/ckpt/{tag}/model.safetensors")
-    _, before = torch_run({NAN_STEP}, SPIKE_STEP - 1)
-    _, after = torch_run({NAN_STEP}, SPIKE_STEP)
+    before, after = kept[SPIKE_STEP - 1], kept[SPIKE_STEP]
     worst = max((saved[k].double() - before[k]).abs().max().item() for k in before)
     moved = max((after[k] - before[k]).abs().max().item() for k in before)
     ck.check(worst < 1e-4, f"checkpoint weights = torch after step {SPIKE_STEP - 1} "

@@ -43,6 +43,10 @@ typedef enum {
     ZT_POLICY_STOP,         /* "checkpoint_and_stop" */
 } zt_anomaly_policy;
 
+/* A rank is slow only when it is also this many milliseconds behind the median: on steps of a
+ * millisecond, timer noise alone doubles a time. */
+#define ZT_SLOW_RANK_MIN_MS 10.0
+
 /* The longest spike window, in steps: the detector's buffers are sized from the rule at init. */
 #define ZT_ANOMALY_MAX_WINDOW 100000
 
@@ -127,8 +131,11 @@ void zt_anomaly_monitor_free(zt_anomaly_monitor *m);
 bool zt_anomaly_judge_step(zt_anomaly_monitor *m, int64_t step, double loss, double grad_norm,
                            bool overflow, bool at_min_scale);
 
-/* After the step: a slow rank, from every rank's compute time of the step (forward, backward
- * and optimizer, without waits; the same array on every rank). Appends to m->events. */
+/* A slow rank, from every rank's own work on the step (the same array on every rank: the time
+ * from the step's start to its gradient reduction, which is data, forward and backward; at ZeRO
+ * stage 2 and 3 the reductions overlapped with the backward make the ranks wait for each other
+ * inside it, which hides part of a straggler). A rank above factor × the median and at least
+ * ZT_SLOW_RANK_MIN_MS behind it is reported. Appends to m->events. */
 void zt_anomaly_judge_ranks(zt_anomaly_monitor *m, int64_t step, const double *rank_ms,
                             int world);
 
