@@ -16,6 +16,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -145,6 +146,13 @@ with tempfile.TemporaryDirectory() as tmp:
         ck.check([a["seq"] for a in listed] == [1, 2], "events are numbered per job")
         recs = http_get(d, f"/api/v1/jobs/{j.id}/records")["records"]
         ck.check(recs and recs[-1]["values"]["train/skipped_steps"] == 2, "two updates were skipped")
+        # `ztrain watch` prints them too.
+        env = {k: v for k, v in os.environ.items() if k != "ZTRAIN_SERVER"}
+        env["ZTRAIN_TOKEN"] = TOKEN
+        p = subprocess.run([os.path.join(BUILD, "ztrain"), "watch", j.id, "--server", d.grpc_addr],
+                           capture_output=True, text=True, env=env, timeout=60)
+        ck.check(f"{j.id}: event loss_spike: step 12: loss" in p.stdout,
+                 f"ztrain watch prints the events: {p.stdout[-400:]} {p.stderr[-200:]}")
         # A watch that starts after the job ended is replayed the events too.
         again = watch_anomalies(d, j.id, lambda got: False)
         ck.check([(a.kind, a.step) for a in again] == [(k, s) for k, s, _ in want],
