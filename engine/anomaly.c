@@ -138,6 +138,10 @@ bool zt_anomaly_judge_step(zt_anomaly_monitor *m, int64_t step, double loss, dou
                                                                      : "recorded");
         hold |= ls->policy == ZT_POLICY_STOP;
     }
+    /* An overflow step is skipped by the scaler whatever the rules say; holding it back as well
+     * would keep the scaler from lowering the scale. Only a stop holds it. */
+    if (overflow)
+        hold = zt_anomaly_wants_stop(m);
     return hold;
 }
 
@@ -180,7 +184,6 @@ bool zt_anomaly_wants_stop(const zt_anomaly_monitor *m) {
     return false;
 }
 
-/* A JSON string of the message, which holds only what snprintf put there: printable ASCII. */
 static int put_json_number(char *buf, int size, double v) {
     return isfinite(v) ? snprintf(buf, (size_t)size, "%.9g", v) : snprintf(buf, (size_t)size, "null");
 }
@@ -189,6 +192,8 @@ int zt_anomaly_event_json(const zt_anomaly_event *e, char *buf, int size) {
     char value[32], z[32];
     put_json_number(value, sizeof value, e->value);
     put_json_number(z, sizeof z, e->zscore);
+    /* The message holds only what snprintf put there; quotes and backslashes are escaped, and
+     * control characters, which none should be, become spaces. */
     char msg[2 * sizeof e->message];
     int k = 0;
     for (const char *c = e->message; *c && k < (int)sizeof msg - 2; c++) {

@@ -30,7 +30,6 @@ typedef struct {
     zt_metrics_writer *metrics; /* rank 0: the pipe to ztraind; NULL elsewhere */
     FILE *progress;
     FILE *file;               /* rank 0: <out_dir>/events.jsonl; NULL without out_dir */
-    char stop_reason[400];
 } zt_trainer_events;
 
 /* Reads the rules from job->events and installs the gate on e. Free with

@@ -21,10 +21,17 @@ struct zt_job_anomalies {
     kept_event *v;            /* oldest first, at most ZT_JOB_ANOMALIES_KEPT */
     int n;
     int64_t last_seq;
-    int64_t progress_ms;      /* Unix ms of the last line from rank 0; 0: none yet */
+    int64_t progress_ms;      /* monotonic ms of the last line from rank 0; 0: none yet */
     bool stalled;             /* a stall event was made since the last progress */
     double stall_s;           /* events.stall.seconds; <= 0: not watched; NAN: not yet read */
 };
+
+/* Stalls are timed on the monotonic clock: a wall clock set back or forward is no stall. */
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static struct zt_job_anomalies *anomalies_of(job *j) {
     if (!j->anomalies) {
@@ -202,7 +209,7 @@ void zt_jm_anomaly_line(zt_jobs *jm, job *j, const cJSON *obj) {
 
 void zt_jm_job_progress(job *j) {
     struct zt_job_anomalies *an = anomalies_of(j);
-    an->progress_ms = zt_jm_now_ms();
+    an->progress_ms = mono_ms();
     an->stalled = false;
 }
 
@@ -218,7 +225,7 @@ static double stall_seconds(const job *j) {
 }
 
 void zt_jm_check_stalls(zt_jobs *jm) {
-    int64_t now = zt_jm_now_ms();
+    int64_t now = mono_ms();
     for (int i = 0; i < jm->n_jobs; i++) {
         job *j = jm->jobs[i];
         if (j->info.state != ZT_JOB_RUNNING)

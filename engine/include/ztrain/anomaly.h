@@ -124,10 +124,11 @@ zt_status zt_anomaly_monitor_init(zt_anomaly_monitor *m, const zt_events_spec *s
 void zt_anomaly_monitor_free(zt_anomaly_monitor *m);
 
 /* Judges one optimizer step before its update from the global loss and the global gradient norm
- * (NaN when the fp16 scaler found an overflow: overflow says so, and that step is then neither
- * a non-finite event nor a spike but counts toward a collapse). Fills m->events[0 .. m->n) and
- * returns whether the update must not be applied (a skip or stop policy fired). at_min_scale:
- * the loss scale is at min_loss_scale. Deterministic in its inputs, so that ranks agree. */
+ * (NaN when the fp16 scaler found an overflow: overflow says so, and that step is then no spike
+ * and counts toward a collapse). Fills m->events[0 .. m->n) and returns whether the update must
+ * be held back (a skip or stop policy fired; for an overflow step, which the scaler skips
+ * anyway, only a stop). at_min_scale: the loss scale is at min_loss_scale. Deterministic in its
+ * inputs, so that ranks agree. */
 bool zt_anomaly_judge_step(zt_anomaly_monitor *m, int64_t step, double loss, double grad_norm,
                            bool overflow, bool at_min_scale);
 

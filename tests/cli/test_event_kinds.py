@@ -24,15 +24,17 @@ def check(cond, what):
         failures.append(what)
 
 
-def job(d, name, policy, steps=4):
-    spec = {"name": name, "world_size": 2,
+def job(d, name, policy, steps=4, events=None, world=2, fp16=False):
+    spec = {"name": name, "world_size": world,
             "model": {"type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 256,
                       "block_size": 32},
             "data": {"train": "train.txt"},
             "train": {"max_steps": steps, "log_interval": 1, "checkpoint_dir": f"ckpt-{name}"},
-            "events": {"slow_rank": {"factor": 2, "policy": policy}},
+            "events": events or {"slow_rank": {"factor": 2, "policy": policy}},
             "deepspeed": {"train_micro_batch_size_per_gpu": 2,
                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}}
+    if fp16:
+        spec["deepspeed"]["fp16"] = {"enabled": True, "initial_scale_power": 32}
     path = f"{d}/{name}.json"
     with open(path, "w") as f:
         json.dump(spec, f)
@@ -78,6 +80,21 @@ with tempfile.TemporaryDirectory() as d:
     p = run(job(d, "even", "record"), f"{d}/even", slow=False)
     check(p.returncode == 0 and events(f"{d}/even") == [],
           f"ranks that run alike report nothing: {events(f'{d}/even')}")
+    collapse = {"loss_scale_collapse": {"overflows": 3, "policy": "record"}}
+    p = run(job(d, "scale", None, steps=8, events=collapse, world=1, fp16=True), f"{d}/scale",
+            slow=False)
+    ev = events(f"{d}/scale")
+    check(p.returncode == 0 and [(e["kind"], e["train/global_step"], e["value"]) for e in ev] ==
+          [("loss_scale_collapse", 3, 3)], f"fp16 from 2^32: one collapse event at step 3: {ev} "
+          f"{p.stderr[-300:]}")
+    collapse["loss_scale_collapse"]["policy"] = "checkpoint_and_stop"
+    p = run(job(d, "scale-stop", None, steps=8, events=collapse, world=1, fp16=True),
+            f"{d}/scale-stop", slow=False)
+    check(p.returncode != 0 and "stopped at step 3 by the loss_scale_collapse event" in p.stderr,
+          f"checkpoint_and_stop ends the fp16 run at step 3: {p.stderr[-300:]}")
+    latest = f"{d}/ckpt-scale-stop/latest"
+    check(os.path.exists(latest) and open(latest).read().strip() == "global_step3",
+          "with a checkpoint of step 3")
 if failures:
     raise SystemExit(f"{len(failures)} check(s) failed")
 print("all checks passed")
