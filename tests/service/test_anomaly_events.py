@@ -203,6 +203,30 @@ with tempfile.TemporaryDirectory() as tmp:
                  event_body.get("event", {}).get("kind") in ("nonfinite", "loss_spike"),
                  f"an event body names the job and the event: {event_body}")
 
+        # Bad input is refused at submit, naming the key.
+        bad = [({"webhooks": [{"url": "ftp://x"}]},
+                "spec: key 'alerts.webhooks[0].url' must be an http:// or https:// URL"),
+               ({"webhooks": [{"url": hook, "secret": "abc"}]},
+                "spec: key 'alerts.webhooks[0].secret' is not accepted"),
+               ({"webhooks": [{"url": hook, "secret_env": "ZT_TEST_UNSET_VAR"}]},
+                "spec: key 'alerts.webhooks[0].secret_env' names \"ZT_TEST_UNSET_VAR\", which "
+                "is not set in ztraind's environment"),
+               ({"webhooks": [{"url": hook, "on": ["start"]}]},
+                "spec: key 'alerts.webhooks[0].on' holds \"start\"")]
+        for alerts, msg in bad:
+            spec = dict(job, alerts=alerts)
+            try:
+                submit(d, spec)
+                ck.check(False, f"{alerts} is refused")
+            except Exception as e:
+                ck.check("INVALID_ARGUMENT" in str(e) and msg in str(e), f"{msg}: {e}")
+        try:
+            submit(d, dict(job, events={"loss_spike": {"window": 1}}))
+            ck.check(False, "events.loss_spike.window 1 is refused")
+        except Exception as e:
+            ck.check("key 'events.loss_spike.window' must be between 2 and 100000" in str(e),
+                     f"a bad events section is refused: {e}")
+
         # A stall: ztraind sees that the stopped rank reports nothing.
         long = tiny_job(d.data_root, name="stalls", max_steps=LONG)
         # (The daemon hands ZTRAIN_INJECT_NAN_GRAD to every job: this one skips it too.)
