@@ -77,14 +77,16 @@ static void enqueue(zt_webhooks *w, delivery *d) {
     pthread_cond_signal(&w->cv);
 }
 
-static void signature(const char *secret, const char *body, char out[80]) {
+/* The header line: its name, "sha256=" and 64 hex digits. */
+#define SIGNATURE_LINE 128
+
+static void signature(const char *secret, const char *body, char out[SIGNATURE_LINE]) {
     unsigned char mac[32];
-    strcpy(out, "X-Ztrain-Signature: sha256=");
+    int n = snprintf(out, SIGNATURE_LINE, "X-Ztrain-Signature: sha256=");
     if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, secret, strlen(secret), body, strlen(body), mac) != 0)
         return;
-    char *p = out + strlen(out);
     for (int i = 0; i < 32; i++)
-        p += sprintf(p, "%02x", mac[i]);
+        n += snprintf(out + n, (size_t)(SIGNATURE_LINE - n), "%02x", mac[i]);
 }
 
 static size_t discard(char *ptr, size_t size, size_t n, void *ctx) {
@@ -100,7 +102,7 @@ static int attempt(zt_webhooks *w, const delivery *d, char *err, size_t err_size
         snprintf(err, err_size, "libcurl could not start a request");
         return 0;
     }
-    char h_event[96], h_id[96], h_attempt[64], h_sig[80];
+    char h_event[96], h_id[96], h_attempt[64], h_sig[SIGNATURE_LINE];
     snprintf(h_event, sizeof h_event, "X-Ztrain-Event: %s", d->type);
     snprintf(h_id, sizeof h_id, "X-Ztrain-Delivery: %s", d->id);
     snprintf(h_attempt, sizeof h_attempt, "X-Ztrain-Attempt: %d", d->attempt);

@@ -253,6 +253,8 @@ with tempfile.TemporaryDirectory() as tmp:
         stop2.set()
         d.stub().CancelJob(stubs()[0].CancelJobRequest(id=s.id, force=True), metadata=d.metadata)
         wait_state(d, s.id, {"CANCELLED"})
+    errs = d.sanitizer_errors()
+    ck.check(not errs, f"no sanitizer reports from the first daemon: {errs}")
     # Durable: a restarted daemon lists the events.
     with Daemon(BUILD, tmp, max_ranks=2, token=TOKEN) as d2:
         listed = http_get(d2, f"/api/v1/jobs/{j.id}/anomalies")["anomalies"]
