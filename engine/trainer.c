@@ -356,7 +356,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             ZT_TRY(zt_engine_forward(t->e, &b, &loss));
             ZT_TRY(zt_engine_backward(t->e));
             /* Counted before the step: at the boundary the step's gate judges the loss. */
-            zt_trainer_events_add_micro(&t->events, loss / gas, (double)b.B * b.T);
+            zt_trainer_events_add_micro(&t->events, loss, (double)b.B * b.T);
             ZT_TRY(zt_engine_step(t->e));
         }
         /* The step's loss and tokens over all ranks (each rank's mean counts equally, as

@@ -44,7 +44,7 @@ static void report(zt_trainer_events *ev, int from) {
  * every rank judges next is the same. */
 static zt_status reduce_step(zt_trainer_events *ev) {
     memset(ev->sums, 0, sizeof(double) * (size_t)(2 + ev->world));
-    ev->sums[0] = ev->loss_sum;
+    ev->sums[0] = ev->loss_sum / ev->gas;
     ev->sums[1] = ev->tokens;
     ev->sums[2 + ev->rank] = ev->work_ms;
     ev->summed = true;
@@ -78,6 +78,7 @@ zt_status zt_trainer_events_init(zt_trainer_events *ev, const zt_job_spec *job, 
     ev->rank = rank;
     ev->world = world;
     ev->fp16 = job->ds.fp16.enabled;
+    ev->gas = job->ds.gradient_accumulation_steps;
     ev->sums = calloc((size_t)world + 2, sizeof *ev->sums);
     if (!ev->sums)
         return zt_error(ZT_ERR_NOMEM, "out of memory for the step sums of %d ranks", world);
@@ -130,8 +131,8 @@ void zt_trainer_events_begin_step(zt_trainer_events *ev) {
 /* Called before every zt_engine_step, so the last call is the boundary's: the time to it is
  * this rank's own work on the step, before the gradient reduction makes the ranks wait for each
  * other. */
-void zt_trainer_events_add_micro(zt_trainer_events *ev, double loss_share, double tokens) {
-    ev->loss_sum += loss_share;
+void zt_trainer_events_add_micro(zt_trainer_events *ev, double loss, double tokens) {
+    ev->loss_sum += loss;
     ev->tokens += tokens;
     ev->work_ms = now_ms() - ev->begin_ms;
 }

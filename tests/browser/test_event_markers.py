@@ -1,5 +1,6 @@
 """Anomaly events on the dashboard (headless Chromium, as test_dashboard.py), against a real
-ztraind whose ranks get ZTRAIN_INJECT_NAN_GRAD=3.
+ztraind whose ranks get ZTRAIN_INJECT_NAN_GRAD=3 (and ZTRAIN_INJECT_SLOW_RANK=50, which paces
+them).
 
   a. A finished job with a non-finite step 3 and a loss spike at step 12 (a batch of random
      bytes), both "skip": the page's event list holds exactly the events of
@@ -9,6 +10,7 @@ ztraind whose ranks get ZTRAIN_INJECT_NAN_GRAD=3.
   b. A running job whose rank is stopped (SIGSTOP) with events.stall.seconds 2: the stall shows
      in the open page's list and as a marker without a reload (the event stream).
   c. No SEVERE entry in the browser console."""
+import faulthandler
 import json
 import os
 import random
@@ -51,14 +53,19 @@ def start_browser():
               "--window-size=1366,1500"):
         o.add_argument(a)
     o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
+    drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
+    # A page that does not load fails the check within the test's time, rather than after it.
+    drv.set_page_load_timeout(60)
+    return drv
 
 
 def open_job(drv, d, job_id):
+    """Opens the job's page and waits until its view, not the previous job's, has loaded."""
     drv.get(f"{d.http_url}/#/jobs/{job_id}")
     return wait_until(lambda: drv.execute_script(
         "const v = document.querySelector('[data-testid=\"job-view\"]');"
-        "return v && v.dataset.loaded === 'true';"), 20)
+        "return v && v.dataset.loaded === 'true' && "
+        "v.querySelector('[data-field=\"id\"]').textContent === arguments[0];", job_id), 30)
 
 
 def rows(drv):
@@ -82,8 +89,13 @@ def marks(drv, testid):
 
 
 def main():
+    # A hang shows where it is before ctest's limit ends the test.
+    faulthandler.dump_traceback_later(270, exit=True)
     tmp = temp_dir("ztrain-events-")
     os.environ["ZTRAIN_INJECT_NAN_GRAD"] = "3"
+    # Every rank 0 sleeps 50 ms a step, so that the endless job of b sends the open page 20
+    # records a second rather than hundreds, which two shared cores cannot draw.
+    os.environ["ZTRAIN_INJECT_SLOW_RANK"] = "50"
     drv = start_browser()
     try:
         with Daemon(os.path.abspath(BUILD), tmp, max_ranks=2) as d:
@@ -127,7 +139,7 @@ def main():
             long = tiny_job(d.data_root, name="stalls", max_steps=LONG)
             long["events"] = {"stall": {"seconds": 2}, "nonfinite": {"policy": "skip"}}
             b = submit(d, long)
-            wait_step(d, b.id, 3)
+            wait_step(d, b.id, 3, timeout=120)
             ck.check(open_job(drv, d, b.id), "b: the running job's page loads")
             pid = get_job(d, b.id).ranks[0].pid
             os.kill(pid, signal.SIGSTOP)
