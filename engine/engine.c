@@ -35,6 +35,8 @@ struct zt_engine {
     bool forward_pending; /* a training forward whose backward has not run */
     zt_engine_timers timers, current;
     double step_comm0;    /* zt_comm_thread_ms() when the optimizer step began */
+    zt_engine_step_gate gate;   /* decides a step's update before it is applied; NULL: none */
+    void *gate_ctx;
 };
 
 static double now_ms(void) {
@@ -314,6 +316,19 @@ static void finish_step(zt_engine *e, double t0, bool applied) {
     log_step(e);
 }
 
+/* What the gate (zt_engine_set_step_gate) says of this step; without one, nothing is held. */
+static bool gate_holds(zt_engine *e, double norm, bool overflow) {
+    return e->gate && e->gate(e->gate_ctx, e->global_steps + 1, norm, overflow);
+}
+
+/* A step whose update the gate held back: the gradients are dropped and the step counts as
+ * skipped, as an overflow's does. */
+static zt_status hold_step(zt_engine *e, double t0) {
+    ZT_TRY(zt_zero_after_step(&e->zero));
+    finish_step(e, t0, false);
+    return ZT_OK;
+}
+
 /* The mixed-precision step: the (loss-scaled) 16-bit gradients are checked for overflow — every
  * rank sees the same global norm, so every rank skips the same step — then unscaled and clipped
  * in one multiply (as DeepSpeed's ZeRO optimizer does) on their way into the fp32 masters. */
@@ -326,6 +341,9 @@ static zt_status step_half(zt_engine *e, double t0) {
     bool overflow = !isfinite(norm2);
     bool checked = e->ds.fp16.enabled || e->ds.bf16.check_grad_overflow;
     FILE *log = e->opts.rank == 0 ? e->opts.log : NULL;
+    bool held = gate_holds(e, overflow ? NAN : sqrt(norm2) / scale, overflow && checked);
+    if (held && !(overflow && checked))
+        return hold_step(e, t0);
     if (overflow && !checked)
         return zt_error(ZT_ERR_NUMERIC,
                         "engine: bf16 gradients are not finite at step %lld and "
@@ -336,7 +354,9 @@ static zt_status step_half(zt_engine *e, double t0) {
         if (e->ds.bf16.enabled && log)
             fprintf(log, "[ztrain] bf16 gradient overflow at step %lld: skipping the step\n",
                     (long long)e->global_steps + 1);
-        zt_status s = zt_loss_scaler_update(&e->scaler, true, log);
+        /* A gate that stops the run here keeps the scale as it is: the ZeRO rule would end
+         * the run at min_loss_scale before the checkpoint is written. */
+        zt_status s = held ? ZT_OK : zt_loss_scaler_update(&e->scaler, true, log);
         finish_step(e, t0, false);
         return s;
     }
@@ -379,6 +399,8 @@ zt_status zt_engine_step(zt_engine *e) {
     ZT_TRY(zt_zero_reduce_gradients(&e->zero, &g, &p, &count));
     ZT_TRY(zt_zero_norm_squared(&e->zero, g, count, &norm2));
     double norm = sqrt(norm2);
+    if (gate_holds(e, norm, false))
+        return hold_step(e, t0);
     /* Every rank sees the same norm, so they all stop here together. */
     if (!isfinite(norm))
         return zt_error(ZT_ERR_NUMERIC,
@@ -393,6 +415,11 @@ zt_status zt_engine_step(zt_engine *e) {
     ZT_TRY(zt_zero_after_step(&e->zero));
     finish_step(e, t0, true);
     return ZT_OK;
+}
+
+void zt_engine_set_step_gate(zt_engine *e, zt_engine_step_gate gate, void *ctx) {
+    e->gate = gate;
+    e->gate_ctx = ctx;
 }
 
 bool zt_engine_was_step_applied(const zt_engine *e) { return e->step_applied; }

@@ -57,5 +57,17 @@ zt_status zt_job_check_pipeline(const zt_job_spec *job, const char *source) {
                         "%s: deepspeed: zero_optimization.stage %d with pipeline.stages %d: "
                         "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
                         source, job->ds.zero.stage, job->pipeline.stages);
+    /* The anomaly gate judges a step from every rank's micro-batch losses, which a pipeline's
+     * middle stages do not have; ztraind's stall watch needs nothing from the ranks. */
+    for (int k = 0; k < ZT_ANOMALY_KINDS; k++) {
+        const zt_anomaly_rule *r = &job->events.rule[k];
+        bool plain_nonfinite = k == ZT_ANOMALY_NONFINITE && r->policy == ZT_POLICY_RECORD;
+        if (r->enabled && k != ZT_ANOMALY_STALL && !plain_nonfinite)
+            return zt_error(ZT_ERR_UNSUPPORTED,
+                            "%s: events.%s: anomaly rules other than stall are not applied to "
+                            "pipelined jobs yet (pipeline.stages %d)",
+                            source, zt_anomaly_kind_name((zt_anomaly_kind)k),
+                            job->pipeline.stages);
+    }
     return ZT_OK;
 }

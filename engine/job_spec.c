@@ -27,7 +27,8 @@
 
 static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "device", "model",
                                        "data", "train", "training_args", "deepspeed",
-                                       "pipeline", "max_restarts", "fork_from", NULL};
+                                       "pipeline", "max_restarts", "fork_from", "events",
+                                       "alerts", NULL};
 static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
                                         "sample_tokens", "sample_prompt", NULL};
 static const char *const source_keys[] = {"path", "weight", NULL};
@@ -473,6 +474,20 @@ static zt_status check_name(const char *name, const char *source) {
     return ZT_OK;
 }
 
+/* "events" is read by its own parser (engine/anomaly_spec.c); "alerts" by ztraind's, which
+ * needs only that it is an object here. */
+static zt_status parse_events(zt_job_spec *job, const zt_json_obj *top) {
+    zt_json_obj alerts;
+    ZT_TRY(zt_json_child(top, "alerts", &alerts));
+    const cJSON *ev = zt_json_item(top, "events");
+    char *text = ev ? cJSON_PrintUnformatted(ev) : NULL;
+    if (ev && !text)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory reading events", top->source);
+    zt_status s = zt_events_spec_parse(&job->events, text, top->source);
+    cJSON_free(text);
+    return s;
+}
+
 static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *source,
                                const char *base_dir) {
     if (!cJSON_IsObject(root)) {
@@ -541,6 +556,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(zt_job_parse_pipeline(job, &top));
     ZT_TRY(zt_job_spec_parse_recovery(job, &top));
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
+    ZT_TRY(parse_events(job, &top));
     ZT_TRY(zt_job_check_pipeline(job, source));
     ZT_TRY(zt_job_activation_checkpointing(job, &top));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would

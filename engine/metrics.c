@@ -169,3 +169,13 @@ void zt_metrics_close(zt_metrics_writer *w) {
     w->cap = 0;
     w->mirror_fd = 0;
 }
+
+void zt_metrics_send(zt_metrics_writer *w, const char *json) {
+    size_t n = strlen(json);
+    char line[1024];
+    if (n + 2 > sizeof line)
+        return;
+    memcpy(line, json, n);
+    line[n++] = '\n';
+    mirror_line(w, line, n);
+}

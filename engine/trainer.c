@@ -13,6 +13,7 @@
 #include "fsutil.h"
 #include "pipe_engine.h"
 #include "rank_stats.h"
+#include "trainer_events.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
 #include "ztrain/gpu.h"
@@ -60,6 +61,7 @@ typedef struct {
     zt_pipe *pipe;       /* a pipelined job's stage (it owns e); NULL otherwise */
     int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped */
     char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
+    zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
 } trainer;
 
 static double now_ms(void) {
@@ -355,6 +357,19 @@ static zt_status write_monitor(trainer *t, double loss) {
     return zt_monitor_write(t->monitor, ev, n, zt_engine_global_samples(t->e));
 }
 
+/* An event whose policy is checkpoint_and_stop: the step's update was not applied, the weights
+ * are those before it, and they are saved before the run ends with the event as its error. */
+static zt_status stop_for_event(trainer *t, int64_t step) {
+    char why[512];
+    zt_trainer_events_stop_reason(&t->events, why, sizeof why);
+    ZT_TRY(save_checkpoint(t));
+    if (t->job->train.checkpoint_dir)
+        return zt_error(ZT_ERR_NUMERIC, "stopped at step %lld by %s; checkpoint written to %s",
+                        (long long)step, why, t->job->train.checkpoint_dir);
+    return zt_error(ZT_ERR_NUMERIC, "stopped at step %lld by %s (the job has no checkpoint_dir: "
+                    "no checkpoint written)", (long long)step, why);
+}
+
 static zt_status train_loop(trainer *t, zt_train_result *res) {
     const zt_job_spec *job = t->job;
     const int gas = job->ds.gradient_accumulation_steps;
@@ -380,12 +395,14 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         }
         double lr = zt_engine_get_lr(t->e);
         clear_bar_before_engine_log(t);
-        double t0 = now_ms(), loss_sum = 0.0, tokens = 0.0;
+        double t0 = now_ms(), tokens = 0.0;
         zt_rank_step rs = {.comm = zt_comm_thread_ms()};
         zt_pipe_batch_result piped = {0};
         if (t->pipe) {
             ZT_TRY(zt_pipe_train_batch(t->pipe, &piped));
             tokens = piped.tokens;
+        } else {
+            zt_trainer_events_begin_step(&t->events);
         }
         for (int micro = 0; micro < gas && !t->pipe; micro++) {
             zt_batch b;
@@ -396,15 +413,16 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             rs.data += now_ms() - d0;
             ZT_TRY(zt_engine_forward(t->e, &b, &loss));
             ZT_TRY(zt_engine_backward(t->e));
+            /* Counted before the step: at the boundary the step's gate judges the loss. */
+            zt_trainer_events_add_micro(&t->events, loss, (double)b.B * b.T);
             ZT_TRY(zt_engine_step(t->e));
-            loss_sum += loss;
-            tokens += (double)b.B * b.T;
         }
         /* The step's loss and tokens over all ranks (each rank's mean counts equally, as
-         * DeepSpeed averages the ranks' gradients). */
-        double sums[2] = {loss_sum / gas, tokens};
-        if (t->comm && !t->pipe)
-            ZT_TRY(zt_comm_all_reduce(t->comm, sums, 2, ZT_F64, ZT_REDUCE_SUM));
+         * DeepSpeed averages the ranks' gradients), summed by the gate before the update; a
+         * pipeline's come from its last stage. */
+        double sums[2] = {0.0, tokens};
+        if (!t->pipe)
+            ZT_TRY(zt_trainer_events_step_sums(&t->events, sums));
         tokens = sums[1];
         double step_ms = now_ms() - t0;
         rs.step_time = step_ms;
@@ -413,7 +431,9 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         zt_rank_stats_step(&t->stats, &rs);
         int64_t step = zt_engine_global_steps(t->e);
         last_loss = t->pipe ? piped.loss : sums[0] / t->world;
-        if (!isfinite(last_loss))
+        if (!t->pipe && zt_trainer_events_stop(&t->events))
+            return stop_for_event(t, step);
+        if (!isfinite(last_loss) && (t->pipe || !zt_trainer_events_held(&t->events)))
             return zt_error(ZT_ERR_NUMERIC, "training diverged: loss is %g at step %lld",
                             last_loss, (long long)step);
         ZT_TRY(write_monitor(t, last_loss));
@@ -560,6 +580,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
                                job->device, opts->progress);
     if (s == ZT_OK)
         s = memory_metrics_init(&t);
+    if (s == ZT_OK && !t.pipe) /* pipelines take no anomaly rules (job_pipeline.c) */
+        s = zt_trainer_events_init(&t.events, job, t.e, t.comm, t.rank, t.world);
     if (s == ZT_OK && t.rank == 0)
         s = zt_monitor_open(&t.monitor, &job->ds.monitor);
     if (s == ZT_OK)
@@ -587,6 +609,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (s == ZT_OK) {
         t.first_step = zt_engine_global_steps(t.e);
         t.max_steps = plan_steps(&t);
+        if (!t.pipe)
+            zt_trainer_events_report_to(&t.events, &t.metrics, opts->progress, opts->out_dir);
         if (t.rank == 0 && opts->metrics_fd > 0) {
             zt_metrics_mirror(&t.metrics, opts->metrics_fd);
             zt_metrics_event(&t.metrics, "running", (long long)t.first_step,
@@ -597,10 +621,12 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (t.metrics.f)
         zt_metrics_close(&t.metrics);
     zt_monitor_close(t.monitor);
-    if (t.pipe)
+    if (t.pipe) {
         zt_pipe_destroy(t.pipe);
-    else
+    } else {
+        zt_trainer_events_free(&t.events);
         zt_engine_destroy(t.e);
+    }
     memory_metrics_free(&t.mem);
     zt_rank_stats_free(&t.stats);
     if (t.has_val_loader)

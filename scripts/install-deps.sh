@@ -27,6 +27,7 @@ build=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto   # ztraind's gRPC (C core)
   libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
   libgnutls28-dev                             # TLS: checking certificates, client certificates
+  libcurl4-openssl-dev                        # ztraind's webhook deliveries (HTTP/HTTPS POST)
   libjs-chart.js                              # the dashboard's charts, served by ztraind
   libgloo-dev                                 # the gloo transport: CPU ranks across hosts
 )
@@ -39,6 +40,7 @@ runtime=(
   libgrpc29 libprotobuf-c1                    # gRPC C core (pulls in abseil, re2, c-ares, ssl)
   libmicrohttpd12 libsqlite3-0                # HTTP server, durable state
   libgnutls30                                 # TLS certificate checks (HTTPS's own library)
+  libcurl4                                    # webhook deliveries
   libgloo0                                    # the gloo transport (ranks across hosts)
   libjs-chart.js                              # the dashboard's charts
   tini                                        # PID 1 in the image: reaps orphans, forwards signals

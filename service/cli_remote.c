@@ -428,6 +428,12 @@ static bool on_event(void *ctx, const ProtobufCMessage *m) {
         on_job(v, ev->job);
     else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_METRICS)
         on_record(v, ev->metrics);
+    else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_ANOMALY) {
+        /* An anomaly event gets a line of its own above the progress bar. */
+        clear_bar(v);
+        fprintf(v->out, "%s: event %s: %s\n", v->id, ev->anomaly->kind, ev->anomaly->message);
+        fflush(v->out);
+    }
     return true;
 }
 

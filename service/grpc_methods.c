@@ -252,6 +252,12 @@ static zt_status pack_event(const call *c, const zt_job_event *ev, grpc_byte_buf
         ZT_TRY(zt_job_proto_record_from_metric(ev->record, &je.metrics));
         je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_METRICS;
         inner = &je.metrics->base;
+    } else if (ev->kind == ZT_EVENT_ANOMALY) {
+        if (c->method != M_WATCH)
+            return ZT_OK;
+        ZT_TRY(zt_job_proto_anomaly_from(ev->anomaly, &je.anomaly));
+        je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_ANOMALY;
+        inner = &je.anomaly->base;
     } else {
         ZT_TRY(zt_job_proto_log_from_line(ev->log, &je.log));
         je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_LOG;

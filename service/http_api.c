@@ -67,9 +67,11 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     size_t id_len = slash ? (size_t)(slash - rest) : strlen(rest);
     const char *sub = slash ? slash + 1 : "";
     char id[sizeof(((zt_job_info *)0)->id)];
-    enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, CSV, JSONL, TENSORBOARD, N_SUBS };
-    static const char *const subs[N_SUBS] = {"", "metrics", "records", "logs", "events", "cancel",
-                                             "metrics.csv", "metrics.jsonl", "tensorboard.tar"};
+    enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, CSV, JSONL, TENSORBOARD, ANOMALIES,
+           WEBHOOKS, N_SUBS };
+    static const char *const subs[N_SUBS] = {
+        "",       "metrics",     "records",       "logs",            "events",   "cancel",
+        "metrics.csv", "metrics.jsonl", "tensorboard.tar", "anomalies", "webhooks"};
     int which = 0;
     while (which < N_SUBS && strcmp(sub, subs[which]) != 0)
         which++;
@@ -104,6 +106,8 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     case CSV: return zt_http_job_export(s, c, id, true);
     case JSONL: return zt_http_job_export(s, c, id, false);
     case TENSORBOARD: return zt_http_job_tensorboard(s, c, id);
+    case ANOMALIES: return zt_http_job_anomalies(s, c, id);
+    case WEBHOOKS: return zt_http_job_webhooks(s, c, id);
     default: return zt_http_job_events(s, c, id);
     }
 }

@@ -78,6 +78,10 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
         zt_jbuf_printf(&b, "event: metrics\nid: %" PRId64 "\ndata: ", ev->record->step);
         data_at = b.len;
         zt_json_record(&b, ev->record);
+    } else if (ev->kind == ZT_EVENT_ANOMALY) {
+        zt_jbuf_puts(&b, "event: anomaly\ndata: ");
+        data_at = b.len;
+        zt_jbuf_puts(&b, ev->anomaly->json);
     } else {
         zt_jbuf_puts(&b, "event: log\ndata: ");
         data_at = b.len;
@@ -297,8 +301,9 @@ bool zt_http_events_token_ok(const zt_http_server *s, struct MHD_Connection *c) 
     return ok;
 }
 
-/* GET /api/v1/jobs/{id}/events?since_step=&logs=&tail=: the job, its records from since_step
- * and (logs=1) its last `tail` log lines (0: none), then live events until a terminal state.
+/* GET /api/v1/jobs/{id}/events?since_step=&logs=&tail=: the job, its records from since_step,
+ * its anomaly events and (logs=1) its last `tail` log lines (0: none), then live events until a
+ * terminal state.
  * A reconnecting EventSource's Last-Event-ID (the last record's step) moves since_step past
  * what it already has. */
 enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,

@@ -143,6 +143,11 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c);
 enum MHD_Result zt_http_job_get(zt_http_server *s, struct MHD_Connection *c, const char *id);
 enum MHD_Result zt_http_job_records(zt_http_server *s, struct MHD_Connection *c, const char *id);
 enum MHD_Result zt_http_job_logs(zt_http_server *s, struct MHD_Connection *c, const char *id);
+/* http_anomalies.c: a job's anomaly events and webhook delivery attempts. */
+enum MHD_Result zt_http_job_anomalies(zt_http_server *s, struct MHD_Connection *c,
+                                      const char *id);
+enum MHD_Result zt_http_job_webhooks(zt_http_server *s, struct MHD_Connection *c,
+                                     const char *id);
 enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, const char *id,
                                    const zt_jbuf *body);
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "job_events.h"
 #include "job_manager_internal.h"
 #include "spec_check.h"
 #include "strfmt.h"
@@ -109,6 +110,7 @@ static void job_free(job *j) {
     free(j->fail_reason);
     free(j->launch_reason);
     free(j->orphans);
+    zt_jm_job_events_free(j);
     zt_job_info_free(&j->info);
     free(j);
 }
@@ -212,6 +214,8 @@ void zt_jm_set_state(zt_jobs *jm, job *j, zt_job_state s) {
     }
     zt_jm_persist(jm, j);
     zt_jm_notify_state(j);
+    if (zt_job_state_terminal(s))
+        zt_jm_job_ended(jm, j);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -811,6 +815,8 @@ zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
         s = zt_store_load(jm->store, LOG_RING, &loader, jm);
     for (int i = 0; s == ZT_OK && i < jm->n_jobs; i++)
         s = load_newest_records(jm, jm->jobs[i]);
+    if (s == ZT_OK)
+        s = zt_jm_events_open(jm);
     long long max_number = 0;
     if (s == ZT_OK)
         s = zt_store_max_job_number(jm->store, &max_number);
@@ -865,6 +871,7 @@ void zt_jobs_destroy(zt_jobs *jm) {
             usleep(20000);
         zt_supervisor_destroy(jm->sup);
     }
+    zt_jm_events_close(jm);
     for (int i = 0; i < jm->n_jobs; i++)
         job_free(jm->jobs[i]);
     free(jm->jobs);

@@ -30,6 +30,7 @@
 #include <cjson/cJSON.h>
 
 #include "rank_figures.h"
+#include "event_store.h"
 #include "slurm_launch.h"
 #include "ztrain/status.h"
 
@@ -156,6 +157,15 @@ typedef struct {
      * such jobs are refused at SubmitJob. Under Slurm the scheduler binds GPUs instead. */
     int gpus;
     const char *gpu_visible;
+    /* The daemon's own webhook (--webhook): every job's end, failure and events go to it too,
+     * signed with webhook_secret (NULL: unsigned); webhook_on is ZT_HOOK_* bits (webhooks.h).
+     * Both strings must outlive the manager. The retry schedule is webhook_attempts attempts,
+     * the first retry after webhook_backoff_ms, doubling (0: the defaults, 5 and 500). */
+    const char *webhook_url;
+    const char *webhook_secret;
+    unsigned webhook_on;
+    int webhook_attempts;
+    int webhook_backoff_ms;
 } zt_jobs_config;
 
 typedef struct zt_jobs zt_jobs;
@@ -247,12 +257,13 @@ zt_status zt_jobs_logs(zt_jobs *jm, const char *id, int tail, zt_log_fn emit, vo
  * and must not call back into zt_jobs. Only the replay of records older than the job's newest
  * ones runs without the lock, on the caller of zt_jobs_watch, before any live event. The `job`
  * of a STATE event, the record and the line are valid only during the call. */
-typedef enum { ZT_EVENT_STATE, ZT_EVENT_METRICS, ZT_EVENT_LOG } zt_job_event_kind;
+typedef enum { ZT_EVENT_STATE, ZT_EVENT_METRICS, ZT_EVENT_LOG, ZT_EVENT_ANOMALY } zt_job_event_kind;
 typedef struct {
     zt_job_event_kind kind;
     const zt_job_info *job;          /* ZT_EVENT_STATE */
     const zt_metric_record *record;  /* ZT_EVENT_METRICS */
     const zt_log_line *log;          /* ZT_EVENT_LOG */
+    const zt_anomaly *anomaly;       /* ZT_EVENT_ANOMALY: goes with ZT_WATCH_METRICS */
 } zt_job_event;
 typedef void (*zt_job_event_fn)(void *ctx, const zt_job_event *ev);
 
@@ -277,6 +288,15 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
                         zt_job_event_fn fn, void *ctx, zt_job_watch **out);
 /* After it returns, fn is never called again for this watch. */
 void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w);
+
+/* The job's anomaly events (event_store.h) with seq > after_seq, oldest first, at most limit
+ * (<= 0 or above 10,000: 10,000), read from the store on the caller's thread without the
+ * manager's lock; and its webhook delivery attempts, the newest `limit` of them. Both
+ * ZT_ERR_NOT_FOUND for an unknown id. */
+zt_status zt_jobs_anomalies(zt_jobs *jm, const char *id, int64_t after_seq, int limit,
+                            zt_anomaly_fn emit, void *ctx);
+zt_status zt_jobs_deliveries(zt_jobs *jm, const char *id, int limit, zt_delivery_fn emit,
+                             void *ctx);
 
 /* What a scrape needs of a job: no spec, reason or ranks. */
 typedef struct {

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "event_store.h"
 #include "job_history.h"
 #include "job_manager.h"
 #include "job_store.h"
@@ -55,6 +56,7 @@ typedef struct job {
     pid_t *orphans;
     int n_orphans;
     double orphans_since;
+    struct zt_job_anomalies *anomalies; /* job_events.c's: its events and stall watch */
 } job;
 
 struct zt_jobs {
@@ -71,6 +73,8 @@ struct zt_jobs {
     char tag[16];                /* names this daemon's Slurm jobs (zt_jobs_config.slurm) */
     bool store_failing;          /* the last write to the store failed (zt_jm_store_result) */
     long store_failures_unsaid;  /* failures since the one reported */
+    zt_event_store *events;      /* anomaly events and webhook deliveries (job_events.c) */
+    struct zt_webhooks *hooks;   /* the webhook delivery thread */
 };
 
 static inline int64_t zt_jm_now_ms(void) {

@@ -21,6 +21,34 @@
 #define DEEPSPEED_KEY "deepspeed"
 #define DEEPSPEED_FIELD "deepspeed_json"
 
+/* Sections of the job file that the proto carries as JSON object text, as it does "deepspeed":
+ * their rules belong to the engine's and the daemon's parsers, not to the proto. */
+static const struct {
+    const char *key, *field;
+} text_sections[] = {{"events", "events_json"}, {"alerts", "alerts_json"}};
+#define N_TEXT_SECTIONS (sizeof text_sections / sizeof text_sections[0])
+
+/* The job-file key of a JobSpec field: "deepspeed" for deepspeed_json, "events" for
+ * events_json, ...; the field's own name otherwise. */
+static const char *top_key_of(const char *field) {
+    if (strcmp(field, DEEPSPEED_FIELD) == 0)
+        return DEEPSPEED_KEY;
+    for (size_t i = 0; i < N_TEXT_SECTIONS; i++)
+        if (strcmp(field, text_sections[i].field) == 0)
+            return text_sections[i].key;
+    return field;
+}
+
+/* Whether a top-level job-file key is one that the caller of fill_from_json reads itself. */
+static bool is_text_key(const char *key) {
+    if (strcmp(key, DEEPSPEED_KEY) == 0)
+        return true;
+    for (size_t i = 0; i < N_TEXT_SECTIONS; i++)
+        if (strcmp(key, text_sections[i].key) == 0)
+            return true;
+    return false;
+}
+
 /* Keys whose zero the proto would read as "the default" although the job file forbids it. The
  * model's are its family's fields with a positive bound (must_be_positive). */
 static const char *const positive_keys[] = {"world_size", "nodes", "train.epochs",
@@ -77,9 +105,7 @@ static zt_status unknown_key(const zt_json_obj *o, const char *key,
     const char *names[64];
     unsigned n = 0;
     for (unsigned i = 0; i < desc->n_fields && n + 1 < sizeof names / sizeof names[0]; i++)
-        names[n++] = top && strcmp(desc->fields[i].name, DEEPSPEED_FIELD) == 0
-                         ? DEEPSPEED_KEY
-                         : desc->fields[i].name;
+        names[n++] = top ? top_key_of(desc->fields[i].name) : desc->fields[i].name;
     names[n] = NULL;
     char path[300], hint[320] = "";
     zt_json_key_path(o, key, path, sizeof path);
@@ -247,7 +273,7 @@ static zt_status mixture_from_json(Ztrain__V1__DataSpec *d, const zt_json_obj *o
 static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top,
                                 bool server_text, bool *ok) {
     for (const cJSON *c = o->obj->child; c; c = c->next) {
-        if (top && strcmp(c->string, DEEPSPEED_KEY) == 0)
+        if (top && is_text_key(c->string))
             continue;
         if (msg->descriptor == &ztrain__v1__data_spec__descriptor &&
             strcmp(c->string, "train") == 0 && cJSON_IsArray(c)) {
@@ -256,7 +282,7 @@ static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, boo
         }
         const ProtobufCFieldDescriptor *f =
             protobuf_c_message_descriptor_get_field_by_name(msg->descriptor, c->string);
-        if (!f || (top && strcmp(f->name, DEEPSPEED_FIELD) == 0))
+        if (!f || (top && strcmp(top_key_of(f->name), f->name) != 0))
             return unknown_key(o, c->string, msg->descriptor, top);
         ZT_TRY(field_from_json(msg, f, o, server_text, ok));
     }
@@ -319,6 +345,26 @@ static zt_status spec_from_tree(const cJSON *root, const char *source, const cha
     ZT_TRY(deepspeed_from_json(&top, base_dir, &ds));
     if (ds)
         spec->deepspeed_json = ds;
+    for (size_t i = 0; i < N_TEXT_SECTIONS; i++) {
+        const cJSON *sec = zt_json_item(&top, text_sections[i].key);
+        if (!sec)
+            continue;
+        if (!cJSON_IsObject(sec)) {
+            char got[96];
+            zt_json_repr(sec, got, sizeof got);
+            return zt_json_key_error(ZT_ERR_INVALID, &top, text_sections[i].key,
+                                     "must be an object, got %s", got);
+        }
+        char *text = cJSON_PrintUnformatted(sec);
+        char *copy = text ? strdup(text) : NULL;
+        cJSON_free(text);
+        if (!copy)
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+        if (i == 0)
+            spec->events_json = copy;
+        else
+            spec->alerts_json = copy;
+    }
     return ZT_OK;
 }
 
@@ -363,13 +409,14 @@ static cJSON *raw_uint(unsigned long long v) {
 /* The JSON value of one field, or NULL when it is unset (zero, empty, or an unset oneof). */
 static cJSON *field_to_json(const ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f);
 
-static cJSON *message_to_json(const ProtobufCMessage *msg, const char *skip_field) {
+/* A message's set fields; at the top of a JobSpec (top), without the JSON-text sections. */
+static cJSON *message_to_json(const ProtobufCMessage *msg, bool top) {
     cJSON *obj = cJSON_CreateObject();
     if (!obj)
         return NULL;
     for (unsigned i = 0; i < msg->descriptor->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &msg->descriptor->fields[i];
-        if ((skip_field && strcmp(f->name, skip_field) == 0) ||
+        if ((top && strcmp(top_key_of(f->name), f->name) != 0) ||
             f->label == PROTOBUF_C_LABEL_REPEATED)
             continue;
         cJSON *v = field_to_json(msg, f);
@@ -381,7 +428,7 @@ static cJSON *message_to_json(const ProtobufCMessage *msg, const char *skip_fiel
         const Ztrain__V1__DataSpec *d = (const Ztrain__V1__DataSpec *)msg;
         cJSON *list = d->n_mixture ? cJSON_CreateArray() : NULL;
         for (size_t i = 0; list && i < d->n_mixture; i++)
-            cJSON_AddItemToArray(list, message_to_json(&d->mixture[i]->base, NULL));
+            cJSON_AddItemToArray(list, message_to_json(&d->mixture[i]->base, false));
         if (list) {
             cJSON_DeleteItemFromObjectCaseSensitive(obj, "train");
             cJSON_AddItemToObject(obj, "train", list);
@@ -417,7 +464,7 @@ static cJSON *field_to_json(const ProtobufCMessage *msg, const ProtobufCFieldDes
         return present || *(const double *)p ? cJSON_CreateNumber(*(const double *)p) : NULL;
     case PROTOBUF_C_TYPE_MESSAGE: {
         const ProtobufCMessage *sub = *(ProtobufCMessage *const *)p;
-        return sub ? message_to_json(sub, NULL) : NULL;
+        return sub ? message_to_json(sub, false) : NULL;
     }
     default:
         return NULL;
@@ -444,13 +491,31 @@ static zt_status spec_to_tree(const Ztrain__V1__JobSpec *spec, cJSON **out) {
                                             "(a DeepSpeed config), got %s", got);
         }
     }
-    cJSON *obj = message_to_json(&spec->base, DEEPSPEED_FIELD);
+    cJSON *obj = message_to_json(&spec->base, true);
     if (!obj) {
         cJSON_Delete(ds);
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     }
     if (ds)
         cJSON_AddItemToObject(obj, DEEPSPEED_KEY, ds);
+    const char *texts[N_TEXT_SECTIONS] = {spec->events_json, spec->alerts_json};
+    for (size_t i = 0; i < N_TEXT_SECTIONS; i++) {
+        if (!texts[i] || !texts[i][0])
+            continue;
+        char source[64];
+        snprintf(source, sizeof source, "spec.%s", text_sections[i].field);
+        cJSON *sec;
+        zt_status s = zt_json_parse(texts[i], source, &sec);
+        if (s == ZT_OK && !cJSON_IsObject(sec)) {
+            cJSON_Delete(sec);
+            s = zt_error(ZT_ERR_INVALID, "%s must hold a JSON object", source);
+        }
+        if (s != ZT_OK) {
+            cJSON_Delete(obj);
+            return s;
+        }
+        cJSON_AddItemToObject(obj, text_sections[i].key, sec);
+    }
     *out = obj;
     return ZT_OK;
 }
@@ -723,6 +788,30 @@ zt_status zt_job_proto_log_from_line(const zt_log_line *l, Ztrain__V1__LogLine *
     m->rank = l->rank;
     m->stream = dup_str(l->stream, &ok);
     m->text = dup_str(l->text, &ok);
+    if (!ok) {
+        free_message(m);
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    *out = m;
+    return ZT_OK;
+}
+
+zt_status zt_job_proto_anomaly_from(const zt_anomaly *a, Ztrain__V1__AnomalyEvent **out) {
+    *out = NULL;
+    Ztrain__V1__AnomalyEvent *m =
+        (Ztrain__V1__AnomalyEvent *)new_message(&ztrain__v1__anomaly_event__descriptor);
+    if (!m)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    bool ok = true;
+    m->seq = a->seq;
+    m->step = a->step;
+    m->time_unix_ms = a->time_ms;
+    m->kind = dup_str(a->kind, &ok);
+    m->policy = dup_str(a->policy, &ok);
+    m->value = a->value;
+    m->zscore = a->zscore;
+    m->rank = a->rank;
+    m->message = dup_str(a->message, &ok);
     if (!ok) {
         free_message(m);
         return zt_error(ZT_ERR_NOMEM, "out of memory");

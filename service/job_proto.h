@@ -45,6 +45,8 @@ zt_status zt_job_proto_job_to_json(const Ztrain__V1__Job *job, char **json_text)
 zt_status zt_job_proto_record_from_metric(const zt_metric_record *r, Ztrain__V1__MetricRecord **out);
 
 zt_status zt_job_proto_log_from_line(const zt_log_line *l, Ztrain__V1__LogLine **out);
+/* An anomaly event (event_store.h) as its message; free with protobuf_c_message_free_unpacked. */
+zt_status zt_job_proto_anomaly_from(const zt_anomaly *a, Ztrain__V1__AnomalyEvent **out);
 
 /* Name of a proto JobState ("RUNNING"); "UNSPECIFIED" for 0. */
 const char *zt_job_proto_state_name(Ztrain__V1__JobState s);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "fsutil.h"
+#include "job_events.h"
 #include "job_manager_internal.h"
 #include "proc_spawn.h"
 #include "rank_group.h"
@@ -177,6 +178,7 @@ static void on_tick(void *ctx) {
     pthread_mutex_lock(&jm->mu);
     if (!jm->stopping)
         zt_jm_schedule(jm, true);
+    zt_jm_check_stalls(jm);
     pthread_mutex_unlock(&jm->mu);
 }
 
@@ -193,8 +195,13 @@ static void on_metrics_line(void *group_ctx, const char *line) {
     bool is_record = cJSON_IsObject(obj) && !cJSON_GetObjectItemCaseSensitive(obj, "event");
     char *text = is_record ? cJSON_PrintUnformatted(obj) : NULL;
     pthread_mutex_lock(&jm->mu);
+    const cJSON *event = cJSON_GetObjectItemCaseSensitive(obj, "event");
+    if (cJSON_IsObject(obj))
+        zt_jm_job_progress(j);
     if (!cJSON_IsObject(obj)) {
         zt_jm_daemon_log(jm, j, "ignored a malformed metrics line: %.200s", line);
+    } else if (cJSON_IsString(event) && strcmp(event->valuestring, "anomaly") == 0) {
+        zt_jm_anomaly_line(jm, j, obj);
     } else if (!is_record) {
         const cJSON *max = cJSON_GetObjectItemCaseSensitive(obj, "max_steps");
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(obj, "train/global_step");

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "job_events.h"
 #include "job_manager_internal.h"
 
 struct zt_job_watch {
@@ -18,9 +19,9 @@ struct zt_job_watch {
 };
 
 void zt_jm_notify(job *j, const zt_job_event *ev) {
-    int bit = ev->kind == ZT_EVENT_METRICS ? ZT_WATCH_METRICS
-              : ev->kind == ZT_EVENT_LOG   ? ZT_WATCH_LOGS
-                                           : -1;
+    int bit = ev->kind == ZT_EVENT_METRICS || ev->kind == ZT_EVENT_ANOMALY ? ZT_WATCH_METRICS
+              : ev->kind == ZT_EVENT_LOG                                   ? ZT_WATCH_LOGS
+                                                                           : -1;
     for (zt_job_watch *w = j->watches; w; w = w->next) {
         if (w->done || (bit != -1 && !(w->what & bit)))
             continue;
@@ -124,8 +125,10 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
     bool ended = zt_job_state_terminal(j->info.state);
     if (!ended && j->info.state != told)
         fn(ctx, &ev);
-    if (what & ZT_WATCH_METRICS)
+    if (what & ZT_WATCH_METRICS) {
         zt_history_cached_records(j->history, from_step, after, replay_record, w);
+        zt_jm_replay_anomalies(j, fn, ctx);
+    }
     if (what & ZT_WATCH_LOGS)
         zt_jm_logs(jm, j, log_tail, replay_log, w);
     if (ended) {

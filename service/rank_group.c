@@ -31,13 +31,16 @@ static const char *const replaced_vars[] = {
 };
 
 /* ZT_RANK_ENV_WHITELIST keeps only these: locale, paths, and the knobs of the libraries a rank
- * runs on. Anything else (the daemon's token, a user's stray settings) stays out. */
+ * runs on, and the fault injections of tests (ZTRAIN_INJECT_*, engine/fault_inject.h), which a
+ * daemon started with them hands to its ranks. Anything else (the daemon's token, a user's
+ * stray settings) stays out. */
 static const char *const whitelist_names[] = {
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
     "CUDA_VISIBLE_DEVICES", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ZTRAIN_COMM_TIMEOUT_S",
     "ZTRAIN_OPTIM_ISA", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES",
 };
-static const char *const whitelist_prefixes[] = {"LC_", "NCCL_", "ASAN_", "UBSAN_", "LSAN_"};
+static const char *const whitelist_prefixes[] = {"LC_",   "NCCL_", "ASAN_",
+                                                 "UBSAN_", "LSAN_", "ZTRAIN_INJECT_"};
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 #define MAX_SET 8       /* shared entries made here: OMP x2, run id, the torchrun five */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "webhooks.h"
 #include "ztrain/admission.h"
 #include "ztrain/gpu.h"
 #include "ztrain/hf_config.h"
@@ -284,6 +285,10 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
     else if (lim->max_nodes > 0 && spec->nodes > lim->max_nodes)
         s = zt_error(ZT_ERR_INVALID, "spec: nodes %d needs a server started with --launcher slurm: "
                      "this one runs every rank on its own host", spec->nodes);
+    /* The webhooks' secrets must be in this daemon's environment now, not when the job ends. */
+    zt_webhook_list hooks;
+    if (s == ZT_OK && (s = zt_webhook_list_from_spec(&hooks, text, "spec")) == ZT_OK)
+        zt_webhook_list_free(&hooks);
     /* The files are judged here, once, rather than by every rank after it has started. */
     if (s == ZT_OK)
         s = zt_job_spec_check_files(spec, "spec");

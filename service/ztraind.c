@@ -30,6 +30,7 @@
 #include "grpc_util.h"
 #include "http_api.h"
 #include "job_manager.h"
+#include "webhooks.h"
 #include "proc_spawn.h"
 #include "ztrain/admission.h"
 #include "tls.h"
@@ -102,6 +103,11 @@ static const char usage[] =
     "                          start HTTP/2, within this of connecting or of the last answer\n"
     "                          (default 10)\n"
     "  --idle-timeout SECONDS  a connection doing nothing is closed after this (default 30)\n"
+    "  --webhook URL           also POST every job's end, failure and anomaly events here\n"
+    "                          (the README's \"Anomaly events and alerts\")\n"
+    "  --webhook-secret-env NAME  sign --webhook's requests with the secret in $NAME\n"
+    "  --webhook-attempts N    delivery attempts per webhook before giving up (default 5)\n"
+    "  --webhook-backoff-ms N  wait before the first retry, doubling after (default 500)\n"
     "  --help\n";
 
 static volatile sig_atomic_t stop_requested;
@@ -122,6 +128,8 @@ typedef struct {
     const char *worker, *web_dir, *launcher, *slurm_partition, *metrics_host;
     long max_ranks, max_world_size, max_jobs, threads_per_rank, gpus;
     long max_grpc_conns, max_http_conns, header_timeout_s, idle_timeout_s;
+    const char *webhook, *webhook_secret_env;
+    long webhook_attempts, webhook_backoff_ms;
     bool max_ranks_given;
     uint64_t max_rank_bytes, max_job_bytes;
     double grace_s;
@@ -228,6 +236,14 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_long(a, v, 1, 3600, &o->header_timeout_s);
         else if (strcmp(a, "--idle-timeout") == 0)
             rc = parse_long(a, v, 1, 86400, &o->idle_timeout_s);
+        else if (strcmp(a, "--webhook") == 0)
+            o->webhook = v;
+        else if (strcmp(a, "--webhook-secret-env") == 0)
+            o->webhook_secret_env = v;
+        else if (strcmp(a, "--webhook-attempts") == 0)
+            rc = parse_long(a, v, 1, 100, &o->webhook_attempts);
+        else if (strcmp(a, "--webhook-backoff-ms") == 0)
+            rc = parse_long(a, v, 1, 3600000, &o->webhook_backoff_ms);
         else if (strcmp(a, "--grace") == 0) {
             char *end;
             o->grace_s = strtod(v, &end);
@@ -241,6 +257,17 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (rc != 0)
             return -1;
+    }
+    if (o->webhook && strncmp(o->webhook, "http://", 7) != 0 &&
+        strncmp(o->webhook, "https://", 8) != 0) {
+        fprintf(stderr, "ztraind: --webhook expects an http:// or https:// URL, got '%s'\n",
+                o->webhook);
+        return -1;
+    }
+    const char *secret = o->webhook_secret_env ? getenv(o->webhook_secret_env) : NULL;
+    if (o->webhook_secret_env && (!secret || !*secret)) {
+        fprintf(stderr, "ztraind: --webhook-secret-env: $%s is not set\n", o->webhook_secret_env);
+        return -1;
     }
     if (strcmp(o->launcher, "local") != 0 && strcmp(o->launcher, "slurm") != 0) {
         fprintf(stderr, "ztraind: --launcher expects 'local' or 'slurm', got '%s'\n", o->launcher);
@@ -474,7 +501,12 @@ int main(int argc, char **argv) {
                          .max_rank_bytes = o.max_rank_bytes, .max_job_bytes = o.max_job_bytes,
                          .host_bytes = host_name ? hm.total : 0, .host_name = host_name,
                          .gpus = o.gpus >= 0 ? (int)o.gpus : zt_gpu_count(),
-                         .gpu_visible = getenv("CUDA_VISIBLE_DEVICES")};
+                         .gpu_visible = getenv("CUDA_VISIBLE_DEVICES"),
+                         .webhook_url = o.webhook, .webhook_on = ZT_HOOK_ALL,
+                         .webhook_attempts = (int)o.webhook_attempts,
+                         .webhook_backoff_ms = (int)o.webhook_backoff_ms,
+                         .webhook_secret = o.webhook_secret_env ? getenv(o.webhook_secret_env)
+                                                                : NULL};
     if (jc.gpus > 64)
         jc.gpus = 64;
     zt_jobs *jm = NULL;

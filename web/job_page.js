@@ -9,6 +9,7 @@ import {clearBanner, showBanner} from './banner.js';
 import {JobCharts} from './charts.js';
 import {renderRecovery} from './job_recovery.js';
 import {SystemPanel} from './system_panel.js';
+import {EventMarkers} from './event_markers.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
 import {fmtBytes, fmtCompact, fmtDuration, fmtFixed, fmtProgress, fmtRankState, isNum} from './format.js';
 import {isAuthBlocked} from './token.js';
@@ -49,6 +50,9 @@ export function jobView(main, id) {
     renderRanks();
     system.flush();
   });
+  const markers = new EventMarkers(root, charts);
+  root.querySelectorAll('[data-testid="x-step"], [data-testid="x-time"]').forEach(
+    (el) => el.addEventListener('change', () => markers.redraw()));
 
   /* -- records -- */
 
@@ -266,6 +270,7 @@ export function jobView(main, id) {
           }
           if (ev.event === 'metrics') addRecord(data);
           else if (ev.event === 'log') addLogs([data]);
+          else if (ev.event === 'anomaly') markers.add(data);
           else if (ev.event === 'job') {
             renderJob(data);
             if (TERMINAL.has(data.state)) terminalSeen = true;
@@ -312,11 +317,13 @@ export function jobView(main, id) {
   (async () => {
     try {
       renderJob(await apiJson(jobPath(id), {signal}));
-      const [recs, logs] = await Promise.all([
+      const [recs, logs, anomalies] = await Promise.all([
         loadRecords(),
         apiJson(jobPath(id, `/logs?tail=${LOG_TAIL}`), {signal}),
+        apiJson(jobPath(id, '/anomalies'), {signal}),
       ]);
       for (const r of recs) addRecord(r);
+      for (const a of anomalies.anomalies || []) markers.add(a);
       addLogs(logs.lines || []);
       charts.flush();
       /* Tests wait for this before reading the page. */

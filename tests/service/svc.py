@@ -304,6 +304,10 @@ def spec_proto(job):
         spec.train.CopyFrom(pb.TrainOptions(**job["train"]))
     if "training_args" in job:
         spec.training_args.CopyFrom(pb.TrainingArgs(**job["training_args"]))
+    if "events" in job:
+        spec.events_json = json.dumps(job["events"])
+    if "alerts" in job:
+        spec.alerts_json = json.dumps(job["alerts"])
     return spec
 
 

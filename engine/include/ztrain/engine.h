@@ -95,6 +95,17 @@ zt_status zt_engine_backward(zt_engine *e);
  * ZT_ERR_NUMERIC (naming the step) when the gradient norm is not finite. */
 zt_status zt_engine_step(zt_engine *e);
 
+/* A step's gate: called once at every accumulation boundary, after the gradients are reduced and
+ * before the update, with the optimizer step's number (global_steps + 1) and the global gradient
+ * norm (unscaled; the same on every rank; NaN with overflow true when the fp16 loss scaler found
+ * an overflow and will skip the step anyway). It may use the communicator (every rank calls it at
+ * the same point). Returning true holds the update back: the gradients are dropped and the step
+ * counts as skipped (global_steps and skipped_steps advance, the lr schedule, the optimizer's step
+ * count and the loss scale do not). Held, a non-finite norm is no error. How the trainer applies
+ * the job's anomaly policies (ztrain/anomaly.h). */
+typedef bool (*zt_engine_step_gate)(void *ctx, int64_t step, double grad_norm, bool overflow);
+void zt_engine_set_step_gate(zt_engine *e, zt_engine_step_gate gate, void *ctx);
+
 /* Loss of a batch without gradients (evaluation). */
 zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss);
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ztrain/anomaly.h"
 #include "ztrain/backend.h"
 #include "ztrain/comm.h"
 #include "ztrain/ds_config.h"
@@ -133,6 +134,9 @@ typedef struct {
     int max_restarts;
     char *fork_job;
     int64_t fork_step;
+    zt_events_spec events;    /* "events": anomaly rules and policies (ztrain/anomaly.h) */
+    /* "alerts": webhooks, which are ztraind's business (service/webhooks.h); the engine only
+     * checks that it is an object. */
 } zt_job_spec;
 
 /* Reads a job file. Strings in *job are heap-owned; release them with zt_job_spec_free(). On

@@ -52,5 +52,8 @@ void zt_metrics_mirror(zt_metrics_writer *w, int fd);
  * "max_steps": max_steps}. ztraind takes "running" as the moment the job starts training. */
 void zt_metrics_event(zt_metrics_writer *w, const char *event, long long step,
                       long long max_steps);
+/* Writes one JSON object (without its newline, under 1 KiB) to the mirror only, as one line:
+ * how rank 0 reports an anomaly event ({"event": "anomaly", ...}, ztrain/anomaly.h). */
+void zt_metrics_send(zt_metrics_writer *w, const char *json);
 
 #endif

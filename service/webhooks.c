@@ -1,0 +1,262 @@
+/* Webhook deliveries (webhooks.h): a bounded queue ordered by when each delivery is next due, one
+ * thread that POSTs with libcurl, HMAC-SHA256 signatures with GnuTLS, and a record of every
+ * attempt. */
+#include <curl/curl.h>
+#include <gnutls/crypto.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "webhooks.h"
+
+typedef struct delivery {
+    struct delivery *next;
+    char *job_id, *url, *secret, *type, *body;
+    char id[40];
+    int attempt;               /* attempts made */
+    int64_t due_ms;            /* monotonic: when the next attempt may start */
+} delivery;
+
+struct zt_webhooks {
+    zt_webhooks_options o;
+    zt_event_store *store;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    delivery *queue;           /* by due_ms */
+    int queued;
+    bool stop;
+    pthread_t thread;
+    uint64_t counter;
+};
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void delivery_free(delivery *d) {
+    free(d->job_id);
+    free(d->url);
+    free(d->secret);
+    free(d->type);
+    free(d->body);
+    free(d);
+}
+
+static void record(zt_webhooks *w, const delivery *d, int http_status, const char *error,
+                   const char *outcome) {
+    if (!w->store)
+        return;
+    char url[512];
+    zt_webhook_url_for_display(d->url, url, sizeof url);
+    zt_delivery r = {.job_id = d->job_id, .delivery_id = d->id, .url = url, .type = d->type,
+                     .attempt = d->attempt, .time_ms = wall_ms(), .http_status = http_status,
+                     .error = error, .outcome = outcome};
+    zt_status s = zt_event_store_add_delivery(w->store, &r);
+    if (s != ZT_OK)
+        fprintf(stderr, "ztraind: webhook delivery %s: %s\n", d->id, zt_last_error());
+}
+
+/* Inserts by due time (the queue's lock held). */
+static void enqueue(zt_webhooks *w, delivery *d) {
+    delivery **at = &w->queue;
+    while (*at && (*at)->due_ms <= d->due_ms)
+        at = &(*at)->next;
+    d->next = *at;
+    *at = d;
+    w->queued++;
+    pthread_cond_signal(&w->cv);
+}
+
+/* The header line: its name, "sha256=" and 64 hex digits. */
+#define SIGNATURE_LINE 128
+
+static void signature(const char *secret, const char *body, char out[SIGNATURE_LINE]) {
+    unsigned char mac[32];
+    int n = snprintf(out, SIGNATURE_LINE, "X-Ztrain-Signature: sha256=");
+    if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, secret, strlen(secret), body, strlen(body), mac) != 0)
+        return;
+    for (int i = 0; i < 32; i++)
+        n += snprintf(out + n, (size_t)(SIGNATURE_LINE - n), "%02x", mac[i]);
+}
+
+static size_t discard(char *ptr, size_t size, size_t n, void *ctx) {
+    (void)ptr;
+    (void)ctx;
+    return size * n;
+}
+
+/* One attempt; returns the HTTP status (0: none) and fills err ("" on 2xx). */
+static int attempt(zt_webhooks *w, const delivery *d, char *err, size_t err_size) {
+    CURL *c = curl_easy_init();
+    if (!c) {
+        snprintf(err, err_size, "libcurl could not start a request");
+        return 0;
+    }
+    char h_event[96], h_id[96], h_attempt[64], h_sig[SIGNATURE_LINE];
+    snprintf(h_event, sizeof h_event, "X-Ztrain-Event: %s", d->type);
+    snprintf(h_id, sizeof h_id, "X-Ztrain-Delivery: %s", d->id);
+    snprintf(h_attempt, sizeof h_attempt, "X-Ztrain-Attempt: %d", d->attempt);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    h = curl_slist_append(h, "User-Agent: ztraind");
+    h = curl_slist_append(h, h_event);
+    h = curl_slist_append(h, h_id);
+    h = curl_slist_append(h, h_attempt);
+    if (d->secret) {
+        signature(d->secret, d->body, h_sig);
+        h = curl_slist_append(h, h_sig);
+    }
+    char curl_err[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(c, CURLOPT_URL, d->url);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, d->body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)w->o.timeout_ms);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_err);
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK)
+        snprintf(err, err_size, "%s", curl_err[0] ? curl_err : curl_easy_strerror(rc));
+    else if (status < 200 || status > 299)
+        snprintf(err, err_size, "the receiver answered HTTP %ld", status);
+    else
+        err[0] = '\0';
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return (int)status;
+}
+
+static void *run(void *arg) {
+    zt_webhooks *w = arg;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        delivery *d = w->queue;
+        int64_t now = mono_ms();
+        if (!d || d->due_ms > now) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t wait = d ? d->due_ms - now : 1000;
+            ts.tv_sec += wait / 1000;
+            ts.tv_nsec += (wait % 1000) * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+            continue;
+        }
+        w->queue = d->next;
+        w->queued--;
+        pthread_mutex_unlock(&w->mu);
+        d->attempt++;
+        char err[CURL_ERROR_SIZE + 64];
+        int status = attempt(w, d, err, sizeof err);
+        bool ok = !err[0];
+        bool last = !ok && d->attempt >= w->o.max_attempts;
+        record(w, d, status, err, ok ? "delivered" : last ? "failed" : "retrying");
+        pthread_mutex_lock(&w->mu);
+        if (ok || last) {
+            delivery_free(d);
+        } else {
+            d->due_ms = mono_ms() + ((int64_t)w->o.backoff_ms << (d->attempt - 1));
+            enqueue(w, d);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+zt_status zt_webhooks_create(zt_webhooks **out, zt_event_store *store,
+                             const zt_webhooks_options *opts) {
+    zt_webhooks *w = calloc(1, sizeof *w);
+    if (!w)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    w->o = opts ? *opts : (zt_webhooks_options){0};
+    if (w->o.max_attempts <= 0)
+        w->o.max_attempts = 5;
+    if (w->o.backoff_ms <= 0)
+        w->o.backoff_ms = 500;
+    if (w->o.timeout_ms <= 0)
+        w->o.timeout_ms = 5000;
+    if (w->o.max_queue <= 0)
+        w->o.max_queue = 1000;
+    w->store = store;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
+        pthread_create(&w->thread, NULL, run, w) != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return zt_error(ZT_ERR_IO, "cannot start the webhook delivery thread");
+    }
+    *out = w;
+    return ZT_OK;
+}
+
+void zt_webhooks_destroy(zt_webhooks *w) {
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    while (w->queue) {
+        delivery *d = w->queue;
+        w->queue = d->next;
+        record(w, d, 0, "ztraind stopped before this delivery was made", "dropped");
+        delivery_free(d);
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    curl_global_cleanup();
+    free(w);
+}
+
+void zt_webhooks_post(zt_webhooks *w, const char *job_id, const char *url, const char *secret,
+                      const char *type, const char *body) {
+    if (!w)
+        return;
+    delivery *d = calloc(1, sizeof *d);
+    if (!d)
+        return;
+    d->job_id = strdup(job_id ? job_id : "");
+    d->url = strdup(url);
+    d->secret = secret ? strdup(secret) : NULL;
+    d->type = strdup(type);
+    d->body = strdup(body);
+    if (!d->job_id || !d->url || (secret && !d->secret) || !d->type || !d->body) {
+        delivery_free(d);
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    snprintf(d->id, sizeof d->id, "%lld-%llu", (long long)wall_ms(),
+             (unsigned long long)++w->counter);
+    d->due_ms = mono_ms();
+    bool full = w->queued >= w->o.max_queue;
+    if (!full)
+        enqueue(w, d);
+    pthread_mutex_unlock(&w->mu);
+    if (full) {
+        record(w, d, 0, "the delivery queue was full", "dropped");
+        delivery_free(d);
+    }
+}

@@ -1,0 +1,163 @@
+"""Anomaly events on the dashboard (headless Chromium, as test_dashboard.py), against a real
+ztraind whose ranks get ZTRAIN_INJECT_NAN_GRAD=3 (and ZTRAIN_INJECT_SLOW_RANK=50, which paces
+them).
+
+  a. A finished job with a non-finite step 3 and a loss spike at step 12 (a batch of random
+     bytes), both "skip": the page's event list holds exactly the events of
+     /api/v1/jobs/{id}/anomalies (step, kind, policy), and every chart carries a marker at each
+     of those steps, drawn inside its plot area; in wall-time mode the markers move to
+     (time_unix_ms - started_unix_ms) / 1000 of each event.
+  b. A running job whose rank is stopped (SIGSTOP) with events.stall.seconds 2: the stall shows
+     in the open page's list and as a marker without a reload (the event stream).
+  c. No SEVERE entry in the browser console."""
+import faulthandler
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+import urllib.request
+
+sys.stdout.reconfigure(line_buffering=True)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "service"))
+from svc import (BUILD, LONG, TEXT, Checker, Daemon, get_job, submit, temp_dir, tiny_job,  # noqa: E402
+                 wait_state, wait_step, write_data)
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+
+ck = Checker()
+CHARTS = ["chart-loss", "chart-lr", "chart-step-time", "chart-tps", "chart-grad-norm"]
+
+
+def api(d, path):
+    with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
+        return json.load(r)
+
+
+def wait_until(fn, timeout, poll=0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(poll)
+
+
+def start_browser():
+    o = webdriver.ChromeOptions()
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1366,1500"):
+        o.add_argument(a)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
+    # A page that does not load fails the check within the test's time, rather than after it.
+    drv.set_page_load_timeout(60)
+    return drv
+
+
+def open_job(drv, d, job_id):
+    """Opens the job's page and waits until its view, not the previous job's, has loaded."""
+    drv.get(f"{d.http_url}/#/jobs/{job_id}")
+    return wait_until(lambda: drv.execute_script(
+        "const v = document.querySelector('[data-testid=\"job-view\"]');"
+        "return v && v.dataset.loaded === 'true' && "
+        "v.querySelector('[data-field=\"id\"]').textContent === arguments[0];", job_id), 30)
+
+
+def rows(drv):
+    return drv.execute_script("""
+        return [...document.querySelectorAll('[data-testid="event-row"]')].map(
+          tr => [Number(tr.dataset.step), tr.dataset.kind, tr.children[2].textContent]);""")
+
+
+# Each chart's markers: [[step, x_time, pixel, left, right], ...].
+MARKS_JS = """
+const c = document.querySelector(`[data-testid="${arguments[0]}"]`);
+const ch = c && Chart.getChart(c);
+if (!ch || !ch.$ztEvents) return null;
+const time = ch.$ztXMode === 'time';
+return ch.$ztEvents.map(e => [e.step, e.x_time,
+  ch.scales.x.getPixelForValue(time ? e.x_time : e.step), ch.chartArea.left, ch.chartArea.right]);"""
+
+
+def marks(drv, testid):
+    return drv.execute_script(MARKS_JS, testid) or []
+
+
+def main():
+    # A hang shows where it is before ctest's limit ends the test.
+    faulthandler.dump_traceback_later(270, exit=True)
+    tmp = temp_dir("ztrain-events-")
+    os.environ["ZTRAIN_INJECT_NAN_GRAD"] = "3"
+    # Every rank 0 sleeps 50 ms a step, so that the endless job of b sends the open page 20
+    # records a second rather than hundreds, which two shared cores cannot draw.
+    os.environ["ZTRAIN_INJECT_SLOW_RANK"] = "50"
+    drv = start_browser()
+    try:
+        with Daemon(os.path.abspath(BUILD), tmp, max_ranks=2) as d:
+            data = bytearray(TEXT)
+            rnd = random.Random(5)
+            for i in range(11 * 64, 12 * 64 + 1):
+                data[i] = rnd.randrange(256)
+            job = tiny_job(d.data_root, name="spiky", max_steps=16, data_name="spiky.txt",
+                           deepspeed={"train_micro_batch_size_per_gpu": 2,
+                                      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})
+            write_data(d.data_root, "spiky.txt", bytes(data))
+            job["data"]["shuffle"] = False
+            job["events"] = {"nonfinite": {"policy": "skip"},
+                             "loss_spike": {"zscore": 3, "window": 5, "policy": "skip"}}
+            a = submit(d, job)
+            wait_state(d, a.id, {"SUCCEEDED"}, timeout=120)
+            want = [(e["train/global_step"], e["kind"], e["policy"])
+                    for e in api(d, f"/api/v1/jobs/{a.id}/anomalies")["anomalies"]]
+            ck.check([(s, k) for s, k, _ in want] == [(3, "nonfinite"), (12, "loss_spike")],
+                     f"a: the API has both events: {want}")
+            ck.check(open_job(drv, d, a.id), "a: the job page loads")
+            got = wait_until(lambda: [tuple(r) for r in rows(drv)] == want and rows(drv), 10)
+            ck.check([tuple(r) for r in (got or rows(drv))] == want,
+                     f"a: the page lists the API's events: {rows(drv)}")
+            for testid in CHARTS:
+                m = marks(drv, testid)
+                ck.check([x[0] for x in m] == [3, 12] and
+                         all(left <= px <= right for _, _, px, left, right in m),
+                         f"a: {testid} has markers at steps 3 and 12 inside its plot: {m}")
+            started = api(d, f"/api/v1/jobs/{a.id}")["started_unix_ms"]
+            times = {e["train/global_step"]: (e["time_unix_ms"] - started) / 1000
+                     for e in api(d, f"/api/v1/jobs/{a.id}/anomalies")["anomalies"]}
+            drv.find_element("css selector", '[data-testid="x-time"]').click()
+            m = wait_until(lambda: drv.execute_script(
+                "const ch = Chart.getChart(document.querySelector('[data-testid=\"chart-loss\"]'));"
+                "return ch.$ztXMode === 'time';") and marks(drv, "chart-loss"), 5)
+            ck.check(m and all(abs(x[1] - times[x[0]]) < 1e-6 for x in m),
+                     f"a: wall-time markers at the events' times {times}: {m}")
+
+            # b. A stall while the page is open.
+            long = tiny_job(d.data_root, name="stalls", max_steps=LONG)
+            long["events"] = {"stall": {"seconds": 2}, "nonfinite": {"policy": "skip"}}
+            b = submit(d, long)
+            wait_step(d, b.id, 3, timeout=120)
+            ck.check(open_job(drv, d, b.id), "b: the running job's page loads")
+            pid = get_job(d, b.id).ranks[0].pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                seen = wait_until(lambda: any(r[1] == "stall" for r in rows(drv)), 15)
+                ck.check(seen, f"b: the stall appears on the open page: {rows(drv)}")
+                ck.check(any(x[0] == get_job(d, b.id).step for x in marks(drv, "chart-loss")),
+                         f"b: and as a marker at the last step: {marks(drv, 'chart-loss')}")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+            ck.check(not errors, f"c: no SEVERE entries in the browser console: {errors}")
+    finally:
+        drv.quit()
+    ck.done()
+
+
+if __name__ == "__main__":
+    if not shutil.which("/usr/bin/chromedriver"):
+        raise SystemExit("FAIL: /usr/bin/chromedriver is missing (scripts/install-deps.sh installs it)")
+    main()

@@ -1,0 +1,266 @@
+"""Anomaly events and webhooks through ztraind, with real clients.
+
+One job's step 3 has NaN gradients (ZTRAIN_INJECT_NAN_GRAD, handed to the ranks) and its step 12
+a batch of random bytes (a loss spike); both have the policy "skip". Each event must reach
+WatchJob (JobEvent.anomaly), the SSE stream (event: anomaly) and /api/v1/jobs/{id}/anomalies,
+and the job must succeed with 2 skipped steps. Another job is stopped with SIGSTOP: ztraind must
+report a stall over the same three paths. Webhooks go to a receiver on loopback (http.server):
+the job's own (signed with a secret from ztraind's environment: the X-Ztrain-Signature must be
+the HMAC-SHA256 computed here) succeeds on the third attempt after two 500s, one that always
+fails is given up after --webhook-attempts, the daemon's --webhook gets everything; every
+attempt is listed at /api/v1/jobs/{id}/webhooks; no body holds the token or the secret."""
+import hashlib
+import hmac
+import http.server
+import json
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+from svc import (BUILD, LONG, TEXT, Checker, Daemon, get_job, state_name, stubs, submit,
+                 tiny_job, wait_state, wait_step, write_data)
+
+TOKEN = "tok-" + "7" * 24
+SECRET = "hook-secret-" + "5" * 16
+ck = Checker()
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """Records every POST; /flaky answers 500 to the first two attempts of its first delivery,
+    /dead to every one."""
+    seen = []
+    counts = {}
+    first = None
+    lock = threading.Lock()
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        path = self.path.split("?")[0]
+        delivery = self.headers.get("X-Ztrain-Delivery")
+        with Receiver.lock:
+            if path == "/flaky" and Receiver.first is None:
+                Receiver.first = delivery
+            n = Receiver.counts.get(delivery, 0) + 1
+            Receiver.counts[delivery] = n
+            Receiver.seen.append((path, dict(self.headers), body))
+        fail = path == "/dead" or (path == "/flaky" and delivery == Receiver.first and n <= 2)
+        self.send_response(500 if fail else 200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def sse_reader(d, job_id, out, stop):
+    """Collects the data of every `event: anomaly` of the job's stream into out."""
+    req = urllib.request.Request(f"{d.http_url}/api/v1/jobs/{job_id}/events",
+                                 headers={"Authorization": f"Bearer {TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            kind = None
+            for raw in r:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: ") and kind == "anomaly":
+                    out.append(json.loads(line[6:]))
+                if stop.is_set():
+                    return
+    except Exception as e:  # the stream ends with the job, or the test stops it
+        out.append({"error": str(e)})
+
+
+def http_get(d, path):
+    req = urllib.request.Request(d.http_url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def watch_anomalies(d, job_id, until, timeout=90):
+    """WatchJob's anomaly events, until `until(list)` holds or the stream ends."""
+    pb = stubs()[0]
+    got = []
+    stream = d.stub().WatchJob(pb.WatchJobRequest(id=job_id), metadata=d.metadata,
+                               timeout=timeout)
+    try:
+        for ev in stream:
+            if ev.WhichOneof("event") == "anomaly":
+                got.append(ev.anomaly)
+                if until(got):
+                    stream.cancel()
+                    break
+    except Exception as e:
+        if "CANCELLED" not in str(e):
+            ck.check(False, f"WatchJob: {e}")
+    return got
+
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+hook = f"http://127.0.0.1:{server.server_address[1]}"
+
+os.environ["ZTRAIN_INJECT_NAN_GRAD"] = "3"
+os.environ["ZT_TEST_HOOK_SECRET"] = SECRET
+with tempfile.TemporaryDirectory() as tmp:
+    d = Daemon(BUILD, tmp, max_ranks=2, token=TOKEN,
+               extra_args=["--webhook", hook + "/daemon", "--webhook-attempts", "3",
+                           "--webhook-backoff-ms", "200"])
+    with d:
+        # Byte text with step 12's 2 × 33 bytes replaced by random ones.
+        data = bytearray(TEXT)
+        rnd = random.Random(5)
+        for i in range(11 * 64, 12 * 64 + 1):
+            data[i] = rnd.randrange(256)
+        job = tiny_job(d.data_root, name="spiky", max_steps=16, data_name="spiky.txt",
+                       deepspeed={"train_micro_batch_size_per_gpu": 2,
+                                  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})
+        write_data(d.data_root, "spiky.txt", bytes(data))
+        job["data"]["shuffle"] = False
+        job["events"] = {"nonfinite": {"policy": "skip"},
+                         "loss_spike": {"zscore": 3, "window": 5, "policy": "skip"}}
+        job["alerts"] = {"webhooks": [
+            {"url": hook + "/flaky?key=abc", "secret_env": "ZT_TEST_HOOK_SECRET"},
+            {"url": hook + "/dead", "on": ["end"]}]}
+        j = submit(d, job)
+        sse, stop = [], threading.Event()
+        t = threading.Thread(target=sse_reader, args=(d, j.id, sse, stop), daemon=True)
+        t.start()
+        watched = watch_anomalies(d, j.id, lambda got: False)
+        final = wait_state(d, j.id, {"SUCCEEDED", "FAILED"}, timeout=120)
+        ck.check(state_name(final.state) == "SUCCEEDED", f"the job succeeds ({final.reason})")
+        t.join(timeout=30)
+        want = [("nonfinite", 3, "skip"), ("loss_spike", 12, "skip")]
+        ck.check([(a.kind, a.step, a.policy) for a in watched] == want,
+                 f"WatchJob: {[(a.kind, a.step, a.policy, a.message) for a in watched]}")
+        ck.check([(a.get("kind"), a.get("train/global_step"), a.get("policy")) for a in sse] == want,
+                 f"SSE: {sse}")
+        listed = http_get(d, f"/api/v1/jobs/{j.id}/anomalies")["anomalies"]
+        ck.check([(a["kind"], a["train/global_step"], a["policy"]) for a in listed] == want,
+                 f"/anomalies: {listed}")
+        ck.check([a["seq"] for a in listed] == [1, 2], "events are numbered per job")
+        recs = http_get(d, f"/api/v1/jobs/{j.id}/records")["records"]
+        ck.check(recs and recs[-1]["values"]["train/skipped_steps"] == 2, "two updates were skipped")
+        # `ztrain watch` prints them too.
+        env = {k: v for k, v in os.environ.items() if k != "ZTRAIN_SERVER"}
+        env["ZTRAIN_TOKEN"] = TOKEN
+        p = subprocess.run([os.path.join(BUILD, "ztrain"), "watch", j.id, "--server", d.grpc_addr],
+                           capture_output=True, text=True, env=env, timeout=60)
+        ck.check(f"{j.id}: event loss_spike: step 12: loss" in p.stdout,
+                 f"ztrain watch prints the events: {p.stdout[-400:]} {p.stderr[-200:]}")
+        # A watch that starts after the job ended is replayed the events too.
+        again = watch_anomalies(d, j.id, lambda got: False)
+        ck.check([(a.kind, a.step) for a in again] == [(k, s) for k, s, _ in want],
+                 "a later WatchJob replays them")
+
+        # Webhooks: wait for the retries to settle (200, 400 ms backoff; 3 attempts).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            deliveries = http_get(d, f"/api/v1/jobs/{j.id}/webhooks")["deliveries"]
+            pending = [x for x in deliveries if x["outcome"] == "retrying"]
+            done_ids = {x["delivery_id"] for x in deliveries if x["outcome"] != "retrying"}
+            if len(done_ids) >= 7 and all(p["delivery_id"] in done_ids for p in pending):
+                break
+            time.sleep(0.2)
+        by_url = {}
+        for x in deliveries:
+            by_url.setdefault(x["url"], []).append(x)
+        flaky = by_url.get(hook + "/flaky", [])
+        ck.check("key=abc" not in json.dumps(deliveries), "recorded URLs lose their query")
+        first = [x for x in flaky if x["delivery_id"] == Receiver.first]
+        ck.check([(x["attempt"], x["outcome"], x["http_status"]) for x in first] ==
+                 [(1, "retrying", 500), (2, "retrying", 500), (3, "delivered", 200)],
+                 f"the first delivery succeeds on the third attempt: {first}")
+        types = sorted(x["type"] for x in flaky if x["outcome"] == "delivered")
+        ck.check(types == ["job.end", "job.event", "job.event"], f"/flaky got {types}")
+        dead = by_url.get(hook + "/dead", [])
+        ck.check([(x["attempt"], x["outcome"]) for x in dead] ==
+                 [(1, "retrying"), (2, "retrying"), (3, "failed")] and
+                 all(x["type"] == "job.end" for x in dead),
+                 f"/dead is given up after 3 attempts: {dead}")
+        daemon_types = sorted(x["type"] for x in by_url.get(hook + "/daemon", []))
+        ck.check(daemon_types == ["job.end", "job.event", "job.event"],
+                 f"the daemon's --webhook got {daemon_types}")
+        with Receiver.lock:
+            seen = list(Receiver.seen)
+        flaky_posts = [(h, b) for p, h, b in seen if p == "/flaky"]
+        ok_sig = all(h.get("X-Ztrain-Signature") == "sha256=" +
+                     hmac.new(SECRET.encode(), b, hashlib.sha256).hexdigest()
+                     for h, b in flaky_posts)
+        ck.check(flaky_posts and ok_sig, f"{len(flaky_posts)} signed posts, each signature right")
+        ck.check(all("X-Ztrain-Signature" not in h for p, h, b in seen if p == "/dead"),
+                 "a webhook without secret_env is unsigned")
+        ck.check(not any(TOKEN.encode() in b or SECRET.encode() in b for _, _, b in seen),
+                 f"no body of {len(seen)} holds the token or the secret")
+        event_body = next((json.loads(b) for p, h, b in seen
+                           if p == "/daemon" and h.get("X-Ztrain-Event") == "job.event"), {})
+        ck.check(event_body.get("job", {}).get("id") == j.id and
+                 event_body.get("event", {}).get("kind") in ("nonfinite", "loss_spike"),
+                 f"an event body names the job and the event: {event_body}")
+
+        # Bad input is refused at submit, naming the key.
+        bad = [({"webhooks": [{"url": "ftp://x"}]},
+                "spec: key 'alerts.webhooks[0].url' must be an http:// or https:// URL"),
+               ({"webhooks": [{"url": hook, "secret": "abc"}]},
+                "spec: key 'alerts.webhooks[0].secret' is not accepted"),
+               ({"webhooks": [{"url": hook, "secret_env": "ZT_TEST_UNSET_VAR"}]},
+                "spec: key 'alerts.webhooks[0].secret_env' names \"ZT_TEST_UNSET_VAR\", which "
+                "is not set in ztraind's environment"),
+               ({"webhooks": [{"url": hook, "on": ["start"]}]},
+                "spec: key 'alerts.webhooks[0].on' holds \"start\"")]
+        for alerts, msg in bad:
+            spec = dict(job, alerts=alerts)
+            try:
+                submit(d, spec)
+                ck.check(False, f"{alerts} is refused")
+            except Exception as e:
+                ck.check("INVALID_ARGUMENT" in str(e) and msg in str(e), f"{msg}: {e}")
+        try:
+            submit(d, dict(job, events={"loss_spike": {"window": 1}}))
+            ck.check(False, "events.loss_spike.window 1 is refused")
+        except Exception as e:
+            ck.check("key 'events.loss_spike.window' must be between 2 and 100000" in str(e),
+                     f"a bad events section is refused: {e}")
+
+        # A stall: ztraind sees that the stopped rank reports nothing.
+        long = tiny_job(d.data_root, name="stalls", max_steps=LONG)
+        # (The daemon hands ZTRAIN_INJECT_NAN_GRAD to every job: this one skips it too.)
+        long["events"] = {"stall": {"seconds": 2}, "nonfinite": {"policy": "skip"}}
+        s = submit(d, long)
+        wait_step(d, s.id, 2)
+        pid = get_job(d, s.id).ranks[0].pid
+        sse2, stop2 = [], threading.Event()
+        t2 = threading.Thread(target=sse_reader, args=(d, s.id, sse2, stop2), daemon=True)
+        t2.start()
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        stalls = watch_anomalies(d, s.id, lambda got: any(a.kind == "stall" for a in got))
+        waited = time.monotonic() - t0
+        stall = next((a for a in stalls if a.kind == "stall"), None)
+        ck.check(stall is not None and 2 <= waited < 10 and stall.value >= 2,
+                 f"WatchJob: a stall after {waited:.1f} s ({stall.message if stall else None})")
+        time.sleep(0.5)
+        ck.check(any(a.get("kind") == "stall" for a in sse2), f"SSE: {sse2}")
+        listed = http_get(d, f"/api/v1/jobs/{s.id}/anomalies")["anomalies"]
+        ck.check([a["kind"] for a in listed if a["kind"] == "stall"] == ["stall"],
+                 f"/anomalies: {listed}")
+        os.kill(pid, signal.SIGCONT)
+        stop2.set()
+        d.stub().CancelJob(stubs()[0].CancelJobRequest(id=s.id, force=True), metadata=d.metadata)
+        wait_state(d, s.id, {"CANCELLED"})
+    errs = d.sanitizer_errors()
+    ck.check(not errs, f"no sanitizer reports from the first daemon: {errs}")
+    # Durable: a restarted daemon lists the events.
+    with Daemon(BUILD, tmp, max_ranks=2, token=TOKEN) as d2:
+        listed = http_get(d2, f"/api/v1/jobs/{j.id}/anomalies")["anomalies"]
+        ck.check([a["kind"] for a in listed] == ["nonfinite", "loss_spike"],
+                 "the events survive a daemon restart")
+        errs = d2.sanitizer_errors()
+        ck.check(not errs, f"no sanitizer reports: {errs}")
+server.shutdown()
+ck.done()
