@@ -31,6 +31,12 @@ const RANK_COLORS = ['31,111,235', '227,98,9', '26,127,55', '130,80,223', '207,3
   '191,57,137', '154,103,0'];
 /* Logged steps the strip shows, newest on the right. */
 const STRIP_STEPS = 40;
+/* A long run's stacked breakdown is drawn from at most this many evenly spaced steps, the same
+ * steps for every phase so the bands stay aligned (decimation cannot keep them so), and the panel
+ * redraws at most once per REDRAW_MS: a job logging every step sends hundreds of records a
+ * second, and redrawing the whole history for each of them froze the page. */
+const BREAKDOWN_POINTS = 2000;
+const REDRAW_MS = 1000;
 
 const rankColor = (r) => RANK_COLORS[r % RANK_COLORS.length];
 
@@ -80,6 +86,16 @@ function lineChart(canvas, bytes, stacked) {
   });
 }
 
+/* At most max of points, evenly spaced by index, the first and the last kept; the points
+ * themselves when there are no more. Phases logged at the same steps keep the same ones. */
+function thinned(points, max) {
+  if (points.length <= max) return points;
+  const out = [];
+  const stride = (points.length - 1) / (max - 1);
+  for (let i = 0; i < max; i++) out.push(points[Math.round(i * stride)]);
+  return out;
+}
+
 export class SystemPanel {
   /* Builds the panel after the job view's charts (root is the view). */
   constructor(root) {
@@ -92,6 +108,8 @@ export class SystemPanel {
     this.nRanks = 0;
     this.dirty = false;
     this.hasGpu = false;
+    this.lastDraw = 0;
+    this.timer = null;
 
     const section = el('section', {class: 'system-panel', 'data-testid': 'system-panel',
       'aria-labelledby': 'system-title'});
@@ -191,7 +209,16 @@ export class SystemPanel {
 
   /* Redraws what changed since the last call (the page calls it after its charts' flush). */
   flush() {
-    if (!this.alive || !this.dirty) return;
+    if (!this.alive || !this.dirty || this.timer) return;
+    const wait = this.lastDraw + REDRAW_MS - performance.now();
+    if (wait > 0) {
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        this.flush();
+      }, wait);
+      return;
+    }
+    this.lastDraw = performance.now();
     this.dirty = false;
     for (const rc of this.rankCharts) {
       if (rc.gpu && !this.hasGpu) continue;
@@ -206,7 +233,7 @@ export class SystemPanel {
       rc.chart.update('none');
     }
     const bdSets = this.breakdown.chart.data.datasets;
-    for (const d of bdSets) d.data = this.points(d.ztKey);
+    for (const d of bdSets) d.data = thinned(this.points(d.ztKey), BREAKDOWN_POINTS);
     this.breakdown.box.classList.toggle('no-data', !bdSets.some((d) => d.data.length));
     this.breakdown.chart.update('none');
 
@@ -253,6 +280,7 @@ export class SystemPanel {
 
   destroy() {
     this.alive = false;
+    clearTimeout(this.timer);
     this.breakdown.chart.destroy();
     for (const rc of this.rankCharts) rc.chart.destroy();
   }

@@ -124,7 +124,8 @@ const c = document.querySelector(`[data-testid="${arguments[0]}"]`);
 const ch = c && window.Chart && Chart.getChart(c);
 if (!ch) return null;
 const d = ch.data.datasets.find(d => d.ztKey === arguments[1] && d.ztJob === arguments[2]);
-return d ? d.data.map(p => [p.step, p.x, p.y]) : null;"""
+// Decimation (long lines) swaps dataset.data for the thinned points and keeps the whole in _data.
+return d ? (d._data || d.data).map(p => [p.step, p.x, p.y]) : null;"""
 
 
 def chart_points(drv, testid, key, job_id):
