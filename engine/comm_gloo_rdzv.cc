@@ -11,6 +11,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -341,6 +342,12 @@ void zt_gloo_abort(zt_comm *cc) {
 }
 
 zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s) {
+    /* Gloo writes to its peers' sockets without MSG_NOSIGNAL: a peer that dies would kill this
+     * rank with SIGPIPE instead of failing the call that names it. A handler the program set
+     * itself is left alone. */
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
     zt_gloo_comm *c = new (std::nothrow) zt_gloo_comm;
     if (!c)
         return zt_error(ZT_ERR_NOMEM, "gloo communicator: out of memory");

@@ -145,8 +145,12 @@ static int run_ranks(int world, void (*body)(int rank, int world, int port), int
     for (int r = 0; r < world; r++) {
         int st;
         waitpid(pids[r], &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             bad++;
+            if (WIFSIGNALED(st))
+                fprintf(stderr, "rank %d (pid %d) was killed by signal %d\n", r, (int)pids[r],
+                        WTERMSIG(st));
+        }
     }
     return bad;
 }

@@ -109,7 +109,9 @@ const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
  * ZT_ERR_INVALID, and ranks that do not all join within the timeout ZT_ERR_TIMEOUT naming the
  * missing ones. After that a peer that exits or whose host becomes unreachable is ZT_ERR_IO or
  * ZT_ERR_TIMEOUT naming its rank and host ("lost rank 2 on host n2 (10.0.0.2)"); a rank that
- * fails tells the others through the store, and they report its reason. *out is NULL on
+ * fails tells the others through the store, and they report its reason. Creating a "gloo"
+ * communicator sets SIGPIPE to be ignored (unless the program handles it), so that a write to a
+ * dead peer fails the call instead of killing the rank. *out is NULL on
  * failure; free with zt_comm_destroy. */
 zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_info *d,
                          double timeout_s);
