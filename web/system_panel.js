@@ -31,11 +31,12 @@ const RANK_COLORS = ['31,111,235', '227,98,9', '26,127,55', '130,80,223', '207,3
   '191,57,137', '154,103,0'];
 /* Logged steps the strip shows, newest on the right. */
 const STRIP_STEPS = 40;
-/* A long run's stacked breakdown is drawn from at most this many evenly spaced steps, the same
- * steps for every phase so the bands stay aligned (decimation cannot keep them so), and the panel
- * redraws at most once per REDRAW_MS: a job logging every step sends hundreds of records a
- * second, and redrawing the whole history for each of them froze the page. */
-const BREAKDOWN_POINTS = 2000;
+/* A long run's lines are drawn from at most this many evenly spaced steps (the same steps for
+ * every series logged at the same steps, so the stacked breakdown's bands stay aligned, which
+ * decimation cannot keep), and the panel redraws at most once per REDRAW_MS: a job logging every
+ * step sends hundreds of records a second, and redrawing every rank's whole history for each of
+ * them froze the page. */
+const DRAWN_POINTS = 2000;
 const REDRAW_MS = 1000;
 
 const rankColor = (r) => RANK_COLORS[r % RANK_COLORS.length];
@@ -228,12 +229,12 @@ export class SystemPanel {
         sets.push({ztKey: `system/rank${r}/${rc.figure}`, ztRole: 'raw', label: `rank ${r}`, data: [],
           borderColor: `rgb(${rankColor(r)})`, backgroundColor: `rgb(${rankColor(r)})`, borderWidth: 1.6});
       }
-      for (const d of sets) d.data = this.points(d.ztKey);
+      for (const d of sets) d.data = thinned(this.points(d.ztKey), DRAWN_POINTS);
       rc.box.classList.toggle('no-data', !sets.some((d) => d.data.length));
       rc.chart.update('none');
     }
     const bdSets = this.breakdown.chart.data.datasets;
-    for (const d of bdSets) d.data = thinned(this.points(d.ztKey), BREAKDOWN_POINTS);
+    for (const d of bdSets) d.data = thinned(this.points(d.ztKey), DRAWN_POINTS);
     this.breakdown.box.classList.toggle('no-data', !bdSets.some((d) => d.data.length));
     this.breakdown.chart.update('none');
 
