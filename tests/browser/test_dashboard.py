@@ -283,7 +283,9 @@ def case_training(drv, d, a_id, build):
         t_api = time.monotonic()
         wait_until(lambda: chart_max_step(drv) >= new[0], 5, poll=0.01)
         lags.append(time.monotonic() - t_api)
-    ck.check(len(lags) == 5 and max(lags) < 2.0,
+    # Job A may finish first on a loaded machine: the steps it had left still count.
+    a_done = api(d, f"/api/v1/jobs/{a_id}")["state"] in TERMINAL
+    ck.check((len(lags) == 5 or (lags and a_done)) and max(lags or [9.0]) < 2.0,
              "b: new steps reach the loss chart within 2 s of the API: "
              + ", ".join(f"{x * 1000:.0f} ms" for x in lags))
 
