@@ -7,7 +7,7 @@
 
 #include "blocks.h"
 #include "model_init.h"
-#include "size_math.h"
+#include "ztrain/size_math.h"
 
 void zt_blocks_checkpointing(const zt_model_spec *spec, zt_blocks_shape *s) {
     s->interval = spec->checkpoint_interval > 0 ? (uint64_t)spec->checkpoint_interval : 0;

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "size_math.h"
+#include "ztrain/size_math.h"
 
 typedef struct {
     unsigned char *base; /* NULL: count only */

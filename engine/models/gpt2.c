@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "blocks.h"
-#include "size_math.h"
+#include "ztrain/size_math.h"
 #include "ztrain/model.h"
 
 /* Per-layer tensors in flat-buffer order. */

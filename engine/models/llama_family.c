@@ -7,7 +7,7 @@
 
 #include "llama.h"
 #include "carve.h"
-#include "size_math.h"
+#include "ztrain/size_math.h"
 
 llama_dims zt_llama_dims(const zt_model_spec *s) {
     llama_dims d = {

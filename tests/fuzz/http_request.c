@@ -23,8 +23,8 @@
 #include <time.h>
 
 #include "fuzz_util.h"
-#include "http_api.h"
-#include "job_manager.h"
+#include "http/http_api.h"
+#include "daemon/job_manager.h"
 
 #define TOKEN "fuzz-token"
 /* How long the answer to one input may take before the connection counts as hung. */

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include "fuzz_util.h"
-#include "job_proto.h"
-#include "spec_check.h"
+#include "api/job_proto.h"
+#include "daemon/spec_check.h"
 #include "ztrain/job_spec.h"
 
 static char data_root[PATH_MAX], runs_root[PATH_MAX];

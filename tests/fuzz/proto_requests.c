@@ -13,8 +13,8 @@
 
 #include "fuzz_util.h"
 #include "health.pb-c.h"
-#include "job_proto.h"
-#include "spec_check.h"
+#include "api/job_proto.h"
+#include "daemon/spec_check.h"
 #include "ztrain.pb-c.h"
 
 static const ProtobufCServiceDescriptor *const services[] = {

@@ -1,4 +1,4 @@
-/* Fuzz target: the bearer-token file reader and the header check (service/auth.c), which
+/* Fuzz target: the bearer-token file reader and the header check (service/api/auth.c), which
  * ztraind and the CLI run on --token-file and ZTRAIN_TOKEN, and ztraind on every request's
  * Authorization header. The input is the token file; the token it gives must be what auth.h
  * says (the first line without surrounding whitespace, never empty), the header check must
@@ -7,7 +7,7 @@
 #include <ctype.h>
 #include <limits.h>
 
-#include "auth.h"
+#include "api/auth.h"
 #include "fuzz_util.h"
 
 /* The token auth.h promises for this text (up to its first NUL), or NULL for none. */

@@ -1,4 +1,4 @@
-/* Fuzz target: the tokenizer (engine/tok_*.c, engine/tokenizer.c). The first byte picks what the
+/* Fuzz target: the tokenizer (engine/tokenizer/tok_*.c, engine/tokenizer/tokenizer.c). The first byte picks what the
  * rest is. Even: a tokenizer.json, loaded; when it loads, a fixed set of texts (invalid UTF-8
  * among them) is encoded and decoded with it. Odd: a text, encoded with each of two tokenizers
  * built here (byte-level BPE with GPT-2's regex and an added token; SentencePiece-style BPE with

@@ -388,7 +388,7 @@ def daemon_ranks(daemon_pid):
 
 def daemon_shm(daemon_pid):
     """The /dev/shm segments of the shm communicator left by ranks of a ztraind with this pid
-    (named /ztrain-<uid>-<ZTRAIN_RUN_ID>, engine/comm_shm.c)."""
+    (named /ztrain-<uid>-<ZTRAIN_RUN_ID>, engine/comm/comm_shm.c)."""
     prefix = f"ztrain-{os.getuid()}-ztraind{daemon_pid}-"
     return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
 

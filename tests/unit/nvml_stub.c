@@ -1,6 +1,6 @@
 /* A stand-in for NVIDIA's libnvidia-ml.so.1 with fixed readings, built as
  * build/nvml-stub/libnvidia-ml.so.1 so that test_nvml (run with LD_LIBRARY_PATH pointing there)
- * exercises engine/nvml.c on hosts without a GPU. The functions have NVML's names and C types;
+ * exercises engine/observe/nvml.c on hosts without a GPU. The functions have NVML's names and C types;
  * the readings of device i (three devices) are:
  *   UUID "GPU-5b0c-000<i>", utilisation 37 + i %, memory used (i + 1) GiB of 80 GiB,
  *   power 250500 + 1000 i mW (device 2: NVML_ERROR_NOT_SUPPORTED), temperature 40 + i C. */

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
-#include "host_memory.h"
+#include "ztrain/host_memory.h"
 #include "ztrain/admission.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"

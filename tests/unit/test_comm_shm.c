@@ -1,4 +1,4 @@
-/* Tests for the shared-memory communicator (engine/comm_shm.c) and zt_dist_from_env.
+/* Tests for the shared-memory communicator (engine/comm/comm_shm.c) and zt_dist_from_env.
  *
  * Each scenario forks its ranks as child processes. Collective results are compared bit for bit
  * with references computed here (contributions added in rank order, AVG = that sum / N), and every

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gpu_pool.h"
+#include "daemon/gpu_pool.h"
 #include "ztrain/gpu.h"
 
 static int failures;

@@ -1,4 +1,4 @@
-/* The job manager's admission under concurrent submits (service/job_manager.c), called from many
+/* The job manager's admission under concurrent submits (service/daemon/job_manager.c), called from many
  * threads at once as its header allows: --max-jobs is never exceeded, one idempotency key makes
  * one job, which a submit with another spec does not get, and every job taken can be found by its
  * id. Ranks are a stand-in worker that sleeps, so that every accepted job stays queued or running
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "job_manager.h"
+#include "daemon/job_manager.h"
 
 #define THREADS 16
 #define MAX_JOBS 3

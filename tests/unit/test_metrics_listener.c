@@ -1,4 +1,4 @@
-/* A job's TCP metrics endpoint (service/metrics_listener.c), over real loopback sockets: a wrong
+/* A job's TCP metrics endpoint (service/ranks/metrics_listener.c), over real loopback sockets: a wrong
  * token, a handshake that never ends and a line too long are refused; the right token hands over
  * the connection with the bytes after the handshake still unread, and then the port closes. */
 #define _GNU_SOURCE
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "metrics_listener.h"
+#include "ranks/metrics_listener.h"
 
 static int port_of(const zt_metrics_listener *l) {
     const char *colon = strrchr(zt_metrics_listener_addr(l), ':');

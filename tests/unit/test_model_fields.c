@@ -1,4 +1,4 @@
-/* The value operations of model spec fields (engine/model_fields.h) for every kind, on a struct
+/* The value operations of model spec fields (engine/include/ztrain/model_fields.h) for every kind, on a struct
  * of this test's own: GPT-2 has only integers and a path, while other families (Llama's
  * rope_theta, tie_word_embeddings, rope scaling type) need floats, bools and strings, and those
  * must read, check, round-trip through meta.json, compare and print correctly before a family
@@ -11,8 +11,8 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
-#include "json_util.h"
-#include "model_fields.h"
+#include "ztrain/json_util.h"
+#include "ztrain/model_fields.h"
 
 typedef struct {
     int layers;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tb_events.h"
+#include "ztrain/tb_events.h"
 #include "check.h"
 #include "ztrain/monitor.h"
 

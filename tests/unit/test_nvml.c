@@ -1,4 +1,4 @@
-/* NVML through dlopen (engine/nvml.c) and the per-rank figures built on it (engine/rank_stats.c).
+/* NVML through dlopen (engine/observe/nvml.c) and the per-rank figures built on it (engine/observe/rank_stats.c).
  *
  * Plain: the host's own libnvidia-ml.so.1. Without one (CI) opening says "NVML not present", and
  * a cuda job's per-rank figures carry no GPU keys, with one note from rank 0; with one (a GPU
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "rank_stats.h"
+#include "ztrain/rank_stats.h"
 #include "ztrain/nvml.h"
 
 static const double GIB = 1024.0 * 1024.0 * 1024.0;

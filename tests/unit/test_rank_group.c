@@ -1,4 +1,4 @@
-/* The rank-group contract that `ztrain run` and ztraind share (service/rank_group.c): each rank's
+/* The rank-group contract that `ztrain run` and ztraind share (service/ranks/rank_group.c): each rank's
  * environment under both policies, checked entry by entry against hand-written lists; a real
  * spawn, whose child reports what it got; the verdict on a rank's end, against a table; and the
  * descriptions, against the exact texts that users and the launch and service tests read. */
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "rank_group.h"
+#include "ranks/rank_group.h"
 
 /* A caller's environment with a bit of everything: the user's own settings, a secret, the
  * identity of an enclosing launcher (Slurm, torchrun), a stale GPU choice. */

@@ -1,4 +1,4 @@
-/* Tests for the safetensors reader and writer (engine/safetensors.c).
+/* Tests for the safetensors reader and writer (engine/ckpt/safetensors.c).
  *
  * A round trip through the writer and reader, the F16/BF16 conversions against the IEEE formulas
  * for every bit pattern, and one hand-built file per defect, each of which must be refused with a

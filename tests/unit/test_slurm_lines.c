@@ -1,4 +1,4 @@
-/* The Slurm launcher's reading of srun's output (service/slurm_launch.c), on lines copied from
+/* The Slurm launcher's reading of srun's output (service/ranks/slurm_launch.c), on lines copied from
  * Slurm 22.05.8's srun and slurmstepd as they ran the two-node test cluster of tests/slurm/, and
  * the srun and scancel command lines it builds. No cluster needed. */
 #define _GNU_SOURCE
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "slurm_launch.h"
+#include "ranks/slurm_launch.h"
 
 static void labels(void) {
     int rank = -1;

@@ -1,4 +1,4 @@
-/* Tests for the rendezvous key-value store (engine/tcp_store.h): values set by one client and
+/* Tests for the rendezvous key-value store (engine/comm/tcp_store.h): values set by one client and
  * read by another, many clients counting on one key at once (the total is the number of adds),
  * a waiting get that a later set releases, clients that disconnect mid-request or send garbage
  * (the others are unaffected), and every bounded wait: an absent key, a server that never comes,
@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tcp_store.h"
+#include "comm/tcp_store.h"
 
 static int failures;
 

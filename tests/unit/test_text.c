@@ -1,4 +1,4 @@
-/* Text checks and escaping (engine/text.c). The UTF-8 verdict is compared, for every sequence of
+/* Text checks and escaping (engine/util/text.c). The UTF-8 verdict is compared, for every sequence of
  * one to three bytes and for four-byte sequences around every boundary, with a reference written
  * the other way round: decode the bits without any range table, re-encode the code point in its
  * one canonical form, and call the bytes a character when that gives them back (and the code
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "text.h"
+#include "ztrain/text.h"
 
 /* The canonical (shortest) UTF-8 encoding of cp into out; its length. */
 static size_t encode(uint32_t cp, unsigned char *out) {

@@ -1,10 +1,10 @@
 /* Collectives and point-to-point messages between the ranks of one job, behind one interface.
  *
  * A communicator connects world_size ranks through one transport, picked by name when it is
- * created: "shm" (ranks on one host, through one shared-memory segment, engine/comm_shm.c) is
- * built in; "gloo" (CPU ranks on any hosts, over TCP, engine/comm_gloo*.cc) is built when
- * Debian's libgloo-dev is installed; "nccl" (GPU ranks on any hosts, engine/comm_nccl.c) is
- * built with the CUDA toolkit's NCCL. engine/comm.c checks the arguments
+ * created: "shm" (ranks on one host, through one shared-memory segment, engine/comm/comm_shm.c) is
+ * built in; "gloo" (CPU ranks on any hosts, over TCP, engine/comm/comm_gloo*.cc) is built when
+ * Debian's libgloo-dev is installed; "nccl" (GPU ranks on any hosts, engine/comm/comm_nccl.c) is
+ * built with the CUDA toolkit's NCCL. engine/comm/comm.c checks the arguments
  * (the same for every transport) and dispatches. Every rank calls the same collectives in the same
  * order, with the same counts, dtype and op; a point-to-point message is one send matched by one
  * recv. One thread at a time may use a communicator. Buffers are host memory for the calls below
@@ -181,7 +181,7 @@ zt_status zt_comm_create_group(zt_comm **out, zt_comm *parent, const int *ranks,
  * zt_comm_add_wait_ms. */
 double zt_comm_thread_ms(void);
 void zt_comm_add_wait_ms(double ms);
-/* ---- device buffers (engine/comm_device.c) ------------------------------------------------ */
+/* ---- device buffers (engine/comm/comm_device.c) ------------------------------------------------ */
 
 struct zt_backend;
 

@@ -52,7 +52,7 @@ typedef struct {
     const char *job_name; /* names the per-run directories of NVMe offload; NULL: "job" */
     zt_device device;    /* the backend the engine computes on (the job's "device") */
     int threads;         /* CPU threads of the backend; 0: the OpenMP default */
-    /* Pipeline parallelism (engine/pipe_engine.c): the stage of the model this rank holds (NULL:
+    /* Pipeline parallelism (engine/pipe/pipe_engine.c): the stage of the model this rank holds (NULL:
      * the whole model). With a stage, comm connects the stage's data-parallel replicas, rank is
      * this rank's replica, and stage_comm connects the stages of its replica (NULL: one stage):
      * the squared gradient norm is summed over it, a tied copy (zt_tensor_info.tied_copy) left
@@ -125,7 +125,7 @@ zt_engine_memory zt_engine_take_memory(zt_engine *e);
 int zt_engine_rank(const zt_engine *e);
 int zt_engine_world_size(const zt_engine *e);
 zt_comm *zt_engine_comm(zt_engine *e);
-/* The slice of the flat buffers this rank owns, and the partition size (see engine/zero.h). */
+/* The slice of the flat buffers this rank owns, and the partition size (see engine/include/ztrain/zero.h). */
 void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part);
 /* Gathers every parameter on every rank (collective; stage 3 releases them again with
  * zt_engine_release_unowned) — for writing full weights. */

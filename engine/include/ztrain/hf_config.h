@@ -5,7 +5,7 @@
  * model-0000k-of-0000n.safetensors listed by model.safetensors.index.json (safetensors.h reads
  * both). config.json's "model_type" names the family ("gpt2", "llama", "mistral", "qwen2", which
  * is also spec.type) and its keys fill the spec's architecture fields through one table in
- * engine/hf_config.c, keyed by the families' spec field names (zt_model_family_field): a family
+ * engine/ckpt/hf_config.c, keyed by the families' spec field names (zt_model_family_field): a family
  * gains Hugging Face support by adding rows there. */
 #ifndef ZTRAIN_HF_CONFIG_H
 #define ZTRAIN_HF_CONFIG_H

@@ -97,7 +97,7 @@ typedef struct {
     int activation_checkpoint_interval;
 } zt_train_spec;
 
-/* The "pipeline" section: DeepSpeed's pipeline parallelism (engine/pipe_engine.c). stages 1 (the
+/* The "pipeline" section: DeepSpeed's pipeline parallelism (engine/pipe/pipe_engine.c). stages 1 (the
  * default, section absent) is no pipeline. */
 typedef struct {
     int stages;               /* pipeline stages; must divide world_size */
@@ -126,7 +126,7 @@ typedef struct {
     char *ds_json;            /* the DeepSpeed config as JSON text, kept for checkpoints */
     char *ds_effective_json;  /* the effective config (zt_job_spec_write_effective) */
     char *base_dir;           /* directory that relative paths were resolved against */
-    /* What ztraind does with the job beyond running it (engine/job_spec_recovery.c; the worker and
+    /* What ztraind does with the job beyond running it (engine/config/job_spec_recovery.c; the worker and
      * `ztrain run` read and ignore them). "max_restarts": how many times the ranks are started
      * again from the newest complete checkpoint after they fail, default 0. "fork_from":
      * {"job": ID, "step": N}, the job and checkpoint step a forked job starts from; fork_job is
@@ -135,7 +135,7 @@ typedef struct {
     char *fork_job;
     int64_t fork_step;
     zt_events_spec events;    /* "events": anomaly rules and policies (ztrain/anomaly.h) */
-    /* "alerts": webhooks, which are ztraind's business (service/webhooks.h); the engine only
+    /* "alerts": webhooks, which are ztraind's business (service/daemon/webhooks.h); the engine only
      * checks that it is an object. */
 } zt_job_spec;
 
@@ -150,7 +150,7 @@ zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char 
 
 void zt_job_spec_free(zt_job_spec *job);
 
-/* The checks that read the job's files (engine/job_check.c): data.train (and data.val when the job
+/* The checks that read the job's files (engine/config/job_check.c): data.train (and data.val when the job
  * evaluates) open with the model's vocabulary and hold at least one sample for rank 0's first
  * batch; model.init_from can be opened. Made before any rank starts, so a bad file is one error.
  * Messages start with `source` and name the key. */
@@ -165,7 +165,7 @@ void zt_job_spec_print_notes(const zt_job_spec *job, FILE *f);
  * being the run directory: where metrics.jsonl goes (`ztrain run --out`, ztraind's RUNS/<id>). */
 zt_status zt_job_spec_write_effective(const zt_job_spec *job, const char *dir);
 
-/* Checks a model spec against its family (engine/model_registry.c): a known type, every field
+/* Checks a model spec against its family (engine/models/model_registry.c): a known type, every field
  * within its bound, then the family's own cross-field checks (GPT-2: n_embd % n_head == 0).
  * Messages start with `source`. */
 zt_status zt_model_spec_validate(const zt_model_spec *m, const char *source);

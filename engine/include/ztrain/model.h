@@ -163,7 +163,7 @@ zt_status zt_model_save_safetensors(const zt_model *m, const char *path);
 /* ---- The registry of model families -------------------------------------------------------
  *
  * A family (GPT-2, Llama, ...) is one file under engine/models/ that defines a zt_model_family,
- * and an entry in engine/model_registry.c's list; its fields are members of zt_model_spec and
+ * and an entry in engine/models/model_registry.c's list; its fields are members of zt_model_spec and
  * of proto/ztrain.proto's ModelSpec. Its table of spec fields is the one
  * place the model section of a job spec is declared: the job-spec parser (allowed keys, required
  * keys, types, defaults, bounds), zt_model_spec_validate, checkpoints' meta.json (written, read

@@ -2,7 +2,7 @@
  * model's layers are cut into stages, and each stage's schedule of commands.
  *
  * These are pure functions of small integers and layer lists, so that the engine that runs a
- * pipeline (engine/pipe_engine.c) and the tests agree on one definition, re-derived from
+ * pipeline (engine/pipe/pipe_engine.c) and the tests agree on one definition, re-derived from
  * DeepSpeed's deepspeed/runtime/pipe/{topology,schedule}.py and runtime/utils.py:
  *
  * - Grid: DeepSpeed's PipeDataParallelTopology numbers ranks with the data-parallel axis

@@ -1,0 +1,536 @@
+/* Checkpoint save and load (layout in ztrain/checkpoint.h). */
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ztrain/ckpt_dir.h"
+#include "ckpt_shards.h"
+#include "ztrain/fsutil.h"
+#include "ztrain/model_fields.h"
+#include "ztrain/checkpoint.h"
+#include "ztrain/comm.h"
+#include "ztrain/safetensors.h"
+
+#define META_FORMAT "ztrain-checkpoint"
+#define META_VERSION 1
+
+static void path_join(char *out, size_t size, const char *a, const char *b) {
+    snprintf(out, size, "%s/%s", a, b);
+}
+
+/* The spec's type and architecture fields (its paths say where weights came from, which a
+ * checkpoint replaces). */
+static cJSON *model_spec_json(const zt_model_spec *s) {
+    const zt_model_family *fam = zt_model_family_find(s->type);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, zt_model_type_field.key, zt_model_field_to_cjson(&zt_model_type_field, s));
+    for (const zt_model_field *f = fam ? fam->fields : NULL; f && f->key; f++)
+        if (f->kind != ZT_FIELD_PATH)
+            cJSON_AddItemToObject(o, f->key, zt_model_field_to_cjson(f, s));
+    return o;
+}
+
+/* Reads saved optimizer state from wherever the engine keeps it (memory or offload files). */
+typedef struct {
+    zt_engine *e;
+    zt_state_kind kind;
+    size_t start; /* the tensor's first element within the optimizer's slice */
+} state_reader;
+
+static zt_status read_state(void *ctx, size_t first, float *dst, size_t n) {
+    state_reader *r = ctx;
+    return zt_engine_read_state(r->e, r->kind, r->start + first, dst, n);
+}
+
+/* The tensors of an optimizer partition file, in file order. */
+static void state_names(const zt_optimizer *o, const char *names[3], zt_state_kind kinds[3]) {
+    names[0] = o->cfg.type != ZT_OPTIM_SGD ? "exp_avg" : "momentum_buffer";
+    kinds[0] = ZT_STATE_EXP_AVG;
+    names[1] = "exp_avg_sq";
+    kinds[1] = ZT_STATE_EXP_AVG_SQ;
+    names[2] = "fp32_master";
+    kinds[2] = ZT_STATE_MASTER;
+}
+
+/* This rank's optimizer state over its slice [own_lo, own_lo + count) of the flat parameters,
+ * clipped to the real parameters (the padding is not saved), so a checkpoint can be loaded by any
+ * number of ranks. Stage 0 ranks hold the whole state; each saves its slice all the same. The
+ * state is streamed from where it lives, so offloaded state is never all in memory at once. */
+static zt_status save_optimizer(zt_engine *e, const char *path) {
+    zt_optimizer *o = zt_engine_optimizer(e);
+    if (!o)
+        return ZT_OK;
+    size_t own_lo, part, n = zt_engine_model(e)->n_params;
+    zt_engine_partition(e, &own_lo, &part);
+    size_t lo = own_lo < n ? own_lo : n, hi = own_lo + part < n ? own_lo + part : n;
+    /* A stage-0 optimizer covers the whole buffer, so its slice starts at own_lo. */
+    size_t base = o->n == part ? own_lo : 0;
+    const char *names[3];
+    zt_state_kind kinds[3];
+    state_names(o, names, kinds);
+    zt_st_entry entries[3];
+    zt_st_source sources[3];
+    state_reader readers[3];
+    int k = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!zt_engine_has_state(e, kinds[i]))
+            continue;
+        readers[k] = (state_reader){e, kinds[i], lo - base};
+        entries[k] = (zt_st_entry){names[i], NULL, 1, {(int64_t)(hi - lo)}};
+        sources[k] = (zt_st_source){read_state, &readers[k]};
+        k++;
+    }
+    char step[32], offset[32], total[32];
+    snprintf(step, sizeof step, "%lld", (long long)o->t);
+    snprintf(offset, sizeof offset, "%zu", lo);
+    snprintf(total, sizeof total, "%zu", n);
+    const char *keys[] = {"step", "partition_offset", "n_params"};
+    const char *values[] = {step, offset, total};
+    return zt_st_write_sources(path, entries, sources, k, keys, values, 3);
+}
+
+static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "format", META_FORMAT);
+    cJSON_AddNumberToObject(m, "version", META_VERSION);
+    cJSON_AddStringToObject(m, "tag", tag);
+    if (job && job->data.tokenizer)
+        cJSON_AddStringToObject(m, "tokenizer", job->data.tokenizer);
+    cJSON_AddNumberToObject(m, "global_steps", (double)zt_engine_global_steps(e));
+    cJSON_AddNumberToObject(m, "global_samples", (double)zt_engine_global_samples(e));
+    cJSON_AddNumberToObject(m, "micro_steps", (double)zt_engine_micro_steps(e));
+    cJSON_AddNumberToObject(m, "skipped_steps", (double)zt_engine_skipped_steps(e));
+    const zt_ds_config *ds = zt_engine_config(e);
+    cJSON_AddNumberToObject(m, "world_size", ds->world_size);
+    cJSON_AddNumberToObject(m, "zero_stage", ds->zero.stage);
+    zt_optimizer *o = zt_engine_optimizer(e);
+    cJSON_AddNumberToObject(m, "optimizer_step", o ? (double)o->t : 0);
+    const zt_loss_scaler *ls = zt_engine_loss_scaler(e);
+    cJSON *scaler = cJSON_AddObjectToObject(m, "loss_scaler");
+    cJSON_AddNumberToObject(scaler, "cur_scale", ls->cur_scale);
+    cJSON_AddNumberToObject(scaler, "cur_iter", (double)ls->cur_iter);
+    cJSON_AddNumberToObject(scaler, "last_overflow_iter", (double)ls->last_overflow_iter);
+    cJSON_AddNumberToObject(scaler, "cur_hysteresis", ls->cur_hysteresis);
+    cJSON *sched = cJSON_AddObjectToObject(m, "lr_schedule");
+    cJSON_AddNumberToObject(sched, "last_batch_iteration",
+                            (double)zt_engine_schedule(e)->last_batch_iteration);
+    zt_loader *l = zt_engine_loader(e);
+    if (l) {
+        cJSON *d = cJSON_AddObjectToObject(m, "data");
+        cJSON_AddNumberToObject(d, "epoch", (double)l->epoch);
+        cJSON_AddNumberToObject(d, "position", (double)l->pos);
+        /* Samples of the epoch consumed by all ranks together: what a different number of ranks
+         * resumes from. */
+        cJSON_AddNumberToObject(d, "global_position", (double)l->pos * l->world_size);
+        /* 64-bit seeds do not fit a JSON number exactly. */
+        char seed[32];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)l->seed);
+        cJSON_AddStringToObject(d, "seed", seed);
+        cJSON_AddBoolToObject(d, "shuffle", l->shuffle);
+    }
+    cJSON_AddItemToObject(m, "model", model_spec_json(&zt_engine_model(e)->spec));
+    if (zt_engine_params_sharded(e))
+        zt_ckpt_shards_meta(e, m, ds->zero.gather_16bit_weights_on_model_save);
+    cJSON *ds_json = job && job->ds_json ? cJSON_Parse(job->ds_json) : NULL;
+    if (ds_json)
+        cJSON_AddItemToObject(m, "deepspeed", ds_json);
+    char *text = cJSON_Print(m);
+    cJSON_Delete(m);
+    return text;
+}
+
+/* Whether any rank failed (collective); the message names the first failing rank. */
+static zt_status agree(zt_engine *e, zt_status mine, const char *what) {
+    zt_comm *c = zt_engine_comm(e);
+    if (!c)
+        return mine;
+    double failed[2] = {mine != ZT_OK ? 1.0 : 0.0, mine != ZT_OK ? -(double)zt_engine_rank(e) : -1e9};
+    zt_status s = zt_comm_all_reduce(c, failed, 2, ZT_F64, ZT_REDUCE_MAX);
+    if (s != ZT_OK)
+        return s;
+    if (mine != ZT_OK)
+        return mine;
+    if (failed[0] > 0.0)
+        return zt_error(ZT_ERR_IO, "%s failed on rank %d", what, (int)-failed[1]);
+    return ZT_OK;
+}
+
+/* Every rank writes its optimizer partition into a temporary directory; rank 0 writes the model
+ * and meta.json; after all ranks have finished (a barrier), rank 0 writes DONE and installs the
+ * directory under its tag (ckpt_dir.c: renamed or swapped into place, then `latest`). Before
+ * that rank 0 repairs what an earlier save killed half-way left. */
+zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag) {
+    char default_tag[64], tmp[4096], path[4200];
+    int rank = zt_engine_rank(e);
+    if (!tag) {
+        snprintf(default_tag, sizeof default_tag, "global_step%lld",
+                 (long long)zt_engine_global_steps(e));
+        tag = default_tag;
+    }
+    if (!*tag || strchr(tag, '/') || tag[0] == '.')
+        return zt_error(ZT_ERR_INVALID, "checkpoint tag '%s' must be a plain directory name", tag);
+    zt_ckpt_aside_name(tmp, sizeof tmp, dir, tag, ZT_CKPT_TMP_SUFFIX);
+
+    zt_status s = ZT_OK;
+    if (rank == 0) {
+        s = zt_mkdirs(dir);
+        if (s == ZT_OK)
+            s = zt_ckpt_recover(dir);
+        if (s == ZT_OK)
+            s = zt_remove_tree(tmp);
+        if (s == ZT_OK)
+            s = zt_mkdirs(tmp);
+    }
+    ZT_TRY(agree(e, s, "creating the checkpoint directory"));
+
+    snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tmp, rank);
+    s = save_optimizer(e, path);
+    if (zt_engine_params_sharded(e)) {
+        /* Stage 3: each rank its own slice, and the consolidated model only on request, a layer
+         * at a time (collective). */
+        snprintf(path, sizeof path, "%s/model_rank_%05d.safetensors", tmp, rank);
+        if (s == ZT_OK)
+            s = zt_ckpt_save_param_shard(e, path);
+        if (zt_engine_config(e)->zero.gather_16bit_weights_on_model_save) {
+            path_join(path, sizeof path, tmp, "model.safetensors");
+            zt_status g = zt_ckpt_save_gathered_model(e, path);
+            if (s == ZT_OK)
+                s = g;
+        }
+    } else {
+        /* Stages 0-2 hold every parameter (mixed precision widens them from 16 bits). */
+        zt_status g = zt_engine_gather_params(e);
+        if (g != ZT_OK)
+            return g;
+        if (s == ZT_OK && rank == 0) {
+            path_join(path, sizeof path, tmp, "model.safetensors");
+            s = zt_model_save_safetensors(zt_engine_model(e), path);
+        }
+        zt_engine_release_unowned(e);
+    }
+    if (s == ZT_OK && rank == 0) {
+        char *meta = meta_json(e, job, tag);
+        path_join(path, sizeof path, tmp, "meta.json");
+        s = meta ? zt_write_file_atomic(path, meta, strlen(meta))
+                 : zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+        free(meta);
+    }
+    ZT_TRY(agree(e, s, "writing the checkpoint"));
+    if (rank == 0) {
+        path_join(path, sizeof path, tmp, "DONE");
+        s = zt_write_file_atomic(path, tag, strlen(tag));
+        /* Once DONE is there the temporary directory may be the only complete copy (an
+         * install that failed half-way): the next save's zt_ckpt_recover sorts it out. */
+        if (s != ZT_OK)
+            zt_remove_tree(tmp);
+        else
+            s = zt_ckpt_install(dir, tag, tmp, zt_engine_global_steps(e));
+    }
+    return agree(e, s, "finishing the checkpoint");
+}
+
+/* Opens the complete copy of dir/tag (zt_ckpt_tag_dir) and its meta.json. */
+zt_status zt_ckpt_open_meta(const char *dir, const char *tag, char *tagdir, size_t size,
+                            cJSON **meta) {
+    char latest[256], path[4400], *text;
+    if (!tag) {
+        ZT_TRY(zt_ckpt_latest(dir, latest, sizeof latest));
+        tag = latest;
+    }
+    zt_ckpt_tag_dir(dir, tag, tagdir, size);
+    path_join(path, sizeof path, tagdir, "DONE");
+    if (!zt_path_exists(tagdir))
+        return zt_error(ZT_ERR_IO, "%s: checkpoint does not exist", tagdir);
+    if (!zt_path_exists(path))
+        return zt_error(ZT_ERR_FORMAT,
+                        "%s: checkpoint is incomplete (no DONE marker); it was not finished "
+                        "and will not be loaded",
+                        tagdir);
+    path_join(path, sizeof path, tagdir, "meta.json");
+    ZT_TRY(zt_read_file(path, &text, NULL));
+    *meta = cJSON_Parse(text);
+    free(text);
+    if (!*meta)
+        return zt_error(ZT_ERR_FORMAT, "%s: not valid JSON", path);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(*meta, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, META_FORMAT) != 0) {
+        cJSON_Delete(*meta);
+        return zt_error(ZT_ERR_FORMAT, "%s: not a ztrain checkpoint", path);
+    }
+    return ZT_OK;
+}
+
+static double num(const cJSON *o, const char *key, double fallback) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : fallback;
+}
+
+/* Integers in meta.json go through doubles: beyond 2^53 they are no longer exact. */
+#define META_MAX_INT 9007199254740992.0
+
+/* The whole number under `key` of `o` (the section named `section`, "" at the top), or fallback
+ * when it is absent, within [lo, hi]. A value no save writes (a damaged or edited file) is
+ * refused by name rather than converted out of range into the engine's counters. */
+static zt_status meta_int(const cJSON *o, const char *section, const char *key, double fallback,
+                          double lo, double hi, const char *tagdir, int64_t *out) {
+    double v = num(o, key, fallback);
+    if (!(v >= lo && v <= hi && v == floor(v)))
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: %s%s%s (%g) is not a whole number from "
+                        "%.0f to %.0f", tagdir, section, *section ? "." : "", key, v, lo, hi);
+    *out = (int64_t)v;
+    return ZT_OK;
+}
+
+/* The counters and the data position a load restores, all checked before any is applied. */
+typedef struct {
+    int64_t world_size, optimizer_step;
+    bool has_scaler;             /* a loss_scaler section the engine's dynamic scaler takes */
+    int64_t cur_iter, last_overflow_iter, cur_hysteresis;
+    int64_t last_batch_iteration, global_steps, micro_steps, skipped_steps;
+    bool has_data;               /* a data section and a loader to seek */
+    int64_t epoch, global_position;
+} meta_counts;
+
+static zt_status read_counts(const cJSON *meta, const char *tagdir, zt_engine *e,
+                             meta_counts *c) {
+    const double max = META_MAX_INT;
+    memset(c, 0, sizeof *c);
+    ZT_TRY(meta_int(meta, "", "world_size", 1, 1, ZT_MAX_WORLD, tagdir, &c->world_size));
+    ZT_TRY(meta_int(meta, "", "optimizer_step", 0, 0, max, tagdir, &c->optimizer_step));
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
+    const zt_loss_scaler *ls = zt_engine_loss_scaler(e);
+    c->has_scaler = cJSON_IsObject(sc) && ls->kind != ZT_SCALER_STATIC;
+    if (c->has_scaler) {
+        ZT_TRY(meta_int(sc, "loss_scaler", "cur_iter", 0, 0, max, tagdir, &c->cur_iter));
+        ZT_TRY(meta_int(sc, "loss_scaler", "last_overflow_iter", -1, -1, max, tagdir,
+                        &c->last_overflow_iter));
+        ZT_TRY(meta_int(sc, "loss_scaler", "cur_hysteresis", ls->hysteresis, 0, INT_MAX, tagdir,
+                        &c->cur_hysteresis));
+    }
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(meta, "lr_schedule");
+    ZT_TRY(meta_int(sched, "lr_schedule", "last_batch_iteration", -1, -1, max, tagdir,
+                    &c->last_batch_iteration));
+    ZT_TRY(meta_int(meta, "", "global_steps", 0, 0, max, tagdir, &c->global_steps));
+    ZT_TRY(meta_int(meta, "", "micro_steps", 0, 0, max, tagdir, &c->micro_steps));
+    ZT_TRY(meta_int(meta, "", "skipped_steps", 0, 0, max, tagdir, &c->skipped_steps));
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
+    c->has_data = zt_engine_loader(e) && cJSON_IsObject(d);
+    if (c->has_data) {
+        int64_t position;
+        ZT_TRY(meta_int(d, "data", "epoch", 0, 0, max, tagdir, &c->epoch));
+        ZT_TRY(meta_int(d, "data", "position", 0, 0, max, tagdir, &position));
+        ZT_TRY(meta_int(d, "data", "global_position", (double)position * (double)c->world_size,
+                        0, max, tagdir, &c->global_position));
+    }
+    return ZT_OK;
+}
+
+zt_status zt_ckpt_meta_spec(const cJSON *meta, const char *tagdir, zt_model_spec *spec) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(meta, "model");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, zt_model_type_field.key);
+    if (!cJSON_IsObject(m) || !cJSON_IsString(type))
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: no model section", tagdir);
+    memset(spec, 0, sizeof *spec);
+    const zt_model_family *fam = zt_model_family_find(type->valuestring);
+    if (!fam) {
+        char known[256];
+        zt_model_family_names(known, sizeof known);
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: model.type \"%s\" is not supported (known "
+                        "types: %s)", tagdir, type->valuestring, known);
+    }
+    snprintf(spec->type, sizeof spec->type, "%s", fam->name);
+    char source[4200];
+    snprintf(source, sizeof source, "%s/meta.json", tagdir);
+    for (const zt_model_field *f = fam->fields; f->key; f++)
+        if (f->kind != ZT_FIELD_PATH)
+            ZT_TRY(zt_model_field_from_cjson(f, m, spec, source));
+    return ZT_OK;
+}
+
+/* Reads meta.json itself rather than through the loader's checks: `ztrain sample` has already
+ * read the model spec, which makes them, from the same checkpoint. */
+zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
+    char latest[256], tagdir[4096], file[4200], *text;
+    *path = NULL;
+    if (!tag) {
+        ZT_TRY(zt_ckpt_latest(dir, latest, sizeof latest));
+        tag = latest;
+    }
+    zt_ckpt_tag_dir(dir, tag, tagdir, sizeof tagdir);
+    snprintf(file, sizeof file, "%s/meta.json", tagdir);
+    ZT_TRY(zt_read_file(file, &text, NULL));
+    cJSON *meta = cJSON_Parse(text);
+    free(text);
+    if (!meta)
+        return zt_error(ZT_ERR_FORMAT, "%s: not valid JSON", file);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer");
+    zt_status s = ZT_OK;
+    if (cJSON_IsString(t) && !(*path = strdup(t->valuestring)))
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
+    cJSON_Delete(meta);
+    return s;
+}
+
+/* A number stored as a string in the file's metadata (safetensors metadata values are strings). */
+static size_t meta_size(const zt_st_file *f, const char *key) {
+    if (!f->metadata_json)
+        return 0;
+    cJSON *m = cJSON_Parse(f->metadata_json);
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(m, key);
+    size_t out = cJSON_IsString(item) ? (size_t)strtoull(item->valuestring, NULL, 10) : 0;
+    cJSON_Delete(m);
+    return out;
+}
+
+/* Hands the pages of a read-only file mapping that were just copied back to the kernel, so
+ * loading offloaded state does not bring it all into resident memory on the way. */
+static void drop_pages(const void *p, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + bytes) / page * page;
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Copies saved values into the engine's state, wherever it lives, in pieces. */
+static zt_status copy_in(zt_engine *e, zt_state_kind kind, const float *src, size_t first,
+                         size_t n) {
+    enum { PIECE = 1 << 20 };
+    for (size_t c = 0; c < n; c += PIECE) {
+        size_t len = n - c < PIECE ? n - c : PIECE;
+        ZT_TRY(zt_engine_write_state(e, kind, first + c, src + c, len));
+        drop_pages(src + c, len * sizeof(float));
+    }
+    return ZT_OK;
+}
+
+/* Fills this rank's optimizer state from every saved partition that overlaps its slice, so a
+ * checkpoint written by any number of ranks loads on any other number, with or without offload. */
+static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_world, int64_t step) {
+    zt_optimizer *o = zt_engine_optimizer(e);
+    size_t own_lo, part, n = zt_engine_model(e)->n_params;
+    zt_engine_partition(e, &own_lo, &part);
+    size_t base = o->n == part ? own_lo : 0;
+    size_t lo = o->n == part ? own_lo : 0, hi = base + o->n < n ? base + o->n : n;
+    const char *names[3];
+    zt_state_kind kinds[3];
+    state_names(o, names, kinds);
+    /* Coverage is counted on the first tensor the optimizer has (none for plain SGD). */
+    int counted = -1;
+    for (int i = 0; i < 2 && counted < 0; i++)
+        if (zt_engine_has_state(e, kinds[i]))
+            counted = i;
+    size_t covered = 0;
+    for (int r = 0; r < saved_world; r++) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tagdir, r);
+        zt_st_file f;
+        ZT_TRY(zt_st_open(&f, path));
+        zt_status s = ZT_OK;
+        size_t off = meta_size(&f, "partition_offset");
+        if (meta_size(&f, "n_params") != n)
+            s = zt_error(ZT_ERR_FORMAT, "%s: optimizer state is for %zu parameters, the model has %zu",
+                         path, meta_size(&f, "n_params"), n);
+        for (int i = 0; i < 3 && s == ZT_OK; i++) {
+            if (!zt_engine_has_state(e, kinds[i]))
+                continue;
+            const zt_st_tensor *t = zt_st_find(&f, names[i]);
+            /* A checkpoint from fp32 training has no masters: they stay the loaded weights. */
+            if (!t && kinds[i] == ZT_STATE_MASTER)
+                continue;
+            if (!t || t->dtype != ZT_ST_F32 || t->ndim != 1) {
+                s = zt_error(ZT_ERR_FORMAT,
+                             "%s: no fp32 '%s' tensor (was the checkpoint written with another "
+                             "optimizer?)",
+                             path, names[i]);
+                break;
+            }
+            size_t len = (size_t)t->shape[0];
+            size_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
+            if (a < b) {
+                s = copy_in(e, kinds[i], (const float *)zt_st_data(&f, t) + (a - off), a - base,
+                            b - a);
+                if (i == counted)
+                    covered += b - a;
+            }
+        }
+        zt_st_close(&f);
+        ZT_TRY(s);
+    }
+    if (counted >= 0 && covered != hi - lo)
+        return zt_error(ZT_ERR_FORMAT, "%s: the optimizer partitions cover %zu of the %zu values "
+                        "this rank needs", tagdir, covered, hi - lo);
+    o->t = step;
+    return ZT_OK;
+}
+
+zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
+    char tagdir[4096], path[4200];
+    cJSON *meta;
+    ZT_TRY(zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
+    zt_model *model = zt_engine_model(e);
+    zt_model_spec saved;
+    zt_status s = zt_ckpt_meta_spec(meta, tagdir, &saved);
+    const zt_model_field *differs = s == ZT_OK ? zt_model_spec_difference(&saved, &model->spec)
+                                               : NULL;
+    if (differs) {
+        char held[1024], job_value[256];
+        zt_model_spec_describe(&saved, held, sizeof held);
+        zt_model_field_format(differs, &model->spec, job_value, sizeof job_value);
+        s = zt_error(ZT_ERR_INVALID, "%s: checkpoint holds a %s model, but the job's model has "
+                     "%s %s", tagdir, held, differs->key, job_value);
+    }
+    meta_counts c;
+    if (s == ZT_OK)
+        s = read_counts(meta, tagdir, e, &c);
+    int n_shards = zt_ckpt_meta_shards(meta);
+    if (s == ZT_OK && n_shards > 0) {
+        s = zt_ckpt_load_param_shards(e, tagdir, n_shards);
+    } else if (s == ZT_OK) {
+        path_join(path, sizeof path, tagdir, "model.safetensors");
+        s = zt_model_load_safetensors(model, path);
+        zt_status loaded = zt_engine_params_loaded(e);
+        if (s == ZT_OK)
+            s = loaded;
+    }
+    if (s == ZT_OK && zt_engine_optimizer(e))
+        s = load_optimizer(e, tagdir, (int)c.world_size, c.optimizer_step);
+    if (s == ZT_OK) {
+        if (c.has_scaler) {
+            zt_loss_scaler *ls = zt_engine_loss_scaler(e);
+            const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
+            ls->cur_scale = num(sc, "cur_scale", ls->cur_scale);
+            ls->cur_iter = c.cur_iter;
+            ls->last_overflow_iter = c.last_overflow_iter;
+            ls->cur_hysteresis = (int)c.cur_hysteresis;
+        }
+        zt_engine_schedule(e)->last_batch_iteration = c.last_batch_iteration;
+        zt_engine_set_counters(e, c.global_steps, c.micro_steps, c.skipped_steps);
+        zt_loader *l = zt_engine_loader(e);
+        if (c.has_data)
+            zt_loader_seek(l, c.epoch, c.global_position / l->world_size);
+    }
+    cJSON_Delete(meta);
+    return s;
+}
+
+zt_status zt_ckpt_read_model_spec(const char *dir, const char *tag, zt_model_spec *spec) {
+    char tagdir[4096], path[4200];
+    cJSON *meta;
+    ZT_TRY(zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
+    zt_status s = zt_ckpt_meta_spec(meta, tagdir, spec);
+    cJSON_Delete(meta);
+    if (s != ZT_OK)
+        return s;
+    path_join(path, sizeof path, tagdir, "model.safetensors");
+    if (!zt_path_exists(path))
+        return ZT_OK; /* a stage-3 checkpoint without the consolidated model */
+    spec->init_from = strdup(path);
+    return spec->init_from ? ZT_OK : zt_error(ZT_ERR_NOMEM, "out of memory");
+}

@@ -1,0 +1,364 @@
+/* The checkpoint directory (ckpt_dir.h, layout in ztrain/checkpoint.h): `latest` and the tags,
+ * what a resume starts from, the last step of a save, which puts a finished checkpoint under its
+ * tag without a moment in which `latest` leads nowhere, and the repair of what a killed save left
+ * behind. */
+#include "ztrain/ckpt_dir.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ztrain/ckpt_pipeline.h"
+#include "ztrain/fault_inject.h"
+#include "ztrain/fsutil.h"
+#include "ztrain/checkpoint.h"
+
+#define PATH_BYTES 4200
+
+void zt_ckpt_aside_name(char *out, size_t size, const char *dir, const char *tag,
+                        const char *suffix) {
+    snprintf(out, size, "%s/.%s%s", dir, tag, suffix);
+}
+
+static bool has_done(const char *tagdir) {
+    char path[PATH_BYTES + 16];
+    snprintf(path, sizeof path, "%s/DONE", tagdir);
+    return zt_path_exists(path);
+}
+
+bool zt_ckpt_tag_dir(const char *dir, const char *tag, char *path, size_t size) {
+    static const char *const aside[] = {ZT_CKPT_TMP_SUFFIX, ZT_CKPT_OLD_SUFFIX};
+    snprintf(path, size, "%s/%s", dir, tag);
+    if (has_done(path))
+        return true;
+    for (int i = 0; i < 2; i++) {
+        char alt[PATH_BYTES];
+        zt_ckpt_aside_name(alt, sizeof alt, dir, tag, aside[i]);
+        if (has_done(alt)) {
+            snprintf(path, size, "%s", alt);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* latest and the tags                                                                         */
+
+typedef enum { LATEST_MISSING, LATEST_EMPTY, LATEST_TAG } latest_state;
+
+/* dir/latest: missing, empty (or only a line break), or naming a tag; a file that cannot be read
+ * or holds a name too long for a tag is an error. */
+static zt_status read_latest(const char *dir, char *tag, size_t size, latest_state *state) {
+    char path[PATH_BYTES], *text;
+    snprintf(path, sizeof path, "%s/latest", dir);
+    tag[0] = '\0';
+    *state = LATEST_MISSING;
+    if (!zt_path_exists(path))
+        return ZT_OK;
+    ZT_TRY(zt_read_file(path, &text, NULL));
+    text[strcspn(text, "\r\n")] = '\0';
+    size_t n = strlen(text);
+    zt_status s = ZT_OK;
+    if (n >= size || strchr(text, '/'))
+        s = zt_error(ZT_ERR_FORMAT, "%s: does not hold a valid tag", path);
+    else
+        snprintf(tag, size, "%s", text);
+    *state = n ? LATEST_TAG : LATEST_EMPTY;
+    free(text);
+    return s;
+}
+
+zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size) {
+    /* A pipeline's checkpoints are its stages' (ckpt_pipeline.h): the first stage's latest. */
+    if (zt_ckpt_pipeline_stages(dir) > 0) {
+        char stage_dir[4200];
+        zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
+        return zt_ckpt_latest(stage_dir, tag, size);
+    }
+    latest_state state;
+    ZT_TRY(read_latest(dir, tag, size, &state));
+    if (state == LATEST_MISSING)
+        return zt_error(ZT_ERR_IO, "%s: no checkpoint (no 'latest' file)", dir);
+    if (state == LATEST_EMPTY)
+        return zt_error(ZT_ERR_FORMAT, "%s/latest: does not hold a valid tag", dir);
+    return ZT_OK;
+}
+
+static int64_t tag_step(const char *tag) {
+    size_t n = strlen(tag), i = n;
+    while (i > 0 && isdigit((unsigned char)tag[i - 1]))
+        i--;
+    if (i == n || n - i > 18)
+        return -1;
+    return strtoll(tag + i, NULL, 10);
+}
+
+static int entry_cmp(const void *a, const void *b) {
+    const zt_ckpt_entry *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return strcmp(x->tag, y->tag);
+}
+
+/* A pipeline's checkpoints: the first stage's tags, complete when every stage has finished
+ * saving that tag. */
+static void list_pipeline(const char *dir, int stages, zt_ckpt_list *out) {
+    char stage_dir[4200], done[4400];
+    zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
+    zt_ckpt_list_dir(stage_dir, out);
+    for (int i = 0; i < out->n; i++) {
+        for (int st = 1; st < stages && out->items[i].complete; st++) {
+            zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, st);
+            snprintf(done, sizeof done, "%s/%s/DONE", stage_dir, out->items[i].tag);
+            out->items[i].complete = zt_path_exists(done);
+        }
+    }
+}
+
+void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out) {
+    memset(out, 0, sizeof *out);
+    int stages = dir && *dir ? zt_ckpt_pipeline_stages(dir) : 0;
+    if (stages > 0) {
+        list_pipeline(dir, stages, out);
+        return;
+    }
+    DIR *d = dir && *dir ? opendir(dir) : NULL;
+    if (!d)
+        return;
+    int dfd = dirfd(d), cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && out->n < 10000) {
+        struct stat st;
+        if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, 0) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (out->n == cap) {
+            int ncap = cap ? cap * 2 : 8;
+            zt_ckpt_entry *p = realloc(out->items, sizeof *p * (size_t)ncap);
+            if (!p)
+                break;
+            out->items = p;
+            cap = ncap;
+        }
+        char done[NAME_MAX + 8];
+        snprintf(done, sizeof done, "%s/DONE", e->d_name);
+        zt_ckpt_entry *c = &out->items[out->n];
+        if (!(c->tag = strdup(e->d_name)))
+            break;
+        c->step = tag_step(e->d_name);
+        c->complete = faccessat(dfd, done, F_OK, 0) == 0;
+        out->n++;
+    }
+    closedir(d);
+    char latest[256];
+    if (zt_ckpt_latest(dir, latest, sizeof latest) == ZT_OK)
+        out->latest = strdup(latest);
+    if (out->n > 1)
+        qsort(out->items, (size_t)out->n, sizeof *out->items, entry_cmp);
+}
+
+void zt_ckpt_list_free(zt_ckpt_list *c) {
+    for (int i = 0; i < c->n; i++)
+        free(c->items[i].tag);
+    free(c->items);
+    free(c->latest);
+    memset(c, 0, sizeof *c);
+}
+
+/* "global_step3, global_step6 (no DONE)" for messages: the tags found, at most 8 named. */
+static void describe_tags(const zt_ckpt_list *l, char *buf, size_t size) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < l->n && used < size; i++) {
+        int k = i < 8 ? snprintf(buf + used, size - used, "%s%s%s", i ? ", " : "",
+                                 l->items[i].tag, l->items[i].complete ? "" : " (no DONE)")
+                      : snprintf(buf + used, size - used, " and %d more", l->n - 8);
+        used += k > 0 ? (size_t)k : 0;
+        if (i >= 8)
+            break;
+    }
+}
+
+zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
+                              size_t note_size) {
+    tag[0] = note[0] = '\0';
+    /* A pipeline resumes each stage from its own directory; the first stage's speaks for the
+     * job (the trainer refuses stages that would resume from different steps). */
+    if (zt_ckpt_pipeline_stages(dir) > 0) {
+        char stage_dir[4200];
+        zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
+        return zt_ckpt_find_resume(stage_dir, tag, size, note, note_size);
+    }
+    if (!zt_path_exists(dir)) {
+        snprintf(note, note_size, "resume: %s does not exist: no checkpoint to resume from, "
+                 "starting from step 0", dir);
+        return ZT_OK;
+    }
+    char named[256], path[PATH_BYTES];
+    latest_state state;
+    ZT_TRY(read_latest(dir, named, sizeof named, &state));
+    if (state == LATEST_TAG && zt_ckpt_tag_dir(dir, named, path, sizeof path)) {
+        if (strlen(named) >= size)
+            return zt_error(ZT_ERR_INVALID, "%s/latest: the tag '%s' is too long", dir, named);
+        snprintf(tag, size, "%s", named);
+        return ZT_OK;
+    }
+    zt_ckpt_list l;
+    zt_ckpt_list_dir(dir, &l);
+    const zt_ckpt_entry *newest = NULL;
+    int n_complete = 0;
+    for (int i = 0; i < l.n; i++)
+        if (l.items[i].complete) {
+            n_complete++;
+            newest = &l.items[i];   /* sorted by step: the last complete one is the newest */
+        }
+    char found[1200], why[1600];
+    describe_tags(&l, found, sizeof found);
+    if (state == LATEST_MISSING)
+        snprintf(why, sizeof why, "%s/latest is missing", dir);
+    else if (state == LATEST_EMPTY)
+        snprintf(why, sizeof why, "%s/latest is empty", dir);
+    else
+        snprintf(why, sizeof why, "%s/latest names '%s', which %s", dir, named,
+                 zt_path_exists(path) ? "has no DONE marker" : "does not exist");
+    zt_status s = ZT_OK;
+    if (newest && newest->step < 0 && n_complete > 1) {
+        s = zt_error(ZT_ERR_FORMAT, "%s, and its complete checkpoints (%s) carry no step number "
+                     "that tells the newest: write the tag to resume from into %s/latest", why,
+                     found, dir);
+    } else if (newest && strlen(newest->tag) >= size) {
+        s = zt_error(ZT_ERR_INVALID, "%s/%s: the tag is too long", dir, newest->tag);
+    } else if (newest) {
+        snprintf(tag, size, "%s", newest->tag);
+        snprintf(note, note_size, "resume: %s: resuming from the newest complete checkpoint, %s",
+                 why, tag);
+    } else if (state == LATEST_TAG) {
+        /* latest says a checkpoint was written: starting over would hide that it is gone. */
+        s = zt_error(ZT_ERR_FORMAT, "%s, and %s holds no complete checkpoint%s%s%s: nothing to "
+                     "resume from; restore the checkpoint, or remove %s/latest to start from "
+                     "step 0", why, dir, l.n ? " (found: " : "", found, l.n ? ")" : "", dir);
+    } else {
+        snprintf(note, note_size, "resume: no checkpoint in %s%s%s%s: starting from step 0", dir,
+                 l.n ? " (ignoring " : "", found, l.n ? ")" : "");
+    }
+    zt_ckpt_list_free(&l);
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Saving: the last step, and the repair of killed saves                                       */
+
+/* Gives tag a complete copy under its own name again if a killed save left it without one, then
+ * removes the tag's .tmp and .old directories. */
+static zt_status repair_tag(const char *dir, const char *tag) {
+    char final[PATH_BYTES], tmp[PATH_BYTES], old[PATH_BYTES];
+    snprintf(final, sizeof final, "%s/%s", dir, tag);
+    zt_ckpt_aside_name(tmp, sizeof tmp, dir, tag, ZT_CKPT_TMP_SUFFIX);
+    zt_ckpt_aside_name(old, sizeof old, dir, tag, ZT_CKPT_OLD_SUFFIX);
+    if (!has_done(final)) {
+        const char *from = has_done(tmp) ? tmp : has_done(old) ? old : NULL;
+        if (from) {
+            ZT_TRY(zt_remove_tree(final));
+            if (rename(from, final) != 0)
+                return zt_error(ZT_ERR_IO, "%s: cannot rename %s back into place: %s", final,
+                                from, strerror(errno));
+            ZT_TRY(zt_sync_dir(dir));
+        }
+    }
+    ZT_TRY(zt_remove_tree(tmp));
+    return zt_remove_tree(old);
+}
+
+/* The tag of a leftover entry name (".global_step3.tmp" -> "global_step3"), or false. */
+_Static_assert(sizeof ZT_CKPT_TMP_SUFFIX == sizeof ZT_CKPT_OLD_SUFFIX,
+               "leftover_tag strips suffixes of one length");
+static bool leftover_tag(const char *name, char *tag, size_t size) {
+    size_t n = strlen(name), k = strlen(ZT_CKPT_TMP_SUFFIX);
+    if (name[0] != '.' || n <= k + 1 || n - k - 1 >= size)
+        return false;
+    if (strcmp(name + n - k, ZT_CKPT_TMP_SUFFIX) != 0 &&
+        strcmp(name + n - k, ZT_CKPT_OLD_SUFFIX) != 0)
+        return false;
+    memcpy(tag, name + 1, n - k - 1);
+    tag[n - k - 1] = '\0';
+    return true;
+}
+
+zt_status zt_ckpt_recover(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? ZT_OK : zt_error(ZT_ERR_IO, "%s: cannot read the directory: %s",
+                                                  dir, strerror(errno));
+    /* The names are gathered first: repairs rename entries of the directory being read. */
+    char (*tags)[NAME_MAX + 1] = NULL;
+    int n = 0, cap = 0;
+    zt_status s = ZT_OK;
+    struct dirent *e;
+    while (s == ZT_OK && (e = readdir(d)) != NULL) {
+        char tag[NAME_MAX + 1];
+        if (!leftover_tag(e->d_name, tag, sizeof tag))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            void *p = realloc(tags, sizeof *tags * (size_t)cap);
+            if (!p)
+                s = zt_error(ZT_ERR_NOMEM, "%s: out of memory listing leftovers", dir);
+            else
+                tags = p;
+        }
+        if (s == ZT_OK)
+            memcpy(tags[n++], tag, sizeof tag);
+    }
+    closedir(d);
+    for (int i = 0; i < n && s == ZT_OK; i++)
+        s = repair_tag(dir, tags[i]);
+    free(tags);
+    return s;
+}
+
+zt_status zt_ckpt_install(const char *dir, const char *tag, const char *tmp, int64_t step) {
+    char final[PATH_BYTES], old[PATH_BYTES], latest[PATH_BYTES];
+    snprintf(final, sizeof final, "%s/%s", dir, tag);
+    zt_ckpt_aside_name(old, sizeof old, dir, tag, ZT_CKPT_OLD_SUFFIX);
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    ZT_TRY(zt_sync_dir(tmp));
+    zt_inject_ckpt_kill(step, "written");
+    /* The copy that is replaced, removed once `latest` is written: after an exchange it is
+     * under tmp's name, after two renames under old's. */
+    const char *replaced = NULL;
+    if (zt_path_exists(final)) {
+        zt_status s = zt_inject_no_rename_exchange() ? ZT_ERR_UNSUPPORTED
+                                                     : zt_rename_exchange(tmp, final);
+        if (s != ZT_OK && s != ZT_ERR_UNSUPPORTED)
+            return s;
+        if (s == ZT_OK) {
+            replaced = tmp;
+        } else {
+            ZT_TRY(zt_remove_tree(old));
+            if (rename(final, old) != 0)
+                return zt_error(ZT_ERR_IO, "%s: cannot move the checkpoint it replaces aside: "
+                                "%s", final, strerror(errno));
+            zt_inject_ckpt_kill(step, "aside");
+            replaced = old;
+        }
+    }
+    if (replaced != tmp && rename(tmp, final) != 0) {
+        int err = errno;
+        if (replaced == old)
+            rename(old, final);
+        return zt_error(ZT_ERR_IO, "%s: cannot rename the checkpoint into place: %s", final,
+                        strerror(err));
+    }
+    ZT_TRY(zt_sync_dir(dir));
+    zt_inject_ckpt_kill(step, "placed");
+    ZT_TRY(zt_write_file_atomic(latest, tag, strlen(tag)));
+    zt_inject_ckpt_kill(step, "latest");
+    return replaced ? zt_remove_tree(replaced) : ZT_OK;
+}

@@ -1,0 +1,194 @@
+/* A checkpoint written out as a Hugging Face model directory (zt_hf_export in
+ * ztrain/hf_config.h): config.json, safetensors shards and their index, laid out as
+ * save_pretrained lays them out, streamed tensor by tensor from the checkpoint. */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ztrain/fsutil.h"
+#include "ztrain/checkpoint.h"
+#include "ztrain/hf_config.h"
+#include "ztrain/safetensors.h"
+
+/* One tensor as the directory names it, and where its values come from. */
+typedef struct {
+    char name[96];
+    const zt_ckpt_tensor *t;
+    zt_ckpt_weights *w;
+    int index; /* in w */
+    int shard;
+} export_tensor;
+
+static zt_status read_piece(void *ctx, size_t first, float *dst, size_t n) {
+    const export_tensor *e = ctx;
+    return zt_ckpt_weights_read(e->w, e->index, first, dst, n);
+}
+
+/* Whether out_dir may be written: absent, or an empty directory. */
+static zt_status check_target(const char *out_dir) {
+    struct stat st;
+    if (stat(out_dir, &st) != 0)
+        return errno == ENOENT ? ZT_OK
+                               : zt_error(ZT_ERR_IO, "%s: %s", out_dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return zt_error(ZT_ERR_IO, "%s: exists and is not a directory", out_dir);
+    DIR *d = opendir(out_dir);
+    if (!d)
+        return zt_error(ZT_ERR_IO, "%s: cannot read: %s", out_dir, strerror(errno));
+    const struct dirent *de;
+    bool empty = true;
+    while (empty && (de = readdir(d)) != NULL)
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    closedir(d);
+    return empty ? ZT_OK
+                 : zt_error(ZT_ERR_IO, "%s: exists and is not empty (export writes a new "
+                            "directory)", out_dir);
+}
+
+/* Shards as save_pretrained cuts them: tensors in order, a new shard when the next tensor
+ * would take the current one past the limit, so a larger tensor sits in a shard of its own. */
+static int plan_shards(export_tensor *e, int n, uint64_t max_bytes) {
+    int shard = 0;
+    uint64_t used = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = (uint64_t)e[i].t->numel * sizeof(float);
+        if (used > 0 && used + bytes > max_bytes) {
+            shard++;
+            used = 0;
+        }
+        e[i].shard = shard;
+        used += bytes;
+    }
+    return shard + 1;
+}
+
+static void shard_name(char *buf, size_t size, int k, int n) {
+    if (n == 1)
+        snprintf(buf, size, "model.safetensors");
+    else
+        snprintf(buf, size, "model-%05d-of-%05d.safetensors", k + 1, n);
+}
+
+static zt_status write_shard(const char *tmp, export_tensor *e, int n, int k, int n_shards) {
+    zt_st_entry *entries = calloc((size_t)n, sizeof *entries);
+    zt_st_source *sources = calloc((size_t)n, sizeof *sources);
+    if (!entries || !sources) {
+        free(entries);
+        free(sources);
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tmp);
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (e[i].shard != k)
+            continue;
+        entries[m] = (zt_st_entry){.name = e[i].name, .ndim = e[i].t->ndim,
+                                   .shape = {e[i].t->shape[0], e[i].t->shape[1]}};
+        sources[m] = (zt_st_source){read_piece, &e[i]};
+        m++;
+    }
+    char name[64], path[4400];
+    shard_name(name, sizeof name, k, n_shards);
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    const char *keys[] = {"format"}, *values[] = {"pt"};
+    zt_status s = zt_st_write_sources(path, entries, sources, m, keys, values, 1);
+    free(entries);
+    free(sources);
+    return s;
+}
+
+static zt_status write_index(const char *tmp, const export_tensor *e, int n, int n_shards,
+                             uint64_t total) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(root, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON *map = cJSON_AddObjectToObject(root, "weight_map");
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        shard_name(name, sizeof name, e[i].shard, n_shards);
+        cJSON_AddStringToObject(map, e[i].name, name);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
+    zt_status s = text ? zt_write_file_atomic(path, text, strlen(text))
+                       : zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    cJSON_free(text);
+    return s;
+}
+
+/* Writes the directory's files into tmp: config.json first, so that a spec it cannot describe
+ * is refused before any tensor is read. */
+static zt_status write_files(const char *tmp, const zt_model_spec *spec, zt_ckpt_weights *w,
+                             uint64_t max_shard_bytes, zt_hf_export_result *res) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    ZT_TRY(zt_hf_config_write(spec, path));
+    const zt_model_family *fam = zt_model_family_find(spec->type);
+    const char *prefix = fam->hf.strip_prefix ? fam->hf.strip_prefix : "";
+    int n = zt_ckpt_weights_count(w);
+    export_tensor *e = calloc((size_t)n + 1, sizeof *e);
+    if (!e)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tmp);
+    uint64_t total = 0;
+    size_t params = 0;
+    for (int i = 0; i < n; i++) {
+        const zt_ckpt_tensor *t = zt_ckpt_weights_tensor(w, i);
+        e[i] = (export_tensor){.t = t, .w = w, .index = i};
+        /* Hugging Face files carry the prefix the loader drops ("transformer." for GPT-2). */
+        snprintf(e[i].name, sizeof e[i].name, "%s%s", prefix, t->name);
+        total += (uint64_t)t->numel * sizeof(float);
+        params += t->numel;
+    }
+    int n_shards = plan_shards(e, n, max_shard_bytes);
+    zt_status s = ZT_OK;
+    for (int k = 0; k < n_shards && s == ZT_OK; k++)
+        s = write_shard(tmp, e, n, k, n_shards);
+    if (s == ZT_OK && n_shards > 1)
+        s = write_index(tmp, e, n, n_shards, total);
+    free(e);
+    *res = (zt_hf_export_result){.n_shards = n_shards, .total_bytes = total, .n_params = params};
+    return s;
+}
+
+zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
+                       uint64_t max_shard_bytes, zt_hf_export_result *res) {
+    ZT_ASSERT(max_shard_bytes > 0);
+    memset(res, 0, sizeof *res);
+    ZT_TRY(check_target(out_dir));
+    zt_model_spec spec;
+    zt_ckpt_weights *w = NULL;
+    ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, &spec));
+    zt_status s = ZT_OK;
+    /* The temporary directory is a sibling: "out/" must not put it inside out. */
+    char tmp[4200];
+    size_t len = strlen(out_dir);
+    while (len > 1 && out_dir[len - 1] == '/')
+        len--;
+    snprintf(tmp, sizeof tmp, "%.*s.tmp-%ld", (int)len, out_dir, (long)getpid());
+    bool made = false;
+    if (s == ZT_OK)
+        s = zt_remove_tree(tmp);
+    if (s == ZT_OK && (s = zt_mkdirs(tmp)) == ZT_OK)
+        made = true;
+    if (s == ZT_OK)
+        s = write_files(tmp, &spec, w, max_shard_bytes, res);
+    if (s == ZT_OK)
+        s = zt_sync_dir(tmp);
+    /* rename() replaces an empty directory, so an out_dir made beforehand is fine. */
+    if (s == ZT_OK && rename(tmp, out_dir) != 0)
+        s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", out_dir, tmp,
+                     strerror(errno));
+    if (s == ZT_OK)
+        s = zt_sync_parent_dir(out_dir);
+    else if (made)
+        zt_remove_tree(tmp);
+    zt_ckpt_weights_close(w);
+    return s;
+}

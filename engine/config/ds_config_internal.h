@@ -1,0 +1,70 @@
+/* What the DeepSpeed config parser's files (ds_config.c, ds_config_optim.c, ds_config_zero.c,
+ * ds_config_monitor.c) share with each other; internal to them, not part of libztrain's API. */
+#ifndef ZTRAIN_DS_CONFIG_INTERNAL_H
+#define ZTRAIN_DS_CONFIG_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ztrain/json_util.h"
+#include "ztrain/ds_config.h"
+
+/* Rules every section follows, stricter than DeepSpeed on purpose where it gave no answer:
+ * - Unknown keys inside any section are an error naming the key, also in sections DeepSpeed reads
+ *   with dict.get (optimizer, scheduler, their params, data_types).
+ * - JSON null and the string "auto" mean "absent" everywhere, so the default applies.
+ * - Integers must be integral numbers (5e8 and 2.0 are fine); bools must be true/false. */
+
+/* Records "ztrain: warning: SOURCE: " and the message as one line in the warnings of the config
+ * being parsed on this thread (stderr outside a parse); a line already recorded is not repeated. */
+void zt_ds_warn(const char *source, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Whether name is in the NULL-terminated list (case-sensitive). */
+bool zt_ds_name_in(const char *name, const char *const *list);
+
+/* Table-driven sections: the pydantic models (zero, offload, fp16, bf16) are lists of typed,
+ * range-checked keys, so they are read from tables. */
+
+typedef enum { FT_BOOL, FT_INT, FT_INT64, FT_DOUBLE, FT_OBJECT } field_type;
+
+typedef struct {
+    const char *key;
+    field_type type;
+    ptrdiff_t off; /* offset into the section's struct, or NOSTORE: validated, then dropped */
+    double lo, hi; /* inclusive range, checked when lo <= hi */
+} field;
+
+#define NOSTORE ((ptrdiff_t)-1)
+#define ANYVAL 1, 0
+#define NONNEG 0, 1e300
+#define POSITIVE 1, 1e300
+#define FLD(T, m) offsetof(T, m)
+#define NFIELDS(t) (sizeof(t) / sizeof((t)[0]))
+
+/* Reads each of the n fields present in o into base (the section's struct), in table order,
+ * checking types and ranges; an absent field leaves its default. */
+zt_status zt_ds_read_fields(const zt_json_obj *o, const field *fields, size_t n, void *base);
+
+/* The allowed keys of a table section are its fields plus a few read by hand (`extra`, NULL or
+ * NULL-terminated). */
+zt_status zt_ds_check_table_keys(const zt_json_obj *o, const field *fields, size_t n,
+                                 const char *const *extra);
+
+/* The section parsers, called by zt_ds_config_from_json in this order: zero, precision, (batch
+ * triple), optimizer, scheduler. Each reads its section of `top` into cfg; precision reads the ZeRO
+ * stage and the scheduler reads the optimizer, so the order matters. */
+zt_status zt_ds_parse_zero(zt_ds_config *cfg, const zt_json_obj *top);
+zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top);
+zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top);
+zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top);
+/* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet. */
+zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
+
+/* The key table's two passes (ds_config_keys.c). The first refuses a key that is not in the table
+ * inside any section it describes (warns at the top level); the second, after the section parsers,
+ * warns for every set key whose fate is a warning, or that is honoured only at other ZeRO stages
+ * than cfg's. Rows marked ZT_DS_KEY_BY_HAND are left to their section's parser. */
+zt_status zt_ds_check_known_keys(const zt_json_obj *o);
+void zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o);
+
+#endif

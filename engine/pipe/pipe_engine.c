@@ -1,0 +1,389 @@
+/* The pipeline engine (pipe_engine.h): builds one rank's stage and runs its schedule's commands —
+ * loading micro-batches, forward and backward through the model's stage API, activations and
+ * their gradients to and from the neighbouring stages of the same replica, the tied embedding's
+ * gradient summed between the first and last stage, and the optimizer step of the engine it
+ * owns, whose ZeRO partitioner reduces over the stage's replicas and whose gradient norm sums
+ * over the replica's stages. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ztrain/fault_inject.h"
+#include "ztrain/pipe_engine.h"
+#include "pipe_layers.h"
+#include "ztrain/pipeline.h"
+
+/* One pipe buffer: a micro-batch between its forward and its backward. */
+typedef struct {
+    int32_t *tokens, *targets; /* [max_B · T]: first and last stage */
+    int B;                     /* the micro-batch's sequences */
+    int counted;               /* last stage: targets that count in the loss */
+    void *in_act, *out_act;    /* [max_B · T · C] at activation precision */
+    void *din, *dout;          /* gradients of in_act and out_act */
+} pipe_buffer;
+
+struct zt_pipe {
+    zt_pipe_info info;
+    const zt_job_spec *job;
+    zt_comm *world;
+    zt_comm *dp_comm;    /* the stage's replicas; NULL with dp 1 */
+    zt_comm *stage_comm; /* the replica's stages */
+    zt_comm *tied_comm;  /* first and last stage of the replica, when the model ties a tensor */
+    zt_model_stage ms;
+    zt_engine *e;
+    zt_model *m;
+    zt_backend *be;
+    int T, C, max_B;
+    /* How activations travel: the backend's storage of ctx.act (the CPU keeps 16-bit
+     * activations as fp32 values rounded to 16 bits, so they travel as fp32, exactly). */
+    zt_dtype wire;
+    size_t act_bytes; /* one activation buffer */
+    pipe_buffer *buf;
+    int nbuf;
+    zt_pipe_cmd *train;
+    size_t n_train;
+    size_t tied_off, tied_n; /* the tied tensor in this stage's flat buffer (tied_comm) */
+    /* The batch in flight. */
+    double loss_sum, tokens, compute_ms;
+    int64_t kill_step; /* ZTRAIN_INJECT_PIPE_KILL (tests): die in this step's schedule */
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+zt_engine *zt_pipe_engine(zt_pipe *p) { return p->e; }
+zt_pipe_info zt_pipe_get_info(const zt_pipe *p) { return p->info; }
+
+static bool first_stage(const zt_pipe *p) { return p->info.stage == 0; }
+static bool last_stage(const zt_pipe *p) { return p->info.stage == p->info.stages - 1; }
+static int neighbour(const zt_pipe *p, int delta) {
+    return zt_pipe_rank(p->info.stage + delta, p->info.replica, p->info.dp);
+}
+
+/* The groups this rank belongs to: its stage's replicas and its replica's stages. */
+static zt_status make_groups(zt_pipe *p) {
+    const zt_pipe_info *in = &p->info;
+    int ranks[ZT_MAX_WORLD];
+    if (in->dp > 1) {
+        for (int r = 0; r < in->dp; r++)
+            ranks[r] = zt_pipe_rank(in->stage, r, in->dp);
+        ZT_TRY(zt_comm_create_group(&p->dp_comm, p->world, ranks, in->dp));
+    }
+    for (int s = 0; s < in->stages; s++)
+        ranks[s] = zt_pipe_rank(s, in->replica, in->dp);
+    return zt_comm_create_group(&p->stage_comm, p->world, ranks, in->stages);
+}
+
+/* The last stage says whether it holds a tied copy, and of which tensor; the first and the last
+ * stage then share a group for its gradient. */
+static zt_status find_tied(zt_pipe *p) {
+    char name[64] = "";
+    if (last_stage(p))
+        for (int t = 0; t < p->m->n_tensors; t++)
+            if (p->m->tensors[t].tied_copy)
+                snprintf(name, sizeof name, "%s", p->m->tensors[t].name);
+    /* A broadcast copies bytes, so the name travels as 16-bit elements. */
+    ZT_TRY(zt_comm_broadcast(p->stage_comm, name, sizeof name / 2, ZT_F16, p->info.stages - 1));
+    if (!name[0] || !(first_stage(p) || last_stage(p)))
+        return ZT_OK;
+    const zt_tensor_info *ti = zt_model_find_tensor(p->m, name);
+    if (!ti)
+        return zt_error(ZT_ERR_INVALID, "pipeline: stage %d has no tensor \"%s\", which the last "
+                        "stage holds a tied copy of", p->info.stage, name);
+    p->tied_off = ti->offset;
+    p->tied_n = ti->numel;
+    int ranks[2] = {zt_pipe_rank(0, p->info.replica, p->info.dp),
+                    zt_pipe_rank(p->info.stages - 1, p->info.replica, p->info.dp)};
+    return zt_comm_create_group(&p->tied_comm, p->world, ranks, 2);
+}
+
+static zt_status alloc_buffers(zt_pipe *p) {
+    p->buf = calloc((size_t)p->nbuf, sizeof *p->buf);
+    if (!p->buf)
+        return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
+    size_t tok = (size_t)p->max_B * p->T * sizeof(int32_t);
+    for (int b = 0; b < p->nbuf; b++) {
+        pipe_buffer *x = &p->buf[b];
+        x->tokens = malloc(tok);
+        x->targets = malloc(tok);
+        void **acts[4] = {&x->in_act, &x->out_act, &x->din, &x->dout};
+        for (int k = 0; k < 4; k++)
+            *acts[k] = zt_backend_alloc(p->be, ZT_MEM_DEVICE, p->act_bytes);
+        if (!x->tokens || !x->targets || !x->in_act || !x->out_act || !x->din || !x->dout)
+            return zt_error(ZT_ERR_NOMEM, "pipeline: cannot allocate %d activation buffers of "
+                            "%zu bytes on %s", p->nbuf, p->act_bytes, p->be->name);
+    }
+    return ZT_OK;
+}
+
+zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset *train_data,
+                         zt_comm *world, const zt_engine_options *base) {
+    *out = NULL;
+    const int stages = job->pipeline.stages, ws = world ? zt_comm_world_size(world) : 1;
+    if (stages < 2 || ws % stages != 0 || ws / stages != job->ds.world_size)
+        return zt_error(ZT_ERR_INVALID, "pipeline: %d ranks do not form pipeline.stages %d × "
+                        "a data-parallel size of %d", ws, stages, job->ds.world_size);
+    zt_pipe *p = calloc(1, sizeof *p);
+    if (!p)
+        return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
+    int rank = zt_comm_rank(world), dp = ws / stages;
+    p->job = job;
+    p->world = world;
+    /* ZTRAIN_INJECT_PIPE_KILL="STEP[:RANK]": rank RANK SIGKILLs itself after its first forward
+     * of optimizer step STEP, with micro-batches in flight: how tests kill a stage. */
+    p->kill_step = zt_inject_step("ZTRAIN_INJECT_PIPE_KILL", rank);
+    p->info = (zt_pipe_info){.stages = stages, .stage = zt_pipe_stage_of(rank, dp), .dp = dp,
+                             .replica = zt_pipe_replica_of(rank, dp),
+                             .micro_batches = job->ds.gradient_accumulation_steps};
+    zt_status s = zt_pipe_stage_plan(job, base->device, p->info.stage, &p->ms);
+    if (s == ZT_OK) {
+        p->info.first_layer = p->ms.first_layer;
+        p->info.last_layer = p->ms.last_layer;
+        p->nbuf = p->ms.buffers = zt_pipe_train_buffers(stages, p->info.stage,
+                                                        p->info.micro_batches);
+        s = make_groups(p);
+    }
+    if (s == ZT_OK) {
+        zt_engine_options eo = *base;
+        eo.rank = p->info.replica;
+        eo.comm = p->dp_comm;
+        eo.stage = &p->ms;
+        eo.stage_comm = p->stage_comm;
+        /* DeepSpeed's PipelineModule(activation_checkpoint_interval=k): every k-th block's
+         * input is kept and the rest recomputed in the backward. */
+        zt_model_spec spec = job->model;
+        if (job->pipeline.activation_checkpoint_interval > 0)
+            spec.checkpoint_interval = job->pipeline.activation_checkpoint_interval;
+        s = zt_engine_create(&p->e, &job->ds, &spec, train_data, &eo);
+    }
+    if (s == ZT_OK) {
+        p->m = zt_engine_model(p->e);
+        p->be = p->m->ctx.be;
+        size_t es = zt_backend_act_size(p->be, p->m->ctx.act);
+        p->wire = es == sizeof(float) ? ZT_F32 : p->m->ctx.act;
+        p->T = job->model.block_size;
+        p->C = job->model.n_embd;
+        p->max_B = job->ds.train_micro_batch_size_per_gpu;
+        p->act_bytes = (size_t)p->max_B * p->T * p->C * es;
+        s = alloc_buffers(p);
+    }
+    if (s == ZT_OK)
+        s = find_tied(p);
+    if (s == ZT_OK) {
+        p->n_train = zt_pipe_train_schedule(stages, p->info.stage, p->info.micro_batches, NULL, 0);
+        p->train = malloc(p->n_train * sizeof *p->train);
+        if (!p->train)
+            s = zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
+        else
+            zt_pipe_train_schedule(stages, p->info.stage, p->info.micro_batches, p->train,
+                                   p->n_train);
+    }
+    if (s != ZT_OK) {
+        zt_pipe_destroy(p);
+        return s;
+    }
+    *out = p;
+    return ZT_OK;
+}
+
+void zt_pipe_destroy(zt_pipe *p) {
+    if (!p)
+        return;
+    for (int b = 0; p->buf && b < p->nbuf; b++) {
+        pipe_buffer *x = &p->buf[b];
+        free(x->tokens);
+        free(x->targets);
+        void *acts[4] = {x->in_act, x->out_act, x->din, x->dout};
+        for (int k = 0; k < 4; k++)
+            zt_backend_free(p->be, ZT_MEM_DEVICE, acts[k], p->act_bytes);
+    }
+    free(p->buf);
+    free(p->train);
+    zt_engine_destroy(p->e);
+    zt_comm_destroy(p->tied_comm);
+    zt_comm_destroy(p->stage_comm);
+    zt_comm_destroy(p->dp_comm);
+    free(p);
+}
+
+/* ---- the commands ------------------------------------------------------------------------- */
+
+/* The first stage keeps the tokens, the last the targets; both read the same micro-batch. */
+static zt_status load(zt_pipe *p, pipe_buffer *x, zt_loader *from) {
+    zt_batch b;
+    if (from) {
+        b = (zt_batch){x->tokens, x->targets, 0, p->T};
+        b.B = zt_loader_next(from, x->tokens, x->targets);
+    } else {
+        ZT_TRY(zt_engine_next_batch(p->e, &b));
+        memcpy(x->tokens, b.inputs, (size_t)b.B * b.T * sizeof(int32_t));
+        memcpy(x->targets, b.targets, (size_t)b.B * b.T * sizeof(int32_t));
+    }
+    x->B = b.B;
+    x->counted = 0;
+    const int V = p->job->model.vocab_size;
+    for (int i = 0; i < b.B * p->T; i++) {
+        if (x->tokens[i] < 0 || x->tokens[i] >= V || x->targets[i] >= V)
+            return zt_error(ZT_ERR_INVALID, "pipeline: token at batch position %d is outside "
+                            "vocab_size %d", i, V);
+        x->counted += x->targets[i] >= 0;
+    }
+    return ZT_OK;
+}
+
+static size_t act_elems(const zt_pipe *p, const pipe_buffer *x) {
+    return (size_t)x->B * p->T * p->C;
+}
+
+/* An activation travels after its sequence count, which the later stages do not otherwise know
+ * (an epoch's last micro-batch may be short). */
+static zt_status send_activation(zt_pipe *p, pipe_buffer *x) {
+    double B = x->B;
+    ZT_TRY(zt_comm_send(p->world, &B, 1, ZT_F64, neighbour(p, +1)));
+    return zt_comm_send(p->world, x->out_act, act_elems(p, x), p->wire, neighbour(p, +1));
+}
+
+static zt_status recv_activation(zt_pipe *p, pipe_buffer *x) {
+    double B;
+    ZT_TRY(zt_comm_recv(p->world, &B, 1, ZT_F64, neighbour(p, -1)));
+    if (!(B >= 1 && B <= p->max_B))
+        return zt_error(ZT_ERR_INVALID, "pipeline: stage %d sent a micro-batch of %d sequences "
+                        "(at most %d)", p->info.stage - 1, (int)B, p->max_B);
+    x->B = (int)B;
+    return zt_comm_recv(p->world, x->in_act, act_elems(p, x), p->wire, neighbour(p, -1));
+}
+
+static void forward(zt_pipe *p, pipe_buffer *x, int buffer, bool train) {
+    float grad_scale = 0.0f;
+    /* As zt_engine_forward: the loss scale over the counted targets and the micro-batches. */
+    if (train && last_stage(p) && x->counted)
+        grad_scale = (float)(zt_engine_loss_scale(p->e) /
+                             ((double)x->counted * p->info.micro_batches));
+    double t0 = now_ms();
+    float loss = p->m->ops->stage_forward(p->m, buffer, first_stage(p) ? x->tokens : NULL,
+                                          first_stage(p) ? NULL : x->in_act,
+                                          last_stage(p) ? x->targets : NULL,
+                                          last_stage(p) ? NULL : x->out_act, x->B, p->T,
+                                          grad_scale);
+    p->compute_ms += now_ms() - t0;
+    if (last_stage(p)) {
+        p->loss_sum += loss;
+        p->tokens += (double)x->B * p->T;
+    }
+}
+
+static void backward(zt_pipe *p, pipe_buffer *x, int buffer) {
+    double t0 = now_ms();
+    p->m->ops->stage_backward(p->m, buffer, last_stage(p) ? NULL : x->dout,
+                              first_stage(p) ? NULL : x->din);
+    p->compute_ms += now_ms() - t0;
+}
+
+/* DeepSpeed's ReduceTiedGrads: the first and the last stage both end with the sum of their
+ * gradients of the tied tensor, so both copies take the same update. */
+static zt_status reduce_tied(zt_pipe *p) {
+    if (!p->tied_comm)
+        return ZT_OK;
+    zt_dtype t;
+    unsigned char *g = zt_engine_local_grads(p->e, &t);
+    return zt_comm_all_reduce(p->tied_comm, g + p->tied_off * zt_dtype_size(t), p->tied_n, t,
+                              ZT_REDUCE_SUM);
+}
+
+/* The optimizer step of the ordinary engine, which counts micro-steps: the batch's first
+ * micro-batches only count, its last applies the update (the data-parallel reduction, the global
+ * norm and the loss scaler's decision included). */
+static zt_status optimizer_step(zt_pipe *p) {
+    for (int i = 0; i < p->info.micro_batches; i++)
+        ZT_TRY(zt_engine_step(p->e));
+    return ZT_OK;
+}
+
+static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *from) {
+    pipe_buffer *x = c->buffer >= 0 ? &p->buf[c->buffer] : NULL;
+    switch (c->kind) {
+    case ZT_PIPE_LOAD_MICRO_BATCH:
+        return load(p, x, from);
+    case ZT_PIPE_FORWARD:
+        forward(p, x, c->buffer, train);
+        return ZT_OK;
+    case ZT_PIPE_BACKWARD:
+        backward(p, x, c->buffer);
+        return ZT_OK;
+    case ZT_PIPE_SEND_ACTIVATION:
+        return send_activation(p, x);
+    case ZT_PIPE_RECV_ACTIVATION:
+        return recv_activation(p, x);
+    case ZT_PIPE_SEND_GRAD:
+        return zt_comm_send(p->world, x->din, act_elems(p, x), p->wire, neighbour(p, -1));
+    case ZT_PIPE_RECV_GRAD:
+        return zt_comm_recv(p->world, x->dout, act_elems(p, x), p->wire, neighbour(p, +1));
+    case ZT_PIPE_REDUCE_TIED_GRADS:
+        return reduce_tied(p);
+    case ZT_PIPE_REDUCE_GRADS:
+        return ZT_OK; /* the engine's step reduces over the stage's replicas */
+    case ZT_PIPE_OPTIMIZER_STEP:
+        return optimizer_step(p);
+    case ZT_PIPE_CMD_KINDS:
+        break;
+    }
+    ZT_ASSERT(!"unknown pipeline command");
+    return ZT_ERR_INVALID;
+}
+
+/* The loss as DeepSpeed reports it: the last stage's mean over its micro-batches, averaged over
+ * the replicas, then sent to every stage; the tokens summed likewise. */
+static zt_status agree_loss(zt_pipe *p, int micro_batches, double *loss, double *tokens) {
+    double v[2] = {p->loss_sum / micro_batches, p->tokens};
+    if (last_stage(p) && p->dp_comm) {
+        double sum_tokens = v[1];
+        ZT_TRY(zt_comm_all_reduce(p->dp_comm, v, 1, ZT_F64, ZT_REDUCE_AVG));
+        ZT_TRY(zt_comm_all_reduce(p->dp_comm, &sum_tokens, 1, ZT_F64, ZT_REDUCE_SUM));
+        v[1] = sum_tokens;
+    }
+    ZT_TRY(zt_comm_broadcast(p->stage_comm, v, 2, ZT_F64, p->info.stages - 1));
+    *loss = v[0];
+    if (tokens)
+        *tokens = v[1];
+    return ZT_OK;
+}
+
+zt_status zt_pipe_train_batch(zt_pipe *p, zt_pipe_batch_result *res) {
+    p->loss_sum = p->tokens = p->compute_ms = 0.0;
+    double t0 = now_ms(), sched_ms = 0.0;
+    for (size_t i = 0; i < p->n_train; i++) {
+        /* The schedule's time ends where the reductions begin. */
+        if (p->train[i].kind == ZT_PIPE_REDUCE_TIED_GRADS)
+            sched_ms = now_ms() - t0;
+        ZT_TRY(run(p, &p->train[i], true, NULL));
+        if (p->train[i].kind == ZT_PIPE_FORWARD && p->kill_step > 0 &&
+            p->kill_step == zt_engine_global_steps(p->e) + 1) {
+            fflush(NULL);
+            raise(SIGKILL);
+        }
+    }
+    double bubble = sched_ms > 0.0 ? 1.0 - p->compute_ms / sched_ms : 0.0;
+    ZT_TRY(zt_comm_all_reduce(p->stage_comm, &bubble, 1, ZT_F64, ZT_REDUCE_AVG));
+    res->bubble = bubble;
+    return agree_loss(p, p->info.micro_batches, &res->loss, &res->tokens);
+}
+
+zt_status zt_pipe_eval(zt_pipe *p, zt_loader *val, int steps, double *loss) {
+    size_t n = zt_pipe_inference_schedule(p->info.stages, p->info.stage, steps, NULL, 0);
+    zt_pipe_cmd *cmds = malloc(n * sizeof *cmds);
+    if (!cmds)
+        return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
+    zt_pipe_inference_schedule(p->info.stages, p->info.stage, steps, cmds, n);
+    p->loss_sum = p->tokens = p->compute_ms = 0.0;
+    zt_status s = ZT_OK;
+    for (size_t i = 0; i < n && s == ZT_OK; i++)
+        s = run(p, &cmds[i], false, val);
+    free(cmds);
+    ZT_TRY(s);
+    return agree_loss(p, steps, loss, NULL);
+}

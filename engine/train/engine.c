@@ -1,0 +1,505 @@
+/* The engine: DeepSpeed's forward / backward / step loop over one model, optimizer and schedule,
+ * with ZeRO stages 0-3 (zero.c), mixed precision and offload (offload.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ztrain/fault_inject.h"
+#include "ztrain/zero.h"
+#include "ztrain/comm.h"
+#include "ztrain/engine.h"
+#include "ztrain/gpu.h"
+#include "ztrain/loss_scaler.h"
+
+struct zt_engine {
+    zt_ds_config ds;
+    zt_engine_options opts;
+    zt_backend *be;             /* where the model, gradients and optimizer state live */
+    zt_model *model;
+    zt_optimizer opt;
+    zt_zero zero;
+    int world;
+    zt_dtype dtype;             /* ZT_F32, or the 16-bit type of bf16/fp16 training */
+    zt_loss_scaler scaler;
+    int64_t inject_nan_step;    /* ZTRAIN_INJECT_NAN_GRAD (tests): poison this optimizer step */
+    zt_lr_schedule sched;
+    zt_loader loader;
+    bool has_loader;
+    int32_t *batch_inputs, *batch_targets; /* pinned host memory of batch_bytes each */
+    size_t batch_bytes;
+    int64_t global_steps, micro_steps, skipped_steps;
+    double grad_norm;
+    bool step_applied;
+    bool forward_pending; /* a training forward whose backward has not run */
+    zt_engine_timers timers, current;
+    double step_comm0;    /* zt_comm_thread_ms() when the optimizer step began */
+    zt_engine_step_gate gate;   /* decides a step's update before it is applied; NULL: none */
+    void *gate_ctx;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* communication_data_type, or by default the training precision (DeepSpeed communicates 16-bit
+ * gradients in 16 bits). */
+static zt_dtype communication_dtype(const zt_ds_config *ds, zt_dtype dtype) {
+    const char *c = ds->communication_data_type;
+    if (strcmp(c, "fp32") == 0)
+        return ZT_F32;
+    if (strcmp(c, "bf16") == 0)
+        return ZT_BF16;
+    if (strcmp(c, "fp16") == 0)
+        return ZT_F16;
+    return dtype;
+}
+
+/* The offload store, once the optimizer exists. A rank that cannot create its files (no room, a
+ * path it cannot write) fails here, and so does every other rank, naming it, rather than waiting
+ * for it in the first collective. */
+static zt_status start_offload(zt_engine *e) {
+    zt_status s = zt_zero_init_offload(&e->zero, &e->ds.zero,
+                                       e->ds.has_optimizer ? &e->opt : NULL, e->opts.job_name);
+    if (!e->zero.off && s == ZT_OK)
+        return ZT_OK;
+    ZT_TRY(zt_zero_agree(&e->zero, s, "set up its offload files"));
+    if (e->opts.log && e->opts.rank == 0) {
+        static const char *const dev[] = {"none", "cpu", "nvme"};
+        fprintf(e->opts.log, "[ztrain] offload: optimizer %s, params %s (%s)\n",
+                dev[e->ds.zero.offload_optimizer.device],
+                e->zero.param_file ? "nvme" : "in memory", zt_offload_describe(e->zero.off));
+    }
+    return ZT_OK;
+}
+
+/* LAMB takes one trust ratio per parameter tensor, so its optimizer learns where the model's
+ * tensors lie in the slice it updates. */
+static zt_status setup_lamb(zt_engine *e) {
+    const zt_model *m = e->model;
+    if (!e->be->ops->lamb_moments || !e->be->ops->lamb_apply)
+        return zt_error(ZT_ERR_UNSUPPORTED, "engine: optimizer %s (LAMB) has no kernel on the %s "
+                        "backend", e->ds.optimizer.name, e->be->name);
+    size_t *starts = malloc((size_t)m->n_tensors * sizeof *starts);
+    if (!starts)
+        return zt_error(ZT_ERR_NOMEM, "engine: out of memory");
+    size_t end = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        starts[i] = m->tensors[i].offset;
+        size_t hi = m->tensors[i].offset + m->tensors[i].numel;
+        end = hi > end ? hi : end;
+    }
+    zt_status s = zt_optimizer_set_tensors(&e->opt, starts, m->n_tensors, end, m->n_padded,
+                                           e->ds.zero.stage == 0 ? 0 : e->zero.own_lo);
+    free(starts);
+    return s;
+}
+
+zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_model_spec *spec,
+                           const zt_dataset *train_data, const zt_engine_options *opts) {
+    zt_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return zt_error(ZT_ERR_NOMEM, "engine: out of memory");
+    e->ds = *ds;
+    e->opts = *opts;
+    e->grad_norm = NAN;
+    e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
+    e->dtype = ds->bf16.enabled ? ZT_BF16 : ds->fp16.enabled ? ZT_F16 : ZT_F32;
+    /* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes rank RANK's local gradients of optimizer step
+     * STEP not finite: how tests reach the overflow paths on purpose. */
+    e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->rank);
+    zt_loss_scaler_init(&e->scaler, ds);
+    zt_backend_options bo = {.threads = opts->threads};
+    /* A GPU rank takes the GPU of its LOCAL_RANK (ztrain/gpu.h), as the NCCL transport does. */
+    zt_dist_info local;
+    if (opts->device == ZT_DEVICE_CUDA && zt_dist_from_env(&local) == ZT_OK &&
+        zt_gpu_count() > 0)
+        bo.device_index = zt_gpu_for_rank(local.local_rank, zt_gpu_count());
+    zt_status s = zt_backend_create(&e->be, opts->device, &bo);
+    /* ZeRO's collectives take the backend's device memory (comm.h: zt_comm_dev_*). */
+    if (s == ZT_OK && opts->comm)
+        s = zt_comm_attach_backend(opts->comm, e->be);
+    if (s == ZT_OK && e->world != ds->world_size)
+        s = zt_error(ZT_ERR_INVALID, "engine: the job has %d ranks but the config was read for %d",
+                     e->world, ds->world_size);
+    /* Equal slices, each a multiple of 16 floats so every rank's slice stays 64-byte aligned. */
+    if (s == ZT_OK && opts->stage)
+        s = zt_model_create_stage(&e->model, spec, e->be, e->dtype,
+                                  ds->train_micro_batch_size_per_gpu, 16 * (size_t)e->world,
+                                  opts->stage);
+    else if (s == ZT_OK)
+        s = zt_model_create(&e->model, spec, e->be, e->dtype, ds->train_micro_batch_size_per_gpu,
+                            16 * (size_t)e->world);
+    if (s == ZT_OK) {
+        if (spec->init_from)
+            s = zt_model_load_safetensors(e->model, spec->init_from);
+        else
+            s = e->model->ops->init_weights(e->model, opts->seed);
+    }
+    bool offload_optimizer = ds->zero.offload_optimizer.device != ZT_OFFLOAD_NONE;
+    if (s == ZT_OK)
+        s = zt_zero_init(&e->zero, e->model, opts->comm, ds->zero.stage,
+                         (size_t)ds->zero.reduce_bucket_size,
+                         (size_t)ds->zero.stage3_param_persistence_threshold,
+                         ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size,
+                         e->dtype, communication_dtype(ds, e->dtype), offload_optimizer);
+    if (s == ZT_OK && opts->stage)
+        zt_zero_set_pipeline(&e->zero, opts->stage_comm);
+    /* bf16 masters and optimizer states (ds_config.h): ZeRO keeps the state, in 16 bits. */
+    bool states16 = e->dtype == ZT_BF16 && ds->bf16.master_weights_and_grads &&
+                    ds->bf16.optimizer_states;
+    if (s == ZT_OK && ds->has_optimizer) {
+        size_t n = ds->zero.stage == 0 ? e->model->n_padded : e->zero.part;
+        /* Offloaded, the state belongs to the store (zero.h), which streams it to the kernel. */
+        if (offload_optimizer || states16)
+            zt_optimizer_init_external(&e->opt, &ds->optimizer, e->be, n);
+        else
+            s = zt_optimizer_init(&e->opt, &ds->optimizer, e->be, n);
+    }
+    if (s == ZT_OK && ds->has_optimizer && ds->optimizer.type == ZT_OPTIM_LAMB)
+        s = setup_lamb(e);
+    if (s == ZT_OK && states16)
+        s = zt_zero_use_states16(&e->zero, ds->has_optimizer ? &e->opt : NULL);
+    if (s == ZT_OK)
+        s = start_offload(e);
+    if (s == ZT_OK)
+        s = zt_zero_after_load(&e->zero);
+    if (s == ZT_OK && train_data) {
+        s = zt_loader_init(&e->loader, train_data, ds->train_micro_batch_size_per_gpu,
+                           spec->block_size, opts->rank, e->world, opts->shuffle,
+                           ds->dataloader_drop_last, opts->seed);
+        e->has_loader = s == ZT_OK;
+    }
+    if (s == ZT_OK) {
+        /* Pinned, so a GPU reads a batch's tokens with an asynchronous copy (or in place). */
+        e->batch_bytes = (size_t)ds->train_micro_batch_size_per_gpu * spec->block_size *
+                         sizeof(int32_t);
+        e->batch_inputs = zt_backend_alloc(e->be, ZT_MEM_PINNED, e->batch_bytes);
+        e->batch_targets = zt_backend_alloc(e->be, ZT_MEM_PINNED, e->batch_bytes);
+        if (!e->batch_inputs || !e->batch_targets)
+            s = zt_error(ZT_ERR_NOMEM, "engine: out of memory");
+    }
+    if (s != ZT_OK) {
+        zt_engine_destroy(e);
+        return s;
+    }
+    double beta1 = ds->optimizer.type == ZT_OPTIM_SGD ? ds->optimizer.momentum : ds->optimizer.beta1;
+    zt_lr_schedule_init(&e->sched, &ds->scheduler, ds->optimizer.lr, beta1);
+    *out = e;
+    return ZT_OK;
+}
+
+void zt_engine_destroy(zt_engine *e) {
+    if (!e)
+        return;
+    zt_zero_free(&e->zero);
+    zt_model_destroy(e->model);
+    if (e->ds.has_optimizer)
+        zt_optimizer_free(&e->opt);
+    if (e->has_loader)
+        zt_loader_free(&e->loader);
+    if (e->be) {
+        zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_inputs, e->batch_bytes);
+        zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_targets, e->batch_bytes);
+    }
+    /* The communicator outlives the engine: it lets go of the backend and its staging first. */
+    if (e->opts.comm && e->be)
+        zt_comm_attach_backend(e->opts.comm, NULL);
+    zt_backend_destroy(e->be);
+    free(e);
+}
+
+zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b) {
+    if (!e->has_loader)
+        return zt_error(ZT_ERR_INVALID, "engine: no training data was given to the engine");
+    b->B = zt_loader_next(&e->loader, e->batch_inputs, e->batch_targets);
+    b->T = e->model->spec.block_size;
+    b->inputs = e->batch_inputs;
+    b->targets = e->batch_targets;
+    return ZT_OK;
+}
+
+static zt_status check_batch(const zt_engine *e, const zt_batch *b) {
+    if (b->B < 1 || b->B > e->model->max_batch || b->T < 1 || b->T > e->model->spec.block_size)
+        return zt_error(ZT_ERR_INVALID,
+                        "engine: batch of %d×%d tokens does not fit micro batch %d × block_size %d",
+                        b->B, b->T, e->model->max_batch, e->model->spec.block_size);
+    const int V = e->model->spec.vocab_size;
+    for (int i = 0; i < b->B * b->T; i++) {
+        if (b->inputs[i] < 0 || b->inputs[i] >= V || b->targets[i] >= V)
+            return zt_error(ZT_ERR_INVALID, "engine: token at batch position %d is outside vocab_size %d",
+                            i, V);
+    }
+    return ZT_OK;
+}
+
+zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
+    ZT_TRY(check_batch(e, b));
+    double t0 = now_ms(), c0 = zt_comm_thread_ms();
+    if (e->micro_steps % e->ds.gradient_accumulation_steps == 0)
+        memset(&e->current, 0, sizeof e->current);
+    int counted = 0;
+    for (int i = 0; i < b->B * b->T; i++)
+        counted += b->targets[i] >= 0;
+    /* fp16 scales the loss (DeepSpeed's loss scaler); the gradients are unscaled at the step. */
+    float grad_scale = counted ? (float)(zt_loss_scaler_scale(&e->scaler) /
+                                         ((double)counted * e->ds.gradient_accumulation_steps))
+                               : 0.0f;
+    *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
+    e->forward_pending = grad_scale != 0.0f;
+    e->current.forward_ms += now_ms() - t0;
+    e->current.forward_comm_ms += zt_comm_thread_ms() - c0;
+    return zt_zero_status(&e->zero);
+}
+
+zt_status zt_engine_backward(zt_engine *e) {
+    if (!e->forward_pending)
+        return zt_error(ZT_ERR_INVALID, "engine: backward() without a preceding training forward()");
+    double t0 = now_ms(), c0 = zt_comm_thread_ms();
+    e->model->ops->backward(e->model);
+    e->forward_pending = false;
+    e->current.backward_ms += now_ms() - t0;
+    e->current.backward_comm_ms += zt_comm_thread_ms() - c0;
+    return zt_zero_status(&e->zero);
+}
+
+zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss) {
+    ZT_TRY(check_batch(e, b));
+    *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, 0.0f);
+    e->forward_pending = false;
+    return zt_zero_status(&e->zero);
+}
+
+bool zt_engine_is_gradient_accumulation_boundary(const zt_engine *e) {
+    return (e->micro_steps + 1) % e->ds.gradient_accumulation_steps == 0;
+}
+
+/* Clipping as DeepSpeed's fp32 path: scale by max_norm / (norm + 1e-6) when below 1. */
+static void clip_gradients(zt_engine *e, float *g, size_t count, double norm) {
+    if (e->ds.gradient_clipping <= 0.0)
+        return;
+    double coef = e->ds.gradient_clipping / (norm + 1e-6);
+    if (coef < 1.0)
+        e->be->ops->scale(&e->model->ctx, g, count, (float)coef);
+}
+
+static void log_step(zt_engine *e) {
+    FILE *log = e->opts.log;
+    if (!log || e->opts.rank != 0)
+        return;
+    if (e->ds.steps_per_print > 0 && e->global_steps % e->ds.steps_per_print == 0)
+        fprintf(log, "[ztrain] step=%lld, skipped=%lld, lr=[%g], mom=[%g]\n",
+                (long long)e->global_steps, (long long)e->skipped_steps,
+                zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched));
+    if (e->ds.wall_clock_breakdown)
+        fprintf(log, "[ztrain] time (ms) | fwd: %.2f | bwd: %.2f | bwd_inner: %.2f | "
+                "bwd_allreduce: %.2f | step: %.2f\n",
+                e->timers.forward_ms, e->timers.backward_ms,
+                e->timers.backward_ms - e->timers.backward_comm_ms, e->timers.backward_comm_ms,
+                e->timers.step_ms);
+}
+
+static void finish_step(zt_engine *e, double t0, bool applied) {
+    if (applied)
+        zt_lr_schedule_step(&e->sched);
+    else
+        e->skipped_steps++;
+    e->global_steps++;
+    e->micro_steps++;
+    e->step_applied = applied;
+    e->current.step_ms = now_ms() - t0;
+    e->current.step_comm_ms = zt_comm_thread_ms() - e->step_comm0;
+    e->timers = e->current;
+    log_step(e);
+}
+
+/* What the gate (zt_engine_set_step_gate) says of this step; without one, nothing is held. */
+static bool gate_holds(zt_engine *e, double norm, bool overflow) {
+    return e->gate && e->gate(e->gate_ctx, e->global_steps + 1, norm, overflow);
+}
+
+/* A step whose update the gate held back: the gradients are dropped and the step counts as
+ * skipped, as an overflow's does. */
+static zt_status hold_step(zt_engine *e, double t0) {
+    ZT_TRY(zt_zero_after_step(&e->zero));
+    finish_step(e, t0, false);
+    return ZT_OK;
+}
+
+/* The mixed-precision step: the (loss-scaled) 16-bit gradients are checked for overflow — every
+ * rank sees the same global norm, so every rank skips the same step — then unscaled and clipped
+ * in one multiply (as DeepSpeed's ZeRO optimizer does) on their way into the fp32 masters. */
+static zt_status step_half(zt_engine *e, double t0) {
+    uint16_t *g;
+    size_t count;
+    double norm2, scale = zt_loss_scaler_scale(&e->scaler);
+    ZT_TRY(zt_zero_reduce_gradients_half(&e->zero, &g, &count));
+    ZT_TRY(zt_zero_norm_squared_half(&e->zero, g, count, &norm2));
+    bool overflow = !isfinite(norm2);
+    bool checked = e->ds.fp16.enabled || e->ds.bf16.check_grad_overflow;
+    FILE *log = e->opts.rank == 0 ? e->opts.log : NULL;
+    bool held = gate_holds(e, overflow ? NAN : sqrt(norm2) / scale, overflow && checked);
+    if (held && !(overflow && checked))
+        return hold_step(e, t0);
+    if (overflow && !checked)
+        return zt_error(ZT_ERR_NUMERIC,
+                        "engine: bf16 gradients are not finite at step %lld and "
+                        "bf16.check_grad_overflow is false: training diverged",
+                        (long long)e->global_steps + 1);
+    if (overflow) {
+        ZT_TRY(zt_zero_after_step(&e->zero)); /* zeroes the gradients */
+        if (e->ds.bf16.enabled && log)
+            fprintf(log, "[ztrain] bf16 gradient overflow at step %lld: skipping the step\n",
+                    (long long)e->global_steps + 1);
+        /* A gate that stops the run here keeps the scale as it is: the ZeRO rule would end
+         * the run at min_loss_scale before the checkpoint is written. */
+        zt_status s = held ? ZT_OK : zt_loss_scaler_update(&e->scaler, true, log);
+        finish_step(e, t0, false);
+        return s;
+    }
+    double norm = sqrt(norm2) / scale;
+    e->grad_norm = norm;
+    double combined = scale;
+    if (e->ds.gradient_clipping > 0.0) {
+        double clip = (norm + 1e-6) / e->ds.gradient_clipping;
+        if (clip > 1.0)
+            combined *= clip;
+    }
+    zt_optimizer_begin_step(&e->opt);
+    ZT_TRY(zt_zero_update_half(&e->zero, &e->opt, g, count, (float)(1.0 / combined),
+                               zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched)));
+    ZT_TRY(zt_zero_after_step(&e->zero));
+    ZT_TRY(zt_loss_scaler_update(&e->scaler, false, log));
+    finish_step(e, t0, true);
+    return ZT_OK;
+}
+
+zt_status zt_engine_step(zt_engine *e) {
+    if (e->forward_pending)
+        return zt_error(ZT_ERR_INVALID, "engine: step() after forward() without backward()");
+    e->step_applied = false;
+    if (!zt_engine_is_gradient_accumulation_boundary(e)) {
+        e->micro_steps++;
+        return ZT_OK;
+    }
+    if (!e->ds.has_optimizer)
+        return zt_error(ZT_ERR_INVALID, "engine: the DeepSpeed config has no \"optimizer\" section");
+    double t0 = now_ms();
+    e->step_comm0 = zt_comm_thread_ms();
+    if (e->inject_nan_step == e->global_steps + 1)
+        e->zero.poison_next = true;
+    if (e->dtype != ZT_F32)
+        return step_half(e, t0);
+    float *g, *p;
+    size_t count;
+    double norm2;
+    ZT_TRY(zt_zero_reduce_gradients(&e->zero, &g, &p, &count));
+    ZT_TRY(zt_zero_norm_squared(&e->zero, g, count, &norm2));
+    double norm = sqrt(norm2);
+    if (gate_holds(e, norm, false))
+        return hold_step(e, t0);
+    /* Every rank sees the same norm, so they all stop here together. */
+    if (!isfinite(norm))
+        return zt_error(ZT_ERR_NUMERIC,
+                        "engine: gradient norm is %g at step %lld: training diverged (lower the lr "
+                        "or enable gradient_clipping)",
+                        norm, (long long)e->global_steps + 1);
+    e->grad_norm = norm;
+    clip_gradients(e, g, count, norm);
+    zt_optimizer_begin_step(&e->opt);
+    ZT_TRY(zt_zero_update(&e->zero, &e->opt, p, g, count, zt_lr_schedule_lr(&e->sched),
+                          zt_lr_schedule_momentum(&e->sched)));
+    ZT_TRY(zt_zero_after_step(&e->zero));
+    finish_step(e, t0, true);
+    return ZT_OK;
+}
+
+void zt_engine_set_step_gate(zt_engine *e, zt_engine_step_gate gate, void *ctx) {
+    e->gate = gate;
+    e->gate_ctx = ctx;
+}
+
+bool zt_engine_was_step_applied(const zt_engine *e) { return e->step_applied; }
+int64_t zt_engine_global_steps(const zt_engine *e) { return e->global_steps; }
+int64_t zt_engine_global_samples(const zt_engine *e) {
+    return e->global_steps * e->ds.train_batch_size;
+}
+int64_t zt_engine_micro_steps(const zt_engine *e) { return e->micro_steps; }
+int64_t zt_engine_skipped_steps(const zt_engine *e) { return e->skipped_steps; }
+double zt_engine_get_lr(const zt_engine *e) { return zt_lr_schedule_lr(&e->sched); }
+double zt_engine_get_momentum(const zt_engine *e) { return zt_lr_schedule_momentum(&e->sched); }
+double zt_engine_global_grad_norm(const zt_engine *e) { return e->grad_norm; }
+zt_engine_timers zt_engine_get_timers(const zt_engine *e) { return e->timers; }
+zt_model *zt_engine_model(zt_engine *e) { return e->model; }
+void *zt_engine_local_grads(zt_engine *e, zt_dtype *dtype) {
+    ZT_ASSERT(e->zero.stage < 2);
+    *dtype = e->zero.half ? e->dtype : ZT_F32;
+    return e->zero.half ? (void *)e->zero.g16 : (void *)e->model->grads;
+}
+int zt_engine_rank(const zt_engine *e) { return e->zero.rank; }
+int zt_engine_world_size(const zt_engine *e) { return e->world; }
+zt_comm *zt_engine_comm(zt_engine *e) { return e->zero.comm; }
+
+void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part) {
+    *own_lo = e->zero.own_lo;
+    *part = e->zero.part;
+}
+
+zt_status zt_engine_gather_params(zt_engine *e) { return zt_zero_gather_all(&e->zero); }
+void zt_engine_release_unowned(zt_engine *e) { zt_zero_release_gathered(&e->zero); }
+zt_status zt_engine_params_loaded(zt_engine *e) { return zt_zero_after_load(&e->zero); }
+bool zt_engine_params_sharded(const zt_engine *e) { return zt_zero_params_sharded(&e->zero); }
+zt_status zt_engine_read_own_params(zt_engine *e, size_t first, float *dst, size_t count) {
+    return zt_zero_read_own(&e->zero, first, dst, count);
+}
+zt_status zt_engine_gather_layer(zt_engine *e, int layer) {
+    return zt_zero_gather_layer(&e->zero, layer);
+}
+void zt_engine_release_layer(zt_engine *e, int layer) { zt_zero_release_layer(&e->zero, layer); }
+zt_status zt_engine_load_params(zt_engine *e, zt_engine_param_reader read, void *ctx) {
+    return zt_zero_load_params(&e->zero, read, ctx);
+}
+double zt_engine_loss_scale(const zt_engine *e) { return zt_loss_scaler_scale(&e->scaler); }
+zt_loss_scaler *zt_engine_loss_scaler(zt_engine *e) { return &e->scaler; }
+bool zt_engine_mixed_precision(const zt_engine *e) { return e->dtype != ZT_F32; }
+
+zt_engine_memory zt_engine_take_memory(zt_engine *e) {
+    size_t opt = 0;
+    if (e->ds.has_optimizer)
+        opt = e->opt.n * sizeof(float) * ((e->opt.m ? 1 : 0) + (e->opt.v ? 1 : 0));
+    return zt_zero_take_memory(&e->zero, opt);
+}
+
+static int state_stream(zt_state_kind kind) {
+    return kind == ZT_STATE_MASTER ? ZT_OFFLOAD_MASTER
+           : kind == ZT_STATE_EXP_AVG ? ZT_OFFLOAD_EXP_AVG : ZT_OFFLOAD_EXP_AVG_SQ;
+}
+
+bool zt_engine_has_state(const zt_engine *e, zt_state_kind kind) {
+    return e->ds.has_optimizer && zt_zero_has_state(&e->zero, &e->opt, state_stream(kind));
+}
+
+zt_status zt_engine_read_state(zt_engine *e, zt_state_kind kind, size_t first, float *dst,
+                               size_t count) {
+    return zt_zero_state_copy(&e->zero, &e->opt, state_stream(kind), false, first, dst, count);
+}
+
+zt_status zt_engine_write_state(zt_engine *e, zt_state_kind kind, size_t first, const float *src,
+                                size_t count) {
+    return zt_zero_state_copy(&e->zero, &e->opt, state_stream(kind), true, first, (float *)src,
+                              count);
+}
+const zt_ds_config *zt_engine_config(const zt_engine *e) { return &e->ds; }
+zt_loader *zt_engine_loader(zt_engine *e) { return e->has_loader ? &e->loader : NULL; }
+zt_optimizer *zt_engine_optimizer(zt_engine *e) { return e->ds.has_optimizer ? &e->opt : NULL; }
+zt_lr_schedule *zt_engine_schedule(zt_engine *e) { return &e->sched; }
+
+void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t micro_steps,
+                            int64_t skipped_steps) {
+    e->global_steps = global_steps;
+    e->micro_steps = micro_steps;
+    e->skipped_steps = skipped_steps;
+}

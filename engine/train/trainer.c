@@ -1,0 +1,643 @@
+/* The training loop of a job: forward/backward/step over the engine, metrics every log_interval
+ * steps, evaluation, checkpoints, and a progress display. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "ztrain/ckpt_pipeline.h"
+#include "eval_sample.h"
+#include "ztrain/fsutil.h"
+#include "ztrain/pipe_engine.h"
+#include "ztrain/rank_stats.h"
+#include "trainer_events.h"
+#include "ztrain/checkpoint.h"
+#include "ztrain/engine.h"
+#include "ztrain/gpu.h"
+#include "ztrain/metrics.h"
+#include "ztrain/monitor.h"
+#include "ztrain/trainer.h"
+
+enum { MEM_PER_RANK = 5, STEP_METRICS = 12 };
+
+/* The per-rank memory record of every logged step, sized for the job's world when training
+ * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
+typedef struct {
+    double *values;   /* [world * MEM_PER_RANK]: this rank's filled in, then summed over ranks */
+    char (*keys)[48]; /* [n]: "memory/rank<r>/<name>" */
+    zt_metric *all;   /* [STEP_METRICS + n + the rank figures' most]: the step's whole record */
+    int n;            /* the metrics per step: world × the names that apply */
+} memory_metrics;
+
+typedef struct {
+    const zt_job_spec *job;
+    const zt_train_options *opts;
+    zt_engine *e;
+    zt_dataset train, val;
+    bool has_train, has_val;
+    zt_loader val_loader;
+    bool has_val_loader;
+    int32_t *val_inputs, *val_targets;
+    zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens) */
+    bool has_sampler;
+    zt_metrics_writer metrics;
+    int64_t max_steps;
+    int64_t first_step;         /* global step when this run started (after resume) */
+    char resume_tag[256];       /* the checkpoint to resume from; "" for step 0 */
+    int64_t saved_step;         /* the step of the last checkpoint this run wrote; -1: none */
+    double timed_ms;            /* summed step time after warmup */
+    double timed_tokens;
+    int64_t timed_steps;
+    double start_ms;
+    bool tty;
+    int rank, world;
+    zt_comm *comm;      /* NULL for one rank */
+    memory_metrics mem; /* the per-rank memory record's buffers */
+    zt_rank_stats stats; /* the per-rank step breakdown and system metrics */
+    zt_monitor *monitor; /* rank 0's DeepSpeed monitors (tensorboard, csv_monitor); NULL: none */
+    zt_pipe *pipe;       /* a pipelined job's stage (it owns e); NULL otherwise */
+    int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped */
+    char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
+    zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
+} trainer;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void format_duration(char *buf, size_t size, double seconds) {
+    if (!isfinite(seconds) || seconds < 0)
+        snprintf(buf, size, "?");
+    else if (seconds < 60)
+        snprintf(buf, size, "%.0fs", seconds);
+    else if (seconds < 3600)
+        snprintf(buf, size, "%dm%02ds", (int)seconds / 60, (int)seconds % 60);
+    else
+        snprintf(buf, size, "%dh%02dm", (int)seconds / 3600, ((int)seconds % 3600) / 60);
+}
+
+static zt_status open_data(trainer *t) {
+    const zt_job_spec *job = t->job;
+    ZT_TRY(zt_dataset_open_train(&t->train, &job->data, job->model.vocab_size));
+    t->has_train = true;
+    if (job->data.val && job->train.eval_interval > 0) {
+        ZT_TRY(zt_dataset_open(&t->val, job->data.val, job->model.vocab_size));
+        t->has_val = true;
+        const zt_ds_config *ds = &job->ds;
+        ZT_TRY(zt_loader_init(&t->val_loader, &t->val, ds->train_micro_batch_size_per_gpu,
+                              job->model.block_size, t->data_rank, t->data_world, false, false,
+                              job->train.seed));
+        t->has_val_loader = true;
+        size_t n = (size_t)ds->train_micro_batch_size_per_gpu * job->model.block_size;
+        t->val_inputs = malloc(n * sizeof(int32_t));
+        t->val_targets = malloc(n * sizeof(int32_t));
+        if (!t->val_inputs || !t->val_targets)
+            return zt_error(ZT_ERR_NOMEM, "out of memory");
+        if (t->rank == 0 && job->data.sample_tokens > 0) {
+            ZT_TRY(zt_eval_sampler_init(&t->sampler, job));
+            t->has_sampler = true;
+        }
+    }
+    return ZT_OK;
+}
+
+/* Mean loss over eval_steps validation batches, always the same ones (from the start of the
+ * validation set), so successive evaluations are comparable. */
+static zt_status evaluate(trainer *t, double *loss) {
+    zt_loader_seek(&t->val_loader, 0, 0);
+    int steps = t->job->train.eval_steps;
+    int64_t per_epoch = zt_loader_batches_per_epoch(&t->val_loader);
+    if (steps > per_epoch)
+        steps = (int)per_epoch;
+    if (t->pipe)
+        return zt_pipe_eval(t->pipe, &t->val_loader, steps, loss);
+    double sum = 0.0;
+    for (int i = 0; i < steps; i++) {
+        zt_batch b = {t->val_inputs, t->val_targets, 0, t->job->model.block_size};
+        b.B = zt_loader_next(&t->val_loader, t->val_inputs, t->val_targets);
+        float l;
+        ZT_TRY(zt_engine_eval_loss(t->e, &b, &l));
+        sum += l;
+    }
+    *loss = steps ? sum / steps : NAN;
+    if (t->comm)
+        ZT_TRY(zt_comm_all_reduce(t->comm, loss, 1, ZT_F64, ZT_REDUCE_AVG));
+    return ZT_OK;
+}
+
+static int64_t plan_steps(const trainer *t) {
+    const zt_job_spec *job = t->job;
+    int64_t steps = job->train.max_steps;
+    if (steps <= 0) {
+        int64_t batches = zt_loader_batches_per_epoch(zt_engine_loader(t->e));
+        int64_t per_epoch = batches / job->ds.gradient_accumulation_steps;
+        steps = (per_epoch > 0 ? per_epoch : 1) * (job->train.epochs > 0 ? job->train.epochs : 1);
+    }
+    if (job->train.bench_steps > 0 && t->first_step + job->train.bench_steps < steps)
+        steps = t->first_step + job->train.bench_steps;
+    return steps;
+}
+
+static void show_progress(trainer *t, int64_t step, double loss, double lr, double tok_s,
+                          bool final) {
+    FILE *out = t->opts->progress;
+    if (!out)
+        return;
+    double per_step = t->timed_steps ? t->timed_ms / t->timed_steps
+                                     : (now_ms() - t->start_ms) / (double)(step - t->first_step);
+    char eta[32];
+    format_duration(eta, sizeof eta, per_step * (double)(t->max_steps - step) / 1e3);
+    char speed[32];
+    if (isfinite(tok_s))
+        snprintf(speed, sizeof speed, "%.1fk tok/s", tok_s / 1e3);
+    else
+        snprintf(speed, sizeof speed, "warmup");
+    if (t->tty) {
+        int width = 24, done = (int)(width * step / (t->max_steps ? t->max_steps : 1));
+        char bar[32];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < done ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(out, "\r[%s] step %lld/%lld | loss %.4f | lr %.2e | %s | ETA %s\033[K", bar,
+                (long long)step, (long long)t->max_steps, loss, lr, speed, eta);
+        if (final)
+            fputc('\n', out);
+    } else {
+        fprintf(out, "step %lld/%lld | loss %.4f | lr %.2e | %s | ETA %s\n", (long long)step,
+                (long long)t->max_steps, loss, lr, speed, eta);
+    }
+    fflush(out);
+}
+
+/* The engine prints DeepSpeed's steps_per_print and wall_clock_breakdown lines during a step; on
+ * a terminal they must not be appended to the progress bar. */
+static void clear_bar_before_engine_log(trainer *t) {
+    const zt_ds_config *ds = &t->job->ds;
+    int64_t next = zt_engine_global_steps(t->e) + 1;
+    if (t->tty && (ds->wall_clock_breakdown ||
+                   (ds->steps_per_print > 0 && next % ds->steps_per_print == 0))) {
+        fputs("\r\033[K", t->opts->progress);
+        fflush(t->opts->progress);
+    }
+}
+
+static void print_line(trainer *t, const char *fmt, double v) {
+    FILE *out = t->opts->progress;
+    if (!out)
+        return;
+    if (t->tty)
+        fputs("\r\033[K", out);
+    fprintf(out, fmt, v);
+    fflush(out);
+}
+
+/* A stop right after an interval checkpoint would save the same step again: the checkpoint this
+ * run has just written is the one it would write. */
+static zt_status save_checkpoint(trainer *t) {
+    int64_t step = zt_engine_global_steps(t->e);
+    if (!t->job->train.checkpoint_dir || step == t->saved_step)
+        return ZT_OK;
+    /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h). */
+    if (t->pipe && t->rank == 0)
+        ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
+    ZT_TRY(zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
+    /* Each stage saves among its replicas only: the step's checkpoint is whole once all are. */
+    if (t->pipe)
+        ZT_TRY(zt_comm_barrier(t->comm));
+    t->saved_step = step;
+    return ZT_OK;
+}
+
+/* Decides, before anything is created, what a resumable job starts from (zt_ckpt_find_resume),
+ * so that a checkpoint_dir whose `latest` leads nowhere neither fails late nor starts over
+ * silently. Rank 0 prints the notice, if any. */
+static zt_status choose_resume(trainer *t) {
+    const char *dir = t->ckpt_dir;
+    char note[4096];
+    t->resume_tag[0] = '\0';
+    if (!t->job->train.resume || !dir[0])
+        return ZT_OK;
+    ZT_TRY(zt_ckpt_find_resume(dir, t->resume_tag, sizeof t->resume_tag, note, sizeof note));
+    if (note[0] && t->opts->progress) {
+        fprintf(t->opts->progress, "%s\n", note);
+        fflush(t->opts->progress);
+    }
+    return ZT_OK;
+}
+
+/* The stages of a pipeline resume from the same step, or not at all: a save killed after some
+ * stages had finished leaves them apart. */
+static zt_status agree_on_resume(trainer *t) {
+    const char *digits = strpbrk(t->resume_tag, "0123456789");
+    double step[2] = {digits ? atof(digits) : 0.0, 0.0};
+    step[1] = -step[0];
+    ZT_TRY(zt_comm_all_reduce(t->comm, step, 2, ZT_F64, ZT_REDUCE_MAX));
+    if (step[0] != -step[1])
+        return zt_error(ZT_ERR_FORMAT, "%s: the pipeline's stages would resume from different "
+                        "steps (%g to %g): a save did not finish on every stage; delete the "
+                        "newer stage checkpoints",
+                        t->job->train.checkpoint_dir, -step[1], step[0]);
+    return ZT_OK;
+}
+
+static zt_status maybe_resume(trainer *t) {
+    const char *dir = t->ckpt_dir;
+    if (t->pipe && t->job->train.resume && t->job->train.checkpoint_dir)
+        ZT_TRY(agree_on_resume(t));
+    if (!t->resume_tag[0])
+        return ZT_OK;
+    ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
+    if (t->opts->progress)
+        fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n", dir, t->resume_tag,
+                (long long)zt_engine_global_steps(t->e));
+    return ZT_OK;
+}
+
+/* Metrics are written by rank 0 only. */
+static zt_status write_metrics(trainer *t, const zt_metric *m, int n) {
+    return t->rank == 0 ? zt_metrics_write(&t->metrics, m, n) : ZT_OK;
+}
+
+/* A stop request on any rank stops every rank before the same step. */
+static zt_status agree_to_stop(trainer *t, bool *stop) {
+    double flag = t->opts->stop_requested && *t->opts->stop_requested ? 1.0 : 0.0;
+    if (t->comm)
+        ZT_TRY(zt_comm_all_reduce(t->comm, &flag, 1, ZT_F64, ZT_REDUCE_MAX));
+    *stop = flag > 0.0;
+    return ZT_OK;
+}
+
+static double peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
+}
+
+
+static const char *const mem_names[MEM_PER_RANK] = {"params_bytes", "grads_bytes",
+                                                    "optimizer_bytes", "peak_rss_bytes",
+                                                    "fp32_workspace_bytes"};
+
+/* Sizes the memory record for the world and names its metrics, once the engine says whether it
+ * trains in mixed precision (the fp32 workspace exists only then). */
+static zt_status memory_metrics_init(trainer *t) {
+    memory_metrics *mm = &t->mem;
+    size_t slots = (size_t)MEM_PER_RANK * (size_t)t->world;
+    mm->values = calloc(slots, sizeof *mm->values);
+    mm->keys = calloc(slots, sizeof *mm->keys);
+    mm->all = calloc(STEP_METRICS + slots + (size_t)zt_rank_stats_max_metrics(&t->stats),
+                     sizeof *mm->all);
+    if (!mm->values || !mm->keys || !mm->all)
+        return zt_error(ZT_ERR_NOMEM, "out of memory for the memory metrics of %d ranks",
+                        t->world);
+    int per_rank = zt_engine_mixed_precision(t->e) ? MEM_PER_RANK : MEM_PER_RANK - 1;
+    mm->n = 0;
+    for (int r = 0; r < t->world; r++)
+        for (int i = 0; i < per_rank; i++, mm->n++)
+            snprintf(mm->keys[mm->n], sizeof mm->keys[mm->n], "memory/rank%d/%s", r,
+                     mem_names[i]);
+    return ZT_OK;
+}
+
+static void memory_metrics_free(memory_metrics *mm) {
+    free(mm->values);
+    free(mm->keys);
+    free(mm->all);
+}
+
+/* Every rank's model-state bytes and peak RSS, gathered to rank 0 as memory/rank<r>/... into
+ * dst[0 .. t->mem.n) (all ranks take part; rank 0 gets the metrics). */
+static zt_status collect_memory_metrics(trainer *t, zt_metric *dst) {
+    memory_metrics *mm = &t->mem;
+    double *v = mm->values;
+    memset(v, 0, sizeof *v * MEM_PER_RANK * (size_t)t->world);
+    zt_engine_memory mem = zt_engine_take_memory(t->e);
+    double *mine = v + MEM_PER_RANK * t->rank;
+    mine[0] = mem.params_bytes;
+    mine[1] = mem.grads_bytes;
+    mine[2] = mem.optimizer_bytes;
+    mine[3] = peak_rss_bytes();
+    mine[4] = mem.workspace_bytes;
+    if (t->comm)
+        ZT_TRY(zt_comm_all_reduce(t->comm, v, (size_t)MEM_PER_RANK * t->world, ZT_F64,
+                                  ZT_REDUCE_SUM));
+    int per_rank = mm->n / t->world;
+    for (int k = 0; k < mm->n; k++)
+        dst[k] = (zt_metric){mm->keys[k], v[MEM_PER_RANK * (k / per_rank) + k % per_rank]};
+    return ZT_OK;
+}
+
+/* What DeepSpeed's engine.step() hands its monitors at each optimizer step (engine.py), at the
+ * global sample count: the lr the next step uses, and with fp16 the loss scale after this step;
+ * with wall_clock_breakdown the step's phase times. Also the step's loss as train_loss, which
+ * DeepSpeed's pipeline engine (and its base engine before 0.19) writes: the mean over the ranks. */
+static zt_status write_monitor(trainer *t, double loss) {
+    if (!t->monitor)
+        return ZT_OK;
+    const zt_ds_config *ds = &t->job->ds;
+    zt_monitor_event ev[8] = {{"Train/Samples/train_loss", loss},
+                              {"Train/Samples/lr", zt_engine_get_lr(t->e)}};
+    int n = 2;
+    if (ds->fp16.enabled)
+        ev[n++] = (zt_monitor_event){"Train/Samples/loss_scale", zt_engine_loss_scale(t->e)};
+    if (ds->wall_clock_breakdown) {
+        zt_engine_timers tm = zt_engine_get_timers(t->e);
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_forward", tm.forward_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward", tm.backward_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward_inner",
+                                     tm.backward_ms - tm.backward_comm_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_backward_allreduce",
+                                     tm.backward_comm_ms};
+        ev[n++] = (zt_monitor_event){"Train/Samples/elapsed_time_ms_step", tm.step_ms};
+    }
+    return zt_monitor_write(t->monitor, ev, n, zt_engine_global_samples(t->e));
+}
+
+/* An event whose policy is checkpoint_and_stop: the step's update was not applied, the weights
+ * are those before it, and they are saved before the run ends with the event as its error. */
+static zt_status stop_for_event(trainer *t, int64_t step) {
+    char why[512];
+    zt_trainer_events_stop_reason(&t->events, why, sizeof why);
+    ZT_TRY(save_checkpoint(t));
+    if (t->job->train.checkpoint_dir)
+        return zt_error(ZT_ERR_NUMERIC, "stopped at step %lld by %s; checkpoint written to %s",
+                        (long long)step, why, t->job->train.checkpoint_dir);
+    return zt_error(ZT_ERR_NUMERIC, "stopped at step %lld by %s (the job has no checkpoint_dir: "
+                    "no checkpoint written)", (long long)step, why);
+}
+
+static zt_status train_loop(trainer *t, zt_train_result *res) {
+    const zt_job_spec *job = t->job;
+    const int gas = job->ds.gradient_accumulation_steps;
+    double flops_per_token = zt_engine_model(t->e)->ops->flops_per_token(zt_engine_model(t->e));
+    /* A stage's model counts its own layers: the whole model's are the stages' sum (over every
+     * rank, divided by the replicas). */
+    if (t->pipe) {
+        ZT_TRY(zt_comm_all_reduce(t->comm, &flops_per_token, 1, ZT_F64, ZT_REDUCE_SUM));
+        flops_per_token /= t->data_world;
+    }
+    /* perf/mfu: the achieved FLOP/s over the dense bf16 peak of every rank's GPU (ztrain/gpu.h's
+     * table); no peak, and no MFU, on the CPU. */
+    const zt_backend *be = zt_engine_model(t->e)->ctx.be;
+    const double peak = be->device == ZT_DEVICE_CUDA ? zt_gpu_peak_of(be->device_index, NULL) : 0;
+    double last_loss = NAN;
+    t->start_ms = now_ms();
+    while (zt_engine_global_steps(t->e) < t->max_steps) {
+        bool stop;
+        ZT_TRY(agree_to_stop(t, &stop));
+        if (stop) {
+            res->stopped = true;
+            break;
+        }
+        double lr = zt_engine_get_lr(t->e);
+        clear_bar_before_engine_log(t);
+        double t0 = now_ms(), tokens = 0.0;
+        zt_rank_step rs = {.comm = zt_comm_thread_ms()};
+        zt_pipe_batch_result piped = {0};
+        if (t->pipe) {
+            ZT_TRY(zt_pipe_train_batch(t->pipe, &piped));
+            tokens = piped.tokens;
+        } else {
+            zt_trainer_events_begin_step(&t->events);
+        }
+        for (int micro = 0; micro < gas && !t->pipe; micro++) {
+            zt_batch b;
+            float loss;
+            double d0 = now_ms();
+            ZT_TRY(zt_engine_next_batch(t->e, &b));
+            zt_rank_stats_inject_delay(&t->stats);
+            rs.data += now_ms() - d0;
+            ZT_TRY(zt_engine_forward(t->e, &b, &loss));
+            ZT_TRY(zt_engine_backward(t->e));
+            /* Counted before the step: at the boundary the step's gate judges the loss. */
+            zt_trainer_events_add_micro(&t->events, loss, (double)b.B * b.T);
+            ZT_TRY(zt_engine_step(t->e));
+        }
+        /* The step's loss and tokens over all ranks (each rank's mean counts equally, as
+         * DeepSpeed averages the ranks' gradients), summed by the gate before the update; a
+         * pipeline's come from its last stage. */
+        double sums[2] = {0.0, tokens};
+        if (!t->pipe)
+            ZT_TRY(zt_trainer_events_step_sums(&t->events, sums));
+        tokens = sums[1];
+        double step_ms = now_ms() - t0;
+        rs.step_time = step_ms;
+        rs.comm = zt_comm_thread_ms() - rs.comm;
+        rs.engine = zt_engine_get_timers(t->e);
+        zt_rank_stats_step(&t->stats, &rs);
+        int64_t step = zt_engine_global_steps(t->e);
+        last_loss = t->pipe ? piped.loss : sums[0] / t->world;
+        if (!t->pipe && zt_trainer_events_stop(&t->events))
+            return stop_for_event(t, step);
+        if (!isfinite(last_loss) && (t->pipe || !zt_trainer_events_held(&t->events)))
+            return zt_error(ZT_ERR_NUMERIC, "training diverged: loss is %g at step %lld",
+                            last_loss, (long long)step);
+        ZT_TRY(write_monitor(t, last_loss));
+        bool timed = step - t->first_step > job->train.warmup_steps;
+        double tok_s = NAN, tflops = NAN;
+        if (timed) {
+            t->timed_ms += step_ms;
+            t->timed_tokens += tokens;
+            t->timed_steps++;
+            tok_s = tokens / (step_ms / 1e3);
+            tflops = tok_s * flops_per_token / 1e12;
+        }
+        bool last = step == t->max_steps;
+        bool logged = step % job->train.log_interval == 0 || last;
+        if (t->tty && !logged)
+            show_progress(t, step, last_loss, lr, tok_s, false);
+        if (logged) {
+            zt_loader *l = zt_engine_loader(t->e);
+            double epoch = (double)l->epoch + (double)l->pos / (double)(l->per_rank ? l->per_rank : 1);
+            zt_metric m[STEP_METRICS] = {
+                {"train/global_step", (double)step},
+                {"train/loss", last_loss},
+                {"train/learning_rate", lr},
+                {"train/grad_norm", zt_engine_global_grad_norm(t->e)},
+                {"train/epoch", epoch},
+                {"train/samples", (double)zt_engine_global_samples(t->e)},
+                {"train/skipped_steps", (double)zt_engine_skipped_steps(t->e)},
+                {"perf/step_time_ms", step_ms},
+                {"perf/tokens_per_second", tok_s},
+                {"perf/tflops", tflops},
+            };
+            /* Warmup steps carry no perf figures: they are left out of timing. */
+            int n = timed ? 10 : 8;
+            if (timed && peak > 0)
+                m[n++] = (zt_metric){"perf/mfu", tflops * 1e12 / (peak * t->world)};
+            if (job->ds.fp16.enabled)
+                m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
+            /* A pipeline's measured bubble: idle time over the schedule's time. */
+            if (t->pipe)
+                m[n++] = (zt_metric){"perf/pipeline_bubble", piped.bubble};
+            zt_metric *all = t->mem.all;
+            memcpy(all, m, sizeof(zt_metric) * n);
+            ZT_TRY(collect_memory_metrics(t, all + n));
+            int n_ranks;
+            ZT_TRY(zt_rank_stats_collect(&t->stats, t->comm, all + n + t->mem.n, &n_ranks));
+            ZT_TRY(write_metrics(t, all, n + t->mem.n + n_ranks));
+            show_progress(t, step, last_loss, lr, tok_s, last);
+        }
+        if (t->has_val && step % job->train.eval_interval == 0) {
+            double eval_loss;
+            ZT_TRY(evaluate(t, &eval_loss));
+            zt_metric m[] = {{"train/global_step", (double)step}, {"eval/loss", eval_loss}};
+            ZT_TRY(write_metrics(t, m, 2));
+            res->final_eval_loss = eval_loss;
+            char fmt[64];
+            snprintf(fmt, sizeof fmt, "step %lld | eval loss %%.4f\n", (long long)step);
+            print_line(t, fmt, eval_loss);
+            if (t->has_sampler && t->opts->progress) {
+                if (t->tty)
+                    fputs("\r\033[K", t->opts->progress);
+                ZT_TRY(zt_eval_sampler_run(&t->sampler, zt_engine_model(t->e), step,
+                                           t->opts->progress));
+            }
+        }
+        if (job->train.checkpoint_interval > 0 && step % job->train.checkpoint_interval == 0 &&
+            !last)
+            ZT_TRY(save_checkpoint(t));
+    }
+    res->steps = zt_engine_global_steps(t->e);
+    res->final_loss = last_loss;
+    res->tokens_per_second = t->timed_steps ? t->timed_tokens / (t->timed_ms / 1e3) : NAN;
+    res->tflops = res->tokens_per_second * flops_per_token / 1e12;
+    return save_checkpoint(t);
+}
+
+/* Refuses what would only fail after training had run for a while. */
+static zt_status check_job(const zt_job_spec *job, int world) {
+    if (job->world_size != world)
+        return zt_error(ZT_ERR_INVALID,
+                        "world_size is %d but %d rank(s) were started (run multi-rank jobs with "
+                        "`ztrain run`, or a launcher that sets WORLD_SIZE)",
+                        job->world_size, world);
+    if (!job->ds.has_optimizer)
+        return zt_error(ZT_ERR_INVALID,
+                        "deepspeed: the config has no \"optimizer\" section, which training "
+                        "needs");
+    /* A sample is generated by rank 0 alone, which at stage 3 holds only its part of the
+     * weights. */
+    if (job->data.sample_tokens > 0 && job->ds.zero.stage == 3 && world > 1)
+        return zt_error(ZT_ERR_UNSUPPORTED,
+                        "data.sample_tokens: samples at evaluation need the whole model on rank "
+                        "0, which ZeRO stage 3 on %d ranks partitions",
+                        world);
+    if (job->data.sample_tokens > 0 && job->pipeline.stages > 1)
+        return zt_error(ZT_ERR_UNSUPPORTED,
+                        "data.sample_tokens: samples at evaluation need the whole model on rank "
+                        "0, which pipeline.stages %d splits", job->pipeline.stages);
+    if (job->train.checkpoint_dir)
+        return zt_mkdirs(job->train.checkpoint_dir);
+    return ZT_OK;
+}
+
+zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_train_result *res) {
+    trainer t = {.job = job, .opts = opts, .saved_step = -1};
+    memset(res, 0, sizeof *res);
+    res->final_eval_loss = NAN;
+    res->final_loss = NAN;
+    t.tty = opts->progress && isatty(fileno(opts->progress));
+
+    t.rank = opts->dist ? opts->dist->rank : 0;
+    t.world = opts->dist ? opts->dist->world_size : 1;
+    t.comm = t.world > 1 ? opts->comm : NULL;
+    /* A pipelined job's data-parallel rank is the replica (DeepSpeed's grid). */
+    bool grid = job->pipeline.stages > 1 && t.world % job->pipeline.stages == 0;
+    t.data_world = grid ? t.world / job->pipeline.stages : t.world;
+    t.data_rank = zt_pipe_replica_of(t.rank, t.data_world);
+    if (job->train.checkpoint_dir && grid)
+        zt_ckpt_stage_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
+                          zt_pipe_stage_of(t.rank, t.data_world));
+    else if (job->train.checkpoint_dir)
+        snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", job->train.checkpoint_dir);
+    zt_status s = choose_resume(&t);
+    if (s == ZT_OK)
+        s = check_job(job, t.world);
+    if (s == ZT_OK && t.world > 1 && !t.comm)
+        s = zt_error(ZT_ERR_INVALID, "rank %d of %d has no communicator", t.rank, t.world);
+    if (s == ZT_OK)
+        s = open_data(&t);
+    if (s == ZT_OK) {
+        zt_engine_options eo = {.seed = job->train.seed, .shuffle = job->data.shuffle,
+                                .rank = t.rank, .comm = t.comm, .device = job->device,
+                                .threads = opts->threads,
+                                .log = t.rank == 0 ? opts->progress : NULL,
+                                .job_name = job->name};
+        if (job->pipeline.stages > 1) {
+            s = zt_pipe_create(&t.pipe, job, &t.train, t.comm, &eo);
+            t.e = s == ZT_OK ? zt_pipe_engine(t.pipe) : NULL;
+        } else {
+            s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
+        }
+    }
+    if (s == ZT_OK)
+        s = zt_rank_stats_init(&t.stats, t.rank, t.world, opts->dist ? opts->dist->local_rank : 0,
+                               job->device, opts->progress);
+    if (s == ZT_OK)
+        s = memory_metrics_init(&t);
+    if (s == ZT_OK && !t.pipe) /* pipelines take no anomaly rules (job_pipeline.c) */
+        s = zt_trainer_events_init(&t.events, job, t.e, t.comm, t.rank, t.world);
+    if (s == ZT_OK && t.rank == 0)
+        s = zt_monitor_open(&t.monitor, &job->ds.monitor);
+    if (s == ZT_OK)
+        s = maybe_resume(&t);
+    if (s == ZT_OK && opts->out_dir && t.rank == 0) {
+        char path[4200];
+        s = zt_mkdirs(opts->out_dir);
+        /* The run directory records what the DeepSpeed config came to, "auto" values resolved. */
+        if (s == ZT_OK)
+            s = zt_job_spec_write_effective(job, opts->out_dir);
+        snprintf(path, sizeof path, "%s/metrics.jsonl", opts->out_dir);
+        /* A resumable job's records are appended, also when it starts from step 0: an earlier
+         * run's metrics.jsonl in the same directory is never truncated. */
+        if (s == ZT_OK)
+            s = zt_metrics_open(&t.metrics, path,
+                                job->train.resume || zt_engine_global_steps(t.e) > 0);
+        /* The same records as TensorBoard event files, a new file per run as SummaryWriter
+         * makes: a resumed run's steps continue in it. */
+        snprintf(path, sizeof path, "%s/%s", opts->out_dir, ZT_METRICS_TB_DIR);
+        if (s == ZT_OK)
+            s = zt_metrics_tensorboard(&t.metrics, path);
+    } else if (s == ZT_OK) {
+        s = zt_metrics_open(&t.metrics, "/dev/null", true);
+    }
+    if (s == ZT_OK) {
+        t.first_step = zt_engine_global_steps(t.e);
+        t.max_steps = plan_steps(&t);
+        if (!t.pipe)
+            zt_trainer_events_report_to(&t.events, &t.metrics, opts->progress, opts->out_dir);
+        if (t.rank == 0 && opts->metrics_fd > 0) {
+            zt_metrics_mirror(&t.metrics, opts->metrics_fd);
+            zt_metrics_event(&t.metrics, "running", (long long)t.first_step,
+                             (long long)t.max_steps);
+        }
+        s = train_loop(&t, res);
+    }
+    if (t.metrics.f)
+        zt_metrics_close(&t.metrics);
+    zt_monitor_close(t.monitor);
+    if (t.pipe) {
+        zt_pipe_destroy(t.pipe);
+    } else {
+        zt_trainer_events_free(&t.events);
+        zt_engine_destroy(t.e);
+    }
+    memory_metrics_free(&t.mem);
+    zt_rank_stats_free(&t.stats);
+    if (t.has_val_loader)
+        zt_loader_free(&t.val_loader);
+    free(t.val_inputs);
+    free(t.val_targets);
+    if (t.has_sampler)
+        zt_eval_sampler_free(&t.sampler);
+    if (t.has_val)
+        zt_dataset_close(&t.val);
+    if (t.has_train)
+        zt_dataset_close(&t.train);
+    return s;
+}

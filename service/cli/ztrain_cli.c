@@ -1,0 +1,591 @@
+/* ztrain: the command-line front end.
+ *
+ *   ztrain prepare --tokenizer T --out DIR INPUT...   text/JSONL to token shards (cli_prepare.h)
+ *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
+ *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
+ *   ztrain config-keys                                the DeepSpeed key table, as markdown
+ *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
+ *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF safetensors
+ *   ztrain export CKPT_DIR --hf DIR [--max-shard-size SIZE]   a Hugging Face model directory
+ *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
+ *
+ * Exit status: 0 success, 1 the job or command failed (the message says why), 2 bad usage,
+ * 130 stopped by a signal after writing a checkpoint. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_prepare.h"
+#include "cli_text.h"
+#include "cli_remote.h"
+#include "launcher.h"
+#include "ztrain/admission.h"
+#include "ztrain/text.h"
+#include "ztrain/checkpoint.h"
+#include "ztrain/engine.h"
+#include "ztrain/hf_config.h"
+#include "ztrain/job_spec.h"
+#include "ztrain/model.h"
+#include "ztrain/sampler.h"
+#include "ztrain/trainer.h"
+
+#define ZTRAIN_VERSION "0.1.0"
+
+static const char usage[] =
+    "usage: ztrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run JOB.json [--out DIR] [--threads N]\n"
+    "      Train the job. Metrics go to DIR/metrics.jsonl (default DIR: runs/<job name>).\n"
+    "  sample CKPT_DIR [--tag TAG] [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
+    "                  [--temperature F] [--top-k K] [--seed S] [--threads N]\n"
+    "                  [--tokenizer TOKENIZER.json]\n"
+    "      Generate N tokens (default 200) from a checkpoint (default tag: latest); with a\n"
+    "      tokenizer (default: the job's data.tokenizer) the prompt and output are text.\n"
+    "  export CKPT_DIR --out FILE [--tag TAG]\n"
+    "      Write the checkpoint's weights as safetensors with Hugging Face names.\n"
+    "  export CKPT_DIR --hf DIR [--max-shard-size SIZE] [--tag TAG]\n"
+    "      Write a Hugging Face model directory (config.json, safetensors shards of at most\n"
+    "      SIZE, default 5GB, and their index) that transformers' from_pretrained loads.\n"
+    "  estimate JOB.json [--json]\n"
+    "      The job's memory per rank and on this host, as `ztrain run` and ztraind judge it.\n"
+    "  config-keys\n"
+    "      Every DeepSpeed config key ztrain knows, with its fate, as a markdown table.\n"
+    "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
+    "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n";
+
+static void print_usage(FILE *f) {
+    fputs(usage, f);
+    fputs(zt_cli_prepare_usage, f);
+    fputs("  --version, --help\n\ncommands for a running ztraind:\n", f);
+    fputs(zt_cli_remote_usage, f);
+}
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    stop_requested = 1;
+    /* A second signal ends the process at once. */
+    signal(sig, SIG_DFL);
+}
+
+int zt_cli_fail(const char *what) {
+    /* The message may quote a server's answer or a file's name: control characters are shown,
+     * not acted on. */
+    char *msg = zt_text_escape_dup(zt_last_error(), ZT_ESCAPE_KEEP_NEWLINE);
+    fprintf(stderr, "ztrain: %s%s\n", what ? what : "", msg ? msg : "(out of memory)");
+    free(msg);
+    return 1;
+}
+
+static int bad_usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "ztrain: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n");
+    print_usage(stderr);
+    return 2;
+}
+
+int zt_cli_parse_long(const char *opt, const char *s, long min, long max, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "ztrain: %s expects an integer in [%ld, %ld], got '%s'\n", opt, min, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int zt_cli_parse_double(const char *opt, const char *s, double min, double max, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= min && v <= max)) {
+        fprintf(stderr, "ztrain: %s expects a number in [%g, %g], got '%s'\n", opt, min, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The limits of a job that starts now on this host: what the host (or this process's memory
+ * cgroup) has available. False, with a warning, when that cannot be read: the job then runs
+ * unchecked, as it would have. */
+static bool host_limits(zt_admission_limits *lim, zt_host_memory *hm) {
+    if (zt_host_memory_read(hm) != ZT_OK) {
+        fprintf(stderr, "ztrain: warning: %s; the job's memory is not checked\n", zt_last_error());
+        return false;
+    }
+    *lim = (zt_admission_limits){
+        .host_bytes = hm->available,
+        .host_name = hm->cgroup_limited ? "what this process's memory cgroup has left"
+                                        : "the memory available on this host (MemAvailable)"};
+    return true;
+}
+
+static int cmd_estimate(int argc, char **argv) {
+    const char *job_path = NULL;
+    bool json = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = true;
+        else if (argv[i][0] == '-')
+            return bad_usage("estimate: unknown option '%s'", argv[i]);
+        else if (!job_path)
+            job_path = argv[i];
+        else
+            return bad_usage("estimate: unexpected argument '%s'", argv[i]);
+    }
+    if (!job_path)
+        return bad_usage("estimate: %sthe job file is missing", "");
+    zt_job_spec job;
+    if (zt_job_spec_load(&job, job_path) != ZT_OK)
+        return zt_cli_fail(NULL);
+    zt_memory_estimate e;
+    zt_admission_limits lim = {0};
+    zt_host_memory hm = {0};
+    bool checked = host_limits(&lim, &hm);
+    zt_status s = zt_memory_estimate_job(&job, job_path, &e);
+    bool fits = s == ZT_OK && zt_admission_check(&job, &lim, job_path, NULL) == ZT_OK;
+    zt_job_spec_free(&job);
+    if (s != ZT_OK)
+        return zt_cli_fail(NULL);
+    if (json) {
+        printf("{\"params\": %llu, \"padded\": %llu, \"stage\": %d, \"world_size\": %d, "
+               "\"param_size\": %d, \"state_size\": %d, \"param_bytes\": %llu, "
+               "\"grad_bytes\": %llu, \"optimizer_bytes\": %llu, \"offload_bytes\": %llu, "
+               "\"workspace_bytes\": %llu, \"activation_bytes\": %llu, \"micro_batch\": %d, "
+               "\"overhead_bytes\": %llu, \"rank_bytes\": %llu, \"ranks_per_host\": %d, "
+               "\"host_bytes\": %llu, \"job_bytes\": %llu, \"available_bytes\": %llu, "
+               "\"fits\": %s}\n",
+               (unsigned long long)e.params, (unsigned long long)e.padded, e.stage, e.world_size,
+               e.param_size, e.state_size, (unsigned long long)e.param_bytes,
+               (unsigned long long)e.grad_bytes, (unsigned long long)e.optimizer_bytes,
+               (unsigned long long)e.offload_bytes, (unsigned long long)e.workspace_bytes,
+               (unsigned long long)e.activation_bytes, e.micro_batch,
+               (unsigned long long)e.overhead_bytes, (unsigned long long)e.rank_bytes,
+               e.ranks_per_host, (unsigned long long)e.host_bytes,
+               (unsigned long long)e.job_bytes, (unsigned long long)hm.available,
+               fits ? "true" : "false");
+        return 0;
+    }
+    char desc[768], host[32], avail[32];
+    zt_memory_estimate_describe(&e, desc, sizeof desc);
+    zt_format_bytes(e.host_bytes, host, sizeof host);
+    zt_format_bytes(hm.available, avail, sizeof avail);
+    printf("%s: %s\n", job_path, desc);
+    if (checked)
+        printf("%d rank%s on this host: %s of %s available: %s\n", e.ranks_per_host,
+               e.ranks_per_host == 1 ? "" : "s", host, avail, fits ? "fits" : "does not fit");
+    return 0;
+}
+
+/* The key table as the README's markdown table (README.md "DeepSpeed config keys"; a test keeps
+ * the two equal). */
+static int cmd_config_keys(int argc) {
+    if (argc > 0)
+        return bad_usage("config-keys: %stakes no arguments", "");
+    size_t n;
+    const zt_ds_key *keys = zt_ds_keys(&n);
+    printf("| key | fate | what ztrain does |\n|---|---|---|\n");
+    for (size_t i = 0; i < n; i++) {
+        const zt_ds_key *k = &keys[i];
+        char fate[48];
+        static const char *const names[] = {"honoured", "warned", "refused"};
+        snprintf(fate, sizeof fate, "%s", names[zt_ds_key_fate_of(k)]);
+        if (zt_ds_key_fate_of(k) == ZT_DS_KEY_HONOURED && k->stages) {
+            char list[16] = "";
+            for (int s = 0; s < 4; s++)
+                if (k->stages & (1u << s))
+                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d",
+                             list[0] ? "," : "", s);
+            snprintf(fate, sizeof fate, "honoured at stage %s", list);
+        }
+        printf("| `%s`%s | %s | %s |\n", k->path,
+               (k->flags & ZT_DS_KEY_OPAQUE) ? " (contents not listed)" : "", fate, k->note);
+    }
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    const char *job_path = NULL, *out = NULL;
+    long threads = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            out = argv[++i];
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            if (zt_cli_parse_long("--threads", argv[++i], 1, 1024, &threads))
+                return 2;
+        } else if (argv[i][0] == '-')
+            return bad_usage("run: unknown option '%s'", argv[i]);
+        else if (!job_path)
+            job_path = argv[i];
+        else
+            return bad_usage("run: unexpected argument '%s'", argv[i]);
+    }
+    if (!job_path)
+        return bad_usage("run: %sthe job file is missing", "");
+    zt_job_spec job;
+    if (zt_job_spec_load(&job, job_path) != ZT_OK)
+        return zt_cli_fail(NULL);
+    /* Once per job, here, before any rank starts: the ranks are told they need not. */
+    if (zt_job_spec_check_files(&job, job_path) != ZT_OK) {
+        zt_job_spec_free(&job);
+        return zt_cli_fail(NULL);
+    }
+    zt_job_spec_print_notes(&job, stderr);
+    if (job.nodes > 1) {
+        fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "
+                "on this host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm\n",
+                job_path, job.nodes);
+        zt_job_spec_free(&job);
+        return 1;
+    }
+    /* A fork's checkpoint is put in place by ztraind at submit; here there is no job to fork
+     * from, and training from scratch instead would hide that. */
+    if (job.fork_job) {
+        fprintf(stderr, "ztrain: run: %s: fork_from is for ztraind (ztrain submit --fork-from); "
+                "under `ztrain run`, copy the checkpoint into train.checkpoint_dir and set "
+                "train.resume\n", job_path);
+        zt_job_spec_free(&job);
+        return 1;
+    }
+    if (job.max_restarts > 0)
+        fprintf(stderr, "ztrain: run: max_restarts is ztraind's: `ztrain run` does not restart "
+                "failed ranks\n");
+    /* Judged before a rank starts: a job that cannot fit would only grow until the kernel's
+     * OOM killer ends it, perhaps with other processes. */
+    zt_admission_limits lim;
+    zt_host_memory hm;
+    if (host_limits(&lim, &hm) && zt_admission_check(&job, &lim, job_path, NULL) != ZT_OK) {
+        zt_job_spec_free(&job);
+        return zt_cli_fail(NULL);
+    }
+    char default_out[1024];
+    if (!out) {
+        snprintf(default_out, sizeof default_out, "runs/%s", job.name ? job.name : "job");
+        out = default_out;
+    }
+    char model[512];
+    zt_model_spec_describe(&job.model, model, sizeof model);
+    printf("ztrain %s: job '%s', %s, batch %d = %d × %d × %d ranks, "
+           "metrics in %s/metrics.jsonl\n",
+           ZTRAIN_VERSION, job.name, model,
+           job.ds.train_batch_size, job.ds.train_micro_batch_size_per_gpu,
+           job.ds.gradient_accumulation_steps, job.ds.world_size, out);
+    if (job.world_size > 1) {
+        /* Several ranks run as that many ztrain-worker processes (the binary next to this one),
+         * which this process only supervises; rank 0 prints the progress and the final line.
+         * The launcher takes SIGINT/SIGTERM itself and forwards them to the ranks. */
+        int world_size = job.world_size;
+        zt_job_spec_free(&job);
+        char worker[4096];
+        ssize_t n = readlink("/proc/self/exe", worker, sizeof worker);
+        if (n <= 0 || (size_t)n > sizeof worker - sizeof "/ztrain-worker") {
+            fprintf(stderr, "ztrain: cannot read this program's path from /proc/self/exe: %s\n",
+                    n < 0 ? strerror(errno) : "too long");
+            return 1;
+        }
+        worker[n] = '\0';
+        strcpy(strrchr(worker, '/'), "/ztrain-worker");
+        /* --threads reaches the ranks as their OMP_NUM_THREADS, which the launcher weighs
+         * against the cores. */
+        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out, "--validated",
+                         NULL};
+        zt_launch_options lo = {.program = worker, .argv = wargv, .world_size = world_size,
+                                .threads_per_rank = (int)threads};
+        zt_launch_result lr;
+        if (zt_launch_ranks(&lo, &lr) != ZT_OK) {
+            fprintf(stderr, "ztrain: %s: %s\n", job_path, zt_last_error());
+            return 1;
+        }
+        if (lr.killed)
+            fprintf(stderr, "ztrain: %s: the ranks were killed on a second signal; their last "
+                            "step was not checkpointed\n", job_path);
+        return lr.stopped ? 130 : 0;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,
+                             .stop_requested = &stop_requested};
+    zt_train_result res;
+    zt_status s = zt_train_run(&job, &opts, &res);
+    bool checkpointed = job.train.checkpoint_dir != NULL;
+    zt_job_spec_free(&job);
+    if (s != ZT_OK) {
+        fprintf(stderr, "ztrain: %s: %s\n", job_path, zt_last_error());
+        return 1;
+    }
+    if (res.stopped) {
+        printf("stopped at step %lld%s\n", res.steps,
+               checkpointed ? " (checkpoint written)" : "");
+        return 130;
+    }
+    printf("done: %lld steps, final loss %.4f", res.steps, res.final_loss);
+    if (res.final_eval_loss == res.final_eval_loss)
+        printf(", eval loss %.4f", res.final_eval_loss);
+    if (res.tokens_per_second == res.tokens_per_second)
+        printf(", %.0f tokens/s, %.3f TFLOPS", res.tokens_per_second, res.tflops);
+    printf("\n");
+    return 0;
+}
+
+static void print_token(int32_t token, void *ctx) {
+    int vocab = *(int *)ctx;
+    if (vocab <= 256)
+        putchar(token);
+    else
+        printf("%d ", token);
+    fflush(stdout);
+}
+
+static int parse_token_list(const char *s, int32_t *tokens, int cap, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || *n >= cap)
+            return -1;
+        tokens[(*n)++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return 0;
+}
+
+/* Fills the model's parameters from a checkpoint's weights, tensor by tensor, matched by name. */
+static zt_status load_checkpoint_weights(zt_model *m, zt_ckpt_weights *w) {
+    if (zt_ckpt_weights_count(w) != m->n_tensors)
+        return zt_error(ZT_ERR_FORMAT, "checkpoint: %d weight tensors for a model of %d",
+                        zt_ckpt_weights_count(w), m->n_tensors);
+    zt_status s = ZT_OK;
+    for (int i = 0; i < m->n_tensors && s == ZT_OK; i++) {
+        const zt_tensor_info *t = &m->tensors[i];
+        int k = 0;
+        while (k < m->n_tensors && strcmp(zt_ckpt_weights_tensor(w, k)->name, t->name) != 0)
+            k++;
+        if (k == m->n_tensors || zt_ckpt_weights_tensor(w, k)->numel != t->numel)
+            return zt_error(ZT_ERR_FORMAT, "checkpoint: no tensor '%s' of %zu values", t->name,
+                            t->numel);
+        float *v = malloc((t->numel ? t->numel : 1) * sizeof *v);
+        if (!v)
+            return zt_error(ZT_ERR_NOMEM, "checkpoint: out of memory reading '%s'", t->name);
+        s = zt_ckpt_weights_read(w, k, 0, v, t->numel);
+        if (s == ZT_OK)
+            zt_model_set_params(m, t->offset, v, t->numel);
+        free(v);
+    }
+    return s;
+}
+
+static int cmd_sample(int argc, char **argv) {
+    const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_path = NULL;
+    long n_tokens = 200, top_k = 40, seed = 1337, threads = 0;
+    double temperature = 0.8;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (strcmp(a, "--tag") == 0 && has)
+            tag = argv[++i];
+        else if (strcmp(a, "--prompt") == 0 && has)
+            prompt = argv[++i];
+        else if (strcmp(a, "--prompt-tokens") == 0 && has)
+            prompt_tokens = argv[++i];
+        else if (strcmp(a, "--tokenizer") == 0 && has)
+            tok_path = argv[++i];
+        else if (strcmp(a, "--tokens") == 0 && has) {
+            if (zt_cli_parse_long(a, argv[++i], 1, 1000000, &n_tokens))
+                return 2;
+        } else if (strcmp(a, "--top-k") == 0 && has) {
+            if (zt_cli_parse_long(a, argv[++i], 0, 1 << 30, &top_k))
+                return 2;
+        } else if (strcmp(a, "--seed") == 0 && has) {
+            if (zt_cli_parse_long(a, argv[++i], 0, 0x7fffffffL, &seed))
+                return 2;
+        } else if (strcmp(a, "--threads") == 0 && has) {
+            if (zt_cli_parse_long(a, argv[++i], 1, 1024, &threads))
+                return 2;
+        } else if (strcmp(a, "--temperature") == 0 && has) {
+            if (zt_cli_parse_double(a, argv[++i], -HUGE_VAL, HUGE_VAL, &temperature))
+                return 2;
+        } else if (a[0] == '-')
+            return bad_usage("sample: unknown option or missing value '%s'", a);
+        else if (!dir)
+            dir = a;
+        else
+            return bad_usage("sample: unexpected argument '%s'", a);
+    }
+    if (!dir)
+        return bad_usage("sample: %sthe checkpoint directory is missing", "");
+    zt_model_spec spec;
+    zt_ckpt_weights *w = NULL;
+    if (zt_ckpt_weights_open(&w, dir, tag, &spec) != ZT_OK)
+        return zt_cli_fail(NULL);
+    zt_backend *be = NULL;
+    zt_model *m = NULL;
+    int rc = 0;
+    int32_t *tokens = NULL;
+    char *ckpt_tok = NULL;
+    zt_tokenizer_t *tok = NULL;
+    zt_cli_text text = {0};
+    if (!tok_path && !prompt_tokens && zt_ckpt_read_tokenizer(dir, tag, &ckpt_tok) == ZT_OK)
+        tok_path = ckpt_tok;
+    if (tok_path && zt_tokenizer_load(tok_path, &tok) != ZT_OK) {
+        rc = zt_cli_fail("sample: ");
+        goto done;
+    }
+    zt_backend_options bo = {.threads = (int)threads};
+    if (zt_backend_create(&be, ZT_DEVICE_CPU, &bo) != ZT_OK ||
+        zt_model_create(&m, &spec, be, ZT_F32, 1, 1) != ZT_OK ||
+        load_checkpoint_weights(m, w) != ZT_OK) {
+        rc = zt_cli_fail(NULL);
+        goto done;
+    }
+    int cap = (int)n_tokens + 4096, n_prompt = 0;
+    tokens = malloc(sizeof(int32_t) * cap);
+    if (tok && !prompt_tokens) {
+        if (zt_cli_text_prompt(&text, tok, prompt ? prompt : "", spec.vocab_size, tokens, 4096,
+                               &n_prompt) != ZT_OK) {
+            rc = zt_cli_fail(NULL);
+            goto done;
+        }
+    } else if (prompt_tokens) {
+        if (parse_token_list(prompt_tokens, tokens, 4096, &n_prompt) != 0) {
+            rc = bad_usage("sample: --prompt-tokens expects comma-separated integers, got '%s'",
+                           prompt_tokens);
+            goto done;
+        }
+    } else if (prompt && *prompt) {
+        if (spec.vocab_size < 256) {
+            fprintf(stderr, "ztrain: --prompt is text (bytes) but the model's vocab_size is %d; "
+                            "use --prompt-tokens\n", spec.vocab_size);
+            rc = 2;
+            goto done;
+        }
+        for (const unsigned char *p = (const unsigned char *)prompt; *p && n_prompt < 4096; p++)
+            tokens[n_prompt++] = *p;
+    } else {
+        tokens[n_prompt++] = spec.vocab_size <= 256 ? '\n' : 50256; /* newline / <|endoftext|> */
+    }
+    for (int i = 0; i < n_prompt; i++) {
+        if (tokens[i] < 0 || tokens[i] >= spec.vocab_size) {
+            fprintf(stderr, "ztrain: sample: prompt token %d is outside the model's vocab_size %d\n",
+                    tokens[i], spec.vocab_size);
+            rc = 2;
+            goto done;
+        }
+    }
+    if (!(temperature > 0)) {
+        fprintf(stderr, "ztrain: sample: --temperature must be positive, got %g\n", temperature);
+        rc = 2;
+        goto done;
+    }
+    if (spec.vocab_size <= 256 && !text.tok)
+        for (int i = 0; i < n_prompt; i++)
+            putchar(tokens[i]);
+    zt_sample_options so = {.temperature = (float)temperature, .top_k = (int)top_k,
+                            .seed = (uint64_t)seed};
+    if (zt_sample_generate(m, tokens, n_prompt, n_prompt + (int)n_tokens, &so,
+                           text.tok ? zt_cli_text_on_token : print_token,
+                           text.tok ? (void *)&text : (void *)&spec.vocab_size) != ZT_OK)
+        rc = zt_cli_fail(NULL);
+    if (text.tok)
+        zt_cli_text_finish(&text);
+    putchar('\n');
+done:
+    if (text.tok)
+        zt_cli_text_finish(&text);
+    zt_tokenizer_destroy(tok);
+    free(ckpt_tok);
+    free(tokens);
+    zt_model_destroy(m);
+    zt_backend_destroy(be);
+    zt_ckpt_weights_close(w);
+    return rc;
+}
+
+/* `export --hf DIR`: a Hugging Face directory, streamed from the checkpoint. */
+static int export_hf(const char *dir, const char *tag, const char *out, const char *max_size) {
+    uint64_t max_bytes = 5000000000ULL; /* save_pretrained's default, "5GB" */
+    if (max_size && !zt_hf_parse_size(max_size, &max_bytes))
+        return bad_usage("export: --max-shard-size expects a size such as 5GB, 200MiB or a "
+                         "byte count, got '%s'", max_size);
+    zt_hf_export_result res;
+    if (zt_hf_export(dir, tag, out, max_bytes, &res) != ZT_OK)
+        return zt_cli_fail(NULL);
+    printf("wrote %s (%zu parameters, %d shard%s, %llu bytes)\n", out, res.n_params,
+           res.n_shards, res.n_shards == 1 ? "" : "s", (unsigned long long)res.total_bytes);
+    return 0;
+}
+
+static int cmd_export(int argc, char **argv) {
+    const char *dir = NULL, *tag = NULL, *out = NULL, *hf = NULL, *max_size = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            out = argv[++i];
+        else if (strcmp(argv[i], "--hf") == 0 && i + 1 < argc)
+            hf = argv[++i];
+        else if (strcmp(argv[i], "--max-shard-size") == 0 && i + 1 < argc)
+            max_size = argv[++i];
+        else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
+            tag = argv[++i];
+        else if (argv[i][0] == '-')
+            return bad_usage("export: unknown option or missing value '%s'", argv[i]);
+        else if (!dir)
+            dir = argv[i];
+        else if (!out && !hf)
+            out = argv[i];
+        else
+            return bad_usage("export: unexpected argument '%s'", argv[i]);
+    }
+    if (!dir || (!out && !hf))
+        return bad_usage("export: %sexpects CKPT_DIR and --out FILE or --hf DIR", "");
+    if (out && hf)
+        return bad_usage("export: %s--out FILE and --hf DIR are two formats: give one", "");
+    if (max_size && !hf)
+        return bad_usage("export: %s--max-shard-size goes with --hf DIR", "");
+    if (hf)
+        return export_hf(dir, tag, hf, max_size);
+    /* Streamed tensor by tensor from the checkpoint's files (a ZeRO-3 checkpoint's shards), never
+     * the whole model in memory. */
+    if (zt_ckpt_export_fp32(dir, tag, out) != ZT_OK)
+        return zt_cli_fail(NULL);
+    printf("wrote %s\n", out);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        print_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("ztrain %s\n", ZTRAIN_VERSION);
+        return 0;
+    }
+    if (strcmp(argv[1], "prepare") == 0)
+        return zt_cli_prepare(argc - 2, argv + 2);
+    if (strcmp(argv[1], "run") == 0)
+        return cmd_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "estimate") == 0)
+        return cmd_estimate(argc - 2, argv + 2);
+    if (strcmp(argv[1], "config-keys") == 0)
+        return cmd_config_keys(argc - 2);
+    if (strcmp(argv[1], "sample") == 0)
+        return cmd_sample(argc - 2, argv + 2);
+    /* Both consolidate the fp32 weights, whatever the ZeRO stage and number of ranks that wrote
+     * the checkpoint, so DeepSpeed's zero_to_fp32 is an export. */
+    if (strcmp(argv[1], "export") == 0 || strcmp(argv[1], "zero-to-fp32") == 0)
+        return cmd_export(argc - 2, argv + 2);
+    if (zt_cli_remote_is_command(argv[1]))
+        return zt_cli_remote_main(argv[1], argc - 2, argv + 2);
+    return bad_usage("unknown command '%s'", argv[1]);
+}

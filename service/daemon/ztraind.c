@@ -1,0 +1,574 @@
+/* ztraind: the training coordinator. It takes jobs over gRPC, runs each as a process group of
+ * ztrain-worker ranks, keeps jobs, metric history and logs in SQLite, and serves the read side
+ * (JSON API, live events, Prometheus /metrics, the dashboard) over HTTP.
+ *
+ *   ztraind [--grpc-addr HOST:PORT] [--http-addr HOST:PORT] [--http-host NAME]...
+ *           [--http-allow-origin ORIGIN]... [--state-dir DIR]
+ *           [--data-root DIR] [--runs-root DIR] [--max-ranks N] [--token-file FILE]
+ *           [--max-rank-memory SIZE] [--max-job-memory SIZE]
+ *           [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+ *           [--launcher local|slurm [--slurm-partition P] [--metrics-host HOST]] ...
+ *
+ * SIGINT/SIGTERM stop it gracefully: running jobs finish their step, write a checkpoint and are
+ * recorded as CANCELLED; queued jobs stay queued for the next start. Exit status: 0 after a
+ * clean stop, 1 when it cannot start (the message says why), 2 bad usage. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/auth.h"
+#include "grpc/grpc_server.h"
+#include "api/grpc_util.h"
+#include "http/http_api.h"
+#include "job_manager.h"
+#include "webhooks.h"
+#include "ranks/proc_spawn.h"
+#include "ztrain/admission.h"
+#include "api/tls.h"
+#include "ztrain/comm.h"
+#include "ztrain/gpu.h"
+
+#ifndef ZT_WEB_DIR
+#define ZT_WEB_DIR "/usr/share/ztrain/web"
+#endif
+#ifndef ZT_CHARTJS_DIR
+#define ZT_CHARTJS_DIR "/usr/share/javascript/chart.js"
+#endif
+
+/* ZT_MAX_WORLD as a string literal, for the usage text. */
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
+static const char usage[] =
+    "usage: ztraind [options]\n"
+    "\n"
+    "  --grpc-addr HOST:PORT   gRPC listen address (default 127.0.0.1:50051; port 0: any free)\n"
+    "  --http-addr HOST:PORT   HTTP listen address (default 127.0.0.1:8080; port 0: any free)\n"
+    "  --http-host NAME        a name the HTTP server answers to (the Host header; any other\n"
+    "                          gets 421, against DNS rebinding); repeatable. Always served:\n"
+    "                          127.0.0.1, [::1], localhost, and when not listening on\n"
+    "                          loopback any IP address; '*': any name\n"
+    "  --http-allow-origin ORIGIN\n"
+    "                          a web origin (https://dash.example:8443) whose pages may call\n"
+    "                          the HTTP API from another origin (CORS); repeatable. Default\n"
+    "                          none: the dashboard is served from the same origin\n"
+    "  --state-dir DIR         the SQLite state file lives here (default ./ztraind-state)\n"
+    "  --data-root DIR         job data and init_from paths resolve inside it\n"
+    "                          (default STATE_DIR/data)\n"
+    "  --runs-root DIR         run directories and checkpoints (default STATE_DIR/runs)\n"
+    "  --max-ranks N           ranks running at once (default: the CPU count)\n"
+    "  --gpus N                GPUs handed to \"device\": \"cuda\" jobs, min(world_size, N)\n"
+    "                          per job through CUDA_VISIBLE_DEVICES (default: every visible\n"
+    "                          GPU; 0 in a build without CUDA, which refuses such jobs)\n"
+    "  --max-world-size N      largest world_size a job may ask for (default 64, at most "
+    STRINGIFY(ZT_MAX_WORLD) ")\n"
+    "  --max-jobs N            jobs queued or running at once (default 100)\n"
+    "  --max-rank-memory SIZE  refuse a job whose estimated memory per rank is above SIZE\n"
+    "                          (512M, 64G, 1.5T: units of 1024; default: no limit beyond the host's)\n"
+    "  --max-job-memory SIZE   the same for all of a job's ranks together (default: the host's\n"
+    "                          memory, MemTotal or the cgroup's limit, with the local launcher)\n"
+    "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
+    "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
+    "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
+    "  --token-file FILE       require 'authorization: Bearer <token>' (default: $ZTRAIN_TOKEN,\n"
+    "                          else no authentication)\n"
+    "  --tls-cert FILE         serve gRPC and HTTP over TLS (HTTPS) with this PEM certificate\n"
+    "                          chain, leaf first (default: plaintext)\n"
+    "  --tls-key FILE          the certificate's PEM private key, unencrypted\n"
+    "  --tls-client-ca FILE    mutual TLS: gRPC and HTTP clients must present a certificate\n"
+    "                          that a CA in this PEM file signed\n"
+    "  --worker PATH           the rank program (default: ztrain-worker beside ztraind)\n"
+    "  --launcher local|slurm  where ranks run: local processes (default), or one srun per job\n"
+    "                          on a Slurm cluster (srun and scancel from PATH; SLURM_CONF is\n"
+    "                          passed on). Slurm queues the jobs: --max-ranks defaults to 4096\n"
+    "  --slurm-partition P     the partition jobs go to (default: the cluster's default)\n"
+    "  --metrics-host HOST     address a job's rank 0 sends its metrics to over TCP, on a port\n"
+    "                          per job (slurm; default 127.0.0.1: reachable from every node\n"
+    "                          only when they all are this host)\n"
+    "  --web-dir DIR           the dashboard's files (default " ZT_WEB_DIR ")\n"
+    "  --max-grpc-connections N  gRPC connections open at once; more are closed as they come\n"
+    "                          (default: from the open-file limit, at most 1024)\n"
+    "  --max-http-connections N  HTTP connections open at once, half of them per client\n"
+    "                          address (default: from the open-file limit, at most 256)\n"
+    "  --header-timeout SECONDS  an HTTP request must arrive whole, and a gRPC connection\n"
+    "                          start HTTP/2, within this of connecting or of the last answer\n"
+    "                          (default 10)\n"
+    "  --idle-timeout SECONDS  a connection doing nothing is closed after this (default 30)\n"
+    "  --webhook URL           also POST every job's end, failure and anomaly events here\n"
+    "                          (the README's \"Anomaly events and alerts\")\n"
+    "  --webhook-secret-env NAME  sign --webhook's requests with the secret in $NAME\n"
+    "  --webhook-attempts N    delivery attempts per webhook before giving up (default 5)\n"
+    "  --webhook-backoff-ms N  wait before the first retry, doubling after (default 500)\n"
+    "  --help\n";
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* The most --http-host or --http-allow-origin values: each request is checked against them. */
+#define MAX_HTTP_NAMES 32
+
+typedef struct {
+    const char *grpc_addr, *http_addr, *state_dir, *data_root, *runs_root, *token_file;
+    const char *tls_cert, *tls_key, *tls_client_ca;
+    const char *http_hosts[MAX_HTTP_NAMES], *http_origins[MAX_HTTP_NAMES];
+    size_t n_http_hosts, n_http_origins;
+    const char *worker, *web_dir, *launcher, *slurm_partition, *metrics_host;
+    long max_ranks, max_world_size, max_jobs, threads_per_rank, gpus;
+    long max_grpc_conns, max_http_conns, header_timeout_s, idle_timeout_s;
+    const char *webhook, *webhook_secret_env;
+    long webhook_attempts, webhook_backoff_ms;
+    bool max_ranks_given;
+    uint64_t max_rank_bytes, max_job_bytes;
+    double grace_s;
+} options;
+
+static int parse_long(const char *flag, const char *v, long min, long max, long *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < min || n > max) {
+        fprintf(stderr, "ztraind: %s expects an integer in [%ld, %ld], got '%s'\n%s", flag, min,
+                max, v, usage);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+/* Appends a repeatable flag's value after checking it (check returns ZT_ERR_INVALID with a
+ * message saying why a value cannot be used). */
+static int add_name(const char *flag, const char *v, zt_status (*check)(const char *),
+                    const char **list, size_t *n) {
+    if (check(v) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s %s\n", flag, zt_last_error());
+        return -1;
+    }
+    if (*n == MAX_HTTP_NAMES) {
+        fprintf(stderr, "ztraind: %s: at most %d values ('%s' is one too many)\n", flag,
+                MAX_HTTP_NAMES, v);
+        return -1;
+    }
+    list[(*n)++] = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "ztraind: unknown option or missing value: '%s'\n%s", a, usage);
+            return -1;
+        }
+        const char *v = argv[++i];
+        int rc = 0;
+        if (strcmp(a, "--grpc-addr") == 0)
+            o->grpc_addr = v;
+        else if (strcmp(a, "--http-addr") == 0)
+            o->http_addr = v;
+        else if (strcmp(a, "--http-host") == 0)
+            rc = add_name(a, v, zt_http_check_host_name, o->http_hosts, &o->n_http_hosts);
+        else if (strcmp(a, "--http-allow-origin") == 0)
+            rc = add_name(a, v, zt_http_check_origin, o->http_origins, &o->n_http_origins);
+        else if (strcmp(a, "--state-dir") == 0)
+            o->state_dir = v;
+        else if (strcmp(a, "--data-root") == 0)
+            o->data_root = v;
+        else if (strcmp(a, "--runs-root") == 0)
+            o->runs_root = v;
+        else if (strcmp(a, "--token-file") == 0)
+            o->token_file = v;
+        else if (strcmp(a, "--tls-cert") == 0)
+            o->tls_cert = v;
+        else if (strcmp(a, "--tls-key") == 0)
+            o->tls_key = v;
+        else if (strcmp(a, "--tls-client-ca") == 0)
+            o->tls_client_ca = v;
+        else if (strcmp(a, "--worker") == 0)
+            o->worker = v;
+        else if (strcmp(a, "--web-dir") == 0)
+            o->web_dir = v;
+        else if (strcmp(a, "--launcher") == 0)
+            o->launcher = v;
+        else if (strcmp(a, "--slurm-partition") == 0)
+            o->slurm_partition = v;
+        else if (strcmp(a, "--metrics-host") == 0)
+            o->metrics_host = v;
+        else if (strcmp(a, "--max-ranks") == 0) {
+            rc = parse_long(a, v, 1, 4096, &o->max_ranks);
+            o->max_ranks_given = true;
+        } else if (strcmp(a, "--gpus") == 0)
+            rc = parse_long(a, v, 0, 64, &o->gpus);
+        else if (strcmp(a, "--max-world-size") == 0)
+            rc = parse_long(a, v, 1, ZT_MAX_WORLD, &o->max_world_size);
+        else if (strcmp(a, "--max-jobs") == 0)
+            rc = parse_long(a, v, 1, 1000000, &o->max_jobs);
+        else if (strcmp(a, "--max-rank-memory") == 0 || strcmp(a, "--max-job-memory") == 0) {
+            uint64_t *limit = strcmp(a, "--max-rank-memory") == 0 ? &o->max_rank_bytes
+                                                                  : &o->max_job_bytes;
+            if (zt_parse_bytes(v, a, limit) != ZT_OK) {
+                fprintf(stderr, "ztraind: %s\n%s", zt_last_error(), usage);
+                rc = -1;
+            }
+        } else if (strcmp(a, "--threads-per-rank") == 0)
+            rc = parse_long(a, v, 1, 1024, &o->threads_per_rank);
+        else if (strcmp(a, "--max-grpc-connections") == 0)
+            rc = parse_long(a, v, 1, 1000000, &o->max_grpc_conns);
+        else if (strcmp(a, "--max-http-connections") == 0)
+            rc = parse_long(a, v, 1, 100000, &o->max_http_conns);
+        else if (strcmp(a, "--header-timeout") == 0)
+            rc = parse_long(a, v, 1, 3600, &o->header_timeout_s);
+        else if (strcmp(a, "--idle-timeout") == 0)
+            rc = parse_long(a, v, 1, 86400, &o->idle_timeout_s);
+        else if (strcmp(a, "--webhook") == 0)
+            o->webhook = v;
+        else if (strcmp(a, "--webhook-secret-env") == 0)
+            o->webhook_secret_env = v;
+        else if (strcmp(a, "--webhook-attempts") == 0)
+            rc = parse_long(a, v, 1, 100, &o->webhook_attempts);
+        else if (strcmp(a, "--webhook-backoff-ms") == 0)
+            rc = parse_long(a, v, 1, 3600000, &o->webhook_backoff_ms);
+        else if (strcmp(a, "--grace") == 0) {
+            char *end;
+            o->grace_s = strtod(v, &end);
+            if (end == v || *end || !(o->grace_s > 0 && o->grace_s < 86400)) {
+                fprintf(stderr, "ztraind: --grace expects seconds in (0, 86400), got '%s'\n", v);
+                rc = -1;
+            }
+        } else {
+            fprintf(stderr, "ztraind: unknown option '%s'\n%s", a, usage);
+            rc = -1;
+        }
+        if (rc != 0)
+            return -1;
+    }
+    if (o->webhook && strncmp(o->webhook, "http://", 7) != 0 &&
+        strncmp(o->webhook, "https://", 8) != 0) {
+        fprintf(stderr, "ztraind: --webhook expects an http:// or https:// URL, got '%s'\n",
+                o->webhook);
+        return -1;
+    }
+    const char *secret = o->webhook_secret_env ? getenv(o->webhook_secret_env) : NULL;
+    if (o->webhook_secret_env && (!secret || !*secret)) {
+        fprintf(stderr, "ztraind: --webhook-secret-env: $%s is not set\n", o->webhook_secret_env);
+        return -1;
+    }
+    if (strcmp(o->launcher, "local") != 0 && strcmp(o->launcher, "slurm") != 0) {
+        fprintf(stderr, "ztraind: --launcher expects 'local' or 'slurm', got '%s'\n", o->launcher);
+        return -1;
+    }
+    if (strcmp(o->launcher, "slurm") != 0 && (o->slurm_partition || o->metrics_host)) {
+        fprintf(stderr, "ztraind: --slurm-partition and --metrics-host need --launcher slurm\n");
+        return -1;
+    }
+    if (!o->tls_cert != !o->tls_key) {
+        fprintf(stderr, "ztraind: %s needs %s too: a certificate and its key come together\n",
+                o->tls_cert ? "--tls-cert" : "--tls-key", o->tls_cert ? "--tls-key" : "--tls-cert");
+        return -1;
+    }
+    if (o->tls_client_ca && !o->tls_cert) {
+        fprintf(stderr, "ztraind: --tls-client-ca needs --tls-cert and --tls-key: client "
+                        "certificates are checked in the server's TLS handshake\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The absolute path of `name` from PATH, into buf; false when it is not there. */
+static bool find_in_path(const char *name, char *buf, size_t size) {
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n > 0 && (int)n < (int)size - 2) {
+            snprintf(buf, size, "%.*s/%s", (int)n, p, name);
+            if (buf[0] == '/' && access(buf, X_OK) == 0)
+                return true;
+        }
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    return false;
+}
+
+/* --launcher slurm: srun and scancel must be there; setpriv (util-linux) ties each srun to
+ * ztraind's life when it is. */
+typedef struct {
+    char srun[PATH_MAX], scancel[PATH_MAX], setpriv[PATH_MAX];
+} slurm_paths;
+
+static int slurm_setup(const options *o, slurm_paths *p, zt_slurm_config *cfg) {
+    if (!find_in_path("srun", p->srun, sizeof p->srun) ||
+        !find_in_path("scancel", p->scancel, sizeof p->scancel)) {
+        fprintf(stderr, "ztraind: --launcher slurm needs srun and scancel in PATH (Debian: apt "
+                        "install slurm-client)\n");
+        return -1;
+    }
+    bool setpriv = find_in_path("setpriv", p->setpriv, sizeof p->setpriv);
+    if (!setpriv)
+        fprintf(stderr, "ztraind: warning: setpriv (util-linux) is not in PATH: a ztraind that "
+                        "dies leaves its sruns running until it is restarted\n");
+    *cfg = (zt_slurm_config){.srun = p->srun, .scancel = p->scancel,
+                             .setpriv = setpriv ? p->setpriv : NULL,
+                             .partition = o->slurm_partition,
+                             .metrics_host = o->metrics_host ? o->metrics_host : "127.0.0.1"};
+    return 0;
+}
+
+/* "HOST:PORT" -> host and port for the HTTP server. */
+static int split_addr(const char *addr, char *host, size_t size, int *port) {
+    const char *colon = strrchr(addr, ':');
+    char *end;
+    long p = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == addr || *end || p < 0 || p > 65535 || (size_t)(colon - addr) >= size) {
+        fprintf(stderr, "ztraind: --http-addr expects HOST:PORT, got '%s'\n", addr);
+        return -1;
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+/* The soft open-file limit raised to the hard one: every connection costs a descriptor, and
+ * the usual soft 1024 is far below what the system allows the process. Returns the limit in
+ * force, and the one it started with in *was. ztraind polls with poll and epoll only, so
+ * descriptors past FD_SETSIZE are fine. */
+static long raise_fd_limit(long *was) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        *was = 1024;
+        return 1024;
+    }
+    *was = rl.rlim_cur == RLIM_INFINITY ? LONG_MAX : (long)rl.rlim_cur;
+    if (rl.rlim_cur != rl.rlim_max) {
+        struct rlimit want = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+        /* An unlimited hard limit is still capped by fs.nr_open, which setrlimit enforces. */
+        if (want.rlim_cur == RLIM_INFINITY)
+            want.rlim_cur = 1 << 20;
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+            rl.rlim_cur = want.rlim_cur;
+        else
+            fprintf(stderr, "ztraind: warning: cannot raise the open-file limit from %ld: %s\n",
+                    *was, strerror(errno));
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? LONG_MAX : (long)rl.rlim_cur;
+}
+
+static long clamp_long(long v, long lo, long hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Connection bounds that fit the descriptors: libmicrohttpd may briefly hold twice its bound
+ * (connections being closed), and FDS_RESERVED are left for the jobs, SQLite and gRPC's own. */
+#define FDS_RESERVED 128
+static void size_connection_bounds(options *o, long fd_limit) {
+    if (!o->max_http_conns)
+        o->max_http_conns = clamp_long(fd_limit / 8, 16, 256);
+    if (!o->max_grpc_conns)
+        o->max_grpc_conns = clamp_long((fd_limit - FDS_RESERVED - 2 * o->max_http_conns) / 2,
+                                       16, 1024);
+}
+
+/* ztrain-worker from the directory ztraind was started from. */
+static void default_worker(char *buf, size_t size) {
+    char self[PATH_MAX - 32];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(buf, size, "%s/ztrain-worker", n > 0 ? self : ".");
+}
+
+/* Says which GPUs the daemon schedules and the peak its MFU figures assume. */
+static void describe_gpus(int gpus) {
+    zt_gpu_props p;
+    if (gpus == 0 || zt_gpu_props_get(0, &p) != ZT_OK) {
+        printf("ztraind: gpus: %d (%s)\n", gpus,
+               zt_gpu_built() ? "device \"cuda\" jobs are refused" : "built without CUDA");
+        return;
+    }
+    const char *label;
+    zt_gpu_peak_bf16(p.name, p.major, p.minor, &label);
+    printf("ztraind: gpus: %d of %d visible, %s (compute capability %d.%d), MFU peak %s\n", gpus,
+           zt_gpu_count(), p.name, p.major, p.minor, label);
+}
+
+int main(int argc, char **argv) {
+    options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
+                 .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = zt_cpu_count(),
+                 .max_world_size = 64, .max_jobs = 100, .grace_s = 30, .launcher = "local",
+                 .header_timeout_s = 10, .idle_timeout_s = 30, .gpus = -1};
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    bool slurm = strcmp(o.launcher, "slurm") == 0;
+    slurm_paths sp;
+    zt_slurm_config slurm_cfg;
+    if (slurm && slurm_setup(&o, &sp, &slurm_cfg) != 0)
+        return 1;
+    if (slurm && !o.max_ranks_given)
+        o.max_ranks = 4096;
+    char host[256];
+    int http_port;
+    if (split_addr(o.http_addr, host, sizeof host, &http_port) != 0)
+        return 2;
+
+    long fd_limit_was, fd_limit = raise_fd_limit(&fd_limit_was);
+    size_connection_bounds(&o, fd_limit);
+
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* Unless GRPC_VERBOSITY asks for gRPC's own log as it is. */
+    if (!getenv("GRPC_VERBOSITY"))
+        zt_grpc_log_limit("ztraind", 20);
+
+    char *token = NULL;
+    if (zt_auth_load_token(o.token_file, &token) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        return 1;
+    }
+    /* Before the job manager starts queued jobs: a TLS file at fault stops ztraind at once. */
+    zt_tls_pem tls;
+    if (zt_tls_load(&tls, (zt_tls_file){o.tls_cert, "--tls-cert"},
+                    (zt_tls_file){o.tls_key, "--tls-key"},
+                    (zt_tls_file){o.tls_client_ca, "--tls-client-ca"}) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        free(token);
+        return 1;
+    }
+    char db[PATH_MAX], data_root[PATH_MAX], runs_root[PATH_MAX], worker[PATH_MAX];
+    snprintf(db, sizeof db, "%s/ztraind.db", o.state_dir);
+    snprintf(data_root, sizeof data_root, "%s", o.data_root ? o.data_root : "");
+    snprintf(runs_root, sizeof runs_root, "%s", o.runs_root ? o.runs_root : "");
+    if (!o.data_root)
+        snprintf(data_root, sizeof data_root, "%s/data", o.state_dir);
+    if (!o.runs_root)
+        snprintf(runs_root, sizeof runs_root, "%s/runs", o.state_dir);
+    if (o.worker)
+        snprintf(worker, sizeof worker, "%s", o.worker);
+    else
+        default_worker(worker, sizeof worker);
+    if (access(worker, X_OK) != 0) {
+        fprintf(stderr, "ztraind: the worker program %s: %s\n", worker, strerror(errno));
+        free(token);
+        zt_tls_pem_free(&tls);
+        return 1;
+    }
+    if (mkdir(o.state_dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, strerror(errno));
+        free(token);
+        zt_tls_pem_free(&tls);
+        return 1;
+    }
+
+    /* Admission: with the local launcher every rank of a job runs on this host, so a job must
+     * fit its memory (ranks of other jobs come and go: the supervisor's queue handles them). */
+    zt_host_memory hm = {0};
+    const char *host_name = NULL;
+    if (!slurm && zt_host_memory_read(&hm) != ZT_OK)
+        fprintf(stderr, "ztraind: warning: %s; jobs are admitted by --max-rank-memory and "
+                        "--max-job-memory alone\n", zt_last_error());
+    else if (!slurm)
+        host_name = hm.cgroup_limited ? "this host's memory as ztraind's memory cgroup limits it"
+                                      : "this host's memory (MemTotal)";
+    zt_jobs_config jc = {.data_root = data_root, .runs_root = runs_root, .db_path = db,
+                         .worker_path = worker, .max_ranks = (int)o.max_ranks,
+                         .max_world_size = (int)o.max_world_size, .max_jobs = (int)o.max_jobs,
+                         .threads_per_rank = (int)o.threads_per_rank,
+                         .default_grace_s = o.grace_s, .slurm = slurm ? &slurm_cfg : NULL,
+                         .max_rank_bytes = o.max_rank_bytes, .max_job_bytes = o.max_job_bytes,
+                         .host_bytes = host_name ? hm.total : 0, .host_name = host_name,
+                         .gpus = o.gpus >= 0 ? (int)o.gpus : zt_gpu_count(),
+                         .gpu_visible = getenv("CUDA_VISIBLE_DEVICES"),
+                         .webhook_url = o.webhook, .webhook_on = ZT_HOOK_ALL,
+                         .webhook_attempts = (int)o.webhook_attempts,
+                         .webhook_backoff_ms = (int)o.webhook_backoff_ms,
+                         .webhook_secret = o.webhook_secret_env ? getenv(o.webhook_secret_env)
+                                                                : NULL};
+    if (jc.gpus > 64)
+        jc.gpus = 64;
+    zt_jobs *jm = NULL;
+    zt_grpc_server *grpc = NULL;
+    zt_http_server *http = NULL;
+    int rc = 1;
+    if (zt_jobs_create(&jm, &jc) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        goto out;
+    }
+    zt_grpc_server_config gc = {.addr = o.grpc_addr, .token = token,
+                                .max_connections = (int)o.max_grpc_conns,
+                                .handshake_timeout_ms = (int)o.header_timeout_s * 1000,
+                                .idle_timeout_ms = (int)o.idle_timeout_s * 1000, .tls = &tls};
+    if (zt_grpc_server_create(&grpc, &gc, jm) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        goto out;
+    }
+    zt_http_config hc = {.host = host, .port = http_port, .token = token, .web_dir = o.web_dir,
+                         .chartjs_dir = ZT_CHARTJS_DIR, .hosts = o.http_hosts,
+                         .n_hosts = o.n_http_hosts, .origins = o.http_origins,
+                         .n_origins = o.n_http_origins,
+                         .max_connections = (unsigned)o.max_http_conns,
+                         .header_timeout_s = (unsigned)o.header_timeout_s,
+                         .idle_timeout_s = (unsigned)o.idle_timeout_s, .tls = &tls};
+    if (zt_http_start(&http, &hc, jm) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        goto out;
+    }
+    char grpc_host[256];
+    snprintf(grpc_host, sizeof grpc_host, "%s", o.grpc_addr);
+    char *colon = strrchr(grpc_host, ':');
+    if (colon)
+        *colon = '\0';
+    printf("ztraind: limits: open files %ld (was %ld), grpc connections %ld, http connections "
+           "%ld, header timeout %ld s, idle timeout %ld s\n",
+           fd_limit, fd_limit_was, o.max_grpc_conns, o.max_http_conns, o.header_timeout_s,
+           o.idle_timeout_s);
+    describe_gpus(jc.gpus);
+    /* One line that scripts (and the tests) read to learn the ports that were picked. */
+    printf("ztraind: ready grpc=%s:%d http=%s://%s:%d state=%s data=%s runs=%s max_ranks=%ld "
+           "launcher=%s%s%s\n",
+           grpc_host, zt_grpc_server_port(grpc), tls.cert ? "https" : "http", host,
+           zt_http_port(http), db, zt_jobs_get_config(jm)->data_root,
+           zt_jobs_get_config(jm)->runs_root, o.max_ranks, o.launcher,
+           token ? " auth=bearer" : "", tls.ca ? " tls=mutual" : tls.cert ? " tls=on" : "");
+    fflush(stdout);
+
+    zt_grpc_server_run(grpc, &stop_requested);
+    printf("ztraind: stopping: running jobs are cancelled with a checkpoint\n");
+    fflush(stdout);
+    rc = 0;
+out:
+    /* The front ends go first: their watches must be gone before the job manager is. */
+    if (http)
+        zt_http_stop(http);
+    if (grpc)
+        zt_grpc_server_destroy(grpc);
+    zt_jobs_destroy(jm);
+    free(token);
+    zt_tls_pem_free(&tls);
+    if (rc == 0)
+        printf("ztraind: stopped\n");
+    return rc;
+}

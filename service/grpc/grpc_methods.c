@@ -1,0 +1,366 @@
+/* The methods of ztraind's gRPC server (grpc_server.h): each handler checks its request, asks
+ * the job manager and replies through the call's sending side in grpc_server.c.
+ *
+ * Unary methods run to completion on the completion queue's thread. WatchJob and StreamLogs -f
+ * register a job-manager watch whose callback, on_job_event, runs on other threads with the
+ * manager's lock held: it only packs the event and queues it under the call's mutex (lock order
+ * manager -> call). grpc_server.c removes the watch when the call closes. GetMetrics is bounded
+ * by the manager (keys, points) and computed without its lock. */
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpc_server_internal.h"
+#include "api/grpc_util.h"
+#include "health.pb-c.h"
+#include "api/job_proto.h"
+#include "ztrain.pb-c.h"
+
+#define LIST_DEFAULT_PAGE 50
+#define LIST_MAX_PAGE 1000
+#define LOGS_DEFAULT_TAIL 100
+
+/* ---- unary methods ----------------------------------------------------------------------- */
+
+static bool require_id(call *c, const char *id) {
+    if (id && *id)
+        return true;
+    zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "id is required");
+    return false;
+}
+
+/* Replies with the job of a manager call, or its error. Reads zt_last_error() at once, on the
+ * thread that made the call. */
+static void reply_job(call *c, zt_status s, zt_job_info *info) {
+    if (s != ZT_OK) {
+        zt_call_finish_zt(c, s);
+        return;
+    }
+    Ztrain__V1__Job *job;
+    s = zt_job_proto_job_from_info(info, &job);
+    zt_job_info_free(info);
+    if (s != ZT_OK) {
+        zt_call_finish(c, GRPC_STATUS_INTERNAL, zt_last_error());
+        return;
+    }
+    zt_call_reply(c, &job->base);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+}
+
+static void handle_submit(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__SubmitJobRequest *req = (Ztrain__V1__SubmitJobRequest *)m;
+    char *spec_json;
+    zt_status s = zt_job_proto_spec_to_json(req->spec, &spec_json);
+    if (s != ZT_OK) {
+        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, zt_last_error());
+        return;
+    }
+    zt_job_info info;
+    memset(&info, 0, sizeof info);
+    s = zt_jobs_submit(c->srv->jm, spec_json, req->idempotency_key, &info);
+    free(spec_json);
+    reply_job(c, s, &info);
+}
+
+static void handle_get(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__GetJobRequest *req = (Ztrain__V1__GetJobRequest *)m;
+    if (!require_id(c, req->id))
+        return;
+    zt_job_info info;
+    memset(&info, 0, sizeof info);
+    reply_job(c, zt_jobs_get(c->srv->jm, req->id, &info), &info);
+}
+
+static void free_infos(zt_job_info *jobs, int n) {
+    for (int i = 0; i < n; i++)
+        zt_job_info_free(&jobs[i]);
+    free(jobs);
+}
+
+static zt_status list_response(zt_job_info *jobs, int n, bool more,
+                               Ztrain__V1__ListJobsResponse *resp) {
+    if (n > 0) {
+        resp->jobs = calloc((size_t)n, sizeof *resp->jobs);
+        if (!resp->jobs)
+            return zt_error(ZT_ERR_NOMEM, "out of memory listing %d jobs", n);
+    }
+    for (int i = 0; i < n; i++) {
+        ZT_TRY(zt_job_proto_job_from_info(&jobs[i], &resp->jobs[i]));
+        resp->n_jobs++;
+    }
+    /* The page token is the last id of this page: the next page starts after it. */
+    if (more && n > 0 && !(resp->next_page_token = strdup(jobs[n - 1].id))) {
+        resp->next_page_token = (char *)protobuf_c_empty_string;
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    return ZT_OK;
+}
+
+static void handle_list(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__ListJobsRequest *req = (Ztrain__V1__ListJobsRequest *)m;
+    if ((int)req->state < 0 || (int)req->state > ZT_JOB_CANCELLED) {
+        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "state is not a JobState");
+        return;
+    }
+    if (req->page_size < 0) {
+        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size must be >= 0");
+        return;
+    }
+    int limit = req->page_size == 0 ? LIST_DEFAULT_PAGE
+                                    : req->page_size > LIST_MAX_PAGE ? LIST_MAX_PAGE : req->page_size;
+    zt_job_info *jobs = NULL;
+    int n = 0;
+    bool more = false;
+    zt_status s = zt_jobs_list(c->srv->jm, (zt_job_state)req->state, req->page_token, limit, &jobs,
+                               &n, &more);
+    if (s != ZT_OK) {
+        zt_call_finish_zt(c, s);
+        return;
+    }
+    Ztrain__V1__ListJobsResponse *resp = malloc(sizeof *resp);
+    if (resp)
+        ztrain__v1__list_jobs_response__init(resp);
+    s = resp ? list_response(jobs, n, more, resp) : zt_error(ZT_ERR_NOMEM, "out of memory");
+    free_infos(jobs, n);
+    if (s == ZT_OK)
+        zt_call_reply(c, &resp->base);
+    else
+        zt_call_finish(c, GRPC_STATUS_INTERNAL, zt_last_error());
+    if (resp)
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+static void handle_cancel(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__CancelJobRequest *req = (Ztrain__V1__CancelJobRequest *)m;
+    if (!require_id(c, req->id))
+        return;
+    if (!isfinite(req->grace_seconds) || req->grace_seconds < 0) {
+        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "grace_seconds must be a number >= 0");
+        return;
+    }
+    zt_job_info info;
+    memset(&info, 0, sizeof info);
+    zt_status s = zt_jobs_cancel(c->srv->jm, req->id, req->force, req->grace_seconds, &info);
+    reply_job(c, s, &info);
+}
+
+typedef struct {
+    Ztrain__V1__GetMetricsResponse *resp;
+    bool oom;
+} series_ctx;
+
+static Ztrain__V1__MetricSeries *new_series(const char *key, const int64_t *steps,
+                                            const double *values, int n) {
+    Ztrain__V1__MetricSeries *ms = malloc(sizeof *ms);
+    if (!ms)
+        return NULL;
+    ztrain__v1__metric_series__init(ms);
+    ms->key = strdup(key);
+    ms->steps = n ? malloc(sizeof *steps * (size_t)n) : NULL;
+    ms->values = n ? malloc(sizeof *values * (size_t)n) : NULL;
+    if (!ms->key || (n && (!ms->steps || !ms->values))) {
+        if (!ms->key)
+            ms->key = (char *)protobuf_c_empty_string;
+        protobuf_c_message_free_unpacked(&ms->base, NULL);
+        return NULL;
+    }
+    if (n > 0) {
+        memcpy(ms->steps, steps, sizeof *steps * (size_t)n);
+        memcpy(ms->values, values, sizeof *values * (size_t)n);
+    }
+    ms->n_steps = ms->n_values = (size_t)n;
+    return ms;
+}
+
+/* Copies one key's series into the response (the manager calls it with no lock held). */
+static void emit_series(void *ctx, const char *key, const int64_t *steps, const double *values,
+                        int n) {
+    series_ctx *sc = ctx;
+    Ztrain__V1__GetMetricsResponse *r = sc->resp;
+    if (sc->oom)
+        return;
+    Ztrain__V1__MetricSeries **grown = realloc(r->series, sizeof *grown * (r->n_series + 1));
+    Ztrain__V1__MetricSeries *ms = grown ? new_series(key, steps, values, n) : NULL;
+    if (grown)
+        r->series = grown;
+    if (!ms) {
+        sc->oom = true;
+        return;
+    }
+    r->series[r->n_series++] = ms;
+}
+
+static void handle_metrics(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__GetMetricsRequest *req = (Ztrain__V1__GetMetricsRequest *)m;
+    if (!require_id(c, req->id))
+        return;
+    if (req->max_points < 0) {
+        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "max_points must be >= 0");
+        return;
+    }
+    Ztrain__V1__GetMetricsResponse *resp = malloc(sizeof *resp);
+    if (!resp) {
+        zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
+        return;
+    }
+    ztrain__v1__get_metrics_response__init(resp);
+    /* The manager checks the keys against ZT_METRICS_MAX_KEYS (repeats count once) and caps the
+     * points, so that the answer is bounded whatever the request. */
+    series_ctx sc = {.resp = resp};
+    zt_status s = zt_jobs_metric_series(c->srv->jm, req->id, (const char *const *)req->keys,
+                                        (int)req->n_keys, req->since_step, req->max_points,
+                                        emit_series, &sc);
+    if (s != ZT_OK)
+        zt_call_finish_zt(c, s);
+    else if (sc.oom)
+        zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                       "ztraind ran out of memory copying the series");
+    else
+        zt_call_reply(c, &resp->base);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+static void handle_health(call *c, ProtobufCMessage *m) {
+    Grpc__Health__V1__HealthCheckRequest *req = (Grpc__Health__V1__HealthCheckRequest *)m;
+    if (req->service[0] && strcmp(req->service, "ztrain.v1.Trainer") != 0) {
+        zt_call_finish(c, GRPC_STATUS_NOT_FOUND, "unknown service");
+        return;
+    }
+    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    zt_call_reply(c, &resp.base);
+}
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+/* The message an event becomes on this call's stream (JobEvent for WatchJob, LogLine for
+ * StreamLogs), packed; *out is NULL for events the stream does not carry. */
+static zt_status pack_event(const call *c, const zt_job_event *ev, grpc_byte_buffer **out) {
+    *out = NULL;
+    ProtobufCMessage *inner = NULL;
+    Ztrain__V1__JobEvent je = ZTRAIN__V1__JOB_EVENT__INIT;
+    if (ev->kind == ZT_EVENT_STATE) {
+        if (c->method != M_WATCH)
+            return ZT_OK;
+        ZT_TRY(zt_job_proto_job_from_info(ev->job, &je.job));
+        je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_JOB;
+        inner = &je.job->base;
+    } else if (ev->kind == ZT_EVENT_METRICS) {
+        ZT_TRY(zt_job_proto_record_from_metric(ev->record, &je.metrics));
+        je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_METRICS;
+        inner = &je.metrics->base;
+    } else if (ev->kind == ZT_EVENT_ANOMALY) {
+        if (c->method != M_WATCH)
+            return ZT_OK;
+        ZT_TRY(zt_job_proto_anomaly_from(ev->anomaly, &je.anomaly));
+        je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_ANOMALY;
+        inner = &je.anomaly->base;
+    } else {
+        ZT_TRY(zt_job_proto_log_from_line(ev->log, &je.log));
+        je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_LOG;
+        inner = &je.log->base;
+    }
+    *out = zt_pb_pack(c->method == M_WATCH ? &je.base : inner);
+    protobuf_c_message_free_unpacked(inner, NULL);
+    return ZT_OK;
+}
+
+/* The watch callback: runs with the manager's lock held, on whichever thread produced the
+ * event (or without it on this queue's thread, replaying a history from the store inside
+ * zt_jobs_watch). It packs, queues and kicks; nothing here may block or call into the
+ * manager. */
+static void on_job_event(void *ctx, const zt_job_event *ev) {
+    call *c = ctx;
+    grpc_byte_buffer *bb = NULL;
+    zt_status s = pack_event(c, ev, &bb);
+    bool terminal = ev->kind == ZT_EVENT_STATE && zt_job_state_terminal(ev->job->state);
+    pthread_mutex_lock(&c->mu);
+    if (s != ZT_OK)
+        zt_call_finish_locked(c, GRPC_STATUS_INTERNAL, zt_last_error());
+    if (bb)
+        zt_call_push_locked(c, bb);
+    if (terminal && c->replaying)
+        c->terminal_seen = true;
+    else if (terminal)
+        zt_call_finish_locked(c, GRPC_STATUS_OK, "");
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Registers the watch. Events replayed inside zt_jobs_watch may include a terminal state
+ * before the history that follows it, so the stream ends only once the replay is over. */
+static void start_watch(call *c, const char *id, int what, int64_t from_step, int log_tail) {
+    pthread_mutex_lock(&c->mu);
+    c->replaying = true;
+    pthread_mutex_unlock(&c->mu);
+    zt_job_watch *w = NULL;
+    zt_status s = zt_jobs_watch(c->srv->jm, id, what, from_step, log_tail, on_job_event, c, &w);
+    grpc_status_code code = zt_grpc_status_from_zt(s);
+    char *text = s != ZT_OK ? strdup(zt_last_error()) : NULL;
+    c->watch = s == ZT_OK ? w : NULL;
+    pthread_mutex_lock(&c->mu);
+    c->replaying = false;
+    if (s != ZT_OK)
+        zt_call_finish_locked(c, code, text ? text : "watch failed");
+    else if (c->terminal_seen)
+        zt_call_finish_locked(c, GRPC_STATUS_OK, "");
+    pthread_mutex_unlock(&c->mu);
+    free(text);
+}
+
+static void handle_watch(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__WatchJobRequest *req = (Ztrain__V1__WatchJobRequest *)m;
+    if (!require_id(c, req->id))
+        return;
+    int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (req->logs ? ZT_WATCH_LOGS : 0);
+    /* Log lines in a watch are live ones only; StreamLogs is the way to read a tail. */
+    start_watch(c, req->id, what, req->from_step, 0);
+}
+
+static void emit_log(void *ctx, const zt_log_line *l) {
+    call *c = ctx;
+    zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = l};
+    on_job_event(c, &ev);
+}
+
+static void handle_logs(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__StreamLogsRequest *req = (Ztrain__V1__StreamLogsRequest *)m;
+    if (!require_id(c, req->id))
+        return;
+    if (req->tail < 0) {
+        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "tail must be >= 0");
+        return;
+    }
+    int tail = req->tail ? req->tail : LOGS_DEFAULT_TAIL;
+    if (req->follow) {
+        start_watch(c, req->id, ZT_WATCH_LOGS, 0, tail);
+        return;
+    }
+    zt_status s = zt_jobs_logs(c->srv->jm, req->id, tail, emit_log, c);
+    if (s != ZT_OK)
+        zt_call_finish_zt(c, s);
+    else
+        zt_call_finish(c, GRPC_STATUS_OK, "");
+}
+
+/* ---- the method table -------------------------------------------------------------------- */
+
+const method_def zt_grpc_methods[M_COUNT] = {
+    [M_SUBMIT] = {"/ztrain.v1.Trainer/SubmitJob", &ztrain__v1__submit_job_request__descriptor,
+                  handle_submit},
+    [M_GET] = {"/ztrain.v1.Trainer/GetJob", &ztrain__v1__get_job_request__descriptor, handle_get},
+    [M_LIST] = {"/ztrain.v1.Trainer/ListJobs", &ztrain__v1__list_jobs_request__descriptor,
+                handle_list},
+    [M_CANCEL] = {"/ztrain.v1.Trainer/CancelJob", &ztrain__v1__cancel_job_request__descriptor,
+                  handle_cancel},
+    [M_WATCH] = {"/ztrain.v1.Trainer/WatchJob", &ztrain__v1__watch_job_request__descriptor,
+                 handle_watch},
+    [M_METRICS] = {"/ztrain.v1.Trainer/GetMetrics", &ztrain__v1__get_metrics_request__descriptor,
+                   handle_metrics},
+    [M_LOGS] = {"/ztrain.v1.Trainer/StreamLogs", &ztrain__v1__stream_logs_request__descriptor,
+                handle_logs},
+    [M_HEALTH] = {"/grpc.health.v1.Health/Check",
+                  &grpc__health__v1__health_check_request__descriptor, handle_health},
+};

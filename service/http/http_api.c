@@ -1,0 +1,386 @@
+/* ztraind's HTTP server on libmicrohttpd (http_api.h): starting and stopping it, reading each
+ * request (its body within the size limit) once its Host and Origin have passed, bearer auth
+ * and CORS preflights, and the routing of every URL to its handler. The handlers live beside
+ * it: the job routes (http_jobs.c), the metric series (http_series.c), the history's downloads
+ * (http_export.c, http_tensorboard.c), the live event stream (http_events.c), Prometheus'
+ * /metrics (http_prometheus.c) and the dashboard's files (http_static.c); who may ask is
+ * http_guard.c (with client certificates, http_tls.c, which also sets up HTTPS), how they
+ * answer is http_reply.c, and what they share is http_internal.h.
+ *
+ * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), because an event
+ * stream's content reader blocks until the job manager has something to say; ordinary requests
+ * copy what they need out of the manager (which holds its lock only for the copy) and encode
+ * it on their own thread. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "api/auth.h"
+#include "http_internal.h"
+
+/* A connection nothing happens on is closed after the idle timeout (30 s unless configured).
+ * Event streams stay open: their keepalive comments count as activity. */
+#define ZT_HTTP_IDLE_TIMEOUT_S 30u
+#define ZT_HTTP_HEADER_TIMEOUT_S 10u
+#define ZT_HTTP_MEMORY_LIMIT ((size_t)64 * 1024)
+/* The nice value of connection threads: under load the HTTP side yields the cores to the
+ * training ranks (nice 0), which are what the machine is for. */
+#define ZT_HTTP_NICE 10
+
+/* ---- routing ----------------------------------------------------------------------------- */
+
+/* A request body, kept only for requests that send one. Other requests carry &no_body as
+ * their per-request pointer, so GETs allocate nothing. */
+typedef struct {
+    zt_jbuf body;
+} http_req;
+
+static char no_body;
+
+static bool starts_with(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* The Allow header of the routes that only read. */
+#define GET_ONLY "GET, HEAD, OPTIONS"
+
+static enum MHD_Result method_not_allowed(struct MHD_Connection *c, const char *method,
+                                          const char *url, const char *allow) {
+    return zt_http_send_error_with_header(c, MHD_HTTP_METHOD_NOT_ALLOWED, MHD_HTTP_HEADER_ALLOW,
+                                          allow, "%s is not allowed on %s (%s)", method, url,
+                                          allow);
+}
+
+/* /api/v1/jobs/{id}[/{sub}] once the token has been checked by route(). */
+static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, const char *method,
+                                 const char *url, const char *rest, const http_req *req) {
+    const char *slash = strchr(rest, '/');
+    size_t id_len = slash ? (size_t)(slash - rest) : strlen(rest);
+    const char *sub = slash ? slash + 1 : "";
+    char id[sizeof(((zt_job_info *)0)->id)];
+    enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, CSV, JSONL, TENSORBOARD, ANOMALIES,
+           WEBHOOKS, N_SUBS };
+    static const char *const subs[N_SUBS] = {
+        "",       "metrics",     "records",       "logs",            "events",   "cancel",
+        "metrics.csv", "metrics.jsonl", "tensorboard.tar", "anomalies", "webhooks"};
+    int which = 0;
+    while (which < N_SUBS && strcmp(sub, subs[which]) != 0)
+        which++;
+    if (which == N_SUBS)
+        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
+    if (!zt_http_valid_job_id(rest, id_len))
+        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no job '%.*s'",
+                                  (int)(id_len > 64 ? 64 : id_len), rest);
+    memcpy(id, rest, id_len);
+    id[id_len] = '\0';
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (which == CANCEL) {
+        if (strcmp(method, "POST") != 0)
+            return method_not_allowed(c, method, url, "POST, OPTIONS");
+        /* Every route that changes state takes JSON only: a cross-origin form or "simple"
+         * request cannot send that type, and one that can is preflighted first. */
+        enum MHD_Result ret;
+        if (!zt_http_guard_json(c, method, &ret))
+            return ret;
+        return zt_http_job_cancel(s, c, id, req ? &req->body : NULL);
+    }
+    /* An event stream has no HEAD: its headers would promise a body that never ends. */
+    if (which == EVENTS && strcmp(method, "GET") != 0)
+        return method_not_allowed(c, method, url, "GET, OPTIONS");
+    if (!get)
+        return method_not_allowed(c, method, url, GET_ONLY);
+    switch (which) {
+    case JOB: return zt_http_job_get(s, c, id);
+    case METRICS: return zt_http_job_metrics(s, c, id);
+    case RECORDS: return zt_http_job_records(s, c, id);
+    case LOGS: return zt_http_job_logs(s, c, id);
+    case CSV: return zt_http_job_export(s, c, id, true);
+    case JSONL: return zt_http_job_export(s, c, id, false);
+    case TENSORBOARD: return zt_http_job_tensorboard(s, c, id);
+    case ANOMALIES: return zt_http_job_anomalies(s, c, id);
+    case WEBHOOKS: return zt_http_job_webhooks(s, c, id);
+    default: return zt_http_job_events(s, c, id);
+    }
+}
+
+static bool authorized(const zt_http_server *s, struct MHD_Connection *c) {
+    if (!s->token)
+        return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return zt_auth_bearer_ok(s->token, h);
+}
+
+static bool is_events_url(const char *url) {
+    size_t n = strlen(url);
+    return starts_with(url, "/api/v1/jobs/") && n > 7 && strcmp(url + n - 7, "/events") == 0;
+}
+
+static enum MHD_Result preflight(struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    return zt_http_queue(c, MHD_HTTP_NO_CONTENT, r);
+}
+
+static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const char *url,
+                             const char *method, const http_req *req) {
+    if (!strcmp(method, "OPTIONS"))
+        return preflight(c);
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    bool api = starts_with(url, "/api/");
+    if (api || !strcmp(url, "/metrics")) {
+        if (!authorized(s, c) && !(is_events_url(url) && zt_http_events_token_ok(s, c)))
+            return zt_http_send_error_with_header(c, MHD_HTTP_UNAUTHORIZED,
+                                                  MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
+                                                  "missing or invalid bearer token");
+        if (!api)
+            return get ? zt_http_prometheus(s, c) : method_not_allowed(c, method, url, GET_ONLY);
+        if (!strcmp(url, "/api/v1/jobs"))
+            return get ? zt_http_jobs_list(s, c) : method_not_allowed(c, method, url, GET_ONLY);
+        if (starts_with(url, "/api/v1/jobs/"))
+            return route_job(s, c, method, url, url + strlen("/api/v1/jobs/"), req);
+        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
+    }
+    const char *file_dir = NULL, *rel = NULL, *cache = "no-cache";
+    if (!strcmp(url, "/healthz")) {
+        return get ? zt_http_healthz(s, c) : method_not_allowed(c, method, url, GET_ONLY);
+    } else if (!strcmp(url, "/")) {
+        file_dir = s->web_dir, rel = "index.html";
+    } else if (starts_with(url, "/static/")) {
+        file_dir = s->web_dir, rel = url + strlen("/static/");
+    } else if (starts_with(url, "/vendor/chart.js/")) {
+        /* A Debian package's file changes only with the package. */
+        file_dir = s->chartjs_dir, rel = url + strlen("/vendor/chart.js/"), cache = "max-age=86400";
+    } else {
+        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
+    }
+    if (!get)
+        return method_not_allowed(c, method, url, GET_ONLY);
+    return zt_http_serve_file(c, file_dir, rel, cache);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **req_cls) {
+    zt_http_server *s = cls;
+    if (*req_cls == NULL) {
+        /* Each connection has its own thread, so this runs once per connection. Raising the
+         * nice value needs no privilege; a failure just leaves the thread as it was. */
+        static __thread bool niced;
+        if (!niced) {
+            setpriority(PRIO_PROCESS, (id_t)gettid(), ZT_HTTP_NICE);
+            niced = true;
+        }
+        /* First call, headers only. A request from a name or an origin that may not ask, or
+         * with a body announced as too large, is refused before its body is read; MHD then
+         * closes the connection. */
+        *req_cls = &no_body;
+        enum MHD_Result ret;
+        if (!zt_http_guard_client_cert(s, c, &ret) || !zt_http_guard_request(s, c, &ret))
+            return ret;
+        zt_http_conns_request_begun(s->conns, c);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->max_body)
+            return zt_http_send_error(c, MHD_HTTP_CONTENT_TOO_LARGE,
+                                      "request body over %zu bytes", s->max_body);
+        return MHD_YES;
+    }
+    http_req *req = *req_cls == &no_body ? NULL : *req_cls;
+    if (*upload_size > 0) {
+        if (!req) {
+            req = calloc(1, sizeof *req);
+            if (!req)
+                return MHD_NO;
+            *req_cls = req;
+        }
+        /* A chunked body that grows past the cap: no status can be sent mid-body, so the
+         * connection is dropped. */
+        if (req->body.len + *upload_size > s->max_body)
+            return MHD_NO;
+        zt_jbuf_text(&req->body, upload_data, *upload_size);
+        *upload_size = 0;
+        return req->body.oom ? MHD_NO : MHD_YES;
+    }
+    zt_http_conns_request_read(s->conns, c);
+    return route(s, c, url, method, req);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    zt_http_server *s = cls;
+    zt_http_conns_request_done(s->conns, c);
+    if (*req_cls && *req_cls != &no_body) {
+        http_req *req = *req_cls;
+        zt_jbuf_free(&req->body);
+        free(req);
+    }
+    *req_cls = NULL;
+}
+
+/* MHD reports every malformed request; a client sending junk in a loop must not fill the
+ * daemon's log, so at most ZT_HTTP_LOG_BURST messages go out per minute. */
+#define ZT_HTTP_LOG_BURST 20
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t window_start;
+    static int in_window, dropped;
+    int64_t now = zt_http_mono_ms();
+    pthread_mutex_lock(&mu);
+    if (now - window_start >= 60000) {
+        if (dropped)
+            fprintf(stderr, "ztraind: http: %d more messages were not logged\n", dropped);
+        window_start = now;
+        in_window = dropped = 0;
+    }
+    bool show = in_window++ < ZT_HTTP_LOG_BURST;
+    dropped += !show;
+    if (show) {
+        fputs("ztraind: http: ", stderr);
+        vfprintf(stderr, fmt, ap);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+/* ---- start and stop ---------------------------------------------------------------------- */
+
+/* Our own listening socket, so that a port in use is an error naming it (MHD only logs it). */
+static zt_status open_listener(const char *host, int port, int *fd_out) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (port < 0 || port > 65535)
+        return zt_error(ZT_ERR_INVALID, "HTTP port %d is out of range", port);
+    if (inet_pton(AF_INET, strcmp(host, "localhost") ? host : "127.0.0.1", &a.sin_addr) != 1)
+        return zt_error(ZT_ERR_INVALID, "HTTP host '%s' is not an IPv4 address", host);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return zt_error(ZT_ERR_IO, "HTTP socket: %s", strerror(errno));
+    /* SO_REUSEADDR only lets a restart bind past old connections in TIME_WAIT; on Linux it
+     * does not let two servers listen on one port. */
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0) {
+        int e = errno;
+        close(fd);
+        return zt_error(ZT_ERR_IO, "HTTP %s:%d: %s", host, port, strerror(e));
+    }
+    *fd_out = fd;
+    return ZT_OK;
+}
+
+static int bound_port(int fd) {
+    struct sockaddr_in a;
+    socklen_t n = sizeof a;
+    return getsockname(fd, (struct sockaddr *)&a, &n) == 0 ? ntohs(a.sin_port) : -1;
+}
+
+static void server_free(zt_http_server *s) {
+    zt_http_conns_destroy(s->conns);
+    zt_series_cache_destroy(s->cache);
+    zt_http_guard_free(&s->guard);
+    free(s->token);
+    free(s->web_dir);
+    free(s->chartjs_dir);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static char *dup_or_null(const char *p) {
+    return p ? strdup(p) : NULL;
+}
+
+zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs *jm) {
+    *out = NULL;
+    zt_http_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return ZT_ERR_NOMEM;
+    pthread_mutex_init(&s->mu, NULL);
+    s->jm = jm;
+    s->cache = zt_series_cache_create();
+    s->token = cfg->token && *cfg->token ? strdup(cfg->token) : NULL;
+    s->web_dir = dup_or_null(cfg->web_dir);
+    s->chartjs_dir = dup_or_null(cfg->chartjs_dir);
+    s->max_body = cfg->max_request_bytes ? cfg->max_request_bytes : 64 * 1024;
+    if (!s->cache || (cfg->token && *cfg->token && !s->token) || (cfg->web_dir && !s->web_dir) ||
+        (cfg->chartjs_dir && !s->chartjs_dir)) {
+        server_free(s);
+        return ZT_ERR_NOMEM;
+    }
+    const char *host = cfg->host && *cfg->host ? cfg->host : "127.0.0.1";
+    zt_status st = zt_http_guard_init(&s->guard, host, cfg->hosts, cfg->n_hosts, cfg->origins,
+                                      cfg->n_origins);
+    struct MHD_OptionItem tls_opts[ZT_HTTP_TLS_OPTIONS];
+    unsigned tls_flags = 0;
+    if (st == ZT_OK)
+        st = zt_http_tls_options(s, cfg->tls, tls_opts, &tls_flags);
+    if (st != ZT_OK) {
+        server_free(s);
+        return st;
+    }
+    int fd = -1;
+    st = open_listener(host, cfg->port, &fd);
+    if (st != ZT_OK) {
+        server_free(s);
+        return st;
+    }
+    s->port = bound_port(fd);
+    unsigned max_conn = cfg->max_connections ? cfg->max_connections : 256;
+    /* On loopback every client shares one address; the per-address cap matters when serving
+     * a network, where one host should not take every slot. */
+    unsigned per_ip = max_conn > 16 ? max_conn / 2 : max_conn;
+    st = zt_http_conns_create(&s->conns, s, max_conn, per_ip,
+                              cfg->header_timeout_s ? cfg->header_timeout_s
+                                                    : ZT_HTTP_HEADER_TIMEOUT_S);
+    if (st != ZT_OK) {
+        close(fd);
+        server_free(s);
+        return st;
+    }
+    /* The slots are ztraind's (http_conns.c). libmicrohttpd's own bound only has to leave room
+     * for connections that were displaced and are still being closed. */
+    s->daemon = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+            MHD_USE_ITC | MHD_USE_ERROR_LOG | tls_flags,
+        0, zt_http_conns_admit, s->conns, on_request, s,
+        /* First, so that MHD's own messages about the options below go through it too. */
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * max_conn),
+        MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(cfg->idle_timeout_s ? cfg->idle_timeout_s : ZT_HTTP_IDLE_TIMEOUT_S),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)ZT_HTTP_MEMORY_LIMIT,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, zt_http_conns_notify, s->conns,
+        MHD_OPTION_ARRAY, tls_opts,
+        MHD_OPTION_END);
+    if (!s->daemon) {
+        close(fd);
+        server_free(s);
+        return zt_error(ZT_ERR_IO, "HTTP %s:%d: libmicrohttpd failed to start", host, cfg->port);
+    }
+    *out = s;
+    return ZT_OK;
+}
+
+int zt_http_port(const zt_http_server *s) {
+    return s ? s->port : -1;
+}
+
+void zt_http_stop(zt_http_server *s) {
+    if (!s)
+        return;
+    /* First, because MHD_stop_daemon joins the connection threads, and a stream's thread
+     * waits for events until it is told to end. */
+    zt_http_events_stop_all(s);
+    MHD_stop_daemon(s->daemon);
+    server_free(s);
+}

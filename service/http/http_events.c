@@ -1,0 +1,360 @@
+/* GET /api/v1/jobs/{id}/events (http_internal.h): a job's live event stream as Server-Sent
+ * Events. A job manager watch queues formatted events, the connection's content reader sends
+ * them, with a keepalive comment when the job is quiet, and zt_http_stop ends every stream. */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/auth.h"
+#include "http_internal.h"
+
+/* A quiet stream sends a comment this often, so that neither the server's idle timeout
+ * (ZT_HTTP_TIMEOUT_S in http_api.c) nor a proxy closes it. */
+#define ZT_SSE_KEEPALIVE_MS 15000
+/* How often a waiting stream checks whether its client went away. */
+#define ZT_SSE_POLL_MS 1000
+/* A client that reads slower than the job writes is cut off rather than grow without bound;
+ * the replay of a long history counts too (about 60000 records of a GPT-2 job), and a client
+ * that wants more reads /records first and streams from where it ends. */
+#define ZT_SSE_MAX_QUEUED ((size_t)32 * 1024 * 1024)
+
+/* One formatted event waiting to be sent. A job event is encoded under the manager's lock
+ * without its checkpoints (listing them reads the disk): `ckpt_dir` is set, and the reader
+ * finishes the event outside any lock. */
+typedef struct sse_chunk {
+    struct sse_chunk *next;
+    char *data;
+    size_t len;
+    char *ckpt_dir;
+} sse_chunk;
+
+struct zt_sse {
+    zt_http_server *srv;
+    zt_sse *prev, *next;      /* in srv->streams, under srv->mu */
+    zt_job_watch *watch;
+    int fd;                   /* the client's socket, to notice that it went away */
+    pthread_mutex_t mu;       /* guards the fields up to `stop` */
+    pthread_cond_t cv;
+    sse_chunk *head, *tail;
+    size_t queued;
+    bool ended;               /* the terminal job event is queued: nothing follows */
+    bool overflow;
+    bool stop;                /* the server is stopping */
+    /* Owned by the content reader (one MHD thread). */
+    char *out;
+    size_t out_len, out_off;
+    int64_t last_send_ms;
+};
+
+static void chunk_free(sse_chunk *ch) {
+    free(ch->data);
+    free(ch->ckpt_dir);
+    free(ch);
+}
+
+/* The watch callback: runs under the job manager's lock, on the supervisor's thread or ours
+ * (or on ours without it, replaying the part of the history read from the store). It only
+ * formats and queues; the content reader does the rest. */
+static void sse_on_event(void *ctx, const zt_job_event *ev) {
+    zt_sse *st = ctx;
+    zt_jbuf b;
+    zt_jbuf_init(&b);
+    char *ckpt_dir = NULL;
+    bool terminal = false;
+    size_t data_at;
+    if (ev->kind == ZT_EVENT_STATE) {
+        zt_jbuf_puts(&b, "event: job\ndata: ");
+        data_at = b.len;
+        zt_json_job_open(&b, ev->job, zt_http_wall_ms());
+        ckpt_dir = strdup(ev->job->checkpoint_dir ? ev->job->checkpoint_dir : "");
+        terminal = zt_job_state_terminal(ev->job->state);
+    } else if (ev->kind == ZT_EVENT_METRICS) {
+        /* The step as the event id: a reconnecting EventSource sends it back as
+         * Last-Event-ID and continues after it. */
+        zt_jbuf_printf(&b, "event: metrics\nid: %" PRId64 "\ndata: ", ev->record->step);
+        data_at = b.len;
+        zt_json_record(&b, ev->record);
+    } else if (ev->kind == ZT_EVENT_ANOMALY) {
+        zt_jbuf_puts(&b, "event: anomaly\ndata: ");
+        data_at = b.len;
+        zt_jbuf_puts(&b, ev->anomaly->json);
+    } else {
+        zt_jbuf_puts(&b, "event: log\ndata: ");
+        data_at = b.len;
+        zt_json_log_line(&b, ev->log);
+    }
+    /* A raw line break would end the data field; in JSON one can only be whitespace between
+     * tokens (the spliced spec or record text), where a space means the same. */
+    for (size_t i = data_at; !b.oom && i < b.len; i++)
+        if (b.data[i] == '\n' || b.data[i] == '\r')
+            b.data[i] = ' ';
+    if (!ckpt_dir)
+        zt_jbuf_puts(&b, "\n\n");
+    sse_chunk *ch = calloc(1, sizeof *ch);
+    size_t len = 0;
+    char *data = zt_jbuf_take(&b, &len);
+    pthread_mutex_lock(&st->mu);
+    if (!ch || !data || (ev->kind == ZT_EVENT_STATE && !ckpt_dir) ||
+        st->queued + len > ZT_SSE_MAX_QUEUED) {
+        st->overflow = true;
+        free(ch);
+        free(data);
+        free(ckpt_dir);
+    } else {
+        ch->data = data;
+        ch->len = len;
+        ch->ckpt_dir = ckpt_dir;
+        if (st->tail)
+            st->tail->next = ch;
+        else
+            st->head = ch;
+        st->tail = ch;
+        st->queued += len;
+        st->ended |= terminal;
+    }
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static bool peer_gone(int fd) {
+    if (fd < 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Turns a dequeued chunk into the bytes to send; job events get their checkpoints here. */
+static void sse_take_chunk(zt_sse *st, sse_chunk *ch) {
+    if (ch->ckpt_dir) {
+        zt_ckpt_list ck;
+        zt_ckpt_list_dir(ch->ckpt_dir, &ck);
+        zt_jbuf b = {.data = ch->data, .len = ch->len, .cap = ch->len + 1, .comma = true};
+        ch->data = NULL;
+        zt_json_job_close(&b, &ck);
+        zt_jbuf_puts(&b, "\n\n");
+        zt_ckpt_list_free(&ck);
+        st->out = zt_jbuf_take(&b, &st->out_len);
+    } else {
+        st->out = ch->data;
+        st->out_len = ch->len;
+        ch->data = NULL;
+    }
+    st->out_off = 0;
+    chunk_free(ch);
+}
+
+/* Waits for the next chunk; returns false when the stream must end, with *result set. */
+static bool sse_next(zt_sse *st, ssize_t *result) {
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        if (st->stop || st->overflow) {
+            *result = st->stop ? MHD_CONTENT_READER_END_OF_STREAM
+                               : MHD_CONTENT_READER_END_WITH_ERROR;
+            break;
+        }
+        if (st->head) {
+            sse_chunk *ch = st->head;
+            st->head = ch->next;
+            if (!st->head)
+                st->tail = NULL;
+            st->queued -= ch->len;
+            pthread_mutex_unlock(&st->mu);
+            sse_take_chunk(st, ch);
+            return true;
+        }
+        if (st->ended) {
+            *result = MHD_CONTENT_READER_END_OF_STREAM;
+            break;
+        }
+        int64_t now = zt_http_mono_ms();
+        if (now - st->last_send_ms >= ZT_SSE_KEEPALIVE_MS) {
+            pthread_mutex_unlock(&st->mu);
+            st->out = strdup(": keepalive\n\n");
+            st->out_len = st->out ? strlen(st->out) : 0;
+            st->out_off = 0;
+            return true;
+        }
+        if (peer_gone(st->fd)) {
+            *result = MHD_CONTENT_READER_END_WITH_ERROR;
+            break;
+        }
+        int64_t wait = st->last_send_ms + ZT_SSE_KEEPALIVE_MS - now;
+        if (wait > ZT_SSE_POLL_MS)
+            wait = ZT_SSE_POLL_MS;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += wait / 1000;
+        ts.tv_nsec += (wait % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return false;
+}
+
+/* MHD's content reader, on the connection's own thread: blocking here is what that thread is
+ * for. */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    zt_sse *st = cls;
+    while (st->out_off >= st->out_len) {
+        free(st->out);
+        st->out = NULL;
+        st->out_len = st->out_off = 0;
+        ssize_t end;
+        if (!sse_next(st, &end))
+            return end;
+    }
+    size_t n = st->out_len - st->out_off;
+    if (n > max)
+        n = max;
+    memcpy(buf, st->out + st->out_off, n);
+    st->out_off += n;
+    st->last_send_ms = zt_http_mono_ms();
+    return (ssize_t)n;
+}
+
+static void sse_unregister(zt_sse *st) {
+    zt_http_server *s = st->srv;
+    pthread_mutex_lock(&s->mu);
+    if (st->prev)
+        st->prev->next = st->next;
+    else if (s->streams == st)
+        s->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    st->prev = st->next = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* MHD's free callback, when the response is done with. The watch goes first: after
+ * zt_jobs_unwatch no callback can touch the stream. */
+static void sse_free(void *cls) {
+    zt_sse *st = cls;
+    sse_unregister(st);
+    if (st->watch)
+        zt_jobs_unwatch(st->srv->jm, st->watch);
+    while (st->head) {
+        sse_chunk *ch = st->head;
+        st->head = ch->next;
+        chunk_free(ch);
+    }
+    free(st->out);
+    pthread_cond_destroy(&st->cv);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+static zt_sse *sse_create(zt_http_server *s, struct MHD_Connection *c) {
+    zt_sse *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&st->mu, NULL);
+    st->srv = s;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    st->fd = ci ? ci->connect_fd : -1;
+    st->last_send_ms = zt_http_mono_ms();
+    return st;
+}
+
+/* Registers the stream so that zt_http_events_stop_all can end it; false when the server is
+ * stopping. */
+static bool sse_register(zt_http_server *s, zt_sse *st) {
+    pthread_mutex_lock(&s->mu);
+    bool ok = !s->stopping;
+    if (ok) {
+        st->next = s->streams;
+        if (s->streams)
+            s->streams->prev = st;
+        s->streams = st;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+/* EventSource can set no headers, so the stream also takes the token as ?access_token=
+ * (RFC 6750 §2.3). */
+bool zt_http_events_token_ok(const zt_http_server *s, struct MHD_Connection *c) {
+    const char *t = zt_http_arg(c, "access_token");
+    if (!s->token || !t)
+        return false;
+    size_t n = strlen(t);
+    char *h = malloc(n + 8);
+    if (!h)
+        return false;
+    memcpy(h, "Bearer ", 7);
+    memcpy(h + 7, t, n + 1);
+    bool ok = zt_auth_bearer_ok(s->token, h);
+    free(h);
+    return ok;
+}
+
+/* GET /api/v1/jobs/{id}/events?since_step=&logs=&tail=: the job, its records from since_step,
+ * its anomaly events and (logs=1) its last `tail` log lines (0: none), then live events until a
+ * terminal state.
+ * A reconnecting EventSource's Last-Event-ID (the last record's step) moves since_step past
+ * what it already has. */
+enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
+                                   const char *id) {
+    enum MHD_Result ret;
+    int64_t since = 0, tail = 100, last_id = -1;
+    bool logs = false;
+    if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret) ||
+        !zt_http_arg_int(c, "tail", 0, ZT_MAX_LOG_TAIL, &tail, &ret) ||
+        !zt_http_arg_bool(c, "logs", &logs, &ret))
+        return ret;
+    const char *lei = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+    if (lei && sscanf(lei, "%" SCNd64, &last_id) == 1 && last_id >= since &&
+        last_id < INT64_MAX)
+        since = last_id + 1;
+    zt_sse *st = sse_create(s, c);
+    if (!st)
+        return MHD_NO;
+    if (!sse_register(s, st)) {
+        sse_free(st);
+        return zt_http_send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "ztraind is stopping");
+    }
+    int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (logs ? ZT_WATCH_LOGS : 0);
+    zt_status zs = zt_jobs_watch(s->jm, id, what, since, (int)tail, sse_on_event, st, &st->watch);
+    if (zs != ZT_OK) {
+        st->watch = NULL;
+        sse_free(st);
+        return zt_http_send_status(c, zs, id);
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, sse_read, st, sse_free);
+    if (!r) {
+        sse_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    return zt_http_queue(c, MHD_HTTP_OK, r);
+}
+
+/* Streams block in their readers; they are woken and ended here, or MHD would wait on their
+ * threads forever. Streams that start from now on are refused (sse_register). */
+void zt_http_events_stop_all(zt_http_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    for (zt_sse *st = s->streams; st; st = st->next) {
+        pthread_mutex_lock(&st->mu);
+        st->stop = true;
+        pthread_cond_signal(&st->cv);
+        pthread_mutex_unlock(&st->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+}

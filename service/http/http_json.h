@@ -1,0 +1,78 @@
+/* The JSON that ztraind's HTTP API speaks: jobs, metric series and records, log lines and
+ * errors, written into a growable buffer. Pure functions (no I/O, no locks, no clock), so the
+ * request handlers, the event stream (whose encoder runs under the job manager's lock) and the
+ * tests share one encoding. Field names are the snake_case names of proto/ztrain.proto. */
+#ifndef ZTRAIN_HTTP_JSON_H
+#define ZTRAIN_HTTP_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ztrain/checkpoint.h"
+#include "daemon/job_manager.h"
+
+/* A growable byte buffer with a JSON writer on top. The writer inserts the commas between
+ * members and elements itself, so encoders read as the structure they write. After an
+ * allocation failure the buffer stops growing and `oom` stays set: callers check it once, at
+ * the end, instead of after every append. */
+typedef struct {
+    char *data;    /* NUL-terminated when not NULL */
+    size_t len, cap;
+    bool comma;    /* a value was just completed: the next member or element needs a ',' */
+    bool oom;
+} zt_jbuf;
+
+void zt_jbuf_init(zt_jbuf *b);
+void zt_jbuf_free(zt_jbuf *b);
+/* Makes room for n more bytes; false (and oom) when that failed. */
+bool zt_jbuf_reserve(zt_jbuf *b, size_t n);
+/* Hands the NUL-terminated text to the caller (release with free()) and leaves b empty;
+ * NULL after an allocation failure (b is then freed). *len may be NULL. */
+char *zt_jbuf_take(zt_jbuf *b, size_t *len);
+/* Appends bytes that are not a JSON value (SSE framing, Prometheus text); resets the comma
+ * state, so a JSON value written next starts without one. */
+void zt_jbuf_text(zt_jbuf *b, const char *s, size_t n);
+void zt_jbuf_puts(zt_jbuf *b, const char *s);
+void zt_jbuf_printf(zt_jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The JSON writer. open/close take '{' '}' or '[' ']'. */
+void zt_json_open(zt_jbuf *b, char c);
+void zt_json_close(zt_jbuf *b, char c);
+void zt_json_key(zt_jbuf *b, const char *key);
+/* A string, escaped; bytes that are not valid UTF-8 become U+FFFD, so any log line or name
+ * yields valid JSON. NULL writes null. */
+void zt_json_str(zt_jbuf *b, const char *s);
+void zt_json_strn(zt_jbuf *b, const char *s, size_t n);
+void zt_json_int(zt_jbuf *b, int64_t v);
+/* The shortest of %.15g / %.17g that reads back as v; null when v is NaN or infinite. */
+void zt_json_num(zt_jbuf *b, double v);
+void zt_json_bool(zt_jbuf *b, bool v);
+void zt_json_null(zt_jbuf *b);
+/* Splices text that is already one JSON value (a metric record, the job spec); leading and
+ * trailing whitespace is dropped, and null is written when nothing is left. */
+void zt_json_raw(zt_jbuf *b, const char *json, size_t n);
+
+/* A job: {"id","name","state","reason","world_size","device","created_unix_ms",
+ * "started_unix_ms","finished_unix_ms","elapsed_ms","step","max_steps","loss",
+ * "tokens_per_second","eta_ms","ranks":[...],"run_dir","checkpoint_dir","idempotency_key",
+ * "spec":{...}} and, when ck is not NULL, "checkpoints":[{"tag","step","complete"}] and
+ * "latest". now_ms is the clock for elapsed_ms and eta_ms of unfinished jobs.
+ * zt_json_job_open writes everything up to "spec" and leaves the object open, so a caller that
+ * cannot list checkpoints where it encodes (under a lock) can finish it later with
+ * zt_json_job_close. */
+void zt_json_job(zt_jbuf *b, const zt_job_info *j, int64_t now_ms, const zt_ckpt_list *ck);
+void zt_json_job_open(zt_jbuf *b, const zt_job_info *j, int64_t now_ms);
+void zt_json_job_close(zt_jbuf *b, const zt_ckpt_list *ck);
+
+/* {"key","steps":[...],"values":[...]} */
+void zt_json_series(zt_jbuf *b, const char *key, const int64_t *steps, const double *values,
+                    int n);
+/* {"step","time_unix_ms","values":<the record's own object>} */
+void zt_json_record(zt_jbuf *b, const zt_metric_record *r);
+/* {"seq","time_unix_ms","rank","stream","text"} */
+void zt_json_log_line(zt_jbuf *b, const zt_log_line *l);
+/* {"error": msg} */
+void zt_json_error(zt_jbuf *b, const char *msg);
+
+#endif
