@@ -1,4 +1,4 @@
-/* Tests for the Gloo transport (engine/comm_gloo*.cc) on this host's loopback: every collective
+/* Tests for the Gloo transport (engine/comm/comm_gloo*.cc) on this host's loopback: every collective
  * and point-to-point message in every dtype against rank-order sums computed here (fp32, fp64)
  * and bit for bit against the shm transport on the same inputs (all dtypes, 16-bit reductions
  * included), pieces of uneven sizes, a buffer past the transport's chunking; then the failures:
@@ -79,8 +79,10 @@ static zt_dist_info info(int rank, int world, int port, const char *id) {
 }
 
 /* Rank r's element i, exact in every dtype's range and varied enough to make the order of the
- * additions matter in fp32. */
-static double value(int r, size_t i) {
+ * additions matter in fp32. Not inlined: GCC would otherwise fuse its last multiplication with the
+ * formula's addition into one FMA (-ffp-contract=fast is its default), and the reference would
+ * add an unrounded product where the ranks add the stored value. */
+__attribute__((noinline)) static double value(int r, size_t i) {
     return ((double)((i * 2654435761u + (size_t)r * 40503u) % 2001) - 1000.0) / 64.0 *
            (1.0 + (double)r / 3.0);
 }
