@@ -1,6 +1,7 @@
 /* Anomaly events and webhook deliveries in SQLite (event_store.h). */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,37 +62,127 @@ void zt_event_store_close(zt_event_store *st) {
     free(st);
 }
 
-static void bind_real_or_null(sqlite3_stmt *q, int i, double v) {
-    if (isfinite(v))
-        sqlite3_bind_double(q, i, v);
-    else
-        sqlite3_bind_null(q, i);
+/* A record type's columns, in the order of its table: where each field lives in the C struct
+ * and how it crosses SQLite. One table per record drives its INSERT bindings and its SELECT row,
+ * so a field is added in one place. A REAL column stores NULL for a non-finite value and reads
+ * back NaN; TEXT never reads back NULL (""). */
+typedef enum { COL_TEXT, COL_INT, COL_INT64, COL_REAL } col_kind;
+typedef struct {
+    col_kind kind;
+    size_t offset;
+} column;
+
+#define COL(kind, type, field) {kind, offsetof(type, field)}
+
+static const column anomaly_cols[] = {
+    COL(COL_INT64, zt_anomaly, seq),      COL(COL_INT64, zt_anomaly, step),
+    COL(COL_INT64, zt_anomaly, time_ms),  COL(COL_TEXT, zt_anomaly, kind),
+    COL(COL_TEXT, zt_anomaly, policy),    COL(COL_REAL, zt_anomaly, value),
+    COL(COL_REAL, zt_anomaly, zscore),    COL(COL_INT, zt_anomaly, rank),
+    COL(COL_TEXT, zt_anomaly, message),   COL(COL_TEXT, zt_anomaly, json),
+};
+/* After the row id: every field but `id`. */
+static const column delivery_cols[] = {
+    COL(COL_TEXT, zt_delivery, job_id),   COL(COL_TEXT, zt_delivery, delivery_id),
+    COL(COL_TEXT, zt_delivery, url),      COL(COL_TEXT, zt_delivery, type),
+    COL(COL_INT, zt_delivery, attempt),   COL(COL_INT64, zt_delivery, time_ms),
+    COL(COL_INT, zt_delivery, http_status), COL(COL_TEXT, zt_delivery, error),
+    COL(COL_TEXT, zt_delivery, outcome),
+};
+#define N_COLS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Binds the record's fields to parameters first, first + 1, ... */
+static void bind_record(sqlite3_stmt *q, int first, const column *cols, int n, const void *rec) {
+    for (int i = 0; i < n; i++) {
+        const char *f = (const char *)rec + cols[i].offset;
+        int at = first + i;
+        switch (cols[i].kind) {
+        case COL_TEXT: sqlite3_bind_text(q, at, *(const char *const *)f, -1, SQLITE_STATIC); break;
+        case COL_INT: sqlite3_bind_int(q, at, *(const int *)f); break;
+        case COL_INT64: sqlite3_bind_int64(q, at, *(const int64_t *)f); break;
+        case COL_REAL: {
+            double v = *(const double *)f;
+            if (isfinite(v))
+                sqlite3_bind_double(q, at, v);
+            else
+                sqlite3_bind_null(q, at);
+            break;
+        }
+        }
+    }
 }
 
-static double column_real(sqlite3_stmt *q, int i) {
-    return sqlite3_column_type(q, i) == SQLITE_NULL ? NAN : sqlite3_column_double(q, i);
+/* Fills the record from result columns first, first + 1, ...; text stays valid until the next
+ * step of q. */
+static void read_record(sqlite3_stmt *q, int first, const column *cols, int n, void *rec) {
+    for (int i = 0; i < n; i++) {
+        char *f = (char *)rec + cols[i].offset;
+        int at = first + i;
+        switch (cols[i].kind) {
+        case COL_TEXT: {
+            const char *s = (const char *)sqlite3_column_text(q, at);
+            *(const char **)f = s ? s : "";
+            break;
+        }
+        case COL_INT: *(int *)f = sqlite3_column_int(q, at); break;
+        case COL_INT64: *(int64_t *)f = sqlite3_column_int64(q, at); break;
+        case COL_REAL:
+            *(double *)f = sqlite3_column_type(q, at) == SQLITE_NULL ? NAN
+                                                                    : sqlite3_column_double(q, at);
+            break;
+        }
+    }
 }
 
-static const char *column_text(sqlite3_stmt *q, int i) {
-    const char *t = (const char *)sqlite3_column_text(q, i);
-    return t ? t : "";
-}
+/* One statement: its record's columns, what to bind before them, and where rows go. */
+typedef struct {
+    const column *cols;
+    int n_cols;
+    const char *job_id;        /* bound first when not NULL */
+    const void *rec;           /* INSERT: the record bound after job_id */
+    int64_t after;             /* SELECT of anomalies: the cursor */
+    int limit;                 /* SELECT: at most this many rows (bound last) */
+    bool has_after, has_row_id;
+    zt_anomaly_fn emit_anomaly; /* SELECT: where rows go (one of the two) */
+    zt_delivery_fn emit_delivery;
+    void *ctx;
+} stmt_plan;
 
-/* Runs one statement under the lock: binds with bind(ctx, q), then steps it, handing each row
- * to row(ctx, q) (may be NULL). */
-static zt_status run_stmt(zt_event_store *st, const char *sql, void (*bind)(void *, sqlite3_stmt *),
-                          void (*row)(void *, sqlite3_stmt *), void *ctx, const char *what) {
+/* Runs one statement under the lock: binds job_id, the record, the cursor and the limit, in
+ * that order, those the plan has; hands each row to its emit function. */
+static zt_status run_plan(zt_event_store *st, const char *sql, const stmt_plan *p,
+                          const char *what) {
     pthread_mutex_lock(&st->mu);
     sqlite3_stmt *q = NULL;
     zt_status s = ZT_OK;
     if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK) {
         s = db_error(st, what);
     } else {
-        bind(ctx, q);
+        int at = 1;
+        if (p->job_id)
+            sqlite3_bind_text(q, at++, p->job_id, -1, SQLITE_STATIC);
+        if (p->rec)
+            bind_record(q, at, p->cols, p->n_cols, p->rec), at += p->n_cols;
+        if (p->has_after)
+            sqlite3_bind_int64(q, at++, p->after);
+        bool select = p->emit_anomaly || p->emit_delivery;
+        if (select)
+            sqlite3_bind_int(q, at++, p->limit);
         int rc;
-        while ((rc = sqlite3_step(q)) == SQLITE_ROW)
-            if (row)
-                row(ctx, q);
+        while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+            union {
+                zt_anomaly a;
+                zt_delivery d;
+            } row;
+            memset(&row, 0, sizeof row);
+            if (p->has_row_id)
+                row.d.id = sqlite3_column_int64(q, 0);
+            read_record(q, p->has_row_id ? 1 : 0, p->cols, p->n_cols, &row);
+            if (p->emit_anomaly)
+                p->emit_anomaly(p->ctx, &row.a);
+            else if (p->emit_delivery)
+                p->emit_delivery(p->ctx, &row.d);
+        }
         if (rc != SQLITE_DONE)
             s = db_error(st, what);
     }
@@ -100,117 +191,42 @@ static zt_status run_stmt(zt_event_store *st, const char *sql, void (*bind)(void
     return s;
 }
 
-typedef struct {
-    const char *job_id;
-    const zt_anomaly *a;
-    int64_t after;
-    int limit;
-    zt_anomaly_fn emit;
-    void *ctx;
-} anomaly_q;
-
-static void bind_anomaly(void *ctx, sqlite3_stmt *q) {
-    anomaly_q *x = ctx;
-    const zt_anomaly *a = x->a;
-    sqlite3_bind_text(q, 1, x->job_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, a->seq);
-    sqlite3_bind_int64(q, 3, a->step);
-    sqlite3_bind_int64(q, 4, a->time_ms);
-    sqlite3_bind_text(q, 5, a->kind, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 6, a->policy, -1, SQLITE_STATIC);
-    bind_real_or_null(q, 7, a->value);
-    bind_real_or_null(q, 8, a->zscore);
-    sqlite3_bind_int(q, 9, a->rank);
-    sqlite3_bind_text(q, 10, a->message, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 11, a->json, -1, SQLITE_STATIC);
-}
-
 zt_status zt_event_store_add_anomaly(zt_event_store *st, const char *job_id, const zt_anomaly *a) {
-    anomaly_q x = {.job_id = job_id, .a = a};
-    return run_stmt(st,
+    stmt_plan p = {.cols = anomaly_cols, .n_cols = N_COLS(anomaly_cols), .job_id = job_id,
+                   .rec = a};
+    return run_plan(st,
                     "INSERT OR REPLACE INTO anomalies (job_id, seq, step, time_ms, kind, policy, "
                     "value, zscore, rank, message, json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    bind_anomaly, NULL, &x, "cannot store an anomaly event");
-}
-
-static void bind_anomaly_query(void *ctx, sqlite3_stmt *q) {
-    anomaly_q *x = ctx;
-    sqlite3_bind_text(q, 1, x->job_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, x->after);
-    sqlite3_bind_int(q, 3, x->limit);
-}
-
-static void anomaly_row(void *ctx, sqlite3_stmt *q) {
-    anomaly_q *x = ctx;
-    zt_anomaly a = {.seq = sqlite3_column_int64(q, 0), .step = sqlite3_column_int64(q, 1),
-                    .time_ms = sqlite3_column_int64(q, 2), .kind = column_text(q, 3),
-                    .policy = column_text(q, 4), .value = column_real(q, 5),
-                    .zscore = column_real(q, 6), .rank = sqlite3_column_int(q, 7),
-                    .message = column_text(q, 8), .json = column_text(q, 9)};
-    x->emit(x->ctx, &a);
+                    &p, "cannot store an anomaly event");
 }
 
 zt_status zt_event_store_anomalies(zt_event_store *st, const char *job_id, int64_t after_seq,
                                    int limit, zt_anomaly_fn emit, void *ctx) {
-    anomaly_q x = {.job_id = job_id, .after = after_seq, .limit = limit, .emit = emit,
-                   .ctx = ctx};
-    return run_stmt(st,
+    stmt_plan p = {.cols = anomaly_cols, .n_cols = N_COLS(anomaly_cols), .job_id = job_id,
+                   .after = after_seq, .has_after = true, .limit = limit,
+                   .emit_anomaly = emit, .ctx = ctx};
+    return run_plan(st,
                     "SELECT seq, step, time_ms, kind, policy, value, zscore, rank, message, json "
                     "FROM anomalies WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                    bind_anomaly_query, anomaly_row, &x, "cannot read anomaly events");
-}
-
-typedef struct {
-    const zt_delivery *d;
-    const char *job_id;
-    int limit;
-    zt_delivery_fn emit;
-    void *ctx;
-} delivery_q;
-
-static void bind_delivery(void *ctx, sqlite3_stmt *q) {
-    const zt_delivery *d = ((delivery_q *)ctx)->d;
-    sqlite3_bind_text(q, 1, d->job_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, d->delivery_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 3, d->url, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 4, d->type, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 5, d->attempt);
-    sqlite3_bind_int64(q, 6, d->time_ms);
-    sqlite3_bind_int(q, 7, d->http_status);
-    sqlite3_bind_text(q, 8, d->error, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 9, d->outcome, -1, SQLITE_STATIC);
+                    &p, "cannot read anomaly events");
 }
 
 zt_status zt_event_store_add_delivery(zt_event_store *st, const zt_delivery *d) {
-    delivery_q x = {.d = d};
-    return run_stmt(st,
+    stmt_plan p = {.cols = delivery_cols, .n_cols = N_COLS(delivery_cols), .rec = d};
+    return run_plan(st,
                     "INSERT INTO webhook_deliveries (job_id, delivery_id, url, type, attempt, "
                     "time_ms, http_status, error, outcome) VALUES (?,?,?,?,?,?,?,?,?)",
-                    bind_delivery, NULL, &x, "cannot record a webhook delivery");
-}
-
-static void bind_delivery_query(void *ctx, sqlite3_stmt *q) {
-    delivery_q *x = ctx;
-    sqlite3_bind_text(q, 1, x->job_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 2, x->limit);
-}
-
-static void delivery_row(void *ctx, sqlite3_stmt *q) {
-    delivery_q *x = ctx;
-    zt_delivery d = {.id = sqlite3_column_int64(q, 0), .job_id = column_text(q, 1),
-                     .delivery_id = column_text(q, 2), .url = column_text(q, 3),
-                     .type = column_text(q, 4), .attempt = sqlite3_column_int(q, 5),
-                     .time_ms = sqlite3_column_int64(q, 6), .http_status = sqlite3_column_int(q, 7),
-                     .error = column_text(q, 8), .outcome = column_text(q, 9)};
-    x->emit(x->ctx, &d);
+                    &p, "cannot record a webhook delivery");
 }
 
 zt_status zt_event_store_deliveries(zt_event_store *st, const char *job_id, int limit,
                                     zt_delivery_fn emit, void *ctx) {
-    delivery_q x = {.job_id = job_id, .limit = limit, .emit = emit, .ctx = ctx};
-    return run_stmt(st,
+    stmt_plan p = {.cols = delivery_cols, .n_cols = N_COLS(delivery_cols), .job_id = job_id,
+                   .has_row_id = true, .limit = limit,
+                   .emit_delivery = emit, .ctx = ctx};
+    return run_plan(st,
                     "SELECT id, job_id, delivery_id, url, type, attempt, time_ms, http_status, "
                     "error, outcome FROM (SELECT * FROM webhook_deliveries WHERE job_id = ? "
                     "ORDER BY id DESC LIMIT ?) ORDER BY id",
-                    bind_delivery_query, delivery_row, &x, "cannot read webhook deliveries");
+                    &p, "cannot read webhook deliveries");
 }

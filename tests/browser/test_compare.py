@@ -28,7 +28,6 @@ import os
 import re
 import sys
 import time
-import urllib.request
 
 sys.stdout.reconfigure(line_buffering=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,8 +35,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "service"))
 from svc import (BUILD, LONG, Checker, Daemon, stubs, submit, temp_dir, tiny_job,  # noqa: E402
                  wait_state, wait_step)
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from page import api, api_series, q, start_browser, wait_until  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 CHART_KEYS = [("cmp-chart-loss", "train/loss"), ("cmp-chart-loss", "eval/loss"),
@@ -48,16 +46,6 @@ CHART_KEYS = [("cmp-chart-loss", "train/loss"), ("cmp-chart-loss", "eval/loss"),
 ck = Checker()
 
 
-def api(d, path):
-    with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
-        return json.load(r)
-
-
-def api_series(d, job_id, key):
-    s = api(d, f"/api/v1/jobs/{job_id}/metrics?keys={key}")
-    return [(st, v) for st, v in zip(s["series"][0]["steps"], s["series"][0]["values"])]
-
-
 def all_records(d, job_id):
     out, since = [], 0
     while since is not None:
@@ -65,15 +53,6 @@ def all_records(d, job_id):
         out += page["records"]
         since = page["next_since_step"]
     return out
-
-
-def wait_until(fn, timeout, poll=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() > deadline:
-            return v
-        time.sleep(poll)
 
 
 # ---- an independent flattening of JSON, for the diff ------------------------------------------
@@ -105,19 +84,6 @@ def differing_paths(a, b):
 
 
 # ---- the page ---------------------------------------------------------------------------------
-
-def start_browser():
-    o = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1366,1500"):
-        o.add_argument(a)
-    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
-
-
-def q(drv, testid):
-    return drv.find_element(By.CSS_SELECTOR, f'[data-testid="{testid}"]')
-
 
 POINTS_JS = """
 const c = document.querySelector(`[data-testid="${arguments[0]}"]`);
@@ -183,7 +149,7 @@ def main():
             j = wait_state(d, jid, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=120)
             ck.check(j.state == 5, f"job {jid} succeeded ({j.reason})")
         jobs = {jid: api(d, f"/api/v1/jobs/{jid}") for jid in ids}
-        series = {jid: {key: api_series(d, jid, key) for _, key in CHART_KEYS} for jid in ids}
+        series = {jid: {key: list(zip(*api_series(d, jid, key))) for _, key in CHART_KEYS} for jid in ids}
         try:
             drv = start_browser()
             # a. select both on the jobs page
@@ -265,7 +231,7 @@ def main():
             n0 = len(chart_points(drv, "cmp-chart-loss", "train/loss", run_id))
             grew = wait_until(lambda: len(chart_points(drv, "cmp-chart-loss", "train/loss", run_id)) > n0, 15)
             got = [(s, y) for s, _, y in chart_points(drv, "cmp-chart-loss", "train/loss", run_id)]
-            ref = api_series(d, run_id, "train/loss")
+            ref = list(zip(*api_series(d, run_id, "train/loss")))
             ck.check(grew and n0 > 0 and got == ref[:len(got)],
                      f"f: the running job's loss line grew from {n0} to {len(got)} points, "
                      "each equal to /metrics")

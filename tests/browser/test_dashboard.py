@@ -35,23 +35,18 @@ import os
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 
 sys.stdout.reconfigure(line_buffering=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
 from svc import BUILD, TERMINAL, Checker, Daemon, submit, temp_dir, tiny_job, wait_state, write_data  # noqa: E402
 
-from selenium import webdriver  # noqa: E402
+from page import api, api_series, q, severe, start_browser, wait_until  # noqa: E402
 from selenium.common.exceptions import WebDriverException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
 
-LAPTOP = (1366, 1500)
 PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
 TOKEN = "dash-7c41e2b9"
 # The loss chart's keys and the other charts' (data-testid of the canvas, key).
@@ -65,60 +60,13 @@ ck = Checker()
 
 # ---- the API, as a script sees it -------------------------------------------------------------
 
-def api(d, path, method="GET", body=None):
-    req = urllib.request.Request(d.http_url + path, method=method,
-                                 data=json.dumps(body).encode() if body is not None else None)
-    if d.token:
-        req.add_header("Authorization", f"Bearer {d.token}")
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.load(r)
-
-
-def api_series(d, job_id, key, since=0):
-    """(steps, values) of one metric key from /metrics (all points: no max_points)."""
-    s = api(d, f"/api/v1/jobs/{job_id}/metrics?keys={key}&since_step={since}")
-    for ser in s["series"]:
-        if ser["key"] == key:
-            return ser["steps"], ser["values"]
-    return [], []
-
-
-def wait_until(fn, timeout, poll=0.05):
-    """fn()'s first truthy value, or its last value when the time ran out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() > deadline:
-            return v
-        time.sleep(poll)
-
-
 # ---- the browser ------------------------------------------------------------------------------
-
-def start_browser():
-    o = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              f"--window-size={LAPTOP[0]},{LAPTOP[1]}"):
-        o.add_argument(a)
-    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
-
-
-def q(drv, testid, root=None):
-    return (root or drv).find_element(By.CSS_SELECTOR, f'[data-testid="{testid}"]')
-
 
 def text_of(drv, testid):
     try:
         return q(drv, testid).text
     except WebDriverException:
         return ""
-
-
-def severe(drv, allowed=lambda m: False):
-    """The browser console's SEVERE entries since the last call, less the allowed ones."""
-    return [e["message"] for e in drv.get_log("browser")
-            if e["level"] == "SEVERE" and not allowed(e["message"])]
 
 
 def row_states(drv):

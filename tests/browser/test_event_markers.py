@@ -11,14 +11,11 @@ them).
      in the open page's list and as a marker without a reload (the event stream).
   c. No SEVERE entry in the browser console."""
 import faulthandler
-import json
 import os
 import random
 import shutil
 import signal
 import sys
-import time
-import urllib.request
 
 sys.stdout.reconfigure(line_buffering=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,37 +23,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "service"))
 from svc import (BUILD, LONG, TEXT, Checker, Daemon, get_job, submit, temp_dir, tiny_job,  # noqa: E402
                  wait_state, wait_step, write_data)
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from page import api, start_browser, wait_until  # noqa: E402
 
 ck = Checker()
 CHARTS = ["chart-loss", "chart-lr", "chart-step-time", "chart-tps", "chart-grad-norm"]
-
-
-def api(d, path):
-    with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
-        return json.load(r)
-
-
-def wait_until(fn, timeout, poll=0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() > deadline:
-            return v
-        time.sleep(poll)
-
-
-def start_browser():
-    o = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1366,1500"):
-        o.add_argument(a)
-    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
-    # A page that does not load fails the check within the test's time, rather than after it.
-    drv.set_page_load_timeout(60)
-    return drv
 
 
 def open_job(drv, d, job_id):

@@ -9,12 +9,9 @@ a real ztraind; the daemon's JSON API is the reference.
      N" with a link to the parent's page, and no attempts panel (no restarts asked for).
   c. A plain job's page shows neither.
   d. No SEVERE entry in the browser's console."""
-import json
 import os
 import signal
 import sys
-import time
-import urllib.request
 
 sys.stdout.reconfigure(line_buffering=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,27 +19,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "service"))
 from svc import (BUILD, Checker, Daemon, get_job, spec_proto, state_name, stubs,  # noqa: E402
                  temp_dir, tiny_job, wait_state)
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
+from page import api, start_browser, wait_until  # noqa: E402
 
 ck = Checker()
 pb = stubs()[0]
 STEPS, INTERVAL = 240, 20
-
-
-def api(d, path):
-    with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
-        return json.load(r)
-
-
-def wait_until(fn, timeout, poll=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() > deadline:
-            return v
-        time.sleep(poll)
 
 
 def submit(d, job, max_restarts=0, fork=None):
@@ -51,15 +32,6 @@ def submit(d, job, max_restarts=0, fork=None):
     if fork:
         spec.fork_from.job, spec.fork_from.step = fork
     return d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=d.metadata, timeout=30)
-
-
-def start_browser():
-    o = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1366,1500"):
-        o.add_argument(a)
-    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
 
 
 def page_state(drv):

@@ -10,19 +10,17 @@ running a real 2-rank job; the daemon's JSON API is the reference:
   - the rank table's step time is each rank's own (the job JSON's ranks[r].step_time_ms);
   - no SEVERE entry in the browser console. A screenshot goes to
     $ZTRAIN_BUILD/dashboard-system.png."""
-import json
 import math
 import os
 import shutil
 import sys
-import time
-import urllib.request
 
 sys.stdout.reconfigure(line_buffering=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
 from svc import BUILD, Checker, Daemon, submit, temp_dir, tiny_job, wait_state  # noqa: E402
 
+from page import api, api_series, wait_until  # noqa: E402
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -30,28 +28,6 @@ from selenium.webdriver.common.by import By  # noqa: E402
 STEPS = 50
 PHASES = ("data_ms", "fwd_ms", "bwd_ms", "step_ms", "comm_ms")
 ck = Checker()
-
-
-def api(d, path):
-    with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
-        return json.load(r)
-
-
-def api_series(d, job_id, key):
-    s = api(d, f"/api/v1/jobs/{job_id}/metrics?keys={key}")
-    for ser in s["series"]:
-        if ser["key"] == key:
-            return list(zip(ser["steps"], ser["values"]))
-    return []
-
-
-def wait_until(fn, timeout, poll=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() > deadline:
-            return v
-        time.sleep(poll)
 
 
 POINTS_JS = """
@@ -95,12 +71,12 @@ def main():
             for r in range(2):
                 for fig, testid in (("cpu_util", "chart-cpu-util"), ("rss_bytes", "chart-rss")):
                     key = f"system/rank{r}/{fig}"
-                    want = api_series(d, jid, key)
+                    want = list(zip(*api_series(d, jid, key)))
                     got = [tuple(p) for p in drv.execute_script(POINTS_JS, testid, key, "raw") or []]
                     ck.check(len(want) == STEPS and got == want,
                              f"{testid}: rank {r}'s line equals /metrics {key} ({len(got)} points)")
                 for p in PHASES + ("compute_ms",):
-                    api_vals[(r, p)] = dict(api_series(d, jid, f"perf/rank{r}/{p}"))
+                    api_vals[(r, p)] = dict(zip(*api_series(d, jid, f"perf/rank{r}/{p}")))
             for p in PHASES:
                 got = drv.execute_script(POINTS_JS, "chart-breakdown", p, "mean") or []
                 want = [(s, (api_vals[(0, p)][s] + api_vals[(1, p)][s]) / 2) for s in sorted(api_vals[(0, p)])]
@@ -120,7 +96,7 @@ def main():
                 return [...document.querySelectorAll('[data-testid="strip-row"]')].map(row =>
                   [row.dataset.rank, [...row.querySelectorAll('.strip-cell')].map(c =>
                     [Number(c.dataset.step), Number(c.dataset.ms), c.classList.contains('straggler')])]);""")
-            straggler = dict(api_series(d, jid, "perf/straggler_rank"))
+            straggler = dict(zip(*api_series(d, jid, "perf/straggler_rank")))
             last = sorted(straggler)[-40:]
             ok = [row[0] for row in strip] == ["0", "1"]
             for r, (_, cells) in enumerate(strip):

@@ -26,7 +26,7 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from prepdata import train_bpe  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "reference"))
@@ -59,12 +59,7 @@ def metrics(path):
 def main():
     rng = random.Random(4)
     with tempfile.TemporaryDirectory() as d:
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(tokcorpus.training_texts(400), trainers.BpeTrainer(
-            vocab_size=500, special_tokens=["<|endoftext|>"], show_progress=False,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tok = train_bpe(400, 500, ["<|endoftext|>"])
         tok_path = os.path.join(d, "tokenizer.json")
         tok.save(tok_path)
         for name, docs in (("web", [tokcorpus.sentence(rng) for _ in range(300)]),

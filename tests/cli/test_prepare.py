@@ -17,7 +17,6 @@ import glob
 import json
 import os
 import random
-import struct
 import subprocess
 import sys
 import tempfile
@@ -27,8 +26,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 
+from prepdata import read_shard, train_bpe  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "reference"))
 import tokcorpus  # noqa: E402
@@ -46,32 +45,8 @@ def check(cond, what):
 
 
 def train(bos):
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    special = ["<|begin_of_text|>"] if bos else ["<|endoftext|>"]
-    tok.train_from_iterator(tokcorpus.training_texts(600), trainers.BpeTrainer(
-        vocab_size=700, special_tokens=special, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    if bos:
-        tok.post_processor = processors.TemplateProcessing(
-            single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)])
-    return tok
-
-
-def read_shard(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    magic, version, n = struct.unpack_from("<3i", data)
-    if magic == 20240520 and version == 1:
-        fmt, size = "H", 2
-    elif magic == 20240801 and version == 7:
-        fmt, size = "I", 4
-    else:
-        raise ValueError(f"{path}: bad header {magic} {version}")
-    if len(data) != 1024 + n * size:
-        raise ValueError(f"{path}: size {len(data)} for {n} tokens")
-    return list(struct.unpack_from("<%d%s" % (n, fmt), data, 1024)), size
+    return train_bpe(600, 700, ["<|begin_of_text|>"] if bos else ["<|endoftext|>"],
+                     "<|begin_of_text|>" if bos else None)
 
 
 def shards(out, name, split):
