@@ -122,7 +122,8 @@ zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_inf
 void zt_comm_destroy(zt_comm *c) {
     if (!c)
         return;
-    zt_comm_attach_backend(c, NULL);
+    if (c->detach)
+        c->detach(c);
     c->ops->destroy(c);
 }
 

@@ -26,9 +26,12 @@ static void release_staging(zt_comm *c) {
     c->stage_ev[0] = c->stage_ev[1] = NULL;
 }
 
+static void detach(zt_comm *c) { zt_comm_attach_backend(c, NULL); }
+
 zt_status zt_comm_attach_backend(zt_comm *c, zt_backend *be) {
     release_staging(c);
     c->be = be;
+    c->detach = be ? detach : NULL;
     if (!be)
         return c->ops->attach ? c->ops->attach(c, NULL) : ZT_OK;
     if (c->ops->attach)
@@ -38,6 +41,7 @@ zt_status zt_comm_attach_backend(zt_comm *c, zt_backend *be) {
         if (!c->stage_ev[i]) {
             release_staging(c);
             c->be = NULL;
+            c->detach = NULL;
             return zt_error(ZT_ERR_NOMEM, "%s communicator: cannot create the events that order "
                                           "its copies on %s", c->ops->name, be->name);
         }

@@ -70,6 +70,9 @@ struct zt_comm {
     void *stage;
     size_t stage_bytes;
     struct zt_event *stage_ev[2];
+    /* Set by comm_device.c while a backend is attached: what zt_comm_destroy calls first to
+     * release it, so that comm.c (the host collectives) never calls up into the device layer. */
+    void (*detach)(zt_comm *c);
 };
 
 extern const zt_comm_ops zt_comm_shm_ops;
@@ -92,6 +95,7 @@ static inline void zt_comm_init_header(zt_comm *c, const zt_comm_ops *ops, const
     c->stage = NULL;
     c->stage_bytes = 0;
     c->stage_ev[0] = c->stage_ev[1] = NULL;
+    c->detach = NULL;
 }
 
 /* Records a failure: the message goes to c->failure and zt_last_error(), the communicator becomes

@@ -11,7 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "json_util.h"
+#include "ztrain/json_util.h"
 #include "ztrain/model.h"
 
 /* Sets f in rec to its default (a PATH to NULL, without freeing what was there). */

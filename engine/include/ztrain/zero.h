@@ -22,7 +22,7 @@
 #include "ztrain/engine.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer.h"
-#include "offload.h"
+#include "ztrain/offload.h"
 
 typedef struct {
     size_t off[2], len[2];
