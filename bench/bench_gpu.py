@@ -125,9 +125,15 @@ def run_ztrain(args, work, model, micro, stage=0, offload=False):
     with open(path, "w") as f:
         json.dump(job, f)
     out = path[:-5]
-    with MemoryWatch() as mw:
-        p = subprocess.run([os.path.join(args.ztrain_bin, "ztrain"), "run", path, "--out", out],
-                           capture_output=True, text=True, timeout=args.timeout)
+    try:
+        with MemoryWatch() as mw:
+            p = subprocess.run([os.path.join(args.ztrain_bin, "ztrain"), "run", path, "--out",
+                                out], capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"ztrain run micro-batch {micro}: no result within --timeout "
+                f"{args.timeout:g} s", "timeout": True}
+    except OSError as e:
+        return {"error": f"ztrain run: {e}"}
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout).strip()[-400:]}
     with open(os.path.join(out, "metrics.jsonl")) as f:
@@ -265,6 +271,8 @@ def largest(run, start):
         last = run(micro)
         if "error" not in last:
             return dict(last, micro_batch=micro)
+        if last.get("timeout"):  # a smaller batch would not be faster to fail
+            break
         micro //= 2
     return dict(last or {"error": "nothing ran"}, micro_batch=0)
 
