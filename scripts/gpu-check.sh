@@ -280,7 +280,7 @@ train_checks() {
     local limit=$1 checks=$2 prefix=$3
     local logf="$OUT/train_$prefix.log"
     bounded "$limit" "$logf" python3 "$ROOT/tests/gpu/train_check.py" --bin "$BIN" \
-        --dir "$OUT/train-work" --checks "$checks" --timeout $((limit - 5))
+        --dir "$OUT/train-work" --checks "$checks" --timeout $((limit > 10 ? limit - 5 : 5))
     local rc=$? name value
     while read -r _ name value; do figure "train_$name" "$value"; done \
         < <(grep '^FIGURE ' "$logf")
@@ -296,7 +296,7 @@ phase_throughput() {
     local limit=$1
     bounded "$limit" "$OUT/throughput.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
         --runs ztrain --models gpt2 --steps 20 --warmup 3 --micro-batch 8 \
-        --timeout $((limit - 10)) --out "$OUT/throughput.json"
+        --timeout $((limit > 20 ? limit - 10 : 10)) --out "$OUT/throughput.json"
     local rc=$?
     [ -s "$OUT/throughput.json" ] && figure throughput "$(cat "$OUT/throughput.json")"
     return "$rc"
