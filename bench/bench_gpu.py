@@ -10,7 +10,8 @@ each at the largest micro-batch that fits (tried from --micro-batch down by halv
 steps after --warmup. Prints tokens/s, MFU and peak GPU memory of each and the ratios ztrain /
 PyTorch. MFU = tokens/s × FLOPs per token / the dense bf16 peak of the device, FLOPs per token
 being DeepSpeed's 6·params + 12·layers·width·sequence (ztrain's perf/tflops formula), the peak
-from ztrain/gpu.h's table (H100 SXM and H200 989 TFLOPS, A100 312), stated with the result.
+from ztrain/gpu.h's table (H100 SXM and H200 989 TFLOPS, H100 NVL and H200 NVL 835, A100 312),
+stated with the result.
 
 Then a Llama-style model of about 1.1B parameters (TinyLlama's shape: 22 layers, 2048 wide, 32
 heads over 4 key/value heads, SwiGLU 5632, vocabulary 32000, sequence 2048), trained by ztrain with
@@ -29,7 +30,8 @@ import tempfile
 import threading
 import time
 
-PEAKS = {"H100 SXM": 989e12, "H200": 989e12, "H100 PCIe": 756e12, "A100": 312e12}
+PEAKS = {"H100 SXM": 989e12, "H200": 989e12, "H100 NVL": 835e12, "H200 NVL": 835e12,
+         "H100 PCIe": 756e12, "A100": 312e12}
 GPT2 = {"type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50304,
         "block_size": 1024}
 LLAMA = {"type": "llama", "n_layer": 22, "n_head": 32, "n_kv_head": 4, "n_embd": 2048,
@@ -57,7 +59,7 @@ def flops_per_token(m, params):
 
 def peak_of(name):
     """The dense bf16 peak of a device by name, as ztrain/gpu.h's table has it."""
-    for key in ("H200", "H100 PCIe", "A100"):
+    for key in ("H200 NVL", "H100 NVL", "H200", "H100 PCIe", "A100"):
         if key in name:
             return key, PEAKS[key]
     if "H100" in name:
@@ -123,9 +125,15 @@ def run_ztrain(args, work, model, micro, stage=0, offload=False):
     with open(path, "w") as f:
         json.dump(job, f)
     out = path[:-5]
-    with MemoryWatch() as mw:
-        p = subprocess.run([os.path.join(args.ztrain_bin, "ztrain"), "run", path, "--out", out],
-                           capture_output=True, text=True, timeout=args.timeout)
+    try:
+        with MemoryWatch() as mw:
+            p = subprocess.run([os.path.join(args.ztrain_bin, "ztrain"), "run", path, "--out",
+                                out], capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"ztrain run micro-batch {micro}: no result within --timeout "
+                f"{args.timeout:g} s", "timeout": True}
+    except OSError as e:
+        return {"error": f"ztrain run: {e}"}
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout).strip()[-400:]}
     with open(os.path.join(out, "metrics.jsonl")) as f:
@@ -263,6 +271,8 @@ def largest(run, start):
         last = run(micro)
         if "error" not in last:
             return dict(last, micro_batch=micro)
+        if last.get("timeout"):  # a smaller batch would not be faster to fail
+            break
         micro //= 2
     return dict(last or {"error": "nothing ran"}, micro_batch=0)
 

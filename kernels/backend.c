@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "ztrain/backend.h"
+#include "ztrain/nccl.h"
 
 #ifdef ZT_HAVE_CUDA
 #include <dlfcn.h>
@@ -17,6 +18,7 @@ static struct {
     zt_status (*create)(zt_backend **out, const zt_backend_options *opts);
     int (*count)(void);
     zt_status (*memory)(zt_backend *be, zt_cuda_memory *out);
+    const zt_nccl_api *(*nccl)(void); /* NULL in a module built without NCCL */
 } cuda_module;
 static char cuda_module_error[512];
 static pthread_once_t cuda_module_once = PTHREAD_ONCE_INIT;
@@ -34,6 +36,7 @@ static void cuda_module_load(void) {
     *(void **)&cuda_module.create = dlsym(h, "zt_cuda_backend_create");
     *(void **)&cuda_module.count = dlsym(h, "zt_cuda_device_count");
     *(void **)&cuda_module.memory = dlsym(h, "zt_cuda_memory_of");
+    *(void **)&cuda_module.nccl = dlsym(h, "zt_cuda_nccl_api");
     if (!cuda_module.create || !cuda_module.count || !cuda_module.memory) {
         snprintf(cuda_module_error, sizeof cuda_module_error, "%s lacks its entry points",
                  ZT_CUDA_MODULE);
@@ -63,6 +66,24 @@ zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out) {
         return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA "
                         "backend's", be ? be->name : "?");
     return cuda_module.memory(be, out);
+}
+
+const zt_nccl_api *zt_nccl_api_get(void) {
+    if (!cuda_module_ready())
+        return NULL;
+    const zt_nccl_api *api = cuda_module.nccl ? cuda_module.nccl() : NULL;
+    if (!api)
+        zt_error(ZT_ERR_UNSUPPORTED, "nccl: the CUDA module was built without NCCL");
+    else if (api->version != ZT_NCCL_API_VERSION)
+        zt_error(ZT_ERR_UNSUPPORTED, "nccl: the CUDA module's NCCL table is version %d, this "
+                 "program's %d (a module from another build)", api->version, ZT_NCCL_API_VERSION);
+    return api && api->version == ZT_NCCL_API_VERSION ? api : NULL;
+}
+#else
+const zt_nccl_api *zt_nccl_api_get(void) {
+    zt_error(ZT_ERR_UNSUPPORTED, "nccl: this build has no CUDA module (configure with the CUDA "
+             "toolkit and -DZT_CUDA=ON)");
+    return NULL;
 }
 #endif
 

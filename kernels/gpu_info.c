@@ -86,14 +86,18 @@ int zt_gpu_for_rank(int local_rank, int n_visible) {
 
 /* Dense bf16 peaks from NVIDIA's data sheets (the figures with sparsity are twice these). A name
  * row wins over a capability row, since one capability covers parts of different peaks (an H100
- * PCIe and an SXM are both 9.0). */
+ * PCIe, NVL and SXM are all 9.0); the first row whose name part the device name contains wins,
+ * so the NVL and PCIe parts come before the plain "H100" and "H200" rows that would match them
+ * too. */
 static const struct {
     const char *name_part; /* matched inside the device name; NULL: by capability only */
     int major, minor;
     double tflops;
     const char *label;
 } peaks[] = {
+    {"H200 NVL", 9, 0, 835.0, "H200 NVL: 835 TFLOPS dense bf16"},
     {"H200", 9, 0, 989.0, "H200: 989 TFLOPS dense bf16"},
+    {"H100 NVL", 9, 0, 835.0, "H100 NVL: 835 TFLOPS dense bf16"},
     {"H100 PCIe", 9, 0, 756.0, "H100 PCIe: 756 TFLOPS dense bf16"},
     {"H100", 9, 0, 989.0, "H100 SXM: 989 TFLOPS dense bf16"},
     {"A100", 8, 0, 312.0, "A100: 312 TFLOPS dense bf16"},

@@ -1,44 +1,84 @@
 #!/usr/bin/env bash
-# The GPU verification script (issue 15): on a machine with an NVIDIA GPU, the CUDA toolkit and
-# no package registry, it checks in one go what the CPU-only CI cannot, writing everything it
-# prints to OUTDIR/gpu-check.log and its figures to OUTDIR/gpu-check.json.
+# The GPU verification script: on a machine with an NVIDIA GPU and no package registry, it checks
+# in one go what the CPU-only CI cannot, writing everything it prints to OUTDIR/gpu-check.log and
+# its figures to OUTDIR/gpu-check.json (docs/gpu.md, "Running the GPU check", says how to read it).
 #
 #   scripts/gpu-check.sh prepare          on the development machine (Debian 12, nvcc): builds
-#                                         with CUDA for any x86-64 CPU and packs the programs and
-#                                         the Debian libraries they need into
-#                                         build-gpu-carry/bundle.tar.xz (git-ignored, about 15 MB),
-#                                         which is what travels to the GPU machine
-#   scripts/gpu-check.sh run OUTDIR       on the GPU machine: unpacks that bundle (or builds
-#                                         there when it is absent and the build dependencies are
-#                                         installed), then runs every phase below
+#                                         with CUDA for any x86-64 CPU, then packs it (below)
+#   scripts/gpu-check.sh pack [BUILD [DEST]]
+#                                         packs the programs of BUILD (default build-gpu), the CUDA
+#                                         module, the CUDA runtime and the Debian libraries they
+#                                         need into DEST/bundle.tar.xz (default build-gpu-carry/,
+#                                         git-ignored, well under the 64 MiB a GPU machine takes)
+#   scripts/gpu-check.sh unpack           unpacks the bundle as run does and prints BIN=, the
+#                                         folder of wrappers that run its programs by hand
+#   scripts/gpu-check.sh run OUTDIR       on the GPU machine: unpacks that bundle (or builds there
+#                                         when it is absent and the build dependencies are
+#                                         installed), then runs the phases below
 #
-# Phases are functions, one per concern, each appending its figures to the JSON through
-# `figure NAME VALUE`; a phase that fails is recorded and the others still run. The op harness
-# (phase_ops) is the CUDA backend's; training, ZeRO and the benchmark phases follow it.
+# A GPU is lent for minutes, so the first phases answer the most in at most 3 minutes (driver and
+# device, the bundle, every op against the CPU, 20 GPT-2 steps against the CPU curve, a 60-second
+# throughput figure); the longer phases follow. Every phase has its own timeout, and the JSON is
+# rewritten as each phase ends, so a run cut short still returns what it measured. A failure is
+# recorded as PHASE_error, naming the phase, the op or step, and the device's message.
+#
+# The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB) or NCCL
+# (220 MB; xz leaves 187 MB), which the run finds on the machine: the CUDA toolkit's directories,
+# the linker's cache, or the nvidia-* wheels PyTorch brings. The bundle's libraries reach only
+# ztrain's programs (through the wrappers in wrap/), never the Python that runs PyTorch.
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CARRY="$ROOT/build-gpu-carry"   # bundle.tar.xz: bin/ and lib/ of the packed build
+CARRY="${ZT_GPU_CARRY:-$ROOT/build-gpu-carry}"   # bundle.tar.xz: bin/, lib/, the build's facts
 BUILD="$ROOT/build-gpu"         # where prepare (or run, without a bundle) builds
-STAGE="$BUILD/bundle"           # what prepare packs
+PROGS=(test_ops test_cuda_host ztrain-worker ztrain)
+# What the GPU machine must supply itself: the driver, and the toolkit libraries too large to carry.
+MACHINE_LIBS="libcuda.so.1 libcublasLt.so.13 libcublas.so.13 libnccl.so.2"
+FIRST_BUDGET=180                # seconds: the first phases together
 
 die() { echo "gpu-check: $*" >&2; exit 2; }
 
-# ---- prepare (development machine) ------------------------------------------------------------
+# ---- prepare and pack (development machine) ---------------------------------------------------
 
-# The libraries a program needs that a bare machine with the CUDA toolkit lacks: everything ldd
-# resolves except glibc's own, the compiler runtime's (the GPU machine's newer ones are backward
-# compatible, and an older libstdc++ ahead of them would break its own programs) and the
-# toolkit's (it has CUDA 13.0 itself).
+# The libraries the programs need that a bare machine lacks: everything ldd resolves except
+# glibc's own and the compiler runtime's (the GPU machine's newer ones are backward compatible, and
+# an older libstdc++ ahead of them would break its own programs), and except what the machine
+# supplies (MACHINE_LIBS).
 bundle_libs() {
-    ldd "$@" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
-        case "$(basename "$lib")" in
+    local stage=$1; shift
+    ldd "$@" | awk '/=> \//{print $1, $3}' | sort -u | while read -r name lib; do
+        case "$name" in
         libc.so*|libm.so*|libmvec.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
         libstdc++.so*|libgcc_s.so*) ;;
-        libcuda.so*|libcudart.so*|libcublas*.so*|libnccl.so*|libnvidia*) ;;
-        *) cp -L "$lib" "$STAGE/lib/" ;;
+        libcuda.so*|libcublas*.so*|libnccl.so*|libnvidia*) ;;
+        *) cp -L "$lib" "$stage/lib/" ;;
         esac
     done
+}
+
+pack() {
+    local build=${1:-$BUILD} dest=${2:-$CARRY}
+    build=$(cd "$build" && pwd) || die "no build directory $1"
+    local stage
+    stage=$(mktemp -d /tmp/ztrain-gpu-pack.XXXXXX) || die "no temporary directory"
+    mkdir -p "$stage/bin" "$stage/lib" "$dest" || die "cannot create $dest"
+    for p in "${PROGS[@]}"; do
+        cp "$build/$p" "$stage/bin/" || die "no $p in $build (build it first)"
+    done
+    # The CUDA backend is a module the programs load by name (kernels/backend.c): it goes to lib/,
+    # which the wrappers put on LD_LIBRARY_PATH.
+    cp "$build/libztrain_cuda.so" "$stage/lib/" || die "no CUDA module in $build"
+    bundle_libs "$stage" "$stage"/bin/* "$stage/lib/libztrain_cuda.so"
+    # What the bundle was built from, for the run's report (uncommitted changes are marked).
+    echo "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff \
+        --quiet HEAD 2>/dev/null || echo '+dirty')" >"$stage/bin/COMMIT"
+    local nvcc
+    nvcc=$(grep -m1 '^CMAKE_CUDA_COMPILER:' "$build/CMakeCache.txt" 2>/dev/null | cut -d= -f2)
+    "${nvcc:-nvcc}" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\),.*/\1/p' \
+        >"$stage/bin/CUDA_VERSION"
+    tar -C "$stage" -cJf "$dest/bundle.tar.xz" bin lib || die "packing failed"
+    rm -rf "$stage"
+    du -sh "$dest/bundle.tar.xz"
 }
 
 prepare() {
@@ -47,115 +87,23 @@ prepare() {
     # -DZT_NATIVE=OFF: the GPU machine's CPU may lack this one's instructions (AVX-512, AMX).
     cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DZT_NATIVE=OFF -DZT_CUDA=ON >/dev/null \
         || die "configure failed"
-    nice cmake --build "$BUILD" -j2 --target test_ops test_cuda_host ztrain-worker ztrain \
-        || die "build failed"
-    rm -rf "$STAGE" "$CARRY" && mkdir -p "$STAGE/bin" "$STAGE/lib" "$CARRY"
-    local progs=(test_ops test_cuda_host ztrain-worker ztrain)
-    for p in "${progs[@]}"; do cp "$BUILD/$p" "$STAGE/bin/"; done
-    # The CUDA backend is a module the programs load by name (kernels/backend.c): it goes to lib/,
-    # which the run puts on LD_LIBRARY_PATH.
-    cp "$BUILD/libztrain_cuda.so" "$STAGE/lib/" || die "no CUDA module in $BUILD"
-    (cd "$STAGE/bin" && bundle_libs "${progs[@]}" ../lib/libztrain_cuda.so)
-    # What the bundle was built from, for the run's report (uncommitted changes are marked).
-    echo "$(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo '+dirty')" \
-        >"$STAGE/bin/COMMIT"
-    tar -C "$STAGE" -cJf "$CARRY/bundle.tar.xz" bin lib || die "packing failed"
-    du -sh "$CARRY/bundle.tar.xz"
+    nice cmake --build "$BUILD" -j2 --target "${PROGS[@]}" || die "build failed"
+    pack "$BUILD" "$CARRY"
 }
 
 # ---- run (GPU machine) ------------------------------------------------------------------------
 
 OUT=""
-FIGURES=()   # "name": value pairs of the JSON
+FIGURES=()   # "name": value pairs of the JSON, in the order measured
 FAILED=()
+SKIP_GPU=""  # why the GPU phases cannot run ("" while they can)
 
+json_str() {  # a JSON string of $1: backslashes, quotes and control characters escaped
+    printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\010\013-\037' | sed -e 's/\\/\\\\/g' \
+        -e 's/"/\\"/g' | awk 'NR > 1 {printf "\\n"} {printf "%s", $0}')"
+}
 figure() { FIGURES+=("\"$1\": $2"); }
 log() { echo "== $*"; }
-
-# Runs a phase, recording its failure without stopping the others.
-phase() {
-    local name=$1; shift
-    log "phase $name"
-    local t0=$SECONDS
-    if "$@"; then
-        figure "${name}_ok" true
-    else
-        figure "${name}_ok" false
-        FAILED+=("$name")
-    fi
-    figure "${name}_seconds" $((SECONDS - t0))
-}
-
-phase_device() {
-    nvidia-smi || return 1
-    local name
-    name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-    figure device "\"$name\""
-    figure driver "\"$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)\""
-    [ -n "$name" ]
-}
-
-# The programs: the carried bundle when there is one, else a build here (which needs the Debian
-# build dependencies, scripts/install-deps.sh, and so a machine with a package registry).
-phase_build() {
-    if [ -f "$CARRY/bundle.tar.xz" ]; then
-        # Unpacked outside OUTDIR, which should hold only what is worth bringing back.
-        local dir
-        dir=$(mktemp -d /tmp/ztrain-gpu-bundle.XXXXXX) && tar -C "$dir" -xJf "$CARRY/bundle.tar.xz" \
-            || return 1
-        BIN="$dir/bin"
-        figure bundle_commit "\"$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)\""
-        export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-        echo "using the carried build ($CARRY/bundle.tar.xz)"
-        return 0
-    fi
-    export PATH=/usr/local/cuda/bin:$PATH
-    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON && \
-        cmake --build "$BUILD" -j"$(nproc)" --target test_ops test_cuda_host ztrain-worker ztrain \
-        || return 1
-    BIN="$BUILD"
-}
-
-# The op test harness: every op of the CUDA backend against the CPU backend on the same inputs,
-# forward and backward, at fp32 (1e-5 relative) and bf16 / fp16 (tests/unit/ops/harness.h's
-# bounds), then the ops' timings at GPT-2 small's shapes.
-phase_ops() {
-    "$BIN/test_cuda_host" || return 1
-    local log_ops="$OUT/test_ops.log"
-    "$BIN/test_ops" 2>&1 | tee "$log_ops"
-    local rc=${PIPESTATUS[0]}
-    figure ops_failures "$(grep -c '^FAIL' "$log_ops")"
-    grep -q 'backends: cpu cuda' "$log_ops" || { echo "the CUDA backend did not run"; return 1; }
-    "$BIN/test_ops" --perf 2>&1 | tee "$OUT/test_ops_perf.log"
-    return "$rc"
-}
-
-# Training on the GPU (tests/gpu/train_check.py): a GPT-2 and a Llama step against the CPU
-# engine, 20 bf16 steps against the fp32 curve, ZeRO 1-3 with 2 ranks on one GPU against one
-# rank, bit-exact resume, and ZeRO over NCCL when there are two GPUs. Its FIGURE lines become
-# figures of the JSON.
-phase_train() {
-    local log_train="$OUT/train_check.log"
-    timeout 300 python3 "$ROOT/tests/gpu/train_check.py" --bin "$BIN" --dir "$OUT/train-work" \
-        2>&1 | tee "$log_train"
-    local rc=${PIPESTATUS[0]}
-    local name value
-    while read -r _ name value; do figure "train_$name" "$value"; done \
-        < <(grep '^FIGURE ' "$log_train")
-    figure train_failures "$(grep -c '^FAIL' "$log_train")"
-    rm -rf "$OUT/train-work"
-    return "$rc"
-}
-
-# The benchmark (bench/bench_gpu.py): ztrain against PyTorch eager and torch.compile on GPT-2
-# 124M, and the 1.1B Llama with and without offload; its JSON is kept beside this script's.
-phase_bench() {
-    timeout 330 python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" --steps 20 --warmup 5 \
-        --micro-batch 16 --out "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.log"
-    local rc=${PIPESTATUS[0]}
-    [ -f "$OUT/bench_gpu.json" ] && figure bench "$(cat "$OUT/bench_gpu.json")"
-    return "$rc"
-}
 
 write_json() {
     local json="$OUT/gpu-check.json" i
@@ -165,8 +113,216 @@ write_json() {
             printf '  %s%s\n' "${FIGURES[$i]}" "$([ "$i" -lt $((${#FIGURES[@]} - 1)) ] && echo ,)"
         done
         echo "}"
-    } >"$json"
+    } >"$json.tmp" && mv "$json.tmp" "$json"
 }
+
+# Runs phase NAME with its own timeout: records NAME_ok, NAME_seconds and, on failure,
+# NAME_error (the phase's own message in PHASE_WHY, else its log's last line), then rewrites the
+# JSON. A GPU phase after a failed device phase is skipped, saying why.
+phase() {
+    local name=$1 limit=$2; shift 2
+    log "phase $name (at most ${limit} s)"
+    if [ -n "$SKIP_GPU" ] && [ "$name" != device ]; then
+        figure "${name}_ok" null
+        figure "${name}_error" "$(json_str "phase $name: skipped: $SKIP_GPU")"
+        echo "skipped: $SKIP_GPU"
+        write_json
+        return
+    fi
+    PHASE_WHY=""
+    local t0=$SECONDS rc
+    # Not through a pipe, which would run the phase in a subshell and lose what it records.
+    "$@" "$limit" >"$OUT/phase-$name.log" 2>&1
+    rc=$?
+    cat "$OUT/phase-$name.log"
+    if [ "$rc" -eq 0 ]; then
+        figure "${name}_ok" true
+    else
+        local why=$PHASE_WHY
+        [ "$rc" -eq 124 ] && why="timed out after $limit s${why:+: $why}"
+        [ -n "$why" ] || why=$(grep -v '^\s*$' "$OUT/phase-$name.log" | tail -1)
+        figure "${name}_ok" false
+        figure "${name}_error" "$(json_str "phase $name: ${why:-exit $rc}")"
+        echo "gpu-check: phase $name failed: ${why:-exit $rc}"
+        FAILED+=("$name")
+    fi
+    figure "${name}_seconds" $((SECONDS - t0))
+    write_json
+}
+
+# Runs a command under the phase's remaining time; PHASE_WHY gets its first FAIL line (an op, a
+# check, a step) or its last line when it fails.
+bounded() {
+    local limit=$1 logf=$2; shift 2
+    timeout --kill-after=5 "$limit" "$@" >"$logf" 2>&1
+    local rc=$?
+    cat "$logf"
+    if [ "$rc" -ne 0 ]; then
+        PHASE_WHY=$(grep -m1 '^FAIL' "$logf" || grep -v '^\s*$' "$logf" | tail -1)
+        [ "$rc" -eq 124 ] && PHASE_WHY="timed out after $limit s (${PHASE_WHY:-no output})"
+    fi
+    return "$rc"
+}
+
+# The driver and the device. A CUDA 13 build needs an R580 or newer driver; an older one makes
+# every CUDA call fail with cudaErrorInsufficientDriver, which is said here with both versions.
+phase_device() {
+    command -v nvidia-smi >/dev/null || { PHASE_WHY="no nvidia-smi: no NVIDIA driver here"; \
+        SKIP_GPU="no NVIDIA driver (nvidia-smi is missing)"; return 1; }
+    local q name driver limit=$1
+    q=$(timeout "$limit" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)
+    if [ -z "$q" ]; then
+        PHASE_WHY="nvidia-smi lists no GPU: $(timeout "$limit" nvidia-smi 2>&1 | tail -1)"
+        SKIP_GPU="no GPU visible"
+        return 1
+    fi
+    echo "$q"
+    name=$(echo "$q" | head -1 | cut -d, -f1 | sed 's/^ *//')
+    driver=$(echo "$q" | head -1 | cut -d, -f2 | tr -d ' ')
+    figure device "$(json_str "$name")"
+    figure driver "$(json_str "$driver")"
+    figure gpus "$(echo "$q" | wc -l)"
+    local cuda=${BUNDLE_CUDA:-13} need=0
+    case "${cuda%%.*}" in 13) need=580 ;; 12) need=525 ;; esac
+    if [ "$need" -gt 0 ] && [ "${driver%%.*}" -lt "$need" ]; then
+        PHASE_WHY="driver $driver is older than R$need, which this CUDA $cuda build needs: every \
+CUDA call would fail with cudaErrorInsufficientDriver"
+        SKIP_GPU=$PHASE_WHY
+        return 1
+    fi
+}
+
+# A library the machine must supply, from the toolkit, the linker's cache or PyTorch's wheels.
+find_machine_lib() {
+    local name=$1 d
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
+        [ -e "$d/$name" ] && { echo "$d"; return 0; }
+    done
+    d=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
+    [ -n "$d" ] && { dirname "$d"; return 0; }
+    for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+        local hit
+        hit=$(ls "$d"/nvidia/*/lib/"$name" 2>/dev/null | head -1)
+        [ -n "$hit" ] && { dirname "$hit"; return 0; }
+    done
+    return 1
+}
+
+# The programs: the carried bundle, unpacked outside OUTDIR (which should hold only what is worth
+# bringing back), behind wrappers that give only them the bundle's libraries; else a build here
+# (which needs the Debian build dependencies, and so a machine with a package registry).
+phase_bundle() {
+    local limit=$1
+    if [ ! -f "$CARRY/bundle.tar.xz" ]; then
+        export PATH=/usr/local/cuda/bin:$PATH
+        timeout "$limit" cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON && \
+            timeout "$limit" cmake --build "$BUILD" -j"$(nproc)" --target "${PROGS[@]}" \
+            || { PHASE_WHY="no bundle at $CARRY and the build here failed"; return 1; }
+        BIN="$BUILD"
+        return 0
+    fi
+    local dir libs="" name d missing=""
+    dir=$(mktemp -d /tmp/ztrain-gpu-bundle.XXXXXX) && tar -C "$dir" -xJf "$CARRY/bundle.tar.xz" \
+        || { PHASE_WHY="cannot unpack $CARRY/bundle.tar.xz"; return 1; }
+    figure bundle_commit "$(json_str "$(cat "$dir/bin/COMMIT" 2>/dev/null || echo unknown)")"
+    figure bundle_cuda "$(json_str "${BUNDLE_CUDA:-unknown}")"
+    for name in $MACHINE_LIBS; do
+        [ "$name" = libcuda.so.1 ] && continue
+        if d=$(find_machine_lib "$name"); then
+            echo "$name from $d"
+            figure "lib_${name%%.so*}" "$(json_str "$d")"
+            case ":$libs:" in *":$d:"*) ;; *) libs="$libs:$d" ;; esac
+        else
+            missing="$missing $name"
+        fi
+    done
+    LIBPATH="$dir/lib$libs"
+    mkdir -p "$dir/wrap"
+    for p in "${PROGS[@]}"; do
+        printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+            "$LIBPATH" "$dir/bin/$p" >"$dir/wrap/$p"
+        chmod +x "$dir/wrap/$p"
+    done
+    BIN="$dir/wrap"
+    echo "using the carried build ($CARRY/bundle.tar.xz) through $BIN"
+    if [ -n "$missing" ]; then
+        PHASE_WHY="not on this machine:$missing (the CUDA toolkit's or PyTorch's nvidia-* wheels)"
+        SKIP_GPU=$PHASE_WHY
+        return 1
+    fi
+    local unresolved
+    unresolved=$(LD_LIBRARY_PATH="$LIBPATH" ldd "$dir"/bin/* "$dir/lib/libztrain_cuda.so" 2>&1 \
+        | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
+    if [ -n "$unresolved" ]; then
+        PHASE_WHY="libraries not found: $unresolved"
+        SKIP_GPU=$PHASE_WHY
+        return 1
+    fi
+}
+
+# Every op of the CUDA backend against the CPU backend on the same inputs, forward and backward,
+# at fp32 and bf16 / fp16 (tests/unit/ops/harness.h's bounds).
+phase_ops() {
+    local limit=$1 t0=$SECONDS
+    bounded "$limit" "$OUT/test_cuda_host.log" "$BIN/test_cuda_host" || return 1
+    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops.log" "$BIN/test_ops"
+    local rc=$?
+    figure ops_failures "$(grep -c '^FAIL' "$OUT/test_ops.log")"
+    if ! grep -q 'backends: cpu cuda' "$OUT/test_ops.log"; then
+        PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' "$OUT/test_ops.log")"
+        return 1
+    fi
+    return "$rc"
+}
+
+# tests/gpu/train_check.py's checks; its FIGURE lines become figures of the JSON.
+train_checks() {
+    local limit=$1 checks=$2 prefix=$3
+    local logf="$OUT/train_$prefix.log"
+    bounded "$limit" "$logf" python3 "$ROOT/tests/gpu/train_check.py" --bin "$BIN" \
+        --dir "$OUT/train-work" --checks "$checks" --timeout $((limit > 10 ? limit - 5 : 5))
+    local rc=$? name value
+    while read -r _ name value; do figure "train_$name" "$value"; done \
+        < <(grep '^FIGURE ' "$logf")
+    figure "${prefix}_failures" "$(grep -c '^FAIL' "$logf")"
+    rm -rf "$OUT/train-work"
+    return "$rc"
+}
+phase_curve() { train_checks "$1" gpt2,curve curve; }
+phase_train() { train_checks "$1" llama,bf16,zero,resume,nccl train; }
+
+# GPT-2 124M on ztrain alone for about a minute: the first tokens/s and MFU figure.
+phase_throughput() {
+    local limit=$1
+    bounded "$limit" "$OUT/throughput.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+        --runs ztrain --models gpt2 --steps 20 --warmup 3 --micro-batch 8 \
+        --timeout $((limit > 20 ? limit - 10 : 10)) --out "$OUT/throughput.json"
+    local rc=$?
+    [ -s "$OUT/throughput.json" ] && figure throughput "$(cat "$OUT/throughput.json")"
+    return "$rc"
+}
+
+phase_ops_perf() {
+    bounded "$1" "$OUT/test_ops_perf.log" "$BIN/test_ops" --perf
+}
+
+# The benchmark: ztrain against PyTorch eager and torch.compile on GPT-2 124M, and the 1.1B Llama
+# with and without offload. bench_gpu.py rewrites its JSON after each model.
+phase_bench() {
+    local limit=$1
+    bounded "$limit" "$OUT/bench_gpu.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+        --steps 20 --warmup 5 --micro-batch 16 --timeout 240 --out "$OUT/bench_gpu.json"
+    local rc=$?
+    [ -s "$OUT/bench_gpu.json" ] && figure bench "$(cat "$OUT/bench_gpu.json")"
+    return "$rc"
+}
+
+# What is left of the first phases' budget, but at least 10 s.
+first_left() {
+    local left=$((FIRST_BUDGET - (SECONDS - FIRST_T0)))
+    echo $((left < 10 ? 10 : left))
+}
+cap() { local a=$1 b; b=$(first_left); echo $((a < b ? a : b)); }
 
 run() {
     OUT=${1:?usage: gpu-check.sh run OUTDIR}
@@ -174,20 +330,45 @@ run() {
     OUT=$(cd "$OUT" && pwd)
     exec > >(tee "$OUT/gpu-check.log") 2>&1
     log "gpu-check $(date -u +%FT%TZ) in $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-    figure commit "\"$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)\""
-    phase device phase_device
-    phase build phase_build
-    phase ops phase_ops
-    phase train phase_train
-    phase bench phase_bench
-    figure failed_phases "\"${FAILED[*]:-}\""
+    figure commit "$(json_str "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)")"
+    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON.
+    trap 'figure interrupted true; write_json; exit 3' INT TERM
+    write_json
+    # The CUDA release the bundle was built with, which sets the driver it needs.
+    BUNDLE_CUDA=""
+    [ -f "$CARRY/bundle.tar.xz" ] && BUNDLE_CUDA=$(tar -xJOf "$CARRY/bundle.tar.xz" \
+        bin/CUDA_VERSION 2>/dev/null)
+    FIRST_T0=$SECONDS
+    phase device 15 phase_device
+    # Without a bundle the programs are built here, which takes longer than any budget.
+    phase bundle "$([ -f "$CARRY/bundle.tar.xz" ] && cap 20 || echo 900)" phase_bundle
+    phase ops "$(cap 60)" phase_ops
+    phase curve "$(cap 45)" phase_curve
+    phase throughput "$(first_left)" phase_throughput
+    figure first_phases_seconds $((SECONDS - FIRST_T0))
+    write_json
+    phase ops_perf 90 phase_ops_perf
+    phase train 240 phase_train
+    phase bench 300 phase_bench
+    figure failed_phases "$(json_str "${FAILED[*]:-}")"
     write_json
     log "done: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"
     [ ${#FAILED[@]} -eq 0 ]
 }
 
+unpack() {
+    PHASE_WHY=""
+    phase_bundle 60
+    local rc=$?
+    echo "BIN=$BIN"
+    [ -n "$PHASE_WHY" ] && echo "gpu-check: $PHASE_WHY" >&2
+    return "$rc"
+}
+
 case "${1:-}" in
 prepare) prepare ;;
+pack) shift; pack "$@" ;;
+unpack) unpack ;;
 run) shift; run "$@" ;;
-*) echo "usage: gpu-check.sh prepare | run OUTDIR" >&2; exit 2 ;;
+*) echo "usage: gpu-check.sh prepare | pack [BUILD [DEST]] | unpack | run OUTDIR" >&2; exit 2 ;;
 esac

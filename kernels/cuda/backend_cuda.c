@@ -297,7 +297,9 @@ static zt_status setup(zt_cuda_state *st, int dev) {
 zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts) {
     *out = NULL;
     int dev = opts ? opts->device_index : 0;
-    int count = zt_cuda_device_count();
+    int count = 0;
+    if (zt_cuda_visible(&count) != ZT_OK)
+        return zt_error_prefix(ZT_ERR_UNSUPPORTED, "device \"cuda\": ");
     if (count == 0)
         return zt_error(ZT_ERR_UNSUPPORTED,
                         "device \"cuda\": no CUDA device is visible to this process (no GPU, no "

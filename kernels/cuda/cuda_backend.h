@@ -1,8 +1,8 @@
 /* The CUDA backend's internals shared by backend_cuda.c, ops_cuda.c and the kernel files, which
  * make up the shared module libztrain_cuda.so (kernels/backend.c loads it on first use, so that
  * programs running on the CPU never map the CUDA libraries): the
- * state behind zt_backend.impl, the one generator of the CUDA / cuBLASLt (and, in the engine,
- * NCCL) check macros, the growable scratch buffers and the op entry points, one per zt_ops field
+ * state behind zt_backend.impl, the one generator of the CUDA / cuBLASLt check macros, the GPU
+ * count (cuda_driver.c, which NCCL's nccl_comm.c uses too), the growable scratch buffers and the op entry points, one per zt_ops field
  * with that field's signature. C and CUDA C++ both include it. */
 #ifndef ZTRAIN_CUDA_BACKEND_H
 #define ZTRAIN_CUDA_BACKEND_H
@@ -115,6 +115,10 @@ void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out
 zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts);
 int zt_cuda_device_count(void);
 zt_status zt_cuda_memory_of(zt_backend *be, zt_cuda_memory *out);
+
+/* The GPUs this process sees (cuda_driver.c): *count, 0 without a GPU; an error saying why when
+ * the runtime cannot tell, a driver too old for this build named with both versions. */
+zt_status zt_cuda_visible(int *count);
 
 /* The op table (ops_cuda.c). */
 const zt_ops *zt_cuda_ops(void);

@@ -248,6 +248,16 @@ static int cmd_run(int argc, char **argv) {
         zt_job_spec_free(&job);
         return 1;
     }
+    /* The spec says nothing of this host's GPUs (its ranks may run under Slurm elsewhere);
+     * `ztrain run` starts them here, so here is where a GPU must be. */
+    if (job.device == ZT_DEVICE_CUDA && zt_backend_device_count(ZT_DEVICE_CUDA) == 0) {
+        fprintf(stderr, "ztrain: run: %s: device \"cuda\": no CUDA device is visible on this "
+                "host (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them), and `ztrain run` "
+                "starts every rank here: run it on a GPU host, submit it to ztraind --launcher "
+                "slurm, or use \"device\": \"cpu\"\n", job_path);
+        zt_job_spec_free(&job);
+        return 1;
+    }
     /* A fork's checkpoint is put in place by ztraind at submit; here there is no job to fork
      * from, and training from scratch instead would hide that. */
     if (job.fork_job) {

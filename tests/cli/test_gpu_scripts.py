@@ -71,6 +71,16 @@ check(got == llama == 1100048384, f"bench plan: the Llama has {got} parameters, 
 check(plan.get("peak", {}).get("H100 SXM") == 989e12 and "ztrain" in plan.get("runs", []) and
       "torch_compile" in plan.get("runs", []),
       f"bench plan: states the peak and the runs ({plan.get('peak')}, {plan.get('runs')})")
+# The benchmark's MFU peaks by device name, against NVIDIA's data sheets (dense bf16: half the
+# sparse figure), the table tests/unit/test_gpu_pool.c checks ztrain/gpu.h's against.
+sys.path.insert(0, os.path.dirname(BENCH))
+import bench_gpu  # noqa: E402
+for name, tflops in (("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 NVL", 835),
+                     ("NVIDIA H100 PCIe", 756), ("NVIDIA H200", 989), ("NVIDIA H200 NVL", 835),
+                     ("NVIDIA A100-SXM4-80GB", 312)):
+    label, peak = bench_gpu.peak_of(name)
+    check(peak == tflops * 1e12, f"bench peak of {name}: {peak / 1e12:g} TFLOPS ({label}), "
+          f"data sheet {tflops}")
 p = run([BENCH, "--micro-batch", "0", "--dry-run"])
 check(p.returncode == 2 and "--micro-batch" in p.stderr, "a micro-batch of 0 is refused")
 p = run([BENCH])

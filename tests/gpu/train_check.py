@@ -4,6 +4,8 @@ independent run, never with an earlier output of its own:
 
   gpt2, llama  the first steps on the GPU against the same job on the CPU backend (fp32; the
                losses within --step-tol relative: cuBLASLt's fp32 sums in another order)
+  curve        20 fp32 GPT-2 steps on the GPU against the CPU engine's curve (every loss within
+               1%: cuBLASLt's sums in another order drift apart a little over 20 updates)
   bf16         20 bf16 steps on the GPU against the fp32 curve of the same job on the GPU (every
                loss within 5%, the last within 2%)
   zero         ZeRO stages 1, 2 and 3 with 2 ranks sharing one GPU (the shm transport staging
@@ -100,6 +102,17 @@ def check_family(ctx, family, model):
     figure(f"{family}_step_rel_err", err)
 
 
+def check_curve(ctx):
+    steps = 20
+    ref = train(ctx, "curve-cpu", job("curve-cpu", "cpu", GPT2, steps))
+    got = train(ctx, "curve-dev", job("curve-dev", ctx.device, GPT2, steps))
+    err = compare(f"curve: {steps} fp32 GPT-2 steps on {ctx.device} against the CPU's curve",
+                  got, ref, 1e-2, steps)
+    figure("curve_rel_err", err)
+    if got:
+        figure("curve_final_loss", got[-1])
+
+
 def check_bf16(ctx):
     steps = 20
     f32 = train(ctx, "curve-fp32", job("curve-fp32", ctx.device, GPT2, steps))
@@ -154,13 +167,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", required=True, help="directory holding ztrain and ztrain-worker")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--checks", default="gpt2,llama,bf16,zero,resume,nccl")
+    ap.add_argument("--checks", default="gpt2,llama,curve,bf16,zero,resume,nccl")
     ap.add_argument("--step-tol", type=float, default=2e-3)
     ap.add_argument("--zero-stages", default="1,2,3", help="the stages the zero check runs")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
     ctx = ap.parse_args(argv)
-    known = {"gpt2", "llama", "bf16", "zero", "resume", "nccl"}
+    known = {"gpt2", "llama", "curve", "bf16", "zero", "resume", "nccl"}
     wanted = [c for c in ctx.checks.split(",") if c]
     bad = [c for c in wanted if c not in known]
     if bad:
@@ -175,6 +188,8 @@ def main(argv=None):
                 check_family(ctx, "gpt2", GPT2)
             elif c == "llama":
                 check_family(ctx, "llama", LLAMA)
+            elif c == "curve":
+                check_curve(ctx)
             elif c == "bf16":
                 check_bf16(ctx)
             elif c == "zero":

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "daemon/job_manager.h"
+#include "ztrain/backend.h"
 
 #define THREADS 16
 #define MAX_JOBS 3
@@ -74,7 +75,7 @@ static int live(zt_jobs *jm) {
            count[ZT_JOB_STOPPING];
 }
 
-static zt_jobs *open_manager(const char *dir, int max_jobs) {
+static zt_jobs *open_manager_with(const char *dir, int max_jobs, const zt_slurm_config *slurm) {
     char path[3][PATH_MAX + 32];
     snprintf(path[0], sizeof path[0], "%s/data-%d", dir, max_jobs);
     snprintf(path[1], sizeof path[1], "%s/runs-%d", dir, max_jobs);
@@ -87,7 +88,7 @@ static zt_jobs *open_manager(const char *dir, int max_jobs) {
     zt_jobs_config cfg = {.data_root = path[0], .runs_root = path[1], .db_path = path[2],
                           .worker_path = (char *)check_tmp_path("sleeper"), .max_ranks = 1,
                           .max_world_size = 1, .max_jobs = max_jobs, .threads_per_rank = 1,
-                          .default_grace_s = 5};
+                          .default_grace_s = 5, .slurm = slurm};
     zt_jobs *jm = NULL;
     zt_status s = zt_jobs_create(&jm, &cfg);
     if (s != ZT_OK) {
@@ -95,6 +96,10 @@ static zt_jobs *open_manager(const char *dir, int max_jobs) {
         exit(2);
     }
     return jm;
+}
+
+static zt_jobs *open_manager(const char *dir, int max_jobs) {
+    return open_manager_with(dir, max_jobs, NULL);
 }
 
 /* Cancels every job and waits until none is queued or running, so that the next round starts
@@ -206,6 +211,41 @@ static void check_one_key(const char *dir) {
     zt_jobs_destroy(jm);
 }
 
+/* Issue 27, defect 11: whether a host has GPUs is the business of what runs the ranks. A daemon
+ * that runs them itself (the local launcher) with no GPUs to give refuses a cuda job at submit,
+ * saying so; one that hands them to Slurm takes it, whatever GPUs its own host has. Without the
+ * CUDA backend in the build both refuse it, naming the build. */
+static void check_gpu_jobs(const char *dir) {
+    static const char spec[] =
+        "{\"name\": \"gpu\", \"world_size\": 1, \"device\": \"cuda\","
+        " \"model\": {\"type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
+        " \"vocab_size\": 256, \"block_size\": 16}, \"data\": {\"train\": \"train.txt\"},"
+        " \"train\": {\"max_steps\": 1}, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+        " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}}}";
+    zt_slurm_config slurm = {.srun = "/bin/false", .scancel = "/bin/true",
+                             .metrics_host = "127.0.0.1"};
+    for (int use_slurm = 0; use_slurm < 2; use_slurm++) {
+        zt_jobs *jm = open_manager_with(dir, 10 + use_slurm, use_slurm ? &slurm : NULL);
+        zt_job_info info;
+        zt_status s = zt_jobs_submit(jm, spec, NULL, &info);
+        const char *msg = s == ZT_OK ? "" : zt_last_error();
+        if (!zt_backend_available(ZT_DEVICE_CUDA))
+            CHECK(s != ZT_OK && strstr(msg, "device \"cuda\"") && strstr(msg, "-DZT_CUDA=ON"),
+                  "%s launcher, no CUDA build: %s", use_slurm ? "slurm" : "local", msg);
+        else if (use_slurm)
+            CHECK(s == ZT_OK, "the slurm launcher takes a cuda job on a host without GPUs: %s",
+                  msg);
+        else
+            CHECK(s == ZT_ERR_INVALID && strstr(msg, "device \"cuda\"") &&
+                      strstr(msg, "no GPUs to give"),
+                  "the local launcher with no GPUs refuses a cuda job at submit: %s", msg);
+        if (s == ZT_OK)
+            zt_job_info_free(&info);
+        cancel_all(jm);
+        zt_jobs_destroy(jm);
+    }
+}
+
 int main(void) {
     const char *dir = check_tmpdir_create("zt-job-submit");
     static const char sleeper[] = "#!/bin/sh\nexec sleep 60\n";
@@ -213,6 +253,7 @@ int main(void) {
     chmod(check_tmp_path("sleeper"), 0755);
     check_max_jobs(dir);
     check_one_key(dir);
+    check_gpu_jobs(dir);
     check_tmpdir_remove();
     return check_summary("test_job_submit");
 }

@@ -3,8 +3,8 @@
  * A communicator connects world_size ranks through one transport, picked by name when it is
  * created: "shm" (ranks on one host, through one shared-memory segment, engine/comm/comm_shm.c) is
  * built in; "gloo" (CPU ranks on any hosts, over TCP, engine/comm/comm_gloo*.cc) is built when
- * Debian's libgloo-dev is installed; "nccl" (GPU ranks on any hosts, engine/comm/comm_nccl.c) is
- * built with the CUDA toolkit's NCCL. engine/comm/comm.c checks the arguments
+ * Debian's libgloo-dev is installed; "nccl" (GPU ranks on any hosts, engine/comm/comm_nccl.c over
+ * the CUDA module's NCCL, ztrain/nccl.h) is built with the CUDA toolkit's NCCL. engine/comm/comm.c checks the arguments
  * (the same for every transport) and dispatches. Every rank calls the same collectives in the same
  * order, with the same counts, dtype and op; a point-to-point message is one send matched by one
  * recv. One thread at a time may use a communicator. Buffers are host memory for the calls below
@@ -15,7 +15,7 @@
  * gathered and reduced on the host in rank order); reductions of device buffers are NCCL's, in
  * its own order (ring or tree): bit-identical on every rank, but not the rank-order sums "shm"
  * computes, and MAX follows NCCL's comparison. A dead peer is found by polling the collective and
- * ncclCommGetAsyncError against the timeout, then ncclCommAbort; the message names the ranks that
+ * ncclCommGetAsyncError against the timeout (NCCL's non-blocking protocol), then ncclCommAbort; the message names the ranks that
  * reported a failure through the rendezvous store, or says that a peer is dead or stuck.
  *
  * Every wait is bounded: when a peer has exited, the call fails at once with ZT_ERR_IO naming the

@@ -43,7 +43,7 @@ int zt_gpu_for_rank(int local_rank, int n_visible);
 
 /* The dense (no sparsity) bf16 tensor-core peak of a device in FLOP/s, which perf/mfu divides
  * the achieved FLOP/s by, looked up by name and then compute capability: H100 SXM and H200
- * 989 TFLOPS, H100 PCIe 756, A100 312, L40S 362, A10 125, RTX 4090 165 (dense, fp32
+ * 989 TFLOPS, H100 NVL and H200 NVL 835, H100 PCIe 756, A100 312, L40S 362, A10 125, RTX 4090 165 (dense, fp32
  * accumulation as NVIDIA's data sheets list them). 0 for a device the table does not know.
  * *label (may be NULL) is the table row used, static storage ("H100 SXM: 989 TFLOPS"). */
 double zt_gpu_peak_bf16(const char *name, int major, int minor, const char **label);

@@ -1,0 +1,134 @@
+"""scripts/gpu-check.sh on a machine without a GPU (issue 27, defect 8): what travels to the GPU
+machine is proven here, where it is made.
+
+- `pack` bundles this build's programs, the CUDA module, the CUDA runtime and the Debian
+  libraries they need; the bundle fits the 64 MiB a GPU machine takes.
+- The bundle is self-contained: in a mount namespace where /usr/local/cuda and /usr/local/lib
+  are empty, `ldd` of every program and of the module with only the bundle's lib/ finds every
+  library except the ones the GPU machine must supply (the driver's libcuda, cuBLASLt and NCCL,
+  too large to carry), and ztrain starts from the bundle.
+- `unpack` finds those on this machine (the toolkit), writes wrappers that give the bundle's
+  libraries to ztrain's programs alone, and the bundle's test_cuda_host runs through them,
+  loading the bundled CUDA module.
+- `run` without a GPU stops after its device phase with exit 1, and its JSON says so: the
+  device phase failed naming the reason, every later phase is marked skipped with that reason,
+  and the JSON is valid.
+A build without libztrain_cuda.so (no CUDA toolkit) has nothing to bundle: the test says so."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.abspath(os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", "..")))
+BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SOURCE, "build")))
+SCRIPT = os.path.join(SOURCE, "scripts", "gpu-check.sh")
+MACHINE = {"libcuda.so.1", "libcublasLt.so.13", "libcublas.so.13", "libnccl.so.2"}
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    failed += 0 if ok else 1
+
+
+def sh(args, env=None, timeout=240):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+if not os.path.exists(os.path.join(BUILD, "libztrain_cuda.so")):
+    print("skip  no libztrain_cuda.so in this build (no CUDA toolkit): nothing to bundle")
+    sys.exit(0)
+
+tmp = tempfile.mkdtemp(prefix="zt-gpu-bundle-")
+carry = os.path.join(tmp, "carry")
+env = {"ZT_GPU_CARRY": carry, "XZ_OPT": "-1 -T2"}
+try:
+    p = sh([SCRIPT, "pack", BUILD, carry], env)
+    tar = os.path.join(carry, "bundle.tar.xz")
+    check(p.returncode == 0 and os.path.exists(tar), f"pack: exit {p.returncode} "
+          f"{p.stderr.strip()[-300:]}")
+    size = os.path.getsize(tar) if os.path.exists(tar) else 0
+    check(0 < size <= 64 << 20, f"the bundle is {size / 2**20:.1f} MiB, within the 64 MiB carry")
+
+    unpacked = os.path.join(tmp, "unpacked")
+    os.makedirs(unpacked)
+    subprocess.run(["tar", "-C", unpacked, "-xJf", tar], check=True, timeout=120)
+    binaries = [os.path.join(unpacked, "bin", n) for n in
+                ("ztrain", "ztrain-worker", "test_ops", "test_cuda_host")]
+    module = os.path.join(unpacked, "lib", "libztrain_cuda.so")
+    check(all(os.path.exists(b) for b in binaries + [module]),
+          "the bundle holds the programs and the CUDA module")
+    check(os.path.exists(os.path.join(unpacked, "lib", "libcudart.so.13")),
+          "the bundle carries the CUDA runtime")
+
+    # Without the toolkit: an empty /usr/local/cuda (and /usr/local/lib, where a runtime copy
+    # may sit), in a private mount namespace.
+    cuda = os.path.realpath("/usr/local/cuda")
+    lib = os.path.join(unpacked, "lib")
+    script = (f"mount -t tmpfs none {cuda} && mount -t tmpfs none /usr/local/lib && "
+              f"test -z \"$(ls {cuda})\" && "
+              f"LD_LIBRARY_PATH={lib} ldd {' '.join(binaries)} {module}; "
+              f"echo '--- ztrain'; LD_LIBRARY_PATH={lib} {binaries[0]} --version; "
+              f"echo \"rc=$?\"")
+    p = sh(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    if "--- ztrain" not in p.stdout:
+        print(f"skip  no private mount namespace here ({p.stderr.strip()[:200]}): the bundle is "
+              "checked with the toolkit present")
+        p = sh(["sh", "-c", script.split("&& ", 3)[3]], {"LD_LIBRARY_PATH": lib})
+    ldd_out, _, run_out = p.stdout.partition("--- ztrain")
+    missing = {line.split()[0] for line in ldd_out.splitlines() if "not found" in line}
+    check(missing <= MACHINE, f"without the toolkit, only what the GPU machine supplies is "
+          f"missing: {sorted(missing)} (allowed: {sorted(MACHINE)})")
+    check("rc=0" in run_out and "error while loading" not in p.stderr,
+          f"ztrain starts from the bundle alone: {run_out.strip()[-200:]} {p.stderr[-300:]}")
+
+    # unpack: the wrappers, with the machine's libraries found.
+    p = sh([SCRIPT, "unpack"], env)
+    bin_dir = next((line[4:] for line in p.stdout.splitlines() if line.startswith("BIN=")), "")
+    check(p.returncode == 0 and os.path.isdir(bin_dir),
+          f"unpack: exit {p.returncode}, BIN={bin_dir}: {p.stderr.strip()[-300:]}")
+    check("libnccl.so.2 from " in p.stdout and "libcublasLt.so.13 from " in p.stdout,
+          f"unpack names where NCCL and cuBLASLt come from: {p.stdout.strip()[:300]}")
+    if os.path.isdir(bin_dir):
+        wrapper = open(os.path.join(bin_dir, "ztrain")).read()
+        check(wrapper.startswith("#!/bin/sh") and "LD_LIBRARY_PATH=" in wrapper and
+              os.path.join(os.path.dirname(bin_dir), "bin", "ztrain") in wrapper,
+              f"the wrapper gives the bundle's libraries to ztrain alone: {wrapper!r}")
+        q = sh([os.path.join(bin_dir, "test_cuda_host")], {"LD_LIBRARY_PATH": ""})
+        check(q.returncode == 0 and "CUDA backend built" in q.stdout,
+              f"the bundle's test_cuda_host runs through its wrapper and loads the module: "
+              f"exit {q.returncode} {q.stdout.strip()[-300:]} {q.stderr.strip()[-300:]}")
+        shutil.rmtree(os.path.dirname(bin_dir), ignore_errors=True)
+
+    # run, without a GPU here: the device phase fails, the rest are skipped, the JSON says so.
+    out = os.path.join(tmp, "out")
+    path = dict(os.environ)["PATH"]
+    # nvidia-smi is absent on this machine; a PATH without it makes that certain.
+    clean = ":".join(d for d in path.split(":") if not os.path.exists(os.path.join(d,
+                                                                                   "nvidia-smi")))
+    p = sh([SCRIPT, "run", out], dict(env, PATH=clean), timeout=120)
+    check(p.returncode == 1, f"run without a GPU exits 1 (got {p.returncode})")
+    try:
+        res = json.load(open(os.path.join(out, "gpu-check.json")))
+    except (OSError, ValueError) as e:
+        res = {}
+        check(False, f"run writes valid JSON: {e}")
+    check(res.get("device_ok") is False and "phase device" in res.get("device_error", "") and
+          "nvidia-smi" in res.get("device_error", ""),
+          f"the device phase failed, saying why: {res.get('device_error')}")
+    skipped = [k for k in ("bundle", "ops", "curve", "throughput", "ops_perf", "train", "bench")
+               if res.get(f"{k}_ok", "absent") is None and
+               res.get(f"{k}_error", "").startswith(f"phase {k}: skipped: ")]
+    check(len(skipped) == 7, f"every later phase is marked skipped with the reason: {skipped}")
+    check("first_phases_seconds" in res and res["first_phases_seconds"] <= 180,
+          f"the first phases are timed: {res.get('first_phases_seconds')}")
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print("test_gpu_bundle:", "FAILED" if failed else "ok")
+sys.exit(1 if failed else 0)
