@@ -169,8 +169,8 @@ extern "C" void zt_cuda_linear_backward(const zt_ctx *x, void *dinp, float *dw, 
     }
     if (dbias && N > 0) {
         ZT_ACT_DISPATCH(x->act, {
-            bias_grad<ACT_T><<<(OC + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
-                               zt_cuda_compute(x)>>>(dbias, (const ACT_T *)dout, N, OC);
+            ZT_LAUNCH(bias_grad<ACT_T>, (OC + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
+                      zt_cuda_compute(x), dbias, (const ACT_T *)dout, N, OC);
             ZT_CUDA_LAUNCHED(x->be);
         });
     }
