@@ -1,5 +1,5 @@
 /* The block scheduler of the emulated device: the blocks of a grid run one after another, and the
- * threads of a block each on a fiber (ucontext) of one OS thread. A thread runs until it reaches
+ * threads of a block each on a fiber of one OS thread. A thread runs until it reaches
  * a barrier or a warp sync, or returns; when none can run, the scheduler releases the warps whose
  * lanes all wait at a sync with the same mask, then the block if every thread waits at the same
  * __syncthreads. Anything else is what a GPU would hang or misbehave on, and fails the launch with
@@ -10,7 +10,6 @@
  * result that depends on it, a missing barrier, shows as a difference (emu_runtime.cc compares
  * the two). Shared memory, static and dynamic, is filled with 0xFF before every block. */
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <cstdarg>
 #include <cstdio>
@@ -24,6 +23,41 @@ zt_emu_thread *zt_emu_cur;
 uint3 zt_emu_block_idx;
 dim3 zt_emu_block_dim, zt_emu_grid_dim;
 
+/* Switches fibers: saves the callee-saved registers and the FP control words on the current
+ * stack, stores its pointer in *from, and resumes the stack at `to`. glibc's swapcontext would
+ * also save the signal mask, a system call per switch, which made it most of a training step's
+ * time; nothing here changes the mask. x86-64 System V. */
+extern "C" void zt_emu_switch(void **from, void *to);
+asm(R"(
+    .text
+    .globl zt_emu_switch
+    .hidden zt_emu_switch
+    .type zt_emu_switch, @function
+zt_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size zt_emu_switch, .-zt_emu_switch
+)");
+
 namespace zt_emu {
 namespace {
 
@@ -34,7 +68,7 @@ enum state { READY, AT_BARRIER, AT_WARP, EXITED };
 
 struct fiber {
     zt_emu_thread t;
-    ucontext_t ctx;
+    void *sp = nullptr; /* saved stack pointer while switched out */
     char *stack = nullptr;
     state st = READY;
     const char *site = nullptr;
@@ -44,7 +78,7 @@ struct fiber {
 struct block_state {
     fiber f[kMaxThreads];
     int n = 0;
-    ucontext_t sched;
+    void *sched_sp = nullptr;
     fiber *cur = nullptr;
     const std::function<void()> *body = nullptr;
     bool failed = false;
@@ -59,17 +93,33 @@ block_state &B() {
     return *b;
 }
 
-void fiber_main() {
+[[noreturn]] void fiber_main() {
     block_state &b = B();
     (*b.body)();
     b.cur->st = EXITED;
-    /* uc_link returns to the scheduler. */
+    for (;;)
+        zt_emu_switch(&b.cur->sp, b.sched_sp);
+}
+
+/* A fresh fiber's stack, as zt_emu_switch leaves one: FP control words, six registers, and
+ * fiber_main as the return address, which lands 16-byte aligned less 8 as a call would. */
+void *fresh_stack(char *stack) {
+    uintptr_t top = ((uintptr_t)(stack + kStack) & ~(uintptr_t)15) - 16;
+    uint64_t *sp = (uint64_t *)top;
+    *sp = (uint64_t)(uintptr_t)fiber_main; /* the return address, at a 16-byte boundary */
+    sp -= 6;
+    for (int i = 0; i < 6; i++)
+        sp[i] = 0;
+    sp -= 1;
+    uint32_t words[2] = {0x1F80u, 0x037Fu}; /* default MXCSR and x87 control word */
+    memcpy(sp, words, sizeof words);
+    return sp;
 }
 
 void yield() {
     block_state &b = B();
     /* A launch that fails never resumes its waiting fibers: they are remade for the next. */
-    swapcontext(&b.cur->ctx, &b.sched);
+    zt_emu_switch(&b.cur->sp, b.sched_sp);
 }
 
 std::string vformat(const char *fmt, va_list ap) {
@@ -176,11 +226,7 @@ std::string run_block(const grid_run &g, bool reverse) {
     for (int i = 0; i < b.n; i++) {
         fiber &f = b.f[i];
         f.st = READY;
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = kStack;
-        f.ctx.uc_link = &b.sched;
-        makecontext(&f.ctx, fiber_main, 0);
+        f.sp = fresh_stack(f.stack);
     }
     for (;;) {
         for (int k = 0; k < b.n; k++) {
@@ -189,7 +235,7 @@ std::string run_block(const grid_run &g, bool reverse) {
                 continue;
             b.cur = &f;
             zt_emu_cur = &f.t;
-            swapcontext(&b.sched, &f.ctx);
+            zt_emu_switch(&b.sched_sp, f.sp);
             if (b.failed)
                 return b.why;
         }
@@ -311,5 +357,5 @@ void zt_emu_kernel_fault(const char *site, const char *fmt, ...) {
     b.failed = true;
     b.cur->st = EXITED;
     for (;;)
-        swapcontext(&b.cur->ctx, &b.sched);
+        zt_emu_switch(&b.cur->sp, b.sched_sp);
 }

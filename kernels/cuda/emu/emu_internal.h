@@ -33,8 +33,8 @@ std::string describe(const void *p);
 size_t dev_allocated_bytes();
 void arena_open();
 void arena_close();
-/* The used part of the arena, for the interleaving check's snapshots. */
-void arena_used(char **base, size_t *bytes);
+/* The live allocation holding p (its start and size); false when there is none. */
+bool allocation_of(const void *p, char **base, size_t *bytes);
 /* Empty when every red zone is intact, else what was overwritten, after `what`. */
 std::string check_red_zones(const char *what);
 

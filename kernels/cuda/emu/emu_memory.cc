@@ -251,9 +251,14 @@ size_t dev_allocated_bytes() {
     return A().live_bytes;
 }
 
-void arena_used(char **base, size_t *bytes) {
-    *base = A().base;
-    *bytes = A().hwm;
+bool allocation_of(const void *p, char **base, size_t *bytes) {
+    std::lock_guard<std::recursive_mutex> g(device_lock());
+    auto *o = owner(p);
+    if (!o || (size_t)((const char *)p - A().base) - o->first > o->second.bytes)
+        return false;
+    *base = A().base + o->first;
+    *bytes = o->second.bytes;
+    return true;
 }
 
 std::string check_red_zones(const char *what) {

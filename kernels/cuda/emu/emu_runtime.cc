@@ -11,8 +11,9 @@
  * cudaStreamNonBlocking (the backend's) do neither.
  *
  * Launches are checked against an H100's limits and fail as the runtime does, left for
- * cudaGetLastError. A kernel runs twice on small arenas, threads and blocks in ascending then in
- * descending order from the same memory, and the two results must agree bit for bit. A fault
+ * cudaGetLastError. A kernel whose arguments reach little memory runs twice, threads and blocks
+ * in ascending then in descending order from the same memory, and the two results must agree bit
+ * for bit. A fault
  * inside device work is sticky: every later call returns it, with the emulator's account of what
  * went wrong appended to cudaGetErrorString's text. */
 #include <cstdarg>
@@ -90,8 +91,9 @@ config &cfg() {
     return *c;
 }
 
-/* Arenas up to this size get the two interleavings when ZTRAIN_CUDA_EMU_INTERLEAVE is unset. */
-constexpr size_t kInterleaveAuto = 4 << 20;
+/* Launches whose pointer arguments reach at most this much device memory run in both orders
+ * when ZTRAIN_CUDA_EMU_INTERLEAVE is unset (the op tests' shapes; training's are bigger). */
+constexpr size_t kInterleaveAuto = 8 << 20;
 
 cudaError_t fail(cudaError_t e) {
     if (g_last == cudaSuccess)
@@ -114,6 +116,10 @@ void init_streams() {
 
 /* Runs s's work up to and including seq. */
 void drain(CUstream_st *s, uint64_t seq) {
+    if (s->q.empty() || s->q.front().first > seq)
+        return;
+    /* Open once for the whole drain: mprotect costs in proportion to the arena. */
+    arena_open();
     while (!s->q.empty() && s->q.front().first <= seq) {
         auto op = std::move(s->q.front());
         const char *what = s->what.front();
@@ -123,10 +129,8 @@ void drain(CUstream_st *s, uint64_t seq) {
         if (g_sticky != cudaSuccess)
             continue; /* a faulted device runs nothing more */
         std::string detail;
-        arena_open();
         cudaError_t e = op.second(detail);
         std::string red = e == cudaSuccess ? check_red_zones(what) : std::string();
-        arena_close();
         if (e == cudaSuccess && !red.empty()) {
             e = cudaErrorIllegalAddress;
             detail = red;
@@ -134,6 +138,7 @@ void drain(CUstream_st *s, uint64_t seq) {
         if (e != cudaSuccess)
             set_sticky(e, detail.empty() ? std::string(what) : detail);
     }
+    arena_close();
 }
 
 void drain_all(CUstream_st *s) { drain(s, s->next_seq - 1); }
@@ -229,36 +234,65 @@ static cudaError_t run_kernel(const grid_run &g, const std::vector<const void *>
                  ": fault injected by ZTRAIN_CUDA_EMU_FAULT (a test of error reporting)";
         return cudaErrorIllegalAddress;
     }
-    char *base;
-    size_t used;
-    arena_used(&base, &used);
-    bool twice = c.interleave == 1 || (c.interleave < 0 && used <= kInterleaveAuto);
+    /* The memory the kernel can write: the allocations its pointer arguments point into. */
+    struct region {
+        char *base;
+        size_t bytes;
+    };
+    std::vector<region> regions;
+    size_t total = 0;
+    for (const void *p : ptrs) {
+        region r;
+        if (!p || !allocation_of(p, &r.base, &r.bytes))
+            continue;
+        bool seen = false;
+        for (const region &o : regions)
+            seen |= o.base == r.base;
+        if (!seen) {
+            regions.push_back(r);
+            total += r.bytes;
+        }
+    }
+    const bool twice = c.interleave == 1 || (c.interleave < 0 && total <= kInterleaveAuto);
     static std::vector<char> before, first;
     if (twice) {
-        before.assign(base, base + used);
+        before.resize(total);
+        size_t at = 0;
+        for (const region &r : regions)
+            memcpy(before.data() + at, r.base, r.bytes), at += r.bytes;
         std::string why = run_grid(g, false);
         if (!why.empty()) {
             detail = why;
             return cudaErrorLaunchFailure;
         }
-        first.assign(base, base + used);
-        memcpy(base, before.data(), used);
+        first.resize(total);
+        at = 0;
+        for (const region &r : regions) {
+            memcpy(first.data() + at, r.base, r.bytes);
+            memcpy(r.base, before.data() + at, r.bytes);
+            at += r.bytes;
+        }
     }
     std::string why = run_grid(g, twice);
     if (!why.empty()) {
         detail = why;
         return cudaErrorLaunchFailure;
     }
-    if (twice && memcmp(base, first.data(), used) != 0) {
+    if (twice) {
         size_t at = 0;
-        while (base[at] == first[at])
-            at++;
-        detail = std::string("kernel ") + g.name +
-                 ": threads run in descending order left a different value than in ascending "
-                 "order at " +
-                 describe(base + at) +
-                 ": threads of a block race between barriers (a missing __syncthreads?)";
-        return cudaErrorLaunchFailure;
+        for (const region &r : regions) {
+            if (memcmp(r.base, first.data() + at, r.bytes) != 0) {
+                size_t i = 0;
+                while (r.base[i] == first[at + i])
+                    i++;
+                detail = std::string("kernel ") + g.name +
+                         ": threads run in descending order left a different value than in "
+                         "ascending order at " + describe(r.base + i) +
+                         ": threads of a block race between barriers (a missing __syncthreads?)";
+                return cudaErrorLaunchFailure;
+            }
+            at += r.bytes;
+        }
     }
     return cudaSuccess;
 }
