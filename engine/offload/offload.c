@@ -106,11 +106,15 @@ static void host_free(zt_offload *f, void *p, size_t bytes) {
 }
 
 /* Copies between the caller's buffer (device memory when dev) and the store's host memory:
- * write takes the caller's data in, read hands it out. */
-static void caller_copy(zt_offload *f, bool dev, bool write, void *dst, const void *src,
-                        size_t bytes) {
+ * write takes the caller's data in, read hands it out. A copy between the device and pinned
+ * memory is asynchronous (backend.h): it is waited for here, since the host uses the pinned side
+ * at once (pwrite of the bounce buffer, the next window's pread over it, the update's tiles),
+ * and a device error it meets is returned. */
+static zt_status caller_copy(zt_offload *f, bool dev, bool write, void *dst, const void *src,
+                             size_t bytes) {
     zt_copy_kind kind = !dev ? ZT_COPY_H2H : write ? ZT_COPY_D2H : ZT_COPY_H2D;
     zt_backend_copy(f->be, dst, src, bytes, kind, ZT_STREAM_COMPUTE);
+    return dev && f->host_kind == ZT_MEM_PINNED ? zt_backend_sync(f->be) : ZT_OK;
 }
 
 /* ---- directories and files ------------------------------------------------------------------ */
@@ -409,10 +413,11 @@ static zt_status file_copy(zt_offload *f, stream *s, bool write, size_t first,
         if (!write || pos > a || end < b)
             st = full_io(s->fd, false, f->sync, b - a, (off_t)a, s->path);
         if (st == ZT_OK && write) {
-            caller_copy(f, dev, true, f->sync + (pos - a), data + (pos - lo), end - pos);
-            st = full_io(s->fd, true, f->sync, b - a, (off_t)a, s->path);
+            st = caller_copy(f, dev, true, f->sync + (pos - a), data + (pos - lo), end - pos);
+            if (st == ZT_OK)
+                st = full_io(s->fd, true, f->sync, b - a, (off_t)a, s->path);
         } else if (st == ZT_OK) {
-            caller_copy(f, dev, false, data + (pos - lo), f->sync + (pos - a), end - pos);
+            st = caller_copy(f, dev, false, data + (pos - lo), f->sync + (pos - a), end - pos);
         }
         pos = end;
     }
@@ -432,9 +437,8 @@ static zt_status copy(zt_offload *f, int index, bool write, size_t first, unsign
         void *mem = at(s, first + in_file);
         unsigned char *d = data + in_file * s->elem;
         if (write)
-            caller_copy(f, dev, true, mem, d, rest * s->elem);
-        else
-            caller_copy(f, dev, false, d, mem, rest * s->elem);
+            return caller_copy(f, dev, true, mem, d, rest * s->elem);
+        return caller_copy(f, dev, false, d, mem, rest * s->elem);
     }
     return ZT_OK;
 }

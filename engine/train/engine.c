@@ -252,6 +252,10 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     e->forward_pending = grad_scale != 0.0f;
     e->current.forward_ms += now_ms() - t0;
     e->current.forward_comm_ms += zt_comm_thread_ms() - c0;
+    /* The loss has been waited for, so the device is idle up to here: its first error, if an
+     * op, copy or launch failed (a GPU records it rather than returning it), ends the step with
+     * the device's message instead of training on stale numbers. */
+    ZT_TRY(zt_backend_sync(e->be));
     return zt_zero_status(&e->zero);
 }
 
@@ -377,7 +381,18 @@ static zt_status step_half(zt_engine *e, double t0) {
     return ZT_OK;
 }
 
+static zt_status step_apply(zt_engine *e);
+
+/* Every step ends with the device synchronised: an error of the backward or the update (the
+ * device's, named by zt_backend_sync) fails this step, not a later one or none. A device error
+ * wins over the step's own, which it may have caused (a NaN norm from stale numbers). */
 zt_status zt_engine_step(zt_engine *e) {
+    zt_status s = step_apply(e);
+    zt_status d = zt_backend_sync(e->be);
+    return d != ZT_OK ? d : s;
+}
+
+static zt_status step_apply(zt_engine *e) {
     if (e->forward_pending)
         return zt_error(ZT_ERR_INVALID, "engine: step() after forward() without backward()");
     e->step_applied = false;

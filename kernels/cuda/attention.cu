@@ -39,7 +39,7 @@ __device__ __forceinline__ int first_key(const geom &g, int t) {
 /* grid (T, NH, B); dynamic shared memory: head_dim floats (the query row). */
 template <typename T>
 __global__ void attn_fwd(geom g, T *out, float *att, const T *q, const T *k, const T *v) {
-    extern __shared__ float qrow[];
+    ZT_DYN_SHARED(float, qrow);
     __shared__ float red[32];
     const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const T *qh = q + ((size_t)b * g.T + t) * g.sq + (size_t)h * g.hd;
@@ -84,7 +84,7 @@ __global__ void attn_fwd(geom g, T *out, float *att, const T *q, const T *k, con
 template <typename T>
 __global__ void attn_bwd_q(geom g, T *dq, float *scratch, const T *dout, const T *k, const T *v,
                            const float *att) {
-    extern __shared__ float drow[];
+    ZT_DYN_SHARED(float, drow);
     __shared__ float red[32];
     const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const T *d = dout + ((size_t)b * g.T + t) * g.so + (size_t)h * g.hd;
@@ -163,8 +163,8 @@ extern "C" void zt_cuda_attention_forward(const zt_ctx *x, const zt_attn_shape *
         const ACT_T *qa = (const ACT_T *)q;
         const ACT_T *ka = s->packed ? qa + (size_t)g.NH * g.hd : (const ACT_T *)k;
         const ACT_T *va = s->packed ? qa + (size_t)(g.NH + g.KVH) * g.hd : (const ACT_T *)v;
-        attn_fwd<ACT_T><<<grid, attn_threads(g), shm, zt_cuda_compute(x)>>>(g, (ACT_T *)out, att,
-                                                                            qa, ka, va);
+        ZT_LAUNCH(attn_fwd<ACT_T>, grid, attn_threads(g), shm, zt_cuda_compute(x), g, (ACT_T *)out,
+                  att, qa, ka, va);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }
@@ -184,12 +184,11 @@ extern "C" void zt_cuda_attention_backward(const zt_ctx *x, const zt_attn_shape 
         ACT_T *dqa = (ACT_T *)dq;
         ACT_T *dka = s->packed ? dqa + (size_t)g.NH * g.hd : (ACT_T *)dk;
         ACT_T *dva = s->packed ? dqa + (size_t)(g.NH + g.KVH) * g.hd : (ACT_T *)dv;
-        attn_bwd_q<ACT_T><<<dim3(g.T, g.NH, g.B), attn_threads(g), shm, zt_cuda_compute(x)>>>(
-            g, dqa, scratch, (const ACT_T *)dout, ka, va, att);
+        ZT_LAUNCH(attn_bwd_q<ACT_T>, dim3(g.T, g.NH, g.B), attn_threads(g), shm, zt_cuda_compute(x),
+                  g, dqa, scratch, (const ACT_T *)dout, ka, va, att);
         ZT_CUDA_LAUNCHED(x->be);
-        attn_bwd_kv<ACT_T><<<dim3(g.T, g.KVH, g.B), zt_cuda_row_threads(g.hd), 0,
-                             zt_cuda_compute(x)>>>(g, dka, dva, scratch, (const ACT_T *)dout, qa,
-                                                   att);
+        ZT_LAUNCH(attn_bwd_kv<ACT_T>, dim3(g.T, g.KVH, g.B), zt_cuda_row_threads(g.hd), 0,
+                  zt_cuda_compute(x), g, dka, dva, scratch, (const ACT_T *)dout, qa, att);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }

@@ -94,7 +94,9 @@ static void cuda_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
         return;
     }
     /* The range is no longer this allocation's: forget what was released of it. */
+    pthread_mutex_lock(&st->released_lock);
     zt_cuda_ranges_remove(&st->released, (uintptr_t)p, (uintptr_t)p + (bytes ? bytes : 1));
+    pthread_mutex_unlock(&st->released_lock);
     ZT_CUDA_CHECK(be, cudaFree(p));
     zt_cuda_count(st, -(long long)(bytes ? bytes : 1));
 }
@@ -124,6 +126,14 @@ static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, 
     static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                 cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
     ZT_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, kinds[kind], st->stream[s]));
+    /* Bytes written to device memory are held again, released before or not. */
+    if (kind == ZT_COPY_H2D || kind == ZT_COPY_D2D) {
+        pthread_mutex_lock(&st->released_lock);
+        zt_status rs = zt_cuda_ranges_remove(&st->released, (uintptr_t)dst, (uintptr_t)dst + bytes);
+        pthread_mutex_unlock(&st->released_lock);
+        if (rs != ZT_OK)
+            zt_cuda_fail(be, "host", "zt_cuda_ranges_remove", zt_last_error(), __FILE__, __LINE__);
+    }
     /* backend.h: from or to pageable host memory the call returns only when the host buffer may
      * be reused. CUDA stages a pageable source before returning; a pageable destination is
      * written only when the copy has run, so wait for it. */
@@ -136,21 +146,29 @@ static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     if (hi <= lo)
         return;
     ZT_CUDA_CHECK(be, cudaMemsetAsync((char *)p + lo, 0, hi - lo, st->stream[ZT_STREAM_COMPUTE]));
-    if (zt_cuda_ranges_add(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi) != ZT_OK)
+    pthread_mutex_lock(&st->released_lock);
+    zt_status rs = zt_cuda_ranges_add(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+    pthread_mutex_unlock(&st->released_lock);
+    if (rs != ZT_OK)
         zt_cuda_fail(be, "host", "zt_cuda_ranges_add", zt_last_error(), __FILE__, __LINE__);
 }
 
 static zt_status cuda_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     zt_cuda_state *st = be->impl;
-    return zt_cuda_ranges_remove(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+    pthread_mutex_lock(&st->released_lock);
+    zt_status s = zt_cuda_ranges_remove(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+    pthread_mutex_unlock(&st->released_lock);
+    return s;
 }
 
 static size_t cuda_resident_bytes(zt_backend *be, const void *p, size_t lo, size_t hi) {
     zt_cuda_state *st = be->impl;
     if (hi <= lo)
         return 0;
-    return (hi - lo) -
-           zt_cuda_ranges_overlap(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+    pthread_mutex_lock(&st->released_lock);
+    size_t gone = zt_cuda_ranges_overlap(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+    pthread_mutex_unlock(&st->released_lock);
+    return (hi - lo) - gone;
 }
 
 static zt_event *cuda_event_create(zt_backend *be) {
@@ -212,6 +230,7 @@ static void cuda_destroy(zt_backend *be) {
         if (st->stream[s])
             cudaStreamDestroy(st->stream[s]);
     zt_cuda_ranges_free(&st->released);
+    pthread_mutex_destroy(&st->released_lock);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
@@ -311,6 +330,7 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     if (!st)
         return zt_error(ZT_ERR_NOMEM, "cuda backend: out of host memory");
     pthread_mutex_init(&st->lock, NULL);
+    pthread_mutex_init(&st->released_lock, NULL);
     zt_backend *be = &st->be;
     be->impl = st;
     be->name = "cuda";
@@ -335,4 +355,40 @@ int zt_cuda_device_count(void) {
         return 0;
     }
     return n;
+}
+
+/* ---- GPU discovery for kernels/gpu_info.c (ztrain/gpu.h), through backend.c ------------------ */
+
+zt_status zt_cuda_device_props(int index, zt_gpu_props *out) {
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, index);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return zt_error(ZT_ERR_IO, "GPU %d: cudaGetDeviceProperties: %s", index,
+                        cudaGetErrorString(e));
+    }
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->major = p.major;
+    out->minor = p.minor;
+    out->total_bytes = p.totalGlobalMem;
+    return ZT_OK;
+}
+
+zt_status zt_cuda_device_mem(int index, size_t *free_bytes, size_t *total_bytes) {
+    int was = 0;
+    cudaGetDevice(&was);
+    cudaError_t e = cudaSetDevice(index);
+    if (e == cudaSuccess)
+        e = cudaMemGetInfo(free_bytes, total_bytes);
+    cudaSetDevice(was);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return zt_error(ZT_ERR_IO, "GPU %d: cudaMemGetInfo: %s", index, cudaGetErrorString(e));
+    }
+    return ZT_OK;
+}
+
+void zt_cuda_device_bind(int index) {
+    if (cudaSetDevice(index) != cudaSuccess)
+        cudaGetLastError(); /* the ops then fail and sync reports it, naming the device */
 }

@@ -73,8 +73,8 @@ extern "C" double zt_cuda_sum_squares_half(const zt_ctx *x, const uint16_t *v, s
                                            zt_dtype t) {
     bool bf16 = half_is_bf16(t, "sum_squares_half");
     unsigned blocks = zt_cuda_sum_blocks(n);
-    sumsq_half_partial<<<blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x)>>>(v, n, bf16,
-                                                                         zt_cuda_of(x)->sums_dev);
+    ZT_LAUNCH(sumsq_half_partial, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), v, n, bf16,
+              zt_cuda_of(x)->sums_dev);
     ZT_CUDA_LAUNCHED(x->be);
     double total = 0.0;
     zt_cuda_sum_totals(x, blocks, 1, &total);

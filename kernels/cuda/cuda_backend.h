@@ -13,6 +13,7 @@
 
 #include "cuda_host.h"
 #include "ztrain/backend.h"
+#include "ztrain/gpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +44,9 @@ typedef struct {
     /* The host side of the token buckets, grown like the device scratch. */
     void *bucket_host;
     size_t bucket_host_bytes;
+    /* Released ranges: release and commit come from the ZeRO communication thread and the
+     * main thread at once (stage 3 with overlap_comm), and the set reallocates as it grows. */
+    pthread_mutex_t released_lock;
     zt_cuda_ranges released;
     /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory). */
     size_t allocated, peak;
@@ -115,6 +119,12 @@ void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out
 zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts);
 int zt_cuda_device_count(void);
 zt_status zt_cuda_memory_of(zt_backend *be, zt_cuda_memory *out);
+/* What kernels/gpu_info.c asks for ztrain/gpu.h (by name, through zt_backend_cuda_symbol):
+ * properties (a zt_gpu_props *), free and total memory of a visible device, and making it the
+ * calling thread's current one. */
+zt_status zt_cuda_device_props(int index, zt_gpu_props *out);
+zt_status zt_cuda_device_mem(int index, size_t *free_bytes, size_t *total_bytes);
+void zt_cuda_device_bind(int index);
 
 /* The GPUs this process sees (cuda_driver.c): *count, 0 without a GPU; an error saying why when
  * the runtime cannot tell, a driver too old for this build named with both versions. */

@@ -11,6 +11,15 @@
 
 #include "cuda_backend.h"
 
+/* Every launch goes through ZT_LAUNCH and every dynamic shared array through ZT_DYN_SHARED, so
+ * that the same source builds for the GPU (here, under nvcc) and for the emulated device, whose
+ * emu_device.h defines both as calls (chevrons and extern __shared__ have no host meaning). */
+#ifndef ZT_LAUNCH
+#define ZT_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
+    kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#define ZT_DYN_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 __device__ __forceinline__ float zt_ld(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float zt_ld(const __nv_bfloat16 *p, size_t i) {
     return __bfloat162float(p[i]);
@@ -91,7 +100,7 @@ enum { ZT_CUDA_MAX_GRID = 65535 };
         zt_cuda_launch l_ = zt_cuda_launch_1d((n), ZT_CUDA_BLOCK, ZT_CUDA_MAX_GRID);               \
         if (l_.grid == 0)                                                                          \
             break;                                                                                 \
-        kernel<<<l_.grid, l_.block, 0, zt_cuda_compute(x)>>>(__VA_ARGS__);                         \
+        ZT_LAUNCH(kernel, l_.grid, l_.block, 0, zt_cuda_compute(x), __VA_ARGS__);                  \
         ZT_CUDA_LAUNCHED((x)->be);                                                                 \
     } while (0)
 

@@ -70,8 +70,8 @@ extern "C" void zt_cuda_embedding_backward(const zt_ctx *x, float *dwte, float *
     if (!d)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        emb_bwd_wte<ACT_T><<<k, zt_cuda_row_threads(C), 0, zt_cuda_compute(x)>>>(
-            dwte, (const ACT_T *)dout, d, d + n + 1, d + 2 * (size_t)n + 2, C);
+        ZT_LAUNCH(emb_bwd_wte<ACT_T>, k, zt_cuda_row_threads(C), 0, zt_cuda_compute(x), dwte,
+                  (const ACT_T *)dout, d, d + n + 1, d + 2 * (size_t)n + 2, C);
         ZT_CUDA_LAUNCHED(x->be);
         if (dwpe)
             ZT_LAUNCH_1D(x, (size_t)T * C, emb_bwd_wpe<ACT_T>, dwpe, (const ACT_T *)dout, B, T, C);

@@ -74,8 +74,8 @@ extern "C" void zt_cuda_layernorm_forward(const zt_ctx *x, void *out, float *mea
     if (N == 0)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ln_fwd<ACT_T><<<N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x)>>>(
-            (ACT_T *)out, mean, rstd, (const ACT_T *)inp, w, b, C);
+        ZT_LAUNCH(ln_fwd<ACT_T>, N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x), (ACT_T *)out,
+                  mean, rstd, (const ACT_T *)inp, w, b, C);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }
@@ -86,12 +86,12 @@ extern "C" void zt_cuda_layernorm_backward(const zt_ctx *x, void *dinp, float *d
     if (N == 0)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ln_bwd_inp<ACT_T><<<N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x)>>>(
-            (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, w, mean, rstd, C);
+        ZT_LAUNCH(ln_bwd_inp<ACT_T>, N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x),
+                  (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, w, mean, rstd, C);
         ZT_CUDA_LAUNCHED(x->be);
-        ln_bwd_params<ACT_T><<<(C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
-                               zt_cuda_compute(x)>>>(dw, db, (const ACT_T *)dout,
-                                                     (const ACT_T *)inp, mean, rstd, N, C);
+        ZT_LAUNCH(ln_bwd_params<ACT_T>, (C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
+                  zt_cuda_compute(x), dw, db, (const ACT_T *)dout, (const ACT_T *)inp, mean, rstd,
+                  N, C);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }

@@ -32,6 +32,16 @@ typedef struct {
     const void *bias; /* of cd_type */
 } gemm_args;
 
+/* The alignment of p that cuBLASLt may assume: the largest power of two dividing its address, up
+ * to the 256 bytes cuBLASLt assumes when told nothing. Activations are slices of larger buffers
+ * at any element offset, so the preference declares what each call really has; otherwise an
+ * algorithm chosen for 256-byte alignment would read them misaligned. */
+static uint32_t alignment_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t low = a & (~a + 1);
+    return a == 0 || low > 256 ? 256u : (uint32_t)low;
+}
+
 static void gemm(const zt_ctx *x, const gemm_args *g) {
     if (g->m == 0 || g->n == 0)
         return;
@@ -63,6 +73,15 @@ static void gemm(const zt_ctx *x, const gemm_args *g) {
     size_t ws = ZT_CUDA_CUBLAS_WORKSPACE;
     ZT_CUBLAS_CHECK(be, cublasLtMatmulPreferenceSetAttribute(
                             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const void *operands[4] = {g->a, g->b, g->c ? g->c : g->d, g->d};
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t align = alignment_of(operands[i]);
+        ZT_CUBLAS_CHECK(be, cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align,
+                                                                 sizeof align));
+    }
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     if (op && la && lb && lc && pref)
@@ -169,8 +188,8 @@ extern "C" void zt_cuda_linear_backward(const zt_ctx *x, void *dinp, float *dw, 
     }
     if (dbias && N > 0) {
         ZT_ACT_DISPATCH(x->act, {
-            bias_grad<ACT_T><<<(OC + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
-                               zt_cuda_compute(x)>>>(dbias, (const ACT_T *)dout, N, OC);
+            ZT_LAUNCH(bias_grad<ACT_T>, (OC + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
+                      zt_cuda_compute(x), dbias, (const ACT_T *)dout, N, OC);
             ZT_CUDA_LAUNCHED(x->be);
         });
     }

@@ -147,8 +147,8 @@ __global__ void sum_partials(const double *partial, unsigned blocks, unsigned st
 extern "C" void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out) {
     zt_cuda_state *st = zt_cuda_of(x);
     double *total = st->sums_dev + 2 * ZT_CUDA_SUM_BLOCKS;
-    sum_partials<<<1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x)>>>(st->sums_dev, blocks,
-                                                              ZT_CUDA_SUM_BLOCKS, count, total);
+    ZT_LAUNCH(sum_partials, 1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), st->sums_dev, blocks,
+              ZT_CUDA_SUM_BLOCKS, count, total);
     ZT_CUDA_LAUNCHED(x->be);
     ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(st->sums_host, total, count * sizeof(double),
                                          cudaMemcpyDeviceToHost, zt_cuda_compute(x)));
@@ -159,8 +159,8 @@ extern "C" void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, 
 
 extern "C" double zt_cuda_sum_squares(const zt_ctx *x, const float *v, size_t n) {
     unsigned blocks = zt_cuda_sum_blocks(n);
-    sumsq_partial<<<blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x)>>>(v, n,
-                                                                    zt_cuda_of(x)->sums_dev);
+    ZT_LAUNCH(sumsq_partial, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), v, n,
+              zt_cuda_of(x)->sums_dev);
     ZT_CUDA_LAUNCHED(x->be);
     double total = 0.0;
     zt_cuda_sum_totals(x, blocks, 1, &total);

@@ -55,8 +55,8 @@ extern "C" void zt_cuda_rmsnorm_forward(const zt_ctx *x, void *out, float *rstd,
     if (N == 0)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        rms_fwd<ACT_T><<<N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x)>>>(
-            (ACT_T *)out, rstd, (const ACT_T *)inp, w, eps, C);
+        ZT_LAUNCH(rms_fwd<ACT_T>, N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x), (ACT_T *)out,
+                  rstd, (const ACT_T *)inp, w, eps, C);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }
@@ -67,12 +67,11 @@ extern "C" void zt_cuda_rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw,
     if (N == 0)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        rms_bwd_inp<ACT_T><<<N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x)>>>(
-            (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, w, rstd, C);
+        ZT_LAUNCH(rms_bwd_inp<ACT_T>, N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x),
+                  (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, w, rstd, C);
         ZT_CUDA_LAUNCHED(x->be);
-        rms_bwd_w<ACT_T><<<(C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
-                           zt_cuda_compute(x)>>>(dw, (const ACT_T *)dout, (const ACT_T *)inp,
-                                                 rstd, N, C);
+        ZT_LAUNCH(rms_bwd_w<ACT_T>, (C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
+                  zt_cuda_compute(x), dw, (const ACT_T *)dout, (const ACT_T *)inp, rstd, N, C);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }

@@ -47,8 +47,8 @@ extern "C" void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logit
     if (!tgt)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        xent_kernel<ACT_T><<<N, zt_cuda_row_threads(V), 0, zt_cuda_compute(x)>>>(
-            losses, (ACT_T *)logits, tgt, V, grad_scale);
+        ZT_LAUNCH(xent_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_compute(x), losses,
+                  (ACT_T *)logits, tgt, V, grad_scale);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }

@@ -179,6 +179,11 @@ static inline zt_status zt_backend_sync(zt_backend *be) { return be->iface->sync
 zt_status zt_backend_cuda_create(zt_backend **out, const zt_backend_options *opts);
 /* cudaGetDeviceCount, 0 on any error. */
 int zt_backend_cuda_device_count(void);
+/* An entry point of the loaded CUDA module by name (dlsym), loading it first; NULL when there
+ * is no module (the reason is left for zt_last_error) or no such symbol. The environment may
+ * name another module than the real one, for tests: ZTRAIN_CUDA_EMU=1 loads the emulated CUDA
+ * device of the build tree, ZTRAIN_CUDA_MODULE=<path> any file (docs/gpu.md). */
+void *zt_backend_cuda_symbol(const char *name);
 
 /* Device memory as a CUDA backend sees it: the bytes its ZT_MEM_DEVICE allocations and its own
  * workspaces hold now (released ranges still count: the memory stays allocated) and the most they

@@ -1,0 +1,388 @@
+/* The cuBLASLt subset the backend calls, on the emulated device, from NVIDIA's documented
+ * semantics (cublasLt.h, cuBLAS docs "cublasLtMatmul()"): column-major layouts (element (r, c)
+ * of a layout at p[r + c·ld]), CUBLASLT_MATMUL_DESC_TRANSA/B, and
+ *   D = epilogue(alpha·op(A)·op(B) + beta·C)
+ * with A and B of one type (fp32, bf16 or fp16), C and D of that type or fp32, products summed
+ * in fp32 in order of k (the GPU's order differs: compare with a tolerance), the epilogue in fp32
+ * and one rounding to D's type, to nearest even. C is not read when beta is 0.
+ * Epilogues: DEFAULT, and BIAS (bias[r], of D's type unless BIAS_DATA_TYPE says otherwise, added
+ * to every column). Anything else (another epilogue, compute type, attribute, batch, order) is
+ * refused with CUBLAS_STATUS_NOT_SUPPORTED naming it, never ignored.
+ *
+ * Alignment is strict: the heuristic's algorithm assumes the pointer alignments the preference
+ * declares (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, 256 by default), and a matmul whose
+ * pointers are less aligned than its algorithm assumed fails. */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "emu_internal.h"
+
+using namespace zt_emu;
+
+namespace {
+
+struct lt_desc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    int32_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = nullptr;
+    int32_t bias_type = -1; /* -1: D's */
+};
+
+struct lt_layout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+
+struct lt_pref {
+    uint64_t workspace = 0;
+    uint32_t align[4] = {256, 256, 256, 256}; /* A, B, C, D */
+};
+
+thread_local std::string last_detail;
+thread_local cublasStatus_t last_status = CUBLAS_STATUS_SUCCESS;
+
+cublasStatus_t refuse(cublasStatus_t st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+cublasStatus_t refuse(cublasStatus_t st, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    last_detail = buf;
+    last_status = st;
+    fprintf(stderr, "ztrain cuda emulator: cuBLASLt: %s\n", buf);
+    return st;
+}
+
+size_t type_size(cudaDataType_t t) {
+    return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 0;
+}
+
+const char *type_name(int t) {
+    return t == CUDA_R_32F    ? "CUDA_R_32F"
+           : t == CUDA_R_16BF ? "CUDA_R_16BF"
+           : t == CUDA_R_16F  ? "CUDA_R_16F"
+                              : "an unsupported type";
+}
+
+float load(cudaDataType_t t, const void *p, size_t i) {
+    if (t == CUDA_R_32F)
+        return ((const float *)p)[i];
+    if (t == CUDA_R_16BF)
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return __half2float(((const __half *)p)[i]);
+}
+
+void store(cudaDataType_t t, void *p, size_t i, float v) {
+    if (t == CUDA_R_32F)
+        ((float *)p)[i] = v;
+    else if (t == CUDA_R_16BF)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else
+        ((__half *)p)[i] = __float2half_rn(v);
+}
+
+template <typename T> bool set_attr(T *dst, const void *buf, size_t size) {
+    if (!buf || size != sizeof(T))
+        return false;
+    memcpy(dst, buf, sizeof(T));
+    return true;
+}
+
+/* Bytes a layout spans. */
+size_t span(const lt_layout *l) {
+    return l->cols ? ((l->cols - 1) * (size_t)l->ld + l->rows) * type_size(l->type) : 0;
+}
+
+} // namespace
+
+extern "C" {
+
+const char *cublasLtGetStatusString(cublasStatus_t st) {
+    static thread_local std::string s;
+    const char *base = st == CUBLAS_STATUS_SUCCESS            ? "CUBLAS_STATUS_SUCCESS"
+                       : st == CUBLAS_STATUS_INVALID_VALUE    ? "CUBLAS_STATUS_INVALID_VALUE"
+                       : st == CUBLAS_STATUS_NOT_SUPPORTED    ? "CUBLAS_STATUS_NOT_SUPPORTED"
+                       : st == CUBLAS_STATUS_ALLOC_FAILED     ? "CUBLAS_STATUS_ALLOC_FAILED"
+                       : st == CUBLAS_STATUS_EXECUTION_FAILED ? "CUBLAS_STATUS_EXECUTION_FAILED"
+                                                              : "CUBLAS_STATUS_INTERNAL_ERROR";
+    if (st != last_status || last_detail.empty())
+        return base;
+    s = std::string(base) + " [emulated cuBLASLt: " + last_detail + "]";
+    return s.c_str();
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    static int token;
+    *h = (cublasLtHandle_t)&token;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+    *d = nullptr;
+    if (compute != CUBLAS_COMPUTE_32F)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      "compute type %d is not emulated (only "
+                      "CUBLAS_COMPUTE_32F)",
+                      (int)compute);
+    if (scale != CUDA_R_32F)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      "scale type %s is not emulated (only "
+                      "CUDA_R_32F)",
+                      type_name(scale));
+    lt_desc *x = new lt_desc;
+    x->compute = compute;
+    x->scale = scale;
+    *d = (cublasLtMatmulDesc_t)x;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete (lt_desc *)d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t attr, const void *buf,
+                                              size_t size) {
+    lt_desc *x = (lt_desc *)d;
+    bool ok;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+        ok = set_attr(&x->ta, buf, size) && (x->ta == CUBLAS_OP_N || x->ta == CUBLAS_OP_T);
+        break;
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        ok = set_attr(&x->tb, buf, size) && (x->tb == CUBLAS_OP_N || x->tb == CUBLAS_OP_T);
+        break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        ok = set_attr(&x->epilogue, buf, size);
+        if (ok && x->epilogue != CUBLASLT_EPILOGUE_DEFAULT && x->epilogue != CUBLASLT_EPILOGUE_BIAS)
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                          "epilogue %u is not emulated (DEFAULT and "
+                          "BIAS are)",
+                          x->epilogue);
+        break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = set_attr(&x->bias, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        ok = set_attr(&x->bias_type, buf, size) && type_size((cudaDataType_t)x->bias_type);
+        break;
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: {
+        int32_t mode;
+        ok = set_attr(&mode, buf, size);
+        if (ok && mode != CUBLASLT_POINTER_MODE_HOST)
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                          "pointer mode %d is not emulated (only "
+                          "host scalars)",
+                          mode);
+        break;
+    }
+    default:
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      "matmul descriptor attribute %d is not "
+                      "emulated",
+                      (int)attr);
+    }
+    return ok ? CUBLAS_STATUS_SUCCESS
+              : refuse(CUBLAS_STATUS_INVALID_VALUE,
+                       "matmul descriptor attribute %d: bad value "
+                       "or size %zu",
+                       (int)attr, size);
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+    *l = nullptr;
+    if (!type_size(type))
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix type %d is not emulated", (int)type);
+    if (ld < (int64_t)(rows ? rows : 1))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                      "leading dimension %lld is below the %llu "
+                      "rows",
+                      (long long)ld, (unsigned long long)rows);
+    *l = (cublasLtMatrixLayout_t) new lt_layout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete (lt_layout *)l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t size) {
+    (void)l;
+    int32_t v32 = 0;
+    if ((attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && set_attr(&v32, buf, size) && v32 == 1) ||
+        (attr == CUBLASLT_MATRIX_LAYOUT_ORDER && set_attr(&v32, buf, size) &&
+         v32 == CUBLASLT_ORDER_COL))
+        return CUBLAS_STATUS_SUCCESS;
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "matrix layout attribute %d (value %d) is not "
+                  "emulated (column order, one batch)",
+                  (int)attr, v32);
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = (cublasLtMatmulPreference_t) new lt_pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete (lt_pref *)p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t size) {
+    lt_pref *x = (lt_pref *)p;
+    bool ok;
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: ok = set_attr(&x->workspace, buf, size); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: {
+        uint32_t *a = &x->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES];
+        ok = set_attr(a, buf, size) && *a && !(*a & (*a - 1));
+        break;
+    }
+    default:
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "preference attribute %d is not emulated",
+                      (int)attr);
+    }
+    return ok ? CUBLAS_STATUS_SUCCESS
+              : refuse(CUBLAS_STATUS_INVALID_VALUE,
+                       "preference attribute %d: bad value or size "
+                       "%zu",
+                       (int)attr, size);
+}
+
+/* The one algorithm: it records the alignments it was chosen for (algo.data[0..3]). */
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                              cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
+                                              cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int *found) {
+    (void)h;
+    *found = 0;
+    const lt_desc *x = (const lt_desc *)d;
+    const lt_layout *A = (const lt_layout *)la, *B = (const lt_layout *)lb,
+                    *C = (const lt_layout *)lc, *D = (const lt_layout *)ld;
+    if (requested < 1)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "requestedAlgoCount %d", requested);
+    if (A->type != B->type)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "A is %s and B %s: they must match",
+                      type_name(A->type), type_name(B->type));
+    if (C->type != D->type || (D->type != A->type && D->type != CUDA_R_32F))
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      "C %s / D %s with A and B %s: C and D must "
+                      "match, as A's type or CUDA_R_32F",
+                      type_name(C->type), type_name(D->type), type_name(A->type));
+    const uint64_t m = D->rows, n = D->cols;
+    const uint64_t am = x->ta == CUBLAS_OP_T ? A->cols : A->rows;
+    const uint64_t k = x->ta == CUBLAS_OP_T ? A->rows : A->cols;
+    const uint64_t bk = x->tb == CUBLAS_OP_T ? B->cols : B->rows;
+    const uint64_t bn = x->tb == CUBLAS_OP_T ? B->rows : B->cols;
+    if (am != m || bn != n || bk != k || C->rows != m || C->cols != n)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                      "shapes disagree: op(A) %llux%llu, op(B) "
+                      "%llux%llu, C %llux%llu, D %llux%llu",
+                      (unsigned long long)am, (unsigned long long)k, (unsigned long long)bk,
+                      (unsigned long long)bn, (unsigned long long)C->rows,
+                      (unsigned long long)C->cols, (unsigned long long)m, (unsigned long long)n);
+    const lt_pref *pr = (const lt_pref *)p;
+    memset(&results[0], 0, sizeof results[0]);
+    for (int i = 0; i < 4; i++)
+        results[0].algo.data[i] = pr->align[i];
+    results[0].workspaceSize = 0;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
+                              const void *a, cublasLtMatrixLayout_t la, const void *b,
+                              cublasLtMatrixLayout_t lb, const void *beta, const void *c,
+                              cublasLtMatrixLayout_t lc, void *dp, cublasLtMatrixLayout_t ld,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
+    (void)h;
+    (void)workspace_bytes;
+    const lt_desc x = *(const lt_desc *)d;
+    const lt_layout A = *(const lt_layout *)la, B = *(const lt_layout *)lb,
+                    C = *(const lt_layout *)lc, D = *(const lt_layout *)ld;
+    if (!algo)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "no algorithm (the emulator needs the "
+                                                   "heuristic's)");
+    const void *ptrs[4] = {a, b, c, dp};
+    const lt_layout *lays[4] = {&A, &B, &C, &D};
+    static const char names[] = "ABCD";
+    const float fa = *(const float *)alpha, fb = *(const float *)beta;
+    for (int i = 0; i < 4; i++) {
+        if (i == 2 && fb == 0.0f)
+            continue; /* C is not read */
+        uint64_t want = algo->data[i];
+        if ((uintptr_t)ptrs[i] % want)
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                          "matrix %c at %p is not %llu-byte aligned, "
+                          "as its algorithm was chosen for "
+                          "(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES)",
+                          names[i], ptrs[i], (unsigned long long)want, names[i]);
+        if (!dev_contains(ptrs[i], span(lays[i])))
+            return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                          "matrix %c at %p (%zu bytes) is not inside "
+                          "one device allocation",
+                          names[i], ptrs[i], span(lays[i]));
+    }
+    const cudaDataType_t bias_type = x.bias_type < 0 ? D.type : (cudaDataType_t)x.bias_type;
+    if (x.epilogue == CUBLASLT_EPILOGUE_BIAS &&
+        !dev_contains(x.bias, D.rows * type_size(bias_type)))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                      "bias at %p (%llu of %s) is not inside one "
+                      "device allocation",
+                      x.bias, (unsigned long long)D.rows, type_name(bias_type));
+    (void)workspace;
+    cudaError_t e = enqueue(stream, "cublasLtMatmul", [=](std::string &) {
+        const uint64_t m = D.rows, n = D.cols;
+        const uint64_t k = x.ta == CUBLAS_OP_T ? A.rows : A.cols;
+        for (uint64_t j = 0; j < n; j++) {
+            for (uint64_t i = 0; i < m; i++) {
+                float acc = 0.0f;
+                for (uint64_t p = 0; p < k; p++) {
+                    size_t ai = x.ta == CUBLAS_OP_T ? p + i * A.ld : i + p * A.ld;
+                    size_t bi = x.tb == CUBLAS_OP_T ? j + p * B.ld : p + j * B.ld;
+                    acc += load(A.type, a, ai) * load(B.type, b, bi);
+                }
+                float v = fa * acc;
+                if (fb != 0.0f)
+                    v += fb * load(C.type, c, i + j * C.ld);
+                if (x.epilogue == CUBLASLT_EPILOGUE_BIAS)
+                    v += load(bias_type, x.bias, i);
+                store(D.type, dp, i + j * D.ld, v);
+            }
+        }
+        return cudaSuccess;
+    });
+    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                            : refuse(CUBLAS_STATUS_EXECUTION_FAILED, "%s", cudaGetErrorString(e));
+}
+
+} /* extern "C" */

@@ -1,0 +1,74 @@
+/* How the pieces of the emulated CUDA device call each other: device memory (emu_memory.cc),
+ * streams and the runtime API (emu_runtime.cc), the block scheduler (emu_block.cc) and cuBLASLt
+ * (emu_cublaslt.cc). Internal to libztrain_cuda_emu.so and the emulator's own test. */
+#ifndef ZTRAIN_CUDA_EMU_INTERNAL_H
+#define ZTRAIN_CUDA_EMU_INTERNAL_H
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <string>
+
+namespace zt_emu {
+
+/* Everything the device does (stream work, kernels, the scheduler's globals) runs under this
+ * lock, by whichever host thread forced the work: one device, one queue runner at a time. */
+std::recursive_mutex &device_lock();
+
+/* ---- device memory (emu_memory.cc) --------------------------------------------------------------
+ * One arena of device memory, PROT_NONE except while the device works (open/close nest), so that
+ * host code dereferencing a device pointer faults, and the fault names the allocation. Each
+ * allocation is 256-byte aligned, filled with 0xFF when made, and followed by a red zone whose
+ * bytes are checked after every piece of device work. */
+void *dev_alloc(size_t bytes, const void *caller);
+/* False when p is not the start of a live allocation. */
+bool dev_free(void *p);
+/* Whether [p, p + bytes) lies inside one live allocation (bytes 0: p inside or at its end). */
+bool dev_contains(const void *p, size_t bytes);
+bool in_arena(const void *p);
+/* "allocation #n (N bytes at 0x..., cudaMalloc from f)" for an address in the arena. */
+std::string describe(const void *p);
+size_t dev_allocated_bytes();
+void arena_open();
+void arena_close();
+/* The live allocation holding p (its start and size); false when there is none. */
+bool allocation_of(const void *p, char **base, size_t *bytes);
+/* Empty when every red zone is intact, else what was overwritten, after `what`. */
+std::string check_red_zones(const char *what);
+
+void *pinned_alloc(size_t bytes);
+bool pinned_free(void *p);
+/* Whether [p, p + bytes) is inside pinned (page-locked) host memory. */
+bool is_pinned(const void *p, size_t bytes);
+
+/* ---- errors (emu_runtime.cc) --------------------------------------------------------------------
+ * A fault inside device work is sticky, as a GPU context's: every later call returns it; the
+ * detail is what cudaGetErrorString adds to the runtime's text. */
+void set_sticky(cudaError_t e, const std::string &detail);
+cudaError_t sticky();
+
+/* ---- kernels (emu_block.cc) ------------------------------------------------------------------ */
+
+struct grid_run {
+    const char *name;
+    dim3 grid, block;
+    size_t dyn_smem;
+    char *shared_lo, *shared_hi;
+    std::function<void()> body;
+};
+/* Runs every block, threads in ascending (reverse = false) or descending order and blocks in the
+ * same order. Empty on success, else why the kernel failed. */
+std::string run_grid(const grid_run &g, bool reverse);
+
+/* ---- stream work (emu_runtime.cc) ------------------------------------------------------------ */
+
+/* Queues fn on stream s (0: the legacy default stream), to run when the stream is drained. fn
+ * returns an error (cudaSuccess otherwise) and sets the detail. */
+cudaError_t enqueue(cudaStream_t s, const char *what,
+                    std::function<cudaError_t(std::string &detail)> fn);
+
+} // namespace zt_emu
+
+#endif

@@ -1,0 +1,392 @@
+/* The emulated CUDA device's strictness (kernels/cuda/emu/): kernels broken on purpose the ways
+ * a GPU punishes — a missing __syncthreads, an off-by-one index, a host read of an asynchronous
+ * copy before the sync, a host dereference of device memory, a launch of 2,048 threads, a barrier
+ * in divergent code, a shuffle naming absent lanes, too much dynamic shared memory, a host
+ * pointer handed to a kernel, a misaligned cuBLASLt operand — each seen caught, beside the same
+ * kernels written correctly, whose results are checked against plain loops.
+ *
+ * A fault on a GPU is sticky for the process, and on the emulator too, so every case runs in a
+ * child process of its own; the parent reads its exit status and what it wrote to stderr.
+ * Built by the host compiler with emu_device.h force-included, as the module's kernels are. */
+#include <cublasLt.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "expectation failed at %s:%d: ", __FILE__, __LINE__);                  \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+/* out = in reversed through shared memory; `barrier` false leaves out the __syncthreads. */
+__global__ void reverse_kernel(float *out, const float *in, int n, bool barrier) {
+    __shared__ float s[256];
+    int i = threadIdx.x;
+    s[i] = in[i];
+    if (barrier)
+        __syncthreads();
+    out[i] = s[n - 1 - i];
+}
+
+/* out[i] = 2·in[i] for i < n, or for i <= n with off_by_one. */
+__global__ void twice_kernel(float *out, const float *in, int n, bool off_by_one) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n || (off_by_one && i == n))
+        out[i] = 2.0f * (i < n ? in[i] : 0.0f);
+}
+
+/* Per block: the sum by shuffles inside warps and shared memory across them, and the count of
+ * positive inputs by atomics and by a ballot. */
+__global__ void reduce_kernel(float *sums, int *positives, int *ballots, const float *in) {
+    __shared__ float warp_sums[32];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
+    float v = in[i];
+    unsigned b = __ballot_sync(0xFFFFFFFFu, v > 0.0f);
+    if (v > 0.0f)
+        atomicAdd(positives + blockIdx.x, 1);
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+    if (lane == 0) {
+        warp_sums[threadIdx.x / 32] = v;
+        atomicAdd(ballots + blockIdx.x, __popc(b));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (unsigned w = 0; w < blockDim.x / 32; w++)
+            t += warp_sums[w];
+        sums[blockIdx.x] = t;
+    }
+}
+
+__global__ void divergent_barrier_kernel(float *out) {
+    if (threadIdx.x < 16)
+        __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+
+__global__ void full_mask_shuffle_kernel(float *out) {
+    out[threadIdx.x] = __shfl_xor_sync(0xFFFFFFFFu, (float)threadIdx.x, 1);
+}
+
+__global__ void dyn_smem_kernel(float *out, int n) {
+    ZT_DYN_SHARED(float, buf);
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        buf[i] = (float)i;
+    __syncthreads();
+    out[threadIdx.x] = buf[n - 1 - threadIdx.x];
+}
+
+__global__ void nothing_kernel(float *out) { out[threadIdx.x] = 0.0f; }
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static float *dev_from(const float *host, size_t n) {
+    float *d = nullptr;
+    if (cudaMalloc(&d, n * sizeof(float)) != cudaSuccess)
+        return nullptr;
+    cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice);
+    return d;
+}
+
+static bool says(cudaError_t e, const char *part) {
+    return strstr(cudaGetErrorString(e), part) != nullptr;
+}
+
+/* ---- cases: each returns 0 when what it expects happened ------------------------------------- */
+
+static int case_correct_kernels() {
+    float in[256], out[256];
+    for (int i = 0; i < 256; i++)
+        in[i] = (float)(i % 7) - 3.0f;
+    float *d_in = dev_from(in, 256), *d_out = nullptr;
+    cudaMalloc(&d_out, sizeof out);
+    ZT_LAUNCH(reverse_kernel, 1, 256, 0, nullptr, d_out, d_in, 256, true);
+    EXPECT(cudaGetLastError() == cudaSuccess, "launch");
+    EXPECT(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost) == cudaSuccess, "%s",
+           cudaGetErrorString(cudaGetLastError()));
+    for (int i = 0; i < 256; i++)
+        EXPECT(out[i] == in[255 - i], "reverse[%d] = %g, want %g", i, out[i], in[255 - i]);
+
+    float *sums;
+    int *pos, *bal;
+    cudaMalloc(&sums, 2 * sizeof(float));
+    cudaMalloc(&pos, 2 * sizeof(int));
+    cudaMalloc(&bal, 2 * sizeof(int));
+    cudaMemset(pos, 0, 2 * sizeof(int));
+    cudaMemset(bal, 0, 2 * sizeof(int));
+    ZT_LAUNCH(reduce_kernel, 2, 128, 0, nullptr, sums, pos, bal, d_in);
+    float h_sums[2];
+    int h_pos[2], h_bal[2];
+    cudaMemcpy(h_sums, sums, sizeof h_sums, cudaMemcpyDeviceToHost);
+    cudaMemcpy(h_pos, pos, sizeof h_pos, cudaMemcpyDeviceToHost);
+    EXPECT(cudaMemcpy(h_bal, bal, sizeof h_bal, cudaMemcpyDeviceToHost) == cudaSuccess, "%s",
+           cudaGetErrorString(cudaGetLastError()));
+    for (int b = 0; b < 2; b++) {
+        float want = 0.0f;
+        int want_pos = 0;
+        for (int i = b * 128; i < (b + 1) * 128; i++)
+            want += in[i], want_pos += in[i] > 0.0f;
+        EXPECT(h_sums[b] == want, "block %d sum %g, want %g", b, h_sums[b], want);
+        EXPECT(h_pos[b] == want_pos && h_bal[b] == want_pos,
+               "block %d: %d positives by atomics, "
+               "%d by ballots, want %d",
+               b, h_pos[b], h_bal[b], want_pos);
+    }
+
+    /* 64 KiB of dynamic shared memory runs once opted in. */
+    const int n = 16384;
+    EXPECT(cudaFuncSetAttribute((const void *)dyn_smem_kernel,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, n * 4) == cudaSuccess,
+           "opt-in");
+    ZT_LAUNCH(dyn_smem_kernel, 1, 256, n * sizeof(float), nullptr, d_out, n);
+    EXPECT(cudaGetLastError() == cudaSuccess, "opted-in launch refused");
+    EXPECT(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost) == cudaSuccess, "%s",
+           cudaGetErrorString(cudaGetLastError()));
+    for (int i = 0; i < 256; i++)
+        EXPECT(out[i] == (float)(n - 1 - i), "dyn smem [%d] = %g", i, out[i]);
+    return 0;
+}
+
+static int case_missing_barrier() {
+    float in[256];
+    for (int i = 0; i < 256; i++)
+        in[i] = (float)i;
+    float *d_in = dev_from(in, 256), *d_out;
+    cudaMalloc(&d_out, sizeof in);
+    ZT_LAUNCH(reverse_kernel, 1, 256, 0, nullptr, d_out, d_in, 256, false);
+    cudaError_t e = cudaDeviceSynchronize();
+    EXPECT(e == cudaErrorLaunchFailure && says(e, "descending order") && says(e, "reverse_kernel"),
+           "a missing __syncthreads went unseen: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static int case_off_by_one() {
+    float in[100] = {0};
+    float *d_in = dev_from(in, 100), *d_out;
+    cudaMalloc(&d_out, sizeof in);
+    ZT_LAUNCH(twice_kernel, 1, 128, 0, nullptr, d_out, d_in, 100, true);
+    cudaError_t e = cudaDeviceSynchronize();
+    EXPECT(e == cudaErrorIllegalAddress && says(e, "past the end of allocation"),
+           "a write one past the end went unseen: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static int case_read_before_sync() {
+    float *d, *pinned;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    float host[64];
+    for (int i = 0; i < 64; i++)
+        host[i] = 1.0f;
+    d = dev_from(host, 64);
+    cudaMallocHost(&pinned, sizeof host);
+    for (int i = 0; i < 64; i++)
+        pinned[i] = -1.0f;
+    cudaMemcpyAsync(pinned, d, sizeof host, cudaMemcpyDeviceToHost, s);
+    /* The bug: the host reads before cudaStreamSynchronize. */
+    EXPECT(pinned[0] == -1.0f,
+           "the asynchronous copy had landed before the sync (%g): a read "
+           "before the sync would pass here and fail on a GPU",
+           pinned[0]);
+    EXPECT(cudaStreamSynchronize(s) == cudaSuccess, "sync");
+    EXPECT(pinned[0] == 1.0f && pinned[63] == 1.0f, "after the sync: %g", pinned[0]);
+    return 0;
+}
+
+static int case_host_dereference() {
+    float *d;
+    cudaMalloc(&d, 4096);
+    volatile float x = d[10]; /* dies here with the allocation named */
+    (void)x;
+    return 1;
+}
+
+static int case_2048_threads() {
+    float *d;
+    cudaMalloc(&d, 4096 * sizeof(float));
+    ZT_LAUNCH(nothing_kernel, 1, 2048, 0, nullptr, d);
+    cudaError_t e = cudaGetLastError();
+    EXPECT(e == cudaErrorInvalidConfiguration, "a launch of 2048 threads: %s", cudaGetErrorName(e));
+    ZT_LAUNCH(nothing_kernel, dim3(1, 70000), 32, 0, nullptr, d);
+    e = cudaGetLastError();
+    EXPECT(e == cudaErrorInvalidConfiguration, "a grid y of 70000: %s", cudaGetErrorName(e));
+    /* Not sticky: the device still works. */
+    ZT_LAUNCH(nothing_kernel, 1, 1024, 0, nullptr, d);
+    EXPECT(cudaDeviceSynchronize() == cudaSuccess, "after refused launches");
+    return 0;
+}
+
+static int case_divergent_barrier() {
+    float *d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    ZT_LAUNCH(divergent_barrier_kernel, 1, 64, 0, nullptr, d);
+    cudaError_t e = cudaDeviceSynchronize();
+    EXPECT(e == cudaErrorLaunchFailure && says(e, "reached by 16 of 64"),
+           "a barrier in divergent code went unseen: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static int case_shuffle_absent_lanes() {
+    float *d;
+    cudaMalloc(&d, 48 * sizeof(float));
+    ZT_LAUNCH(full_mask_shuffle_kernel, 1, 48, 0, nullptr, d);
+    cudaError_t e = cudaDeviceSynchronize();
+    EXPECT(e == cudaErrorLaunchFailure && says(e, "does not exist"),
+           "a full-mask shuffle in a 48-thread block went unseen: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static int case_dyn_smem_without_opt_in() {
+    float *d;
+    cudaMalloc(&d, 256 * sizeof(float));
+    ZT_LAUNCH(dyn_smem_kernel, 1, 256, 64 << 10, nullptr, d, 16384);
+    cudaError_t e = cudaGetLastError();
+    EXPECT(e == cudaErrorInvalidValue, "64 KiB of dynamic shared memory without the opt-in: %s",
+           cudaGetErrorName(e));
+    return 0;
+}
+
+static int case_host_pointer_to_kernel() {
+    static float host[64];
+    ZT_LAUNCH(nothing_kernel, 1, 64, 0, nullptr, host);
+    cudaError_t e = cudaDeviceSynchronize();
+    EXPECT(e == cudaErrorIllegalAddress && says(e, "host memory"),
+           "a host pointer given to a kernel went unseen: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+/* D(2x3) = A(2x4)·B(4x3), column-major, against the loop; then the same with A one float off its
+ * 256-byte alignment, refused unless the preference declares the alignment. */
+static int matmul(const float *a, const float *b, float *d, uint32_t align_a,
+                  cublasStatus_t *status) {
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasLtCreate(&h);
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, 2, 4, 2);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, 4, 3, 4);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, 2, 3, 2);
+    cublasLtMatmulPreferenceCreate(&pref);
+    if (align_a)
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &align_a, sizeof align_a);
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &heur, &found);
+    const float alpha = 1.0f, beta = 0.0f;
+    *status = cublasLtMatmul(h, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo, nullptr,
+                             0, nullptr);
+    return found;
+}
+
+static int case_cublaslt() {
+    float a[9], b[12], want[6], got[6];
+    for (int i = 0; i < 9; i++)
+        a[i] = (float)(i + 1);
+    for (int i = 0; i < 12; i++)
+        b[i] = (float)(i % 5) - 2.0f;
+    float *d_a = dev_from(a, 9), *d_b = dev_from(b, 12), *d_d;
+    cudaMalloc(&d_d, sizeof got);
+    cublasStatus_t st;
+    EXPECT(matmul(d_a, d_b, d_d, 0, &st) == 1 && st == CUBLAS_STATUS_SUCCESS, "aligned matmul");
+    cudaMemcpy(got, d_d, sizeof got, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < 4; k++)
+                acc += a[i + k * 2] * b[k + j * 4];
+            want[i + j * 2] = acc;
+        }
+    for (int i = 0; i < 6; i++)
+        EXPECT(got[i] == want[i], "D[%d] = %g, want %g", i, got[i], want[i]);
+    /* A one float in: 4-byte aligned. */
+    matmul(d_a + 1, d_b, d_d, 0, &st);
+    EXPECT(st == CUBLAS_STATUS_NOT_SUPPORTED &&
+               strstr(cublasLtGetStatusString(st), "MIN_ALIGNMENT_A"),
+           "a misaligned A under the default 256-byte alignment: %s", cublasLtGetStatusString(st));
+    matmul(d_a + 1, d_b, d_d, 4, &st);
+    EXPECT(st == CUBLAS_STATUS_SUCCESS, "a 4-byte aligned A declared as such: %s",
+           cublasLtGetStatusString(st));
+    cublasLtMatmulDesc_t op;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_RELU;
+    st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    EXPECT(st == CUBLAS_STATUS_NOT_SUPPORTED, "an epilogue the emulator lacks was accepted");
+    return 0;
+}
+
+/* ---- the driver ------------------------------------------------------------------------------ */
+
+struct test_case {
+    const char *name;
+    int (*run)();
+    int want_signal; /* 0: the child exits 0 */
+    const char *want_stderr;
+};
+
+static const test_case cases[] = {
+    {"correct kernels: reverse, shuffles, ballots, atomics, 64 KiB of dynamic smem",
+     case_correct_kernels, 0, nullptr},
+    {"missing __syncthreads", case_missing_barrier, 0, nullptr},
+    {"off-by-one index", case_off_by_one, 0, nullptr},
+    {"host read of an async D2H copy before the sync", case_read_before_sync, 0, nullptr},
+    {"host dereference of device memory", case_host_dereference, SIGSEGV,
+     "dereferenced device memory"},
+    {"launch of 2,048 threads", case_2048_threads, 0, nullptr},
+    {"__syncthreads in divergent code", case_divergent_barrier, 0, nullptr},
+    {"full-mask shuffle in a 48-thread block", case_shuffle_absent_lanes, 0, nullptr},
+    {"64 KiB of dynamic shared memory without the opt-in", case_dyn_smem_without_opt_in, 0,
+     nullptr},
+    {"host pointer given to a kernel", case_host_pointer_to_kernel, 0, nullptr},
+    {"cuBLASLt: result, alignment, refused epilogue", case_cublaslt, 0, nullptr},
+};
+
+int main() {
+    for (const test_case &c : cases) {
+        int fds[2];
+        if (pipe(fds) != 0)
+            return 2;
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], 2);
+            close(fds[0]);
+            _exit(c.run());
+        }
+        close(fds[1]);
+        std::string err;
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(fds[0], buf, sizeof buf)) > 0)
+            err.append(buf, (size_t)n);
+        close(fds[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        bool ok = c.want_signal ? WIFSIGNALED(status) && WTERMSIG(status) == c.want_signal
+                                : WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (ok && c.want_stderr)
+            ok = err.find(c.want_stderr) != std::string::npos &&
+                 err.find("allocation #") != std::string::npos;
+        printf("%s %s\n", ok ? "ok  " : "FAIL", c.name);
+        if (!ok) {
+            failures++;
+            printf("  child status 0x%x; its stderr:\n%s\n", status, err.c_str());
+        }
+    }
+    printf("test_cuda_emu: %d of %zu cases failed\n", failures, sizeof cases / sizeof *cases);
+    return failures ? 1 : 0;
+}
