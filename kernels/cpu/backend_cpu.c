@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cpu_kernels.h"
+#include "gemm.h"
 #include "ztrain/backend.h"
 
 /* The backend and what the CPU keeps open for it. */
@@ -201,3 +202,7 @@ zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts
 }
 
 const char *zt_backend_cpu_optim_isa(void) { return zt_cpu_optim_isa(); }
+
+const char *zt_backend_cpu_matmul(void) { return zt_cpu_gemm_lib_name(zt_cpu_gemm_lib()); }
+
+bool zt_backend_cpu_bf16_matmul(void) { return zt_cpu_gemm_bf16_enabled(); }
