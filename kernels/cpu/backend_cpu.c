@@ -197,6 +197,7 @@ zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts
     be->act_as_f32 = true;
     if (opts && opts->threads > 0)
         omp_set_num_threads(opts->threads);
+    zt_cpu_gemm_warm();
     *out = be;
     return ZT_OK;
 }

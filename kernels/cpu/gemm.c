@@ -70,6 +70,30 @@ void zt_cpu_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
                 trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+void zt_cpu_gemm_warm(void) {
+    if (zt_cpu_gemm_lib() != ZT_GEMM_ONEDNN)
+        return;
+    /* Small and larger blocks, a row and a column: oneDNN's small, blocked, matrix-vector and
+     * thin paths. */
+    static const int dims[][3] = {{16, 16, 16}, {64, 64, 64}, {1, 64, 64}, {64, 1, 64},
+                                  {256, 64, 256}};
+    enum { MAX = 256 * 256 };
+    float *a = calloc(MAX, sizeof *a), *b = calloc(MAX, sizeof *b), *c = calloc(MAX, sizeof *c);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return;
+    }
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int t = 0; t < 4; t++)
+            for (int beta = 0; beta < 2; beta++) {
+                int M = dims[d][0], N = dims[d][1], K = dims[d][2];
+                bool ta = t & 1, tb = t >> 1;
+                zt_cpu_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, (float)beta, c,
+                             N);
+            }
+    free(a), free(b), free(c);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* bf16 products                                                                                */
 

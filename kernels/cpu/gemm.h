@@ -26,6 +26,12 @@ typedef enum {
 zt_gemm_lib zt_cpu_gemm_lib(void);
 const char *zt_cpu_gemm_lib_name(zt_gemm_lib lib);
 
+/* Makes the library generate the kernels of every transposition and beta now (oneDNN compiles
+ * its kernels on first use, tens of milliseconds on a busy machine), so that a job's first step
+ * costs what the others do: the slow-rank rule compares ranks from step 1 on. Called when the CPU
+ * backend is created; products from a few sizes, nothing kept. */
+void zt_cpu_gemm_warm(void);
+
 /* C = alpha·op(A)·op(B) + beta·C, row-major, op(X) = Xᵀ when its flag is set; op(A) is M×K, op(B)
  * K×N; lda, ldb, ldc are row strides in floats. Inside an OpenMP parallel region it runs on the
  * calling thread alone; outside it uses the OpenMP threads. */
