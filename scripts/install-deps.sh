@@ -20,6 +20,7 @@ set -euo pipefail
 build=(
   build-essential cmake pkg-config            # the build
   libopenblas-openmp-dev                      # matmuls (the OpenMP build of OpenBLAS)
+  libdnnl-dev                                 # matmuls on CPUs OpenBLAS does not know; bf16 (oneDNN)
   libcjson-dev                                # JSON configs, job specs, metrics
   libpcre2-dev                                # the tokenizers' pre-tokenizer regexes (UTF, UCP)
   libunistring-dev                            # the tokenizers' Unicode normalizers (NFC, NFKC)
@@ -35,6 +36,7 @@ build=(
 # The shared libraries the programs link (the -dev packages above name them), and Chart.js.
 runtime=(
   libopenblas0-openmp libgomp1                # matmuls and the kernels' OpenMP threads
+  libdnnl2                                    # matmuls through oneDNN (kernels/cpu/gemm.c)
   libcjson1 liburing2                         # JSON; io_uring (NVMe offload)
   libpcre2-8-0 libunistring2                  # the tokenizers' regexes and Unicode normalizers
   libgrpc29 libprotobuf-c1                    # gRPC C core (pulls in abseil, re2, c-ares, ssl)
@@ -103,13 +105,15 @@ for profile in "${profiles[@]}"; do
 done
 
 # Ubuntu 24.04 (the CUDA images' base) has the same versions under other names for three of the
-# runtime libraries: its 64-bit time_t transition renamed them; and a newer libunistring.
+# runtime libraries: its 64-bit time_t transition renamed them; and a newer libunistring. Its
+# oneDNN is not the 2.x API the CPU kernels use, so the build there takes OpenBLAS alone.
 os_id="$(. /etc/os-release 2>/dev/null && echo "${ID:-}")"
 if [ "$os_id" = ubuntu ]; then
   for i in "${!packages[@]}"; do
     case "${packages[$i]}" in
       libgrpc29|libmicrohttpd12|libgnutls30) packages[$i]="${packages[$i]}t64" ;;
       libunistring2) packages[$i]=libunistring5 ;;
+      libdnnl-dev|libdnnl2) unset 'packages[i]' ;;
     esac
   done
 fi

@@ -170,6 +170,32 @@ zt_status settle(std::deque<std::unique_ptr<Step>> &steps, size_t keep) {
     return ZT_OK;
 }
 
+// Small buffers in one step: every rank sends its whole buffer to every other and folds all the
+// contributions itself, in rank order, so every rank computes the same bits the share-wise
+// reduction below would. A step costs a rendezvous per peer (Gloo's sender waits for the
+// receiver's notice that its buffer is posted) and a wake-up of Gloo's event thread and of the
+// waiting thread on each side; below this size those, not the bytes, are the time, and the
+// two-step reduction pays them twice. Up to this many bytes times the world size.
+constexpr size_t ONE_STEP_BYTES = size_t(1) << 20;
+
+zt_status all_reduce_one_step(zt_gloo_comm *c, unsigned char *p, size_t n, zt_dtype t,
+                              zt_reduce_op op, uint64_t desc) {
+    int world = c->comm.world, me = c->comm.rank;
+    size_t bytes = n * zt_dtype_size(t);
+    unsigned char *s = scratch_half(c, size_t(world) * bytes, 0);
+    Step step(c, "all_reduce", desc);
+    for (int k = 0; k < world; k++) {
+        if (k == me)
+            continue;
+        step.recv(k, s + size_t(k) * bytes, bytes);
+        step.send(k, p, bytes);
+    }
+    std::memcpy(s + size_t(me) * bytes, p, bytes);
+    ZT_TRY(step.wait());
+    zt_comm_reduce(p, s, bytes, world, n, t, op);
+    return ZT_OK;
+}
+
 // In chunks, pipelined: while this rank reduces its share of chunk i, chunk i+1's contributions
 // are already on the way (into the other half of the scratch space) and chunk i-1's results are
 // still going out.
@@ -181,6 +207,9 @@ zt_status gloo_all_reduce(zt_comm *cc, void *buf, size_t n, zt_dtype t, zt_reduc
         return ZT_OK;
     return guarded(c, what, [&]() -> zt_status {
         size_t es = zt_dtype_size(t);
+        if (n * es * size_t(world) <= ONE_STEP_BYTES)
+            return all_reduce_one_step(c, static_cast<unsigned char *>(buf), n, t, op,
+                                       desc_of(1, n, t, op, world, nullptr, nullptr));
         size_t chunk = std::max<size_t>(CHUNK_BYTES / es, size_t(world));
         size_t nchunks = (n + chunk - 1) / chunk;
         size_t half = size_t(world) * ((chunk + size_t(world) - 1) / size_t(world)) * es;

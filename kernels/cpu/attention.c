@@ -1,7 +1,7 @@
 /* Causal multi-head self-attention, with grouped-query heads and an optional sliding window.
  *
  * Each (batch, head) pair is independent, so threads split the pairs and every matrix product
- * inside one pair is a single-threaded sgemm (the OpenMP build of OpenBLAS runs serially inside a
+ * inside one pair is a single-threaded product (zt_cpu_sgemm runs on the calling thread inside a
  * parallel region). The T×T probabilities are kept for the backward; on the CPU, at the sequence
  * lengths it trains, that is cheaper than recomputing them. Products are blocked by rows so that
  * the upper (masked) triangle, and with a window the keys before it, are mostly never computed.
@@ -10,11 +10,11 @@
  * separate buffers of Llama's projections with one code path; a query head h reads kv head
  * h / (n_head / n_kv_head). In the backward several query heads of a group add into one kv
  * head's gradient, so those sums are made by the thread that owns the kv head. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "gemm.h"
 #include "ztrain/status.h"
 
 enum { ROW_BLOCK = 64 };
@@ -28,12 +28,21 @@ typedef struct {
     int B, T, NH, KVH, hd, group, window;
     size_t sq, skv, so;
     float scale;
+    zt_dtype act; /* the precision outputs are held at, rounded where each block is written */
 } geom;
 
-static geom geom_of(const zt_attn_shape *s) {
+/* Rounds rows r0..r1 of one head (hd values at each row stride) to the held precision. */
+static void round_rows(const geom *g, float *x, size_t stride, int r0, int r1) {
+    if (g->act == ZT_F32)
+        return;
+    for (int r = r0; r < r1; r++)
+        zt_cpu_round_run(x + (size_t)r * stride, (size_t)g->hd, g->act);
+}
+
+static geom geom_of(const zt_attn_shape *s, zt_dtype act) {
     ZT_ASSERT(s->n_kv_head > 0 && s->n_head % s->n_kv_head == 0 && s->window >= 0);
     geom g = {.B = s->B, .T = s->T, .NH = s->n_head, .KVH = s->n_kv_head, .hd = s->head_dim,
-              .group = s->n_head / s->n_kv_head, .window = s->window};
+              .group = s->n_head / s->n_kv_head, .window = s->window, .act = act};
     size_t qw = (size_t)s->n_head * s->head_dim, kvw = (size_t)s->n_kv_head * s->head_dim;
     g.sq = s->packed ? qw + 2 * kvw : qw;
     g.skv = s->packed ? g.sq : kvw;
@@ -71,10 +80,10 @@ static void masked_softmax_row(float *row, int lo, int hi, int T) {
 }
 
 void zt_cpu_attention_forward(float *out, float *att, const zt_attn_shape *s, const float *q,
-                              const float *k, const float *v) {
+                              const float *k, const float *v, zt_dtype act) {
     if (s->packed)
         k = q + packed_k(s), v = q + packed_v(s);
-    const geom g = geom_of(s);
+    const geom g = geom_of(s, act);
     const int T = g.T;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < g.B; b++) {
@@ -87,14 +96,15 @@ void zt_cpu_attention_forward(float *out, float *att, const zt_attn_shape *s, co
             for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
                 int r1 = min_int(r0 + ROW_BLOCK, T), k0 = first_key(&g, r0);
                 /* scores for rows r0..r1 against the keys any of them sees, k0..r1 */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1 - k0, g.hd,
-                            g.scale, qh + r0 * g.sq, (int)g.sq, kh + k0 * g.skv, (int)g.skv, 0.0f,
-                            a + (size_t)r0 * T + k0, T);
+                zt_cpu_sgemm(false, true, r1 - r0, r1 - k0, g.hd,
+                             g.scale, qh + r0 * g.sq, (int)g.sq, kh + k0 * g.skv, (int)g.skv, 0.0f,
+                             a + (size_t)r0 * T + k0, T);
                 for (int t = r0; t < r1; t++)
                     masked_softmax_row(a + (size_t)t * T, first_key(&g, t), t + 1, T);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, g.hd, r1 - k0,
-                            1.0f, a + (size_t)r0 * T + k0, T, vh + k0 * g.skv, (int)g.skv, 0.0f,
-                            o + r0 * g.so, (int)g.so);
+                zt_cpu_sgemm(false, false, r1 - r0, g.hd, r1 - k0,
+                             1.0f, a + (size_t)r0 * T + k0, T, vh + k0 * g.skv, (int)g.skv, 0.0f,
+                             o + r0 * g.so, (int)g.so);
+                round_rows(&g, o, g.so, r0, r1);
             }
         }
     }
@@ -119,9 +129,9 @@ static void dscores_and_dq(const geom *g, const grads *x, int b, int h) {
     for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
         int r1 = min_int(r0 + ROW_BLOCK, T), k0 = first_key(g, r0);
         /* dprobs = dout · vᵀ, then through the softmax: dscores = p ⊙ (dp - Σ p·dp) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1 - k0, g->hd, 1.0f,
-                    d + r0 * g->so, (int)g->so, vh + k0 * g->skv, (int)g->skv, 0.0f,
-                    dp + (size_t)r0 * T + k0, T);
+        zt_cpu_sgemm(false, true, r1 - r0, r1 - k0, g->hd, 1.0f,
+                     d + r0 * g->so, (int)g->so, vh + k0 * g->skv, (int)g->skv, 0.0f,
+                     dp + (size_t)r0 * T + k0, T);
         for (int t = r0; t < r1; t++) {
             const float *p = a + (size_t)t * T;
             float *gr = dp + (size_t)t * T;
@@ -138,9 +148,10 @@ static void dscores_and_dq(const geom *g, const grads *x, int b, int h) {
                 gr[s] = 0.0f;
         }
         /* dq rows r0..r1 = dscores · k */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, g->hd, r1 - k0, 1.0f,
-                    dp + (size_t)r0 * T + k0, T, kh + k0 * g->skv, (int)g->skv, 0.0f,
-                    dqh + r0 * g->sq, (int)g->sq);
+        zt_cpu_sgemm(false, false, r1 - r0, g->hd, r1 - k0, 1.0f,
+                     dp + (size_t)r0 * T + k0, T, kh + k0 * g->skv, (int)g->skv, 0.0f,
+                     dqh + r0 * g->sq, (int)g->sq);
+        round_rows(g, dqh, g->sq, r0, r1);
     }
 }
 
@@ -161,24 +172,26 @@ static void kv_grads(const geom *g, const grads *x, int b, int kvh) {
         for (int s0 = 0; s0 < T; s0 += ROW_BLOCK) {
             int s1 = min_int(s0 + ROW_BLOCK, T);
             int q1 = g->window ? min_int(T, s1 + g->window - 1) : T;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s1 - s0, g->hd, q1 - s0, 1.0f,
-                        a + (size_t)s0 * T + s0, T, d + s0 * g->so, (int)g->so, beta,
-                        dvh + s0 * g->skv, (int)g->skv);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s1 - s0, g->hd, q1 - s0, 1.0f,
-                        dp + (size_t)s0 * T + s0, T, qh + s0 * g->sq, (int)g->sq, beta,
-                        dkh + s0 * g->skv, (int)g->skv);
+            zt_cpu_sgemm(true, false, s1 - s0, g->hd, q1 - s0, 1.0f,
+                         a + (size_t)s0 * T + s0, T, d + s0 * g->so, (int)g->so, beta,
+                         dvh + s0 * g->skv, (int)g->skv);
+            zt_cpu_sgemm(true, false, s1 - s0, g->hd, q1 - s0, 1.0f,
+                         dp + (size_t)s0 * T + s0, T, qh + s0 * g->sq, (int)g->sq, beta,
+                         dkh + s0 * g->skv, (int)g->skv);
         }
     }
+    round_rows(g, dkh, g->skv, 0, T);
+    round_rows(g, dvh, g->skv, 0, T);
 }
 
 void zt_cpu_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
                                const zt_attn_shape *s, const float *q, const float *k,
-                               const float *v, const float *att) {
+                               const float *v, const float *att, zt_dtype act) {
     if (s->packed) {
         k = q + packed_k(s), v = q + packed_v(s);
         dk = dq + packed_k(s), dv = dq + packed_v(s);
     }
-    const geom g = geom_of(s);
+    const geom g = geom_of(s, act);
     const grads x = {dq, dk, dv, scratch, dout, q, k, v, att};
     if (g.group == 1) {
         /* One kv head per query head: each pair is done start to end by one thread, while its

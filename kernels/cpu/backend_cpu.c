@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cpu_kernels.h"
+#include "gemm.h"
 #include "ztrain/backend.h"
 
 /* The backend and what the CPU keeps open for it. */
@@ -196,8 +197,13 @@ zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts
     be->act_as_f32 = true;
     if (opts && opts->threads > 0)
         omp_set_num_threads(opts->threads);
+    zt_cpu_gemm_warm();
     *out = be;
     return ZT_OK;
 }
 
 const char *zt_backend_cpu_optim_isa(void) { return zt_cpu_optim_isa(); }
+
+const char *zt_backend_cpu_matmul(void) { return zt_cpu_gemm_lib_name(zt_cpu_gemm_lib()); }
+
+bool zt_backend_cpu_bf16_matmul(void) { return zt_cpu_gemm_bf16_enabled(); }

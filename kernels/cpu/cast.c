@@ -245,6 +245,13 @@ void zt_cpu_round_to(float *x, size_t n, zt_dtype t) {
         fn(x + ci * CHUNK, chunk_len(n, ci));
 }
 
+void zt_cpu_round_run(float *x, size_t n, zt_dtype t) {
+    if (t == ZT_F32)
+        return;
+    require_half(t, "round_run");
+    pick_path()->round[t](x, n);
+}
+
 void zt_cpu_accumulate_half(uint16_t *dst, const float *src, size_t n, zt_dtype t) {
     require_half(t, "accumulate_half");
     acc_fn fn = pick_path()->acc[t];

@@ -4,19 +4,21 @@
 #include "cpu_kernels.h"
 
 void zt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte,
-                              const float *wpe, int B, int T, int C) {
+                              const float *wpe, int B, int T, int C, zt_dtype act) {
 #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float *te = wte + (size_t)tokens[bt] * C;
         float *o = out + (size_t)bt * C;
         if (!wpe) {
             memcpy(o, te, sizeof(float) * C);
+            zt_cpu_round_run(o, (size_t)C, act);
             continue;
         }
         const float *pe = wpe + (size_t)(bt % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++)
             o[c] = te[c] + pe[c];
+        zt_cpu_round_run(o, (size_t)C, act);
     }
 }
 

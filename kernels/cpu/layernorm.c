@@ -4,7 +4,7 @@
 #include "cpu_kernels.h"
 
 void zt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C) {
+                              const float *w, const float *b, int N, int C, zt_dtype act) {
     const float eps = 1e-5f;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -29,6 +29,7 @@ void zt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
             for (int c = 0; c < C; c++)
                 o[c] = (x[c] - m) * s * w[c];
         }
+        zt_cpu_round_run(o, (size_t)C, act);
         mean[n] = m;
         rstd[n] = s;
     }
@@ -36,7 +37,7 @@ void zt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 void zt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C) {
+                               const float *rstd, int N, int C, zt_dtype act) {
     /* Input gradients row by row. */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -58,6 +59,7 @@ void zt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *d
             float norm = (x[c] - m) * s;
             dx[c] += s * (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean);
         }
+        zt_cpu_round_run(dx, (size_t)C, act);
     }
     /* Weight and bias gradients sum over rows: threads own bands of channels, so the sums are
      * deterministic and need no scratch memory. */

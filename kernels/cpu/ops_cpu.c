@@ -1,20 +1,13 @@
-/* The CPU backend's op table. The kernels compute in fp32 on fp32 storage; this layer holds every
- * activation output at the context's precision by rounding it in place (nearest even), which is
- * how the CPU emulates 16-bit activations exactly, and adapts the general shapes of ops.h to what
- * the kernels implement. */
+/* The CPU backend's op table. The kernels compute in fp32 on fp32 storage and hold every
+ * activation output at the context's precision by rounding it in place (nearest even) inside their
+ * own loops, which is how the CPU emulates 16-bit activations exactly; this layer passes them the
+ * context's precision and adapts the general shapes of ops.h to what the kernels implement. */
 #include "cpu_kernels.h"
 #include "ztrain/status.h"
 
-/* Rounds an activation (or activation gradient) to the precision the context holds them at. */
-static void hold(const zt_ctx *x, void *v, size_t n) {
-    if (x->act != ZT_F32)
-        zt_cpu_round_to(v, n, x->act);
-}
-
 static void embedding_forward(const zt_ctx *x, void *out, const int32_t *tokens, const float *wte,
                               const float *wpe, int B, int T, int C) {
-    zt_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C);
-    hold(x, out, (size_t)B * T * C);
+    zt_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C, x->act);
 }
 
 static void embedding_backward(const zt_ctx *x, float *dwte, float *dwpe, const void *dout,
@@ -25,123 +18,85 @@ static void embedding_backward(const zt_ctx *x, float *dwte, float *dwpe, const 
 
 static void layernorm_forward(const zt_ctx *x, void *out, float *mean, float *rstd,
                               const void *inp, const float *w, const float *b, int N, int C) {
-    zt_cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-    hold(x, out, (size_t)N * C);
+    zt_cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, x->act);
 }
 
 static void layernorm_backward(const zt_ctx *x, void *dinp, float *dw, float *db,
                                const void *dout, const void *inp, const float *w,
                                const float *mean, const float *rstd, int N, int C) {
-    zt_cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-    hold(x, dinp, (size_t)N * C);
+    zt_cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, x->act);
 }
 
 static void rmsnorm_forward(const zt_ctx *x, void *out, float *rstd, const void *inp,
                             const float *w, float eps, int N, int C) {
-    zt_cpu_rmsnorm_forward(out, rstd, inp, w, eps, N, C);
-    hold(x, out, (size_t)N * C);
+    zt_cpu_rmsnorm_forward(out, rstd, inp, w, eps, N, C, x->act);
 }
 
 static void rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw, const void *dout,
                              const void *inp, const float *w, const float *rstd, int N, int C) {
-    zt_cpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
-    hold(x, dinp, (size_t)N * C);
-}
-
-/* Holds the heads rope rotated: n_heads·head_dim values at the start of each row of row_stride. */
-static void hold_rows(const zt_ctx *x, float *v, int rows, size_t width, size_t row_stride) {
-    if (x->act == ZT_F32)
-        return;
-#pragma omp parallel for
-    for (int r = 0; r < rows; r++)
-        zt_cpu_round_to(v + (size_t)r * row_stride, width, x->act);
+    zt_cpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, x->act);
 }
 
 static void rope_forward(const zt_ctx *x, void *xq, const float *cos, const float *sin, int B,
                          int T, int n_heads, int head_dim, size_t row_stride) {
-    zt_cpu_rope_forward(xq, cos, sin, B, T, n_heads, head_dim, row_stride);
-    hold_rows(x, xq, B * T, (size_t)n_heads * head_dim, row_stride);
+    zt_cpu_rope_forward(xq, cos, sin, B, T, n_heads, head_dim, row_stride, x->act);
 }
 
 static void rope_backward(const zt_ctx *x, void *dxq, const float *cos, const float *sin, int B,
                           int T, int n_heads, int head_dim, size_t row_stride) {
-    zt_cpu_rope_backward(dxq, cos, sin, B, T, n_heads, head_dim, row_stride);
-    hold_rows(x, dxq, B * T, (size_t)n_heads * head_dim, row_stride);
+    zt_cpu_rope_backward(dxq, cos, sin, B, T, n_heads, head_dim, row_stride, x->act);
 }
 
 static void linear_forward(const zt_ctx *x, void *out, const void *inp, const float *w,
                            const float *bias, const void *residual, int N, int C, int OC,
                            zt_weight_layout layout) {
-    zt_cpu_linear_forward(out, inp, w, bias, N, C, OC, layout == ZT_W_OUT_IN);
-    if (residual)
-        zt_cpu_add(out, out, residual, (size_t)N * OC);
-    hold(x, out, (size_t)N * OC);
+    zt_cpu_linear_forward(out, inp, w, bias, residual, N, C, OC, layout == ZT_W_OUT_IN, x->act);
 }
 
 static void linear_backward(const zt_ctx *x, void *dinp, float *dw, float *dbias,
                             const void *dout, const void *inp, const float *w, int N, int C,
                             int OC, zt_weight_layout layout, bool accumulate_dinp) {
     zt_cpu_linear_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, layout == ZT_W_OUT_IN,
-                           accumulate_dinp);
-    if (dinp)
-        hold(x, dinp, (size_t)N * C);
+                           accumulate_dinp, x->act);
 }
 
 static void attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                               const void *q, const void *k, const void *v) {
-    zt_cpu_attention_forward(out, att, s, q, k, v);
-    hold(x, out, (size_t)s->B * s->T * s->n_head * s->head_dim);
+    zt_cpu_attention_forward(out, att, s, q, k, v, x->act);
 }
 
 static void attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
                                void *dv, float *scratch, const void *dout, const void *q,
                                const void *k, const void *v, const float *att) {
-    zt_cpu_attention_backward(dq, dk, dv, scratch, dout, s, q, k, v, att);
-    size_t rows = (size_t)s->B * s->T, qw = (size_t)s->n_head * s->head_dim,
-           kvw = (size_t)s->n_kv_head * s->head_dim;
-    if (s->packed) {
-        hold(x, dq, rows * (qw + 2 * kvw));
-        return;
-    }
-    hold(x, dq, rows * qw);
-    hold(x, dk, rows * kvw);
-    hold(x, dv, rows * kvw);
+    zt_cpu_attention_backward(dq, dk, dv, scratch, dout, s, q, k, v, att, x->act);
 }
 
 static void gelu_forward(const zt_ctx *x, void *out, const void *inp, size_t n) {
-    zt_cpu_gelu_forward(out, inp, n);
-    hold(x, out, n);
+    zt_cpu_gelu_forward(out, inp, n, x->act);
 }
 
 static void gelu_backward(const zt_ctx *x, void *dinp, const void *inp, const void *dout,
                           size_t n) {
-    zt_cpu_gelu_backward(dinp, inp, dout, n);
-    hold(x, dinp, n);
+    zt_cpu_gelu_backward(dinp, inp, dout, n, x->act);
 }
 
 static void silu_mul_forward(const zt_ctx *x, void *out, const void *gate, const void *up,
                              size_t n) {
-    zt_cpu_silu_mul_forward(out, gate, up, n);
-    hold(x, out, n);
+    zt_cpu_silu_mul_forward(out, gate, up, n, x->act);
 }
 
 static void silu_mul_backward(const zt_ctx *x, void *dgate, void *dup, const void *dout,
                               const void *gate, const void *up, size_t n) {
-    zt_cpu_silu_mul_backward(dgate, dup, dout, gate, up, n);
-    hold(x, dgate, n);
-    hold(x, dup, n);
+    zt_cpu_silu_mul_backward(dgate, dup, dout, gate, up, n, x->act);
 }
 
 static void add(const zt_ctx *x, void *out, const void *a, const void *b, size_t n) {
-    zt_cpu_add(out, a, b, n);
-    hold(x, out, n);
+    zt_cpu_add(out, a, b, n, x->act);
 }
 
 static void softmax_xent(const zt_ctx *x, float *losses, void *logits, const int32_t *targets,
                          int N, int V, float grad_scale) {
-    zt_cpu_softmax_xent(losses, logits, targets, N, V, grad_scale);
-    if (grad_scale != 0.0f)
-        hold(x, logits, (size_t)N * V);
+    zt_cpu_softmax_xent(losses, logits, targets, N, V, grad_scale, x->act);
 }
 
 static void adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v, size_t n,

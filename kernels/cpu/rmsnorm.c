@@ -6,7 +6,7 @@
 #include "cpu_kernels.h"
 
 void zt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, float eps,
-                            int N, int C) {
+                            int N, int C, zt_dtype act) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -19,12 +19,13 @@ void zt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const flo
 #pragma omp simd
         for (int c = 0; c < C; c++)
             o[c] = x[c] * s * w[c];
+        zt_cpu_round_run(o, (size_t)C, act);
         rstd[n] = s;
     }
 }
 
 void zt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                             const float *w, const float *rstd, int N, int C) {
+                             const float *w, const float *rstd, int N, int C, zt_dtype act) {
     /* With xhat = x·rstd, d rstd / dx_c = -rstd³·x_c / C, so
      * dx = rstd·(w⊙d - xhat·mean(w⊙d⊙xhat)). */
 #pragma omp parallel for
@@ -41,6 +42,7 @@ void zt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const fl
 #pragma omp simd
         for (int c = 0; c < C; c++)
             dx[c] += s * (w[c] * d[c] - x[c] * s * dot);
+        zt_cpu_round_run(dx, (size_t)C, act);
     }
     /* The weight gradient sums over rows: threads own bands of channels, so the sums are
      * deterministic and need no scratch memory. */

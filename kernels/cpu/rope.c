@@ -6,7 +6,7 @@
 #include "ztrain/status.h"
 
 static void rotate(float *x, const float *cos, const float *sin, float sign, int B, int T,
-                   int n_heads, int head_dim, size_t row_stride) {
+                   int n_heads, int head_dim, size_t row_stride, zt_dtype act) {
     ZT_ASSERT(head_dim % 2 == 0);
     const int half = head_dim / 2;
 #pragma omp parallel for collapse(2)
@@ -23,16 +23,17 @@ static void rotate(float *x, const float *cos, const float *sin, float sign, int
                     hi[j] = e * c[j] + a * sn;
                 }
             }
+            zt_cpu_round_run(row, (size_t)n_heads * head_dim, act);
         }
     }
 }
 
 void zt_cpu_rope_forward(float *x, const float *cos, const float *sin, int B, int T, int n_heads,
-                         int head_dim, size_t row_stride) {
-    rotate(x, cos, sin, 1.0f, B, T, n_heads, head_dim, row_stride);
+                         int head_dim, size_t row_stride, zt_dtype act) {
+    rotate(x, cos, sin, 1.0f, B, T, n_heads, head_dim, row_stride, act);
 }
 
 void zt_cpu_rope_backward(float *dx, const float *cos, const float *sin, int B, int T,
-                          int n_heads, int head_dim, size_t row_stride) {
-    rotate(dx, cos, sin, -1.0f, B, T, n_heads, head_dim, row_stride);
+                          int n_heads, int head_dim, size_t row_stride, zt_dtype act) {
+    rotate(dx, cos, sin, -1.0f, B, T, n_heads, head_dim, row_stride, act);
 }

@@ -5,7 +5,7 @@
 #include "cpu_kernels.h"
 
 void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, int N, int V,
-                         float grad_scale) {
+                         float grad_scale, zt_dtype act) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float *x = logits + (size_t)n * V;
@@ -31,6 +31,7 @@ void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, i
             for (int v = 0; v < V; v++)
                 x[v] = expf(x[v] - logz) * grad_scale;
             x[y] -= grad_scale;
+            zt_cpu_round_run(x, (size_t)V, act);
         }
     }
 }

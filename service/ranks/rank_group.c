@@ -37,7 +37,8 @@ static const char *const replaced_vars[] = {
 static const char *const whitelist_names[] = {
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
     "CUDA_VISIBLE_DEVICES", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ZTRAIN_COMM_TIMEOUT_S",
-    "ZTRAIN_OPTIM_ISA", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES",
+    "ZTRAIN_OPTIM_ISA", "ZTRAIN_GEMM", "ZTRAIN_GEMM_BF16", "OMP_WAIT_POLICY", "OMP_PROC_BIND",
+    "OMP_PLACES",
 };
 static const char *const whitelist_prefixes[] = {"LC_",   "NCCL_", "ASAN_",
                                                  "UBSAN_", "LSAN_", "ZTRAIN_INJECT_"};

@@ -114,8 +114,9 @@ int main(int argc, char **argv) {
     printf("backends:");
     for (int b = 0; b < env.n; b++)
         printf(" %s", env.be[b]->name);
-    printf(" (CPU: optimizer path %s, %d OpenMP threads)\n", zt_backend_cpu_optim_isa(),
-           omp_get_max_threads());
+    printf(" (CPU: optimizer path %s, matrix products in %s%s, %d OpenMP threads)\n",
+           zt_backend_cpu_optim_isa(), zt_backend_cpu_matmul(),
+           zt_backend_cpu_bf16_matmul() ? " with native bf16" : "", omp_get_max_threads());
 
     if (perf)
         printf("%-24s %-5s %-36s %10s  %s\n", "op (fp32 activations)", "dev", "shape", "ms",

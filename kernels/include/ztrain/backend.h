@@ -208,4 +208,17 @@ zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts
  * every path gives the same bits. A static string. */
 const char *zt_backend_cpu_optim_isa(void);
 
+/* The library the CPU backend's matrix products run in: "onednn" (oneDNN, which generates its
+ * kernels for the instruction sets the CPU reports) when the build has it, else "openblas"; the
+ * environment variable ZTRAIN_GEMM ("openblas" or "onednn"), read at the first product, picks one.
+ * A static string. */
+const char *zt_backend_cpu_matmul(void);
+
+/* Whether the CPU backend runs a bf16 job's dense-layer products on bf16 instructions (oneDNN's
+ * bf16 matmul, fp32 accumulation) instead of fp32 ones. Then those products, and what is computed
+ * from them, agree with the fp32 path within bf16 tolerance rather than bit for bit. On by default
+ * where the CPU has AMX-BF16 (several times its fp32 rate), off where it has only AVX512_BF16 (no
+ * faster than fp32 there); ZTRAIN_GEMM_BF16=on|off overrides it on CPUs with AVX512_BF16. */
+bool zt_backend_cpu_bf16_matmul(void);
+
 #endif

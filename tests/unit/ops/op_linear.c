@@ -183,20 +183,45 @@ static void lin_grad(zt_backend *cpu, zt_test_rng *r) {
 }
 
 /* At 16 bits out (the residual sum, rounded once) and dinp (overwritten or accumulated) are
- * held; the parameter gradients are those of fp32 activations. */
+ * held; the parameter gradients are those of fp32 activations. Where the CPU runs a bf16 job's
+ * products on bf16 instructions (zt_backend_cpu_bf16_matmul; `ZTRAIN_GEMM_BF16=on test_ops` on
+ * a CPU with AVX512_BF16, as ctest's unit/test_ops_bf16_matmul runs it), the bf16 case's weights
+ * are bf16 values, as a bf16 job's are, and its results are the fp32 path's within bf16 tolerance
+ * (the sums run in another order, so a rounding may land one unit apart) while still bf16 values;
+ * the larger shape there spans several of oneDNN's blocks. */
 static void lin_held(zt_backend *cpu, zt_test_rng *r) {
     for (zt_dtype t = ZT_BF16; t <= ZT_F16; t++) {
-        for (int k = 0; k < 2; k++) {
-            int N = 7, C = 33, OC = 19;
-            lin_case c = lin_make(r, N, C, OC, k ? ZT_W_OUT_IN : ZT_W_IN_OUT,
-                                  L_BIAS | L_RES | (k ? L_ACC : 0), t);
+        bool native = t == ZT_BF16 && zt_backend_cpu_bf16_matmul();
+        for (int k = 0; k < (native ? 4 : 2); k++) {
+            int N = k < 2 ? 7 : 301, C = k < 2 ? 33 : 257, OC = k < 2 ? 19 : 131;
+            lin_case c = lin_make(r, N, C, OC, k % 2 ? ZT_W_OUT_IN : ZT_W_IN_OUT,
+                                  L_BIAS | L_RES | (k % 2 ? L_ACC : 0), t);
+            if (native)
+                zt_test_round_all(c.w, (size_t)C * OC, t);
             lin_result f32 = lin_run(cpu, ZT_F32, &c), held = lin_run(cpu, t, &c);
-            char shape[96], at[128];
+            char shape[96], at[160];
             lin_label(shape, sizeof shape, &c);
-            snprintf(at, sizeof at, "linear at %s, %s", zt_dtype_name(t), shape);
-            CHECK_HELD(cpu, t, held.out, f32.out, (size_t)N * OC, "%s: out", at);
-            CHECK_HELD(cpu, t, held.dinp, f32.dinp, (size_t)N * C, "%s: dinp", at);
-            CHECK_SAME(held.dw, f32.dw, (size_t)C * OC, "%s: dw", at);
+            snprintf(at, sizeof at, "linear at %s%s, %s", zt_dtype_name(t),
+                     native ? " (native bf16 products)" : "", shape);
+            if (native) {
+                /* Every element a bf16 value, and close to the fp32 path's. */
+                float *out16 = malloc(sizeof(float) * (size_t)N * OC);
+                float *dinp16 = malloc(sizeof(float) * (size_t)N * C);
+                for (size_t i = 0; i < (size_t)N * OC; i++)
+                    out16[i] = zt_test_round(held.out[i], t);
+                for (size_t i = 0; i < (size_t)N * C; i++)
+                    dinp16[i] = zt_test_round(held.dinp[i], t);
+                CHECK_SAME(held.out, out16, (size_t)N * OC, "%s: out holds bf16 values", at);
+                CHECK_SAME(held.dinp, dinp16, (size_t)N * C, "%s: dinp holds bf16 values", at);
+                CHECK_CLOSE(held.out, f32.out, (size_t)N * OC, zt_test_tol(t), "%s: out", at);
+                CHECK_CLOSE(held.dinp, f32.dinp, (size_t)N * C, zt_test_tol(t), "%s: dinp", at);
+                CHECK_CLOSE(held.dw, f32.dw, (size_t)C * OC, ZT_TEST_TOL_F32, "%s: dw", at);
+                free(out16), free(dinp16);
+            } else {
+                CHECK_HELD(cpu, t, held.out, f32.out, (size_t)N * OC, "%s: out", at);
+                CHECK_HELD(cpu, t, held.dinp, f32.dinp, (size_t)N * C, "%s: dinp", at);
+                CHECK_SAME(held.dw, f32.dw, (size_t)C * OC, "%s: dw", at);
+            }
             CHECK_SAME(held.dbias, f32.dbias, OC, "%s: dbias", at);
             lin_free_result(&f32), lin_free_result(&held), lin_free(&c);
         }
