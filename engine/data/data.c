@@ -6,6 +6,7 @@
  * rebuilt exactly on resume. */
 #define _POSIX_C_SOURCE 200809L /* strdup, O_CLOEXEC; before any header */
 #include "ztrain/data.h"
+#include "ztrain/loss_mask.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -172,6 +173,7 @@ void zt_dataset_close(zt_dataset *d) {
     free(d->parts);
     free(d->weights);
     zt_unmap_file(d->map, d->map_size);
+    zt_unmap_file(d->mask_map, d->mask_map_size);
     free(d->path);
     memset(d, 0, sizeof *d);
 }
@@ -420,6 +422,11 @@ void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, in
         break;
     }
     }
+    /* Target i is token start + i + 1: its mask byte says whether its loss counts. */
+    if (ds->mask)
+        for (int i = 0; i < T; i++)
+            if (!(ds->mask[start + (size_t)i + 1] & ZT_LOSS_MASK_TRAINED))
+                tg[i] = -1;
 }
 
 int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets) {

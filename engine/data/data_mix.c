@@ -9,6 +9,7 @@
 #include "data_internal.h"
 #include "ztrain/fsutil.h"
 #include "ztrain/job_spec.h"
+#include "ztrain/loss_mask.h"
 
 static const char *kind_name(zt_data_kind k) {
     return k == ZT_DATA_TOKENS16 ? "uint16 tokens" : k == ZT_DATA_TOKENS32 ? "uint32 tokens"
@@ -92,7 +93,27 @@ zt_status zt_dataset_open_mixture(zt_dataset *d, const char *const *paths, const
     return s;
 }
 
+/* data.format "masked": every file's loss mask, mapped beside it. */
+static zt_status with_masks(zt_dataset *d, const zt_data_spec *spec, zt_status opened) {
+    if (opened != ZT_OK || spec->format != ZT_DATA_FORMAT_MASKED)
+        return opened;
+    zt_status s = zt_loss_mask_attach(d);
+    if (s != ZT_OK)
+        zt_dataset_close(d);
+    return s;
+}
+
+static zt_status open_train(zt_dataset *d, const zt_data_spec *spec, int vocab_size);
+
 zt_status zt_dataset_open_train(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
+    return with_masks(d, spec, open_train(d, spec, vocab_size));
+}
+
+zt_status zt_dataset_open_val(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
+    return with_masks(d, spec, zt_dataset_open(d, spec->val, vocab_size));
+}
+
+static zt_status open_train(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
     if (!spec->train_mix)
         return zt_dataset_open(d, spec->train, vocab_size);
     const char *paths[ZT_MAX_MIX_SOURCES];

@@ -21,7 +21,7 @@
 #include "ztrain/monitor.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 5, STEP_METRICS = 12 };
+enum { MEM_PER_RANK = 5, STEP_METRICS = 15 };
 
 /* The per-rank memory record of every logged step, sized for the job's world when training
  * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
@@ -86,7 +86,7 @@ static zt_status open_data(trainer *t) {
     ZT_TRY(zt_dataset_open_train(&t->train, &job->data, job->model.vocab_size));
     t->has_train = true;
     if (job->data.val && job->train.eval_interval > 0) {
-        ZT_TRY(zt_dataset_open(&t->val, job->data.val, job->model.vocab_size));
+        ZT_TRY(zt_dataset_open_val(&t->val, &job->data, job->model.vocab_size));
         t->has_val = true;
         const zt_ds_config *ds = &job->ds;
         ZT_TRY(zt_loader_init(&t->val_loader, &t->val, ds->train_micro_batch_size_per_gpu,
@@ -471,6 +471,12 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
                 m[n++] = (zt_metric){"perf/mfu", tflops * 1e12 / (peak * t->world)};
             if (job->ds.fp16.enabled)
                 m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
+            /* Loss-masked data: the loss's divisor beside all the step's targets. */
+            if (job->data.format == ZT_DATA_FORMAT_MASKED) {
+                double all;
+                m[n++] = (zt_metric){"train/trained_tokens", zt_engine_trained_tokens(t->e, &all)};
+                m[n++] = (zt_metric){"train/tokens", all};
+            }
             /* A pipeline's measured bubble: idle time over the schedule's time. */
             if (t->pipe)
                 m[n++] = (zt_metric){"perf/pipeline_bubble", piped.bubble};

@@ -36,6 +36,11 @@ typedef struct zt_dataset {
     struct zt_dataset *parts; /* a glob's files or a mixture's sources; NULL for one file */
     int n_parts;
     double *weights;          /* a mixture's weights, summing to 1; NULL for a glob */
+    /* The loss mask (ztrain/loss_mask.h), one byte per token, once zt_loss_mask_attach mapped
+     * it; NULL otherwise, and for a glob or mixture (its parts hold theirs). */
+    const uint8_t *mask;
+    void *mask_map;
+    size_t mask_map_size;
 } zt_dataset;
 
 /* Maps a data file read-only and validates it: header magic and version, file size equal to
@@ -51,6 +56,8 @@ zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size);
  * for a missing path. */
 struct zt_data_spec_s;
 zt_status zt_dataset_open_train(zt_dataset *d, const struct zt_data_spec_s *spec, int vocab_size);
+/* Opens the validation data (data.val) the same way, loss masks included. */
+zt_status zt_dataset_open_val(zt_dataset *d, const struct zt_data_spec_s *spec, int vocab_size);
 
 /* The most sources a job's mixture may name. */
 #define ZT_MAX_MIX_SOURCES 64
@@ -98,7 +105,8 @@ zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int r
                          int world_size, bool shuffle, bool drop_last, uint64_t seed);
 void zt_loader_free(zt_loader *l);
 
-/* Fills inputs[B*T] and targets[B*T] with the next batch and returns how many sequences it holds
+/* Fills inputs[B*T] and targets[B*T] with the next batch (with a loss mask, an untrained
+ * target is -1) and returns how many sequences it holds
  * (B, or fewer for the last batch of an epoch when not drop_last; the rows past it are zeroed).
  * At the end of an epoch the loader moves on to the next epoch by itself, reshuffling: right
  * after the call that returns an epoch's last batch, (epoch, pos) already read (epoch+1, 0), so
