@@ -388,7 +388,7 @@ int64_t zt_loader_batches_per_epoch(const zt_loader *l) {
 /* Copies T inputs and T targets of sample `s`; one loop per token width keeps this branch-free.
  * A glob's sample is first found in its file. */
 void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, int32_t *in,
-                         int32_t *tg) {
+                         int32_t *tg, int32_t *pos) {
     int T = l->T;
     if (ds->parts) {
         int k = zt_data_glob_part(l, s);
@@ -422,27 +422,41 @@ void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, in
         break;
     }
     }
-    /* Target i is token start + i + 1: its mask byte says whether its loss counts. */
-    if (ds->mask)
+    /* Target i is token start + i + 1: its mask byte says whether its loss counts; the first
+     * token of a document is never predicted from the document before it. */
+    const uint8_t *m = ds->mask ? ds->mask + start : NULL;
+    if (m)
         for (int i = 0; i < T; i++)
-            if (!(ds->mask[start + (size_t)i + 1] & ZT_LOSS_MASK_TRAINED))
+            if ((m[i + 1] & (ZT_LOSS_MASK_TRAINED | ZT_LOSS_MASK_DOC_START)) !=
+                ZT_LOSS_MASK_TRAINED)
                 tg[i] = -1;
+    /* Positions restart at each document's first token and at the window's. */
+    if (pos)
+        for (int i = 0; i < T; i++)
+            pos[i] = i == 0 || (m && (m[i] & ZT_LOSS_MASK_DOC_START)) ? 0 : pos[i - 1] + 1;
 }
 
 int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets) {
+    return zt_loader_next_docs(l, inputs, targets, NULL);
+}
+
+int zt_loader_next_docs(zt_loader *l, int32_t *inputs, int32_t *targets, int32_t *doc_pos) {
     if (l->subs)
-        return zt_data_mix_next(l, inputs, targets);
+        return zt_data_mix_next(l, inputs, targets, doc_pos);
     int64_t end = loader_epoch_end(l);
     int64_t left = end - l->pos;
     int n = left < l->B ? (int)left : l->B;
     size_t T = (size_t)l->T;
     for (int b = 0; b < n; b++)
-        zt_data_copy_sample(l, l->ds, l->order[l->pos + b], inputs + b * T, targets + b * T);
+        zt_data_copy_sample(l, l->ds, l->order[l->pos + b], inputs + b * T, targets + b * T,
+                            doc_pos ? doc_pos + b * T : NULL);
     /* Rows past a short last batch are zeroed so that a caller that ignores the count still sees
      * deterministic data. */
     if (n < l->B) {
         memset(inputs + n * T, 0, (size_t)(l->B - n) * T * sizeof *inputs);
         memset(targets + n * T, 0, (size_t)(l->B - n) * T * sizeof *targets);
+        if (doc_pos)
+            memset(doc_pos + n * T, 0, (size_t)(l->B - n) * T * sizeof *doc_pos);
     }
     l->pos += n;
     /* Move on as soon as the epoch is used up, so (epoch, pos) read after a step is already the

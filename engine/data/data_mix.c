@@ -221,11 +221,12 @@ zt_status zt_data_mix_init(zt_loader *l) {
     return ZT_OK;
 }
 
-int zt_data_mix_next(zt_loader *l, int32_t *inputs, int32_t *targets) {
+int zt_data_mix_next(zt_loader *l, int32_t *inputs, int32_t *targets, int32_t *doc_pos) {
     size_t T = (size_t)l->T;
     for (int b = 0; b < l->B; b++) {
         int src = choose_source(l, l->drawn++);
-        zt_loader_next(&l->subs[src], inputs + b * T, targets + b * T);
+        zt_loader_next_docs(&l->subs[src], inputs + b * T, targets + b * T,
+                            doc_pos ? doc_pos + b * T : NULL);
     }
     l->epoch = l->drawn / l->per_rank;
     l->pos = l->drawn % l->per_rank;

@@ -42,9 +42,10 @@ static zt_status check_mask(const zt_dataset *d, const char *path, const unsigne
                         size, n, HEADER_BYTES + (size_t)n);
     const unsigned char *flags = m + HEADER_BYTES;
     for (size_t i = 0; i < (size_t)n; i++)
-        if (flags[i] & ~ZT_LOSS_MASK_TRAINED)
+        if (flags[i] & ~(ZT_LOSS_MASK_TRAINED | ZT_LOSS_MASK_DOC_START))
             return zt_error(ZT_ERR_FORMAT, "%s: token %zu has flags 0x%02x; version %d defines "
-                            "bit 0 (trained) only", path, i, flags[i], ZT_LOSS_MASK_VERSION);
+                            "bit 0 (trained) and bit 1 (document start) only", path, i, flags[i],
+                            ZT_LOSS_MASK_VERSION);
     return ZT_OK;
 }
 

@@ -43,6 +43,7 @@ struct zt_engine {
      * (loss_norm.h), so each step's micro-batches are drawn ahead into norm. */
     bool masked;
     zt_loss_norm norm;
+    bool docs_on; /* the model holds a batch's document positions */
 };
 
 /* Whether a dataset (or any file of a glob or mixture) carries a loss mask. */
@@ -249,12 +250,27 @@ zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b) {
         memcpy(e->batch_inputs, e->norm.inputs + micro * each, e->batch_bytes);
         memcpy(e->batch_targets, e->norm.targets + micro * each, e->batch_bytes);
         b->B = e->norm.rows[micro];
+        b->doc_pos = e->norm.doc_pos + micro * each;
     } else {
         b->B = zt_loader_next(&e->loader, e->batch_inputs, e->batch_targets);
+        b->doc_pos = NULL;
     }
     b->T = e->model->spec.block_size;
     b->inputs = e->batch_inputs;
     b->targets = e->batch_targets;
+    return ZT_OK;
+}
+
+/* Hands the batch's packed documents to the model (or none); a model that was given documents
+ * is told when a batch has none. */
+static zt_status set_documents(zt_engine *e, const zt_batch *b) {
+    if (!b->doc_pos && !e->docs_on)
+        return ZT_OK;
+    if (!e->model->ops->set_doc_pos)
+        return zt_error(ZT_ERR_UNSUPPORTED, "engine: model type \"%s\" does not support packed "
+                        "documents", e->model->spec.type);
+    ZT_TRY(e->model->ops->set_doc_pos(e->model, b->doc_pos, b->B, b->T));
+    e->docs_on = b->doc_pos != NULL;
     return ZT_OK;
 }
 
@@ -274,6 +290,7 @@ static zt_status check_batch(const zt_engine *e, const zt_batch *b) {
 
 zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(check_batch(e, b));
+    ZT_TRY(set_documents(e, b));
     double t0 = now_ms(), c0 = zt_comm_thread_ms();
     if (e->micro_steps % e->ds.gradient_accumulation_steps == 0)
         memset(&e->current, 0, sizeof e->current);
@@ -314,6 +331,7 @@ zt_status zt_engine_backward(zt_engine *e) {
 
 zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(check_batch(e, b));
+    ZT_TRY(set_documents(e, b));
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, 0.0f);
     e->forward_pending = false;
     return zt_zero_status(&e->zero);

@@ -15,8 +15,9 @@ zt_status zt_loss_norm_init(zt_loss_norm *n, int gas, int B, int T) {
     size_t each = (size_t)B * (size_t)T;
     n->inputs = calloc((size_t)gas * each, sizeof *n->inputs);
     n->targets = calloc((size_t)gas * each, sizeof *n->targets);
+    n->doc_pos = calloc((size_t)gas * each, sizeof *n->doc_pos);
     n->rows = calloc((size_t)gas, sizeof *n->rows);
-    if (!n->inputs || !n->targets || !n->rows) {
+    if (!n->inputs || !n->targets || !n->doc_pos || !n->rows) {
         zt_loss_norm_free(n);
         return zt_error(ZT_ERR_NOMEM, "engine: out of memory for %d micro-batches of %d×%d", gas,
                         B, T);
@@ -27,6 +28,7 @@ zt_status zt_loss_norm_init(zt_loss_norm *n, int gas, int B, int T) {
 void zt_loss_norm_free(zt_loss_norm *n) {
     free(n->inputs);
     free(n->targets);
+    free(n->doc_pos);
     free(n->rows);
     memset(n, 0, sizeof *n);
 }
@@ -36,7 +38,8 @@ zt_status zt_loss_norm_fill(zt_loss_norm *n, zt_loader *l, zt_comm *comm, int64_
     double counts[2] = {0.0, 0.0};
     for (int m = 0; m < n->gas; m++) {
         int32_t *tg = n->targets + (size_t)m * each;
-        n->rows[m] = zt_loader_next(l, n->inputs + (size_t)m * each, tg);
+        n->rows[m] = zt_loader_next_docs(l, n->inputs + (size_t)m * each, tg,
+                                         n->doc_pos + (size_t)m * each);
         size_t used = (size_t)n->rows[m] * (size_t)n->T;
         for (size_t i = 0; i < used; i++)
             counts[0] += tg[i] >= 0;

@@ -21,6 +21,7 @@ typedef struct zt_comm zt_comm;
 typedef struct {
     int gas, B, T;
     int32_t *inputs, *targets; /* [gas][B·T]: the step's micro-batches */
+    int32_t *doc_pos;          /* [gas][B·T]: their positions in their documents */
     int *rows;                 /* [gas]: sequences in each (zt_loader_next's count) */
     double trained;            /* trained targets of the global batch, every rank */
     double tokens;             /* all targets of the global batch, every rank */

@@ -41,6 +41,7 @@ typedef struct {
     zt_loader val_loader;
     bool has_val_loader;
     int32_t *val_inputs, *val_targets;
+    int32_t *val_pos; /* loss-masked data: the validation batch's document positions */
     zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens) */
     bool has_sampler;
     zt_metrics_writer metrics;
@@ -96,7 +97,8 @@ static zt_status open_data(trainer *t) {
         size_t n = (size_t)ds->train_micro_batch_size_per_gpu * job->model.block_size;
         t->val_inputs = malloc(n * sizeof(int32_t));
         t->val_targets = malloc(n * sizeof(int32_t));
-        if (!t->val_inputs || !t->val_targets)
+        t->val_pos = malloc(n * sizeof(int32_t));
+        if (!t->val_inputs || !t->val_targets || !t->val_pos)
             return zt_error(ZT_ERR_NOMEM, "out of memory");
         if (t->rank == 0 && job->data.sample_tokens > 0) {
             ZT_TRY(zt_eval_sampler_init(&t->sampler, job));
@@ -118,8 +120,11 @@ static zt_status evaluate(trainer *t, double *loss) {
         return zt_pipe_eval(t->pipe, &t->val_loader, steps, loss);
     double sum = 0.0;
     for (int i = 0; i < steps; i++) {
-        zt_batch b = {t->val_inputs, t->val_targets, 0, t->job->model.block_size};
-        b.B = zt_loader_next(&t->val_loader, t->val_inputs, t->val_targets);
+        bool masked = t->job->data.format == ZT_DATA_FORMAT_MASKED;
+        zt_batch b = {t->val_inputs, t->val_targets, 0, t->job->model.block_size,
+                      masked ? t->val_pos : NULL};
+        b.B = zt_loader_next_docs(&t->val_loader, t->val_inputs, t->val_targets,
+                                  masked ? t->val_pos : NULL);
         float l;
         ZT_TRY(zt_engine_eval_loss(t->e, &b, &l));
         sum += l;
@@ -639,6 +644,7 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         zt_loader_free(&t.val_loader);
     free(t.val_inputs);
     free(t.val_targets);
+    free(t.val_pos);
     if (t.has_sampler)
         zt_eval_sampler_free(&t.sampler);
     if (t.has_val)

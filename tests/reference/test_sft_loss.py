@@ -1,8 +1,13 @@
-"""Loss-masked training (data.format "masked") against transformers' loss rule.
+"""Loss-masked training (data.format "masked") against transformers' loss rule, with and
+without documents packed into the sequences.
 
 Token files with a loss mask (X.mask, written here from the layout in docs/fine-tuning.md) train
-GPT-2, Llama 3 (GQA, llama3 rope scaling, rope_theta 5e5) and Qwen2 directories for one SGD step
-with gradient accumulation, on one rank and on two. The reference is the transformers model
+GPT-2, Llama 3 (GQA, llama3 rope scaling, rope_theta 5e5), Qwen2 and (packed) Mistral with a
+sliding window directories for one SGD step with gradient accumulation, on one rank and on two.
+With packed documents (bit 1 of the mask) the reference runs every document as a sequence of its
+own, which is what DataCollatorWithFlattening's position_ids with flash-attn's varlen path
+compute (a block-diagonal causal mask, positions restarting), and labels a document's first
+token -100 as that collator does. The reference is the transformers model
 (float64, eager) with labels -100 on the untrained tokens and the loss of
 transformers.loss.loss_utils.ForCausalLMLoss with num_items_in_batch, the trained targets of the
 whole global batch (all micro-batches, all ranks), as transformers' Trainer passes it; summed
@@ -37,14 +42,15 @@ torch.set_num_threads(2)
 T, B, GAS, LR = 16, 2, 2, 100.0
 
 
-def write_mask(path, trained):
+def write_mask(path, trained, starts=None):
     """A loss mask: 256 int32 header (magic 20261204, version 1, count), one byte per token with
-    bit 0 set for a trained token."""
+    bit 0 set for a trained token and bit 1 for a document's first token."""
     header = [0] * 256
     header[0], header[1], header[2] = 20261204, 1, len(trained)
+    starts = starts if starts is not None else [False] * len(trained)
     with open(path, "wb") as f:
         f.write(struct.pack("<256i", *header))
-        f.write(bytes(1 if t else 0 for t in trained))
+        f.write(bytes((1 if t else 0) | (2 if s else 0) for t, s in zip(trained, starts)))
 
 
 def gpt2_model(seed):
@@ -67,17 +73,34 @@ def rank_batches(n_samples, world, rank):
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
+QWEN2 = base_config(num_key_value_heads=4, tie_word_embeddings=True, use_sliding_window=False)
+# (what, family, config, ranks, packed documents)
 CASES = [
-    ("gpt2", "gpt2", None, 1),
+    ("gpt2", "gpt2", None, 1, False),
     ("llama 3 (GQA, llama3 rope scaling)", "llama",
-     base_config(rope_theta=500000.0, rope_scaling=LLAMA3), 1),
-    ("qwen2 (q/k/v biases, tied)", "qwen2",
-     base_config(num_key_value_heads=4, tie_word_embeddings=True, use_sliding_window=False), 1),
-    ("llama 3 on two ranks", "llama", base_config(rope_theta=500000.0, rope_scaling=LLAMA3), 2),
+     base_config(rope_theta=500000.0, rope_scaling=LLAMA3), 1, False),
+    ("qwen2 (q/k/v biases, tied)", "qwen2", QWEN2, 1, False),
+    ("llama 3 on two ranks", "llama", base_config(rope_theta=500000.0, rope_scaling=LLAMA3), 2,
+     False),
+    ("gpt2, packed documents", "gpt2", None, 1, True),
+    ("llama 3, packed documents", "llama",
+     base_config(rope_theta=500000.0, rope_scaling=LLAMA3), 1, True),
+    ("qwen2, packed documents", "qwen2", QWEN2, 1, True),
+    ("mistral (sliding window 5), packed documents", "mistral", base_config(sliding_window=5), 1,
+     True),
+    ("llama 3, packed documents, two ranks", "llama",
+     base_config(rope_theta=500000.0, rope_scaling=LLAMA3), 2, True),
 ]
 
 ck = Checker()
-for i, (what, family, config, world) in enumerate(CASES):
+def segments(starts, s):
+    """The documents of sample s's T inputs: [a, b) ranges, a new one at the window's first
+    token and at every token marked as a document's first."""
+    cut = [0] + [i for i in range(1, T) if starts[s * T + i]] + [T]
+    return list(zip(cut[:-1], cut[1:]))
+
+
+for i, (what, family, config, world, packed) in enumerate(CASES):
     model = gpt2_model(70 + i) if family == "gpt2" else hf_model(family, 70 + i, **config)
     V = model.config.vocab_size
     n_samples = world * GAS * B
@@ -91,31 +114,44 @@ for i, (what, family, config, world) in enumerate(CASES):
         trained[pos:pos + span] = bool(torch.randint(0, 2, (1,), generator=g))
         pos += span
     trained[T + 1:2 * T + 1] = False  # sample 1 has no trained target at all
+    # Documents of 1 to 8 tokens packed one after another.
+    starts = torch.zeros(len(tokens), dtype=torch.bool)
+    if packed:
+        pos = 0
+        while pos < len(tokens):
+            starts[pos] = True
+            pos += int(torch.randint(1, 9, (1,), generator=g))
     with tempfile.TemporaryDirectory() as d:
         model.save_pretrained(f"{d}/hf", safe_serialization=True)
         write_llmc_tokens(f"{d}/train.bin", tokens.tolist())
-        write_mask(f"{d}/train.bin.mask", trained.tolist())
+        write_mask(f"{d}/train.bin.mask", trained.tolist(), starts.tolist())
 
         # The reference: HF labels (-100 where untrained), num_items_in_batch over the global
         # batch, each rank's micro-batch losses summed.
         ref = model.double()
         ref.config._attn_implementation = "eager"
+        # A document's first token is never a target (DataCollatorWithFlattening's -100).
         windows = [tokens[s * T:s * T + T + 1] for s in range(n_samples)]
-        labels = [torch.where(trained[s * T:s * T + T + 1], windows[s], torch.tensor(-100))
-                  for s in range(n_samples)]
+        labels = [torch.where(trained[s * T:s * T + T + 1] & ~starts[s * T:s * T + T + 1],
+                              windows[s], torch.tensor(-100)) for s in range(n_samples)]
         n_items = int(sum((lab[1:] != -100).sum() for lab in labels))
         ref.zero_grad()
         total = 0.0
         micro_counts = []
+        # Packed documents attend only inside themselves, with positions from 0: each is run
+        # as a sequence of its own (the last one with the window's extra token, so its last
+        # input predicts it); num_items_in_batch stays the global batch's.
         for r in range(world):
             for batch in rank_batches(n_samples, world, r):
-                ids = torch.stack([windows[s] for s in batch])
-                lab = torch.stack([labels[s] for s in batch])
-                micro_counts.append(int((lab[:, 1:] != -100).sum()))
-                logits = ref(input_ids=ids).logits
-                loss = ForCausalLMLoss(logits, lab, V, num_items_in_batch=n_items)
-                loss.backward()
-                total += loss.item()
+                micro_counts.append(int(sum((labels[s][1:] != -100).sum() for s in batch)))
+                for s in batch:
+                    for a, b in segments(starts, s):
+                        end = T + 1 if b == T else b
+                        logits = ref(input_ids=windows[s][a:end][None]).logits
+                        loss = ForCausalLMLoss(logits, labels[s][a:end][None], V,
+                                               num_items_in_batch=n_items)
+                        loss.backward()
+                        total += loss.item()
         ck.check(len(set(micro_counts)) > 1, f"{what}: micro-batches hold different trained "
                  f"counts {micro_counts} (so the rule matters)")
         want_grads = {k: p.grad.clone() for k, p in ref.named_parameters()}
@@ -179,7 +215,7 @@ with tempfile.TemporaryDirectory() as d:
                                 "deepspeed": {"train_micro_batch_size_per_gpu": 1}})
     for why, body, key in [("missing", None, "train.bin.mask"),
                            ("short", [1] * 79, "80"),
-                           ("reserved bit", [1] * 40 + [2] + [1] * 39, "token 40")]:
+                           ("reserved bit", [1] * 80, "token 40")]:
         if os.path.exists(f"{d}/train.bin.mask"):
             os.remove(f"{d}/train.bin.mask")
         if body is not None:
@@ -187,7 +223,7 @@ with tempfile.TemporaryDirectory() as d:
             if why == "reserved bit":
                 with open(f"{d}/train.bin.mask", "r+b") as f:
                     f.seek(1024 + 40)
-                    f.write(b"\x02")
+                    f.write(b"\x04")
         p = run([tool("ztrain"), "run", f"{d}/job.json", "--out", f"{d}/run"], check=False)
         ck.check(p.returncode == 1 and "train.bin.mask" in p.stderr and key in p.stderr,
                  f"{why} mask: exit {p.returncode}: {p.stderr.strip()[-200:]}")

@@ -498,6 +498,31 @@ static void test_loss_masks(void) {
           "%s", zt_last_error());
     zt_dataset_close(&d);
 
+    /* Documents (bit 1): positions restart at each one and at every window's first token, and a
+     * document's first token is no target. */
+    for (int i = 0; i < N; i++)
+        flags[i] = (uint8_t)(ZT_LOSS_MASK_TRAINED | (i % 4 == 2 ? ZT_LOSS_MASK_DOC_START : 0));
+    zt_loss_mask_path(p, mp, sizeof mp);
+    CHECK(zt_loss_mask_write(mp, flags, N) == ZT_OK);
+    CHECK(zt_dataset_open(&d, p, 50) == ZT_OK && zt_loss_mask_attach(&d) == ZT_OK, "%s",
+          zt_last_error());
+    CHECK(zt_loader_init(&l, &d, 2, T, 0, 1, false, true, 1) == ZT_OK, "%s", zt_last_error());
+    int32_t pos[10];
+    right = true;
+    for (int b = 0; b < 6; b++) {
+        int n = zt_loader_next_docs(&l, in, tg, pos);
+        for (int r = 0; r < n; r++)
+            for (int t = 0, want_pos = 0; t < T; t++) {
+                int i = (2 * b + r) * T + t;
+                want_pos = t == 0 || i % 4 == 2 ? 0 : want_pos + 1;
+                int want_tg = (i + 1) % 4 == 2 ? -1 : toks[i + 1];
+                right = right && pos[r * T + t] == want_pos && tg[r * T + t] == want_tg;
+            }
+    }
+    CHECK(right, "document positions and targets follow bit 1");
+    zt_loader_free(&l);
+    zt_dataset_close(&d);
+
     /* A mask of another length, or with a reserved bit, is refused naming the file. */
     zt_loss_mask_path(p, mp, sizeof mp);
     CHECK(zt_loss_mask_write(mp, flags, N - 1) == ZT_OK);

@@ -112,6 +112,11 @@ void zt_loader_free(zt_loader *l);
  * after the call that returns an epoch's last batch, (epoch, pos) already read (epoch+1, 0), so
  * the pair saved in a checkpoint always names the next batch. Never allocates. */
 int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets);
+/* zt_loader_next that also writes doc_pos[B*T] (when not NULL): each input's position inside
+ * its document, restarting at 0 at the window's first token and at every token a loss mask
+ * marks as a document's first (ztrain/loss_mask.h); without a mask, 0..T-1 in every row. This
+ * is zt_attn_shape.doc_pos, and the positions of the rotary and learned position embeddings. */
+int zt_loader_next_docs(zt_loader *l, int32_t *inputs, int32_t *targets, int32_t *doc_pos);
 
 /* Batches per epoch for this rank. */
 int64_t zt_loader_batches_per_epoch(const zt_loader *l);

@@ -66,6 +66,10 @@ typedef struct {
     const int32_t *inputs;
     const int32_t *targets;
     int B, T;
+    /* Loss-masked data: each input's position inside its packed document [B, T]
+     * (zt_loader_next_docs), which restarts the attention and the positions; NULL: one document
+     * per row. */
+    const int32_t *doc_pos;
 } zt_batch;
 
 /* Wall-clock time of the last optimizer step's phases, in milliseconds, summed over its
