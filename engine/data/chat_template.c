@@ -946,6 +946,8 @@ zt_status zt_chat_template_parse(const char *text, const char *source, const cha
     return ZT_OK;
 }
 
+const char *zt_chat_template_eos(const zt_chat_template *t) { return t->eos; }
+
 void zt_chat_template_destroy(zt_chat_template *t) {
     if (!t)
         return;

@@ -37,6 +37,9 @@ zt_status zt_chat_template_parse(const char *text, const char *source, const cha
 zt_status zt_chat_template_load(const char *tokenizer_config, zt_chat_template **out);
 void zt_chat_template_destroy(zt_chat_template *t);
 
+/* The eos_token the template was given ("" when none), which ends an assistant's reply. */
+const char *zt_chat_template_eos(const zt_chat_template *t);
+
 /* Renders messages (a JSON array of objects) into a heap string the caller frees. An error names
  * the source and what failed (a raise_exception's message, a missing key, a type). */
 zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
