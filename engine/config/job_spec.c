@@ -30,7 +30,8 @@ static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "d
                                        "pipeline", "max_restarts", "fork_from", "events",
                                        "alerts", NULL};
 static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
-                                        "sample_tokens", "sample_prompt", "format",  NULL};
+                                        "sample_tokens", "sample_prompt", "format",
+                                        "packing",       NULL};
 static const char *const source_keys[] = {"path", "weight", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
@@ -250,6 +251,16 @@ static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char 
         return zt_json_key_error(ZT_ERR_INVALID, &o, "format", "is \"%s\"; known: \"tokens\" "
                                  "(every token trained), \"masked\" (token files with a loss "
                                  "mask X.mask)", format);
+    const char *packing = NULL;
+    ZT_TRY(zt_json_get_string(&o, "packing", &packing, NULL));
+    if (packing && strcmp(packing, "padded") == 0)
+        d->packing = ZT_DATA_PADDED;
+    else if (packing && strcmp(packing, "packed") != 0)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "packing", "is \"%s\"; known: \"packed\", "
+                                 "\"padded\"", packing);
+    if (packing && d->format != ZT_DATA_FORMAT_MASKED)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "packing", "needs data.format \"masked\" "
+                                 "(documents are marked in the loss mask)");
     d->shuffle = true;
     return zt_json_get_bool(&o, "shuffle", &d->shuffle, NULL);
 }

@@ -174,8 +174,19 @@ void zt_dataset_close(zt_dataset *d) {
     free(d->weights);
     zt_unmap_file(d->map, d->map_size);
     zt_unmap_file(d->mask_map, d->mask_map_size);
+    free(d->docs);
     free(d->path);
     memset(d, 0, sizeof *d);
+}
+
+zt_status zt_dataset_set_padded(zt_dataset *d) {
+    for (int i = 0; i < d->n_parts; i++)
+        ZT_TRY(zt_dataset_set_padded(&d->parts[i]));
+    if (!d->n_parts && !d->mask)
+        return zt_error(ZT_ERR_INVALID, "%s: data.packing \"padded\" needs the file's loss mask "
+                        "(data.format \"masked\")", d->path);
+    d->padded = true;
+    return ZT_OK;
 }
 
 int32_t zt_dataset_token(const zt_dataset *d, size_t i) {
@@ -326,7 +337,7 @@ zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int r
     if (world_size <= 0 || rank < 0 || rank >= world_size)
         return zt_error(ZT_ERR_INVALID, "%s: rank %d is outside world size %d", ds->path, rank,
                         world_size);
-    if (ds->n_tokens < (size_t)T + 1)
+    if (!ds->padded && ds->n_tokens < (size_t)T + 1)
         return zt_error(ZT_ERR_INVALID,
                         "%s: %zu tokens are fewer than one sample of T+1 = %d tokens", ds->path,
                         ds->n_tokens, T + 1);
@@ -340,7 +351,7 @@ zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int r
     l->seed = seed;
     if (ds->weights)
         return zt_data_mix_init(l);
-    l->n_samples = (int64_t)((ds->n_tokens - 1) / (size_t)T);
+    l->n_samples = ds->padded ? (int64_t)ds->n_docs : (int64_t)((ds->n_tokens - 1) / (size_t)T);
     if (ds->parts) {
         zt_status s = zt_data_glob_samples(l);
         if (s != ZT_OK) {
@@ -387,6 +398,24 @@ int64_t zt_loader_batches_per_epoch(const zt_loader *l) {
 
 /* Copies T inputs and T targets of sample `s`; one loop per token width keeps this branch-free.
  * A glob's sample is first found in its file. */
+/* data.packing "padded": document k of ds as one row, cut at T, padded after its end. Its last
+ * token's target is the next document's first, never trained. */
+static void copy_document(const zt_dataset *ds, size_t k, int T, int32_t *in, int32_t *tg,
+                          int32_t *pos) {
+    size_t start = ds->docs[k], end = k + 1 < ds->n_docs ? ds->docs[k + 1] : ds->n_tokens;
+    size_t len = end - start < (size_t)T ? end - start : (size_t)T;
+    for (size_t i = 0; i < (size_t)T; i++) {
+        bool real = i < len;
+        size_t at = start + i;
+        in[i] = real ? zt_dataset_token(ds, at) : 0;
+        bool target = real && at + 1 < end && (ds->mask[at + 1] & ZT_LOSS_MASK_TRAINED);
+        tg[i] = target ? zt_dataset_token(ds, at + 1) : -1;
+        /* the padding is a document of its own, so the real tokens never see it */
+        if (pos)
+            pos[i] = real ? (int32_t)i : (int32_t)(i - len);
+    }
+}
+
 void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, int32_t *in,
                          int32_t *tg, int32_t *pos) {
     int T = l->T;
@@ -394,6 +423,10 @@ void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, in
         int k = zt_data_glob_part(l, s);
         s -= l->part_first[k];
         ds = &ds->parts[k];
+    }
+    if (ds->padded) {
+        copy_document(ds, (size_t)s, T, in, tg, pos);
+        return;
     }
     size_t start = (size_t)s * (size_t)T;
     switch (ds->kind) {

@@ -98,6 +98,8 @@ static zt_status with_masks(zt_dataset *d, const zt_data_spec *spec, zt_status o
     if (opened != ZT_OK || spec->format != ZT_DATA_FORMAT_MASKED)
         return opened;
     zt_status s = zt_loss_mask_attach(d);
+    if (s == ZT_OK && spec->packing == ZT_DATA_PADDED)
+        s = zt_dataset_set_padded(d);
     if (s != ZT_OK)
         zt_dataset_close(d);
     return s;
@@ -140,7 +142,8 @@ zt_status zt_data_glob_samples(zt_loader *l) {
     for (int i = 0; i < ds->n_parts; i++) {
         l->part_first[i] = n;
         size_t toks = ds->parts[i].n_tokens;
-        n += toks > (size_t)l->T ? (int64_t)((toks - 1) / (size_t)l->T) : 0;
+        n += ds->parts[i].padded ? (int64_t)ds->parts[i].n_docs
+             : toks > (size_t)l->T ? (int64_t)((toks - 1) / (size_t)l->T) : 0;
     }
     l->part_first[ds->n_parts] = n;
     l->n_samples = n;

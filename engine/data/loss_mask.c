@@ -56,6 +56,9 @@ zt_status zt_loss_mask_attach(zt_dataset *d) {
             if (s != ZT_OK) {
                 for (int j = 0; j < k; j++) {
                     zt_unmap_file(d->parts[j].mask_map, d->parts[j].mask_map_size);
+                    free(d->parts[j].docs);
+                    d->parts[j].docs = NULL;
+                    d->parts[j].n_docs = 0;
                     d->parts[j].mask_map = NULL;
                     d->parts[j].mask = NULL;
                 }
@@ -78,9 +81,23 @@ zt_status zt_loss_mask_attach(zt_dataset *d) {
         zt_unmap_file(map, size);
         return s;
     }
+    /* The documents' starts, for data.packing "padded": token 0 and every bit-1 token. */
+    const uint8_t *flags = (const uint8_t *)map + HEADER_BYTES;
+    size_t n = d->n_tokens ? 1 : 0;
+    for (size_t i = 1; i < d->n_tokens; i++)
+        n += (flags[i] & ZT_LOSS_MASK_DOC_START) != 0;
+    d->docs = malloc((n ? n : 1) * sizeof *d->docs);
+    if (!d->docs) {
+        zt_unmap_file(map, size);
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    d->n_docs = 0;
+    for (size_t i = 0; i < d->n_tokens; i++)
+        if (i == 0 || (flags[i] & ZT_LOSS_MASK_DOC_START))
+            d->docs[d->n_docs++] = i;
     d->mask_map = map;
     d->mask_map_size = size;
-    d->mask = (const uint8_t *)map + HEADER_BYTES;
+    d->mask = flags;
     return ZT_OK;
 }
 

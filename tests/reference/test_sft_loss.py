@@ -7,7 +7,8 @@ sliding window directories for one SGD step with gradient accumulation, on one r
 With packed documents (bit 1 of the mask) the reference runs every document as a sequence of its
 own, which is what DataCollatorWithFlattening's position_ids with flash-attn's varlen path
 compute (a block-diagonal causal mask, positions restarting), and labels a document's first
-token -100 as that collator does. The reference is the transformers model
+token -100 as that collator does. In padded mode (data.packing "padded") the reference is
+transformers with one document per row, right-padded, and its attention_mask. The reference is the transformers model
 (float64, eager) with labels -100 on the untrained tokens and the loss of
 transformers.loss.loss_utils.ForCausalLMLoss with num_items_in_batch, the trained targets of the
 whole global batch (all micro-batches, all ranks), as transformers' Trainer passes it; summed
@@ -94,6 +95,9 @@ CASES = [
      True),
     ("llama 3, packed documents, two ranks", "llama",
      base_config(rope_theta=500000.0, rope_scaling=LLAMA3), 2, True),
+    ("gpt2, padded documents", "gpt2", None, 1, True, "padded"),
+    ("llama 3, padded documents, two ranks", "llama",
+     base_config(rope_theta=500000.0, rope_scaling=LLAMA3), 2, True, "padded"),
 ]
 
 ck = Checker()
@@ -104,7 +108,8 @@ def segments(starts, s):
     return list(zip(cut[:-1], cut[1:]))
 
 
-for i, (what, family, config, world, packed) in enumerate(CASES):
+for i, (what, family, config, world, packed, *mode) in enumerate(CASES):
+    padded = mode == ["padded"]
     model = gpt2_model(70 + i) if family == "gpt2" else hf_model(family, 70 + i, **config)
     V = model.config.vocab_size
     n_samples = world * GAS * B
@@ -125,6 +130,8 @@ for i, (what, family, config, world, packed) in enumerate(CASES):
         while pos < len(tokens):
             starts[pos] = True
             pos += int(torch.randint(1, 9, (1,), generator=g))
+    if padded:
+        starts[1:T + 4] = False  # the first document is longer than a row: it is cut
     with tempfile.TemporaryDirectory() as d:
         model.save_pretrained(f"{d}/hf", safe_serialization=True)
         write_llmc_tokens(f"{d}/train.bin", tokens.tolist())
@@ -145,7 +152,33 @@ for i, (what, family, config, world, packed) in enumerate(CASES):
         # Packed documents attend only inside themselves, with positions from 0: each is run
         # as a sequence of its own (the last one with the window's extra token, so its last
         # input predicts it); num_items_in_batch stays the global batch's.
-        for r in range(world):
+        if padded:
+            # One document per row, right-padded, HF's attention_mask on the padding: the rows
+            # hold T + 1 tokens so that a cut document's T-th input has its target.
+            cuts = [j for j in range(len(tokens)) if j == 0 or starts[j]] + [len(tokens)]
+            docs = [(a, min(b, a + T + 1)) for a, b in zip(cuts[:-1], cuts[1:])]
+            n_items = 0
+            rows = []
+            for a, b in docs:
+                ids = torch.zeros(T + 1, dtype=torch.long)
+                lab = torch.full((T + 1,), -100)
+                am = torch.zeros(T + 1, dtype=torch.long)
+                ids[:b - a], am[:b - a] = tokens[a:b], 1
+                lab[:b - a] = torch.where(trained[a:b], tokens[a:b], torch.tensor(-100))
+                rows.append((ids, lab, am))
+            used = [s for r in range(world) for bt in rank_batches(len(docs), world, r) for s in bt]
+            n_items = int(sum((rows[s][1][1:] != -100).sum() for s in used))
+            for r in range(world):
+                for batch in rank_batches(len(docs), world, r):
+                    micro_counts.append(int(sum((rows[s][1][1:] != -100).sum() for s in batch)))
+                    ids = torch.stack([rows[s][0] for s in batch])
+                    lab = torch.stack([rows[s][1] for s in batch])
+                    am = torch.stack([rows[s][2] for s in batch])
+                    logits = ref(input_ids=ids, attention_mask=am).logits
+                    loss = ForCausalLMLoss(logits, lab, V, num_items_in_batch=n_items)
+                    loss.backward()
+                    total += loss.item()
+        for r in range(world if not padded else 0):
             for batch in rank_batches(n_samples, world, r):
                 micro_counts.append(int(sum((labels[s][1:] != -100).sum() for s in batch)))
                 for s in batch:
@@ -163,7 +196,8 @@ for i, (what, family, config, world, packed) in enumerate(CASES):
         write_job(f"{d}/job.json", {
             "world_size": world,
             "model": {"init_from": "hf", "block_size": T},
-            "data": {"train": "train.bin", "shuffle": False, "format": "masked"},
+            "data": {"train": "train.bin", "shuffle": False, "format": "masked",
+                     **({"packing": "padded"} if padded else {})},
             "train": {"max_steps": 1, "log_interval": 1, "warmup_steps": 0,
                       "checkpoint_dir": "ckpt"},
             "deepspeed": {"train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": GAS,

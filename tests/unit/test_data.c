@@ -523,6 +523,34 @@ static void test_loss_masks(void) {
     zt_loader_free(&l);
     zt_dataset_close(&d);
 
+    /* data.packing "padded": a sample is one document (starting every 4th token from token 2,
+     * and at token 0), cut at T, its last target -1, padded with inputs 0 and targets -1. */
+    CHECK(zt_dataset_open(&d, p, 50) == ZT_OK && zt_loss_mask_attach(&d) == ZT_OK &&
+          zt_dataset_set_padded(&d) == ZT_OK, "%s", zt_last_error());
+    CHECK(d.n_docs == 1 + (size_t)(N - 2 + 3) / 4 && d.docs[0] == 0 && d.docs[1] == 2,
+          "%zu documents", d.n_docs);
+    CHECK(zt_loader_init(&l, &d, 1, T, 0, 1, false, false, 1) == ZT_OK, "%s", zt_last_error());
+    right = l.n_samples == (int64_t)d.n_docs;
+    for (size_t k = 0; k < d.n_docs; k++) {
+        zt_loader_next_docs(&l, in, tg, pos);
+        size_t a = d.docs[k], e = k + 1 < d.n_docs ? d.docs[k + 1] : (size_t)N;
+        for (int t = 0; t < T; t++) {
+            bool real = a + (size_t)t < e;
+            int want_in = real ? toks[a + t] : 0;
+            int want_tg = real && a + t + 1 < e ? toks[a + t + 1] : -1;
+            right = right && in[t] == want_in && tg[t] == want_tg &&
+                    pos[t] == (real ? t : t - (int)(e - a));
+        }
+    }
+    CHECK(right, "padded samples are the documents");
+    zt_loader_free(&l);
+    zt_dataset_close(&d);
+    zt_dataset d2;
+    CHECK(zt_dataset_open(&d2, p, 50) == ZT_OK);
+    CHECK(zt_dataset_set_padded(&d2) == ZT_ERR_INVALID && strstr(zt_last_error(), "sft.bin"),
+          "padding without a mask: %s", zt_last_error());
+    zt_dataset_close(&d2);
+
     /* A mask of another length, or with a reserved bit, is refused naming the file. */
     zt_loss_mask_path(p, mp, sizeof mp);
     CHECK(zt_loss_mask_write(mp, flags, N - 1) == ZT_OK);

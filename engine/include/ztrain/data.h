@@ -41,6 +41,11 @@ typedef struct zt_dataset {
     const uint8_t *mask;
     void *mask_map;
     size_t mask_map_size;
+    /* With a mask: where its documents start (bit 1; token 0 always), n_docs of them. */
+    size_t *docs;
+    size_t n_docs;
+    /* data.packing "padded": a sample is one document (zt_dataset_set_padded). */
+    bool padded;
 } zt_dataset;
 
 /* Maps a data file read-only and validates it: header magic and version, file size equal to
@@ -67,6 +72,12 @@ zt_status zt_dataset_open_val(zt_dataset *d, const struct zt_data_spec_s *spec, 
 zt_status zt_dataset_open_mixture(zt_dataset *d, const char *const *paths, const double *weights,
                                   int n, int vocab_size);
 void zt_dataset_close(zt_dataset *d);
+
+/* Makes every sample of d (and of its files and sources) one document of its loss mask: its
+ * first min(length, T) tokens, with targets up to the document's end, then padding (input 0,
+ * target -1). Documents are the samples the sampler shuffles and shares out. Needs masks
+ * (zt_loss_mask_attach); ZT_ERR_INVALID naming the file otherwise. */
+zt_status zt_dataset_set_padded(zt_dataset *d);
 
 /* Token i (0 <= i < n_tokens; a glob's files and a mixture's sources one after the other). */
 int32_t zt_dataset_token(const zt_dataset *d, size_t i);

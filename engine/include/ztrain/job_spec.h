@@ -71,6 +71,12 @@ typedef enum {
                                   targets of the global batch (docs/fine-tuning.md) */
 } zt_data_format;
 
+/* data.packing, with data.format "masked": how examples become samples. */
+typedef enum {
+    ZT_DATA_PACKED = 0, /* "packed": windows of the token stream, documents restarting inside */
+    ZT_DATA_PADDED,     /* "padded": one document per sample, cut at block_size, padded */
+} zt_data_packing;
+
 typedef struct zt_data_spec_s {
     char *train;       /* llm.c token file (.bin), a glob of them, or any other file read as bytes
                           (vocab 256); NULL when train_mix is set: open the training data with
@@ -84,6 +90,7 @@ typedef struct zt_data_spec_s {
                           (needs tokenizer); default 0 */
     char *sample_prompt; /* the sample's prompt; NULL: start from BOS / end-of-text */
     zt_data_format format; /* data.format, default "tokens" */
+    zt_data_packing packing; /* data.packing, default "packed" */
 } zt_data_spec;
 
 typedef struct {
