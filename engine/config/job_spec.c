@@ -30,7 +30,8 @@ static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "d
                                        "pipeline", "max_restarts", "fork_from", "events",
                                        "alerts", NULL};
 static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
-                                        "sample_tokens", "sample_prompt", NULL};
+                                        "sample_tokens", "sample_prompt", "format",
+                                        "packing",       NULL};
 static const char *const source_keys[] = {"path", "weight", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
@@ -242,6 +243,24 @@ static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char 
     if (d->sample_tokens > 0 && !d->tokenizer)
         return zt_json_key_error(ZT_ERR_INVALID, &o, "sample_tokens",
                                  "is %d but data.tokenizer is not set", d->sample_tokens);
+    const char *format = NULL;
+    ZT_TRY(zt_json_get_string(&o, "format", &format, NULL));
+    if (format && strcmp(format, "masked") == 0)
+        d->format = ZT_DATA_FORMAT_MASKED;
+    else if (format && strcmp(format, "tokens") != 0)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "format", "is \"%s\"; known: \"tokens\" "
+                                 "(every token trained), \"masked\" (token files with a loss "
+                                 "mask X.mask)", format);
+    const char *packing = NULL;
+    ZT_TRY(zt_json_get_string(&o, "packing", &packing, NULL));
+    if (packing && strcmp(packing, "padded") == 0)
+        d->packing = ZT_DATA_PADDED;
+    else if (packing && strcmp(packing, "packed") != 0)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "packing", "is \"%s\"; known: \"packed\", "
+                                 "\"padded\"", packing);
+    if (packing && d->format != ZT_DATA_FORMAT_MASKED)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "packing", "needs data.format \"masked\" "
+                                 "(documents are marked in the loss mask)");
     d->shuffle = true;
     return zt_json_get_bool(&o, "shuffle", &d->shuffle, NULL);
 }
@@ -555,6 +574,12 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
     ZT_TRY(parse_events(job, &top));
     ZT_TRY(zt_job_check_pipeline(job, source));
+    /* The global-batch count of trained targets is drawn ahead of the micro-batches
+     * (engine/train/loss_norm.h), which the pipeline's schedule does not do yet. */
+    if (job->data.format == ZT_DATA_FORMAT_MASKED && job->pipeline.stages > 1)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: data.format \"masked\" is not supported with "
+                        "pipeline.stages %d (pipeline parallelism) yet", source,
+                        job->pipeline.stages);
     ZT_TRY(zt_job_activation_checkpointing(job, &top));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would
      * overflow, wherever a spec is read; activations are sized at fp32, the widest. */

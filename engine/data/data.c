@@ -6,6 +6,7 @@
  * rebuilt exactly on resume. */
 #define _POSIX_C_SOURCE 200809L /* strdup, O_CLOEXEC; before any header */
 #include "ztrain/data.h"
+#include "ztrain/loss_mask.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -172,8 +173,20 @@ void zt_dataset_close(zt_dataset *d) {
     free(d->parts);
     free(d->weights);
     zt_unmap_file(d->map, d->map_size);
+    zt_unmap_file(d->mask_map, d->mask_map_size);
+    free(d->docs);
     free(d->path);
     memset(d, 0, sizeof *d);
+}
+
+zt_status zt_dataset_set_padded(zt_dataset *d) {
+    for (int i = 0; i < d->n_parts; i++)
+        ZT_TRY(zt_dataset_set_padded(&d->parts[i]));
+    if (!d->n_parts && !d->mask)
+        return zt_error(ZT_ERR_INVALID, "%s: data.packing \"padded\" needs the file's loss mask "
+                        "(data.format \"masked\")", d->path);
+    d->padded = true;
+    return ZT_OK;
 }
 
 int32_t zt_dataset_token(const zt_dataset *d, size_t i) {
@@ -324,7 +337,7 @@ zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int r
     if (world_size <= 0 || rank < 0 || rank >= world_size)
         return zt_error(ZT_ERR_INVALID, "%s: rank %d is outside world size %d", ds->path, rank,
                         world_size);
-    if (ds->n_tokens < (size_t)T + 1)
+    if (!ds->padded && ds->n_tokens < (size_t)T + 1)
         return zt_error(ZT_ERR_INVALID,
                         "%s: %zu tokens are fewer than one sample of T+1 = %d tokens", ds->path,
                         ds->n_tokens, T + 1);
@@ -338,7 +351,7 @@ zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int r
     l->seed = seed;
     if (ds->weights)
         return zt_data_mix_init(l);
-    l->n_samples = (int64_t)((ds->n_tokens - 1) / (size_t)T);
+    l->n_samples = ds->padded ? (int64_t)ds->n_docs : (int64_t)((ds->n_tokens - 1) / (size_t)T);
     if (ds->parts) {
         zt_status s = zt_data_glob_samples(l);
         if (s != ZT_OK) {
@@ -385,13 +398,35 @@ int64_t zt_loader_batches_per_epoch(const zt_loader *l) {
 
 /* Copies T inputs and T targets of sample `s`; one loop per token width keeps this branch-free.
  * A glob's sample is first found in its file. */
+/* data.packing "padded": document k of ds as one row, cut at T, padded after its end. Its last
+ * token's target is the next document's first, never trained. */
+static void copy_document(const zt_dataset *ds, size_t k, int T, int32_t *in, int32_t *tg,
+                          int32_t *pos) {
+    size_t start = ds->docs[k], end = k + 1 < ds->n_docs ? ds->docs[k + 1] : ds->n_tokens;
+    size_t len = end - start < (size_t)T ? end - start : (size_t)T;
+    for (size_t i = 0; i < (size_t)T; i++) {
+        bool real = i < len;
+        size_t at = start + i;
+        in[i] = real ? zt_dataset_token(ds, at) : 0;
+        bool target = real && at + 1 < end && (ds->mask[at + 1] & ZT_LOSS_MASK_TRAINED);
+        tg[i] = target ? zt_dataset_token(ds, at + 1) : -1;
+        /* the padding is a document of its own, so the real tokens never see it */
+        if (pos)
+            pos[i] = real ? (int32_t)i : (int32_t)(i - len);
+    }
+}
+
 void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, int32_t *in,
-                         int32_t *tg) {
+                         int32_t *tg, int32_t *pos) {
     int T = l->T;
     if (ds->parts) {
         int k = zt_data_glob_part(l, s);
         s -= l->part_first[k];
         ds = &ds->parts[k];
+    }
+    if (ds->padded) {
+        copy_document(ds, (size_t)s, T, in, tg, pos);
+        return;
     }
     size_t start = (size_t)s * (size_t)T;
     switch (ds->kind) {
@@ -420,22 +455,41 @@ void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, in
         break;
     }
     }
+    /* Target i is token start + i + 1: its mask byte says whether its loss counts; the first
+     * token of a document is never predicted from the document before it. */
+    const uint8_t *m = ds->mask ? ds->mask + start : NULL;
+    if (m)
+        for (int i = 0; i < T; i++)
+            if ((m[i + 1] & (ZT_LOSS_MASK_TRAINED | ZT_LOSS_MASK_DOC_START)) !=
+                ZT_LOSS_MASK_TRAINED)
+                tg[i] = -1;
+    /* Positions restart at each document's first token and at the window's. */
+    if (pos)
+        for (int i = 0; i < T; i++)
+            pos[i] = i == 0 || (m && (m[i] & ZT_LOSS_MASK_DOC_START)) ? 0 : pos[i - 1] + 1;
 }
 
 int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets) {
+    return zt_loader_next_docs(l, inputs, targets, NULL);
+}
+
+int zt_loader_next_docs(zt_loader *l, int32_t *inputs, int32_t *targets, int32_t *doc_pos) {
     if (l->subs)
-        return zt_data_mix_next(l, inputs, targets);
+        return zt_data_mix_next(l, inputs, targets, doc_pos);
     int64_t end = loader_epoch_end(l);
     int64_t left = end - l->pos;
     int n = left < l->B ? (int)left : l->B;
     size_t T = (size_t)l->T;
     for (int b = 0; b < n; b++)
-        zt_data_copy_sample(l, l->ds, l->order[l->pos + b], inputs + b * T, targets + b * T);
+        zt_data_copy_sample(l, l->ds, l->order[l->pos + b], inputs + b * T, targets + b * T,
+                            doc_pos ? doc_pos + b * T : NULL);
     /* Rows past a short last batch are zeroed so that a caller that ignores the count still sees
      * deterministic data. */
     if (n < l->B) {
         memset(inputs + n * T, 0, (size_t)(l->B - n) * T * sizeof *inputs);
         memset(targets + n * T, 0, (size_t)(l->B - n) * T * sizeof *targets);
+        if (doc_pos)
+            memset(doc_pos + n * T, 0, (size_t)(l->B - n) * T * sizeof *doc_pos);
     }
     l->pos += n;
     /* Move on as soon as the epoch is used up, so (epoch, pos) read after a step is already the

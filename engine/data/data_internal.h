@@ -20,10 +20,11 @@ int zt_data_glob_part(const zt_loader *l, int64_t s);
 /* A mixture loader's sources (l's fields from B to seed set); frees nothing on failure but
  * leaves l zeroed. */
 zt_status zt_data_mix_init(zt_loader *l);
-int zt_data_mix_next(zt_loader *l, int32_t *inputs, int32_t *targets);
+int zt_data_mix_next(zt_loader *l, int32_t *inputs, int32_t *targets, int32_t *doc_pos);
 void zt_data_mix_seek(zt_loader *l, int64_t drawn);
 
+/* Sample s into in[T], tg[T] and, when not NULL, pos[T] (zt_loader_next_docs). */
 void zt_data_copy_sample(const zt_loader *l, const zt_dataset *ds, int64_t s, int32_t *in,
-                         int32_t *tg);
+                         int32_t *tg, int32_t *pos);
 
 #endif

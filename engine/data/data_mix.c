@@ -9,6 +9,7 @@
 #include "data_internal.h"
 #include "ztrain/fsutil.h"
 #include "ztrain/job_spec.h"
+#include "ztrain/loss_mask.h"
 
 static const char *kind_name(zt_data_kind k) {
     return k == ZT_DATA_TOKENS16 ? "uint16 tokens" : k == ZT_DATA_TOKENS32 ? "uint32 tokens"
@@ -92,7 +93,29 @@ zt_status zt_dataset_open_mixture(zt_dataset *d, const char *const *paths, const
     return s;
 }
 
+/* data.format "masked": every file's loss mask, mapped beside it. */
+static zt_status with_masks(zt_dataset *d, const zt_data_spec *spec, zt_status opened) {
+    if (opened != ZT_OK || spec->format != ZT_DATA_FORMAT_MASKED)
+        return opened;
+    zt_status s = zt_loss_mask_attach(d);
+    if (s == ZT_OK && spec->packing == ZT_DATA_PADDED)
+        s = zt_dataset_set_padded(d);
+    if (s != ZT_OK)
+        zt_dataset_close(d);
+    return s;
+}
+
+static zt_status open_train(zt_dataset *d, const zt_data_spec *spec, int vocab_size);
+
 zt_status zt_dataset_open_train(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
+    return with_masks(d, spec, open_train(d, spec, vocab_size));
+}
+
+zt_status zt_dataset_open_val(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
+    return with_masks(d, spec, zt_dataset_open(d, spec->val, vocab_size));
+}
+
+static zt_status open_train(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
     if (!spec->train_mix)
         return zt_dataset_open(d, spec->train, vocab_size);
     const char *paths[ZT_MAX_MIX_SOURCES];
@@ -119,7 +142,8 @@ zt_status zt_data_glob_samples(zt_loader *l) {
     for (int i = 0; i < ds->n_parts; i++) {
         l->part_first[i] = n;
         size_t toks = ds->parts[i].n_tokens;
-        n += toks > (size_t)l->T ? (int64_t)((toks - 1) / (size_t)l->T) : 0;
+        n += ds->parts[i].padded ? (int64_t)ds->parts[i].n_docs
+             : toks > (size_t)l->T ? (int64_t)((toks - 1) / (size_t)l->T) : 0;
     }
     l->part_first[ds->n_parts] = n;
     l->n_samples = n;
@@ -200,11 +224,12 @@ zt_status zt_data_mix_init(zt_loader *l) {
     return ZT_OK;
 }
 
-int zt_data_mix_next(zt_loader *l, int32_t *inputs, int32_t *targets) {
+int zt_data_mix_next(zt_loader *l, int32_t *inputs, int32_t *targets, int32_t *doc_pos) {
     size_t T = (size_t)l->T;
     for (int b = 0; b < l->B; b++) {
         int src = choose_source(l, l->drawn++);
-        zt_loader_next(&l->subs[src], inputs + b * T, targets + b * T);
+        zt_loader_next_docs(&l->subs[src], inputs + b * T, targets + b * T,
+                            doc_pos ? doc_pos + b * T : NULL);
     }
     l->epoch = l->drawn / l->per_rank;
     l->pos = l->drawn % l->per_rank;

@@ -13,7 +13,7 @@ static zt_status check_dataset(const zt_job_spec *job, const char *path, const c
                                bool drop_last, const char *source) {
     zt_dataset d;
     /* data.train may be a glob or a mixture, which only the train opener knows (path NULL). */
-    zt_status s = path ? zt_dataset_open(&d, path, job->model.vocab_size)
+    zt_status s = path ? zt_dataset_open_val(&d, &job->data, job->model.vocab_size)
                        : zt_dataset_open_train(&d, &job->data, job->model.vocab_size);
     if (s != ZT_OK)
         return zt_error_prefix(s, "%s: %s: ", source, key);

@@ -296,6 +296,8 @@ static zt_status writer_init(shard_writer *w, const char *split, bool u32, size_
 
 zt_status zt_prepare_run(const zt_prepare_options *o, zt_prepare_stats *st) {
     memset(st, 0, sizeof *st);
+    if (o->format != ZT_PREPARE_TEXT)
+        return zt_prepare_sft_run(o, st);
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
         return zt_error(ZT_ERR_INVALID, "prepare: the validation fraction %g is not in [0, 1)",
                         o->val_fraction);

@@ -22,6 +22,14 @@ static int compare_desc(const void *a, const void *b) {
 zt_status zt_sample_generate(zt_model *m, int32_t *tokens, int n_prompt, int n_total,
                              const zt_sample_options *opts,
                              void (*on_token)(int32_t token, void *ctx), void *ctx) {
+    return zt_sample_generate_until(m, tokens, n_prompt, n_total, opts, -1, NULL, on_token, ctx);
+}
+
+zt_status zt_sample_generate_until(zt_model *m, int32_t *tokens, int n_prompt, int n_total,
+                                   const zt_sample_options *opts, int32_t stop, int *n_end,
+                                   void (*on_token)(int32_t token, void *ctx), void *ctx) {
+    if (n_end)
+        *n_end = n_prompt;
     const int V = m->spec.vocab_size, maxT = m->spec.block_size;
     if (n_prompt < 1 || n_total < n_prompt)
         return zt_error(ZT_ERR_INVALID, "sample: need at least one prompt token");
@@ -66,8 +74,12 @@ zt_status zt_sample_generate(zt_model *m, int32_t *tokens, int n_prompt, int n_t
             }
         }
         tokens[n] = pick;
+        if (n_end)
+            *n_end = n + 1;
         if (on_token)
             on_token(pick, ctx);
+        if (pick == stop)
+            break;
     }
     free(probs);
     return ZT_OK;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "doc_pos.h"
 #include "blocks.h"
 #include "ztrain/size_math.h"
 #include "ztrain/model.h"
@@ -56,6 +57,7 @@ typedef struct {
     /* backward scratch, reused across blocks (datt is fp32 work space) */
     void *dln, *datty, *dqkv, *dfch;
     float *datt;
+    zt_doc_pos docs;           /* packed documents: positions restart at each one */
 } gpt2;
 
 /* Sizes in 64 bits: with n_embd at most INT_MAX / 4 (gpt2_validate), no single tensor can
@@ -156,7 +158,8 @@ static const void *block_forward(zt_model *m, void *acts, const void *residual, 
     const zt_ops *op = m->ctx.be->ops;
     const zt_ctx *x = &m->ctx;
     const int C = g->C, BT = B * T;
-    const zt_attn_shape attn = {B, T, g->NH, g->NH, C / g->NH, true, 0};
+    const zt_attn_shape attn = {B, T, g->NH, g->NH, C / g->NH, true, 0,
+                               zt_doc_pos_dev(&g->docs)};
     layer_acts *a = acts;
     float **w = g->lw[l - m->stage.first_layer].w;
     op->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B], BT,
@@ -181,7 +184,8 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
     const zt_ops *op = m->ctx.be->ops;
     const zt_ctx *x = &m->ctx;
     const int C = g->C, BT = B * T;
-    const zt_attn_shape attn = {B, T, g->NH, g->NH, C / g->NH, true, 0};
+    const zt_attn_shape attn = {B, T, g->NH, g->NH, C / g->NH, true, 0,
+                               zt_doc_pos_dev(&g->docs)};
     layer_acts *a = acts;
     float **w = g->lw[l - m->stage.first_layer].w, **dw = g->lg[l - m->stage.first_layer].w;
     void *dres = g->blk.dres;
@@ -204,15 +208,35 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
                            a->ln1_mean, a->ln1_rstd, BT, C);
 }
 
+/* With packed documents the learned positions are looked up by each token's position in its
+ * document, as a second embedding whose "tokens" are the positions, added to the first through
+ * dln (backward scratch, free during the forward); its backward accumulates into dwpe. */
 static void embed_forward(zt_model *m, void *out, const int32_t *tokens, int B, int T) {
     gpt2 *g = (gpt2 *)m;
-    m->ctx.be->ops->embedding_forward(&m->ctx, out, tokens, g->wte, g->wpe, B, T, g->C);
+    const zt_ops *op = m->ctx.be->ops;
+    if (!g->docs.on) {
+        op->embedding_forward(&m->ctx, out, tokens, g->wte, g->wpe, B, T, g->C);
+        return;
+    }
+    op->embedding_forward(&m->ctx, out, tokens, g->wte, NULL, B, T, g->C);
+    op->embedding_forward(&m->ctx, g->dln, g->docs.host, g->wpe, NULL, B, T, g->C);
+    op->add(&m->ctx, out, out, g->dln, (size_t)B * T * g->C);
 }
 
 static void embed_backward(zt_model *m, const int32_t *tokens, int B, int T) {
     gpt2 *g = (gpt2 *)m;
-    m->ctx.be->ops->embedding_backward(&m->ctx, g->dwte, g->dwpe, g->blk.dres, tokens, B, T,
-                                       g->C);
+    const zt_ops *op = m->ctx.be->ops;
+    if (!g->docs.on) {
+        op->embedding_backward(&m->ctx, g->dwte, g->dwpe, g->blk.dres, tokens, B, T, g->C);
+        return;
+    }
+    op->embedding_backward(&m->ctx, g->dwte, NULL, g->blk.dres, tokens, B, T, g->C);
+    op->embedding_backward(&m->ctx, g->dwpe, NULL, g->blk.dres, g->docs.host, B, T, g->C);
+}
+
+static zt_status gpt2_set_doc_pos(zt_model *m, const int32_t *pos, int B, int T) {
+    gpt2 *g = (gpt2 *)m;
+    return zt_doc_pos_set(&g->docs, m->ctx.be, (size_t)m->max_batch * g->maxT, pos, B, T);
 }
 
 static void head_forward(zt_model *m, zt_head_acts *h, const void *last, int B, int T) {
@@ -356,6 +380,7 @@ static double gpt2_flops_per_token(const zt_model *m) {
 
 static void gpt2_destroy(zt_model *m) {
     gpt2 *g = (gpt2 *)m;
+    zt_doc_pos_free(&g->docs, m->ctx.be);
     zt_model_free_flat(m);
     free(m->tensors);
     free(g->lw);
@@ -374,6 +399,7 @@ static const zt_model_ops gpt2_ops = {
     .destroy = gpt2_destroy,
     .stage_forward = gpt2_stage_forward,
     .stage_backward = gpt2_stage_backward,
+    .set_doc_pos = gpt2_set_doc_pos,
 };
 
 /* Points the views at the flat buffers, tensor by tensor in lay_out_tensors' order. */

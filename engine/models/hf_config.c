@@ -24,6 +24,8 @@
 #include "ztrain/model_fields.h"
 #include "ztrain/safetensors.h"
 
+#include "hf_layout.h"
+
 typedef enum {
     ROW_FIELD, /* config key <-> spec field */
     ROW_CONST, /* a spec field this model_type fixes, with no key (Qwen2's q/k/v biases) */
@@ -96,6 +98,10 @@ static const hf_row rows[] = {
           .zero_is = "block_size", .positions = true),
     FIELD(LLAMA_LIKE, "tie_word_embeddings", "tie_word_embeddings", "false"),
     FIXED(LLAMA_LIKE, "hidden_act", "\"silu\"", "[\"silu\"]"),
+    /* ztrain has no dropout; the published Llama, Mistral and Qwen2 configs have none. */
+    FIXED(LLAMA_LIKE, "attention_dropout", "0.0", "[0.0]"),
+    /* transformers 4.x splits the projections into pretraining_tp slices when it is above 1. */
+    FIXED("llama", "pretraining_tp", "1", "[1]"),
     FIELD("llama", "attention_bias", "qkv_bias", "false"),
     FIELD("llama", "attention_bias", "o_bias", "false"),
     FIXED("llama", "mlp_bias", "false", "[false]"),
@@ -311,6 +317,29 @@ static zt_status check_weights(const char *dir) {
     return s;
 }
 
+/* A key that no row reads and that is not known to leave the computation alone is refused:
+ * transformers would build the model from it, ztrain cannot tell whether the model differs.
+ * A null value is the key's absence to transformers. */
+static zt_status check_known_keys(const cJSON *root, const char *type, const char *path) {
+    const cJSON *m;
+    cJSON_ArrayForEach(m, root) {
+        if (cJSON_IsNull(m) || zt_hf_layout_key_known(type, m->string))
+            continue;
+        bool read = false;
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0] && !read; i++) {
+            const char *k = rows[i].key;
+            size_t n = strlen(m->string);
+            read = k && row_applies(&rows[i], type) && strncmp(k, m->string, n) == 0 &&
+                   (k[n] == '\0' || k[n] == '.');
+        }
+        if (!read)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: key '%s' is not understood by ztrain for "
+                            "model_type \"%s\" (it may change the model, so it is not ignored)",
+                            path, m->string, type);
+    }
+    return ZT_OK;
+}
+
 static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
     if (!cJSON_IsObject(root))
         return zt_error(ZT_ERR_FORMAT, "%s: not a JSON object", c->path);
@@ -335,11 +364,8 @@ static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
                         "build (model families: %s)", c->path, type, known);
     }
     snprintf(c->spec.type, sizeof c->spec.type, "%s", type);
-    /* Older configs name the rope scaling type "type"; transformers reads it as "rope_type". */
-    cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    cJSON *old = cJSON_IsObject(rs) ? cJSON_GetObjectItemCaseSensitive(rs, "type") : NULL;
-    if (old && !cJSON_GetObjectItemCaseSensitive(rs, "rope_type"))
-        cJSON_AddItemToObject(rs, "rope_type", cJSON_Duplicate(old, true));
+    ZT_TRY(zt_hf_layout_read(root, type, c->path));
+    ZT_TRY(check_known_keys(root, type, c->path));
     for (const zt_model_field *f = c->family->fields; f->key; f++)
         zt_model_field_set_default(f, &c->spec);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -454,6 +480,7 @@ static cJSON *config_json(const zt_model_spec *spec, const zt_model_family *fam)
         put(root, r->key, field_json(fam, f, r, spec));
     }
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    zt_hf_layout_write(root, spec->type);
     return root;
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "doc_pos.h"
 #include "llama.h"
 
 typedef struct {
@@ -30,6 +31,11 @@ typedef struct {
     size_t act_size;            /* bytes per activation element on this backend */
     zt_blocks blk;              /* activation sets, checkpointing, dres */
     llama_outer_acts o;
+    /* Packed documents: their positions, and the rotary tables gathered by position for each
+     * token of the micro-batch ([max_batch·maxT, HD/2], device, with a pinned staging copy),
+     * made on the first set with documents from the host tables [maxT, HD/2]. */
+    zt_doc_pos docs;
+    float *tok_cos, *tok_sin, *tok_host, *table_host;
 } llama;
 
 uint64_t zt_llama_host_bytes(const llama_dims *d, uint64_t micro_batch) {
@@ -76,7 +82,7 @@ static zt_status llama_init_weights(zt_model *m, uint64_t seed) {
 /* ---- The blocks, the embedding and the head (blocks.h calls them) ------------------------- */
 
 static zt_attn_shape attn_shape(const llama *g, int B, int T) {
-    return (zt_attn_shape){B, T, g->NH, g->KV, g->HD, true, g->window};
+    return (zt_attn_shape){B, T, g->NH, g->KV, g->HD, true, g->window, zt_doc_pos_dev(&g->docs)};
 }
 
 /* Rotates q and k of the packed rows in place (the backward rotates their gradients back). */
@@ -84,9 +90,13 @@ static void rope(const llama *g, const zt_ctx *x, void *qkv, int B, int T, bool 
     const zt_ops *op = x->be->ops;
     void (*f)(const zt_ctx *, void *, const float *, const float *, int, int, int, int, size_t) =
         backward ? op->rope_backward : op->rope_forward;
-    f(x, qkv, g->o.rope_cos, g->o.rope_sin, B, T, g->NH, g->HD, (size_t)g->QKV);
-    f(x, act_at(g, qkv, (size_t)g->Q), g->o.rope_cos, g->o.rope_sin, B, T, g->KV, g->HD,
-      (size_t)g->QKV);
+    const float *cos = g->o.rope_cos, *sin = g->o.rope_sin;
+    /* With packed documents each token has its own table row: the rows are one sequence of
+     * B·T tokens to the op. */
+    if (g->docs.on)
+        cos = g->tok_cos, sin = g->tok_sin, T *= B, B = 1;
+    f(x, qkv, cos, sin, B, T, g->NH, g->HD, (size_t)g->QKV);
+    f(x, act_at(g, qkv, (size_t)g->Q), cos, sin, B, T, g->KV, g->HD, (size_t)g->QKV);
 }
 
 static const void *block_forward(zt_model *m, void *acts, const void *residual, int l, int B,
@@ -230,8 +240,57 @@ static double llama_flops_per_token(const zt_model *m) {
                      4.0 * (double)g->blk.shape.layers * (double)g->Q * g->maxT);
 }
 
+static void free_doc_tables(llama *g) {
+    zt_backend *be = g->base.ctx.be;
+    const size_t tok = (size_t)g->base.max_batch * g->maxT * (g->HD / 2) * sizeof(float);
+    zt_backend_free(be, ZT_MEM_DEVICE, g->tok_cos, tok);
+    zt_backend_free(be, ZT_MEM_DEVICE, g->tok_sin, tok);
+    zt_backend_free(be, ZT_MEM_PINNED, g->tok_host, 2 * tok);
+    free(g->table_host);
+    zt_doc_pos_free(&g->docs, be);
+}
+
+/* The documents of the next forward: their positions for the attention, and each token's
+ * rotary angle from its position in its document, gathered from the tables on the host. */
+static zt_status llama_set_doc_pos(zt_model *m, const int32_t *pos, int B, int T) {
+    llama *g = (llama *)m;
+    const size_t cap = (size_t)m->max_batch * g->maxT, half = (size_t)g->HD / 2;
+    ZT_TRY(zt_doc_pos_set(&g->docs, m->ctx.be, cap, pos, B, T));
+    if (!pos)
+        return ZT_OK;
+    if (!g->table_host) {
+        const size_t tok = cap * half * sizeof(float);
+        g->table_host = malloc(2 * (size_t)g->maxT * half * sizeof(float));
+        g->tok_host = zt_backend_alloc(m->ctx.be, ZT_MEM_PINNED, 2 * tok);
+        g->tok_cos = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, tok);
+        g->tok_sin = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, tok);
+        zt_status s = g->table_host && g->tok_host && g->tok_cos && g->tok_sin
+                          ? zt_llama_rope_tables(&m->spec, g->HD, g->maxT, g->table_host,
+                                                 g->table_host + (size_t)g->maxT * half)
+                          : zt_error(ZT_ERR_NOMEM, "%s: out of memory for the rotary tables of "
+                                     "packed documents", m->spec.type);
+        if (s != ZT_OK) {
+            free_doc_tables(g);
+            return s;
+        }
+    }
+    const size_t n = (size_t)B * T;
+    const float *tcos = g->table_host, *tsin = g->table_host + (size_t)g->maxT * half;
+    float *hcos = g->tok_host, *hsin = g->tok_host + cap * half;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(hcos + i * half, tcos + (size_t)g->docs.host[i] * half, half * sizeof(float));
+        memcpy(hsin + i * half, tsin + (size_t)g->docs.host[i] * half, half * sizeof(float));
+    }
+    zt_backend_copy(m->ctx.be, g->tok_cos, hcos, n * half * sizeof(float), ZT_COPY_H2D,
+                    ZT_STREAM_COMPUTE);
+    zt_backend_copy(m->ctx.be, g->tok_sin, hsin, n * half * sizeof(float), ZT_COPY_H2D,
+                    ZT_STREAM_COMPUTE);
+    return ZT_OK;
+}
+
 static void llama_destroy(zt_model *m) {
     llama *g = (llama *)m;
+    free_doc_tables(g);
     zt_model_free_flat(m);
     free(m->tensors);
     free(g->lw);
@@ -250,6 +309,7 @@ static const zt_model_ops llama_ops = {
     .destroy = llama_destroy,
     .stage_forward = llama_stage_forward,
     .stage_backward = llama_stage_backward,
+    .set_doc_pos = llama_set_doc_pos,
 };
 
 /* ---- Creation ------------------------------------------------------------------------------- */

@@ -217,7 +217,7 @@ void zt_pipe_destroy(zt_pipe *p) {
 static zt_status load(zt_pipe *p, pipe_buffer *x, zt_loader *from) {
     zt_batch b;
     if (from) {
-        b = (zt_batch){x->tokens, x->targets, 0, p->T};
+        b = (zt_batch){x->tokens, x->targets, 0, p->T, NULL};
         b.B = zt_loader_next(from, x->tokens, x->targets);
     } else {
         ZT_TRY(zt_engine_next_batch(p->e, &b));

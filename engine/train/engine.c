@@ -13,6 +13,8 @@
 #include "ztrain/gpu.h"
 #include "ztrain/loss_scaler.h"
 
+#include "loss_norm.h"
+
 struct zt_engine {
     zt_ds_config ds;
     zt_engine_options opts;
@@ -37,7 +39,22 @@ struct zt_engine {
     double step_comm0;    /* zt_comm_thread_ms() when the optimizer step began */
     zt_engine_step_gate gate;   /* decides a step's update before it is applied; NULL: none */
     void *gate_ctx;
+    /* Loss-masked data: the loss is the mean over the global batch's trained targets
+     * (loss_norm.h), so each step's micro-batches are drawn ahead into norm. */
+    bool masked;
+    zt_loss_norm norm;
+    bool docs_on; /* the model holds a batch's document positions */
 };
+
+/* Whether a dataset (or any file of a glob or mixture) carries a loss mask. */
+static bool has_masks(const zt_dataset *d) {
+    if (d->mask)
+        return true;
+    for (int i = 0; i < d->n_parts; i++)
+        if (has_masks(&d->parts[i]))
+            return true;
+    return false;
+}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -167,6 +184,15 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         s = start_offload(e);
     if (s == ZT_OK)
         s = zt_zero_after_load(&e->zero);
+    if (s == ZT_OK && train_data && has_masks(train_data)) {
+        e->masked = true;
+        if (opts->stage)
+            s = zt_error(ZT_ERR_UNSUPPORTED, "engine: data.format \"masked\" is not supported "
+                         "with pipeline parallelism yet");
+        else
+            s = zt_loss_norm_init(&e->norm, ds->gradient_accumulation_steps,
+                                  ds->train_micro_batch_size_per_gpu, spec->block_size);
+    }
     if (s == ZT_OK && train_data) {
         s = zt_loader_init(&e->loader, train_data, ds->train_micro_batch_size_per_gpu,
                            spec->block_size, opts->rank, e->world, opts->shuffle,
@@ -201,6 +227,7 @@ void zt_engine_destroy(zt_engine *e) {
         zt_optimizer_free(&e->opt);
     if (e->has_loader)
         zt_loader_free(&e->loader);
+    zt_loss_norm_free(&e->norm);
     if (e->be) {
         zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_inputs, e->batch_bytes);
         zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_targets, e->batch_bytes);
@@ -215,10 +242,35 @@ void zt_engine_destroy(zt_engine *e) {
 zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b) {
     if (!e->has_loader)
         return zt_error(ZT_ERR_INVALID, "engine: no training data was given to the engine");
-    b->B = zt_loader_next(&e->loader, e->batch_inputs, e->batch_targets);
+    if (e->masked) {
+        int micro = (int)(e->micro_steps % e->ds.gradient_accumulation_steps);
+        if (micro == 0)
+            ZT_TRY(zt_loss_norm_fill(&e->norm, &e->loader, e->opts.comm, e->global_steps + 1));
+        size_t each = (size_t)e->norm.B * (size_t)e->norm.T;
+        memcpy(e->batch_inputs, e->norm.inputs + micro * each, e->batch_bytes);
+        memcpy(e->batch_targets, e->norm.targets + micro * each, e->batch_bytes);
+        b->B = e->norm.rows[micro];
+        b->doc_pos = e->norm.doc_pos + micro * each;
+    } else {
+        b->B = zt_loader_next(&e->loader, e->batch_inputs, e->batch_targets);
+        b->doc_pos = NULL;
+    }
     b->T = e->model->spec.block_size;
     b->inputs = e->batch_inputs;
     b->targets = e->batch_targets;
+    return ZT_OK;
+}
+
+/* Hands the batch's packed documents to the model (or none); a model that was given documents
+ * is told when a batch has none. */
+static zt_status set_documents(zt_engine *e, const zt_batch *b) {
+    if (!b->doc_pos && !e->docs_on)
+        return ZT_OK;
+    if (!e->model->ops->set_doc_pos)
+        return zt_error(ZT_ERR_UNSUPPORTED, "engine: model type \"%s\" does not support packed "
+                        "documents", e->model->spec.type);
+    ZT_TRY(e->model->ops->set_doc_pos(e->model, b->doc_pos, b->B, b->T));
+    e->docs_on = b->doc_pos != NULL;
     return ZT_OK;
 }
 
@@ -238,6 +290,7 @@ static zt_status check_batch(const zt_engine *e, const zt_batch *b) {
 
 zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(check_batch(e, b));
+    ZT_TRY(set_documents(e, b));
     double t0 = now_ms(), c0 = zt_comm_thread_ms();
     if (e->micro_steps % e->ds.gradient_accumulation_steps == 0)
         memset(&e->current, 0, sizeof e->current);
@@ -248,7 +301,17 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     float grad_scale = counted ? (float)(zt_loss_scaler_scale(&e->scaler) /
                                          ((double)counted * e->ds.gradient_accumulation_steps))
                                : 0.0f;
+    /* Loss-masked data: this micro-batch's summed token losses over the global batch's trained
+     * targets, times the world size that the gradient average divides out (loss_norm.h). A
+     * micro-batch without trained targets still runs its backward, whose gradients are 0. */
+    double global = e->masked ? e->norm.trained : 0.0;
+    if (global > 0)
+        grad_scale = (float)(zt_loss_scaler_scale(&e->scaler) * e->world / global);
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
+    /* Reported so that the trainer's mean over micro-batches and ranks is the global mean. */
+    if (global > 0)
+        *loss = (float)((double)*loss * counted * e->ds.gradient_accumulation_steps * e->world /
+                        global);
     e->forward_pending = grad_scale != 0.0f;
     e->current.forward_ms += now_ms() - t0;
     e->current.forward_comm_ms += zt_comm_thread_ms() - c0;
@@ -272,6 +335,7 @@ zt_status zt_engine_backward(zt_engine *e) {
 
 zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(check_batch(e, b));
+    ZT_TRY(set_documents(e, b));
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, 0.0f);
     e->forward_pending = false;
     return zt_zero_status(&e->zero);
@@ -456,6 +520,12 @@ void *zt_engine_local_grads(zt_engine *e, zt_dtype *dtype) {
 }
 int zt_engine_rank(const zt_engine *e) { return e->zero.rank; }
 int zt_engine_world_size(const zt_engine *e) { return e->world; }
+
+double zt_engine_trained_tokens(const zt_engine *e, double *all) {
+    if (all)
+        *all = e->masked ? e->norm.tokens : 0.0;
+    return e->masked ? e->norm.trained : 0.0;
+}
 zt_comm *zt_engine_comm(zt_engine *e) { return e->zero.comm; }
 
 void zt_engine_partition(const zt_engine *e, size_t *own_lo, size_t *part) {

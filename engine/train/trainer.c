@@ -21,7 +21,7 @@
 #include "ztrain/monitor.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 5, STEP_METRICS = 12 };
+enum { MEM_PER_RANK = 5, STEP_METRICS = 15 };
 
 /* The per-rank memory record of every logged step, sized for the job's world when training
  * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
@@ -41,6 +41,7 @@ typedef struct {
     zt_loader val_loader;
     bool has_val_loader;
     int32_t *val_inputs, *val_targets;
+    int32_t *val_pos; /* loss-masked data: the validation batch's document positions */
     zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens) */
     bool has_sampler;
     zt_metrics_writer metrics;
@@ -86,7 +87,7 @@ static zt_status open_data(trainer *t) {
     ZT_TRY(zt_dataset_open_train(&t->train, &job->data, job->model.vocab_size));
     t->has_train = true;
     if (job->data.val && job->train.eval_interval > 0) {
-        ZT_TRY(zt_dataset_open(&t->val, job->data.val, job->model.vocab_size));
+        ZT_TRY(zt_dataset_open_val(&t->val, &job->data, job->model.vocab_size));
         t->has_val = true;
         const zt_ds_config *ds = &job->ds;
         ZT_TRY(zt_loader_init(&t->val_loader, &t->val, ds->train_micro_batch_size_per_gpu,
@@ -96,7 +97,8 @@ static zt_status open_data(trainer *t) {
         size_t n = (size_t)ds->train_micro_batch_size_per_gpu * job->model.block_size;
         t->val_inputs = malloc(n * sizeof(int32_t));
         t->val_targets = malloc(n * sizeof(int32_t));
-        if (!t->val_inputs || !t->val_targets)
+        t->val_pos = malloc(n * sizeof(int32_t));
+        if (!t->val_inputs || !t->val_targets || !t->val_pos)
             return zt_error(ZT_ERR_NOMEM, "out of memory");
         if (t->rank == 0 && job->data.sample_tokens > 0) {
             ZT_TRY(zt_eval_sampler_init(&t->sampler, job));
@@ -118,8 +120,11 @@ static zt_status evaluate(trainer *t, double *loss) {
         return zt_pipe_eval(t->pipe, &t->val_loader, steps, loss);
     double sum = 0.0;
     for (int i = 0; i < steps; i++) {
-        zt_batch b = {t->val_inputs, t->val_targets, 0, t->job->model.block_size};
-        b.B = zt_loader_next(&t->val_loader, t->val_inputs, t->val_targets);
+        bool masked = t->job->data.format == ZT_DATA_FORMAT_MASKED;
+        zt_batch b = {t->val_inputs, t->val_targets, 0, t->job->model.block_size,
+                      masked ? t->val_pos : NULL};
+        b.B = zt_loader_next_docs(&t->val_loader, t->val_inputs, t->val_targets,
+                                  masked ? t->val_pos : NULL);
         float l;
         ZT_TRY(zt_engine_eval_loss(t->e, &b, &l));
         sum += l;
@@ -471,6 +476,12 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
                 m[n++] = (zt_metric){"perf/mfu", tflops * 1e12 / (peak * t->world)};
             if (job->ds.fp16.enabled)
                 m[n++] = (zt_metric){"train/loss_scale", zt_engine_loss_scale(t->e)};
+            /* Loss-masked data: the loss's divisor beside all the step's targets. */
+            if (job->data.format == ZT_DATA_FORMAT_MASKED) {
+                double all;
+                m[n++] = (zt_metric){"train/trained_tokens", zt_engine_trained_tokens(t->e, &all)};
+                m[n++] = (zt_metric){"train/tokens", all};
+            }
             /* A pipeline's measured bubble: idle time over the schedule's time. */
             if (t->pipe)
                 m[n++] = (zt_metric){"perf/pipeline_bubble", piped.bubble};
@@ -633,6 +644,7 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         zt_loader_free(&t.val_loader);
     free(t.val_inputs);
     free(t.val_targets);
+    free(t.val_pos);
     if (t.has_sampler)
         zt_eval_sampler_free(&t.sampler);
     if (t.has_val)

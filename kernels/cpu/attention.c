@@ -29,6 +29,7 @@ typedef struct {
     size_t sq, skv, so;
     float scale;
     zt_dtype act; /* the precision outputs are held at, rounded where each block is written */
+    const int32_t *doc_pos; /* zt_attn_shape.doc_pos: documents packed in a row, or NULL */
 } geom;
 
 /* Rounds rows r0..r1 of one head (hd values at each row stride) to the held precision. */
@@ -42,7 +43,8 @@ static void round_rows(const geom *g, float *x, size_t stride, int r0, int r1) {
 static geom geom_of(const zt_attn_shape *s, zt_dtype act) {
     ZT_ASSERT(s->n_kv_head > 0 && s->n_head % s->n_kv_head == 0 && s->window >= 0);
     geom g = {.B = s->B, .T = s->T, .NH = s->n_head, .KVH = s->n_kv_head, .hd = s->head_dim,
-              .group = s->n_head / s->n_kv_head, .window = s->window, .act = act};
+              .group = s->n_head / s->n_kv_head, .window = s->window, .act = act,
+              .doc_pos = s->doc_pos};
     size_t qw = (size_t)s->n_head * s->head_dim, kvw = (size_t)s->n_kv_head * s->head_dim;
     g.sq = s->packed ? qw + 2 * kvw : qw;
     g.skv = s->packed ? g.sq : kvw;
@@ -57,8 +59,13 @@ static size_t packed_v(const zt_attn_shape *s) {
     return packed_k(s) + (size_t)s->n_kv_head * s->head_dim;
 }
 
-/* The first key query t sees. */
-static int first_key(const geom *g, int t) { return g->window ? max_int(0, t - g->window + 1) : 0; }
+/* The first key query t of row b sees: the window's, or its document's first token if later.
+ * Both only move forward with t, so a block of rows starts at its first row's. Keys from there
+ * to t are all visible: a document is contiguous. */
+static int first_key(const geom *g, int b, int t) {
+    int lo = g->window ? max_int(0, t - g->window + 1) : 0;
+    return g->doc_pos ? max_int(lo, t - g->doc_pos[(size_t)b * g->T + t]) : lo;
+}
 
 /* Softmax over entries lo..hi-1 of a row of T; the masked rest becomes 0. */
 static void masked_softmax_row(float *row, int lo, int hi, int T) {
@@ -94,13 +101,13 @@ void zt_cpu_attention_forward(float *out, float *att, const zt_attn_shape *s, co
             float *a = att + ((size_t)b * g.NH + h) * T * T;
             float *o = out + (size_t)b * T * g.so + (size_t)h * g.hd;
             for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
-                int r1 = min_int(r0 + ROW_BLOCK, T), k0 = first_key(&g, r0);
+                int r1 = min_int(r0 + ROW_BLOCK, T), k0 = first_key(&g, b, r0);
                 /* scores for rows r0..r1 against the keys any of them sees, k0..r1 */
                 zt_cpu_sgemm(false, true, r1 - r0, r1 - k0, g.hd,
                              g.scale, qh + r0 * g.sq, (int)g.sq, kh + k0 * g.skv, (int)g.skv, 0.0f,
                              a + (size_t)r0 * T + k0, T);
                 for (int t = r0; t < r1; t++)
-                    masked_softmax_row(a + (size_t)t * T, first_key(&g, t), t + 1, T);
+                    masked_softmax_row(a + (size_t)t * T, first_key(&g, b, t), t + 1, T);
                 zt_cpu_sgemm(false, false, r1 - r0, g.hd, r1 - k0,
                              1.0f, a + (size_t)r0 * T + k0, T, vh + k0 * g.skv, (int)g.skv, 0.0f,
                              o + r0 * g.so, (int)g.so);
@@ -127,7 +134,7 @@ static void dscores_and_dq(const geom *g, const grads *x, int b, int h) {
     float *dqh = x->dq + (size_t)b * T * g->sq + (size_t)h * g->hd;
     float *dp = x->scratch + ((size_t)b * g->NH + h) * T * T;
     for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
-        int r1 = min_int(r0 + ROW_BLOCK, T), k0 = first_key(g, r0);
+        int r1 = min_int(r0 + ROW_BLOCK, T), k0 = first_key(g, b, r0);
         /* dprobs = dout · vᵀ, then through the softmax: dscores = p ⊙ (dp - Σ p·dp) */
         zt_cpu_sgemm(false, true, r1 - r0, r1 - k0, g->hd, 1.0f,
                      d + r0 * g->so, (int)g->so, vh + k0 * g->skv, (int)g->skv, 0.0f,
@@ -135,7 +142,7 @@ static void dscores_and_dq(const geom *g, const grads *x, int b, int h) {
         for (int t = r0; t < r1; t++) {
             const float *p = a + (size_t)t * T;
             float *gr = dp + (size_t)t * T;
-            int lo = first_key(g, t);
+            int lo = first_key(g, b, t);
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int s = lo; s <= t; s++)

@@ -17,13 +17,14 @@ struct geom {
     int B, T, NH, KVH, hd, group, window;
     size_t sq, skv, so;
     float scale;
+    const int32_t *doc_pos; /* zt_attn_shape.doc_pos (device memory), or NULL */
 };
 
 static geom geom_of(const zt_attn_shape *s) {
     ZT_ASSERT(s->n_kv_head > 0 && s->n_head % s->n_kv_head == 0 && s->window >= 0);
     geom g;
     g.B = s->B, g.T = s->T, g.NH = s->n_head, g.KVH = s->n_kv_head, g.hd = s->head_dim;
-    g.group = s->n_head / s->n_kv_head, g.window = s->window;
+    g.group = s->n_head / s->n_kv_head, g.window = s->window, g.doc_pos = s->doc_pos;
     size_t qw = (size_t)s->n_head * s->head_dim, kvw = (size_t)s->n_kv_head * s->head_dim;
     g.sq = s->packed ? qw + 2 * kvw : qw;
     g.skv = s->packed ? g.sq : kvw;
@@ -32,8 +33,11 @@ static geom geom_of(const zt_attn_shape *s) {
     return g;
 }
 
-__device__ __forceinline__ int first_key(const geom &g, int t) {
-    return g.window ? max(0, t - g.window + 1) : 0;
+/* The first key query t of row b sees: the window's, or its document's first token if later
+ * (zt_attn_shape.doc_pos); every key from there to t is visible. */
+__device__ __forceinline__ int first_key(const geom &g, int b, int t) {
+    int lo = g.window ? max(0, t - g.window + 1) : 0;
+    return g.doc_pos ? max(lo, t - g.doc_pos[(size_t)b * g.T + t]) : lo;
 }
 
 /* grid (T, NH, B); dynamic shared memory: head_dim floats (the query row). */
@@ -48,7 +52,7 @@ __global__ void attn_fwd(geom g, T *out, float *att, const T *q, const T *k, con
     for (int d = threadIdx.x; d < g.hd; d += blockDim.x)
         qrow[d] = zt_ld(qh, d);
     __syncthreads();
-    const int lo = first_key(g, t);
+    const int lo = first_key(g, b, t);
     float mx = -INFINITY;
     for (int s = lo + threadIdx.x; s <= t; s += blockDim.x) {
         const T *ks = k + kv0 + (size_t)s * g.skv;
@@ -95,7 +99,7 @@ __global__ void attn_bwd_q(geom g, T *dq, float *scratch, const T *dout, const T
     for (int i = threadIdx.x; i < g.hd; i += blockDim.x)
         drow[i] = zt_ld(d, i);
     __syncthreads();
-    const int lo = first_key(g, t);
+    const int lo = first_key(g, b, t);
     /* dprobs = dout·vᵀ, then through the softmax: dscores = p ⊙ (dp - Σ p·dp) · scale */
     float dot = 0.0f;
     for (int s = lo + threadIdx.x; s <= t; s += blockDim.x) {

@@ -17,8 +17,14 @@ const char zt_cli_prepare_usage[] =
     "  prepare --tokenizer TOKENIZER.json --out DIR INPUT... [--name NAME] [--field F]\n"
     "          [--lines] [--val-fraction F] [--shard-size TOKENS] [--threads N] [--seed S]\n"
     "          [--separator TOKEN] [--dtype uint16|uint32] [--skip-bad-lines] [--overwrite]\n"
+    "          [--format text|chat|prompt-completion] [--chat-template TOKENIZER_CONFIG.json]\n"
+    "          [--max-length N] [--overlong truncate|drop]\n"
     "      Encode text files, JSONL files (*.jsonl: field F, default text), directories and\n"
-    "      globs into llm.c token shards DIR/NAME_{train,val}_NNNNNN.bin.\n";
+    "      globs into llm.c token shards DIR/NAME_{train,val}_NNNNNN.bin. With --format chat\n"
+    "      (JSONL {\"messages\": [...]}, rendered with the chat template of the tokenizer's\n"
+    "      tokenizer_config.json) or prompt-completion (JSONL {\"prompt\", \"completion\"}),\n"
+    "      each shard gets a loss mask NAME_..._NNNNNN.bin.mask (train with data.format\n"
+    "      \"masked\"); examples over --max-length tokens are truncated or dropped.\n";
 
 typedef struct {
     struct timespec start;
@@ -86,6 +92,28 @@ int zt_cli_prepare(int argc, char **argv) {
             o.field = argv[++i];
         } else if (strcmp(a, "--separator") == 0) {
             o.separator = argv[++i];
+        } else if (strcmp(a, "--format") == 0) {
+            i++;
+            if (strcmp(v, "text") == 0)
+                o.format = ZT_PREPARE_TEXT;
+            else if (strcmp(v, "chat") == 0)
+                o.format = ZT_PREPARE_CHAT;
+            else if (strcmp(v, "prompt-completion") == 0)
+                o.format = ZT_PREPARE_PROMPT_COMPLETION;
+            else
+                rc = usage_error("--format is text, chat or prompt-completion, got '%s'", v);
+        } else if (strcmp(a, "--chat-template") == 0) {
+            o.chat_template = argv[++i];
+        } else if (strcmp(a, "--max-length") == 0) {
+            if (zt_cli_parse_long(a, argv[++i], 1, 2147483647L, &n) != 0)
+                rc = 2;
+            o.max_length = n;
+        } else if (strcmp(a, "--overlong") == 0) {
+            i++;
+            if (strcmp(v, "truncate") == 0 || strcmp(v, "drop") == 0)
+                o.drop_long = strcmp(v, "drop") == 0;
+            else
+                rc = usage_error("--overlong is truncate or drop, got '%s'", v);
         } else if (strcmp(a, "--dtype") == 0) {
             i++;
             if (strcmp(v, "uint16") == 0)
@@ -118,6 +146,9 @@ int zt_cli_prepare(int argc, char **argv) {
     }
     if (rc == 0 && (!o.tokenizer || !o.out_dir))
         rc = usage_error("%s--tokenizer and --out are required", "");
+    if (rc == 0 && o.format == ZT_PREPARE_TEXT && (o.max_length || o.chat_template))
+        rc = usage_error("%s--max-length and --chat-template need --format chat or "
+                         "prompt-completion", "");
     if (rc == 0 && o.n_inputs == 0)
         rc = usage_error("%sno input files", "");
     if (rc != 0) {
@@ -145,6 +176,11 @@ int zt_cli_prepare(int argc, char **argv) {
     printf("train: %d shards, %llu tokens; val: %d shards, %llu tokens (%llu documents)\n",
            st.train_shards, (unsigned long long)(st.tokens - st.val_tokens), st.val_shards,
            (unsigned long long)st.val_tokens, (unsigned long long)st.val_documents);
+    if (o.format != ZT_PREPARE_TEXT)
+        printf("loss on %llu tokens (%.1f%%); over --max-length: %llu truncated, %llu dropped\n",
+               (unsigned long long)st.trained_tokens,
+               st.tokens ? 100.0 * (double)st.trained_tokens / (double)st.tokens : 0.0,
+               (unsigned long long)st.truncated, (unsigned long long)st.dropped);
     if (st.bad_lines)
         printf("skipped %llu bad JSONL lines\n", (unsigned long long)st.bad_lines);
     if (st.invalid_utf8)

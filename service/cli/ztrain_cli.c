@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_chat.h"
 #include "cli_prepare.h"
 #include "cli_text.h"
 #include "cli_remote.h"
@@ -44,9 +45,13 @@ static const char usage[] =
     "      Train the job. Metrics go to DIR/metrics.jsonl (default DIR: runs/<job name>).\n"
     "  sample CKPT_DIR [--tag TAG] [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
     "                  [--temperature F] [--top-k K] [--seed S] [--threads N]\n"
-    "                  [--tokenizer TOKENIZER.json]\n"
+    "                  [--tokenizer TOKENIZER.json] [--chat CONVERSATION.json\n"
+    "                  [--chat-template TOKENIZER_CONFIG.json]]\n"
     "      Generate N tokens (default 200) from a checkpoint (default tag: latest); with a\n"
-    "      tokenizer (default: the job's data.tokenizer) the prompt and output are text.\n"
+    "      tokenizer (default: the job's data.tokenizer) the prompt and output are text. With\n"
+    "      --chat, the conversation (a JSON list of {role, content}) is rendered with the chat\n"
+    "      template (default: tokenizer_config.json beside the tokenizer) and the assistant's\n"
+    "      reply is printed, up to the template's eos_token.\n"
     "  export CKPT_DIR --out FILE [--tag TAG]\n"
     "      Write the checkpoint's weights as safetensors with Hugging Face names.\n"
     "  export CKPT_DIR --hf DIR [--max-shard-size SIZE] [--tag TAG]\n"
@@ -398,6 +403,7 @@ static zt_status load_checkpoint_weights(zt_model *m, zt_ckpt_weights *w) {
 
 static int cmd_sample(int argc, char **argv) {
     const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_path = NULL;
+    const char *chat = NULL, *chat_template = NULL;
     long n_tokens = 200, top_k = 40, seed = 1337, threads = 0;
     double temperature = 0.8;
     for (int i = 0; i < argc; i++) {
@@ -411,6 +417,10 @@ static int cmd_sample(int argc, char **argv) {
             prompt_tokens = argv[++i];
         else if (strcmp(a, "--tokenizer") == 0 && has)
             tok_path = argv[++i];
+        else if (strcmp(a, "--chat") == 0 && has)
+            chat = argv[++i];
+        else if (strcmp(a, "--chat-template") == 0 && has)
+            chat_template = argv[++i];
         else if (strcmp(a, "--tokens") == 0 && has) {
             if (zt_cli_parse_long(a, argv[++i], 1, 1000000, &n_tokens))
                 return 2;
@@ -435,6 +445,10 @@ static int cmd_sample(int argc, char **argv) {
     }
     if (!dir)
         return bad_usage("sample: %sthe checkpoint directory is missing", "");
+    if (chat && (prompt || prompt_tokens))
+        return bad_usage("sample: %s--chat takes the place of --prompt and --prompt-tokens", "");
+    if (chat_template && !chat)
+        return bad_usage("sample: %s--chat-template needs --chat", "");
     zt_model_spec spec;
     zt_ckpt_weights *w = NULL;
     if (zt_ckpt_weights_open(&w, dir, tag, &spec) != ZT_OK)
@@ -457,6 +471,18 @@ static int cmd_sample(int argc, char **argv) {
         zt_model_create(&m, &spec, be, ZT_F32, 1, 1) != ZT_OK ||
         load_checkpoint_weights(m, w) != ZT_OK) {
         rc = zt_cli_fail(NULL);
+        goto done;
+    }
+    if (chat) {
+        zt_sample_options so = {.temperature = (float)temperature, .top_k = (int)top_k,
+                                .seed = (uint64_t)seed};
+        if (!tok)
+            rc = bad_usage("sample: %s--chat needs a tokenizer (--tokenizer, or the job's "
+                           "data.tokenizer)", "");
+        else if (!(temperature > 0))
+            rc = bad_usage("sample: --temperature must be positive, got %s", "a value <= 0");
+        else
+            rc = zt_cli_sample_chat(m, tok, tok_path, chat, chat_template, (int)n_tokens, &so);
         goto done;
     }
     int cap = (int)n_tokens + 4096, n_prompt = 0;

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "ztrain/data.h"
+#include "ztrain/loss_mask.h"
 
 /* An llm.c token file with a given header and body, valid or not. */
 static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t ntok,
@@ -434,6 +435,137 @@ static void test_small_datasets(void) {
     zt_dataset_close(&d);
 }
 
+/* Loss masks (ztrain/loss_mask.h): the companion's bytes against the layout written out here,
+ * targets -1 exactly where the token after the input is untrained, shards of a glob each with
+ * their own mask, and a mask that does not fit its token file refused naming it. */
+static void test_loss_masks(void) {
+    const int T = 5, N = 61;
+    uint16_t toks[61];
+    uint8_t flags[61];
+    for (int i = 0; i < N; i++) {
+        toks[i] = (uint16_t)(i * 7 % 50);
+        flags[i] = (uint8_t)((i / 3) % 2);
+    }
+    const char *p = check_tmp_path("sft.bin");
+    CHECK(zt_dataset_write_tokens(p, toks, N) == ZT_OK, "%s", zt_last_error());
+    char mp[PATH_MAX + 8];
+    zt_loss_mask_path(p, mp, sizeof mp);
+    CHECK(strcmp(mp + strlen(mp) - 9, ".bin.mask") == 0, "%s", mp);
+    CHECK(zt_loss_mask_write(mp, flags, N) == ZT_OK, "%s", zt_last_error());
+    FILE *f = fopen(mp, "rb");
+    int32_t head[256];
+    uint8_t body[61];
+    CHECK(f && fread(head, 4, 256, f) == 256 && fread(body, 1, N, f) == (size_t)N &&
+          fgetc(f) == EOF);
+    if (f)
+        fclose(f);
+    CHECK(head[0] == 20261204 && head[1] == 1 && head[2] == N && head[3] == 0 &&
+          memcmp(body, flags, N) == 0);
+
+    zt_dataset d;
+    CHECK(zt_dataset_open(&d, p, 50) == ZT_OK && zt_loss_mask_attach(&d) == ZT_OK, "%s",
+          zt_last_error());
+    zt_loader l;
+    CHECK(zt_loader_init(&l, &d, 2, T, 0, 1, false, true, 1) == ZT_OK, "%s", zt_last_error());
+    int32_t in[10], tg[10];
+    bool right = true;
+    for (int b = 0; b < 6; b++) {
+        int n = zt_loader_next(&l, in, tg);
+        for (int r = 0; r < n; r++)
+            for (int t = 0; t < T; t++) {
+                int s = 2 * b + r, i = s * T + t;
+                int want = flags[i + 1] ? toks[i + 1] : -1;
+                right = right && in[r * T + t] == toks[i] && tg[r * T + t] == want;
+            }
+    }
+    CHECK(right, "targets follow the mask of the token after each input");
+    zt_loader_free(&l);
+    zt_dataset_close(&d);
+
+    /* A glob: each shard has its own mask. */
+    CHECK(zt_dataset_write_tokens(check_tmp_path("sh_0.bin"), toks, 31) == ZT_OK);
+    CHECK(zt_dataset_write_tokens(check_tmp_path("sh_1.bin"), toks + 30, 31) == ZT_OK);
+    snprintf(mp, sizeof mp, "%s.mask", check_tmp_path("sh_0.bin"));
+    CHECK(zt_loss_mask_write(mp, flags, 31) == ZT_OK);
+    const char *glob = check_tmp_path("sh_*.bin");
+    CHECK(zt_dataset_open(&d, glob, 50) == ZT_OK);
+    zt_status s = zt_loss_mask_attach(&d);
+    CHECK(s == ZT_ERR_IO && strstr(zt_last_error(), "sh_1.bin.mask"), "%s", zt_last_error());
+    CHECK(d.parts[0].mask == NULL, "a failed attach leaves nothing mapped");
+    snprintf(mp, sizeof mp, "%s.mask", check_tmp_path("sh_1.bin"));
+    CHECK(zt_loss_mask_write(mp, flags + 30, 31) == ZT_OK);
+    CHECK(zt_loss_mask_attach(&d) == ZT_OK && d.parts[1].mask && d.parts[1].mask[0] == flags[30],
+          "%s", zt_last_error());
+    zt_dataset_close(&d);
+
+    /* Documents (bit 1): positions restart at each one and at every window's first token, and a
+     * document's first token is no target. */
+    for (int i = 0; i < N; i++)
+        flags[i] = (uint8_t)(ZT_LOSS_MASK_TRAINED | (i % 4 == 2 ? ZT_LOSS_MASK_DOC_START : 0));
+    zt_loss_mask_path(p, mp, sizeof mp);
+    CHECK(zt_loss_mask_write(mp, flags, N) == ZT_OK);
+    CHECK(zt_dataset_open(&d, p, 50) == ZT_OK && zt_loss_mask_attach(&d) == ZT_OK, "%s",
+          zt_last_error());
+    CHECK(zt_loader_init(&l, &d, 2, T, 0, 1, false, true, 1) == ZT_OK, "%s", zt_last_error());
+    int32_t pos[10];
+    right = true;
+    for (int b = 0; b < 6; b++) {
+        int n = zt_loader_next_docs(&l, in, tg, pos);
+        for (int r = 0; r < n; r++)
+            for (int t = 0, want_pos = 0; t < T; t++) {
+                int i = (2 * b + r) * T + t;
+                want_pos = t == 0 || i % 4 == 2 ? 0 : want_pos + 1;
+                int want_tg = (i + 1) % 4 == 2 ? -1 : toks[i + 1];
+                right = right && pos[r * T + t] == want_pos && tg[r * T + t] == want_tg;
+            }
+    }
+    CHECK(right, "document positions and targets follow bit 1");
+    zt_loader_free(&l);
+    zt_dataset_close(&d);
+
+    /* data.packing "padded": a sample is one document (starting every 4th token from token 2,
+     * and at token 0), cut at T, its last target -1, padded with inputs 0 and targets -1. */
+    CHECK(zt_dataset_open(&d, p, 50) == ZT_OK && zt_loss_mask_attach(&d) == ZT_OK &&
+          zt_dataset_set_padded(&d) == ZT_OK, "%s", zt_last_error());
+    CHECK(d.n_docs == 1 + (size_t)(N - 2 + 3) / 4 && d.docs[0] == 0 && d.docs[1] == 2,
+          "%zu documents", d.n_docs);
+    CHECK(zt_loader_init(&l, &d, 1, T, 0, 1, false, false, 1) == ZT_OK, "%s", zt_last_error());
+    right = l.n_samples == (int64_t)d.n_docs;
+    for (size_t k = 0; k < d.n_docs; k++) {
+        zt_loader_next_docs(&l, in, tg, pos);
+        size_t a = d.docs[k], e = k + 1 < d.n_docs ? d.docs[k + 1] : (size_t)N;
+        for (int t = 0; t < T; t++) {
+            bool real = a + (size_t)t < e;
+            int want_in = real ? toks[a + t] : 0;
+            int want_tg = real && a + t + 1 < e ? toks[a + t + 1] : -1;
+            right = right && in[t] == want_in && tg[t] == want_tg &&
+                    pos[t] == (real ? t : t - (int)(e - a));
+        }
+    }
+    CHECK(right, "padded samples are the documents");
+    zt_loader_free(&l);
+    zt_dataset_close(&d);
+    zt_dataset d2;
+    CHECK(zt_dataset_open(&d2, p, 50) == ZT_OK);
+    CHECK(zt_dataset_set_padded(&d2) == ZT_ERR_INVALID && strstr(zt_last_error(), "sft.bin"),
+          "padding without a mask: %s", zt_last_error());
+    zt_dataset_close(&d2);
+
+    /* A mask of another length, or with a reserved bit, is refused naming the file. */
+    zt_loss_mask_path(p, mp, sizeof mp);
+    CHECK(zt_loss_mask_write(mp, flags, N - 1) == ZT_OK);
+    CHECK(zt_dataset_open(&d, p, 50) == ZT_OK);
+    s = zt_loss_mask_attach(&d);
+    CHECK(s == ZT_ERR_FORMAT && strstr(zt_last_error(), "sft.bin.mask") &&
+          strstr(zt_last_error(), "60 tokens"), "%s", zt_last_error());
+    flags[17] = 0x81;
+    CHECK(zt_loss_mask_write(mp, flags, N) == ZT_OK);
+    s = zt_loss_mask_attach(&d);
+    CHECK(s == ZT_ERR_FORMAT && strstr(zt_last_error(), "token 17") &&
+          strstr(zt_last_error(), "0x81"), "%s", zt_last_error());
+    zt_dataset_close(&d);
+}
+
 int main(void) {
     check_tmpdir_create("zt_test_data");
     test_bad_files();
@@ -443,6 +575,7 @@ int main(void) {
     test_shuffle();
     test_seek();
     test_small_datasets();
+    test_loss_masks();
     check_tmpdir_remove();
     return check_summary("test_data");
 }

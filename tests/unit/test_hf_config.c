@@ -192,6 +192,71 @@ static void test_llama_read(void) {
     CHECK(strcmp(get_str(s, "rope_scaling"), "linear") == 0 && get_double(s, "rope_factor") == 2.0);
 }
 
+/* config.json as transformers 5 writes it (rope_parameters, dtype, Qwen2's layer_types), read
+ * as transformers 5.x's convert_rope_params_to_dict and standardize_rope_params would: the
+ * rotary dict carries theta and scaling, llama3's pre-training length defaults to
+ * max_position_embeddings. Keys the two versions would read differently are refused. */
+static void test_v5_layout(void) {
+    if (!zt_model_family_find("llama"))
+        return;
+    zt_hf_config c;
+    zt_model_spec *s = &c.spec;
+    const char *dir = hf_dir("v5-qwen2", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, "
+        "\"dtype\": \"bfloat16\", \"rope_parameters\": {\"rope_type\": \"default\", "
+        "\"rope_theta\": 1000000.0}, \"use_sliding_window\": false, \"sliding_window\": null, "
+        "\"max_window_layers\": 28, \"layer_types\": [\"full_attention\", \"full_attention\"]}");
+    CHECK(zt_hf_config_read(dir, &c) == ZT_OK, "%s", zt_last_error());
+    CHECK(get_double(s, "rope_theta") == 1e6 && get_str(s, "rope_scaling")[0] == '\0',
+          "theta %g", get_double(s, "rope_theta"));
+    dir = hf_dir("v5-llama3", "{\"model_type\": \"llama\", \"max_position_embeddings\": 1024, "
+        "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, "
+        "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}}");
+    CHECK(zt_hf_config_read(dir, &c) == ZT_OK, "%s", zt_last_error());
+    CHECK(get_double(s, "rope_theta") == 5e5 && strcmp(get_str(s, "rope_scaling"), "llama3") == 0
+          && get_double(s, "rope_factor") == 8.0 && get_int(s, "rope_original_max_position") == 1024,
+          "theta %g orig %d", get_double(s, "rope_theta"), get_int(s, "rope_original_max_position"));
+    /* Both layouts at once, agreeing, as ztrain's export writes them. */
+    dir = hf_dir("v45-both", "{\"model_type\": \"llama\", \"rope_theta\": 250000.0, "
+        "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}, \"rope_parameters\": "
+        "{\"rope_type\": \"linear\", \"factor\": 2.0, \"rope_theta\": 250000.0}}");
+    CHECK(zt_hf_config_read(dir, &c) == ZT_OK, "%s", zt_last_error());
+    CHECK(get_double(s, "rope_theta") == 2.5e5 && get_double(s, "rope_factor") == 2.0);
+
+    read_fails(__LINE__, "v5-theta-clash", "{\"model_type\": \"qwen2\", \"rope_theta\": 10000.0, "
+               "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0}}",
+               ZT_ERR_UNSUPPORTED, "'rope_theta'", "'rope_parameters.rope_theta'", NULL);
+    read_fails(__LINE__, "v5-yarn", "{\"model_type\": \"llama\", \"rope_parameters\": "
+               "{\"rope_type\": \"yarn\", \"rope_theta\": 10000.0, \"factor\": 4.0}}",
+               ZT_ERR_UNSUPPORTED, "'rope_parameters.rope_type'", "yarn", NULL);
+    read_fails(__LINE__, "v5-partial", "{\"model_type\": \"llama\", \"rope_parameters\": "
+               "{\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
+               "\"partial_rotary_factor\": 0.5}}", ZT_ERR_UNSUPPORTED,
+               "'rope_parameters.partial_rotary_factor'", NULL);
+    read_fails(__LINE__, "v5-per-layer", "{\"model_type\": \"qwen2\", \"rope_parameters\": "
+               "{\"full_attention\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}}}",
+               ZT_ERR_UNSUPPORTED, "'rope_parameters.full_attention'", "per layer type", NULL);
+    read_fails(__LINE__, "v5-unknown-member", "{\"model_type\": \"llama\", \"rope_parameters\": "
+               "{\"rope_type\": \"default\", \"rope_theta\": 10000.0, \"mscale\": 1.0}}",
+               ZT_ERR_UNSUPPORTED, "'rope_parameters.mscale'", NULL);
+    read_fails(__LINE__, "v5-layer-types", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, "
+               "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 0, "
+               "\"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
+               ZT_ERR_UNSUPPORTED, "'layer_types[0]'", NULL);
+    read_fails(__LINE__, "qwen2-head-dim", "{\"model_type\": \"qwen2\", \"hidden_size\": 64, "
+               "\"num_attention_heads\": 4, \"head_dim\": 32}", ZT_ERR_UNSUPPORTED, "'head_dim'",
+               NULL);
+    read_fails(__LINE__, "mistral-scaling", "{\"model_type\": \"mistral\", \"rope_scaling\": "
+               "{\"rope_type\": \"linear\", \"factor\": 2.0}}", ZT_ERR_UNSUPPORTED,
+               "'rope_scaling'", NULL);
+    /* What no row reads and is not known to leave the model alone is refused by name. */
+    read_fails(__LINE__, "unknown-key", "{\"model_type\": \"llama\", \"quantization_config\": "
+               "{\"bits\": 4}}", ZT_ERR_UNSUPPORTED, "'quantization_config'", NULL);
+    read_fails(__LINE__, "dropout", "{\"model_type\": \"qwen2\", \"attention_dropout\": 0.1}",
+               ZT_ERR_UNSUPPORTED, "'attention_dropout'", NULL);
+    read_fails(__LINE__, "tp", "{\"model_type\": \"llama\", \"pretraining_tp\": 2}",
+               ZT_ERR_UNSUPPORTED, "'pretraining_tp'", NULL);
+}
+
 #define DS "\"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1}"
 
 static zt_status parse(zt_job_spec *job, const char *model) {
@@ -314,6 +379,18 @@ static void test_write(void) {
         set_field(&s, llama[i].key, llama[i].v);
     snprintf((char *)get_str(&s, "rope_scaling"), 16, "llama3");
     roundtrip(__LINE__, "rt-llama3", &s);
+    {
+        /* Export states the rotary settings in both layouts, the same. */
+        char path[PATH_MAX + 300], text[8192] = "";
+        snprintf(path, sizeof path, "%s/config.json", check_tmp_path("rt-llama3"));
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+        text[n] = '\0';
+        if (f)
+            fclose(f);
+        CHECK(strstr(text, "\"rope_parameters\"") && strstr(text, "\"rope_theta\"") &&
+              strstr(text, "\"rope_scaling\""), "%s", text);
+    }
     snprintf((char *)get_str(&s, "rope_scaling"), 16, "linear");
     set_field(&s, "rope_low_freq_factor", 1);
     set_field(&s, "rope_high_freq_factor", 4);
@@ -396,6 +473,7 @@ int main(void) {
     test_gpt2_read();
     test_refusals();
     test_llama_read();
+    test_v5_layout();
     test_job_spec();
     test_write();
     test_sizes();

@@ -162,6 +162,32 @@ static void test_paths(void) {
 }
 
 static void test_errors(void) {
+    {
+        zt_job_spec job;
+        const char *masked = "{" MODEL ", \"data\": {\"train\": \"t.bin\", \"format\": "
+                             "\"masked\"}, " DS "}";
+        CHECK(zt_job_spec_parse(&job, masked, "job.json", "/base") == ZT_OK &&
+              job.data.format == ZT_DATA_FORMAT_MASKED, "%s", zt_last_error());
+        zt_job_spec_free(&job);
+        CHECK(zt_job_spec_parse(&job, "{" MODEL ", " DATA ", " DS "}", "job.json", "/base") ==
+              ZT_OK && job.data.format == ZT_DATA_FORMAT_TOKENS);
+        zt_job_spec_free(&job);
+        const char *padded = "{" MODEL ", \"data\": {\"train\": \"t.bin\", \"format\": "
+                             "\"masked\", \"packing\": \"padded\"}, " DS "}";
+        CHECK(zt_job_spec_parse(&job, padded, "job.json", "/base") == ZT_OK &&
+              job.data.packing == ZT_DATA_PADDED, "%s", zt_last_error());
+        zt_job_spec_free(&job);
+    }
+    ERR("{" MODEL ", \"data\": {\"train\": \"t.bin\", \"packing\": \"padded\"}, " DS "}",
+        ZT_ERR_INVALID, "job.json: key 'data.packing' needs data.format \"masked\" (documents "
+        "are marked in the loss mask)");
+    ERR("{" MODEL ", \"data\": {\"train\": \"t.bin\", \"format\": \"masked\"}, " DS ", "
+        "\"pipeline\": {\"stages\": 2}, \"world_size\": 2}", ZT_ERR_UNSUPPORTED,
+        "job.json: data.format \"masked\" is not supported with pipeline.stages 2 (pipeline "
+        "parallelism) yet");
+    ERR("{" MODEL ", \"data\": {\"train\": \"t.bin\", \"format\": \"chat\"}, " DS "}",
+        ZT_ERR_INVALID, "job.json: key 'data.format' is \"chat\"; known: \"tokens\" (every "
+        "token trained), \"masked\" (token files with a loss mask X.mask)");
     ERR("{\"model\": {\"n_layer\": 4, \"n_head\": 4, \"n_embd\": 250, \"vocab_size\": 256, "
         "\"block_size\": 64}, " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: model.n_embd (250) must be divisible by model.n_head (4)");

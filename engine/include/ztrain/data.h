@@ -36,6 +36,16 @@ typedef struct zt_dataset {
     struct zt_dataset *parts; /* a glob's files or a mixture's sources; NULL for one file */
     int n_parts;
     double *weights;          /* a mixture's weights, summing to 1; NULL for a glob */
+    /* The loss mask (ztrain/loss_mask.h), one byte per token, once zt_loss_mask_attach mapped
+     * it; NULL otherwise, and for a glob or mixture (its parts hold theirs). */
+    const uint8_t *mask;
+    void *mask_map;
+    size_t mask_map_size;
+    /* With a mask: where its documents start (bit 1; token 0 always), n_docs of them. */
+    size_t *docs;
+    size_t n_docs;
+    /* data.packing "padded": a sample is one document (zt_dataset_set_padded). */
+    bool padded;
 } zt_dataset;
 
 /* Maps a data file read-only and validates it: header magic and version, file size equal to
@@ -51,6 +61,8 @@ zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size);
  * for a missing path. */
 struct zt_data_spec_s;
 zt_status zt_dataset_open_train(zt_dataset *d, const struct zt_data_spec_s *spec, int vocab_size);
+/* Opens the validation data (data.val) the same way, loss masks included. */
+zt_status zt_dataset_open_val(zt_dataset *d, const struct zt_data_spec_s *spec, int vocab_size);
 
 /* The most sources a job's mixture may name. */
 #define ZT_MAX_MIX_SOURCES 64
@@ -60,6 +72,12 @@ zt_status zt_dataset_open_train(zt_dataset *d, const struct zt_data_spec_s *spec
 zt_status zt_dataset_open_mixture(zt_dataset *d, const char *const *paths, const double *weights,
                                   int n, int vocab_size);
 void zt_dataset_close(zt_dataset *d);
+
+/* Makes every sample of d (and of its files and sources) one document of its loss mask: its
+ * first min(length, T) tokens, with targets up to the document's end, then padding (input 0,
+ * target -1). Documents are the samples the sampler shuffles and shares out. Needs masks
+ * (zt_loss_mask_attach); ZT_ERR_INVALID naming the file otherwise. */
+zt_status zt_dataset_set_padded(zt_dataset *d);
 
 /* Token i (0 <= i < n_tokens; a glob's files and a mixture's sources one after the other). */
 int32_t zt_dataset_token(const zt_dataset *d, size_t i);
@@ -98,12 +116,18 @@ zt_status zt_loader_init(zt_loader *l, const zt_dataset *ds, int B, int T, int r
                          int world_size, bool shuffle, bool drop_last, uint64_t seed);
 void zt_loader_free(zt_loader *l);
 
-/* Fills inputs[B*T] and targets[B*T] with the next batch and returns how many sequences it holds
+/* Fills inputs[B*T] and targets[B*T] with the next batch (with a loss mask, an untrained
+ * target is -1) and returns how many sequences it holds
  * (B, or fewer for the last batch of an epoch when not drop_last; the rows past it are zeroed).
  * At the end of an epoch the loader moves on to the next epoch by itself, reshuffling: right
  * after the call that returns an epoch's last batch, (epoch, pos) already read (epoch+1, 0), so
  * the pair saved in a checkpoint always names the next batch. Never allocates. */
 int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets);
+/* zt_loader_next that also writes doc_pos[B*T] (when not NULL): each input's position inside
+ * its document, restarting at 0 at the window's first token and at every token a loss mask
+ * marks as a document's first (ztrain/loss_mask.h); without a mask, 0..T-1 in every row. This
+ * is zt_attn_shape.doc_pos, and the positions of the rotary and learned position embeddings. */
+int zt_loader_next_docs(zt_loader *l, int32_t *inputs, int32_t *targets, int32_t *doc_pos);
 
 /* Batches per epoch for this rank. */
 int64_t zt_loader_batches_per_epoch(const zt_loader *l);

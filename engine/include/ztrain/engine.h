@@ -66,6 +66,10 @@ typedef struct {
     const int32_t *inputs;
     const int32_t *targets;
     int B, T;
+    /* Loss-masked data: each input's position inside its packed document [B, T]
+     * (zt_loader_next_docs), which restarts the attention and the positions; NULL: one document
+     * per row. */
+    const int32_t *doc_pos;
 } zt_batch;
 
 /* Wall-clock time of the last optimizer step's phases, in milliseconds, summed over its
@@ -114,6 +118,10 @@ bool zt_engine_was_step_applied(const zt_engine *e);
 
 int64_t zt_engine_global_steps(const zt_engine *e);   /* optimizer steps taken */
 int64_t zt_engine_global_samples(const zt_engine *e); /* global_steps * train_batch_size */
+/* Loss-masked data (data.format "masked"): the trained targets of the current (or last) step's
+ * global batch over every rank, the loss's divisor, and in *all (may be NULL) all its targets.
+ * 0 for unmasked data. */
+double zt_engine_trained_tokens(const zt_engine *e, double *all);
 int64_t zt_engine_micro_steps(const zt_engine *e);
 int64_t zt_engine_skipped_steps(const zt_engine *e);
 double zt_engine_get_lr(const zt_engine *e);          /* lr the next update uses */

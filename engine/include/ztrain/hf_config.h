@@ -41,18 +41,23 @@ typedef struct {
 /* Whether path is a directory (a Hugging Face model directory, as init_from may name). */
 bool zt_hf_is_dir(const char *path);
 
-/* Reads DIR/config.json. Fails, naming config.json and the key, on a model_type ztrain lacks
- * (or a family this build does not register), a value of the wrong type, and on what ztrain
- * cannot represent: hidden_act other than silu, mlp_bias, rope_scaling types other than linear
- * and llama3, Qwen2 sliding windows on only some layers, GPT-2 variants with another activation,
- * epsilon or attention scaling. Also checks the weights as far as headers tell (zt_st_set_open
+/* Reads DIR/config.json, in the layout of transformers 4.x (rope_theta, rope_scaling) or 5.x
+ * (rope_parameters, dtype, Qwen2's layer_types; engine/ckpt/hf_layout.h). Fails, naming
+ * config.json and the key, on a model_type ztrain lacks (or a family this build does not
+ * register), a value of the wrong type, a file transformers 4 and 5 would read as different
+ * models, a top-level key that is neither read nor known to leave the model alone
+ * (quantization_config, ...), and on what ztrain cannot represent: hidden_act other than silu,
+ * mlp_bias, rope types other than linear and llama3, partial rotary factors, dropout in the
+ * Llama family, Qwen2 sliding windows on only some layers, GPT-2 variants with another
+ * activation, epsilon or attention scaling. Also checks the weights as far as headers tell (zt_st_set_open
  * on the directory: the index and every shard it names, and a float dtype for every tensor),
  * so that these errors come when a job is read, before any rank starts. */
 zt_status zt_hf_config_read(const char *dir, zt_hf_config *out);
 
 /* Writes the config.json `from_pretrained` needs for spec (model_type, architectures,
  * torch_dtype "float32", every mapped key, tie_word_embeddings, and the fixed keys such as
- * hidden_act) into path, atomically. A spec that config.json cannot describe is
+ * hidden_act) into path, atomically, with the rotary settings in both layouts (rope_theta and
+ * rope_scaling for transformers 4.x, rope_parameters and Qwen2's layer_types for 5.x). A spec that config.json cannot describe is
  * ZT_ERR_UNSUPPORTED naming the field, and nothing is written: a field no key of its model_type
  * carries that is not at the value transformers assumes (a Qwen2 head_dim, a Mistral
  * rope_scaling, Qwen2 or Mistral biases other than theirs), or a Llama with q/k/v biases but no

@@ -63,6 +63,20 @@ typedef struct {
     double weight;     /* > 0; the mixture draws source i with probability weight_i / sum */
 } zt_data_source;
 
+/* data.format: what the token files carry. */
+typedef enum {
+    ZT_DATA_FORMAT_TOKENS = 0, /* "tokens": every target is trained (pre-training) */
+    ZT_DATA_FORMAT_MASKED,     /* "masked": each token file X has a loss mask X.mask
+                                  (ztrain/loss_mask.h); the loss is the mean over the trained
+                                  targets of the global batch (docs/fine-tuning.md) */
+} zt_data_format;
+
+/* data.packing, with data.format "masked": how examples become samples. */
+typedef enum {
+    ZT_DATA_PACKED = 0, /* "packed": windows of the token stream, documents restarting inside */
+    ZT_DATA_PADDED,     /* "padded": one document per sample, cut at block_size, padded */
+} zt_data_packing;
+
 typedef struct zt_data_spec_s {
     char *train;       /* llm.c token file (.bin), a glob of them, or any other file read as bytes
                           (vocab 256); NULL when train_mix is set: open the training data with
@@ -75,6 +89,8 @@ typedef struct zt_data_spec_s {
     int sample_tokens; /* > 0: at each evaluation rank 0 logs a sample of this many tokens
                           (needs tokenizer); default 0 */
     char *sample_prompt; /* the sample's prompt; NULL: start from BOS / end-of-text */
+    zt_data_format format; /* data.format, default "tokens" */
+    zt_data_packing packing; /* data.packing, default "packed" */
 } zt_data_spec;
 
 typedef struct {

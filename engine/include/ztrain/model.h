@@ -94,6 +94,14 @@ typedef struct {
      * din[B,T,n_embd] (the gradient to send to the previous stage). Both at ctx.act precision
      * in backend device memory. */
     void (*stage_backward)(zt_model *m, int buffer, const void *dout, void *din);
+    /* Packed documents (a whole model only): pos[B·T] (host memory, read during the call) gives
+     * each token's position inside its document, as zt_loader_next_docs writes it; the forwards
+     * and backwards that follow, until the next call, restart the attention (a block-diagonal
+     * causal mask, zt_attn_shape.doc_pos) and the position embeddings (rotary angles, GPT-2's
+     * learned positions) at each document's first token. pos NULL: one document per row, as
+     * before the first call. A position that is neither 0 nor one past the token before is
+     * ZT_ERR_INVALID. */
+    zt_status (*set_doc_pos)(zt_model *m, const int32_t *pos, int B, int T);
 } zt_model_ops;
 
 struct zt_model {

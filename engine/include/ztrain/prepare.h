@@ -29,6 +29,23 @@
 
 typedef enum { ZT_PREPARE_DTYPE_AUTO = 0, ZT_PREPARE_DTYPE_U16, ZT_PREPARE_DTYPE_U32 } zt_prepare_dtype;
 
+/* What the inputs hold. Text is pre-training data (above). The fine-tuning formats read JSONL
+ * examples and write shards with a loss mask each (ztrain/loss_mask.h; docs/fine-tuning.md):
+ *   CHAT: {"messages": [{"role", "content"}, ...]} rendered with the model's chat template
+ *         (ztrain/chat_template.h) and encoded without the post-processor's tokens (the
+ *         template writes them); the tokens of the assistant turns are trained: from the end of
+ *         the conversation before the turn rendered with the generation prompt to the end of
+ *         the conversation through the turn.
+ *   PROMPT_COMPLETION: {"prompt", "completion"}: prompt + completion encoded with the
+ *         post-processor's tokens, then the end-of-text token; the completion and that token are
+ *         trained.
+ * Each example starts a document (mask bit 1) and lies whole in one shard. */
+typedef enum {
+    ZT_PREPARE_TEXT = 0,
+    ZT_PREPARE_CHAT,
+    ZT_PREPARE_PROMPT_COMPLETION,
+} zt_prepare_format;
+
 typedef struct {
     const char *tokenizer;        /* tokenizer.json */
     const char *const *inputs;    /* files, directories, globs */
@@ -45,6 +62,11 @@ typedef struct {
     int64_t shard_tokens;         /* default 100,000,000; at most INT32_MAX */
     zt_prepare_dtype dtype;
     int n_threads;
+    zt_prepare_format format;
+    const char *chat_template;    /* CHAT: a tokenizer_config.json; NULL: the one beside the
+                                     tokenizer */
+    int64_t max_length;           /* fine-tuning: > 0 bounds an example's tokens */
+    bool drop_long;               /* longer examples are dropped, else truncated */
     /* Called after each batch of documents (may be NULL). */
     void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total, uint64_t tokens_done);
     void *progress_ctx;
@@ -58,10 +80,15 @@ typedef struct {
     int train_shards, val_shards;
     int32_t vocab_size;
     bool uint32_tokens;
+    /* Fine-tuning formats: tokens of the loss, and examples over max_length. */
+    uint64_t trained_tokens, truncated, dropped;
 } zt_prepare_stats;
 
 /* Runs the preparation. Errors name the file (and line, for JSONL) at fault: "a.jsonl:12: not
  * JSON", "a.jsonl:13: no string field \"text\"", a vocabulary too large for uint16, no inputs. */
 zt_status zt_prepare_run(const zt_prepare_options *o, zt_prepare_stats *stats);
+
+/* The fine-tuning formats (engine/data/prepare_sft.c); zt_prepare_run calls it for them. */
+zt_status zt_prepare_sft_run(const zt_prepare_options *o, zt_prepare_stats *stats);
 
 #endif

@@ -20,4 +20,11 @@ zt_status zt_sample_generate(zt_model *m, int32_t *tokens, int n_prompt, int n_t
                              const zt_sample_options *opts,
                              void (*on_token)(int32_t token, void *ctx), void *ctx);
 
+/* zt_sample_generate that stops after producing the token `stop` (< 0: never), with the end of
+ * what it wrote in *n_end (may be NULL): tokens[n_prompt..*n_end) are new, the stop token
+ * included when it came. */
+zt_status zt_sample_generate_until(zt_model *m, int32_t *tokens, int n_prompt, int n_total,
+                                   const zt_sample_options *opts, int32_t stop, int *n_end,
+                                   void (*on_token)(int32_t token, void *ctx), void *ctx);
+
 #endif

@@ -53,6 +53,13 @@ typedef struct {
     bool packed;
     int window; /* sliding window (Mistral): a query sees at most the last `window` positions,
                    itself included; 0 for no limit */
+    /* Packed documents (several examples in one row, as flash-attn's varlen path and
+     * transformers' DataCollatorWithFlattening lay them out): doc_pos[b·T + t] is token t's
+     * position inside its document, 0 at a document's first token and one more than the
+     * previous token's otherwise, so the document starts at t - doc_pos[b·T + t] and a query
+     * sees only the keys of its own document (a block-diagonal causal mask), together with the
+     * window. In device memory; NULL: each row is one document. */
+    const int32_t *doc_pos;
 } zt_attn_shape;
 
 typedef struct {

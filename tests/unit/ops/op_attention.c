@@ -1,7 +1,8 @@
 /* attention_forward and attention_backward in every shape ops.h allows: q|k|v packed in one row
  * (GPT-2) or separate, grouped-query heads (n_kv_head dividing n_head), any head_dim, with or
- * without a sliding window. Every backend against the CPU, the CPU against a double-precision
- * attention written from the definition and its finite differences, and outputs held at 16
+ * without a sliding window, one document per row or several packed (doc_pos). Every backend
+ * against the CPU, the CPU against a double-precision attention written from the definition and
+ * its finite differences, and outputs held at 16
  * bits. */
 #include <math.h>
 #include <stdio.h>
@@ -11,9 +12,10 @@
 #include "harness.h"
 
 typedef struct {
-    zt_attn_shape s;
+    zt_attn_shape s;  /* s.doc_pos is the host copy (pos), set on the device by att_run */
     float *q, *k, *v; /* at the case's precision; packed: q holds the rows of q|k|v, k, v NULL */
     float *dout;      /* [B,T,n_head·head_dim] at the case's precision */
+    int32_t *pos;     /* [B,T] positions inside packed documents, or NULL */
 } att_case;
 
 typedef struct {
@@ -41,8 +43,20 @@ static float *random_act(zt_test_rng *r, size_t n, zt_dtype act) {
     return v;
 }
 
-static att_case att_make(zt_test_rng *r, zt_attn_shape s, zt_dtype act) {
+/* Documents of random lengths packed in each row: a new one starts at a token with probability
+ * 1/4, and at every row's first token. */
+static int32_t *random_docs(zt_test_rng *r, int B, int T) {
+    int32_t *pos = malloc((size_t)B * T * sizeof *pos);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            pos[b * T + t] = t == 0 || zt_test_int(r, 0, 3) == 0 ? 0 : pos[b * T + t - 1] + 1;
+    return pos;
+}
+
+static att_case att_make_docs(zt_test_rng *r, zt_attn_shape s, zt_dtype act, bool docs) {
     att_case c = {.s = s};
+    c.pos = docs ? random_docs(r, s.B, s.T) : NULL;
+    c.s.doc_pos = c.pos;
     c.q = random_act(r, att_nq(&c), act);
     c.k = random_act(r, att_nkv(&c), act);
     c.v = random_act(r, att_nkv(&c), act);
@@ -50,15 +64,22 @@ static att_case att_make(zt_test_rng *r, zt_attn_shape s, zt_dtype act) {
     return c;
 }
 
+static att_case att_make(zt_test_rng *r, zt_attn_shape s, zt_dtype act) {
+    return att_make_docs(r, s, act, false);
+}
+
 static void att_free_result(att_result *x) {
     free(x->out), free(x->att), free(x->dq), free(x->dk), free(x->dv);
 }
 
-static void att_free(att_case *c) { free(c->q), free(c->k), free(c->v), free(c->dout); }
+static void att_free(att_case *c) {
+    free(c->q), free(c->k), free(c->v), free(c->dout), free(c->pos);
+}
 
 static const char *att_name(const zt_attn_shape *s, char *buf, size_t n) {
-    snprintf(buf, n, "B=%d T=%d heads=%d/%d hd=%d %s window=%d", s->B, s->T, s->n_head,
-             s->n_kv_head, s->head_dim, s->packed ? "packed" : "separate", s->window);
+    snprintf(buf, n, "B=%d T=%d heads=%d/%d hd=%d %s window=%d%s", s->B, s->T, s->n_head,
+             s->n_kv_head, s->head_dim, s->packed ? "packed" : "separate", s->window,
+             s->doc_pos ? " documents" : "");
     return buf;
 }
 
@@ -78,8 +99,11 @@ static att_result att_run(zt_backend *be, zt_dtype act, const att_case *c) {
     void *dk = c->k ? zt_test_dev_act(&d, nans, nkv) : NULL;
     void *dv = c->k ? zt_test_dev_act(&d, nans, nkv) : NULL;
     free(nans);
-    be->ops->attention_forward(&d.ctx, &c->s, out, att, q, k, v);
-    be->ops->attention_backward(&d.ctx, &c->s, dq, dk, dv, scratch, dout, q, k, v, att);
+    zt_attn_shape s = c->s;
+    if (c->pos)
+        s.doc_pos = zt_test_dev_bytes(&d, c->pos, att_rows(c) * sizeof *c->pos);
+    be->ops->attention_forward(&d.ctx, &s, out, att, q, k, v);
+    be->ops->attention_backward(&d.ctx, &s, dq, dk, dv, scratch, dout, q, k, v, att);
     att_result x = {zt_test_zeros(nout), zt_test_zeros(np), zt_test_zeros(nq), NULL, NULL};
     zt_test_dev_get_act(&d, x.out, out, nout);
     zt_test_dev_get_f32(&d, x.att, att, np);
@@ -93,9 +117,17 @@ static att_result att_run(zt_backend *be, zt_dtype act, const att_case *c) {
     return x;
 }
 
-/* Whether query t sees key u. */
-static bool visible(const zt_attn_shape *s, int t, int u) {
-    return u <= t && (s->window == 0 || u > t - s->window);
+/* Whether query t of row b sees key u: causal, inside the window, and in t's document, which
+ * ends no earlier than t and starts where the positions last restarted at or before t. */
+static bool visible(const zt_attn_shape *s, int b, int t, int u) {
+    if (u > t || (s->window != 0 && u <= t - s->window))
+        return false;
+    if (!s->doc_pos)
+        return true;
+    for (int i = u + 1; i <= t; i++)
+        if (s->doc_pos[b * s->T + i] == 0)
+            return false;
+    return true;
 }
 
 /* The probabilities outside the mask are zero by definition, but a backend need not write them;
@@ -105,18 +137,18 @@ static void visible_only(float *att, const att_case *c) {
     for (size_t m = 0; m < (size_t)c->s.B * c->s.n_head; m++)
         for (int t = 0; t < T; t++)
             for (int u = 0; u < T; u++)
-                if (!visible(&c->s, t, u))
+                if (!visible(&c->s, (int)(m / c->s.n_head), t, u))
                     att[(m * T + t) * T + u] = 0.0f;
 }
 
 static void att_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 8; k++) {
         int kvh = zt_test_int(r, 1, 3), group = k == 0 ? 1 : zt_test_int(r, 1, 4);
         int T = k == 3 ? zt_test_int(r, 65, 140) : zt_test_int(r, 1, 23);
         zt_attn_shape s = {.B = k == 0 ? 1 : 2, .T = T, .n_head = kvh * group, .n_kv_head = kvh,
                            .head_dim = zt_test_int(r, 2, 11), .packed = k % 2 == 0,
                            .window = k >= 3 ? zt_test_int(r, 1, T) : 0};
-        att_case c = att_make(r, s, act);
+        att_case c = att_make_docs(r, s, act, k >= 2);
         att_result want = att_run(cpu, act, &c), got = att_run(be, act, &c);
         visible_only(want.att, &c), visible_only(got.att, &c);
         char at[192], shape[96];
@@ -167,7 +199,7 @@ static void att_ref_forward(const att_ref *s, double *out, double *att) {
                 const double *q = head_of(s, 0, b, t, h);
                 double mx = -INFINITY, sum = 0.0;
                 for (int u = 0; u < T; u++) {
-                    if (!visible(sh, t, u))
+                    if (!visible(sh, b, t, u))
                         continue;
                     const double *k = head_of(s, 1, b, u, h / group);
                     double dot = 0.0;
@@ -177,13 +209,13 @@ static void att_ref_forward(const att_ref *s, double *out, double *att) {
                     mx = fmax(mx, p[u]);
                 }
                 for (int u = 0; u < T; u++)
-                    if (visible(sh, t, u))
+                    if (visible(sh, b, t, u))
                         sum += (p[u] = exp(p[u] - mx));
                 double *o = out + ((size_t)b * T + t) * att_qw(s->c) + (size_t)h * hd;
                 for (int i = 0; i < hd; i++)
                     o[i] = 0.0;
                 for (int u = 0; u < T; u++) {
-                    p[u] = visible(sh, t, u) ? p[u] / sum : 0.0;
+                    p[u] = visible(sh, b, t, u) ? p[u] / sum : 0.0;
                     const double *v = head_of(s, 2, b, u, h / group);
                     for (int i = 0; i < hd; i++)
                         o[i] += p[u] * v[i];
@@ -210,13 +242,17 @@ static double att_ref_loss(void *state) {
  * more than a block and as long as the sequence, packed and separate, odd head sizes. */
 static void att_grad(zt_backend *cpu, zt_test_rng *r) {
     static const zt_attn_shape shapes[] = {
-        {2, 9, 3, 3, 5, true, 0},    {1, 1, 2, 2, 4, true, 0},    {1, 67, 1, 1, 3, true, 0},
-        {2, 13, 4, 4, 7, true, 0},   {2, 13, 4, 1, 7, false, 0},  {1, 11, 8, 2, 3, true, 0},
-        {1, 70, 4, 2, 6, true, 5},   {1, 150, 2, 1, 4, false, 70}, {2, 11, 4, 4, 8, false, 3},
-        {1, 9, 2, 2, 3, true, 1},    {1, 20, 4, 2, 5, false, 20}, {2, 6, 6, 3, 2, false, 2},
+        {2, 9, 3, 3, 5, true, 0, NULL}, {1, 1, 2, 2, 4, true, 0, NULL},
+        {1, 67, 1, 1, 3, true, 0, NULL}, {2, 13, 4, 4, 7, true, 0, NULL},
+        {2, 13, 4, 1, 7, false, 0, NULL}, {1, 11, 8, 2, 3, true, 0, NULL},
+        {1, 70, 4, 2, 6, true, 5, NULL}, {1, 150, 2, 1, 4, false, 70, NULL},
+        {2, 11, 4, 4, 8, false, 3, NULL}, {1, 9, 2, 2, 3, true, 1, NULL},
+        {1, 20, 4, 2, 5, false, 20, NULL}, {2, 6, 6, 3, 2, false, 2, NULL},
     };
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        att_case c = att_make(r, shapes[k], ZT_F32);
+    /* Every shape once as one document per row, once with packed documents. */
+    for (size_t k = 0; k < 2 * (sizeof shapes / sizeof shapes[0]); k++) {
+        size_t n_shapes = sizeof shapes / sizeof shapes[0];
+        att_case c = att_make_docs(r, shapes[k % n_shapes], ZT_F32, k >= n_shapes);
         att_result got = att_run(cpu, ZT_F32, &c);
         size_t nq = att_nq(&c), nkv = att_nkv(&c), nout = att_nout(&c);
         att_ref s = {&c, zt_test_widen(c.q, nq), c.k ? zt_test_widen(c.k, nkv) : NULL,
@@ -242,7 +278,8 @@ static void att_grad(zt_backend *cpu, zt_test_rng *r) {
 
 /* At 16 bits out and the gradients are held; the probabilities are those of fp32 activations. */
 static void att_held(zt_backend *cpu, zt_test_rng *r) {
-    static const zt_attn_shape shapes[] = {{2, 11, 3, 3, 6, true, 0}, {2, 12, 4, 2, 6, false, 4}};
+    static const zt_attn_shape shapes[] = {{2, 11, 3, 3, 6, true, 0, NULL},
+                                           {2, 12, 4, 2, 6, false, 4, NULL}};
     for (zt_dtype t = ZT_BF16; t <= ZT_F16; t++)
         for (int k = 0; k < 2; k++) {
             att_case c = att_make(r, shapes[k], t);
@@ -330,9 +367,9 @@ static void perf_one(zt_backend *be, zt_attn_shape s) {
 static void perf(zt_backend *be) {
     if (!zt_test_has(be, "attention_forward") || !zt_test_has(be, "attention_backward"))
         return;
-    perf_one(be, (zt_attn_shape){4, 256, 12, 12, 64, true, 0});
-    perf_one(be, (zt_attn_shape){4, 256, 12, 4, 64, false, 0});
-    perf_one(be, (zt_attn_shape){4, 256, 12, 4, 64, false, 64});
+    perf_one(be, (zt_attn_shape){4, 256, 12, 12, 64, true, 0, NULL});
+    perf_one(be, (zt_attn_shape){4, 256, 12, 4, 64, false, 0, NULL});
+    perf_one(be, (zt_attn_shape){4, 256, 12, 4, 64, false, 64, NULL});
 }
 
 const zt_test_family zt_test_attention = {"attention", entries, check, perf};

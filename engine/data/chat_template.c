@@ -1,0 +1,404 @@
+/* The Jinja subset of chat templates (ztrain/chat_template.h).
+ *
+ * A template is cut once into nodes (text, {{ }}, and the statements), with jinja2's whitespace
+ * rules as transformers configures them applied to the text: trim_blocks (the newline after a
+ * block tag goes), lstrip_blocks (spaces before a block tag at a line's start go), "-" markers,
+ * and the template's one trailing newline dropped. Expressions stay as source text and are
+ * parsed each time they are evaluated by one recursive-descent parser that can also run without
+ * evaluating, which is how parse time checks every expression of every branch. */
+#define _POSIX_C_SOURCE 200809L
+#include "ztrain/chat_template.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template_internal.h"
+#include "ztrain/json_util.h"
+
+/* ---- statements --------------------------------------------------------------------------- */
+
+static zt_status tag_error(const zt_chat_template *t, size_t at, const char *fmt, const char *a,
+                           int n) {
+    return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: %s '%.*s'", t->source, at,
+                    fmt, n, a);
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* A statement tag's content into node d: its keyword, and the name and expression it holds. */
+static zt_status statement(zt_chat_template *t, node *d, const char *s, const char *end) {
+    while (s < end && is_space(*s))
+        s++;
+    while (end > s && is_space(end[-1]))
+        end--;
+    const char *w = s;
+    while (s < end && zt_chat_is_ident(*s, s == w))
+        s++;
+    size_t n = (size_t)(s - w);
+    static const struct {
+        const char *word;
+        node_kind kind;
+    } words[] = {{"set", N_SET}, {"if", N_IF},       {"elif", N_ELIF}, {"else", N_ELSE},
+                 {"endif", N_ENDIF}, {"for", N_FOR}, {"endfor", N_ENDFOR}};
+    size_t k = 0;
+    while (k < sizeof words / sizeof words[0] &&
+           !(strlen(words[k].word) == n && memcmp(words[k].word, w, n) == 0))
+        k++;
+    if (k == sizeof words / sizeof words[0])
+        return tag_error(t, d->offset, "statement", w, (int)n);
+    d->kind = words[k].kind;
+    while (s < end && is_space(*s))
+        s++;
+    if (d->kind == N_ELSE || d->kind == N_ENDIF || d->kind == N_ENDFOR) {
+        if (s != end)
+            return tag_error(t, d->offset, "unexpected text after the statement:", s,
+                             (int)(end - s));
+        return ZT_OK;
+    }
+    if (d->kind == N_SET || d->kind == N_FOR) {
+        const char *v = s;
+        while (s < end && zt_chat_is_ident(*s, s == v))
+            s++;
+        if (s == v || (size_t)(s - v) >= sizeof d->var)
+            return tag_error(t, d->offset, "expected a variable name after", w, (int)n);
+        snprintf(d->var, sizeof d->var, "%.*s", (int)(s - v), v);
+        while (s < end && is_space(*s))
+            s++;
+        if (d->kind == N_SET && (s == end || *s != '='))
+            return tag_error(t, d->offset, "only 'set NAME = expression' is supported, not",
+                             w, (int)(end - w));
+        if (d->kind == N_FOR && !(end - s > 3 && !memcmp(s, "in", 2) && is_space(s[2])))
+            return tag_error(t, d->offset, "only 'for NAME in expression' is supported, not",
+                             w, (int)(end - w));
+        s += d->kind == N_SET ? 1 : 2;
+    }
+    d->at = s;
+    d->len = (size_t)(end - s);
+    return ZT_OK;
+}
+
+/* Cuts the template into nodes, applying the whitespace rules, and pairs the block tags. */
+static zt_status cut(zt_chat_template *t) {
+    size_t len = strlen(t->src);
+    if (len && t->src[len - 1] == '\n') /* jinja2 drops one trailing newline */
+        t->src[--len] = '\0';
+    t->nodes = calloc(len + 1, sizeof *t->nodes);
+    if (!t->nodes)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+    const char *src = t->src, *p = src, *end = src + len;
+    bool lstrip_next = false, trim_newline = false;
+    while (p < end) {
+        const char *open = p;
+        while (open + 1 < end && !(open[0] == '{' && strchr("{%#", open[1])))
+            open++;
+        if (open + 1 >= end)
+            open = end;
+        /* the text before the tag */
+        const char *a = p, *b = open;
+        if (lstrip_next)
+            while (a < b && is_space(*a))
+                a++;
+        else if (trim_newline && a < b && *a == '\n')
+            a++;
+        else if (trim_newline && b - a >= 2 && a[0] == '\r' && a[1] == '\n')
+            a += 2;
+        lstrip_next = trim_newline = false;
+        if (open < end) {
+            char kind = open[1];
+            bool minus = open + 2 < end && open[2] == '-', plus = open + 2 < end && open[2] == '+';
+            if (minus)
+                while (b > a && is_space(b[-1]))
+                    b--;
+            else if (kind != '{' && !plus) {
+                /* lstrip_blocks: spaces and tabs from a line's start to a block tag */
+                const char *q = b;
+                while (q > a && (q[-1] == ' ' || q[-1] == '\t'))
+                    q--;
+                if ((q == src) || (q > src && q[-1] == '\n'))
+                    b = q;
+            }
+        }
+        if (b > a)
+            t->nodes[t->n++] = (node){.kind = N_TEXT, .at = a, .len = (size_t)(b - a)};
+        if (open >= end)
+            break;
+        char kind = open[1];
+        const char *close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
+        const char *inner = open + 2 + (open + 2 < end && (open[2] == '-' || open[2] == '+'));
+        const char *c = strstr(inner, close);
+        if (!c)
+            return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: the tag is not "
+                            "closed with '%s'", t->source, (size_t)(open - src), close);
+        const char *inner_end = c;
+        if (inner_end > inner && inner_end[-1] == '-')
+            inner_end--, lstrip_next = true;
+        else if (kind != '{')
+            trim_newline = true;
+        p = c + 2;
+        if (kind == '#')
+            continue;
+        node d = {.offset = (size_t)(open - src)};
+        if (kind == '{') {
+            d.kind = N_OUT, d.at = inner, d.len = (size_t)(inner_end - inner);
+        } else {
+            ZT_TRY(statement(t, &d, inner, inner_end));
+        }
+        t->nodes[t->n++] = d;
+    }
+    /* Pair the blocks: each if/elif/else points at its next branch or endif, a for at its
+     * endfor. */
+    int stack[64], depth = 0;
+    for (int i = 0; i < t->n; i++) {
+        node *d = &t->nodes[i];
+        if (d->kind == N_IF || d->kind == N_FOR) {
+            if (depth == 64)
+                return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template nests blocks deeper than "
+                                "64", t->source);
+            stack[depth++] = i;
+            continue;
+        }
+        if (d->kind != N_ELIF && d->kind != N_ELSE && d->kind != N_ENDIF && d->kind != N_ENDFOR)
+            continue;
+        node_kind want = d->kind == N_ENDFOR ? N_FOR : N_IF;
+        node *open = depth ? &t->nodes[stack[depth - 1]] : NULL;
+        /* the innermost open block's current branch */
+        int at = depth ? stack[depth - 1] : -1;
+        while (at >= 0 && t->nodes[at].match > 0)
+            at = t->nodes[at].match;
+        if (!open || open->kind != want || (at >= 0 && t->nodes[at].kind == N_ELSE &&
+                                             d->kind != N_ENDIF))
+            return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: a misplaced "
+                            "'%s'", t->source, d->offset, d->kind == N_ELIF ? "elif" :
+                            d->kind == N_ELSE ? "else" : d->kind == N_ENDIF ? "endif" : "endfor");
+        t->nodes[at].match = i;
+        if (d->kind == N_ENDIF || d->kind == N_ENDFOR)
+            depth--;
+    }
+    if (depth)
+        return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: the block is never "
+                        "closed", t->source, t->nodes[stack[depth - 1]].offset);
+    /* Check every expression, taken branch or not. */
+    for (int i = 0; i < t->n; i++) {
+        const node *d = &t->nodes[i];
+        if (d->kind == N_OUT || d->kind == N_SET || d->kind == N_IF || d->kind == N_ELIF ||
+            d->kind == N_FOR) {
+            zt_status st;
+            zt_chat_eval(t, NULL, d, &st);
+            ZT_TRY(st);
+        }
+    }
+    return ZT_OK;
+}
+
+/* ---- running ------------------------------------------------------------------------------ */
+
+static void emit(render *r, const char *s, size_t n) {
+    if (r->st != ZT_OK)
+        return;
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = (r->cap + n + 1) * 2;
+        char *o = realloc(r->out, cap);
+        if (!o) {
+            r->st = zt_error(ZT_ERR_NOMEM, "%s: out of memory", r->t->source);
+            return;
+        }
+        r->out = o, r->cap = cap;
+    }
+    memcpy(r->out + r->len, s, n);
+    r->len += n;
+    r->out[r->len] = '\0';
+}
+
+static void bind(render *r, const char *name, val v, int frame) {
+    for (int i = r->n_vars - 1; i >= frame; i--)
+        if (strcmp(r->vars[i].name, name) == 0) {
+            r->vars[i].v = v;
+            return;
+        }
+    if (r->n_vars == (int)(sizeof r->vars / sizeof r->vars[0])) {
+        r->st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template sets more than %d variables",
+                         r->t->source, r->n_vars);
+        return;
+    }
+    snprintf(r->vars[r->n_vars].name, sizeof r->vars[0].name, "%s", name);
+    r->vars[r->n_vars++].v = v;
+}
+
+/* Runs nodes [i, stop) with variables set from `frame` on. */
+static void run(render *r, int i, int stop, int frame) {
+    const zt_chat_template *t = r->t;
+    while (i < stop && r->st == ZT_OK) {
+        const node *d = &t->nodes[i];
+        zt_status st = ZT_OK;
+        switch (d->kind) {
+        case N_TEXT:
+            emit(r, d->at, d->len);
+            i++;
+            break;
+        case N_OUT: {
+            val v = zt_chat_eval(t, r, d, &st);
+            if (st == ZT_OK && v.k == V_STR)
+                emit(r, v.s, v.n);
+            else if (st == ZT_OK && v.k == V_INT) {
+                char num[32];
+                emit(r, num, (size_t)snprintf(num, sizeof num, "%lld", v.i));
+            } else if (st == ZT_OK && v.k == V_BOOL)
+                emit(r, v.b ? "True" : "False", v.b ? 4 : 5);
+            else if (st == ZT_OK && v.k == V_NONE)
+                emit(r, "None", 4);
+            else if (st == ZT_OK && v.k != V_UNDEF)
+                st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: printing a "
+                              "list or object is not supported", t->source, d->offset);
+            i++;
+            break;
+        }
+        case N_SET: {
+            val v = zt_chat_eval(t, r, d, &st);
+            if (st == ZT_OK)
+                bind(r, d->var, v, frame);
+            i++;
+            break;
+        }
+        case N_IF: {
+            int branch = i, taken = -1;
+            while (taken < 0 && t->nodes[branch].kind != N_ENDIF && st == ZT_OK) {
+                const node *b = &t->nodes[branch];
+                if (b->kind == N_ELSE || zt_chat_truthy(zt_chat_eval(t, r, b, &st)))
+                    taken = branch;
+                else
+                    branch = b->match;
+            }
+            int end = i;
+            while (t->nodes[end].kind != N_ENDIF)
+                end = t->nodes[end].match;
+            if (st == ZT_OK && taken >= 0)
+                run(r, taken + 1, t->nodes[taken].match, frame);
+            i = end + 1;
+            break;
+        }
+        case N_FOR: {
+            val list = zt_chat_eval(t, r, d, &st);
+            int end = d->match;
+            if (st == ZT_OK && list.k != V_LIST)
+                st = zt_error(ZT_ERR_INVALID, "%s: chat_template at offset %zu: 'for' over a "
+                              "value that is not a list", t->source, d->offset);
+            loop_state ls = {0, list.hi - list.lo};
+            for (int k = list.lo; st == ZT_OK && r->st == ZT_OK && k < list.hi; k++) {
+                int inner = r->n_vars;
+                ls.index0 = k - list.lo;
+                bind(r, d->var, zt_chat_from_json(cJSON_GetArrayItem(list.j, k)), inner);
+                bind(r, "loop", (val){.k = V_LOOP, .loop = &ls}, inner);
+                run(r, i + 1, end, inner);
+                r->n_vars = inner; /* a loop's variables end with its iteration */
+            }
+            i = end + 1;
+            break;
+        }
+        default: /* elif, else, endif, endfor are consumed by their block */
+            i++;
+            break;
+        }
+        if (st != ZT_OK && r->st == ZT_OK)
+            r->st = st;
+    }
+}
+
+zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
+                                  bool add_generation_prompt, char **out) {
+    *out = NULL;
+    if (!cJSON_IsArray(messages))
+        return zt_error(ZT_ERR_INVALID, "%s: messages must be a list", t->source);
+    render *r = calloc(1, sizeof *r);
+    if (!r)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+    r->t = t;
+    bind(r, "messages", zt_chat_from_json(messages), 0);
+    bind(r, "bos_token", zt_chat_str(t->bos, strlen(t->bos)), 0);
+    bind(r, "eos_token", zt_chat_str(t->eos, strlen(t->eos)), 0);
+    bind(r, "add_generation_prompt", zt_chat_bool(add_generation_prompt), 0);
+    emit(r, "", 0);
+    run(r, 0, t->n, 0);
+    zt_status s = r->st;
+    while (r->arena) {
+        arena_block *b = r->arena;
+        r->arena = b->next;
+        free(b);
+    }
+    if (s == ZT_OK)
+        *out = r->out;
+    else
+        free(r->out);
+    free(r);
+    return s;
+}
+
+zt_status zt_chat_template_parse(const char *text, const char *source, const char *bos,
+                                 const char *eos, zt_chat_template **out) {
+    *out = NULL;
+    zt_chat_template *t = calloc(1, sizeof *t);
+    if (!t)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    snprintf(t->source, sizeof t->source, "%s", source);
+    t->src = strdup(text);
+    t->bos = strdup(bos ? bos : "");
+    t->eos = strdup(eos ? eos : "");
+    zt_status s = t->src && t->bos && t->eos ? cut(t)
+                                             : zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    if (s != ZT_OK) {
+        zt_chat_template_destroy(t);
+        return s;
+    }
+    *out = t;
+    return ZT_OK;
+}
+
+const char *zt_chat_template_eos(const zt_chat_template *t) { return t->eos; }
+
+void zt_chat_template_destroy(zt_chat_template *t) {
+    if (!t)
+        return;
+    free(t->src);
+    free(t->bos);
+    free(t->eos);
+    free(t->nodes);
+    free(t);
+}
+
+/* A special token as tokenizer_config.json gives it: a string, or {"content": ...}. */
+static const char *token_text(const cJSON *root, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsObject(v))
+        v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {
+    *out = NULL;
+    cJSON *root;
+    ZT_TRY(zt_json_load_file(path, &root));
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+    const char *text = cJSON_IsString(ct) ? ct->valuestring : NULL;
+    if (cJSON_IsArray(ct)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, ct) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+            const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(e, "template");
+            if (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0 &&
+                cJSON_IsString(tmpl))
+                text = tmpl->valuestring;
+        }
+    }
+    zt_status s;
+    char source[600];
+    snprintf(source, sizeof source, "%s", path);
+    if (!text)
+        s = zt_error(ZT_ERR_FORMAT, "%s: no \"chat_template\" string (nor a list with one "
+                     "named \"default\")", path);
+    else
+        s = zt_chat_template_parse(text, source, token_text(root, "bos_token"),
+                                   token_text(root, "eos_token"), out);
+    cJSON_Delete(root);
+    return s;
+}

@@ -1,0 +1,83 @@
+/* The chat template's parts shared by its two files (internal to engine/data): the nodes a
+ * template is cut into (chat_template.c) and the values, renders and expressions that evaluate
+ * them (chat_expr.c). */
+#ifndef ZTRAIN_DATA_CHAT_TEMPLATE_INTERNAL_H
+#define ZTRAIN_DATA_CHAT_TEMPLATE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "ztrain/chat_template.h"
+
+typedef enum { N_TEXT, N_OUT, N_SET, N_IF, N_ELIF, N_ELSE, N_ENDIF, N_FOR, N_ENDFOR } node_kind;
+
+typedef struct {
+    node_kind kind;
+    const char *at;  /* text, or the expression's source */
+    size_t len;
+    char var[64];    /* the name a set or for binds */
+    size_t offset;   /* where the tag starts in the template, for messages */
+    int match;       /* if/elif/else: the next branch tag or endif; for: its endfor */
+} node;
+
+struct zt_chat_template {
+    char *src;
+    char source[512];
+    char *bos, *eos;
+    node *nodes;
+    int n;
+};
+
+typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_STR, V_LIST, V_DICT, V_LOOP } vkind;
+
+typedef struct {
+    int index0, length;
+} loop_state;
+
+typedef struct {
+    vkind k;
+    bool b;
+    long long i;
+    const char *s;       /* V_STR: not NUL-terminated */
+    size_t n;
+    const cJSON *j;      /* V_LIST (its items lo..hi-1), V_DICT */
+    int lo, hi;
+    const loop_state *loop;
+} val;
+
+typedef struct {
+    char name[64];
+    val v;
+} binding;
+
+typedef struct arena_block {
+    struct arena_block *next;
+    char data[];
+} arena_block;
+
+/* One render: the output, the variables (frames for loops), and the strings it made. */
+typedef struct {
+    const zt_chat_template *t;
+    char *out;
+    size_t len, cap;
+    binding vars[256];
+    int n_vars;
+    arena_block *arena;
+    zt_status st;
+} render;
+
+/* Values (chat_expr.c). */
+val zt_chat_str(const char *s, size_t n);
+val zt_chat_bool(bool b);
+val zt_chat_from_json(const cJSON *j);
+bool zt_chat_truthy(val v);
+bool zt_chat_is_ident(char c, bool first);
+
+/* Evaluates the expression of node d in render r, or only checks it when r is NULL (every
+ * construct is parsed, nothing is looked up); *st is the outcome, naming the template and the
+ * offset. */
+val zt_chat_eval(const zt_chat_template *t, render *r, const node *d, zt_status *st);
+
+#endif
