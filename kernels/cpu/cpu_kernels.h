@@ -50,7 +50,11 @@ void zt_cpu_add(float *out, const float *a, const float *b, size_t n);
 void zt_cpu_silu_mul_forward(float *out, const float *gate, const float *up, size_t n);
 void zt_cpu_silu_mul_backward(float *dgate, float *dup, const float *dout, const float *gate,
                               const float *up, size_t n);
-/* softmax_xent.c */
+/* softmax_xent.c; the partial pair is ops.h's vocabulary-parallel cross-entropy */
+void zt_cpu_xent_partial_stats(float *stats, const float *logits, const int32_t *targets, int N,
+                               int V);
+void zt_cpu_xent_partial_grad(float *logits, const float *logz, const int32_t *targets, int N,
+                              int V, float grad_scale);
 void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, int N, int V,
                          float grad_scale);
 /* optim.c */
