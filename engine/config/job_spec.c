@@ -15,6 +15,7 @@
 #include "ds_config_json.h"
 #include "ztrain/fsutil.h"
 #include "job_pipeline.h"
+#include "job_tp.h"
 #include "job_spec_recovery.h"
 #include "ztrain/json_util.h"
 #include "job_act_ckpt.h"
@@ -558,6 +559,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
     ZT_TRY(parse_events(job, &top));
     ZT_TRY(zt_job_check_pipeline(job, source));
+    ZT_TRY(zt_job_check_tp(job, source));
     ZT_TRY(zt_job_activation_checkpointing(job, &top));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would
      * overflow, wherever a spec is read; activations are sized at fp32, the widest. */

@@ -19,6 +19,7 @@
 #include "ztrain/gpu.h"
 #include "ztrain/metrics.h"
 #include "ztrain/monitor.h"
+#include "ztrain/tp.h"
 #include "ztrain/trainer.h"
 
 enum { MEM_PER_RANK = 5, STEP_METRICS = 12 };
@@ -59,7 +60,10 @@ typedef struct {
     zt_rank_stats stats; /* the per-rank step breakdown and system metrics */
     zt_monitor *monitor; /* rank 0's DeepSpeed monitors (tensorboard, csv_monitor); NULL: none */
     zt_pipe *pipe;       /* a pipelined job's stage (it owns e); NULL otherwise */
-    int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped */
+    int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped
+                                  or tensor-parallel */
+    int tp;                    /* tensor_parallel.autotp_size, 1 without */
+    zt_tp_groups groups;       /* with tp > 1: this rank's TP and data-parallel groups */
     char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
     zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
 } trainer;
@@ -376,7 +380,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     double flops_per_token = zt_engine_model(t->e)->ops->flops_per_token(zt_engine_model(t->e));
     /* A stage's model counts its own layers: the whole model's are the stages' sum (over every
      * rank, divided by the replicas). */
-    if (t->pipe) {
+    if (t->pipe || t->tp > 1) {
         ZT_TRY(zt_comm_all_reduce(t->comm, &flops_per_token, 1, ZT_F64, ZT_REDUCE_SUM));
         flops_per_token /= t->data_world;
     }
@@ -423,7 +427,8 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         double sums[2] = {0.0, tokens};
         if (!t->pipe)
             ZT_TRY(zt_trainer_events_step_sums(&t->events, sums));
-        tokens = sums[1];
+        /* A replica's TP ranks read the same tokens: each counts them once. */
+        tokens = t->pipe ? sums[1] : sums[1] / t->tp;
         double step_ms = now_ms() - t0;
         rs.step_time = step_ms;
         rs.comm = zt_comm_thread_ms() - rs.comm;
@@ -550,12 +555,21 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     bool grid = job->pipeline.stages > 1 && t.world % job->pipeline.stages == 0;
     t.data_world = grid ? t.world / job->pipeline.stages : t.world;
     t.data_rank = zt_pipe_replica_of(t.rank, t.data_world);
+    /* A tensor-parallel job's data-parallel rank is its replica in the dp × tp grid (tp.h). */
+    t.tp = job->ds.tp_size > 1 ? job->ds.tp_size : 1;
+    zt_grid tpg = {.dp = t.world, .stages = 1, .tp = 1};
+    zt_status gs = ZT_OK;
+    if (t.tp > 1 && !grid) {
+        gs = zt_grid_of(t.rank, t.world, 1, t.tp, &tpg);
+        t.data_world = tpg.dp;
+        t.data_rank = tpg.replica;
+    }
     if (job->train.checkpoint_dir && grid)
         zt_ckpt_stage_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
                           zt_pipe_stage_of(t.rank, t.data_world));
     else if (job->train.checkpoint_dir)
         snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", job->train.checkpoint_dir);
-    zt_status s = choose_resume(&t);
+    zt_status s = gs != ZT_OK ? gs : choose_resume(&t);
     if (s == ZT_OK)
         s = check_job(job, t.world);
     if (s == ZT_OK && t.world > 1 && !t.comm)
@@ -571,6 +585,15 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         if (job->pipeline.stages > 1) {
             s = zt_pipe_create(&t.pipe, job, &t.train, t.comm, &eo);
             t.e = s == ZT_OK ? zt_pipe_engine(t.pipe) : NULL;
+        } else if (t.tp > 1) {
+            s = zt_tp_groups_create(&t.groups, t.comm, &tpg);
+            eo.comm = t.groups.dp;
+            eo.rank = tpg.replica;
+            eo.tp_size = t.tp;
+            eo.tp_rank = tpg.tp_rank;
+            eo.tp_comm = t.groups.tp;
+            if (s == ZT_OK)
+                s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
         } else {
             s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
         }
@@ -627,6 +650,7 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         zt_trainer_events_free(&t.events);
         zt_engine_destroy(t.e);
     }
+    zt_tp_groups_destroy(&t.groups);
     memory_metrics_free(&t.mem);
     zt_rank_stats_free(&t.stats);
     if (t.has_val_loader)
