@@ -38,8 +38,6 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
         what = "zero_optimization.offload_optimizer";
     else if (job->ds.zero.offload_param.device != ZT_OFFLOAD_NONE)
         what = "zero_optimization.offload_param";
-    else if (job->train.checkpoint_dir)
-        what = "train.checkpoint_dir (tensor-parallel checkpoints)";
     else if (job->fork_job)
         what = "fork_from (tensor-parallel checkpoints)";
     else if (m->init_from)

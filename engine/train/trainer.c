@@ -15,6 +15,7 @@
 #include "ztrain/rank_stats.h"
 #include "trainer_events.h"
 #include "ztrain/checkpoint.h"
+#include "ztrain/ckpt_tp.h"
 #include "ztrain/engine.h"
 #include "ztrain/gpu.h"
 #include "ztrain/metrics.h"
@@ -63,6 +64,9 @@ typedef struct {
     int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped
                                   or tensor-parallel */
     int tp;                    /* tensor_parallel.autotp_size, 1 without */
+    /* Checkpoints in the tensor-parallel layout (ckpt_tp.h): a TP job's, or any job's whose
+     * checkpoint_dir already holds one (it resumes resharded and saves alike). */
+    bool tp_ckpt;
     zt_tp_groups groups;       /* with tp > 1: this rank's TP and data-parallel groups */
     char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
     zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
@@ -206,12 +210,15 @@ static zt_status save_checkpoint(trainer *t) {
     int64_t step = zt_engine_global_steps(t->e);
     if (!t->job->train.checkpoint_dir || step == t->saved_step)
         return ZT_OK;
-    /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h). */
+    /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h), and so do
+     * a tensor-parallel job's shards (ckpt_tp.h). */
     if (t->pipe && t->rank == 0)
         ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
+    if (t->tp_ckpt && t->rank == 0)
+        ZT_TRY(zt_ckpt_write_tp(t->job->train.checkpoint_dir, zt_engine_model(t->e)));
     ZT_TRY(zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
     /* Each stage saves among its replicas only: the step's checkpoint is whole once all are. */
-    if (t->pipe)
+    if ((t->pipe || t->tp_ckpt) && t->comm)
         ZT_TRY(zt_comm_barrier(t->comm));
     t->saved_step = step;
     return ZT_OK;
@@ -222,7 +229,20 @@ static zt_status save_checkpoint(trainer *t) {
  * silently. Rank 0 prints the notice, if any. */
 static zt_status choose_resume(trainer *t) {
     const char *dir = t->ckpt_dir;
-    char note[4096];
+    char note[4096], shard0[4200];
+    /* A tensor-parallel checkpoint's shards share their tags: shard 0's say which (it exists at
+     * every TP size, which a resharding job's own shard need not). */
+    if (t->tp_ckpt && t->job->train.checkpoint_dir) {
+        const char *top = t->job->train.checkpoint_dir;
+        char tag[256];
+        if (t->job->train.resume && zt_ckpt_tp_size(top) == 0 &&
+            zt_ckpt_latest(top, tag, sizeof tag) == ZT_OK)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s holds a checkpoint saved without tensor "
+                            "parallelism (%s); resuming it at tensor_parallel.autotp_size %d is "
+                            "not supported yet", top, tag, t->tp);
+        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, top, 0);
+        dir = shard0;
+    }
     t->resume_tag[0] = '\0';
     if (!t->job->train.resume || !dir[0])
         return ZT_OK;
@@ -255,7 +275,10 @@ static zt_status maybe_resume(trainer *t) {
         ZT_TRY(agree_on_resume(t));
     if (!t->resume_tag[0])
         return ZT_OK;
-    ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
+    if (t->tp_ckpt)
+        ZT_TRY(zt_ckpt_tp_load(t->e, t->job->train.checkpoint_dir, t->resume_tag));
+    else
+        ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
     if (t->opts->progress)
         fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n", dir, t->resume_tag,
                 (long long)zt_engine_global_steps(t->e));
@@ -564,9 +587,14 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         t.data_world = tpg.dp;
         t.data_rank = tpg.replica;
     }
+    t.tp_ckpt = job->train.checkpoint_dir && !grid &&
+                (t.tp > 1 || zt_ckpt_tp_size(job->train.checkpoint_dir) > 0);
     if (job->train.checkpoint_dir && grid)
         zt_ckpt_stage_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
                           zt_pipe_stage_of(t.rank, t.data_world));
+    else if (t.tp_ckpt)
+        zt_ckpt_tp_shard_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
+                             tpg.tp_rank);
     else if (job->train.checkpoint_dir)
         snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", job->train.checkpoint_dir);
     zt_status s = gs != ZT_OK ? gs : choose_resume(&t);
