@@ -165,10 +165,12 @@ static zt_status union_add(zt_ckpt_weights *w, int part, int i) {
  * first stage's `latest` names), the first stage's spec. */
 static zt_status open_pipeline(zt_ckpt_weights *w, const char *dir, const char *tag, int stages,
                                zt_model_spec *spec) {
-    char sdir[4200], latest[256];
+    char sdir[4200], shard0[4300], latest[256];
     zt_ckpt_stage_dir(sdir, sizeof sdir, dir, 0);
     if (!tag) {
-        ZT_TRY(zt_ckpt_latest(sdir, latest, sizeof latest));
+        /* A stage of a tensor-parallel pipeline keeps its tags in its shards' directories. */
+        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, sdir, 0);
+        ZT_TRY(zt_ckpt_latest(zt_ckpt_tp_size(sdir) > 0 ? shard0 : sdir, latest, sizeof latest));
         tag = latest;
     }
     w->parts = calloc((size_t)stages, sizeof *w->parts);

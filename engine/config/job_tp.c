@@ -30,9 +30,7 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
                    source));
     /* What sharded models do not have yet. */
     const char *what = NULL;
-    if (job->pipeline.stages > 1)
-        what = "pipeline.stages > 1 (pipeline with tensor parallelism)";
-    else if (job->ds.zero.stage >= 2)
+    if (job->ds.zero.stage >= 2)
         what = job->ds.zero.stage == 2 ? "zero_optimization.stage 2" : "zero_optimization.stage 3";
     else if (job->ds.zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
         what = "zero_optimization.offload_optimizer";

@@ -156,7 +156,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     if (s == ZT_OK && opts->stage)
         zt_zero_set_pipeline(&e->zero, opts->stage_comm);
     if (s == ZT_OK && stage.tp_size > 1)
-        s = zt_zero_set_tensor_parallel(&e->zero, opts->tp_comm);
+        s = zt_zero_set_tensor_parallel(&e->zero,
+                                        opts->norm_comm ? opts->norm_comm : opts->tp_comm);
     /* bf16 masters and optimizer states (ds_config.h): ZeRO keeps the state, in 16 bits. */
     bool states16 = e->dtype == ZT_BF16 && ds->bf16.master_weights_and_grads &&
                     ds->bf16.optimizer_states;

@@ -64,9 +64,12 @@ typedef struct {
     int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped
                                   or tensor-parallel */
     int tp;                    /* tensor_parallel.autotp_size, 1 without */
-    /* Checkpoints in the tensor-parallel layout (ckpt_tp.h): a TP job's, or any job's whose
-     * checkpoint_dir already holds one (it resumes resharded and saves alike). */
+    zt_grid grid;              /* this rank's coordinates in dp × pp × tp */
+    /* Checkpoints in the tensor-parallel layout (ckpt_tp.h) in tp_dir (checkpoint_dir, or a
+     * pipeline stage's directory in it): a TP job's, or any job's whose directory already holds
+     * one (it resumes resharded and saves alike). */
     bool tp_ckpt;
+    char tp_dir[4200];
     zt_tp_groups groups;       /* with tp > 1: this rank's TP and data-parallel groups */
     char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
     zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
@@ -214,8 +217,8 @@ static zt_status save_checkpoint(trainer *t) {
      * a tensor-parallel job's shards (ckpt_tp.h). */
     if (t->pipe && t->rank == 0)
         ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
-    if (t->tp_ckpt && t->rank == 0)
-        ZT_TRY(zt_ckpt_write_tp(t->job->train.checkpoint_dir, zt_engine_model(t->e)));
+    if (t->tp_ckpt && t->grid.replica == 0 && t->grid.tp_rank == 0)
+        ZT_TRY(zt_ckpt_write_tp(t->tp_dir, zt_engine_model(t->e)));
     ZT_TRY(zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
     /* Each stage saves among its replicas only: the step's checkpoint is whole once all are. */
     if ((t->pipe || t->tp_ckpt) && t->comm)
@@ -232,8 +235,8 @@ static zt_status choose_resume(trainer *t) {
     char note[4096], shard0[4200];
     /* A tensor-parallel checkpoint's shards share their tags: shard 0's say which (it exists at
      * every TP size, which a resharding job's own shard need not). */
-    if (t->tp_ckpt && t->job->train.checkpoint_dir) {
-        const char *top = t->job->train.checkpoint_dir;
+    if (t->tp_ckpt) {
+        const char *top = t->tp_dir;
         char tag[256];
         if (t->job->train.resume && zt_ckpt_tp_size(top) == 0 &&
             zt_ckpt_latest(top, tag, sizeof tag) == ZT_OK)
@@ -276,7 +279,7 @@ static zt_status maybe_resume(trainer *t) {
     if (!t->resume_tag[0])
         return ZT_OK;
     if (t->tp_ckpt)
-        ZT_TRY(zt_ckpt_tp_load(t->e, t->job->train.checkpoint_dir, t->resume_tag));
+        ZT_TRY(zt_ckpt_tp_load(t->e, t->tp_dir, t->resume_tag));
     else
         ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
     if (t->opts->progress)
@@ -574,29 +577,27 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     t.rank = opts->dist ? opts->dist->rank : 0;
     t.world = opts->dist ? opts->dist->world_size : 1;
     t.comm = t.world > 1 ? opts->comm : NULL;
-    /* A pipelined job's data-parallel rank is the replica (DeepSpeed's grid). */
-    bool grid = job->pipeline.stages > 1 && t.world % job->pipeline.stages == 0;
-    t.data_world = grid ? t.world / job->pipeline.stages : t.world;
-    t.data_rank = zt_pipe_replica_of(t.rank, t.data_world);
-    /* A tensor-parallel job's data-parallel rank is its replica in the dp × tp grid (tp.h). */
+    /* The data-parallel rank is the replica in the grid dp × pp × tp, tp innermost (tp.h; with
+     * tp 1 DeepSpeed's pipeline grid). */
+    bool grid = job->pipeline.stages > 1;
     t.tp = job->ds.tp_size > 1 ? job->ds.tp_size : 1;
-    zt_grid tpg = {.dp = t.world, .stages = 1, .tp = 1};
-    zt_status gs = ZT_OK;
-    if (t.tp > 1 && !grid) {
-        gs = zt_grid_of(t.rank, t.world, 1, t.tp, &tpg);
-        t.data_world = tpg.dp;
-        t.data_rank = tpg.replica;
-    }
-    t.tp_ckpt = job->train.checkpoint_dir && !grid &&
-                (t.tp > 1 || zt_ckpt_tp_size(job->train.checkpoint_dir) > 0);
+    zt_grid tpg;
+    zt_status gs = zt_grid_of(t.rank, t.world, job->pipeline.stages > 1 ? job->pipeline.stages : 1,
+                              t.tp, &tpg);
+    t.data_world = tpg.dp;
+    t.data_rank = tpg.replica;
+    t.grid = tpg;
+    /* A pipeline's stages save in directories of their own, and a TP job's shards in theirs
+     * below (a pipeline's stage directory is then a TP checkpoint directory). */
     if (job->train.checkpoint_dir && grid)
-        zt_ckpt_stage_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
-                          zt_pipe_stage_of(t.rank, t.data_world));
-    else if (t.tp_ckpt)
-        zt_ckpt_tp_shard_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
-                             tpg.tp_rank);
+        zt_ckpt_stage_dir(t.tp_dir, sizeof t.tp_dir, job->train.checkpoint_dir, tpg.stage);
     else if (job->train.checkpoint_dir)
-        snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", job->train.checkpoint_dir);
+        snprintf(t.tp_dir, sizeof t.tp_dir, "%s", job->train.checkpoint_dir);
+    t.tp_ckpt = job->train.checkpoint_dir && (t.tp > 1 || zt_ckpt_tp_size(t.tp_dir) > 0);
+    if (t.tp_ckpt)
+        zt_ckpt_tp_shard_dir(t.ckpt_dir, sizeof t.ckpt_dir, t.tp_dir, tpg.tp_rank);
+    else if (job->train.checkpoint_dir)
+        snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", t.tp_dir);
     zt_status s = gs != ZT_OK ? gs : choose_resume(&t);
     if (s == ZT_OK)
         s = check_job(job, t.world);

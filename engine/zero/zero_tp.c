@@ -6,7 +6,7 @@
 
 #include "ztrain/zero.h"
 
-zt_status zt_zero_set_tensor_parallel(zt_zero *z, zt_comm *tp_comm) {
+zt_status zt_zero_set_tensor_parallel(zt_zero *z, zt_comm *norm_comm) {
     const zt_model *m = z->model;
     free(z->norm_ranges);
     z->n_norm_ranges = 0;
@@ -26,6 +26,6 @@ zt_status zt_zero_set_tensor_parallel(zt_zero *z, zt_comm *tp_comm) {
             z->norm_ranges[z->n_norm_ranges++] =
                 (struct zt_zero_norm_range){ti->offset, ti->offset + ti->numel, w};
     }
-    z->norm_comm = tp_comm;
+    z->norm_comm = norm_comm;
     return ZT_OK;
 }

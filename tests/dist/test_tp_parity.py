@@ -1,7 +1,8 @@
 """Tensor parallelism (DeepSpeed's tensor_parallel.autotp_size, Megatron's sharded layers) gives
 the single-rank trajectory for the same global batch (16 sequences a step): GPT-2 (tied LM head,
 4 heads) and Llama with grouped-query attention (8 heads, 4 kv heads, untied head, SwiGLU) at tp
-2 and tp 4, and dp 2 x tp 2 on 4 ranks, with ZeRO 0 and 1. For 10 steps the losses agree within
+2 and tp 4, dp 2 x tp 2 on 4 ranks, and dp 2 x pp 2 x tp 2 on 8 ranks (the pipeline's 1F1B over
+4 micro-batches), with ZeRO 0 and 1. For 10 steps the losses agree within
 1e-6 relative, the global gradient norms within 1e-5 and the final weights (each shard's
 checkpoint exported as one whole model) within 1e-5 per tensor. They are not bit-identical:
 a row-parallel layer's output is the sum of the TP ranks' partial products, added in another
@@ -28,8 +29,11 @@ uninterrupted run at the new size within the parity tolerances above (the first 
 computed at another size, so bit-identity is not defined there). The export is a whole Hugging
 Face model that transformers loads.
 
-What is not built is refused by name: the pipeline with TP, ZeRO 2 with TP, and a head count the
-TP size does not divide."""
+A pipeline's stages save as TP checkpoint directories of their own, so a dp 2 x pp 2 x tp 2
+checkpoint resumes at tp 1 on 4 ranks.
+
+What is not built is refused by name: ZeRO 2 with TP, and a head count the TP size does not
+divide."""
 import os
 import shutil
 import sys
@@ -51,8 +55,9 @@ LLAMA = {"type": "llama", "n_layer": 2, "n_head": 8, "n_kv_head": 4, "n_embd": 3
          "tie_word_embeddings": False}
 
 
-def job(model, tp, dp, ckpt, zero=0, precision=None, steps=STEPS):
-    ds = {"train_micro_batch_size_per_gpu": GLOBAL // dp, "gradient_accumulation_steps": 1,
+def job(model, tp, dp, ckpt, zero=0, precision=None, steps=STEPS, pp=1):
+    gas = 4 if pp > 1 else 1
+    ds = {"train_micro_batch_size_per_gpu": GLOBAL // (dp * gas), "gradient_accumulation_steps": gas,
           # eps 1e-4: near-zero gradients are rounding noise Adam with eps 1e-8 would magnify.
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.1, "eps": 1e-4}},
           "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3}},
@@ -61,11 +66,14 @@ def job(model, tp, dp, ckpt, zero=0, precision=None, steps=STEPS):
         ds["tensor_parallel"] = {"autotp_size": tp}
     if precision:
         ds[precision] = {"enabled": True}
-    return {"name": f"tp{tp}x{dp}", "world_size": tp * dp, "model": model,
+    spec = {"name": f"tp{tp}x{dp}x{pp}", "world_size": tp * dp * pp, "model": model,
             "data": {"train": "train.txt", "shuffle": True},
             "train": {"max_steps": steps, "log_interval": 1, "checkpoint_dir": ckpt, "seed": 5,
                       "resume": True},
             "deepspeed": ds}
+    if pp > 1:
+        spec["pipeline"] = {"stages": pp, "partition": "uniform"}
+    return spec
 
 
 def train(d, name, spec, export=True):
@@ -127,6 +135,8 @@ with tempfile.TemporaryDirectory() as d:
     compare(ck, "GPT-2 tp 4, ZeRO 1", ref, tp4)
     got = train(d, "gpt2-dp2tp2", job(GPT2, 2, 2, "ck-gpt2-dp2tp2", zero=1))
     compare(ck, "GPT-2 dp 2 x tp 2 on 4 ranks, ZeRO 1", ref, got)
+    got = train(d, "gpt2-3d", job(GPT2, 2, 2, "ck-gpt2-3d", zero=1, pp=2))
+    compare(ck, "GPT-2 dp 2 x pp 2 x tp 2 on 8 ranks, ZeRO 1, 4 micro-batches", ref, got)
 
     lref = train(d, "llama-1", job(LLAMA, 1, 1, "ck-llama-1", zero=1))
     ltp2 = train(d, "llama-tp2", job(LLAMA, 2, 1, "ck-llama-tp2", zero=1))
@@ -170,6 +180,12 @@ with tempfile.TemporaryDirectory() as d:
         compare(ck, f"tp 2 checkpoint resumed at tp {new} against the uninterrupted tp {new} run",
                 full, got)
 
+    # A pipeline's stages are TP checkpoint directories of their own: 2 x 2 x 2 resharded to
+    # dp 2 x pp 2 x tp 1.
+    train(d, "3d-half", job(GPT2, 2, 2, "ck-3d-half", zero=1, pp=2, steps=5), export=False)
+    got = train(d, "3d-to-tp1", job(GPT2, 1, 2, "ck-3d-half", zero=1, pp=2))
+    compare(ck, "dp 2 x pp 2 x tp 2 checkpoint resumed at dp 2 x pp 2 x tp 1", ref, got)
+
     # ---- export to a Hugging Face directory -----------------------------------------------
     run([tool("ztrain"), "export", f"{d}/ck-gpt2-tp4", "--hf", f"{d}/hf-tp4"])
     from transformers import AutoModelForCausalLM  # noqa: E402
@@ -179,10 +195,6 @@ with tempfile.TemporaryDirectory() as d:
              f"transformers loads with the exported weights (worst rel err {err:.1e})")
 
     # ---- refusals -------------------------------------------------------------------------
-    spec = job(GPT2, 2, 2, "ck-x")
-    spec["pipeline"] = {"stages": 2}
-    refused(ck, d, "pipeline", spec, "pipeline.stages > 1 (pipeline with tensor parallelism) "
-            "is not supported with tensor parallelism yet")
     refused(ck, d, "zero2", job(GPT2, 2, 1, "ck-x", zero=2),
             "zero_optimization.stage 2 is not supported with tensor parallelism yet")
     refused(ck, d, "heads", job(dict(GPT2, n_head=2, n_embd=32), 4, 1, "ck-x"),

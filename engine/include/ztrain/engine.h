@@ -66,6 +66,9 @@ typedef struct {
      * every shard) once. */
     int tp_size, tp_rank;
     zt_comm *tp_comm;
+    /* A pipeline stage with tensor parallelism: every rank of this replica (its stages × its
+     * shards), over which the gradient norm is summed instead of stage_comm or tp_comm. */
+    zt_comm *norm_comm;
 } zt_engine_options;
 
 /* One micro-batch: inputs and targets [B, T], engine-owned until the next zt_engine_next_batch. */

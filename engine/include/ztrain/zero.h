@@ -139,10 +139,10 @@ void zt_zero_set_pipeline(zt_zero *z, zt_comm *stage_comm);
 
 /* Makes the partitioner a tensor-parallel shard's: each tensor's squared gradient norm is
  * weighted by 1/zt_tensor_info.tp_shared (whole tensors, held alike by every TP rank, count once
- * over the group; a tied copy not at all) and the sum is taken over tp_comm after the
- * data-parallel reduction (a pipeline's stage_comm, if set, is replaced: TP and pipeline are not
- * combined). */
-zt_status zt_zero_set_tensor_parallel(zt_zero *z, zt_comm *tp_comm);
+ * over the group; a pipeline stage's tied copy not at all) and the sum is taken over norm_comm
+ * after the data-parallel reduction: the TP group, or for a pipeline stage every rank of its
+ * replica (stages × shards), replacing zt_zero_set_pipeline's stage_comm. */
+zt_status zt_zero_set_tensor_parallel(zt_zero *z, zt_comm *norm_comm);
 
 /* Mixed precision at stages 1-3 without offload, after the optimizer exists (created with
  * zt_optimizer_init_external; o NULL without one) and before the parameters are loaded: keeps
