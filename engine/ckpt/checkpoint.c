@@ -471,6 +471,11 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
 }
 
 zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
+    return zt_ckpt_load_filled(e, dir, tag, NULL, NULL);
+}
+
+zt_status zt_ckpt_load_filled(zt_engine *e, const char *dir, const char *tag,
+                              zt_ckpt_state_filler fill, void *ctx) {
     char tagdir[4096], path[4200];
     cJSON *meta;
     ZT_TRY(zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta));
@@ -490,7 +495,9 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
     if (s == ZT_OK)
         s = read_counts(meta, tagdir, e, &c);
     int n_shards = zt_ckpt_meta_shards(meta);
-    if (s == ZT_OK && n_shards > 0) {
+    if (s == ZT_OK && fill) {
+        s = fill(ctx, e, c.optimizer_step);
+    } else if (s == ZT_OK && n_shards > 0) {
         s = zt_ckpt_load_param_shards(e, tagdir, n_shards);
     } else if (s == ZT_OK) {
         path_join(path, sizeof path, tagdir, "model.safetensors");
@@ -499,7 +506,7 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag) {
         if (s == ZT_OK)
             s = loaded;
     }
-    if (s == ZT_OK && zt_engine_optimizer(e))
+    if (s == ZT_OK && zt_engine_optimizer(e) && !fill)
         s = load_optimizer(e, tagdir, (int)c.world_size, c.optimizer_step);
     if (s == ZT_OK) {
         if (c.has_scaler) {

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "ztrain/ckpt_pipeline.h"
+#include "ztrain/ckpt_tp.h"
 #include "ckpt_shards.h"
+#include "ckpt_tp_weights.h"
 #include "ztrain/size_math.h"
 #include "ztrain/safetensors.h"
 
@@ -26,6 +28,12 @@ struct zt_ckpt_weights {
     zt_ckpt_weights **parts;
     int n_parts;
     int *part, *index;
+    /* A tensor-parallel checkpoint: parts are its shards, tensors the whole model's (tp.json),
+     * each put together whole when first read (one at a time). */
+    zt_ckpt_tp_layout *tp;
+    float *whole;
+    size_t whole_n;
+    int whole_i;
 };
 
 void zt_ckpt_weights_close(zt_ckpt_weights *w) {
@@ -42,6 +50,10 @@ void zt_ckpt_weights_close(zt_ckpt_weights *w) {
     free(w->parts);
     free(w->part);
     free(w->index);
+    if (w->tp)
+        zt_ckpt_tp_layout_free(w->tp);
+    free(w->tp);
+    free(w->whole);
     if (w->model_open)
         zt_st_close(&w->model);
     free(w);
@@ -153,10 +165,12 @@ static zt_status union_add(zt_ckpt_weights *w, int part, int i) {
  * first stage's `latest` names), the first stage's spec. */
 static zt_status open_pipeline(zt_ckpt_weights *w, const char *dir, const char *tag, int stages,
                                zt_model_spec *spec) {
-    char sdir[4200], latest[256];
+    char sdir[4200], shard0[4300], latest[256];
     zt_ckpt_stage_dir(sdir, sizeof sdir, dir, 0);
     if (!tag) {
-        ZT_TRY(zt_ckpt_latest(sdir, latest, sizeof latest));
+        /* A stage of a tensor-parallel pipeline keeps its tags in its shards' directories. */
+        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, sdir, 0);
+        ZT_TRY(zt_ckpt_latest(zt_ckpt_tp_size(sdir) > 0 ? shard0 : sdir, latest, sizeof latest));
         tag = latest;
     }
     w->parts = calloc((size_t)stages, sizeof *w->parts);
@@ -180,16 +194,69 @@ static zt_status open_pipeline(zt_ckpt_weights *w, const char *dir, const char *
     return ZT_OK;
 }
 
+/* A tensor-parallel checkpoint read as one model: every shard at the same tag (by default the one
+ * shard 0's `latest` names), shard 0's spec, the whole tensors of tp.json. */
+static zt_status open_tp(zt_ckpt_weights *w, const char *dir, const char *tag,
+                         zt_model_spec *spec) {
+    char sdir[4200], latest[256];
+    w->tp = calloc(1, sizeof *w->tp);
+    if (!w->tp)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+    ZT_TRY(zt_ckpt_tp_layout_read(dir, w->tp));
+    zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, 0);
+    if (!tag) {
+        ZT_TRY(zt_ckpt_latest(sdir, latest, sizeof latest));
+        tag = latest;
+    }
+    w->parts = calloc((size_t)w->tp->tp, sizeof *w->parts);
+    w->tensors = calloc((size_t)(w->tp->n ? w->tp->n : 1), sizeof *w->tensors);
+    if (!w->parts || !w->tensors)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+    for (int p = 0; p < w->tp->tp; p++, w->n_parts++) {
+        zt_model_spec other;
+        zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, p);
+        ZT_TRY(zt_ckpt_weights_open(&w->parts[p], sdir, tag, p == 0 ? spec : &other));
+    }
+    w->whole_i = -1;
+    for (; w->n < w->tp->n; w->n++) {
+        const zt_tensor_info *t = &w->tp->t[w->n];
+        zt_ckpt_tensor *c = &w->tensors[w->n];
+        c->ndim = t->ndim;
+        c->shape[0] = t->full_shape[0];
+        c->shape[1] = t->full_shape[1];
+        c->numel = zt_tensor_full_numel(t);
+        if (!(c->name = strdup(t->name)))
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    return ZT_OK;
+}
+
+/* zt_ckpt_tp_read over the shards' weights, by name. */
+static zt_status read_tp_piece(void *ctx, int piece, int i, size_t n, float *dst) {
+    zt_ckpt_weights *w = ctx, *part = w->parts[piece];
+    for (int k = 0; k < part->n; k++)
+        if (strcmp(part->tensors[k].name, w->tp->t[i].name) == 0) {
+            if (part->tensors[k].numel != n)
+                return zt_error(ZT_ERR_FORMAT, "tensor-parallel shard %d holds %zu values of "
+                                "'%s', its layout says %zu", piece, part->tensors[k].numel,
+                                w->tp->t[i].name, n);
+            return zt_ckpt_weights_read(part, k, 0, dst, n);
+        }
+    return zt_error(ZT_ERR_FORMAT, "tensor-parallel shard %d has no tensor '%s'", piece,
+                    w->tp->t[i].name);
+}
+
 zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const char *tag,
                                zt_model_spec *spec) {
     char tagdir[4096];
     cJSON *meta;
     *out = NULL;
     int stages = zt_ckpt_pipeline_stages(dir);
-    if (stages > 0) {
+    if (stages > 0 || zt_ckpt_tp_size(dir) > 0) {
         zt_ckpt_weights *w = calloc(1, sizeof *w);
-        zt_status s = w ? open_pipeline(w, dir, tag, stages, spec)
-                        : zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+        zt_status s = !w ? zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir)
+                      : stages > 0 ? open_pipeline(w, dir, tag, stages, spec)
+                                   : open_tp(w, dir, tag, spec);
         if (s != ZT_OK) {
             zt_ckpt_weights_close(w);
             return s;
@@ -234,6 +301,23 @@ zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, int i, size_t first, float *d
     if (first > t->numel || n > t->numel - first)
         return zt_error(ZT_ERR_INVALID, "checkpoint tensor '%s' has %zu elements, not [%zu, %zu)",
                         t->name, t->numel, first, first + n);
+    if (w->tp) {
+        if (w->whole_i != i) {
+            if (t->numel > w->whole_n) {
+                float *grown = realloc(w->whole, t->numel * sizeof *grown);
+                if (!grown)
+                    return zt_error(ZT_ERR_NOMEM, "out of memory putting '%s' together",
+                                    t->name);
+                w->whole = grown;
+                w->whole_n = t->numel;
+            }
+            w->whole_i = -1;
+            ZT_TRY(zt_ckpt_tp_assemble(w->tp, i, read_tp_piece, w, w->whole));
+            w->whole_i = i;
+        }
+        memcpy(dst, w->whole + first, n * sizeof *dst);
+        return ZT_OK;
+    }
     if (w->parts)
         return zt_ckpt_weights_read(w->parts[w->part[i]], w->index[i], first, dst, n);
     if (w->sharded)

@@ -15,6 +15,9 @@
  * communication. Per thread, so ZeRO's communication thread, whose collectives overlap the
  * training thread's compute, does not count as the training thread's wait. */
 static _Thread_local double thread_comm_ms;
+/* Calls of this thread in progress: a group's collective (comm_group.c) runs as its parent's
+ * messages, which must not count a second time. */
+static _Thread_local int thread_comm_depth;
 
 static double monotonic_ms(void) {
     struct timespec ts;
@@ -25,12 +28,15 @@ static double monotonic_ms(void) {
 double zt_comm_thread_ms(void) { return thread_comm_ms; }
 void zt_comm_add_wait_ms(double ms) { thread_comm_ms += ms; }
 
-/* Returns the transport's call, timed into this thread's communication time. */
+/* Returns the transport's call, timed into this thread's communication time (the outermost
+ * call only). */
 #define RETURN_TIMED(call)                                                                        \
     do {                                                                                          \
         double t0_ = monotonic_ms();                                                              \
+        thread_comm_depth++;                                                                      \
         zt_status s_ = (call);                                                                    \
-        thread_comm_ms += monotonic_ms() - t0_;                                                   \
+        if (--thread_comm_depth == 0)                                                             \
+            thread_comm_ms += monotonic_ms() - t0_;                                               \
         return s_;                                                                                \
     } while (0)
 

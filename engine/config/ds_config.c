@@ -61,6 +61,7 @@ bool zt_ds_name_in(const char *name, const char *const *list) {
 void zt_ds_config_defaults(zt_ds_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->world_size = 1;
+    cfg->tp_size = 1;
 
     zt_optimizer_config *o = &cfg->optimizer;
     o->type = ZT_OPTIM_ADAM;
@@ -421,19 +422,14 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
     const cJSON *comp = zt_json_item(top, "compile");
     if (comp && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(comp, "deepcompile")))
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: compile.deepcompile is not supported by ztrain", src);
-    const cJSON *tp = zt_json_item(top, "tensor_parallel");
-    const cJSON *tp_size = tp ? cJSON_GetObjectItemCaseSensitive(tp, "autotp_size") : NULL;
-    if (cJSON_IsNumber(tp_size) && tp_size->valuedouble > 1)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: tensor_parallel.autotp_size %g is not supported "
-                        "(ztrain is data-parallel only)", src, tp_size->valuedouble);
     int sp = 1, dp = cfg->world_size;
     bool managed = true;
     zt_json_get_int(top, "sequence_parallel_size", &sp, NULL);
     zt_json_get_int(top, "data_parallel_size", &dp, NULL);
     zt_json_get_bool(top, "managed_gradient_accumulation", &managed, NULL);
     if (sp > 1)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: sequence_parallel_size %d is not supported (ztrain is "
-                        "data-parallel only)", src, sp);
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: sequence_parallel_size %d is not supported (ztrain "
+                        "has no sequence parallelism)", src, sp);
     if (dp != cfg->world_size)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: data_parallel_size %d differs from the job's world_size "
                         "%d; ztrain's data-parallel size is the world size", src, dp, cfg->world_size);
@@ -563,6 +559,7 @@ static zt_status from_json(zt_ds_config *cfg, const cJSON *root, const char *sou
     ZT_TRY(parse_top(cfg, &top, &bk));
     ZT_TRY(zt_ds_parse_zero(cfg, &top));
     ZT_TRY(zt_ds_parse_precision(cfg, &top));
+    ZT_TRY(zt_ds_parse_tensor_parallel(cfg, &top));
     ZT_TRY(infer_batch(cfg, &bk, source));
     const char *op = NULL;
     ZT_TRY(zt_json_get_string(&top, "gradient_allreduce_op", &op, NULL));

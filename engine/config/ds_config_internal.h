@@ -57,6 +57,9 @@ zt_status zt_ds_parse_zero(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top);
+/* The tensor_parallel section (ds_config_tp.c), before the batch triple: sets cfg->tp_size and
+ * divides cfg->world_size by it. */
+zt_status zt_ds_parse_tensor_parallel(zt_ds_config *cfg, const zt_json_obj *top);
 /* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet. */
 zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
 

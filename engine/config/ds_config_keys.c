@@ -21,7 +21,8 @@
 
 /* The reasons shared by many rows. */
 #define NO_DEVICE "the CPU backend has no device memory to pin or stream to"
-#define NO_TP "ztrain is data-parallel only"
+#define NO_TP "ztrain has no sequence parallelism"
+#define TP_NOTE "ztrain's tensor parallelism is Megatron's layers for its own model families"
 #define OWN_LAYOUT "ztrain's gradients live in one flat buffer reduced in fixed chunks"
 #define LAYER_GATHER "ztrain holds at most the layer in use and the one prefetched"
 
@@ -74,7 +75,7 @@ static const zt_ds_key rows[] = {
     {"activation_checkpointing.cpu_checkpointing", H, 0, "false",
      "the kept block inputs live in pinned host memory; warned when the job does not checkpoint"},
     {"activation_checkpointing.contiguous_memory_optimization", W, 0, "false",
-     "it packs partitioned activations, which need tensor parallelism: " NO_TP},
+     "it packs activations partitioned across tensor-parallel ranks, which ztrain keeps whole"},
     {"activation_checkpointing.number_checkpoints", W, 0, NULL,
      "it sizes contiguous_memory_optimization's buffers, which need tensor parallelism"},
     {"activation_checkpointing.synchronize_checkpoint_boundary", W, 0, "false",
@@ -264,8 +265,34 @@ static const zt_ds_key rows[] = {
     {"sparse_attention", OPAQUE | PRESENT | W, 0, NULL,
      "read only by SparseSelfAttention layers: ztrain's GPT-2 uses dense attention"},
 
-    {"tensor_parallel", OPAQUE | W, 0, NULL, "AutoTP: " NO_TP},
-    {"tensor_parallel.autotp_size", HAND | R, 0, "0", "above 1 refused: " NO_TP},
+    {"tensor_parallel", SEC | H, 0, NULL, "AutoTP training: Megatron-style sharded layers"},
+    {"tensor_parallel.autotp_size", HAND | H, 0, "0",
+     "TP ranks per model replica; the grid is dp × pp × tp with tp innermost"},
+    {"tensor_parallel.tp_overlap_comm", R, 0, "false",
+     "true refused: the all-reduces run between the layers, not overlapped"},
+    {"tensor_parallel.dtype", PRESENT | W, 0, NULL,
+     "the precision follows the bf16 and fp16 sections"},
+    {"tensor_parallel.keep_module_on_host", W, 0, "false",
+     "each rank reads only its shards of a checkpoint"},
+    {"tensor_parallel.vocab_parallel_lm_head", H, 0, "false",
+     "the LM head and embedding are always vocabulary-parallel, with Megatron's loss"},
+    {"tensor_parallel.vocab_parallel_ce_backend", R, 0, "\"torch\"", "\"liger\" refused"},
+    {"tensor_parallel.injection_policy_tuple", PRESENT | R, 0, NULL, "refused: " TP_NOTE},
+    {"tensor_parallel.partition_config", OPAQUE | PRESENT | R, 0, NULL, "refused: " TP_NOTE},
+    {"tensor_parallel.replace_with_kernel_inject", R, 0, "false", "inference kernels: refused"},
+    {"tensor_parallel.kernel_inject", R, 0, "false", "inference kernels: refused"},
+    {"tensor_parallel.tensor_parallel", SEC | H, 0, NULL, "DeepSpeed's TPConfig (alias tp)"},
+    {"tensor_parallel.tensor_parallel.tp_size", HAND | H, 0, "1",
+     "taken when autotp_size is 0; must agree with it otherwise"},
+    {"tensor_parallel.tensor_parallel.tp_grain_size", R, 0, "1", "uneven shards refused"},
+    {"tensor_parallel.tensor_parallel.mpu", PRESENT | R, 0, NULL, "a Python object: refused"},
+    {"tensor_parallel.tensor_parallel.tp_group", PRESENT | R, 0, NULL, "a Python object: refused"},
+    {"tensor_parallel.tp", SEC | H, 0, NULL, "alias of tensor_parallel.tensor_parallel"},
+    {"tensor_parallel.tp.tp_size", HAND | H, 0, "1",
+     "taken when autotp_size is 0; must agree with it otherwise"},
+    {"tensor_parallel.tp.tp_grain_size", R, 0, "1", "uneven shards refused"},
+    {"tensor_parallel.tp.mpu", PRESENT | R, 0, NULL, "a Python object: refused"},
+    {"tensor_parallel.tp.tp_group", PRESENT | R, 0, NULL, "a Python object: refused"},
 
     {"tensorboard", SEC | H, 0, NULL, "TensorBoard event files with DeepSpeed's tags, rank 0"},
     {"tensorboard.enabled", HAND | H, 0, "false", "one event file per run"},

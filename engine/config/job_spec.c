@@ -15,6 +15,7 @@
 #include "ds_config_json.h"
 #include "ztrain/fsutil.h"
 #include "job_pipeline.h"
+#include "job_tp.h"
 #include "job_spec_recovery.h"
 #include "ztrain/json_util.h"
 #include "job_act_ckpt.h"
@@ -580,6 +581,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: data.format \"masked\" is not supported with "
                         "pipeline.stages %d (pipeline parallelism) yet", source,
                         job->pipeline.stages);
+    ZT_TRY(zt_job_check_tp(job, source));
     ZT_TRY(zt_job_activation_checkpointing(job, &top));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would
      * overflow, wherever a spec is read; activations are sized at fp32, the widest. */

@@ -90,6 +90,16 @@ zt_status zt_blocks_init(zt_blocks *k, const zt_blocks_shape *s, const zt_block_
     return ZT_OK;
 }
 
+zt_status zt_blocks_init_tp(zt_blocks *k, zt_model *m) {
+    if (!zt_tp_on(m))
+        return ZT_OK;
+    const size_t rows = (size_t)(k->shape.B * k->shape.T);
+    k->tp_tokens = calloc(rows, sizeof *k->tp_tokens);
+    if (!k->tp_tokens)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", m->spec.type);
+    return k->shape.head ? zt_tp_xent_init(&k->xent, m, rows) : ZT_OK;
+}
+
 zt_status zt_blocks_alloc_pinned(zt_blocks *k, zt_backend *be, size_t bytes, const char *type) {
     if (!bytes)
         return ZT_OK;
@@ -112,6 +122,8 @@ void zt_blocks_free(zt_blocks *k, zt_backend *be) {
     free(k->has_grad);
     free(k->tokens);
     free(k->host_losses);
+    free(k->tp_tokens);
+    zt_tp_xent_free(&k->xent, be);
     memset(k, 0, sizeof *k);
 }
 
@@ -193,10 +205,18 @@ float zt_blocks_forward(zt_model *m, zt_blocks *k, int buffer, const int32_t *to
         h->release(h->ctx, -1);
     if (!targets)
         return 0.0f;
-    m->ctx.be->ops->softmax_xent(&m->ctx, ha->losses, ha->logits, targets, (int)BT,
-                                 (int)k->shape.V, grad_scale);
-    zt_backend_copy(m->ctx.be, k->host_losses, ha->losses, BT * sizeof(float), ZT_COPY_D2H,
-                    ZT_STREAM_COMPUTE);
+    if (zt_tp_on(m)) {
+        /* The head's shard holds the columns [v0, v0 + V) of the vocabulary. */
+        int v0, vn;
+        zt_tp_vocab_range(m, (int)k->shape.V * m->stage.tp_size, &v0, &vn);
+        zt_tp_softmax_xent(m, &k->xent, k->host_losses, ha->logits, targets, (int)BT, v0, vn,
+                           grad_scale);
+    } else {
+        m->ctx.be->ops->softmax_xent(&m->ctx, ha->losses, ha->logits, targets, (int)BT,
+                                     (int)k->shape.V, grad_scale);
+        zt_backend_copy(m->ctx.be, k->host_losses, ha->losses, BT * sizeof(float), ZT_COPY_D2H,
+                        ZT_STREAM_COMPUTE);
+    }
     double sum = 0.0;
     int counted = 0;
     for (size_t i = 0; i < BT; i++) {
@@ -294,11 +314,66 @@ void zt_blocks_add_tensor(zt_tensor_info *table, int *n, const char *name, size_
     t->numel = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
     t->layer = layer;
     t->tied_copy = false;
+    t->tp_dim = -1;
+    t->tp_groups = t->tp_pieces = t->tp_shared = 1;
+    t->tp_piece = 0;
+    t->full_shape[0] = t->shape[0];
+    t->full_shape[1] = t->shape[1];
     *offset += t->numel;
 }
 
-void zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full, int n_full,
-                            double (*std_of)(const zt_model *m, const char *name)) {
+zt_tp_split zt_tp_whole(const zt_model_stage *st) {
+    return (zt_tp_split){-1, 1, 1, 0, zt_model_stage_tp(st)};
+}
+
+zt_tp_split zt_tp_even(const zt_model_stage *st, int dim, int groups) {
+    if (zt_model_stage_tp(st) == 1)
+        return zt_tp_whole(st);
+    return (zt_tp_split){dim, groups, st->tp_size, st->tp_rank, 1};
+}
+
+void zt_blocks_add_shard(zt_tensor_info *table, int *n, const char *name, size_t *offset,
+                         int ndim, int64_t d0, int64_t d1, int layer, zt_tp_split split) {
+    int64_t d[2] = {d0, d1};
+    if (split.dim >= 0) {
+        ZT_ASSERT(split.dim < ndim && d[split.dim] % ((int64_t)split.groups * split.pieces) == 0);
+        d[split.dim] /= split.pieces;
+    }
+    zt_blocks_add_tensor(table, n, name, offset, ndim, d[0], d[1], layer);
+    zt_tensor_info *t = &table[*n - 1];
+    t->full_shape[0] = d0;
+    t->full_shape[1] = ndim == 2 ? d1 : 0;
+    t->tp_dim = split.dim;
+    t->tp_groups = split.groups;
+    t->tp_pieces = split.pieces;
+    t->tp_piece = split.piece;
+    t->tp_shared = split.shared;
+}
+
+/* A shard's tensor is drawn whole into host memory and its slice written. */
+static zt_status init_shard(zt_model *m, const zt_tensor_info *t, const zt_tensor_info *mine,
+                            double std, uint64_t *s) {
+    float *whole = malloc(t->numel * sizeof *whole), *shard = malloc(mine->numel * sizeof *shard);
+    if (!whole || !shard) {
+        free(whole);
+        free(shard);
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory drawing %s (%zu elements) to shard it",
+                        m->spec.type, t->name, t->numel);
+    }
+    if (std > 0.0)
+        zt_init_fill_normal(whole, t->numel, std, s);
+    else
+        for (size_t j = 0; j < t->numel; j++)
+            whole[j] = std < 0.0 ? 1.0f : 0.0f;
+    zt_tensor_shard_from_full(mine, whole, shard);
+    zt_model_set_params(m, mine->offset, shard, mine->numel);
+    free(whole);
+    free(shard);
+    return ZT_OK;
+}
+
+zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full,
+                                 int n_full, double (*std_of)(const zt_model *m, const char *name)) {
     enum { PIECE = 4096 };
     float host[PIECE];
     uint64_t s = seed;
@@ -307,6 +382,10 @@ void zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *fu
         const zt_tensor_info *t = &full[i];
         const zt_tensor_info *mine = zt_model_find_tensor(m, t->name);
         double std = std_of(m, t->name);
+        if (mine && mine->tp_dim >= 0) {
+            ZT_TRY(init_shard(m, t, mine, std, &s));
+            continue;
+        }
         for (size_t at = 0; std != 0.0 && at < t->numel; at += PIECE) {
             size_t n = t->numel - at < PIECE ? t->numel - at : PIECE;
             if (std > 0.0)
@@ -318,4 +397,5 @@ void zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *fu
                 zt_model_set_params(m, mine->offset + at, host, n);
         }
     }
+    return ZT_OK;
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "carve.h"
+#include "tp_layers.h"
 #include "ztrain/model.h"
 
 /* The final norm and LM head's saved activations, one set per buffer on a stage with the head. */
@@ -79,6 +80,10 @@ typedef struct {
     bool *has_grad;
     int32_t *tokens;         /* [buffers · B · T] host */
     float *host_losses;      /* [B·T] host */
+    /* Tensor parallelism: the vocabulary-parallel loss's buffers (zt_blocks_init_tp) and the
+     * embedding's local token ids [B·T] host. */
+    zt_tp_xent xent;
+    int32_t *tp_tokens;
 } zt_blocks;
 
 /* The checkpoint interval and placement a model built from spec uses for its blocks. */
@@ -95,6 +100,10 @@ zt_status zt_blocks_init(zt_blocks *k, const zt_blocks_shape *s, const zt_block_
                          const char *type);
 void zt_blocks_free(zt_blocks *k, zt_backend *be);
 
+/* With tensor parallelism (m->stage.tp_size > 1), after zt_blocks_init: the buffers of the
+ * vocabulary-parallel loss. Nothing without. */
+zt_status zt_blocks_init_tp(zt_blocks *k, zt_model *m);
+
 /* Allocates the pinned host memory of `bytes` (from the counting pass) for the kept inputs. */
 zt_status zt_blocks_alloc_pinned(zt_blocks *k, zt_backend *be, size_t bytes, const char *type);
 
@@ -106,13 +115,32 @@ void zt_blocks_backward(zt_model *m, zt_blocks *k, int buffer, const void *dout,
 
 /* Initialises a model's (or stage's) tensors as the whole model's would be: drawn in the whole
  * model's order (`full`, n_full entries) from one normal stream, each tensor the model holds
- * written, the others' draws skipped; std(name) > 0 draws normal(0, std), 0 writes zeros and a
+ * written (a TP shard takes its slice of the whole tensor's draws), the others' draws skipped; std(name) > 0 draws normal(0, std), 0 writes zeros and a
  * negative value ones. */
-void zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full, int n_full,
-                            double (*std)(const zt_model *m, const char *name));
+zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full,
+                                 int n_full, double (*std)(const zt_model *m, const char *name));
 
 /* Appends a tensor to a table at *offset elements (advanced by its size). */
 void zt_blocks_add_tensor(zt_tensor_info *table, int *n, const char *name, size_t *offset,
                           int ndim, int64_t d0, int64_t d1, int layer);
+
+/* How a tensor of the whole model is cut for tensor parallelism (zt_tensor_info's tp_ fields). */
+typedef struct {
+    int dim;    /* -1: whole */
+    int groups; /* equal groups along dim (GPT-2's packed q|k|v: 3) */
+    int pieces; /* equal pieces per group */
+    int piece;  /* the one this rank holds */
+    int shared; /* TP ranks holding the same piece */
+} zt_tp_split;
+
+/* The whole tensor on every TP rank of st (replicated), and piece tp_rank of tp_size along dim
+ * in each of `groups` groups (a proper split). */
+zt_tp_split zt_tp_whole(const zt_model_stage *st);
+zt_tp_split zt_tp_even(const zt_model_stage *st, int dim, int groups);
+
+/* zt_blocks_add_tensor for a tensor of whole shape [d0, d1] cut by `split`: the table holds the
+ * shard's shape and size, and the whole shape in full_shape. */
+void zt_blocks_add_shard(zt_tensor_info *table, int *n, const char *name, size_t *offset,
+                         int ndim, int64_t d0, int64_t d1, int layer, zt_tp_split split);
 
 #endif

@@ -47,6 +47,10 @@ typedef struct {
 typedef struct {
     zt_model base;
     int L, C, NH, V, maxT;     /* L: the whole model's blocks */
+    /* This rank's shard (tensor parallelism; the whole model without): its heads, the width of
+     * its q, k and v (NHl · head_dim), of its MLP (4C / tp) and of its vocabulary rows from v0. */
+    int NHl, A, F, Vl, v0;
+    bool lead;                 /* TP rank 0, which adds the row-parallel biases and residuals */
     float *wte, *wpe, *lnf_w, *lnf_b, *head; /* head: wte, or the last stage's copy of it */
     float *dwte, *dwpe, *dlnf_w, *dlnf_b, *dhead;
     layer_views *lw, *lg;      /* parameter and gradient views per block of the stage */
@@ -86,6 +90,22 @@ static void layer_tensor_shape(int i, int C, int *ndim, int64_t shape[2]) {
     }
 }
 
+/* Megatron's cut of a block (Conv1D layouts are [in, out]): c_attn and c_fc column-parallel
+ * (their output columns split, c_attn's by head in each of q, k and v), the projections
+ * row-parallel (their input rows split; their biases whole, added once after the sum), the
+ * norms whole. */
+static zt_tp_split layer_tensor_split(int i, const zt_model_stage *st) {
+    switch (i) {
+    case QKV_W: return zt_tp_even(st, 1, 3);
+    case QKV_B: return zt_tp_even(st, 0, 3);
+    case FC_W: return zt_tp_even(st, 1, 1);
+    case FC_B: return zt_tp_even(st, 0, 1);
+    case PROJ_W:
+    case FCPROJ_W: return zt_tp_even(st, 0, 1);
+    default: return zt_tp_whole(st);
+    }
+}
+
 /* The stage's tensors in flat-buffer order: wte and wpe with the embedding, the blocks, ln_f with
  * the head, and a last stage's own copy of wte (the tied head) at the end. */
 static size_t lay_out_tensors(zt_tensor_info *t, int *n, const zt_model_spec *s,
@@ -93,9 +113,10 @@ static size_t lay_out_tensors(zt_tensor_info *t, int *n, const zt_model_spec *s,
     const int C = s->n_embd;
     size_t off = 0;
     *n = 0;
+    const zt_tp_split whole = zt_tp_whole(st), rows = zt_tp_even(st, 0, 1);
     if (st->embed) {
-        zt_blocks_add_tensor(t, n, "wte.weight", &off, 2, s->vocab_size, C, -1);
-        zt_blocks_add_tensor(t, n, "wpe.weight", &off, 2, s->block_size, C, -1);
+        zt_blocks_add_shard(t, n, "wte.weight", &off, 2, s->vocab_size, C, -1, rows);
+        zt_blocks_add_shard(t, n, "wpe.weight", &off, 2, s->block_size, C, -1, whole);
     }
     for (int l = st->first_layer; l < st->last_layer; l++) {
         for (int i = 0; i < N_LAYER_TENSORS; i++) {
@@ -104,14 +125,15 @@ static size_t lay_out_tensors(zt_tensor_info *t, int *n, const zt_model_spec *s,
             int64_t shape[2] = {0, 0};
             snprintf(name, sizeof name, "h.%d.%s", l, layer_tensor_names[i]);
             layer_tensor_shape(i, C, &ndim, shape);
-            zt_blocks_add_tensor(t, n, name, &off, ndim, shape[0], shape[1], l);
+            zt_blocks_add_shard(t, n, name, &off, ndim, shape[0], shape[1], l,
+                                layer_tensor_split(i, st));
         }
     }
     if (st->head) {
-        zt_blocks_add_tensor(t, n, "ln_f.weight", &off, 1, C, 0, -1);
-        zt_blocks_add_tensor(t, n, "ln_f.bias", &off, 1, C, 0, -1);
+        zt_blocks_add_shard(t, n, "ln_f.weight", &off, 1, C, 0, -1, whole);
+        zt_blocks_add_shard(t, n, "ln_f.bias", &off, 1, C, 0, -1, whole);
         if (!st->embed) {
-            zt_blocks_add_tensor(t, n, "wte.weight", &off, 2, s->vocab_size, C, -1);
+            zt_blocks_add_shard(t, n, "wte.weight", &off, 2, s->vocab_size, C, -1, rows);
             t[*n - 1].tied_copy = true;
         }
     }
@@ -145,9 +167,9 @@ static zt_status gpt2_init_weights(zt_model *m, uint64_t seed) {
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory for the initialisation's tensor table");
     int n;
     lay_out_tensors(t, &n, &m->spec, &full);
-    zt_blocks_init_weights(m, seed ^ 0x6770743200000000ull, t, n, init_std);
+    zt_status s = zt_blocks_init_weights(m, seed ^ 0x6770743200000000ull, t, n, init_std);
     free(t);
-    return ZT_OK;
+    return s;
 }
 
 /* ---- The blocks, the embedding and the head (blocks.h calls them) ------------------------- */
@@ -157,23 +179,27 @@ static const void *block_forward(zt_model *m, void *acts, const void *residual, 
     gpt2 *g = (gpt2 *)m;
     const zt_ops *op = m->ctx.be->ops;
     const zt_ctx *x = &m->ctx;
-    const int C = g->C, BT = B * T;
-    const zt_attn_shape attn = {B, T, g->NH, g->NH, C / g->NH, true, 0,
+    const int C = g->C, A = g->A, F = g->F, BT = B * T;
+    const zt_attn_shape attn = {B, T, g->NHl, g->NHl, C / g->NH, true, 0,
                                zt_doc_pos_dev(&g->docs)};
     layer_acts *a = acts;
     float **w = g->lw[l - m->stage.first_layer].w;
     op->layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, residual, w[LN1_W], w[LN1_B], BT,
                           C);
-    op->linear_forward(x, a->qkv, a->ln1, w[QKV_W], w[QKV_B], NULL, BT, C, 3 * C, ZT_W_IN_OUT);
+    op->linear_forward(x, a->qkv, a->ln1, w[QKV_W], w[QKV_B], NULL, BT, C, 3 * A, ZT_W_IN_OUT);
     op->attention_forward(x, &attn, a->atty, a->att, a->qkv, NULL, NULL);
-    op->linear_forward(x, a->res2, a->atty, w[PROJ_W], w[PROJ_B], residual, BT, C, C,
-                       ZT_W_IN_OUT);
+    /* Row-parallel: each TP rank's heads give a partial sum, which the all-reduce completes;
+     * the bias and the residual enter once, on the lead rank. */
+    op->linear_forward(x, a->res2, a->atty, w[PROJ_W], g->lead ? w[PROJ_B] : NULL,
+                       g->lead ? residual : NULL, BT, A, C, ZT_W_IN_OUT);
+    zt_tp_reduce_act(m, a->res2, (size_t)BT * C);
     op->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LN2_W], w[LN2_B], BT,
                           C);
-    op->linear_forward(x, a->fch, a->ln2, w[FC_W], w[FC_B], NULL, BT, C, 4 * C, ZT_W_IN_OUT);
-    op->gelu_forward(x, a->fch_gelu, a->fch, (size_t)BT * 4 * C);
-    op->linear_forward(x, a->res3, a->fch_gelu, w[FCPROJ_W], w[FCPROJ_B], a->res2, BT, 4 * C, C,
-                       ZT_W_IN_OUT);
+    op->linear_forward(x, a->fch, a->ln2, w[FC_W], w[FC_B], NULL, BT, C, F, ZT_W_IN_OUT);
+    op->gelu_forward(x, a->fch_gelu, a->fch, (size_t)BT * F);
+    op->linear_forward(x, a->res3, a->fch_gelu, w[FCPROJ_W], g->lead ? w[FCPROJ_B] : NULL,
+                       g->lead ? a->res2 : NULL, BT, F, C, ZT_W_IN_OUT);
+    zt_tp_reduce_act(m, a->res3, (size_t)BT * C);
     return a->res3;
 }
 
@@ -183,49 +209,67 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
     gpt2 *g = (gpt2 *)m;
     const zt_ops *op = m->ctx.be->ops;
     const zt_ctx *x = &m->ctx;
-    const int C = g->C, BT = B * T;
-    const zt_attn_shape attn = {B, T, g->NH, g->NH, C / g->NH, true, 0,
+    const int C = g->C, A = g->A, F = g->F, BT = B * T;
+    const zt_attn_shape attn = {B, T, g->NHl, g->NHl, C / g->NH, true, 0,
                                zt_doc_pos_dev(&g->docs)};
     layer_acts *a = acts;
     float **w = g->lw[l - m->stage.first_layer].w, **dw = g->lg[l - m->stage.first_layer].w;
     void *dres = g->blk.dres;
-    /* dres holds the gradient of this block's output; the MLP branch adds into it. */
+    /* dres holds the gradient of this block's output; the MLP branch adds into it. Under TP
+     * dres is whole on every rank, so the row-parallel biases' gradients agree everywhere, and
+     * the column-parallel layers' input gradients are partial sums until reduced. */
     op->linear_backward(x, g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], dres, a->fch_gelu, w[FCPROJ_W],
-                        BT, 4 * C, C, ZT_W_IN_OUT, false);
-    op->gelu_backward(x, g->dfch, a->fch, g->dfch, (size_t)BT * 4 * C);
-    op->linear_backward(x, g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, 4 * C,
+                        BT, F, C, ZT_W_IN_OUT, false);
+    op->gelu_backward(x, g->dfch, a->fch, g->dfch, (size_t)BT * F);
+    op->linear_backward(x, g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, F,
                         ZT_W_IN_OUT, false);
+    zt_tp_reduce_act(m, g->dln, (size_t)BT * C);
     op->layernorm_backward(x, dres, dw[LN2_W], dw[LN2_B], g->dln, a->res2, w[LN2_W], a->ln2_mean,
                            a->ln2_rstd, BT, C);
     /* dres now holds the gradient of res2; the attention branch adds into it. */
-    op->linear_backward(x, g->datty, dw[PROJ_W], dw[PROJ_B], dres, a->atty, w[PROJ_W], BT, C, C,
+    op->linear_backward(x, g->datty, dw[PROJ_W], dw[PROJ_B], dres, a->atty, w[PROJ_W], BT, A, C,
                         ZT_W_IN_OUT, false);
     op->attention_backward(x, &attn, g->dqkv, NULL, NULL, g->datt, g->datty, a->qkv, NULL, NULL,
                            a->att);
-    op->linear_backward(x, g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C, 3 * C,
+    op->linear_backward(x, g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C, 3 * A,
                         ZT_W_IN_OUT, false);
+    zt_tp_reduce_act(m, g->dln, (size_t)BT * C);
     op->layernorm_backward(x, dres, dw[LN1_W], dw[LN1_B], g->dln, residual, w[LN1_W],
                            a->ln1_mean, a->ln1_rstd, BT, C);
 }
 
-/* With packed documents the learned positions are looked up by each token's position in its
- * document, as a second embedding whose "tokens" are the positions, added to the first through
- * dln (backward scratch, free during the forward); its backward accumulates into dwpe. */
+/* Vocabulary-parallel under TP: a rank looks up the tokens its rows hold (the others give zero
+ * rows), the lead adds the positions, and the all-reduce completes every row. With packed
+ * documents the learned positions are looked up by each token's position in its document, as a
+ * second embedding whose "tokens" are the positions, added to the first through dln (backward
+ * scratch, free during the forward); its backward accumulates into dwpe. */
 static void embed_forward(zt_model *m, void *out, const int32_t *tokens, int B, int T) {
     gpt2 *g = (gpt2 *)m;
     const zt_ops *op = m->ctx.be->ops;
-    if (!g->docs.on) {
-        op->embedding_forward(&m->ctx, out, tokens, g->wte, g->wpe, B, T, g->C);
-        return;
+    if (zt_tp_on(m)) {
+        zt_tp_local_tokens(tokens, B * T, g->v0, g->Vl, false, g->blk.tp_tokens);
+        tokens = g->blk.tp_tokens;
     }
-    op->embedding_forward(&m->ctx, out, tokens, g->wte, NULL, B, T, g->C);
-    op->embedding_forward(&m->ctx, g->dln, g->docs.host, g->wpe, NULL, B, T, g->C);
-    op->add(&m->ctx, out, out, g->dln, (size_t)B * T * g->C);
+    if (!g->docs.on) {
+        op->embedding_forward(&m->ctx, out, tokens, g->wte, g->lead ? g->wpe : NULL, B, T, g->C);
+    } else {
+        op->embedding_forward(&m->ctx, out, tokens, g->wte, NULL, B, T, g->C);
+        if (g->lead) {
+            op->embedding_forward(&m->ctx, g->dln, g->docs.host, g->wpe, NULL, B, T, g->C);
+            op->add(&m->ctx, out, out, g->dln, (size_t)B * T * g->C);
+        }
+    }
+    zt_tp_reduce_act(m, out, (size_t)B * T * g->C);
 }
 
+/* The positions' gradient is whole on every TP rank (dres is), the rows' only where they are. */
 static void embed_backward(zt_model *m, const int32_t *tokens, int B, int T) {
     gpt2 *g = (gpt2 *)m;
     const zt_ops *op = m->ctx.be->ops;
+    if (zt_tp_on(m)) {
+        zt_tp_local_tokens(tokens, B * T, g->v0, g->Vl, false, g->blk.tp_tokens);
+        tokens = g->blk.tp_tokens;
+    }
     if (!g->docs.on) {
         op->embedding_backward(&m->ctx, g->dwte, g->dwpe, g->blk.dres, tokens, B, T, g->C);
         return;
@@ -245,7 +289,7 @@ static void head_forward(zt_model *m, zt_head_acts *h, const void *last, int B, 
     const int BT = B * T;
     op->layernorm_forward(&m->ctx, h->lnf, h->lnf_mean, h->lnf_rstd, last, g->lnf_w, g->lnf_b,
                           BT, g->C);
-    op->linear_forward(&m->ctx, h->logits, h->lnf, g->head, NULL, NULL, BT, g->C, g->V,
+    op->linear_forward(&m->ctx, h->logits, h->lnf, g->head, NULL, NULL, BT, g->C, g->Vl,
                        ZT_W_OUT_IN);
 }
 
@@ -253,8 +297,9 @@ static void head_backward(zt_model *m, zt_head_acts *h, const void *last, int B,
     gpt2 *g = (gpt2 *)m;
     const zt_ops *op = m->ctx.be->ops;
     const int BT = B * T, C = g->C;
-    op->linear_backward(&m->ctx, g->dln, g->dhead, NULL, h->logits, h->lnf, g->head, BT, C, g->V,
-                        ZT_W_OUT_IN, false);
+    op->linear_backward(&m->ctx, g->dln, g->dhead, NULL, h->logits, h->lnf, g->head, BT, C,
+                        g->Vl, ZT_W_OUT_IN, false);
+    zt_tp_reduce_act(m, g->dln, (size_t)BT * C);
     zt_backend_zero(m->ctx.be, g->blk.dres, g->act_size * (size_t)BT * C, ZT_STREAM_COMPUTE);
     op->layernorm_backward(&m->ctx, g->blk.dres, g->dlnf_w, g->dlnf_b, g->dln, last, g->lnf_w,
                            h->lnf_mean, h->lnf_rstd, BT, C);
@@ -264,6 +309,8 @@ static void head_backward(zt_model *m, zt_head_acts *h, const void *last, int B,
  * bytes, statistics of 4. */
 typedef struct {
     uint64_t B, T, C, NH, V, es;
+    uint64_t A, F; /* the shard's attention and MLP widths (C and 4C without TP); NH and V are
+                      the shard's too */
 } act_dims;
 
 static void carve_layer(zt_carver *c, const void *dims, void *acts) {
@@ -275,15 +322,15 @@ static void carve_layer(zt_carver *c, const void *dims, void *acts) {
     a->ln1 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
     a->ln1_mean = zt_carve(c, BT, F32);
     a->ln1_rstd = zt_carve(c, BT, F32);
-    a->qkv = zt_carve(c, zt_u64_mul(BT, 3 * C, ov), es);
-    a->atty = zt_carve(c, zt_u64_mul(BT, C, ov), es);
+    a->qkv = zt_carve(c, zt_u64_mul(BT, 3 * d->A, ov), es);
+    a->atty = zt_carve(c, zt_u64_mul(BT, d->A, ov), es);
     a->att = zt_carve(c, att, F32);
     a->res2 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
     a->ln2 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
     a->ln2_mean = zt_carve(c, BT, F32);
     a->ln2_rstd = zt_carve(c, BT, F32);
-    a->fch = zt_carve(c, zt_u64_mul(BT, 4 * C, ov), es);
-    a->fch_gelu = zt_carve(c, zt_u64_mul(BT, 4 * C, ov), es);
+    a->fch = zt_carve(c, zt_u64_mul(BT, d->F, ov), es);
+    a->fch_gelu = zt_carve(c, zt_u64_mul(BT, d->F, ov), es);
     a->res3 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
 }
 
@@ -299,16 +346,18 @@ static const zt_block_ops gpt2_block_ops = {
     .head_backward = head_backward,
 };
 
-static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size) {
-    return (act_dims){(uint64_t)micro_batch, (uint64_t)s->block_size, (uint64_t)s->n_embd,
-                      (uint64_t)s->n_head, (uint64_t)s->vocab_size, (uint64_t)act_size};
+static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size, int tp) {
+    const uint64_t C = (uint64_t)s->n_embd, t = (uint64_t)tp;
+    return (act_dims){(uint64_t)micro_batch, (uint64_t)s->block_size, C,
+                      (uint64_t)s->n_head / t, (uint64_t)s->vocab_size / t, (uint64_t)act_size,
+                      C / t, 4 * C / t};
 }
 
 static zt_blocks_shape shape_of(const zt_model_spec *s, const zt_model_stage *st, int micro_batch,
                                 size_t act_size) {
     zt_blocks_shape b = {
         .B = (uint64_t)micro_batch, .T = (uint64_t)s->block_size, .C = (uint64_t)s->n_embd,
-        .V = (uint64_t)s->vocab_size, .es = (uint64_t)act_size,
+        .V = (uint64_t)s->vocab_size / (uint64_t)zt_model_stage_tp(st), .es = (uint64_t)act_size,
         .layers = (uint64_t)(st->last_layer - st->first_layer), .buffers = (uint64_t)st->buffers,
         .head = st->head, .norm_mean = true,
     };
@@ -334,8 +383,8 @@ static uint64_t carve_activations(const act_dims *d, const zt_blocks_shape *s, g
     gpt2 *o = g ? g : &none;
     o->dln = zt_carve(&c, BTC, es);
     o->datty = zt_carve(&c, BTC, es);
-    o->dqkv = zt_carve(&c, zt_u64_mul(BT, 3 * C, ov), es);
-    o->dfch = zt_carve(&c, zt_u64_mul(BT, 4 * C, ov), es);
+    o->dqkv = zt_carve(&c, zt_u64_mul(BT, 3 * d->A, ov), es);
+    o->dfch = zt_carve(&c, zt_u64_mul(BT, d->F, ov), es);
     o->datt = zt_carve(&c, att, sizeof(float));
     *overflow |= c.overflow || host.overflow;
     *pinned_bytes = host.off;
@@ -375,7 +424,7 @@ static double gpt2_flops_per_token(const zt_model *m) {
     const gpt2 *g = (const gpt2 *)m;
     const double passes = g->blk.shape.interval ? 4.0 : 3.0;
     return passes * (2.0 * (double)m->n_params +
-                     4.0 * (double)g->blk.shape.layers * (double)g->C * g->maxT);
+                     4.0 * (double)g->blk.shape.layers * (double)g->A * g->maxT);
 }
 
 static void gpt2_destroy(zt_model *m) {
@@ -437,8 +486,13 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
      * below, since its buffers can outnumber the whole model's blocks. */
     zt_model_estimate est;
     ZT_TRY(zt_model_check_create(spec, be, act, max_batch, &est));
+    const int tp = zt_model_stage_tp(stage);
+    if (tp > 1 && (spec->n_head % tp != 0 || spec->vocab_size % tp != 0))
+        return zt_error(ZT_ERR_INVALID, "gpt2: tensor parallelism of %d needs model.n_head (%d) "
+                        "and model.vocab_size (%d) divisible by it (heads and vocabulary rows are "
+                        "split evenly)", tp, spec->n_head, spec->vocab_size);
     const size_t act_size = zt_backend_act_size(be, act);
-    const act_dims dims = dims_of(spec, max_batch, act_size);
+    const act_dims dims = dims_of(spec, max_batch, act_size, tp);
     const zt_blocks_shape shape = shape_of(spec, stage, max_batch, act_size);
     bool overflow = false;
     uint64_t pinned = 0;
@@ -463,12 +517,20 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
     g->NH = spec->n_head;
     g->V = spec->vocab_size;
     g->maxT = spec->block_size;
+    g->NHl = g->NH / tp;
+    g->A = g->C / tp;
+    g->F = 4 * g->C / tp;
+    g->Vl = g->V / tp;
+    g->v0 = tp > 1 ? stage->tp_rank * g->Vl : 0;
+    g->lead = tp == 1 || stage->tp_rank == 0;
     const int layers = stage->last_layer - stage->first_layer;
 
     m->tensors = calloc((size_t)stage_tensors(stage), sizeof *m->tensors);
     g->lw = calloc((size_t)layers + 1, sizeof *g->lw);
     g->lg = calloc((size_t)layers + 1, sizeof *g->lg);
     zt_status s = zt_blocks_init(&g->blk, &shape, &gpt2_block_ops, "gpt2");
+    if (s == ZT_OK)
+        s = zt_blocks_init_tp(&g->blk, m);
     if (s != ZT_OK || !m->tensors || !g->lw || !g->lg) {
         gpt2_destroy(m);
         return s != ZT_OK ? s
@@ -477,7 +539,8 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
     }
     m->n_params = lay_out_tensors(m->tensors, &m->n_tensors, spec, stage);
     ZT_ASSERT(m->n_tensors == stage_tensors(stage));
-    const bool whole = layers == g->L && stage->embed && stage->head && stage->buffers == 1;
+    const bool whole = layers == g->L && stage->embed && stage->head && stage->buffers == 1 &&
+                       tp == 1;
     ZT_ASSERT(!whole || (m->n_params == est.params && (uint64_t)m->n_tensors == est.n_tensors &&
                          act_bytes == est.activation_bytes));
 
@@ -552,7 +615,7 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
         return zt_error(ZT_ERR_INVALID, "%s: a micro-batch of %d sequences of model.block_size %d "
                         "is %llu tokens, above %d, the most one forward takes", source,
                         a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
-    act_dims d = dims_of(s, a->micro_batch, a->act_size);
+    act_dims d = dims_of(s, a->micro_batch, a->act_size, 1);
     const zt_model_stage full = zt_model_full_stage(s->n_layer);
     const zt_blocks_shape shape = shape_of(s, &full, a->micro_batch, a->act_size);
     uint64_t pinned = 0;

@@ -21,6 +21,10 @@ typedef struct {
     zt_model base;
     int L, C, NH, KV, HD, I, V, maxT; /* L: the whole model's layers */
     int Q, QKV;                 /* n_head·head_dim, and the packed q | k | v row */
+    /* Under tensor parallelism NH, KV, I, V, Q and QKV are this rank's shard's (whole without):
+     * its heads, kv heads, MLP width and the vocabulary rows from v0. */
+    int v0;
+    bool lead;                  /* TP rank 0, which adds o_proj's bias and the residuals */
     float eps;
     int window;
     float *embed, *norm, *head; /* head is embed (or a last stage's copy of it) when tied */
@@ -74,9 +78,9 @@ static zt_status llama_init_weights(zt_model *m, uint64_t seed) {
                         m->spec.type);
     int n;
     zt_llama_lay_out(t, &n, &d, &full);
-    zt_blocks_init_weights(m, seed ^ 0x6c6c616d61000000ull, t, n, init_std);
+    zt_status s = zt_blocks_init_weights(m, seed ^ 0x6c6c616d61000000ull, t, n, init_std);
     free(t);
-    return ZT_OK;
+    return s;
 }
 
 /* ---- The blocks, the embedding and the head (blocks.h calls them) ------------------------- */
@@ -113,14 +117,18 @@ static const void *block_forward(zt_model *m, void *acts, const void *residual, 
                        ZT_W_OUT_IN);
     rope(g, x, a->qkv, B, T, false);
     op->attention_forward(x, &attn, a->atty, a->att, a->qkv, NULL, NULL);
-    op->linear_forward(x, a->res2, a->atty, w[LLAMA_O_W], w[LLAMA_O_B], residual, BT, g->Q, C,
-                       ZT_W_OUT_IN);
+    /* o_proj and down_proj are row-parallel under TP: partial sums over this rank's heads (or
+     * MLP columns) that the all-reduce completes, the bias and residual added once. */
+    op->linear_forward(x, a->res2, a->atty, w[LLAMA_O_W], g->lead ? w[LLAMA_O_B] : NULL,
+                       g->lead ? residual : NULL, BT, g->Q, C, ZT_W_OUT_IN);
+    zt_tp_reduce_act(m, a->res2, (size_t)BT * C);
     op->rmsnorm_forward(x, a->ln2, a->ln2_rstd, a->res2, w[LLAMA_POST_NORM], g->eps, BT, C);
     op->linear_forward(x, a->gate, a->ln2, w[LLAMA_GATE_W], NULL, NULL, BT, C, I, ZT_W_OUT_IN);
     op->linear_forward(x, a->up, a->ln2, w[LLAMA_UP_W], NULL, NULL, BT, C, I, ZT_W_OUT_IN);
     op->silu_mul_forward(x, a->hmul, a->gate, a->up, (size_t)BT * I);
-    op->linear_forward(x, a->res3, a->hmul, w[LLAMA_DOWN_W], NULL, a->res2, BT, I, C,
-                       ZT_W_OUT_IN);
+    op->linear_forward(x, a->res3, a->hmul, w[LLAMA_DOWN_W], NULL, g->lead ? a->res2 : NULL, BT,
+                       I, C, ZT_W_OUT_IN);
+    zt_tp_reduce_act(m, a->res3, (size_t)BT * C);
     return a->res3;
 }
 
@@ -146,6 +154,7 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
                         I, ZT_W_OUT_IN, false);
     op->linear_backward(x, o->dln, dw[LLAMA_UP_W], NULL, o->dup, a->ln2, w[LLAMA_UP_W], BT, C, I,
                         ZT_W_OUT_IN, true);
+    zt_tp_reduce_act(m, o->dln, (size_t)BT * C);
     op->rmsnorm_backward(x, dres, dw[LLAMA_POST_NORM], o->dln, a->res2, w[LLAMA_POST_NORM],
                          a->ln2_rstd, BT, C);
     /* dres now holds the gradient of res2; the attention branch adds into it. */
@@ -156,17 +165,29 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
     rope(g, x, o->dqkv, B, T, true);
     op->linear_backward(x, o->dln, dw[LLAMA_Q_W], dw[LLAMA_Q_B], o->dqkv, a->ln1, w[LLAMA_Q_W],
                         BT, C, g->QKV, ZT_W_OUT_IN, false);
+    zt_tp_reduce_act(m, o->dln, (size_t)BT * C);
     op->rmsnorm_backward(x, dres, dw[LLAMA_IN_NORM], o->dln, residual, w[LLAMA_IN_NORM],
                          a->ln1_rstd, BT, C);
 }
 
+/* Vocabulary-parallel under TP: each rank looks up the tokens its rows hold (zero rows for the
+ * others) and the all-reduce completes every row. */
 static void embed_forward(zt_model *m, void *out, const int32_t *tokens, int B, int T) {
     llama *g = (llama *)m;
+    if (zt_tp_on(m)) {
+        zt_tp_local_tokens(tokens, B * T, g->v0, g->V, false, g->blk.tp_tokens);
+        tokens = g->blk.tp_tokens;
+    }
     m->ctx.be->ops->embedding_forward(&m->ctx, out, tokens, g->embed, NULL, B, T, g->C);
+    zt_tp_reduce_act(m, out, (size_t)B * T * g->C);
 }
 
 static void embed_backward(zt_model *m, const int32_t *tokens, int B, int T) {
     llama *g = (llama *)m;
+    if (zt_tp_on(m)) {
+        zt_tp_local_tokens(tokens, B * T, g->v0, g->V, false, g->blk.tp_tokens);
+        tokens = g->blk.tp_tokens;
+    }
     m->ctx.be->ops->embedding_backward(&m->ctx, g->dembed, NULL, g->blk.dres, tokens, B, T,
                                        g->C);
 }
@@ -186,6 +207,7 @@ static void head_backward(zt_model *m, zt_head_acts *h, const void *last, int B,
     const int BT = B * T, C = g->C;
     op->linear_backward(&m->ctx, g->o.dln, g->dhead, NULL, h->logits, h->lnf, g->head, BT, C,
                         g->V, ZT_W_OUT_IN, false);
+    zt_tp_reduce_act(m, g->o.dln, (size_t)BT * C);
     zt_backend_zero(m->ctx.be, g->blk.dres, g->act_size * (size_t)BT * C, ZT_STREAM_COMPUTE);
     op->rmsnorm_backward(&m->ctx, g->blk.dres, g->dnorm, g->o.dln, last, g->norm, h->lnf_rstd,
                          BT, C);
@@ -322,12 +344,28 @@ int zt_llama_stage_tensors(const llama_dims *d, const zt_model_stage *st) {
            (st->head ? 1 + (!d->tied || !st->embed ? 1 : 0) : 0);
 }
 
+/* Megatron's cut of a layer ([out, in] layouts): q, k, v, gate and up column-parallel (their
+ * output rows split, q, k and v by head), o_proj and down_proj row-parallel (their input columns
+ * split; o_proj's bias whole, added once after the sum), the norms whole. */
+static zt_tp_split layer_split(int i, const zt_model_stage *st) {
+    switch (i) {
+    case LLAMA_Q_W: case LLAMA_K_W: case LLAMA_V_W: case LLAMA_Q_B: case LLAMA_K_B:
+    case LLAMA_V_B: case LLAMA_GATE_W: case LLAMA_UP_W:
+        return zt_tp_even(st, 0, 1);
+    case LLAMA_O_W: case LLAMA_DOWN_W:
+        return zt_tp_even(st, 1, 1);
+    default:
+        return zt_tp_whole(st);
+    }
+}
+
 size_t zt_llama_lay_out(zt_tensor_info *t, int *n, const llama_dims *d, const zt_model_stage *st) {
     size_t off = 0;
     const int64_t V = (int64_t)d->V, C = (int64_t)d->C;
+    const zt_tp_split rows = zt_tp_even(st, 0, 1), whole = zt_tp_whole(st);
     *n = 0;
     if (st->embed)
-        zt_blocks_add_tensor(t, n, "model.embed_tokens.weight", &off, 2, V, C, -1);
+        zt_blocks_add_shard(t, n, "model.embed_tokens.weight", &off, 2, V, C, -1, rows);
     for (int l = st->first_layer; l < st->last_layer; l++) {
         for (int i = 0; i < LLAMA_N_LAYER_TENSORS; i++) {
             int64_t shape[2];
@@ -336,15 +374,16 @@ size_t zt_llama_lay_out(zt_tensor_info *t, int *n, const llama_dims *d, const zt
                 continue;
             char name[64];
             snprintf(name, sizeof name, "model.layers.%d.%s", l, zt_llama_layer_names[i]);
-            zt_blocks_add_tensor(t, n, name, &off, ndim, shape[0], shape[1], l);
+            zt_blocks_add_shard(t, n, name, &off, ndim, shape[0], shape[1], l,
+                                layer_split(i, st));
         }
     }
     if (st->head) {
-        zt_blocks_add_tensor(t, n, "model.norm.weight", &off, 1, C, 0, -1);
+        zt_blocks_add_shard(t, n, "model.norm.weight", &off, 1, C, 0, -1, whole);
         if (!d->tied) {
-            zt_blocks_add_tensor(t, n, "lm_head.weight", &off, 2, V, C, -1);
+            zt_blocks_add_shard(t, n, "lm_head.weight", &off, 2, V, C, -1, rows);
         } else if (!st->embed) {
-            zt_blocks_add_tensor(t, n, "model.embed_tokens.weight", &off, 2, V, C, -1);
+            zt_blocks_add_shard(t, n, "model.embed_tokens.weight", &off, 2, V, C, -1, rows);
             t[*n - 1].tied_copy = true;
         }
     }
@@ -437,11 +476,23 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
     ZT_TRY(zt_model_check_create(spec, be, act, max_batch, &est));
     const size_t act_size = zt_backend_act_size(be, act);
     const llama_dims d = zt_llama_dims(spec);
+    const int tp = zt_model_stage_tp(stage);
+    /* Megatron splits kv heads between TP ranks, or replicates them when there are fewer than
+     * ranks; only the split is implemented. */
+    if (tp > 1 && (d.NH % (uint64_t)tp || d.KV % (uint64_t)tp || d.I % (uint64_t)tp ||
+                   d.V % (uint64_t)tp))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: tensor parallelism of %d needs model.n_head "
+                        "(%llu), model.n_kv_head (%llu), model.intermediate_size (%llu) and "
+                        "model.vocab_size (%llu) divisible by it (kv heads shared by several TP "
+                        "ranks are not supported yet)", spec->type, tp,
+                        (unsigned long long)d.NH, (unsigned long long)d.KV,
+                        (unsigned long long)d.I, (unsigned long long)d.V);
+    const llama_dims dl = zt_llama_shard_dims(&d, tp);
     const zt_blocks_shape shape = zt_llama_blocks_shape(spec, stage, (uint64_t)max_batch,
                                                         act_size);
     bool overflow = false;
     uint64_t pinned = 0;
-    const uint64_t act_bytes = zt_llama_carve(&d, &shape, NULL, NULL, NULL, NULL, &pinned,
+    const uint64_t act_bytes = zt_llama_carve(&dl, &shape, NULL, NULL, NULL, NULL, &pinned,
                                               &overflow);
     if (overflow || act_bytes > SIZE_MAX || pinned > SIZE_MAX)
         return zt_error(ZT_ERR_NOMEM, "%s: the activations of %d buffers of a micro-batch of %d "
@@ -460,14 +511,16 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
     m->stage = *stage;
     g->L = (int)d.L;
     g->C = (int)d.C;
-    g->NH = (int)d.NH;
-    g->KV = (int)d.KV;
-    g->HD = (int)d.HD;
-    g->I = (int)d.I;
-    g->V = (int)d.V;
-    g->maxT = (int)d.T;
-    g->Q = (int)d.Q;
-    g->QKV = (int)d.QKV;
+    g->NH = (int)dl.NH;
+    g->KV = (int)dl.KV;
+    g->HD = (int)dl.HD;
+    g->I = (int)dl.I;
+    g->V = (int)dl.V;
+    g->maxT = (int)dl.T;
+    g->Q = (int)dl.Q;
+    g->QKV = (int)dl.QKV;
+    g->v0 = tp > 1 ? stage->tp_rank * g->V : 0;
+    g->lead = tp == 1 || stage->tp_rank == 0;
     g->eps = (float)spec->rms_norm_eps;
     g->window = spec->sliding_window;
     const int layers = stage->last_layer - stage->first_layer;
@@ -476,6 +529,8 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
     g->lw = calloc((size_t)layers + 1, sizeof *g->lw);
     g->lg = calloc((size_t)layers + 1, sizeof *g->lg);
     zt_status s = zt_blocks_init(&g->blk, &shape, &zt_llama_block_ops, spec->type);
+    if (s == ZT_OK)
+        s = zt_blocks_init_tp(&g->blk, m);
     if (s != ZT_OK || !m->tensors || !g->lw || !g->lg) {
         llama_destroy(m);
         return s != ZT_OK ? s
@@ -484,7 +539,8 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
     }
     m->n_params = zt_llama_lay_out(m->tensors, &m->n_tensors, &d, stage);
     ZT_ASSERT(m->n_tensors == zt_llama_stage_tensors(&d, stage));
-    const bool whole = layers == g->L && stage->embed && stage->head && stage->buffers == 1;
+    const bool whole = layers == g->L && stage->embed && stage->head && stage->buffers == 1 &&
+                       tp == 1;
     ZT_ASSERT(!whole || (m->n_params == est.params && (uint64_t)m->n_tensors == est.n_tensors &&
                          act_bytes == est.activation_bytes));
 
@@ -507,10 +563,10 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
      * fit fails here rather than in the first forward. */
     zt_backend_zero(be, g->act_memory, g->act_bytes, ZT_STREAM_COMPUTE);
     uint64_t pinned_again = 0;
-    ZT_ASSERT(zt_llama_carve(&d, &shape, g->act_memory, g->blk.pinned, &g->blk, &g->o,
+    ZT_ASSERT(zt_llama_carve(&dl, &shape, g->act_memory, g->blk.pinned, &g->blk, &g->o,
                              &pinned_again, &overflow) == act_bytes &&
               pinned_again == pinned && !overflow);
-    set_views(g, &d);
+    set_views(g, &dl);
     s = write_rope_tables(g);
     if (s != ZT_OK) {
         llama_destroy(m);

@@ -28,6 +28,11 @@ typedef struct {
 
 llama_dims zt_llama_dims(const zt_model_spec *s);
 
+/* The dimensions of a tensor-parallel shard of tp ranks: its heads, kv heads, MLP width and
+ * vocabulary rows are the whole model's over tp (the width C and head_dim stay). d itself for
+ * tp 1. */
+llama_dims zt_llama_shard_dims(const llama_dims *d, int tp);
+
 /* Elements of layer tensor i (0 for a bias the spec does not have) and its shape. */
 uint64_t zt_llama_layer_numel(const llama_dims *d, int i);
 /* The tensor's Hugging Face name suffix after "model.layers.N.". */
@@ -102,6 +107,7 @@ uint64_t zt_llama_host_bytes(const llama_dims *d, uint64_t micro_batch);
  * the final norm and, untied, lm_head; a last stage's own copy of the tied embedding last. */
 int zt_llama_stage_tensors(const llama_dims *d, const zt_model_stage *st);
 size_t zt_llama_lay_out(zt_tensor_info *t, int *n, const llama_dims *d, const zt_model_stage *st);
+/* d holds the whole model's dimensions; a stage with tp_size > 1 lays out its shards of them. */
 
 zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend *be,
                           zt_dtype act, int max_batch, size_t pad_to,

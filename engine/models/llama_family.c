@@ -29,6 +29,19 @@ llama_dims zt_llama_dims(const zt_model_spec *s) {
     return d;
 }
 
+llama_dims zt_llama_shard_dims(const llama_dims *d, int tp) {
+    llama_dims s = *d;
+    const uint64_t t = (uint64_t)tp;
+    s.NH /= t;
+    s.KV /= t;
+    s.I /= t;
+    s.V /= t;
+    s.Q = s.NH * s.HD;
+    s.KVD = s.KV * s.HD;
+    s.QKV = s.Q + 2 * s.KVD;
+    return s;
+}
+
 const char *const zt_llama_layer_names[LLAMA_N_LAYER_TENSORS] = {
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
     "self_attn.v_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
@@ -89,7 +102,7 @@ zt_blocks_shape zt_llama_blocks_shape(const zt_model_spec *s, const zt_model_sta
                                       uint64_t batch, uint64_t es) {
     zt_blocks_shape b = {
         .B = batch, .T = (uint64_t)s->block_size, .C = (uint64_t)s->n_embd,
-        .V = (uint64_t)s->vocab_size, .es = es,
+        .V = (uint64_t)s->vocab_size / (uint64_t)zt_model_stage_tp(st), .es = es,
         .layers = (uint64_t)(st->last_layer - st->first_layer), .buffers = (uint64_t)st->buffers,
         .head = st->head, .norm_mean = false,
     };

@@ -9,7 +9,7 @@
 #include "ztrain/safetensors.h"
 
 zt_model_stage zt_model_full_stage(int n_layer) {
-    return (zt_model_stage){0, n_layer, true, true, 1};
+    return (zt_model_stage){0, n_layer, true, true, 1, 1, 0};
 }
 
 zt_status zt_model_create(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
@@ -31,6 +31,9 @@ zt_status zt_model_create_stage(zt_model **out, const zt_model_spec *spec, zt_ba
                             "buffers is not a part of a model of %d layers", spec->type,
                             st->first_layer, st->last_layer, st->embed ? " + embedding" : "",
                             st->head ? " + head" : "", st->buffers, spec->n_layer);
+        if (st->tp_size < 0 || (st->tp_size > 1 && (st->tp_rank < 0 || st->tp_rank >= st->tp_size)))
+            return zt_error(ZT_ERR_INVALID, "%s: tensor-parallel shard %d of %d does not exist",
+                            spec->type, st->tp_rank, st->tp_size);
         return fam->create(out, spec, be, act, max_batch, pad_to ? pad_to : 1, stage);
     }
     char known[256];

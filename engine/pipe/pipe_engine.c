@@ -14,6 +14,7 @@
 #include "ztrain/pipe_engine.h"
 #include "pipe_layers.h"
 #include "ztrain/pipeline.h"
+#include "ztrain/tp.h"
 
 /* One pipe buffer: a micro-batch between its forward and its backward. */
 typedef struct {
@@ -31,6 +32,10 @@ struct zt_pipe {
     zt_comm *dp_comm;    /* the stage's replicas; NULL with dp 1 */
     zt_comm *stage_comm; /* the replica's stages */
     zt_comm *tied_comm;  /* first and last stage of the replica, when the model ties a tensor */
+    /* With tensor parallelism: the stage's TP shards of this replica, and every rank of this
+     * replica (its stages × its shards), over which the gradient norm is summed. */
+    zt_comm *tp_comm, *mp_comm;
+    zt_grid grid;
     zt_model_stage ms;
     zt_engine *e;
     zt_model *m;
@@ -61,22 +66,38 @@ zt_pipe_info zt_pipe_get_info(const zt_pipe *p) { return p->info; }
 
 static bool first_stage(const zt_pipe *p) { return p->info.stage == 0; }
 static bool last_stage(const zt_pipe *p) { return p->info.stage == p->info.stages - 1; }
-static int neighbour(const zt_pipe *p, int delta) {
-    return zt_pipe_rank(p->info.stage + delta, p->info.replica, p->info.dp);
+/* The rank of (stage, replica) holding this rank's TP shard. */
+static int grid_rank(const zt_pipe *p, int stage, int replica) {
+    return zt_grid_rank(&p->grid, stage, replica, p->grid.tp_rank);
 }
 
-/* The groups this rank belongs to: its stage's replicas and its replica's stages. */
+static int neighbour(const zt_pipe *p, int delta) {
+    return grid_rank(p, p->info.stage + delta, p->info.replica);
+}
+
+/* The groups this rank belongs to: its stage's replicas and its replica's stages (of its own TP
+ * shard), and with TP its stage's shards and the whole replica. */
 static zt_status make_groups(zt_pipe *p) {
     const zt_pipe_info *in = &p->info;
+    const zt_grid *g = &p->grid;
     int ranks[ZT_MAX_WORLD];
     if (in->dp > 1) {
         for (int r = 0; r < in->dp; r++)
-            ranks[r] = zt_pipe_rank(in->stage, r, in->dp);
+            ranks[r] = grid_rank(p, in->stage, r);
         ZT_TRY(zt_comm_create_group(&p->dp_comm, p->world, ranks, in->dp));
     }
     for (int s = 0; s < in->stages; s++)
-        ranks[s] = zt_pipe_rank(s, in->replica, in->dp);
-    return zt_comm_create_group(&p->stage_comm, p->world, ranks, in->stages);
+        ranks[s] = grid_rank(p, s, in->replica);
+    ZT_TRY(zt_comm_create_group(&p->stage_comm, p->world, ranks, in->stages));
+    if (g->tp == 1)
+        return ZT_OK;
+    for (int t = 0; t < g->tp; t++)
+        ranks[t] = zt_grid_rank(g, in->stage, in->replica, t);
+    ZT_TRY(zt_comm_create_group(&p->tp_comm, p->world, ranks, g->tp));
+    for (int s = 0; s < in->stages; s++)
+        for (int t = 0; t < g->tp; t++)
+            ranks[s * g->tp + t] = zt_grid_rank(g, s, in->replica, t);
+    return zt_comm_create_group(&p->mp_comm, p->world, ranks, in->stages * g->tp);
 }
 
 /* The last stage says whether it holds a tied copy, and of which tensor; the first and the last
@@ -97,8 +118,8 @@ static zt_status find_tied(zt_pipe *p) {
                         "stage holds a tied copy of", p->info.stage, name);
     p->tied_off = ti->offset;
     p->tied_n = ti->numel;
-    int ranks[2] = {zt_pipe_rank(0, p->info.replica, p->info.dp),
-                    zt_pipe_rank(p->info.stages - 1, p->info.replica, p->info.dp)};
+    int ranks[2] = {grid_rank(p, 0, p->info.replica),
+                    grid_rank(p, p->info.stages - 1, p->info.replica)};
     return zt_comm_create_group(&p->tied_comm, p->world, ranks, 2);
 }
 
@@ -125,20 +146,24 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
                          zt_comm *world, const zt_engine_options *base) {
     *out = NULL;
     const int stages = job->pipeline.stages, ws = world ? zt_comm_world_size(world) : 1;
-    if (stages < 2 || ws % stages != 0 || ws / stages != job->ds.world_size)
+    const int tp = job->ds.tp_size > 1 ? job->ds.tp_size : 1;
+    if (stages < 2 || ws % (stages * tp) != 0 || ws / (stages * tp) != job->ds.world_size)
         return zt_error(ZT_ERR_INVALID, "pipeline: %d ranks do not form pipeline.stages %d × "
-                        "a data-parallel size of %d", ws, stages, job->ds.world_size);
+                        "a data-parallel size of %d × tensor_parallel.autotp_size %d", ws,
+                        stages, job->ds.world_size, tp);
     zt_pipe *p = calloc(1, sizeof *p);
     if (!p)
         return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
-    int rank = zt_comm_rank(world), dp = ws / stages;
+    int rank = zt_comm_rank(world), dp = ws / (stages * tp);
+    zt_status gs = zt_grid_of(rank, ws, stages, tp, &p->grid);
+    ZT_ASSERT(gs == ZT_OK);
     p->job = job;
     p->world = world;
     /* ZTRAIN_INJECT_PIPE_KILL="STEP[:RANK]": rank RANK SIGKILLs itself after its first forward
      * of optimizer step STEP, with micro-batches in flight: how tests kill a stage. */
     p->kill_step = zt_inject_step("ZTRAIN_INJECT_PIPE_KILL", rank);
-    p->info = (zt_pipe_info){.stages = stages, .stage = zt_pipe_stage_of(rank, dp), .dp = dp,
-                             .replica = zt_pipe_replica_of(rank, dp),
+    p->info = (zt_pipe_info){.stages = stages, .stage = p->grid.stage, .dp = dp,
+                             .replica = p->grid.replica, .tp = tp, .tp_rank = p->grid.tp_rank,
                              .micro_batches = job->ds.gradient_accumulation_steps};
     zt_status s = zt_pipe_stage_plan(job, base->device, p->info.stage, &p->ms);
     if (s == ZT_OK) {
@@ -154,6 +179,10 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
         eo.comm = p->dp_comm;
         eo.stage = &p->ms;
         eo.stage_comm = p->stage_comm;
+        eo.tp_size = tp;
+        eo.tp_rank = p->grid.tp_rank;
+        eo.tp_comm = p->tp_comm;
+        eo.norm_comm = p->mp_comm;
         /* DeepSpeed's PipelineModule(activation_checkpoint_interval=k): every k-th block's
          * input is kept and the rest recomputed in the backward. */
         zt_model_spec spec = job->model;
@@ -206,6 +235,8 @@ void zt_pipe_destroy(zt_pipe *p) {
     free(p->train);
     zt_engine_destroy(p->e);
     zt_comm_destroy(p->tied_comm);
+    zt_comm_destroy(p->mp_comm);
+    zt_comm_destroy(p->tp_comm);
     zt_comm_destroy(p->stage_comm);
     zt_comm_destroy(p->dp_comm);
     free(p);

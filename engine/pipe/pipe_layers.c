@@ -23,12 +23,12 @@ zt_status zt_pipe_model_layers(const zt_model_spec *spec, zt_device device,
     zt_backend_options bo = {.threads = 1};
     ZT_TRY(zt_backend_create(&be, device, &bo));
     size_t embed = 0, block = 0, head = 0;
-    zt_status s = stage_params(spec, be, (zt_model_stage){0, 0, true, false, 1}, &embed);
+    zt_status s = stage_params(spec, be, (zt_model_stage){0, 0, true, false, 1, 1, 0}, &embed);
     /* Every block of a family has the same tensors. */
     if (s == ZT_OK && L > 0)
-        s = stage_params(spec, be, (zt_model_stage){0, 1, false, false, 1}, &block);
+        s = stage_params(spec, be, (zt_model_stage){0, 1, false, false, 1, 1, 0}, &block);
     if (s == ZT_OK)
-        s = stage_params(spec, be, (zt_model_stage){L, L, false, true, 1}, &head);
+        s = stage_params(spec, be, (zt_model_stage){L, L, false, true, 1, 1, 0}, &head);
     zt_backend_destroy(be);
     ZT_TRY(s);
     layers[0] = (zt_pipe_layer){"embed", embed};
@@ -49,7 +49,7 @@ zt_status zt_pipe_stage_plan(const zt_job_spec *job, zt_device device, int stage
     int lo = bounds[stage], hi = bounds[stage + 1];
     int first = lo < 1 ? 0 : lo - 1 > L ? L : lo - 1;
     int last = hi - 1 < 0 ? 0 : hi - 1 > L ? L : hi - 1;
-    *out = (zt_model_stage){first, last < first ? first : last, stage == 0, stage == stages - 1, 1};
+    *out = (zt_model_stage){first, last < first ? first : last, stage == 0, stage == stages - 1, 1, 1, 0};
     if (out->first_layer == out->last_layer && !out->embed && !out->head)
         return zt_error(ZT_ERR_INVALID,
                         "pipeline.partition \"%s\": stage %d of %d gets no transformer block "

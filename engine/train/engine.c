@@ -142,14 +142,21 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     if (s == ZT_OK && e->world != ds->world_size)
         s = zt_error(ZT_ERR_INVALID, "engine: the job has %d ranks but the config was read for %d",
                      e->world, ds->world_size);
+    /* The tensor-parallel activations' all-reduces take the backend's device memory too. */
+    if (s == ZT_OK && opts->tp_comm)
+        s = zt_comm_attach_backend(opts->tp_comm, e->be);
+    /* The share of the model this rank holds: a pipeline stage or the whole, and with tensor
+     * parallelism its shard of that. */
+    zt_model_stage stage = opts->stage ? *opts->stage : zt_model_full_stage(spec->n_layer);
+    stage.tp_size = opts->tp_size > 1 ? opts->tp_size : 1;
+    stage.tp_rank = opts->tp_size > 1 ? opts->tp_rank : 0;
     /* Equal slices, each a multiple of 16 floats so every rank's slice stays 64-byte aligned. */
-    if (s == ZT_OK && opts->stage)
+    if (s == ZT_OK)
         s = zt_model_create_stage(&e->model, spec, e->be, e->dtype,
                                   ds->train_micro_batch_size_per_gpu, 16 * (size_t)e->world,
-                                  opts->stage);
-    else if (s == ZT_OK)
-        s = zt_model_create(&e->model, spec, e->be, e->dtype, ds->train_micro_batch_size_per_gpu,
-                            16 * (size_t)e->world);
+                                  &stage);
+    if (s == ZT_OK)
+        s = zt_model_set_tp_comm(e->model, opts->tp_comm);
     if (s == ZT_OK) {
         if (spec->init_from)
             s = zt_model_load_safetensors(e->model, spec->init_from);
@@ -165,6 +172,9 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
                          e->dtype, communication_dtype(ds, e->dtype), offload_optimizer);
     if (s == ZT_OK && opts->stage)
         zt_zero_set_pipeline(&e->zero, opts->stage_comm);
+    if (s == ZT_OK && stage.tp_size > 1)
+        s = zt_zero_set_tensor_parallel(&e->zero,
+                                        opts->norm_comm ? opts->norm_comm : opts->tp_comm);
     /* bf16 masters and optimizer states (ds_config.h): ZeRO keeps the state, in 16 bits. */
     bool states16 = e->dtype == ZT_BF16 && ds->bf16.master_weights_and_grads &&
                     ds->bf16.optimizer_states;
@@ -235,6 +245,8 @@ void zt_engine_destroy(zt_engine *e) {
     /* The communicator outlives the engine: it lets go of the backend and its staging first. */
     if (e->opts.comm && e->be)
         zt_comm_attach_backend(e->opts.comm, NULL);
+    if (e->opts.tp_comm && e->be)
+        zt_comm_attach_backend(e->opts.tp_comm, NULL);
     zt_backend_destroy(e->be);
     free(e);
 }
@@ -319,6 +331,7 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
      * op, copy or launch failed (a GPU records it rather than returning it), ends the step with
      * the device's message instead of training on stale numbers. */
     ZT_TRY(zt_backend_sync(e->be));
+    ZT_TRY(zt_model_tp_status(e->model));
     return zt_zero_status(&e->zero);
 }
 
@@ -330,6 +343,7 @@ zt_status zt_engine_backward(zt_engine *e) {
     e->forward_pending = false;
     e->current.backward_ms += now_ms() - t0;
     e->current.backward_comm_ms += zt_comm_thread_ms() - c0;
+    ZT_TRY(zt_model_tp_status(e->model));
     return zt_zero_status(&e->zero);
 }
 
@@ -338,6 +352,7 @@ zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(set_documents(e, b));
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, 0.0f);
     e->forward_pending = false;
+    ZT_TRY(zt_model_tp_status(e->model));
     return zt_zero_status(&e->zero);
 }
 

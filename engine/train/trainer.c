@@ -15,10 +15,12 @@
 #include "ztrain/rank_stats.h"
 #include "trainer_events.h"
 #include "ztrain/checkpoint.h"
+#include "ztrain/ckpt_tp.h"
 #include "ztrain/engine.h"
 #include "ztrain/gpu.h"
 #include "ztrain/metrics.h"
 #include "ztrain/monitor.h"
+#include "ztrain/tp.h"
 #include "ztrain/trainer.h"
 
 enum { MEM_PER_RANK = 5, STEP_METRICS = 15 };
@@ -60,7 +62,16 @@ typedef struct {
     zt_rank_stats stats; /* the per-rank step breakdown and system metrics */
     zt_monitor *monitor; /* rank 0's DeepSpeed monitors (tensorboard, csv_monitor); NULL: none */
     zt_pipe *pipe;       /* a pipelined job's stage (it owns e); NULL otherwise */
-    int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped */
+    int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped
+                                  or tensor-parallel */
+    int tp;                    /* tensor_parallel.autotp_size, 1 without */
+    zt_grid grid;              /* this rank's coordinates in dp × pp × tp */
+    /* Checkpoints in the tensor-parallel layout (ckpt_tp.h) in tp_dir (checkpoint_dir, or a
+     * pipeline stage's directory in it): a TP job's, or any job's whose directory already holds
+     * one (it resumes resharded and saves alike). */
+    bool tp_ckpt;
+    char tp_dir[4200];
+    zt_tp_groups groups;       /* with tp > 1: this rank's TP and data-parallel groups */
     char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
     zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
 } trainer;
@@ -207,12 +218,15 @@ static zt_status save_checkpoint(trainer *t) {
     int64_t step = zt_engine_global_steps(t->e);
     if (!t->job->train.checkpoint_dir || step == t->saved_step)
         return ZT_OK;
-    /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h). */
+    /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h), and so do
+     * a tensor-parallel job's shards (ckpt_tp.h). */
     if (t->pipe && t->rank == 0)
         ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
+    if (t->tp_ckpt && t->grid.replica == 0 && t->grid.tp_rank == 0)
+        ZT_TRY(zt_ckpt_write_tp(t->tp_dir, zt_engine_model(t->e)));
     ZT_TRY(zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
     /* Each stage saves among its replicas only: the step's checkpoint is whole once all are. */
-    if (t->pipe)
+    if ((t->pipe || t->tp_ckpt) && t->comm)
         ZT_TRY(zt_comm_barrier(t->comm));
     t->saved_step = step;
     return ZT_OK;
@@ -223,7 +237,20 @@ static zt_status save_checkpoint(trainer *t) {
  * silently. Rank 0 prints the notice, if any. */
 static zt_status choose_resume(trainer *t) {
     const char *dir = t->ckpt_dir;
-    char note[4096];
+    char note[4096], shard0[4200];
+    /* A tensor-parallel checkpoint's shards share their tags: shard 0's say which (it exists at
+     * every TP size, which a resharding job's own shard need not). */
+    if (t->tp_ckpt) {
+        const char *top = t->tp_dir;
+        char tag[256];
+        if (t->job->train.resume && zt_ckpt_tp_size(top) == 0 &&
+            zt_ckpt_latest(top, tag, sizeof tag) == ZT_OK)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s holds a checkpoint saved without tensor "
+                            "parallelism (%s); resuming it at tensor_parallel.autotp_size %d is "
+                            "not supported yet", top, tag, t->tp);
+        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, top, 0);
+        dir = shard0;
+    }
     t->resume_tag[0] = '\0';
     if (!t->job->train.resume || !dir[0])
         return ZT_OK;
@@ -256,7 +283,10 @@ static zt_status maybe_resume(trainer *t) {
         ZT_TRY(agree_on_resume(t));
     if (!t->resume_tag[0])
         return ZT_OK;
-    ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
+    if (t->tp_ckpt)
+        ZT_TRY(zt_ckpt_tp_load(t->e, t->tp_dir, t->resume_tag));
+    else
+        ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
     if (t->opts->progress)
         fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n", dir, t->resume_tag,
                 (long long)zt_engine_global_steps(t->e));
@@ -381,7 +411,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     double flops_per_token = zt_engine_model(t->e)->ops->flops_per_token(zt_engine_model(t->e));
     /* A stage's model counts its own layers: the whole model's are the stages' sum (over every
      * rank, divided by the replicas). */
-    if (t->pipe) {
+    if (t->pipe || t->tp > 1) {
         ZT_TRY(zt_comm_all_reduce(t->comm, &flops_per_token, 1, ZT_F64, ZT_REDUCE_SUM));
         flops_per_token /= t->data_world;
     }
@@ -428,7 +458,8 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         double sums[2] = {0.0, tokens};
         if (!t->pipe)
             ZT_TRY(zt_trainer_events_step_sums(&t->events, sums));
-        tokens = sums[1];
+        /* A replica's TP ranks read the same tokens: each counts them once. */
+        tokens = t->pipe ? sums[1] : sums[1] / t->tp;
         double step_ms = now_ms() - t0;
         rs.step_time = step_ms;
         rs.comm = zt_comm_thread_ms() - rs.comm;
@@ -557,16 +588,28 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     t.rank = opts->dist ? opts->dist->rank : 0;
     t.world = opts->dist ? opts->dist->world_size : 1;
     t.comm = t.world > 1 ? opts->comm : NULL;
-    /* A pipelined job's data-parallel rank is the replica (DeepSpeed's grid). */
-    bool grid = job->pipeline.stages > 1 && t.world % job->pipeline.stages == 0;
-    t.data_world = grid ? t.world / job->pipeline.stages : t.world;
-    t.data_rank = zt_pipe_replica_of(t.rank, t.data_world);
+    /* The data-parallel rank is the replica in the grid dp × pp × tp, tp innermost (tp.h; with
+     * tp 1 DeepSpeed's pipeline grid). */
+    bool grid = job->pipeline.stages > 1;
+    t.tp = job->ds.tp_size > 1 ? job->ds.tp_size : 1;
+    zt_grid tpg;
+    zt_status gs = zt_grid_of(t.rank, t.world, job->pipeline.stages > 1 ? job->pipeline.stages : 1,
+                              t.tp, &tpg);
+    t.data_world = tpg.dp;
+    t.data_rank = tpg.replica;
+    t.grid = tpg;
+    /* A pipeline's stages save in directories of their own, and a TP job's shards in theirs
+     * below (a pipeline's stage directory is then a TP checkpoint directory). */
     if (job->train.checkpoint_dir && grid)
-        zt_ckpt_stage_dir(t.ckpt_dir, sizeof t.ckpt_dir, job->train.checkpoint_dir,
-                          zt_pipe_stage_of(t.rank, t.data_world));
+        zt_ckpt_stage_dir(t.tp_dir, sizeof t.tp_dir, job->train.checkpoint_dir, tpg.stage);
     else if (job->train.checkpoint_dir)
-        snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", job->train.checkpoint_dir);
-    zt_status s = choose_resume(&t);
+        snprintf(t.tp_dir, sizeof t.tp_dir, "%s", job->train.checkpoint_dir);
+    t.tp_ckpt = job->train.checkpoint_dir && (t.tp > 1 || zt_ckpt_tp_size(t.tp_dir) > 0);
+    if (t.tp_ckpt)
+        zt_ckpt_tp_shard_dir(t.ckpt_dir, sizeof t.ckpt_dir, t.tp_dir, tpg.tp_rank);
+    else if (job->train.checkpoint_dir)
+        snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", t.tp_dir);
+    zt_status s = gs != ZT_OK ? gs : choose_resume(&t);
     if (s == ZT_OK)
         s = check_job(job, t.world);
     if (s == ZT_OK && t.world > 1 && !t.comm)
@@ -582,6 +625,15 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         if (job->pipeline.stages > 1) {
             s = zt_pipe_create(&t.pipe, job, &t.train, t.comm, &eo);
             t.e = s == ZT_OK ? zt_pipe_engine(t.pipe) : NULL;
+        } else if (t.tp > 1) {
+            s = zt_tp_groups_create(&t.groups, t.comm, &tpg);
+            eo.comm = t.groups.dp;
+            eo.rank = tpg.replica;
+            eo.tp_size = t.tp;
+            eo.tp_rank = tpg.tp_rank;
+            eo.tp_comm = t.groups.tp;
+            if (s == ZT_OK)
+                s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
         } else {
             s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
         }
@@ -638,6 +690,7 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         zt_trainer_events_free(&t.events);
         zt_engine_destroy(t.e);
     }
+    zt_tp_groups_destroy(&t.groups);
     memory_metrics_free(&t.mem);
     zt_rank_stats_free(&t.stats);
     if (t.has_val_loader)

@@ -195,6 +195,8 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
 
 void zt_zero_free(zt_zero *z) {
     zt_zero_stop_comm_thread(z);
+    free(z->norm_ranges);
+    z->norm_ranges = NULL;
     zt_offload_destroy(z->off);
     if (z->host_be) {
         zt_backend_free(z->host_be, ZT_MEM_HOST, z->host_g, z->host_bytes);

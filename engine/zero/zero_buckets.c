@@ -150,10 +150,29 @@ static zt_status reduce_norm(zt_zero *z, double *s) {
     return ZT_OK;
 }
 
+/* The weighted sum of a tensor-parallel shard (zt_zero_set_tensor_parallel) over the slice's
+ * elements: each range's squares times its weight. f or f16 sums one piece. */
+static double weighted_squares(const zt_zero *z, const float *g, const uint16_t *g16,
+                               size_t count) {
+    const size_t base = z->stage == 0 ? 0 : z->own_lo;
+    double s = 0.0;
+    for (int i = 0; i < z->n_norm_ranges; i++) {
+        const struct zt_zero_norm_range *r = &z->norm_ranges[i];
+        size_t a = zt_max_sz(r->lo, base), b = zt_min_sz(r->hi, base + count);
+        if (a >= b || r->weight == 0.0)
+            continue;
+        double part = g ? z->be->ops->sum_squares(&z->ctx, g + (a - base), b - a)
+                        : z->be->ops->sum_squares_half(&z->ctx, g16 + (a - base), b - a,
+                                                        z->dtype);
+        s += r->weight * part;
+    }
+    return s;
+}
+
 zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double *out) {
     size_t lo[2], hi[2];
-    int n = norm_pieces(z, count, lo, hi);
-    double s = 0.0;
+    int n = z->norm_ranges ? 0 : norm_pieces(z, count, lo, hi);
+    double s = z->norm_ranges ? weighted_squares(z, g, NULL, count) : 0.0;
     for (int i = 0; i < n; i++)
         s += z->be->ops->sum_squares(&z->ctx, g + lo[i], hi[i] - lo[i]);
     ZT_TRY(reduce_norm(z, &s));
@@ -269,8 +288,8 @@ zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count)
 
 zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out) {
     size_t lo[2], hi[2];
-    int n = norm_pieces(z, count, lo, hi);
-    double s = 0.0;
+    int n = z->norm_ranges ? 0 : norm_pieces(z, count, lo, hi);
+    double s = z->norm_ranges ? weighted_squares(z, NULL, g, count) : 0.0;
     for (int i = 0; i < n; i++)
         s += z->be->ops->sum_squares_half(&z->ctx, g + lo[i], hi[i] - lo[i], z->dtype);
     ZT_TRY(reduce_norm(z, &s));

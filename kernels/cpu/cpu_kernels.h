@@ -61,7 +61,12 @@ void zt_cpu_silu_mul_forward(float *out, const float *gate, const float *up, siz
                              zt_dtype act);
 void zt_cpu_silu_mul_backward(float *dgate, float *dup, const float *dout, const float *gate,
                               const float *up, size_t n, zt_dtype act);
-/* softmax_xent.c (the gradient, when computed, is held at act) */
+/* softmax_xent.c (the gradient, when computed, is held at act); the partial pair is ops.h's
+ * vocabulary-parallel cross-entropy */
+void zt_cpu_xent_partial_stats(float *stats, const float *logits, const int32_t *targets, int N,
+                               int V);
+void zt_cpu_xent_partial_grad(float *logits, const float *logz, const int32_t *targets, int N,
+                              int V, float grad_scale);
 void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, int N, int V,
                          float grad_scale, zt_dtype act);
 /* optim.c */

@@ -99,6 +99,19 @@ static void softmax_xent(const zt_ctx *x, float *losses, void *logits, const int
     zt_cpu_softmax_xent(losses, logits, targets, N, V, grad_scale, x->act);
 }
 
+static void xent_partial_stats(const zt_ctx *x, float *stats, const void *logits,
+                               const int32_t *targets, int N, int V) {
+    (void)x;
+    zt_cpu_xent_partial_stats(stats, logits, targets, N, V);
+}
+
+static void xent_partial_grad(const zt_ctx *x, void *logits, const float *logz,
+                              const int32_t *targets, int N, int V, float grad_scale) {
+    zt_cpu_xent_partial_grad(logits, logz, targets, N, V, grad_scale);
+    if (x->act != ZT_F32)
+        zt_cpu_round_to(logits, (size_t)N * V, x->act);
+}
+
 static void adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v, size_t n,
                         const zt_adam_args *a) {
     (void)x;
@@ -186,6 +199,8 @@ static const zt_ops cpu_ops = {
     .silu_mul_backward = silu_mul_backward,
     .add = add,
     .softmax_xent = softmax_xent,
+    .xent_partial_stats = xent_partial_stats,
+    .xent_partial_grad = xent_partial_grad,
     .adam_update = adam_update,
     .sgd_update = sgd_update,
     .adam_update_mixed = adam_update_mixed,

@@ -35,3 +35,45 @@ void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, i
         }
     }
 }
+
+/* Vocabulary-parallel cross-entropy (Megatron's), a shard of V columns at a time: the row's
+ * local maximum, the sum of exp(x - max) and the target's logit when this shard holds it
+ * (targets[n] >= 0 is a local column; < 0 is not here), for the caller to combine across shards. */
+void zt_cpu_xent_partial_stats(float *stats, const float *logits, const int32_t *targets, int N,
+                               int V) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * V;
+        float mx = x[0];
+        for (int v = 1; v < V; v++)
+            mx = x[v] > mx ? x[v] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++)
+            sum += expf(x[v] - mx);
+        stats[3 * (size_t)n] = mx;
+        stats[3 * (size_t)n + 1] = sum;
+        stats[3 * (size_t)n + 2] = targets[n] >= 0 ? x[targets[n]] : 0.0f;
+    }
+}
+
+/* The shard's gradient from the whole row's log-partition logz[n]: grad_scale · (softmax -
+ * onehot) over the shard's columns; a row whose target is ZT_XENT_IGNORED gets zeros. */
+void zt_cpu_xent_partial_grad(float *logits, const float *logz, const int32_t *targets, int N,
+                              int V, float grad_scale) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *x = logits + (size_t)n * V;
+        if (targets[n] == ZT_XENT_IGNORED) {
+            for (int v = 0; v < V; v++)
+                x[v] = 0.0f;
+            continue;
+        }
+        const float lz = logz[n];
+#pragma omp simd
+        for (int v = 0; v < V; v++)
+            x[v] = expf(x[v] - lz) * grad_scale;
+        if (targets[n] >= 0)
+            x[targets[n]] -= grad_scale;
+    }
+}

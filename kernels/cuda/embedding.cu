@@ -10,7 +10,8 @@ __global__ void emb_fwd(T *out, const int32_t *tokens, const float *wte, const f
     ZT_GRID_LOOP(i, n) {
         size_t bt = i / C;
         int c = (int)(i % C);
-        float v = wte[(size_t)tokens[bt] * C + c];
+        /* A negative token has no row in this vocabulary-parallel shard (ops.h). */
+        float v = tokens[bt] >= 0 ? wte[(size_t)tokens[bt] * C + c] : 0.0f;
         if (wpe)
             v += wpe[(bt % T_) * C + c];
         zt_st(out, i, v);
@@ -22,6 +23,8 @@ template <typename T>
 __global__ void emb_bwd_wte(float *dwte, const T *dout, const int32_t *uniq,
                             const int32_t *start, const int32_t *pos, int C) {
     const int b = blockIdx.x;
+    if (uniq[b] < 0)
+        return;
     float *row = dwte + (size_t)uniq[b] * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = 0.0f;

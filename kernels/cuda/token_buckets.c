@@ -12,9 +12,9 @@ static int cmp_u64(const void *a, const void *b) {
 int zt_cuda_token_buckets(const int32_t *tokens, int n, int32_t *uniq, int32_t *start,
                           int32_t *pos, uint64_t *work) {
     /* Token in the high half and position in the low half: one sort orders by token, then by
-     * position, which keeps each token's sum in position order. */
+     * position, which keeps each token's sum in position order. A negative token (no row in a
+     * vocabulary-parallel shard) sorts last as its own bucket, which the kernel skips. */
     for (int i = 0; i < n; i++) {
-        ZT_ASSERT(tokens[i] >= 0);
         work[i] = (uint64_t)(uint32_t)tokens[i] << 32 | (uint32_t)i;
     }
     qsort(work, (size_t)n, sizeof *work, cmp_u64);

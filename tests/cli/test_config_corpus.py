@@ -106,7 +106,9 @@ CORPUS = {
                                             "You are using ZeRO with an untested optimizer"], None),
     "refused_zenflow": (1, "check", None, [], "zero_optimization.zenflow is not supported by ztrain"),
     "refused_deepcompile": (1, "check", None, [], "compile.deepcompile is not supported by ztrain"),
-    "refused_autotp": (1, "check", None, [], "tensor_parallel.autotp_size 2 is not supported"),
+    "refused_autotp": (1, "check", None, [], "tensor_parallel.autotp_size 2 does not divide the "
+                       "job's 1 ranks"),
+    "autotp_zero1": (4, "run", None, [], None),
     "refused_torch_autocast": (1, "check", None, [], "torch_autocast.enabled is not supported by ztrain"),
     "refused_progressive_layer_drop": (1, "check", None, [],
                                        "progressive_layer_drop.enabled is not supported by ztrain"),
@@ -235,8 +237,10 @@ def check_config(tmp, name, spec):
     check(not unexpected, f"{name}: no other warning ({unexpected})")
     with open(os.path.join(run_dir, "ds_config.effective.json")) as f:
         eff = json.load(f)
+    # DeepSpeed's batch world is the data-parallel size: the ranks over the tensor-parallel ones.
+    dp = world // max(1, ds.get("tensor_parallel", {}).get("autotp_size", 1))
     check(eff["train_batch_size"] == eff["train_micro_batch_size_per_gpu"] *
-          eff["gradient_accumulation_steps"] * world, f"{name}: effective batch triple is consistent")
+          eff["gradient_accumulation_steps"] * dp, f"{name}: effective batch triple is consistent")
     if args is None:
         return
     # Hugging Face's resolution of the same config, with the config's missing pieces as the

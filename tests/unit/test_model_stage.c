@@ -279,12 +279,12 @@ static void test_split(zt_backend *be, const char *type, bool tied, int n,
 }
 
 static void test_splits(zt_backend *be, const char *type, bool tied) {
-    const zt_model_stage two[2] = {{0, 2, true, false, 2}, {2, L, false, true, 2}};
-    const zt_model_stage three[3] = {{0, 1, true, false, 2}, {1, 3, false, false, 2},
-                                     {3, L, false, true, 2}};
+    const zt_model_stage two[2] = {{0, 2, true, false, 2, 1, 0}, {2, L, false, true, 2, 1, 0}};
+    const zt_model_stage three[3] = {{0, 1, true, false, 2, 1, 0}, {1, 3, false, false, 2, 1, 0},
+                                     {3, L, false, true, 2, 1, 0}};
     /* Stages without blocks: the embedding alone, and the head alone. */
-    const zt_model_stage bare[3] = {{0, 0, true, false, 2}, {0, L, false, false, 2},
-                                    {L, L, false, true, 2}};
+    const zt_model_stage bare[3] = {{0, 0, true, false, 2, 1, 0}, {0, L, false, false, 2, 1, 0},
+                                    {L, L, false, true, 2, 1, 0}};
     test_split(be, type, tied, 2, two, 1, false);
     test_split(be, type, tied, 3, three, 1, false);
     test_split(be, type, tied, 3, bare, 1, false);
@@ -327,8 +327,8 @@ static void test_checkpointing(zt_backend *be, const char *type, zt_dtype act, i
  * split has stages without blocks (the embedding alone, the head alone). */
 static void test_checkpointed_stages(zt_backend *be, const char *type, bool cpu) {
     const zt_model_stage splits[2][3] = {
-        {{0, 3, true, false, 2}, {3, L, false, true, 2}},
-        {{0, 0, true, false, 2}, {0, L, false, false, 2}, {L, L, false, true, 2}}};
+        {{0, 3, true, false, 2, 1, 0}, {3, L, false, true, 2, 1, 0}},
+        {{0, 0, true, false, 2, 1, 0}, {0, L, false, false, 2, 1, 0}, {L, L, false, true, 2, 1, 0}}};
     const int n[2] = {2, 3};
     for (int k = 0; k < 2; k++) {
         zt_model_spec s = spec_of(type, true);
@@ -409,8 +409,8 @@ static void test_load(zt_backend *be, const char *type, bool tied) {
     zt_model_spec s = spec_of(type, tied);
     zt_model_stage full = zt_model_full_stage(L);
     zt_model *whole = create(&s, be, ZT_F32, &full);
-    const zt_model_stage three[3] = {{0, 1, true, false, 1}, {1, 3, false, false, 1},
-                                     {3, L, false, true, 1}};
+    const zt_model_stage three[3] = {{0, 1, true, false, 1, 1, 0}, {1, 3, false, false, 1, 1, 0},
+                                     {3, L, false, true, 1, 1, 0}};
     char path[64];
     snprintf(path, sizeof path, "%s%s.safetensors", type, tied ? "-tied" : "");
     const char *file = check_tmp_path(path);
@@ -443,9 +443,9 @@ static void test_load(zt_backend *be, const char *type, bool tied) {
 
 static void test_bad_stages(zt_backend *be) {
     zt_model_spec s = spec_of("gpt2", true);
-    const zt_model_stage bad[] = {{-1, 2, true, false, 1}, {3, 2, false, false, 1},
-                                  {0, L + 1, true, true, 1}, {1, 1, false, false, 1},
-                                  {0, 2, true, false, 0}};
+    const zt_model_stage bad[] = {{-1, 2, true, false, 1, 1, 0}, {3, 2, false, false, 1, 1, 0},
+                                  {0, L + 1, true, true, 1, 1, 0}, {1, 1, false, false, 1, 1, 0},
+                                  {0, 2, true, false, 0, 1, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         zt_model *m = NULL;
         zt_status rc = zt_model_create_stage(&m, &s, be, ZT_F32, B, 1, &bad[i]);

@@ -20,6 +20,7 @@ static const zt_test_family *const families[] = {
     &zt_test_gelu,
     &zt_test_add,
     &zt_test_softmax_xent,
+    &zt_test_xent_partial,
     &zt_test_rmsnorm,
     &zt_test_rope,
     &zt_test_silu_mul,

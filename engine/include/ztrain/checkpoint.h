@@ -89,6 +89,14 @@ void zt_ckpt_list_free(zt_ckpt_list *c);
  * mismatch. */
 zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
 
+/* zt_ckpt_load with the parameters and the optimizer state written by fill (which must also call
+ * zt_engine_params_loaded and set the optimizer's step count to optimizer_step) instead of read
+ * from dir/tag: how a tensor-parallel checkpoint is resharded (ckpt_tp.h). The spec check, the
+ * counters, the schedule, the loss scaler and the data position are dir/tag's. */
+typedef zt_status (*zt_ckpt_state_filler)(void *ctx, zt_engine *e, int64_t optimizer_step);
+zt_status zt_ckpt_load_filled(zt_engine *e, const char *dir, const char *tag,
+                              zt_ckpt_state_filler fill, void *ctx);
+
 /* Reads the model spec recorded in a checkpoint (for `ztrain sample` and `ztrain export`).
  * spec->init_from is set to the checkpoint's model.safetensors (heap-owned; free it); a stage-3
  * checkpoint may have none: read its weights with zt_ckpt_weights. */

@@ -158,6 +158,11 @@ typedef struct {
     int train_micro_batch_size_per_gpu;
     int gradient_accumulation_steps;
     int world_size;
+    /* tensor_parallel.autotp_size (or its tp.tp_size), 1 without tensor parallelism. The
+     * world_size given to the parser counts the ranks outside the pipeline (dp × tp); the field
+     * above is then the data-parallel size, world_size / tp_size, as DeepSpeed's batch arithmetic
+     * takes mpu.get_data_parallel_world_size(). */
+    int tp_size;
 
     bool has_optimizer; /* false: no "optimizer" section (the engine then refuses to step) */
     bool zero_allow_untested_optimizer; /* default false: LAMB at ZeRO stage >= 1 is refused */

@@ -59,6 +59,16 @@ typedef struct {
      * out, so every stage sees the global norm and skips an overflowing step together. */
     const zt_model_stage *stage;
     zt_comm *stage_comm;
+    /* Tensor parallelism (ztrain/tp.h): this rank holds shard tp_rank of tp_size of every
+     * sharded layer and tp_comm connects the shards (NULL and 0 without). comm then connects the
+     * replicas of this shard (the data-parallel group) and rank is the replica. The gradient
+     * norm counts each tensor once: shards summed over tp_comm, whole tensors (held alike by
+     * every shard) once. */
+    int tp_size, tp_rank;
+    zt_comm *tp_comm;
+    /* A pipeline stage with tensor parallelism: every rank of this replica (its stages × its
+     * shards), over which the gradient norm is summed instead of stage_comm or tp_comm. */
+    zt_comm *norm_comm;
 } zt_engine_options;
 
 /* One micro-batch: inputs and targets [B, T], engine-owned until the next zt_engine_next_batch. */

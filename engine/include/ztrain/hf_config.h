@@ -42,7 +42,7 @@ typedef struct {
 bool zt_hf_is_dir(const char *path);
 
 /* Reads DIR/config.json, in the layout of transformers 4.x (rope_theta, rope_scaling) or 5.x
- * (rope_parameters, dtype, Qwen2's layer_types; engine/ckpt/hf_layout.h). Fails, naming
+ * (rope_parameters, dtype, Qwen2's layer_types; engine/models/hf_layout.h). Fails, naming
  * config.json and the key, on a model_type ztrain lacks (or a family this build does not
  * register), a value of the wrong type, a file transformers 4 and 5 would read as different
  * models, a top-level key that is neither read nor known to leave the model alone

@@ -29,6 +29,18 @@ typedef struct {
      * share, which the caller sums with the first stage's before the data-parallel reduction.
      * false everywhere else. */
     bool tied_copy;
+    /* Tensor parallelism (Megatron's sharded layers): how this tensor is this rank's shard of the
+     * whole model's tensor of the same name, whose shape is full_shape. tp_dim -1: the whole
+     * tensor (norms, row-parallel biases, GPT-2's positions), held alike by every TP rank. Else
+     * dimension tp_dim of the whole tensor is cut into tp_groups equal groups (3 for GPT-2's packed
+     * q|k|v, 1 otherwise), each group into tp_pieces equal pieces, and this tensor holds piece
+     * tp_piece of every group, in group order. tp_shared: how many TP ranks hold this same shard
+     * (the TP size for a whole tensor, TP / n_kv_head for Llama's k and v when there are fewer kv
+     * heads than TP ranks, 1 for a proper split): their gradients are equal (whole tensors) or
+     * partial sums (shared kv heads), and the gradient norm counts them once. Without tensor
+     * parallelism tp_dim is -1, tp_shared 1 and full_shape the shape. */
+    int tp_dim, tp_groups, tp_pieces, tp_piece, tp_shared;
+    int64_t full_shape[2];
 } zt_tensor_info;
 
 typedef struct zt_model zt_model;
@@ -42,7 +54,16 @@ typedef struct {
     /* Activation sets: how many micro-batches may be between their forward and their backward at
      * once (DeepSpeed's pipe buffers). 1 for a model that is not pipelined. */
     int buffers;
+    /* Tensor parallelism: this rank holds shard tp_rank of tp_size of every sharded layer
+     * (zt_tensor_info.tp_dim). 0 or 1: no tensor parallelism. A model with tp_size > 1 computes
+     * only once its TP group is attached (zt_model_set_tp_comm). */
+    int tp_size, tp_rank;
 } zt_model_stage;
+
+/* The TP size of a stage: tp_size, or 1 when it is 0. */
+static inline int zt_model_stage_tp(const zt_model_stage *s) {
+    return s->tp_size > 1 ? s->tp_size : 1;
+}
 
 /* Called by the model around its use of parameters and as gradients become final, so ZeRO can
  * gather partitioned parameters just in time (stage 3) and reduce gradients while the backward
@@ -121,7 +142,28 @@ struct zt_model {
     zt_model_hooks hooks;
     int n_tensors;
     zt_tensor_info *tensors;
+    /* Tensor parallelism (stage.tp_size > 1): the TP group, whose rank i holds shard i (not
+     * owned), and the first failure of a collective the forward or backward ran over it (the ops
+     * return no status: the caller checks zt_model_tp_status after each pass). */
+    struct zt_comm *tp_comm;
+    zt_status tp_error;
 };
+
+/* Attaches the TP group to a model built with stage.tp_size > 1 (its size must be tp_size and
+ * its rank tp_rank: ZT_ERR_INVALID otherwise). The communicator must outlive the model's use. */
+zt_status zt_model_set_tp_comm(zt_model *m, struct zt_comm *tp_comm);
+
+/* ZT_OK, or the first TP collective's failure since the last call (which clears it), with its
+ * message set again. */
+zt_status zt_model_tp_status(zt_model *m);
+
+/* Copies this rank's shard `t` out of the whole tensor `full` (host memory, full_shape), into
+ * host shard[t->numel]; and the reverse, writing the shard's elements into their places in the
+ * whole tensor. Whole tensors (tp_dim -1) are a plain copy. */
+void zt_tensor_shard_from_full(const zt_tensor_info *t, const float *full, float *shard);
+void zt_tensor_shard_to_full(const zt_tensor_info *t, const float *shard, float *full);
+/* Elements of the whole tensor. */
+size_t zt_tensor_full_numel(const zt_tensor_info *t);
 
 /* Creates the model that spec->type names on backend be (which must outlive it), holding its
  * activations at precision act (ZT_F32, or the 16-bit type of mixed precision), with zeroed

@@ -3,9 +3,11 @@
  * API, with the data-parallel reduction, ZeRO 0/1, the optimizer and the loss scaler of the
  * ordinary engine (ztrain/engine.h), which it owns. Internal to the engine: the trainer drives it.
  *
- * Ranks form DeepSpeed's grid: rank = stage · dp + replica. Every replica reads its share of the
- * data as a non-pipelined rank with the same data-parallel index would; its first stage takes the
- * micro-batch's tokens and its last stage the targets. */
+ * Ranks form DeepSpeed's grid: rank = stage · dp + replica, and with tensor parallelism
+ * (tensor_parallel.autotp_size tp) rank = (stage · dp + replica) · tp + tp_rank (ztrain/tp.h): each
+ * stage is then tp shards, each talking to the same shard of the neighbouring stages. Every
+ * replica reads its share of the data as a non-pipelined rank with the same data-parallel index
+ * would; its first stage takes the micro-batch's tokens and its last stage the targets. */
 #ifndef ZTRAIN_PIPE_ENGINE_H
 #define ZTRAIN_PIPE_ENGINE_H
 
@@ -20,6 +22,7 @@ typedef struct zt_pipe zt_pipe;
 /* Where this rank sits in the grid. */
 typedef struct {
     int stages, stage, dp, replica;
+    int tp, tp_rank;              /* the stage's TP shards and this rank's (1 and 0 without) */
     int micro_batches;            /* gradient_accumulation_steps */
     int first_layer, last_layer;  /* the transformer blocks of this stage */
 } zt_pipe_info;

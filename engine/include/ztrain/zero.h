@@ -115,6 +115,14 @@ typedef struct {
      * replica's stages; NULL: none). */
     size_t skip_lo, skip_hi;
     zt_comm *norm_comm;
+    /* Tensor parallelism (zt_zero_set_tensor_parallel): the flat buffer as ranges of one weight
+     * each, by which the gradient norm counts them (1 for a shard, 1/tp for a tensor every TP
+     * rank holds alike, 0 for a pipeline stage's tied copy); NULL: every element counts once. */
+    struct zt_zero_norm_range {
+        size_t lo, hi;
+        double weight;
+    } *norm_ranges;
+    int n_norm_ranges;
 } zt_zero;
 
 /* masters_offloaded: offload_optimizer is on, so the fp32 masters are not allocated here (the
@@ -128,6 +136,13 @@ void zt_zero_free(zt_zero *z);
  * stage_comm (may be NULL) after the data-parallel reduction, and the tensors the model marks
  * tied_copy are left out of it. */
 void zt_zero_set_pipeline(zt_zero *z, zt_comm *stage_comm);
+
+/* Makes the partitioner a tensor-parallel shard's: each tensor's squared gradient norm is
+ * weighted by 1/zt_tensor_info.tp_shared (whole tensors, held alike by every TP rank, count once
+ * over the group; a pipeline stage's tied copy not at all) and the sum is taken over norm_comm
+ * after the data-parallel reduction: the TP group, or for a pipeline stage every rank of its
+ * replica (stages × shards), replacing zt_zero_set_pipeline's stage_comm. */
+zt_status zt_zero_set_tensor_parallel(zt_zero *z, zt_comm *norm_comm);
 
 /* Mixed precision at stages 1-3 without offload, after the optimizer exists (created with
  * zt_optimizer_init_external; o NULL without one) and before the parameters are loaded: keeps

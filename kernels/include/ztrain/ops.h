@@ -35,6 +35,9 @@ typedef struct {
     zt_dtype act; /* precision of activations: ZT_F32, ZT_BF16 or ZT_F16 */
 } zt_ctx;
 
+/* The target of a row the vocabulary-parallel cross-entropy leaves out (xent_partial_*). */
+#define ZT_XENT_IGNORED (-2)
+
 /* Weight layouts of a linear layer. */
 typedef enum {
     ZT_W_IN_OUT = 0, /* W[C, OC]: Hugging Face's Conv1D (GPT-2) */
@@ -93,7 +96,9 @@ typedef struct {
 typedef struct zt_ops {
     /* ---- model ops ------------------------------------------------------------------------ */
 
-    /* out[B,T,C] = wte[tok] + wpe[t] (activation); wpe NULL: no learned positions (Llama). */
+    /* out[B,T,C] = wte[tok] + wpe[t] (activation); wpe NULL: no learned positions (Llama). A
+     * token < 0 has no row (a vocabulary-parallel shard that does not hold it): its output is
+     * wpe[t] alone (zeros without wpe), and the backward adds nothing for it to dwte. */
     void (*embedding_forward)(const zt_ctx *x, void *out, const int32_t *tokens, const float *wte,
                               const float *wpe, int B, int T, int C);
     /* Accumulates dwte[V,C] and, when not NULL, dwpe[T,C] from dout[B,T,C]. */
@@ -182,6 +187,20 @@ typedef struct zt_ops {
      * activation gradient. Targets < 0 are ignored (loss 0, gradient 0). */
     void (*softmax_xent)(const zt_ctx *x, float *losses, void *logits, const int32_t *targets,
                          int N, int V, float grad_scale);
+
+    /* Vocabulary-parallel cross-entropy (tensor parallelism; Megatron's loss that never gathers
+     * the logits): logits[N,V] is this shard's columns, targets (host memory) a local column, or
+     * -1 when another shard holds the target, or ZT_XENT_IGNORED for a row without one. The
+     * stats half writes stats[3N] (fp32 device memory): per row the shard's maximum m, the sum
+     * of exp(logit - m), and the target's logit (0 when not here). The caller combines the
+     * shards' stats into the row's log-partition logz[N] (fp32 device memory) and the grad half
+     * overwrites logits with grad_scale · (exp(logit - logz) - onehot(target)) (zeros for an
+     * ignored row), an activation gradient. NULL on a backend without them, which then cannot
+     * train with tensor parallelism. */
+    void (*xent_partial_stats)(const zt_ctx *x, float *stats, const void *logits,
+                               const int32_t *targets, int N, int V);
+    void (*xent_partial_grad)(const zt_ctx *x, void *logits, const float *logz,
+                              const int32_t *targets, int N, int V, float grad_scale);
 
     /* ---- optimizer and gradient ops (flat slices; x->act is not used) --------------------- */
 

@@ -1,5 +1,6 @@
 /* embedding_forward and embedding_backward: every backend against the CPU, the CPU against a
- * double-precision reference and its finite differences, and the output held at 16 bits. */
+ * double-precision reference and its finite differences, and the output held at 16 bits. Every
+ * fifth token is -1, a token a vocabulary-parallel shard does not hold (no row, no gradient). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -8,7 +9,7 @@
 /* One case, in host memory. Tokens stay in host memory, as ops.h says. */
 typedef struct {
     int B, T, C, V;
-    int32_t *tok;         /* [B,T], values in [0,V) with repeats */
+    int32_t *tok;         /* [B,T], values in [0,V) with repeats, or -1 (no row) */
     float *wte, *wpe;     /* [V,C], [T,C]; wpe NULL: no learned positions */
     float *dout;          /* [B,T,C] at the case's precision */
     float *dwte0, *dwpe0; /* what dwte and dwpe hold before the backward adds into them */
@@ -21,8 +22,11 @@ typedef struct {
 static emb_case emb_make(zt_test_rng *r, int B, int T, int C, int V, bool pos, zt_dtype act) {
     emb_case c = {.B = B, .T = T, .C = C, .V = V};
     c.tok = calloc((size_t)B * T, sizeof *c.tok);
-    for (int i = 0; i < B * T; i++)
+    for (int i = 0; i < B * T; i++) {
         c.tok[i] = zt_test_int(r, 0, V - 1);
+        if (i % 5 == 4)
+            c.tok[i] = -1;
+    }
     c.wte = zt_test_random(r, (size_t)V * C, 0.0, 1.0);
     c.wpe = pos ? zt_test_random(r, (size_t)T * C, 0.0, 1.0) : NULL;
     c.dout = zt_test_random(r, (size_t)B * T * C, 0.0, 1.0);
@@ -90,8 +94,9 @@ static void emb_ref_forward(const emb_ref *s, double *out) {
     const emb_case *c = s->c;
     for (int bt = 0; bt < c->B * c->T; bt++)
         for (int i = 0; i < c->C; i++)
-            out[(size_t)bt * c->C + i] = s->wte[(size_t)c->tok[bt] * c->C + i] +
-                                         (s->wpe ? s->wpe[(size_t)(bt % c->T) * c->C + i] : 0.0);
+            out[(size_t)bt * c->C + i] =
+                (c->tok[bt] >= 0 ? s->wte[(size_t)c->tok[bt] * c->C + i] : 0.0) +
+                (s->wpe ? s->wpe[(size_t)(bt % c->T) * c->C + i] : 0.0);
 }
 
 static double emb_ref_loss(void *state) {

@@ -1,0 +1,30 @@
+/* Tensor-parallel checkpoints inside engine/ckpt (internal): the layout of tp.json and the whole
+ * tensors put together from the shards, for the resharding load (ckpt_tp.c, ckpt_tp_load.c) and
+ * the weights reader (ckpt_weights.c). */
+#ifndef ZTRAIN_CKPT_TP_WEIGHTS_H
+#define ZTRAIN_CKPT_TP_WEIGHTS_H
+
+#include "ztrain/model.h"
+
+/* tp.json: T and, per tensor of the whole model, its name, ndim, full_shape, tp_dim and
+ * tp_groups (the other fields unset). */
+typedef struct {
+    int tp, n;
+    zt_tensor_info *t;
+} zt_ckpt_tp_layout;
+
+zt_status zt_ckpt_tp_layout_read(const char *dir, zt_ckpt_tp_layout *out);
+void zt_ckpt_tp_layout_free(zt_ckpt_tp_layout *l);
+
+/* Shard `piece` of tp of the layout's tensor `whole` (shape, numel, tp_pieces and tp_piece set). */
+zt_tensor_info zt_ckpt_tp_piece(const zt_tensor_info *whole, int tp, int piece);
+
+/* Reads shard `piece`'s values of layout tensor i, n elements, into dst. */
+typedef zt_status (*zt_ckpt_tp_read)(void *ctx, int piece, int i, size_t n, float *dst);
+
+/* Layout tensor i whole (zt_tensor_full_numel elements) into `whole`, from every shard (or from
+ * shard 0 for a tensor every shard holds whole). */
+zt_status zt_ckpt_tp_assemble(const zt_ckpt_tp_layout *l, int i, zt_ckpt_tp_read read,
+                              void *ctx, float *whole);
+
+#endif

@@ -1,0 +1,52 @@
+/* The job-level checks of tensor parallelism (DeepSpeed's tensor_parallel.autotp_size): the model
+ * must split evenly over the TP ranks, and what is not built for sharded models yet is refused by
+ * name before any rank starts, rather than failing (or silently differing) later. */
+#include <stdio.h>
+
+#include "job_tp.h"
+
+/* A model dimension the TP size must divide, named as the job spec names it. */
+static zt_status divides(int tp, int value, const char *field, const char *why,
+                         const char *source) {
+    if (value > 0 && value % tp != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.%s (%d) must be divisible by "
+                        "tensor_parallel.autotp_size (%d): %s", source, field, value, tp, why);
+    return ZT_OK;
+}
+
+zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
+    const int tp = job->ds.tp_size;
+    if (tp <= 1)
+        return ZT_OK;
+    const zt_model_spec *m = &job->model;
+    ZT_TRY(divides(tp, m->n_head, "n_head", "attention is split by heads", source));
+    ZT_TRY(divides(tp, m->n_kv_head, "n_kv_head",
+                   "kv heads are split between TP ranks (sharing a kv head between ranks is not "
+                   "supported yet)", source));
+    ZT_TRY(divides(tp, m->intermediate_size, "intermediate_size",
+                   "the MLP is split by columns", source));
+    ZT_TRY(divides(tp, m->vocab_size, "vocab_size",
+                   "the embedding and LM head are split by vocabulary rows (pad the vocabulary)",
+                   source));
+    /* What sharded models do not have yet. */
+    const char *what = NULL;
+    if (job->ds.zero.stage >= 2)
+        what = job->ds.zero.stage == 2 ? "zero_optimization.stage 2" : "zero_optimization.stage 3";
+    else if (job->ds.zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
+        what = "zero_optimization.offload_optimizer";
+    else if (job->ds.zero.offload_param.device != ZT_OFFLOAD_NONE)
+        what = "zero_optimization.offload_param";
+    else if (job->fork_job)
+        what = "fork_from (tensor-parallel checkpoints)";
+    else if (m->init_from)
+        what = "model.init_from (loading whole weights into shards)";
+    else if (job->data.sample_tokens > 0)
+        what = "data.sample_tokens (samples need the whole model on rank 0)";
+    else if (job->data.format == ZT_DATA_FORMAT_MASKED)
+        what = "data.format \"masked\" (the vocabulary-parallel loss counts every target)";
+    if (what)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is not supported with tensor parallelism yet "
+                        "(tensor_parallel.autotp_size %d); it works with ZeRO stages 0 and 1",
+                        source, what, tp);
+    return ZT_OK;
+}

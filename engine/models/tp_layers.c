@@ -1,0 +1,182 @@
+/* Tensor parallelism inside a model (tp_layers.h): shards of whole tensors, the activation
+ * all-reduce of Megatron's row-parallel layers, and the vocabulary-parallel cross-entropy. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tp_layers.h"
+#include "ztrain/comm.h"
+
+/* ---- Shards of whole tensors ---------------------------------------------------------------- */
+
+size_t zt_tensor_full_numel(const zt_tensor_info *t) {
+    return (size_t)t->full_shape[0] * (t->ndim == 2 ? (size_t)t->full_shape[1] : 1);
+}
+
+/* Walks the shard's runs of contiguous elements: run i of `len` elements starts at `at` in the
+ * whole tensor and at `mine` in the shard. */
+static void each_run(const zt_tensor_info *t, float *whole, float *shard, bool to_full) {
+    if (t->tp_dim < 0) {
+        if (to_full)
+            memcpy(whole, shard, t->numel * sizeof *shard);
+        else
+            memcpy(shard, whole, t->numel * sizeof *shard);
+        return;
+    }
+    const size_t rows = (size_t)t->full_shape[0];
+    const size_t cols = t->ndim == 2 ? (size_t)t->full_shape[1] : 1;
+    /* Along dim 0 a run is whole rows; along dim 1 it is a piece of one row. */
+    const size_t extent = t->tp_dim == 0 ? rows : cols;
+    const size_t group = extent / (size_t)t->tp_groups, piece = group / (size_t)t->tp_pieces;
+    const size_t outer = t->tp_dim == 0 ? 1 : rows, unit = t->tp_dim == 0 ? cols : 1;
+    size_t mine = 0;
+    for (size_t o = 0; o < outer; o++) {
+        for (int g = 0; g < t->tp_groups; g++) {
+            size_t at = o * cols + ((size_t)g * group + (size_t)t->tp_piece * piece) * unit;
+            size_t len = piece * unit;
+            if (to_full)
+                memcpy(whole + at, shard + mine, len * sizeof *shard);
+            else
+                memcpy(shard + mine, whole + at, len * sizeof *shard);
+            mine += len;
+        }
+    }
+    ZT_ASSERT(mine == t->numel);
+}
+
+void zt_tensor_shard_from_full(const zt_tensor_info *t, const float *full, float *shard) {
+    each_run(t, (float *)full, shard, false);
+}
+
+void zt_tensor_shard_to_full(const zt_tensor_info *t, const float *shard, float *full) {
+    each_run(t, full, (float *)shard, true);
+}
+
+/* ---- The TP group --------------------------------------------------------------------------- */
+
+zt_status zt_model_set_tp_comm(zt_model *m, zt_comm *c) {
+    const int tp = zt_model_stage_tp(&m->stage);
+    if (tp == 1)
+        return ZT_OK;
+    if (!c || zt_comm_world_size(c) != tp || zt_comm_rank(c) != m->stage.tp_rank)
+        return zt_error(ZT_ERR_INVALID, "%s: tensor-parallel shard %d of %d needs a TP group of "
+                        "%d ranks in which it is rank %d", m->spec.type, m->stage.tp_rank, tp, tp,
+                        m->stage.tp_rank);
+    if (!m->ctx.be->ops->xent_partial_stats || !m->ctx.be->ops->xent_partial_grad)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: tensor parallelism needs the vocabulary-parallel "
+                        "cross-entropy ops, which the %s backend does not have yet",
+                        m->spec.type, m->ctx.be->name);
+    m->tp_comm = c;
+    return ZT_OK;
+}
+
+zt_status zt_model_tp_status(zt_model *m) {
+    zt_status s = m->tp_error;
+    m->tp_error = ZT_OK;
+    return s;
+}
+
+static void note(zt_model *m, zt_status s) {
+    if (s != ZT_OK && m->tp_error == ZT_OK)
+        m->tp_error = s;
+}
+
+/* ---- Activations ---------------------------------------------------------------------------- */
+
+void zt_tp_reduce_act(zt_model *m, void *buf, size_t n) {
+    if (!zt_tp_on(m) || m->tp_error != ZT_OK)
+        return;
+    ZT_ASSERT(m->tp_comm);
+    /* The CPU holds 16-bit activations as fp32 values rounded to 16 bits: they are summed as
+     * fp32 and rounded once, as a backend with 16-bit storage sums them (comm.h). */
+    const size_t es = zt_backend_act_size(m->ctx.be, m->ctx.act);
+    const zt_dtype wire = es == sizeof(float) ? ZT_F32 : m->ctx.act;
+    note(m, zt_comm_dev_all_reduce(m->tp_comm, buf, n, wire, ZT_REDUCE_SUM));
+    if (wire == ZT_F32 && m->ctx.act != ZT_F32)
+        m->ctx.be->ops->round_to(&m->ctx, buf, n, m->ctx.act);
+}
+
+void zt_tp_vocab_range(const zt_model *m, int V, int *v0, int *vn) {
+    const int tp = zt_model_stage_tp(&m->stage);
+    *vn = V / tp;
+    *v0 = tp == 1 ? 0 : m->stage.tp_rank * *vn;
+}
+
+void zt_tp_local_tokens(const int32_t *tokens, int n, int v0, int vn, bool targets, int32_t *dst) {
+    for (int i = 0; i < n; i++) {
+        int32_t t = tokens[i];
+        if (targets && t < 0)
+            dst[i] = ZT_XENT_IGNORED;
+        else
+            dst[i] = t >= v0 && t < v0 + vn ? t - v0 : -1;
+    }
+}
+
+/* ---- Vocabulary-parallel cross-entropy ---------------------------------------------------- */
+
+zt_status zt_tp_xent_init(zt_tp_xent *x, zt_model *m, size_t max_rows) {
+    const size_t tp = (size_t)zt_model_stage_tp(&m->stage);
+    *x = (zt_tp_xent){.max_rows = max_rows};
+    if (tp == 1)
+        return ZT_OK;
+    x->stats = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, 3 * max_rows * sizeof(float));
+    x->logz = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, max_rows * sizeof(float));
+    x->host = malloc((3 * tp + 1) * max_rows * sizeof(float));
+    x->local = malloc(max_rows * sizeof(int32_t));
+    if (!x->stats || !x->logz || !x->host || !x->local)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory for the vocabulary-parallel loss of %zu "
+                        "rows", m->spec.type, max_rows);
+    return ZT_OK;
+}
+
+void zt_tp_xent_free(zt_tp_xent *x, zt_backend *be) {
+    if (x->stats)
+        zt_backend_free(be, ZT_MEM_DEVICE, x->stats, 3 * x->max_rows * sizeof(float));
+    if (x->logz)
+        zt_backend_free(be, ZT_MEM_DEVICE, x->logz, x->max_rows * sizeof(float));
+    free(x->host);
+    free(x->local);
+    memset(x, 0, sizeof *x);
+}
+
+void zt_tp_softmax_xent(zt_model *m, zt_tp_xent *x, float *host_losses, void *logits,
+                        const int32_t *targets, int N, int v0, int vn, float grad_scale) {
+    const zt_ops *op = m->ctx.be->ops;
+    const int tp = zt_model_stage_tp(&m->stage), r = m->stage.tp_rank;
+    const size_t rows = (size_t)N, part = 3 * rows;
+    ZT_ASSERT(rows <= x->max_rows);
+    zt_tp_local_tokens(targets, N, v0, vn, true, x->local);
+    op->xent_partial_stats(&m->ctx, x->stats, logits, x->local, N, vn);
+    /* Every rank's stats side by side, the same on every rank, so every rank combines them in
+     * the same order to the same log-partition. */
+    zt_backend_copy(m->ctx.be, x->host + (size_t)r * part, x->stats, part * sizeof(float),
+                    ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    note(m, zt_backend_sync(m->ctx.be));
+    size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
+    for (int i = 0; i < tp; i++) {
+        offsets[i] = (size_t)i * part;
+        counts[i] = part;
+    }
+    if (m->tp_error == ZT_OK)
+        note(m, zt_comm_all_gather(m->tp_comm, x->host, (size_t)tp * part, offsets, counts,
+                                   ZT_F32));
+    float *logz = x->host + (size_t)tp * part;
+    for (size_t n = 0; n < rows; n++) {
+        float mx = x->host[3 * n], target = 0.0f;
+        for (int i = 1; i < tp; i++)
+            mx = fmaxf(mx, x->host[(size_t)i * part + 3 * n]);
+        double sum = 0.0;
+        for (int i = 0; i < tp; i++) {
+            const float *s = x->host + (size_t)i * part + 3 * n;
+            sum += (double)s[1] * exp((double)s[0] - mx);
+            target += s[2];
+        }
+        logz[n] = mx + (float)log(sum);
+        host_losses[n] = targets[n] >= 0 ? logz[n] - target : 0.0f;
+    }
+    if (grad_scale == 0.0f)
+        return;
+    zt_backend_copy(m->ctx.be, x->logz, logz, rows * sizeof(float), ZT_COPY_H2D,
+                    ZT_STREAM_COMPUTE);
+    op->xent_partial_grad(&m->ctx, logits, x->logz, x->local, N, vn, grad_scale);
+}

@@ -1,0 +1,47 @@
+/* Tensor parallelism inside a model (internal to libztrain): what Megatron's sharded layers need
+ * besides the ops — the activation all-reduce that ends a row-parallel layer (and the backward of
+ * a column-parallel one), the vocabulary range of a rank's embedding and head shard, and the
+ * vocabulary-parallel cross-entropy, which exchanges three numbers per row instead of gathering
+ * the logits. A failed collective is recorded in the model (zt_model_tp_status). */
+#ifndef ZTRAIN_MODELS_TP_LAYERS_H
+#define ZTRAIN_MODELS_TP_LAYERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ztrain/model.h"
+
+/* Whether m is a shard of a tensor-parallel model. */
+static inline bool zt_tp_on(const zt_model *m) { return zt_model_stage_tp(&m->stage) > 1; }
+
+/* Sums buf[n] (an activation or activation gradient at m->ctx.act, device memory) over the TP
+ * group in rank order, the result held at the activation precision. No-op without TP. */
+void zt_tp_reduce_act(zt_model *m, void *buf, size_t n);
+
+/* The rows [*v0, *v0 + V / tp) of a vocabulary of V that this rank's embedding and head hold. */
+void zt_tp_vocab_range(const zt_model *m, int V, int *v0, int *vn);
+
+/* dst[i] = tokens[i] - v0 where it falls in [v0, v0 + vn), else -1 (the ops' "not here"); with
+ * `targets`, a negative tokens[i] (no target) becomes ZT_XENT_IGNORED. */
+void zt_tp_local_tokens(const int32_t *tokens, int n, int v0, int vn, bool targets, int32_t *dst);
+
+/* The vocabulary-parallel cross-entropy's buffers for rows of at most max_rows. */
+typedef struct {
+    float *stats, *logz;  /* device: [3 · max_rows], [max_rows] */
+    float *host;          /* host: [3 · max_rows · tp] gathered stats, then [max_rows] logz */
+    int32_t *local;       /* host: [max_rows] local targets */
+    size_t max_rows;
+} zt_tp_xent;
+
+/* Takes nothing without TP. The model's ctx, spec and stage must be set. */
+zt_status zt_tp_xent_init(zt_tp_xent *x, zt_model *m, size_t max_rows);
+void zt_tp_xent_free(zt_tp_xent *x, zt_backend *be);
+
+/* softmax_xent (ops.h) over the TP group: logits[N, vn] is this rank's shard of the columns
+ * [v0, v0 + vn) of the vocabulary; targets are global ids (host memory). Writes every row's
+ * loss into host_losses[N] (the same on every TP rank) and, with grad_scale != 0, overwrites the
+ * shard with its gradient. */
+void zt_tp_softmax_xent(zt_model *m, zt_tp_xent *x, float *host_losses, void *logits,
+                        const int32_t *targets, int N, int v0, int vn, float grad_scale);
+
+#endif
