@@ -1,7 +1,7 @@
 /* ztraind's HTTP server on libmicrohttpd (http_api.h): starting and stopping it, reading each
  * request (its body within the size limit) once its Host and Origin have passed, bearer auth
  * and CORS preflights, and the routing of every URL to its handler. The handlers live beside
- * it: the job routes (http_jobs.c), the metric series (http_series.c), the history's downloads
+ * it: the job routes (http_jobs.c), submitting (http_submit.c), the metric series (http_series.c), the history's downloads
  * (http_export.c, http_tensorboard.c), the live event stream (http_events.c), Prometheus'
  * /metrics (http_prometheus.c) and the dashboard's files (http_static.c); who may ask is
  * http_guard.c (with client certificates, http_tls.c, which also sets up HTTPS), how they
@@ -145,8 +145,16 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
                                                   "missing or invalid bearer token");
         if (!api)
             return get ? zt_http_prometheus(s, c) : method_not_allowed(c, method, url, GET_ONLY);
-        if (!strcmp(url, "/api/v1/jobs"))
-            return get ? zt_http_jobs_list(s, c) : method_not_allowed(c, method, url, GET_ONLY);
+        if (!strcmp(url, "/api/v1/jobs")) {
+            if (get)
+                return zt_http_jobs_list(s, c);
+            if (strcmp(method, "POST") != 0)
+                return method_not_allowed(c, method, url, "GET, HEAD, POST, OPTIONS");
+            enum MHD_Result ret;
+            if (!zt_http_guard_json(c, method, &ret))
+                return ret;
+            return zt_http_jobs_submit(s, c, req ? &req->body : NULL);
+        }
         if (starts_with(url, "/api/v1/jobs/"))
             return route_job(s, c, method, url, url + strlen("/api/v1/jobs/"), req);
         return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);

@@ -38,7 +38,7 @@ static void effective_config(zt_jbuf *b, const zt_job_info *j) {
     free(text);
 }
 
-static enum MHD_Result send_job(struct MHD_Connection *c, const zt_job_info *j) {
+enum MHD_Result zt_http_send_job(struct MHD_Connection *c, const zt_job_info *j) {
     zt_ckpt_list ck;
     zt_ckpt_list_dir(j->checkpoint_dir, &ck);
     zt_jbuf b;
@@ -81,23 +81,30 @@ enum MHD_Result zt_http_healthz(zt_http_server *s, struct MHD_Connection *c) {
 enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     enum MHD_Result ret;
     int64_t limit = 50;
-    if (!zt_http_arg_int(c, "limit", 1, ZT_MAX_LIST_LIMIT, &limit, &ret))
+    /* AIP-158's names, as ListJobs has them; limit and after are their older names. */
+    const char *size_name = zt_http_arg(c, "page_size") ? "page_size" : "limit";
+    if (!zt_http_arg_int(c, size_name, 1, ZT_MAX_LIST_LIMIT, &limit, &ret))
         return ret;
     zt_job_state state = 0;
     const char *sv = zt_http_arg(c, "state");
     if (sv && *sv && !(state = zt_job_state_parse(sv)))
         return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "state: unknown job state '%.64s'",
                                   sv);
-    const char *after = zt_http_arg(c, "after");
+    const char *token_name = zt_http_arg(c, "page_token") ? "page_token" : "after";
+    const char *after = zt_http_arg(c, token_name);
     if (after && *after && !zt_http_valid_job_id(after, strlen(after)))
-        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "after: '%.64s' is not a job id",
-                                  after);
+        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s: '%.64s' is not a page token",
+                                  token_name, after);
     zt_job_info *jobs = NULL;
     int n = 0;
     bool more = false;
     zt_status st = zt_jobs_list(s->jm, state, after, (int)limit, &jobs, &n, &more);
-    if ((st == ZT_ERR_NOT_FOUND || st == ZT_ERR_INVALID) && after && *after)
-        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "after: %s", zt_last_error());
+    if ((st == ZT_ERR_NOT_FOUND || st == ZT_ERR_INVALID) && after && *after) {
+        const char *why = zt_last_error();
+        const char *colon = strstr(why, ": ");
+        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s: %s", token_name,
+                                  colon ? colon + 2 : why);
+    }
     if (st != ZT_OK)
         return zt_http_send_status(c, st, NULL);
     int64_t now = zt_http_wall_ms();
@@ -109,8 +116,9 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     for (int i = 0; i < n; i++)
         zt_json_job(&b, &jobs[i], now, NULL);
     zt_json_close(&b, ']');
-    zt_json_key(&b, "next_after");
-    zt_json_str(&b, more && n > 0 ? jobs[n - 1].id : NULL);
+    /* As ListJobs: the last id of this page, "" on the last page. */
+    zt_json_key(&b, "next_page_token");
+    zt_json_str(&b, more && n > 0 ? jobs[n - 1].id : "");
     zt_json_close(&b, '}');
     for (int i = 0; i < n; i++)
         zt_job_info_free(&jobs[i]);
@@ -123,7 +131,7 @@ enum MHD_Result zt_http_job_get(zt_http_server *s, struct MHD_Connection *c, con
     zt_status st = zt_jobs_get(s->jm, id, &info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
-    enum MHD_Result ret = send_job(c, &info);
+    enum MHD_Result ret = zt_http_send_job(c, &info);
     zt_job_info_free(&info);
     return ret;
 }
@@ -239,7 +247,7 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     zt_status st = zt_jobs_cancel(s->jm, id, force, grace, &info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
-    enum MHD_Result ret = send_job(c, &info);
+    enum MHD_Result ret = zt_http_send_job(c, &info);
     zt_job_info_free(&info);
     return ret;
 }
