@@ -325,7 +325,7 @@ static void handle_watch(call *c, ProtobufCMessage *m) {
         return;
     int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (req->logs ? ZT_WATCH_LOGS : 0);
     /* Log lines in a watch are live ones only; StreamLogs is the way to read a tail. */
-    start_watch(c, req->id, what, req->from_step, 0);
+    start_watch(c, req->id, what, req->since_step, 0);
 }
 
 static void emit_log(void *ctx, const zt_log_line *l) {

@@ -114,7 +114,7 @@ def all_records(d, job_id, limit):
 
 def watch_records(d, job_id, timeout=60):
     recs = []
-    for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, from_step=0), metadata=d.metadata,
+    for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, since_step=0), metadata=d.metadata,
                                 timeout=timeout):
         if ev.WhichOneof("event") == "metrics":
             recs.append({v.key: v.value for v in ev.metrics.values})
@@ -219,7 +219,7 @@ def case_b_watch(d, job_id):
     newest ones, then live ones, each once and in order, across the moment it caught up."""
     start = get_job(d, job_id).step
     steps = []
-    stream = d.stub().WatchJob(pb.WatchJobRequest(id=job_id, from_step=0), metadata=d.metadata,
+    stream = d.stub().WatchJob(pb.WatchJobRequest(id=job_id, since_step=0), metadata=d.metadata,
                                timeout=60)
     try:
         for ev in stream:

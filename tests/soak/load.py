@@ -239,7 +239,7 @@ def _grpc_watch(stub, pb, job_id, first):
     set at the first event, or when the stream ends without one."""
     w = {"kind": "grpc", "states": [], "records": [], "code": None, "error": None}
     try:
-        for ev in stub.WatchJob(pb.WatchJobRequest(id=job_id, from_step=0), timeout=600):
+        for ev in stub.WatchJob(pb.WatchJobRequest(id=job_id, since_step=0), timeout=600):
             kind = ev.WhichOneof("event")
             if kind == "job":
                 w["states"].append(pb.JobState.Name(ev.job.state).replace("JOB_STATE_", ""))
