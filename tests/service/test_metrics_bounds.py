@@ -99,15 +99,14 @@ def series_points(s):
 
 
 def all_records(d, job_id, limit):
-    """Every record of /records, read page by page (next_since_step) with `limit` a page."""
-    out, since, pages = [], 0, 0
-    while since is not None and pages < 10_000:
-        status, body = http_get(d, f"/api/v1/jobs/{job_id}/records?since_step={since}"
-                                   f"&limit={limit}")
+    """Every record of /records, read page by page (next_page_token) with `limit` a page."""
+    out, query, pages = [], "since_step=0", 0
+    while query and pages < 10_000:
+        status, body = http_get(d, f"/api/v1/jobs/{job_id}/records?{query}&page_size={limit}")
         if status != 200:
             return None, pages
         out += [r["values"] for r in body["records"]]
-        since = body.get("next_since_step")
+        query = body.get("next_page_token") and f"page_token={body['next_page_token']}"
         pages += 1
     return out, pages
 
