@@ -19,6 +19,7 @@
 
 typedef enum {
     M_SUBMIT, M_GET, M_LIST, M_CANCEL, M_WATCH, M_METRICS, M_LOGS, M_HEALTH,
+    M_CHECKPOINTS, M_EFFECTIVE_CONFIG, M_ANOMALIES, M_DELIVERIES,
     M_REFLECTION, M_REFLECTION_ALPHA,
     M_COUNT,
     M_UNKNOWN = M_COUNT /* a method nobody registered: answered UNIMPLEMENTED */
@@ -125,6 +126,13 @@ typedef struct {
 } method_def;
 
 extern const method_def zt_grpc_methods[M_COUNT];
+
+/* grpc_job_lists.c: ListCheckpoints, GetEffectiveConfig, ListAnomalies and
+ * ListWebhookDeliveries. */
+void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *req);
+void zt_grpc_get_effective_config(call *c, ProtobufCMessage *req);
+void zt_grpc_list_anomalies(call *c, ProtobufCMessage *req);
+void zt_grpc_list_webhook_deliveries(call *c, ProtobufCMessage *req);
 
 /* grpc_reflection.c: one ServerReflectionRequest (v1 or v1alpha: the same messages on the wire)
  * answered from the descriptor set embedded at build time. */

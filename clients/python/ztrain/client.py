@@ -220,6 +220,36 @@ class Client:
         req = pb.StreamLogsRequest(id=_id(job_id), tail=tail, follow=follow)
         yield from self._stream("StreamLogs", req, timeout)
 
+    def checkpoints(self, job_id: str) -> "pb.ListCheckpointsResponse":
+        """The checkpoints in the job's checkpoint directory (.checkpoints, each with tag, step
+        and complete) and the tag "latest" names (.latest)."""
+        return self._call("ListCheckpoints", pb.ListCheckpointsRequest(id=_id(job_id)))
+
+    def effective_config(self, job_id: str) -> dict:
+        """The DeepSpeed config rank 0 resolved ("auto" values filled in), as a dict;
+        FailedPrecondition before the ranks have written it."""
+        import json
+
+        resp = self._call("GetEffectiveConfig", pb.GetEffectiveConfigRequest(id=_id(job_id)))
+        return json.loads(resp.deepspeed_json)
+
+    def anomalies(self, job_id: str, page_size: int = 0) -> Iterator["pb.AnomalyEvent"]:
+        """The job's anomaly events, oldest first, fetched page by page."""
+        token = ""
+        while True:
+            page = self._call("ListAnomalies", pb.ListAnomaliesRequest(
+                id=_id(job_id), page_size=page_size, page_token=token))
+            yield from page.anomalies
+            token = page.next_page_token
+            if not token:
+                return
+
+    def webhook_deliveries(self, job_id: str, page_size: int = 0) -> List["pb.WebhookDelivery"]:
+        """The job's newest webhook delivery attempts (page_size of them; 0: up to 10,000),
+        oldest first."""
+        return list(self._call("ListWebhookDeliveries", pb.ListWebhookDeliveriesRequest(
+            id=_id(job_id), page_size=page_size)).deliveries)
+
     def wait(self, job_id: str, timeout: Optional[float] = None) -> "pb.Job":
         """Blocks until the job is SUCCEEDED, FAILED or CANCELLED and returns it. Watches the
         job's stream (no polling); a stream cut short (the daemon restarting) is resumed until

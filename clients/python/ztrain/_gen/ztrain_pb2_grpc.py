@@ -49,6 +49,26 @@ class TrainerStub(object):
                 request_serializer=ztrain__pb2.StreamLogsRequest.SerializeToString,
                 response_deserializer=ztrain__pb2.LogLine.FromString,
                 )
+        self.ListCheckpoints = channel.unary_unary(
+                '/ztrain.v1.Trainer/ListCheckpoints',
+                request_serializer=ztrain__pb2.ListCheckpointsRequest.SerializeToString,
+                response_deserializer=ztrain__pb2.ListCheckpointsResponse.FromString,
+                )
+        self.GetEffectiveConfig = channel.unary_unary(
+                '/ztrain.v1.Trainer/GetEffectiveConfig',
+                request_serializer=ztrain__pb2.GetEffectiveConfigRequest.SerializeToString,
+                response_deserializer=ztrain__pb2.EffectiveConfig.FromString,
+                )
+        self.ListAnomalies = channel.unary_unary(
+                '/ztrain.v1.Trainer/ListAnomalies',
+                request_serializer=ztrain__pb2.ListAnomaliesRequest.SerializeToString,
+                response_deserializer=ztrain__pb2.ListAnomaliesResponse.FromString,
+                )
+        self.ListWebhookDeliveries = channel.unary_unary(
+                '/ztrain.v1.Trainer/ListWebhookDeliveries',
+                request_serializer=ztrain__pb2.ListWebhookDeliveriesRequest.SerializeToString,
+                response_deserializer=ztrain__pb2.ListWebhookDeliveriesResponse.FromString,
+                )
 
 
 class TrainerServicer(object):
@@ -110,6 +130,36 @@ class TrainerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCheckpoints(self, request, context):
+        """The checkpoints found in the job's checkpoint directory (only complete ones, with their
+        DONE marker, can be loaded), and the tag its "latest" file names.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEffectiveConfig(self, request, context):
+        """The DeepSpeed config rank 0 resolved ("auto" values filled, defaults written in), as the
+        JSON text it wrote; FAILED_PRECONDITION before the job's ranks have written it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAnomalies(self, request, context):
+        """The job's anomaly events, oldest first (WatchJob streams them too).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWebhookDeliveries(self, request, context):
+        """The job's newest webhook delivery attempts, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +197,26 @@ def add_TrainerServicer_to_server(servicer, server):
                     servicer.StreamLogs,
                     request_deserializer=ztrain__pb2.StreamLogsRequest.FromString,
                     response_serializer=ztrain__pb2.LogLine.SerializeToString,
+            ),
+            'ListCheckpoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCheckpoints,
+                    request_deserializer=ztrain__pb2.ListCheckpointsRequest.FromString,
+                    response_serializer=ztrain__pb2.ListCheckpointsResponse.SerializeToString,
+            ),
+            'GetEffectiveConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEffectiveConfig,
+                    request_deserializer=ztrain__pb2.GetEffectiveConfigRequest.FromString,
+                    response_serializer=ztrain__pb2.EffectiveConfig.SerializeToString,
+            ),
+            'ListAnomalies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAnomalies,
+                    request_deserializer=ztrain__pb2.ListAnomaliesRequest.FromString,
+                    response_serializer=ztrain__pb2.ListAnomaliesResponse.SerializeToString,
+            ),
+            'ListWebhookDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWebhookDeliveries,
+                    request_deserializer=ztrain__pb2.ListWebhookDeliveriesRequest.FromString,
+                    response_serializer=ztrain__pb2.ListWebhookDeliveriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -274,5 +344,73 @@ class Trainer(object):
         return grpc.experimental.unary_stream(request, target, '/ztrain.v1.Trainer/StreamLogs',
             ztrain__pb2.StreamLogsRequest.SerializeToString,
             ztrain__pb2.LogLine.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListCheckpoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/ztrain.v1.Trainer/ListCheckpoints',
+            ztrain__pb2.ListCheckpointsRequest.SerializeToString,
+            ztrain__pb2.ListCheckpointsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetEffectiveConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/ztrain.v1.Trainer/GetEffectiveConfig',
+            ztrain__pb2.GetEffectiveConfigRequest.SerializeToString,
+            ztrain__pb2.EffectiveConfig.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListAnomalies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/ztrain.v1.Trainer/ListAnomalies',
+            ztrain__pb2.ListAnomaliesRequest.SerializeToString,
+            ztrain__pb2.ListAnomaliesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListWebhookDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/ztrain.v1.Trainer/ListWebhookDeliveries',
+            ztrain__pb2.ListWebhookDeliveriesRequest.SerializeToString,
+            ztrain__pb2.ListWebhookDeliveriesResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
