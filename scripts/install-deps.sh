@@ -26,6 +26,9 @@ build=(
   libunistring-dev                            # the tokenizers' Unicode normalizers (NFC, NFKC)
   liburing-dev                                # io_uring for NVMe offload (else a thread pool)
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto   # ztraind's gRPC (C core)
+  protobuf-compiler libprotobuf-dev           # the descriptor set for gRPC reflection, and the
+                                              # well-known .protos (Any, Duration, descriptor)
+  golang-github-gogo-googleapis-dev           # google/rpc/{status,error_details}.proto: errors
   libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
   libgnutls28-dev                             # TLS: checking certificates, client certificates
   libcurl4-openssl-dev                        # ztraind's webhook deliveries (HTTP/HTTPS POST)

@@ -163,14 +163,14 @@ export function compareView(main, q) {
 
   /* The job's records from step `since` on, every page. */
   async function loadRecords(j, since) {
-    let next = since;
-    while (next !== null && alive) {
-      const page = await apiJson(jobPath(j.id, `/records?since_step=${next}&limit=${RECORDS_PAGE}`), {signal});
+    let query = `since_step=${since}`;
+    while (query !== null && alive) {
+      const page = await apiJson(jobPath(j.id, `/records?${query}&page_size=${RECORDS_PAGE}`), {signal});
       for (const rec of page.records || []) {
         charts.addRecord(j.id, rec);
         if (rec.step > j.maxStep) j.maxStep = rec.step;
       }
-      next = page.next_since_step;
+      query = page.next_page_token ? `page_token=${page.next_page_token}` : null;
     }
   }
 

@@ -306,10 +306,10 @@ export function jobView(main, id) {
   /* The whole history, a page of /records at a time (each page says where the next starts). */
   async function loadRecords() {
     const records = [];
-    for (let since = 0; since !== null && since !== undefined;) {
-      const page = await apiJson(jobPath(id, `/records?since_step=${since}`), {signal});
+    for (let query = 'since_step=0'; query;) {
+      const page = await apiJson(jobPath(id, `/records?${query}`), {signal});
       records.push(...(page.records || []));
-      since = page.next_since_step;
+      query = page.next_page_token ? `page_token=${page.next_page_token}` : null;
     }
     return records;
   }

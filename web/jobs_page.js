@@ -131,13 +131,13 @@ export function jobsView(main, q) {
     if (!alive) return;
     if (!isAuthBlocked()) {
       try {
-        const p = new URLSearchParams({limit: '50'});
+        const p = new URLSearchParams({page_size: '50'});
         if (q.state) p.set('state', q.state);
-        if (q.after) p.set('after', q.after);
+        if (q.after) p.set('page_token', q.after);
         const data = await apiJson('/api/v1/jobs?' + p, {signal: ctrl.signal});
         if (!alive) return;
         render(data.jobs || []);
-        nextAfter = data.next_after || null;
+        nextAfter = data.next_page_token || null;
         older.hidden = !nextAfter;
         clearBanner('net');
         clearBanner('error');

@@ -7,7 +7,7 @@
 
 #include "job_pipeline.h"
 
-static const char *const pipeline_keys[] = {"stages", "partition",
+const char *const zt_job_pipeline_keys[] = {"stages", "partition",
                                             "activation_checkpoint_interval", NULL};
 
 zt_status zt_job_parse_pipeline(zt_job_spec *job, const zt_json_obj *top) {
@@ -18,7 +18,7 @@ zt_status zt_job_parse_pipeline(zt_job_spec *job, const zt_json_obj *top) {
     ZT_TRY(zt_json_child(top, "pipeline", &o));
     if (!o.obj)
         return ZT_OK;
-    ZT_TRY(zt_json_check_keys(&o, pipeline_keys));
+    ZT_TRY(zt_json_check_keys(&o, zt_job_pipeline_keys));
     ZT_TRY(zt_json_require(&o, "stages"));
     ZT_TRY(zt_json_get_int(&o, "stages", &p->stages, NULL));
     if (p->stages < 1)

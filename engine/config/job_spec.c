@@ -326,17 +326,18 @@ static zt_status get_arg_double(const zt_json_obj *o, const char *key, double lo
     return ZT_OK;
 }
 
+static const char *const training_args_keys[] = {
+    "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+    "max_grad_norm", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "warmup_steps", "warmup_ratio", "lr_scheduler_type", "bf16", "fp16",
+    "gradient_checkpointing", NULL};
+
 /* "training_args": Hugging Face TrainingArguments' names, ranges and defaults. */
 static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top) {
-    static const char *const keys[] = {
-        "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
-        "max_grad_norm", "per_device_train_batch_size", "gradient_accumulation_steps",
-        "warmup_steps", "warmup_ratio", "lr_scheduler_type", "bf16", "fp16",
-        "gradient_checkpointing", NULL};
     zt_json_obj o;
     zt_training_args_defaults(a);
     ZT_TRY(zt_json_child(top, "training_args", &o));
-    ZT_TRY(zt_json_check_keys(&o, keys));
+    ZT_TRY(zt_json_check_keys(&o, training_args_keys));
     unsigned *g = &a->given;
     ZT_TRY(get_arg_double(&o, "learning_rate", 0, -1, &a->learning_rate, ZT_ARG_LEARNING_RATE, g));
     ZT_TRY(get_arg_double(&o, "weight_decay", 0, -1, &a->weight_decay, ZT_ARG_WEIGHT_DECAY, g));
@@ -684,4 +685,20 @@ zt_status zt_job_spec_write_effective(const zt_job_spec *job, const char *dir) {
     zt_status s = zt_write_file_atomic(path, text, n + 1);
     free(text);
     return s;
+}
+
+const char *const *zt_job_spec_keys(const char *section) {
+    static const struct {
+        const char *section;
+        const char *const *keys;
+    } tables[] = {
+        {"", top_keys},           {"data", data_keys},
+        {"data.train[]", source_keys}, {"train", train_keys},
+        {"training_args", training_args_keys}, {"pipeline", zt_job_pipeline_keys},
+        {"fork_from", zt_job_fork_keys},
+    };
+    for (size_t i = 0; section && i < sizeof tables / sizeof tables[0]; i++)
+        if (strcmp(tables[i].section, section) == 0)
+            return tables[i].keys;
+    return NULL;
 }

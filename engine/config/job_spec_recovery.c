@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-static const char *const fork_keys[] = {"job", "step", NULL};
+const char *const zt_job_fork_keys[] = {"job", "step", NULL};
 
 zt_status zt_job_spec_parse_recovery(zt_job_spec *job, const zt_json_obj *top) {
     bool found;
@@ -18,7 +18,7 @@ zt_status zt_job_spec_parse_recovery(zt_job_spec *job, const zt_json_obj *top) {
     ZT_TRY(zt_json_child(top, "fork_from", &f));
     if (!f.obj)
         return ZT_OK;
-    ZT_TRY(zt_json_check_keys(&f, fork_keys));
+    ZT_TRY(zt_json_check_keys(&f, zt_job_fork_keys));
     ZT_TRY(zt_json_require(&f, "job"));
     ZT_TRY(zt_json_require(&f, "step"));
     const char *id = NULL;

@@ -10,6 +10,9 @@
  * mends, and its attempts are kept, one row each, for as long as the job. */
 #define ZT_MAX_RESTARTS 100
 
+/* The keys of "fork_from", NULL-terminated. */
+extern const char *const zt_job_fork_keys[];
+
 /* Reads max_restarts (0..ZT_MAX_RESTARTS) and fork_from ({"job": "job-NNNNNN", "step": N >= 0},
  * both required, nothing else) from the spec's top object into job. Errors name the key. */
 zt_status zt_job_spec_parse_recovery(zt_job_spec *job, const zt_json_obj *top);

@@ -470,7 +470,7 @@ static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *
     protobuf_c_message_free_unpacked(&job->base, NULL);
     Ztrain__V1__WatchJobRequest req = ZTRAIN__V1__WATCH_JOB_REQUEST__INIT;
     req.id = (char *)id;
-    req.from_step = from_step;
+    req.since_step = from_step;
     zt_status s = zt_rpc_stream(c, "/ztrain.v1.Trainer/WatchJob", &req.base,
                                 &ztrain__v1__job_event__descriptor, on_event, &v);
     clear_bar(&v);

@@ -486,7 +486,7 @@ zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, in
         job *a = zt_jm_find_job(jm, after_id);
         if (!a) {
             pthread_mutex_unlock(&jm->mu);
-            return zt_error(ZT_ERR_INVALID, "page token '%s' names no job", after_id);
+            return zt_error(ZT_ERR_INVALID, "page_token: '%s' names no job", after_id);
         }
         while (start >= 0 && jm->jobs[start] != a)
             start--;

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_error.h"
+#include "job_manager.h"
 #include "webhooks.h"
 #include "ztrain/admission.h"
 #include "ztrain/gpu.h"
@@ -273,17 +275,17 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
     ZT_TRY(zt_job_spec_parse(spec, text, "spec", lim->runs_root));
     zt_status s = ZT_OK;
     if (spec->world_size > lim->max_world_size)
-        s = zt_error(ZT_ERR_INVALID, "spec: world_size %d is above this server's limit of %d",
+        s = zt_error(ZT_ERR_LIMIT, "spec: world_size %d is above this server's limit of %d",
                      spec->world_size, lim->max_world_size);
     else if (spec->world_size > lim->max_ranks)
-        s = zt_error(ZT_ERR_INVALID, "spec: world_size %d can never run: the server runs at most "
+        s = zt_error(ZT_ERR_PRECONDITION, "spec: world_size %d can never run: the server runs at most "
                      "%d rank(s) at once (--max-ranks)", spec->world_size, lim->max_ranks);
     else if (spec->device == ZT_DEVICE_CUDA && lim->gpus == 0)
-        s = zt_error(ZT_ERR_INVALID, "spec: device \"cuda\": this server has no GPUs to give "
+        s = zt_error(ZT_ERR_PRECONDITION, "spec: device \"cuda\": this server has no GPUs to give "
                      "(--gpus 0%s); use \"device\": \"cpu\"",
                      zt_gpu_built() ? ", or none visible" : "; built without CUDA");
     else if (lim->max_nodes > 0 && spec->nodes > lim->max_nodes)
-        s = zt_error(ZT_ERR_INVALID, "spec: nodes %d needs a server started with --launcher slurm: "
+        s = zt_error(ZT_ERR_PRECONDITION, "spec: nodes %d needs a server started with --launcher slurm: "
                      "this one runs every rank on its own host", spec->nodes);
     /* The webhooks' secrets must be in this daemon's environment now, not when the job ends. */
     zt_webhook_list hooks;
@@ -298,7 +300,15 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
                                   .job_bytes = lim->max_job_bytes,
                                   .job_name = "this server's --max-job-memory",
                                   .host_bytes = lim->host_bytes, .host_name = lim->host_name};
-        s = zt_admission_check(spec, &al, "spec", NULL);
+        /* A spec whose estimate fails is invalid anywhere; one whose estimate is above this
+         * server's memory is valid but does not fit here (FAILED_PRECONDITION). */
+        zt_memory_estimate est;
+        s = zt_memory_estimate_job(spec, "spec", &est);
+        if (s == ZT_OK && (s = zt_admission_check(spec, &al, "spec", NULL)) != ZT_OK) {
+            char *why = strdup(zt_last_error());
+            s = zt_error(ZT_ERR_PRECONDITION, "%s", why ? why : "spec: the job does not fit");
+            free(why);
+        }
     }
     if (s != ZT_OK)
         zt_job_spec_free(spec);

@@ -15,6 +15,7 @@
 
 #include "grpc_server_internal.h"
 #include "api/grpc_util.h"
+#include "grpc/reflection/v1/reflection.pb-c.h"
 #include "health.pb-c.h"
 #include "api/job_proto.h"
 #include "ztrain.pb-c.h"
@@ -28,15 +29,16 @@
 static bool require_id(call *c, const char *id) {
     if (id && *id)
         return true;
-    zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "id is required");
+    zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "id", "id is required");
     return false;
 }
 
-/* Replies with the job of a manager call, or its error. Reads zt_last_error() at once, on the
- * thread that made the call. */
-static void reply_job(call *c, zt_status s, zt_job_info *info) {
+/* Replies with the job of a manager call, or its error (scope and id as zt_call_finish_zt's).
+ * Reads zt_last_error() at once, on the thread that made the call. */
+static void reply_job(call *c, zt_status s, zt_job_info *info, const char *scope,
+                      const char *id) {
     if (s != ZT_OK) {
-        zt_call_finish_zt(c, s);
+        zt_call_finish_zt(c, s, scope, id);
         return;
     }
     Ztrain__V1__Job *job;
@@ -55,14 +57,14 @@ static void handle_submit(call *c, ProtobufCMessage *m) {
     char *spec_json;
     zt_status s = zt_job_proto_spec_to_json(req->spec, &spec_json);
     if (s != ZT_OK) {
-        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, zt_last_error());
+        zt_call_finish_zt(c, s, "spec", NULL);
         return;
     }
     zt_job_info info;
     memset(&info, 0, sizeof info);
     s = zt_jobs_submit(c->srv->jm, spec_json, req->idempotency_key, &info);
     free(spec_json);
-    reply_job(c, s, &info);
+    reply_job(c, s, &info, "spec", NULL);
 }
 
 static void handle_get(call *c, ProtobufCMessage *m) {
@@ -71,7 +73,7 @@ static void handle_get(call *c, ProtobufCMessage *m) {
         return;
     zt_job_info info;
     memset(&info, 0, sizeof info);
-    reply_job(c, zt_jobs_get(c->srv->jm, req->id, &info), &info);
+    reply_job(c, zt_jobs_get(c->srv->jm, req->id, &info), &info, NULL, req->id);
 }
 
 static void free_infos(zt_job_info *jobs, int n) {
@@ -102,11 +104,12 @@ static zt_status list_response(zt_job_info *jobs, int n, bool more,
 static void handle_list(call *c, ProtobufCMessage *m) {
     Ztrain__V1__ListJobsRequest *req = (Ztrain__V1__ListJobsRequest *)m;
     if ((int)req->state < 0 || (int)req->state > ZT_JOB_CANCELLED) {
-        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "state is not a JobState");
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "state", "state is not a JobState");
         return;
     }
     if (req->page_size < 0) {
-        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size must be >= 0");
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size",
+                             "page_size must be >= 0");
         return;
     }
     int limit = req->page_size == 0 ? LIST_DEFAULT_PAGE
@@ -117,7 +120,7 @@ static void handle_list(call *c, ProtobufCMessage *m) {
     zt_status s = zt_jobs_list(c->srv->jm, (zt_job_state)req->state, req->page_token, limit, &jobs,
                                &n, &more);
     if (s != ZT_OK) {
-        zt_call_finish_zt(c, s);
+        zt_call_finish_zt(c, s, NULL, NULL);
         return;
     }
     Ztrain__V1__ListJobsResponse *resp = malloc(sizeof *resp);
@@ -138,13 +141,14 @@ static void handle_cancel(call *c, ProtobufCMessage *m) {
     if (!require_id(c, req->id))
         return;
     if (!isfinite(req->grace_seconds) || req->grace_seconds < 0) {
-        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "grace_seconds must be a number >= 0");
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "grace_seconds",
+                             "grace_seconds must be a number >= 0");
         return;
     }
     zt_job_info info;
     memset(&info, 0, sizeof info);
     zt_status s = zt_jobs_cancel(c->srv->jm, req->id, req->force, req->grace_seconds, &info);
-    reply_job(c, s, &info);
+    reply_job(c, s, &info, NULL, req->id);
 }
 
 typedef struct {
@@ -198,7 +202,8 @@ static void handle_metrics(call *c, ProtobufCMessage *m) {
     if (!require_id(c, req->id))
         return;
     if (req->max_points < 0) {
-        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "max_points must be >= 0");
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "max_points",
+                             "max_points must be >= 0");
         return;
     }
     Ztrain__V1__GetMetricsResponse *resp = malloc(sizeof *resp);
@@ -214,7 +219,7 @@ static void handle_metrics(call *c, ProtobufCMessage *m) {
                                         (int)req->n_keys, req->since_step, req->max_points,
                                         emit_series, &sc);
     if (s != ZT_OK)
-        zt_call_finish_zt(c, s);
+        zt_call_finish_zt(c, s, NULL, req->id);
     else if (sc.oom)
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED,
                        "ztraind ran out of memory copying the series");
@@ -297,17 +302,21 @@ static void start_watch(call *c, const char *id, int what, int64_t from_step, in
     pthread_mutex_unlock(&c->mu);
     zt_job_watch *w = NULL;
     zt_status s = zt_jobs_watch(c->srv->jm, id, what, from_step, log_tail, on_job_event, c, &w);
-    grpc_status_code code = zt_grpc_status_from_zt(s);
-    char *text = s != ZT_OK ? strdup(zt_last_error()) : NULL;
+    zt_api_error *e = s != ZT_OK ? malloc(sizeof *e) : NULL;
+    if (e)
+        zt_api_error_from_status(e, s, zt_last_error(), NULL, id);
     c->watch = s == ZT_OK ? w : NULL;
     pthread_mutex_lock(&c->mu);
     c->replaying = false;
-    if (s != ZT_OK)
-        zt_call_finish_locked(c, code, text ? text : "watch failed");
-    else if (c->terminal_seen)
-        zt_call_finish_locked(c, GRPC_STATUS_OK, "");
+    bool end = s == ZT_OK && c->terminal_seen;
     pthread_mutex_unlock(&c->mu);
-    free(text);
+    if (e)
+        zt_call_finish_error(c, e);
+    else if (s != ZT_OK)
+        zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
+    else if (end)
+        zt_call_finish(c, GRPC_STATUS_OK, "");
+    free(e);
 }
 
 static void handle_watch(call *c, ProtobufCMessage *m) {
@@ -316,7 +325,7 @@ static void handle_watch(call *c, ProtobufCMessage *m) {
         return;
     int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (req->logs ? ZT_WATCH_LOGS : 0);
     /* Log lines in a watch are live ones only; StreamLogs is the way to read a tail. */
-    start_watch(c, req->id, what, req->from_step, 0);
+    start_watch(c, req->id, what, req->since_step, 0);
 }
 
 static void emit_log(void *ctx, const zt_log_line *l) {
@@ -330,7 +339,7 @@ static void handle_logs(call *c, ProtobufCMessage *m) {
     if (!require_id(c, req->id))
         return;
     if (req->tail < 0) {
-        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "tail must be >= 0");
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "tail", "tail must be >= 0");
         return;
     }
     int tail = req->tail ? req->tail : LOGS_DEFAULT_TAIL;
@@ -340,7 +349,7 @@ static void handle_logs(call *c, ProtobufCMessage *m) {
     }
     zt_status s = zt_jobs_logs(c->srv->jm, req->id, tail, emit_log, c);
     if (s != ZT_OK)
-        zt_call_finish_zt(c, s);
+        zt_call_finish_zt(c, s, NULL, req->id);
     else
         zt_call_finish(c, GRPC_STATUS_OK, "");
 }
@@ -363,4 +372,21 @@ const method_def zt_grpc_methods[M_COUNT] = {
                 handle_logs},
     [M_HEALTH] = {"/grpc.health.v1.Health/Check",
                   &grpc__health__v1__health_check_request__descriptor, handle_health},
+    [M_CHECKPOINTS] = {"/ztrain.v1.Trainer/ListCheckpoints",
+                       &ztrain__v1__list_checkpoints_request__descriptor,
+                       zt_grpc_list_checkpoints},
+    [M_EFFECTIVE_CONFIG] = {"/ztrain.v1.Trainer/GetEffectiveConfig",
+                            &ztrain__v1__get_effective_config_request__descriptor,
+                            zt_grpc_get_effective_config},
+    [M_ANOMALIES] = {"/ztrain.v1.Trainer/ListAnomalies",
+                     &ztrain__v1__list_anomalies_request__descriptor, zt_grpc_list_anomalies},
+    [M_DELIVERIES] = {"/ztrain.v1.Trainer/ListWebhookDeliveries",
+                      &ztrain__v1__list_webhook_deliveries_request__descriptor,
+                      zt_grpc_list_webhook_deliveries},
+    [M_REFLECTION] = {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                      &grpc__reflection__v1__server_reflection_request__descriptor,
+                      zt_grpc_reflection_handle, true},
+    [M_REFLECTION_ALPHA] = {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                            &grpc__reflection__v1__server_reflection_request__descriptor,
+                            zt_grpc_reflection_handle, true},
 };

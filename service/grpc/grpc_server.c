@@ -1,6 +1,7 @@
-/* ztraind's gRPC server (grpc_server.h): ztrain.v1.Trainer and grpc.health.v1.Health/Check on
- * gRPC's C core, one completion queue drained by zt_grpc_server_run. This file is the queue, the
- * calls and sending; the methods themselves are grpc_methods.c's.
+/* ztraind's gRPC server (grpc_server.h): ztrain.v1.Trainer, grpc.health.v1.Health/Check and
+ * server reflection on gRPC's C core, one completion queue drained by zt_grpc_server_run. This
+ * file is the queue, the calls, receiving and sending; the methods themselves are
+ * grpc_methods.c's and grpc_reflection.c's.
  *
  * Every call is a small state machine (`struct call`) whose tags all come back on that queue.
  * Each call starts a lone RECV_CLOSE_ON_SERVER when it arrives, which returns when the call is
@@ -118,6 +119,10 @@ static void kick_locked(call *c) {
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = c->status;
     ops[n].data.send_status_from_server.status_details = &details;
+    if (c->has_trailer) {
+        ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+        ops[n].data.send_status_from_server.trailing_metadata = &c->trailer;
+    }
     n++;
     c->status_started = start_batch(c, ops, n, &c->t_status);
     c->broken = !c->status_started;
@@ -153,8 +158,30 @@ void zt_call_finish(call *c, grpc_status_code code, const char *text) {
     pthread_mutex_unlock(&c->mu);
 }
 
-void zt_call_finish_zt(call *c, zt_status s) {
-    zt_call_finish(c, zt_grpc_status_from_zt(s), zt_last_error());
+void zt_call_finish_error(call *c, const zt_api_error *e) {
+    size_t len = 0;
+    uint8_t *bin = zt_api_error_status_bin(e, &len);
+    pthread_mutex_lock(&c->mu);
+    if (bin && !c->finishing && !c->has_trailer) {
+        c->trailer.key = grpc_slice_from_static_string("grpc-status-details-bin");
+        c->trailer.value = grpc_slice_from_copied_buffer((const char *)bin, len);
+        c->has_trailer = true;
+    }
+    zt_call_finish_locked(c, e->code, e->message);
+    pthread_mutex_unlock(&c->mu);
+    free(bin);
+}
+
+void zt_call_finish_field(call *c, grpc_status_code code, const char *field, const char *text) {
+    zt_api_error e;
+    zt_api_error_set(&e, code, field, text);
+    zt_call_finish_error(c, &e);
+}
+
+void zt_call_finish_zt(call *c, zt_status s, const char *scope, const char *job_id) {
+    zt_api_error e;
+    zt_api_error_from_status(&e, s, zt_last_error(), scope, job_id);
+    zt_call_finish_error(c, &e);
 }
 
 void zt_call_push_locked(call *c, grpc_byte_buffer *bb) {
@@ -195,6 +222,58 @@ void zt_call_reply(call *c, const ProtobufCMessage *msg) {
     pthread_mutex_unlock(&c->mu);
 }
 
+void zt_call_send(call *c, const ProtobufCMessage *msg) {
+    grpc_byte_buffer *bb = zt_pb_pack(msg);
+    pthread_mutex_lock(&c->mu);
+    zt_call_push_locked(c, bb);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- requests that stream in ------------------------------------------------------------- */
+
+/* Asks for the client's next message (at most one RECV_MESSAGE is in flight per call). */
+static void receive_next(call *c) {
+    pthread_mutex_lock(&c->mu);
+    if (!c->finishing && !c->broken && !c->closed) {
+        grpc_op op;
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_RECV_MESSAGE;
+        op.data.recv_message.recv_message = &c->received;
+        start_batch(c, &op, 1, &c->t_recv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A message arrived (or the client closed its side: no message). Runs before the tag's batch
+ * is counted as done, so the call cannot be freed under the handler. */
+static void on_received(call *c, bool ok) {
+    grpc_byte_buffer *bb = c->received;
+    c->received = NULL;
+    if (!ok || !bb) {
+        /* !ok: the call is gone and its CLOSE will follow; else the client is done asking. */
+        if (ok)
+            zt_call_finish(c, GRPC_STATUS_OK, "");
+        if (bb)
+            grpc_byte_buffer_destroy(bb);
+        return;
+    }
+    char why[256];
+    const method_def *def = &zt_grpc_methods[c->method];
+    ProtobufCMessage *req = zt_pb_unpack_request(def->request, bb, why, sizeof why);
+    grpc_byte_buffer_destroy(bb);
+    if (!req) {
+        char text[256], field[160];
+        snprintf(text, sizeof text, "a message is not a valid %s", def->request->name);
+        zt_api_error_field(why, NULL, field, sizeof field);
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, why[0] ? field : NULL,
+                             why[0] ? why : text);
+        return;
+    }
+    def->handle(c, req);
+    protobuf_c_message_free_unpacked(req, NULL);
+    receive_next(c);
+}
+
 /* ---- call lifecycle ---------------------------------------------------------------------- */
 
 static void call_free(call *c) {
@@ -202,6 +281,10 @@ static void call_free(call *c) {
     drop_queue_locked(c);
     if (c->in_flight)
         grpc_byte_buffer_destroy(c->in_flight);
+    if (c->received)
+        grpc_byte_buffer_destroy(c->received);
+    if (c->has_trailer)
+        grpc_slice_unref(c->trailer.value);
     if (c->payload)
         grpc_byte_buffer_destroy(c->payload);
     grpc_metadata_array_destroy(&c->md);
@@ -228,6 +311,7 @@ static void post_request(zt_grpc_server *s, method_id m) {
     c->t_send = (tag){TAG_SEND, c};
     c->t_status = (tag){TAG_STATUS, c};
     c->t_close = (tag){TAG_CLOSE, c};
+    c->t_recv = (tag){TAG_RECV, c};
     pthread_mutex_init(&c->mu, NULL);
     grpc_metadata_array_init(&c->md);
     grpc_call_error e;
@@ -236,8 +320,11 @@ static void post_request(zt_grpc_server *s, method_id m) {
         e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq,
                                      &c->t_new);
     } else {
+        /* A method whose requests stream in reads them with RECV_MESSAGE, not here. */
         e = grpc_server_request_registered_call(s->server, s->handles[m], &c->call, &c->deadline,
-                                                &c->md, &c->payload, s->cq, s->cq, &c->t_new);
+                                                &c->md,
+                                                zt_grpc_methods[m].stream_in ? NULL : &c->payload,
+                                                s->cq, s->cq, &c->t_new);
     }
     if (e != GRPC_CALL_OK) {
         fprintf(stderr, "ztraind: grpc: posting a request failed: %s\n",
@@ -269,15 +356,21 @@ static void dispatch(call *c) {
         zt_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, text);
         return;
     }
+    if (zt_grpc_methods[c->method].stream_in) {
+        receive_next(c);
+        return;
+    }
     char why[256];
     ProtobufCMessage *req = zt_pb_unpack_request(zt_grpc_methods[c->method].request, c->payload,
                                                  why, sizeof why);
     if (!req) {
-        char text[256];
+        char text[256], field[160];
         snprintf(text, sizeof text, "the request is not a valid %s message",
                  zt_grpc_methods[c->method].request->name);
-        zt_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
-                       why[0] ? why : c->payload ? text : "the request has no message");
+        /* A string that is not UTF-8 names its field ("SubmitJobRequest.spec.name: ..."). */
+        zt_api_error_field(why, NULL, field, sizeof field);
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, why[0] ? field : NULL,
+                             why[0] ? why : c->payload ? text : "the request has no message");
         return;
     }
     zt_grpc_methods[c->method].handle(c, req);
@@ -323,6 +416,8 @@ static void on_call_tag(tag *t, bool ok) {
         zt_jobs_unwatch(c->srv->jm, c->watch);
         c->watch = NULL;
     }
+    if (t->kind == TAG_RECV)
+        on_received(c, ok);
     pthread_mutex_lock(&c->mu);
     c->pending--;
     if (t->kind == TAG_SEND || t->kind == TAG_STATUS) {
@@ -446,9 +541,11 @@ static zt_status register_and_bind(zt_grpc_server *s, const char *addr, int max_
                                    const zt_tls_pem *tls) {
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     for (int m = 0; m < M_COUNT; m++) {
-        s->handles[m] = grpc_server_register_method(s->server, zt_grpc_methods[m].path, NULL,
-                                                    GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
-                                                    0);
+        s->handles[m] = grpc_server_register_method(
+            s->server, zt_grpc_methods[m].path, NULL,
+            zt_grpc_methods[m].stream_in ? GRPC_SRM_PAYLOAD_NONE
+                                         : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
         if (!s->handles[m])
             return zt_error(ZT_ERR_INVALID, "gRPC: cannot register %s", zt_grpc_methods[m].path);
     }

@@ -1,6 +1,8 @@
-/* ztraind's gRPC server: the ztrain.v1.Trainer service and grpc.health.v1.Health/Check on gRPC's
- * C core (no C++), one completion queue drained by the thread that calls zt_grpc_server_run, one
- * state machine per call. Every method goes through the job manager (job_manager.h). */
+/* ztraind's gRPC server: the ztrain.v1.Trainer service, grpc.health.v1.Health/Check and gRPC
+ * server reflection (grpc.reflection.v1 and v1alpha, answered from the descriptors compiled at
+ * build time, so grpcurl needs no .proto) on gRPC's C core (no C++), one completion queue
+ * drained by the thread that calls zt_grpc_server_run, one state machine per call. Every
+ * Trainer method goes through the job manager (job_manager.h). */
 #ifndef ZTRAIN_GRPC_SERVER_H
 #define ZTRAIN_GRPC_SERVER_H
 

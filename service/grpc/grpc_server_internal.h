@@ -13,16 +13,19 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "grpc_server.h"
+#include "api/api_error.h"
 #include "daemon/job_manager.h"
 #include "ztrain/status.h"
 
 typedef enum {
     M_SUBMIT, M_GET, M_LIST, M_CANCEL, M_WATCH, M_METRICS, M_LOGS, M_HEALTH,
+    M_CHECKPOINTS, M_EFFECTIVE_CONFIG, M_ANOMALIES, M_DELIVERIES,
+    M_REFLECTION, M_REFLECTION_ALPHA,
     M_COUNT,
     M_UNKNOWN = M_COUNT /* a method nobody registered: answered UNIMPLEMENTED */
 } method_id;
 
-typedef enum { TAG_NEW, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
+typedef enum { TAG_NEW, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_RECV, TAG_SHUTDOWN } tag_kind;
 
 typedef struct call call;
 
@@ -59,8 +62,9 @@ struct call {
     gpr_timespec deadline;
     grpc_metadata_array md;
     grpc_byte_buffer *payload;     /* the request of a registered method */
+    grpc_byte_buffer *received;    /* a client-streaming method's message just received */
     grpc_call_details details;     /* M_UNKNOWN: the method's name */
-    tag t_new, t_send, t_status, t_close;
+    tag t_new, t_send, t_status, t_close, t_recv;
     int cancelled;                 /* written by RECV_CLOSE_ON_SERVER */
     zt_job_watch *watch;           /* touched on the queue's thread only */
 
@@ -78,6 +82,10 @@ struct call {
     bool finishing;                /* the status is decided; it follows the queued messages */
     grpc_status_code status;
     char *status_text;
+    /* The error's google.rpc.Status (grpc-status-details-bin), kept until the call is freed
+     * because the status batch refers to it. */
+    grpc_metadata trailer;
+    bool has_trailer;
     grpc_byte_buffer *in_flight;   /* the message of the SEND or STATUS batch in flight */
     out_msg *head, *tail;
     size_t queued_bytes;
@@ -88,26 +96,47 @@ struct call {
 /* Decides the call's status; the first decision wins. An error drops what is still queued. */
 void zt_call_finish_locked(call *c, grpc_status_code code, const char *text);
 void zt_call_finish(call *c, grpc_status_code code, const char *text);
-/* Finishes with the gRPC status of a failed zt_status and zt_last_error(), read at once on the
- * calling thread. */
-void zt_call_finish_zt(call *c, zt_status s);
+/* Finishes with a structured error: its code, message and google.rpc.Status detail. */
+void zt_call_finish_error(call *c, const zt_api_error *e);
+/* An INVALID_ARGUMENT (or other code) naming the request field at fault in a BadRequest. */
+void zt_call_finish_field(call *c, grpc_status_code code, const char *field, const char *text);
+/* Finishes with the structured error of a failed zt_status and zt_last_error(), read at once on
+ * the calling thread; scope prefixes the field paths the message names ("spec" for a submit) and
+ * job_id names the job a NOT_FOUND is about (either may be NULL). */
+void zt_call_finish_zt(call *c, zt_status s, const char *scope, const char *job_id);
 /* Queues a packed message and takes ownership of bb; a client too far behind ends the call. */
 void zt_call_push_locked(call *c, grpc_byte_buffer *bb);
 /* A unary reply: the message and status OK in one batch. */
 void zt_call_reply(call *c, const ProtobufCMessage *msg);
+/* Queues one message of a stream; the call goes on. */
+void zt_call_send(call *c, const ProtobufCMessage *msg);
 
 /* grpc_methods.c: what each method's request is and who handles it. The handler runs on the
  * queue's thread with the unpacked request, which the caller frees after; it ends the call, or
- * (streams) leaves a watch that will. */
+ * (streams) leaves a watch that will. A method whose requests stream in (stream_in) gets one
+ * handler call per message and ends with OK when the client closes its side, unless a handler
+ * ended it first. */
 typedef void (*handler_fn)(call *c, ProtobufCMessage *req);
 
 typedef struct {
     const char *path;
     const ProtobufCMessageDescriptor *request;
     handler_fn handle;
+    bool stream_in;
 } method_def;
 
 extern const method_def zt_grpc_methods[M_COUNT];
+
+/* grpc_job_lists.c: ListCheckpoints, GetEffectiveConfig, ListAnomalies and
+ * ListWebhookDeliveries. */
+void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *req);
+void zt_grpc_get_effective_config(call *c, ProtobufCMessage *req);
+void zt_grpc_list_anomalies(call *c, ProtobufCMessage *req);
+void zt_grpc_list_webhook_deliveries(call *c, ProtobufCMessage *req);
+
+/* grpc_reflection.c: one ServerReflectionRequest (v1 or v1alpha: the same messages on the wire)
+ * answered from the descriptor set embedded at build time. */
+void zt_grpc_reflection_handle(call *c, ProtobufCMessage *req);
 
 /* grpc_accept.c: the gate on gRPC's accept4 calls. Start finds gRPC's listening sockets on
  * `port` (after grpc_server_add_http2_port) and, from then on, keeps at most max_connections

@@ -1,9 +1,11 @@
 /* ztraind's HTTP server on libmicrohttpd (http_api.h): starting and stopping it, reading each
  * request (its body within the size limit) once its Host and Origin have passed, bearer auth
  * and CORS preflights, and the routing of every URL to its handler. The handlers live beside
- * it: the job routes (http_jobs.c), the metric series (http_series.c), the history's downloads
- * (http_export.c, http_tensorboard.c), the live event stream (http_events.c), Prometheus'
- * /metrics (http_prometheus.c) and the dashboard's files (http_static.c); who may ask is
+ * it: the job routes (http_jobs.c), submitting (http_submit.c), a job's lists
+ * (http_job_lists.c), the metric series (http_series.c), the history's downloads
+ * (http_export.c, http_tensorboard.c), the OpenAPI document (http_openapi.c), the live event
+ * stream (http_events.c), Prometheus' /metrics (http_prometheus.c) and the dashboard's files
+ * (http_static.c); who may ask is
  * http_guard.c (with client certificates, http_tls.c, which also sets up HTTPS), how they
  * answer is http_reply.c, and what they share is http_internal.h.
  *
@@ -101,13 +103,13 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     switch (which) {
     case JOB: return zt_http_job_get(s, c, id);
     case METRICS: return zt_http_job_metrics(s, c, id);
-    case RECORDS: return zt_http_job_records(s, c, id);
-    case LOGS: return zt_http_job_logs(s, c, id);
+    case RECORDS: return zt_http_job_list(s, c, id, ZT_LIST_RECORDS);
+    case LOGS: return zt_http_job_list(s, c, id, ZT_LIST_LOGS);
     case CSV: return zt_http_job_export(s, c, id, true);
     case JSONL: return zt_http_job_export(s, c, id, false);
     case TENSORBOARD: return zt_http_job_tensorboard(s, c, id);
-    case ANOMALIES: return zt_http_job_anomalies(s, c, id);
-    case WEBHOOKS: return zt_http_job_webhooks(s, c, id);
+    case ANOMALIES: return zt_http_job_list(s, c, id, ZT_LIST_ANOMALIES);
+    case WEBHOOKS: return zt_http_job_list(s, c, id, ZT_LIST_WEBHOOKS);
     default: return zt_http_job_events(s, c, id);
     }
 }
@@ -145,10 +147,20 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
                                                   "missing or invalid bearer token");
         if (!api)
             return get ? zt_http_prometheus(s, c) : method_not_allowed(c, method, url, GET_ONLY);
-        if (!strcmp(url, "/api/v1/jobs"))
-            return get ? zt_http_jobs_list(s, c) : method_not_allowed(c, method, url, GET_ONLY);
+        if (!strcmp(url, "/api/v1/jobs")) {
+            if (get)
+                return zt_http_jobs_list(s, c);
+            if (strcmp(method, "POST") != 0)
+                return method_not_allowed(c, method, url, "GET, HEAD, POST, OPTIONS");
+            enum MHD_Result ret;
+            if (!zt_http_guard_json(c, method, &ret))
+                return ret;
+            return zt_http_jobs_submit(s, c, req ? &req->body : NULL);
+        }
         if (starts_with(url, "/api/v1/jobs/"))
             return route_job(s, c, method, url, url + strlen("/api/v1/jobs/"), req);
+        if (!strcmp(url, "/api/v1/openapi.json"))
+            return get ? zt_http_openapi(s, c) : method_not_allowed(c, method, url, GET_ONLY);
         return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
     }
     const char *file_dir = NULL, *rel = NULL, *cache = "no-cache";

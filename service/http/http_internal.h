@@ -111,17 +111,22 @@ enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MH
 enum MHD_Result zt_http_send_text(struct MHD_Connection *c, unsigned code, zt_jbuf *b,
                                   const char *type);
 enum MHD_Result zt_http_send_json(struct MHD_Connection *c, unsigned code, zt_jbuf *b);
-/* {"error": "<printf of fmt>"} with the given status, and one more header when hname is not
- * NULL (Allow on a 405, WWW-Authenticate on a 401). */
+/* An application/problem+json error (RFC 9457, api_error.h) whose detail is the printf of fmt,
+ * with the given status, and one more header when hname is not NULL (Allow on a 405,
+ * WWW-Authenticate on a 401). Its "code" is the gRPC code of that status; a message that opens
+ * with "name: " names that parameter as its "field". */
 enum MHD_Result zt_http_send_error_with_header(struct MHD_Connection *c, unsigned code,
                                                const char *hname, const char *hvalue,
                                                const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 #define zt_http_send_error(c, code, ...) \
     zt_http_send_error_with_header((c), (code), NULL, NULL, __VA_ARGS__)
-/* The HTTP status of a job manager failure s, with zt_last_error()'s message; id names the
- * job in a 500 (NULL when there is none). */
+/* The problem of a job manager failure s, with zt_last_error()'s message: the same code and
+ * detail that gRPC gives it (api_error.h); id names the job (NULL when there is none), scope
+ * prefixes the field paths of a spec's errors ("spec"). */
 enum MHD_Result zt_http_send_status(struct MHD_Connection *c, zt_status s, const char *id);
+enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, const char *scope,
+                                       const char *id);
 
 /* The query argument `name`, or NULL when absent. */
 const char *zt_http_arg(struct MHD_Connection *c, const char *name);
@@ -136,20 +141,27 @@ bool zt_http_valid_job_id(const char *id, size_t n);
 
 /* ---- routes ------------------------------------------------------------------------------ */
 
-/* http_jobs.c: /healthz, GET /api/v1/jobs, GET /api/v1/jobs/{id}[/records|/logs] and
- * POST /api/v1/jobs/{id}/cancel. `body` is the request body, or NULL when none was sent. */
+/* http_jobs.c: /healthz, GET /api/v1/jobs (page_size, page_token, state), GET
+ * /api/v1/jobs/{id} and POST /api/v1/jobs/{id}/cancel. `body` is the request body, or NULL
+ * when none was sent. */
 enum MHD_Result zt_http_healthz(zt_http_server *s, struct MHD_Connection *c);
 enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c);
 enum MHD_Result zt_http_job_get(zt_http_server *s, struct MHD_Connection *c, const char *id);
-enum MHD_Result zt_http_job_records(zt_http_server *s, struct MHD_Connection *c, const char *id);
-enum MHD_Result zt_http_job_logs(zt_http_server *s, struct MHD_Connection *c, const char *id);
-/* http_anomalies.c: a job's anomaly events and webhook delivery attempts. */
-enum MHD_Result zt_http_job_anomalies(zt_http_server *s, struct MHD_Connection *c,
-                                      const char *id);
-enum MHD_Result zt_http_job_webhooks(zt_http_server *s, struct MHD_Connection *c,
-                                     const char *id);
+/* http_job_lists.c: a job's records (page_size, page_token, since_step), its log's last lines
+ * (tail), its anomaly events (page_size, page_token, after_seq) and its webhook delivery
+ * attempts (page_size: the newest ones), as {"job_id", <list>, "next_page_token"}. */
+typedef enum { ZT_LIST_RECORDS, ZT_LIST_LOGS, ZT_LIST_ANOMALIES, ZT_LIST_WEBHOOKS } zt_job_list_kind;
+enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, const char *id,
+                                 zt_job_list_kind kind);
 enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, const char *id,
                                    const zt_jbuf *body);
+/* A job as GET /api/v1/jobs/{id} shows it (with its checkpoints and effective config), 200. */
+enum MHD_Result zt_http_send_job(struct MHD_Connection *c, const zt_job_info *j);
+/* http_openapi.c: GET /api/v1/openapi.json, the API's OpenAPI document embedded at build time. */
+enum MHD_Result zt_http_openapi(zt_http_server *s, struct MHD_Connection *c);
+/* http_submit.c: POST /api/v1/jobs, gRPC's SubmitJob over HTTP. */
+enum MHD_Result zt_http_jobs_submit(zt_http_server *s, struct MHD_Connection *c,
+                                    const zt_jbuf *body);
 
 /* http_series.c: GET /api/v1/jobs/{id}/metrics, and the cache of its responses. */
 enum MHD_Result zt_http_job_metrics(zt_http_server *s, struct MHD_Connection *c, const char *id);

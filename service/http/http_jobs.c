@@ -1,6 +1,7 @@
 /* The JSON routes over ztraind's jobs (http_internal.h): /healthz, the job list, one job with
- * the checkpoints found on its disk, its records and log lines, and cancellation. The metric
- * series route, with its cache, has its own file (http_series.c). */
+ * the checkpoints found on its disk, and cancellation. A job's lists (records, logs, anomalies,
+ * webhooks) are http_job_lists.c's; the metric series route, with its cache, has its own file
+ * (http_series.c). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -38,7 +39,7 @@ static void effective_config(zt_jbuf *b, const zt_job_info *j) {
     free(text);
 }
 
-static enum MHD_Result send_job(struct MHD_Connection *c, const zt_job_info *j) {
+enum MHD_Result zt_http_send_job(struct MHD_Connection *c, const zt_job_info *j) {
     zt_ckpt_list ck;
     zt_ckpt_list_dir(j->checkpoint_dir, &ck);
     zt_jbuf b;
@@ -81,23 +82,35 @@ enum MHD_Result zt_http_healthz(zt_http_server *s, struct MHD_Connection *c) {
 enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     enum MHD_Result ret;
     int64_t limit = 50;
-    if (!zt_http_arg_int(c, "limit", 1, ZT_MAX_LIST_LIMIT, &limit, &ret))
+    /* AIP-158's names, as ListJobs has them; limit and after are their older names, still
+     * read (and checked) when given, the new name winning when both are. */
+    if (!zt_http_arg_int(c, "limit", 1, ZT_MAX_LIST_LIMIT, &limit, &ret) ||
+        !zt_http_arg_int(c, "page_size", 1, ZT_MAX_LIST_LIMIT, &limit, &ret))
         return ret;
     zt_job_state state = 0;
     const char *sv = zt_http_arg(c, "state");
     if (sv && *sv && !(state = zt_job_state_parse(sv)))
         return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "state: unknown job state '%.64s'",
                                   sv);
-    const char *after = zt_http_arg(c, "after");
-    if (after && *after && !zt_http_valid_job_id(after, strlen(after)))
-        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "after: '%.64s' is not a job id",
-                                  after);
+    const char *token_name = "page_token", *after = NULL;
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "page_token" : "after", *v = zt_http_arg(c, name);
+        if (v && *v && !zt_http_valid_job_id(v, strlen(v)))
+            return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s: '%.64s' is not a page token",
+                                      name, v);
+        if (v && *v)
+            token_name = name, after = v;
+    }
     zt_job_info *jobs = NULL;
     int n = 0;
     bool more = false;
     zt_status st = zt_jobs_list(s->jm, state, after, (int)limit, &jobs, &n, &more);
-    if ((st == ZT_ERR_NOT_FOUND || st == ZT_ERR_INVALID) && after && *after)
-        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "after: %s", zt_last_error());
+    if ((st == ZT_ERR_NOT_FOUND || st == ZT_ERR_INVALID) && after && *after) {
+        const char *why = zt_last_error();
+        const char *colon = strstr(why, ": ");
+        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s: %s", token_name,
+                                  colon ? colon + 2 : why);
+    }
     if (st != ZT_OK)
         return zt_http_send_status(c, st, NULL);
     int64_t now = zt_http_wall_ms();
@@ -109,8 +122,9 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     for (int i = 0; i < n; i++)
         zt_json_job(&b, &jobs[i], now, NULL);
     zt_json_close(&b, ']');
-    zt_json_key(&b, "next_after");
-    zt_json_str(&b, more && n > 0 ? jobs[n - 1].id : NULL);
+    /* As ListJobs: the last id of this page, "" on the last page. */
+    zt_json_key(&b, "next_page_token");
+    zt_json_str(&b, more && n > 0 ? jobs[n - 1].id : "");
     zt_json_close(&b, '}');
     for (int i = 0; i < n; i++)
         zt_job_info_free(&jobs[i]);
@@ -123,79 +137,9 @@ enum MHD_Result zt_http_job_get(zt_http_server *s, struct MHD_Connection *c, con
     zt_status st = zt_jobs_get(s->jm, id, &info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
-    enum MHD_Result ret = send_job(c, &info);
+    enum MHD_Result ret = zt_http_send_job(c, &info);
     zt_job_info_free(&info);
     return ret;
-}
-
-static void record_encode(void *ctx, const zt_metric_record *r) {
-    zt_json_record(ctx, r);
-}
-
-static void log_encode(void *ctx, const zt_log_line *l) {
-    zt_json_log_line(ctx, l);
-}
-
-/* Records and log lines answer {"job_id": id, name: [...]}: the manager's walk appends the
- * elements between begin_job_array and send_job_array. */
-static void begin_job_array(zt_jbuf *b, const char *id, const char *name) {
-    zt_json_open(b, '{');
-    zt_json_key(b, "job_id");
-    zt_json_str(b, id);
-    zt_json_key(b, name);
-    zt_json_open(b, '[');
-}
-
-/* Sends the array begun by begin_job_array, or the walk's failure st instead. */
-static enum MHD_Result send_job_array(struct MHD_Connection *c, zt_jbuf *b, zt_status st,
-                                      const char *id) {
-    if (st != ZT_OK) {
-        zt_jbuf_free(b);
-        return zt_http_send_status(c, st, id);
-    }
-    zt_json_close(b, ']');
-    zt_json_close(b, '}');
-    return zt_http_send_json(c, MHD_HTTP_OK, b);
-}
-
-/* A page of records: at most `limit` (ZT_RECORDS_MAX_PAGE when absent), and "next_since_step",
- * the since_step that continues the history, or null at its end. */
-enum MHD_Result zt_http_job_records(zt_http_server *s, struct MHD_Connection *c,
-                                    const char *id) {
-    enum MHD_Result ret;
-    int64_t since = 0, limit = ZT_RECORDS_MAX_PAGE;
-    if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret) ||
-        !zt_http_arg_int(c, "limit", 1, ZT_RECORDS_MAX_PAGE, &limit, &ret))
-        return ret;
-    zt_jbuf b;
-    zt_jbuf_init(&b);
-    begin_job_array(&b, id, "records");
-    int64_t next = -1;
-    zt_status st = zt_jobs_metric_records(s->jm, id, since, (int)limit, record_encode, &b, &next);
-    if (st != ZT_OK) {
-        zt_jbuf_free(&b);
-        return zt_http_send_status(c, st, id);
-    }
-    zt_json_close(&b, ']');
-    zt_json_key(&b, "next_since_step");
-    if (next >= 0)
-        zt_json_int(&b, next);
-    else
-        zt_json_null(&b);
-    zt_json_close(&b, '}');
-    return zt_http_send_json(c, MHD_HTTP_OK, &b);
-}
-
-enum MHD_Result zt_http_job_logs(zt_http_server *s, struct MHD_Connection *c, const char *id) {
-    enum MHD_Result ret;
-    int64_t tail = 100;
-    if (!zt_http_arg_int(c, "tail", 0, ZT_MAX_LOG_TAIL, &tail, &ret))
-        return ret;
-    zt_jbuf b;
-    zt_jbuf_init(&b);
-    begin_job_array(&b, id, "lines");
-    zt_status st = zt_jobs_logs(s->jm, id, tail ? (int)tail : 100, log_encode, &b);
-    return send_job_array(c, &b, st, id);
 }
 
 /* The optional body {"force": false, "grace_seconds": 30}. */
@@ -208,6 +152,13 @@ static bool parse_cancel_body(const zt_jbuf *body, bool *force, double *grace, c
     if (!o || !cJSON_IsObject(o)) {
         snprintf(err, errsz, "the body must be a JSON object");
         goto out;
+    }
+    for (const cJSON *m = o->child; m; m = m->next) {
+        if (strcmp(m->string, "force") != 0 && strcmp(m->string, "grace_seconds") != 0) {
+            snprintf(err, errsz, "%.64s: unknown member (a cancel takes force and "
+                     "grace_seconds)", m->string);
+            goto out;
+        }
     }
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "force");
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "grace_seconds");
@@ -239,7 +190,7 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     zt_status st = zt_jobs_cancel(s->jm, id, force, grace, &info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
-    enum MHD_Result ret = send_job(c, &info);
+    enum MHD_Result ret = zt_http_send_job(c, &info);
     zt_job_info_free(&info);
     return ret;
 }

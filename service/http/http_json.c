@@ -519,9 +519,3 @@ void zt_json_log_line(zt_jbuf *b, const zt_log_line *l) {
     member_str(b, "text", l->text);
     zt_json_close(b, '}');
 }
-
-void zt_json_error(zt_jbuf *b, const char *msg) {
-    zt_json_open(b, '{');
-    member_str(b, "error", msg);
-    zt_json_close(b, '}');
-}

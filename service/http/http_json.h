@@ -72,7 +72,5 @@ void zt_json_series(zt_jbuf *b, const char *key, const int64_t *steps, const dou
 void zt_json_record(zt_jbuf *b, const zt_metric_record *r);
 /* {"seq","time_unix_ms","rank","stream","text"} */
 void zt_json_log_line(zt_jbuf *b, const zt_log_line *l);
-/* {"error": msg} */
-void zt_json_error(zt_jbuf *b, const char *msg);
 
 #endif

@@ -1,5 +1,6 @@
-/* How ztraind's HTTP routes answer (http_internal.h): responses with the CORS headers, JSON
- * errors and the status of a job manager failure, and query arguments that answer 400 naming
+/* How ztraind's HTTP routes answer (http_internal.h): responses with the CORS headers, errors as
+ * RFC 9457 problems carrying the gRPC code and field (api_error.h), the status of a job manager
+ * failure, and query arguments that answer 400 naming
  * themselves when malformed, so every route reports a bad request the same way. */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_error.h"
 #include "http_internal.h"
 
 enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MHD_Response *r) {
@@ -46,6 +48,22 @@ enum MHD_Result zt_http_send_json(struct MHD_Connection *c, unsigned code, zt_jb
     return zt_http_send_text(c, code, b, "application/json");
 }
 
+/* An error as an RFC 9457 problem (api_error.h), with one more header when hname is given. */
+static enum MHD_Result send_problem(struct MHD_Connection *c, unsigned code, const char *hname,
+                                    const char *hvalue, const zt_api_error *e) {
+    char *text = zt_api_error_problem_json(e, code, NULL);
+    if (!text)
+        return MHD_NO;
+    zt_jbuf b;
+    zt_jbuf_init(&b);
+    zt_jbuf_puts(&b, text);
+    free(text);
+    struct MHD_Response *r = text_response(&b, "application/problem+json");
+    if (r && hname)
+        MHD_add_response_header(r, hname, hvalue);
+    return zt_http_queue(c, code, r);
+}
+
 enum MHD_Result zt_http_send_error_with_header(struct MHD_Connection *c, unsigned code,
                                                const char *hname, const char *hvalue,
                                                const char *fmt, ...) {
@@ -54,28 +72,36 @@ enum MHD_Result zt_http_send_error_with_header(struct MHD_Connection *c, unsigne
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    zt_jbuf b;
-    zt_jbuf_init(&b);
-    zt_json_error(&b, msg);
-    struct MHD_Response *r = text_response(&b, "application/json");
-    if (r && hname)
-        MHD_add_response_header(r, hname, hvalue);
-    return zt_http_queue(c, code, r);
+    /* A message that opens with "name:" is about that parameter or field (page_size, id, ...),
+     * and its problem names it, as gRPC's BadRequest does. */
+    grpc_status_code g = zt_api_code_from_http(code);
+    char field[160];
+    zt_api_error_field(msg, NULL, field, sizeof field);
+    zt_api_error e;
+    zt_api_error_set(&e, g, field[0] && (g == GRPC_STATUS_INVALID_ARGUMENT ||
+                                         g == GRPC_STATUS_RESOURCE_EXHAUSTED) ? field : NULL, msg);
+    return send_problem(c, code, hname, hvalue, &e);
+}
+
+enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, const char *scope,
+                                       const char *id) {
+    zt_api_error e;
+    const char *msg = zt_last_error();
+    zt_api_error_from_status(&e, s, (int)s == ZT_ERR_NOT_FOUND && !*msg ? "no such job" : msg,
+                             scope, id);
+    unsigned code = zt_api_http_status(e.code);
+    if (code == 500) {
+        /* An internal failure is told with the job it happened to. */
+        char text[sizeof e.message + 80];
+        snprintf(text, sizeof text, "job %.64s: %s", id ? id : "-", e.message);
+        memcpy(e.message, text, sizeof e.message - 1);
+        e.message[sizeof e.message - 1] = '\0';
+    }
+    return send_problem(c, code, NULL, NULL, &e);
 }
 
 enum MHD_Result zt_http_send_status(struct MHD_Connection *c, zt_status s, const char *id) {
-    const char *msg = zt_last_error();
-    switch ((int)s) {
-    case ZT_ERR_NOT_FOUND:
-        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "%s", *msg ? msg : "no such job");
-    case ZT_ERR_INVALID:
-        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s", msg);
-    case ZT_ERR_LIMIT:
-        return zt_http_send_error(c, MHD_HTTP_TOO_MANY_REQUESTS, "%s", msg);
-    default:
-        return zt_http_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "job %s: %s",
-                                  id ? id : "-", msg);
-    }
+    return zt_http_send_status_in(c, s, NULL, id);
 }
 
 /* ---- query arguments --------------------------------------------------------------------- */

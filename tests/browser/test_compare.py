@@ -47,11 +47,11 @@ ck = Checker()
 
 
 def all_records(d, job_id):
-    out, since = [], 0
-    while since is not None:
-        page = api(d, f"/api/v1/jobs/{job_id}/records?since_step={since}")
+    out, query = [], "since_step=0"
+    while query:
+        page = api(d, f"/api/v1/jobs/{job_id}/records?{query}")
         out += page["records"]
-        since = page["next_since_step"]
+        query = page["next_page_token"] and f"page_token={page['next_page_token']}"
     return out
 
 

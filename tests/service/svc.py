@@ -33,7 +33,7 @@ TEXT = (b"It was the best of times, it was the worst of times, it was the age of
         b"incredulity, it was the season of Light, it was the season of Darkness.\n") * 60
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-# max_steps of a job that runs until it is cancelled; as from_step, it skips every record.
+# max_steps of a job that runs until it is cancelled; as since_step, it skips every record.
 LONG = 10_000_000
 
 # ctest shows a test's output as it goes only when it is flushed line by line.

@@ -3,10 +3,11 @@ memory cannot fit, and a spec whose sizes overflow, instead of starting a worker
 the host runs out.
 
   a. With its defaults (the host's MemTotal as the limit), SubmitJob of n_embd 65536, n_layer 1
-     (about 50 billion parameters, hundreds of GiB) is INVALID_ARGUMENT at once, naming the
-     estimate and the host's memory; so are n_embd 600000000 (4·n_embd overflows the kernels'
-     int), a parameter count past 64 bits, and a micro-batch past one forward's int tokens, each
-     naming the field. None of them becomes a job, ztraind does not grow, and an ordinary job is
+     (about 50 billion parameters, hundreds of GiB) is FAILED_PRECONDITION at once (a valid spec
+     that does not fit this host), naming the estimate and the host's memory; n_embd 600000000
+     (4·n_embd overflows the kernels' int), a parameter count past 64 bits, and a micro-batch
+     past one forward's int tokens are INVALID_ARGUMENT (they fit nowhere), each naming the
+     field. None of them becomes a job, ztraind does not grow, and an ordinary job is
      still admitted and runs to the end. A rank slot is held by a running job throughout, so a
      refusal that does not happen leaves the job queued (the test fails) rather than started.
   b. --max-rank-memory and --max-job-memory, set from `ztrain estimate --json` of the jobs
@@ -94,9 +95,11 @@ def case_a(tmp):
         ]
         for what, job, facts in bad:
             code, details, secs = refused(d, job)
-            ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and
-                     all(f in details for f in facts) and secs < 10,
-                     f"a: {what}: INVALID_ARGUMENT in {secs:.2f} s: {details[:400]}")
+            want = (grpc.StatusCode.FAILED_PRECONDITION if "does not fit" in facts
+                    else grpc.StatusCode.INVALID_ARGUMENT)
+            ck.check(code == want and all(f in details for f in facts) and secs < 10,
+                     f"a: {what}: {code.name} (want {want.name}) in {secs:.2f} s: "
+                     f"{details[:400]}")
         ids = job_ids(d)
         ck.check(ids == [blocker.id], f"a: no refused spec became a job: {ids}")
         ck.check(rss_mb(d.proc.pid) < rss0 + 200,
@@ -132,12 +135,12 @@ def case_b(tmp):
         code, details, _ = refused(d, one)
         ck.check(code == grpc.StatusCode.OK, f"b: a job exactly at --max-rank-memory: {details}")
         code, details, _ = refused(d, more)
-        ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and
+        ck.check(code == grpc.StatusCode.FAILED_PRECONDITION and
                  "above this server's --max-rank-memory" in details and
                  "micro-batch of 8" in details,
                  f"b: a micro-batch of 8 is above --max-rank-memory: {details[:400]}")
         code, details, _ = refused(d, two)
-        ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and
+        ck.check(code == grpc.StatusCode.FAILED_PRECONDITION and
                  "its 2 ranks together would need" in details and
                  "above this server's --max-job-memory" in details,
                  f"b: two ranks are above --max-job-memory: {details[:400]}")

@@ -55,11 +55,11 @@ def api(d, path):
 
 
 def all_records(d, job_id):
-    out, since = [], 0
-    while since is not None:
-        page = api(d, f"/api/v1/jobs/{job_id}/records?since_step={since}&limit=400")
+    out, query = [], "since_step=0"
+    while query:
+        page = api(d, f"/api/v1/jobs/{job_id}/records?{query}&page_size=400")
         out += page["records"]
-        since = page["next_since_step"]
+        query = page["next_page_token"] and f"page_token={page['next_page_token']}"
     return out
 
 

@@ -1,7 +1,8 @@
 """GPUs in ztraind on a host without one (issue 15, item 4), against a real ztraind with Python
 grpcio: the daemon says how many GPUs it schedules (none here, whatever the build: no GPU is
-visible, or --gpus 0 says so), and a job asking for "device": "cuda" is INVALID_ARGUMENT naming
-the field (the spec parser's refusal in a build without the CUDA backend, the daemon's own with
+visible, or --gpus 0 says so), and a job asking for "device": "cuda" is refused
+(FAILED_PRECONDITION when only the daemon's --gpus 0 stands in its way, INVALID_ARGUMENT when
+the build or host has no CUDA) naming the field (the spec parser's refusal in a build without the CUDA backend, the daemon's own with
 it) and makes no job, while the same job on "cpu" is taken. A daemon started with more
 --gpus than CUDA_VISIBLE_DEVICES lists refuses to start, naming --gpus.
 
@@ -37,9 +38,13 @@ def case_no_gpu(d, what):
     code, msg = refused(d, dict(job, device="cuda"))
     # The spec parser refuses it without the CUDA backend or without a visible GPU; past it,
     # the daemon's own check refuses it when --gpus is 0.
-    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and 'device "cuda"' in msg and
+    # A build or host that can never run CUDA makes the spec invalid; a daemon given no GPUs
+    # (--gpus 0) could run it elsewhere, so that is FAILED_PRECONDITION.
+    want = (grpc.StatusCode.FAILED_PRECONDITION if "no GPUs" in msg
+            else grpc.StatusCode.INVALID_ARGUMENT)
+    ck.check(code == want and 'device "cuda"' in msg and
              ("no GPUs" in msg or "-DZT_CUDA=ON" in msg or "no cuda device is visible" in msg),
-             f"{what}: a cuda job is INVALID_ARGUMENT naming the field: {code} {msg}")
+             f"{what}: a cuda job is {want.name} naming the field: {code} {msg}")
     n = len(d.stub().ListJobs(pb.ListJobsRequest(page_size=100), timeout=30).jobs)
     ck.check(n == 0, f"{what}: the refused job made no job ({n})")
     code, _ = refused(d, dict(job, device="cpu"))

@@ -31,7 +31,7 @@ def cancel(d, job_id, **kw):
 
 def watch_states(d, job_id, out):
     try:
-        for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, from_step=LONG),
+        for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, since_step=LONG),
                                     metadata=d.metadata, timeout=120):
             if ev.WhichOneof("event") == "job":
                 out.setdefault("states", []).append(state_name(ev.job.state))

@@ -194,7 +194,7 @@ def case_d(d):
     ck.check(code == grpc.StatusCode.DEADLINE_EXCEEDED, f"d: so does a log follower's ({code.name})")
     j = get_job(d, job.id)
     ck.check(state_name(j.state) == "RUNNING", "d: after 20 cancelled watchers the job runs on")
-    it = stub.WatchJob(pb.WatchJobRequest(id=job.id, from_step=LONG), metadata=d.metadata,
+    it = stub.WatchJob(pb.WatchJobRequest(id=job.id, since_step=LONG), metadata=d.metadata,
                        timeout=60)
     first = next(it)
     ck.check(first.WhichOneof("event") == "job", "d: a new watch starts with the job's state")

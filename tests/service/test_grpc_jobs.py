@@ -7,7 +7,7 @@
   c. GetMetrics returns exactly the loss series the rank wrote to <run dir>/metrics.jsonl, and
      max_points thins it while keeping the last point.
   d. WatchJob from step 0, opened after the job started, replays every record (compared with
-     metrics.jsonl); from_step skips the earlier ones.
+     metrics.jsonl); since_step skips the earlier ones.
   e. ListJobs pages newest first with page tokens; a repeated idempotency key returns the first
      job; StreamLogs returns the last lines; unknown ids are NOT_FOUND everywhere."""
 import math
@@ -25,11 +25,11 @@ pb, rpc, hpb, hrpc = stubs()
 ck = Checker()
 
 
-def watch(d, job_id, from_step=0, timeout=60):
+def watch(d, job_id, since_step=0, timeout=60):
     """Every event of a WatchJob stream until it ends: (states seen, metric records, status)."""
     states, records = [], []
     try:
-        for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, from_step=from_step),
+        for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, since_step=since_step),
                                     metadata=d.metadata, timeout=timeout):
             kind = ev.WhichOneof("event")
             if kind == "job":
@@ -125,8 +125,8 @@ def case_d(d):
     j = wait_step(d, job.id, 30)
     ck.check(state_name(j.state) == "RUNNING" and j.step >= 30,
              f"d: the job is running (step {j.step})")
-    states, records, code = watch(d, job.id, from_step=0)
-    later = watch(d, job.id, from_step=1500)[1]
+    states, records, code = watch(d, job.id, since_step=0)
+    later = watch(d, job.id, since_step=1500)[1]
     end = get_job(d, job.id)
     recs = [r for r in read_metrics(os.path.join(end.run_dir, "metrics.jsonl"))]
     ck.check(code == grpc.StatusCode.OK and states[0] == "RUNNING" and states[-1] == "SUCCEEDED",
@@ -139,7 +139,7 @@ def case_d(d):
                for a, b in zip(records, recs))
     ck.check(same, "d: ... with the values of metrics.jsonl")
     ck.check(later and later[0].step == 1500 and later[-1].step == 3000,
-             f"d: from_step=1500 starts at step {later[0].step if later else None}")
+             f"d: since_step=1500 starts at step {later[0].step if later else None}")
     nulls_left_out = all(all(v.value == v.value for v in r.values) for r in records)
     ck.check(nulls_left_out, "d: no record carries a NaN (nulls are left out)")
 

@@ -217,9 +217,10 @@ def case_b(api, d):
                         ("/api/v1/jobs/job-000001/records?since_step=1.5", "since_step"),
                         ("/api/v1/jobs/job-000001/logs?tail=x", "tail"),
                         ("/api/v1/jobs/job-000001/events?logs=maybe", "logs"),
+                        ("/api/v1/jobs?page_size=0", "page_size"),
                         ("/api/v1/jobs?limit=0", "limit"),
                         ("/api/v1/jobs?state=BOGUS", "state"),
-                        ("/api/v1/jobs?after=job-999999", "after"),
+                        ("/api/v1/jobs?page_token=job-999999", "page_token"),
                         ("/api/v1/jobs?after=../x", "after")):
         s, j = api.get(path)
         ck.check(s == 400 and j and j["error"].startswith(param + ":"),
@@ -465,14 +466,16 @@ def case_d(api, d, job_id, recs):
     odd_lab = [lab for n, lab, x in samples if n == "ztrain_job_state" and lab["job_id"] == odd_id]
     ck.check(len(odd_lab) == 1 and odd_lab[0]["job_name"] == odd,
              f"d: label values escape backslash and quote ({odd_lab})")
-    s, lst = api.get("/api/v1/jobs?limit=1")
-    s2, nxt = api.get(f"/api/v1/jobs?limit=1&after={lst['jobs'][0]['id']}") if s == 200 else (0, {})
-    s3, only = api.get("/api/v1/jobs?state=SUCCEEDED&limit=1000")
-    ck.check(s == 200 and lst["jobs"][0]["id"] == odd_id and lst["next_after"] == odd_id and
+    s, lst = api.get("/api/v1/jobs?page_size=1")
+    s2, nxt = (api.get(f"/api/v1/jobs?page_size=1&page_token={lst['next_page_token']}")
+               if s == 200 else (0, {}))
+    s3, only = api.get("/api/v1/jobs?state=SUCCEEDED&page_size=1000")
+    ck.check(s == 200 and lst["jobs"][0]["id"] == odd_id and lst["next_page_token"] == odd_id and
              s2 == 200 and nxt["jobs"][0]["id"] == job_id and
-             all(j["state"] == "SUCCEEDED" for j in only["jobs"]) and only["next_after"] is None and
-             job_id in [j["id"] for j in only["jobs"]],
-             "d: the list is newest first, pages with next_after/after and filters by state")
+             all(j["state"] == "SUCCEEDED" for j in only["jobs"]) and
+             only["next_page_token"] == "" and job_id in [j["id"] for j in only["jobs"]],
+             "d: the list is newest first, pages with page_size/page_token/next_page_token and "
+             "filters by state")
 
 
 def case_e(api, d):

@@ -161,7 +161,7 @@ def case_default(drv, page_port):
         for path in ("/api/v1/jobs", "/healthz", "/", "/metrics"):
             s, h, body = raw(d.http_port, "GET", path, host=foreign)
             ck.check(s == 421 and "Host" in error_of(body) and foreign in error_of(body) and
-                     h.get("Content-Type") == "application/json",
+                     h.get("Content-Type") == "application/problem+json",
                      f"a: GET {path} with Host {foreign} is 421 naming the header ({s} "
                      f"{error_of(body)!r})")
         s, _, _ = raw(d.http_port, "POST", f"/api/v1/jobs/{job_id}/cancel", host=foreign,

@@ -99,22 +99,21 @@ def series_points(s):
 
 
 def all_records(d, job_id, limit):
-    """Every record of /records, read page by page (next_since_step) with `limit` a page."""
-    out, since, pages = [], 0, 0
-    while since is not None and pages < 10_000:
-        status, body = http_get(d, f"/api/v1/jobs/{job_id}/records?since_step={since}"
-                                   f"&limit={limit}")
+    """Every record of /records, read page by page (next_page_token) with `limit` a page."""
+    out, query, pages = [], "since_step=0", 0
+    while query and pages < 10_000:
+        status, body = http_get(d, f"/api/v1/jobs/{job_id}/records?{query}&page_size={limit}")
         if status != 200:
             return None, pages
         out += [r["values"] for r in body["records"]]
-        since = body.get("next_since_step")
+        query = body.get("next_page_token") and f"page_token={body['next_page_token']}"
         pages += 1
     return out, pages
 
 
 def watch_records(d, job_id, timeout=60):
     recs = []
-    for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, from_step=0), metadata=d.metadata,
+    for ev in d.stub().WatchJob(pb.WatchJobRequest(id=job_id, since_step=0), metadata=d.metadata,
                                 timeout=timeout):
         if ev.WhichOneof("event") == "metrics":
             recs.append({v.key: v.value for v in ev.metrics.values})
@@ -219,7 +218,7 @@ def case_b_watch(d, job_id):
     newest ones, then live ones, each once and in order, across the moment it caught up."""
     start = get_job(d, job_id).step
     steps = []
-    stream = d.stub().WatchJob(pb.WatchJobRequest(id=job_id, from_step=0), metadata=d.metadata,
+    stream = d.stub().WatchJob(pb.WatchJobRequest(id=job_id, since_step=0), metadata=d.metadata,
                                timeout=60)
     try:
         for ev in stream:

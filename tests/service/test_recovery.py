@@ -48,13 +48,13 @@ def job_spec(d, name, max_steps=STEPS):
 def losses(d, job_id):
     """{step: train/loss} from the job's stored records; where a step was run again after a
     restart, its last record (the resumed trajectory's) wins."""
-    out, since = {}, 0
-    while since is not None:
-        page = http_json(d, f"/api/v1/jobs/{job_id}/records?since_step={since}")
+    out, query = {}, "since_step=0"
+    while query:
+        page = http_json(d, f"/api/v1/jobs/{job_id}/records?{query}")
         for r in page["records"]:
             if "train/loss" in r["values"]:
                 out[r["step"]] = r["values"]["train/loss"]
-        since = page["next_since_step"]
+        query = page["next_page_token"] and f"page_token={page['next_page_token']}"
     return out
 
 

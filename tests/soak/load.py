@@ -218,15 +218,16 @@ def list_grpc(d, page_size, state=0):
 
 
 def list_http(d, limit):
-    """The same through GET /api/v1/jobs?limit=&after=."""
+    """The same through GET /api/v1/jobs?page_size=&page_token=."""
     ids, pages, after = [], 0, ""
     while True:
-        url = f"{d.http_url}/api/v1/jobs?limit={limit}" + (f"&after={after}" if after else "")
+        url = (f"{d.http_url}/api/v1/jobs?page_size={limit}" +
+               (f"&page_token={after}" if after else ""))
         with urllib.request.urlopen(url, timeout=30) as r:
             page = json.loads(r.read())
         ids += [j["id"] for j in page["jobs"]]
         pages += 1
-        after = page["next_after"]
+        after = page["next_page_token"] or None
         if not after or pages > 10_000:
             return ids, pages
 
@@ -238,7 +239,7 @@ def _grpc_watch(stub, pb, job_id, first):
     set at the first event, or when the stream ends without one."""
     w = {"kind": "grpc", "states": [], "records": [], "code": None, "error": None}
     try:
-        for ev in stub.WatchJob(pb.WatchJobRequest(id=job_id, from_step=0), timeout=600):
+        for ev in stub.WatchJob(pb.WatchJobRequest(id=job_id, since_step=0), timeout=600):
             kind = ev.WhichOneof("event")
             if kind == "job":
                 w["states"].append(pb.JobState.Name(ev.job.state).replace("JOB_STATE_", ""))

@@ -160,6 +160,14 @@ typedef struct {
  * ("job.json: model.n_embd (250) must be divisible by model.n_head (4)"). */
 zt_status zt_job_spec_load(zt_job_spec *job, const char *path);
 
+/* The keys the parser accepts in one section of a job file, NULL-terminated: "" (the top
+ * level), "data", "data.train[]" (an entry of a mixture), "train", "training_args", "pipeline"
+ * or "fork_from"; NULL for any other. They are the tables the parser checks keys against, so
+ * docs/job.schema.json (tests/tools/zt_job_schema.c) cannot name a key the parser refuses. The
+ * model's keys are its family's fields (ztrain/model.h); "deepspeed", "events" and "alerts" have
+ * parsers of their own. */
+const char *const *zt_job_spec_keys(const char *section);
+
 /* Parses job JSON text; `source` names it in messages and `base_dir` anchors relative paths. */
 zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char *source,
                             const char *base_dir);

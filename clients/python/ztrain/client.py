@@ -1,0 +1,289 @@
+"""The client of ztraind's gRPC API (ztrain.v1.Trainer): submit, get, list, cancel, watch,
+metrics, logs and wait, over a plaintext or TLS channel with the server's bearer token.
+
+Every method returns the generated message types (ztrain.pb: Job, LogLine, ...) or, for watch(),
+small typed event objects; every refusal is an ApiError carrying the server's structured error
+(errors.py)."""
+import math
+import time
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import grpc
+
+from ._gen import ztrain_pb2 as pb
+from ._gen import ztrain_pb2_grpc as pb_grpc
+from .errors import ApiError, from_rpc_error
+from .spec import JobSpec, load
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def state_name(value: int) -> str:
+    """"RUNNING" for JOB_STATE_RUNNING's number."""
+    return pb.JobState.Name(value).replace("JOB_STATE_", "")
+
+
+# ---- watch events ------------------------------------------------------------------------------
+
+@dataclass
+class JobUpdate:
+    """The job's state changed (the first event is always the current state)."""
+    job: "pb.Job"
+
+    @property
+    def state(self) -> str:
+        return state_name(self.job.state)
+
+
+@dataclass
+class Metrics:
+    """One metric record: its step, wall time (ms since the epoch) and finite values by key."""
+    step: int
+    time_unix_ms: int
+    values: Dict[str, float]
+
+
+@dataclass
+class Log:
+    """One log line of a rank (rank -1: ztraind itself)."""
+    seq: int
+    time_unix_ms: int
+    rank: int
+    stream: str
+    text: str
+
+
+@dataclass
+class Anomaly:
+    """An anomaly the ranks or ztraind detected, and the policy applied."""
+    seq: int
+    step: int
+    kind: str
+    policy: str
+    value: float
+    message: str
+
+
+WatchEvent = Union[JobUpdate, Metrics, Log, Anomaly]
+
+
+def _event(ev: "pb.JobEvent") -> Optional[WatchEvent]:
+    which = ev.WhichOneof("event")
+    if which == "job":
+        return JobUpdate(ev.job)
+    if which == "metrics":
+        m = ev.metrics
+        return Metrics(m.step, m.time_unix_ms, {v.key: v.value for v in m.values})
+    if which == "log":
+        l = ev.log
+        return Log(l.seq, l.time_unix_ms, l.rank, l.stream, l.text)
+    if which == "anomaly":
+        a = ev.anomaly
+        return Anomaly(a.seq, a.step, a.kind, a.policy, a.value, a.message)
+    return None
+
+
+# ---- the client ----------------------------------------------------------------------------
+
+class _Tls:
+    """tls=True (the system's roots), a CA file's path, or a dict {ca, cert, key} of paths."""
+
+    @staticmethod
+    def credentials(tls) -> grpc.ChannelCredentials:
+        if tls is True:
+            return grpc.ssl_channel_credentials()
+        if isinstance(tls, str):
+            tls = {"ca": tls}
+        if not isinstance(tls, dict) or not set(tls) <= {"ca", "cert", "key"}:
+            raise ValueError("tls is True, a CA file's path or a dict with ca, cert and key")
+
+        def read(key):
+            if not tls.get(key):
+                return None
+            with open(tls[key], "rb") as f:
+                return f.read()
+
+        return grpc.ssl_channel_credentials(read("ca"), read("key"), read("cert"))
+
+
+class Client:
+    """A connection to ztraind's gRPC address.
+
+        c = Client("127.0.0.1:50051", token="...", tls=False)
+
+    token: the server's bearer token (None: the server has none). tls: False (plaintext), True
+    (TLS, the system's roots), a CA file's path, or {"ca": ..., "cert": ..., "key": ...} for
+    mutual TLS. timeout: seconds for each unary call."""
+
+    def __init__(self, address: str, token: Optional[str] = None, tls=False,
+                 timeout: float = 60.0):
+        self.address = address
+        self.timeout = timeout
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+        if tls:
+            self._channel = grpc.secure_channel(address, _Tls.credentials(tls))
+        else:
+            self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.TrainerStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, timeout=None):
+        try:
+            return getattr(self._stub, method)(request, metadata=self._metadata,
+                                               timeout=timeout or self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def _stream(self, method, request, timeout=None):
+        try:
+            for msg in getattr(self._stub, method)(request, metadata=self._metadata,
+                                                   timeout=timeout):
+                yield msg
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    # ---- jobs -----------------------------------------------------------------------------
+
+    def submit(self, spec: Union[JobSpec, dict, str], idempotency_key: str = "") -> "pb.Job":
+        """Submits a JobSpec builder, a job file's object or a job file's path. The spec is
+        validated locally first (SpecError), then by the server (ApiError). A repeated
+        idempotency_key with the same spec returns the job it created."""
+        req = pb.SubmitJobRequest(spec=load(spec).to_proto(), idempotency_key=idempotency_key)
+        return self._call("SubmitJob", req)
+
+    def get(self, job_id: str) -> "pb.Job":
+        return self._call("GetJob", pb.GetJobRequest(id=_id(job_id)))
+
+    def list(self, state: Optional[str] = None, page_size: int = 0) -> Iterator["pb.Job"]:
+        """Every job (or every job in `state`, "RUNNING" or JOB_STATE_RUNNING), newest first,
+        fetched page by page."""
+        st = pb.JobState.Value("JOB_STATE_" + state.upper().replace("JOB_STATE_", "")) \
+            if state else 0
+        token = ""
+        while True:
+            page = self._call("ListJobs", pb.ListJobsRequest(state=st, page_size=page_size,
+                                                             page_token=token))
+            yield from page.jobs
+            token = page.next_page_token
+            if not token:
+                return
+
+    def cancel(self, job_id: str, force: bool = False, grace_seconds: float = 0) -> "pb.Job":
+        """Graceful by default (the ranks checkpoint and stop); force kills at once."""
+        return self._call("CancelJob", pb.CancelJobRequest(id=_id(job_id), force=force,
+                                                           grace_seconds=grace_seconds))
+
+    def watch(self, job_id: str, since_step: int = 0, logs: bool = False,
+              timeout: Optional[float] = None) -> Iterator[WatchEvent]:
+        """The job's events as typed objects: JobUpdate first, then Metrics records from
+        since_step on (history first), live updates, Log lines when logs=True, and Anomaly
+        events; the iteration ends after the update that carries a terminal state."""
+        req = pb.WatchJobRequest(id=_id(job_id), since_step=since_step, logs=logs)
+        for ev in self._stream("WatchJob", req, timeout):
+            e = _event(ev)
+            if e is not None:
+                yield e
+
+    def metrics(self, job_id: str, keys: Sequence[str] = (), since_step: int = 0,
+                max_points: int = 0, as_frame: bool = False):
+        """The history of the chosen keys (all keys when none are given): a dict mapping each
+        key to a list of (step, value) pairs, oldest first. With as_frame=True, a pandas
+        DataFrame instead, indexed by step with one column per key (pandas must be
+        installed)."""
+        resp = self._call("GetMetrics", pb.GetMetricsRequest(
+            id=_id(job_id), keys=list(keys), since_step=since_step, max_points=max_points))
+        out: Dict[str, List[Tuple[int, float]]] = {
+            s.key: list(zip(s.steps, s.values)) for s in resp.series}
+        if not as_frame:
+            return out
+        import pandas as pd  # only this call needs it
+
+        cols = {k: pd.Series([v for _, v in pts], index=[s for s, _ in pts], dtype=float)
+                for k, pts in out.items()}
+        frame = pd.DataFrame(cols)
+        frame.index.name = "step"
+        return frame
+
+    def logs(self, job_id: str, tail: int = 100, follow: bool = False,
+             timeout: Optional[float] = None) -> Iterator["pb.LogLine"]:
+        """The last `tail` lines of every rank; with follow, then new lines until the job
+        ends."""
+        req = pb.StreamLogsRequest(id=_id(job_id), tail=tail, follow=follow)
+        yield from self._stream("StreamLogs", req, timeout)
+
+    def checkpoints(self, job_id: str) -> "pb.ListCheckpointsResponse":
+        """The checkpoints in the job's checkpoint directory (.checkpoints, each with tag, step
+        and complete) and the tag "latest" names (.latest)."""
+        return self._call("ListCheckpoints", pb.ListCheckpointsRequest(id=_id(job_id)))
+
+    def effective_config(self, job_id: str) -> dict:
+        """The DeepSpeed config rank 0 resolved ("auto" values filled in), as a dict;
+        FailedPrecondition before the ranks have written it."""
+        import json
+
+        resp = self._call("GetEffectiveConfig", pb.GetEffectiveConfigRequest(id=_id(job_id)))
+        return json.loads(resp.deepspeed_json)
+
+    def anomalies(self, job_id: str, page_size: int = 0) -> Iterator["pb.AnomalyEvent"]:
+        """The job's anomaly events, oldest first, fetched page by page."""
+        token = ""
+        while True:
+            page = self._call("ListAnomalies", pb.ListAnomaliesRequest(
+                id=_id(job_id), page_size=page_size, page_token=token))
+            yield from page.anomalies
+            token = page.next_page_token
+            if not token:
+                return
+
+    def webhook_deliveries(self, job_id: str, page_size: int = 0) -> List["pb.WebhookDelivery"]:
+        """The job's newest webhook delivery attempts (page_size of them; 0: up to 10,000),
+        oldest first."""
+        return list(self._call("ListWebhookDeliveries", pb.ListWebhookDeliveriesRequest(
+            id=_id(job_id), page_size=page_size)).deliveries)
+
+    def wait(self, job_id: str, timeout: Optional[float] = None) -> "pb.Job":
+        """Blocks until the job is SUCCEEDED, FAILED or CANCELLED and returns it. Watches the
+        job's stream (no polling); a stream cut short (the daemon restarting) is resumed until
+        the timeout, after which TimeoutError."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_step = 0
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"{job_id} did not end within {timeout} s")
+            try:
+                for ev in self.watch(job_id, since_step=last_step, timeout=left):
+                    if isinstance(ev, Metrics):
+                        last_step = ev.step + 1
+                    elif isinstance(ev, JobUpdate) and ev.state in TERMINAL:
+                        return ev.job
+            except ApiError as e:
+                if e.code == "DEADLINE_EXCEEDED":
+                    raise TimeoutError(f"{job_id} did not end within {timeout} s") from None
+                if e.code != "UNAVAILABLE":
+                    raise
+                time.sleep(0.5)
+            job = self.get(job_id)
+            if state_name(job.state) in TERMINAL:
+                return job
+
+
+def _id(job_id) -> str:
+    """A job id from an id, a resource name "jobs/ID" or a Job message."""
+    if isinstance(job_id, pb.Job):
+        return job_id.id
+    return job_id[5:] if isinstance(job_id, str) and job_id.startswith("jobs/") else job_id
+
+
+def finite(x: float) -> Optional[float]:
+    """None for the NaN the server sends before a first value."""
+    return None if x is None or math.isnan(x) else x

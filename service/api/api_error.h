@@ -1,0 +1,77 @@
+/* Structured errors, the same over both transports (Google's AIP-193): a gRPC status code, the
+ * message, and one machine-readable detail that names what was at fault:
+ *
+ *   INVALID_ARGUMENT     BadRequest { field_violations: [{field, description}] }, the field as a
+ *                        path in the request ("spec.model.n_embd", "page_size")
+ *   NOT_FOUND            ResourceInfo { resource_type "ztrain.v1.Job", resource_name "jobs/ID" }
+ *   ALREADY_EXISTS       ResourceInfo of the job the idempotency key already names
+ *   FAILED_PRECONDITION  PreconditionFailure { violations: [{type, subject, description}] }: the
+ *                        spec is valid but this server cannot run it (too many ranks for its
+ *                        --max-ranks, no GPUs, not enough memory, no Slurm)
+ *   RESOURCE_EXHAUSTED   QuotaFailure { violations: [{subject, description}] }: a limit of the
+ *                        server (its job count, the spec's size, its --max-world-size)
+ *
+ * gRPC carries it as a google.rpc.Status in the grpc-status-details-bin trailer (what grpcio's
+ * rpc_status.from_call and grpcurl read); HTTP as an RFC 9457 problem (application/problem+json)
+ * whose "code" is the gRPC code's name and whose "field", "violations" or "resource" say the
+ * same as the detail. */
+#ifndef ZTRAIN_API_ERROR_H
+#define ZTRAIN_API_ERROR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+
+/* A spec the server judged valid but cannot run as things are here. Joins the service codes of
+ * daemon/job_manager.h (ZT_ERR_NOT_FOUND, ZT_ERR_LIMIT, ZT_ERR_CONFLICT). */
+#define ZT_ERR_PRECONDITION (-103)
+
+typedef enum {
+    ZT_DETAIL_NONE,
+    ZT_DETAIL_BAD_REQUEST,
+    ZT_DETAIL_RESOURCE,
+    ZT_DETAIL_PRECONDITION,
+    ZT_DETAIL_QUOTA,
+} zt_detail_kind;
+
+typedef struct {
+    grpc_status_code code;
+    char message[4000];
+    zt_detail_kind kind;
+    char field[160];      /* BadRequest's field, PreconditionFailure's and QuotaFailure's subject */
+    char type[32];        /* PreconditionFailure's type: "RANKS", "GPU", "NODES", "MEMORY" */
+    char resource[160];   /* ResourceInfo's resource_name, "jobs/job-000042" */
+} zt_api_error;
+
+/* The error for a failed zt_status s with its message (zt_last_error() at the failure) from a
+ * request whose `scope` prefixes field paths ("spec" for a submit, NULL elsewhere) and that named
+ * job `job_id` (NULL when none): the code by the status, the detail by the status and the field
+ * path that the message names (its first "field.path:", a quoted 'key', or a DeepSpeed key). */
+void zt_api_error_from_status(zt_api_error *e, int s, const char *message, const char *scope,
+                              const char *job_id);
+
+/* An error with an explicit code and, when field is not NULL, a BadRequest naming it (or, for
+ * RESOURCE_EXHAUSTED, a QuotaFailure with that subject). */
+void zt_api_error_set(zt_api_error *e, grpc_status_code code, const char *field,
+                      const char *message);
+
+/* The field path of a message as zt_api_error_from_status finds it ("" when it names none),
+ * prefixed with scope when one is given. Exposed for the tests. */
+void zt_api_error_field(const char *message, const char *scope, char *out, size_t out_size);
+
+/* e as a packed google.rpc.Status (code, message, one Any detail when e has one): malloc'd,
+ * *len bytes; NULL when memory ran out. */
+uint8_t *zt_api_error_status_bin(const zt_api_error *e, size_t *len);
+
+/* e as an RFC 9457 problem object (JSON text, malloc'd; NULL when memory ran out): type, title,
+ * status, detail, instance (the request path, when not NULL), plus "code", "error" (the detail
+ * again: what clients of the older {"error": ...} bodies read) and the detail's members. */
+char *zt_api_error_problem_json(const zt_api_error *e, unsigned http_status, const char *instance);
+
+/* The HTTP status for a gRPC code (Google's HTTP mapping: 400, 404, 409, 412 for FAILED_PRECONDITION
+ * is 400 there, ...) and the gRPC code for an HTTP status the server answers with itself. */
+unsigned zt_api_http_status(grpc_status_code code);
+grpc_status_code zt_api_code_from_http(unsigned http_status);
+
+#endif

@@ -1,0 +1,227 @@
+/* The gRPC methods over a job's side data (grpc_server_internal.h), the same the HTTP API has
+ * (http_job_lists.c, http_jobs.c): its checkpoints, its effective DeepSpeed config, its anomaly
+ * events (page_size, page_token) and its webhook delivery attempts. Each runs to completion on
+ * the completion queue's thread; the manager reads the event store without its lock. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpc_server_internal.h"
+#include "api/job_proto.h"
+#include "ztrain/checkpoint.h"
+#include "ztrain/json_util.h"
+#include "ztrain.pb-c.h"
+
+#define LIST_MAX 10000
+
+static bool need_id(call *c, const char *id) {
+    if (id && *id)
+        return true;
+    zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "id", "id is required");
+    return false;
+}
+
+static char *dup_or_empty(const char *s) {
+    char *d = strdup(s ? s : "");
+    return d ? d : (char *)protobuf_c_empty_string;
+}
+
+void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__ListCheckpointsRequest *req = (Ztrain__V1__ListCheckpointsRequest *)m;
+    if (!need_id(c, req->id))
+        return;
+    zt_job_info info;
+    memset(&info, 0, sizeof info);
+    zt_status s = zt_jobs_get(c->srv->jm, req->id, &info);
+    if (s != ZT_OK) {
+        zt_call_finish_zt(c, s, NULL, req->id);
+        return;
+    }
+    zt_ckpt_list ck;
+    zt_ckpt_list_dir(info.checkpoint_dir, &ck);
+    zt_job_info_free(&info);
+    Ztrain__V1__ListCheckpointsResponse resp = ZTRAIN__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
+    Ztrain__V1__Checkpoint *items = calloc((size_t)ck.n + 1, sizeof *items);
+    Ztrain__V1__Checkpoint **ptrs = calloc((size_t)ck.n + 1, sizeof *ptrs);
+    if (!items || !ptrs) {
+        zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
+    } else {
+        for (int i = 0; i < ck.n; i++) {
+            ztrain__v1__checkpoint__init(&items[i]);
+            items[i].tag = ck.items[i].tag;
+            items[i].step = ck.items[i].step;
+            items[i].complete = ck.items[i].complete;
+            ptrs[i] = &items[i];
+        }
+        resp.n_checkpoints = (size_t)ck.n;
+        resp.checkpoints = ptrs;
+        resp.latest = ck.latest ? ck.latest : "";
+        zt_call_reply(c, &resp.base);
+    }
+    free(items);
+    free(ptrs);
+    zt_ckpt_list_free(&ck);
+}
+
+void zt_grpc_get_effective_config(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__GetEffectiveConfigRequest *req = (Ztrain__V1__GetEffectiveConfigRequest *)m;
+    if (!need_id(c, req->id))
+        return;
+    zt_job_info info;
+    memset(&info, 0, sizeof info);
+    zt_status s = zt_jobs_get(c->srv->jm, req->id, &info);
+    if (s != ZT_OK) {
+        zt_call_finish_zt(c, s, NULL, req->id);
+        return;
+    }
+    /* Rank 0 writes it into the run directory when it has resolved the config. */
+    char path[4200], *text = NULL;
+    snprintf(path, sizeof path, "%s/ds_config.effective.json", info.run_dir ? info.run_dir : "");
+    bool have = info.run_dir && zt_json_read_file(path, &text, NULL) == ZT_OK;
+    if (!have) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "job %.64s: its ranks have not written the effective config "
+                 "yet (state %s)", req->id, zt_job_state_name(info.state));
+        zt_api_error e;
+        zt_api_error_set(&e, GRPC_STATUS_FAILED_PRECONDITION, NULL, msg);
+        e.kind = ZT_DETAIL_PRECONDITION;
+        snprintf(e.type, sizeof e.type, "STATE");
+        snprintf(e.field, sizeof e.field, "jobs/%.64s", req->id);
+        zt_call_finish_error(c, &e);
+    } else {
+        Ztrain__V1__EffectiveConfig resp = ZTRAIN__V1__EFFECTIVE_CONFIG__INIT;
+        resp.deepspeed_json = text;
+        zt_call_reply(c, &resp.base);
+    }
+    free(text);
+    zt_job_info_free(&info);
+}
+
+/* ---- lists from the event store ---------------------------------------------------------- */
+
+typedef struct {
+    ProtobufCMessage **items;
+    size_t n, cap;
+    bool oom;
+    int64_t last_seq;
+} collected;
+
+static void collect(collected *col, ProtobufCMessage *m) {
+    if (!m) {
+        col->oom = true;
+        return;
+    }
+    if (col->n == col->cap) {
+        size_t cap = col->cap ? 2 * col->cap : 64;
+        ProtobufCMessage **grown = realloc(col->items, sizeof *grown * cap);
+        if (!grown) {
+            col->oom = true;
+            protobuf_c_message_free_unpacked(m, NULL);
+            return;
+        }
+        col->items = grown;
+        col->cap = cap;
+    }
+    col->items[col->n++] = m;
+}
+
+static void collected_free(collected *col) {
+    for (size_t i = 0; i < col->n; i++)
+        protobuf_c_message_free_unpacked(col->items[i], NULL);
+    free(col->items);
+}
+
+static void on_anomaly(void *ctx, const zt_anomaly *a) {
+    collected *col = ctx;
+    Ztrain__V1__AnomalyEvent *ev = NULL;
+    if (zt_job_proto_anomaly_from(a, &ev) != ZT_OK)
+        ev = NULL;
+    col->last_seq = a->seq;
+    collect(col, ev ? &ev->base : NULL);
+}
+
+void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__ListAnomaliesRequest *req = (Ztrain__V1__ListAnomaliesRequest *)m;
+    if (!need_id(c, req->id))
+        return;
+    if (req->page_size < 0) {
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size",
+                             "page_size must be >= 0");
+        return;
+    }
+    int size = req->page_size == 0 || req->page_size > LIST_MAX ? LIST_MAX : req->page_size;
+    int64_t after = 0;
+    if (req->page_token[0]) {
+        char *end = NULL;
+        long long v = strtoll(req->page_token, &end, 10);
+        if (*end || v < 0) {
+            zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_token",
+                                 "page_token: not a next_page_token of ListAnomalies");
+            return;
+        }
+        after = v;
+    }
+    collected col = {0};
+    zt_status s = zt_jobs_anomalies(c->srv->jm, req->id, after, size, on_anomaly, &col);
+    if (s != ZT_OK) {
+        zt_call_finish_zt(c, s, NULL, req->id);
+    } else if (col.oom) {
+        zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
+    } else {
+        Ztrain__V1__ListAnomaliesResponse resp = ZTRAIN__V1__LIST_ANOMALIES_RESPONSE__INIT;
+        char token[32] = "";
+        /* A full page may have more behind it; the next one starts after its last event. */
+        if ((int)col.n == size)
+            snprintf(token, sizeof token, "%" PRId64, col.last_seq);
+        resp.n_anomalies = col.n;
+        resp.anomalies = (Ztrain__V1__AnomalyEvent **)col.items;
+        resp.next_page_token = token;
+        zt_call_reply(c, &resp.base);
+    }
+    collected_free(&col);
+}
+
+static void on_delivery(void *ctx, const zt_delivery *d) {
+    collected *col = ctx;
+    Ztrain__V1__WebhookDelivery *w = malloc(sizeof *w);
+    if (w) {
+        ztrain__v1__webhook_delivery__init(w);
+        w->delivery_id = dup_or_empty(d->delivery_id);
+        w->url = dup_or_empty(d->url);
+        w->type = dup_or_empty(d->type);
+        w->attempt = d->attempt;
+        w->time_unix_ms = d->time_ms;
+        w->http_status = d->http_status;
+        w->error = dup_or_empty(d->error);
+        w->outcome = dup_or_empty(d->outcome);
+    }
+    collect(col, w ? &w->base : NULL);
+}
+
+void zt_grpc_list_webhook_deliveries(call *c, ProtobufCMessage *m) {
+    Ztrain__V1__ListWebhookDeliveriesRequest *req = (Ztrain__V1__ListWebhookDeliveriesRequest *)m;
+    if (!need_id(c, req->id))
+        return;
+    if (req->page_size < 0) {
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size",
+                             "page_size must be >= 0");
+        return;
+    }
+    int size = req->page_size == 0 || req->page_size > LIST_MAX ? LIST_MAX : req->page_size;
+    collected col = {0};
+    zt_status s = zt_jobs_deliveries(c->srv->jm, req->id, size, on_delivery, &col);
+    if (s != ZT_OK) {
+        zt_call_finish_zt(c, s, NULL, req->id);
+    } else if (col.oom) {
+        zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
+    } else {
+        Ztrain__V1__ListWebhookDeliveriesResponse resp =
+            ZTRAIN__V1__LIST_WEBHOOK_DELIVERIES_RESPONSE__INIT;
+        resp.n_deliveries = col.n;
+        resp.deliveries = (Ztrain__V1__WebhookDelivery **)col.items;
+        zt_call_reply(c, &resp.base);
+    }
+    collected_free(&col);
+}

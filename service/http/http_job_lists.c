@@ -1,0 +1,175 @@
+/* A job's lists (http_internal.h): GET /api/v1/jobs/{id}/records, /logs, /anomalies and
+ * /webhooks. They share one shape, {"job_id": id, <name>: [...], "next_page_token": "..."}, and
+ * one pagination scheme (AIP-158): page_size, page_token (the next_page_token of the page
+ * before; "" once the list is done). A table row says, per list, its array's name, its page
+ * bounds, the older names of its parameters that are still read (limit; since_step and
+ * after_seq, which start the first page) and how the job manager walks it. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_internal.h"
+
+typedef struct {
+    zt_jbuf *b;
+    int64_t last_seq;   /* anomalies: the seq of the last one written */
+    int count;
+} walk_ctx;
+
+/* Walks the list from cursor, at most size elements, into w; *next is the next page's cursor
+ * or -1 at the end. */
+typedef zt_status (*walk_fn)(zt_http_server *s, const char *id, int64_t cursor, int size,
+                             walk_ctx *w, int64_t *next);
+
+typedef struct {
+    const char *array;        /* the response's member */
+    const char *size_name;    /* "page_size", or "tail" for the log's last lines */
+    const char *old_size;     /* an older name of the size, or NULL */
+    const char *old_cursor;   /* the first page's cursor by its own name, or NULL: no paging */
+    int64_t default_size, max_size;
+    walk_fn walk;
+} job_list;
+
+static void record_encode(void *ctx, const zt_metric_record *r) {
+    walk_ctx *w = ctx;
+    zt_json_record(w->b, r);
+    w->count++;
+}
+
+static zt_status walk_records(zt_http_server *s, const char *id, int64_t cursor, int size,
+                              walk_ctx *w, int64_t *next) {
+    return zt_jobs_metric_records(s->jm, id, cursor, size, record_encode, w, next);
+}
+
+static void log_encode(void *ctx, const zt_log_line *l) {
+    walk_ctx *w = ctx;
+    zt_json_log_line(w->b, l);
+    w->count++;
+}
+
+static zt_status walk_logs(zt_http_server *s, const char *id, int64_t cursor, int size,
+                           walk_ctx *w, int64_t *next) {
+    (void)cursor;
+    *next = -1;
+    return zt_jobs_logs(s->jm, id, size ? size : 100, log_encode, w);
+}
+
+static void anomaly_encode(void *ctx, const zt_anomaly *a) {
+    walk_ctx *w = ctx;
+    zt_json_raw(w->b, a->json, strlen(a->json));
+    w->last_seq = a->seq;
+    w->count++;
+}
+
+static zt_status walk_anomalies(zt_http_server *s, const char *id, int64_t cursor, int size,
+                                walk_ctx *w, int64_t *next) {
+    zt_status st = zt_jobs_anomalies(s->jm, id, cursor, size, anomaly_encode, w);
+    /* A full page may have more behind it; the next one starts after its last event. */
+    *next = st == ZT_OK && w->count == size ? w->last_seq : -1;
+    return st;
+}
+
+static void delivery_encode(void *ctx, const zt_delivery *d) {
+    walk_ctx *w = ctx;
+    zt_jbuf *b = w->b;
+    zt_json_open(b, '{');
+    zt_json_key(b, "delivery_id");
+    zt_json_str(b, d->delivery_id);
+    zt_json_key(b, "url");
+    zt_json_str(b, d->url);
+    zt_json_key(b, "type");
+    zt_json_str(b, d->type);
+    zt_json_key(b, "attempt");
+    zt_json_int(b, d->attempt);
+    zt_json_key(b, "time_unix_ms");
+    zt_json_int(b, d->time_ms);
+    zt_json_key(b, "http_status");
+    zt_json_int(b, d->http_status);
+    zt_json_key(b, "error");
+    zt_json_str(b, d->error);
+    zt_json_key(b, "outcome");
+    zt_json_str(b, d->outcome);
+    zt_json_close(b, '}');
+    w->count++;
+}
+
+/* The newest attempts, oldest first: one page, no cursor. */
+static zt_status walk_webhooks(zt_http_server *s, const char *id, int64_t cursor, int size,
+                               walk_ctx *w, int64_t *next) {
+    (void)cursor;
+    *next = -1;
+    return zt_jobs_deliveries(s->jm, id, size, delivery_encode, w);
+}
+
+static const job_list lists[] = {
+    [ZT_LIST_RECORDS] = {"records", "page_size", "limit", "since_step", ZT_RECORDS_MAX_PAGE,
+                         ZT_RECORDS_MAX_PAGE, walk_records},
+    [ZT_LIST_LOGS] = {"lines", "tail", NULL, NULL, 100, ZT_MAX_LOG_TAIL, walk_logs},
+    [ZT_LIST_ANOMALIES] = {"anomalies", "page_size", "limit", "after_seq", 10000, 10000,
+                           walk_anomalies},
+    [ZT_LIST_WEBHOOKS] = {"deliveries", "page_size", "limit", NULL, 10000, 10000,
+                          walk_webhooks},
+};
+
+/* The page token: a number this list handed out, or the first page's cursor by its own name
+ * (both checked when both are given; the token wins). */
+static bool read_cursor(struct MHD_Connection *c, const job_list *l, int64_t *cursor,
+                        enum MHD_Result *ret) {
+    if (l->old_cursor && !zt_http_arg_int(c, l->old_cursor, 0, INT64_MAX, cursor, ret))
+        return false;
+    const char *token = zt_http_arg(c, "page_token");
+    if (!token || !*token)
+        return true;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(token, &end, 10);
+    if (!l->old_cursor || *end || end == token || errno || v < 0) {
+        *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
+                                  "page_token: '%.64s' is not a next_page_token of this list",
+                                  token);
+        return false;
+    }
+    *cursor = v;
+    return true;
+}
+
+enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, const char *id,
+                                 zt_job_list_kind kind) {
+    const job_list *l = &lists[kind];
+    enum MHD_Result ret;
+    int64_t size = l->default_size, cursor = 0;
+    /* tail=0 is the default number of lines, as it always was. The older name of the size is
+     * read and checked too; the new one wins when both are given. */
+    int64_t lo = kind == ZT_LIST_LOGS ? 0 : 1;
+    if ((l->old_size && !zt_http_arg_int(c, l->old_size, lo, l->max_size, &size, &ret)) ||
+        !zt_http_arg_int(c, l->size_name, lo, l->max_size, &size, &ret) ||
+        !read_cursor(c, l, &cursor, &ret))
+        return ret;
+    zt_jbuf b;
+    zt_jbuf_init(&b);
+    zt_json_open(&b, '{');
+    zt_json_key(&b, "job_id");
+    zt_json_str(&b, id);
+    zt_json_key(&b, l->array);
+    zt_json_open(&b, '[');
+    walk_ctx w = {.b = &b};
+    int64_t next = -1;
+    zt_status st = l->walk(s, id, cursor, (int)size, &w, &next);
+    if (st != ZT_OK) {
+        zt_jbuf_free(&b);
+        return zt_http_send_status(c, st, id);
+    }
+    zt_json_close(&b, ']');
+    if (l->old_cursor) {
+        char token[32] = "";
+        if (next >= 0)
+            snprintf(token, sizeof token, "%" PRId64, next);
+        zt_json_key(&b, "next_page_token");
+        zt_json_str(&b, token);
+    }
+    zt_json_close(&b, '}');
+    return zt_http_send_json(c, MHD_HTTP_OK, &b);
+}

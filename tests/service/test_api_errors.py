@@ -1,0 +1,245 @@
+"""One API over two transports: submitting over HTTP (POST /api/v1/jobs) as over gRPC, and the
+same structured error over both, read the way clients read them: grpcio-status's
+rpc_status.from_call with googleapis' error_details messages (PyPI, run in .venv/) for gRPC, and
+RFC 9457 problem JSON (application/problem+json) for HTTP.
+
+  a. A job submitted over HTTP (curl's way: POST /api/v1/jobs with {"spec": <job file>}) and one
+     over gRPC appear in the same list, both run to SUCCEEDED; an Idempotency-Key repeated over
+     the other transport returns the same job, with another spec it is ALREADY_EXISTS (HTTP 409)
+     and ResourceInfo names the job.
+  b. Invalid specs, the same over both transports: a bad model dimension is INVALID_ARGUMENT
+     with BadRequest's field "spec.model.n_embd" (HTTP 400, "field" the same); a DeepSpeed batch
+     mismatch names "spec.deepspeed.train_batch_size"; a non-UTF-8 name is refused naming
+     "spec.name" (gRPC) and an unknown key names "spec.model.n_embed" (HTTP, where JSON can
+     carry one).
+  c. A job that does not exist: NOT_FOUND with ResourceInfo {ztrain.v1.Job, jobs/ID} (HTTP 404
+     with "resource").
+  d. Valid specs this server cannot run: world_size above --max-ranks is FAILED_PRECONDITION
+     with PreconditionFailure {type RANKS, subject spec.world_size}; above --max-world-size is
+     RESOURCE_EXHAUSTED with QuotaFailure on spec.world_size; a full server (--max-jobs) is
+     RESOURCE_EXHAUSTED with QuotaFailure on "jobs". HTTP gives each the same code and field.
+  e. Request fields: ListJobs page_size -1 and GetJob without an id name "page_size" and "id";
+     over HTTP a bad page_size names it too, and a body that is not a SubmitJobRequest is 400."""
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from svc import (BUILD, Checker, Daemon, spec_proto, state_name, stubs, submit,  # noqa: E402
+                 temp_dir, tiny_job, wait_state)
+
+import grpc  # noqa: E402
+from google.rpc import error_details_pb2  # noqa: E402
+from grpc_status import rpc_status  # noqa: E402
+
+pb = stubs()[0]
+ck = Checker()
+TOKEN = "errors-token"
+
+
+def http(d, method, path, body=None, headers=None):
+    """(status, content type, parsed JSON body) of a request with the daemon's token."""
+    h = {"Authorization": f"Bearer {TOKEN}"}
+    data = None
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+    h.update(headers or {})
+    req = urllib.request.Request(d.http_url + path, data=data, headers=h, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers.get("Content-Type"), json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), json.loads(e.read() or b"null")
+
+
+def grpc_error(call):
+    """(code, google.rpc.Status or None) of a call expected to fail."""
+    try:
+        call()
+    except grpc.RpcError as e:
+        return e.code(), rpc_status.from_call(e)
+    return grpc.StatusCode.OK, None
+
+
+def detail(status, cls):
+    """The first detail of type cls in a google.rpc.Status, or None."""
+    for any_ in (status.details if status else []):
+        if any_.Is(cls.DESCRIPTOR):
+            m = cls()
+            any_.Unpack(m)
+            return m
+    return None
+
+
+def grpc_submit(d, job, key=""):
+    return lambda: d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job), idempotency_key=key),
+                                      metadata=d.metadata, timeout=30)
+
+
+def expect_bad_field(what, d, job, field, http_only=False, grpc_only=False):
+    if not http_only:
+        code, st = grpc_error(grpc_submit(d, job))
+        br = detail(st, error_details_pb2.BadRequest)
+        fields = [v.field for v in br.field_violations] if br else []
+        ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and st and st.code == code.value[0] and
+                 fields == [field], f"b: gRPC {what}: {code.name} BadRequest {fields}: "
+                 f"{st.message[:160] if st else ''}")
+    if not grpc_only:
+        s, ctype, p = http(d, "POST", "/api/v1/jobs", {"spec": job})
+        ck.check(s == 400 and ctype == "application/problem+json" and
+                 p.get("code") == "INVALID_ARGUMENT" and p.get("field") == field and
+                 p.get("status") == 400 and p.get("violations", [{}])[0].get("field") == field,
+                 f"b: HTTP {what}: {s} {ctype} {p.get('code')} field {p.get('field')!r}")
+
+
+def case_a(d):
+    via_http = tiny_job(d.data_root, name="via-http", max_steps=3)
+    s, ctype, j1 = http(d, "POST", "/api/v1/jobs", {"spec": via_http, "idempotency_key": "k-1"})
+    ck.check(s == 200 and ctype == "application/json" and j1.get("id"),
+             f"a: POST /api/v1/jobs: {s} {j1.get('id') if isinstance(j1, dict) else j1}")
+    j2 = submit(d, tiny_job(d.data_root, name="via-grpc", max_steps=3))
+    listed = [j.id for j in d.stub().ListJobs(pb.ListJobsRequest(), metadata=d.metadata,
+                                              timeout=30).jobs]
+    s, _, page = http(d, "GET", "/api/v1/jobs")
+    http_listed = [j["id"] for j in page.get("jobs", [])]
+    ck.check({j1.get("id"), j2.id} <= set(listed) and {j1.get("id"), j2.id} <= set(http_listed),
+             f"a: both jobs in both lists (gRPC {listed}, HTTP {http_listed})")
+    for jid in (j1.get("id"), j2.id):
+        st = state_name(wait_state(d, jid, {"SUCCEEDED", "FAILED", "CANCELLED"}).state)
+        ck.check(st == "SUCCEEDED", f"a: {jid} ran: {st}")
+    # The key works across transports: the same spec over gRPC is the same job.
+    again = submit(d, via_http, key="k-1")
+    ck.check(again.id == j1.get("id"), f"a: the HTTP job's key over gRPC returns it ({again.id})")
+    s, _, j3 = http(d, "POST", "/api/v1/jobs", {"spec": via_http},
+                    headers={"Idempotency-Key": "k-1"})
+    ck.check(s == 200 and j3.get("id") == j1.get("id"),
+             f"a: the Idempotency-Key header returns the same job ({s} {j3.get('id')})")
+    other = dict(via_http, name="other-spec")
+    code, st = grpc_error(grpc_submit(d, other, key="k-1"))
+    ri = detail(st, error_details_pb2.ResourceInfo)
+    ck.check(code == grpc.StatusCode.ALREADY_EXISTS and ri and
+             ri.resource_name == f"jobs/{j1.get('id')}" and ri.resource_type == "ztrain.v1.Job",
+             f"a: gRPC: the key with another spec: {code.name} {ri.resource_name if ri else None}")
+    s, _, p = http(d, "POST", "/api/v1/jobs", {"spec": other, "idempotency_key": "k-1"})
+    ck.check(s == 409 and p.get("code") == "ALREADY_EXISTS" and
+             p.get("resource", {}).get("name") == f"jobs/{j1.get('id')}",
+             f"a: HTTP: the key with another spec: {s} {p.get('code')} {p.get('resource')}")
+
+
+def case_b(d):
+    job = tiny_job(d.data_root)
+    job["model"].update(n_embd=30, n_head=4)
+    expect_bad_field("n_embd not divisible by n_head", d, job, "spec.model.n_embd")
+    job = tiny_job(d.data_root, deepspeed={"train_batch_size": 3,
+                                           "train_micro_batch_size_per_gpu": 2})
+    expect_bad_field("a DeepSpeed batch mismatch", d, job, "spec.deepspeed.train_batch_size")
+    job = tiny_job(d.data_root)
+    job["data"]["train"] = "../../etc/passwd"
+    expect_bad_field("a data path outside the root", d, job, "spec.data.train")
+    job = tiny_job(d.data_root)
+    job["model"]["n_embed"] = 32
+    expect_bad_field("an unknown key", d, job, "spec.model.n_embed", http_only=True)
+
+    raw = pb.SubmitJobRequest(spec=spec_proto(tiny_job(d.data_root))).SerializeToString()
+    bad = raw.replace(b"tiny", b"t\xffny", 1)
+    call = d.channel().unary_unary("/ztrain.v1.Trainer/SubmitJob")
+    code, st = grpc_error(lambda: call(bad, metadata=d.metadata, timeout=30))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == "spec.name",
+             f"b: gRPC a name that is not UTF-8: {code.name} "
+             f"{br.field_violations[0].field if br else None}")
+
+
+def case_c(d):
+    code, st = grpc_error(lambda: d.stub().GetJob(pb.GetJobRequest(id="job-999999"),
+                                                  metadata=d.metadata, timeout=30))
+    ri = detail(st, error_details_pb2.ResourceInfo)
+    ck.check(code == grpc.StatusCode.NOT_FOUND and ri and ri.resource_name == "jobs/job-999999"
+             and ri.resource_type == "ztrain.v1.Job",
+             f"c: gRPC GetJob of a missing job: {code.name} {ri.resource_name if ri else None}")
+    code, st = grpc_error(lambda: list(d.stub().WatchJob(pb.WatchJobRequest(id="job-999998"),
+                                                         metadata=d.metadata, timeout=30)))
+    ri = detail(st, error_details_pb2.ResourceInfo)
+    ck.check(code == grpc.StatusCode.NOT_FOUND and ri and ri.resource_name == "jobs/job-999998",
+             f"c: gRPC WatchJob of a missing job: {code.name}")
+    for path in ("/api/v1/jobs/job-999999", "/api/v1/jobs/job-999999/metrics",
+                 "/api/v1/jobs/job-999999/logs"):
+        s, ctype, p = http(d, "GET", path)
+        ck.check(s == 404 and ctype == "application/problem+json" and
+                 p.get("code") == "NOT_FOUND" and
+                 p.get("resource") == {"type": "ztrain.v1.Job", "name": "jobs/job-999999"},
+                 f"c: HTTP GET {path}: {s} {p.get('code')} {p.get('resource')}")
+
+
+def expect_admission(what, d, job, code_name, detail_cls, subject, type_=None):
+    code, st = grpc_error(grpc_submit(d, job))
+    m = detail(st, detail_cls)
+    v = m.violations[0] if m and m.violations else None
+    ck.check(code.name == code_name and v is not None and v.subject == subject and
+             (type_ is None or v.type == type_),
+             f"d: gRPC {what}: {code.name} {detail_cls.__name__} "
+             f"{(v.subject, getattr(v, 'type', '')) if v else None}: {st.message[:120] if st else ''}")
+    s, _, p = http(d, "POST", "/api/v1/jobs", {"spec": job})
+    want_status = 429 if code_name == "RESOURCE_EXHAUSTED" else 400
+    ck.check(s == want_status and p.get("code") == code_name and p.get("field") == subject,
+             f"d: HTTP {what}: {s} {p.get('code')} field {p.get('field')!r}")
+
+
+def case_d(tmp):
+    with Daemon(BUILD, os.path.join(tmp, "d"), max_ranks=1, token=TOKEN,
+                extra_args=["--max-world-size", "4", "--max-jobs", "1"]) as d:
+        expect_admission("world_size 2 on a server of 1 rank", d,
+                         tiny_job(d.data_root, world_size=2), "FAILED_PRECONDITION",
+                         error_details_pb2.PreconditionFailure, "spec.world_size", "RANKS")
+        expect_admission("world_size 8 above --max-world-size 4", d,
+                         tiny_job(d.data_root, world_size=8), "RESOURCE_EXHAUSTED",
+                         error_details_pb2.QuotaFailure, "spec.world_size")
+        first = submit(d, tiny_job(d.data_root, name="holds-the-slot", max_steps=10_000_000))
+        expect_admission("a full server", d, tiny_job(d.data_root), "RESOURCE_EXHAUSTED",
+                         error_details_pb2.QuotaFailure, "jobs")
+        d.stub().CancelJob(pb.CancelJobRequest(id=first.id, force=True), metadata=d.metadata,
+                           timeout=30)
+
+
+def case_e(d):
+    code, st = grpc_error(lambda: d.stub().ListJobs(pb.ListJobsRequest(page_size=-1),
+                                                    metadata=d.metadata, timeout=30))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == "page_size", f"e: gRPC page_size -1: {code.name}")
+    code, st = grpc_error(lambda: d.stub().GetJob(pb.GetJobRequest(), metadata=d.metadata,
+                                                  timeout=30))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == "id", f"e: gRPC GetJob without an id: {code.name}")
+    s, _, p = http(d, "GET", "/api/v1/jobs?page_size=0")
+    ck.check(s == 400 and p.get("field") == "page_size",
+             f"e: HTTP page_size=0: {s} {p.get('field')!r}")
+    for body in (b"[1]", b"{}", b'{"spec": {}, "extra": 1}', b"not json"):
+        s, _, p = http(d, "POST", "/api/v1/jobs", body)
+        ck.check(s == 400 and p.get("code") == "INVALID_ARGUMENT" and p.get("field"),
+                 f"e: HTTP body {body!r}: {s} field {p.get('field')!r}: {p.get('detail')}")
+
+
+def main():
+    tmp = temp_dir("ztrain-api-errors-")
+    with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
+        case_a(d)
+        case_b(d)
+        case_c(d)
+        case_e(d)
+    case_d(tmp)
+    ck.done()
+
+
+if __name__ == "__main__":
+    main()
