@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "webhooks.h"
 #include "ztrain/admission.h"
@@ -26,6 +27,20 @@ static bool inside(const char *root, const char *path) {
 
 static zt_status resolve_in_root(cJSON *parent, const char *key, const char *field,
                                  const char *root, bool must_exist);
+
+/* A file the job will read must be a regular file or a directory. stat never opens, so a FIFO,
+ * socket or device named by a spec is refused here without the submit ever waiting on it (an
+ * open of a FIFO for reading blocks until a writer comes: issue 34's wedge). */
+static zt_status plain_file(const char *field, const char *shown, const char *resolved) {
+    struct stat st;
+    if (stat(resolved, &st) != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: %s: %s", field, shown, strerror(errno));
+    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
+        return ZT_OK;
+    return zt_error(ZT_ERR_INVALID, "%s: %s is a %s, not a regular file", field, shown,
+                    S_ISFIFO(st.st_mode) ? "FIFO" : S_ISSOCK(st.st_mode) ? "socket"
+                    : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "special file");
+}
 
 /* A data path that may be a glob of shards (a pattern in its file name only): its directory is
  * resolved inside the data root, every match must resolve inside it too, and at least one must
@@ -65,6 +80,8 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
         if (!realpath(g.gl_pathv[i], match) || !inside(root, match))
             s = zt_error(ZT_ERR_INVALID, "%s: '%s' matches %s, outside the server's data root %s",
                          field, v, g.gl_pathv[i], root);
+        else
+            s = plain_file(field, g.gl_pathv[i], match);
     }
     if (rc == 0)
         globfree(&g);
@@ -116,6 +133,8 @@ static zt_status resolve_in_root(cJSON *parent, const char *key, const char *fie
         if (!inside(root, resolved))
             s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's %s root %s", field, v,
                          must_exist ? "data" : "runs", root);
+        else if (must_exist)
+            s = plain_file(field, v, resolved);
     } else if (must_exist) {
         s = zt_error(ZT_ERR_INVALID, "%s: '%s' does not exist under the data root %s (%s)", field,
                      v, root, strerror(errno));
@@ -152,18 +171,30 @@ static zt_status hf_files_inside(const char *root, const char *dir) {
     if (realpath(path, resolved) && !inside(root, resolved))
         return zt_error(ZT_ERR_INVALID, "model.init_from: %s is outside the server's data root "
                         "%s", path, root);
+    if (realpath(path, resolved))
+        ZT_TRY(plain_file("model.init_from", path, resolved));
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (realpath(path, resolved))
+        ZT_TRY(plain_file("model.init_from", path, resolved));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (realpath(path, resolved))
+        ZT_TRY(plain_file("model.init_from", path, resolved));
     zt_st_set set;
     if (zt_st_set_open(&set, dir) != ZT_OK)
         return ZT_OK;
     const char *outside = NULL;
     if (realpath(set.path, resolved) && !inside(root, resolved))
         outside = set.path;
-    for (int k = 0; k < set.n_files && !outside; k++)
+    zt_status s = ZT_OK;
+    for (int k = 0; k < set.n_files && !outside && s == ZT_OK; k++) {
         if (realpath(set.files[k].path, resolved) && !inside(root, resolved))
             outside = set.files[k].path;
-    zt_status s = outside ? zt_error(ZT_ERR_INVALID, "model.init_from: %s is outside the "
-                                     "server's data root %s", outside, root)
-                          : ZT_OK;
+        else if (realpath(set.files[k].path, resolved))
+            s = plain_file("model.init_from", set.files[k].path, resolved);
+    }
+    if (outside)
+        s = zt_error(ZT_ERR_INVALID, "model.init_from: %s is outside the server's data root %s",
+                     outside, root);
     zt_st_set_close(&set);
     return s;
 }
