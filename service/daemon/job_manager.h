@@ -166,6 +166,8 @@ typedef struct {
     unsigned webhook_on;
     int webhook_attempts;
     int webhook_backoff_ms;
+    /* What jobs' own webhooks may do (webhook_policy.h); NULL: jobs may have none. */
+    const struct zt_webhook_policy_s *webhook_policy;
 } zt_jobs_config;
 
 typedef struct zt_jobs zt_jobs;

@@ -318,7 +318,7 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
                      "this one runs every rank on its own host", spec->nodes);
     /* The webhooks' secrets must be in this daemon's environment now, not when the job ends. */
     zt_webhook_list hooks;
-    if (s == ZT_OK && (s = zt_webhook_list_from_spec(&hooks, text, "spec")) == ZT_OK)
+    if (s == ZT_OK && (s = zt_webhook_list_from_spec(&hooks, text, "spec", lim->webhooks)) == ZT_OK)
         zt_webhook_list_free(&hooks);
     /* The files are judged here, once, rather than by every rank after it has started. */
     if (s == ZT_OK)

@@ -106,6 +106,12 @@ static const char usage[] =
     "  --webhook URL           also POST every job's end, failure and anomaly events here\n"
     "                          (the README's \"Anomaly events and alerts\")\n"
     "  --webhook-secret-env NAME  sign --webhook's requests with the secret in $NAME\n"
+    "  --webhook-allow PATTERN  a host jobs' webhooks may name: host, *.domain or *, optionally\n"
+    "                          :PORT (repeatable; without it jobs may have no webhooks)\n"
+    "  --webhook-allow-private  let jobs' webhooks reach loopback, private and link-local\n"
+    "                          addresses (refused by default)\n"
+    "  --webhook-secret-prefix P  jobs' secret_env must start with P (without it, jobs may\n"
+    "                          name no secret)\n"
     "  --webhook-attempts N    delivery attempts per webhook before giving up (default 5)\n"
     "  --webhook-backoff-ms N  wait before the first retry, doubling after (default 500)\n"
     "  --help\n";
@@ -130,6 +136,7 @@ typedef struct {
     long max_grpc_conns, max_http_conns, header_timeout_s, idle_timeout_s;
     const char *webhook, *webhook_secret_env;
     long webhook_attempts, webhook_backoff_ms;
+    zt_webhook_policy webhook_policy;
     bool max_ranks_given;
     uint64_t max_rank_bytes, max_job_bytes;
     double grace_s;
@@ -171,6 +178,10 @@ static int parse_args(int argc, char **argv, options *o) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
             exit(0);
+        }
+        if (strcmp(a, "--webhook-allow-private") == 0) {
+            o->webhook_policy.allow_private = true;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "ztraind: unknown option or missing value: '%s'\n%s", a, usage);
@@ -240,6 +251,18 @@ static int parse_args(int argc, char **argv, options *o) {
             o->webhook = v;
         else if (strcmp(a, "--webhook-secret-env") == 0)
             o->webhook_secret_env = v;
+        else if (strcmp(a, "--webhook-allow") == 0) {
+            size_t n = (size_t)o->webhook_policy.n_allow;
+            rc = add_name(a, v, zt_webhook_pattern_check, o->webhook_policy.allow, &n);
+            o->webhook_policy.n_allow = (int)n;
+        } else if (strcmp(a, "--webhook-secret-prefix") == 0) {
+            o->webhook_policy.secret_prefix = v;
+            if (!v[0]) {
+                fprintf(stderr, "ztraind: --webhook-secret-prefix must not be empty: it would "
+                        "grant jobs every variable of ztraind's environment\n");
+                rc = -1;
+            }
+        }
         else if (strcmp(a, "--webhook-attempts") == 0)
             rc = parse_long(a, v, 1, 100, &o->webhook_attempts);
         else if (strcmp(a, "--webhook-backoff-ms") == 0)
@@ -264,6 +287,7 @@ static int parse_args(int argc, char **argv, options *o) {
                 o->webhook);
         return -1;
     }
+    o->webhook_policy.operator_secret_env = o->webhook_secret_env;
     const char *secret = o->webhook_secret_env ? getenv(o->webhook_secret_env) : NULL;
     if (o->webhook_secret_env && (!secret || !*secret)) {
         fprintf(stderr, "ztraind: --webhook-secret-env: $%s is not set\n", o->webhook_secret_env);
@@ -506,7 +530,8 @@ int main(int argc, char **argv) {
                          .webhook_attempts = (int)o.webhook_attempts,
                          .webhook_backoff_ms = (int)o.webhook_backoff_ms,
                          .webhook_secret = o.webhook_secret_env ? getenv(o.webhook_secret_env)
-                                                                : NULL};
+                                                                : NULL,
+                         .webhook_policy = &o.webhook_policy};
     if (jc.gpus > 64)
         jc.gpus = 64;
     zt_jobs *jm = NULL;
