@@ -110,6 +110,7 @@ static void job_free(job *j) {
     free(j->fail_reason);
     free(j->launch_reason);
     free(j->orphans);
+    free(j->restart_why);
     zt_jm_job_events_free(j);
     zt_job_info_free(&j->info);
     free(j);

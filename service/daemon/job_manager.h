@@ -141,6 +141,7 @@ typedef struct {
     int max_jobs;             /* jobs queued or running at once; beyond it SubmitJob says no */
     int threads_per_rank;     /* OMP_NUM_THREADS for ranks; 0: max(1, cores / world_size) */
     double default_grace_s;   /* graceful cancel: seconds before SIGKILL */
+    double restart_backoff_s; /* wait before a job's first restart, doubling (0: 1 s) */
     /* Admission (ztrain/admission.h): SubmitJob refuses a job whose estimated memory is above
      * one of these; a 0 is no limit. */
     uint64_t max_rank_bytes;  /* one rank (--max-rank-memory) */

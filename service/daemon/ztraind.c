@@ -79,6 +79,8 @@ static const char usage[] =
     "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
     "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
+    "  --restart-backoff SECONDS  wait before a job's first automatic restart, doubling for\n"
+    "                          each next one, at most 300 s (default 1)\n"
     "  --token-file FILE       require 'authorization: Bearer <token>' (default: $ZTRAIN_TOKEN,\n"
     "                          else no authentication)\n"
     "  --tls-cert FILE         serve gRPC and HTTP over TLS (HTTPS) with this PEM certificate\n"
@@ -139,7 +141,7 @@ typedef struct {
     zt_webhook_policy webhook_policy;
     bool max_ranks_given;
     uint64_t max_rank_bytes, max_job_bytes;
-    double grace_s;
+    double grace_s, restart_backoff_s;
 } options;
 
 static int parse_long(const char *flag, const char *v, long min, long max, long *out) {
@@ -267,7 +269,16 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_long(a, v, 1, 100, &o->webhook_attempts);
         else if (strcmp(a, "--webhook-backoff-ms") == 0)
             rc = parse_long(a, v, 1, 3600000, &o->webhook_backoff_ms);
-        else if (strcmp(a, "--grace") == 0) {
+        else if (strcmp(a, "--restart-backoff") == 0) {
+            char *end;
+            o->restart_backoff_s = strtod(v, &end);
+            if (end == v || *end || !(o->restart_backoff_s >= 0.01 &&
+                                      o->restart_backoff_s <= 300)) {
+                fprintf(stderr, "ztraind: --restart-backoff expects seconds in [0.01, 300], got "
+                        "'%s'\n", v);
+                rc = -1;
+            }
+        } else if (strcmp(a, "--grace") == 0) {
             char *end;
             o->grace_s = strtod(v, &end);
             if (end == v || *end || !(o->grace_s > 0 && o->grace_s < 86400)) {
@@ -521,7 +532,8 @@ int main(int argc, char **argv) {
                          .worker_path = worker, .max_ranks = (int)o.max_ranks,
                          .max_world_size = (int)o.max_world_size, .max_jobs = (int)o.max_jobs,
                          .threads_per_rank = (int)o.threads_per_rank,
-                         .default_grace_s = o.grace_s, .slurm = slurm ? &slurm_cfg : NULL,
+                         .default_grace_s = o.grace_s,
+                         .restart_backoff_s = o.restart_backoff_s, .slurm = slurm ? &slurm_cfg : NULL,
                          .max_rank_bytes = o.max_rank_bytes, .max_job_bytes = o.max_job_bytes,
                          .host_bytes = host_name ? hm.total : 0, .host_name = host_name,
                          .gpus = o.gpus >= 0 ? (int)o.gpus : zt_gpu_count(),
