@@ -267,6 +267,10 @@ typedef struct {
     const zt_metric_record *record;  /* ZT_EVENT_METRICS */
     const zt_log_line *log;          /* ZT_EVENT_LOG */
     const zt_anomaly *anomaly;       /* ZT_EVENT_ANOMALY: goes with ZT_WATCH_METRICS */
+    /* The event is a stored record replayed without the manager's lock, on the caller of
+     * zt_jobs_watch: the callback may wait here (for its reader to make room), which pages the
+     * replay of a long history as the client reads instead of holding it all. */
+    bool may_block;
 } zt_job_event;
 typedef void (*zt_job_event_fn)(void *ctx, const zt_job_event *ev);
 
