@@ -81,8 +81,9 @@ static const char usage[] =
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
     "  --restart-backoff SECONDS  wait before a job's first automatic restart, doubling for\n"
     "                          each next one, at most 300 s (default 1)\n"
-    "  --token-file FILE       require 'authorization: Bearer <token>' (default: $ZTRAIN_TOKEN,\n"
-    "                          else no authentication)\n"
+    "  --token-file FILE       require 'authorization: Bearer <token>': one token a line, each\n"
+    "                          with a scope (read, submit or admin; alone: admin)\n"
+    "                          (default: $ZTRAIN_TOKEN as admin, else no authentication)\n"
     "  --tls-cert FILE         serve gRPC and HTTP over TLS (HTTPS) with this PEM certificate\n"
     "                          chain, leaf first (default: plaintext)\n"
     "  --tls-key FILE          the certificate's PEM private key, unencrypted\n"
@@ -479,8 +480,8 @@ int main(int argc, char **argv) {
     if (!getenv("GRPC_VERBOSITY"))
         zt_grpc_log_limit("ztraind", 20);
 
-    char *token = NULL;
-    if (zt_auth_load_token(o.token_file, &token) != ZT_OK) {
+    zt_auth_tokens *token = NULL;
+    if (zt_auth_load_tokens(o.token_file, &token) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         return 1;
     }
@@ -490,7 +491,7 @@ int main(int argc, char **argv) {
                     (zt_tls_file){o.tls_key, "--tls-key"},
                     (zt_tls_file){o.tls_client_ca, "--tls-client-ca"}) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
-        free(token);
+        zt_auth_tokens_free(token);
         return 1;
     }
     char db[PATH_MAX], data_root[PATH_MAX], runs_root[PATH_MAX], worker[PATH_MAX];
@@ -507,13 +508,13 @@ int main(int argc, char **argv) {
         default_worker(worker, sizeof worker);
     if (access(worker, X_OK) != 0) {
         fprintf(stderr, "ztraind: the worker program %s: %s\n", worker, strerror(errno));
-        free(token);
+        zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
         return 1;
     }
     if (mkdir(o.state_dir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, strerror(errno));
-        free(token);
+        zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
         return 1;
     }
@@ -554,7 +555,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
     }
-    zt_grpc_server_config gc = {.addr = o.grpc_addr, .token = token,
+    zt_grpc_server_config gc = {.addr = o.grpc_addr, .tokens = token,
                                 .max_connections = (int)o.max_grpc_conns,
                                 .handshake_timeout_ms = (int)o.header_timeout_s * 1000,
                                 .idle_timeout_ms = (int)o.idle_timeout_s * 1000, .tls = &tls};
@@ -562,7 +563,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
     }
-    zt_http_config hc = {.host = host, .port = http_port, .token = token, .web_dir = o.web_dir,
+    zt_http_config hc = {.host = host, .port = http_port, .tokens = token, .web_dir = o.web_dir,
                          .chartjs_dir = ZT_CHARTJS_DIR, .hosts = o.http_hosts,
                          .n_hosts = o.n_http_hosts, .origins = o.http_origins,
                          .n_origins = o.n_http_origins,
@@ -603,7 +604,7 @@ out:
     if (grpc)
         zt_grpc_server_destroy(grpc);
     zt_jobs_destroy(jm);
-    free(token);
+    zt_auth_tokens_free(token);
     zt_tls_pem_free(&tls);
     if (rc == 0)
         printf("ztraind: stopped\n");

@@ -251,23 +251,49 @@ static void post_request(zt_grpc_server *s, method_id m) {
     }
 }
 
-static bool authorized(const call *c) {
-    if (!c->srv->token)
+/* The scope a method needs: the queries read, SubmitJob submit, everything else admin (a
+ * method added later is admin's until it is said to be a query). */
+static zt_scope scope_needed(method_id m) {
+    switch (m) {
+    case M_GET: case M_LIST: case M_WATCH: case M_METRICS: case M_LOGS: case M_HEALTH:
+    case M_UNKNOWN:
+        return ZT_SCOPE_READ;
+    case M_SUBMIT:
+        return ZT_SCOPE_SUBMIT;
+    default:
+        return ZT_SCOPE_ADMIN;
+    }
+}
+
+/* Whether the call's token allows its method; if not, the call is finished. */
+static bool authorized(call *c) {
+    if (!c->srv->tokens)
         return true;
     char *header = zt_grpc_metadata_find(&c->md, "authorization");
-    bool ok = zt_auth_bearer_ok(c->srv->token, header);
+    zt_scope have = zt_auth_scope(c->srv->tokens, header);
     free(header);
-    return ok;
+    zt_scope need = scope_needed(c->method);
+    if (have == ZT_SCOPE_NONE) {
+        zt_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, "this server needs \"authorization: "
+                       "Bearer <token>\" metadata with one of its tokens");
+        return false;
+    }
+    if (have < need) {
+        char text[200];
+        snprintf(text, sizeof text, "this token's scope is %s; %s needs %s", zt_scope_name(have),
+                 c->method == M_UNKNOWN ? "this method" : zt_grpc_methods[c->method].path,
+                 zt_scope_name(need));
+        zt_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, text);
+        return false;
+    }
+    return true;
 }
 
 static bool off_queue(call *c, ProtobufCMessage *req);
 
 static void dispatch(call *c) {
-    if (!authorized(c)) {
-        zt_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, "this server needs \"authorization: "
-                       "Bearer <token>\" metadata with its token");
+    if (!authorized(c))
         return;
-    }
     if (c->method == M_UNKNOWN) {
         char *name = grpc_slice_to_c_string(c->details.method);
         char text[512];
@@ -573,13 +599,11 @@ zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_confi
     s->jm = jm;
     s->shutdown_tag.kind = TAG_SHUTDOWN;
     pthread_mutex_init(&s->off_mu, NULL);
-    s->token = cfg->token && cfg->token[0] ? strdup(cfg->token) : NULL;
+    s->tokens = cfg->tokens;
     s->cq = grpc_completion_queue_create_for_next(NULL);
     s->server = create_core_server(cfg);
-    zt_status st = cfg->token && cfg->token[0] && !s->token
-                       ? zt_error(ZT_ERR_NOMEM, "out of memory")
-                       : register_and_bind(s, cfg->addr ? cfg->addr : "",
-                                           cfg->max_connections, cfg->tls);
+    zt_status st = register_and_bind(s, cfg->addr ? cfg->addr : "", cfg->max_connections,
+                                     cfg->tls);
     if (st != ZT_OK) {
         zt_grpc_server_destroy(s);
         return st;
@@ -604,7 +628,6 @@ void zt_grpc_server_destroy(zt_grpc_server *s) {
     zt_grpc_accept_guard_stop();
     grpc_completion_queue_destroy(s->cq);
     pthread_mutex_destroy(&s->off_mu);
-    free(s->token);
     free(s);
     grpc_shutdown();
 }

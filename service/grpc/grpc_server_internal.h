@@ -42,7 +42,7 @@ struct zt_grpc_server {
     grpc_completion_queue *cq;
     void *handles[M_COUNT];
     zt_jobs *jm;
-    char *token;
+    const struct zt_auth_tokens *tokens;
     int port;
     int n_calls;          /* call structs alive, posted requests included */
     bool shutting_down;   /* shutdown_and_notify was called */

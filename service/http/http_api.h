@@ -13,8 +13,11 @@
 typedef struct {
     const char *host;             /* "127.0.0.1" (default) or "0.0.0.0", or an IPv4 address */
     int port;                     /* 0 picks a free one */
-    const char *token;            /* NULL: no authentication; else /api/ and /metrics need
-                                     "Authorization: Bearer <token>" or get 401 */
+    /* NULL: no authentication; else /api/ and /metrics need "Authorization: Bearer <token>"
+     * with one of these tokens (else 401) whose scope allows the request (else 403): GET and
+     * HEAD need read, POST /api/v1/jobs submit, any other method admin (api/auth.h). They must
+     * outlive the server. */
+    const struct zt_auth_tokens *tokens;
     const char *web_dir;          /* the dashboard's files (index.html, ...) */
     const char *chartjs_dir;      /* Debian's libjs-chart.js, served under /vendor/chart.js/ */
     unsigned max_connections;     /* 0: 256. Half of them may come from one client address. A

@@ -317,19 +317,19 @@ static bool sse_register(zt_http_server *s, zt_sse *st) {
 
 /* EventSource can set no headers, so the stream also takes the token as ?access_token=
  * (RFC 6750 §2.3). */
-bool zt_http_events_token_ok(const zt_http_server *s, struct MHD_Connection *c) {
+zt_scope zt_http_events_token_scope(const zt_http_server *s, struct MHD_Connection *c) {
     const char *t = zt_http_arg(c, "access_token");
-    if (!s->token || !t)
-        return false;
+    if (!s->tokens || !t)
+        return ZT_SCOPE_NONE;
     size_t n = strlen(t);
     char *h = malloc(n + 8);
     if (!h)
-        return false;
+        return ZT_SCOPE_NONE;
     memcpy(h, "Bearer ", 7);
     memcpy(h + 7, t, n + 1);
-    bool ok = zt_auth_bearer_ok(s->token, h);
+    zt_scope sc = zt_auth_scope(s->tokens, h);
     free(h);
-    return ok;
+    return sc;
 }
 
 /* The stream's replaying thread: registers the watch, whose replay of the stored history runs
