@@ -591,6 +591,7 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
         zt_job_summary *e = &v[i];
         memcpy(e->id, j->info.id, sizeof e->id);
         e->state = j->info.state;
+        e->finished_ms = j->info.finished_ms;
         e->world_size = j->info.world_size;
         e->step = j->info.step;
         e->loss = j->info.loss;

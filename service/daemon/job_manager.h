@@ -310,6 +310,7 @@ typedef struct {
     char id[32];
     char *name;
     zt_job_state state;
+    int64_t finished_ms;              /* Unix ms; 0 while the job is not over */
     int world_size;
     int64_t step;
     double loss, tokens_per_second;   /* NaN when none */

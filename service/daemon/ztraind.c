@@ -79,6 +79,8 @@ static const char usage[] =
     "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
     "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
+    "  --metrics-window SECONDS  /metrics shows jobs that ended this recently, besides those\n"
+    "                          not yet over (default 3600; 0: only those)\n"
     "  --restart-backoff SECONDS  wait before a job's first automatic restart, doubling for\n"
     "                          each next one, at most 300 s (default 1)\n"
     "  --token-file FILE       require 'authorization: Bearer <token>': one token a line, each\n"
@@ -138,7 +140,7 @@ typedef struct {
     long max_ranks, max_world_size, max_jobs, threads_per_rank, gpus;
     long max_grpc_conns, max_http_conns, header_timeout_s, idle_timeout_s;
     const char *webhook, *webhook_secret_env;
-    long webhook_attempts, webhook_backoff_ms;
+    long webhook_attempts, webhook_backoff_ms, metrics_window_s;
     zt_webhook_policy webhook_policy;
     bool max_ranks_given;
     uint64_t max_rank_bytes, max_job_bytes;
@@ -270,6 +272,8 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_long(a, v, 1, 100, &o->webhook_attempts);
         else if (strcmp(a, "--webhook-backoff-ms") == 0)
             rc = parse_long(a, v, 1, 3600000, &o->webhook_backoff_ms);
+        else if (strcmp(a, "--metrics-window") == 0)
+            rc = parse_long(a, v, 0, 365L * 86400, &o->metrics_window_s);
         else if (strcmp(a, "--restart-backoff") == 0) {
             char *end;
             o->restart_backoff_s = strtod(v, &end);
@@ -451,6 +455,7 @@ static void describe_gpus(int gpus) {
 
 int main(int argc, char **argv) {
     options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
+                 .metrics_window_s = 3600,
                  .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = zt_cpu_count(),
                  .max_world_size = 64, .max_jobs = 100, .grace_s = 30, .launcher = "local",
                  .header_timeout_s = 10, .idle_timeout_s = 30, .gpus = -1};
@@ -569,7 +574,8 @@ int main(int argc, char **argv) {
                          .n_origins = o.n_http_origins,
                          .max_connections = (unsigned)o.max_http_conns,
                          .header_timeout_s = (unsigned)o.header_timeout_s,
-                         .idle_timeout_s = (unsigned)o.idle_timeout_s, .tls = &tls};
+                         .idle_timeout_s = (unsigned)o.idle_timeout_s, .tls = &tls,
+                         .metrics_window_s = o.metrics_window_s};
     if (zt_http_start(&http, &hc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;

@@ -328,6 +328,7 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
     s->web_dir = dup_or_null(cfg->web_dir);
     s->chartjs_dir = dup_or_null(cfg->chartjs_dir);
     s->max_body = cfg->max_request_bytes ? cfg->max_request_bytes : 64 * 1024;
+    s->metrics_window_ms = (cfg->metrics_window_s < 0 ? 3600 : cfg->metrics_window_s) * 1000;
     if (!s->cache || (cfg->web_dir && !s->web_dir) ||
         (cfg->chartjs_dir && !s->chartjs_dir)) {
         server_free(s);

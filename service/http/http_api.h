@@ -29,6 +29,10 @@ typedef struct {
     unsigned idle_timeout_s;      /* an answer nobody reads, or a connection nothing happens on,
                                      is closed after this; 0: 30 s */
     size_t max_request_bytes;     /* request bodies; 0: 64 KiB */
+    /* /metrics exports the jobs not yet over and those that ended within this many seconds
+     * (0: only the jobs not yet over); per-rank series only for jobs not yet over. The others
+     * stay in the API (/api/v1/jobs, series, records). Negative: the default, 3600. */
+    long long metrics_window_s;
     /* The names a request's Host header may carry besides the listen address, against DNS
      * rebinding. Always served: on a loopback listen 127.x.x.x, [::1] and localhost; on any
      * other (0.0.0.0 or one address) every IP address and localhost, since such a server is

@@ -41,6 +41,7 @@ struct zt_http_server {
     char *web_dir;
     char *chartjs_dir;
     size_t max_body;
+    int64_t metrics_window_ms;    /* http_prometheus.c: which ended jobs /metrics still shows */
     int port;
     pthread_mutex_t mu;       /* guards streams and stopping */
     zt_sse *streams;          /* live event streams, so that stop can end them */
