@@ -17,8 +17,11 @@ static zt_status check_dataset(const zt_job_spec *job, const char *path, const c
                                bool drop_last, const char *source) {
     zt_dataset d;
     /* data.train may be a glob or a mixture, which only the train opener knows (path NULL). */
-    zt_status s = path ? zt_dataset_open(&d, path, job->model.vocab_size)
-                       : zt_dataset_open_train(&d, &job->data, job->model.vocab_size);
+    zt_status s = !path ? zt_dataset_open_train(&d, &job->data, job->model.vocab_size)
+                  : job->data.val_files
+                      ? zt_dataset_open_files(&d, path, job->data.val_files,
+                                              job->data.n_val_files, job->model.vocab_size)
+                      : zt_dataset_open(&d, path, job->model.vocab_size);
     if (s != ZT_OK)
         return zt_error_prefix(s, "%s: %s: ", source, key);
     zt_loader l;

@@ -86,7 +86,10 @@ static zt_status open_data(trainer *t) {
     ZT_TRY(zt_dataset_open_train(&t->train, &job->data, job->model.vocab_size));
     t->has_train = true;
     if (job->data.val && job->train.eval_interval > 0) {
-        ZT_TRY(zt_dataset_open(&t->val, job->data.val, job->model.vocab_size));
+        ZT_TRY(job->data.val_files
+                   ? zt_dataset_open_files(&t->val, job->data.val, job->data.val_files,
+                                           job->data.n_val_files, job->model.vocab_size)
+                   : zt_dataset_open(&t->val, job->data.val, job->model.vocab_size));
         t->has_val = true;
         const zt_ds_config *ds = &job->ds;
         ZT_TRY(zt_loader_init(&t->val_loader, &t->val, ds->train_micro_batch_size_per_gpu,

@@ -44,9 +44,13 @@ static zt_status plain_file(const char *field, const char *shown, const char *re
 
 /* A data path that may be a glob of shards (a pattern in its file name only): its directory is
  * resolved inside the data root, every match must resolve inside it too, and at least one must
- * exist. A plain path goes to resolve_in_root. */
+ * exist. The resolved matches go into the spec as files_key (data.train_files, val_files), which
+ * the ranks open instead of expanding the pattern again: a file or symlink added while the job
+ * waits is not read (issue 34, defect 8), and each listed file is re-checked at open
+ * (zt_dataset_open_files). files_key NULL: no list (a mixture's source). A plain path goes to
+ * resolve_in_root. */
 static zt_status resolve_data_path(cJSON *parent, const char *key, const char *field,
-                                   const char *root) {
+                                   const char *root, const char *files_key) {
     cJSON *item = cJSON_GetObjectItemCaseSensitive(parent, key);
     if (!cJSON_IsString(item) || !item->valuestring[0])
         return resolve_in_root(parent, key, field, root, true);
@@ -73,6 +77,7 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
     }
     glob_t g;
     int rc = s == ZT_OK ? glob(joined, 0, NULL, &g) : GLOB_ABORTED;
+    cJSON *files = files_key ? cJSON_CreateArray() : NULL;
     if (s == ZT_OK && rc != 0)
         s = zt_error(ZT_ERR_INVALID, "%s: no file under the data root matches '%s'", field, v);
     for (size_t i = 0; rc == 0 && s == ZT_OK && i < g.gl_pathc; i++) {
@@ -82,6 +87,8 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
                          field, v, g.gl_pathv[i], root);
         else
             s = plain_file(field, g.gl_pathv[i], match);
+        if (s == ZT_OK && files)
+            cJSON_AddItemToArray(files, cJSON_CreateString(match));
     }
     if (rc == 0)
         globfree(&g);
@@ -93,6 +100,12 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
             cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(pattern));
         free(pattern);
     }
+    if (s == ZT_OK && files) {
+        cJSON_DeleteItemFromObjectCaseSensitive(parent, files_key);
+        cJSON_AddItemToObject(parent, files_key, files);
+    } else {
+        cJSON_Delete(files);
+    }
     free(joined);
     return s;
 }
@@ -101,14 +114,14 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
 static zt_status resolve_train(cJSON *data, const char *root) {
     cJSON *train = cJSON_GetObjectItemCaseSensitive(data, "train");
     if (!cJSON_IsArray(train))
-        return resolve_data_path(data, "train", "data.train", root);
+        return resolve_data_path(data, "train", "data.train", root, "train_files");
     int i = 0;
     for (cJSON *e = train->child; e; e = e->next, i++) {
         char field[64];
         snprintf(field, sizeof field, "data.train[%d].path", i);
         if (!cJSON_IsObject(e))
             return zt_error(ZT_ERR_INVALID, "data.train[%d] must be an object", i);
-        ZT_TRY(resolve_data_path(e, "path", field, root));
+        ZT_TRY(resolve_data_path(e, "path", field, root, NULL));
     }
     return ZT_OK;
 }
@@ -254,10 +267,16 @@ static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json
                                      "text (deepspeed_json), not as a path on the server");
     cJSON *data = section(top, "data"), *model = section(top, "model");
     cJSON *train = section(top, "train");
+    /* The lists of a glob's files are the server's to write, from what it checked. */
+    for (int i = 0; s == ZT_OK && data && i < 2; i++)
+        if (cJSON_GetObjectItemCaseSensitive(data, i ? "val_files" : "train_files"))
+            s = zt_error(ZT_ERR_INVALID, "data.%s: the server writes this list itself (the "
+                         "files a glob matched when the job was checked); give the pattern in "
+                         "data.%s", i ? "val_files" : "train_files", i ? "val" : "train");
     if (s == ZT_OK && data)
         s = resolve_train(data, lim->data_root);
     if (s == ZT_OK && data)
-        s = resolve_data_path(data, "val", "data.val", lim->data_root);
+        s = resolve_data_path(data, "val", "data.val", lim->data_root, "val_files");
     if (s == ZT_OK && data)
         s = resolve_in_root(data, "tokenizer", "data.tokenizer", lim->data_root, true);
     if (s == ZT_OK && model)
