@@ -336,13 +336,15 @@ static void *off_queue_main(void *arg) {
     protobuf_c_message_free_unpacked(w->req, NULL);
     free(w);
     zt_grpc_server *s = c->srv;
+    /* off_mu first and held to the end: once the call is let go the queue's thread may free it
+     * and the server may be destroyed, which takes off_mu before it goes. */
+    pthread_mutex_lock(&s->off_mu);
     pthread_mutex_lock(&c->mu);
     c->held = false;
     /* Closed with nothing in flight: no tag will come back for it, so the queue's thread is
      * told to free it (n_calls and call_free are that thread's alone). */
     bool orphan = c->closed && c->pending == 0;
     pthread_mutex_unlock(&c->mu);
-    pthread_mutex_lock(&s->off_mu);
     s->off_running--;
     if (orphan) {
         c->next_done = s->off_done;
@@ -627,6 +629,9 @@ void zt_grpc_server_destroy(zt_grpc_server *s) {
     }
     zt_grpc_accept_guard_stop();
     grpc_completion_queue_destroy(s->cq);
+    /* The last off-queue thread lets go of off_mu as its last act. */
+    pthread_mutex_lock(&s->off_mu);
+    pthread_mutex_unlock(&s->off_mu);
     pthread_mutex_destroy(&s->off_mu);
     free(s);
     grpc_shutdown();
