@@ -118,7 +118,8 @@ def main():
                          f"a: {testid} has markers at steps {steps} inside its plot: {m}")
             hidden = drv.execute_script(
                 "return ['chart-loss-scale', 'chart-pipeline-bubble', 'chart-loss'].map(t => "
-                "document.querySelector(`[data-testid=\"${t}\"]`).closest('figure').hidden);")
+                "getComputedStyle(document.querySelector(`[data-testid=\"${t}\"]`).closest('figure'))"
+                ".display === 'none');")
             ck.check(hidden == [True, True, False],
                      f"a: an fp32 job without stages shows no loss-scale or bubble panel "
                      f"(hidden: {hidden})")

@@ -24,6 +24,8 @@ from svc import (BUILD, Checker, Daemon, get_job, read_metrics, stubs, submit,  
 pb = stubs()[0]
 ck = Checker()
 STEPS = 8000
+_cache = os.path.join(BUILD, "CMakeCache.txt")
+SANITIZED = os.path.exists(_cache) and "ZT_SANITIZE:BOOL=ON" in open(_cache).read()
 CLIENTS = 24
 
 
@@ -56,7 +58,11 @@ with Daemon(BUILD, temp_dir("ztrain-replay-"), max_ranks=1) as d:
     g = get_job(d, j.id)
     ck.check(g.id == j.id and time.monotonic() - t0 < 2, "c: GetJob answers with the streams open")
     grown = (rss_kib(d.proc.pid) - base) / 1024
-    ck.check(grown < 24, f"a: {CLIENTS} unread streams grow VmRSS by {grown:.1f} MiB (< 24)")
+    if SANITIZED:
+        print(f"skip  a: {CLIENTS} unread streams grow VmRSS by {grown:.1f} MiB (sanitizer build: "
+              f"RSS not comparable)")
+    else:
+        ck.check(grown < 24, f"a: {CLIENTS} unread streams grow VmRSS by {grown:.1f} MiB (< 24)")
     for s in socks:
         s.close()
     time.sleep(1)

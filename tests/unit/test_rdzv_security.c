@@ -155,8 +155,10 @@ int main(void) {
         sent = send_all(fd, chunk, sizeof chunk);
     CHECK(!sent || closed_by_peer(fd, 2000), "b: a stranger's 60 MiB SET is dropped (%s)",
           sent ? "sent whole, then closed" : "closed while sending");
+#if !defined(__SANITIZE_ADDRESS__)
     CHECK(rss_kib() - before < 16 * 1024, "b: and not buffered (VmRSS +%ld KiB)",
           rss_kib() - before);
+#endif
     close(fd);
 
     /* c. */
@@ -181,8 +183,14 @@ int main(void) {
     struct timespec pause = {.tv_sec = 1};
     nanosleep(&pause, NULL);
     long grown = rss_kib() - before;
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer keeps freed memory in quarantine: RSS says nothing here. */
+    printf("skip  c: VmRSS +%ld MiB (sanitizer build)\n", grown / 1024);
+    CHECK(ok, "c: %d GETs of an 8 MiB value pipelined, never read", queued);
+#else
     CHECK(ok && grown < 48 * 1024, "c: %d GETs of an 8 MiB value pipelined, never read: VmRSS "
           "+%ld MiB (< 48)", queued, grown / 1024);
+#endif
     zt_tcp_store *other = NULL;
     v = NULL;
     CHECK(zt_tcp_store_connect(&other, "127.0.0.1", port, 5, SECRET) == ZT_OK &&
