@@ -1,15 +1,74 @@
-/* Anomaly events on the job page: a vertical marker on every chart at each event's step (or its
- * time, with the wall-time x axis), labelled with the event's kind, and the page's list of
- * events with their messages.
+/* Anomaly events on the job page: a dashed vertical marker at each event's step (or its time,
+ * with the wall-time x axis) on the chart of the value it is about (a loss spike on the loss
+ * chart, a gradient-norm spike on the gradient-norm chart, ...: KIND_CHARTS), and the page's
+ * list of events with their messages. Markers closer than CLUSTER_PX pixels are drawn as one,
+ * with the count above it; what a marker stands for (kinds, steps) shows when the pointer is on
+ * it, never as text over the plot, so dense events stay readable.
  *
  * The markers are drawn by one Chart.js plugin, registered once, that draws on any chart given
- * a $ztEvents array ([{step, t, kind}]); charts without one are left alone. Tests read the
- * markers from Chart.getChart(canvas).$ztEvents and the list's rows (data-testid="event-row"). */
+ * a $ztEvents array ([{step, x_time, kind, policy}]); charts without one are left alone. Tests
+ * read the markers from Chart.getChart(canvas).$ztEvents, the drawn clusters from $ztClusters,
+ * the hovered one from $ztHover, and the list's rows (data-testid="event-row"). */
 import {$, setText} from './dom.js';
 
 /* Red for what stops or skips, amber for what is only recorded. */
 const COLORS = {record: 'rgba(154,103,0,0.85)', skip: 'rgba(207,34,46,0.85)',
   checkpoint_and_stop: 'rgba(130,20,30,0.95)'};
+
+/* The charts (charts.js CHARTS names) that show the value each kind of event is about. A stall
+ * is the job making no progress, shown where its progress is: the loss. */
+export const KIND_CHARTS = {
+  nonfinite: ['loss', 'grad_norm'],
+  loss_spike: ['loss'],
+  grad_norm_spike: ['grad_norm'],
+  loss_scale_collapse: ['loss_scale'],
+  slow_rank: ['step_time'],
+  stall: ['loss'],
+};
+const CLUSTER_PX = 6;
+const HOVER_PX = 5;
+
+/* Groups the chart's markers by pixel: each cluster {px, events, policy (the most severe)}. */
+function clusters(chart) {
+  const x = chart.scales.x;
+  const {left, right} = chart.chartArea;
+  const placed = [];
+  for (const ev of chart.$ztEvents || []) {
+    const v = chart.$ztXMode === 'time' ? ev.x_time : ev.step;
+    if (!Number.isFinite(v)) continue;
+    const px = x.getPixelForValue(v);
+    if (px < left || px > right) continue;
+    placed.push({px, ev});
+  }
+  placed.sort((a, b) => a.px - b.px);
+  const out = [];
+  for (const p of placed) {
+    const last = out[out.length - 1];
+    if (last && p.px - last.px1 <= CLUSTER_PX) {
+      last.events.push(p.ev);
+      last.px1 = p.px;
+    } else {
+      out.push({px0: p.px, px1: p.px, events: [p.ev]});
+    }
+  }
+  const rank = {record: 0, skip: 1, checkpoint_and_stop: 2};
+  for (const c of out) {
+    c.px = (c.px0 + c.px1) / 2;
+    c.policy = c.events.reduce((a, e) => ((rank[e.policy] || 0) > (rank[a] || 0) ? e.policy : a),
+      'record');
+  }
+  return out;
+}
+
+function hoverText(c) {
+  const kinds = {};
+  for (const e of c.events) kinds[e.kind] = (kinds[e.kind] || 0) + 1;
+  const what = Object.entries(kinds).map(([k, n]) => (n > 1 ? `${k} ×${n}` : k)).join(', ');
+  const steps = c.events.map((e) => e.step);
+  const at = steps.length === 1 ? `step ${steps[0]}`
+    : `steps ${Math.min(...steps)}–${Math.max(...steps)}`;
+  return `${what} (${at})`;
+}
 
 let registered = false;
 
@@ -18,28 +77,60 @@ function registerPlugin() {
   registered = true;
   Chart.register({
     id: 'ztEventMarkers',
+    afterEvent(chart, args) {
+      if (!chart.$ztClusters) return;
+      const e = args.event;
+      let hover = null;
+      if (e.type === 'mousemove' && e.y >= chart.chartArea.top && e.y <= chart.chartArea.bottom) {
+        for (const c of chart.$ztClusters) {
+          if (e.x >= c.px0 - HOVER_PX && e.x <= c.px1 + HOVER_PX) hover = c;
+        }
+      }
+      if (hover !== (chart.$ztHover || null)) {
+        chart.$ztHover = hover;
+        args.changed = true;
+      }
+    },
     afterDatasetsDraw(chart) {
-      const events = chart.$ztEvents;
       const x = chart.scales.x;
-      if (!events || !events.length || !x) return;
-      const {top, bottom, left, right} = chart.chartArea;
+      chart.$ztClusters = chart.$ztEvents && chart.$ztEvents.length && x ? clusters(chart) : [];
+      if (!chart.$ztClusters.length) {
+        chart.$ztHover = null;
+        return;
+      }
+      const {top, bottom, right} = chart.chartArea;
       const ctx = chart.ctx;
       ctx.save();
       ctx.lineWidth = 1;
-      ctx.setLineDash([4, 3]);
       ctx.font = '10px sans-serif';
-      for (const ev of events) {
-        const v = chart.$ztXMode === 'time' ? ev.x_time : ev.step;
-        if (!Number.isFinite(v)) continue;
-        const px = x.getPixelForValue(v);
-        if (px < left || px > right) continue;
-        ctx.strokeStyle = COLORS[ev.policy] || COLORS.record;
+      for (const c of chart.$ztClusters) {
+        ctx.strokeStyle = COLORS[c.policy] || COLORS.record;
         ctx.fillStyle = ctx.strokeStyle;
+        ctx.setLineDash([4, 3]);
         ctx.beginPath();
-        ctx.moveTo(px, top);
-        ctx.lineTo(px, bottom);
+        ctx.moveTo(c.px, top);
+        ctx.lineTo(c.px, bottom);
         ctx.stroke();
-        ctx.fillText(ev.kind, Math.min(px + 3, right - 60), top + 10);
+        /* A small flag at the top; a cluster says how many events it holds. */
+        ctx.setLineDash([]);
+        ctx.beginPath();
+        ctx.moveTo(c.px - 3, top);
+        ctx.lineTo(c.px + 3, top);
+        ctx.lineTo(c.px, top + 5);
+        ctx.fill();
+        if (c.events.length > 1) ctx.fillText(String(c.events.length), c.px + 4, top + 8);
+      }
+      const h = chart.$ztHover;
+      if (h && chart.$ztClusters.some((c) => c.px0 === h.px0)) {
+        const text = hoverText(h);
+        const w = ctx.measureText(text).width + 8;
+        const bx = Math.min(h.px + 6, right - w);
+        ctx.fillStyle = 'rgba(255,255,255,0.95)';
+        ctx.strokeStyle = COLORS[h.policy] || COLORS.record;
+        ctx.fillRect(bx, top + 10, w, 16);
+        ctx.strokeRect(bx, top + 10, w, 16);
+        ctx.fillStyle = '#24292f';
+        ctx.fillText(text, bx + 4, top + 22);
       }
       ctx.restore();
     },
@@ -88,14 +179,15 @@ export class EventMarkers {
       this.events.length ? `(${this.events.length})` : '');
   }
 
-  /* Hands every chart the markers in its current x mode, and redraws. */
+  /* Hands each chart the markers of the events about its values, in its current x mode, and
+   * redraws. An event of a kind not in KIND_CHARTS goes on the loss chart. */
   redraw() {
     const t0 = this.charts.t0;
     const marks = this.events.map((ev) => Object.assign({}, ev, {
       x_time: t0 !== null && Number.isFinite(ev.t) ? (ev.t - t0) / 1000 : NaN,
     }));
-    for (const chart of Object.values(this.charts.charts)) {
-      chart.$ztEvents = marks;
+    for (const [name, chart] of Object.entries(this.charts.charts)) {
+      chart.$ztEvents = marks.filter((ev) => (KIND_CHARTS[ev.kind] || ['loss']).includes(name));
       chart.$ztXMode = this.charts.xMode;
       chart.update('none');
     }

@@ -119,6 +119,7 @@ export function jobView(main, id) {
     renderRanks();
     renderCheckpoints(job);
     renderRecovery(root, job);
+    if (job.spec) hideUnfillable(job);
     if (job.spec && !st.specShown) {
       st.specShown = true;
       const spec = Object.assign({}, job.spec);
@@ -126,6 +127,28 @@ export function jobView(main, id) {
       delete spec.deepspeed;
       tid('spec').textContent = JSON.stringify(spec, null, 2);
       tid('ds-config').textContent = ds === undefined ? '(none)' : JSON.stringify(ds, null, 2);
+    }
+  }
+
+  /* Whether the job trains in fp16, the one precision with a loss scale: its resolved DeepSpeed
+   * config when rank 0 has written it, else the config or training arguments it was given. */
+  function usesFp16(job) {
+    const on = (cfg) => !!(cfg && typeof cfg === 'object' && cfg.fp16 && cfg.fp16.enabled === true);
+    if (job.effective_config) return on(job.effective_config);
+    const spec = job.spec || {};
+    return on(spec.deepspeed) || !!(spec.training_args && spec.training_args.fp16);
+  }
+
+  /* Panels the job cannot fill are hidden instead of saying "no data" (issue 34): the loss
+   * scale of a job not in fp16, the pipeline bubble of a job without stages. A panel that has
+   * data after all stays. */
+  function hideUnfillable(job) {
+    const stages = job.spec && job.spec.pipeline ? job.spec.pipeline.stages || 1 : 1;
+    const can = {loss_scale: usesFp16(job), pipeline_bubble: stages > 1};
+    for (const [name, fill] of Object.entries(can)) {
+      const canvas = root.querySelector(`canvas[data-chart="${name}"]`);
+      const card = canvas && canvas.closest('figure');
+      if (card) card.hidden = !fill && canvas.parentElement.classList.contains('no-data');
     }
   }
 

@@ -1,5 +1,7 @@
-/* The API token: kept in local storage, sent by api.js as a bearer token, and asked for in the
- * token panel when ztraind answers 401. While a 401 stands the views stop polling (see
+/* The API token: kept in this tab's session storage (gone when the tab closes; local storage,
+ * which every later visit and any script of this origin can read, only when the user ticks
+ * "remember"), sent by api.js as a bearer token, and asked for in the token panel when ztraind
+ * answers 401. A dashboard needs no more than a read token (docs/security.md). While a 401 stands the views stop polling (see
  * isAuthBlocked), so a page left open does not repeat a failing call every second. */
 import {clearBanner, showBanner} from './banner.js';
 
@@ -9,7 +11,7 @@ const tokenInput = document.getElementById('token-input');
 
 function storedToken() {
   try {
-    return localStorage.getItem(TOKEN_KEY) || '';
+    return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY) || '';
   } catch (e) {
     return '';
   }
@@ -19,10 +21,11 @@ let sessionToken = storedToken();
 /* Set by a 401 until a token is entered. */
 let authBlocked = false;
 
-function setToken(t) {
+function setToken(t, remember) {
   try {
-    if (t) localStorage.setItem(TOKEN_KEY, t);
-    else localStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(TOKEN_KEY);
+    localStorage.removeItem(TOKEN_KEY);
+    if (t) (remember ? localStorage : sessionStorage).setItem(TOKEN_KEY, t);
   } catch (e) {
     /* Private windows may refuse storage; the token then lasts until the page is closed. */
   }
@@ -64,7 +67,9 @@ export function initTokenPanel(onTokenChanged) {
     ev.preventDefault();
     const t = tokenInput.value.trim();
     if (!t) return;
-    setToken(t);
+    const remember = document.getElementById('token-remember');
+    setToken(t, remember && remember.checked);
+    if (remember) remember.checked = false;
     tokenInput.value = '';
     tokenPanel.hidden = true;
     authBlocked = false;
@@ -73,7 +78,7 @@ export function initTokenPanel(onTokenChanged) {
   });
 
   document.getElementById('token-forget').addEventListener('click', () => {
-    setToken('');
+    setToken('', false);
     tokenInput.value = '';
     tokenPanel.hidden = true;
     authBlocked = false;

@@ -368,9 +368,11 @@ zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s)
     if (s == ZT_OK)
         c->notice_endpoints[size_t(d->rank)] = endpoint;
     if (s == ZT_OK && d->rank == 0)
-        s = zt_tcp_store_server_start(&c->server, d->master_port);
+        s = zt_tcp_store_server_start(&c->server, zt_tcp_store_bind_host(d->master_addr),
+                                      d->master_port, zt_tcp_store_secret());
     if (s == ZT_OK)
-        s = zt_tcp_store_connect(&c->store, d->master_addr, d->master_port, timeout_s);
+        s = zt_tcp_store_connect(&c->store, d->master_addr, d->master_port, timeout_s,
+                                 zt_tcp_store_secret());
     if (s == ZT_OK)
         s = join(c, d, timeout_s);
     if (s == ZT_OK)

@@ -83,7 +83,32 @@ static int connect_once(const struct addrinfo *a, double left_s, int *fd_out) {
     return 0;
 }
 
-zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, double timeout_s) {
+static zt_status request(zt_tcp_store *c, int op, const char *key, uint64_t arg,
+                         const void *value, size_t vlen, int *status, void **out, size_t *olen);
+
+const char *zt_tcp_store_secret(void) {
+    const char *s = getenv(ZT_TCP_STORE_SECRET_ENV);
+    return s && *s ? s : NULL;
+}
+
+const char *zt_tcp_store_bind_host(const char *master_addr) {
+    const char *b = getenv(ZT_TCP_STORE_BIND_ENV);
+    return b && *b ? b : master_addr;
+}
+
+/* Proves the job's secret: the server answers OK, or drops a connection with another one. */
+static zt_status authenticate(zt_tcp_store *c, const char *secret) {
+    int status = -1;
+    zt_status s = request(c, ZT_TCP_STORE_AUTH, secret, 0, NULL, 0, &status, NULL, NULL);
+    if (s == ZT_OK && status == ZT_TCP_STORE_OK)
+        return ZT_OK;
+    return zt_error(ZT_ERR_IO, "rendezvous store at %s refused this rank: its %s is not the "
+                    "job's (every rank of a job must have the same one)", c->where,
+                    ZT_TCP_STORE_SECRET_ENV);
+}
+
+zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, double timeout_s,
+                               const char *secret) {
     *out = NULL;
     if (!host || !*host)
         return zt_error(ZT_ERR_INVALID, "rendezvous store: MASTER_ADDR is empty");
@@ -132,6 +157,13 @@ zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, d
         pause = pause * 2 < 0.5 ? pause * 2 : 0.5;
     }
     freeaddrinfo(res);
+    if (secret && *secret) {
+        zt_status s = authenticate(c, secret);
+        if (s != ZT_OK) {
+            zt_tcp_store_close(c);
+            return s;
+        }
+    }
     *out = c;
     return ZT_OK;
 }

@@ -21,28 +21,65 @@
 
 /* The wire format, shared by the server and the client. A request: op (1 byte), key length (4
  * bytes), the key, then an 8-byte argument (SET: the value's length, followed by the value; ADD:
- * the delta; GET: 0). A reply: status (1 byte), length (8 bytes), that many bytes of value.
- * Integers are big-endian, so hosts of either byte order may share a job. */
-enum { ZT_TCP_STORE_SET = 1, ZT_TCP_STORE_GET = 2, ZT_TCP_STORE_ADD = 3 };
+ * the delta; GET and AUTH: 0). A reply: status (1 byte), length (8 bytes), that many bytes of
+ * value. Integers are big-endian, so hosts of either byte order may share a job. AUTH's key is
+ * the job's shared secret: a server started with a secret drops a client whose first request is
+ * anything else, or another secret. */
+enum { ZT_TCP_STORE_SET = 1, ZT_TCP_STORE_GET = 2, ZT_TCP_STORE_ADD = 3, ZT_TCP_STORE_AUTH = 4 };
 enum { ZT_TCP_STORE_OK = 0, ZT_TCP_STORE_ABSENT = 1, ZT_TCP_STORE_BAD = 2 };
+#define ZT_TCP_STORE_HEADER (1 + 4 + 8)
+/* Replies a client may leave unread before the server stops reading its requests: pipelined
+ * requests then wait in the client's socket, not in the server's memory (issue 34). */
+#define ZT_TCP_STORE_MAX_PENDING_REPLY ((size_t)1 << 20)
+/* The environment variable that carries a job's rendezvous secret to its ranks (ztraind sets
+ * a fresh one per job; under torchrun or Slurm, set the same value on every rank), and the one
+ * that overrides the address rank 0's store binds (default: MASTER_ADDR itself). */
+#define ZT_TCP_STORE_SECRET_ENV "ZTRAIN_RDZV_SECRET"
+#define ZT_TCP_STORE_BIND_ENV "ZTRAIN_RDZV_BIND"
+
+/* One request parsed from the front of a buffer. key is not NUL-terminated. */
+typedef struct {
+    int op;
+    const char *key;
+    size_t key_len;
+    uint64_t arg;
+    const unsigned char *value; /* SET: the value's bytes */
+    size_t value_len;
+    size_t total;               /* bytes the request takes */
+} zt_tcp_store_request;
+
+/* Parses the request at the front of buf[0, len): 1 with *req filled when it is whole, 0 when
+ * more bytes are needed, -1 when it is malformed (an unknown op, a key empty, over
+ * ZT_TCP_STORE_MAX_KEY or holding a NUL, a value over ZT_TCP_STORE_MAX_VALUE, AUTH with an
+ * argument). Reads nothing past buf + len. */
+int zt_tcp_store_parse(const unsigned char *buf, size_t len, zt_tcp_store_request *req);
 
 typedef struct zt_tcp_store_server zt_tcp_store_server;
 typedef struct zt_tcp_store zt_tcp_store;
 
-/* Listens on every address of this host at port (0: a free port the kernel picks, see
- * zt_tcp_store_server_port) and serves any number of clients from a thread of its own until
- * zt_tcp_store_server_stop. A port in use is ZT_ERR_IO saying so and naming the port. */
-zt_status zt_tcp_store_server_start(zt_tcp_store_server **out, int port);
+/* Listens on bind_host's address (MASTER_ADDR, or $ZTRAIN_RDZV_BIND; NULL: every address of
+ * this host) at port (0: a free port the kernel picks, see zt_tcp_store_server_port) and serves
+ * any number of clients from a thread of its own until zt_tcp_store_server_stop. With a secret
+ * (not NULL or empty), a client must AUTH with it first. A port in use is ZT_ERR_IO saying so
+ * and naming the port; an address not of this host names it. */
+zt_status zt_tcp_store_server_start(zt_tcp_store_server **out, const char *bind_host, int port,
+                                    const char *secret);
 int zt_tcp_store_server_port(const zt_tcp_store_server *s);
 /* Stops the thread, closes every connection (clients then see ZT_ERR_IO) and frees the server;
  * NULL is fine. */
 void zt_tcp_store_server_stop(zt_tcp_store_server *s);
 
 /* Connects to the server at host:port, retrying while it is not listening yet (rank 0 may start
- * after the others) for up to timeout_s seconds, which also bounds every later request's reply.
+ * after the others) for up to timeout_s seconds, which also bounds every later request's reply,
+ * and authenticates with secret when there is one (a refusal is ZT_ERR_IO saying so).
  * A host that does not resolve is ZT_ERR_INVALID naming it; no server within the timeout is
  * ZT_ERR_TIMEOUT naming host:port and the last error. Free with zt_tcp_store_close. */
-zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, double timeout_s);
+zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, double timeout_s,
+                               const char *secret);
+/* The job's rendezvous secret ($ZTRAIN_RDZV_SECRET; NULL when unset or empty) and the address
+ * rank 0's store binds: $ZTRAIN_RDZV_BIND when set, else master_addr. */
+const char *zt_tcp_store_secret(void);
+const char *zt_tcp_store_bind_host(const char *master_addr);
 void zt_tcp_store_close(zt_tcp_store *c);
 /* Changes the bound on each later request's reply (a short one for a last message on the way
  * out, when the server's host may be gone). */

@@ -1,11 +1,15 @@
 /* The TCP key-value store's server (engine/comm/tcp_store.h): one thread polls the listening socket
  * and every client's connection, reads requests as their bytes arrive and queues the replies, so
  * a slow or silent client never holds up the others, and a client that disconnects or sends
- * garbage loses only its own connection. */
+ * garbage loses only its own connection. It listens on MASTER_ADDR's address only, serves only
+ * clients that prove the job's secret, and stops reading a client that leaves more than
+ * ZT_TCP_STORE_MAX_PENDING_REPLY of replies unread (issue 34: a local client that set an 8 MiB
+ * key and pipelined 40 GETs without reading grew rank 0 by 336 MB). */
 #define _GNU_SOURCE /* before any header */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -19,7 +23,7 @@
 
 #include "tcp_store.h"
 
-enum { BUCKETS = 4096, HEADER_BYTES = 1 + 4 + 8 };
+enum { BUCKETS = 4096, HEADER_BYTES = ZT_TCP_STORE_HEADER };
 
 typedef struct entry {
     struct entry *next;
@@ -34,6 +38,7 @@ typedef struct {
     size_t in_len, in_cap;
     unsigned char *out;   /* replies not yet written */
     size_t out_len, out_pos, out_cap;
+    bool authed;          /* sent the secret (or the server has none) */
 } client;
 
 struct zt_tcp_store_server {
@@ -43,13 +48,18 @@ struct zt_tcp_store_server {
     client *clients;
     size_t nclients, cap_clients;
     entry *buckets[BUCKETS];
+    char *secret;         /* NULL: any client may ask */
 };
 
-static uint64_t get_be(const unsigned char *p, int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v = v << 8 | p[i];
-    return v;
+static size_t pending_out(const client *c) { return c->out_len - c->out_pos; }
+
+/* Compares in time that does not depend on where the bytes first differ. */
+static bool same_secret(const char *want, const char *got, size_t got_len) {
+    size_t n = strlen(want);
+    unsigned char diff = n != got_len;
+    for (size_t i = 0; i < got_len; i++)
+        diff |= (unsigned char)(got[i] ^ want[i % (n ? n : 1)]);
+    return diff == 0;
 }
 
 static void put_be(unsigned char *p, uint64_t v, int bytes) {
@@ -145,38 +155,40 @@ static bool do_add(zt_tcp_store_server *s, client *c, const char *key, int64_t d
     return queue_reply(c, ZT_TCP_STORE_OK, text, (size_t)n);
 }
 
-/* Serves every complete request in c->in. False drops the client: a malformed request or no
- * memory for the reply. */
+/* Serves the complete requests in c->in while the client's unread replies stay under
+ * ZT_TCP_STORE_MAX_PENDING_REPLY; the rest wait for it to read. False drops the client: a
+ * malformed request, a first request that is not the right AUTH, or no memory for the reply. */
 static bool serve_requests(zt_tcp_store_server *s, client *c) {
     size_t pos = 0;
-    while (c->in_len - pos >= HEADER_BYTES) {
-        const unsigned char *p = c->in + pos;
-        int op = p[0];
-        uint64_t klen = get_be(p + 1, 4);
-        if (klen == 0 || klen > ZT_TCP_STORE_MAX_KEY)
+    zt_tcp_store_request rq;
+    while (pending_out(c) < ZT_TCP_STORE_MAX_PENDING_REPLY) {
+        /* Before the secret, nothing but AUTH is even buffered: no 64 MiB SET from a stranger. */
+        if (!c->authed && c->in_len > pos && c->in[pos] != ZT_TCP_STORE_AUTH)
             return false;
-        if (c->in_len - pos < HEADER_BYTES + klen)
+        int got = zt_tcp_store_parse(c->in + pos, c->in_len - pos, &rq);
+        if (got < 0)
+            return false;
+        if (got == 0)
             break;
-        uint64_t arg = get_be(p + 5 + klen, 8);
-        size_t total = HEADER_BYTES + (size_t)klen;
-        if (op == ZT_TCP_STORE_SET) {
-            if (arg > ZT_TCP_STORE_MAX_VALUE)
+        if (rq.op == ZT_TCP_STORE_AUTH || !c->authed) {
+            if (rq.op != ZT_TCP_STORE_AUTH ||
+                (s->secret && !same_secret(s->secret, rq.key, rq.key_len)))
                 return false;
-            total += (size_t)arg;
-            if (c->in_len - pos < total)
-                break;
-        } else if (op != ZT_TCP_STORE_GET && op != ZT_TCP_STORE_ADD) {
-            return false;
+            c->authed = true;
+            if (!queue_reply(c, ZT_TCP_STORE_OK, NULL, 0))
+                return false;
+            pos += rq.total;
+            continue;
         }
         char key[ZT_TCP_STORE_MAX_KEY + 1];
-        memcpy(key, p + 5, (size_t)klen);
-        key[klen] = '\0';
-        if (strlen(key) != klen)
-            return false;
+        memcpy(key, rq.key, rq.key_len);
+        key[rq.key_len] = '\0';
+        int op = rq.op;
+        uint64_t arg = rq.arg;
+        size_t total = rq.total;
         bool ok;
         if (op == ZT_TCP_STORE_SET) {
-            ok = put(s, key, p + HEADER_BYTES + klen, (size_t)arg) &&
-                 queue_reply(c, ZT_TCP_STORE_OK, NULL, 0);
+            ok = put(s, key, rq.value, rq.value_len) && queue_reply(c, ZT_TCP_STORE_OK, NULL, 0);
         } else if (op == ZT_TCP_STORE_GET) {
             entry *e = find(s, key);
             ok = e ? queue_reply(c, ZT_TCP_STORE_OK, e->value, e->len)
@@ -203,6 +215,9 @@ static bool on_readable(zt_tcp_store_server *s, client *c) {
             c->in_len += (size_t)n;
             if (!serve_requests(s, c))
                 return false;
+            /* Its replies are not being read: leave the rest in its socket. */
+            if (pending_out(c) >= ZT_TCP_STORE_MAX_PENDING_REPLY)
+                return true;
             /* A request can announce at most one value; more buffered than that is garbage. */
             if (c->in_len > HEADER_BYTES + ZT_TCP_STORE_MAX_KEY + ZT_TCP_STORE_MAX_VALUE)
                 return false;
@@ -214,7 +229,9 @@ static bool on_readable(zt_tcp_store_server *s, client *c) {
     }
 }
 
-static bool on_writable(client *c) {
+/* Writes what the socket takes; once every reply is out, serves the requests that waited for
+ * it. False when the client has gone or must be dropped. */
+static bool on_writable(zt_tcp_store_server *s, client *c) {
     while (c->out_pos < c->out_len) {
         ssize_t n = send(c->fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
         if (n < 0)
@@ -222,7 +239,13 @@ static bool on_writable(client *c) {
         c->out_pos += (size_t)n;
     }
     c->out_pos = c->out_len = 0;
-    return true;
+    /* A large reply's buffer is not kept for a client that may never ask again. */
+    if (c->out_cap > ZT_TCP_STORE_MAX_PENDING_REPLY) {
+        free(c->out);
+        c->out = NULL;
+        c->out_cap = 0;
+    }
+    return serve_requests(s, c);
 }
 
 static void drop_client(zt_tcp_store_server *s, size_t i) {
@@ -250,7 +273,7 @@ static void accept_clients(zt_tcp_store_server *s) {
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        s->clients[s->nclients++] = (client){.fd = fd};
+        s->clients[s->nclients++] = (client){.fd = fd, .authed = s->secret == NULL};
     }
 }
 
@@ -275,8 +298,11 @@ static void *serve(void *arg) {
         size_t polled = n - 2;
         for (size_t i = 0; i < polled; i++) {
             client *c = &s->clients[i];
+            /* A client with too many unread replies is not read until it reads them. */
+            bool full = pending_out(c) >= ZT_TCP_STORE_MAX_PENDING_REPLY;
             fds[i + 2] = (struct pollfd){
-                .fd = c->fd, .events = (short)(POLLIN | (c->out_len > c->out_pos ? POLLOUT : 0))};
+                .fd = c->fd,
+                .events = (short)((full ? 0 : POLLIN) | (pending_out(c) ? POLLOUT : 0))};
         }
         if (poll(fds, n, -1) < 0 && errno != EINTR)
             break;
@@ -291,7 +317,7 @@ static void *serve(void *arg) {
             if (ev & (POLLIN | POLLHUP | POLLERR))
                 keep = on_readable(s, c);
             if (keep && c->out_len > c->out_pos)
-                keep = on_writable(c);
+                keep = on_writable(s, c);
             if (!keep)
                 drop_client(s, i);
         }
@@ -300,6 +326,36 @@ static void *serve(void *arg) {
     }
     free(fds);
     return NULL;
+}
+
+/* A socket on host's first address that binds (the store then answers only there). */
+static int listen_host(const char *host, int port, int *err) {
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0) {
+        *err = EADDRNOTAVAIL;
+        return -1;
+    }
+    int fd = -1, one = 1;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            *err = errno;
+            continue;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+            break;
+        *err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    return fd;
 }
 
 /* A socket on every address: IPv6 with IPv4 mapped into it where the host has IPv6, else IPv4. */
@@ -333,17 +389,29 @@ static int listen_any(int port, int *err) {
     return -1;
 }
 
-zt_status zt_tcp_store_server_start(zt_tcp_store_server **out, int port) {
+zt_status zt_tcp_store_server_start(zt_tcp_store_server **out, const char *bind_host, int port,
+                                    const char *secret) {
     *out = NULL;
     if (port < 0 || port > 65535)
         return zt_error(ZT_ERR_INVALID, "rendezvous store: port %d is not in [0, 65535]", port);
     zt_tcp_store_server *s = calloc(1, sizeof *s);
     if (!s)
         return zt_error(ZT_ERR_NOMEM, "rendezvous store: out of memory");
-    int err = 0;
-    s->listen_fd = listen_any(port, &err);
-    if (s->listen_fd < 0) {
+    if (secret && *secret && !(s->secret = strdup(secret))) {
         free(s);
+        return zt_error(ZT_ERR_NOMEM, "rendezvous store: out of memory");
+    }
+    int err = 0;
+    s->listen_fd = bind_host && *bind_host ? listen_host(bind_host, port, &err)
+                                           : listen_any(port, &err);
+    if (s->listen_fd < 0) {
+        free(s->secret);
+        free(s);
+        if (err == EADDRNOTAVAIL && bind_host)
+            return zt_error(ZT_ERR_IO, "rendezvous store: cannot listen on %s port %d: it is not "
+                            "an address of this host (rank 0 must run where MASTER_ADDR points; "
+                            "$%s names another address to listen on)", bind_host, port,
+                            ZT_TCP_STORE_BIND_ENV);
         if (err == EADDRINUSE)
             return zt_error(ZT_ERR_IO,
                             "rendezvous store: port %d (MASTER_PORT) is already in use on this "
@@ -360,6 +428,7 @@ zt_status zt_tcp_store_server_start(zt_tcp_store_server **out, int port) {
     if (pipe2(s->wake, O_CLOEXEC) != 0) {
         err = errno;
         close(s->listen_fd);
+        free(s->secret);
         free(s);
         return zt_error(ZT_ERR_IO, "rendezvous store: pipe: %s", strerror(err));
     }
@@ -368,6 +437,7 @@ zt_status zt_tcp_store_server_start(zt_tcp_store_server **out, int port) {
         close(s->wake[0]);
         close(s->wake[1]);
         close(s->listen_fd);
+        free(s->secret);
         free(s);
         return zt_error(ZT_ERR_IO, "rendezvous store: cannot start its thread: %s",
                         strerror(err));
@@ -399,5 +469,6 @@ void zt_tcp_store_server_stop(zt_tcp_store_server *s) {
     close(s->wake[0]);
     close(s->wake[1]);
     close(s->listen_fd);
+    free(s->secret);
     free(s);
 }

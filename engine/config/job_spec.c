@@ -32,7 +32,7 @@ static const char *const top_keys[] = {"name", "world_size", "nodes", "comm", "d
                                        "alerts", NULL};
 static const char *const data_keys[] = {"train",         "val",          "shuffle", "tokenizer",
                                         "sample_tokens", "sample_prompt", "format",
-                                        "packing",       NULL};
+                                        "packing",       "train_files", "val_files", NULL};
 static const char *const source_keys[] = {"path", "weight", NULL};
 static const char *const train_keys[] = {"max_steps", "epochs", "log_interval", "eval_interval",
                                          "eval_steps", "checkpoint_dir", "checkpoint_interval",
@@ -223,6 +223,28 @@ static zt_status parse_mixture(zt_data_spec *d, const zt_json_obj *data, const c
     return ZT_OK;
 }
 
+/* data.train_files / data.val_files: a glob's checked matches, absolute paths in name order. */
+static zt_status parse_files(const zt_json_obj *o, const char *key, char ***out, int *n) {
+    const cJSON *list = zt_json_item(o, key);
+    if (!list)
+        return ZT_OK;
+    int count = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
+    if (count < 1)
+        return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be a non-empty list of absolute "
+                                 "paths (the files a glob matched)");
+    *out = calloc((size_t)count, sizeof **out);
+    if (!*out)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", o->source);
+    for (const cJSON *e = list->child; e; e = e->next) {
+        if (!cJSON_IsString(e) || e->valuestring[0] != '/')
+            return zt_json_key_error(ZT_ERR_INVALID, o, key, "entry %d must be an absolute path",
+                                     *n);
+        if (!((*out)[(*n)++] = zt_json_strdup(e->valuestring)))
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", o->source);
+    }
+    return ZT_OK;
+}
+
 static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char *base_dir) {
     zt_json_obj o;
     ZT_TRY(zt_json_require(top, "data"));
@@ -235,6 +257,13 @@ static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char 
     else
         ZT_TRY(get_path(&o, "train", base_dir, &d->train));
     ZT_TRY(get_path(&o, "val", base_dir, &d->val));
+    ZT_TRY(parse_files(&o, "train_files", &d->train_files, &d->n_train_files));
+    ZT_TRY(parse_files(&o, "val_files", &d->val_files, &d->n_val_files));
+    if (d->train_files && !d->train)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "train_files", "goes with a data.train "
+                                 "glob, not with a mixture");
+    if (d->val_files && !d->val)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "val_files", "goes with data.val");
     ZT_TRY(get_path(&o, "tokenizer", base_dir, &d->tokenizer));
     ZT_TRY(get_int_min(&o, "sample_tokens", 0, &d->sample_tokens));
     const char *prompt = NULL;
@@ -651,6 +680,12 @@ void zt_job_spec_free(zt_job_spec *job) {
         free(job->data.train_mix[i].path);
     free(job->data.train_mix);
     free(job->data.val);
+    for (int i = 0; i < job->data.n_train_files; i++)
+        free(job->data.train_files[i]);
+    free(job->data.train_files);
+    for (int i = 0; i < job->data.n_val_files; i++)
+        free(job->data.val_files[i]);
+    free(job->data.val_files);
     free(job->data.tokenizer);
     free(job->data.sample_prompt);
     free(job->train.checkpoint_dir);

@@ -1,7 +1,9 @@
 /* Datasets of several files: a glob of shards read as one sequence of samples, and a weighted
  * mixture of such sources sampled deterministically from the seed (see ztrain/data.h). */
-#define _POSIX_C_SOURCE 200809L /* strdup */
+#define _GNU_SOURCE /* strdup, realpath */
+#include <errno.h>
 #include <glob.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +54,41 @@ zt_status zt_data_open_glob(zt_dataset *d, int vocab_size) {
     }
     if (rc == 0)
         globfree(&g);
+    if (s != ZT_OK)
+        zt_dataset_close(d);
+    return s;
+}
+
+zt_status zt_dataset_open_files(zt_dataset *d, const char *pattern, char *const *files, int n,
+                                int vocab_size) {
+    memset(d, 0, sizeof *d);
+    d->path = strdup(pattern ? pattern : "data files");
+    d->parts = n > 0 ? calloc((size_t)n, sizeof *d->parts) : NULL;
+    if (!d->path || !d->parts) {
+        zt_dataset_close(d);
+        return n > 0 ? zt_error(ZT_ERR_NOMEM, "out of memory")
+                     : zt_error(ZT_ERR_INVALID, "%s: no files", pattern);
+    }
+    zt_status s = ZT_OK;
+    for (int i = 0; s == ZT_OK && i < n; i++) {
+        /* The list was resolved when the job was checked; a path that resolves elsewhere now
+         * was changed since (a symlink put in its place, or on its way). */
+        char real[PATH_MAX];
+        if (!realpath(files[i], real))
+            s = zt_error(ZT_ERR_IO, "%s: %s: %s (it was there when the job was checked)",
+                         d->path, files[i], strerror(errno));
+        else if (strcmp(real, files[i]) != 0)
+            s = zt_error(ZT_ERR_INVALID, "%s: %s now leads to %s: it changed since the job was "
+                         "checked, and is not read", d->path, files[i], real);
+        if (s == ZT_OK)
+            s = zt_dataset_open(&d->parts[i], files[i], vocab_size);
+        if (s == ZT_OK) {
+            d->n_parts++;
+            d->n_tokens += d->parts[i].n_tokens;
+            d->kind = d->parts[0].kind;
+            s = same_kind(d, &d->parts[0], &d->parts[i]);
+        }
+    }
     if (s != ZT_OK)
         zt_dataset_close(d);
     return s;
@@ -111,11 +148,19 @@ zt_status zt_dataset_open_train(zt_dataset *d, const zt_data_spec *spec, int voc
     return with_masks(d, spec, open_train(d, spec, vocab_size));
 }
 
+/* The checked list of files (train_files/val_files, expanded once when the job was admitted)
+ * when there is one, else the path as it is. */
 zt_status zt_dataset_open_val(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
-    return with_masks(d, spec, zt_dataset_open(d, spec->val, vocab_size));
+    return with_masks(d, spec,
+                      spec->val_files ? zt_dataset_open_files(d, spec->val, spec->val_files,
+                                                              spec->n_val_files, vocab_size)
+                                      : zt_dataset_open(d, spec->val, vocab_size));
 }
 
 static zt_status open_train(zt_dataset *d, const zt_data_spec *spec, int vocab_size) {
+    if (!spec->train_mix && spec->train_files)
+        return zt_dataset_open_files(d, spec->train, spec->train_files, spec->n_train_files,
+                                     vocab_size);
     if (!spec->train_mix)
         return zt_dataset_open(d, spec->train, vocab_size);
     const char *paths[ZT_MAX_MIX_SOURCES];

@@ -3,8 +3,12 @@
  * least what one rank's first batch needs, and model.init_from can be read. Without them each
  * rank would find the same fault on its own and the job would fail with one error per rank. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ztrain/data.h"
 #include "ztrain/job_spec.h"
@@ -33,11 +37,18 @@ zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source) {
     if (job->data.val && job->train.eval_interval > 0)
         ZT_TRY(check_dataset(job, job->data.val, "data.val", false, source));
     if (job->model.init_from) {
-        FILE *f = fopen(job->model.init_from, "rb");
-        if (!f)
+        /* Opened without blocking and judged by fstat: a FIFO named here would otherwise hold
+         * whoever checks the job (ztraind's submit) until something writes to it. */
+        int fd = open(job->model.init_from, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (fd < 0)
             return zt_error(ZT_ERR_IO, "%s: model.init_from: cannot open %s: %s", source,
                             job->model.init_from, strerror(errno));
-        fclose(f);
+        struct stat st;
+        bool ok = fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode));
+        close(fd);
+        if (!ok)
+            return zt_error(ZT_ERR_IO, "%s: model.init_from: %s is neither a regular file nor "
+                            "a directory", source, job->model.init_from);
     }
     return ZT_OK;
 }

@@ -136,7 +136,9 @@ zt_status zt_read_file(const char *path, char **data, size_t *len) {
 zt_status zt_map_file(const char *path, void **map, size_t *size) {
     *map = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO (or a device) put where a file was expected must not hold the caller
+     * until some writer appears; fstat below refuses it. A regular file ignores the flag. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;

@@ -1,5 +1,7 @@
-/* Bearer-token loading and checking (auth.h). */
+/* Bearer-token loading and checking, and the scopes of a daemon's tokens (auth.h). */
+#define _GNU_SOURCE
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,4 +58,122 @@ bool zt_auth_bearer_ok(const char *expected, const char *header) {
     for (size_t i = 0; i < ng; i++)
         diff |= (unsigned char)(got[i] ^ expected[i % (ne ? ne : 1)]);
     return diff == 0 && ne > 0;
+}
+
+struct zt_auth_tokens {
+    int n;
+    char **token;
+    zt_scope *scope;
+};
+
+const char *zt_scope_name(zt_scope s) {
+    switch (s) {
+    case ZT_SCOPE_READ: return "read";
+    case ZT_SCOPE_SUBMIT: return "submit";
+    case ZT_SCOPE_ADMIN: return "admin";
+    default: return "none";
+    }
+}
+
+void zt_auth_tokens_free(zt_auth_tokens *t) {
+    if (!t)
+        return;
+    for (int i = 0; i < t->n; i++)
+        free(t->token[i]);
+    free(t->token);
+    free(t->scope);
+    free(t);
+}
+
+static zt_status add_token(zt_auth_tokens *t, const char *token, zt_scope scope,
+                           const char *where) {
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->token[i], token) == 0)
+            return zt_error(ZT_ERR_INVALID, "%s: the same token is already on an earlier line",
+                            where);
+    char **tk = realloc(t->token, (size_t)(t->n + 1) * sizeof *tk);
+    if (tk)
+        t->token = tk;
+    zt_scope *sc = tk ? realloc(t->scope, (size_t)(t->n + 1) * sizeof *sc) : NULL;
+    if (sc)
+        t->scope = sc;
+    char *copy = sc ? strdup(token) : NULL;
+    if (!copy)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    t->token[t->n] = copy;
+    t->scope[t->n++] = scope;
+    return ZT_OK;
+}
+
+/* One line of a token file: "<token>" or "<token> <scope>". */
+static zt_status parse_line(zt_auth_tokens *t, char *line, const char *where) {
+    char *tok = strtok(line, " \t"), *scope = strtok(NULL, " \t"), *extra = strtok(NULL, " \t");
+    if (extra)
+        return zt_error(ZT_ERR_INVALID, "%s: '%.32s' after the scope: a line is a token and "
+                        "at most one scope (read, submit or admin)", where, extra);
+    for (const char *p = tok; *p; p++)
+        if ((unsigned char)*p < 0x21 || (unsigned char)*p == 0x7f)
+            return zt_error(ZT_ERR_INVALID, "%s: the token holds a control character", where);
+    zt_scope sc = ZT_SCOPE_ADMIN;
+    if (scope) {
+        sc = !strcmp(scope, "read") ? ZT_SCOPE_READ : !strcmp(scope, "submit") ? ZT_SCOPE_SUBMIT
+             : !strcmp(scope, "admin") ? ZT_SCOPE_ADMIN : ZT_SCOPE_NONE;
+        if (sc == ZT_SCOPE_NONE)
+            return zt_error(ZT_ERR_INVALID, "%s: unknown scope '%.32s' (read, submit or admin)",
+                            where, scope);
+    }
+    return add_token(t, tok, sc, where);
+}
+
+zt_status zt_auth_load_tokens(const char *file, zt_auth_tokens **out) {
+    *out = NULL;
+    zt_auth_tokens *t = calloc(1, sizeof *t);
+    if (!t)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    zt_status s = ZT_OK;
+    if (!file) {
+        char *env = NULL;
+        s = zt_auth_load_token(NULL, &env);
+        if (s == ZT_OK && env)
+            s = add_token(t, env, ZT_SCOPE_ADMIN, "ZTRAIN_TOKEN");
+        free(env);
+    } else {
+        char *data = NULL;
+        s = zt_read_file(file, &data, NULL);
+        int line_no = 0;
+        for (char *line = data, *next; s == ZT_OK && line; line = next) {
+            next = strchr(line, '\n');
+            if (next)
+                *next++ = '\0';
+            line_no++;
+            char *p = line;
+            while (*p && isspace((unsigned char)*p))
+                p++;
+            size_t n = strlen(p);
+            while (n > 0 && isspace((unsigned char)p[n - 1]))
+                p[--n] = '\0';
+            if (!*p || *p == '#')
+                continue;
+            char where[300];
+            snprintf(where, sizeof where, "%s:%d", file, line_no);
+            s = parse_line(t, p, where);
+        }
+        free(data);
+        if (s == ZT_OK && t->n == 0)
+            s = zt_error(ZT_ERR_INVALID, "%s: the token file holds no token", file);
+    }
+    if (s != ZT_OK || t->n == 0) {
+        zt_auth_tokens_free(t);
+        return s;
+    }
+    *out = t;
+    return ZT_OK;
+}
+
+zt_scope zt_auth_scope(const zt_auth_tokens *t, const char *header) {
+    zt_scope found = ZT_SCOPE_NONE;
+    for (int i = 0; t && i < t->n; i++)
+        if (zt_auth_bearer_ok(t->token[i], header) && t->scope[i] > found)
+            found = t->scope[i];
+    return found;
 }

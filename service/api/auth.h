@@ -1,4 +1,19 @@
-/* Bearer tokens: how ztraind and the CLI find the token, and how a request's header is checked. */
+/* Bearer tokens: how ztraind and the CLI find the token, how a request's header is checked, and
+ * the scopes (roles) a daemon's tokens carry.
+ *
+ * ztraind's --token-file holds one token per line, each optionally followed by its scope:
+ *
+ *     # dashboards and the Prometheus scrape
+ *     9f2c...e1 read
+ *     # CI submits jobs
+ *     4ab0...77 submit
+ *     c3d9...02 admin
+ *
+ * read: every query (jobs, metrics, records, logs, events, anomalies, exports, /metrics);
+ * submit: read, and SubmitJob (HTTP POST /api/v1/jobs); admin: everything, cancelling any job
+ * included. A line with a token alone is admin (the one-token file of earlier versions). Blank
+ * lines and lines starting with '#' are skipped; anything else is an error naming the file and
+ * line. ZTRAIN_TOKEN, when there is no file, is one admin token. */
 #ifndef ZTRAIN_AUTH_H
 #define ZTRAIN_AUTH_H
 
@@ -14,5 +29,22 @@ zt_status zt_auth_load_token(const char *file, char **token);
 /* Whether `header` (the value of an Authorization header, may be NULL) is "Bearer <expected>".
  * The comparison takes the same time wherever the first difference is. */
 bool zt_auth_bearer_ok(const char *expected, const char *header);
+
+/* Scopes, each including the ones below it. */
+typedef enum { ZT_SCOPE_NONE = 0, ZT_SCOPE_READ, ZT_SCOPE_SUBMIT, ZT_SCOPE_ADMIN } zt_scope;
+
+const char *zt_scope_name(zt_scope s);
+
+typedef struct zt_auth_tokens zt_auth_tokens;
+
+/* ztraind's tokens: from `file` (the format above) when not NULL, else ZTRAIN_TOKEN as one
+ * admin token, else none (*out = NULL: no authentication). Errors name the file and line: an
+ * unknown scope, a token of white space or control characters, the same token twice. */
+zt_status zt_auth_load_tokens(const char *file, zt_auth_tokens **out);
+void zt_auth_tokens_free(zt_auth_tokens *t);
+
+/* The scope of the token in `header` ("Bearer <token>", may be NULL): ZT_SCOPE_NONE when it
+ * is none of them. Every token is compared, each in constant time, whichever matches. */
+zt_scope zt_auth_scope(const zt_auth_tokens *t, const char *header);
 
 #endif

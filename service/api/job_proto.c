@@ -280,6 +280,11 @@ static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, boo
             ZT_TRY(mixture_from_json((Ztrain__V1__DataSpec *)msg, o, c, ok));
             continue;
         }
+        /* The files a glob matched are the server's own note in its stored spec (spec_check.c),
+         * not a field a client sends: the JobSpec shows the pattern. */
+        if (server_text && msg->descriptor == &ztrain__v1__data_spec__descriptor &&
+            (strcmp(c->string, "train_files") == 0 || strcmp(c->string, "val_files") == 0))
+            continue;
         const ProtobufCFieldDescriptor *f =
             protobuf_c_message_descriptor_get_field_by_name(msg->descriptor, c->string);
         if (!f || (top && strcmp(top_key_of(f->name), f->name) != 0))

@@ -191,13 +191,33 @@ static zt_status run_plan(zt_event_store *st, const char *sql, const stmt_plan *
     return s;
 }
 
+/* Keeps a job's newest `keep` rows of a table and deletes the others: a job whose rules fire
+ * every step, or whose webhooks all fail, must not grow the state file without end (issue 34).
+ * sql deletes the rows of job ?1 older than its ?2-th newest. */
+static zt_status trim(zt_event_store *st, const char *sql, const char *job_id, int keep,
+                      const char *what) {
+    pthread_mutex_lock(&st->mu);
+    sqlite3_stmt *q = NULL;
+    zt_status s = ZT_OK;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK ||
+        sqlite3_bind_text(q, 1, job_id, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+        sqlite3_bind_int(q, 2, keep) != SQLITE_OK || sqlite3_step(q) != SQLITE_DONE)
+        s = db_error(st, what);
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
 zt_status zt_event_store_add_anomaly(zt_event_store *st, const char *job_id, const zt_anomaly *a) {
     stmt_plan p = {.cols = anomaly_cols, .n_cols = N_COLS(anomaly_cols), .job_id = job_id,
                    .rec = a};
-    return run_plan(st,
+    ZT_TRY(run_plan(st,
                     "INSERT OR REPLACE INTO anomalies (job_id, seq, step, time_ms, kind, policy, "
                     "value, zscore, rank, message, json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    &p, "cannot store an anomaly event");
+                    &p, "cannot store an anomaly event"));
+    return trim(st, "DELETE FROM anomalies WHERE job_id = ?1 AND seq <= (SELECT seq FROM "
+                "anomalies WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)", job_id,
+                ZT_EVENT_STORE_ANOMALIES_PER_JOB, "cannot trim a job's anomaly events");
 }
 
 zt_status zt_event_store_anomalies(zt_event_store *st, const char *job_id, int64_t after_seq,
@@ -213,10 +233,14 @@ zt_status zt_event_store_anomalies(zt_event_store *st, const char *job_id, int64
 
 zt_status zt_event_store_add_delivery(zt_event_store *st, const zt_delivery *d) {
     stmt_plan p = {.cols = delivery_cols, .n_cols = N_COLS(delivery_cols), .rec = d};
-    return run_plan(st,
+    ZT_TRY(run_plan(st,
                     "INSERT INTO webhook_deliveries (job_id, delivery_id, url, type, attempt, "
                     "time_ms, http_status, error, outcome) VALUES (?,?,?,?,?,?,?,?,?)",
-                    &p, "cannot record a webhook delivery");
+                    &p, "cannot record a webhook delivery"));
+    return trim(st, "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND id <= (SELECT id FROM "
+                "webhook_deliveries WHERE job_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                d->job_id, ZT_EVENT_STORE_DELIVERIES_PER_JOB,
+                "cannot trim a job's webhook deliveries");
 }
 
 zt_status zt_event_store_deliveries(zt_event_store *st, const char *job_id, int limit,

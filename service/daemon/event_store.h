@@ -12,6 +12,10 @@
 
 typedef struct zt_event_store zt_event_store;
 
+/* Rows kept per job: adding one beyond these deletes the job's oldest. */
+#define ZT_EVENT_STORE_ANOMALIES_PER_JOB 1000
+#define ZT_EVENT_STORE_DELIVERIES_PER_JOB 2000
+
 /* One anomaly event of a job, as the HTTP API and WatchJob show it. `json` is the whole event as
  * one JSON object ({"seq", "train/global_step", "time_unix_ms", "kind", "policy", "value",
  * "zscore", "rank", "message"}); the other fields are taken from it. */

@@ -97,7 +97,8 @@ zt_status zt_jm_events_open(zt_jobs *jm) {
         ZT_TRY(zt_event_store_anomalies(jm->events, j->info.id, 0, 1 << 30, load_one, j));
     }
     zt_webhooks_options o = {.max_attempts = jm->cfg.webhook_attempts,
-                             .backoff_ms = jm->cfg.webhook_backoff_ms};
+                             .backoff_ms = jm->cfg.webhook_backoff_ms,
+                             .policy = jm->cfg.webhook_policy};
     return zt_webhooks_create(&jm->hooks, jm->events, &o);
 }
 
@@ -128,7 +129,8 @@ static cJSON *job_summary(const job *j) {
 /* Posts body to every webhook of the job's spec and the daemon's that wants `bit`. */
 static void post_hooks(zt_jobs *jm, job *j, unsigned bit, const char *type, cJSON *event) {
     zt_webhook_list list;
-    zt_status s = zt_webhook_list_from_spec(&list, j->info.spec_json, "spec");
+    zt_status s = zt_webhook_list_from_spec(&list, j->info.spec_json, "spec",
+                                            jm->cfg.webhook_policy);
     if (s != ZT_OK) {
         zt_jm_daemon_log(jm, j, "webhooks: %s", zt_last_error());
         list = (zt_webhook_list){0};
@@ -152,10 +154,11 @@ static void post_hooks(zt_jobs *jm, job *j, unsigned bit, const char *type, cJSO
     cJSON_Delete(body);
     for (int i = 0; text && i < list.n; i++)
         if (list.t[i].on & bit)
-            zt_webhooks_post(jm->hooks, j->info.id, list.t[i].url, list.t[i].secret, type, text);
+            zt_webhooks_post(jm->hooks, j->info.id, list.t[i].url, list.t[i].secret, type, text,
+                             false);
     if (text && daemon)
         zt_webhooks_post(jm->hooks, j->info.id, jm->cfg.webhook_url, jm->cfg.webhook_secret, type,
-                         text);
+                         text, true);
     cJSON_free(text);
     zt_webhook_list_free(&list);
 }

@@ -110,6 +110,7 @@ static void job_free(job *j) {
     free(j->fail_reason);
     free(j->launch_reason);
     free(j->orphans);
+    free(j->restart_why);
     zt_jm_job_events_free(j);
     zt_job_info_free(&j->info);
     free(j);
@@ -316,8 +317,43 @@ static zt_status check_spec(zt_jobs *jm, const char *spec_json, const char *id, 
                              .max_rank_bytes = jm->cfg.max_rank_bytes,
                              .max_job_bytes = jm->cfg.max_job_bytes,
                              .host_bytes = jm->cfg.host_bytes, .host_name = jm->cfg.host_name,
-                             .gpus = jm->cfg.slurm ? -1 : jm->gpus.n};
+                             .gpus = jm->cfg.slurm ? -1 : jm->gpus.n,
+                             .webhooks = jm->cfg.webhook_policy};
     return zt_spec_check(spec_json, id, &limits, text, spec);
+}
+
+/* Whether path a is b or lies under it (both absolute and resolved). */
+static bool under(const char *a, const char *b) {
+    size_t n = strlen(b);
+    return strncmp(a, b, n) == 0 && (a[n] == '/' || a[n] == '\0');
+}
+
+/* Whether a new job `id` may write its checkpoints in `ckpt` (the lock held): never where a
+ * job that is not over writes its own, nor inside another job's run directory, except that
+ * job's own checkpoint directory once it has ended (resuming it is how a job continues). Were
+ * either allowed, the other job's `latest` could name a checkpoint it never wrote and its next
+ * restart would resume from it (issue 34, defect 7). */
+static zt_status check_ckpt_dir(const zt_jobs *jm, const char *id, const char *ckpt) {
+    for (int i = 0; i < jm->n_jobs; i++) {
+        const zt_job_info *o = &jm->jobs[i]->info;
+        if (strcmp(o->id, id) == 0)
+            continue;
+        bool live = !zt_job_state_terminal(o->state);
+        bool in_ckpt = o->checkpoint_dir && (under(ckpt, o->checkpoint_dir) ||
+                                             under(o->checkpoint_dir, ckpt));
+        bool in_run = o->run_dir && (under(ckpt, o->run_dir) || under(o->run_dir, ckpt));
+        if (live && (in_ckpt || in_run))
+            return zt_error(ZT_ERR_INVALID, "train.checkpoint_dir: %s overlaps the %s of job %s, "
+                            "which is %s; a job writes only its own checkpoints", ckpt,
+                            in_ckpt ? "checkpoint directory" : "run directory", o->id,
+                            zt_job_state_name(o->state));
+        if (in_run && !(o->checkpoint_dir && strcmp(ckpt, o->checkpoint_dir) == 0))
+            return zt_error(ZT_ERR_INVALID, "train.checkpoint_dir: %s is inside the run directory "
+                            "of job %s; only that job's checkpoint directory (%s) may be resumed "
+                            "from once it has ended", ckpt, o->id,
+                            o->checkpoint_dir ? o->checkpoint_dir : "none");
+    }
+    return ZT_OK;
 }
 
 /* Whether two resolved specs say the same thing: the same keys with the same values, in any
@@ -432,7 +468,10 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
      * the answer. */
     job *twin = find_by_key(jm, key);
     bool full = !twin && live_jobs(jm) >= jm->cfg.max_jobs;
-    if (!twin && !full) {
+    /* Judged under the same lock as the insert: two submits cannot take one directory. */
+    zt_status ck = twin || full || !spec.train.checkpoint_dir
+                       ? ZT_OK : check_ckpt_dir(jm, id, spec.train.checkpoint_dir);
+    if (!twin && !full && ck == ZT_OK) {
         job *j = job_alloc(&ji);
         add_job(jm, j);
         zt_jm_persist(jm, j);
@@ -448,6 +487,8 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
     pthread_mutex_unlock(&jm->mu);
     if (full)
         return too_many_jobs(jm);
+    if (ck != ZT_OK)
+        return ck;
     zt_supervisor_wake(jm->sup);
     return ZT_OK;
 }
@@ -550,6 +591,7 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
         zt_job_summary *e = &v[i];
         memcpy(e->id, j->info.id, sizeof e->id);
         e->state = j->info.state;
+        e->finished_ms = j->info.finished_ms;
         e->world_size = j->info.world_size;
         e->step = j->info.step;
         e->loss = j->info.loss;

@@ -141,6 +141,7 @@ typedef struct {
     int max_jobs;             /* jobs queued or running at once; beyond it SubmitJob says no */
     int threads_per_rank;     /* OMP_NUM_THREADS for ranks; 0: max(1, cores / world_size) */
     double default_grace_s;   /* graceful cancel: seconds before SIGKILL */
+    double restart_backoff_s; /* wait before a job's first restart, doubling (0: 1 s) */
     /* Admission (ztrain/admission.h): SubmitJob refuses a job whose estimated memory is above
      * one of these; a 0 is no limit. */
     uint64_t max_rank_bytes;  /* one rank (--max-rank-memory) */
@@ -166,6 +167,8 @@ typedef struct {
     unsigned webhook_on;
     int webhook_attempts;
     int webhook_backoff_ms;
+    /* What jobs' own webhooks may do (webhook_policy.h); NULL: jobs may have none. */
+    const struct zt_webhook_policy_s *webhook_policy;
 } zt_jobs_config;
 
 typedef struct zt_jobs zt_jobs;
@@ -264,6 +267,10 @@ typedef struct {
     const zt_metric_record *record;  /* ZT_EVENT_METRICS */
     const zt_log_line *log;          /* ZT_EVENT_LOG */
     const zt_anomaly *anomaly;       /* ZT_EVENT_ANOMALY: goes with ZT_WATCH_METRICS */
+    /* The event is a stored record replayed without the manager's lock, on the caller of
+     * zt_jobs_watch: the callback may wait here (for its reader to make room), which pages the
+     * replay of a long history as the client reads instead of holding it all. */
+    bool may_block;
 } zt_job_event;
 typedef void (*zt_job_event_fn)(void *ctx, const zt_job_event *ev);
 
@@ -303,6 +310,7 @@ typedef struct {
     char id[32];
     char *name;
     zt_job_state state;
+    int64_t finished_ms;              /* Unix ms; 0 while the job is not over */
     int world_size;
     int64_t step;
     double loss, tokens_per_second;   /* NaN when none */

@@ -56,6 +56,10 @@ typedef struct job {
     pid_t *orphans;
     int n_orphans;
     double orphans_since;
+    /* Back-off between restarts (job_recovery.c): the job starts again no sooner than
+     * restart_at (CLOCK_MONOTONIC seconds; 0: no wait), and restart_why says why it waits. */
+    double restart_at;
+    char *restart_why;
     struct zt_job_anomalies *anomalies; /* job_events.c's: its events and stall watch */
 } job;
 
@@ -161,6 +165,9 @@ bool zt_jm_restart(zt_jobs *jm, job *j);
 /* A job that ran under the previous daemon, with the reason saying so: as zt_jm_restart, and
  * the job then waits for its old ranks (zt_jm_orphans_gone) before it starts again. */
 bool zt_jm_restart_orphan(zt_jobs *jm, job *j);
+/* Whether a restarted job's back-off is over; if not, why gets the reason that says so (the
+ * one zt_jm_restart set, which names the wait, so the reason does not change while it runs). */
+bool zt_jm_backoff_over(const zt_jobs *jm, const job *j, char *why, size_t size);
 /* Whether the previous daemon's ranks of the job are gone (they get SIGTERM when it dies and
  * stop with a checkpoint); those still there after the default grace period are killed. */
 bool zt_jm_orphans_gone(zt_jobs *jm, job *j);

@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <limits.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,27 @@ static void forget_attempt(job *j) {
     }
 }
 
+/* The wait before restart number n (1-based): restart_backoff_s, doubling each time, at most
+ * RESTART_BACKOFF_MAX_S. A job whose every attempt fails at once (a corrupt init_from passes
+ * the submit check, which only opens the file) would otherwise spin through all its restarts
+ * in a fraction of a second (issue 34, defect 10). */
+#define RESTART_BACKOFF_MAX_S 300.0
+
+static double backoff_s(const zt_jobs *jm, int n) {
+    double base = jm->cfg.restart_backoff_s > 0 ? jm->cfg.restart_backoff_s : 1.0;
+    double d = base * ldexp(1.0, n - 1 < 30 ? n - 1 : 30);
+    return d < RESTART_BACKOFF_MAX_S ? d : RESTART_BACKOFF_MAX_S;
+}
+
+bool zt_jm_backoff_over(const zt_jobs *jm, const job *j, char *why, size_t size) {
+    (void)jm;
+    double left = j->restart_at - now_s();
+    if (j->restart_at <= 0 || left <= 0)
+        return true;
+    snprintf(why, size, "%s", j->restart_why ? j->restart_why : "restarting after a back-off");
+    return false;
+}
+
 bool zt_jm_restart(zt_jobs *jm, job *j) {
     int restarts = j->info.n_attempts > 0 ? j->info.n_attempts - 1 : 0;
     if (restarts >= j->info.max_restarts) {
@@ -159,10 +181,15 @@ bool zt_jm_restart(zt_jobs *jm, job *j) {
     zt_jm_attempt_ended(jm, j, true);
     char *why = zt_jm_strdup(j->info.reason);
     forget_attempt(j);
-    zt_jm_set_reason(j, "restart %d of max_restarts %d queued: the ranks resume from the newest "
+    double wait = backoff_s(jm, restarts + 1);
+    zt_jm_set_reason(j, "restart %d of max_restarts %d queued after a back-off of %g s "
+                     "(doubling per restart, at most %g s): the ranks resume from the newest "
                      "complete checkpoint; attempt %d failed: %s", restarts + 1,
-                     j->info.max_restarts, j->info.n_attempts, why);
+                     j->info.max_restarts, wait, RESTART_BACKOFF_MAX_S, j->info.n_attempts, why);
     free(why);
+    free(j->restart_why);
+    j->restart_why = zt_jm_strdup(j->info.reason);
+    j->restart_at = now_s() + wait;
     zt_jm_daemon_log(jm, j, "%s", j->info.reason);
     zt_jm_set_state(jm, j, ZT_JOB_QUEUED);
     return true;

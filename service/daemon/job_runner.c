@@ -141,10 +141,12 @@ void zt_jm_schedule(zt_jobs *jm, bool start) {
         job *j = jm->jobs[i];
         if (j->info.state != ZT_JOB_QUEUED)
             continue;
-        char why[256];
+        char why[1024];
         if (blocked) {
             snprintf(why, sizeof why, "waiting behind %s, which is first in the queue",
                      blocked->info.id);
+        } else if (!zt_jm_backoff_over(jm, j, why, sizeof why)) {
+            /* Waiting out its back-off; it holds no place, so the jobs behind it may start. */
         } else if (!zt_jm_orphans_gone(jm, j)) {
             snprintf(why, sizeof why, "restarting once the ranks of the previous ztraind have "
                      "stopped (they write a checkpoint first)");

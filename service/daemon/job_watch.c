@@ -15,6 +15,7 @@ struct zt_job_watch {
     zt_job_event_fn fn;
     void *ctx;
     bool done;                   /* the terminal state was delivered */
+    bool unlocked;               /* replaying from the store without the manager's lock */
     zt_job_watch *next;
 };
 
@@ -49,7 +50,7 @@ void zt_jm_free_watches(job *j) {
 /* History replayed to a new watch, as the events live ones would have been. */
 static void replay_record(void *ctx, const zt_metric_record *r) {
     zt_job_watch *w = ctx;
-    zt_job_event ev = {.kind = ZT_EVENT_METRICS, .record = r};
+    zt_job_event ev = {.kind = ZT_EVENT_METRICS, .record = r, .may_block = w->unlocked};
     w->fn(w->ctx, &ev);
 }
 
@@ -74,8 +75,10 @@ static zt_status replay_store(zt_jobs *jm, job *j, zt_job_watch *w, int64_t *aft
         bool unlocked = round < UNLOCKED_ROUNDS;
         if (unlocked)
             pthread_mutex_unlock(&jm->mu);
+        w->unlocked = unlocked;
         zt_status s = zt_jm_read_stored(jm, j->info.id, &since, after, before, replay_stored, w,
                                         NULL);
+        w->unlocked = false;
         if (unlocked)
             pthread_mutex_lock(&jm->mu);
         ZT_TRY(s);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "api/api_error.h"
 #include "job_manager.h"
@@ -29,11 +30,29 @@ static bool inside(const char *root, const char *path) {
 static zt_status resolve_in_root(cJSON *parent, const char *key, const char *field,
                                  const char *root, bool must_exist);
 
+/* A file the job will read must be a regular file or a directory. stat never opens, so a FIFO,
+ * socket or device named by a spec is refused here without the submit ever waiting on it (an
+ * open of a FIFO for reading blocks until a writer comes: issue 34's wedge). */
+static zt_status plain_file(const char *field, const char *shown, const char *resolved) {
+    struct stat st;
+    if (stat(resolved, &st) != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: %s: %s", field, shown, strerror(errno));
+    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
+        return ZT_OK;
+    return zt_error(ZT_ERR_INVALID, "%s: %s is a %s, not a regular file", field, shown,
+                    S_ISFIFO(st.st_mode) ? "FIFO" : S_ISSOCK(st.st_mode) ? "socket"
+                    : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "special file");
+}
+
 /* A data path that may be a glob of shards (a pattern in its file name only): its directory is
  * resolved inside the data root, every match must resolve inside it too, and at least one must
- * exist. A plain path goes to resolve_in_root. */
+ * exist. The resolved matches go into the spec as files_key (data.train_files, val_files), which
+ * the ranks open instead of expanding the pattern again: a file or symlink added while the job
+ * waits is not read (issue 34, defect 8), and each listed file is re-checked at open
+ * (zt_dataset_open_files). files_key NULL: no list (a mixture's source). A plain path goes to
+ * resolve_in_root. */
 static zt_status resolve_data_path(cJSON *parent, const char *key, const char *field,
-                                   const char *root) {
+                                   const char *root, const char *files_key) {
     cJSON *item = cJSON_GetObjectItemCaseSensitive(parent, key);
     if (!cJSON_IsString(item) || !item->valuestring[0])
         return resolve_in_root(parent, key, field, root, true);
@@ -60,6 +79,7 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
     }
     glob_t g;
     int rc = s == ZT_OK ? glob(joined, 0, NULL, &g) : GLOB_ABORTED;
+    cJSON *files = files_key ? cJSON_CreateArray() : NULL;
     if (s == ZT_OK && rc != 0)
         s = zt_error(ZT_ERR_INVALID, "%s: no file under the data root matches '%s'", field, v);
     for (size_t i = 0; rc == 0 && s == ZT_OK && i < g.gl_pathc; i++) {
@@ -67,6 +87,10 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
         if (!realpath(g.gl_pathv[i], match) || !inside(root, match))
             s = zt_error(ZT_ERR_INVALID, "%s: '%s' matches %s, outside the server's data root %s",
                          field, v, g.gl_pathv[i], root);
+        else
+            s = plain_file(field, g.gl_pathv[i], match);
+        if (s == ZT_OK && files)
+            cJSON_AddItemToArray(files, cJSON_CreateString(match));
     }
     if (rc == 0)
         globfree(&g);
@@ -78,6 +102,12 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
             cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_CreateString(pattern));
         free(pattern);
     }
+    if (s == ZT_OK && files) {
+        cJSON_DeleteItemFromObjectCaseSensitive(parent, files_key);
+        cJSON_AddItemToObject(parent, files_key, files);
+    } else {
+        cJSON_Delete(files);
+    }
     free(joined);
     return s;
 }
@@ -86,14 +116,14 @@ static zt_status resolve_data_path(cJSON *parent, const char *key, const char *f
 static zt_status resolve_train(cJSON *data, const char *root) {
     cJSON *train = cJSON_GetObjectItemCaseSensitive(data, "train");
     if (!cJSON_IsArray(train))
-        return resolve_data_path(data, "train", "data.train", root);
+        return resolve_data_path(data, "train", "data.train", root, "train_files");
     int i = 0;
     for (cJSON *e = train->child; e; e = e->next, i++) {
         char field[64];
         snprintf(field, sizeof field, "data.train[%d].path", i);
         if (!cJSON_IsObject(e))
             return zt_error(ZT_ERR_INVALID, "data.train[%d] must be an object", i);
-        ZT_TRY(resolve_data_path(e, "path", field, root));
+        ZT_TRY(resolve_data_path(e, "path", field, root, NULL));
     }
     return ZT_OK;
 }
@@ -118,6 +148,8 @@ static zt_status resolve_in_root(cJSON *parent, const char *key, const char *fie
         if (!inside(root, resolved))
             s = zt_error(ZT_ERR_INVALID, "%s: '%s' is outside the server's %s root %s", field, v,
                          must_exist ? "data" : "runs", root);
+        else if (must_exist)
+            s = plain_file(field, v, resolved);
     } else if (must_exist) {
         s = zt_error(ZT_ERR_INVALID, "%s: '%s' does not exist under the data root %s (%s)", field,
                      v, root, strerror(errno));
@@ -154,18 +186,30 @@ static zt_status hf_files_inside(const char *root, const char *dir) {
     if (realpath(path, resolved) && !inside(root, resolved))
         return zt_error(ZT_ERR_INVALID, "model.init_from: %s is outside the server's data root "
                         "%s", path, root);
+    if (realpath(path, resolved))
+        ZT_TRY(plain_file("model.init_from", path, resolved));
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (realpath(path, resolved))
+        ZT_TRY(plain_file("model.init_from", path, resolved));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (realpath(path, resolved))
+        ZT_TRY(plain_file("model.init_from", path, resolved));
     zt_st_set set;
     if (zt_st_set_open(&set, dir) != ZT_OK)
         return ZT_OK;
     const char *outside = NULL;
     if (realpath(set.path, resolved) && !inside(root, resolved))
         outside = set.path;
-    for (int k = 0; k < set.n_files && !outside; k++)
+    zt_status s = ZT_OK;
+    for (int k = 0; k < set.n_files && !outside && s == ZT_OK; k++) {
         if (realpath(set.files[k].path, resolved) && !inside(root, resolved))
             outside = set.files[k].path;
-    zt_status s = outside ? zt_error(ZT_ERR_INVALID, "model.init_from: %s is outside the "
-                                     "server's data root %s", outside, root)
-                          : ZT_OK;
+        else if (realpath(set.files[k].path, resolved))
+            s = plain_file("model.init_from", set.files[k].path, resolved);
+    }
+    if (outside)
+        s = zt_error(ZT_ERR_INVALID, "model.init_from: %s is outside the server's data root %s",
+                     outside, root);
     zt_st_set_close(&set);
     return s;
 }
@@ -225,10 +269,16 @@ static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json
                                      "text (deepspeed_json), not as a path on the server");
     cJSON *data = section(top, "data"), *model = section(top, "model");
     cJSON *train = section(top, "train");
+    /* The lists of a glob's files are the server's to write, from what it checked. */
+    for (int i = 0; s == ZT_OK && data && i < 2; i++)
+        if (cJSON_GetObjectItemCaseSensitive(data, i ? "val_files" : "train_files"))
+            s = zt_error(ZT_ERR_INVALID, "data.%s: the server writes this list itself (the "
+                         "files a glob matched when the job was checked); give the pattern in "
+                         "data.%s", i ? "val_files" : "train_files", i ? "val" : "train");
     if (s == ZT_OK && data)
         s = resolve_train(data, lim->data_root);
     if (s == ZT_OK && data)
-        s = resolve_data_path(data, "val", "data.val", lim->data_root);
+        s = resolve_data_path(data, "val", "data.val", lim->data_root, "val_files");
     if (s == ZT_OK && data)
         s = resolve_in_root(data, "tokenizer", "data.tokenizer", lim->data_root, true);
     if (s == ZT_OK && model)
@@ -289,7 +339,7 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
                      "this one runs every rank on its own host", spec->nodes);
     /* The webhooks' secrets must be in this daemon's environment now, not when the job ends. */
     zt_webhook_list hooks;
-    if (s == ZT_OK && (s = zt_webhook_list_from_spec(&hooks, text, "spec")) == ZT_OK)
+    if (s == ZT_OK && (s = zt_webhook_list_from_spec(&hooks, text, "spec", lim->webhooks)) == ZT_OK)
         zt_webhook_list_free(&hooks);
     /* The files are judged here, once, rather than by every rank after it has started. */
     if (s == ZT_OK)

@@ -19,6 +19,7 @@ typedef struct {
     uint64_t host_bytes;      /* the memory of the host the ranks share (local launcher) */
     const char *host_name;    /* how messages call it: "this host's memory (MemTotal)" */
     int gpus;                 /* GPUs the server hands out (--gpus); -1: not its to judge */
+    const struct zt_webhook_policy_s *webhooks; /* what job webhooks may do; NULL: none */
 } zt_spec_limits;
 
 /* Resolves the spec's paths inside the roots (following symlinks; "..", absolute paths and

@@ -19,14 +19,14 @@ void zt_webhook_list_free(zt_webhook_list *l) {
     l->n = 0;
 }
 
-void zt_webhook_url_for_display(const char *url, char *buf, size_t size) {
+void zt_webhook_url_for_display(const char *url, bool whole_path, char *buf, size_t size) {
     const char *scheme = strstr(url, "://");
     const char *host = scheme ? scheme + 3 : url;
     const char *end = host + strcspn(host, "/?#");
     const char *at = memchr(host, '@', (size_t)(end - host));
     if (at)
         host = at + 1;
-    size_t path = strcspn(host, "?#");
+    size_t path = whole_path ? strcspn(host, "?#") : (size_t)(end - host);
     snprintf(buf, size, "%.*s%.*s", scheme ? (int)(scheme + 3 - url) : 0, url, (int)path, host);
 }
 
@@ -55,7 +55,8 @@ static zt_status parse_on(const zt_json_obj *o, unsigned *on) {
     return ZT_OK;
 }
 
-static zt_status parse_target(const zt_json_obj *o, zt_webhook_target *t) {
+static zt_status parse_target(const zt_json_obj *o, zt_webhook_target *t,
+                              const zt_webhook_policy *policy) {
     static const char *const keys[] = {"url", "secret_env", "on", "secret", NULL};
     ZT_TRY(zt_json_check_keys(o, keys));
     if (zt_json_item(o, "secret"))
@@ -71,7 +72,13 @@ static zt_status parse_target(const zt_json_obj *o, zt_webhook_target *t) {
     if (strlen(url) > 2048 || strpbrk(url, " \t\r\n"))
         return zt_json_key_error(ZT_ERR_INVALID, o, "url", "must be a URL of at most 2048 "
                                  "characters without white space");
+    char field[320];
+    snprintf(field, sizeof field, "%s: key '%s.url'", o->source, o->path);
+    ZT_TRY(zt_webhook_policy_url(policy, url, field));
     ZT_TRY(zt_json_get_string(o, "secret_env", &env, NULL));
+    snprintf(field, sizeof field, "%s: key '%s.secret_env'", o->source, o->path);
+    if (env)
+        ZT_TRY(zt_webhook_policy_secret(policy, env, field));
     t->on = ZT_HOOK_ALL;
     ZT_TRY(parse_on(o, &t->on));
     t->url = strdup(url);
@@ -89,7 +96,8 @@ static zt_status parse_target(const zt_json_obj *o, zt_webhook_target *t) {
     return ZT_OK;
 }
 
-static zt_status parse_alerts(zt_webhook_list *out, const cJSON *alerts, const char *source) {
+static zt_status parse_alerts(zt_webhook_list *out, const cJSON *alerts, const char *source,
+                              const zt_webhook_policy *policy) {
     zt_json_obj o;
     zt_json_obj_init(&o, alerts, source, "alerts");
     static const char *const keys[] = {"webhooks", NULL};
@@ -115,13 +123,13 @@ static zt_status parse_alerts(zt_webhook_list *out, const cJSON *alerts, const c
         zt_json_obj t;
         zt_json_obj_init(&t, e, source, path);
         out->n++;
-        ZT_TRY(parse_target(&t, &out->t[i]));
+        ZT_TRY(parse_target(&t, &out->t[i], policy));
     }
     return ZT_OK;
 }
 
 zt_status zt_webhook_list_from_spec(zt_webhook_list *out, const char *spec_json,
-                                    const char *source) {
+                                    const char *source, const zt_webhook_policy *policy) {
     memset(out, 0, sizeof *out);
     cJSON *top = cJSON_Parse(spec_json);
     const cJSON *alerts = cJSON_GetObjectItemCaseSensitive(top, "alerts");
@@ -129,7 +137,7 @@ zt_status zt_webhook_list_from_spec(zt_webhook_list *out, const char *spec_json,
     if (alerts && !cJSON_IsObject(alerts))
         s = zt_error(ZT_ERR_INVALID, "%s: key 'alerts' must be an object", source);
     else if (alerts)
-        s = parse_alerts(out, alerts, source);
+        s = parse_alerts(out, alerts, source, policy);
     cJSON_Delete(top);
     if (s != ZT_OK)
         zt_webhook_list_free(out);

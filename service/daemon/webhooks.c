@@ -16,6 +16,7 @@ typedef struct delivery {
     char *job_id, *url, *secret, *type, *body;
     char id[40];
     int attempt;               /* attempts made */
+    bool operator;             /* the daemon's --webhook */
     int64_t due_ms;            /* monotonic: when the next attempt may start */
 } delivery;
 
@@ -29,7 +30,11 @@ struct zt_webhooks {
     bool stop;
     pthread_t thread;
     uint64_t counter;
+    char last_job[64];         /* the job served last: the next due delivery is another's */
 };
+
+/* Room in the queue that a job's own hooks never take: the operator's deliveries get it. */
+#define OPERATOR_RESERVE 100
 
 static int64_t mono_ms(void) {
     struct timespec ts;
@@ -57,7 +62,7 @@ static void record(zt_webhooks *w, const delivery *d, int http_status, const cha
     if (!w->store)
         return;
     char url[512];
-    zt_webhook_url_for_display(d->url, url, sizeof url);
+    zt_webhook_url_for_display(d->url, !d->operator, url, sizeof url);
     zt_delivery r = {.job_id = d->job_id, .delivery_id = d->id, .url = url, .type = d->type,
                      .attempt = d->attempt, .time_ms = wall_ms(), .http_status = http_status,
                      .error = error, .outcome = outcome};
@@ -116,6 +121,20 @@ static int attempt(zt_webhooks *w, const delivery *d, char *err, size_t err_size
         h = curl_slist_append(h, h_sig);
     }
     char curl_err[CURL_ERROR_SIZE] = "";
+    /* A job's hook connects only to the address the policy passed, resolved here once: a
+     * second lookup by libcurl could answer otherwise (DNS rebinding). */
+    struct curl_slist *pin = NULL;
+    if (!d->operator) {
+        char entry[400], why[300];
+        if (!zt_webhook_policy_pin(w->o.policy, d->url, entry, sizeof entry, why, sizeof why)) {
+            snprintf(err, err_size, "%s", why);
+            curl_slist_free_all(h);
+            curl_easy_cleanup(c);
+            return 0;
+        }
+        pin = curl_slist_append(NULL, entry);
+        curl_easy_setopt(c, CURLOPT_RESOLVE, pin);
+    }
     curl_easy_setopt(c, CURLOPT_URL, d->url);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
@@ -136,16 +155,47 @@ static int attempt(zt_webhooks *w, const delivery *d, char *err, size_t err_size
         err[0] = '\0';
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
+    curl_slist_free_all(pin);
     return (int)status;
+}
+
+/* The due delivery to make next (the queue's lock held), unlinked: the operator's first, else
+ * the first due one of the job after the one served last (in job id order, wrapping), so that
+ * jobs take turns whatever each has queued. NULL when none is due. */
+static delivery *take_next(zt_webhooks *w, int64_t now) {
+    delivery **pick = NULL, **wrap = NULL;
+    for (delivery **at = &w->queue; *at && (*at)->due_ms <= now; at = &(*at)->next) {
+        delivery *d = *at;
+        if (d->operator) {
+            pick = at;
+            break;
+        }
+        int order = strcmp(d->job_id, w->last_job);
+        if (order > 0 && (!pick || strcmp(d->job_id, (*pick)->job_id) < 0))
+            pick = at;
+        if (!wrap || strcmp(d->job_id, (*wrap)->job_id) < 0)
+            wrap = at;
+    }
+    if (!pick)
+        pick = wrap;
+    if (!pick)
+        return NULL;
+    delivery *d = *pick;
+    *pick = d->next;
+    w->queued--;
+    if (!d->operator)
+        snprintf(w->last_job, sizeof w->last_job, "%s", d->job_id);
+    return d;
 }
 
 static void *run(void *arg) {
     zt_webhooks *w = arg;
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        delivery *d = w->queue;
         int64_t now = mono_ms();
-        if (!d || d->due_ms > now) {
+        delivery *d = take_next(w, now);
+        if (!d) {
+            d = w->queue;
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             int64_t wait = d ? d->due_ms - now : 1000;
@@ -158,8 +208,6 @@ static void *run(void *arg) {
             pthread_cond_timedwait(&w->cv, &w->mu, &ts);
             continue;
         }
-        w->queue = d->next;
-        w->queued--;
         pthread_mutex_unlock(&w->mu);
         d->attempt++;
         char err[CURL_ERROR_SIZE + 64];
@@ -193,6 +241,8 @@ zt_status zt_webhooks_create(zt_webhooks **out, zt_event_store *store,
         w->o.timeout_ms = 5000;
     if (w->o.max_queue <= 0)
         w->o.max_queue = 1000;
+    if (w->o.max_per_job <= 0)
+        w->o.max_per_job = 64;
     w->store = store;
     pthread_mutex_init(&w->mu, NULL);
     pthread_condattr_t ca;
@@ -231,8 +281,16 @@ void zt_webhooks_destroy(zt_webhooks *w) {
     free(w);
 }
 
+/* Deliveries of job_id's own hooks in the queue (its lock held). */
+static int queued_of_job(const zt_webhooks *w, const char *job_id) {
+    int n = 0;
+    for (const delivery *d = w->queue; d; d = d->next)
+        n += !d->operator && strcmp(d->job_id, job_id) == 0;
+    return n;
+}
+
 void zt_webhooks_post(zt_webhooks *w, const char *job_id, const char *url, const char *secret,
-                      const char *type, const char *body) {
+                      const char *type, const char *body, bool operator) {
     if (!w)
         return;
     delivery *d = calloc(1, sizeof *d);
@@ -243,6 +301,7 @@ void zt_webhooks_post(zt_webhooks *w, const char *job_id, const char *url, const
     d->secret = secret ? strdup(secret) : NULL;
     d->type = strdup(type);
     d->body = strdup(body);
+    d->operator = operator;
     if (!d->job_id || !d->url || (secret && !d->secret) || !d->type || !d->body) {
         delivery_free(d);
         return;
@@ -251,12 +310,24 @@ void zt_webhooks_post(zt_webhooks *w, const char *job_id, const char *url, const
     snprintf(d->id, sizeof d->id, "%lld-%llu", (long long)wall_ms(),
              (unsigned long long)++w->counter);
     d->due_ms = mono_ms();
-    bool full = w->queued >= w->o.max_queue;
-    if (!full)
+    const char *why = NULL;
+    int job_room = w->o.max_queue > 2 * OPERATOR_RESERVE ? w->o.max_queue - OPERATOR_RESERVE
+                                                         : w->o.max_queue / 2;
+    char text[128];
+    if (w->queued >= w->o.max_queue) {
+        why = "the delivery queue was full";
+    } else if (!operator && w->queued >= job_room) {
+        why = "the delivery queue's room for jobs' own webhooks was full";
+    } else if (!operator && queued_of_job(w, d->job_id) >= w->o.max_per_job) {
+        snprintf(text, sizeof text, "this job already had %d deliveries waiting (its quota)",
+                 w->o.max_per_job);
+        why = text;
+    }
+    if (!why)
         enqueue(w, d);
     pthread_mutex_unlock(&w->mu);
-    if (full) {
-        record(w, d, 0, "the delivery queue was full", "dropped");
+    if (why) {
+        record(w, d, 0, why, "dropped");
         delivery_free(d);
     }
 }

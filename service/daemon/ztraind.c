@@ -79,8 +79,13 @@ static const char usage[] =
     "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
     "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
-    "  --token-file FILE       require 'authorization: Bearer <token>' (default: $ZTRAIN_TOKEN,\n"
-    "                          else no authentication)\n"
+    "  --metrics-window SECONDS  /metrics shows jobs that ended this recently, besides those\n"
+    "                          not yet over (default 3600; 0: only those)\n"
+    "  --restart-backoff SECONDS  wait before a job's first automatic restart, doubling for\n"
+    "                          each next one, at most 300 s (default 1)\n"
+    "  --token-file FILE       require 'authorization: Bearer <token>': one token a line, each\n"
+    "                          with a scope (read, submit or admin; alone: admin)\n"
+    "                          (default: $ZTRAIN_TOKEN as admin, else no authentication)\n"
     "  --tls-cert FILE         serve gRPC and HTTP over TLS (HTTPS) with this PEM certificate\n"
     "                          chain, leaf first (default: plaintext)\n"
     "  --tls-key FILE          the certificate's PEM private key, unencrypted\n"
@@ -106,6 +111,12 @@ static const char usage[] =
     "  --webhook URL           also POST every job's end, failure and anomaly events here\n"
     "                          (the README's \"Anomaly events and alerts\")\n"
     "  --webhook-secret-env NAME  sign --webhook's requests with the secret in $NAME\n"
+    "  --webhook-allow PATTERN  a host jobs' webhooks may name: host, *.domain or *, optionally\n"
+    "                          :PORT (repeatable; without it jobs may have no webhooks)\n"
+    "  --webhook-allow-private  let jobs' webhooks reach loopback, private and link-local\n"
+    "                          addresses (refused by default)\n"
+    "  --webhook-secret-prefix P  jobs' secret_env must start with P (without it, jobs may\n"
+    "                          name no secret)\n"
     "  --webhook-attempts N    delivery attempts per webhook before giving up (default 5)\n"
     "  --webhook-backoff-ms N  wait before the first retry, doubling after (default 500)\n"
     "  --help\n";
@@ -129,10 +140,11 @@ typedef struct {
     long max_ranks, max_world_size, max_jobs, threads_per_rank, gpus;
     long max_grpc_conns, max_http_conns, header_timeout_s, idle_timeout_s;
     const char *webhook, *webhook_secret_env;
-    long webhook_attempts, webhook_backoff_ms;
+    long webhook_attempts, webhook_backoff_ms, metrics_window_s;
+    zt_webhook_policy webhook_policy;
     bool max_ranks_given;
     uint64_t max_rank_bytes, max_job_bytes;
-    double grace_s;
+    double grace_s, restart_backoff_s;
 } options;
 
 static int parse_long(const char *flag, const char *v, long min, long max, long *out) {
@@ -171,6 +183,10 @@ static int parse_args(int argc, char **argv, options *o) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
             exit(0);
+        }
+        if (strcmp(a, "--webhook-allow-private") == 0) {
+            o->webhook_policy.allow_private = true;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "ztraind: unknown option or missing value: '%s'\n%s", a, usage);
@@ -240,11 +256,34 @@ static int parse_args(int argc, char **argv, options *o) {
             o->webhook = v;
         else if (strcmp(a, "--webhook-secret-env") == 0)
             o->webhook_secret_env = v;
+        else if (strcmp(a, "--webhook-allow") == 0) {
+            size_t n = (size_t)o->webhook_policy.n_allow;
+            rc = add_name(a, v, zt_webhook_pattern_check, o->webhook_policy.allow, &n);
+            o->webhook_policy.n_allow = (int)n;
+        } else if (strcmp(a, "--webhook-secret-prefix") == 0) {
+            o->webhook_policy.secret_prefix = v;
+            if (!v[0]) {
+                fprintf(stderr, "ztraind: --webhook-secret-prefix must not be empty: it would "
+                        "grant jobs every variable of ztraind's environment\n");
+                rc = -1;
+            }
+        }
         else if (strcmp(a, "--webhook-attempts") == 0)
             rc = parse_long(a, v, 1, 100, &o->webhook_attempts);
         else if (strcmp(a, "--webhook-backoff-ms") == 0)
             rc = parse_long(a, v, 1, 3600000, &o->webhook_backoff_ms);
-        else if (strcmp(a, "--grace") == 0) {
+        else if (strcmp(a, "--metrics-window") == 0)
+            rc = parse_long(a, v, 0, 365L * 86400, &o->metrics_window_s);
+        else if (strcmp(a, "--restart-backoff") == 0) {
+            char *end;
+            o->restart_backoff_s = strtod(v, &end);
+            if (end == v || *end || !(o->restart_backoff_s >= 0.01 &&
+                                      o->restart_backoff_s <= 300)) {
+                fprintf(stderr, "ztraind: --restart-backoff expects seconds in [0.01, 300], got "
+                        "'%s'\n", v);
+                rc = -1;
+            }
+        } else if (strcmp(a, "--grace") == 0) {
             char *end;
             o->grace_s = strtod(v, &end);
             if (end == v || *end || !(o->grace_s > 0 && o->grace_s < 86400)) {
@@ -264,6 +303,7 @@ static int parse_args(int argc, char **argv, options *o) {
                 o->webhook);
         return -1;
     }
+    o->webhook_policy.operator_secret_env = o->webhook_secret_env;
     const char *secret = o->webhook_secret_env ? getenv(o->webhook_secret_env) : NULL;
     if (o->webhook_secret_env && (!secret || !*secret)) {
         fprintf(stderr, "ztraind: --webhook-secret-env: $%s is not set\n", o->webhook_secret_env);
@@ -415,6 +455,7 @@ static void describe_gpus(int gpus) {
 
 int main(int argc, char **argv) {
     options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
+                 .metrics_window_s = 3600,
                  .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = zt_cpu_count(),
                  .max_world_size = 64, .max_jobs = 100, .grace_s = 30, .launcher = "local",
                  .header_timeout_s = 10, .idle_timeout_s = 30, .gpus = -1};
@@ -444,8 +485,8 @@ int main(int argc, char **argv) {
     if (!getenv("GRPC_VERBOSITY"))
         zt_grpc_log_limit("ztraind", 20);
 
-    char *token = NULL;
-    if (zt_auth_load_token(o.token_file, &token) != ZT_OK) {
+    zt_auth_tokens *token = NULL;
+    if (zt_auth_load_tokens(o.token_file, &token) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         return 1;
     }
@@ -455,7 +496,7 @@ int main(int argc, char **argv) {
                     (zt_tls_file){o.tls_key, "--tls-key"},
                     (zt_tls_file){o.tls_client_ca, "--tls-client-ca"}) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
-        free(token);
+        zt_auth_tokens_free(token);
         return 1;
     }
     char db[PATH_MAX], data_root[PATH_MAX], runs_root[PATH_MAX], worker[PATH_MAX];
@@ -472,13 +513,13 @@ int main(int argc, char **argv) {
         default_worker(worker, sizeof worker);
     if (access(worker, X_OK) != 0) {
         fprintf(stderr, "ztraind: the worker program %s: %s\n", worker, strerror(errno));
-        free(token);
+        zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
         return 1;
     }
     if (mkdir(o.state_dir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, strerror(errno));
-        free(token);
+        zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
         return 1;
     }
@@ -497,7 +538,8 @@ int main(int argc, char **argv) {
                          .worker_path = worker, .max_ranks = (int)o.max_ranks,
                          .max_world_size = (int)o.max_world_size, .max_jobs = (int)o.max_jobs,
                          .threads_per_rank = (int)o.threads_per_rank,
-                         .default_grace_s = o.grace_s, .slurm = slurm ? &slurm_cfg : NULL,
+                         .default_grace_s = o.grace_s,
+                         .restart_backoff_s = o.restart_backoff_s, .slurm = slurm ? &slurm_cfg : NULL,
                          .max_rank_bytes = o.max_rank_bytes, .max_job_bytes = o.max_job_bytes,
                          .host_bytes = host_name ? hm.total : 0, .host_name = host_name,
                          .gpus = o.gpus >= 0 ? (int)o.gpus : zt_gpu_count(),
@@ -506,7 +548,8 @@ int main(int argc, char **argv) {
                          .webhook_attempts = (int)o.webhook_attempts,
                          .webhook_backoff_ms = (int)o.webhook_backoff_ms,
                          .webhook_secret = o.webhook_secret_env ? getenv(o.webhook_secret_env)
-                                                                : NULL};
+                                                                : NULL,
+                         .webhook_policy = &o.webhook_policy};
     if (jc.gpus > 64)
         jc.gpus = 64;
     zt_jobs *jm = NULL;
@@ -517,7 +560,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
     }
-    zt_grpc_server_config gc = {.addr = o.grpc_addr, .token = token,
+    zt_grpc_server_config gc = {.addr = o.grpc_addr, .tokens = token,
                                 .max_connections = (int)o.max_grpc_conns,
                                 .handshake_timeout_ms = (int)o.header_timeout_s * 1000,
                                 .idle_timeout_ms = (int)o.idle_timeout_s * 1000, .tls = &tls};
@@ -525,13 +568,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
     }
-    zt_http_config hc = {.host = host, .port = http_port, .token = token, .web_dir = o.web_dir,
+    zt_http_config hc = {.host = host, .port = http_port, .tokens = token, .web_dir = o.web_dir,
                          .chartjs_dir = ZT_CHARTJS_DIR, .hosts = o.http_hosts,
                          .n_hosts = o.n_http_hosts, .origins = o.http_origins,
                          .n_origins = o.n_http_origins,
                          .max_connections = (unsigned)o.max_http_conns,
                          .header_timeout_s = (unsigned)o.header_timeout_s,
-                         .idle_timeout_s = (unsigned)o.idle_timeout_s, .tls = &tls};
+                         .idle_timeout_s = (unsigned)o.idle_timeout_s, .tls = &tls,
+                         .metrics_window_s = o.metrics_window_s};
     if (zt_http_start(&http, &hc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
@@ -566,7 +610,7 @@ out:
     if (grpc)
         zt_grpc_server_destroy(grpc);
     zt_jobs_destroy(jm);
-    free(token);
+    zt_auth_tokens_free(token);
     zt_tls_pem_free(&tls);
     if (rc == 0)
         printf("ztraind: stopped\n");

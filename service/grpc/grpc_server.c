@@ -9,7 +9,10 @@
  * SEND_MESSAGE at a time, and the status follows the last message (in the same batch when it can).
  * A call is freed on the queue's thread once it is closed and no batch of it is in flight.
  *
- * Unary methods run to completion on the queue's thread. WatchJob and StreamLogs -f register a
+ * Unary methods run to completion on the queue's thread, except SubmitJob: it reads the job's
+ * files, and a file system may be slow (or a path a FIFO), so it runs on a thread of its own
+ * and the queue keeps serving Health, GetJob and the rest meanwhile (off_queue below).
+ * WatchJob and StreamLogs -f register a
  * job-manager watch whose callback runs on other threads with the manager's lock held: it only
  * packs the event and queues it under the call's mutex. Lock order is manager -> call, so no
  * zt_jobs_* function is ever called with a call's mutex held, and the watch is removed from the
@@ -31,6 +34,8 @@
 #include "grpc_server_internal.h"
 #include "api/grpc_util.h"
 
+/* SubmitJobs checked at once on their own threads; one more is answered RESOURCE_EXHAUSTED. */
+#define MAX_OFF_QUEUE 16
 /* Requests kept posted per method: a burst of new calls beyond this waits for a re-arm, which
  * happens as soon as each one arrives. */
 #define POSTED_PER_METHOD 4
@@ -333,21 +338,49 @@ static void post_request(zt_grpc_server *s, method_id m) {
     }
 }
 
-static bool authorized(const call *c) {
-    if (!c->srv->token)
-        return true;
-    char *header = zt_grpc_metadata_find(&c->md, "authorization");
-    bool ok = zt_auth_bearer_ok(c->srv->token, header);
-    free(header);
-    return ok;
+/* The scope a method needs: the queries read, SubmitJob submit, everything else admin (a
+ * method added later is admin's until it is said to be a query). */
+static zt_scope scope_needed(method_id m) {
+    switch (m) {
+    case M_GET: case M_LIST: case M_WATCH: case M_METRICS: case M_LOGS: case M_HEALTH:
+    case M_UNKNOWN:
+        return ZT_SCOPE_READ;
+    case M_SUBMIT:
+        return ZT_SCOPE_SUBMIT;
+    default:
+        return ZT_SCOPE_ADMIN;
+    }
 }
 
-static void dispatch(call *c) {
-    if (!authorized(c)) {
+/* Whether the call's token allows its method; if not, the call is finished. */
+static bool authorized(call *c) {
+    if (!c->srv->tokens)
+        return true;
+    char *header = zt_grpc_metadata_find(&c->md, "authorization");
+    zt_scope have = zt_auth_scope(c->srv->tokens, header);
+    free(header);
+    zt_scope need = scope_needed(c->method);
+    if (have == ZT_SCOPE_NONE) {
         zt_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, "this server needs \"authorization: "
-                       "Bearer <token>\" metadata with its token");
-        return;
+                       "Bearer <token>\" metadata with one of its tokens");
+        return false;
     }
+    if (have < need) {
+        char text[200];
+        snprintf(text, sizeof text, "this token's scope is %s; %s needs %s", zt_scope_name(have),
+                 c->method == M_UNKNOWN ? "this method" : zt_grpc_methods[c->method].path,
+                 zt_scope_name(need));
+        zt_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, text);
+        return false;
+    }
+    return true;
+}
+
+static bool off_queue(call *c, ProtobufCMessage *req);
+
+static void dispatch(call *c) {
+    if (!authorized(c))
+        return;
     if (c->method == M_UNKNOWN) {
         char *name = grpc_slice_to_c_string(c->details.method);
         char text[512];
@@ -373,8 +406,101 @@ static void dispatch(call *c) {
                              why[0] ? why : c->payload ? text : "the request has no message");
         return;
     }
+    if (c->method == M_SUBMIT) {
+        if (!off_queue(c, req))
+            protobuf_c_message_free_unpacked(req, NULL);
+        return;
+    }
     zt_grpc_methods[c->method].handle(c, req);
     protobuf_c_message_free_unpacked(req, NULL);
+}
+
+/* ---- calls served off the queue's thread ------------------------------------------------- */
+
+typedef struct {
+    call *c;
+    ProtobufCMessage *req;
+} off_work;
+
+static void *off_queue_main(void *arg) {
+    off_work *w = arg;
+    call *c = w->c;
+    zt_grpc_methods[c->method].handle(c, w->req);
+    protobuf_c_message_free_unpacked(w->req, NULL);
+    free(w);
+    zt_grpc_server *s = c->srv;
+    /* off_mu first and held to the end: once the call is let go the queue's thread may free it
+     * and the server may be destroyed, which takes off_mu before it goes. */
+    pthread_mutex_lock(&s->off_mu);
+    pthread_mutex_lock(&c->mu);
+    c->held = false;
+    /* Closed with nothing in flight: no tag will come back for it, so the queue's thread is
+     * told to free it (n_calls and call_free are that thread's alone). */
+    bool orphan = c->closed && c->pending == 0;
+    pthread_mutex_unlock(&c->mu);
+    s->off_running--;
+    if (orphan) {
+        c->next_done = s->off_done;
+        s->off_done = c;
+    }
+    pthread_mutex_unlock(&s->off_mu);
+    return NULL;
+}
+
+/* Hands req to a new detached thread that runs the handler; false when none could start. */
+static bool off_queue(call *c, ProtobufCMessage *req) {
+    zt_grpc_server *s = c->srv;
+    pthread_mutex_lock(&s->off_mu);
+    bool room = s->off_running < MAX_OFF_QUEUE;
+    if (room)
+        s->off_running++;
+    pthread_mutex_unlock(&s->off_mu);
+    if (!room) {
+        char text[160];
+        snprintf(text, sizeof text, "ztraind is already checking %d submitted jobs; try again "
+                 "shortly", MAX_OFF_QUEUE);
+        zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, text);
+        return false;
+    }
+    off_work *w = malloc(sizeof *w);
+    pthread_attr_t attr;
+    pthread_t t;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_mutex_lock(&c->mu);
+    c->held = true;
+    pthread_mutex_unlock(&c->mu);
+    bool started = false;
+    if (w) {
+        *w = (off_work){.c = c, .req = req};
+        started = pthread_create(&t, &attr, off_queue_main, w) == 0;
+    }
+    pthread_attr_destroy(&attr);
+    if (!started) {
+        free(w);
+        pthread_mutex_lock(&c->mu);
+        c->held = false;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&s->off_mu);
+        s->off_running--;
+        pthread_mutex_unlock(&s->off_mu);
+        zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind cannot start a thread for "
+                       "this call");
+    }
+    return started;
+}
+
+/* Frees the calls whose off-queue handler ended after they closed (the queue's thread). */
+static void free_off_done(zt_grpc_server *s) {
+    pthread_mutex_lock(&s->off_mu);
+    call *list = s->off_done;
+    s->off_done = NULL;
+    pthread_mutex_unlock(&s->off_mu);
+    while (list) {
+        call *next = list->next_done;
+        call_free(list);
+        list = next;
+    }
 }
 
 static void on_new_call(zt_grpc_server *s, call *c, bool ok) {
@@ -435,7 +561,7 @@ static void on_call_tag(tag *t, bool ok) {
         c->closed = true;
         drop_queue_locked(c);
     }
-    bool done = c->closed && c->pending == 0;
+    bool done = c->closed && c->pending == 0 && !c->held;
     pthread_mutex_unlock(&c->mu);
     if (done)
         call_free(c);
@@ -479,6 +605,7 @@ static void serve(zt_grpc_server *s, volatile sig_atomic_t *stop) {
             on_event(s, ev);
         else if (ev.type == GRPC_QUEUE_SHUTDOWN)
             s->drained = true;
+        free_off_done(s);
         /* The queue shuts down only when no call is left: a watch callback on another thread
          * may still start a batch on a cancelled call until the call's CLOSE is handled. */
         if (s->server_down && s->n_calls == 0 && !s->cq_down) {
@@ -570,13 +697,12 @@ zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_confi
     grpc_init();
     s->jm = jm;
     s->shutdown_tag.kind = TAG_SHUTDOWN;
-    s->token = cfg->token && cfg->token[0] ? strdup(cfg->token) : NULL;
+    pthread_mutex_init(&s->off_mu, NULL);
+    s->tokens = cfg->tokens;
     s->cq = grpc_completion_queue_create_for_next(NULL);
     s->server = create_core_server(cfg);
-    zt_status st = cfg->token && cfg->token[0] && !s->token
-                       ? zt_error(ZT_ERR_NOMEM, "out of memory")
-                       : register_and_bind(s, cfg->addr ? cfg->addr : "",
-                                           cfg->max_connections, cfg->tls);
+    zt_status st = register_and_bind(s, cfg->addr ? cfg->addr : "", cfg->max_connections,
+                                     cfg->tls);
     if (st != ZT_OK) {
         zt_grpc_server_destroy(s);
         return st;
@@ -600,7 +726,10 @@ void zt_grpc_server_destroy(zt_grpc_server *s) {
     }
     zt_grpc_accept_guard_stop();
     grpc_completion_queue_destroy(s->cq);
-    free(s->token);
+    /* The last off-queue thread lets go of off_mu as its last act. */
+    pthread_mutex_lock(&s->off_mu);
+    pthread_mutex_unlock(&s->off_mu);
+    pthread_mutex_destroy(&s->off_mu);
     free(s);
     grpc_shutdown();
 }

@@ -15,8 +15,11 @@
 
 typedef struct {
     const char *addr;           /* "127.0.0.1:50051"; port 0 picks a free one */
-    const char *token;          /* NULL: no authentication; else every call needs
-                                   "authorization: Bearer <token>" or gets UNAUTHENTICATED */
+    /* NULL: no authentication; else every call needs "authorization: Bearer <token>" with
+     * one of these tokens (UNAUTHENTICATED), whose scope allows the method (PERMISSION_DENIED):
+     * SubmitJob needs submit, CancelJob and any method not known to read needs admin, the
+     * others read (api/auth.h). They must outlive the server. */
+    const struct zt_auth_tokens *tokens;
     size_t max_message_bytes;   /* largest request accepted (0: 4 MiB) */
     int max_connections;        /* TCP connections open at once; past it a new one is closed
                                    as it is accepted (0: no bound). Running out of file

@@ -45,7 +45,7 @@ struct zt_grpc_server {
     grpc_completion_queue *cq;
     void *handles[M_COUNT];
     zt_jobs *jm;
-    char *token;
+    const struct zt_auth_tokens *tokens;
     int port;
     int n_calls;          /* call structs alive, posted requests included */
     bool shutting_down;   /* shutdown_and_notify was called */
@@ -53,6 +53,11 @@ struct zt_grpc_server {
     bool cq_down;         /* grpc_completion_queue_shutdown was called */
     bool drained;         /* the queue returned GRPC_QUEUE_SHUTDOWN */
     tag shutdown_tag;
+    /* Calls served off the queue's thread (grpc_server.c, off_queue): how many run now, and
+     * those that ended while their handler still held them, freed by the queue's thread. */
+    pthread_mutex_t off_mu;
+    int off_running;
+    call *off_done;
 };
 
 struct call {
@@ -80,6 +85,8 @@ struct call {
     bool replaying;                /* inside zt_jobs_watch: a terminal state waits for its end */
     bool terminal_seen;
     bool finishing;                /* the status is decided; it follows the queued messages */
+    bool held;                     /* a handler on another thread still uses the call */
+    call *next_done;               /* in srv->off_done */
     grpc_status_code status;
     char *status_text;
     /* The error's google.rpc.Status (grpc-status-details-bin), kept until the call is freed

@@ -114,11 +114,22 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     }
 }
 
-static bool authorized(const zt_http_server *s, struct MHD_Connection *c) {
-    if (!s->token)
-        return true;
+/* The scope of the request's token (ZT_SCOPE_ADMIN when the server has none). */
+static zt_scope request_scope(const zt_http_server *s, struct MHD_Connection *c) {
+    if (!s->tokens)
+        return ZT_SCOPE_ADMIN;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return zt_auth_bearer_ok(s->token, h);
+    return zt_auth_scope(s->tokens, h);
+}
+
+/* The scope a request needs: reading is read's, submitting a job submit's, anything else
+ * (cancel, and whatever comes later) admin's. */
+static zt_scope scope_needed(const char *method, const char *url, bool get) {
+    if (get)
+        return ZT_SCOPE_READ;
+    if (!strcmp(method, "POST") && !strcmp(url, "/api/v1/jobs"))
+        return ZT_SCOPE_SUBMIT;
+    return ZT_SCOPE_ADMIN;
 }
 
 static bool is_events_url(const char *url) {
@@ -141,10 +152,18 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool api = starts_with(url, "/api/");
     if (api || !strcmp(url, "/metrics")) {
-        if (!authorized(s, c) && !(is_events_url(url) && zt_http_events_token_ok(s, c)))
+        zt_scope have = request_scope(s, c);
+        if (have == ZT_SCOPE_NONE && is_events_url(url))
+            have = zt_http_events_token_scope(s, c);
+        zt_scope need = scope_needed(method, url, get);
+        if (have == ZT_SCOPE_NONE)
             return zt_http_send_error_with_header(c, MHD_HTTP_UNAUTHORIZED,
                                                   MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
                                                   "missing or invalid bearer token");
+        if (have < need)
+            return zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "this token's scope is %s; %s %s "
+                                      "needs %s", zt_scope_name(have), method, url,
+                                      zt_scope_name(need));
         if (!api)
             return get ? zt_http_prometheus(s, c) : method_not_allowed(c, method, url, GET_ONLY);
         if (!strcmp(url, "/api/v1/jobs")) {
@@ -299,7 +318,6 @@ static void server_free(zt_http_server *s) {
     zt_http_conns_destroy(s->conns);
     zt_series_cache_destroy(s->cache);
     zt_http_guard_free(&s->guard);
-    free(s->token);
     free(s->web_dir);
     free(s->chartjs_dir);
     pthread_mutex_destroy(&s->mu);
@@ -318,11 +336,12 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
     pthread_mutex_init(&s->mu, NULL);
     s->jm = jm;
     s->cache = zt_series_cache_create();
-    s->token = cfg->token && *cfg->token ? strdup(cfg->token) : NULL;
+    s->tokens = cfg->tokens;
     s->web_dir = dup_or_null(cfg->web_dir);
     s->chartjs_dir = dup_or_null(cfg->chartjs_dir);
     s->max_body = cfg->max_request_bytes ? cfg->max_request_bytes : 64 * 1024;
-    if (!s->cache || (cfg->token && *cfg->token && !s->token) || (cfg->web_dir && !s->web_dir) ||
+    s->metrics_window_ms = (cfg->metrics_window_s < 0 ? 3600 : cfg->metrics_window_s) * 1000;
+    if (!s->cache || (cfg->web_dir && !s->web_dir) ||
         (cfg->chartjs_dir && !s->chartjs_dir)) {
         server_free(s);
         return ZT_ERR_NOMEM;

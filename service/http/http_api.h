@@ -13,8 +13,11 @@
 typedef struct {
     const char *host;             /* "127.0.0.1" (default) or "0.0.0.0", or an IPv4 address */
     int port;                     /* 0 picks a free one */
-    const char *token;            /* NULL: no authentication; else /api/ and /metrics need
-                                     "Authorization: Bearer <token>" or get 401 */
+    /* NULL: no authentication; else /api/ and /metrics need "Authorization: Bearer <token>"
+     * with one of these tokens (else 401) whose scope allows the request (else 403): GET and
+     * HEAD need read, POST /api/v1/jobs submit, any other method admin (api/auth.h). They must
+     * outlive the server. */
+    const struct zt_auth_tokens *tokens;
     const char *web_dir;          /* the dashboard's files (index.html, ...) */
     const char *chartjs_dir;      /* Debian's libjs-chart.js, served under /vendor/chart.js/ */
     unsigned max_connections;     /* 0: 256. Half of them may come from one client address. A
@@ -26,6 +29,10 @@ typedef struct {
     unsigned idle_timeout_s;      /* an answer nobody reads, or a connection nothing happens on,
                                      is closed after this; 0: 30 s */
     size_t max_request_bytes;     /* request bodies; 0: 64 KiB */
+    /* /metrics exports the jobs not yet over and those that ended within this many seconds
+     * (0: only the jobs not yet over); per-rank series only for jobs not yet over. The others
+     * stay in the API (/api/v1/jobs, series, records). Negative: the default, 3600. */
+    long long metrics_window_s;
     /* The names a request's Host header may carry besides the listen address, against DNS
      * rebinding. Always served: on a loopback listen 127.x.x.x, [::1] and localhost; on any
      * other (0.0.0.0 or one address) every IP address and localhost, since such a server is

@@ -21,6 +21,10 @@
  * the replay of a long history counts too (about 60000 records of a GPT-2 job), and a client
  * that wants more reads /records first and streams from where it ends. */
 #define ZT_SSE_MAX_QUEUED ((size_t)32 * 1024 * 1024)
+/* The stored history is replayed a window at a time: the replaying thread waits while this
+ * much is queued, so a client that does not read holds at most about this much of it (issue
+ * 34: 24 unread streams of a 20,000-record job took ztraind from 30 to 514 MB). */
+#define ZT_SSE_REPLAY_WINDOW ((size_t)256 * 1024)
 
 /* One formatted event waiting to be sent. A job event is encoded under the manager's lock
  * without its checkpoints (listing them reads the disk): `ckpt_dir` is set, and the reader
@@ -39,11 +43,19 @@ struct zt_sse {
     int fd;                   /* the client's socket, to notice that it went away */
     pthread_mutex_t mu;       /* guards the fields up to `stop` */
     pthread_cond_t cv;
+    pthread_cond_t room;      /* the reader took a chunk: a waiting replay may go on */
+    bool closing;             /* the response is being freed: a waiting replay gives up */
     sse_chunk *head, *tail;
     size_t queued;
     bool ended;               /* the terminal job event is queued: nothing follows */
     bool overflow;
     bool stop;                /* the server is stopping */
+    /* The thread that registers the watch and replays the history (replay_main). */
+    pthread_t replayer;
+    bool has_replayer;
+    char *job_id;
+    int what, log_tail;
+    int64_t since;
     /* Owned by the content reader (one MHD thread). */
     char *out;
     size_t out_len, out_off;
@@ -98,7 +110,15 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
     size_t len = 0;
     char *data = zt_jbuf_take(&b, &len);
     pthread_mutex_lock(&st->mu);
-    if (!ch || !data || (ev->kind == ZT_EVENT_STATE && !ckpt_dir) ||
+    /* A stored record replayed without the manager's lock waits for the reader to make room. */
+    while (ev->may_block && st->head && st->queued + len > ZT_SSE_REPLAY_WINDOW && !st->stop &&
+           !st->closing && !st->overflow)
+        pthread_cond_wait(&st->room, &st->mu);
+    if (st->closing) {
+        free(ch);
+        free(data);
+        free(ckpt_dir);
+    } else if (!ch || !data || (ev->kind == ZT_EVENT_STATE && !ckpt_dir) ||
         st->queued + len > ZT_SSE_MAX_QUEUED) {
         st->overflow = true;
         free(ch);
@@ -162,6 +182,7 @@ static bool sse_next(zt_sse *st, ssize_t *result) {
             if (!st->head)
                 st->tail = NULL;
             st->queued -= ch->len;
+            pthread_cond_signal(&st->room);
             pthread_mutex_unlock(&st->mu);
             sse_take_chunk(st, ch);
             return true;
@@ -238,6 +259,13 @@ static void sse_unregister(zt_sse *st) {
 static void sse_free(void *cls) {
     zt_sse *st = cls;
     sse_unregister(st);
+    if (st->has_replayer) {
+        pthread_mutex_lock(&st->mu);
+        st->closing = true;
+        pthread_cond_broadcast(&st->room);
+        pthread_mutex_unlock(&st->mu);
+        pthread_join(st->replayer, NULL);
+    }
     if (st->watch)
         zt_jobs_unwatch(st->srv->jm, st->watch);
     while (st->head) {
@@ -246,6 +274,8 @@ static void sse_free(void *cls) {
         chunk_free(ch);
     }
     free(st->out);
+    free(st->job_id);
+    pthread_cond_destroy(&st->room);
     pthread_cond_destroy(&st->cv);
     pthread_mutex_destroy(&st->mu);
     free(st);
@@ -260,6 +290,7 @@ static zt_sse *sse_create(zt_http_server *s, struct MHD_Connection *c) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&st->cv, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_cond_init(&st->room, NULL);
     pthread_mutex_init(&st->mu, NULL);
     st->srv = s;
     const union MHD_ConnectionInfo *ci =
@@ -286,19 +317,36 @@ static bool sse_register(zt_http_server *s, zt_sse *st) {
 
 /* EventSource can set no headers, so the stream also takes the token as ?access_token=
  * (RFC 6750 §2.3). */
-bool zt_http_events_token_ok(const zt_http_server *s, struct MHD_Connection *c) {
+zt_scope zt_http_events_token_scope(const zt_http_server *s, struct MHD_Connection *c) {
     const char *t = zt_http_arg(c, "access_token");
-    if (!s->token || !t)
-        return false;
+    if (!s->tokens || !t)
+        return ZT_SCOPE_NONE;
     size_t n = strlen(t);
     char *h = malloc(n + 8);
     if (!h)
-        return false;
+        return ZT_SCOPE_NONE;
     memcpy(h, "Bearer ", 7);
     memcpy(h + 7, t, n + 1);
-    bool ok = zt_auth_bearer_ok(s->token, h);
+    zt_scope sc = zt_auth_scope(s->tokens, h);
     free(h);
-    return ok;
+    return sc;
+}
+
+/* The stream's replaying thread: registers the watch, whose replay of the stored history runs
+ * here and waits for the reader as it goes (sse_on_event), so the history is paged out as the
+ * client reads. A watch that cannot be made ends the stream with an error. */
+static void *replay_main(void *arg) {
+    zt_sse *st = arg;
+    zt_job_watch *w = NULL;
+    zt_status s = zt_jobs_watch(st->srv->jm, st->job_id, st->what, st->since, st->log_tail,
+                                sse_on_event, st, &w);
+    pthread_mutex_lock(&st->mu);
+    st->watch = s == ZT_OK ? w : NULL;
+    if (s != ZT_OK)
+        st->overflow = true;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
 }
 
 /* GET /api/v1/jobs/{id}/events?since_step=&logs=&tail=: the job, its records from since_step,
@@ -326,18 +374,33 @@ enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
         sse_free(st);
         return zt_http_send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "ztraind is stopping");
     }
-    int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (logs ? ZT_WATCH_LOGS : 0);
-    zt_status zs = zt_jobs_watch(s->jm, id, what, since, (int)tail, sse_on_event, st, &st->watch);
+    /* An unknown job is a 404 before the stream starts; the watch itself is made by the
+     * replaying thread once the response exists. */
+    zt_job_info probe;
+    memset(&probe, 0, sizeof probe);
+    zt_status zs = zt_jobs_get(s->jm, id, &probe);
     if (zs != ZT_OK) {
-        st->watch = NULL;
         sse_free(st);
         return zt_http_send_status(c, zs, id);
     }
+    zt_job_info_free(&probe);
+    st->what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (logs ? ZT_WATCH_LOGS : 0);
+    st->since = since;
+    st->log_tail = (int)tail;
+    st->job_id = strdup(id);
     struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, sse_read, st, sse_free);
+        st->job_id ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, sse_read,
+                                                       st, sse_free)
+                   : NULL;
     if (!r) {
         sse_free(st);
         return MHD_NO;
+    }
+    st->has_replayer = pthread_create(&st->replayer, NULL, replay_main, st) == 0;
+    if (!st->has_replayer) {
+        pthread_mutex_lock(&st->mu);
+        st->overflow = true;
+        pthread_mutex_unlock(&st->mu);
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
@@ -354,6 +417,7 @@ void zt_http_events_stop_all(zt_http_server *s) {
         pthread_mutex_lock(&st->mu);
         st->stop = true;
         pthread_cond_signal(&st->cv);
+        pthread_cond_broadcast(&st->room);
         pthread_mutex_unlock(&st->mu);
     }
     pthread_mutex_unlock(&s->mu);

@@ -14,6 +14,7 @@
 
 #include "http_api.h"
 #include "http_json.h"
+#include "api/auth.h"
 #include "daemon/job_manager.h"
 
 /* The largest `tail` of log lines a request may ask for (GET .../logs and .../events). */
@@ -36,10 +37,11 @@ typedef struct {
 struct zt_http_server {
     struct MHD_Daemon *daemon;
     zt_jobs *jm;
-    char *token;
+    const struct zt_auth_tokens *tokens;
     char *web_dir;
     char *chartjs_dir;
     size_t max_body;
+    int64_t metrics_window_ms;    /* http_prometheus.c: which ended jobs /metrics still shows */
     int port;
     pthread_mutex_t mu;       /* guards streams and stopping */
     zt_sse *streams;          /* live event streams, so that stop can end them */
@@ -182,9 +184,9 @@ enum MHD_Result zt_http_job_tensorboard(zt_http_server *s, struct MHD_Connection
 
 /* http_events.c: GET /api/v1/jobs/{id}/events, the live event stream. */
 enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c, const char *id);
-/* Whether the request carries the server's token as ?access_token=, which the event stream
- * takes in place of the Authorization header. */
-bool zt_http_events_token_ok(const zt_http_server *s, struct MHD_Connection *c);
+/* The scope of the token the request carries as ?access_token=, which the event stream takes
+ * in place of the Authorization header (EventSource sets no headers). */
+zt_scope zt_http_events_token_scope(const zt_http_server *s, struct MHD_Connection *c);
 /* Ends every live stream and refuses new ones, so that MHD can join their threads. */
 void zt_http_events_stop_all(zt_http_server *s);
 

@@ -1,6 +1,10 @@
-/* GET /metrics (http_internal.h): every job's state and last reported numbers in Prometheus'
- * text exposition format (version 0.0.4), one family per quantity, each sample labelled with
- * the job's id and name (the per-rank series also with the rank). A scrape copies a summary of
+/* GET /metrics (http_internal.h): the state and last reported numbers of the jobs not yet over
+ * and of those that ended within the server's window (--metrics-window), in Prometheus' text
+ * exposition format (version 0.0.4), one family per quantity, each sample labelled with the
+ * job's id and name (the per-rank series, only for jobs not yet over, also with the rank). Every
+ * job ever submitted would make a scrape grow without end, and each job id a series Prometheus
+ * keeps: its guidance on label cardinality asks for bounded label sets. ztrain_jobs{state} still
+ * counts every job; the history of the others stays in the API. A scrape copies a summary of
  * each job (zt_jobs_summaries), not its spec nor its history. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -130,11 +134,13 @@ static void prom_value(zt_jbuf *b, double v) {
 /* Every rank's figures of every job that has reported them; a family without a single value
  * (the GPU ones on CPU jobs) is left out whole. */
 static void prom_write_ranks(zt_jbuf *b, const zt_job_summary *jobs, int n) {
+    /* Only the jobs not yet over: a rank that ended has no current figures. */
     for (size_t f = 0; f < N_PROM_RANK_FAMILIES; f++) {
         bool header = prom_rank_families[f].help == NULL;  /* a later phase of the family above */
         int fig = prom_rank_families[f].figure;
         for (int i = 0; i < n; i++) {
-            for (int r = 0; jobs[i].ranks && r < jobs[i].world_size; r++) {
+            bool live = !zt_job_state_terminal(jobs[i].state);
+            for (int r = 0; live && jobs[i].ranks && r < jobs[i].world_size; r++) {
                 const zt_rank_figures *rf = &jobs[i].ranks[r];
                 if (!rf->reported || isnan(rf->v[fig]))
                     continue;
@@ -153,16 +159,36 @@ static void prom_write_ranks(zt_jbuf *b, const zt_job_summary *jobs, int n) {
     }
 }
 
-static void prom_write(zt_jbuf *b, const zt_job_summary *jobs, int n) {
+/* Copies (shallowly, in order) the summaries /metrics exports into shown; returns how many.
+ * The originals stay as they are: zt_job_summaries_free wants them in their places. */
+static int exported_jobs(const zt_job_summary *jobs, int n, int64_t window_ms,
+                         zt_job_summary *shown) {
+    int64_t since = zt_http_wall_ms() - window_ms;
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (!zt_job_state_terminal(jobs[i].state) ||
+            (window_ms > 0 && jobs[i].finished_ms >= since))
+            shown[kept++] = jobs[i];
+    return kept;
+}
+
+static void prom_write(zt_jbuf *b, const zt_job_summary *all, int n_all, int64_t window_ms) {
+    zt_job_summary *jobs = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof *jobs);
+    if (!jobs) {
+        b->oom = true;
+        return;
+    }
+    int n = n_all;
     prom_family(b, "ztrain_up", "gauge", "1 while ztraind answers.");
     zt_jbuf_puts(b, "ztrain_up 1\n");
     prom_family(b, "ztrain_jobs", "gauge", "Jobs known to ztraind, by state.");
     for (zt_job_state st = ZT_JOB_QUEUED; st <= ZT_JOB_CANCELLED; st++) {
         int count = 0;
-        for (int i = 0; i < n; i++)
-            count += jobs[i].state == st;
+        for (int i = 0; i < n_all; i++)
+            count += all[i].state == st;
         zt_jbuf_printf(b, "ztrain_jobs{state=\"%s\"} %d\n", zt_job_state_name(st), count);
     }
+    n = exported_jobs(all, n_all, window_ms, jobs);
     prom_family(b, "ztrain_job_state", "gauge", "1 for the job's current state.");
     for (int i = 0; i < n; i++) {
         zt_jbuf_puts(b, "ztrain_job_state");
@@ -183,6 +209,7 @@ static void prom_write(zt_jbuf *b, const zt_job_summary *jobs, int n) {
         }
     }
     prom_write_ranks(b, jobs, n);
+    free(jobs);
 }
 
 enum MHD_Result zt_http_prometheus(zt_http_server *s, struct MHD_Connection *c) {
@@ -193,7 +220,7 @@ enum MHD_Result zt_http_prometheus(zt_http_server *s, struct MHD_Connection *c) 
         return zt_http_send_status(c, st, NULL);
     zt_jbuf b;
     zt_jbuf_init(&b);
-    prom_write(&b, jobs, n);
+    prom_write(&b, jobs, n, s->metrics_window_ms);
     zt_job_summaries_free(jobs, n);
     return zt_http_send_text(c, MHD_HTTP_OK, &b, "text/plain; version=0.0.4; charset=utf-8");
 }

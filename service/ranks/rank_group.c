@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -26,7 +27,7 @@ extern char **environ;
  * two contradicting identities. */
 static const char *const replaced_vars[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "ZTRAIN_RUN_ID", "ZTRAIN_LAUNCHER_PID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS",
+    "ZTRAIN_RUN_ID", "ZTRAIN_LAUNCHER_PID", "ZTRAIN_RDZV_SECRET", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS",
     "SLURM_LOCALID", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
 };
 
@@ -44,7 +45,7 @@ static const char *const whitelist_prefixes[] = {"LC_",   "NCCL_", "ASAN_",
                                                  "UBSAN_", "LSAN_", "ZTRAIN_INJECT_"};
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
-#define MAX_SET 8       /* shared entries made here: OMP x2, run id, the torchrun five */
+#define MAX_SET 9       /* shared entries made here: OMP x2, run id, the torchrun six */
 
 /* ------------------------------------------------------------------------------------------ */
 /* The environment                                                                             */
@@ -137,6 +138,15 @@ static int shared_entries(zt_rank_env *e, char *const *env, char **set) {
         set[n++] = own(e, "LOCAL_WORLD_SIZE=%d", s->world_size);
         set[n++] = own(e, "MASTER_ADDR=%s", s->master_addr);
         set[n++] = own(e, "MASTER_PORT=%d", s->master_port);
+        /* A fresh secret per group: the rendezvous store rank 0 serves at MASTER_PORT answers
+         * only ranks that know it (engine/comm/tcp_store.h), not any local process. */
+        unsigned char rnd[16];
+        char hex[33];
+        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+            return -1;
+        for (int i = 0; i < 16; i++)
+            snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+        set[n++] = own(e, "ZTRAIN_RDZV_SECRET=%s", hex);
         /* Lets a worker ask for SIGTERM when its parent dies (PR_SET_PDEATHSIG), so that even a
          * SIGKILLed launcher leaves no rank behind. */
         set[n++] = own(e, "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());

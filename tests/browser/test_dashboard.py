@@ -213,7 +213,9 @@ def case_training(drv, d, a_id, build):
     drv.save_screenshot(phone_shot)
     widths = drv.execute_script("""
         return [window.innerWidth,
-                ...[...document.querySelectorAll('.chart-card')].map(c => c.getBoundingClientRect().left)];""")
+                ...[...document.querySelectorAll('.chart-card')]
+                    .filter(c => getComputedStyle(c).display !== 'none')
+                    .map(c => c.getBoundingClientRect().left)];""")
     ck.check(widths[0] == PHONE["width"] and no_sideways_scroll(drv) and len(set(widths[1:])) == 1,
              f"b: at {widths[0]} px (phone) nothing scrolls sideways and the charts stack in one "
              f"column; screenshot {phone_shot}")
@@ -412,6 +414,11 @@ def case_token(drv, build):
         listed = wait_until(lambda: c_id in row_states(drv), 10)
         ck.check(listed and not q(drv, "token-panel").is_displayed(),
                  "g: after a reload the stored token is used without asking again")
+        stored = drv.execute_script("return [localStorage.getItem('ztrain.token'), "
+                                    "sessionStorage.getItem('ztrain.token')]")
+        ck.check(stored == [None, TOKEN], f"g: the token is kept for the tab only, not in local "
+                 f"storage, unless asked to be remembered ({stored[0] is not None}, "
+                 f"{stored[1] == TOKEN})")
         errors = severe(drv, lambda m: "401" in m and "/api/v1/" in m)
         ck.check(not errors, f"g: no console errors besides the 401 responses: {errors}")
 

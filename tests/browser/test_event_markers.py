@@ -4,9 +4,13 @@ them).
 
   a. A finished job with a non-finite step 3 and a loss spike at step 12 (a batch of random
      bytes), both "skip": the page's event list holds exactly the events of
-     /api/v1/jobs/{id}/anomalies (step, kind, policy), and every chart carries a marker at each
-     of those steps, drawn inside its plot area; in wall-time mode the markers move to
-     (time_unix_ms - started_unix_ms) / 1000 of each event.
+     /api/v1/jobs/{id}/anomalies (step, kind, policy); each marker is on the chart of the value
+     it is about (issue 34): the loss chart at steps 3 and 12, the gradient-norm chart at step
+     3 (the non-finite gradient), no marker on the learning-rate, step-time or tokens/s charts;
+     markers are drawn inside the plot area, with no text over it until the pointer is on one:
+     then the chart names the event (its kind and step); in wall-time mode the markers move to
+     (time_unix_ms - started_unix_ms) / 1000 of each event. The job (fp32, no pipeline) shows no
+     loss-scale or pipeline-bubble panel, which it could never fill.
   b. A running job whose rank is stopped (SIGSTOP) with events.stall.seconds 2: the stall shows
      in the open page's list and as a marker without a reload (the event stream).
   c. No SEVERE entry in the browser console."""
@@ -26,7 +30,9 @@ from svc import (BUILD, LONG, TEXT, Checker, Daemon, get_job, submit, temp_dir, 
 from page import api, start_browser, wait_until  # noqa: E402
 
 ck = Checker()
-CHARTS = ["chart-loss", "chart-lr", "chart-step-time", "chart-tps", "chart-grad-norm"]
+# The markers each chart must carry in case a: the event's own value's chart only.
+WANT_MARKS = {"chart-loss": [3, 12], "chart-grad-norm": [3], "chart-lr": [],
+              "chart-step-time": [], "chart-tps": []}
 
 
 def open_job(drv, d, job_id):
@@ -56,6 +62,21 @@ return ch.$ztEvents.map(e => [e.step, e.x_time,
 
 def marks(drv, testid):
     return drv.execute_script(MARKS_JS, testid) or []
+
+
+def hover_marker(drv, testid, step):
+    """Moves the pointer onto the chart's marker at `step`; returns [[kind, step], ...] of the
+    events the chart then says are under it ($ztHover), or None."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    canvas = drv.find_element("css selector", f'[data-testid="{testid}"]')
+    where = drv.execute_script("""
+        const c = arguments[0], ch = Chart.getChart(c), r = c.getBoundingClientRect();
+        return [ch.scales.x.getPixelForValue(arguments[1]) - r.width / 2,
+                (ch.chartArea.top + ch.chartArea.bottom) / 2 - r.height / 2];""", canvas, step)
+    ActionChains(drv).move_to_element_with_offset(canvas, int(where[0]), int(where[1])).perform()
+    return wait_until(lambda: drv.execute_script("""
+        const h = Chart.getChart(arguments[0]).$ztHover;
+        return h ? h.events.map(e => [e.kind, e.step]) : null;""", canvas), 5)
 
 
 def main():
@@ -90,11 +111,21 @@ def main():
             got = wait_until(lambda: [tuple(r) for r in rows(drv)] == want and rows(drv), 10)
             ck.check([tuple(r) for r in (got or rows(drv))] == want,
                      f"a: the page lists the API's events: {rows(drv)}")
-            for testid in CHARTS:
+            for testid, steps in WANT_MARKS.items():
                 m = marks(drv, testid)
-                ck.check([x[0] for x in m] == [3, 12] and
+                ck.check([x[0] for x in m] == steps and
                          all(left <= px <= right for _, _, px, left, right in m),
-                         f"a: {testid} has markers at steps 3 and 12 inside its plot: {m}")
+                         f"a: {testid} has markers at steps {steps} inside its plot: {m}")
+            hidden = drv.execute_script(
+                "return ['chart-loss-scale', 'chart-pipeline-bubble', 'chart-loss'].map(t => "
+                "getComputedStyle(document.querySelector(`[data-testid=\"${t}\"]`).closest('figure'))"
+                ".display === 'none');")
+            ck.check(hidden == [True, True, False],
+                     f"a: an fp32 job without stages shows no loss-scale or bubble panel "
+                     f"(hidden: {hidden})")
+            hovered = hover_marker(drv, "chart-loss", 12)
+            ck.check(hovered == [["loss_spike", 12]],
+                     f"a: the pointer on the loss chart's step-12 marker names it: {hovered}")
             started = api(d, f"/api/v1/jobs/{a.id}")["started_unix_ms"]
             times = {e["train/global_step"]: (e["time_unix_ms"] - started) / 1000
                      for e in api(d, f"/api/v1/jobs/{a.id}/anomalies")["anomalies"]}

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "fuzz_util.h"
+#include "api/auth.h"
 #include "http/http_api.h"
 #include "daemon/job_manager.h"
 
@@ -114,7 +115,12 @@ static void start_server(void) {
 
     static const char *const hosts[] = {"ztrain.example"};
     static const char *const origins[] = {"https://dash.example"};
-    zt_http_config hc = {.host = "127.0.0.1", .port = 0, .token = TOKEN,
+    /* One admin token, as ZTRAIN_TOKEN gives it. */
+    static zt_auth_tokens *tokens;
+    setenv("ZTRAIN_TOKEN", TOKEN, 1);
+    FUZZ_CHECK(zt_auth_load_tokens(NULL, &tokens) == ZT_OK && tokens, "tokens: %s",
+               zt_last_error());
+    zt_http_config hc = {.host = "127.0.0.1", .port = 0, .tokens = tokens,
                          .web_dir = ZT_FUZZ_WEB_DIR, .chartjs_dir = ZT_FUZZ_WEB_DIR,
                          .hosts = hosts, .n_hosts = 1, .origins = origins, .n_origins = 1};
     FUZZ_CHECK(zt_http_start(&server, &hc, jobs) == ZT_OK, "HTTP: %s", zt_last_error());

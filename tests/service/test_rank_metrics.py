@@ -1,8 +1,8 @@
 """The per-rank figures of a real 2-rank job under ztraind, with the job's own metrics.jsonl as
 the reference: GetJob's RankStatus (grpcio), the HTTP job JSON and `ztrain status` carry each
-rank's step time, breakdown, CPU and memory of the last logged step; GET /metrics exposes them
-as rank-labelled Prometheus series (times in seconds; the breakdown as one family with a phase
-label), with the straggler; a CPU job has no GPU series, and its GPU fields are NaN / null. A record as long as a
+rank's step time, breakdown, CPU and memory of the last logged step; GET /metrics exposes the
+straggler, and no per-rank series once the job has ended (they are a running job's); a CPU
+job's GPU fields are NaN / null. A record as long as a
 300-rank job's arrives whole (a stand-in worker writes it)."""
 import json
 import math
@@ -91,29 +91,15 @@ with Daemon(BUILD, temp_dir("ztrain-rankm-"), max_ranks=2) as d:
         return [v for n, lab, v in samples
                 if n == name and lab.get("job_id") == jid and all(lab.get(k) == x for k, x in labels.items())]
 
-    for r in range(2):
-        rank = str(r)
-        ck.check(series("ztrain_rank_step_time_seconds", rank=rank) == [want(r, "step_time_ms") / 1e3]
-                 and series("ztrain_rank_compute_seconds", rank=rank) == [want(r, "compute_ms") / 1e3],
-                 f"/metrics rank {r}: step and compute seconds are the record's ms / 1000")
-        ph = {p: series("ztrain_rank_step_phase_seconds", rank=rank, phase=p) for p in PHASES}
-        ck.check(all(ph[p] == [want(r, k) / 1e3] for p, k in PHASES.items()),
-                 f"/metrics rank {r}: one series per phase {sorted(ph)}, the record's values")
-        ck.check(math.isclose(sum(v[0] for v in ph.values()), want(r, "step_time_ms") / 1e3, rel_tol=0.05),
-                 f"/metrics rank {r}: the phases add up to the step time within 5%")
-        ck.check(series("ztrain_rank_cpu_utilization", rank=rank) == [want(r, "cpu_util")] and
-                 series("ztrain_rank_resident_memory_bytes", rank=rank) == [want(r, "rss_bytes")] and
-                 series("ztrain_rank_peak_resident_memory_bytes", rank=rank) == [want(r, "peak_rss_bytes")],
-                 f"/metrics rank {r}: CPU utilisation and memory are the record's")
+    # Per-rank series are exported only while a job runs (issue 34: bounded cardinality); this
+    # one has ended, so only its job series remain (test_prometheus_window checks a running
+    # job's ranks).
+    mine = {n for n, lab, _ in samples if lab.get("job_id") == jid and n.startswith("ztrain_rank_")}
+    ck.check(not mine, f"/metrics: the ended job has no per-rank series ({sorted(mine)})")
     ck.check(series("ztrain_job_straggler_rank") == [last["perf/straggler_rank"]] and
              series("ztrain_job_straggler_ratio") == [last["perf/straggler_ratio"]],
              f"/metrics: the straggler (rank {last['perf/straggler_rank']}, ratio "
              f"{last['perf/straggler_ratio']:.3f}) is the record's")
-    rank_families = {n for n, _, _ in samples if n.startswith("ztrain_rank_")}
-    ck.check(all(types.get(n) == "gauge" for n in rank_families) and len(rank_families) == 6,
-             f"/metrics: six rank families, each a gauge with HELP/TYPE ({sorted(rank_families)})")
-    ck.check(not any(n.startswith("ztrain_rank_gpu") for n in rank_families),
-             "/metrics: no GPU series for a CPU job")
     d.stop()
     ck.check(not d.sanitizer_errors(), f"no sanitizer report from ztraind: {d.sanitizer_errors()}")
 

@@ -38,11 +38,30 @@ static size_t count(char *const *v) {
     return n;
 }
 
+/* The rendezvous secret is fresh per group: a want of SECRET_ANY matches any 32 hex digits. */
+#define SECRET_ANY "ZTRAIN_RDZV_SECRET=*"
+
+static bool is_secret(const char *entry) {
+    size_t prefix = strlen(SECRET_ANY) - 1;
+    if (strncmp(entry, SECRET_ANY, prefix) != 0)
+        return false;
+    const char *v = entry + prefix;
+    return strlen(v) == 32 && strspn(v, "0123456789abcdef") == 32;
+}
+
 static bool has(char *const *v, const char *entry) {
     for (; *v; v++)
-        if (strcmp(*v, entry) == 0)
+        if (strcmp(*v, entry) == 0 || (strcmp(*v, SECRET_ANY) == 0 && is_secret(entry)) ||
+            (strcmp(entry, SECRET_ANY) == 0 && is_secret(*v)))
             return true;
     return false;
+}
+
+static const char *secret_of(char *const *envp) {
+    for (; *envp; envp++)
+        if (is_secret(*envp))
+            return *envp;
+    return "";
 }
 
 /* envp must hold exactly the NULL-terminated `want` (any order), each name once. */
@@ -76,12 +95,20 @@ static void inherit_policy(void) {
               "HOME=/home/u", "LC_ALL=C", "NCCL_DEBUG=INFO", "MY_SETTING=1", "ZTRAIN_TOKEN=s3cret",
               "SLURM_CONF=/etc/slurm.conf", "CUDA_VISIBLE_DEVICES=7", "OMP_NUM_THREADS=3",
               "ZTRAIN_RUN_ID=r1", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-              "MASTER_PORT=12345", pid_var, "RANK=1", "LOCAL_RANK=1");
+              "MASTER_PORT=12345", SECRET_ANY, pid_var, "RANK=1", "LOCAL_RANK=1");
     CHECK_ENV("inherit, rank 0", zt_rank_env_of(&e, 0, false), "PATH=/usr/bin:/bin",
               "HOME=/home/u", "LC_ALL=C", "NCCL_DEBUG=INFO", "MY_SETTING=1", "ZTRAIN_TOKEN=s3cret",
               "SLURM_CONF=/etc/slurm.conf", "CUDA_VISIBLE_DEVICES=7", "OMP_NUM_THREADS=3",
               "ZTRAIN_RUN_ID=r1", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-              "MASTER_PORT=12345", pid_var, "RANK=0", "LOCAL_RANK=0");
+              "MASTER_PORT=12345", SECRET_ANY, pid_var, "RANK=0", "LOCAL_RANK=0");
+    /* One secret for the group's ranks, another for the next group (issue 34). */
+    char first[64];
+    snprintf(first, sizeof first, "%s", secret_of(zt_rank_env_of(&e, 0, false)));
+    CHECK(first[0] && strcmp(first, secret_of(zt_rank_env_of(&e, 1, false))) == 0);
+    zt_rank_env again;
+    CHECK(zt_rank_env_init(&again, &spec) == ZT_OK);
+    CHECK(strcmp(first, secret_of(zt_rank_env_of(&again, 0, false))) != 0);
+    zt_rank_env_free(&again);
     zt_rank_env_free(&e);
 }
 
@@ -98,7 +125,8 @@ static void whitelist_policy(void) {
               "PATH=/usr/bin:/bin", "HOME=/home/u", "LC_ALL=C", "NCCL_DEBUG=INFO",
               "CUDA_VISIBLE_DEVICES=7", "OMP_NUM_THREADS=2", "OMP_WAIT_POLICY=PASSIVE",
               "ZTRAIN_RUN_ID=ztraind1-job-000001", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2",
-              "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500", pid_var, "RANK=0", "LOCAL_RANK=0",
+              "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500", SECRET_ANY, pid_var, "RANK=0",
+              "LOCAL_RANK=0",
               "ZTRAIN_METRICS_FD=3");
     char *const *r1 = zt_rank_env_of(&e, 1, false);
     CHECK(!has(r1, "ZTRAIN_METRICS_FD=3") && has(r1, "RANK=1") && has(r1, "LOCAL_RANK=1"));
@@ -112,6 +140,7 @@ static void whitelist_policy(void) {
     CHECK_ENV("whitelist, the caller's wait policy", zt_rank_env_of(&e, 1, false), "PATH=/bin",
               "OMP_WAIT_POLICY=ACTIVE", "OMP_NUM_THREADS=2", "ZTRAIN_RUN_ID=ztraind1-job-000001",
               "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500",
+              SECRET_ANY,
               pid_var, "RANK=1", "LOCAL_RANK=1");
     zt_rank_env_free(&e);
 }
@@ -168,8 +197,8 @@ static void threads_and_wait(void) {
     CHECK(zt_rank_env_init(&e, &spec) == ZT_OK);
     CHECK_ENV("explicit threads, the user's policy", zt_rank_env_of(&e, 0, false),
               "OMP_NUM_THREADS=4", "OMP_WAIT_POLICY=active", "ZTRAIN_RUN_ID=t", "WORLD_SIZE=2",
-              "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=0", pid_var, "RANK=0",
-              "LOCAL_RANK=0");
+              "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=0", SECRET_ANY, pid_var,
+              "RANK=0", "LOCAL_RANK=0");
     zt_rank_env_free(&e);
 
     /* Under the whitelist the caller's OMP_NUM_THREADS is not inherited, so it is not kept. */

@@ -41,7 +41,7 @@ static int server_port;
 static void *count_client(void *arg) {
     long id = (long)arg;
     zt_tcp_store *c;
-    if (zt_tcp_store_connect(&c, "127.0.0.1", server_port, 10) != ZT_OK)
+    if (zt_tcp_store_connect(&c, "127.0.0.1", server_port, 10, NULL) != ZT_OK)
         return (void *)1;
     long bad = 0;
     for (int i = 0; i < ADDS; i++) {
@@ -61,7 +61,7 @@ static void *count_client(void *arg) {
 static void *set_later(void *arg) {
     (void)arg;
     zt_tcp_store *c;
-    if (zt_tcp_store_connect(&c, "localhost", server_port, 10) != ZT_OK)
+    if (zt_tcp_store_connect(&c, "localhost", server_port, 10, NULL) != ZT_OK)
         return (void *)1;
     struct timespec ts = {0, 300 * 1000 * 1000};
     nanosleep(&ts, NULL);
@@ -82,7 +82,7 @@ static void raw_send_close(const void *bytes, size_t len) {
 
 static void test_values_and_many_clients(void) {
     zt_tcp_store *c;
-    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", server_port, 5) == ZT_OK);
+    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", server_port, 5, NULL) == ZT_OK);
     CHECK(zt_tcp_store_set(c, "a", "hello", 5) == ZT_OK);
     CHECK(zt_tcp_store_set(c, "empty", "", 0) == ZT_OK);
     void *v;
@@ -131,7 +131,7 @@ static void test_values_and_many_clients(void) {
 
 static void test_waits_and_disconnects(void) {
     zt_tcp_store *c;
-    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", server_port, 5) == ZT_OK);
+    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", server_port, 5, NULL) == ZT_OK);
     /* A waiting get is released by a set from another client. */
     pthread_t t;
     pthread_create(&t, NULL, set_later, NULL);
@@ -173,23 +173,23 @@ static void test_failures(void) {
     zt_tcp_store *c = NULL;
     /* A port in use: the running server's. */
     zt_tcp_store_server *s2 = NULL;
-    CHECK(zt_tcp_store_server_start(&s2, server_port) == ZT_ERR_IO && s2 == NULL &&
+    CHECK(zt_tcp_store_server_start(&s2, NULL, server_port, NULL) == ZT_ERR_IO && s2 == NULL &&
           strstr(zt_last_error(), "already in use"));
 
     /* A host that does not resolve fails at once, naming it. */
     double t0 = now_s();
-    CHECK(zt_tcp_store_connect(&c, "no-such-host.invalid", server_port, 5) == ZT_ERR_INVALID &&
+    CHECK(zt_tcp_store_connect(&c, "no-such-host.invalid", server_port, 5, NULL) == ZT_ERR_INVALID &&
           c == NULL && strstr(zt_last_error(), "'no-such-host.invalid' does not resolve"));
     CHECK(now_s() - t0 < 4);
 
     /* No server at all: retried until the deadline, then a timeout naming the address. A port
      * just freed by the kernel is one nothing listens on. */
     zt_tcp_store_server *tmp = NULL;
-    CHECK(zt_tcp_store_server_start(&tmp, 0) == ZT_OK);
+    CHECK(zt_tcp_store_server_start(&tmp, NULL, 0, NULL) == ZT_OK);
     int free_port = tmp ? zt_tcp_store_server_port(tmp) : 1;
     zt_tcp_store_server_stop(tmp);
     t0 = now_s();
-    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", free_port, 0.5) == ZT_ERR_TIMEOUT && c == NULL);
+    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", free_port, 0.5, NULL) == ZT_ERR_TIMEOUT && c == NULL);
     double took = now_s() - t0;
     CHECK(took >= 0.45 && took < 3);
     char where[64];
@@ -204,7 +204,7 @@ static void test_failures(void) {
     socklen_t alen = sizeof a;
     CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 4) == 0 &&
           getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
-    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", ntohs(a.sin_port), 0.4) == ZT_OK);
+    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", ntohs(a.sin_port), 0.4, NULL) == ZT_OK);
     t0 = now_s();
     CHECK(zt_tcp_store_set(c, "x", "y", 1) == ZT_ERR_TIMEOUT &&
           strstr(zt_last_error(), "did not reply"));
@@ -213,7 +213,7 @@ static void test_failures(void) {
     zt_tcp_store_close(c);
 
     /* A server that goes away: the client's next request is an error naming it. */
-    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", ntohs(a.sin_port), 0.4) == ZT_OK);
+    CHECK(zt_tcp_store_connect(&c, "127.0.0.1", ntohs(a.sin_port), 0.4, NULL) == ZT_OK);
     close(fd);
     CHECK(zt_tcp_store_set(c, "x", "y", 1) == ZT_ERR_IO &&
           strstr(zt_last_error(), "closed the connection"));
@@ -222,7 +222,7 @@ static void test_failures(void) {
 
 int main(void) {
     zt_tcp_store_server *s;
-    if (zt_tcp_store_server_start(&s, 0) != ZT_OK) {
+    if (zt_tcp_store_server_start(&s, NULL, 0, NULL) != ZT_OK) {
         fprintf(stderr, "FAIL: cannot start the store: %s\n", zt_last_error());
         return 1;
     }

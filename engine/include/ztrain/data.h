@@ -56,7 +56,15 @@ typedef struct zt_dataset {
  * pattern that matches nothing is an error naming it. Close with zt_dataset_close(). */
 zt_status zt_dataset_open(zt_dataset *d, const char *path, int vocab_size);
 
-/* Opens the training data a job spec names (data.train): its file or glob, or its mixture.
+/* Opens the n files a glob matched when the job was checked (data.train_files / val_files), as
+ * one dataset in that order, named `pattern` in messages. Each path must still resolve to
+ * itself (the list holds resolved paths): a file turned into a symlink, or a directory on its
+ * way swapped for one, since the check is an error naming the file and where it now leads. */
+zt_status zt_dataset_open_files(zt_dataset *d, const char *pattern, char *const *files, int n,
+                                int vocab_size);
+
+/* Opens the training data a job spec names (data.train): its file or glob (or the glob's
+ * checked files, data.train_files), or its mixture.
  * Everything that opens a job's training data goes through here, so a mixture is never taken
  * for a missing path. */
 struct zt_data_spec_s;

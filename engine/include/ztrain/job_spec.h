@@ -84,6 +84,11 @@ typedef struct zt_data_spec_s {
     zt_data_source *train_mix; /* data.train given as [{"path", "weight"}, ...]; else NULL */
     int n_train_mix;
     char *val;         /* optional, a file or glob as train; NULL when absent */
+    /* The files a glob of data.train / data.val matched when the job was checked (ztraind writes
+     * them as "train_files" / "val_files", resolved): opened instead of expanding the glob again,
+     * each re-checked at open (zt_dataset_open_files). NULL when absent. */
+    char **train_files, **val_files;
+    int n_train_files, n_val_files;
     bool shuffle;      /* DistributedSampler shuffle, default true */
     char *tokenizer;   /* optional tokenizer.json: `ztrain sample --prompt` encodes with it */
     int sample_tokens; /* > 0: at each evaluation rank 0 logs a sample of this many tokens

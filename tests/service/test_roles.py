@@ -1,0 +1,126 @@
+"""Token roles (issue 34): a token file with a scope per token, over gRPC (Python grpcio) and HTTP
+(urllib), against a real ztraind.
+
+  a. read: Health, ListJobs, GetJob, WatchJob, GetMetrics; GET /api/v1/jobs, /metrics (the
+     Prometheus scrape), /events with ?access_token=. SubmitJob and CancelJob are
+     PERMISSION_DENIED naming the token's scope and the one needed; POST .../cancel is 403.
+  b. submit: SubmitJob is taken; CancelJob is PERMISSION_DENIED (admin's), POST .../cancel 403.
+  c. admin: CancelJob and POST .../cancel work.
+  d. no token or an unknown one: UNAUTHENTICATED / 401; a token alone on its line is admin (the
+     one-token file of before); '#' lines are comments.
+  e. A token file with an unknown scope, or a line with more than a token and a scope, stops
+     ztraind with status 1 and a message naming the file and line."""
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from svc import (BUILD, LONG, Checker, Daemon, spec_proto, stubs, temp_dir, tiny_job,  # noqa: E402
+                 wait_step)
+
+import grpc  # noqa: E402
+
+pb, rpc, hpb, hrpc = stubs()
+ck = Checker()
+READ, SUBMIT, ADMIN, OLD = "r" * 24 + "1", "s" * 24 + "2", "a" * 24 + "3", "o" * 24 + "4"
+
+
+def md(token):
+    return [("authorization", f"Bearer {token}")] if token else []
+
+
+def grpc_code(fn):
+    try:
+        fn()
+        return "OK", ""
+    except grpc.RpcError as e:
+        return e.code().name, e.details()
+
+
+def http(d, method, path, token=None):
+    req = urllib.request.Request(d.http_url + path, method=method,
+                                 data=b"{}" if method == "POST" else None,
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    if method == "POST":
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read(2000).decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+tmp = temp_dir("ztrain-roles-")
+token_file = os.path.join(tmp, "tokens")
+with open(token_file, "w") as f:
+    f.write(f"# dashboards and Prometheus\n{READ} read\n\n{SUBMIT} submit\n{ADMIN}   admin\n{OLD}\n")
+os.chmod(token_file, 0o600)
+
+with Daemon(BUILD, tmp, max_ranks=1, extra_args=["--token-file", token_file]) as d:
+    d.token = READ  # what svc.py's helpers send
+    stub, health = d.stub(), d.health()
+    job = tiny_job(d.data_root, max_steps=LONG, log_interval=5)
+    submit_req = pb.SubmitJobRequest(spec=spec_proto(job))
+
+    code, text = grpc_code(lambda: stub.SubmitJob(submit_req, metadata=md(READ), timeout=30))
+    ck.check(code == "PERMISSION_DENIED" and "scope is read" in text and "needs submit" in text,
+             f"a: read cannot SubmitJob: {code} {text}")
+    j = stub.SubmitJob(submit_req, metadata=md(SUBMIT), timeout=30)
+    ck.check(bool(j.id), "b: submit submits a job")
+    wait_step(d, j.id, 1, timeout=120)
+    reads = {
+        "Health": lambda: health.Check(hpb.HealthCheckRequest(), metadata=md(READ), timeout=10),
+        "ListJobs": lambda: stub.ListJobs(pb.ListJobsRequest(), metadata=md(READ), timeout=10),
+        "GetJob": lambda: stub.GetJob(pb.GetJobRequest(id=j.id), metadata=md(READ), timeout=10),
+        "GetMetrics": lambda: stub.GetMetrics(pb.GetMetricsRequest(id=j.id), metadata=md(READ),
+                                              timeout=10),
+        "WatchJob": lambda: next(iter(stub.WatchJob(pb.WatchJobRequest(id=j.id),
+                                                    metadata=md(READ), timeout=10))),
+    }
+    for name, fn in reads.items():
+        code, text = grpc_code(fn)
+        ck.check(code == "OK", f"a: read may call {name} ({code} {text})")
+    for path in ("/api/v1/jobs", "/metrics", f"/api/v1/jobs/{j.id}/records"):
+        status, body = http(d, "GET", path, READ)
+        ck.check(status == 200, f"a: read may GET {path} ({status})")
+    req = urllib.request.Request(f"{d.http_url}/api/v1/jobs/{j.id}/events?access_token={READ}")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        ck.check(r.status == 200 and b"event: job" in r.read(200),
+                 "a: read opens the event stream with ?access_token=")
+
+    for token, name in ((READ, "read"), (SUBMIT, "submit")):
+        code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=j.id),
+                                                      metadata=md(token), timeout=10))
+        ck.check(code == "PERMISSION_DENIED" and f"scope is {name}" in text and
+                 "needs admin" in text, f"{name} cannot CancelJob: {code} {text}")
+        status, body = http(d, "POST", f"/api/v1/jobs/{j.id}/cancel", token)
+        ck.check(status == 403 and f"scope is {name}" in body,
+                 f"{name}: POST .../cancel is 403: {status} {body[:160]}")
+
+    for token, what in ((None, "no token"), ("nope-" + "x" * 20, "an unknown token")):
+        code, text = grpc_code(lambda: stub.ListJobs(pb.ListJobsRequest(), metadata=md(token),
+                                                     timeout=10))
+        status, _ = http(d, "GET", "/api/v1/jobs", token)
+        ck.check(code == "UNAUTHENTICATED" and status == 401, f"d: {what}: {code}, HTTP {status}")
+
+    status, body = http(d, "POST", f"/api/v1/jobs/{j.id}/cancel", OLD)
+    ck.check(status == 200, f"c/d: a token alone on its line is admin: POST cancel {status}")
+    code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=j.id), metadata=md(ADMIN),
+                                                  timeout=10))
+    ck.check(code == "OK", f"c: admin may CancelJob ({code} {text})")
+
+for content, where in ((f"{READ} read\n{SUBMIT} owner\n", ":2: unknown scope 'owner'"),
+                       (f"{READ} read extra\n", ":1: 'extra' after the scope"),
+                       (f"{READ} read\n{READ} admin\n", ":2: the same token")):
+    bad = os.path.join(tmp, "bad-tokens")
+    with open(bad, "w") as f:
+        f.write(content)
+    p = subprocess.run([os.path.join(BUILD, "ztraind"), "--token-file", bad, "--state-dir",
+                        os.path.join(tmp, "s2"), "--grpc-addr", "127.0.0.1:0", "--http-addr",
+                        "127.0.0.1:0"], capture_output=True, text=True, timeout=30)
+    ck.check(p.returncode == 1 and bad + where in p.stderr,
+             f"e: {content.splitlines()[-1][-14:]!r}: exit {p.returncode}: {p.stderr.strip()[:160]}")
+ck.done()
