@@ -1,10 +1,12 @@
 # Thin wrapper over CMake: the README's two commands.
-#   make demo   trains a small GPT-2 on the embedded default corpus and prints a sample
-#   make test   builds everything and runs the test suite
+#   make demo   installs the build profile only, trains a small GPT-2 on ztrain's own sources
+#               through ztraind and prints a sample; from a terminal the daemon and its
+#               dashboard stay up until Ctrl-C
+#   make test   installs the test profile, builds everything and runs the test suite
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build deps demo test test-sanitize test-fuzz test-container test-slurm test-soak bench
+.PHONY: all build deps deps-build demo test test-sanitize test-fuzz test-container test-slurm test-soak bench
 .PHONY: test-multihost
 .PHONY: clean
 
@@ -13,13 +15,17 @@ all: build
 deps:
 	./scripts/install-deps.sh
 
+# The demo needs the compiler and the libraries only: no PyTorch, browser or virtual environment.
+deps-build:
+	./scripts/install-deps.sh build
+
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: deps build
+demo: deps-build build
 	./scripts/demo.sh $(BUILD)
 
 test: deps build
