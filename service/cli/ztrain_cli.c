@@ -187,7 +187,7 @@ static int cmd_estimate(int argc, char **argv) {
     return 0;
 }
 
-/* The key table as the README's markdown table (README.md "DeepSpeed config keys"; a test keeps
+/* The key table as docs/deepspeed.md's markdown table ("DeepSpeed config keys"; a test keeps
  * the two equal). */
 static int cmd_config_keys(int argc) {
     if (argc > 0)
