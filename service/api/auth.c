@@ -20,8 +20,18 @@ static char *trim_first_line(char *s) {
 
 zt_status zt_auth_load_token(const char *file, char **token) {
     *token = NULL;
+    /* One rule for the CLI, ztraind and the container: ZTRAIN_TOKEN_FILE names a file,
+     * ZTRAIN_TOKEN is the token itself; both set is ambiguous and refused rather than one of
+     * them silently ignored. */
+    const char *env_file = getenv("ZTRAIN_TOKEN_FILE"), *env_token = getenv("ZTRAIN_TOKEN");
+    if (!file && env_file && *env_file && env_token && *env_token)
+        return zt_error(ZT_ERR_INVALID, "both ZTRAIN_TOKEN_FILE and ZTRAIN_TOKEN are set: "
+                        "unset one (ZTRAIN_TOKEN_FILE names a file holding the token, "
+                        "ZTRAIN_TOKEN is the token)");
+    if (!file && env_file && *env_file)
+        file = env_file;
     if (!file) {
-        const char *env = getenv("ZTRAIN_TOKEN");
+        const char *env = env_token;
         if (!env || !*env)
             return ZT_OK;
         char *copy = strdup(env);

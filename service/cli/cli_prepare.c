@@ -13,12 +13,6 @@
 #include "cli_remote.h"
 #include "ztrain/prepare.h"
 
-const char zt_cli_prepare_usage[] =
-    "  prepare --tokenizer TOKENIZER.json --out DIR INPUT... [--name NAME] [--field F]\n"
-    "          [--lines] [--val-fraction F] [--shard-size TOKENS] [--threads N] [--seed S]\n"
-    "          [--separator TOKEN] [--dtype uint16|uint32] [--skip-bad-lines] [--overwrite]\n"
-    "      Encode text files, JSONL files (*.jsonl: field F, default text), directories and\n"
-    "      globs into llm.c token shards DIR/NAME_{train,val}_NNNNNN.bin.\n";
 
 typedef struct {
     struct timespec start;
@@ -54,7 +48,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t token
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "ztrain: prepare: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\nusage: ztrain prepare ...\n%s", zt_cli_prepare_usage);
+    fprintf(stderr, "\n(see ztrain help prepare)\n");
     return 2;
 }
 

@@ -79,7 +79,8 @@ static const char usage[] =
     "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
     "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
-    "  --token-file FILE       require 'authorization: Bearer <token>' (default: $ZTRAIN_TOKEN,\n"
+    "  --token-file FILE       require 'authorization: Bearer <token>' (default: the file\n"
+    "                          $ZTRAIN_TOKEN_FILE names, else the token $ZTRAIN_TOKEN,\n"
     "                          else no authentication)\n"
     "  --tls-cert FILE         serve gRPC and HTTP over TLS (HTTPS) with this PEM certificate\n"
     "                          chain, leaf first (default: plaintext)\n"
@@ -108,7 +109,7 @@ static const char usage[] =
     "  --webhook-secret-env NAME  sign --webhook's requests with the secret in $NAME\n"
     "  --webhook-attempts N    delivery attempts per webhook before giving up (default 5)\n"
     "  --webhook-backoff-ms N  wait before the first retry, doubling after (default 500)\n"
-    "  --help\n";
+    "  --help, --version\n";
 
 static volatile sig_atomic_t stop_requested;
 
@@ -170,6 +171,10 @@ static int parse_args(int argc, char **argv, options *o) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
+            exit(0);
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("ztraind %s\n", ZTRAIN_VERSION);
             exit(0);
         }
         if (i + 1 >= argc) {
