@@ -141,10 +141,17 @@ int zt_cli_init(int argc, char **argv) {
     cJSON_AddNumberToObject(train, "checkpoint_interval", 200);
     cJSON_AddBoolToObject(train, "resume", 1);
     cJSON_AddItemToObject(job, "train", train);
-    cJSON_AddNumberToObject(args, "learning_rate", 5e-5);
-    cJSON_AddNumberToObject(args, "per_device_train_batch_size", 8);
-    cJSON_AddNumberToObject(args, "warmup_ratio", 0.03);
-    cJSON_AddItemToObject(job, "training_args", args);
+    /* With the user's config its own values stand: training_args set here would have to agree
+     * with every one of them (as the HF Trainer demands), and its "auto" keys take the
+     * TrainingArguments defaults. The default config is all "auto", filled from these. */
+    if (!ds_path) {
+        cJSON_AddNumberToObject(args, "learning_rate", 5e-5);
+        cJSON_AddNumberToObject(args, "per_device_train_batch_size", 8);
+        cJSON_AddNumberToObject(args, "warmup_ratio", 0.03);
+        cJSON_AddItemToObject(job, "training_args", args);
+    } else {
+        cJSON_Delete(args);
+    }
     if (ds_path)
         cJSON_AddStringToObject(job, "deepspeed", ds_path);
     else

@@ -354,8 +354,18 @@ int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets
     char *text = NULL, *applied = NULL;
     if (zt_json_read_file(job_path, &text, NULL) != ZT_OK)
         return zt_cli_fail(NULL);
-    /* The job as read after the overrides: what run or submit would use. */
-    zt_status s = zt_job_overrides_apply(text, job_path, NULL, sets, n_sets, &applied);
+    /* The job as read after the overrides: what run or submit would use. A "deepspeed" file
+     * is read relative to the job file, as the job's parser reads it. */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", job_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    zt_status s = zt_job_overrides_apply(text, job_path, dir, sets, n_sets, &applied);
     free(text);
     if (s != ZT_OK)
         return zt_cli_fail(NULL);
@@ -643,8 +653,8 @@ static int cmd_export(int argc, char **argv) {
     return 0;
 }
 
-/* "--opt=value" as the two arguments "--opt" "value", as getopt_long takes them, so that every
- * command's parser sees one form. Only long options are split; "--" ends the options. */
+/* "--opt=value" (and "-o=value") as the two arguments "--opt" "value", as getopt_long takes
+ * them, so that every command's parser sees one form; "--" ends the options. */
 static char **split_equals(int argc, char **argv, int *out_argc) {
     char **v = calloc((size_t)argc * 2 + 1, sizeof *v);
     if (!v)
@@ -655,8 +665,12 @@ static char **split_equals(int argc, char **argv, int *out_argc) {
         char *a = argv[i];
         if (options && strcmp(a, "--") == 0)
             options = false;
-        char *eq = options && strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
-        if (eq && eq > a + 2) {
+        /* "--opt=value", and "-o=json" as kubectl takes it. */
+        char *eq = !options || a[0] != '-' ? NULL
+                   : a[1] == '-'           ? strchr(a, '=')
+                   : a[1] && a[2] == '='   ? a + 2
+                                           : NULL;
+        if (eq && eq > a + 1 && !(a[1] == '-' && eq == a + 2)) {
             *eq = '\0';
             v[n++] = a;
             v[n++] = eq + 1;
