@@ -7,7 +7,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 
 .PHONY: all build deps deps-build demo test test-sanitize test-fuzz test-container test-slurm test-soak bench
-.PHONY: test-multihost
+.PHONY: test-multihost package test-package install
 .PHONY: clean
 
 all: build
@@ -36,6 +36,22 @@ bench: deps build
 
 clean:
 	rm -rf $(BUILD)
+
+# Installing (packaging/CMakeLists.txt says what goes where): PREFIX defaults to /usr/local.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Debian package of the build, with CPack: $(BUILD)/ztrain_<version>_<arch>.deb.
+package: build
+	cmake --build $(BUILD) --target package
+
+# The .deb built for /usr, installed with apt into a fresh Debian root made with debootstrap, and
+# the demo job and ztraind run there from the installed files (tests/package/test_package.sh;
+# root, a Debian mirror; the root is kept for a week in /var/tmp/ztrain-package).
+test-package:
+	./scripts/install-deps.sh build container
+	tests/package/test_package.sh $(JOBS)
 
 # The unit, reference and CLI tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-sanitize: deps
