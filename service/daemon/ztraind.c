@@ -105,7 +105,7 @@ static const char usage[] =
     "                          (default 10)\n"
     "  --idle-timeout SECONDS  a connection doing nothing is closed after this (default 30)\n"
     "  --webhook URL           also POST every job's end, failure and anomaly events here\n"
-    "                          (the README's \"Anomaly events and alerts\")\n"
+    "                          (docs/metrics-and-events.md)\n"
     "  --webhook-secret-env NAME  sign --webhook's requests with the secret in $NAME\n"
     "  --webhook-attempts N    delivery attempts per webhook before giving up (default 5)\n"
     "  --webhook-backoff-ms N  wait before the first retry, doubling after (default 500)\n"
