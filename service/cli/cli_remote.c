@@ -810,6 +810,29 @@ static const struct {
     {"logs", cmd_logs, true, "the job id"},       {"cancel", cmd_cancel, true, "the job id"},
 };
 
+/* submit --dry-run: the JobSpec exactly as it would be sent (through the same JSON -> proto
+ * mapping, so a key the proto cannot carry fails here too), then the job judged on this host
+ * as `ztrain run` would judge it. Nothing is sent. */
+static int dry_run(const options *o) {
+    Ztrain__V1__JobSpec *spec = NULL;
+    if (read_spec(o, &spec) != ZT_OK)
+        return zt_cli_fail(NULL);
+    int bad = o->fork_from ? set_fork_from(o, spec) : 0;
+    char *text = NULL;
+    zt_status s = bad ? ZT_OK : zt_job_proto_spec_to_json(spec, &text);
+    protobuf_c_message_free_unpacked(&spec->base, NULL);
+    if (bad)
+        return bad;
+    if (s != ZT_OK)
+        return zt_cli_fail(NULL);
+    printf("the JobSpec submit would send:\n%s\n\n", text);
+    free(text);
+    fprintf(stderr, "ztrain: submit --dry-run: nothing was sent; the checks below are this "
+                    "host's (ztraind resolves data paths inside its --data-root and admits by "
+                    "its own limits)\n");
+    return zt_cli_validate(o->arg, o->sets, o->n_sets);
+}
+
 bool zt_cli_remote_is_command(const char *command) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(commands[i].name, command) == 0)
@@ -829,12 +852,8 @@ int zt_cli_remote_main(const char *command, int argc, char **argv) {
             return usage_error(&o, "%s is missing", commands[i].arg_name);
         if (!commands[i].needs_arg && o.arg)
             return usage_error(&o, "unexpected argument '%s'", o.arg);
-        if (o.dry_run) {
-            /* Nothing is sent: the job is judged here as `ztrain run` would judge it. */
-            fprintf(stderr, "ztrain: submit --dry-run: checked on this host; ztraind resolves "
-                            "data paths inside its --data-root and admits by its own limits\n");
-            return zt_cli_validate(o.arg, o.sets, o.n_sets);
-        }
+        if (o.dry_run)
+            return dry_run(&o);
         zt_rpc_client *c;
         if (connect_client(&o, &c))
             return 1;
