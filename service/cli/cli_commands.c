@@ -137,9 +137,10 @@ void zt_cli_print_usage(FILE *f) {
     }
     fputs("\n", f);
     fputs(remote_note, f);
-    fputs("\nOptions take their value as --opt VALUE or --opt=VALUE. Exit status: 0 success, 1 the\n"
-          "command or the job failed, 2 bad usage, 3 a watched job was cancelled, 130 stopped by\n"
-          "a signal after writing a checkpoint.\n", f);
+    fputs("\nOptions take their value as --opt VALUE or --opt=VALUE. Exit status: 0 success,\n"
+          "1 the command or the job failed, 2 bad usage, 3 a watched job was cancelled, 130\n"
+          "stopped by a signal after writing a checkpoint.\n",
+          f);
 }
 
 void zt_cli_print_command_help(FILE *f, const zt_cli_command *c) {
@@ -161,7 +162,8 @@ int zt_cli_help_main(int argc, char **argv) {
     const zt_cli_command *c = argc == 1 ? zt_cli_command_find(argv[0]) : NULL;
     if (!c) {
         fprintf(stderr, "ztrain: help: %s '%s' (ztrain help lists them)\n",
-                argc == 1 ? "no command" : "one command at most, not", argc == 1 ? argv[0] : argv[1]);
+                argc == 1 ? "no command" : "one command at most, not",
+                argc == 1 ? argv[0] : argv[1]);
         return 2;
     }
     zt_cli_print_command_help(stdout, c);

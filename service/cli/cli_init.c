@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,8 +175,9 @@ int zt_cli_init(int argc, char **argv) {
         int fd = open(out, O_WRONLY | O_CREAT | O_EXCL, 0644);
         FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
         if (!f) {
+            bool exists = fd < 0 && access(out, F_OK) == 0;
             fprintf(stderr, "ztrain: init: cannot create %s: %m%s\n", out,
-                    fd < 0 && access(out, F_OK) == 0 ? " (it is kept: remove it or give --out)" : "");
+                    exists ? " (it is kept: remove it or give --out)" : "");
             if (fd >= 0)
                 close(fd);
             rc = 1;

@@ -9,9 +9,10 @@
  *
  * Their help texts are in the command table (cli_commands.c). Every command takes --server
  * HOST:PORT (default $ZTRAIN_SERVER, else 127.0.0.1:50051), --token-file FILE (default: the
- * file $ZTRAIN_TOKEN_FILE names, else the token $ZTRAIN_TOKEN), and for a TLS server --tls-ca FILE (the CA that
- * signed its certificate) and, for mutual TLS, --tls-cert FILE and --tls-key FILE (defaults
- * $ZTRAIN_TLS_CA, $ZTRAIN_TLS_CERT, $ZTRAIN_TLS_KEY; any of them turns TLS on). */
+ * file $ZTRAIN_TOKEN_FILE names, else the token $ZTRAIN_TOKEN), and for a TLS server
+ * --tls-ca FILE (the CA that signed its certificate) and, for mutual TLS, --tls-cert FILE and
+ * --tls-key FILE (defaults $ZTRAIN_TLS_CA, $ZTRAIN_TLS_CERT, $ZTRAIN_TLS_KEY; any of them turns
+ * TLS on). */
 #ifndef ZTRAIN_CLI_REMOTE_H
 #define ZTRAIN_CLI_REMOTE_H
 

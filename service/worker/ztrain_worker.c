@@ -60,7 +60,8 @@
 #endif
 
 static const char usage[] =
-    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--validated] [--set KEY.PATH=VALUE]...\n"
+    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--validated]\n"
+    "                     [--set KEY.PATH=VALUE]...\n"
     "       ztrain-worker --version\n"
     "One rank of a job; its place comes from the launcher's environment (RANK, WORLD_SIZE,\n"
     "LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or Slurm's). --local_rank=N is accepted and ignored.\n";
