@@ -154,6 +154,19 @@ void zt_cli_print_command_help(FILE *f, const zt_cli_command *c) {
         fputs("\nOptions take their value as --opt VALUE or --opt=VALUE.\n", f);
 }
 
+void zt_cli_print_short_usage(FILE *f, const char *command) {
+    const zt_cli_command *c = command ? zt_cli_command_find(command) : NULL;
+    if (c) {
+        fprintf(f, "usage: ztrain %s%s%s\n(ztrain help %s: what it does and its options)\n",
+                c->name, c->synopsis[0] ? " " : "", c->synopsis, c->name);
+        return;
+    }
+    fputs("usage: ztrain <command> [options]\ncommands:", f);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, " %s", commands[i].name);
+    fputs("\n(ztrain help: what each does)\n", f);
+}
+
 int zt_cli_help_main(int argc, char **argv) {
     if (argc == 0) {
         zt_cli_print_usage(stdout);

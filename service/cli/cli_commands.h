@@ -30,6 +30,10 @@ void zt_cli_print_usage(FILE *f);
  * that talk to ztraind, the connection options they share. */
 void zt_cli_print_command_help(FILE *f, const zt_cli_command *c);
 
+/* After a usage error: the command's usage line and where its help is, or for an unknown command
+ * (NULL or not in the table) the general usage line and the command names. */
+void zt_cli_print_short_usage(FILE *f, const char *command);
+
 /* `ztrain help [CMD]` (argv after "help"): exit status 0, or 2 for an unknown command. */
 int zt_cli_help_main(int argc, char **argv);
 

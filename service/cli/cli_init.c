@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli_commands.h"
 #include "cli_init.h"
 #include "cli_remote.h"
 #include "ztrain/job_spec.h"
@@ -30,7 +31,8 @@ static const char default_ds[] =
 static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "ztrain: init: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see ztrain help init)\n");
+    fputc('\n', stderr);
+    zt_cli_print_short_usage(stderr, "init");
     return 2;
 }
 

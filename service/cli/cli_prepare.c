@@ -2,6 +2,7 @@
  * tokens/s when stderr is a terminal, and prints the summary (documents, tokens, bytes per token,
  * shards, skipped lines). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "cli_commands.h"
 #include "cli_prepare.h"
 
 #include <stdio.h>
@@ -48,7 +49,8 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t token
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "ztrain: prepare: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see ztrain help prepare)\n");
+    fputc('\n', stderr);
+    zt_cli_print_short_usage(stderr, "prepare");
     return 2;
 }
 

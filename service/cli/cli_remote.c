@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "cli_commands.h"
 #include "cli_remote.h"
 #include "grpc_client.h"
 #include "api/job_proto.h"
@@ -52,7 +53,8 @@ typedef struct {
 static int usage_error(const options *o, const char *fmt, const char *what) {
     fprintf(stderr, "ztrain: %s: ", o->command);
     fprintf(stderr, fmt, what);
-    fprintf(stderr, "\n(see ztrain help %s)\n", o->command);
+    fputc('\n', stderr);
+    zt_cli_print_short_usage(stderr, o->command);
     return 2;
 }
 

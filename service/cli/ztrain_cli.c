@@ -73,10 +73,8 @@ static int bad_usage(const char *fmt, const char *arg) {
     size_t n = strcspn(fmt, ":");
     char name[32];
     snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), fmt);
-    if (fmt[n] == ':' && zt_cli_command_find(name))
-        fprintf(stderr, "\n(see ztrain help %s)\n", name);
-    else
-        fprintf(stderr, "\n(see ztrain help)\n");
+    fputc('\n', stderr);
+    zt_cli_print_short_usage(stderr, fmt[n] == ':' ? name : NULL);
     return 2;
 }
 
