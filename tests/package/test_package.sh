@@ -18,11 +18,15 @@ cache=/var/tmp/ztrain-package
 chroot_dir="$cache/root"
 
 echo "test-package: building the programs for /usr in $build"
+mkdir -p "$build"
 cmake -S "$root_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DZT_BUILD_TESTS=OFF -DZT_CUDA=OFF \
-  -DZT_NATIVE=OFF -DCMAKE_INSTALL_PREFIX=/usr -DZT_WEB_DIR=/usr/share/ztrain/web > "$build.cmake.log"
-cmake --build "$build" -j "$jobs" > "$build.build.log" || { tail -30 "$build.build.log"; exit 1; }
+  -DZT_NATIVE=OFF -DCMAKE_INSTALL_PREFIX=/usr -DZT_WEB_DIR=/usr/share/ztrain/web \
+  > "$build/test-package.cmake.log"
+cmake --build "$build" -j "$jobs" > "$build/test-package.build.log" \
+  || { tail -30 "$build/test-package.build.log"; exit 1; }
 rm -f "$build"/ztrain_*.deb
-(cd "$build" && cpack -G DEB > "$build.cpack.log") || { tail -30 "$build.cpack.log"; exit 1; }
+(cd "$build" && cpack -G DEB > "$build/test-package.cpack.log") \
+  || { tail -30 "$build/test-package.cpack.log"; exit 1; }
 deb="$(ls "$build"/ztrain_*.deb)"
 echo "test-package: $(basename "$deb"): $(dpkg-deb -f "$deb" Depends)"
 
