@@ -1,11 +1,13 @@
 # Thin wrapper over CMake: the README's two commands.
-#   make demo   trains a small GPT-2 on the embedded default corpus and prints a sample
-#   make test   builds everything and runs the test suite
+#   make demo   installs the build profile only, trains a small GPT-2 on ztrain's own sources
+#               through ztraind and prints a sample; from a terminal the daemon and its
+#               dashboard stay up until Ctrl-C
+#   make test   installs the test profile, builds everything and runs the test suite
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build deps demo test test-sanitize test-fuzz test-container test-slurm test-soak bench
-.PHONY: test-multihost
+.PHONY: all build deps deps-build demo test test-sanitize test-fuzz test-container test-slurm test-soak bench
+.PHONY: test-multihost package test-package install
 .PHONY: clean
 
 all: build
@@ -13,13 +15,17 @@ all: build
 deps:
 	./scripts/install-deps.sh
 
+# The demo needs the compiler and the libraries only: no PyTorch, browser or virtual environment.
+deps-build:
+	./scripts/install-deps.sh build
+
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: deps build
+demo: deps-build build
 	./scripts/demo.sh $(BUILD)
 
 test: deps build
@@ -30,6 +36,22 @@ bench: deps build
 
 clean:
 	rm -rf $(BUILD)
+
+# Installing (packaging/CMakeLists.txt says what goes where): PREFIX defaults to /usr/local.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Debian package of the build, with CPack: $(BUILD)/ztrain_<version>_<arch>.deb.
+package: build
+	cmake --build $(BUILD) --target package
+
+# The .deb built for /usr, installed with apt into a fresh Debian root made with debootstrap, and
+# the demo job and ztraind run there from the installed files (tests/package/test_package.sh;
+# root, a Debian mirror; the root is kept for a week in /var/tmp/ztrain-package).
+test-package:
+	./scripts/install-deps.sh build container
+	tests/package/test_package.sh $(JOBS)
 
 # The unit, reference and CLI tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-sanitize: deps

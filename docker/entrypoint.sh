@@ -8,6 +8,12 @@
 # it is mounted (compose `secrets:`, Kubernetes), else ZTRAIN_TOKEN (ztraind reads it itself).
 set -eu
 
+# The same rule as ztrain and ztraind: ZTRAIN_TOKEN_FILE names a file, ZTRAIN_TOKEN is the token;
+# both set is refused rather than one silently ignored.
+if [ -n "${ZTRAIN_TOKEN_FILE:-}" ] && [ -n "${ZTRAIN_TOKEN:-}" ]; then
+  echo "ztraind-entrypoint: both ZTRAIN_TOKEN_FILE and ZTRAIN_TOKEN are set: unset one" >&2
+  exit 2
+fi
 token_file="${ZTRAIN_TOKEN_FILE:-}"
 if [ -z "$token_file" ] && [ -f /run/secrets/ztrain_token ]; then
   token_file=/run/secrets/ztrain_token

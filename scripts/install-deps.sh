@@ -34,6 +34,7 @@ build=(
   libcurl4-openssl-dev                        # ztraind's webhook deliveries (HTTP/HTTPS POST)
   libjs-chart.js                              # the dashboard's charts, served by ztraind
   libgloo-dev                                 # the gloo transport: CPU ranks across hosts
+  help2man                                    # man pages from the programs' --help
 )
 
 # The shared libraries the programs link (the -dev packages above name them), and Chart.js.

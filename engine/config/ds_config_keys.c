@@ -1,8 +1,8 @@
 /* Every key of a DeepSpeed config that ztrain knows, each with its fate: honoured, warned as
  * without effect, or refused. The table is the parser's key list: every section's unknown keys
  * are judged against it, the generic fates (a warning or a refusal when a key is set away from
- * DeepSpeed's default) are applied from it, and `ztrain config-keys` prints it as the README's
- * table. Rows are sorted by section so that branches adding keys merge row by row. */
+ * DeepSpeed's default) are applied from it, and `ztrain config-keys` prints it as the table of
+ * docs/deepspeed.md. Rows are sorted by section so that branches adding keys merge row by row. */
 #include <stdio.h>
 #include <string.h>
 

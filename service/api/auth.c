@@ -22,8 +22,18 @@ static char *trim_first_line(char *s) {
 
 zt_status zt_auth_load_token(const char *file, char **token) {
     *token = NULL;
+    /* One rule for the CLI, ztraind and the container: ZTRAIN_TOKEN_FILE names a file,
+     * ZTRAIN_TOKEN is the token itself; both set is ambiguous and refused rather than one of
+     * them silently ignored. */
+    const char *env_file = getenv("ZTRAIN_TOKEN_FILE"), *env_token = getenv("ZTRAIN_TOKEN");
+    if (!file && env_file && *env_file && env_token && *env_token)
+        return zt_error(ZT_ERR_INVALID, "both ZTRAIN_TOKEN_FILE and ZTRAIN_TOKEN are set: "
+                        "unset one (ZTRAIN_TOKEN_FILE names a file holding the token, "
+                        "ZTRAIN_TOKEN is the token)");
+    if (!file && env_file && *env_file)
+        file = env_file;
     if (!file) {
-        const char *env = getenv("ZTRAIN_TOKEN");
+        const char *env = env_token;
         if (!env || !*env)
             return ZT_OK;
         char *copy = strdup(env);
@@ -39,6 +49,9 @@ zt_status zt_auth_load_token(const char *file, char **token) {
     char *data = NULL;
     ZT_TRY(zt_read_file(file, &data, NULL));
     char *t = trim_first_line(data);
+    /* A daemon's token file may give the token a scope after it ("TOKEN read"); a client
+     * sends the token alone (a token holds no blank). */
+    t[strcspn(t, " \t")] = '\0';
     if (!*t) {
         free(data);
         return zt_error(ZT_ERR_INVALID, "%s: the token file is empty", file);
@@ -131,6 +144,11 @@ zt_status zt_auth_load_tokens(const char *file, zt_auth_tokens **out) {
     if (!t)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     zt_status s = ZT_OK;
+    /* $ZTRAIN_TOKEN_FILE is a token file like --token-file's (scopes included), unless
+     * $ZTRAIN_TOKEN is set too, which zt_auth_load_token refuses as ambiguous. */
+    const char *env_file = getenv("ZTRAIN_TOKEN_FILE"), *env_token = getenv("ZTRAIN_TOKEN");
+    if (!file && env_file && *env_file && !(env_token && *env_token))
+        file = env_file;
     if (!file) {
         char *env = NULL;
         s = zt_auth_load_token(NULL, &env);

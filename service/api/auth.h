@@ -22,8 +22,10 @@
 #include "ztrain/status.h"
 
 /* The token from `file` (its first line, surrounding whitespace removed) when file is not NULL,
- * else from the ZTRAIN_TOKEN environment variable, else none (*token = NULL). An unreadable or
- * empty file is ZT_ERR_IO / ZT_ERR_INVALID naming it. *token is heap-owned by the caller. */
+ * else from the file the ZTRAIN_TOKEN_FILE environment variable names, else the ZTRAIN_TOKEN
+ * environment variable itself, else none (*token = NULL). Both variables set (and no file) is
+ * ZT_ERR_INVALID naming them. An unreadable or empty file is ZT_ERR_IO / ZT_ERR_INVALID naming
+ * it. *token is heap-owned by the caller. */
 zt_status zt_auth_load_token(const char *file, char **token);
 
 /* Whether `header` (the value of an Authorization header, may be NULL) is "Bearer <expected>".

@@ -2,6 +2,7 @@
  * tokens/s when stderr is a terminal, and prints the summary (documents, tokens, bytes per token,
  * shards, skipped lines). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "cli_commands.h"
 #include "cli_prepare.h"
 
 #include <stdio.h>
@@ -13,18 +14,6 @@
 #include "cli_remote.h"
 #include "ztrain/prepare.h"
 
-const char zt_cli_prepare_usage[] =
-    "  prepare --tokenizer TOKENIZER.json --out DIR INPUT... [--name NAME] [--field F]\n"
-    "          [--lines] [--val-fraction F] [--shard-size TOKENS] [--threads N] [--seed S]\n"
-    "          [--separator TOKEN] [--dtype uint16|uint32] [--skip-bad-lines] [--overwrite]\n"
-    "          [--format text|chat|prompt-completion] [--chat-template TOKENIZER_CONFIG.json]\n"
-    "          [--max-length N] [--overlong truncate|drop]\n"
-    "      Encode text files, JSONL files (*.jsonl: field F, default text), directories and\n"
-    "      globs into llm.c token shards DIR/NAME_{train,val}_NNNNNN.bin. With --format chat\n"
-    "      (JSONL {\"messages\": [...]}, rendered with the chat template of the tokenizer's\n"
-    "      tokenizer_config.json) or prompt-completion (JSONL {\"prompt\", \"completion\"}),\n"
-    "      each shard gets a loss mask NAME_..._NNNNNN.bin.mask (train with data.format\n"
-    "      \"masked\"); examples over --max-length tokens are truncated or dropped.\n";
 
 typedef struct {
     struct timespec start;
@@ -60,7 +49,8 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t token
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "ztrain: prepare: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\nusage: ztrain prepare ...\n%s", zt_cli_prepare_usage);
+    fputc('\n', stderr);
+    zt_cli_print_short_usage(stderr, "prepare");
     return 2;
 }
 

@@ -3,9 +3,6 @@
 #ifndef ZTRAIN_CLI_PREPARE_H
 #define ZTRAIN_CLI_PREPARE_H
 
-/* The usage lines of the command, for the CLI's help text. */
-extern const char zt_cli_prepare_usage[];
-
 /* Runs the command (argv[0] is the first argument after "prepare"); returns the exit status:
  * 0 success, 1 failure (the message on stderr), 2 bad usage. */
 int zt_cli_prepare(int argc, char **argv);

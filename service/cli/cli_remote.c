@@ -14,9 +14,11 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "cli_commands.h"
 #include "cli_remote.h"
 #include "grpc_client.h"
 #include "api/job_proto.h"
+#include "ztrain/job_overrides.h"
 #include "ztrain/json_util.h"
 #include "ztrain/text.h"
 #include "ztrain.pb-c.h"
@@ -26,28 +28,6 @@
 #define BAR_WIDTH 30
 #define RATE_WINDOW 20
 
-const char zt_cli_remote_usage[] =
-    "  submit JOB.json [--wait | --watch] [--idempotency-key K] [--fork-from ID@STEP]\n"
-    "      Send the job to ztraind and print its id. --wait waits for the end, --watch shows\n"
-    "      progress (on stderr); both exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED. --fork-from\n"
-    "      starts it from job ID's checkpoint of step STEP (the spec's fork_from).\n"
-    "  list [--state STATE] [--limit N]\n"
-    "      The server's jobs, newest first.\n"
-    "  status ID [--json]\n"
-    "      A job's state, progress, ranks and directories.\n"
-    "  watch ID [--from-step N]\n"
-    "      Follow a job until it ends (exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED).\n"
-    "  logs ID [-f] [--tail N]\n"
-    "      The job's last N log lines (default 100); -f follows until it ends.\n"
-    "  cancel ID [--force] [--grace SECONDS]\n"
-    "      Stop a job: a checkpoint first, or at once with --force.\n"
-    "  Remote commands take --server HOST:PORT (default $ZTRAIN_SERVER, else " DEFAULT_SERVER ")\n"
-    "  and --token-file FILE (default $ZTRAIN_TOKEN). For a ztraind with --tls-cert:\n"
-    "  --tls-ca FILE (default $ZTRAIN_TLS_CA) the PEM CA that signed the server's certificate,\n"
-    "  which must name the host of --server; with --tls-client-ca also --tls-cert FILE and\n"
-    "  --tls-key FILE (default $ZTRAIN_TLS_CERT, $ZTRAIN_TLS_KEY), the client's own. Any of\n"
-    "  them turns TLS on; without --tls-ca the system's roots are trusted.\n";
-
 /* ---- options ----------------------------------------------------------------------------- */
 
 typedef struct {
@@ -55,8 +35,13 @@ typedef struct {
     const char *server;
     const char *token_file;
     const char *tls_ca, *tls_cert, *tls_key;
-    const char *arg;            /* the one positional argument: a job file or id */
-    bool wait, watch, json, follow, force;
+    const char *arg;            /* the first positional argument: a job file or id */
+    const char *more[64];       /* cancel's further ids */
+    size_t n_more;
+    const char *sets[64];       /* submit's --set overrides */
+    size_t n_sets;
+    const char *output;         /* -o json|wide|name */
+    bool wait, watch, json, follow, force, dry_run;
     const char *state;
     const char *idempotency_key;
     const char *fork_from;      /* "job-000042@8" */
@@ -68,7 +53,8 @@ typedef struct {
 static int usage_error(const options *o, const char *fmt, const char *what) {
     fprintf(stderr, "ztrain: %s: ", o->command);
     fprintf(stderr, fmt, what);
-    fprintf(stderr, "\n(see ztrain --help)\n");
+    fputc('\n', stderr);
+    zt_cli_print_short_usage(stderr, o->command);
     return 2;
 }
 
@@ -77,9 +63,9 @@ static bool flag_allowed(const char *command, const char *flag) {
     static const struct {
         const char *command, *flags;
     } allowed[] = {
-        {"submit", " --wait --watch --idempotency-key --fork-from "},
-        {"list", " --state --limit "},
-        {"status", " --json "},                           {"watch", " --from-step "},
+        {"submit", " --wait --watch --idempotency-key --fork-from --set --dry-run "},
+        {"list", " --state --limit -o --output "},
+        {"status", " --json -o --output "},               {"watch", " --from-step "},
         {"logs", " -f --follow --tail "},                 {"cancel", " --force --grace "},
     };
     char padded[64];
@@ -109,6 +95,19 @@ static int value_flag(options *o, const char *flag, const char *v) {
         o->idempotency_key = v;
     else if (strcmp(flag, "--fork-from") == 0)
         o->fork_from = v;
+    else if (strcmp(flag, "-o") == 0 || strcmp(flag, "--output") == 0) {
+        if (strcmp(v, "json") != 0 && strcmp(v, "wide") != 0 && strcmp(v, "name") != 0) {
+            usage_error(o, "-o expects json, wide or name, got '%s'", v);
+            return -1;
+        }
+        o->output = v;
+    } else if (strcmp(flag, "--set") == 0) {
+        if (o->n_sets == sizeof o->sets / sizeof o->sets[0]) {
+            usage_error(o, "at most %s --set overrides", "64");
+            return -1;
+        }
+        o->sets[o->n_sets++] = v;
+    }
     else if (strcmp(flag, "--limit") == 0 || strcmp(flag, "--tail") == 0) {
         if (zt_cli_parse_long(flag, v, 1, INT32_MAX, &n))
             return -1;
@@ -128,7 +127,7 @@ static bool takes_value(const char *flag) {
     static const char *const with_value[] = {"--server", "--token-file", "--tls-ca", "--tls-cert",
                                              "--tls-key", "--state", "--limit", "--tail",
                                              "--from-step", "--grace", "--idempotency-key",
-                                             "--fork-from", NULL};
+                                             "--fork-from", "-o", "--output", "--set", NULL};
     for (const char *const *f = with_value; *f; f++)
         if (strcmp(*f, flag) == 0)
             return true;
@@ -139,9 +138,13 @@ static int parse_options(options *o, int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-' || a[1] == '\0') {
-            if (o->arg)
+            if (!o->arg)
+                o->arg = a;
+            else if (strcmp(o->command, "cancel") == 0 &&
+                     o->n_more < sizeof o->more / sizeof o->more[0])
+                o->more[o->n_more++] = a;
+            else
                 return usage_error(o, "unexpected argument '%s'", a);
-            o->arg = a;
             continue;
         }
         bool common = strcmp(a, "--server") == 0 || strcmp(a, "--token-file") == 0 ||
@@ -161,7 +164,12 @@ static int parse_options(options *o, int argc, char **argv) {
         o->json |= strcmp(a, "--json") == 0;
         o->follow |= strcmp(a, "-f") == 0 || strcmp(a, "--follow") == 0;
         o->force |= strcmp(a, "--force") == 0;
+        o->dry_run |= strcmp(a, "--dry-run") == 0;
     }
+    if (o->json && o->output && strcmp(o->output, "json") != 0)
+        return usage_error(o, "--json and -o %s ask for two formats", o->output);
+    if (o->json)
+        o->output = "json";
     return 0;
 }
 
@@ -501,11 +509,16 @@ static char *dir_of(const char *path) {
     return dir;
 }
 
-static zt_status read_spec(const char *path, Ztrain__V1__JobSpec **spec) {
-    char *text = NULL, *dir = dir_of(path);
-    zt_status s = dir ? zt_json_read_file(path, &text, NULL) : zt_error(ZT_ERR_NOMEM, "out of memory");
+static zt_status read_spec(const options *o, Ztrain__V1__JobSpec **spec) {
+    const char *path = o->arg;
+    char *text = NULL, *applied = NULL, *dir = dir_of(path);
+    zt_status s = dir ? zt_json_read_file(path, &text, NULL)
+                      : zt_error(ZT_ERR_NOMEM, "out of memory");
     if (s == ZT_OK)
-        s = zt_job_proto_spec_from_json(text, path, dir, spec);
+        s = zt_job_overrides_apply(text, path, dir, o->sets, o->n_sets, &applied);
+    if (s == ZT_OK)
+        s = zt_job_proto_spec_from_json(applied, path, dir, spec);
+    free(applied);
     free(text);
     free(dir);
     return s;
@@ -537,7 +550,7 @@ static int cmd_submit(const options *o, zt_rpc_client *c) {
     if (o->wait && o->watch)
         return usage_error(o, "%s", "--wait and --watch exclude each other");
     Ztrain__V1__SubmitJobRequest req = ZTRAIN__V1__SUBMIT_JOB_REQUEST__INIT;
-    if (read_spec(o->arg, &req.spec) != ZT_OK)
+    if (read_spec(o, &req.spec) != ZT_OK)
         return zt_cli_fail(NULL);
     int bad = o->fork_from ? set_fork_from(o, req.spec) : 0;
     if (bad) {
@@ -562,15 +575,47 @@ static int cmd_submit(const options *o, zt_rpc_client *c) {
     return rc;
 }
 
-static void print_list_row(const Ztrain__V1__Job *j) {
+static void print_list_row(const Ztrain__V1__Job *j, bool wide) {
     char step[48], loss[32], created[32], id[64];
     format_step(j->step, j->max_steps, step, sizeof step);
     format_loss(j, loss, sizeof loss);
     format_time(j->created_unix_ms, created, sizeof created);
     char *name = shown(j->name);
-    printf("%-12s %-10s %-13s %-9s %-19s %s\n", shown_in(j->id, id, sizeof id),
-           zt_job_proto_state_name(j->state), step, loss, created, name);
+    if (wide) {
+        char rate[32], elapsed[32] = "-", device[16];
+        format_rate(j->tokens_per_second, rate, sizeof rate);
+        if (j->started_unix_ms > 0) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            int64_t end = j->finished_unix_ms > 0
+                              ? j->finished_unix_ms
+                              : (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+            format_duration((double)(end - j->started_unix_ms) / 1000.0, elapsed, sizeof elapsed);
+        }
+        printf("%-12s %-10s %-13s %-9s %-9s %-8s %-5d %-6s %-19s %s\n",
+               shown_in(j->id, id, sizeof id), zt_job_proto_state_name(j->state), step, loss,
+               rate, elapsed, j->spec ? j->spec->world_size : (int)j->n_ranks,
+               shown_in(j->spec ? j->spec->device : "", device, sizeof device), created, name);
+    } else {
+        printf("%-12s %-10s %-13s %-9s %-19s %s\n", shown_in(j->id, id, sizeof id),
+               zt_job_proto_state_name(j->state), step, loss, created, name);
+    }
     free(name);
+}
+
+/* A job as one JSON object (the proto3 JSON mapping), escaped as status --json prints it. */
+static int print_job_json(const Ztrain__V1__Job *job, const char *prefix) {
+    char *text;
+    if (zt_job_proto_job_to_json(job, &text) != ZT_OK)
+        return zt_cli_fail(NULL);
+    /* cJSON escapes C0 controls in strings but passes DEL, C1, the bidirectional controls and
+     * bytes that are not UTF-8. */
+    char *safe = zt_text_escape_dup(text, ZT_ESCAPE_JSON);
+    ZT_ASSERT(safe);
+    printf("%s%s", prefix, safe);
+    free(safe);
+    free(text);
+    return 0;
 }
 
 static int cmd_list(const options *o, zt_rpc_client *c) {
@@ -578,9 +623,14 @@ static int cmd_list(const options *o, zt_rpc_client *c) {
     if (o->state && !(req.state = zt_job_proto_state_parse(o->state)))
         return usage_error(o, "unknown state '%s' (QUEUED, STARTING, RUNNING, STOPPING, "
                               "SUCCEEDED, FAILED, CANCELLED)", o->state);
+    const char *fmt = o->output ? o->output : "";
+    bool json = strcmp(fmt, "json") == 0, names = strcmp(fmt, "name") == 0;
+    bool wide = strcmp(fmt, "wide") == 0;
     long shown = 0;
     char *token = NULL;
     int rc = 0;
+    if (json)
+        printf("{\"jobs\": [");
     do {
         long want = o->limit ? o->limit - shown : 1000;
         req.page_size = (int32_t)(want > 1000 ? 1000 : want);
@@ -592,17 +642,29 @@ static int cmd_list(const options *o, zt_rpc_client *c) {
             rc = zt_cli_fail(NULL);
             break;
         }
-        if (!token)
+        if (!token && wide)
+            printf("%-12s %-10s %-13s %-9s %-9s %-8s %-5s %-6s %-19s %s\n", "ID", "STATE",
+                   "STEP", "LOSS", "TOKENS/S", "ELAPSED", "RANKS", "DEVICE", "CREATED", "NAME");
+        else if (!token && !json && !names)
             printf("%-12s %-10s %-13s %-9s %-19s %s\n", "ID", "STATE", "STEP", "LOSS", "CREATED",
                    "NAME");
-        for (size_t i = 0; i < resp->n_jobs; i++)
-            print_list_row(resp->jobs[i]);
+        for (size_t i = 0; i < resp->n_jobs && rc == 0; i++) {
+            char id[64];
+            if (json)
+                rc = print_job_json(resp->jobs[i], shown + (long)i ? ",\n  " : "\n  ");
+            else if (names)
+                printf("%s\n", shown_in(resp->jobs[i]->id, id, sizeof id));
+            else
+                print_list_row(resp->jobs[i], wide);
+        }
         shown += (long)resp->n_jobs;
         free(token);
         token = resp->next_page_token[0] ? strdup(resp->next_page_token) : NULL;
         protobuf_c_message_free_unpacked(&resp->base, NULL);
-    } while (token && (!o->limit || shown < o->limit));
+    } while (rc == 0 && token && (!o->limit || shown < o->limit));
     free(token);
+    if (json && rc == 0)
+        printf("%s]}\n", shown ? "\n" : "");
     return rc;
 }
 
@@ -667,20 +729,16 @@ static int cmd_status(const options *o, zt_rpc_client *c) {
     if (get_job(c, o->arg, &job) != ZT_OK)
         return zt_cli_fail(NULL);
     int rc = 0;
-    if (o->json) {
-        char *text;
-        if (zt_job_proto_job_to_json(job, &text) == ZT_OK) {
-            /* cJSON escapes C0 controls in strings but passes DEL, C1, the bidirectional
-             * controls and bytes that are not UTF-8. */
-            char *safe = zt_text_escape_dup(text, ZT_ESCAPE_JSON);
-            ZT_ASSERT(safe);
-            printf("%s\n", safe);
-            free(safe);
-            free(text);
-        } else {
-            rc = zt_cli_fail(NULL);
-        }
+    const char *fmt = o->output ? o->output : "";
+    if (strcmp(fmt, "json") == 0) {
+        rc = print_job_json(job, "");
+        if (rc == 0)
+            printf("\n");
+    } else if (strcmp(fmt, "name") == 0) {
+        char id[64];
+        printf("%s\n", shown_in(job->id, id, sizeof id));
     } else {
+        /* The text form already shows every field a person reads; wide is the same. */
         print_status(job);
     }
     protobuf_c_message_free_unpacked(&job->base, NULL);
@@ -712,9 +770,9 @@ static int cmd_logs(const options *o, zt_rpc_client *c) {
     return s == ZT_OK ? 0 : zt_cli_fail(NULL);
 }
 
-static int cmd_cancel(const options *o, zt_rpc_client *c) {
+static int cancel_one(const options *o, zt_rpc_client *c, const char *id_arg) {
     Ztrain__V1__CancelJobRequest req = ZTRAIN__V1__CANCEL_JOB_REQUEST__INIT;
-    req.id = (char *)o->arg;
+    req.id = (char *)id_arg;
     req.force = o->force;
     req.grace_seconds = o->grace_s;
     Ztrain__V1__Job *job;
@@ -728,6 +786,16 @@ static int cmd_cancel(const options *o, zt_rpc_client *c) {
     free(reason);
     protobuf_c_message_free_unpacked(&job->base, NULL);
     return 0;
+}
+
+/* Every id is tried, as `kubectl delete` and `docker stop` do; the exit status says whether
+ * any failed (each failure is on stderr, naming its id). */
+static int cmd_cancel(const options *o, zt_rpc_client *c) {
+    int rc = cancel_one(o, c, o->arg);
+    for (size_t i = 0; i < o->n_more; i++)
+        if (cancel_one(o, c, o->more[i]) != 0)
+            rc = 1;
+    return rc;
 }
 
 static int cmd_watch(const options *o, zt_rpc_client *c) {
@@ -744,6 +812,29 @@ static const struct {
     {"status", cmd_status, true, "the job id"},   {"watch", cmd_watch, true, "the job id"},
     {"logs", cmd_logs, true, "the job id"},       {"cancel", cmd_cancel, true, "the job id"},
 };
+
+/* submit --dry-run: the JobSpec exactly as it would be sent (through the same JSON -> proto
+ * mapping, so a key the proto cannot carry fails here too), then the job judged on this host
+ * as `ztrain run` would judge it. Nothing is sent. */
+static int dry_run(const options *o) {
+    Ztrain__V1__JobSpec *spec = NULL;
+    if (read_spec(o, &spec) != ZT_OK)
+        return zt_cli_fail(NULL);
+    int bad = o->fork_from ? set_fork_from(o, spec) : 0;
+    char *text = NULL;
+    zt_status s = bad ? ZT_OK : zt_job_proto_spec_to_json(spec, &text);
+    protobuf_c_message_free_unpacked(&spec->base, NULL);
+    if (bad)
+        return bad;
+    if (s != ZT_OK)
+        return zt_cli_fail(NULL);
+    printf("the JobSpec submit would send:\n%s\n\n", text);
+    free(text);
+    fprintf(stderr, "ztrain: submit --dry-run: nothing was sent; the checks below are this "
+                    "host's (ztraind resolves data paths inside its --data-root and admits by "
+                    "its own limits)\n");
+    return zt_cli_validate(o->arg, o->sets, o->n_sets);
+}
 
 bool zt_cli_remote_is_command(const char *command) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -764,6 +855,8 @@ int zt_cli_remote_main(const char *command, int argc, char **argv) {
             return usage_error(&o, "%s is missing", commands[i].arg_name);
         if (!commands[i].needs_arg && o.arg)
             return usage_error(&o, "unexpected argument '%s'", o.arg);
+        if (o.dry_run)
+            return dry_run(&o);
         zt_rpc_client *c;
         if (connect_client(&o, &c))
             return 1;

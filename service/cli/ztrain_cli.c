@@ -1,7 +1,10 @@
 /* ztrain: the command-line front end.
  *
  *   ztrain prepare --tokenizer T --out DIR INPUT...   text/JSONL to token shards (cli_prepare.h)
- *   ztrain run JOB.json [--out DIR] [--threads N]     train a job, metrics to DIR/metrics.jsonl
+ *   ztrain run JOB.json [--out DIR] [--threads N] [--set K=V]...   train a job here
+ *   ztrain validate JOB.json [--set K=V]...            the resolved job, config, memory, verdict
+ *   ztrain init --hf DIR [--deepspeed DS.json]         write a job file (cli_init.h)
+ *   ztrain help [CMD], ztrain completion bash|zsh      from the command table (cli_commands.h)
  *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
  *   ztrain config-keys                                the DeepSpeed key table, as markdown
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
@@ -21,6 +24,8 @@
 #include <unistd.h>
 
 #include "cli_chat.h"
+#include "cli_commands.h"
+#include "cli_init.h"
 #include "cli_prepare.h"
 #include "cli_text.h"
 #include "cli_remote.h"
@@ -30,45 +35,19 @@
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
 #include "ztrain/hf_config.h"
+#include "ztrain/job_overrides.h"
+#include "ztrain/json_util.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
 #include "ztrain/sampler.h"
 #include "ztrain/trainer.h"
 
-#define ZTRAIN_VERSION "0.1.0"
-
-static const char usage[] =
-    "usage: ztrain <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  run JOB.json [--out DIR] [--threads N]\n"
-    "      Train the job. Metrics go to DIR/metrics.jsonl (default DIR: runs/<job name>).\n"
-    "  sample CKPT_DIR [--tag TAG] [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
-    "                  [--temperature F] [--top-k K] [--seed S] [--threads N]\n"
-    "                  [--tokenizer TOKENIZER.json] [--chat CONVERSATION.json\n"
-    "                  [--chat-template TOKENIZER_CONFIG.json]]\n"
-    "      Generate N tokens (default 200) from a checkpoint (default tag: latest); with a\n"
-    "      tokenizer (default: the job's data.tokenizer) the prompt and output are text. With\n"
-    "      --chat, the conversation (a JSON list of {role, content}) is rendered with the chat\n"
-    "      template (default: tokenizer_config.json beside the tokenizer) and the assistant's\n"
-    "      reply is printed, up to the template's eos_token.\n"
-    "  export CKPT_DIR --out FILE [--tag TAG]\n"
-    "      Write the checkpoint's weights as safetensors with Hugging Face names.\n"
-    "  export CKPT_DIR --hf DIR [--max-shard-size SIZE] [--tag TAG]\n"
-    "      Write a Hugging Face model directory (config.json, safetensors shards of at most\n"
-    "      SIZE, default 5GB, and their index) that transformers' from_pretrained loads.\n"
-    "  estimate JOB.json [--json]\n"
-    "      The job's memory per rank and on this host, as `ztrain run` and ztraind judge it.\n"
-    "  config-keys\n"
-    "      Every DeepSpeed config key ztrain knows, with its fate, as a markdown table.\n"
-    "  zero-to-fp32 CKPT_DIR OUT.safetensors [--tag TAG]\n"
-    "      The same for a checkpoint of any ZeRO stage and rank count (consolidated fp32).\n";
+#ifndef ZTRAIN_VERSION
+#define ZTRAIN_VERSION "unknown"
+#endif
 
 static void print_usage(FILE *f) {
-    fputs(usage, f);
-    fputs(zt_cli_prepare_usage, f);
-    fputs("  --version, --help\n\ncommands for a running ztraind:\n", f);
-    fputs(zt_cli_remote_usage, f);
+    zt_cli_print_usage(f);
 }
 
 static volatile sig_atomic_t stop_requested;
@@ -91,8 +70,12 @@ int zt_cli_fail(const char *what) {
 static int bad_usage(const char *fmt, const char *arg) {
     fprintf(stderr, "ztrain: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n");
-    print_usage(stderr);
+    /* The command is the message's first word ("run: unknown option ..."). */
+    size_t n = strcspn(fmt, ":");
+    char name[32];
+    snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), fmt);
+    fputc('\n', stderr);
+    zt_cli_print_short_usage(stderr, fmt[n] == ':' ? name : NULL);
     return 2;
 }
 
@@ -192,7 +175,7 @@ static int cmd_estimate(int argc, char **argv) {
     return 0;
 }
 
-/* The key table as the README's markdown table (README.md "DeepSpeed config keys"; a test keeps
+/* The key table as docs/deepspeed.md's markdown table ("DeepSpeed config keys"; a test keeps
  * the two equal). */
 static int cmd_config_keys(int argc) {
     if (argc > 0)
@@ -219,17 +202,34 @@ static int cmd_config_keys(int argc) {
     return 0;
 }
 
+/* The --set overrides of a command line, at most ZT_CLI_MAX_SETS. */
+#define ZT_CLI_MAX_SETS 64
+
+static int add_set(const char *cmd, const char *v, const char **sets, size_t *n) {
+    if (*n == ZT_CLI_MAX_SETS) {
+        fprintf(stderr, "ztrain: %s: at most %d --set overrides\n", cmd, ZT_CLI_MAX_SETS);
+        return 2;
+    }
+    sets[(*n)++] = v;
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
     const char *job_path = NULL, *out = NULL;
+    const char *sets[ZT_CLI_MAX_SETS];
+    size_t n_sets = 0;
     long threads = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
-        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+        else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+            if (add_set("run", argv[++i], sets, &n_sets))
+                return 2;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (zt_cli_parse_long("--threads", argv[++i], 1, 1024, &threads))
                 return 2;
         } else if (argv[i][0] == '-')
-            return bad_usage("run: unknown option '%s'", argv[i]);
+            return bad_usage("run: unknown option or missing value '%s'", argv[i]);
         else if (!job_path)
             job_path = argv[i];
         else
@@ -238,7 +238,7 @@ static int cmd_run(int argc, char **argv) {
     if (!job_path)
         return bad_usage("run: %sthe job file is missing", "");
     zt_job_spec job;
-    if (zt_job_spec_load(&job, job_path) != ZT_OK)
+    if (zt_job_overrides_load(&job, job_path, sets, n_sets) != ZT_OK)
         return zt_cli_fail(NULL);
     /* Once per job, here, before any rank starts: the ranks are told they need not. */
     if (zt_job_spec_check_files(&job, job_path) != ZT_OK) {
@@ -312,8 +312,13 @@ static int cmd_run(int argc, char **argv) {
         strcpy(strrchr(worker, '/'), "/ztrain-worker");
         /* --threads reaches the ranks as their OMP_NUM_THREADS, which the launcher weighs
          * against the cores. */
-        char *wargv[] = {"ztrain-worker", (char *)job_path, "--out", (char *)out, "--validated",
-                         NULL};
+        /* The ranks read the job file themselves, with the same overrides. */
+        char *wargv[6 + 2 * ZT_CLI_MAX_SETS] = {"ztrain-worker", (char *)job_path, "--out",
+                                                (char *)out, "--validated"};
+        for (size_t k = 0; k < n_sets; k++) {
+            wargv[5 + 2 * k] = "--set";
+            wargv[6 + 2 * k] = (char *)sets[k];
+        }
         zt_launch_options lo = {.program = worker, .argv = wargv, .world_size = world_size,
                                 .threads_per_rank = (int)threads};
         zt_launch_result lr;
@@ -350,6 +355,86 @@ static int cmd_run(int argc, char **argv) {
         printf(", %.0f tokens/s, %.3f TFLOPS", res.tokens_per_second, res.tflops);
     printf("\n");
     return 0;
+}
+
+/* `ztrain validate` and `ztrain submit --dry-run`: everything `run` checks before a rank starts,
+ * printed, and nothing made. */
+int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets) {
+    char *text = NULL, *applied = NULL;
+    if (zt_json_read_file(job_path, &text, NULL) != ZT_OK)
+        return zt_cli_fail(NULL);
+    /* The job as read after the overrides: what run or submit would use. A "deepspeed" file
+     * is read relative to the job file, as the job's parser reads it. */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", job_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    zt_status s = zt_job_overrides_apply(text, job_path, dir, sets, n_sets, &applied);
+    free(text);
+    if (s != ZT_OK)
+        return zt_cli_fail(NULL);
+    zt_job_spec job;
+    if (zt_job_overrides_load(&job, job_path, sets, n_sets) != ZT_OK) {
+        free(applied);
+        return zt_cli_fail(NULL);
+    }
+    printf("job %s%s:\n%s\n", job_path, n_sets ? " with its --set overrides" : "", applied);
+    free(applied);
+    int rc = 0;
+    if (zt_job_spec_check_files(&job, job_path) != ZT_OK)
+        rc = zt_cli_fail(NULL);
+    zt_job_spec_print_notes(&job, stdout);
+    printf("\neffective DeepSpeed config (ds_config.effective.json):\n%s\n",
+           job.ds_effective_json ? job.ds_effective_json : "(none)");
+    zt_memory_estimate e;
+    if (zt_memory_estimate_job(&job, job_path, &e) != ZT_OK) {
+        rc = zt_cli_fail(NULL);
+    } else {
+        char desc[768];
+        zt_memory_estimate_describe(&e, desc, sizeof desc);
+        printf("\nmemory: %s\n", desc);
+        zt_admission_limits lim;
+        zt_host_memory hm;
+        if (host_limits(&lim, &hm)) {
+            if (zt_admission_check(&job, &lim, job_path, NULL) == ZT_OK) {
+                char avail[32];
+                zt_format_bytes(hm.available, avail, sizeof avail);
+                printf("admission: fits this host (%s available)\n", avail);
+            } else {
+                printf("admission: refused: %s\n", zt_last_error());
+                rc = 1;
+            }
+        }
+    }
+    zt_job_spec_free(&job);
+    if (rc == 0)
+        printf("%s: valid; nothing was made\n", job_path);
+    return rc;
+}
+
+static int cmd_validate(int argc, char **argv) {
+    const char *job_path = NULL;
+    const char *sets[ZT_CLI_MAX_SETS];
+    size_t n_sets = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+            if (add_set("validate", argv[++i], sets, &n_sets))
+                return 2;
+        } else if (argv[i][0] == '-')
+            return bad_usage("validate: unknown option or missing value '%s'", argv[i]);
+        else if (!job_path)
+            job_path = argv[i];
+        else
+            return bad_usage("validate: unexpected argument '%s'", argv[i]);
+    }
+    if (!job_path)
+        return bad_usage("validate: %sthe job file is missing", "");
+    return zt_cli_validate(job_path, sets, n_sets);
 }
 
 static void print_token(int32_t token, void *ctx) {
@@ -598,30 +683,93 @@ static int cmd_export(int argc, char **argv) {
     return 0;
 }
 
+/* "--opt=value" (and "-o=value") as the two arguments "--opt" "value", as getopt_long takes
+ * them, so that every command's parser sees one form; "--" ends the options. */
+static char **split_equals(int argc, char **argv, int *out_argc) {
+    char **v = calloc((size_t)argc * 2 + 1, sizeof *v);
+    if (!v)
+        return NULL;
+    int n = 0;
+    bool options = true;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i];
+        if (options && strcmp(a, "--") == 0)
+            options = false;
+        /* "--opt=value", and "-o=json" as kubectl takes it. */
+        char *eq = !options || a[0] != '-' ? NULL
+                   : a[1] == '-'           ? strchr(a, '=')
+                   : a[1] && a[2] == '='   ? a + 2
+                                           : NULL;
+        if (eq && eq > a + 1 && !(a[1] == '-' && eq == a + 2)) {
+            *eq = '\0';
+            v[n++] = a;
+            v[n++] = eq + 1;
+        } else {
+            v[n++] = a;
+        }
+    }
+    *out_argc = n;
+    return v;
+}
+
+/* Whether a command's arguments ask for its help (before any "--"). */
+static bool wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return false;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return true;
+    }
+    return false;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         print_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (strcmp(argv[1], "--version") == 0) {
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("ztrain %s\n", ZTRAIN_VERSION);
         return 0;
     }
-    if (strcmp(argv[1], "prepare") == 0)
-        return zt_cli_prepare(argc - 2, argv + 2);
-    if (strcmp(argv[1], "run") == 0)
-        return cmd_run(argc - 2, argv + 2);
-    if (strcmp(argv[1], "estimate") == 0)
-        return cmd_estimate(argc - 2, argv + 2);
-    if (strcmp(argv[1], "config-keys") == 0)
-        return cmd_config_keys(argc - 2);
-    if (strcmp(argv[1], "sample") == 0)
-        return cmd_sample(argc - 2, argv + 2);
+    const char *cmd = argv[1];
+    const zt_cli_command *c = zt_cli_command_find(cmd);
+    if (!c)
+        return bad_usage("unknown command '%s'", cmd);
+    int n;
+    char **args = split_equals(argc - 2, argv + 2, &n);
+    if (!args) {
+        fprintf(stderr, "ztrain: out of memory\n");
+        return 1;
+    }
+    int rc;
+    if (wants_help(n, args)) {
+        zt_cli_print_command_help(stdout, c);
+        rc = 0;
+    } else if (strcmp(cmd, "help") == 0)
+        rc = zt_cli_help_main(n, args);
+    else if (strcmp(cmd, "completion") == 0)
+        rc = zt_cli_completion_main(n, args);
+    else if (strcmp(cmd, "prepare") == 0)
+        rc = zt_cli_prepare(n, args);
+    else if (strcmp(cmd, "run") == 0)
+        rc = cmd_run(n, args);
+    else if (strcmp(cmd, "validate") == 0)
+        rc = cmd_validate(n, args);
+    else if (strcmp(cmd, "init") == 0)
+        rc = zt_cli_init(n, args);
+    else if (strcmp(cmd, "estimate") == 0)
+        rc = cmd_estimate(n, args);
+    else if (strcmp(cmd, "config-keys") == 0)
+        rc = cmd_config_keys(n);
+    else if (strcmp(cmd, "sample") == 0)
+        rc = cmd_sample(n, args);
     /* Both consolidate the fp32 weights, whatever the ZeRO stage and number of ranks that wrote
      * the checkpoint, so DeepSpeed's zero_to_fp32 is an export. */
-    if (strcmp(argv[1], "export") == 0 || strcmp(argv[1], "zero-to-fp32") == 0)
-        return cmd_export(argc - 2, argv + 2);
-    if (zt_cli_remote_is_command(argv[1]))
-        return zt_cli_remote_main(argv[1], argc - 2, argv + 2);
-    return bad_usage("unknown command '%s'", argv[1]);
+    else if (strcmp(cmd, "export") == 0 || strcmp(cmd, "zero-to-fp32") == 0)
+        rc = cmd_export(n, args);
+    else
+        rc = zt_cli_remote_main(cmd, n, args);
+    free(args);
+    return rc;
 }

@@ -84,8 +84,9 @@ static const char usage[] =
     "  --restart-backoff SECONDS  wait before a job's first automatic restart, doubling for\n"
     "                          each next one, at most 300 s (default 1)\n"
     "  --token-file FILE       require 'authorization: Bearer <token>': one token a line, each\n"
-    "                          with a scope (read, submit or admin; alone: admin)\n"
-    "                          (default: $ZTRAIN_TOKEN as admin, else no authentication)\n"
+    "                          with a scope (read, submit or admin; alone: admin) (default:\n"
+    "                          the file $ZTRAIN_TOKEN_FILE names, else the token $ZTRAIN_TOKEN\n"
+    "                          as admin, else no authentication)\n"
     "  --tls-cert FILE         serve gRPC and HTTP over TLS (HTTPS) with this PEM certificate\n"
     "                          chain, leaf first (default: plaintext)\n"
     "  --tls-key FILE          the certificate's PEM private key, unencrypted\n"
@@ -109,7 +110,7 @@ static const char usage[] =
     "                          (default 10)\n"
     "  --idle-timeout SECONDS  a connection doing nothing is closed after this (default 30)\n"
     "  --webhook URL           also POST every job's end, failure and anomaly events here\n"
-    "                          (the README's \"Anomaly events and alerts\")\n"
+    "                          (docs/metrics-and-events.md)\n"
     "  --webhook-secret-env NAME  sign --webhook's requests with the secret in $NAME\n"
     "  --webhook-allow PATTERN  a host jobs' webhooks may name: host, *.domain or *, optionally\n"
     "                          :PORT (repeatable; without it jobs may have no webhooks)\n"
@@ -119,7 +120,7 @@ static const char usage[] =
     "                          name no secret)\n"
     "  --webhook-attempts N    delivery attempts per webhook before giving up (default 5)\n"
     "  --webhook-backoff-ms N  wait before the first retry, doubling after (default 500)\n"
-    "  --help\n";
+    "  --help, --version\n";
 
 static volatile sig_atomic_t stop_requested;
 
@@ -187,6 +188,10 @@ static int parse_args(int argc, char **argv, options *o) {
         if (strcmp(a, "--webhook-allow-private") == 0) {
             o->webhook_policy.allow_private = true;
             continue;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("ztraind %s\n", ZTRAIN_VERSION);
+            exit(0);
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "ztraind: unknown option or missing value: '%s'\n%s", a, usage);

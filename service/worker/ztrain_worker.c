@@ -1,6 +1,11 @@
 /* ztrain-worker: one rank of a job.
  *
- *   ztrain-worker JOB.json [--out DIR] [--threads N] [--validated]
+ *   ztrain-worker JOB.json [--out DIR] [--threads N] [--validated] [--set KEY.PATH=VALUE]...
+ *
+ * --set: the overrides `ztrain run --set` was given (ztrain/job_overrides.h), so that every rank
+ * reads the job the launching process validated. --local_rank=N (or --local-rank N), which
+ * torch.distributed.launch and DeepSpeed's launcher put on a script's command line, is accepted
+ * and ignored: the rank's place comes from the environment, which those launchers set as well.
  *
  * --validated: the process that started the ranks (`ztrain run`, ztraind) has validated the job and
  * printed what its DeepSpeed config resolved to and its warnings; without it rank 0 prints them,
@@ -43,14 +48,46 @@
 
 #include "ztrain/comm.h"
 #include "ztrain/gpu.h"
+#include "ztrain/job_overrides.h"
 #include "ztrain/job_spec.h"
 #include "ztrain/trainer.h"
 
 #define DEFAULT_COMM_TIMEOUT_S 300.0
 #define METRICS_CONNECT_TIMEOUT_S 30.0
 
+#ifndef ZTRAIN_VERSION
+#define ZTRAIN_VERSION "unknown"
+#endif
+
 static const char usage[] =
-    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--validated]\n";
+    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--validated]\n"
+    "                     [--set KEY.PATH=VALUE]...\n"
+    "       ztrain-worker --version\n"
+    "One rank of a job; its place comes from the launcher's environment (RANK, WORLD_SIZE,\n"
+    "LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or Slurm's). --local_rank=N is accepted and ignored.\n";
+
+/* --local_rank=N / --local-rank=N / either with the value apart: the argument torch's
+ * launchers add. Returns how many arguments it took (0: not this option; -1: a bad value, said). */
+static int local_rank_arg(int argc, char **argv, int i) {
+    const char *a = argv[i];
+    static const char *const names[] = {"--local_rank", "--local-rank"};
+    for (int k = 0; k < 2; k++) {
+        size_t n = strlen(names[k]);
+        if (strncmp(a, names[k], n) != 0 || (a[n] != '\0' && a[n] != '='))
+            continue;
+        const char *v = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        char *end;
+        errno = 0;
+        long r = v ? strtol(v, &end, 10) : -1;
+        if (!v || errno || end == v || *end || r < 0 || r > 65535) {
+            fprintf(stderr, "ztrain-worker: %s expects a local rank (a non-negative integer), "
+                            "got '%s'\n", names[k], v ? v : "");
+            return -1;
+        }
+        return a[n] == '=' ? 1 : 2;
+    }
+    return 0;
+}
 
 static volatile sig_atomic_t stop_requested;
 static struct timespec stop_time;   /* when the first stop signal came (CLOCK_MONOTONIC) */
@@ -305,10 +342,28 @@ static const char *world_size_source(char *buf, size_t size) {
 
 int main(int argc, char **argv) {
     const char *job_path = NULL, *out = NULL;
+    const char *sets[64];
+    size_t n_sets = 0;
     long threads = 0;
     bool validated = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--validated") == 0) {
+        int took = local_rank_arg(argc, argv, i);
+        if (took < 0)
+            return 2;
+        if (took > 0) {
+            i += took - 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("ztrain-worker %s\n", ZTRAIN_VERSION);
+            return 0;
+        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+            if (n_sets == sizeof sets / sizeof sets[0]) {
+                fprintf(stderr, "ztrain-worker: at most 64 --set overrides\n");
+                return 2;
+            }
+            sets[n_sets++] = argv[++i];
+        } else if (strcmp(argv[i], "--validated") == 0) {
             validated = true;
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out = argv[++i];
@@ -355,7 +410,7 @@ int main(int argc, char **argv) {
     report_placement(&dist);
     slurm_master_addr(&dist);
     zt_job_spec job;
-    if (zt_job_spec_load(&job, job_path) != ZT_OK) {
+    if (zt_job_overrides_load(&job, job_path, sets, n_sets) != ZT_OK) {
         fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
         return 1;
     }

@@ -1,4 +1,4 @@
-"""The DeepSpeed key table (issue 20): the README's table "DeepSpeed config keys" is exactly what
+"""The DeepSpeed key table (issue 20): docs/deepspeed.md's table "DeepSpeed config keys" is exactly what
 `ztrain config-keys` prints from the parser's own table, so the two cannot drift apart; and the
 table is the parser's truth: every key it lists, written with DeepSpeed's default, is accepted
 without a word, and every warned key set away from its default draws exactly one warning naming it.
@@ -25,7 +25,7 @@ def check(ok, what):
 
 
 def readme_table():
-    with open(os.path.join(SRC, "README.md")) as f:
+    with open(os.path.join(SRC, "docs", "deepspeed.md")) as f:
         text = f.read()
     m = re.search(r"<!-- config-keys: [^\n]*-->\n(.*?)<!-- config-keys end -->", text, re.S)
     return m.group(1) if m else None
@@ -93,8 +93,8 @@ def run_check(tmp, ds):
 def main():
     printed = subprocess.run([ZTRAIN, "config-keys"], capture_output=True, text=True, check=True).stdout
     readme = readme_table()
-    check(readme is not None, "README.md has the generated table between its markers")
-    check(readme == printed, "README.md's key table is what `ztrain config-keys` prints "
+    check(readme is not None, "docs/deepspeed.md has the generated table between its markers")
+    check(readme == printed, "docs/deepspeed.md's key table is what `ztrain config-keys` prints "
           "(regenerate it with `build/ztrain config-keys`)")
     rows = parse_rows(printed)
     check(len(rows) > 200, f"{len(rows)} keys in the table")

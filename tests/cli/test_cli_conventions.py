@@ -1,0 +1,315 @@
+"""The CLI behaves as users of kubectl, docker and torchrun expect (issue 30):
+
+a. every command of `ztrain help`'s list answers `CMD --help`, `CMD -h` and `ztrain help CMD`
+   with exit 0 and its own usage line; an unknown command is exit 2; `--version` on ztrain,
+   ztraind and ztrain-worker prints the version of CMakeLists.txt's project();
+b. `--opt=value` and `--opt value` give the same run; `--set` overrides reach every rank (a
+   2-rank run stops at the overridden max_steps), go into a "deepspeed" file, and bad ones are
+   refused naming the override;
+c. `ztrain validate` prints the effective config, the estimate and the verdict, makes nothing,
+   and exits 1 for a job this host cannot admit; `submit --dry-run` the same without a server;
+d. the bash completion generated from the command table completes commands, options and -o's
+   values, and lists every command of the help text (zsh's too, parsed by zsh when installed);
+e. `ztrain init --hf DIR` writes a job file that reads back with the directory's model and the
+   given DeepSpeed config, and never overwrites one;
+f. ztrain-worker takes torch's --local_rank=N and ignores it, and refuses a bad value;
+g. against a real ztraind with a token: ZTRAIN_TOKEN_FILE names the token's file, both variables
+   set is refused naming them; `list -o json|name|wide`, `status -o json|name`; `cancel` of two
+   ids cancels both, and an unknown id among them is exit 1 after the others are cancelled.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()
+import torch  # noqa: E402,F401  (transformers needs it)
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+
+SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
+ZTRAIN = os.path.join(BUILD, "ztrain")
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    failed += 0 if ok else 1
+
+
+def env_clean(**extra):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("ZTRAIN_")}
+    e.update(extra)
+    return e
+
+
+def run(args, env=None, cwd=None, timeout=300):
+    p = subprocess.run(args, capture_output=True, text=True, env=env or env_clean(), cwd=cwd,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def write_job(d, name="job.json", **over):
+    with open(os.path.join(d, "train.txt"), "wb") as f:
+        f.write(bytes((i * 7919) % 251 for i in range(20000)))
+    job = {"name": "conv", "world_size": 1,
+           "model": {"type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256,
+                     "block_size": 16},
+           "data": {"train": "train.txt"},
+           "train": {"max_steps": 4, "log_interval": 1, "seed": 3},
+           "deepspeed": "ds.json"}
+    job.update(over)
+    with open(os.path.join(d, "ds.json"), "w") as f:
+        json.dump({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
+                   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}, f)
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        json.dump(job, f)
+    return path
+
+
+def last_step(out_dir):
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    return max(r.get("train/global_step", 0) for r in recs)
+
+
+def part_a():
+    rc, usage, _ = run([ZTRAIN, "help"])
+    commands = re.findall(r"^  ([a-z][a-z0-9-]+)", usage, re.M)
+    check(rc == 0 and len(commands) >= 15, f"a: `ztrain help` lists {len(commands)} commands")
+    for c in commands:
+        outs = [run([ZTRAIN, c, "--help"]), run([ZTRAIN, c, "-h"]), run([ZTRAIN, "help", c])]
+        ok = all(o[0] == 0 and o[1].startswith(f"usage: ztrain {c}") for o in outs)
+        check(ok and outs[0][1] == outs[2][1], f"a: {c} --help, -h and `help {c}` exit 0 with "
+              "its usage")
+    rc, _, err = run([ZTRAIN, "frobnicate"])
+    check(rc == 2 and "unknown command 'frobnicate'" in err, "a: an unknown command is exit 2")
+    rc, _, err = run([ZTRAIN, "help", "frobnicate"])
+    check(rc == 2 and "frobnicate" in err, "a: help for an unknown command is exit 2")
+    version = re.search(r"project\(ztrain VERSION ([0-9.]+)",
+                        open(os.path.join(SRC, "CMakeLists.txt")).read()).group(1)
+    for prog in ("ztrain", "ztraind", "ztrain-worker"):
+        rc, out, _ = run([os.path.join(BUILD, prog), "--version"])
+        check(rc == 0 and out.strip() == f"{prog} {version}", f"a: {prog} --version: {out.strip()}")
+    return commands
+
+
+def part_b(tmp):
+    job = write_job(tmp)
+    rc1, _, e1 = run([ZTRAIN, "run", job, "--out=" + os.path.join(tmp, "o1"), "--set=train.max_steps=3"])
+    rc2, _, e2 = run([ZTRAIN, "run", job, "--out", os.path.join(tmp, "o2"), "--set", "train.max_steps=3"])
+    check(rc1 == 0 and rc2 == 0, f"b: run with --opt=value and --opt value ({e1[-300:]}{e2[-300:]})")
+    if rc1 == 0 and rc2 == 0:
+        check(last_step(os.path.join(tmp, "o1")) == 3 == last_step(os.path.join(tmp, "o2")),
+              "b: both stop at the overridden max_steps 3 (the file says 4)")
+    rc, _, err = run([ZTRAIN, "run", job, "--out", os.path.join(tmp, "o3"), "--set", "world_size=2",
+                      "--set", "train.max_steps=2", "--set", "deepspeed.train_batch_size=8"])
+    check(rc == 0 and last_step(os.path.join(tmp, "o3")) == 2,
+          f"b: a 2-rank run's ranks read the overrides too (exit {rc}) {err[-400:]}")
+    rc, _, err = run([ZTRAIN, "validate", job, "--set", "deepspeed.train_batch_size=7"])
+    check(rc == 1 and "train_batch_size" in err and "7" in err,
+          f"b: an override into the deepspeed file is applied (DeepSpeed's batch check: {err.strip()[-160:]})")
+    rc, _, err = run([ZTRAIN, "run", job, "--set", "train.max_steps.x=1"])
+    check(rc == 1 and "train.max_steps" in err and "not an object" in err,
+          f"b: a path through a number is refused naming it ({err.strip()})")
+    rc, _, err = run([ZTRAIN, "run", job, "--set", "nokey"])
+    check(rc == 1 and "'nokey'" in err, f"b: an override without '=' is refused ({err.strip()})")
+    rc, _, err = run([ZTRAIN, "run", job, "--set", "train.bogus_key=1"])
+    check(rc == 1 and "bogus_key" in err, f"b: an unknown key set is refused by the parser ({err.strip()[-120:]})")
+
+
+def part_c(tmp):
+    d = os.path.join(tmp, "c")
+    os.makedirs(d)
+    job = write_job(d, train={"max_steps": 4, "checkpoint_dir": "ckpt"})
+    before = sorted(os.listdir(d))
+    rc, out, err = run([ZTRAIN, "validate", job])
+    check(rc == 0 and "effective DeepSpeed config" in out and "memory:" in out
+          and "admission: fits" in out, f"c: validate prints config, estimate, verdict ({err[-200:]})")
+    check(sorted(os.listdir(d)) == before, "c: validate makes nothing (no ckpt, no runs)")
+    rc, out, err = run([ZTRAIN, "validate", job, "--set", "model.n_embd=65536",
+                        "--set", "model.n_head=1", "--set", "model.n_layer=2"])
+    check(rc == 1 and "admission: refused" in out, f"c: a job too big for this host is exit 1 "
+          f"({out.strip().splitlines()[-1] if out.strip() else err[-200:]})")
+    rc, out, err = run([ZTRAIN, "submit", job, "--dry-run", "--server", "127.0.0.1:1"])
+    check(rc == 0 and "admission: fits" in out, f"c: submit --dry-run needs no server ({err[-200:]})")
+
+
+def part_d(commands):
+    rc, script, _ = run([ZTRAIN, "completion", "bash"])
+    check(rc == 0 and all(f" {c}) opts=" in script for c in commands),
+          "d: the bash completion has a case for every command of the help text")
+
+    def complete(words):
+        prog = (script + "\nCOMP_WORDS=(" + " ".join(f"'{w}'" for w in words) + ")\n"
+                f"COMP_CWORD={len(words) - 1}\n_ztrain\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n")
+        return subprocess.run(["bash", "-c", prog], capture_output=True, text=True,
+                              timeout=30).stdout.split()
+
+    check(complete(["ztrain", "ru"]) == ["run"], "d: `ztrain ru<TAB>` completes to run")
+    check("-o" in complete(["ztrain", "list", "-"]), "d: `ztrain list -<TAB>` offers -o")
+    check(sorted(complete(["ztrain", "list", "-o", ""])) == ["json", "name", "wide"],
+          "d: `ztrain list -o <TAB>` offers json, name, wide")
+    check("--set" in complete(["ztrain", "submit", "--s"]) and
+          "--server" in complete(["ztrain", "submit", "--s"]), "d: submit's options, --set and "
+          "--server")
+    rc, zsh, _ = run([ZTRAIN, "completion", "zsh"])
+    check(rc == 0 and zsh.startswith("#compdef ztrain") and all(f"\n    {c}) opts=(" in zsh
+                                                                  for c in commands),
+          "d: the zsh completion has every command")
+    if shutil.which("zsh"):
+        p = subprocess.run(["zsh", "-n"], input=zsh, capture_output=True, text=True)
+        check(p.returncode == 0, f"d: zsh parses it ({p.stderr.strip()})")
+    rc, _, err = run([ZTRAIN, "completion", "fish"])
+    check(rc == 2 and "fish" in err, "d: an unknown shell is exit 2")
+
+
+def part_e(tmp):
+    d = os.path.join(tmp, "e")
+    hf = os.path.join(d, "models", "tiny")
+    GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64,
+                               vocab_size=300)).save_pretrained(hf, safe_serialization=True)
+    with open(os.path.join(d, "ds.json"), "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                   "zero_optimization": {"stage": 1},
+                   "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}, f)
+    out = os.path.join(d, "job.json")
+    rc, o, err = run([ZTRAIN, "init", "--hf", hf, "--deepspeed", os.path.join(d, "ds.json"),
+                      "--out", out])
+    check(rc == 0 and os.path.exists(out), f"e: init --hf writes {out} ({err.strip()})")
+    if rc == 0:
+        job = json.load(open(out))
+        check(job["model"]["init_from"] == "models/tiny" and job["deepspeed"] == "ds.json"
+              and job["model"]["block_size"] == 64,
+              "e: init_from and deepspeed relative to the job file; block_size from n_positions")
+        rc, o, err = run([ZTRAIN, "estimate", out, "--json"])
+        est = json.loads(o) if rc == 0 else {}
+        n_params = sum(p.numel() for p in GPT2LMHeadModel.from_pretrained(hf).parameters())
+        check(est.get("params") == n_params and est.get("stage") == 1,
+              f"e: the job reads back with the directory's {n_params} parameters and ZeRO 1 "
+              f"({est.get('params')}, {err.strip()[-200:]})")
+    before = open(out).read() if os.path.exists(out) else None
+    rc, _, err = run([ZTRAIN, "init", "--hf", hf, "--out", out])
+    check(rc == 1 and "kept" in err and open(out).read() == before,
+          f"e: an existing job file is never overwritten ({err.strip()})")
+    rc, _, err = run([ZTRAIN, "init", "--hf", os.path.join(d, "nope")])
+    check(rc == 2 and "nope" in err, f"e: a missing directory is named ({err.strip()})")
+
+
+def part_f(tmp):
+    d = os.path.join(tmp, "f")
+    os.makedirs(d)
+    job = write_job(d, train={"max_steps": 2, "log_interval": 1})
+    worker = os.path.join(BUILD, "ztrain-worker")
+    rc, _, err = run([worker, "--local_rank=0", job, "--out", os.path.join(d, "o")])
+    check(rc == 0 and last_step(os.path.join(d, "o")) == 2,
+          f"f: ztrain-worker --local_rank=0 trains ({err.strip()[-200:]})")
+    rc, _, err = run([worker, job, "--local-rank", "0", "--out", os.path.join(d, "o2")])
+    check(rc == 0, f"f: --local-rank 0 too ({err.strip()[-200:]})")
+    rc, _, err = run([worker, "--local_rank=x", job])
+    check(rc == 2 and "--local_rank" in err, f"f: a bad --local_rank is exit 2 ({err.strip()})")
+
+
+def part_g(tmp):
+    d = os.path.join(tmp, "g")
+    os.makedirs(os.path.join(d, "data"))
+    job = write_job(os.path.join(d, "data"), train={"max_steps": 100000, "log_interval": 50})
+    token_file = os.path.join(d, "token")
+    with open(token_file, "w") as f:
+        f.write("tok-g-1\n")
+    log = open(os.path.join(d, "ztraind.log"), "w+")
+    daemon = subprocess.Popen(
+        [os.path.join(BUILD, "ztraind"), "--grpc-addr", "127.0.0.1:0", "--http-addr",
+         "127.0.0.1:0", "--state-dir", os.path.join(d, "state"), "--data-root",
+         os.path.join(d, "data"), "--runs-root", os.path.join(d, "runs"), "--max-ranks", "1",
+         "--threads-per-rank", "1", "--grace", "5"],
+        env=env_clean(ZTRAIN_TOKEN_FILE=token_file), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        m = None
+        for _ in range(300):
+            log.seek(0)
+            m = re.search(r"ready grpc=(\S+)", log.read())
+            if m or daemon.poll() is not None:
+                break
+            time.sleep(0.1)
+        log.seek(0)
+        check(m is not None and "auth=bearer" in log.read(), "g: ztraind takes its token from "
+              "ZTRAIN_TOKEN_FILE")
+        if not m:
+            return
+        server = m.group(1)
+        env = env_clean(ZTRAIN_SERVER=server, ZTRAIN_TOKEN_FILE=token_file)
+        rc, _, err = run([ZTRAIN, "list"], env=env_clean(ZTRAIN_SERVER=server))
+        check(rc == 1 and "UNAUTHENTICATED" in err.upper(), "g: without a token: refused")
+        rc, _, err = run([ZTRAIN, "list"], env=env_clean(ZTRAIN_SERVER=server,
+                                                          ZTRAIN_TOKEN_FILE=token_file,
+                                                          ZTRAIN_TOKEN="tok-g-1"))
+        check(rc == 1 and "ZTRAIN_TOKEN_FILE" in err and "ZTRAIN_TOKEN " in err,
+              f"g: both variables set is refused naming them ({err.strip()})")
+        ids = []
+        for _ in range(2):
+            rc, out, err = run([ZTRAIN, "submit", job], env=env)
+            ids.append(out.strip())
+        check(rc == 0 and all(re.match(r"job-\d+$", i) for i in ids),
+              f"g: two jobs submitted with the token from ZTRAIN_TOKEN_FILE ({ids}, {err.strip()})")
+        rc, out, _ = run([ZTRAIN, "list", "-o", "json"], env=env)
+        listed = json.loads(out)["jobs"] if rc == 0 else []
+        check(sorted(j["id"] for j in listed) == sorted(ids), "g: list -o json: both jobs")
+        rc, out, _ = run([ZTRAIN, "list", "-o=name"], env=env)
+        check(rc == 0 and sorted(out.split()) == sorted(ids), "g: list -o=name: the ids alone")
+        rc, out, _ = run([ZTRAIN, "list", "-o", "wide"], env=env)
+        check(rc == 0 and out.split("\n")[0].split()[:8] ==
+              ["ID", "STATE", "STEP", "LOSS", "TOKENS/S", "ELAPSED", "RANKS", "DEVICE"]
+              and len(out.strip().split("\n")) == 3, "g: list -o wide: more columns, two rows")
+        rc, out, _ = run([ZTRAIN, "status", ids[0], "-o", "json"], env=env)
+        check(rc == 0 and json.loads(out)["id"] == ids[0], "g: status -o json")
+        rc, out, _ = run([ZTRAIN, "status", ids[0], "-o", "name"], env=env)
+        check(rc == 0 and out.strip() == ids[0], "g: status -o name")
+        rc, _, err = run([ZTRAIN, "list", "-o", "yaml"], env=env)
+        check(rc == 2 and "yaml" in err, "g: -o yaml is bad usage naming it")
+        rc, out, err = run([ZTRAIN, "cancel", ids[0], "job-999999", ids[1], "--force"], env=env)
+        check(rc == 1 and "job-999999" in err and out.count(ids[0]) == 1 and
+              out.count(ids[1]) == 1, f"g: cancel of three ids: the unknown one fails, the "
+              f"others are cancelled ({out.strip()} | {err.strip()})")
+        deadline = time.monotonic() + 60
+        states = []
+        while time.monotonic() < deadline:
+            rc, out, _ = run([ZTRAIN, "list", "-o", "json"], env=env)
+            states = [j["state"] for j in json.loads(out)["jobs"]] if rc == 0 else []
+            if states and all(s in ("CANCELLED", "JOB_STATE_CANCELLED") for s in states):
+                break
+            time.sleep(0.5)
+        check(states and all("CANCELLED" in s for s in states), f"g: both end CANCELLED ({states})")
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        commands = part_a()
+        part_b(tmp)
+        part_c(tmp)
+        part_d(commands)
+        part_e(tmp)
+        part_f(tmp)
+        part_g(tmp)
+    print("FAILED" if failed else "PASSED")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""The documentation cannot rot (issue 30): every fenced block marked ```sh in README.md,
+CONTRIBUTING.md and docs/**/*.md is run, page by page, as written.
+
+- A page's runnable blocks run in order in one bash (`set -euo pipefail`), so a block may use
+  what an earlier one on the page made (`id=$(ztrain submit ...)`), in a scratch copy of the
+  repository's files (git's tracked and unignored ones: what a fresh clone holds) with the built
+  programs first on PATH, then .venv/bin when there is one (the Hugging Face quick start's
+  python3 needs transformers). Pages are independent of each other.
+- Blocks that cannot run here (a GPU, a cluster, root, the network, the whole test suite) are
+  marked ```console (or ```text for output): that is the convention CONTRIBUTING.md states.
+- Each page runs in a network namespace of its own when the kernel allows one (`unshare -rn`),
+  so its fixed ports (the README's 50051 and 8080) do not meet another test's daemon; every
+  process a page starts is killed when the page ends, failed or not.
+- Besides running them, the test checks that README.md is at most 350 lines, that every
+  relative link of these pages names a file that exists, and that docs/service.md's copy of
+  `ztraind --help` and docs/deepspeed.md's key table (tests/cli/test_config_keys.py) are what the
+  programs print. `--regenerate` rewrites the ztraind flags section instead of comparing it.
+"""
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
+PAGE_TIMEOUT_S = float(os.environ.get("ZTRAIN_DOCS_PAGE_TIMEOUT", "600"))
+# Pages that the README's map links and other branches write (docs/api.md, ...): a link to one
+# of them is not a broken link while its branch is not merged.
+PAGES_ELSEWHERE = {"docs/api.md", "docs/security.md", "docs/gpu.md", "docs/fine-tuning.md",
+                   "docs/architecture.md", "docs/deploy.md"}
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    failed += 0 if ok else 1
+
+
+def pages():
+    found = [os.path.join(SRC, "README.md"), os.path.join(SRC, "CONTRIBUTING.md")]
+    found += sorted(glob.glob(os.path.join(SRC, "docs", "**", "*.md"), recursive=True))
+    return [p for p in found if os.path.exists(p)]
+
+
+FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+
+
+def blocks(path):
+    """(info, first line number, text) of each fenced block; indentation of the fence removed."""
+    out, cur = [], None
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            m = FENCE.match(line.rstrip("\n"))
+            if cur is None and m:
+                cur = (m.group(2), n + 1, len(m.group(1)), [])
+            elif cur is not None and m and not m.group(2):
+                out.append((cur[0], cur[1], "".join(cur[3])))
+                cur = None
+            elif cur is not None:
+                cur[3].append(line[cur[2]:] if line[:cur[2]].strip() == "" else line)
+    check(cur is None, f"{rel(path)}: every fence is closed")
+    return out
+
+
+def rel(path):
+    return os.path.relpath(path, SRC)
+
+
+def scratch_copy(dst):
+    """The files a clone holds, copied (not linked: pages write beside the examples)."""
+    try:
+        names = subprocess.run(["git", "-C", SRC, "ls-files", "-z", "--cached", "--others",
+                                "--exclude-standard"], capture_output=True, check=True,
+                               timeout=60).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        names = None
+    if names is None:
+        shutil.copytree(SRC, dst, dirs_exist_ok=True, symlinks=True,
+                        ignore=shutil.ignore_patterns("build*", ".git", ".venv", "runs"))
+        return
+    for name in names:
+        if not name or name.startswith(".venv"):
+            continue
+        src = os.path.join(SRC, name)
+        if not os.path.isfile(src):
+            continue
+        os.makedirs(os.path.dirname(os.path.join(dst, name)), exist_ok=True)
+        shutil.copy2(src, os.path.join(dst, name))
+
+
+def netns_prefix():
+    """`unshare -rn` with loopback brought up, when this kernel lets us; else nothing."""
+    up_lo = ("import fcntl,os,socket,struct,sys\n"
+             "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+             "f=struct.unpack('16sH14s',fcntl.ioctl(s,0x8913,struct.pack('16sH14s',b'lo',0,bytes(14))))[1]\n"
+             "fcntl.ioctl(s,0x8914,struct.pack('16sH14s',b'lo',f|1,bytes(14)))\n"
+             "os.execvp(sys.argv[1],sys.argv[1:])\n")
+    cmd = ["unshare", "-rn", sys.executable, "-c", up_lo]
+    try:
+        ok = subprocess.run(cmd + ["true"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return cmd if ok else []
+
+
+def run_page(path, runnable, prefix):
+    script = ["set -euo pipefail"]
+    for _, line, text in runnable:
+        script.append(f"echo '>>> {rel(path)}:{line}' >&2")
+        script.append(text)
+    with tempfile.TemporaryDirectory(prefix="ztrain-docs-") as tmp:
+        work = os.path.join(tmp, "src")
+        scratch_copy(work)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("ZTRAIN_") or k in ("ZTRAIN_BUILD", "ZTRAIN_SOURCE")}
+        path_dirs = [BUILD]
+        venv = os.path.join(SRC, ".venv", "bin")
+        if os.path.isdir(venv):
+            path_dirs.append(venv)
+        env["PATH"] = os.pathsep.join(path_dirs + [env.get("PATH", "/usr/bin:/bin")])
+        env["HOME"] = tmp
+        env.setdefault("OMP_NUM_THREADS", "2")
+        with open(os.path.join(tmp, "page.sh"), "w") as f:
+            f.write("\n".join(script) + "\n")
+        t0 = time.monotonic()
+        p = subprocess.Popen(prefix + ["bash", os.path.join(tmp, "page.sh")], cwd=work, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        try:
+            out, _ = p.communicate(timeout=PAGE_TIMEOUT_S)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            rc = "timeout"
+        finally:
+            # Whatever the page left running (a daemon started with &) goes with it.
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        text = out.decode(errors="replace")
+        took = time.monotonic() - t0
+        ok = rc == 0
+        check(ok, f"{rel(path)}: {len(runnable)} runnable block(s) ran "
+                  f"({'exit ' + str(rc) if rc != 'timeout' else 'timed out'}, {took:.0f} s)")
+        if not ok:
+            print(text[-6000:])
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def check_links(path):
+    with open(path) as f:
+        text = f.read()
+    # Links inside fenced blocks are code, not links.
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    bad = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        file_part = target.split("#")[0]
+        resolved = os.path.normpath(os.path.join(os.path.dirname(path), file_part))
+        if not os.path.exists(resolved) and rel(resolved) not in PAGES_ELSEWHERE:
+            bad.append(target)
+    check(not bad, f"{rel(path)}: every relative link names a file that exists"
+                   + (f" (missing: {', '.join(bad)})" if bad else ""))
+
+
+def check_generated(regenerate):
+    page = os.path.join(SRC, "docs", "service.md")
+    printed = subprocess.run([os.path.join(BUILD, "ztraind"), "--help"], capture_output=True,
+                             text=True, timeout=30).stdout
+    with open(page) as f:
+        text = f.read()
+    pat = re.compile(r"(<!-- ztraind-help: [^\n]*-->\n```text\n)(.*?)(```\n<!-- ztraind-help end -->)",
+                     re.S)
+    m = pat.search(text)
+    if regenerate and m:
+        with open(page, "w") as f:
+            f.write(text[:m.start(2)] + printed + text[m.end(2):])
+        print(f"rewrote the ztraind flags of {rel(page)}")
+        return
+    check(m is not None, "docs/service.md has the ztraind flags between their markers")
+    check(bool(m) and m.group(2) == printed, "docs/service.md's ztraind flags are what "
+          "`ztraind --help` prints (regenerate: tests/docs/test_docs.py --regenerate)")
+
+
+def main():
+    regenerate = "--regenerate" in sys.argv[1:]
+    check_generated(regenerate)
+    if regenerate:
+        return
+    with open(os.path.join(SRC, "README.md")) as f:
+        n = sum(1 for _ in f)
+    check(n <= 350, f"README.md is {n} lines (at most 350)")
+    prefix = netns_prefix()
+    print(f"pages run {'in network namespaces of their own' if prefix else 'in this network namespace (unshare -rn is not allowed here)'}")
+    only = os.environ.get("ZTRAIN_DOCS_ONLY")
+    for path in pages():
+        check_links(path)
+        found = blocks(path)
+        runnable = [b for b in found if b[0] == "sh"]
+        unmarked = [b[1] for b in found if b[0] in ("", "bash", "shell")]
+        check(not unmarked, f"{rel(path)}: every shell block says whether it runs "
+                            f"(sh) or not (console){': lines ' + str(unmarked) if unmarked else ''}")
+        if runnable and (not only or only in rel(path)):
+            run_page(path, runnable, prefix)
+    print("FAILED" if failed else "PASSED")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
