@@ -34,9 +34,6 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 EXCEPTIONS = {
     # The host reduction rounds 16-bit values with the CPU backend's own scalar conversions.
     ("engine/comm/comm_reduce.c", "half.h"): "kernels",
-    # The NCCL transport still reaches into the CUDA backend (issue 26 item 3 moves it into the
-    # CUDA module behind an interface).
-    ("engine/comm/comm_nccl.c", "cuda_backend.h"): "kernels",
 }
 
 # Folders every other one uses (status codes, files, JSON): their arrows are not drawn.
@@ -165,7 +162,7 @@ def main():
                 check(inc.startswith("ztrain/") and b in owner,
                       f'{d}/include/ztrain/{base} includes "{inc}": public headers include only '
                       f'public headers, as "ztrain/x.h"')
-                if b in owner and owner[b] != owner.get(base):
+                if base in owner and b in owner and owner[b] != owner[base]:
                     uses[owner[base]].add(owner[b])
     # Seen from above, kernels/ (the backend object) with its cpu/ and cuda/ halves is one
     # library, and so is the engine seen from the service.
