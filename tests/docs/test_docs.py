@@ -179,6 +179,9 @@ def check_generated(regenerate):
     page = os.path.join(SRC, "docs", "service.md")
     printed = subprocess.run([os.path.join(BUILD, "ztraind"), "--help"], capture_output=True,
                              text=True, timeout=30).stdout
+    # A development build's default --web-dir is its checkout's web/: written as SOURCE/web, so
+    # that the page is the same in every clone.
+    printed = printed.replace(os.path.join(SRC, "web"), "SOURCE/web")
     with open(page) as f:
         text = f.read()
     pat = re.compile(r"(<!-- ztraind-help: [^\n]*-->\n```text\n)(.*?)(```\n<!-- ztraind-help end -->)",
