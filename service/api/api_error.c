@@ -15,6 +15,7 @@
 #include "google/protobuf/any.pb-c.h"
 #include "google/rpc/error_details.pb-c.h"
 #include "google/rpc/status.pb-c.h"
+#include "ztrain/text.h"
 
 /* The job-spec file's top-level keys: a path whose first part is one of them is a field of the
  * spec. (DeepSpeed's keys live under "deepspeed"; its own messages name them bare.) */
@@ -143,8 +144,11 @@ void zt_api_error_field(const char *message, const char *scope, char *out, size_
     snprintf(out, out_size, "%s.%s", scope, path);
 }
 
+/* Messages and fields echo what a request sent (a job id from the URL, a spec's strings), which
+ * may be cut bytes or not UTF-8 at all: both encodings need valid UTF-8 (JSON, and the status
+ * text clients decode), so anything else is escaped as \xHH, never cut inside a character. */
 static void copy(char *dst, size_t size, const char *src) {
-    snprintf(dst, size, "%s", src ? src : "");
+    zt_text_escape(src ? src : "", ZT_ESCAPE_KEEP_NEWLINE, dst, size);
 }
 
 void zt_api_error_set(zt_api_error *e, grpc_status_code code, const char *field,
@@ -183,8 +187,11 @@ void zt_api_error_from_status(zt_api_error *e, int s, const char *message, const
         break;
     case ZT_ERR_NOT_FOUND:
         e->kind = ZT_DETAIL_RESOURCE;
-        if (job_id)
-            snprintf(e->resource, sizeof e->resource, "jobs/%.150s", job_id);
+        if (job_id) {
+            char name[sizeof e->resource + 8];
+            snprintf(name, sizeof name, "jobs/%s", job_id);
+            copy(e->resource, sizeof e->resource, name);
+        }
         else
             named_job(e->message, e->resource, sizeof e->resource);
         break;

@@ -180,6 +180,25 @@ def case_c(d):
                  f"c: HTTP GET {path}: {s} {p.get('code')} {p.get('resource')}")
 
 
+def case_c_bytes(d):
+    """Found by schemathesis: a job id in the URL cut at 64 bytes inside a UTF-8 character made
+    the problem's JSON invalid UTF-8. The detail escapes what is not text instead."""
+    path = "/api/v1/jobs/" + "%C3%AB" * 40 + "%FF/logs"
+    req = urllib.request.Request(d.http_url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        status, body = 200, b""
+    except urllib.error.HTTPError as e:
+        status, body = e.code, e.read()
+    try:
+        problem = json.loads(body.decode("utf-8"))
+    except ValueError:
+        problem = {}
+    ck.check(status == 404 and problem.get("code") == "NOT_FOUND",
+             f"c: an id of cut UTF-8 in the URL: {status}, the problem is UTF-8 JSON "
+             f"({body[:80]!r})")
+
+
 def expect_admission(what, d, job, code_name, detail_cls, subject, type_=None):
     code, st = grpc_error(grpc_submit(d, job))
     m = detail(st, detail_cls)
@@ -236,6 +255,7 @@ def main():
         case_a(d)
         case_b(d)
         case_c(d)
+        case_c_bytes(d)
         case_e(d)
     case_d(tmp)
     ck.done()
