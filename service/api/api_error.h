@@ -60,6 +60,13 @@ void zt_api_error_set(zt_api_error *e, grpc_status_code code, const char *field,
  * prefixed with scope when one is given. Exposed for the tests. */
 void zt_api_error_field(const char *message, const char *scope, char *out, size_t out_size);
 
+/* Cuts e's message to at most max bytes on a character boundary. gRPC sends the message twice
+ * (grpc-message and google.rpc.Status.message, which grpcio requires to be equal) in trailers
+ * that clients cap at 8 KiB in all, so the gRPC server cuts it before sending
+ * (ZT_API_GRPC_MESSAGE_MAX); HTTP sends it whole. */
+#define ZT_API_GRPC_MESSAGE_MAX 2048
+void zt_api_error_cut(zt_api_error *e, size_t max);
+
 /* e as a packed google.rpc.Status (code, message, one Any detail when e has one): malloc'd,
  * *len bytes; NULL when memory ran out. */
 uint8_t *zt_api_error_status_bin(const zt_api_error *e, size_t *len);

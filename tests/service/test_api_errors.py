@@ -9,7 +9,9 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      and ResourceInfo names the job.
   b. Invalid specs, the same over both transports: a bad model dimension is INVALID_ARGUMENT
      with BadRequest's field "spec.model.n_embd" (HTTP 400, "field" the same); a DeepSpeed batch
-     mismatch names "spec.deepspeed.train_batch_size"; a non-UTF-8 name is refused naming
+     mismatch names "spec.deepspeed.train_batch_size", an unknown DeepSpeed key its section
+     ("spec.deepspeed.zero_optimization.zz_unknown", a 1.5 KB message whose status still fits
+     the clients' trailer limit); a non-UTF-8 name is refused naming
      "spec.name" (gRPC) and an unknown key names "spec.model.n_embed" (HTTP, where JSON can
      carry one).
   c. A job that does not exist: NOT_FOUND with ResourceInfo {ztrain.v1.Job, jobs/ID} (HTTP 404
@@ -147,6 +149,16 @@ def case_b(d):
     job = tiny_job(d.data_root)
     job["model"]["n_embed"] = 32
     expect_bad_field("an unknown key", d, job, "spec.model.n_embed", http_only=True)
+    # DeepSpeed's parser lists every allowed key: a message of about 1.5 KB, whose status must
+    # still fit the clients' trailer limit.
+    job = tiny_job(d.data_root)
+    job["deepspeed"]["zero_optimization"] = {"stage": 1, "zz_unknown": 1}
+    expect_bad_field("an unknown DeepSpeed key (a long message)", d, job,
+                     "spec.deepspeed.zero_optimization.zz_unknown")
+    job = tiny_job(d.data_root)
+    job["deepspeed"]["optimizer"]["params"]["zz"] = 2
+    expect_bad_field("an unknown optimizer parameter", d, job,
+                     "spec.deepspeed.optimizer.params.zz")
 
     raw = pb.SubmitJobRequest(spec=spec_proto(tiny_job(d.data_root))).SerializeToString()
     bad = raw.replace(b"tiny", b"t\xffny", 1)
