@@ -21,7 +21,9 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      RESOURCE_EXHAUSTED with QuotaFailure on spec.world_size; a full server (--max-jobs) is
      RESOURCE_EXHAUSTED with QuotaFailure on "jobs". HTTP gives each the same code and field.
   e. Request fields: ListJobs page_size -1 and GetJob without an id name "page_size" and "id";
-     over HTTP a bad page_size names it too, and a body that is not a SubmitJobRequest is 400."""
+     over HTTP a bad page_size names it too, and a body that is not a SubmitJobRequest is 400.
+  f. Sizes: a 200 KB spec over HTTP is judged like any other; a 2 MB one is RESOURCE_EXHAUSTED
+     with QuotaFailure on "spec" over both (the manager's limit, not a transport's)."""
 import json
 import os
 import sys
@@ -261,6 +263,25 @@ def case_e(d):
                  f"e: HTTP body {body!r}: {s} field {p.get('field')!r}: {p.get('detail')}")
 
 
+def case_f(d):
+    """Sizes: a spec of 200 KB is judged, not refused for its size (HTTP's 64 KiB cap on other
+    bodies does not apply to a submit); one of 2 MB is above the manager's spec limit over both
+    transports alike: RESOURCE_EXHAUSTED, QuotaFailure on "spec", HTTP 429."""
+    job = tiny_job(d.data_root)
+    job["deepspeed"]["zero_optimization"] = {"stage": 1, "zz_padding": "x" * 200_000}
+    s, _, p = http(d, "POST", "/api/v1/jobs", {"spec": job})
+    ck.check(s == 400 and p.get("field") == "spec.deepspeed.zero_optimization.zz_padding",
+             f"f: a 200 KB spec over HTTP is judged: {s} {p.get('field')!r}")
+    job["deepspeed"]["zero_optimization"]["zz_padding"] = "x" * 2_000_000
+    code, st = grpc_error(grpc_submit(d, job))
+    q = detail(st, error_details_pb2.QuotaFailure)
+    ck.check(code == grpc.StatusCode.RESOURCE_EXHAUSTED and q and q.violations[0].subject == "spec",
+             f"f: gRPC a 2 MB spec: {code.name} {q.violations[0].subject if q else None}")
+    s, _, p = http(d, "POST", "/api/v1/jobs", {"spec": job})
+    ck.check(s == 429 and p.get("code") == "RESOURCE_EXHAUSTED" and p.get("field") == "spec",
+             f"f: HTTP a 2 MB spec: {s} {p.get('code')} {p.get('field')!r}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -269,6 +290,7 @@ def main():
         case_c(d)
         case_c_bytes(d)
         case_e(d)
+        case_f(d)
     case_d(tmp)
     ck.done()
 
