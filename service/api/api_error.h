@@ -76,8 +76,10 @@ uint8_t *zt_api_error_status_bin(const zt_api_error *e, size_t *len);
  * again: what clients of the older {"error": ...} bodies read) and the detail's members. */
 char *zt_api_error_problem_json(const zt_api_error *e, unsigned http_status, const char *instance);
 
-/* The HTTP status for a gRPC code (Google's HTTP mapping: 400, 404, 409, 412 for FAILED_PRECONDITION
- * is 400 there, ...) and the gRPC code for an HTTP status the server answers with itself. */
+/* The HTTP status for a gRPC code, as Google's HTTP mapping has it (INVALID_ARGUMENT and
+ * FAILED_PRECONDITION 400, NOT_FOUND 404, ALREADY_EXISTS 409, RESOURCE_EXHAUSTED 429, ...), and
+ * the gRPC code for an HTTP status the server answers with itself (405 UNIMPLEMENTED, 413
+ * RESOURCE_EXHAUSTED, 415 INVALID_ARGUMENT, 421 PERMISSION_DENIED, ...). */
 unsigned zt_api_http_status(grpc_status_code code);
 grpc_status_code zt_api_code_from_http(unsigned http_status);
 
