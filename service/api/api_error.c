@@ -15,6 +15,7 @@
 #include "google/protobuf/any.pb-c.h"
 #include "google/rpc/error_details.pb-c.h"
 #include "google/rpc/status.pb-c.h"
+#include "ztrain/text.h"
 
 /* The job-spec file's top-level keys: a path whose first part is one of them is a field of the
  * spec. (DeepSpeed's keys live under "deepspeed"; its own messages name them bare.) */
@@ -86,10 +87,30 @@ static bool snake_word(const char *s, char *out, size_t out_size, const char *pr
     return false;
 }
 
+/* The key of "unknown key 'K' in P" (P.K) or "unknown key 'K'" (K), the parsers' refusal of a
+ * key they do not know. */
+static bool unknown_key_path(const char *msg, char *out, size_t out_size, const char *prefix) {
+    const char *q = strstr(msg, "unknown key '");
+    if (!q)
+        return false;
+    q += 13;
+    size_t n = path_len(q);
+    if (!n || q[n] != '\'')
+        return false;
+    const char *in = q + n + 1;
+    size_t m = strncmp(in, " in ", 4) == 0 ? path_len(in + 4) : 0;
+    if (m)
+        snprintf(out, out_size, "%s%.*s.%.*s", prefix, (int)m, in + 4, (int)n, q);
+    else
+        snprintf(out, out_size, "%s%.*s", prefix, (int)n, q);
+    return true;
+}
+
 /* Finds the spec path a message names: at the start of one of its ": "-separated parts, a
  * path whose first part is a spec key ("spec: model.n_embd: ..."), and for a bare "deepspeed"
- * the DeepSpeed key its text names; else a quoted 'key' ("unknown key 'model.n_embed'"), else
- * the first snake_case word. */
+ * the DeepSpeed key its text names (an unknown key with its section, or the first snake_case
+ * word); else an unknown key with its section, a quoted 'key' ("key 'model.n_layer' is
+ * required"), else the first snake_case word. */
 static bool spec_path(const char *msg, char *out, size_t out_size) {
     for (const char *p = msg; p; p = strstr(p, ": ")) {
         if (p != msg)
@@ -98,11 +119,14 @@ static bool spec_path(const char *msg, char *out, size_t out_size) {
         if (!n || !is_spec_key(p, first_part_len(p, n)))
             continue;
         if (n == 9 && strncmp(p, "deepspeed", 9) == 0 &&
-            snake_word(p + n, out, out_size, "deepspeed."))
+            (unknown_key_path(p + n, out, out_size, "deepspeed.") ||
+             snake_word(p + n, out, out_size, "deepspeed.")))
             return true;
         snprintf(out, out_size, "%.*s", (int)n, p);
         return true;
     }
+    if (unknown_key_path(msg, out, out_size, ""))
+        return true;
     const char *q = strstr(msg, "key '");
     if (q) {
         q += 5;
@@ -143,8 +167,11 @@ void zt_api_error_field(const char *message, const char *scope, char *out, size_
     snprintf(out, out_size, "%s.%s", scope, path);
 }
 
+/* Messages and fields echo what a request sent (a job id from the URL, a spec's strings), which
+ * may be cut bytes or not UTF-8 at all: both encodings need valid UTF-8 (JSON, and the status
+ * text clients decode), so anything else is escaped as \xHH, never cut inside a character. */
 static void copy(char *dst, size_t size, const char *src) {
-    snprintf(dst, size, "%s", src ? src : "");
+    zt_text_escape(src ? src : "", ZT_ESCAPE_KEEP_NEWLINE, dst, size);
 }
 
 void zt_api_error_set(zt_api_error *e, grpc_status_code code, const char *field,
@@ -183,8 +210,11 @@ void zt_api_error_from_status(zt_api_error *e, int s, const char *message, const
         break;
     case ZT_ERR_NOT_FOUND:
         e->kind = ZT_DETAIL_RESOURCE;
-        if (job_id)
-            snprintf(e->resource, sizeof e->resource, "jobs/%.150s", job_id);
+        if (job_id) {
+            char name[sizeof e->resource + 8];
+            snprintf(name, sizeof name, "jobs/%s", job_id);
+            copy(e->resource, sizeof e->resource, name);
+        }
         else
             named_job(e->message, e->resource, sizeof e->resource);
         break;
@@ -235,8 +265,25 @@ static bool pack_any(const ProtobufCMessage *m, const char *type_url, Google__Pr
     return true;
 }
 
+/* The detail repeats the message, which the status carries twice already (grpc-message and
+ * google.rpc.Status.message, which clients require to be equal): its copy is cut shorter, on a
+ * character boundary, to keep the trailers within what clients accept (api_error.h). */
+#define DETAIL_DESCRIPTION_MAX 512
+
+static void cut_utf8(char *dst, size_t max, const char *src) {
+    size_t n = strlen(src);
+    if (n > max) {
+        n = max;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memmove(dst, src, n);
+    dst[n] = '\0';
+}
+
 static bool pack_detail(const zt_api_error *e, Google__Protobuf__Any *any) {
-    char *description = (char *)e->message;
+    char description[DETAIL_DESCRIPTION_MAX + 1];
+    cut_utf8(description, DETAIL_DESCRIPTION_MAX, e->message);
     switch (e->kind) {
     case ZT_DETAIL_BAD_REQUEST: {
         Google__Rpc__BadRequest__FieldViolation v = GOOGLE__RPC__BAD_REQUEST__FIELD_VIOLATION__INIT;
@@ -399,4 +446,9 @@ char *zt_api_error_problem_json(const zt_api_error *e, unsigned http_status,
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
+}
+
+void zt_api_error_cut(zt_api_error *e, size_t max) {
+    if (max < sizeof e->message)
+        cut_utf8(e->message, max, e->message);
 }

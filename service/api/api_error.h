@@ -60,6 +60,13 @@ void zt_api_error_set(zt_api_error *e, grpc_status_code code, const char *field,
  * prefixed with scope when one is given. Exposed for the tests. */
 void zt_api_error_field(const char *message, const char *scope, char *out, size_t out_size);
 
+/* Cuts e's message to at most max bytes on a character boundary. gRPC sends the message twice
+ * (grpc-message and google.rpc.Status.message, which grpcio requires to be equal) in trailers
+ * that clients cap at 8 KiB in all, so the gRPC server cuts it before sending
+ * (ZT_API_GRPC_MESSAGE_MAX); HTTP sends it whole. */
+#define ZT_API_GRPC_MESSAGE_MAX 2048
+void zt_api_error_cut(zt_api_error *e, size_t max);
+
 /* e as a packed google.rpc.Status (code, message, one Any detail when e has one): malloc'd,
  * *len bytes; NULL when memory ran out. */
 uint8_t *zt_api_error_status_bin(const zt_api_error *e, size_t *len);
@@ -69,8 +76,10 @@ uint8_t *zt_api_error_status_bin(const zt_api_error *e, size_t *len);
  * again: what clients of the older {"error": ...} bodies read) and the detail's members. */
 char *zt_api_error_problem_json(const zt_api_error *e, unsigned http_status, const char *instance);
 
-/* The HTTP status for a gRPC code (Google's HTTP mapping: 400, 404, 409, 412 for FAILED_PRECONDITION
- * is 400 there, ...) and the gRPC code for an HTTP status the server answers with itself. */
+/* The HTTP status for a gRPC code, as Google's HTTP mapping has it (INVALID_ARGUMENT and
+ * FAILED_PRECONDITION 400, NOT_FOUND 404, ALREADY_EXISTS 409, RESOURCE_EXHAUSTED 429, ...), and
+ * the gRPC code for an HTTP status the server answers with itself (405 UNIMPLEMENTED, 413
+ * RESOURCE_EXHAUSTED, 415 INVALID_ARGUMENT, 421 PERMISSION_DENIED, ...). */
 unsigned zt_api_http_status(grpc_status_code code);
 grpc_status_code zt_api_code_from_http(unsigned http_status);
 

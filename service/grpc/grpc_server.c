@@ -163,7 +163,14 @@ void zt_call_finish(call *c, grpc_status_code code, const char *text) {
     pthread_mutex_unlock(&c->mu);
 }
 
-void zt_call_finish_error(call *c, const zt_api_error *e) {
+void zt_call_finish_error(call *c, const zt_api_error *error) {
+    zt_api_error *e = malloc(sizeof *e);
+    if (!e) {
+        zt_call_finish(c, error->code, error->message);
+        return;
+    }
+    *e = *error;
+    zt_api_error_cut(e, ZT_API_GRPC_MESSAGE_MAX);
     size_t len = 0;
     uint8_t *bin = zt_api_error_status_bin(e, &len);
     pthread_mutex_lock(&c->mu);
@@ -175,6 +182,7 @@ void zt_call_finish_error(call *c, const zt_api_error *e) {
     zt_call_finish_locked(c, e->code, e->message);
     pthread_mutex_unlock(&c->mu);
     free(bin);
+    free(e);
 }
 
 void zt_call_finish_field(call *c, grpc_status_code code, const char *field, const char *text) {

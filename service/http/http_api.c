@@ -38,6 +38,11 @@
  * training ranks (nice 0), which are what the machine is for. */
 #define ZT_HTTP_NICE 10
 
+/* A submit's body is a job spec, which gRPC's SubmitJob takes up to its message limit: the
+ * same bound here, so that a spec the job manager would judge is not refused by size first
+ * (the manager's own spec limit applies to both, as RESOURCE_EXHAUSTED). */
+#define ZT_HTTP_SUBMIT_MAX_BODY ((size_t)4 << 20)
+
 /* ---- routing ----------------------------------------------------------------------------- */
 
 /* A request body, kept only for requests that send one. Other requests carry &no_body as
@@ -200,6 +205,11 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
     return zt_http_serve_file(c, file_dir, rel, cache);
 }
 
+static size_t body_limit(const zt_http_server *s, const char *url, const char *method) {
+    bool submit = !strcmp(url, "/api/v1/jobs") && !strcmp(method, "POST");
+    return submit && s->max_body < ZT_HTTP_SUBMIT_MAX_BODY ? ZT_HTTP_SUBMIT_MAX_BODY : s->max_body;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **req_cls) {
@@ -222,9 +232,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         zt_http_conns_request_begun(s->conns, c);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->max_body)
+        size_t limit = body_limit(s, url, method);
+        if (cl && strtoull(cl, NULL, 10) > limit)
             return zt_http_send_error(c, MHD_HTTP_CONTENT_TOO_LARGE,
-                                      "request body over %zu bytes", s->max_body);
+                                      "request body over %zu bytes", limit);
         return MHD_YES;
     }
     http_req *req = *req_cls == &no_body ? NULL : *req_cls;
@@ -237,7 +248,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         /* A chunked body that grows past the cap: no status can be sent mid-body, so the
          * connection is dropped. */
-        if (req->body.len + *upload_size > s->max_body)
+        if (req->body.len + *upload_size > body_limit(s, url, method))
             return MHD_NO;
         zt_jbuf_text(&req->body, upload_data, *upload_size);
         *upload_size = 0;

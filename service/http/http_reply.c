@@ -13,6 +13,7 @@
 
 #include "api/api_error.h"
 #include "http_internal.h"
+#include "ztrain/text.h"
 
 enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MHD_Response *r) {
     if (!r)
@@ -94,8 +95,7 @@ enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, co
         /* An internal failure is told with the job it happened to. */
         char text[sizeof e.message + 80];
         snprintf(text, sizeof text, "job %.64s: %s", id ? id : "-", e.message);
-        memcpy(e.message, text, sizeof e.message - 1);
-        e.message[sizeof e.message - 1] = '\0';
+        zt_text_escape(text, ZT_ESCAPE_KEEP_NEWLINE, e.message, sizeof e.message);
     }
     return send_problem(c, code, NULL, NULL, &e);
 }

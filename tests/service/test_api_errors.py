@@ -9,7 +9,9 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      and ResourceInfo names the job.
   b. Invalid specs, the same over both transports: a bad model dimension is INVALID_ARGUMENT
      with BadRequest's field "spec.model.n_embd" (HTTP 400, "field" the same); a DeepSpeed batch
-     mismatch names "spec.deepspeed.train_batch_size"; a non-UTF-8 name is refused naming
+     mismatch names "spec.deepspeed.train_batch_size", an unknown DeepSpeed key its section
+     ("spec.deepspeed.zero_optimization.zz_unknown", a 1.5 KB message whose status still fits
+     the clients' trailer limit); a non-UTF-8 name is refused naming
      "spec.name" (gRPC) and an unknown key names "spec.model.n_embed" (HTTP, where JSON can
      carry one).
   c. A job that does not exist: NOT_FOUND with ResourceInfo {ztrain.v1.Job, jobs/ID} (HTTP 404
@@ -19,7 +21,9 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      RESOURCE_EXHAUSTED with QuotaFailure on spec.world_size; a full server (--max-jobs) is
      RESOURCE_EXHAUSTED with QuotaFailure on "jobs". HTTP gives each the same code and field.
   e. Request fields: ListJobs page_size -1 and GetJob without an id name "page_size" and "id";
-     over HTTP a bad page_size names it too, and a body that is not a SubmitJobRequest is 400."""
+     over HTTP a bad page_size names it too, and a body that is not a SubmitJobRequest is 400.
+  f. Sizes: a 200 KB spec over HTTP is judged like any other; a 2 MB one is RESOURCE_EXHAUSTED
+     with QuotaFailure on "spec" over both (the manager's limit, not a transport's)."""
 import json
 import os
 import sys
@@ -147,6 +151,16 @@ def case_b(d):
     job = tiny_job(d.data_root)
     job["model"]["n_embed"] = 32
     expect_bad_field("an unknown key", d, job, "spec.model.n_embed", http_only=True)
+    # DeepSpeed's parser lists every allowed key: a message of about 1.5 KB, whose status must
+    # still fit the clients' trailer limit.
+    job = tiny_job(d.data_root)
+    job["deepspeed"]["zero_optimization"] = {"stage": 1, "zz_unknown": 1}
+    expect_bad_field("an unknown DeepSpeed key (a long message)", d, job,
+                     "spec.deepspeed.zero_optimization.zz_unknown")
+    job = tiny_job(d.data_root)
+    job["deepspeed"]["optimizer"]["params"]["zz"] = 2
+    expect_bad_field("an unknown optimizer parameter", d, job,
+                     "spec.deepspeed.optimizer.params.zz")
 
     raw = pb.SubmitJobRequest(spec=spec_proto(tiny_job(d.data_root))).SerializeToString()
     bad = raw.replace(b"tiny", b"t\xffny", 1)
@@ -178,6 +192,25 @@ def case_c(d):
                  p.get("code") == "NOT_FOUND" and
                  p.get("resource") == {"type": "ztrain.v1.Job", "name": "jobs/job-999999"},
                  f"c: HTTP GET {path}: {s} {p.get('code')} {p.get('resource')}")
+
+
+def case_c_bytes(d):
+    """Found by schemathesis: a job id in the URL cut at 64 bytes inside a UTF-8 character made
+    the problem's JSON invalid UTF-8. The detail escapes what is not text instead."""
+    path = "/api/v1/jobs/" + "%C3%AB" * 40 + "%FF/logs"
+    req = urllib.request.Request(d.http_url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        status, body = 200, b""
+    except urllib.error.HTTPError as e:
+        status, body = e.code, e.read()
+    try:
+        problem = json.loads(body.decode("utf-8"))
+    except ValueError:
+        problem = {}
+    ck.check(status == 404 and problem.get("code") == "NOT_FOUND",
+             f"c: an id of cut UTF-8 in the URL: {status}, the problem is UTF-8 JSON "
+             f"({body[:80]!r})")
 
 
 def expect_admission(what, d, job, code_name, detail_cls, subject, type_=None):
@@ -230,13 +263,34 @@ def case_e(d):
                  f"e: HTTP body {body!r}: {s} field {p.get('field')!r}: {p.get('detail')}")
 
 
+def case_f(d):
+    """Sizes: a spec of 200 KB is judged, not refused for its size (HTTP's 64 KiB cap on other
+    bodies does not apply to a submit); one of 2 MB is above the manager's spec limit over both
+    transports alike: RESOURCE_EXHAUSTED, QuotaFailure on "spec", HTTP 429."""
+    job = tiny_job(d.data_root)
+    job["deepspeed"]["zero_optimization"] = {"stage": 1, "zz_padding": "x" * 200_000}
+    s, _, p = http(d, "POST", "/api/v1/jobs", {"spec": job})
+    ck.check(s == 400 and p.get("field") == "spec.deepspeed.zero_optimization.zz_padding",
+             f"f: a 200 KB spec over HTTP is judged: {s} {p.get('field')!r}")
+    job["deepspeed"]["zero_optimization"]["zz_padding"] = "x" * 2_000_000
+    code, st = grpc_error(grpc_submit(d, job))
+    q = detail(st, error_details_pb2.QuotaFailure)
+    ck.check(code == grpc.StatusCode.RESOURCE_EXHAUSTED and q and q.violations[0].subject == "spec",
+             f"f: gRPC a 2 MB spec: {code.name} {q.violations[0].subject if q else None}")
+    s, _, p = http(d, "POST", "/api/v1/jobs", {"spec": job})
+    ck.check(s == 429 and p.get("code") == "RESOURCE_EXHAUSTED" and p.get("field") == "spec",
+             f"f: HTTP a 2 MB spec: {s} {p.get('code')} {p.get('field')!r}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
         case_a(d)
         case_b(d)
         case_c(d)
+        case_c_bytes(d)
         case_e(d)
+        case_f(d)
     case_d(tmp)
     ck.done()
 
