@@ -11,10 +11,12 @@ void zt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wt
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
         if (tokens[bt] < 0) {
-            if (wpe)
+            if (wpe) {
                 memcpy(o, wpe + (size_t)(bt % T) * C, sizeof(float) * C);
-            else
+                zt_cpu_round_run(o, (size_t)C, act);
+            } else {
                 memset(o, 0, sizeof(float) * C);
+            }
             continue;
         }
         const float *te = wte + (size_t)tokens[bt] * C;
