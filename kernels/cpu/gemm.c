@@ -126,7 +126,8 @@ bool zt_cpu_gemm_bf16_enabled(void) {
     return bf16_on;
 }
 
-/* One matmul primitive per shape (a model has a handful), made on first use. */
+/* One matmul primitive per shape (a model has a handful), made on first use; NULL when the table
+ * is full. */
 typedef struct {
     int M, N, K, ldc;
     bool ta, tb, accumulate;
@@ -165,7 +166,11 @@ static bf16_plan *plan_for(bool ta, bool tb, int M, int N, int K, int ldc, bool 
         DNNL_OK(dnnl_engine_create(&engine, dnnl_cpu, 0));
         DNNL_OK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
     }
-    ZT_ASSERT(n_plans < MAX_PLANS);
+    if (n_plans == MAX_PLANS) {
+        /* More shapes than a model has: this one goes to the fp32 product. */
+        pthread_mutex_unlock(&plans_lock);
+        return NULL;
+    }
     bf16_plan *p = &plans[n_plans];
     *p = (bf16_plan){.M = M, .N = N, .K = K, .ldc = ldc, .ta = ta, .tb = tb,
                      .accumulate = accumulate};
@@ -221,6 +226,8 @@ bool zt_cpu_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const flo
     if (M <= 0 || N <= 0)
         return true;
     bf16_plan *p = plan_for(trans_a, trans_b, M, N, K, ldc, beta != 0.0f);
+    if (!p)
+        return false;
     uint16_t *a16 = pack_bf16(0, A, trans_a ? K : M, trans_a ? M : K, lda);
     uint16_t *b16 = pack_bf16(1, B, trans_b ? N : K, trans_b ? K : N, ldb);
     dnnl_memory_t am, bm, cm;
