@@ -33,6 +33,7 @@
 #include "event_store.h"
 #include "ranks/slurm_launch.h"
 #include "ztrain/status.h"
+#include "ztrain/tp.h"
 
 /* The same numbers as ztrain.v1.JobState. */
 typedef enum {
@@ -96,6 +97,7 @@ typedef struct {
     int world_size;
     char device[8];           /* "cpu" or "cuda" */
     char comm[8];             /* the ranks' transport, "shm" or "gloo" (zt_comm_for_nodes) */
+    zt_grid grid;             /* its sizes dp × pp × tp, from the spec (zt_grid_of_spec_json) */
     int64_t created_ms, started_ms, finished_ms;   /* Unix ms; 0 when not yet */
     int64_t step;             /* last train/global_step */
     int64_t max_steps;        /* 0 when the job runs by epochs */
@@ -304,6 +306,7 @@ typedef struct {
     char *name;
     zt_job_state state;
     int world_size;
+    zt_grid grid;                     /* the sizes dp × pp × tp: ranks are labelled with theirs */
     int64_t step;
     double loss, tokens_per_second;   /* NaN when none */
     double *values;   /* per key asked for: its value at the job's last step; NaN when none */
