@@ -111,7 +111,10 @@ export function jobView(main, id) {
     setText(field('eta'), TERMINAL.has(job.state) ? '—' : fmtDuration(job.eta_ms));
     // The transport only matters, and is only shown, when several ranks talk.
     const comm = job.world_size > 1 && job.comm ? ` over ${job.comm}` : '';
-    setText(field('world'), `${job.world_size} × ${job.device || 'cpu'}${comm}`);
+    /* The grid where there is more than data parallelism: "8 × cpu (dp 2 × pp 2 × tp 2)". */
+    const g = job.grid;
+    const grid = g && (g.pp > 1 || g.tp > 1) ? ` (dp ${g.dp} × pp ${g.pp} × tp ${g.tp})` : '';
+    setText(field('world'), `${job.world_size} × ${job.device || 'cpu'}${comm}${grid}`);
     if (job.started_unix_ms > 0) charts.setT0(job.started_unix_ms);
     const terminal = TERMINAL.has(job.state);
     tid('cancel').hidden = terminal;
@@ -152,11 +155,17 @@ export function jobView(main, id) {
     }
   }
 
-  /* A pipelined job's rank carries its stage, by DeepSpeed's grid: rank = stage · dp + replica. */
+  /* A rank of a pipelined or tensor-parallel job carries its coordinates in the job's grid
+   * (job.grid): rank = ((stage · dp) + replica) · tp + tp_rank. */
   function rankLabel(job, rank) {
-    const stages = job.spec && job.spec.pipeline ? job.spec.pipeline.stages || 1 : 1;
-    if (stages <= 1 || !job.world_size) return String(rank);
-    return `${rank} · stage ${Math.floor(rank / (job.world_size / stages))}`;
+    const g = job.grid || {dp: job.world_size || 1, pp: 1, tp: 1};
+    if ((g.pp || 1) <= 1 && (g.tp || 1) <= 1) return String(rank);
+    const tp = g.tp || 1, dp = g.dp || 1;
+    const parts = [String(rank)];
+    if (g.pp > 1) parts.push(`stage ${Math.floor(rank / (tp * dp))}`);
+    if (dp > 1) parts.push(`dp ${Math.floor(rank / tp) % dp}`);
+    if (tp > 1) parts.push(`tp ${rank % tp}`);
+    return parts.join(' · ');
   }
 
   /* Process state from the job, memory and step time from the newest records. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ztrain/ckpt_pipeline.h"
+#include "ztrain/ckpt_tp.h"
 #include "ztrain/fault_inject.h"
 #include "ztrain/fsutil.h"
 #include "ztrain/checkpoint.h"
@@ -83,6 +84,12 @@ zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size) {
         zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
         return zt_ckpt_latest(stage_dir, tag, size);
     }
+    /* A tensor-parallel job's are its shards' (ckpt_tp.h): shard 0's latest. */
+    if (zt_ckpt_tp_size(dir) > 0) {
+        char shard_dir[4200];
+        zt_ckpt_tp_shard_dir(shard_dir, sizeof shard_dir, dir, 0);
+        return zt_ckpt_latest(shard_dir, tag, size);
+    }
     latest_state state;
     ZT_TRY(read_latest(dir, tag, size, &state));
     if (state == LATEST_MISSING)
@@ -108,18 +115,31 @@ static int entry_cmp(const void *a, const void *b) {
     return strcmp(x->tag, y->tag);
 }
 
-/* A pipeline's checkpoints: the first stage's tags, complete when every stage has finished
- * saving that tag. */
-static void list_pipeline(const char *dir, int stages, zt_ckpt_list *out) {
-    char stage_dir[4200], done[4400];
-    zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
-    zt_ckpt_list_dir(stage_dir, out);
-    for (int i = 0; i < out->n; i++) {
-        for (int st = 1; st < stages && out->items[i].complete; st++) {
-            zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, st);
-            snprintf(done, sizeof done, "%s/%s/DONE", stage_dir, out->items[i].tag);
-            out->items[i].complete = zt_path_exists(done);
+/* A pipeline's checkpoints (or a tensor-parallel job's): the first stage's (shard's) tags,
+ * complete when every stage (shard) has finished saving that tag, and a stage that is a
+ * tensor-parallel directory when all its shards have. */
+static void list_parts(const char *dir, int parts, bool tp, zt_ckpt_list *out) {
+    char part_dir[4200];
+    if (tp)
+        zt_ckpt_tp_shard_dir(part_dir, sizeof part_dir, dir, 0);
+    else
+        zt_ckpt_stage_dir(part_dir, sizeof part_dir, dir, 0);
+    zt_ckpt_list_dir(part_dir, out);
+    for (int p = 1; p < parts; p++) {
+        if (tp)
+            zt_ckpt_tp_shard_dir(part_dir, sizeof part_dir, dir, p);
+        else
+            zt_ckpt_stage_dir(part_dir, sizeof part_dir, dir, p);
+        zt_ckpt_list other;
+        zt_ckpt_list_dir(part_dir, &other);
+        for (int i = 0; i < out->n; i++) {
+            bool done = false;
+            for (int k = 0; k < other.n; k++)
+                if (strcmp(other.items[k].tag, out->items[i].tag) == 0)
+                    done = other.items[k].complete;
+            out->items[i].complete = out->items[i].complete && done;
         }
+        zt_ckpt_list_free(&other);
     }
 }
 
@@ -127,7 +147,12 @@ void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out) {
     memset(out, 0, sizeof *out);
     int stages = dir && *dir ? zt_ckpt_pipeline_stages(dir) : 0;
     if (stages > 0) {
-        list_pipeline(dir, stages, out);
+        list_parts(dir, stages, false, out);
+        return;
+    }
+    int shards = dir && *dir ? zt_ckpt_tp_size(dir) : 0;
+    if (shards > 0) {
+        list_parts(dir, shards, true, out);
         return;
     }
     DIR *d = dir && *dir ? opendir(dir) : NULL;

@@ -30,6 +30,22 @@ static zt_status nested_tp_size(const zt_json_obj *sec, int *out, const char **w
     return ZT_OK;
 }
 
+int zt_ds_tp_size_of(const cJSON *ds) {
+    const cJSON *sec = cJSON_IsObject(ds) ? cJSON_GetObjectItemCaseSensitive(ds, "tensor_parallel")
+                                          : NULL;
+    const cJSON *autotp = cJSON_GetObjectItemCaseSensitive(sec, "autotp_size");
+    if (cJSON_IsNumber(autotp) && autotp->valuedouble > 1)
+        return (int)autotp->valuedouble;
+    static const char *const names[] = {"tensor_parallel", "tp"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(sec, names[i]);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "tp_size");
+        if (cJSON_IsNumber(v) && v->valuedouble > 1)
+            return (int)v->valuedouble;
+    }
+    return 1;
+}
+
 zt_status zt_ds_parse_tensor_parallel(zt_ds_config *cfg, const zt_json_obj *top) {
     cfg->tp_size = 1;
     zt_json_obj sec;

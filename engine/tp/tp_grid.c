@@ -1,4 +1,7 @@
 /* The dp × pp × tp grid of ranks and its sub-group communicators (ztrain/tp.h). */
+#include <cjson/cJSON.h>
+
+#include "ztrain/ds_config.h"
 #include "ztrain/tp.h"
 
 zt_status zt_grid_of(int rank, int world, int stages, int tp, zt_grid *out) {
@@ -37,4 +40,28 @@ void zt_tp_groups_destroy(zt_tp_groups *g) {
     zt_comm_destroy(g->dp);
     zt_comm_destroy(g->tp);
     *g = (zt_tp_groups){0};
+}
+
+zt_grid zt_grid_of_spec_json(const char *spec_json) {
+    cJSON *top = spec_json ? cJSON_Parse(spec_json) : NULL;
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(top, "world_size");
+    const cJSON *pipe = cJSON_GetObjectItemCaseSensitive(top, "pipeline");
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(pipe, "stages");
+    int world = cJSON_IsNumber(ws) && ws->valuedouble >= 1 ? (int)ws->valuedouble : 1;
+    int pp = cJSON_IsNumber(stages) && stages->valuedouble > 1 ? (int)stages->valuedouble : 1;
+    int tp = zt_ds_tp_size_of(cJSON_GetObjectItemCaseSensitive(top, "deepspeed"));
+    cJSON_Delete(top);
+    if (world % (pp * tp) != 0)
+        pp = tp = 1;
+    return (zt_grid){.dp = world / (pp * tp), .stages = pp, .tp = tp};
+}
+
+zt_grid zt_grid_at(const zt_grid *g, int rank) {
+    zt_grid out = *g;
+    /* A grid never set (all zero) is a world of data-parallel ranks. */
+    const int tp = g->tp > 0 ? g->tp : 1, dp = g->dp > 0 ? g->dp : rank + 1;
+    out.tp_rank = rank % tp;
+    out.replica = (rank / tp) % dp;
+    out.stage = rank / (tp * dp);
+    return out;
 }

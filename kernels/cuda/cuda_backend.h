@@ -173,6 +173,10 @@ void zt_cuda_silu_mul_backward(const zt_ctx *x, void *dgate, void *dup, const vo
 void zt_cuda_add(const zt_ctx *x, void *out, const void *a, const void *b, size_t n);
 void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logits, const int32_t *targets,
                           int N, int V, float grad_scale);
+void zt_cuda_xent_partial_stats(const zt_ctx *x, float *stats, const void *logits,
+                                const int32_t *targets, int N, int V);
+void zt_cuda_xent_partial_grad(const zt_ctx *x, void *logits, const float *logz,
+                               const int32_t *targets, int N, int V, float grad_scale);
 void zt_cuda_adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v, size_t n,
                          const zt_adam_args *a);
 void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, float *buf, size_t n,

@@ -52,3 +52,69 @@ extern "C" void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logit
         ZT_CUDA_LAUNCHED(x->be);
     });
 }
+
+/* The vocabulary-parallel cross-entropy's halves (ops.h; kernels/cpu/softmax_xent.c): one block
+ * per row of a shard's columns. The stats: the shard's maximum, sum of exp(x - max) and the
+ * target's logit when the shard holds it (targets[n] >= 0 is a local column). */
+template <typename T>
+__global__ void xent_stats_kernel(float *stats, const T *logits, const int32_t *targets, int V) {
+    __shared__ float red[32];
+    const size_t row = (size_t)blockIdx.x * V;
+    const int32_t y = targets[blockIdx.x];
+    float mx = zt_ld(logits, row);
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, zt_ld(logits, row + v));
+    mx = zt_block_max(mx, red);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        sum += expf(zt_ld(logits, row + v) - mx);
+    sum = zt_block_sum(sum, red);
+    if (threadIdx.x == 0) {
+        stats[3 * (size_t)blockIdx.x] = mx;
+        stats[3 * (size_t)blockIdx.x + 1] = sum;
+        stats[3 * (size_t)blockIdx.x + 2] = y >= 0 ? zt_ld(logits, row + y) : 0.0f;
+    }
+}
+
+/* The shard's gradient from the whole row's log-partition: grad_scale · (softmax - onehot);
+ * zeros for a row without a target (ZT_XENT_IGNORED). */
+template <typename T>
+__global__ void xent_grad_kernel(T *logits, const float *logz, const int32_t *targets, int V,
+                                 float grad_scale) {
+    const size_t row = (size_t)blockIdx.x * V;
+    const int32_t y = targets[blockIdx.x];
+    const float lz = logz[blockIdx.x];
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float g = y == ZT_XENT_IGNORED ? 0.0f : expf(zt_ld(logits, row + v) - lz) * grad_scale;
+        zt_st(logits, row + v, v == y ? g - grad_scale : g);
+    }
+}
+
+extern "C" void zt_cuda_xent_partial_stats(const zt_ctx *x, float *stats, const void *logits,
+                                           const int32_t *targets, int N, int V) {
+    if (N == 0)
+        return;
+    const int32_t *tgt = zt_cuda_upload_i32(x, ZT_CUDA_SCRATCH_TOKENS, targets, (size_t)N);
+    if (!tgt)
+        return;
+    ZT_ACT_DISPATCH(x->act, {
+        ZT_LAUNCH(xent_stats_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_compute(x),
+                  stats, (const ACT_T *)logits, tgt, V);
+        ZT_CUDA_LAUNCHED(x->be);
+    });
+}
+
+extern "C" void zt_cuda_xent_partial_grad(const zt_ctx *x, void *logits, const float *logz,
+                                          const int32_t *targets, int N, int V,
+                                          float grad_scale) {
+    if (N == 0)
+        return;
+    const int32_t *tgt = zt_cuda_upload_i32(x, ZT_CUDA_SCRATCH_TOKENS, targets, (size_t)N);
+    if (!tgt)
+        return;
+    ZT_ACT_DISPATCH(x->act, {
+        ZT_LAUNCH(xent_grad_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_compute(x),
+                  (ACT_T *)logits, logz, tgt, V, grad_scale);
+        ZT_CUDA_LAUNCHED(x->be);
+    });
+}

@@ -620,6 +620,13 @@ static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok)
     j->checkpoint_dir = dup_str(info->checkpoint_dir, ok);
     j->idempotency_key = dup_str(info->idempotency_key, ok);
     j->comm = dup_str(info->comm, ok);
+    Ztrain__V1__JobGrid *g = (Ztrain__V1__JobGrid *)new_message(&ztrain__v1__job_grid__descriptor);
+    if (!g)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    g->dp = info->grid.dp;
+    g->pp = info->grid.stages;
+    g->tp = info->grid.tp;
+    j->grid = g;
     ZT_TRY(ranks_from_info(info, j));
     ZT_TRY(attempts_from_info(info, j, ok));
     if (info->spec_json && info->spec_json[0]) {

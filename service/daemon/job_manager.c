@@ -454,6 +454,7 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
     snprintf(ji.id, sizeof ji.id, "%s", id);
     snprintf(ji.device, sizeof ji.device, "%s", spec.device == ZT_DEVICE_CUDA ? "cuda" : "cpu");
     snprintf(ji.comm, sizeof ji.comm, "%s", zt_comm_for_nodes(spec.comm, spec.nodes));
+    ji.grid = zt_grid_of_spec_json(text);
     char run_dir[PATH_MAX];
     snprintf(run_dir, sizeof run_dir, "%s/%s", jm->cfg.runs_root, id);
     ji.run_dir = run_dir;
@@ -593,6 +594,7 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
         e->state = j->info.state;
         e->finished_ms = j->info.finished_ms;
         e->world_size = j->info.world_size;
+        e->grid = j->info.grid;
         e->step = j->info.step;
         e->loss = j->info.loss;
         e->tokens_per_second = j->info.tokens_per_second;

@@ -33,6 +33,7 @@
 #include "event_store.h"
 #include "ranks/slurm_launch.h"
 #include "ztrain/status.h"
+#include "ztrain/tp.h"
 
 /* The same numbers as ztrain.v1.JobState. */
 typedef enum {
@@ -96,6 +97,7 @@ typedef struct {
     int world_size;
     char device[8];           /* "cpu" or "cuda" */
     char comm[8];             /* the ranks' transport, "shm" or "gloo" (zt_comm_for_nodes) */
+    zt_grid grid;             /* its sizes dp × pp × tp, from the spec (zt_grid_of_spec_json) */
     int64_t created_ms, started_ms, finished_ms;   /* Unix ms; 0 when not yet */
     int64_t step;             /* last train/global_step */
     int64_t max_steps;        /* 0 when the job runs by epochs */
@@ -312,6 +314,7 @@ typedef struct {
     zt_job_state state;
     int64_t finished_ms;              /* Unix ms; 0 while the job is not over */
     int world_size;
+    zt_grid grid;                     /* the sizes dp × pp × tp: ranks are labelled with theirs */
     int64_t step;
     double loss, tokens_per_second;   /* NaN when none */
     double *values;   /* per key asked for: its value at the job's last step; NaN when none */

@@ -321,6 +321,7 @@ static zt_status load_jobs(zt_job_store *st, const zt_store_loader *cb, void *ct
         j.world_size = sqlite3_column_int(q, 7);
         snprintf(j.device, sizeof j.device, "%s", col_text(q, 8));
         comm_of_spec(j.spec_json, j.comm, sizeof j.comm);
+        j.grid = zt_grid_of_spec_json(j.spec_json);
         j.created_ms = sqlite3_column_int64(q, 9);
         j.started_ms = sqlite3_column_int64(q, 10);
         j.finished_ms = sqlite3_column_int64(q, 11);

@@ -435,6 +435,13 @@ void zt_json_job_open(zt_jbuf *b, const zt_job_info *j, int64_t now_ms) {
     member_int(b, "world_size", j->world_size);
     member_str(b, "device", j->device);
     member_str(b, "comm", j->comm);
+    /* The grid the ranks form, rank = ((stage · dp) + replica) · tp + tp_rank (ztrain/tp.h). */
+    zt_json_key(b, "grid");
+    zt_json_open(b, '{');
+    member_int(b, "dp", j->grid.dp);
+    member_int(b, "pp", j->grid.stages);
+    member_int(b, "tp", j->grid.tp);
+    zt_json_close(b, '}');
     member_int(b, "created_unix_ms", j->created_ms);
     member_int(b, "started_unix_ms", j->started_ms);
     member_int(b, "finished_unix_ms", j->finished_ms);

@@ -150,7 +150,10 @@ static void prom_write_ranks(zt_jbuf *b, const zt_job_summary *jobs, int n) {
                 header = true;
                 zt_jbuf_puts(b, prom_rank_families[f].name);
                 prom_job_labels(b, &jobs[i]);
-                zt_jbuf_printf(b, ",rank=\"%d\"", r);
+                /* The rank's coordinates in the grid dp × pp × tp (ztrain/tp.h). */
+                zt_grid at = zt_grid_at(&jobs[i].grid, r);
+                zt_jbuf_printf(b, ",rank=\"%d\",dp_rank=\"%d\",pp_stage=\"%d\",tp_rank=\"%d\"",
+                               r, at.replica, at.stage, at.tp_rank);
                 if (prom_rank_families[f].phase)
                     zt_jbuf_printf(b, ",phase=\"%s\"", prom_rank_families[f].phase);
                 prom_value(b, rf->v[fig] / prom_rank_families[f].per_unit);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "api/api_error.h"
 #include "daemon/job_manager.h"
 #include "ztrain/backend.h"
 
@@ -236,7 +237,7 @@ static void check_gpu_jobs(const char *dir) {
             CHECK(s == ZT_OK, "the slurm launcher takes a cuda job on a host without GPUs: %s",
                   msg);
         else
-            CHECK(s == ZT_ERR_INVALID && strstr(msg, "device \"cuda\"") &&
+            CHECK(s == ZT_ERR_PRECONDITION && strstr(msg, "device \"cuda\"") &&
                       strstr(msg, "no GPUs to give"),
                   "the local launcher with no GPUs refuses a cuda job at submit: %s", msg);
         if (s == ZT_OK)

@@ -242,6 +242,11 @@ typedef struct {
 zt_status zt_ds_config_parse(zt_ds_config *cfg, const char *json_text, const char *source,
                              int world_size);
 
+/* The TP size of an inline DeepSpeed config that has been parsed before (tensor_parallel's
+ * autotp_size, else its TPConfig tp_size; 1 without), for readers of a stored job spec. */
+struct cJSON;
+int zt_ds_tp_size_of(const struct cJSON *ds);
+
 /* Reads and parses a DeepSpeed config file. */
 zt_status zt_ds_config_load(zt_ds_config *cfg, const char *path, int world_size);
 

@@ -43,4 +43,13 @@ typedef struct {
 zt_status zt_tp_groups_create(zt_tp_groups *out, zt_comm *world, const zt_grid *g);
 void zt_tp_groups_destroy(zt_tp_groups *g);
 
+/* The grid's sizes (dp, stages, tp; coordinates 0) of a job spec as JSON text whose DeepSpeed
+ * config is inline and was accepted by the job-spec parser (a stored or resolved spec): for
+ * the service, which shows the grid and labels ranks with their coordinates. A spec it cannot
+ * read gives dp = world_size (or 1), stages 1, tp 1. */
+zt_grid zt_grid_of_spec_json(const char *spec_json);
+
+/* The coordinates of `rank` in a grid of g's sizes (g->dp, stages, tp set). */
+zt_grid zt_grid_at(const zt_grid *g, int rank);
+
 #endif
