@@ -2,9 +2,9 @@
 that scripts/gpu-check.sh runs on a GPU (tests/gpu/train_check.py) run here with the CPU backend
 standing in for the GPU — the fp32 step and the 20-step curve against the CPU engine, ZeRO 3 with
 2 ranks against 1, and the bit-exact resume — and must pass, since the CPU engine meets them
-exactly; a check whose runs cannot happen must fail, so the script can tell. bench/bench_gpu.py's argument
-handling and --dry-run plan are checked too: the model sizes it states against GPT-2 124M's and
-the 1.1B Llama's parameter counts, computed here."""
+exactly; a check whose runs cannot happen must fail, so the script can tell. bench/bench_gpu.py's
+argument handling and --dry-run plan are checked too: the model sizes it states against GPT-2
+124M's and the 1.1B Llama's parameter counts, computed here."""
 import json
 import os
 import subprocess
