@@ -72,7 +72,9 @@ test-fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh build-fuzz
 
 # The CPU image from docker/Dockerfile, built with podman on a locally made Debian base and run:
-# a job submitted from the host with $(BUILD)/ztrain, SIGTERM, a restart on the same volumes
+# a job submitted from the host with $(BUILD)/ztrain, SIGTERM, a restart on the same volumes; then
+# the CUDA image from docker/Dockerfile.cuda on the same base, built with this machine's CUDA
+# toolkit mounted (skipped without one): a CPU job runs, a cuda job is refused without a GPU
 # (tests/container/test_container.py; it installs podman, runc and debootstrap with apt).
 test-container:
 	./scripts/install-deps.sh build container

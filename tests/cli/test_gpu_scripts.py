@@ -1,10 +1,10 @@
 """The GPU checks' own plumbing on a machine without a GPU (issue 15, item 6): the training checks
 that scripts/gpu-check.sh runs on a GPU (tests/gpu/train_check.py) run here with the CPU backend
-standing in for the GPU — the fp32 step against the CPU engine, ZeRO 3 with 2 ranks against 1,
-and the bit-exact resume — and must pass, since the CPU engine meets them exactly; a check
-whose runs cannot happen must fail, so the script can tell. bench/bench_gpu.py's argument
-handling and --dry-run plan are checked too: the model sizes it states against GPT-2 124M's and
-the 1.1B Llama's parameter counts, computed here."""
+standing in for the GPU — the fp32 step and the 20-step curve against the CPU engine, ZeRO 3 with
+2 ranks against 1, and the bit-exact resume — and must pass, since the CPU engine meets them
+exactly; a check whose runs cannot happen must fail, so the script can tell. bench/bench_gpu.py's
+argument handling and --dry-run plan are checked too: the model sizes it states against GPT-2
+124M's and the 1.1B Llama's parameter counts, computed here."""
 import json
 import os
 import subprocess
@@ -29,14 +29,16 @@ def run(args, timeout=300):
                           timeout=timeout)
 
 
-p = run([CHECK, "--bin", BUILD, "--device", "cpu", "--checks", "gpt2,zero,resume",
+p = run([CHECK, "--bin", BUILD, "--device", "cpu", "--checks", "gpt2,curve,zero,resume",
          "--zero-stages", "3"])
 print(p.stdout[-3000:], p.stderr[-2000:])
 oks = [line for line in p.stdout.splitlines() if line.startswith("ok ")]
-check(p.returncode == 0 and len(oks) == 3,
+check(p.returncode == 0 and len(oks) == 4,
       f"train_check on the CPU: every check passes ({len(oks)} ok, exit {p.returncode})")
 figs = dict(line.split(" ", 2)[1:] for line in p.stdout.splitlines()
             if line.startswith("FIGURE "))
+check(json.loads(figs.get("curve_rel_err", "1")) == 0,
+      f"the CPU against itself: the 20-step curves agree exactly ({figs.get('curve_rel_err')})")
 check(json.loads(figs.get("gpt2_step_rel_err", "1")) == 0,
       f"the CPU against itself: the gpt2 steps agree exactly ({figs.get('gpt2_step_rel_err')})")
 

@@ -1,11 +1,13 @@
-"""The CPU image, built and run for real (make test-container): build docker/Dockerfile with podman
+"""The CPU and CUDA images, built and run for real (make test-container): build docker/Dockerfile with podman
 on a Debian base made locally (no registry is reachable), run ztraind in it with its state, data
 and runs on host directories and its ports published on 127.0.0.1, submit the embedded default job
 (examples/demo, shortened) from the host with the host-built `ztrain` CLI, watch it to SUCCEEDED,
 read its metrics over HTTP and compare them with the run directory's metrics.jsonl, stop the
 container with SIGTERM while a second job (2 ranks) runs, start a new container on the same
 directories and find both jobs and their history there. Also: the processes run as uid 10001,
-the HEALTHCHECK passes, the token is required. Needs root (rootful podman, debootstrap, chown).
+the HEALTHCHECK passes, the token is required. Then docker/Dockerfile.cuda, built with this
+machine's CUDA toolkit mounted for the build (cuda_image: its own checks, skipped without a
+toolkit). Needs root (rootful podman, debootstrap, chown).
 
     /usr/bin/python3 tests/container/test_container.py [BUILD_DIR]
 
@@ -249,6 +251,90 @@ def same_series(a, b):
                                     for (sa, va), (sb, vb) in zip(a, b))
 
 
+def cuda_image(tmp, timings):
+    """docker/Dockerfile.cuda, built with this machine's CUDA toolkit mounted for the build: the
+    module and the three CUDA libraries are in the image and resolve; ztraind starts and serves;
+    a CPU job runs to SUCCEEDED; a cuda job is refused at submit, saying the server has no GPUs;
+    and a cuda rank started in the image loads the CUDA module and reports the missing GPU."""
+    toolkit = os.path.realpath("/usr/local/cuda")
+    if not os.path.exists(os.path.join(toolkit, "bin", "nvcc")):
+        print("skip  the CUDA image: no CUDA toolkit at /usr/local/cuda on this machine")
+        return
+    tag = f"localhost/ztrain-test:cuda-{os.getpid()}"
+    name = f"ztrain-test-cuda-{os.getpid()}"
+    c = None
+    try:
+        t = time.monotonic()
+        log(f"build: docker/Dockerfile.cuda -> {tag} (toolkit {toolkit})")
+        podman("build", "--format", "docker", "--layers=false", "--build-arg", "JOBS=2",
+               "--build-arg", "CUDA_ARCHITECTURES=90", "-v", f"{toolkit}:/usr/local/cuda:ro",
+               "-f", os.path.join(SOURCE, "docker", "Dockerfile.cuda"), "-t", tag, SOURCE,
+               timeout=3000)
+        timings["cuda image build"] = time.monotonic() - t
+        size_mb = json.loads(podman("image", "inspect", tag)[1])[0]["Size"] / 1e6
+        log(f"build: the CUDA image is {size_mb:.0f} MB, built in "
+            f"{timings['cuda image build']:.0f} s")
+        # podman build -v leaves the mount point behind as an empty directory in each stage.
+        _, out = podman("run", "--rm", "--entrypoint", "sh", tag, "-c",
+                        "ldd /usr/local/lib/libztrain_cuda.so; echo ---; "
+                        "find /usr/local/cuda -mindepth 1 2>/dev/null | head -3", check_rc=False)
+        libs, _, toolkit_ls = out.partition("---")
+        check("not found" not in libs, f"every library of the module resolves in the image:\n"
+              f"{libs[-1500:]}")
+        check(all(re.search(rf"{lib} => /usr/local/lib/ztrain-cuda/", libs)
+                  for lib in ("libcudart.so.13", "libcublasLt.so.13", "libnccl.so.2")),
+              "cudart, cuBLASLt and NCCL come from the image's /usr/local/lib/ztrain-cuda")
+        check(not toolkit_ls.strip(), f"no toolkit in the image (nothing under /usr/local/cuda: "
+              f"{toolkit_ls.strip()[:200]})")
+
+        dirs = {k: os.path.join(tmp, "cuda-" + k) for k in ("state", "data", "runs", "jobs")}
+        for d in dirs.values():
+            os.makedirs(d)
+        for k in ("state", "data", "runs"):
+            os.chown(dirs[k], UID, UID)
+        dirs["token"] = os.path.join(tmp, "cuda-token")
+        with open(dirs["token"], "w") as f:
+            f.write(TOKEN + "\n")
+        os.chmod(dirs["token"], 0o644)
+        demo_job, _ = make_job_files(dirs["jobs"], dirs["data"])
+        with open(demo_job) as f:
+            job = json.load(f)
+        job["train"].update(max_steps=20, eval_interval=10, checkpoint_interval=20)
+        with open(demo_job, "w") as f:
+            json.dump(job, f)
+        cuda_job = os.path.join(dirs["jobs"], "cuda.json")
+        with open(cuda_job, "w") as f:
+            json.dump(dict(job, name="on-a-gpu", device="cuda"), f)
+        grpc_port, http_port = free_ports(2)
+        c = Container(tag, name, dirs, grpc_port, http_port)
+        c.start()
+        check(http_get(c.url + "/healthz")[0] == 200, "the CUDA image's ztraind starts and serves")
+        job_id = c.cli("submit", demo_job)[1].strip()
+        rc, _ = c.cli("watch", job_id, timeout=300, check_rc=False)
+        j = c.job(job_id)
+        check(rc == 0 and j.get("state") == "SUCCEEDED" and j.get("step") == 20,
+              f"a CPU job in the CUDA image: {j.get('state')} at step {j.get('step')}")
+        rc, out = c.cli("submit", cuda_job, check_rc=False)
+        check(rc != 0 and 'device "cuda"' in out and "no GPUs to give" in out,
+              f"a cuda job on this host without a GPU is refused at submit: {out.strip()[-300:]}")
+        # A rank started as a launcher would (torchrun, srun) loads the module in the image and
+        # says what is missing: the GPU, not the module.
+        for f in ("cuda.json", "ds_config.json"):
+            shutil.copy(os.path.join(dirs["jobs"], f), os.path.join(dirs["data"], f))
+        rc, out = podman("exec", name, "ztrain-worker", "/data/cuda.json", "--out",
+                         "/runs/cuda-rank", check_rc=False)
+        check(rc != 0 and "no CUDA device is visible" in out and "cannot load" not in out,
+              f"a cuda rank in the image loads the CUDA module and names the missing GPU: "
+              f"{out.strip()[-400:]}")
+        c.stop()
+        timings["cuda image size MB"] = size_mb
+    finally:
+        if c:
+            c.remove()
+        if not KEEP:
+            podman("rmi", "-f", tag, check_rc=False)
+
+
 def main():
     timings = {}
     if os.geteuid() != 0:
@@ -391,6 +477,9 @@ def main():
         check(rc == 0 and job_id in inside, "and so does the image's own ztrain, inside")
         check(c.healthy(), "healthy after the restart")
         c.stop()
+        c.remove()
+        c = None
+        cuda_image(tmp, timings)
     finally:
         if c and not KEEP:
             c.remove()
@@ -402,7 +491,7 @@ def main():
         else:
             log(f"kept: image {tag}, container {name}, directories {tmp}")
     total = time.monotonic() - T0
-    log("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()) +
+    log("timings: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()) +
         f"; total {total:.0f} s")
     if failed:
         raise SystemExit(f"{failed} check(s) failed")
