@@ -31,7 +31,8 @@ static const char *const replaced_vars[] = {
 };
 
 /* ZT_RANK_ENV_WHITELIST keeps only these: locale, paths, and the knobs of the libraries a rank
- * runs on, and the fault injections of tests (ZTRAIN_INJECT_*, engine/include/ztrain/fault_inject.h), which a
+ * runs on, and the fault injections of tests (ZTRAIN_INJECT_*, engine/include/ztrain/fault_inject.h)
+ * and their choice of CUDA module (ZTRAIN_CUDA_*: the emulated CUDA device, docs/gpu.md), which a
  * daemon started with them hands to its ranks. Anything else (the daemon's token, a user's
  * stray settings) stays out. */
 static const char *const whitelist_names[] = {
@@ -39,8 +40,8 @@ static const char *const whitelist_names[] = {
     "CUDA_VISIBLE_DEVICES", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ZTRAIN_COMM_TIMEOUT_S",
     "ZTRAIN_OPTIM_ISA", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES",
 };
-static const char *const whitelist_prefixes[] = {"LC_",   "NCCL_", "ASAN_",
-                                                 "UBSAN_", "LSAN_", "ZTRAIN_INJECT_"};
+static const char *const whitelist_prefixes[] = {"LC_",   "NCCL_", "ASAN_",         "UBSAN_",
+                                                 "LSAN_", "ZTRAIN_INJECT_", "ZTRAIN_CUDA_"};
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 #define MAX_SET 8       /* shared entries made here: OMP x2, run id, the torchrun five */

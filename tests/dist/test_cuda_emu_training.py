@@ -1,7 +1,9 @@
 """Training with "device": "cuda" on the emulated CUDA device (ZTRAIN_CUDA_EMU=1, which loads
 libztrain_cuda_emu.so: the CUDA backend's own kernels and module code, built by the host
-compiler) against the CPU engine: GPT-2 at fp32 and bf16 on one rank, ZeRO stages 0-3 on two
-ranks (device staging through shm) against one rank with the same global batch, Llama at fp32;
+compiler) against the CPU engine: GPT-2 at fp32, bf16 and fp16 on one rank, with activation
+checkpointing, with the optimizer offloaded to pinned CPU memory (ZeRO 2, two ranks) and to NVMe
+through pinned buffers (ZeRO 3), ZeRO stages 0-3 on two ranks (device staging through shm)
+against one rank with the same global batch, Llama at fp32;
 and a device fault injected into the optimizer kernel (ZTRAIN_CUDA_EMU_FAULT) failing the job
 with the device's message instead of training on (issue 27, defect 1). Four steps each, small
 models: what runs is the CUDA code path, not its speed."""
@@ -25,16 +27,19 @@ if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
     sys.exit(0)
 
 
-def job(name, device, world=1, micro=8, stage=0, model=GPT2, bf16=False):
+def job(name, device, world=1, micro=8, stage=0, model=GPT2, bf16=False, fp16=False,
+        zero=None, train_opts=None):
     ds = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.1,
                                                     "eps": 1e-4}},
-          "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}}
+          "gradient_clipping": 1.0, "zero_optimization": dict({"stage": stage}, **(zero or {}))}
     if bf16:
         ds["bf16"] = {"enabled": True}
+    if fp16:
+        ds["fp16"] = {"enabled": True, "initial_scale_power": 12}
+    train_spec = dict({"max_steps": STEPS, "log_interval": 1, "seed": 5}, **(train_opts or {}))
     return {"name": name, "world_size": world, "device": device, "model": model,
-            "data": {"train": "train.txt"},
-            "train": {"max_steps": STEPS, "log_interval": 1, "seed": 5}, "deepspeed": ds}
+            "data": {"train": "train.txt"}, "train": train_spec, "deepspeed": ds}
 
 
 def train(d, spec, env_extra=None, check=True):
@@ -65,6 +70,22 @@ with tempfile.TemporaryDirectory() as d:
     cpu_bf = train(d, job("gpt2-cpu-bf16", "cpu", bf16=True))
     close(ck, "GPT-2 bf16, 1 rank, cuda vs cpu", cpu_bf,
           train(d, job("gpt2-cuda-bf16", "cuda", bf16=True)), 2e-3)
+    cpu_fp16 = train(d, job("gpt2-cpu-fp16", "cpu", fp16=True))
+    close(ck, "GPT-2 fp16, 1 rank, cuda vs cpu", cpu_fp16,
+          train(d, job("gpt2-cuda-fp16", "cuda", fp16=True)), 2e-3)
+    close(ck, "GPT-2 fp32 with activation checkpointing, cuda vs cpu without", cpu,
+          train(d, job("gpt2-cuda-ac", "cuda", train_opts={"activation_checkpointing": True})),
+          1e-4)
+    pinned_cpu = {"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+    close(ck, "GPT-2 fp32, ZeRO 2 with the optimizer offloaded to pinned CPU memory, 2 ranks on "
+          "cuda vs 1 rank on cpu", cpu,
+          train(d, job("gpt2-cuda-off", "cuda", world=2, micro=4, stage=2, zero=pinned_cpu)),
+          1e-4)
+    os.makedirs(f"{d}/nvme")
+    pinned_nvme = {"offload_optimizer": {"device": "nvme", "nvme_path": f"{d}/nvme",
+                                         "pin_memory": True}}
+    close(ck, "GPT-2 fp32, ZeRO 3 with the optimizer on NVMe through pinned buffers, cuda vs cpu",
+          cpu, train(d, job("gpt2-cuda-nvme", "cuda", stage=3, zero=pinned_nvme)), 1e-4)
     for stage in (0, 1, 2, 3):
         got = train(d, job(f"gpt2-cuda-z{stage}", "cuda", world=2, micro=4, stage=stage))
         close(ck, f"GPT-2 fp32, ZeRO stage {stage}, 2 ranks on cuda vs 1 rank on cpu", cpu, got,
