@@ -1,27 +1,67 @@
-/* What ztrain/gpu.h says about the visible GPUs: counted and described by the CUDA module
- * (kernels/cuda/, loaded through backend.c, so that no program links the CUDA runtime itself,
- * and an emulated device answers as its emulated H100), none without one; the table of peaks the
- * MFU metric uses; which GPU a rank takes and the CUDA_VISIBLE_DEVICES list a job is given. */
+/* What ztrain/gpu.h says about the visible GPUs: counted and described through the CUDA runtime
+ * when the build has it, none otherwise; the table of peaks the MFU metric uses; which GPU a
+ * rank takes and the CUDA_VISIBLE_DEVICES list a job is given.
+ *
+ * When the environment names a CUDA module (ZTRAIN_CUDA_EMU=1: the emulated CUDA device of the
+ * tests, docs/gpu.md), that module answers instead, so the emulated H100 is what is seen. The
+ * real module is not asked: loading it maps cuBLASLt, about 120 MB of resident memory, into
+ * every process that only counts GPUs (ztraind among them). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ztrain/backend.h"
 #include "ztrain/gpu.h"
 
-bool zt_gpu_built(void) { return zt_backend_available(ZT_DEVICE_CUDA); }
+#ifdef ZT_HAVE_CUDART
+#include <cuda_runtime.h>
+#endif
+
+/* Whether a module named by the environment answers (ZTRAIN_CUDA_EMU=1 or ZTRAIN_CUDA_MODULE). */
+static bool module_answers(void) {
+    const char *emu = getenv("ZTRAIN_CUDA_EMU"), *mod = getenv("ZTRAIN_CUDA_MODULE");
+    return (emu && strcmp(emu, "1") == 0) || (mod && *mod);
+}
+
+bool zt_gpu_built(void) {
+    if (module_answers())
+        return zt_backend_available(ZT_DEVICE_CUDA);
+#ifdef ZT_HAVE_CUDART
+    return true;
+#else
+    return false;
+#endif
+}
 
 int zt_gpu_count(void) {
-    return zt_gpu_built() ? zt_backend_device_count(ZT_DEVICE_CUDA) : 0;
+    if (module_answers())
+        return zt_backend_device_count(ZT_DEVICE_CUDA);
+#ifdef ZT_HAVE_CUDART
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* no driver or no device: not sticky, nothing to report */
+        return 0;
+    }
+    return n;
+#else
+    return 0;
+#endif
 }
 
 void zt_gpu_bind_thread(int index) {
-    if (index < 0 || !zt_gpu_built())
+    if (index < 0)
         return;
-    void (*bind)(int) = NULL;
-    *(void **)&bind = zt_backend_cuda_symbol("zt_cuda_device_bind");
-    /* Without a module there is no device to bind; the ops then fail and say so. */
-    if (bind)
-        bind(index);
+    if (module_answers()) {
+        void (*bind)(int) = NULL;
+        *(void **)&bind = zt_backend_cuda_symbol("zt_cuda_device_bind");
+        if (bind)
+            bind(index);
+        return;
+    }
+#ifdef ZT_HAVE_CUDART
+    if (cudaSetDevice(index) != cudaSuccess)
+        cudaGetLastError(); /* the ops then fail and sync reports it, naming the device */
+#endif
 }
 
 zt_status zt_gpu_props_get(int index, zt_gpu_props *out) {
@@ -30,12 +70,26 @@ zt_status zt_gpu_props_get(int index, zt_gpu_props *out) {
     if (index < 0 || index >= n)
         return zt_error(ZT_ERR_INVALID, "GPU %d: this process sees %d GPU(s)%s", index, n,
                         zt_gpu_built() ? "" : " (built without CUDA)");
-    zt_status (*props)(int, zt_gpu_props *) = NULL;
-    *(void **)&props = zt_backend_cuda_symbol("zt_cuda_device_props");
-    if (!props)
-        return zt_error(ZT_ERR_UNSUPPORTED, "GPU %d: the CUDA module has no "
-                        "zt_cuda_device_props", index);
-    return props(index, out);
+    if (module_answers()) {
+        zt_status (*props)(int, zt_gpu_props *) = NULL;
+        *(void **)&props = zt_backend_cuda_symbol("zt_cuda_device_props");
+        if (!props)
+            return zt_error(ZT_ERR_UNSUPPORTED, "GPU %d: the CUDA module has no "
+                            "zt_cuda_device_props", index);
+        return props(index, out);
+    }
+#ifdef ZT_HAVE_CUDART
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, index);
+    if (e != cudaSuccess)
+        return zt_error(ZT_ERR_IO, "GPU %d: cudaGetDeviceProperties: %s", index,
+                        cudaGetErrorString(e));
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->major = p.major;
+    out->minor = p.minor;
+    out->total_bytes = p.totalGlobalMem;
+#endif
+    return ZT_OK;
 }
 
 zt_status zt_gpu_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
@@ -43,12 +97,25 @@ zt_status zt_gpu_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
     int n = zt_gpu_count();
     if (index < 0 || index >= n)
         return zt_error(ZT_ERR_INVALID, "GPU %d: this process sees %d GPU(s)", index, n);
-    zt_status (*mem)(int, size_t *, size_t *) = NULL;
-    *(void **)&mem = zt_backend_cuda_symbol("zt_cuda_device_mem");
-    if (!mem)
-        return zt_error(ZT_ERR_UNSUPPORTED, "GPU %d: the CUDA module has no zt_cuda_device_mem",
-                        index);
-    return mem(index, free_bytes, total_bytes);
+    if (module_answers()) {
+        zt_status (*mem)(int, size_t *, size_t *) = NULL;
+        *(void **)&mem = zt_backend_cuda_symbol("zt_cuda_device_mem");
+        if (!mem)
+            return zt_error(ZT_ERR_UNSUPPORTED, "GPU %d: the CUDA module has no "
+                            "zt_cuda_device_mem", index);
+        return mem(index, free_bytes, total_bytes);
+    }
+#ifdef ZT_HAVE_CUDART
+    int was = 0;
+    cudaGetDevice(&was);
+    cudaError_t e = cudaSetDevice(index);
+    if (e == cudaSuccess)
+        e = cudaMemGetInfo(free_bytes, total_bytes);
+    cudaSetDevice(was);
+    if (e != cudaSuccess)
+        return zt_error(ZT_ERR_IO, "GPU %d: cudaMemGetInfo: %s", index, cudaGetErrorString(e));
+#endif
+    return ZT_OK;
 }
 
 int zt_gpu_for_rank(int local_rank, int n_visible) {
