@@ -1,27 +1,113 @@
-/* What ztrain/gpu.h says about the visible GPUs: counted and described by the CUDA module
- * (kernels/cuda/, loaded through backend.c, so that no program links the CUDA runtime itself,
- * and an emulated device answers as its emulated H100), none without one; the table of peaks the
- * MFU metric uses; which GPU a rank takes and the CUDA_VISIBLE_DEVICES list a job is given. */
+/* What ztrain/gpu.h says about the visible GPUs: counted and described through the CUDA runtime
+ * when the build has it, none otherwise; the table of peaks the MFU metric uses; which GPU a
+ * rank takes and the CUDA_VISIBLE_DEVICES list a job is given.
+ *
+ * The CUDA runtime is opened here on first use (dlopen), not linked: no program of a CUDA build
+ * depends on libcudart, a host without it simply has no GPUs, and a CPU rank that never asks
+ * about GPUs never maps it.
+ *
+ * When the environment names a CUDA module (ZTRAIN_CUDA_EMU=1: the emulated CUDA device of the
+ * tests, docs/gpu.md), that module answers instead, so the emulated H100 is what is seen. The
+ * real module is not asked: loading it maps cuBLASLt, about 120 MB of resident memory, into
+ * every process that only counts GPUs (ztraind among them). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ztrain/backend.h"
 #include "ztrain/gpu.h"
 
-bool zt_gpu_built(void) { return zt_backend_available(ZT_DEVICE_CUDA); }
+#ifdef ZT_HAVE_CUDART
+#include <cuda_runtime_api.h> /* the types and the calls' signatures only */
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* The few runtime calls discovery makes, from the runtime this build was compiled against: by
+ * its soname first (LD_LIBRARY_PATH, the linker's cache: a carried bundle, an image), then at
+ * the toolkit's path. */
+static struct {
+    cudaError_t (*get_device_count)(int *);
+    cudaError_t (*get_last_error)(void);
+    cudaError_t (*set_device)(int);
+    cudaError_t (*get_device)(int *);
+    cudaError_t (*get_device_properties)(struct cudaDeviceProp *, int);
+    cudaError_t (*mem_get_info)(size_t *, size_t *);
+    const char *(*get_error_string)(cudaError_t);
+} rt;
+static bool rt_loaded;
+static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
+
+static void rt_load(void) {
+    void *h = dlopen(ZT_CUDART_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        h = dlopen(ZT_CUDART_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return;
+    *(void **)&rt.get_device_count = dlsym(h, "cudaGetDeviceCount");
+    *(void **)&rt.get_last_error = dlsym(h, "cudaGetLastError");
+    *(void **)&rt.set_device = dlsym(h, "cudaSetDevice");
+    *(void **)&rt.get_device = dlsym(h, "cudaGetDevice");
+    *(void **)&rt.get_device_properties = dlsym(h, "cudaGetDeviceProperties");
+    *(void **)&rt.mem_get_info = dlsym(h, "cudaMemGetInfo");
+    *(void **)&rt.get_error_string = dlsym(h, "cudaGetErrorString");
+    rt_loaded = rt.get_device_count && rt.get_last_error && rt.set_device && rt.get_device &&
+                rt.get_device_properties && rt.mem_get_info && rt.get_error_string;
+}
+
+/* Whether the CUDA runtime could be opened (no runtime: no GPUs). */
+static bool runtime(void) {
+    pthread_once(&rt_once, rt_load);
+    return rt_loaded;
+}
+#endif
+
+/* Whether a module named by the environment answers (ZTRAIN_CUDA_EMU=1 or ZTRAIN_CUDA_MODULE). */
+static bool module_answers(void) {
+    const char *emu = getenv("ZTRAIN_CUDA_EMU"), *mod = getenv("ZTRAIN_CUDA_MODULE");
+    return (emu && strcmp(emu, "1") == 0) || (mod && *mod);
+}
+
+bool zt_gpu_built(void) {
+    if (module_answers())
+        return zt_backend_available(ZT_DEVICE_CUDA);
+#ifdef ZT_HAVE_CUDART
+    return true;
+#else
+    return false;
+#endif
+}
 
 int zt_gpu_count(void) {
-    return zt_gpu_built() ? zt_backend_device_count(ZT_DEVICE_CUDA) : 0;
+    if (module_answers())
+        return zt_backend_device_count(ZT_DEVICE_CUDA);
+#ifdef ZT_HAVE_CUDART
+    int n = 0;
+    if (!runtime())
+        return 0;
+    if (rt.get_device_count(&n) != cudaSuccess) {
+        rt.get_last_error(); /* no driver or no device: not sticky, nothing to report */
+        return 0;
+    }
+    return n;
+#else
+    return 0;
+#endif
 }
 
 void zt_gpu_bind_thread(int index) {
-    if (index < 0 || !zt_gpu_built())
+    if (index < 0)
         return;
-    void (*bind)(int) = NULL;
-    *(void **)&bind = zt_backend_cuda_symbol("zt_cuda_device_bind");
-    /* Without a module there is no device to bind; the ops then fail and say so. */
-    if (bind)
-        bind(index);
+    if (module_answers()) {
+        void (*bind)(int) = NULL;
+        *(void **)&bind = zt_backend_cuda_symbol("zt_cuda_device_bind");
+        if (bind)
+            bind(index);
+        return;
+    }
+#ifdef ZT_HAVE_CUDART
+    if (runtime() && rt.set_device(index) != cudaSuccess)
+        rt.get_last_error(); /* the ops then fail and sync reports it, naming the device */
+#endif
 }
 
 zt_status zt_gpu_props_get(int index, zt_gpu_props *out) {
@@ -30,12 +116,26 @@ zt_status zt_gpu_props_get(int index, zt_gpu_props *out) {
     if (index < 0 || index >= n)
         return zt_error(ZT_ERR_INVALID, "GPU %d: this process sees %d GPU(s)%s", index, n,
                         zt_gpu_built() ? "" : " (built without CUDA)");
-    zt_status (*props)(int, zt_gpu_props *) = NULL;
-    *(void **)&props = zt_backend_cuda_symbol("zt_cuda_device_props");
-    if (!props)
-        return zt_error(ZT_ERR_UNSUPPORTED, "GPU %d: the CUDA module has no "
-                        "zt_cuda_device_props", index);
-    return props(index, out);
+    if (module_answers()) {
+        zt_status (*props)(int, zt_gpu_props *) = NULL;
+        *(void **)&props = zt_backend_cuda_symbol("zt_cuda_device_props");
+        if (!props)
+            return zt_error(ZT_ERR_UNSUPPORTED, "GPU %d: the CUDA module has no "
+                            "zt_cuda_device_props", index);
+        return props(index, out);
+    }
+#ifdef ZT_HAVE_CUDART
+    struct cudaDeviceProp p;
+    cudaError_t e = rt.get_device_properties(&p, index); /* index < count: the runtime is open */
+    if (e != cudaSuccess)
+        return zt_error(ZT_ERR_IO, "GPU %d: cudaGetDeviceProperties: %s", index,
+                        rt.get_error_string(e));
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->major = p.major;
+    out->minor = p.minor;
+    out->total_bytes = p.totalGlobalMem;
+#endif
+    return ZT_OK;
 }
 
 zt_status zt_gpu_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
@@ -43,12 +143,25 @@ zt_status zt_gpu_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
     int n = zt_gpu_count();
     if (index < 0 || index >= n)
         return zt_error(ZT_ERR_INVALID, "GPU %d: this process sees %d GPU(s)", index, n);
-    zt_status (*mem)(int, size_t *, size_t *) = NULL;
-    *(void **)&mem = zt_backend_cuda_symbol("zt_cuda_device_mem");
-    if (!mem)
-        return zt_error(ZT_ERR_UNSUPPORTED, "GPU %d: the CUDA module has no zt_cuda_device_mem",
-                        index);
-    return mem(index, free_bytes, total_bytes);
+    if (module_answers()) {
+        zt_status (*mem)(int, size_t *, size_t *) = NULL;
+        *(void **)&mem = zt_backend_cuda_symbol("zt_cuda_device_mem");
+        if (!mem)
+            return zt_error(ZT_ERR_UNSUPPORTED, "GPU %d: the CUDA module has no "
+                            "zt_cuda_device_mem", index);
+        return mem(index, free_bytes, total_bytes);
+    }
+#ifdef ZT_HAVE_CUDART
+    int was = 0;
+    rt.get_device(&was);
+    cudaError_t e = rt.set_device(index);
+    if (e == cudaSuccess)
+        e = rt.mem_get_info(free_bytes, total_bytes);
+    rt.set_device(was);
+    if (e != cudaSuccess)
+        return zt_error(ZT_ERR_IO, "GPU %d: cudaMemGetInfo: %s", index, rt.get_error_string(e));
+#endif
+    return ZT_OK;
 }
 
 int zt_gpu_for_rank(int local_rank, int n_visible) {

@@ -32,7 +32,8 @@ static const char *const replaced_vars[] = {
 };
 
 /* ZT_RANK_ENV_WHITELIST keeps only these: locale, paths, and the knobs of the libraries a rank
- * runs on, and the fault injections of tests (ZTRAIN_INJECT_*, engine/include/ztrain/fault_inject.h), which a
+ * runs on, and the fault injections of tests (ZTRAIN_INJECT_*, engine/include/ztrain/fault_inject.h)
+ * and their choice of CUDA module (ZTRAIN_CUDA_*: the emulated CUDA device, docs/gpu.md), which a
  * daemon started with them hands to its ranks. Anything else (the daemon's token, a user's
  * stray settings) stays out. */
 static const char *const whitelist_names[] = {
@@ -41,8 +42,8 @@ static const char *const whitelist_names[] = {
     "ZTRAIN_OPTIM_ISA", "ZTRAIN_GEMM", "ZTRAIN_GEMM_BF16", "OMP_WAIT_POLICY", "OMP_PROC_BIND",
     "OMP_PLACES",
 };
-static const char *const whitelist_prefixes[] = {"LC_",   "NCCL_", "ASAN_",
-                                                 "UBSAN_", "LSAN_", "ZTRAIN_INJECT_"};
+static const char *const whitelist_prefixes[] = {"LC_",   "NCCL_", "ASAN_",         "UBSAN_",
+                                                 "LSAN_", "ZTRAIN_INJECT_", "ZTRAIN_CUDA_"};
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 #define MAX_SET 9       /* shared entries made here: OMP x2, run id, the torchrun six */

@@ -1,13 +1,11 @@
 """The CUDA module owns NCCL and the CUDA runtime (issue 26 item 3, issue 27): in a CUDA build the
 programs ztraind, ztrain and ztrain-worker load libztrain_cuda.so on first use and link neither
-libnccl nor (once GPU discovery has moved into the module too) libcudart, as `ldd` shows; the
-module itself links NCCL and exports the table the engine's "nccl" transport reaches it through;
-and no engine source includes a CUDA, NCCL or kernels/cuda/ header.
+libnccl nor libcudart (GPU discovery opens the runtime with dlopen), as `ldd` shows; the module
+itself links NCCL and exports the table the engine's "nccl" transport reaches it through; and no
+engine source includes a CUDA, NCCL or kernels/cuda/ header.
 
-libcudart is checked only once kernels/gpu_info.c no longer calls the CUDA runtime itself (the
-emulated-device work moves those calls into the module); until then the test says it skipped
-that check and why. In a build without the CUDA toolkit the programs trivially pass and the
-module checks are skipped, which the test prints."""
+In a build without the CUDA toolkit the programs trivially pass and the module checks are
+skipped, which the test prints."""
 import os
 import re
 import subprocess
@@ -30,8 +28,6 @@ def ldd(path):
     return {line.split()[0] for line in p.stdout.splitlines() if line.strip()}, p
 
 
-gpu_info = open(os.path.join(SOURCE, "kernels", "gpu_info.c")).read()
-gpu_info_uses_cudart = bool(re.search(r"#include\s*<cuda_runtime|cudaGetDeviceCount", gpu_info))
 module = os.path.join(BUILD, "libztrain_cuda.so")
 cuda_build = os.path.exists(module)
 
@@ -42,11 +38,7 @@ for prog in ("ztraind", "ztrain", "ztrain-worker"):
     nccl = sorted(l for l in libs if l.startswith("libnccl"))
     check(not nccl, f"{prog} does not link NCCL ({nccl or 'none'})")
     cudart = sorted(l for l in libs if l.startswith("libcudart"))
-    if gpu_info_uses_cudart:
-        print(f"skip  {prog}: libcudart ({cudart or 'none'}) is not checked while "
-              "kernels/gpu_info.c still calls the CUDA runtime itself")
-    else:
-        check(not cudart, f"{prog} does not link the CUDA runtime ({cudart or 'none'})")
+    check(not cudart, f"{prog} does not link the CUDA runtime ({cudart or 'none'})")
     cublas = sorted(l for l in libs if l.startswith("libcublas"))
     check(not cublas, f"{prog} does not link cuBLAS ({cublas or 'none'})")
 

@@ -9,7 +9,8 @@ it) and makes no job, while the same job on "cpu" is taken. A daemon started wit
 On a host with a GPU, a daemon told it has one (--gpus 1 under CUDA_VISIBLE_DEVICES=0) hands it to
 "cuda" jobs one at a time: each job's start says CUDA_VISIBLE_DEVICES=0 in its log and the GPU is
 released for the next, so all three run in turn (on a host without one the spec parser refuses
-such jobs before the queue sees them, so this case runs only where a GPU is)."""
+such jobs before the queue sees them, so this case runs only where a GPU is). Where the build has
+the emulated CUDA device, a cuda job runs through the daemon on it to the end."""
 import json
 import os
 import subprocess
@@ -80,6 +81,25 @@ def case_one_gpu(tmp):
         del os.environ["CUDA_VISIBLE_DEVICES"]
 
 
+def case_emulated_gpu(tmp):
+    """A cuda job through ztraind on the emulated CUDA device (ZTRAIN_CUDA_EMU=1 in the daemon's
+    environment, which its ranks inherit; docs/gpu.md): taken, given GPU 0, trained to the end."""
+    os.environ.update(CUDA_VISIBLE_DEVICES="0", ZTRAIN_CUDA_EMU="1")
+    try:
+        with Daemon(BUILD, os.path.join(tmp, "emu"), max_ranks=2, extra_args=["--gpus", "1"]) as d:
+            job = tiny_job(d.data_root, max_steps=2)
+            jid = submit(d, dict(job, name="emulated", device="cuda")).id
+            j = wait_state(d, jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=240)
+            lines = [line["text"] for line in logs_of(d, jid)]
+            started = [t for t in lines if t.startswith("started ")]
+            ck.check(state_name(j.state) == "SUCCEEDED" and started and
+                     "CUDA_VISIBLE_DEVICES=0" in started[0],
+                     f"a cuda job on the emulated device: {state_name(j.state)} "
+                     f"{j.reason[:300]!r}, {started}")
+    finally:
+        del os.environ["CUDA_VISIBLE_DEVICES"], os.environ["ZTRAIN_CUDA_EMU"]
+
+
 def main():
     tmp = temp_dir("ztrain-gpu-submit-")
     env_gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -95,6 +115,8 @@ def main():
         case_one_gpu(tmp)
     else:
         print("skip  one GPU through the queue: this host has no GPU")
+    if os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+        case_emulated_gpu(tmp)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
     p = subprocess.run([os.path.join(BUILD, "ztraind"), "--gpus", "2", "--grpc-addr",
                         "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--state-dir",

@@ -7,6 +7,7 @@
  * past the end of its buffer fails its launch. Pinned memory is ordinary host memory the emulator
  * remembers, so copies from and to it can be asynchronous. */
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -66,6 +67,10 @@ void segv_handler(int sig, siginfo_t *info, void *uctx) {
                          (const void *)addr, what.c_str());
         if (n > 0)
             (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+        /* Where the host code was: the frames that made the access. */
+        void *frames[24];
+        int depth = backtrace(frames, 24);
+        backtrace_symbols_fd(frames, depth, 2);
     }
     /* Die (or let the program's own handler act) as the fault would have without us. */
     sigaction(SIGSEGV, &previous_segv, nullptr);

@@ -1,0 +1,107 @@
+"""Training with "device": "cuda" on the emulated CUDA device (ZTRAIN_CUDA_EMU=1, which loads
+libztrain_cuda_emu.so: the CUDA backend's own kernels and module code, built by the host
+compiler) against the CPU engine: GPT-2 at fp32, bf16 and fp16 on one rank, with activation
+checkpointing, with the optimizer offloaded to pinned CPU memory (ZeRO 2, two ranks) and to NVMe
+through pinned buffers (ZeRO 3), ZeRO stages 0-3 on two ranks (device staging through shm)
+against one rank with the same global batch, Llama at fp32;
+and a device fault injected into the optimizer kernel (ZTRAIN_CUDA_EMU_FAULT) failing the job
+with the device's message instead of training on (issue 27, defect 1). Four steps each, small
+models: what runs is the CUDA code path, not its speed."""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
+
+from ztref import BUILD, Checker, read_metrics, run, tool, write_job  # noqa: E402
+
+STEPS = 4
+GPT2 = {"type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256,
+        "block_size": 32}
+LLAMA = {"type": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 32,
+         "intermediate_size": 48, "vocab_size": 256, "block_size": 16,
+         "tie_word_embeddings": False}
+
+if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+    print("SKIPPED: this build has no emulated CUDA device (-DZT_CUDA_EMU=OFF or no CUDA headers)")
+    sys.exit(0)
+
+
+def job(name, device, world=1, micro=8, stage=0, model=GPT2, bf16=False, fp16=False,
+        zero=None, train_opts=None):
+    ds = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.1,
+                                                    "eps": 1e-4}},
+          "gradient_clipping": 1.0, "zero_optimization": dict({"stage": stage}, **(zero or {}))}
+    if bf16:
+        ds["bf16"] = {"enabled": True}
+    if fp16:
+        ds["fp16"] = {"enabled": True, "initial_scale_power": 12}
+    train_spec = dict({"max_steps": STEPS, "log_interval": 1, "seed": 5}, **(train_opts or {}))
+    return {"name": name, "world_size": world, "device": device, "model": model,
+            "data": {"train": "train.txt"}, "train": train_spec, "deepspeed": ds}
+
+
+def train(d, spec, env_extra=None, check=True):
+    name = spec["name"]
+    write_job(f"{d}/{name}.json", spec)
+    env = dict(os.environ, ZTRAIN_CUDA_EMU="1", **(env_extra or {}))
+    p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], check=check,
+            env=env, cwd=d)
+    if not check:
+        return p
+    return [m["train/loss"] for m in read_metrics(f"{d}/{name}/metrics.jsonl")]
+
+
+def close(ck, what, ref, got, tol):
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref)) if len(got) == len(ref) else 1.0
+    ck.check(len(got) == STEPS and worst <= tol,
+             f"{what}: {len(got)} losses, worst rel err {worst:.1e} (tolerance {tol:.0e})")
+
+
+ck = Checker()
+with tempfile.TemporaryDirectory() as d:
+    with open(f"{d}/train.txt", "wb") as f:
+        f.write(bytes((i * 7 + i // 13) % 251 for i in range(20000)))
+    cpu = train(d, job("gpt2-cpu", "cpu"))
+    ck.check(cpu[-1] < cpu[0], "the CPU loss falls")
+    # fp32: the same formulas, the sums in another order (block reductions, cuBLASLt's k order).
+    close(ck, "GPT-2 fp32, 1 rank, cuda vs cpu", cpu, train(d, job("gpt2-cuda", "cuda")), 1e-4)
+    cpu_bf = train(d, job("gpt2-cpu-bf16", "cpu", bf16=True))
+    close(ck, "GPT-2 bf16, 1 rank, cuda vs cpu", cpu_bf,
+          train(d, job("gpt2-cuda-bf16", "cuda", bf16=True)), 2e-3)
+    cpu_fp16 = train(d, job("gpt2-cpu-fp16", "cpu", fp16=True))
+    close(ck, "GPT-2 fp16, 1 rank, cuda vs cpu", cpu_fp16,
+          train(d, job("gpt2-cuda-fp16", "cuda", fp16=True)), 2e-3)
+    close(ck, "GPT-2 fp32 with activation checkpointing, cuda vs cpu without", cpu,
+          train(d, job("gpt2-cuda-ac", "cuda", train_opts={"activation_checkpointing": True})),
+          1e-4)
+    pinned_cpu = {"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+    close(ck, "GPT-2 fp32, ZeRO 2 with the optimizer offloaded to pinned CPU memory, 2 ranks on "
+          "cuda vs 1 rank on cpu", cpu,
+          train(d, job("gpt2-cuda-off", "cuda", world=2, micro=4, stage=2, zero=pinned_cpu)),
+          1e-4)
+    os.makedirs(f"{d}/nvme")
+    pinned_nvme = {"offload_optimizer": {"device": "nvme", "nvme_path": f"{d}/nvme",
+                                         "pin_memory": True}}
+    close(ck, "GPT-2 fp32, ZeRO 3 with the optimizer on NVMe through pinned buffers, cuda vs cpu",
+          cpu, train(d, job("gpt2-cuda-nvme", "cuda", stage=3, zero=pinned_nvme)), 1e-4)
+    for stage in (0, 1, 2, 3):
+        got = train(d, job(f"gpt2-cuda-z{stage}", "cuda", world=2, micro=4, stage=stage))
+        close(ck, f"GPT-2 fp32, ZeRO stage {stage}, 2 ranks on cuda vs 1 rank on cpu", cpu, got,
+              1e-4)
+    cpu_llama = train(d, job("llama-cpu", "cpu", model=LLAMA))
+    close(ck, "Llama fp32, 1 rank, cuda vs cpu", cpu_llama,
+          train(d, job("llama-cuda", "cuda", model=LLAMA)), 1e-4)
+    # A device fault in the second optimizer launch: the step that meets it fails the job.
+    p = train(d, job("gpt2-fault", "cuda"), {"ZTRAIN_CUDA_EMU_FAULT": "adam_kernel:2"},
+              check=False)
+    out = p.stdout + p.stderr
+    ck.check(p.returncode != 0 and "cuda device 0" in out and "ZTRAIN_CUDA_EMU_FAULT" in out,
+             f"an injected device fault fails the job naming the device (exit {p.returncode})")
+    done = [m for m in read_metrics(f"{d}/gpt2-fault/metrics.jsonl") if "train/loss" in m] \
+        if os.path.exists(f"{d}/gpt2-fault/metrics.jsonl") else []
+    ck.check(len(done) <= 2, f"no step is logged after the fault ({len(done)} logged)")
+    if p.returncode == 0 or "ZTRAIN_CUDA_EMU_FAULT" not in out:
+        sys.stderr.write(out[-3000:])
+ck.done()
