@@ -44,6 +44,7 @@ struct zt_pipe {
     /* How activations travel: the backend's storage of ctx.act (the CPU keeps 16-bit
      * activations as fp32 values rounded to 16 bits, so they travel as fp32, exactly). */
     zt_dtype wire;
+    bool attached, tied_attached; /* world, tied_comm have the backend attached */
     size_t act_bytes; /* one activation buffer */
     pipe_buffer *buf;
     int nbuf;
@@ -201,8 +202,17 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
         p->act_bytes = (size_t)p->max_B * p->T * p->C * es;
         s = alloc_buffers(p);
     }
+    /* Activations and their gradients live in the backend's device memory: they travel between
+     * stages through zt_comm_dev_send/recv, which stage them through host memory when the
+     * transport cannot read the device's (shm or gloo ranks on GPUs). */
+    if (s == ZT_OK && (s = zt_comm_attach_backend(world, p->be)) == ZT_OK)
+        p->attached = true;
     if (s == ZT_OK)
         s = find_tied(p);
+    /* The tied embedding's gradients, reduced between the first and last stages, are the
+     * engine's device gradients too. */
+    if (s == ZT_OK && p->tied_comm && (s = zt_comm_attach_backend(p->tied_comm, p->be)) == ZT_OK)
+        p->tied_attached = true;
     if (s == ZT_OK) {
         p->n_train = zt_pipe_train_schedule(stages, p->info.stage, p->info.micro_batches, NULL, 0);
         p->train = malloc(p->n_train * sizeof *p->train);
@@ -233,6 +243,11 @@ void zt_pipe_destroy(zt_pipe *p) {
     }
     free(p->buf);
     free(p->train);
+    /* Detached before the backend goes with the engine. */
+    if (p->attached)
+        zt_comm_attach_backend(p->world, NULL);
+    if (p->tied_attached)
+        zt_comm_attach_backend(p->tied_comm, NULL);
     zt_engine_destroy(p->e);
     zt_comm_destroy(p->tied_comm);
     zt_comm_destroy(p->mp_comm);
@@ -276,7 +291,7 @@ static size_t act_elems(const zt_pipe *p, const pipe_buffer *x) {
 static zt_status send_activation(zt_pipe *p, pipe_buffer *x) {
     double B = x->B;
     ZT_TRY(zt_comm_send(p->world, &B, 1, ZT_F64, neighbour(p, +1)));
-    return zt_comm_send(p->world, x->out_act, act_elems(p, x), p->wire, neighbour(p, +1));
+    return zt_comm_dev_send(p->world, x->out_act, act_elems(p, x), p->wire, neighbour(p, +1));
 }
 
 static zt_status recv_activation(zt_pipe *p, pipe_buffer *x) {
@@ -286,7 +301,7 @@ static zt_status recv_activation(zt_pipe *p, pipe_buffer *x) {
         return zt_error(ZT_ERR_INVALID, "pipeline: stage %d sent a micro-batch of %d sequences "
                         "(at most %d)", p->info.stage - 1, (int)B, p->max_B);
     x->B = (int)B;
-    return zt_comm_recv(p->world, x->in_act, act_elems(p, x), p->wire, neighbour(p, -1));
+    return zt_comm_dev_recv(p->world, x->in_act, act_elems(p, x), p->wire, neighbour(p, -1));
 }
 
 static void forward(zt_pipe *p, pipe_buffer *x, int buffer, bool train) {
@@ -322,8 +337,8 @@ static zt_status reduce_tied(zt_pipe *p) {
         return ZT_OK;
     zt_dtype t;
     unsigned char *g = zt_engine_local_grads(p->e, &t);
-    return zt_comm_all_reduce(p->tied_comm, g + p->tied_off * zt_dtype_size(t), p->tied_n, t,
-                              ZT_REDUCE_SUM);
+    return zt_comm_dev_all_reduce(p->tied_comm, g + p->tied_off * zt_dtype_size(t), p->tied_n, t,
+                                  ZT_REDUCE_SUM);
 }
 
 /* The optimizer step of the ordinary engine, which counts micro-steps: the batch's first
@@ -351,9 +366,9 @@ static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *fr
     case ZT_PIPE_RECV_ACTIVATION:
         return recv_activation(p, x);
     case ZT_PIPE_SEND_GRAD:
-        return zt_comm_send(p->world, x->din, act_elems(p, x), p->wire, neighbour(p, -1));
+        return zt_comm_dev_send(p->world, x->din, act_elems(p, x), p->wire, neighbour(p, -1));
     case ZT_PIPE_RECV_GRAD:
-        return zt_comm_recv(p->world, x->dout, act_elems(p, x), p->wire, neighbour(p, +1));
+        return zt_comm_dev_recv(p->world, x->dout, act_elems(p, x), p->wire, neighbour(p, +1));
     case ZT_PIPE_REDUCE_TIED_GRADS:
         return reduce_tied(p);
     case ZT_PIPE_REDUCE_GRADS:

@@ -28,8 +28,8 @@ if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
 
 
 def job(name, device, world=1, micro=8, stage=0, model=GPT2, bf16=False, fp16=False,
-        zero=None, train_opts=None):
-    ds = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
+        zero=None, train_opts=None, stages=1):
+    ds = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": stages,
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.1,
                                                     "eps": 1e-4}},
           "gradient_clipping": 1.0, "zero_optimization": dict({"stage": stage}, **(zero or {}))}
@@ -38,8 +38,11 @@ def job(name, device, world=1, micro=8, stage=0, model=GPT2, bf16=False, fp16=Fa
     if fp16:
         ds["fp16"] = {"enabled": True, "initial_scale_power": 12}
     train_spec = dict({"max_steps": STEPS, "log_interval": 1, "seed": 5}, **(train_opts or {}))
-    return {"name": name, "world_size": world, "device": device, "model": model,
+    spec = {"name": name, "world_size": world, "device": device, "model": model,
             "data": {"train": "train.txt"}, "train": train_spec, "deepspeed": ds}
+    if stages > 1:
+        spec["pipeline"] = {"stages": stages}
+    return spec
 
 
 def train(d, spec, env_extra=None, check=True):
@@ -90,6 +93,11 @@ with tempfile.TemporaryDirectory() as d:
         got = train(d, job(f"gpt2-cuda-z{stage}", "cuda", world=2, micro=4, stage=stage))
         close(ck, f"GPT-2 fp32, ZeRO stage {stage}, 2 ranks on cuda vs 1 rank on cpu", cpu, got,
               1e-4)
+    # Two pipeline stages: activations and their gradients cross from one rank's device memory
+    # to the other's, staged through host memory over shm (the global batch is the same 8
+    # sequences, as 2 micro-batches of 4).
+    close(ck, "GPT-2 fp32, 2 pipeline stages on cuda vs 1 rank on cpu", cpu,
+          train(d, job("gpt2-cuda-pipe", "cuda", world=2, micro=4, stages=2)), 1e-4)
     cpu_llama = train(d, job("llama-cpu", "cpu", model=LLAMA))
     close(ck, "Llama fp32, 1 rank, cuda vs cpu", cpu_llama,
           train(d, job("llama-cuda", "cuda", model=LLAMA)), 1e-4)
