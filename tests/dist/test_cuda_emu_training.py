@@ -2,9 +2,9 @@
 libztrain_cuda_emu.so: the CUDA backend's own kernels and module code, built by the host
 compiler) against the CPU engine: GPT-2 at fp32, bf16 and fp16 on one rank, with activation
 checkpointing, with the optimizer offloaded to pinned CPU memory (ZeRO 2, two ranks) and to NVMe
-through pinned buffers (ZeRO 3), ZeRO stages 0-3 on two ranks (device staging through shm)
-against one rank with the same global batch, Llama at fp32;
-and a device fault injected into the optimizer kernel (ZTRAIN_CUDA_EMU_FAULT) failing the job
+through pinned buffers (ZeRO 3), ZeRO stages 0-3 and two pipeline stages on two ranks (device
+staging through shm) against one rank with the same global batch, Llama at fp32; a resume on
+cuda bit for bit the uninterrupted cuda run; and a device fault injected into the optimizer kernel (ZTRAIN_CUDA_EMU_FAULT) failing the job
 with the device's message instead of training on (issue 27, defect 1). Four steps each, small
 models: what runs is the CUDA code path, not its speed."""
 import os
@@ -69,7 +69,16 @@ with tempfile.TemporaryDirectory() as d:
     cpu = train(d, job("gpt2-cpu", "cpu"))
     ck.check(cpu[-1] < cpu[0], "the CPU loss falls")
     # fp32: the same formulas, the sums in another order (block reductions, cuBLASLt's k order).
-    close(ck, "GPT-2 fp32, 1 rank, cuda vs cpu", cpu, train(d, job("gpt2-cuda", "cuda")), 1e-4)
+    cuda = train(d, job("gpt2-cuda", "cuda"))
+    close(ck, "GPT-2 fp32, 1 rank, cuda vs cpu", cpu, cuda, 1e-4)
+    # Resume on cuda: 2 steps and their checkpoint, then the rest from it in a second run, bit
+    # for bit the uninterrupted run (weights, optimizer state, data position and RNG restored
+    # into device memory).
+    ckpt = {"checkpoint_dir": f"{d}/ckpt-split"}
+    train(d, job("gpt2-cuda-split", "cuda", train_opts=dict(ckpt, bench_steps=2)))
+    split = train(d, job("gpt2-cuda-split", "cuda", train_opts=dict(ckpt, resume=True)))
+    ck.check(split == cuda, f"GPT-2 fp32 on cuda resumed after step 2 equals the uninterrupted run "
+             f"bit for bit ({split} vs {cuda})")
     cpu_bf = train(d, job("gpt2-cpu-bf16", "cpu", bf16=True))
     close(ck, "GPT-2 bf16, 1 rank, cuda vs cpu", cpu_bf,
           train(d, job("gpt2-cuda-bf16", "cuda", bf16=True)), 2e-3)
