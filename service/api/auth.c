@@ -49,9 +49,6 @@ zt_status zt_auth_load_token(const char *file, char **token) {
     char *data = NULL;
     ZT_TRY(zt_read_file(file, &data, NULL));
     char *t = trim_first_line(data);
-    /* A daemon's token file may give the token a scope after it ("TOKEN read"); a client
-     * sends the token alone (a token holds no blank). */
-    t[strcspn(t, " \t")] = '\0';
     if (!*t) {
         free(data);
         return zt_error(ZT_ERR_INVALID, "%s: the token file is empty", file);
