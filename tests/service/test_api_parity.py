@@ -54,7 +54,8 @@ def main():
     tmp = temp_dir("ztrain-parity-")
     os.environ["ZTRAIN_INJECT_NAN_GRAD"] = "3"
     with Daemon(BUILD, os.path.join(tmp, "d"), token=TOKEN,
-                extra_args=["--webhook-attempts", "1"]) as d:
+                extra_args=["--webhook-attempts", "1", "--webhook-allow", "127.0.0.1",
+                            "--webhook-allow-private"]) as d:
         c = ztrain.Client(d.grpc_addr, token=TOKEN)
         job = tiny_job(d.data_root, name="parity", max_steps=6, checkpoint_dir="ck",
                        checkpoint_interval=2)
