@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,9 +34,23 @@ def ds(tp):
             "tensor_parallel": {"autotp_size": tp}}
 
 
+os.environ["ZTRAIN_INJECT_SLOW_RANK"] = "300:0"
 with Daemon(BUILD, temp_dir("ztrain-tpjob-"), max_ranks=DP * TP) as d:
     job = tiny_job(d.data_root, name="tp", max_steps=3, world_size=DP * TP, deepspeed=ds(TP))
     j = submit(d, job)
+    # Per-rank series are exported while a job runs (issue 34's bound on /metrics): read them
+    # then, rank 0 slowed so that the run lasts long enough to be seen.
+    want = {r: (str((r // TP) % DP), "0", str(r % TP)) for r in range(DP * TP)}
+    got, deadline = {}, time.monotonic() + 120
+    while got != want and time.monotonic() < deadline:
+        for m in re.finditer(r'^ztrain_rank_step_time_seconds\{([^}]*)\}', get(d, "/metrics"),
+                             re.M):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            if labels.get("job_id") == j.id:
+                got[int(labels["rank"])] = (labels.get("dp_rank"), labels.get("pp_stage"),
+                                            labels.get("tp_rank"))
+        time.sleep(0.05)
+    ck.check(got == want, f"every rank's series carries its coordinates: {got}")
     done = wait_state(d, j.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=180)
     ck.check(state_name(done.state) == "SUCCEEDED",
              f"a dp {DP} x tp {TP} job: {state_name(done.state)} {done.reason}")
@@ -44,16 +59,6 @@ with Daemon(BUILD, temp_dir("ztrain-tpjob-"), max_ranks=DP * TP) as d:
     api = json.loads(get(d, f"/api/v1/jobs/{j.id}"))
     ck.check(api.get("grid") == {"dp": DP, "pp": 1, "tp": TP},
              f"the HTTP API gives the grid: {api.get('grid')}")
-
-    text = get(d, "/metrics")
-    seen = {}
-    for m in re.finditer(r'^ztrain_rank_step_time_seconds\{([^}]*)\}', text, re.M):
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        if labels.get("job_id") == j.id:
-            seen[int(labels["rank"])] = labels
-    want = {r: (str((r // TP) % DP), "0", str(r % TP)) for r in range(DP * TP)}
-    got = {r: (l.get("dp_rank"), l.get("pp_stage"), l.get("tp_rank")) for r, l in seen.items()}
-    ck.check(got == want, f"every rank's series carries its coordinates: {got}")
 
     ckpt = os.path.join(d.runs_root, j.id, "ckpt")
     names = sorted(os.listdir(ckpt)) if os.path.isdir(ckpt) else []
