@@ -129,23 +129,26 @@ def run_page(path, runnable, prefix):
         with open(os.path.join(tmp, "page.sh"), "w") as f:
             f.write("\n".join(script) + "\n")
         t0 = time.monotonic()
-        p = subprocess.Popen(prefix + ["bash", os.path.join(tmp, "page.sh")], cwd=work, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-        try:
-            out, _ = p.communicate(timeout=PAGE_TIMEOUT_S)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, _ = p.communicate()
-            rc = "timeout"
-        finally:
-            # Whatever the page left running (a daemon started with &) goes with it.
+        # Output goes to a file, not a pipe: a daemon the page left running (started with &)
+        # would hold a pipe open, and a page that failed early would then wait for the timeout.
+        log_path = os.path.join(tmp, "page.log")
+        with open(log_path, "wb") as log:
+            p = subprocess.Popen(prefix + ["bash", os.path.join(tmp, "page.sh")], cwd=work,
+                                 env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
             try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        text = out.decode(errors="replace")
+                rc = p.wait(timeout=PAGE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            finally:
+                # Whatever the page left running goes with it.
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        with open(log_path, "rb") as log:
+            text = log.read().decode(errors="replace")
         took = time.monotonic() - t0
         ok = rc == 0
         check(ok, f"{rel(path)}: {len(runnable)} runnable block(s) ran "
