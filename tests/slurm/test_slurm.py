@@ -330,7 +330,9 @@ def case_local_refuses_nodes(ld):
         submit_spec(ld, tiny_job(ld.data_root, name="h", world_size=2, max_steps=5), nodes=2)
         c.check(False, "h: the local launcher took a 2-node job")
     except grpc.RpcError as e:
-        c.check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "--launcher slurm" in e.details(),
+        # A valid spec this server cannot run: FAILED_PRECONDITION, as admission answers it.
+        c.check(e.code() == grpc.StatusCode.FAILED_PRECONDITION and
+                "--launcher slurm" in e.details(),
                 f"h: local launcher: nodes 2 -> {e.code().name}: {e.details()}")
 
 
