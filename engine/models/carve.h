@@ -6,6 +6,7 @@
 #define ZTRAIN_MODELS_CARVE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ztrain/size_math.h"

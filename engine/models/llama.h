@@ -1,6 +1,6 @@
-/* The Llama family's shared pieces (internal to libztrain): the dimensions a spec resolves to,
- * the layout of the parameters and activations that both the model (llama.c) and the family's
- * estimate (llama_family.c) walk, and the rotary tables (llama_rope.c). */
+/* The Llama family's shared pieces (internal to libztrain): the dimensions a spec resolves to and
+ * the layout of the parameters and activations (llama_shape.c), which both the model (llama.c)
+ * and the family's estimate (llama_family.c) walk, and the rotary tables (llama_rope.c). */
 #ifndef ZTRAIN_MODELS_LLAMA_H
 #define ZTRAIN_MODELS_LLAMA_H
 
