@@ -74,7 +74,7 @@ static const zt_cli_command commands[] = {
      "The server's jobs, newest first. -o json: one JSON object with a \"jobs\" array; wide:\n"
      "more columns; name: the ids alone, one per line.\n",
      "--state= --limit= -o= " REMOTE_OPTIONS, ""},
-    {"status", "ID [-o json|wide|name] [--json]",
+    {"status", "ID [-o json|name] [--json]",
      "A job's state, progress, ranks and directories; -o json (or --json) the job as JSON.\n",
      "-o= --json " REMOTE_OPTIONS, "id"},
     {"watch", "ID [--from-step N]",

@@ -725,6 +725,10 @@ static void print_status(const Ztrain__V1__Job *j) {
 }
 
 static int cmd_status(const options *o, zt_rpc_client *c) {
+    /* The text form already shows every field of one job: there are no columns to widen. */
+    if (o->output && strcmp(o->output, "wide") == 0)
+        return usage_error(o, "-o wide is list's (more columns); status shows every field already, "
+                           "%s", "-o json gives them as JSON");
     Ztrain__V1__Job *job;
     if (get_job(c, o->arg, &job) != ZT_OK)
         return zt_cli_fail(NULL);
@@ -738,7 +742,6 @@ static int cmd_status(const options *o, zt_rpc_client *c) {
         char id[64];
         printf("%s\n", shown_in(job->id, id, sizeof id));
     } else {
-        /* The text form already shows every field a person reads; wide is the same. */
         print_status(job);
     }
     protobuf_c_message_free_unpacked(&job->base, NULL);

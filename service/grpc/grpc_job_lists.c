@@ -146,12 +146,9 @@ void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
     Ztrain__V1__ListAnomaliesRequest *req = (Ztrain__V1__ListAnomaliesRequest *)m;
     if (!need_id(c, req->id))
         return;
-    if (req->page_size < 0) {
-        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size",
-                             "page_size must be >= 0");
+    int size;
+    if (!zt_call_page_size(c, req->page_size, LIST_MAX, LIST_MAX, &size))
         return;
-    }
-    int size = req->page_size == 0 || req->page_size > LIST_MAX ? LIST_MAX : req->page_size;
     int64_t after = 0;
     if (req->page_token[0]) {
         char *end = NULL;
@@ -204,12 +201,9 @@ void zt_grpc_list_webhook_deliveries(call *c, ProtobufCMessage *m) {
     Ztrain__V1__ListWebhookDeliveriesRequest *req = (Ztrain__V1__ListWebhookDeliveriesRequest *)m;
     if (!need_id(c, req->id))
         return;
-    if (req->page_size < 0) {
-        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size",
-                             "page_size must be >= 0");
+    int size;
+    if (!zt_call_page_size(c, req->page_size, LIST_MAX, LIST_MAX, &size))
         return;
-    }
-    int size = req->page_size == 0 || req->page_size > LIST_MAX ? LIST_MAX : req->page_size;
     collected col = {0};
     zt_status s = zt_jobs_deliveries(c->srv->jm, req->id, size, on_delivery, &col);
     if (s != ZT_OK) {

@@ -107,13 +107,9 @@ static void handle_list(call *c, ProtobufCMessage *m) {
         zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "state", "state is not a JobState");
         return;
     }
-    if (req->page_size < 0) {
-        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size",
-                             "page_size must be >= 0");
+    int limit;
+    if (!zt_call_page_size(c, req->page_size, LIST_DEFAULT_PAGE, LIST_MAX_PAGE, &limit))
         return;
-    }
-    int limit = req->page_size == 0 ? LIST_DEFAULT_PAGE
-                                    : req->page_size > LIST_MAX_PAGE ? LIST_MAX_PAGE : req->page_size;
     zt_job_info *jobs = NULL;
     int n = 0;
     bool more = false;

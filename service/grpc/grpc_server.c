@@ -191,6 +191,16 @@ void zt_call_finish_field(call *c, grpc_status_code code, const char *field, con
     zt_call_finish_error(c, &e);
 }
 
+bool zt_call_page_size(call *c, int32_t page_size, int def, int max, int *out) {
+    if (page_size < 0) {
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_size",
+                             "page_size must be >= 0");
+        return false;
+    }
+    *out = page_size == 0 ? def : page_size > max ? max : page_size;
+    return true;
+}
+
 void zt_call_finish_zt(call *c, zt_status s, const char *scope, const char *job_id) {
     zt_api_error e;
     zt_api_error_from_status(&e, s, zt_last_error(), scope, job_id);

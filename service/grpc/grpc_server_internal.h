@@ -107,6 +107,9 @@ void zt_call_finish(call *c, grpc_status_code code, const char *text);
 void zt_call_finish_error(call *c, const zt_api_error *e);
 /* An INVALID_ARGUMENT (or other code) naming the request field at fault in a BadRequest. */
 void zt_call_finish_field(call *c, grpc_status_code code, const char *field, const char *text);
+/* A list request's page_size as the page to serve: 0 asks for def, more than max gets max. A
+ * negative one finishes the call (INVALID_ARGUMENT naming page_size) and returns false. */
+bool zt_call_page_size(call *c, int32_t page_size, int def, int max, int *out);
 /* Finishes with the structured error of a failed zt_status and zt_last_error(), read at once on
  * the calling thread; scope prefixes the field paths the message names ("spec" for a submit) and
  * job_id names the job a NOT_FOUND is about (either may be NULL). */

@@ -277,6 +277,8 @@ def part_g(tmp):
         check(rc == 0 and out.strip() == ids[0], "g: status -o name")
         rc, _, err = run([ZTRAIN, "list", "-o", "yaml"], env=env)
         check(rc == 2 and "yaml" in err, "g: -o yaml is bad usage naming it")
+        rc, _, err = run([ZTRAIN, "status", ids[0], "-o", "wide"], env=env)
+        check(rc == 2 and "-o wide" in err, "g: status -o wide is bad usage (it has no columns)")
         rc, out, err = run([ZTRAIN, "cancel", ids[0], "job-999999", ids[1], "--force"], env=env)
         check(rc == 1 and "job-999999" in err and out.count(ids[0]) == 1 and
               out.count(ids[1]) == 1, f"g: cancel of three ids: the unknown one fails, the "
