@@ -10,6 +10,8 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "gemm.h"
@@ -144,6 +146,12 @@ static void run_all(bool bf16) {
 int main(void) {
     printf("test_gemm: fp32 products in %s, native bf16 products %s\n",
            zt_cpu_gemm_lib_name(zt_cpu_gemm_lib()), zt_cpu_gemm_bf16_enabled() ? "on" : "off");
+    /* The library asked for is the one tested: a build without it would test another under
+     * its name (ctest registers each library's run only where the build has it). */
+    const char *want = getenv("ZTRAIN_GEMM");
+    if (want && *want)
+        CHECK(strcmp(want, zt_cpu_gemm_lib_name(zt_cpu_gemm_lib())) == 0,
+              "ZTRAIN_GEMM=%s chose %s", want, zt_cpu_gemm_lib_name(zt_cpu_gemm_lib()));
     run_all(false);
     if (zt_cpu_gemm_bf16_enabled())
         run_all(true);
