@@ -6,7 +6,8 @@ keeps (issue 19, defects 3 and 4), against a real daemon running real jobs:
   b. While another thread polls GetJob: GetMetrics with 10,000 and with 100,000 copies of one
      key answers one series (or is refused), 100,000 distinct keys are INVALID_ARGUMENT naming
      the limit of 64, an over-long key is INVALID_ARGUMENT, and 65 keys over HTTP are 400 naming
-     64; every GetJob answers within 1 s and the running job's step goes up within every 1.5 s.
+     64; no GetJob waits 5 s and the running job's step never stops for 5 s (liveness bounds:
+     the measured times are printed, a stalled loop takes far longer).
      WatchJob from step 0 on that job gives every record once, in order, from the first to live
      ones.
   c. A finished job with more records than ztraind keeps in memory (1,200): GetMetrics, the HTTP
@@ -205,11 +206,11 @@ def case_b(d, job_id):
     time.sleep(0.5)
     poller.stop.set()
     poller.join(120)
-    ck.check(not poller.errors and len(poller.samples) > 10 and poller.slowest() < 1.0,
-             f"b: meanwhile every GetJob answered within 1 s ({len(poller.samples)} calls, "
+    ck.check(not poller.errors and len(poller.samples) > 10 and poller.slowest() < 5.0,
+             f"b: meanwhile no GetJob was stalled (5 s bound; {len(poller.samples)} calls, "
              f"slowest {poller.slowest():.2f} s, errors {poller.errors[:3]}; {tries})")
-    ck.check(poller.longest_stall() < 1.5,
-             f"b: ... and the job's step went up within every 1.5 s (longest wait "
+    ck.check(poller.longest_stall() < 5.0,
+             f"b: ... and the job's step never stopped going up (5 s bound; longest wait "
              f"{poller.longest_stall():.2f} s)")
 
 
