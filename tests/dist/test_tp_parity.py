@@ -2,7 +2,7 @@
 the single-rank trajectory for the same global batch (16 sequences a step): GPT-2 (tied LM head,
 4 heads) and Llama with grouped-query attention (8 heads, 4 kv heads, untied head, SwiGLU) at tp
 2 and tp 4, dp 2 x tp 2 on 4 ranks, and dp 2 x pp 2 x tp 2 on 8 ranks (the pipeline's 1F1B over
-4 micro-batches), with ZeRO 0 and 1. For 10 steps the losses agree within
+4 micro-batches), with ZeRO 0 and 1, over the shm transport and (tp 2) gloo. For 10 steps the losses agree within
 1e-6 relative, the global gradient norms within 1e-5 and the final weights (each shard's
 checkpoint exported as one whole model) within 1e-5 per tensor. They are not bit-identical:
 a row-parallel layer's output is the sum of the TP ranks' partial products, added in another
@@ -76,9 +76,10 @@ def job(model, tp, dp, ckpt, zero=0, precision=None, steps=STEPS, pp=1):
     return spec
 
 
-def train(d, name, spec, export=True):
+def train(d, name, spec, export=True, env=None):
     write_job(f"{d}/{name}.json", spec)
-    p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"])
+    p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"],
+            env=dict(os.environ, **(env or {})))
     params = None
     if export:
         run([tool("ztrain"), "export", f"{d}/{spec['train']['checkpoint_dir']}", "--out",
@@ -131,6 +132,10 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(ref[0][-1] < ref[0][0], "the single-rank loss falls")
     tp2 = train(d, "gpt2-tp2", job(GPT2, 2, 1, "ck-gpt2-tp2"))
     compare(ck, "GPT-2 tp 2, ZeRO 0", ref, tp2)
+    got = train(d, "gpt2-tp2-gloo", job(GPT2, 2, 1, "ck-gpt2-tp2-gloo"),
+                env={"ZTRAIN_COMM": "gloo"})
+    ck.check("comm transport gloo" in got[3], "the gloo run's ranks use gloo")
+    compare(ck, "GPT-2 tp 2 over gloo, ZeRO 0", ref, got)
     tp4 = train(d, "gpt2-tp4", job(GPT2, 4, 1, "ck-gpt2-tp4", zero=1))
     compare(ck, "GPT-2 tp 4, ZeRO 1", ref, tp4)
     got = train(d, "gpt2-dp2tp2", job(GPT2, 2, 2, "ck-gpt2-dp2tp2", zero=1))
