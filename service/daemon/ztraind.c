@@ -8,7 +8,10 @@
  *           [--max-rank-memory SIZE] [--max-job-memory SIZE]
  *           [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
  *           [--launcher local|slurm [--slurm-partition P] [--metrics-host HOST]] ...
+ *           [--config FILE]
  *
+ * Every flag may also be written --flag=value, and a config file lists flags one a line
+ * (daemon_args.h).
  * SIGINT/SIGTERM stop it gracefully: running jobs finish their step, write a checkpoint and are
  * recorded as CANCELLED; queued jobs stay queued for the next start. Exit status: 0 after a
  * clean stop, 1 when it cannot start (the message says why), 2 bad usage. */
@@ -29,6 +32,7 @@
 #include "grpc/grpc_server.h"
 #include "api/grpc_util.h"
 #include "http/http_api.h"
+#include "daemon_args.h"
 #include "job_manager.h"
 #include "webhooks.h"
 #include "ranks/proc_spawn.h"
@@ -120,7 +124,9 @@ static const char usage[] =
     "                          name no secret)\n"
     "  --webhook-attempts N    delivery attempts per webhook before giving up (default 5)\n"
     "  --webhook-backoff-ms N  wait before the first retry, doubling after (default 500)\n"
-    "  --help, --version\n";
+    "  --config FILE           read flags from FILE, one a line without its dashes\n"
+    "                          ('max-ranks = 8'; '#' comments); flags after it override it\n"
+    "  --help, --version       (every flag also takes the form --flag=value)\n";
 
 static volatile sig_atomic_t stop_requested;
 
@@ -178,7 +184,9 @@ static int add_name(const char *flag, const char *v, zt_status (*check)(const ch
     return 0;
 }
 
-static int parse_args(int argc, char **argv, options *o) {
+/* Parses the flags into o. On an error, *bad is the index of the flag at fault (0: a
+ * combination of flags). */
+static int parse_args(int argc, char **argv, options *o, int *bad) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -195,6 +203,7 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "ztraind: unknown option or missing value: '%s'\n%s", a, usage);
+            *bad = i;
             return -1;
         }
         const char *v = argv[++i];
@@ -299,8 +308,10 @@ static int parse_args(int argc, char **argv, options *o) {
             fprintf(stderr, "ztraind: unknown option '%s'\n%s", a, usage);
             rc = -1;
         }
-        if (rc != 0)
+        if (rc != 0) {
+            *bad = i - 1;
             return -1;
+        }
     }
     if (o->webhook && strncmp(o->webhook, "http://", 7) != 0 &&
         strncmp(o->webhook, "https://", 8) != 0) {
@@ -464,8 +475,17 @@ int main(int argc, char **argv) {
                  .state_dir = "ztraind-state", .web_dir = ZT_WEB_DIR, .max_ranks = zt_cpu_count(),
                  .max_world_size = 64, .max_jobs = 100, .grace_s = 30, .launcher = "local",
                  .header_timeout_s = 10, .idle_timeout_s = 30, .gpus = -1};
-    if (parse_args(argc, argv, &o) != 0)
+    static const char *const switches[] = {"--help", "-h", "--version",
+                                           "--webhook-allow-private", NULL};
+    char **origins;
+    int bad = 0;
+    if (zt_daemon_args_expand(argc, argv, switches, &argc, &argv, &origins) != 0)
         return 2;
+    if (parse_args(argc, argv, &o, &bad) != 0) {
+        if (bad > 0 && origins[bad])
+            fprintf(stderr, "ztraind: (%s came from %s)\n", argv[bad], origins[bad]);
+        return 2;
+    }
     bool slurm = strcmp(o.launcher, "slurm") == 0;
     slurm_paths sp;
     zt_slurm_config slurm_cfg;
