@@ -57,6 +57,7 @@ test=(
   python3-grpcio protobuf-compiler protobuf-compiler-grpc        # gRPC clients in the tests
   python3-yaml                                # the Kubernetes manifest's test reads it
   curl wrk                                    # the demo's HTTP call, the HTTP benchmark
+  zsh                                         # the CLI test parses `ztrain completion zsh`
   openssl                                     # the TLS test makes its certificates
   chromium chromium-driver python3-selenium   # the dashboard's browser tests
   python3-venv python3-pip                    # .venv/: the PyPI packages a few tests compare with
