@@ -44,6 +44,7 @@ def check(ok, what):
     global failed
     print(("ok    " if ok else "FAIL  ") + what, flush=True)
     failed += 0 if ok else 1
+    return ok
 
 
 def env_clean(**extra):
