@@ -1,4 +1,4 @@
-/* Tests for token datasets and the distributed sampler (engine/data/data.c).
+/* Tests for token datasets and the distributed sampler (engine/data/dataset.c, source_loader.c, loader.c).
  *
  * File validation is checked against hand-built files, one defect each; the sampler against the
  * DistributedSampler rules written out independently here (coverage, disjointness, wrap-around
