@@ -1,5 +1,5 @@
-/* Tests for globs of shards and weighted mixtures of sources (engine/data/data_glob.c, data_mix.c) and their job
- * spec (data.train as a list).
+/* Tests for globs of shards and weighted mixtures of sources (engine/data/data_glob.c,
+ * data_mix.c) and their job spec (data.train as a list).
  *
  * Every token says where it came from (source * 10000 + its position in its file, positions below
  * 10000), so a sample's first input token identifies its source, file and window. The glob is
