@@ -303,8 +303,9 @@ phase_throughput() {
 }
 
 # GPT-2 124M at B=16, T=1024 (the performance model's shape) for a few steps with `--profile`:
-# every op's measured time, saved as profile-gpt2.json for bench/perf_model.py's measured column
-# (copy it into bench/gpu/, docs/profiling.md).
+# every op's measured time, saved as profile-gpt2.json, and perf_model.md, the performance
+# model's tables with it in the measured column (copy the profile into bench/gpu/ for
+# bench/README.md's, docs/profiling.md).
 phase_profile() {
     local limit=$1
     bounded "$limit" "$OUT/profile.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
@@ -312,7 +313,12 @@ phase_profile() {
         --profile "$OUT/profile-gpt2.json" --timeout $((limit > 20 ? limit - 10 : 10)) \
         --out "$OUT/profile-run.json"
     local rc=$?
-    [ -s "$OUT/profile-gpt2.json" ] && figure profile "$(cat "$OUT/profile-gpt2.json")"
+    if [ -s "$OUT/profile-gpt2.json" ]; then
+        figure profile "$(cat "$OUT/profile-gpt2.json")"
+        # The performance model's tables with this run's measured column beside the prediction.
+        python3 "$ROOT/bench/perf_model.py" --gpu-dir "$OUT" >"$OUT/perf_model.md" \
+            && grep -A20 '^| op |' "$OUT/perf_model.md" | head -18
+    fi
     return "$rc"
 }
 

@@ -119,7 +119,8 @@ with tempfile.TemporaryDirectory() as d:
             "device_name": "NVIDIA H200", "clock": "cudaEvent", "model_type": "gpt2",
             "n_layer": 12, "n_embd": 768, "micro_batch": 16, "seq_len": 1024,
             "mean": {"steps": 3, "step_ms": 50.5, "ops_ms": 40.0,
-                     "ops": {"linear_backward": {"calls": 49, "ms": 23.456, "share": 0.46}}}}
+                     "ops": {"linear_backward": {"calls": 49, "ms": 23.456, "share": 0.46},
+                             "to_half": {"calls": 98, "ms": 3.25, "share": 0.06}}}}
     with open(os.path.join(d, "2026-12-05-h200-profile-gpt2.json"), "w") as f:
         json.dump(prof, f)
     other = dict(prof, n_layer=2)
@@ -130,8 +131,12 @@ with tempfile.TemporaryDirectory() as d:
     row = [line for line in gpt2.splitlines() if line.startswith("| `linear_backward` |")]
     check(len(row) == 1 and row[0].rstrip(" |").endswith("23.456") and "| — |" in row[0],
           f"the H200 profile fills its column, the H100's stays empty: {row}")
-    check("bench/gpu/2026-12-05-h200-profile-gpt2.json" in gpt2 and "small-profile" not in p.stdout,
+    check("2026-12-05-h200-profile-gpt2.json" in gpt2 and "small-profile" not in p.stdout,
           "the measured table names its file, and a profile of another shape is not used")
+    row = [line for line in gpt2.splitlines() if line.startswith("| `to_half`")]
+    check(len(row) == 1 and "no kernel in the design" in row[0] and
+          row[0].rstrip(" |").endswith("3.250"),
+          f"an op measured but not in the design gets a row of its own: {row}")
     llama = p.stdout.split("#### Llama")[1]
     check("Measured: not yet" in llama, "the Llama's column stays empty")
 
