@@ -230,8 +230,7 @@ static int cmd_run(int argc, char **argv) {
                 return 2;
             }
             profile = true;
-        }
-        else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             if (add_set("run", argv[++i], sets, &n_sets))
                 return 2;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
