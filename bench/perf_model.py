@@ -204,7 +204,10 @@ def measured_profiles(model, directory):
                 p.get("seq_len")) != (model["type"], model["L"], model["C"], model["B"],
                                       model["T"]):
             continue
+        # The emulated device names itself after an H100 but proves numbers, not speed.
         name = p.get("device_name", "")
+        if "emulated" in name:
+            continue
         dev = "H200" if "H200" in name else "H100 SXM" if "H100" in name else None
         if dev:
             ops = {op: v["ms"] for op, v in p.get("mean", {}).get("ops", {}).items()}

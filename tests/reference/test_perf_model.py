@@ -123,6 +123,9 @@ with tempfile.TemporaryDirectory() as d:
                              "to_half": {"calls": 98, "ms": 3.25, "share": 0.06}}}}
     with open(os.path.join(d, "2026-12-05-h200-profile-gpt2.json"), "w") as f:
         json.dump(prof, f)
+    emulated = dict(prof, device_name="NVIDIA H100 80GB HBM3 (ztrain emulated device)")
+    with open(os.path.join(d, "emu-profile-gpt2.json"), "w") as f:
+        json.dump(emulated, f)
     other = dict(prof, n_layer=2)
     with open(os.path.join(d, "small-profile-gpt2.json"), "w") as f:
         json.dump(other, f)
@@ -131,8 +134,10 @@ with tempfile.TemporaryDirectory() as d:
     row = [line for line in gpt2.splitlines() if line.startswith("| `linear_backward` |")]
     check(len(row) == 1 and row[0].rstrip(" |").endswith("23.456") and "| — |" in row[0],
           f"the H200 profile fills its column, the H100's stays empty: {row}")
-    check("2026-12-05-h200-profile-gpt2.json" in gpt2 and "small-profile" not in p.stdout,
-          "the measured table names its file, and a profile of another shape is not used")
+    check("2026-12-05-h200-profile-gpt2.json" in gpt2 and "small-profile" not in p.stdout and
+          "emu-profile" not in p.stdout,
+          "the measured table names its file; a profile of another shape, or of the emulated "
+          "device, is not used")
     row = [line for line in gpt2.splitlines() if line.startswith("| `to_half`")]
     check(len(row) == 1 and "no kernel in the design" in row[0] and
           row[0].rstrip(" |").endswith("3.250"),
