@@ -24,6 +24,7 @@ JSON without touching a GPU or importing torch: what the CPU-only tests check. T
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,7 +129,8 @@ def run_ztrain(args, work, model, micro, stage=0, offload=False):
     try:
         with MemoryWatch() as mw:
             p = subprocess.run([os.path.join(args.ztrain_bin, "ztrain"), "run", path, "--out",
-                                out], capture_output=True, text=True, timeout=args.timeout)
+                                out] + (["--profile"] if args.profile else []),
+                               capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"ztrain run micro-batch {micro}: no result within --timeout "
                 f"{args.timeout:g} s", "timeout": True}
@@ -139,6 +141,8 @@ def run_ztrain(args, work, model, micro, stage=0, offload=False):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     tps = sorted(r["perf/tokens_per_second"] for r in recs if "perf/tokens_per_second" in r)
+    if args.profile:  # the op profile of this run (docs/profiling.md), where --profile asks
+        shutil.copyfile(os.path.join(out, "profile.json"), args.profile)
     return {"tokens_per_s": tps[len(tps) // 2] if tps else None, "peak_memory": mw.peak}
 
 
@@ -264,10 +268,10 @@ def run_torch(args, torch, family, model, micro, compiled):
         torch.cuda.empty_cache()
 
 
-def largest(run, start):
+def largest(run, start, exact=False):
     """The first micro-batch from start down by halves that runs, and its result."""
     micro, last = start, None
-    while micro >= 1:
+    while micro >= (start if exact else 1):
         last = run(micro)
         if "error" not in last:
             return dict(last, micro_batch=micro)
@@ -301,6 +305,11 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", help="write the figures here as JSON")
     ap.add_argument("--dry-run", action="store_true", help="print the plan as JSON and stop")
+    ap.add_argument("--profile", metavar="PATH",
+                    help="run ztrain with --profile and copy its profile.json here (the last "
+                    "ztrain run's)")
+    ap.add_argument("--exact-batch", action="store_true",
+                    help="only --micro-batch, never smaller (the performance model's shape)")
     args = ap.parse_args(argv)
     if args.micro_batch < 1 or args.steps < 1 or args.warmup < 0:
         ap.error("--micro-batch and --steps must be at least 1, --warmup at least 0")
@@ -336,7 +345,7 @@ def main(argv=None):
             if "ztrain" in runs:
                 out["ztrain"] = largest(lambda mb: run_ztrain(args, work, model, mb,
                                                               stage=2 if family == "llama" else 0),
-                                        start)
+                                        start, args.exact_batch)
                 if family == "llama":
                     out["ztrain_offload"] = largest(
                         lambda mb: run_ztrain(args, work, model, mb, stage=2, offload=True),

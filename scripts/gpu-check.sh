@@ -302,6 +302,26 @@ phase_throughput() {
     return "$rc"
 }
 
+# GPT-2 124M at B=16, T=1024 (the performance model's shape) for a few steps with `--profile`:
+# every op's measured time, saved as profile-gpt2.json, and perf_model.md, the performance
+# model's tables with it in the measured column (copy the profile into bench/gpu/ for
+# bench/README.md's, docs/profiling.md).
+phase_profile() {
+    local limit=$1
+    bounded "$limit" "$OUT/profile.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+        --runs ztrain --models gpt2 --steps 4 --warmup 2 --micro-batch 16 --exact-batch \
+        --profile "$OUT/profile-gpt2.json" --timeout $((limit > 20 ? limit - 10 : 10)) \
+        --out "$OUT/profile-run.json"
+    local rc=$?
+    if [ -s "$OUT/profile-gpt2.json" ]; then
+        figure profile "$(cat "$OUT/profile-gpt2.json")"
+        # The performance model's tables with this run's measured column beside the prediction.
+        python3 "$ROOT/bench/perf_model.py" --gpu-dir "$OUT" >"$OUT/perf_model.md" \
+            && grep -A20 '^| op |' "$OUT/perf_model.md" | head -18
+    fi
+    return "$rc"
+}
+
 phase_ops_perf() {
     bounded "$1" "$OUT/test_ops_perf.log" "$BIN/test_ops" --perf
 }
@@ -311,7 +331,7 @@ phase_ops_perf() {
 phase_bench() {
     local limit=$1
     bounded "$limit" "$OUT/bench_gpu.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
-        --steps 20 --warmup 5 --micro-batch 16 --timeout 240 --out "$OUT/bench_gpu.json"
+        --steps 20 --warmup 5 --micro-batch 16 --timeout 180 --out "$OUT/bench_gpu.json"
     local rc=$?
     [ -s "$OUT/bench_gpu.json" ] && figure bench "$(cat "$OUT/bench_gpu.json")"
     return "$rc"
@@ -347,9 +367,11 @@ run() {
     phase throughput "$(first_left)" phase_throughput
     figure first_phases_seconds $((SECONDS - FIRST_T0))
     write_json
+    # The profile's minute comes out of the benchmark's five, so the whole run keeps its length.
+    phase profile 60 phase_profile
     phase ops_perf 90 phase_ops_perf
     phase train 240 phase_train
-    phase bench 300 phase_bench
+    phase bench 240 phase_bench
     figure failed_phases "$(json_str "${FAILED[*]:-}")"
     write_json
     log "done: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"

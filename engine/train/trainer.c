@@ -14,6 +14,7 @@
 #include "ztrain/pipe_engine.h"
 #include "ztrain/rank_stats.h"
 #include "trainer_events.h"
+#include "trainer_profile.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/ckpt_tp.h"
 #include "ztrain/engine.h"
@@ -74,6 +75,8 @@ typedef struct {
     zt_tp_groups groups;       /* with tp > 1: this rank's TP and data-parallel groups */
     char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
     zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
+    zt_trainer_profile prof;  /* --profile's op timings (trainer_profile.c) */
+    bool profiling;
 } trainer;
 
 static double now_ms(void) {
@@ -433,6 +436,8 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         double t0 = now_ms(), tokens = 0.0;
         zt_rank_step rs = {.comm = zt_comm_thread_ms()};
         zt_pipe_batch_result piped = {0};
+        if (t->profiling)
+            zt_trainer_profile_begin(&t->prof);
         if (t->pipe) {
             ZT_TRY(zt_pipe_train_batch(t->pipe, &piped));
             tokens = piped.tokens;
@@ -460,6 +465,8 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             ZT_TRY(zt_trainer_events_step_sums(&t->events, sums));
         /* A replica's TP ranks read the same tokens: each counts them once. */
         tokens = t->pipe ? sums[1] : sums[1] / t->tp;
+        if (t->profiling)
+            ZT_TRY(zt_trainer_profile_wait(&t->prof));
         double step_ms = now_ms() - t0;
         rs.step_time = step_ms;
         rs.comm = zt_comm_thread_ms() - rs.comm;
@@ -474,6 +481,8 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
                             last_loss, (long long)step);
         ZT_TRY(write_monitor(t, last_loss));
         bool timed = step - t->first_step > job->train.warmup_steps;
+        if (t->profiling)
+            ZT_TRY(zt_trainer_profile_end(&t->prof, step, step_ms, timed));
         double tok_s = NAN, tflops = NAN;
         if (timed) {
             t->timed_ms += step_ms;
@@ -548,6 +557,11 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     res->final_loss = last_loss;
     res->tokens_per_second = t->timed_steps ? t->timed_tokens / (t->timed_ms / 1e3) : NAN;
     res->tflops = res->tokens_per_second * flops_per_token / 1e12;
+    if (t->profiling) {
+        if (t->tty && t->opts->progress)
+            fputs("\r\033[K", t->opts->progress);
+        zt_trainer_profile_print(&t->prof, t->opts->progress);
+    }
     return save_checkpoint(t);
 }
 
@@ -669,6 +683,12 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     } else if (s == ZT_OK) {
         s = zt_metrics_open(&t.metrics, "/dev/null", true);
     }
+    /* Last before the loop: the ops of initialisation and resuming are not a step's. */
+    if (s == ZT_OK && opts->profile) {
+        s = zt_trainer_profile_init(&t.prof, job, zt_engine_model(t.e)->ctx.be, t.rank,
+                                    opts->out_dir);
+        t.profiling = s == ZT_OK;
+    }
     if (s == ZT_OK) {
         t.first_step = zt_engine_global_steps(t.e);
         t.max_steps = plan_steps(&t);
@@ -681,6 +701,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         }
         s = train_loop(&t, res);
     }
+    if (t.profiling)
+        zt_trainer_profile_free(&t.prof);
     if (t.metrics.f)
         zt_metrics_close(&t.metrics);
     zt_monitor_close(t.monitor);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu_kernels.h"
@@ -21,9 +22,12 @@ typedef struct {
     int pagemap; /* /proc/self/pagemap, or -1 */
 } cpu_state;
 
-/* The CPU has nothing to wait for; an event only has to be a distinct non-NULL pointer. */
+/* The CPU has nothing to wait for; an event only has to be a distinct non-NULL pointer. A timer
+ * (profiling) also keeps the monotonic clock of its last record: every op issued before it has
+ * completed by then. */
 struct zt_event {
-    int unused;
+    bool timer, recorded;
+    double ms;
 };
 
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
@@ -147,7 +151,29 @@ static void cpu_event_destroy(zt_backend *be, zt_event *ev) {
 }
 
 static void cpu_event_record(zt_backend *be, zt_event *ev, zt_stream s) {
-    (void)be, (void)ev, (void)s;
+    (void)be, (void)s;
+    if (ev->timer) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ev->ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+        ev->recorded = true;
+    }
+}
+
+static zt_event *cpu_timer_create(zt_backend *be) {
+    zt_event *ev = cpu_event_create(be);
+    if (ev)
+        ev->timer = true;
+    return ev;
+}
+
+static zt_status cpu_timer_elapsed(zt_backend *be, zt_event *start, zt_event *end, double *ms) {
+    (void)be;
+    if (!start->timer || !end->timer || !start->recorded || !end->recorded)
+        return zt_error(ZT_ERR_INVALID, "cpu backend: elapsed time of an event that is not a "
+                        "recorded timer");
+    *ms = end->ms - start->ms;
+    return ZT_OK;
 }
 
 static void cpu_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
@@ -180,6 +206,8 @@ static const zt_backend_iface cpu_iface = {
     .stream_wait = cpu_stream_wait,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
+    .timer_create = cpu_timer_create,
+    .timer_elapsed = cpu_timer_elapsed,
 };
 
 zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts) {

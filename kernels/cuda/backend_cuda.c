@@ -183,6 +183,33 @@ static zt_event *cuda_event_create(zt_backend *be) {
     return e;
 }
 
+/* A timing event (profiling, op_profile.h): the default flags keep the timestamp that
+ * cudaEventDisableTiming drops. */
+static zt_event *cuda_timer_create(zt_backend *be) {
+    zt_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    if (cudaEventCreateWithFlags(&e->ev, cudaEventDefault) != cudaSuccess) {
+        ZT_CUDA_LAUNCHED(be);
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static zt_status cuda_timer_elapsed(zt_backend *be, zt_event *start, zt_event *end, double *ms) {
+    zt_cuda_state *st = be->impl;
+    float f = 0.0f;
+    cudaError_t rc = cudaEventSynchronize(end->ev);
+    if (rc == cudaSuccess)
+        rc = cudaEventElapsedTime(&f, start->ev, end->ev);
+    if (rc != cudaSuccess)
+        return zt_error(ZT_ERR_IO, "cuda device %d (%s): cudaEventElapsedTime: %s",
+                        be->device_index, st->device_name, cudaGetErrorString(rc));
+    *ms = f;
+    return ZT_OK;
+}
+
 static void cuda_event_destroy(zt_backend *be, zt_event *ev) {
     if (!ev)
         return;
@@ -249,6 +276,8 @@ static const zt_backend_iface cuda_iface = {
     .stream_wait = cuda_stream_wait,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
+    .timer_create = cuda_timer_create,
+    .timer_elapsed = cuda_timer_elapsed,
 };
 
 void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes) {

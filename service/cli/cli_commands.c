@@ -7,10 +7,11 @@
 #define REMOTE_OPTIONS "--server= --token-file= --tls-ca= --tls-cert= --tls-key="
 
 static const zt_cli_command commands[] = {
-    {"run", "JOB.json [--out DIR] [--threads N] [--set KEY.PATH=VALUE]...",
+    {"run", "JOB.json [--out DIR] [--threads N] [--profile[=ops]] [--set KEY.PATH=VALUE]...",
      "Train the job on this host without a daemon. Metrics go to DIR/metrics.jsonl (default\n"
-     "DIR: runs/<job name>). --set overrides a key of the job file (repeatable).\n",
-     "--out= --threads= --set=", "file"},
+     "DIR: runs/<job name>). --set overrides a key of the job file (repeatable). --profile\n"
+     "times every op of every step into DIR/profile.json (docs/profiling.md).\n",
+     "--out= --threads= --profile --set=", "file"},
     {"validate", "JOB.json [--set KEY.PATH=VALUE]...",
      "Check the job as `run` and ztraind would, and print the resolved job, the effective\n"
      "DeepSpeed config, the memory estimate and the admission verdict on this host. Makes\n"

@@ -1,7 +1,7 @@
 /* ztrain: the command-line front end.
  *
  *   ztrain prepare --tokenizer T --out DIR INPUT...   text/JSONL to token shards (cli_prepare.h)
- *   ztrain run JOB.json [--out DIR] [--threads N] [--set K=V]...   train a job here
+ *   ztrain run JOB.json [--out DIR] [--threads N] [--profile] [--set K=V]...   train a job here
  *   ztrain validate JOB.json [--set K=V]...            the resolved job, config, memory, verdict
  *   ztrain init --hf DIR [--deepspeed DS.json]         write a job file (cli_init.h)
  *   ztrain help [CMD], ztrain completion bash|zsh      from the command table (cli_commands.h)
@@ -219,10 +219,18 @@ static int cmd_run(int argc, char **argv) {
     const char *sets[ZT_CLI_MAX_SETS];
     size_t n_sets = 0;
     long threads = 0;
+    bool profile = false;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
-        else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+        else if (strncmp(argv[i], "--profile", 9) == 0 && (!argv[i][9] || argv[i][9] == '=')) {
+            if (argv[i][9] && strcmp(argv[i] + 10, "ops") != 0) {
+                fprintf(stderr, "ztrain: run: --profile=%s: unknown profile (known: ops, the "
+                        "per-op timings of every step)\n", argv[i] + 10);
+                return 2;
+            }
+            profile = true;
+        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             if (add_set("run", argv[++i], sets, &n_sets))
                 return 2;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -313,11 +321,14 @@ static int cmd_run(int argc, char **argv) {
         /* --threads reaches the ranks as their OMP_NUM_THREADS, which the launcher weighs
          * against the cores. */
         /* The ranks read the job file themselves, with the same overrides. */
-        char *wargv[6 + 2 * ZT_CLI_MAX_SETS] = {"ztrain-worker", (char *)job_path, "--out",
+        char *wargv[7 + 2 * ZT_CLI_MAX_SETS] = {"ztrain-worker", (char *)job_path, "--out",
                                                 (char *)out, "--validated"};
+        int w = 5;
+        if (profile)
+            wargv[w++] = "--profile";
         for (size_t k = 0; k < n_sets; k++) {
-            wargv[5 + 2 * k] = "--set";
-            wargv[6 + 2 * k] = (char *)sets[k];
+            wargv[w++] = "--set";
+            wargv[w++] = (char *)sets[k];
         }
         zt_launch_options lo = {.program = worker, .argv = wargv, .world_size = world_size,
                                 .threads_per_rank = (int)threads};
@@ -334,7 +345,7 @@ static int cmd_run(int argc, char **argv) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,
-                             .stop_requested = &stop_requested};
+                             .stop_requested = &stop_requested, .profile = profile};
     zt_train_result res;
     zt_status s = zt_train_run(&job, &opts, &res);
     bool checkpointed = job.train.checkpoint_dir != NULL;
@@ -683,9 +694,23 @@ static int cmd_export(int argc, char **argv) {
     return 0;
 }
 
+/* Whether opt (n bytes) is one of the command's options that take no value of their own (listed
+ * without '='): its "=value" is an optional argument, which stays attached. */
+static bool is_flag(const zt_cli_command *c, const char *opt, size_t n) {
+    for (const char *w = c->options; w && *w;) {
+        size_t len = strcspn(w, " ");
+        if (len == n && strncmp(w, opt, n) == 0)
+            return true;
+        w += len;
+        w += strspn(w, " ");
+    }
+    return false;
+}
+
 /* "--opt=value" (and "-o=value") as the two arguments "--opt" "value", as getopt_long takes
- * them, so that every command's parser sees one form; "--" ends the options. */
-static char **split_equals(int argc, char **argv, int *out_argc) {
+ * them, so that every command's parser sees one form; "--" ends the options. A flag's
+ * "--flag=value" stays whole, as getopt_long keeps an optional argument (`run --profile=ops`). */
+static char **split_equals(const zt_cli_command *c, int argc, char **argv, int *out_argc) {
     char **v = calloc((size_t)argc * 2 + 1, sizeof *v);
     if (!v)
         return NULL;
@@ -700,7 +725,8 @@ static char **split_equals(int argc, char **argv, int *out_argc) {
                    : a[1] == '-'           ? strchr(a, '=')
                    : a[1] && a[2] == '='   ? a + 2
                                            : NULL;
-        if (eq && eq > a + 1 && !(a[1] == '-' && eq == a + 2)) {
+        if (eq && eq > a + 1 && !(a[1] == '-' && eq == a + 2) &&
+            !is_flag(c, a, (size_t)(eq - a))) {
             *eq = '\0';
             v[n++] = a;
             v[n++] = eq + 1;
@@ -737,7 +763,7 @@ int main(int argc, char **argv) {
     if (!c)
         return bad_usage("unknown command '%s'", cmd);
     int n;
-    char **args = split_equals(argc - 2, argv + 2, &n);
+    char **args = split_equals(c, argc - 2, argv + 2, &n);
     if (!args) {
         fprintf(stderr, "ztrain: out of memory\n");
         return 1;

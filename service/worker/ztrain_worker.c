@@ -1,6 +1,12 @@
 /* ztrain-worker: one rank of a job.
  *
- *   ztrain-worker JOB.json [--out DIR] [--threads N] [--validated] [--set KEY.PATH=VALUE]...
+ *   ztrain-worker JOB.json [--out DIR] [--threads N] [--validated] [--profile[=ops]]
+ *                 [--set KEY.PATH=VALUE]...
+ *
+ * --profile (=ops, the one kind so far): every op of every step is timed, with CUDA events on a
+ * GPU and the monotonic clock on the CPU, and rank 0 writes DIR/profile.jsonl (a line a step)
+ * and DIR/profile.json (the means after warmup) and prints a table at the end
+ * (docs/profiling.md).
  *
  * --set: the overrides `ztrain run --set` was given (ztrain/job_overrides.h), so that every rank
  * reads the job the launching process validated. --local_rank=N (or --local-rank N), which
@@ -60,7 +66,7 @@
 #endif
 
 static const char usage[] =
-    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--validated]\n"
+    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--validated] [--profile[=ops]]\n"
     "                     [--set KEY.PATH=VALUE]...\n"
     "       ztrain-worker --version\n"
     "One rank of a job; its place comes from the launcher's environment (RANK, WORLD_SIZE,\n"
@@ -345,7 +351,7 @@ int main(int argc, char **argv) {
     const char *sets[64];
     size_t n_sets = 0;
     long threads = 0;
-    bool validated = false;
+    bool validated = false, profile = false;
     for (int i = 1; i < argc; i++) {
         int took = local_rank_arg(argc, argv, i);
         if (took < 0)
@@ -365,6 +371,13 @@ int main(int argc, char **argv) {
             sets[n_sets++] = argv[++i];
         } else if (strcmp(argv[i], "--validated") == 0) {
             validated = true;
+        } else if (strncmp(argv[i], "--profile", 9) == 0 && (!argv[i][9] || argv[i][9] == '=')) {
+            if (argv[i][9] && strcmp(argv[i] + 10, "ops") != 0) {
+                fprintf(stderr, "ztrain-worker: --profile=%s: unknown profile (known: ops, the "
+                                "per-op timings of every step)\n", argv[i] + 10);
+                return 2;
+            }
+            profile = true;
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out = argv[++i];
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -489,7 +502,7 @@ int main(int argc, char **argv) {
     zt_train_options opts = {.out_dir = out, .progress = rank == 0 ? stdout : NULL,
                              .threads = (int)threads, .stop_requested = &stop_requested,
                              .dist = comm ? &dist : NULL, .comm = comm,
-                             .metrics_fd = metrics_fd};
+                             .metrics_fd = metrics_fd, .profile = profile};
     zt_train_result res;
     zt_status s = zt_train_run(&job, &opts, &res);
     bool checkpointed = job.train.checkpoint_dir != NULL;

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -205,6 +206,53 @@ static int case_read_before_sync() {
     return 0;
 }
 
+/* Timing events (what --profile reads): a record's time is taken when the stream's queue reaches
+ * it, so before a sync the times are not ready; afterwards they are ordered as recorded and lie
+ * within the sync that ran the work. Events without timing, or never recorded, have no time. */
+static int case_event_timing() {
+    float in[256];
+    for (int i = 0; i < 256; i++)
+        in[i] = (float)i;
+    float *d_in = dev_from(in, 256), *d_out;
+    cudaMalloc(&d_out, sizeof in);
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaEvent_t a, b, c, untimed, unrecorded;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventCreate(&c);
+    cudaEventCreate(&unrecorded);
+    cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming);
+    cudaEventRecord(a, s);
+    ZT_LAUNCH(reverse_kernel, 1, 256, 0, s, d_out, d_in, 256, true);
+    cudaEventRecord(b, s);
+    ZT_LAUNCH(reverse_kernel, 1, 256, 0, s, d_in, d_out, 256, true);
+    cudaEventRecord(c, s);
+    cudaEventRecord(untimed, s);
+    float ab = -1.0f, ac = -1.0f, ba = 1.0f;
+    cudaError_t e = cudaEventElapsedTime(&ab, a, b);
+    EXPECT(e == cudaErrorNotReady, "elapsed time before the work ran: %s", cudaGetErrorString(e));
+    EXPECT(cudaGetLastError() == cudaSuccess, "not ready was left as an error");
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT(cudaEventSynchronize(c) == cudaSuccess, "sync");
+    double sync_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT(cudaEventElapsedTime(&ab, a, b) == cudaSuccess &&
+               cudaEventElapsedTime(&ac, a, c) == cudaSuccess &&
+               cudaEventElapsedTime(&ba, b, a) == cudaSuccess,
+           "elapsed times after the sync");
+    EXPECT(ab >= 0.0f && ac >= ab && ba == -ab, "times out of order: a-b %g, a-c %g, b-a %g", ab,
+           ac, ba);
+    EXPECT(ac <= sync_ms, "a-c %g ms is longer than the sync that ran it (%g ms)", ac, sync_ms);
+    e = cudaEventElapsedTime(&ab, a, untimed);
+    EXPECT(e == cudaErrorInvalidResourceHandle, "an event without timing gave a time: %s",
+           cudaGetErrorString(e));
+    e = cudaEventElapsedTime(&ab, unrecorded, a);
+    EXPECT(e == cudaErrorInvalidResourceHandle, "an event never recorded gave a time: %s",
+           cudaGetErrorString(e));
+    return 0;
+}
+
 static int case_host_dereference() {
     float *d;
     cudaMalloc(&d, 4096);
@@ -344,6 +392,7 @@ static const test_case cases[] = {
     {"missing __syncthreads", case_missing_barrier, 0, nullptr},
     {"off-by-one index", case_off_by_one, 0, nullptr},
     {"host read of an async D2H copy before the sync", case_read_before_sync, 0, nullptr},
+    {"event timing: not ready before the sync, ordered after it", case_event_timing, 0, nullptr},
     {"host dereference of device memory", case_host_dereference, SIGSEGV,
      "dereferenced device memory"},
     {"launch of 2,048 threads", case_2048_threads, 0, nullptr},

@@ -27,6 +27,10 @@ typedef struct {
     /* > 0: rank 0 also sends every metric record, and a {"event": "running"} line when the loop
      * starts, to this descriptor (ztraind's pipe; the worker takes it from ZTRAIN_METRICS_FD). */
     int metrics_fd;
+    /* Per-op timings of every step (`--profile`, engine/train/trainer_profile.h): rank 0 writes
+     * out_dir/profile.jsonl and profile.json and prints a table at the end. Each profiled step
+     * waits for the device before its step time is taken. */
+    bool profile;
 } zt_train_options;
 
 typedef struct {

@@ -16,12 +16,14 @@
  * for bit. A fault
  * inside device work is sticky: every later call returns it, with the emulator's account of what
  * went wrong appended to cudaGetErrorString's text. */
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "emu_device.h"
@@ -35,10 +37,21 @@ struct CUstream_st {
     unsigned queries = 0;
 };
 
+/* When a timing event's record ran: the host's steady clock as the stream's queue reached it,
+ * which is the emulator's account of "after the work before it finished". One per record, shared
+ * with the queued record, so a re-record or a destroy before the queue runs touches no freed or
+ * reused stamp. */
+struct emu_stamp {
+    bool done = false;
+    std::chrono::steady_clock::time_point t;
+};
+
 struct CUevent_st {
     CUstream_st *s = nullptr;
     uint64_t seq = 0; /* 0: never recorded, complete */
     unsigned queries = 0;
+    bool timing = true; /* not made with cudaEventDisableTiming */
+    std::shared_ptr<emu_stamp> stamp; /* the last record's; NULL: never recorded or no timing */
 };
 
 namespace zt_emu {
@@ -682,8 +695,8 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
-    (void)flags;
     *e = new CUevent_st;
+    (*e)->timing = !(flags & cudaEventDisableTiming);
     return cudaSuccess;
 }
 
@@ -707,7 +720,32 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     order_legacy(st);
     e->s = st;
     e->seq = st->next_seq;
-    return push(st, "cudaEventRecord", [](std::string &) { return cudaSuccess; });
+    if (!e->timing)
+        return push(st, "cudaEventRecord", [](std::string &) { return cudaSuccess; });
+    std::shared_ptr<emu_stamp> stamp = std::make_shared<emu_stamp>();
+    e->stamp = stamp;
+    return push(st, "cudaEventRecord", [stamp](std::string &) {
+        stamp->t = std::chrono::steady_clock::now();
+        stamp->done = true;
+        return cudaSuccess;
+    });
+}
+
+/* As the runtime documents it: an event never recorded, or made without timing, is an invalid
+ * handle here; one recorded whose record has not run is not ready (nothing is drained: the
+ * caller synchronises first, as it must on a GPU). */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    std::lock_guard<std::recursive_mutex> g(device_lock());
+    if (!ms || !start || !end)
+        return fail(cudaErrorInvalidValue);
+    if (g_sticky != cudaSuccess)
+        return fail(g_sticky);
+    if (!start->timing || !end->timing || !start->stamp || !end->stamp)
+        return fail(cudaErrorInvalidResourceHandle);
+    if (!start->stamp->done || !end->stamp->done)
+        return cudaErrorNotReady; /* not an error: cudaGetLastError keeps what it had */
+    *ms = std::chrono::duration<float, std::milli>(end->stamp->t - start->stamp->t).count();
+    return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {

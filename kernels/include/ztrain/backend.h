@@ -67,6 +67,9 @@ typedef struct {
     void (*stream_wait)(zt_backend *be, zt_stream s, zt_event *ev);
     zt_status (*sync)(zt_backend *be);
     void (*destroy)(zt_backend *be);
+    /* Timing events (op_profile.h); NULL entries: the backend has none. */
+    zt_event *(*timer_create)(zt_backend *be);
+    zt_status (*timer_elapsed)(zt_backend *be, zt_event *start, zt_event *end, double *ms);
 } zt_backend_iface;
 
 struct zt_backend {
@@ -164,6 +167,21 @@ static inline void zt_backend_event_record(zt_backend *be, zt_event *ev, zt_stre
 static inline void zt_backend_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
     be->iface->stream_wait(be, s, ev);
 }
+/* An event that also marks when it completes, for profiling: recorded and destroyed as any
+ * event. NULL when none can be made, or the backend has no timing events. The CPU's holds the
+ * monotonic clock at its record; the CUDA backend's is a CUDA event with timing. */
+static inline zt_event *zt_backend_timer_create(zt_backend *be) {
+    return be->iface->timer_create ? be->iface->timer_create(be) : NULL;
+}
+/* *ms = the time from start's completion to end's, both recorded timers (start first); waits for
+ * end to complete. ZT_ERR_IO naming the device when the backend cannot tell. */
+static inline zt_status zt_backend_timer_elapsed(zt_backend *be, zt_event *start, zt_event *end,
+                                                 double *ms) {
+    if (!be->iface->timer_elapsed)
+        return zt_error(ZT_ERR_UNSUPPORTED, "backend \"%s\" has no timing events", be->name);
+    return be->iface->timer_elapsed(be, start, end, ms);
+}
+
 /* Waits for everything issued on every stream; the first asynchronous error, if any. */
 static inline zt_status zt_backend_sync(zt_backend *be) { return be->iface->sync(be); }
 
