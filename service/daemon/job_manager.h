@@ -225,6 +225,8 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
 #define ZT_METRICS_MAX_POINTS 10000           /* points of one series: what max_points 0 means */
 #define ZT_METRICS_MAX_ANSWER_POINTS 200000   /* points of all the series of one answer */
 #define ZT_RECORDS_MAX_PAGE 10000             /* records of one zt_jobs_metric_records answer */
+/* A key that asks for each record's own time (time_unix_ms, Unix ms) as a series. */
+#define ZT_METRICS_TIME_KEY "time_unix_ms"
 
 /* The history of metric `keys` from the records with step >= since_step. Repeated keys count
  * once; more than ZT_METRICS_MAX_KEYS distinct keys, or one longer than
@@ -234,7 +236,8 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
  * capped at ZT_METRICS_MAX_POINTS (0: the cap) and at ZT_METRICS_MAX_ANSWER_POINTS divided by
  * the number of series. Calls emit(ctx, key, steps, values, n) once per key: in the order
  * asked (an empty series for a key no record has), or without keys in first-seen order. A
- * record that lacks a key (or has null) contributes no point to it.
+ * record that lacks a key (or has null) contributes no point to it. The key
+ * ZT_METRICS_TIME_KEY, asked for by name, is each record's time_ms.
  * The manager's lock is held only to copy the job's newest records; older ones are read from
  * the store, and emit runs on the caller's thread with no lock held. */
 typedef void (*zt_series_fn)(void *ctx, const char *key, const int64_t *steps,
