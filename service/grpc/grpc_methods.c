@@ -21,6 +21,7 @@
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "health.pb-c.h"
 #include "api/job_proto.h"
+#include "api/submitter.h"
 #include "ztrain.pb-c.h"
 
 #define LIST_DEFAULT_PAGE 50
@@ -68,7 +69,9 @@ static void handle_submit(call *c, ProtobufCMessage *m) {
     }
     zt_job_info info;
     memset(&info, 0, sizeof info);
-    s = zt_jobs_submit(c->srv->jm, spec_json, req->idempotency_key, &info);
+    zt_submitter by;
+    s = zt_jobs_submit_by(c->srv->jm, spec_json, req->idempotency_key,
+                          zt_submitter_of(&c->who, &by), &info);
     free(spec_json);
     reply_job(c, s, &info, "spec", NULL);
 }
@@ -149,6 +152,22 @@ static void handle_cancel(call *c, ProtobufCMessage *m) {
     }
     zt_job_info info;
     memset(&info, 0, sizeof info);
+    /* Below admin, a token cancels only the jobs it submitted; who submitted a job never
+     * changes, so checking first is no race. */
+    if (c->who.scope < ZT_SCOPE_ADMIN) {
+        zt_status s = zt_jobs_get(c->srv->jm, req->id, &info);
+        char text[300];
+        bool own = s == ZT_OK && zt_submitted_by(&info, &c->who, text, sizeof text);
+        zt_job_info_free(&info);
+        if (s != ZT_OK) {
+            reply_job(c, s, &info, NULL, req->id);
+            return;
+        }
+        if (!own) {
+            zt_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, text);
+            return;
+        }
+    }
     zt_status s = zt_jobs_cancel(c->srv->jm, req->id, req->force, req->grace_seconds, &info);
     reply_job(c, s, &info, NULL, req->id);
 }

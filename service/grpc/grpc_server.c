@@ -365,14 +365,15 @@ static void post_request(zt_grpc_server *s, method_id m) {
     }
 }
 
-/* The scope a method needs: the queries read, SubmitJob submit, everything else admin (a
- * method added later is admin's until it is said to be a query). */
+/* The scope a method needs: the queries read, SubmitJob and CancelJob submit (a submit token
+ * cancels only its own jobs: grpc_methods.c checks), everything else admin (a method added
+ * later is admin's until it is said to be a query). */
 static zt_scope scope_needed(method_id m) {
     switch (m) {
     case M_GET: case M_LIST: case M_WATCH: case M_METRICS: case M_LOGS: case M_HEALTH:
     case M_UNKNOWN:
         return ZT_SCOPE_READ;
-    case M_SUBMIT:
+    case M_SUBMIT: case M_CANCEL:
         return ZT_SCOPE_SUBMIT;
     default:
         return ZT_SCOPE_ADMIN;
@@ -381,10 +382,13 @@ static zt_scope scope_needed(method_id m) {
 
 /* Whether the call's token allows its method; if not, the call is finished. */
 static bool authorized(call *c) {
-    if (!c->srv->tokens)
+    if (!c->srv->tokens) {
+        c->who = (zt_auth_caller){.scope = ZT_SCOPE_ADMIN};
         return true;
+    }
     char *header = zt_grpc_metadata_find(&c->md, "authorization");
-    zt_scope have = zt_auth_scope(c->srv->tokens, header);
+    c->who = zt_auth_who(c->srv->tokens, header);
+    zt_scope have = c->who.scope;
     free(header);
     zt_scope need = scope_needed(c->method);
     if (have == ZT_SCOPE_NONE) {

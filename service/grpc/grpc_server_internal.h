@@ -14,6 +14,7 @@
 
 #include "grpc_server.h"
 #include "api/api_error.h"
+#include "api/auth.h"
 #include "daemon/job_manager.h"
 #include "ztrain/status.h"
 
@@ -72,6 +73,8 @@ struct call {
     grpc_call_details details;     /* M_UNKNOWN: the method's name */
     tag t_new, t_send, t_status, t_close, t_recv;
     int cancelled;                 /* written by RECV_CLOSE_ON_SERVER */
+    /* The caller's token (scope ADMIN and no identity when the server takes no tokens). */
+    zt_auth_caller who;
 
     /* Everything below is shared with watch callbacks and guarded by mu, which also serialises
      * grpc_call_start_batch on this call. */
