@@ -6,10 +6,16 @@
  * carries ztKey (its metric key) and ztRole ("raw" or "smoothed") for them. */
 import {$, setText} from './dom.js';
 import {fmtClock, isNum} from './format.js';
+import {SeriesGroup} from './series_store.js';
 
-/* Records arriving together (a replayed history, or several ranks' steps) are drawn in one
- * chart update; this bounds how late a new point can appear. */
-const FLUSH_MS = 150;
+/* The charts are redrawn at most once per DRAW_MS, in an animation frame, whatever the record
+ * rate: records arriving in between (a replayed history, several ranks' steps, a job logging
+ * every step) are drawn in one update. This also bounds how late a new point can appear. */
+const DRAW_MS = 250;
+/* Points kept per series (series_store.js): a chart is a few hundred pixels wide, and a job
+ * logging every step for hours must not grow the page. The page asks the API for at most this
+ * many points of history (max_points). */
+export const MAX_POINTS = 1000;
 
 /* Each chart draws one or more metric keys. A smoothed key gets two datasets, as in
  * TensorBoard: the raw points faded (role "raw") and their moving average (role "smoothed").
@@ -67,9 +73,13 @@ export class JobCharts {
     this.xMode = 'step';
     this.smoothing = Number($(root, '[data-testid="smoothing"]').value);
     this.logLoss = false;
-    this.series = new Map(); /* key -> {points: [{x, y, step, t}], byStep: Map, chart, def, dirty} */
+    /* key -> {store: Series of points {x, y, step, t}, chart, def}; one stride for all keys */
+    this.group = new SeriesGroup(MAX_POINTS);
+    this.series = new Map();
     this.charts = {};
     this.flushTimer = null;
+    this.flushFrame = null;
+    this.lastDraw = -Infinity;
     this.allDirty = false;
 
     for (const [name, def] of Object.entries(CHARTS)) this.makeChart(name, def);
@@ -86,10 +96,10 @@ export class JobCharts {
     const canvas = $(this.root, `canvas[data-chart="${name}"]`);
     const datasets = [];
     for (const s of def.series) {
-      const entry = {points: [], byStep: new Map(), chart: name, def: s, dirty: false};
+      const entry = {store: this.group.series(), chart: name, def: s};
       this.series.set(s.key, entry);
       const base = {
-        ztKey: s.key, label: s.label, yAxisID: s.axis || 'y', data: entry.points,
+        ztKey: s.key, label: s.label, yAxisID: s.axis || 'y', data: [],
         borderColor: `rgba(${s.color},${s.smooth ? 0.28 : 1})`,
         backgroundColor: `rgba(${s.color},${s.smooth ? 0.28 : 1})`,
         borderWidth: s.smooth ? 1 : 1.6,
@@ -207,64 +217,65 @@ export class JobCharts {
     }
   }
 
-  /* Adds one value of a charted key (other keys are ignored) at a step recorded at tMs. The
-   * charts are redrawn at the next flush, which the caller schedules. */
+  /* Adds one value of a charted key (other keys are ignored) at a step recorded at tMs (NaN
+   * when not known: wall-time mode then places it between its neighbours' times). The charts
+   * are redrawn at the next flush, which the caller schedules. */
   addPoint(key, step, tMs, v) {
     const s = this.series.get(key);
     if (!s) return;
-    const old = s.byStep.get(step);
-    if (old) {
-      /* A record replayed by a reconnected stream: same step, same values. */
-      old.y = v;
-      s.dirty = true;
-      return;
-    }
     const p = {x: 0, y: v, step, t: tMs};
     p.x = this.xOf(p);
-    const pts = s.points;
-    if (!pts.length || pts[pts.length - 1].step < step) {
-      pts.push(p);
-    } else {
-      let i = pts.length;
-      while (i > 0 && pts[i - 1].step > step) i--;
-      pts.splice(i, 0, p);
-    }
-    s.byStep.set(step, p);
-    s.dirty = true;
+    s.store.add(p);
   }
 
   /* The newest point of a key, or null. */
   lastPoint(key) {
-    const pts = this.series.get(key).points;
-    return pts.length ? pts[pts.length - 1] : null;
+    return this.series.get(key).store.last();
   }
 
+  /* Points of a key held now (at most MAX_POINTS). */
+  points(key) {
+    return this.series.get(key).store.points;
+  }
+
+  /* Asks for a redraw in the first animation frame at least DRAW_MS after the last one. */
   scheduleFlush() {
-    if (this.flushTimer === null) this.flushTimer = setTimeout(() => this.flush(), FLUSH_MS);
+    if (this.flushTimer !== null || this.flushFrame !== null) return;
+    const wait = Math.max(0, this.lastDraw + DRAW_MS - performance.now());
+    this.flushTimer = setTimeout(() => {
+      this.flushTimer = null;
+      this.flushFrame = requestAnimationFrame(() => this.flush());
+    }, wait);
   }
 
   /* Redraws the charts whose series changed since the last flush, then calls onFlush. */
   flush() {
+    clearTimeout(this.flushTimer);
+    cancelAnimationFrame(this.flushFrame);
     this.flushTimer = null;
+    this.flushFrame = null;
     if (!this.alive) return;
+    this.lastDraw = performance.now();
     const touched = new Set();
     for (const s of this.series.values()) {
-      if (!s.dirty && !this.allDirty) continue;
-      if (this.allDirty) for (const p of s.points) p.x = this.xOf(p);
+      if (!s.store.dirty && !this.allDirty) continue;
+      if (this.allDirty) for (const p of s.store.points) p.x = this.xOf(p);
       touched.add(s.chart);
-      s.dirty = false;
+      s.store.dirty = false;
     }
     this.allDirty = false;
     for (const name of touched) {
       const chart = this.charts[name];
       let empty = true;
       for (const d of chart.data.datasets) {
-        const s = this.series.get(d.ztKey);
-        if (s.points.length) empty = false;
-        if (d.ztRole === 'smoothed') d.data = smooth(s.points, this.smoothing);
-        else d.data = s.points;
+        const pts = this.points(d.ztKey);
+        if (pts.length) empty = false;
+        /* A copy: Chart.js hooks the arrays it is given and would re-parse on every point
+         * the series gains between two draws. */
+        if (d.ztRole === 'smoothed') d.data = smooth(pts, this.smoothing);
+        else d.data = pts.slice();
       }
-      const hasMfu = chart.options.scales.y1 && this.series.get('perf/mfu').points.length > 0;
+      const hasMfu = chart.options.scales.y1 && this.points('perf/mfu').length > 0;
       if (chart.options.scales.y1) {
         chart.options.scales.y1.display = hasMfu;
         setText($(this.root, '[data-field="mfu-hint"]'), hasMfu ? '(MFU on the right axis)' : '');
@@ -278,13 +289,14 @@ export class JobCharts {
   }
 
   redrawAll() {
-    for (const s of this.series.values()) s.dirty = true;
+    for (const s of this.series.values()) s.store.dirty = true;
     this.flush();
   }
 
   destroy() {
     this.alive = false;
     clearTimeout(this.flushTimer);
+    cancelAnimationFrame(this.flushFrame);
     for (const chart of Object.values(this.charts)) chart.destroy();
   }
 }

@@ -1,14 +1,17 @@
 /* One job's page (#/jobs/<id>): its header and stats, charts, ranks, log, checkpoints, spec, and
  * the cancel button.
  *
- * The page loads the job's history once (/records, /logs) and then follows the job's event
- * stream; new records are appended to the charts in place and nothing is fetched twice. The job
+ * The page loads the job's history once, thinned by the API (/metrics?max_points=, as many
+ * points as a chart keeps), then follows the job's event stream from a few records before the
+ * history's end; new records join the charts' bounded series (series_store.js), and the charts,
+ * the log and the header are redrawn at most a few times a second in an animation frame, so a
+ * job logging every step at hundreds of steps a second does not hold up the page. The job
  * itself is polled every JOB_POLL_MS until it ends. */
 import {AuthError, ApiError, TERMINAL, apiFetch, apiJson, jobPath, readEvents, reportError} from './api.js';
 import {clearBanner, showBanner} from './banner.js';
-import {JobCharts} from './charts.js';
+import {CHARTS, JobCharts, MAX_POINTS} from './charts.js';
 import {renderRecovery} from './job_recovery.js';
-import {SystemPanel} from './system_panel.js';
+import {SystemPanel, rankHistoryKeys} from './system_panel.js';
 import {EventMarkers} from './event_markers.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
 import {fmtBytes, fmtCompact, fmtDuration, fmtFixed, fmtProgress, fmtRankState, isNum} from './format.js';
@@ -18,6 +21,15 @@ const JOB_POLL_MS = 2000;
 const LOG_TAIL = 200;
 /* The log keeps only this many lines, so that a chatty job does not slow the page down. */
 const LOG_MAX_LINES = 2000;
+/* The log is appended to at most once per LOG_DRAW_MS, in an animation frame: each append lays
+ * the log out again to keep it scrolled to the end. */
+const LOG_DRAW_MS = 250;
+/* The event stream starts this many logged steps before the thinned history ends, so that the
+ * newest records (the rank strip, memory, the header) arrive whole. */
+const TAIL_RECORDS = 40;
+/* Keys of one /metrics query: the API's limit (64), less the record time asked with each. */
+const KEYS_PER_QUERY = 63;
+const TIME_KEY = 'time_unix_ms';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -42,6 +54,12 @@ export function jobView(main, id) {
     pollTimer: null,
     specShown: false,
     streamEnded: false,
+    followFrom: 0,     /* the first stream's since_step; reconnections start at maxStep */
+    streamStarted: false,
+    pendingLogs: [],   /* log lines waiting for the next draw */
+    logTimer: null,
+    logFrame: null,
+    lastLogDraw: -Infinity,
   };
 
   const system = new SystemPanel(root);
@@ -56,13 +74,14 @@ export function jobView(main, id) {
 
   /* -- records -- */
 
-  function addRecord(rec) {
+  /* A record of the event stream, or of the thinned history (inStrip false: see SystemPanel). */
+  function addRecord(rec, inStrip = true) {
     const values = rec.values || {};
     const step = rec.step;
     if (!isNum(step)) return;
     if (step > st.maxStep) st.maxStep = step;
     if (charts.t0 === null && isNum(rec.time_unix_ms)) charts.setT0(rec.time_unix_ms);
-    system.addRecord(rec);
+    system.addRecord(rec, inStrip);
     for (const key in values) {
       const v = values[key];
       if (!isNum(v)) continue;
@@ -228,16 +247,37 @@ export function jobView(main, id) {
 
   const logEl = tid('log');
 
-  /* Appends lines not seen yet (by seq), and keeps the log scrolled to the end if it was there. */
+  /* Queues lines not seen yet (by seq) for the next draw: a job printing a line per step gets
+   * a few DOM updates a second, and only the lines that stay shown are made. */
   function addLogs(lines) {
-    if (!lines.length) return;
-    const atBottom = logEl.scrollHeight - logEl.scrollTop - logEl.clientHeight < 8;
-    const frag = document.createDocumentFragment();
     for (const l of lines) {
       if (isNum(l.seq)) {
         if (l.seq <= st.logSeq) continue;
         st.logSeq = l.seq;
       }
+      st.pendingLogs.push(l);
+    }
+    if (st.pendingLogs.length > LOG_MAX_LINES) st.pendingLogs.splice(0, st.pendingLogs.length - LOG_MAX_LINES);
+    if (!st.pendingLogs.length || st.logTimer !== null || st.logFrame !== null) return;
+    st.logTimer = setTimeout(() => {
+      st.logTimer = null;
+      st.logFrame = requestAnimationFrame(drawLogs);
+    }, Math.max(0, st.lastLogDraw + LOG_DRAW_MS - performance.now()));
+  }
+
+  /* Appends the queued lines, and keeps the log scrolled to the end if it was there. */
+  function drawLogs() {
+    clearTimeout(st.logTimer);
+    cancelAnimationFrame(st.logFrame);
+    st.logTimer = null;
+    st.logFrame = null;
+    st.lastLogDraw = performance.now();
+    const lines = st.pendingLogs;
+    st.pendingLogs = [];
+    if (!st.alive || !lines.length) return;
+    const atBottom = logEl.scrollHeight - logEl.scrollTop - logEl.clientHeight < 8;
+    const frag = document.createDocumentFragment();
+    for (const l of lines) {
       const span = document.createElement('span');
       span.className = l.stream || '';
       const who = l.rank >= 0 ? `rank ${l.rank}` : 'ztraind';
@@ -289,7 +329,8 @@ export function jobView(main, id) {
     while (st.alive && !(st.job && TERMINAL.has(st.job.state) && st.streamEnded)) {
       let terminalSeen = false;
       try {
-        const since = Math.max(0, st.maxStep);
+        const since = st.streamStarted ? Math.max(0, st.maxStep) : st.followFrom;
+        st.streamStarted = true;
         const res = await apiFetch(jobPath(id, `/events?since_step=${since}&logs=1`),
           {signal, headers: {Accept: 'text/event-stream'}});
         await readEvents(res, (ev) => {
@@ -335,28 +376,74 @@ export function jobView(main, id) {
     if (st.alive && !(st.job && TERMINAL.has(st.job.state))) st.pollTimer = setTimeout(pollJob, JOB_POLL_MS);
   }
 
-  /* The whole history, a page of /records at a time (each page says where the next starts). */
-  async function loadRecords() {
-    const records = [];
-    for (let query = 'since_step=0'; query;) {
-      const page = await apiJson(jobPath(id, `/records?${query}`), {signal});
-      records.push(...(page.records || []));
-      query = page.next_page_token ? `page_token=${page.next_page_token}` : null;
+  /* The history of the charted keys and of each rank's figures, thinned by the API to as many
+   * points as a chart keeps, as records in step order ({step, time_unix_ms, values}). Keys
+   * logged at the same steps are thinned to the same steps; each query also asks for the
+   * records' time, and a point whose record time did not come is placed between its
+   * neighbours'. */
+  async function loadHistory(job) {
+    const keys = [...new Set(Object.values(CHARTS).flatMap((c) => c.series.map((s) => s.key)))]
+      .concat(rankHistoryKeys(job.world_size || 1));
+    const bySteps = new Map();
+    for (let i = 0; i < keys.length; i += KEYS_PER_QUERY) {
+      const ask = keys.slice(i, i + KEYS_PER_QUERY).concat([TIME_KEY]);
+      const res = await apiJson(jobPath(id, `/metrics?keys=${encodeURIComponent(ask.join(','))}` +
+        `&max_points=${MAX_POINTS}`), {signal});
+      for (const ser of res.series || []) {
+        ser.steps.forEach((step, k) => {
+          let rec = bySteps.get(step);
+          if (!rec) {
+            rec = {step, time_unix_ms: NaN, values: {}};
+            bySteps.set(step, rec);
+          }
+          if (ser.key === TIME_KEY) rec.time_unix_ms = ser.values[k];
+          else rec.values[ser.key] = ser.values[k];
+        });
+      }
     }
-    return records;
+    const recs = [...bySteps.values()].sort((a, b) => a.step - b.step);
+    let prev = -1;
+    for (let k = 0; k < recs.length; k++) {
+      if (isNum(recs[k].time_unix_ms)) {
+        prev = k;
+        continue;
+      }
+      let next = k + 1;
+      while (next < recs.length && !isNum(recs[next].time_unix_ms)) next++;
+      const a = prev >= 0 ? recs[prev] : null;
+      const b = next < recs.length ? recs[next] : null;
+      if (a && b) {
+        recs[k].time_unix_ms = a.time_unix_ms +
+          (b.time_unix_ms - a.time_unix_ms) * (recs[k].step - a.step) / (b.step - a.step);
+      } else if (a || b) {
+        recs[k].time_unix_ms = (a || b).time_unix_ms;
+      }
+    }
+    return recs;
+  }
+
+  /* Where the first event stream starts: TAIL_RECORDS logged steps before the history's end. */
+  function tailStart(job, recs) {
+    if (!recs.length) return 0;
+    const train = (job.spec && job.spec.train) || {};
+    const interval = isNum(train.log_interval) && train.log_interval > 0 ? train.log_interval : 1;
+    return Math.max(0, recs[recs.length - 1].step - TAIL_RECORDS * interval);
   }
 
   (async () => {
     try {
-      renderJob(await apiJson(jobPath(id), {signal}));
+      const job = await apiJson(jobPath(id), {signal});
+      renderJob(job);
       const [recs, logs, anomalies] = await Promise.all([
-        loadRecords(),
+        loadHistory(job),
         apiJson(jobPath(id, `/logs?tail=${LOG_TAIL}`), {signal}),
         apiJson(jobPath(id, '/anomalies'), {signal}),
       ]);
-      for (const r of recs) addRecord(r);
+      for (const r of recs) addRecord(r, false);
+      st.followFrom = tailStart(job, recs);
       for (const a of anomalies.anomalies || []) markers.add(a);
       addLogs(logs.lines || []);
+      drawLogs();
       charts.flush();
       /* Tests wait for this before reading the page. */
       root.dataset.loaded = 'true';
@@ -376,6 +463,8 @@ export function jobView(main, id) {
     destroy() {
       st.alive = false;
       clearTimeout(st.pollTimer);
+      clearTimeout(st.logTimer);
+      cancelAnimationFrame(st.logFrame);
       ctrl.abort();
       charts.destroy();
       system.destroy();

@@ -9,6 +9,8 @@
  * tests reach the points through Chart.getChart(canvas). */
 import {$, setText} from './dom.js';
 import {fmtBytes, isNum} from './format.js';
+import {SeriesGroup} from './series_store.js';
+import {MAX_POINTS} from './charts.js';
 
 const RANK_KEY = /^(?:perf|system)\/rank(\d+)\/(.+)$/;
 /* The step's parts, drawn stacked: together they are the step time. */
@@ -31,15 +33,26 @@ const RANK_COLORS = ['31,111,235', '227,98,9', '26,127,55', '130,80,223', '207,3
   '191,57,137', '154,103,0'];
 /* Logged steps the strip shows, newest on the right. */
 const STRIP_STEPS = 40;
-/* A long run's lines are drawn from at most this many evenly spaced steps (the same steps for
- * every series logged at the same steps, so the stacked breakdown's bands stay aligned, which
- * decimation cannot keep), and the panel redraws at most once per REDRAW_MS: a job logging every
+/* Each line keeps at most MAX_POINTS points, at the same steps for every series (one stride for
+ * the panel, series_store.js), so the stacked breakdown's bands stay aligned, which Chart.js's
+ * decimation cannot keep; and the panel redraws at most once per REDRAW_MS: a job logging every
  * step sends hundreds of records a second, and redrawing every rank's whole history for each of
  * them froze the page. */
-const DRAWN_POINTS = 2000;
 const REDRAW_MS = 1000;
 
 const rankColor = (r) => RANK_COLORS[r % RANK_COLORS.length];
+
+/* The per-rank keys whose history the panel draws, for nRanks ranks (the page loads them
+ * thinned from the API; the strip needs only the newest records, which the event stream
+ * replays). */
+export function rankHistoryKeys(nRanks) {
+  const keys = [];
+  for (let r = 0; r < nRanks; r++) {
+    for (const rc of RANK_CHARTS) keys.push(`system/rank${r}/${rc.figure}`);
+    for (const [phase] of PHASES) keys.push(`perf/rank${r}/${phase}`);
+  }
+  return keys;
+}
 
 function el(tag, attrs = {}, children = []) {
   const e = document.createElement(tag);
@@ -74,8 +87,8 @@ function lineChart(canvas, bytes, stacked) {
           ticks: {maxTicksLimit: 6, callback: bytes ? (v) => fmtBytes(v) : undefined}},
       },
       plugins: {
-        /* Long runs: thin what is drawn (not the data) as the main charts do; the stacked
-         * breakdown is drawn whole, as its bands must stay aligned point for point. */
+        /* Thinning what is drawn (not the data) as the main charts do; the stacked breakdown
+         * is drawn whole, as its bands must stay aligned point for point. */
         decimation: {enabled: !stacked, algorithm: 'min-max'},
         legend: {display: true, labels: {boxWidth: 12}},
         tooltip: {callbacks: {
@@ -87,22 +100,13 @@ function lineChart(canvas, bytes, stacked) {
   });
 }
 
-/* At most max of points, evenly spaced by index, the first and the last kept; the points
- * themselves when there are no more. Phases logged at the same steps keep the same ones. */
-function thinned(points, max) {
-  if (points.length <= max) return points;
-  const out = [];
-  const stride = (points.length - 1) / (max - 1);
-  for (let i = 0; i < max; i++) out.push(points[Math.round(i * stride)]);
-  return out;
-}
-
 export class SystemPanel {
   /* Builds the panel after the job view's charts (root is the view). */
   constructor(root) {
     this.alive = true;
-    /* key -> {points: [{x, y, step}] in step order, byStep: Map}: each rank chart's keys
+    /* key -> Series of points {x, y, step} in step order: each rank chart's keys
      * ("system/rank0/cpu_util") and the breakdown's phases ("fwd_ms", the mean over the ranks) */
+    this.group = new SeriesGroup(MAX_POINTS);
     this.series = new Map();
     /* step -> {ranks: Map(rank -> {figure: value}), straggler}: the strip's newest steps */
     this.recent = new Map();
@@ -148,8 +152,9 @@ export class SystemPanel {
 
   /* Takes the per-rank figures of one record (the page's /records or event stream format): the
    * charts' points are kept as they come, so a redraw copies nothing, and the strip keeps the
-   * newest STRIP_STEPS steps. */
-  addRecord(rec) {
+   * newest STRIP_STEPS steps. A record of a thinned history (inStrip false) joins the lines
+   * only: the strip shows consecutive logged steps. */
+  addRecord(rec, inStrip = true) {
     const values = rec.values || {};
     const step = rec.step;
     if (!isNum(step)) return;
@@ -174,6 +179,8 @@ export class SystemPanel {
       const vals = [...ranks.values()].map((f) => f[phase]).filter(isNum);
       if (vals.length) this.upsert(phase, step, vals.reduce((a, b) => a + b, 0) / vals.length);
     }
+    this.dirty = true;
+    if (!inStrip) return;
     /* A replayed record (reconnected stream) replaces the step's figures. */
     this.recent.set(step, {ranks, straggler: values['perf/straggler_rank']});
     if (this.recent.size > STRIP_STEPS) {
@@ -183,24 +190,14 @@ export class SystemPanel {
     this.dirty = true;
   }
 
-  /* Adds or replaces the point of a series at a step, keeping the points in step order. */
+  /* Adds or replaces the point of a series at a step (series_store.js keeps it bounded). */
   upsert(key, step, y) {
     let s = this.series.get(key);
     if (!s) {
-      s = {points: [], byStep: new Map()};
+      s = this.group.series();
       this.series.set(key, s);
     }
-    const old = s.byStep.get(step);
-    if (old) {
-      old.y = y;
-      return;
-    }
-    const p = {x: step, y, step};
-    const pts = s.points;
-    let i = pts.length;
-    while (i > 0 && pts[i - 1].step > step) i--;
-    pts.splice(i, 0, p);
-    s.byStep.set(step, p);
+    s.add({x: step, y, step});
   }
 
   points(key) {
@@ -229,12 +226,12 @@ export class SystemPanel {
         sets.push({ztKey: `system/rank${r}/${rc.figure}`, ztRole: 'raw', label: `rank ${r}`, data: [],
           borderColor: `rgb(${rankColor(r)})`, backgroundColor: `rgb(${rankColor(r)})`, borderWidth: 1.6});
       }
-      for (const d of sets) d.data = thinned(this.points(d.ztKey), DRAWN_POINTS);
+      for (const d of sets) d.data = this.points(d.ztKey).slice();
       rc.box.classList.toggle('no-data', !sets.some((d) => d.data.length));
       rc.chart.update('none');
     }
     const bdSets = this.breakdown.chart.data.datasets;
-    for (const d of bdSets) d.data = thinned(this.points(d.ztKey), DRAWN_POINTS);
+    for (const d of bdSets) d.data = this.points(d.ztKey).slice();
     this.breakdown.box.classList.toggle('no-data', !bdSets.some((d) => d.data.length));
     this.breakdown.chart.update('none');
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gnutls/crypto.h>
+
 #include "auth.h"
 #include "ztrain/fsutil.h"
 
@@ -74,6 +76,7 @@ struct zt_auth_tokens {
     int n;
     char **token;
     zt_scope *scope;
+    char (*identity)[ZT_AUTH_IDENTITY_MAX];
 };
 
 const char *zt_scope_name(zt_scope s) {
@@ -92,6 +95,7 @@ void zt_auth_tokens_free(zt_auth_tokens *t) {
         free(t->token[i]);
     free(t->token);
     free(t->scope);
+    free(t->identity);
     free(t);
 }
 
@@ -107,9 +111,19 @@ static zt_status add_token(zt_auth_tokens *t, const char *token, zt_scope scope,
     zt_scope *sc = tk ? realloc(t->scope, (size_t)(t->n + 1) * sizeof *sc) : NULL;
     if (sc)
         t->scope = sc;
-    char *copy = sc ? strdup(token) : NULL;
-    if (!copy)
+    char(*id)[ZT_AUTH_IDENTITY_MAX] =
+        sc ? realloc(t->identity, (size_t)(t->n + 1) * sizeof *id) : NULL;
+    if (id)
+        t->identity = id;
+    char *copy = id ? strdup(token) : NULL;
+    unsigned char digest[32];
+    if (!copy || gnutls_hash_fast(GNUTLS_DIG_SHA256, token, strlen(token), digest) != 0) {
+        free(copy);
         return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    int k = snprintf(t->identity[t->n], ZT_AUTH_IDENTITY_MAX, "sha256:");
+    for (int i = 0; i < 8; i++)
+        k += snprintf(t->identity[t->n] + k, (size_t)(ZT_AUTH_IDENTITY_MAX - k), "%02x", digest[i]);
     t->token[t->n] = copy;
     t->scope[t->n++] = scope;
     return ZT_OK;
@@ -185,10 +199,16 @@ zt_status zt_auth_load_tokens(const char *file, zt_auth_tokens **out) {
     return ZT_OK;
 }
 
-zt_scope zt_auth_scope(const zt_auth_tokens *t, const char *header) {
-    zt_scope found = ZT_SCOPE_NONE;
+zt_auth_caller zt_auth_who(const zt_auth_tokens *t, const char *header) {
+    zt_auth_caller who = {.scope = ZT_SCOPE_NONE};
     for (int i = 0; t && i < t->n; i++)
-        if (zt_auth_bearer_ok(t->token[i], header) && t->scope[i] > found)
-            found = t->scope[i];
-    return found;
+        if (zt_auth_bearer_ok(t->token[i], header) && t->scope[i] > who.scope) {
+            who.scope = t->scope[i];
+            memcpy(who.identity, t->identity[i], sizeof who.identity);
+        }
+    return who;
+}
+
+zt_scope zt_auth_scope(const zt_auth_tokens *t, const char *header) {
+    return zt_auth_who(t, header).scope;
 }

@@ -10,8 +10,8 @@
  *     c3d9...02 admin
  *
  * read: every query (jobs, metrics, records, logs, events, anomalies, exports, /metrics);
- * submit: read, and SubmitJob (HTTP POST /api/v1/jobs); admin: everything, cancelling any job
- * included. A line with a token alone is admin (the one-token file of earlier versions). Blank
+ * submit: read, SubmitJob (HTTP POST /api/v1/jobs) and cancelling the jobs this token submitted;
+ * admin: everything, cancelling any job included. A line with a token alone is admin (the one-token file of earlier versions). Blank
  * lines and lines starting with '#' are skipped; anything else is an error naming the file and
  * line. ZTRAIN_TOKEN, when there is no file, is one admin token. */
 #ifndef ZTRAIN_AUTH_H
@@ -48,5 +48,19 @@ void zt_auth_tokens_free(zt_auth_tokens *t);
 /* The scope of the token in `header` ("Bearer <token>", may be NULL): ZT_SCOPE_NONE when it
  * is none of them. Every token is compared, each in constant time, whichever matches. */
 zt_scope zt_auth_scope(const zt_auth_tokens *t, const char *header);
+
+/* A token's identity: "sha256:" and the first 16 hex digits of the token's SHA-256. It names
+ * the token in a job's record (who submitted it) without revealing it, and stays the same
+ * across restarts and edits of the file's other lines. */
+#define ZT_AUTH_IDENTITY_MAX 24
+
+/* Who a request is: its token's scope (as zt_auth_scope) and identity ("" when the scope is
+ * ZT_SCOPE_NONE). */
+typedef struct {
+    zt_scope scope;
+    char identity[ZT_AUTH_IDENTITY_MAX];
+} zt_auth_caller;
+
+zt_auth_caller zt_auth_who(const zt_auth_tokens *t, const char *header);
 
 #endif

@@ -620,6 +620,8 @@ static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok)
     j->checkpoint_dir = dup_str(info->checkpoint_dir, ok);
     j->idempotency_key = dup_str(info->idempotency_key, ok);
     j->comm = dup_str(info->comm, ok);
+    j->submitter = dup_str(info->submitter.identity, ok);
+    j->submitter_scope = dup_str(info->submitter.scope, ok);
     Ztrain__V1__JobGrid *g = (Ztrain__V1__JobGrid *)new_message(&ztrain__v1__job_grid__descriptor);
     if (!g)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
@@ -730,6 +732,8 @@ zt_status zt_job_proto_job_to_json(const Ztrain__V1__Job *job, char **json_text)
     cJSON_AddStringToObject(o, "run_dir", job->run_dir);
     cJSON_AddStringToObject(o, "checkpoint_dir", job->checkpoint_dir);
     cJSON_AddStringToObject(o, "idempotency_key", job->idempotency_key);
+    cJSON_AddStringToObject(o, "submitter", job->submitter);
+    cJSON_AddStringToObject(o, "submitter_scope", job->submitter_scope);
     cJSON_AddItemToObject(o, "attempts", attempts_to_json(job));
     if (spec)
         cJSON_AddItemToObject(o, "spec", spec);

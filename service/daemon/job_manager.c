@@ -408,6 +408,11 @@ static zt_status answer_known_job(zt_jobs *jm, const char *spec_json, const char
 
 zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
                          zt_job_info *info) {
+    return zt_jobs_submit_by(jm, spec_json, idempotency_key, NULL, info);
+}
+
+zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
+                            const zt_submitter *by, zt_job_info *info) {
     size_t limit = jm->cfg.max_spec_bytes ? jm->cfg.max_spec_bytes : 1 << 20;
     if (strlen(spec_json) > limit)
         return zt_error(ZT_ERR_LIMIT, "spec: %zu bytes is above the limit of %zu",
@@ -451,6 +456,8 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
                       .max_steps = spec.train.max_steps,
                       .checkpoint_dir = spec.train.checkpoint_dir,
                       .max_restarts = spec.max_restarts};
+    if (by)
+        ji.submitter = *by;
     snprintf(ji.id, sizeof ji.id, "%s", id);
     snprintf(ji.device, sizeof ji.device, "%s", spec.device == ZT_DEVICE_CUDA ? "cuda" : "cpu");
     snprintf(ji.comm, sizeof ji.comm, "%s", zt_comm_for_nodes(spec.comm, spec.nodes));

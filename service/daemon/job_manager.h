@@ -86,6 +86,14 @@ typedef struct {
  * that it carries (rank_figures.c); a record with none leaves them as they were. */
 void zt_rank_figures_take(zt_rank_info *ranks, int world, const cJSON *record);
 
+/* Who submitted a job: the identity of the token (auth.h's zt_auth_who: "sha256:" and 16 hex
+ * digits, never the token) and its scope's name ("submit", "admin"); both "" when the daemon
+ * takes no tokens, or the job was submitted before jobs recorded it. */
+typedef struct {
+    char identity[24];
+    char scope[8];
+} zt_submitter;
+
 /* A copy of one job, owned by the caller: release it with zt_job_info_free. */
 typedef struct {
     char id[32];              /* "job-000042" */
@@ -110,6 +118,7 @@ typedef struct {
     int max_restarts;         /* the spec's max_restarts */
     zt_job_attempt *attempts; /* n_attempts starts of the ranks, oldest first */
     int n_attempts;
+    zt_submitter submitter;
 } zt_job_info;
 
 void zt_job_info_free(zt_job_info *j);
@@ -194,6 +203,10 @@ void zt_jobs_destroy(zt_jobs *jm);
  * queued or running, which holds under concurrent submits. */
 zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
                          zt_job_info *info);
+/* zt_jobs_submit, the job recording who submitted it (by may be NULL: nobody known). A key
+ * that names a job already answers that job, whoever submitted it. */
+zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
+                            const zt_submitter *by, zt_job_info *info);
 
 /* ZT_ERR_NOT_FOUND for an unknown id. */
 zt_status zt_jobs_get(zt_jobs *jm, const char *id, zt_job_info *info);
@@ -225,6 +238,8 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
 #define ZT_METRICS_MAX_POINTS 10000           /* points of one series: what max_points 0 means */
 #define ZT_METRICS_MAX_ANSWER_POINTS 200000   /* points of all the series of one answer */
 #define ZT_RECORDS_MAX_PAGE 10000             /* records of one zt_jobs_metric_records answer */
+/* A key that asks for each record's own time (time_unix_ms, Unix ms) as a series. */
+#define ZT_METRICS_TIME_KEY "time_unix_ms"
 
 /* The history of metric `keys` from the records with step >= since_step. Repeated keys count
  * once; more than ZT_METRICS_MAX_KEYS distinct keys, or one longer than
@@ -234,7 +249,8 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
  * capped at ZT_METRICS_MAX_POINTS (0: the cap) and at ZT_METRICS_MAX_ANSWER_POINTS divided by
  * the number of series. Calls emit(ctx, key, steps, values, n) once per key: in the order
  * asked (an empty series for a key no record has), or without keys in first-seen order. A
- * record that lacks a key (or has null) contributes no point to it.
+ * record that lacks a key (or has null) contributes no point to it. The key
+ * ZT_METRICS_TIME_KEY, asked for by name, is each record's time_ms.
  * The manager's lock is held only to copy the job's newest records; older ones are read from
  * the store, and emit runs on the caller's thread with no lock held. */
 typedef void (*zt_series_fn)(void *ctx, const char *key, const int64_t *steps,

@@ -185,6 +185,12 @@ static bool series_record(void *ctx, const zt_metric_record *r) {
     }
     if (!q->all_keys) {
         for (int i = 0; i < q->n; i++) {
+            /* The record's own time, asked for by name: a chart drawn from a thinned history
+             * places it on a wall-time axis without reading the records. */
+            if (strcmp(q->v[i].key, ZT_METRICS_TIME_KEY) == 0) {
+                take_point(q, &q->v[i], r->step, (double)r->time_ms);
+                continue;
+            }
             const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, q->v[i].key);
             if (cJSON_IsNumber(it) && isfinite(it->valuedouble))
                 take_point(q, &q->v[i], r->step, it->valuedouble);

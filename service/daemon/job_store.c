@@ -21,7 +21,8 @@ static const char schema[] =
     "  idempotency_key TEXT NOT NULL, world_size INTEGER NOT NULL, device TEXT NOT NULL,"
     "  created_ms INTEGER NOT NULL, started_ms INTEGER NOT NULL, finished_ms INTEGER NOT NULL,"
     "  max_steps INTEGER NOT NULL, ranks_json TEXT NOT NULL, run_dir TEXT NOT NULL,"
-    "  checkpoint_dir TEXT NOT NULL);"
+    "  checkpoint_dir TEXT NOT NULL, submitter TEXT NOT NULL DEFAULT '',"
+    "  submitter_scope TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS records ("
     "  job INTEGER NOT NULL, step INTEGER NOT NULL, time_ms INTEGER NOT NULL, json TEXT NOT NULL,"
     "  seq INTEGER NOT NULL DEFAULT 0);"
@@ -54,10 +55,17 @@ static const char migrate_sql[] =
     "  WHERE records.rowid = numbered.id;"
     "COMMIT;";
 
+/* A file written before jobs recorded their submitter: the columns are added, empty. */
+static const char migrate_submitter_sql[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN submitter_scope TEXT NOT NULL DEFAULT '';"
+    "COMMIT;";
+
 enum { PUT_JOB, ADD_RECORD, ADD_LOG, TRIM_LOG, LAST_RECORDS, READ_LOGS, PUT_ATTEMPT, N_STMTS };
 static const char *const stmt_sql[N_STMTS] = {
     [PUT_JOB] = "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-                " ?12, ?13, ?14, ?15, ?16)",
+                " ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
     [ADD_RECORD] = "INSERT INTO records (job, seq, step, time_ms, json)"
                    " VALUES (?1, ?2, ?3, ?4, ?5)",
     [ADD_LOG] = "INSERT INTO logs VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -101,6 +109,20 @@ static long long job_number(const char *id) {
     return digits ? atoll(digits + 1) : 0;
 }
 
+static zt_status migrate_jobs(zt_job_store *st) {
+    sqlite3_stmt *probe = NULL;
+    bool has = sqlite3_prepare_v2(st->db, "SELECT submitter FROM jobs LIMIT 0", -1, &probe,
+                                  NULL) == SQLITE_OK;
+    sqlite3_finalize(probe);
+    if (has)
+        return ZT_OK;
+    if (sqlite3_exec(st->db, migrate_submitter_sql, NULL, NULL, NULL) == SQLITE_OK)
+        return ZT_OK;
+    zt_status s = db_error(st, "cannot add the submitter to the jobs of an older state file");
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return s;
+}
+
 static zt_status migrate_records(zt_job_store *st) {
     sqlite3_stmt *probe = NULL;
     bool numbered = sqlite3_prepare_v2(st->db, "SELECT seq FROM records LIMIT 0", -1, &probe,
@@ -139,6 +161,8 @@ zt_status zt_store_open(zt_job_store **out, const char *path) {
         s = db_error(st, "cannot create the schema");
     if (s == ZT_OK)
         s = migrate_records(st);
+    if (s == ZT_OK)
+        s = migrate_jobs(st);
     if (s == ZT_OK && sqlite3_exec(st->db, indexes, NULL, NULL, NULL) != SQLITE_OK)
         s = db_error(st, "cannot index the metric records");
     for (int i = 0; s == ZT_OK && i < N_STMTS; i++)
@@ -232,6 +256,8 @@ zt_status zt_store_put_job(zt_job_store *st, const zt_job_info *j) {
     sqlite3_bind_text(q, 14, ranks, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 15, j->run_dir, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 16, j->checkpoint_dir, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 17, j->submitter.identity, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 18, j->submitter.scope, -1, SQLITE_STATIC);
     zt_status s = run(st, q, "cannot write a job");
     free(ranks);
     return s;
@@ -328,6 +354,8 @@ static zt_status load_jobs(zt_job_store *st, const zt_store_loader *cb, void *ct
         j.max_steps = sqlite3_column_int64(q, 12);
         j.run_dir = (char *)col_text(q, 14);
         j.checkpoint_dir = (char *)col_text(q, 15);
+        snprintf(j.submitter.identity, sizeof j.submitter.identity, "%s", col_text(q, 16));
+        snprintf(j.submitter.scope, sizeof j.submitter.scope, "%s", col_text(q, 17));
         if (j.world_size < 1 || j.world_size > 1 << 16)
             continue;
         j.ranks = calloc((size_t)j.world_size, sizeof *j.ranks);

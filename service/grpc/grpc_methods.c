@@ -4,8 +4,11 @@
  * Unary methods run to completion on the completion queue's thread. WatchJob and StreamLogs -f
  * register a job-manager watch whose callback, on_job_event, runs on other threads with the
  * manager's lock held: it only packs the event and queues it under the call's mutex (lock order
- * manager -> call). grpc_server.c removes the watch when the call closes. GetMetrics is bounded
- * by the manager (keys, points) and computed without its lock. */
+ * manager -> call). WatchJob registers on a thread of its own (grpc_server.c), where the
+ * history read from the state file is replayed without the manager's lock: there the callback
+ * waits while REPLAY_WINDOW bytes are queued, so the replay goes out as the client reads it.
+ * grpc_server.c removes the watch when the call closes. GetMetrics is bounded by the manager
+ * (keys, points) and computed without its lock. */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -18,11 +21,15 @@
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "health.pb-c.h"
 #include "api/job_proto.h"
+#include "api/submitter.h"
 #include "ztrain.pb-c.h"
 
 #define LIST_DEFAULT_PAGE 50
 #define LIST_MAX_PAGE 1000
 #define LOGS_DEFAULT_TAIL 100
+/* A replay from the state file waits while this much is queued on its call: an unread WatchJob
+ * holds about this much of a long history (issue 34; as the SSE stream's window). */
+#define REPLAY_WINDOW ((size_t)256 * 1024)
 
 /* ---- unary methods ----------------------------------------------------------------------- */
 
@@ -62,7 +69,9 @@ static void handle_submit(call *c, ProtobufCMessage *m) {
     }
     zt_job_info info;
     memset(&info, 0, sizeof info);
-    s = zt_jobs_submit(c->srv->jm, spec_json, req->idempotency_key, &info);
+    zt_submitter by;
+    s = zt_jobs_submit_by(c->srv->jm, spec_json, req->idempotency_key,
+                          zt_submitter_of(&c->who, &by), &info);
     free(spec_json);
     reply_job(c, s, &info, "spec", NULL);
 }
@@ -143,6 +152,22 @@ static void handle_cancel(call *c, ProtobufCMessage *m) {
     }
     zt_job_info info;
     memset(&info, 0, sizeof info);
+    /* Below admin, a token cancels only the jobs it submitted; who submitted a job never
+     * changes, so checking first is no race. */
+    if (c->who.scope < ZT_SCOPE_ADMIN) {
+        zt_status s = zt_jobs_get(c->srv->jm, req->id, &info);
+        char text[300];
+        bool own = s == ZT_OK && zt_submitted_by(&info, &c->who, text, sizeof text);
+        zt_job_info_free(&info);
+        if (s != ZT_OK) {
+            reply_job(c, s, &info, NULL, req->id);
+            return;
+        }
+        if (!own) {
+            zt_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, text);
+            return;
+        }
+    }
     zt_status s = zt_jobs_cancel(c->srv->jm, req->id, req->force, req->grace_seconds, &info);
     reply_job(c, s, &info, NULL, req->id);
 }
@@ -270,15 +295,19 @@ static zt_status pack_event(const call *c, const zt_job_event *ev, grpc_byte_buf
 }
 
 /* The watch callback: runs with the manager's lock held, on whichever thread produced the
- * event (or without it on this queue's thread, replaying a history from the store inside
- * zt_jobs_watch). It packs, queues and kicks; nothing here may block or call into the
- * manager. */
+ * event, or without it on the thread registering the watch, replaying a history from the store
+ * inside zt_jobs_watch (ev->may_block). It packs, queues and kicks, and never calls into the
+ * manager; only a may_block event waits, for the client to take what is queued. */
 static void on_job_event(void *ctx, const zt_job_event *ev) {
     call *c = ctx;
     grpc_byte_buffer *bb = NULL;
     zt_status s = pack_event(c, ev, &bb);
     bool terminal = ev->kind == ZT_EVENT_STATE && zt_job_state_terminal(ev->job->state);
+    size_t len = bb ? grpc_byte_buffer_length(bb) : 0;
     pthread_mutex_lock(&c->mu);
+    while (ev->may_block && c->head && c->queued_bytes + len > REPLAY_WINDOW && !c->closed &&
+           !c->broken && !c->finishing)
+        pthread_cond_wait(&c->room, &c->mu);
     if (s != ZT_OK)
         zt_call_finish_locked(c, GRPC_STATUS_INTERNAL, zt_last_error());
     if (bb)
@@ -301,11 +330,17 @@ static void start_watch(call *c, const char *id, int what, int64_t from_step, in
     zt_api_error *e = s != ZT_OK ? malloc(sizeof *e) : NULL;
     if (e)
         zt_api_error_from_status(e, s, zt_last_error(), NULL, id);
-    c->watch = s == ZT_OK ? w : NULL;
     pthread_mutex_lock(&c->mu);
     c->replaying = false;
     bool end = s == ZT_OK && c->terminal_seen;
+    /* A call that closed while its history was replayed is not watched any more: its watch is
+     * removed here, as the queue's thread found none to remove. */
+    bool gone = s == ZT_OK && c->closed;
+    if (s == ZT_OK && !gone)
+        c->watch = w;
     pthread_mutex_unlock(&c->mu);
+    if (gone)
+        zt_jobs_unwatch(c->srv->jm, w);
     if (e)
         zt_call_finish_error(c, e);
     else if (s != ZT_OK)

@@ -12,6 +12,9 @@
  * Unary methods run to completion on the queue's thread, except SubmitJob: it reads the job's
  * files, and a file system may be slow (or a path a FIFO), so it runs on a thread of its own
  * and the queue keeps serving Health, GetJob and the rest meanwhile (off_queue below).
+ * WatchJob registers its watch on a thread of its own too: the history it replays from the
+ * state file is paged out as the client reads (that thread waits while a window is queued), so
+ * an unread stream holds a window of it rather than all of it.
  * WatchJob and StreamLogs -f register a
  * job-manager watch whose callback runs on other threads with the manager's lock held: it only
  * packs the event and queues it under the call's mutex. Lock order is manager -> call, so no
@@ -36,6 +39,9 @@
 
 /* SubmitJobs checked at once on their own threads; one more is answered RESOURCE_EXHAUSTED. */
 #define MAX_OFF_QUEUE 16
+/* WatchJobs replaying a history at once, each on a thread of its own that waits while its
+ * client does not read; one more is answered RESOURCE_EXHAUSTED. */
+#define MAX_OFF_QUEUE_WATCHES 256
 /* Requests kept posted per method: a burst of new calls beyond this waits for a re-arm, which
  * happens as soon as each one arrives. */
 #define POSTED_PER_METHOD 4
@@ -155,6 +161,7 @@ void zt_call_finish_locked(call *c, grpc_status_code code, const char *text) {
     if (code != GRPC_STATUS_OK)
         drop_queue_locked(c);
     kick_locked(c);
+    pthread_cond_broadcast(&c->room);
 }
 
 void zt_call_finish(call *c, grpc_status_code code, const char *text) {
@@ -316,6 +323,7 @@ static void call_free(call *c) {
     if (c->call)
         grpc_call_unref(c->call);
     free(c->status_text);
+    pthread_cond_destroy(&c->room);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -336,6 +344,7 @@ static void post_request(zt_grpc_server *s, method_id m) {
     c->t_close = (tag){TAG_CLOSE, c};
     c->t_recv = (tag){TAG_RECV, c};
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->room, NULL);
     grpc_metadata_array_init(&c->md);
     grpc_call_error e;
     if (m == M_UNKNOWN) {
@@ -356,14 +365,15 @@ static void post_request(zt_grpc_server *s, method_id m) {
     }
 }
 
-/* The scope a method needs: the queries read, SubmitJob submit, everything else admin (a
- * method added later is admin's until it is said to be a query). */
+/* The scope a method needs: the queries read, SubmitJob and CancelJob submit (a submit token
+ * cancels only its own jobs: grpc_methods.c checks), everything else admin (a method added
+ * later is admin's until it is said to be a query). */
 static zt_scope scope_needed(method_id m) {
     switch (m) {
     case M_GET: case M_LIST: case M_WATCH: case M_METRICS: case M_LOGS: case M_HEALTH:
     case M_UNKNOWN:
         return ZT_SCOPE_READ;
-    case M_SUBMIT:
+    case M_SUBMIT: case M_CANCEL:
         return ZT_SCOPE_SUBMIT;
     default:
         return ZT_SCOPE_ADMIN;
@@ -372,10 +382,13 @@ static zt_scope scope_needed(method_id m) {
 
 /* Whether the call's token allows its method; if not, the call is finished. */
 static bool authorized(call *c) {
-    if (!c->srv->tokens)
+    if (!c->srv->tokens) {
+        c->who = (zt_auth_caller){.scope = ZT_SCOPE_ADMIN};
         return true;
+    }
     char *header = zt_grpc_metadata_find(&c->md, "authorization");
-    zt_scope have = zt_auth_scope(c->srv->tokens, header);
+    c->who = zt_auth_who(c->srv->tokens, header);
+    zt_scope have = c->who.scope;
     free(header);
     zt_scope need = scope_needed(c->method);
     if (have == ZT_SCOPE_NONE) {
@@ -424,7 +437,7 @@ static void dispatch(call *c) {
                              why[0] ? why : c->payload ? text : "the request has no message");
         return;
     }
-    if (c->method == M_SUBMIT) {
+    if (c->method == M_SUBMIT || c->method == M_WATCH) {
         if (!off_queue(c, req))
             protobuf_c_message_free_unpacked(req, NULL);
         return;
@@ -439,6 +452,11 @@ typedef struct {
     call *c;
     ProtobufCMessage *req;
 } off_work;
+
+/* The count of off-queue threads that c's method counts against (off_mu held). */
+static int *off_count(zt_grpc_server *s, method_id m) {
+    return m == M_WATCH ? &s->off_watching : &s->off_running;
+}
 
 static void *off_queue_main(void *arg) {
     off_work *w = arg;
@@ -456,7 +474,7 @@ static void *off_queue_main(void *arg) {
      * told to free it (n_calls and call_free are that thread's alone). */
     bool orphan = c->closed && c->pending == 0;
     pthread_mutex_unlock(&c->mu);
-    s->off_running--;
+    *off_count(s, c->method) -= 1;
     if (orphan) {
         c->next_done = s->off_done;
         s->off_done = c;
@@ -468,15 +486,18 @@ static void *off_queue_main(void *arg) {
 /* Hands req to a new detached thread that runs the handler; false when none could start. */
 static bool off_queue(call *c, ProtobufCMessage *req) {
     zt_grpc_server *s = c->srv;
+    bool watch = c->method == M_WATCH;
+    int max = watch ? MAX_OFF_QUEUE_WATCHES : MAX_OFF_QUEUE;
     pthread_mutex_lock(&s->off_mu);
-    bool room = s->off_running < MAX_OFF_QUEUE;
+    bool room = *off_count(s, c->method) < max;
     if (room)
-        s->off_running++;
+        *off_count(s, c->method) += 1;
     pthread_mutex_unlock(&s->off_mu);
     if (!room) {
         char text[160];
-        snprintf(text, sizeof text, "ztraind is already checking %d submitted jobs; try again "
-                 "shortly", MAX_OFF_QUEUE);
+        snprintf(text, sizeof text, "ztraind is already %s %d %s; try again shortly",
+                 watch ? "replaying" : "checking", max,
+                 watch ? "watched histories" : "submitted jobs");
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, text);
         return false;
     }
@@ -500,7 +521,7 @@ static bool off_queue(call *c, ProtobufCMessage *req) {
         c->held = false;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_lock(&s->off_mu);
-        s->off_running--;
+        *off_count(s, c->method) -= 1;
         pthread_mutex_unlock(&s->off_mu);
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind cannot start a thread for "
                        "this call");
@@ -554,11 +575,19 @@ static void on_new_call(zt_grpc_server *s, call *c, bool ok) {
 
 static void on_call_tag(tag *t, bool ok) {
     call *c = t->c;
-    if (t->kind == TAG_CLOSE && c->watch) {
+    if (t->kind == TAG_CLOSE) {
+        /* Closed first, so that a replay waiting for room gives up and a watch registered
+         * from now on is removed by its own thread (grpc_methods.c, start_watch). */
+        pthread_mutex_lock(&c->mu);
+        c->closed = true;
+        zt_job_watch *w = c->watch;
+        c->watch = NULL;
+        pthread_cond_broadcast(&c->room);
+        pthread_mutex_unlock(&c->mu);
         /* Outside c->mu: unwatch takes the manager's lock, which callbacks hold while they
          * take c->mu. Once it returns no callback touches c again. */
-        zt_jobs_unwatch(c->srv->jm, c->watch);
-        c->watch = NULL;
+        if (w)
+            zt_jobs_unwatch(c->srv->jm, w);
     }
     if (t->kind == TAG_RECV)
         on_received(c, ok);
@@ -575,6 +604,7 @@ static void on_call_tag(tag *t, bool ok) {
             drop_queue_locked(c);
         else
             kick_locked(c);
+        pthread_cond_broadcast(&c->room);
     } else if (t->kind == TAG_CLOSE) {
         c->closed = true;
         drop_queue_locked(c);

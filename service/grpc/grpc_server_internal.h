@@ -14,6 +14,7 @@
 
 #include "grpc_server.h"
 #include "api/api_error.h"
+#include "api/auth.h"
 #include "daemon/job_manager.h"
 #include "ztrain/status.h"
 
@@ -56,7 +57,8 @@ struct zt_grpc_server {
     /* Calls served off the queue's thread (grpc_server.c, off_queue): how many run now, and
      * those that ended while their handler still held them, freed by the queue's thread. */
     pthread_mutex_t off_mu;
-    int off_running;
+    int off_running;      /* SubmitJob checks */
+    int off_watching;     /* WatchJob replays */
     call *off_done;
 };
 
@@ -71,11 +73,18 @@ struct call {
     grpc_call_details details;     /* M_UNKNOWN: the method's name */
     tag t_new, t_send, t_status, t_close, t_recv;
     int cancelled;                 /* written by RECV_CLOSE_ON_SERVER */
-    zt_job_watch *watch;           /* touched on the queue's thread only */
+    /* The caller's token (scope ADMIN and no identity when the server takes no tokens). */
+    zt_auth_caller who;
 
     /* Everything below is shared with watch callbacks and guarded by mu, which also serialises
      * grpc_call_start_batch on this call. */
     pthread_mutex_t mu;
+    /* Signalled when a message has gone out or the call ended: a replay waiting for its client
+     * to read (on_job_event, WatchJob) may go on. */
+    pthread_cond_t room;
+    /* Set by whichever thread registered it; removed by the queue's thread when the call
+     * closes, or by the registering thread when the call closed first. */
+    zt_job_watch *watch;
     int pending;                   /* batches started whose tags have not come back */
     bool md_sent;                  /* initial metadata went out (with the first batch) */
     bool sending;                  /* a SEND_MESSAGE is in flight: at most one at a time */

@@ -119,20 +119,22 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     }
 }
 
-/* The scope of the request's token (ZT_SCOPE_ADMIN when the server has none). */
-static zt_scope request_scope(const zt_http_server *s, struct MHD_Connection *c) {
+zt_auth_caller zt_http_caller(const zt_http_server *s, struct MHD_Connection *c) {
     if (!s->tokens)
-        return ZT_SCOPE_ADMIN;
+        return (zt_auth_caller){.scope = ZT_SCOPE_ADMIN};
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return zt_auth_scope(s->tokens, h);
+    return zt_auth_who(s->tokens, h);
 }
 
-/* The scope a request needs: reading is read's, submitting a job submit's, anything else
- * (cancel, and whatever comes later) admin's. */
+/* The scope a request needs: reading is read's, submitting a job and cancelling one submit's
+ * (a submit token cancels only its own jobs: http_jobs.c checks), anything else (whatever comes
+ * later) admin's. */
 static zt_scope scope_needed(const char *method, const char *url, bool get) {
     if (get)
         return ZT_SCOPE_READ;
-    if (!strcmp(method, "POST") && !strcmp(url, "/api/v1/jobs"))
+    size_t n = strlen(url);
+    if (!strcmp(method, "POST") && (!strcmp(url, "/api/v1/jobs") ||
+        (starts_with(url, "/api/v1/jobs/") && n > 7 && !strcmp(url + n - 7, "/cancel"))))
         return ZT_SCOPE_SUBMIT;
     return ZT_SCOPE_ADMIN;
 }
@@ -157,7 +159,7 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool api = starts_with(url, "/api/");
     if (api || !strcmp(url, "/metrics")) {
-        zt_scope have = request_scope(s, c);
+        zt_scope have = zt_http_caller(s, c).scope;
         if (have == ZT_SCOPE_NONE && is_events_url(url))
             have = zt_http_events_token_scope(s, c);
         zt_scope need = scope_needed(method, url, get);

@@ -187,6 +187,9 @@ enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c, 
 /* The scope of the token the request carries as ?access_token=, which the event stream takes
  * in place of the Authorization header (EventSource sets no headers). */
 zt_scope zt_http_events_token_scope(const zt_http_server *s, struct MHD_Connection *c);
+/* Who the request's bearer token is (http_api.c): scope ADMIN and no identity when the server
+ * takes no tokens, scope NONE when the header names none of them. */
+zt_auth_caller zt_http_caller(const zt_http_server *s, struct MHD_Connection *c);
 /* Ends every live stream and refuses new ones, so that MHD can join their threads. */
 void zt_http_events_stop_all(zt_http_server *s);
 

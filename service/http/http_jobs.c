@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "http_internal.h"
+#include "api/submitter.h"
 #include "ztrain/json_util.h"
 #include "ztrain/checkpoint.h"
 
@@ -187,6 +188,19 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     if (!parse_cancel_body(body, &force, &grace, err, sizeof err))
         return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
     zt_job_info info;
+    /* Below admin, a token cancels only the jobs it submitted; who submitted a job never
+     * changes, so checking first is no race. */
+    zt_auth_caller who = zt_http_caller(s, c);
+    if (who.scope < ZT_SCOPE_ADMIN) {
+        zt_status st = zt_jobs_get(s->jm, id, &info);
+        if (st != ZT_OK)
+            return zt_http_send_status(c, st, id);
+        char text[300];
+        bool own = zt_submitted_by(&info, &who, text, sizeof text);
+        zt_job_info_free(&info);
+        if (!own)
+            return zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "%s", text);
+    }
     zt_status st = zt_jobs_cancel(s->jm, id, force, grace, &info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);

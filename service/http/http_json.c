@@ -456,6 +456,8 @@ void zt_json_job_open(zt_jbuf *b, const zt_job_info *j, int64_t now_ms) {
     member_str(b, "run_dir", j->run_dir ? j->run_dir : "");
     member_str(b, "checkpoint_dir", j->checkpoint_dir ? j->checkpoint_dir : "");
     member_str(b, "idempotency_key", j->idempotency_key ? j->idempotency_key : "");
+    member_str(b, "submitter", j->submitter.identity);
+    member_str(b, "submitter_scope", j->submitter.scope);
     /* The manager stores the spec as JSON text it produced itself; splicing it avoids a parse
      * and a print per response. */
     zt_json_key(b, "spec");

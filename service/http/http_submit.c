@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/job_proto.h"
+#include "api/submitter.h"
 #include "http_internal.h"
 
 static enum MHD_Result bad(struct MHD_Connection *c, const char *msg) {
@@ -69,8 +70,10 @@ enum MHD_Result zt_http_jobs_submit(zt_http_server *s, struct MHD_Connection *c,
         st = zt_job_proto_spec_to_json(msg, &spec_json);
     zt_job_info info;
     memset(&info, 0, sizeof info);
+    zt_auth_caller who = zt_http_caller(s, c);
+    zt_submitter by;
     if (st == ZT_OK)
-        st = zt_jobs_submit(s->jm, spec_json, k, &info);
+        st = zt_jobs_submit_by(s->jm, spec_json, k, zt_submitter_of(&who, &by), &info);
     free(spec_text);
     free(spec_json);
     if (msg)

@@ -134,20 +134,22 @@ static int shared_entries(zt_rank_env *e, char *const *env, char **set) {
     if (passive && !inherited_value(s, env, "OMP_WAIT_POLICY"))
         set[n++] = own(e, "OMP_WAIT_POLICY=PASSIVE");
     set[n++] = own(e, "ZTRAIN_RUN_ID=%s", s->run_id);
+    /* A fresh secret per group, under either identity: the rendezvous store rank 0 serves at
+     * MASTER_PORT answers only ranks that know it (engine/comm/tcp_store.h), not any process
+     * of the host, nor (Slurm) of the other nodes. srun hands its environment to every task,
+     * so all the ranks of a Slurm group get the same one. */
+    unsigned char rnd[16];
+    char hex[33];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return -1;
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    set[n++] = own(e, "ZTRAIN_RDZV_SECRET=%s", hex);
     if (s->identity == ZT_RANK_ID_TORCHRUN) {
         set[n++] = own(e, "WORLD_SIZE=%d", s->world_size);
         set[n++] = own(e, "LOCAL_WORLD_SIZE=%d", s->world_size);
         set[n++] = own(e, "MASTER_ADDR=%s", s->master_addr);
         set[n++] = own(e, "MASTER_PORT=%d", s->master_port);
-        /* A fresh secret per group: the rendezvous store rank 0 serves at MASTER_PORT answers
-         * only ranks that know it (engine/comm/tcp_store.h), not any local process. */
-        unsigned char rnd[16];
-        char hex[33];
-        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-            return -1;
-        for (int i = 0; i < 16; i++)
-            snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
-        set[n++] = own(e, "ZTRAIN_RDZV_SECRET=%s", hex);
         /* Lets a worker ask for SIGTERM when its parent dies (PR_SET_PDEATHSIG), so that even a
          * SIGKILLed launcher leaves no rank behind. */
         set[n++] = own(e, "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());

@@ -34,10 +34,12 @@ typedef enum {
 typedef enum {
     /* Set here, per rank, in torchrun's variables: RANK, LOCAL_RANK, WORLD_SIZE,
      * LOCAL_WORLD_SIZE (every rank is on this host), MASTER_ADDR, MASTER_PORT, and
-     * ZTRAIN_LAUNCHER_PID (this process: a rank asks for SIGTERM when its parent dies). */
+     * ZTRAIN_LAUNCHER_PID (this process: a rank asks for SIGTERM when its parent dies). Under
+     * either identity the group gets a fresh ZTRAIN_RDZV_SECRET, its rendezvous store's. */
     ZT_RANK_ID_TORCHRUN = 1,
     /* One srun starts every rank and gives each Slurm's identity (SLURM_PROCID, ...). What is
-     * built is srun's one environment: no torchrun variable, no ZTRAIN_LAUNCHER_PID (a task's
+     * built is srun's one environment (ZTRAIN_RDZV_SECRET included, so every task has the
+     * group's secret): no torchrun variable, no ZTRAIN_LAUNCHER_PID (a task's
      * parent is slurmstepd), and SLURM_CONF passed on under either policy so that srun finds
      * the cluster. No per-rank part: a Slurm group is not started with zt_rank_spawn. */
     ZT_RANK_ID_SLURM,

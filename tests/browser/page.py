@@ -42,12 +42,12 @@ def wait_until(fn, timeout, poll=0.05):
         time.sleep(poll)
 
 
-def start_browser(size=LAPTOP):
-    """Headless Chromium keeping its console log; a page that does not load fails within the
-    test's time (60 s) rather than after it."""
+def start_browser(size=LAPTOP, extra=()):
+    """Headless Chromium keeping its console log (extra: more command-line switches); a page
+    that does not load fails within the test's time (60 s) rather than after it."""
     o = webdriver.ChromeOptions()
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              f"--window-size={size[0]},{size[1]}"):
+              f"--window-size={size[0]},{size[1]}", *extra):
         o.add_argument(a)
     o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)

@@ -4,14 +4,23 @@
   a. read: Health, ListJobs, GetJob, WatchJob, GetMetrics; GET /api/v1/jobs, /metrics (the
      Prometheus scrape), /events with ?access_token=. SubmitJob and CancelJob are
      PERMISSION_DENIED naming the token's scope and the one needed; POST .../cancel is 403.
-  b. submit: SubmitJob is taken; CancelJob is PERMISSION_DENIED (admin's), POST .../cancel 403.
-  c. admin: CancelJob and POST .../cancel work.
+  b. submit: SubmitJob is taken, and the job records its submitter: "sha256:" and the first 16
+     hex digits of the token's SHA-256 (computed here with hashlib) and the scope, over gRPC and
+     HTTP, also after ztraind restarts. A submit token cancels its own jobs (CancelJob, POST
+     .../cancel) but not another submit token's nor an admin's: PERMISSION_DENIED / 403 saying
+     it may cancel only the jobs it submitted; read's CancelJob is PERMISSION_DENIED naming
+     submit as the scope needed.
+  c. admin: CancelJob and POST .../cancel work on any job.
+  f. A state file from before jobs recorded their submitter (the columns dropped here) is
+     upgraded: its jobs have none, and only an admin cancels them.
   d. no token or an unknown one: UNAUTHENTICATED / 401; a token alone on its line is admin (the
      one-token file of before); '#' lines are comments.
   e. A token file with an unknown scope, or a line with more than a token and a scope, stops
      ztraind with status 1 and a message naming the file and line."""
+import hashlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import urllib.error
@@ -26,6 +35,11 @@ import grpc  # noqa: E402
 pb, rpc, hpb, hrpc = stubs()
 ck = Checker()
 READ, SUBMIT, ADMIN, OLD = "r" * 24 + "1", "s" * 24 + "2", "a" * 24 + "3", "o" * 24 + "4"
+SUBMIT2 = "t" * 24 + "5"
+
+
+def identity(token):
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 def md(token):
@@ -56,7 +70,8 @@ def http(d, method, path, token=None):
 tmp = temp_dir("ztrain-roles-")
 token_file = os.path.join(tmp, "tokens")
 with open(token_file, "w") as f:
-    f.write(f"# dashboards and Prometheus\n{READ} read\n\n{SUBMIT} submit\n{ADMIN}   admin\n{OLD}\n")
+    f.write(f"# dashboards and Prometheus\n{READ} read\n\n{SUBMIT} submit\n{ADMIN}   admin\n{OLD}\n"
+            f"{SUBMIT2} submit\n")
 os.chmod(token_file, 0o600)
 
 with Daemon(BUILD, tmp, max_ranks=1, extra_args=["--token-file", token_file]) as d:
@@ -70,6 +85,9 @@ with Daemon(BUILD, tmp, max_ranks=1, extra_args=["--token-file", token_file]) as
              f"a: read cannot SubmitJob: {code} {text}")
     j = stub.SubmitJob(submit_req, metadata=md(SUBMIT), timeout=30)
     ck.check(bool(j.id), "b: submit submits a job")
+    # Queued behind j (max_ranks 1): another submit token's job and an admin's.
+    k = stub.SubmitJob(submit_req, metadata=md(SUBMIT2), timeout=30)
+    m = stub.SubmitJob(submit_req, metadata=md(ADMIN), timeout=30)
     wait_step(d, j.id, 1, timeout=120)
     reads = {
         "Health": lambda: health.Check(hpb.HealthCheckRequest(), metadata=md(READ), timeout=10),
@@ -91,14 +109,36 @@ with Daemon(BUILD, tmp, max_ranks=1, extra_args=["--token-file", token_file]) as
         ck.check(r.status == 200 and b"event: job" in r.read(200),
                  "a: read opens the event stream with ?access_token=")
 
-    for token, name in ((READ, "read"), (SUBMIT, "submit")):
-        code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=j.id),
-                                                      metadata=md(token), timeout=10))
-        ck.check(code == "PERMISSION_DENIED" and f"scope is {name}" in text and
-                 "needs admin" in text, f"{name} cannot CancelJob: {code} {text}")
-        status, body = http(d, "POST", f"/api/v1/jobs/{j.id}/cancel", token)
-        ck.check(status == 403 and f"scope is {name}" in body,
-                 f"{name}: POST .../cancel is 403: {status} {body[:160]}")
+    def submitter(job_id):
+        g = stub.GetJob(pb.GetJobRequest(id=job_id), metadata=md(READ), timeout=10)
+        req = urllib.request.Request(f"{d.http_url}/api/v1/jobs/{job_id}",
+                                     headers={"Authorization": f"Bearer {READ}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            h = json.load(r)
+        return (g.submitter, g.submitter_scope), (h.get("submitter"), h.get("submitter_scope"))
+
+    for job, token, scope in ((j, SUBMIT, "submit"), (k, SUBMIT2, "submit"), (m, ADMIN, "admin")):
+        want = (identity(token), scope)
+        got = submitter(job.id)
+        ck.check(got == (want, want), f"b: {job.id} records its submitter {want} (gRPC, HTTP: {got})")
+
+    code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=j.id), metadata=md(READ),
+                                                  timeout=10))
+    ck.check(code == "PERMISSION_DENIED" and "scope is read" in text and "needs submit" in text,
+             f"b: read cannot CancelJob: {code} {text}")
+    status, body = http(d, "POST", f"/api/v1/jobs/{j.id}/cancel", READ)
+    ck.check(status == 403 and "scope is read" in body, f"b: read: POST .../cancel is 403: {status}")
+    for other, whose in ((k, "another submit token's"), (m, "an admin's")):
+        code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=other.id),
+                                                      metadata=md(SUBMIT), timeout=10))
+        ck.check(code == "PERMISSION_DENIED" and "only the jobs it submitted" in text and
+                 other.id in text, f"b: submit cannot CancelJob {whose} job: {code} {text}")
+        status, body = http(d, "POST", f"/api/v1/jobs/{other.id}/cancel", SUBMIT)
+        ck.check(status == 403 and "only the jobs it submitted" in body,
+                 f"b: submit: POST .../cancel of {whose} job is 403: {status} {body[:160]}")
+    code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=j.id), metadata=md(SUBMIT),
+                                                  timeout=10))
+    ck.check(code == "OK", f"b: submit may CancelJob its own job ({code} {text})")
 
     for token, what in ((None, "no token"), ("nope-" + "x" * 20, "an unknown token")):
         code, text = grpc_code(lambda: stub.ListJobs(pb.ListJobsRequest(), metadata=md(token),
@@ -106,11 +146,43 @@ with Daemon(BUILD, tmp, max_ranks=1, extra_args=["--token-file", token_file]) as
         status, _ = http(d, "GET", "/api/v1/jobs", token)
         ck.check(code == "UNAUTHENTICATED" and status == 401, f"d: {what}: {code}, HTTP {status}")
 
-    status, body = http(d, "POST", f"/api/v1/jobs/{j.id}/cancel", OLD)
+    # The submitter is part of the job's record: a restarted daemon still knows it (k and m
+    # stayed queued), and the submit token still cancels its own job.
+    d.restart()
+    stub = d.stub()
+    got = submitter(k.id)
+    ck.check(got == ((identity(SUBMIT2), "submit"),) * 2,
+             f"b: after a restart {k.id} still records its submitter ({got})")
+    status, body = http(d, "POST", f"/api/v1/jobs/{k.id}/cancel", SUBMIT2)
+    state = stub.GetJob(pb.GetJobRequest(id=k.id), metadata=md(READ), timeout=10).state
+    ck.check(status == 200 and state == pb.JOB_STATE_CANCELLED,
+             f"b: submit: POST .../cancel of its own queued job after a restart: {status}, "
+             f"{pb.JobState.Name(state)}")
+    status, body = http(d, "POST", f"/api/v1/jobs/{m.id}/cancel", OLD)
     ck.check(status == 200, f"c/d: a token alone on its line is admin: POST cancel {status}")
     code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=j.id), metadata=md(ADMIN),
                                                   timeout=10))
-    ck.check(code == "OK", f"c: admin may CancelJob ({code} {text})")
+    ck.check(code == "OK", f"c: admin may CancelJob any job ({code} {text})")
+
+    # A state file from before jobs recorded their submitter: ztraind adds the columns, empty,
+    # and such a job is nobody's: a submit token may not cancel it, an admin may.
+    n = stub.SubmitJob(submit_req, metadata=md(SUBMIT), timeout=30)
+    d.stop()
+    db = sqlite3.connect(os.path.join(d.state_dir, "ztraind.db"))
+    db.executescript("ALTER TABLE jobs DROP COLUMN submitter;"
+                     "ALTER TABLE jobs DROP COLUMN submitter_scope;")
+    db.close()
+    d.start()
+    stub = d.stub()
+    got = submitter(n.id)
+    code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=n.id), metadata=md(SUBMIT),
+                                                  timeout=10))
+    ck.check(got == (("", ""),) * 2 and code == "PERMISSION_DENIED" and "no recorded token" in text,
+             f"f: a job of an older state file has no submitter ({got}) and submit cannot cancel "
+             f"it: {code} {text}")
+    code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=n.id), metadata=md(ADMIN),
+                                                  timeout=10))
+    ck.check(code == "OK", f"f: admin cancels it ({code} {text})")
 
 for content, where in ((f"{READ} read\n{SUBMIT} owner\n", ":2: unknown scope 'owner'"),
                        (f"{READ} read extra\n", ":1: 'extra' after the scope"),

@@ -9,7 +9,11 @@ host, n2 in a network namespace of its own (cluster.py), driven over gRPC and HT
      those of the same job on a second ztraind with the local launcher (shared memory);
   b. examples/slurm/ztrain.sbatch runs the same job with sbatch (no ztraind), same losses;
   c. a graceful cancel of a running job: CANCELLED with a checkpoint (DONE), every rank exited
-     130, no Slurm job and no ztrain-worker left;
+     130, no Slurm job and no ztrain-worker left; before it, while the job runs: every rank's
+     environment holds the same rendezvous secret (32 hex digits, ZTRAIN_RDZV_SECRET, fresh per
+     job as under the local launcher), and rank 0's store at the address and port its log names
+     drops a client that does not send it (a GET of "world" alone, or AUTH with another secret)
+     and answers one that does;
   d. SIGKILL to one task (rank 2, on n2, by the pid it reported): FAILED naming the rank, the
      node and the signal, nothing left;
   e. `scancel` from outside ztraind: CANCELLED, the reason says Slurm cancelled it, checkpoint;
@@ -25,7 +29,10 @@ Every daemon it starts is stopped at the end, also when a check or the setup fai
     /usr/bin/python3 tests/slurm/test_slurm.py [BUILD_DIR]     (root; `make test-slurm`)"""
 import json
 import os
+import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -218,10 +225,64 @@ def running(sd, job_id):
     return j if ok else None
 
 
+def store_ask(host, port, secret):
+    """The status byte of rank 0's store's reply to a GET of "world" (after AUTH with secret when
+    there is one), or None when the store closed the connection instead. The frames are
+    engine/comm/tcp_store.h's: op, key length (4 bytes), key, an 8-byte argument, big-endian."""
+    def frame(op, key):
+        return struct.pack(">BI", op, len(key)) + key + struct.pack(">Q", 0)
+
+    def reply(s):
+        head = b""
+        while len(head) < 9:
+            got = s.recv(9 - len(head))
+            if not got:
+                return None
+            head += got
+        status, n = struct.unpack(">BQ", head)
+        while n > 0:
+            got = s.recv(min(n, 4096))
+            if not got:
+                return None
+            n -= len(got)
+        return status
+
+    try:
+        with socket.create_connection((host, port), timeout=10) as s:
+            if secret is not None:
+                s.sendall(frame(4, secret.encode()))
+                if reply(s) != 0:
+                    return None
+            s.sendall(frame(2, b"world"))
+            return reply(s)
+    except (ConnectionResetError, BrokenPipeError):
+        return None
+
+
+def check_rdzv_secret(sd, j):
+    secrets = set()
+    for r in j.ranks:
+        env = dict(e.split(b"=", 1) for e in read_proc(r.pid, "environ").split(b"\0") if b"=" in e)
+        secrets.add(env.get(b"ZTRAIN_RDZV_SECRET", b"").decode())
+    secret = next(iter(secrets))
+    c.check(len(secrets) == 1 and re.fullmatch("[0-9a-f]{32}", secret),
+            f"c: the {len(j.ranks)} ranks share one rendezvous secret of 32 hex digits "
+            f"({len(secrets)} distinct, {len(secret)} characters)")
+    said = [l["text"] for l in job_log(sd, j.id) if l["rank"] == 0 and "rendezvous at " in l["text"]]
+    if not c.check(said, "c: rank 0 logs where its rendezvous store is"):
+        return
+    host, port = said[0].rsplit("rendezvous at ", 1)[1].strip().rsplit(":", 1)
+    bare, wrong, right = (store_ask(host, int(port), x) for x in (None, "0" * 32, secret))
+    c.check(bare is None and wrong is None and right == 0,
+            f"c: rank 0's store at {host}:{port} drops a client without the secret ({bare}) or "
+            f"with another ({wrong}), and answers the job's (status {right})")
+
+
 def case_cancel(cluster, sd):
     j = running(sd, long_job(sd, "c-cancel").id)
     if not j:
         return
+    check_rdzv_secret(sd, j)
     t = time.monotonic()
     cancel(sd, j.id)
     j = wait_state(sd, j.id, {"CANCELLED", "FAILED", "SUCCEEDED"}, timeout=60)

@@ -145,8 +145,9 @@ static void whitelist_policy(void) {
     zt_rank_env_free(&e);
 }
 
-/* srun's environment: the whitelist plus SLURM_CONF, the run id and the metrics endpoint, and
- * no torchrun identity (the tasks take Slurm's). */
+/* srun's environment: the whitelist plus SLURM_CONF, the run id, the metrics endpoint and the
+ * group's rendezvous secret (fresh per group, as under the local launcher), and no torchrun
+ * identity (the tasks take Slurm's). */
 static void slurm_identity(void) {
     const char *extra[] = {"ZTRAIN_METRICS_ADDR=n0:4000", "ZTRAIN_METRICS_TOKEN=abc",
                            "ZTRAIN_REPORT_PLACEMENT=1", NULL};
@@ -159,7 +160,11 @@ static void slurm_identity(void) {
               "NCCL_DEBUG=INFO", "CUDA_VISIBLE_DEVICES=7", "SLURM_CONF=/etc/slurm.conf",
               "OMP_NUM_THREADS=1", "ZTRAIN_RUN_ID=ztraind-job-000002",
               "ZTRAIN_METRICS_ADDR=n0:4000", "ZTRAIN_METRICS_TOKEN=abc",
-              "ZTRAIN_REPORT_PLACEMENT=1");
+              "ZTRAIN_REPORT_PLACEMENT=1", SECRET_ANY);
+    zt_rank_env again;
+    CHECK(zt_rank_env_init(&again, &spec) == ZT_OK);
+    CHECK(strcmp(secret_of(e.envp), secret_of(again.envp)) != 0);
+    zt_rank_env_free(&again);
     zt_rank_env_free(&e);
 }
 

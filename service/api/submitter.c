@@ -1,0 +1,28 @@
+/* Who submitted a job, and who may cancel it (submitter.h). */
+#include "submitter.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const zt_submitter *zt_submitter_of(const zt_auth_caller *who, zt_submitter *out) {
+    if (!who->identity[0])
+        return NULL;
+    memset(out, 0, sizeof *out);
+    snprintf(out->identity, sizeof out->identity, "%s", who->identity);
+    snprintf(out->scope, sizeof out->scope, "%s", zt_scope_name(who->scope));
+    return out;
+}
+
+bool zt_submitted_by(const zt_job_info *job, const zt_auth_caller *who, char *text, size_t size) {
+    if (who->scope >= ZT_SCOPE_ADMIN)
+        return true;
+    /* A job without a recorded submitter (from before jobs recorded one) is nobody's: only an
+     * admin cancels it. */
+    if (who->scope == ZT_SCOPE_SUBMIT && who->identity[0] &&
+        strcmp(job->submitter.identity, who->identity) == 0)
+        return true;
+    snprintf(text, size, "this token's scope is %s; it may cancel only the jobs it submitted, "
+             "and %s was submitted by %s: cancelling it needs admin", zt_scope_name(who->scope),
+             job->id, job->submitter.identity[0] ? "another token" : "no recorded token");
+    return false;
+}
