@@ -198,6 +198,15 @@ zt_status zt_backend_create(zt_backend **out, zt_device device, const zt_backend
         return zt_backend_cpu_create(out, opts);
     case ZT_DEVICE_CUDA:
 #ifdef ZT_CUDA_LOADER
+        /* A build with only the emulated device has no CUDA backend unless the environment
+         * asks for the emulator: the same answer as a build without either. */
+        if (!cuda_module_possible())
+            return zt_error(ZT_ERR_INVALID, "device \"cuda\": %s",
+                            cuda_module_error[0] ? cuda_module_error
+                                                 : "this build has no CUDA backend (configure "
+                                                   "with -DZT_CUDA=ON on a machine with the CUDA "
+                                                   "toolkit); only the emulated device, with "
+                                                   "ZTRAIN_CUDA_EMU=1");
         return zt_backend_cuda_create(out, opts);
 #else
         return zt_error(ZT_ERR_INVALID,
