@@ -7,7 +7,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 
 .PHONY: all build deps deps-build demo test test-sanitize test-fuzz test-container test-slurm test-soak bench
-.PHONY: test-multihost package test-package install
+.PHONY: test-multihost test-deepspeed package test-package install
 .PHONY: clean
 
 all: build
@@ -97,6 +97,14 @@ test-multihost:
 	./scripts/install-deps.sh build multihost
 	$(MAKE) build
 	/usr/bin/python3 tests/multihost/test_multihost.py $(BUILD)
+
+# Ten masked SFT steps in real DeepSpeed (CPU accelerator, two gloo ranks, transformers 5's Llama)
+# and in ztrain on the same batches (tests/deepspeed/test_deepspeed_sft.py, about a minute; it
+# makes .venv-ds/ with PyPI's torch, DeepSpeed and transformers 5 the first time).
+test-deepspeed:
+	./scripts/install-deps.sh build deepspeed
+	$(MAKE) build
+	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_deepspeed_sft.py
 
 # ztraind under load and across faults (tests/soak/test_soak.py, about a minute on 2 cores): 200
 # watchers on a running job while 1,000 jobs are submitted and listed, then 100 small jobs with
