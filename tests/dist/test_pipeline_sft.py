@@ -3,7 +3,8 @@ trajectory for the same global batch of 16 sequences: GPT-2 in 2 stages x dp 1 (
 with evaluation), 2 stages x dp 2 (2 micro-batches each) and 4 stages x dp 1 (8 micro-batches,
 two middle stages that load no data and see the documents only as they travel with the
 activations), and Llama (rotary positions restarting per document) in 2 stages x dp 2 with
-ZeRO 1. The 10 losses within 1e-5 relative, the gradient norms within 1e-4, the final weights
+ZeRO 1; and GPT-2 in 2 stages on the emulated CUDA device (within 1e-4, as the other emulated
+runs), where the positions reach the attention kernels in device memory. The 10 losses within 1e-5 relative, the gradient norms within 1e-4, the final weights
 (exported from the per-stage checkpoint) within 1e-4 per tensor, the eval losses within 1e-5, and
 every step's train/trained_tokens and train/tokens equal to the single rank's.
 
@@ -19,8 +20,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
-from ztref import (Checker, read_metrics, rel_err, run, st_read, tool, write_job,  # noqa: E402
-                   write_llmc_tokens)
+from ztref import (BUILD, Checker, read_metrics, rel_err, run, st_read, tool,  # noqa: E402
+                   write_job, write_llmc_tokens)
 
 GLOBAL, STEPS, T = 16, 10, 16
 GPT2 = {"type": "gpt2", "n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256,
@@ -48,8 +49,9 @@ def write_masked(path, n, seed):
         f.write(bytes(flags))
 
 
-def job(model, stages, dp, gas, ckpt, zero=0, evaluate=False):
-    spec = {"name": f"sft{stages}x{dp}g{gas}", "world_size": stages * dp, "model": model,
+def job(model, stages, dp, gas, ckpt, zero=0, evaluate=False, device="cpu"):
+    spec = {"name": f"sft{stages}x{dp}g{gas}", "world_size": stages * dp, "device": device,
+            "model": model,
             "data": {"train": "train.bin", "shuffle": True, "format": "masked"},
             "train": {"max_steps": STEPS, "log_interval": 1, "checkpoint_dir": ckpt, "seed": 5},
             "deepspeed": {"train_micro_batch_size_per_gpu": GLOBAL // (dp * gas),
@@ -69,7 +71,8 @@ def job(model, stages, dp, gas, ckpt, zero=0, evaluate=False):
 
 def train(d, name, spec):
     write_job(f"{d}/{name}.json", spec)
-    run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"])
+    env = dict(os.environ, ZTRAIN_CUDA_EMU="1") if spec["device"] == "cuda" else None
+    run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], env=env)
     run([tool("ztrain"), "export", f"{d}/{spec['train']['checkpoint_dir']}", "--out",
          f"{d}/{name}.safetensors"])
     params, _ = st_read(f"{d}/{name}.safetensors")
@@ -85,12 +88,12 @@ def worst(got, ref):
     return max(abs(a - b) / abs(b) for a, b in zip(got, ref)) if got and ref else float("inf")
 
 
-def compare(ck, what, ref, got):
+def compare(ck, what, ref, got, tol=1e-5):
     err = worst(got["loss"], ref["loss"])
-    ck.check(len(got["loss"]) == STEPS and err < 1e-5,
+    ck.check(len(got["loss"]) == STEPS and err < tol,
              f"{what}: {len(got['loss'])} losses, worst rel err {err:.1e}")
     err = worst(got["norm"], ref["norm"])
-    ck.check(err < 1e-4, f"{what}: gradient norms, worst rel err {err:.1e}")
+    ck.check(err < tol * 10, f"{what}: gradient norms, worst rel err {err:.1e}")
     ck.check(got["counts"] == ref["counts"] and all(c[0] and c[0] < c[1] for c in got["counts"]),
              f"{what}: trained/all targets every step as the single rank's: "
              f"{got['counts'][:3]}... vs {ref['counts'][:3]}...")
@@ -98,7 +101,7 @@ def compare(ck, what, ref, got):
              f"{what}: the exported model has the single-rank tensors")
     common = [k for k in ref["params"] if k in got["params"]]
     err, name = max((rel_err(got["params"][k], ref["params"][k]), k) for k in common)
-    ck.check(err < 1e-4, f"{what}: final parameters, worst tensor {name} rel err {err:.1e}")
+    ck.check(err < tol * 10, f"{what}: final parameters, worst tensor {name} rel err {err:.1e}")
 
 
 ck = Checker()
@@ -117,6 +120,15 @@ with tempfile.TemporaryDirectory() as d:
         got = train(d, f"gpt2-{stages}x{dp}g{gas}",
                     job(GPT2, stages, dp, gas, f"ck-gpt2-{stages}x{dp}g{gas}"))
         compare(ck, f"GPT-2, {stages} stages x dp {dp}, {gas} micro-batches", ref, got)
+    # On the emulated CUDA device the positions go to device memory for the attention kernels,
+    # and the activations through staging: the same trajectory as the CPU's, within the fp32
+    # rounding of other summation orders (test_cuda_emu_training's 1e-4).
+    if os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+        got = train(d, "gpt2-cuda-2x1g4",
+                    job(GPT2, 2, 1, 4, "ck-gpt2-cuda-2x1g4", device="cuda"))
+        compare(ck, "GPT-2 on the emulated CUDA device, 2 stages x dp 1", ref, got, tol=1e-4)
+    else:
+        print("no emulated CUDA device in this build: the cuda case is not run")
     ref = train(d, "llama-single", job(LLAMA, 1, 1, 4, "ck-llama-single", zero=1))
     got = train(d, "llama-2x2g2", job(LLAMA, 2, 2, 2, "ck-llama-2x2g2", zero=1))
     compare(ck, "Llama, 2 stages x dp 2 with ZeRO 1, 2 micro-batches", ref, got)
