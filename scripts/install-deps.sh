@@ -15,6 +15,8 @@
 #     slurm      `make test-slurm`: Slurm's controller, node daemon and client tools, and munge
 #     multihost  `make test-multihost`: iproute2 (network namespaces, veth, bridges) and the
 #                test's PyTorch (it reads safetensors with it)
+#     deepspeed  `make test-deepspeed`: the virtual environment .venv-ds/ with real DeepSpeed,
+#                PyPI's torch and transformers 5 (scripts/requirements-deepspeed.txt)
 set -euo pipefail
 
 build=(
@@ -92,6 +94,11 @@ multihost=(
   python3 python3-torch                       # the test, and its safetensors reader
 )
 
+# Real DeepSpeed's environment (.venv-ds/, below) is made with Debian's python3.
+deepspeed=(
+  python3 python3-venv python3-pip
+)
+
 profiles=("$@")
 if [ ${#profiles[@]} -eq 0 ]; then profiles=(build test); fi
 packages=()
@@ -104,7 +111,8 @@ for profile in "${profiles[@]}"; do
     container) packages+=("${container[@]}") ;;
     slurm) packages+=("${slurm[@]}") ;;
     multihost) packages+=("${multihost[@]}") ;;
-    *) echo "install-deps: unknown profile '$profile' (build, runtime, test, fuzz, container, slurm, multihost)" >&2
+    deepspeed) packages+=("${deepspeed[@]}") ;;
+    *) echo "install-deps: unknown profile '$profile' (build, runtime, test, fuzz, container, slurm, multihost, deepspeed)" >&2
        exit 2 ;;
   esac
 done
@@ -156,6 +164,26 @@ case " ${profiles[*]} " in
       /usr/bin/python3 -m venv --system-site-packages "$venv"
       "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
       cp "$req" "$venv/requirements-test.txt"
+    fi
+    ;;
+esac
+
+# The deepspeed profile's environment .venv-ds/ (scripts/requirements-deepspeed.txt), without
+# Debian's site packages (their torch 1.13 would shadow PyPI's). Remade only when the
+# requirements change, as .venv/ is.
+case " ${profiles[*]} " in
+  *" deepspeed "*)
+    root="$(cd "$(dirname "$0")/.." && pwd)"
+    req="$root/scripts/requirements-deepspeed.txt"
+    venv="$root/.venv-ds"
+    if ! cmp -s "$req" "$venv/requirements-deepspeed.txt" 2>/dev/null; then
+      echo "install-deps (deepspeed): installing scripts/requirements-deepspeed.txt into .venv-ds/"
+      rm -rf "$venv"
+      /usr/bin/python3 -m venv "$venv"
+      "$venv/bin/pip" install -q --disable-pip-version-check "$(grep -o '^torch==[^ ]*' "$req")"
+      DS_BUILD_OPS=0 "$venv/bin/pip" install -q --disable-pip-version-check \
+        --no-build-isolation -r "$req"
+      cp "$req" "$venv/requirements-deepspeed.txt"
     fi
     ;;
 esac

@@ -9,16 +9,20 @@ import os
 import sys
 
 
-def venv_python():
+def venv_python(name=".venv"):
     root = os.environ.get("ZTRAIN_SOURCE") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.environ.get("ZTRAIN_VENV_PYTHON") or os.path.join(root, ".venv", "bin", "python")
+    if name == ".venv" and os.environ.get("ZTRAIN_VENV_PYTHON"):
+        return os.environ["ZTRAIN_VENV_PYTHON"]
+    return os.path.join(root, name, "bin", "python")
 
 
-def reexec_in_venv():
-    py = venv_python()
+def reexec_in_venv(name=".venv", how="scripts/install-deps.sh test"):
+    """Re-executes the test under the environment `name` at the repository root (.venv-ds, made
+    by `scripts/install-deps.sh deepspeed`, holds DeepSpeed and transformers 5)."""
+    py = venv_python(name)
     if os.path.realpath(sys.prefix) == os.path.realpath(os.path.dirname(os.path.dirname(py))):
         return
     if not os.path.exists(py):
         sys.exit(f"{os.path.basename(sys.argv[0])}: {py} is missing; "
-                 "run `scripts/install-deps.sh test` to make the test environment")
+                 f"run `{how}` to make the test environment")
     os.execv(py, [py] + sys.argv)

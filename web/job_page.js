@@ -134,6 +134,7 @@ export function jobView(main, id) {
     const g = job.grid;
     const grid = g && (g.pp > 1 || g.tp > 1) ? ` (dp ${g.dp} × pp ${g.pp} × tp ${g.tp})` : '';
     setText(field('world'), `${job.world_size} × ${job.device || 'cpu'}${comm}${grid}`);
+    if (job.spec) setText(field('data-format'), dataFormat(job.spec.data));
     if (job.started_unix_ms > 0) charts.setT0(job.started_unix_ms);
     const terminal = TERMINAL.has(job.state);
     tid('cancel').hidden = terminal;
@@ -150,6 +151,15 @@ export function jobView(main, id) {
       tid('spec').textContent = JSON.stringify(spec, null, 2);
       tid('ds-config').textContent = ds === undefined ? '(none)' : JSON.stringify(ds, null, 2);
     }
+  }
+
+  /* What the job trains on, as its spec says (docs/fine-tuning.md): every token, or the tokens
+   * its loss mask marks, with documents packed into windows or one per padded row. */
+  function dataFormat(data) {
+    const d = data || {};
+    if ((d.format || 'tokens') === 'tokens') return 'tokens: every token trained';
+    const layout = d.packing === 'padded' ? 'padded, one document per row' : 'packed documents';
+    return `${d.format}: loss on the trained tokens · ${layout}`;
   }
 
   /* Whether the job trains in fp16, the one precision with a loss scale: its resolved DeepSpeed

@@ -605,12 +605,6 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(parse_deepspeed(job, &top, job->base_dir));
     ZT_TRY(parse_events(job, &top));
     ZT_TRY(zt_job_check_pipeline(job, source));
-    /* The global-batch count of trained targets is drawn ahead of the micro-batches
-     * (engine/train/loss_norm.h), which the pipeline's schedule does not do yet. */
-    if (job->data.format == ZT_DATA_FORMAT_MASKED && job->pipeline.stages > 1)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: data.format \"masked\" is not supported with "
-                        "pipeline.stages %d (pipeline parallelism) yet", source,
-                        job->pipeline.stages);
     ZT_TRY(zt_job_check_tp(job, source));
     ZT_TRY(zt_job_activation_checkpointing(job, &top));
     /* Sizing the model for its micro-batch refuses, naming the field, a spec whose sizes would

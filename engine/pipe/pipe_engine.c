@@ -19,6 +19,9 @@
 /* One pipe buffer: a micro-batch between its forward and its backward. */
 typedef struct {
     int32_t *tokens, *targets; /* [max_B · T]: first and last stage */
+    /* Loss-masked data, [max_B · T] each: the inputs' positions in their packed documents as
+     * this stage loaded them (first and last stage) and as the stage before sent them. */
+    int32_t *doc_pos, *sent_pos;
     int B;                     /* the micro-batch's sequences */
     int counted;               /* last stage: targets that count in the loss */
     void *in_act, *out_act;    /* [max_B · T · C] at activation precision */
@@ -45,6 +48,9 @@ struct zt_pipe {
      * activations as fp32 values rounded to 16 bits, so they travel as fp32, exactly). */
     zt_dtype wire;
     bool attached, tied_attached; /* world, tied_comm have the backend attached */
+    /* Loss-masked data (data.format "masked"): every micro-batch's document positions travel
+     * with its activation, so every stage's attention and positions restart at each document. */
+    bool docs;
     size_t act_bytes; /* one activation buffer */
     pipe_buffer *buf;
     int nbuf;
@@ -133,6 +139,10 @@ static zt_status alloc_buffers(zt_pipe *p) {
         pipe_buffer *x = &p->buf[b];
         x->tokens = malloc(tok);
         x->targets = malloc(tok);
+        x->doc_pos = p->docs ? malloc(tok) : NULL;
+        x->sent_pos = p->docs ? malloc(tok) : NULL;
+        if (p->docs && (!x->doc_pos || !x->sent_pos))
+            return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
         void **acts[4] = {&x->in_act, &x->out_act, &x->din, &x->dout};
         for (int k = 0; k < 4; k++)
             *acts[k] = zt_backend_alloc(p->be, ZT_MEM_DEVICE, p->act_bytes);
@@ -200,7 +210,12 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
         p->C = job->model.n_embd;
         p->max_B = job->ds.train_micro_batch_size_per_gpu;
         p->act_bytes = (size_t)p->max_B * p->T * p->C * es;
-        s = alloc_buffers(p);
+        p->docs = job->data.format == ZT_DATA_FORMAT_MASKED;
+        if (p->docs && !p->m->ops->set_doc_pos)
+            s = zt_error(ZT_ERR_UNSUPPORTED, "pipeline: model type \"%s\" does not support "
+                         "packed documents (data.format \"masked\")", job->model.type);
+        if (s == ZT_OK)
+            s = alloc_buffers(p);
     }
     /* Activations and their gradients live in the backend's device memory: they travel between
      * stages through zt_comm_dev_send/recv, which stage them through host memory when the
@@ -237,6 +252,8 @@ void zt_pipe_destroy(zt_pipe *p) {
         pipe_buffer *x = &p->buf[b];
         free(x->tokens);
         free(x->targets);
+        free(x->doc_pos);
+        free(x->sent_pos);
         void *acts[4] = {x->in_act, x->out_act, x->din, x->dout};
         for (int k = 0; k < 4; k++)
             zt_backend_free(p->be, ZT_MEM_DEVICE, acts[k], p->act_bytes);
@@ -259,16 +276,22 @@ void zt_pipe_destroy(zt_pipe *p) {
 
 /* ---- the commands ------------------------------------------------------------------------- */
 
-/* The first stage keeps the tokens, the last the targets; both read the same micro-batch. */
-static zt_status load(zt_pipe *p, pipe_buffer *x, zt_loader *from) {
+/* The first stage keeps the tokens, the last the targets; both read the same micro-batch. In
+ * training it is the step's micro-batch `micro` (zt_engine_step_batch: with loss-masked data the
+ * step is drawn at its first, and its trained targets counted over the replicas). */
+static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
     zt_batch b;
     if (from) {
         b = (zt_batch){x->tokens, x->targets, 0, p->T, NULL};
-        b.B = zt_loader_next(from, x->tokens, x->targets);
+        b.B = zt_loader_next_docs(from, x->tokens, x->targets, x->doc_pos);
     } else {
-        ZT_TRY(zt_engine_next_batch(p->e, &b));
+        ZT_TRY(zt_engine_step_batch(p->e, micro, &b));
         memcpy(x->tokens, b.inputs, (size_t)b.B * b.T * sizeof(int32_t));
         memcpy(x->targets, b.targets, (size_t)b.B * b.T * sizeof(int32_t));
+        if (p->docs) {
+            ZT_ASSERT(b.doc_pos);
+            memcpy(x->doc_pos, b.doc_pos, (size_t)b.B * b.T * sizeof(int32_t));
+        }
     }
     x->B = b.B;
     x->counted = 0;
@@ -291,6 +314,12 @@ static size_t act_elems(const zt_pipe *p, const pipe_buffer *x) {
 static zt_status send_activation(zt_pipe *p, pipe_buffer *x) {
     double B = x->B;
     ZT_TRY(zt_comm_send(p->world, &B, 1, ZT_F64, neighbour(p, +1)));
+    /* Then the document positions, which the stages after the first cannot load: int32 words
+     * travel as 32-bit elements, copied bit for bit. */
+    if (p->docs) {
+        const int32_t *pos = first_stage(p) ? x->doc_pos : x->sent_pos;
+        ZT_TRY(zt_comm_send(p->world, pos, (size_t)x->B * p->T, ZT_F32, neighbour(p, +1)));
+    }
     return zt_comm_dev_send(p->world, x->out_act, act_elems(p, x), p->wire, neighbour(p, +1));
 }
 
@@ -301,15 +330,38 @@ static zt_status recv_activation(zt_pipe *p, pipe_buffer *x) {
         return zt_error(ZT_ERR_INVALID, "pipeline: stage %d sent a micro-batch of %d sequences "
                         "(at most %d)", p->info.stage - 1, (int)B, p->max_B);
     x->B = (int)B;
+    if (p->docs)
+        ZT_TRY(zt_comm_recv(p->world, x->sent_pos, (size_t)x->B * p->T, ZT_F32,
+                            neighbour(p, -1)));
     return zt_comm_dev_recv(p->world, x->in_act, act_elems(p, x), p->wire, neighbour(p, -1));
 }
 
-static void forward(zt_pipe *p, pipe_buffer *x, int buffer, bool train) {
+/* Gives the model the documents of buffer x's micro-batch, before its forward and again before
+ * its backward (other micro-batches run between the two). The first stage has loaded them, the
+ * others were sent them; the last stage has both, which must agree, since a stage that read
+ * other batches than the first would train the wrong tokens on the right activations. */
+static zt_status set_documents(zt_pipe *p, pipe_buffer *x, int micro, bool check) {
+    if (!p->docs)
+        return ZT_OK;
+    const int32_t *pos = first_stage(p) ? x->doc_pos : x->sent_pos;
+    if (check && last_stage(p) &&
+        memcmp(x->doc_pos, x->sent_pos, (size_t)x->B * p->T * sizeof(int32_t)) != 0)
+        return zt_error(ZT_ERR_INVALID, "pipeline: micro-batch %d of stage %d has other document "
+                        "boundaries than stage %d sent with its activation (the stages' loaders "
+                        "disagree)", micro, p->info.stage, p->info.stage - 1);
+    /* The device may still read the positions of the micro-batch before: they are rewritten
+     * only once it is done. */
+    ZT_TRY(zt_backend_sync(p->be));
+    return p->m->ops->set_doc_pos(p->m, pos, x->B, p->T);
+}
+
+static zt_status forward(zt_pipe *p, pipe_buffer *x, int buffer, int micro, bool train) {
+    ZT_TRY(set_documents(p, x, micro, true));
+    /* As zt_engine_forward: the loss scale over the step's divisor, and the loss's share. */
+    double share = 1.0;
     float grad_scale = 0.0f;
-    /* As zt_engine_forward: the loss scale over the counted targets and the micro-batches. */
-    if (train && last_stage(p) && x->counted)
-        grad_scale = (float)(zt_engine_loss_scale(p->e) /
-                             ((double)x->counted * p->info.micro_batches));
+    if (train && last_stage(p))
+        grad_scale = zt_engine_grad_scale(p->e, x->counted, &share);
     double t0 = now_ms();
     float loss = p->m->ops->stage_forward(p->m, buffer, first_stage(p) ? x->tokens : NULL,
                                           first_stage(p) ? NULL : x->in_act,
@@ -318,16 +370,19 @@ static void forward(zt_pipe *p, pipe_buffer *x, int buffer, bool train) {
                                           grad_scale);
     p->compute_ms += now_ms() - t0;
     if (last_stage(p)) {
-        p->loss_sum += loss;
+        p->loss_sum += (double)loss * share;
         p->tokens += (double)x->B * p->T;
     }
+    return ZT_OK;
 }
 
-static void backward(zt_pipe *p, pipe_buffer *x, int buffer) {
+static zt_status backward(zt_pipe *p, pipe_buffer *x, int buffer, int micro) {
+    ZT_TRY(set_documents(p, x, micro, false));
     double t0 = now_ms();
     p->m->ops->stage_backward(p->m, buffer, last_stage(p) ? NULL : x->dout,
                               first_stage(p) ? NULL : x->din);
     p->compute_ms += now_ms() - t0;
+    return ZT_OK;
 }
 
 /* DeepSpeed's ReduceTiedGrads: the first and the last stage both end with the sum of their
@@ -354,13 +409,11 @@ static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *fr
     pipe_buffer *x = c->buffer >= 0 ? &p->buf[c->buffer] : NULL;
     switch (c->kind) {
     case ZT_PIPE_LOAD_MICRO_BATCH:
-        return load(p, x, from);
+        return load(p, x, c->micro_batch, from);
     case ZT_PIPE_FORWARD:
-        forward(p, x, c->buffer, train);
-        return ZT_OK;
+        return forward(p, x, c->buffer, c->micro_batch, train);
     case ZT_PIPE_BACKWARD:
-        backward(p, x, c->buffer);
-        return ZT_OK;
+        return backward(p, x, c->buffer, c->micro_batch);
     case ZT_PIPE_SEND_ACTIVATION:
         return send_activation(p, x);
     case ZT_PIPE_RECV_ACTIVATION:

@@ -44,6 +44,7 @@ struct zt_engine {
     bool masked;
     zt_loss_norm norm;
     bool docs_on; /* the model holds a batch's document positions */
+    int drawn;    /* micro-batches of the next step drawn (zt_engine_step_batch) */
 };
 
 /* Whether a dataset (or any file of a glob or mixture) carries a loss mask. */
@@ -196,12 +197,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         s = zt_zero_after_load(&e->zero);
     if (s == ZT_OK && train_data && has_masks(train_data)) {
         e->masked = true;
-        if (opts->stage)
-            s = zt_error(ZT_ERR_UNSUPPORTED, "engine: data.format \"masked\" is not supported "
-                         "with pipeline parallelism yet");
-        else
-            s = zt_loss_norm_init(&e->norm, ds->gradient_accumulation_steps,
-                                  ds->train_micro_batch_size_per_gpu, spec->block_size);
+        s = zt_loss_norm_init(&e->norm, ds->gradient_accumulation_steps,
+                              ds->train_micro_batch_size_per_gpu, spec->block_size);
     }
     if (s == ZT_OK && train_data) {
         s = zt_loader_init(&e->loader, train_data, ds->train_micro_batch_size_per_gpu,
@@ -252,10 +249,19 @@ void zt_engine_destroy(zt_engine *e) {
 }
 
 zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b) {
+    return zt_engine_step_batch(e, (int)(e->micro_steps % e->ds.gradient_accumulation_steps), b);
+}
+
+zt_status zt_engine_step_batch(zt_engine *e, int micro, zt_batch *b) {
     if (!e->has_loader)
         return zt_error(ZT_ERR_INVALID, "engine: no training data was given to the engine");
+    /* Unmasked micro-batches are independent draws; masked ones are the step's, drawn ahead. */
+    if (micro < 0 || micro >= e->ds.gradient_accumulation_steps ||
+        (e->masked && micro > 0 && micro != e->drawn))
+        return zt_error(ZT_ERR_INVALID, "engine: micro-batch %d of a step of %d asked for after "
+                        "micro-batch %d", micro, e->ds.gradient_accumulation_steps, e->drawn - 1);
+    e->drawn = micro + 1;
     if (e->masked) {
-        int micro = (int)(e->micro_steps % e->ds.gradient_accumulation_steps);
         if (micro == 0)
             ZT_TRY(zt_loss_norm_fill(&e->norm, &e->loader, e->opts.comm, e->global_steps + 1));
         size_t each = (size_t)e->norm.B * (size_t)e->norm.T;
@@ -309,21 +315,10 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     int counted = 0;
     for (int i = 0; i < b->B * b->T; i++)
         counted += b->targets[i] >= 0;
-    /* fp16 scales the loss (DeepSpeed's loss scaler); the gradients are unscaled at the step. */
-    float grad_scale = counted ? (float)(zt_loss_scaler_scale(&e->scaler) /
-                                         ((double)counted * e->ds.gradient_accumulation_steps))
-                               : 0.0f;
-    /* Loss-masked data: this micro-batch's summed token losses over the global batch's trained
-     * targets, times the world size that the gradient average divides out (loss_norm.h). A
-     * micro-batch without trained targets still runs its backward, whose gradients are 0. */
-    double global = e->masked ? e->norm.trained : 0.0;
-    if (global > 0)
-        grad_scale = (float)(zt_loss_scaler_scale(&e->scaler) * e->world / global);
+    double share;
+    float grad_scale = zt_engine_grad_scale(e, counted, &share);
     *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
-    /* Reported so that the trainer's mean over micro-batches and ranks is the global mean. */
-    if (global > 0)
-        *loss = (float)((double)*loss * counted * e->ds.gradient_accumulation_steps * e->world /
-                        global);
+    *loss = (float)((double)*loss * share);
     e->forward_pending = grad_scale != 0.0f;
     e->current.forward_ms += now_ms() - t0;
     e->current.forward_comm_ms += zt_comm_thread_ms() - c0;
@@ -333,6 +328,25 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(zt_backend_sync(e->be));
     ZT_TRY(zt_model_tp_status(e->model));
     return zt_zero_status(&e->zero);
+}
+
+float zt_engine_grad_scale(const zt_engine *e, int counted, double *loss_share) {
+    const double scale = zt_loss_scaler_scale(&e->scaler);
+    const int gas = e->ds.gradient_accumulation_steps;
+    /* Loss-masked data: this micro-batch's summed token losses over the global batch's trained
+     * targets, times the world size that the gradient average divides out (loss_norm.h), and
+     * its loss reported so that the mean over micro-batches and ranks is the global mean. A
+     * micro-batch without trained targets still runs its backward, whose gradients are 0. */
+    const double global = e->masked ? e->norm.trained : 0.0;
+    if (global > 0) {
+        if (loss_share)
+            *loss_share = (double)counted * gas * e->world / global;
+        return (float)(scale * e->world / global);
+    }
+    if (loss_share)
+        *loss_share = 1.0;
+    /* fp16 scales the loss (DeepSpeed's loss scaler); the gradients are unscaled at the step. */
+    return counted ? (float)(scale / ((double)counted * gas)) : 0.0f;
 }
 
 zt_status zt_engine_backward(zt_engine *e) {

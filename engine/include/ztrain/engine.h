@@ -100,6 +100,21 @@ void zt_engine_destroy(zt_engine *e);
 
 /* Fills *b with the next micro-batch of this rank's share of the training data. */
 zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b);
+/* Fills *b with micro-batch `micro` (0 to gradient_accumulation_steps - 1) of the next optimizer
+ * step, for a caller that draws a step's micro-batches before it counts them with
+ * zt_engine_step (a pipeline stage). With loss-masked data they must come in order, from 0:
+ * micro-batch 0 draws the whole step and counts its trained targets, a collective over
+ * opts.comm. A micro out of range (or out of order, masked) is ZT_ERR_INVALID. */
+zt_status zt_engine_step_batch(zt_engine *e, int micro, zt_batch *b);
+
+/* How a micro-batch whose targets include `counted` trained ones (targets >= 0) enters the
+ * step: the returned factor multiplies the gradient of its summed token losses (the loss
+ * scale over the step's divisor: counted × gradient_accumulation_steps, or with loss-masked
+ * data the global batch's trained targets over the data-parallel size, which the gradient
+ * average divides out), 0 when nothing counts; *loss_share (may be NULL) turns its mean token
+ * loss into the value whose mean over the step's micro-batches and ranks is the step's loss.
+ * With loss-masked data, valid once the step's micro-batch 0 has been drawn. */
+float zt_engine_grad_scale(const zt_engine *e, int counted, double *loss_share);
 
 /* Forward pass with the loss of the batch (mean token cross-entropy) in *loss. */
 zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss);
