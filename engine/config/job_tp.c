@@ -30,13 +30,7 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
                    source));
     /* What sharded models do not have yet. */
     const char *what = NULL;
-    if (job->ds.zero.stage >= 2)
-        what = job->ds.zero.stage == 2 ? "zero_optimization.stage 2" : "zero_optimization.stage 3";
-    else if (job->ds.zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
-        what = "zero_optimization.offload_optimizer";
-    else if (job->ds.zero.offload_param.device != ZT_OFFLOAD_NONE)
-        what = "zero_optimization.offload_param";
-    else if (job->fork_job)
+    if (job->fork_job)
         what = "fork_from (tensor-parallel checkpoints)";
     else if (m->init_from)
         what = "model.init_from (loading whole weights into shards)";
@@ -46,7 +40,6 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
         what = "data.format \"masked\" (the vocabulary-parallel loss counts every target)";
     if (what)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is not supported with tensor parallelism yet "
-                        "(tensor_parallel.autotp_size %d); it works with ZeRO stages 0 and 1",
-                        source, what, tp);
+                        "(tensor_parallel.autotp_size %d)", source, what, tp);
     return ZT_OK;
 }
