@@ -20,9 +20,13 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
         return ZT_OK;
     const zt_model_spec *m = &job->model;
     ZT_TRY(divides(tp, m->n_head, "n_head", "attention is split by heads", source));
-    ZT_TRY(divides(tp, m->n_kv_head, "n_kv_head",
-                   "kv heads are split between TP ranks (sharing a kv head between ranks is not "
-                   "supported yet)", source));
+    /* Megatron's grouped-query attention under TP: kv heads are split between the ranks, or,
+     * when there are fewer, each is replicated over autotp_size / n_kv_head of them. */
+    if (m->n_kv_head > 0 && m->n_kv_head % tp != 0 && tp % m->n_kv_head != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_kv_head (%d) must be divisible by "
+                        "tensor_parallel.autotp_size (%d), or divide it: kv heads are split "
+                        "between TP ranks, or each replicated over autotp_size / n_kv_head of "
+                        "them", source, m->n_kv_head, tp);
     ZT_TRY(divides(tp, m->intermediate_size, "intermediate_size",
                    "the MLP is split by columns", source));
     ZT_TRY(divides(tp, m->vocab_size, "vocab_size",

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ztrain/comm.h"
 #include "ztrain/size_math.h"
 #include "ztrain/model.h"
 #include "ztrain/safetensors.h"
@@ -92,8 +93,10 @@ void zt_model_copy_logits(const zt_model *m, const float *logits, size_t row, si
 }
 
 void zt_model_destroy(zt_model *m) {
-    if (m)
-        m->ops->destroy(m);
+    if (!m)
+        return;
+    zt_comm_destroy(m->tp_share_comm);
+    m->ops->destroy(m);
 }
 
 const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name) {

@@ -18,6 +18,15 @@ static inline bool zt_tp_on(const zt_model *m) { return zt_model_stage_tp(&m->st
  * group in rank order, the result held at the activation precision. No-op without TP. */
 void zt_tp_reduce_act(zt_model *m, void *buf, size_t n);
 
+/* The gradient g[n] (fp32, device memory) of a piece the ranks of m->tp_share_comm hold alike
+ * (Llama's kv heads when there are fewer than TP ranks). Each rank's backward adds only its own
+ * query heads' share, so this backward's shares are summed over those ranks; what earlier
+ * micro-batches accumulated is already that sum, so it is set aside in saved[n] (device memory)
+ * before the backward adds into g (begin zeroes g) and added back after the sum (end). No-op
+ * without a share group. */
+void zt_tp_shared_grad_begin(zt_model *m, float *g, float *saved, size_t n);
+void zt_tp_shared_grad_end(zt_model *m, float *g, const float *saved, size_t n);
+
 /* The rows [*v0, *v0 + V / tp) of a vocabulary of V that this rank's embedding and head hold. */
 void zt_tp_vocab_range(const zt_model *m, int V, int *v0, int *vn);
 
