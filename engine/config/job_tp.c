@@ -40,8 +40,6 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
         what = "model.init_from (loading whole weights into shards)";
     else if (job->data.sample_tokens > 0)
         what = "data.sample_tokens (samples need the whole model on rank 0)";
-    else if (job->data.format == ZT_DATA_FORMAT_MASKED)
-        what = "data.format \"masked\" (the vocabulary-parallel loss counts every target)";
     if (what)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is not supported with tensor parallelism yet "
                         "(tensor_parallel.autotp_size %d)", source, what, tp);
