@@ -42,6 +42,13 @@ typedef struct {
     size_t max_rows;
 } zt_tp_xent;
 
+/* Host bytes zt_blocks_init_tp takes for a shard of tp ranks with rows tokens a micro-batch
+ * (the local tokens, and with the head the loss's gathered statistics; the loss's device
+ * buffers, 4 floats a row, come on top): the estimate's share (0 without TP). */
+static inline uint64_t zt_tp_host_bytes(int tp, uint64_t rows) {
+    return tp > 1 ? rows * (sizeof(int32_t) * 2 + (3 * (uint64_t)tp + 1) * sizeof(float)) : 0;
+}
+
 /* Takes nothing without TP. The model's ctx, spec and stage must be set. */
 zt_status zt_tp_xent_init(zt_tp_xent *x, zt_model *m, size_t max_rows);
 void zt_tp_xent_free(zt_tp_xent *x, zt_backend *be);

@@ -309,6 +309,10 @@ typedef struct {
     int micro_batch;                /* sequences per forward, >= 1 (max_batch of zt_model_create) */
     size_t act_size;                /* bytes per activation element (zt_backend_act_size) */
     uint64_t persistence_threshold; /* persistent_params counts the tensors with fewer elements */
+    /* Tensor parallelism: the sizes of one shard of tp_size (a TP rank's tensors, activations
+     * and the vocabulary-parallel loss's buffers), the largest where shards differ. 0 or 1: the
+     * whole model. */
+    int tp_size;
 } zt_model_estimate_args;
 
 /* The sizes of the model zt_model_create would build for a spec, computed from the spec alone in
