@@ -142,6 +142,9 @@ with tempfile.TemporaryDirectory() as d:
         got = train(d, f"resume-at-{new}", job(GPT2, new, 1, f"ck-at{new}", zero=1))
         compare(ck, f"tp 2 checkpoint resumed at tp {new} against the uninterrupted tp {new} run",
                 full, got)
+        if new != 1:
+            compare(ck, f"tp 2 checkpoint resumed at tp {new} against the uninterrupted "
+                    "single-rank run", ref, got)
 
     # A pipeline's stages are TP checkpoint directories of their own: 2 x 2 x 2 resharded to
     # dp 2 x pp 2 x tp 1.
