@@ -36,6 +36,9 @@ zt_status zt_ckpt_write_tp(const char *dir, const zt_model *m) {
         for (int d = 0; d < t->ndim; d++)
             cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->full_shape[d]));
         cJSON_AddItemToArray(row, shape);
+        /* A piece several shards hold alike (kv heads fewer than TP ranks): how many pieces. */
+        if (t->tp_dim >= 0 && t->tp_shared > 1)
+            cJSON_AddItemToArray(row, cJSON_CreateNumber(t->tp_pieces));
         cJSON_AddItemToArray(list, row);
     }
     char *text = cJSON_Print(root);
@@ -74,12 +77,16 @@ zt_status zt_ckpt_tp_layout_read(const char *dir, zt_ckpt_tp_layout *out) {
         const cJSON *row = cJSON_GetArrayItem(list, i);
         const cJSON *name = cJSON_GetArrayItem(row, 0), *dim = cJSON_GetArrayItem(row, 1);
         const cJSON *groups = cJSON_GetArrayItem(row, 2), *shape = cJSON_GetArrayItem(row, 3);
+        const cJSON *pieces = cJSON_GetArrayItem(row, 4);
         int ndim = cJSON_GetArraySize(shape);
         zt_tensor_info *t = &out->t[i];
         bool ok = cJSON_IsString(name) && strlen(name->valuestring) < sizeof t->name &&
                   cJSON_IsNumber(dim) && cJSON_IsNumber(groups) && cJSON_IsArray(shape) &&
                   ndim >= 1 && ndim <= 2 && dim->valuedouble >= -1 && dim->valuedouble < ndim &&
-                  groups->valuedouble >= 1;
+                  groups->valuedouble >= 1 && cJSON_GetArraySize(row) <= 5 &&
+                  (!pieces || (cJSON_IsNumber(pieces) && pieces->valuedouble >= 1 &&
+                               pieces->valuedouble <= out->tp &&
+                               out->tp % (int)pieces->valuedouble == 0));
         int64_t whole[2] = {0, 0};
         for (int d = 0; ok && d < ndim; d++) {
             const cJSON *v = cJSON_GetArrayItem(shape, d);
@@ -87,11 +94,14 @@ zt_status zt_ckpt_tp_layout_read(const char *dir, zt_ckpt_tp_layout *out) {
             whole[d] = ok ? (int64_t)v->valuedouble : 0;
         }
         const int g = ok ? (int)groups->valuedouble : 1, dd = ok ? (int)dim->valuedouble : -1;
-        if (ok && dd >= 0 && whole[dd] % ((int64_t)g * out->tp) != 0)
+        const int np = ok && pieces ? (int)pieces->valuedouble : out->tp;
+        if (ok && dd >= 0 && whole[dd] % ((int64_t)g * np) != 0)
             ok = false;
         if (!ok) {
             s = zt_error(ZT_ERR_FORMAT, "%s: tensors[%d] is not [name, dim, groups, [shape]] "
-                         "with the shape's dimension dim divisible by groups · tp", path, i);
+                         "or [name, dim, groups, [shape], pieces] with pieces dividing tp and "
+                         "the shape's dimension dim divisible by groups · pieces (pieces: tp "
+                         "when not given)", path, i);
             break;
         }
         snprintf(t->name, sizeof t->name, "%s", name->valuestring);
@@ -100,6 +110,8 @@ zt_status zt_ckpt_tp_layout_read(const char *dir, zt_ckpt_tp_layout *out) {
         t->full_shape[1] = whole[1];
         t->tp_dim = dd;
         t->tp_groups = g;
+        t->tp_pieces = dd >= 0 ? np : 1;
+        t->tp_shared = dd >= 0 ? out->tp / np : out->tp;
         out->n++;
     }
     cJSON_Delete(root);
@@ -126,14 +138,13 @@ int zt_ckpt_tp_size(const char *dir) {
     return tp;
 }
 
-zt_tensor_info zt_ckpt_tp_piece(const zt_tensor_info *whole, int tp, int piece) {
+zt_tensor_info zt_ckpt_tp_piece(const zt_tensor_info *whole, int piece) {
     zt_tensor_info t = *whole;
     t.shape[0] = whole->full_shape[0];
     t.shape[1] = whole->full_shape[1];
-    t.tp_pieces = whole->tp_dim >= 0 ? tp : 1;
     t.tp_piece = whole->tp_dim >= 0 ? piece : 0;
     if (whole->tp_dim >= 0)
-        t.shape[whole->tp_dim] /= tp;
+        t.shape[whole->tp_dim] /= whole->tp_pieces;
     t.numel = (size_t)t.shape[0] * (t.ndim == 2 ? (size_t)t.shape[1] : 1);
     return t;
 }
@@ -145,14 +156,15 @@ zt_status zt_ckpt_tp_assemble(const zt_ckpt_tp_layout *l, int i, zt_ckpt_tp_read
     const zt_tensor_info *w = &l->t[i];
     if (w->tp_dim < 0)
         return read(ctx, 0, i, zt_tensor_full_numel(w), whole);
-    const zt_tensor_info first = zt_ckpt_tp_piece(w, l->tp, 0);
+    const zt_tensor_info first = zt_ckpt_tp_piece(w, 0);
     float *piece = malloc(first.numel * sizeof *piece);
     if (!piece)
         return zt_error(ZT_ERR_NOMEM, "out of memory putting %s together", w->name);
     zt_status s = ZT_OK;
-    for (int p = 0; p < l->tp && s == ZT_OK; p++) {
-        const zt_tensor_info t = zt_ckpt_tp_piece(w, l->tp, p);
-        s = read(ctx, p, i, t.numel, piece);
+    /* Piece p is held by shards [p · shared, (p + 1) · shared) alike: the first is read. */
+    for (int p = 0; p < w->tp_pieces && s == ZT_OK; p++) {
+        const zt_tensor_info t = zt_ckpt_tp_piece(w, p);
+        s = read(ctx, p * w->tp_shared, i, t.numel, piece);
         if (s == ZT_OK)
             zt_tensor_shard_to_full(&t, piece, whole);
     }

@@ -6,8 +6,9 @@
 
 #include "ztrain/model.h"
 
-/* tp.json: T and, per tensor of the whole model, its name, ndim, full_shape, tp_dim and
- * tp_groups (the other fields unset). */
+/* tp.json: T and, per tensor of the whole model, its name, ndim, full_shape, tp_dim,
+ * tp_groups, tp_pieces (T, or fewer for a piece several shards hold) and tp_shared (T /
+ * tp_pieces; T for a whole tensor); the other fields unset. */
 typedef struct {
     int tp, n;
     zt_tensor_info *t;
@@ -16,14 +17,15 @@ typedef struct {
 zt_status zt_ckpt_tp_layout_read(const char *dir, zt_ckpt_tp_layout *out);
 void zt_ckpt_tp_layout_free(zt_ckpt_tp_layout *l);
 
-/* Shard `piece` of tp of the layout's tensor `whole` (shape, numel, tp_pieces and tp_piece set). */
-zt_tensor_info zt_ckpt_tp_piece(const zt_tensor_info *whole, int tp, int piece);
+/* Piece `piece` of the layout's tensor `whole` (shape, numel and tp_piece set). */
+zt_tensor_info zt_ckpt_tp_piece(const zt_tensor_info *whole, int piece);
 
 /* Reads shard `piece`'s values of layout tensor i, n elements, into dst. */
 typedef zt_status (*zt_ckpt_tp_read)(void *ctx, int piece, int i, size_t n, float *dst);
 
 /* Layout tensor i whole (zt_tensor_full_numel elements) into `whole`, from every shard (or from
- * shard 0 for a tensor every shard holds whole). */
+ * shard 0 for a tensor every shard holds whole, and from the first shard holding each piece of
+ * one several shards share). */
 zt_status zt_ckpt_tp_assemble(const zt_ckpt_tp_layout *l, int i, zt_ckpt_tp_read read,
                               void *ctx, float *whole);
 

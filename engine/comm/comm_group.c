@@ -142,6 +142,12 @@ static const zt_comm_ops group_ops = {
     .recv = group_recv,
 };
 
+bool zt_comm_pairs_concurrent(const zt_comm *c) {
+    while (c->ops == &group_ops)
+        c = ((const group_comm *)c)->parent;
+    return strcmp(c->ops->name, "shm") == 0 || strcmp(c->ops->name, "gloo") == 0;
+}
+
 zt_status zt_comm_create_group(zt_comm **out, zt_comm *parent, const int *ranks, int n) {
     *out = NULL;
     int me = -1;

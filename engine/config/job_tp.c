@@ -20,9 +20,13 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
         return ZT_OK;
     const zt_model_spec *m = &job->model;
     ZT_TRY(divides(tp, m->n_head, "n_head", "attention is split by heads", source));
-    ZT_TRY(divides(tp, m->n_kv_head, "n_kv_head",
-                   "kv heads are split between TP ranks (sharing a kv head between ranks is not "
-                   "supported yet)", source));
+    /* Megatron's grouped-query attention under TP: kv heads are split between the ranks, or,
+     * when there are fewer, each is replicated over autotp_size / n_kv_head of them. */
+    if (m->n_kv_head > 0 && m->n_kv_head % tp != 0 && tp % m->n_kv_head != 0)
+        return zt_error(ZT_ERR_INVALID, "%s: model.n_kv_head (%d) must be divisible by "
+                        "tensor_parallel.autotp_size (%d), or divide it: kv heads are split "
+                        "between TP ranks, or each replicated over autotp_size / n_kv_head of "
+                        "them", source, m->n_kv_head, tp);
     ZT_TRY(divides(tp, m->intermediate_size, "intermediate_size",
                    "the MLP is split by columns", source));
     ZT_TRY(divides(tp, m->vocab_size, "vocab_size",
@@ -30,23 +34,14 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
                    source));
     /* What sharded models do not have yet. */
     const char *what = NULL;
-    if (job->ds.zero.stage >= 2)
-        what = job->ds.zero.stage == 2 ? "zero_optimization.stage 2" : "zero_optimization.stage 3";
-    else if (job->ds.zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
-        what = "zero_optimization.offload_optimizer";
-    else if (job->ds.zero.offload_param.device != ZT_OFFLOAD_NONE)
-        what = "zero_optimization.offload_param";
-    else if (job->fork_job)
+    if (job->fork_job)
         what = "fork_from (tensor-parallel checkpoints)";
     else if (m->init_from)
         what = "model.init_from (loading whole weights into shards)";
     else if (job->data.sample_tokens > 0)
         what = "data.sample_tokens (samples need the whole model on rank 0)";
-    else if (job->data.format == ZT_DATA_FORMAT_MASKED)
-        what = "data.format \"masked\" (the vocabulary-parallel loss counts every target)";
     if (what)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is not supported with tensor parallelism yet "
-                        "(tensor_parallel.autotp_size %d); it works with ZeRO stages 0 and 1",
-                        source, what, tp);
+                        "(tensor_parallel.autotp_size %d)", source, what, tp);
     return ZT_OK;
 }

@@ -590,12 +590,18 @@ static zt_status gpt2_validate(const zt_model_spec *s, const char *source) {
 static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_args *a,
                                const char *source, zt_model_estimate *out) {
     const uint64_t L = (uint64_t)s->n_layer, C = (uint64_t)s->n_embd;
-    const uint64_t outer[] = {(uint64_t)s->vocab_size * C, (uint64_t)s->block_size * C, C, C};
+    /* Under TP a shard holds 1/tp of each tensor layer_tensor_split cuts, and of wte. */
+    const int tp = a->tp_size > 1 ? a->tp_size : 1;
+    zt_model_stage full = zt_model_full_stage(s->n_layer);
+    full.tp_size = tp;
+    const uint64_t outer[] = {(uint64_t)s->vocab_size / (uint64_t)tp * C,
+                              (uint64_t)s->block_size * C, C, C};
     bool ov = false;
     uint64_t layer = 0, layer_small = 0, outer_n = 0, outer_small = 0;
     /* Products of two ints and sums of a few: they fit 64 bits without a check. */
     for (int i = 0; i < N_LAYER_TENSORS; i++) {
-        uint64_t n = layer_tensor_numel(i, C);
+        uint64_t n = layer_tensor_numel(i, C) /
+                     (layer_tensor_split(i, &full).dim >= 0 ? (uint64_t)tp : 1);
         layer += n;
         layer_small += n < a->persistence_threshold ? n : 0;
     }
@@ -615,11 +621,12 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
         return zt_error(ZT_ERR_INVALID, "%s: a micro-batch of %d sequences of model.block_size %d "
                         "is %llu tokens, above %d, the most one forward takes", source,
                         a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
-    act_dims d = dims_of(s, a->micro_batch, a->act_size, 1);
-    const zt_model_stage full = zt_model_full_stage(s->n_layer);
+    act_dims d = dims_of(s, a->micro_batch, a->act_size, tp);
     const zt_blocks_shape shape = shape_of(s, &full, a->micro_batch, a->act_size);
     uint64_t pinned = 0;
     uint64_t act = carve_activations(&d, &shape, NULL, NULL, NULL, &pinned, &ov);
+    if (tp > 1)
+        act = zt_u64_add(act, zt_u64_mul(tokens, 4 * sizeof(float), &ov), &ov);
     if (ov)
         return zt_error(ZT_ERR_INVALID, "%s: the activations of a micro-batch of %d sequences of "
                         "model.block_size %d (model.n_embd %d, model.n_head %d, model.n_layer %d, "
@@ -637,7 +644,8 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
         .activation_bytes = act,
         .host_bytes = sizeof(gpt2) + n_tensors * sizeof(zt_tensor_info) +
                       (L + 1) * (2 * sizeof(layer_views) + sizeof(layer_acts)) +
-                      tokens * (sizeof(float) + sizeof(int32_t)) + pinned,
+                      tokens * (sizeof(float) + sizeof(int32_t)) + pinned +
+                      zt_tp_host_bytes(tp, tokens),
     };
     return ZT_OK;
 }

@@ -40,6 +40,11 @@ typedef struct {
      * made on the first set with documents from the host tables [maxT, HD/2]. */
     zt_doc_pos docs;
     float *tok_cos, *tok_sin, *tok_host, *table_host;
+    /* kv heads shared by several TP ranks (m->tp_share_comm): the k and v gradients (weights,
+     * then biases) that earlier micro-batches accumulated, set aside during a layer's backward
+     * (zt_tp_shared_grad_begin). NULL otherwise. */
+    float *kv_saved;
+    size_t kv_w, kv_b; /* elements of k and v's weights, and of their biases */
 } llama;
 
 uint64_t zt_llama_host_bytes(const llama_dims *d, uint64_t micro_batch) {
@@ -163,8 +168,21 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
     op->attention_backward(x, &attn, o->dqkv, NULL, NULL, o->datt, o->datty, a->qkv, NULL, NULL,
                            a->att);
     rope(g, x, o->dqkv, B, T, true);
+    /* A kv head shared by several TP ranks gets from each only its query heads' share: the
+     * shares are summed over those ranks. The input gradient needs no such sum: the TP
+     * all-reduce below adds every rank's share of it once. */
+    if (g->kv_saved) {
+        zt_tp_shared_grad_begin(m, dw[LLAMA_K_W], g->kv_saved, g->kv_w);
+        if (g->kv_b)
+            zt_tp_shared_grad_begin(m, dw[LLAMA_K_B], g->kv_saved + g->kv_w, g->kv_b);
+    }
     op->linear_backward(x, o->dln, dw[LLAMA_Q_W], dw[LLAMA_Q_B], o->dqkv, a->ln1, w[LLAMA_Q_W],
                         BT, C, g->QKV, ZT_W_OUT_IN, false);
+    if (g->kv_saved) {
+        zt_tp_shared_grad_end(m, dw[LLAMA_K_W], g->kv_saved, g->kv_w);
+        if (g->kv_b)
+            zt_tp_shared_grad_end(m, dw[LLAMA_K_B], g->kv_saved + g->kv_w, g->kv_b);
+    }
     zt_tp_reduce_act(m, o->dln, (size_t)BT * C);
     op->rmsnorm_backward(x, dres, dw[LLAMA_IN_NORM], o->dln, residual, w[LLAMA_IN_NORM],
                          a->ln1_rstd, BT, C);
@@ -319,6 +337,8 @@ static void llama_destroy(zt_model *m) {
     free(g->lg);
     zt_blocks_free(&g->blk, m->ctx.be);
     zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, g->act_memory, g->act_bytes);
+    zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, g->kv_saved,
+                    (g->kv_w + g->kv_b) * sizeof(float));
     free(g);
 }
 
@@ -346,11 +366,17 @@ int zt_llama_stage_tensors(const llama_dims *d, const zt_model_stage *st) {
 
 /* Megatron's cut of a layer ([out, in] layouts): q, k, v, gate and up column-parallel (their
  * output rows split, q, k and v by head), o_proj and down_proj row-parallel (their input columns
- * split; o_proj's bias whole, added once after the sum), the norms whole. */
-static zt_tp_split layer_split(int i, const zt_model_stage *st) {
+ * split; o_proj's bias whole, added once after the sum), the norms whole. With fewer kv heads
+ * (kv) than TP ranks, k and v are cut into kv pieces, one head each, and TP rank t holds piece
+ * t / (tp / kv): the kv head its query heads attend with. */
+static zt_tp_split layer_split(int i, const zt_model_stage *st, int kv) {
+    const int tp = zt_model_stage_tp(st);
     switch (i) {
-    case LLAMA_Q_W: case LLAMA_K_W: case LLAMA_V_W: case LLAMA_Q_B: case LLAMA_K_B:
-    case LLAMA_V_B: case LLAMA_GATE_W: case LLAMA_UP_W:
+    case LLAMA_K_W: case LLAMA_V_W: case LLAMA_K_B: case LLAMA_V_B:
+        if (kv < tp)
+            return (zt_tp_split){0, 1, kv, st->tp_rank / (tp / kv), tp / kv};
+        return zt_tp_even(st, 0, 1);
+    case LLAMA_Q_W: case LLAMA_Q_B: case LLAMA_GATE_W: case LLAMA_UP_W:
         return zt_tp_even(st, 0, 1);
     case LLAMA_O_W: case LLAMA_DOWN_W:
         return zt_tp_even(st, 1, 1);
@@ -375,7 +401,7 @@ size_t zt_llama_lay_out(zt_tensor_info *t, int *n, const llama_dims *d, const zt
             char name[64];
             snprintf(name, sizeof name, "model.layers.%d.%s", l, zt_llama_layer_names[i]);
             zt_blocks_add_shard(t, n, name, &off, ndim, shape[0], shape[1], l,
-                                layer_split(i, st));
+                                layer_split(i, st, (int)d->KV));
         }
     }
     if (st->head) {
@@ -477,16 +503,16 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
     const size_t act_size = zt_backend_act_size(be, act);
     const llama_dims d = zt_llama_dims(spec);
     const int tp = zt_model_stage_tp(stage);
-    /* Megatron splits kv heads between TP ranks, or replicates them when there are fewer than
-     * ranks; only the split is implemented. */
-    if (tp > 1 && (d.NH % (uint64_t)tp || d.KV % (uint64_t)tp || d.I % (uint64_t)tp ||
-                   d.V % (uint64_t)tp))
+    /* Megatron splits kv heads between TP ranks, or replicates each over tp / n_kv_head ranks
+     * when there are fewer than ranks. */
+    const uint64_t t64 = (uint64_t)tp;
+    if (tp > 1 && (d.NH % t64 || (d.KV % t64 && t64 % d.KV) || d.I % t64 || d.V % t64))
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: tensor parallelism of %d needs model.n_head "
-                        "(%llu), model.n_kv_head (%llu), model.intermediate_size (%llu) and "
-                        "model.vocab_size (%llu) divisible by it (kv heads shared by several TP "
-                        "ranks are not supported yet)", spec->type, tp,
-                        (unsigned long long)d.NH, (unsigned long long)d.KV,
-                        (unsigned long long)d.I, (unsigned long long)d.V);
+                        "(%llu), model.intermediate_size (%llu) and model.vocab_size (%llu) "
+                        "divisible by it, and model.n_kv_head (%llu) divisible by it or "
+                        "dividing it", spec->type, tp, (unsigned long long)d.NH,
+                        (unsigned long long)d.I, (unsigned long long)d.V,
+                        (unsigned long long)d.KV);
     const llama_dims dl = zt_llama_shard_dims(&d, tp);
     const zt_blocks_shape shape = zt_llama_blocks_shape(spec, stage, (uint64_t)max_batch,
                                                         act_size);
@@ -567,6 +593,16 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
                              &pinned_again, &overflow) == act_bytes &&
               pinned_again == pinned && !overflow);
     set_views(g, &dl);
+    if (tp > (int)d.KV) {
+        g->kv_w = 2 * (size_t)dl.KVD * (size_t)dl.C;
+        g->kv_b = d.qkv_bias ? 2 * (size_t)dl.KVD : 0;
+        g->kv_saved = zt_backend_alloc(be, ZT_MEM_DEVICE, (g->kv_w + g->kv_b) * sizeof(float));
+        if (!g->kv_saved) {
+            llama_destroy(m);
+            return zt_error(ZT_ERR_NOMEM, "%s: cannot allocate the shared kv heads' gradient "
+                            "buffer", spec->type);
+        }
+    }
     s = write_rope_tables(g);
     if (s != ZT_OK) {
         llama_destroy(m);

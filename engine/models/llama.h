@@ -29,8 +29,9 @@ typedef struct {
 llama_dims zt_llama_dims(const zt_model_spec *s);
 
 /* The dimensions of a tensor-parallel shard of tp ranks: its heads, kv heads, MLP width and
- * vocabulary rows are the whole model's over tp (the width C and head_dim stay). d itself for
- * tp 1. */
+ * vocabulary rows are the whole model's over tp (the width C and head_dim stay), but for kv heads
+ * fewer than tp, of which it holds one (shared with tp / n_kv_head ranks, Megatron's replicated
+ * kv heads). d itself for tp 1. */
 llama_dims zt_llama_shard_dims(const llama_dims *d, int tp);
 
 /* Elements of layer tensor i (0 for a bias the spec does not have) and its shape. */

@@ -60,7 +60,11 @@ static zt_status llama_validate(const zt_model_spec *s, const char *source) {
  * every sum and product in 64 bits and checked. */
 static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_args *a,
                                 const char *source, zt_model_estimate *out) {
-    const llama_dims d = zt_llama_dims(s);
+    const llama_dims whole = zt_llama_dims(s);
+    /* Under TP a shard's dimensions give its tensors (llama.c cuts each by them) and
+     * activations; every shard's are the same size. */
+    const int tp = a->tp_size > 1 ? a->tp_size : 1;
+    const llama_dims d = zt_llama_shard_dims(&whole, tp);
     bool ov = false;
     uint64_t layer = 0, layer_small = 0, layer_tensors = 0, outer = 0, outer_small = 0;
     for (int i = 0; i < LLAMA_N_LAYER_TENSORS; i++) {
@@ -92,11 +96,18 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
         return zt_error(ZT_ERR_INVALID, "%s: a micro-batch of %d sequences of model.block_size %d "
                         "is %llu tokens, above %d, the most one forward takes", source,
                         a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
-    const zt_model_stage full = zt_model_full_stage(s->n_layer);
+    zt_model_stage full = zt_model_full_stage(s->n_layer);
+    full.tp_size = tp;
     const zt_blocks_shape shape = zt_llama_blocks_shape(s, &full, (uint64_t)a->micro_batch,
                                                         a->act_size);
     uint64_t pinned = 0;
-    const uint64_t act = zt_llama_carve(&d, &shape, NULL, NULL, NULL, NULL, &pinned, &ov);
+    uint64_t act = zt_llama_carve(&d, &shape, NULL, NULL, NULL, NULL, &pinned, &ov);
+    /* A shard that shares its kv head keeps the k and v gradients aside (llama.c). */
+    if (tp > (int)whole.KV)
+        act = zt_u64_add(act, (2 * d.KVD * d.C + (d.qkv_bias ? 2 * d.KVD : 0)) * sizeof(float),
+                         &ov);
+    if (tp > 1)
+        act = zt_u64_add(act, zt_u64_mul(tokens, 4 * sizeof(float), &ov), &ov);
     if (ov)
         return zt_error(ZT_ERR_INVALID, "%s: the activations of a micro-batch of %d sequences of "
                         "model.block_size %d (model.n_embd %d, model.n_head %d, "
@@ -114,7 +125,7 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
         .n_layer = s->n_layer,
         .activation_bytes = act,
         .host_bytes = zt_llama_host_bytes(&d, (uint64_t)a->micro_batch) +
-                      n_tensors * sizeof(zt_tensor_info) + pinned,
+                      n_tensors * sizeof(zt_tensor_info) + pinned + zt_tp_host_bytes(tp, tokens),
     };
     return ZT_OK;
 }

@@ -30,7 +30,8 @@ llama_dims zt_llama_shard_dims(const llama_dims *d, int tp) {
     llama_dims s = *d;
     const uint64_t t = (uint64_t)tp;
     s.NH /= t;
-    s.KV /= t;
+    /* Fewer kv heads than ranks: each rank holds one, shared with tp / KV ranks. */
+    s.KV = s.KV >= t ? s.KV / t : 1;
     s.I /= t;
     s.V /= t;
     s.Q = s.NH * s.HD;

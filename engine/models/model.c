@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ztrain/comm.h"
 #include "ztrain/size_math.h"
 #include "ztrain/model.h"
 #include "ztrain/safetensors.h"
@@ -75,7 +76,7 @@ zt_status zt_model_check_create(const zt_model_spec *spec, zt_backend *be, zt_dt
     if (max_batch < 1)
         return zt_error(ZT_ERR_INVALID, "%s: batch size %d must be positive", spec->type,
                         max_batch);
-    zt_model_estimate_args args = {max_batch, zt_backend_act_size(be, act), 0};
+    zt_model_estimate_args args = {max_batch, zt_backend_act_size(be, act), 0, 0};
     ZT_TRY(zt_model_estimate_spec(spec, &args, "model", out));
     if (out->activation_bytes > SIZE_MAX)
         return zt_error(ZT_ERR_NOMEM, "%s: %llu bytes of activations do not fit this machine's "
@@ -92,8 +93,10 @@ void zt_model_copy_logits(const zt_model *m, const float *logits, size_t row, si
 }
 
 void zt_model_destroy(zt_model *m) {
-    if (m)
-        m->ops->destroy(m);
+    if (!m)
+        return;
+    zt_comm_destroy(m->tp_share_comm);
+    m->ops->destroy(m);
 }
 
 const zt_tensor_info *zt_model_find_tensor(const zt_model *m, const char *name) {

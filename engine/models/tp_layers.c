@@ -67,7 +67,20 @@ zt_status zt_model_set_tp_comm(zt_model *m, zt_comm *c) {
                         "cross-entropy ops, which the %s backend does not have yet",
                         m->spec.type, m->ctx.be->name);
     m->tp_comm = c;
-    return ZT_OK;
+    /* A piece shared by `shared` ranks is held by the consecutive TP ranks
+     * [piece · shared, (piece + 1) · shared) (zt_tp_split). */
+    int shared = 1;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].tp_dim >= 0 && m->tensors[i].tp_shared > shared)
+            shared = m->tensors[i].tp_shared;
+    if (shared == 1 || m->tp_share_comm)
+        return ZT_OK;
+    int members[ZT_MAX_WORLD];
+    const int first = m->stage.tp_rank / shared * shared;
+    for (int k = 0; k < shared; k++)
+        members[k] = first + k;
+    ZT_TRY(zt_comm_create_group(&m->tp_share_comm, c, members, shared));
+    return zt_comm_attach_backend(m->tp_share_comm, m->ctx.be);
 }
 
 zt_status zt_model_tp_status(zt_model *m) {
@@ -94,6 +107,22 @@ void zt_tp_reduce_act(zt_model *m, void *buf, size_t n) {
     note(m, zt_comm_dev_all_reduce(m->tp_comm, buf, n, wire, ZT_REDUCE_SUM));
     if (wire == ZT_F32 && m->ctx.act != ZT_F32)
         m->ctx.be->ops->round_to(&m->ctx, buf, n, m->ctx.act);
+}
+
+void zt_tp_shared_grad_begin(zt_model *m, float *g, float *saved, size_t n) {
+    if (!m->tp_share_comm)
+        return;
+    zt_backend_copy(m->ctx.be, saved, g, n * sizeof(float), ZT_COPY_D2D, ZT_STREAM_COMPUTE);
+    zt_backend_zero(m->ctx.be, g, n * sizeof(float), ZT_STREAM_COMPUTE);
+}
+
+void zt_tp_shared_grad_end(zt_model *m, float *g, const float *saved, size_t n) {
+    if (!m->tp_share_comm)
+        return;
+    if (m->tp_error == ZT_OK)
+        note(m, zt_comm_dev_all_reduce(m->tp_share_comm, g, n, ZT_F32, ZT_REDUCE_SUM));
+    const zt_ctx f32 = {m->ctx.be, ZT_F32};
+    m->ctx.be->ops->add(&f32, g, g, saved, n);
 }
 
 void zt_tp_vocab_range(const zt_model *m, int V, int *v0, int *vn) {

@@ -18,6 +18,15 @@ static inline bool zt_tp_on(const zt_model *m) { return zt_model_stage_tp(&m->st
  * group in rank order, the result held at the activation precision. No-op without TP. */
 void zt_tp_reduce_act(zt_model *m, void *buf, size_t n);
 
+/* The gradient g[n] (fp32, device memory) of a piece the ranks of m->tp_share_comm hold alike
+ * (Llama's kv heads when there are fewer than TP ranks). Each rank's backward adds only its own
+ * query heads' share, so this backward's shares are summed over those ranks; what earlier
+ * micro-batches accumulated is already that sum, so it is set aside in saved[n] (device memory)
+ * before the backward adds into g (begin zeroes g) and added back after the sum (end). No-op
+ * without a share group. */
+void zt_tp_shared_grad_begin(zt_model *m, float *g, float *saved, size_t n);
+void zt_tp_shared_grad_end(zt_model *m, float *g, const float *saved, size_t n);
+
 /* The rows [*v0, *v0 + V / tp) of a vocabulary of V that this rank's embedding and head hold. */
 void zt_tp_vocab_range(const zt_model *m, int V, int *v0, int *vn);
 
@@ -32,6 +41,13 @@ typedef struct {
     int32_t *local;       /* host: [max_rows] local targets */
     size_t max_rows;
 } zt_tp_xent;
+
+/* Host bytes zt_blocks_init_tp takes for a shard of tp ranks with rows tokens a micro-batch
+ * (the local tokens, and with the head the loss's gathered statistics; the loss's device
+ * buffers, 4 floats a row, come on top): the estimate's share (0 without TP). */
+static inline uint64_t zt_tp_host_bytes(int tp, uint64_t rows) {
+    return tp > 1 ? rows * (sizeof(int32_t) * 2 + (3 * (uint64_t)tp + 1) * sizeof(float)) : 0;
+}
 
 /* Takes nothing without TP. The model's ctx, spec and stage must be set. */
 zt_status zt_tp_xent_init(zt_tp_xent *x, zt_model *m, size_t max_rows);

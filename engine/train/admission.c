@@ -70,12 +70,16 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     const zt_zero_config *z = &ds->zero;
     const bool half = ds->bf16.enabled || ds->fp16.enabled;
     const int stage = z->stage;
-    const uint64_t N = (uint64_t)job->world_size;
+    /* Under tensor parallelism a rank holds one shard of tp, and ZeRO partitions that shard
+     * over the ranks holding the same one (tp.h: the data-parallel group), not over the world. */
+    const int tp = ds->tp_size > 1 ? ds->tp_size : 1;
+    const uint64_t world = (uint64_t)job->world_size, N = world / (uint64_t)tp;
     zt_model_estimate m;
     zt_model_estimate_args args = {
         .micro_batch = ds->train_micro_batch_size_per_gpu,
         .act_size = sizeof(float),
         .persistence_threshold = (uint64_t)z->stage3_param_persistence_threshold,
+        .tp_size = tp,
     };
     ZT_TRY(zt_model_estimate_spec(&job->model, &args, source, &m));
 
@@ -85,6 +89,8 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     out->padded = zt_u64_round_up(m.params, 16 * N, &ov);
     out->stage = stage;
     out->world_size = job->world_size;
+    out->tp_size = tp;
+    out->zero_size = (int)N;
     out->micro_batch = ds->train_micro_batch_size_per_gpu;
     const uint64_t padded = out->padded, part = padded / N;
     const uint64_t P = half ? 2 : 4;
@@ -161,10 +167,10 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         sum = zt_u64_add(sum, parts[i], &ov);
     out->rank_bytes = sum;
-    out->ranks_per_host = (int)zt_u64_div_up(N, (uint64_t)(job->nodes > 0 ? job->nodes : 1));
+    out->ranks_per_host = (int)zt_u64_div_up(world, (uint64_t)(job->nodes > 0 ? job->nodes : 1));
     /* A saturated term saturates the sums (zt_u64_* return UINT64_MAX), so ov needs no more. */
     out->host_bytes = zt_u64_mul(sum, (uint64_t)out->ranks_per_host, &ov);
-    out->job_bytes = zt_u64_mul(sum, N, &ov);
+    out->job_bytes = zt_u64_mul(sum, world, &ov);
     return ZT_OK;
 }
 
@@ -196,6 +202,7 @@ static void format_count(uint64_t n, char *buf, size_t size) {
 
 void zt_memory_estimate_describe(const zt_memory_estimate *e, char *buf, size_t size) {
     char rank[32], p[32], g[32], o[32], a[32], h[32], n[32], off[64] = "", w[64] = "";
+    char shard[96] = "";
     zt_format_bytes(e->rank_bytes, rank, sizeof rank);
     zt_format_bytes(e->param_bytes, p, sizeof p);
     zt_format_bytes(e->grad_bytes, g, sizeof g);
@@ -214,11 +221,14 @@ void zt_memory_estimate_describe(const zt_memory_estimate *e, char *buf, size_t 
         zt_format_bytes(e->workspace_bytes, b, sizeof b);
         snprintf(w, sizeof w, ", working buffers %s", b);
     }
+    if (e->tp_size > 1)
+        snprintf(shard, sizeof shard, " (a tensor-parallel shard of %d, partitioned over %d "
+                 "replica%s)", e->tp_size, e->zero_size, e->zero_size == 1 ? "" : "s");
     snprintf(buf, size,
-             "%s per rank for %s parameters at ZeRO stage %d over %d rank%s, %s (parameters %s, "
-             "gradients %s, optimizer state %s%s%s, activations %s for a micro-batch of %d, "
+             "%s per rank for %s parameters at ZeRO stage %d over %d rank%s%s, %s (parameters "
+             "%s, gradients %s, optimizer state %s%s%s, activations %s for a micro-batch of %d, "
              "process and tables %s)",
-             rank, n, e->stage, e->world_size, e->world_size == 1 ? "" : "s",
+             rank, n, e->stage, e->world_size, e->world_size == 1 ? "" : "s", shard,
              e->param_size == 2 ? "16-bit" : "fp32", p, g, o, off, w, a, e->micro_batch, h);
 }
 

@@ -165,11 +165,22 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
             s = e->model->ops->init_weights(e->model, opts->seed);
     }
     bool offload_optimizer = ds->zero.offload_optimizer.device != ZT_OFFLOAD_NONE;
+    /* ZeRO's communication thread talks to the data-parallel group while the training thread
+     * runs the TP group's all-reduces: both are groups of the job's communicator, which only
+     * some transports let two threads use at once. */
+    bool overlap = ds->zero.overlap_comm;
+    if (overlap && opts->tp_comm && opts->comm && !zt_comm_pairs_concurrent(opts->tp_comm)) {
+        overlap = false;
+        if (opts->log && opts->rank == 0 && opts->tp_rank == 0)
+            fputs("[ztrain] zero_optimization.overlap_comm: ZeRO's collectives run on the "
+                  "training thread: with tensor parallelism this transport lets one thread at a "
+                  "time use the job's communicator\n", opts->log);
+    }
     if (s == ZT_OK)
         s = zt_zero_init(&e->zero, e->model, opts->comm, ds->zero.stage,
                          (size_t)ds->zero.reduce_bucket_size,
                          (size_t)ds->zero.stage3_param_persistence_threshold,
-                         ds->zero.overlap_comm, (size_t)ds->zero.stage3_prefetch_bucket_size,
+                         overlap, (size_t)ds->zero.stage3_prefetch_bucket_size,
                          e->dtype, communication_dtype(ds, e->dtype), offload_optimizer);
     if (s == ZT_OK && opts->stage)
         zt_zero_set_pipeline(&e->zero, opts->stage_comm);

@@ -147,14 +147,14 @@ static int cmd_estimate(int argc, char **argv) {
         return zt_cli_fail(NULL);
     if (json) {
         printf("{\"params\": %llu, \"padded\": %llu, \"stage\": %d, \"world_size\": %d, "
-               "\"param_size\": %d, \"state_size\": %d, \"param_bytes\": %llu, "
+               "\"tp_size\": %d, \"zero_size\": %d, \"param_size\": %d, \"state_size\": %d, \"param_bytes\": %llu, "
                "\"grad_bytes\": %llu, \"optimizer_bytes\": %llu, \"offload_bytes\": %llu, "
                "\"workspace_bytes\": %llu, \"activation_bytes\": %llu, \"micro_batch\": %d, "
                "\"overhead_bytes\": %llu, \"rank_bytes\": %llu, \"ranks_per_host\": %d, "
                "\"host_bytes\": %llu, \"job_bytes\": %llu, \"available_bytes\": %llu, "
                "\"fits\": %s}\n",
                (unsigned long long)e.params, (unsigned long long)e.padded, e.stage, e.world_size,
-               e.param_size, e.state_size, (unsigned long long)e.param_bytes,
+               e.tp_size, e.zero_size, e.param_size, e.state_size, (unsigned long long)e.param_bytes,
                (unsigned long long)e.grad_bytes, (unsigned long long)e.optimizer_bytes,
                (unsigned long long)e.offload_bytes, (unsigned long long)e.workspace_bytes,
                (unsigned long long)e.activation_bytes, e.micro_batch,

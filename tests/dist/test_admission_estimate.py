@@ -2,7 +2,9 @@
 
 For each run, fp32 ZeRO stages 0-3 on two ranks, bf16 at stages 1 and 3, optimizer offload to
 "cpu" at stage 2 and to NVMe (with the parameters) at stage 3, and one rank with larger
-micro-batches and a larger model, every rank's measured model state (the engine's resident
+micro-batches and a larger model, and with tensor parallelism (dp 2 x tp 2 at stages 1 and 3,
+tp 4 in bf16 at stage 2: a shard's state, partitioned over world / tp ranks), every rank's
+measured model state (the engine's resident
 parameter, gradient and optimizer bytes, and in mixed precision its fp32 working copy, from
 metrics.jsonl) must lie between the estimate's model state (parameters, gradients, optimizer
 state, offload and working buffers) divided by 1.5 and that estimate, and its peak RSS must lie
@@ -39,14 +41,20 @@ with tempfile.TemporaryDirectory(prefix="ztrain-estimate-") as d:
         ("NVMe offload, stage 3", 2, 3, 1, None,
          {"offload_optimizer": nvme, "offload_param": nvme}, (4, 128, 64)),
         ("one rank, micro-batch 4, n_embd 512", 1, 0, 4, None, {}, (6, 512, 128)),
+        # Tensor parallelism: a shard per rank, partitioned over its data-parallel replicas.
+        ("dp 2 x tp 2, fp32 stage 1", 4, 1, 1, None, {}, (4, 256, 64), 2),
+        ("dp 2 x tp 2, fp32 stage 3", 4, 3, 1, None, {}, (4, 256, 64), 2),
+        ("tp 4, bf16 stage 2", 4, 2, 1, "bf16", {}, (4, 256, 64), 4),
     ]
-    for i, (name, world, stage, mb, precision, zero, (L, C, T)) in enumerate(runs):
+    for i, (name, world, stage, mb, precision, zero, (L, C, T), *tp) in enumerate(runs):
         z = {"stage": stage, "reduce_bucket_size": 50000, "stage3_param_persistence_threshold": 1000}
         z.update(zero)
         ds = {"train_micro_batch_size_per_gpu": mb,
               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": z}
         if precision:
             ds[precision] = {"enabled": True}
+        if tp:
+            ds["tensor_parallel"] = {"autotp_size": tp[0]}
         job = f"{d}/job{i}.json"
         write_job(job, {"name": f"estimate{i}", "world_size": world,
                         "model": {"type": "gpt2", "n_layer": L, "n_head": 4, "n_embd": C,

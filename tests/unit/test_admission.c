@@ -1,7 +1,8 @@
 /* Admission (ztrain/admission.h) against formulas written here: GPT-2's parameter count
  * 12·L·C² + 13·L·C + V·C + T·C + 2·C and its activation bytes; the ZeRO paper's per-rank model
  * state for every stage, fp32 (4 + 4 + 8 bytes per parameter) and 16-bit (2 + 2 + 12), SGD's
- * smaller state and offload; limits, sizes that overflow (refused naming the field, never wrapped),
+ * smaller state and offload; a tensor-parallel shard's parameters and activations (GPT-2, and
+ * Llama with kv heads shared by several shards) partitioned over world / tp ranks; limits, sizes that overflow (refused naming the field, never wrapped),
  * sizes as flags write them, and the host's memory read from a made-up /proc and cgroup tree. */
 #define _XOPEN_SOURCE 700
 #include <limits.h>
@@ -84,7 +85,7 @@ static void test_model_sizes(void) {
     zt_model_spec odd = {.type = "gpt2", .n_layer = 3, .n_head = 3, .n_embd = 33, .vocab_size = 257,
                          .block_size = 7};
     zt_model_estimate e;
-    CHECK(zt_model_estimate_spec(&odd, &(zt_model_estimate_args){3, 4, 0}, "spec", &e) == ZT_OK);
+    CHECK(zt_model_estimate_spec(&odd, &(zt_model_estimate_args){3, 4, 0, 0}, "spec", &e) == ZT_OK);
     uint64_t f = gpt2_activations(3, 7, 33, 3, 257, 3);
     CHECK(e.activation_bytes >= f && e.activation_bytes <= f + 64 * (13 * 3 + 12),
           "%llu vs %llu", (ull)e.activation_bytes, (ull)f);
@@ -190,6 +191,93 @@ static void test_zero_formulas(void) {
             }
         }
     }
+}
+
+/* GPT-2's parameters on one tensor-parallel shard of tp: c_attn, c_fc (weights and biases), the
+ * attention's and MLP's c_proj weights and wte split (12·C²/tp + 7·C/tp per layer, V·C/tp), the
+ * rest whole (ln_1, ln_2, the two c_proj biases: 6·C per layer; wpe, ln_f). */
+static uint64_t gpt2_shard_params(uint64_t L, uint64_t C, uint64_t V, uint64_t T, uint64_t tp) {
+    return L * (12 * C * C / tp + 7 * C / tp + 6 * C) + V * C / tp + T * C + 2 * C;
+}
+
+/* A shard's activations: per layer ln1, res2, ln2 and res3 whole, qkv (3), atty, fch (4) and
+ * fch_gelu (4) at 1/tp, the statistics, and the softmax of its NH/tp heads; the embedding output,
+ * the final norm, the logits of its V/tp rows, the losses; the backward's dres, dln and datty
+ * (carved at the whole width) whole, dqkv and dfch at 1/tp; and the vocabulary-parallel loss's
+ * 4 floats a token. */
+static uint64_t gpt2_shard_activations(uint64_t B, uint64_t T, uint64_t C, uint64_t NH,
+                                       uint64_t V, uint64_t L, uint64_t tp) {
+    uint64_t BT = B * T, att = B * NH / tp * T * T;
+    uint64_t per_layer = 4 * BT * C + 12 * BT * C / tp + 4 * BT + att;
+    return 4 * (BT * C + L * per_layer + BT * C + 2 * BT + BT * V / tp + BT + 3 * BT * C +
+                7 * BT * C / tp + att + 4 * BT);
+}
+
+/* Tensor parallelism: every term is a shard's, and ZeRO partitions it over world / tp ranks
+ * (the ranks holding the same shard), not over the world. */
+static void test_tensor_parallel(void) {
+    const int L = 4, C = 128, V = 256, T = 64, world = 8;
+    for (int tp = 2; tp <= 8; tp *= 2) {
+        for (int stage = 0; stage <= 3; stage++) {
+            char ds[512];
+            snprintf(ds, sizeof ds,
+                     "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"AdamW\", "
+                     "\"params\": {\"lr\": 0.001}}, \"zero_optimization\": {\"stage\": %d}, "
+                     "\"tensor_parallel\": {\"autotp_size\": %d}}", stage, tp);
+            zt_job_spec job;
+            if (job_at(&job, world, L, 8, C, V, T, ds) != ZT_OK) {
+                CHECK(false, "%s", zt_last_error());
+                continue;
+            }
+            zt_memory_estimate e;
+            CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK, "%s", zt_last_error());
+            const uint64_t N = (uint64_t)(world / tp);
+            uint64_t psi = gpt2_shard_params(L, C, V, T, (uint64_t)tp);
+            uint64_t padded = (psi + 16 * N - 1) / (16 * N) * (16 * N);
+            state_bytes f = zero_formula(padded, N, stage, 4, 8);
+            CHECK(e.params == psi && e.padded == padded && e.tp_size == tp &&
+                  e.zero_size == (int)N, "tp %d: %llu parameters (formula %llu), N %d", tp,
+                  (ull)e.params, (ull)psi, e.zero_size);
+            CHECK(e.param_bytes == f.p && e.grad_bytes == f.g && e.optimizer_bytes == f.o,
+                  "tp %d, stage %d: %llu %llu %llu, formula %llu %llu %llu", tp, stage,
+                  (ull)e.param_bytes, (ull)e.grad_bytes, (ull)e.optimizer_bytes, (ull)f.p,
+                  (ull)f.g, (ull)f.o);
+            uint64_t act = gpt2_shard_activations(2, T, C, 8, V, L, (uint64_t)tp);
+            CHECK(e.activation_bytes == act, "tp %d: activations %llu, formula %llu", tp,
+                  (ull)e.activation_bytes, (ull)act);
+            uint64_t sum = e.param_bytes + e.grad_bytes + e.optimizer_bytes + e.workspace_bytes +
+                           e.activation_bytes + e.overhead_bytes;
+            CHECK(e.rank_bytes == sum && e.job_bytes == sum * (uint64_t)world &&
+                  e.ranks_per_host == world);
+            char desc[768];
+            zt_memory_estimate_describe(&e, desc, sizeof desc);
+            CHECK(strstr(desc, "a tensor-parallel shard of") != NULL, "%s", desc);
+            zt_job_spec_free(&job);
+        }
+    }
+    /* Llama with 2 kv heads at tp 4: each shard holds one kv head (shared by 2 shards). Per
+     * layer two norms (2·C), q and o at Q/tp rows or columns, k and v one head_dim each, gate,
+     * up and down at I/tp; the embedding and lm_head at V/tp rows, the final norm. */
+    const char *llama = "{\"name\": \"t\", \"world_size\": 4, \"model\": {\"type\": \"llama\", "
+                        "\"n_layer\": 2, \"n_head\": 8, \"n_kv_head\": 2, \"n_embd\": 64, "
+                        "\"intermediate_size\": 96, \"vocab_size\": 256, \"block_size\": 16, "
+                        "\"tie_word_embeddings\": false}, \"data\": {\"train\": \"x.bin\"}, "
+                        "\"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, "
+                        "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
+                        "\"tensor_parallel\": {\"autotp_size\": 4}}}";
+    zt_job_spec job;
+    zt_memory_estimate e;
+    if (zt_job_spec_parse(&job, llama, "spec", "/base") != ZT_OK) {
+        CHECK(false, "%s", zt_last_error());
+        return;
+    }
+    CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK, "%s", zt_last_error());
+    const uint64_t lC = 64, HD = 8, Q = 8 * HD, I = 96, lV = 256, tp = 4;
+    uint64_t want = 2 * (2 * lC + 2 * (Q / tp) * lC + 2 * HD * lC + 3 * (I / tp) * lC) +
+                    2 * (lV / tp) * lC + lC;
+    CHECK(e.params == want && e.zero_size == 1, "Llama 2 kv heads at tp 4: %llu parameters, "
+          "formula %llu", (ull)e.params, (ull)want);
+    zt_job_spec_free(&job);
 }
 
 static void test_offload(void) {
@@ -347,6 +435,7 @@ int main(void) {
     test_model_sizes();
     test_overflow();
     test_zero_formulas();
+    test_tensor_parallel();
     test_offload();
     test_limits();
     test_bytes();

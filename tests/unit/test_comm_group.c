@@ -2,10 +2,13 @@
  * DeepSpeed's 2 × 2 pipeline grid, and every collective of the data-parallel groups {0,1}, {2,3}
  * and of the stage groups {0,2}, {1,3} is checked bit for bit against the rule of comm.h
  * re-derived here (contributions added in member order; bf16 widened, summed in fp32 and rounded
- * once to nearest even), for sizes across the group's chunking. Bad member lists are refused,
- * and a member that exits makes the others' group calls fail naming its rank. */
+ * once to nearest even), for sizes across the group's chunking, one group after the other and
+ * then both at once from two threads (zt_comm_pairs_concurrent: tensor parallelism's group beside
+ * ZeRO's communication thread). Bad member lists are refused, and a member that exits makes the
+ * others' group calls fail naming its rank. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -133,6 +136,19 @@ static void check_group4(zt_comm *g, const int *members, int me) {
 }
 
 /* One rank of the grid; returns its failed checks. */
+/* One group's checks on a thread of their own. */
+typedef struct {
+    zt_comm *g;
+    const int *members;
+    int me;
+} group_job;
+
+static void *check_group_thread(void *arg) {
+    group_job *j = arg;
+    check_group(j->g, j->members, 2, j->me);
+    return NULL;
+}
+
 static int run_rank(int rank, const char *run_id, bool exit_early) {
     zt_dist_info d = {.rank = rank, .world_size = WORLD, .local_rank = rank,
                       .local_world_size = WORLD, .master_port = 29500};
@@ -165,6 +181,14 @@ static int run_rank(int rank, const char *run_id, bool exit_early) {
     }
     check_group(dpg, dp_members, 2, replica);
     check_group(stg, stage_members, 2, stage);
+    /* The two groups share no pair of ranks, so on "shm" two threads may drive them at once. */
+    CHECK(zt_comm_pairs_concurrent(dpg) && zt_comm_pairs_concurrent(world),
+          "shm groups may be used from two threads at once");
+    pthread_t th;
+    group_job other = {stg, stage_members, stage};
+    CHECK(pthread_create(&th, NULL, check_group_thread, &other) == 0, "pthread_create");
+    check_group(dpg, dp_members, 2, replica);
+    pthread_join(th, NULL);
     /* Four members listed out of rank order: sums of four follow the members' order, which
      * two members could not show (a + b == b + a). */
     int shuffled[WORLD] = {3, 1, 0, 2}, me = 0;

@@ -382,7 +382,7 @@ static void test_memory(const char *type, int every, bool cpu) {
     zt_model_spec s = spec_of(type, true);
     const uint64_t es = sizeof(float);
     zt_model_estimate plain, ck;
-    const zt_model_estimate_args args = {B, es, 0};
+    const zt_model_estimate_args args = {B, es, 0, 0};
     CHECK(zt_model_estimate_spec(&s, &args, "t", &plain) == ZT_OK);
     s.checkpoint_interval = every;
     s.checkpoint_cpu = cpu;

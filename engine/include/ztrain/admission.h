@@ -9,7 +9,10 @@
  * stage 3 the parameters) out of device memory; plus what this engine holds beyond the formula
  * (the fp32 model as it is initialised, stage 3's gathered layers, stage 2/3's reduce buckets,
  * mixed precision's fp32 working copy), one micro-batch's activations (the model family's
- * estimate, ztrain/model.h), and the process itself. The ranks of a job on one host add up. */
+ * estimate, ztrain/model.h), and the process itself. The ranks of a job on one host add up.
+ * With tensor parallelism every term is a shard's (1/tp of the split tensors, the whole of the
+ * others; its activations at its heads, MLP width and vocabulary rows) and N is the
+ * data-parallel size, world_size / tp, over which ZeRO partitions each shard. */
 #ifndef ZTRAIN_ADMISSION_H
 #define ZTRAIN_ADMISSION_H
 
@@ -28,10 +31,13 @@
  * admits) rather than wrap. On the CPU every figure is host memory; the split says what a GPU
  * backend would hold in device memory (all but offload_bytes and overhead_bytes). */
 typedef struct {
-    uint64_t params;            /* Ψ: the model's parameters */
+    uint64_t params;            /* Ψ: the parameters a rank's model holds (with tensor
+                                   parallelism its shard's) */
     uint64_t padded;            /* Ψ padded as the engine pads it, to a multiple of 16 × N */
     int stage;                  /* ZeRO stage */
-    int world_size;             /* N */
+    int world_size;             /* every rank of the job */
+    int tp_size;                /* tensor_parallel.autotp_size, 1 without */
+    int zero_size;              /* N, the ranks ZeRO partitions over: world_size / tp_size */
     int param_size;             /* bytes per parameter and gradient: 4, or 2 in bf16/fp16 */
     int state_size;             /* bytes of optimizer state per parameter (K): 8 for Adam,
                                    4 for SGD with momentum, 0 without, + 4 for mixed precision's

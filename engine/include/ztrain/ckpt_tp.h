@@ -1,7 +1,8 @@
 /* A tensor-parallel job's checkpoint directory (Megatron's mp_rank folders, in ztrain's form):
  *
  *     DIR/tp.json   {"format": "ztrain-tensor-parallel", "tp": T,
- *                    "tensors": [[name, dim, groups, [whole shape]], ...]}
+ *                    "tensors": [[name, dim, groups, [whole shape]] or
+ *                                [name, dim, groups, [whole shape], pieces], ...]}
  *     DIR/tp_<tt>/  for each TP rank t < T, an ordinary checkpoint directory (checkpoint.h) that
  *                   shard t's data-parallel replicas save and load as a job of their own: its
  *                   model.safetensors holds the shard's tensors under their Hugging Face names
@@ -10,7 +11,8 @@
  * tp.json is the layout: tensor `name` of the whole model has the whole shape given; dim -1 means
  * every shard holds it whole, otherwise its dimension `dim` is cut into `groups` equal groups and
  * each group into T equal pieces, shard t holding piece t of every group (zt_tensor_info's tp_
- * fields). From it a checkpoint is read at any other TP size (zt_ckpt_tp_load reshards), and as
+ * fields); with `pieces` (fewer than T, dividing it: Llama's kv heads when there are fewer than
+ * TP ranks) into that many, shard t holding piece t / (T / pieces). From it a checkpoint is read at any other TP size (zt_ckpt_tp_load reshards), and as
  * one whole model by zt_ckpt_weights (hence `ztrain export` and zero-to-fp32). */
 #ifndef ZTRAIN_CKPT_TP_H
 #define ZTRAIN_CKPT_TP_H

@@ -7,7 +7,7 @@
  * the CUDA module's NCCL, ztrain/nccl.h) is built with the CUDA toolkit's NCCL. engine/comm/comm.c checks the arguments
  * (the same for every transport) and dispatches. Every rank calls the same collectives in the same
  * order, with the same counts, dtype and op; a point-to-point message is one send matched by one
- * recv. One thread at a time may use a communicator. Buffers are host memory for the calls below
+ * recv. One thread at a time may use a communicator (groups: zt_comm_pairs_concurrent). Buffers are host memory for the calls below
  * on every transport (NCCL stages them through its own device buffer) and the attached backend's
  * device memory for the zt_comm_dev_ calls at the end; they stay the caller's.
  *
@@ -122,6 +122,12 @@ int zt_comm_rank(const zt_comm *c);
 int zt_comm_world_size(const zt_comm *c);
 /* The transport's name ("shm", "gloo"); static storage. */
 const char *zt_comm_transport(const zt_comm *c);
+/* Whether two threads may use groups of c's transport (zt_comm_create_group, for a group: of its
+ * parent's) at once when no pair of ranks exchanges messages in both: "shm" gives each ordered
+ * pair its own channel and "gloo" its own connection, so they may (tensor parallelism's group
+ * beside ZeRO's communication thread); "nccl" queues every operation on one NCCL communicator,
+ * which one thread at a time may use. */
+bool zt_comm_pairs_concurrent(const zt_comm *c);
 
 /* buf[n] of dtype t becomes op over all ranks' buf[n] (every rank gets the result). */
 zt_status zt_comm_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt_reduce_op op);

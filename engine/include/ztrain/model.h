@@ -147,10 +147,16 @@ struct zt_model {
      * return no status: the caller checks zt_model_tp_status after each pass). */
     struct zt_comm *tp_comm;
     zt_status tp_error;
+    /* The TP ranks that hold the same piece of a shard several ranks share (Llama's kv heads
+     * when there are fewer than TP ranks; zt_tensor_info.tp_shared), in which the gradients of
+     * that piece are summed: a group of tp_comm made by zt_model_set_tp_comm (owned). NULL when
+     * no tensor is shared so. */
+    struct zt_comm *tp_share_comm;
 };
 
 /* Attaches the TP group to a model built with stage.tp_size > 1 (its size must be tp_size and
- * its rank tp_rank: ZT_ERR_INVALID otherwise). The communicator must outlive the model's use. */
+ * its rank tp_rank: ZT_ERR_INVALID otherwise), and makes tp_share_comm from it where the model
+ * shares pieces. The communicator must outlive the model's use. */
 zt_status zt_model_set_tp_comm(zt_model *m, struct zt_comm *tp_comm);
 
 /* ZT_OK, or the first TP collective's failure since the last call (which clears it), with its
@@ -303,6 +309,10 @@ typedef struct {
     int micro_batch;                /* sequences per forward, >= 1 (max_batch of zt_model_create) */
     size_t act_size;                /* bytes per activation element (zt_backend_act_size) */
     uint64_t persistence_threshold; /* persistent_params counts the tensors with fewer elements */
+    /* Tensor parallelism: the sizes of one shard of tp_size (a TP rank's tensors, activations
+     * and the vocabulary-parallel loss's buffers), the largest where shards differ. 0 or 1: the
+     * whole model. */
+    int tp_size;
 } zt_model_estimate_args;
 
 /* The sizes of the model zt_model_create would build for a spec, computed from the spec alone in
