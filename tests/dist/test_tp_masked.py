@@ -2,8 +2,8 @@
 docs/fine-tuning.md) under tensor parallelism gives the single-rank trajectory: GPT-2 and Llama
 (2 kv heads) at tp 2, tp 4 (ZeRO 1) and dp 2 x tp 2 (ZeRO 2), for the same global batch of 16
 sequences, with 60% of the targets trained and documents of 2 to 11 tokens packed into each
-row (the attention and positions restart at each document's first token); and packing
-"padded" (one document per row) at dp 2 x tp 2.
+row (the attention and positions restart at each document's first token); GPT-2 also with 2
+pipeline stages of tp 2; and packing "padded" (one document per row) at dp 2 x tp 2.
 
 Every TP rank of a replica reads the same rows, masks and documents; the vocabulary-parallel
 cross-entropy gives a masked target no loss and no gradient on every shard (the target is
@@ -75,6 +75,14 @@ with tempfile.TemporaryDirectory() as d:
             compare(ck, f"{mname} masked and packed, dp {dp} x tp {tp}, ZeRO {zero}", ref, got)
             ck.check(trained_tokens(d, name) == counts,
                      f"{mname} dp {dp} x tp {tp}: each step's trained tokens as the single rank's")
+        if mname == "GPT-2":
+            # Pipeline stages too: the documents travel with the activations between stages,
+            # and the last stage's TP shards compute the masked loss.
+            got = train(d, f"{mname}-pp2-tp2", job(model, 2, 1, f"ck-{mname}-pp2-tp2", pp=2,
+                                                   data=MASKED))
+            compare(ck, f"{mname} masked and packed, pp 2 x tp 2", ref, got)
+            ck.check(trained_tokens(d, f"{mname}-pp2-tp2") == counts,
+                     f"{mname} pp 2 x tp 2: each step's trained tokens as the single rank's")
     # packing "padded": one document per row, the rest of the row not trained.
     PADDED = dict(MASKED, packing="padded")
     ref = train(d, "padded-1", job(GPT2, 1, 1, "ck-padded-1", data=PADDED))
