@@ -9,9 +9,11 @@ over loopback (every rank on this host) and over a veth link between two emulate
 
 ztrain's side is tests/tools/zt_comm_bench (one process per rank, launched with torchrun's
 variables); torch's a script with the same loop: 5 warm-up calls, then --iters timed ones, more
-for small sizes (up to 64 MiB moved, at most 200), so that first-use costs wash out. Each prints the slowest rank's mean time per
-call; the table gives it and the bus bandwidth as nccl-tests define it (all-reduce: bytes × 2(N-1)/N
-per time, reduce-scatter: bytes × (N-1)/N per time), the bytes every rank must move. Debian's
+for small sizes (up to 64 MiB moved, at most 200), so that first-use costs wash out. Each prints
+the slowest rank's mean time per call and, in brackets, the slowest rank's median call (on a
+shared machine the mean carries the scheduler's tail, the median what a call costs); the table
+gives them and the bus bandwidth as nccl-tests define it (all-reduce: bytes × 2(N-1)/N per time,
+reduce-scatter: bytes × (N-1)/N per time), the bytes every rank must move. Debian's
 torch 1.13 has no Gloo reduce-scatter: its column says n/a there. With the veth link it also
 times a 4-rank GPT-2 job on one host (shared memory) against the same job on the two emulated
 hosts (tokens/s).
@@ -36,13 +38,18 @@ for nbytes in [int(x) for x in sys.argv[2:]]:
     for _ in range(5):
         dist.all_reduce(t)
     dist.barrier()
+    each = []
     t0 = time.perf_counter()
     for _ in range(rounds):
+        a = time.perf_counter()
         dist.all_reduce(t)
-    el = torch.tensor([(time.perf_counter() - t0) / rounds], dtype=torch.float64)
+        each.append(time.perf_counter() - a)
+    each.sort()
+    el = torch.tensor([(time.perf_counter() - t0) / rounds, each[rounds // 2]],
+                      dtype=torch.float64)
     dist.all_reduce(el, op=dist.ReduceOp.MAX)
     if r == 0:
-        print("all_reduce", nbytes, el.item(), flush=True)
+        print("all_reduce", nbytes, el[0].item(), el[1].item(), flush=True)
 '''
 
 
@@ -64,7 +71,7 @@ def launch(cmds_envs, hosts=None):
 
 
 def run_side(kind, world, link, args, hosts, port):
-    """{(collective, bytes): seconds} for one transport at one placement."""
+    """{(collective, bytes): (mean, median) seconds} for one transport at one placement."""
     addr = hosts.addr[0] if link == "veth" else "127.0.0.1"
     jobs = []
     for r in range(world):
@@ -86,8 +93,8 @@ def run_side(kind, world, link, args, hosts, port):
     out = launch(jobs, hosts if link == "veth" else None)
     got = {}
     for line in out.splitlines():
-        op, nbytes, secs = line.split()
-        got[(op, int(nbytes))] = float(secs)
+        op, nbytes, mean, median = line.split()
+        got[(op, int(nbytes))] = (float(mean), float(median))
     return got
 
 
@@ -158,7 +165,7 @@ def main():
         try:
             port = 29600
             print("| link | ranks | collective | size | ztrain gloo | ztrain shm | torch gloo |"
-                  " torch time / gloo time |")
+                  " torch time / gloo time: mean (median) |")
             print("|---|---:|---|---:|---:|---:|---:|---:|")
             for link in links:
                 for world in [int(w) for w in args.worlds.split(",")]:
@@ -174,10 +181,12 @@ def main():
                             cells = []
                             for kind in ("gloo", "shm", "torch"):
                                 t = res.get(kind, {}).get((op, n))
-                                cells.append(f"{t * 1e3:.2f} ms, {n * factor / t / 1e9:.2f} GB/s"
+                                cells.append(f"{t[0] * 1e3:.2f} ms ({t[1] * 1e3:.2f}), "
+                                             f"{n * factor / t[0] / 1e9:.2f} GB/s"
                                              if t else "n/a")
                             g, t = res["gloo"].get((op, n)), res["torch"].get((op, n))
-                            ratio = f"{t / g:.2f}×" if g and t else "n/a"
+                            ratio = (f"{t[0] / g[0]:.2f}× ({t[1] / g[1]:.2f}×)"
+                                     if g and t else "n/a")
                             print(f"| {link} | {world} | {op} | {fmt_size(n)} | "
                                   f"{' | '.join(cells)} | {ratio} |", flush=True)
             if hosts and args.train_steps:

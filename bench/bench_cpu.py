@@ -133,7 +133,9 @@ def make_data(d, args):
     n = (args.warmup + args.steps) * BATCH * SEQ + 1
     data = torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(1))
     data_path = os.path.join(d, "data.txt")
-    data.to(torch.uint8).numpy().tofile(data_path)
+    # Written without numpy, which a PyTorch 2 venv made for these benchmarks may lack.
+    with open(data_path, "wb") as f:
+        f.write(bytes(data.to(torch.uint8).tolist()))
     return data, data_path
 
 

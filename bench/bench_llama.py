@@ -169,7 +169,9 @@ def main():
     data = torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(1))
     with tempfile.TemporaryDirectory() as d:
         data_path = os.path.join(d, "data.txt")
-        data.to(torch.uint8).numpy().tofile(data_path)
+        # Written without numpy, which a PyTorch 2 venv made for these benchmarks may lack.
+        with open(data_path, "wb") as f:
+            f.write(bytes(data.to(torch.uint8).tolist()))
         for precision in args.precision or ["fp32", "bf16"]:
             z = bench_ztrain(build, precision, data_path, args.steps, args.warmup, args.threads, d)
             t = bench_torch(precision, data, args.steps, args.warmup, args.threads)

@@ -58,6 +58,19 @@ uint64_t desc_of(int kind, size_t n, zt_dtype t, int arg, int world, const size_
     return h;
 }
 
+// Gloo's buffer destructor waits, yielding the CPU in a loop, until Gloo's event thread has let go
+// of the buffer, which it holds from the moment it starts a transfer until it returns from the
+// completion it signals. Freed at once, a buffer whose completion just woke this thread makes
+// the destructor wait for that thread to be scheduled again, and on a busy machine each such
+// wait is a scheduler tick (4 ms here, more than the whole all-reduce of 64 KB takes). So the
+// buffers of a completed step are kept until the next step completes, when the event thread has
+// long finished with them (it has since handled the next step's messages on the same pairs). A
+// step that failed frees its buffers at once, as Gloo expects: operations may still be pending on
+// them, and the caller's memory may go away after the failure.
+void retire_buffers(zt_gloo_comm *c, std::vector<Buffer> bufs) {
+    c->retired = std::move(bufs); // frees the previous step's
+}
+
 // The sends and receives of one step of a collective, one buffer per peer, so that a failure is
 // pinned on the peer whose buffer failed.
 class Step {
@@ -68,6 +81,19 @@ class Step {
     Step(zt_gloo_comm *c, const char *what, uint64_t desc)
         : c_(c), what_(what),
           slot_(((desc << 24) ^ (c->next_slot++ & 0xffffff)) & (P2P_SLOT - 1)) {}
+    Step(const Step &) = delete;
+    Step &operator=(const Step &) = delete;
+
+    // A completed step's buffers outlive it until the next step completes (retire_buffers).
+    ~Step() {
+        if (!done_)
+            return;
+        std::vector<Buffer> bufs;
+        for (auto *list : {&recvs_, &sends_})
+            for (auto &op : *list)
+                bufs.push_back(std::move(op.buf));
+        retire_buffers(c_, std::move(bufs));
+    }
 
     // Posting to a peer whose connection already broke throws: the first such peer is kept and
     // reported by wait(), like a failure seen while waiting.
@@ -106,6 +132,7 @@ class Step {
                     return s;
             }
         }
+        done_ = true;
         return ZT_OK;
     }
 
@@ -137,6 +164,7 @@ class Step {
     std::vector<Op> sends_, recvs_;
     int failed_peer_ = -1;
     std::string failure_;
+    bool done_ = false;
 };
 
 // Runs a step body that may throw (a Gloo call refusing its arguments, memory running out) and
@@ -178,6 +206,17 @@ zt_status settle(std::deque<std::unique_ptr<Step>> &steps, size_t keep) {
 // two-step reduction pays them twice. Up to this many bytes times the world size.
 constexpr size_t ONE_STEP_BYTES = size_t(1) << 20;
 
+// Whether an all-reduce of `bytes` goes in one step. Small ones always. On two ranks larger ones
+// too, up to the scratch space the chunked reduction uses anyway (two chunks): there one step
+// sends each rank's buffer once, exactly the bytes of the two steps (two halves), and waits once
+// instead of twice (a 1 MiB all-reduce went from 4-11 ms to 1.1-1.2 ms, the median of 100, on
+// the loaded 2-core development machine; bench/README.md). On more ranks one step would send
+// (N-1)/2 times the bytes of two.
+bool all_reduce_in_one_step(size_t bytes, int world) {
+    size_t scratch = bytes * size_t(world);
+    return scratch <= ONE_STEP_BYTES || (world == 2 && scratch <= 2 * CHUNK_BYTES);
+}
+
 zt_status all_reduce_one_step(zt_gloo_comm *c, unsigned char *p, size_t n, zt_dtype t,
                               zt_reduce_op op, uint64_t desc) {
     int world = c->comm.world, me = c->comm.rank;
@@ -207,7 +246,7 @@ zt_status gloo_all_reduce(zt_comm *cc, void *buf, size_t n, zt_dtype t, zt_reduc
         return ZT_OK;
     return guarded(c, what, [&]() -> zt_status {
         size_t es = zt_dtype_size(t);
-        if (n * es * size_t(world) <= ONE_STEP_BYTES)
+        if (all_reduce_in_one_step(n * es, world))
             return all_reduce_one_step(c, static_cast<unsigned char *>(buf), n, t, op,
                                        desc_of(1, n, t, op, world, nullptr, nullptr));
         size_t chunk = std::max<size_t>(CHUNK_BYTES / es, size_t(world));
@@ -412,6 +451,10 @@ zt_status gloo_send(zt_comm *cc, const void *buf, size_t n, zt_dtype t, int peer
                 return zt_gloo_peer_failed(c, what, peer, Clock::now() >= deadline, e.what());
             }
         }
+        std::vector<Buffer> done;
+        done.push_back(std::move(head));
+        done.push_back(std::move(body));
+        retire_buffers(c, std::move(done));
         return ZT_OK;
     });
 }
@@ -445,11 +488,16 @@ zt_status gloo_recv(zt_comm *cc, void *buf, size_t n, zt_dtype t, int peer) {
                                 "%s: rank %d sent %llu elements of %s but rank %d expects %zu of %s",
                                 what, peer, (unsigned long long)h.n,
                                 zt_dtype_name(zt_dtype(h.dtype)), cc->rank, n, zt_dtype_name(t));
-        if (!n)
-            return ZT_OK;
-        auto body = c->ctx->createUnboundBuffer(buf, n * zt_dtype_size(t));
-        body->recv(peer, P2P_SLOT);
-        return wait(body);
+        std::vector<Buffer> done;
+        done.push_back(std::move(head));
+        if (n) {
+            auto body = c->ctx->createUnboundBuffer(buf, n * zt_dtype_size(t));
+            body->recv(peer, P2P_SLOT);
+            ZT_TRY(wait(body));
+            done.push_back(std::move(body));
+        }
+        retire_buffers(c, std::move(done));
+        return ZT_OK;
     });
 }
 

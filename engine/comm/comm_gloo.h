@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 extern "C" {
 #include "comm_transport.h"
@@ -37,6 +38,8 @@ struct zt_gloo_comm {
     std::string store_addr;         // "MASTER_ADDR:MASTER_PORT", for messages
     std::vector<std::string> hosts; // per rank: "host (address)"
     std::vector<unsigned char> scratch; // the reductions' incoming contributions (comm_gloo.cc)
+    // The buffers of the last completed step, freed when the next one completes (comm_gloo.cc).
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> retired;
 
     // Failure notices (comm_gloo_notice.cc): this rank's listener and what it has heard.
     int notice_fd = -1;

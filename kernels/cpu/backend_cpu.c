@@ -14,6 +14,7 @@
 
 #include "cpu_kernels.h"
 #include "gemm.h"
+#include "isa.h"
 #include "ztrain/backend.h"
 
 /* The backend and what the CPU keeps open for it. */
@@ -211,6 +212,10 @@ static const zt_backend_iface cpu_iface = {
 };
 
 zt_status zt_backend_cpu_create(zt_backend **out, const zt_backend_options *opts) {
+    /* A misspelt knob is refused here, before any job computes with the default it would get. */
+    ZT_TRY(zt_cpu_gemm_check_env());
+    ZT_TRY(zt_cpu_isa_check_env("ZTRAIN_OPTIM_ISA"));
+    ZT_TRY(zt_cpu_isa_check_env("ZTRAIN_CAST_ISA"));
     cpu_state *st = calloc(1, sizeof *st);
     if (!st)
         return zt_error(ZT_ERR_NOMEM, "cpu backend: out of memory");

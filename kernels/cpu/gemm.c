@@ -22,6 +22,36 @@ const char *zt_cpu_gemm_lib_name(zt_gemm_lib lib) { return lib_names[lib]; }
 static zt_gemm_lib chosen_lib;
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 
+#ifdef ZT_HAVE_ONEDNN
+#define LIBS_BUILT "openblas, onednn"
+#else
+#define LIBS_BUILT "openblas"
+#endif
+
+zt_status zt_cpu_gemm_check_env(void) {
+    const char *want = getenv("ZTRAIN_GEMM");
+    if (want && *want) {
+#ifndef ZT_HAVE_ONEDNN
+        if (strcmp(want, "onednn") == 0)
+            return zt_error(ZT_ERR_INVALID,
+                            "ZTRAIN_GEMM=onednn: this build has no oneDNN (it was built without "
+                            "libdnnl-dev); the accepted values here are: " LIBS_BUILT);
+#endif
+        if (strcmp(want, "openblas") != 0 && strcmp(want, "onednn") != 0)
+            return zt_error(ZT_ERR_INVALID,
+                            "ZTRAIN_GEMM='%s' names no matrix library; the accepted values are: "
+                            LIBS_BUILT,
+                            want);
+    }
+    want = getenv("ZTRAIN_GEMM_BF16");
+    if (want && *want && strcmp(want, "on") != 0 && strcmp(want, "off") != 0)
+        return zt_error(ZT_ERR_INVALID,
+                        "ZTRAIN_GEMM_BF16='%s' is neither of the accepted values on and off", want);
+    return ZT_OK;
+}
+
+/* A value zt_cpu_gemm_check_env refuses leaves the default here: the CPU backend refuses to be
+ * created with it, so no job computes with it. */
 static void choose_lib(void) {
 #ifdef ZT_HAVE_ONEDNN
     chosen_lib = ZT_GEMM_ONEDNN;
@@ -37,16 +67,6 @@ static void choose_lib(void) {
     else if (strcmp(want, "onednn") == 0)
         chosen_lib = ZT_GEMM_ONEDNN;
 #endif
-    else
-        fprintf(stderr, "ztrain: ZTRAIN_GEMM=%s is not a matrix library this build has "
-                        "(openblas%s); using %s\n",
-                want,
-#ifdef ZT_HAVE_ONEDNN
-                ", onednn",
-#else
-                "",
-#endif
-                lib_names[chosen_lib]);
 }
 
 zt_gemm_lib zt_cpu_gemm_lib(void) {
@@ -117,8 +137,6 @@ static void choose_bf16(void) {
         bf16_on = native;
     else if (want && strcmp(want, "off") == 0)
         bf16_on = false;
-    else if (want && *want)
-        fprintf(stderr, "ztrain: ZTRAIN_GEMM_BF16=%s is neither on nor off; ignored\n", want);
 }
 
 bool zt_cpu_gemm_bf16_enabled(void) {

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ztrain/status.h"
+
 typedef enum {
     ZT_GEMM_OPENBLAS = 0, /* cblas_sgemm of the OpenMP build of OpenBLAS */
     ZT_GEMM_ONEDNN,       /* dnnl_sgemm (only when built with oneDNN) */
@@ -21,10 +23,16 @@ typedef enum {
 
 /* The library the fp32 products go to: oneDNN when this build has it, else OpenBLAS; the
  * environment variable ZTRAIN_GEMM ("openblas" or "onednn") forces one (how tests and benchmarks
- * compare them; a name this build cannot honour is reported on stderr once and ignored in favour of
- * the default). Decided on the first call. */
+ * compare them). Decided on the first call. */
 zt_gemm_lib zt_cpu_gemm_lib(void);
 const char *zt_cpu_gemm_lib_name(zt_gemm_lib lib);
+
+/* Checks the environment variables of this file, ZTRAIN_GEMM and ZTRAIN_GEMM_BF16, as they are
+ * now: ZT_OK when each is unset, empty or one of its accepted values that this build can honour;
+ * else ZT_ERR_INVALID with a message naming the variable, its value and the accepted values. The
+ * CPU backend refuses to be created when this fails (zt_backend_cpu_create), so a misspelt
+ * library never trains a job on the default one. */
+zt_status zt_cpu_gemm_check_env(void);
 
 /* Makes the library generate the kernels of every transposition and beta now (oneDNN compiles
  * its kernels on first use, tens of milliseconds on a busy machine), so that a job's first step

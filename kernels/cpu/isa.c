@@ -9,6 +9,19 @@ static const char *const names[] = {"portable", "avx2", "avx512"};
 
 const char *zt_cpu_isa_name(zt_cpu_isa isa) { return names[isa]; }
 
+zt_status zt_cpu_isa_check_env(const char *override) {
+    const char *want = getenv(override);
+    if (!want || !*want)
+        return ZT_OK;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(want, names[i]) == 0)
+            return ZT_OK;
+    return zt_error(ZT_ERR_INVALID,
+                    "%s='%s' names no instruction-set path; the accepted values are: portable, "
+                    "avx2, avx512",
+                    override, want);
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #if defined(__clang__)
 #include <cpuid.h>

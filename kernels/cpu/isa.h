@@ -4,6 +4,8 @@
 #ifndef ZTRAIN_CPU_ISA_H
 #define ZTRAIN_CPU_ISA_H
 
+#include "ztrain/status.h"
+
 typedef enum {
     ZT_ISA_PORTABLE = 0, /* plain C */
     ZT_ISA_AVX2,         /* AVX2 + FMA + F16C */
@@ -17,5 +19,10 @@ typedef enum {
 zt_cpu_isa zt_cpu_isa_pick(const char *override, int *cache);
 
 const char *zt_cpu_isa_name(zt_cpu_isa isa);
+
+/* ZT_OK when the environment variable `override` is unset, empty or one of the names above;
+ * else ZT_ERR_INVALID naming the variable, its value and the accepted names. (A known name wider
+ * than this CPU is accepted: zt_cpu_isa_pick then keeps the widest the CPU has.) */
+zt_status zt_cpu_isa_check_env(const char *override);
 
 #endif

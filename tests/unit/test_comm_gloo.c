@@ -170,15 +170,16 @@ static void collectives(int rank, int world, int port) {
         return;
     }
     CHECK(strcmp(zt_comm_transport(g), "gloo") == 0, "transport name");
-    /* 5M + 3 elements passes the 16 MiB chunk of an fp32 all-reduce; 1001 is uneven over 3. */
-    const size_t sizes[] = {1, 1001, ((size_t)5 << 20) + 3};
+    /* 5M + 3 elements passes the 16 MiB chunk of an fp32 all-reduce; 1001 is uneven over 3;
+     * 300001 (1.2 MB in fp32) is reduced in one step on 2 ranks and in two on 3. */
+    const size_t sizes[] = {1, 1001, 300001, ((size_t)5 << 20) + 3};
     const zt_dtype types[] = {ZT_F32, ZT_F64, ZT_BF16, ZT_F16};
     const zt_reduce_op ops[] = {ZT_REDUCE_SUM, ZT_REDUCE_AVG, ZT_REDUCE_MAX};
-    for (int si = 0; si < 3; si++) {
+    for (int si = 0; si < 4; si++) {
         for (int ti = 0; ti < 4; ti++) {
             zt_dtype t = types[ti];
             size_t n = sizes[si], es = zt_dtype_size(t);
-            if (si == 2 && t != ZT_F32 && t != ZT_BF16)
+            if (si == 3 && t != ZT_F32 && t != ZT_BF16)
                 continue;
             unsigned char *a = malloc(n * es), *b = malloc(n * es);
             for (int oi = 0; oi < 3; oi++) {
@@ -343,6 +344,7 @@ static void mismatched_world(int rank, int world, int port) {
 
 int main(void) {
     CHECK(run_ranks(3, collectives, free_port()) == 0, "collectives");
+    CHECK(run_ranks(2, collectives, free_port()) == 0, "collectives on 2 ranks");
     CHECK(run_ranks(3, dead_rank, free_port()) == 0, "dead rank");
     CHECK(run_ranks(2, missing_rank, free_port()) == 0, "missing rank");
     CHECK(run_ranks(2, disagreeing, free_port()) == 0, "ranks calling different collectives");

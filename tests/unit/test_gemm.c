@@ -5,6 +5,10 @@
  * and once with the native bf16 product forced on (ZTRAIN_GEMM_BF16=on), which is checked on bf16
  * operands where the CPU has AVX512_BF16 and said to be skipped where it has not.
  *
+ * It also checks that a value of ZTRAIN_GEMM, ZTRAIN_GEMM_BF16, ZTRAIN_OPTIM_ISA or ZTRAIN_CAST_ISA
+ * that is not understood stops the CPU backend from being created, with a message naming the
+ * variable, the value and the accepted values, while the accepted values create it.
+ *
  *   test_gemm            the library this build and environment choose
  */
 #include <math.h>
@@ -15,6 +19,7 @@
 
 #include "check.h"
 #include "gemm.h"
+#include "ztrain/backend.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 
@@ -143,6 +148,60 @@ static void run_all(bool bf16) {
             }
 }
 
+/* Creates the CPU backend with var=value (restoring var after); expects a refusal naming var,
+ * value and each of the NULL-terminated accepted values, or, when accepted is NULL, success. */
+static void create_with(const char *var, const char *value, const char *const *accepted) {
+    const char *was = getenv(var);
+    char *saved = was ? strdup(was) : NULL;
+    setenv(var, value, 1);
+    zt_backend *be = NULL;
+    zt_status s = zt_backend_create(&be, ZT_DEVICE_CPU, NULL);
+    if (!accepted) {
+        CHECK(s == ZT_OK, "%s=%s: the CPU backend was refused: %s", var, value, zt_last_error());
+    } else {
+        const char *msg = zt_last_error();
+        CHECK(s == ZT_ERR_INVALID && !be, "%s=%s: the CPU backend was created (status %s)", var,
+              value, zt_status_name(s));
+        CHECK(strstr(msg, var) && strstr(msg, value), "%s=%s: the refusal names neither: %s", var,
+              value, msg);
+        for (const char *const *a = accepted; *a; a++)
+            CHECK(strstr(msg, *a), "%s=%s: the refusal does not list the accepted value %s: %s",
+                  var, value, *a, msg);
+    }
+    if (be)
+        zt_backend_destroy(be);
+    if (saved)
+        setenv(var, saved, 1);
+    else
+        unsetenv(var);
+    free(saved);
+}
+
+static void check_environment(void) {
+#ifdef ZT_HAVE_ONEDNN
+    static const char *const libs[] = {"openblas", "onednn", NULL};
+#else
+    static const char *const libs[] = {"openblas", NULL};
+#endif
+    static const char *const bf16[] = {"on", "off", NULL};
+    static const char *const isas[] = {"portable", "avx2", "avx512", NULL};
+    create_with("ZTRAIN_GEMM", "mkl", libs);
+    create_with("ZTRAIN_GEMM", "OpenBLAS", libs);
+    create_with("ZTRAIN_GEMM_BF16", "yes", bf16);
+    create_with("ZTRAIN_OPTIM_ISA", "sse2", isas);
+    create_with("ZTRAIN_CAST_ISA", "AVX512", isas);
+#ifndef ZT_HAVE_ONEDNN
+    create_with("ZTRAIN_GEMM", "onednn", libs);
+#endif
+    for (const char *const *v = libs; *v; v++)
+        create_with("ZTRAIN_GEMM", *v, NULL);
+    for (const char *const *v = bf16; *v; v++)
+        create_with("ZTRAIN_GEMM_BF16", *v, NULL);
+    for (const char *const *v = isas; *v; v++)
+        create_with("ZTRAIN_OPTIM_ISA", *v, NULL);
+    create_with("ZTRAIN_GEMM", "", NULL);
+}
+
 int main(void) {
     printf("test_gemm: fp32 products in %s, native bf16 products %s\n",
            zt_cpu_gemm_lib_name(zt_cpu_gemm_lib()), zt_cpu_gemm_bf16_enabled() ? "on" : "off");
@@ -152,6 +211,7 @@ int main(void) {
     if (want && *want)
         CHECK(strcmp(want, zt_cpu_gemm_lib_name(zt_cpu_gemm_lib())) == 0,
               "ZTRAIN_GEMM=%s chose %s", want, zt_cpu_gemm_lib_name(zt_cpu_gemm_lib()));
+    check_environment();
     run_all(false);
     if (zt_cpu_gemm_bf16_enabled())
         run_all(true);

@@ -229,7 +229,9 @@ const char *zt_backend_cpu_optim_isa(void);
 /* The library the CPU backend's matrix products run in: "onednn" (oneDNN, which generates its
  * kernels for the instruction sets the CPU reports) when the build has it, else "openblas"; the
  * environment variable ZTRAIN_GEMM ("openblas" or "onednn"), read at the first product, picks one.
- * A static string. */
+ * zt_backend_cpu_create refuses (ZT_ERR_INVALID, naming the variable, its value and the accepted
+ * values) a ZTRAIN_GEMM, ZTRAIN_GEMM_BF16, ZTRAIN_OPTIM_ISA or ZTRAIN_CAST_ISA it does not
+ * understand. A static string. */
 const char *zt_backend_cpu_matmul(void);
 
 /* Whether the CPU backend runs a bf16 job's dense-layer products on bf16 instructions (oneDNN's
