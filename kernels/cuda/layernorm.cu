@@ -1,8 +1,8 @@
 /* LayerNorm on the GPU, eps 1e-5: one block per row for the forward and for the input gradient
- * (block sums in a fixed order), and one thread per channel summing over rows for the weight and
- * bias gradients, so every sum is deterministic and nothing is added atomically. Statistics are
- * fp32; the math is kernels/cpu/layernorm.c's. */
-#include "cuda_common.cuh"
+ * (block sums in a fixed order), and the weight and bias gradients as per-channel sums over row
+ * tiles with a second pass in a fixed order (channel_sums.cuh), so every sum is deterministic and
+ * nothing is added atomically. Statistics are fp32; the math is kernels/cpu/layernorm.c's. */
+#include "channel_sums.cuh"
 
 template <typename T>
 __global__ void ln_fwd(T *out, float *mean, float *rstd, const T *inp, const float *w,
@@ -50,23 +50,19 @@ __global__ void ln_bwd_inp(T *dinp, const T *dout, const T *inp, const float *w,
     }
 }
 
-template <typename T>
-__global__ void ln_bwd_params(float *dw, float *db, const T *dout, const T *inp,
-                              const float *mean, const float *rstd, int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    float gw = 0.0f, gb = 0.0f;
-    for (int n = 0; n < N; n++) {
-        size_t i = (size_t)n * C + c;
+/* dw += Σ xhat·dout, db += Σ dout over the rows. */
+template <typename T> struct ln_param_terms {
+    static constexpr int K = 2;
+    const T *dout, *inp;
+    const float *mean, *rstd;
+    int C;
+    __device__ void operator()(int r, int c, float *acc) const {
+        size_t i = (size_t)r * C + c;
         float d = zt_ld(dout, i);
-        gw += (zt_ld(inp, i) - mean[n]) * rstd[n] * d;
-        gb += d;
+        acc[0] += (zt_ld(inp, i) - mean[r]) * rstd[r] * d;
+        acc[1] += d;
     }
-    dw[c] += gw;
-    if (db)
-        db[c] += gb;
-}
+};
 
 extern "C" void zt_cuda_layernorm_forward(const zt_ctx *x, void *out, float *mean, float *rstd,
                                           const void *inp, const float *w, const float *b, int N,
@@ -89,9 +85,7 @@ extern "C" void zt_cuda_layernorm_backward(const zt_ctx *x, void *dinp, float *d
         ZT_LAUNCH(ln_bwd_inp<ACT_T>, N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x),
                   (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, w, mean, rstd, C);
         ZT_CUDA_LAUNCHED(x->be);
-        ZT_LAUNCH(ln_bwd_params<ACT_T>, (C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
-                  zt_cuda_compute(x), dw, db, (const ACT_T *)dout, (const ACT_T *)inp, mean, rstd,
-                  N, C);
-        ZT_CUDA_LAUNCHED(x->be);
+        ln_param_terms<ACT_T> terms = {(const ACT_T *)dout, (const ACT_T *)inp, mean, rstd, C};
+        zt_channel_sums(x, dw, db, terms, N, C);
     });
 }

@@ -1,7 +1,7 @@
 /* RMSNorm (Llama) on the GPU, shaped as layernorm.cu: a block per row for the forward and the
- * input gradient, a thread per channel for the weight gradient; fp32 statistics, the math of
- * kernels/cpu/rmsnorm.c. */
-#include "cuda_common.cuh"
+ * input gradient, per-channel sums over row tiles for the weight gradient (channel_sums.cuh);
+ * fp32 statistics, the math of kernels/cpu/rmsnorm.c. */
+#include "channel_sums.cuh"
 
 template <typename T>
 __global__ void rms_fwd(T *out, float *rstd, const T *inp, const float *w, float eps, int C) {
@@ -36,19 +36,17 @@ __global__ void rms_bwd_inp(T *dinp, const T *dout, const T *inp, const float *w
     }
 }
 
-template <typename T>
-__global__ void rms_bwd_w(float *dw, const T *dout, const T *inp, const float *rstd, int N,
-                          int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    float gw = 0.0f;
-    for (int n = 0; n < N; n++) {
-        size_t i = (size_t)n * C + c;
-        gw += zt_ld(inp, i) * rstd[n] * zt_ld(dout, i);
+/* dw += Σ xhat·dout over the rows. */
+template <typename T> struct rms_weight_term {
+    static constexpr int K = 1;
+    const T *dout, *inp;
+    const float *rstd;
+    int C;
+    __device__ void operator()(int r, int c, float *acc) const {
+        size_t i = (size_t)r * C + c;
+        acc[0] += zt_ld(inp, i) * rstd[r] * zt_ld(dout, i);
     }
-    dw[c] += gw;
-}
+};
 
 extern "C" void zt_cuda_rmsnorm_forward(const zt_ctx *x, void *out, float *rstd, const void *inp,
                                         const float *w, float eps, int N, int C) {
@@ -70,8 +68,7 @@ extern "C" void zt_cuda_rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw,
         ZT_LAUNCH(rms_bwd_inp<ACT_T>, N, zt_cuda_row_threads(C), 0, zt_cuda_compute(x),
                   (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, w, rstd, C);
         ZT_CUDA_LAUNCHED(x->be);
-        ZT_LAUNCH(rms_bwd_w<ACT_T>, (C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
-                  zt_cuda_compute(x), dw, (const ACT_T *)dout, (const ACT_T *)inp, rstd, N, C);
-        ZT_CUDA_LAUNCHED(x->be);
+        rms_weight_term<ACT_T> term = {(const ACT_T *)dout, (const ACT_T *)inp, rstd, C};
+        zt_channel_sums(x, dw, NULL, term, N, C);
     });
 }
