@@ -78,7 +78,8 @@ static bool plan_create(const zt_ctx *x, plan *p, const plan_key *key, const zt_
     zt_cuda_state *st = zt_cuda_of(x);
     memset(p, 0, sizeof *p);
     p->key = *key;
-    cublasOperation_t ta = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t ta = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = g->epilogue;
     int64_t aux_ld = g->aux_ld;
     cublasLtMatmulPreference_t pref = NULL;

@@ -58,7 +58,8 @@ static lg_result lg_run(zt_backend *be, zt_dtype act, const lg_case *c, bool unf
     const size_t es = zt_test_act_size(be, act);
     void *out = zt_test_dev_alloc(&d, nf * es), *pre = zt_test_dev_alloc(&d, nf * es);
     void *inp = zt_test_dev_act(&d, c->inp, ni);
-    float *w1 = zt_test_dev_f32(&d, c->w1, (size_t)c->C * c->F), *b1 = zt_test_dev_f32(&d, c->b1, c->F);
+    float *w1 = zt_test_dev_f32(&d, c->w1, (size_t)c->C * c->F);
+    float *b1 = zt_test_dev_f32(&d, c->b1, c->F);
     float *nan = zt_test_nans(nf);
     zt_test_round_all(nan, nf, act);
     void *dpre = zt_test_dev_act(&d, nan, nf); /* overwritten: a read of it shows as NaN */
