@@ -195,8 +195,10 @@ static const void *block_forward(zt_model *m, void *acts, const void *residual, 
     zt_tp_reduce_act(m, a->res2, (size_t)BT * C);
     op->layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[LN2_W], w[LN2_B], BT,
                           C);
-    op->linear_forward(x, a->fch, a->ln2, w[FC_W], w[FC_B], NULL, BT, C, F, ZT_W_IN_OUT);
-    op->gelu_forward(x, a->fch_gelu, a->fch, (size_t)BT * F);
+    /* The GELU rides in the product's epilogue where the backend has one (cuBLASLt), which
+     * keeps the pre-activation fch for the backward. */
+    op->linear_gelu_forward(x, a->fch_gelu, a->fch, a->ln2, w[FC_W], w[FC_B], BT, C, F,
+                            ZT_W_IN_OUT);
     op->linear_forward(x, a->res3, a->fch_gelu, w[FCPROJ_W], g->lead ? w[FCPROJ_B] : NULL,
                        g->lead ? a->res2 : NULL, BT, F, C, ZT_W_IN_OUT);
     zt_tp_reduce_act(m, a->res3, (size_t)BT * C);
@@ -218,9 +220,8 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
     /* dres holds the gradient of this block's output; the MLP branch adds into it. Under TP
      * dres is whole on every rank, so the row-parallel biases' gradients agree everywhere, and
      * the column-parallel layers' input gradients are partial sums until reduced. */
-    op->linear_backward(x, g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], dres, a->fch_gelu, w[FCPROJ_W],
-                        BT, F, C, ZT_W_IN_OUT, false);
-    op->gelu_backward(x, g->dfch, a->fch, g->dfch, (size_t)BT * F);
+    op->linear_backward_gelu(x, g->dfch, dw[FCPROJ_W], dw[FCPROJ_B], dres, a->fch_gelu, a->fch,
+                             w[FCPROJ_W], BT, F, C, ZT_W_IN_OUT);
     op->linear_backward(x, g->dln, dw[FC_W], dw[FC_B], g->dfch, a->ln2, w[FC_W], BT, C, F,
                         ZT_W_IN_OUT, false);
     zt_tp_reduce_act(m, g->dln, (size_t)BT * C);

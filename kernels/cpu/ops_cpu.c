@@ -80,6 +80,22 @@ static void gelu_backward(const zt_ctx *x, void *dinp, const void *inp, const vo
     zt_cpu_gelu_backward(dinp, inp, dout, n, x->act);
 }
 
+/* The fused entries are the two ops run one after the other: the CPU has no epilogue to fuse
+ * into, and so its results stay those of the unfused sequence bit for bit. */
+static void linear_gelu_forward(const zt_ctx *x, void *out, void *pre, const void *inp,
+                                const float *w, const float *bias, int N, int C, int OC,
+                                zt_weight_layout layout) {
+    linear_forward(x, pre, inp, w, bias, NULL, N, C, OC, layout);
+    gelu_forward(x, out, pre, (size_t)N * OC);
+}
+
+static void linear_backward_gelu(const zt_ctx *x, void *dpre, float *dw, float *dbias,
+                                 const void *dout, const void *inp, const void *pre,
+                                 const float *w, int N, int C, int OC, zt_weight_layout layout) {
+    linear_backward(x, dpre, dw, dbias, dout, inp, w, N, C, OC, layout, false);
+    gelu_backward(x, dpre, pre, dpre, (size_t)N * C);
+}
+
 static void silu_mul_forward(const zt_ctx *x, void *out, const void *gate, const void *up,
                              size_t n) {
     zt_cpu_silu_mul_forward(out, gate, up, n, x->act);
@@ -191,6 +207,8 @@ static const zt_ops cpu_ops = {
     .rope_backward = rope_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .linear_gelu_forward = linear_gelu_forward,
+    .linear_backward_gelu = linear_backward_gelu,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
     .gelu_forward = gelu_forward,

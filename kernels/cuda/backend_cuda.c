@@ -250,6 +250,7 @@ static void cuda_destroy(zt_backend *be) {
     free(st->bucket_host);
     cudaFree(st->sums_dev);
     cudaFreeHost(st->sums_host);
+    zt_cuda_matmul_plans_free(st);
     cudaFree(st->lt_workspace);
     if (st->lt)
         cublasLtDestroy(st->lt);

@@ -25,6 +25,7 @@ typedef enum {
     ZT_CUDA_SCRATCH_W16 = 0, /* a weight (and bias) rounded to the activations' 16-bit type */
     ZT_CUDA_SCRATCH_TOKENS,  /* tokens or targets copied from the host */
     ZT_CUDA_SCRATCH_BUCKETS, /* the embedding backward's token buckets */
+    ZT_CUDA_SCRATCH_PARTIALS, /* per-channel sums' partials over row tiles (channel_sums.cuh) */
     ZT_CUDA_SCRATCHES
 } zt_cuda_scratch_slot;
 
@@ -37,6 +38,7 @@ typedef struct {
     cudaStream_t stream[ZT_STREAMS];
     cublasLtHandle_t lt;
     void *lt_workspace;
+    struct zt_cuda_matmul_plans *plans; /* cuBLASLt plans per shape (matmul.cu), made on first use */
     double *sums_dev;  /* [2 · ZT_CUDA_SUM_BLOCKS + 2]: the two-pass sums' partials and totals */
     double *sums_host; /* [2], pinned: the totals read back */
     void *scratch[ZT_CUDA_SCRATCHES];
@@ -114,6 +116,15 @@ void *zt_cuda_bucket_host(const zt_ctx *x, size_t bytes);
  * for the compute stream. */
 void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out);
 
+/* Frees the cuBLASLt plans (matmul.cu), at the backend's end. */
+void zt_cuda_matmul_plans_free(zt_cuda_state *st);
+/* Since the backend began: products run through the plan table, heuristic queries made, and
+ * products run with a GELU epilogue (GELU_AUX_BIAS or DGELU). What shows that a step reuses its
+ * plans and that GPT-2's MLP takes the fused path; test_ops finds it by name through
+ * zt_backend_cuda_symbol. */
+void zt_cuda_matmul_counts(zt_backend *be, unsigned long long *products,
+                           unsigned long long *heuristics, unsigned long long *gelu_products);
+
 /* The module's entry points, which kernels/backend.c finds with dlsym (the public
  * zt_backend_cuda_* calls of backend.h are its wrappers). */
 zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts);
@@ -158,6 +169,12 @@ void zt_cuda_linear_forward(const zt_ctx *x, void *out, const void *inp, const f
 void zt_cuda_linear_backward(const zt_ctx *x, void *dinp, float *dw, float *dbias,
                              const void *dout, const void *inp, const float *w, int N, int C,
                              int OC, zt_weight_layout layout, bool accumulate_dinp);
+void zt_cuda_linear_gelu_forward(const zt_ctx *x, void *out, void *pre, const void *inp,
+                                 const float *w, const float *bias, int N, int C, int OC,
+                                 zt_weight_layout layout);
+void zt_cuda_linear_backward_gelu(const zt_ctx *x, void *dpre, float *dw, float *dbias,
+                                  const void *dout, const void *inp, const void *pre,
+                                  const float *w, int N, int C, int OC, zt_weight_layout layout);
 void zt_cuda_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                                const void *q, const void *k, const void *v);
 void zt_cuda_attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,

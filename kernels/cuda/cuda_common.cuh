@@ -104,6 +104,68 @@ enum { ZT_CUDA_MAX_GRID = 65535 };
         ZT_CUDA_LAUNCHED((x)->be);                                                                 \
     } while (0)
 
+/* ---- 128-bit loads and stores -----------------------------------------------------------------
+ * A memory-bound kernel moves 16 bytes per instruction instead of 2 or 4: a chunk of ZT_VEC(T)
+ * elements (8 bf16/fp16, 4 fp32) per thread. Activations are slices of larger buffers at any
+ * element offset, so a chunk is loaded whole only when it lies inside [0, n) and starts 16-byte
+ * aligned; otherwise (the tail of a size that is not a multiple of the vector, or a misaligned
+ * slice) element by element. Either way every element is read once, as fp32. */
+template <typename T> struct zt_vec_width {
+    static constexpr int value = 16 / (int)sizeof(T);
+};
+#define ZT_VEC(T) (zt_vec_width<T>::value)
+
+template <typename T> struct alignas(16) zt_pack16 {
+    T v[16 / sizeof(T)];
+};
+
+template <typename T>
+__device__ __forceinline__ bool zt_vec_whole(const T *p, size_t base, size_t n) {
+    return base + ZT_VEC(T) <= n && ((uintptr_t)(p + base) & 15u) == 0;
+}
+
+/* x[j] = p[base + j] for the chunk's elements below n (the others are left as they are). */
+template <typename T>
+__device__ __forceinline__ void zt_ldv(const T *p, size_t base, size_t n, float *x) {
+    if (zt_vec_whole(p, base, n)) {
+        zt_pack16<T> pk = *reinterpret_cast<const zt_pack16<T> *>(p + base);
+        for (int j = 0; j < ZT_VEC(T); j++)
+            x[j] = zt_ld(pk.v, j);
+    } else {
+        for (int j = 0; j < ZT_VEC(T) && base + j < n; j++)
+            x[j] = zt_ld(p, base + j);
+    }
+}
+
+/* p[base + j] = x[j] rounded to T, for the chunk's elements below n. */
+template <typename T>
+__device__ __forceinline__ void zt_stv(T *p, size_t base, size_t n, const float *x) {
+    if (zt_vec_whole(p, base, n)) {
+        zt_pack16<T> pk;
+        for (int j = 0; j < ZT_VEC(T); j++)
+            zt_st(pk.v, j, x[j]);
+        *reinterpret_cast<zt_pack16<T> *>(p + base) = pk;
+    } else {
+        for (int j = 0; j < ZT_VEC(T) && base + j < n; j++)
+            zt_st(p, base + j, x[j]);
+    }
+}
+
+/* A grid-stride loop over the chunks of [0, n): base is each chunk's first element. Launch with
+ * ZT_LAUNCH_VEC. */
+#define ZT_GRID_LOOP_VEC(T, base, n)                                                               \
+    for (size_t base = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * ZT_VEC(T); base < (n);    \
+         base += (size_t)gridDim.x * blockDim.x * ZT_VEC(T))
+
+/* Threads for a block that walks a row of C elements of T in 16-byte chunks. */
+template <typename T> static inline unsigned zt_row_threads_vec(int C) {
+    return zt_cuda_row_threads((size_t)(C + ZT_VEC(T) - 1) / ZT_VEC(T));
+}
+
+/* Launches a chunked elementwise kernel over n elements of type T on the compute stream of x. */
+#define ZT_LAUNCH_VEC(x, T, n, kernel, ...)                                                        \
+    ZT_LAUNCH_1D(x, ((n) + ZT_VEC(T) - 1) / ZT_VEC(T), kernel, __VA_ARGS__)
+
 /* ---- exact 16-bit conversions (the CPU's half.h, bit for bit) ------------------------------- */
 
 __device__ __forceinline__ uint16_t zt_bf16_from_f32(float x) {

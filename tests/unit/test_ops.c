@@ -16,6 +16,7 @@ static const zt_test_family *const families[] = {
     &zt_test_embedding,
     &zt_test_layernorm,
     &zt_test_linear,
+    &zt_test_linear_gelu,
     &zt_test_attention,
     &zt_test_gelu,
     &zt_test_add,

@@ -5,9 +5,21 @@
  * with A and B of one type (fp32, bf16 or fp16), C and D of that type or fp32, products summed
  * in fp32 in order of k (the GPU's order differs: compare with a tolerance), the epilogue in fp32
  * and one rounding to D's type, to nearest even. C is not read when beta is 0.
- * Epilogues: DEFAULT, and BIAS (bias[r], of D's type unless BIAS_DATA_TYPE says otherwise, added
- * to every column). Anything else (another epilogue, compute type, attribute, batch, order) is
- * refused with CUBLAS_STATUS_NOT_SUPPORTED naming it, never ignored.
+ * Epilogues, as cublasLt.h documents them:
+ * - DEFAULT; BIAS: bias[r] (of D's type unless BIAS_DATA_TYPE says otherwise) added to every
+ *   column.
+ * - GELU_AUX_BIAS: pre = alpha·op(A)·op(B) + beta·C + bias[r]; pre is stored to the auxiliary
+ *   matrix (EPILOGUE_AUX_POINTER, leading dimension EPILOGUE_AUX_LD, of D's type: "the GELU input
+ *   matrix") and D = gelu(pre), from the fp32 pre before it is rounded.
+ * - DGELU: D = (alpha·op(A)·op(B) + beta·C) ⊙ gelu'(aux), the "GELU gradient applied to the
+ *   matmul output", aux read as the forward stored it.
+ *   GELU is the tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), the approximation
+ *   PyTorch's cuBLASLt path (_addmm_activation with use_gelu) is tested against and llm.c swaps
+ *   its own kernel in for; the header names no formula, so this is the point to check on a GPU.
+ *   The auxiliary leading dimension must be divisible by 8 and at least D's rows (cublasLt.h,
+ *   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), and the pointers set.
+ * Anything else (another epilogue, compute type, attribute, batch, order) is refused with
+ * CUBLAS_STATUS_NOT_SUPPORTED naming it, never ignored.
  *
  * Alignment is strict: the heuristic's algorithm assumes the pointer alignments the preference
  * declares (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, 256 by default), and a matmul whose
@@ -16,6 +28,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -35,6 +48,8 @@ struct lt_desc {
     uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     const void *bias = nullptr;
     int32_t bias_type = -1; /* -1: D's */
+    void *aux = nullptr;
+    int64_t aux_ld = 0;
 };
 
 struct lt_layout {
@@ -98,6 +113,24 @@ template <typename T> bool set_attr(T *dst, const void *buf, size_t size) {
         return false;
     memcpy(dst, buf, sizeof(T));
     return true;
+}
+
+bool uses_aux(uint32_t epi) {
+    return epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epi == CUBLASLT_EPILOGUE_DGELU;
+}
+bool uses_bias(uint32_t epi) {
+    return epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+/* GELU in its tanh form and that form's derivative, in fp32 (the epilogue's precision). */
+const float gelu_scale = 0.7978845608028654f; /* sqrt(2/pi) */
+float gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(gelu_scale * (x + 0.044715f * x * x * x)));
+}
+float gelu_grad(float x) {
+    float th = tanhf(gelu_scale * (x + 0.044715f * x * x * x));
+    float du = gelu_scale * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
 }
 
 /* Bytes a layout spans. */
@@ -170,13 +203,16 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
         break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
         ok = set_attr(&x->epilogue, buf, size);
-        if (ok && x->epilogue != CUBLASLT_EPILOGUE_DEFAULT && x->epilogue != CUBLASLT_EPILOGUE_BIAS)
+        if (ok && x->epilogue != CUBLASLT_EPILOGUE_DEFAULT && x->epilogue != CUBLASLT_EPILOGUE_BIAS &&
+            x->epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && x->epilogue != CUBLASLT_EPILOGUE_DGELU)
             return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
-                          "epilogue %u is not emulated (DEFAULT and "
-                          "BIAS are)",
+                          "epilogue %u is not emulated (DEFAULT, BIAS, "
+                          "GELU_AUX_BIAS and DGELU are)",
                           x->epilogue);
         break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = set_attr(&x->bias, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: ok = set_attr(&x->aux, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: ok = set_attr(&x->aux_ld, buf, size); break;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         ok = set_attr(&x->bias_type, buf, size) && type_size((cudaDataType_t)x->bias_type);
         break;
@@ -307,6 +343,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                       (unsigned long long)am, (unsigned long long)k, (unsigned long long)bk,
                       (unsigned long long)bn, (unsigned long long)C->rows,
                       (unsigned long long)C->cols, (unsigned long long)m, (unsigned long long)n);
+    if (uses_aux(x->epilogue) && (x->aux_ld < (int64_t)m || x->aux_ld % 8 != 0))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                      "epilogue %u: CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD %lld "
+                      "must be divisible by 8 and at least D's %llu rows",
+                      x->epilogue, (long long)x->aux_ld, (unsigned long long)m);
     const lt_pref *pr = (const lt_pref *)p;
     memset(&results[0], 0, sizeof results[0]);
     for (int i = 0; i < 4; i++)
@@ -353,8 +394,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                           names[i], ptrs[i], span(lays[i]));
     }
     const cudaDataType_t bias_type = x.bias_type < 0 ? D.type : (cudaDataType_t)x.bias_type;
-    if (x.epilogue == CUBLASLT_EPILOGUE_BIAS &&
-        !dev_contains(x.bias, D.rows * type_size(bias_type)))
+    if (uses_aux(x.epilogue)) {
+        const size_t aux_span =
+            D.cols ? ((D.cols - 1) * (size_t)x.aux_ld + D.rows) * type_size(D.type) : 0;
+        if (x.aux_ld < (int64_t)D.rows || x.aux_ld % 8 != 0)
+            return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                          "epilogue %u: EPILOGUE_AUX_LD %lld is not divisible by 8 "
+                          "or below D's %llu rows",
+                          x.epilogue, (long long)x.aux_ld, (unsigned long long)D.rows);
+        if (!dev_contains(x.aux, aux_span))
+            return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                          "epilogue %u: the auxiliary matrix at %p (%zu bytes) is not "
+                          "inside one device allocation",
+                          x.epilogue, x.aux, aux_span);
+    }
+    if (uses_bias(x.epilogue) && !dev_contains(x.bias, D.rows * type_size(bias_type)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE,
                       "bias at %p (%llu of %s) is not inside one "
                       "device allocation",
@@ -374,8 +428,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                 float v = fa * acc;
                 if (fb != 0.0f)
                     v += fb * load(C.type, c, i + j * C.ld);
-                if (x.epilogue == CUBLASLT_EPILOGUE_BIAS)
+                if (uses_bias(x.epilogue))
                     v += load(bias_type, x.bias, i);
+                if (x.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                    store(D.type, x.aux, i + j * x.aux_ld, v);
+                    v = gelu(v);
+                } else if (x.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+                    v *= gelu_grad(load(D.type, x.aux, i + j * x.aux_ld));
+                }
                 store(D.type, dp, i + j * D.ld, v);
             }
         }

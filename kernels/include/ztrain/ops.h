@@ -150,6 +150,22 @@ typedef struct zt_ops {
                             const void *dout, const void *inp, const float *w, int N, int C,
                             int OC, zt_weight_layout layout, bool accumulate_dinp);
 
+    /* A linear layer followed by GELU (GPT-2's MLP), for backends that fuse the activation into
+     * the product's epilogue as cuBLASLt does: pre[N,OC] = inp · W + bias and out[N,OC] =
+     * gelu(pre) (tanh form, as gelu_forward), both activations kept for the backward. A fusing
+     * backend may compute gelu from pre before pre is rounded to its storage type; the CPU runs
+     * linear_forward and gelu_forward, so its results are theirs bit for bit. */
+    void (*linear_gelu_forward)(const zt_ctx *x, void *out, void *pre, const void *inp,
+                                const float *w, const float *bias, int N, int C, int OC,
+                                zt_weight_layout layout);
+    /* The backward of a layer whose input is gelu(pre) (pre[N,C], saved by linear_gelu_forward),
+     * carried through the GELU: dpre[N,C] = (dout · Wᵀ) ⊙ gelu'(pre) is overwritten (an
+     * activation gradient; on the CPU, linear_backward then gelu_backward); dw and dbias
+     * accumulate as in linear_backward (each may be NULL). */
+    void (*linear_backward_gelu)(const zt_ctx *x, void *dpre, float *dw, float *dbias,
+                                 const void *dout, const void *inp, const void *pre,
+                                 const float *w, int N, int C, int OC, zt_weight_layout layout);
+
     /* Causal self-attention (see zt_attn_shape) into out[B,T,n_head·head_dim] (activation);
      * att[B,n_head,T,T] keeps the softmax probabilities for the backward (fp32; zero where the
      * mask is). Every shape zt_attn_shape allows: packed or separate, grouped-query heads, any

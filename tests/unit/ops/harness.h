@@ -221,7 +221,7 @@ typedef struct {
     void (*perf)(zt_backend *be);              /* --perf; NULL when the family has no timing */
 } zt_test_family;
 
-extern const zt_test_family zt_test_embedding, zt_test_layernorm, zt_test_linear,
+extern const zt_test_family zt_test_embedding, zt_test_layernorm, zt_test_linear, zt_test_linear_gelu,
     zt_test_attention, zt_test_gelu, zt_test_add, zt_test_softmax_xent, zt_test_rmsnorm,
     zt_test_xent_partial, zt_test_rope, zt_test_silu_mul, zt_test_adam_update, zt_test_sgd_update,
     zt_test_adam_update_mixed, zt_test_lamb, zt_test_sum_squares, zt_test_scale, zt_test_to_half,

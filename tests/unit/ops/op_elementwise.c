@@ -58,8 +58,8 @@ static gelu_result gelu_run(zt_backend *be, zt_dtype act, const gelu_case *c) {
 }
 
 static void gelu_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    static const size_t sizes[] = {1, 7, 333, 4099};
-    for (int k = 0; k < 4; k++) {
+    static const size_t sizes[] = {1, 7, 333, 4096, 4099};
+    for (int k = 0; k < 5; k++) {
         gelu_case c = gelu_make(r, sizes[k], act);
         gelu_result want = gelu_run(cpu, act, &c), got = gelu_run(be, act, &c);
         char at[96];
@@ -136,6 +136,7 @@ static void gelu_check(const zt_test_env *env) {
 
 typedef struct {
     float *out, *inplace; /* inplace: out == a */
+    float *shifted;       /* out one element past an aligned start (a vector kernel's slow path) */
 } add_result;
 
 static add_result add_run(zt_backend *be, zt_dtype act, const float *a, const float *b, size_t n) {
@@ -143,18 +144,22 @@ static add_result add_run(zt_backend *be, zt_dtype act, const float *a, const fl
     zt_test_dev_init(&d, be, act);
     void *out = zt_test_dev_alloc(&d, n * zt_test_act_size(be, act));
     void *da = zt_test_dev_act(&d, a, n), *db = zt_test_dev_act(&d, b, n);
+    const size_t es = zt_test_act_size(be, act);
+    char *out2 = zt_test_dev_alloc(&d, (n + 1) * es);
     be->ops->add(&d.ctx, out, da, db, n);
+    be->ops->add(&d.ctx, out2 + es, da, db, n);
     be->ops->add(&d.ctx, da, da, db, n);
-    add_result x = {zt_test_zeros(n), zt_test_zeros(n)};
+    add_result x = {zt_test_zeros(n), zt_test_zeros(n), zt_test_zeros(n)};
     zt_test_dev_get_act(&d, x.out, out, n);
     zt_test_dev_get_act(&d, x.inplace, da, n);
+    zt_test_dev_get_act(&d, x.shifted, out2 + es, n);
     zt_test_dev_finish(&d);
     return x;
 }
 
 static void add_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    static const size_t sizes[] = {1, 13, 4097};
-    for (int k = 0; k < 3; k++) {
+    static const size_t sizes[] = {1, 13, 4096, 4097};
+    for (int k = 0; k < 4; k++) {
         size_t n = sizes[k];
         float *a = zt_test_random(r, n, 0.0, 1.0), *b = zt_test_random(r, n, 0.0, 3.0);
         zt_test_round_all(a, n, act), zt_test_round_all(b, n, act);
@@ -164,7 +169,11 @@ static void add_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_r
                     zt_dtype_name(act), n);
         CHECK_CLOSE(got.inplace, want.out, n, tol, "add %s vs cpu at %s, n=%zu: out in place of a",
                     be->name, zt_dtype_name(act), n);
-        free(a), free(b), free(want.out), free(want.inplace), free(got.out), free(got.inplace);
+        CHECK_CLOSE(got.shifted, want.out, n, tol,
+                    "add %s vs cpu at %s, n=%zu: out one element past an aligned start", be->name,
+                    zt_dtype_name(act), n);
+        free(a), free(b), free(want.out), free(want.inplace), free(want.shifted), free(got.out),
+            free(got.inplace), free(got.shifted);
     }
 }
 
@@ -188,7 +197,7 @@ static void add_cpu(zt_backend *cpu, zt_test_rng *r) {
             CHECK_HELD(cpu, t, got.out, sum, n, "add at %s: out", zt_dtype_name(t));
             CHECK_HELD(cpu, t, got.inplace, sum, n, "add at %s: out in place", zt_dtype_name(t));
         }
-        free(a), free(b), free(sum), free(got.out), free(got.inplace);
+        free(a), free(b), free(sum), free(got.out), free(got.inplace), free(got.shifted);
     }
 }
 

@@ -70,8 +70,8 @@ static silu_result silu_run(zt_backend *be, zt_dtype act, const silu_case *c) {
 }
 
 static void silu_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    static const size_t sizes[] = {1, 7, 333, 4099};
-    for (int k = 0; k < 4; k++) {
+    static const size_t sizes[] = {1, 7, 333, 4096, 4099};
+    for (int k = 0; k < 5; k++) {
         silu_case c = silu_make(r, sizes[k], act);
         silu_result want = silu_run(cpu, act, &c), got = silu_run(be, act, &c);
         char at[96];
