@@ -63,14 +63,19 @@ def stream(name, op, calls, flops, nbytes):
             "class": "memory"}
 
 
-def linear(kernels, name, L, N, C, OC, bias, residual):
+def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=False):
     """A linear layer's forward (one GEMM, bias and residual in the epilogue) and backward: dinp =
-    dout·Wᵀ, dW = inpᵀ·dout, dbias a column sum of dout (read in the dW GEMM's epilogue)."""
+    dout·Wᵀ, dW = inpᵀ·dout, dbias a column sum of dout (read in the dW GEMM's epilogue).
+    gelu_out: GELU in the forward's epilogue (linear_gelu_forward), which writes the
+    pre-activation beside the output. gelu_in: the input is gelu(pre), so the backward's dinp
+    GEMM applies GELU's derivative in its epilogue (linear_backward_gelu), reading pre."""
     ep = (A16 * OC if bias else 0) + (A16 * N * OC if residual else 0)
-    kernels.append(gemm(f"{name} forward", "linear_forward", L, N, C, OC, ep))
-    kernels.append(gemm(f"{name} backward dinp", "linear_backward", L, N, OC, C))
-    kernels.append(gemm(f"{name} backward dW", "linear_backward", L, C, N, OC,
-                        A16 * OC if bias else 0))
+    ep += A16 * N * OC if gelu_out else 0
+    kernels.append(gemm(f"{name} forward", "linear_gelu_forward" if gelu_out else "linear_forward",
+                        L, N, C, OC, ep))
+    bwd = "linear_backward_gelu" if gelu_in else "linear_backward"
+    kernels.append(gemm(f"{name} backward dinp", bwd, L, N, OC, C, A16 * N * C if gelu_in else 0))
+    kernels.append(gemm(f"{name} backward dW", bwd, L, C, N, OC, A16 * OC if bias else 0))
 
 
 def attention(kernels, L, B, T, H, KV, hd):
@@ -113,10 +118,10 @@ def kernels_of(m):
     linear(ks, "qkv", L, N, C, qkv, gpt2, False)
     linear(ks, "attention out", L, N, C, C, gpt2, True)
     if gpt2:
-        linear(ks, "mlp up (fc)", L, N, C, F, True, False)
-        linear(ks, "mlp down (proj)", L, N, F, C, True, True)
-        ks.append(stream("gelu forward", "gelu_forward", L, 8 * N * F, 2 * A16 * N * F))
-        ks.append(stream("gelu backward", "gelu_backward", L, 12 * N * F, 3 * A16 * N * F))
+        # GELU lives in the GEMMs' epilogues (cuBLASLt's GELU_AUX_BIAS and DGELU): no kernel
+        # of its own, and its few FLOPs per element are not counted.
+        linear(ks, "mlp up (fc) + GELU", L, N, C, F, True, False, gelu_out=True)
+        linear(ks, "mlp down (proj)", L, N, F, C, True, True, gelu_in=True)
     else:
         linear(ks, "mlp gate", L, N, C, F, False, False)
         linear(ks, "mlp up", L, N, C, F, False, False)

@@ -32,7 +32,8 @@ struct zt_op_profile {
 static const char *const op_names[ZT_OP_COUNT] = {
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
     "rmsnorm_forward", "rmsnorm_backward", "rope_forward", "rope_backward",
-    "linear_forward", "linear_backward", "attention_forward", "attention_backward",
+    "linear_forward", "linear_backward", "linear_gelu_forward", "linear_backward_gelu",
+    "attention_forward", "attention_backward",
     "gelu_forward", "gelu_backward", "silu_mul_forward", "silu_mul_backward",
     "add", "softmax_xent", "xent_partial_stats", "xent_partial_grad",
     "adam_update", "sgd_update", "adam_update_mixed", "lamb_moments",
@@ -137,6 +138,14 @@ TIMED(ZT_OP_LINEAR_BACKWARD, linear_backward,
       (const zt_ctx *x, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
        const float *w, int N, int C, int OC, zt_weight_layout layout, bool accumulate_dinp),
       (x, dinp, dw, dbias, dout, inp, w, N, C, OC, layout, accumulate_dinp))
+TIMED(ZT_OP_LINEAR_GELU_FORWARD, linear_gelu_forward,
+      (const zt_ctx *x, void *out, void *pre, const void *inp, const float *w, const float *bias,
+       int N, int C, int OC, zt_weight_layout layout),
+      (x, out, pre, inp, w, bias, N, C, OC, layout))
+TIMED(ZT_OP_LINEAR_BACKWARD_GELU, linear_backward_gelu,
+      (const zt_ctx *x, void *dpre, float *dw, float *dbias, const void *dout, const void *inp,
+       const void *pre, const float *w, int N, int C, int OC, zt_weight_layout layout),
+      (x, dpre, dw, dbias, dout, inp, pre, w, N, C, OC, layout))
 TIMED(ZT_OP_ATTENTION_FORWARD, attention_forward,
       (const zt_ctx *x, const zt_attn_shape *s, void *out, float *att, const void *q,
        const void *k, const void *v),
@@ -220,6 +229,8 @@ static void fill_table(zt_ops *t, const zt_ops *r) {
     ENTRY(rope_backward);
     ENTRY(linear_forward);
     ENTRY(linear_backward);
+    ENTRY(linear_gelu_forward);
+    ENTRY(linear_backward_gelu);
     ENTRY(attention_forward);
     ENTRY(attention_backward);
     ENTRY(gelu_forward);

@@ -32,10 +32,12 @@ def model_ops(model):
     """Calls per micro-batch of each forward and backward op, from the architecture."""
     L = model["n_layer"]
     if model["type"] == "gpt2":
+        # The MLP's first product and its GELU are one op each way (linear_gelu_forward,
+        # linear_backward_gelu), on every backend.
         return {"embedding_forward": 1, "layernorm_forward": 2 * L + 1,
-                "linear_forward": 4 * L + 1, "attention_forward": L, "gelu_forward": L,
+                "linear_forward": 3 * L + 1, "linear_gelu_forward": L, "attention_forward": L,
                 "softmax_xent": 1,
-                "linear_backward": 4 * L + 1, "gelu_backward": L, "attention_backward": L,
+                "linear_backward": 3 * L + 1, "linear_backward_gelu": L, "attention_backward": L,
                 "layernorm_backward": 2 * L + 1, "embedding_backward": 1}
     return {"embedding_forward": 1, "rmsnorm_forward": 2 * L + 1, "linear_forward": 5 * L + 1,
             "rope_forward": 2 * L, "attention_forward": L, "silu_mul_forward": L,

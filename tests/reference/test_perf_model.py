@@ -73,7 +73,8 @@ for name, dims, n_matmul, n_all in (
     check(r["model_flops"] == want_gemm + want_attn,
           f"{name}: the step's model FLOPs {r['model_flops']:,} are their sum")
     # Forward GEMMs are a third of the GEMM FLOPs (backward: dinp and dW, one forward's each).
-    fwd = sum(k["flops"] for k in r["kernels"] if k["op"] == "linear_forward")
+    fwd = sum(k["flops"] for k in r["kernels"]
+              if k["op"] in ("linear_forward", "linear_gelu_forward"))
     check(3 * fwd == gemm, f"{name}: forward {fwd:,} is a third of the linear FLOPs")
     for dev, peak, bw in (("H100 SXM", 989e12, 3.35e12), ("H200", 989e12, 4.8e12)):
         check(perf_model.DEVICES[dev] == {"flops": peak, "bw": bw},

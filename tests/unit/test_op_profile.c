@@ -35,6 +35,25 @@ int main(void) {
     CHECK((be->ops->xent_partial_stats == NULL) == (own->xent_partial_stats == NULL) &&
               (be->ops->lamb_apply == NULL) == (own->lamb_apply == NULL),
           "entries follow the backend's: present or NULL alike");
+    /* Every entry of the op table has an id and a name, and the profile wraps it: an op added
+     * to zt_ops but not to the profile would run unprofiled (or, left NULL, change the path a
+     * model takes when profiled). zt_ops holds only function pointers. */
+    typedef void (*any_fn)(void);
+    enum { SLOTS = sizeof(zt_ops) / sizeof(any_fn) };
+    CHECK((int)SLOTS == (int)ZT_OP_COUNT, "zt_ops has %d entries, the profile knows %d", (int)SLOTS,
+          (int)ZT_OP_COUNT);
+    int unwrapped = 0;
+    for (int i = 0; i < SLOTS; i++) {
+        any_fn mine, theirs;
+        memcpy(&mine, (const char *)be->ops + i * sizeof(any_fn), sizeof mine);
+        memcpy(&theirs, (const char *)own + i * sizeof(any_fn), sizeof theirs);
+        if ((mine == NULL) != (theirs == NULL) || (theirs && mine == theirs))
+            unwrapped++;
+    }
+    for (int i = 0; i < ZT_OP_COUNT; i++)
+        CHECK(zt_op_name((zt_op_id)i) && strcmp(zt_op_name((zt_op_id)i), "?") != 0,
+              "op %d has a name", i);
+    CHECK(unwrapped == 0, "every entry the backend has is wrapped (%d not)", unwrapped);
     CHECK_STR(zt_op_profile_clock(p), "monotonic");
     CHECK_STR(zt_op_name(ZT_OP_LINEAR_BACKWARD), "linear_backward");
     CHECK_STR(zt_op_name(ZT_OP_SUM_SQUARES_HALF), "sum_squares_half");
