@@ -303,6 +303,9 @@ typedef struct {
     int micro_batch;                /* sequences per forward, >= 1 (max_batch of zt_model_create) */
     size_t act_size;                /* bytes per activation element (zt_backend_act_size) */
     uint64_t persistence_threshold; /* persistent_params counts the tensors with fewer elements */
+    /* The backend's attention keeps a statistic per row, not the T×T probabilities
+     * (zt_backend.attn_lse); false counts the probabilities, the larger. */
+    bool attn_lse;
 } zt_model_estimate_args;
 
 /* The sizes of the model zt_model_create would build for a spec, computed from the spec alone in
