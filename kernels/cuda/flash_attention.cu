@@ -33,9 +33,9 @@ struct fgeom {
 
 enum { FLASH_THREADS = 128, FLASH_MAX_TILE = 32 };
 
-/* The largest opt-in shared memory of the GPUs the module is built for (H100/H200: 227 KiB);
- * above 48 KiB a kernel must ask for it (cudaFuncSetAttribute). */
-const size_t FLASH_SMEM_OPTIN = 232448, FLASH_SMEM_DEFAULT = 48 << 10;
+/* Above 48 KiB of shared memory a kernel must ask for it (cudaFuncSetAttribute), up to the
+ * device's opt-in limit (227 KiB on H100/H200, 163 KiB on A100). */
+const size_t FLASH_SMEM_DEFAULT = 48 << 10;
 
 /* Shared memory of each kernel, in bytes, for tile rows R of head_dim hd: the fp32 tiles, the
  * R×R score (or gradient) tiles and the per-row values. */
@@ -52,7 +52,15 @@ size_t kv_smem(int R, int hd) {
            sizeof(int) * R;
 }
 
-fgeom geom_of(const zt_attn_shape *s) {
+/* The device's opt-in shared memory per block. */
+size_t smem_optin(const zt_ctx *x) {
+    int dev = 0, v = 0;
+    ZT_CUDA_CHECK(x->be, cudaGetDevice(&dev));
+    ZT_CUDA_CHECK(x->be, cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v > 0 ? (size_t)v : FLASH_SMEM_DEFAULT;
+}
+
+fgeom geom_of(const zt_attn_shape *s, size_t smem_limit) {
     ZT_ASSERT(s->n_kv_head > 0 && s->n_head % s->n_kv_head == 0 && s->window >= 0);
     fgeom g;
     g.B = s->B, g.T = s->T, g.NH = s->n_head, g.KVH = s->n_kv_head, g.hd = s->head_dim;
@@ -62,12 +70,12 @@ fgeom geom_of(const zt_attn_shape *s) {
     g.skv = s->packed ? g.sq : kvw;
     g.so = qw;
     g.scale = 1.0f / sqrtf((float)s->head_dim);
-    /* The largest tile whose kernels all fit: 32 rows up to head_dim 256 (the backward over
-     * key tiles is the largest), fewer past it. */
+    /* The largest tile whose kernels all fit (the backward over key tiles is the largest): 32
+     * rows up to head_dim 256 on an H100, up to 192 on an A100, fewer past it. */
     int R = FLASH_MAX_TILE;
-    while (R > 1 && kv_smem(R, g.hd) > FLASH_SMEM_OPTIN)
+    while (R > 1 && kv_smem(R, g.hd) > smem_limit)
         R /= 2;
-    ZT_ASSERT(kv_smem(R, g.hd) <= FLASH_SMEM_OPTIN && "head_dim fits one row's tiles");
+    ZT_ASSERT(kv_smem(R, g.hd) <= smem_limit && "head_dim fits one row's tiles");
     g.tile = R;
     return g;
 }
@@ -325,7 +333,7 @@ unsigned tiles(const fgeom &g) { return (unsigned)((g.T + g.tile - 1) / g.tile);
 extern "C" void zt_cuda_flash_attention_forward(const zt_ctx *x, const zt_attn_shape *s,
                                                 void *out, float *lse, const void *q,
                                                 const void *k, const void *v) {
-    const fgeom g = geom_of(s);
+    const fgeom g = geom_of(s, smem_optin(x));
     if (g.B == 0 || g.T == 0)
         return;
     const size_t shm = fwd_smem(g.tile, g.hd);
@@ -345,7 +353,7 @@ extern "C" void zt_cuda_flash_attention_backward(const zt_ctx *x, const zt_attn_
                                                  const void *dout, const void *out,
                                                  const void *q, const void *k, const void *v,
                                                  const float *lse) {
-    const fgeom g = geom_of(s);
+    const fgeom g = geom_of(s, smem_optin(x));
     if (g.B == 0 || g.T == 0)
         return;
     const size_t q_shm = dq_smem(g.tile, g.hd), kv_shm = kv_smem(g.tile, g.hd);

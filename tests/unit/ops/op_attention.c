@@ -180,13 +180,15 @@ static void att_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_r
         att_free(&c);
     }
     /* The flash kernel's tiles (32 rows) at their edges: T one past a tile and one short of
-     * three, grouped queries, documents, and GPT-2's and Llama's head sizes (whose backward
-     * needs more than 48 KiB of shared memory, asked for at the launch). */
+     * three, grouped queries, documents, GPT-2's and Llama's head sizes (whose backward needs
+     * more than 48 KiB of shared memory, asked for at the launch), a sequence of 300 (whose
+     * probabilities would be 720 KB, against which the high-water check is made), and a
+     * head_dim of 320, past what 32-row tiles fit in an H100's shared memory (16-row tiles). */
     static const zt_attn_shape edges[] = {
         {1, 33, 2, 2, 5, true, 0, NULL},   {2, 95, 4, 2, 3, false, 0, NULL},
         {1, 64, 4, 1, 4, false, 0, NULL},  {1, 70, 3, 3, 6, false, 37, NULL},
         {1, 40, 2, 2, 64, true, 0, NULL},  {1, 35, 4, 2, 128, false, 0, NULL},
-        {1, 300, 2, 1, 8, false, 0, NULL},
+        {1, 300, 2, 1, 8, false, 0, NULL},  {1, 37, 2, 1, 320, false, 0, NULL},
     };
     for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++) {
         att_case c = att_make_docs(r, edges[k], act, k == 1 || k == 3);
