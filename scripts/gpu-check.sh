@@ -269,7 +269,7 @@ phase_ops() {
     local rc=$?
     figure ops_failures "$(grep -c '^FAIL' "$OUT/test_ops.log")"
     # Attention chooses cuDNN's fused attention for the 16-bit shapes it takes
-    # (kernels/cuda/attention.c): the run above checked those against the CPU. The family again
+    # (kernels/cuda/attention/attention.c): the run above checked those against the CPU. The family again
     # with ZTRAIN_ATTENTION=flash checks ztrain's flash kernel on the same cases, so both meet
     # the same reference on this GPU; the first "[ztrain] attention:" line says what ran.
     figure attention_choice "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$OUT/test_ops.log")")"

@@ -76,7 +76,7 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
         .micro_batch = ds->train_micro_batch_size_per_gpu,
         .act_size = sizeof(float),
         .persistence_threshold = (uint64_t)z->stage3_param_persistence_threshold,
-        /* the CUDA backend's attention keeps row statistics (kernels/cuda/attention.c) */
+        /* the CUDA backend's attention keeps row statistics (kernels/cuda/attention/) */
         .attn_lse = job->device == ZT_DEVICE_CUDA,
     };
     ZT_TRY(zt_model_estimate_spec(&job->model, &args, source, &m));

@@ -294,9 +294,10 @@ static zt_status maybe_resume(trainer *t) {
     return ZT_OK;
 }
 
-/* The attention implementation the CUDA backend chose (kernels/cuda/attention.c: cuDNN's fused
- * attention or ztrain's flash kernel), as a record's kernels/attention_cudnn (1 or 0), once a
- * run: a fact of the run that the records keep beside the figures it explains. Adds to m[n]. */
+/* The attention implementation the CUDA backend chose (kernels/cuda/attention/attention.c:
+ * cuDNN's fused attention or ztrain's flash kernel), as a record's kernels/attention_cudnn (1 or
+ * 0), once a run: a fact of the run that the records keep beside the figures it explains. Adds
+ * to m[n]. */
 static int record_attention(trainer *t, zt_metric *m, int n) {
     if (t->attention_recorded || t->job->device != ZT_DEVICE_CUDA)
         return n;

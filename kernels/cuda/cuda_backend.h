@@ -163,9 +163,9 @@ void zt_cuda_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *ou
 void zt_cuda_attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
                                 void *dv, float *scratch, const void *dout, const void *out,
                                 const void *q, const void *k, const void *v, const float *att);
-/* The implementations behind the attention entries (attention.c chooses): ztrain's flash-style
- * kernel (flash_attention.cu), whose backward reads the forward's output and whose att and
- * scratch are [B,n_head,T] (zt_attn_state_floats with attn_lse). */
+/* The implementations behind the attention entries (attention/attention.c chooses): ztrain's
+ * flash-style kernel (attention/flash_attention.cu), whose backward reads the forward's output
+ * and whose att and scratch are [B,n_head,T] (zt_attn_state_floats with attn_lse). */
 void zt_cuda_flash_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out,
                                      float *lse, const void *q, const void *k, const void *v);
 void zt_cuda_flash_attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,

@@ -1,16 +1,15 @@
-/* cuDNN's fused attention graphs (kernels/cuda/cudnn_sdpa_graph.c) built and finalized by the
- * cuDNN library itself, on a machine without a GPU: every tensor, operation and the operation
- * graph is accepted, for GPT-2's packed bf16 and fp16 attention and Llama's grouped-query one
- * (forward), with the operation counts of the composite graph as the reference note lays it out
- * (/work/shared/reference/cudnn_sdpa.md §4: 14 forward operations; §5's backward, 20: D as a
- * product and a sum, the masked scores as in the forward (6), the probabilities recomputed (2),
- * cast, transposed and multiplied into dV (3), dP (1), dS (3), transposed and multiplied into
- * dK (2), dQ (1)). A finalized graph says nothing about whether an
- * engine runs it; that needs a GPU (scripts/gpu-check.sh, phase ops). Skipped (77) where
- * libcudnn.so.9 is absent. */
+/* cuDNN's fused attention graphs (kernels/cuda/attention/cudnn_sdpa_graph.c) built and finalized
+ * by the cuDNN library itself, on a machine without a GPU: every tensor, operation and the
+ * operation graph is accepted, for GPT-2's packed bf16 and fp16 attention and Llama's grouped-
+ * query one (forward), with the operation counts of the composite graph as the reference note lays
+ * it out (/work/shared/reference/cudnn_sdpa.md §4: 14 forward operations; §5's backward, 20: D as
+ * a product and a sum, the masked scores as in the forward (6), the probabilities recomputed (2),
+ * cast, transposed and multiplied into dV (3), dP (1), dS (3), transposed and multiplied into dK
+ * (2), dQ (1)). A finalized graph says nothing about whether an engine runs it; that needs a GPU
+ * (scripts/gpu-check.sh, phase ops). Skipped (77) where libcudnn.so.9 is absent. */
 #include <stdio.h>
 
-#include "../../kernels/cuda/cudnn_sdpa_graph.h"
+#include "../../kernels/cuda/attention/cudnn_sdpa_graph.h"
 #include "check.h"
 
 static void build(const zt_cudnn_api *api, zt_attn_shape s, zt_dtype act, bool backward,

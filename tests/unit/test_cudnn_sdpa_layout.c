@@ -1,6 +1,6 @@
 /* cuDNN's fused attention sees ztrain's attention tensors through dims and strides
- * (kernels/cuda/cudnn_sdpa_layout.c); this checks, without cuDNN or a GPU, that every element
- * cuDNN would address through them is the element ops.h's zt_attn_shape puts there, written out
+ * (kernels/cuda/attention/cudnn_sdpa_layout.c); this checks, without cuDNN or a GPU, that every
+ * element cuDNN would address through them is the element ops.h's zt_attn_shape puts there, written out
  * here from that header's definition: token (b, t) of head h at row b·T + t, q | k | v packed in
  * one row or separate, query head h reading kv head h / (n_head / n_kv_head). And which shapes
  * it is asked to run. */
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../kernels/cuda/cudnn_sdpa_layout.h"
+#include "../../kernels/cuda/attention/cudnn_sdpa_layout.h"
 #include "check.h"
 
 /* The element of head h, token t, dimension d of tensor kind (k and v on their kv head), by

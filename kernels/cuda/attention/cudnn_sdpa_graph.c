@@ -88,7 +88,7 @@ static void add_op(zt_sdpa_graph *g, cudnnBackendDescriptor_t op, const char *wh
         g->op[g->n_op++] = op;
 }
 
-/* ---- tensors ---------------------------------------------------------------------------------- */
+/* ---- tensors --------------------------------------------------------------------------------- */
 
 static cudnnBackendDescriptor_t tensor(zt_sdpa_graph *g, int64_t uid, cudnnDataType_t type,
                                        const int64_t dim[4], const int64_t stride[4],
@@ -131,7 +131,7 @@ static cudnnBackendDescriptor_t scalar(zt_sdpa_graph *g, int64_t uid) {
     return tensor(g, uid, CUDNN_DATA_FLOAT, one, one, false, true);
 }
 
-/* ---- operations ------------------------------------------------------------------------------- */
+/* ---- operations ------------------------------------------------------------------------------ */
 
 /* y = mode(x, b) (b NULL for one operand); t is BINARY_SELECT's predicate; axis >= 0 for
  * GEN_INDEX. */
@@ -192,7 +192,7 @@ static void reshape(zt_sdpa_graph *g, cudnnBackendDescriptor_t x, cudnnBackendDe
     add_op(g, op, "reshape operation");
 }
 
-/* ---- the graphs ------------------------------------------------------------------------------- */
+/* ---- the graphs ------------------------------------------------------------------------------ */
 
 /* s·Q·Kᵀ with the causal mask (key j ≤ query i kept, −∞ elsewhere): the scores both graphs
  * start from, [B, H, T, T] fp32. */
