@@ -152,8 +152,9 @@ TIMED(ZT_OP_ATTENTION_FORWARD, attention_forward,
       (x, s, out, att, q, k, v))
 TIMED(ZT_OP_ATTENTION_BACKWARD, attention_backward,
       (const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk, void *dv, float *scratch,
-       const void *dout, const void *q, const void *k, const void *v, const float *att),
-      (x, s, dq, dk, dv, scratch, dout, q, k, v, att))
+       const void *dout, const void *out, const void *q, const void *k, const void *v,
+       const float *att),
+      (x, s, dq, dk, dv, scratch, dout, out, q, k, v, att))
 TIMED(ZT_OP_GELU_FORWARD, gelu_forward, (const zt_ctx *x, void *out, const void *inp, size_t n),
       (x, out, inp, n))
 TIMED(ZT_OP_GELU_BACKWARD, gelu_backward,

@@ -268,6 +268,14 @@ phase_ops() {
     bounded $((limit - (SECONDS - t0))) "$OUT/test_ops.log" "$BIN/test_ops"
     local rc=$?
     figure ops_failures "$(grep -c '^FAIL' "$OUT/test_ops.log")"
+    # Attention chooses cuDNN's fused attention for the 16-bit shapes it takes
+    # (kernels/cuda/attention/attention.c): the run above checked those against the CPU. The family again
+    # with ZTRAIN_ATTENTION=flash checks ztrain's flash kernel on the same cases, so both meet
+    # the same reference on this GPU; the first "[ztrain] attention:" line says what ran.
+    figure attention_choice "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$OUT/test_ops.log")")"
+    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_flash.log" \
+        env ZTRAIN_ATTENTION=flash "$BIN/test_ops" --op attention || rc=1
+    figure ops_flash_failures "$(grep -c '^FAIL' "$OUT/test_ops_flash.log")"
     if ! grep -q 'backends: cpu cuda' "$OUT/test_ops.log"; then
         PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' "$OUT/test_ops.log")"
         return 1

@@ -38,6 +38,7 @@ typedef struct {
     bool cpu;            /* kept group inputs in pinned host memory */
     bool head;           /* the stage holds the final norm and head */
     bool norm_mean;      /* the final norm keeps a mean (LayerNorm) besides its rstd */
+    bool attn_lse;       /* attention keeps row statistics, not T×T (zt_backend.attn_lse) */
 } zt_blocks_shape;
 
 typedef struct {

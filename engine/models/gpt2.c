@@ -230,8 +230,8 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
     /* dres now holds the gradient of res2; the attention branch adds into it. */
     op->linear_backward(x, g->datty, dw[PROJ_W], dw[PROJ_B], dres, a->atty, w[PROJ_W], BT, A, C,
                         ZT_W_IN_OUT, false);
-    op->attention_backward(x, &attn, g->dqkv, NULL, NULL, g->datt, g->datty, a->qkv, NULL, NULL,
-                           a->att);
+    op->attention_backward(x, &attn, g->dqkv, NULL, NULL, g->datt, g->datty, a->atty, a->qkv,
+                           NULL, NULL, a->att);
     op->linear_backward(x, g->dln, dw[QKV_W], dw[QKV_B], g->dqkv, a->ln1, w[QKV_W], BT, C, 3 * A,
                         ZT_W_IN_OUT, false);
     zt_tp_reduce_act(m, g->dln, (size_t)BT * C);
@@ -312,6 +312,7 @@ typedef struct {
     uint64_t B, T, C, NH, V, es;
     uint64_t A, F; /* the shard's attention and MLP widths (C and 4C without TP); NH and V are
                       the shard's too */
+    bool attn_lse; /* attention keeps row statistics (zt_backend.attn_lse) */
 } act_dims;
 
 static void carve_layer(zt_carver *c, const void *dims, void *acts) {
@@ -319,7 +320,7 @@ static void carve_layer(zt_carver *c, const void *dims, void *acts) {
     layer_acts *a = acts;
     const uint64_t BT = d->B * d->T, C = d->C, es = d->es, F32 = sizeof(float);
     bool *ov = &c->overflow;
-    const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
+    const uint64_t att = zt_attn_state_floats(d->attn_lse, d->B, d->NH, d->T, ov);
     a->ln1 = zt_carve(c, zt_u64_mul(BT, C, ov), es);
     a->ln1_mean = zt_carve(c, BT, F32);
     a->ln1_rstd = zt_carve(c, BT, F32);
@@ -347,11 +348,12 @@ static const zt_block_ops gpt2_block_ops = {
     .head_backward = head_backward,
 };
 
-static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size, int tp) {
+static act_dims dims_of(const zt_model_spec *s, int micro_batch, size_t act_size, int tp,
+                        bool attn_lse) {
     const uint64_t C = (uint64_t)s->n_embd, t = (uint64_t)tp;
     return (act_dims){(uint64_t)micro_batch, (uint64_t)s->block_size, C,
                       (uint64_t)s->n_head / t, (uint64_t)s->vocab_size / t, (uint64_t)act_size,
-                      C / t, 4 * C / t};
+                      C / t, 4 * C / t, attn_lse};
 }
 
 static zt_blocks_shape shape_of(const zt_model_spec *s, const zt_model_stage *st, int micro_batch,
@@ -377,7 +379,7 @@ static uint64_t carve_activations(const act_dims *d, const zt_blocks_shape *s, g
     bool *ov = &c.overflow;
     const uint64_t BT = d->B * d->T, C = d->C, es = d->es;
     const uint64_t BTC = zt_u64_mul(BT, C, ov);
-    const uint64_t att = zt_u64_mul(zt_u64_mul(d->B, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
+    const uint64_t att = zt_attn_state_floats(d->attn_lse, d->B, d->NH, d->T, ov);
     zt_blocks_carve(g ? &g->blk : NULL, s, &gpt2_block_ops, d, &c, &host);
     /* A count writes the scratch's (NULL) pointers into a throwaway. */
     gpt2 none;
@@ -493,7 +495,7 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
                         "and model.vocab_size (%d) divisible by it (heads and vocabulary rows are "
                         "split evenly)", tp, spec->n_head, spec->vocab_size);
     const size_t act_size = zt_backend_act_size(be, act);
-    const act_dims dims = dims_of(spec, max_batch, act_size, tp);
+    const act_dims dims = dims_of(spec, max_batch, act_size, tp, be->attn_lse);
     const zt_blocks_shape shape = shape_of(spec, stage, max_batch, act_size);
     bool overflow = false;
     uint64_t pinned = 0;
@@ -622,7 +624,7 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
         return zt_error(ZT_ERR_INVALID, "%s: a micro-batch of %d sequences of model.block_size %d "
                         "is %llu tokens, above %d, the most one forward takes", source,
                         a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
-    act_dims d = dims_of(s, a->micro_batch, a->act_size, tp);
+    act_dims d = dims_of(s, a->micro_batch, a->act_size, tp, a->attn_lse);
     const zt_blocks_shape shape = shape_of(s, &full, a->micro_batch, a->act_size);
     uint64_t pinned = 0;
     uint64_t act = carve_activations(&d, &shape, NULL, NULL, NULL, &pinned, &ov);

@@ -165,8 +165,8 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
     /* dres now holds the gradient of res2; the attention branch adds into it. */
     op->linear_backward(x, o->datty, dw[LLAMA_O_W], dw[LLAMA_O_B], dres, a->atty, w[LLAMA_O_W],
                         BT, g->Q, C, ZT_W_OUT_IN, false);
-    op->attention_backward(x, &attn, o->dqkv, NULL, NULL, o->datt, o->datty, a->qkv, NULL, NULL,
-                           a->att);
+    op->attention_backward(x, &attn, o->dqkv, NULL, NULL, o->datt, o->datty, a->atty, a->qkv,
+                           NULL, NULL, a->att);
     rope(g, x, o->dqkv, B, T, true);
     /* A kv head shared by several TP ranks gets from each only its query heads' share: the
      * shares are summed over those ranks. The input gradient needs no such sum: the TP
@@ -514,8 +514,8 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
                         (unsigned long long)d.I, (unsigned long long)d.V,
                         (unsigned long long)d.KV);
     const llama_dims dl = zt_llama_shard_dims(&d, tp);
-    const zt_blocks_shape shape = zt_llama_blocks_shape(spec, stage, (uint64_t)max_batch,
-                                                        act_size);
+    zt_blocks_shape shape = zt_llama_blocks_shape(spec, stage, (uint64_t)max_batch, act_size);
+    shape.attn_lse = be->attn_lse;
     bool overflow = false;
     uint64_t pinned = 0;
     const uint64_t act_bytes = zt_llama_carve(&dl, &shape, NULL, NULL, NULL, NULL, &pinned,

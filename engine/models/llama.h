@@ -71,6 +71,7 @@ typedef struct {
 typedef struct {
     const llama_dims *d;
     uint64_t batch, es;
+    bool attn_lse; /* zt_blocks_shape.attn_lse */
 } llama_carve_dims;
 
 /* Carves one block's activations (zt_block_ops.carve). */

@@ -98,8 +98,9 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
                         a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
     zt_model_stage full = zt_model_full_stage(s->n_layer);
     full.tp_size = tp;
-    const zt_blocks_shape shape = zt_llama_blocks_shape(s, &full, (uint64_t)a->micro_batch,
-                                                        a->act_size);
+    zt_blocks_shape shape = zt_llama_blocks_shape(s, &full, (uint64_t)a->micro_batch,
+                                                  a->act_size);
+    shape.attn_lse = a->attn_lse;
     uint64_t pinned = 0;
     uint64_t act = zt_llama_carve(&d, &shape, NULL, NULL, NULL, NULL, &pinned, &ov);
     /* A shard that shares its kv head keeps the k and v gradients aside (llama.c). */

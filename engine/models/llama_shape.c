@@ -80,8 +80,7 @@ void zt_llama_carve_layer(zt_carver *c, const void *dims, void *acts) {
     bool *ov = &c->overflow;
     const uint64_t F32 = sizeof(float), es = cd->es, BT = zt_u64_mul(cd->batch, d->T, ov);
     const uint64_t BTC = zt_u64_mul(BT, d->C, ov), BTI = zt_u64_mul(BT, d->I, ov);
-    const uint64_t att = zt_u64_mul(zt_u64_mul(cd->batch, d->NH, ov), zt_u64_mul(d->T, d->T, ov),
-                                    ov);
+    const uint64_t att = zt_attn_state_floats(cd->attn_lse, cd->batch, d->NH, d->T, ov);
     a->ln1 = zt_carve(c, BTC, es);
     a->ln1_rstd = zt_carve(c, BT, F32);
     a->qkv = zt_carve(c, zt_u64_mul(BT, d->QKV, ov), es);
@@ -116,9 +115,9 @@ uint64_t zt_llama_carve(const llama_dims *d, const zt_blocks_shape *s, unsigned 
     const uint64_t F32 = sizeof(float), es = s->es;
     const uint64_t BT = zt_u64_mul(s->B, d->T, ov), BTC = zt_u64_mul(BT, d->C, ov),
                    BTI = zt_u64_mul(BT, d->I, ov);
-    const uint64_t att = zt_u64_mul(zt_u64_mul(s->B, d->NH, ov), zt_u64_mul(d->T, d->T, ov), ov);
+    const uint64_t att = zt_attn_state_floats(s->attn_lse, s->B, d->NH, d->T, ov);
     const uint64_t rope = zt_u64_mul(d->T, d->HD / 2, ov);
-    const llama_carve_dims cd = {d, s->B, es};
+    const llama_carve_dims cd = {d, s->B, es, s->attn_lse};
     llama_outer_acts none;
     if (!k)
         o = &none;

@@ -76,7 +76,9 @@ zt_status zt_model_check_create(const zt_model_spec *spec, zt_backend *be, zt_dt
     if (max_batch < 1)
         return zt_error(ZT_ERR_INVALID, "%s: batch size %d must be positive", spec->type,
                         max_batch);
-    zt_model_estimate_args args = {max_batch, zt_backend_act_size(be, act), 0, 0};
+    zt_model_estimate_args args = {.micro_batch = max_batch,
+                                   .act_size = zt_backend_act_size(be, act),
+                                   .attn_lse = be->attn_lse};
     ZT_TRY(zt_model_estimate_spec(spec, &args, "model", out));
     if (out->activation_bytes > SIZE_MAX)
         return zt_error(ZT_ERR_NOMEM, "%s: %llu bytes of activations do not fit this machine's "

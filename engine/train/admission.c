@@ -80,6 +80,8 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
         .act_size = sizeof(float),
         .persistence_threshold = (uint64_t)z->stage3_param_persistence_threshold,
         .tp_size = tp,
+        /* the CUDA backend's attention keeps row statistics (kernels/cuda/attention/) */
+        .attn_lse = job->device == ZT_DEVICE_CUDA,
     };
     ZT_TRY(zt_model_estimate_spec(&job->model, &args, source, &m));
 

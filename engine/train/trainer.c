@@ -24,7 +24,7 @@
 #include "ztrain/tp.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 5, STEP_METRICS = 15 };
+enum { MEM_PER_RANK = 5, STEP_METRICS = 16 };
 
 /* The per-rank memory record of every logged step, sized for the job's world when training
  * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
@@ -50,6 +50,7 @@ typedef struct {
     zt_metrics_writer metrics;
     int64_t max_steps;
     int64_t first_step;         /* global step when this run started (after resume) */
+    bool attention_recorded;    /* the CUDA attention's choice is in a record (record_attention) */
     char resume_tag[256];       /* the checkpoint to resume from; "" for step 0 */
     int64_t saved_step;         /* the step of the last checkpoint this run wrote; -1: none */
     double timed_ms;            /* summed step time after warmup */
@@ -296,6 +297,23 @@ static zt_status maybe_resume(trainer *t) {
     return ZT_OK;
 }
 
+/* The attention implementation the CUDA backend chose (kernels/cuda/attention/attention.c:
+ * cuDNN's fused attention or ztrain's flash kernel), as a record's kernels/attention_cudnn (1 or
+ * 0), once a run: a fact of the run that the records keep beside the figures it explains. Adds
+ * to m[n]. */
+static int record_attention(trainer *t, zt_metric *m, int n) {
+    if (t->attention_recorded || t->job->device != ZT_DEVICE_CUDA)
+        return n;
+    const char *(*choice)(void) = NULL;
+    *(void **)&choice = zt_backend_cuda_symbol("zt_cuda_attention_choice");
+    const char *c = choice ? choice() : NULL;
+    if (!c)
+        return n;
+    t->attention_recorded = true;
+    m[n] = (zt_metric){"kernels/attention_cudnn", strcmp(c, "cudnn") == 0 ? 1.0 : 0.0};
+    return n + 1;
+}
+
 /* Metrics are written by rank 0 only. */
 static zt_status write_metrics(trainer *t, const zt_metric *m, int n) {
     return t->rank == 0 ? zt_metrics_write(&t->metrics, m, n) : ZT_OK;
@@ -525,6 +543,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             /* A pipeline's measured bubble: idle time over the schedule's time. */
             if (t->pipe)
                 m[n++] = (zt_metric){"perf/pipeline_bubble", piped.bubble};
+            n = record_attention(t, m, n);
             zt_metric *all = t->mem.all;
             memcpy(all, m, sizeof(zt_metric) * n);
             ZT_TRY(collect_memory_metrics(t, all + n));

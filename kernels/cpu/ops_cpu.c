@@ -66,8 +66,9 @@ static void attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out
 }
 
 static void attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
-                               void *dv, float *scratch, const void *dout, const void *q,
-                               const void *k, const void *v, const float *att) {
+                               void *dv, float *scratch, const void *dout, const void *out,
+                               const void *q, const void *k, const void *v, const float *att) {
+    (void)out; /* the CPU keeps the probabilities, from which the backward needs no output */
     zt_cpu_attention_backward(dq, dk, dv, scratch, dout, s, q, k, v, att, x->act);
 }
 

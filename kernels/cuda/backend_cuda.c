@@ -369,6 +369,7 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     be->iface = &cuda_iface;
     be->ops = zt_cuda_ops();
     be->act_as_f32 = false;
+    be->attn_lse = true; /* attention/: cuDNN and the flash kernel both keep row statistics */
     zt_status s = setup(st, dev);
     if (s != ZT_OK) {
         cuda_destroy(be);

@@ -178,8 +178,20 @@ void zt_cuda_linear_backward_gelu(const zt_ctx *x, void *dpre, float *dw, float 
 void zt_cuda_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                                const void *q, const void *k, const void *v);
 void zt_cuda_attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
-                                void *dv, float *scratch, const void *dout, const void *q,
-                                const void *k, const void *v, const float *att);
+                                void *dv, float *scratch, const void *dout, const void *out,
+                                const void *q, const void *k, const void *v, const float *att);
+/* The implementations behind the attention entries (attention/attention.c chooses): ztrain's
+ * flash-style kernel (attention/flash_attention.cu), whose backward reads the forward's output
+ * and whose att and scratch are [B,n_head,T] (zt_attn_state_floats with attn_lse). */
+void zt_cuda_flash_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out,
+                                     float *lse, const void *q, const void *k, const void *v);
+void zt_cuda_flash_attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
+                                      void *dv, float *scratch, const void *dout, const void *out,
+                                      const void *q, const void *k, const void *v,
+                                      const float *lse);
+/* The attention implementation this process chose first ("flash", "cudnn"), NULL before any
+ * attention ran; a static string. Found by name (zt_backend_cuda_symbol). */
+const char *zt_cuda_attention_choice(void);
 void zt_cuda_gelu_forward(const zt_ctx *x, void *out, const void *inp, size_t n);
 void zt_cuda_gelu_backward(const zt_ctx *x, void *dinp, const void *inp, const void *dout,
                            size_t n);

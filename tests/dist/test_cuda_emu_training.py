@@ -70,6 +70,12 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(cpu[-1] < cpu[0], "the CPU loss falls")
     # fp32: the same formulas, the sums in another order (block reductions, cuBLASLt's k order).
     cuda = train(d, job("gpt2-cuda", "cuda"))
+    # The attention implementation the CUDA backend chose is a record's field, once a run: the
+    # emulated device has no cuDNN, so ztrain's flash kernel (0).
+    said = [m["kernels/attention_cudnn"] for m in read_metrics(f"{d}/gpt2-cuda/metrics.jsonl")
+            if "kernels/attention_cudnn" in m]
+    ck.check(said == [0], f"the cuda run records its attention choice once, ztrain's flash "
+             f"kernel: kernels/attention_cudnn {said}")
     close(ck, "GPT-2 fp32, 1 rank, cuda vs cpu", cpu, cuda, 1e-4)
     # Resume on cuda: 2 steps and their checkpoint, then the rest from it in a second run, bit
     # for bit the uninterrupted run (weights, optimizer state, data position and RNG restored

@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
         float *dout = load("dout", nq), *out = zeros(nq), *att = zeros(np), *scratch = zeros(np);
         float *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
         k->attention_forward(&x, &s, out, att, q, kk, v);
-        k->attention_backward(&x, &s, dq, dk, dv, scratch, dout, q, kk, v, att);
+        k->attention_backward(&x, &s, dq, dk, dv, scratch, dout, out, q, kk, v, att);
         save("out", out, nq), save("att", att, np), save("dq", dq, nq), save("dk", dk, nkv),
             save("dv", dv, nkv);
     } else {

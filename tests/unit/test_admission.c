@@ -85,7 +85,8 @@ static void test_model_sizes(void) {
     zt_model_spec odd = {.type = "gpt2", .n_layer = 3, .n_head = 3, .n_embd = 33, .vocab_size = 257,
                          .block_size = 7};
     zt_model_estimate e;
-    CHECK(zt_model_estimate_spec(&odd, &(zt_model_estimate_args){3, 4, 0, 0}, "spec", &e) == ZT_OK);
+    const zt_model_estimate_args args = {.micro_batch = 3, .act_size = 4};
+    CHECK(zt_model_estimate_spec(&odd, &args, "spec", &e) == ZT_OK);
     uint64_t f = gpt2_activations(3, 7, 33, 3, 257, 3);
     CHECK(e.activation_bytes >= f && e.activation_bytes <= f + 64 * (13 * 3 + 12),
           "%llu vs %llu", (ull)e.activation_bytes, (ull)f);

@@ -56,8 +56,8 @@ static void test_layout(zt_backend *be, const char *type, bool tied, bool qkv_bi
     CHECK(m->n_params == hf_params(&s), "%s tied %d bias %d/%d: %zu parameters, want %zu", type,
           tied, qkv_bias, o_bias, m->n_params, hf_params(&s));
     zt_model_estimate est;
-    CHECK(zt_model_estimate_spec(&s, &(zt_model_estimate_args){2, sizeof(float), 0, 0}, "t",
-                                 &est) == ZT_OK &&
+    const zt_model_estimate_args args = {.micro_batch = 2, .act_size = sizeof(float)};
+    CHECK(zt_model_estimate_spec(&s, &args, "t", &est) == ZT_OK &&
               est.params == m->n_params && est.n_tensors == (uint64_t)m->n_tensors,
           "%s: the estimate's %llu parameters and %llu tensors are the model's", type,
           (unsigned long long)est.params, (unsigned long long)est.n_tensors);

@@ -382,7 +382,7 @@ static void test_memory(const char *type, int every, bool cpu) {
     zt_model_spec s = spec_of(type, true);
     const uint64_t es = sizeof(float);
     zt_model_estimate plain, ck;
-    const zt_model_estimate_args args = {B, es, 0, 0};
+    const zt_model_estimate_args args = {.micro_batch = B, .act_size = es};
     CHECK(zt_model_estimate_spec(&s, &args, "t", &plain) == ZT_OK);
     s.checkpoint_interval = every;
     s.checkpoint_cpu = cpu;
@@ -401,6 +401,26 @@ static void test_memory(const char *type, int every, bool cpu) {
           (unsigned long long)saved);
     CHECK(ck.host_bytes - plain.host_bytes == (cpu ? groups * input : 0),
           "%s: %llu more host bytes", type, (unsigned long long)(ck.host_bytes - plain.host_bytes));
+}
+
+/* A backend whose attention keeps row statistics (the CUDA one) carves, per block and once for
+ * the backward's scratch, B·n_head·T floats where the probabilities take B·n_head·T·T: the
+ * only difference between the two estimates, so no T×T buffer is left anywhere. */
+static void test_attention_state(const char *type) {
+    zt_model_spec s = spec_of(type, true);
+    zt_model_estimate probs, lse;
+    const zt_model_estimate_args a = {.micro_batch = B, .act_size = sizeof(float)},
+                                 b = {.micro_batch = B, .act_size = sizeof(float),
+                                      .attn_lse = true};
+    CHECK(zt_model_estimate_spec(&s, &a, "t", &probs) == ZT_OK);
+    CHECK(zt_model_estimate_spec(&s, &b, "t", &lse) == ZT_OK);
+    const uint64_t NH = (uint64_t)s.n_head;
+    const uint64_t per = r64((uint64_t)B * NH * T * T * 4) - r64((uint64_t)B * NH * T * 4);
+    CHECK(probs.activation_bytes - lse.activation_bytes == (L + 1) * per,
+          "%s: row statistics save %llu activation bytes; (n_layer + 1) · (B·n_head·T·T − "
+          "B·n_head·T) floats are %llu", type,
+          (unsigned long long)(probs.activation_bytes - lse.activation_bytes),
+          (unsigned long long)((L + 1) * per));
 }
 
 /* A stage loads its own tensors (and its tied copy) from a whole model's safetensors file and
@@ -479,6 +499,8 @@ int main(void) {
             test_memory("gpt2", every, cpu);
             test_memory("llama", every, cpu);
         }
+    test_attention_state("gpt2");
+    test_attention_state("llama");
     check_tmpdir_create("test_model_stage");
     test_load(be, "gpt2", true);
     test_load(be, "llama", true);

@@ -313,6 +313,9 @@ typedef struct {
      * and the vocabulary-parallel loss's buffers), the largest where shards differ. 0 or 1: the
      * whole model. */
     int tp_size;
+    /* The backend's attention keeps a statistic per row, not the T×T probabilities
+     * (zt_backend.attn_lse); false counts the probabilities, the larger. */
+    bool attn_lse;
 } zt_model_estimate_args;
 
 /* The sizes of the model zt_model_create would build for a spec, computed from the spec alone in

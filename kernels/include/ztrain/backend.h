@@ -81,6 +81,9 @@ struct zt_backend {
     /* Activations are stored as fp32 values held at ctx.act precision (the CPU's emulation of
      * 16-bit activations); otherwise they are stored in ctx.act itself. */
     bool act_as_f32;
+    /* Attention keeps each row's log-sum-exp for its backward, not the T×T probabilities
+     * (ops.h, attention_forward; zt_attn_state_floats sizes it). */
+    bool attn_lse;
     void *impl;                     /* the implementation's own state */
 };
 

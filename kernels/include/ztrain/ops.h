@@ -166,18 +166,22 @@ typedef struct zt_ops {
                                  const void *dout, const void *inp, const void *pre,
                                  const float *w, int N, int C, int OC, zt_weight_layout layout);
 
-    /* Causal self-attention (see zt_attn_shape) into out[B,T,n_head·head_dim] (activation);
-     * att[B,n_head,T,T] keeps the softmax probabilities for the backward (fp32; zero where the
-     * mask is). Every shape zt_attn_shape allows: packed or separate, grouped-query heads, any
-     * head_dim, with or without a window. */
+    /* Causal self-attention (see zt_attn_shape) into out[B,T,n_head·head_dim] (activation).
+     * att keeps what the backward needs, fp32, in one of two forms (zt_backend.attn_lse says
+     * which, zt_attn_state_floats how many floats): the softmax probabilities [B,n_head,T,T]
+     * (zero where the mask is), or only the natural-log log-sum-exp of each row's scaled,
+     * masked scores [B,n_head,T], from which a flash-style backward recomputes them. Every shape
+     * zt_attn_shape allows: packed or separate, grouped-query heads, any head_dim, with or
+     * without a window or packed documents. */
     void (*attention_forward)(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                               const void *q, const void *k, const void *v);
     /* Overwrites dq, dk, dv (activation gradients, laid out as q, k, v; packed: dq holds the
      * whole q|k|v rows and dk, dv are NULL) from dout; a kv head's gradient sums over the query
-     * heads of its group. scratch[B,n_head,T,T] is work space. */
+     * heads of its group. out is the forward's output and att what it kept; scratch is work
+     * space of zt_attn_state_floats floats. */
     void (*attention_backward)(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
-                               void *dv, float *scratch, const void *dout, const void *q,
-                               const void *k, const void *v, const float *att);
+                               void *dv, float *scratch, const void *dout, const void *out,
+                               const void *q, const void *k, const void *v, const float *att);
 
     /* tanh-approximated GELU, as GPT-2 (torch's approximate="tanh"); out[n] is an activation. */
     void (*gelu_forward)(const zt_ctx *x, void *out, const void *inp, size_t n);
@@ -274,5 +278,19 @@ typedef struct zt_ops {
      * NaN when any element is not finite. Returned to the host. */
     double (*sum_squares_half)(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t);
 } zt_ops;
+
+/* Floats of attention's att (and of its backward's scratch) for B sequences of T tokens in
+ * n_head heads: B·n_head·T with row statistics (attn_lse), B·n_head·T·T with probabilities.
+ * *overflow is set when the count passes 64 bits. */
+static inline uint64_t zt_attn_state_floats(bool attn_lse, uint64_t B, uint64_t n_head,
+                                            uint64_t T, bool *overflow) {
+    uint64_t f[4] = {B, n_head, T, attn_lse ? 1 : T}, n = 1;
+    for (int i = 0; i < 4; i++) {
+        if (f[i] != 0 && n > UINT64_MAX / f[i])
+            *overflow = true;
+        n *= f[i];
+    }
+    return n;
+}
 
 #endif
