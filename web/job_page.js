@@ -5,6 +5,7 @@
  * stream; new records are appended to the charts in place and nothing is fetched twice. The job
  * itself is polled every JOB_POLL_MS until it ends. */
 import {AuthError, ApiError, TERMINAL, apiFetch, apiJson, jobPath, readEvents, reportError} from './api.js';
+import {anomalyFromApi, getJob, jobFromApi, logFromApi, recordFromApi} from './resources.js';
 import {clearBanner, showBanner} from './banner.js';
 import {JobCharts} from './charts.js';
 import {renderRecovery} from './job_recovery.js';
@@ -268,11 +269,11 @@ export function jobView(main, id) {
     cancelBtn.disabled = true;
     setText(cancelStatus, force ? 'Killing the job…' : 'Asking the job to stop…');
     try {
-      const job = await apiJson(jobPath(id, '/cancel'), {
+      const job = jobFromApi(await apiJson(jobPath(id, '/cancel'), {
         method: 'POST', signal,
         headers: {'Content-Type': 'application/json'},
         body: JSON.stringify({force}),
-      });
+      }));
       setText(cancelStatus, `Cancel requested: the job is ${job.state}.`);
       renderJob(job);
     } catch (e) {
@@ -300,12 +301,13 @@ export function jobView(main, id) {
           } catch (e) {
             return;
           }
-          if (ev.event === 'metrics') addRecord(data);
-          else if (ev.event === 'log') addLogs([data]);
-          else if (ev.event === 'anomaly') markers.add(data);
+          if (ev.event === 'metrics') addRecord(recordFromApi(data));
+          else if (ev.event === 'log') addLogs([logFromApi(data)]);
+          else if (ev.event === 'anomaly') markers.add(anomalyFromApi(data));
           else if (ev.event === 'job') {
-            renderJob(data);
-            if (TERMINAL.has(data.state)) terminalSeen = true;
+            const job = jobFromApi(data);
+            renderJob(job);
+            if (TERMINAL.has(job.state)) terminalSeen = true;
           }
         });
         clearBanner('net');
@@ -327,7 +329,7 @@ export function jobView(main, id) {
     if (!st.alive) return;
     if (!isAuthBlocked()) {
       try {
-        renderJob(await apiJson(jobPath(id), {signal}));
+        renderJob(await getJob(id, {signal}));
       } catch (e) {
         reportError(e, 'Reading the job failed');
       }
@@ -340,23 +342,23 @@ export function jobView(main, id) {
     const records = [];
     for (let query = 'since_step=0'; query;) {
       const page = await apiJson(jobPath(id, `/records?${query}`), {signal});
-      records.push(...(page.records || []));
-      query = page.next_page_token ? `page_token=${page.next_page_token}` : null;
+      records.push(...(page.records || []).map(recordFromApi));
+      query = page.nextPageToken ? `page_token=${page.nextPageToken}` : null;
     }
     return records;
   }
 
   (async () => {
     try {
-      renderJob(await apiJson(jobPath(id), {signal}));
+      renderJob(await getJob(id, {signal}));
       const [recs, logs, anomalies] = await Promise.all([
         loadRecords(),
         apiJson(jobPath(id, `/logs?tail=${LOG_TAIL}`), {signal}),
         apiJson(jobPath(id, '/anomalies'), {signal}),
       ]);
       for (const r of recs) addRecord(r);
-      for (const a of anomalies.anomalies || []) markers.add(a);
-      addLogs(logs.lines || []);
+      for (const a of anomalies.anomalies || []) markers.add(anomalyFromApi(a));
+      addLogs((logs.lines || []).map(logFromApi));
       charts.flush();
       /* Tests wait for this before reading the page. */
       root.dataset.loaded = 'true';
