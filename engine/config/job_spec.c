@@ -417,7 +417,11 @@ static zt_status read_ds(zt_job_spec *job, const cJSON *ds, const char *source) 
                               .hidden_size = job->model.n_embd,
                               .max_steps = job->train.max_steps};
     cJSON *resolved = NULL;
-    ZT_TRY(zt_ds_config_from_script(&job->ds, ds, source, &job->args, &ctx, &resolved));
+    /* The DeepSpeed parser names fields within its document; here that document is the job's
+     * "deepspeed". */
+    zt_status s = zt_ds_config_from_script(&job->ds, ds, source, &job->args, &ctx, &resolved);
+    if (s != ZT_OK)
+        return zt_error_field_prefix(s, "deepspeed");
     job->ds_effective_json = zt_ds_config_effective_json(&job->ds, resolved);
     cJSON_Delete(resolved);
     if (!job->ds_effective_json)

@@ -145,7 +145,8 @@ static zt_status unknown_key(const zt_json_obj *o, const char *key,
         zt_json_key_path(o, near, near_path, sizeof near_path);
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", near_path);
     }
-    return zt_error(ZT_ERR_INVALID, "%s: unknown key '%s'%s", o->source, path, hint);
+    zt_error(ZT_ERR_INVALID, "%s: unknown key '%s'%s", o->source, path, hint);
+    return zt_error_field(ZT_ERR_INVALID, path);
 }
 
 /* Whether the key at this dotted path, a number of this kind, must be positive. A model key is
