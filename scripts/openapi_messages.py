@@ -5,7 +5,8 @@ message it answers with. The mapping (https://protobuf.dev/programming-guides/pr
 lowerCamelCase names, 64-bit integers as strings, doubles as numbers or "NaN"/"Infinity"/
 "-Infinity", enums by name, Timestamp as RFC 3339 text, Duration as "<seconds>s", and any field
 may be absent (its default). The schemas are read from the Python client's generated module,
-whose descriptors protoc built from the same .proto, so the document cannot drift from it;
+whose descriptors protoc built from the same .proto, so the document cannot drift from it; the
+event stream's events likewise (each one's data is the JSON of its message);
 tests/service/test_openapi.py checks that the committed document equals this script's output.
 
   .venv/bin/python scripts/openapi_messages.py [--check]   (rewrite, or only compare: exit 1
@@ -101,6 +102,20 @@ def schemas():
     return out
 
 
+# The event stream's events: each one's data is the proto3 JSON of the message WatchJob's
+# JobEvent carries for it.
+EVENTS = {"job": "Job", "metrics": "MetricRecord", "anomaly": "AnomalyEvent", "log": "LogLine"}
+
+
+def event_schema():
+    return {"oneOf": [
+        {"type": "object", "required": ["event", "data"],
+         "properties": {"event": {"const": name}, "id": {"type": "string"},
+                        "data": {"type": "string", "contentMediaType": "application/json",
+                                 "contentSchema": {"$ref": f"#/components/schemas/{msg}"}}}}
+        for name, msg in EVENTS.items()]}
+
+
 def updated(doc):
     doc = copy.deepcopy(doc)
     comp = doc["components"]["schemas"]
@@ -112,6 +127,8 @@ def updated(doc):
             raise SystemExit(f"openapi.json has no {method.upper()} {path}")
         op["responses"]["200"]["content"]["application/json"]["schema"] = \
             {"$ref": f"#/components/schemas/{name}"}
+    doc["paths"]["/api/v1/jobs/{id}/events"]["get"]["responses"]["200"]["content"][
+        "text/event-stream"]["schema"] = event_schema()
     return doc
 
 
