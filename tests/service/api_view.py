@@ -173,5 +173,7 @@ def view(path, body):
             if route.endswith(kinds):
                 out.setdefault(name, [])
         out.setdefault("next_page_token", "")
+        if route.endswith("/checkpoints"):
+            out.setdefault("latest", "")
         return out
     return body
