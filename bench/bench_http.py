@@ -32,6 +32,10 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "service"))
+import api_view  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MICRO_BATCH, BLOCK = 4, 64
 TOKENS_PER_STEP = MICRO_BATCH * BLOCK
@@ -43,7 +47,8 @@ def submit(grpc_addr, source, tmp):
     """The job, over gRPC with stubs generated from proto/ztrain.proto."""
     out = os.path.join(tmp, "stubs")
     os.makedirs(out)
-    subprocess.run(["protoc", "-I" + os.path.join(source, "proto"), "--python_out=" + out,
+    subprocess.run(["protoc", "-I" + os.path.join(source, "proto"), "-I/usr/include",
+                    "--python_out=" + out,
                     "--grpc_out=" + out, "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
                     "ztrain.proto"], check=True)
     sys.path.insert(0, out)
@@ -64,8 +69,9 @@ def submit(grpc_addr, source, tmp):
 
 
 def get_json(base, path):
+    """The route's body as plain values (tests/service/api_view.py)."""
     with urllib.request.urlopen(base + path, timeout=30) as r:
-        return json.loads(r.read())
+        return api_view.view(path, json.loads(r.read()))
 
 
 def start_daemon(build, tmp, threads_per_rank):

@@ -33,6 +33,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "service"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "soak"))
+import api_view  # noqa: E402
 import load  # noqa: E402
 import svc  # noqa: E402
 
@@ -40,7 +41,7 @@ import svc  # noqa: E402
 def records(d, job_id):
     with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{job_id}/records?since_step=0",
                                 timeout=60) as r:
-        return json.loads(r.read())["records"]
+        return api_view.view("/api/v1/jobs/x/records", json.loads(r.read()))["records"]
 
 
 def speed(recs, t0_ms, t1_ms):

@@ -1,10 +1,12 @@
 /* Status names and the per-thread message behind zt_last_error(). */
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ztrain/status.h"
 
 static _Thread_local char last_error[4096];
+static _Thread_local char last_field[512];
 
 const char *zt_status_name(zt_status s) {
     switch (s) {
@@ -22,11 +24,33 @@ const char *zt_status_name(zt_status s) {
 
 const char *zt_last_error(void) { return last_error; }
 
+const char *zt_last_error_field(void) { return last_field; }
+
+zt_status zt_error_field(zt_status s, const char *path) {
+    snprintf(last_field, sizeof last_field, "%s", path ? path : "");
+    return s;
+}
+
+zt_status zt_error_field_prefix(zt_status s, const char *section) {
+    size_t ls = section ? strlen(section) : 0, lf = strlen(last_field);
+    /* A path that would not fit whole is dropped rather than cut: a cut path names another
+     * field. */
+    if (lf && ls && ls + 1 + lf < sizeof last_field) {
+        memmove(last_field + ls + 1, last_field, lf + 1);
+        memcpy(last_field, section, ls);
+        last_field[ls] = '.';
+    } else if (lf && ls) {
+        last_field[0] = '\0';
+    }
+    return s;
+}
+
 zt_status zt_error(zt_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    last_field[0] = '\0';
     return s;
 }
 

@@ -7,6 +7,7 @@
  * Each job's history is read once from /records and then followed by polling while the job
  * runs (a comparison of many jobs would otherwise hold an event stream per job). */
 import {TERMINAL, apiJson, jobPath, reportError} from './api.js';
+import {getJob, recordFromApi} from './resources.js';
 import {clearBanner} from './banner.js';
 import {CompareCharts, JOB_COLORS} from './compare_charts.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
@@ -166,11 +167,11 @@ export function compareView(main, q) {
     let query = `since_step=${since}`;
     while (query !== null && alive) {
       const page = await apiJson(jobPath(j.id, `/records?${query}&page_size=${RECORDS_PAGE}`), {signal});
-      for (const rec of page.records || []) {
+      for (const rec of (page.records || []).map(recordFromApi)) {
         charts.addRecord(j.id, rec);
         if (rec.step > j.maxStep) j.maxStep = rec.step;
       }
-      query = page.next_page_token ? `page_token=${page.next_page_token}` : null;
+      query = page.nextPageToken ? `page_token=${page.nextPageToken}` : null;
     }
   }
 
@@ -183,7 +184,7 @@ export function compareView(main, q) {
   }
 
   async function start() {
-    const got = await Promise.allSettled(ids.map((id) => apiJson(jobPath(id), {signal})));
+    const got = await Promise.allSettled(ids.map((id) => getJob(id, {signal})));
     if (!alive) return;
     got.forEach((r, i) => {
       if (r.status === 'fulfilled') setJob(jobs[i], r.value);
@@ -218,7 +219,7 @@ export function compareView(main, q) {
       try {
         let configs = false;
         for (const j of live) {
-          configs = setJob(j, await apiJson(jobPath(j.id), {signal})) || configs;
+          configs = setJob(j, await getJob(j.id, {signal})) || configs;
           await loadRecords(j, Math.max(0, j.maxStep));
         }
         if (!alive) return;

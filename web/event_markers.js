@@ -152,7 +152,7 @@ export class EventMarkers {
   add(ev) {
     if (!ev || this.seen.has(ev.seq)) return;
     this.seen.add(ev.seq);
-    this.events.push({seq: ev.seq, step: ev['train/global_step'], t: ev.time_unix_ms,
+    this.events.push({seq: ev.seq, step: ev.step, t: ev.time_unix_ms,
       kind: ev.kind, policy: ev.policy, message: ev.message || ''});
     this.events.sort((a, b) => a.seq - b.seq);
     this.renderList();

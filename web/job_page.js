@@ -8,6 +8,7 @@
  * job logging every step at hundreds of steps a second does not hold up the page. The job
  * itself is polled every JOB_POLL_MS until it ends. */
 import {AuthError, ApiError, TERMINAL, apiFetch, apiJson, jobPath, readEvents, reportError} from './api.js';
+import {anomalyFromApi, getJob, int, jobFromApi, logFromApi, num, recordFromApi} from './resources.js';
 import {clearBanner, showBanner} from './banner.js';
 import {CHARTS, JobCharts, MAX_POINTS} from './charts.js';
 import {renderRecovery} from './job_recovery.js';
@@ -318,11 +319,11 @@ export function jobView(main, id) {
     cancelBtn.disabled = true;
     setText(cancelStatus, force ? 'Killing the job…' : 'Asking the job to stop…');
     try {
-      const job = await apiJson(jobPath(id, '/cancel'), {
+      const job = jobFromApi(await apiJson(jobPath(id, '/cancel'), {
         method: 'POST', signal,
         headers: {'Content-Type': 'application/json'},
         body: JSON.stringify({force}),
-      });
+      }));
       setText(cancelStatus, `Cancel requested: the job is ${job.state}.`);
       renderJob(job);
     } catch (e) {
@@ -351,12 +352,13 @@ export function jobView(main, id) {
           } catch (e) {
             return;
           }
-          if (ev.event === 'metrics') addRecord(data);
-          else if (ev.event === 'log') addLogs([data]);
-          else if (ev.event === 'anomaly') markers.add(data);
+          if (ev.event === 'metrics') addRecord(recordFromApi(data));
+          else if (ev.event === 'log') addLogs([logFromApi(data)]);
+          else if (ev.event === 'anomaly') markers.add(anomalyFromApi(data));
           else if (ev.event === 'job') {
-            renderJob(data);
-            if (TERMINAL.has(data.state)) terminalSeen = true;
+            const job = jobFromApi(data);
+            renderJob(job);
+            if (TERMINAL.has(job.state)) terminalSeen = true;
           }
         });
         clearBanner('net');
@@ -378,7 +380,7 @@ export function jobView(main, id) {
     if (!st.alive) return;
     if (!isAuthBlocked()) {
       try {
-        renderJob(await apiJson(jobPath(id), {signal}));
+        renderJob(await getJob(id, {signal}));
       } catch (e) {
         reportError(e, 'Reading the job failed');
       }
@@ -400,14 +402,15 @@ export function jobView(main, id) {
       const res = await apiJson(jobPath(id, `/metrics?keys=${encodeURIComponent(ask.join(','))}` +
         `&max_points=${MAX_POINTS}`), {signal});
       for (const ser of res.series || []) {
-        ser.steps.forEach((step, k) => {
+        /* proto3 JSON: steps are int64 strings, values doubles (NaN as "NaN"). */
+        (ser.steps || []).map(int).forEach((step, k) => {
           let rec = bySteps.get(step);
           if (!rec) {
             rec = {step, time_unix_ms: NaN, values: {}};
             bySteps.set(step, rec);
           }
-          if (ser.key === TIME_KEY) rec.time_unix_ms = ser.values[k];
-          else rec.values[ser.key] = ser.values[k];
+          if (ser.key === TIME_KEY) rec.time_unix_ms = num(ser.values[k], NaN);
+          else rec.values[ser.key] = num(ser.values[k]);
         });
       }
     }
@@ -442,7 +445,7 @@ export function jobView(main, id) {
 
   (async () => {
     try {
-      const job = await apiJson(jobPath(id), {signal});
+      const job = await getJob(id, {signal});
       renderJob(job);
       const [recs, logs, anomalies] = await Promise.all([
         loadHistory(job),
@@ -451,8 +454,8 @@ export function jobView(main, id) {
       ]);
       for (const r of recs) addRecord(r, false);
       st.followFrom = tailStart(job, recs);
-      for (const a of anomalies.anomalies || []) markers.add(a);
-      addLogs(logs.lines || []);
+      for (const a of anomalies.anomalies || []) markers.add(anomalyFromApi(a));
+      addLogs((logs.lines || []).map(logFromApi));
       drawLogs();
       charts.flush();
       /* Tests wait for this before reading the page. */

@@ -3,6 +3,7 @@
  * that the browser's back button and a reload keep them. Each row has a checkbox: the jobs
  * checked (kept across pages and filters) open side by side on the comparison page. */
 import {TERMINAL, apiJson, reportError} from './api.js';
+import {jobFromApi} from './resources.js';
 import {clearBanner} from './banner.js';
 import {MAX_COMPARE, compareHash} from './compare_page.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
@@ -136,8 +137,8 @@ export function jobsView(main, q) {
         if (q.after) p.set('page_token', q.after);
         const data = await apiJson('/api/v1/jobs?' + p, {signal: ctrl.signal});
         if (!alive) return;
-        render(data.jobs || []);
-        nextAfter = data.next_page_token || null;
+        render((data.jobs || []).map(jobFromApi));
+        nextAfter = data.nextPageToken || null;
         older.hidden = !nextAfter;
         clearBanner('net');
         clearBanner('error');

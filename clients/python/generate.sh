@@ -6,7 +6,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/ztrain/_gen}
-protoc -I "$here/../../proto" --python_out="$out" --grpc_out="$out" \
+protoc -I "$here/../../proto" -I /usr/include --python_out="$out" --grpc_out="$out" \
   --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin ztrain.proto
 # The plugin imports the messages as a top-level module; inside the package they are a sibling.
 sed -i 's/^import ztrain_pb2 as ztrain__pb2$/from . import ztrain_pb2 as ztrain__pb2/' \

@@ -338,23 +338,34 @@ static zt_status infer_batch(zt_ds_config *cfg, const batch_keys *bk, const char
                         src);
     }
 
-    if (t <= 0)
-        return zt_error(ZT_ERR_INVALID, "%s: Train batch size: %lld has to be greater than 0", src,
-                        (long long)t);
-    if (m <= 0)
-        return zt_error(ZT_ERR_INVALID, "%s: Micro batch size per gpu: %lld has to be greater than 0",
-                        src, (long long)m);
-    if (g <= 0)
-        return zt_error(ZT_ERR_INVALID, "%s: Gradient accumulation steps: %lld has to be greater than 0",
-                        src, (long long)g);
+    /* DeepSpeed's texts name the batch keys in prose; the field says which one is at fault. */
+    if (t <= 0) {
+        zt_error(ZT_ERR_INVALID, "%s: Train batch size: %lld has to be greater than 0", src,
+                 (long long)t);
+        return zt_error_field(ZT_ERR_INVALID, "train_batch_size");
+    }
+    if (m <= 0) {
+        zt_error(ZT_ERR_INVALID, "%s: Micro batch size per gpu: %lld has to be greater than 0",
+                 src, (long long)m);
+        return zt_error_field(ZT_ERR_INVALID, "train_micro_batch_size_per_gpu");
+    }
+    if (g <= 0) {
+        zt_error(ZT_ERR_INVALID, "%s: Gradient accumulation steps: %lld has to be greater than 0",
+                 src, (long long)g);
+        return zt_error_field(ZT_ERR_INVALID, "gradient_accumulation_steps");
+    }
     int64_t prod;
-    if (__builtin_mul_overflow(m, g, &prod) || __builtin_mul_overflow(prod, w, &prod) || prod != t)
-        return zt_error(ZT_ERR_INVALID, "%s: Check batch related parameters. train_batch_size is not "
-                        "equal to micro_batch_per_gpu * gradient_acc_step * world_size "
-                        "%lld != %lld * %lld * %lld", src, (long long)t, (long long)m, (long long)g,
-                        (long long)w);
-    if (t > 0x7fffffff)
-        return zt_error(ZT_ERR_INVALID, "%s: train_batch_size %lld is too large", src, (long long)t);
+    if (__builtin_mul_overflow(m, g, &prod) || __builtin_mul_overflow(prod, w, &prod) || prod != t) {
+        zt_error(ZT_ERR_INVALID, "%s: Check batch related parameters. train_batch_size is not "
+                 "equal to micro_batch_per_gpu * gradient_acc_step * world_size "
+                 "%lld != %lld * %lld * %lld", src, (long long)t, (long long)m, (long long)g,
+                 (long long)w);
+        return zt_error_field(ZT_ERR_INVALID, "train_batch_size");
+    }
+    if (t > 0x7fffffff) {
+        zt_error(ZT_ERR_INVALID, "%s: train_batch_size %lld is too large", src, (long long)t);
+        return zt_error_field(ZT_ERR_INVALID, "train_batch_size");
+    }
     cfg->train_batch_size = (int)t;
     cfg->train_micro_batch_size_per_gpu = (int)m;
     cfg->gradient_accumulation_steps = (int)g;

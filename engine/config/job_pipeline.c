@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "job_keys.h"
 #include "job_pipeline.h"
 
 const char *const zt_job_pipeline_keys[] = {"stages", "partition",
@@ -18,7 +19,7 @@ zt_status zt_job_parse_pipeline(zt_job_spec *job, const zt_json_obj *top) {
     ZT_TRY(zt_json_child(top, "pipeline", &o));
     if (!o.obj)
         return ZT_OK;
-    ZT_TRY(zt_json_check_keys(&o, zt_job_pipeline_keys));
+    ZT_TRY(zt_job_keys_check(&o, "pipeline"));
     ZT_TRY(zt_json_require(&o, "stages"));
     ZT_TRY(zt_json_get_int(&o, "stages", &p->stages, NULL));
     if (p->stages < 1)

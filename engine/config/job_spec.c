@@ -19,6 +19,7 @@
 #include "job_spec_recovery.h"
 #include "ztrain/json_util.h"
 #include "job_act_ckpt.h"
+#include "job_keys.h"
 #include "ztrain/model_fields.h"
 #include "ztrain/text.h"
 #include "ztrain/comm.h"
@@ -210,7 +211,7 @@ static zt_status parse_mixture(zt_data_spec *d, const zt_json_obj *data, const c
                             data->source, path);
         zt_json_obj src;
         zt_json_obj_init(&src, e, data->source, path);
-        ZT_TRY(zt_json_check_keys(&src, source_keys));
+        ZT_TRY(zt_job_keys_check(&src, "data.train[]"));
         ZT_TRY(zt_json_require(&src, "path"));
         ZT_TRY(zt_json_require(&src, "weight"));
         zt_data_source *ds = &d->train_mix[d->n_train_mix++];
@@ -249,7 +250,7 @@ static zt_status parse_data(zt_data_spec *d, const zt_json_obj *top, const char 
     zt_json_obj o;
     ZT_TRY(zt_json_require(top, "data"));
     ZT_TRY(zt_json_child(top, "data", &o));
-    ZT_TRY(zt_json_check_keys(&o, data_keys));
+    ZT_TRY(zt_job_keys_check(&o, "data"));
     ZT_TRY(zt_json_require(&o, "train"));
     const cJSON *train = zt_json_item(&o, "train");
     if (cJSON_IsArray(train))
@@ -299,7 +300,7 @@ static zt_status parse_train(zt_train_spec *t, const zt_data_spec *data, const z
                              const char *base_dir) {
     zt_json_obj o;
     ZT_TRY(zt_json_child(top, "train", &o));
-    ZT_TRY(zt_json_check_keys(&o, train_keys));
+    ZT_TRY(zt_job_keys_check(&o, "train"));
     *t = (zt_train_spec){.epochs = 1, .log_interval = 10, .eval_steps = 20, .warmup_steps = 5,
                          .seed = 1234};
     bool found;
@@ -366,7 +367,7 @@ static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top
     zt_json_obj o;
     zt_training_args_defaults(a);
     ZT_TRY(zt_json_child(top, "training_args", &o));
-    ZT_TRY(zt_json_check_keys(&o, training_args_keys));
+    ZT_TRY(zt_job_keys_check(&o, "training_args"));
     unsigned *g = &a->given;
     ZT_TRY(get_arg_double(&o, "learning_rate", 0, -1, &a->learning_rate, ZT_ARG_LEARNING_RATE, g));
     ZT_TRY(get_arg_double(&o, "weight_decay", 0, -1, &a->weight_decay, ZT_ARG_WEIGHT_DECAY, g));
@@ -416,7 +417,11 @@ static zt_status read_ds(zt_job_spec *job, const cJSON *ds, const char *source) 
                               .hidden_size = job->model.n_embd,
                               .max_steps = job->train.max_steps};
     cJSON *resolved = NULL;
-    ZT_TRY(zt_ds_config_from_script(&job->ds, ds, source, &job->args, &ctx, &resolved));
+    /* The DeepSpeed parser names fields within its document; here that document is the job's
+     * "deepspeed". */
+    zt_status s = zt_ds_config_from_script(&job->ds, ds, source, &job->args, &ctx, &resolved);
+    if (s != ZT_OK)
+        return zt_error_field_prefix(s, "deepspeed");
     job->ds_effective_json = zt_ds_config_effective_json(&job->ds, resolved);
     cJSON_Delete(resolved);
     if (!job->ds_effective_json)
@@ -548,7 +553,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
     ZT_TRY(zt_json_check_duplicates(root, source, "job spec", "", "deepspeed"));
     zt_json_obj top;
     zt_json_obj_init(&top, root, source, "");
-    ZT_TRY(zt_json_check_keys(&top, top_keys));
+    ZT_TRY(zt_job_keys_check(&top, ""));
 
     job->base_dir = zt_json_strdup(base_dir && base_dir[0] ? base_dir : ".");
     if (!job->base_dir)

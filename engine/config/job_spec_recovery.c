@@ -1,6 +1,7 @@
 /* The job spec's "max_restarts" and "fork_from" (job_spec_recovery.h). The engine only checks
  * and keeps them: restarting ranks and preparing a fork's checkpoint are ztraind's work
  * (service/daemon/job_recovery.c, service/daemon/job_fork.c). */
+#include "job_keys.h"
 #include "job_spec_recovery.h"
 
 #include <string.h>
@@ -18,7 +19,7 @@ zt_status zt_job_spec_parse_recovery(zt_job_spec *job, const zt_json_obj *top) {
     ZT_TRY(zt_json_child(top, "fork_from", &f));
     if (!f.obj)
         return ZT_OK;
-    ZT_TRY(zt_json_check_keys(&f, zt_job_fork_keys));
+    ZT_TRY(zt_job_keys_check(&f, "fork_from"));
     ZT_TRY(zt_json_require(&f, "job"));
     ZT_TRY(zt_json_require(&f, "step"));
     const char *id = NULL;

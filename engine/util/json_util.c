@@ -388,7 +388,8 @@ zt_status zt_json_key_error(zt_status s, const zt_json_obj *o, const char *key, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return zt_error(s, "%s: key '%s' %s", o->source, path, msg);
+    zt_error(s, "%s: key '%s' %s", o->source, path, msg);
+    return zt_error_field(s, path);
 }
 
 static zt_status type_error(const zt_json_obj *o, const char *key, const cJSON *it, const char *want) {
@@ -572,8 +573,11 @@ zt_status zt_json_check_keys(const zt_json_obj *o, const char *const *allowed) {
         const char *near = zt_json_suggest(c->string, allowed);
         if (near)
             snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
-        return zt_error(ZT_ERR_INVALID, "%s: unknown key '%s' %s%s; allowed keys: %s", o->source,
-                        c->string, where, hint, list);
+        zt_error(ZT_ERR_INVALID, "%s: unknown key '%s' %s%s; allowed keys: %s", o->source,
+                 c->string, where, hint, list);
+        char path[512];
+        zt_json_key_path(o, c->string, path, sizeof path);
+        return zt_error_field(ZT_ERR_INVALID, path);
     }
     return ZT_OK;
 }

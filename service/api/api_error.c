@@ -139,8 +139,25 @@ static bool spec_path(const char *msg, char *out, size_t out_size) {
     return snake_word(msg, out, out_size, "deepspeed.");
 }
 
+/* The field the parser recorded with the failure (zt_last_error_field(), read on the failing
+ * thread like the message), under the request's scope. False when it recorded none, or when
+ * the message is not the failure's own (a caller's text). */
+static bool parser_field(const char *message, const char *scope, char *out, size_t out_size) {
+    const char *f = zt_last_error_field();
+    if (!f[0] || message != zt_last_error())
+        return false;
+    /* A path the request already names from its message down ("spec.deepspeed_json") is whole. */
+    if (scope && strncmp(f, scope, strlen(scope)) != 0)
+        snprintf(out, out_size, "%s.%s", scope, f);
+    else
+        snprintf(out, out_size, "%s", f);
+    return true;
+}
+
 void zt_api_error_field(const char *message, const char *scope, char *out, size_t out_size) {
     out[0] = '\0';
+    if (parser_field(message, scope, out, out_size))
+        return;
     const char *m = message ? message : "";
     size_t lead = path_len(m);
     /* A check of the request's bytes names the field from the request message down. */

@@ -47,7 +47,9 @@ typedef struct {
 /* The error for a failed zt_status s with its message (zt_last_error() at the failure) from a
  * request whose `scope` prefixes field paths ("spec" for a submit, NULL elsewhere) and that named
  * job `job_id` (NULL when none): the code by the status, the detail by the status and the field
- * path that the message names (its first "field.path:", a quoted 'key', or a DeepSpeed key). */
+ * path the parser recorded with the failure (zt_last_error_field(), when message is
+ * zt_last_error() on the failing thread), else the one the message names (its first
+ * "field.path:", a quoted 'key', or a DeepSpeed key) for failures whose code records none. */
 void zt_api_error_from_status(zt_api_error *e, int s, const char *message, const char *scope,
                               const char *job_id);
 

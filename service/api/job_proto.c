@@ -84,6 +84,36 @@ static void free_message(void *m) {
         protobuf_c_message_free_unpacked(m, NULL);
 }
 
+Google__Protobuf__Timestamp *zt_job_proto_time(int64_t unix_ms, bool *ok) {
+    if (unix_ms <= 0)
+        return NULL;
+    Google__Protobuf__Timestamp *t =
+        (Google__Protobuf__Timestamp *)new_message(&google__protobuf__timestamp__descriptor);
+    if (!t) {
+        *ok = false;
+        return NULL;
+    }
+    t->seconds = unix_ms / 1000;
+    t->nanos = (int32_t)(unix_ms % 1000) * 1000000;
+    return t;
+}
+
+int64_t zt_job_proto_time_ms(const Google__Protobuf__Timestamp *t) {
+    return t ? t->seconds * 1000 + t->nanos / 1000000 : 0;
+}
+
+static Google__Protobuf__Duration *duration_ms(int64_t ms, bool *ok) {
+    Google__Protobuf__Duration *d =
+        (Google__Protobuf__Duration *)new_message(&google__protobuf__duration__descriptor);
+    if (!d) {
+        *ok = false;
+        return NULL;
+    }
+    d->seconds = ms / 1000;
+    d->nanos = (int32_t)(ms % 1000) * 1000000;
+    return d;
+}
+
 static void *field_ptr(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
     return (char *)m + f->offset;
 }
@@ -115,7 +145,8 @@ static zt_status unknown_key(const zt_json_obj *o, const char *key,
         zt_json_key_path(o, near, near_path, sizeof near_path);
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", near_path);
     }
-    return zt_error(ZT_ERR_INVALID, "%s: unknown key '%s'%s", o->source, path, hint);
+    zt_error(ZT_ERR_INVALID, "%s: unknown key '%s'%s", o->source, path, hint);
+    return zt_error_field(ZT_ERR_INVALID, path);
 }
 
 /* Whether the key at this dotted path, a number of this kind, must be positive. A model key is
@@ -590,8 +621,8 @@ static zt_status attempts_from_info(const zt_job_info *info, Ztrain__V1__Job *j,
             return zt_error(ZT_ERR_NOMEM, "out of memory");
         j->attempts[j->n_attempts++] = m;
         m->attempt = a->attempt;
-        m->started_unix_ms = a->started_ms;
-        m->ended_unix_ms = a->ended_ms;
+        m->start_time = zt_job_proto_time(a->started_ms, ok);
+        m->end_time = zt_job_proto_time(a->ended_ms, ok);
         m->step = a->step;
         m->rank = a->rank;
         m->exit_code = a->exit_code;
@@ -603,14 +634,19 @@ static zt_status attempts_from_info(const zt_job_info *info, Ztrain__V1__Job *j,
     return ZT_OK;
 }
 
-static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok) {
+static zt_status job_fill(const zt_job_info *info, int64_t now_ms, Ztrain__V1__Job *j,
+                          bool *ok) {
     j->id = dup_str(info->id, ok);
     j->name = dup_str(info->name, ok);
     j->state = (Ztrain__V1__JobState)info->state;
     j->reason = dup_str(info->reason, ok);
-    j->created_unix_ms = info->created_ms;
-    j->started_unix_ms = info->started_ms;
-    j->finished_unix_ms = info->finished_ms;
+    j->create_time = zt_job_proto_time(info->created_ms, ok);
+    j->start_time = zt_job_proto_time(info->started_ms, ok);
+    j->end_time = zt_job_proto_time(info->finished_ms, ok);
+    if (info->started_ms > 0) {
+        int64_t end = info->finished_ms > 0 ? info->finished_ms : now_ms;
+        j->run_duration = duration_ms(end > info->started_ms ? end - info->started_ms : 0, ok);
+    }
     j->step = info->step;
     j->max_steps = info->max_steps;
     /* NaN travels as NaN: 0 would read as a real loss, and hide one that went non-finite. */
@@ -642,13 +678,14 @@ static zt_status job_fill(const zt_job_info *info, Ztrain__V1__Job *j, bool *ok)
     return ZT_OK;
 }
 
-zt_status zt_job_proto_job_from_info(const zt_job_info *info, Ztrain__V1__Job **out) {
+zt_status zt_job_proto_job_from_info(const zt_job_info *info, int64_t now_ms,
+                                     Ztrain__V1__Job **out) {
     *out = NULL;
     Ztrain__V1__Job *j = (Ztrain__V1__Job *)new_message(&ztrain__v1__job__descriptor);
     if (!j)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     bool ok = true;
-    zt_status s = job_fill(info, j, &ok);
+    zt_status s = job_fill(info, now_ms, j, &ok);
     if (s == ZT_OK && !ok)
         s = zt_error(ZT_ERR_NOMEM, "out of memory");
     if (s != ZT_OK) {
@@ -693,8 +730,8 @@ static cJSON *attempts_to_json(const Ztrain__V1__Job *job) {
         if (!o)
             break;
         cJSON_AddNumberToObject(o, "attempt", a->attempt);
-        cJSON_AddItemToObject(o, "started_unix_ms", raw_int(a->started_unix_ms));
-        cJSON_AddItemToObject(o, "ended_unix_ms", raw_int(a->ended_unix_ms));
+        cJSON_AddItemToObject(o, "started_unix_ms", raw_int(zt_job_proto_time_ms(a->start_time)));
+        cJSON_AddItemToObject(o, "ended_unix_ms", raw_int(zt_job_proto_time_ms(a->end_time)));
         cJSON_AddItemToObject(o, "step", raw_int(a->step));
         cJSON_AddItemToObject(o, "resumed_from_step", raw_int(a->resumed_from_step));
         cJSON_AddNumberToObject(o, "rank", a->rank);
@@ -721,9 +758,9 @@ zt_status zt_job_proto_job_to_json(const Ztrain__V1__Job *job, char **json_text)
     cJSON_AddStringToObject(o, "name", job->name);
     cJSON_AddStringToObject(o, "state", zt_job_proto_state_name(job->state));
     cJSON_AddStringToObject(o, "reason", job->reason);
-    cJSON_AddItemToObject(o, "created_unix_ms", raw_int(job->created_unix_ms));
-    cJSON_AddItemToObject(o, "started_unix_ms", raw_int(job->started_unix_ms));
-    cJSON_AddItemToObject(o, "finished_unix_ms", raw_int(job->finished_unix_ms));
+    cJSON_AddItemToObject(o, "created_unix_ms", raw_int(zt_job_proto_time_ms(job->create_time)));
+    cJSON_AddItemToObject(o, "started_unix_ms", raw_int(zt_job_proto_time_ms(job->start_time)));
+    cJSON_AddItemToObject(o, "finished_unix_ms", raw_int(zt_job_proto_time_ms(job->end_time)));
     cJSON_AddItemToObject(o, "step", raw_int(job->step));
     cJSON_AddItemToObject(o, "max_steps", raw_int(job->max_steps));
     cJSON_AddNumberToObject(o, "loss", job->loss);
@@ -779,7 +816,7 @@ zt_status zt_job_proto_record_from_metric(const zt_metric_record *r, Ztrain__V1_
     bool ok = true;
     if (m) {
         m->step = r->step;
-        m->time_unix_ms = r->time_ms;
+        m->time = zt_job_proto_time(r->time_ms, &ok);
         s = record_fill(root, m, &ok);
     }
     cJSON_Delete(root);
@@ -800,7 +837,7 @@ zt_status zt_job_proto_log_from_line(const zt_log_line *l, Ztrain__V1__LogLine *
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     bool ok = true;
     m->seq = l->seq;
-    m->time_unix_ms = l->time_ms;
+    m->time = zt_job_proto_time(l->time_ms, &ok);
     m->rank = l->rank;
     m->stream = dup_str(l->stream, &ok);
     m->text = dup_str(l->text, &ok);
@@ -821,13 +858,36 @@ zt_status zt_job_proto_anomaly_from(const zt_anomaly *a, Ztrain__V1__AnomalyEven
     bool ok = true;
     m->seq = a->seq;
     m->step = a->step;
-    m->time_unix_ms = a->time_ms;
+    m->time = zt_job_proto_time(a->time_ms, &ok);
     m->kind = dup_str(a->kind, &ok);
     m->policy = dup_str(a->policy, &ok);
     m->value = a->value;
     m->zscore = a->zscore;
     m->rank = a->rank;
     m->message = dup_str(a->message, &ok);
+    if (!ok) {
+        free_message(m);
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    *out = m;
+    return ZT_OK;
+}
+
+zt_status zt_job_proto_delivery_from(const zt_delivery *d, Ztrain__V1__WebhookDelivery **out) {
+    *out = NULL;
+    Ztrain__V1__WebhookDelivery *m =
+        (Ztrain__V1__WebhookDelivery *)new_message(&ztrain__v1__webhook_delivery__descriptor);
+    if (!m)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    bool ok = true;
+    m->delivery_id = dup_str(d->delivery_id, &ok);
+    m->url = dup_str(d->url, &ok);
+    m->type = dup_str(d->type, &ok);
+    m->attempt = d->attempt;
+    m->time = zt_job_proto_time(d->time_ms, &ok);
+    m->http_status = d->http_status;
+    m->error = dup_str(d->error, &ok);
+    m->outcome = dup_str(d->outcome, &ok);
     if (!ok) {
         free_message(m);
         return zt_error(ZT_ERR_NOMEM, "out of memory");

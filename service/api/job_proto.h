@@ -7,6 +7,7 @@
 #ifndef ZTRAIN_JOB_PROTO_H
 #define ZTRAIN_JOB_PROTO_H
 
+#include "daemon/event_store.h"
 #include "daemon/job_manager.h"
 #include "ztrain.pb-c.h"
 #include "ztrain/status.h"
@@ -32,8 +33,16 @@ zt_status zt_job_proto_spec_from_json(const char *json_text, const char *source,
 zt_status zt_job_proto_spec_to_json(const Ztrain__V1__JobSpec *spec, char **json_text);
 
 /* A Job message for a job manager snapshot, spec included (parsed from info->spec_json; one that
- * does not map is an error naming the job). A loss or tokens/s still NaN is sent as NaN. */
-zt_status zt_job_proto_job_from_info(const zt_job_info *info, Ztrain__V1__Job **out);
+ * does not map is an error naming the job). A loss or tokens/s still NaN is sent as NaN. now_ms
+ * (the server's wall clock) ends run_duration of a job still running. */
+zt_status zt_job_proto_job_from_info(const zt_job_info *info, int64_t now_ms,
+                                     Ztrain__V1__Job **out);
+
+/* A heap-owned Timestamp for milliseconds since the epoch, or NULL (the field unset) for 0 or
+ * less, which the job manager uses for "not yet"; NULL with *ok false when out of memory. */
+Google__Protobuf__Timestamp *zt_job_proto_time(int64_t unix_ms, bool *ok);
+/* Milliseconds since the epoch of t; 0 when t is NULL (unset). */
+int64_t zt_job_proto_time_ms(const Google__Protobuf__Timestamp *t);
 
 /* A Job as a JSON object's text (the fields of the proto by their proto names, the state by
  * its name, "spec" in the job-spec file format), for `ztrain status --json`. */
@@ -47,6 +56,9 @@ zt_status zt_job_proto_record_from_metric(const zt_metric_record *r, Ztrain__V1_
 zt_status zt_job_proto_log_from_line(const zt_log_line *l, Ztrain__V1__LogLine **out);
 /* An anomaly event (event_store.h) as its message; free with protobuf_c_message_free_unpacked. */
 zt_status zt_job_proto_anomaly_from(const zt_anomaly *a, Ztrain__V1__AnomalyEvent **out);
+
+/* A webhook delivery attempt (event_store.h) as its message; free as above. */
+zt_status zt_job_proto_delivery_from(const zt_delivery *d, Ztrain__V1__WebhookDelivery **out);
 
 /* Name of a proto JobState ("RUNNING"); "UNSPECIFIED" for 0. */
 const char *zt_job_proto_state_name(Ztrain__V1__JobState s);

@@ -424,7 +424,7 @@ static void on_record(watch_view *v, const Ztrain__V1__MetricRecord *r) {
     v->tps = metric(r, "perf/tokens_per_second", v->tps);
     int slot = v->n_win % RATE_WINDOW;
     v->win_step[slot] = v->step;
-    v->win_ms[slot] = r->time_unix_ms;
+    v->win_ms[slot] = zt_job_proto_time_ms(r->time);
     v->n_win++;
     show_progress(v, v->max_steps > 0 && v->step >= v->max_steps);
 }
@@ -579,19 +579,16 @@ static void print_list_row(const Ztrain__V1__Job *j, bool wide) {
     char step[48], loss[32], created[32], id[64];
     format_step(j->step, j->max_steps, step, sizeof step);
     format_loss(j, loss, sizeof loss);
-    format_time(j->created_unix_ms, created, sizeof created);
+    format_time(zt_job_proto_time_ms(j->create_time), created, sizeof created);
     char *name = shown(j->name);
     if (wide) {
         char rate[32], elapsed[32] = "-", device[16];
         format_rate(j->tokens_per_second, rate, sizeof rate);
-        if (j->started_unix_ms > 0) {
-            struct timespec now;
-            clock_gettime(CLOCK_REALTIME, &now);
-            int64_t end = j->finished_unix_ms > 0
-                              ? j->finished_unix_ms
-                              : (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-            format_duration((double)(end - j->started_unix_ms) / 1000.0, elapsed, sizeof elapsed);
-        }
+        /* The server measures the run time, so a client's clock cannot skew it. */
+        if (j->run_duration)
+            format_duration((double)j->run_duration->seconds +
+                                (double)j->run_duration->nanos / 1e9,
+                            elapsed, sizeof elapsed);
         printf("%-12s %-10s %-13s %-9s %-9s %-8s %-5d %-6s %-19s %s\n",
                shown_in(j->id, id, sizeof id), zt_job_proto_state_name(j->state), step, loss,
                rate, elapsed, j->spec ? j->spec->world_size : (int)j->n_ranks,
@@ -685,7 +682,7 @@ static void print_recovery(const Ztrain__V1__Job *j) {
         char *reason = shown(a->reason);
         printf("  %-12s %d: steps %lld-%lld, %s%s%s\n", i == 0 ? "attempts" : "", a->attempt,
                (long long)a->resumed_from_step, (long long)a->step,
-               !a->ended_unix_ms ? "running" : a->failed ? "failed" : "ended",
+               !a->end_time ? "running" : a->failed ? "failed" : "ended",
                reason[0] ? ": " : "", reason);
         free(reason);
     }
@@ -696,9 +693,9 @@ static void print_status(const Ztrain__V1__Job *j) {
     format_step(j->step, j->max_steps, step, sizeof step);
     format_loss(j, loss, sizeof loss);
     format_rate(j->tokens_per_second, rate, sizeof rate);
-    format_time(j->created_unix_ms, t0, sizeof t0);
-    format_time(j->started_unix_ms, t1, sizeof t1);
-    format_time(j->finished_unix_ms, t2, sizeof t2);
+    format_time(zt_job_proto_time_ms(j->create_time), t0, sizeof t0);
+    format_time(zt_job_proto_time_ms(j->start_time), t1, sizeof t1);
+    format_time(zt_job_proto_time_ms(j->end_time), t2, sizeof t2);
     char id[64];
     char *name = shown(j->name), *reason = shown(j->reason);
     char *run_dir = shown(j->run_dir), *ckpt = shown(j->checkpoint_dir);

@@ -23,11 +23,6 @@ static bool need_id(call *c, const char *id) {
     return false;
 }
 
-static char *dup_or_empty(const char *s) {
-    char *d = strdup(s ? s : "");
-    return d ? d : (char *)protobuf_c_empty_string;
-}
-
 void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *m) {
     Ztrain__V1__ListCheckpointsRequest *req = (Ztrain__V1__ListCheckpointsRequest *)m;
     if (!need_id(c, req->id))
@@ -181,20 +176,9 @@ void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
 }
 
 static void on_delivery(void *ctx, const zt_delivery *d) {
-    collected *col = ctx;
-    Ztrain__V1__WebhookDelivery *w = malloc(sizeof *w);
-    if (w) {
-        ztrain__v1__webhook_delivery__init(w);
-        w->delivery_id = dup_or_empty(d->delivery_id);
-        w->url = dup_or_empty(d->url);
-        w->type = dup_or_empty(d->type);
-        w->attempt = d->attempt;
-        w->time_unix_ms = d->time_ms;
-        w->http_status = d->http_status;
-        w->error = dup_or_empty(d->error);
-        w->outcome = dup_or_empty(d->outcome);
-    }
-    collect(col, w ? &w->base : NULL);
+    Ztrain__V1__WebhookDelivery *w = NULL;
+    zt_job_proto_delivery_from(d, &w);
+    collect(ctx, w ? &w->base : NULL);
 }
 
 void zt_grpc_list_webhook_deliveries(call *c, ProtobufCMessage *m) {

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "grpc_server_internal.h"
 #include "api/grpc_util.h"
@@ -40,6 +41,13 @@ static bool require_id(call *c, const char *id) {
     return false;
 }
 
+/* The server's wall clock, which ends a running job's run_duration. */
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Replies with the job of a manager call, or its error (scope and id as zt_call_finish_zt's).
  * Reads zt_last_error() at once, on the thread that made the call. */
 static void reply_job(call *c, zt_status s, zt_job_info *info, const char *scope,
@@ -49,7 +57,7 @@ static void reply_job(call *c, zt_status s, zt_job_info *info, const char *scope
         return;
     }
     Ztrain__V1__Job *job;
-    s = zt_job_proto_job_from_info(info, &job);
+    s = zt_job_proto_job_from_info(info, wall_ms(), &job);
     zt_job_info_free(info);
     if (s != ZT_OK) {
         zt_call_finish(c, GRPC_STATUS_INTERNAL, zt_last_error());
@@ -99,7 +107,7 @@ static zt_status list_response(zt_job_info *jobs, int n, bool more,
             return zt_error(ZT_ERR_NOMEM, "out of memory listing %d jobs", n);
     }
     for (int i = 0; i < n; i++) {
-        ZT_TRY(zt_job_proto_job_from_info(&jobs[i], &resp->jobs[i]));
+        ZT_TRY(zt_job_proto_job_from_info(&jobs[i], wall_ms(), &resp->jobs[i]));
         resp->n_jobs++;
     }
     /* The page token is the last id of this page: the next page starts after it. */
@@ -271,7 +279,7 @@ static zt_status pack_event(const call *c, const zt_job_event *ev, grpc_byte_buf
     if (ev->kind == ZT_EVENT_STATE) {
         if (c->method != M_WATCH)
             return ZT_OK;
-        ZT_TRY(zt_job_proto_job_from_info(ev->job, &je.job));
+        ZT_TRY(zt_job_proto_job_from_info(ev->job, wall_ms(), &je.job));
         je.event_case = ZTRAIN__V1__JOB_EVENT__EVENT_JOB;
         inner = &je.job->base;
     } else if (ev->kind == ZT_EVENT_METRICS) {

@@ -75,10 +75,11 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     const char *sub = slash ? slash + 1 : "";
     char id[sizeof(((zt_job_info *)0)->id)];
     enum { JOB, METRICS, RECORDS, LOGS, EVENTS, CANCEL, CSV, JSONL, TENSORBOARD, ANOMALIES,
-           WEBHOOKS, N_SUBS };
+           WEBHOOKS, CHECKPOINTS, CONFIG, N_SUBS };
     static const char *const subs[N_SUBS] = {
         "",       "metrics",     "records",       "logs",            "events",   "cancel",
-        "metrics.csv", "metrics.jsonl", "tensorboard.tar", "anomalies", "webhooks"};
+        "metrics.csv", "metrics.jsonl", "tensorboard.tar", "anomalies", "webhooks",
+        "checkpoints", "config"};
     int which = 0;
     while (which < N_SUBS && strcmp(sub, subs[which]) != 0)
         which++;
@@ -115,6 +116,8 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     case TENSORBOARD: return zt_http_job_tensorboard(s, c, id);
     case ANOMALIES: return zt_http_job_list(s, c, id, ZT_LIST_ANOMALIES);
     case WEBHOOKS: return zt_http_job_list(s, c, id, ZT_LIST_WEBHOOKS);
+    case CHECKPOINTS: return zt_http_job_checkpoints(s, c, id);
+    case CONFIG: return zt_http_job_config(s, c, id);
     default: return zt_http_job_events(s, c, id);
     }
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/auth.h"
+#include "api/job_proto.h"
 #include "http_internal.h"
 
 /* A quiet stream sends a comment this often, so that neither the server's idle timeout
@@ -26,14 +27,11 @@
  * 34: 24 unread streams of a 20,000-record job took ztraind from 30 to 514 MB). */
 #define ZT_SSE_REPLAY_WINDOW ((size_t)256 * 1024)
 
-/* One formatted event waiting to be sent. A job event is encoded under the manager's lock
- * without its checkpoints (listing them reads the disk): `ckpt_dir` is set, and the reader
- * finishes the event outside any lock. */
+/* One formatted event waiting to be sent. */
 typedef struct sse_chunk {
     struct sse_chunk *next;
     char *data;
     size_t len;
-    char *ckpt_dir;
 } sse_chunk;
 
 struct zt_sse {
@@ -64,8 +62,40 @@ struct zt_sse {
 
 static void chunk_free(sse_chunk *ch) {
     free(ch->data);
-    free(ch->ckpt_dir);
     free(ch);
+}
+
+/* The data of an event: the proto3 JSON of the message that WatchJob's JobEvent carries for it
+ * (Job, MetricRecord, AnomalyEvent, LogLine). A message that cannot be built (out of memory)
+ * leaves the buffer short of its value, which the caller treats as an overflow. */
+static bool event_data(zt_jbuf *b, const zt_job_event *ev) {
+    ProtobufCMessage *m = NULL;
+    zt_status st;
+    if (ev->kind == ZT_EVENT_STATE) {
+        Ztrain__V1__Job *j = NULL;
+        st = zt_job_proto_job_from_info(ev->job, zt_http_wall_ms(), &j);
+        m = j ? &j->base : NULL;
+    } else if (ev->kind == ZT_EVENT_METRICS) {
+        Ztrain__V1__MetricRecord *r = NULL;
+        st = zt_job_proto_record_from_metric(ev->record, &r);
+        m = r ? &r->base : NULL;
+    } else if (ev->kind == ZT_EVENT_ANOMALY) {
+        Ztrain__V1__AnomalyEvent *a = NULL;
+        st = zt_job_proto_anomaly_from(ev->anomaly, &a);
+        m = a ? &a->base : NULL;
+    } else {
+        Ztrain__V1__LogLine *l = NULL;
+        st = zt_job_proto_log_from_line(ev->log, &l);
+        m = l ? &l->base : NULL;
+    }
+    if (st != ZT_OK || !m) {
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
+        return false;
+    }
+    zt_proto_json(b, m);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return true;
 }
 
 /* The watch callback: runs under the job manager's lock, on the supervisor's thread or ours
@@ -75,37 +105,22 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
     zt_sse *st = ctx;
     zt_jbuf b;
     zt_jbuf_init(&b);
-    char *ckpt_dir = NULL;
     bool terminal = false;
-    size_t data_at;
     if (ev->kind == ZT_EVENT_STATE) {
         zt_jbuf_puts(&b, "event: job\ndata: ");
-        data_at = b.len;
-        zt_json_job_open(&b, ev->job, zt_http_wall_ms());
-        ckpt_dir = strdup(ev->job->checkpoint_dir ? ev->job->checkpoint_dir : "");
         terminal = zt_job_state_terminal(ev->job->state);
     } else if (ev->kind == ZT_EVENT_METRICS) {
         /* The step as the event id: a reconnecting EventSource sends it back as
          * Last-Event-ID and continues after it. */
         zt_jbuf_printf(&b, "event: metrics\nid: %" PRId64 "\ndata: ", ev->record->step);
-        data_at = b.len;
-        zt_json_record(&b, ev->record);
     } else if (ev->kind == ZT_EVENT_ANOMALY) {
         zt_jbuf_puts(&b, "event: anomaly\ndata: ");
-        data_at = b.len;
-        zt_jbuf_puts(&b, ev->anomaly->json);
     } else {
         zt_jbuf_puts(&b, "event: log\ndata: ");
-        data_at = b.len;
-        zt_json_log_line(&b, ev->log);
     }
-    /* A raw line break would end the data field; in JSON one can only be whitespace between
-     * tokens (the spliced spec or record text), where a space means the same. */
-    for (size_t i = data_at; !b.oom && i < b.len; i++)
-        if (b.data[i] == '\n' || b.data[i] == '\r')
-            b.data[i] = ' ';
-    if (!ckpt_dir)
-        zt_jbuf_puts(&b, "\n\n");
+    /* The printer writes no line breaks (strings escape theirs), so the data is one line. */
+    bool built = event_data(&b, ev);
+    zt_jbuf_puts(&b, "\n\n");
     sse_chunk *ch = calloc(1, sizeof *ch);
     size_t len = 0;
     char *data = zt_jbuf_take(&b, &len);
@@ -117,17 +132,13 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
     if (st->closing) {
         free(ch);
         free(data);
-        free(ckpt_dir);
-    } else if (!ch || !data || (ev->kind == ZT_EVENT_STATE && !ckpt_dir) ||
-        st->queued + len > ZT_SSE_MAX_QUEUED) {
+    } else if (!ch || !data || !built || st->queued + len > ZT_SSE_MAX_QUEUED) {
         st->overflow = true;
         free(ch);
         free(data);
-        free(ckpt_dir);
     } else {
         ch->data = data;
         ch->len = len;
-        ch->ckpt_dir = ckpt_dir;
         if (st->tail)
             st->tail->next = ch;
         else
@@ -147,22 +158,11 @@ static bool peer_gone(int fd) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-/* Turns a dequeued chunk into the bytes to send; job events get their checkpoints here. */
+/* Hands a dequeued chunk's bytes to the reader. */
 static void sse_take_chunk(zt_sse *st, sse_chunk *ch) {
-    if (ch->ckpt_dir) {
-        zt_ckpt_list ck;
-        zt_ckpt_list_dir(ch->ckpt_dir, &ck);
-        zt_jbuf b = {.data = ch->data, .len = ch->len, .cap = ch->len + 1, .comma = true};
-        ch->data = NULL;
-        zt_json_job_close(&b, &ck);
-        zt_jbuf_puts(&b, "\n\n");
-        zt_ckpt_list_free(&ck);
-        st->out = zt_jbuf_take(&b, &st->out_len);
-    } else {
-        st->out = ch->data;
-        st->out_len = ch->len;
-        ch->data = NULL;
-    }
+    st->out = ch->data;
+    st->out_len = ch->len;
+    ch->data = NULL;
     st->out_off = 0;
     chunk_free(ch);
 }

@@ -14,6 +14,8 @@
 
 #include "http_api.h"
 #include "http_json.h"
+#include "proto_json.h"
+#include "api/api_error.h"
 #include "api/auth.h"
 #include "daemon/job_manager.h"
 
@@ -129,6 +131,11 @@ enum MHD_Result zt_http_send_error_with_header(struct MHD_Connection *c, unsigne
 enum MHD_Result zt_http_send_status(struct MHD_Connection *c, zt_status s, const char *id);
 enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, const char *scope,
                                        const char *id);
+/* An error built by the caller (api_error.h), with the HTTP status of its gRPC code. */
+enum MHD_Result zt_http_send_api_error(struct MHD_Connection *c, const zt_api_error *e);
+/* A message of proto/ztrain.proto as its proto3 JSON (proto_json.h), application/json. */
+enum MHD_Result zt_http_send_proto(struct MHD_Connection *c, unsigned code,
+                                   const ProtobufCMessage *m);
 
 /* The query argument `name`, or NULL when absent. */
 const char *zt_http_arg(struct MHD_Connection *c, const char *name);
@@ -157,8 +164,12 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
                                  zt_job_list_kind kind);
 enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, const char *id,
                                    const zt_jbuf *body);
-/* A job as GET /api/v1/jobs/{id} shows it (with its checkpoints and effective config), 200. */
+/* A job as GET /api/v1/jobs/{id} shows it (the Job message), 200. */
 enum MHD_Result zt_http_send_job(struct MHD_Connection *c, const zt_job_info *j);
+/* GET /api/v1/jobs/{id}/checkpoints (ListCheckpointsResponse) and /config (EffectiveConfig). */
+enum MHD_Result zt_http_job_checkpoints(zt_http_server *s, struct MHD_Connection *c,
+                                        const char *id);
+enum MHD_Result zt_http_job_config(zt_http_server *s, struct MHD_Connection *c, const char *id);
 /* http_openapi.c: GET /api/v1/openapi.json, the API's OpenAPI document embedded at build time. */
 enum MHD_Result zt_http_openapi(zt_http_server *s, struct MHD_Connection *c);
 /* http_submit.c: POST /api/v1/jobs, gRPC's SubmitJob over HTTP. */

@@ -1,5 +1,6 @@
 /* A job's lists (http_internal.h): GET /api/v1/jobs/{id}/records, /logs, /anomalies and
- * /webhooks. They share one shape, {"job_id": id, <name>: [...], "next_page_token": "..."}, and
+ * /webhooks, as ListMetricRecordsResponse, ListLogLinesResponse, ListAnomaliesResponse and
+ * ListWebhookDeliveriesResponse in proto3 JSON: {<name>: [...], "nextPageToken": "..."}, and
  * one pagination scheme (AIP-158): page_size, page_token (the next_page_token of the page
  * before; "" once the list is done). A table row says, per list, its array's name, its page
  * bounds, the older names of its parameters that are still read (limit; since_step and
@@ -12,11 +13,13 @@
 #include <string.h>
 
 #include "http_internal.h"
+#include "api/job_proto.h"
 
 typedef struct {
     zt_jbuf *b;
     int64_t last_seq;   /* anomalies: the seq of the last one written */
     int count;
+    zt_status failed;   /* an element that could not be built */
 } walk_ctx;
 
 /* Walks the list from cursor, at most size elements, into w; *next is the next page's cursor
@@ -33,10 +36,22 @@ typedef struct {
     walk_fn walk;
 } job_list;
 
-static void record_encode(void *ctx, const zt_metric_record *r) {
-    walk_ctx *w = ctx;
-    zt_json_record(w->b, r);
+/* Each element is the proto3 JSON of the message gRPC sends for it; one that cannot be built
+ * (out of memory, a record that is not an object) fails the whole answer. */
+static void element(walk_ctx *w, zt_status st, ProtobufCMessage *m) {
+    if (st == ZT_OK && m)
+        zt_proto_json(w->b, m);
+    else
+        w->failed = st != ZT_OK ? st : ZT_ERR_NOMEM;
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
     w->count++;
+}
+
+static void record_encode(void *ctx, const zt_metric_record *r) {
+    Ztrain__V1__MetricRecord *m = NULL;
+    zt_status st = zt_job_proto_record_from_metric(r, &m);
+    element(ctx, st, m ? &m->base : NULL);
 }
 
 static zt_status walk_records(zt_http_server *s, const char *id, int64_t cursor, int size,
@@ -45,9 +60,9 @@ static zt_status walk_records(zt_http_server *s, const char *id, int64_t cursor,
 }
 
 static void log_encode(void *ctx, const zt_log_line *l) {
-    walk_ctx *w = ctx;
-    zt_json_log_line(w->b, l);
-    w->count++;
+    Ztrain__V1__LogLine *m = NULL;
+    zt_status st = zt_job_proto_log_from_line(l, &m);
+    element(ctx, st, m ? &m->base : NULL);
 }
 
 static zt_status walk_logs(zt_http_server *s, const char *id, int64_t cursor, int size,
@@ -59,9 +74,10 @@ static zt_status walk_logs(zt_http_server *s, const char *id, int64_t cursor, in
 
 static void anomaly_encode(void *ctx, const zt_anomaly *a) {
     walk_ctx *w = ctx;
-    zt_json_raw(w->b, a->json, strlen(a->json));
+    Ztrain__V1__AnomalyEvent *m = NULL;
+    zt_status st = zt_job_proto_anomaly_from(a, &m);
     w->last_seq = a->seq;
-    w->count++;
+    element(w, st, m ? &m->base : NULL);
 }
 
 static zt_status walk_anomalies(zt_http_server *s, const char *id, int64_t cursor, int size,
@@ -73,27 +89,9 @@ static zt_status walk_anomalies(zt_http_server *s, const char *id, int64_t curso
 }
 
 static void delivery_encode(void *ctx, const zt_delivery *d) {
-    walk_ctx *w = ctx;
-    zt_jbuf *b = w->b;
-    zt_json_open(b, '{');
-    zt_json_key(b, "delivery_id");
-    zt_json_str(b, d->delivery_id);
-    zt_json_key(b, "url");
-    zt_json_str(b, d->url);
-    zt_json_key(b, "type");
-    zt_json_str(b, d->type);
-    zt_json_key(b, "attempt");
-    zt_json_int(b, d->attempt);
-    zt_json_key(b, "time_unix_ms");
-    zt_json_int(b, d->time_ms);
-    zt_json_key(b, "http_status");
-    zt_json_int(b, d->http_status);
-    zt_json_key(b, "error");
-    zt_json_str(b, d->error);
-    zt_json_key(b, "outcome");
-    zt_json_str(b, d->outcome);
-    zt_json_close(b, '}');
-    w->count++;
+    Ztrain__V1__WebhookDelivery *m = NULL;
+    zt_status st = zt_job_proto_delivery_from(d, &m);
+    element(ctx, st, m ? &m->base : NULL);
 }
 
 /* The newest attempts, oldest first: one page, no cursor. */
@@ -151,23 +149,29 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
     zt_jbuf b;
     zt_jbuf_init(&b);
     zt_json_open(&b, '{');
-    zt_json_key(&b, "job_id");
-    zt_json_str(&b, id);
     zt_json_key(&b, l->array);
     zt_json_open(&b, '[');
     walk_ctx w = {.b = &b};
     int64_t next = -1;
     zt_status st = l->walk(s, id, cursor, (int)size, &w, &next);
+    if (st == ZT_OK && w.failed != ZT_OK)
+        st = w.failed;
     if (st != ZT_OK) {
         zt_jbuf_free(&b);
         return zt_http_send_status(c, st, id);
     }
-    zt_json_close(&b, ']');
-    if (l->old_cursor) {
-        char token[32] = "";
-        if (next >= 0)
-            snprintf(token, sizeof token, "%" PRId64, next);
-        zt_json_key(&b, "next_page_token");
+    /* An empty list and an empty token are left out, as protobuf's printer leaves defaults. */
+    if (w.count == 0) {
+        b.len = 0;
+        b.comma = false;
+        zt_json_open(&b, '{');
+    } else {
+        zt_json_close(&b, ']');
+    }
+    if (l->old_cursor && next >= 0) {
+        char token[32];
+        snprintf(token, sizeof token, "%" PRId64, next);
+        zt_json_key(&b, "nextPageToken");
         zt_json_str(&b, token);
     }
     zt_json_close(&b, '}');

@@ -1,5 +1,6 @@
-/* The JSON routes over ztraind's jobs (http_internal.h): /healthz, the job list, one job with
- * the checkpoints found on its disk, and cancellation. A job's lists (records, logs, anomalies,
+/* The JSON routes over ztraind's jobs (http_internal.h): /healthz, the job list, one job, its
+ * checkpoints and effective config, and cancellation; each body is the proto3 JSON of the
+ * message gRPC answers with (proto_json.h). A job's lists (records, logs, anomalies,
  * webhooks) are http_job_lists.c's; the metric series route, with its cache, has its own file
  * (http_series.c). */
 #define _GNU_SOURCE
@@ -12,6 +13,7 @@
 
 #include "http_internal.h"
 #include "api/submitter.h"
+#include "api/job_proto.h"
 #include "ztrain/json_util.h"
 #include "ztrain/checkpoint.h"
 
@@ -19,37 +21,14 @@
 
 /* ---- one job ---------------------------------------------------------------------------- */
 
-/* The effective DeepSpeed config that rank 0 wrote into the run directory ("auto" values resolved,
- * defaults written in), or null before it has. Read per request, like the checkpoints: one small
- * file, and only for one job's page. */
-static void effective_config(zt_jbuf *b, const zt_job_info *j) {
-    char path[4200], *text = NULL, *out = NULL;
-    cJSON *root = NULL;
-    snprintf(path, sizeof path, "%s/ds_config.effective.json", j->run_dir ? j->run_dir : "");
-    if (j->run_dir && zt_json_read_file(path, &text, NULL) == ZT_OK)
-        root = cJSON_Parse(text);
-    if (root)
-        out = cJSON_PrintUnformatted(root);
-    zt_json_key(b, "effective_config");
-    if (out)
-        zt_json_raw(b, out, strlen(out));
-    else
-        zt_json_null(b);
-    cJSON_free(out);
-    cJSON_Delete(root);
-    free(text);
-}
-
 enum MHD_Result zt_http_send_job(struct MHD_Connection *c, const zt_job_info *j) {
-    zt_ckpt_list ck;
-    zt_ckpt_list_dir(j->checkpoint_dir, &ck);
-    zt_jbuf b;
-    zt_jbuf_init(&b);
-    zt_json_job_open(&b, j, zt_http_wall_ms());
-    effective_config(&b, j);
-    zt_json_job_close(&b, &ck);
-    zt_ckpt_list_free(&ck);
-    return zt_http_send_json(c, MHD_HTTP_OK, &b);
+    Ztrain__V1__Job *job;
+    zt_status st = zt_job_proto_job_from_info(j, zt_http_wall_ms(), &job);
+    if (st != ZT_OK)
+        return zt_http_send_status(c, st, j->id);
+    enum MHD_Result ret = zt_http_send_proto(c, MHD_HTTP_OK, &job->base);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return ret;
 }
 
 /* ---- routes ------------------------------------------------------------------------------ */
@@ -78,8 +57,7 @@ enum MHD_Result zt_http_healthz(zt_http_server *s, struct MHD_Connection *c) {
     return zt_http_send_json(c, MHD_HTTP_OK, &b);
 }
 
-/* List items leave out "checkpoints" and "latest": listing a directory per job would make the
- * jobs page cost disk reads; GET /api/v1/jobs/{id} has them. */
+/* ListJobsResponse, as gRPC's ListJobs answers it. */
 enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     enum MHD_Result ret;
     int64_t limit = 50;
@@ -114,23 +92,26 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     }
     if (st != ZT_OK)
         return zt_http_send_status(c, st, NULL);
+    /* As ListJobs answers: the last id of this page as the token, "" on the last page. */
+    Ztrain__V1__ListJobsResponse resp = ZTRAIN__V1__LIST_JOBS_RESPONSE__INIT;
+    resp.jobs = n > 0 ? calloc((size_t)n, sizeof *resp.jobs) : NULL;
+    if (n > 0 && !resp.jobs)
+        st = zt_error(ZT_ERR_NOMEM, "out of memory listing %d jobs", n);
     int64_t now = zt_http_wall_ms();
-    zt_jbuf b;
-    zt_jbuf_init(&b);
-    zt_json_open(&b, '{');
-    zt_json_key(&b, "jobs");
-    zt_json_open(&b, '[');
-    for (int i = 0; i < n; i++)
-        zt_json_job(&b, &jobs[i], now, NULL);
-    zt_json_close(&b, ']');
-    /* As ListJobs: the last id of this page, "" on the last page. */
-    zt_json_key(&b, "next_page_token");
-    zt_json_str(&b, more && n > 0 ? jobs[n - 1].id : "");
-    zt_json_close(&b, '}');
+    for (int i = 0; st == ZT_OK && i < n; i++) {
+        st = zt_job_proto_job_from_info(&jobs[i], now, &resp.jobs[i]);
+        resp.n_jobs += st == ZT_OK;
+    }
+    resp.next_page_token = (char *)(more && n > 0 ? jobs[n - 1].id : "");
+    ret = st == ZT_OK ? zt_http_send_proto(c, MHD_HTTP_OK, &resp.base)
+                                      : zt_http_send_status(c, st, NULL);
+    for (size_t i = 0; i < resp.n_jobs; i++)
+        protobuf_c_message_free_unpacked(&resp.jobs[i]->base, NULL);
+    free(resp.jobs);
     for (int i = 0; i < n; i++)
         zt_job_info_free(&jobs[i]);
     free(jobs);
-    return zt_http_send_json(c, MHD_HTTP_OK, &b);
+    return ret;
 }
 
 enum MHD_Result zt_http_job_get(zt_http_server *s, struct MHD_Connection *c, const char *id) {
@@ -205,6 +186,71 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
     enum MHD_Result ret = zt_http_send_job(c, &info);
+    zt_job_info_free(&info);
+    return ret;
+}
+
+/* ListCheckpointsResponse: the entries of the job's checkpoint directory, as ListCheckpoints. */
+enum MHD_Result zt_http_job_checkpoints(zt_http_server *s, struct MHD_Connection *c,
+                                        const char *id) {
+    zt_job_info info;
+    zt_status st = zt_jobs_get(s->jm, id, &info);
+    if (st != ZT_OK)
+        return zt_http_send_status(c, st, id);
+    zt_ckpt_list ck;
+    zt_ckpt_list_dir(info.checkpoint_dir, &ck);
+    zt_job_info_free(&info);
+    Ztrain__V1__ListCheckpointsResponse resp = ZTRAIN__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
+    Ztrain__V1__Checkpoint *items = calloc((size_t)ck.n + 1, sizeof *items);
+    Ztrain__V1__Checkpoint **ptrs = calloc((size_t)ck.n + 1, sizeof *ptrs);
+    enum MHD_Result ret;
+    if (!items || !ptrs) {
+        ret = zt_http_send_status(c, zt_error(ZT_ERR_NOMEM, "out of memory"), id);
+    } else {
+        for (int i = 0; i < ck.n; i++) {
+            ztrain__v1__checkpoint__init(&items[i]);
+            items[i].tag = ck.items[i].tag;
+            items[i].step = ck.items[i].step;
+            items[i].complete = ck.items[i].complete;
+            ptrs[i] = &items[i];
+        }
+        resp.n_checkpoints = (size_t)ck.n;
+        resp.checkpoints = ptrs;
+        resp.latest = ck.latest ? ck.latest : "";
+        ret = zt_http_send_proto(c, MHD_HTTP_OK, &resp.base);
+    }
+    free(items);
+    free(ptrs);
+    zt_ckpt_list_free(&ck);
+    return ret;
+}
+
+/* EffectiveConfig: the DeepSpeed config rank 0 resolved and wrote into the run directory, as
+ * GetEffectiveConfig; before it has, FAILED_PRECONDITION as gRPC answers it. */
+enum MHD_Result zt_http_job_config(zt_http_server *s, struct MHD_Connection *c, const char *id) {
+    zt_job_info info;
+    zt_status st = zt_jobs_get(s->jm, id, &info);
+    if (st != ZT_OK)
+        return zt_http_send_status(c, st, id);
+    char path[4200], *text = NULL;
+    snprintf(path, sizeof path, "%s/ds_config.effective.json", info.run_dir ? info.run_dir : "");
+    enum MHD_Result ret;
+    if (!info.run_dir || zt_json_read_file(path, &text, NULL) != ZT_OK) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "job %.64s: its ranks have not written the effective config "
+                 "yet (state %s)", id, zt_job_state_name(info.state));
+        zt_api_error e;
+        zt_api_error_set(&e, GRPC_STATUS_FAILED_PRECONDITION, NULL, msg);
+        e.kind = ZT_DETAIL_PRECONDITION;
+        snprintf(e.type, sizeof e.type, "STATE");
+        snprintf(e.field, sizeof e.field, "jobs/%.64s", id);
+        ret = zt_http_send_api_error(c, &e);
+    } else {
+        Ztrain__V1__EffectiveConfig resp = ZTRAIN__V1__EFFECTIVE_CONFIG__INIT;
+        resp.deepspeed_json = text;
+        ret = zt_http_send_proto(c, MHD_HTTP_OK, &resp.base);
+    }
+    free(text);
     zt_job_info_free(&info);
     return ret;
 }

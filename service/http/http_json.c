@@ -1,5 +1,7 @@
 /* JSON encodings of the HTTP API (http_json.h): a comma-tracking writer over a growable buffer,
- * string escaping that repairs invalid UTF-8, and the job, series, record and log-line shapes. */
+ * string escaping that repairs invalid UTF-8, the metric series of the API (MetricSeries) and the
+ * records of the JSONL export. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -349,164 +351,41 @@ void zt_json_raw(zt_jbuf *b, const char *json, size_t n) {
     b->comma = true;
 }
 
-static void member_str(zt_jbuf *b, const char *key, const char *v) {
-    zt_json_key(b, key);
-    zt_json_str(b, v);
-}
-
 static void member_int(zt_jbuf *b, const char *key, int64_t v) {
     zt_json_key(b, key);
     zt_json_int(b, v);
 }
 
-static void member_num(zt_jbuf *b, const char *key, double v) {
-    zt_json_key(b, key);
-    zt_json_num(b, v);
-}
-
-/* Wall time since the job started: up to its end, or up to now while it runs. */
-static int64_t elapsed_ms(const zt_job_info *j, int64_t now_ms) {
-    if (j->started_ms <= 0)
-        return 0;
-    int64_t end = j->finished_ms > 0 ? j->finished_ms : now_ms;
-    return end > j->started_ms ? end - j->started_ms : 0;
-}
-
-/* The remaining time at the average pace so far; only meaningful for a running job that
- * knows its last step and has taken at least one. */
-static double eta_ms(const zt_job_info *j, int64_t elapsed) {
-    if (j->state != ZT_JOB_RUNNING || j->max_steps <= 0 || j->step <= 0 || elapsed <= 0)
-        return NAN;
-    if (j->step >= j->max_steps)
-        return 0;
-    return floor((double)(j->max_steps - j->step) * (double)elapsed / (double)j->step);
-}
-
-static void encode_ranks(zt_jbuf *b, const zt_job_info *j) {
-    zt_json_key(b, "ranks");
-    zt_json_open(b, '[');
-    for (int i = 0; j->ranks && i < j->world_size; i++) {
-        const zt_rank_info *r = &j->ranks[i];
-        zt_json_open(b, '{');
-        member_int(b, "rank", r->rank);
-        member_int(b, "pid", r->pid);
-        zt_json_key(b, "running");
-        zt_json_bool(b, r->running);
-        member_int(b, "exit_code", r->exit_code);
-        member_int(b, "signal", r->signal);
-        /* The rank's figures once a record carried them (null where one is not known). */
-        for (int k = 0; r->figures.reported && k < ZT_RANK_FIGURES; k++)
-            member_num(b, zt_rank_figure_names[k], r->figures.v[k]);
-        zt_json_close(b, '}');
-    }
-    zt_json_close(b, ']');
-}
-
-/* Every start of the job's ranks (job_recovery.c), as the proto's JobAttempt. */
-static void encode_attempts(zt_jbuf *b, const zt_job_info *j) {
-    zt_json_key(b, "attempts");
-    zt_json_open(b, '[');
-    for (int i = 0; i < j->n_attempts; i++) {
-        const zt_job_attempt *a = &j->attempts[i];
-        zt_json_open(b, '{');
-        member_int(b, "attempt", a->attempt);
-        member_int(b, "started_unix_ms", a->started_ms);
-        member_int(b, "ended_unix_ms", a->ended_ms);
-        member_int(b, "step", a->step);
-        member_int(b, "resumed_from_step", a->resumed_from_step);
-        member_int(b, "rank", a->rank);
-        member_int(b, "exit_code", a->exit_code);
-        member_int(b, "signal", a->signal);
-        zt_json_key(b, "failed");
-        zt_json_bool(b, a->failed);
-        member_str(b, "reason", a->reason ? a->reason : "");
-        zt_json_close(b, '}');
-    }
-    zt_json_close(b, ']');
-}
-
-void zt_json_job_open(zt_jbuf *b, const zt_job_info *j, int64_t now_ms) {
-    int64_t elapsed = elapsed_ms(j, now_ms);
-    zt_json_open(b, '{');
-    member_str(b, "id", j->id);
-    member_str(b, "name", j->name);
-    member_str(b, "state", zt_job_state_name(j->state));
-    member_str(b, "reason", j->reason ? j->reason : "");
-    member_int(b, "world_size", j->world_size);
-    member_str(b, "device", j->device);
-    member_str(b, "comm", j->comm);
-    /* The grid the ranks form, rank = ((stage · dp) + replica) · tp + tp_rank (ztrain/tp.h). */
-    zt_json_key(b, "grid");
-    zt_json_open(b, '{');
-    member_int(b, "dp", j->grid.dp);
-    member_int(b, "pp", j->grid.stages);
-    member_int(b, "tp", j->grid.tp);
-    zt_json_close(b, '}');
-    member_int(b, "created_unix_ms", j->created_ms);
-    member_int(b, "started_unix_ms", j->started_ms);
-    member_int(b, "finished_unix_ms", j->finished_ms);
-    member_int(b, "elapsed_ms", elapsed);
-    member_int(b, "step", j->step);
-    member_int(b, "max_steps", j->max_steps);
-    member_num(b, "loss", j->loss);
-    member_num(b, "tokens_per_second", j->tokens_per_second);
-    member_num(b, "eta_ms", eta_ms(j, elapsed));
-    encode_ranks(b, j);
-    encode_attempts(b, j);
-    member_str(b, "run_dir", j->run_dir ? j->run_dir : "");
-    member_str(b, "checkpoint_dir", j->checkpoint_dir ? j->checkpoint_dir : "");
-    member_str(b, "idempotency_key", j->idempotency_key ? j->idempotency_key : "");
-    member_str(b, "submitter", j->submitter.identity);
-    member_str(b, "submitter_scope", j->submitter.scope);
-    /* The manager stores the spec as JSON text it produced itself; splicing it avoids a parse
-     * and a print per response. */
-    zt_json_key(b, "spec");
-    zt_json_raw(b, j->spec_json, j->spec_json ? strlen(j->spec_json) : 0);
-}
-
-void zt_json_job_close(zt_jbuf *b, const zt_ckpt_list *ck) {
-    if (ck) {
-        zt_json_key(b, "checkpoints");
-        zt_json_open(b, '[');
-        for (int i = 0; i < ck->n; i++) {
-            zt_json_open(b, '{');
-            member_str(b, "tag", ck->items[i].tag);
-            zt_json_key(b, "step");
-            if (ck->items[i].step >= 0)
-                zt_json_int(b, ck->items[i].step);
-            else
-                zt_json_null(b);
-            zt_json_key(b, "complete");
-            zt_json_bool(b, ck->items[i].complete);
-            zt_json_close(b, '}');
-        }
-        zt_json_close(b, ']');
-        member_str(b, "latest", ck->latest);
-    }
-    zt_json_close(b, '}');
-}
-
-void zt_json_job(zt_jbuf *b, const zt_job_info *j, int64_t now_ms, const zt_ckpt_list *ck) {
-    zt_json_job_open(b, j, now_ms);
-    zt_json_job_close(b, ck);
-}
-
 void zt_json_series(zt_jbuf *b, const char *key, const int64_t *steps, const double *values,
                     int n) {
-    /* Roughly 8 bytes a step and 20 a value: one reservation instead of many regrowths. */
-    zt_jbuf_reserve(b, strlen(key) + 40 + (size_t)(n > 0 ? n : 0) * 30);
+    /* Roughly 10 bytes a step and 20 a value: one reservation instead of many regrowths. */
+    zt_jbuf_reserve(b, strlen(key) + 40 + (size_t)(n > 0 ? n : 0) * 32);
     zt_json_open(b, '{');
-    member_str(b, "key", key);
-    zt_json_key(b, "steps");
-    zt_json_open(b, '[');
-    for (int i = 0; i < n; i++)
-        zt_json_int(b, steps[i]);
-    zt_json_close(b, ']');
-    zt_json_key(b, "values");
-    zt_json_open(b, '[');
-    for (int i = 0; i < n; i++)
-        zt_json_num(b, values[i]);
-    zt_json_close(b, ']');
+    zt_json_key(b, "key");
+    zt_json_str(b, key);
+    /* The proto3 JSON mapping of MetricSeries, written by hand because a series response holds
+     * thousands of numbers: int64 steps as strings, NaN as "NaN", empty lists left out. */
+    if (n > 0) {
+        zt_json_key(b, "steps");
+        zt_json_open(b, '[');
+        for (int i = 0; i < n; i++) {
+            char text[24];
+            int len = snprintf(text, sizeof text, "%" PRId64, steps[i]);
+            zt_json_strn(b, text, (size_t)len);
+        }
+        zt_json_close(b, ']');
+        zt_json_key(b, "values");
+        zt_json_open(b, '[');
+        for (int i = 0; i < n; i++) {
+            if (isnan(values[i]))
+                zt_json_str(b, "NaN");
+            else if (isinf(values[i]))
+                zt_json_str(b, values[i] > 0 ? "Infinity" : "-Infinity");
+            else
+                zt_json_num(b, values[i]);
+        }
+        zt_json_close(b, ']');
+    }
     zt_json_close(b, '}');
 }
 
@@ -516,15 +395,5 @@ void zt_json_record(zt_jbuf *b, const zt_metric_record *r) {
     member_int(b, "time_unix_ms", r->time_ms);
     zt_json_key(b, "values");
     zt_json_raw(b, r->json, r->json ? strlen(r->json) : 0);
-    zt_json_close(b, '}');
-}
-
-void zt_json_log_line(zt_jbuf *b, const zt_log_line *l) {
-    zt_json_open(b, '{');
-    member_int(b, "seq", l->seq);
-    member_int(b, "time_unix_ms", l->time_ms);
-    member_int(b, "rank", l->rank);
-    member_str(b, "stream", l->stream);
-    member_str(b, "text", l->text);
     zt_json_close(b, '}');
 }

@@ -1,7 +1,8 @@
 /* The JSON that ztraind's HTTP API speaks: jobs, metric series and records, log lines and
  * errors, written into a growable buffer. Pure functions (no I/O, no locks, no clock), so the
  * request handlers, the event stream (whose encoder runs under the job manager's lock) and the
- * tests share one encoding. Field names are the snake_case names of proto/ztrain.proto. */
+ * tests share one encoding. API resources go through proto_json.h; this file keeps the writer,
+ * the series (by hand, for speed) and the export's records. */
 #ifndef ZTRAIN_HTTP_JSON_H
 #define ZTRAIN_HTTP_JSON_H
 
@@ -53,24 +54,12 @@ void zt_json_null(zt_jbuf *b);
  * trailing whitespace is dropped, and null is written when nothing is left. */
 void zt_json_raw(zt_jbuf *b, const char *json, size_t n);
 
-/* A job: {"id","name","state","reason","world_size","device","created_unix_ms",
- * "started_unix_ms","finished_unix_ms","elapsed_ms","step","max_steps","loss",
- * "tokens_per_second","eta_ms","ranks":[...],"run_dir","checkpoint_dir","idempotency_key",
- * "spec":{...}} and, when ck is not NULL, "checkpoints":[{"tag","step","complete"}] and
- * "latest". now_ms is the clock for elapsed_ms and eta_ms of unfinished jobs.
- * zt_json_job_open writes everything up to "spec" and leaves the object open, so a caller that
- * cannot list checkpoints where it encodes (under a lock) can finish it later with
- * zt_json_job_close. */
-void zt_json_job(zt_jbuf *b, const zt_job_info *j, int64_t now_ms, const zt_ckpt_list *ck);
-void zt_json_job_open(zt_jbuf *b, const zt_job_info *j, int64_t now_ms);
-void zt_json_job_close(zt_jbuf *b, const zt_ckpt_list *ck);
-
-/* {"key","steps":[...],"values":[...]} */
+/* One MetricSeries as its proto3 JSON (proto_json.h): {"key","steps":["1",...],"values":[...]},
+ * written directly rather than through a message because series are the API's largest bodies. */
 void zt_json_series(zt_jbuf *b, const char *key, const int64_t *steps, const double *values,
                     int n);
-/* {"step","time_unix_ms","values":<the record's own object>} */
+/* One line of the metrics.jsonl export: {"step","time_unix_ms","values":<the record's own
+ * object>}, the record as the ranks wrote it (the API's /records carries MetricRecord). */
 void zt_json_record(zt_jbuf *b, const zt_metric_record *r);
-/* {"seq","time_unix_ms","rank","stream","text"} */
-void zt_json_log_line(zt_jbuf *b, const zt_log_line *l);
 
 #endif

@@ -49,6 +49,14 @@ enum MHD_Result zt_http_send_json(struct MHD_Connection *c, unsigned code, zt_jb
     return zt_http_send_text(c, code, b, "application/json");
 }
 
+enum MHD_Result zt_http_send_proto(struct MHD_Connection *c, unsigned code,
+                                   const ProtobufCMessage *m) {
+    zt_jbuf b;
+    zt_jbuf_init(&b);
+    zt_proto_json(&b, m);
+    return zt_http_send_json(c, code, &b);
+}
+
 /* An error as an RFC 9457 problem (api_error.h), with one more header when hname is given. */
 static enum MHD_Result send_problem(struct MHD_Connection *c, unsigned code, const char *hname,
                                     const char *hvalue, const zt_api_error *e) {
@@ -82,6 +90,10 @@ enum MHD_Result zt_http_send_error_with_header(struct MHD_Connection *c, unsigne
     zt_api_error_set(&e, g, field[0] && (g == GRPC_STATUS_INVALID_ARGUMENT ||
                                          g == GRPC_STATUS_RESOURCE_EXHAUSTED) ? field : NULL, msg);
     return send_problem(c, code, hname, hvalue, &e);
+}
+
+enum MHD_Result zt_http_send_api_error(struct MHD_Connection *c, const zt_api_error *e) {
+    return send_problem(c, zt_api_http_status(e->code), NULL, NULL, e);
 }
 
 enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, const char *scope,

@@ -98,9 +98,8 @@ static const series_copy *find_series(const series_set *set, const char *key) {
  * reported, so a client can index them; without keys, in the manager's first-seen order. */
 static void encode_series(zt_jbuf *b, const char *id, const series_set *set, const char **keys,
                           int n_keys) {
+    (void)id;
     zt_json_open(b, '{');
-    zt_json_key(b, "job_id");
-    zt_json_str(b, id);
     zt_json_key(b, "series");
     zt_json_open(b, '[');
     if (n_keys == 0) {

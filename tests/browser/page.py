@@ -3,6 +3,8 @@
 Each test starts its own ztraind (tests/service/svc.py) and drives the dashboard through
 selenium with Debian's chromium-driver; these helpers are the calls every one of them makes."""
 import json
+import os
+import sys
 import time
 import urllib.request
 
@@ -10,17 +12,22 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "service"))
+from api_view import view  # noqa: E402
+
 LAPTOP = (1366, 1500)
 
 
 def api(d, path, method="GET", body=None):
-    """The JSON answer of the daemon d's HTTP API at path (with d's token when it has one)."""
+    """The answer of the daemon d's HTTP API at path (with d's token when it has one), as plain
+    values (api_view.py)."""
     req = urllib.request.Request(d.http_url + path, method=method,
                                  data=json.dumps(body).encode() if body is not None else None)
     if getattr(d, "token", None):
         req.add_header("Authorization", f"Bearer {d.token}")
     with urllib.request.urlopen(req, timeout=30) as r:
-        return json.load(r)
+        return view(path, json.load(r))
 
 
 def api_series(d, job_id, key, since=0):

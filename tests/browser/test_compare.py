@@ -172,7 +172,7 @@ def main():
 
             # c. the diffs
             specs = [{k: v for k, v in jobs[j]["spec"].items() if k != "deepspeed"} for j in ids]
-            eff = [jobs[j]["effective_config"] for j in ids]
+            eff = [api(d, f"/api/v1/jobs/{j}/config")["deepspeed"] for j in ids]
             ck.check(all(eff), "c: both jobs have an effective config in the API")
             for table, docs in (("diff-spec", specs), ("diff-ds", eff)):
                 rows = diff_rows(drv, table)

@@ -103,7 +103,7 @@ def main():
                              "loss_spike": {"zscore": 3, "window": 5, "policy": "skip"}}
             a = submit(d, job)
             wait_state(d, a.id, {"SUCCEEDED"}, timeout=120)
-            want = [(e["train/global_step"], e["kind"], e["policy"])
+            want = [(e["step"], e["kind"], e["policy"])
                     for e in api(d, f"/api/v1/jobs/{a.id}/anomalies")["anomalies"]]
             ck.check([(s, k) for s, k, _ in want] == [(3, "nonfinite"), (12, "loss_spike")],
                      f"a: the API has both events: {want}")
@@ -127,7 +127,7 @@ def main():
             ck.check(hovered == [["loss_spike", 12]],
                      f"a: the pointer on the loss chart's step-12 marker names it: {hovered}")
             started = api(d, f"/api/v1/jobs/{a.id}")["started_unix_ms"]
-            times = {e["train/global_step"]: (e["time_unix_ms"] - started) / 1000
+            times = {e["step"]: (e["time_unix_ms"] - started) / 1000
                      for e in api(d, f"/api/v1/jobs/{a.id}/anomalies")["anomalies"]}
             drv.find_element("css selector", '[data-testid="x-time"]').click()
             m = wait_until(lambda: drv.execute_script(

@@ -4,7 +4,9 @@ jsonschema_rs (PyPI, installed with schemathesis), in .venv/.
 
   a. tests/tools/zt_job_schema prints exactly the committed docs/job.schema.json, a valid
      draft 2020-12 schema.
-  b. Keys, both ways, asked of the parser itself: in every section, every key the schema lists
+  b. Types: every key outside "model" has its type stated, and a value of another type is
+     refused by the parser (naming the key) and by the schema.
+     Keys, both ways, asked of the parser itself: in every section, every key the schema lists
      is one the parser does not call unknown, and a key it does not list is refused by the
      parser ("unknown key", naming it) and by the schema; for every model family, each of its
      fields likewise, and a field of another family is refused by both.
@@ -100,12 +102,48 @@ def sections(schema):
     out = {"": (list(props), GPT2, lambda s: s)}
     for name in ("data", "train", "training_args", "pipeline", "fork_from"):
         out[name] = (list(props[name]["properties"]), GPT2, lambda s, n=name: s.setdefault(n, {}))
-    mix_keys = list(props["data"]["properties"]["train"]["anyOf"][1]["items"]["properties"])
+    mix_keys = list(props["data"]["properties"]["train"]["items"]["properties"])
     out["data.train[]"] = (mix_keys, MIXTURE, lambda s: s["data"]["train"][0])
     return out
 
 
+def json_type_of(v):
+    if isinstance(v, bool):
+        return {"boolean"}
+    if isinstance(v, int):
+        return {"integer", "number"}
+    if isinstance(v, float):
+        return {"number"}
+    return {str: {"string"}, list: {"array"}, dict: {"object"}}[type(v)]
+
+
+def key_types(schema, name, key):
+    props = schema["properties"]
+    node = props if name == "" else props[name]["properties"] if name != "data.train[]" else \
+        props["data"]["properties"]["train"]["items"]["properties"]
+    t = node[key].get("type", [])
+    return {t} if isinstance(t, str) else set(t)
+
+
 def case_b(schema, validator):
+    # Every key outside "model" has its type stated, and a value of another type is refused by
+    # the parser, naming the key, and by the schema.
+    for name, (keys, base, where) in sections(schema).items():
+        untyped, disagree = [], []
+        for key in keys:
+            types = key_types(schema, name, key) - {"null"}
+            if not types:
+                untyped.append(key)
+                continue
+            wrong = next(v for v in (True, "x", 1.5, 7, [], {}) if not json_type_of(v) & types)
+            spec = copy.deepcopy(base)
+            where(spec)[key] = wrong
+            ok, msg = parser_verdict(spec)
+            if ok or key not in msg or validator.is_valid(spec):
+                disagree.append(f"{key}={wrong!r}: {msg[:80]}")
+        check(not untyped and not disagree,
+              f"b: {name or 'top level'}: each key's type is stated ({untyped} untyped) and "
+              f"another type is refused by both (disagreeing: {disagree[:3]})")
     for name, (keys, base, where) in sections(schema).items():
         called_unknown = []
         for key in keys:

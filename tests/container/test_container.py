@@ -233,7 +233,9 @@ def loss_series(c, job_id, keys="train/loss,eval/loss"):
     status, body = http_get(f"{c.url}/api/v1/jobs/{job_id}/metrics?keys={keys}", TOKEN)
     if status != 200:
         raise RuntimeError(f"GET metrics: {status} {body}")
-    return {s["key"]: list(zip(s["steps"], s["values"])) for s in json.loads(body)["series"]}
+    # GetMetricsResponse in proto3 JSON: int64 steps are strings, NaN is "NaN".
+    return {s["key"]: list(zip(map(int, s.get("steps", [])), map(float, s.get("values", []))))
+            for s in json.loads(body).get("series", [])}
 
 
 def jsonl_series(path, key):

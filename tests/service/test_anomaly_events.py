@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.request
 
+from api_view import anomaly, view  # noqa: E402
 from svc import (BUILD, LONG, TEXT, Checker, Daemon, get_job, state_name, stubs, submit,
                  tiny_job, wait_state, wait_step, write_data)
 
@@ -69,7 +70,7 @@ def sse_reader(d, job_id, out, stop):
                 if line.startswith("event: "):
                     kind = line[7:]
                 elif line.startswith("data: ") and kind == "anomaly":
-                    out.append(json.loads(line[6:]))
+                    out.append(anomaly(json.loads(line[6:])))
                 if stop.is_set():
                     return
     except Exception as e:  # the stream ends with the job, or the test stops it
@@ -79,7 +80,7 @@ def sse_reader(d, job_id, out, stop):
 def http_get(d, path):
     req = urllib.request.Request(d.http_url + path, headers={"Authorization": f"Bearer {TOKEN}"})
     with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def watch_anomalies(d, job_id, until, timeout=90):
@@ -141,10 +142,10 @@ with tempfile.TemporaryDirectory() as tmp:
         want = [("nonfinite", 3, "skip"), ("loss_spike", 12, "skip")]
         ck.check([(a.kind, a.step, a.policy) for a in watched] == want,
                  f"WatchJob: {[(a.kind, a.step, a.policy, a.message) for a in watched]}")
-        ck.check([(a.get("kind"), a.get("train/global_step"), a.get("policy")) for a in sse] == want,
+        ck.check([(a.get("kind"), a.get("step"), a.get("policy")) for a in sse] == want,
                  f"SSE: {sse}")
         listed = http_get(d, f"/api/v1/jobs/{j.id}/anomalies")["anomalies"]
-        ck.check([(a["kind"], a["train/global_step"], a["policy"]) for a in listed] == want,
+        ck.check([(a["kind"], a["step"], a["policy"]) for a in listed] == want,
                  f"/anomalies: {listed}")
         ck.check([a["seq"] for a in listed] == [1, 2], "events are numbered per job")
         recs = http_get(d, f"/api/v1/jobs/{j.id}/records")["records"]

@@ -44,8 +44,9 @@ def started(d, job_id):
     while time.monotonic() < deadline:
         with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{job_id}/logs?tail=50",
                                     timeout=10) as r:
-            lines = json.loads(r.read())["lines"]
-        if any("ignoring SIGTERM" in l["text"] for l in lines):
+            # ListLogLinesResponse: no "lines" member while the log is empty.
+            lines = json.loads(r.read()).get("lines", [])
+        if any("ignoring SIGTERM" in l.get("text", "") for l in lines):
             break
         time.sleep(0.05)
     return get_job(d, job_id)

@@ -87,7 +87,7 @@ with Daemon(BUILD, temp_dir("ztrain-replay-"), max_ranks=1) as d:
             elif line.startswith("data: "):
                 body = json.loads(line[6:])
                 if event == "metrics":
-                    steps.append(body["step"] if "step" in body else body.get("train/global_step"))
+                    steps.append(int(body["step"]))
                 elif event == "job":
                     first = first or body.get("state")
                     last = body.get("state")

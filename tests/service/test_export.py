@@ -33,6 +33,7 @@ reexec_in_venv()
 import numpy as np  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
+from api_view import view  # noqa: E402
 from svc import (BUILD, LONG, Checker, Daemon, stubs, submit, temp_dir, tiny_job,  # noqa: E402
                  wait_state, wait_step)
 
@@ -51,7 +52,7 @@ def get(d, path):
 def api(d, path):
     status, _, body = get(d, path)
     assert status == 200, (path, status, body[:300])
-    return json.loads(body)
+    return view(path, json.loads(body))
 
 
 def all_records(d, job_id):

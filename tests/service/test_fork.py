@@ -17,6 +17,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, Checker, Daemon, get_job, read_metrics, spec_proto, state_name, stubs,
                  temp_dir, tiny_job, wait_state)
 
@@ -30,7 +31,7 @@ STEPS, INTERVAL, FORK_AT = 12, 4, 8
 
 def http_json(d, path):
     with urllib.request.urlopen(d.http_url + path, timeout=10) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def cli(args, d=None):

@@ -14,7 +14,7 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      max_points thins them keeping the last point; records and logs; the list pages.
   d. /metrics parses as Prometheus text (HELP and TYPE for every family) and ztrain_job_loss is
      the last train/loss; label values are escaped.
-  e. A running job: eta_ms and /healthz; cancel over POST ends it CANCELLED with a complete
+  e. A running job: its run duration and /healthz; cancel over POST ends it CANCELLED with a complete
      checkpoint, and its event stream (authorised by ?access_token=) ends with that state.
   f. SIGTERM with an event stream open: the daemon ends it, stops and exits 0 (under ASan: no
      leaks)."""
@@ -29,17 +29,22 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import api_view  # noqa: E402
 from svc import (BUILD, SOURCE, TERMINAL, Checker, Daemon, read_metrics, submit,  # noqa: E402
                  temp_dir, tiny_job)
 
 sys.stdout.reconfigure(line_buffering=True)
 TOKEN = "tok-3f9a7c1e"
-JOB_FIELDS = ("id", "name", "state", "reason", "world_size", "device", "comm", "created_unix_ms",
-              "started_unix_ms", "finished_unix_ms", "elapsed_ms", "step", "max_steps", "loss",
-              "tokens_per_second", "eta_ms", "ranks", "run_dir", "checkpoint_dir",
-              "idempotency_key", "spec")
+# The members of a finished job's Job JSON (proto3 mapping: defaults such as an empty reason or
+# idempotencyKey are left out).
+JOB_FIELDS = ("id", "name", "state", "comm", "grid", "createTime", "startTime", "endTime",
+              "runDuration", "step", "maxSteps", "loss", "tokensPerSecond", "ranks", "attempts",
+              "runDir", "checkpointDir", "spec")
 ck = Checker()
 top = temp_dir("ztrain-http-")
+# An event's data is the proto3 JSON of its message; the checks read plain values.
+SSE_VIEW = {"job": api_view.job, "metrics": api_view.record, "anomaly": api_view.anomaly,
+            "log": api_view.log_line}
 
 
 def start_job(d, name, max_steps, log_interval=1, **train):
@@ -77,7 +82,7 @@ class Http:
         """(status, parsed JSON or None)."""
         status, _, data = self.request("GET", path, **kw)
         try:
-            return status, json.loads(data)
+            return status, api_view.view(path, json.loads(data))
         except ValueError:
             return status, None
 
@@ -122,7 +127,8 @@ class EventStream(threading.Thread):
                 line = line.decode("utf-8").rstrip("\n")
                 if line == "":
                     if data:
-                        self.events.append((name, json.loads("\n".join(data)), eid))
+                        self.events.append((name, SSE_VIEW.get(name, lambda x: x)(
+                            json.loads("\n".join(data))), eid))
                     name, data, eid = "message", [], None
                 elif line.startswith(":"):
                     self.comments += 1
@@ -305,14 +311,15 @@ def case_c(api, d):
              again.events[-1][0] == "job" and again.clean_end,
              f"c: a reconnect with Last-Event-ID 390 continues after step 390 ({steps[:3]}...)")
 
+    s, _, raw = api.request("GET", f"/api/v1/jobs/{job_id}")
+    missing = [k for k in JOB_FIELDS if k not in json.loads(raw)]
+    ck.check(s == 200 and not missing, f"c: the job has every field (missing {missing})")
     j = api.job(job_id)
-    missing = [k for k in JOB_FIELDS + ("checkpoints", "latest") if k not in j]
-    ck.check(not missing, f"c: the job has every field (missing {missing})")
+    j.update(api.get(f"/api/v1/jobs/{job_id}/checkpoints")[1])
     train_recs = [r for r in recs if r.get("train/loss") is not None]
     ck.check(j["step"] == 400 and j["max_steps"] == 400 and
              j["loss"] == train_recs[-1]["train/loss"] and
              j["tokens_per_second"] == train_recs[-1]["perf/tokens_per_second"] and
-             j["eta_ms"] is None and
              j["elapsed_ms"] == j["finished_unix_ms"] - j["started_unix_ms"] and
              j["created_unix_ms"] <= j["started_unix_ms"] <= j["finished_unix_ms"],
              f"c: step, loss, tokens/s are the last record's; elapsed = finished - started "
@@ -340,7 +347,7 @@ def case_c(api, d):
              f"{j['latest']})")
 
     s, m = api.get(query)
-    ok = s == 200 and m["job_id"] == job_id and [x["key"] for x in m["series"]] == keys
+    ok = s == 200 and [x["key"] for x in m["series"]] == keys
     for x in m["series"] if ok else []:
         steps, values = series_of(recs, x["key"])
         ok = ok and x["steps"] == steps and x["values"] == values and len(steps) > 0
@@ -373,7 +380,7 @@ def case_c(api, d):
              "c: an unknown key is an empty series; duplicates are dropped")
     s, r = api.get(f"/api/v1/jobs/{job_id}/records?since_step=390")
     want = [x for x in recs if x["train/global_step"] >= 390]
-    ck.check(s == 200 and r["job_id"] == job_id and [x["values"] for x in r["records"]] == want and
+    ck.check(s == 200 and [x["values"] for x in r["records"]] == want and
              all(x["step"] == x["values"]["train/global_step"] and x["time_unix_ms"] > 0
                  for x in r["records"]),
              f"c: records since_step=390 are metrics.jsonl's ({len(r['records'])})")
@@ -481,9 +488,9 @@ def case_d(api, d, job_id, recs):
 def case_e(api, d):
     job_id = start_job(d, "long", 10_000_000, log_interval=20)
     j = api.wait_job(job_id, lambda j: j["state"] == "RUNNING" and j["step"] >= 40, timeout=60)
-    ck.check(j and j["state"] == "RUNNING" and j["eta_ms"] is not None and j["eta_ms"] > 0 and
-             j["elapsed_ms"] > 0 and j["ranks"][0]["running"],
-             f"e: a running job has elapsed_ms and eta_ms ({j and (j['elapsed_ms'], j['eta_ms'])})")
+    ck.check(j and j["state"] == "RUNNING" and j["elapsed_ms"] > 0 and not j["finished_unix_ms"]
+             and j["ranks"][0]["running"],
+             f"e: a running job has a run duration and no end time ({j and j['elapsed_ms']})")
     s, hz = api.get("/healthz", auth=False)
     ck.check(s == 200 and hz["running"] >= 1, f"e: /healthz counts it running ({hz})")
     step = j["step"] if j else 0
@@ -498,9 +505,11 @@ def case_e(api, d):
                              headers={"Content-Type": "application/json"})
     c = json.loads(body) if s == 200 else {}
     ck.check(s == 200 and cors_ok(h) and c.get("id") == job_id and
-             c.get("state") in ("STOPPING", "CANCELLED"),
+             c.get("state") in ("JOB_STATE_STOPPING", "JOB_STATE_CANCELLED"),
              f"e: POST cancel answers the job after the request ({s} {c.get('state')})")
     j = api.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout=60)
+    if j:
+        j.update(api.get(f"/api/v1/jobs/{job_id}/checkpoints")[1])
     stream.join(30)
     ev = stream.events
     met = [e[1]["step"] for e in ev if e[0] == "metrics"]

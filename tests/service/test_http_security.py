@@ -28,6 +28,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, LONG, TERMINAL, Checker, Daemon, error_of, state_name,  # noqa: E402
                  submit, temp_dir, tiny_job, wait_state)
 
@@ -62,7 +63,7 @@ def raw(port, method, path, host=None, headers=None, body=None):
 
 def job_state(d, job_id):
     s, _, body = raw(d.http_port, "GET", f"/api/v1/jobs/{job_id}")
-    return json.loads(body)["state"] if s == 200 else f"HTTP {s}"
+    return view(f"/api/v1/jobs/{job_id}", json.loads(body))["state"] if s == 200 else f"HTTP {s}"
 
 
 def running_job(d, name):
@@ -246,7 +247,7 @@ def case_allowed(drv, page_port):
                        body='{"force": true}')
         body = json.loads(r.get("body") or "{}") if r.get("status") == 200 else {}
         ck.check(r.get("status") == 200 and body.get("id") == job_id and
-                 body.get("state") in ("STOPPING", "CANCELLED"),
+                 body.get("state") in ("JOB_STATE_STOPPING", "JOB_STATE_CANCELLED"),
                  f"b: its JSON POST (after a preflight) cancels the job ({r.get('status')} "
                  f"{body.get('state')})")
         wait_state(d, job_id, TERMINAL, timeout=30)

@@ -12,6 +12,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, Checker, Daemon, spec_proto, state_name, stubs, submit,  # noqa: E402
                  temp_dir, tiny_job, wait_state)
 
@@ -43,7 +44,7 @@ with Daemon(BUILD, tmp, max_ranks=2) as d:
     got = {k: getattr(m, k) for k in QWEN2}
     ck.check(got == QWEN2, f"GetJob gives every model field back: {got}")
     with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{j.id}", timeout=30) as r:
-        api = json.load(r)
+        api = view(f"/api/v1/jobs/{j.id}", json.load(r))
     spec = api.get("spec", {}).get("model", {})
     ck.check(all(spec.get(k) == v for k, v in QWEN2.items()),
              f"HTTP gives the model fields back: {spec}")

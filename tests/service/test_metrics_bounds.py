@@ -32,6 +32,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, LONG, Checker, Daemon, get_job, read_metrics,  # noqa: E402
                  state_name, stubs, submit, temp_dir, tiny_job, wait_state, wait_step)
 
@@ -86,7 +87,7 @@ def http_get(d, path, timeout=60):
     """(status, parsed JSON or the body's text)."""
     try:
         with urllib.request.urlopen(d.http_url + path, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
+            return r.status, view(path, json.loads(r.read()))
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
 

@@ -10,6 +10,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, Checker, Daemon, read_metrics, spec_proto, state_name, stubs,  # noqa: E402
                  temp_dir, tiny_job, wait_state)
 
@@ -38,7 +39,9 @@ with Daemon(BUILD, tmp, max_ranks=2) as d:
     ck.check(done.spec.pipeline.stages == 2 and done.spec.pipeline.partition == "uniform",
              f"GetJob gives the pipeline back: {done.spec.pipeline}")
     with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{j.id}", timeout=30) as r:
-        api = json.load(r)
+        api = view(f"/api/v1/jobs/{j.id}", json.load(r))
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{j.id}/checkpoints", timeout=30) as r:
+        api.update(view(f"/api/v1/jobs/{j.id}/checkpoints", json.load(r)))
     got = api.get("spec", {}).get("pipeline", {})
     ck.check(got.get("stages") == 2 and got.get("partition") == "uniform",
              f"HTTP gives the pipeline back: {got}")

@@ -13,6 +13,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, Checker, Daemon, get_job, read_metrics, stubs, submit,  # noqa: E402
                  temp_dir, tiny_job, wait_state)
 
@@ -78,7 +79,7 @@ with Daemon(BUILD, temp_dir("ztrain-rankm-"), max_ranks=2) as d:
                  f"ztrain status: rank {r}'s line ends with {line!r}")
 
     # HTTP job JSON.
-    hj = json.loads(get(d, f"/api/v1/jobs/{jid}"))
+    hj = view(f"/api/v1/jobs/{jid}", json.loads(get(d, f"/api/v1/jobs/{jid}")))
     for r, rs in enumerate(hj["ranks"]):
         ck.check(all(rs.get(n) == want(r, n) for n in PERF + SYSTEM),
                  f"HTTP job rank {r}: the per-rank figures are the last record's")
@@ -124,11 +125,11 @@ os.chmod(fake, 0o755)
 with Daemon(BUILD, top, max_ranks=1, extra_args=["--worker", fake]) as d:
     jid = submit(d, tiny_job(d.data_root, name="big-record", max_steps=1)).id
     j = wait_state(d, jid, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
-    recs = json.loads(get(d, f"/api/v1/jobs/{jid}/records"))["records"]
+    recs = view("/api/v1/jobs/x/records", json.loads(get(d, f"/api/v1/jobs/{jid}/records")))["records"]
     values = recs[0]["values"] if recs else {}
     ck.check(j.state == pb.JOB_STATE_SUCCEEDED and len(recs) == 1 and len(values) == 2 + 300 * len(PERF)
              and all(values[f"perf/rank{r}/compute_ms"] == r + 0.25 for r in range(300)),
              f"a {len(json.dumps(values)) // 1000} KB record arrives whole ({len(values)} keys, {j.reason})")
-    hj = json.loads(get(d, f"/api/v1/jobs/{jid}"))
+    hj = view(f"/api/v1/jobs/{jid}", json.loads(get(d, f"/api/v1/jobs/{jid}")))
     ck.check(hj["ranks"][0].get("step_time_ms") == 0.25, "... and the job's one rank takes its figures from it")
 ck.done()

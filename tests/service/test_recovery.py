@@ -16,6 +16,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, LONG, Checker, Daemon, get_job, state_name, stubs, temp_dir, tiny_job,
                  wait_gone, wait_state, wait_step)
 
@@ -30,7 +31,7 @@ STATE_FILES = ("model.safetensors", "optim_rank_00000.safetensors", "optim_rank_
 
 def http_json(d, path):
     with urllib.request.urlopen(d.http_url + path, timeout=10) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def submit_spec(d, job, max_restarts=0):
@@ -69,7 +70,7 @@ def wait_attempt(d, job_id, n, step, timeout=60):
     deadline = time.monotonic() + timeout
     while True:
         j = get_job(d, job_id)
-        if (len(j.attempts) >= n and j.attempts[-1].ended_unix_ms == 0 and
+        if (len(j.attempts) >= n and not j.attempts[-1].HasField("end_time") and
                 state_name(j.state) == "RUNNING" and j.step >= step and
                 all(r.pid and r.running for r in j.ranks)) or time.monotonic() > deadline:
             return j
@@ -117,7 +118,7 @@ def restarts_after_kills(d, ref_losses, ref_state):
                 f"attempt 1 failed: rank 1, signal 9: {a[0].reason!r}")
         c.check(a[1].failed and a[1].rank == 0 and a[1].signal == 9 and "rank 0" in a[1].reason,
                 f"attempt 2 failed: rank 0, signal 9: {a[1].reason!r}")
-        c.check(not a[2].failed and a[2].reason == "" and a[2].ended_unix_ms > 0,
+        c.check(not a[2].failed and a[2].reason == "" and a[2].HasField("end_time"),
                 "attempt 3 succeeded")
         # The checkpoint each restart resumed from: the newest complete one before the kill.
         c.check(a[1].resumed_from_step % INTERVAL == 0 and

@@ -2,7 +2,7 @@
 
 On main a job with max_restarts 30 and a corrupt model.init_from (the submit check only opens the
 file) restarted 31 times in 0.3 s. Here, with --restart-backoff 0.5:
-  a. the gaps between the starts of consecutive attempts (Job.attempts[].started_unix_ms) are at
+  a. the gaps between the starts of consecutive attempts (Job.attempts[].start_time) are at
      least 0.5, 1, 2, 4 s: each at least the back-off the formula gives (0.5 * 2^(n-1));
   b. while it waits, the job is QUEUED and its reason names the back-off and the failure;
   c. after 9 s it has made at most 5 attempts and has not FAILED; CancelJob ends it."""
@@ -37,7 +37,7 @@ with Daemon(BUILD, temp_dir("ztrain-backoff-"), max_ranks=1,
             break
         time.sleep(0.05)
     g = get_job(d, j.id)
-    starts = [a.started_unix_ms for a in g.attempts]
+    starts = [a.start_time.ToMilliseconds() for a in g.attempts]
     gaps = [(b - a) / 1000 for a, b in zip(starts, starts[1:])]
     ck.check(state_name(g.state) not in ("FAILED", "SUCCEEDED"),
              f"c: after 9 s the job is {state_name(g.state)}, not used up ({g.reason[:160]})")

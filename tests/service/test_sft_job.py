@@ -13,6 +13,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, Checker, Daemon, get_job, state_name, submit, temp_dir,  # noqa: E402
                  tiny_job, wait_state, write_data)
 
@@ -36,7 +37,7 @@ def mask_file(flags):
 
 def http_get(d, path):
     with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def main():

@@ -29,6 +29,7 @@ import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, LONG, TERMINAL, Checker, Daemon, get_job, read_metrics,  # noqa: E402
                  spec_proto, state_name, stubs, submit, temp_dir, tiny_job, wait_state)
 
@@ -62,7 +63,7 @@ def refused(d, job, key=""):
 
 def http_json(d, path):
     with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def case_a(d, tmp):

@@ -16,6 +16,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, Checker, Daemon, alive, get_job, state_name, stubs, submit, temp_dir,
                  tiny_job, wait_gone, wait_state, wait_step)
 
@@ -25,7 +26,7 @@ pb = stubs()[0]
 
 def http_json(d, path):
     with urllib.request.urlopen(d.http_url + path, timeout=10) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def series(d, job_id, key="train/loss"):

@@ -13,6 +13,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, Checker, Daemon, state_name, stubs, submit, temp_dir,  # noqa: E402
                  tiny_job, wait_state)
 
@@ -56,7 +57,9 @@ with Daemon(BUILD, temp_dir("ztrain-tpjob-"), max_ranks=DP * TP) as d:
              f"a dp {DP} x tp {TP} job: {state_name(done.state)} {done.reason}")
     ck.check((done.grid.dp, done.grid.pp, done.grid.tp) == (DP, 1, TP),
              f"GetJob gives the grid: {done.grid}")
-    api = json.loads(get(d, f"/api/v1/jobs/{j.id}"))
+    api = view(f"/api/v1/jobs/{j.id}", json.loads(get(d, f"/api/v1/jobs/{j.id}")))
+    api.update(view(f"/api/v1/jobs/{j.id}/checkpoints",
+                    json.loads(get(d, f"/api/v1/jobs/{j.id}/checkpoints"))))
     ck.check(api.get("grid") == {"dp": DP, "pp": 1, "tp": TP},
              f"the HTTP API gives the grid: {api.get('grid')}")
 

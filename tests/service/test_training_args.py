@@ -79,9 +79,9 @@ with Daemon(BUILD, temp_dir("ztrain-targs-"), max_ranks=2) as d:
              opt["params"]["betas"] == [0.9, 0.95] and opt["params"]["weight_decay"] == 0.01,
              f"the Trainer's AdamW stands in for the missing optimizer ({opt})")
 
-    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{j.id}", timeout=30) as r:
-        served = json.load(r).get("effective_config")
-    ck.check(served == eff, "GET /api/v1/jobs/{id} serves the effective config")
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{j.id}/config", timeout=30) as r:
+        served = json.loads(json.load(r).get("deepspeedJson", "null"))
+    ck.check(served == eff, "GET /api/v1/jobs/{id}/config serves the effective config")
 
     # The CLI sends a job file's training_args through the same proto fields.
     path = os.path.join(d.data_root, "..", "targs.json")

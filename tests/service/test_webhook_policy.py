@@ -27,6 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_view import view  # noqa: E402
 from svc import (BUILD, Checker, Daemon, stubs, submit, temp_dir, tiny_job,  # noqa: E402
                  wait_state, wait_step)
 
@@ -71,7 +72,7 @@ silent_url = f"http://127.0.0.1:{silent.getsockname()[1]}"
 
 def http_get(d, path):
     with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def refusal(d, job):

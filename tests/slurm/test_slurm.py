@@ -42,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
 if len(sys.argv) > 1:
     os.environ["ZTRAIN_BUILD"] = os.path.abspath(sys.argv[1])
+from api_view import view  # noqa: E402
 from svc import (BUILD, SOURCE, Checker, Daemon, get_job, read_metrics, spec_proto,  # noqa: E402
                  state_name, stubs, temp_dir, tiny_job, wait_state, wait_step, write_data)
 from cluster import Cluster, live_pids, missing_programs, read_proc  # noqa: E402
@@ -71,7 +72,7 @@ def elapsed():
 
 def http_json(d, path):
     with urllib.request.urlopen(d.http_url + path, timeout=10) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def losses(d, job_id):

@@ -22,6 +22,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
+import api_view  # noqa: E402
 import svc  # noqa: E402
 
 # Streams of one gRPC connection: the watchers are spread over several, as separate clients are.
@@ -225,9 +226,9 @@ def list_http(d, limit):
                (f"&page_token={after}" if after else ""))
         with urllib.request.urlopen(url, timeout=30) as r:
             page = json.loads(r.read())
-        ids += [j["id"] for j in page["jobs"]]
+        ids += [j["id"] for j in page.get("jobs", [])]
         pages += 1
-        after = page["next_page_token"] or None
+        after = page.get("nextPageToken") or None
         if not after or pages > 10_000:
             return ids, pages
 
@@ -274,10 +275,10 @@ def _sse_watch(port, source, job_id, first):
             line = line.decode("utf-8").rstrip("\n")
             if line == "":
                 if data and name == "job":
-                    w["states"].append(json.loads("\n".join(data))["state"])
+                    w["states"].append(api_view.job(json.loads("\n".join(data)))["state"])
                     first.set()
                 elif data and name == "metrics":
-                    rec = json.loads("\n".join(data))
+                    rec = api_view.record(json.loads("\n".join(data)))
                     w["records"].append([rec["step"], rec["values"]])
                 name, data = "message", []
             elif line.startswith("event: "):

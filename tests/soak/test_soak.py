@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "service"))
 sys.path.insert(0, HERE)
 if len(sys.argv) > 1:
     os.environ["ZTRAIN_BUILD"] = os.path.abspath(sys.argv[1])
+from api_view import view  # noqa: E402
 from svc import (BUILD, TERMINAL, Checker, Daemon, daemon_ranks, daemon_shm, get_job,  # noqa: E402
                  read_metrics, state_name, stubs, submit, temp_dir, tiny_job, wait_gone,
                  wait_state, wait_step)
@@ -75,7 +76,7 @@ def elapsed():
 
 def http_json(d, path):
     with urllib.request.urlopen(d.http_url + path, timeout=30) as r:
-        return json.loads(r.read())
+        return view(path, json.loads(r.read()))
 
 
 def newest_first(ids):

@@ -7,9 +7,12 @@
  *
  *   build/zt_job_schema > docs/job.schema.json
  *
- * What the tables do not say is left open rather than guessed: the types of the keys outside
- * "model" (the parser checks them), and the DeepSpeed config, "events" and "alerts", which have
- * parsers of their own. */
+ * Every key's type is stated: the model's from its family's field table, the others' from the
+ * parser's type table (zt_job_spec_key_type), null allowed where the parser reads null as the
+ * key's absence. What the tables do not describe is left open rather than guessed: the insides
+ * of the DeepSpeed config, "events" and "alerts", which have parsers of their own. A key without
+ * a type makes this program fail, so the test that runs it fails too. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +22,43 @@
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
 
-/* An object schema with the section's keys as open properties and nothing else allowed. */
+static bool missing_type;
+
+/* The schema of a key's value as the parser's type table states it, null included (the parser
+ * reads null as the key's absence). Objects and lists get their insides from the caller. */
+static cJSON *key_schema(const char *section, const char *key) {
+    cJSON *s = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(s, "type");
+    const char *names[2] = {NULL, NULL};
+    switch (zt_job_spec_key_type(section, key)) {
+    case ZT_JOB_KEY_OBJECT: names[0] = "object"; break;
+    case ZT_JOB_KEY_INTEGER: names[0] = "integer"; break;
+    case ZT_JOB_KEY_NUMBER: names[0] = "number"; break;
+    case ZT_JOB_KEY_BOOLEAN: names[0] = "boolean"; break;
+    case ZT_JOB_KEY_STRING: names[0] = "string"; break;
+    case ZT_JOB_KEY_STRING_OR_LIST: names[0] = "string", names[1] = "array"; break;
+    case ZT_JOB_KEY_STRING_LIST:
+        names[0] = "array";
+        cJSON_AddItemToObject(s, "items", cJSON_CreateRaw("{\"type\": \"string\"}"));
+        break;
+    case ZT_JOB_KEY_OBJECT_OR_STRING: names[0] = "object", names[1] = "string"; break;
+    case ZT_JOB_KEY_UNKNOWN:
+        fprintf(stderr, "zt_job_schema: %s%s%s has no type in the parser's table\n", section,
+                *section ? "." : "", key);
+        missing_type = true;
+        break;
+    }
+    for (int i = 0; i < 2 && names[i]; i++)
+        cJSON_AddItemToArray(t, cJSON_CreateString(names[i]));
+    cJSON_AddItemToArray(t, cJSON_CreateString("null"));
+    return s;
+}
+
+/* An object schema with the section's keys, typed, and nothing else allowed. */
 static cJSON *section(const char *name) {
     cJSON *o = cJSON_CreateObject(), *props = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "type", "object");
     for (const char *const *k = zt_job_spec_keys(name); *k; k++)
-        cJSON_AddItemToObject(props, *k, cJSON_CreateObject());
+        cJSON_AddItemToObject(props, *k, key_schema(name, *k));
     cJSON_AddItemToObject(o, "properties", props);
     cJSON_AddFalseToObject(o, "additionalProperties");
     return o;
@@ -139,34 +173,22 @@ int main(void) {
             p = model_schema();
         } else if (zt_job_spec_keys(*k)) {
             p = section(*k);
-        } else if (strcmp(*k, "deepspeed") == 0) {
-            /* The DeepSpeed config inline, or the path of its file. */
-            p = cJSON_CreateObject();
-            cJSON *t = cJSON_AddArrayToObject(p, "type");
-            cJSON_AddItemToArray(t, cJSON_CreateString("object"));
-            cJSON_AddItemToArray(t, cJSON_CreateString("string"));
-        } else if (strcmp(*k, "events") == 0 || strcmp(*k, "alerts") == 0) {
-            p = cJSON_CreateObject();
-            cJSON_AddStringToObject(p, "type", "object");
         } else {
-            p = cJSON_CreateObject();
+            /* "deepspeed" (inline or a path), "events", "alerts": typed, insides open. */
+            p = key_schema("", *k);
         }
         if (strcmp(*k, "data") == 0) {
             /* data.train: one path, or a mixture of {path, weight} entries. */
             cJSON *train = cJSON_GetObjectItemCaseSensitive(
                 cJSON_GetObjectItemCaseSensitive(p, "properties"), "train");
-            cJSON *any = cJSON_AddArrayToObject(train, "anyOf");
-            cJSON *path = cJSON_CreateObject(), *mix = cJSON_CreateObject();
-            cJSON_AddStringToObject(path, "type", "string");
-            cJSON_AddStringToObject(mix, "type", "array");
-            cJSON_AddItemToObject(mix, "items", section("data.train[]"));
-            cJSON_AddItemToArray(any, path);
-            cJSON_AddItemToArray(any, mix);
+            cJSON_AddItemToObject(train, "items", section("data.train[]"));
         }
         cJSON_AddItemToObject(props, *k, p);
     }
     cJSON_AddItemToObject(s, "properties", props);
     cJSON_AddFalseToObject(s, "additionalProperties");
+    if (missing_type)
+        return 1;
     char *text = cJSON_Print(s);
     if (!text) {
         fprintf(stderr, "zt_job_schema: out of memory\n");

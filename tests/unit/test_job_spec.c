@@ -470,8 +470,39 @@ static void test_pipeline(void) {
 #undef PIPE_DS
 }
 
+/* The parser records the field it refused (zt_last_error_field), relative to the job file, with
+ * the DeepSpeed config's fields under "deepspeed": the path the service's structured errors
+ * report, read from the parser rather than out of the message. */
+static void field_at(int line, const char *json, const char *want) {
+    zt_job_spec job;
+    zt_status s = zt_job_spec_parse(&job, json, "job.json", "/base");
+    CHECK(s != ZT_OK && strcmp(zt_last_error_field(), want) == 0,
+          "line %d: field '%s', want '%s' (%s)", line, zt_last_error_field(), want,
+          zt_last_error());
+    if (s == ZT_OK)
+        zt_job_spec_free(&job);
+}
+
+static void test_error_fields(void) {
+    field_at(__LINE__, "{" MODEL ", " DATA ", " DS ", \"train\": {\"max_steps\": \"ten\"}}",
+             "train.max_steps");
+    field_at(__LINE__, "{" MODEL ", " DATA ", " DS ", \"train\": {\"max_step\": 5}}",
+             "train.max_step");
+    field_at(__LINE__, "{" MODEL ", " DATA ", " DS ", \"world_size\": 1.5}", "world_size");
+    field_at(__LINE__, "{" MODEL ", \"data\": {\"train\": [{\"path\": \"a.bin\", "
+             "\"weight\": \"x\"}]}, " DS "}", "data.train[0].weight");
+    field_at(__LINE__, "{" MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 16, "
+             "\"zero_optimization\": {\"stagee\": 2}}}", "deepspeed.zero_optimization.stagee");
+    /* DeepSpeed's own text names the batch keys in prose; the field is still recorded. */
+    field_at(__LINE__, "{" MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 16, "
+             "\"train_micro_batch_size_per_gpu\": 3}}", "deepspeed.train_batch_size");
+    /* A failure that names no field leaves none behind from an earlier one. */
+    field_at(__LINE__, "[1]", "");
+}
+
 int main(void) {
     dir = check_tmpdir_create("zt_job_spec");
+    test_error_fields();
     test_names();
     test_full_inline();
     test_deepspeed_path();

@@ -4,6 +4,7 @@ metrics, logs and wait, over a plaintext or TLS channel with the server's bearer
 Every method returns the generated message types (ztrain.pb: Job, LogLine, ...) or, for watch(),
 small typed event objects; every refusal is an ApiError carrying the server's structured error
 (errors.py)."""
+import datetime
 import math
 import time
 from dataclasses import dataclass
@@ -38,9 +39,10 @@ class JobUpdate:
 
 @dataclass
 class Metrics:
-    """One metric record: its step, wall time (ms since the epoch) and finite values by key."""
+    """One metric record: its step, wall time (UTC; None if the server sent none) and finite
+    values by key."""
     step: int
-    time_unix_ms: int
+    time: Optional[datetime.datetime]
     values: Dict[str, float]
 
 
@@ -48,7 +50,7 @@ class Metrics:
 class Log:
     """One log line of a rank (rank -1: ztraind itself)."""
     seq: int
-    time_unix_ms: int
+    time: Optional[datetime.datetime]
     rank: int
     stream: str
     text: str
@@ -68,16 +70,23 @@ class Anomaly:
 WatchEvent = Union[JobUpdate, Metrics, Log, Anomaly]
 
 
+def _time(msg, field: str) -> Optional[datetime.datetime]:
+    """A Timestamp field as an aware UTC datetime, None when it is unset."""
+    if not msg.HasField(field):
+        return None
+    return getattr(msg, field).ToDatetime().replace(tzinfo=datetime.timezone.utc)
+
+
 def _event(ev: "pb.JobEvent") -> Optional[WatchEvent]:
     which = ev.WhichOneof("event")
     if which == "job":
         return JobUpdate(ev.job)
     if which == "metrics":
         m = ev.metrics
-        return Metrics(m.step, m.time_unix_ms, {v.key: v.value for v in m.values})
+        return Metrics(m.step, _time(m, "time"), {v.key: v.value for v in m.values})
     if which == "log":
         l = ev.log
-        return Log(l.seq, l.time_unix_ms, l.rank, l.stream, l.text)
+        return Log(l.seq, _time(l, "time"), l.rank, l.stream, l.text)
     if which == "anomaly":
         a = ev.anomaly
         return Anomaly(a.seq, a.step, a.kind, a.policy, a.value, a.message)

@@ -173,6 +173,22 @@ zt_status zt_job_spec_load(zt_job_spec *job, const char *path);
  * parsers of their own. */
 const char *const *zt_job_spec_keys(const char *section);
 
+/* The JSON type of a key of those sections, which the parser checks before it reads the value
+ * (a null or "auto" value stands for the key's absence); ZT_JOB_KEY_UNKNOWN for a key the
+ * parser does not know. docs/job.schema.json states these types. */
+typedef enum {
+    ZT_JOB_KEY_UNKNOWN,
+    ZT_JOB_KEY_OBJECT,
+    ZT_JOB_KEY_INTEGER,          /* any JSON number with an integral value (5e8, 2.0) */
+    ZT_JOB_KEY_NUMBER,
+    ZT_JOB_KEY_BOOLEAN,
+    ZT_JOB_KEY_STRING,
+    ZT_JOB_KEY_STRING_OR_LIST,   /* data.train: a path, or a mixture's list of entries */
+    ZT_JOB_KEY_STRING_LIST,      /* data.train_files, val_files */
+    ZT_JOB_KEY_OBJECT_OR_STRING, /* deepspeed: inline, or its file's path */
+} zt_job_key_type;
+zt_job_key_type zt_job_spec_key_type(const char *section, const char *key);
+
 /* Parses job JSON text; `source` names it in messages and `base_dir` anchors relative paths. */
 zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char *source,
                             const char *base_dir);

@@ -31,6 +31,21 @@ const char *zt_last_error(void);
  * `return zt_error(ZT_ERR_INVALID, "%s: key '%s' ...", file, key);`. */
 zt_status zt_error(zt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The field the most recent failure on this thread is about: the dotted path of the key a
+ * parser refused ("train.max_steps", "zero_optimization.stage", "data.train[1].weight"),
+ * relative to the document that parser read; "" when the failure names none. Every zt_error()
+ * clears it and the parser that refused a key sets it, so a caller (the service's structured
+ * errors) reads the path from the parser rather than out of the message. Valid until the next
+ * zt_error() or zt_error_field*() on the same thread. */
+const char *zt_last_error_field(void);
+
+/* Records `path` as the current failure's field and returns s. */
+zt_status zt_error_field(zt_status s, const char *path);
+
+/* Puts `section` in front of the current field ("deepspeed" + "zero_optimization.stage") when
+ * there is one, for a caller that parsed a document embedded in its own; returns s. */
+zt_status zt_error_field_prefix(zt_status s, const char *section);
+
 /* Prefixes the current message with context ("job.json: " + message) and returns s. */
 zt_status zt_error_prefix(zt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -1,0 +1,160 @@
+/* The API's resources as the views use them. Every HTTP body is the proto3 JSON mapping of a
+ * message of proto/ztrain.proto (lowerCamelCase names, int64 as strings, enums by name,
+ * Timestamps as RFC 3339 text, NaN as "NaN", defaults left out); the views work on plain
+ * numbers instead: steps as numbers, times as milliseconds since the epoch, a value that is not
+ * known (NaN, absent) as null, the state without its JOB_STATE_ prefix, and the spec in the
+ * job file's form (snake_case keys, "deepspeed" as an object). This module is the one place
+ * that knows both. */
+import {apiJson, ApiError, jobPath} from './api.js';
+
+/* An int64 (a string) or int32 field; absent is the default, 0. */
+export function int(v) {
+  if (v === undefined || v === null || v === '') return 0;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : 0;
+}
+
+/* A double: null when absent-as-unknown is meant (`absent`), NaN or infinite. */
+export function num(v, absent = 0) {
+  if (v === undefined || v === null) return absent;
+  if (typeof v === 'string') v = Number(v);
+  return Number.isFinite(v) ? v : null;
+}
+
+/* A Timestamp as milliseconds since the epoch; 0 when unset. */
+export function timeMs(v) {
+  if (!v) return 0;
+  const t = Date.parse(v);
+  return Number.isFinite(t) ? t : 0;
+}
+
+/* A Duration ("12.500s") as milliseconds; null when unset. */
+export function durationMs(v) {
+  if (!v) return null;
+  const s = parseFloat(v);
+  return Number.isFinite(s) ? Math.round(s * 1000) : null;
+}
+
+export function stateName(s) {
+  return (s || 'JOB_STATE_UNSPECIFIED').replace(/^JOB_STATE_/, '');
+}
+
+function snake(key) {
+  return key.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase());
+}
+
+/* The JobSpec message as the job file writes it: the *_json text fields ("deepspeedJson",
+ * "eventsJson", "alertsJson") parsed into the sections they carry. */
+export function specFromApi(spec) {
+  const conv = (v) => {
+    if (Array.isArray(v)) return v.map(conv);
+    if (v && typeof v === 'object') {
+      const out = {};
+      for (const [k, x] of Object.entries(v)) out[snake(k)] = conv(x);
+      return out;
+    }
+    return v;
+  };
+  const out = conv(spec || {});
+  for (const [field, section] of [['deepspeed_json', 'deepspeed'], ['events_json', 'events'],
+    ['alerts_json', 'alerts']]) {
+    if (out[field] === undefined) continue;
+    try {
+      out[section] = JSON.parse(out[field]);
+    } catch (e) {
+      out[section] = out[field];
+    }
+    delete out[field];
+  }
+  /* int64 fields of the spec (train.max_steps, fork_from.step) arrive as strings. */
+  if (out.train && out.train.max_steps !== undefined) out.train.max_steps = int(out.train.max_steps);
+  if (out.fork_from && out.fork_from.step !== undefined) out.fork_from.step = int(out.fork_from.step);
+  return out;
+}
+
+const FIGURES = ['stepTimeMs', 'dataMs', 'fwdMs', 'bwdMs', 'stepMs', 'commMs', 'computeMs',
+  'cpuUtil', 'rssBytes', 'peakRssBytes', 'gpuUtil', 'gpuMemoryUsedBytes', 'gpuPowerWatts',
+  'gpuTemperatureC'];
+
+function rankFromApi(r) {
+  const out = {rank: int(r.rank), pid: int(r.pid), running: !!r.running,
+    exit_code: int(r.exitCode), signal: int(r.signal)};
+  /* A figure not reported yet is NaN ("NaN"); the views show it as unknown. */
+  for (const k of FIGURES) out[snake(k)] = num(r[k]);
+  return out;
+}
+
+function attemptFromApi(a) {
+  return {attempt: int(a.attempt), started_unix_ms: timeMs(a.startTime),
+    ended_unix_ms: timeMs(a.endTime), step: int(a.step), resumed_from_step: int(a.resumedFromStep),
+    rank: int(a.rank), exit_code: int(a.exitCode), signal: int(a.signal), failed: !!a.failed,
+    reason: a.reason || ''};
+}
+
+/* A Job message as the views use it (no checkpoints: getJob adds them). */
+export function jobFromApi(j) {
+  const spec = specFromApi(j.spec);
+  const job = {
+    id: j.id || '', name: j.name || '', state: stateName(j.state), reason: j.reason || '',
+    world_size: spec.world_size || 1, device: spec.device || 'cpu', comm: j.comm || '',
+    grid: {dp: int(j.grid && j.grid.dp) || 1, pp: int(j.grid && j.grid.pp) || 1,
+      tp: int(j.grid && j.grid.tp) || 1},
+    created_unix_ms: timeMs(j.createTime), started_unix_ms: timeMs(j.startTime),
+    finished_unix_ms: timeMs(j.endTime), elapsed_ms: durationMs(j.runDuration) || 0,
+    step: int(j.step), max_steps: int(j.maxSteps), loss: num(j.loss),
+    tokens_per_second: num(j.tokensPerSecond),
+    ranks: (j.ranks || []).map(rankFromApi), attempts: (j.attempts || []).map(attemptFromApi),
+    run_dir: j.runDir || '', checkpoint_dir: j.checkpointDir || '',
+    idempotency_key: j.idempotencyKey || '', spec,
+  };
+  /* The remaining time at the average pace so far, for a running job past its first step. */
+  job.eta_ms = job.state === 'RUNNING' && job.max_steps > 0 && job.step > 0 && job.elapsed_ms > 0
+    ? Math.max(0, Math.floor((job.max_steps - job.step) * job.elapsed_ms / job.step)) : null;
+  return job;
+}
+
+/* A MetricRecord: {step, time_unix_ms, values: {key: number}}. */
+export function recordFromApi(r) {
+  const values = {};
+  for (const v of r.values || []) values[v.key] = num(v.value);
+  return {step: int(r.step), time_unix_ms: timeMs(r.time), values};
+}
+
+export function logFromApi(l) {
+  return {seq: int(l.seq), time_unix_ms: timeMs(l.time), rank: int(l.rank),
+    stream: l.stream || '', text: l.text || ''};
+}
+
+export function anomalyFromApi(a) {
+  return {seq: int(a.seq), step: int(a.step), time_unix_ms: timeMs(a.time), kind: a.kind || '',
+    policy: a.policy || '', value: num(a.value, null), rank: int(a.rank),
+    message: a.message || ''};
+}
+
+/* The effective DeepSpeed config (/config), or null. Rank 0 writes it before the first step,
+ * so it is only asked for once the job has one: before, the route answers
+ * FAILED_PRECONDITION, which the browser would log as a failed load. */
+async function effectiveConfig(id, job, opts) {
+  if (!(job.step > 0)) return null;
+  try {
+    const config = await apiJson(jobPath(id, '/config'), opts);
+    return config.deepspeedJson ? JSON.parse(config.deepspeedJson) : null;
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 400) return null;
+    throw e;
+  }
+}
+
+/* One job with its checkpoints (/checkpoints) and its effective DeepSpeed config (null until
+ * rank 0 has written it). */
+export async function getJob(id, opts) {
+  const [job, cks] = await Promise.all([
+    apiJson(jobPath(id), opts).then(jobFromApi),
+    apiJson(jobPath(id, '/checkpoints'), opts),
+  ]);
+  job.checkpoints = (cks.checkpoints || []).map((c) => ({tag: c.tag || '',
+    step: int(c.step) < 0 ? null : int(c.step), complete: !!c.complete}));
+  job.latest = cks.latest || '';
+  job.effective_config = await effectiveConfig(id, job, opts);
+  return job;
+}
