@@ -409,8 +409,10 @@ export function jobView(main, id) {
             rec = {step, time_unix_ms: NaN, values: {}};
             bySteps.set(step, rec);
           }
-          if (ser.key === TIME_KEY) rec.time_unix_ms = num(ser.values[k], NaN);
-          else rec.values[ser.key] = num(ser.values[k]);
+          /* A step can have two records (training, then evaluation): the chart's points are
+           * the training record's, the first. */
+          if (ser.key !== TIME_KEY) rec.values[ser.key] = num(ser.values[k]);
+          else if (!isNum(rec.time_unix_ms)) rec.time_unix_ms = num(ser.values[k], NaN);
         });
       }
     }

@@ -105,7 +105,8 @@ export function jobFromApi(j) {
     tokens_per_second: num(j.tokensPerSecond),
     ranks: (j.ranks || []).map(rankFromApi), attempts: (j.attempts || []).map(attemptFromApi),
     run_dir: j.runDir || '', checkpoint_dir: j.checkpointDir || '',
-    idempotency_key: j.idempotencyKey || '', spec,
+    idempotency_key: j.idempotencyKey || '', submitter: j.submitter || '',
+    submitter_scope: j.submitterScope || '', spec,
   };
   /* The remaining time at the average pace so far, for a running job past its first step. */
   job.eta_ms = job.state === 'RUNNING' && job.max_steps > 0 && job.step > 0 && job.elapsed_ms > 0

@@ -98,7 +98,9 @@ def job(j):
            "ranks": [rank(r) for r in j.get("ranks", [])],
            "attempts": [attempt(a) for a in j.get("attempts", [])],
            "run_dir": j.get("runDir", ""), "checkpoint_dir": j.get("checkpointDir", ""),
-           "idempotency_key": j.get("idempotencyKey", ""), "spec": s}
+           "idempotency_key": j.get("idempotencyKey", ""),
+           "submitter": j.get("submitter", ""), "submitter_scope": j.get("submitterScope", ""),
+           "spec": s}
     for k, name in TIME_FIELDS.items():
         out[name] = time_ms(j.get(k))
     return out

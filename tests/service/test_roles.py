@@ -115,7 +115,9 @@ with Daemon(BUILD, tmp, max_ranks=1, extra_args=["--token-file", token_file]) as
                                      headers={"Authorization": f"Bearer {READ}"})
         with urllib.request.urlopen(req, timeout=30) as r:
             h = json.load(r)
-        return (g.submitter, g.submitter_scope), (h.get("submitter"), h.get("submitter_scope"))
+        # HTTP: the proto3 JSON mapping (lowerCamelCase, "" left out).
+        return (g.submitter, g.submitter_scope), (h.get("submitter", ""),
+                                                   h.get("submitterScope", ""))
 
     for job, token, scope in ((j, SUBMIT, "submit"), (k, SUBMIT2, "submit"), (m, ADMIN, "admin")):
         want = (identity(token), scope)
