@@ -19,6 +19,22 @@ typedef struct {
     char *origin;   /* the origin of the words pushed now */
 } word_list;
 
+/* The expanded list, kept for the life of the process (the parsed options point into it). */
+static word_list kept;
+
+static void free_words(word_list *w) {
+    for (int i = 0; i < w->n; i++)
+        free(w->words[i]);
+    /* Origins are shared by a line's words: each line's string is freed with its first word. */
+    for (int i = 0; i < w->n; i++)
+        if (w->origins[i] && (i == 0 || w->origins[i] != w->origins[i - 1]))
+            free(w->origins[i]);
+    free(w->words);
+    free(w->origins);
+    free(w->origin);
+    memset(w, 0, sizeof *w);
+}
+
 static int push(word_list *w, const char *s, size_t len) {
     if (w->n + 1 >= w->cap) {
         int cap = w->cap ? 2 * w->cap : 32;
@@ -94,9 +110,14 @@ static int config_line(word_list *w, const char *path, int line_no, char *line,
                 s);
         return -1;
     }
-    if (asprintf(&w->origin, "%s:%d", path, line_no) < 0)
+    if (asprintf(&w->origin, "%s:%d", path, line_no) < 0) {
+        w->origin = NULL;
         return -1;
+    }
+    int n = w->n;
     int rc = push(w, flag, strlen(flag)) != 0 || (!sw && push(w, value, strlen(value)) != 0);
+    if (w->n == n)
+        free(w->origin); /* no word took it */
     w->origin = NULL;
     return rc ? -1 : 0;
 }
@@ -146,25 +167,29 @@ int zt_daemon_args_expand(int argc, char **argv, const char *const *switches, in
         const char *value = eq ? eq + 1 : NULL;
         if (eq && is_switch(a, flag_len, switches)) {
             fprintf(stderr, "ztraind: %.*s takes no value (got '%s')\n", (int)flag_len, a, a);
-            return -1;
+            goto fail;
         }
         if (flag_len == 8 && strncmp(a, "--config", 8) == 0) {
             if (!value && i + 1 >= argc) {
                 fprintf(stderr, "ztraind: --config needs a file\n");
-                return -1;
+                goto fail;
             }
             if (read_config(&w, value ? value : argv[++i], switches) != 0)
-                return -1;
+                goto fail;
             continue;
         }
         if (push(&w, a, flag_len) != 0 || (value && push(&w, value, strlen(value)) != 0))
             goto oom;
     }
+    free_words(&kept);
+    kept = w;
     *out_argc = w.n;
     *out_argv = w.words;
     *out_origins = w.origins;
     return 0;
 oom:
     fprintf(stderr, "ztraind: out of memory reading the command line\n");
+fail:
+    free_words(&w);
     return -1;
 }
