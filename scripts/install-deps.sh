@@ -23,6 +23,7 @@ build=(
   build-essential cmake pkg-config            # the build
   libopenblas-openmp-dev                      # matmuls (the OpenMP build of OpenBLAS)
   libdnnl-dev                                 # matmuls on CPUs OpenBLAS does not know; bf16 (oneDNN)
+  ocl-icd-opencl-dev                          # oneDNN's CMake config requires OpenCL (a Recommends)
   libcjson-dev                                # JSON configs, job specs, metrics
   libpcre2-dev                                # the tokenizers' pre-tokenizer regexes (UTF, UCP)
   libunistring-dev                            # the tokenizers' Unicode normalizers (NFC, NFKC)
