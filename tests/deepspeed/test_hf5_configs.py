@@ -31,7 +31,7 @@ from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCaus
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from ztref import Checker, read_metrics, rel_err, run, tool, write_job, write_llmc_tokens  # noqa: E402
+from ztref import Checker, first_loss_from_hf, rel_err, run, tool, write_job  # noqa: E402
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
@@ -107,18 +107,7 @@ for i, (what, cls, cfg) in enumerate(CASES):
         ck.check(got is not None and e < 1e-5, f"{what}: ztrain's logits of the directory "
                  f"transformers {transformers.__version__} wrote vs its own: rel err {e:.2e} {why}")
 
-        write_llmc_tokens(f"{d}/train.bin", tokens.tolist() * 4)
-        write_job(f"{d}/job.json", {
-            "model": {"init_from": "hf", "block_size": BLOCK},
-            "data": {"train": "train.bin", "shuffle": False},
-            "train": {"max_steps": 1, "log_interval": 1, "warmup_steps": 0,
-                      "checkpoint_dir": "ckpt"},
-            "deepspeed": {"train_micro_batch_size_per_gpu": B,
-                          "optimizer": {"type": "AdamW", "params": {"lr": 0.0,
-                                                                    "weight_decay": 0.0}}}})
-        p = run([tool("ztrain"), "run", f"{d}/job.json", "--out", f"{d}/run"], check=False)
-        m = read_metrics(f"{d}/run/metrics.jsonl") if p.returncode == 0 else []
-        loss = m[0]["train/loss"] if m else float("nan")
+        loss, p = first_loss_from_hf(d, "hf", tokens.tolist() * 4, B, BLOCK)
         e = abs(loss - want_loss) / want_loss
         ck.check(p.returncode == 0 and e < 1e-5, f"{what}: `ztrain run` first loss {loss:.7f} "
                  f"vs transformers {want_loss:.7f} (rel {e:.1e}) {p.stderr.strip()[-200:]}")

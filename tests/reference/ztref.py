@@ -171,6 +171,23 @@ def read_metrics(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def first_loss_from_hf(d, hf_dir, tokens, B, T):
+    """One ztrain step (lr 0) on a model initialised from the Hugging Face directory d/hf_dir,
+    over tokens (a list, written to d/train.bin; the checkpoint goes to d/ckpt): (the step's
+    train/loss or NaN, the completed process)."""
+    write_llmc_tokens(f"{d}/train.bin", tokens)
+    write_job(f"{d}/job.json", {
+        "model": {"init_from": hf_dir, "block_size": T},
+        "data": {"train": "train.bin", "shuffle": False},
+        "train": {"max_steps": 1, "log_interval": 1, "warmup_steps": 0, "checkpoint_dir": "ckpt"},
+        "deepspeed": {"train_micro_batch_size_per_gpu": B,
+                      "optimizer": {"type": "AdamW", "params": {"lr": 0.0,
+                                                                "weight_decay": 0.0}}}})
+    p = run([tool("ztrain"), "run", f"{d}/job.json", "--out", f"{d}/run"], check=False)
+    m = read_metrics(f"{d}/run/metrics.jsonl") if p.returncode == 0 else []
+    return (m[0]["train/loss"] if m else float("nan")), p
+
+
 def warmup_decay_lr(n, min_lr, max_lr, warmup, total, linear):
     """The lr DeepSpeed's WarmupDecayLR gives the n-th optimizer update (n from 1): the value set
     at construction (min_lr) for the first, then f(k) with k = n - 2 after each scheduler step."""
