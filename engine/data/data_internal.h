@@ -33,6 +33,10 @@ int zt_data_glob_part(const zt_loader *l, int64_t s);
 
 /* ---- source_loader.c */
 
+/* splitmix64's output for state x: a 64-bit hash with no weak bits (the sampler's seeding, a
+ * mixture's choice of source). */
+uint64_t zt_data_mix64(uint64_t x);
+
 /* Checks the arguments of zt_loader_init and sets l's fields from them (l zeroed first). */
 zt_status zt_loader_setup(zt_loader *l, const zt_dataset *ds, int B, int T, int rank,
                           int world_size, bool shuffle, bool drop_last, uint64_t seed);

@@ -46,17 +46,11 @@ zt_status zt_dataset_open_mixture(zt_dataset *d, const char *const *paths, const
 
 /* ---- a mixture's draws -------------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 /* The source of this rank's sample number `k`: a pure function of (seed, k, rank), so that a
  * resume replays the same draws. */
 static int choose_source(const zt_loader *l, int64_t k) {
-    uint64_t h = mix64(l->seed ^ mix64((uint64_t)k * (uint64_t)l->world_size + (uint64_t)l->rank));
+    uint64_t draw = (uint64_t)k * (uint64_t)l->world_size + (uint64_t)l->rank;
+    uint64_t h = zt_data_mix64(l->seed ^ zt_data_mix64(draw));
     double u = (double)(h >> 11) * 0x1.0p-53, acc = 0;
     int n = l->ds->n_parts;
     for (int i = 0; i < n - 1; i++) {

@@ -9,18 +9,24 @@
 #include "data_internal.h"
 #include "ztrain/loss_mask.h"
 
-/* * xoshiro256** seeded through splitmix64: small, fast, and with no weak low bits, so every rank
+/* xoshiro256** seeded through splitmix64: small, fast, and with no weak low bits, so every rank
  * (and every later resume) derives the same permutation from the same 64-bit seed. */
 
 typedef struct {
     uint64_t s[4];
 } rng256;
 
+uint64_t zt_data_mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
 static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    uint64_t z = zt_data_mix64(*x);
+    *x += 0x9e3779b97f4a7c15ULL;
+    return z;
 }
 
 static void rng_seed(rng256 *r, uint64_t seed) {
