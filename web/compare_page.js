@@ -219,7 +219,7 @@ export function compareView(main, q) {
       try {
         let configs = false;
         for (const j of live) {
-          configs = setJob(j, await getJob(j.id, {signal})) || configs;
+          configs = setJob(j, await getJob(j.id, {signal}, j.job)) || configs;
           await loadRecords(j, Math.max(0, j.maxStep));
         }
         if (!alive) return;

@@ -380,7 +380,7 @@ export function jobView(main, id) {
     if (!st.alive) return;
     if (!isAuthBlocked()) {
       try {
-        renderJob(await getJob(id, {signal}));
+        renderJob(await getJob(id, {signal}, st.job));
       } catch (e) {
         reportError(e, 'Reading the job failed');
       }

@@ -147,8 +147,9 @@ async function effectiveConfig(id, job, opts) {
 }
 
 /* One job with its checkpoints (/checkpoints) and its effective DeepSpeed config (null until
- * rank 0 has written it). */
-export async function getJob(id, opts) {
+ * rank 0 has written it). A job's effective config never changes once written, so a poller
+ * passes the job it read last (`prev`) and the config is asked for only until it has come. */
+export async function getJob(id, opts, prev) {
   const [job, cks] = await Promise.all([
     apiJson(jobPath(id), opts).then(jobFromApi),
     apiJson(jobPath(id, '/checkpoints'), opts),
@@ -156,6 +157,7 @@ export async function getJob(id, opts) {
   job.checkpoints = (cks.checkpoints || []).map((c) => ({tag: c.tag || '',
     step: int(c.step) < 0 ? null : int(c.step), complete: !!c.complete}));
   job.latest = cks.latest || '';
-  job.effective_config = await effectiveConfig(id, job, opts);
+  job.effective_config = prev && prev.effective_config ? prev.effective_config
+    : await effectiveConfig(id, job, opts);
   return job;
 }

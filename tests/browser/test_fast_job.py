@@ -22,7 +22,10 @@ first script and printed, never judged.
      max_points): at most 1,000 points per dataset, ending at the API's last step; in wall-time
      mode each point sits at (time_unix_ms - started_unix_ms) / 1000 of that step's record in
      /records (the series API's time_unix_ms key).
-  e. No SEVERE entry in the browser's console."""
+  e. No SEVERE entry in the browser's console.
+  f. The page's polls ask for the job's effective config (/config, which never changes once
+     written) at most twice while the job runs, however many polls there were (the resource
+     timing entries of the page count the requests)."""
 import os
 import shutil
 import sys
@@ -45,6 +48,7 @@ ck = Checker()
 # Installed before any script of the page: long tasks and animation-frame intervals.
 PROBE = """
 window.__zt = {longtasks: [], frames: [], last: 0};
+performance.setResourceTimingBufferSize(100000);
 try {
   new PerformanceObserver((l) => { for (const e of l.getEntries()) __zt.longtasks.push(e.duration); })
     .observe({type: 'longtask', buffered: true});
@@ -71,6 +75,16 @@ const c = document.querySelector(`[data-testid="${arguments[0]}"]`);
 const ch = c && window.Chart && Chart.getChart(c);
 const d = ch && ch.data.datasets.find(d => d.ztKey === arguments[1] && d.ztRole === 'raw');
 return d ? d.data.map(p => [p.step, p.x, p.y]) : [];"""
+
+
+# How many requests of the page went to the job's /config and /checkpoints routes.
+REQUESTS_JS = """
+const n = {'/config': 0, '/checkpoints': 0};
+for (const e of performance.getEntriesByType('resource')) {
+  const path = new URL(e.name).pathname;
+  for (const k of Object.keys(n)) if (path === arguments[0] + k) n[k]++;
+}
+return n;"""
 
 
 def heap(drv):
@@ -169,6 +183,9 @@ def case_live(drv, d, job_id):
              f"c: the loss chart spans the job from step {pts[0][0]} (API {steps[0]}) with "
              f"{len(pts)} of {len(steps)} points")
     timing_report(drv, "while the job ran")
+    asked = drv.execute_script(REQUESTS_JS, f"/api/v1/jobs/{job_id}")
+    ck.check(asked["/config"] <= 2 and asked["/checkpoints"] >= 2,
+             f"f: {asked['/checkpoints']} polls asked for /config {asked['/config']} times (<= 2)")
     return sets
 
 
