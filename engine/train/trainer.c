@@ -243,17 +243,14 @@ static zt_status choose_resume(trainer *t) {
     const char *dir = t->ckpt_dir;
     char note[4096], shard0[4200];
     /* A tensor-parallel checkpoint's shards share their tags: shard 0's say which (it exists at
-     * every TP size, which a resharding job's own shard need not). */
-    if (t->tp_ckpt) {
-        const char *top = t->tp_dir;
-        char tag[256];
-        if (t->job->train.resume && zt_ckpt_tp_size(top) == 0 &&
-            zt_ckpt_latest(top, tag, sizeof tag) == ZT_OK)
-            return zt_error(ZT_ERR_UNSUPPORTED, "%s holds a checkpoint saved without tensor "
-                            "parallelism (%s); resuming it at tensor_parallel.autotp_size %d is "
-                            "not supported yet", top, tag, t->tp);
-        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, top, 0);
+     * every TP size, which a resharding job's own shard need not). A directory without tp.json
+     * holds, if anything, a checkpoint saved without tensor parallelism, which every shard reads
+     * whole (zt_ckpt_tp_load); the job's own saves then go to shard directories beside it. */
+    if (t->tp_ckpt && zt_ckpt_tp_size(t->tp_dir) > 0) {
+        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, t->tp_dir, 0);
         dir = shard0;
+    } else if (t->tp_ckpt) {
+        dir = t->tp_dir;
     }
     t->resume_tag[0] = '\0';
     if (!t->job->train.resume || !dir[0])
@@ -292,7 +289,8 @@ static zt_status maybe_resume(trainer *t) {
     else
         ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
     if (t->opts->progress)
-        fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n", dir, t->resume_tag,
+        fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n",
+                t->tp_ckpt ? t->tp_dir : dir, t->resume_tag,
                 (long long)zt_engine_global_steps(t->e));
     return ZT_OK;
 }
