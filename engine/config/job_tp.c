@@ -36,8 +36,6 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
     const char *what = NULL;
     if (job->fork_job)
         what = "fork_from (tensor-parallel checkpoints)";
-    else if (m->init_from)
-        what = "model.init_from (loading whole weights into shards)";
     else if (job->data.sample_tokens > 0)
         what = "data.sample_tokens (samples need the whole model on rank 0)";
     if (what)
