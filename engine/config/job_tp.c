@@ -34,9 +34,7 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
                    source));
     /* What sharded models do not have yet. */
     const char *what = NULL;
-    if (job->fork_job)
-        what = "fork_from (tensor-parallel checkpoints)";
-    else if (job->data.sample_tokens > 0)
+    if (job->data.sample_tokens > 0)
         what = "data.sample_tokens (samples need the whole model on rank 0)";
     if (what)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is not supported with tensor parallelism yet "
