@@ -89,7 +89,7 @@ zt_status zt_model_check_create(const zt_model_spec *spec, zt_backend *be, zt_dt
 void zt_model_copy_logits(const zt_model *m, const float *logits, size_t row, size_t rows,
                           float *dst) {
     ZT_ASSERT(zt_backend_act_size(m->ctx.be, m->ctx.act) == sizeof(float));
-    size_t V = (size_t)m->spec.vocab_size;
+    size_t V = (size_t)(m->spec.vocab_size / zt_model_stage_tp(&m->stage));
     zt_backend_copy(m->ctx.be, dst, logits + row * V, rows * V * sizeof(float), ZT_COPY_D2H,
                     ZT_STREAM_COMPUTE);
 }

@@ -115,7 +115,9 @@ static zt_status open_data(trainer *t) {
         t->val_pos = malloc(n * sizeof(int32_t));
         if (!t->val_inputs || !t->val_targets || !t->val_pos)
             return zt_error(ZT_ERR_NOMEM, "out of memory");
-        if (t->rank == 0 && job->data.sample_tokens > 0) {
+        /* With tensor parallelism the sample is computed by rank 0's TP group together
+         * (sampler.h); rank 0 prints it. */
+        if (t->grid.replica == 0 && t->grid.stage == 0 && job->data.sample_tokens > 0) {
             ZT_TRY(zt_eval_sampler_init(&t->sampler, job));
             t->has_sampler = true;
         }
@@ -559,11 +561,11 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             char fmt[64];
             snprintf(fmt, sizeof fmt, "step %lld | eval loss %%.4f\n", (long long)step);
             print_line(t, fmt, eval_loss);
-            if (t->has_sampler && t->opts->progress) {
-                if (t->tty)
-                    fputs("\r\033[K", t->opts->progress);
-                ZT_TRY(zt_eval_sampler_run(&t->sampler, zt_engine_model(t->e), step,
-                                           t->opts->progress));
+            FILE *shown = t->rank == 0 ? t->opts->progress : NULL;
+            if (t->has_sampler && (shown || t->tp > 1)) {
+                if (t->tty && shown)
+                    fputs("\r\033[K", shown);
+                ZT_TRY(zt_eval_sampler_run(&t->sampler, zt_engine_model(t->e), step, shown));
             }
         }
         if (job->train.checkpoint_interval > 0 && step % job->train.checkpoint_interval == 0 &&
