@@ -45,7 +45,8 @@ typedef struct {
     bool has_val_loader;
     int32_t *val_inputs, *val_targets;
     int32_t *val_pos; /* loss-masked data: the validation batch's document positions */
-    zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens) */
+    zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens), drawn
+                              * by its TP group together */
     bool has_sampler;
     zt_metrics_writer metrics;
     int64_t max_steps;
