@@ -184,8 +184,10 @@ static zt_status fill(void *ctx, zt_engine *e, int64_t optimizer_step) {
         const zt_tensor_info *w = li >= 0 ? &r->layout.t[li] : NULL;
         if (!w || w->ndim != t->ndim || w->full_shape[0] != t->full_shape[0] ||
             w->full_shape[1] != t->full_shape[1])
-            return zt_error(ZT_ERR_FORMAT, "tensor-parallel checkpoint: %s is %s", t->name,
-                            w ? "of another shape in tp.json" : "not in tp.json");
+            return zt_error(ZT_ERR_FORMAT, "tensor-parallel checkpoint: %s is %s %s", t->name,
+                            w ? "of another shape in" : "not in",
+                            r->plain ? "the checkpoint saved without tensor parallelism"
+                                     : "tp.json");
         size_t n = zt_tensor_full_numel(t);
         most = n > most ? n : most;
     }

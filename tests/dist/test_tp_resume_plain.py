@@ -11,7 +11,8 @@ meta.json (zt_ckpt_tp_load); the job's own saves then go to tp_<t>/ shard direct
   without a step) the new checkpoint's whole tensors equal the old one's bit for bit, and going
   back (tp 1 -> tp 2 -> tp 1) continues bit-identically to the uninterrupted tp 1 run: nothing
   is lost, Adam moments, counters and data position included.
-- GPT-2 and Llama with 2 kv heads at tp 4 (each kv head replicated on two ranks)."""
+- GPT-2, two pipeline stages (each stage's directory resharded alike), and Llama with 2 kv heads
+  at tp 4 (each kv head replicated on two ranks)."""
 import os
 import shutil
 import sys
@@ -80,6 +81,14 @@ with tempfile.TemporaryDirectory() as d:
     got = train(d, "z3-at2", job(GPT2, 2, 1, "ck-plain-z3", zero=1))
     compare(ck, "GPT-2 tp 1 checkpoint of ZeRO 3 on 2 ranks resumed at tp 2 (ZeRO 1) against "
             "the uninterrupted tp 2 run", ref[2], got)
+
+    # A pipeline's stages are checkpoint directories of their own: 2 stages saved without TP
+    # resume as 2 stages of tp 2 (4 micro-batches a step).
+    pref = train(d, "pipe-tp2", job(GPT2, 2, 1, "ck-pipe-tp2", zero=1, pp=2))
+    half(d, "pipe-plain", job(GPT2, 1, 1, "ck-pipe-plain", zero=1, pp=2))
+    got = train(d, "pipe-at2", job(GPT2, 2, 1, "ck-pipe-plain", zero=1, pp=2))
+    compare(ck, "GPT-2 pp 2 x tp 1 checkpoint resumed at pp 2 x tp 2 against the uninterrupted "
+            "pp 2 x tp 2 run", pref, got)
 
     # Llama with 2 kv heads at tp 4: each rank takes its replicated kv head from the whole one.
     kref = train(d, "kv2-tp4", job(KV2, 4, 1, "ck-kv2-tp4", zero=1))
