@@ -4,7 +4,8 @@ logits (each shard holds vocab_size / tp of them) into whole rows, and every sha
 same token from them (zt_model_logits, sampler.c); rank 0 prints the line. The samples (12
 tokens after a fixed prompt, temperature 0.8, top-k 40, seed 1234, at steps 5 and 10) equal the
 tp 1 job's text for text: GPT-2 at tp 2 and dp 2 x tp 2, Llama with grouped-query attention at
-tp 2 and tp 4 (kv heads replicated). The runs' logits differ from the single rank's in the last
+tp 2 and tp 4 (kv heads replicated), and GPT-2 at tp 2 on the CUDA backend (the emulated device,
+when the build has it). The runs' logits differ from the single rank's in the last
 bits (row-parallel sums in another order), far below what moves a draw between tokens.
 
 The sample lines are also checked to be what `ztrain sample` draws from the tp 1 job's final
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from prepdata import train_bpe  # noqa: E402
 import tokcorpus  # noqa: E402
-from ztref import Checker, run, tool, write_job  # noqa: E402
+from ztref import BUILD, Checker, run, tool, write_job  # noqa: E402
 from tpref import job  # noqa: E402
 
 PROMPT = "the city of"
@@ -35,14 +36,17 @@ LLAMA = {"type": "llama", "n_layer": 2, "n_head": 8, "n_kv_head": 2, "n_embd": 3
          "tie_word_embeddings": False}
 
 
-def sampled(d, name, model, tp, dp):
+def sampled(d, name, model, tp, dp, device="cpu"):
     spec = job(model, tp, dp, f"ck-{name}", zero=1)
+    spec["device"] = device
     spec["data"] = {"train": "shards/web_train_*.bin", "val": "shards/web_train_000000.bin",
                     "tokenizer": "tokenizer.json", "shuffle": True, "sample_tokens": 12,
                     "sample_prompt": PROMPT}
     spec["train"].update(eval_interval=5, eval_steps=1)
     write_job(f"{d}/{name}.json", spec)
-    p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], check=False)
+    env = dict(os.environ, ZTRAIN_CUDA_EMU="1") if device == "cuda" else None
+    p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], check=False,
+            env=env)
     if p.returncode != 0:
         sys.stderr.write(p.stdout[-2000:] + p.stderr[-2000:])
     return [x for x in p.stdout.splitlines() if " | sample: " in x]
@@ -74,4 +78,10 @@ with tempfile.TemporaryDirectory() as d:
             got = sampled(d, f"{name}-{dp}x{tp}", model, tp, dp)
             ck.check(got == ref and len(got) == 2,
                      f"{name} at dp {dp} x tp {tp}: the samples equal tp 1's ({got})")
+        # On the CUDA backend (the emulated device): the shards' logits gathered from device
+        # memory.
+        if name == "gpt2" and os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+            got = sampled(d, f"{name}-cuda-tp2", model, 2, 1, device="cuda")
+            ck.check(got == ref and len(got) == 2,
+                     f"{name} at tp 2 on cuda: the samples equal the CPU tp 1 job's ({got})")
 ck.done()
