@@ -1,6 +1,8 @@
 /* Loading a tensor-parallel checkpoint at any TP size (ckpt_tp.h): at the size it was saved at,
  * each shard's own directory; at another, every tensor and its optimizer state put together whole
- * from the saved shards through tp.json's layout, and this shard's piece taken. */
+ * from the saved shards through tp.json's layout, and this shard's piece taken. A checkpoint saved
+ * without tensor parallelism is read the same way, as the one shard of a layout of whole
+ * tensors. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@ typedef struct {
 
 typedef struct {
     zt_ckpt_tp_layout layout;
+    bool plain;          /* saved without TP: the one shard is the directory itself */
     saved_shard *shards;
     const char *state;   /* the optimizer tensor being read; NULL: parameters */
     bool absent;         /* the state tensor is in no partition (fp32 training has no masters) */
@@ -45,7 +48,10 @@ static zt_status open_shard(reshard *r, int p, const char *dir, const char *tag)
     saved_shard *sh = &r->shards[p];
     char sdir[4200], tagdir[4400], path[4500];
     zt_model_spec spec;
-    zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, p);
+    if (r->plain)
+        snprintf(sdir, sizeof sdir, "%s", dir);
+    else
+        zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, p);
     ZT_TRY(zt_ckpt_weights_open(&sh->w, sdir, tag, &spec));
     const int n = r->layout.n, have = zt_ckpt_weights_count(sh->w);
     sh->index = malloc((size_t)(n ? n : 1) * sizeof *sh->index);
@@ -178,8 +184,10 @@ static zt_status fill(void *ctx, zt_engine *e, int64_t optimizer_step) {
         const zt_tensor_info *w = li >= 0 ? &r->layout.t[li] : NULL;
         if (!w || w->ndim != t->ndim || w->full_shape[0] != t->full_shape[0] ||
             w->full_shape[1] != t->full_shape[1])
-            return zt_error(ZT_ERR_FORMAT, "tensor-parallel checkpoint: %s is %s", t->name,
-                            w ? "of another shape in tp.json" : "not in tp.json");
+            return zt_error(ZT_ERR_FORMAT, "tensor-parallel checkpoint: %s is %s %s", t->name,
+                            w ? "of another shape in" : "not in",
+                            r->plain ? "the checkpoint saved without tensor parallelism"
+                                     : "tp.json");
         size_t n = zt_tensor_full_numel(t);
         most = n > most ? n : most;
     }
@@ -225,23 +233,59 @@ static zt_status fill(void *ctx, zt_engine *e, int64_t optimizer_step) {
     return s;
 }
 
+/* The layout of a checkpoint saved without tensor parallelism: its own tensors, each whole
+ * (dim -1), at the shapes it saved them, which fill() then checks against the model's. */
+static zt_status plain_layout(zt_ckpt_tp_layout *l, const char *dir, const char *tag) {
+    zt_ckpt_weights *w;
+    zt_model_spec spec;
+    ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, &spec));
+    const int n = zt_ckpt_weights_count(w);
+    zt_status s = ZT_OK;
+    *l = (zt_ckpt_tp_layout){.tp = 1, .t = calloc((size_t)(n ? n : 1), sizeof *l->t)};
+    if (!l->t)
+        s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+    for (int i = 0; i < n && s == ZT_OK; i++) {
+        const zt_ckpt_tensor *c = zt_ckpt_weights_tensor(w, i);
+        zt_tensor_info *t = &l->t[l->n++];
+        if (strlen(c->name) >= sizeof t->name)
+            s = zt_error(ZT_ERR_FORMAT, "%s: tensor name '%s' is too long", dir, c->name);
+        snprintf(t->name, sizeof t->name, "%s", c->name);
+        t->ndim = c->ndim;
+        t->full_shape[0] = c->shape[0];
+        t->full_shape[1] = c->ndim == 2 ? c->shape[1] : 0;
+        t->tp_dim = -1;
+        t->tp_groups = t->tp_pieces = t->tp_shared = 1;
+    }
+    zt_ckpt_weights_close(w);
+    return s;
+}
+
 zt_status zt_ckpt_tp_load(zt_engine *e, const char *dir, const char *tag) {
     const zt_model *m = zt_engine_model(e);
     const int tp = zt_model_stage_tp(&m->stage);
     char sdir[4200], latest[256];
-    reshard r = {0};
-    ZT_TRY(zt_ckpt_tp_layout_read(dir, &r.layout));
-    if (r.layout.tp == tp) {
-        zt_ckpt_tp_layout_free(&r.layout);
-        zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, m->stage.tp_rank);
-        return zt_ckpt_load(e, sdir, tag);
+    reshard r = {.plain = zt_ckpt_tp_size(dir) == 0};
+    if (r.plain && tp == 1)
+        return zt_ckpt_load(e, dir, tag);
+    if (!r.plain) {
+        ZT_TRY(zt_ckpt_tp_layout_read(dir, &r.layout));
+        if (r.layout.tp == tp) {
+            zt_ckpt_tp_layout_free(&r.layout);
+            zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, m->stage.tp_rank);
+            return zt_ckpt_load(e, sdir, tag);
+        }
     }
-    zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, 0);
+    if (r.plain)
+        snprintf(sdir, sizeof sdir, "%s", dir);
+    else
+        zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, 0);
     zt_status s = ZT_OK;
     if (!tag) {
         s = zt_ckpt_latest(sdir, latest, sizeof latest);
         tag = latest;
     }
+    if (s == ZT_OK && r.plain)
+        s = plain_layout(&r.layout, dir, tag);
     r.shards = calloc((size_t)r.layout.tp, sizeof *r.shards);
     if (s == ZT_OK && !r.shards)
         s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);

@@ -1,6 +1,6 @@
 /* The job-level checks of tensor parallelism (DeepSpeed's tensor_parallel.autotp_size): the model
- * must split evenly over the TP ranks, and what is not built for sharded models yet is refused by
- * name before any rank starts, rather than failing (or silently differing) later. */
+ * must split evenly over the TP ranks, which is refused by name before any rank starts rather
+ * than failing (or silently differing) later. */
 #include <stdio.h>
 
 #include "job_tp.h"
@@ -32,16 +32,5 @@ zt_status zt_job_check_tp(const zt_job_spec *job, const char *source) {
     ZT_TRY(divides(tp, m->vocab_size, "vocab_size",
                    "the embedding and LM head are split by vocabulary rows (pad the vocabulary)",
                    source));
-    /* What sharded models do not have yet. */
-    const char *what = NULL;
-    if (job->fork_job)
-        what = "fork_from (tensor-parallel checkpoints)";
-    else if (m->init_from)
-        what = "model.init_from (loading whole weights into shards)";
-    else if (job->data.sample_tokens > 0)
-        what = "data.sample_tokens (samples need the whole model on rank 0)";
-    if (what)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is not supported with tensor parallelism yet "
-                        "(tensor_parallel.autotp_size %d)", source, what, tp);
     return ZT_OK;
 }

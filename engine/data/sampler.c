@@ -47,8 +47,15 @@ zt_status zt_sample_generate_until(zt_model *m, int32_t *tokens, int n_prompt, i
     uint64_t rng = opts->seed;
     for (int n = n_prompt; n < n_total; n++) {
         int start = n > maxT ? n - maxT : 0, T = n - start;
+        /* Under tensor parallelism every shard runs this alike: the forward and the gathered
+         * logits are collectives of the TP group, and the same logits and seed make every
+         * shard pick the same token. */
         m->ops->forward(m, tokens + start, NULL, 1, T, 0.0f);
-        m->ops->logits(m, (size_t)(T - 1), 1, logits);
+        zt_status s = zt_model_logits(m, (size_t)(T - 1), 1, logits);
+        if (s != ZT_OK) {
+            free(probs);
+            return s;
+        }
         float cutoff = -INFINITY;
         if (opts->top_k > 0 && opts->top_k < V) {
             memcpy(sorted, logits, sizeof(float) * V);

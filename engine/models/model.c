@@ -89,7 +89,7 @@ zt_status zt_model_check_create(const zt_model_spec *spec, zt_backend *be, zt_dt
 void zt_model_copy_logits(const zt_model *m, const float *logits, size_t row, size_t rows,
                           float *dst) {
     ZT_ASSERT(zt_backend_act_size(m->ctx.be, m->ctx.act) == sizeof(float));
-    size_t V = (size_t)m->spec.vocab_size;
+    size_t V = (size_t)(m->spec.vocab_size / zt_model_stage_tp(&m->stage));
     zt_backend_copy(m->ctx.be, dst, logits + row * V, rows * V * sizeof(float), ZT_COPY_D2H,
                     ZT_STREAM_COMPUTE);
 }
@@ -140,18 +140,35 @@ static void format_shape(char *buf, size_t size, int ndim, const int64_t *shape)
 }
 
 /* The one place a file's tensor data enters the parameters: read into host memory, then copied
- * to the backend. */
+ * to the backend. A whole tensor read into a tensor-parallel shard (`whole`) is read whole into
+ * host memory first and the shard's piece taken from it. */
 static zt_status read_param(zt_model *m, const zt_st_file *f, const zt_st_tensor *st,
-                            const zt_tensor_info *t) {
+                            const zt_tensor_info *t, bool whole) {
     size_t bytes = t->numel * sizeof(float);
+    const size_t n = whole ? zt_tensor_full_numel(t) : t->numel;
     float *staging = zt_backend_alloc(m->ctx.be, ZT_MEM_PINNED, bytes);
-    if (!staging)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory reading '%s'", f->path, t->name);
-    zt_status s = zt_st_read_f32(f, st, staging, t->numel);
+    float *read = whole ? malloc(n * sizeof *read) : staging;
+    zt_status s = staging && read ? ZT_OK
+                                  : zt_error(ZT_ERR_NOMEM, "%s: out of memory reading '%s'",
+                                             f->path, t->name);
+    if (s == ZT_OK)
+        s = zt_st_read_f32(f, st, read, n);
+    if (s == ZT_OK && whole)
+        zt_tensor_shard_from_full(t, read, staging);
     if (s == ZT_OK)
         zt_model_set_params(m, t->offset, staging, t->numel);
-    zt_backend_free(m->ctx.be, ZT_MEM_PINNED, staging, bytes);
+    if (whole)
+        free(read);
+    if (staging)
+        zt_backend_free(m->ctx.be, ZT_MEM_PINNED, staging, bytes);
     return s;
+}
+
+static bool has_shape(const zt_st_tensor *st, int ndim, const int64_t *shape) {
+    bool same = st->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = st->shape[d] == shape[d];
+    return same;
 }
 
 /* Whether two tensors hold the same values once read as fp32. Tensors of one dtype compare as
@@ -186,13 +203,15 @@ static zt_status check_tied(const zt_model *m, const zt_st_ref *tied, const zt_s
     ZT_ASSERT(t && src[t - m->tensors].tensor);
     const zt_st_ref *to = &src[t - m->tensors];
     const char *path = tied->file->path;
-    bool same = tied->tensor->ndim == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++)
-        same = tied->tensor->shape[d] == t->shape[d];
+    /* The file's two tensors are compared, whole, also where this rank holds a shard. */
+    bool same = has_shape(tied->tensor, to->tensor->ndim, to->tensor->shape);
     if (!same)
         return zt_error(ZT_ERR_FORMAT, "%s: %s does not have %s's shape", path, map->tied,
                         map->tied_to);
-    ZT_TRY(same_values(tied, to, t->numel, &same));
+    size_t n = 1;
+    for (int d = 0; d < to->tensor->ndim; d++)
+        n *= (size_t)to->tensor->shape[d];
+    ZT_TRY(same_values(tied, to, n, &same));
     if (!same) {
         const zt_model_family *fam = zt_model_family_find(m->spec.type);
         return zt_error(ZT_ERR_FORMAT, "%s: %s differs from %s, but %s here ties them (the model "
@@ -207,18 +226,19 @@ static zt_status check_tied(const zt_model *m, const zt_st_ref *tied, const zt_s
 static zt_status load_tensor(zt_model *m, const zt_st_file *f, const zt_st_tensor *st,
                              const zt_tensor_info *t) {
     const zt_hf_map *map = hf_map(m);
-    bool same = st->ndim == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++)
-        same = st->shape[d] == t->shape[d];
-    if (same)
-        return read_param(m, f, st, t);
+    if (has_shape(st, t->ndim, t->shape))
+        return read_param(m, f, st, t, false);
+    /* A tensor-parallel shard of a model loaded from whole tensors (model.init_from): its piece
+     * of the whole tensor, as a checkpoint's shard would have saved it. */
+    if (t->tp_dim >= 0 && has_shape(st, t->ndim, t->full_shape))
+        return read_param(m, f, st, t, true);
     bool crop = map->croppable && strcmp(t->name, map->croppable) == 0 && st->ndim == t->ndim &&
                 st->shape[0] > t->shape[0];
     for (int d = 1; crop && d < t->ndim; d++)
         crop = st->shape[d] == t->shape[d];
     if (!crop) {
         char want[64], got[64];
-        format_shape(want, sizeof want, t->ndim, t->shape);
+        format_shape(want, sizeof want, t->ndim, t->full_shape);
         format_shape(got, sizeof got, st->ndim, st->shape);
         return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has shape %s but the model needs %s",
                         f->path, st->name, got, want);
@@ -226,7 +246,7 @@ static zt_status load_tensor(zt_model *m, const zt_st_file *f, const zt_st_tenso
     zt_st_tensor head = *st;
     head.shape[0] = t->shape[0];
     head.nbytes = st->nbytes / (size_t)st->shape[0] * (size_t)t->shape[0];
-    return read_param(m, f, &head, t);
+    return read_param(m, f, &head, t, false);
 }
 
 zt_status zt_model_load_safetensors(zt_model *m, const char *path) {

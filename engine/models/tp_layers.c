@@ -94,6 +94,38 @@ static void note(zt_model *m, zt_status s) {
         m->tp_error = s;
 }
 
+/* ---- Whole logits ---------------------------------------------------------------------------- */
+
+zt_status zt_model_logits(zt_model *m, size_t row, size_t rows, float *dst) {
+    const int tp = zt_model_stage_tp(&m->stage);
+    if (tp == 1) {
+        m->ops->logits(m, row, rows, dst);
+        return zt_backend_sync(m->ctx.be);
+    }
+    ZT_TRY(zt_model_tp_status(m));
+    const size_t V = (size_t)m->spec.vocab_size, vn = V / (size_t)tp, part = rows * vn;
+    /* Shard r's rows side by side at r · part, then each row put together from its slices. */
+    float *all = malloc((size_t)tp * part * sizeof *all);
+    if (!all)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory gathering %zu rows of logits",
+                        m->spec.type, rows);
+    m->ops->logits(m, row, rows, all + (size_t)m->stage.tp_rank * part);
+    zt_status s = zt_backend_sync(m->ctx.be);
+    size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
+    for (int i = 0; i < tp; i++) {
+        offsets[i] = (size_t)i * part;
+        counts[i] = part;
+    }
+    if (s == ZT_OK)
+        s = zt_comm_all_gather(m->tp_comm, all, (size_t)tp * part, offsets, counts, ZT_F32);
+    for (size_t n = 0; s == ZT_OK && n < rows; n++)
+        for (int i = 0; i < tp; i++)
+            memcpy(dst + n * V + (size_t)i * vn, all + (size_t)i * part + n * vn,
+                   vn * sizeof *dst);
+    free(all);
+    return s;
+}
+
 /* ---- Activations ---------------------------------------------------------------------------- */
 
 void zt_tp_reduce_act(zt_model *m, void *buf, size_t n) {

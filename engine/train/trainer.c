@@ -45,7 +45,8 @@ typedef struct {
     bool has_val_loader;
     int32_t *val_inputs, *val_targets;
     int32_t *val_pos; /* loss-masked data: the validation batch's document positions */
-    zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens) */
+    zt_eval_sampler sampler; /* rank 0's text sample at evaluation (data.sample_tokens), drawn
+                              * by its TP group together */
     bool has_sampler;
     zt_metrics_writer metrics;
     int64_t max_steps;
@@ -115,7 +116,9 @@ static zt_status open_data(trainer *t) {
         t->val_pos = malloc(n * sizeof(int32_t));
         if (!t->val_inputs || !t->val_targets || !t->val_pos)
             return zt_error(ZT_ERR_NOMEM, "out of memory");
-        if (t->rank == 0 && job->data.sample_tokens > 0) {
+        /* With tensor parallelism the sample is computed by rank 0's TP group together
+         * (sampler.h); rank 0 prints it. */
+        if (t->grid.replica == 0 && t->grid.stage == 0 && job->data.sample_tokens > 0) {
             ZT_TRY(zt_eval_sampler_init(&t->sampler, job));
             t->has_sampler = true;
         }
@@ -243,17 +246,14 @@ static zt_status choose_resume(trainer *t) {
     const char *dir = t->ckpt_dir;
     char note[4096], shard0[4200];
     /* A tensor-parallel checkpoint's shards share their tags: shard 0's say which (it exists at
-     * every TP size, which a resharding job's own shard need not). */
-    if (t->tp_ckpt) {
-        const char *top = t->tp_dir;
-        char tag[256];
-        if (t->job->train.resume && zt_ckpt_tp_size(top) == 0 &&
-            zt_ckpt_latest(top, tag, sizeof tag) == ZT_OK)
-            return zt_error(ZT_ERR_UNSUPPORTED, "%s holds a checkpoint saved without tensor "
-                            "parallelism (%s); resuming it at tensor_parallel.autotp_size %d is "
-                            "not supported yet", top, tag, t->tp);
-        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, top, 0);
+     * every TP size, which a resharding job's own shard need not). A directory without tp.json
+     * holds, if anything, a checkpoint saved without tensor parallelism, which every shard reads
+     * whole (zt_ckpt_tp_load); the job's own saves then go to shard directories beside it. */
+    if (t->tp_ckpt && zt_ckpt_tp_size(t->tp_dir) > 0) {
+        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, t->tp_dir, 0);
         dir = shard0;
+    } else if (t->tp_ckpt) {
+        dir = t->tp_dir;
     }
     t->resume_tag[0] = '\0';
     if (!t->job->train.resume || !dir[0])
@@ -292,7 +292,8 @@ static zt_status maybe_resume(trainer *t) {
     else
         ZT_TRY(zt_ckpt_load(t->e, dir, t->resume_tag));
     if (t->opts->progress)
-        fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n", dir, t->resume_tag,
+        fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n",
+                t->tp_ckpt ? t->tp_dir : dir, t->resume_tag,
                 (long long)zt_engine_global_steps(t->e));
     return ZT_OK;
 }
@@ -561,11 +562,11 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             char fmt[64];
             snprintf(fmt, sizeof fmt, "step %lld | eval loss %%.4f\n", (long long)step);
             print_line(t, fmt, eval_loss);
-            if (t->has_sampler && t->opts->progress) {
-                if (t->tty)
-                    fputs("\r\033[K", t->opts->progress);
-                ZT_TRY(zt_eval_sampler_run(&t->sampler, zt_engine_model(t->e), step,
-                                           t->opts->progress));
+            FILE *shown = t->rank == 0 ? t->opts->progress : NULL;
+            if (t->has_sampler && (shown || t->tp > 1)) {
+                if (t->tty && shown)
+                    fputs("\r\033[K", shown);
+                ZT_TRY(zt_eval_sampler_run(&t->sampler, zt_engine_model(t->e), step, shown));
             }
         }
         if (job->train.checkpoint_interval > 0 && step % job->train.checkpoint_interval == 0 &&

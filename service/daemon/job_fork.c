@@ -18,6 +18,7 @@
 #include "ztrain/fsutil.h"
 #include "job_manager_internal.h"
 #include "ztrain/checkpoint.h"
+#include "ztrain/ckpt_tp.h"
 #include "ztrain/model.h"
 
 zt_status zt_jm_fork_resume(char **text) {
@@ -133,6 +134,16 @@ static zt_status find_step(const char *dir, const char *parent, int64_t step, ch
                     strchr(have, ',') ? "s" : "", have[0] ? have : "(none)", dir);
 }
 
+/* Puts the parent's checkpoint `tag` of one directory (the whole checkpoint, or one
+ * tensor-parallel shard's) into the fork's directory `dir`, with a `latest` naming it. */
+static zt_status place_checkpoint(const char *tag_dir, const char *dir, const char *tag) {
+    char path[PATH_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, tag);
+    ZT_TRY(link_checkpoint(tag_dir, path));
+    snprintf(path, sizeof path, "%s/latest", dir);
+    return zt_write_file_atomic(path, tag, strlen(tag));
+}
+
 zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec) {
     char parent_dir[PATH_MAX];
     pthread_mutex_lock(&jm->mu);
@@ -142,14 +153,30 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec) {
     pthread_mutex_unlock(&jm->mu);
     if (!p)
         return zt_error(ZT_ERR_INVALID, "fork_from.job: there is no job %s", spec->fork_job);
-    char tag[256], tag_dir[PATH_MAX];
-    ZT_TRY(find_step(parent_dir, spec->fork_job, spec->fork_step, tag, sizeof tag));
-    if (!zt_ckpt_tag_dir(parent_dir, tag, tag_dir, sizeof tag_dir))
+    /* A tensor-parallel parent saved each shard as a checkpoint directory of its own beside
+     * tp.json (ckpt_tp.h): the step is looked up in shard 0's, and every shard must have it. */
+    const int tp = zt_ckpt_tp_size(parent_dir);
+    char first[PATH_MAX + 16];
+    if (tp > 0)
+        zt_ckpt_tp_shard_dir(first, sizeof first, parent_dir, 0);
+    else
+        snprintf(first, sizeof first, "%s", parent_dir);
+    char tag[256], tag_dir[PATH_MAX + 300];
+    ZT_TRY(find_step(first, spec->fork_job, spec->fork_step, tag, sizeof tag));
+    if (!zt_ckpt_tag_dir(first, tag, tag_dir, sizeof tag_dir))
         return zt_error(ZT_ERR_INVALID, "fork_from.step: %s/%s is no longer complete",
-                        parent_dir, tag);
+                        first, tag);
+    char shard[PATH_MAX + 16];
+    for (int r = 1; r < tp; r++) {
+        zt_ckpt_tp_shard_dir(shard, sizeof shard, parent_dir, r);
+        if (!zt_ckpt_tag_dir(shard, tag, tag_dir, sizeof tag_dir))
+            return zt_error(ZT_ERR_INVALID, "fork_from.step: job %s's tensor-parallel shard %d "
+                            "of %d has no complete checkpoint at step %lld (%s)", spec->fork_job,
+                            r, tp, (long long)spec->fork_step, tag_dir);
+    }
 
     zt_model_spec saved;
-    ZT_TRY(zt_ckpt_read_model_spec(parent_dir, tag, &saved));
+    ZT_TRY(zt_ckpt_read_model_spec(first, tag, &saved));
     const zt_model_field *differs = zt_model_spec_difference(&saved, &spec->model);
     char held[1024], want[256];
     zt_model_spec_describe(&saved, held, sizeof held);
@@ -164,11 +191,25 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec) {
     const char *dir = spec->train.checkpoint_dir;
     char path[PATH_MAX + 300];
     snprintf(path, sizeof path, "%s/latest", dir);
-    if (zt_path_exists(path))
+    bool used = zt_path_exists(path);
+    snprintf(path, sizeof path, "%s/tp.json", dir);
+    if (used || zt_path_exists(path))
         return zt_error(ZT_ERR_INVALID, "fork_from: train.checkpoint_dir %s already holds "
                         "checkpoints; a fork starts in a directory of its own", dir);
-    snprintf(path, sizeof path, "%s/%s", dir, tag);
-    ZT_TRY(link_checkpoint(tag_dir, path));
-    snprintf(path, sizeof path, "%s/latest", dir);
-    return zt_write_file_atomic(path, tag, strlen(tag));
+    if (tp == 0) {
+        zt_ckpt_tag_dir(first, tag, tag_dir, sizeof tag_dir);
+        return place_checkpoint(tag_dir, dir, tag);
+    }
+    /* The shards, then the layout that makes the directory a tensor-parallel one: the fork
+     * resumes them at its own TP size, resharded when it differs (zt_ckpt_tp_load). */
+    char to[PATH_MAX + 16];
+    for (int r = 0; r < tp; r++) {
+        zt_ckpt_tp_shard_dir(shard, sizeof shard, parent_dir, r);
+        zt_ckpt_tp_shard_dir(to, sizeof to, dir, r);
+        zt_ckpt_tag_dir(shard, tag, tag_dir, sizeof tag_dir);
+        ZT_TRY(place_checkpoint(tag_dir, to, tag));
+    }
+    char from[PATH_MAX + 16];
+    snprintf(from, sizeof from, "%s/tp.json", parent_dir);
+    return copy_file(from, path);
 }

@@ -40,8 +40,8 @@ Face model that transformers loads.
 A pipeline's stages save as TP checkpoint directories of their own, so a dp 2 x pp 2 x tp 2
 checkpoint resumes at tp 1 on 4 ranks.
 
-What is not built is refused by name: init_from with TP, and a head count the TP
-size does not divide. ZeRO stages 2 and 3 and offload with TP are test_tp_zero's."""
+A head count the TP size does not divide is refused by name (init_from with TP is
+test_tp_init_from's). ZeRO stages 2 and 3 and offload with TP are test_tp_zero's."""
 import os
 import shutil
 import sys
@@ -161,9 +161,6 @@ with tempfile.TemporaryDirectory() as d:
              f"transformers loads with the exported weights (worst rel err {err:.1e})")
 
     # ---- refusals -------------------------------------------------------------------------
-    refused(ck, d, "init-from", job(dict(GPT2, init_from="gpt2-1.safetensors"), 2, 1, "ck-x"),
-            "model.init_from (loading whole weights into shards) is not supported with tensor "
-            "parallelism yet")
     refused(ck, d, "heads", job(dict(GPT2, n_head=2, n_embd=32), 4, 1, "ck-x"),
             "model.n_head (2) must be divisible by tensor_parallel.autotp_size (4)")
     refused(ck, d, "kv-heads", job(dict(LLAMA, n_head=12, n_kv_head=3, n_embd=48), 2, 1, "ck-x"),

@@ -13,7 +13,10 @@
  * each group into T equal pieces, shard t holding piece t of every group (zt_tensor_info's tp_
  * fields); with `pieces` (fewer than T, dividing it: Llama's kv heads when there are fewer than
  * TP ranks) into that many, shard t holding piece t / (T / pieces). From it a checkpoint is read at any other TP size (zt_ckpt_tp_load reshards), and as
- * one whole model by zt_ckpt_weights (hence `ztrain export` and zero-to-fp32). */
+ * one whole model by zt_ckpt_weights (hence `ztrain export` and zero-to-fp32).
+ *
+ * A directory without tp.json holding an ordinary checkpoint (a job saved without tensor
+ * parallelism) loads at any TP size too, as the one shard of a layout of whole tensors. */
 #ifndef ZTRAIN_CKPT_TP_H
 #define ZTRAIN_CKPT_TP_H
 

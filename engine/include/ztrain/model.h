@@ -93,7 +93,8 @@ typedef struct {
     void (*backward)(zt_model *m);
     /* Copies rows [row, row + rows) of the logits [B·T, vocab] of the last forward without
      * targets (a stage's: of buffer 0, on a stage with the head) into host memory
-     * dst[rows · vocab]. */
+     * dst[rows · vocab]. Under tensor parallelism vocab is the shard's vocabulary slice,
+     * vocab_size / tp_size wide: zt_model_logits gives whole rows. */
     void (*logits)(const zt_model *m, size_t row, size_t rows, float *dst);
     /* Forward+backward FLOPs per token, the figure TFLOPS metrics use: DeepSpeedExamples' count
      * with the coefficient 3, or 4 when the model checkpoints activations (spec
@@ -162,6 +163,12 @@ zt_status zt_model_set_tp_comm(zt_model *m, struct zt_comm *tp_comm);
 /* ZT_OK, or the first TP collective's failure since the last call (which clears it), with its
  * message set again. */
 zt_status zt_model_tp_status(zt_model *m);
+
+/* Rows [row, row + rows) of the logits of the last forward without targets, over the whole
+ * vocabulary, into host dst[rows · vocab_size]. Under tensor parallelism a collective of the TP
+ * group (every shard calls it alike, after the forward all of them ran): each shard's
+ * vocabulary slice is gathered, so every shard gets the same whole rows. */
+zt_status zt_model_logits(zt_model *m, size_t row, size_t rows, float *dst);
 
 /* Copies this rank's shard `t` out of the whole tensor `full` (host memory, full_shape), into
  * host shard[t->numel]; and the reverse, writing the shard's elements into their places in the
@@ -413,7 +420,8 @@ zt_status zt_model_check_create(const zt_model_spec *spec, zt_backend *be, zt_dt
                                 int max_batch, zt_model_estimate *out);
 
 /* For architectures' logits op: copies rows [row, row + rows) of logits[·, vocab] (device
- * memory, fp32: sampling runs with fp32 activations) into host dst. */
+ * memory, fp32: sampling runs with fp32 activations; vocab the shard's slice under tensor
+ * parallelism) into host dst. */
 void zt_model_copy_logits(const zt_model *m, const float *logits, size_t row, size_t rows,
                           float *dst);
 
