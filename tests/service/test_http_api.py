@@ -501,13 +501,15 @@ def case_e(api, d):
                                f"&access_token={TOKEN}", auth=False)
     time.sleep(0.5)
     s, h, body = api.request("POST", f"/api/v1/jobs/{job_id}/cancel",
-                             body=json.dumps({"force": False, "grace_seconds": 20}),
+                             body=json.dumps({"force": False, "grace_seconds": 120}),
                              headers={"Content-Type": "application/json"})
     c = json.loads(body) if s == 200 else {}
     ck.check(s == 200 and cors_ok(h) and c.get("id") == job_id and
              c.get("state") in ("JOB_STATE_STOPPING", "JOB_STATE_CANCELLED"),
              f"e: POST cancel answers the job after the request ({s} {c.get('state')})")
-    j = api.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout=60)
+    # The grace is generous: on a loaded machine the last step and the checkpoint can take many
+    # seconds, and a grace that ran out would kill the ranks before the checkpoint is complete.
+    j = api.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout=150)
     if j:
         j.update(api.get(f"/api/v1/jobs/{job_id}/checkpoints")[1])
     stream.join(30)
