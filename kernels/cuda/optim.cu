@@ -5,9 +5,63 @@
  * Each element goes through the CPU's sequence of IEEE operations (kernels/cpu/optim.c: explicit
  * fused multiply-adds, correctly rounded sqrt and divide, which nvcc keeps without
  * --use_fast_math) with the coefficients derived the same way on the host, so an element's result
- * is the CPU's bit for bit and does not depend on where a slice starts. The sum of squares runs in
- * two passes over a fixed number of blocks: deterministic for a given n. */
+ * is the CPU's bit for bit and does not depend on where a slice starts. The updates are memory
+ * bound: each thread takes a chunk of OPT_VEC elements, moved in 16-byte loads and stores (two per
+ * fp32 array, one per 16-bit one) where the chunk is whole and aligned, element by element
+ * otherwise (a slice's tail, an odd offset). The sum of squares runs in two passes over a fixed
+ * number of blocks: deterministic for a given n. */
 #include "cuda_common.cuh"
+
+/* Elements per thread in the update kernels: 32 bytes of every fp32 array, 16 of a 16-bit one. */
+enum { OPT_VEC = 8 };
+
+#define OPT_LOOP(base, n)                                                                          \
+    for (size_t base = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * OPT_VEC; base < (n);      \
+         base += (size_t)gridDim.x * blockDim.x * OPT_VEC)
+#define OPT_LAUNCH(x, n, kernel, ...)                                                              \
+    ZT_LAUNCH_1D(x, ((n) + OPT_VEC - 1) / OPT_VEC, kernel, __VA_ARGS__)
+
+/* x[j] = p[base + j] for the chunk's elements below n (the rest are left as they are). */
+__device__ __forceinline__ void ld8(const float *p, size_t base, size_t n, float *x) {
+    zt_ldv(p, base, n, x);
+    zt_ldv(p, base + ZT_VEC(float), n, x + ZT_VEC(float));
+}
+
+__device__ __forceinline__ void st8(float *p, size_t base, size_t n, const float *x) {
+    zt_stv(p, base, n, x);
+    zt_stv(p, base + ZT_VEC(float), n, x + ZT_VEC(float));
+}
+
+__device__ __forceinline__ bool whole8(const uint16_t *p, size_t base, size_t n) {
+    return base + OPT_VEC <= n && ((uintptr_t)(p + base) & 15u) == 0;
+}
+
+/* 16-bit values widened exactly (as from_half), the chunk in one 16-byte load when it can. */
+__device__ __forceinline__ void ld8_half(const uint16_t *p, size_t base, size_t n, bool bf16,
+                                         float *x) {
+    if (whole8(p, base, n)) {
+        zt_pack16<uint16_t> pk = *reinterpret_cast<const zt_pack16<uint16_t> *>(p + base);
+        for (int j = 0; j < OPT_VEC; j++)
+            x[j] = zt_f32_from_half(pk.v[j], bf16);
+    } else {
+        for (int j = 0; j < OPT_VEC && base + j < n; j++)
+            x[j] = zt_f32_from_half(p[base + j], bf16);
+    }
+}
+
+/* x rounded to nearest even (as to_half), the chunk in one 16-byte store when it can. */
+__device__ __forceinline__ void st8_half(uint16_t *p, size_t base, size_t n, bool bf16,
+                                         const float *x) {
+    if (whole8(p, base, n)) {
+        zt_pack16<uint16_t> pk;
+        for (int j = 0; j < OPT_VEC; j++)
+            pk.v[j] = zt_half_from_f32(x[j], bf16);
+        *reinterpret_cast<zt_pack16<uint16_t> *>(p + base) = pk;
+    } else {
+        for (int j = 0; j < OPT_VEC && base + j < n; j++)
+            p[base + j] = zt_half_from_f32(x[j], bf16);
+    }
+}
 
 struct adam_coef {
     float decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, sqrt_bc2, step_size;
@@ -40,21 +94,40 @@ __device__ __forceinline__ float adam_elem(float p, float g, float *m, float *v,
 }
 
 __global__ void adam_kernel(float *p, const float *g, float *m, float *v, size_t n, adam_coef c) {
-    ZT_GRID_LOOP(i, n) { p[i] = adam_elem(p[i], g[i], m + i, v + i, c); }
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, mi[OPT_VEC] = {}, vi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        ld8(g, base, n, gi);
+        ld8(m, base, n, mi);
+        ld8(v, base, n, vi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = adam_elem(pi[j], gi[j], mi + j, vi + j, c);
+        st8(p, base, n, pi);
+        st8(m, base, n, mi);
+        st8(v, base, n, vi);
+    }
 }
 
 /* grad_type: 0 fp32, 1 bf16, 2 fp16 (zt_dtype's values); param16 NULL for no 16-bit copy. */
 __global__ void adam_mixed_kernel(float *p, const void *grad, int grad_type, float mul, float *m,
                                   float *v, uint16_t *param16, bool param_bf16, size_t n,
                                   adam_coef c) {
-    ZT_GRID_LOOP(i, n) {
-        float g = grad_type == ZT_F32
-                      ? ((const float *)grad)[i]
-                      : zt_f32_from_half(((const uint16_t *)grad)[i], grad_type == ZT_BF16);
-        float pi = adam_elem(p[i], __fmul_rn(g, mul), m + i, v + i, c);
-        p[i] = pi;
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, mi[OPT_VEC] = {}, vi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        if (grad_type == ZT_F32)
+            ld8((const float *)grad, base, n, gi);
+        else
+            ld8_half((const uint16_t *)grad, base, n, grad_type == ZT_BF16, gi);
+        ld8(m, base, n, mi);
+        ld8(v, base, n, vi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = adam_elem(pi[j], __fmul_rn(gi[j], mul), mi + j, vi + j, c);
+        st8(p, base, n, pi);
+        st8(m, base, n, mi);
+        st8(v, base, n, vi);
         if (param16)
-            param16[i] = zt_half_from_f32(pi, param_bf16);
+            st8_half(param16, base, n, param_bf16, pi);
     }
 }
 
@@ -63,29 +136,47 @@ struct sgd_coef {
     bool use_momentum, nesterov, first_step;
 };
 
+__device__ __forceinline__ float sgd_elem(float p, float g, float *buf, const sgd_coef &c) {
+    if (c.wd != 0.0f)
+        g = __fmaf_rn(c.wd, p, g);
+    if (c.use_momentum) {
+        float b = c.first_step ? g
+                               : __fmaf_rn(c.momentum, *buf, __fmul_rn(c.one_minus_dampening, g));
+        *buf = b;
+        g = c.nesterov ? __fmaf_rn(c.momentum, b, g) : b;
+    }
+    return __fmaf_rn(-c.lr, g, p);
+}
+
 __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, sgd_coef c) {
-    ZT_GRID_LOOP(i, n) {
-        float gi = g[i];
-        if (c.wd != 0.0f)
-            gi = __fmaf_rn(c.wd, p[i], gi);
-        if (c.use_momentum) {
-            float b = c.first_step ? gi
-                                   : __fmaf_rn(c.momentum, buf[i],
-                                               __fmul_rn(c.one_minus_dampening, gi));
-            buf[i] = b;
-            gi = c.nesterov ? __fmaf_rn(c.momentum, b, gi) : b;
-        }
-        p[i] = __fmaf_rn(-c.lr, gi, p[i]);
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, bi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        ld8(g, base, n, gi);
+        /* The first step overwrites the buffer without reading it. */
+        if (c.use_momentum && !c.first_step)
+            ld8(buf, base, n, bi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = sgd_elem(pi[j], gi[j], bi + j, c);
+        st8(p, base, n, pi);
+        if (c.use_momentum)
+            st8(buf, base, n, bi);
     }
 }
 
 __global__ void scale_kernel(float *v, size_t n, float s) {
-    ZT_GRID_LOOP(i, n) { v[i] = __fmul_rn(v[i], s); }
+    OPT_LOOP(base, n) {
+        float vi[OPT_VEC] = {};
+        ld8(v, base, n, vi);
+        for (int j = 0; j < OPT_VEC; j++)
+            vi[j] = __fmul_rn(vi[j], s);
+        st8(v, base, n, vi);
+    }
 }
 
 extern "C" void zt_cuda_adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v,
                                     size_t n, const zt_adam_args *a) {
-    ZT_LAUNCH_1D(x, n, adam_kernel, p, g, m, v, n, adam_coef_of(a));
+    OPT_LAUNCH(x, n, adam_kernel, p, g, m, v, n, adam_coef_of(a));
 }
 
 extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
@@ -94,7 +185,7 @@ extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const 
                                           const zt_adam_args *a) {
     ZT_ASSERT(grad_type == ZT_F32 || grad_type == ZT_BF16 || grad_type == ZT_F16);
     ZT_ASSERT(!param16 || param_type == ZT_BF16 || param_type == ZT_F16);
-    ZT_LAUNCH_1D(x, n, adam_mixed_kernel, master, grad, (int)grad_type, grad_mul, m, v, param16,
+    OPT_LAUNCH(x, n, adam_mixed_kernel, master, grad, (int)grad_type, grad_mul, m, v, param16,
                  param_type == ZT_BF16, n, adam_coef_of(a));
 }
 
@@ -108,11 +199,11 @@ extern "C" void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, fl
     c.use_momentum = buf != NULL && a->momentum != 0.0f;
     c.nesterov = a->nesterov;
     c.first_step = a->first_step;
-    ZT_LAUNCH_1D(x, n, sgd_kernel, p, g, buf, n, c);
+    OPT_LAUNCH(x, n, sgd_kernel, p, g, buf, n, c);
 }
 
 extern "C" void zt_cuda_scale(const zt_ctx *x, float *v, size_t n, float s) {
-    ZT_LAUNCH_1D(x, n, scale_kernel, v, n, s);
+    OPT_LAUNCH(x, n, scale_kernel, v, n, s);
 }
 
 /* ---- the two-pass sum of squares --------------------------------------------------------------- */
