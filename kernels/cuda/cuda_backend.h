@@ -225,6 +225,12 @@ void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
                                zt_dtype grad_type, float grad_mul, float *m, float *v,
                                uint16_t *param16, zt_dtype param_type, size_t n,
                                const zt_adam_args *a);
+void zt_cuda_sgd_update_mixed(const zt_ctx *x, float *master, const void *grad,
+                              zt_dtype grad_type, float grad_mul, float *buf, uint16_t *param16,
+                              zt_dtype param_type, size_t n, const zt_sgd_args *a);
+void zt_cuda_lamb_apply_mixed(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
+                              const zt_lamb_args *a, float step, uint16_t *param16,
+                              zt_dtype param_type);
 void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
                           size_t n, const zt_lamb_args *a, double sums[2]);
 void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,

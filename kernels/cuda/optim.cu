@@ -1,6 +1,6 @@
 /* Optimizer and gradient ops on the GPU over flat fp32 slices: Adam/AdamW, the fused
  * mixed-precision Adam (16-bit gradients in, fp32 masters and moments, 16-bit parameters out),
- * SGD, scale, and the double-precision sum of squares of the global norm.
+ * SGD and its fused mixed-precision form, scale, and the double-precision sum of squares of the global norm.
  *
  * Each element goes through the CPU's sequence of IEEE operations (kernels/cpu/optim.c: explicit
  * fused multiply-adds, correctly rounded sqrt and divide, which nvcc keeps without
@@ -10,58 +10,7 @@
  * fp32 array, one per 16-bit one) where the chunk is whole and aligned, element by element
  * otherwise (a slice's tail, an odd offset). The sum of squares runs in two passes over a fixed
  * number of blocks: deterministic for a given n. */
-#include "cuda_common.cuh"
-
-/* Elements per thread in the update kernels: 32 bytes of every fp32 array, 16 of a 16-bit one. */
-enum { OPT_VEC = 8 };
-
-#define OPT_LOOP(base, n)                                                                          \
-    for (size_t base = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * OPT_VEC; base < (n);      \
-         base += (size_t)gridDim.x * blockDim.x * OPT_VEC)
-#define OPT_LAUNCH(x, n, kernel, ...)                                                              \
-    ZT_LAUNCH_1D(x, ((n) + OPT_VEC - 1) / OPT_VEC, kernel, __VA_ARGS__)
-
-/* x[j] = p[base + j] for the chunk's elements below n (the rest are left as they are). */
-__device__ __forceinline__ void ld8(const float *p, size_t base, size_t n, float *x) {
-    zt_ldv(p, base, n, x);
-    zt_ldv(p, base + ZT_VEC(float), n, x + ZT_VEC(float));
-}
-
-__device__ __forceinline__ void st8(float *p, size_t base, size_t n, const float *x) {
-    zt_stv(p, base, n, x);
-    zt_stv(p, base + ZT_VEC(float), n, x + ZT_VEC(float));
-}
-
-__device__ __forceinline__ bool whole8(const uint16_t *p, size_t base, size_t n) {
-    return base + OPT_VEC <= n && ((uintptr_t)(p + base) & 15u) == 0;
-}
-
-/* 16-bit values widened exactly (as from_half), the chunk in one 16-byte load when it can. */
-__device__ __forceinline__ void ld8_half(const uint16_t *p, size_t base, size_t n, bool bf16,
-                                         float *x) {
-    if (whole8(p, base, n)) {
-        zt_pack16<uint16_t> pk = *reinterpret_cast<const zt_pack16<uint16_t> *>(p + base);
-        for (int j = 0; j < OPT_VEC; j++)
-            x[j] = zt_f32_from_half(pk.v[j], bf16);
-    } else {
-        for (int j = 0; j < OPT_VEC && base + j < n; j++)
-            x[j] = zt_f32_from_half(p[base + j], bf16);
-    }
-}
-
-/* x rounded to nearest even (as to_half), the chunk in one 16-byte store when it can. */
-__device__ __forceinline__ void st8_half(uint16_t *p, size_t base, size_t n, bool bf16,
-                                         const float *x) {
-    if (whole8(p, base, n)) {
-        zt_pack16<uint16_t> pk;
-        for (int j = 0; j < OPT_VEC; j++)
-            pk.v[j] = zt_half_from_f32(x[j], bf16);
-        *reinterpret_cast<zt_pack16<uint16_t> *>(p + base) = pk;
-    } else {
-        for (int j = 0; j < OPT_VEC && base + j < n; j++)
-            p[base + j] = zt_half_from_f32(x[j], bf16);
-    }
-}
+#include "optim_vec.cuh"
 
 struct adam_coef {
     float decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, sqrt_bc2, step_size;
@@ -164,6 +113,28 @@ __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, sgd_c
     }
 }
 
+/* grad_type as in adam_mixed_kernel; buf NULL without momentum, param16 NULL for no copy. */
+__global__ void sgd_mixed_kernel(float *p, const void *grad, int grad_type, float mul, float *buf,
+                                 uint16_t *param16, bool param_bf16, size_t n, sgd_coef c) {
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, bi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        if (grad_type == ZT_F32)
+            ld8((const float *)grad, base, n, gi);
+        else
+            ld8_half((const uint16_t *)grad, base, n, grad_type == ZT_BF16, gi);
+        if (c.use_momentum && !c.first_step)
+            ld8(buf, base, n, bi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = sgd_elem(pi[j], __fmul_rn(gi[j], mul), bi + j, c);
+        st8(p, base, n, pi);
+        if (c.use_momentum)
+            st8(buf, base, n, bi);
+        if (param16)
+            st8_half(param16, base, n, param_bf16, pi);
+    }
+}
+
 __global__ void scale_kernel(float *v, size_t n, float s) {
     OPT_LOOP(base, n) {
         float vi[OPT_VEC] = {};
@@ -189,17 +160,31 @@ extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const 
                  param_type == ZT_BF16, n, adam_coef_of(a));
 }
 
-extern "C" void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, float *buf,
-                                   size_t n, const zt_sgd_args *a) {
+static sgd_coef sgd_coef_of(const zt_sgd_args *a, bool has_buf) {
     sgd_coef c;
     c.lr = a->lr;
     c.wd = a->weight_decay;
     c.momentum = a->momentum;
     c.one_minus_dampening = (float)(1.0 - a->dampening);
-    c.use_momentum = buf != NULL && a->momentum != 0.0f;
+    c.use_momentum = has_buf && a->momentum != 0.0f;
     c.nesterov = a->nesterov;
     c.first_step = a->first_step;
-    OPT_LAUNCH(x, n, sgd_kernel, p, g, buf, n, c);
+    return c;
+}
+
+extern "C" void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, float *buf,
+                                   size_t n, const zt_sgd_args *a) {
+    OPT_LAUNCH(x, n, sgd_kernel, p, g, buf, n, sgd_coef_of(a, buf != NULL));
+}
+
+extern "C" void zt_cuda_sgd_update_mixed(const zt_ctx *x, float *master, const void *grad,
+                                         zt_dtype grad_type, float grad_mul, float *buf,
+                                         uint16_t *param16, zt_dtype param_type, size_t n,
+                                         const zt_sgd_args *a) {
+    ZT_ASSERT(grad_type == ZT_F32 || grad_type == ZT_BF16 || grad_type == ZT_F16);
+    ZT_ASSERT(!param16 || param_type == ZT_BF16 || param_type == ZT_F16);
+    OPT_LAUNCH(x, n, sgd_mixed_kernel, master, grad, (int)grad_type, grad_mul, buf, param16,
+               param_type == ZT_BF16, n, sgd_coef_of(a, buf != NULL));
 }
 
 extern "C" void zt_cuda_scale(const zt_ctx *x, float *v, size_t n, float s) {

@@ -10,7 +10,9 @@ weight (kernels/weights_rounded 0), and the rounding run that they did, so the c
 between the two paths. Jobs: GPT-2 bf16 at ZeRO 0 (AdamW), fp16 at ZeRO 1 and bf16 at ZeRO 3
 (16-bit gathers) on two ranks, SGD at ZeRO 2 and LAMB at ZeRO 1, ZeRO 3 with parameters and
 optimizer on NVMe (the twin read from the file), a resumed run (the twin from a checkpoint),
-and Llama bf16 (no biases, torch.nn.Linear layout)."""
+and Llama bf16 (no biases, torch.nn.Linear layout); and at ZeRO 3 each rank's measured model
+state (with the gathered layers' 16-bit parameters) against the admission estimate."""
+import json
 import os
 import sys
 import tempfile
@@ -103,6 +105,25 @@ with tempfile.TemporaryDirectory() as d:
              f"GPT-2 bf16 resumed after step 2: the twin's losses are the rounding run's, bit "
              f"for bit ({twin} vs {ref})")
     same(ck, "Llama bf16, ZeRO 0", job("llama", model=LLAMA), d)
+    # Memory: at ZeRO 3 the gathered layers' 16-bit parameters are held beside their fp32
+    # working copy. Each rank's measured model state (as dist/test_admission_estimate reads it)
+    # must lie under the admission estimate, which counts them, and within 1.5 times it.
+    big = dict(GPT2, n_layer=4, n_embd=128, block_size=64)
+    spec = job("memory", world=2, micro=1, stage=3, model=big,
+               zero={"reduce_bucket_size": 50000, "stage3_param_persistence_threshold": 1000})
+    write_job(f"{d}/memory.json", spec)
+    est = json.loads(run([tool("ztrain"), "estimate", "--json", f"{d}/memory.json"]).stdout)
+    run([tool("ztrain"), "run", f"{d}/memory.json", "--out", f"{d}/memory"],
+        env=dict(os.environ, ZTRAIN_CUDA_EMU="1"), cwd=d)
+    rec = read_metrics(f"{d}/memory/metrics.jsonl")[-1]
+    state = sum(est[k] for k in ("param_bytes", "grad_bytes", "optimizer_bytes", "offload_bytes",
+                                 "workspace_bytes"))
+    for r in range(2):
+        measured = sum(rec.get(f"memory/rank{r}/{k}", 0) for k in
+                       ("params_bytes", "grads_bytes", "optimizer_bytes", "fp32_workspace_bytes"))
+        ck.check(measured <= state <= 1.5 * measured,
+                 f"GPT-2 bf16 ZeRO 3 on cuda, rank {r}: model state measured "
+                 f"{measured / 1e6:.3f} MB, estimated {state / 1e6:.3f} MB")
     # What the variable does not understand is refused by name.
     write_job(f"{d}/bad.json", job("bad"))
     p = run([tool("ztrain"), "run", f"{d}/bad.json", "--out", f"{d}/bad"], check=False,

@@ -35,8 +35,9 @@ struct zt_backend;
  * the model in 16 bits and fp32 masters in the optimizer): half[i] is f32[i] rounded to type,
  * for i < n. Whoever installs one (ZeRO's mixed precision: its 16-bit parameters beside the
  * model's fp32 working copy) keeps that true whenever an op may read a parameter: the optimizer
- * writes the twin from the masters once per step (adam_update_mixed in the same pass as the
- * masters), and loads, gathers and initialisation fill both. A backend whose products
+ * writes the twin from the masters once per step, in the pass that writes the masters
+ * (adam_update_mixed, sgd_update_mixed, lamb_apply_mixed), and loads, gathers and
+ * initialisation fill both. A backend whose products
  * run in 16 bits reads a weight's and a bias's twin here instead of rounding the fp32 values at
  * every product (the CUDA backend's linear ops); a weight outside [f32, f32 + n), or a type
  * other than the activations', is rounded as before. The CPU ignores it (it computes from the
@@ -278,6 +279,15 @@ typedef struct zt_ops {
                               uint16_t *param16, zt_dtype param_type, size_t n,
                               const zt_adam_args *a);
 
+    /* Fused mixed-precision SGD, as adam_update_mixed is to adam_update: g = grad[i] · grad_mul
+     * (grad read as grad_type), master[i] and buf[i] updated from g exactly as sgd_update updates
+     * p and buf (buf NULL without momentum), then param16[i] = master[i] rounded to param_type
+     * when param16 is not NULL. Bit for bit from_half, scale, sgd_update and to_half run one
+     * after another. */
+    void (*sgd_update_mixed)(const zt_ctx *x, float *master, const void *grad,
+                             zt_dtype grad_type, float grad_mul, float *buf, uint16_t *param16,
+                             zt_dtype param_type, size_t n, const zt_sgd_args *a);
+
     /* LAMB's first pass over n parameters (all of one tensor, or a piece of it): m and v are
      * updated from g as Adam's (m = b1·m + (1-b1)·g, v = b2·v + (1-b2)·g²); p is only read.
      * sums[0] receives the sum of p² (p before the update) and sums[1] the sum of u², both in
@@ -289,6 +299,11 @@ typedef struct zt_ops {
      * element's result does not depend on n or on where the slice starts. */
     void (*lamb_apply)(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
                        const zt_lamb_args *a, float step);
+    /* lamb_apply that also writes param16[i] = p[i] rounded to param_type (ZT_BF16 or ZT_F16)
+     * from the same pass: bit for bit lamb_apply and then to_half. */
+    void (*lamb_apply_mixed)(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
+                             const zt_lamb_args *a, float step, uint16_t *param16,
+                             zt_dtype param_type);
 
     /* Sum of squares in double precision (the global gradient norm); the result is returned to
      * the host (a GPU backend synchronises its compute stream). */
