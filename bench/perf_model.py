@@ -271,8 +271,9 @@ def markdown(directory):
             head += f" measured {dev} ms |"
             rule += "---:|"
         lines += [head, rule]
-        # Ops a GPU run called that the design has no kernel for (today's per-GEMM rounding,
-        # the separate gradient conversions): measured, predicted as nothing.
+        # Ops a GPU run called that the design has no kernel for (the separate gradient
+        # conversions; the products read the 16-bit weights the optimizer writes, so a weight is
+        # rounded per GEMM only under ZTRAIN_CUDA_WEIGHTS=round): measured, predicted as nothing.
         for dev in DEVICES:
             for op in meas.get(dev, (None, {}))[1]:
                 if op not in ops:

@@ -39,6 +39,7 @@ static const char *const op_names[ZT_OP_COUNT] = {
     "adam_update", "sgd_update", "adam_update_mixed", "lamb_moments",
     "lamb_apply", "sum_squares", "scale", "to_half",
     "from_half", "round_to", "accumulate_half", "sum_squares_half",
+    "sgd_update_mixed", "lamb_apply_mixed",
 };
 
 const char *zt_op_name(zt_op_id op) {
@@ -200,6 +201,14 @@ TIMED(ZT_OP_LAMB_APPLY, lamb_apply,
       (const zt_ctx *x, float *p_, const float *m, const float *v, size_t n,
        const zt_lamb_args *a, float step),
       (x, p_, m, v, n, a, step))
+TIMED(ZT_OP_SGD_UPDATE_MIXED, sgd_update_mixed,
+      (const zt_ctx *x, float *master, const void *grad, zt_dtype grad_type, float grad_mul,
+       float *buf, uint16_t *param16, zt_dtype param_type, size_t n, const zt_sgd_args *a),
+      (x, master, grad, grad_type, grad_mul, buf, param16, param_type, n, a))
+TIMED(ZT_OP_LAMB_APPLY_MIXED, lamb_apply_mixed,
+      (const zt_ctx *x, float *p_, const float *m, const float *v, size_t n,
+       const zt_lamb_args *a, float step, uint16_t *param16, zt_dtype param_type),
+      (x, p_, m, v, n, a, step, param16, param_type))
 TIMED_DOUBLE(ZT_OP_SUM_SQUARES, sum_squares, (const zt_ctx *x, const float *v, size_t n),
              (x, v, n))
 TIMED(ZT_OP_SCALE, scale, (const zt_ctx *x, float *v, size_t n, float s), (x, v, n, s))
@@ -254,6 +263,8 @@ static void fill_table(zt_ops *t, const zt_ops *r) {
     ENTRY(round_to);
     ENTRY(accumulate_half);
     ENTRY(sum_squares_half);
+    ENTRY(sgd_update_mixed);
+    ENTRY(lamb_apply_mixed);
 #undef ENTRY
 }
 

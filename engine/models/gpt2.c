@@ -509,7 +509,7 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
     zt_model *m = &g->base;
     m->ops = &gpt2_ops;
-    m->ctx = (zt_ctx){be, act};
+    m->ctx = (zt_ctx){be, act, NULL};
     g->act_size = act_size;
     m->spec = *spec;
     m->max_batch = max_batch;

@@ -529,7 +529,7 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", spec->type);
     zt_model *m = &g->base;
     m->ops = &llama_ops;
-    m->ctx = (zt_ctx){be, act};
+    m->ctx = (zt_ctx){be, act, NULL};
     g->act_size = act_size;
     m->spec = *spec;
     m->max_batch = max_batch;

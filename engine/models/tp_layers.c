@@ -153,7 +153,7 @@ void zt_tp_shared_grad_end(zt_model *m, float *g, const float *saved, size_t n) 
         return;
     if (m->tp_error == ZT_OK)
         note(m, zt_comm_dev_all_reduce(m->tp_share_comm, g, n, ZT_F32, ZT_REDUCE_SUM));
-    const zt_ctx f32 = {m->ctx.be, ZT_F32};
+    const zt_ctx f32 = {m->ctx.be, ZT_F32, NULL};
     m->ctx.be->ops->add(&f32, g, g, saved, n);
 }
 

@@ -148,6 +148,12 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
         grads_tmp = min_u64(padded, zt_u64_add(outer, layer, &ov));
     uint64_t in_training = zt_u64_add(params_tmp, grads_tmp, &ov);
     out->workspace_bytes = zt_u64_mul(max_u64(at_start, in_training), sizeof(float), &ov);
+    /* Stage 3 in mixed precision gathers the layers in use as 16-bit parameters, the copy the
+     * products read (zt_param16), and widens them into the fp32 ones: 2 bytes more each. At
+     * stages 0-2 that copy is the 16-bit parameters themselves (param_bytes). */
+    if (half && stage == 3 && (N > 1 || params_in_file))
+        out->workspace_bytes = zt_u64_add(out->workspace_bytes, zt_u64_mul(params_tmp, 2, &ov),
+                                          &ov);
     if (half)
         out->workspace_bytes = zt_u64_add(out->workspace_bytes, ZT_ZERO_CHUNK * sizeof(float), &ov);
     if (states16)

@@ -29,7 +29,7 @@ zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, zt_
                             size_t n) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
-    o->ctx = (zt_ctx){be, ZT_F32};
+    o->ctx = (zt_ctx){be, ZT_F32, NULL};
     o->n = n;
     zt_status s = ZT_OK;
     if (cfg->type == ZT_OPTIM_ADAM || cfg->type == ZT_OPTIM_LAMB) {
@@ -48,7 +48,7 @@ void zt_optimizer_init_external(zt_optimizer *o, const zt_optimizer_config *cfg,
                                 zt_backend *be, size_t n) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
-    o->ctx = (zt_ctx){be, ZT_F32};
+    o->ctx = (zt_ctx){be, ZT_F32, NULL};
     o->n = n;
     o->external = true;
 }
@@ -174,17 +174,30 @@ zt_status zt_optimizer_lamb_reduce(zt_optimizer *o, zt_comm *comm, double lr, do
     return ZT_OK;
 }
 
-void zt_optimizer_lamb_apply(zt_optimizer *o, float *params, size_t offset, size_t n) {
+void zt_optimizer_lamb_apply_mixed(zt_optimizer *o, float *params, uint16_t *params16,
+                                   zt_dtype type, size_t offset, size_t n) {
     ZT_ASSERT(o->cfg.type == ZT_OPTIM_LAMB && o->lamb_step && !o->external);
     ZT_ASSERT(offset + n <= o->n);
+    const zt_ops *op = o->ctx.be->ops;
     /* The moments pass's beta1 is not used here: u depends on m, v and p alone. */
     zt_lamb_args a = lamb_args(o, 0.0);
     for (int i = 0; i < o->n_tensors; i++) {
         size_t lo, len;
-        if (tensor_part(o, i, offset, n, &lo, &len))
-            o->ctx.be->ops->lamb_apply(&o->ctx, params + (lo - offset), o->m + lo, o->v + lo, len,
-                                       &a, o->lamb_step[i]);
+        if (!tensor_part(o, i, offset, n, &lo, &len))
+            continue;
+        float *p = params + (lo - offset);
+        if (params16 && op->lamb_apply_mixed)
+            op->lamb_apply_mixed(&o->ctx, p, o->m + lo, o->v + lo, len, &a, o->lamb_step[i],
+                                 params16 + (lo - offset), type);
+        else
+            op->lamb_apply(&o->ctx, p, o->m + lo, o->v + lo, len, &a, o->lamb_step[i]);
+        if (params16 && !op->lamb_apply_mixed)
+            op->to_half(&o->ctx, params16 + (lo - offset), p, len, type);
     }
+}
+
+void zt_optimizer_lamb_apply(zt_optimizer *o, float *params, size_t offset, size_t n) {
+    zt_optimizer_lamb_apply_mixed(o, params, NULL, ZT_F32, offset, n);
 }
 
 /* Adam's kernel arguments for the update begun by zt_optimizer_begin_step. torch and DeepSpeed take
@@ -209,6 +222,26 @@ static zt_adam_args adam_args(const zt_optimizer *o, double lr, double momentum)
     };
 }
 
+/* SGD's kernel arguments for the update begun by zt_optimizer_begin_step. */
+static zt_sgd_args sgd_args(const zt_optimizer *o, double lr, double momentum) {
+    const zt_optimizer_config *c = &o->cfg;
+    return (zt_sgd_args){
+        .lr = (float)lr,
+        .momentum = (float)momentum,
+        .dampening = (float)c->dampening,
+        .weight_decay = (float)c->weight_decay,
+        .nesterov = c->nesterov,
+        .first_step = o->t == 1,
+    };
+}
+
+/* Without a buffer (momentum 0 in the config) the kernel runs plain SGD whatever `momentum`
+ * says: DeepSpeed's OneCycle never cycles the momentum of torch's SGD, which has no betas, so a
+ * cycled value must not conjure up a buffer. */
+static float *sgd_buffer(const zt_optimizer *o, float *m) {
+    return o->cfg.momentum != 0.0 ? m : NULL;
+}
+
 void zt_optimizer_update_with(zt_optimizer *o, float *params, const float *grads, float *m,
                               float *v, size_t n, double lr, double momentum) {
     const zt_optimizer_config *c = &o->cfg;
@@ -217,18 +250,8 @@ void zt_optimizer_update_with(zt_optimizer *o, float *params, const float *grads
         zt_adam_args a = adam_args(o, lr, momentum);
         o->ctx.be->ops->adam_update(&o->ctx, params, grads, m, v, n, &a);
     } else {
-        /* Without a buffer (momentum 0 in the config) the kernel runs plain SGD whatever
-         * `momentum` says: DeepSpeed's OneCycle never cycles the momentum of torch's SGD, which
-         * has no betas, so a cycled value here must not conjure up a buffer. */
-        zt_sgd_args a = {
-            .lr = (float)lr,
-            .momentum = (float)momentum,
-            .dampening = (float)c->dampening,
-            .weight_decay = (float)c->weight_decay,
-            .nesterov = c->nesterov,
-            .first_step = o->t == 1,
-        };
-        o->ctx.be->ops->sgd_update(&o->ctx, params, grads, c->momentum != 0.0 ? m : NULL, n, &a);
+        zt_sgd_args a = sgd_args(o, lr, momentum);
+        o->ctx.be->ops->sgd_update(&o->ctx, params, grads, sgd_buffer(o, m), n, &a);
     }
 }
 
@@ -239,14 +262,30 @@ void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, siz
                              o->v ? o->v + offset : NULL, n, lr, momentum);
 }
 
+/* Whether the backend has the optimizer's fused mixed-precision update. */
+static bool has_mixed(const zt_optimizer *o) {
+    const zt_ops *op = o->ctx.be->ops;
+    return o->cfg.type == ZT_OPTIM_ADAM ? op->adam_update_mixed != NULL
+           : o->cfg.type == ZT_OPTIM_SGD ? op->sgd_update_mixed != NULL
+                                         : false;
+}
+
 bool zt_optimizer_update_mixed_with(zt_optimizer *o, float *master, const void *grads,
                                     zt_dtype grad_type, float grad_mul, float *m, float *v,
                                     uint16_t *params16, zt_dtype param_type, size_t n, double lr,
                                     double momentum) {
-    if (o->cfg.type != ZT_OPTIM_ADAM || !o->ctx.be->ops->adam_update_mixed)
+    if (!has_mixed(o))
         return false;
-    zt_adam_args a = adam_args(o, lr, momentum);
-    o->ctx.be->ops->adam_update_mixed(&o->ctx, master, grads, grad_type, grad_mul, m, v, params16, param_type, n, &a);
+    const zt_ops *op = o->ctx.be->ops;
+    if (o->cfg.type == ZT_OPTIM_ADAM) {
+        zt_adam_args a = adam_args(o, lr, momentum);
+        op->adam_update_mixed(&o->ctx, master, grads, grad_type, grad_mul, m, v, params16,
+                              param_type, n, &a);
+    } else {
+        zt_sgd_args a = sgd_args(o, lr, momentum);
+        op->sgd_update_mixed(&o->ctx, master, grads, grad_type, grad_mul, sgd_buffer(o, m),
+                             params16, param_type, n, &a);
+    }
     return true;
 }
 
@@ -254,7 +293,7 @@ bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads
                                zt_dtype grad_type, float grad_mul, uint16_t *params16,
                                zt_dtype param_type, size_t offset, size_t n, double lr,
                                double momentum) {
-    if (o->cfg.type != ZT_OPTIM_ADAM || !o->ctx.be->ops->adam_update_mixed)
+    if (!has_mixed(o))
         return false;
     ZT_ASSERT(offset + n <= o->n && !o->external);
     return zt_optimizer_update_mixed_with(o, master, grads, grad_type, grad_mul, o->m + offset,

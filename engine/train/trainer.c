@@ -24,7 +24,7 @@
 #include "ztrain/tp.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 5, STEP_METRICS = 16 };
+enum { MEM_PER_RANK = 5, STEP_METRICS = 17 };
 
 /* The per-rank memory record of every logged step, sized for the job's world when training
  * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
@@ -311,8 +311,14 @@ static int record_attention(trainer *t, zt_metric *m, int n) {
     if (!c)
         return n;
     t->attention_recorded = true;
-    m[n] = (zt_metric){"kernels/attention_cudnn", strcmp(c, "cudnn") == 0 ? 1.0 : 0.0};
-    return n + 1;
+    m[n++] = (zt_metric){"kernels/attention_cudnn", strcmp(c, "cudnn") == 0 ? 1.0 : 0.0};
+    /* Beside it, the products so far that rounded their weight from fp32 rather than read its
+     * 16-bit twin (linear.cu): 0 in a mixed-precision job whose products read the twin. */
+    unsigned long long (*rounded)(zt_backend *) = NULL;
+    *(void **)&rounded = zt_backend_cuda_symbol("zt_cuda_weights_rounded");
+    if (rounded && t->e)
+        m[n++] = (zt_metric){"kernels/weights_rounded", (double)rounded(zt_engine_model(t->e)->ctx.be)};
+    return n;
 }
 
 /* Metrics are written by rank 0 only. */

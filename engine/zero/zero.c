@@ -124,6 +124,9 @@ static zt_status init_half(zt_zero *z) {
         !z->chunk)
         return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit parameters, gradients "
                         "and fp32 master weights on %s", z->be->name);
+    /* The model's products read the 16-bit parameters instead of rounding its fp32 copy. */
+    z->twin = (zt_param16){z->model->params, z->p16, n, z->dtype};
+    z->model->ctx.param16 = &z->twin;
     return ZT_OK;
 }
 
@@ -154,7 +157,7 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->comm = comm;
     z->model = m;
     z->be = m->ctx.be;
-    z->ctx = (zt_ctx){m->ctx.be, ZT_F32};
+    z->ctx = (zt_ctx){m->ctx.be, ZT_F32, NULL};
     z->rank = comm ? zt_comm_rank(comm) : 0;
     z->world = comm ? zt_comm_world_size(comm) : 1;
     if (z->world > ZT_MAX_WORLD)
@@ -203,8 +206,11 @@ void zt_zero_free(zt_zero *z) {
         zt_backend_free(z->host_be, ZT_MEM_HOST, z->host_p, z->host_bytes);
         zt_backend_destroy(z->host_be);
     }
-    if (z->model)
+    if (z->model) {
         z->model->hooks = (zt_model_hooks){0};
+        if (z->model->ctx.param16 == &z->twin)
+            z->model->ctx.param16 = NULL;
+    }
     free(z->prefetched);
     if (z->be) {
         free_device(z, z->grad_acc, grad_acc_bytes(z));

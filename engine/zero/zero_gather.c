@@ -7,31 +7,43 @@
 
 #include "zero_internal.h"
 
-/* Reads this rank's piece [a, a + n) of its offloaded parameters into the fp32 working copy
- * (16-bit ones pass through the 16-bit buffer, which holds nothing else at stage 3 then). */
+/* Reads this rank's piece [a, a + n) of its offloaded parameters: into the fp32 working copy,
+ * or in mixed precision into the 16-bit parameters (committed by the caller), which the caller
+ * widens. */
 static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
-    float *p = z->model->params;
     if (!z->half)
-        return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, p + a, n);
-    ZT_TRY(zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n));
-    z->be->ops->from_half(&z->ctx, p + a, z->p16 + a, n, z->dtype);
-    zt_zero_release_u16(z, z->p16, a, a + n);
+        return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo,
+                                      z->model->params + a, n);
+    return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n);
+}
+
+/* Mixed precision: [lo, hi) of the 16-bit parameters from their owners, 16 bits on the wire as
+ * DeepSpeed's stage 3 sends them, then widened into the fp32 working copy, so the model's 16-bit
+ * twin (zt_zero.twin) holds the range as long as the fp32 copy does. */
+static zt_status gather_half(zt_zero *z, size_t lo, size_t hi, const size_t *offsets,
+                             const size_t *counts) {
+    ZT_TRY(zt_backend_commit(z->be, z->p16, lo * 2, hi * 2));
+    size_t a = lo + offsets[z->rank], n = counts[z->rank];
+    if (n && z->param_file)
+        ZT_TRY(load_owned(z, a, n));
+    if (z->comm)
+        ZT_TRY(zt_comm_dev_all_gather(z->comm, z->p16 + lo, hi - lo, offsets, counts, z->dtype));
+    z->be->ops->from_half(&z->ctx, z->model->params + lo, z->p16 + lo, hi - lo, z->dtype);
     return ZT_OK;
 }
 
-/* Gathers [lo, hi) of the parameters from their owners (in mixed precision, each owner first
- * widens its 16-bit piece into the fp32 working copy; the values stay 16-bit exact; offloaded
- * pieces are read from the file first). */
+/* Gathers [lo, hi) of the parameters from their owners (offloaded pieces are read from the file
+ * first; mixed precision gathers the 16-bit parameters and widens them). */
 zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi) {
     size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
     zt_zero_pieces(z, lo, hi, offsets, counts);
     float *p = z->model->params;
     ZT_TRY(zt_zero_commit_f32(z, p, lo, hi));
+    if (z->half)
+        return gather_half(z, lo, hi, offsets, counts);
     size_t a = lo + offsets[z->rank], n = counts[z->rank];
     if (n && z->param_file)
         ZT_TRY(load_owned(z, a, n));
-    else if (z->half && n)
-        z->be->ops->from_half(&z->ctx, p + a, z->p16 + a, n, z->dtype);
     if (!z->comm)
         return ZT_OK;
     return zt_comm_dev_all_gather(z->comm, p + lo, hi - lo, offsets, counts, ZT_F32);
@@ -55,8 +67,13 @@ static zt_status materialise(zt_zero *z, size_t lo, size_t hi) {
 
 double zt_zero_workspace(zt_zero *z) {
     const zt_model *m = z->model;
-    return zt_zero_resident_f32(z, m->params, 0, m->n_padded) +
-           zt_zero_resident_f32(z, m->grads, 0, m->n_padded);
+    double bytes = zt_zero_resident_f32(z, m->params, 0, m->n_padded) +
+                   zt_zero_resident_f32(z, m->grads, 0, m->n_padded);
+    /* Stage 3 in mixed precision: the 16-bit parameters gathered beside this rank's slice. */
+    if (z->half && zt_zero_gathers(z))
+        bytes += zt_zero_resident_u16(z, z->p16, 0, m->n_padded) -
+                 (z->param_file ? 0.0 : zt_zero_resident_u16(z, z->p16, z->own_lo, z->own_hi));
+    return bytes;
 }
 
 /* Lets go of [lo, hi) of the parameters outside this rank's slice (all of it when the slice
@@ -138,20 +155,37 @@ void zt_zero_hook_release(void *ctx, int layer) {
     }
 }
 
-/* Mixed precision: the fp32 working copy of a layer goes once the layer is done. */
+/* Mixed precision at stage 3: the 16-bit parameters of [lo, hi) that a gather brought in
+ * (everything outside this rank's slice, and the slice itself when it lives in a file). */
+static void release_gathered_half(zt_zero *z, size_t lo, size_t hi) {
+    if (!zt_zero_gathers(z))
+        return;
+    if (z->param_file) {
+        zt_zero_release_u16(z, z->p16, lo, hi);
+        return;
+    }
+    zt_zero_release_u16(z, z->p16, lo, zt_min_sz(hi, z->own_lo));
+    zt_zero_release_u16(z, z->p16, zt_max_sz(lo, z->own_hi), hi);
+}
+
+/* Mixed precision: the fp32 working copy of a layer goes once the layer is done, and at stage 3
+ * the 16-bit parameters it gathered with it. */
 void zt_zero_hook_release_half(void *ctx, int layer) {
     zt_zero *z = ctx;
     if (layer < 0)
         zt_zero_drain(z);
     const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
-    for (int i = 0; i < sg->n; i++)
+    for (int i = 0; i < sg->n; i++) {
         zt_zero_release_f32(z, z->model->params, sg->off[i], sg->off[i] + sg->len[i]);
+        release_gathered_half(z, sg->off[i], sg->off[i] + sg->len[i]);
+    }
 }
 
 void zt_zero_release_gathered(zt_zero *z) {
     const zt_model *m = z->model;
     if (z->half) {
         zt_zero_release_f32(z, m->params, 0, m->n_padded);
+        release_gathered_half(z, 0, m->n_padded);
         return;
     }
     if (z->stage < 3)
@@ -206,7 +240,14 @@ zt_status zt_zero_read_own(zt_zero *z, size_t first, float *dst, size_t count) {
     for (size_t c = 0; c < count; c += ZT_ZERO_CHUNK) {
         size_t len = zt_min_sz(ZT_ZERO_CHUNK, count - c), at = z->own_lo + first + c;
         const float *from = p + at;
-        if (z->param_file) {
+        if (z->param_file && z->half) {
+            /* The slice lives in the file: through the 16-bit parameters, let go at once. */
+            ZT_TRY(zt_backend_commit(z->be, z->p16, at * 2, (at + len) * 2));
+            ZT_TRY(load_owned(z, at, len));
+            z->be->ops->from_half(&z->ctx, z->chunk, z->p16 + at, len, z->dtype);
+            zt_zero_release_u16(z, z->p16, at, at + len);
+            from = z->chunk;
+        } else if (z->param_file) {
             /* The slice lives in the file: through the working copy, let go again at once. */
             ZT_TRY(zt_zero_commit_f32(z, p, at, at + len));
             ZT_TRY(load_owned(z, at, len));
@@ -216,7 +257,7 @@ zt_status zt_zero_read_own(zt_zero *z, size_t first, float *dst, size_t count) {
         }
         zt_backend_copy(z->be, dst + c, from, len * sizeof(float), ZT_COPY_D2H,
                         ZT_STREAM_COMPUTE);
-        if (z->param_file)
+        if (z->param_file && !z->half)
             zt_zero_release_f32(z, p, at, at + len);
     }
     return ZT_OK;

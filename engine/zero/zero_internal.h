@@ -59,7 +59,8 @@ void zt_zero_drain(zt_zero *z);
 /* Stage 3 brings layers in as they are used (gathered from their owners, or read from this
  * rank's file). */
 bool zt_zero_gathers(const zt_zero *z);
-/* Bytes of the fp32 working copy held (parameters and gradients): mixed precision's workspace. */
+/* Bytes of the fp32 working copy held (parameters and gradients), and at stage 3 the 16-bit
+ * parameters gathered with it: mixed precision's workspace. */
 double zt_zero_workspace(zt_zero *z);
 zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi);
 void zt_zero_hook_fetch(void *ctx, int layer, bool backward);

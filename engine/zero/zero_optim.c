@@ -8,8 +8,8 @@
 #include "zero_internal.h"
 
 /* The mixed-precision update of n elements whose masters, state and 16-bit parameters are at
- * the given addresses. Adam takes one fused pass (the kernel threads it). SGD, and a backend
- * without the fused kernel, stream it through the staging buffer in four passes, with the same
+ * the given addresses. Adam and SGD take one fused pass (the kernel threads it); a backend
+ * without the fused kernel streams it through the staging buffer in four passes, with the same
  * bits. */
 static void update_half_range(zt_zero *z, zt_optimizer *o, float *master, const uint16_t *g,
                               float *m, float *v, uint16_t *p16, size_t n, float grad_mul,
@@ -135,7 +135,8 @@ static zt_status lamb_update(zt_zero *z, zt_optimizer *o, float *p, const float 
 }
 
 /* The mixed-precision LAMB step: the 16-bit gradients are widened and scaled chunk by chunk
- * through the staging buffer for the first pass; the second needs no gradients. */
+ * through the staging buffer for the first pass; the second needs no gradients and writes the
+ * 16-bit parameters with the masters. */
 static zt_status lamb_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, size_t count,
                                   float grad_mul, double lr, double momentum) {
     ZT_ASSERT(!z->off);
@@ -147,8 +148,7 @@ static zt_status lamb_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g
         zt_optimizer_lamb_moments(o, z->master + c, z->chunk, c, len, momentum);
     }
     ZT_TRY(zt_optimizer_lamb_reduce(o, lamb_comm(z), lr, momentum));
-    zt_optimizer_lamb_apply(o, z->master, 0, count);
-    op->to_half(&z->ctx, z->p16 + z->master_base, z->master, count, z->dtype);
+    zt_optimizer_lamb_apply_mixed(o, z->master, z->p16 + z->master_base, z->dtype, 0, count);
     return ZT_OK;
 }
 

@@ -2,6 +2,8 @@
  * activation output at the context's precision by rounding it in place (nearest even) inside their
  * own loops, which is how the CPU emulates 16-bit activations exactly; this layer passes them the
  * context's precision and adapts the general shapes of ops.h to what the kernels implement. */
+#include <string.h>
+
 #include "cpu_kernels.h"
 #include "ztrain/status.h"
 
@@ -161,6 +163,38 @@ static void lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v
     zt_cpu_lamb_apply(p, m, v, n, a, step);
 }
 
+/* The CPU's fused mixed-precision SGD and LAMB apply are the separate passes, a stack-sized
+ * piece at a time: the reference their GPU kernels reproduce, with the same bits (each element's
+ * result does not depend on where a piece starts). */
+enum { MIXED_PIECE = 4096 };
+
+static void sgd_update_mixed(const zt_ctx *x, float *master, const void *grad, zt_dtype grad_type,
+                             float grad_mul, float *buf, uint16_t *param16, zt_dtype param_type,
+                             size_t n, const zt_sgd_args *a) {
+    (void)x;
+    ZT_ASSERT(grad_type == ZT_F32 || grad_type == ZT_BF16 || grad_type == ZT_F16);
+    float g[MIXED_PIECE];
+    for (size_t c = 0; c < n; c += MIXED_PIECE) {
+        size_t len = n - c < MIXED_PIECE ? n - c : MIXED_PIECE;
+        if (grad_type == ZT_F32)
+            memcpy(g, (const float *)grad + c, len * sizeof(float));
+        else
+            zt_cpu_from_half(g, (const uint16_t *)grad + c, len, grad_type);
+        zt_cpu_scale(g, len, grad_mul);
+        zt_cpu_sgd_update(master + c, g, buf ? buf + c : NULL, len, a);
+        if (param16)
+            zt_cpu_to_half(param16 + c, master + c, len, param_type);
+    }
+}
+
+static void lamb_apply_mixed(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
+                             const zt_lamb_args *a, float step, uint16_t *param16,
+                             zt_dtype param_type) {
+    (void)x;
+    zt_cpu_lamb_apply(p, m, v, n, a, step);
+    zt_cpu_to_half(param16, p, n, param_type);
+}
+
 static double sum_squares(const zt_ctx *x, const float *v, size_t n) {
     (void)x;
     return zt_cpu_sum_squares(v, n);
@@ -223,8 +257,10 @@ static const zt_ops cpu_ops = {
     .adam_update = adam_update,
     .sgd_update = sgd_update,
     .adam_update_mixed = adam_update_mixed,
+    .sgd_update_mixed = sgd_update_mixed,
     .lamb_moments = lamb_moments,
     .lamb_apply = lamb_apply,
+    .lamb_apply_mixed = lamb_apply_mixed,
     .sum_squares = sum_squares,
     .scale = scale,
     .to_half = to_half,

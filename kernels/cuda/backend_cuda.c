@@ -343,8 +343,27 @@ static zt_status setup(zt_cuda_state *st, int dev) {
     return ZT_OK;
 }
 
+/* ZTRAIN_CUDA_WEIGHTS: "twin" (the default) lets the linear ops read a mixed-precision model's
+ * 16-bit parameters; "round" rounds every weight at every product as before they existed, the
+ * same values, which is what tests compare the twin against. */
+static zt_status weights_mode(bool *round) {
+    const char *v = getenv("ZTRAIN_CUDA_WEIGHTS");
+    *round = v && strcmp(v, "round") == 0;
+    if (v && *v && !*round && strcmp(v, "twin") != 0)
+        return zt_error(ZT_ERR_INVALID, "ZTRAIN_CUDA_WEIGHTS=\"%s\": expected \"twin\" or "
+                        "\"round\"", v);
+    return ZT_OK;
+}
+
+unsigned long long zt_cuda_weights_rounded(zt_backend *be) {
+    zt_cuda_state *st = be->impl;
+    return __atomic_load_n(&st->weights_rounded, __ATOMIC_RELAXED);
+}
+
 zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts) {
     *out = NULL;
+    bool round_weights = false;
+    ZT_TRY(weights_mode(&round_weights));
     int dev = opts ? opts->device_index : 0;
     int count = 0;
     if (zt_cuda_visible(&count) != ZT_OK)
@@ -370,6 +389,7 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     be->ops = zt_cuda_ops();
     be->act_as_f32 = false;
     be->attn_lse = true; /* attention/: cuDNN and the flash kernel both keep row statistics */
+    st->weights_round = round_weights;
     zt_status s = setup(st, dev);
     if (s != ZT_OK) {
         cuda_destroy(be);

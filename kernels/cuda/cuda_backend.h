@@ -50,6 +50,11 @@ typedef struct {
      * main thread at once (stage 3 with overlap_comm), and the set reallocates as it grows. */
     pthread_mutex_t released_lock;
     zt_cuda_ranges released;
+    /* The linear ops' 16-bit weights (linear.cu): weights_round makes them round every weight
+     * into scratch even where the ctx has its twin (ZTRAIN_CUDA_WEIGHTS=round, read at
+     * creation); weights_rounded counts the products that did. */
+    bool weights_round;
+    unsigned long long weights_rounded;
     /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory). */
     size_t allocated, peak;
     /* The first failure of a call that cannot return one (an op, a copy), reported by sync. */
@@ -124,6 +129,12 @@ void zt_cuda_matmul_plans_free(zt_cuda_state *st);
  * zt_backend_cuda_symbol. */
 void zt_cuda_matmul_counts(zt_backend *be, unsigned long long *products,
                            unsigned long long *heuristics, unsigned long long *gelu_products);
+
+/* Products since the backend began whose 16-bit weight was rounded from fp32 into scratch
+ * rather than read from its twin (zt_param16): 0 for a mixed-precision model whose twin is in
+ * place. What shows that a job's GEMMs read the twin; the trainer records it and test_ops reads
+ * it by name through zt_backend_cuda_symbol. */
+unsigned long long zt_cuda_weights_rounded(zt_backend *be);
 
 /* The module's entry points, which kernels/backend.c finds with dlsym (the public
  * zt_backend_cuda_* calls of backend.h are its wrappers). */
@@ -214,6 +225,12 @@ void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
                                zt_dtype grad_type, float grad_mul, float *m, float *v,
                                uint16_t *param16, zt_dtype param_type, size_t n,
                                const zt_adam_args *a);
+void zt_cuda_sgd_update_mixed(const zt_ctx *x, float *master, const void *grad,
+                              zt_dtype grad_type, float grad_mul, float *buf, uint16_t *param16,
+                              zt_dtype param_type, size_t n, const zt_sgd_args *a);
+void zt_cuda_lamb_apply_mixed(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
+                              const zt_lamb_args *a, float step, uint16_t *param16,
+                              zt_dtype param_type);
 void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
                           size_t n, const zt_lamb_args *a, double sums[2]);
 void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,

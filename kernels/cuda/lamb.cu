@@ -1,8 +1,8 @@
 /* LAMB's two passes on the GPU (ops.h, DeepSpeed's FusedLamb): the moments with the sums of p²
  * and u² in double (two-pass, fixed block count, as optim.cu's sum of squares), then the update
- * scaled by the caller's trust ratio. Per element the CPU's IEEE operations
- * (kernels/cpu/lamb.c), so m, v and p match it bit for bit. */
-#include "cuda_common.cuh"
+ * scaled by the caller's trust ratio, which can write the 16-bit parameters in the same pass. Per
+ * element the CPU's IEEE operations (kernels/cpu/lamb.c), so m, v and p match it bit for bit. */
+#include "optim_vec.cuh"
 
 struct lamb_coef {
     float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd;
@@ -49,9 +49,20 @@ __global__ void lamb_moments_kernel(const float *p, const float *g, float *m, fl
     }
 }
 
+/* The second pass in chunks (optim_vec.cuh); param16 NULL: no 16-bit copy. */
 __global__ void lamb_apply_kernel(float *p, const float *m, const float *v, size_t n, lamb_coef c,
-                                  float step) {
-    ZT_GRID_LOOP(i, n) { p[i] = __fmaf_rn(-step, lamb_u(p[i], m[i], v[i], c), p[i]); }
+                                  float step, uint16_t *param16, bool param_bf16) {
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, mi[OPT_VEC] = {}, vi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        ld8(m, base, n, mi);
+        ld8(v, base, n, vi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = __fmaf_rn(-step, lamb_u(pi[j], mi[j], vi[j], c), pi[j]);
+        st8(p, base, n, pi);
+        if (param16)
+            st8_half(param16, base, n, param_bf16, pi);
+    }
 }
 
 extern "C" void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m,
@@ -65,5 +76,14 @@ extern "C" void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const floa
 
 extern "C" void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v,
                                    size_t n, const zt_lamb_args *a, float step) {
-    ZT_LAUNCH_1D(x, n, lamb_apply_kernel, p, m, v, n, lamb_coef_of(a), step);
+    OPT_LAUNCH(x, n, lamb_apply_kernel, p, m, v, n, lamb_coef_of(a), step, (uint16_t *)NULL,
+               false);
+}
+
+extern "C" void zt_cuda_lamb_apply_mixed(const zt_ctx *x, float *p, const float *m, const float *v,
+                                         size_t n, const zt_lamb_args *a, float step,
+                                         uint16_t *param16, zt_dtype param_type) {
+    ZT_ASSERT(param_type == ZT_BF16 || param_type == ZT_F16);
+    OPT_LAUNCH(x, n, lamb_apply_kernel, p, m, v, n, lamb_coef_of(a), step, param16,
+               param_type == ZT_BF16);
 }

@@ -6,10 +6,15 @@
  * backward), as llm.c does.
  *
  * Parameters are fp32 (ops.h) while 16-bit activations are bf16 or fp16, and cuBLASLt multiplies
- * only matching A and B types: the weight (and bias) are rounded to the activations' type into a
- * scratch buffer first, which costs a pass over W per call; the weight gradient reads 16-bit
- * inputs and accumulates into fp32 directly. The bias gradient is a per-channel sum over row
- * tiles (channel_sums.cuh): deterministic, accumulated into the fp32 gradient. */
+ * only matching A and B types. In a mixed-precision job the weight's and bias's 16-bit twin
+ * (zt_param16: ZeRO's 16-bit parameters, which the optimizer writes once per step) is what the
+ * product reads, so a step makes no pass over W besides the product itself. A weight without a
+ * twin (an op called outside a model, ZTRAIN_CUDA_WEIGHTS=round) is rounded into a scratch
+ * buffer first, at a pass over W per call: the same values, since the twin is the fp32 value
+ * rounded as to_half rounds. A bias twin that is not 16-byte aligned, which cuBLASLt's bias
+ * epilogue wants, is rounded the same way (OC values). The weight gradient reads 16-bit inputs
+ * and accumulates into fp32 directly. The bias gradient is a per-channel sum over row tiles
+ * (channel_sums.cuh): deterministic, accumulated into the fp32 gradient. */
 #include "channel_sums.cuh"
 #include "matmul.cuh"
 
@@ -17,39 +22,58 @@ template <typename T> __global__ void round_copy(T *dst, const float *src, size_
     ZT_GRID_LOOP(i, n) { zt_st(dst, i, src[i]); }
 }
 
-/* W (n_w values) and bias (n_b, may be NULL) as the 16-bit type t, in the W16 scratch. */
-static void *weights16(const zt_ctx *x, const float *w, size_t n_w, const float *bias, size_t n_b,
-                       void **bias16) {
-    /* The bias follows W at an offset kept 16-byte aligned for cuBLASLt. */
-    size_t boff = (n_w * 2 + 15) / 16 * 16;
-    char *p = (char *)zt_cuda_scratch(x, ZT_CUDA_SCRATCH_W16, bias ? boff + n_b * 2 : n_w * 2);
-    if (!p)
-        return NULL;
-    if (x->act == ZT_BF16) {
-        ZT_LAUNCH_1D(x, n_w, round_copy<__nv_bfloat16>, (__nv_bfloat16 *)p, w, n_w);
-        if (bias)
-            ZT_LAUNCH_1D(x, n_b, round_copy<__nv_bfloat16>, (__nv_bfloat16 *)(p + boff), bias, n_b);
-    } else {
-        ZT_LAUNCH_1D(x, n_w, round_copy<__half>, (__half *)p, w, n_w);
-        if (bias)
-            ZT_LAUNCH_1D(x, n_b, round_copy<__half>, (__half *)(p + boff), bias, n_b);
-    }
-    if (bias16)
-        *bias16 = bias ? p + boff : NULL;
-    return p;
+/* n values of src rounded to the activations' 16-bit type at dst (16-byte aligned scratch). */
+static void round_into(const zt_ctx *x, void *dst, const float *src, size_t n) {
+    if (x->act == ZT_BF16)
+        ZT_LAUNCH_1D(x, n, round_copy<__nv_bfloat16>, (__nv_bfloat16 *)dst, src, n);
+    else
+        ZT_LAUNCH_1D(x, n, round_copy<__half>, (__half *)dst, src, n);
 }
 
-/* W and bias as the product reads them: themselves at fp32, rounded copies at 16 bits (NULL
- * W after recording the failure). */
+/* The twin of p[0, n) as the product may read it (NULL: none, or refused by the environment). */
+static const void *twin(const zt_ctx *x, const float *p, size_t n) {
+    return zt_cuda_of(x)->weights_round ? NULL : (const void *)zt_param16_of(x, p, n);
+}
+
+/* W (n_w values) and bias (n_b, may be NULL) in the activations' 16-bit type: their twins where
+ * the ctx has them, else rounded into the W16 scratch (counted in weights_rounded). NULL W after
+ * recording the failure. */
+static const void *weights16(const zt_ctx *x, const float *w, size_t n_w, const float *bias,
+                             size_t n_b, const void **bias16) {
+    const void *w16 = twin(x, w, n_w), *b16 = bias ? twin(x, bias, n_b) : NULL;
+    if (b16 && (uintptr_t)b16 % 16 != 0)
+        b16 = NULL;
+    const bool round_w = !w16, round_b = bias && !b16;
+    /* The bias follows W at an offset kept 16-byte aligned for cuBLASLt. */
+    size_t boff = round_w ? (n_w * 2 + 15) / 16 * 16 : 0;
+    char *p = NULL;
+    if (round_w || round_b) {
+        p = (char *)zt_cuda_scratch(x, ZT_CUDA_SCRATCH_W16, boff + (round_b ? n_b * 2 : 0));
+        if (!p)
+            return NULL;
+    }
+    if (round_w) {
+        round_into(x, p, w, n_w);
+        w16 = p;
+        __atomic_add_fetch(&zt_cuda_of(x)->weights_rounded, 1, __ATOMIC_RELAXED);
+    }
+    if (round_b) {
+        round_into(x, p + boff, bias, n_b);
+        b16 = p + boff;
+    }
+    if (bias16)
+        *bias16 = b16;
+    return w16;
+}
+
+/* W and bias as the product reads them: themselves at fp32, 16-bit twins or rounded copies at
+ * 16 bits (NULL W after recording the failure). */
 static const void *product_weights(const zt_ctx *x, const float *w, const float *bias, int C,
                                    int OC, const void **b) {
     *b = bias;
     if (x->act == ZT_F32)
         return w;
-    void *b16 = NULL;
-    const void *wa = weights16(x, w, (size_t)C * OC, bias, bias ? (size_t)OC : 0, &b16);
-    *b = b16;
-    return wa;
+    return weights16(x, w, (size_t)C * OC, bias, bias ? (size_t)OC : 0, b);
 }
 
 /* outᵀ[OC,N] = Wᵀ·inpᵀ: W[C,OC] row-major is Wᵀ column-major (lda OC); W[OC,C] is W

@@ -1,13 +1,16 @@
 /* Optimizer and gradient ops on the GPU over flat fp32 slices: Adam/AdamW, the fused
  * mixed-precision Adam (16-bit gradients in, fp32 masters and moments, 16-bit parameters out),
- * SGD, scale, and the double-precision sum of squares of the global norm.
+ * SGD and its fused mixed-precision form, scale, and the double-precision sum of squares of the global norm.
  *
  * Each element goes through the CPU's sequence of IEEE operations (kernels/cpu/optim.c: explicit
  * fused multiply-adds, correctly rounded sqrt and divide, which nvcc keeps without
  * --use_fast_math) with the coefficients derived the same way on the host, so an element's result
- * is the CPU's bit for bit and does not depend on where a slice starts. The sum of squares runs in
- * two passes over a fixed number of blocks: deterministic for a given n. */
-#include "cuda_common.cuh"
+ * is the CPU's bit for bit and does not depend on where a slice starts. The updates are memory
+ * bound: each thread takes a chunk of OPT_VEC elements, moved in 16-byte loads and stores (two per
+ * fp32 array, one per 16-bit one) where the chunk is whole and aligned, element by element
+ * otherwise (a slice's tail, an odd offset). The sum of squares runs in two passes over a fixed
+ * number of blocks: deterministic for a given n. */
+#include "optim_vec.cuh"
 
 struct adam_coef {
     float decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, sqrt_bc2, step_size;
@@ -40,21 +43,40 @@ __device__ __forceinline__ float adam_elem(float p, float g, float *m, float *v,
 }
 
 __global__ void adam_kernel(float *p, const float *g, float *m, float *v, size_t n, adam_coef c) {
-    ZT_GRID_LOOP(i, n) { p[i] = adam_elem(p[i], g[i], m + i, v + i, c); }
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, mi[OPT_VEC] = {}, vi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        ld8(g, base, n, gi);
+        ld8(m, base, n, mi);
+        ld8(v, base, n, vi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = adam_elem(pi[j], gi[j], mi + j, vi + j, c);
+        st8(p, base, n, pi);
+        st8(m, base, n, mi);
+        st8(v, base, n, vi);
+    }
 }
 
 /* grad_type: 0 fp32, 1 bf16, 2 fp16 (zt_dtype's values); param16 NULL for no 16-bit copy. */
 __global__ void adam_mixed_kernel(float *p, const void *grad, int grad_type, float mul, float *m,
                                   float *v, uint16_t *param16, bool param_bf16, size_t n,
                                   adam_coef c) {
-    ZT_GRID_LOOP(i, n) {
-        float g = grad_type == ZT_F32
-                      ? ((const float *)grad)[i]
-                      : zt_f32_from_half(((const uint16_t *)grad)[i], grad_type == ZT_BF16);
-        float pi = adam_elem(p[i], __fmul_rn(g, mul), m + i, v + i, c);
-        p[i] = pi;
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, mi[OPT_VEC] = {}, vi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        if (grad_type == ZT_F32)
+            ld8((const float *)grad, base, n, gi);
+        else
+            ld8_half((const uint16_t *)grad, base, n, grad_type == ZT_BF16, gi);
+        ld8(m, base, n, mi);
+        ld8(v, base, n, vi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = adam_elem(pi[j], __fmul_rn(gi[j], mul), mi + j, vi + j, c);
+        st8(p, base, n, pi);
+        st8(m, base, n, mi);
+        st8(v, base, n, vi);
         if (param16)
-            param16[i] = zt_half_from_f32(pi, param_bf16);
+            st8_half(param16, base, n, param_bf16, pi);
     }
 }
 
@@ -63,29 +85,69 @@ struct sgd_coef {
     bool use_momentum, nesterov, first_step;
 };
 
+__device__ __forceinline__ float sgd_elem(float p, float g, float *buf, const sgd_coef &c) {
+    if (c.wd != 0.0f)
+        g = __fmaf_rn(c.wd, p, g);
+    if (c.use_momentum) {
+        float b = c.first_step ? g
+                               : __fmaf_rn(c.momentum, *buf, __fmul_rn(c.one_minus_dampening, g));
+        *buf = b;
+        g = c.nesterov ? __fmaf_rn(c.momentum, b, g) : b;
+    }
+    return __fmaf_rn(-c.lr, g, p);
+}
+
 __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, sgd_coef c) {
-    ZT_GRID_LOOP(i, n) {
-        float gi = g[i];
-        if (c.wd != 0.0f)
-            gi = __fmaf_rn(c.wd, p[i], gi);
-        if (c.use_momentum) {
-            float b = c.first_step ? gi
-                                   : __fmaf_rn(c.momentum, buf[i],
-                                               __fmul_rn(c.one_minus_dampening, gi));
-            buf[i] = b;
-            gi = c.nesterov ? __fmaf_rn(c.momentum, b, gi) : b;
-        }
-        p[i] = __fmaf_rn(-c.lr, gi, p[i]);
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, bi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        ld8(g, base, n, gi);
+        /* The first step overwrites the buffer without reading it. */
+        if (c.use_momentum && !c.first_step)
+            ld8(buf, base, n, bi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = sgd_elem(pi[j], gi[j], bi + j, c);
+        st8(p, base, n, pi);
+        if (c.use_momentum)
+            st8(buf, base, n, bi);
+    }
+}
+
+/* grad_type as in adam_mixed_kernel; buf NULL without momentum, param16 NULL for no copy. */
+__global__ void sgd_mixed_kernel(float *p, const void *grad, int grad_type, float mul, float *buf,
+                                 uint16_t *param16, bool param_bf16, size_t n, sgd_coef c) {
+    OPT_LOOP(base, n) {
+        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, bi[OPT_VEC] = {};
+        ld8(p, base, n, pi);
+        if (grad_type == ZT_F32)
+            ld8((const float *)grad, base, n, gi);
+        else
+            ld8_half((const uint16_t *)grad, base, n, grad_type == ZT_BF16, gi);
+        if (c.use_momentum && !c.first_step)
+            ld8(buf, base, n, bi);
+        for (int j = 0; j < OPT_VEC; j++)
+            pi[j] = sgd_elem(pi[j], __fmul_rn(gi[j], mul), bi + j, c);
+        st8(p, base, n, pi);
+        if (c.use_momentum)
+            st8(buf, base, n, bi);
+        if (param16)
+            st8_half(param16, base, n, param_bf16, pi);
     }
 }
 
 __global__ void scale_kernel(float *v, size_t n, float s) {
-    ZT_GRID_LOOP(i, n) { v[i] = __fmul_rn(v[i], s); }
+    OPT_LOOP(base, n) {
+        float vi[OPT_VEC] = {};
+        ld8(v, base, n, vi);
+        for (int j = 0; j < OPT_VEC; j++)
+            vi[j] = __fmul_rn(vi[j], s);
+        st8(v, base, n, vi);
+    }
 }
 
 extern "C" void zt_cuda_adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v,
                                     size_t n, const zt_adam_args *a) {
-    ZT_LAUNCH_1D(x, n, adam_kernel, p, g, m, v, n, adam_coef_of(a));
+    OPT_LAUNCH(x, n, adam_kernel, p, g, m, v, n, adam_coef_of(a));
 }
 
 extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
@@ -94,25 +156,39 @@ extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const 
                                           const zt_adam_args *a) {
     ZT_ASSERT(grad_type == ZT_F32 || grad_type == ZT_BF16 || grad_type == ZT_F16);
     ZT_ASSERT(!param16 || param_type == ZT_BF16 || param_type == ZT_F16);
-    ZT_LAUNCH_1D(x, n, adam_mixed_kernel, master, grad, (int)grad_type, grad_mul, m, v, param16,
+    OPT_LAUNCH(x, n, adam_mixed_kernel, master, grad, (int)grad_type, grad_mul, m, v, param16,
                  param_type == ZT_BF16, n, adam_coef_of(a));
 }
 
-extern "C" void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, float *buf,
-                                   size_t n, const zt_sgd_args *a) {
+static sgd_coef sgd_coef_of(const zt_sgd_args *a, bool has_buf) {
     sgd_coef c;
     c.lr = a->lr;
     c.wd = a->weight_decay;
     c.momentum = a->momentum;
     c.one_minus_dampening = (float)(1.0 - a->dampening);
-    c.use_momentum = buf != NULL && a->momentum != 0.0f;
+    c.use_momentum = has_buf && a->momentum != 0.0f;
     c.nesterov = a->nesterov;
     c.first_step = a->first_step;
-    ZT_LAUNCH_1D(x, n, sgd_kernel, p, g, buf, n, c);
+    return c;
+}
+
+extern "C" void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, float *buf,
+                                   size_t n, const zt_sgd_args *a) {
+    OPT_LAUNCH(x, n, sgd_kernel, p, g, buf, n, sgd_coef_of(a, buf != NULL));
+}
+
+extern "C" void zt_cuda_sgd_update_mixed(const zt_ctx *x, float *master, const void *grad,
+                                         zt_dtype grad_type, float grad_mul, float *buf,
+                                         uint16_t *param16, zt_dtype param_type, size_t n,
+                                         const zt_sgd_args *a) {
+    ZT_ASSERT(grad_type == ZT_F32 || grad_type == ZT_BF16 || grad_type == ZT_F16);
+    ZT_ASSERT(!param16 || param_type == ZT_BF16 || param_type == ZT_F16);
+    OPT_LAUNCH(x, n, sgd_mixed_kernel, master, grad, (int)grad_type, grad_mul, buf, param16,
+               param_type == ZT_BF16, n, sgd_coef_of(a, buf != NULL));
 }
 
 extern "C" void zt_cuda_scale(const zt_ctx *x, float *v, size_t n, float s) {
-    ZT_LAUNCH_1D(x, n, scale_kernel, v, n, s);
+    OPT_LAUNCH(x, n, scale_kernel, v, n, s);
 }
 
 /* ---- the two-pass sum of squares --------------------------------------------------------------- */

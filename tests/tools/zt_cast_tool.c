@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const zt_ops *k = be->ops;
-    const zt_ctx cx = {be, ZT_F32};
+    const zt_ctx cx = {be, ZT_F32, NULL};
     size_t n, m;
 
     if (strcmp(op, "to") == 0 && argc == 5) {

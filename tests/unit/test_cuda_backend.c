@@ -67,7 +67,7 @@ static void check_misaligned_linear(zt_dtype act) {
     unsigned char *d_in = dev_copy_of(in_img, (1 + N * C) * es);
     float *d_w = dev_copy_of(w, sizeof w), *d_bias = dev_copy_of(bias, sizeof bias);
     unsigned char *d_out = zt_backend_alloc(be, ZT_MEM_DEVICE, (1 + N * OC) * es);
-    zt_ctx x = {be, act};
+    zt_ctx x = {be, act, NULL};
     be->ops->linear_forward(&x, d_out + es, d_in + es, d_w + 1, d_bias, NULL, N, C, OC,
                             ZT_W_IN_OUT);
     unsigned char out_img[(1 + N * OC) * 4];

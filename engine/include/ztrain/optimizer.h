@@ -66,6 +66,10 @@ void zt_optimizer_lamb_moments(zt_optimizer *o, const float *params, const float
                                size_t offset, size_t n, double momentum);
 zt_status zt_optimizer_lamb_reduce(zt_optimizer *o, zt_comm *comm, double lr, double momentum);
 void zt_optimizer_lamb_apply(zt_optimizer *o, float *params, size_t offset, size_t n);
+/* lamb_apply that also writes params16[i] = params[i] rounded to type (ZT_BF16 or ZT_F16) in the
+ * same pass (the backend's lamb_apply_mixed); params16 NULL: lamb_apply. */
+void zt_optimizer_lamb_apply_mixed(zt_optimizer *o, float *params, uint16_t *params16,
+                                   zt_dtype type, size_t offset, size_t n);
 
 /* Applies one update to params[n] from grads[n] with the given lr and momentum (Adam's beta1 or
  * SGD's momentum, from the schedule). */
@@ -79,8 +83,8 @@ void zt_optimizer_begin_step(zt_optimizer *o);
 void zt_optimizer_update(zt_optimizer *o, float *params, const float *grads, size_t offset,
                          size_t n, double lr, double momentum);
 
-/* Mixed precision in one pass, when the optimizer is Adam and the backend has adam_update_mixed
- * (else returns false and does nothing): as zt_optimizer_update on master[0..n) with gradients
+/* Mixed precision in one pass, when the optimizer is Adam or SGD and the backend has
+ * adam_update_mixed or sgd_update_mixed (else returns false and does nothing): as zt_optimizer_update on master[0..n) with gradients
  * grads[i] * grad_mul read as grad_type, then params16[i] = master[i] rounded to param_type
  * (params16 may be NULL). Bit for bit the same as from_half, scale, zt_optimizer_update, to_half. */
 bool zt_optimizer_update_mixed(zt_optimizer *o, float *master, const void *grads,

@@ -87,6 +87,11 @@ typedef struct {
     float *master;              /* [master_n] fp32 master weights (stage 0: everything) */
     size_t master_n, master_base;
     float *chunk;               /* [ZT_ZERO_CHUNK] staging for the step's conversions */
+    /* p16 as the model's ctx sees it (ops.h, zt_param16): the 16-bit twin of model->params
+     * that a backend's products read. Wherever a range of the fp32 working copy is in place,
+     * p16 holds the same values there (stage 3 gathers the 16-bit parameters first and widens
+     * them), so the twin is never stale. */
+    zt_param16 twin;
     bool poison_next;           /* fault injection: make this rank's next gradients not finite */
     /* Offload (offload.h): with offload_optimizer "cpu"/"nvme" the masters and the optimizer's
      * state live in the store (master is NULL); with offload_param "nvme" at stage 3 so does this

@@ -13,6 +13,8 @@
  *   (round to nearest even), which gives the values 16-bit storage would, bit for bit. Which
  *   outputs are activations is said at each op.
  * - parameters and parameter gradients (`float *`): the model's fp32 working copy of a layer.
+ *   In mixed precision a parameter may also have a 16-bit twin that the ops may read instead
+ *   (zt_param16 below): the same values, already in the activations' type.
  * - statistics (LayerNorm's mean and rstd, softmax probabilities, losses): fp32 always.
  * "Accumulates" means the op adds into the output (parameter gradients across micro-steps, a
  * residual stream's gradient across branches); otherwise it overwrites. Ops never allocate and
@@ -29,11 +31,43 @@
 
 struct zt_backend;
 
+/* The 16-bit working copy of a flat fp32 parameter buffer (DeepSpeed's bf16 optimizer keeps
+ * the model in 16 bits and fp32 masters in the optimizer): half[i] is f32[i] rounded to type,
+ * for i < n. Whoever installs one (ZeRO's mixed precision: its 16-bit parameters beside the
+ * model's fp32 working copy) keeps that true whenever an op may read a parameter: the optimizer
+ * writes the twin from the masters once per step, in the pass that writes the masters
+ * (adam_update_mixed, sgd_update_mixed, lamb_apply_mixed), and loads, gathers and
+ * initialisation fill both. A backend whose products
+ * run in 16 bits reads a weight's and a bias's twin here instead of rounding the fp32 values at
+ * every product (the CUDA backend's linear ops); a weight outside [f32, f32 + n), or a type
+ * other than the activations', is rounded as before. The CPU ignores it (it computes from the
+ * fp32 values, which the twin equals), so its results do not depend on it. Not owned by the
+ * ctx; it must outlive the ops that read it. */
+typedef struct {
+    const float *f32;
+    const uint16_t *half;
+    size_t n;
+    zt_dtype type; /* ZT_BF16 or ZT_F16 */
+} zt_param16;
+
 /* What every op call carries. */
 typedef struct {
     struct zt_backend *be;
-    zt_dtype act; /* precision of activations: ZT_F32, ZT_BF16 or ZT_F16 */
+    zt_dtype act;             /* precision of activations: ZT_F32, ZT_BF16 or ZT_F16 */
+    const zt_param16 *param16; /* the parameters' 16-bit twin, or NULL (see zt_param16) */
 } zt_ctx;
+
+/* The twin of p[0, n) when x carries one that covers it in the activations' type; else NULL. */
+static inline const uint16_t *zt_param16_of(const zt_ctx *x, const float *p, size_t n) {
+    const zt_param16 *t = x->param16;
+    if (!t || !p || t->type != x->act)
+        return NULL;
+    /* As addresses: p may point into another buffer altogether. */
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)t->f32;
+    if (a < lo || (a - lo) / sizeof(float) + n > t->n)
+        return NULL;
+    return t->half + (a - lo) / sizeof(float);
+}
 
 /* The target of a row the vocabulary-parallel cross-entropy leaves out (xent_partial_*). */
 #define ZT_XENT_IGNORED (-2)
@@ -245,6 +279,15 @@ typedef struct zt_ops {
                               uint16_t *param16, zt_dtype param_type, size_t n,
                               const zt_adam_args *a);
 
+    /* Fused mixed-precision SGD, as adam_update_mixed is to adam_update: g = grad[i] · grad_mul
+     * (grad read as grad_type), master[i] and buf[i] updated from g exactly as sgd_update updates
+     * p and buf (buf NULL without momentum), then param16[i] = master[i] rounded to param_type
+     * when param16 is not NULL. Bit for bit from_half, scale, sgd_update and to_half run one
+     * after another. */
+    void (*sgd_update_mixed)(const zt_ctx *x, float *master, const void *grad,
+                             zt_dtype grad_type, float grad_mul, float *buf, uint16_t *param16,
+                             zt_dtype param_type, size_t n, const zt_sgd_args *a);
+
     /* LAMB's first pass over n parameters (all of one tensor, or a piece of it): m and v are
      * updated from g as Adam's (m = b1·m + (1-b1)·g, v = b2·v + (1-b2)·g²); p is only read.
      * sums[0] receives the sum of p² (p before the update) and sums[1] the sum of u², both in
@@ -256,6 +299,11 @@ typedef struct zt_ops {
      * element's result does not depend on n or on where the slice starts. */
     void (*lamb_apply)(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
                        const zt_lamb_args *a, float step);
+    /* lamb_apply that also writes param16[i] = p[i] rounded to param_type (ZT_BF16 or ZT_F16)
+     * from the same pass: bit for bit lamb_apply and then to_half. */
+    void (*lamb_apply_mixed)(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
+                             const zt_lamb_args *a, float step, uint16_t *param16,
+                             zt_dtype param_type);
 
     /* Sum of squares in double precision (the global gradient norm); the result is returned to
      * the host (a GPU backend synchronises its compute stream). */

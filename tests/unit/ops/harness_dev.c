@@ -24,7 +24,7 @@ static void *must(void *p) {
 void zt_test_dev_init(zt_test_dev *d, zt_backend *be, zt_dtype act) {
     memset(d, 0, sizeof *d);
     d->be = be;
-    d->ctx = (zt_ctx){be, act};
+    d->ctx = (zt_ctx){be, act, NULL};
 }
 
 size_t zt_test_act_size(const zt_backend *be, zt_dtype act) {
@@ -136,7 +136,8 @@ static const struct {
     ENTRY(silu_mul_backward), ENTRY(add),                ENTRY(softmax_xent),
     ENTRY(xent_partial_stats), ENTRY(xent_partial_grad),
     ENTRY(adam_update),       ENTRY(sgd_update),         ENTRY(adam_update_mixed),
-    ENTRY(lamb_moments),      ENTRY(lamb_apply),
+    ENTRY(sgd_update_mixed),  ENTRY(lamb_moments),       ENTRY(lamb_apply),
+    ENTRY(lamb_apply_mixed),
     ENTRY(sum_squares),       ENTRY(scale),              ENTRY(to_half),
     ENTRY(from_half),         ENTRY(round_to),           ENTRY(accumulate_half),
     ENTRY(sum_squares_half),
