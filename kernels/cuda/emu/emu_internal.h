@@ -71,4 +71,11 @@ cudaError_t enqueue(cudaStream_t s, const char *what,
 
 } // namespace zt_emu
 
+/* Since the process began: [0] the host's waits for device work (stream, event and device
+ * synchronisations, blocking copies and memsets, queries that found work pending and ran it),
+ * [1] device-to-host copies, [2] host-to-device copies from pageable memory. What
+ * tests/unit/test_step_syncs counts per training step; found by name through
+ * zt_backend_cuda_symbol. */
+extern "C" void zt_emu_sync_counts(unsigned long long out[3]);
+
 #endif

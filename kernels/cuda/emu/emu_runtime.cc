@@ -16,6 +16,7 @@
  * for bit. A fault
  * inside device work is sticky: every later call returns it, with the emulator's account of what
  * went wrong appended to cudaGetErrorString's text. */
+#include <atomic>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -55,6 +56,12 @@ struct CUevent_st {
 };
 
 namespace zt_emu {
+
+/* What the host waited for and read back (zt_emu_sync_counts): each call that blocks the host
+ * until device work has run, each device-to-host copy, and each host-to-device copy from
+ * pageable memory (which CUDA may stage with a wait of its own). */
+static std::atomic<unsigned long long> g_waits, g_d2h, g_pageable_h2d;
+static void count_wait() { g_waits++; }
 
 std::recursive_mutex &device_lock() {
     static std::recursive_mutex *m = new std::recursive_mutex;
@@ -589,6 +596,10 @@ static cudaError_t copy_async(void *dst, const void *src, size_t bytes, enum cud
                 call);
         return fail(cudaErrorInvalidValue);
     }
+    if (kind == cudaMemcpyDeviceToHost)
+        g_d2h++;
+    if (kind == cudaMemcpyHostToDevice && !is_pinned(src, bytes))
+        g_pageable_h2d++;
     if (!src_dev && !is_pinned(src, bytes)) {
         /* Pageable source: staged now, so the caller may reuse it when the call returns. */
         auto staged =
@@ -614,6 +625,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
     cudaError_t e = copy_async(dst, src, bytes, kind, nullptr, "cudaMemcpy");
     if (e != cudaSuccess)
         return e;
+    count_wait();
     init_streams();
     drain_all(&g_legacy_stream);
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
@@ -637,6 +649,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr);
     if (e == cudaSuccess) {
+        count_wait();
         init_streams();
         drain_all(&g_legacy_stream);
     }
@@ -669,6 +682,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
+    count_wait();
     init_streams();
     drain_all(stream_of(s));
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
@@ -682,12 +696,15 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
     CUstream_st *st = stream_of(s);
     if (!st->q.empty() && st->queries++ % 2 == 0)
         return cudaErrorNotReady;
+    if (!st->q.empty())
+        count_wait(); /* the host waits for what the query found pending */
     drain_all(st);
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
+    count_wait();
     init_streams();
     for (size_t i = 0; i < g_streams.size(); i++)
         drain_all(g_streams[i]);
@@ -750,6 +767,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
+    count_wait();
     if (!e)
         return fail(cudaErrorInvalidResourceHandle);
     if (e->s)
@@ -764,6 +782,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (e->s && e->s->done_seq < e->seq) {
         if (e->queries++ % 2 == 0)
             return cudaErrorNotReady;
+        count_wait();
         drain(e->s, e->seq);
     }
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
@@ -784,6 +803,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
         drain(from, upto);
         return cudaSuccess;
     });
+}
+
+void zt_emu_sync_counts(unsigned long long out[3]) {
+    out[0] = zt_emu::g_waits;
+    out[1] = zt_emu::g_d2h;
+    out[2] = zt_emu::g_pageable_h2d;
 }
 
 } /* extern "C" */
