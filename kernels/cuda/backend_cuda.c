@@ -229,8 +229,16 @@ static void cuda_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
 
 static zt_status cuda_sync(zt_backend *be) {
     zt_cuda_state *st = be->impl;
-    for (int s = 0; s < ZT_STREAMS; s++)
-        ZT_CUDA_CHECK(be, cudaStreamSynchronize(st->stream[s]));
+    /* One wait of the host for both streams: the compute stream first waits (on the device) for
+     * what the others have queued, then the host waits for it. A wait per stream would cost a
+     * host round trip each, and a step affords one (docs/gpu.md). */
+    for (int s = 0; s < ZT_STREAMS; s++) {
+        if (s == ZT_STREAM_COMPUTE)
+            continue;
+        ZT_CUDA_CHECK(be, cudaEventRecord(st->joined[s], st->stream[s]));
+        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[ZT_STREAM_COMPUTE], st->joined[s], 0));
+    }
+    ZT_CUDA_CHECK(be, cudaStreamSynchronize(st->stream[ZT_STREAM_COMPUTE]));
     ZT_CUDA_LAUNCHED(be);
     pthread_mutex_lock(&st->lock);
     char msg[sizeof st->first_error];
@@ -254,9 +262,12 @@ static void cuda_destroy(zt_backend *be) {
     cudaFree(st->lt_workspace);
     if (st->lt)
         cublasLtDestroy(st->lt);
-    for (int s = 0; s < ZT_STREAMS; s++)
+    for (int s = 0; s < ZT_STREAMS; s++) {
         if (st->stream[s])
             cudaStreamDestroy(st->stream[s]);
+        if (st->joined[s])
+            cudaEventDestroy(st->joined[s]);
+    }
     zt_cuda_ranges_free(&st->released);
     pthread_mutex_destroy(&st->released_lock);
     pthread_mutex_destroy(&st->lock);
@@ -331,8 +342,10 @@ static zt_status setup(zt_cuda_state *st, int dev) {
     struct cudaDeviceProp prop;
     ZT_CUDA_TRY(dev, cudaGetDeviceProperties(&prop, dev));
     snprintf(st->device_name, sizeof st->device_name, "%s", prop.name);
-    for (int s = 0; s < ZT_STREAMS; s++)
+    for (int s = 0; s < ZT_STREAMS; s++) {
         ZT_CUDA_TRY(dev, cudaStreamCreateWithFlags(&st->stream[s], cudaStreamNonBlocking));
+        ZT_CUDA_TRY(dev, cudaEventCreateWithFlags(&st->joined[s], cudaEventDisableTiming));
+    }
     ZT_CUBLAS_TRY(dev, cublasLtCreate(&st->lt));
     ZT_CUDA_TRY(dev, cudaMalloc(&st->lt_workspace, ZT_CUDA_CUBLAS_WORKSPACE));
     ZT_CUDA_TRY(dev, cudaMalloc((void **)&st->sums_dev,

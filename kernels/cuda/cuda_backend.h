@@ -36,6 +36,7 @@ typedef struct {
     zt_backend be;
     char device_name[256];
     cudaStream_t stream[ZT_STREAMS];
+    cudaEvent_t joined[ZT_STREAMS]; /* sync: where the other streams are, for the compute one */
     cublasLtHandle_t lt;
     void *lt_workspace;
     struct zt_cuda_matmul_plans *plans; /* cuBLASLt plans per shape (matmul.cu), made on first use */
@@ -226,6 +227,8 @@ void zt_cuda_round_to(const zt_ctx *x, float *v, size_t n, zt_dtype t);
 void zt_cuda_accumulate_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n,
                              zt_dtype t);
 double zt_cuda_sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t);
+void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
+                    bool squares);
 
 #ifdef __cplusplus
 }
