@@ -38,7 +38,7 @@ static const char *const op_names[ZT_OP_COUNT] = {
     "add", "softmax_xent", "xent_partial_stats", "xent_partial_grad",
     "adam_update", "sgd_update", "adam_update_mixed", "lamb_moments",
     "lamb_apply", "sum_squares", "scale", "to_half",
-    "from_half", "round_to", "accumulate_half", "sum_squares_half",
+    "from_half", "round_to", "accumulate_half", "sum_squares_half", "sum_to",
 };
 
 const char *zt_op_name(zt_op_id op) {
@@ -215,6 +215,9 @@ TIMED(ZT_OP_ACCUMULATE_HALF, accumulate_half,
       (x, dst, src, n, t))
 TIMED_DOUBLE(ZT_OP_SUM_SQUARES_HALF, sum_squares_half,
              (const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t), (x, v, n, t))
+TIMED(ZT_OP_SUM_TO, sum_to,
+      (const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t, bool squares),
+      (x, out, v, n, t, squares))
 
 /* The profile's table: an entry for each the backend has, NULL where it has none (a model checks
  * the entries it needs, and must find the same ones missing). */
@@ -254,6 +257,7 @@ static void fill_table(zt_ops *t, const zt_ops *r) {
     ENTRY(round_to);
     ENTRY(accumulate_half);
     ENTRY(sum_squares_half);
+    ENTRY(sum_to);
 #undef ENTRY
 }
 

@@ -62,6 +62,7 @@ typedef enum {
     ZT_OP_ROUND_TO,
     ZT_OP_ACCUMULATE_HALF,
     ZT_OP_SUM_SQUARES_HALF,
+    ZT_OP_SUM_TO,
     ZT_OP_COUNT
 } zt_op_id;
 
