@@ -251,8 +251,7 @@ static zt_status cuda_sync(zt_backend *be) {
     zt_cuda_state *st = be->impl;
     /* What has been staged for uploads so far: queued already, so the wait covers it. */
     pthread_mutex_lock(&st->stage_lock);
-    int staged_at = st->stage_at;
-    size_t staged_used = st->stage[staged_at].used;
+    unsigned long long staged = st->staged;
     pthread_mutex_unlock(&st->stage_lock);
     /* One wait of the host for both streams: the compute stream first waits (on the device) for
      * what the others have queued, then the host waits for it. A wait per stream would cost a
@@ -266,8 +265,8 @@ static zt_status cuda_sync(zt_backend *be) {
     zt_cuda_wait(be, st->stream[ZT_STREAM_COMPUTE]);
     /* Every copy from the staging has run: it is free again, unless more was staged meanwhile. */
     pthread_mutex_lock(&st->stage_lock);
-    if (st->stage_at == staged_at && st->stage[staged_at].used == staged_used) {
-        for (int i = 0; i <= st->stage_at && i < ZT_CUDA_STAGE_BLOCKS; i++)
+    if (st->staged == staged) {
+        for (int i = 0; i < ZT_CUDA_STAGE_BLOCKS; i++)
             st->stage[i].used = 0;
         st->stage_at = 0;
     }
@@ -359,7 +358,11 @@ static void *stage(const zt_ctx *x, size_t bytes) {
     for (; st->stage_at < ZT_CUDA_STAGE_BLOCKS; st->stage_at++) {
         struct zt_cuda_stage_block *b = &st->stage[st->stage_at];
         if (!b->p) {
-            size_t want = bytes > ((size_t)1 << 20) ? bytes : (size_t)1 << 20;
+            /* 1 MB, doubling with each block up to 256 MB: many micro-batches between two
+             * syncs (a long accumulation) still find room in a few blocks. */
+            int i = st->stage_at < 8 ? st->stage_at : 8;
+            size_t want = (size_t)1 << (20 + i);
+            want = bytes > want ? bytes : want;
             if (cudaHostAlloc((void **)&b->p, want, cudaHostAllocPortable) != cudaSuccess) {
                 cudaGetLastError();
                 b->p = NULL;
@@ -370,6 +373,7 @@ static void *stage(const zt_ctx *x, size_t bytes) {
         if (b->bytes - b->used >= bytes) {
             p = b->p + b->used;
             b->used += bytes;
+            st->staged++;
             break;
         }
     }

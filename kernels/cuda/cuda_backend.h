@@ -29,7 +29,8 @@ typedef enum {
     ZT_CUDA_SCRATCHES
 } zt_cuda_scratch_slot;
 
-/* Pinned staging blocks at most: each at least 1 MB, so this many cover any step's uploads. */
+/* Pinned staging blocks at most: 1 MB doubling to 256 MB, so this many cover any step's
+ * uploads. */
 enum { ZT_CUDA_STAGE_BLOCKS = 32 };
 
 /* The cuBLASLt workspace: what llm.c found Hopper's kernels to want. */
@@ -58,7 +59,8 @@ typedef struct {
         char *p;
         size_t bytes, used;
     } stage[ZT_CUDA_STAGE_BLOCKS];
-    int stage_at; /* the block in use */
+    int stage_at;                /* the block in use */
+    unsigned long long staged;   /* uploads staged since creation */
     /* Held from staging to queueing the copy, and by sync while it notes what it waits for:
      * sync takes the blocks back only if nothing was staged while it waited (another thread
      * may upload meanwhile, ZeRO's offload). */
