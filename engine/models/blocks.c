@@ -3,6 +3,7 @@
  * shares, and the shared creation helpers (tensor tables, stage-aware initialisation). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "blocks.h"
@@ -214,6 +215,10 @@ float zt_blocks_forward(zt_model *m, zt_blocks *k, int buffer, const int32_t *to
     } else {
         m->ctx.be->ops->softmax_xent(&m->ctx, ha->losses, ha->logits, targets, (int)BT,
                                      (int)k->shape.V, grad_scale);
+        if (m->loss_out) {
+            m->ctx.be->ops->sum_to(&m->ctx, m->loss_out, ha->losses, BT, ZT_F32, false);
+            return NAN;
+        }
         zt_backend_copy(m->ctx.be, k->host_losses, ha->losses, BT * sizeof(float), ZT_COPY_D2H,
                         ZT_STREAM_COMPUTE);
     }

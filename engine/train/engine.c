@@ -14,6 +14,7 @@
 #include "ztrain/loss_scaler.h"
 
 #include "loss_norm.h"
+#include "step_readback.h"
 
 struct zt_engine {
     zt_ds_config ds;
@@ -29,8 +30,12 @@ struct zt_engine {
     zt_lr_schedule sched;
     zt_loader loader;
     bool has_loader;
-    int32_t *batch_inputs, *batch_targets; /* pinned host memory of batch_bytes each */
+    /* Pinned host memory, [gas][batch_bytes] each: micro-batch m of a step is drawn into slot m,
+     * so a batch is not overwritten while the device may still be copying an earlier one (the
+     * step's one synchronisation frees them all). */
+    int32_t *batch_inputs, *batch_targets;
     size_t batch_bytes;
+    zt_step_readback rb; /* the step's scalars and their one read */
     int64_t global_steps, micro_steps, skipped_steps;
     double grad_norm;
     bool step_applied;
@@ -221,11 +226,15 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         /* Pinned, so a GPU reads a batch's tokens with an asynchronous copy (or in place). */
         e->batch_bytes = (size_t)ds->train_micro_batch_size_per_gpu * spec->block_size *
                          sizeof(int32_t);
-        e->batch_inputs = zt_backend_alloc(e->be, ZT_MEM_PINNED, e->batch_bytes);
-        e->batch_targets = zt_backend_alloc(e->be, ZT_MEM_PINNED, e->batch_bytes);
+        size_t all = e->batch_bytes * (size_t)ds->gradient_accumulation_steps;
+        e->batch_inputs = zt_backend_alloc(e->be, ZT_MEM_PINNED, all);
+        e->batch_targets = zt_backend_alloc(e->be, ZT_MEM_PINNED, all);
         if (!e->batch_inputs || !e->batch_targets)
             s = zt_error(ZT_ERR_NOMEM, "engine: out of memory");
     }
+    if (s == ZT_OK)
+        s = zt_step_readback_init(&e->rb, e->be, ds->gradient_accumulation_steps,
+                                  zt_zero_norm_parts(&e->zero));
     if (s != ZT_OK) {
         zt_engine_destroy(e);
         return s;
@@ -247,8 +256,10 @@ void zt_engine_destroy(zt_engine *e) {
         zt_loader_free(&e->loader);
     zt_loss_norm_free(&e->norm);
     if (e->be) {
-        zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_inputs, e->batch_bytes);
-        zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_targets, e->batch_bytes);
+        size_t all = e->batch_bytes * (size_t)e->ds.gradient_accumulation_steps;
+        zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_inputs, all);
+        zt_backend_free(e->be, ZT_MEM_PINNED, e->batch_targets, all);
+        zt_step_readback_free(&e->rb);
     }
     /* The communicator outlives the engine: it lets go of the backend and its staging first. */
     if (e->opts.comm && e->be)
@@ -272,21 +283,23 @@ zt_status zt_engine_step_batch(zt_engine *e, int micro, zt_batch *b) {
         return zt_error(ZT_ERR_INVALID, "engine: micro-batch %d of a step of %d asked for after "
                         "micro-batch %d", micro, e->ds.gradient_accumulation_steps, e->drawn - 1);
     e->drawn = micro + 1;
+    const size_t slot = (size_t)micro * (e->batch_bytes / sizeof(int32_t));
+    int32_t *inputs = e->batch_inputs + slot, *targets = e->batch_targets + slot;
     if (e->masked) {
         if (micro == 0)
             ZT_TRY(zt_loss_norm_fill(&e->norm, &e->loader, e->opts.comm, e->global_steps + 1));
         size_t each = (size_t)e->norm.B * (size_t)e->norm.T;
-        memcpy(e->batch_inputs, e->norm.inputs + micro * each, e->batch_bytes);
-        memcpy(e->batch_targets, e->norm.targets + micro * each, e->batch_bytes);
+        memcpy(inputs, e->norm.inputs + micro * each, e->batch_bytes);
+        memcpy(targets, e->norm.targets + micro * each, e->batch_bytes);
         b->B = e->norm.rows[micro];
         b->doc_pos = e->norm.doc_pos + micro * each;
     } else {
-        b->B = zt_loader_next(&e->loader, e->batch_inputs, e->batch_targets);
+        b->B = zt_loader_next(&e->loader, inputs, targets);
         b->doc_pos = NULL;
     }
     b->T = e->model->spec.block_size;
-    b->inputs = e->batch_inputs;
-    b->targets = e->batch_targets;
+    b->inputs = inputs;
+    b->targets = targets;
     return ZT_OK;
 }
 
@@ -328,15 +341,29 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
         counted += b->targets[i] >= 0;
     double share;
     float grad_scale = zt_engine_grad_scale(e, counted, &share);
-    *loss = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
-    *loss = (float)((double)*loss * share);
+    const int micro = (int)(e->micro_steps % e->ds.gradient_accumulation_steps);
+    /* Deferred, the loss stays on the device until the step's one synchronisation. A batch of
+     * packed documents is read at once: the model rewrites pinned tables for each one (Llama's
+     * rotary positions), which only a wait keeps from being overwritten in flight; so is a
+     * tensor-parallel loss, which the shards combine on the host. */
+    const bool defer = !loss && !b->doc_pos && zt_model_stage_tp(&e->model->stage) == 1;
+    if (defer)
+        e->model->loss_out = zt_step_readback_defer(&e->rb, micro, counted, share);
+    float l = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
+    e->model->loss_out = NULL;
     e->forward_pending = grad_scale != 0.0f;
     e->current.forward_ms += now_ms() - t0;
     e->current.forward_comm_ms += zt_comm_thread_ms() - c0;
-    /* The loss has been waited for, so the device is idle up to here: its first error, if an
-     * op, copy or launch failed (a GPU records it rather than returning it), ends the step with
-     * the device's message instead of training on stale numbers. */
-    ZT_TRY(zt_backend_sync(e->be));
+    if (!defer) {
+        l = (float)((double)l * share);
+        zt_step_readback_known(&e->rb, micro, l);
+        if (loss)
+            *loss = l;
+        /* The loss has been waited for, so the device is idle up to here: its first error, if
+         * an op, copy or launch failed (a GPU records it rather than returning it), ends the
+         * step with the device's message instead of training on stale numbers. */
+        ZT_TRY(zt_backend_sync(e->be));
+    }
     ZT_TRY(zt_model_tp_status(e->model));
     return zt_zero_status(&e->zero);
 }
@@ -437,6 +464,18 @@ static zt_status hold_step(zt_engine *e, double t0) {
     return ZT_OK;
 }
 
+/* The step's one synchronisation (step_readback.h): the sums of squares of the gradient slice
+ * (fp32 g, or else the 16-bit g16) are queued behind its reduction, then they and the step's
+ * deferred losses come back together; *norm2 is the squared global norm, summed over the ranks.
+ * A device error surfaces here, naming the device, before anything is decided on its numbers. */
+static zt_status read_step(zt_engine *e, const float *g, const uint16_t *g16, size_t count,
+                           double *norm2) {
+    int parts = zt_zero_norm_enqueue(&e->zero, g, g16, count,
+                                     zt_step_readback_norm_slots(&e->rb));
+    ZT_TRY(zt_step_readback_sync(&e->rb, e->ds.gradient_accumulation_steps, parts));
+    return zt_zero_norm_combine(&e->zero, count, zt_step_readback_norm_parts(&e->rb), norm2);
+}
+
 /* The mixed-precision step: the (loss-scaled) 16-bit gradients are checked for overflow — every
  * rank sees the same global norm, so every rank skips the same step — then unscaled and clipped
  * in one multiply (as DeepSpeed's ZeRO optimizer does) on their way into the fp32 masters. */
@@ -445,7 +484,7 @@ static zt_status step_half(zt_engine *e, double t0) {
     size_t count;
     double norm2, scale = zt_loss_scaler_scale(&e->scaler);
     ZT_TRY(zt_zero_reduce_gradients_half(&e->zero, &g, &count));
-    ZT_TRY(zt_zero_norm_squared_half(&e->zero, g, count, &norm2));
+    ZT_TRY(read_step(e, NULL, g, count, &norm2));
     bool overflow = !isfinite(norm2);
     bool checked = e->ds.fp16.enabled || e->ds.bf16.check_grad_overflow;
     FILE *log = e->opts.rank == 0 ? e->opts.log : NULL;
@@ -487,14 +526,22 @@ static zt_status step_half(zt_engine *e, double t0) {
 
 static zt_status step_apply(zt_engine *e);
 
-/* Every step ends with the device synchronised: an error of the backward or the update (the
- * device's, named by zt_backend_sync) fails this step, not a later one or none. A device error
- * wins over the step's own, which it may have caused (a NaN norm from stale numbers). */
+/* A step waits for the device once, at its boundary, before it decides on the numbers it read
+ * (read_step): an error of the forward or backward fails that step. The update it then queues is
+ * not waited for: an error there surfaces at the next step's synchronisation (or at
+ * zt_engine_sync), before anything is computed from its results. When the step fails, a device
+ * error wins over the step's own, which it may have caused (a NaN norm from stale numbers). */
 zt_status zt_engine_step(zt_engine *e) {
     zt_status s = step_apply(e);
+    if (s == ZT_OK)
+        return ZT_OK;
     zt_status d = zt_backend_sync(e->be);
     return d != ZT_OK ? d : s;
 }
+
+zt_status zt_engine_sync(zt_engine *e) { return zt_backend_sync(e->be); }
+
+const float *zt_engine_step_losses(const zt_engine *e) { return e->rb.loss; }
 
 static zt_status step_apply(zt_engine *e) {
     if (e->forward_pending)
@@ -516,7 +563,7 @@ static zt_status step_apply(zt_engine *e) {
     size_t count;
     double norm2;
     ZT_TRY(zt_zero_reduce_gradients(&e->zero, &g, &p, &count));
-    ZT_TRY(zt_zero_norm_squared(&e->zero, g, count, &norm2));
+    ZT_TRY(read_step(e, g, NULL, count, &norm2));
     double norm = sqrt(norm2);
     if (gate_holds(e, norm, false))
         return hold_step(e, t0);

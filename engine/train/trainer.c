@@ -134,6 +134,9 @@ static zt_status evaluate(trainer *t, double *loss) {
     int64_t per_epoch = zt_loader_batches_per_epoch(&t->val_loader);
     if (steps > per_epoch)
         steps = (int)per_epoch;
+    /* The last step's update has not been waited for (zt_engine_step): its device error, if it
+     * met one, ends the run here rather than in a loss computed from it. */
+    ZT_TRY(zt_engine_sync(t->e));
     if (t->pipe)
         return zt_pipe_eval(t->pipe, &t->val_loader, steps, loss);
     double sum = 0.0;
@@ -225,6 +228,8 @@ static zt_status save_checkpoint(trainer *t) {
     int64_t step = zt_engine_global_steps(t->e);
     if (!t->job->train.checkpoint_dir || step == t->saved_step)
         return ZT_OK;
+    /* No checkpoint of an update the device failed (zt_engine_step does not wait for it). */
+    ZT_TRY(zt_engine_sync(t->e));
     /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h), and so do
      * a tensor-parallel job's shards (ckpt_tp.h). */
     if (t->pipe && t->rank == 0)
@@ -471,15 +476,15 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         }
         for (int micro = 0; micro < gas && !t->pipe; micro++) {
             zt_batch b;
-            float loss;
             double d0 = now_ms();
             ZT_TRY(zt_engine_next_batch(t->e, &b));
             zt_rank_stats_inject_delay(&t->stats);
             rs.data += now_ms() - d0;
-            ZT_TRY(zt_engine_forward(t->e, &b, &loss));
+            /* The loss is not waited for: the engine reads the step's losses back at its one
+             * synchronisation, before the gate judges them (zt_engine_step_losses). */
+            ZT_TRY(zt_engine_forward(t->e, &b, NULL));
             ZT_TRY(zt_engine_backward(t->e));
-            /* Counted before the step: at the boundary the step's gate judges the loss. */
-            zt_trainer_events_add_micro(&t->events, loss, (double)b.B * b.T);
+            zt_trainer_events_add_micro(&t->events, (double)b.B * b.T);
             ZT_TRY(zt_engine_step(t->e));
         }
         /* The step's loss and tokens over all ranks (each rank's mean counts equally, as
@@ -579,6 +584,8 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             !last)
             ZT_TRY(save_checkpoint(t));
     }
+    /* The last update has not been waited for: a device error it met fails the run. */
+    ZT_TRY(zt_engine_sync(t->e));
     res->steps = zt_engine_global_steps(t->e);
     res->final_loss = last_loss;
     res->tokens_per_second = t->timed_steps ? t->timed_tokens / (t->timed_ms / 1e3) : NAN;

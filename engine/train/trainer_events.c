@@ -44,6 +44,10 @@ static void report(zt_trainer_events *ev, int from) {
  * every rank judges next is the same. */
 static zt_status reduce_step(zt_trainer_events *ev) {
     memset(ev->sums, 0, sizeof(double) * (size_t)(2 + ev->world));
+    /* The step's losses, read back by the engine at its synchronisation, in micro-batch order. */
+    const float *losses = zt_engine_step_losses(ev->e);
+    for (int i = 0; i < ev->gas; i++)
+        ev->loss_sum += losses[i];
     ev->sums[0] = ev->loss_sum / ev->gas;
     ev->sums[1] = ev->tokens;
     ev->sums[2 + ev->rank] = ev->work_ms;
@@ -123,8 +127,7 @@ void zt_trainer_events_begin_step(zt_trainer_events *ev) {
 /* Called before every zt_engine_step, so the last call is the boundary's: the time to it is
  * this rank's own work on the step, before the gradient reduction makes the ranks wait for each
  * other. */
-void zt_trainer_events_add_micro(zt_trainer_events *ev, double loss, double tokens) {
-    ev->loss_sum += loss;
+void zt_trainer_events_add_micro(zt_trainer_events *ev, double tokens) {
     ev->tokens += tokens;
     ev->work_ms = now_ms() - ev->begin_ms;
 }

@@ -20,7 +20,8 @@ typedef struct {
     int rank, world;
     bool fp16;
     int gas;                  /* micro-batches per step */
-    double loss_sum, tokens;  /* this rank's, over the step's micro-batches so far */
+    double loss_sum;          /* this rank's, over the step's micro-batches, at the gate */
+    double tokens;            /* this rank's, over the step's micro-batches so far */
     double begin_ms;          /* when the step began on this rank */
     double work_ms;           /* from then to the step's last zt_engine_step call */
     double *sums;             /* [2 + world]: loss, tokens, then every rank's work_ms */
@@ -43,8 +44,9 @@ void zt_trainer_events_report_to(zt_trainer_events *ev, zt_metrics_writer *metri
                                  FILE *progress, const char *out_dir);
 
 void zt_trainer_events_begin_step(zt_trainer_events *ev);
-/* A micro-batch's loss and tokens, before its zt_engine_step. */
-void zt_trainer_events_add_micro(zt_trainer_events *ev, double loss, double tokens);
+/* A micro-batch's tokens, before its zt_engine_step (its loss the gate takes from the engine,
+ * zt_engine_step_losses, once the step has read it back). */
+void zt_trainer_events_add_micro(zt_trainer_events *ev, double tokens);
 /* After the step: the loss summed over ranks and the tokens summed over ranks, as the gate
  * reduced them (or reduced now when the gate did not run). */
 zt_status zt_trainer_events_step_sums(zt_trainer_events *ev, double sums[2]);

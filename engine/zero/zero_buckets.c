@@ -150,31 +150,62 @@ static zt_status reduce_norm(zt_zero *z, double *s) {
     return ZT_OK;
 }
 
-/* The weighted sum of a tensor-parallel shard (zt_zero_set_tensor_parallel) over the slice's
- * elements: each range's squares times its weight. f or f16 sums one piece. */
-static double weighted_squares(const zt_zero *z, const float *g, const uint16_t *g16,
-                               size_t count) {
+/* The pieces whose sums of squares make up the norm, in the order they are added: the slice less
+ * what a pipeline stage leaves out (weight 1), or with tensor parallelism each weighted range of
+ * the shard (zt_zero_set_tensor_parallel) that meets the slice. *c starts zeroed; false past
+ * the last piece, else [lo, hi) relative to the slice's start and its weight. */
+typedef struct {
+    int i;
+    size_t lo, hi;
+    double weight;
+} norm_cursor;
+
+static bool next_piece(const zt_zero *z, size_t count, norm_cursor *c) {
+    if (!z->norm_ranges) {
+        size_t lo[2], hi[2];
+        int n = norm_pieces(z, count, lo, hi);
+        if (c->i >= n)
+            return false;
+        c->lo = lo[c->i], c->hi = hi[c->i], c->weight = 1.0;
+        c->i++;
+        return true;
+    }
     const size_t base = z->stage == 0 ? 0 : z->own_lo;
-    double s = 0.0;
-    for (int i = 0; i < z->n_norm_ranges; i++) {
-        const struct zt_zero_norm_range *r = &z->norm_ranges[i];
+    for (; c->i < z->n_norm_ranges; c->i++) {
+        const struct zt_zero_norm_range *r = &z->norm_ranges[c->i];
         size_t a = zt_max_sz(r->lo, base), b = zt_min_sz(r->hi, base + count);
         if (a >= b || r->weight == 0.0)
             continue;
-        double part = g ? z->be->ops->sum_squares(&z->ctx, g + (a - base), b - a)
-                        : z->be->ops->sum_squares_half(&z->ctx, g16 + (a - base), b - a,
-                                                        z->dtype);
-        s += r->weight * part;
+        c->lo = a - base, c->hi = b - base, c->weight = r->weight;
+        c->i++;
+        return true;
     }
-    return s;
+    return false;
 }
 
-zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double *out) {
-    size_t lo[2], hi[2];
-    int n = z->norm_ranges ? 0 : norm_pieces(z, count, lo, hi);
-    double s = z->norm_ranges ? weighted_squares(z, g, NULL, count) : 0.0;
-    for (int i = 0; i < n; i++)
-        s += z->be->ops->sum_squares(&z->ctx, g + lo[i], hi[i] - lo[i]);
+int zt_zero_norm_parts(const zt_zero *z) { return z->n_norm_ranges > 2 ? z->n_norm_ranges : 2; }
+
+int zt_zero_norm_enqueue(zt_zero *z, const float *g, const uint16_t *g16, size_t count,
+                         double *parts) {
+    norm_cursor c = {0};
+    int n = 0;
+    while (next_piece(z, count, &c)) {
+        if (g)
+            z->be->ops->sum_to(&z->ctx, parts + n, g + c.lo, c.hi - c.lo, ZT_F32, true);
+        else
+            z->be->ops->sum_to(&z->ctx, parts + n, g16 + c.lo, c.hi - c.lo, z->dtype, true);
+        n++;
+    }
+    return n;
+}
+
+zt_status zt_zero_norm_combine(zt_zero *z, size_t count, const double *parts, double *out) {
+    norm_cursor c = {0};
+    double s = 0.0;
+    /* Unweighted pieces are added as they are: the sum is the one each piece's readback used
+     * to give, bit for bit. */
+    for (int n = 0; next_piece(z, count, &c); n++)
+        s += z->norm_ranges ? c.weight * parts[n] : parts[n];
     ZT_TRY(reduce_norm(z, &s));
     *out = s;
     return ZT_OK;
@@ -283,17 +314,6 @@ zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count)
         ZT_TRY(half_collective(z, z->g16, HALF_REDUCE_SCATTER));
     *g = z->stage >= 2 ? z->gacc16 : z->g16 + z->master_base;
     *count = z->master_n;
-    return ZT_OK;
-}
-
-zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out) {
-    size_t lo[2], hi[2];
-    int n = z->norm_ranges ? 0 : norm_pieces(z, count, lo, hi);
-    double s = z->norm_ranges ? weighted_squares(z, NULL, g, count) : 0.0;
-    for (int i = 0; i < n; i++)
-        s += z->be->ops->sum_squares_half(&z->ctx, g + lo[i], hi[i] - lo[i], z->dtype);
-    ZT_TRY(reduce_norm(z, &s));
-    *out = s;
     return ZT_OK;
 }
 

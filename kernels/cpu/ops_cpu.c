@@ -231,6 +231,24 @@ static double sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n, zt_
     return zt_cpu_sum_squares_half(v, n, t);
 }
 
+/* Device memory is host memory here: the sum is written at once. The plain sum adds in index
+ * order, as a host loop over the losses would. */
+static void sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
+                   bool squares) {
+    if (t != ZT_F32) {
+        ZT_ASSERT(squares);
+        *out = sum_squares_half(x, v, n, t);
+    } else if (squares) {
+        *out = sum_squares(x, v, n);
+    } else {
+        const float *f = v;
+        double s = 0.0;
+        for (size_t i = 0; i < n; i++)
+            s += f[i];
+        *out = s;
+    }
+}
+
 static const zt_ops cpu_ops = {
     .embedding_forward = embedding_forward,
     .embedding_backward = embedding_backward,
@@ -268,6 +286,7 @@ static const zt_ops cpu_ops = {
     .round_to = round_to,
     .accumulate_half = accumulate_half,
     .sum_squares_half = sum_squares_half,
+    .sum_to = sum_to,
 };
 
 const zt_ops *zt_cpu_ops(void) { return &cpu_ops; }

@@ -26,6 +26,23 @@ void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char 
     pthread_mutex_unlock(&st->lock);
 }
 
+void zt_cuda_wait(zt_backend *be, cudaStream_t s) {
+    zt_cuda_state *st = be->impl;
+    __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
+    ZT_CUDA_CHECK(be, cudaStreamSynchronize(s));
+}
+
+void zt_cuda_count_read(zt_backend *be) {
+    zt_cuda_state *st = be->impl;
+    __atomic_add_fetch(&st->reads, 1, __ATOMIC_RELAXED);
+}
+
+void zt_cuda_round_trips(zt_backend *be, unsigned long long out[2]) {
+    zt_cuda_state *st = be->impl;
+    out[0] = __atomic_load_n(&st->waits, __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&st->reads, __ATOMIC_RELAXED);
+}
+
 void zt_cuda_count(zt_cuda_state *st, long long delta) {
     pthread_mutex_lock(&st->lock);
     st->allocated = (size_t)((long long)st->allocated + delta);
@@ -77,7 +94,7 @@ static void *cuda_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
      * so a plain cudaMemset on the legacy stream would not be ordered before them. Allocation
      * happens at setup, where waiting costs nothing. */
     ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[ZT_STREAM_COMPUTE]));
-    ZT_CUDA_CHECK(be, cudaStreamSynchronize(st->stream[ZT_STREAM_COMPUTE]));
+    zt_cuda_wait(be, st->stream[ZT_STREAM_COMPUTE]);
     return p;
 }
 
@@ -126,6 +143,8 @@ static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, 
     static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                 cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
     ZT_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, kinds[kind], st->stream[s]));
+    if (kind == ZT_COPY_D2H)
+        zt_cuda_count_read(be);
     /* Bytes written to device memory are held again, released before or not. */
     if (kind == ZT_COPY_H2D || kind == ZT_COPY_D2D) {
         pthread_mutex_lock(&st->released_lock);
@@ -138,7 +157,7 @@ static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, 
      * be reused. CUDA stages a pageable source before returning; a pageable destination is
      * written only when the copy has run, so wait for it. */
     if ((kind == ZT_COPY_D2H && !is_pinned(dst)) || kind == ZT_COPY_H2H)
-        ZT_CUDA_CHECK(be, cudaStreamSynchronize(st->stream[s]));
+        zt_cuda_wait(be, st->stream[s]);
 }
 
 static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi) {
@@ -200,6 +219,7 @@ static zt_event *cuda_timer_create(zt_backend *be) {
 static zt_status cuda_timer_elapsed(zt_backend *be, zt_event *start, zt_event *end, double *ms) {
     zt_cuda_state *st = be->impl;
     float f = 0.0f;
+    __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
     cudaError_t rc = cudaEventSynchronize(end->ev);
     if (rc == cudaSuccess)
         rc = cudaEventElapsedTime(&f, start->ev, end->ev);
@@ -229,8 +249,28 @@ static void cuda_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
 
 static zt_status cuda_sync(zt_backend *be) {
     zt_cuda_state *st = be->impl;
-    for (int s = 0; s < ZT_STREAMS; s++)
-        ZT_CUDA_CHECK(be, cudaStreamSynchronize(st->stream[s]));
+    /* What has been staged for uploads so far: queued already, so the wait covers it. */
+    pthread_mutex_lock(&st->stage_lock);
+    unsigned long long staged = st->staged;
+    pthread_mutex_unlock(&st->stage_lock);
+    /* One wait of the host for both streams: the compute stream first waits (on the device) for
+     * what the others have queued, then the host waits for it. A wait per stream would cost a
+     * host round trip each, and a step affords one (docs/gpu.md). */
+    for (int s = 0; s < ZT_STREAMS; s++) {
+        if (s == ZT_STREAM_COMPUTE)
+            continue;
+        ZT_CUDA_CHECK(be, cudaEventRecord(st->joined[s], st->stream[s]));
+        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[ZT_STREAM_COMPUTE], st->joined[s], 0));
+    }
+    zt_cuda_wait(be, st->stream[ZT_STREAM_COMPUTE]);
+    /* Every copy from the staging has run: it is free again, unless more was staged meanwhile. */
+    pthread_mutex_lock(&st->stage_lock);
+    if (st->staged == staged) {
+        for (int i = 0; i < ZT_CUDA_STAGE_BLOCKS; i++)
+            st->stage[i].used = 0;
+        st->stage_at = 0;
+    }
+    pthread_mutex_unlock(&st->stage_lock);
     ZT_CUDA_LAUNCHED(be);
     pthread_mutex_lock(&st->lock);
     char msg[sizeof st->first_error];
@@ -248,17 +288,23 @@ static void cuda_destroy(zt_backend *be) {
     for (int i = 0; i < ZT_CUDA_SCRATCHES; i++)
         cudaFree(st->scratch[i]);
     free(st->bucket_host);
+    for (int i = 0; i < ZT_CUDA_STAGE_BLOCKS; i++)
+        cudaFreeHost(st->stage[i].p);
     cudaFree(st->sums_dev);
     cudaFreeHost(st->sums_host);
     zt_cuda_matmul_plans_free(st);
     cudaFree(st->lt_workspace);
     if (st->lt)
         cublasLtDestroy(st->lt);
-    for (int s = 0; s < ZT_STREAMS; s++)
+    for (int s = 0; s < ZT_STREAMS; s++) {
         if (st->stream[s])
             cudaStreamDestroy(st->stream[s]);
+        if (st->joined[s])
+            cudaEventDestroy(st->joined[s]);
+    }
     zt_cuda_ranges_free(&st->released);
     pthread_mutex_destroy(&st->released_lock);
+    pthread_mutex_destroy(&st->stage_lock);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
@@ -285,7 +331,7 @@ void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes) 
     zt_cuda_state *st = zt_cuda_of(x);
     if (bytes <= st->scratch_bytes[slot])
         return st->scratch[slot];
-    ZT_CUDA_CHECK(x->be, cudaStreamSynchronize(st->stream[ZT_STREAM_COMPUTE]));
+    zt_cuda_wait(x->be, st->stream[ZT_STREAM_COMPUTE]);
     ZT_CUDA_CHECK(x->be, cudaFree(st->scratch[slot]));
     zt_cuda_count(st, -(long long)st->scratch_bytes[slot]);
     st->scratch[slot] = NULL;
@@ -302,13 +348,56 @@ void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes) 
     return p;
 }
 
+/* bytes of pinned staging (16-byte aligned) that no queued copy reads, or NULL after recording
+ * the failure. A block is added when the ones in use are full: during a model's first step; the
+ * next sync takes them all back. Under stage_lock. */
+static void *stage(const zt_ctx *x, size_t bytes) {
+    zt_cuda_state *st = zt_cuda_of(x);
+    bytes = (bytes + 15) & ~(size_t)15;
+    void *p = NULL;
+    for (; st->stage_at < ZT_CUDA_STAGE_BLOCKS; st->stage_at++) {
+        struct zt_cuda_stage_block *b = &st->stage[st->stage_at];
+        if (!b->p) {
+            /* 1 MB, doubling with each block up to 256 MB: many micro-batches between two
+             * syncs (a long accumulation) still find room in a few blocks. */
+            int i = st->stage_at < 8 ? st->stage_at : 8;
+            size_t want = (size_t)1 << (20 + i);
+            want = bytes > want ? bytes : want;
+            if (cudaHostAlloc((void **)&b->p, want, cudaHostAllocPortable) != cudaSuccess) {
+                cudaGetLastError();
+                b->p = NULL;
+                break;
+            }
+            b->bytes = want;
+        }
+        if (b->bytes - b->used >= bytes) {
+            p = b->p + b->used;
+            b->used += bytes;
+            st->staged++;
+            break;
+        }
+    }
+    if (!p)
+        zt_cuda_fail(x->be, "CUDA", "cudaHostAlloc", "no pinned staging left for an upload",
+                     __FILE__, __LINE__);
+    return p;
+}
+
 const int32_t *zt_cuda_upload_i32(const zt_ctx *x, zt_cuda_scratch_slot slot, const int32_t *host,
                                   size_t n) {
     int32_t *d = zt_cuda_scratch(x, slot, (n ? n : 1) * sizeof(int32_t));
-    if (d && n)
-        ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(d, host, n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                             zt_cuda_compute(x)));
-    return d;
+    if (!d || !n)
+        return d;
+    zt_cuda_state *st = zt_cuda_of(x);
+    pthread_mutex_lock(&st->stage_lock);
+    int32_t *staged = stage(x, n * sizeof(int32_t));
+    if (staged) {
+        memcpy(staged, host, n * sizeof(int32_t));
+        ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(d, staged, n * sizeof(int32_t),
+                                             cudaMemcpyHostToDevice, zt_cuda_compute(x)));
+    }
+    pthread_mutex_unlock(&st->stage_lock);
+    return staged ? d : NULL;
 }
 
 void *zt_cuda_bucket_host(const zt_ctx *x, size_t bytes) {
@@ -331,8 +420,10 @@ static zt_status setup(zt_cuda_state *st, int dev) {
     struct cudaDeviceProp prop;
     ZT_CUDA_TRY(dev, cudaGetDeviceProperties(&prop, dev));
     snprintf(st->device_name, sizeof st->device_name, "%s", prop.name);
-    for (int s = 0; s < ZT_STREAMS; s++)
+    for (int s = 0; s < ZT_STREAMS; s++) {
         ZT_CUDA_TRY(dev, cudaStreamCreateWithFlags(&st->stream[s], cudaStreamNonBlocking));
+        ZT_CUDA_TRY(dev, cudaEventCreateWithFlags(&st->joined[s], cudaEventDisableTiming));
+    }
     ZT_CUBLAS_TRY(dev, cublasLtCreate(&st->lt));
     ZT_CUDA_TRY(dev, cudaMalloc(&st->lt_workspace, ZT_CUDA_CUBLAS_WORKSPACE));
     ZT_CUDA_TRY(dev, cudaMalloc((void **)&st->sums_dev,
@@ -380,6 +471,7 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
         return zt_error(ZT_ERR_NOMEM, "cuda backend: out of host memory");
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->released_lock, NULL);
+    pthread_mutex_init(&st->stage_lock, NULL);
     zt_backend *be = &st->be;
     be->impl = st;
     be->name = "cuda";

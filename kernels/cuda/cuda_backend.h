@@ -29,6 +29,10 @@ typedef enum {
     ZT_CUDA_SCRATCHES
 } zt_cuda_scratch_slot;
 
+/* Pinned staging blocks at most: 1 MB doubling to 256 MB, so this many cover any step's
+ * uploads. */
+enum { ZT_CUDA_STAGE_BLOCKS = 32 };
+
 /* The cuBLASLt workspace: what llm.c found Hopper's kernels to want. */
 enum { ZT_CUDA_CUBLAS_WORKSPACE = 32 << 20 };
 
@@ -36,6 +40,7 @@ typedef struct {
     zt_backend be;
     char device_name[256];
     cudaStream_t stream[ZT_STREAMS];
+    cudaEvent_t joined[ZT_STREAMS]; /* sync: where the other streams are, for the compute one */
     cublasLtHandle_t lt;
     void *lt_workspace;
     struct zt_cuda_matmul_plans *plans; /* cuBLASLt plans per shape (matmul.cu), made on first use */
@@ -46,6 +51,20 @@ typedef struct {
     /* The host side of the token buckets, grown like the device scratch. */
     void *bucket_host;
     size_t bucket_host_bytes;
+    /* Pinned staging for uploads of host data (zt_cuda_upload_i32): blocks handed out in turn
+     * and taken back all at once by sync, when every copy from them has run. The device reads
+     * pinned memory when the copy runs, so a block is never reused before; and a copy from
+     * pageable memory may make CUDA wait for the stream, a host round trip. */
+    struct zt_cuda_stage_block {
+        char *p;
+        size_t bytes, used;
+    } stage[ZT_CUDA_STAGE_BLOCKS];
+    int stage_at;                /* the block in use */
+    unsigned long long staged;   /* uploads staged since creation */
+    /* Held from staging to queueing the copy, and by sync while it notes what it waits for:
+     * sync takes the blocks back only if nothing was staged while it waited (another thread
+     * may upload meanwhile, ZeRO's offload). */
+    pthread_mutex_t stage_lock;
     /* Released ranges: release and commit come from the ZeRO communication thread and the
      * main thread at once (stage 3 with overlap_comm), and the set reallocates as it grows. */
     pthread_mutex_t released_lock;
@@ -55,6 +74,9 @@ typedef struct {
      * creation); weights_rounded counts the products that did. */
     bool weights_round;
     unsigned long long weights_rounded;
+    /* Since creation: the host's waits for the device this module made (zt_cuda_wait) and its
+     * device-to-host copies. Two relaxed counters, cheap enough for a GPU run. */
+    unsigned long long waits, reads;
     /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory). */
     size_t allocated, peak;
     /* The first failure of a call that cannot return one (an op, a copy), reported by sync. */
@@ -104,13 +126,22 @@ void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char 
                  return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: %s: %s", (dev), #expr,       \
                                  zt_msg_))
 
+/* Every wait of the host for a stream goes through here (counted); and every device-to-host copy
+ * is counted by zt_cuda_count_read. zt_cuda_round_trips gives both counts ([0] waits, [1]
+ * copies back) since the backend began; test_cuda_emu_syncs finds it by name
+ * (zt_backend_cuda_symbol) and checks it against the emulated runtime's own counts. */
+void zt_cuda_wait(zt_backend *be, cudaStream_t s);
+void zt_cuda_count_read(zt_backend *be);
+void zt_cuda_round_trips(zt_backend *be, unsigned long long out[2]);
+
 /* Counts bytes of device memory taken (a positive delta) or given back (negative). */
 void zt_cuda_count(zt_cuda_state *st, long long delta);
 
 /* Device scratch of at least bytes in the slot (contents undefined), or NULL after recording the
  * failure. Growing waits for the compute stream, whose earlier work may still read the old one. */
 void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes);
-/* n int32 values of host memory copied to the slot's device scratch, in stream order. */
+/* n int32 values of host memory copied to the slot's device scratch, in stream order, through
+ * pinned staging (the host buffer may be reused when the call returns; no host wait). */
 const int32_t *zt_cuda_upload_i32(const zt_ctx *x, zt_cuda_scratch_slot slot, const int32_t *host,
                                   size_t n);
 /* Host scratch for the token buckets (ZT_ERR_NOMEM recorded and NULL when it cannot grow). */
@@ -243,6 +274,8 @@ void zt_cuda_round_to(const zt_ctx *x, float *v, size_t n, zt_dtype t);
 void zt_cuda_accumulate_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n,
                              zt_dtype t);
 double zt_cuda_sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t);
+void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
+                    bool squares);
 
 #ifdef __cplusplus
 }

@@ -1,20 +1,46 @@
 /* Token (and learned position) embeddings on the GPU. The backward adds each position's gradient
  * into its token's row without atomics: the host groups positions by token (token_buckets.c),
  * then one block per distinct token sums its positions in position order, so the result is the
- * same on every run. The position gradient is a thread per (t, channel) summing over the batch. */
+ * same on every run. The position gradient sums over the batch per (t, channel).
+ *
+ * Every kernel walks its rows in chunks of ZT_VEC(T) channels (8 at bf16/fp16, 4 at fp32) with
+ * 16-byte loads and stores (cuda_common.cuh's zt_ldv/zt_stv), the fp32 weight rows in 16-byte
+ * pieces too; a chunk past the end of a row (C not a multiple of the vector) or a row that does
+ * not start 16-byte aligned (an odd C) goes element by element. Each element's sum runs in the
+ * same order as one thread per element would run it. */
 #include "cuda_common.cuh"
 
+/* The fp32 elements [base, base + ZT_VEC(T)) of p below n, into (or from) x, 16 bytes at a
+ * time where they are whole and aligned. */
+template <typename T>
+__device__ __forceinline__ void ld_f32(const float *p, size_t base, size_t n, float *x) {
+    for (int k = 0; k < ZT_VEC(T); k += ZT_VEC(float))
+        zt_ldv(p, base + k, n, x + k);
+}
+template <typename T>
+__device__ __forceinline__ void st_f32(float *p, size_t base, size_t n, const float *x) {
+    for (int k = 0; k < ZT_VEC(T); k += ZT_VEC(float))
+        zt_stv(p, base + k, n, x + k);
+}
+
+/* Thread i: channels [c0, c0 + ZT_VEC(T)) of position bt. */
 template <typename T>
 __global__ void emb_fwd(T *out, const int32_t *tokens, const float *wte, const float *wpe, int T_,
-                        int C, size_t n) {
-    ZT_GRID_LOOP(i, n) {
-        size_t bt = i / C;
-        int c = (int)(i % C);
+                        int C, size_t chunks) {
+    const int per_row = (C + ZT_VEC(T) - 1) / ZT_VEC(T);
+    ZT_GRID_LOOP(i, chunks) {
+        size_t bt = i / per_row;
+        int c0 = (int)(i % per_row) * ZT_VEC(T);
+        float v[ZT_VEC(T)] = {}, p[ZT_VEC(T)] = {};
         /* A negative token has no row in this vocabulary-parallel shard (ops.h). */
-        float v = tokens[bt] >= 0 ? wte[(size_t)tokens[bt] * C + c] : 0.0f;
-        if (wpe)
-            v += wpe[(bt % T_) * C + c];
-        zt_st(out, i, v);
+        if (tokens[bt] >= 0)
+            ld_f32<T>(wte + (size_t)tokens[bt] * C, c0, C, v);
+        if (wpe) {
+            ld_f32<T>(wpe + (bt % T_) * C, c0, C, p);
+            for (int k = 0; k < ZT_VEC(T); k++)
+                v[k] += p[k];
+        }
+        zt_stv(out + bt * C, c0, C, v);
     }
 }
 
@@ -26,33 +52,50 @@ __global__ void emb_bwd_wte(float *dwte, const T *dout, const int32_t *uniq,
     if (uniq[b] < 0)
         return;
     float *row = dwte + (size_t)uniq[b] * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int k = start[b]; k < start[b + 1]; k++)
-            acc += zt_ld(dout, (size_t)pos[k] * C + c);
-        row[c] += acc;
+    for (int c0 = threadIdx.x * ZT_VEC(T); c0 < C; c0 += blockDim.x * ZT_VEC(T)) {
+        float acc[ZT_VEC(T)] = {}, d[ZT_VEC(T)] = {}, r[ZT_VEC(T)] = {};
+        for (int k = start[b]; k < start[b + 1]; k++) {
+            zt_ldv(dout + (size_t)pos[k] * C, c0, C, d);
+            for (int j = 0; j < ZT_VEC(T); j++)
+                acc[j] += d[j];
+        }
+        ld_f32<T>(row, c0, C, r);
+        for (int j = 0; j < ZT_VEC(T); j++)
+            r[j] += acc[j];
+        st_f32<T>(row, c0, C, r);
     }
 }
 
+/* Thread i: channels [c0, c0 + ZT_VEC(T)) of position t, summed over the batch. */
 template <typename T>
-__global__ void emb_bwd_wpe(float *dwpe, const T *dout, int B, int T_, int C) {
-    ZT_GRID_LOOP(i, (size_t)T_ * C) {
-        float acc = 0.0f;
-        for (int b = 0; b < B; b++)
-            acc += zt_ld(dout, (size_t)b * T_ * C + i);
-        dwpe[i] += acc;
+__global__ void emb_bwd_wpe(float *dwpe, const T *dout, int B, int T_, int C, size_t chunks) {
+    const int per_row = (C + ZT_VEC(T) - 1) / ZT_VEC(T);
+    ZT_GRID_LOOP(i, chunks) {
+        size_t t = i / per_row;
+        int c0 = (int)(i % per_row) * ZT_VEC(T);
+        float acc[ZT_VEC(T)] = {}, d[ZT_VEC(T)] = {}, r[ZT_VEC(T)] = {};
+        for (int b = 0; b < B; b++) {
+            zt_ldv(dout + ((size_t)b * T_ + t) * C, c0, C, d);
+            for (int j = 0; j < ZT_VEC(T); j++)
+                acc[j] += d[j];
+        }
+        ld_f32<T>(dwpe + t * C, c0, C, r);
+        for (int j = 0; j < ZT_VEC(T); j++)
+            r[j] += acc[j];
+        st_f32<T>(dwpe + t * C, c0, C, r);
     }
 }
 
 extern "C" void zt_cuda_embedding_forward(const zt_ctx *x, void *out, const int32_t *tokens,
                                           const float *wte, const float *wpe, int B, int T,
                                           int C) {
-    size_t n = (size_t)B * T * C;
     const int32_t *tok = zt_cuda_upload_i32(x, ZT_CUDA_SCRATCH_TOKENS, tokens, (size_t)B * T);
     if (!tok)
         return;
-    ZT_ACT_DISPATCH(x->act,
-                    ZT_LAUNCH_1D(x, n, emb_fwd<ACT_T>, (ACT_T *)out, tok, wte, wpe, T, C, n));
+    ZT_ACT_DISPATCH(x->act, {
+        size_t chunks = (size_t)B * T * ((C + ZT_VEC(ACT_T) - 1) / ZT_VEC(ACT_T));
+        ZT_LAUNCH_1D(x, chunks, emb_fwd<ACT_T>, (ACT_T *)out, tok, wte, wpe, T, C, chunks);
+    });
 }
 
 extern "C" void zt_cuda_embedding_backward(const zt_ctx *x, float *dwte, float *dwpe,
@@ -73,10 +116,13 @@ extern "C" void zt_cuda_embedding_backward(const zt_ctx *x, float *dwte, float *
     if (!d)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ZT_LAUNCH(emb_bwd_wte<ACT_T>, k, zt_cuda_row_threads(C), 0, zt_cuda_compute(x), dwte,
-                  (const ACT_T *)dout, d, d + n + 1, d + 2 * (size_t)n + 2, C);
+        ZT_LAUNCH(emb_bwd_wte<ACT_T>, k, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
+                  dwte, (const ACT_T *)dout, d, d + n + 1, d + 2 * (size_t)n + 2, C);
         ZT_CUDA_LAUNCHED(x->be);
-        if (dwpe)
-            ZT_LAUNCH_1D(x, (size_t)T * C, emb_bwd_wpe<ACT_T>, dwpe, (const ACT_T *)dout, B, T, C);
+        if (dwpe) {
+            size_t chunks = (size_t)T * ((C + ZT_VEC(ACT_T) - 1) / ZT_VEC(ACT_T));
+            ZT_LAUNCH_1D(x, chunks, emb_bwd_wpe<ACT_T>, dwpe, (const ACT_T *)dout, B, T, C,
+                         chunks);
+        }
     });
 }

@@ -228,7 +228,8 @@ extern "C" void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, 
     ZT_CUDA_LAUNCHED(x->be);
     ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(st->sums_host, total, count * sizeof(double),
                                          cudaMemcpyDeviceToHost, zt_cuda_compute(x)));
-    ZT_CUDA_CHECK(x->be, cudaStreamSynchronize(zt_cuda_compute(x)));
+    zt_cuda_count_read(x->be);
+    zt_cuda_wait(x->be, zt_cuda_compute(x));
     for (int j = 0; j < count; j++)
         out[j] = st->sums_host[j];
 }

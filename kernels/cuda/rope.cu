@@ -1,22 +1,44 @@
-/* Rotary embedding on the GPU, in place: one thread per rotated pair (dimension j and
- * j + head_dim/2 of a head), the backward the same rotation with the sine negated, as
- * kernels/cpu/rope.c. */
+/* Rotary embedding on the GPU, in place, as kernels/cpu/rope.c: each head's dimension j and
+ * j + head_dim/2 rotate together, the backward the same rotation with the sine negated.
+ *
+ * A thread takes a chunk of ZT_VEC(T) pairs (8 at bf16/fp16, 4 at fp32): 16-byte loads and
+ * stores of the chunk's low and high halves and of its cos and sin entries (cuda_common.cuh's
+ * zt_ldv/zt_stv). A chunk past the end of a half (head_dim/2 not a multiple of the vector), or a
+ * head that does not start 16-byte aligned (q or k of a packed q|k|v row at an odd offset), goes
+ * element by element; the arithmetic is the same either way. */
 #include "cuda_common.cuh"
+
+/* p[base + j] for j < ZT_VEC(T), below n, into x: the fp32 tables go in 16-byte pieces too. */
+template <typename T>
+__device__ __forceinline__ void rope_table(const float *p, size_t base, size_t n, float *x) {
+    for (int k = 0; k < ZT_VEC(T); k += ZT_VEC(float))
+        zt_ldv(p, base + k, n, x + k);
+}
 
 template <typename T>
 __global__ void rope_kernel(T *x, const float *cos, const float *sin, float sign, int T_,
-                            int n_heads, int half, size_t row_stride, size_t pairs) {
-    ZT_GRID_LOOP(i, pairs) {
-        int j = (int)(i % half);
-        size_t rest = i / half;
+                            int n_heads, int half, size_t row_stride, size_t chunks) {
+    const int per_half = (half + ZT_VEC(T) - 1) / ZT_VEC(T);
+    ZT_GRID_LOOP(i, chunks) {
+        const int j0 = (int)(i % per_half) * ZT_VEC(T);
+        size_t rest = i / per_half;
         int h = (int)(rest % n_heads);
         size_t bt = rest / n_heads;
         int t = (int)(bt % T_);
-        size_t lo = bt * row_stride + (size_t)h * 2 * half + j, hi = lo + half;
-        float a = zt_ld(x, lo), e = zt_ld(x, hi);
-        float c = cos[(size_t)t * half + j], sn = sign * sin[(size_t)t * half + j];
-        zt_st(x, lo, a * c - e * sn);
-        zt_st(x, hi, e * c + a * sn);
+        T *lo = x + bt * row_stride + (size_t)h * 2 * half, *hi = lo + half;
+        float a[ZT_VEC(T)] = {}, e[ZT_VEC(T)] = {}, c[ZT_VEC(T)] = {}, s[ZT_VEC(T)] = {};
+        zt_ldv(lo, j0, half, a);
+        zt_ldv(hi, j0, half, e);
+        rope_table<T>(cos + (size_t)t * half, j0, half, c);
+        rope_table<T>(sin + (size_t)t * half, j0, half, s);
+        float out_lo[ZT_VEC(T)] = {}, out_hi[ZT_VEC(T)] = {};
+        for (int k = 0; k < ZT_VEC(T) && j0 + k < half; k++) {
+            float sn = sign * s[k];
+            out_lo[k] = a[k] * c[k] - e[k] * sn;
+            out_hi[k] = e[k] * c[k] + a[k] * sn;
+        }
+        zt_stv(lo, j0, half, out_lo);
+        zt_stv(hi, j0, half, out_hi);
     }
 }
 
@@ -24,9 +46,11 @@ static void rope(const zt_ctx *x, void *xq, const float *cos, const float *sin, 
                  int T, int n_heads, int head_dim, size_t row_stride) {
     ZT_ASSERT(head_dim % 2 == 0);
     const int half = head_dim / 2;
-    size_t pairs = (size_t)B * T * n_heads * half;
-    ZT_ACT_DISPATCH(x->act, ZT_LAUNCH_1D(x, pairs, rope_kernel<ACT_T>, (ACT_T *)xq, cos, sin,
-                                         sign, T, n_heads, half, row_stride, pairs));
+    ZT_ACT_DISPATCH(x->act, {
+        size_t chunks = (size_t)B * T * n_heads * ((half + ZT_VEC(ACT_T) - 1) / ZT_VEC(ACT_T));
+        ZT_LAUNCH_1D(x, chunks, rope_kernel<ACT_T>, (ACT_T *)xq, cos, sin, sign, T, n_heads,
+                     half, row_stride, chunks);
+    });
 }
 
 extern "C" void zt_cuda_rope_forward(const zt_ctx *x, void *xq, const float *cos,

@@ -91,6 +91,13 @@ __global__ void dyn_smem_kernel(float *out, int n) {
 
 __global__ void nothing_kernel(float *out) { out[threadIdx.x] = 0.0f; }
 
+/* x[i] += y[i] */
+__global__ void accumulate_kernel(float *x, const float *y, int n) {
+    int i = threadIdx.x;
+    if (i < n)
+        x[i] += y[i];
+}
+
 /* ---- helpers --------------------------------------------------------------------------------- */
 
 static float *dev_from(const float *host, size_t n) {
@@ -377,6 +384,60 @@ static int case_cublaslt() {
     return 0;
 }
 
+/* A CUDA graph from stream capture (emu_graph.cc): nothing runs while the stream captures; each
+ * launch of the instantiated graph replays the copy from pinned memory (reading what the host
+ * wrote there by then) and the kernel with its captured parameters; a host wait or a copy from
+ * pageable memory inside a capture is refused and invalidates it. */
+static int case_graph_replay() {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    float zeros[64] = {}, out[64], *x = dev_from(zeros, 64), *y = nullptr, *pinned = nullptr;
+    cudaMalloc(&y, sizeof zeros);
+    cudaMallocHost(&pinned, sizeof zeros);
+    for (int i = 0; i < 64; i++)
+        pinned[i] = 100.0f;
+    EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin");
+    cudaStreamCaptureStatus st;
+    EXPECT(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive,
+           "capturing");
+    cudaMemcpyAsync(y, pinned, sizeof zeros, cudaMemcpyHostToDevice, s);
+    ZT_LAUNCH(accumulate_kernel, 1, 64, 0, s, x, y, 64);
+    cudaGraph_t graph = nullptr;
+    EXPECT(cudaStreamEndCapture(s, &graph) == cudaSuccess && graph, "end");
+    EXPECT(cudaStreamSynchronize(s) == cudaSuccess, "sync");
+    cudaMemcpy(out, x, sizeof out, cudaMemcpyDeviceToHost);
+    EXPECT(out[0] == 0.0f && out[63] == 0.0f, "the captured work ran during capture: %g", out[0]);
+    cudaGraphExec_t exec = nullptr;
+    EXPECT(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+    cudaGraphDestroy(graph);
+    for (int k = 1; k <= 3; k++) {
+        for (int i = 0; i < 64; i++)
+            pinned[i] = (float)(k * (i + 1));
+        EXPECT(cudaGraphLaunch(exec, s) == cudaSuccess, "launch %d", k);
+        EXPECT(cudaStreamSynchronize(s) == cudaSuccess, "sync %d", k);
+    }
+    cudaMemcpy(out, x, sizeof out, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 64; i++)
+        EXPECT(out[i] == 6.0f * (i + 1), "after three replays x[%d] = %g, want %g", i, out[i],
+               6.0f * (i + 1));
+    /* What a capture cannot hold. */
+    EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin 2");
+    EXPECT(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported, "a sync is refused");
+    EXPECT(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated && !graph,
+           "the sync invalidated the capture");
+    EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin 3");
+    EXPECT(cudaMemcpyAsync(y, zeros, sizeof zeros, cudaMemcpyHostToDevice, s) ==
+               cudaErrorStreamCaptureUnsupported,
+           "a copy from pageable memory is refused");
+    EXPECT(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated, "end 3");
+    EXPECT(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal) ==
+               cudaErrorStreamCaptureUnsupported,
+           "the legacy stream is not captured");
+    cudaGetLastError();
+    cudaGraphExecDestroy(exec);
+    return 0;
+}
+
 /* ---- the driver ------------------------------------------------------------------------------ */
 
 struct test_case {
@@ -402,6 +463,8 @@ static const test_case cases[] = {
      nullptr},
     {"host pointer given to a kernel", case_host_pointer_to_kernel, 0, nullptr},
     {"cuBLASLt: result, alignment, refused epilogue", case_cublaslt, 0, nullptr},
+    {"CUDA graph: capture records, replay reruns, host waits refused", case_graph_replay, 0,
+     nullptr},
 };
 
 int main() {

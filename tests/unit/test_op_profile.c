@@ -57,6 +57,7 @@ int main(void) {
     CHECK_STR(zt_op_profile_clock(p), "monotonic");
     CHECK_STR(zt_op_name(ZT_OP_LINEAR_BACKWARD), "linear_backward");
     CHECK_STR(zt_op_name(ZT_OP_SUM_SQUARES_HALF), "sum_squares_half");
+    CHECK_STR(zt_op_name(ZT_OP_SUM_TO), "sum_to");
 
     /* Outside a step: computed, not timed. */
     be->ops->scale(&x, buf, N, 2.0f);

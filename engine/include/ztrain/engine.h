@@ -116,8 +116,19 @@ zt_status zt_engine_step_batch(zt_engine *e, int micro, zt_batch *b);
  * With loss-masked data, valid once the step's micro-batch 0 has been drawn. */
 float zt_engine_grad_scale(const zt_engine *e, int counted, double *loss_share);
 
-/* Forward pass with the loss of the batch (mean token cross-entropy) in *loss. */
+/* Forward pass with the loss of the batch (mean token cross-entropy) in *loss, which waits for
+ * the device. With loss NULL the loss is not waited for: it stays on the device until the
+ * step's one synchronisation, at the accumulation boundary's zt_engine_step, after which
+ * zt_engine_step_losses has it (docs/gpu.md, "Host round trips"). */
 zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss);
+/* The losses of the current step's micro-batches, in order (gradient_accumulation_steps of
+ * them, each as zt_engine_forward gives it), complete from the boundary's synchronisation
+ * inside zt_engine_step (when the step gate runs) until the next step's first forward.
+ * Engine-owned. */
+const float *zt_engine_step_losses(const zt_engine *e);
+/* Waits for the device and returns its first error, naming it: what the last step's update (not
+ * waited for by zt_engine_step) may have met. Before reading results out of the engine. */
+zt_status zt_engine_sync(zt_engine *e);
 /* Backward of the last forward, accumulating gradients scaled by 1/gas. */
 zt_status zt_engine_backward(zt_engine *e);
 /* Counts a micro-step; at an accumulation boundary, updates the weights. Fails with

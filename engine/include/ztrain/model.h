@@ -153,6 +153,12 @@ struct zt_model {
      * that piece are summed: a group of tp_comm made by zt_model_set_tp_comm (owned). NULL when
      * no tensor is shared so. */
     struct zt_comm *tp_share_comm;
+    /* When not NULL (the engine sets it around a training forward whose loss it reads back
+     * later, at the step's one synchronisation): one double of device memory into which the
+     * forward sums its token losses (ignored targets add 0) instead of reading them back, and
+     * forward() then returns NAN. Without tensor parallelism only: a TP forward combines its
+     * shards' losses on the host and returns the loss as ever. */
+    double *loss_out;
 };
 
 /* Attaches the TP group to a model built with stage.tp_size > 1 (its size must be tp_size and

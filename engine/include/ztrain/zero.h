@@ -171,8 +171,6 @@ void zt_zero_release_gathered(zt_zero *z);
 /* Mixed precision at an accumulation boundary: finishes the reduction and points *g at the
  * 16-bit gradient slice this rank updates (count elements). */
 zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count);
-/* Squared global norm of the (still loss-scaled) 16-bit gradients; not finite on overflow. */
-zt_status zt_zero_norm_squared_half(zt_zero *z, const uint16_t *g, size_t count, double *out);
 /* Applies the optimizer (begun by the caller) to the master weights with gradients multiplied by
  * grad_mul (unscale and clip), and rounds the masters into the 16-bit parameters. With offload
  * the update streams through the store, and every rank learns whether any rank's update failed
@@ -183,8 +181,17 @@ zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, si
 /* At an accumulation boundary: finishes the gradient reduction and points *g and *p at the
  * gradient and parameter slice this rank updates (count elements). */
 zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *count);
-/* Squared global gradient norm from this rank's slice. */
-zt_status zt_zero_norm_squared(zt_zero *z, const float *g, size_t count, double *out);
+/* The squared global gradient norm in two halves, so that a step reads it back with its other
+ * scalars at one synchronisation (docs/gpu.md). zt_zero_norm_enqueue queues the sums of squares
+ * of the pieces of this rank's slice (g in fp32, or else g16 in the 16-bit training type, as
+ * the reduce call gave them; still loss-scaled, not finite on overflow) into parts[0, n),
+ * device doubles, and returns n ≤ zt_zero_norm_parts(z). Once the caller has read them back,
+ * zt_zero_norm_combine adds them in a fixed order, weighted with tensor parallelism, and sums
+ * over the ranks (a collective) into *out. */
+int zt_zero_norm_parts(const zt_zero *z);
+int zt_zero_norm_enqueue(zt_zero *z, const float *g, const uint16_t *g16, size_t count,
+                         double *parts);
+zt_status zt_zero_norm_combine(zt_zero *z, size_t count, const double *parts, double *out);
 /* fp32: applies the optimizer (begun by the caller) to the slice's parameters p from g (as
  * zt_zero_reduce_gradients gave them; with offloaded parameters p is not used), through the
  * store when anything is offloaded (collective then, as zt_zero_update_half). */

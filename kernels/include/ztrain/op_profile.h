@@ -64,6 +64,7 @@ typedef enum {
     ZT_OP_SUM_SQUARES_HALF,
     ZT_OP_SGD_UPDATE_MIXED,
     ZT_OP_LAMB_APPLY_MIXED,
+    ZT_OP_SUM_TO,
     ZT_OP_COUNT
 } zt_op_id;
 

@@ -325,6 +325,14 @@ typedef struct zt_ops {
     /* Sum of squares of a 16-bit buffer (double accumulation, deterministic chunking); +inf or
      * NaN when any element is not finite. Returned to the host. */
     double (*sum_squares_half)(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t);
+
+    /* A sum in double precision written to *out, one double of device memory, in stream order
+     * and without a host round trip: the engine reads a step's sums back together, at the step's
+     * one synchronisation. With `squares`, the sum of v's squares, bit for bit what sum_squares
+     * (t = ZT_F32) or sum_squares_half (ZT_BF16, ZT_F16) returns for the same v; without, the
+     * sum of v itself (a batch's token losses), fp32 only. */
+    void (*sum_to)(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
+                   bool squares);
 } zt_ops;
 
 /* Floats of attention's att (and of its backward's scratch) for B sequences of T tokens in

@@ -64,11 +64,16 @@ static emb_result emb_run(zt_backend *be, zt_dtype act, const emb_case *c) {
     return res;
 }
 
+/* Random widths, then widths for the 16-byte chunks (cuda/embedding.cu): whole aligned chunks at
+ * every precision (64), whole chunks at fp32 with a tail at 16 bits (36), rows that start
+ * misaligned with a tail (37, odd), and one chunk short of a vector (3). */
+static const int emb_widths[] = {64, 36, 37, 3};
+
 static void emb_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 8; k++) {
         int B = k == 0 ? 1 : zt_test_int(r, 2, 3), T = zt_test_int(r, 1, 13);
-        int C = zt_test_int(r, 1, 53), V = zt_test_int(r, 2, 29);
-        bool pos = k != 1;
+        int C = k < 4 ? zt_test_int(r, 1, 53) : emb_widths[k - 4], V = zt_test_int(r, 2, 29);
+        bool pos = k != 1 && k != 5;
         emb_case c = emb_make(r, B, T, C, V, pos, act);
         emb_result want = emb_run(cpu, act, &c), got = emb_run(be, act, &c);
         char at[160];

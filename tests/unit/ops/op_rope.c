@@ -71,11 +71,19 @@ static rope_result rope_run(zt_backend *be, zt_dtype act, const rope_case *c) {
     return res;
 }
 
+/* Head shapes for the 16-byte chunks (cuda/rope.cu), after four random ones: whole aligned
+ * chunks of pairs at every precision (head_dim 64, a q|k|v row), a tail at 16 bits (head_dim 24:
+ * 12 pairs), an odd half (26: 13 pairs, misaligned heads after the first), and heads one
+ * element off alignment inside a wider row. {head_dim, extra elements, offset} */
+static const int rope_shapes[][3] = {{64, 128, 64}, {24, 0, 0}, {26, 26, 0}, {64, 1, 1}};
+
 static void rope_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 8; k++) {
         int B = zt_test_int(r, 1, 3), T = zt_test_int(r, 1, 19), H = zt_test_int(r, 1, 5);
-        int hd = 2 * zt_test_int(r, 1, 12);
+        int hd = k < 4 ? 2 * zt_test_int(r, 1, 12) : rope_shapes[k - 4][0];
         size_t extra = k == 0 ? 0 : (size_t)zt_test_int(r, 1, 3) * hd, off = k == 2 ? extra : 0;
+        if (k >= 4)
+            extra = (size_t)rope_shapes[k - 4][1], off = (size_t)rope_shapes[k - 4][2];
         rope_case c = rope_make(r, B, T, H, hd, extra, off, act);
         rope_result want = rope_run(cpu, act, &c), got = rope_run(be, act, &c);
         char at[160];

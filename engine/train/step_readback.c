@@ -1,0 +1,71 @@
+/* The step's one read of the device (step_readback.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "step_readback.h"
+
+zt_status zt_step_readback_init(zt_step_readback *r, zt_backend *be, int gas, int norm_parts) {
+    memset(r, 0, sizeof *r);
+    r->be = be;
+    r->gas = gas;
+    r->cap = gas + norm_parts;
+    r->dev = zt_backend_alloc(be, ZT_MEM_DEVICE, (size_t)r->cap * sizeof(double));
+    r->host = zt_backend_alloc(be, ZT_MEM_PINNED, (size_t)r->cap * sizeof(double));
+    r->deferred = calloc((size_t)gas, sizeof *r->deferred);
+    r->counted = calloc((size_t)gas, sizeof *r->counted);
+    r->share = calloc((size_t)gas, sizeof *r->share);
+    r->loss = calloc((size_t)gas, sizeof *r->loss);
+    if (!r->dev || !r->host || !r->deferred || !r->counted || !r->share || !r->loss) {
+        zt_step_readback_free(r);
+        return zt_error(ZT_ERR_NOMEM, "engine: out of memory for the step's %d scalars", gas +
+                        norm_parts);
+    }
+    return ZT_OK;
+}
+
+void zt_step_readback_free(zt_step_readback *r) {
+    if (r->be) {
+        zt_backend_free(r->be, ZT_MEM_DEVICE, r->dev, (size_t)r->cap * sizeof(double));
+        zt_backend_free(r->be, ZT_MEM_PINNED, r->host, (size_t)r->cap * sizeof(double));
+    }
+    free(r->deferred);
+    free(r->counted);
+    free(r->share);
+    free(r->loss);
+    memset(r, 0, sizeof *r);
+}
+
+double *zt_step_readback_defer(zt_step_readback *r, int micro, int counted, double share) {
+    r->deferred[micro] = true;
+    r->counted[micro] = counted;
+    r->share[micro] = share;
+    return r->dev + micro;
+}
+
+void zt_step_readback_known(zt_step_readback *r, int micro, float loss) {
+    r->deferred[micro] = false;
+    r->loss[micro] = loss;
+}
+
+double *zt_step_readback_norm_slots(zt_step_readback *r) { return r->dev + r->gas; }
+
+const double *zt_step_readback_norm_parts(const zt_step_readback *r) { return r->host + r->gas; }
+
+zt_status zt_step_readback_sync(zt_step_readback *r, int micros, int parts) {
+    /* One copy into pinned memory, which does not wait: the sync below is the only wait. The
+     * slots of micro-batches this step did not defer come along unread. */
+    size_t n = parts > 0 ? (size_t)(r->gas + parts) : (size_t)micros;
+    if (n > 0)
+        zt_backend_copy(r->be, r->host, r->dev, n * sizeof(double), ZT_COPY_D2H,
+                        ZT_STREAM_COMPUTE);
+    ZT_TRY(zt_backend_sync(r->be));
+    for (int i = 0; i < micros; i++) {
+        if (!r->deferred[i])
+            continue;
+        /* As the forward computed it: the mean over trained targets, then its share. */
+        float mean = r->counted[i] ? (float)(r->host[i] / r->counted[i]) : 0.0f;
+        r->loss[i] = (float)((double)mean * r->share[i]);
+        r->deferred[i] = false;
+    }
+    return ZT_OK;
+}

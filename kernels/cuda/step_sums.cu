@@ -1,0 +1,69 @@
+/* The sum_to op: the double-precision sums a training step needs (the gradient norm's sums of
+ * squares, a batch's token losses) written to device memory, so that the engine reads all of a
+ * step's scalars back at once, at its one synchronisation (docs/gpu.md, "Host round trips").
+ *
+ * The passes are sum_squares's and sum_squares_half's (optim.cu, cast.cu): the same fixed number
+ * of blocks for a given n, the same grid-stride order and block reduction, the same expressions,
+ * so a sum of squares here equals theirs bit for bit (test_ops checks it); only the readback is
+ * left out. */
+#include "cuda_common.cuh"
+
+enum { SUM_F32 = 0, SQUARES_F32 = 1, SQUARES_HALF = 2 };
+
+/* Pass 1: block b sums its grid-strided elements (or their squares) into partial[b]. Each mode
+ * has its own loop, written as the op it must match writes it. */
+__global__ void step_sum_partial(const void *v, size_t n, int mode, bool bf16, double *partial) {
+    __shared__ double red[32];
+    double acc = 0.0;
+    if (mode == SUM_F32) {
+        const float *f = (const float *)v;
+        ZT_GRID_LOOP(i, n) { acc += (double)f[i]; }
+    } else if (mode == SQUARES_F32) {
+        const float *f = (const float *)v;
+        ZT_GRID_LOOP(i, n) {
+            double d = (double)f[i];
+            acc += d * d;
+        }
+    } else {
+        const uint16_t *h = (const uint16_t *)v;
+        ZT_GRID_LOOP(i, n) {
+            double d = (double)zt_f32_from_half(h[i], bf16);
+            acc += d * d;
+        }
+    }
+    acc = zt_block_sum(acc, red);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = acc;
+}
+
+/* Pass 2 (one block): *out = the sum of partial[0 .. blocks), in sum_partials's order. */
+__global__ void step_sum_total(const double *partial, unsigned blocks, double *out) {
+    __shared__ double red[32];
+    double acc = 0.0;
+    for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x)
+        acc += partial[b];
+    acc = zt_block_sum(acc, red);
+    if (threadIdx.x == 0)
+        *out = acc;
+}
+
+extern "C" void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
+                               bool squares) {
+    int mode;
+    if (t == ZT_F32) {
+        mode = squares ? SQUARES_F32 : SUM_F32;
+    } else if ((t == ZT_BF16 || t == ZT_F16) && squares) {
+        mode = SQUARES_HALF;
+    } else {
+        zt_cuda_fail(x->be, "ztrain", "sum_to", "a plain sum is of fp32 values, squares of fp32, "
+                     "bf16 or fp16 ones", __FILE__, __LINE__);
+        return;
+    }
+    unsigned blocks = zt_cuda_sum_blocks(n);
+    double *partial = zt_cuda_of(x)->sums_dev;
+    ZT_LAUNCH(step_sum_partial, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), v, n, mode,
+              t == ZT_BF16, partial);
+    ZT_CUDA_LAUNCHED(x->be);
+    ZT_LAUNCH(step_sum_total, 1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), partial, blocks, out);
+    ZT_CUDA_LAUNCHED(x->be);
+}
