@@ -52,11 +52,6 @@ uint64_t zt_llama_host_bytes(const llama_dims *d, uint64_t micro_batch) {
            micro_batch * d->T * (sizeof(float) + sizeof(int32_t));
 }
 
-/* The element `n` activations past p. */
-static void *act_at(const llama *g, void *p, size_t n) {
-    return (unsigned char *)p + n * g->act_size;
-}
-
 /* ---- Initialisation ----------------------------------------------------------------------- */
 
 /* Hugging Face's LlamaPreTrainedModel._init_weights: normal(0, initializer_range = 0.02) for
@@ -104,8 +99,9 @@ static void rope(const llama *g, const zt_ctx *x, void *qkv, int B, int T, bool 
      * B·T tokens to the op. */
     if (g->docs.on)
         cos = g->tok_cos, sin = g->tok_sin, T *= B, B = 1;
-    f(x, qkv, cos, sin, B, T, g->NH, g->HD, (size_t)g->QKV);
-    f(x, act_at(g, qkv, (size_t)g->Q), cos, sin, B, T, g->KV, g->HD, (size_t)g->QKV);
+    /* k's heads follow q's in the packed row and turn by the same angles, so one pass (one
+     * parallel region) rotates both. */
+    f(x, qkv, cos, sin, B, T, g->NH + g->KV, g->HD, (size_t)g->QKV);
 }
 
 static const void *block_forward(zt_model *m, void *acts, const void *residual, int l, int B,

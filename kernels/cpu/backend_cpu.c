@@ -88,8 +88,36 @@ static void cpu_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     madvise(x + first, last - first, MADV_DONTNEED);
 }
 
+/* Commit puts back the pages a release gave away, by writing zeros into each whole page of the
+ * range that /proc/self/pagemap shows neither present nor swapped (such a page reads as zero, so
+ * its contents do not change). Leaving them to the op that comes next would be correct too, but
+ * that op is usually an accumulation (a gradient product with beta = 1, an embedding's scatter
+ * add): its first read maps the shared zero page and its first write then replaces that mapping,
+ * which makes the kernel flush the page from every CPU the process runs on, an inter-processor
+ * interrupt per page (under a hypervisor a VM exit). Written first, a page is only allocated.
+ * The mixed-precision step releases and re-commits every layer's fp32 gradients, so on two
+ * threads this is the difference between one interrupt per 4 KiB of gradients per step and
+ * none (bench/README.md, issue 33). Without pagemap nothing is done: the pages still come back
+ * on first touch. */
 static zt_status cpu_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
-    (void)be, (void)p, (void)lo, (void)hi;
+    int pagemap = ((const cpu_state *)be->impl)->pagemap;
+    size_t page = page_size();
+    size_t first = (lo + page - 1) / page * page, last = hi / page * page;
+    if (pagemap < 0 || last <= first)
+        return ZT_OK;
+    unsigned char *x = p;
+    const size_t batch = 512;
+    for (size_t a = first; a < last; a += batch * page) {
+        size_t np = (last - a) / page < batch ? (last - a) / page : batch;
+        uint64_t e[512];
+        off_t at = (off_t)((uintptr_t)(x + a) / page * sizeof(uint64_t));
+        if (pread(pagemap, e, np * sizeof(uint64_t), at) != (ssize_t)(np * sizeof(uint64_t)))
+            return ZT_OK;
+        /* bit 63: present, bit 62: swapped */
+        for (size_t i = 0; i < np; i++)
+            if (!(e[i] >> 62 & 3))
+                memset(x + a + i * page, 0, page);
+    }
     return ZT_OK;
 }
 

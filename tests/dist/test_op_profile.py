@@ -39,10 +39,11 @@ def model_ops(model):
                 "softmax_xent": 1,
                 "linear_backward": 3 * L + 1, "linear_backward_gelu": L, "attention_backward": L,
                 "layernorm_backward": 2 * L + 1, "embedding_backward": 1}
+    # RoPE turns q's and k's heads (adjacent in the packed row) in one call each way.
     return {"embedding_forward": 1, "rmsnorm_forward": 2 * L + 1, "linear_forward": 5 * L + 1,
-            "rope_forward": 2 * L, "attention_forward": L, "silu_mul_forward": L,
+            "rope_forward": L, "attention_forward": L, "silu_mul_forward": L,
             "softmax_xent": 1,
-            "linear_backward": 5 * L + 1, "silu_mul_backward": L, "rope_backward": 2 * L,
+            "linear_backward": 5 * L + 1, "silu_mul_backward": L, "rope_backward": L,
             "attention_backward": L, "rmsnorm_backward": 2 * L + 1, "embedding_backward": 1}
 
 
