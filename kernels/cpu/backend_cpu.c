@@ -88,24 +88,32 @@ static void cpu_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     madvise(x + first, last - first, MADV_DONTNEED);
 }
 
-/* Commit puts back the pages a release gave away, by writing zeros into each whole page of the
- * range that /proc/self/pagemap shows neither present nor swapped (such a page reads as zero, so
- * its contents do not change). Leaving them to the op that comes next would be correct too, but
- * that op is usually an accumulation (a gradient product with beta = 1, an embedding's scatter
- * add): its first read maps the shared zero page and its first write then replaces that mapping,
- * which makes the kernel flush the page from every CPU the process runs on, an inter-processor
- * interrupt per page (under a hypervisor a VM exit). Written first, a page is only allocated.
- * The mixed-precision step releases and re-commits every layer's fp32 gradients, so on two
- * threads this is the difference between one interrupt per 4 KiB of gradients per step and
- * none (bench/README.md, issue 33). Without pagemap nothing is done: the pages still come back
- * on first touch. */
+/* Commit puts back the pages a release gave away, before the op that comes next writes them.
+ * Leaving them to that op would be correct too, but it is usually an accumulation (a gradient
+ * product with beta = 1, an embedding's scatter add): its first read maps the shared zero page
+ * and its first write then replaces that mapping, which makes the kernel flush the page from
+ * every CPU the process runs on, an inter-processor interrupt per page (under a hypervisor a VM
+ * exit). Allocated by a write first, a page is only allocated. The mixed-precision step releases
+ * and re-commits every layer's fp32 gradients, so on two threads this is the difference between
+ * one interrupt per 4 KiB of gradients per step and none (bench/README.md, issue 33).
+ * The kernel does it in one call (MADV_POPULATE_WRITE, Linux 5.14: it faults in the range's
+ * missing pages writable and leaves present ones, their contents, alone). On an older kernel
+ * each whole page that /proc/self/pagemap shows neither present nor swapped gets zeros written
+ * (such a page reads as zero, so its contents do not change); without pagemap either, nothing is
+ * done and the pages come back on first touch. */
 static zt_status cpu_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     int pagemap = ((const cpu_state *)be->impl)->pagemap;
     size_t page = page_size();
     size_t first = (lo + page - 1) / page * page, last = hi / page * page;
-    if (pagemap < 0 || last <= first)
+    if (last <= first)
         return ZT_OK;
     unsigned char *x = p;
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(x + first, last - first, MADV_POPULATE_WRITE) == 0)
+        return ZT_OK;
+#endif
+    if (pagemap < 0)
+        return ZT_OK;
     const size_t batch = 512;
     for (size_t a = first; a < last; a += batch * page) {
         size_t np = (last - a) / page < batch ? (last - a) / page : batch;
