@@ -78,6 +78,7 @@ int main(int argc, char **argv) {
     }
     const zt_ops *k = be->ops;
     const zt_ctx cx = {be, ZT_F32, NULL};
+    int rc = 0;
     size_t n, m;
 
     if (strcmp(op, "to") == 0 && argc == 5) {
@@ -104,10 +105,11 @@ int main(int argc, char **argv) {
         float *add = read_all(argv[4], sizeof(float), &m);
         if (m != n) {
             fprintf(stderr, "%s: %s has %zu elements, %s has %zu\n", prog, argv[3], n, argv[4], m);
-            return 1;
+            rc = 1;
+        } else {
+            k->accumulate_half(&cx, acc, add, n, t);
+            write_all(argv[5], acc, sizeof *acc, n);
         }
-        k->accumulate_half(&cx, acc, add, n, t);
-        write_all(argv[5], acc, sizeof *acc, n);
         free(acc);
         free(add);
     } else if (strcmp(op, "sumsq") == 0 && argc == 4) {
@@ -115,7 +117,8 @@ int main(int argc, char **argv) {
         printf("%.17g\n", k->sum_squares_half(&cx, x, n, t));
         free(x);
     } else {
-        return usage();
+        rc = usage();
     }
-    return 0;
+    zt_backend_destroy(be);
+    return rc;
 }
