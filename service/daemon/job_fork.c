@@ -146,13 +146,22 @@ static zt_status place_checkpoint(const char *tag_dir, const char *dir, const ch
 
 zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec) {
     char parent_dir[PATH_MAX];
+    int stages = 1;
     pthread_mutex_lock(&jm->mu);
     const job *p = zt_jm_find_job(jm, spec->fork_job);
-    if (p)
+    if (p) {
         snprintf(parent_dir, sizeof parent_dir, "%s", p->info.checkpoint_dir);
+        stages = p->info.grid.stages;
+    }
     pthread_mutex_unlock(&jm->mu);
     if (!p)
         return zt_error(ZT_ERR_INVALID, "fork_from.job: there is no job %s", spec->fork_job);
+    /* A pipelined parent saved each stage's layers in a directory of its own; a fork would have
+     * to gather them, which it does not. */
+    if (stages > 1)
+        return zt_error(ZT_ERR_UNSUPPORTED, "fork_from.job: job %s trains in %d pipeline stages, "
+                        "whose checkpoints are saved per stage; forks of pipelined jobs are not "
+                        "supported", spec->fork_job, stages);
     /* A tensor-parallel parent saved each shard as a checkpoint directory of its own beside
      * tp.json (ckpt_tp.h): the step is looked up in shard 0's, and every shard must have it. */
     const int tp = zt_ckpt_tp_size(parent_dir);

@@ -7,7 +7,8 @@ new job from that job's checkpoint of that step with a changed config (a lower l
   weights are the checkpoint's), and the next one differs (the learning rate changed).
 - The lineage is shown: Job.spec.fork_from over gRPC, the HTTP job JSON, `ztrain status`.
 - Refused clearly (INVALID_ARGUMENT naming the key): a parent that does not exist, a step without
-  a complete checkpoint (listing those there are), a model of another shape; the CLI refuses a
+  a complete checkpoint (listing those there are), a model of another shape, a parent trained in
+  pipeline stages (its checkpoints are saved per stage); the CLI refuses a
   malformed --fork-from, and `ztrain run` a spec with fork_from (there is no job to fork)."""
 import json
 import os
@@ -100,7 +101,7 @@ def plain_resume(d, tmp, parent_ckpt, job):
 
 
 tmp = temp_dir("ztrain-fork-")
-d = Daemon(BUILD, os.path.join(tmp, "daemon"), max_ranks=1)
+d = Daemon(BUILD, os.path.join(tmp, "daemon"), max_ranks=2)
 parent = d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job_with_lr(d, "parent", 1e-3))),
                             metadata=d.metadata, timeout=30)
 parent = wait_state(d, parent.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=120)
@@ -154,6 +155,15 @@ refused(d, fork_job, parent.id, 5, ["fork_from.step", "step 5", "4, 8, 12"],
         "a step without a checkpoint")
 refused(d, job_with_lr(d, "wider", 5e-4, n_embd=64), parent.id, FORK_AT,
         ["fork_from", "n_embd 64"], "a model of another shape")
+# A pipelined parent saved each stage apart: refused by name before any checkpoint is looked up.
+pp_spec = spec_proto(job_with_lr(d, "pipelined", 1e-3))
+pp_spec.world_size = 2
+pp_spec.pipeline.CopyFrom(pb.PipelineSpec(stages=2))
+pp = d.stub().SubmitJob(pb.SubmitJobRequest(spec=pp_spec), metadata=d.metadata, timeout=30)
+refused(d, fork_job, pp.id, FORK_AT, ["fork_from.job", pp.id, "2 pipeline stages"],
+        "a pipelined parent")
+pp = wait_state(d, pp.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=120)
+c.check(state_name(pp.state) == "SUCCEEDED", f"the pipelined parent itself trains ({pp.reason})")
 rc, _, err = cli(["submit", path, "--fork-from", "nostep"], d)
 c.check(rc == 2 and "JOB@STEP" in err, f"ztrain submit refuses --fork-from nostep: {err.strip()}")
 local = json.loads(json.dumps(fork_job))
