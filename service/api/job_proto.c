@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "job_proto.h"
+#include "ztrain/checkpoint.h"
 #include "ztrain/json_util.h"
 #include "ztrain/model.h"
 
@@ -888,6 +889,40 @@ zt_status zt_job_proto_delivery_from(const zt_delivery *d, Ztrain__V1__WebhookDe
     m->http_status = d->http_status;
     m->error = dup_str(d->error, &ok);
     m->outcome = dup_str(d->outcome, &ok);
+    if (!ok) {
+        free_message(m);
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    }
+    *out = m;
+    return ZT_OK;
+}
+
+zt_status zt_job_proto_checkpoints(const char *checkpoint_dir,
+                                   Ztrain__V1__ListCheckpointsResponse **out) {
+    *out = NULL;
+    Ztrain__V1__ListCheckpointsResponse *m = (Ztrain__V1__ListCheckpointsResponse *)new_message(
+        &ztrain__v1__list_checkpoints_response__descriptor);
+    if (!m)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    zt_ckpt_list ck;
+    zt_ckpt_list_dir(checkpoint_dir, &ck);
+    bool ok = true;
+    m->latest = dup_str(ck.latest ? ck.latest : "", &ok);
+    m->checkpoints = calloc((size_t)ck.n + 1, sizeof *m->checkpoints);
+    ok = ok && m->checkpoints;
+    for (int i = 0; ok && i < ck.n; i++) {
+        Ztrain__V1__Checkpoint *c =
+            (Ztrain__V1__Checkpoint *)new_message(&ztrain__v1__checkpoint__descriptor);
+        if (!c) {
+            ok = false;
+            break;
+        }
+        m->checkpoints[m->n_checkpoints++] = c;
+        c->tag = dup_str(ck.items[i].tag, &ok);
+        c->step = ck.items[i].step;
+        c->complete = ck.items[i].complete;
+    }
+    zt_ckpt_list_free(&ck);
     if (!ok) {
         free_message(m);
         return zt_error(ZT_ERR_NOMEM, "out of memory");

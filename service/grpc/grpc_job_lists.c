@@ -10,7 +10,6 @@
 
 #include "grpc_server_internal.h"
 #include "api/job_proto.h"
-#include "ztrain/checkpoint.h"
 #include "ztrain/json_util.h"
 #include "ztrain.pb-c.h"
 
@@ -34,30 +33,15 @@ void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *m) {
         zt_call_finish_zt(c, s, NULL, req->id);
         return;
     }
-    zt_ckpt_list ck;
-    zt_ckpt_list_dir(info.checkpoint_dir, &ck);
+    Ztrain__V1__ListCheckpointsResponse *resp;
+    s = zt_job_proto_checkpoints(info.checkpoint_dir, &resp);
     zt_job_info_free(&info);
-    Ztrain__V1__ListCheckpointsResponse resp = ZTRAIN__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
-    Ztrain__V1__Checkpoint *items = calloc((size_t)ck.n + 1, sizeof *items);
-    Ztrain__V1__Checkpoint **ptrs = calloc((size_t)ck.n + 1, sizeof *ptrs);
-    if (!items || !ptrs) {
+    if (s != ZT_OK) {
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
-    } else {
-        for (int i = 0; i < ck.n; i++) {
-            ztrain__v1__checkpoint__init(&items[i]);
-            items[i].tag = ck.items[i].tag;
-            items[i].step = ck.items[i].step;
-            items[i].complete = ck.items[i].complete;
-            ptrs[i] = &items[i];
-        }
-        resp.n_checkpoints = (size_t)ck.n;
-        resp.checkpoints = ptrs;
-        resp.latest = ck.latest ? ck.latest : "";
-        zt_call_reply(c, &resp.base);
+        return;
     }
-    free(items);
-    free(ptrs);
-    zt_ckpt_list_free(&ck);
+    zt_call_reply(c, &resp->base);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
 void zt_grpc_get_effective_config(call *c, ProtobufCMessage *m) {

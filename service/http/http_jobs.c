@@ -15,7 +15,6 @@
 #include "api/submitter.h"
 #include "api/job_proto.h"
 #include "ztrain/json_util.h"
-#include "ztrain/checkpoint.h"
 
 #define ZT_MAX_LIST_LIMIT 1000
 
@@ -197,31 +196,13 @@ enum MHD_Result zt_http_job_checkpoints(zt_http_server *s, struct MHD_Connection
     zt_status st = zt_jobs_get(s->jm, id, &info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
-    zt_ckpt_list ck;
-    zt_ckpt_list_dir(info.checkpoint_dir, &ck);
+    Ztrain__V1__ListCheckpointsResponse *resp;
+    st = zt_job_proto_checkpoints(info.checkpoint_dir, &resp);
     zt_job_info_free(&info);
-    Ztrain__V1__ListCheckpointsResponse resp = ZTRAIN__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
-    Ztrain__V1__Checkpoint *items = calloc((size_t)ck.n + 1, sizeof *items);
-    Ztrain__V1__Checkpoint **ptrs = calloc((size_t)ck.n + 1, sizeof *ptrs);
-    enum MHD_Result ret;
-    if (!items || !ptrs) {
-        ret = zt_http_send_status(c, zt_error(ZT_ERR_NOMEM, "out of memory"), id);
-    } else {
-        for (int i = 0; i < ck.n; i++) {
-            ztrain__v1__checkpoint__init(&items[i]);
-            items[i].tag = ck.items[i].tag;
-            items[i].step = ck.items[i].step;
-            items[i].complete = ck.items[i].complete;
-            ptrs[i] = &items[i];
-        }
-        resp.n_checkpoints = (size_t)ck.n;
-        resp.checkpoints = ptrs;
-        resp.latest = ck.latest ? ck.latest : "";
-        ret = zt_http_send_proto(c, MHD_HTTP_OK, &resp.base);
-    }
-    free(items);
-    free(ptrs);
-    zt_ckpt_list_free(&ck);
+    if (st != ZT_OK)
+        return zt_http_send_status(c, st, id);
+    enum MHD_Result ret = zt_http_send_proto(c, MHD_HTTP_OK, &resp->base);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
     return ret;
 }
 
