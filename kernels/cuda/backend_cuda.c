@@ -455,6 +455,8 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     *out = NULL;
     bool round_weights = false;
     ZT_TRY(weights_mode(&round_weights));
+    zt_cuda_attention_policy attention;
+    ZT_TRY(zt_cuda_attention_policy_of_env(&attention));
     int dev = opts ? opts->device_index : 0;
     int count = 0;
     if (zt_cuda_visible(&count) != ZT_OK)
@@ -482,6 +484,7 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     be->act_as_f32 = false;
     be->attn_lse = true; /* attention/: cuDNN and the flash kernel both keep row statistics */
     st->weights_round = round_weights;
+    st->attention = attention;
     zt_status s = setup(st, dev);
     if (s != ZT_OK) {
         cuda_destroy(be);

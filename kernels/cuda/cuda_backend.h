@@ -36,6 +36,14 @@ enum { ZT_CUDA_STAGE_BLOCKS = 32 };
 /* The cuBLASLt workspace: what llm.c found Hopper's kernels to want. */
 enum { ZT_CUDA_CUBLAS_WORKSPACE = 32 << 20 };
 
+/* ZTRAIN_ATTENTION: unset or "auto" lets the attention op choose cuDNN where it applies and the
+ * flash kernel otherwise; "flash" runs the flash kernel everywhere; "cudnn" insists on cuDNN (a
+ * call it does not take is then the backend's error), so gpu-check can check each on one GPU. */
+typedef enum { ZT_CUDA_ATTN_AUTO, ZT_CUDA_ATTN_FLASH, ZT_CUDA_ATTN_CUDNN } zt_cuda_attention_policy;
+
+/* The policy ZTRAIN_ATTENTION asks for; ZT_ERR_INVALID naming the variable for another value. */
+zt_status zt_cuda_attention_policy_of_env(zt_cuda_attention_policy *out);
+
 typedef struct {
     zt_backend be;
     char device_name[256];
@@ -74,6 +82,8 @@ typedef struct {
      * creation); weights_rounded counts the products that did. */
     bool weights_round;
     unsigned long long weights_rounded;
+    /* Which attention runs (attention/attention.c): ZTRAIN_ATTENTION, read at creation. */
+    zt_cuda_attention_policy attention;
     /* Since creation: the host's waits for the device this module made (zt_cuda_wait) and its
      * device-to-host copies. Two relaxed counters, cheap enough for a GPU run. */
     unsigned long long waits, reads;

@@ -131,4 +131,12 @@ with tempfile.TemporaryDirectory() as d:
     out = p.stdout + p.stderr
     ck.check(p.returncode != 0 and "ZTRAIN_CUDA_WEIGHTS" in out and "sometimes" in out,
              f"ZTRAIN_CUDA_WEIGHTS=sometimes is refused naming the variable (exit {p.returncode})")
+    # So is the CUDA backend's other knob, when the backend is created: before any step runs.
+    p = run([tool("ztrain"), "run", f"{d}/bad.json", "--out", f"{d}/bad-attn"], check=False,
+            env=dict(os.environ, ZTRAIN_CUDA_EMU="1", ZTRAIN_ATTENTION="fast"), cwd=d)
+    out = p.stdout + p.stderr
+    ck.check(p.returncode != 0 and "ZTRAIN_ATTENTION" in out and "fast" in out and
+             not os.path.exists(f"{d}/bad-attn/metrics.jsonl"),
+             f"ZTRAIN_ATTENTION=fast is refused naming the variable, with no step run "
+             f"(exit {p.returncode}: {out.strip()[-160:]!r})")
 ck.done()

@@ -5,9 +5,8 @@
  * log-sum-exp in att (zt_backend.attn_lse), so the forward of one feeds the backward of the other
  * (cuDNN's forward with the flash backward for grouped-query heads).
  *
- * ZTRAIN_ATTENTION=flash runs the flash kernel everywhere and =cudnn insists on cuDNN (a call it
- * does not take is then the backend's error, naming why), so scripts/gpu-check.sh can check each
- * against the CPU on the same GPU; unset or =auto chooses as above. */
+ * ZTRAIN_ATTENTION (cuda_backend.h, read when the backend is created) can force either, so
+ * scripts/gpu-check.sh can check each against the CPU on the same GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,17 +16,23 @@
 #include "cudnn_sdpa.h"
 #endif
 
-typedef enum { ATTN_AUTO, ATTN_FLASH, ATTN_CUDNN, ATTN_BAD } attn_policy;
-
-static attn_policy policy_of_env(void) {
+zt_status zt_cuda_attention_policy_of_env(zt_cuda_attention_policy *out) {
     const char *e = getenv("ZTRAIN_ATTENTION");
+    *out = ZT_CUDA_ATTN_AUTO;
     if (!e || !*e || strcmp(e, "auto") == 0)
-        return ATTN_AUTO;
+        return ZT_OK;
     if (strcmp(e, "flash") == 0)
-        return ATTN_FLASH;
-    if (strcmp(e, "cudnn") == 0)
-        return ATTN_CUDNN;
-    return ATTN_BAD;
+        *out = ZT_CUDA_ATTN_FLASH;
+    else if (strcmp(e, "cudnn") == 0)
+        *out = ZT_CUDA_ATTN_CUDNN;
+    else
+        return zt_error(ZT_ERR_INVALID, "ZTRAIN_ATTENTION=\"%s\": expected \"auto\", \"flash\" "
+                        "or \"cudnn\"", e);
+    return ZT_OK;
+}
+
+static zt_cuda_attention_policy policy_of(const zt_ctx *x) {
+    return ((const zt_cuda_state *)x->be->impl)->attention;
 }
 
 /* The first choice made in this process, reported once on stderr and to
@@ -54,15 +59,10 @@ static void choose(const zt_ctx *x, const zt_attn_shape *s, const char *name, co
 
 const char *zt_cuda_attention_choice(void) { return said[0] ? said : NULL; }
 
-/* Whether a call that cuDNN did not take may go to the flash kernel; with ZTRAIN_ATTENTION
- * =cudnn (or a value not understood) it is the backend's error instead. */
-static bool flash_allowed(const zt_ctx *x, attn_policy p, const char *why) {
-    if (p == ATTN_BAD) {
-        zt_cuda_fail(x->be, "ztrain", "ZTRAIN_ATTENTION", "not auto, flash or cudnn", __FILE__,
-                     __LINE__);
-        return false;
-    }
-    if (p == ATTN_CUDNN) {
+/* Whether a call that cuDNN did not take may go to the flash kernel; with ZTRAIN_ATTENTION=cudnn
+ * it is the backend's error instead. */
+static bool flash_allowed(const zt_ctx *x, zt_cuda_attention_policy p, const char *why) {
+    if (p == ZT_CUDA_ATTN_CUDNN) {
         zt_cuda_fail(x->be, "cuDNN", "ZTRAIN_ATTENTION=cudnn", why, __FILE__, __LINE__);
         return false;
     }
@@ -71,15 +71,15 @@ static bool flash_allowed(const zt_ctx *x, attn_policy p, const char *why) {
 
 void zt_cuda_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                                const void *q, const void *k, const void *v) {
-    const attn_policy p = policy_of_env();
+    const zt_cuda_attention_policy p = policy_of(x);
     const char *why = "ZTRAIN_ATTENTION=flash";
 #ifdef ZT_HAVE_CUDNN
-    if (p != ATTN_FLASH && p != ATTN_BAD && zt_cudnn_sdpa_forward(x, s, out, att, q, k, v, &why)) {
+    if (p != ZT_CUDA_ATTN_FLASH && zt_cudnn_sdpa_forward(x, s, out, att, q, k, v, &why)) {
         choose(x, s, "cudnn", why);
         return;
     }
 #else
-    if (p != ATTN_FLASH)
+    if (p != ZT_CUDA_ATTN_FLASH)
         why = "this CUDA module was built without cuDNN";
 #endif
     if (!flash_allowed(x, p, why))
@@ -91,14 +91,14 @@ void zt_cuda_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *ou
 void zt_cuda_attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,
                                 void *dv, float *scratch, const void *dout, const void *out,
                                 const void *q, const void *k, const void *v, const float *att) {
-    const attn_policy p = policy_of_env();
+    const zt_cuda_attention_policy p = policy_of(x);
     const char *why = "ZTRAIN_ATTENTION=flash";
 #ifdef ZT_HAVE_CUDNN
-    if (p != ATTN_FLASH && p != ATTN_BAD &&
+    if (p != ZT_CUDA_ATTN_FLASH &&
         zt_cudnn_sdpa_backward(x, s, dq, dk, dv, scratch, dout, out, q, k, v, att, &why))
         return;
 #else
-    if (p != ATTN_FLASH)
+    if (p != ZT_CUDA_ATTN_FLASH)
         why = "this CUDA module was built without cuDNN";
 #endif
     if (!flash_allowed(x, p, why))
