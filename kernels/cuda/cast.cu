@@ -32,18 +32,6 @@ __global__ void accumulate_kernel(uint16_t *dst, const float *src, size_t n, boo
     }
 }
 
-__global__ void sumsq_half_partial(const uint16_t *v, size_t n, bool bf16, double *partial) {
-    __shared__ double red[32];
-    double acc = 0.0;
-    ZT_GRID_LOOP(i, n) {
-        double d = (double)zt_f32_from_half(v[i], bf16);
-        acc += d * d;
-    }
-    acc = zt_block_sum(acc, red);
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = acc;
-}
-
 extern "C" void zt_cuda_to_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n,
                                 zt_dtype t) {
     bool bf16 = half_is_bf16(t, "to_half");
@@ -71,12 +59,6 @@ extern "C" void zt_cuda_accumulate_half(const zt_ctx *x, uint16_t *dst, const fl
 
 extern "C" double zt_cuda_sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n,
                                            zt_dtype t) {
-    bool bf16 = half_is_bf16(t, "sum_squares_half");
-    unsigned blocks = zt_cuda_sum_blocks(n);
-    ZT_LAUNCH(sumsq_half_partial, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), v, n, bf16,
-              zt_cuda_of(x)->sums_dev);
-    ZT_CUDA_LAUNCHED(x->be);
-    double total = 0.0;
-    zt_cuda_sum_totals(x, blocks, 1, &total);
-    return total;
+    half_is_bf16(t, "sum_squares_half");
+    return zt_cuda_squares_now(x, v, n, t);
 }

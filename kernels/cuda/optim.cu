@@ -193,19 +193,6 @@ extern "C" void zt_cuda_scale(const zt_ctx *x, float *v, size_t n, float s) {
 
 /* ---- the two-pass sum of squares --------------------------------------------------------------- */
 
-/* Pass 1: block b sums the squares of its grid-strided elements into partial[b]. */
-__global__ void sumsq_partial(const float *v, size_t n, double *partial) {
-    __shared__ double red[32];
-    double acc = 0.0;
-    ZT_GRID_LOOP(i, n) {
-        double d = (double)v[i];
-        acc += d * d;
-    }
-    acc = zt_block_sum(acc, red);
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = acc;
-}
-
 /* Pass 2 (one block): total[j] = the sum of partial[j·stride + 0 .. blocks), for j < count. */
 __global__ void sum_partials(const double *partial, unsigned blocks, unsigned stride, int count,
                              double *total) {
@@ -235,11 +222,5 @@ extern "C" void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, 
 }
 
 extern "C" double zt_cuda_sum_squares(const zt_ctx *x, const float *v, size_t n) {
-    unsigned blocks = zt_cuda_sum_blocks(n);
-    ZT_LAUNCH(sumsq_partial, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), v, n,
-              zt_cuda_of(x)->sums_dev);
-    ZT_CUDA_LAUNCHED(x->be);
-    double total = 0.0;
-    zt_cuda_sum_totals(x, blocks, 1, &total);
-    return total;
+    return zt_cuda_squares_now(x, v, n, ZT_F32);
 }

@@ -2,10 +2,9 @@
  * squares, a batch's token losses) written to device memory, so that the engine reads all of a
  * step's scalars back at once, at its one synchronisation (docs/gpu.md, "Host round trips").
  *
- * The passes are sum_squares's and sum_squares_half's (optim.cu, cast.cu): the same fixed number
- * of blocks for a given n, the same grid-stride order and block reduction, the same expressions,
- * so a sum of squares here equals theirs bit for bit (test_ops checks it); only the readback is
- * left out. */
+ * sum_squares and sum_squares_half (optim.cu, cast.cu) are these passes followed by a read back
+ * (zt_cuda_squares_now), so a sum of squares left on the device equals the one read at once bit
+ * for bit (test_ops checks it). */
 #include "cuda_common.cuh"
 
 enum { SUM_F32 = 0, SQUARES_F32 = 1, SQUARES_HALF = 2 };
@@ -36,7 +35,7 @@ __global__ void step_sum_partial(const void *v, size_t n, int mode, bool bf16, d
         partial[blockIdx.x] = acc;
 }
 
-/* Pass 2 (one block): *out = the sum of partial[0 .. blocks), in sum_partials's order. */
+/* Pass 2 (one block): *out = the sum of partial[0 .. blocks), in block order per thread. */
 __global__ void step_sum_total(const double *partial, unsigned blocks, double *out) {
     __shared__ double red[32];
     double acc = 0.0;
@@ -66,4 +65,15 @@ extern "C" void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size
     ZT_CUDA_LAUNCHED(x->be);
     ZT_LAUNCH(step_sum_total, 1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), partial, blocks, out);
     ZT_CUDA_LAUNCHED(x->be);
+}
+
+extern "C" double zt_cuda_squares_now(const zt_ctx *x, const void *v, size_t n, zt_dtype t) {
+    zt_cuda_state *st = zt_cuda_of(x);
+    double *total = st->sums_dev + 2 * ZT_CUDA_SUM_BLOCKS;
+    zt_cuda_sum_to(x, total, v, n, t, true);
+    ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(st->sums_host, total, sizeof(double),
+                                         cudaMemcpyDeviceToHost, zt_cuda_compute(x)));
+    zt_cuda_count_read(x->be);
+    zt_cuda_wait(x->be, zt_cuda_compute(x));
+    return st->sums_host[0];
 }
