@@ -40,6 +40,7 @@
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
 #include "ztrain/sampler.h"
+#include "ztrain/stop_signals.h"
 #include "ztrain/trainer.h"
 
 #ifndef ZTRAIN_VERSION
@@ -50,13 +51,9 @@ static void print_usage(FILE *f) {
     zt_cli_print_usage(f);
 }
 
+/* Set by the thread that takes SIGINT and SIGTERM during an in-process `ztrain run`
+ * (ztrain/stop_signals.h). */
 static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig) {
-    stop_requested = 1;
-    /* A second signal ends the process at once. */
-    signal(sig, SIG_DFL);
-}
 
 int zt_cli_fail(const char *what) {
     /* The message may quote a server's answer or a file's name: control characters are shown,
@@ -342,8 +339,8 @@ static int cmd_run(int argc, char **argv) {
                             "step was not checkpointed\n", job_path);
         return lr.stopped ? 130 : 0;
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    if (zt_stop_signals_start(&stop_requested) != ZT_OK)
+        return zt_cli_fail(NULL);
     zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,
                              .stop_requested = &stop_requested, .profile = profile};
     zt_train_result res;

@@ -56,6 +56,7 @@
 #include "ztrain/gpu.h"
 #include "ztrain/job_overrides.h"
 #include "ztrain/job_spec.h"
+#include "ztrain/stop_signals.h"
 #include "ztrain/trainer.h"
 
 #define DEFAULT_COMM_TIMEOUT_S 300.0
@@ -95,50 +96,9 @@ static int local_rank_arg(int argc, char **argv, int i) {
     return 0;
 }
 
+/* Set by the thread that takes SIGINT and SIGTERM (ztrain/stop_signals.h: the first asks for a
+ * stop with a checkpoint at the end of the current step, every rank at the same one). */
 static volatile sig_atomic_t stop_requested;
-static struct timespec stop_time;   /* when the first stop signal came (CLOCK_MONOTONIC) */
-
-/* A SIGTERM this soon after the first is the same request again: at a job's time limit slurmd
- * signals the step twice in a row (the time-limit signal, then the job's termination), and
- * taking the second as "now, without a checkpoint" would lose exactly the checkpoint the first
- * one asked for. ztrain's own launchers escalate with SIGKILL, never a second SIGTERM. */
-#define REPEATED_TERM_S 1.0
-
-static void restore_default(int sig) {
-    struct sigaction dfl = {.sa_handler = SIG_DFL};
-    sigemptyset(&dfl.sa_mask);
-    sigaction(sig, &dfl, NULL);
-}
-
-/* The first SIGINT or SIGTERM asks the trainer to stop after the current step (every rank stops
- * at the same step and the checkpoint is written); a second one ends the process at once — a
- * second SIGTERM only when it comes REPEATED_TERM_S or more after the first. */
-static void on_signal(int sig) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (!stop_requested) {
-        stop_requested = 1;
-        stop_time = now;
-        restore_default(SIGINT);
-        return;
-    }
-    double since = (double)(now.tv_sec - stop_time.tv_sec) +
-                   (double)(now.tv_nsec - stop_time.tv_nsec) / 1e9;
-    if (sig == SIGTERM && since < REPEATED_TERM_S)
-        return;
-    restore_default(sig);
-    raise(sig);
-}
-
-static int install_signal_handlers(void) {
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) {
-        fprintf(stderr, "ztrain-worker: sigaction: %s\n", strerror(errno));
-        return -1;
-    }
-    return 0;
-}
 
 /* Under `ztrain run` the launcher's pid is in ZTRAIN_LAUNCHER_PID: ask for SIGTERM when it dies,
  * so that a launcher killed with SIGKILL (which it cannot forward) still takes its ranks along.
@@ -404,8 +364,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztrain-worker: the job file is missing\n%s", usage);
         return 2;
     }
-    /* Handlers first: a stop that arrives while the job loads must not kill the rank outright. */
-    if (install_signal_handlers() != 0 || follow_launcher() != 0)
+    /* The stop signals first, before any thread starts (they inherit the blocked mask), and so
+     * that a stop that arrives while the job loads does not kill the rank outright. */
+    if (zt_stop_signals_start(&stop_requested) != ZT_OK) {
+        fprintf(stderr, "ztrain-worker: %s\n", zt_last_error());
+        return 1;
+    }
+    if (follow_launcher() != 0)
         return 1;
 
     zt_dist_info dist;
