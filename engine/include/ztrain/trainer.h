@@ -15,7 +15,7 @@ typedef struct {
     const char *out_dir;   /* metrics.jsonl goes here (created if needed) */
     FILE *progress;        /* progress output; a terminal gets a live bar, anything else lines */
     int threads;           /* CPU threads (0: the OpenMP default) */
-    /* When it becomes non-zero (e.g. from a SIGINT/SIGTERM handler) the loop finishes the
+    /* When it becomes non-zero (e.g. set by ztrain/stop_signals.h on SIGINT/SIGTERM) the loop finishes the
      * current step, writes a checkpoint if the job has a checkpoint_dir, and returns ZT_OK with
      * `stopped` set. May be NULL. */
     volatile sig_atomic_t *stop_requested;
