@@ -22,19 +22,26 @@ static bool need_id(call *c, const char *id) {
     return false;
 }
 
+/* The job named by a request's id into *info (zeroed first; the caller frees it), or false with
+ * the call finished: INVALID_ARGUMENT without an id, the store's error (NOT_FOUND...) else. */
+static bool find_job(call *c, const char *id, zt_job_info *info) {
+    memset(info, 0, sizeof *info);
+    if (!need_id(c, id))
+        return false;
+    zt_status s = zt_jobs_get(c->srv->jm, id, info);
+    if (s == ZT_OK)
+        return true;
+    zt_call_finish_zt(c, s, NULL, id);
+    return false;
+}
+
 void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *m) {
     Ztrain__V1__ListCheckpointsRequest *req = (Ztrain__V1__ListCheckpointsRequest *)m;
-    if (!need_id(c, req->id))
-        return;
     zt_job_info info;
-    memset(&info, 0, sizeof info);
-    zt_status s = zt_jobs_get(c->srv->jm, req->id, &info);
-    if (s != ZT_OK) {
-        zt_call_finish_zt(c, s, NULL, req->id);
+    if (!find_job(c, req->id, &info))
         return;
-    }
     Ztrain__V1__ListCheckpointsResponse *resp;
-    s = zt_job_proto_checkpoints(info.checkpoint_dir, &resp);
+    zt_status s = zt_job_proto_checkpoints(info.checkpoint_dir, &resp);
     zt_job_info_free(&info);
     if (s != ZT_OK) {
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
@@ -46,15 +53,9 @@ void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *m) {
 
 void zt_grpc_get_effective_config(call *c, ProtobufCMessage *m) {
     Ztrain__V1__GetEffectiveConfigRequest *req = (Ztrain__V1__GetEffectiveConfigRequest *)m;
-    if (!need_id(c, req->id))
-        return;
     zt_job_info info;
-    memset(&info, 0, sizeof info);
-    zt_status s = zt_jobs_get(c->srv->jm, req->id, &info);
-    if (s != ZT_OK) {
-        zt_call_finish_zt(c, s, NULL, req->id);
+    if (!find_job(c, req->id, &info))
         return;
-    }
     /* Rank 0 writes it into the run directory when it has resolved the config. */
     char path[4200], *text = NULL;
     snprintf(path, sizeof path, "%s/ds_config.effective.json", info.run_dir ? info.run_dir : "");
