@@ -39,7 +39,7 @@ static const char *const op_names[ZT_OP_COUNT] = {
     "adam_update", "sgd_update", "adam_update_mixed", "lamb_moments",
     "lamb_apply", "sum_squares", "scale", "to_half",
     "from_half", "round_to", "accumulate_half", "sum_squares_half",
-    "sgd_update_mixed", "lamb_apply_mixed", "sum_to",
+    "sgd_update_mixed", "lamb_apply_mixed", "sum_to", "lamb_moments_to",
 };
 
 const char *zt_op_name(zt_op_id op) {
@@ -227,6 +227,10 @@ TIMED_DOUBLE(ZT_OP_SUM_SQUARES_HALF, sum_squares_half,
 TIMED(ZT_OP_SUM_TO, sum_to,
       (const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t, bool squares),
       (x, out, v, n, t, squares))
+TIMED(ZT_OP_LAMB_MOMENTS_TO, lamb_moments_to,
+      (const zt_ctx *x, const float *p_, const float *g, float *m, float *v, size_t n,
+       const zt_lamb_args *a, double *sums),
+      (x, p_, g, m, v, n, a, sums))
 
 /* The profile's table: an entry for each the backend has, NULL where it has none (a model checks
  * the entries it needs, and must find the same ones missing). */
@@ -269,6 +273,7 @@ static void fill_table(zt_ops *t, const zt_ops *r) {
     ENTRY(sgd_update_mixed);
     ENTRY(lamb_apply_mixed);
     ENTRY(sum_to);
+    ENTRY(lamb_moments_to);
 #undef ENTRY
 }
 

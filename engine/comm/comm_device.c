@@ -32,6 +32,7 @@ zt_status zt_comm_attach_backend(zt_comm *c, zt_backend *be) {
     release_staging(c);
     c->be = be;
     c->detach = be ? detach : NULL;
+    c->dev_stats = (zt_comm_dev_stats){0};
     if (!be)
         return c->ops->attach ? c->ops->attach(c, NULL) : ZT_OK;
     if (c->ops->attach)
@@ -86,11 +87,26 @@ static zt_status staging(zt_comm *c, const char *what, const void *buf, size_t n
 static void to_host(zt_comm *c, void *host, const void *dev, size_t bytes) {
     order_before(c);
     zt_backend_copy(c->be, host, dev, bytes, ZT_COPY_D2H, ZT_STREAM_COMM);
+    c->dev_stats.staged_waits++;
 }
 
 static void to_device(zt_comm *c, void *dev, const void *host, size_t bytes) {
     zt_backend_copy(c->be, dev, host, bytes, ZT_COPY_H2D, ZT_STREAM_COMM);
+    c->dev_stats.staged_uploads++;
 }
+
+/* Every zt_comm_dev_ call: its payload, whatever the transport. */
+static void count(zt_comm *c, size_t n, zt_dtype t) {
+    c->dev_stats.calls++;
+    c->dev_stats.payload_bytes += (unsigned long long)n * zt_dtype_size(t);
+}
+
+static void count_reduction(zt_comm *c, size_t n, zt_dtype t) {
+    count(c, n, t);
+    c->dev_stats.reduced_bytes += (unsigned long long)n * zt_dtype_size(t);
+}
+
+zt_comm_dev_stats zt_comm_dev_counts(const zt_comm *c) { return c->dev_stats; }
 
 static zt_status native_done(zt_comm *c, zt_status s) {
     order_after(c);
@@ -98,6 +114,7 @@ static zt_status native_done(zt_comm *c, zt_status s) {
 }
 
 zt_status zt_comm_dev_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt_reduce_op op) {
+    count_reduction(c, n, t);
     if (native(c)) {
         order_before(c);
         return native_done(c, zt_comm_checked_all_reduce(c, buf, n, t, op, true));
@@ -117,6 +134,7 @@ zt_status zt_comm_dev_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt
 zt_status zt_comm_dev_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n,
                                      const size_t *offsets, const size_t *counts, zt_dtype t,
                                      zt_reduce_op op) {
+    count_reduction(c, n, t);
     if (native(c)) {
         order_before(c);
         return native_done(c, zt_comm_checked_reduce_scatter(c, in, out, n, offsets, counts, t,
@@ -141,6 +159,7 @@ zt_status zt_comm_dev_reduce_scatter(zt_comm *c, const void *in, void *out, size
 
 zt_status zt_comm_dev_all_gather(zt_comm *c, void *buf, size_t n, const size_t *offsets,
                                  const size_t *counts, zt_dtype t) {
+    count(c, n, t);
     if (native(c)) {
         order_before(c);
         return native_done(c, zt_comm_checked_all_gather(c, buf, n, offsets, counts, t, true));
@@ -159,6 +178,7 @@ zt_status zt_comm_dev_all_gather(zt_comm *c, void *buf, size_t n, const size_t *
 }
 
 zt_status zt_comm_dev_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int root) {
+    count(c, n, t);
     if (native(c)) {
         order_before(c);
         return native_done(c, zt_comm_checked_broadcast(c, buf, n, t, root, true));
@@ -180,6 +200,7 @@ zt_status zt_comm_dev_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int
 }
 
 zt_status zt_comm_dev_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer) {
+    count(c, n, t);
     if (native(c)) {
         order_before(c);
         return native_done(c, zt_comm_checked_send(c, buf, n, t, peer, true));
@@ -193,6 +214,7 @@ zt_status zt_comm_dev_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, in
 }
 
 zt_status zt_comm_dev_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer) {
+    count(c, n, t);
     if (native(c)) {
         order_before(c);
         return native_done(c, zt_comm_checked_recv(c, buf, n, t, peer, true));

@@ -70,6 +70,7 @@ struct zt_comm {
     void *stage;
     size_t stage_bytes;
     struct zt_event *stage_ev[2];
+    zt_comm_dev_stats dev_stats; /* zt_comm_dev_counts, zeroed at attach */
     /* Set by comm_device.c while a backend is attached: what zt_comm_destroy calls first to
      * release it, so that comm.c (the host collectives) never calls up into the device layer. */
     void (*detach)(zt_comm *c);
@@ -95,6 +96,8 @@ static inline void zt_comm_init_header(zt_comm *c, const zt_comm_ops *ops, const
     c->stage = NULL;
     c->stage_bytes = 0;
     c->stage_ev[0] = c->stage_ev[1] = NULL;
+    c->dev_stats.calls = c->dev_stats.payload_bytes = c->dev_stats.reduced_bytes = 0;
+    c->dev_stats.staged_waits = c->dev_stats.staged_uploads = 0;
     c->detach = NULL;
 }
 

@@ -281,7 +281,8 @@ static void embed_backward(zt_model *m, const int32_t *tokens, int B, int T) {
 
 static zt_status gpt2_set_doc_pos(zt_model *m, const int32_t *pos, int B, int T) {
     gpt2 *g = (gpt2 *)m;
-    return zt_doc_pos_set(&g->docs, m->ctx.be, (size_t)m->max_batch * g->maxT, pos, B, T);
+    return zt_doc_pos_set(&g->docs, m->ctx.be, (size_t)m->max_batch * g->maxT, m->upload_slots,
+                          pos, B, T);
 }
 
 static void head_forward(zt_model *m, zt_head_acts *h, const void *last, int B, int T) {

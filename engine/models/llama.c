@@ -36,8 +36,9 @@ typedef struct {
     zt_blocks blk;              /* activation sets, checkpointing, dres */
     llama_outer_acts o;
     /* Packed documents: their positions, and the rotary tables gathered by position for each
-     * token of the micro-batch ([max_batch·maxT, HD/2], device, with a pinned staging copy),
-     * made on the first set with documents from the host tables [maxT, HD/2]. */
+     * token of the micro-batch ([max_batch·maxT, HD/2], device, with pinned staging copies in
+     * the slots of docs: tok_host holds docs.slots pairs of them), made on the first set with
+     * documents from the host tables [maxT, HD/2]. */
     zt_doc_pos docs;
     float *tok_cos, *tok_sin, *tok_host, *table_host;
     /* kv heads shared by several TP ranks (m->tp_share_comm): the k and v gradients (weights,
@@ -281,7 +282,7 @@ static void free_doc_tables(llama *g) {
     const size_t tok = (size_t)g->base.max_batch * g->maxT * (g->HD / 2) * sizeof(float);
     zt_backend_free(be, ZT_MEM_DEVICE, g->tok_cos, tok);
     zt_backend_free(be, ZT_MEM_DEVICE, g->tok_sin, tok);
-    zt_backend_free(be, ZT_MEM_PINNED, g->tok_host, 2 * tok);
+    zt_backend_free(be, ZT_MEM_PINNED, g->tok_host, 2 * tok * (size_t)g->docs.slots);
     free(g->table_host);
     zt_doc_pos_free(&g->docs, be);
 }
@@ -291,13 +292,13 @@ static void free_doc_tables(llama *g) {
 static zt_status llama_set_doc_pos(zt_model *m, const int32_t *pos, int B, int T) {
     llama *g = (llama *)m;
     const size_t cap = (size_t)m->max_batch * g->maxT, half = (size_t)g->HD / 2;
-    ZT_TRY(zt_doc_pos_set(&g->docs, m->ctx.be, cap, pos, B, T));
+    ZT_TRY(zt_doc_pos_set(&g->docs, m->ctx.be, cap, m->upload_slots, pos, B, T));
     if (!pos)
         return ZT_OK;
     if (!g->table_host) {
         const size_t tok = cap * half * sizeof(float);
         g->table_host = malloc(2 * (size_t)g->maxT * half * sizeof(float));
-        g->tok_host = zt_backend_alloc(m->ctx.be, ZT_MEM_PINNED, 2 * tok);
+        g->tok_host = zt_backend_alloc(m->ctx.be, ZT_MEM_PINNED, 2 * tok * (size_t)g->docs.slots);
         g->tok_cos = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, tok);
         g->tok_sin = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, tok);
         zt_status s = g->table_host && g->tok_host && g->tok_cos && g->tok_sin
@@ -312,7 +313,8 @@ static zt_status llama_set_doc_pos(zt_model *m, const int32_t *pos, int B, int T
     }
     const size_t n = (size_t)B * T;
     const float *tcos = g->table_host, *tsin = g->table_host + (size_t)g->maxT * half;
-    float *hcos = g->tok_host, *hsin = g->tok_host + cap * half;
+    /* This micro-batch's slot: the device may still copy from the others. */
+    float *hcos = g->tok_host + 2 * cap * half * (size_t)g->docs.slot, *hsin = hcos + cap * half;
     for (size_t i = 0; i < n; i++) {
         memcpy(hcos + i * half, tcos + (size_t)g->docs.host[i] * half, half * sizeof(float));
         memcpy(hsin + i * half, tsin + (size_t)g->docs.host[i] * half, half * sizeof(float));

@@ -213,6 +213,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
         s = zt_zero_after_load(&e->zero);
     if (s == ZT_OK && train_data && has_masks(train_data)) {
         e->masked = true;
+        /* A step's packed micro-batches each keep their document tables until its one wait. */
+        e->model->upload_slots = ds->gradient_accumulation_steps;
         s = zt_loss_norm_init(&e->norm, ds->gradient_accumulation_steps,
                               ds->train_micro_batch_size_per_gpu, spec->block_size);
     }
@@ -343,10 +345,14 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     float grad_scale = zt_engine_grad_scale(e, counted, &share);
     const int micro = (int)(e->micro_steps % e->ds.gradient_accumulation_steps);
     /* Deferred, the loss stays on the device until the step's one synchronisation. A batch of
-     * packed documents is read at once: the model rewrites pinned tables for each one (Llama's
-     * rotary positions), which only a wait keeps from being overwritten in flight; so is a
-     * tensor-parallel loss, which the shards combine on the host. */
-    const bool defer = !loss && !b->doc_pos && zt_model_stage_tp(&e->model->stage) == 1;
+     * packed documents is too when the model keeps a step's micro-batches' document tables
+     * apart (upload_slots; else it rewrites pinned tables that only a wait keeps from being
+     * overwritten in flight). A tensor-parallel loss is read at once: the shards combine it on
+     * the host. */
+    const bool defer = !loss &&
+                       (!b->doc_pos ||
+                        e->model->upload_slots >= e->ds.gradient_accumulation_steps) &&
+                       zt_model_stage_tp(&e->model->stage) == 1;
     if (defer)
         e->model->loss_out = zt_step_readback_defer(&e->rb, micro, counted, share);
     float l = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);

@@ -66,6 +66,14 @@ void zt_optimizer_free(zt_optimizer *o) {
     }
     o->m = NULL;
     o->v = NULL;
+    if (o->ctx.be && o->lamb_cap) {
+        zt_backend_free(o->ctx.be, ZT_MEM_DEVICE, o->lamb_dev, o->lamb_cap * 2 * sizeof(double));
+        zt_backend_free(o->ctx.be, ZT_MEM_PINNED, o->lamb_host, o->lamb_cap * 2 * sizeof(double));
+    }
+    free(o->lamb_tensor);
+    o->lamb_dev = o->lamb_host = NULL;
+    o->lamb_tensor = NULL;
+    o->lamb_cap = o->lamb_used = 0;
     free(o->tensor_lo);
     free(o->lamb_sums);
     free(o->lamb_step);
@@ -127,18 +135,75 @@ static bool tensor_part(const zt_optimizer *o, int i, size_t offset, size_t n, s
     return *len > 0;
 }
 
+/* Adds the sums waiting in device slots to lamb_sums, in the order they were queued: one copy
+ * back and one wait. */
+static zt_status lamb_flush(zt_optimizer *o) {
+    if (!o->lamb_used)
+        return ZT_OK;
+    zt_backend_copy(o->ctx.be, o->lamb_host, o->lamb_dev, o->lamb_used * 2 * sizeof(double),
+                    ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    ZT_TRY(zt_backend_sync(o->ctx.be));
+    for (size_t k = 0; k < o->lamb_used; k++) {
+        o->lamb_sums[2 * o->lamb_tensor[k]] += o->lamb_host[2 * k];
+        o->lamb_sums[2 * o->lamb_tensor[k] + 1] += o->lamb_host[2 * k + 1];
+    }
+    o->lamb_used = 0;
+    return ZT_OK;
+}
+
+/* A device slot for tensor i's next two sums, or NULL: the backend has no lamb_moments_to, or
+ * the slots could not grow (then those queued so far are added first, so the order holds). The
+ * slots grow during the first step, which finds how many pieces a step has; a grown array takes
+ * the queued sums along by a device copy in stream order. */
+static double *lamb_slot(zt_optimizer *o, int i) {
+    zt_backend *be = o->ctx.be;
+    if (!be->ops->lamb_moments_to)
+        return NULL;
+    if (o->lamb_used == o->lamb_cap) {
+        size_t cap = o->lamb_cap ? 2 * o->lamb_cap : (size_t)o->n_tensors + 1,
+               bytes = cap * 2 * sizeof(double), old = o->lamb_cap * 2 * sizeof(double);
+        double *dev = zt_backend_alloc(be, ZT_MEM_DEVICE, bytes);
+        double *host = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
+        int *tensor = realloc(o->lamb_tensor, cap * sizeof *tensor);
+        if (tensor)
+            o->lamb_tensor = tensor;
+        if (!dev || !host || !tensor) {
+            zt_backend_free(be, ZT_MEM_DEVICE, dev, bytes);
+            zt_backend_free(be, ZT_MEM_PINNED, host, bytes);
+            (void)lamb_flush(o); /* a device error surfaces at the step's next wait */
+            return NULL;
+        }
+        if (o->lamb_used)
+            zt_backend_copy(be, dev, o->lamb_dev, o->lamb_used * 2 * sizeof(double),
+                            ZT_COPY_D2D, ZT_STREAM_COMPUTE);
+        zt_backend_free(be, ZT_MEM_DEVICE, o->lamb_dev, old);
+        zt_backend_free(be, ZT_MEM_PINNED, o->lamb_host, old);
+        o->lamb_dev = dev;
+        o->lamb_host = host;
+        o->lamb_cap = cap;
+    }
+    o->lamb_tensor[o->lamb_used] = i;
+    return o->lamb_dev + 2 * o->lamb_used++;
+}
+
 void zt_optimizer_lamb_moments(zt_optimizer *o, const float *params, const float *grads,
                                size_t offset, size_t n, double momentum) {
     ZT_ASSERT(o->cfg.type == ZT_OPTIM_LAMB && o->lamb_sums && !o->external);
     ZT_ASSERT(offset + n <= o->n);
     zt_lamb_args a = lamb_args(o, momentum);
+    const zt_ops *op = o->ctx.be->ops;
     for (int i = 0; i < o->n_tensors; i++) {
         size_t lo, len;
         if (!tensor_part(o, i, offset, n, &lo, &len))
             continue;
+        const float *p = params + (lo - offset), *g = grads + (lo - offset);
+        double *slot = lamb_slot(o, i);
+        if (slot) {
+            op->lamb_moments_to(&o->ctx, p, g, o->m + lo, o->v + lo, len, &a, slot);
+            continue;
+        }
         double sums[2];
-        o->ctx.be->ops->lamb_moments(&o->ctx, params + (lo - offset), grads + (lo - offset),
-                                     o->m + lo, o->v + lo, len, &a, sums);
+        op->lamb_moments(&o->ctx, p, g, o->m + lo, o->v + lo, len, &a, sums);
         o->lamb_sums[2 * i] += sums[0];
         o->lamb_sums[2 * i + 1] += sums[1];
     }
@@ -150,6 +215,7 @@ void zt_optimizer_lamb_moments(zt_optimizer *o, const float *params, const float
 zt_status zt_optimizer_lamb_reduce(zt_optimizer *o, zt_comm *comm, double lr, double momentum) {
     ZT_ASSERT(o->cfg.type == ZT_OPTIM_LAMB && o->lamb_sums);
     const zt_optimizer_config *c = &o->cfg;
+    ZT_TRY(lamb_flush(o));
     if (comm)
         ZT_TRY(zt_comm_all_reduce(comm, o->lamb_sums, 2 * (size_t)o->n_tensors, ZT_F64,
                                   ZT_REDUCE_SUM));

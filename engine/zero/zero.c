@@ -202,8 +202,11 @@ void zt_zero_free(zt_zero *z) {
     z->norm_ranges = NULL;
     zt_offload_destroy(z->off);
     if (z->host_be) {
-        zt_backend_free(z->host_be, ZT_MEM_HOST, z->host_g, z->host_bytes);
-        zt_backend_free(z->host_be, ZT_MEM_HOST, z->host_p, z->host_bytes);
+        /* Pinned by the device's backend (zero_optim.c): the last tile's upload from host_p may
+         * still be queued. A failure there was the step's to report. */
+        (void)zt_backend_sync(z->be);
+        zt_backend_free(z->be, ZT_MEM_PINNED, z->host_g, z->host_bytes);
+        zt_backend_free(z->be, ZT_MEM_PINNED, z->host_p, z->host_bytes);
         zt_backend_destroy(z->host_be);
     }
     if (z->model) {

@@ -1,6 +1,7 @@
 /* ZeRO's gradients: buckets reduce-scattered into this rank's accumulator as the backward makes
  * them ready (stages 2 and 3), the reduction at the accumulation boundary (all-reduce at stage 0,
- * reduce-scatter at stage 1, 16-bit gradients through fp32 chunks), the global norm, clearing after
+ * reduce-scatter at stage 1; 16-bit gradients in 16 bits, or through fp32 chunks when
+ * communication_data_type says fp32), the global norm, clearing after
  * the step, and the fault injection that makes a rank's gradients non-finite for tests. */
 #include <stdlib.h>
 
@@ -9,6 +10,36 @@
 enum { HALF_ALL_REDUCE, HALF_REDUCE_SCATTER, HALF_ALL_GATHER };
 static zt_status half_collective(zt_zero *z, uint16_t *x, int kind);
 static void poison(zt_zero *z);
+
+/* Whether gradients travel in 16 bits: mixed precision with a 16-bit communication_data_type
+ * (the training type by default). They then go as that type, half the bytes of fp32, as
+ * DeepSpeed sends them. A transport that reduces on the host (shm, gloo) widens each rank's
+ * values exactly, adds them in fp32 in rank order and rounds once (comm.h), which is what
+ * reducing their fp32 copies and rounding the result gave before, bit for bit; NCCL adds in the
+ * 16-bit type itself, as DeepSpeed's NCCL path does. */
+static bool travels16(const zt_zero *z) { return z->half && z->comm && z->comm_dtype != ZT_F32; }
+
+/* The 16-bit reduce-scatter of [lo, hi) of the fp32 gradient buffer: a chunk at a time, each
+ * rounded into z->chunk's bytes (2 ZT_ZERO_CHUNK 16-bit values; the step's conversions, which
+ * never run while gradients are reduced), reduce-scattered there, and this rank's piece widened
+ * back into the fp32 buffer, where the caller accumulates it. */
+static zt_status reduce_scatter16(zt_zero *z, size_t lo, size_t hi) {
+    const zt_ops *op = z->be->ops;
+    float *g = z->model->grads;
+    uint16_t *h = (uint16_t *)z->chunk;
+    const size_t step = 2 * (size_t)ZT_ZERO_CHUNK;
+    for (size_t c = lo; c < hi; c += step) {
+        size_t e = zt_min_sz(c + step, hi), offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
+        zt_zero_pieces(z, c, e, offsets, counts);
+        size_t off = offsets[z->rank], cnt = counts[z->rank];
+        op->to_half(&z->ctx, h, g + c, e - c, z->comm_dtype);
+        ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, h, h + off, e - c, offsets, counts,
+                                          z->comm_dtype, ZT_REDUCE_AVG));
+        if (cnt)
+            op->from_half(&z->ctx, g + c + off, h + off, cnt, z->comm_dtype);
+    }
+    return ZT_OK;
+}
 
 /* Reduce-scatters the gradients of [lo, hi) (averaged over ranks) and adds this rank's piece to
  * its accumulator; the whole range of the full-size gradient buffer is then released. */
@@ -25,18 +56,22 @@ zt_status zt_zero_reduce_range(zt_zero *z, size_t lo, size_t hi) {
     size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
     zt_zero_pieces(z, lo, hi, offsets, counts);
     size_t a = zt_max_sz(lo, z->own_lo), b = zt_min_sz(hi, z->own_hi);
-    /* What travels is rounded to communication_data_type (16-bit gradients by default in mixed
-     * precision); the reduction itself adds in fp32. */
-    if (z->half && z->comm_dtype != ZT_F32)
-        op->round_to(&z->ctx, g + lo, hi - lo, z->comm_dtype);
-    if (z->comm) {
-        size_t off = offsets[z->rank];
-        ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, g + lo, g + lo + off, hi - lo, offsets,
-                                          counts, ZT_F32, ZT_REDUCE_AVG));
+    if (travels16(z)) {
+        ZT_TRY(reduce_scatter16(z, lo, hi));
+    } else {
+        /* One rank rounds as the traffic would have; an fp32 communication_data_type adds the
+         * fp32 gradients. */
+        if (z->half && z->comm_dtype != ZT_F32)
+            op->round_to(&z->ctx, g + lo, hi - lo, z->comm_dtype);
+        if (z->comm) {
+            size_t off = offsets[z->rank];
+            ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, g + lo, g + lo + off, hi - lo, offsets,
+                                              counts, ZT_F32, ZT_REDUCE_AVG));
+        }
+        if (z->half && a < b && z->comm_dtype != ZT_F32)
+            op->round_to(&z->ctx, g + a, b - a, z->comm_dtype);
     }
     if (z->half) {
-        if (a < b && z->comm_dtype != ZT_F32)
-            op->round_to(&z->ctx, g + a, b - a, z->comm_dtype);
         if (a < b)
             op->accumulate_half(&z->ctx, z->gacc16 + (a - z->own_lo), g + a, b - a, z->dtype);
     } else if (a < b) {
@@ -245,37 +280,45 @@ zt_status zt_zero_after_step(zt_zero *z) {
     return ZT_OK;
 }
 
-/* Runs a collective over a 16-bit range through the fp32 gradient buffer, a chunk at a time, so
- * the staging stays small: widen, communicate, round back, let go. `kind` selects an averaging
- * all-reduce (stage 0), a reduce-scatter into this rank's piece (stage 1), or an all-gather of
- * the owners' pieces (the 16-bit parameters after a step). */
+/* Runs a collective over a 16-bit range, a chunk at a time, so a staging transport's host
+ * buffer stays small: an averaging all-reduce (stage 0), a reduce-scatter into this rank's piece
+ * (stage 1), or an all-gather of the owners' pieces (the 16-bit parameters after a step). The
+ * all-gather moves the 16-bit values as they are; the reductions do too where gradients travel
+ * in 16 bits (travels16) and the type is the gradients' own. Otherwise (an fp32
+ * communication_data_type, or one other than the training type) they go through the fp32
+ * gradient buffer: widen, communicate, round back, let go. */
 static zt_status half_collective(zt_zero *z, uint16_t *x, int kind) {
     const zt_ops *op = z->be->ops;
     float *buf = z->model->grads;
+    const zt_dtype t = z->dtype;
+    const bool direct = kind == HALF_ALL_GATHER || (travels16(z) && z->comm_dtype == t);
     size_t n = z->model->n_padded, step = (size_t)ZT_ZERO_CHUNK * 16;
     for (size_t lo = 0; lo < n; lo += step) {
         size_t hi = zt_min_sz(lo + step, n), offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
         zt_zero_pieces(z, lo, hi, offsets, counts);
         size_t a = lo + offsets[z->rank], cnt = counts[z->rank];
+        if (direct) {
+            if (kind == HALF_ALL_GATHER)
+                ZT_TRY(zt_comm_dev_all_gather(z->comm, x + lo, hi - lo, offsets, counts, t));
+            else if (kind == HALF_ALL_REDUCE)
+                ZT_TRY(zt_comm_dev_all_reduce(z->comm, x + lo, hi - lo, t, ZT_REDUCE_AVG));
+            else
+                ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, x + lo, x + a, hi - lo, offsets,
+                                                  counts, t, ZT_REDUCE_AVG));
+            continue;
+        }
         zt_status s;
         ZT_TRY(zt_zero_commit_f32(z, buf, lo, hi));
-        if (kind == HALF_ALL_GATHER) {
-            op->from_half(&z->ctx, buf + a, x + a, cnt, z->dtype);
-            s = zt_comm_dev_all_gather(z->comm, buf + lo, hi - lo, offsets, counts, ZT_F32);
+        op->from_half(&z->ctx, buf + lo, x + lo, hi - lo, t);
+        if (kind == HALF_ALL_REDUCE) {
+            s = zt_comm_dev_all_reduce(z->comm, buf + lo, hi - lo, ZT_F32, ZT_REDUCE_AVG);
             if (s == ZT_OK)
-                op->to_half(&z->ctx, x + lo, buf + lo, hi - lo, z->dtype);
+                op->to_half(&z->ctx, x + lo, buf + lo, hi - lo, t);
         } else {
-            op->from_half(&z->ctx, buf + lo, x + lo, hi - lo, z->dtype);
-            if (kind == HALF_ALL_REDUCE) {
-                s = zt_comm_dev_all_reduce(z->comm, buf + lo, hi - lo, ZT_F32, ZT_REDUCE_AVG);
-                if (s == ZT_OK)
-                    op->to_half(&z->ctx, x + lo, buf + lo, hi - lo, z->dtype);
-            } else {
-                s = zt_comm_dev_reduce_scatter(z->comm, buf + lo, buf + a, hi - lo, offsets,
-                                               counts, ZT_F32, ZT_REDUCE_AVG);
-                if (s == ZT_OK)
-                    op->to_half(&z->ctx, x + a, buf + a, cnt, z->dtype);
-            }
+            s = zt_comm_dev_reduce_scatter(z->comm, buf + lo, buf + a, hi - lo, offsets, counts,
+                                           ZT_F32, ZT_REDUCE_AVG);
+            if (s == ZT_OK)
+                op->to_half(&z->ctx, x + a, buf + a, cnt, t);
         }
         zt_zero_release_f32(z, buf, lo, hi);
         ZT_TRY(s);

@@ -40,16 +40,30 @@ typedef struct {
  * instead). */
 static bool params_on_device(const zt_zero *z) { return !z->param_file; }
 
-/* On a GPU the tile's gradients come to the host first, and the optimizer runs on the host
- * backend (the state is host memory); its parameters go back afterwards (staged_end). */
-static const void *staged_grads(update_ctx *c, const zt_offload_tile *t, size_t elem) {
+/* On a GPU the tile's gradients come to the host first (and with fp32 parameters kept on the
+ * device, `params` too, into host_p), and the optimizer runs on the host backend (the state is
+ * host memory); its parameters go back afterwards (staged_end). The tile buffers are pinned, so
+ * the copies run as DMA without CUDA staging them, and the host waits for the device once per
+ * tile, here: it computes on what came back. NULL when the device failed (the failure is
+ * recorded, and the tile is not updated from stale numbers). */
+static const void *staged_grads(update_ctx *c, const zt_offload_tile *t, size_t elem,
+                                const float *params) {
     zt_zero *z = c->z;
     const char *g = (const char *)c->g + t->first * elem;
+    if (params)
+        zt_backend_copy(z->be, z->host_p, params, t->count * 4, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
     zt_backend_copy(z->be, z->host_g, g, t->count * elem, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    zt_status s = zt_backend_sync(z->be);
+    if (s != ZT_OK) {
+        zt_zero_fail(z, s);
+        return NULL;
+    }
     c->o->ctx.be = z->host_be;
     return z->host_g;
 }
 
+/* The host's update is in host_p; it goes back to the device without a wait: the next tile's
+ * wait (or the next step's) comes before the host writes host_p again. */
 static void staged_end(update_ctx *c, const zt_offload_tile *t, size_t elem) {
     zt_zero *z = c->z;
     c->o->ctx.be = z->be;
@@ -64,7 +78,8 @@ static void update_tile_half(void *arg, const zt_offload_tile *t) {
     const uint16_t *g = (const uint16_t *)c->g + t->first;
     uint16_t *p16 = t->p[ZT_OFFLOAD_PARAMS];
     if (z->host_be) {
-        g = staged_grads(c, t, 2);
+        if (!(g = staged_grads(c, t, 2, NULL)))
+            return;
         if (params_on_device(z))
             p16 = z->host_p;
     }
@@ -81,11 +96,11 @@ static void update_tile(void *arg, const zt_offload_tile *t) {
     const float *g = (const float *)c->g + t->first;
     float *p = t->p[ZT_OFFLOAD_PARAMS];
     if (z->host_be) {
-        g = staged_grads(c, t, 4);
-        if (params_on_device(z)) {
-            zt_backend_copy(z->be, z->host_p, p, t->count * 4, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+        bool dev = params_on_device(z);
+        if (!(g = staged_grads(c, t, 4, dev ? p : NULL)))
+            return;
+        if (dev)
             p = z->host_p;
-        }
     }
     zt_optimizer_update_with(c->o, p, g, t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ],
                              t->count, c->lr, c->momentum);
@@ -106,8 +121,8 @@ static zt_status stage_offload(zt_zero *z, const zt_optimizer *o) {
                         z->be->name);
     ZT_TRY(zt_backend_create(&z->host_be, ZT_DEVICE_CPU, NULL));
     z->host_bytes = zt_offload_tile_elems(z->off) * sizeof(float);
-    z->host_g = zt_backend_alloc(z->host_be, ZT_MEM_HOST, z->host_bytes);
-    z->host_p = zt_backend_alloc(z->host_be, ZT_MEM_HOST, z->host_bytes);
+    z->host_g = zt_backend_alloc(z->be, ZT_MEM_PINNED, z->host_bytes);
+    z->host_p = zt_backend_alloc(z->be, ZT_MEM_PINNED, z->host_bytes);
     if (!z->host_g || !z->host_p)
         return zt_error(ZT_ERR_NOMEM, "offload: no host memory for two %zu-byte update tiles",
                         z->host_bytes);
@@ -167,7 +182,8 @@ zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, si
         return ZT_OK;
     }
     update_ctx c = {z, o, g, grad_mul, lr, momentum};
-    return agree_on_update(z, zt_offload_step(z->off, update_tile_half, &c));
+    zt_status s = zt_offload_step(z->off, update_tile_half, &c);
+    return agree_on_update(z, s == ZT_OK ? zt_zero_first_error(z) : s);
 }
 
 zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, size_t count,
@@ -179,7 +195,8 @@ zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, 
         return ZT_OK;
     }
     update_ctx c = {z, o, g, 1.0f, lr, momentum};
-    return agree_on_update(z, zt_offload_step(z->off, update_tile, &c));
+    zt_status s = zt_offload_step(z->off, update_tile, &c);
+    return agree_on_update(z, s == ZT_OK ? zt_zero_first_error(z) : s);
 }
 
 zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimizer *o,

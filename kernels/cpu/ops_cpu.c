@@ -157,6 +157,13 @@ static void lamb_moments(const zt_ctx *x, const float *p, const float *g, float 
     zt_cpu_lamb_moments(p, g, m, v, n, a, sums);
 }
 
+/* Device memory is host memory here: the sums land where they are asked for. */
+static void lamb_moments_to(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
+                            size_t n, const zt_lamb_args *a, double *sums) {
+    (void)x;
+    zt_cpu_lamb_moments(p, g, m, v, n, a, sums);
+}
+
 static void lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
                        const zt_lamb_args *a, float step) {
     (void)x;
@@ -277,6 +284,7 @@ static const zt_ops cpu_ops = {
     .adam_update_mixed = adam_update_mixed,
     .sgd_update_mixed = sgd_update_mixed,
     .lamb_moments = lamb_moments,
+    .lamb_moments_to = lamb_moments_to,
     .lamb_apply = lamb_apply,
     .lamb_apply_mixed = lamb_apply_mixed,
     .sum_squares = sum_squares,

@@ -161,6 +161,8 @@ void *zt_cuda_bucket_host(const zt_ctx *x, size_t bytes);
  * `blocks` partials in row j of sums_dev (rows of ZT_CUDA_SUM_BLOCKS), in a fixed order; waits
  * for the compute stream. */
 void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out);
+/* The same second pass into out[0 .. count), device memory, in stream order without a wait. */
+void zt_cuda_sum_totals_to(const zt_ctx *x, unsigned blocks, int count, double *out);
 
 /* Frees the cuBLASLt plans (matmul.cu), at the backend's end. */
 void zt_cuda_matmul_plans_free(zt_cuda_state *st);
@@ -274,6 +276,8 @@ void zt_cuda_lamb_apply_mixed(const zt_ctx *x, float *p, const float *m, const f
                               zt_dtype param_type);
 void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
                           size_t n, const zt_lamb_args *a, double sums[2]);
+void zt_cuda_lamb_moments_to(const zt_ctx *x, const float *p, const float *g, float *m,
+                             float *v, size_t n, const zt_lamb_args *a, double *sums);
 void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
                         const zt_lamb_args *a, float step);
 double zt_cuda_sum_squares(const zt_ctx *x, const float *v, size_t n);

@@ -1,6 +1,7 @@
 /* LAMB's two passes on the GPU (ops.h, DeepSpeed's FusedLamb): the moments with the sums of p²
  * and u² in double (two-pass, fixed block count, as optim.cu's sum of squares), then the update
- * scaled by the caller's trust ratio, which can write the 16-bit parameters in the same pass. Per
+ * scaled by the caller's trust ratio (the sums returned, or left in device memory by
+ * lamb_moments_to), which can write the 16-bit parameters in the same pass. Per
  * element the CPU's IEEE operations (kernels/cpu/lamb.c), so m, v and p match it bit for bit. */
 #include "optim_vec.cuh"
 
@@ -72,6 +73,16 @@ extern "C" void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const floa
               lamb_coef_of(a), zt_cuda_of(x)->sums_dev);
     ZT_CUDA_LAUNCHED(x->be);
     zt_cuda_sum_totals(x, blocks, 2, sums);
+}
+
+extern "C" void zt_cuda_lamb_moments_to(const zt_ctx *x, const float *p, const float *g,
+                                        float *m, float *v, size_t n, const zt_lamb_args *a,
+                                        double *sums) {
+    unsigned blocks = zt_cuda_sum_blocks(n);
+    ZT_LAUNCH(lamb_moments_kernel, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), p, g, m, v, n,
+              lamb_coef_of(a), zt_cuda_of(x)->sums_dev);
+    ZT_CUDA_LAUNCHED(x->be);
+    zt_cuda_sum_totals_to(x, blocks, 2, sums);
 }
 
 extern "C" void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v,

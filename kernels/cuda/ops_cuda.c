@@ -30,6 +30,7 @@ static const zt_ops cuda_ops = {
     .adam_update_mixed = zt_cuda_adam_update_mixed,
     .sgd_update_mixed = zt_cuda_sgd_update_mixed,
     .lamb_moments = zt_cuda_lamb_moments,
+    .lamb_moments_to = zt_cuda_lamb_moments_to,
     .lamb_apply = zt_cuda_lamb_apply,
     .lamb_apply_mixed = zt_cuda_lamb_apply_mixed,
     .sum_squares = zt_cuda_sum_squares,

@@ -207,12 +207,16 @@ __global__ void sum_partials(const double *partial, unsigned blocks, unsigned st
     }
 }
 
+extern "C" void zt_cuda_sum_totals_to(const zt_ctx *x, unsigned blocks, int count, double *out) {
+    ZT_LAUNCH(sum_partials, 1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), zt_cuda_of(x)->sums_dev,
+              blocks, ZT_CUDA_SUM_BLOCKS, count, out);
+    ZT_CUDA_LAUNCHED(x->be);
+}
+
 extern "C" void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out) {
     zt_cuda_state *st = zt_cuda_of(x);
     double *total = st->sums_dev + 2 * ZT_CUDA_SUM_BLOCKS;
-    ZT_LAUNCH(sum_partials, 1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), st->sums_dev, blocks,
-              ZT_CUDA_SUM_BLOCKS, count, total);
-    ZT_CUDA_LAUNCHED(x->be);
+    zt_cuda_sum_totals_to(x, blocks, count, total);
     ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(st->sums_host, total, count * sizeof(double),
                                          cudaMemcpyDeviceToHost, zt_cuda_compute(x)));
     zt_cuda_count_read(x->be);

@@ -218,4 +218,18 @@ zt_status zt_comm_dev_broadcast(zt_comm *c, void *buf, size_t n, zt_dtype t, int
 zt_status zt_comm_dev_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer);
 zt_status zt_comm_dev_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);
 
+/* What this communicator's zt_comm_dev_ calls did since the backend was attached: how many there
+ * were, the bytes of their payloads (n times the element size, as the caller gave them: what each
+ * rank puts into an all-reduce or reduce-scatter, the whole buffer of an all-gather or
+ * broadcast, a message), those of the reductions (all-reduce and reduce-scatter) apart, and, where the buffers are staged through host memory, the copies to and from the
+ * staging buffer. Each copy to it is a wait of the host for the device (the host transport reads
+ * the bytes next), and each copy back an upload from pageable memory: the round trips a transport
+ * that reads host memory cannot do without, which a step's count of waits sets apart. Counted by
+ * the thread that calls the collective; read them when none is in flight. */
+typedef struct {
+    unsigned long long calls, payload_bytes, reduced_bytes;
+    unsigned long long staged_waits, staged_uploads;
+} zt_comm_dev_stats;
+zt_comm_dev_stats zt_comm_dev_counts(const zt_comm *c);
+
 #endif

@@ -159,6 +159,11 @@ struct zt_model {
      * forward() then returns NAN. Without tensor parallelism only: a TP forward combines its
      * shards' losses on the host and returns the loss as ever. */
     double *loss_out;
+    /* How many micro-batches may be queued on the device at once with host tables of their own
+     * (packed documents' positions, Llama's rotary rows for them): the engine's micro-batches
+     * between two waits for the device. 0 or 1: one, and the caller waits between forwards.
+     * Read when the tables are first made. */
+    int upload_slots;
 };
 
 /* Attaches the TP group to a model built with stage.tp_size > 1 (its size must be tp_size and

@@ -29,6 +29,13 @@ typedef struct {
     size_t *tensor_lo;  /* [n_tensors + 1]: tensor i is [tensor_lo[i], tensor_lo[i+1]) here */
     double *lamb_sums;  /* [2 * n_tensors]: this step's sums of p² and of u² per tensor */
     float *lamb_step;   /* [n_tensors]: this step's step size times each trust ratio */
+    /* LAMB on a backend with lamb_moments_to: each tensor piece's two sums wait in a device slot
+     * (lamb_dev [2 · lamb_cap], for tensor lamb_tensor[k]) until lamb_reduce reads the step's
+     * back with one copy into lamb_host (pinned) and one wait, and adds them in the order the
+     * pieces came, as the sums returned one by one were added. */
+    double *lamb_dev, *lamb_host;
+    int *lamb_tensor;
+    size_t lamb_cap, lamb_used;
 } zt_optimizer;
 
 /* Allocates zeroed state for n parameters in be's device memory; updates run on be. Free with
@@ -57,7 +64,8 @@ zt_status zt_optimizer_set_tensors(zt_optimizer *o, const size_t *starts, int co
 
 /* LAMB's step in three calls, after zt_optimizer_begin_step: lamb_moments over the slice's
  * elements [offset, offset + n) (in any number of pieces) updates the moments from grads and adds
- * up each tensor's sums of squares; lamb_reduce all-reduces those sums over comm when the tensors
+ * up each tensor's sums of squares (queued in device memory where the backend can: no wait);
+ * lamb_reduce reads them back (one wait), all-reduces them over comm when the tensors
  * are partitioned across ranks (NULL: this slice holds them whole) and derives each tensor's step
  * from lr and momentum (beta1, which the schedule may cycle); lamb_apply then updates the
  * parameters of [offset, offset + n), again in any pieces. zt_optimizer_step does all three on a

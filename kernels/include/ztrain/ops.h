@@ -294,6 +294,11 @@ typedef struct zt_ops {
      * double and returned to the host. */
     void (*lamb_moments)(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
                          size_t n, const zt_lamb_args *a, double sums[2]);
+    /* lamb_moments with the two sums written to sums[0..1], two doubles of device memory, in
+     * stream order and without a host round trip (the optimizer reads a step's sums back
+     * together); bit for bit lamb_moments' m, v and sums. */
+    void (*lamb_moments_to)(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
+                            size_t n, const zt_lamb_args *a, double *sums);
     /* LAMB's second pass: p -= step · u, with u recomputed from p, m and v exactly as
      * lamb_moments defines it; step is the step size times the tensor's clamped trust ratio. An
      * element's result does not depend on n or on where the slice starts. */

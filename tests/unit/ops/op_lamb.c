@@ -1,4 +1,5 @@
-/* lamb_moments and lamb_apply: every backend against the CPU, and the CPU against DeepSpeed's
+/* lamb_moments and lamb_apply: every backend against the CPU, lamb_moments_to against
+ * lamb_moments on each backend bit for bit, and the CPU against DeepSpeed's
  * FusedLamb step written out in double over several steps (moments, the two sums of squares, the
  * clamped trust ratio, the update), in both eps modes, with and without weight decay; and a slice
  * split at an odd offset gives the same bits per element as the whole. */
@@ -182,9 +183,42 @@ static void lamb_split(zt_backend *cpu, zt_test_rng *r) {
     lamb_free(&whole), lamb_free(&parts);
 }
 
+/* lamb_moments_to on a backend against its own lamb_moments: the same m and v bit for bit, and
+ * the sums, left in device memory and read back, the same bits as the ones returned. */
+static void lamb_to_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
+    (void)cpu, (void)act;
+    for (int k = 0; k < 2; k++) {
+        lamb_state s = lamb_make(r, sizes[k]);
+        zt_lamb_args a = lamb_args(0);
+        zt_test_dev d;
+        zt_test_dev_init(&d, be, ZT_F32);
+        float *p = zt_test_dev_f32(&d, s.p, s.n), *g = zt_test_dev_f32(&d, s.g, s.n);
+        float *m1 = zt_test_dev_f32(&d, s.m, s.n), *v1 = zt_test_dev_f32(&d, s.v, s.n);
+        float *m2 = zt_test_dev_f32(&d, s.m, s.n), *v2 = zt_test_dev_f32(&d, s.v, s.n);
+        double *dev = zt_test_dev_alloc(&d, 2 * sizeof(double)), want[2], got[2];
+        be->ops->lamb_moments(&d.ctx, p, g, m1, v1, s.n, &a, want);
+        be->ops->lamb_moments_to(&d.ctx, p, g, m2, v2, s.n, &a, dev);
+        zt_test_dev_get_bytes(&d, got, dev, sizeof got);
+        float *hm1 = malloc(s.n * sizeof(float)), *hm2 = malloc(s.n * sizeof(float));
+        float *hv1 = malloc(s.n * sizeof(float)), *hv2 = malloc(s.n * sizeof(float));
+        zt_test_dev_get_f32(&d, hm1, m1, s.n), zt_test_dev_get_f32(&d, hm2, m2, s.n);
+        zt_test_dev_get_f32(&d, hv1, v1, s.n), zt_test_dev_get_f32(&d, hv2, v2, s.n);
+        CHECK_AT(memcmp(got, want, sizeof got) == 0, "lamb_moments_to %s n=%zu: sums %.17g %.17g, "
+                 "lamb_moments %.17g %.17g", be->name, s.n, got[0], got[1], want[0], want[1]);
+        CHECK_SAME(hm2, hm1, s.n, "lamb_moments_to %s n=%zu: m", be->name, s.n);
+        CHECK_SAME(hv2, hv1, s.n, "lamb_moments_to %s n=%zu: v", be->name, s.n);
+        free(hm1), free(hm2), free(hv1), free(hv2);
+        zt_test_dev_finish(&d);
+        lamb_free(&s);
+    }
+}
+
 static const char *const lamb_entries[] = {"lamb_moments", "lamb_apply", NULL};
+static const char *const lamb_to_entries[] = {"lamb_moments", "lamb_moments_to", NULL};
+static const char *const lamb_family[] = {"lamb_moments", "lamb_moments_to", "lamb_apply", NULL};
 
 static void lamb_check(const zt_test_env *env) {
+    zt_test_each_backend(env, "lamb_moments_to", lamb_to_entries, false, lamb_to_compare);
     if (!zt_test_each_backend(env, "lamb", lamb_entries, false, lamb_compare))
         return;
     zt_test_rng r = zt_test_rng_for("lamb/cpu", 0);
@@ -233,4 +267,4 @@ static void lamb_perf_fn(zt_backend *be) {
     zt_test_dev_finish(&d);
 }
 
-const zt_test_family zt_test_lamb = {"lamb", lamb_entries, lamb_check, lamb_perf_fn};
+const zt_test_family zt_test_lamb = {"lamb", lamb_family, lamb_check, lamb_perf_fn};

@@ -1,0 +1,301 @@
+/* Host round trips and gradient bytes of a data-parallel step on the emulated CUDA device (issue
+ * 28, items 5 and 3): two ranks, each a process of its own on the emulated device, joined by the
+ * shm transport, which stages device buffers through host memory (as ranks sharing one GPU do).
+ * GPT-2 trains four steps of two micro-batches each with gradient clipping at ZeRO 0-3, fp32 and
+ * bf16, and with LAMB, the optimizer offloaded to the CPU, and Llama on loss-masked packed
+ * documents. Per step, from the second on, every rank counts inside the emulated runtime
+ * (zt_emu_sync_counts) the host's waits, the device-to-host copies and the uploads from pageable
+ * memory, and, apart, the staging copies the transport made (zt_comm_dev_counts: one wait and one
+ * read-back for each copy to host memory, one pageable upload for each copy back), which a
+ * transport that reduces on the host cannot avoid. What is left is the step's own: at most the
+ * case's allowance (one wait and one read-back: the losses and the norm, where nothing else is
+ * known to wait; the allowances above one say which round trip remains, docs/gpu.md). Every
+ * count is printed.
+ *
+ * The gradients' traffic: the bytes of a step's device reductions against the formula, in 4
+ * bytes an element at fp32 and 2 at bf16 (communication_data_type's default), and all of a
+ * step's device collectives at bf16 half those at fp32 (check_bytes). Every run's per-rank
+ * losses match the same two-rank run on the CPU within the tolerance of another summation order
+ * (fp32) or of roundings between (bf16). */
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ztrain/backend.h"
+#include "ztrain/comm.h"
+#include "ztrain/data.h"
+#include "ztrain/engine.h"
+#include "ztrain/job_spec.h"
+#include "ztrain/loss_mask.h"
+#include "ztrain/model.h"
+
+enum { STEPS = 4, GAS = 2, WORLD = 2, NTOK = 8192 };
+
+typedef void (*counts_fn)(unsigned long long out[3]);
+
+#define GPT2                                                                                  \
+    "{\"type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 256, " \
+    "\"block_size\": 16}"
+#define LLAMA                                                                                 \
+    "{\"type\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 2, \"n_embd\": 32, "       \
+    "\"intermediate_size\": 48, \"vocab_size\": 256, \"block_size\": 16, "                     \
+    "\"tie_word_embeddings\": false}"
+#define BF16 "\"bf16\": {\"enabled\": true}, "
+#define ADAMW "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1, \"eps\": 1e-4}}"
+/* LAMB is not among ZeRO's tested optimizers: every job opts in (AdamW is unaffected). */
+#define LAMB "{\"type\": \"Lamb\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}"
+
+typedef struct {
+    const char *name;
+    const char *model, *precision, *optimizer;
+    int stage;
+    const char *zero_extra; /* more of zero_optimization, or "" */
+    bool masked;            /* the loss-masked packed documents of train.bin */
+    int waits;              /* the step's own waits and read-backs allowed */
+} run_case;
+
+static const run_case cases[] = {
+    {"gpt2 fp32 ZeRO 0", GPT2, "", ADAMW, 0, "", false, 1},
+    {"gpt2 fp32 ZeRO 1", GPT2, "", ADAMW, 1, "", false, 1},
+    {"gpt2 fp32 ZeRO 2", GPT2, "", ADAMW, 2, "", false, 1},
+    {"gpt2 fp32 ZeRO 3", GPT2, "", ADAMW, 3, "", false, 1},
+    {"gpt2 bf16 ZeRO 0", GPT2, BF16, ADAMW, 0, "", false, 1},
+    {"gpt2 bf16 ZeRO 1", GPT2, BF16, ADAMW, 1, "", false, 1},
+    {"gpt2 bf16 ZeRO 2", GPT2, BF16, ADAMW, 2, "", false, 1},
+    {"gpt2 bf16 ZeRO 3", GPT2, BF16, ADAMW, 3, "", false, 1},
+    /* LAMB reads its trust ratios' sums of squares back after the first pass, which runs on
+     * the clipped gradients: a second wait (docs/gpu.md). */
+    {"gpt2 fp32 ZeRO 1 LAMB", GPT2, "", LAMB, 1, "", false, 2},
+    /* The host runs the offloaded update: it waits for each tile's gradients (one tile here). */
+    {"gpt2 bf16 ZeRO 2 offload cpu", GPT2, BF16, ADAMW, 2,
+     ", \"offload_optimizer\": {\"device\": \"cpu\"}", false, 2},
+    {"llama fp32 ZeRO 2 masked docs", LLAMA, "", ADAMW, 2, "", true, 1},
+};
+enum { NCASES = sizeof cases / sizeof cases[0] };
+
+/* What one rank measured of one case on the device: per step the runtime's waits, read-backs
+ * and pageable uploads less the transport's staging, the staging's waits, and the payload. */
+typedef struct {
+    unsigned long long own[STEPS][3], staged[STEPS], bytes[STEPS], reduced[STEPS];
+    size_t n_padded;
+} measured;
+
+static zt_comm *connect(const char *what, int rank) {
+    zt_dist_info d = {.rank = rank, .world_size = WORLD, .local_rank = rank,
+                      .local_world_size = WORLD};
+    snprintf(d.run_id, sizeof d.run_id, "syncs-dp-%d-%s", (int)getppid(), what);
+    zt_comm *c = NULL;
+    if (zt_comm_create(&c, "shm", &d, 60) != ZT_OK) {
+        CHECK(false, "rank %d: %s", rank, zt_last_error());
+        return NULL;
+    }
+    return c;
+}
+
+/* Trains the case on one rank and fills losses[STEPS] (the mean of the step's micro-batches);
+ * with counts, what it measured. */
+static bool train(const run_case *c, int rank, zt_device device, counts_fn counts,
+                  double *losses, measured *out) {
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"name\": \"syncs\", \"world_size\": %d, \"model\": %s, \"data\": {\"train\": "
+             "\"%s\"%s}, \"train\": {\"max_steps\": %d}, \"deepspeed\": "
+             "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
+             "%s\"gradient_clipping\": 1.0, \"zero_allow_untested_optimizer\": true, "
+             "\"zero_optimization\": {\"stage\": %d%s}, "
+             "\"optimizer\": %s}}",
+             WORLD, c->model, c->masked ? "train.bin" : "train.txt",
+             c->masked ? ", \"format\": \"masked\"" : "", STEPS, GAS, c->precision, c->stage,
+             c->zero_extra, c->optimizer);
+    char tag[64];
+    snprintf(tag, sizeof tag, "%td-%s", c - cases, device == ZT_DEVICE_CPU ? "cpu" : "cuda");
+    zt_comm *comm = connect(tag, rank);
+    if (!comm)
+        return false;
+    zt_job_spec job;
+    zt_dataset data;
+    zt_engine *e = NULL;
+    zt_engine_options opts = {.seed = 5, .shuffle = true, .threads = 1, .device = device,
+                              .rank = rank, .comm = comm, .job_name = tag};
+    if (zt_job_spec_parse(&job, json, "job", check_tmpdir) != ZT_OK ||
+        zt_dataset_open_train(&data, &job.data, job.model.vocab_size) != ZT_OK ||
+        zt_engine_create(&e, &job.ds, &job.model, &data, &opts) != ZT_OK) {
+        CHECK(false, "rank %d, setup of %s: %s", rank, json, zt_last_error());
+        zt_comm_destroy(comm);
+        return false;
+    }
+    bool ok = true;
+    if (out)
+        out->n_padded = zt_engine_model(e)->n_padded;
+    for (int s = 0; s < STEPS && ok; s++) {
+        unsigned long long before[3] = {0}, after[3] = {0};
+        zt_comm_dev_stats cb = zt_comm_dev_counts(comm);
+        if (counts)
+            counts(before);
+        for (int m = 0; m < GAS && ok; m++) {
+            zt_batch b;
+            ok = check_at(__FILE__, __LINE__, zt_engine_next_batch(e, &b) == ZT_OK &&
+                           zt_engine_forward(e, &b, NULL) == ZT_OK &&
+                           zt_engine_backward(e) == ZT_OK && zt_engine_step(e) == ZT_OK,
+                       "%s, rank %d step %d micro %d: %s", c->name, rank, s + 1, m,
+                       zt_last_error());
+        }
+        if (counts)
+            counts(after);
+        zt_comm_dev_stats ca = zt_comm_dev_counts(comm);
+        const float *l = zt_engine_step_losses(e);
+        losses[s] = ((double)l[0] + l[1]) / 2;
+        if (!out)
+            continue;
+        unsigned long long waits = ca.staged_waits - cb.staged_waits,
+                           uploads = ca.staged_uploads - cb.staged_uploads;
+        /* A staging copy to the host is one wait and one read-back; its copy back one upload. */
+        out->own[s][0] = after[0] - before[0] - waits;
+        out->own[s][1] = after[1] - before[1] - waits;
+        out->own[s][2] = after[2] - before[2] - uploads;
+        out->staged[s] = waits;
+        out->bytes[s] = ca.payload_bytes - cb.payload_bytes;
+        out->reduced[s] = ca.reduced_bytes - cb.reduced_bytes;
+    }
+    ok = check_at(__FILE__, __LINE__, zt_engine_sync(e) == ZT_OK, "%s", zt_last_error()) && ok;
+    zt_engine_destroy(e);
+    zt_dataset_close(&data);
+    zt_job_spec_free(&job);
+    zt_comm_destroy(comm);
+    return ok;
+}
+
+/* One rank: every case on the CPU and on the emulated device. Rank 0 prints the counts and
+ * writes what it measured to results.bin for the byte checks across cases. */
+static int rank_main(int rank, counts_fn counts) {
+    measured all[NCASES] = {0};
+    for (int i = 0; i < NCASES; i++) {
+        const run_case *c = &cases[i];
+        double cpu[STEPS], cuda[STEPS];
+        measured *m = &all[i];
+        if (!train(c, rank, ZT_DEVICE_CPU, NULL, cpu, NULL) ||
+            !train(c, rank, ZT_DEVICE_CUDA, counts, cuda, m))
+            continue;
+        if (rank == 0) {
+            printf("%-30s rank 0, per step: own waits/D2H/pageable H2D + staged waits, bytes "
+                   "reduced/all:", c->name);
+            for (int s = 0; s < STEPS; s++)
+                printf(" %llu/%llu/%llu+%llu %llu/%llu", m->own[s][0], m->own[s][1],
+                       m->own[s][2], m->staged[s], m->reduced[s], m->bytes[s]);
+            printf("\n");
+            fflush(stdout);
+        }
+        for (int s = 1; s < STEPS; s++)
+            CHECK(m->own[s][0] <= (unsigned)c->waits && m->own[s][1] <= (unsigned)c->waits &&
+                      m->own[s][2] == 0,
+                  "%s, rank %d step %d: %llu host waits, %llu device-to-host copies and %llu "
+                  "pageable uploads besides the transport's staging; at most %d, %d and 0 "
+                  "allowed", c->name, rank, s + 1, m->own[s][0], m->own[s][1], m->own[s][2],
+                  c->waits, c->waits);
+        const double tol = c->precision[0] ? 2e-3 : 1e-4;
+        for (int s = 0; s < STEPS; s++)
+            CHECK(isfinite(cuda[s]) && fabs(cuda[s] - cpu[s]) <= tol * fabs(cpu[s]),
+                  "%s, rank %d step %d: loss %.7g on cuda, %.7g on cpu", c->name, rank, s + 1,
+                  cuda[s], cpu[s]);
+    }
+    if (rank == 0)
+        check_write_file(check_tmp_path("results.bin"), all, sizeof all);
+    return check_summary(rank ? "test_cuda_emu_syncs_dp rank 1" : "test_cuda_emu_syncs_dp rank 0");
+}
+
+static const measured *find(const measured *all, const char *name) {
+    for (int i = 0; i < NCASES; i++)
+        if (strcmp(cases[i].name, name) == 0)
+            return &all[i];
+    return NULL;
+}
+
+/* Per step, the gradients' reduction against the formula (ZeRO 0 and 1 reduce the accumulated
+ * gradient once, 2 and 3 every micro-batch's, n_padded elements each time) in 4 bytes at fp32
+ * and 2 at bf16; and all the traffic at ZeRO 0-2 (the reduction and, at 1 and 2, the all-gather
+ * of the updated parameters) half at bf16. ZeRO 3's gathers follow the layers' use, and at fp32
+ * the tensors kept whole are gathered again after the step, so there only the reduction is
+ * compared. */
+static void check_bytes(const measured *all) {
+    for (int stage = 0; stage <= 3; stage++) {
+        char n32[64], n16[64];
+        snprintf(n32, sizeof n32, "gpt2 fp32 ZeRO %d", stage);
+        snprintf(n16, sizeof n16, "gpt2 bf16 ZeRO %d", stage);
+        const measured *a = find(all, n32), *b = find(all, n16);
+        for (int s = 0; s < STEPS; s++) {
+            unsigned long long n = a->n_padded, each = stage < 2 ? n : GAS * n;
+            CHECK(a->reduced[s] == 4 * each && b->reduced[s] == 2 * each,
+                  "ZeRO %d step %d: %llu bytes of gradients reduced at fp32 and %llu at bf16; "
+                  "%llu and %llu expected (%llu elements, 4 and 2 bytes each)", stage, s + 1,
+                  a->reduced[s], b->reduced[s], 4 * each, 2 * each, each);
+            if (stage < 3)
+                CHECK(a->bytes[s] > 0 && 2 * b->bytes[s] == a->bytes[s],
+                      "ZeRO %d step %d: %llu bytes through the device collectives at bf16, not "
+                      "half of fp32's %llu", stage, s + 1, b->bytes[s], a->bytes[s]);
+        }
+    }
+}
+
+/* The data: train.txt's bytes as tokens, and train.bin with a loss mask training 60% of the
+ * targets, a document starting every 2 to 11 tokens. */
+static void write_data(void) {
+    char text[NTOK];
+    uint16_t tokens[NTOK];
+    uint8_t flags[NTOK];
+    unsigned rng = 7, next_doc = 0;
+    for (size_t i = 0; i < NTOK; i++) {
+        text[i] = (char)((i * 7 + i / 13) % 251);
+        tokens[i] = (uint16_t)(unsigned char)text[i];
+        rng = rng * 1103515245u + 12345u;
+        flags[i] = (uint8_t)(((rng >> 16) % 10 < 6 ? ZT_LOSS_MASK_TRAINED : 0) |
+                             (i == next_doc ? ZT_LOSS_MASK_DOC_START : 0));
+        if (i == next_doc)
+            next_doc += 2 + (rng >> 8) % 10;
+    }
+    check_write_file(check_tmp_path("train.txt"), text, sizeof text);
+    if (zt_dataset_write_tokens(check_tmp_path("train.bin"), tokens, NTOK) != ZT_OK ||
+        zt_loss_mask_write(check_tmp_path("train.bin.mask"), flags, NTOK) != ZT_OK) {
+        fprintf(stderr, "cannot write the masked data: %s\n", zt_last_error());
+        exit(2);
+    }
+}
+
+int main(void) {
+    if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
+        setenv("ZTRAIN_CUDA_EMU", "1", 1);
+    if (!zt_backend_available(ZT_DEVICE_CUDA)) {
+        printf("test_cuda_emu_syncs_dp: SKIPPED: no emulated CUDA device in this build\n");
+        return 0;
+    }
+    check_tmpdir_create("zt_syncs_dp");
+    write_data();
+    pid_t pids[WORLD];
+    for (int r = 0; r < WORLD; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
+            if (!counts) {
+                fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n", r);
+                _exit(2);
+            }
+            _exit(rank_main(r, counts));
+        }
+    }
+    for (int r = 0; r < WORLD; r++) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with %s %d", r,
+              WIFSIGNALED(st) ? "signal" : "status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
+    static measured all[NCASES];
+    FILE *f = fopen(check_tmp_path("results.bin"), "rb");
+    CHECK(f && fread(all, sizeof all, 1, f) == 1, "rank 0 wrote no results");
+    if (f) {
+        fclose(f);
+        check_bytes(all);
+    }
+    check_tmpdir_remove();
+    return check_summary("test_cuda_emu_syncs_dp");
+}
