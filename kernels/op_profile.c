@@ -162,13 +162,12 @@ TIMED(ZT_OP_GELU_BACKWARD, gelu_backward,
       (const zt_ctx *x, void *dinp, const void *inp, const void *dout, size_t n),
       (x, dinp, inp, dout, n))
 TIMED(ZT_OP_SILU_MUL_FORWARD, silu_mul_forward,
-      (const zt_ctx *x, void *out, const void *gate, const void *up, size_t rows, size_t cols,
-       size_t ld),
-      (x, out, gate, up, rows, cols, ld))
+      (const zt_ctx *x, void *out, const void *gate, const void *up, size_t n),
+      (x, out, gate, up, n))
 TIMED(ZT_OP_SILU_MUL_BACKWARD, silu_mul_backward,
       (const zt_ctx *x, void *dgate, void *dup, const void *dout, const void *gate,
-       const void *up, size_t rows, size_t cols, size_t ld),
-      (x, dgate, dup, dout, gate, up, rows, cols, ld))
+       const void *up, size_t n),
+      (x, dgate, dup, dout, gate, up, n))
 TIMED(ZT_OP_ADD, add, (const zt_ctx *x, void *out, const void *a, const void *b, size_t n),
       (x, out, a, b, n))
 TIMED(ZT_OP_SOFTMAX_XENT, softmax_xent,

@@ -85,11 +85,6 @@ static zt_status llama_init_weights(zt_model *m, uint64_t seed) {
 
 /* ---- The blocks, the embedding and the head (blocks.h calls them) ------------------------- */
 
-/* The activation n elements after p (activations are act_size bytes an element). */
-static void *at(const llama *g, void *p, size_t n) {
-    return (unsigned char *)p + n * g->act_size;
-}
-
 static zt_attn_shape attn_shape(const llama *g, int B, int T) {
     return (zt_attn_shape){B, T, g->NH, g->KV, g->HD, true, g->window, zt_doc_pos_dev(&g->docs)};
 }
@@ -129,10 +124,9 @@ static const void *block_forward(zt_model *m, void *acts, const void *residual, 
                        g->lead ? residual : NULL, BT, g->Q, C, ZT_W_OUT_IN);
     zt_tp_reduce_act(m, a->res2, (size_t)BT * C);
     op->rmsnorm_forward(x, a->ln2, a->ln2_rstd, a->res2, w[LLAMA_POST_NORM], g->eps, BT, C);
-    /* gate_proj and up_proj are one [2·I, C] matrix (up's rows follow gate's in the layer's
-     * slice), so one product writes each row's gate and up side by side. */
-    op->linear_forward(x, a->gu, a->ln2, w[LLAMA_GATE_W], NULL, NULL, BT, C, 2 * I, ZT_W_OUT_IN);
-    op->silu_mul_forward(x, a->hmul, a->gu, at(g, a->gu, I), BT, I, 2 * (size_t)I);
+    op->linear_forward(x, a->gate, a->ln2, w[LLAMA_GATE_W], NULL, NULL, BT, C, I, ZT_W_OUT_IN);
+    op->linear_forward(x, a->up, a->ln2, w[LLAMA_UP_W], NULL, NULL, BT, C, I, ZT_W_OUT_IN);
+    op->silu_mul_forward(x, a->hmul, a->gate, a->up, (size_t)BT * I);
     op->linear_forward(x, a->res3, a->hmul, w[LLAMA_DOWN_W], NULL, g->lead ? a->res2 : NULL, BT,
                        I, C, ZT_W_OUT_IN);
     zt_tp_reduce_act(m, a->res3, (size_t)BT * C);
@@ -156,12 +150,11 @@ static void block_backward(zt_model *m, void *acts, const void *residual, int l,
     /* dres holds the gradient of this layer's output; the MLP branch adds into it. */
     op->linear_backward(x, o->dh, dw[LLAMA_DOWN_W], NULL, dres, a->hmul, w[LLAMA_DOWN_W], BT, I,
                         C, ZT_W_OUT_IN, false);
-    op->silu_mul_backward(x, o->dgu, at(g, o->dgu, I), o->dh, a->gu, at(g, a->gu, I), BT, I,
-                          2 * (size_t)I);
-    /* gate and up together, as in the forward: one input-gradient product over 2·I, and the
-     * stacked [2·I, C] weight gradient. */
-    op->linear_backward(x, o->dln, dw[LLAMA_GATE_W], NULL, o->dgu, a->ln2, w[LLAMA_GATE_W], BT,
-                        C, 2 * I, ZT_W_OUT_IN, false);
+    op->silu_mul_backward(x, o->dh, o->dup, o->dh, a->gate, a->up, (size_t)BT * I);
+    op->linear_backward(x, o->dln, dw[LLAMA_GATE_W], NULL, o->dh, a->ln2, w[LLAMA_GATE_W], BT, C,
+                        I, ZT_W_OUT_IN, false);
+    op->linear_backward(x, o->dln, dw[LLAMA_UP_W], NULL, o->dup, a->ln2, w[LLAMA_UP_W], BT, C, I,
+                        ZT_W_OUT_IN, true);
     zt_tp_reduce_act(m, o->dln, (size_t)BT * C);
     op->rmsnorm_backward(x, dres, dw[LLAMA_POST_NORM], o->dln, a->res2, w[LLAMA_POST_NORM],
                          a->ln2_rstd, BT, C);
@@ -465,10 +458,6 @@ static void set_views(llama *g, const llama_dims *d) {
             g->lg[l].w[i] = m->grads + t->offset;
             t++;
         }
-        /* The MLP's one product of gate_proj and up_proj (block_forward) needs them adjacent:
-         * zt_llama_lay_out puts up's rows right after gate's, unpadded, shards as whole. */
-        ZT_ASSERT(g->lw[l].w[LLAMA_UP_W] == g->lw[l].w[LLAMA_GATE_W] + (size_t)g->I * g->C &&
-                  g->lg[l].w[LLAMA_UP_W] == g->lg[l].w[LLAMA_GATE_W] + (size_t)g->I * g->C);
     }
     if (!st->head)
         return;

@@ -52,8 +52,7 @@ typedef struct {
     void *res2;        /* [B,T,C] residual after attention */
     void *ln2;         /* [B,T,C] post_attention_layernorm's output */
     float *ln2_rstd;   /* [B,T] */
-    void *gu;          /* [B,T,2·I] gate | up per row: one product of the stacked gate_proj and
-                        * up_proj weights (adjacent in the layer, gate first) */
+    void *gate, *up;   /* [B,T,I] the two projections of the MLP's input */
     void *hmul;        /* [B,T,I] silu(gate)·up */
     void *res3;        /* [B,T,C] residual after the MLP (the layer's output) */
 } llama_layer_acts;
@@ -62,9 +61,8 @@ typedef struct {
  * dres): the rotary tables and the backward's scratch shared by all blocks. */
 typedef struct {
     float *rope_cos, *rope_sin; /* [block_size, head_dim/2] rotary tables */
-    /* Backward scratch: dh [B,T,I] the gradient of silu(gate)·up, dgu [B,T,2·I] those of gate
-     * | up, laid out as gu. */
-    void *dln, *datty, *dqkv, *dh, *dgu;
+    /* Backward scratch; dh, the gradient of silu(gate)·up, becomes the gate's in place. */
+    void *dln, *datty, *dqkv, *dh, *dup;
     float *datt;             /* [B,NH,T,T] fp32 work space */
 } llama_outer_acts;
 

@@ -89,7 +89,8 @@ void zt_llama_carve_layer(zt_carver *c, const void *dims, void *acts) {
     a->res2 = zt_carve(c, BTC, es);
     a->ln2 = zt_carve(c, BTC, es);
     a->ln2_rstd = zt_carve(c, BT, F32);
-    a->gu = zt_carve(c, zt_u64_mul(BTI, 2, ov), es);
+    a->gate = zt_carve(c, BTI, es);
+    a->up = zt_carve(c, BTI, es);
     a->hmul = zt_carve(c, BTI, es);
     a->res3 = zt_carve(c, BTC, es);
 }
@@ -127,7 +128,7 @@ uint64_t zt_llama_carve(const llama_dims *d, const zt_blocks_shape *s, unsigned 
     o->datty = zt_carve(&c, zt_u64_mul(BT, d->Q, ov), es);
     o->dqkv = zt_carve(&c, zt_u64_mul(BT, d->QKV, ov), es);
     o->dh = zt_carve(&c, BTI, es);
-    o->dgu = zt_carve(&c, zt_u64_mul(BTI, 2, ov), es);
+    o->dup = zt_carve(&c, BTI, es);
     o->datt = zt_carve(&c, att, F32);
     *overflow |= c.overflow || host.overflow;
     *pinned_bytes = host.off;

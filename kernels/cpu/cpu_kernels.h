@@ -57,11 +57,10 @@ void zt_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size
                           zt_dtype act);
 void zt_cpu_add(float *out, const float *a, const float *b, size_t n, zt_dtype act);
 /* swiglu.c (outputs may alias inputs) */
-void zt_cpu_silu_mul_forward(float *out, const float *gate, const float *up, size_t rows,
-                             size_t cols, size_t ld, zt_dtype act);
+void zt_cpu_silu_mul_forward(float *out, const float *gate, const float *up, size_t n,
+                             zt_dtype act);
 void zt_cpu_silu_mul_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                              const float *up, size_t rows, size_t cols, size_t ld,
-                              zt_dtype act);
+                              const float *up, size_t n, zt_dtype act);
 /* softmax_xent.c (the gradient, when computed, is held at act); the partial pair is ops.h's
  * vocabulary-parallel cross-entropy */
 void zt_cpu_xent_partial_stats(float *stats, const float *logits, const int32_t *targets, int N,

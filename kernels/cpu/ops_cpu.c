@@ -100,14 +100,13 @@ static void linear_backward_gelu(const zt_ctx *x, void *dpre, float *dw, float *
 }
 
 static void silu_mul_forward(const zt_ctx *x, void *out, const void *gate, const void *up,
-                             size_t rows, size_t cols, size_t ld) {
-    zt_cpu_silu_mul_forward(out, gate, up, rows, cols, ld, x->act);
+                             size_t n) {
+    zt_cpu_silu_mul_forward(out, gate, up, n, x->act);
 }
 
 static void silu_mul_backward(const zt_ctx *x, void *dgate, void *dup, const void *dout,
-                              const void *gate, const void *up, size_t rows, size_t cols,
-                              size_t ld) {
-    zt_cpu_silu_mul_backward(dgate, dup, dout, gate, up, rows, cols, ld, x->act);
+                              const void *gate, const void *up, size_t n) {
+    zt_cpu_silu_mul_backward(dgate, dup, dout, gate, up, n, x->act);
 }
 
 static void add(const zt_ctx *x, void *out, const void *a, const void *b, size_t n) {

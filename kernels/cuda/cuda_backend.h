@@ -248,10 +248,9 @@ void zt_cuda_gelu_forward(const zt_ctx *x, void *out, const void *inp, size_t n)
 void zt_cuda_gelu_backward(const zt_ctx *x, void *dinp, const void *inp, const void *dout,
                            size_t n);
 void zt_cuda_silu_mul_forward(const zt_ctx *x, void *out, const void *gate, const void *up,
-                              size_t rows, size_t cols, size_t ld);
+                              size_t n);
 void zt_cuda_silu_mul_backward(const zt_ctx *x, void *dgate, void *dup, const void *dout,
-                               const void *gate, const void *up, size_t rows, size_t cols,
-                               size_t ld);
+                               const void *gate, const void *up, size_t n);
 void zt_cuda_add(const zt_ctx *x, void *out, const void *a, const void *b, size_t n);
 void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logits, const int32_t *targets,
                           int N, int V, float grad_scale);

@@ -47,42 +47,33 @@ template <typename T> __global__ void gelu_bwd(T *dinp, const T *inp, const T *d
     }
 }
 
-/* SwiGLU walks rows of cols elements in 16-byte chunks: gate and up (and their gradients) at a
- * row stride of ld, out and dout dense. Chunk k is row k / chunks-per-row; a chunk that is not
- * whole or not aligned inside its row goes element by element (zt_ldv). */
-template <typename T>
-__global__ void silu_mul_fwd(T *out, const T *gate, const T *up, size_t rows, size_t cols,
-                             size_t ld) {
-    const size_t per_row = (cols + ZT_VEC(T) - 1) / ZT_VEC(T);
-    ZT_GRID_LOOP(k, rows * per_row) {
-        const size_t r = k / per_row, base = k % per_row * ZT_VEC(T);
+template <typename T> __global__ void silu_mul_fwd(T *out, const T *gate, const T *up, size_t n) {
+    ZT_GRID_LOOP_VEC(T, base, n) {
         float g[ZT_VEC(T)] = {}, u[ZT_VEC(T)] = {};
-        zt_ldv(gate + r * ld, base, cols, g);
-        zt_ldv(up + r * ld, base, cols, u);
+        zt_ldv(gate, base, n, g);
+        zt_ldv(up, base, n, u);
         for (int j = 0; j < ZT_VEC(T); j++)
             g[j] = g[j] * sigmoid(g[j]) * u[j];
-        zt_stv(out + r * cols, base, cols, g);
+        zt_stv(out, base, n, g);
     }
 }
 
 template <typename T>
 __global__ void silu_mul_bwd(T *dgate, T *dup, const T *dout, const T *gate, const T *up,
-                             size_t rows, size_t cols, size_t ld) {
-    const size_t per_row = (cols + ZT_VEC(T) - 1) / ZT_VEC(T);
-    ZT_GRID_LOOP(k, rows * per_row) {
-        const size_t r = k / per_row, base = k % per_row * ZT_VEC(T);
+                             size_t n) {
+    ZT_GRID_LOOP_VEC(T, base, n) {
         float g[ZT_VEC(T)] = {}, u[ZT_VEC(T)] = {}, d[ZT_VEC(T)] = {};
-        zt_ldv(gate + r * ld, base, cols, g);
-        zt_ldv(up + r * ld, base, cols, u);
-        zt_ldv(dout + r * cols, base, cols, d);
+        zt_ldv(gate, base, n, g);
+        zt_ldv(up, base, n, u);
+        zt_ldv(dout, base, n, d);
         float dg[ZT_VEC(T)], du[ZT_VEC(T)];
         for (int j = 0; j < ZT_VEC(T); j++) {
             float sig = sigmoid(g[j]);
             dg[j] = d[j] * u[j] * sig * (1.0f + g[j] * (1.0f - sig));
             du[j] = d[j] * g[j] * sig;
         }
-        zt_stv(dgate + r * ld, base, cols, dg);
-        zt_stv(dup + r * ld, base, cols, du);
+        zt_stv(dgate, base, n, dg);
+        zt_stv(dup, base, n, du);
     }
 }
 
@@ -109,19 +100,17 @@ extern "C" void zt_cuda_gelu_backward(const zt_ctx *x, void *dinp, const void *i
 }
 
 extern "C" void zt_cuda_silu_mul_forward(const zt_ctx *x, void *out, const void *gate,
-                                         const void *up, size_t rows, size_t cols, size_t ld) {
-    ZT_ACT_DISPATCH(x->act, ZT_LAUNCH_1D(x, rows * ((cols + ZT_VEC(ACT_T) - 1) / ZT_VEC(ACT_T)),
-                                         silu_mul_fwd<ACT_T>, (ACT_T *)out, (const ACT_T *)gate,
-                                         (const ACT_T *)up, rows, cols, ld));
+                                         const void *up, size_t n) {
+    ZT_ACT_DISPATCH(x->act, ZT_LAUNCH_VEC(x, ACT_T, n, silu_mul_fwd<ACT_T>, (ACT_T *)out,
+                                          (const ACT_T *)gate, (const ACT_T *)up, n));
 }
 
 extern "C" void zt_cuda_silu_mul_backward(const zt_ctx *x, void *dgate, void *dup,
                                           const void *dout, const void *gate, const void *up,
-                                          size_t rows, size_t cols, size_t ld) {
-    ZT_ACT_DISPATCH(x->act, ZT_LAUNCH_1D(x, rows * ((cols + ZT_VEC(ACT_T) - 1) / ZT_VEC(ACT_T)),
-                                         silu_mul_bwd<ACT_T>, (ACT_T *)dgate, (ACT_T *)dup,
-                                         (const ACT_T *)dout, (const ACT_T *)gate,
-                                         (const ACT_T *)up, rows, cols, ld));
+                                          size_t n) {
+    ZT_ACT_DISPATCH(x->act, ZT_LAUNCH_VEC(x, ACT_T, n, silu_mul_bwd<ACT_T>, (ACT_T *)dgate,
+                                          (ACT_T *)dup, (const ACT_T *)dout, (const ACT_T *)gate,
+                                          (const ACT_T *)up, n));
 }
 
 extern "C" void zt_cuda_add(const zt_ctx *x, void *out, const void *a, const void *b, size_t n) {

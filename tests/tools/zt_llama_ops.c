@@ -99,8 +99,8 @@ int main(int argc, char **argv) {
         size_t n = strtoull(argv[2], NULL, 10);
         float *gate = load("gate", n), *up = load("up", n), *dout = load("dout", n);
         float *out = zeros(n), *dgate = zeros(n), *dup = zeros(n);
-        k->silu_mul_forward(&x, out, gate, up, 1, n, n);
-        k->silu_mul_backward(&x, dgate, dup, dout, gate, up, 1, n, n);
+        k->silu_mul_forward(&x, out, gate, up, n);
+        k->silu_mul_backward(&x, dgate, dup, dout, gate, up, n);
         save("out", out, n), save("dgate", dgate, n), save("dup", dup, n);
     } else if (strcmp(op, "attention") == 0 && argc == 9) {
         zt_attn_shape s = {.B = atoi(argv[2]), .T = atoi(argv[3]), .n_head = atoi(argv[4]),

@@ -373,9 +373,9 @@ static uint64_t block_bytes(const zt_model_spec *s, uint64_t es) {
         return r64(BT * C * es) * 5 + r64(BT * 3 * C * es) + r64(BT * 4 * C * es) * 2 +
                r64(BT * 4) * 4 + att;
     const uint64_t HD = C / NH, KV = (uint64_t)s->n_kv_head, I = (uint64_t)s->intermediate_size;
-    /* ln1, qkv, atty, res2, ln2, gate|up (one buffer), hmul, res3; two RMSNorm statistics. */
+    /* ln1, qkv, atty, res2, ln2, gate, up, hmul, res3; two RMSNorm statistics. */
     return r64(BT * C * es) * 4 + r64(BT * (NH + 2 * KV) * HD * es) + r64(BT * NH * HD * es) +
-           r64(2 * BT * I * es) + r64(BT * I * es) + r64(BT * 4) * 2 + att;
+           r64(BT * I * es) * 3 + r64(BT * 4) * 2 + att;
 }
 
 static void test_memory(const char *type, int every, bool cpu) {

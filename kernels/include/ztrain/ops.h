@@ -223,20 +223,14 @@ typedef struct zt_ops {
     void (*gelu_backward)(const zt_ctx *x, void *dinp, const void *inp, const void *dout,
                           size_t n);
 
-    /* SwiGLU's gate (Llama): out[rows,cols] = silu(gate) · up, silu(g) = g / (1 + exp(-g))
-     * (activation). gate and up are [rows,cols] at a row stride of ld elements: ld = cols for
-     * separate buffers, or, when one product of the stacked gate_proj|up_proj weights wrote
-     * both, gate = gu, up = gu + cols and ld = 2·cols. out is dense; with ld = cols it may
-     * alias gate or up. */
+    /* SwiGLU's gate (Llama): out[n] = silu(gate) · up, silu(g) = g / (1 + exp(-g)) (activation);
+     * out may alias gate or up. */
     void (*silu_mul_forward)(const zt_ctx *x, void *out, const void *gate, const void *up,
-                             size_t rows, size_t cols, size_t ld);
-    /* Overwrites dgate and dup (held), laid out as gate and up (row stride ld); dout is dense
-     * [rows,cols]. With ld = cols each may alias one of dout, gate and up, the two not the same
-     * one; with ld > cols dgate and dup may alias gate and up (the same element is read before
-     * it is written), never dout. */
+                             size_t n);
+    /* Overwrites dgate[n] and dup[n] (held); each may alias one of dout, gate and up, the two
+     * not the same one. */
     void (*silu_mul_backward)(const zt_ctx *x, void *dgate, void *dup, const void *dout,
-                              const void *gate, const void *up, size_t rows, size_t cols,
-                              size_t ld);
+                              const void *gate, const void *up, size_t n);
 
     /* out = a + b (activation; out may alias a or b). */
     void (*add)(const zt_ctx *x, void *out, const void *a, const void *b, size_t n);
