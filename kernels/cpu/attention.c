@@ -11,6 +11,7 @@
  * h / (n_head / n_kv_head). In the backward several query heads of a group add into one kv
  * head's gradient, so those sums are made by the thread that owns the kv head. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -162,33 +163,36 @@ static void dscores_and_dq(const geom *g, const grads *x, int b, int h) {
     }
 }
 
-/* Kv head kvh of batch b: dv = Σ pᵀ · dout and dk = Σ dscoresᵀ · q over the query heads of its
- * group, whose dscores are in scratch. Key rows s0..s1 receive from the query rows that see
- * them, s0 up to s1 + window - 1 (all later rows without a window). */
-static void kv_grads(const geom *g, const grads *x, int b, int kvh) {
-    const int T = g->T;
+/* Query head i of kv head kvh's group, batch b: its share of dv = Σ pᵀ · dout and
+ * dk = Σ dscoresᵀ · q over the group's query heads, whose dscores are in scratch; the first head
+ * of the group (i = 0) writes dk and dv, the others add. Key rows s0..s1 receive from the query
+ * rows that see them, s0 up to s1 + window - 1 (all later rows without a window). */
+static void kv_grads_of_head(const geom *g, const grads *x, int b, int kvh, int i) {
+    const int T = g->T, h = kvh * g->group + i;
     size_t kv_at = (size_t)b * T * g->skv + (size_t)kvh * g->hd;
     float *dkh = x->dk + kv_at, *dvh = x->dv + kv_at;
-    for (int i = 0; i < g->group; i++) {
-        int h = kvh * g->group + i;
-        const float *qh = x->q + (size_t)b * T * g->sq + (size_t)h * g->hd;
-        const float *a = x->att + ((size_t)b * g->NH + h) * T * T;
-        const float *dp = x->scratch + ((size_t)b * g->NH + h) * T * T;
-        const float *d = x->dout + (size_t)b * T * g->so + (size_t)h * g->hd;
-        const float beta = i == 0 ? 0.0f : 1.0f;
-        for (int s0 = 0; s0 < T; s0 += ROW_BLOCK) {
-            int s1 = min_int(s0 + ROW_BLOCK, T);
-            int q1 = g->window ? min_int(T, s1 + g->window - 1) : T;
-            zt_cpu_sgemm(true, false, s1 - s0, g->hd, q1 - s0, 1.0f,
-                         a + (size_t)s0 * T + s0, T, d + s0 * g->so, (int)g->so, beta,
-                         dvh + s0 * g->skv, (int)g->skv);
-            zt_cpu_sgemm(true, false, s1 - s0, g->hd, q1 - s0, 1.0f,
-                         dp + (size_t)s0 * T + s0, T, qh + s0 * g->sq, (int)g->sq, beta,
-                         dkh + s0 * g->skv, (int)g->skv);
-        }
+    const float *qh = x->q + (size_t)b * T * g->sq + (size_t)h * g->hd;
+    const float *a = x->att + ((size_t)b * g->NH + h) * T * T;
+    const float *dp = x->scratch + ((size_t)b * g->NH + h) * T * T;
+    const float *d = x->dout + (size_t)b * T * g->so + (size_t)h * g->hd;
+    const float beta = i == 0 ? 0.0f : 1.0f;
+    for (int s0 = 0; s0 < T; s0 += ROW_BLOCK) {
+        int s1 = min_int(s0 + ROW_BLOCK, T);
+        int q1 = g->window ? min_int(T, s1 + g->window - 1) : T;
+        zt_cpu_sgemm(true, false, s1 - s0, g->hd, q1 - s0, 1.0f,
+                     a + (size_t)s0 * T + s0, T, d + s0 * g->so, (int)g->so, beta,
+                     dvh + s0 * g->skv, (int)g->skv);
+        zt_cpu_sgemm(true, false, s1 - s0, g->hd, q1 - s0, 1.0f,
+                     dp + (size_t)s0 * T + s0, T, qh + s0 * g->sq, (int)g->sq, beta,
+                     dkh + s0 * g->skv, (int)g->skv);
     }
-    round_rows(g, dkh, g->skv, 0, T);
-    round_rows(g, dvh, g->skv, 0, T);
+}
+
+/* Rounds kv head kvh's dk and dv, once every query head of its group has added its share. */
+static void round_kv(const geom *g, const grads *x, int b, int kvh) {
+    size_t kv_at = (size_t)b * g->T * g->skv + (size_t)kvh * g->hd;
+    round_rows(g, x->dk + kv_at, g->skv, 0, g->T);
+    round_rows(g, x->dv + kv_at, g->skv, 0, g->T);
 }
 
 void zt_cpu_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
@@ -200,25 +204,34 @@ void zt_cpu_attention_backward(float *dq, float *dk, float *dv, float *scratch, 
     }
     const geom g = geom_of(s, act);
     const grads x = {dq, dk, dv, scratch, dout, q, k, v, att};
-    if (g.group == 1) {
-        /* One kv head per query head: each pair is done start to end by one thread, while its
-         * scratch is still in cache. */
+    /* Each thread takes a kv head and goes through its group's query heads: a head's dscores
+     * and dq, then at once its share of the kv head's dk and dv, while its T×T probabilities and
+     * dscores (a quarter of a megabyte each at T = 256) are still in the core's cache rather
+     * than written out for a second pass over all heads. The kv head's sums still run over the
+     * heads in order (the same bits as query heads first, kv heads after). With too few kv
+     * heads to keep every thread busy (batch 1 with one kv head, say) the query heads go in
+     * parallel first and the kv heads after, as before. */
+    if (g.B * g.KVH >= 2 * omp_get_max_threads()) {
 #pragma omp parallel for collapse(2)
         for (int b = 0; b < g.B; b++)
-            for (int h = 0; h < g.NH; h++) {
-                dscores_and_dq(&g, &x, b, h);
-                kv_grads(&g, &x, b, h);
+            for (int kvh = 0; kvh < g.KVH; kvh++) {
+                for (int i = 0; i < g.group; i++) {
+                    dscores_and_dq(&g, &x, b, kvh * g.group + i);
+                    kv_grads_of_head(&g, &x, b, kvh, i);
+                }
+                round_kv(&g, &x, b, kvh);
             }
         return;
     }
-    /* Grouped heads: the query heads in parallel first, then the kv heads, each summing over
-     * its group. */
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < g.B; b++)
         for (int h = 0; h < g.NH; h++)
             dscores_and_dq(&g, &x, b, h);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < g.B; b++)
-        for (int kvh = 0; kvh < g.KVH; kvh++)
-            kv_grads(&g, &x, b, kvh);
+        for (int kvh = 0; kvh < g.KVH; kvh++) {
+            for (int i = 0; i < g.group; i++)
+                kv_grads_of_head(&g, &x, b, kvh, i);
+            round_kv(&g, &x, b, kvh);
+        }
 }

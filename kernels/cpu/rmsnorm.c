@@ -2,8 +2,10 @@
  * statistics are fp32 whatever precision the activations are held at, as Hugging Face computes
  * them. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cpu_kernels.h"
+#include "ztrain/status.h"
 
 void zt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, float eps,
                             int N, int C, zt_dtype act) {
@@ -24,41 +26,62 @@ void zt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const flo
     }
 }
 
+/* The weight gradient's partial sums: one row of C per chunk of rows, in a buffer that grows to
+ * the largest call once (the backward runs on the rank's one compute thread). */
+static _Thread_local float *partial;
+static _Thread_local size_t partial_cap;
+
 void zt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                              const float *w, const float *rstd, int N, int C, zt_dtype act) {
     /* With xhat = x·rstd, d rstd / dx_c = -rstd³·x_c / C, so
-     * dx = rstd·(w⊙d - xhat·mean(w⊙d⊙xhat)). */
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        const float *d = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float s = rstd[n];
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int c = 0; c < C; c++)
-            dot += w[c] * d[c] * x[c] * s;
-        dot /= C;
-#pragma omp simd
-        for (int c = 0; c < C; c++)
-            dx[c] += s * (w[c] * d[c] - x[c] * s * dot);
-        zt_cpu_round_run(dx, (size_t)C, act);
+     * dx = rstd·(w⊙d - xhat·mean(w⊙d⊙xhat)).
+     * One pass over the rows makes dx and, while each row is in cache, adds xhat⊙d into its
+     * chunk's partial weight gradient; a second, small loop adds the chunks' partials in chunk
+     * order. The chunks depend on N alone, so the sums are the same whatever the threads. */
+    enum { MIN_ROWS = 32, MAX_CHUNKS = 64 };
+    const int chunks = N <= 0 ? 0 : N < MAX_CHUNKS * MIN_ROWS ? (N + MIN_ROWS - 1) / MIN_ROWS
+                                                               : MAX_CHUNKS;
+    const int per = chunks ? (N + chunks - 1) / chunks : 0;
+    const size_t need = (size_t)chunks * (size_t)C;
+    if (need > partial_cap) {
+        free(partial);
+        partial = malloc(need * sizeof *partial);
+        ZT_ASSERT(partial);
+        partial_cap = need;
     }
-    /* The weight gradient sums over rows: threads own bands of channels, so the sums are
-     * deterministic and need no scratch memory. */
-    enum { BAND = 16 };
-#pragma omp parallel for
-    for (int c0 = 0; c0 < C; c0 += BAND) {
-        int c1 = c0 + BAND < C ? c0 + BAND : C;
-        float gw[BAND] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
-            float s = rstd[n];
-            for (int c = c0; c < c1; c++)
-                gw[c - c0] += x[c] * s * d[c];
+    float *part = partial;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int k = 0; k < chunks; k++) {
+            float *pw = part + (size_t)k * C;
+            for (int c = 0; c < C; c++)
+                pw[c] = 0.0f;
+            const int n1 = (k + 1) * per < N ? (k + 1) * per : N;
+            for (int n = k * per; n < n1; n++) {
+                const float *x = inp + (size_t)n * C;
+                const float *d = dout + (size_t)n * C;
+                float *dx = dinp + (size_t)n * C;
+                float s = rstd[n];
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int c = 0; c < C; c++)
+                    dot += w[c] * d[c] * x[c] * s;
+                dot /= C;
+#pragma omp simd
+                for (int c = 0; c < C; c++) {
+                    dx[c] += s * (w[c] * d[c] - x[c] * s * dot);
+                    pw[c] += x[c] * s * d[c];
+                }
+                zt_cpu_round_run(dx, (size_t)C, act);
+            }
         }
-        for (int c = c0; c < c1; c++)
-            dw[c] += gw[c - c0];
+#pragma omp for schedule(static)
+        for (int c = 0; c < C; c++) {
+            float acc = 0.0f;
+            for (int k = 0; k < chunks; k++)
+                acc += part[(size_t)k * C + c];
+            dw[c] += acc;
+        }
     }
 }

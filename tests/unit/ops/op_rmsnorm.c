@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <omp.h>
+
 #include "harness.h"
 
 typedef struct {
@@ -131,15 +133,18 @@ static double rms_ref_loss(void *state) {
 
 /* Shapes on both sides of the 16-channel bands of the weight gradient, a single channel (whose
  * normalised value is ±1 when eps is small: the input gradient is nearly zero there, so a
- * larger eps keeps it measurable), a single row, and an eps that dominates small inputs. */
+ * larger eps keeps it measurable), a single row, an eps that dominates small inputs, and rows
+ * enough for several chunks of the weight gradient's partial sums (4 of 25 rows) and for their
+ * cap (64 chunks of 33 rows, the last one shorter). */
 static void rms_grad(zt_backend *cpu, zt_test_rng *r) {
     static const struct {
         int N, C;
         double spread;
         float eps;
     } cases[] = {{7, 37, 1.5, 1e-6f}, {1, 16, 1.0, 1e-5f}, {5, 1, 0.5, 0.1f},
-                 {12, 9, 2.0, 1e-6f}, {3, 70, 0.1, 0.05f}};
-    for (int k = 0; k < 5; k++) {
+                 {12, 9, 2.0, 1e-6f}, {3, 70, 0.1, 0.05f}, {100, 20, 1.0, 1e-5f},
+                 {2100, 3, 1.0, 1e-5f}};
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
         int N = cases[k].N, C = cases[k].C;
         rms_case c = rms_make(r, N, C, cases[k].spread, cases[k].eps, ZT_F32);
         rms_result got = rms_run(cpu, ZT_F32, &c);
@@ -155,6 +160,14 @@ static void rms_grad(zt_backend *cpu, zt_test_rng *r) {
         CHECK_FD(s.inp, n, got.dinp, c.dinp0, rms_ref_loss, &s, 200, r, "%s: dinp (accumulated)",
                  at);
         CHECK_FD(s.w, C, got.dw, c.dw0, rms_ref_loss, &s, 200, r, "%s: dw (accumulated)", at);
+        /* The partial sums are cut by rows, not by threads: one thread gives the same bits. */
+        int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        rms_result one = rms_run(cpu, ZT_F32, &c);
+        omp_set_num_threads(threads);
+        CHECK_SAME(one.dw, got.dw, C, "%s: dw on one thread", at);
+        CHECK_SAME(one.dinp, got.dinp, n, "%s: dinp on one thread", at);
+        rms_free_result(&one);
         free(out), free(rstd);
         free(s.inp), free(s.w), free(s.r);
         rms_free_result(&got), rms_free(&c);
