@@ -150,9 +150,8 @@ typedef struct {
 
 /* Runs one statement under the lock: binds job_id, the record, the cursor and the limit, in
  * that order, those the plan has; hands each row to its emit function. */
-static zt_status run_plan(zt_event_store *st, const char *sql, const stmt_plan *p,
-                          const char *what) {
-    pthread_mutex_lock(&st->mu);
+static zt_status run_plan_locked(zt_event_store *st, const char *sql, const stmt_plan *p,
+                                 const char *what) {
     sqlite3_stmt *q = NULL;
     zt_status s = ZT_OK;
     if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK) {
@@ -187,6 +186,13 @@ static zt_status run_plan(zt_event_store *st, const char *sql, const stmt_plan *
             s = db_error(st, what);
     }
     sqlite3_finalize(q);
+    return s;
+}
+
+static zt_status run_plan(zt_event_store *st, const char *sql, const stmt_plan *p,
+                          const char *what) {
+    pthread_mutex_lock(&st->mu);
+    zt_status s = run_plan_locked(st, sql, p, what);
     pthread_mutex_unlock(&st->mu);
     return s;
 }
@@ -194,9 +200,8 @@ static zt_status run_plan(zt_event_store *st, const char *sql, const stmt_plan *
 /* Keeps a job's newest `keep` rows of a table and deletes the others: a job whose rules fire
  * every step, or whose webhooks all fail, must not grow the state file without end (issue 34).
  * sql deletes the rows of job ?1 older than its ?2-th newest. */
-static zt_status trim(zt_event_store *st, const char *sql, const char *job_id, int keep,
-                      const char *what) {
-    pthread_mutex_lock(&st->mu);
+static zt_status trim_locked(zt_event_store *st, const char *sql, const char *job_id, int keep,
+                             const char *what) {
     sqlite3_stmt *q = NULL;
     zt_status s = ZT_OK;
     if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK ||
@@ -204,6 +209,27 @@ static zt_status trim(zt_event_store *st, const char *sql, const char *job_id, i
         sqlite3_bind_int(q, 2, keep) != SQLITE_OK || sqlite3_step(q) != SQLITE_DONE)
         s = db_error(st, what);
     sqlite3_finalize(q);
+    return s;
+}
+
+/* Inserts a row and trims the job's rows to the newest `keep` in one transaction, so no reader,
+ * of this connection or another, ever sees keep + 1 rows (a reader between a separate insert and
+ * trim did). */
+static zt_status add_trimmed(zt_event_store *st, const char *insert_sql, const stmt_plan *p,
+                             const char *trim_sql, const char *job_id, int keep,
+                             const char *what) {
+    pthread_mutex_lock(&st->mu);
+    zt_status s = ZT_OK;
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        s = db_error(st, what);
+    } else {
+        s = run_plan_locked(st, insert_sql, p, what);
+        if (s == ZT_OK)
+            s = trim_locked(st, trim_sql, job_id, keep, what);
+        if (sqlite3_exec(st->db, s == ZT_OK ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL) !=
+                SQLITE_OK && s == ZT_OK)
+            s = db_error(st, what);
+    }
     pthread_mutex_unlock(&st->mu);
     return s;
 }
@@ -211,13 +237,14 @@ static zt_status trim(zt_event_store *st, const char *sql, const char *job_id, i
 zt_status zt_event_store_add_anomaly(zt_event_store *st, const char *job_id, const zt_anomaly *a) {
     stmt_plan p = {.cols = anomaly_cols, .n_cols = N_COLS(anomaly_cols), .job_id = job_id,
                    .rec = a};
-    ZT_TRY(run_plan(st,
-                    "INSERT OR REPLACE INTO anomalies (job_id, seq, step, time_ms, kind, policy, "
-                    "value, zscore, rank, message, json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    &p, "cannot store an anomaly event"));
-    return trim(st, "DELETE FROM anomalies WHERE job_id = ?1 AND seq <= (SELECT seq FROM "
-                "anomalies WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)", job_id,
-                ZT_EVENT_STORE_ANOMALIES_PER_JOB, "cannot trim a job's anomaly events");
+    return add_trimmed(st,
+                       "INSERT OR REPLACE INTO anomalies (job_id, seq, step, time_ms, kind, "
+                       "policy, value, zscore, rank, message, json) "
+                       "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       &p,
+                       "DELETE FROM anomalies WHERE job_id = ?1 AND seq <= (SELECT seq FROM "
+                       "anomalies WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+                       job_id, ZT_EVENT_STORE_ANOMALIES_PER_JOB, "cannot store an anomaly event");
 }
 
 zt_status zt_event_store_anomalies(zt_event_store *st, const char *job_id, int64_t after_seq,
@@ -233,14 +260,15 @@ zt_status zt_event_store_anomalies(zt_event_store *st, const char *job_id, int64
 
 zt_status zt_event_store_add_delivery(zt_event_store *st, const zt_delivery *d) {
     stmt_plan p = {.cols = delivery_cols, .n_cols = N_COLS(delivery_cols), .rec = d};
-    ZT_TRY(run_plan(st,
-                    "INSERT INTO webhook_deliveries (job_id, delivery_id, url, type, attempt, "
-                    "time_ms, http_status, error, outcome) VALUES (?,?,?,?,?,?,?,?,?)",
-                    &p, "cannot record a webhook delivery"));
-    return trim(st, "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND id <= (SELECT id FROM "
-                "webhook_deliveries WHERE job_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
-                d->job_id, ZT_EVENT_STORE_DELIVERIES_PER_JOB,
-                "cannot trim a job's webhook deliveries");
+    return add_trimmed(st,
+                       "INSERT INTO webhook_deliveries (job_id, delivery_id, url, type, attempt, "
+                       "time_ms, http_status, error, outcome) VALUES (?,?,?,?,?,?,?,?,?)",
+                       &p,
+                       "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND id <= (SELECT id "
+                       "FROM webhook_deliveries WHERE job_id = ?1 ORDER BY id DESC LIMIT 1 "
+                       "OFFSET ?2)",
+                       d->job_id, ZT_EVENT_STORE_DELIVERIES_PER_JOB,
+                       "cannot record a webhook delivery");
 }
 
 zt_status zt_event_store_deliveries(zt_event_store *st, const char *job_id, int limit,
