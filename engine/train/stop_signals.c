@@ -74,9 +74,3 @@ zt_status zt_stop_signals_start(volatile sig_atomic_t *flag) {
     }
     return ZT_OK;
 }
-
-void zt_stop_signals_unblock(void) {
-    sigset_t set;
-    stop_set(&set);
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-}

@@ -16,8 +16,8 @@
  *   - any later signal ends the process at once, killed by that signal.
  *
  * Call it first in main, before anything starts a thread (OpenMP's pool, oneDNN, the
- * communication threads): threads inherit the blocked mask from their creator. A child process
- * started afterwards inherits it too; zt_stop_signals_unblock() in the child undoes that. */
+ * communication threads): threads inherit the blocked mask from their creator. So would a child
+ * process started afterwards (none is, today): it must unblock the two between fork and exec. */
 #ifndef ZTRAIN_STOP_SIGNALS_H
 #define ZTRAIN_STOP_SIGNALS_H
 
@@ -30,8 +30,5 @@
 #define ZT_STOP_SIGNALS_THREAD "zt-stop-signals"
 
 zt_status zt_stop_signals_start(volatile sig_atomic_t *flag);
-
-/* In a child process between fork and exec: SIGINT and SIGTERM delivered normally again. */
-void zt_stop_signals_unblock(void);
 
 #endif
