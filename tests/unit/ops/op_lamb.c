@@ -184,12 +184,19 @@ static void lamb_split(zt_backend *cpu, zt_test_rng *r) {
 }
 
 /* lamb_moments_to on a backend against its own lamb_moments: the same m and v bit for bit, and
- * the sums, left in device memory and read back, the same bits as the ones returned. */
+ * the sums, left in device memory and read back, the same bits as the ones returned; and against
+ * the CPU's lamb_moments, the reference: sums within TOL_SUMS, m and v within fp32's tolerance. */
 static void lamb_to_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    (void)cpu, (void)act;
+    (void)act;
     for (int k = 0; k < 2; k++) {
         lamb_state s = lamb_make(r, sizes[k]);
         zt_lamb_args a = lamb_args(0);
+        lamb_state ref = lamb_copy(&s);
+        double ref_sums[2];
+        zt_test_dev c;
+        zt_test_dev_init(&c, cpu, ZT_F32);
+        cpu->ops->lamb_moments(&c.ctx, ref.p, ref.g, ref.m, ref.v, ref.n, &a, ref_sums);
+        zt_test_dev_finish(&c);
         zt_test_dev d;
         zt_test_dev_init(&d, be, ZT_F32);
         float *p = zt_test_dev_f32(&d, s.p, s.n), *g = zt_test_dev_f32(&d, s.g, s.n);
@@ -207,9 +214,17 @@ static void lamb_to_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_te
                  "lamb_moments %.17g %.17g", be->name, s.n, got[0], got[1], want[0], want[1]);
         CHECK_SAME(hm2, hm1, s.n, "lamb_moments_to %s n=%zu: m", be->name, s.n);
         CHECK_SAME(hv2, hv1, s.n, "lamb_moments_to %s n=%zu: v", be->name, s.n);
+        CHECK_AT(fabs(got[0] - ref_sums[0]) <= TOL_SUMS * ref_sums[0] &&
+                     fabs(got[1] - ref_sums[1]) <= TOL_SUMS * ref_sums[1],
+                 "lamb_moments_to %s n=%zu: sums %.17g %.17g, the CPU's lamb_moments %.17g %.17g",
+                 be->name, s.n, got[0], got[1], ref_sums[0], ref_sums[1]);
+        CHECK_CLOSE(hm2, ref.m, s.n, ZT_TEST_TOL_F32, "lamb_moments_to %s n=%zu: m vs the CPU",
+                    be->name, s.n);
+        CHECK_CLOSE(hv2, ref.v, s.n, ZT_TEST_TOL_F32, "lamb_moments_to %s n=%zu: v vs the CPU",
+                    be->name, s.n);
         free(hm1), free(hm2), free(hv1), free(hv2);
         zt_test_dev_finish(&d);
-        lamb_free(&s);
+        lamb_free(&s), lamb_free(&ref);
     }
 }
 

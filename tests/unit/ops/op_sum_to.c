@@ -1,8 +1,9 @@
 /* sum_to: the step's sums written to device memory (the gradient norm's squares, a batch's token
  * losses). On every backend its sums of squares equal that backend's own sum_squares and
  * sum_squares_half bit for bit (the engine's norm must not change when it stops reading each
- * piece back), and its plain sum matches an index-order double loop: exactly on the CPU (the
- * host loop it replaces), within the reordering of a double sum elsewhere. */
+ * piece back) and an index-order double loop on the host within the reordering of a double
+ * sum, and its plain sum matches an index-order double loop: exactly on the CPU (the host loop
+ * it replaces), within the reordering of a double sum elsewhere. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -25,6 +26,22 @@ static double sum_to_run(zt_test_dev *d, const void *dv, size_t n, zt_dtype t, b
     return got;
 }
 
+/* The sum of squares against an index-order double loop on the host over the same values (the
+ * 16-bit ones decoded), within the reordering of a double sum of non-negative terms: independent
+ * of every backend's own sum_squares, which sum_to's passes now are (an fp16 value out of range
+ * is infinite on both sides). */
+static void check_squares(zt_backend *be, double got, const float *v, size_t n,
+                          const uint16_t *h, zt_dtype t) {
+    double loop = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = h ? (double)zt_test_decode(h[i], t) : (double)v[i];
+        loop += x * x;
+    }
+    CHECK_AT(got == loop || fabs(got - loop) <= 2.0 * (double)n * 0x1p-53 * loop,
+             "sum_to %s squares %s n=%zu: %.17g, the index-order loop %.17g", be->name,
+             zt_dtype_name(t), n, got, loop);
+}
+
 static void one_backend(zt_backend *be, zt_test_rng *r) {
     double plain[4];
     for (int k = 0; k < 4; k++) {
@@ -42,6 +59,7 @@ static void one_backend(zt_backend *be, zt_test_rng *r) {
         double got = sum_to_run(&d, dv, n, ZT_F32, true);
         CHECK_AT(got == want, "sum_to %s squares fp32 n=%zu: %.17g, sum_squares %.17g", be->name,
                  n, got, want);
+        check_squares(be, got, v, n, NULL, ZT_F32);
         for (int j = 0; j < 2; j++) {
             uint16_t *dh = zt_test_dev_bytes(&d, h[j], n * 2 + 2);
             want = be->ops->sum_squares_half(&d.ctx, dh, n, halves[j]);
@@ -49,6 +67,7 @@ static void one_backend(zt_backend *be, zt_test_rng *r) {
             CHECK_AT(got == want || (isnan(got) && isnan(want)),
                      "sum_to %s squares %s n=%zu: %.17g, sum_squares_half %.17g", be->name,
                      zt_dtype_name(halves[j]), n, got, want);
+            check_squares(be, got, v, n, h[j], halves[j]);
         }
         plain[k] = sum_to_run(&d, dv, n, ZT_F32, false);
         double loop = 0.0, mag = 0.0;
