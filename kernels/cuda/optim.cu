@@ -42,22 +42,8 @@ __device__ __forceinline__ float adam_elem(float p, float g, float *m, float *v,
     return __fmaf_rn(p, c.decay, -__fmul_rn(c.step_size, __fdiv_rn(mi, denom)));
 }
 
-__global__ void adam_kernel(float *p, const float *g, float *m, float *v, size_t n, adam_coef c) {
-    OPT_LOOP(base, n) {
-        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, mi[OPT_VEC] = {}, vi[OPT_VEC] = {};
-        ld8(p, base, n, pi);
-        ld8(g, base, n, gi);
-        ld8(m, base, n, mi);
-        ld8(v, base, n, vi);
-        for (int j = 0; j < OPT_VEC; j++)
-            pi[j] = adam_elem(pi[j], gi[j], mi + j, vi + j, c);
-        st8(p, base, n, pi);
-        st8(m, base, n, mi);
-        st8(v, base, n, vi);
-    }
-}
-
-/* grad_type: 0 fp32, 1 bf16, 2 fp16 (zt_dtype's values); param16 NULL for no 16-bit copy. */
+/* grad_type: 0 fp32, 1 bf16, 2 fp16 (zt_dtype's values); param16 NULL for no 16-bit copy. The
+ * plain fp32 update is this kernel with fp32 gradients, mul 1 (an exact product) and no copy. */
 __global__ void adam_mixed_kernel(float *p, const void *grad, int grad_type, float mul, float *m,
                                   float *v, uint16_t *param16, bool param_bf16, size_t n,
                                   adam_coef c) {
@@ -97,22 +83,6 @@ __device__ __forceinline__ float sgd_elem(float p, float g, float *buf, const sg
     return __fmaf_rn(-c.lr, g, p);
 }
 
-__global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, sgd_coef c) {
-    OPT_LOOP(base, n) {
-        float pi[OPT_VEC] = {}, gi[OPT_VEC] = {}, bi[OPT_VEC] = {};
-        ld8(p, base, n, pi);
-        ld8(g, base, n, gi);
-        /* The first step overwrites the buffer without reading it. */
-        if (c.use_momentum && !c.first_step)
-            ld8(buf, base, n, bi);
-        for (int j = 0; j < OPT_VEC; j++)
-            pi[j] = sgd_elem(pi[j], gi[j], bi + j, c);
-        st8(p, base, n, pi);
-        if (c.use_momentum)
-            st8(buf, base, n, bi);
-    }
-}
-
 /* grad_type as in adam_mixed_kernel; buf NULL without momentum, param16 NULL for no copy. */
 __global__ void sgd_mixed_kernel(float *p, const void *grad, int grad_type, float mul, float *buf,
                                  uint16_t *param16, bool param_bf16, size_t n, sgd_coef c) {
@@ -147,7 +117,8 @@ __global__ void scale_kernel(float *v, size_t n, float s) {
 
 extern "C" void zt_cuda_adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v,
                                     size_t n, const zt_adam_args *a) {
-    OPT_LAUNCH(x, n, adam_kernel, p, g, m, v, n, adam_coef_of(a));
+    OPT_LAUNCH(x, n, adam_mixed_kernel, p, g, (int)ZT_F32, 1.0f, m, v, (uint16_t *)NULL, false, n,
+               adam_coef_of(a));
 }
 
 extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
@@ -174,7 +145,8 @@ static sgd_coef sgd_coef_of(const zt_sgd_args *a, bool has_buf) {
 
 extern "C" void zt_cuda_sgd_update(const zt_ctx *x, float *p, const float *g, float *buf,
                                    size_t n, const zt_sgd_args *a) {
-    OPT_LAUNCH(x, n, sgd_kernel, p, g, buf, n, sgd_coef_of(a, buf != NULL));
+    OPT_LAUNCH(x, n, sgd_mixed_kernel, p, g, (int)ZT_F32, 1.0f, buf, (uint16_t *)NULL, false, n,
+               sgd_coef_of(a, buf != NULL));
 }
 
 extern "C" void zt_cuda_sgd_update_mixed(const zt_ctx *x, float *master, const void *grad,

@@ -35,19 +35,11 @@ __global__ void step_sum_partial(const void *v, size_t n, int mode, bool bf16, d
         partial[blockIdx.x] = acc;
 }
 
-/* Pass 2 (one block): *out = the sum of partial[0 .. blocks), in block order per thread. */
-__global__ void step_sum_total(const double *partial, unsigned blocks, double *out) {
-    __shared__ double red[32];
-    double acc = 0.0;
-    for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x)
-        acc += partial[b];
-    acc = zt_block_sum(acc, red);
-    if (threadIdx.x == 0)
-        *out = acc;
-}
-
-extern "C" void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
-                               bool squares) {
+/* Pass 1 into the backend's partial sums (sums_dev); returns the blocks it used, 0 when the type
+ * is refused (the failure is recorded). Pass 2 is optim.cu's sum_partials, as for every other
+ * two-pass sum. */
+static unsigned sum_partial_pass(const zt_ctx *x, const void *v, size_t n, zt_dtype t,
+                                 bool squares) {
     int mode;
     if (t == ZT_F32) {
         mode = squares ? SQUARES_F32 : SUM_F32;
@@ -56,24 +48,26 @@ extern "C" void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size
     } else {
         zt_cuda_fail(x->be, "ztrain", "sum_to", "a plain sum is of fp32 values, squares of fp32, "
                      "bf16 or fp16 ones", __FILE__, __LINE__);
-        return;
+        return 0;
     }
     unsigned blocks = zt_cuda_sum_blocks(n);
-    double *partial = zt_cuda_of(x)->sums_dev;
     ZT_LAUNCH(step_sum_partial, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), v, n, mode,
-              t == ZT_BF16, partial);
+              t == ZT_BF16, zt_cuda_of(x)->sums_dev);
     ZT_CUDA_LAUNCHED(x->be);
-    ZT_LAUNCH(step_sum_total, 1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), partial, blocks, out);
-    ZT_CUDA_LAUNCHED(x->be);
+    return blocks;
+}
+
+extern "C" void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
+                               bool squares) {
+    unsigned blocks = sum_partial_pass(x, v, n, t, squares);
+    if (blocks)
+        zt_cuda_sum_totals_to(x, blocks, 1, out);
 }
 
 extern "C" double zt_cuda_squares_now(const zt_ctx *x, const void *v, size_t n, zt_dtype t) {
-    zt_cuda_state *st = zt_cuda_of(x);
-    double *total = st->sums_dev + 2 * ZT_CUDA_SUM_BLOCKS;
-    zt_cuda_sum_to(x, total, v, n, t, true);
-    ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(st->sums_host, total, sizeof(double),
-                                         cudaMemcpyDeviceToHost, zt_cuda_compute(x)));
-    zt_cuda_count_read(x->be);
-    zt_cuda_wait(x->be, zt_cuda_compute(x));
-    return st->sums_host[0];
+    unsigned blocks = sum_partial_pass(x, v, n, t, true);
+    double total = 0.0;
+    if (blocks)
+        zt_cuda_sum_totals(x, blocks, 1, &total);
+    return total;
 }
