@@ -245,6 +245,14 @@ static int cmd_run(int argc, char **argv) {
     zt_job_spec job;
     if (zt_job_overrides_load(&job, job_path, sets, n_sets) != ZT_OK)
         return zt_cli_fail(NULL);
+    /* A single-rank job trains in this process: its stop signals go to a thread of their own
+     * before anything else starts a thread (the CUDA driver's below, OpenMP's), which would
+     * otherwise take them unhandled (ztrain/stop_signals.h). A launcher of ranks keeps them: it
+     * forwards them, and its ranks must not inherit a blocked mask. */
+    if (job.world_size <= 1 && zt_stop_signals_start(&stop_requested) != ZT_OK) {
+        zt_job_spec_free(&job);
+        return zt_cli_fail(NULL);
+    }
     /* Once per job, here, before any rank starts: the ranks are told they need not. */
     if (zt_job_spec_check_files(&job, job_path) != ZT_OK) {
         zt_job_spec_free(&job);
@@ -339,8 +347,6 @@ static int cmd_run(int argc, char **argv) {
                             "step was not checkpointed\n", job_path);
         return lr.stopped ? 130 : 0;
     }
-    if (zt_stop_signals_start(&stop_requested) != ZT_OK)
-        return zt_cli_fail(NULL);
     zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,
                              .stop_requested = &stop_requested, .profile = profile};
     zt_train_result res;
