@@ -208,10 +208,7 @@ static zt_status check_tied(const zt_model *m, const zt_st_ref *tied, const zt_s
     if (!same)
         return zt_error(ZT_ERR_FORMAT, "%s: %s does not have %s's shape", path, map->tied,
                         map->tied_to);
-    size_t n = 1;
-    for (int d = 0; d < to->tensor->ndim; d++)
-        n *= (size_t)to->tensor->shape[d];
-    ZT_TRY(same_values(tied, to, n, &same));
+    ZT_TRY(same_values(tied, to, (size_t)zt_st_numel(to->tensor), &same));
     if (!same) {
         const zt_model_family *fam = zt_model_family_find(m->spec.type);
         return zt_error(ZT_ERR_FORMAT, "%s: %s differs from %s, but %s here ties them (the model "

@@ -46,9 +46,10 @@ static zt_status reduce_step(zt_trainer_events *ev) {
     memset(ev->sums, 0, sizeof(double) * (size_t)(2 + ev->world));
     /* The step's losses, read back by the engine at its synchronisation, in micro-batch order. */
     const float *losses = zt_engine_step_losses(ev->e);
+    double loss_sum = 0.0;
     for (int i = 0; i < ev->gas; i++)
-        ev->loss_sum += losses[i];
-    ev->sums[0] = ev->loss_sum / ev->gas;
+        loss_sum += losses[i];
+    ev->sums[0] = loss_sum / ev->gas;
     ev->sums[1] = ev->tokens;
     ev->sums[2 + ev->rank] = ev->work_ms;
     ev->summed = true;
@@ -117,7 +118,7 @@ void zt_trainer_events_report_to(zt_trainer_events *ev, zt_metrics_writer *metri
 }
 
 void zt_trainer_events_begin_step(zt_trainer_events *ev) {
-    ev->loss_sum = ev->tokens = 0.0;
+    ev->tokens = 0.0;
     ev->summed = ev->held = false;
     ev->mon.n = 0;
     ev->status = ZT_OK;

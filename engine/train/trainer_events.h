@@ -20,7 +20,6 @@ typedef struct {
     int rank, world;
     bool fp16;
     int gas;                  /* micro-batches per step */
-    double loss_sum;          /* this rank's, over the step's micro-batches, at the gate */
     double tokens;            /* this rank's, over the step's micro-batches so far */
     double begin_ms;          /* when the step began on this rank */
     double work_ms;           /* from then to the step's last zt_engine_step call */

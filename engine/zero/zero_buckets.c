@@ -237,10 +237,10 @@ int zt_zero_norm_enqueue(zt_zero *z, const float *g, const uint16_t *g16, size_t
 zt_status zt_zero_norm_combine(zt_zero *z, size_t count, const double *parts, double *out) {
     norm_cursor c = {0};
     double s = 0.0;
-    /* Unweighted pieces are added as they are: the sum is the one each piece's readback used
-     * to give, bit for bit. */
+    /* An unweighted piece has weight 1, an exact product: the sum is the one each piece's
+     * readback used to give, bit for bit. */
     for (int n = 0; next_piece(z, count, &c); n++)
-        s += z->norm_ranges ? c.weight * parts[n] : parts[n];
+        s += c.weight * parts[n];
     ZT_TRY(reduce_norm(z, &s));
     *out = s;
     return ZT_OK;

@@ -16,6 +16,7 @@
 
 #include "ztrain/ckpt_dir.h"
 #include "ztrain/fsutil.h"
+#include "ztrain/json_util.h"
 #include "job_manager_internal.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/ckpt_tp.h"
@@ -218,7 +219,15 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec) {
         zt_ckpt_tag_dir(shard, tag, tag_dir, sizeof tag_dir);
         ZT_TRY(place_checkpoint(tag_dir, to, tag));
     }
-    char from[PATH_MAX + 16];
+    /* Written whole or not at all (a temporary file renamed): a torn tp.json would mark the
+     * directory tensor-parallel yet unreadable, and a retry would find it "already holding
+     * checkpoints". */
+    char from[PATH_MAX + 16], *text = NULL;
+    size_t len = 0;
     snprintf(from, sizeof from, "%s/tp.json", parent_dir);
-    return copy_file(from, path);
+    zt_status s = zt_json_read_file(from, &text, &len);
+    if (s == ZT_OK)
+        s = zt_write_file_atomic(path, text, len);
+    free(text);
+    return s;
 }
