@@ -117,7 +117,7 @@ with tempfile.TemporaryDirectory() as d:
     close(ck, "Llama fp32, 1 rank, cuda vs cpu", cpu_llama,
           train(d, job("llama-cuda", "cuda", model=LLAMA)), 1e-4)
     # A device fault in the second optimizer launch: the step that meets it fails the job.
-    p = train(d, job("gpt2-fault", "cuda"), {"ZTRAIN_CUDA_EMU_FAULT": "adam_kernel:2"},
+    p = train(d, job("gpt2-fault", "cuda"), {"ZTRAIN_CUDA_EMU_FAULT": "adam_mixed_kernel:2"},
               check=False)
     out = p.stdout + p.stderr
     ck.check(p.returncode != 0 and "cuda device 0" in out and "ZTRAIN_CUDA_EMU_FAULT" in out,
