@@ -147,6 +147,27 @@ static bool is_events_url(const char *url) {
     return starts_with(url, "/api/v1/jobs/") && n > 7 && strcmp(url + n - 7, "/events") == 0;
 }
 
+/* A query argument whose decoded name or value holds a NUL byte (%00): every handler reads
+ * arguments as C strings, which would see only what comes before it ("%00x" as ""), so such
+ * a request is refused as a whole. The event stream's access_token is a credential, judged
+ * (whole) by zt_http_events_token_scope: one with a NUL byte is no token, so 401 unless the
+ * request has another. */
+static enum MHD_Result find_nul_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    size_t key_size, const char *value, size_t value_size) {
+    (void)kind;
+    if (strlen(key) == key_size && (!value || strlen(value) == value_size ||
+                                    !strcmp(key, "access_token")))
+        return MHD_YES;
+    *(const char **)cls = key;
+    return MHD_NO;
+}
+
+static const char *arg_with_nul(struct MHD_Connection *c) {
+    const char *bad = NULL;
+    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, find_nul_arg, &bad);
+    return bad;
+}
+
 static enum MHD_Result preflight(struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r)
@@ -174,6 +195,11 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
             return zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "this token's scope is %s; %s %s "
                                       "needs %s", zt_scope_name(have), method, url,
                                       zt_scope_name(need));
+        const char *bad_arg = arg_with_nul(c);
+        if (bad_arg)
+            return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
+                                      "%.64s: a query argument may not hold a NUL byte (%%00)",
+                                      bad_arg);
         if (!api)
             return get ? zt_http_prometheus(s, c) : method_not_allowed(c, method, url, GET_ONLY);
         if (!strcmp(url, "/api/v1/jobs")) {

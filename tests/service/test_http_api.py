@@ -227,7 +227,11 @@ def case_b(api, d):
                         ("/api/v1/jobs?limit=0", "limit"),
                         ("/api/v1/jobs?state=BOGUS", "state"),
                         ("/api/v1/jobs?page_token=job-999999", "page_token"),
-                        ("/api/v1/jobs?after=../x", "after")):
+                        ("/api/v1/jobs?after=../x", "after"),
+                        # a NUL byte would cut the C string short: "%00x" must not read as ""
+                        ("/api/v1/jobs?state=JOB_STATE_RUNNING&page_token=%00x", "page_token"),
+                        ("/api/v1/jobs/job-000001/logs?tail=%001", "tail"),
+                        ("/metrics?x%00y=1", "x")):
         s, j = api.get(path)
         ck.check(s == 400 and j and j["error"].startswith(param + ":"),
                  f"b: {path} is 400 naming {param} ({s} {j})")
@@ -497,6 +501,8 @@ def case_e(api, d):
     bare = Http(api.port, None)
     s, _ = bare.get(f"/api/v1/jobs/{job_id}/events?access_token=wrong")
     ck.check(s == 401, f"e: a wrong access_token is 401 ({s})")
+    s, _ = bare.get(f"/api/v1/jobs/{job_id}/events?access_token={TOKEN}%00junk")
+    ck.check(s == 401, f"e: the token followed by a NUL byte and more is 401, not the token ({s})")
     stream = EventStream(bare, f"/api/v1/jobs/{job_id}/events?since_step={step}"
                                f"&access_token={TOKEN}", auth=False)
     time.sleep(0.5)
