@@ -147,24 +147,43 @@ static bool is_events_url(const char *url) {
     return starts_with(url, "/api/v1/jobs/") && n > 7 && strcmp(url + n - 7, "/events") == 0;
 }
 
-/* A query argument whose decoded name or value holds a NUL byte (%00): every handler reads
- * arguments as C strings, which would see only what comes before it ("%00x" as ""), so such
- * a request is refused as a whole. The event stream's access_token is a credential, judged
- * (whole) by zt_http_events_token_scope: one with a NUL byte is no token, so 401 unless the
+/* %00 in a URL: libmicrohttpd decodes the path and the query arguments in place, and every
+ * handler reads them as C strings, which would stop at a decoded NUL ("/api/v1/jobs%00x" routed
+ * as "/api/v1/jobs", a page_token "%00x" read as ""). So a NUL decodes to DEL (0x7F) instead, a
+ * control character that no route, job id or token holds, and which the check below refuses in
+ * any query argument. The length stays the decoded one. */
+static size_t unescape_url(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls, (void)c;
+    size_t n = MHD_http_unescape(s);
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\0')
+            s[i] = 0x7f;
+    return n;
+}
+
+static bool has_control(const char *s) {
+    for (; s && *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return true;
+    return false;
+}
+
+/* The first query argument whose name or value holds a control character (%00-%1F, %7F), which
+ * none of the API's arguments takes. The event stream's access_token is a credential, judged
+ * whole by zt_http_events_token_scope: one with such a byte matches no token, so 401 unless the
  * request has another. */
-static enum MHD_Result find_nul_arg(void *cls, enum MHD_ValueKind kind, const char *key,
-                                    size_t key_size, const char *value, size_t value_size) {
+static enum MHD_Result find_control_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value) {
     (void)kind;
-    if (strlen(key) == key_size && (!value || strlen(value) == value_size ||
-                                    !strcmp(key, "access_token")))
+    if (!has_control(key) && (!has_control(value) || !strcmp(key, "access_token")))
         return MHD_YES;
     *(const char **)cls = key;
     return MHD_NO;
 }
 
-static const char *arg_with_nul(struct MHD_Connection *c) {
+static const char *control_arg(struct MHD_Connection *c) {
     const char *bad = NULL;
-    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, find_nul_arg, &bad);
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, find_control_arg, &bad);
     return bad;
 }
 
@@ -195,11 +214,11 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
             return zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "this token's scope is %s; %s %s "
                                       "needs %s", zt_scope_name(have), method, url,
                                       zt_scope_name(need));
-        const char *bad_arg = arg_with_nul(c);
+        const char *bad_arg = control_arg(c);
         if (bad_arg)
             return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
-                                      "%.64s: a query argument may not hold a NUL byte (%%00)",
-                                      bad_arg);
+                                      "%.64s: a query argument may not hold a control character "
+                                      "(%%00-%%1F, %%7F)", bad_arg);
         if (!api)
             return get ? zt_http_prometheus(s, c) : method_not_allowed(c, method, url, GET_ONLY);
         if (!strcmp(url, "/api/v1/jobs")) {
@@ -433,6 +452,7 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)ZT_HTTP_MEMORY_LIMIT,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, zt_http_conns_notify, s->conns,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
         MHD_OPTION_ARRAY, tls_opts,
         MHD_OPTION_END);
     if (!s->daemon) {

@@ -318,12 +318,10 @@ static bool sse_register(zt_http_server *s, zt_sse *st) {
 /* EventSource can set no headers, so the stream also takes the token as ?access_token=
  * (RFC 6750 §2.3). */
 zt_scope zt_http_events_token_scope(const zt_http_server *s, struct MHD_Connection *c) {
-    const char *t = NULL;
-    size_t n = 0;
-    if (!s->tokens || MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "access_token",
-                                                    strlen("access_token"), &t, &n) != MHD_YES ||
-        !t || strlen(t) != n) /* absent, or cut short by a NUL byte: no token */
+    const char *t = zt_http_arg(c, "access_token");
+    if (!s->tokens || !t)
         return ZT_SCOPE_NONE;
+    size_t n = strlen(t);
     char *h = malloc(n + 8);
     if (!h)
         return ZT_SCOPE_NONE;

@@ -231,13 +231,16 @@ def case_b(api, d):
                         # a NUL byte would cut the C string short: "%00x" must not read as ""
                         ("/api/v1/jobs?state=JOB_STATE_RUNNING&page_token=%00x", "page_token"),
                         ("/api/v1/jobs/job-000001/logs?tail=%001", "tail"),
-                        ("/metrics?x%00y=1", "x")):
+                        ("/metrics?x%00y=1", r"x\x7fy"),  # the message escapes the byte
+                        ("/api/v1/jobs/job-000001/metrics?keys=loss%09", "keys")):
         s, j = api.get(path)
         ck.check(s == 400 and j and j["error"].startswith(param + ":"),
                  f"b: {path} is 400 naming {param} ({s} {j})")
     for path in ("/api/v1/jobs/job-999999", "/api/v1/jobs/job-999999/metrics",
                  "/api/v1/jobs/job-999999/events", "/api/v1/jobs/..%2f..%2fetc",
-                 "/api/v1/nothing", "/nothing"):
+                 "/api/v1/nothing", "/nothing",
+                 # a decoded NUL must not end the path: not /api/v1/jobs, not job-000001
+                 "/api/v1/jobs%00x", "/api/v1/jobs/job-000001%00x", "/healthz%00"):
         s, j = api.get(path)
         ck.check(s == 404 and j and "error" in j, f"b: {path} is 404 with an error ({s} {j})")
     s, h, body = api.request("DELETE", "/api/v1/jobs/job-000001")
