@@ -156,8 +156,8 @@ struct zt_model {
     /* When not NULL (the engine sets it around a training forward whose loss it reads back
      * later, at the step's one synchronisation): one double of device memory into which the
      * forward sums its token losses (ignored targets add 0) instead of reading them back, and
-     * forward() then returns NAN. Without tensor parallelism only: a TP forward combines its
-     * shards' losses on the host and returns the loss as ever. */
+     * forward() then returns NAN. A TP forward too: its shards' losses are combined on the
+     * device (every TP rank holds the same sum). */
     double *loss_out;
     /* How many micro-batches may be queued on the device at once with host tables of their own
      * (packed documents' positions, Llama's rotary rows for them): the engine's micro-batches
