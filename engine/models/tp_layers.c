@@ -104,10 +104,15 @@ zt_status zt_model_logits(zt_model *m, size_t row, size_t rows, float *dst) {
     ZT_TRY(zt_model_tp_status(m));
     const size_t V = (size_t)m->spec.vocab_size, vn = V / (size_t)tp, part = rows * vn;
     /* Shard r's rows side by side at r · part, then each row put together from its slices. */
-    float *all = malloc((size_t)tp * part * sizeof *all);
-    if (!all)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory gathering %zu rows of logits",
-                        m->spec.type, rows);
+    if ((size_t)tp * part > m->tp_logits_n) {
+        float *grown = realloc(m->tp_logits, (size_t)tp * part * sizeof *grown);
+        if (!grown)
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory gathering %zu rows of logits",
+                            m->spec.type, rows);
+        m->tp_logits = grown;
+        m->tp_logits_n = (size_t)tp * part;
+    }
+    float *all = m->tp_logits;
     m->ops->logits(m, row, rows, all + (size_t)m->stage.tp_rank * part);
     zt_status s = zt_backend_sync(m->ctx.be);
     size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
@@ -121,7 +126,6 @@ zt_status zt_model_logits(zt_model *m, size_t row, size_t rows, float *dst) {
         for (int i = 0; i < tp; i++)
             memcpy(dst + n * V + (size_t)i * vn, all + (size_t)i * part + n * vn,
                    vn * sizeof *dst);
-    free(all);
     return s;
 }
 
