@@ -3,9 +3,12 @@
  * shm transport, which stages device buffers through host memory (as ranks sharing one GPU do).
  * GPT-2 trains four steps of two micro-batches each with gradient clipping at ZeRO 0-3, fp32 and
  * bf16, and with LAMB, the optimizer offloaded to the CPU, and Llama on loss-masked packed
- * documents. Per step, from the second on, every rank counts inside the emulated runtime
- * (zt_emu_sync_counts) the host's waits, the device-to-host copies and the uploads from pageable
- * memory, and, apart, the staging copies the transport made (zt_comm_dev_counts: one wait and one
+ * documents; and the two ranks train as the two shards of one tensor-parallel replica (dp 1 ×
+ * tp 2): GPT-2 and Llama with grouped-query attention, fp32 and bf16, ZeRO 0 and 1, Llama with
+ * one kv head both shards hold, and Llama on packed documents. Per step, from the second on,
+ * every rank counts inside the emulated runtime (zt_emu_sync_counts) the host's waits, the
+ * device-to-host copies and the uploads from pageable memory, and, apart, the staging copies the
+ * transport made on every communicator the engine uses (zt_comm_dev_counts: one wait and one
  * read-back for each copy to host memory, one pageable upload for each copy back), which a
  * transport that reduces on the host cannot avoid. What is left is the step's own: at most the
  * case's allowance (one wait and one read-back: the losses and the norm, where nothing else is
