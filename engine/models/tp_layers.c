@@ -61,7 +61,8 @@ zt_status zt_model_set_tp_comm(zt_model *m, zt_comm *c) {
         return zt_error(ZT_ERR_INVALID, "%s: tensor-parallel shard %d of %d needs a TP group of "
                         "%d ranks in which it is rank %d", m->spec.type, m->stage.tp_rank, tp, tp,
                         m->stage.tp_rank);
-    if (!m->ctx.be->ops->xent_partial_stats || !m->ctx.be->ops->xent_partial_grad)
+    const zt_ops *op = m->ctx.be->ops;
+    if (!op->xent_partial_stats || !op->xent_partial_combine || !op->xent_partial_grad)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: tensor parallelism needs the vocabulary-parallel "
                         "cross-entropy ops, which the %s backend does not have yet",
                         m->spec.type, m->ctx.be->name);
@@ -183,10 +184,6 @@ zt_status zt_tp_xent_init(zt_tp_xent *x, zt_model *m, size_t max_rows) {
     *x = (zt_tp_xent){.max_rows = max_rows, .tp = tp};
     if (tp == 1)
         return ZT_OK;
-    if (!m->ctx.be->ops->xent_partial_combine)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: tensor parallelism needs the op "
-                        "xent_partial_combine, which the %s backend does not have yet",
-                        m->spec.type, m->ctx.be->name);
     x->stats = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE,
                                 3 * (size_t)tp * max_rows * sizeof(float));
     x->logz = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, max_rows * sizeof(float));
