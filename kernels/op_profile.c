@@ -40,6 +40,7 @@ static const char *const op_names[ZT_OP_COUNT] = {
     "lamb_apply", "sum_squares", "scale", "to_half",
     "from_half", "round_to", "accumulate_half", "sum_squares_half",
     "sgd_update_mixed", "lamb_apply_mixed", "sum_to", "lamb_moments_to",
+    "xent_partial_combine",
 };
 
 const char *zt_op_name(zt_op_id op) {
@@ -181,6 +182,10 @@ TIMED(ZT_OP_XENT_PARTIAL_GRAD, xent_partial_grad,
       (const zt_ctx *x, void *logits, const float *logz, const int32_t *targets, int N, int V,
        float grad_scale),
       (x, logits, logz, targets, N, V, grad_scale))
+TIMED(ZT_OP_XENT_PARTIAL_COMBINE, xent_partial_combine,
+      (const zt_ctx *x, float *logz, float *losses, const float *stats, const int32_t *targets,
+       int N, int shards),
+      (x, logz, losses, stats, targets, N, shards))
 TIMED(ZT_OP_ADAM_UPDATE, adam_update,
       (const zt_ctx *x, float *p_, const float *g, float *m, float *v, size_t n,
        const zt_adam_args *a),
@@ -274,6 +279,7 @@ static void fill_table(zt_ops *t, const zt_ops *r) {
     ENTRY(lamb_apply_mixed);
     ENTRY(sum_to);
     ENTRY(lamb_moments_to);
+    ENTRY(xent_partial_combine);
 #undef ENTRY
 }
 

@@ -210,18 +210,18 @@ float zt_blocks_forward(zt_model *m, zt_blocks *k, int buffer, const int32_t *to
         /* The head's shard holds the columns [v0, v0 + V) of the vocabulary. */
         int v0, vn;
         zt_tp_vocab_range(m, (int)k->shape.V * m->stage.tp_size, &v0, &vn);
-        zt_tp_softmax_xent(m, &k->xent, k->host_losses, ha->logits, targets, (int)BT, v0, vn,
+        zt_tp_softmax_xent(m, &k->xent, ha->losses, ha->logits, targets, (int)BT, v0, vn,
                            grad_scale);
     } else {
         m->ctx.be->ops->softmax_xent(&m->ctx, ha->losses, ha->logits, targets, (int)BT,
                                      (int)k->shape.V, grad_scale);
-        if (m->loss_out) {
-            m->ctx.be->ops->sum_to(&m->ctx, m->loss_out, ha->losses, BT, ZT_F32, false);
-            return NAN;
-        }
-        zt_backend_copy(m->ctx.be, k->host_losses, ha->losses, BT * sizeof(float), ZT_COPY_D2H,
-                        ZT_STREAM_COMPUTE);
     }
+    if (m->loss_out) {
+        m->ctx.be->ops->sum_to(&m->ctx, m->loss_out, ha->losses, BT, ZT_F32, false);
+        return NAN;
+    }
+    zt_backend_copy(m->ctx.be, k->host_losses, ha->losses, BT * sizeof(float), ZT_COPY_D2H,
+                    ZT_STREAM_COMPUTE);
     double sum = 0.0;
     int counted = 0;
     for (size_t i = 0; i < BT; i++) {

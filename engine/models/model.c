@@ -98,6 +98,7 @@ void zt_model_destroy(zt_model *m) {
     if (!m)
         return;
     zt_comm_destroy(m->tp_share_comm);
+    free(m->tp_logits);
     m->ops->destroy(m);
 }
 

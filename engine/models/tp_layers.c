@@ -1,6 +1,5 @@
 /* Tensor parallelism inside a model (tp_layers.h): shards of whole tensors, the activation
  * all-reduce of Megatron's row-parallel layers, and the vocabulary-parallel cross-entropy. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +61,8 @@ zt_status zt_model_set_tp_comm(zt_model *m, zt_comm *c) {
         return zt_error(ZT_ERR_INVALID, "%s: tensor-parallel shard %d of %d needs a TP group of "
                         "%d ranks in which it is rank %d", m->spec.type, m->stage.tp_rank, tp, tp,
                         m->stage.tp_rank);
-    if (!m->ctx.be->ops->xent_partial_stats || !m->ctx.be->ops->xent_partial_grad)
+    const zt_ops *op = m->ctx.be->ops;
+    if (!op->xent_partial_stats || !op->xent_partial_combine || !op->xent_partial_grad)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: tensor parallelism needs the vocabulary-parallel "
                         "cross-entropy ops, which the %s backend does not have yet",
                         m->spec.type, m->ctx.be->name);
@@ -105,10 +105,15 @@ zt_status zt_model_logits(zt_model *m, size_t row, size_t rows, float *dst) {
     ZT_TRY(zt_model_tp_status(m));
     const size_t V = (size_t)m->spec.vocab_size, vn = V / (size_t)tp, part = rows * vn;
     /* Shard r's rows side by side at r · part, then each row put together from its slices. */
-    float *all = malloc((size_t)tp * part * sizeof *all);
-    if (!all)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory gathering %zu rows of logits",
-                        m->spec.type, rows);
+    if ((size_t)tp * part > m->tp_logits_n) {
+        float *grown = realloc(m->tp_logits, (size_t)tp * part * sizeof *grown);
+        if (!grown)
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory gathering %zu rows of logits",
+                            m->spec.type, rows);
+        m->tp_logits = grown;
+        m->tp_logits_n = (size_t)tp * part;
+    }
+    float *all = m->tp_logits;
     m->ops->logits(m, row, rows, all + (size_t)m->stage.tp_rank * part);
     zt_status s = zt_backend_sync(m->ctx.be);
     size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
@@ -122,7 +127,6 @@ zt_status zt_model_logits(zt_model *m, size_t row, size_t rows, float *dst) {
         for (int i = 0; i < tp; i++)
             memcpy(dst + n * V + (size_t)i * vn, all + (size_t)i * part + n * vn,
                    vn * sizeof *dst);
-    free(all);
     return s;
 }
 
@@ -176,15 +180,15 @@ void zt_tp_local_tokens(const int32_t *tokens, int n, int v0, int vn, bool targe
 /* ---- Vocabulary-parallel cross-entropy ---------------------------------------------------- */
 
 zt_status zt_tp_xent_init(zt_tp_xent *x, zt_model *m, size_t max_rows) {
-    const size_t tp = (size_t)zt_model_stage_tp(&m->stage);
-    *x = (zt_tp_xent){.max_rows = max_rows};
+    const int tp = zt_model_stage_tp(&m->stage);
+    *x = (zt_tp_xent){.max_rows = max_rows, .tp = tp};
     if (tp == 1)
         return ZT_OK;
-    x->stats = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, 3 * max_rows * sizeof(float));
+    x->stats = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE,
+                                3 * (size_t)tp * max_rows * sizeof(float));
     x->logz = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, max_rows * sizeof(float));
-    x->host = malloc((3 * tp + 1) * max_rows * sizeof(float));
     x->local = malloc(max_rows * sizeof(int32_t));
-    if (!x->stats || !x->logz || !x->host || !x->local)
+    if (!x->stats || !x->logz || !x->local)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory for the vocabulary-parallel loss of %zu "
                         "rows", m->spec.type, max_rows);
     return ZT_OK;
@@ -192,52 +196,33 @@ zt_status zt_tp_xent_init(zt_tp_xent *x, zt_model *m, size_t max_rows) {
 
 void zt_tp_xent_free(zt_tp_xent *x, zt_backend *be) {
     if (x->stats)
-        zt_backend_free(be, ZT_MEM_DEVICE, x->stats, 3 * x->max_rows * sizeof(float));
+        zt_backend_free(be, ZT_MEM_DEVICE, x->stats, 3 * (size_t)x->tp * x->max_rows *
+                        sizeof(float));
     if (x->logz)
         zt_backend_free(be, ZT_MEM_DEVICE, x->logz, x->max_rows * sizeof(float));
-    free(x->host);
     free(x->local);
     memset(x, 0, sizeof *x);
 }
 
-void zt_tp_softmax_xent(zt_model *m, zt_tp_xent *x, float *host_losses, void *logits,
+void zt_tp_softmax_xent(zt_model *m, zt_tp_xent *x, float *losses, void *logits,
                         const int32_t *targets, int N, int v0, int vn, float grad_scale) {
     const zt_ops *op = m->ctx.be->ops;
     const int tp = zt_model_stage_tp(&m->stage), r = m->stage.tp_rank;
     const size_t rows = (size_t)N, part = 3 * rows;
-    ZT_ASSERT(rows <= x->max_rows);
+    ZT_ASSERT(rows <= x->max_rows && tp == x->tp);
     zt_tp_local_tokens(targets, N, v0, vn, true, x->local);
-    op->xent_partial_stats(&m->ctx, x->stats, logits, x->local, N, vn);
     /* Every rank's stats side by side, the same on every rank, so every rank combines them in
      * the same order to the same log-partition. */
-    zt_backend_copy(m->ctx.be, x->host + (size_t)r * part, x->stats, part * sizeof(float),
-                    ZT_COPY_D2H, ZT_STREAM_COMPUTE);
-    note(m, zt_backend_sync(m->ctx.be));
+    op->xent_partial_stats(&m->ctx, x->stats + (size_t)r * part, logits, x->local, N, vn);
     size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
     for (int i = 0; i < tp; i++) {
         offsets[i] = (size_t)i * part;
         counts[i] = part;
     }
     if (m->tp_error == ZT_OK)
-        note(m, zt_comm_all_gather(m->tp_comm, x->host, (size_t)tp * part, offsets, counts,
-                                   ZT_F32));
-    float *logz = x->host + (size_t)tp * part;
-    for (size_t n = 0; n < rows; n++) {
-        float mx = x->host[3 * n], target = 0.0f;
-        for (int i = 1; i < tp; i++)
-            mx = fmaxf(mx, x->host[(size_t)i * part + 3 * n]);
-        double sum = 0.0;
-        for (int i = 0; i < tp; i++) {
-            const float *s = x->host + (size_t)i * part + 3 * n;
-            sum += (double)s[1] * exp((double)s[0] - mx);
-            target += s[2];
-        }
-        logz[n] = mx + (float)log(sum);
-        host_losses[n] = targets[n] >= 0 ? logz[n] - target : 0.0f;
-    }
-    if (grad_scale == 0.0f)
-        return;
-    zt_backend_copy(m->ctx.be, x->logz, logz, rows * sizeof(float), ZT_COPY_H2D,
-                    ZT_STREAM_COMPUTE);
-    op->xent_partial_grad(&m->ctx, logits, x->logz, x->local, N, vn, grad_scale);
+        note(m, zt_comm_dev_all_gather(m->tp_comm, x->stats, (size_t)tp * part, offsets, counts,
+                                       ZT_F32));
+    op->xent_partial_combine(&m->ctx, x->logz, losses, x->stats, x->local, N, tp);
+    if (grad_scale != 0.0f)
+        op->xent_partial_grad(&m->ctx, logits, x->logz, x->local, N, vn, grad_scale);
 }

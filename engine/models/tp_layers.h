@@ -34,19 +34,27 @@ void zt_tp_vocab_range(const zt_model *m, int V, int *v0, int *vn);
  * `targets`, a negative tokens[i] (no target) becomes ZT_XENT_IGNORED. */
 void zt_tp_local_tokens(const int32_t *tokens, int n, int v0, int vn, bool targets, int32_t *dst);
 
-/* The vocabulary-parallel cross-entropy's buffers for rows of at most max_rows. */
+/* The vocabulary-parallel cross-entropy's buffers for rows of at most max_rows. The stats of
+ * the shards travel and combine in device memory, so a step's loss waits for nothing. */
 typedef struct {
-    float *stats, *logz;  /* device: [3 · max_rows], [max_rows] */
-    float *host;          /* host: [3 · max_rows · tp] gathered stats, then [max_rows] logz */
+    float *stats;         /* device: [tp · 3 · max_rows] every shard's stats side by side */
+    float *logz;          /* device: [max_rows] the rows' log-partitions */
     int32_t *local;       /* host: [max_rows] local targets */
     size_t max_rows;
+    int tp;
 } zt_tp_xent;
 
 /* Host bytes zt_blocks_init_tp takes for a shard of tp ranks with rows tokens a micro-batch
- * (the local tokens, and with the head the loss's gathered statistics; the loss's device
- * buffers, 4 floats a row, come on top): the estimate's share (0 without TP). */
+ * (the local tokens, and with the head the loss's local targets): the estimate's share (0
+ * without TP). */
 static inline uint64_t zt_tp_host_bytes(int tp, uint64_t rows) {
-    return tp > 1 ? rows * (sizeof(int32_t) * 2 + (3 * (uint64_t)tp + 1) * sizeof(float)) : 0;
+    return tp > 1 ? rows * sizeof(int32_t) * 2 : 0;
+}
+
+/* Device bytes of the loss's buffers (zt_tp_xent: 3 · tp + 1 floats a row), which the
+ * activations' estimate adds (0 without TP). */
+static inline uint64_t zt_tp_device_bytes(int tp, uint64_t rows) {
+    return tp > 1 ? rows * (3 * (uint64_t)tp + 1) * sizeof(float) : 0;
 }
 
 /* Takes nothing without TP. The model's ctx, spec and stage must be set. */
@@ -55,9 +63,11 @@ void zt_tp_xent_free(zt_tp_xent *x, zt_backend *be);
 
 /* softmax_xent (ops.h) over the TP group: logits[N, vn] is this rank's shard of the columns
  * [v0, v0 + vn) of the vocabulary; targets are global ids (host memory). Writes every row's
- * loss into host_losses[N] (the same on every TP rank) and, with grad_scale != 0, overwrites the
- * shard with its gradient. */
-void zt_tp_softmax_xent(zt_model *m, zt_tp_xent *x, float *host_losses, void *logits,
+ * loss into losses[N] (fp32 device memory; the same on every TP rank) and, with grad_scale !=
+ * 0, overwrites the shard with its gradient. The shards' statistics are all-gathered and
+ * combined on the device (op xent_partial_combine), in stream order: nothing waits for the
+ * device here (a transport that reduces in host memory stages the gather, comm.h). */
+void zt_tp_softmax_xent(zt_model *m, zt_tp_xent *x, float *losses, void *logits,
                         const int32_t *targets, int N, int v0, int vn, float grad_scale);
 
 #endif

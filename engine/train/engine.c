@@ -347,12 +347,9 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     /* Deferred, the loss stays on the device until the step's one synchronisation. A batch of
      * packed documents is too when the model keeps a step's micro-batches' document tables
      * apart (upload_slots; else it rewrites pinned tables that only a wait keeps from being
-     * overwritten in flight). A tensor-parallel loss is read at once: the shards combine it on
-     * the host. */
+     * overwritten in flight). A tensor-parallel loss too: its shards combine it on the device. */
     const bool defer = !loss &&
-                       (!b->doc_pos ||
-                        e->model->upload_slots >= e->ds.gradient_accumulation_steps) &&
-                       zt_model_stage_tp(&e->model->stage) == 1;
+                       (!b->doc_pos || e->model->upload_slots >= e->ds.gradient_accumulation_steps);
     if (defer)
         e->model->loss_out = zt_step_readback_defer(&e->rb, micro, counted, share);
     float l = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);

@@ -65,6 +65,8 @@ void zt_cpu_silu_mul_backward(float *dgate, float *dup, const float *dout, const
  * vocabulary-parallel cross-entropy */
 void zt_cpu_xent_partial_stats(float *stats, const float *logits, const int32_t *targets, int N,
                                int V);
+void zt_cpu_xent_partial_combine(float *logz, float *losses, const float *stats,
+                                 const int32_t *targets, int N, int shards);
 void zt_cpu_xent_partial_grad(float *logits, const float *logz, const int32_t *targets, int N,
                               int V, float grad_scale);
 void zt_cpu_softmax_xent(float *losses, float *logits, const int32_t *targets, int N, int V,

@@ -131,6 +131,13 @@ static void xent_partial_grad(const zt_ctx *x, void *logits, const float *logz,
         zt_cpu_round_to(logits, (size_t)N * V, x->act);
 }
 
+static void xent_partial_combine(const zt_ctx *x, float *logz, float *losses,
+                                 const float *stats, const int32_t *targets, int N,
+                                 int shards) {
+    (void)x;
+    zt_cpu_xent_partial_combine(logz, losses, stats, targets, N, shards);
+}
+
 static void adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v, size_t n,
                         const zt_adam_args *a) {
     (void)x;
@@ -279,6 +286,7 @@ static const zt_ops cpu_ops = {
     .softmax_xent = softmax_xent,
     .xent_partial_stats = xent_partial_stats,
     .xent_partial_grad = xent_partial_grad,
+    .xent_partial_combine = xent_partial_combine,
     .adam_update = adam_update,
     .sgd_update = sgd_update,
     .adam_update_mixed = adam_update_mixed,

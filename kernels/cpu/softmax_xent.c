@@ -57,6 +57,30 @@ void zt_cpu_xent_partial_stats(float *stats, const float *logits, const int32_t 
     }
 }
 
+/* The shards' stats combined (ops.h, xent_partial_combine): the maxima's maximum M, then in
+ * shard order the rescaled sums in double, each term added with one rounding (an fma, which a
+ * GPU kernel can match: a compiler free to contract would choose per build), and the target
+ * logits in fp32; the log-partition and the loss. */
+void zt_cpu_xent_partial_combine(float *logz, float *losses, const float *stats,
+                                 const int32_t *targets, int N, int shards) {
+    const size_t part = 3 * (size_t)N;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *row = stats + 3 * (size_t)n;
+        float mx = row[0], target = 0.0f;
+        for (int s = 1; s < shards; s++)
+            mx = fmaxf(mx, row[(size_t)s * part]);
+        double sum = 0.0;
+        for (int s = 0; s < shards; s++) {
+            const float *st = row + (size_t)s * part;
+            sum = fma((double)st[1], exp((double)st[0] - mx), sum);
+            target += st[2];
+        }
+        logz[n] = mx + (float)log(sum);
+        losses[n] = targets[n] == ZT_XENT_IGNORED ? 0.0f : logz[n] - target;
+    }
+}
+
 /* The shard's gradient from the whole row's log-partition logz[n]: grad_scale · (softmax -
  * onehot) over the shard's columns; a row whose target is ZT_XENT_IGNORED gets zeros. */
 void zt_cpu_xent_partial_grad(float *logits, const float *logz, const int32_t *targets, int N,

@@ -258,6 +258,8 @@ void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logits, const in
                           int N, int V, float grad_scale);
 void zt_cuda_xent_partial_stats(const zt_ctx *x, float *stats, const void *logits,
                                 const int32_t *targets, int N, int V);
+void zt_cuda_xent_partial_combine(const zt_ctx *x, float *logz, float *losses,
+                                  const float *stats, const int32_t *targets, int N, int shards);
 void zt_cuda_xent_partial_grad(const zt_ctx *x, void *logits, const float *logz,
                                const int32_t *targets, int N, int V, float grad_scale);
 void zt_cuda_adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v, size_t n,

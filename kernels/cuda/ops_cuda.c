@@ -25,6 +25,7 @@ static const zt_ops cuda_ops = {
     .softmax_xent = zt_cuda_softmax_xent,
     .xent_partial_stats = zt_cuda_xent_partial_stats,
     .xent_partial_grad = zt_cuda_xent_partial_grad,
+    .xent_partial_combine = zt_cuda_xent_partial_combine,
     .adam_update = zt_cuda_adam_update,
     .sgd_update = zt_cuda_sgd_update,
     .adam_update_mixed = zt_cuda_adam_update_mixed,

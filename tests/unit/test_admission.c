@@ -205,13 +205,13 @@ static uint64_t gpt2_shard_params(uint64_t L, uint64_t C, uint64_t V, uint64_t T
  * fch_gelu (4) at 1/tp, the statistics, and the softmax of its NH/tp heads; the embedding output,
  * the final norm, the logits of its V/tp rows, the losses; the backward's dres, dln and datty
  * (carved at the whole width) whole, dqkv and dfch at 1/tp; and the vocabulary-parallel loss's
- * 4 floats a token. */
+ * 3·tp + 1 floats a token (every shard's three statistics, gathered, and the log-partition). */
 static uint64_t gpt2_shard_activations(uint64_t B, uint64_t T, uint64_t C, uint64_t NH,
                                        uint64_t V, uint64_t L, uint64_t tp) {
     uint64_t BT = B * T, att = B * NH / tp * T * T;
     uint64_t per_layer = 4 * BT * C + 12 * BT * C / tp + 4 * BT + att;
     return 4 * (BT * C + L * per_layer + BT * C + 2 * BT + BT * V / tp + BT + 3 * BT * C +
-                7 * BT * C / tp + att + 4 * BT);
+                7 * BT * C / tp + att + (3 * tp + 1) * BT);
 }
 
 /* Tensor parallelism: every term is a shard's, and ZeRO partitions it over world / tp ranks

@@ -3,9 +3,12 @@
  * shm transport, which stages device buffers through host memory (as ranks sharing one GPU do).
  * GPT-2 trains four steps of two micro-batches each with gradient clipping at ZeRO 0-3, fp32 and
  * bf16, and with LAMB, the optimizer offloaded to the CPU, and Llama on loss-masked packed
- * documents. Per step, from the second on, every rank counts inside the emulated runtime
- * (zt_emu_sync_counts) the host's waits, the device-to-host copies and the uploads from pageable
- * memory, and, apart, the staging copies the transport made (zt_comm_dev_counts: one wait and one
+ * documents; and the two ranks train as the two shards of one tensor-parallel replica (dp 1 ×
+ * tp 2): GPT-2 and Llama with grouped-query attention, fp32 and bf16, ZeRO 0 and 1, Llama with
+ * one kv head both shards hold, and Llama on packed documents. Per step, from the second on,
+ * every rank counts inside the emulated runtime (zt_emu_sync_counts) the host's waits, the
+ * device-to-host copies and the uploads from pageable memory, and, apart, the staging copies the
+ * transport made on every communicator the engine uses (zt_comm_dev_counts: one wait and one
  * read-back for each copy to host memory, one pageable upload for each copy back), which a
  * transport that reduces on the host cannot avoid. What is left is the step's own: at most the
  * case's allowance (one wait and one read-back: the losses and the norm, where nothing else is
@@ -29,6 +32,7 @@
 #include "ztrain/job_spec.h"
 #include "ztrain/loss_mask.h"
 #include "ztrain/model.h"
+#include "ztrain/tp.h"
 
 enum { STEPS = 4, GAS = 2, WORLD = 2, NTOK = 8192 };
 
@@ -41,7 +45,13 @@ typedef void (*counts_fn)(unsigned long long out[3]);
     "{\"type\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 2, \"n_embd\": 32, "       \
     "\"intermediate_size\": 48, \"vocab_size\": 256, \"block_size\": 16, "                     \
     "\"tie_word_embeddings\": false}"
+#define LLAMA_MQA                                                                             \
+    "{\"type\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 1, \"n_embd\": 32, "       \
+    "\"intermediate_size\": 48, \"vocab_size\": 256, \"block_size\": 16, "                     \
+    "\"tie_word_embeddings\": false}"
 #define BF16 "\"bf16\": {\"enabled\": true}, "
+/* Tensor parallelism over both ranks (dp 1 × tp 2): the ranks are one model's two shards. */
+#define TP2 "\"tensor_parallel\": {\"autotp_size\": 2}, "
 #define ADAMW "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1, \"eps\": 1e-4}}"
 /* LAMB is not among ZeRO's tested optimizers: every job opts in (AdamW is unaffected). */
 #define LAMB "{\"type\": \"Lamb\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}"
@@ -53,24 +63,39 @@ typedef struct {
     const char *zero_extra; /* more of zero_optimization, or "" */
     bool masked;            /* the loss-masked packed documents of train.bin */
     int waits;              /* the step's own waits and read-backs allowed */
+    int tp;                 /* the TP size: 1, or 2 (both ranks one model's shards) */
 } run_case;
 
 static const run_case cases[] = {
-    {"gpt2 fp32 ZeRO 0", GPT2, "", ADAMW, 0, "", false, 1},
-    {"gpt2 fp32 ZeRO 1", GPT2, "", ADAMW, 1, "", false, 1},
-    {"gpt2 fp32 ZeRO 2", GPT2, "", ADAMW, 2, "", false, 1},
-    {"gpt2 fp32 ZeRO 3", GPT2, "", ADAMW, 3, "", false, 1},
-    {"gpt2 bf16 ZeRO 0", GPT2, BF16, ADAMW, 0, "", false, 1},
-    {"gpt2 bf16 ZeRO 1", GPT2, BF16, ADAMW, 1, "", false, 1},
-    {"gpt2 bf16 ZeRO 2", GPT2, BF16, ADAMW, 2, "", false, 1},
-    {"gpt2 bf16 ZeRO 3", GPT2, BF16, ADAMW, 3, "", false, 1},
+    {"gpt2 fp32 ZeRO 0", GPT2, "", ADAMW, 0, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 1", GPT2, "", ADAMW, 1, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 2", GPT2, "", ADAMW, 2, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 3", GPT2, "", ADAMW, 3, "", false, 1, 1},
+    {"gpt2 bf16 ZeRO 0", GPT2, BF16, ADAMW, 0, "", false, 1, 1},
+    {"gpt2 bf16 ZeRO 1", GPT2, BF16, ADAMW, 1, "", false, 1, 1},
+    {"gpt2 bf16 ZeRO 2", GPT2, BF16, ADAMW, 2, "", false, 1, 1},
+    {"gpt2 bf16 ZeRO 3", GPT2, BF16, ADAMW, 3, "", false, 1, 1},
     /* LAMB reads its trust ratios' sums of squares back after the first pass, which runs on
      * the clipped gradients: a second wait (docs/gpu.md). */
-    {"gpt2 fp32 ZeRO 1 LAMB", GPT2, "", LAMB, 1, "", false, 2},
+    {"gpt2 fp32 ZeRO 1 LAMB", GPT2, "", LAMB, 1, "", false, 2, 1},
     /* The host runs the offloaded update: it waits for each tile's gradients (one tile here). */
     {"gpt2 bf16 ZeRO 2 offload cpu", GPT2, BF16, ADAMW, 2,
-     ", \"offload_optimizer\": {\"device\": \"cpu\"}", false, 2},
-    {"llama fp32 ZeRO 2 masked docs", LLAMA, "", ADAMW, 2, "", true, 1},
+     ", \"offload_optimizer\": {\"device\": \"cpu\"}", false, 2, 1},
+    {"llama fp32 ZeRO 2 masked docs", LLAMA, "", ADAMW, 2, "", true, 1, 1},
+    /* Tensor parallelism over both ranks (dp 1 × tp 2), at the ZeRO stages TP trains with
+     * the pipeline too (here ZeRO partitions over the one replica). Llama's four query heads
+     * share two kv heads (GQA), one a shard; with one kv head both shards hold it and sum its
+     * gradients (tp_share_comm). */
+    {"gpt2 fp32 tp 2 ZeRO 0", GPT2, "", ADAMW, 0, "", false, 1, 2},
+    {"gpt2 fp32 tp 2 ZeRO 1", GPT2, "", ADAMW, 1, "", false, 1, 2},
+    {"gpt2 bf16 tp 2 ZeRO 0", GPT2, BF16, ADAMW, 0, "", false, 1, 2},
+    {"gpt2 bf16 tp 2 ZeRO 1", GPT2, BF16, ADAMW, 1, "", false, 1, 2},
+    {"llama fp32 tp 2 ZeRO 0", LLAMA, "", ADAMW, 0, "", false, 1, 2},
+    {"llama fp32 tp 2 ZeRO 1", LLAMA, "", ADAMW, 1, "", false, 1, 2},
+    {"llama bf16 tp 2 ZeRO 0", LLAMA, BF16, ADAMW, 0, "", false, 1, 2},
+    {"llama bf16 tp 2 ZeRO 1", LLAMA, BF16, ADAMW, 1, "", false, 1, 2},
+    {"llama fp32 tp 2 ZeRO 1 one kv head", LLAMA_MQA, "", ADAMW, 1, "", false, 1, 2},
+    {"llama fp32 tp 2 ZeRO 1 masked docs", LLAMA, "", ADAMW, 1, "", true, 1, 2},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -93,6 +118,22 @@ static zt_comm *connect(const char *what, int rank) {
     return c;
 }
 
+/* The device collectives' counts of the communicators a rank's engine uses, added up. */
+static zt_comm_dev_stats dev_counts(zt_comm *const used[3]) {
+    zt_comm_dev_stats sum = {0};
+    for (int i = 0; i < 3; i++) {
+        if (!used[i])
+            continue;
+        zt_comm_dev_stats s = zt_comm_dev_counts(used[i]);
+        sum.calls += s.calls;
+        sum.payload_bytes += s.payload_bytes;
+        sum.reduced_bytes += s.reduced_bytes;
+        sum.staged_waits += s.staged_waits;
+        sum.staged_uploads += s.staged_uploads;
+    }
+    return sum;
+}
+
 /* Trains the case on one rank and fills losses[STEPS] (the mean of the step's micro-batches);
  * with counts, what it measured. */
 static bool train(const run_case *c, int rank, zt_device device, counts_fn counts,
@@ -102,12 +143,12 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
              "{\"name\": \"syncs\", \"world_size\": %d, \"model\": %s, \"data\": {\"train\": "
              "\"%s\"%s}, \"train\": {\"max_steps\": %d}, \"deepspeed\": "
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
-             "%s\"gradient_clipping\": 1.0, \"zero_allow_untested_optimizer\": true, "
+             "%s%s\"gradient_clipping\": 1.0, \"zero_allow_untested_optimizer\": true, "
              "\"zero_optimization\": {\"stage\": %d%s}, "
              "\"optimizer\": %s}}",
              WORLD, c->model, c->masked ? "train.bin" : "train.txt",
-             c->masked ? ", \"format\": \"masked\"" : "", STEPS, GAS, c->precision, c->stage,
-             c->zero_extra, c->optimizer);
+             c->masked ? ", \"format\": \"masked\"" : "", STEPS, GAS, c->precision,
+             c->tp > 1 ? TP2 : "", c->stage, c->zero_extra, c->optimizer);
     char tag[64];
     snprintf(tag, sizeof tag, "%td-%s", c - cases, device == ZT_DEVICE_CPU ? "cpu" : "cuda");
     zt_comm *comm = connect(tag, rank);
@@ -118,19 +159,41 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
     zt_engine *e = NULL;
     zt_engine_options opts = {.seed = 5, .shuffle = true, .threads = 1, .device = device,
                               .rank = rank, .comm = comm, .job_name = tag};
+    /* With TP both ranks are the shards of one replica, as the trainer sets them up: the TP
+     * group is every rank, and there is no data-parallel group. */
+    zt_tp_groups groups = {0};
+    zt_grid grid;
+    if (c->tp > 1) {
+        if (zt_grid_of(rank, WORLD, 1, c->tp, &grid) != ZT_OK ||
+            zt_tp_groups_create(&groups, comm, &grid) != ZT_OK) {
+            CHECK(false, "rank %d, the TP groups of %s: %s", rank, c->name, zt_last_error());
+            zt_comm_destroy(comm);
+            return false;
+        }
+        opts.comm = groups.dp;
+        opts.rank = grid.replica;
+        opts.tp_size = c->tp;
+        opts.tp_rank = grid.tp_rank;
+        opts.tp_comm = groups.tp;
+    }
+    /* The communicators whose device collectives the step's counts set apart: the data-parallel
+     * one, the TP group, and the group of the shards sharing a kv head (the model's). */
+    zt_comm *used[3] = {opts.comm, opts.tp_comm, NULL};
     if (zt_job_spec_parse(&job, json, "job", check_tmpdir) != ZT_OK ||
         zt_dataset_open_train(&data, &job.data, job.model.vocab_size) != ZT_OK ||
         zt_engine_create(&e, &job.ds, &job.model, &data, &opts) != ZT_OK) {
         CHECK(false, "rank %d, setup of %s: %s", rank, json, zt_last_error());
+        zt_tp_groups_destroy(&groups);
         zt_comm_destroy(comm);
         return false;
     }
     bool ok = true;
+    used[2] = zt_engine_model(e)->tp_share_comm;
     if (out)
         out->n_padded = zt_engine_model(e)->n_padded;
     for (int s = 0; s < STEPS && ok; s++) {
         unsigned long long before[3] = {0}, after[3] = {0};
-        zt_comm_dev_stats cb = zt_comm_dev_counts(comm);
+        zt_comm_dev_stats cb = dev_counts(used);
         if (counts)
             counts(before);
         for (int m = 0; m < GAS && ok; m++) {
@@ -143,7 +206,7 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
         }
         if (counts)
             counts(after);
-        zt_comm_dev_stats ca = zt_comm_dev_counts(comm);
+        zt_comm_dev_stats ca = dev_counts(used);
         const float *l = zt_engine_step_losses(e);
         losses[s] = ((double)l[0] + l[1]) / 2;
         if (!out)
@@ -162,6 +225,7 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
     zt_engine_destroy(e);
     zt_dataset_close(&data);
     zt_job_spec_free(&job);
+    zt_tp_groups_destroy(&groups);
     zt_comm_destroy(comm);
     return ok;
 }

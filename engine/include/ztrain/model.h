@@ -153,11 +153,16 @@ struct zt_model {
      * that piece are summed: a group of tp_comm made by zt_model_set_tp_comm (owned). NULL when
      * no tensor is shared so. */
     struct zt_comm *tp_share_comm;
+    /* zt_model_logits' host buffer under tensor parallelism (owned): every shard's slice of the
+     * rows asked, side by side, tp_logits_n floats; grown to the most rows asked, then reused,
+     * since sampling asks for one row a token. */
+    float *tp_logits;
+    size_t tp_logits_n;
     /* When not NULL (the engine sets it around a training forward whose loss it reads back
      * later, at the step's one synchronisation): one double of device memory into which the
      * forward sums its token losses (ignored targets add 0) instead of reading them back, and
-     * forward() then returns NAN. Without tensor parallelism only: a TP forward combines its
-     * shards' losses on the host and returns the loss as ever. */
+     * forward() then returns NAN. A TP forward too: its shards' losses are combined on the
+     * device (every TP rank holds the same sum). */
     double *loss_out;
     /* How many micro-batches may be queued on the device at once with host tables of their own
      * (packed documents' positions, Llama's rotary rows for them): the engine's micro-batches

@@ -246,15 +246,25 @@ typedef struct zt_ops {
      * the logits): logits[N,V] is this shard's columns, targets (host memory) a local column, or
      * -1 when another shard holds the target, or ZT_XENT_IGNORED for a row without one. The
      * stats half writes stats[3N] (fp32 device memory): per row the shard's maximum m, the sum
-     * of exp(logit - m), and the target's logit (0 when not here). The caller combines the
-     * shards' stats into the row's log-partition logz[N] (fp32 device memory) and the grad half
-     * overwrites logits with grad_scale · (exp(logit - logz) - onehot(target)) (zeros for an
-     * ignored row), an activation gradient. NULL on a backend without them, which then cannot
-     * train with tensor parallelism. */
+     * of exp(logit - m), and the target's logit (0 when not here). The combine half turns every
+     * shard's stats, gathered side by side, into the row's log-partition logz[N] and loss
+     * losses[N] (fp32 device memory), and the grad half overwrites logits with grad_scale ·
+     * (exp(logit - logz) - onehot(target)) (zeros for an ignored row), an activation gradient.
+     * NULL on a backend without them, which then cannot train with tensor parallelism. */
     void (*xent_partial_stats)(const zt_ctx *x, float *stats, const void *logits,
                                const int32_t *targets, int N, int V);
     void (*xent_partial_grad)(const zt_ctx *x, void *logits, const float *logz,
                               const int32_t *targets, int N, int V, float grad_scale);
+    /* stats[shards · 3N] holds shard s's xent_partial_stats at s · 3N (fp32 device memory);
+     * targets (host memory) are one shard's local targets, of which only ZT_XENT_IGNORED is
+     * read. Per row, in shard order: M the maxima's maximum (fp32), S the sum in double of
+     * sum_s · exp(m_s - M) (each term added with one rounding, fma), t the fp32 sum of the
+     * target logits; logz[n] = M + (float)log(S) and losses[n] = logz[n] - t, 0 for an ignored
+     * row. Every backend computes these same operations in this order, so a row's results do
+     * not depend on where it is combined (the CPU's and a GPU's exp and log may still differ in
+     * the last bit of a double). x->act is not used. */
+    void (*xent_partial_combine)(const zt_ctx *x, float *logz, float *losses, const float *stats,
+                                 const int32_t *targets, int N, int shards);
 
     /* ---- optimizer and gradient ops (flat slices; x->act is not used) --------------------- */
 

@@ -134,7 +134,7 @@ static const struct {
     ENTRY(attention_forward), ENTRY(attention_backward),
     ENTRY(gelu_forward),      ENTRY(gelu_backward),      ENTRY(silu_mul_forward),
     ENTRY(silu_mul_backward), ENTRY(add),                ENTRY(softmax_xent),
-    ENTRY(xent_partial_stats), ENTRY(xent_partial_grad),
+    ENTRY(xent_partial_stats), ENTRY(xent_partial_grad), ENTRY(xent_partial_combine),
     ENTRY(adam_update),       ENTRY(sgd_update),         ENTRY(adam_update_mixed),
     ENTRY(sgd_update_mixed),  ENTRY(lamb_moments),       ENTRY(lamb_apply),
     ENTRY(lamb_moments_to),

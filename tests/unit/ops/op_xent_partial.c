@@ -1,8 +1,9 @@
-/* xent_partial_stats and xent_partial_grad, the vocabulary-parallel cross-entropy's halves: every
- * backend against the CPU, and the CPU's shards, combined as ztrain's tensor-parallel loss
- * combines them (the maxima's maximum, the rescaled sums), against the whole-row softmax_xent
- * op: the same losses and, shard by shard, the same gradient. Ignored rows and targets held by
- * another shard included. */
+/* xent_partial_stats, xent_partial_combine and xent_partial_grad, the vocabulary-parallel
+ * cross-entropy's three parts: every backend against the CPU (the combine bit for bit, from the
+ * same gathered stats), the CPU's combine against a double-precision log-sum-exp over the whole
+ * rows, and the CPU's shards, combined by the op, against the whole-row softmax_xent op: the
+ * same losses and, shard by shard, the same gradient. Ignored rows and targets held by another
+ * shard included. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,19 +66,39 @@ static void xp_run(zt_backend *be, zt_dtype act, const xp_case *c, int s, const 
     free(nans), free(shard), free(local);
 }
 
-/* Every shard's stats combined into each row's log-partition and loss. */
-static void xp_combine(const xp_case *c, float *const *stats, float *logz, float *loss) {
+/* The combine op on be over the shards' stats gathered side by side (all[s] shard s's). */
+static void xp_combine(zt_backend *be, const xp_case *c, float *const *all, float *logz,
+                       float *loss) {
+    const size_t part = 3 * (size_t)c->N;
+    float *side = zt_test_zeros((size_t)c->shards * part);
+    for (int s = 0; s < c->shards; s++)
+        memcpy(side + (size_t)s * part, all[s], part * sizeof *side);
+    int32_t *local = calloc(c->N, sizeof *local);
+    free(xp_shard(c, 0, local));
+    zt_test_dev d;
+    zt_test_dev_init(&d, be, ZT_F32);
+    float *nans = zt_test_nans(c->N);
+    float *dstats = zt_test_dev_f32(&d, side, (size_t)c->shards * part);
+    float *dlogz = zt_test_dev_f32(&d, nans, c->N), *dloss = zt_test_dev_f32(&d, nans, c->N);
+    be->ops->xent_partial_combine(&d.ctx, dlogz, dloss, dstats, local, c->N, c->shards);
+    zt_test_dev_get_f32(&d, logz, dlogz, c->N);
+    zt_test_dev_get_f32(&d, loss, dloss, c->N);
+    zt_test_dev_finish(&d);
+    free(side), free(local), free(nans);
+}
+
+/* The reference: each whole row's log-partition log Σ exp(x) in double (shifted by the row's
+ * maximum) and its loss, 0 for an ignored row. */
+static void xp_reference(const xp_case *c, double *logz, double *loss) {
     for (int n = 0; n < c->N; n++) {
-        float mx = stats[0][3 * n], target = 0.0f;
-        for (int s = 1; s < c->shards; s++)
-            mx = fmaxf(mx, stats[s][3 * n]);
-        double sum = 0.0;
-        for (int s = 0; s < c->shards; s++) {
-            sum += (double)stats[s][3 * n + 1] * exp((double)stats[s][3 * n] - mx);
-            target += stats[s][3 * n + 2];
-        }
-        logz[n] = mx + (float)log(sum);
-        loss[n] = c->targets[n] >= 0 ? logz[n] - target : 0.0f;
+        const float *x = c->logits + (size_t)n * c->V;
+        double mx = x[0], sum = 0.0;
+        for (int v = 1; v < c->V; v++)
+            mx = fmax(mx, x[v]);
+        for (int v = 0; v < c->V; v++)
+            sum += exp((double)x[v] - mx);
+        logz[n] = mx + log(sum);
+        loss[n] = c->targets[n] >= 0 ? logz[n] - x[c->targets[n]] : 0.0;
     }
 }
 
@@ -85,6 +106,7 @@ static void xp_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rn
     for (int k = 0; k < 3; k++) {
         xp_case c = xp_make(r, zt_test_int(r, 1, 9), zt_test_int(r, 1, 40), 2 + k, act);
         const int Vs = c.V / c.shards;
+        float *stats[8];
         for (int s = 0; s < c.shards; s++) {
             float *want = zt_test_zeros(3 * (size_t)c.N), *got = zt_test_zeros(3 * (size_t)c.N);
             float *gw = zt_test_zeros((size_t)c.N * Vs), *gg = zt_test_zeros((size_t)c.N * Vs);
@@ -96,8 +118,21 @@ static void xp_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rn
                      be->name, zt_dtype_name(act), c.N, c.V, s, c.shards);
             CHECK_CLOSE(got, want, 3 * (size_t)c.N, zt_test_tol(act), "%s: stats", at);
             CHECK_CLOSE(gg, gw, (size_t)c.N * Vs, zt_test_tol(act), "%s: gradient", at);
-            free(want), free(got), free(gw), free(gg), free(logz);
+            stats[s] = want;
+            free(got), free(gw), free(gg), free(logz);
         }
+        /* The same gathered stats combined on both: the same operations in the same order. */
+        float *lw = zt_test_zeros(c.N), *lg = zt_test_zeros(c.N);
+        float *zw = zt_test_zeros(c.N), *zg = zt_test_zeros(c.N);
+        xp_combine(cpu, &c, stats, zw, lw);
+        xp_combine(be, &c, stats, zg, lg);
+        CHECK_SAME(zg, zw, c.N, "xent_partial_combine %s vs cpu at %s, N=%d in %d shards: logz",
+                   be->name, zt_dtype_name(act), c.N, c.shards);
+        CHECK_SAME(lg, lw, c.N, "xent_partial_combine %s vs cpu at %s, N=%d in %d shards: "
+                   "losses", be->name, zt_dtype_name(act), c.N, c.shards);
+        for (int s = 0; s < c.shards; s++)
+            free(stats[s]);
+        free(lw), free(lg), free(zw), free(zg);
         free(c.logits), free(c.targets);
     }
 }
@@ -126,7 +161,9 @@ static void xp_against_whole(zt_backend *cpu, zt_test_rng *r) {
             xp_run(cpu, ZT_F32, &c, s, NULL, stats[s], NULL);
         }
         float *logz = zt_test_zeros(N), *loss = zt_test_zeros(N);
-        xp_combine(&c, stats, logz, loss);
+        xp_combine(cpu, &c, stats, logz, loss);
+        double *ref_logz = calloc(N, sizeof *ref_logz), *ref_loss = calloc(N, sizeof *ref_loss);
+        xp_reference(&c, ref_logz, ref_loss);
         float *got_grad = zt_test_zeros((size_t)N * V);
         for (int s = 0; s < c.shards; s++) {
             xp_run(cpu, ZT_F32, &c, s, logz, stats[s], grads[s]);
@@ -136,17 +173,23 @@ static void xp_against_whole(zt_backend *cpu, zt_test_rng *r) {
         }
         char at[96];
         snprintf(at, sizeof at, "xent_partial cpu N=%d V=%d in %d shards", N, V, c.shards);
+        CHECK_CLOSE(logz, ref_logz, N, ZT_TEST_TOL_FWD, "%s: combined log-partition against "
+                    "the double reference", at);
+        CHECK_CLOSE(loss, ref_loss, N, ZT_TEST_TOL_FWD, "%s: combined losses against the "
+                    "double reference", at);
         CHECK_CLOSE(loss, want_loss, N, ZT_TEST_TOL_FWD, "%s: losses against softmax_xent", at);
         CHECK_CLOSE(got_grad, want_grad, (size_t)N * V, ZT_TEST_TOL_FWD,
                     "%s: gradient against softmax_xent", at);
         for (int s = 0; s < c.shards; s++)
             free(stats[s]), free(grads[s]);
         free(nans), free(want_loss), free(want_grad), free(logz), free(loss), free(got_grad);
+        free(ref_logz), free(ref_loss);
         free(c.logits), free(c.targets);
     }
 }
 
-static const char *const entries[] = {"xent_partial_stats", "xent_partial_grad", NULL};
+static const char *const entries[] = {"xent_partial_stats", "xent_partial_combine",
+                                      "xent_partial_grad", NULL};
 
 static void check(const zt_test_env *env) {
     if (!zt_test_each_backend(env, "xent_partial", entries, true, xp_compare))
