@@ -52,7 +52,9 @@ static zt_status open_shard(reshard *r, int p, const char *dir, const char *tag)
         snprintf(sdir, sizeof sdir, "%s", dir);
     else
         zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, p);
-    ZT_TRY(zt_ckpt_weights_open(&sh->w, sdir, tag, &spec));
+    /* A plain checkpoint's weights are open already: its layout was read from them. */
+    if (!sh->w)
+        ZT_TRY(zt_ckpt_weights_open(&sh->w, sdir, tag, &spec));
     const int n = r->layout.n, have = zt_ckpt_weights_count(sh->w);
     sh->index = malloc((size_t)(n ? n : 1) * sizeof *sh->index);
     sh->flat = malloc((size_t)(n ? n : 1) * sizeof *sh->flat);
@@ -233,12 +235,10 @@ static zt_status fill(void *ctx, zt_engine *e, int64_t optimizer_step) {
     return s;
 }
 
-/* The layout of a checkpoint saved without tensor parallelism: its own tensors, each whole
- * (dim -1), at the shapes it saved them, which fill() then checks against the model's. */
-static zt_status plain_layout(zt_ckpt_tp_layout *l, const char *dir, const char *tag) {
-    zt_ckpt_weights *w;
-    zt_model_spec spec;
-    ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, &spec));
+/* The layout of a checkpoint saved without tensor parallelism, from its open weights w: its own
+ * tensors, each whole (dim -1), at the shapes it saved them, which fill() then checks against the
+ * model's. */
+static zt_status plain_layout(zt_ckpt_tp_layout *l, const zt_ckpt_weights *w, const char *dir) {
     const int n = zt_ckpt_weights_count(w);
     zt_status s = ZT_OK;
     *l = (zt_ckpt_tp_layout){.tp = 1, .t = calloc((size_t)(n ? n : 1), sizeof *l->t)};
@@ -256,7 +256,6 @@ static zt_status plain_layout(zt_ckpt_tp_layout *l, const char *dir, const char 
         t->tp_dim = -1;
         t->tp_groups = t->tp_pieces = t->tp_shared = 1;
     }
-    zt_ckpt_weights_close(w);
     return s;
 }
 
@@ -284,11 +283,19 @@ zt_status zt_ckpt_tp_load(zt_engine *e, const char *dir, const char *tag) {
         s = zt_ckpt_latest(sdir, latest, sizeof latest);
         tag = latest;
     }
-    if (s == ZT_OK && r.plain)
-        s = plain_layout(&r.layout, dir, tag);
+    /* A plain checkpoint is its own one shard: its weights are opened once, for the layout and
+     * for the values. */
+    if (r.plain)
+        r.layout.tp = 1;
     r.shards = calloc((size_t)r.layout.tp, sizeof *r.shards);
     if (s == ZT_OK && !r.shards)
         s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
+    if (s == ZT_OK && r.plain) {
+        zt_model_spec spec;
+        s = zt_ckpt_weights_open(&r.shards[0].w, dir, tag, &spec);
+        if (s == ZT_OK)
+            s = plain_layout(&r.layout, r.shards[0].w, dir);
+    }
     for (int p = 0; p < r.layout.tp && s == ZT_OK; p++)
         s = open_shard(&r, p, dir, tag);
     if (s == ZT_OK)

@@ -216,33 +216,13 @@ zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size
     if (n > (size_t)INT32_MAX)
         return zt_error(ZT_ERR_INVALID, "%s: %zu tokens do not fit the int32 count of the header",
                         path, n);
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
     int32_t header[LLMC_HEADER_INTS];
     zt_dataset_header(header, false, (int32_t)n);
-    zt_status s = ZT_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return s;
-    }
-    s = zt_write_all(fd, header, sizeof header, tmp);
+    char *tmp;
+    int fd;
+    ZT_TRY(zt_atomic_write_begin(path, &tmp, &fd));
+    zt_status s = zt_write_all(fd, header, sizeof header, tmp);
     if (s == ZT_OK)
         s = zt_write_all(fd, tokens, n * sizeof *tokens, tmp);
-    if (s == ZT_OK && fsync(fd) != 0)
-        s = zt_error(ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && s == ZT_OK)
-        s = zt_error(ZT_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (s == ZT_OK && rename(tmp, path) != 0)
-        s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-    if (s != ZT_OK)
-        unlink(tmp);
-    free(tmp);
-    return s;
+    return zt_atomic_write_end(fd, tmp, path, s);
 }

@@ -404,3 +404,28 @@ zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_inf
     }
     return ZT_OK;
 }
+
+float zt_blocks_model_stage_forward(zt_model *m, int buffer, const int32_t *tokens,
+                                    const void *in_act, const int32_t *targets, void *out_act,
+                                    int B, int T, float grad_scale) {
+    return zt_blocks_forward(m, m->blocks, buffer, tokens, in_act, targets, out_act, B, T,
+                             grad_scale);
+}
+
+void zt_blocks_model_stage_backward(zt_model *m, int buffer, const void *dout, void *din) {
+    zt_blocks_backward(m, m->blocks, buffer, dout, din);
+}
+
+float zt_blocks_model_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                              int T, float grad_scale) {
+    ZT_ASSERT(m->stage.embed && m->stage.head);
+    return zt_blocks_forward(m, m->blocks, 0, inputs, NULL, targets, NULL, B, T, grad_scale);
+}
+
+void zt_blocks_model_backward(zt_model *m) { zt_blocks_backward(m, m->blocks, 0, NULL, NULL); }
+
+/* Sampling reads logits as fp32: it runs with fp32 activations. */
+void zt_blocks_model_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
+    ZT_ASSERT(m->stage.head);
+    zt_model_copy_logits(m, m->blocks->head[0].logits, row, rows, dst);
+}

@@ -63,7 +63,7 @@ typedef struct {
     void (*head_backward)(zt_model *m, zt_head_acts *h, const void *last, int B, int T);
 } zt_block_ops;
 
-typedef struct {
+typedef struct zt_blocks {
     const zt_block_ops *ops;
     zt_blocks_shape shape;
     uint64_t groups;         /* checkpoint groups (1 without checkpointing) */
@@ -113,6 +113,18 @@ float zt_blocks_forward(zt_model *m, zt_blocks *k, int buffer, const int32_t *to
                         const void *in_act, const int32_t *targets, void *out_act, int B, int T,
                         float grad_scale);
 void zt_blocks_backward(zt_model *m, zt_blocks *k, int buffer, const void *dout, void *din);
+
+/* The zt_model_ops entries of a family whose model runs m->blocks: stage_forward and
+ * stage_backward as above, forward and backward as the one stage of a whole model (buffer 0),
+ * and logits of buffer 0's head. */
+float zt_blocks_model_stage_forward(zt_model *m, int buffer, const int32_t *tokens,
+                                    const void *in_act, const int32_t *targets, void *out_act,
+                                    int B, int T, float grad_scale);
+void zt_blocks_model_stage_backward(zt_model *m, int buffer, const void *dout, void *din);
+float zt_blocks_model_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                              int T, float grad_scale);
+void zt_blocks_model_backward(zt_model *m);
+void zt_blocks_model_logits(const zt_model *m, size_t row, size_t rows, float *dst);
 
 /* Initialises a model's (or stage's) tensors as the whole model's would be: drawn in the whole
  * model's order (`full`, n_full entries) from one normal stream, each tensor the model holds

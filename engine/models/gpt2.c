@@ -395,31 +395,6 @@ static uint64_t carve_activations(const act_dims *d, const zt_blocks_shape *s, g
     return c.off;
 }
 
-static float gpt2_stage_forward(zt_model *m, int buffer, const int32_t *tokens,
-                                const void *in_act, const int32_t *targets, void *out_act, int B,
-                                int T, float grad_scale) {
-    return zt_blocks_forward(m, &((gpt2 *)m)->blk, buffer, tokens, in_act, targets, out_act, B,
-                             T, grad_scale);
-}
-
-static void gpt2_stage_backward(zt_model *m, int buffer, const void *dout, void *din) {
-    zt_blocks_backward(m, &((gpt2 *)m)->blk, buffer, dout, din);
-}
-
-static float gpt2_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
-                          float grad_scale) {
-    ZT_ASSERT(m->stage.embed && m->stage.head);
-    return gpt2_stage_forward(m, 0, inputs, NULL, targets, NULL, B, T, grad_scale);
-}
-
-static void gpt2_backward(zt_model *m) { gpt2_stage_backward(m, 0, NULL, NULL); }
-
-/* Sampling reads logits as fp32: it runs with fp32 activations. */
-static void gpt2_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
-    ZT_ASSERT(m->stage.head);
-    zt_model_copy_logits(m, ((const gpt2 *)m)->blk.head[0].logits, row, rows, dst);
-}
-
 /* DeepSpeedExamples' count: per token, 2·params for the dense layers' forward and
  * 2·2·layers·hidden·seq for attention's two T×T products, times 3 for forward and backward, or 4
  * with activation checkpointing (the backward recomputes the forward). A stage counts its own
@@ -445,13 +420,13 @@ static void gpt2_destroy(zt_model *m) {
 
 static const zt_model_ops gpt2_ops = {
     .init_weights = gpt2_init_weights,
-    .forward = gpt2_forward,
-    .backward = gpt2_backward,
-    .logits = gpt2_logits,
+    .forward = zt_blocks_model_forward,
+    .backward = zt_blocks_model_backward,
+    .logits = zt_blocks_model_logits,
     .flops_per_token = gpt2_flops_per_token,
     .destroy = gpt2_destroy,
-    .stage_forward = gpt2_stage_forward,
-    .stage_backward = gpt2_stage_backward,
+    .stage_forward = zt_blocks_model_stage_forward,
+    .stage_backward = zt_blocks_model_stage_backward,
     .set_doc_pos = gpt2_set_doc_pos,
 };
 
@@ -510,6 +485,7 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
     zt_model *m = &g->base;
     m->ops = &gpt2_ops;
+    m->blocks = &g->blk;
     m->ctx = (zt_ctx){be, act, NULL};
     g->act_size = act_size;
     m->spec = *spec;

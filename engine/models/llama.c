@@ -240,31 +240,6 @@ const zt_block_ops zt_llama_block_ops = {
     .head_backward = head_backward,
 };
 
-static float llama_stage_forward(zt_model *m, int buffer, const int32_t *tokens,
-                                 const void *in_act, const int32_t *targets, void *out_act, int B,
-                                 int T, float grad_scale) {
-    return zt_blocks_forward(m, &((llama *)m)->blk, buffer, tokens, in_act, targets, out_act, B,
-                             T, grad_scale);
-}
-
-static void llama_stage_backward(zt_model *m, int buffer, const void *dout, void *din) {
-    zt_blocks_backward(m, &((llama *)m)->blk, buffer, dout, din);
-}
-
-static float llama_forward(zt_model *m, const int32_t *inputs, const int32_t *targets, int B,
-                           int T, float grad_scale) {
-    ZT_ASSERT(m->stage.embed && m->stage.head);
-    return llama_stage_forward(m, 0, inputs, NULL, targets, NULL, B, T, grad_scale);
-}
-
-static void llama_backward(zt_model *m) { llama_stage_backward(m, 0, NULL, NULL); }
-
-/* Sampling reads logits as fp32: it runs with fp32 activations. */
-static void llama_logits(const zt_model *m, size_t row, size_t rows, float *dst) {
-    ZT_ASSERT(m->stage.head);
-    zt_model_copy_logits(m, ((const llama *)m)->blk.head[0].logits, row, rows, dst);
-}
-
 /* As GPT-2's count (DeepSpeedExamples'): 2 FLOPs per parameter and token for the dense layers
  * and 2·2 per layer, query width and position for attention's two T×T products, whose width is
  * n_head·head_dim here (which need not be n_embd), times 3 for forward and backward, or 4 with
@@ -342,13 +317,13 @@ static void llama_destroy(zt_model *m) {
 
 static const zt_model_ops llama_ops = {
     .init_weights = llama_init_weights,
-    .forward = llama_forward,
-    .backward = llama_backward,
-    .logits = llama_logits,
+    .forward = zt_blocks_model_forward,
+    .backward = zt_blocks_model_backward,
+    .logits = zt_blocks_model_logits,
     .flops_per_token = llama_flops_per_token,
     .destroy = llama_destroy,
-    .stage_forward = llama_stage_forward,
-    .stage_backward = llama_stage_backward,
+    .stage_forward = zt_blocks_model_stage_forward,
+    .stage_backward = zt_blocks_model_stage_backward,
     .set_doc_pos = llama_set_doc_pos,
 };
 
@@ -527,6 +502,7 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", spec->type);
     zt_model *m = &g->base;
     m->ops = &llama_ops;
+    m->blocks = &g->blk;
     m->ctx = (zt_ctx){be, act, NULL};
     g->act_size = act_size;
     m->spec = *spec;

@@ -60,29 +60,43 @@ zt_status zt_write_all(int fd, const void *buf, size_t n, const char *path) {
     return ZT_OK;
 }
 
-zt_status zt_write_file_atomic(const char *path, const void *data, size_t len) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return zt_error(ZT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    zt_status s = zt_write_all(fd, data, len, tmp);
-    if (s != ZT_OK) {
-        close(fd);
-        unlink(tmp);
+zt_status zt_atomic_write_begin(const char *path, char **tmp, int *fd) {
+    *fd = -1;
+    size_t plen = strlen(path);
+    *tmp = malloc(plen + 5);
+    if (!*tmp)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(*tmp, path, plen);
+    memcpy(*tmp + plen, ".tmp", 5);
+    *fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (*fd < 0) {
+        zt_status s = zt_error(ZT_ERR_IO, "%s: cannot create: %s", *tmp, strerror(errno));
+        free(*tmp);
+        *tmp = NULL;
         return s;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int err = errno;
+    return ZT_OK;
+}
+
+zt_status zt_atomic_write_end(int fd, char *tmp, const char *path, zt_status s) {
+    if (s == ZT_OK && fsync(fd) != 0)
+        s = zt_error(ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && s == ZT_OK)
+        s = zt_error(ZT_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+    if (s == ZT_OK && rename(tmp, path) != 0)
+        s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+    if (s != ZT_OK)
         unlink(tmp);
-        return zt_error(ZT_ERR_IO, "%s: cannot flush: %s", tmp, strerror(err));
-    }
-    if (rename(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        return zt_error(ZT_ERR_IO, "%s: cannot rename into place: %s", path, strerror(err));
-    }
-    return zt_sync_parent_dir(path);
+    free(tmp);
+    /* Without syncing the directory a crash can bring back the old name. */
+    return s != ZT_OK ? s : zt_sync_parent_dir(path);
+}
+
+zt_status zt_write_file_atomic(const char *path, const void *data, size_t len) {
+    char *tmp;
+    int fd;
+    ZT_TRY(zt_atomic_write_begin(path, &tmp, &fd));
+    return zt_atomic_write_end(fd, tmp, path, zt_write_all(fd, data, len, tmp));
 }
 
 zt_status zt_read_file(const char *path, char **data, size_t *len) {

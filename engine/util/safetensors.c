@@ -489,28 +489,6 @@ static void sb_json_string(strbuf *b, const char *s) {
     sb_put(b, "\"", 1);
 }
 
-/* Makes the rename durable: without syncing the directory a crash can bring back the old name. */
-static zt_status sync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    zt_status s = ZT_OK;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot open directory %s: %s", path, dir, strerror(errno));
-    } else {
-        if (fsync(fd) != 0)
-            s = zt_error(ZT_ERR_IO, "%s: fsync of directory %s failed: %s", path, dir,
-                         strerror(errno));
-        if (close(fd) != 0 && s == ZT_OK)
-            s = zt_error(ZT_ERR_IO, "%s: close of directory %s failed: %s", path, dir,
-                         strerror(errno));
-    }
-    free(dir);
-    return s;
-}
-
 static zt_status check_entries(const char *path, const zt_st_entry *e, const zt_st_source *src,
                                int n, const char *const *mk, const char *const *mv, int n_meta) {
     if (n < 0 || n_meta < 0 || (n > 0 && !e) || (n_meta > 0 && (!mk || !mv)))
@@ -685,20 +663,10 @@ zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory for the header", path);
     }
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
-        free(h.p);
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
-    zt_status s = ZT_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        s = zt_error(ZT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
+    char *tmp;
+    int fd;
+    zt_status s = zt_atomic_write_begin(path, &tmp, &fd);
+    if (s != ZT_OK) {
         free(h.p);
         return s;
     }
@@ -713,17 +681,6 @@ zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
         else
             s = write_streamed(fd, &entries[i], sources ? &sources[i] : NULL, dt, tmp);
     }
-    if (s == ZT_OK && fsync(fd) != 0)
-        s = zt_error(ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && s == ZT_OK)
-        s = zt_error(ZT_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (s == ZT_OK && rename(tmp, path) != 0)
-        s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-    if (s != ZT_OK)
-        unlink(tmp);
-    else
-        s = sync_parent_dir(path);
-    free(tmp);
     free(h.p);
-    return s;
+    return zt_atomic_write_end(fd, tmp, path, s);
 }

@@ -21,6 +21,8 @@
 typedef struct {
     zt_backend be;
     int pagemap; /* /proc/self/pagemap, or -1 */
+    void *scratch; /* zt_cpu_scratch's work memory, of scratch_bytes */
+    size_t scratch_bytes;
 } cpu_state;
 
 /* The CPU has nothing to wait for; an event only has to be a distinct non-NULL pointer. A timer
@@ -222,10 +224,22 @@ static zt_status cpu_sync(zt_backend *be) {
     return ZT_OK;
 }
 
+void *zt_cpu_scratch(zt_backend *be, size_t bytes) {
+    cpu_state *st = be->impl;
+    if (bytes > st->scratch_bytes) {
+        free(st->scratch);
+        st->scratch = malloc(bytes);
+        ZT_ASSERT(st->scratch);
+        st->scratch_bytes = bytes;
+    }
+    return st->scratch;
+}
+
 static void cpu_destroy(zt_backend *be) {
     cpu_state *st = be->impl;
     if (st->pagemap >= 0)
         close(st->pagemap);
+    free(st->scratch);
     free(st);
 }
 

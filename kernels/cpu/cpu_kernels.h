@@ -12,6 +12,12 @@
 /* The CPU backend's op table (ops_cpu.c). */
 const zt_ops *zt_cpu_ops(void);
 
+/* Work memory for an op of the CPU backend be (backend_cpu.c): at least `bytes`, grown to the
+ * largest request once and kept, so the step loop does not allocate; valid until the next call;
+ * freed with the backend. Only the ops of the thread that runs the model (one per backend) use
+ * it; ops the communication thread may run at the same time (ZeRO's reductions) must not. */
+void *zt_cpu_scratch(struct zt_backend *be, size_t bytes);
+
 /* embedding.c (wpe and dwpe may be NULL) */
 void zt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte,
                               const float *wpe, int B, int T, int C, zt_dtype act);
@@ -26,8 +32,12 @@ void zt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *d
 /* rmsnorm.c */
 void zt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, float eps,
                             int N, int C, zt_dtype act);
-void zt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                             const float *w, const float *rstd, int N, int C, zt_dtype act);
+/* part: work memory of zt_cpu_rmsnorm_backward_scratch(N, C) floats, for the weight gradient's
+ * partial sums. */
+size_t zt_cpu_rmsnorm_backward_scratch(int N, int C);
+void zt_cpu_rmsnorm_backward(float *dinp, float *dw, float *part, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C,
+                             zt_dtype act);
 /* rope.c: in place over rows of row_stride floats (the rotated n_heads·head_dim are held) */
 void zt_cpu_rope_forward(float *x, const float *cos, const float *sin, int B, int T, int n_heads,
                          int head_dim, size_t row_stride, zt_dtype act);

@@ -36,7 +36,8 @@ static void rmsnorm_forward(const zt_ctx *x, void *out, float *rstd, const void 
 
 static void rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw, const void *dout,
                              const void *inp, const float *w, const float *rstd, int N, int C) {
-    zt_cpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, x->act);
+    float *part = zt_cpu_scratch(x->be, zt_cpu_rmsnorm_backward_scratch(N, C) * sizeof(float));
+    zt_cpu_rmsnorm_backward(dinp, dw, part, dout, inp, w, rstd, N, C, x->act);
 }
 
 static void rope_forward(const zt_ctx *x, void *xq, const float *cos, const float *sin, int B,

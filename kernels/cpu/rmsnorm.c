@@ -2,10 +2,8 @@
  * statistics are fp32 whatever precision the activations are held at, as Hugging Face computes
  * them. */
 #include <math.h>
-#include <stdlib.h>
 
 #include "cpu_kernels.h"
-#include "ztrain/status.h"
 
 void zt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, float eps,
                             int N, int C, zt_dtype act) {
@@ -26,30 +24,28 @@ void zt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const flo
     }
 }
 
-/* The weight gradient's partial sums: one row of C per chunk of rows, in a buffer that grows to
- * the largest call once (the backward runs on the rank's one compute thread). */
-static _Thread_local float *partial;
-static _Thread_local size_t partial_cap;
+/* The backward's chunks of rows: they depend on N alone, so the sums are the same whatever the
+ * threads. */
+enum { MIN_ROWS = 32, MAX_CHUNKS = 64 };
 
-void zt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                             const float *w, const float *rstd, int N, int C, zt_dtype act) {
+static int backward_chunks(int N) {
+    return N <= 0 ? 0 : N < MAX_CHUNKS * MIN_ROWS ? (N + MIN_ROWS - 1) / MIN_ROWS : MAX_CHUNKS;
+}
+
+size_t zt_cpu_rmsnorm_backward_scratch(int N, int C) {
+    return (size_t)backward_chunks(N) * (size_t)(C > 0 ? C : 0);
+}
+
+void zt_cpu_rmsnorm_backward(float *dinp, float *dw, float *part, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C,
+                             zt_dtype act) {
     /* With xhat = x·rstd, d rstd / dx_c = -rstd³·x_c / C, so
      * dx = rstd·(w⊙d - xhat·mean(w⊙d⊙xhat)).
      * One pass over the rows makes dx and, while each row is in cache, adds xhat⊙d into its
-     * chunk's partial weight gradient; a second, small loop adds the chunks' partials in chunk
-     * order. The chunks depend on N alone, so the sums are the same whatever the threads. */
-    enum { MIN_ROWS = 32, MAX_CHUNKS = 64 };
-    const int chunks = N <= 0 ? 0 : N < MAX_CHUNKS * MIN_ROWS ? (N + MIN_ROWS - 1) / MIN_ROWS
-                                                               : MAX_CHUNKS;
+     * chunk's partial weight gradient (a row of part per chunk); a second, small loop adds the
+     * chunks' partials in chunk order. */
+    const int chunks = backward_chunks(N);
     const int per = chunks ? (N + chunks - 1) / chunks : 0;
-    const size_t need = (size_t)chunks * (size_t)C;
-    if (need > partial_cap) {
-        free(partial);
-        partial = malloc(need * sizeof *partial);
-        ZT_ASSERT(partial);
-        partial_cap = need;
-    }
-    float *part = partial;
 #pragma omp parallel
     {
 #pragma omp for schedule(static)

@@ -124,31 +124,74 @@ __device__ __forceinline__ bool zt_vec_whole(const T *p, size_t base, size_t n) 
     return base + ZT_VEC(T) <= n && ((uintptr_t)(p + base) & 15u) == 0;
 }
 
-/* x[j] = p[base + j] for the chunk's elements below n (the others are left as they are). */
-template <typename T>
-__device__ __forceinline__ void zt_ldv(const T *p, size_t base, size_t n, float *x) {
+/* x[j] = widen(p[base + j]) for the chunk's elements below n (the others are left as they are).
+ * widen takes a stored element to fp32: zt_ldv's zt_widen for the activation types, zt_half_bits
+ * for 16-bit values whose format is known only at run time. */
+template <typename T, typename Widen>
+__device__ __forceinline__ void zt_ldv_as(const T *p, size_t base, size_t n, float *x, Widen widen) {
     if (zt_vec_whole(p, base, n)) {
         zt_pack16<T> pk = *reinterpret_cast<const zt_pack16<T> *>(p + base);
         for (int j = 0; j < ZT_VEC(T); j++)
-            x[j] = zt_ld(pk.v, j);
+            x[j] = widen(pk.v[j]);
     } else {
         for (int j = 0; j < ZT_VEC(T) && base + j < n; j++)
-            x[j] = zt_ld(p, base + j);
+            x[j] = widen(p[base + j]);
     }
+}
+
+/* p[base + j] = narrow(x[j]) for the chunk's elements below n; narrow rounds fp32 to T. */
+template <typename T, typename Narrow>
+__device__ __forceinline__ void zt_stv_as(T *p, size_t base, size_t n, const float *x,
+                                          Narrow narrow) {
+    if (zt_vec_whole(p, base, n)) {
+        zt_pack16<T> pk;
+        for (int j = 0; j < ZT_VEC(T); j++)
+            pk.v[j] = narrow(x[j]);
+        *reinterpret_cast<zt_pack16<T> *>(p + base) = pk;
+    } else {
+        for (int j = 0; j < ZT_VEC(T) && base + j < n; j++)
+            p[base + j] = narrow(x[j]);
+    }
+}
+
+/* The activation types' conversions (zt_ld and zt_st) as zt_ldv_as and zt_stv_as take them. */
+template <typename T> struct zt_widen {
+    __device__ __forceinline__ float operator()(T v) const { return zt_ld(&v, 0); }
+};
+template <typename T> struct zt_narrow {
+    __device__ __forceinline__ T operator()(float x) const {
+        T v;
+        zt_st(&v, 0, x);
+        return v;
+    }
+};
+
+/* x[j] = p[base + j] for the chunk's elements below n (the others are left as they are). */
+template <typename T>
+__device__ __forceinline__ void zt_ldv(const T *p, size_t base, size_t n, float *x) {
+    zt_ldv_as(p, base, n, x, zt_widen<T>());
 }
 
 /* p[base + j] = x[j] rounded to T, for the chunk's elements below n. */
 template <typename T>
 __device__ __forceinline__ void zt_stv(T *p, size_t base, size_t n, const float *x) {
-    if (zt_vec_whole(p, base, n)) {
-        zt_pack16<T> pk;
-        for (int j = 0; j < ZT_VEC(T); j++)
-            zt_st(pk.v, j, x[j]);
-        *reinterpret_cast<zt_pack16<T> *>(p + base) = pk;
-    } else {
-        for (int j = 0; j < ZT_VEC(T) && base + j < n; j++)
-            zt_st(p, base + j, x[j]);
-    }
+    zt_stv_as(p, base, n, x, zt_narrow<T>());
+}
+
+/* The N fp32 elements [base, base + N) below n, N a multiple of ZT_VEC(float), in 16-byte
+ * pieces: the fp32 arrays that a thread walks beside a chunk of narrower elements (embedding and
+ * rotary tables, optimizer states). */
+template <int N>
+__device__ __forceinline__ void zt_ldv_f32(const float *p, size_t base, size_t n, float *x) {
+    static_assert(N % ZT_VEC(float) == 0, "whole 16-byte pieces");
+    for (int k = 0; k < N; k += ZT_VEC(float))
+        zt_ldv(p, base + k, n, x + k);
+}
+template <int N>
+__device__ __forceinline__ void zt_stv_f32(float *p, size_t base, size_t n, const float *x) {
+    static_assert(N % ZT_VEC(float) == 0, "whole 16-byte pieces");
+    for (int k = 0; k < N; k += ZT_VEC(float))
+        zt_stv(p, base + k, n, x + k);
 }
 
 /* A grid-stride loop over the chunks of [0, n): base is each chunk's first element. Launch with
@@ -203,5 +246,17 @@ __device__ __forceinline__ uint16_t zt_half_from_f32(float x, bool bf16) {
 __device__ __forceinline__ float zt_f32_from_half(uint16_t h, bool bf16) {
     return bf16 ? zt_f32_from_bf16(h) : zt_f32_from_f16(h);
 }
+
+/* 16-bit values held as raw uint16_t, bf16 or binary16 as chosen at run time, converted exactly
+ * as above: the widen and narrow of zt_ldv_as and zt_stv_as. */
+struct zt_half_bits {
+    bool bf16;
+    __device__ __forceinline__ float operator()(uint16_t h) const {
+        return zt_f32_from_half(h, bf16);
+    }
+    __device__ __forceinline__ uint16_t operator()(float x) const {
+        return zt_half_from_f32(x, bf16);
+    }
+};
 
 #endif

@@ -5,23 +5,10 @@
  *
  * Every kernel walks its rows in chunks of ZT_VEC(T) channels (8 at bf16/fp16, 4 at fp32) with
  * 16-byte loads and stores (cuda_common.cuh's zt_ldv/zt_stv), the fp32 weight rows in 16-byte
- * pieces too; a chunk past the end of a row (C not a multiple of the vector) or a row that does
- * not start 16-byte aligned (an odd C) goes element by element. Each element's sum runs in the
+ * pieces too (zt_ldv_f32/zt_stv_f32); a chunk past the end of a row (C not a multiple of the
+ * vector) or a row that does not start 16-byte aligned (an odd C) goes element by element. Each element's sum runs in the
  * same order as one thread per element would run it. */
 #include "cuda_common.cuh"
-
-/* The fp32 elements [base, base + ZT_VEC(T)) of p below n, into (or from) x, 16 bytes at a
- * time where they are whole and aligned. */
-template <typename T>
-__device__ __forceinline__ void ld_f32(const float *p, size_t base, size_t n, float *x) {
-    for (int k = 0; k < ZT_VEC(T); k += ZT_VEC(float))
-        zt_ldv(p, base + k, n, x + k);
-}
-template <typename T>
-__device__ __forceinline__ void st_f32(float *p, size_t base, size_t n, const float *x) {
-    for (int k = 0; k < ZT_VEC(T); k += ZT_VEC(float))
-        zt_stv(p, base + k, n, x + k);
-}
 
 /* Thread i: channels [c0, c0 + ZT_VEC(T)) of position bt. */
 template <typename T>
@@ -34,9 +21,9 @@ __global__ void emb_fwd(T *out, const int32_t *tokens, const float *wte, const f
         float v[ZT_VEC(T)] = {}, p[ZT_VEC(T)] = {};
         /* A negative token has no row in this vocabulary-parallel shard (ops.h). */
         if (tokens[bt] >= 0)
-            ld_f32<T>(wte + (size_t)tokens[bt] * C, c0, C, v);
+            zt_ldv_f32<ZT_VEC(T)>(wte + (size_t)tokens[bt] * C, c0, C, v);
         if (wpe) {
-            ld_f32<T>(wpe + (bt % T_) * C, c0, C, p);
+            zt_ldv_f32<ZT_VEC(T)>(wpe + (bt % T_) * C, c0, C, p);
             for (int k = 0; k < ZT_VEC(T); k++)
                 v[k] += p[k];
         }
@@ -59,10 +46,10 @@ __global__ void emb_bwd_wte(float *dwte, const T *dout, const int32_t *uniq,
             for (int j = 0; j < ZT_VEC(T); j++)
                 acc[j] += d[j];
         }
-        ld_f32<T>(row, c0, C, r);
+        zt_ldv_f32<ZT_VEC(T)>(row, c0, C, r);
         for (int j = 0; j < ZT_VEC(T); j++)
             r[j] += acc[j];
-        st_f32<T>(row, c0, C, r);
+        zt_stv_f32<ZT_VEC(T)>(row, c0, C, r);
     }
 }
 
@@ -79,10 +66,10 @@ __global__ void emb_bwd_wpe(float *dwpe, const T *dout, int B, int T_, int C, si
             for (int j = 0; j < ZT_VEC(T); j++)
                 acc[j] += d[j];
         }
-        ld_f32<T>(dwpe + t * C, c0, C, r);
+        zt_ldv_f32<ZT_VEC(T)>(dwpe + t * C, c0, C, r);
         for (int j = 0; j < ZT_VEC(T); j++)
             r[j] += acc[j];
-        st_f32<T>(dwpe + t * C, c0, C, r);
+        zt_stv_f32<ZT_VEC(T)>(dwpe + t * C, c0, C, r);
     }
 }
 

@@ -16,46 +16,28 @@ enum { OPT_VEC = 8 };
 #define OPT_LAUNCH(x, n, kernel, ...)                                                              \
     ZT_LAUNCH_1D(x, ((n) + OPT_VEC - 1) / OPT_VEC, kernel, __VA_ARGS__)
 
-/* x[j] = p[base + j] for the chunk's elements below n (the rest are left as they are). */
+/* The chunk's fp32 arrays in two 16-byte pieces, its 16-bit ones (a gradient, the parameters'
+ * 16-bit twin) in one, through cuda_common.cuh's chunk loads and stores. */
+static_assert(OPT_VEC == ZT_VEC(uint16_t), "a 16-bit chunk is one 16-byte piece");
+
 __device__ __forceinline__ void ld8(const float *p, size_t base, size_t n, float *x) {
-    zt_ldv(p, base, n, x);
-    zt_ldv(p, base + ZT_VEC(float), n, x + ZT_VEC(float));
+    zt_ldv_f32<OPT_VEC>(p, base, n, x);
 }
 
 __device__ __forceinline__ void st8(float *p, size_t base, size_t n, const float *x) {
-    zt_stv(p, base, n, x);
-    zt_stv(p, base + ZT_VEC(float), n, x + ZT_VEC(float));
+    zt_stv_f32<OPT_VEC>(p, base, n, x);
 }
 
-__device__ __forceinline__ bool whole8(const uint16_t *p, size_t base, size_t n) {
-    return base + OPT_VEC <= n && ((uintptr_t)(p + base) & 15u) == 0;
-}
-
-/* 16-bit values widened exactly (as from_half), the chunk in one 16-byte load when it can. */
+/* 16-bit values widened exactly (as from_half). */
 __device__ __forceinline__ void ld8_half(const uint16_t *p, size_t base, size_t n, bool bf16,
                                          float *x) {
-    if (whole8(p, base, n)) {
-        zt_pack16<uint16_t> pk = *reinterpret_cast<const zt_pack16<uint16_t> *>(p + base);
-        for (int j = 0; j < OPT_VEC; j++)
-            x[j] = zt_f32_from_half(pk.v[j], bf16);
-    } else {
-        for (int j = 0; j < OPT_VEC && base + j < n; j++)
-            x[j] = zt_f32_from_half(p[base + j], bf16);
-    }
+    zt_ldv_as(p, base, n, x, zt_half_bits{bf16});
 }
 
-/* x rounded to nearest even (as to_half), the chunk in one 16-byte store when it can. */
+/* x rounded to nearest even (as to_half). */
 __device__ __forceinline__ void st8_half(uint16_t *p, size_t base, size_t n, bool bf16,
                                          const float *x) {
-    if (whole8(p, base, n)) {
-        zt_pack16<uint16_t> pk;
-        for (int j = 0; j < OPT_VEC; j++)
-            pk.v[j] = zt_half_from_f32(x[j], bf16);
-        *reinterpret_cast<zt_pack16<uint16_t> *>(p + base) = pk;
-    } else {
-        for (int j = 0; j < OPT_VEC && base + j < n; j++)
-            p[base + j] = zt_half_from_f32(x[j], bf16);
-    }
+    zt_stv_as(p, base, n, x, zt_half_bits{bf16});
 }
 
 #endif

@@ -3,17 +3,11 @@
  *
  * A thread takes a chunk of ZT_VEC(T) pairs (8 at bf16/fp16, 4 at fp32): 16-byte loads and
  * stores of the chunk's low and high halves and of its cos and sin entries (cuda_common.cuh's
- * zt_ldv/zt_stv). A chunk past the end of a half (head_dim/2 not a multiple of the vector), or a
- * head that does not start 16-byte aligned (q or k of a packed q|k|v row at an odd offset), goes
- * element by element; the arithmetic is the same either way. */
+ * zt_ldv/zt_stv, zt_ldv_f32 for the fp32 tables). A chunk past the end of a half (head_dim/2
+ * not a multiple of the vector), or a head that does not start 16-byte aligned (q or k of a
+ * packed q|k|v row at an odd offset), goes element by element; the arithmetic is the same
+ * either way. */
 #include "cuda_common.cuh"
-
-/* p[base + j] for j < ZT_VEC(T), below n, into x: the fp32 tables go in 16-byte pieces too. */
-template <typename T>
-__device__ __forceinline__ void rope_table(const float *p, size_t base, size_t n, float *x) {
-    for (int k = 0; k < ZT_VEC(T); k += ZT_VEC(float))
-        zt_ldv(p, base + k, n, x + k);
-}
 
 template <typename T>
 __global__ void rope_kernel(T *x, const float *cos, const float *sin, float sign, int T_,
@@ -29,8 +23,8 @@ __global__ void rope_kernel(T *x, const float *cos, const float *sin, float sign
         float a[ZT_VEC(T)] = {}, e[ZT_VEC(T)] = {}, c[ZT_VEC(T)] = {}, s[ZT_VEC(T)] = {};
         zt_ldv(lo, j0, half, a);
         zt_ldv(hi, j0, half, e);
-        rope_table<T>(cos + (size_t)t * half, j0, half, c);
-        rope_table<T>(sin + (size_t)t * half, j0, half, s);
+        zt_ldv_f32<ZT_VEC(T)>(cos + (size_t)t * half, j0, half, c);
+        zt_ldv_f32<ZT_VEC(T)>(sin + (size_t)t * half, j0, half, s);
         float out_lo[ZT_VEC(T)] = {}, out_hi[ZT_VEC(T)] = {};
         for (int k = 0; k < ZT_VEC(T) && j0 + k < half; k++) {
             float sn = sign * s[k];

@@ -4,6 +4,22 @@
  * (kernels/cpu/softmax_xent.c). */
 #include "cuda_common.cuh"
 
+/* The sum of exp(x - max) over the row of V logits at row, and its maximum in *mx, each the
+ * block's (red: zt_block_reduce's scratch), returned to every thread. */
+template <typename T>
+__device__ __forceinline__ float row_sum_exp(const T *logits, size_t row, int V, float *red,
+                                             float *mx) {
+    float m = zt_ld(logits, row);
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        m = fmaxf(m, zt_ld(logits, row + v));
+    m = zt_block_max(m, red);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        sum += expf(zt_ld(logits, row + v) - m);
+    *mx = m;
+    return zt_block_sum(sum, red);
+}
+
 template <typename T>
 __global__ void xent_kernel(float *losses, T *logits, const int32_t *targets, int V,
                             float grad_scale) {
@@ -18,14 +34,9 @@ __global__ void xent_kernel(float *losses, T *logits, const int32_t *targets, in
                 zt_st(logits, row + v, 0.0f);
         return;
     }
-    float mx = zt_ld(logits, row);
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, zt_ld(logits, row + v));
-    mx = zt_block_max(mx, red);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        sum += expf(zt_ld(logits, row + v) - mx);
-    float logz = mx + logf(zt_block_sum(sum, red));
+    float mx;
+    const float sum = row_sum_exp(logits, row, V, red, &mx);
+    const float logz = mx + logf(sum);
     /* Every thread reads the target's logit before any thread overwrites it. */
     float xy = zt_ld(logits, row + y);
     if (threadIdx.x == 0)
@@ -61,14 +72,8 @@ __global__ void xent_stats_kernel(float *stats, const T *logits, const int32_t *
     __shared__ float red[32];
     const size_t row = (size_t)blockIdx.x * V;
     const int32_t y = targets[blockIdx.x];
-    float mx = zt_ld(logits, row);
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, zt_ld(logits, row + v));
-    mx = zt_block_max(mx, red);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        sum += expf(zt_ld(logits, row + v) - mx);
-    sum = zt_block_sum(sum, red);
+    float mx;
+    const float sum = row_sum_exp(logits, row, V, red, &mx);
     if (threadIdx.x == 0) {
         stats[3 * (size_t)blockIdx.x] = mx;
         stats[3 * (size_t)blockIdx.x + 1] = sum;

@@ -112,7 +112,8 @@ with tempfile.TemporaryDirectory() as d:
     spec = job("memory", world=2, micro=1, stage=3, model=big,
                zero={"reduce_bucket_size": 50000, "stage3_param_persistence_threshold": 1000})
     write_job(f"{d}/memory.json", spec)
-    est = json.loads(run([tool("ztrain"), "estimate", "--json", f"{d}/memory.json"]).stdout)
+    est = json.loads(run([tool("ztrain"), "estimate", "--json", f"{d}/memory.json"],
+                         env=dict(os.environ, ZTRAIN_CUDA_EMU="1")).stdout)
     run([tool("ztrain"), "run", f"{d}/memory.json", "--out", f"{d}/memory"],
         env=dict(os.environ, ZTRAIN_CUDA_EMU="1"), cwd=d)
     rec = read_metrics(f"{d}/memory/metrics.jsonl")[-1]

@@ -11,20 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "ztrain/backend.h"
 #include "ztrain/comm.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                              \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fprintf(stderr, "\n");                                                    \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
 
 /* ---- a backend whose device memory the host cannot read ---------------------------------- */
 
@@ -225,7 +214,7 @@ static int rank_main(int rank, int world, const char *run_id, bool fake_device) 
     zt_comm_destroy(c);
     if (cpu)
         zt_backend_destroy(cpu);
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }
 
 /* Forks two ranks and reports how each ended (a segfault means the host touched device memory). */
@@ -253,10 +242,5 @@ static void run(bool fake_device) {
 int main(void) {
     run(true);
     run(false);
-    if (failures) {
-        fprintf(stderr, "test_comm_device: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_comm_device: ok\n");
-    return 0;
+    return check_summary("test_comm_device");
 }

@@ -6,19 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "ztrain/comm.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
 
 static const char *const vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
@@ -124,10 +113,5 @@ int main(void) {
     CHECK(strcmp(zt_comm_for_nodes(ZT_COMM_AUTO, 3), "gloo") == 0, "auto, 3 nodes");
     CHECK(strcmp(zt_comm_for_nodes(ZT_COMM_SHM, 3), "shm") == 0, "shm, 3 nodes");
     CHECK(strcmp(zt_comm_for_nodes(ZT_COMM_GLOO, 1), "gloo") == 0, "gloo, 1 node");
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_comm_select: all checks passed\n");
-    return 0;
+    return check_summary("test_comm_select");
 }

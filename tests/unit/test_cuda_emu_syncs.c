@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "check.h"
+#include "tiny_models.h"
 #include "ztrain/backend.h"
 #include "ztrain/engine.h"
 #include "ztrain/job_spec.h"
@@ -24,13 +25,7 @@ typedef void (*counts_fn)(unsigned long long out[3]);
 typedef void (*module_counts_fn)(zt_backend *be, unsigned long long out[2]);
 static module_counts_fn module_counts;
 
-static const char *const models[] = {
-    "{\"type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 256, "
-    "\"block_size\": 16}",
-    "{\"type\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 2, \"n_embd\": 32, "
-    "\"intermediate_size\": 48, \"vocab_size\": 256, \"block_size\": 16, "
-    "\"tie_word_embeddings\": false}",
-};
+static const char *const models[] = {TINY_GPT2, TINY_LLAMA};
 
 typedef struct {
     int model;             /* index into models */

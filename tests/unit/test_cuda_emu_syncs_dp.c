@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tiny_models.h"
 #include "ztrain/backend.h"
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
@@ -38,13 +39,7 @@ enum { STEPS = 4, GAS = 2, WORLD = 2, NTOK = 8192 };
 
 typedef void (*counts_fn)(unsigned long long out[3]);
 
-#define GPT2                                                                                  \
-    "{\"type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 256, " \
-    "\"block_size\": 16}"
-#define LLAMA                                                                                 \
-    "{\"type\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 2, \"n_embd\": 32, "       \
-    "\"intermediate_size\": 48, \"vocab_size\": 256, \"block_size\": 16, "                     \
-    "\"tie_word_embeddings\": false}"
+/* Llama whose two TP shards share its one kv head. */
 #define LLAMA_MQA                                                                             \
     "{\"type\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 1, \"n_embd\": 32, "       \
     "\"intermediate_size\": 48, \"vocab_size\": 256, \"block_size\": 16, "                     \
@@ -67,35 +62,35 @@ typedef struct {
 } run_case;
 
 static const run_case cases[] = {
-    {"gpt2 fp32 ZeRO 0", GPT2, "", ADAMW, 0, "", false, 1, 1},
-    {"gpt2 fp32 ZeRO 1", GPT2, "", ADAMW, 1, "", false, 1, 1},
-    {"gpt2 fp32 ZeRO 2", GPT2, "", ADAMW, 2, "", false, 1, 1},
-    {"gpt2 fp32 ZeRO 3", GPT2, "", ADAMW, 3, "", false, 1, 1},
-    {"gpt2 bf16 ZeRO 0", GPT2, BF16, ADAMW, 0, "", false, 1, 1},
-    {"gpt2 bf16 ZeRO 1", GPT2, BF16, ADAMW, 1, "", false, 1, 1},
-    {"gpt2 bf16 ZeRO 2", GPT2, BF16, ADAMW, 2, "", false, 1, 1},
-    {"gpt2 bf16 ZeRO 3", GPT2, BF16, ADAMW, 3, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 1", TINY_GPT2, "", ADAMW, 1, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 2", TINY_GPT2, "", ADAMW, 2, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 3", TINY_GPT2, "", ADAMW, 3, "", false, 1, 1},
+    {"gpt2 bf16 ZeRO 0", TINY_GPT2, BF16, ADAMW, 0, "", false, 1, 1},
+    {"gpt2 bf16 ZeRO 1", TINY_GPT2, BF16, ADAMW, 1, "", false, 1, 1},
+    {"gpt2 bf16 ZeRO 2", TINY_GPT2, BF16, ADAMW, 2, "", false, 1, 1},
+    {"gpt2 bf16 ZeRO 3", TINY_GPT2, BF16, ADAMW, 3, "", false, 1, 1},
     /* LAMB reads its trust ratios' sums of squares back after the first pass, which runs on
      * the clipped gradients: a second wait (docs/gpu.md). */
-    {"gpt2 fp32 ZeRO 1 LAMB", GPT2, "", LAMB, 1, "", false, 2, 1},
+    {"gpt2 fp32 ZeRO 1 LAMB", TINY_GPT2, "", LAMB, 1, "", false, 2, 1},
     /* The host runs the offloaded update: it waits for each tile's gradients (one tile here). */
-    {"gpt2 bf16 ZeRO 2 offload cpu", GPT2, BF16, ADAMW, 2,
+    {"gpt2 bf16 ZeRO 2 offload cpu", TINY_GPT2, BF16, ADAMW, 2,
      ", \"offload_optimizer\": {\"device\": \"cpu\"}", false, 2, 1},
-    {"llama fp32 ZeRO 2 masked docs", LLAMA, "", ADAMW, 2, "", true, 1, 1},
+    {"llama fp32 ZeRO 2 masked docs", TINY_LLAMA, "", ADAMW, 2, "", true, 1, 1},
     /* Tensor parallelism over both ranks (dp 1 × tp 2), at the ZeRO stages TP trains with
      * the pipeline too (here ZeRO partitions over the one replica). Llama's four query heads
      * share two kv heads (GQA), one a shard; with one kv head both shards hold it and sum its
      * gradients (tp_share_comm). */
-    {"gpt2 fp32 tp 2 ZeRO 0", GPT2, "", ADAMW, 0, "", false, 1, 2},
-    {"gpt2 fp32 tp 2 ZeRO 1", GPT2, "", ADAMW, 1, "", false, 1, 2},
-    {"gpt2 bf16 tp 2 ZeRO 0", GPT2, BF16, ADAMW, 0, "", false, 1, 2},
-    {"gpt2 bf16 tp 2 ZeRO 1", GPT2, BF16, ADAMW, 1, "", false, 1, 2},
-    {"llama fp32 tp 2 ZeRO 0", LLAMA, "", ADAMW, 0, "", false, 1, 2},
-    {"llama fp32 tp 2 ZeRO 1", LLAMA, "", ADAMW, 1, "", false, 1, 2},
-    {"llama bf16 tp 2 ZeRO 0", LLAMA, BF16, ADAMW, 0, "", false, 1, 2},
-    {"llama bf16 tp 2 ZeRO 1", LLAMA, BF16, ADAMW, 1, "", false, 1, 2},
+    {"gpt2 fp32 tp 2 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 2},
+    {"gpt2 fp32 tp 2 ZeRO 1", TINY_GPT2, "", ADAMW, 1, "", false, 1, 2},
+    {"gpt2 bf16 tp 2 ZeRO 0", TINY_GPT2, BF16, ADAMW, 0, "", false, 1, 2},
+    {"gpt2 bf16 tp 2 ZeRO 1", TINY_GPT2, BF16, ADAMW, 1, "", false, 1, 2},
+    {"llama fp32 tp 2 ZeRO 0", TINY_LLAMA, "", ADAMW, 0, "", false, 1, 2},
+    {"llama fp32 tp 2 ZeRO 1", TINY_LLAMA, "", ADAMW, 1, "", false, 1, 2},
+    {"llama bf16 tp 2 ZeRO 0", TINY_LLAMA, BF16, ADAMW, 0, "", false, 1, 2},
+    {"llama bf16 tp 2 ZeRO 1", TINY_LLAMA, BF16, ADAMW, 1, "", false, 1, 2},
     {"llama fp32 tp 2 ZeRO 1 one kv head", LLAMA_MQA, "", ADAMW, 1, "", false, 1, 2},
-    {"llama fp32 tp 2 ZeRO 1 masked docs", LLAMA, "", ADAMW, 1, "", true, 1, 2},
+    {"llama fp32 tp 2 ZeRO 1 masked docs", TINY_LLAMA, "", ADAMW, 1, "", true, 1, 2},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

@@ -6,20 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "daemon/gpu_pool.h"
 #include "ztrain/gpu.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                              \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fprintf(stderr, "\n");                                                    \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
 
 static void test_pool(void) {
     zt_gpu_pool p;
@@ -110,10 +99,5 @@ static void test_devices_and_peaks(void) {
 int main(void) {
     test_pool();
     test_devices_and_peaks();
-    if (failures) {
-        fprintf(stderr, "test_gpu_pool: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_gpu_pool: ok\n");
-    return 0;
+    return check_summary("test_gpu_pool");
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tiny_models.h"
 #include "api/api_error.h"
 #include "daemon/job_manager.h"
 #include "ztrain/backend.h"
@@ -22,8 +23,7 @@
 
 static const char spec_fmt[] =
     "{\"name\": \"%s\", \"world_size\": 1, \"device\": \"cpu\","
-    " \"model\": {\"type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
-    " \"vocab_size\": 256, \"block_size\": 16}, \"data\": {\"train\": \"train.txt\"},"
+    " \"model\": " TINY_GPT2_1L ", \"data\": {\"train\": \"train.txt\"},"
     " \"train\": {\"max_steps\": %d}, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
     " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}}}";
 
@@ -219,8 +219,7 @@ static void check_one_key(const char *dir) {
 static void check_gpu_jobs(const char *dir) {
     static const char spec[] =
         "{\"name\": \"gpu\", \"world_size\": 1, \"device\": \"cuda\","
-        " \"model\": {\"type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
-        " \"vocab_size\": 256, \"block_size\": 16}, \"data\": {\"train\": \"train.txt\"},"
+        " \"model\": " TINY_GPT2_1L ", \"data\": {\"train\": \"train.txt\"},"
         " \"train\": {\"max_steps\": 1}, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
         " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}}}";
     zt_slurm_config slurm = {.srun = "/bin/false", .scancel = "/bin/true",

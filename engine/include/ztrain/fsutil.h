@@ -17,6 +17,14 @@ zt_status zt_write_all(int fd, const void *buf, size_t n, const char *path);
 /* Writes len bytes to path through path.tmp, fsync, rename, and a sync of the directory that
  * makes the rename durable. */
 zt_status zt_write_file_atomic(const char *path, const void *data, size_t len);
+/* The same for a writer that streams, in two calls. zt_atomic_write_begin creates path.tmp and
+ * opens it for writing: *tmp (its name, on the heap) and *fd. The caller writes fd, then hands
+ * its status s to zt_atomic_write_end, which, when s is ZT_OK, fsyncs and closes fd, renames
+ * tmp into place and syncs the directory; otherwise, or when one of those steps fails, it
+ * closes fd and removes tmp. Either way it frees tmp, and returns s or the first failure after
+ * it, naming tmp or path. */
+zt_status zt_atomic_write_begin(const char *path, char **tmp, int *fd);
+zt_status zt_atomic_write_end(int fd, char *tmp, const char *path, zt_status s);
 /* Reads a whole file into a NUL-terminated heap buffer the caller frees (*len, if not NULL,
  * excludes the NUL); *data is NULL on failure. Messages: "PATH: cannot open: REASON",
  * "PATH: cannot read: REASON" (a directory is "Is a directory"). */

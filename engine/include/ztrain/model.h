@@ -128,6 +128,9 @@ typedef struct {
 
 struct zt_model {
     const zt_model_ops *ops;
+    /* The stack of blocks of a family built on engine/models/blocks.h, whose forward, backward
+     * and logits ops it shares (zt_blocks_model_*); owned by the family's model. */
+    struct zt_blocks *blocks;
     /* The backend the model computes on, and the precision its activations are held at: in mixed
      * precision activations and their gradients are held at 16 bits (ops.h says how the CPU does
      * it); ZT_F32 otherwise. Fixed at creation: the activation buffers are sized for it. */

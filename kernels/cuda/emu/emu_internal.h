@@ -8,10 +8,8 @@
 
 #include <cstddef>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <string>
-#include <vector>
 
 namespace zt_emu {
 
@@ -67,31 +65,9 @@ std::string run_grid(const grid_run &g, bool reverse);
 /* ---- stream work (emu_runtime.cc) ------------------------------------------------------------ */
 
 /* Queues fn on stream s (0: the legacy default stream), to run when the stream is drained. fn
- * returns an error (cudaSuccess otherwise) and sets the detail. On a stream that captures, fn is
- * recorded into the capture instead. */
+ * returns an error (cudaSuccess otherwise) and sets the detail. */
 cudaError_t enqueue(cudaStream_t s, const char *what,
                     std::function<cudaError_t(std::string &detail)> fn);
-
-/* ---- stream capture (emu_graph.cc) --------------------------------------------------------------
- * What a capturing stream recorded: its work in order, each piece replayable (a kernel's
- * parameters were copied at the launch, as CUDA's graph keeps them), and why the capture is
- * invalid if something it cannot hold was asked of it (empty when valid). */
-struct stream_op {
-    const char *what;
-    std::function<cudaError_t(std::string &)> fn;
-};
-struct capture_log {
-    std::vector<stream_op> ops;
-    std::string invalid;
-};
-/* The capture stream s records into (null when it does not capture), and whether any stream
- * captures (emu_runtime.cc keeps them). */
-std::shared_ptr<capture_log> &capture_of(cudaStream_t s);
-bool any_capture();
-/* Refuses a call that a capturing stream cannot hold (a synchronisation, a copy from pageable
- * memory, an event): invalidates the capture, says so on stderr and returns
- * cudaErrorStreamCaptureUnsupported. */
-cudaError_t capture_refuse(const std::shared_ptr<capture_log> &c, const char *call);
 
 } // namespace zt_emu
 

@@ -15,7 +15,10 @@
  * in ascending then in descending order from the same memory, and the two results must agree bit
  * for bit. A fault
  * inside device work is sticky: every later call returns it, with the emulator's account of what
- * went wrong appended to cudaGetErrorString's text. */
+ * went wrong appended to cudaGetErrorString's text.
+ *
+ * Stream capture and CUDA graphs are not emulated (the backend uses none): their calls are
+ * refused by name, at the end of this file. */
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
@@ -36,7 +39,6 @@ struct CUstream_st {
     uint64_t next_seq = 1, done_seq = 0;
     bool blocking = true, legacy = false, destroyed = false;
     unsigned queries = 0;
-    std::shared_ptr<zt_emu::capture_log> capture; /* set while the stream captures */
 };
 
 /* When a timing event's record ran: the host's steady clock as the stream's queue reached it,
@@ -222,37 +224,12 @@ void set_sticky(cudaError_t e, const std::string &detail) {
 
 cudaError_t sticky() { return g_sticky; }
 
-std::shared_ptr<capture_log> &capture_of(cudaStream_t s) { return stream_of(s)->capture; }
-
-/* The capture of some stream, for a call that no capture allows (CUDA's global capture mode
- * refuses host waits anywhere while a stream captures). */
-static std::shared_ptr<capture_log> some_capture() {
-    for (CUstream_st *s : g_streams)
-        if (s->capture)
-            return s->capture;
-    return nullptr;
-}
-
-bool any_capture() { return some_capture() != nullptr; }
-
-cudaError_t capture_refuse(const std::shared_ptr<capture_log> &c, const char *call) {
-    if (c->invalid.empty())
-        c->invalid = call;
-    fprintf(stderr, "ztrain cuda emulator: %s: not allowed while the stream captures a graph\n",
-            call);
-    return fail(cudaErrorStreamCaptureUnsupported);
-}
-
 cudaError_t enqueue(cudaStream_t s, const char *what,
                     std::function<cudaError_t(std::string &)> fn) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     if (g_sticky != cudaSuccess)
         return fail(g_sticky);
     CUstream_st *st = stream_of(s);
-    if (st->capture) {
-        st->capture->ops.push_back({what, std::move(fn)});
-        return cudaSuccess;
-    }
     order_legacy(st);
     return push(st, what, std::move(fn));
 }
@@ -626,12 +603,6 @@ static cudaError_t copy_async(void *dst, const void *src, size_t bytes, enum cud
         g_d2h++;
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, bytes))
         g_pageable_h2d++;
-    if ((!src_dev && !is_pinned(src, bytes)) || (!dst_dev && !is_pinned(dst, bytes))) {
-        /* A graph replays the copy later: it can hold pinned host memory only. */
-        init_streams();
-        if (auto &c = stream_of(stream)->capture)
-            return capture_refuse(c, call);
-    }
     if (!src_dev && !is_pinned(src, bytes)) {
         /* Pageable source: staged now, so the caller may reuse it when the call returns. */
         auto staged =
@@ -654,9 +625,6 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
-    init_streams();
-    if (auto c = some_capture())
-        return capture_refuse(c, "cudaMemcpy");
     cudaError_t e = copy_async(dst, src, bytes, kind, nullptr, "cudaMemcpy");
     if (e != cudaSuccess)
         return e;
@@ -682,9 +650,6 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t strea
 
 cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
-    init_streams();
-    if (auto c = some_capture())
-        return capture_refuse(c, "cudaMemset");
     cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr);
     if (e == cudaSuccess) {
         count_wait();
@@ -721,8 +686,6 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     init_streams();
-    if (auto c = some_capture())
-        return capture_refuse(c, "cudaStreamSynchronize");
     count_wait();
     drain_all(stream_of(s));
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
@@ -734,8 +697,6 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     init_streams();
     CUstream_st *st = stream_of(s);
-    if (st->capture)
-        return capture_refuse(st->capture, "cudaStreamQuery");
     if (!st->q.empty() && st->queries++ % 2 == 0)
         return cudaErrorNotReady;
     if (!st->q.empty())
@@ -747,8 +708,6 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
 cudaError_t cudaDeviceSynchronize(void) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     init_streams();
-    if (auto c = some_capture())
-        return capture_refuse(c, "cudaDeviceSynchronize");
     count_wait();
     for (size_t i = 0; i < g_streams.size(); i++)
         drain_all(g_streams[i]);
@@ -778,9 +737,6 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
         return fail(g_sticky);
     init_streams();
     CUstream_st *st = stream_of(s);
-    /* Events inside a capture (fork and join of streams) are not emulated. */
-    if (st->capture)
-        return capture_refuse(st->capture, "cudaEventRecord");
     order_legacy(st);
     e->s = st;
     e->seq = st->next_seq;
@@ -814,8 +770,6 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
-    if (auto c = some_capture())
-        return capture_refuse(c, "cudaEventSynchronize");
     count_wait();
     if (!e)
         return fail(cudaErrorInvalidResourceHandle);
@@ -845,8 +799,6 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     if (g_sticky != cudaSuccess)
         return fail(g_sticky);
     init_streams();
-    if (auto &c = stream_of(s)->capture)
-        return capture_refuse(c, "cudaStreamWaitEvent");
     if (!e->s)
         return cudaSuccess; /* never recorded: nothing to wait for */
     CUstream_st *from = e->s;
@@ -856,6 +808,38 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
         return cudaSuccess;
     });
 }
+
+/* ---- CUDA graphs: not emulated ---------------------------------------------------------------
+ * The backend captures no graphs, so neither does the emulator: a capture or graph call is
+ * refused with its name rather than run as if it worked (or left an undefined symbol that would
+ * fail the module's load). */
+
+static cudaError_t graphs_refused(const char *call) {
+    fprintf(stderr, "ztrain cuda emulator: %s: stream capture and CUDA graphs are not emulated "
+                    "(the backend uses none)\n",
+            call);
+    return fail(cudaErrorNotSupported);
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode) {
+    return graphs_refused("cudaStreamBeginCapture");
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *graph) {
+    *graph = nullptr;
+    return graphs_refused("cudaStreamEndCapture");
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t, enum cudaStreamCaptureStatus *) {
+    return graphs_refused("cudaStreamIsCapturing");
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t, unsigned long long) {
+    *exec = nullptr;
+    return graphs_refused("cudaGraphInstantiate");
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) {
+    return graphs_refused("cudaGraphLaunch");
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) { return graphs_refused("cudaGraphExecDestroy"); }
+cudaError_t cudaGraphDestroy(cudaGraph_t) { return graphs_refused("cudaGraphDestroy"); }
 
 void zt_emu_sync_counts(unsigned long long out[3]) {
     out[0] = zt_emu::g_waits;

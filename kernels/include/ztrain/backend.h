@@ -128,9 +128,11 @@ static inline void zt_backend_free(zt_backend *be, zt_mem kind, void *p, size_t 
 static inline void zt_backend_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
     be->iface->zero(be, p, bytes, s);
 }
-/* Copies bytes from src to dst on stream s; the buffers may not overlap. With ZT_COPY_H2D and
- * ZT_COPY_D2H from non-pinned host memory the call returns only when the host buffer may be
- * reused. */
+/* Copies bytes from src to dst on stream s, after the work issued before it on s; the buffers
+ * may not overlap. With non-pinned host memory the call returns only when the host buffer may be
+ * reused: for ZT_COPY_D2H, once the bytes are in dst, so the caller reads them without a sync of
+ * its own (the loss of an evaluation, a checkpoint's tensors). Into pinned memory a D2H copy is
+ * asynchronous: read it after zt_backend_sync. */
 static inline void zt_backend_copy(zt_backend *be, void *dst, const void *src, size_t bytes,
                                    zt_copy_kind kind, zt_stream s) {
     be->iface->copy(be, dst, src, bytes, kind, s);
