@@ -406,10 +406,13 @@ static zt_status collect_memory_metrics(trainer *t, zt_metric *dst) {
     mine[3] = peak_rss_bytes();
     mine[MEM_FP32_WORKSPACE] = mem.workspace_bytes;
     /* The backend's own count of its allocations and workspaces, not the CUDA context's or
-     * another process's memory (cudaMemGetInfo's view), so it compares with the formula. */
+     * another process's memory (cudaMemGetInfo's view), so it compares with the formula. The
+     * counts are filled even when the device's free and total cannot be read (backend.h): a
+     * failing device is the step's sync's to report, and a rank that returned here would leave
+     * the others waiting in the all-reduce below. */
     if (t->job->device == ZT_DEVICE_CUDA) {
-        zt_cuda_memory dev;
-        ZT_TRY(zt_backend_cuda_memory(zt_engine_model(t->e)->ctx.be, &dev));
+        zt_cuda_memory dev = {0};
+        (void)zt_backend_cuda_memory(zt_engine_model(t->e)->ctx.be, &dev);
         mine[MEM_DEVICE_ALLOCATED] = (double)dev.allocated;
         mine[MEM_DEVICE_PEAK] = (double)dev.peak;
     }
