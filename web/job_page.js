@@ -210,8 +210,8 @@ export function jobView(main, id) {
       if (!tr) {
         tr = document.createElement('tr');
         tr.dataset.testid = 'rank-row';
-        for (let c = 0; c < 8; c++) tr.append(document.createElement('td'));
-        for (let c = 3; c < 8; c++) tr.children[c].className = 'num';
+        for (let c = 0; c < 9; c++) tr.append(document.createElement('td'));
+        for (let c = 3; c < 9; c++) tr.children[c].className = 'num';
         body.append(tr);
       }
       tr.dataset.rank = r.rank;
@@ -222,6 +222,8 @@ export function jobView(main, id) {
       const cells = [rankLabel(job, r.rank), fmtRankState(r), r.pid ? String(r.pid) : '—',
         fmtBytes(mem('params_bytes')), fmtBytes(mem('grads_bytes')), fmtBytes(mem('optimizer_bytes')),
         fmtBytes(mem('peak_rss_bytes')),
+        /* The CUDA backend's own device peak; '—' for a CPU job, which has none. */
+        fmtBytes(mem('device_peak_bytes')),
         isNum(stepTime) ? stepTime.toFixed(1) + ' ms' : '—'];
       cells.forEach((text, c) => setText(tr.children[c], text));
     });

@@ -24,7 +24,7 @@
 #include "ztrain/tp.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 5, STEP_METRICS = 17 };
+enum { MEM_PER_RANK = 7, STEP_METRICS = 17 };
 
 /* The per-rank memory record of every logged step, sized for the job's world when training
  * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
@@ -33,6 +33,8 @@ typedef struct {
     char (*keys)[48]; /* [n]: "memory/rank<r>/<name>" */
     zt_metric *all;   /* [STEP_METRICS + n + the rank figures' most]: the step's whole record */
     int n;            /* the metrics per step: world × the names that apply */
+    int which[MEM_PER_RANK]; /* the names that apply, as indices into mem_names */
+    int per_rank;            /* how many apply */
 } memory_metrics;
 
 typedef struct {
@@ -346,12 +348,17 @@ static double peak_rss_bytes(void) {
 }
 
 
+/* The per-rank memory figures, in the order of their slots. The fp32 workspace exists only in
+ * mixed precision, and the device figures only for a CUDA backend. */
+enum { MEM_FP32_WORKSPACE = 4, MEM_DEVICE_ALLOCATED = 5, MEM_DEVICE_PEAK = 6 };
 static const char *const mem_names[MEM_PER_RANK] = {"params_bytes", "grads_bytes",
                                                     "optimizer_bytes", "peak_rss_bytes",
-                                                    "fp32_workspace_bytes"};
+                                                    "fp32_workspace_bytes",
+                                                    "device_allocated_bytes",
+                                                    "device_peak_bytes"};
 
 /* Sizes the memory record for the world and names its metrics, once the engine says whether it
- * trains in mixed precision (the fp32 workspace exists only then). */
+ * trains in mixed precision and on which device. */
 static zt_status memory_metrics_init(trainer *t) {
     memory_metrics *mm = &t->mem;
     size_t slots = (size_t)MEM_PER_RANK * (size_t)t->world;
@@ -362,12 +369,20 @@ static zt_status memory_metrics_init(trainer *t) {
     if (!mm->values || !mm->keys || !mm->all)
         return zt_error(ZT_ERR_NOMEM, "out of memory for the memory metrics of %d ranks",
                         t->world);
-    int per_rank = zt_engine_mixed_precision(t->e) ? MEM_PER_RANK : MEM_PER_RANK - 1;
+    mm->per_rank = 0;
+    for (int i = 0; i < MEM_PER_RANK; i++) {
+        if (i == MEM_FP32_WORKSPACE && !zt_engine_mixed_precision(t->e))
+            continue;
+        if ((i == MEM_DEVICE_ALLOCATED || i == MEM_DEVICE_PEAK) &&
+            t->job->device != ZT_DEVICE_CUDA)
+            continue;
+        mm->which[mm->per_rank++] = i;
+    }
     mm->n = 0;
     for (int r = 0; r < t->world; r++)
-        for (int i = 0; i < per_rank; i++, mm->n++)
+        for (int i = 0; i < mm->per_rank; i++, mm->n++)
             snprintf(mm->keys[mm->n], sizeof mm->keys[mm->n], "memory/rank%d/%s", r,
-                     mem_names[i]);
+                     mem_names[mm->which[i]]);
     return ZT_OK;
 }
 
@@ -377,8 +392,8 @@ static void memory_metrics_free(memory_metrics *mm) {
     free(mm->all);
 }
 
-/* Every rank's model-state bytes and peak RSS, gathered to rank 0 as memory/rank<r>/... into
- * dst[0 .. t->mem.n) (all ranks take part; rank 0 gets the metrics). */
+/* Every rank's model-state bytes, peak RSS and (on a GPU) device bytes, gathered to rank 0 as
+ * memory/rank<r>/... into dst[0 .. t->mem.n) (all ranks take part; rank 0 gets the metrics). */
 static zt_status collect_memory_metrics(trainer *t, zt_metric *dst) {
     memory_metrics *mm = &t->mem;
     double *v = mm->values;
@@ -389,13 +404,24 @@ static zt_status collect_memory_metrics(trainer *t, zt_metric *dst) {
     mine[1] = mem.grads_bytes;
     mine[2] = mem.optimizer_bytes;
     mine[3] = peak_rss_bytes();
-    mine[4] = mem.workspace_bytes;
+    mine[MEM_FP32_WORKSPACE] = mem.workspace_bytes;
+    /* The backend's own count of its allocations and workspaces, not the CUDA context's or
+     * another process's memory (cudaMemGetInfo's view), so it compares with the formula. The
+     * counts are filled even when the device's free and total cannot be read (backend.h): a
+     * failing device is the step's sync's to report, and a rank that returned here would leave
+     * the others waiting in the all-reduce below. */
+    if (t->job->device == ZT_DEVICE_CUDA) {
+        zt_cuda_memory dev = {0};
+        (void)zt_backend_cuda_memory(zt_engine_model(t->e)->ctx.be, &dev);
+        mine[MEM_DEVICE_ALLOCATED] = (double)dev.allocated;
+        mine[MEM_DEVICE_PEAK] = (double)dev.peak;
+    }
     if (t->comm)
         ZT_TRY(zt_comm_all_reduce(t->comm, v, (size_t)MEM_PER_RANK * t->world, ZT_F64,
                                   ZT_REDUCE_SUM));
-    int per_rank = mm->n / t->world;
     for (int k = 0; k < mm->n; k++)
-        dst[k] = (zt_metric){mm->keys[k], v[MEM_PER_RANK * (k / per_rank) + k % per_rank]};
+        dst[k] = (zt_metric){mm->keys[k],
+                             v[MEM_PER_RANK * (k / mm->per_rank) + mm->which[k % mm->per_rank]]};
     return ZT_OK;
 }
 

@@ -108,7 +108,7 @@ def main():
 
             rows = drv.execute_script("""
                 return [...document.querySelectorAll('[data-testid="rank-row"]')]
-                  .map(tr => tr.children[7].textContent);""")
+                  .map(tr => tr.children[8].textContent);""")
             want = [f"{a['ranks'][r]['step_time_ms']:.1f} ms" for r in range(2)]
             ck.check(rows == want, f"the rank table shows each rank's own step time: {rows} vs {want}")
         errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]

@@ -13,6 +13,10 @@ independent run, never with an earlier output of its own:
   resume       a run stopped at a checkpoint and resumed gives the uninterrupted run's losses
                bit for bit
   nccl         with two GPUs or more: ZeRO 2 with 2 ranks over NCCL against 1 rank
+  memory       GPT-2 on 2 ranks sharing the GPU, ZeRO 0-3 in fp32 and bf16 and fp32 with
+               activation checkpointing, one step each: each rank's device peak
+               (memory/rank<r>/device_peak_bytes) within 10% of device_memory.py's formula,
+               the check tests/dist/test_cuda_device_memory.py makes on the emulated device
 
 --device cpu runs the same checks with the CPU backend standing in for the GPU (the build's own
 test, tests/gpu/test_train_check.py: the checks' plumbing on a machine without a GPU). Prints
@@ -24,6 +28,9 @@ import os
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_memory  # noqa: E402
 
 GPT2 = {"type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256,
         "block_size": 64}
@@ -59,8 +66,9 @@ def job(name, device, model, steps, world=1, stage=0, dtype="fp32", ckpt=None, r
             "data": {"train": "train.txt"}, "train": train, "deepspeed": ds}
 
 
-def train(ctx, name, spec, env=None):
-    """Runs a job; its losses by step, or None (the failure printed) when it failed."""
+def train(ctx, name, spec, env=None, records=False):
+    """Runs a job; its losses by step (its records with records=True), or None (the failure
+    printed) when it failed."""
     path = os.path.join(ctx.dir, name + ".json")
     with open(path, "w") as f:
         json.dump(spec, f)
@@ -77,6 +85,8 @@ def train(ctx, name, spec, env=None):
         return None
     with open(os.path.join(out, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f if line.strip()]
+    if records:
+        return recs
     return [r["train/loss"] for r in recs if "train/loss" in r]
 
 
@@ -154,6 +164,43 @@ def check_resume(ctx):
           f"({full} vs {a} + {b})")
 
 
+MEMORY_GPT2 = {"type": "gpt2", "n_layer": 4, "n_head": 3, "n_embd": 192, "vocab_size": 768,
+               "block_size": 64}
+
+
+def check_memory(ctx):
+    """Each rank's device peak against the formula (device_memory.py); on another backend than
+    cuda the records have no device figures, which is itself checked."""
+    B, world = 4, 2
+    for stage, dtype, every in [(s, d, 0) for d in ("fp32", "bf16") for s in (0, 1, 2, 3)] + \
+            [(0, "fp32", 1)]:
+        name = f"mem-s{stage}-{dtype}" + (f"-ck{every}" if every else "")
+        spec = job(name, ctx.device, MEMORY_GPT2, 1, world=world, stage=stage, dtype=dtype)
+        spec["deepspeed"].update(train_batch_size=B * world, train_micro_batch_size_per_gpu=B)
+        if every:
+            spec["train"].update(activation_checkpointing=True,
+                                 activation_checkpoint_interval=every)
+        recs = train(ctx, name, spec, records=True)
+        rec = recs[-1] if recs else {}
+        terms = device_memory.formula(MEMORY_GPT2, B, world, stage, dtype == "bf16", every)
+        want = sum(terms.values())
+        peaks = [rec.get(f"memory/rank{r}/device_peak_bytes") for r in range(world)]
+        if ctx.device != "cuda":
+            check(bool(rec) and peaks == [None] * world,
+                  f"memory: {name} on {ctx.device} records no device figures")
+            continue
+        if None in peaks:
+            check(False, f"memory: {name}: every rank records its device peak ({peaks})")
+            continue
+        worst = max(abs(p / want - 1) for p in peaks)
+        check(worst <= 0.10, f"memory: {name}: device peaks "
+              f"{', '.join(f'{p / device_memory.MIB:.2f}' for p in peaks)} MiB, formula "
+              f"{want / device_memory.MIB:.2f} MiB = {device_memory.describe(terms)} "
+              f"(worst {worst * 100:.2f}%)")
+        figure(f"memory_{name.replace('-', '_')}", {"peak_bytes": max(peaks),
+                                                     "formula_bytes": want})
+
+
 def gpu_count():
     try:
         p = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True,
@@ -167,13 +214,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", required=True, help="directory holding ztrain and ztrain-worker")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--checks", default="gpt2,llama,curve,bf16,zero,resume,nccl")
+    ap.add_argument("--checks", default="gpt2,llama,curve,bf16,zero,resume,nccl,memory")
     ap.add_argument("--step-tol", type=float, default=2e-3)
     ap.add_argument("--zero-stages", default="1,2,3", help="the stages the zero check runs")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
     ctx = ap.parse_args(argv)
-    known = {"gpt2", "llama", "curve", "bf16", "zero", "resume", "nccl"}
+    known = {"gpt2", "llama", "curve", "bf16", "zero", "resume", "nccl", "memory"}
     wanted = [c for c in ctx.checks.split(",") if c]
     bad = [c for c in wanted if c not in known]
     if bad:
@@ -196,6 +243,8 @@ def main(argv=None):
                 check_zero(ctx, stages=[int(x) for x in ctx.zero_stages.split(",") if x])
             elif c == "resume":
                 check_resume(ctx)
+            elif c == "memory":
+                check_memory(ctx)
             elif c == "nccl":
                 if ctx.device == "cuda" and gpu_count() >= 2:
                     check_zero(ctx, "nccl", stages=(2,))

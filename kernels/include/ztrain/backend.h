@@ -217,7 +217,9 @@ typedef struct {
     size_t device_free, device_total;
 } zt_cuda_memory;
 
-/* ZT_ERR_INVALID for a backend that is not CUDA (and in a build without CUDA). */
+/* ZT_ERR_INVALID for a backend that is not CUDA (and in a build without CUDA). When
+ * cudaMemGetInfo fails, an error naming the device, with allocated and peak filled all the same
+ * (they are the backend's own counts). */
 zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out);
 
 /* ---- the CPU backend ---------------------------------------------------------------------- */
