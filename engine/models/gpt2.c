@@ -605,7 +605,7 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
     const zt_blocks_shape shape = shape_of(s, &full, a->micro_batch, a->act_size);
     uint64_t pinned = 0;
     uint64_t act = carve_activations(&d, &shape, NULL, NULL, NULL, &pinned, &ov);
-    act = zt_u64_add(act, zt_tp_device_bytes(tp, tokens), &ov);
+    act = zt_u64_add(act, zt_tp_device_bytes(tp, tokens, &ov), &ov);
     if (ov)
         return zt_error(ZT_ERR_INVALID, "%s: the activations of a micro-batch of %d sequences of "
                         "model.block_size %d (model.n_embd %d, model.n_head %d, model.n_layer %d, "

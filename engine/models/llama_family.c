@@ -107,7 +107,7 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
     if (tp > (int)whole.KV)
         act = zt_u64_add(act, (2 * d.KVD * d.C + (d.qkv_bias ? 2 * d.KVD : 0)) * sizeof(float),
                          &ov);
-    act = zt_u64_add(act, zt_tp_device_bytes(tp, tokens), &ov);
+    act = zt_u64_add(act, zt_tp_device_bytes(tp, tokens, &ov), &ov);
     if (ov)
         return zt_error(ZT_ERR_INVALID, "%s: the activations of a micro-batch of %d sequences of "
                         "model.block_size %d (model.n_embd %d, model.n_head %d, "

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "ztrain/model.h"
+#include "ztrain/size_math.h"
 
 /* Whether m is a shard of a tensor-parallel model. */
 static inline bool zt_tp_on(const zt_model *m) { return zt_model_stage_tp(&m->stage) > 1; }
@@ -52,9 +53,9 @@ static inline uint64_t zt_tp_host_bytes(int tp, uint64_t rows) {
 }
 
 /* Device bytes of the loss's buffers (zt_tp_xent: 3 · tp + 1 floats a row), which the
- * activations' estimate adds (0 without TP). */
-static inline uint64_t zt_tp_device_bytes(int tp, uint64_t rows) {
-    return tp > 1 ? rows * (3 * (uint64_t)tp + 1) * sizeof(float) : 0;
+ * activations' estimate adds (0 without TP); *ov is set when the product overflows. */
+static inline uint64_t zt_tp_device_bytes(int tp, uint64_t rows, bool *ov) {
+    return tp > 1 ? zt_u64_mul(rows, (3 * (uint64_t)tp + 1) * sizeof(float), ov) : 0;
 }
 
 /* Takes nothing without TP. The model's ctx, spec and stage must be set. */

@@ -29,11 +29,11 @@ def run(args, timeout=300):
                           timeout=timeout)
 
 
-p = run([CHECK, "--bin", BUILD, "--device", "cpu", "--checks", "gpt2,curve,zero,resume",
+p = run([CHECK, "--bin", BUILD, "--device", "cpu", "--checks", "gpt2,curve,zero,resume,memory",
          "--zero-stages", "3"])
 print(p.stdout[-3000:], p.stderr[-2000:])
 oks = [line for line in p.stdout.splitlines() if line.startswith("ok ")]
-check(p.returncode == 0 and len(oks) == 4,
+check(p.returncode == 0 and len(oks) == 7,  # memory: one a configuration
       f"train_check on the CPU: every check passes ({len(oks)} ok, exit {p.returncode})")
 figs = dict(line.split(" ", 2)[1:] for line in p.stdout.splitlines()
             if line.startswith("FIGURE "))

@@ -62,9 +62,11 @@ with tempfile.TemporaryDirectory(prefix="ztrain-devmem-") as d:
                         "model": MODEL,
                         "data": {"train": "train.txt"}, "train": train, "deepspeed": ds})
         out = job[:-5]
-        run([tool("ztrain"), "run", job, "--out", out],
-            env=dict(os.environ, ZTRAIN_CUDA_EMU="1"))
-        est = json.loads(run([tool("ztrain"), "estimate", "--json", job]).stdout)
+        emu = dict(os.environ, ZTRAIN_CUDA_EMU="1")
+        run([tool("ztrain"), "run", job, "--out", out], env=emu)
+        # The estimate reads the job too, and a "cuda" job needs a CUDA module to be read: in a
+        # build with the emulator alone that is the emulator.
+        est = json.loads(run([tool("ztrain"), "estimate", "--json", job], env=emu).stdout)
         rec = read_metrics(f"{out}/metrics.jsonl")[-1]
         terms = formula(MODEL, B, N, stage, prec is not None, every)
         want = sum(terms.values())

@@ -825,14 +825,16 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode) {
     return graphs_refused("cudaStreamBeginCapture");
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *graph) {
-    *graph = nullptr;
+    if (graph)
+        *graph = nullptr;
     return graphs_refused("cudaStreamEndCapture");
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t, enum cudaStreamCaptureStatus *) {
     return graphs_refused("cudaStreamIsCapturing");
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t, unsigned long long) {
-    *exec = nullptr;
+    if (exec)
+        *exec = nullptr;
     return graphs_refused("cudaGraphInstantiate");
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) {
