@@ -40,7 +40,7 @@ static const char *const op_names[ZT_OP_COUNT] = {
     "lamb_apply", "sum_squares", "scale", "to_half",
     "from_half", "round_to", "accumulate_half", "sum_squares_half",
     "sgd_update_mixed", "lamb_apply_mixed", "sum_to", "lamb_moments_to",
-    "xent_partial_combine",
+    "xent_partial_combine", "lamb_steps",
 };
 
 const char *zt_op_name(zt_op_id op) {
@@ -204,7 +204,7 @@ TIMED(ZT_OP_LAMB_MOMENTS, lamb_moments,
       (x, p_, g, m, v, n, a, sums))
 TIMED(ZT_OP_LAMB_APPLY, lamb_apply,
       (const zt_ctx *x, float *p_, const float *m, const float *v, size_t n,
-       const zt_lamb_args *a, float step),
+       const zt_lamb_args *a, const float *step),
       (x, p_, m, v, n, a, step))
 TIMED(ZT_OP_SGD_UPDATE_MIXED, sgd_update_mixed,
       (const zt_ctx *x, float *master, const void *grad, zt_dtype grad_type, float grad_mul,
@@ -212,7 +212,7 @@ TIMED(ZT_OP_SGD_UPDATE_MIXED, sgd_update_mixed,
       (x, master, grad, grad_type, grad_mul, buf, param16, param_type, n, a))
 TIMED(ZT_OP_LAMB_APPLY_MIXED, lamb_apply_mixed,
       (const zt_ctx *x, float *p_, const float *m, const float *v, size_t n,
-       const zt_lamb_args *a, float step, uint16_t *param16, zt_dtype param_type),
+       const zt_lamb_args *a, const float *step, uint16_t *param16, zt_dtype param_type),
       (x, p_, m, v, n, a, step, param16, param_type))
 TIMED_DOUBLE(ZT_OP_SUM_SQUARES, sum_squares, (const zt_ctx *x, const float *v, size_t n),
              (x, v, n))
@@ -236,6 +236,9 @@ TIMED(ZT_OP_LAMB_MOMENTS_TO, lamb_moments_to,
       (const zt_ctx *x, const float *p_, const float *g, float *m, float *v, size_t n,
        const zt_lamb_args *a, double *sums),
       (x, p_, g, m, v, n, a, sums))
+TIMED(ZT_OP_LAMB_STEPS, lamb_steps,
+      (const zt_ctx *x, float *steps, const double *sums, size_t n, const zt_lamb_step_args *a),
+      (x, steps, sums, n, a))
 
 /* The profile's table: an entry for each the backend has, NULL where it has none (a model checks
  * the entries it needs, and must find the same ones missing). */
@@ -280,6 +283,7 @@ static void fill_table(zt_ops *t, const zt_ops *r) {
     ENTRY(sum_to);
     ENTRY(lamb_moments_to);
     ENTRY(xent_partial_combine);
+    ENTRY(lamb_steps);
 #undef ENTRY
 }
 

@@ -103,7 +103,8 @@ static zt_status start_offload(zt_engine *e) {
  * tensors lie in the slice it updates. */
 static zt_status setup_lamb(zt_engine *e) {
     const zt_model *m = e->model;
-    if (!e->be->ops->lamb_moments || !e->be->ops->lamb_apply)
+    const zt_ops *op = e->be->ops;
+    if (!op->lamb_moments_to || !op->lamb_steps || !op->lamb_apply)
         return zt_error(ZT_ERR_UNSUPPORTED, "engine: optimizer %s (LAMB) has no kernel on the %s "
                         "backend", e->ds.optimizer.name, e->be->name);
     size_t *starts = malloc((size_t)m->n_tensors * sizeof *starts);

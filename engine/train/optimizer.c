@@ -1,6 +1,6 @@
 /* The optimizer over one flat parameter slice: owns Adam's (or LAMB's) moments or SGD's momentum
  * buffer and turns the step count, lr and momentum into the kernel's per-step arguments; for LAMB
- * also the per-tensor sums and trust ratios between its two passes. */
+ * also the per-tensor sums and steps between its two passes, in device memory. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,6 +9,12 @@
 #include "ztrain/optimizer.h"
 
 static size_t state_bytes(const zt_optimizer *o) { return (o->n ? o->n : 1) * sizeof(float); }
+static size_t lamb_sums_bytes(const zt_optimizer *o) {
+    return 2 * (size_t)o->n_tensors * sizeof(double);
+}
+static size_t lamb_step_bytes(const zt_optimizer *o) {
+    return (size_t)o->n_tensors * sizeof(float);
+}
 
 /* One moment buffer of n floats in the backend's memory, zeroed; never 0 bytes, so a zero-length
  * slice still has valid, distinct pointers. It is written once here, so its memory is taken now
@@ -66,26 +72,22 @@ void zt_optimizer_free(zt_optimizer *o) {
     }
     o->m = NULL;
     o->v = NULL;
-    if (o->ctx.be && o->lamb_cap) {
-        zt_backend_free(o->ctx.be, ZT_MEM_DEVICE, o->lamb_dev, o->lamb_cap * 2 * sizeof(double));
-        zt_backend_free(o->ctx.be, ZT_MEM_PINNED, o->lamb_host, o->lamb_cap * 2 * sizeof(double));
+    if (o->ctx.be) {
+        zt_backend_free(o->ctx.be, ZT_MEM_DEVICE, o->lamb_sums, lamb_sums_bytes(o));
+        zt_backend_free(o->ctx.be, ZT_MEM_DEVICE, o->lamb_step, lamb_step_bytes(o));
     }
-    free(o->lamb_tensor);
-    o->lamb_dev = o->lamb_host = NULL;
-    o->lamb_tensor = NULL;
-    o->lamb_cap = o->lamb_used = 0;
     free(o->tensor_lo);
-    free(o->lamb_sums);
-    free(o->lamb_step);
     o->tensor_lo = NULL;
     o->lamb_sums = NULL;
     o->lamb_step = NULL;
 }
 
+/* A tensor's pieces add their sums to its slot from +0.0, as the host once added the sums
+ * returned to it into a zeroed array; zeroing in stream order needs no wait. */
 void zt_optimizer_begin_step(zt_optimizer *o) {
     o->t++;
     if (o->lamb_sums)
-        memset(o->lamb_sums, 0, 2 * (size_t)o->n_tensors * sizeof *o->lamb_sums);
+        zt_backend_zero(o->ctx.be, o->lamb_sums, lamb_sums_bytes(o), ZT_STREAM_COMPUTE);
 }
 
 static size_t clamp_to_slice(size_t at, size_t slice_lo, size_t n) {
@@ -97,13 +99,18 @@ static size_t clamp_to_slice(size_t at, size_t slice_lo, size_t n) {
 zt_status zt_optimizer_set_tensors(zt_optimizer *o, const size_t *starts, int count, size_t end,
                                    size_t total, size_t slice_lo) {
     ZT_ASSERT(count > 0 && end <= total);
+    ZT_ASSERT(!o->tensor_lo && !o->external);
     int n = count + 1;
     o->n_tensors = n;
     o->tensor_lo = malloc(((size_t)n + 1) * sizeof *o->tensor_lo);
-    o->lamb_sums = calloc(2 * (size_t)n, sizeof *o->lamb_sums);
-    o->lamb_step = calloc((size_t)n, sizeof *o->lamb_step);
-    if (!o->tensor_lo || !o->lamb_sums || !o->lamb_step)
+    if (!o->tensor_lo)
         return zt_error(ZT_ERR_NOMEM, "optimizer: out of memory for LAMB's %d tensors", count);
+    o->lamb_sums = zt_backend_alloc(o->ctx.be, ZT_MEM_DEVICE, lamb_sums_bytes(o));
+    o->lamb_step = zt_backend_alloc(o->ctx.be, ZT_MEM_DEVICE, lamb_step_bytes(o));
+    if (!o->lamb_sums || !o->lamb_step)
+        return zt_error(ZT_ERR_NOMEM, "optimizer: cannot allocate %zu bytes on %s for LAMB's "
+                        "sums and steps of %d tensors", lamb_sums_bytes(o) + lamb_step_bytes(o),
+                        o->ctx.be->name, count);
     for (int i = 0; i < count; i++) {
         ZT_ASSERT(i == 0 || starts[i] >= starts[i - 1]);
         o->tensor_lo[i] = clamp_to_slice(starts[i], slice_lo, o->n);
@@ -135,57 +142,6 @@ static bool tensor_part(const zt_optimizer *o, int i, size_t offset, size_t n, s
     return *len > 0;
 }
 
-/* Adds the sums waiting in device slots to lamb_sums, in the order they were queued: one copy
- * back and one wait. */
-static zt_status lamb_flush(zt_optimizer *o) {
-    if (!o->lamb_used)
-        return ZT_OK;
-    zt_backend_copy(o->ctx.be, o->lamb_host, o->lamb_dev, o->lamb_used * 2 * sizeof(double),
-                    ZT_COPY_D2H, ZT_STREAM_COMPUTE);
-    ZT_TRY(zt_backend_sync(o->ctx.be));
-    for (size_t k = 0; k < o->lamb_used; k++) {
-        o->lamb_sums[2 * o->lamb_tensor[k]] += o->lamb_host[2 * k];
-        o->lamb_sums[2 * o->lamb_tensor[k] + 1] += o->lamb_host[2 * k + 1];
-    }
-    o->lamb_used = 0;
-    return ZT_OK;
-}
-
-/* A device slot for tensor i's next two sums, or NULL: the backend has no lamb_moments_to, or
- * the slots could not grow (then those queued so far are added first, so the order holds). The
- * slots grow during the first step, which finds how many pieces a step has; a grown array takes
- * the queued sums along by a device copy in stream order. */
-static double *lamb_slot(zt_optimizer *o, int i) {
-    zt_backend *be = o->ctx.be;
-    if (!be->ops->lamb_moments_to)
-        return NULL;
-    if (o->lamb_used == o->lamb_cap) {
-        size_t cap = o->lamb_cap ? 2 * o->lamb_cap : (size_t)o->n_tensors + 1,
-               bytes = cap * 2 * sizeof(double), old = o->lamb_cap * 2 * sizeof(double);
-        double *dev = zt_backend_alloc(be, ZT_MEM_DEVICE, bytes);
-        double *host = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
-        int *tensor = realloc(o->lamb_tensor, cap * sizeof *tensor);
-        if (tensor)
-            o->lamb_tensor = tensor;
-        if (!dev || !host || !tensor) {
-            zt_backend_free(be, ZT_MEM_DEVICE, dev, bytes);
-            zt_backend_free(be, ZT_MEM_PINNED, host, bytes);
-            (void)lamb_flush(o); /* a device error surfaces at the step's next wait */
-            return NULL;
-        }
-        if (o->lamb_used)
-            zt_backend_copy(be, dev, o->lamb_dev, o->lamb_used * 2 * sizeof(double),
-                            ZT_COPY_D2D, ZT_STREAM_COMPUTE);
-        zt_backend_free(be, ZT_MEM_DEVICE, o->lamb_dev, old);
-        zt_backend_free(be, ZT_MEM_PINNED, o->lamb_host, old);
-        o->lamb_dev = dev;
-        o->lamb_host = host;
-        o->lamb_cap = cap;
-    }
-    o->lamb_tensor[o->lamb_used] = i;
-    return o->lamb_dev + 2 * o->lamb_used++;
-}
-
 void zt_optimizer_lamb_moments(zt_optimizer *o, const float *params, const float *grads,
                                size_t offset, size_t n, double momentum) {
     ZT_ASSERT(o->cfg.type == ZT_OPTIM_LAMB && o->lamb_sums && !o->external);
@@ -196,47 +152,34 @@ void zt_optimizer_lamb_moments(zt_optimizer *o, const float *params, const float
         size_t lo, len;
         if (!tensor_part(o, i, offset, n, &lo, &len))
             continue;
-        const float *p = params + (lo - offset), *g = grads + (lo - offset);
-        double *slot = lamb_slot(o, i);
-        if (slot) {
-            op->lamb_moments_to(&o->ctx, p, g, o->m + lo, o->v + lo, len, &a, slot);
-            continue;
-        }
-        double sums[2];
-        op->lamb_moments(&o->ctx, p, g, o->m + lo, o->v + lo, len, &a, sums);
-        o->lamb_sums[2 * i] += sums[0];
-        o->lamb_sums[2 * i + 1] += sums[1];
+        op->lamb_moments_to(&o->ctx, params + (lo - offset), grads + (lo - offset), o->m + lo,
+                            o->v + lo, len, &a, o->lamb_sums + 2 * i);
     }
 }
 
 /* FusedLamb's constants: the bias corrections in float from powers taken in double, and the step
- * size lr·sqrt(bc2)/bc1 in float (fused_lamb_cuda_kernel.cu); the trust ratio ||p|| / ||u||,
- * clamped first to max_coeff and then to min_coeff, or 1 when either norm is 0. */
+ * size lr·sqrt(bc2)/bc1 in float (fused_lamb_cuda_kernel.cu), from host values alone; the trust
+ * ratio ||p|| / ||u||, clamped first to max_coeff and then to min_coeff, or 1 when either norm
+ * is 0, from the sums on the device (the backend's lamb_steps). The sums are all-reduced where
+ * they are: a transport that reduces in host memory stages them there and back (its own wait),
+ * adding the ranks' sums in the order it adds host buffers, so the steps are the bits the host
+ * computed when the sums were read back. */
 zt_status zt_optimizer_lamb_reduce(zt_optimizer *o, zt_comm *comm, double lr, double momentum) {
     ZT_ASSERT(o->cfg.type == ZT_OPTIM_LAMB && o->lamb_sums);
     const zt_optimizer_config *c = &o->cfg;
-    ZT_TRY(lamb_flush(o));
     if (comm)
-        ZT_TRY(zt_comm_all_reduce(comm, o->lamb_sums, 2 * (size_t)o->n_tensors, ZT_F64,
-                                  ZT_REDUCE_SUM));
+        ZT_TRY(zt_comm_dev_all_reduce(comm, o->lamb_sums, 2 * (size_t)o->n_tensors, ZT_F64,
+                                      ZT_REDUCE_SUM));
     float step_size = (float)lr;
     if (c->bias_correction) {
         float bc1 = (float)(1.0 - pow(momentum, (double)o->t));
         float bc2 = (float)(1.0 - pow(c->beta2, (double)o->t));
         step_size = (float)lr * sqrtf(bc2) / bc1;
     }
-    for (int i = 0; i < o->n_tensors; i++) {
-        float w = (float)sqrt(o->lamb_sums[2 * i]), u = (float)sqrt(o->lamb_sums[2 * i + 1]);
-        float coeff = 1.0f;
-        if (w != 0.0f && u != 0.0f) {
-            coeff = w / u;
-            if (coeff > (float)c->max_coeff)
-                coeff = (float)c->max_coeff;
-            if (coeff < (float)c->min_coeff)
-                coeff = (float)c->min_coeff;
-        }
-        o->lamb_step[i] = step_size * coeff;
-    }
+    zt_lamb_step_args a = {.step_size = step_size,
+                           .max_coeff = (float)c->max_coeff,
+                           .min_coeff = (float)c->min_coeff};
+    o->ctx.be->ops->lamb_steps(&o->ctx, o->lamb_step, o->lamb_sums, (size_t)o->n_tensors, &a);
     return ZT_OK;
 }
 
@@ -253,10 +196,10 @@ void zt_optimizer_lamb_apply_mixed(zt_optimizer *o, float *params, uint16_t *par
             continue;
         float *p = params + (lo - offset);
         if (params16 && op->lamb_apply_mixed)
-            op->lamb_apply_mixed(&o->ctx, p, o->m + lo, o->v + lo, len, &a, o->lamb_step[i],
+            op->lamb_apply_mixed(&o->ctx, p, o->m + lo, o->v + lo, len, &a, o->lamb_step + i,
                                  params16 + (lo - offset), type);
         else
-            op->lamb_apply(&o->ctx, p, o->m + lo, o->v + lo, len, &a, o->lamb_step[i]);
+            op->lamb_apply(&o->ctx, p, o->m + lo, o->v + lo, len, &a, o->lamb_step + i);
         if (params16 && !op->lamb_apply_mixed)
             op->to_half(&o->ctx, params16 + (lo - offset), p, len, type);
     }

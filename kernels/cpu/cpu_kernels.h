@@ -95,6 +95,7 @@ void zt_cpu_lamb_moments(const float *p, const float *g, float *m, float *v, siz
                          const zt_lamb_args *a, double sums[2]);
 void zt_cpu_lamb_apply(float *p, const float *m, const float *v, size_t n, const zt_lamb_args *a,
                        float step);
+void zt_cpu_lamb_steps(float *steps, const double *sums, size_t n, const zt_lamb_step_args *a);
 /* The path name zt_backend_cpu_optim_isa reports. */
 const char *zt_cpu_optim_isa(void);
 

@@ -1,6 +1,6 @@
 /* LAMB's two passes over a flat fp32 slice, as DeepSpeed's FusedLamb computes them (ops.h): the
  * moments with the sums of squares of the weights and of the update, then the update scaled by
- * the trust ratio the caller derived from those sums.
+ * the trust ratio; between them lamb_steps turns each tensor's sums into its step.
  *
  * Like optim.c's Adam, every element goes through the same IEEE operations (explicit fused
  * multiply-adds, correctly rounded sqrt and divide) on the AVX-512, AVX2 and portable paths, so an
@@ -220,5 +220,22 @@ void zt_cpu_lamb_apply(float *p, const float *m, const float *v, size_t n, const
     for (size_t ci = 0; ci < nchunks; ci++) {
         size_t lo = ci * CHUNK;
         fn(p + lo, m + lo, v + lo, chunk_len(n, ci), &c, step);
+    }
+}
+
+/* The arithmetic the optimizer did on the host before the steps moved to the device, unchanged:
+ * kernels/cuda/lamb.cu's lamb_steps_kernel repeats it operation for operation. */
+void zt_cpu_lamb_steps(float *steps, const double *sums, size_t n, const zt_lamb_step_args *a) {
+    for (size_t i = 0; i < n; i++) {
+        float w = (float)sqrt(sums[2 * i]), u = (float)sqrt(sums[2 * i + 1]);
+        float coeff = 1.0f;
+        if (w != 0.0f && u != 0.0f) {
+            coeff = w / u;
+            if (coeff > a->max_coeff)
+                coeff = a->max_coeff;
+            if (coeff < a->min_coeff)
+                coeff = a->min_coeff;
+        }
+        steps[i] = a->step_size * coeff;
     }
 }

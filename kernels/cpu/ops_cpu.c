@@ -165,17 +165,26 @@ static void lamb_moments(const zt_ctx *x, const float *p, const float *g, float 
     zt_cpu_lamb_moments(p, g, m, v, n, a, sums);
 }
 
-/* Device memory is host memory here: the sums land where they are asked for. */
+/* Device memory is host memory here: the sums are added where they are asked for. */
 static void lamb_moments_to(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
                             size_t n, const zt_lamb_args *a, double *sums) {
     (void)x;
-    zt_cpu_lamb_moments(p, g, m, v, n, a, sums);
+    double piece[2];
+    zt_cpu_lamb_moments(p, g, m, v, n, a, piece);
+    sums[0] += piece[0];
+    sums[1] += piece[1];
+}
+
+static void lamb_steps(const zt_ctx *x, float *steps, const double *sums, size_t n,
+                       const zt_lamb_step_args *a) {
+    (void)x;
+    zt_cpu_lamb_steps(steps, sums, n, a);
 }
 
 static void lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
-                       const zt_lamb_args *a, float step) {
+                       const zt_lamb_args *a, const float *step) {
     (void)x;
-    zt_cpu_lamb_apply(p, m, v, n, a, step);
+    zt_cpu_lamb_apply(p, m, v, n, a, *step);
 }
 
 /* The CPU's fused mixed-precision SGD and LAMB apply are the separate passes, a stack-sized
@@ -203,10 +212,10 @@ static void sgd_update_mixed(const zt_ctx *x, float *master, const void *grad, z
 }
 
 static void lamb_apply_mixed(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
-                             const zt_lamb_args *a, float step, uint16_t *param16,
+                             const zt_lamb_args *a, const float *step, uint16_t *param16,
                              zt_dtype param_type) {
     (void)x;
-    zt_cpu_lamb_apply(p, m, v, n, a, step);
+    zt_cpu_lamb_apply(p, m, v, n, a, *step);
     zt_cpu_to_half(param16, p, n, param_type);
 }
 
@@ -294,6 +303,7 @@ static const zt_ops cpu_ops = {
     .sgd_update_mixed = sgd_update_mixed,
     .lamb_moments = lamb_moments,
     .lamb_moments_to = lamb_moments_to,
+    .lamb_steps = lamb_steps,
     .lamb_apply = lamb_apply,
     .lamb_apply_mixed = lamb_apply_mixed,
     .sum_squares = sum_squares,

@@ -163,6 +163,8 @@ void *zt_cuda_bucket_host(const zt_ctx *x, size_t bytes);
 void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out);
 /* The same second pass into out[0 .. count), device memory, in stream order without a wait. */
 void zt_cuda_sum_totals_to(const zt_ctx *x, unsigned blocks, int count, double *out);
+/* The same added to out[0 .. count) (out[j] + the total, one double addition). */
+void zt_cuda_sum_totals_add(const zt_ctx *x, unsigned blocks, int count, double *out);
 
 /* Frees the cuBLASLt plans (matmul.cu), at the backend's end. */
 void zt_cuda_matmul_plans_free(zt_cuda_state *st);
@@ -274,14 +276,16 @@ void zt_cuda_sgd_update_mixed(const zt_ctx *x, float *master, const void *grad,
                               zt_dtype grad_type, float grad_mul, float *buf, uint16_t *param16,
                               zt_dtype param_type, size_t n, const zt_sgd_args *a);
 void zt_cuda_lamb_apply_mixed(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
-                              const zt_lamb_args *a, float step, uint16_t *param16,
+                              const zt_lamb_args *a, const float *step, uint16_t *param16,
                               zt_dtype param_type);
 void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
                           size_t n, const zt_lamb_args *a, double sums[2]);
 void zt_cuda_lamb_moments_to(const zt_ctx *x, const float *p, const float *g, float *m,
                              float *v, size_t n, const zt_lamb_args *a, double *sums);
 void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
-                        const zt_lamb_args *a, float step);
+                        const zt_lamb_args *a, const float *step);
+void zt_cuda_lamb_steps(const zt_ctx *x, float *steps, const double *sums, size_t n,
+                        const zt_lamb_step_args *a);
 double zt_cuda_sum_squares(const zt_ctx *x, const float *v, size_t n);
 void zt_cuda_scale(const zt_ctx *x, float *v, size_t n, float s);
 void zt_cuda_to_half(const zt_ctx *x, uint16_t *dst, const float *src, size_t n, zt_dtype t);

@@ -1,8 +1,9 @@
 /* LAMB's two passes on the GPU (ops.h, DeepSpeed's FusedLamb): the moments with the sums of p²
- * and u² in double (two-pass, fixed block count, as optim.cu's sum of squares), then the update
- * scaled by the caller's trust ratio (the sums returned, or left in device memory by
- * lamb_moments_to), which can write the 16-bit parameters in the same pass. Per
- * element the CPU's IEEE operations (kernels/cpu/lamb.c), so m, v and p match it bit for bit. */
+ * and u² in double (two-pass, fixed block count, as optim.cu's sum of squares), returned or
+ * added to a tensor's device slot (lamb_moments_to); each tensor's step from its slot
+ * (lamb_steps); then the update scaled by the step it reads from device memory, which can write
+ * the 16-bit parameters in the same pass. Per element the CPU's IEEE operations
+ * (kernels/cpu/lamb.c), so m, v, the steps and p match it bit for bit. */
 #include "optim_vec.cuh"
 
 struct lamb_coef {
@@ -50,9 +51,31 @@ __global__ void lamb_moments_kernel(const float *p, const float *g, float *m, fl
     }
 }
 
-/* The second pass in chunks (optim_vec.cuh); param16 NULL: no 16-bit copy. */
+/* Each tensor's step: zt_cpu_lamb_steps' operations in its order, each rounded as there (the
+ * double roots rounded once to float, then float divide, compares and multiply). One thread a
+ * tensor; a step has a few hundred at most. */
+__global__ void lamb_steps_kernel(float *steps, const double *sums, size_t n,
+                                  zt_lamb_step_args a) {
+    ZT_GRID_LOOP(i, n) {
+        float w = __double2float_rn(__dsqrt_rn(sums[2 * i]));
+        float u = __double2float_rn(__dsqrt_rn(sums[2 * i + 1]));
+        float coeff = 1.0f;
+        if (w != 0.0f && u != 0.0f) {
+            coeff = __fdiv_rn(w, u);
+            if (coeff > a.max_coeff)
+                coeff = a.max_coeff;
+            if (coeff < a.min_coeff)
+                coeff = a.min_coeff;
+        }
+        steps[i] = __fmul_rn(a.step_size, coeff);
+    }
+}
+
+/* The second pass in chunks (optim_vec.cuh); param16 NULL: no 16-bit copy. The step is the
+ * tensor's lamb_steps slot, written earlier in stream order. */
 __global__ void lamb_apply_kernel(float *p, const float *m, const float *v, size_t n, lamb_coef c,
-                                  float step, uint16_t *param16, bool param_bf16) {
+                                  const float *step_at, uint16_t *param16, bool param_bf16) {
+    const float step = *step_at;
     OPT_LOOP(base, n) {
         float pi[OPT_VEC] = {}, mi[OPT_VEC] = {}, vi[OPT_VEC] = {};
         ld8(p, base, n, pi);
@@ -82,17 +105,22 @@ extern "C" void zt_cuda_lamb_moments_to(const zt_ctx *x, const float *p, const f
     ZT_LAUNCH(lamb_moments_kernel, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), p, g, m, v, n,
               lamb_coef_of(a), zt_cuda_of(x)->sums_dev);
     ZT_CUDA_LAUNCHED(x->be);
-    zt_cuda_sum_totals_to(x, blocks, 2, sums);
+    zt_cuda_sum_totals_add(x, blocks, 2, sums);
+}
+
+extern "C" void zt_cuda_lamb_steps(const zt_ctx *x, float *steps, const double *sums, size_t n,
+                                   const zt_lamb_step_args *a) {
+    ZT_LAUNCH_1D(x, n, lamb_steps_kernel, steps, sums, n, *a);
 }
 
 extern "C" void zt_cuda_lamb_apply(const zt_ctx *x, float *p, const float *m, const float *v,
-                                   size_t n, const zt_lamb_args *a, float step) {
+                                   size_t n, const zt_lamb_args *a, const float *step) {
     OPT_LAUNCH(x, n, lamb_apply_kernel, p, m, v, n, lamb_coef_of(a), step, (uint16_t *)NULL,
                false);
 }
 
 extern "C" void zt_cuda_lamb_apply_mixed(const zt_ctx *x, float *p, const float *m, const float *v,
-                                         size_t n, const zt_lamb_args *a, float step,
+                                         size_t n, const zt_lamb_args *a, const float *step,
                                          uint16_t *param16, zt_dtype param_type) {
     ZT_ASSERT(param_type == ZT_BF16 || param_type == ZT_F16);
     OPT_LAUNCH(x, n, lamb_apply_kernel, p, m, v, n, lamb_coef_of(a), step, param16,

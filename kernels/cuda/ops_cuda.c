@@ -32,6 +32,7 @@ static const zt_ops cuda_ops = {
     .sgd_update_mixed = zt_cuda_sgd_update_mixed,
     .lamb_moments = zt_cuda_lamb_moments,
     .lamb_moments_to = zt_cuda_lamb_moments_to,
+    .lamb_steps = zt_cuda_lamb_steps,
     .lamb_apply = zt_cuda_lamb_apply,
     .lamb_apply_mixed = zt_cuda_lamb_apply_mixed,
     .sum_squares = zt_cuda_sum_squares,

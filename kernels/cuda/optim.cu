@@ -165,9 +165,10 @@ extern "C" void zt_cuda_scale(const zt_ctx *x, float *v, size_t n, float s) {
 
 /* ---- the two-pass sum of squares --------------------------------------------------------------- */
 
-/* Pass 2 (one block): total[j] = the sum of partial[j·stride + 0 .. blocks), for j < count. */
+/* Pass 2 (one block): total[j] = the sum of partial[j·stride + 0 .. blocks), for j < count;
+ * with add, total[j] + that sum. */
 __global__ void sum_partials(const double *partial, unsigned blocks, unsigned stride, int count,
-                             double *total) {
+                             bool add, double *total) {
     __shared__ double red[32];
     for (int j = 0; j < count; j++) {
         double acc = 0.0;
@@ -175,14 +176,23 @@ __global__ void sum_partials(const double *partial, unsigned blocks, unsigned st
             acc += partial[(size_t)j * stride + b];
         acc = zt_block_sum(acc, red);
         if (threadIdx.x == 0)
-            total[j] = acc;
+            total[j] = add ? total[j] + acc : acc;
     }
 }
 
-extern "C" void zt_cuda_sum_totals_to(const zt_ctx *x, unsigned blocks, int count, double *out) {
+static void sum_totals(const zt_ctx *x, unsigned blocks, int count, bool add, double *out) {
     ZT_LAUNCH(sum_partials, 1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), zt_cuda_of(x)->sums_dev,
-              blocks, ZT_CUDA_SUM_BLOCKS, count, out);
+              blocks, ZT_CUDA_SUM_BLOCKS, count, add, out);
     ZT_CUDA_LAUNCHED(x->be);
+}
+
+extern "C" void zt_cuda_sum_totals_to(const zt_ctx *x, unsigned blocks, int count, double *out) {
+    sum_totals(x, blocks, count, false, out);
+}
+
+extern "C" void zt_cuda_sum_totals_add(const zt_ctx *x, unsigned blocks, int count,
+                                       double *out) {
+    sum_totals(x, blocks, count, true, out);
 }
 
 extern "C" void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, double *out) {

@@ -52,7 +52,7 @@ def model_ops(model):
 # norm's pieces). Anything outside the model's ops and these is an op the step should not have
 # timed.
 OPTIMIZER_OPS = {"adam_update", "adam_update_mixed", "sgd_update", "lamb_moments",
-                 "lamb_moments_to", "lamb_apply",
+                 "lamb_moments_to", "lamb_steps", "lamb_apply",
                  "sum_squares", "sum_squares_half", "scale", "to_half", "from_half", "round_to",
                  "accumulate_half", "sum_to"}
 

@@ -24,18 +24,15 @@ typedef struct {
     float *m;      /* Adam first moment, or SGD momentum buffer (NULL when momentum is 0) */
     float *v;      /* Adam second moment (NULL for SGD) */
     bool external; /* the state lives elsewhere (offload): m and v are NULL */
-    /* LAMB only (zt_optimizer_set_tensors): the parameter tensors' parts in this slice. */
+    /* LAMB only (zt_optimizer_set_tensors): the parameter tensors' parts in this slice, and
+     * per tensor, in the backend's device memory, this step's sums of p² and of u² (each
+     * piece's lamb_moments_to adds its own, in the order the pieces come) and its step (step
+     * size times trust ratio, lamb_steps), which lamb_apply reads there: the host never waits
+     * for them. */
     int n_tensors;      /* the model's tensors, and the padding after them as one more */
     size_t *tensor_lo;  /* [n_tensors + 1]: tensor i is [tensor_lo[i], tensor_lo[i+1]) here */
-    double *lamb_sums;  /* [2 * n_tensors]: this step's sums of p² and of u² per tensor */
-    float *lamb_step;   /* [n_tensors]: this step's step size times each trust ratio */
-    /* LAMB on a backend with lamb_moments_to: each tensor piece's two sums wait in a device slot
-     * (lamb_dev [2 · lamb_cap], for tensor lamb_tensor[k]) until lamb_reduce reads the step's
-     * back with one copy into lamb_host (pinned) and one wait, and adds them in the order the
-     * pieces came, as the sums returned one by one were added. */
-    double *lamb_dev, *lamb_host;
-    int *lamb_tensor;
-    size_t lamb_cap, lamb_used;
+    double *lamb_sums;  /* [2 * n_tensors], device memory */
+    float *lamb_step;   /* [n_tensors], device memory */
 } zt_optimizer;
 
 /* Allocates zeroed state for n parameters in be's device memory; updates run on be. Free with
@@ -64,12 +61,12 @@ zt_status zt_optimizer_set_tensors(zt_optimizer *o, const size_t *starts, int co
 
 /* LAMB's step in three calls, after zt_optimizer_begin_step: lamb_moments over the slice's
  * elements [offset, offset + n) (in any number of pieces) updates the moments from grads and adds
- * up each tensor's sums of squares (queued in device memory where the backend can: no wait);
- * lamb_reduce reads them back (one wait), all-reduces them over comm when the tensors
- * are partitioned across ranks (NULL: this slice holds them whole) and derives each tensor's step
- * from lr and momentum (beta1, which the schedule may cycle); lamb_apply then updates the
- * parameters of [offset, offset + n), again in any pieces. zt_optimizer_step does all three on a
- * whole slice. */
+ * up each tensor's sums of squares in device memory; lamb_reduce all-reduces them over comm
+ * (zt_comm_dev_all_reduce) when the tensors are partitioned across ranks (NULL: this slice holds
+ * them whole) and derives each tensor's step on the device from lr and momentum (beta1, which the
+ * schedule may cycle); lamb_apply then updates the parameters of [offset, offset + n), again in
+ * any pieces. None of them waits for the device (the communicator's staging through host memory
+ * apart). zt_optimizer_step does all three on a whole slice. */
 void zt_optimizer_lamb_moments(zt_optimizer *o, const float *params, const float *grads,
                                size_t offset, size_t n, double momentum);
 zt_status zt_optimizer_lamb_reduce(zt_optimizer *o, zt_comm *comm, double lr, double momentum);

@@ -120,6 +120,14 @@ typedef struct {
     bool eps_inside_sqrt;
 } zt_lamb_args;
 
+/* What lamb_steps turns each tensor's two sums into its step: FusedLamb's bias-corrected step
+ * size (lr·sqrt(bc2)/bc1 in float, from host values alone, so the caller computes it) and the
+ * trust ratio's bounds. */
+typedef struct {
+    float step_size;
+    float max_coeff, min_coeff;
+} zt_lamb_step_args;
+
 typedef struct {
     float lr;
     float momentum, dampening, weight_decay;
@@ -304,20 +312,31 @@ typedef struct zt_ops {
      * double and returned to the host. */
     void (*lamb_moments)(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
                          size_t n, const zt_lamb_args *a, double sums[2]);
-    /* lamb_moments with the two sums written to sums[0..1], two doubles of device memory, in
-     * stream order and without a host round trip (the optimizer reads a step's sums back
-     * together); bit for bit lamb_moments' m, v and sums. */
+    /* lamb_moments with the two sums added to sums[0..1], two doubles of device memory
+     * (sums[j] = sums[j] + this piece's sum, one double addition each), in stream order and
+     * without a host round trip: a tensor's pieces add up in its slot in the order they are
+     * queued, which is the order the host added lamb_moments' returned sums in. Bit for bit
+     * lamb_moments' m and v, and its sums added to what the slot held. */
     void (*lamb_moments_to)(const zt_ctx *x, const float *p, const float *g, float *m, float *v,
                             size_t n, const zt_lamb_args *a, double *sums);
+    /* Each of n tensors' step from its sums (device memory, sums[2i] of p² and sums[2i+1] of
+     * u², over the whole tensor): steps[i] = step_size · coeff in float, where coeff is
+     * (float)sqrt(sums[2i]) / (float)sqrt(sums[2i+1]) clamped first to max_coeff and then to
+     * min_coeff, or 1 when either root is 0. Every backend does these IEEE operations in this
+     * order (double roots rounded once to float, a float divide and multiply), so the steps are
+     * the same bits everywhere. steps is device memory, read by lamb_apply. */
+    void (*lamb_steps)(const zt_ctx *x, float *steps, const double *sums, size_t n,
+                       const zt_lamb_step_args *a);
     /* LAMB's second pass: p -= step · u, with u recomputed from p, m and v exactly as
-     * lamb_moments defines it; step is the step size times the tensor's clamped trust ratio. An
+     * lamb_moments defines it; *step (one float of device memory, the tensor's lamb_steps
+     * slot, read in stream order) is the step size times the tensor's clamped trust ratio. An
      * element's result does not depend on n or on where the slice starts. */
     void (*lamb_apply)(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
-                       const zt_lamb_args *a, float step);
+                       const zt_lamb_args *a, const float *step);
     /* lamb_apply that also writes param16[i] = p[i] rounded to param_type (ZT_BF16 or ZT_F16)
      * from the same pass: bit for bit lamb_apply and then to_half. */
     void (*lamb_apply_mixed)(const zt_ctx *x, float *p, const float *m, const float *v, size_t n,
-                             const zt_lamb_args *a, float step, uint16_t *param16,
+                             const zt_lamb_args *a, const float *step, uint16_t *param16,
                              zt_dtype param_type);
 
     /* Sum of squares in double precision (the global gradient norm); the result is returned to

@@ -137,7 +137,7 @@ static const struct {
     ENTRY(xent_partial_stats), ENTRY(xent_partial_grad), ENTRY(xent_partial_combine),
     ENTRY(adam_update),       ENTRY(sgd_update),         ENTRY(adam_update_mixed),
     ENTRY(sgd_update_mixed),  ENTRY(lamb_moments),       ENTRY(lamb_apply),
-    ENTRY(lamb_moments_to),
+    ENTRY(lamb_moments_to),   ENTRY(lamb_steps),
     ENTRY(lamb_apply_mixed),
     ENTRY(sum_squares),       ENTRY(scale),              ENTRY(to_half),
     ENTRY(from_half),         ENTRY(round_to),           ENTRY(accumulate_half),

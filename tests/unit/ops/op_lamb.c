@@ -1,8 +1,11 @@
-/* lamb_moments and lamb_apply: every backend against the CPU, lamb_moments_to against
- * lamb_moments on each backend bit for bit, and the CPU against DeepSpeed's
- * FusedLamb step written out in double over several steps (moments, the two sums of squares, the
- * clamped trust ratio, the update), in both eps modes, with and without weight decay; and a slice
- * split at an odd offset gives the same bits per element as the whole. */
+/* LAMB's step as the optimizer runs it (lamb_moments_to adding each piece's sums to a device
+ * slot, lamb_steps, lamb_apply reading its step from device memory): every backend against the
+ * CPU, lamb_moments_to against lamb_moments on each backend bit for bit (its sums added to what
+ * the slot held), lamb_steps on every backend bit for bit the CPU's and against the clamped
+ * ratio computed in double from the same sums, and the CPU against DeepSpeed's FusedLamb step
+ * written out in double over several steps (moments, the two sums of squares, the clamped trust
+ * ratio, the update), in both eps modes, with and without weight decay; and a slice split at an
+ * odd offset gives the same bits per element as the whole. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,26 +47,27 @@ static zt_lamb_args lamb_args(int variant) {
                           .eps_inside_sqrt = variant == 1};
 }
 
-/* One step on be in place over s, its first pass in two pieces split at `split` (0: one
- * piece): the sums are added up, and the second pass runs with step_size times the trust ratio
- * from those sums, clamped to [0.01, 10]. */
+/* One step on be in place over s as the optimizer runs it, its first pass in two pieces split
+ * at `split` (0: one piece) adding their sums to one zeroed device slot, the second pass with
+ * the step lamb_steps derives from the slot: step_size times the trust ratio clamped to
+ * [0.01, 10]. The slot's sums are read back into sums. */
 static void lamb_run(zt_backend *be, lamb_state *s, const zt_lamb_args *a, float step_size,
                      size_t split, double sums[2]) {
     zt_test_dev d;
     zt_test_dev_init(&d, be, ZT_F32);
     float *p = zt_test_dev_f32(&d, s->p, s->n), *g = zt_test_dev_f32(&d, s->g, s->n);
     float *m = zt_test_dev_f32(&d, s->m, s->n), *v = zt_test_dev_f32(&d, s->v, s->n);
-    double part[2];
-    be->ops->lamb_moments(&d.ctx, p, g, m, v, split, a, sums);
-    be->ops->lamb_moments(&d.ctx, p + split, g + split, m + split, v + split, s->n - split, a,
-                          part);
-    sums[0] += part[0];
-    sums[1] += part[1];
-    double coeff = sqrt(sums[0]) / sqrt(sums[1]);
-    coeff = coeff > 10.0 ? 10.0 : coeff < 0.01 ? 0.01 : coeff;
-    float step = step_size * (float)coeff;
+    const double zero[2] = {0.0, 0.0};
+    double *slot = zt_test_dev_bytes(&d, zero, sizeof zero);
+    float *step = zt_test_dev_alloc(&d, sizeof(float));
+    be->ops->lamb_moments_to(&d.ctx, p, g, m, v, split, a, slot);
+    be->ops->lamb_moments_to(&d.ctx, p + split, g + split, m + split, v + split, s->n - split, a,
+                             slot);
+    zt_lamb_step_args sa = {.step_size = step_size, .max_coeff = 10.0f, .min_coeff = 0.01f};
+    be->ops->lamb_steps(&d.ctx, step, slot, 1, &sa);
     be->ops->lamb_apply(&d.ctx, p, m, v, split, a, step);
     be->ops->lamb_apply(&d.ctx, p + split, m + split, v + split, s->n - split, a, step);
+    zt_test_dev_get_bytes(&d, sums, slot, 2 * sizeof(double));
     zt_test_dev_get_f32(&d, s->p, p, s->n);
     zt_test_dev_get_f32(&d, s->m, m, s->n);
     zt_test_dev_get_f32(&d, s->v, v, s->n);
@@ -184,8 +188,10 @@ static void lamb_split(zt_backend *cpu, zt_test_rng *r) {
 }
 
 /* lamb_moments_to on a backend against its own lamb_moments: the same m and v bit for bit, and
- * the sums, left in device memory and read back, the same bits as the ones returned; and against
- * the CPU's lamb_moments, the reference: sums within TOL_SUMS, m and v within fp32's tolerance. */
+ * the sums, added in device memory to what the slot held and read back, the same bits as the
+ * ones returned added to it on the host; and against the CPU's lamb_moments, the reference: sums
+ * within TOL_SUMS, m and v within fp32's tolerance. The slot starts at values of the sums' own
+ * size, so a pass that wrote its sums instead of adding them is off by about half. */
 static void lamb_to_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     (void)act;
     for (int k = 0; k < 2; k++) {
@@ -202,10 +208,14 @@ static void lamb_to_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_te
         float *p = zt_test_dev_f32(&d, s.p, s.n), *g = zt_test_dev_f32(&d, s.g, s.n);
         float *m1 = zt_test_dev_f32(&d, s.m, s.n), *v1 = zt_test_dev_f32(&d, s.v, s.n);
         float *m2 = zt_test_dev_f32(&d, s.m, s.n), *v2 = zt_test_dev_f32(&d, s.v, s.n);
-        double *dev = zt_test_dev_alloc(&d, 2 * sizeof(double)), want[2], got[2];
+        const double held[2] = {ref_sums[0] * 0.75, ref_sums[1] * 1.25};
+        double *dev = zt_test_dev_bytes(&d, held, sizeof held), want[2], got[2];
         be->ops->lamb_moments(&d.ctx, p, g, m1, v1, s.n, &a, want);
         be->ops->lamb_moments_to(&d.ctx, p, g, m2, v2, s.n, &a, dev);
         zt_test_dev_get_bytes(&d, got, dev, sizeof got);
+        double returned[2] = {want[0], want[1]};
+        want[0] = held[0] + returned[0];
+        want[1] = held[1] + returned[1];
         float *hm1 = malloc(s.n * sizeof(float)), *hm2 = malloc(s.n * sizeof(float));
         float *hv1 = malloc(s.n * sizeof(float)), *hv2 = malloc(s.n * sizeof(float));
         zt_test_dev_get_f32(&d, hm1, m1, s.n), zt_test_dev_get_f32(&d, hm2, m2, s.n);
@@ -214,10 +224,10 @@ static void lamb_to_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_te
                  "lamb_moments %.17g %.17g", be->name, s.n, got[0], got[1], want[0], want[1]);
         CHECK_SAME(hm2, hm1, s.n, "lamb_moments_to %s n=%zu: m", be->name, s.n);
         CHECK_SAME(hv2, hv1, s.n, "lamb_moments_to %s n=%zu: v", be->name, s.n);
-        CHECK_AT(fabs(got[0] - ref_sums[0]) <= TOL_SUMS * ref_sums[0] &&
-                     fabs(got[1] - ref_sums[1]) <= TOL_SUMS * ref_sums[1],
-                 "lamb_moments_to %s n=%zu: sums %.17g %.17g, the CPU's lamb_moments %.17g %.17g",
-                 be->name, s.n, got[0], got[1], ref_sums[0], ref_sums[1]);
+        CHECK_AT(fabs(returned[0] - ref_sums[0]) <= TOL_SUMS * ref_sums[0] &&
+                     fabs(returned[1] - ref_sums[1]) <= TOL_SUMS * ref_sums[1],
+                 "lamb_moments %s n=%zu: sums %.17g %.17g, the CPU's lamb_moments %.17g %.17g",
+                 be->name, s.n, returned[0], returned[1], ref_sums[0], ref_sums[1]);
         CHECK_CLOSE(hm2, ref.m, s.n, ZT_TEST_TOL_F32, "lamb_moments_to %s n=%zu: m vs the CPU",
                     be->name, s.n);
         CHECK_CLOSE(hv2, ref.v, s.n, ZT_TEST_TOL_F32, "lamb_moments_to %s n=%zu: v vs the CPU",
@@ -228,12 +238,84 @@ static void lamb_to_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_te
     }
 }
 
-static const char *const lamb_entries[] = {"lamb_moments", "lamb_apply", NULL};
+/* ---- lamb_steps ------------------------------------------------------------------------------ */
+
+/* Sums of every kind lamb_steps meets: the two norms' ratio inside the bounds, past either
+ * bound, exactly at one, either norm or both zero, and magnitudes from tiny to huge; then
+ * random ones. More tensors than one block of threads. */
+enum { STEPS_N = 300 };
+
+static void steps_sums(zt_test_rng *r, double *sums) {
+    static const double fixed[][2] = {
+        {4.0, 1.0},     {1.0, 4.0},      {1e6, 1e-6},  {1e-6, 1e6},  {0.0, 3.0},
+        {3.0, 0.0},     {0.0, 0.0},      {100.0, 1.0}, {1.0, 1e4},   {1e-30, 4e-30},
+        {1e30, 1e26},   {2.0, 2.0},      {7.5, 0.3},   {1e-3, 9.99e-2},
+    };
+    enum { NFIXED = sizeof fixed / sizeof fixed[0] };
+    for (int i = 0; i < STEPS_N; i++) {
+        if (i < NFIXED) {
+            sums[2 * i] = fixed[i][0];
+            sums[2 * i + 1] = fixed[i][1];
+            continue;
+        }
+        /* |p|² and |u|² over many decades, so the ratio crosses both bounds often. */
+        sums[2 * i] = pow(10.0, 8.0 * zt_test_uniform(r) - 4.0) * (1.0 + zt_test_uniform(r));
+        sums[2 * i + 1] = pow(10.0, 8.0 * zt_test_uniform(r) - 4.0) * (1.0 + zt_test_uniform(r));
+    }
+}
+
+/* The clamped ratio from the sums in double, as ops.h states it: the reference. */
+static double steps_ref(const double *sums, int i, const zt_lamb_step_args *a) {
+    double w = sqrt(sums[2 * i]), u = sqrt(sums[2 * i + 1]);
+    if (w == 0.0 || u == 0.0)
+        return a->step_size;
+    double coeff = w / u;
+    coeff = coeff > a->max_coeff ? a->max_coeff : coeff;
+    coeff = coeff < a->min_coeff ? a->min_coeff : coeff;
+    return a->step_size * coeff;
+}
+
+static void lamb_steps_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
+    (void)act;
+    double sums[2 * STEPS_N];
+    steps_sums(r, sums);
+    zt_lamb_step_args a = {.step_size = 3.1e-3f, .max_coeff = 10.0f, .min_coeff = 0.01f};
+    float want[STEPS_N], got[STEPS_N];
+    zt_test_dev c;
+    zt_test_dev_init(&c, cpu, ZT_F32);
+    double *cs = zt_test_dev_bytes(&c, sums, sizeof sums);
+    float *cw = zt_test_dev_alloc(&c, sizeof want);
+    cpu->ops->lamb_steps(&c.ctx, cw, cs, STEPS_N, &a);
+    zt_test_dev_get_bytes(&c, want, cw, sizeof want);
+    zt_test_dev_finish(&c);
+    zt_test_dev d;
+    zt_test_dev_init(&d, be, ZT_F32);
+    double *ds = zt_test_dev_bytes(&d, sums, sizeof sums);
+    float *dw = zt_test_dev_alloc(&d, sizeof got);
+    be->ops->lamb_steps(&d.ctx, dw, ds, STEPS_N, &a);
+    zt_test_dev_get_bytes(&d, got, dw, sizeof got);
+    zt_test_dev_finish(&d);
+    /* The float roots, divide and multiply: a few float roundings from the double value. */
+    for (int i = 0; i < STEPS_N; i++) {
+        double ref = steps_ref(sums, i, &a);
+        CHECK_AT(memcmp(&got[i], &want[i], sizeof(float)) == 0,
+                 "lamb_steps %s tensor %d (sums %.17g %.17g): %.9g, the CPU's %.9g", be->name, i,
+                 sums[2 * i], sums[2 * i + 1], got[i], want[i]);
+        CHECK_AT(fabs(got[i] - ref) <= 4e-7 * ref,
+                 "lamb_steps %s tensor %d (sums %.17g %.17g): %.9g, the double reference %.9g",
+                 be->name, i, sums[2 * i], sums[2 * i + 1], got[i], ref);
+    }
+}
+
+static const char *const lamb_entries[] = {"lamb_moments_to", "lamb_steps", "lamb_apply", NULL};
 static const char *const lamb_to_entries[] = {"lamb_moments", "lamb_moments_to", NULL};
-static const char *const lamb_family[] = {"lamb_moments", "lamb_moments_to", "lamb_apply", NULL};
+static const char *const lamb_steps_entries[] = {"lamb_steps", NULL};
+static const char *const lamb_family[] = {"lamb_moments", "lamb_moments_to", "lamb_steps",
+                                          "lamb_apply", NULL};
 
 static void lamb_check(const zt_test_env *env) {
     zt_test_each_backend(env, "lamb_moments_to", lamb_to_entries, false, lamb_to_compare);
+    zt_test_each_backend(env, "lamb_steps", lamb_steps_entries, false, lamb_steps_compare);
     if (!zt_test_each_backend(env, "lamb", lamb_entries, false, lamb_compare))
         return;
     zt_test_rng r = zt_test_rng_for("lamb/cpu", 0);
@@ -245,7 +327,7 @@ static void lamb_check(const zt_test_env *env) {
 
 typedef struct {
     zt_ctx ctx;
-    float *p, *g, *m, *v;
+    float *p, *g, *m, *v, *step;
     size_t n;
     zt_lamb_args a;
 } lamb_perf;
@@ -260,7 +342,7 @@ static void lamb_perf_run(void *arg) {
                                      &q->a, sums);
     }
     for (size_t lo = 0; lo < q->n; lo += t)
-        q->ctx.be->ops->lamb_apply(&q->ctx, q->p + lo, q->m + lo, q->v + lo, t, &q->a, 1e-9f);
+        q->ctx.be->ops->lamb_apply(&q->ctx, q->p + lo, q->m + lo, q->v + lo, t, &q->a, q->step);
 }
 
 static void lamb_perf_fn(zt_backend *be) {
@@ -275,6 +357,8 @@ static void lamb_perf_fn(zt_backend *be) {
     q.g = zt_test_dev_random(&d, &r, n, 1.0);
     q.m = zt_test_dev_alloc(&d, n * sizeof(float));
     q.v = zt_test_dev_alloc(&d, n * sizeof(float));
+    const float step = 1e-9f;
+    q.step = zt_test_dev_f32(&d, &step, 1);
     /* Bytes: the first pass reads p, g, m, v and writes m, v (24 a parameter); the second reads
      * p, m, v and writes p (16). */
     double ms = zt_test_time_ms(be, lamb_perf_run, &q, 9);

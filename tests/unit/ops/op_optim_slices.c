@@ -76,6 +76,7 @@ static void slice_run(zt_backend *be, slice_kind kind, slice_bufs *b, size_t off
     zt_sgd_args sa = {.lr = 1e-2f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 0.01f,
                       .nesterov = true};
     zt_lamb_args la = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = 0.01f};
+    const float lamb_step = 0.013f, *step = zt_test_dev_f32(&d, &lamb_step, 1);
     const zt_ops *op = be->ops;
     switch (kind) {
     case S_ADAM:
@@ -105,14 +106,14 @@ static void slice_run(zt_backend *be, slice_kind kind, slice_bufs *b, size_t off
         op->to_half(&d.ctx, p16 + off, p + off, len, ZT_BF16);
         break;
     case S_LAMB:
-        op->lamb_apply(&d.ctx, p + off, m + off, v + off, len, &la, 0.013f);
+        op->lamb_apply(&d.ctx, p + off, m + off, v + off, len, &la, step);
         break;
     case S_LAMB_MIXED_BF16:
-        op->lamb_apply_mixed(&d.ctx, p + off, m + off, v + off, len, &la, 0.013f, p16 + off,
+        op->lamb_apply_mixed(&d.ctx, p + off, m + off, v + off, len, &la, step, p16 + off,
                              ZT_BF16);
         break;
     case S_LAMB_PASSES_BF16:
-        op->lamb_apply(&d.ctx, p + off, m + off, v + off, len, &la, 0.013f);
+        op->lamb_apply(&d.ctx, p + off, m + off, v + off, len, &la, step);
         op->to_half(&d.ctx, p16 + off, p + off, len, ZT_BF16);
         break;
     default:
