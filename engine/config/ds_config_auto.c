@@ -119,7 +119,11 @@ static int zero_stage(const cJSON *root) {
     const cJSON *s = cJSON_IsObject(z) ? cJSON_GetObjectItemCaseSensitive(z, "stage") : NULL;
     if (cJSON_IsTrue(z))
         return 1;
-    return cJSON_IsNumber(s) ? (int)s->valuedouble : 0;
+    /* Only stage 3 matters here; a stage outside 0-3 (or not a number) is refused by the
+     * config's own check later, and converting it to int first would be undefined. */
+    if (!cJSON_IsNumber(s) || !(s->valuedouble >= 0 && s->valuedouble <= 3))
+        return 0;
+    return (int)s->valuedouble;
 }
 
 /* trainer_config_process: batch, clipping, optimizer and scheduler values, precision. */
