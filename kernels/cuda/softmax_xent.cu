@@ -125,27 +125,26 @@ extern "C" void zt_cuda_xent_partial_grad(const zt_ctx *x, void *logits, const f
 }
 
 /* The shards' stats combined into each row's log-partition and loss (ops.h; the CPU's
- * zt_cpu_xent_partial_combine): one thread per row, the shards in order, the double sum's terms
+ * zt_cpu_xent_partial_combine): a thread per row (grid-stride), the shards in order, the double sum's terms
  * each added with one fma and nothing else contracted, so the row's operations are the CPU's. */
 __global__ void xent_combine_kernel(float *logz, float *losses, const float *stats,
                                     const int32_t *targets, int N, int shards) {
-    const int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= N)
-        return;
     const size_t part = 3 * (size_t)N;
-    const float *row = stats + 3 * (size_t)n;
-    float mx = row[0], target = 0.0f;
-    for (int s = 1; s < shards; s++)
-        mx = fmaxf(mx, row[(size_t)s * part]);
-    double sum = 0.0;
-    for (int s = 0; s < shards; s++) {
-        const float *st = row + (size_t)s * part;
-        sum = fma((double)st[1], exp((double)st[0] - (double)mx), sum);
-        target = __fadd_rn(target, st[2]);
+    ZT_GRID_LOOP(n, (size_t)N) {
+        const float *row = stats + 3 * n;
+        float mx = row[0], target = 0.0f;
+        for (int s = 1; s < shards; s++)
+            mx = fmaxf(mx, row[(size_t)s * part]);
+        double sum = 0.0;
+        for (int s = 0; s < shards; s++) {
+            const float *st = row + (size_t)s * part;
+            sum = fma((double)st[1], exp((double)st[0] - (double)mx), sum);
+            target = __fadd_rn(target, st[2]);
+        }
+        const float lz = __fadd_rn(mx, (float)log(sum));
+        logz[n] = lz;
+        losses[n] = targets[n] == ZT_XENT_IGNORED ? 0.0f : __fsub_rn(lz, target);
     }
-    const float lz = __fadd_rn(mx, (float)log(sum));
-    logz[n] = lz;
-    losses[n] = targets[n] == ZT_XENT_IGNORED ? 0.0f : __fsub_rn(lz, target);
 }
 
 extern "C" void zt_cuda_xent_partial_combine(const zt_ctx *x, float *logz, float *losses,
@@ -156,8 +155,5 @@ extern "C" void zt_cuda_xent_partial_combine(const zt_ctx *x, float *logz, float
     const int32_t *tgt = zt_cuda_upload_i32(x, ZT_CUDA_SCRATCH_TOKENS, targets, (size_t)N);
     if (!tgt)
         return;
-    const int threads = 256;
-    ZT_LAUNCH(xent_combine_kernel, (N + threads - 1) / threads, threads, 0, zt_cuda_compute(x),
-              logz, losses, stats, tgt, N, shards);
-    ZT_CUDA_LAUNCHED(x->be);
+    ZT_LAUNCH_1D(x, (size_t)N, xent_combine_kernel, logz, losses, stats, tgt, N, shards);
 }

@@ -275,26 +275,26 @@ static double steps_ref(const double *sums, int i, const zt_lamb_step_args *a) {
     return a->step_size * coeff;
 }
 
+/* steps[0, STEPS_N) from sums by backend be's lamb_steps. */
+static void run_lamb_steps(zt_backend *be, const double *sums, const zt_lamb_step_args *a,
+                           float *steps) {
+    zt_test_dev t;
+    zt_test_dev_init(&t, be, ZT_F32);
+    double *ts = zt_test_dev_bytes(&t, sums, 2 * STEPS_N * sizeof *sums);
+    float *tw = zt_test_dev_alloc(&t, STEPS_N * sizeof *steps);
+    be->ops->lamb_steps(&t.ctx, tw, ts, STEPS_N, a);
+    zt_test_dev_get_bytes(&t, steps, tw, STEPS_N * sizeof *steps);
+    zt_test_dev_finish(&t);
+}
+
 static void lamb_steps_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     (void)act;
     double sums[2 * STEPS_N];
     steps_sums(r, sums);
     zt_lamb_step_args a = {.step_size = 3.1e-3f, .max_coeff = 10.0f, .min_coeff = 0.01f};
     float want[STEPS_N], got[STEPS_N];
-    zt_test_dev c;
-    zt_test_dev_init(&c, cpu, ZT_F32);
-    double *cs = zt_test_dev_bytes(&c, sums, sizeof sums);
-    float *cw = zt_test_dev_alloc(&c, sizeof want);
-    cpu->ops->lamb_steps(&c.ctx, cw, cs, STEPS_N, &a);
-    zt_test_dev_get_bytes(&c, want, cw, sizeof want);
-    zt_test_dev_finish(&c);
-    zt_test_dev d;
-    zt_test_dev_init(&d, be, ZT_F32);
-    double *ds = zt_test_dev_bytes(&d, sums, sizeof sums);
-    float *dw = zt_test_dev_alloc(&d, sizeof got);
-    be->ops->lamb_steps(&d.ctx, dw, ds, STEPS_N, &a);
-    zt_test_dev_get_bytes(&d, got, dw, sizeof got);
-    zt_test_dev_finish(&d);
+    run_lamb_steps(cpu, sums, &a, want);
+    run_lamb_steps(be, sums, &a, got);
     /* The float roots, divide and multiply: a few float roundings from the double value. */
     for (int i = 0; i < STEPS_N; i++) {
         double ref = steps_ref(sums, i, &a);
