@@ -217,24 +217,60 @@ static bf16_plan *plan_for(bool ta, bool tb, int M, int N, int K, int ldc, bool 
     return p;
 }
 
-/* Per-thread staging for the bf16 copies of the operands; grows to the largest product once. */
-static _Thread_local uint16_t *stage[2];
-static _Thread_local size_t stage_cap[2];
+/* Per-thread staging for the bf16 copies of the operands, grown to the largest product once.
+ * It belongs to the calling thread (products run on several: the trainer's, ZeRO's comm
+ * thread, a pipeline stage's) and is freed when that thread exits, through the key's destructor
+ * (a _Thread_local pointer would leak each exited thread's buffers). */
+typedef struct {
+    uint16_t *buf[2];
+    size_t cap[2];
+} bf16_stage;
 
-static uint16_t *pack_bf16(int which, const float *x, int rows, int cols, int ld) {
-    size_t n = (size_t)rows * cols;
-    if (n > stage_cap[which]) {
-        free(stage[which]);
-        stage[which] = malloc(n * sizeof(uint16_t));
-        ZT_ASSERT(stage[which]);
-        stage_cap[which] = n;
+static pthread_key_t stage_key;
+static pthread_once_t stage_once = PTHREAD_ONCE_INIT;
+static bool stage_key_ok;
+
+static void stage_free(void *p) {
+    bf16_stage *s = p;
+    free(s->buf[0]);
+    free(s->buf[1]);
+    free(s);
+}
+
+static void stage_key_create(void) { stage_key_ok = pthread_key_create(&stage_key, stage_free) == 0; }
+
+/* This thread's staging buffer `which` with room for n values; NULL when memory is short (the
+ * caller then leaves the product to OpenBLAS). */
+static uint16_t *stage_for(int which, size_t n) {
+    pthread_once(&stage_once, stage_key_create);
+    if (!stage_key_ok)
+        return NULL;
+    bf16_stage *s = pthread_getspecific(stage_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s)))
+            return NULL;
+        if (pthread_setspecific(stage_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
     }
-    uint16_t *dst = stage[which];
+    if (n > s->cap[which]) {
+        uint16_t *grown = malloc(n * sizeof *grown);
+        if (!grown)
+            return NULL;
+        free(s->buf[which]);
+        s->buf[which] = grown;
+        s->cap[which] = n;
+    }
+    return s->buf[which];
+}
+
+static void pack_bf16(uint16_t *dst, const float *x, int rows, int cols, int ld) {
+    size_t n = (size_t)rows * cols;
 #pragma omp parallel for if (n > 65536)
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
             dst[(size_t)r * cols + c] = bf16_from_f32(f32_bits(x[(size_t)r * ld + c]));
-    return dst;
 }
 
 bool zt_cpu_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const float *A, int lda,
@@ -246,8 +282,11 @@ bool zt_cpu_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const flo
     bf16_plan *p = plan_for(trans_a, trans_b, M, N, K, ldc, beta != 0.0f);
     if (!p)
         return false;
-    uint16_t *a16 = pack_bf16(0, A, trans_a ? K : M, trans_a ? M : K, lda);
-    uint16_t *b16 = pack_bf16(1, B, trans_b ? N : K, trans_b ? K : N, ldb);
+    uint16_t *a16 = stage_for(0, (size_t)M * K), *b16 = stage_for(1, (size_t)K * N);
+    if (!a16 || !b16)
+        return false;
+    pack_bf16(a16, A, trans_a ? K : M, trans_a ? M : K, lda);
+    pack_bf16(b16, B, trans_b ? N : K, trans_b ? K : N, ldb);
     dnnl_memory_t am, bm, cm;
     DNNL_OK(dnnl_memory_create(&am, &p->a, engine, a16));
     DNNL_OK(dnnl_memory_create(&bm, &p->b, engine, b16));

@@ -57,7 +57,8 @@ bool zt_cpu_gemm_bf16_enabled(void);
 /* The same product for operands whose values are bf16 numbers held in fp32 (a bf16 job's
  * activations, gradients and working weights): each operand is converted to bf16 (exactly, for such
  * values) and multiplied with fp32 accumulation; C stays fp32. Returns false, computing nothing,
- * when the build or CPU cannot (callers then use zt_cpu_sgemm). */
+ * when the build or CPU cannot, or the calling thread's staging cannot grow (callers then use
+ * zt_cpu_sgemm). */
 bool zt_cpu_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc);
 
