@@ -101,20 +101,51 @@ zt_status zt_blocks_init_tp(zt_blocks *k, zt_model *m) {
     return k->shape.head ? zt_tp_xent_init(&k->xent, m, rows) : ZT_OK;
 }
 
-zt_status zt_blocks_alloc_pinned(zt_blocks *k, zt_backend *be, size_t bytes, const char *type) {
-    if (!bytes)
-        return ZT_OK;
-    k->pinned = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
-    if (!k->pinned)
-        return zt_error(ZT_ERR_NOMEM, "%s: cannot allocate %zu bytes of pinned host memory for "
-                        "the checkpointed activations (cpu_checkpointing)", type, bytes);
-    k->pinned_bytes = bytes;
+void zt_blocks_model_setup(zt_model *m, const zt_model_ops *ops, zt_blocks *k,
+                           const zt_model_spec *spec, zt_backend *be, zt_dtype act,
+                           int max_batch, const zt_model_stage *stage) {
+    m->ops = ops;
+    m->blocks = k;
+    m->ctx = (zt_ctx){be, act, NULL};
+    m->spec = *spec;
+    m->max_batch = max_batch;
+    m->n_layer = spec->n_layer;
+    m->stage = *stage;
+}
+
+zt_status zt_blocks_model_alloc(zt_model *m, size_t pad_to, size_t pinned, size_t act_bytes) {
+    zt_blocks *k = m->blocks;
+    zt_backend *be = m->ctx.be;
+    const char *type = m->spec.type;
+    ZT_TRY(zt_model_alloc_flat(m, pad_to));
+    if (pinned) {
+        if (!(k->pinned = zt_backend_alloc(be, ZT_MEM_PINNED, pinned)))
+            return zt_error(ZT_ERR_NOMEM, "%s: cannot allocate %zu bytes of pinned host memory "
+                            "for the checkpointed activations (cpu_checkpointing)", type, pinned);
+        k->pinned_bytes = pinned;
+    }
+    k->act_bytes = act_bytes ? act_bytes : 1;
+    if (!(k->act_memory = zt_backend_alloc(be, ZT_MEM_DEVICE, k->act_bytes))) {
+        k->act_bytes = 0;
+        return zt_error(ZT_ERR_NOMEM, "%s: cannot allocate %zu parameters and %zu bytes of "
+                        "activations", type, m->n_params, act_bytes);
+    }
+    zt_backend_zero(be, k->act_memory, k->act_bytes, ZT_STREAM_COMPUTE);
     return ZT_OK;
+}
+
+void zt_blocks_model_free(zt_model *m) {
+    zt_model_free_flat(m);
+    free(m->tensors);
+    m->tensors = NULL;
+    if (m->blocks)
+        zt_blocks_free(m->blocks, m->ctx.be);
 }
 
 void zt_blocks_free(zt_blocks *k, zt_backend *be) {
     if (k->pinned)
         zt_backend_free(be, ZT_MEM_PINNED, k->pinned, k->pinned_bytes);
+    zt_backend_free(be, ZT_MEM_DEVICE, k->act_memory, k->act_bytes);
     free(k->acts);
     free(k->inputs);
     free(k->head);

@@ -75,6 +75,8 @@ typedef struct zt_blocks {
     void *dres;              /* [B,T,C] the backward's running gradient of the residual stream */
     unsigned char *pinned;   /* the host memory of the kept inputs with cpu, pinned_bytes */
     size_t pinned_bytes;
+    unsigned char *act_memory; /* device memory of act_bytes, carved into the buffers */
+    size_t act_bytes;
     /* Per buffer: the shape of its forward, its tokens (first stage) and whether it awaits a
      * backward. */
     int *B, *T;
@@ -105,8 +107,28 @@ void zt_blocks_free(zt_blocks *k, zt_backend *be);
  * vocabulary-parallel loss. Nothing without. */
 zt_status zt_blocks_init_tp(zt_blocks *k, zt_model *m);
 
-/* Allocates the pinned host memory of `bytes` (from the counting pass) for the kept inputs. */
-zt_status zt_blocks_alloc_pinned(zt_blocks *k, zt_backend *be, size_t bytes, const char *type);
+/* ---- a model family built on the blocks (GPT-2, the Llama family) ----------------------------
+ * Its create sets the base fields (zt_blocks_model_setup), counts its buffers with a carving
+ * pass over NULL bases, takes its tables (zt_blocks_init, zt_blocks_init_tp, its tensor table and
+ * views), lays out its tensors, allocates (zt_blocks_model_alloc) and carves again over the
+ * memory; its destroy frees its own tables and then calls zt_blocks_model_free. */
+
+/* m's fields every block model sets alike; m->blocks = k. */
+void zt_blocks_model_setup(zt_model *m, const zt_model_ops *ops, zt_blocks *k,
+                           const zt_model_spec *spec, zt_backend *be, zt_dtype act,
+                           int max_batch, const zt_model_stage *stage);
+
+/* The memory of a laid-out model: its flat buffers (zt_model_alloc_flat, padded to pad_to), the
+ * pinned host memory of the kept inputs (`pinned` bytes, from the counting pass; with
+ * cpu_checkpointing) and act_bytes of device memory for the activations (k->act_memory), zeroed
+ * now so that a micro-batch that does not fit fails at creation rather than in the first
+ * forward. ZT_ERR_NOMEM naming the model type and the sizes; what was taken is freed by
+ * zt_blocks_model_free. */
+zt_status zt_blocks_model_alloc(zt_model *m, size_t pad_to, size_t pinned, size_t act_bytes);
+
+/* Frees what zt_blocks_model_setup's model took in common: the flat buffers, the tensor table
+ * and the blocks (their tables, pinned and device memory). Not m itself. */
+void zt_blocks_model_free(zt_model *m);
 
 /* The stage_forward and stage_backward ops (ztrain/model.h) over the blocks of m->stage. */
 float zt_blocks_forward(zt_model *m, zt_blocks *k, int buffer, const int32_t *tokens,

@@ -54,8 +54,6 @@ typedef struct {
     float *wte, *wpe, *lnf_w, *lnf_b, *head; /* head: wte, or the last stage's copy of it */
     float *dwte, *dwpe, *dlnf_w, *dlnf_b, *dhead;
     layer_views *lw, *lg;      /* parameter and gradient views per block of the stage */
-    unsigned char *act_memory; /* device memory of act_bytes, carved into the buffers below */
-    size_t act_bytes;
     size_t act_size;           /* bytes per activation element on this backend */
     zt_blocks blk;             /* activation sets, checkpointing, dres */
     /* backward scratch, reused across blocks (datt is fp32 work space) */
@@ -409,12 +407,9 @@ static double gpt2_flops_per_token(const zt_model *m) {
 static void gpt2_destroy(zt_model *m) {
     gpt2 *g = (gpt2 *)m;
     zt_doc_pos_free(&g->docs, m->ctx.be);
-    zt_model_free_flat(m);
-    free(m->tensors);
     free(g->lw);
     free(g->lg);
-    zt_blocks_free(&g->blk, m->ctx.be);
-    zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, g->act_memory, g->act_bytes);
+    zt_blocks_model_free(m);
     free(g);
 }
 
@@ -484,14 +479,8 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
     if (!g)
         return zt_error(ZT_ERR_NOMEM, "gpt2: out of memory");
     zt_model *m = &g->base;
-    m->ops = &gpt2_ops;
-    m->blocks = &g->blk;
-    m->ctx = (zt_ctx){be, act, NULL};
+    zt_blocks_model_setup(m, &gpt2_ops, &g->blk, spec, be, act, max_batch, stage);
     g->act_size = act_size;
-    m->spec = *spec;
-    m->max_batch = max_batch;
-    m->n_layer = spec->n_layer;
-    m->stage = *stage;
     g->L = spec->n_layer;
     g->C = spec->n_embd;
     g->NH = spec->n_head;
@@ -524,26 +513,13 @@ static zt_status gpt2_create(zt_model **out, const zt_model_spec *spec, zt_backe
     ZT_ASSERT(!whole || (m->n_params == est.params && (uint64_t)m->n_tensors == est.n_tensors &&
                          act_bytes == est.activation_bytes));
 
-    s = zt_model_alloc_flat(m, pad_to);
-    if (s == ZT_OK)
-        s = zt_blocks_alloc_pinned(&g->blk, be, (size_t)pinned, "gpt2");
+    s = zt_blocks_model_alloc(m, pad_to, (size_t)pinned, (size_t)act_bytes);
     if (s != ZT_OK) {
         gpt2_destroy(m);
         return s;
     }
-    g->act_bytes = act_bytes ? (size_t)act_bytes : 1;
-    g->act_memory = zt_backend_alloc(be, ZT_MEM_DEVICE, g->act_bytes);
-    if (!g->act_memory) {
-        gpt2_destroy(m);
-        return zt_error(ZT_ERR_NOMEM,
-                        "gpt2: cannot allocate %zu parameters and %llu bytes of activations",
-                        m->n_params, (unsigned long long)act_bytes);
-    }
-    /* Written once now, so the activations' memory is taken at creation: a batch that does not
-     * fit fails here rather than in the first forward. */
-    zt_backend_zero(be, g->act_memory, g->act_bytes, ZT_STREAM_COMPUTE);
     uint64_t pinned_again = 0;
-    ZT_ASSERT(carve_activations(&dims, &shape, g, g->act_memory, g->blk.pinned, &pinned_again,
+    ZT_ASSERT(carve_activations(&dims, &shape, g, g->blk.act_memory, g->blk.pinned, &pinned_again,
                                 &overflow) == act_bytes &&
               pinned_again == pinned && !overflow);
     set_views(g);

@@ -30,8 +30,6 @@ typedef struct {
     float *embed, *norm, *head; /* head is embed (or a last stage's copy of it) when tied */
     float *dembed, *dnorm, *dhead;
     layer_views *lw, *lg;       /* parameter and gradient views per layer of the stage */
-    unsigned char *act_memory;  /* device memory of act_bytes, carved into blk and o */
-    size_t act_bytes;
     size_t act_size;            /* bytes per activation element on this backend */
     zt_blocks blk;              /* activation sets, checkpointing, dres */
     llama_outer_acts o;
@@ -304,12 +302,9 @@ static zt_status llama_set_doc_pos(zt_model *m, const int32_t *pos, int B, int T
 static void llama_destroy(zt_model *m) {
     llama *g = (llama *)m;
     free_doc_tables(g);
-    zt_model_free_flat(m);
-    free(m->tensors);
     free(g->lw);
     free(g->lg);
-    zt_blocks_free(&g->blk, m->ctx.be);
-    zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, g->act_memory, g->act_bytes);
+    zt_blocks_model_free(m);
     zt_backend_free(m->ctx.be, ZT_MEM_DEVICE, g->kv_saved,
                     (g->kv_w + g->kv_b) * sizeof(float));
     free(g);
@@ -501,14 +496,8 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
     if (!g)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", spec->type);
     zt_model *m = &g->base;
-    m->ops = &llama_ops;
-    m->blocks = &g->blk;
-    m->ctx = (zt_ctx){be, act, NULL};
+    zt_blocks_model_setup(m, &llama_ops, &g->blk, spec, be, act, max_batch, stage);
     g->act_size = act_size;
-    m->spec = *spec;
-    m->max_batch = max_batch;
-    m->n_layer = spec->n_layer;
-    m->stage = *stage;
     g->L = (int)d.L;
     g->C = (int)d.C;
     g->NH = (int)dl.NH;
@@ -544,26 +533,13 @@ zt_status zt_llama_create(zt_model **out, const zt_model_spec *spec, zt_backend 
     ZT_ASSERT(!whole || (m->n_params == est.params && (uint64_t)m->n_tensors == est.n_tensors &&
                          act_bytes == est.activation_bytes));
 
-    s = zt_model_alloc_flat(m, pad_to);
-    if (s == ZT_OK)
-        s = zt_blocks_alloc_pinned(&g->blk, be, (size_t)pinned, spec->type);
+    s = zt_blocks_model_alloc(m, pad_to, (size_t)pinned, (size_t)act_bytes);
     if (s != ZT_OK) {
         llama_destroy(m);
         return s;
     }
-    g->act_bytes = act_bytes ? (size_t)act_bytes : 1;
-    g->act_memory = zt_backend_alloc(be, ZT_MEM_DEVICE, g->act_bytes);
-    if (!g->act_memory) {
-        llama_destroy(m);
-        return zt_error(ZT_ERR_NOMEM,
-                        "%s: cannot allocate %zu parameters and %llu bytes of activations",
-                        spec->type, m->n_params, (unsigned long long)act_bytes);
-    }
-    /* Written once now, so the activations' memory is taken at creation: a batch that does not
-     * fit fails here rather than in the first forward. */
-    zt_backend_zero(be, g->act_memory, g->act_bytes, ZT_STREAM_COMPUTE);
     uint64_t pinned_again = 0;
-    ZT_ASSERT(zt_llama_carve(&dl, &shape, g->act_memory, g->blk.pinned, &g->blk, &g->o,
+    ZT_ASSERT(zt_llama_carve(&dl, &shape, g->blk.act_memory, g->blk.pinned, &g->blk, &g->o,
                              &pinned_again, &overflow) == act_bytes &&
               pinned_again == pinned && !overflow);
     set_views(g, &dl);
