@@ -144,8 +144,6 @@ static plan_entry *plan_for(const zt_ctx *x, const zt_attn_shape *s, bool backwa
         return NULL;
     }
     const char *no = zt_sdpa_unsupported(s, x->act, C.sm);
-    if (!no && backward && s->n_head != s->n_kv_head)
-        no = "cuDNN's backward here has no reduction over a query group (GQA)";
     if (no) {
         *why = no;
         return NULL;

@@ -241,8 +241,27 @@ static void forward(zt_sdpa_graph *g, const zt_attn_shape *s, cudnnDataType_t io
     matmul(g, p, v, o);
 }
 
+/* The product a·b into the real gradient out of a K or V (dK = dSᵀ·Q, dV = Pᵀ·dO). With grouped
+ * query heads the product has a query head's rows per head, and the kv head's gradient is the sum
+ * over its group: the product goes to a virtual full-head tensor in the activations' type
+ * ([B, n_head, T, head_dim]) and an ADD reduction folds each group of n_head / n_kv_head
+ * consecutive heads into the kv head's [B, n_kv_head, T, head_dim], as cudnn-frontend's
+ * composite node does it (red_dK_head, red_dV_head). */
+static void kv_grad(zt_sdpa_graph *g, const zt_attn_shape *s, cudnnDataType_t io,
+                    cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                    cudnnBackendDescriptor_t out) {
+    if (s->n_head == s->n_kv_head) {
+        matmul(g, a, b, out);
+        return;
+    }
+    cudnnBackendDescriptor_t full = virt(g, io, s->B, s->n_head, s->T, s->head_dim);
+    matmul(g, a, b, full);
+    reduction(g, CUDNN_REDUCE_TENSOR_ADD, full, out);
+}
+
 /* dV = Pᵀ·dO, dS = P ⊙ (dO·Vᵀ − D)·s, dK = dSᵀ·Q, dQ = dS·K, with P = exp(S − Stats) and
- * D = Σ dO ⊙ O (written to the D tensor, which the caller provides). */
+ * D = Σ dO ⊙ O (written to the D tensor, which the caller provides); dK and dV summed over each
+ * kv head's group of query heads (kv_grad). */
 static void backward(zt_sdpa_graph *g, const zt_attn_shape *s, cudnnDataType_t io) {
     const int64_t B = s->B, H = s->n_head, T = s->T, hd = s->head_dim;
     zt_sdpa_tensor lq = zt_sdpa_layout(s, ZT_SDPA_Q), lk = zt_sdpa_layout(s, ZT_SDPA_K);
@@ -278,7 +297,7 @@ static void backward(zt_sdpa_graph *g, const zt_attn_shape *s, cudnnDataType_t i
     pointwise(g, CUDNN_POINTWISE_EXP, shifted, NULL, NULL, p, -1);
     pointwise(g, CUDNN_POINTWISE_IDENTITY, p, NULL, NULL, p16, -1);
     reshape(g, p16, pt);
-    matmul(g, pt, dout, dv);
+    kv_grad(g, s, io, pt, dout, dv);
 
     cudnnBackendDescriptor_t dp = virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
     cudnnBackendDescriptor_t dpc = virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
@@ -290,7 +309,7 @@ static void backward(zt_sdpa_graph *g, const zt_attn_shape *s, cudnnDataType_t i
     pointwise(g, CUDNN_POINTWISE_MUL, p, dpc, NULL, ds0, -1);
     pointwise(g, CUDNN_POINTWISE_MUL, ds0, scale, NULL, ds, -1);
     reshape(g, ds, dst);
-    matmul(g, dst, q_rows, dk);
+    kv_grad(g, s, io, dst, q_rows, dk);
     matmul(g, ds, k_rows, dq);
 }
 

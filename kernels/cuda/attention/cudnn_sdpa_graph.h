@@ -62,7 +62,8 @@ typedef struct {
 
 /* Builds and finalizes the forward (O and Stats from Q, K, V) or backward (dQ, dK, dV from Q, K,
  * V, O, dO, Stats and the row sums D) graph of shape s at act (bf16 or fp16; the shape one that
- * zt_sdpa_unsupported accepts; the backward with n_head == n_kv_head). handle may be NULL where
+ * zt_sdpa_unsupported accepts; with grouped-query heads the backward sums dK and dV over each kv
+ * head's group with two more operations). handle may be NULL where
  * there is no GPU (the graph then finalizes without one). Returns the status, with g->why naming
  * the descriptor and attribute that failed; zt_sdpa_graph_free either way. */
 cudnnStatus_t zt_sdpa_graph_build(zt_sdpa_graph *g, const zt_cudnn_api *api, cudnnHandle_t handle,
