@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "device_estimate.h"
 #include "ztrain/size_math.h"
 #include "ztrain/zero.h"
 #include "ztrain/admission.h"
@@ -179,6 +180,10 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     /* A saturated term saturates the sums (zt_u64_* return UINT64_MAX), so ov needs no more. */
     out->host_bytes = zt_u64_mul(sum, (uint64_t)out->ranks_per_host, &ov);
     out->job_bytes = zt_u64_mul(sum, world, &ov);
+    if (job->device == ZT_DEVICE_CUDA) {
+        out->has_device = true;
+        ZT_TRY(zt_device_estimate_job(job, source, &out->device));
+    }
     return ZT_OK;
 }
 
@@ -258,12 +263,40 @@ static zt_status refuse(const zt_memory_estimate *e, const char *source, const c
                     "%s, above %s, %s", source, desc, what, need_s, limit_name, limit_s);
 }
 
+/* The device refusal: the estimate, the limit (with the reserve when it is a GPU's total) and
+ * the single changes that would fit. */
+static zt_status refuse_device(const zt_job_spec *job, const zt_memory_estimate *e,
+                               const char *source, uint64_t reserve, const char *limit_name,
+                               uint64_t limit) {
+    char desc[512], limit_s[32], res[96] = "", advice[512];
+    zt_device_estimate_describe(&e->device, desc, sizeof desc);
+    zt_format_bytes(limit, limit_s, sizeof limit_s);
+    if (reserve) {
+        char r[32];
+        zt_format_bytes(reserve, r, sizeof r);
+        snprintf(res, sizeof res, ", and %s for the CUDA context, NCCL and cuDNN,", r);
+    }
+    zt_device_estimate_advice(job, limit > reserve ? limit - reserve : 0, advice, sizeof advice);
+    return zt_error(ZT_ERR_INVALID, "%s: the job does not fit on the GPU: it needs an estimated "
+                    "%s%s above %s, %s; %s", source, desc, res,
+                    limit_name, limit_s, advice);
+}
+
 zt_status zt_admission_check(const zt_job_spec *job, const zt_admission_limits *lim,
                              const char *source, zt_memory_estimate *est) {
     zt_memory_estimate local;
     zt_memory_estimate *e = est ? est : &local;
     ZT_TRY(zt_memory_estimate_job(job, source, e));
     char what[96];
+    if (e->has_device) {
+        const uint64_t need = e->device.total_bytes;
+        if (lim->device_bytes && need > lim->device_bytes)
+            return refuse_device(job, e, source, 0, lim->device_name, lim->device_bytes);
+        if (lim->gpu_bytes && (need > lim->gpu_bytes ||
+                               lim->gpu_bytes - need < ZT_DEVICE_RESERVE_BYTES))
+            return refuse_device(job, e, source, ZT_DEVICE_RESERVE_BYTES, lim->gpu_name,
+                                 lim->gpu_bytes);
+    }
     if (lim->rank_bytes && e->rank_bytes > lim->rank_bytes)
         return refuse(e, source, "one rank would", e->rank_bytes, lim->rank_name, lim->rank_bytes);
     snprintf(what, sizeof what, "its %d rank%s together would", e->world_size,
