@@ -168,10 +168,17 @@ static int cmd_estimate(int argc, char **argv) {
     bool checked = host_limits(&lim, &hm);
     device_limits(&job, max_device, &lim);
     zt_status s = zt_memory_estimate_job(&job, job_path, &e);
+    /* The host's verdict and the device's apart, so each line says what it judged. */
     char why[2048] = "";
-    bool fits = s == ZT_OK && zt_admission_check(&job, &lim, job_path, NULL) == ZT_OK;
-    if (s == ZT_OK && !fits)
+    zt_admission_limits host_only = lim, device_only = lim;
+    host_only.device_bytes = host_only.gpu_bytes = 0;
+    device_only.rank_bytes = device_only.job_bytes = device_only.host_bytes = 0;
+    bool host_fits = s == ZT_OK && zt_admission_check(&job, &host_only, job_path, NULL) == ZT_OK;
+    bool device_fits = s == ZT_OK &&
+                       zt_admission_check(&job, &device_only, job_path, NULL) == ZT_OK;
+    if (s == ZT_OK && !device_fits)
         snprintf(why, sizeof why, "%s", zt_last_error());
+    bool fits = host_fits && device_fits;
     zt_job_spec_free(&job);
     if (s != ZT_OK)
         return zt_cli_fail(NULL);
@@ -232,17 +239,19 @@ static int cmd_estimate(int argc, char **argv) {
         if (lim.gpu_bytes || max_device) {
             char limit[32];
             zt_format_bytes(lim.gpu_bytes ? lim.gpu_bytes : max_device, limit, sizeof limit);
-            printf("against %s, %s%s\n", lim.gpu_bytes ? lim.gpu_name : "--max-device-memory",
-                   limit, lim.gpu_bytes ? " (less 1 GiB for the CUDA context, NCCL and cuDNN)"
-                                        : "");
+            printf("against %s, %s%s: %s\n",
+                   lim.gpu_bytes ? lim.gpu_name : "--max-device-memory", limit,
+                   lim.gpu_bytes ? " (less 1 GiB for the CUDA context, NCCL and cuDNN)" : "",
+                   device_fits ? "fits" : "does not fit");
         } else {
             printf("no GPU is visible here: the device figure is not checked\n");
         }
     }
     if (checked)
         printf("%d rank%s on this host: %s of %s available: %s\n", e.ranks_per_host,
-               e.ranks_per_host == 1 ? "" : "s", host, avail, fits ? "fits" : "does not fit");
-    if (why[0] && e.has_device && strstr(why, "on the GPU"))
+               e.ranks_per_host == 1 ? "" : "s", host, avail,
+               host_fits ? "fits" : "does not fit");
+    if (why[0])
         printf("%s\n", why);
     return 0;
 }
