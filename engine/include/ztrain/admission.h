@@ -1,7 +1,10 @@
 /* Admission: whether a job can fit in memory, judged from its spec before any rank starts.
  *
  * ztraind refuses a job at SubmitJob, and `ztrain run` before it starts a rank, when the memory
- * the job needs is more than the host has or a configured limit allows. One rank's estimate is
+ * the job needs is more than the host has or a configured limit allows, or, for a "cuda" job,
+ * when one rank's device memory is more than a configured limit or the GPU it would take has
+ * (zt_device_estimate: the terms the CUDA backend really holds, docs/gpu.md "Admission against
+ * the GPU"). One rank's host estimate is
  * the ZeRO paper's model-state accounting for the job's stage, precision and optimizer (fp32
  * Adam: 4 bytes of parameters, 4 of gradients and 8 of optimizer state per parameter Ψ, so 16Ψ
  * at stage 0, 8Ψ + 8Ψ/N at stage 1, 4Ψ + 12Ψ/N at stage 2, 16Ψ/N at stage 3; bf16/fp16: 2 + 2
