@@ -132,7 +132,8 @@ static void device_limits(const zt_job_spec *job, uint64_t max_device, zt_admiss
     for (int r = 0; r < job->world_size && r < n; r++) {
         zt_gpu_props p;
         int g = zt_gpu_for_rank(r, n);
-        if (zt_gpu_props_get(g, &p) != ZT_OK || (lim->gpu_bytes && p.total_bytes >= lim->gpu_bytes))
+        if (zt_gpu_props_get(g, &p) != ZT_OK ||
+            (lim->gpu_bytes && p.total_bytes >= lim->gpu_bytes))
             continue;
         lim->gpu_bytes = p.total_bytes;
         snprintf(gpu_name, sizeof gpu_name, "GPU %d (%s)", g, p.name);
