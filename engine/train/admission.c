@@ -65,6 +65,47 @@ static uint64_t offload_host_bytes(const zt_zero_config *z, uint64_t n, int stre
     return zt_u64_add(host, buffers, ov);
 }
 
+/* What the engine holds beyond ZeRO's terms at once, in fp32 elements of the model's working
+ * buffers (device_estimate.h). */
+uint64_t zt_admission_working_set(const zt_job_spec *job, const zt_model_estimate *m,
+                                  uint64_t padded, uint64_t N, uint64_t *params_tmp, bool *ov) {
+    const zt_ds_config *ds = &job->ds;
+    const zt_zero_config *z = &ds->zero;
+    const bool half = ds->bf16.enabled || ds->fp16.enabled;
+    const int stage = z->stage;
+    const uint64_t part = padded / N;
+    /* At start the whole fp32 model is written (initialised or loaded, a tensor at a time
+     * through a staging buffer) before it is rounded to 16 bits and partitioned. */
+    const uint64_t layer = m->layer_params, outer = m->outer_params;
+    const uint64_t largest = max_u64(layer, outer);
+    uint64_t at_start = padded;
+    if (!half)
+        at_start -= stage == 3 ? part : padded;
+    if (job->model.init_from)
+        at_start = zt_u64_add(at_start, largest, ov);
+    /* In training: the layers in use (and the next, prefetched at stage 3 with overlap_comm) with
+     * the outer tensors, the small tensors stage 3 keeps whole in fp32, and the gradients of up to
+     * two reduce buckets (one in flight, one filling) at stages 2 and 3, or of the layer in use
+     * in mixed precision below that. */
+    const bool prefetch = stage == 3 && N > 1 && z->overlap_comm &&
+                          z->stage3_prefetch_bucket_size > 0;
+    const uint64_t in_use = zt_u64_add(outer, zt_u64_mul(prefetch ? 2 : 1, layer, ov), ov);
+    uint64_t ptmp = 0, grads_tmp = 0;
+    if (half)
+        ptmp = min_u64(padded, in_use);
+    else if (stage == 3)
+        ptmp = min_u64(padded, zt_u64_add(in_use, m->persistent_params, ov));
+    const uint64_t bucket = z->reduce_bucket_size > 0 ? (uint64_t)z->reduce_bucket_size : 1;
+    if (stage >= 2)
+        grads_tmp = min_u64(padded, zt_u64_add(zt_u64_mul(2, zt_u64_add(bucket, layer, ov), ov),
+                                               outer, ov));
+    else if (half)
+        grads_tmp = min_u64(padded, zt_u64_add(outer, layer, ov));
+    uint64_t in_training = zt_u64_add(ptmp, grads_tmp, ov);
+    *params_tmp = ptmp;
+    return max_u64(at_start, in_training);
+}
+
 zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
                                  zt_memory_estimate *out) {
     const zt_ds_config *ds = &job->ds;
@@ -119,36 +160,9 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
                                                 ZT_OFFLOAD_NONE ? 0 : streams, params_in_file,
                                                 (int)P, &ov);
 
-    /* What the engine holds besides, in fp32 elements of the model's working buffers. At start
-     * the whole fp32 model is written (initialised or loaded, a tensor at a time through a
-     * staging buffer) before it is rounded to 16 bits and partitioned. */
-    const uint64_t layer = m.layer_params, outer = m.outer_params;
-    const uint64_t largest = max_u64(layer, outer);
-    uint64_t at_start = padded;
-    if (!half)
-        at_start -= stage == 3 ? part : padded;
-    if (job->model.init_from)
-        at_start = zt_u64_add(at_start, largest, &ov);
-    /* In training: the layers in use (and the next, prefetched at stage 3 with overlap_comm) with
-     * the outer tensors, the small tensors stage 3 keeps whole in fp32, and the gradients of up to
-     * two reduce buckets (one in flight, one filling) at stages 2 and 3, or of the layer in use
-     * in mixed precision below that. */
-    const bool prefetch = stage == 3 && N > 1 && z->overlap_comm &&
-                          z->stage3_prefetch_bucket_size > 0;
-    const uint64_t in_use = zt_u64_add(outer, zt_u64_mul(prefetch ? 2 : 1, layer, &ov), &ov);
-    uint64_t params_tmp = 0, grads_tmp = 0;
-    if (half)
-        params_tmp = min_u64(padded, in_use);
-    else if (stage == 3)
-        params_tmp = min_u64(padded, zt_u64_add(in_use, m.persistent_params, &ov));
-    const uint64_t bucket = z->reduce_bucket_size > 0 ? (uint64_t)z->reduce_bucket_size : 1;
-    if (stage >= 2)
-        grads_tmp = min_u64(padded, zt_u64_add(zt_u64_mul(2, zt_u64_add(bucket, layer, &ov), &ov),
-                                               outer, &ov));
-    else if (half)
-        grads_tmp = min_u64(padded, zt_u64_add(outer, layer, &ov));
-    uint64_t in_training = zt_u64_add(params_tmp, grads_tmp, &ov);
-    out->workspace_bytes = zt_u64_mul(max_u64(at_start, in_training), sizeof(float), &ov);
+    uint64_t params_tmp = 0;
+    out->workspace_bytes = zt_u64_mul(zt_admission_working_set(job, &m, padded, N, &params_tmp,
+                                                               &ov), sizeof(float), &ov);
     /* Stage 3 in mixed precision gathers the layers in use as 16-bit parameters, the copy the
      * products read (zt_param16), and widens them into the fp32 ones: 2 bytes more each. At
      * stages 0-2 that copy is the 16-bit parameters themselves (param_bytes). */

@@ -15,16 +15,21 @@
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* What ZeRO releases but the CUDA backend keeps allocated: its release zeroes a range and keeps
- * the memory (backend.h, zt_backend_cuda_create). In fp32 the model's flat gradient buffer stays
- * whole beside the reduce-scattered slice from stage 2, and the parameters outside the rank's
- * slice stay at stage 3; in mixed precision stage 3's 16-bit parameters outside the slice stay
- * (the fp32 copy is counted whole as fp32_copy_bytes). When the backend gives released ranges
- * back, this is the one place that changes. */
+ * the memory (backend.h, zt_backend_cuda_create). In mixed precision that is the model's whole
+ * fp32 parameters and gradients (8Ψ) beyond the part the kernels need live (fp32_live, the
+ * working set ZeRO has not released); in fp32 the flat gradient buffer stays whole beside the
+ * reduce-scattered slice from stage 2; at stage 3 the parameters outside the rank's slice stay
+ * (16-bit in mixed precision, fp32 otherwise). When the backend gives released ranges back, this
+ * is the one place that changes. */
 static uint64_t cuda_released_still_allocated(bool half, int stage, uint64_t padded,
-                                              uint64_t part, bool *ov) {
+                                              uint64_t part, uint64_t fp32_live, bool *ov) {
     uint64_t held = 0;
-    if (!half && stage >= 2)
+    if (half) {
+        const uint64_t copy = zt_u64_mul(8, padded, ov);
+        held = copy > fp32_live ? copy - fp32_live : 0;
+    } else if (stage >= 2) {
         held = zt_u64_mul(4, padded, ov);
+    }
     if (stage == 3)
         held = zt_u64_add(held, zt_u64_mul(half ? 2 : 4, padded - part, ov), ov);
     return held;
@@ -83,9 +88,16 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
                                                   &ov));
     else if (!offloaded)
         out->optimizer_bytes = zt_u64_add(moments, half ? zt_u64_mul(4, state_n, &ov) : 0, &ov);
-    if (half)
-        out->fp32_copy_bytes = zt_u64_mul(8, padded, &ov);
-    out->released_bytes = cuda_released_still_allocated(half, stage, padded, part, &ov);
+    /* Mixed precision computes in fp32 parameters and gradients beside the 16-bit ones; what
+     * it needs live at once is the engine's working set, the rest ZeRO releases. */
+    if (half) {
+        uint64_t params_tmp;
+        out->fp32_copy_bytes = zt_u64_mul(zt_admission_working_set(job, &m, padded, N,
+                                                                   &params_tmp, &ov),
+                                          sizeof(float), &ov);
+    }
+    out->released_bytes = cuda_released_still_allocated(half, stage, padded, part,
+                                                        out->fp32_copy_bytes, &ov);
     out->activation_bytes = m.activation_bytes;
     out->cublas_bytes = ZT_CUDA_CUBLAS_WORKSPACE_BYTES;
 

@@ -40,12 +40,14 @@ typedef struct {
      * and mixed precision's fp32 masters, all or a slice from stage 1, 0 when offload_optimizer
      * moves them to the host (bf16_optimizer_states: 16-bit moments, no masters). */
     uint64_t param_bytes, grad_bytes, optimizer_bytes;
-    /* Mixed precision: the model's whole fp32 parameters and gradients (8Ψ), which the kernels
-     * compute in beside the 16-bit copies. */
+    /* Mixed precision: the part of the model's fp32 parameters and gradients the kernels need
+     * live beside the 16-bit copies (at start the fp32 model before it is rounded; in training
+     * the layers in use and the gradients in flight), the rest being released by ZeRO. */
     uint64_t fp32_copy_bytes;
     /* What ZeRO releases but the CUDA backend keeps allocated (zt_backend_release zeroes a
-     * range without giving its memory back): at stages 2-3 in fp32 the flat gradient buffer
-     * beside the reduce-scattered slice, at stage 3 the parameters outside the rank's slice. */
+     * range without giving its memory back): in mixed precision the rest of the whole fp32
+     * copy (with fp32_copy_bytes, 8Ψ), at stages 2-3 in fp32 the flat gradient buffer beside
+     * the reduce-scattered slice, at stage 3 the parameters outside the rank's slice. */
     uint64_t released_bytes;
     /* One micro-batch's activations as the model carves them on the CUDA backend (16-bit
      * elements in mixed precision; flash attention's row statistics, no T×T matrix; with
