@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "device_estimate.h"
 #include "ztrain/size_math.h"
 #include "ztrain/zero.h"
 #include "ztrain/admission.h"
@@ -64,6 +65,47 @@ static uint64_t offload_host_bytes(const zt_zero_config *z, uint64_t n, int stre
     return zt_u64_add(host, buffers, ov);
 }
 
+/* What the engine holds beyond ZeRO's terms at once, in fp32 elements of the model's working
+ * buffers (device_estimate.h). */
+uint64_t zt_admission_working_set(const zt_job_spec *job, const zt_model_estimate *m,
+                                  uint64_t padded, uint64_t N, uint64_t *params_tmp, bool *ov) {
+    const zt_ds_config *ds = &job->ds;
+    const zt_zero_config *z = &ds->zero;
+    const bool half = ds->bf16.enabled || ds->fp16.enabled;
+    const int stage = z->stage;
+    const uint64_t part = padded / N;
+    /* At start the whole fp32 model is written (initialised or loaded, a tensor at a time
+     * through a staging buffer) before it is rounded to 16 bits and partitioned. */
+    const uint64_t layer = m->layer_params, outer = m->outer_params;
+    const uint64_t largest = max_u64(layer, outer);
+    uint64_t at_start = padded;
+    if (!half)
+        at_start -= stage == 3 ? part : padded;
+    if (job->model.init_from)
+        at_start = zt_u64_add(at_start, largest, ov);
+    /* In training: the layers in use (and the next, prefetched at stage 3 with overlap_comm) with
+     * the outer tensors, the small tensors stage 3 keeps whole in fp32, and the gradients of up to
+     * two reduce buckets (one in flight, one filling) at stages 2 and 3, or of the layer in use
+     * in mixed precision below that. */
+    const bool prefetch = stage == 3 && N > 1 && z->overlap_comm &&
+                          z->stage3_prefetch_bucket_size > 0;
+    const uint64_t in_use = zt_u64_add(outer, zt_u64_mul(prefetch ? 2 : 1, layer, ov), ov);
+    uint64_t ptmp = 0, grads_tmp = 0;
+    if (half)
+        ptmp = min_u64(padded, in_use);
+    else if (stage == 3)
+        ptmp = min_u64(padded, zt_u64_add(in_use, m->persistent_params, ov));
+    const uint64_t bucket = z->reduce_bucket_size > 0 ? (uint64_t)z->reduce_bucket_size : 1;
+    if (stage >= 2)
+        grads_tmp = min_u64(padded, zt_u64_add(zt_u64_mul(2, zt_u64_add(bucket, layer, ov), ov),
+                                               outer, ov));
+    else if (half)
+        grads_tmp = min_u64(padded, zt_u64_add(outer, layer, ov));
+    uint64_t in_training = zt_u64_add(ptmp, grads_tmp, ov);
+    *params_tmp = ptmp;
+    return max_u64(at_start, in_training);
+}
+
 zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
                                  zt_memory_estimate *out) {
     const zt_ds_config *ds = &job->ds;
@@ -118,36 +160,9 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
                                                 ZT_OFFLOAD_NONE ? 0 : streams, params_in_file,
                                                 (int)P, &ov);
 
-    /* What the engine holds besides, in fp32 elements of the model's working buffers. At start
-     * the whole fp32 model is written (initialised or loaded, a tensor at a time through a
-     * staging buffer) before it is rounded to 16 bits and partitioned. */
-    const uint64_t layer = m.layer_params, outer = m.outer_params;
-    const uint64_t largest = max_u64(layer, outer);
-    uint64_t at_start = padded;
-    if (!half)
-        at_start -= stage == 3 ? part : padded;
-    if (job->model.init_from)
-        at_start = zt_u64_add(at_start, largest, &ov);
-    /* In training: the layers in use (and the next, prefetched at stage 3 with overlap_comm) with
-     * the outer tensors, the small tensors stage 3 keeps whole in fp32, and the gradients of up to
-     * two reduce buckets (one in flight, one filling) at stages 2 and 3, or of the layer in use
-     * in mixed precision below that. */
-    const bool prefetch = stage == 3 && N > 1 && z->overlap_comm &&
-                          z->stage3_prefetch_bucket_size > 0;
-    const uint64_t in_use = zt_u64_add(outer, zt_u64_mul(prefetch ? 2 : 1, layer, &ov), &ov);
-    uint64_t params_tmp = 0, grads_tmp = 0;
-    if (half)
-        params_tmp = min_u64(padded, in_use);
-    else if (stage == 3)
-        params_tmp = min_u64(padded, zt_u64_add(in_use, m.persistent_params, &ov));
-    const uint64_t bucket = z->reduce_bucket_size > 0 ? (uint64_t)z->reduce_bucket_size : 1;
-    if (stage >= 2)
-        grads_tmp = min_u64(padded, zt_u64_add(zt_u64_mul(2, zt_u64_add(bucket, layer, &ov), &ov),
-                                               outer, &ov));
-    else if (half)
-        grads_tmp = min_u64(padded, zt_u64_add(outer, layer, &ov));
-    uint64_t in_training = zt_u64_add(params_tmp, grads_tmp, &ov);
-    out->workspace_bytes = zt_u64_mul(max_u64(at_start, in_training), sizeof(float), &ov);
+    uint64_t params_tmp = 0;
+    out->workspace_bytes = zt_u64_mul(zt_admission_working_set(job, &m, padded, N, &params_tmp,
+                                                               &ov), sizeof(float), &ov);
     /* Stage 3 in mixed precision gathers the layers in use as 16-bit parameters, the copy the
      * products read (zt_param16), and widens them into the fp32 ones: 2 bytes more each. At
      * stages 0-2 that copy is the 16-bit parameters themselves (param_bytes). */
@@ -179,6 +194,10 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     /* A saturated term saturates the sums (zt_u64_* return UINT64_MAX), so ov needs no more. */
     out->host_bytes = zt_u64_mul(sum, (uint64_t)out->ranks_per_host, &ov);
     out->job_bytes = zt_u64_mul(sum, world, &ov);
+    if (job->device == ZT_DEVICE_CUDA) {
+        out->has_device = true;
+        ZT_TRY(zt_device_estimate_job(job, source, &out->device));
+    }
     return ZT_OK;
 }
 
@@ -258,12 +277,40 @@ static zt_status refuse(const zt_memory_estimate *e, const char *source, const c
                     "%s, above %s, %s", source, desc, what, need_s, limit_name, limit_s);
 }
 
+/* The device refusal: the estimate, the limit (with the reserve when it is a GPU's total) and
+ * the single changes that would fit. */
+static zt_status refuse_device(const zt_job_spec *job, const zt_memory_estimate *e,
+                               const char *source, uint64_t reserve, const char *limit_name,
+                               uint64_t limit) {
+    char desc[512], limit_s[32], res[96] = "", advice[512];
+    zt_device_estimate_describe(&e->device, desc, sizeof desc);
+    zt_format_bytes(limit, limit_s, sizeof limit_s);
+    if (reserve) {
+        char r[32];
+        zt_format_bytes(reserve, r, sizeof r);
+        snprintf(res, sizeof res, ", and %s for the CUDA context, NCCL and cuDNN,", r);
+    }
+    zt_device_estimate_advice(job, limit > reserve ? limit - reserve : 0, advice, sizeof advice);
+    return zt_error(ZT_ERR_INVALID, "%s: the job does not fit on the GPU: it needs an estimated "
+                    "%s%s above %s, %s; %s", source, desc, res,
+                    limit_name, limit_s, advice);
+}
+
 zt_status zt_admission_check(const zt_job_spec *job, const zt_admission_limits *lim,
                              const char *source, zt_memory_estimate *est) {
     zt_memory_estimate local;
     zt_memory_estimate *e = est ? est : &local;
     ZT_TRY(zt_memory_estimate_job(job, source, e));
     char what[96];
+    if (e->has_device) {
+        const uint64_t need = e->device.total_bytes;
+        if (lim->device_bytes && need > lim->device_bytes)
+            return refuse_device(job, e, source, 0, lim->device_name, lim->device_bytes);
+        if (lim->gpu_bytes && (need > lim->gpu_bytes ||
+                               lim->gpu_bytes - need < ZT_DEVICE_RESERVE_BYTES))
+            return refuse_device(job, e, source, ZT_DEVICE_RESERVE_BYTES, lim->gpu_name,
+                                 lim->gpu_bytes);
+    }
     if (lim->rank_bytes && e->rank_bytes > lim->rank_bytes)
         return refuse(e, source, "one rank would", e->rank_bytes, lim->rank_name, lim->rank_bytes);
     snprintf(what, sizeof what, "its %d rank%s together would", e->world_size,

@@ -12,6 +12,12 @@
 
 #include "cuda_backend.h"
 
+/* Estimates made without a GPU count the backend's own memory from backend.h's figures. */
+_Static_assert(ZT_CUDA_CUBLAS_WORKSPACE == ZT_CUDA_CUBLAS_WORKSPACE_BYTES,
+               "backend.h states cuBLASLt's workspace");
+_Static_assert((2 * ZT_CUDA_SUM_BLOCKS + 2) * sizeof(double) == ZT_CUDA_SUMS_BYTES,
+               "backend.h states the two-pass sums' memory");
+
 struct zt_event {
     cudaEvent_t ev;
 };
@@ -337,7 +343,7 @@ void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes) 
     st->scratch[slot] = NULL;
     st->scratch_bytes[slot] = 0;
     /* A quarter more than asked, so a batch that grows a little does not reallocate each time. */
-    size_t want = bytes + bytes / 4;
+    size_t want = (size_t)zt_cuda_scratch_bytes(bytes);
     void *p = NULL;
     ZT_CUDA_CHECK(x->be, cudaMalloc(&p, want));
     if (!p)

@@ -23,6 +23,9 @@ enum {
     ZT_CHANNEL_MIN_ROWS = 64,   /* rows per tile at least: 8 rows per warp amortise the pass */
     ZT_CHANNEL_MAX_TILES = 1024 /* tiles at most, bounding the scratch and the second pass */
 };
+static_assert(ZT_CHANNEL_MAX_TILES == ZT_CUDA_CHANNEL_TILES &&
+                  ZT_CHANNEL_MIN_ROWS == ZT_CUDA_CHANNEL_MIN_ROWS,
+              "backend.h states the tiles");
 
 /* Rows per tile for N rows, a function of N alone (so is the order of every addition). */
 static inline int zt_channel_tile_rows(int N) {

@@ -7,11 +7,13 @@
 #define REMOTE_OPTIONS "--server= --token-file= --tls-ca= --tls-cert= --tls-key="
 
 static const zt_cli_command commands[] = {
-    {"run", "JOB.json [--out DIR] [--threads N] [--profile[=ops]] [--set KEY.PATH=VALUE]...",
+    {"run", "JOB.json [--out DIR] [--threads N] [--profile[=ops]] [--set KEY.PATH=VALUE]...\n"
+     "        [--max-device-memory SIZE]",
      "Train the job on this host without a daemon. Metrics go to DIR/metrics.jsonl (default\n"
      "DIR: runs/<job name>). --set overrides a key of the job file (repeatable). --profile\n"
-     "times every op of every step into DIR/profile.json (docs/profiling.md).\n",
-     "--out= --threads= --profile --set=", "file"},
+     "times every op of every step into DIR/profile.json (docs/profiling.md).\n"
+     "--max-device-memory refuses a \"cuda\" job whose device estimate per rank is above SIZE.\n",
+     "--out= --threads= --profile --set= --max-device-memory=", "file"},
     {"validate", "JOB.json [--set KEY.PATH=VALUE]...",
      "Check the job as `run` and ztraind would, and print the resolved job, the effective\n"
      "DeepSpeed config, the memory estimate and the admission verdict on this host. Makes\n"
@@ -58,9 +60,11 @@ static const zt_cli_command commands[] = {
     {"zero-to-fp32", "CKPT_DIR OUT.safetensors [--tag TAG]",
      "Consolidated fp32 weights of a checkpoint of any ZeRO stage and rank count.\n", "--tag=",
      "file"},
-    {"estimate", "JOB.json [--json]",
-     "The job's memory per rank and on this host, as `ztrain run` and ztraind judge it.\n",
-     "--json", "file"},
+    {"estimate", "JOB.json [--json] [--max-device-memory SIZE]",
+     "The job's memory per rank and on this host, as `ztrain run` and ztraind judge it; for a\n"
+     "\"cuda\" job also its device memory per rank, judged against the visible GPUs and\n"
+     "--max-device-memory (docs/gpu.md, \"Device memory\").\n",
+     "--json --max-device-memory=", "file"},
     {"config-keys", "",
      "Every DeepSpeed config key ztrain knows, with its fate, as a markdown table.\n", "", ""},
     {"submit",

@@ -1,11 +1,13 @@
 /* ztrain: the command-line front end.
  *
  *   ztrain prepare --tokenizer T --out DIR INPUT...   text/JSONL to token shards (cli_prepare.h)
- *   ztrain run JOB.json [--out DIR] [--threads N] [--profile] [--set K=V]...   train a job here
+ *   ztrain run JOB.json [--out DIR] [--threads N] [--profile] [--set K=V]...
+ *             [--max-device-memory SIZE]                train a job here
  *   ztrain validate JOB.json [--set K=V]...            the resolved job, config, memory, verdict
  *   ztrain init --hf DIR [--deepspeed DS.json]         write a job file (cli_init.h)
  *   ztrain help [CMD], ztrain completion bash|zsh      from the command table (cli_commands.h)
- *   ztrain estimate JOB.json [--json]                 the job's memory, as admission judges it
+ *   ztrain estimate JOB.json [--json] [--max-device-memory SIZE]   the job's memory, as
+ *                                                     admission judges it
  *   ztrain config-keys                                the DeepSpeed key table, as markdown
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
  *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF safetensors
@@ -34,6 +36,7 @@
 #include "ztrain/text.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/engine.h"
+#include "ztrain/gpu.h"
 #include "ztrain/hf_config.h"
 #include "ztrain/job_overrides.h"
 #include "ztrain/json_util.h"
@@ -115,13 +118,40 @@ static bool host_limits(zt_admission_limits *lim, zt_host_memory *hm) {
     return true;
 }
 
+/* A "cuda" job's device limits when it starts here: --max-device-memory when given, and the
+ * smallest of the visible GPUs its ranks would take (LOCAL_RANK 0 .. world_size - 1, as
+ * zt_gpu_for_rank gives them out). Without a visible GPU there is no GPU to judge against, as
+ * before this check: only the option applies. */
+static void device_limits(const zt_job_spec *job, uint64_t max_device, zt_admission_limits *lim) {
+    static char gpu_name[320];
+    if (job->device != ZT_DEVICE_CUDA)
+        return;
+    lim->device_bytes = max_device;
+    lim->device_name = "--max-device-memory";
+    const int n = zt_gpu_count();
+    for (int r = 0; r < job->world_size && r < n; r++) {
+        zt_gpu_props p;
+        int g = zt_gpu_for_rank(r, n);
+        if (zt_gpu_props_get(g, &p) != ZT_OK ||
+            (lim->gpu_bytes && p.total_bytes >= lim->gpu_bytes))
+            continue;
+        lim->gpu_bytes = p.total_bytes;
+        snprintf(gpu_name, sizeof gpu_name, "GPU %d (%s)", g, p.name);
+        lim->gpu_name = gpu_name;
+    }
+}
+
 static int cmd_estimate(int argc, char **argv) {
     const char *job_path = NULL;
     bool json = false;
+    uint64_t max_device = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = true;
-        else if (argv[i][0] == '-')
+        else if (strcmp(argv[i], "--max-device-memory") == 0 && i + 1 < argc) {
+            if (zt_parse_bytes(argv[++i], "--max-device-memory", &max_device) != ZT_OK)
+                return bad_usage("estimate: %s", zt_last_error());
+        } else if (argv[i][0] == '-')
             return bad_usage("estimate: unknown option '%s'", argv[i]);
         else if (!job_path)
             job_path = argv[i];
@@ -137,18 +167,55 @@ static int cmd_estimate(int argc, char **argv) {
     zt_admission_limits lim = {0};
     zt_host_memory hm = {0};
     bool checked = host_limits(&lim, &hm);
+    device_limits(&job, max_device, &lim);
     zt_status s = zt_memory_estimate_job(&job, job_path, &e);
-    bool fits = s == ZT_OK && zt_admission_check(&job, &lim, job_path, NULL) == ZT_OK;
+    /* The host's verdict and the device's apart, so each line says what it judged. */
+    char why[2048] = "";
+    zt_admission_limits host_only = lim, device_only = lim;
+    host_only.device_bytes = host_only.gpu_bytes = 0;
+    device_only.rank_bytes = device_only.job_bytes = device_only.host_bytes = 0;
+    bool host_fits = s == ZT_OK && zt_admission_check(&job, &host_only, job_path, NULL) == ZT_OK;
+    bool device_fits = s == ZT_OK &&
+                       zt_admission_check(&job, &device_only, job_path, NULL) == ZT_OK;
+    if (s == ZT_OK && !device_fits)
+        snprintf(why, sizeof why, "%s", zt_last_error());
+    bool fits = host_fits && device_fits;
     zt_job_spec_free(&job);
     if (s != ZT_OK)
         return zt_cli_fail(NULL);
+    /* A "cuda" job's device figure, its terms and the GPU it was judged against. */
+    char device[1024] = "";
+    if (e.has_device) {
+        const zt_device_estimate *d = &e.device;
+        int at = snprintf(device, sizeof device,
+                          ", \"device_bytes\": %llu, \"device_terms\": {\"param_bytes\": %llu, "
+                          "\"grad_bytes\": %llu, \"optimizer_bytes\": %llu, "
+                          "\"fp32_copy_bytes\": %llu, \"released_bytes\": %llu, "
+                          "\"activation_bytes\": %llu, \"cublas_bytes\": %llu, "
+                          "\"workspace_bytes\": %llu}, \"device_reserve_bytes\": %llu",
+                          (unsigned long long)d->total_bytes, (unsigned long long)d->param_bytes,
+                          (unsigned long long)d->grad_bytes,
+                          (unsigned long long)d->optimizer_bytes,
+                          (unsigned long long)d->fp32_copy_bytes,
+                          (unsigned long long)d->released_bytes,
+                          (unsigned long long)d->activation_bytes,
+                          (unsigned long long)d->cublas_bytes,
+                          (unsigned long long)d->workspace_bytes,
+                          (unsigned long long)ZT_DEVICE_RESERVE_BYTES);
+        if (lim.gpu_bytes && at > 0 && (size_t)at < sizeof device)
+            at += snprintf(device + at, sizeof device - (size_t)at,
+                           ", \"gpu_total_bytes\": %llu", (unsigned long long)lim.gpu_bytes);
+        if (max_device && at > 0 && (size_t)at < sizeof device)
+            snprintf(device + at, sizeof device - (size_t)at, ", \"max_device_bytes\": %llu",
+                     (unsigned long long)max_device);
+    }
     if (json) {
         printf("{\"params\": %llu, \"padded\": %llu, \"stage\": %d, \"world_size\": %d, "
                "\"tp_size\": %d, \"zero_size\": %d, \"param_size\": %d, \"state_size\": %d, \"param_bytes\": %llu, "
                "\"grad_bytes\": %llu, \"optimizer_bytes\": %llu, \"offload_bytes\": %llu, "
                "\"workspace_bytes\": %llu, \"activation_bytes\": %llu, \"micro_batch\": %d, "
                "\"overhead_bytes\": %llu, \"rank_bytes\": %llu, \"ranks_per_host\": %d, "
-               "\"host_bytes\": %llu, \"job_bytes\": %llu, \"available_bytes\": %llu, "
+               "\"host_bytes\": %llu, \"job_bytes\": %llu, \"available_bytes\": %llu%s, "
                "\"fits\": %s}\n",
                (unsigned long long)e.params, (unsigned long long)e.padded, e.stage, e.world_size,
                e.tp_size, e.zero_size, e.param_size, e.state_size, (unsigned long long)e.param_bytes,
@@ -157,7 +224,7 @@ static int cmd_estimate(int argc, char **argv) {
                (unsigned long long)e.activation_bytes, e.micro_batch,
                (unsigned long long)e.overhead_bytes, (unsigned long long)e.rank_bytes,
                e.ranks_per_host, (unsigned long long)e.host_bytes,
-               (unsigned long long)e.job_bytes, (unsigned long long)hm.available,
+               (unsigned long long)e.job_bytes, (unsigned long long)hm.available, device,
                fits ? "true" : "false");
         return 0;
     }
@@ -166,9 +233,27 @@ static int cmd_estimate(int argc, char **argv) {
     zt_format_bytes(e.host_bytes, host, sizeof host);
     zt_format_bytes(hm.available, avail, sizeof avail);
     printf("%s: %s\n", job_path, desc);
+    if (e.has_device) {
+        char dev[512];
+        zt_device_estimate_describe(&e.device, dev, sizeof dev);
+        printf("device memory: %s\n", dev);
+        if (lim.gpu_bytes || max_device) {
+            char limit[32];
+            zt_format_bytes(lim.gpu_bytes ? lim.gpu_bytes : max_device, limit, sizeof limit);
+            printf("against %s, %s%s: %s\n",
+                   lim.gpu_bytes ? lim.gpu_name : "--max-device-memory", limit,
+                   lim.gpu_bytes ? " (less 1 GiB for the CUDA context, NCCL and cuDNN)" : "",
+                   device_fits ? "fits" : "does not fit");
+        } else {
+            printf("no GPU is visible here: the device figure is not checked\n");
+        }
+    }
     if (checked)
         printf("%d rank%s on this host: %s of %s available: %s\n", e.ranks_per_host,
-               e.ranks_per_host == 1 ? "" : "s", host, avail, fits ? "fits" : "does not fit");
+               e.ranks_per_host == 1 ? "" : "s", host, avail,
+               host_fits ? "fits" : "does not fit");
+    if (why[0])
+        printf("%s\n", why);
     return 0;
 }
 
@@ -217,9 +302,14 @@ static int cmd_run(int argc, char **argv) {
     size_t n_sets = 0;
     long threads = 0;
     bool profile = false;
+    uint64_t max_device = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
+        else if (strcmp(argv[i], "--max-device-memory") == 0 && i + 1 < argc) {
+            if (zt_parse_bytes(argv[++i], "--max-device-memory", &max_device) != ZT_OK)
+                return bad_usage("run: %s", zt_last_error());
+        }
         else if (strncmp(argv[i], "--profile", 9) == 0 && (!argv[i][9] || argv[i][9] == '=')) {
             if (argv[i][9] && strcmp(argv[i] + 10, "ops") != 0) {
                 fprintf(stderr, "ztrain: run: --profile=%s: unknown profile (known: ops, the "
@@ -290,9 +380,12 @@ static int cmd_run(int argc, char **argv) {
                 "failed ranks\n");
     /* Judged before a rank starts: a job that cannot fit would only grow until the kernel's
      * OOM killer ends it, perhaps with other processes. */
-    zt_admission_limits lim;
+    zt_admission_limits lim = {0};
     zt_host_memory hm;
-    if (host_limits(&lim, &hm) && zt_admission_check(&job, &lim, job_path, NULL) != ZT_OK) {
+    if (!host_limits(&lim, &hm))
+        lim = (zt_admission_limits){0};
+    device_limits(&job, max_device, &lim);
+    if (zt_admission_check(&job, &lim, job_path, NULL) != ZT_OK) {
         zt_job_spec_free(&job);
         return zt_cli_fail(NULL);
     }
@@ -412,9 +505,15 @@ int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets
         char desc[768];
         zt_memory_estimate_describe(&e, desc, sizeof desc);
         printf("\nmemory: %s\n", desc);
+        if (e.has_device) {
+            char dev[512];
+            zt_device_estimate_describe(&e.device, dev, sizeof dev);
+            printf("device memory: %s\n", dev);
+        }
         zt_admission_limits lim;
         zt_host_memory hm;
         if (host_limits(&lim, &hm)) {
+            device_limits(&job, 0, &lim);
             if (zt_admission_check(&job, &lim, job_path, NULL) == ZT_OK) {
                 char avail[32];
                 zt_format_bytes(hm.available, avail, sizeof avail);

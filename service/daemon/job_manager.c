@@ -317,6 +317,8 @@ static zt_status check_spec(zt_jobs *jm, const char *spec_json, const char *id, 
                              .max_rank_bytes = jm->cfg.max_rank_bytes,
                              .max_job_bytes = jm->cfg.max_job_bytes,
                              .host_bytes = jm->cfg.host_bytes, .host_name = jm->cfg.host_name,
+                             .max_device_bytes = jm->cfg.max_device_bytes,
+                             .gpu_bytes = jm->cfg.gpu_bytes, .gpu_name = jm->cfg.gpu_name,
                              .gpus = jm->cfg.slurm ? -1 : jm->gpus.n,
                              .webhooks = jm->cfg.webhook_policy};
     return zt_spec_check(spec_json, id, &limits, text, spec);

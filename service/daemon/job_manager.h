@@ -159,6 +159,12 @@ typedef struct {
     uint64_t max_job_bytes;   /* all of a job's ranks (--max-job-memory) */
     uint64_t host_bytes;      /* the host the ranks share (its MemTotal; 0 with Slurm) */
     const char *host_name;    /* how messages call host_bytes; must outlive the manager */
+    /* "cuda" jobs: one rank's device memory (--max-device-memory), and the total memory of the
+     * smallest GPU the local launcher hands out (0 with Slurm or no GPU), named by gpu_name,
+     * which must outlive the manager. */
+    uint64_t max_device_bytes;
+    uint64_t gpu_bytes;
+    const char *gpu_name;
     /* NULL: the ranks run on this host. Else each job is one srun on this Slurm cluster (it must
      * stay valid until zt_jobs_destroy): its job name is ztrain-<daemon tag>-<job id>, the
      * daemon tag a hash of the host and the state file, so that a restarted daemon finds the

@@ -18,6 +18,9 @@ typedef struct {
     uint64_t max_job_bytes;   /* --max-job-memory */
     uint64_t host_bytes;      /* the memory of the host the ranks share (local launcher) */
     const char *host_name;    /* how messages call it: "this host's memory (MemTotal)" */
+    uint64_t max_device_bytes; /* --max-device-memory: one rank of a "cuda" job on its GPU */
+    uint64_t gpu_bytes;       /* the smallest GPU handed out (local launcher); 0: not judged */
+    const char *gpu_name;     /* how messages call it */
     int gpus;                 /* GPUs the server hands out (--gpus); -1: not its to judge */
     const struct zt_webhook_policy_s *webhooks; /* what job webhooks may do; NULL: none */
 } zt_spec_limits;

@@ -5,7 +5,7 @@
  *   ztraind [--grpc-addr HOST:PORT] [--http-addr HOST:PORT] [--http-host NAME]...
  *           [--http-allow-origin ORIGIN]... [--state-dir DIR]
  *           [--data-root DIR] [--runs-root DIR] [--max-ranks N] [--token-file FILE]
- *           [--max-rank-memory SIZE] [--max-job-memory SIZE]
+ *           [--max-rank-memory SIZE] [--max-job-memory SIZE] [--max-device-memory SIZE]
  *           [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
  *           [--launcher local|slurm [--slurm-partition P] [--metrics-host HOST]] ...
  *           [--config FILE]
@@ -80,6 +80,9 @@ static const char usage[] =
     "                          (512M, 64G, 1.5T: units of 1024; default: no limit beyond the host's)\n"
     "  --max-job-memory SIZE   the same for all of a job's ranks together (default: the host's\n"
     "                          memory, MemTotal or the cgroup's limit, with the local launcher)\n"
+    "  --max-device-memory SIZE  refuse a \"cuda\" job whose estimated device memory per rank\n"
+    "                          is above SIZE (default: no limit beyond the smallest GPU handed\n"
+    "                          out, with the local launcher)\n"
     "  --threads-per-rank N    OMP_NUM_THREADS of each rank (default CPUs / world_size; with\n"
     "                          --launcher slurm 1, else also srun --cpus-per-task N)\n"
     "  --grace SECONDS         graceful cancel: time before the ranks are killed (default 30)\n"
@@ -150,7 +153,7 @@ typedef struct {
     long webhook_attempts, webhook_backoff_ms, metrics_window_s;
     zt_webhook_policy webhook_policy;
     bool max_ranks_given;
-    uint64_t max_rank_bytes, max_job_bytes;
+    uint64_t max_rank_bytes, max_job_bytes, max_device_bytes;
     double grace_s, restart_backoff_s;
 } options;
 
@@ -249,9 +252,11 @@ static int parse_args(int argc, char **argv, options *o, int *bad) {
             rc = parse_long(a, v, 1, ZT_MAX_WORLD, &o->max_world_size);
         else if (strcmp(a, "--max-jobs") == 0)
             rc = parse_long(a, v, 1, 1000000, &o->max_jobs);
-        else if (strcmp(a, "--max-rank-memory") == 0 || strcmp(a, "--max-job-memory") == 0) {
-            uint64_t *limit = strcmp(a, "--max-rank-memory") == 0 ? &o->max_rank_bytes
-                                                                  : &o->max_job_bytes;
+        else if (strcmp(a, "--max-rank-memory") == 0 || strcmp(a, "--max-job-memory") == 0 ||
+                 strcmp(a, "--max-device-memory") == 0) {
+            uint64_t *limit = strcmp(a, "--max-rank-memory") == 0  ? &o->max_rank_bytes
+                              : strcmp(a, "--max-job-memory") == 0 ? &o->max_job_bytes
+                                                                   : &o->max_device_bytes;
             if (zt_parse_bytes(v, a, limit) != ZT_OK) {
                 fprintf(stderr, "ztraind: %s\n%s", zt_last_error(), usage);
                 rc = -1;
@@ -559,6 +564,18 @@ int main(int argc, char **argv) {
     else if (!slurm)
         host_name = hm.cgroup_limited ? "this host's memory as ztraind's memory cgroup limits it"
                                       : "this host's memory (MemTotal)";
+    /* A "cuda" job's ranks take GPUs 0 .. gpus - 1 of the pool (the local launcher): each
+     * rank's estimate must fit the smallest of them. Under Slurm the GPUs are another host's. */
+    const int pool = o.gpus >= 0 ? (int)o.gpus : zt_gpu_count();
+    uint64_t gpu_bytes = 0;
+    static char gpu_name[320];
+    for (int i = 0; !slurm && i < pool && i < zt_gpu_count(); i++) {
+        zt_gpu_props p;
+        if (zt_gpu_props_get(i, &p) != ZT_OK || (gpu_bytes && p.total_bytes >= gpu_bytes))
+            continue;
+        gpu_bytes = p.total_bytes;
+        snprintf(gpu_name, sizeof gpu_name, "this server's GPU %d (%s)", i, p.name);
+    }
     zt_jobs_config jc = {.data_root = data_root, .runs_root = runs_root, .db_path = db,
                          .worker_path = worker, .max_ranks = (int)o.max_ranks,
                          .max_world_size = (int)o.max_world_size, .max_jobs = (int)o.max_jobs,
@@ -567,6 +584,8 @@ int main(int argc, char **argv) {
                          .restart_backoff_s = o.restart_backoff_s, .slurm = slurm ? &slurm_cfg : NULL,
                          .max_rank_bytes = o.max_rank_bytes, .max_job_bytes = o.max_job_bytes,
                          .host_bytes = host_name ? hm.total : 0, .host_name = host_name,
+                         .max_device_bytes = o.max_device_bytes, .gpu_bytes = gpu_bytes,
+                         .gpu_name = gpu_bytes ? gpu_name : NULL,
                          .gpus = o.gpus >= 0 ? (int)o.gpus : zt_gpu_count(),
                          .gpu_visible = getenv("CUDA_VISIBLE_DEVICES"),
                          .webhook_url = o.webhook, .webhook_on = ZT_HOOK_ALL,

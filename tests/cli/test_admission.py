@@ -2,7 +2,9 @@
 available is refused before any rank starts, with the estimate and the limit, and a spec whose
 sizes overflow is refused naming the field, without undefined behaviour (the sanitizer build runs
 this test too); an ordinary job still runs. `ztrain estimate --json` reports the figures, checked
-here against GPT-2's parameter count and the ZeRO paper's fp32 formula.
+here against GPT-2's parameter count and the ZeRO paper's fp32 formula. A "cuda" job (on the
+emulated CUDA device) above the GPU's memory or `--max-device-memory` is refused by `ztrain run`
+before a rank starts and reported by `ztrain estimate`, with the single changes that would fit.
 
 Every run is watched: the run and its children together may not pass 1 GiB of resident memory or
 60 s, else they are killed and the case fails, so a refusal that does not happen cannot take the
@@ -51,10 +53,10 @@ def tree_rss_mb(root):
     return total
 
 
-def watched(args, limit_mb=1024, limit_s=60):
+def watched(args, limit_mb=1024, limit_s=60, env=None):
     """(exit status, stdout, stderr, peak MB of the process tree); killed past the limits."""
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, env=env)
     peak, t0 = 0.0, time.monotonic()
     while p.poll() is None:
         peak = max(peak, tree_rss_mb(p.pid))
@@ -66,11 +68,12 @@ def watched(args, limit_mb=1024, limit_s=60):
     return p.returncode, out, err, peak
 
 
-def write_job(d, name, world_size=1, micro_batch=2, stage=0, **model):
+def write_job(d, name, world_size=1, micro_batch=2, stage=0, device="cpu", **model):
     m = {"type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256,
          "block_size": 32}
     m.update(model)
-    job = {"name": name, "world_size": world_size, "model": m, "data": {"train": "train.txt"},
+    job = {"name": name, "world_size": world_size, "device": device, "model": m,
+           "data": {"train": "train.txt"},
            "train": {"max_steps": 3, "log_interval": 1, "warmup_steps": 0},
            "deepspeed": {"train_micro_batch_size_per_gpu": micro_batch,
                          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
@@ -81,9 +84,9 @@ def write_job(d, name, world_size=1, micro_batch=2, stage=0, **model):
     return path
 
 
-def estimate(path):
-    out = subprocess.run([ZTRAIN, "estimate", "--json", path], capture_output=True, text=True,
-                         timeout=60)
+def estimate(path, *opts, env=None):
+    out = subprocess.run([ZTRAIN, "estimate", "--json", path, *opts], capture_output=True,
+                         text=True, timeout=60, env=env)
     return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr}
 
 
@@ -133,6 +136,56 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
           "estimate: the parts add up, two ranks on this host, and it fits")
     check(estimate(os.path.join(d, "big1.json")).get("fits") is False,
           "estimate: n_embd 65536 does not fit")
+
+    # A "cuda" job's device memory, judged on the emulated CUDA device (an H100 of 80 GB,
+    # docs/gpu.md) when this build has it: a job above the GPU, or above --max-device-memory,
+    # is refused before any rank starts, naming the figure, the limit and what would fit.
+    if os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+        emu = dict(os.environ, ZTRAIN_CUDA_EMU="1")
+        gpu = write_job(d, "gpu", world_size=2, stage=1, device="cuda")
+        e = estimate(gpu, env=emu)
+        check(e.get("device_bytes", 0) > 32 << 20 and e.get("gpu_total_bytes") == 85520809984
+              and e.get("fits") is True,
+              f"estimate: a small cuda job has a device figure above cuBLASLt's 32 MiB "
+              f"workspace and fits the emulated H100: {e}")
+        e = estimate(gpu, "--max-device-memory", "16M", env=emu)
+        check(e.get("fits") is False and e.get("max_device_bytes") == 16 << 20,
+              f"estimate --max-device-memory 16M: does not fit: {e}")
+        text = subprocess.run([ZTRAIN, "estimate", gpu, "--max-device-memory", "16M"],
+                              capture_output=True, text=True, timeout=60, env=emu).stdout
+        check("device memory:" in text and "does not fit on the GPU" in text and
+              "--max-device-memory, 16.0 MiB" in text,
+              f"estimate --max-device-memory 16M: the text says so: {text[-600:]}")
+        out_dir = os.path.join(d, "out-gpu")
+        rc, out, err, _ = watched([ZTRAIN, "run", gpu, "--max-device-memory", "16M", "--out",
+                                   out_dir], env=emu)
+        figure = json.dumps(e.get("device_bytes"))
+        check(rc == 1 and "the job does not fit on the GPU" in err and
+              "--max-device-memory, 16.0 MiB" in err and "MiB per rank on the GPU" in err and
+              "none of a higher ZeRO stage" in err and not os.path.exists(out_dir),
+              f"run --max-device-memory 16M: exit {rc}, refused before a rank starts "
+              f"({figure} bytes estimated): {err.strip()[:500]}")
+        # 6.4 G parameters: 16 bytes each at stage 0 is above the 80 GB GPU, ZeRO 3 over 8
+        # ranks is not.
+        big = write_job(d, "gpu-big", world_size=8, stage=0, device="cuda", n_layer=8,
+                        n_head=64, n_embd=8192)
+        rc, out, err, peak = watched([ZTRAIN, "run", big, "--out", os.path.join(d, "out-gb")],
+                                     env=emu)
+        check(rc == 1 and "does not fit on the GPU" in err and
+              "GPU 0 (NVIDIA H100 80GB HBM3" in err and "ZeRO stage 3 (" in err and
+              "for the CUDA context" in err and peak < 200,
+              f"run: 6.4 G parameters at stage 0 refused against the emulated H100, ZeRO 3 "
+              f"named as fitting: exit {rc}: {err.strip()[:600]}")
+        rc, out, err, _ = watched([ZTRAIN, "run", small, "--max-device-memory", "1M", "--out",
+                                   os.path.join(d, "out-small2")])
+        check(rc == 0, f"a cpu job is not judged by --max-device-memory: exit {rc} "
+                       f"{err[-300:]}")
+        rc, out, err, _ = watched([ZTRAIN, "estimate", gpu, "--max-device-memory", "lots"],
+                                  env=emu)
+        check(rc == 2 and "--max-device-memory expects a positive size" in err,
+              f"a bad --max-device-memory is a usage error: {rc} {err.strip()[:200]}")
+    else:
+        print("skipped: the device checks (this build has no emulated CUDA device)")
 
 if failed:
     raise SystemExit(f"{failed} check(s) failed")

@@ -199,8 +199,20 @@ def check_memory(ctx):
               f"{', '.join(f'{p / device_memory.MIB:.2f}' for p in peaks)} MiB, formula "
               f"{want / device_memory.MIB:.2f} MiB = {device_memory.describe(terms)} "
               f"(worst {worst * 100:.2f}%)")
+        # Admission's device estimate of the same job (engine/train/device_estimate.c), shown
+        # beside the peak: on a GPU cuDNN's attention workspace, which admission leaves to its
+        # 1 GiB reserve, may put the peak above it, so this is a figure, not a check.
+        est = subprocess.run([os.path.join(ctx.bin, "ztrain"), "estimate", "--json",
+                              os.path.join(ctx.dir, name + ".json")], capture_output=True,
+                             text=True, timeout=60)
+        device_bytes = (json.loads(est.stdout).get("device_bytes") if est.returncode == 0
+                        else None)
+        if device_bytes:
+            print(f"  {name}: admission's device estimate {device_bytes / device_memory.MIB:.2f} "
+                  f"MiB, estimate/peak {device_bytes / max(peaks):.4f}")
         figure(f"memory_{name.replace('-', '_')}", {"peak_bytes": max(peaks),
-                                                     "formula_bytes": want})
+                                                     "formula_bytes": want,
+                                                     "estimate_bytes": device_bytes})
 
 
 def gpu_count():

@@ -12,7 +12,12 @@ the host runs out.
      refusal that does not happen leaves the job queued (the test fails) rather than started.
   b. --max-rank-memory and --max-job-memory, set from `ztrain estimate --json` of the jobs
      themselves: a job exactly at a limit is admitted, one above it refused naming the limit;
-     world_size multiplies a job's memory. Bad sizes stop ztraind at start with exit status 2."""
+     world_size multiplies a job's memory. Bad sizes stop ztraind at start with exit status 2.
+  c. On the emulated CUDA device (an H100 of 80 GB; skipped in a build without it), with
+     --max-device-memory 16M: a "cuda" job whose device estimate is above it is
+     FAILED_PRECONDITION naming the figure and the option, and a "cpu" job is admitted; without
+     the option, 6.4 G parameters at stage 0 are refused against the server's GPU itself,
+     naming it."""
 import json
 import os
 import subprocess
@@ -153,7 +158,42 @@ def case_b(tmp):
                  f"{out.stderr.splitlines()[:1]}")
 
 
+def case_c(tmp):
+    if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+        print("c: skipped (this build has no emulated CUDA device)")
+        return
+    os.environ["ZTRAIN_CUDA_EMU"] = "1"
+    try:
+        with Daemon(BUILD, os.path.join(tmp, "c"), max_ranks=1,
+                    extra_args=["--max-device-memory", "16M"]) as d:
+            gpu = tiny_job(d.data_root, name="gpu")
+            gpu["device"] = "cuda"
+            code, details, _ = refused(d, gpu)
+            ck.check(code == grpc.StatusCode.FAILED_PRECONDITION and
+                     "does not fit on the GPU" in details and "MiB per rank on the GPU" in details
+                     and "above this server's --max-device-memory, 16.0 MiB" in details,
+                     f"c: a cuda job above --max-device-memory: {code.name} {details[:400]}")
+            cpu = tiny_job(d.data_root, name="cpu", max_steps=LONG)
+            code, details, _ = refused(d, cpu)
+            ck.check(code == grpc.StatusCode.OK, f"c: a cpu job is admitted: {details}")
+            for jid in job_ids(d):
+                d.stub().CancelJob(pb.CancelJobRequest(id=jid), metadata=d.metadata, timeout=30)
+        # Without the option the GPU itself is the limit.
+        with Daemon(BUILD, os.path.join(tmp, "c2"), max_ranks=1) as d:
+            big = with_model(tiny_job(d.data_root, name="big"), n_layer=8, n_head=64, n_embd=8192)
+            big["device"] = "cuda"
+            code, details, _ = refused(d, big)
+            ck.check(code == grpc.StatusCode.FAILED_PRECONDITION and
+                     "this server's GPU 0 (NVIDIA H100 80GB HBM3" in details and
+                     "for the CUDA context" in details,
+                     f"c: 6.4 G parameters are above the server's GPU: {details[:500]}")
+            ck.check(job_ids(d) == [], "c: no refused spec became a job")
+    finally:
+        del os.environ["ZTRAIN_CUDA_EMU"]
+
+
 tmp = temp_dir("ztrain-admission-")
 case_a(tmp)
 case_b(tmp)
+case_c(tmp)
 ck.done()

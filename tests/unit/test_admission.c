@@ -3,7 +3,10 @@
  * state for every stage, fp32 (4 + 4 + 8 bytes per parameter) and 16-bit (2 + 2 + 12), SGD's
  * smaller state and offload; a tensor-parallel shard's parameters and activations (GPT-2, and
  * Llama with kv heads shared by several shards) partitioned over world / tp ranks; limits, sizes that overflow (refused naming the field, never wrapped),
- * sizes as flags write them, and the host's memory read from a made-up /proc and cgroup tree. */
+ * sizes as flags write them, and the host's memory read from a made-up /proc and cgroup tree;
+ * a "cuda" job's device memory term by term against docs/gpu.md's formula (ZeRO stages 0-3,
+ * fp32 and bf16, activation checkpointing, offload) and its refusal against a device limit and a
+ * GPU. */
 #define _XOPEN_SOURCE 700
 #include <limits.h>
 #include <stdio.h>
@@ -431,8 +434,162 @@ static void test_host_memory(void) {
     CHECK(zt_host_memory_read(&hm) == ZT_OK && hm.total > 0 && hm.available <= hm.total);
 }
 
+/* GPT-2's device activations on the CUDA backend (docs/gpu.md, "Device memory"), es bytes an
+ * element, every buffer a multiple of 64 bytes: per block 16·B·T·C elements (ln1, q k v, atty,
+ * res2, ln2, the FC pre-activation 4 and GELU output 4, the block output) and fp32 LayerNorm
+ * statistics 4·B·T and flash attention's log-sum-exp B·H·T (no T×T matrix); the embedding
+ * output; the final norm's output and statistics, the logits, the losses; the backward's dres and
+ * one block's gradients (FC 4, QKV 3, attention output, norm output) and its per-row term. With
+ * checkpointing every k blocks: ceil(L/k) group inputs and k blocks. */
+static uint64_t gpt2_device_activations(uint64_t B, uint64_t T, uint64_t C, uint64_t H,
+                                        uint64_t V, uint64_t L, uint64_t es, uint64_t k) {
+    const uint64_t BT = B * T, BTC = BT * C, f32 = 4;
+    const uint64_t block = es * 16 * BTC + f32 * (4 * BT + B * H * T);
+    const uint64_t kept = k ? (k < L ? k : L) * block + es * ((L + k - 1) / k) * BTC
+                            : L * block + es * BTC;
+    const uint64_t head = es * BTC + f32 * 2 * BT + es * BT * V + f32 * BT;
+    const uint64_t backward = es * BTC + es * 9 * BTC + f32 * B * H * T;
+    return kept + head + backward;
+}
+
+/* A grown scratch buffer: a quarter more than asked. */
+static uint64_t grown(uint64_t n) { return n + n / 4; }
+
+/* The device estimate of GPT-2 jobs against the ZeRO paper's accounting on the CUDA backend
+ * (docs/gpu.md's table): every stage in fp32 and bf16 on two ranks, with and without activation
+ * checkpointing, each term against its formula. */
+static void test_device_terms(void) {
+    const uint64_t L = 2, H = 2, C = 64, V = 256, T = 32, B = 2, N = 2;
+    const uint64_t psi = gpt2_params(L, C, V, T), p = (psi + 16 * N - 1) / (16 * N) * (16 * N);
+    for (int half = 0; half <= 1; half++)
+        for (int stage = 0; stage <= 3; stage++)
+            for (int k = 0; k <= 1; k++) {
+                char ds[512];
+                snprintf(ds, sizeof ds, "{\"train_micro_batch_size_per_gpu\": %d, %s"
+                         "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
+                         "\"zero_optimization\": {\"stage\": %d}}", (int)B,
+                         half ? "\"bf16\": {\"enabled\": true}, " : "", stage);
+                zt_job_spec job;
+                CHECK(job_at(&job, (int)N, (int)L, (int)H, (int)C, (int)V, (int)T, ds) == ZT_OK,
+                      "%s", zt_last_error());
+                job.model.checkpoint_interval = k;
+                zt_memory_estimate e;
+                CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK && !e.has_device,
+                      "a cpu job has no device figure");
+                job.device = ZT_DEVICE_CUDA;
+                CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK && e.has_device);
+                const zt_device_estimate *d = &e.device;
+                const uint64_t P = half ? 2 : 4, part = p / N;
+                const uint64_t want_p = P * (stage == 3 ? part : p);
+                const uint64_t want_g = P * (stage >= 2 ? part : p);
+                /* Adam's two fp32 moments, and in bf16 the fp32 masters, of the optimizer's
+                 * share. */
+                const uint64_t want_o = (half ? 12 : 8) * (stage >= 1 ? part : p);
+                /* Mixed precision's fp32 copy needs live the more of the model at start (Ψ)
+                 * and, in training, the block in use with the outer tensors (and the next block,
+                 * prefetched at stage 3 by DeepSpeed's defaults) plus the gradients in flight
+                 * (two reduce buckets of 5e8, so all of them, from stage 2; one block and the
+                 * outer tensors below); ZeRO releases the rest of 8Ψ, which the backend keeps. */
+                const uint64_t layer = 12 * C * C + 13 * C, outer = V * C + T * C + 2 * C;
+                const uint64_t in_use = outer + (stage == 3 ? 2 : 1) * layer;
+                const uint64_t grads_live = stage >= 2 ? p : outer + layer;
+                const uint64_t live = (in_use < p ? in_use : p) + grads_live;
+                const uint64_t want_copy = half ? 4 * (live > p ? live : p) : 0;
+                const uint64_t want_rel = (half ? 8 * p - want_copy : stage >= 2 ? 4 * p : 0) +
+                                          (stage == 3 ? P * (p - part) : 0);
+                const uint64_t want_act =
+                    gpt2_device_activations(B, T, C, H, V, L, half ? 2 : 4, (uint64_t)k);
+                /* The sums, the scratch for tokens, buckets and the channel partials (rows of
+                 * 64 per tile, the FC bias's 4·C channels), the read-back slots (one micro-batch,
+                 * two norm pieces, a slot a tensor) and in bf16 ZeRO's chunk. */
+                const uint64_t BT = B * T, tiles = (BT + 63) / 64;
+                const uint64_t want_ws = (2 * 1024 + 2) * 8 + grown(BT * 4) +
+                                         grown((3 * BT + 2) * 4) + grown(tiles * 4 * 4 * C) +
+                                         (1 + 2 + 12 * L + 4) * 8 + (half ? 4 << 16 : 0);
+                CHECK(d->param_bytes == want_p && d->grad_bytes == want_g &&
+                          d->optimizer_bytes == want_o && d->fp32_copy_bytes == want_copy &&
+                          d->released_bytes == want_rel,
+                      "%s stage %d: parameters %llu (%llu), gradients %llu (%llu), optimizer %llu "
+                      "(%llu), fp32 copy %llu (%llu), released %llu (%llu)",
+                      half ? "bf16" : "fp32", stage, (ull)d->param_bytes, (ull)want_p,
+                      (ull)d->grad_bytes, (ull)want_g, (ull)d->optimizer_bytes, (ull)want_o,
+                      (ull)d->fp32_copy_bytes, (ull)want_copy, (ull)d->released_bytes,
+                      (ull)want_rel);
+                CHECK(d->activation_bytes == want_act, "%s stage %d, checkpointing %d: "
+                      "activations %llu, formula %llu", half ? "bf16" : "fp32", stage, k,
+                      (ull)d->activation_bytes, (ull)want_act);
+                CHECK(d->cublas_bytes == 32u << 20 && d->workspace_bytes == want_ws,
+                      "workspaces %llu, formula %llu", (ull)d->workspace_bytes, (ull)want_ws);
+                CHECK(d->total_bytes == want_p + want_g + want_o + want_copy + want_rel +
+                                            want_act + (32u << 20) + want_ws);
+                zt_job_spec_free(&job);
+            }
+    /* Offloaded, the optimizer's share leaves the device; the rest stays. */
+    const char *off = "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}, "
+                      "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
+                      "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+                      "{\"device\": \"cpu\"}}}";
+    zt_job_spec job;
+    CHECK(job_at(&job, (int)N, (int)L, (int)H, (int)C, (int)V, (int)T, off) == ZT_OK);
+    job.device = ZT_DEVICE_CUDA;
+    zt_memory_estimate e;
+    CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK);
+    CHECK(e.device.optimizer_bytes == 0 && e.device.grad_bytes == 2 * (p / N) &&
+          e.device.fp32_copy_bytes + e.device.released_bytes == 8 * p);
+    zt_job_spec_free(&job);
+}
+
+/* A "cuda" job above the device limit or the GPU is refused naming the figure, the limit and
+ * the changes that would fit; a "cpu" job is not judged by them. */
+static void test_device_refusal(void) {
+    const char *ds = "{\"train_micro_batch_size_per_gpu\": 8, \"optimizer\": {\"type\": "
+                     "\"AdamW\", \"params\": {\"lr\": 0.001}}}";
+    zt_job_spec job;
+    CHECK(job_at(&job, 4, 4, 4, 256, 4096, 256, ds) == ZT_OK, "%s", zt_last_error());
+    job.device = ZT_DEVICE_CUDA;
+    zt_memory_estimate e;
+    CHECK(zt_memory_estimate_job(&job, "spec", &e) == ZT_OK);
+    const uint64_t need = e.device.total_bytes;
+    zt_admission_limits lim = {.device_bytes = need, .device_name = "--max-device-memory"};
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "exactly at the limit");
+    /* Stage 3 alone brings it under a limit just below: ZeRO partitions the 16Ψ. */
+    lim.device_bytes = need - 1;
+    zt_status s = zt_admission_check(&job, &lim, "spec", NULL);
+    char need_s[32], lim_s[32];
+    zt_format_bytes(need, need_s, sizeof need_s);
+    zt_format_bytes(need - 1, lim_s, sizeof lim_s);
+    const char *msg = zt_last_error();
+    CHECK(s == ZT_ERR_INVALID && strstr(msg, "spec: the job does not fit on the GPU") &&
+              strstr(msg, need_s) && strstr(msg, "--max-device-memory") &&
+              strstr(msg, "activations") && strstr(msg, "ZeRO stage 3 (") &&
+              strstr(msg, "train_micro_batch_size_per_gpu 4 ("),
+          "%s", msg);
+    /* Far too little: nothing alone fits, and the message says what is left. */
+    lim.device_bytes = 1 << 20;
+    s = zt_admission_check(&job, &lim, "spec", NULL);
+    CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), "none of a higher ZeRO stage"),
+          "%s", zt_last_error());
+    /* A GPU is compared with the estimate and the reserve for the context. */
+    lim = (zt_admission_limits){.gpu_bytes = need + ZT_DEVICE_RESERVE_BYTES,
+                                .gpu_name = "GPU 0 (test)"};
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK);
+    lim.gpu_bytes--;
+    s = zt_admission_check(&job, &lim, "spec", NULL);
+    CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), "GPU 0 (test)") &&
+              strstr(zt_last_error(), "for the CUDA context"), "%s", zt_last_error());
+    lim.gpu_bytes = 1 << 20;
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_ERR_INVALID, "below the reserve");
+    /* The same limits do not apply to a CPU job. */
+    job.device = ZT_DEVICE_CPU;
+    lim.device_bytes = 1;
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "%s", zt_last_error());
+    zt_job_spec_free(&job);
+}
+
 int main(void) {
     check_tmpdir_create("zt_admission");
+    test_device_terms();
+    test_device_refusal();
     test_model_sizes();
     test_overflow();
     test_zero_formulas();

@@ -1,7 +1,10 @@
 /* Admission: whether a job can fit in memory, judged from its spec before any rank starts.
  *
  * ztraind refuses a job at SubmitJob, and `ztrain run` before it starts a rank, when the memory
- * the job needs is more than the host has or a configured limit allows. One rank's estimate is
+ * the job needs is more than the host has or a configured limit allows, or, for a "cuda" job,
+ * when one rank's device memory is more than a configured limit or the GPU it would take has
+ * (zt_device_estimate: the terms the CUDA backend really holds, docs/gpu.md "Admission against
+ * the GPU"). One rank's host estimate is
  * the ZeRO paper's model-state accounting for the job's stage, precision and optimizer (fp32
  * Adam: 4 bytes of parameters, 4 of gradients and 8 of optimizer state per parameter Ψ, so 16Ψ
  * at stage 0, 8Ψ + 8Ψ/N at stage 1, 4Ψ + 12Ψ/N at stage 2, 16Ψ/N at stage 3; bf16/fp16: 2 + 2
@@ -26,6 +29,43 @@
 /* What the process takes whatever the model: program, libraries, thread stacks and BLAS buffers,
  * and a rank's share of the communicator's shared-memory segment. */
 #define ZT_RANK_BASELINE_BYTES ((uint64_t)64 << 20)
+
+/* Device memory one rank of a "cuda" job holds on the CUDA backend, by what holds it: the
+ * backend's own count (memory/rank<r>/device_peak_bytes, docs/gpu.md "Device memory"), term by
+ * term from the buffers the engine and the backend allocate. Ψ is the rank's parameters (its
+ * shard's under tensor parallelism) padded to 16 × N, N the data-parallel size. */
+typedef struct {
+    /* The ZeRO paper's model state on the device: 16-bit (bf16/fp16) or fp32 parameters, all or
+     * a 1/N slice at stage 3; gradients, all or a slice from stage 2; the optimizer's moments
+     * and mixed precision's fp32 masters, all or a slice from stage 1, 0 when offload_optimizer
+     * moves them to the host (bf16_optimizer_states: 16-bit moments, no masters). */
+    uint64_t param_bytes, grad_bytes, optimizer_bytes;
+    /* Mixed precision: the part of the model's fp32 parameters and gradients the kernels need
+     * live beside the 16-bit copies (at start the fp32 model before it is rounded; in training
+     * the layers in use and the gradients in flight), the rest being released by ZeRO. */
+    uint64_t fp32_copy_bytes;
+    /* What ZeRO releases but the CUDA backend keeps allocated (zt_backend_release zeroes a
+     * range without giving its memory back): in mixed precision the rest of the whole fp32
+     * copy (with fp32_copy_bytes, 8Ψ), at stages 2-3 in fp32 the flat gradient buffer beside
+     * the reduce-scattered slice, at stage 3 the parameters outside the rank's slice. */
+    uint64_t released_bytes;
+    /* One micro-batch's activations as the model carves them on the CUDA backend (16-bit
+     * elements in mixed precision; flash attention's row statistics, no T×T matrix; with
+     * activation checkpointing the kept group inputs and one group's blocks). */
+    uint64_t activation_bytes;
+    uint64_t cublas_bytes;      /* cuBLASLt's workspace (ZT_CUDA_CUBLAS_WORKSPACE_BYTES) */
+    /* The backend's and the engine's fixed and per-batch workspaces: the two-pass sums, the
+     * grown scratch buffers (tokens, embedding buckets, per-channel partials), ZeRO's
+     * conversion chunk and bf16 staging, the step's read-back slots, LAMB's per-tensor sums,
+     * packed documents' positions and rotary tables. */
+    uint64_t workspace_bytes;
+    uint64_t total_bytes;       /* the sum: the peak the rank's backend should reach */
+} zt_device_estimate;
+
+/* What the backend does not count but a GPU's memory must also hold for a rank: the CUDA
+ * context, NCCL's buffers and cuDNN's attention workspace (sized by cuDNN when it builds its
+ * plan). Admission adds it when it compares an estimate with a GPU's total memory. */
+#define ZT_DEVICE_RESERVE_BYTES ((uint64_t)1 << 30)
 
 /* Bytes one rank needs, by what they hold. Every figure saturates at UINT64_MAX (which no limit
  * admits) rather than wrap. On the CPU every figure is host memory; the split says what a GPU
@@ -64,7 +104,18 @@ typedef struct {
     int ranks_per_host;         /* ceil(world_size / nodes) */
     uint64_t host_bytes;        /* rank_bytes × ranks_per_host: one host */
     uint64_t job_bytes;         /* rank_bytes × world_size: the whole job */
+    bool has_device;            /* a "cuda" job: device holds its device memory */
+    zt_device_estimate device;
 } zt_memory_estimate;
+
+/* The device memory of one rank of a "cuda" job (any job's spec: a "cpu" one is sized as if it
+ * ran on the CUDA backend). Fails as zt_memory_estimate_job. */
+zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
+                                 zt_device_estimate *out);
+
+/* Writes a device estimate for people: "40.6 MiB per rank on the GPU (parameters 3.2 MiB,
+ * gradients ..., cuBLASLt workspace 32.0 MiB, workspaces 0.4 MiB)". */
+void zt_device_estimate_describe(const zt_device_estimate *d, char *buf, size_t size);
 
 /* Estimates a parsed job's memory. Fails only as zt_model_estimate_spec does (a spec whose sizes
  * overflow, which zt_job_spec_parse has already refused); messages start with `source`. */
@@ -84,13 +135,25 @@ typedef struct {
     const char *job_name;
     uint64_t host_bytes;        /* the memory the ranks on one host share */
     const char *host_name;
+    /* "cuda" jobs: the most one rank's device memory may be (a configured limit, compared with
+     * the estimate alone), and the total memory of the smallest GPU a rank would use (compared
+     * with the estimate plus ZT_DEVICE_RESERVE_BYTES). Both are ignored for "cpu" jobs. */
+    uint64_t device_bytes;
+    const char *device_name;    /* "--max-device-memory" */
+    uint64_t gpu_bytes;
+    const char *gpu_name;       /* "GPU 0 (NVIDIA H100 80GB HBM3)" */
 } zt_admission_limits;
 
-/* Estimates the job and checks it against every limit. A job that cannot fit is ZT_ERR_INVALID
+/* Estimates the job and checks it against every limit: a "cuda" job's device memory first
+ * (the limit, then the GPU), then host memory. A job that cannot fit is ZT_ERR_INVALID
  * with the estimate, its breakdown and the limit it exceeds: "spec: the job does not fit: it
  * needs an estimated 823.9 GiB per rank (...); 1 rank on one host need 823.9 GiB, above this
- * host's memory (MemTotal), 23.5 GiB". est may be NULL; when not, it holds the estimate
- * whatever the verdict (unless the estimate itself failed). */
+ * host's memory (MemTotal), 23.5 GiB"; on the device, "spec: the job does not fit on the GPU:
+ * one rank needs an estimated 95.1 GiB of device memory (...), and 1.0 GiB for the CUDA
+ * context and NCCL, above GPU 0 (NVIDIA H100 80GB HBM3), 79.6 GiB; a higher ZeRO stage, a
+ * smaller micro-batch, offload_optimizer or activation checkpointing lowers it". est may be
+ * NULL; when not, it holds the estimate whatever the verdict (unless the estimate itself
+ * failed). */
 zt_status zt_admission_check(const zt_job_spec *job, const zt_admission_limits *lim,
                              const char *source, zt_memory_estimate *est);
 

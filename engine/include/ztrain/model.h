@@ -358,6 +358,10 @@ typedef struct {
     /* The activations, their gradients and the backward's scratch for micro_batch sequences of
      * the longest length, as carved at act_size bytes per element (statistics at 4). */
     uint64_t activation_bytes;
+    /* The widest per-channel gradient sum of a backward, in floats: a norm's or a bias's
+     * channels times the sums it takes at once (2 · n_embd for a LayerNorm's weight and bias);
+     * a GPU backend reduces it over row tiles into partials of this width (admission.h). */
+    uint64_t channel_sum_floats;
     /* Host memory the model keeps besides its buffers: its tensor table, per-layer views and the
      * per-token losses read back from a forward. */
     uint64_t host_bytes;

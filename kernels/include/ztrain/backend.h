@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ztrain/dtype.h"
 #include "ztrain/ops.h"
@@ -221,6 +222,20 @@ typedef struct {
  * cudaMemGetInfo fails, an error naming the device, with allocated and peak filled all the same
  * (they are the backend's own counts). */
 zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out);
+
+/* The CUDA backend's own device memory besides its callers' allocations, stated here so that an
+ * estimate made without a GPU (admission.h) counts what the backend will take: cuBLASLt's
+ * workspace and the two-pass sums' partials and totals, taken at creation; and scratch buffers
+ * that grow to a quarter more than their largest request (zt_cuda_scratch_bytes): the tokens or
+ * targets of a forward, the embedding backward's token buckets (3 · rows + 2 ints), and the
+ * per-channel gradient sums' partials, one row of channels per tile of at most
+ * ZT_CUDA_CHANNEL_TILES row tiles of at least ZT_CUDA_CHANNEL_MIN_ROWS rows. The kernels check
+ * these against their own constants. */
+#define ZT_CUDA_CUBLAS_WORKSPACE_BYTES ((uint64_t)32 << 20)
+#define ZT_CUDA_SUMS_BYTES ((uint64_t)(2 * 1024 + 2) * sizeof(double))
+#define ZT_CUDA_CHANNEL_TILES 1024
+#define ZT_CUDA_CHANNEL_MIN_ROWS 64
+static inline uint64_t zt_cuda_scratch_bytes(uint64_t request) { return request + request / 4; }
 
 /* ---- the CPU backend ---------------------------------------------------------------------- */
 
