@@ -137,8 +137,18 @@ static void cuda_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
 
 static void cuda_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
     zt_cuda_state *st = be->impl;
-    if (bytes)
-        ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[s]));
+    if (!bytes)
+        return;
+    /* As a copy: released granules are written only once committed (backend.h). */
+    pthread_mutex_lock(&st->released_lock);
+    bool live = zt_cuda_vmm_live(st, p, bytes);
+    pthread_mutex_unlock(&st->released_lock);
+    if (!live) {
+        zt_cuda_fail(be, "host", "zt_backend_zero", "the range lies in released device memory "
+                     "that was not committed again (zt_backend_commit)", __FILE__, __LINE__);
+        return;
+    }
+    ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[s]));
 }
 
 /* Whether host memory is page-locked (cudaHostAlloc or registered), so a copy from or to it can
