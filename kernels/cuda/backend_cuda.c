@@ -1,6 +1,6 @@
 /* The CUDA backend object: device memory from cudaMalloc, or for large allocations reserved
  * address ranges whose physical granules release gives back and commit maps again
- * (device_vmm.c), pinned memory from cudaHostAlloc, a compute and a communication stream
+ * (memory/device_vmm.c), pinned memory from cudaHostAlloc, a compute and a communication stream
  * (non-blocking, so neither waits for the legacy default stream) ordered by CUDA events, and the
  * first asynchronous error reported by sync with the device named. Released ranges are also kept
  * as a set (cuda_host.h's ranges), which resident_bytes reads. */

@@ -1,7 +1,7 @@
 /* The CUDA backend's large device allocations as reserved address ranges over physical
  * granules (CUDA's virtual memory management), so that what ZeRO releases is really given back
- * and committing it again maps memory (device_vmm.c). backend_cuda.c's memory calls go through
- * here for the allocations this took; the calls that read or change the ranges (alloc, free,
+ * and committing it again maps memory (memory/device_vmm.c). backend_cuda.c's memory calls go
+ * through here for the allocations this took; the calls that read or change the ranges (alloc, free,
  * release, commit, owns, in, live) expect the backend's released_lock held. */
 #ifndef ZTRAIN_CUDA_DEVICE_VMM_H
 #define ZTRAIN_CUDA_DEVICE_VMM_H

@@ -5,8 +5,8 @@ memory/rank<r>/device_peak_bytes. docs/gpu.md ("Device memory") states the same 
 
 The backend counts physical memory. An allocation of at least 8 MiB (four granules) is a
 reserved range of 2 MiB granules, so it counts rounded up to whole granules (gran()), and a
-granule ZeRO releases wholly is given back (kernels/cuda/device_vmm.c); smaller allocations are
-cudaMalloc's, counted as asked. Granules given back are reused by later allocations and commits
+granule ZeRO releases wholly is given back (kernels/cuda/memory/device_vmm.c); smaller
+allocations are cudaMalloc's, counted as asked. Granules given back are reused by later allocations and commits
 before new ones are made, so the peak is the most held at one moment, in one of two phases:
 
   setup: the model is made in fp32 (parameters and gradients, whole), then ZeRO gives back the

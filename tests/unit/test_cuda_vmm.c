@@ -1,4 +1,4 @@
-/* The CUDA backend's release and commit over granules (kernels/cuda/device_vmm.c), on the
+/* The CUDA backend's release and commit over granules (kernels/cuda/memory/device_vmm.c), on the
  * emulated device (ctest sets ZTRAIN_CUDA_EMU=1; on a GPU machine it runs as it is), against a
  * model of its contract kept here in plain arrays: which bytes are released, which granules are
  * live (a granule stops being live when every byte of it is released, and is live again once

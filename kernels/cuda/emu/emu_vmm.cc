@@ -136,9 +136,9 @@ void drop_reference(CUmemGenericAllocationHandle id) {
 std::string name_of(const std::pair<const size_t, reservation> &r) {
     char buf[256];
     Dl_info info;
-    const char *fn =
-        dladdr(r.second.caller, &info) && info.dli_sname ? info.dli_sname : "?";
-    snprintf(buf, sizeof buf, "reservation #%lu (%zu bytes at %p, cuMemAddressReserve called from %s)",
+    const char *fn = dladdr(r.second.caller, &info) && info.dli_sname ? info.dli_sname : "?";
+    snprintf(buf, sizeof buf,
+             "reservation #%lu (%zu bytes at %p, cuMemAddressReserve called from %s)",
              r.second.serial, r.second.bytes, (void *)(S().base + r.first), fn);
     return buf;
 }
