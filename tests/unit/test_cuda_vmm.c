@@ -16,7 +16,9 @@
  *     change;
  *   - a copy into released memory that was not committed is an error at the next sync, naming
  *     the commit it lacks;
- *   - freeing gives every granule back. */
+ *   - freeing gives every granule back;
+ *   - ZTRAIN_CUDA_VMM and ZTRAIN_CUDA_VMM_MIN_BYTES values it does not understand are refused,
+ *     naming the variable. */
 #define _GNU_SOURCE
 #define _XOPEN_SOURCE 700
 #include <stdint.h>
@@ -249,5 +251,17 @@ int main(void) {
         check_taken_memory(base_alloc);
     }
     zt_backend_destroy(be);
+    /* A setting the backend does not understand is refused by name, never ignored. */
+    const char *bad[][2] = {{"ZTRAIN_CUDA_VMM", "maybe"}, {"ZTRAIN_CUDA_VMM_MIN_BYTES", "8M"}};
+    for (int i = 0; i < 2; i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        zt_backend *other = NULL;
+        s = zt_backend_create(&other, ZT_DEVICE_CUDA, NULL);
+        CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), bad[i][0]),
+              "%s=%s: %s", bad[i][0], bad[i][1], s == ZT_OK ? "accepted" : zt_last_error());
+        if (other)
+            zt_backend_destroy(other);
+        unsetenv(bad[i][0]);
+    }
     return check_summary("test_cuda_vmm");
 }
