@@ -200,7 +200,7 @@ static zt_status fill(void *ctx, zt_engine *e, int64_t optimizer_step) {
         const zt_tensor_info *t = &m->tensors[i];
         s = my_piece(r, t, layout_index(&r->layout, t->name), NULL, whole, mine);
         if (s == ZT_OK)
-            zt_model_set_params(m, t->offset, mine, t->numel);
+            s = zt_model_set_params(m, t->offset, mine, t->numel);
     }
     if (s == ZT_OK)
         s = zt_engine_params_loaded(e);

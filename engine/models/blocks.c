@@ -402,10 +402,10 @@ static zt_status init_shard(zt_model *m, const zt_tensor_info *t, const zt_tenso
         for (size_t j = 0; j < t->numel; j++)
             whole[j] = std < 0.0 ? 1.0f : 0.0f;
     zt_tensor_shard_from_full(mine, whole, shard);
-    zt_model_set_params(m, mine->offset, shard, mine->numel);
+    zt_status st = zt_model_set_params(m, mine->offset, shard, mine->numel);
     free(whole);
     free(shard);
-    return ZT_OK;
+    return st;
 }
 
 zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full,
@@ -430,7 +430,7 @@ zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_inf
                 for (size_t j = 0; j < n; j++)
                     host[j] = 1.0f;
             if (mine)
-                zt_model_set_params(m, mine->offset + at, host, n);
+                ZT_TRY(zt_model_set_params(m, mine->offset + at, host, n));
         }
     }
     return ZT_OK;

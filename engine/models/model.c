@@ -66,9 +66,11 @@ void zt_model_free_flat(zt_model *m) {
     m->params = m->grads = NULL;
 }
 
-void zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n) {
+zt_status zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n) {
+    ZT_TRY(zt_backend_commit(m->ctx.be, m->params, at * sizeof(float), (at + n) * sizeof(float)));
     zt_backend_copy(m->ctx.be, m->params + at, src, n * sizeof(float), ZT_COPY_H2D,
                     ZT_STREAM_COMPUTE);
+    return ZT_OK;
 }
 
 zt_status zt_model_check_create(const zt_model_spec *spec, zt_backend *be, zt_dtype act,
@@ -157,7 +159,7 @@ static zt_status read_param(zt_model *m, const zt_st_file *f, const zt_st_tensor
     if (s == ZT_OK && whole)
         zt_tensor_shard_from_full(t, read, staging);
     if (s == ZT_OK)
-        zt_model_set_params(m, t->offset, staging, t->numel);
+        s = zt_model_set_params(m, t->offset, staging, t->numel);
     if (whole)
         free(read);
     if (staging)

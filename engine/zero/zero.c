@@ -171,6 +171,13 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->half = dtype != ZT_F32;
     z->dtype = dtype;
     z->comm_dtype = comm_dtype;
+    /* The fp32 gradient buffer is held only where the backward writes: stages 2 and 3 let each
+     * bucket go once reduced, mixed precision each layer once added into its 16-bit gradients,
+     * and the backward commits a layer before writing it (zt_zero_hook_fetch). It goes now,
+     * before the partition's own buffers are allocated, so that on a device that maps memory
+     * they take its granules instead of new ones. */
+    if (stage >= 2 || z->half)
+        zt_zero_release_f32(z, m->grads, 0, m->n_padded);
     if (z->half)
         ZT_TRY(init_half(z));
     else if (stage >= 2 && !(z->grad_acc = alloc_device_taken(z, grad_acc_bytes(z))))

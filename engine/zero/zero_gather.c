@@ -110,7 +110,9 @@ static zt_status commit_grads(zt_zero *z, int layer) {
 
 void zt_zero_hook_fetch(void *ctx, int layer, bool backward) {
     zt_zero *z = ctx;
-    if (backward && commit_grads(z, layer) != ZT_OK)
+    /* The head's backward writes the outer tensors' gradients (layer -1) before any backward
+     * fetch of that layer, so they are committed when the forward fetches the layer. */
+    if ((backward || layer < 0) && commit_grads(z, layer) != ZT_OK)
         return;
     if (!(z->half || zt_zero_gathers(z)) || zt_zero_first_error(z) != ZT_OK)
         return;

@@ -1,9 +1,9 @@
-/* The CUDA backend object: device memory from cudaMalloc, pinned memory from cudaHostAlloc, a
- * compute and a communication stream (non-blocking, so neither waits for the legacy default
- * stream) ordered by CUDA events, and the first asynchronous error reported by sync with the
- * device named. Release zeroes a device range and counts it released (cuda_host.h's ranges); the
- * memory itself stays allocated, since mapping and unmapping physical pages (CUDA's virtual
- * memory management) is not implemented yet. */
+/* The CUDA backend object: device memory from cudaMalloc, or for large allocations reserved
+ * address ranges whose physical granules release gives back and commit maps again
+ * (memory/device_vmm.c), pinned memory from cudaHostAlloc, a compute and a communication stream
+ * (non-blocking, so neither waits for the legacy default stream) ordered by CUDA events, and the
+ * first asynchronous error reported by sync with the device named. Released ranges are also kept
+ * as a set (cuda_host.h's ranges), which resident_bytes reads. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cuda_backend.h"
+#include "device_vmm.h"
 
 /* Estimates made without a GPU count the backend's own memory from backend.h's figures. */
 _Static_assert(ZT_CUDA_CUBLAS_WORKSPACE == ZT_CUDA_CUBLAS_WORKSPACE_BYTES,
@@ -91,6 +92,17 @@ static void *cuda_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
         memset(p, 0, bytes);
         return p;
     }
+    if (zt_cuda_vmm_takes(st, bytes)) {
+        pthread_mutex_lock(&st->released_lock);
+        p = zt_cuda_vmm_alloc(be, bytes);
+        pthread_mutex_unlock(&st->released_lock);
+        if (!p)
+            return NULL;
+        /* Zero-filled on the VMM's stream, which both streams wait for; waited for here as a
+         * cudaMalloc'd allocation is, so that allocating costs the same waits either way. */
+        zt_cuda_wait(be, st->stream[ZT_STREAM_COMPUTE]);
+        return p;
+    }
     if (cudaMalloc(&p, bytes) != cudaSuccess) {
         cudaGetLastError();
         return NULL;
@@ -119,15 +131,30 @@ static void cuda_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
     /* The range is no longer this allocation's: forget what was released of it. */
     pthread_mutex_lock(&st->released_lock);
     zt_cuda_ranges_remove(&st->released, (uintptr_t)p, (uintptr_t)p + (bytes ? bytes : 1));
+    bool vmm = zt_cuda_vmm_owns(st, p);
+    if (vmm)
+        zt_cuda_vmm_free(be, p);
     pthread_mutex_unlock(&st->released_lock);
+    if (vmm)
+        return;
     ZT_CUDA_CHECK(be, cudaFree(p));
     zt_cuda_count(st, -(long long)(bytes ? bytes : 1));
 }
 
 static void cuda_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
     zt_cuda_state *st = be->impl;
-    if (bytes)
-        ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[s]));
+    if (!bytes)
+        return;
+    /* As a copy: released granules are written only once committed (backend.h). */
+    pthread_mutex_lock(&st->released_lock);
+    bool live = zt_cuda_vmm_live(st, p, bytes);
+    pthread_mutex_unlock(&st->released_lock);
+    if (!live) {
+        zt_cuda_fail(be, "host", "zt_backend_zero", "the range lies in released device memory "
+                     "that was not committed again (zt_backend_commit)", __FILE__, __LINE__);
+        return;
+    }
+    ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[s]));
 }
 
 /* Whether host memory is page-locked (cudaHostAlloc or registered), so a copy from or to it can
@@ -151,13 +178,20 @@ static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, 
     ZT_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, kinds[kind], st->stream[s]));
     if (kind == ZT_COPY_D2H)
         zt_cuda_count_read(be);
-    /* Bytes written to device memory are held again, released before or not. */
+    /* Bytes written to device memory are held again, released before or not; but a granule
+     * of a large allocation given back must be committed first (backend.h), or the copy would
+     * write into memory another range may hold. */
     if (kind == ZT_COPY_H2D || kind == ZT_COPY_D2D) {
         pthread_mutex_lock(&st->released_lock);
+        bool live = zt_cuda_vmm_live(st, dst, bytes);
         zt_status rs = zt_cuda_ranges_remove(&st->released, (uintptr_t)dst, (uintptr_t)dst + bytes);
         pthread_mutex_unlock(&st->released_lock);
         if (rs != ZT_OK)
             zt_cuda_fail(be, "host", "zt_cuda_ranges_remove", zt_last_error(), __FILE__, __LINE__);
+        if (!live)
+            zt_cuda_fail(be, "host", "zt_backend_copy", "the destination lies in released "
+                         "device memory that was not committed again (zt_backend_commit)",
+                         __FILE__, __LINE__);
     }
     /* backend.h: from or to pageable host memory the call returns only when the host buffer may
      * be reused. CUDA stages a pageable source before returning; a pageable destination is
@@ -170,18 +204,27 @@ static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     zt_cuda_state *st = be->impl;
     if (hi <= lo)
         return;
-    ZT_CUDA_CHECK(be, cudaMemsetAsync((char *)p + lo, 0, hi - lo, st->stream[ZT_STREAM_COMPUTE]));
     pthread_mutex_lock(&st->released_lock);
     zt_status rs = zt_cuda_ranges_add(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+    bool vmm = rs == ZT_OK && zt_cuda_vmm_in(st, p);
+    if (vmm)
+        zt_cuda_vmm_release(be, p, lo, hi);
     pthread_mutex_unlock(&st->released_lock);
     if (rs != ZT_OK)
         zt_cuda_fail(be, "host", "zt_cuda_ranges_add", zt_last_error(), __FILE__, __LINE__);
+    if (!vmm)
+        ZT_CUDA_CHECK(be, cudaMemsetAsync((char *)p + lo, 0, hi - lo,
+                                          st->stream[ZT_STREAM_COMPUTE]));
 }
 
 static zt_status cuda_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     zt_cuda_state *st = be->impl;
+    if (hi <= lo)
+        return ZT_OK;
     pthread_mutex_lock(&st->released_lock);
     zt_status s = zt_cuda_ranges_remove(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
+    if (s == ZT_OK && zt_cuda_vmm_in(st, p))
+        s = zt_cuda_vmm_commit(be, p, lo, hi);
     pthread_mutex_unlock(&st->released_lock);
     return s;
 }
@@ -291,6 +334,7 @@ static zt_status cuda_sync(zt_backend *be) {
 static void cuda_destroy(zt_backend *be) {
     zt_cuda_state *st = be->impl;
     cudaDeviceSynchronize();
+    zt_cuda_vmm_destroy(st);
     for (int i = 0; i < ZT_CUDA_SCRATCHES; i++)
         cudaFree(st->scratch[i]);
     free(st->bucket_host);
@@ -437,7 +481,7 @@ static zt_status setup(zt_cuda_state *st, int dev) {
     ZT_CUDA_TRY(dev, cudaHostAlloc((void **)&st->sums_host, 2 * sizeof(double),
                                    cudaHostAllocPortable));
     zt_cuda_count(st, ZT_CUDA_CUBLAS_WORKSPACE + (2 * ZT_CUDA_SUM_BLOCKS + 2) * sizeof(double));
-    return ZT_OK;
+    return zt_cuda_vmm_create(st);
 }
 
 /* ZTRAIN_CUDA_WEIGHTS: "twin" (the default) lets the linear ops read a mixed-precision model's

@@ -87,8 +87,14 @@ typedef struct {
     /* Since creation: the host's waits for the device this module made (zt_cuda_wait) and its
      * device-to-host copies. Two relaxed counters, cheap enough for a GPU run. */
     unsigned long long waits, reads;
-    /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory). */
+    /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory): the
+     * physical granules mapped for the large allocations (memory/device_vmm.c), not their address
+     * ranges. */
     size_t allocated, peak;
+    /* The large device allocations: reserved address ranges over physical granules that
+     * release gives back and commit maps again (memory/device_vmm.c); NULL when the driver has no
+     * virtual-memory management, and then every allocation is cudaMalloc's. */
+    struct zt_cuda_vmm *vmm;
     /* The first failure of a call that cannot return one (an op, a copy), reported by sync. */
     pthread_mutex_t lock;
     char first_error[512];

@@ -39,9 +39,10 @@ enum { ZT_CUDA_SUM_BLOCKS = 1024 };
 unsigned zt_cuda_sum_blocks(size_t n);
 
 /* ---- released device ranges (released.c) ------------------------------------------------------
- * The CUDA backend zeroes a released range of device memory and keeps it here, so that
- * zt_backend_resident_bytes reports what a rank has given back. A set of disjoint half-open
- * address intervals, kept sorted. */
+ * The CUDA backend keeps released ranges of device memory here, so that
+ * zt_backend_resident_bytes reports what a rank has given back and a granule is given back once
+ * all of it is released (memory/device_vmm.c). A set of disjoint half-open address intervals,
+ * kept sorted. */
 
 typedef struct {
     uintptr_t *lo, *hi;

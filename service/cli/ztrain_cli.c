@@ -593,7 +593,7 @@ static zt_status load_checkpoint_weights(zt_model *m, zt_ckpt_weights *w) {
             return zt_error(ZT_ERR_NOMEM, "checkpoint: out of memory reading '%s'", t->name);
         s = zt_ckpt_weights_read(w, k, 0, v, t->numel);
         if (s == ZT_OK)
-            zt_model_set_params(m, t->offset, v, t->numel);
+            s = zt_model_set_params(m, t->offset, v, t->numel);
         free(v);
     }
     return s;

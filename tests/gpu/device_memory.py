@@ -3,16 +3,44 @@ alone (no engine code, no PyTorch): what tests/dist/test_cuda_device_memory.py c
 emulated device and tests/gpu/train_check.py's memory check on a GPU, against
 memory/rank<r>/device_peak_bytes. docs/gpu.md ("Device memory") states the same terms.
 
-  model state, the ZeRO paper's accounting (Rajbhandari et al. 2020, section 3.1) for Ψ
-  parameters (padded as ZeRO pads the flat buffer) over N ranks: 2 + 2 + 12 bytes a parameter in
-  mixed precision (16-bit parameters and gradients, fp32 masters and Adam's two moments), 4 + 4
-  + 8 in fp32; the optimizer share partitioned from stage 1, gradients from 2, parameters at 3;
-  + the fp32 working copy (mixed precision): the model's fp32 parameters and gradients, whole,
-    which the CUDA kernels compute in beside the 16-bit copy (8Ψ);
-  + released but still allocated: the CUDA backend's release zeroes a range and keeps its memory
-    (no virtual-memory unmapping yet, backend.h), so what ZeRO gives back stays: the whole flat
-    fp32 gradient buffer at stages 2-3 in fp32 (beside the reduce-scattered slice), and the
-    parameters outside the rank's slice at stage 3 (fp32, or 16-bit in mixed precision);
+The backend counts physical memory. An allocation of at least 8 MiB (four granules) is a
+reserved range of 2 MiB granules, so it counts rounded up to whole granules (gran()), and a
+granule ZeRO releases wholly is given back (kernels/cuda/memory/device_vmm.c); smaller
+allocations are cudaMalloc's, counted as asked. Granules given back are reused by later allocations and commits
+before new ones are made, so the peak is the most held at one moment, in one of two phases:
+
+  setup: the model is made in fp32 (parameters and gradients, whole), then ZeRO gives back the
+  fp32 gradient buffer where it holds it only per layer (stages 2-3, and mixed precision) before
+  allocating its own buffers (their granules are reused), and the optimizer state is allocated;
+  the fp32 parameters stay whole until the 16-bit model is made from them at the end of setup
+  (mixed precision) or the parameters outside the rank's slice are let go (stage 3);
+
+  step: what setup left, less what it let go at its end, plus what the step holds per layer:
+  the fp32 parameters of the layers in use (mixed precision: one block and the outer tensors, a
+  layer's fp32 copy going once the layer is done; stage 3: one block gathered at a time, without
+  overlap_comm's prefetch) and the fp32 gradients of the layers the backward writes (the outer
+  tensors' from the forward's start, committed before the head's backward writes them, and
+  the blocks of the bucket being filled and the one reduced before it, a bucket being
+  ceil(reduce_bucket_size / block) blocks: at stages 2-3 and in mixed precision; all of them at
+  stages 0-1 in fp32, which keep them whole anyway). Each is counted in whole granules of the
+  flat buffer's layout ([token and position embeddings | blocks | final LayerNorm]), so a block
+  costs the granules it touches.
+
+Stage 3 gives back the parameters outside the rank's slice only where a whole granule is
+outside it: tensors kept whole on every rank (stage3_param_persistence_threshold, 100000
+elements by default; GPT-2's biases and LayerNorms) lie between the large ones in the flat
+buffer and pin every granule they touch, so with any such tensor nothing is given back and the
+parameters count whole (the test sets the threshold to 0; mixed precision ignores it).
+
+Terms (bytes), for Ψ parameters padded as ZeRO pads the flat buffer over N ranks:
+  parameters: fp32 4Ψ, or 4Ψ/N at stage 3 (plus the step's gathered blocks); mixed precision:
+    the 16-bit parameters 2Ψ (whole during setup at every stage);
+  gradients: fp32 4Ψ at stages 0-1; at 2-3 the fp32 partition 4Ψ/N; mixed precision: the 16-bit
+    gradients 2Ψ (stages 0-1) or their partition 2Ψ/N (2-3);
+  optimizer: Adam's two moments, and in mixed precision the fp32 masters, each 4Ψ (stage 0) or
+    4Ψ/N (from stage 1), one allocation each;
+  fp32 in use: what of the fp32 parameters and gradients the peak phase holds beyond those
+    (setup: the whole fp32 parameters in mixed precision; step: the layers in use above);
   + one micro-batch's activations, counted from the architecture (activations());
   + the fixed workspaces the backend documents: cuBLASLt's 32 MiB, the two-pass sums' partials
     ((2 · 1024 + 2) doubles), and in mixed precision ZeRO's conversion chunk (64 Ki floats).
@@ -62,25 +90,72 @@ def activations(L, C, H, V, T, B, es, every=0):
     return kept + head + backward
 
 
-def formula(model, micro_batch, world, stage, half, every=0):
+GRANULE = 2 * MIB
+VMM_MIN = 4 * GRANULE
+
+
+def gran(nbytes):
+    """What an allocation of nbytes holds: whole granules from VMM_MIN on, else itself."""
+    return -(-nbytes // GRANULE) * GRANULE if nbytes >= VMM_MIN else nbytes
+
+
+def _granules(a, b):
+    """The granules [a, b) bytes of a flat buffer touch."""
+    return set(range(a // GRANULE, (b - 1) // GRANULE + 1)) if b > a else set()
+
+
+def _layers_held(L, C, V, T, psi, es, blocks):
+    """Bytes of granules of a flat buffer of es-byte elements held by the outer tensors and
+    `blocks` adjacent blocks, the most over where those blocks lie."""
+    block = 12 * C * C + 13 * C
+    first = V * C + T * C
+    outer = _granules(0, es * first) | _granules(es * (psi - 2 * C), es * psi)
+    blocks = min(blocks, L)
+    most = len(outer)
+    for l in range(L - blocks + 1):
+        at = first + l * block
+        most = max(most, len(outer | _granules(es * at, es * (at + blocks * block))))
+    return most * GRANULE
+
+
+def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
+            persistence=100000):
     """The named terms (bytes) of one rank's device memory for a GPT-2 model spec (n_layer,
-    n_embd, n_head, vocab_size, block_size) trained with AdamW on `world` ranks."""
+    n_embd, n_head, vocab_size, block_size) trained with AdamW on `world` ranks, with
+    zero_optimization's reduce_bucket_size `bucket` and stage3_param_persistence_threshold
+    `persistence` (DeepSpeed's defaults)."""
     L, C, H = model["n_layer"], model["n_embd"], model["n_head"]
     V, T = model["vocab_size"], model["block_size"]
     n = world
-    p = -(-gpt2_params(L, C, V, T) // (16 * n)) * (16 * n)
-    P, K = (2, 12) if half else (4, 8)
-    terms = {
-        "parameters": P * (p / n if stage == 3 else p),
-        "gradients": P * (p / n if stage >= 2 else p),
-        "optimizer": K * (p / n if stage >= 1 else p),
-    }
+    psi = gpt2_params(L, C, V, T)
+    p = -(-psi // (16 * n)) * (16 * n)
+    slice_ = p // n
+    block = 12 * C * C + 13 * C
+    # Blocks of fp32 gradients held in the step: the bucket filling and the one before it.
+    grad_blocks = L if bucket >= p else -(-bucket // block) + 1
+    opt = gran(4 * (slice_ if stage >= 1 else p))
+    terms = {}
     if half:
-        terms["fp32 working copy"] = 8 * p
-    held = (4 * p if not half and stage >= 2 else 0) + (P * (p - p / n) if stage == 3 else 0)
-    if held:
-        terms["released, still allocated"] = held
-    terms["activations"] = activations(L, C, H, V, T, micro_batch, 2 if half else 4, every)
+        terms["parameters"] = gran(2 * p)
+        terms["gradients"] = gran(2 * (slice_ if stage >= 2 else p))
+        terms["optimizer"] = 3 * opt
+        # Setup holds the fp32 parameters whole; the step, the layers in use.
+        step = _layers_held(L, C, V, T, p, 4, 1) + _layers_held(L, C, V, T, p, 4, grad_blocks)
+        terms["fp32 in use"] = max(gran(4 * p), step)
+    else:
+        pinned = stage == 3 and persistence > 0 and min(2 * C, T * C) < persistence
+        terms["parameters"] = gran(4 * (slice_ if stage == 3 and not pinned else p))
+        terms["gradients"] = gran(4 * (slice_ if stage >= 2 else p))
+        terms["optimizer"] = 2 * opt
+        if stage >= 2:
+            # Setup holds the parameters whole before stage 3 lets go of the others; the step,
+            # the gradients the backward writes and (stage 3) the block gathered.
+            step = _layers_held(L, C, V, T, p, 4, grad_blocks)
+            if stage == 3 and not pinned:
+                step += _layers_held(L, C, V, T, p, 4, 1)
+            setup = gran(4 * p) - terms["parameters"]
+            terms["fp32 in use"] = max(setup, step)
+    terms["activations"] = gran(activations(L, C, H, V, T, micro_batch, 2 if half else 4, every))
     terms["cuBLASLt workspace"] = CUBLASLT_WORKSPACE
     terms["two-pass sums"] = SUMS
     if half:

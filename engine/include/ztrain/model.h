@@ -433,8 +433,10 @@ void zt_model_field_format(const zt_model_field *f, const zt_model_spec *spec, c
 zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to);
 void zt_model_free_flat(zt_model *m);
 
-/* For architectures: copies n host floats into the parameters at element offset `at`. */
-void zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n);
+/* For architectures and loaders: copies n host floats into the parameters at element offset
+ * `at`, committing the range first, since ZeRO may have released it (zt_backend_commit; a
+ * device that maps memory back can fail: ZT_ERR_NOMEM naming it). */
+zt_status zt_model_set_params(zt_model *m, size_t at, const float *src, size_t n);
 
 /* For architectures, first in their create: a positive max_batch, and the family's estimate of
  * the spec (out) as the proof that every size the creation computes fits, the activations

@@ -10,6 +10,8 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace zt_emu {
 
@@ -42,6 +44,31 @@ void *pinned_alloc(size_t bytes);
 bool pinned_free(void *p);
 /* Whether [p, p + bytes) is inside pinned (page-locked) host memory. */
 bool is_pinned(const void *p, size_t bytes);
+
+/* ---- virtual memory management (emu_vmm.cc) ----------------------------------------------------
+ * Reserved address ranges beside the arena, physical granules mapped into them (memfd, shared,
+ * so aliases are real). The arena's calls above consult these: dev_contains and describe cover
+ * reservations, dev_allocated_bytes counts physical granules, arena_open/close open and close
+ * the mapped granules with the arena. */
+/* Whether p lies in the region reservations are made in. */
+bool vmm_in(const void *p);
+/* Whether [p, p + bytes) lies in one live reservation (mapped or not). */
+bool vmm_contains(const void *p, size_t bytes);
+/* "byte n (granule g) of reservation #k (...)", and whether it is mapped. */
+std::string vmm_describe(const void *p);
+/* Empty when [p, p + bytes) is mapped with access throughout, else the account of the first
+ * byte that is not: what a copy, memset or kernel touching it faults with. */
+std::string vmm_unmapped(const void *p, size_t bytes);
+/* Makes every mapping with access readable and writable (open) or not (close). */
+void vmm_protect(bool open);
+size_t vmm_physical_bytes();
+/* The size of the reservation holding p, 0 when none. */
+size_t vmm_reservation_bytes(const void *p);
+/* The accessible mapped pieces of the reservation holding p. */
+void vmm_mapped_pieces(const void *p, std::vector<std::pair<char *, size_t>> &out);
+
+/* The emulated device's memory (an H100's), what cudaMalloc and cuMemCreate are held to. */
+size_t device_total_bytes();
 
 /* ---- errors (emu_runtime.cc) --------------------------------------------------------------------
  * A fault inside device work is sticky, as a GPU context's: every later call returns it; the

@@ -57,7 +57,17 @@ struct sigaction previous_segv;
 void segv_handler(int sig, siginfo_t *info, void *uctx) {
     arena &a = A();
     const char *addr = (const char *)info->si_addr;
-    if (a.base && addr >= a.base && addr < a.base + kArenaBytes) {
+    if (vmm_in(addr) && a.open_depth > 0) {
+        /* Device work reached an address with nothing mapped: a kernel going past the granule of
+         * its pointer argument (those are checked before it runs). */
+        std::string what = vmm_describe(addr);
+        char msg[1024];
+        int n = snprintf(msg, sizeof msg,
+                         "ztrain cuda emulator: device fault: cudaErrorIllegalAddress: device "
+                         "work touched %p, %s\n", (const void *)addr, what.c_str());
+        if (n > 0)
+            (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    } else if ((a.base && addr >= a.base && addr < a.base + kArenaBytes) || vmm_in(addr)) {
         std::string what = describe(addr);
         char msg[1024];
         int n = snprintf(msg, sizeof msg,
@@ -127,15 +137,18 @@ void arena_open() {
         a.opened = (a.hwm + page() - 1) / page() * page();
         if (a.opened)
             mprotect(a.base, a.opened, PROT_READ | PROT_WRITE);
+        vmm_protect(true);
     }
 }
 
 void arena_close() {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     arena &a = A();
-    if (--a.open_depth == 0 && a.opened) {
-        mprotect(a.base, a.opened, PROT_NONE);
+    if (--a.open_depth == 0) {
+        if (a.opened)
+            mprotect(a.base, a.opened, PROT_NONE);
         a.opened = 0;
+        vmm_protect(false);
     }
 }
 
@@ -202,7 +215,8 @@ bool dev_free(void *p) {
 
 static const std::pair<const size_t, allocation> *owner(const void *p) {
     arena &a = A();
-    if (!in_arena(p) || a.live.empty())
+    if (!a.base || (const char *)p < a.base || (const char *)p >= a.base + kArenaBytes ||
+        a.live.empty())
         return nullptr;
     size_t off = (size_t)((const char *)p - a.base);
     auto it = a.live.upper_bound(off);
@@ -214,11 +228,14 @@ static const std::pair<const size_t, allocation> *owner(const void *p) {
 
 bool in_arena(const void *p) {
     arena &a = A();
-    return a.base && (const char *)p >= a.base && (const char *)p < a.base + kArenaBytes;
+    return (a.base && (const char *)p >= a.base && (const char *)p < a.base + kArenaBytes) ||
+           vmm_in(p);
 }
 
 bool dev_contains(const void *p, size_t bytes) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
+    if (vmm_in(p))
+        return vmm_contains(p, bytes);
     auto *o = owner(p);
     if (!o)
         return false;
@@ -227,6 +244,8 @@ bool dev_contains(const void *p, size_t bytes) {
 }
 
 std::string describe(const void *p) {
+    if (vmm_in(p))
+        return vmm_describe(p);
     arena &a = A();
     auto *o = owner(p);
     char buf[512];
@@ -253,7 +272,7 @@ std::string describe(const void *p) {
 
 size_t dev_allocated_bytes() {
     std::lock_guard<std::recursive_mutex> g(device_lock());
-    return A().live_bytes;
+    return A().live_bytes + vmm_physical_bytes();
 }
 
 bool allocation_of(const void *p, char **base, size_t *bytes) {

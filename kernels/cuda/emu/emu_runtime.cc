@@ -200,6 +200,19 @@ std::string hex(const void *p) {
     return b;
 }
 
+/* A device range in a reservation must be mapped when the copy or memset runs (the mapping
+ * calls take effect at once, the work later: an unmap before it ran is the fault it is on a
+ * GPU). */
+bool mapped_when_run(const void *p, size_t bytes, const char *call, const char *side,
+                     std::string &detail) {
+    std::string unmapped = vmm_in(p) ? vmm_unmapped(p, bytes) : std::string();
+    if (unmapped.empty())
+        return true;
+    detail = std::string(call) + ": the " + side + " " + hex(p) + " (" + std::to_string(bytes) +
+             " bytes) reaches " + unmapped;
+    return false;
+}
+
 /* Where a copy's device side must lie: inside one live allocation. */
 bool device_range_ok(const void *p, size_t bytes, const char *call, const char *side) {
     if (dev_contains(p, bytes))
@@ -223,6 +236,8 @@ void set_sticky(cudaError_t e, const std::string &detail) {
 }
 
 cudaError_t sticky() { return g_sticky; }
+
+size_t device_total_bytes() { return kTotalMem; }
 
 cudaError_t enqueue(cudaStream_t s, const char *what,
                     std::function<cudaError_t(std::string &)> fn) {
@@ -249,6 +264,13 @@ static cudaError_t run_kernel(const grid_run &g, const std::vector<const void *>
                      (in_arena(p) ? describe(p) : "host memory, not device memory");
             return cudaErrorIllegalAddress;
         }
+        /* In a reservation, the argument's own byte must be mapped when the kernel runs. */
+        std::string unmapped = p && vmm_in(p) ? vmm_unmapped(p, 1) : std::string();
+        if (!unmapped.empty()) {
+            detail = std::string("kernel ") + g.name + ": pointer argument " + hex(p) + " is " +
+                     unmapped;
+            return cudaErrorIllegalAddress;
+        }
     }
     config &c = cfg();
     if (!c.fault_kernel.empty() && strstr(g.name, c.fault_kernel.c_str()) &&
@@ -266,6 +288,21 @@ static cudaError_t run_kernel(const grid_run &g, const std::vector<const void *>
     size_t total = 0;
     for (const void *p : ptrs) {
         region r;
+        if (p && vmm_in(p)) {
+            /* A reservation counts whole towards the size, and what is mapped of it is what
+             * the kernel can write. */
+            std::vector<std::pair<char *, size_t>> pieces;
+            vmm_mapped_pieces(p, pieces);
+            for (auto &pc : pieces) {
+                bool seen = false;
+                for (const region &o : regions)
+                    seen |= o.base == pc.first;
+                if (!seen)
+                    regions.push_back(region{pc.first, pc.second});
+            }
+            total += vmm_reservation_bytes(p);
+            continue;
+        }
         if (!p || !allocation_of(p, &r.base, &r.bytes))
             continue;
         bool seen = false;
@@ -607,12 +644,17 @@ static cudaError_t copy_async(void *dst, const void *src, size_t bytes, enum cud
         /* Pageable source: staged now, so the caller may reuse it when the call returns. */
         auto staged =
             std::make_shared<std::vector<char>>((const char *)src, (const char *)src + bytes);
-        return enqueue(stream, call, [dst, staged](std::string &) {
+        return enqueue(stream, call, [dst, staged, call](std::string &detail) {
+            if (!mapped_when_run(dst, staged->size(), call, "destination", detail))
+                return cudaErrorIllegalAddress;
             memcpy(dst, staged->data(), staged->size());
             return cudaSuccess;
         });
     }
-    return enqueue(stream, call, [dst, src, bytes](std::string &) {
+    return enqueue(stream, call, [dst, src, bytes, call, src_dev, dst_dev](std::string &detail) {
+        if ((dst_dev && !mapped_when_run(dst, bytes, call, "destination", detail)) ||
+            (src_dev && !mapped_when_run(src, bytes, call, "source", detail)))
+            return cudaErrorIllegalAddress;
         memmove(dst, src, bytes);
         return cudaSuccess;
     });
@@ -642,7 +684,9 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t strea
         return cudaSuccess;
     if (!device_range_ok(p, bytes, "cudaMemsetAsync", "target"))
         return fail(cudaErrorInvalidValue);
-    return enqueue(stream, "cudaMemsetAsync", [p, value, bytes](std::string &) {
+    return enqueue(stream, "cudaMemsetAsync", [p, value, bytes](std::string &detail) {
+        if (!mapped_when_run(p, bytes, "cudaMemsetAsync", "target", detail))
+            return cudaErrorIllegalAddress;
         memset(p, value, bytes);
         return cudaSuccess;
     });

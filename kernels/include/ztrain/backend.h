@@ -138,15 +138,21 @@ static inline void zt_backend_copy(zt_backend *be, void *dst, const void *src, s
                                    zt_copy_kind kind, zt_stream s) {
     be->iface->copy(be, dst, src, bytes, kind, s);
 }
-/* Device memory: [lo, hi) of p reads as zero from now on, and the whole pages inside it are
- * returned to the system, so memory a rank no longer holds stops counting against it. Ordered
- * after everything issued on the compute stream. */
+/* Device memory: [lo, hi) of p is given back, so memory a rank no longer holds stops counting
+ * against it: the whole pages inside it on the CPU, the whole granules (2 MiB on an H100) of a
+ * large allocation on the CUDA backend. Ordered after everything issued on the compute stream.
+ * Its bytes read as zero once committed again (on the CPU at once), and it must be committed
+ * before it is written: on a GPU a released granule's memory may meanwhile hold another range's
+ * bytes, so a write without a commit corrupts them (a copy into it is refused, an error at the
+ * next sync). */
 static inline void zt_backend_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     be->iface->release(be, p, lo, hi);
 }
-/* Device memory: makes a released [lo, hi) usable again (zero-filled). On the CPU pages come
- * back on first touch, so this is a no-op; a GPU backend maps physical memory here, which can
- * fail (ZT_ERR_NOMEM naming the device and the size). */
+/* Device memory: makes a released [lo, hi) usable again, zero-filled, before any work issued
+ * on either stream afterwards. On the CPU pages come back on first touch, so this is a no-op;
+ * the CUDA backend maps physical memory back into the granules it touches (its own, free, with
+ * no driver call in the steady state of training), which can fail (ZT_ERR_NOMEM naming the
+ * device and the size). */
 static inline zt_status zt_backend_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     return be->iface->commit(be, p, lo, hi);
 }
@@ -198,8 +204,12 @@ static inline zt_status zt_backend_sync(zt_backend *be) { return be->iface->sync
  * calling thread's current one (cudaSetDevice), which the ops rely on: one CUDA backend per
  * process, as one rank per GPU has. Activations are stored in their
  * 16-bit type (act_as_f32 is false). Ops, copies and the other calls that return nothing record
- * their first failure, which zt_backend_sync returns as ZT_ERR_IO naming the device. Release
- * zeroes the range and counts it released, but the memory stays allocated. */
+ * their first failure, which zt_backend_sync returns as ZT_ERR_IO naming the device. Device
+ * allocations of at least four granules (8 MiB on an H100; ZTRAIN_CUDA_VMM_MIN_BYTES changes
+ * it) are reserved address ranges over physical granules (CUDA's virtual memory management),
+ * whose whole granules release gives back without waiting for the device and commit maps
+ * again; smaller ones are cudaMalloc's, and release zeroes them but they stay allocated.
+ * ZTRAIN_CUDA_VMM=off makes every allocation cudaMalloc's (docs/gpu.md, "Device memory"). */
 zt_status zt_backend_cuda_create(zt_backend **out, const zt_backend_options *opts);
 /* cudaGetDeviceCount, 0 on any error. */
 int zt_backend_cuda_device_count(void);
@@ -209,10 +219,11 @@ int zt_backend_cuda_device_count(void);
  * device of the build tree, ZTRAIN_CUDA_MODULE=<path> any file (docs/gpu.md). */
 void *zt_backend_cuda_symbol(const char *name);
 
-/* Device memory as a CUDA backend sees it: the bytes its ZT_MEM_DEVICE allocations and its own
- * workspaces hold now (released ranges still count: the memory stays allocated) and the most they
- * have held, and the device's free and total bytes (cudaMemGetInfo, which counts other processes
- * and the CUDA context too). */
+/* Device memory as a CUDA backend sees it: the physical bytes its ZT_MEM_DEVICE allocations and
+ * its own workspaces hold now (a large allocation's mapped granules, including released ones it
+ * keeps for the next commit, not its address range) and the most they have held, and the
+ * device's free and total bytes (cudaMemGetInfo, which counts other processes and the CUDA
+ * context too). */
 typedef struct {
     size_t allocated, peak;
     size_t device_free, device_total;

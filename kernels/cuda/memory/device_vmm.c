@@ -1,0 +1,455 @@
+/* Device memory that ZeRO's releases really give back: each large allocation is a reserved
+ * address range of whole granules (2 MiB on an H100), each granule mapped to physical memory of
+ * one granule (CUDA's virtual memory management, reached through the runtime's driver entry
+ * points, so the module still links only cudart).
+ *
+ * The difficulty is that cuMemUnmap is not stream-ordered: unmapping a range that queued
+ * kernels still touch faults, and waiting for the device before every unmap would put host
+ * waits into every layer. So release unmaps nothing: a granule wholly released stops being
+ * live, its physical memory goes to a free list tagged with the event recorded at the release,
+ * and its mapping stays. A commit finds the granule still mapped to its own memory, free, in
+ * the steady state, and takes it back with no driver call; otherwise it maps a free granule of
+ * memory (or a new one) there — one physical granule may be mapped at several addresses, which
+ * CUDA allows — after the event of that memory's release. Either way the granule is zeroed on a
+ * stream of its own, after the release, and both backend streams wait for the zeroing, so the
+ * memory reads as zero, and no earlier user's work can see the new one's bytes. Only when the
+ * granule's address is still mapped to memory that another address holds live must it be
+ * unmapped: the host then waits for that address's own last release (an old event, long
+ * passed on a GPU) — counted, and rare, since a commit prefers the memory the address had.
+ *
+ * The backend's allocated and peak bytes count physical granules: what is really held. */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_vmm.h"
+
+/* Allocations of at least this many granules are the VMM's; smaller ones stay cudaMalloc's,
+ * where rounding to granules would cost more than releasing saves. */
+enum { ZT_VMM_MIN_GRANULES = 4 };
+
+typedef struct zt_vmm_granule {
+    int handle;           /* the physical granule mapped here (index), -1: none */
+    bool live;            /* it holds this address's bytes */
+    cudaEvent_t released; /* recorded on the compute stream at the last release; NULL: none */
+} zt_vmm_granule;
+
+typedef struct {
+    char *base;
+    size_t bytes, span; /* asked for, and reserved (whole granules) */
+    size_t n;
+    zt_vmm_granule *g;
+} zt_vmm_range;
+
+typedef struct {
+    CUmemGenericAllocationHandle h;
+    zt_vmm_granule *owner;    /* where it is live; NULL: free */
+    zt_vmm_granule *freed_by; /* the granule whose release freed it, whose event orders reuse */
+    int mappings;             /* addresses mapped to it */
+} zt_vmm_handle;
+
+struct zt_cuda_vmm {
+    PFN_cuMemGetAllocationGranularity_v10020 granularity;
+    PFN_cuMemAddressReserve_v10020 reserve;
+    PFN_cuMemAddressFree_v10020 address_free;
+    PFN_cuMemCreate_v10020 create;
+    PFN_cuMemRelease_v10020 release;
+    PFN_cuMemMap_v10020 map;
+    PFN_cuMemUnmap_v10020 unmap;
+    PFN_cuMemSetAccess_v10020 set_access;
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+    size_t granule, min_bytes;
+    zt_vmm_range *ranges;
+    size_t n_ranges, cap_ranges;
+    zt_vmm_handle *handles;
+    size_t n_handles, cap_handles;
+    int *free_list; /* handle indices, a stack: the last freed is taken first */
+    size_t n_free;
+    /* Zero-fills of revived granules run here, after their memory's release, and both backend
+     * streams wait for them: neither stream waits for the other's work. */
+    cudaStream_t zero_stream;
+    cudaEvent_t zeroed;
+    /* zt_cuda_vmm_counts: [0] host waits before an unmap, [1] maps, [2] physical granules made,
+     * [3] commits that revived a granule without a driver call. */
+    unsigned long long counts[4];
+};
+
+static zt_vmm_range *range_of(const zt_cuda_state *st, const void *p) {
+    const struct zt_cuda_vmm *v = st->vmm;
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < v->n_ranges; i++)
+        if ((const char *)p >= v->ranges[i].base &&
+            (const char *)p < v->ranges[i].base + v->ranges[i].span)
+            return &v->ranges[i];
+    return NULL;
+}
+
+static zt_status env_setting(struct zt_cuda_vmm *v, bool *off) {
+    const char *mode = getenv("ZTRAIN_CUDA_VMM");
+    *off = mode && strcmp(mode, "off") == 0;
+    if (mode && *mode && !*off && strcmp(mode, "on") != 0)
+        return zt_error(ZT_ERR_INVALID, "ZTRAIN_CUDA_VMM=\"%s\": expected \"on\" or \"off\"",
+                        mode);
+    v->min_bytes = ZT_VMM_MIN_GRANULES * v->granule;
+    const char *min = getenv("ZTRAIN_CUDA_VMM_MIN_BYTES");
+    if (min && *min) {
+        char *end = NULL;
+        unsigned long long n = strtoull(min, &end, 10);
+        if (*end || min[0] == '-')
+            return zt_error(ZT_ERR_INVALID, "ZTRAIN_CUDA_VMM_MIN_BYTES=\"%s\": expected a "
+                            "number of bytes", min);
+        v->min_bytes = (size_t)n;
+    }
+    return ZT_OK;
+}
+
+/* One driver entry point by name, as CUDA 12.0 and later hand it out. */
+static bool entry(const char *name, void **fn) {
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !*fn) {
+        cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
+zt_status zt_cuda_vmm_create(zt_cuda_state *st) {
+    st->vmm = NULL;
+    struct zt_cuda_vmm *v = calloc(1, sizeof *v);
+    if (!v)
+        return zt_error(ZT_ERR_NOMEM, "cuda backend: out of host memory");
+    bool ok = entry("cuMemGetAllocationGranularity", (void **)&v->granularity) &&
+              entry("cuMemAddressReserve", (void **)&v->reserve) &&
+              entry("cuMemAddressFree", (void **)&v->address_free) &&
+              entry("cuMemCreate", (void **)&v->create) &&
+              entry("cuMemRelease", (void **)&v->release) &&
+              entry("cuMemMap", (void **)&v->map) && entry("cuMemUnmap", (void **)&v->unmap) &&
+              entry("cuMemSetAccess", (void **)&v->set_access);
+    v->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    v->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    v->prop.location.id = st->be.device_index;
+    v->access.location = v->prop.location;
+    v->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ok = ok && v->granularity(&v->granule, &v->prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) ==
+                   CUDA_SUCCESS && v->granule > 0;
+    bool off = false;
+    zt_status s = ok ? env_setting(v, &off) : ZT_OK;
+    if (s != ZT_OK || !ok || off) {
+        /* No VMM (an old driver, or turned off): every allocation is cudaMalloc's. */
+        free(v);
+        return s;
+    }
+    if (cudaStreamCreateWithFlags(&v->zero_stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&v->zeroed, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        if (v->zero_stream)
+            cudaStreamDestroy(v->zero_stream);
+        free(v);
+        return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: cannot make the zero-fill stream",
+                        st->be.device_index);
+    }
+    st->vmm = v;
+    return ZT_OK;
+}
+
+bool zt_cuda_vmm_takes(const zt_cuda_state *st, size_t bytes) {
+    return st->vmm && bytes >= st->vmm->min_bytes;
+}
+
+bool zt_cuda_vmm_in(const zt_cuda_state *st, const void *p) { return range_of(st, p) != NULL; }
+
+bool zt_cuda_vmm_owns(const zt_cuda_state *st, const void *p) {
+    zt_vmm_range *r = range_of(st, p);
+    return r && r->base == (const char *)p;
+}
+
+/* A driver call that failed: recorded for sync, naming the call. */
+static bool drv(zt_backend *be, CUresult rc, const char *call) {
+    if (rc == CUDA_SUCCESS)
+        return true;
+    char msg[64];
+    snprintf(msg, sizeof msg, "driver error %d", (int)rc);
+    zt_cuda_fail(be, "CUDA driver", call, msg, __FILE__, __LINE__);
+    return false;
+}
+
+/* Physical granule index h mapped (read-write) at address a. */
+static bool map_at(zt_backend *be, struct zt_cuda_vmm *v, char *a, int h) {
+    if (!drv(be, v->map((CUdeviceptr)a, v->granule, 0, v->handles[h].h, 0), "cuMemMap"))
+        return false;
+    v->handles[h].mappings++;
+    v->counts[1]++;
+    return drv(be, v->set_access((CUdeviceptr)a, v->granule, &v->access, 1), "cuMemSetAccess");
+}
+
+/* A free physical granule (the last freed), or a new one; -1 when the device has no memory. */
+static int take_free(zt_backend *be, struct zt_cuda_vmm *v) {
+    zt_cuda_state *st = be->impl;
+    if (v->n_free)
+        return v->free_list[--v->n_free];
+    if (v->n_handles == v->cap_handles) {
+        size_t cap = v->cap_handles ? 2 * v->cap_handles : 64;
+        zt_vmm_handle *h = realloc(v->handles, cap * sizeof *h);
+        int *f = h ? realloc(v->free_list, cap * sizeof *f) : NULL;
+        if (h)
+            v->handles = h;
+        if (!f)
+            return -1;
+        v->free_list = f;
+        v->cap_handles = cap;
+    }
+    CUmemGenericAllocationHandle h = 0;
+    if (v->create(&h, v->granule, &v->prop, 0) != CUDA_SUCCESS)
+        return -1;
+    v->handles[v->n_handles] = (zt_vmm_handle){h, NULL, NULL, 0};
+    v->counts[2]++;
+    zt_cuda_count(st, (long long)v->granule);
+    return (int)v->n_handles++;
+}
+
+static void unfree(struct zt_cuda_vmm *v, int h) {
+    for (size_t i = 0; i < v->n_free; i++)
+        if (v->free_list[i] == h) {
+            memmove(v->free_list + i, v->free_list + i + 1, (v->n_free - i - 1) * sizeof(int));
+            v->n_free--;
+            return;
+        }
+}
+
+/* Makes granule k of r live, zero-filled on the zero stream; false when no memory is left. */
+static bool revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k) {
+    zt_cuda_state *st = be->impl;
+    zt_vmm_granule *g = &r->g[k];
+    char *a = r->base + k * v->granule;
+    cudaEvent_t after = NULL;
+    if (g->handle >= 0 && !v->handles[g->handle].owner) {
+        /* Its own memory, free: the steady state, no driver call. The memory may have served
+         * another address since, whose release is then the one to wait for. */
+        unfree(v, g->handle);
+        zt_vmm_granule *by = v->handles[g->handle].freed_by;
+        after = by ? by->released : NULL;
+        v->counts[3]++;
+    } else {
+        if (g->handle >= 0) {
+            /* Its memory is live at another address, so this one must be unmapped first, once
+             * the work before this address's own last release has run. */
+            __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
+            v->counts[0]++;
+            if (g->released)
+                ZT_CUDA_CHECK(be, cudaEventSynchronize(g->released));
+            if (!drv(be, v->unmap((CUdeviceptr)a, v->granule), "cuMemUnmap"))
+                return false;
+            v->handles[g->handle].mappings--;
+            g->handle = -1;
+        }
+        int h = take_free(be, v);
+        if (h < 0)
+            return false;
+        if (v->handles[h].freed_by)
+            after = v->handles[h].freed_by->released;
+        if (!map_at(be, v, a, h))
+            return false;
+        g->handle = h;
+    }
+    v->handles[g->handle].owner = g;
+    v->handles[g->handle].freed_by = NULL;
+    g->live = true;
+    if (after)
+        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(v->zero_stream, after, 0));
+    ZT_CUDA_CHECK(be, cudaMemsetAsync(a, 0, v->granule, v->zero_stream));
+    return true;
+}
+
+/* Both backend streams wait for the zero-fills queued so far. */
+static void after_zeroing(zt_backend *be, struct zt_cuda_vmm *v) {
+    zt_cuda_state *st = be->impl;
+    ZT_CUDA_CHECK(be, cudaEventRecord(v->zeroed, v->zero_stream));
+    for (int s = 0; s < ZT_STREAMS; s++)
+        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[s], v->zeroed, 0));
+}
+
+void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
+    zt_cuda_state *st = be->impl;
+    struct zt_cuda_vmm *v = st->vmm;
+    if (v->n_ranges == v->cap_ranges) {
+        size_t cap = v->cap_ranges ? 2 * v->cap_ranges : 16;
+        zt_vmm_range *r = realloc(v->ranges, cap * sizeof *r);
+        if (!r)
+            return NULL;
+        v->ranges = r;
+        v->cap_ranges = cap;
+    }
+    zt_vmm_range r = {0};
+    r.bytes = bytes;
+    r.n = (bytes + v->granule - 1) / v->granule;
+    r.span = r.n * v->granule;
+    r.g = calloc(r.n, sizeof *r.g);
+    CUdeviceptr base = 0;
+    if (!r.g || v->reserve(&base, r.span, 0, 0, 0) != CUDA_SUCCESS) {
+        free(r.g);
+        return NULL;
+    }
+    r.base = (char *)base;
+    v->ranges[v->n_ranges++] = r;
+    zt_vmm_range *in = &v->ranges[v->n_ranges - 1];
+    for (size_t k = 0; k < r.n; k++)
+        in->g[k].handle = -1;
+    for (size_t k = 0; k < r.n; k++) {
+        if (!revive(be, v, in, k)) {
+            zt_cuda_vmm_free(be, in->base);
+            cudaGetLastError();
+            return NULL;
+        }
+    }
+    after_zeroing(be, v);
+    return in->base;
+}
+
+void zt_cuda_vmm_free(zt_backend *be, void *p) {
+    zt_cuda_state *st = be->impl;
+    struct zt_cuda_vmm *v = st->vmm;
+    zt_vmm_range *r = range_of(st, p);
+    /* cudaFree's rule: the memory may still be in use by queued work. A host wait, counted
+     * as every other (zt_cuda_round_trips); allocations are freed at the end of a job. */
+    __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
+    ZT_CUDA_CHECK(be, cudaDeviceSynchronize());
+    for (size_t k = 0; k < r->n; k++) {
+        zt_vmm_granule *g = &r->g[k];
+        if (g->handle >= 0) {
+            drv(be, v->unmap((CUdeviceptr)(r->base + k * v->granule), v->granule), "cuMemUnmap");
+            v->handles[g->handle].mappings--;
+            if (g->live) {
+                v->handles[g->handle].owner = NULL;
+                v->free_list[v->n_free++] = g->handle;
+            }
+        }
+        if (g->released)
+            cudaEventDestroy(g->released);
+    }
+    /* The device is idle: no free granule's reuse waits for a release any more; and memory
+     * mapped nowhere now goes back to the device. */
+    size_t kept = 0;
+    for (size_t i = 0; i < v->n_free; i++) {
+        zt_vmm_handle *h = &v->handles[v->free_list[i]];
+        h->freed_by = NULL;
+        if (h->mappings == 0 && drv(be, v->release(h->h), "cuMemRelease")) {
+            h->h = 0;
+            zt_cuda_count(st, -(long long)v->granule);
+        } else {
+            v->free_list[kept++] = v->free_list[i];
+        }
+    }
+    v->n_free = kept;
+    drv(be, v->address_free((CUdeviceptr)r->base, r->span), "cuMemAddressFree");
+    free(r->g);
+    *r = v->ranges[--v->n_ranges];
+}
+
+void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
+    zt_cuda_state *st = be->impl;
+    struct zt_cuda_vmm *v = st->vmm;
+    zt_vmm_range *r = range_of(st, p);
+    size_t at = (size_t)((char *)p - r->base) + lo, end = at + (hi - lo);
+    size_t G = v->granule;
+    for (size_t k = at / G; k * G < end; k++) {
+        zt_vmm_granule *g = &r->g[k];
+        size_t a = k * G, b = a + G < r->bytes ? a + G : r->bytes;
+        if (!g->live)
+            continue;
+        uintptr_t base = (uintptr_t)r->base;
+        if (zt_cuda_ranges_overlap(&st->released, base + a, base + b) < b - a) {
+            /* Stays live: the released part of it must read as zero. */
+            size_t za = a > at ? a : at, zb = b < end ? b : end;
+            if (zb > za)
+                ZT_CUDA_CHECK(be, cudaMemsetAsync(r->base + za, 0, zb - za,
+                                                  st->stream[ZT_STREAM_COMPUTE]));
+            continue;
+        }
+        if (!g->released &&
+            cudaEventCreateWithFlags(&g->released, cudaEventDisableTiming) != cudaSuccess) {
+            /* Without an event its reuse could not be ordered: keep it live. */
+            ZT_CUDA_LAUNCHED(be);
+            g->released = NULL;
+            continue;
+        }
+        ZT_CUDA_CHECK(be, cudaEventRecord(g->released, st->stream[ZT_STREAM_COMPUTE]));
+        zt_vmm_handle *h = &v->handles[g->handle];
+        h->owner = NULL;
+        h->freed_by = g;
+        v->free_list[v->n_free++] = g->handle;
+        g->live = false;
+    }
+}
+
+zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
+    zt_cuda_state *st = be->impl;
+    struct zt_cuda_vmm *v = st->vmm;
+    zt_vmm_range *r = range_of(st, p);
+    size_t at = (size_t)((char *)p - r->base) + lo, end = at + (hi - lo);
+    bool zeroed = false;
+    for (size_t k = at / v->granule; k * v->granule < end; k++) {
+        if (r->g[k].live)
+            continue;
+        if (!revive(be, v, r, k)) {
+            if (zeroed)
+                after_zeroing(be, v);
+            return zt_error(ZT_ERR_NOMEM, "cuda device %d (%s): no device memory left to map "
+                            "%zu bytes back into a released range (%zu of %zu bytes held)",
+                            be->device_index, st->device_name, v->granule, st->allocated,
+                            st->peak);
+        }
+        zeroed = true;
+    }
+    if (zeroed)
+        after_zeroing(be, v);
+    return ZT_OK;
+}
+
+bool zt_cuda_vmm_live(const zt_cuda_state *st, const void *addr, size_t bytes) {
+    zt_vmm_range *r = range_of(st, addr);
+    if (!r || !bytes)
+        return true;
+    size_t at = (size_t)((const char *)addr - r->base), G = st->vmm->granule;
+    for (size_t k = at / G; k * G < at + bytes && k < r->n; k++)
+        if (!r->g[k].live)
+            return false;
+    return true;
+}
+
+void zt_cuda_vmm_destroy(zt_cuda_state *st) {
+    struct zt_cuda_vmm *v = st->vmm;
+    if (!v)
+        return;
+    while (v->n_ranges)
+        zt_cuda_vmm_free(&st->be, v->ranges[0].base);
+    for (size_t i = 0; i < v->n_handles; i++)
+        if (v->handles[i].h && v->handles[i].mappings == 0)
+            v->release(v->handles[i].h);
+    cudaEventDestroy(v->zeroed);
+    cudaStreamDestroy(v->zero_stream);
+    free(v->ranges);
+    free(v->handles);
+    free(v->free_list);
+    free(v);
+    st->vmm = NULL;
+}
+
+/* Found by name (zt_backend_cuda_symbol) by tests and the trainer's records. */
+void zt_cuda_vmm_counts(zt_backend *be, unsigned long long out[4]) {
+    zt_cuda_state *st = be->impl;
+    pthread_mutex_lock(&st->released_lock);
+    for (int i = 0; i < 4; i++)
+        out[i] = st->vmm ? st->vmm->counts[i] : 0;
+    pthread_mutex_unlock(&st->released_lock);
+}
+
+size_t zt_cuda_vmm_granule(zt_backend *be) {
+    zt_cuda_state *st = be->impl;
+    return st->vmm ? st->vmm->granule : 0;
+}

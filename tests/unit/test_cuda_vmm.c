@@ -1,0 +1,267 @@
+/* The CUDA backend's release and commit over granules (kernels/cuda/memory/device_vmm.c), on the
+ * emulated device (ctest sets ZTRAIN_CUDA_EMU=1; on a GPU machine it runs as it is), against a
+ * model of its contract kept here in plain arrays: which bytes are released, which granules are
+ * live (a granule stops being live when every byte of it is released, and is live again once
+ * any byte of it is committed), and what each byte reads (what was written, zero once released).
+ *
+ *   - a random run of releases, commits and writes over an allocation of 9½ granules: after
+ *     every call the backend's allocated bytes are the most granules ever live at once (the
+ *     physical granules it holds: freed ones are kept for the next commit, none made while a
+ *     free one exists) plus the small allocations it had before; every few calls the live
+ *     granules read back as the model says;
+ *   - the steady state of training, the same granules released and committed again and again:
+ *     no driver call after the first round (maps and physical granules unchanged), no wait;
+ *   - a granule whose memory serves another allocation meanwhile: committing it waits once
+ *     for its own old release, unmaps and maps new memory, and neither allocation's bytes
+ *     change;
+ *   - a copy into released memory that was not committed is an error at the next sync, naming
+ *     the commit it lacks;
+ *   - freeing gives every granule back;
+ *   - ZTRAIN_CUDA_VMM and ZTRAIN_CUDA_VMM_MIN_BYTES values it does not understand are refused,
+ *     naming the variable. */
+#define _GNU_SOURCE
+#define _XOPEN_SOURCE 700
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ztrain/backend.h"
+
+typedef void (*counts_fn)(zt_backend *be, unsigned long long out[4]);
+typedef size_t (*granule_fn)(zt_backend *be);
+
+static zt_backend *be;
+static counts_fn vmm_counts;
+static size_t G;
+
+static size_t allocated(void) {
+    zt_cuda_memory m;
+    zt_backend_cuda_memory(be, &m);
+    return m.allocated;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static size_t next(size_t n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (size_t)(rng >> 33) % n;
+}
+
+/* The model of one allocation of n bytes. */
+typedef struct {
+    size_t n, granules, most_live;
+    unsigned char *want, *released, *live;
+} model;
+
+static bool granule_released(const model *m, size_t k) {
+    size_t a = k * G, b = a + G < m->n ? a + G : m->n;
+    for (size_t i = a; i < b; i++)
+        if (!m->released[i])
+            return false;
+    return true;
+}
+
+static void note_live(model *m) {
+    size_t live = 0;
+    for (size_t k = 0; k < m->granules; k++)
+        live += m->live[k];
+    if (live > m->most_live)
+        m->most_live = live;
+}
+
+static void model_release(model *m, size_t lo, size_t hi) {
+    memset(m->released + lo, 1, hi - lo);
+    memset(m->want + lo, 0, hi - lo);
+    for (size_t k = lo / G; k * G < hi; k++)
+        if (granule_released(m, k))
+            m->live[k] = 0;
+}
+
+static void model_commit(model *m, size_t lo, size_t hi) {
+    memset(m->released + lo, 0, hi - lo);
+    for (size_t k = lo / G; k * G < hi; k++)
+        m->live[k] = 1;
+    note_live(m);
+}
+
+/* The live granules of p read back as the model says. */
+static void check_bytes(const model *m, void *p, unsigned char *host, const char *when) {
+    zt_backend_copy(be, host, p, m->n, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    size_t bad = SIZE_MAX;
+    for (size_t i = 0; i < m->n && bad == SIZE_MAX; i++)
+        if (m->live[i / G] && host[i] != m->want[i])
+            bad = i;
+    CHECK(bad == SIZE_MAX, "%s: byte %zu (granule %zu) reads %u, the model says %u", when, bad,
+          bad / G, bad == SIZE_MAX ? 0 : host[bad], bad == SIZE_MAX ? 0 : m->want[bad]);
+}
+
+static void check_random_run(size_t base_alloc) {
+    model m = {0};
+    m.n = 9 * G + G / 2;
+    m.granules = 10;
+    m.want = malloc(m.n);
+    m.released = calloc(m.n, 1);
+    m.live = malloc(m.granules);
+    unsigned char *host = malloc(m.n), *img = malloc(m.n);
+    ZT_ASSERT(m.want && m.released && m.live && host && img);
+    void *p = zt_backend_alloc(be, ZT_MEM_DEVICE, m.n);
+    CHECK(p != NULL, "allocating 9.5 granules");
+    if (!p)
+        return;
+    memset(m.live, 1, m.granules);
+    m.most_live = m.granules;
+    CHECK(allocated() - base_alloc == m.granules * G,
+          "9.5 granules hold %zu bytes, not 10 granules", allocated() - base_alloc);
+    memset(m.want, 0, m.n);
+    check_bytes(&m, p, host, "fresh allocation (zeroed)");
+    for (size_t i = 0; i < m.n; i++)
+        img[i] = m.want[i] = (unsigned char)(i * 7 + i / 4093 + 1);
+    zt_backend_copy(be, p, img, m.n, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    for (int step = 0; step < 300; step++) {
+        size_t lo = next(m.n), hi = lo + 1 + next(m.n - lo);
+        /* Often on granule boundaries, as ZeRO's layer ranges roughly are. */
+        if (next(2)) {
+            lo = lo / G * G;
+            hi = hi / G * G > lo ? hi / G * G : (lo + G < m.n ? lo + G : m.n);
+        }
+        int what = (int)next(3);
+        if (what == 0) {
+            zt_backend_release(be, p, lo, hi);
+            model_release(&m, lo, hi);
+        } else {
+            zt_status s = zt_backend_commit(be, p, lo, hi);
+            CHECK(s == ZT_OK, "commit [%zu, %zu): %s", lo, hi, zt_last_error());
+            model_commit(&m, lo, hi);
+            if (what == 2) {
+                /* Written after its commit, as ZeRO writes a gathered layer. */
+                for (size_t i = lo; i < hi; i++)
+                    img[i] = m.want[i] = (unsigned char)(step * 31 + i);
+                zt_backend_copy(be, (char *)p + lo, img + lo, hi - lo, ZT_COPY_H2D,
+                                ZT_STREAM_COMPUTE);
+            }
+        }
+        size_t held = allocated() - base_alloc;
+        if (!check_at(__FILE__, __LINE__, held == m.most_live * G,
+                      "step %d (%s [%zu, %zu)): %zu bytes held, the model's %zu granules are %zu",
+                      step, what ? "commit" : "release", lo, hi, held, m.most_live,
+                      m.most_live * G))
+            break;
+        if (step % 25 == 24) {
+            char when[64];
+            snprintf(when, sizeof when, "after step %d", step);
+            check_bytes(&m, p, host, when);
+        }
+    }
+    CHECK(zt_backend_sync(be) == ZT_OK, "sync: %s", zt_last_error());
+    zt_backend_free(be, ZT_MEM_DEVICE, p, m.n);
+    CHECK(allocated() == base_alloc, "freed: %zu bytes still held", allocated() - base_alloc);
+    free(m.want), free(m.released), free(m.live), free(host), free(img);
+}
+
+/* The same granules released and committed, step after step: after the first round the
+ * granules come back with no driver call and no wait. */
+static void check_steady_state(size_t base_alloc) {
+    const size_t n = 8 * G;
+    void *p = zt_backend_alloc(be, ZT_MEM_DEVICE, n);
+    CHECK(p != NULL, "allocating 8 granules");
+    if (!p)
+        return;
+    unsigned long long c0[4], c1[4];
+    vmm_counts(be, c0);
+    for (int round = 0; round < 5; round++) {
+        zt_backend_release(be, p, 2 * G, 6 * G);
+        CHECK(allocated() - base_alloc == n, "round %d: released granules stay held for reuse",
+              round);
+        CHECK(zt_backend_commit(be, p, 2 * G + 5, 6 * G - 5) == ZT_OK, "commit: %s",
+              zt_last_error());
+    }
+    vmm_counts(be, c1);
+    CHECK(c1[1] == c0[1] && c1[2] == c0[2] && c1[0] == c0[0],
+          "five rounds of release and commit made %llu maps, %llu physical granules and %llu "
+          "waits; the steady state makes none", c1[1] - c0[1], c1[2] - c0[2], c1[0] - c0[0]);
+    CHECK(c1[3] - c0[3] == 5 * 4, "%llu granules came back by themselves, not 20",
+          c1[3] - c0[3]);
+    zt_backend_free(be, ZT_MEM_DEVICE, p, n);
+}
+
+/* x's released granules serve y; committing x then waits for x's own old release, unmaps, and
+ * maps new memory; y keeps its bytes, x reads zeros. */
+static void check_taken_memory(size_t base_alloc) {
+    const size_t n = 4 * G;
+    unsigned char *img = malloc(n), *host = malloc(n);
+    ZT_ASSERT(img && host);
+    void *x = zt_backend_alloc(be, ZT_MEM_DEVICE, n);
+    CHECK(x != NULL, "allocating x");
+    memset(img, 0x5A, n);
+    zt_backend_copy(be, x, img, n, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    zt_backend_release(be, x, 0, n);
+    unsigned long long c0[4], c1[4];
+    vmm_counts(be, c0);
+    void *y = zt_backend_alloc(be, ZT_MEM_DEVICE, n);
+    vmm_counts(be, c1);
+    CHECK(y != NULL && c1[2] == c0[2] && allocated() - base_alloc == n,
+          "y took x's free granules (%llu made, %zu bytes held, want 0 and %zu)", c1[2] - c0[2],
+          allocated() - base_alloc, n);
+    memset(img, 0xA7, n);
+    zt_backend_copy(be, y, img, n, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    CHECK(zt_backend_commit(be, x, 0, n) == ZT_OK, "commit x: %s", zt_last_error());
+    vmm_counts(be, c0);
+    CHECK(c0[0] - c1[0] == 4 && c0[2] - c1[2] == 4 && allocated() - base_alloc == 2 * n,
+          "x's granules, mapped to y's memory, waited %llu times and made %llu granules (want 4 "
+          "and 4), %zu bytes held", c0[0] - c1[0], c0[2] - c1[2], allocated() - base_alloc);
+    zt_backend_copy(be, host, y, n, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    CHECK(host[0] == 0xA7 && host[n - 1] == 0xA7 && memchr(host, 0x00, n) == NULL,
+          "y's bytes changed when x came back: %02x", host[0]);
+    zt_backend_copy(be, host, x, n, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++)
+        nonzero += host[i] != 0;
+    CHECK(nonzero == 0, "x committed again reads %zu non-zero bytes", nonzero);
+    /* A copy into released memory without a commit is refused at the sync. */
+    zt_backend_release(be, y, G, 2 * G);
+    zt_backend_copy(be, (char *)y + G, img, 64, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    zt_status s = zt_backend_sync(be);
+    CHECK(s != ZT_OK && strstr(zt_last_error(), "zt_backend_commit"),
+          "a copy into uncommitted released memory: %s", s == ZT_OK ? "accepted" : zt_last_error());
+    zt_backend_free(be, ZT_MEM_DEVICE, x, n);
+    zt_backend_free(be, ZT_MEM_DEVICE, y, n);
+    CHECK(allocated() == base_alloc, "freed: %zu bytes still held", allocated() - base_alloc);
+    free(img), free(host);
+}
+
+int main(void) {
+    if (!zt_backend_available(ZT_DEVICE_CUDA) || zt_backend_device_count(ZT_DEVICE_CUDA) == 0) {
+        printf("test_cuda_vmm: SKIPPED: no CUDA device, real or emulated (ctest sets "
+               "ZTRAIN_CUDA_EMU=1)\n");
+        return 77;
+    }
+    zt_status s = zt_backend_create(&be, ZT_DEVICE_CUDA, NULL);
+    if (!check_at(__FILE__, __LINE__, s == ZT_OK, "zt_backend_create(cuda): %s", zt_last_error()))
+        return check_summary("test_cuda_vmm");
+    vmm_counts = (counts_fn)zt_backend_cuda_symbol("zt_cuda_vmm_counts");
+    granule_fn granule = (granule_fn)zt_backend_cuda_symbol("zt_cuda_vmm_granule");
+    G = granule ? granule(be) : 0;
+    CHECK(vmm_counts && G == 2u << 20, "the module's VMM granule is %zu bytes; an H100's is 2 MiB",
+          G);
+    if (vmm_counts && G) {
+        size_t base_alloc = allocated();
+        check_random_run(base_alloc);
+        check_steady_state(base_alloc);
+        check_taken_memory(base_alloc);
+    }
+    zt_backend_destroy(be);
+    /* A setting the backend does not understand is refused by name, never ignored. */
+    const char *bad[][2] = {{"ZTRAIN_CUDA_VMM", "maybe"}, {"ZTRAIN_CUDA_VMM_MIN_BYTES", "8M"}};
+    for (int i = 0; i < 2; i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        zt_backend *other = NULL;
+        s = zt_backend_create(&other, ZT_DEVICE_CUDA, NULL);
+        CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), bad[i][0]),
+              "%s=%s: %s", bad[i][0], bad[i][1], s == ZT_OK ? "accepted" : zt_last_error());
+        if (other)
+            zt_backend_destroy(other);
+        unsetenv(bad[i][0]);
+    }
+    return check_summary("test_cuda_vmm");
+}
