@@ -103,9 +103,8 @@ static zt_status drive(zt_nccl_comm *c, const char *what) {
     cudaError_t ev = cudaSuccess;
     while (v == ZT_NCCL_POLL) {
         pause_s(zt_nccl_wait_pause_s(&c->wait));
-        ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
-        if (r != ncclSuccess)
-            async = r;
+        /* The stream first, then the error: work that failed as it completed (the emulated
+         * NCCL's, whose wait for a dead peer ends) shows its error in the same poll. */
         zt_nccl_result stream = ZT_NCCL_R_SUCCESS;
         if (c->wait.state == ZT_NCCL_RUNNING) {
             ev = cudaEventQuery(c->done);
@@ -113,6 +112,9 @@ static zt_status drive(zt_nccl_comm *c, const char *what) {
                      : ev == cudaErrorNotReady ? ZT_NCCL_R_IN_PROGRESS
                                                : ZT_NCCL_R_ERROR;
         }
+        ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
+        if (r != ncclSuccess)
+            async = r;
         v = zt_nccl_wait_poll(&c->wait, result_of(async), stream, now_s());
     }
     if (v == ZT_NCCL_DONE)
