@@ -1,7 +1,7 @@
 """Training on the "nccl" transport ("comm": "nccl" in the job spec) on the emulated CUDA device,
 whose NCCL (kernels/cuda/emu/emu_nccl.cc) joins the ranks' processes through /dev/shm: GPT-2 at
-ZeRO stages 0-3, fp32 and bf16, on two ranks, each with an emulated GPU of its own
-(ZTRAIN_CUDA_EMU_DEVICES=2, as NCCL needs a GPU per rank).
+ZeRO stages 0-3, fp32 and bf16, and two pipeline stages, on two ranks, each with an emulated GPU
+of its own (ZTRAIN_CUDA_EMU_DEVICES=2, as NCCL needs a GPU per rank).
 
 References: fp32 against one CPU rank with the same global batch (the tolerance of the other
 emulated-device parity tests, 1e-4); bf16 against the same two ranks on the CPU (2e-3). And
@@ -27,8 +27,10 @@ if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
     sys.exit(0)
 
 
-def job(name, device, world, stage=0, bf16=False, comm=None):
-    ds = {"train_micro_batch_size_per_gpu": 12 // world, "gradient_accumulation_steps": 1,
+def job(name, device, world, stage=0, bf16=False, comm=None, stages=1):
+    # A global batch of 12 sequences: over the data-parallel ranks, or as the micro-batches of a
+    # pipeline.
+    ds = {"train_micro_batch_size_per_gpu": 12 // world, "gradient_accumulation_steps": stages,
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.1,
                                                     "eps": 1e-4}},
           "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}}
@@ -39,6 +41,8 @@ def job(name, device, world, stage=0, bf16=False, comm=None):
             "train": {"max_steps": STEPS, "log_interval": 1, "seed": 5}, "deepspeed": ds}
     if comm:
         spec["comm"] = comm
+    if stages > 1:
+        spec["pipeline"] = {"stages": stages}
     return spec
 
 
@@ -84,6 +88,13 @@ with tempfile.TemporaryDirectory() as d:
         shm = train(d, job(f"shm-bf16-z{stage}", "cuda", 2, stage, bf16=True, comm="shm"))
         ck.check(got == shm, f"GPT-2 bf16, ZeRO {stage}: nccl {got} and shm {shm} on the "
                  "emulated device are the same bits (at two ranks both round the exact sum once)")
+    # Two pipeline stages: activations and their gradients go from device memory to device
+    # memory as NCCL messages (posted, their headers checked when the step's wait retires them).
+    got = train(d, job("nccl-pipe", "cuda", 2, comm="nccl", stages=2))
+    close(ck, "GPT-2 fp32, 2 pipeline stages on nccl (emulated) vs 1 rank on cpu", cpu, got, 1e-4)
+    shm = train(d, job("shm-pipe", "cuda", 2, comm="shm", stages=2))
+    ck.check(got == shm, f"GPT-2 fp32, 2 pipeline stages: nccl {got} and shm {shm} on the "
+             "emulated device are the same bits")
     # Three ranks: NCCL's bf16 sum rounds after each addition, shm's once after an fp32 sum.
     nccl3 = train(d, job("nccl-bf16-3", "cuda", 3, 2, bf16=True, comm="nccl"), devices=3)
     shm3 = train(d, job("shm-bf16-3", "cuda", 3, 2, bf16=True, comm="shm"), devices=3)

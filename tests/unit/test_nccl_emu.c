@@ -274,6 +274,50 @@ static void check_send_recv(rank_ctx *x, zt_dtype t, zt_nccl_mem mem) {
     }
 }
 
+/* Posted back to back without a wait between them, more messages than nccl_comm.c has header
+ * slots for, then one wait: each lands where it should. */
+static void check_posted_burst(rank_ctx *x) {
+    enum { MSGS = 70, N = 3 };
+    const int next = (x->rank + 1) % x->world, prev = (x->rank + x->world - 1) % x->world;
+    float out[MSGS * N], in[MSGS * N], sum[N];
+    for (int i = 0; i < MSGS * N; i++) {
+        out[i] = (float)(x->rank * 1000 + i);
+        in[i] = -1;
+    }
+    for (int i = 0; i < N; i++)
+        sum[i] = (float)(x->rank + i);
+    float *dout = upload(x, out, sizeof out), *din = upload(x, in, sizeof in);
+    float *dsum = upload(x, sum, sizeof sum);
+    for (int m = 0; m < MSGS; m++) {
+        CHECK(api->send(x->c, dout + m * N, N, ZT_F32, next, ZT_NCCL_DEVICE) == ZT_OK &&
+                  api->recv(x->c, din + m * N, N, ZT_F32, prev, ZT_NCCL_DEVICE) == ZT_OK,
+              "rank %d: message %d: %s", x->rank, m, zt_last_error());
+        if (m % 10 == 0)
+            CHECK(api->all_reduce(x->c, dsum, N, ZT_F32, ZT_NCCL_SUM) == ZT_OK, "rank %d: %s",
+                  x->rank, zt_last_error());
+    }
+    download(x, in, din, sizeof in);
+    download(x, sum, dsum, sizeof sum);
+    int bad = 0;
+    for (int i = 0; i < MSGS * N; i++)
+        bad += in[i] != (float)(prev * 1000 + i);
+    CHECK(bad == 0, "rank %d: %d of %d elements of %d posted messages differ", x->rank, bad,
+          MSGS * N, MSGS);
+    /* Seven all-reduces of the running sum: each multiplies by the world and adds nothing else. */
+    for (int i = 0; i < N; i++) {
+        double want = 0;
+        for (int r = 0; r < x->world; r++)
+            want += r + i;
+        for (int k = 1; k < 7; k++)
+            want *= x->world;
+        CHECK(sum[i] == (float)want, "rank %d: posted all-reduces: %g, expected %g", x->rank,
+              sum[i], want);
+    }
+    zt_backend_free(x->be, ZT_MEM_DEVICE, dout, sizeof out);
+    zt_backend_free(x->be, ZT_MEM_DEVICE, din, sizeof in);
+    zt_backend_free(x->be, ZT_MEM_DEVICE, dsum, sizeof sum);
+}
+
 /* What a rank of a run does. */
 typedef enum { RUN_ALL, RUN_PEER_EXITS, RUN_PEER_STUCK } run_mode;
 
@@ -303,6 +347,7 @@ static int rank_main(int rank, int world, const zt_nccl_id *id, run_mode mode) {
                 check_send_recv(&x, t, (zt_nccl_mem)mem);
             }
         }
+        check_posted_burst(&x);
     } else if (rank == 1) {
         /* The peer that fails: gone at once, or alive but never joining the collective. */
         if (mode == RUN_PEER_EXITS)
@@ -313,14 +358,17 @@ static int rank_main(int rank, int world, const zt_nccl_id *id, run_mode mode) {
         float v[4] = {1, 2, 3, 4};
         void *d = upload(&x, v, sizeof v);
         double t0 = now_s();
+        /* Posted without a wait: the backend's next wait meets the failure. */
         zt_status s = api->all_reduce(x.c, d, 4, ZT_F32, ZT_NCCL_SUM);
+        CHECK(s == ZT_OK, "rank 0: posting an all_reduce: %s", zt_last_error());
+        s = zt_backend_sync(x.be);
         double took = now_s() - t0;
         const char *want = mode == RUN_PEER_EXITS ? "exited" : "is stuck";
         CHECK(s == ZT_ERR_IO && strstr(zt_last_error(), "rank 1 (pid") &&
                   strstr(zt_last_error(), want),
-              "rank 0: an all_reduce whose peer %s: status %d, %s", want, s,
+              "rank 0: the sync after an all_reduce whose peer %s: status %d, %s", want, s,
               zt_last_error());
-        printf("test_nccl_emu: the peer %s: the survivor's all_reduce failed after %.2f s: "
+        printf("test_nccl_emu: the peer %s: the survivor's sync failed after %.2f s: "
                "%s\n", want, took, zt_last_error());
         fflush(stdout);
         CHECK(api->all_reduce(x.c, d, 4, ZT_F32, ZT_NCCL_SUM) == ZT_ERR_IO &&
@@ -332,7 +380,9 @@ static int rank_main(int rank, int world, const zt_nccl_id *id, run_mode mode) {
     zt_backend_destroy(x.be);
     char name[64];
     snprintf(name, sizeof name, "test_nccl_emu rank %d of %d", rank, world);
-    return check_summary(name);
+    int rc = check_summary(name);
+    fflush(stdout); /* the rank ends in _exit */
+    return rc;
 }
 
 /* The files of the communicator made from id left under /dev/shm. */
