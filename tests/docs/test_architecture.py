@@ -87,7 +87,7 @@ def tree_folders():
             p = os.path.join(ROOT, top, d)
             if os.path.isdir(p) and d != "include":
                 out.append(f"{top}/{d}")
-    out += ["kernels", "kernels/cpu", "kernels/cuda", "kernels/cuda/attention"]
+    out += ["kernels", "kernels/cpu", "kernels/cuda", "kernels/cuda/attention", "kernels/cuda/nccl"]
     return out
 
 

@@ -1,4 +1,4 @@
-/* The CUDA module's NCCL (ztrain/nccl.h, kernels/cuda/nccl_comm.c) on the emulated device's NCCL
+/* The CUDA module's NCCL (ztrain/nccl.h, kernels/cuda/nccl/nccl_comm.c) on the emulated device's NCCL
  * (kernels/cuda/emu/emu_nccl.cc): two and three ranks, each a process with an emulated device of
  * its own, run every operation nccl_comm.c offers, on device memory and, where the table takes it,
  * on host memory, for fp32, bf16, fp16 and fp64, sum, avg and max, with equal pieces (NCCL's own

@@ -1,4 +1,4 @@
-/* NCCL's non-blocking protocol (kernels/cuda/nccl_wait.h) driven through its states without a
+/* NCCL's non-blocking protocol (kernels/cuda/nccl/nccl_wait.h) driven through its states without a
  * GPU, against the rules of NCCL's documentation as reference/cuda_emulation.md §9 quotes them:
  * a call returning ncclInProgress is not a failure; until ncclCommGetAsyncError leaves
  * ncclInProgress nothing may be issued; a posted call can still fail through the asynchronous
@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../../kernels/cuda/nccl_wait.h"
+#include "../../kernels/cuda/nccl/nccl_wait.h"
 #include "check.h"
 
 #define S ZT_NCCL_R_SUCCESS

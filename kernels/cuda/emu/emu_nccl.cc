@@ -1,4 +1,4 @@
-/* NCCL on the emulated CUDA device: the calls kernels/cuda/nccl_comm.c makes, so that the "nccl"
+/* NCCL on the emulated CUDA device: the calls kernels/cuda/nccl/nccl_comm.c makes, so that the "nccl"
  * transport runs in CI. Ranks are processes (each its own emulated device), so they exchange
  * through files under /dev/shm named after the unique id:
  *
@@ -38,12 +38,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fcntl.h>
 #include <memory>
 #include <mutex>
@@ -54,15 +52,14 @@
 #include <unistd.h>
 #include <vector>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "emu_internal.h"
+#include "emu_nccl.h"
+
+using namespace zt_emu_nccl;
 
 namespace {
 
 constexpr char kIdMagic[] = "ztrain-emu-nccl:";
-constexpr char kDir[] = "/dev/shm/";
 constexpr uint32_t kFileMagic = 0x7a6e636c; /* "zncl" */
 
 enum op_kind : uint32_t { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_REDUCE,
@@ -74,13 +71,6 @@ const char *kind_name(uint32_t k) {
                                         "ncclSend", "ncclRecv"};
     return k < sizeof names / sizeof *names ? names[k] : "?";
 }
-
-/* What every contribution and message file starts with. */
-struct file_head {
-    uint32_t magic, kind;
-    int32_t type, redop, root, pad;
-    uint64_t count, bytes;
-};
 
 struct op {
     uint32_t kind;
@@ -115,131 +105,6 @@ double wait_limit() {
     char *end = nullptr;
     double s = strtod(v, &end);
     return end && *end == '\0' && s > 0 && std::isfinite(s) ? s : -1;
-}
-
-/* Whether process pid has exited (gone, or a zombie its parent has not reaped). */
-bool process_gone(pid_t pid) {
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return true;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return true;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
-    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
-}
-
-/* ---- 16-bit rounding ------------------------------------------------------------------------ */
-
-/* x rounded to float with round-to-odd, so that rounding the float again to a 16-bit type gives
- * the correctly rounded result of x (float keeps more than 2 bits beyond bf16's and fp16's). */
-float to_float_odd(double x) {
-    float f = (float)x;
-    if ((double)f == x || !std::isfinite(f))
-        return f;
-    if (std::fabs((double)f) > std::fabs(x))
-        f = std::nextafter(f, 0.0f);
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    b |= 1;
-    memcpy(&f, &b, 4);
-    return f;
-}
-
-struct bf16_t {
-    static float get(const void *p, size_t i) {
-        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    }
-    static void put(void *p, size_t i, double v) {
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(to_float_odd(v));
-    }
-};
-
-struct f16_t {
-    static float get(const void *p, size_t i) { return __half2float(((const __half *)p)[i]); }
-    static void put(void *p, size_t i, double v) {
-        ((__half *)p)[i] = __float2half_rn(to_float_odd(v));
-    }
-};
-
-/* One element of a 16-bit type: each step computed exactly in double, then rounded once. */
-template <class H>
-void reduce16(void *out, const std::vector<const char *> &src, size_t n, ncclRedOp_t redop) {
-    const int k = (int)src.size();
-    char scale_bits[2];
-    H::put(scale_bits, 0, 1.0 / k);
-    const double scale = H::get(scale_bits, 0);
-    char tmp[2];
-    for (size_t i = 0; i < n; i++) {
-        double acc = 0;
-        for (int r = 0; r < k; r++) {
-            double x = H::get(src[r], i);
-            if (redop == ncclAvg) {
-                H::put(tmp, 0, x * scale);
-                x = H::get(tmp, 0);
-            }
-            if (r == 0) {
-                acc = x;
-            } else if (redop == ncclMax) {
-                acc = std::isnan(acc) || std::isnan(x) ? NAN : acc > x ? acc : x;
-            } else {
-                H::put(tmp, 0, acc + x);
-                acc = H::get(tmp, 0);
-            }
-        }
-        H::put(out, i, acc);
-    }
-}
-
-template <class T>
-void reduce_wide(void *out, const std::vector<const char *> &src, size_t n, ncclRedOp_t redop) {
-    const int k = (int)src.size();
-    const T scale = (T)1 / (T)k;
-    for (size_t i = 0; i < n; i++) {
-        T acc = 0;
-        for (int r = 0; r < k; r++) {
-            T x;
-            memcpy(&x, src[r] + i * sizeof(T), sizeof(T));
-            if (redop == ncclAvg)
-                x = x * scale;
-            if (r == 0)
-                acc = x;
-            else if (redop == ncclMax)
-                acc = std::isnan(acc) || std::isnan(x) ? (T)NAN : acc > x ? acc : x;
-            else
-                acc = acc + x;
-        }
-        memcpy((char *)out + i * sizeof(T), &acc, sizeof(T));
-    }
-}
-
-void reduce_i64(void *out, const std::vector<const char *> &src, size_t n, ncclRedOp_t redop) {
-    for (size_t i = 0; i < n; i++) {
-        int64_t acc = 0;
-        for (size_t r = 0; r < src.size(); r++) {
-            int64_t x;
-            memcpy(&x, src[r] + i * 8, 8);
-            acc = r == 0 ? x : redop == ncclMax ? (acc > x ? acc : x) : acc + x;
-        }
-        if (redop == ncclAvg)
-            acc /= (int64_t)src.size();
-        memcpy((char *)out + i * 8, &acc, 8);
-    }
-}
-
-void reduce(void *out, const std::vector<const char *> &src, size_t n, ncclDataType_t t,
-            ncclRedOp_t redop) {
-    switch (t) {
-    case ncclBfloat16: reduce16<bf16_t>(out, src, n, redop); break;
-    case ncclFloat16: reduce16<f16_t>(out, src, n, redop); break;
-    case ncclFloat32: reduce_wide<float>(out, src, n, redop); break;
-    case ncclFloat64: reduce_wide<double>(out, src, n, redop); break;
-    default: reduce_i64(out, src, n, redop); break;
-    }
 }
 
 /* ---- communicators ------------------------------------------------------------------------ */
@@ -322,41 +187,6 @@ ncclResult_t refuse(ncclComm_t comm, ncclResult_t e, const char *fmt, ...) {
     if (t_group_depth > 0)
         t_group_bad = true;
     return e;
-}
-
-bool write_whole(const std::string &path, const file_head &h, const void *data, size_t bytes,
-                 std::string &why) {
-    std::string tmp = path + ".tmp";
-    int fd = open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && write(fd, &h, sizeof h) == (ssize_t)sizeof h;
-    for (size_t at = 0; ok && at < bytes;) {
-        ssize_t w = write(fd, (const char *)data + at, bytes - at);
-        ok = w > 0;
-        at += ok ? (size_t)w : 0;
-    }
-    if (fd >= 0)
-        ok = close(fd) == 0 && ok;
-    ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
-    if (!ok)
-        why = "cannot write " + path + ": " + strerror(errno);
-    return ok;
-}
-
-/* Reads a whole file into out; false while it does not exist. */
-bool read_whole(const std::string &path, std::vector<char> &out) {
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    struct stat st;
-    bool ok = fstat(fd, &st) == 0;
-    out.resize(ok ? (size_t)st.st_size : 0);
-    for (size_t at = 0; ok && at < out.size();) {
-        ssize_t r = read(fd, out.data() + at, out.size() - at);
-        ok = r > 0;
-        at += ok ? (size_t)r : 0;
-    }
-    close(fd);
-    return ok;
 }
 
 /* Waits for a peer's file; false with the communicator's error set when the peer is gone or the
@@ -539,18 +369,6 @@ bool try_join(comm_state &s) {
     s.devices = devices;
     s.joined = true;
     return true;
-}
-
-/* Removes every file of the communicator (an abort, or the last rank to leave). */
-void remove_files(const std::string &prefix) {
-    std::string base = prefix.substr(strlen(kDir)) + "-";
-    DIR *d = opendir(kDir);
-    if (!d)
-        return;
-    while (struct dirent *e = readdir(d))
-        if (strncmp(e->d_name, base.c_str(), base.size()) == 0)
-            unlink((std::string(kDir) + e->d_name).c_str());
-    closedir(d);
 }
 
 /* The checks every stream operation shares; ncclSuccess to go on. */

@@ -1,11 +1,11 @@
 /* NCCL as the CUDA module offers it: the one table through which the engine's "nccl" transport
  * (engine/comm/comm_nccl.c) reaches NCCL, so that no program links libnccl or libcudart and the
  * engine includes no NCCL or CUDA header. The table lives in libztrain_cuda.so
- * (kernels/cuda/nccl_comm.c); zt_nccl_api() loads it with the rest of the module.
+ * (kernels/cuda/nccl/nccl_comm.c); zt_nccl_api() loads it with the rest of the module.
  *
  * A call on host memory (ZT_NCCL_HOST) returns only when its work is complete (or failed): the
  * module issues NCCL's non-blocking calls and then polls them against the communicator's timeout
- * (the protocol is kernels/cuda/nccl_wait.h's). A call on device memory returns once NCCL has
+ * (the protocol is kernels/cuda/nccl/nccl_wait.h's). A call on device memory returns once NCCL has
  * taken it: the collective or message runs on the attached backend's communication stream (or
  * the communicator's own) in stream order, as a kernel would, and the host does not wait. Its
  * buffers must stay untouched until work ordered after it (an event on that stream, the
