@@ -36,7 +36,8 @@ void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char 
 void zt_cuda_wait(zt_backend *be, cudaStream_t s) {
     zt_cuda_state *st = be->impl;
     __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
-    ZT_CUDA_CHECK(be, cudaStreamSynchronize(s));
+    if (!zt_cuda_watched_wait(be, s))
+        ZT_CUDA_CHECK(be, cudaStreamSynchronize(s));
 }
 
 void zt_cuda_count_read(zt_backend *be) {
@@ -312,6 +313,7 @@ static zt_status cuda_sync(zt_backend *be) {
         ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[ZT_STREAM_COMPUTE], st->joined[s], 0));
     }
     zt_cuda_wait(be, st->stream[ZT_STREAM_COMPUTE]);
+    zt_cuda_watch_settled(be);
     /* Every copy from the staging has run: it is free again, unless more was staged meanwhile. */
     pthread_mutex_lock(&st->stage_lock);
     if (st->staged == staged) {

@@ -44,6 +44,9 @@ typedef enum { ZT_CUDA_ATTN_AUTO, ZT_CUDA_ATTN_FLASH, ZT_CUDA_ATTN_CUDNN } zt_cu
 /* The policy ZTRAIN_ATTENTION asks for; ZT_ERR_INVALID naming the variable for another value. */
 zt_status zt_cuda_attention_policy_of_env(zt_cuda_attention_policy *out);
 
+/* Communicators that may watch one backend's streams (stream_watch.c). */
+enum { ZT_CUDA_WATCHERS = 4 };
+
 typedef struct {
     zt_backend be;
     char device_name[256];
@@ -98,6 +101,12 @@ typedef struct {
     /* The first failure of a call that cannot return one (an op, a copy), reported by sync. */
     pthread_mutex_t lock;
     char first_error[512];
+    /* Communicators whose collectives are posted on the streams (stream_watch.c). */
+    struct zt_cuda_watcher {
+        zt_status (*poll)(void *ctx, bool covered);
+        void *ctx;
+    } watch[ZT_CUDA_WATCHERS];
+    int watchers;
 } zt_cuda_state;
 
 static inline zt_cuda_state *zt_cuda_of(const zt_ctx *x) { return (zt_cuda_state *)x->be->impl; }
@@ -147,6 +156,21 @@ void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char 
  * copies back) since the backend began; test_cuda_emu_syncs finds it by name
  * (zt_backend_cuda_symbol) and checks it against the emulated runtime's own counts. */
 void zt_cuda_wait(zt_backend *be, cudaStream_t s);
+
+/* Communicators that post collectives on the backend's streams without waiting for them
+ * (nccl_comm.c) watch its host waits (stream_watch.c): while one is registered, a host wait
+ * polls the stream instead of blocking, and between queries calls poll(ctx, false), which
+ * returns ZT_OK while the posted work is healthy and fails (the communicator aborted, the error
+ * set) on NCCL's asynchronous error or past its deadline; the failure becomes the backend's,
+ * reported by sync. covered: the wait finished and covered every stream (sync), so the posted
+ * work is complete. Registration fails past ZT_CUDA_WATCHERS communicators. */
+typedef zt_status (*zt_cuda_watch_fn)(void *ctx, bool covered);
+zt_status zt_cuda_watch_add(zt_backend *be, zt_cuda_watch_fn poll, void *ctx);
+void zt_cuda_watch_remove(zt_backend *be, void *ctx);
+/* The host wait for s when communicators watch (true), else false: the caller synchronises. */
+bool zt_cuda_watched_wait(zt_backend *be, cudaStream_t s);
+/* After a wait that covered every stream: the watchers' posted work is complete. */
+void zt_cuda_watch_settled(zt_backend *be);
 void zt_cuda_count_read(zt_backend *be);
 void zt_cuda_round_trips(zt_backend *be, unsigned long long out[2]);
 

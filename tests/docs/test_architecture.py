@@ -88,7 +88,7 @@ def tree_folders():
             if os.path.isdir(p) and d != "include":
                 out.append(f"{top}/{d}")
     out += ["kernels", "kernels/cpu", "kernels/cuda", "kernels/cuda/attention",
-            "kernels/cuda/memory"]
+            "kernels/cuda/memory", "kernels/cuda/nccl"]
     return out
 
 

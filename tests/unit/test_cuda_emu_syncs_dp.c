@@ -5,7 +5,9 @@
  * bf16, and with LAMB, the optimizer offloaded to the CPU, and Llama on loss-masked packed
  * documents; and the two ranks train as the two shards of one tensor-parallel replica (dp 1 ×
  * tp 2): GPT-2 and Llama with grouped-query attention, fp32 and bf16, ZeRO 0 and 1, Llama with
- * one kv head both shards hold, and Llama on packed documents. Per step, from the second on,
+ * one kv head both shards hold, and Llama on packed documents. GPT-2 at ZeRO 0-3, fp32 and bf16,
+ * also runs on the nccl transport (the emulated device's NCCL, each rank with an emulated GPU of
+ * its own), which reads device memory itself. Per step, from the second on,
  * every rank counts inside the emulated runtime (zt_emu_sync_counts) the host's waits, the
  * device-to-host copies and the uploads from pageable memory, and, apart, the staging copies the
  * transport made on every communicator the engine uses (zt_comm_dev_counts: one wait and one
@@ -20,7 +22,11 @@
  * step's device collectives at bf16 half those at fp32 (check_bytes). Every run's per-rank
  * losses match the same two-rank run on the CPU within the tolerance of another summation order
  * (fp32) or of roundings between (bf16). */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,39 +65,53 @@ typedef struct {
     bool masked;            /* the loss-masked packed documents of train.bin */
     int waits;              /* the step's own waits and read-backs allowed */
     int tp;                 /* the TP size: 1, or 2 (both ranks one model's shards) */
+    const char *comm;       /* the device run's transport: "nccl", or NULL for shm */
 } run_case;
 
 static const run_case cases[] = {
-    {"gpt2 fp32 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 1},
-    {"gpt2 fp32 ZeRO 1", TINY_GPT2, "", ADAMW, 1, "", false, 1, 1},
-    {"gpt2 fp32 ZeRO 2", TINY_GPT2, "", ADAMW, 2, "", false, 1, 1},
-    {"gpt2 fp32 ZeRO 3", TINY_GPT2, "", ADAMW, 3, "", false, 1, 1},
-    {"gpt2 bf16 ZeRO 0", TINY_GPT2, BF16, ADAMW, 0, "", false, 1, 1},
-    {"gpt2 bf16 ZeRO 1", TINY_GPT2, BF16, ADAMW, 1, "", false, 1, 1},
-    {"gpt2 bf16 ZeRO 2", TINY_GPT2, BF16, ADAMW, 2, "", false, 1, 1},
-    {"gpt2 bf16 ZeRO 3", TINY_GPT2, BF16, ADAMW, 3, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 1, NULL},
+    {"gpt2 fp32 ZeRO 1", TINY_GPT2, "", ADAMW, 1, "", false, 1, 1, NULL},
+    {"gpt2 fp32 ZeRO 2", TINY_GPT2, "", ADAMW, 2, "", false, 1, 1, NULL},
+    {"gpt2 fp32 ZeRO 3", TINY_GPT2, "", ADAMW, 3, "", false, 1, 1, NULL},
+    {"gpt2 bf16 ZeRO 0", TINY_GPT2, BF16, ADAMW, 0, "", false, 1, 1, NULL},
+    {"gpt2 bf16 ZeRO 1", TINY_GPT2, BF16, ADAMW, 1, "", false, 1, 1, NULL},
+    {"gpt2 bf16 ZeRO 2", TINY_GPT2, BF16, ADAMW, 2, "", false, 1, 1, NULL},
+    {"gpt2 bf16 ZeRO 3", TINY_GPT2, BF16, ADAMW, 3, "", false, 1, 1, NULL},
     /* LAMB's trust ratios stay on the device: the sums of squares are all-reduced there (one
      * more staged collective) and each tensor's step computed there (lamb_steps), so no wait
      * of its own (before: a second one, reading the sums back). */
-    {"gpt2 fp32 ZeRO 1 LAMB", TINY_GPT2, "", LAMB, 1, "", false, 1, 1},
+    {"gpt2 fp32 ZeRO 1 LAMB", TINY_GPT2, "", LAMB, 1, "", false, 1, 1, NULL},
     /* The host runs the offloaded update: it waits for each tile's gradients (one tile here). */
     {"gpt2 bf16 ZeRO 2 offload cpu", TINY_GPT2, BF16, ADAMW, 2,
-     ", \"offload_optimizer\": {\"device\": \"cpu\"}", false, 2, 1},
-    {"llama fp32 ZeRO 2 masked docs", TINY_LLAMA, "", ADAMW, 2, "", true, 1, 1},
+     ", \"offload_optimizer\": {\"device\": \"cpu\"}", false, 2, 1, NULL},
+    {"llama fp32 ZeRO 2 masked docs", TINY_LLAMA, "", ADAMW, 2, "", true, 1, 1, NULL},
     /* Tensor parallelism over both ranks (dp 1 × tp 2), at the ZeRO stages TP trains with
      * the pipeline too (here ZeRO partitions over the one replica). Llama's four query heads
      * share two kv heads (GQA), one a shard; with one kv head both shards hold it and sum its
      * gradients (tp_share_comm). */
-    {"gpt2 fp32 tp 2 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 2},
-    {"gpt2 fp32 tp 2 ZeRO 1", TINY_GPT2, "", ADAMW, 1, "", false, 1, 2},
-    {"gpt2 bf16 tp 2 ZeRO 0", TINY_GPT2, BF16, ADAMW, 0, "", false, 1, 2},
-    {"gpt2 bf16 tp 2 ZeRO 1", TINY_GPT2, BF16, ADAMW, 1, "", false, 1, 2},
-    {"llama fp32 tp 2 ZeRO 0", TINY_LLAMA, "", ADAMW, 0, "", false, 1, 2},
-    {"llama fp32 tp 2 ZeRO 1", TINY_LLAMA, "", ADAMW, 1, "", false, 1, 2},
-    {"llama bf16 tp 2 ZeRO 0", TINY_LLAMA, BF16, ADAMW, 0, "", false, 1, 2},
-    {"llama bf16 tp 2 ZeRO 1", TINY_LLAMA, BF16, ADAMW, 1, "", false, 1, 2},
-    {"llama fp32 tp 2 ZeRO 1 one kv head", LLAMA_MQA, "", ADAMW, 1, "", false, 1, 2},
-    {"llama fp32 tp 2 ZeRO 1 masked docs", TINY_LLAMA, "", ADAMW, 1, "", true, 1, 2},
+    {"gpt2 fp32 tp 2 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 2, NULL},
+    {"gpt2 fp32 tp 2 ZeRO 1", TINY_GPT2, "", ADAMW, 1, "", false, 1, 2, NULL},
+    {"gpt2 bf16 tp 2 ZeRO 0", TINY_GPT2, BF16, ADAMW, 0, "", false, 1, 2, NULL},
+    {"gpt2 bf16 tp 2 ZeRO 1", TINY_GPT2, BF16, ADAMW, 1, "", false, 1, 2, NULL},
+    {"llama fp32 tp 2 ZeRO 0", TINY_LLAMA, "", ADAMW, 0, "", false, 1, 2, NULL},
+    {"llama fp32 tp 2 ZeRO 1", TINY_LLAMA, "", ADAMW, 1, "", false, 1, 2, NULL},
+    {"llama bf16 tp 2 ZeRO 0", TINY_LLAMA, BF16, ADAMW, 0, "", false, 1, 2, NULL},
+    {"llama bf16 tp 2 ZeRO 1", TINY_LLAMA, BF16, ADAMW, 1, "", false, 1, 2, NULL},
+    {"llama fp32 tp 2 ZeRO 1 one kv head", LLAMA_MQA, "", ADAMW, 1, "", false, 1, 2, NULL},
+    {"llama fp32 tp 2 ZeRO 1 masked docs", TINY_LLAMA, "", ADAMW, 1, "", true, 1, 2, NULL},
+    /* NCCL (the emulated device's) reads device memory itself: nothing is staged, and its
+     * device collectives are posted on the stream without a host wait (before: one each, 2, 4,
+     * 9 and 48 per step at ZeRO 0-3 fp32, 20 at ZeRO 3 bf16). ZeRO 1-3's host all-reduce of the
+     * partitions' norm after the step's read stages through device memory on NCCL, a wait and
+     * a read-back of its own. */
+    {"nccl gpt2 fp32 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 1, "nccl"},
+    {"nccl gpt2 fp32 ZeRO 1", TINY_GPT2, "", ADAMW, 1, "", false, 2, 1, "nccl"},
+    {"nccl gpt2 fp32 ZeRO 2", TINY_GPT2, "", ADAMW, 2, "", false, 2, 1, "nccl"},
+    {"nccl gpt2 fp32 ZeRO 3", TINY_GPT2, "", ADAMW, 3, "", false, 2, 1, "nccl"},
+    {"nccl gpt2 bf16 ZeRO 0", TINY_GPT2, BF16, ADAMW, 0, "", false, 1, 1, "nccl"},
+    {"nccl gpt2 bf16 ZeRO 1", TINY_GPT2, BF16, ADAMW, 1, "", false, 2, 1, "nccl"},
+    {"nccl gpt2 bf16 ZeRO 2", TINY_GPT2, BF16, ADAMW, 2, "", false, 2, 1, "nccl"},
+    {"nccl gpt2 bf16 ZeRO 3", TINY_GPT2, BF16, ADAMW, 3, "", false, 2, 1, "nccl"},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -102,12 +122,16 @@ typedef struct {
     size_t n_padded;
 } measured;
 
-static zt_comm *connect(const char *what, int rank) {
+/* The TCP ports of the nccl cases' rendezvous, one a case, found free by the parent. */
+static int nccl_ports[64];
+
+static zt_comm *join(const char *what, int rank, const char *transport, int port) {
     zt_dist_info d = {.rank = rank, .world_size = WORLD, .local_rank = rank,
-                      .local_world_size = WORLD};
+                      .local_world_size = WORLD, .master_port = port};
+    snprintf(d.master_addr, sizeof d.master_addr, "127.0.0.1");
     snprintf(d.run_id, sizeof d.run_id, "syncs-dp-%d-%s", (int)getppid(), what);
     zt_comm *c = NULL;
-    if (zt_comm_create(&c, "shm", &d, 60) != ZT_OK) {
+    if (zt_comm_create(&c, transport, &d, 60) != ZT_OK) {
         CHECK(false, "rank %d: %s", rank, zt_last_error());
         return NULL;
     }
@@ -147,7 +171,8 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
              c->tp > 1 ? TP2 : "", c->stage, c->zero_extra, c->optimizer);
     char tag[64];
     snprintf(tag, sizeof tag, "%td-%s", c - cases, device == ZT_DEVICE_CPU ? "cpu" : "cuda");
-    zt_comm *comm = connect(tag, rank);
+    const bool nccl = device == ZT_DEVICE_CUDA && c->comm;
+    zt_comm *comm = join(tag, rank, nccl ? c->comm : "shm", nccl_ports[c - cases]);
     if (!comm)
         return false;
     zt_job_spec job;
@@ -289,6 +314,15 @@ static void check_bytes(const measured *all) {
                   "ZeRO %d step %d: %llu bytes of gradients reduced at fp32 and %llu at bf16; "
                   "%llu and %llu expected (%llu elements, 4 and 2 bytes each)", stage, s + 1,
                   a->reduced[s], b->reduced[s], 4 * each, 2 * each, each);
+            for (int p = 0; p < 2; p++) {
+                char nn[80];
+                snprintf(nn, sizeof nn, "nccl %s", p ? n16 : n32);
+                const measured *x = find(all, nn), *y = p ? b : a;
+                if (x)
+                    CHECK(x->reduced[s] == y->reduced[s] && x->bytes[s] == y->bytes[s],
+                          "%s step %d: %llu bytes reduced of %llu on nccl, %llu of %llu on shm",
+                          nn, s + 1, x->reduced[s], x->bytes[s], y->reduced[s], y->bytes[s]);
+            }
             if (stage < 3)
                 CHECK(a->bytes[s] > 0 && 2 * b->bytes[s] == a->bytes[s],
                       "ZeRO %d step %d: %llu bytes through the device collectives at bf16, not "
@@ -324,18 +358,44 @@ static void write_data(void) {
 int main(void) {
     if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
         setenv("ZTRAIN_CUDA_EMU", "1", 1);
+    setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
     /* A build with a real CUDA module but no emulated one (the sanitizers' build) has the
      * backend, but not the emulator's counters. */
     if (!zt_backend_available(ZT_DEVICE_CUDA) || !zt_backend_cuda_symbol("zt_emu_sync_counts")) {
         printf("test_cuda_emu_syncs_dp: SKIPPED: no emulated CUDA device in this build\n");
         return 0;
     }
+    /* Free ports for the nccl cases' rendezvous (rank 0 serves each case's store on its own,
+     * so a rank that moves on first never meets the previous case's store). */
+    int socks[NCASES];
+    for (int i = 0; i < NCASES; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        socks[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (socks[i] < 0 || bind(socks[i], (struct sockaddr *)&a, sizeof a) != 0 ||
+            getsockname(socks[i], (struct sockaddr *)&a, &len) != 0) {
+            fprintf(stderr, "no free TCP port: %s\n", strerror(errno));
+            return 2;
+        }
+        nccl_ports[i] = ntohs(a.sin_port);
+    }
+    for (int i = 0; i < NCASES; i++)
+        close(socks[i]);
     check_tmpdir_create("zt_syncs_dp");
     write_data();
     pid_t pids[WORLD];
     for (int r = 0; r < WORLD; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
+            /* Each rank on an emulated GPU of its own (the engine takes its LOCAL_RANK's), as
+             * the nccl transport needs. */
+            char v[16];
+            snprintf(v, sizeof v, "%d", r);
+            setenv("RANK", v, 1);
+            setenv("LOCAL_RANK", v, 1);
+            snprintf(v, sizeof v, "%d", WORLD);
+            setenv("WORLD_SIZE", v, 1);
+            setenv("LOCAL_WORLD_SIZE", v, 1);
             counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
             if (!counts) {
                 fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n", r);

@@ -1,4 +1,4 @@
-/* NCCL's non-blocking protocol (kernels/cuda/nccl_wait.h) driven through its states without a
+/* NCCL's non-blocking protocol (kernels/cuda/nccl/nccl_wait.h) driven through its states without a
  * GPU, against the rules of NCCL's documentation as reference/cuda_emulation.md §9 quotes them:
  * a call returning ncclInProgress is not a failure; until ncclCommGetAsyncError leaves
  * ncclInProgress nothing may be issued; a posted call can still fail through the asynchronous
@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../../kernels/cuda/nccl_wait.h"
+#include "../../kernels/cuda/nccl/nccl_wait.h"
 #include "check.h"
 
 #define S ZT_NCCL_R_SUCCESS
@@ -130,6 +130,54 @@ static void test_dead_peer_times_out(void) {
     CHECK(zt_nccl_wait_begin(&w, 50.0, 5.0) && w.deadline == 55.0 && w.polls == 0);
 }
 
+/* Posted work (device collectives left on their stream): calls go on meanwhile, and the host
+ * wait that watches it gives up at the oldest posted operation's deadline, fails on an
+ * asynchronous error, and is done once the work is known complete. */
+static void test_posted(void) {
+    zt_nccl_wait w;
+    zt_nccl_wait_init(&w);
+    CHECK(zt_nccl_wait_watch(&w, S, P, false, 0.0) == ZT_NCCL_DONE, "nothing posted");
+    CHECK(zt_nccl_wait_begin(&w, 10.0, 30.0) && zt_nccl_wait_issued(&w, S) == ZT_NCCL_DONE);
+    zt_nccl_wait_posted(&w, 10.5, 30.0);
+    CHECK(w.inflight == 1 && w.oldest == 40.5 && zt_nccl_wait_may_issue(&w),
+          "a posted collective leaves the communicator ready for the next call");
+    /* A second one, after a settle that took a while: the deadline stays the oldest's. */
+    CHECK(zt_nccl_wait_begin(&w, 20.0, 30.0) && zt_nccl_wait_issued(&w, P) == ZT_NCCL_POLL);
+    CHECK(zt_nccl_wait_poll(&w, S, S, 21.0) == ZT_NCCL_DONE);
+    zt_nccl_wait_posted(&w, 21.0, 30.0);
+    CHECK(w.inflight == 2 && w.oldest == 40.5);
+    CHECK(!zt_nccl_wait_overdue(&w, 40.5) && zt_nccl_wait_overdue(&w, 40.6));
+    for (double t = 21.0; t <= 40.5; t += 0.5)
+        CHECK(zt_nccl_wait_watch(&w, S, P, false, t) == ZT_NCCL_POLL, "at %g s", t);
+    /* Past the deadline, an event that fired means done, not lost. */
+    CHECK(zt_nccl_wait_watch(&w, S, S, false, 41.0) == ZT_NCCL_DONE && w.state == ZT_NCCL_READY);
+    zt_nccl_wait_retire(&w);
+    CHECK(w.inflight == 0 && !zt_nccl_wait_overdue(&w, 1e9));
+
+    /* A wait that covered every stream: done without asking the event. */
+    zt_nccl_wait_posted(&w, 50.0, 30.0);
+    CHECK(w.oldest == 80.0, "a new batch of posted work gets a new deadline");
+    CHECK(zt_nccl_wait_watch(&w, S, P, true, 60.0) == ZT_NCCL_DONE);
+    /* ... unless NCCL reports an error or is still settling a call. */
+    CHECK(zt_nccl_wait_watch(&w, P, P, true, 61.0) == ZT_NCCL_POLL);
+    CHECK(zt_nccl_wait_watch(&w, E, S, true, 62.0) == ZT_NCCL_FAILED &&
+          w.state == ZT_NCCL_ABORTED, "an asynchronous error fails even completed work");
+    CHECK(zt_nccl_wait_watch(&w, S, S, true, 63.0) == ZT_NCCL_FAILED, "aborted stays aborted");
+    CHECK(!zt_nccl_wait_begin(&w, 64.0, 30.0), "nothing is issued after the abort");
+
+    /* A dead peer: the event never fires and NCCL says nothing; the deadline ends it. */
+    zt_nccl_wait_init(&w);
+    zt_nccl_wait_posted(&w, 0.0, 5.0);
+    CHECK(zt_nccl_wait_watch(&w, S, P, false, 4.9) == ZT_NCCL_POLL);
+    CHECK(zt_nccl_wait_watch(&w, S, P, false, 5.1) == ZT_NCCL_TIMED_OUT &&
+          w.state == ZT_NCCL_ABORTED);
+    /* A failed stream fails it too. */
+    zt_nccl_wait_init(&w);
+    zt_nccl_wait_posted(&w, 0.0, 5.0);
+    CHECK(zt_nccl_wait_watch(&w, S, E, false, 1.0) == ZT_NCCL_FAILED &&
+          w.state == ZT_NCCL_ABORTED);
+}
+
 static void test_pause(void) {
     zt_nccl_wait w;
     zt_nccl_wait_init(&w);
@@ -224,6 +272,7 @@ int main(void) {
     test_in_progress_settles();
     test_errors_abort();
     test_dead_peer_times_out();
+    test_posted();
     test_pause();
     test_random_sequences();
     return check_summary("test_nccl_wait");

@@ -95,8 +95,16 @@ struct config {
 config &cfg() {
     static config *c = [] {
         config *c = new config;
-        if (const char *d = getenv("ZTRAIN_CUDA_EMU_DEVICES"))
-            c->devices = atoi(d) > 0 ? atoi(d) : 1;
+        /* n GPUs, each process still one device of its own (ranks take their LOCAL_RANK's). A
+         * value not understood shows no GPU, saying why, rather than a guess. */
+        if (const char *d = getenv("ZTRAIN_CUDA_EMU_DEVICES")) {
+            char *end = nullptr;
+            long n = strtol(d, &end, 10);
+            c->devices = *d && *end == '\0' && n > 0 && n <= 64 ? (int)n : 0;
+            if (!c->devices)
+                fprintf(stderr, "ztrain cuda emulator: ZTRAIN_CUDA_EMU_DEVICES='%s' is not a "
+                        "number of devices from 1 to 64: the emulated device shows none\n", d);
+        }
         if (const char *i = getenv("ZTRAIN_CUDA_EMU_INTERLEAVE"))
             c->interleave = strcmp(i, "0") == 0 ? 0 : 1;
         /* NAME or NAME:N: the Nth launch of a kernel whose name contains NAME faults (a test's

@@ -1,15 +1,23 @@
 /* NCCL as the CUDA module offers it: the one table through which the engine's "nccl" transport
  * (engine/comm/comm_nccl.c) reaches NCCL, so that no program links libnccl or libcudart and the
  * engine includes no NCCL or CUDA header. The table lives in libztrain_cuda.so
- * (kernels/cuda/nccl_comm.c); zt_nccl_api() loads it with the rest of the module.
+ * (kernels/cuda/nccl/nccl_comm.c); zt_nccl_api() loads it with the rest of the module.
  *
- * Every call below returns only when its work is complete (or failed): the module issues NCCL's
- * non-blocking calls and then polls them against the communicator's timeout (the protocol is
- * kernels/cuda/nccl_wait.h's). A call that fails or times out aborts the communicator
- * (ncclCommAbort) and returns ZT_ERR_IO or ZT_ERR_TIMEOUT with a message naming the rank, the
- * GPU, the NCCL call and NCCL's text; every later call then fails at once, naming the first
- * failure. Rendezvous (handing the unique id to the other ranks) and naming the peers that
- * failed are the caller's. */
+ * A call on host memory (ZT_NCCL_HOST) returns only when its work is complete (or failed): the
+ * module issues NCCL's non-blocking calls and then polls them against the communicator's timeout
+ * (the protocol is kernels/cuda/nccl/nccl_wait.h's). A call on device memory returns once NCCL has
+ * taken it: the collective or message runs on the attached backend's communication stream (or
+ * the communicator's own) in stream order, as a kernel would, and the host does not wait. Its
+ * buffers must stay untouched until work ordered after it (an event on that stream, the
+ * backend's sync) says it is done. The attached backend's host waits watch it meanwhile, so a
+ * dead or stuck peer still ends in an abort and an error, reported by the backend's sync, at
+ * the latest a timeout after the oldest operation not known complete; a message whose header
+ * disagrees (another count or type) is found when the posted work is known complete. Without an
+ * attached backend the caller synchronises the communicator's stream through a later host call.
+ * A call that fails or times out aborts the communicator (ncclCommAbort) and returns ZT_ERR_IO or
+ * ZT_ERR_TIMEOUT with a message naming the rank, the GPU, the NCCL call and NCCL's text; every
+ * later call then fails at once, naming the first failure. Rendezvous (handing the unique id to
+ * the other ranks) and naming the peers that failed are the caller's. */
 #ifndef ZTRAIN_NCCL_H
 #define ZTRAIN_NCCL_H
 
@@ -58,8 +66,9 @@ typedef struct {
     /* Aborts the communicator (idempotent): pending and later calls fail. */
     void (*abort)(zt_nccl_comm *c);
     /* The collectives run on be's communication stream when be is the CUDA backend of the same
-     * GPU (so comm_device.c's events order them with compute), else on the communicator's own
-     * stream after be has been synchronised. be may be NULL. */
+     * GPU (so comm_device.c's events order them with compute, and be's host waits watch the
+     * posted ones), else on the communicator's own stream after be has been synchronised. be may
+     * be NULL. Work posted on the previous backend's stream is waited for first. */
     zt_status (*attach)(zt_nccl_comm *c, struct zt_backend *be);
     /* NCCL's asynchronous error, polled once without waiting: ZT_OK while the communicator is
      * healthy (or busy), the error (and an abort) otherwise. */

@@ -2,6 +2,13 @@
  * by nccl_wait.h's protocol, so that every wait polls against the operation's deadline and a dead
  * or stuck peer ends in ncclCommAbort and an error, never a hang.
  *
+ * Collectives and messages on device memory are posted, not awaited: once NCCL took the call,
+ * it runs on the stream in order with the compute around it, and the host goes on. The backend's
+ * next host wait watches them (stream_watch.c calls watch() below between its polls of the
+ * stream), so a dead or stuck peer still ends in an abort and an error at the deadline of the
+ * oldest posted operation. A message's header (count and dtype) travels in a slot of its own,
+ * checked when the posted work is known complete.
+ *
  * Nothing here blocks the host before the watch starts: host buffers are staged through pinned
  * memory (a copy from or into pageable memory may wait for earlier work on the stream, which is
  * the collective that hangs), every copy is cudaMemcpyAsync on the stream NCCL uses (never the
@@ -10,6 +17,7 @@
  * whole device). */
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +30,9 @@
 
 _Static_assert(sizeof(ncclUniqueId) == ZT_NCCL_ID_BYTES, "ncclUniqueId is ZT_NCCL_ID_BYTES");
 
+/* Message headers posted between two retirements; one more waits for them first. */
+enum { ZT_NCCL_SLOTS = 64 };
+
 struct zt_nccl_comm {
     ncclComm_t nc;
     int rank, world, device;
@@ -30,9 +41,20 @@ struct zt_nccl_comm {
     cudaStream_t own;  /* the communicator's stream when no CUDA backend is attached */
     cudaStream_t st;   /* the stream of the current operation */
     zt_backend *be;    /* attached CUDA backend (its communication stream), or NULL */
-    cudaEvent_t done;  /* recorded behind an operation's work */
-    int64_t *hdr_host; /* [2] pinned: a message's header (count, dtype) */
-    int64_t *hdr_dev;  /* [2] device */
+    cudaEvent_t done;   /* recorded behind an operation's work */
+    cudaEvent_t posted; /* recorded behind the last posted operation */
+    /* One call at a time (ZeRO's communication thread and the main thread both call), and the
+     * backend's watch (which skips a communicator whose call is under way) beside them. */
+    pthread_mutex_t mu;
+    /* Message headers (count, dtype), a slot each until retired: a posted send's is read by
+     * its copy when the stream gets there, a posted receive's checked at retirement. */
+    int64_t *hdr_host; /* [ZT_NCCL_SLOTS][2] pinned */
+    int64_t *hdr_dev;  /* [ZT_NCCL_SLOTS][2] device */
+    struct {
+        int64_t n, t; /* what the receive expects */
+        int peer;     /* -1: a send's slot, nothing to check */
+    } slot[ZT_NCCL_SLOTS];
+    int slots; /* slots used since the last retirement */
     void *dstage;      /* device staging of host buffers, grown to the largest */
     size_t dstage_bytes;
     void *hstage; /* pinned staging of host buffers, as large as dstage */
@@ -103,9 +125,8 @@ static zt_status drive(zt_nccl_comm *c, const char *what) {
     cudaError_t ev = cudaSuccess;
     while (v == ZT_NCCL_POLL) {
         pause_s(zt_nccl_wait_pause_s(&c->wait));
-        ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
-        if (r != ncclSuccess)
-            async = r;
+        /* The stream first, then the error: work that failed as it completed (the emulated
+         * NCCL's, whose wait for a dead peer ends) shows its error in the same poll. */
         zt_nccl_result stream = ZT_NCCL_R_SUCCESS;
         if (c->wait.state == ZT_NCCL_RUNNING) {
             ev = cudaEventQuery(c->done);
@@ -113,6 +134,9 @@ static zt_status drive(zt_nccl_comm *c, const char *what) {
                      : ev == cudaErrorNotReady ? ZT_NCCL_R_IN_PROGRESS
                                                : ZT_NCCL_R_ERROR;
         }
+        ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
+        if (r != ncclSuccess)
+            async = r;
         v = zt_nccl_wait_poll(&c->wait, result_of(async), stream, now_s());
     }
     if (v == ZT_NCCL_DONE)
@@ -142,11 +166,47 @@ static zt_status issued(zt_nccl_comm *c, ncclResult_t r, const char *call) {
 }
 #define NCCL_TRY(c, call) ZT_TRY(issued((c), (call), #call))
 
-/* Waits for everything issued on the operation's stream. */
+/* Everything posted is complete: the received headers are checked, the slots free again. */
+static zt_status retire(zt_nccl_comm *c) {
+    int used = c->slots;
+    c->slots = 0;
+    zt_nccl_wait_retire(&c->wait);
+    for (int i = 0; i < used; i++) {
+        const int64_t *h = c->hdr_host + 2 * i;
+        if (c->slot[i].peer >= 0 && (h[0] != c->slot[i].n || h[1] != c->slot[i].t))
+            return fail(c, ZT_ERR_INVALID,
+                        "recv: rank %d sent %lld elements of %s but rank %d expects %lld of %s",
+                        c->slot[i].peer, (long long)h[0],
+                        (unsigned long long)h[1] < ZT_DTYPE_COUNT ? zt_dtype_name((zt_dtype)h[1])
+                                                                  : "an unknown type",
+                        c->rank, (long long)c->slot[i].n, zt_dtype_name((zt_dtype)c->slot[i].t));
+    }
+    return ZT_OK;
+}
+
+/* Waits for everything issued on the operation's stream (the posted work included). */
 static zt_status finish(zt_nccl_comm *c, const char *what) {
     CUDA_TRY(c, cudaEventRecord(c->done, c->st));
     zt_nccl_wait_await(&c->wait);
-    return drive(c, what);
+    ZT_TRY(drive(c, what));
+    return retire(c);
+}
+
+/* Leaves a settled operation running on its stream, for the backend's next wait to watch. */
+static zt_status post(zt_nccl_comm *c) {
+    CUDA_TRY(c, cudaEventRecord(c->posted, c->st));
+    zt_nccl_wait_posted(&c->wait, now_s(), c->timeout_s);
+    return ZT_OK;
+}
+
+/* A header slot of a message; with every slot in use, the messages posted so far are waited
+ * for first. */
+static zt_status take_slot(zt_nccl_comm *c, int *out) {
+    if (c->slots == ZT_NCCL_SLOTS)
+        ZT_TRY(finish(c, "the messages posted before"));
+    *out = c->slots++;
+    c->slot[*out].peer = -1;
+    return ZT_OK;
 }
 
 /* The start of every operation: the communicator usable, this thread on its GPU, the stream
@@ -163,10 +223,14 @@ static zt_status begin(zt_nccl_comm *c, const char *what) {
     return ZT_OK;
 }
 
+static zt_status settle(zt_nccl_comm *c, const char *what);
+
 /* Staging of at least bytes, device and pinned; grown only here, between operations. */
 static zt_status stage(zt_nccl_comm *c, size_t bytes) {
     if (bytes <= c->dstage_bytes)
         return ZT_OK;
+    /* cudaFree waits for the whole device, posted collectives included: they are polled first. */
+    ZT_TRY(settle(c, "the operations posted before the staging grows"));
     CUDA_TRY(c, cudaSetDevice(c->device));
     if (c->dstage)
         cudaFree(c->dstage);
@@ -220,7 +284,7 @@ static zt_status nccl_all_reduce(zt_nccl_comm *c, void *buf, size_t n, zt_dtype 
                                  zt_nccl_op op) {
     ZT_TRY(begin(c, "all_reduce"));
     NCCL_TRY(c, ncclAllReduce(buf, buf, n, type_of(t), op_of(op), c->nc, c->st));
-    return finish(c, "all_reduce");
+    return post(c);
 }
 
 /* Several calls as one group: inside it NCCL only queues (each returns ncclSuccess or an
@@ -253,7 +317,7 @@ static zt_status nccl_reduce_scatter(zt_nccl_comm *c, const void *in, void *out,
         }
         ZT_TRY(group_end(c, bad, "ncclReduce (a piece of a reduce_scatter)"));
     }
-    return finish(c, "reduce_scatter");
+    return post(c);
 }
 
 /* The all-gather on device memory buf, issued (not finished). */
@@ -284,7 +348,7 @@ static zt_status nccl_all_gather(zt_nccl_comm *c, void *buf, size_t n, const siz
     ZT_TRY(begin(c, "all_gather"));
     if (mem == ZT_NCCL_DEVICE) {
         ZT_TRY(gather_on(c, buf, offsets, counts, t));
-        return finish(c, "all_gather");
+        return post(c);
     }
     /* The whole range travels both ways, so elements in no piece come back as they were. */
     ZT_TRY(stage_in(c, buf, bytes));
@@ -305,7 +369,9 @@ static zt_status nccl_broadcast(zt_nccl_comm *c, void *buf, size_t n, zt_dtype t
     if (mem == ZT_NCCL_HOST && c->rank == root)
         ZT_TRY(stage_in(c, buf, bytes));
     NCCL_TRY(c, ncclBroadcast(d, d, n, type_of(t), root, c->nc, c->st));
-    if (mem == ZT_NCCL_HOST && c->rank != root)
+    if (mem == ZT_NCCL_DEVICE)
+        return post(c);
+    if (c->rank != root)
         ZT_TRY(stage_back(c, bytes));
     ZT_TRY(finish(c, "broadcast"));
     if (mem == ZT_NCCL_HOST && c->rank != root)
@@ -320,11 +386,13 @@ static zt_status nccl_send(zt_nccl_comm *c, const void *buf, size_t n, zt_dtype 
     if (mem == ZT_NCCL_HOST)
         ZT_TRY(stage(c, bytes));
     ZT_TRY(begin(c, "send"));
-    c->hdr_host[0] = (int64_t)n;
-    c->hdr_host[1] = (int64_t)t;
-    CUDA_TRY(c, cudaMemcpyAsync(c->hdr_dev, c->hdr_host, 2 * sizeof(int64_t),
+    int k;
+    ZT_TRY(take_slot(c, &k));
+    c->hdr_host[2 * k] = (int64_t)n;
+    c->hdr_host[2 * k + 1] = (int64_t)t;
+    CUDA_TRY(c, cudaMemcpyAsync(c->hdr_dev + 2 * k, c->hdr_host + 2 * k, 2 * sizeof(int64_t),
                                 cudaMemcpyHostToDevice, c->st));
-    NCCL_TRY(c, ncclSend(c->hdr_dev, 2, ncclInt64, peer, c->nc, c->st));
+    NCCL_TRY(c, ncclSend(c->hdr_dev + 2 * k, 2, ncclInt64, peer, c->nc, c->st));
     if (n) {
         const void *d = buf;
         if (mem == ZT_NCCL_HOST) {
@@ -333,7 +401,7 @@ static zt_status nccl_send(zt_nccl_comm *c, const void *buf, size_t n, zt_dtype 
         }
         NCCL_TRY(c, ncclSend(d, n, type_of(t), peer, c->nc, c->st));
     }
-    return finish(c, "send");
+    return mem == ZT_NCCL_DEVICE ? post(c) : finish(c, "send");
 }
 
 static zt_status nccl_recv(zt_nccl_comm *c, void *buf, size_t n, zt_dtype t, int peer,
@@ -342,25 +410,29 @@ static zt_status nccl_recv(zt_nccl_comm *c, void *buf, size_t n, zt_dtype t, int
     if (mem == ZT_NCCL_HOST)
         ZT_TRY(stage(c, bytes));
     ZT_TRY(begin(c, "recv"));
-    NCCL_TRY(c, ncclRecv(c->hdr_dev, 2, ncclInt64, peer, c->nc, c->st));
-    CUDA_TRY(c, cudaMemcpyAsync(c->hdr_host, c->hdr_dev, 2 * sizeof(int64_t),
+    int k;
+    ZT_TRY(take_slot(c, &k));
+    NCCL_TRY(c, ncclRecv(c->hdr_dev + 2 * k, 2, ncclInt64, peer, c->nc, c->st));
+    CUDA_TRY(c, cudaMemcpyAsync(c->hdr_host + 2 * k, c->hdr_dev + 2 * k, 2 * sizeof(int64_t),
                                 cudaMemcpyDeviceToHost, c->st));
+    c->slot[k].n = (int64_t)n;
+    c->slot[k].t = (int64_t)t;
+    c->slot[k].peer = peer;
+    /* Into device memory the payload follows the header at once; the header is checked when
+     * the posted work is retired. Into host memory it is checked first, as the host waits. */
+    if (mem == ZT_NCCL_DEVICE) {
+        if (n)
+            NCCL_TRY(c, ncclRecv(buf, n, type_of(t), peer, c->nc, c->st));
+        return post(c);
+    }
     ZT_TRY(finish(c, "recv (the message's header)"));
-    if (c->hdr_host[0] != (int64_t)n || c->hdr_host[1] != (int64_t)t)
-        return fail(c, ZT_ERR_INVALID,
-                    "recv: rank %d sent %lld elements of %s but rank %d expects %zu of %s", peer,
-                    (long long)c->hdr_host[0], zt_dtype_name((zt_dtype)c->hdr_host[1]), c->rank,
-                    n, zt_dtype_name(t));
     if (!n)
         return ZT_OK;
     ZT_TRY(begin(c, "recv"));
-    void *d = mem == ZT_NCCL_HOST ? c->dstage : buf;
-    NCCL_TRY(c, ncclRecv(d, n, type_of(t), peer, c->nc, c->st));
-    if (mem == ZT_NCCL_HOST)
-        ZT_TRY(stage_back(c, bytes));
+    NCCL_TRY(c, ncclRecv(c->dstage, n, type_of(t), peer, c->nc, c->st));
+    ZT_TRY(stage_back(c, bytes));
     ZT_TRY(finish(c, "recv"));
-    if (mem == ZT_NCCL_HOST)
-        memcpy(buf, c->hstage, bytes);
+    memcpy(buf, c->hstage, bytes);
     return ZT_OK;
 }
 
@@ -398,10 +470,21 @@ static zt_status nccl_unique_id(zt_nccl_id *out) {
     return ZT_OK;
 }
 
+/* Waits (polled) for what was posted on the current streams. */
+static zt_status settle(zt_nccl_comm *c, const char *what) {
+    if (!c->nc || !c->wait.inflight)
+        return ZT_OK;
+    ZT_TRY(begin(c, what));
+    return finish(c, what);
+}
+
 static void nccl_destroy(zt_nccl_comm *c) {
     if (!c)
         return;
     cudaSetDevice(c->device);
+    settle(c, "the operations posted before destroy");
+    if (c->be)
+        zt_cuda_watch_remove(c->be, c);
     if (c->nc && c->wait.state == ZT_NCCL_READY &&
         zt_nccl_wait_begin(&c->wait, now_s(), c->timeout_s)) {
         /* A clean end: flush (polled like any call), then free; otherwise abort. */
@@ -421,14 +504,20 @@ static void nccl_destroy(zt_nccl_comm *c) {
         cudaFreeHost(c->hdr_host);
     if (c->done)
         cudaEventDestroy(c->done);
+    if (c->posted)
+        cudaEventDestroy(c->posted);
     if (c->own)
         cudaStreamDestroy(c->own);
+    pthread_mutex_destroy(&c->mu);
     free(c);
 }
 
 static void nccl_abort(zt_nccl_comm *c) {
-    if (c)
-        abort_comm(c);
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    abort_comm(c);
+    pthread_mutex_unlock(&c->mu);
 }
 
 static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world, int rank,
@@ -442,6 +531,7 @@ static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world
     c->device = device;
     c->timeout_s = timeout_s;
     zt_nccl_wait_init(&c->wait);
+    pthread_mutex_init(&c->mu, NULL);
     zt_status s = check_cuda(c, cudaSetDevice(device), "cudaSetDevice");
     if (s == ZT_OK)
         s = check_cuda(c, cudaStreamCreateWithFlags(&c->own, cudaStreamNonBlocking),
@@ -450,10 +540,14 @@ static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world
         s = check_cuda(c, cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming),
                        "cudaEventCreateWithFlags");
     if (s == ZT_OK)
-        s = check_cuda(c, cudaMalloc((void **)&c->hdr_dev, 2 * sizeof(int64_t)), "cudaMalloc");
+        s = check_cuda(c, cudaEventCreateWithFlags(&c->posted, cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags");
+    const size_t hdr = ZT_NCCL_SLOTS * 2 * sizeof(int64_t);
     if (s == ZT_OK)
-        s = check_cuda(c, cudaHostAlloc((void **)&c->hdr_host, 2 * sizeof(int64_t),
-                                        cudaHostAllocPortable), "cudaHostAlloc");
+        s = check_cuda(c, cudaMalloc((void **)&c->hdr_dev, hdr), "cudaMalloc");
+    if (s == ZT_OK)
+        s = check_cuda(c, cudaHostAlloc((void **)&c->hdr_host, hdr, cudaHostAllocPortable),
+                       "cudaHostAlloc");
     if (s != ZT_OK) {
         nccl_destroy(c);
         return s;
@@ -484,13 +578,62 @@ static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world
     return ZT_OK;
 }
 
+/* The backend's host wait looking at the posted work (cuda_backend.h: zt_cuda_watch_fn). A call
+ * under way watches its own operation, so the look is skipped then. */
+static zt_status watch(void *ctx, bool covered) {
+    zt_nccl_comm *c = ctx;
+    if (pthread_mutex_trylock(&c->mu) != 0)
+        return ZT_OK;
+    zt_status s = ZT_OK;
+    if (c->nc && c->wait.inflight) {
+        double t = now_s();
+        /* Past the deadline, the stream first, then the error (as drive() does). */
+        zt_nccl_result posted = ZT_NCCL_R_IN_PROGRESS;
+        cudaError_t ev = cudaSuccess;
+        if (!covered && zt_nccl_wait_overdue(&c->wait, t)) {
+            ev = cudaEventQuery(c->posted);
+            posted = ev == cudaSuccess         ? ZT_NCCL_R_SUCCESS
+                     : ev == cudaErrorNotReady ? ZT_NCCL_R_IN_PROGRESS
+                                               : ZT_NCCL_R_ERROR;
+        }
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
+        if (r != ncclSuccess)
+            async = r;
+        zt_nccl_verdict v = zt_nccl_wait_watch(&c->wait, result_of(async), posted, covered, t);
+        char text[256];
+        if (v == ZT_NCCL_DONE) {
+            s = retire(c);
+        } else if (v == ZT_NCCL_TIMED_OUT) {
+            s = fail(c, ZT_ERR_TIMEOUT, "the collectives posted on the stream did not complete "
+                     "within %g s; a peer is dead or stuck", c->timeout_s);
+        } else if (v == ZT_NCCL_FAILED) {
+            if (async != ncclSuccess && async != ncclInProgress)
+                nccl_text(c, async, text, sizeof text);
+            else
+                snprintf(text, sizeof text, "%s", cudaGetErrorString(ev));
+            s = fail(c, ZT_ERR_IO, "a posted collective failed: %s", text);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
 static zt_status nccl_attach(zt_nccl_comm *c, zt_backend *be) {
     if (be && (be->device != ZT_DEVICE_CUDA || be->device_index != c->device))
         return zt_error(ZT_ERR_INVALID, "nccl rank %d: cannot run on the streams of %s device "
                         "%d: the communicator has GPU %d", c->rank, be->name, be->device_index,
                         c->device);
+    if (be == c->be)
+        return ZT_OK;
+    /* Work posted on the old streams completes before they are let go. */
+    zt_status s = settle(c, "the operations posted before attach");
+    if (c->be)
+        zt_cuda_watch_remove(c->be, c);
     c->be = be;
-    return ZT_OK;
+    if (be && s == ZT_OK)
+        s = zt_cuda_watch_add(be, watch, c);
+    return s;
 }
 
 static zt_status nccl_async_error(zt_nccl_comm *c) {
@@ -508,6 +651,44 @@ static zt_status nccl_async_error(zt_nccl_comm *c) {
     return fail(c, ZT_ERR_IO, "asynchronous error: %s", text);
 }
 
+/* ---- the table: one call of a communicator at a time --------------------------------------- */
+
+#define LOCKED(c, call)                                                                            \
+    do {                                                                                           \
+        pthread_mutex_lock(&(c)->mu);                                                              \
+        zt_status s_ = (call);                                                                     \
+        pthread_mutex_unlock(&(c)->mu);                                                            \
+        return s_;                                                                                 \
+    } while (0)
+
+static zt_status locked_attach(zt_nccl_comm *c, zt_backend *be) { LOCKED(c, nccl_attach(c, be)); }
+static zt_status locked_async_error(zt_nccl_comm *c) { LOCKED(c, nccl_async_error(c)); }
+static zt_status locked_all_reduce(zt_nccl_comm *c, void *buf, size_t n, zt_dtype t,
+                                   zt_nccl_op op) {
+    LOCKED(c, nccl_all_reduce(c, buf, n, t, op));
+}
+static zt_status locked_reduce_scatter(zt_nccl_comm *c, const void *in, void *out,
+                                       const size_t *offsets, const size_t *counts, zt_dtype t,
+                                       zt_nccl_op op) {
+    LOCKED(c, nccl_reduce_scatter(c, in, out, offsets, counts, t, op));
+}
+static zt_status locked_all_gather(zt_nccl_comm *c, void *buf, size_t n, const size_t *offsets,
+                                   const size_t *counts, zt_dtype t, zt_nccl_mem mem) {
+    LOCKED(c, nccl_all_gather(c, buf, n, offsets, counts, t, mem));
+}
+static zt_status locked_broadcast(zt_nccl_comm *c, void *buf, size_t n, zt_dtype t, int root,
+                                  zt_nccl_mem mem) {
+    LOCKED(c, nccl_broadcast(c, buf, n, t, root, mem));
+}
+static zt_status locked_send(zt_nccl_comm *c, const void *buf, size_t n, zt_dtype t, int peer,
+                             zt_nccl_mem mem) {
+    LOCKED(c, nccl_send(c, buf, n, t, peer, mem));
+}
+static zt_status locked_recv(zt_nccl_comm *c, void *buf, size_t n, zt_dtype t, int peer,
+                             zt_nccl_mem mem) {
+    LOCKED(c, nccl_recv(c, buf, n, t, peer, mem));
+}
+
 static const zt_nccl_api api = {
     .version = ZT_NCCL_API_VERSION,
     .nccl_version = nccl_version,
@@ -516,14 +697,14 @@ static const zt_nccl_api api = {
     .create = nccl_create,
     .destroy = nccl_destroy,
     .abort = nccl_abort,
-    .attach = nccl_attach,
-    .async_error = nccl_async_error,
-    .all_reduce = nccl_all_reduce,
-    .reduce_scatter = nccl_reduce_scatter,
-    .all_gather = nccl_all_gather,
-    .broadcast = nccl_broadcast,
-    .send = nccl_send,
-    .recv = nccl_recv,
+    .attach = locked_attach,
+    .async_error = locked_async_error,
+    .all_reduce = locked_all_reduce,
+    .reduce_scatter = locked_reduce_scatter,
+    .all_gather = locked_all_gather,
+    .broadcast = locked_broadcast,
+    .send = locked_send,
+    .recv = locked_recv,
 };
 
 /* The module's entry point for NCCL, which kernels/backend.c finds with dlsym. */

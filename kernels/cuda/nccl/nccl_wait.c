@@ -6,6 +6,8 @@ void zt_nccl_wait_init(zt_nccl_wait *w) {
     w->state = ZT_NCCL_READY;
     w->deadline = 0;
     w->polls = 0;
+    w->inflight = 0;
+    w->oldest = 0;
 }
 
 bool zt_nccl_wait_begin(zt_nccl_wait *w, double now, double timeout_s) {
@@ -70,6 +72,33 @@ zt_nccl_verdict zt_nccl_wait_poll(zt_nccl_wait *w, zt_nccl_result async, zt_nccl
         }
     }
     if (now > w->deadline)
+        return abort_with(w, ZT_NCCL_TIMED_OUT);
+    return ZT_NCCL_POLL;
+}
+
+void zt_nccl_wait_posted(zt_nccl_wait *w, double now, double timeout_s) {
+    if (w->inflight++ == 0)
+        w->oldest = now + timeout_s;
+}
+
+void zt_nccl_wait_retire(zt_nccl_wait *w) { w->inflight = 0; }
+
+bool zt_nccl_wait_overdue(const zt_nccl_wait *w, double now) {
+    return w->inflight > 0 && now > w->oldest;
+}
+
+zt_nccl_verdict zt_nccl_wait_watch(zt_nccl_wait *w, zt_nccl_result async, zt_nccl_result posted,
+                                   bool covered, double now) {
+    if (w->state == ZT_NCCL_ABORTED)
+        return ZT_NCCL_FAILED;
+    if (w->inflight == 0)
+        return ZT_NCCL_DONE;
+    /* An error counts even when the work completed: NCCL's result may be wrong then. */
+    if (async == ZT_NCCL_R_ERROR || posted == ZT_NCCL_R_ERROR)
+        return abort_with(w, ZT_NCCL_FAILED);
+    if (async == ZT_NCCL_R_SUCCESS && (covered || posted == ZT_NCCL_R_SUCCESS))
+        return ZT_NCCL_DONE;
+    if (now > w->oldest)
         return abort_with(w, ZT_NCCL_TIMED_OUT);
     return ZT_NCCL_POLL;
 }

@@ -18,7 +18,15 @@
  *   ABORTED   an error or a timeout: the communicator must be (and is, by the module) aborted;
  *             it stays aborted
  * Each operation (a collective with its staging copies) starts with a deadline; every wait of
- * the operation counts against that one deadline. */
+ * the operation counts against that one deadline.
+ *
+ * Posted work. A collective on device memory is not awaited: once its call settled (READY
+ * again), it is left running on its stream in order with the compute that follows, as PyTorch's
+ * and DeepSpeed's NCCL paths leave it, and counted as posted (inflight) with the deadline of the
+ * oldest posted operation. Whoever then waits for those streams on the host (the backend's
+ * synchronisation, through zt_nccl_wait_watch) polls the asynchronous error meanwhile and gives
+ * up at that deadline; an awaited operation (RUNNING to DONE) or a wait that covered every
+ * stream retires them all (zt_nccl_wait_retire). */
 #ifndef ZTRAIN_NCCL_WAIT_H
 #define ZTRAIN_NCCL_WAIT_H
 
@@ -48,6 +56,8 @@ typedef struct {
     zt_nccl_state state;
     double deadline; /* of the current operation, in the caller's clock (seconds) */
     long polls;      /* polls of the current operation */
+    long inflight;   /* operations posted and not known complete */
+    double oldest;   /* the deadline of the oldest of them */
 } zt_nccl_wait;
 
 /* A fresh communicator's machine: READY. */
@@ -77,6 +87,29 @@ zt_nccl_verdict zt_nccl_wait_await(zt_nccl_wait *w);
  * FAILED. */
 zt_nccl_verdict zt_nccl_wait_poll(zt_nccl_wait *w, zt_nccl_result async, zt_nccl_result stream,
                                   double now);
+
+/* After a settled operation was left running on its stream at time now: one more posted; the
+ * first of them sets the deadline that zt_nccl_wait_watch holds them to. */
+void zt_nccl_wait_posted(zt_nccl_wait *w, double now, double timeout_s);
+
+/* Every posted operation is known complete (an event behind them fired, or a wait covered their
+ * streams). */
+void zt_nccl_wait_retire(zt_nccl_wait *w);
+
+/* Whether posted work has passed its deadline at time now: the caller should then ask its
+ * stream whether it completed (pass that as posted below) before calling it lost. */
+bool zt_nccl_wait_overdue(const zt_nccl_wait *w, double now);
+
+/* One look at posted work from a host wait for its streams, at time now: async is
+ * ncclCommGetAsyncError's state; posted the completion of an event recorded behind the posted
+ * work (IN_PROGRESS when not asked); covered whether the host's wait has finished and covered
+ * their streams. DONE when nothing is posted, or it completed (covered, or posted SUCCESS, with
+ * no asynchronous error): the caller retires it. FAILED (ABORTED) on an asynchronous error or a
+ * failed stream, or when the communicator was aborted; TIMED_OUT (ABORTED) past the oldest
+ * deadline; POLL otherwise. The state of calls (READY, SETTLING, RUNNING) is not changed: this
+ * runs beside them. */
+zt_nccl_verdict zt_nccl_wait_watch(zt_nccl_wait *w, zt_nccl_result async, zt_nccl_result posted,
+                                   bool covered, double now);
 
 /* Seconds to pause before the next poll: none for the first ZT_NCCL_SPIN_POLLS polls of an
  * operation (a small collective finishes within microseconds), then ZT_NCCL_PAUSE_S, which
