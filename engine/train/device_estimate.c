@@ -13,26 +13,111 @@
 #include "ztrain/zero.h"
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-/* What ZeRO releases but the CUDA backend keeps allocated: its release zeroes a range and keeps
- * the memory (backend.h, zt_backend_cuda_create). In mixed precision that is the model's whole
- * fp32 parameters and gradients (8Ψ) beyond the part the kernels need live (fp32_live, the
- * working set ZeRO has not released); in fp32 the flat gradient buffer stays whole beside the
- * reduce-scattered slice from stage 2; at stage 3 the parameters outside the rank's slice stay
- * (16-bit in mixed precision, fp32 otherwise). When the backend gives released ranges back, this
- * is the one place that changes. */
-static uint64_t cuda_released_still_allocated(bool half, int stage, uint64_t padded,
-                                              uint64_t part, uint64_t fp32_live, bool *ov) {
-    uint64_t held = 0;
+/* The physical bytes the CUDA backend holds for an allocation of `bytes`: large ones are
+ * reserved ranges of whole granules (CUDA VMM, backend.h), smaller ones cudaMalloc's. */
+static uint64_t held(uint64_t bytes, bool *ov) {
+    return bytes >= ZT_CUDA_VMM_MIN_BYTES ? zt_u64_round_up(bytes, ZT_CUDA_VMM_GRANULE_BYTES, ov)
+                                          : bytes;
+}
+
+/* The granules a large flat buffer holds while `n` of its fp32 elements, in `ranges` separate
+ * ranges, are in use and the rest is released: each range rounded out to whole granules, at
+ * most the buffer's own; a small buffer keeps all of its bytes, released or not. */
+static uint64_t held_in_use(uint64_t n, int ranges, uint64_t whole, bool *ov) {
+    if (whole < ZT_CUDA_VMM_MIN_BYTES)
+        return whole;
+    const uint64_t in_use =
+        zt_u64_add(zt_u64_round_up(zt_u64_mul(n, 4, ov), ZT_CUDA_VMM_GRANULE_BYTES, ov),
+                   zt_u64_mul((uint64_t)ranges, ZT_CUDA_VMM_GRANULE_BYTES, ov), ov);
+    return min_u64(in_use, held(whole, ov));
+}
+
+/* The model state of one rank on the CUDA backend in its three moments: the model made in fp32
+ * (parameters and gradients whole), ZeRO's setup (its buffers and the optimizer's allocated; the
+ * fp32 gradients given back where ZeRO holds them per layer, the fp32 parameters still whole
+ * until the 16-bit model is made from them, or stage 3 lets go of the others), and a step (the
+ * fp32 layers in use). The estimate's terms are the step's; setup_bytes is what either earlier
+ * moment holds beyond it. A released range of a small allocation stays allocated; a large one
+ * gives back its whole granules (backend.h). */
+static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint64_t padded,
+                        uint64_t N, zt_device_estimate *out, bool *ov) {
+    const zt_ds_config *ds = &job->ds;
+    const zt_zero_config *z = &ds->zero;
+    const bool half = ds->bf16.enabled || ds->fp16.enabled;
+    const int stage = z->stage;
+    const uint64_t part = padded / N, state_n = stage == 0 ? padded : part;
+    const int n_state = ds->has_optimizer ? zt_optimizer_state_count(&ds->optimizer) : 0;
+    const bool offloaded = z->offload_optimizer.device != ZT_OFFLOAD_NONE;
+    const bool states16 = ds->bf16.enabled && ds->bf16.master_weights_and_grads &&
+                          ds->bf16.optimizer_states;
+    const uint64_t f32 = zt_u64_mul(4, padded, ov); /* the model's fp32 parameters, gradients */
+
+    /* The optimizer: each state array one allocation of the share (stage 0: everything). */
+    const uint64_t state = held(zt_u64_mul(4, state_n, ov), ov);
+    if (states16)
+        /* The fp32 masters are taken at ZeRO's start and freed for the 16-bit moments. */
+        out->optimizer_bytes = max_u64(held(zt_u64_mul(4, part, ov), ov),
+                                       zt_u64_mul(held(zt_u64_mul(2, part, ov), ov),
+                                                  (uint64_t)n_state, ov));
+    else if (!offloaded)
+        out->optimizer_bytes = zt_u64_mul(state, (uint64_t)n_state + (half ? 1 : 0), ov);
+
+    /* The fp32 layers a step holds: the outer tensors and the block in use (and the next,
+     * prefetched at stage 3 with overlap_comm), three ranges of the flat buffer; the gradients
+     * the backward writes, the outer tensors' and the blocks of the bucket being filled and of
+     * the one reduced before it (all of them when a bucket holds the model), three ranges too. */
+    const uint64_t layer = m->layer_params, outer = m->outer_params;
+    const bool prefetch = stage == 3 && N > 1 && z->overlap_comm &&
+                          z->stage3_prefetch_bucket_size > 0;
+    const uint64_t params_live = zt_u64_add(outer, zt_u64_mul(prefetch ? 2 : 1, layer, ov), ov);
+    const uint64_t bucket = z->reduce_bucket_size > 0 ? (uint64_t)z->reduce_bucket_size : 1;
+    const uint64_t bucket_blocks = layer ? zt_u64_div_up(bucket, layer) + 1 : 1;
+    const uint64_t grads_live =
+        bucket >= padded ? padded
+                         : zt_u64_add(zt_u64_mul(min_u64(bucket_blocks, (uint64_t)m->n_layer),
+                                                 layer, ov), outer, ov);
+    const uint64_t grads_step = held_in_use(min_u64(grads_live, padded), 3, f32, ov);
+    /* Stage 3's fp32 parameters outside the slice are given back only where no tensor kept
+     * whole (stage3_param_persistence_threshold) pins their granules: with any such tensor
+     * between the large ones, they all stay. */
+    const bool pinned = stage == 3 && m->persistent_params > 0;
+
+    const uint64_t model_made = zt_u64_add(held(f32, ov), held(f32, ov), ov);
+    uint64_t setup, step_fp32;
     if (half) {
-        const uint64_t copy = zt_u64_mul(8, padded, ov);
-        held = copy > fp32_live ? copy - fp32_live : 0;
-    } else if (stage >= 2) {
-        held = zt_u64_mul(4, padded, ov);
+        /* The 16-bit parameters whole (stage 3 lets go of the others only after setup) and
+         * gradients (a slice from stage 2); the fp32 copy is the working copy of the layers in
+         * use, whole while setup makes the 16-bit model from it. */
+        out->param_bytes = held(zt_u64_mul(2, padded, ov), ov);
+        out->grad_bytes = held(zt_u64_mul(2, stage >= 2 ? part : padded, ov), ov);
+        step_fp32 = zt_u64_add(held_in_use(min_u64(params_live, padded), 3, f32, ov),
+                               grads_step, ov);
+        const uint64_t grads_setup = f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0;
+        setup = zt_u64_add(held(f32, ov), grads_setup, ov);
+    } else {
+        const bool slice = stage == 3 && !pinned && f32 >= ZT_CUDA_VMM_MIN_BYTES;
+        out->param_bytes =
+            slice ? held_in_use(part, 1, f32, ov) : held(f32, ov);
+        /* Stages 2-3 accumulate the slice's gradients apart and give the flat buffer back but
+         * for the layers the backward writes; below, the model's gradients are whole. */
+        out->grad_bytes = stage >= 2 ? held(zt_u64_mul(4, part, ov), ov) : held(f32, ov);
+        step_fp32 = stage >= 2 ? grads_step : 0;
+        if (slice)
+            step_fp32 = zt_u64_add(step_fp32, held_in_use(params_live, 3, f32, ov), ov);
+        setup = stage >= 2 ? zt_u64_add(held(f32, ov) - out->param_bytes,
+                                        f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov)
+                           : 0;
     }
-    if (stage == 3)
-        held = zt_u64_add(held, zt_u64_mul(half ? 2 : 4, padded - part, ov), ov);
-    return held;
+    out->fp32_copy_bytes = step_fp32;
+    /* What the earliest moments hold beyond the step's terms. */
+    const uint64_t zero_terms =
+        zt_u64_add(zt_u64_add(out->param_bytes, out->grad_bytes, ov), out->optimizer_bytes, ov);
+    const uint64_t step_total = zt_u64_add(zero_terms, step_fp32, ov);
+    const uint64_t setup_total = zt_u64_add(zero_terms, setup, ov);
+    const uint64_t highest = max_u64(model_made, setup_total);
+    out->setup_bytes = highest > step_total ? highest - step_total : 0;
 }
 
 /* The per-channel sums' row tiles for n rows (kernels/cuda/channel_sums.cuh): rows per tile
@@ -49,7 +134,6 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
     const zt_ds_config *ds = &job->ds;
     const zt_zero_config *z = &ds->zero;
     const bool half = ds->bf16.enabled || ds->fp16.enabled;
-    const int stage = z->stage;
     const int tp = ds->tp_size > 1 ? ds->tp_size : 1;
     const uint64_t N = (uint64_t)job->world_size / (uint64_t)tp;
     /* The CUDA backend stores activations in their 16-bit type and its attention keeps a
@@ -66,39 +150,11 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
 
     bool ov = false;
     memset(out, 0, sizeof *out);
-    const uint64_t padded = zt_u64_round_up(m.params, 16 * N, &ov), part = padded / N;
-    const uint64_t state_n = stage == 0 ? padded : part;
-    const int n_state = ds->has_optimizer ? zt_optimizer_state_count(&ds->optimizer) : 0;
-    const bool offloaded = z->offload_optimizer.device != ZT_OFFLOAD_NONE;
+    const uint64_t padded = zt_u64_round_up(m.params, 16 * N, &ov);
     const bool states16 = ds->bf16.enabled && ds->bf16.master_weights_and_grads &&
                           ds->bf16.optimizer_states;
-    const uint64_t P = half ? 2 : 4;
-
-    /* The model state (zero.c, optimizer.c): in mixed precision ZeRO's 16-bit parameters and
-     * gradients (a slice of the gradients from stage 2, accumulated there) and its fp32
-     * masters; in fp32 the model's own buffers are the parameters and gradients, and stages 2-3
-     * accumulate the slice's gradients apart. */
-    out->param_bytes = zt_u64_mul(P, stage == 3 ? part : padded, &ov);
-    out->grad_bytes = zt_u64_mul(P, stage >= 2 ? part : padded, &ov);
-    const uint64_t moments = zt_u64_mul(zt_u64_mul(4, state_n, &ov), (uint64_t)n_state, &ov);
-    if (states16)
-        /* The fp32 masters are taken at ZeRO's start and freed for the 16-bit moments. */
-        out->optimizer_bytes = max_u64(zt_u64_mul(4, part, &ov),
-                                       zt_u64_mul(zt_u64_mul(2, part, &ov), (uint64_t)n_state,
-                                                  &ov));
-    else if (!offloaded)
-        out->optimizer_bytes = zt_u64_add(moments, half ? zt_u64_mul(4, state_n, &ov) : 0, &ov);
-    /* Mixed precision computes in fp32 parameters and gradients beside the 16-bit ones; what
-     * it needs live at once is the engine's working set, the rest ZeRO releases. */
-    if (half) {
-        uint64_t params_tmp;
-        out->fp32_copy_bytes = zt_u64_mul(zt_admission_working_set(job, &m, padded, N,
-                                                                   &params_tmp, &ov),
-                                          sizeof(float), &ov);
-    }
-    out->released_bytes = cuda_released_still_allocated(half, stage, padded, part,
-                                                        out->fp32_copy_bytes, &ov);
-    out->activation_bytes = m.activation_bytes;
+    model_state(job, &m, padded, N, out, &ov);
+    out->activation_bytes = held(m.activation_bytes, &ov);
     out->cublas_bytes = ZT_CUDA_CUBLAS_WORKSPACE_BYTES;
 
     /* The workspaces: the backend's sums and scratch for B·T rows, ZeRO's conversion chunk and
@@ -131,7 +187,7 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
     out->workspace_bytes = w;
 
     const uint64_t terms[] = {out->param_bytes,      out->grad_bytes,     out->optimizer_bytes,
-                              out->fp32_copy_bytes,  out->released_bytes, out->activation_bytes,
+                              out->fp32_copy_bytes,  out->setup_bytes,    out->activation_bytes,
                               out->cublas_bytes,     out->workspace_bytes};
     uint64_t sum = 0;
     for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++)
@@ -148,8 +204,8 @@ void zt_device_estimate_describe(const zt_device_estimate *d, char *buf, size_t 
     } terms[] = {{"parameters", d->param_bytes},
                  {"gradients", d->grad_bytes},
                  {"optimizer state", d->optimizer_bytes},
-                 {"fp32 working copy", d->fp32_copy_bytes},
-                 {"released but still allocated", d->released_bytes},
+                 {"fp32 layers in use", d->fp32_copy_bytes},
+                 {"held only while setting up", d->setup_bytes},
                  {"activations", d->activation_bytes},
                  {"cuBLASLt workspace", d->cublas_bytes},
                  {"workspaces", d->workspace_bytes}};
@@ -158,8 +214,8 @@ void zt_device_estimate_describe(const zt_device_estimate *d, char *buf, size_t 
     size_t at = (size_t)snprintf(buf, size, "%s per rank on the GPU (", total);
     bool first = true;
     for (size_t i = 0; i < sizeof terms / sizeof terms[0] && at < size; i++) {
-        /* Terms that are 0 for this job (the working copy in fp32, the released ranges below
-         * stage 2) are left out; the ZeRO terms are always named. */
+        /* Terms that are 0 for this job (no fp32 layers in use in fp32 below stage 2, nothing
+         * held only at setup) are left out; the ZeRO terms are always named. */
         if (!terms[i].bytes && i > 2)
             continue;
         char b[32];

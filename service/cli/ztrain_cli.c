@@ -190,14 +190,14 @@ static int cmd_estimate(int argc, char **argv) {
         int at = snprintf(device, sizeof device,
                           ", \"device_bytes\": %llu, \"device_terms\": {\"param_bytes\": %llu, "
                           "\"grad_bytes\": %llu, \"optimizer_bytes\": %llu, "
-                          "\"fp32_copy_bytes\": %llu, \"released_bytes\": %llu, "
+                          "\"fp32_copy_bytes\": %llu, \"setup_bytes\": %llu, "
                           "\"activation_bytes\": %llu, \"cublas_bytes\": %llu, "
                           "\"workspace_bytes\": %llu}, \"device_reserve_bytes\": %llu",
                           (unsigned long long)d->total_bytes, (unsigned long long)d->param_bytes,
                           (unsigned long long)d->grad_bytes,
                           (unsigned long long)d->optimizer_bytes,
                           (unsigned long long)d->fp32_copy_bytes,
-                          (unsigned long long)d->released_bytes,
+                          (unsigned long long)d->setup_bytes,
                           (unsigned long long)d->activation_bytes,
                           (unsigned long long)d->cublas_bytes,
                           (unsigned long long)d->workspace_bytes,

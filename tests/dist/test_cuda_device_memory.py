@@ -105,7 +105,7 @@ with tempfile.TemporaryDirectory(prefix="ztrain-devmem-") as d:
         est_device = est.get("device_bytes")
         ck.check(isinstance(est_device, int) and sorted(est.get("device_terms", {})) ==
                  sorted(["param_bytes", "grad_bytes", "optimizer_bytes", "fp32_copy_bytes",
-                         "released_bytes", "activation_bytes", "cublas_bytes",
+                         "setup_bytes", "activation_bytes", "cublas_bytes",
                          "workspace_bytes"]) and sum(est["device_terms"].values()) == est_device,
                  f"{name}: the estimate has device_bytes, the sum of its named terms")
         for r in range(N):

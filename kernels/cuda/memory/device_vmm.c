@@ -29,6 +29,8 @@
 /* Allocations of at least this many granules are the VMM's; smaller ones stay cudaMalloc's,
  * where rounding to granules would cost more than releasing saves. */
 enum { ZT_VMM_MIN_GRANULES = 4 };
+_Static_assert(ZT_VMM_MIN_GRANULES * ZT_CUDA_VMM_GRANULE_BYTES == ZT_CUDA_VMM_MIN_BYTES,
+               "backend.h states the size from which an allocation is reserved granules");
 
 typedef struct zt_vmm_granule {
     int handle;           /* the physical granule mapped here (index), -1: none */

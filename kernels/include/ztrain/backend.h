@@ -243,6 +243,12 @@ zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out);
  * ZT_CUDA_CHANNEL_TILES row tiles of at least ZT_CUDA_CHANNEL_MIN_ROWS rows. The kernels check
  * these against their own constants. */
 #define ZT_CUDA_CUBLAS_WORKSPACE_BYTES ((uint64_t)32 << 20)
+/* The granule of CUDA's virtual memory management on the GPUs ztrain is built for (2 MiB on
+ * H100 and H200, cuMemGetAllocationGranularity) and the size from which an allocation is a
+ * reserved range of whole granules (four of them; ZTRAIN_CUDA_VMM_MIN_BYTES moves it at run
+ * time): what an estimate made without a GPU rounds such allocations to. */
+#define ZT_CUDA_VMM_GRANULE_BYTES ((uint64_t)2 << 20)
+#define ZT_CUDA_VMM_MIN_BYTES (4 * ZT_CUDA_VMM_GRANULE_BYTES)
 #define ZT_CUDA_SUMS_BYTES ((uint64_t)(2 * 1024 + 2) * sizeof(double))
 #define ZT_CUDA_CHANNEL_TILES 1024
 #define ZT_CUDA_CHANNEL_MIN_ROWS 64
