@@ -176,24 +176,28 @@ static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, 
         return;
     static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                 cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
-    ZT_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, kinds[kind], st->stream[s]));
-    if (kind == ZT_COPY_D2H)
-        zt_cuda_count_read(be);
     /* Bytes written to device memory are held again, released before or not; but a granule
-     * of a large allocation given back must be committed first (backend.h), or the copy would
-     * write into memory another range may hold. */
+     * of a large allocation given back must be committed first (backend.h): the copy is refused
+     * before it is issued, since it would write into memory another range may hold. */
     if (kind == ZT_COPY_H2D || kind == ZT_COPY_D2D) {
         pthread_mutex_lock(&st->released_lock);
         bool live = zt_cuda_vmm_live(st, dst, bytes);
-        zt_status rs = zt_cuda_ranges_remove(&st->released, (uintptr_t)dst, (uintptr_t)dst + bytes);
+        zt_status rs = live ? zt_cuda_ranges_remove(&st->released, (uintptr_t)dst,
+                                                    (uintptr_t)dst + bytes)
+                            : ZT_OK;
         pthread_mutex_unlock(&st->released_lock);
-        if (rs != ZT_OK)
-            zt_cuda_fail(be, "host", "zt_cuda_ranges_remove", zt_last_error(), __FILE__, __LINE__);
-        if (!live)
+        if (!live) {
             zt_cuda_fail(be, "host", "zt_backend_copy", "the destination lies in released "
                          "device memory that was not committed again (zt_backend_commit)",
                          __FILE__, __LINE__);
+            return;
+        }
+        if (rs != ZT_OK)
+            zt_cuda_fail(be, "host", "zt_cuda_ranges_remove", zt_last_error(), __FILE__, __LINE__);
     }
+    ZT_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, kinds[kind], st->stream[s]));
+    if (kind == ZT_COPY_D2H)
+        zt_cuda_count_read(be);
     /* backend.h: from or to pageable host memory the call returns only when the host buffer may
      * be reused. CUDA stages a pageable source before returning; a pageable destination is
      * written only when the copy has run, so wait for it. */
@@ -207,8 +211,11 @@ static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi) {
         return;
     pthread_mutex_lock(&st->released_lock);
     zt_status rs = zt_cuda_ranges_add(&st->released, (uintptr_t)p + lo, (uintptr_t)p + hi);
-    bool vmm = rs == ZT_OK && zt_cuda_vmm_in(st, p);
-    if (vmm)
+    /* A reserved range never takes the plain memset below: its granules outside the live set
+     * may hold another range's memory. Without the bookkeeping (no host memory) nothing of it
+     * is given back; the failure is the next sync's. */
+    bool vmm = zt_cuda_vmm_in(st, p);
+    if (vmm && rs == ZT_OK)
         zt_cuda_vmm_release(be, p, lo, hi);
     pthread_mutex_unlock(&st->released_lock);
     if (rs != ZT_OK)

@@ -218,12 +218,26 @@ static void check_taken_memory(size_t base_alloc) {
     for (size_t i = 0; i < n; i++)
         nonzero += host[i] != 0;
     CHECK(nonzero == 0, "x committed again reads %zu non-zero bytes", nonzero);
-    /* A copy into released memory without a commit is refused at the sync. */
+    /* A copy into released memory without a commit is refused, before it writes: the granule
+     * it would land in may meanwhile be z's memory (z takes y's free granule), whose bytes
+     * must survive. The refusal is the sync's error. */
     zt_backend_release(be, y, G, 2 * G);
+    void *z = zt_backend_alloc(be, ZT_MEM_DEVICE, n);
+    CHECK(z != NULL, "allocating z");
+    memset(img, 0x3C, n);
+    zt_backend_copy(be, z, img, n, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    memset(img, 0xEE, 64);
     zt_backend_copy(be, (char *)y + G, img, 64, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
     zt_status s = zt_backend_sync(be);
     CHECK(s != ZT_OK && strstr(zt_last_error(), "zt_backend_commit"),
           "a copy into uncommitted released memory: %s", s == ZT_OK ? "accepted" : zt_last_error());
+    memset(host, 0, n);
+    zt_backend_copy(be, host, z, n, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    size_t changed = 0;
+    for (size_t i = 0; i < n; i++)
+        changed += host[i] != 0x3C;
+    CHECK(changed == 0, "the refused copy changed %zu of z's bytes", changed);
+    zt_backend_free(be, ZT_MEM_DEVICE, z, n);
     zt_backend_free(be, ZT_MEM_DEVICE, x, n);
     zt_backend_free(be, ZT_MEM_DEVICE, y, n);
     CHECK(allocated() == base_alloc, "freed: %zu bytes still held", allocated() - base_alloc);

@@ -380,6 +380,9 @@ void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
             g->released = NULL;
             continue;
         }
+        /* On the compute stream: work the communication stream did on the range is before it
+         * too, since every device collective ends with the compute stream waiting for it
+         * (engine/comm/comm_device.c, order_after). */
         ZT_CUDA_CHECK(be, cudaEventRecord(g->released, st->stream[ZT_STREAM_COMPUTE]));
         zt_vmm_handle *h = &v->handles[g->handle];
         h->owner = NULL;
