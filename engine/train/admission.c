@@ -306,10 +306,22 @@ zt_status zt_admission_check(const zt_job_spec *job, const zt_admission_limits *
         const uint64_t need = e->device.total_bytes;
         if (lim->device_bytes && need > lim->device_bytes)
             return refuse_device(job, e, source, 0, lim->device_name, lim->device_bytes);
-        if (lim->gpu_bytes && (need > lim->gpu_bytes ||
-                               lim->gpu_bytes - need < ZT_DEVICE_RESERVE_BYTES))
-            return refuse_device(job, e, source, ZT_DEVICE_RESERVE_BYTES, lim->gpu_name,
-                                 lim->gpu_bytes);
+        /* Ranks sharing a GPU (more ranks on a host than GPUs) each hold their own memory and
+         * their own CUDA context on it: each must fit its share. */
+        const uint64_t sharing =
+            lim->gpus > 0 && e->ranks_per_host > lim->gpus
+                ? zt_u64_div_up((uint64_t)e->ranks_per_host, (uint64_t)lim->gpus) : 1;
+        const uint64_t share = lim->gpu_bytes / sharing;
+        if (lim->gpu_bytes && (need > share || share - need < ZT_DEVICE_RESERVE_BYTES)) {
+            char name[400];
+            if (sharing > 1)
+                snprintf(name, sizeof name, "a 1/%llu share of %s, which %llu ranks share",
+                         (unsigned long long)sharing, lim->gpu_name ? lim->gpu_name : "the GPU",
+                         (unsigned long long)sharing);
+            else
+                snprintf(name, sizeof name, "%s", lim->gpu_name ? lim->gpu_name : "the GPU");
+            return refuse_device(job, e, source, ZT_DEVICE_RESERVE_BYTES, name, share);
+        }
     }
     if (lim->rank_bytes && e->rank_bytes > lim->rank_bytes)
         return refuse(e, source, "one rank would", e->rank_bytes, lim->rank_name, lim->rank_bytes);

@@ -44,8 +44,9 @@ typedef enum { ZT_CUDA_ATTN_AUTO, ZT_CUDA_ATTN_FLASH, ZT_CUDA_ATTN_CUDNN } zt_cu
 /* The policy ZTRAIN_ATTENTION asks for; ZT_ERR_INVALID naming the variable for another value. */
 zt_status zt_cuda_attention_policy_of_env(zt_cuda_attention_policy *out);
 
-/* Communicators that may watch one backend's streams (stream_watch.c). */
-enum { ZT_CUDA_WATCHERS = 4 };
+/* Communicators that may watch one backend's streams at once (stream_watch.c): the data-parallel group, the tensor-parallel one
+ * and its kv-head sharing group, a pipeline's world and tied-embedding groups, with room. */
+enum { ZT_CUDA_WATCHERS = 16 };
 
 typedef struct {
     zt_backend be;

@@ -129,6 +129,7 @@ static void device_limits(const zt_job_spec *job, uint64_t max_device, zt_admiss
     lim->device_bytes = max_device;
     lim->device_name = "--max-device-memory";
     const int n = zt_gpu_count();
+    lim->gpus = n;
     for (int r = 0; r < job->world_size && r < n; r++) {
         zt_gpu_props p;
         int g = zt_gpu_for_rank(r, n);

@@ -352,7 +352,8 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
                                   .host_bytes = lim->host_bytes, .host_name = lim->host_name,
                                   .device_bytes = lim->max_device_bytes,
                                   .device_name = "this server's --max-device-memory",
-                                  .gpu_bytes = lim->gpu_bytes, .gpu_name = lim->gpu_name};
+                                  .gpu_bytes = lim->gpu_bytes, .gpu_name = lim->gpu_name,
+                                  .gpus = lim->gpus > 0 ? lim->gpus : 0};
         /* A spec whose estimate fails is invalid anywhere; one whose estimate is above this
          * server's memory is valid but does not fit here (FAILED_PRECONDITION). */
         zt_memory_estimate est;

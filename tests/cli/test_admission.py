@@ -166,16 +166,33 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
               f"run --max-device-memory 16M: exit {rc}, refused before a rank starts "
               f"({figure} bytes estimated): {err.strip()[:500]}")
         # 6.4 G parameters: 16 bytes each at stage 0 is above the 80 GB GPU, ZeRO 3 over 8
-        # ranks is not.
+        # ranks is not; the emulated device shows 8 GPUs, one a rank.
         big = write_job(d, "gpu-big", world_size=8, stage=0, device="cuda", n_layer=8,
                         n_head=64, n_embd=8192)
+        emu8 = dict(emu, ZTRAIN_CUDA_EMU_DEVICES="8")
         rc, out, err, peak = watched([ZTRAIN, "run", big, "--out", os.path.join(d, "out-gb")],
-                                     env=emu)
+                                     env=emu8)
         check(rc == 1 and "does not fit on the GPU" in err and
               "GPU 0 (NVIDIA H100 80GB HBM3" in err and "ZeRO stage 3 (" in err and
               "for the CUDA context" in err and peak < 200,
               f"run: 6.4 G parameters at stage 0 refused against the emulated H100, ZeRO 3 "
               f"named as fitting: exit {rc}: {err.strip()[:600]}")
+        # On one GPU the 8 ranks share it: each must fit an eighth of it with its reserve.
+        # 1.6 G parameters at stage 1: about 14 GiB a rank, which one GPU holds but an eighth
+        # of it does not.
+        small_gpu = write_job(d, "gpu-shared", world_size=8, stage=1, device="cuda", n_layer=8,
+                              n_head=32, n_embd=4096)
+        rc, out, err, _ = watched([ZTRAIN, "estimate", small_gpu], env=emu)
+        check("does not fit on the GPU" in err + out and
+              "a 1/8 share of GPU 0 (NVIDIA H100 80GB HBM3" in err + out and
+              "which 8 ranks share" in err + out,
+              f"estimate: 8 ranks on one GPU are judged against an eighth of it each: exit {rc}: "
+              f"{(err + out).strip()[-600:]}")
+        rc, out, err, _ = watched([ZTRAIN, "estimate", small_gpu],
+                                  env=dict(emu, ZTRAIN_CUDA_EMU_DEVICES="8"))
+        check(rc == 0 and "does not fit on the GPU" not in err + out,
+              f"estimate: the same job fits 8 GPUs, one a rank: exit {rc}: "
+                       f"{(err + out).strip()[-400:]}")
         rc, out, err, _ = watched([ZTRAIN, "run", small, "--max-device-memory", "1M", "--out",
                                    os.path.join(d, "out-small2")])
         check(rc == 0, f"a cpu job is not judged by --max-device-memory: exit {rc} "

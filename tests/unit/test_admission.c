@@ -574,6 +574,19 @@ static void test_device_refusal(void) {
               strstr(zt_last_error(), "for the CUDA context"), "%s", zt_last_error());
     lim.gpu_bytes = 1 << 20;
     CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_ERR_INVALID, "below the reserve");
+    /* Four ranks on two GPUs: two share each, and each must fit half of it with its reserve. */
+    lim = (zt_admission_limits){.gpu_bytes = need + ZT_DEVICE_RESERVE_BYTES,
+                                .gpu_name = "GPU 0 (test)", .gpus = 2};
+    s = zt_admission_check(&job, &lim, "spec", NULL);
+    CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), "a 1/2 share of GPU 0 (test), which 2 "
+                                                         "ranks share"), "%s", zt_last_error());
+    lim.gpu_bytes = 2 * (need + ZT_DEVICE_RESERVE_BYTES);
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "two ranks fit a GPU twice "
+          "their size: %s", zt_last_error());
+    lim.gpus = 4;
+    lim.gpu_bytes = need + ZT_DEVICE_RESERVE_BYTES;
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "a GPU each: %s",
+          zt_last_error());
     /* The same limits do not apply to a CPU job. */
     job.device = ZT_DEVICE_CPU;
     lim.device_bytes = 1;

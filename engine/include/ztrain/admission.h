@@ -148,6 +148,10 @@ typedef struct {
     const char *device_name;    /* "--max-device-memory" */
     uint64_t gpu_bytes;
     const char *gpu_name;       /* "GPU 0 (NVIDIA H100 80GB HBM3)" */
+    /* The GPUs the ranks on one host take in turn (rank r the (r mod gpus)-th): with fewer GPUs
+     * than ranks, ranks share one, and each must fit its share of gpu_bytes with its reserve.
+     * 0: a GPU per rank. */
+    int gpus;
 } zt_admission_limits;
 
 /* Estimates the job and checks it against every limit: a "cuda" job's device memory first
@@ -155,9 +159,10 @@ typedef struct {
  * with the estimate, its breakdown and the limit it exceeds: "spec: the job does not fit: it
  * needs an estimated 823.9 GiB per rank (...); 1 rank on one host need 823.9 GiB, above this
  * host's memory (MemTotal), 23.5 GiB"; on the device, "spec: the job does not fit on the GPU:
- * one rank needs an estimated 95.1 GiB of device memory (...), and 1.0 GiB for the CUDA
- * context and NCCL, above GPU 0 (NVIDIA H100 80GB HBM3), 79.6 GiB; a higher ZeRO stage, a
- * smaller micro-batch, offload_optimizer or activation checkpointing lowers it". est may be
+ * it needs an estimated 96.4 GiB per rank on the GPU (...), and 1.0 GiB for the CUDA context,
+ * NCCL and cuDNN, above GPU 0 (NVIDIA H100 80GB HBM3), 79.6 GiB; each of these alone would fit:
+ * ZeRO stage 3 (...)" (against "a 1/k share of GPU 0 (...), which k ranks share" when k ranks
+ * share it). est may be
  * NULL; when not, it holds the estimate whatever the verdict (unless the estimate itself
  * failed). */
 zt_status zt_admission_check(const zt_job_spec *job, const zt_admission_limits *lim,

@@ -630,9 +630,11 @@ static zt_status nccl_attach(zt_nccl_comm *c, zt_backend *be) {
     zt_status s = settle(c, "the operations posted before attach");
     if (c->be)
         zt_cuda_watch_remove(c->be, c);
-    c->be = be;
-    if (be && s == ZT_OK)
-        s = zt_cuda_watch_add(be, watch, c);
+    c->be = NULL;
+    /* Only a watched communicator posts on the backend's streams: without a watcher its
+     * deadline would not be enforced. */
+    if (be && s == ZT_OK && (s = zt_cuda_watch_add(be, watch, c)) == ZT_OK)
+        c->be = be;
     return s;
 }
 
