@@ -165,6 +165,23 @@ static void test_posted(void) {
     CHECK(zt_nccl_wait_watch(&w, S, S, true, 63.0) == ZT_NCCL_FAILED, "aborted stays aborted");
     CHECK(!zt_nccl_wait_begin(&w, 64.0, 30.0), "nothing is issued after the abort");
 
+    /* Long posted work that progresses: past the deadline, the mark behind what was posted when
+     * it began has fired, so it runs again from then; only a whole timeout without progress
+     * ends it. */
+    zt_nccl_wait_init(&w);
+    zt_nccl_wait_posted(&w, 0.0, 5.0);
+    zt_nccl_wait_posted(&w, 4.0, 5.0);
+    CHECK(zt_nccl_wait_overdue(&w, 5.5));
+    zt_nccl_wait_progress(&w, 5.5, 5.0);
+    CHECK(w.oldest == 10.5 && !zt_nccl_wait_overdue(&w, 10.0) &&
+              zt_nccl_wait_watch(&w, S, P, false, 10.0) == ZT_NCCL_POLL,
+          "progress moves the deadline to 10.5 s: %g", w.oldest);
+    CHECK(zt_nccl_wait_watch(&w, S, P, false, 10.6) == ZT_NCCL_TIMED_OUT,
+          "no progress for a whole timeout after it ends it");
+    zt_nccl_wait_init(&w);
+    zt_nccl_wait_progress(&w, 3.0, 5.0);
+    CHECK(w.inflight == 0 && !zt_nccl_wait_overdue(&w, 1e9), "progress with nothing posted");
+
     /* A dead peer: the event never fires and NCCL says nothing; the deadline ends it. */
     zt_nccl_wait_init(&w);
     zt_nccl_wait_posted(&w, 0.0, 5.0);

@@ -43,6 +43,7 @@ struct zt_nccl_comm {
     zt_backend *be;    /* attached CUDA backend (its communication stream), or NULL */
     cudaEvent_t done;   /* recorded behind an operation's work */
     cudaEvent_t posted; /* recorded behind the last posted operation */
+    cudaEvent_t mark;   /* recorded behind the posted work when its deadline last began */
     /* One call at a time (ZeRO's communication thread and the main thread both call), and the
      * backend's watch (which skips a communicator whose call is under way) beside them. */
     pthread_mutex_t mu;
@@ -195,6 +196,8 @@ static zt_status finish(zt_nccl_comm *c, const char *what) {
 /* Leaves a settled operation running on its stream, for the backend's next wait to watch. */
 static zt_status post(zt_nccl_comm *c) {
     CUDA_TRY(c, cudaEventRecord(c->posted, c->st));
+    if (c->wait.inflight == 0)
+        CUDA_TRY(c, cudaEventRecord(c->mark, c->st));
     zt_nccl_wait_posted(&c->wait, now_s(), c->timeout_s);
     return ZT_OK;
 }
@@ -506,6 +509,8 @@ static void nccl_destroy(zt_nccl_comm *c) {
         cudaEventDestroy(c->done);
     if (c->posted)
         cudaEventDestroy(c->posted);
+    if (c->mark)
+        cudaEventDestroy(c->mark);
     if (c->own)
         cudaStreamDestroy(c->own);
     pthread_mutex_destroy(&c->mu);
@@ -541,6 +546,9 @@ static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world
                        "cudaEventCreateWithFlags");
     if (s == ZT_OK)
         s = check_cuda(c, cudaEventCreateWithFlags(&c->posted, cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags");
+    if (s == ZT_OK)
+        s = check_cuda(c, cudaEventCreateWithFlags(&c->mark, cudaEventDisableTiming),
                        "cudaEventCreateWithFlags");
     const size_t hdr = ZT_NCCL_SLOTS * 2 * sizeof(int64_t);
     if (s == ZT_OK)
@@ -595,6 +603,14 @@ static zt_status watch(void *ctx, bool covered) {
             posted = ev == cudaSuccess         ? ZT_NCCL_R_SUCCESS
                      : ev == cudaErrorNotReady ? ZT_NCCL_R_IN_PROGRESS
                                                : ZT_NCCL_R_ERROR;
+            /* Still running, but past what was posted when the deadline began: progress, not
+             * a stuck peer. The deadline runs again, from a mark behind everything posted. */
+            if (posted == ZT_NCCL_R_IN_PROGRESS && cudaEventQuery(c->mark) == cudaSuccess) {
+                cudaStream_t st = c->be ? ((zt_cuda_state *)c->be->impl)->stream[ZT_STREAM_COMM]
+                                        : c->own;
+                if (cudaEventRecord(c->mark, st) == cudaSuccess)
+                    zt_nccl_wait_progress(&c->wait, t, c->timeout_s);
+            }
         }
         ncclResult_t async = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);

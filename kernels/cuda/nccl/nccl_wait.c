@@ -83,6 +83,11 @@ void zt_nccl_wait_posted(zt_nccl_wait *w, double now, double timeout_s) {
 
 void zt_nccl_wait_retire(zt_nccl_wait *w) { w->inflight = 0; }
 
+void zt_nccl_wait_progress(zt_nccl_wait *w, double now, double timeout_s) {
+    if (w->inflight > 0)
+        w->oldest = now + timeout_s;
+}
+
 bool zt_nccl_wait_overdue(const zt_nccl_wait *w, double now) {
     return w->inflight > 0 && now > w->oldest;
 }

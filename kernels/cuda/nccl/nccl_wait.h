@@ -96,6 +96,13 @@ void zt_nccl_wait_posted(zt_nccl_wait *w, double now, double timeout_s);
  * streams). */
 void zt_nccl_wait_retire(zt_nccl_wait *w);
 
+/* Posted work that is still running has nevertheless progressed at time now: an event recorded
+ * behind the work posted when its deadline began has fired. The deadline then runs again from
+ * now, so that a long span of posted collectives between two full synchronisations (a long
+ * step, many micro-batches) is not taken for a stuck peer: only timeout_s without any progress
+ * is. No-op when nothing is posted. */
+void zt_nccl_wait_progress(zt_nccl_wait *w, double now, double timeout_s);
+
 /* Whether posted work has passed its deadline at time now: the caller should then ask its
  * stream whether it completed (pass that as posted below) before calling it lost. */
 bool zt_nccl_wait_overdue(const zt_nccl_wait *w, double now);

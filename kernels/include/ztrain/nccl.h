@@ -11,7 +11,7 @@
  * buffers must stay untouched until work ordered after it (an event on that stream, the
  * backend's sync) says it is done. The attached backend's host waits watch it meanwhile, so a
  * dead or stuck peer still ends in an abort and an error, reported by the backend's sync, at
- * the latest a timeout after the oldest operation not known complete; a message whose header
+ * the latest a timeout after the posted work last made progress; a message whose header
  * disagrees (another count or type) is found when the posted work is known complete. Without an
  * attached backend the caller synchronises the communicator's stream through a later host call.
  * A call that fails or times out aborts the communicator (ncclCommAbort) and returns ZT_ERR_IO or
