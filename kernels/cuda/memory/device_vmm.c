@@ -181,13 +181,21 @@ static bool drv(zt_backend *be, CUresult rc, const char *call) {
     return false;
 }
 
-/* Physical granule index h mapped (read-write) at address a. */
-static bool map_at(zt_backend *be, struct zt_cuda_vmm *v, char *a, int h) {
+/* Physical granule index h mapped (read-write) at address a: MAPPED; NOT_MAPPED when the map
+ * failed, or access could not be set and the mapping was undone; STILL_MAPPED when neither
+ * access nor the undoing worked (a stays mapped to h, for free to unmap). */
+enum { MAPPED, NOT_MAPPED, STILL_MAPPED };
+static int map_at(zt_backend *be, struct zt_cuda_vmm *v, char *a, int h) {
     if (!drv(be, v->map((CUdeviceptr)a, v->granule, 0, v->handles[h].h, 0), "cuMemMap"))
-        return false;
+        return NOT_MAPPED;
     v->handles[h].mappings++;
     v->counts[1]++;
-    return drv(be, v->set_access((CUdeviceptr)a, v->granule, &v->access, 1), "cuMemSetAccess");
+    if (drv(be, v->set_access((CUdeviceptr)a, v->granule, &v->access, 1), "cuMemSetAccess"))
+        return MAPPED;
+    if (v->unmap((CUdeviceptr)a, v->granule) != CUDA_SUCCESS)
+        return STILL_MAPPED;
+    v->handles[h].mappings--;
+    return NOT_MAPPED;
 }
 
 /* A free physical granule (the last freed), or a new one; -1 when the device has no memory. */
@@ -255,9 +263,15 @@ static bool revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_
             return false;
         if (v->handles[h].freed_by)
             after = v->handles[h].freed_by->released;
-        if (!map_at(be, v, a, h))
+        const int mapped = map_at(be, v, a, h);
+        if (mapped == NOT_MAPPED) {
+            /* The granule's memory is still free: back on the list, not lost. */
+            v->free_list[v->n_free++] = h;
             return false;
+        }
         g->handle = h;
+        if (mapped == STILL_MAPPED)
+            return false;
     }
     v->handles[g->handle].owner = g;
     v->handles[g->handle].freed_by = NULL;
