@@ -13,7 +13,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 
-from ztref import BUILD, Checker, read_metrics, run, tool, write_job  # noqa: E402
+from ztref import BUILD, Checker, check_losses, read_metrics, run, tool, write_job  # noqa: E402
 
 STEPS = 4
 GPT2 = {"type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256,
@@ -57,9 +57,7 @@ def train(d, spec, env_extra=None, check=True):
 
 
 def close(ck, what, ref, got, tol):
-    worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref)) if len(got) == len(ref) else 1.0
-    ck.check(len(got) == STEPS and worst <= tol,
-             f"{what}: {len(got)} losses, worst rel err {worst:.1e} (tolerance {tol:.0e})")
+    check_losses(ck, what, ref, got, tol, STEPS)
 
 
 ck = Checker()

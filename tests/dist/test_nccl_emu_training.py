@@ -16,7 +16,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 
-from ztref import BUILD, Checker, read_metrics, run, tool, write_job  # noqa: E402
+from ztref import BUILD, Checker, check_losses, read_metrics, run, tool, worst_loss_err, write_job  # noqa: E402
 
 STEPS = 4
 GPT2 = {"type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256,
@@ -57,16 +57,8 @@ def train(d, spec, devices=2):
     return [m["train/loss"] for m in read_metrics(f"{d}/{name}/metrics.jsonl")]
 
 
-def worst(ref, got):
-    if len(got) != len(ref):
-        return 1.0
-    return max(abs(a - b) / abs(b) for a, b in zip(got, ref))
-
-
 def close(ck, what, ref, got, tol):
-    w = worst(ref, got)
-    ck.check(len(got) == STEPS and w <= tol,
-             f"{what}: {len(got)} losses, worst rel err {w:.1e} (tolerance {tol:.0e})")
+    check_losses(ck, what, ref, got, tol, STEPS)
 
 
 ck = Checker()
@@ -102,5 +94,5 @@ with tempfile.TemporaryDirectory() as d:
     close(ck, "GPT-2 bf16, ZeRO 2, 3 ranks on nccl (emulated) vs 3 ranks on cpu", cpu3, nccl3,
           2e-3)
     print(f"bf16 ZeRO 2, 3 ranks: nccl vs shm on the emulated device, worst rel loss difference "
-          f"{worst(shm3, nccl3):.2e} (nccl {nccl3}, shm {shm3})")
+          f"{worst_loss_err(shm3, nccl3):.2e} (nccl {nccl3}, shm {shm3})")
 ck.done()

@@ -134,6 +134,21 @@ def rel_err(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
+def worst_loss_err(ref, got):
+    """The largest relative difference of two equally long loss series (1.0 when their lengths
+    differ or they are empty)."""
+    if len(got) != len(ref) or not got:
+        return 1.0
+    return max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+
+
+def check_losses(ck, what, ref, got, tol, steps):
+    """Checks that `got` holds `steps` losses, each within relative tol of ref's."""
+    worst = worst_loss_err(ref, got)
+    ck.check(len(got) == steps and worst <= tol,
+             f"{what}: {len(got)} losses, worst rel err {worst:.1e} (tolerance {tol:.0e})")
+
+
 class Checker:
     """Collects named comparisons and exits non-zero at the end if any failed."""
 

@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <string>
 
+#include "emu_child.h"
+
 static int failures;
 
 #define EXPECT(cond, ...)                                                                          \
@@ -442,27 +444,11 @@ static const test_case cases[] = {
 
 int main() {
     for (const test_case &c : cases) {
-        int fds[2];
-        if (pipe(fds) != 0)
-            return 2;
-        fflush(stdout);
-        pid_t pid = fork();
-        if (pid == 0) {
-            dup2(fds[1], 2);
-            close(fds[0]);
-            _exit(c.run());
-        }
-        close(fds[1]);
         std::string err;
-        char buf[4096];
-        ssize_t n;
-        while ((n = read(fds[0], buf, sizeof buf)) > 0)
-            err.append(buf, (size_t)n);
-        close(fds[0]);
-        int status = 0;
-        waitpid(pid, &status, 0);
-        bool ok = c.want_signal ? WIFSIGNALED(status) && WTERMSIG(status) == c.want_signal
-                                : WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        int status = zt_emu_run_child(c.run, &err);
+        if (status == -1)
+            return 2;
+        bool ok = zt_emu_child_as_wanted(status, c.want_signal);
         /* A fault names the allocation it touched besides. */
         if (ok && c.want_stderr)
             ok = err.find(c.want_stderr) != std::string::npos &&

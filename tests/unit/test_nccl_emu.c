@@ -198,12 +198,25 @@ static void check_reduce_scatter(rank_ctx *x, zt_dtype t, zt_nccl_op op, bool ev
 /* Element i as rank r holds it before an all-gather or broadcast. */
 static double held(zt_dtype t, int r, size_t i) { return round_to(t, input(t, r, i) + 4 * (r + 1)); }
 
+/* buf[0, n) = rank r's values. */
+static void fill_held(zt_dtype t, void *buf, size_t n, int r) {
+    for (size_t i = 0; i < n; i++)
+        put(t, buf, i, held(t, r, i));
+}
+
+/* How many of buf[0, n) are not rank r's values. */
+static int unlike_held(zt_dtype t, const void *buf, size_t n, int r) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += get(t, buf, i) != held(t, r, i);
+    return bad;
+}
+
 static void check_all_gather(rank_ctx *x, zt_dtype t, bool even, zt_nccl_mem mem) {
     pieces p = layout(x->world, even);
     const size_t bytes = p.n * zt_dtype_size(t);
     char buf[32 * 8];
-    for (size_t i = 0; i < p.n; i++)
-        put(t, buf, i, held(t, x->rank, i));
+    fill_held(t, buf, p.n, x->rank);
     void *d = mem == ZT_NCCL_DEVICE ? upload(x, buf, bytes) : buf;
     zt_status s = api->all_gather(x->c, d, p.n, p.offsets, p.counts, t, mem);
     CHECK(s == ZT_OK, "rank %d: all_gather: %s", x->rank, zt_last_error());
@@ -229,16 +242,13 @@ static void check_broadcast(rank_ctx *x, zt_dtype t, zt_nccl_mem mem) {
     const int root = x->world - 1;
     const size_t bytes = N * zt_dtype_size(t);
     char buf[N * 8];
-    for (size_t i = 0; i < N; i++)
-        put(t, buf, i, held(t, x->rank, i));
+    fill_held(t, buf, N, x->rank);
     void *d = mem == ZT_NCCL_DEVICE ? upload(x, buf, bytes) : buf;
     CHECK(api->broadcast(x->c, d, N, t, root, mem) == ZT_OK, "rank %d: broadcast: %s", x->rank,
           zt_last_error());
     if (mem == ZT_NCCL_DEVICE)
         download(x, buf, d, bytes);
-    int bad = 0;
-    for (size_t i = 0; i < N; i++)
-        bad += get(t, buf, i) != held(t, root, i);
+    int bad = unlike_held(t, buf, N, root);
     CHECK(bad == 0, "rank %d of %d: broadcast %s from rank %d, %s memory: %d elements differ",
           x->rank, x->world, dtype_name(t), root, mem == ZT_NCCL_DEVICE ? "device" : "host", bad);
     if (mem == ZT_NCCL_DEVICE)
@@ -251,10 +261,9 @@ static void check_send_recv(rank_ctx *x, zt_dtype t, zt_nccl_mem mem) {
     const int next = (x->rank + 1) % x->world, prev = (x->rank + x->world - 1) % x->world;
     const size_t bytes = N * zt_dtype_size(t);
     char out[N * 8], in[N * 8];
-    for (size_t i = 0; i < N; i++) {
-        put(t, out, i, held(t, x->rank, i));
+    fill_held(t, out, N, x->rank);
+    for (size_t i = 0; i < N; i++)
         put(t, in, i, -1);
-    }
     void *dout = mem == ZT_NCCL_DEVICE ? upload(x, out, bytes) : out;
     void *din = mem == ZT_NCCL_DEVICE ? upload(x, in, bytes) : in;
     CHECK(api->send(x->c, dout, N, t, next, mem) == ZT_OK, "rank %d: send: %s", x->rank,
@@ -263,9 +272,7 @@ static void check_send_recv(rank_ctx *x, zt_dtype t, zt_nccl_mem mem) {
           zt_last_error());
     if (mem == ZT_NCCL_DEVICE)
         download(x, in, din, bytes);
-    int bad = 0;
-    for (size_t i = 0; i < N; i++)
-        bad += get(t, in, i) != held(t, prev, i);
+    int bad = unlike_held(t, in, N, prev);
     CHECK(bad == 0, "rank %d of %d: recv %s from rank %d, %s memory: %d elements differ",
           x->rank, x->world, dtype_name(t), prev, mem == ZT_NCCL_DEVICE ? "device" : "host", bad);
     if (mem == ZT_NCCL_DEVICE) {
