@@ -326,11 +326,18 @@ def case_finished(drv, d, a_id):
     ck.check([row[:8] for row in rows] == want,
              f"c: the rank table shows exit status and memory from the last record: {rows}")
 
-    tags = drv.execute_script("""
-        return [...document.querySelectorAll('[data-testid="checkpoint-row"]')]
-          .map(tr => tr.children[0].textContent);""")
-    ck.check(tags and tags == [c["tag"] for c in api(d, f"/api/v1/jobs/{a_id}/checkpoints")["checkpoints"]],
-             f"c: checkpoints as in the API: {tags}")
+    # The page lists the checkpoints as it polls; the last one may land between two polls, so
+    # the page is given a few seconds to show what the API lists.
+    deadline = time.time() + 10
+    while True:
+        tags = drv.execute_script("""
+            return [...document.querySelectorAll('[data-testid="checkpoint-row"]')]
+              .map(tr => tr.children[0].textContent);""")
+        want_tags = [c["tag"] for c in api(d, f"/api/v1/jobs/{a_id}/checkpoints")["checkpoints"]]
+        if (tags and tags == want_tags) or time.time() > deadline:
+            break
+        time.sleep(0.25)
+    ck.check(tags and tags == want_tags, f"c: checkpoints as in the API: {tags} vs {want_tags}")
     spec = dict(a["spec"])
     ds = spec.pop("deepspeed")
     ck.check(json.loads(text_of(drv, "spec")) == spec and json.loads(text_of(drv, "ds-config")) == ds,
