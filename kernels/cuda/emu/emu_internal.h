@@ -96,6 +96,10 @@ std::string run_grid(const grid_run &g, bool reverse);
 cudaError_t enqueue(cudaStream_t s, const char *what,
                     std::function<cudaError_t(std::string &detail)> fn);
 
+/* Counts one call of the host that issued work to a stream, by what it was (emu_issue_log.cc);
+ * enqueue and cudaEventRecord call it. */
+void note_issue(const char *what);
+
 } // namespace zt_emu
 
 /* Since the process began: [0] the host's waits for device work (stream, event and device
@@ -104,5 +108,11 @@ cudaError_t enqueue(cudaStream_t s, const char *what,
  * tests/unit/test_step_syncs counts per training step; found by name through
  * zt_backend_cuda_symbol. */
 extern "C" void zt_emu_sync_counts(unsigned long long out[3]);
+
+/* Since the process began, each distinct kind of work the host issued to a stream (a kernel by
+ * its name, "cublasLtMatmul", "cudaMemcpyAsync", "cudaEventRecord", an NCCL call, ...) and how
+ * many times: up to cap of them into names/counts; returns how many there are. The names live
+ * as long as the process. */
+extern "C" size_t zt_emu_issue_counts(const char **names, unsigned long long *counts, size_t cap);
 
 #endif

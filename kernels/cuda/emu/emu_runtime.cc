@@ -254,6 +254,7 @@ cudaError_t enqueue(cudaStream_t s, const char *what,
         return fail(g_sticky);
     CUstream_st *st = stream_of(s);
     order_legacy(st);
+    note_issue(what);
     return push(st, what, std::move(fn));
 }
 
@@ -333,13 +334,15 @@ static cudaError_t run_kernel(const grid_run &g, const std::vector<const void *>
             detail = why;
             return cudaErrorLaunchFailure;
         }
+        /* Every region is read before any is restored: a released granule may still map the
+         * memory a live one holds (device_vmm.c), two regions over the same bytes. */
         first.resize(total);
         at = 0;
-        for (const region &r : regions) {
-            memcpy(first.data() + at, r.base, r.bytes);
-            memcpy(r.base, before.data() + at, r.bytes);
-            at += r.bytes;
-        }
+        for (const region &r : regions)
+            memcpy(first.data() + at, r.base, r.bytes), at += r.bytes;
+        at = 0;
+        for (const region &r : regions)
+            memcpy(r.base, before.data() + at, r.bytes), at += r.bytes;
     }
     std::string why = run_grid(g, twice);
     if (!why.empty()) {
@@ -792,6 +795,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     order_legacy(st);
     e->s = st;
     e->seq = st->next_seq;
+    note_issue("cudaEventRecord");
     if (!e->timing)
         return push(st, "cudaEventRecord", [](std::string &) { return cudaSuccess; });
     std::shared_ptr<emu_stamp> stamp = std::make_shared<emu_stamp>();

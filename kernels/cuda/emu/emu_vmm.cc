@@ -29,6 +29,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -40,7 +41,24 @@ namespace zt_emu {
 
 namespace {
 
-constexpr size_t kGranule = 2u << 20;
+/* An H100's granularity, 2 MiB; ZTRAIN_CUDA_EMU_VMM_GRANULE (a power of two from 4096, the page
+ * the mappings are made of) sets another, so that a narrow model's buffers span as many granules
+ * as a real model's do (bench/launch_count.py). A value not understood is said and ignored. */
+size_t granule_bytes() {
+    static const size_t g = [] {
+        const char *e = getenv("ZTRAIN_CUDA_EMU_VMM_GRANULE");
+        if (!e)
+            return (size_t)2 << 20;
+        char *end = nullptr;
+        unsigned long long v = strtoull(e, &end, 10);
+        if (*e && *end == '\0' && v >= 4096 && v <= (1ull << 30) && (v & (v - 1)) == 0)
+            return (size_t)v;
+        fprintf(stderr, "ztrain cuda emulator: ZTRAIN_CUDA_EMU_VMM_GRANULE='%s' is not a power "
+                "of two from 4096 to 2^30 bytes: the granularity stays 2 MiB\n", e);
+        return (size_t)2 << 20;
+    }();
+    return g;
+}
 /* Address space for reservations: far more than a device holds, since reserving costs nothing. */
 constexpr size_t kSpaceBytes = 1ull << 40;
 
@@ -168,7 +186,7 @@ std::string vmm_describe(const void *p) {
         mapped = off < m->first + m->second.bytes && m->second.access;
     }
     char buf[96];
-    snprintf(buf, sizeof buf, "byte %zu (granule %zu) of ", off, off / kGranule);
+    snprintf(buf, sizeof buf, "byte %zu (granule %zu) of ", off, off / granule_bytes());
     std::string out = buf;
     out += name_of(*r);
     if (!mapped)
@@ -245,7 +263,7 @@ static CUresult emu_cuMemGetAllocationGranularity(size_t *granularity,
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemGetAllocationGranularity: the properties "
                       "must name pinned memory on device 0 (the emulated device)");
     (void)option; /* minimum and recommended are the same granule here, as on an H100 */
-    *granularity = kGranule;
+    *granularity = granule_bytes();
     return CUDA_SUCCESS;
 }
 
@@ -253,16 +271,17 @@ static CUresult emu_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t al
                                         CUdeviceptr addr, unsigned long long flags) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     space &s = S();
-    if (!ptr || !size || size % kGranule || (alignment && (alignment & (alignment - 1))) || flags)
+    const size_t G = granule_bytes();
+    if (!ptr || !size || size % G || (alignment && (alignment & (alignment - 1))) || flags)
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemAddressReserve(size %zu, alignment %zu, "
                       "flags %llu): the size must be a non-zero multiple of the granularity "
                       "(%zu), the alignment 0 or a power of two, flags 0", size, alignment,
-                      flags, kGranule);
+                      flags, G);
     (void)addr; /* a hint only, as the driver treats it */
     if (!ensure_space())
         return refuse(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAddressReserve: no address space: %s",
                       strerror(errno));
-    size_t align = alignment > kGranule ? alignment : kGranule;
+    size_t align = alignment > G ? alignment : G;
     size_t off = (s.hwm + align - 1) / align * align;
     if (off + size > kSpaceBytes)
         return refuse(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAddressReserve(%zu): the emulator's %zu "
@@ -293,12 +312,12 @@ static CUresult emu_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
                                 const CUmemAllocationProp *prop, unsigned long long flags) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     space &s = S();
-    if (!handle || !prop || !size || size % kGranule || flags ||
+    if (!handle || !prop || !size || size % granule_bytes() || flags ||
         prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0)
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemCreate(size %zu): the size must be a "
                       "non-zero multiple of the granularity (%zu), flags 0, and the properties "
-                      "pinned memory on device 0", size, kGranule);
+                      "pinned memory on device 0", size, granule_bytes());
     if (dev_allocated_bytes() + size > device_total_bytes())
         return CUDA_ERROR_OUT_OF_MEMORY;
     int fd = memfd_create("ztrain-emu-granule", MFD_CLOEXEC);
@@ -347,12 +366,13 @@ static CUresult emu_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                       "allocation", (void *)ptr, handle);
     auto *r = reservation_of((const void *)ptr);
     size_t at = r ? (size_t)((char *)ptr - s.base) - r->first : 0;
-    if (!r || !size || size % kGranule || at % kGranule || offset % kGranule || flags ||
+    const size_t G = granule_bytes();
+    if (!r || !size || size % G || at % G || offset % G || flags ||
         at + size > r->second.bytes || offset + size > h->second.bytes)
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemMap(%p, %zu, offset %zu, handle %llu): "
                       "the range must lie in one reservation, the size and offsets be whole "
                       "granules (%zu), and [offset, offset + size) lie in the allocation (%zu "
-                      "bytes)", (void *)ptr, size, offset, handle, kGranule, h->second.bytes);
+                      "bytes)", (void *)ptr, size, offset, handle, G, h->second.bytes);
     auto next = r->second.maps.lower_bound(at);
     bool clash = next != r->second.maps.end() && next->first < at + size;
     if (next != r->second.maps.begin()) {
@@ -414,7 +434,7 @@ static CUresult emu_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcce
                       "device 0 read-write access is what the emulator knows", (void *)ptr);
     auto *r = reservation_of((const void *)ptr);
     size_t at = r ? (size_t)((char *)ptr - s.base) - r->first : 0;
-    bool whole = r && size && size % kGranule == 0 && at % kGranule == 0;
+    bool whole = r && size && size % granule_bytes() == 0 && at % granule_bytes() == 0;
     if (whole) {
         /* The whole range must be mapped (no access to unmapped space). */
         size_t cur = at;
