@@ -5,7 +5,8 @@ checkpointing, with the optimizer offloaded to pinned CPU memory (ZeRO 2, two ra
 through pinned buffers (ZeRO 3), ZeRO stages 0-3 and two pipeline stages on two ranks (device
 staging through shm) against one rank with the same global batch, Llama at fp32; a resume on
 cuda bit for bit the uninterrupted cuda run; and a device fault injected into the optimizer kernel (ZTRAIN_CUDA_EMU_FAULT) failing the job
-with the device's message instead of training on (issue 27, defect 1). Four steps each, small
+with the device's message instead of training on (issue 27, defect 1). Every cuda run checks that
+nothing touches released device memory before committing it (CHECKED_VMM). Four steps each, small
 models: what runs is the CUDA code path, not its speed."""
 import os
 import sys
@@ -16,6 +17,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from ztref import BUILD, Checker, check_losses, read_metrics, run, tool, write_job  # noqa: E402
 
 STEPS = 4
+# Every cuda run puts every allocation through CUDA VMM in granules of 4 KiB, so that each
+# layer's ranges span many granules as a real model's do in 2 MiB ones, and in check mode: a
+# release waits for the device and unmaps what it lets go of, so a read or write of released
+# memory before its commit is a fault naming the granule, where a GPU would silently use memory
+# another range holds.
+CHECKED_VMM = {"ZTRAIN_CUDA_EMU": "1", "ZTRAIN_CUDA_VMM": "check",
+               "ZTRAIN_CUDA_VMM_MIN_BYTES": "0",
+               "ZTRAIN_CUDA_EMU_VMM_GRANULE": "4096"}
 GPT2 = {"type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256,
         "block_size": 32}
 LLAMA = {"type": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 32,
@@ -48,7 +57,7 @@ def job(name, device, world=1, micro=8, stage=0, model=GPT2, bf16=False, fp16=Fa
 def train(d, spec, env_extra=None, check=True):
     name = spec["name"]
     write_job(f"{d}/{name}.json", spec)
-    env = dict(os.environ, ZTRAIN_CUDA_EMU="1", **(env_extra or {}))
+    env = dict(os.environ, **CHECKED_VMM, **(env_extra or {}))
     p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], check=check,
             env=env, cwd=d)
     if not check:

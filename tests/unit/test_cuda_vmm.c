@@ -17,8 +17,12 @@
  *   - a copy into released memory that was not committed is an error at the next sync, naming
  *     the commit it lacks;
  *   - freeing gives every granule back;
+ *   - what the host issues to the device for a release and a commit (the emulator's tally,
+ *     zt_emu_issue_counts) is the same for 2 granules as for 6: a call, not a granule, costs;
  *   - ZTRAIN_CUDA_VMM and ZTRAIN_CUDA_VMM_MIN_BYTES values it does not understand are refused,
- *     naming the variable. */
+ *     naming the variable;
+ *   - ZTRAIN_CUDA_VMM=check unmaps what a release lets go of, so device work touching released
+ *     memory before its commit is an error naming the granule (last: a device error is sticky). */
 #define _GNU_SOURCE
 #define _XOPEN_SOURCE 700
 #include <stdint.h>
@@ -30,6 +34,7 @@
 #include "ztrain/backend.h"
 
 typedef void (*counts_fn)(zt_backend *be, unsigned long long out[4]);
+typedef size_t (*issue_counts_fn)(const char **names, unsigned long long *counts, size_t cap);
 typedef size_t (*granule_fn)(zt_backend *be);
 
 static zt_backend *be;
@@ -185,6 +190,79 @@ static void check_steady_state(size_t base_alloc) {
     zt_backend_free(be, ZT_MEM_DEVICE, p, n);
 }
 
+/* The calls of each kind the host has issued to the device so far (the emulator's tally). */
+enum { KINDS = 256 };
+static unsigned long long issued(issue_counts_fn tally, const char *kind) {
+    const char *names[KINDS];
+    unsigned long long counts[KINDS];
+    size_t n = tally(names, counts, KINDS);
+    for (size_t i = 0; i < n && i < KINDS; i++)
+        if (strcmp(names[i], kind) == 0)
+            return counts[i];
+    return 0;
+}
+
+/* A round of release and commit over `granules` granules: the memsets, event records and
+ * stream waits it issued. */
+static void issue_round(issue_counts_fn tally, void *p, size_t granules,
+                        unsigned long long out[3]) {
+    static const char *const kinds[3] = {"cudaMemsetAsync", "cudaEventRecord",
+                                         "cudaStreamWaitEvent"};
+    unsigned long long before[3];
+    for (int i = 0; i < 3; i++)
+        before[i] = issued(tally, kinds[i]);
+    zt_backend_release(be, p, G, (1 + granules) * G);
+    CHECK(zt_backend_commit(be, p, G, (1 + granules) * G) == ZT_OK, "commit: %s",
+          zt_last_error());
+    for (int i = 0; i < 3; i++)
+        out[i] = issued(tally, kinds[i]) - before[i];
+}
+
+static void check_issue_per_call(issue_counts_fn tally) {
+    const size_t n = 8 * G;
+    void *p = zt_backend_alloc(be, ZT_MEM_DEVICE, n);
+    CHECK(p != NULL, "allocating 8 granules");
+    if (!p)
+        return;
+    unsigned long long two[3], six[3];
+    issue_round(tally, p, 2, two); /* the first round of each size may map; the second not */
+    issue_round(tally, p, 6, six);
+    issue_round(tally, p, 2, two);
+    issue_round(tally, p, 6, six);
+    CHECK(two[0] == six[0] && two[1] == six[1] && two[2] == six[2] && six[0] >= 1,
+          "a release and commit of 2 granules issued %llu memsets, %llu event records and %llu "
+          "stream waits, of 6 granules %llu, %llu and %llu: the same were wanted", two[0],
+          two[1], two[2], six[0], six[1], six[2]);
+    zt_backend_free(be, ZT_MEM_DEVICE, p, n);
+}
+
+/* ZTRAIN_CUDA_VMM=check: a kernel over a range whose middle was released and not committed
+ * fails at the sync, naming the granule it touched; over the committed part it is fine. (The
+ * backend's own copies and memsets refuse released memory before they are issued.) */
+static void check_check_mode(void) {
+    setenv("ZTRAIN_CUDA_VMM", "check", 1);
+    zt_backend *cb = NULL;
+    zt_status s = zt_backend_create(&cb, ZT_DEVICE_CUDA, NULL);
+    unsetenv("ZTRAIN_CUDA_VMM");
+    CHECK(s == ZT_OK, "ZTRAIN_CUDA_VMM=check: %s", zt_last_error());
+    if (s != ZT_OK)
+        return;
+    const size_t n = 4 * G;
+    void *p = zt_backend_alloc(cb, ZT_MEM_DEVICE, n);
+    CHECK(p != NULL, "allocating 4 granules");
+    zt_backend_release(cb, p, G, 3 * G);
+    CHECK(zt_backend_commit(cb, p, G, 2 * G) == ZT_OK, "commit: %s", zt_last_error());
+    const zt_ctx ctx = {cb, ZT_F32, NULL};
+    cb->ops->scale(&ctx, p, 2 * G / sizeof(float), 2.0f);
+    CHECK(zt_backend_sync(cb) == ZT_OK, "scaling committed memory: %s", zt_last_error());
+    cb->ops->scale(&ctx, (float *)((char *)p + 2 * G), G / sizeof(float), 2.0f);
+    s = zt_backend_sync(cb);
+    CHECK(s != ZT_OK && strstr(zt_last_error(), "(granule 2)"),
+          "a kernel over a released granule in check mode: %s", s == ZT_OK ? "accepted" :
+          zt_last_error());
+    zt_backend_destroy(cb);
+}
+
 /* x's released granules serve y; committing x then waits for x's own old release, unmaps, and
  * maps new memory; y keeps its bytes, x reads zeros. */
 static void check_taken_memory(size_t base_alloc) {
@@ -263,6 +341,9 @@ int main(void) {
         check_random_run(base_alloc);
         check_steady_state(base_alloc);
         check_taken_memory(base_alloc);
+        issue_counts_fn tally = (issue_counts_fn)zt_backend_cuda_symbol("zt_emu_issue_counts");
+        if (tally)
+            check_issue_per_call(tally);
     }
     zt_backend_destroy(be);
     /* A setting the backend does not understand is refused by name, never ignored. */
@@ -277,5 +358,8 @@ int main(void) {
             zt_backend_destroy(other);
         unsetenv(bad[i][0]);
     }
+    /* Only the emulated device reports the fault by granule; a GPU's is an illegal address. */
+    if (zt_backend_cuda_symbol("zt_emu_issue_counts"))
+        check_check_mode();
     return check_summary("test_cuda_vmm");
 }

@@ -17,9 +17,15 @@
  * unmapped: the host then waits for that address's own last release (an old event, long
  * passed on a GPU) — counted, and rare, since a commit prefers the memory the address had.
  *
+ * What the host issues stays per call, not per granule (a GPU's host pays a few microseconds a
+ * call, and GPT-2 124M's gradients alone are 238 granules): a release records one event, a
+ * mark that every granule it lets go of shares; a commit waits once for each distinct mark of
+ * the memory it takes back and zero-fills each run of adjacent granules with one memset.
+ *
  * The backend's allocated and peak bytes count physical granules: what is really held. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +39,18 @@ _Static_assert(ZT_VMM_MIN_GRANULES * ZT_CUDA_VMM_GRANULE_BYTES == ZT_CUDA_VMM_MI
                "backend.h states the size from which an allocation is reserved granules");
 
 typedef struct zt_vmm_granule {
-    int handle;           /* the physical granule mapped here (index), -1: none */
-    bool live;            /* it holds this address's bytes */
-    cudaEvent_t released; /* recorded on the compute stream at the last release; NULL: none */
+    int handle;   /* the physical granule mapped here (index), -1: none */
+    bool live;    /* it holds this address's bytes */
+    int released; /* the mark of its last release (index), -1: none */
 } zt_vmm_granule;
+
+/* An event recorded on the compute stream by one release, shared by the granules it let go
+ * of; recorded again only once no granule refers to it. */
+typedef struct {
+    cudaEvent_t ev;
+    int refs;                 /* granules whose last release it marks */
+    unsigned long long waited; /* the commit (serial) whose zero-fills last waited for it */
+} zt_vmm_mark;
 
 typedef struct {
     char *base;
@@ -64,6 +78,10 @@ struct zt_cuda_vmm {
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
     size_t granule, min_bytes;
+    /* ZTRAIN_CUDA_VMM=check: a release waits for the device and unmaps what it lets go of, so
+     * that any later touch before a commit is a fault naming the granule (on the emulated
+     * device) instead of a read or write of memory another range may hold. For tests. */
+    bool check;
     zt_vmm_range *ranges;
     size_t n_ranges, cap_ranges;
     zt_vmm_handle *handles;
@@ -74,6 +92,11 @@ struct zt_cuda_vmm {
      * streams wait for them: neither stream waits for the other's work. */
     cudaStream_t zero_stream;
     cudaEvent_t zeroed;
+    zt_vmm_mark *marks;
+    size_t n_marks, cap_marks;
+    int *free_marks; /* marks no granule refers to, a stack */
+    size_t n_free_marks;
+    unsigned long long serial; /* commits and allocations so far */
     /* zt_cuda_vmm_counts: [0] host waits before an unmap, [1] maps, [2] physical granules made,
      * [3] commits that revived a granule without a driver call. */
     unsigned long long counts[4];
@@ -93,9 +116,10 @@ static zt_vmm_range *range_of(const zt_cuda_state *st, const void *p) {
 static zt_status env_setting(struct zt_cuda_vmm *v, bool *off) {
     const char *mode = getenv("ZTRAIN_CUDA_VMM");
     *off = mode && strcmp(mode, "off") == 0;
-    if (mode && *mode && !*off && strcmp(mode, "on") != 0)
-        return zt_error(ZT_ERR_INVALID, "ZTRAIN_CUDA_VMM=\"%s\": expected \"on\" or \"off\"",
-                        mode);
+    v->check = mode && strcmp(mode, "check") == 0;
+    if (mode && *mode && !*off && !v->check && strcmp(mode, "on") != 0)
+        return zt_error(ZT_ERR_INVALID, "ZTRAIN_CUDA_VMM=\"%s\": expected \"on\", \"off\" or "
+                        "\"check\"", mode);
     v->min_bytes = ZT_VMM_MIN_GRANULES * v->granule;
     const char *min = getenv("ZTRAIN_CUDA_VMM_MIN_BYTES");
     if (min && *min) {
@@ -232,18 +256,53 @@ static void unfree(struct zt_cuda_vmm *v, int h) {
         }
 }
 
-/* Makes granule k of r live, zero-filled on the zero stream; false when no memory is left. */
+/* A mark to record a release with: one no granule refers to, or a new one; -1 when no event can
+ * be made. */
+static int mark_take(zt_backend *be, struct zt_cuda_vmm *v) {
+    if (v->n_free_marks)
+        return v->free_marks[--v->n_free_marks];
+    if (v->n_marks == v->cap_marks) {
+        size_t cap = v->cap_marks ? 2 * v->cap_marks : 16;
+        zt_vmm_mark *m = realloc(v->marks, cap * sizeof *m);
+        int *f = m ? realloc(v->free_marks, cap * sizeof *f) : NULL;
+        if (m)
+            v->marks = m;
+        if (!f)
+            return -1;
+        v->free_marks = f;
+        v->cap_marks = cap;
+    }
+    zt_vmm_mark *m = &v->marks[v->n_marks];
+    *m = (zt_vmm_mark){0};
+    if (cudaEventCreateWithFlags(&m->ev, cudaEventDisableTiming) != cudaSuccess) {
+        ZT_CUDA_LAUNCHED(be);
+        return -1;
+    }
+    return (int)v->n_marks++;
+}
+
+/* Granule g's last release is now mark m (-1: none); its former mark loses a reference. */
+static void mark_set(struct zt_cuda_vmm *v, zt_vmm_granule *g, int m) {
+    if (g->released >= 0 && --v->marks[g->released].refs == 0)
+        v->free_marks[v->n_free_marks++] = g->released;
+    g->released = m;
+    if (m >= 0)
+        v->marks[m].refs++;
+}
+
+/* Makes granule k of r live, after its memory's last release on the zero stream, which the
+ * caller then zero-fills (zero_fill); false when no memory is left. */
 static bool revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k) {
     zt_cuda_state *st = be->impl;
     zt_vmm_granule *g = &r->g[k];
     char *a = r->base + k * v->granule;
-    cudaEvent_t after = NULL;
+    int after = -1;
     if (g->handle >= 0 && !v->handles[g->handle].owner) {
         /* Its own memory, free: the steady state, no driver call. The memory may have served
          * another address since, whose release is then the one to wait for. */
         unfree(v, g->handle);
         zt_vmm_granule *by = v->handles[g->handle].freed_by;
-        after = by ? by->released : NULL;
+        after = by ? by->released : -1;
         v->counts[3]++;
     } else {
         if (g->handle >= 0) {
@@ -251,8 +310,8 @@ static bool revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_
              * the work before this address's own last release has run. */
             __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
             v->counts[0]++;
-            if (g->released)
-                ZT_CUDA_CHECK(be, cudaEventSynchronize(g->released));
+            if (g->released >= 0)
+                ZT_CUDA_CHECK(be, cudaEventSynchronize(v->marks[g->released].ev));
             if (!drv(be, v->unmap((CUdeviceptr)a, v->granule), "cuMemUnmap"))
                 return false;
             v->handles[g->handle].mappings--;
@@ -276,10 +335,26 @@ static bool revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_
     v->handles[g->handle].owner = g;
     v->handles[g->handle].freed_by = NULL;
     g->live = true;
-    if (after)
-        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(v->zero_stream, after, 0));
-    ZT_CUDA_CHECK(be, cudaMemsetAsync(a, 0, v->granule, v->zero_stream));
+    if (after >= 0 && v->marks[after].waited != v->serial) {
+        v->marks[after].waited = v->serial;
+        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(v->zero_stream, v->marks[after].ev, 0));
+    }
     return true;
+}
+
+/* Zero-fills revived granules a run of adjacent ones at a time: granule k of r joins the run
+ * [*lo, *hi) (granule indices) or, not adjacent to it, issues the run's memset and starts a new
+ * one; k == SIZE_MAX issues what is left. */
+static void zero_fill(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k,
+                      size_t *lo, size_t *hi) {
+    if (k != SIZE_MAX && k == *hi && *hi > *lo) {
+        (*hi)++;
+        return;
+    }
+    if (*hi > *lo)
+        ZT_CUDA_CHECK(be, cudaMemsetAsync(r->base + *lo * v->granule, 0,
+                                          (*hi - *lo) * v->granule, v->zero_stream));
+    *lo = k, *hi = k == SIZE_MAX ? k : k + 1;
 }
 
 /* Both backend streams wait for the zero-fills queued so far. */
@@ -315,7 +390,8 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
     v->ranges[v->n_ranges++] = r;
     zt_vmm_range *in = &v->ranges[v->n_ranges - 1];
     for (size_t k = 0; k < r.n; k++)
-        in->g[k].handle = -1;
+        in->g[k].handle = in->g[k].released = -1;
+    v->serial++;
     for (size_t k = 0; k < r.n; k++) {
         if (!revive(be, v, in, k)) {
             zt_cuda_vmm_free(be, in->base);
@@ -323,6 +399,7 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
             return NULL;
         }
     }
+    ZT_CUDA_CHECK(be, cudaMemsetAsync(in->base, 0, in->span, v->zero_stream));
     after_zeroing(be, v);
     return in->base;
 }
@@ -345,8 +422,7 @@ void zt_cuda_vmm_free(zt_backend *be, void *p) {
                 v->free_list[v->n_free++] = g->handle;
             }
         }
-        if (g->released)
-            cudaEventDestroy(g->released);
+        mark_set(v, g, -1);
     }
     /* The device is idle: no free granule's reuse waits for a release any more; and memory
      * mapped nowhere now goes back to the device. */
@@ -367,12 +443,27 @@ void zt_cuda_vmm_free(zt_backend *be, void *p) {
     *r = v->ranges[--v->n_ranges];
 }
 
+/* The check mode's release: granule k of r, just let go of, unmapped once the device is idle
+ * (a host wait, counted); its memory stays free for any address. */
+static void unmap_released(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k) {
+    zt_cuda_state *st = be->impl;
+    zt_vmm_granule *g = &r->g[k];
+    __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
+    ZT_CUDA_CHECK(be, cudaDeviceSynchronize());
+    if (!drv(be, v->unmap((CUdeviceptr)(r->base + k * v->granule), v->granule), "cuMemUnmap"))
+        return;
+    v->handles[g->handle].mappings--;
+    v->handles[g->handle].freed_by = NULL;
+    g->handle = -1;
+}
+
 void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     zt_cuda_state *st = be->impl;
     struct zt_cuda_vmm *v = st->vmm;
     zt_vmm_range *r = range_of(st, p);
     size_t at = (size_t)((char *)p - r->base) + lo, end = at + (hi - lo);
     size_t G = v->granule;
+    int mark = -1;
     for (size_t k = at / G; k * G < end; k++) {
         zt_vmm_granule *g = &r->g[k];
         size_t a = k * G, b = a + G < r->bytes ? a + G : r->bytes;
@@ -387,22 +478,23 @@ void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
                                                   st->stream[ZT_STREAM_COMPUTE]));
             continue;
         }
-        if (!g->released &&
-            cudaEventCreateWithFlags(&g->released, cudaEventDisableTiming) != cudaSuccess) {
-            /* Without an event its reuse could not be ordered: keep it live. */
-            ZT_CUDA_LAUNCHED(be);
-            g->released = NULL;
-            continue;
+        if (mark < 0) {
+            /* Without an event its reuse could not be ordered: it stays live. */
+            if ((mark = mark_take(be, v)) < 0)
+                continue;
+            /* On the compute stream: work the communication stream did on the range is before
+             * it too, since every device collective ends with the compute stream waiting for
+             * it (engine/comm/comm_device.c, order_after). */
+            ZT_CUDA_CHECK(be, cudaEventRecord(v->marks[mark].ev, st->stream[ZT_STREAM_COMPUTE]));
         }
-        /* On the compute stream: work the communication stream did on the range is before it
-         * too, since every device collective ends with the compute stream waiting for it
-         * (engine/comm/comm_device.c, order_after). */
-        ZT_CUDA_CHECK(be, cudaEventRecord(g->released, st->stream[ZT_STREAM_COMPUTE]));
+        mark_set(v, g, mark);
         zt_vmm_handle *h = &v->handles[g->handle];
         h->owner = NULL;
         h->freed_by = g;
         v->free_list[v->n_free++] = g->handle;
         g->live = false;
+        if (v->check)
+            unmap_released(be, v, r, k);
     }
 }
 
@@ -411,11 +503,14 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     struct zt_cuda_vmm *v = st->vmm;
     zt_vmm_range *r = range_of(st, p);
     size_t at = (size_t)((char *)p - r->base) + lo, end = at + (hi - lo);
+    size_t run_lo = 0, run_hi = 0;
     bool zeroed = false;
+    v->serial++;
     for (size_t k = at / v->granule; k * v->granule < end; k++) {
         if (r->g[k].live)
             continue;
         if (!revive(be, v, r, k)) {
+            zero_fill(be, v, r, SIZE_MAX, &run_lo, &run_hi);
             if (zeroed)
                 after_zeroing(be, v);
             return zt_error(ZT_ERR_NOMEM, "cuda device %d (%s): no device memory left to map "
@@ -423,8 +518,10 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
                             be->device_index, st->device_name, v->granule, st->allocated,
                             st->peak);
         }
+        zero_fill(be, v, r, k, &run_lo, &run_hi);
         zeroed = true;
     }
+    zero_fill(be, v, r, SIZE_MAX, &run_lo, &run_hi);
     if (zeroed)
         after_zeroing(be, v);
     return ZT_OK;
@@ -450,8 +547,12 @@ void zt_cuda_vmm_destroy(zt_cuda_state *st) {
     for (size_t i = 0; i < v->n_handles; i++)
         if (v->handles[i].h && v->handles[i].mappings == 0)
             v->release(v->handles[i].h);
+    for (size_t i = 0; i < v->n_marks; i++)
+        cudaEventDestroy(v->marks[i].ev);
     cudaEventDestroy(v->zeroed);
     cudaStreamDestroy(v->zero_stream);
+    free(v->marks);
+    free(v->free_marks);
     free(v->ranges);
     free(v->handles);
     free(v->free_list);
