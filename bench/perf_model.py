@@ -48,6 +48,14 @@ LLAMA = {"name": "Llama 1.1B (TinyLlama)", "type": "llama", "L": 22, "C": 2048, 
          "F": 5632, "V": 32000, "T": 2048, "B": 8, "tied": False}
 MODELS = [GPT2, LLAMA]
 
+# The host's time to issue one call of each kind, in microseconds: assumed, not measured (typical
+# of cudaLaunchKernel on current drivers and fast CPUs; cublasLtMatmul does host work of its own
+# besides its launch; recording an event or a stream's wait for one is cheaper than a launch).
+# What a step issues is counted on the emulated device (bench/launch_count.py).
+HOST_US = {"kernel": 3.0, "matmul": 6.0, "copy": 3.0, "memset": 3.0, "event record": 1.5,
+           "stream wait": 1.5, "nccl": 6.0}
+EMU = os.path.join(HERE, "emu")
+
 A16, S32, P32 = 2, 4, 4  # bytes: a 16-bit activation or gradient; an fp32 statistic; fp32 state
 
 
@@ -192,6 +200,18 @@ def predict(m, fractions=FRACTIONS):
     return out
 
 
+def host_issue(m, directory=EMU):
+    """The calls one step issues (bench/emu/launches-<type>.json, counted on the emulated device)
+    and the host's time to issue them, or None where they have not been counted."""
+    path = os.path.join(directory, f"launches-{m['type']}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        counted = json.load(f)
+    ms = sum(HOST_US[c] * n for c, n in counted["classes"].items()) / 1e3
+    return {"counted": counted, "path": os.path.relpath(path, os.path.dirname(HERE)), "ms": ms}
+
+
 # ---- measured: the op profiles gpu-check.sh saved in bench/gpu/ -----------------------------
 
 def measured_profiles(model, directory):
@@ -295,7 +315,35 @@ def markdown(directory):
         lines += ["", "Measured: " + ("; ".join(sources) if sources else
                                       "not yet (no GPU run of `scripts/gpu-check.sh` has left "
                                       "an op profile of this model in bench/gpu/)") + ".", ""]
+        lines += host_lines(m, h100["step_ms"], r["tokens"])
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def host_lines(m, device_ms, tokens):
+    """What the host issues a step against the device's predicted step: whether CUDA graphs
+    could pay."""
+    h = host_issue(m)
+    if h is None:
+        return ["Host issue: not counted (run `python3 bench/launch_count.py --write`).", ""]
+    c = h["counted"]
+    rows = ["| calls a step (counted) | " + " | ".join(c["classes"]) + " | all |",
+            "|---|" + "---:|" * (len(c["classes"]) + 1),
+            "| count | " + " | ".join(f"{n:,}" for n in c["classes"].values()) +
+            f" | {c['total']:,} |",
+            "| host µs each (assumed) | " + " | ".join(f"{HOST_US[k]:g}" for k in c["classes"]) +
+            " | |"]
+    # Device time falls with the tokens a step, the calls do not: where they meet, the GPU
+    # waits for the host, and a graph (one launch for the step) starts to pay.
+    meet = tokens * h["ms"] / device_ms
+    return ["Host issue (item 5, CUDA graphs): one step of one micro-batch issues "
+            f"{c['total']:,} calls (counted on the emulated device at this depth and two narrow "
+            f"widths, {c['totals'][0]:,} and {c['totals'][1]:,}; `{h['path']}`), about "
+            f"{h['ms']:.2f} ms of host time at the assumed costs, {h['ms'] / device_ms:.0%} of "
+            f"the predicted H100 step ({device_ms:.1f} ms). Taking the device's time as "
+            "proportional to the tokens a step (it falls slower: the optimizer's part stays), "
+            f"the host stays ahead of the GPU down to about {meet:,.0f} tokens a step; below "
+            "that a CUDA graph of the step would pay, above it a graph saves host time the GPU "
+            "never waits for. Predicted, not measured.", "", *rows, ""]
 
 
 def readme_section(text):
