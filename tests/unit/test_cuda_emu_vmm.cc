@@ -11,7 +11,8 @@
  * dereference of mapped memory, each a SIGSEGV whose message names the reservation; a kernel
  * whose arguments reach two mappings of the same memory, run in both thread orders (the race
  * check), is no race; ZTRAIN_CUDA_EMU_VMM_GRANULE sets the granularity, and a value it does not
- * understand is said and leaves 2 MiB.
+ * understand is said and leaves 2 MiB; a process on device 1 of ZTRAIN_CUDA_EMU_DEVICES=2 maps
+ * memory of device 1, not 0.
  *
  * Faults are sticky for the process, so every case runs in a child of its own, as in
  * test_cuda_emu. */
@@ -281,6 +282,28 @@ static int case_granule_not_understood() {
     return 0;
 }
 
+/* A rank's process on the second of two emulated GPUs: its memory is device 1's. */
+static int case_second_device() {
+    setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
+    EXPECT(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1) with two emulated devices");
+    driver d;
+    EXPECT(load(d), "the VMM entry points are missing");
+    size_t g = 0;
+    EXPECT(d.granularity(&g, &d.prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) ==
+               CUDA_ERROR_INVALID_VALUE, "device 0's memory was offered to device 1's process");
+    d.prop.location.id = d.access.location.id = 1;
+    EXPECT(d.granularity(&g, &d.prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) == CUDA_SUCCESS &&
+               g == G, "device 1's granularity: %zu", g);
+    char *a = nullptr;
+    CUmemGenericAllocationHandle h[1] = {0};
+    EXPECT(reserve_mapped(d, 1, 0x1, &a, h), "reserving and mapping on device 1");
+    ZT_LAUNCH(fill_kernel, 4, 256, 0, nullptr, (unsigned *)a, G / 4, 7u);
+    static unsigned host[G / 4];
+    cudaMemcpy(host, a, G, cudaMemcpyDeviceToHost);
+    EXPECT(host[G / 4 - 1] == 7u, "a kernel on device 1's mapping left %u", host[G / 4 - 1]);
+    return 0;
+}
+
 struct test_case {
     const char *name;
     int (*run)();
@@ -300,6 +323,7 @@ static const test_case cases[] = {
     {"kernel over two mappings of one granule, run in both orders", case_aliased_arguments_no_race,
      0, nullptr},
     {"ZTRAIN_CUDA_EMU_VMM_GRANULE", case_granule_setting, 0, nullptr},
+    {"VMM on the second of two emulated devices", case_second_device, 0, nullptr},
     {"ZTRAIN_CUDA_EMU_VMM_GRANULE not understood", case_granule_not_understood, 0,
      "ZTRAIN_CUDA_EMU_VMM_GRANULE='3000'"},
 };

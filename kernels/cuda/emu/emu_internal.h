@@ -96,6 +96,10 @@ std::string run_grid(const grid_run &g, bool reverse);
 cudaError_t enqueue(cudaStream_t s, const char *what,
                     std::function<cudaError_t(std::string &detail)> fn);
 
+/* The device this process has set (cudaSetDevice; 0 unless ZTRAIN_CUDA_EMU_DEVICES gives
+ * several): each process is a device of its own. */
+int current_device();
+
 /* Counts one call of the host that issued work to a stream, by what it was (emu_issue_log.cc);
  * enqueue and cudaEventRecord call it. */
 void note_issue(const char *what);

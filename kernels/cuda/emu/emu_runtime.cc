@@ -247,6 +247,8 @@ cudaError_t sticky() { return g_sticky; }
 
 size_t device_total_bytes() { return kTotalMem; }
 
+int current_device() { return g_device; }
+
 cudaError_t enqueue(cudaStream_t s, const char *what,
                     std::function<cudaError_t(std::string &)> fn) {
     std::lock_guard<std::recursive_mutex> g(device_lock());

@@ -259,9 +259,11 @@ static CUresult emu_cuMemGetAllocationGranularity(size_t *granularity,
                                                   const CUmemAllocationProp *prop,
                                                   CUmemAllocationGranularity_flags option) {
     if (!granularity || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0)
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        prop->location.id != current_device())
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemGetAllocationGranularity: the properties "
-                      "must name pinned memory on device 0 (the emulated device)");
+                      "must name pinned memory on device %d (this process's emulated device)",
+                      current_device());
     (void)option; /* minimum and recommended are the same granule here, as on an H100 */
     *granularity = granule_bytes();
     return CUDA_SUCCESS;
@@ -314,10 +316,11 @@ static CUresult emu_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
     space &s = S();
     if (!handle || !prop || !size || size % granule_bytes() || flags ||
         prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0)
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        prop->location.id != current_device())
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemCreate(size %zu): the size must be a "
                       "non-zero multiple of the granularity (%zu), flags 0, and the properties "
-                      "pinned memory on device 0", size, granule_bytes());
+                      "pinned memory on device %d", size, granule_bytes(), current_device());
     if (dev_allocated_bytes() + size > device_total_bytes())
         return CUDA_ERROR_OUT_OF_MEMORY;
     int fd = memfd_create("ztrain-emu-granule", MFD_CLOEXEC);
@@ -429,9 +432,10 @@ static CUresult emu_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcce
     std::lock_guard<std::recursive_mutex> g(device_lock());
     space &s = S();
     if (!desc || count != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-        desc->location.id != 0 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        desc->location.id != current_device() || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemSetAccess(%p): one descriptor giving "
-                      "device 0 read-write access is what the emulator knows", (void *)ptr);
+                      "device %d read-write access is what the emulator knows", (void *)ptr,
+                      current_device());
     auto *r = reservation_of((const void *)ptr);
     size_t at = r ? (size_t)((char *)ptr - s.base) - r->first : 0;
     bool whole = r && size && size % granule_bytes() == 0 && at % granule_bytes() == 0;
