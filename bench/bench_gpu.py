@@ -141,9 +141,15 @@ def run_ztrain(args, work, model, micro, stage=0, offload=False):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     tps = sorted(r["perf/tokens_per_second"] for r in recs if "perf/tokens_per_second" in r)
+    # How long the host waited for the GPU in a step, beside the step: near the step's time the
+    # GPU was the bottleneck; near 0 the host's issuing was (what a CUDA graph would help).
+    waits = sorted((r["perf/rank0/device_wait_ms"], r["perf/rank0/step_time_ms"]) for r in recs
+                   if "perf/rank0/device_wait_ms" in r and "perf/rank0/step_time_ms" in r)
     if args.profile:  # the op profile of this run (docs/profiling.md), where --profile asks
         shutil.copyfile(os.path.join(out, "profile.json"), args.profile)
-    return {"tokens_per_s": tps[len(tps) // 2] if tps else None, "peak_memory": mw.peak}
+    wait = waits[len(waits) // 2] if waits else (None, None)
+    return {"tokens_per_s": tps[len(tps) // 2] if tps else None, "peak_memory": mw.peak,
+            "device_wait_ms": wait[0], "step_time_ms": wait[1]}
 
 
 # ---- PyTorch ----------------------------------------------------------------------------------

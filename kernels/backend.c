@@ -23,6 +23,7 @@ static struct {
     zt_status (*create)(zt_backend **out, const zt_backend_options *opts);
     int (*count)(void);
     zt_status (*memory)(zt_backend *be, zt_cuda_memory *out);
+    zt_status (*waits)(zt_backend *be, zt_cuda_waits *out);
     const zt_nccl_api *(*nccl)(void); /* NULL in a module built without NCCL */
 } cuda_module;
 static char cuda_module_error[512];
@@ -85,8 +86,9 @@ static void cuda_module_load(void) {
     *(void **)&cuda_module.create = dlsym(h, "zt_cuda_backend_create");
     *(void **)&cuda_module.count = dlsym(h, "zt_cuda_device_count");
     *(void **)&cuda_module.memory = dlsym(h, "zt_cuda_memory_of");
+    *(void **)&cuda_module.waits = dlsym(h, "zt_cuda_waits_of");
     *(void **)&cuda_module.nccl = dlsym(h, "zt_cuda_nccl_api");
-    if (!cuda_module.create || !cuda_module.count || !cuda_module.memory) {
+    if (!cuda_module.create || !cuda_module.count || !cuda_module.memory || !cuda_module.waits) {
         snprintf(cuda_module_error, sizeof cuda_module_error, "%s lacks its entry points",
                  path ? path : "libztrain_cuda.so");
         cuda_module.create = NULL;
@@ -117,6 +119,13 @@ zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out) {
         return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA "
                         "backend's", be ? be->name : "?");
     return cuda_module.memory(be, out);
+}
+
+zt_status zt_backend_cuda_waits(zt_backend *be, zt_cuda_waits *out) {
+    if (!be || be->device != ZT_DEVICE_CUDA)
+        return zt_error(ZT_ERR_INVALID, "backend \"%s\": host waits are the CUDA backend's",
+                        be ? be->name : "?");
+    return cuda_module.waits(be, out);
 }
 
 const zt_nccl_api *zt_nccl_api_get(void) {
@@ -233,5 +242,11 @@ zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out) {
     (void)out;
     return zt_error(ZT_ERR_INVALID, "backend \"%s\": device memory counts are the CUDA backend's "
                     "(this build has none)", be ? be->name : "?");
+}
+
+zt_status zt_backend_cuda_waits(zt_backend *be, zt_cuda_waits *out) {
+    (void)out;
+    return zt_error(ZT_ERR_INVALID, "backend \"%s\": host waits are the CUDA backend's (this "
+                    "build has none)", be ? be->name : "?");
 }
 #endif

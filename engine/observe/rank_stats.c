@@ -12,7 +12,7 @@
 /* The row of one rank, in this order; the GPU figures only with device cuda. */
 enum {
     F_STEP_TIME, F_DATA, F_FWD, F_BWD, F_STEP, F_COMM, F_COMPUTE, F_CPU, F_RSS, F_PEAK_RSS,
-    F_GPU_UTIL, F_GPU_MEM, F_GPU_MEM_TOTAL, F_GPU_POWER, F_GPU_TEMP, F_COUNT
+    F_GPU_UTIL, F_GPU_MEM, F_GPU_MEM_TOTAL, F_GPU_POWER, F_GPU_TEMP, F_DEVICE_WAIT, F_COUNT
 };
 static const char *const field_keys[F_COUNT] = {
     "perf/rank%d/step_time_ms",   "perf/rank%d/data_ms",
@@ -22,7 +22,7 @@ static const char *const field_keys[F_COUNT] = {
     "system/rank%d/rss_bytes",    "system/rank%d/peak_rss_bytes",
     "system/rank%d/gpu_util",     "system/rank%d/gpu_memory_used_bytes",
     "system/rank%d/gpu_memory_total_bytes", "system/rank%d/gpu_power_watts",
-    "system/rank%d/gpu_temperature_c",
+    "system/rank%d/gpu_temperature_c", "perf/rank%d/device_wait_ms",
 };
 enum { N_STRAGGLER = 4 };
 
@@ -106,6 +106,7 @@ void zt_rank_stats_step(zt_rank_stats *rs, const zt_rank_step *st) {
     /* What the other ranks wait for: a rank slow in computing (or in reading its data) makes the
      * others wait in the collectives, so its own communication time is the shortest. */
     m[F_COMPUTE] = st->step_time - st->comm;
+    m[F_DEVICE_WAIT] = st->device_wait;
 }
 
 static int cmp_double(const void *a, const void *b) {

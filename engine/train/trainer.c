@@ -342,6 +342,15 @@ static zt_status agree_to_stop(trainer *t, bool *stop) {
     return ZT_OK;
 }
 
+/* The host's time blocked waiting for a CUDA device so far (NaN on the CPU). */
+static double device_wait_ms(const trainer *t) {
+    zt_cuda_waits w;
+    if (t->job->device != ZT_DEVICE_CUDA ||
+        zt_backend_cuda_waits(zt_engine_model(t->e)->ctx.be, &w) != ZT_OK)
+        return NAN;
+    return w.wait_ms;
+}
+
 static double peak_rss_bytes(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
@@ -490,7 +499,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         double lr = zt_engine_get_lr(t->e);
         clear_bar_before_engine_log(t);
         double t0 = now_ms(), tokens = 0.0;
-        zt_rank_step rs = {.comm = zt_comm_thread_ms()};
+        zt_rank_step rs = {.comm = zt_comm_thread_ms(), .device_wait = device_wait_ms(t)};
         zt_pipe_batch_result piped = {0};
         if (t->profiling)
             zt_trainer_profile_begin(&t->prof);
@@ -526,6 +535,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         double step_ms = now_ms() - t0;
         rs.step_time = step_ms;
         rs.comm = zt_comm_thread_ms() - rs.comm;
+        rs.device_wait = device_wait_ms(t) - rs.device_wait;
         rs.engine = zt_engine_get_timers(t->e);
         zt_rank_stats_step(&t->stats, &rs);
         int64_t step = zt_engine_global_steps(t->e);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_backend.h"
@@ -33,11 +34,30 @@ void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char 
     pthread_mutex_unlock(&st->lock);
 }
 
+static unsigned long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
 void zt_cuda_wait(zt_backend *be, cudaStream_t s) {
     zt_cuda_state *st = be->impl;
     __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
+    unsigned long long t0 = now_ns();
     if (!zt_cuda_watched_wait(be, s))
         ZT_CUDA_CHECK(be, cudaStreamSynchronize(s));
+    __atomic_add_fetch(&st->wait_ns, now_ns() - t0, __ATOMIC_RELAXED);
+}
+
+zt_status zt_cuda_waits_of(zt_backend *be, zt_cuda_waits *out) {
+    if (!be || be->device != ZT_DEVICE_CUDA)
+        return zt_error(ZT_ERR_INVALID, "backend \"%s\": host waits are the CUDA backend's",
+                        be ? be->name : "?");
+    zt_cuda_state *st = be->impl;
+    out->waits = __atomic_load_n(&st->waits, __ATOMIC_RELAXED);
+    out->reads = __atomic_load_n(&st->reads, __ATOMIC_RELAXED);
+    out->wait_ms = (double)__atomic_load_n(&st->wait_ns, __ATOMIC_RELAXED) / 1e6;
+    return ZT_OK;
 }
 
 void zt_cuda_count_read(zt_backend *be) {

@@ -89,8 +89,9 @@ typedef struct {
     /* Which attention runs (attention/attention.c): ZTRAIN_ATTENTION, read at creation. */
     zt_cuda_attention_policy attention;
     /* Since creation: the host's waits for the device this module made (zt_cuda_wait) and its
-     * device-to-host copies. Two relaxed counters, cheap enough for a GPU run. */
-    unsigned long long waits, reads;
+     * device-to-host copies, and the nanoseconds the host spent in those waits. Relaxed
+     * counters, cheap enough for a GPU run (zt_backend_cuda_waits). */
+    unsigned long long waits, reads, wait_ns;
     /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory): the
      * physical granules mapped for the large allocations (memory/device_vmm.c), not their address
      * ranges. */
@@ -217,6 +218,7 @@ unsigned long long zt_cuda_weights_rounded(zt_backend *be);
 zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opts);
 int zt_cuda_device_count(void);
 zt_status zt_cuda_memory_of(zt_backend *be, zt_cuda_memory *out);
+zt_status zt_cuda_waits_of(zt_backend *be, zt_cuda_waits *out);
 /* What kernels/gpu_info.c asks for ztrain/gpu.h (by name, through zt_backend_cuda_symbol):
  * properties (a zt_gpu_props *), free and total memory of a visible device, and making it the
  * calling thread's current one. */

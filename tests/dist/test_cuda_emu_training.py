@@ -84,6 +84,17 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(said == [0], f"the cuda run records its attention choice once, ztrain's flash "
              f"kernel: kernels/attention_cudnn {said}")
     close(ck, "GPT-2 fp32, 1 rank, cuda vs cpu", cpu, cuda, 1e-4)
+    # The host's time blocked waiting for the device, a step's part of its time: on the emulated
+    # device, which runs the queued work when the host waits, nearly all of it; no such figure
+    # on the CPU.
+    steps = [m for m in read_metrics(f"{d}/gpt2-cuda/metrics.jsonl")
+             if "perf/rank0/step_time_ms" in m]
+    waits = [(m.get("perf/rank0/device_wait_ms"), m["perf/rank0/step_time_ms"]) for m in steps]
+    ck.check(len(waits) == STEPS and all(w is not None and 0 < w <= t for w, t in waits),
+             f"each cuda step records the host's wait for the device, within the step: {waits}")
+    ck.check(not any("perf/rank0/device_wait_ms" in m
+                     for m in read_metrics(f"{d}/gpt2-cpu/metrics.jsonl")),
+             "a CPU run records no device wait")
     # Resume on cuda: 2 steps and their checkpoint, then the rest from it in a second run, bit
     # for bit the uninterrupted run (weights, optimizer state, data position and RNG restored
     # into device memory).

@@ -130,7 +130,7 @@ static void test_rank_stats(bool stub) {
     zt_rank_stats rs;
     CHECK(zt_rank_stats_init(&rs, 0, 1, 0, ZT_DEVICE_CUDA, nf) == ZT_OK, "%s", zt_last_error());
     fclose(nf);
-    zt_rank_step st = {.step_time = 100, .data = 5, .comm = 30,
+    zt_rank_step st = {.step_time = 100, .data = 5, .comm = 30, .device_wait = 42,
                        .engine = {.forward_ms = 30, .backward_ms = 50, .step_ms = 15,
                                   .forward_comm_ms = 4, .backward_comm_ms = 20,
                                   .step_comm_ms = 6}};
@@ -146,6 +146,8 @@ static void test_rank_stats(bool stub) {
           "breakdown: fwd %g bwd %g step %g compute %g", find(m, n, "perf/rank0/fwd_ms"),
           find(m, n, "perf/rank0/bwd_ms"), find(m, n, "perf/rank0/step_ms"),
           find(m, n, "perf/rank0/compute_ms"));
+    CHECK(find(m, n, "perf/rank0/device_wait_ms") == 42, "device wait %g",
+          find(m, n, "perf/rank0/device_wait_ms"));
     CHECK(find(m, n, "system/rank0/rss_bytes") > 0 && !has_prefix(m, n, "perf/straggler"),
           "one rank: memory, and no straggler");
     if (stub) {

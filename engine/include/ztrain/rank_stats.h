@@ -21,6 +21,8 @@ typedef struct {
     double step_time;  /* the whole step on this rank, to the end of its loss all-reduce */
     double data;       /* waiting for batches (zt_engine_next_batch) */
     double comm;       /* communication of this thread over the step (zt_comm_thread_ms) */
+    double device_wait; /* CUDA: the host blocked waiting for the device (zt_cuda_waits.wait_ms);
+                         * NaN elsewhere */
     zt_engine_timers engine; /* fwd/bwd/step, communication included (subtracted here) */
 } zt_rank_step;
 

@@ -234,6 +234,19 @@ typedef struct {
  * (they are the backend's own counts). */
 zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out);
 
+/* The host's waits for a CUDA backend's streams since it was made: how many (the step's
+ * synchronisation and every other), the device-to-host copies, and the milliseconds the host
+ * spent blocked in those waits. Over a step, wait_ms near zero means the device finished before
+ * the host asked (the host issues slower than the device runs: what a CUDA graph would help);
+ * near the step's time, the host issued everything and waited for the device. */
+typedef struct {
+    unsigned long long waits, reads;
+    double wait_ms;
+} zt_cuda_waits;
+
+/* ZT_ERR_INVALID for a backend that is not CUDA (and in a build without CUDA). */
+zt_status zt_backend_cuda_waits(zt_backend *be, zt_cuda_waits *out);
+
 /* The CUDA backend's own device memory besides its callers' allocations, stated here so that an
  * estimate made without a GPU (admission.h) counts what the backend will take: cuBLASLt's
  * workspace and the two-pass sums' partials and totals, taken at creation; and scratch buffers
