@@ -327,6 +327,8 @@ void zt_cuda_accumulate_half(const zt_ctx *x, uint16_t *dst, const float *src, s
 double zt_cuda_sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t);
 void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
                     bool squares);
+void zt_cuda_weighted_sum_to(const zt_ctx *x, double *out, const double *parts,
+                             const double *weights, int n);
 /* The sum of the squares of v (fp32, bf16 or fp16), as sum_to computes it, read back with one
  * wait: sum_squares and sum_squares_half. */
 double zt_cuda_squares_now(const zt_ctx *x, const void *v, size_t n, zt_dtype t);
