@@ -40,7 +40,7 @@ static const char *const op_names[ZT_OP_COUNT] = {
     "lamb_apply", "sum_squares", "scale", "to_half",
     "from_half", "round_to", "accumulate_half", "sum_squares_half",
     "sgd_update_mixed", "lamb_apply_mixed", "sum_to", "lamb_moments_to",
-    "xent_partial_combine", "lamb_steps",
+    "xent_partial_combine", "lamb_steps", "weighted_sum_to",
 };
 
 const char *zt_op_name(zt_op_id op) {
@@ -239,6 +239,9 @@ TIMED(ZT_OP_LAMB_MOMENTS_TO, lamb_moments_to,
 TIMED(ZT_OP_LAMB_STEPS, lamb_steps,
       (const zt_ctx *x, float *steps, const double *sums, size_t n, const zt_lamb_step_args *a),
       (x, steps, sums, n, a))
+TIMED(ZT_OP_WEIGHTED_SUM_TO, weighted_sum_to,
+      (const zt_ctx *x, double *out, const double *parts, const double *weights, int n),
+      (x, out, parts, weights, n))
 
 /* The profile's table: an entry for each the backend has, NULL where it has none (a model checks
  * the entries it needs, and must find the same ones missing). */
@@ -284,6 +287,7 @@ static void fill_table(zt_ops *t, const zt_ops *r) {
     ENTRY(lamb_moments_to);
     ENTRY(xent_partial_combine);
     ENTRY(lamb_steps);
+    ENTRY(weighted_sum_to);
 #undef ENTRY
 }
 

@@ -9,6 +9,8 @@ enum { EV_BEFORE = 0, EV_AFTER = 1 };
 
 static bool native(const zt_comm *c) { return c->be && c->ops->dev_all_reduce; }
 
+bool zt_comm_dev_native(const zt_comm *c) { return native(c); }
+
 bool zt_comm_dev_staged(const zt_comm *c) {
     return c->be && !c->ops->dev_all_reduce && c->be->device != ZT_DEVICE_CPU;
 }

@@ -470,12 +470,15 @@ static zt_status hold_step(zt_engine *e, double t0) {
 
 /* The step's one synchronisation (step_readback.h): the sums of squares of the gradient slice
  * (fp32 g, or else the 16-bit g16) are queued behind its reduction, then they and the step's
- * deferred losses come back together; *norm2 is the squared global norm, summed over the ranks.
+ * deferred losses come back together (over NCCL with their total already summed over the
+ * ranks on the device, zt_zero_norm_enqueue); *norm2 is the squared global norm, summed over
+ * the ranks.
  * A device error surfaces here, naming the device, before anything is decided on its numbers. */
 static zt_status read_step(zt_engine *e, const float *g, const uint16_t *g16, size_t count,
                            double *norm2) {
-    int parts = zt_zero_norm_enqueue(&e->zero, g, g16, count,
-                                     zt_step_readback_norm_slots(&e->rb));
+    int parts;
+    ZT_TRY(zt_zero_norm_enqueue(&e->zero, g, g16, count, zt_step_readback_norm_slots(&e->rb),
+                                &parts));
     ZT_TRY(zt_step_readback_sync(&e->rb, e->ds.gradient_accumulation_steps, parts));
     return zt_zero_norm_combine(&e->zero, count, zt_step_readback_norm_parts(&e->rb), norm2);
 }

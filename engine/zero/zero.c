@@ -206,7 +206,9 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
 void zt_zero_free(zt_zero *z) {
     zt_zero_stop_comm_thread(z);
     free(z->norm_ranges);
+    free(z->norm_weights);
     z->norm_ranges = NULL;
+    z->norm_weights = NULL;
     zt_offload_destroy(z->off);
     if (z->host_be) {
         /* Pinned by the device's backend (zero_optim.c): the last tile's upload from host_p may

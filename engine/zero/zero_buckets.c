@@ -3,6 +3,7 @@
  * reduce-scatter at stage 1; 16-bit gradients in 16 bits, or through fp32 chunks when
  * communication_data_type says fp32), the global norm, clearing after
  * the step, and the fault injection that makes a rank's gradients non-finite for tests. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "zero_internal.h"
@@ -175,14 +176,28 @@ static int norm_pieces(const zt_zero *z, size_t count, size_t *lo, size_t *hi) {
     return 2;
 }
 
-/* Stage 0 holds the whole reduced gradient on every rank; the others sum their slices. A
- * pipeline stage then sums over its replica's stages. */
-static zt_status reduce_norm(zt_zero *z, double *s) {
+/* The communicators the norm is summed over, in order: the data-parallel ranks' (stage 0 holds
+ * the whole reduced gradient on every rank, the others sum their slices), then a pipeline
+ * stage's replica or a tensor-parallel group (norm_comm). */
+static int norm_comms(const zt_zero *z, zt_comm *out[2]) {
+    int n = 0;
     if (z->stage >= 1 && z->comm)
-        ZT_TRY(zt_comm_all_reduce(z->comm, s, 1, ZT_F64, ZT_REDUCE_SUM));
+        out[n++] = z->comm;
     if (z->norm_comm)
-        ZT_TRY(zt_comm_all_reduce(z->norm_comm, s, 1, ZT_F64, ZT_REDUCE_SUM));
-    return ZT_OK;
+        out[n++] = z->norm_comm;
+    return n;
+}
+
+/* How many of them, from the first, reduce device memory themselves (NCCL): those sum the
+ * norm's total on the device before the step's read, where a host collective after it would
+ * travel through device memory and wait for it. The rest (shm, gloo, a group without a device
+ * path, or any behind one) sum it on the host after the read, as before, where that costs the
+ * device nothing. The order of the sums is the same either way. */
+static int device_sums(const zt_zero *z, zt_comm *const *comms, int n) {
+    int k = 0;
+    while (k < n && zt_comm_dev_native(comms[k]))
+        k++;
+    return k;
 }
 
 /* The pieces whose sums of squares make up the norm, in the order they are added: the slice less
@@ -218,30 +233,54 @@ static bool next_piece(const zt_zero *z, size_t count, norm_cursor *c) {
     return false;
 }
 
-int zt_zero_norm_parts(const zt_zero *z) { return z->n_norm_ranges > 2 ? z->n_norm_ranges : 2; }
+/* The pieces' slots and one more for their total. */
+int zt_zero_norm_parts(const zt_zero *z) {
+    return (z->n_norm_ranges > 2 ? z->n_norm_ranges : 2) + 1;
+}
 
-int zt_zero_norm_enqueue(zt_zero *z, const float *g, const uint16_t *g16, size_t count,
-                         double *parts) {
+zt_status zt_zero_norm_enqueue(zt_zero *z, const float *g, const uint16_t *g16, size_t count,
+                               double *parts, int *slots) {
     norm_cursor c = {0};
     int n = 0;
+    bool weighted = false;
     while (next_piece(z, count, &c)) {
         if (g)
             z->be->ops->sum_to(&z->ctx, parts + n, g + c.lo, c.hi - c.lo, ZT_F32, true);
         else
             z->be->ops->sum_to(&z->ctx, parts + n, g16 + c.lo, c.hi - c.lo, z->dtype, true);
+        if (z->norm_weights)
+            z->norm_weights[n] = c.weight;
+        weighted = weighted || c.weight != 1.0;
         n++;
     }
-    return n;
+    *slots = n;
+    zt_comm *comms[2];
+    int k = device_sums(z, comms, norm_comms(z, comms));
+    if (k == 0)
+        return ZT_OK;
+    /* The host's combination (zt_zero_norm_combine), where the pieces are, then the sums. */
+    ZT_ASSERT(!weighted || z->norm_weights);
+    z->be->ops->weighted_sum_to(&z->ctx, parts + n, parts, weighted ? z->norm_weights : NULL, n);
+    for (int i = 0; i < k; i++)
+        ZT_TRY(zt_comm_dev_all_reduce(comms[i], parts + n, 1, ZT_F64, ZT_REDUCE_SUM));
+    *slots = n + 1;
+    return ZT_OK;
 }
 
 zt_status zt_zero_norm_combine(zt_zero *z, size_t count, const double *parts, double *out) {
     norm_cursor c = {0};
+    zt_comm *comms[2];
+    int n_comms = norm_comms(z, comms), k = device_sums(z, comms, n_comms), n = 0;
     double s = 0.0;
-    /* An unweighted piece has weight 1, an exact product: the sum is the one each piece's
-     * readback used to give, bit for bit. */
-    for (int n = 0; next_piece(z, count, &c); n++)
-        s += c.weight * parts[n];
-    ZT_TRY(reduce_norm(z, &s));
+    /* fma, as weighted_sum_to computes it on the device (and a -march=native build contracted
+     * this loop to before): the total is the same bits whichever side adds. A piece of weight
+     * 1 is added as it is, the sum each piece's readback used to give, bit for bit. */
+    for (; next_piece(z, count, &c); n++)
+        s = fma(c.weight, parts[n], s);
+    if (k > 0)
+        s = parts[n]; /* the total, summed over comms[0, k) on the device */
+    for (int i = k; i < n_comms; i++)
+        ZT_TRY(zt_comm_all_reduce(comms[i], &s, 1, ZT_F64, ZT_REDUCE_SUM));
     *out = s;
     return ZT_OK;
 }

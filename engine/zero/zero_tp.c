@@ -9,9 +9,11 @@
 zt_status zt_zero_set_tensor_parallel(zt_zero *z, zt_comm *norm_comm) {
     const zt_model *m = z->model;
     free(z->norm_ranges);
+    free(z->norm_weights);
     z->n_norm_ranges = 0;
     z->norm_ranges = calloc((size_t)m->n_tensors + 1, sizeof *z->norm_ranges);
-    if (!z->norm_ranges)
+    z->norm_weights = calloc((size_t)m->n_tensors + 1, sizeof *z->norm_weights);
+    if (!z->norm_ranges || !z->norm_weights)
         return zt_error(ZT_ERR_NOMEM, "zero: out of memory for the norm's %d tensor ranges",
                         m->n_tensors);
     /* Tensors are laid out back to back; neighbours of the same weight share a range. */

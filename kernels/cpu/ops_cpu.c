@@ -2,6 +2,7 @@
  * activation output at the context's precision by rounding it in place (nearest even) inside their
  * own loops, which is how the CPU emulates 16-bit activations exactly; this layer passes them the
  * context's precision and adapts the general shapes of ops.h to what the kernels implement. */
+#include <math.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -273,6 +274,16 @@ static void sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dty
     }
 }
 
+/* fma, as the op states (and as a -march=native build contracts the host loop it replaces). */
+static void weighted_sum_to(const zt_ctx *x, double *out, const double *parts,
+                            const double *weights, int n) {
+    (void)x;
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s = weights ? fma(weights[i], parts[i], s) : s + parts[i];
+    *out = s;
+}
+
 static const zt_ops cpu_ops = {
     .embedding_forward = embedding_forward,
     .embedding_backward = embedding_backward,
@@ -314,6 +325,7 @@ static const zt_ops cpu_ops = {
     .accumulate_half = accumulate_half,
     .sum_squares_half = sum_squares_half,
     .sum_to = sum_to,
+    .weighted_sum_to = weighted_sum_to,
 };
 
 const zt_ops *zt_cpu_ops(void) { return &cpu_ops; }

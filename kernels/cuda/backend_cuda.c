@@ -330,6 +330,10 @@ static zt_status cuda_sync(zt_backend *be) {
     pthread_mutex_lock(&st->stage_lock);
     unsigned long long staged = st->staged;
     pthread_mutex_unlock(&st->stage_lock);
+    /* What the communicators had posted before the join: all the wait below covers. Another
+     * thread (ZeRO's communication thread) may post more meanwhile, behind the join. */
+    zt_cuda_watch_marks marks;
+    zt_cuda_watch_mark(be, &marks);
     /* One wait of the host for both streams: the compute stream first waits (on the device) for
      * what the others have queued, then the host waits for it. A wait per stream would cost a
      * host round trip each, and a step affords one (docs/gpu.md). */
@@ -340,7 +344,7 @@ static zt_status cuda_sync(zt_backend *be) {
         ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[ZT_STREAM_COMPUTE], st->joined[s], 0));
     }
     zt_cuda_wait(be, st->stream[ZT_STREAM_COMPUTE]);
-    zt_cuda_watch_settled(be);
+    zt_cuda_watch_settled(be, &marks);
     /* Every copy from the staging has run: it is free again, unless more was staged meanwhile. */
     pthread_mutex_lock(&st->stage_lock);
     if (st->staged == staged) {

@@ -105,7 +105,8 @@ typedef struct {
     char first_error[512];
     /* Communicators whose collectives are posted on the streams (stream_watch.c). */
     struct zt_cuda_watcher {
-        zt_status (*poll)(void *ctx, bool covered);
+        zt_status (*poll)(void *ctx, long covered);
+        long (*mark)(void *ctx);
         void *ctx;
     } watch[ZT_CUDA_WATCHERS];
     int watchers;
@@ -161,18 +162,34 @@ void zt_cuda_wait(zt_backend *be, cudaStream_t s);
 
 /* Communicators that post collectives on the backend's streams without waiting for them
  * (nccl_comm.c) watch its host waits (stream_watch.c): while one is registered, a host wait
- * polls the stream instead of blocking, and between queries calls poll(ctx, false), which
+ * polls the stream instead of blocking, and between queries calls poll(ctx, -1), which
  * returns ZT_OK while the posted work is healthy and fails (the communicator aborted, the error
  * set) on NCCL's asynchronous error or past its deadline; the failure becomes the backend's,
- * reported by sync. covered: the wait finished and covered every stream (sync), so the posted
- * work is complete. Registration fails past ZT_CUDA_WATCHERS communicators. */
-typedef zt_status (*zt_cuda_watch_fn)(void *ctx, bool covered);
-zt_status zt_cuda_watch_add(zt_backend *be, zt_cuda_watch_fn poll, void *ctx);
+ * reported by sync. mark(ctx) is the communicator's posting sequence (operations posted so far),
+ * read from any thread; poll(ctx, covered ≥ 0) says that a wait which began when mark gave
+ * covered has finished and covered every stream (sync), so the work posted up to it is
+ * complete, and only that: another thread may have posted more since. Registration fails past
+ * ZT_CUDA_WATCHERS communicators. */
+typedef zt_status (*zt_cuda_watch_fn)(void *ctx, long covered);
+typedef long (*zt_cuda_mark_fn)(void *ctx);
+zt_status zt_cuda_watch_add(zt_backend *be, zt_cuda_watch_fn poll, zt_cuda_mark_fn mark,
+                            void *ctx);
 void zt_cuda_watch_remove(zt_backend *be, void *ctx);
 /* The host wait for s when communicators watch (true), else false: the caller synchronises. */
 bool zt_cuda_watched_wait(zt_backend *be, cudaStream_t s);
-/* After a wait that covered every stream: the watchers' posted work is complete. */
-void zt_cuda_watch_settled(zt_backend *be);
+/* The host wait for event e, watched as zt_cuda_watched_wait's (or cudaEventSynchronize when no
+ * communicator watches): a posted collective whose peer died ends it in the communicator's
+ * abort and an error (returned, and recorded as the backend's) instead of a wait forever. */
+zt_status zt_cuda_watched_event_wait(zt_backend *be, cudaEvent_t e);
+/* Each watcher's mark, taken before a wait that will cover every stream (before the streams are
+ * joined), and given back to them by zt_cuda_watch_settled once it has. */
+typedef struct {
+    int n;
+    void *ctx[ZT_CUDA_WATCHERS];
+    long seq[ZT_CUDA_WATCHERS];
+} zt_cuda_watch_marks;
+void zt_cuda_watch_mark(zt_backend *be, zt_cuda_watch_marks *m);
+void zt_cuda_watch_settled(zt_backend *be, const zt_cuda_watch_marks *m);
 void zt_cuda_count_read(zt_backend *be);
 void zt_cuda_round_trips(zt_backend *be, unsigned long long out[2]);
 
@@ -329,6 +346,8 @@ void zt_cuda_accumulate_half(const zt_ctx *x, uint16_t *dst, const float *src, s
 double zt_cuda_sum_squares_half(const zt_ctx *x, const uint16_t *v, size_t n, zt_dtype t);
 void zt_cuda_sum_to(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
                     bool squares);
+void zt_cuda_weighted_sum_to(const zt_ctx *x, double *out, const double *parts,
+                             const double *weights, int n);
 /* The sum of the squares of v (fp32, bf16 or fp16), as sum_to computes it, read back with one
  * wait: sum_squares and sum_squares_half. */
 double zt_cuda_squares_now(const zt_ctx *x, const void *v, size_t n, zt_dtype t);

@@ -43,6 +43,7 @@ static const zt_ops cuda_ops = {
     .accumulate_half = zt_cuda_accumulate_half,
     .sum_squares_half = zt_cuda_sum_squares_half,
     .sum_to = zt_cuda_sum_to,
+    .weighted_sum_to = zt_cuda_weighted_sum_to,
 };
 
 const zt_ops *zt_cuda_ops(void) { return &cuda_ops; }

@@ -71,3 +71,37 @@ extern "C" double zt_cuda_squares_now(const zt_ctx *x, const void *v, size_t n, 
         zt_cuda_sum_totals(x, blocks, 1, &total);
     return total;
 }
+
+/* weighted_sum_to: the parts are few (the norm's pieces, one a weighted range with tensor
+ * parallelism), so one thread adds them in order. The weights travel as a kernel argument, a
+ * chunk a launch, instead of through an upload; each launch but the first goes on from *out. */
+enum { WEIGHTS_PER_LAUNCH = 32 };
+
+typedef struct {
+    double w[WEIGHTS_PER_LAUNCH];
+} weight_chunk;
+
+__global__ void weighted_sum_kernel(double *out, const double *parts, int n, bool ones,
+                                    weight_chunk w, bool first) {
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    double s = first ? 0.0 : *out;
+    for (int i = 0; i < n; i++)
+        s = ones ? s + parts[i] : fma(w.w[i], parts[i], s);
+    *out = s;
+}
+
+extern "C" void zt_cuda_weighted_sum_to(const zt_ctx *x, double *out, const double *parts,
+                                        const double *weights, int n) {
+    int i = 0;
+    do {
+        int len = n - i < WEIGHTS_PER_LAUNCH ? n - i : WEIGHTS_PER_LAUNCH;
+        weight_chunk w = {{0.0}};
+        for (int k = 0; k < len && weights; k++)
+            w.w[k] = weights[i + k];
+        ZT_LAUNCH(weighted_sum_kernel, 1, 1, 0, zt_cuda_compute(x), out, parts + i, len,
+                  weights == NULL, w, i == 0);
+        ZT_CUDA_LAUNCHED(x->be);
+        i += len;
+    } while (i < n);
+}

@@ -4,6 +4,7 @@
  * died, and cudaStreamSynchronize would then never return. Such a wait polls instead: the stream,
  * and between queries each watching communicator, which gives up at its deadline or on NCCL's
  * asynchronous error, aborts itself (which ends its kernels) and fails the wait. */
+#include <stdio.h>
 #include <time.h>
 
 #include "cuda_backend.h"
@@ -12,12 +13,14 @@
  * are polled, so that a communicator detaching waits until no poll uses it. */
 static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
 
-zt_status zt_cuda_watch_add(zt_backend *be, zt_cuda_watch_fn poll, void *ctx) {
+zt_status zt_cuda_watch_add(zt_backend *be, zt_cuda_watch_fn poll, zt_cuda_mark_fn mark,
+                            void *ctx) {
     zt_cuda_state *st = be->impl;
     pthread_mutex_lock(&watch_lock);
     int n = st->watchers;
     if (n < ZT_CUDA_WATCHERS) {
         st->watch[n].poll = poll;
+        st->watch[n].mark = mark;
         st->watch[n].ctx = ctx;
         st->watchers = n + 1;
     }
@@ -40,13 +43,21 @@ void zt_cuda_watch_remove(zt_backend *be, void *ctx) {
     pthread_mutex_unlock(&watch_lock);
 }
 
-/* Every watcher once; the first failure is recorded as the backend's. */
-static zt_status poll_all(zt_backend *be, bool covered) {
+/* Every watcher once, as a look during a wait (m NULL) or after a covering wait with the marks
+ * taken before it; the first failure is recorded as the backend's. A watcher that was not
+ * registered when the marks were taken is only looked at: nothing of its work is known to be
+ * covered. */
+static zt_status poll_all(zt_backend *be, const zt_cuda_watch_marks *m) {
     zt_cuda_state *st = be->impl;
     zt_status s = ZT_OK;
     pthread_mutex_lock(&watch_lock);
-    for (int i = 0; i < st->watchers && s == ZT_OK; i++)
+    for (int i = 0; i < st->watchers && s == ZT_OK; i++) {
+        long covered = -1;
+        for (int j = 0; m && j < m->n; j++)
+            if (m->ctx[j] == st->watch[i].ctx)
+                covered = m->seq[j];
         s = st->watch[i].poll(st->watch[i].ctx, covered);
+    }
     pthread_mutex_unlock(&watch_lock);
     if (s != ZT_OK)
         zt_cuda_fail(be, "NCCL", "a collective posted on the backend's streams", zt_last_error(),
@@ -69,7 +80,7 @@ bool zt_cuda_watched_wait(zt_backend *be, cudaStream_t s) {
             ZT_CUDA_CHECK(be, cudaStreamQuery(s));
             return true;
         }
-        if (poll_all(be, false) != ZT_OK) {
+        if (poll_all(be, NULL) != ZT_OK) {
             /* The communicator aborted, which ends its kernels: the stream drains. */
             ZT_CUDA_CHECK(be, cudaStreamSynchronize(s));
             return true;
@@ -79,8 +90,58 @@ bool zt_cuda_watched_wait(zt_backend *be, cudaStream_t s) {
             nanosleep(&(struct timespec){0, 100000}, NULL);
     }
     /* Work that failed as it completed shows in the asynchronous error now. */
-    poll_all(be, false);
+    poll_all(be, NULL);
     return true;
 }
 
-void zt_cuda_watch_settled(zt_backend *be) { poll_all(be, true); }
+zt_status zt_cuda_watched_event_wait(zt_backend *be, cudaEvent_t e) {
+    zt_cuda_state *st = be->impl;
+    pthread_mutex_lock(&watch_lock);
+    int n = st->watchers;
+    pthread_mutex_unlock(&watch_lock);
+    if (n == 0) {
+        cudaError_t rc = cudaEventSynchronize(e);
+        if (rc == cudaSuccess)
+            return ZT_OK;
+        ZT_CUDA_CHECK(be, rc);
+        return zt_error(ZT_ERR_IO, "cuda device %d (%s): cudaEventSynchronize: %s",
+                        be->device_index, st->device_name, cudaGetErrorString(rc));
+    }
+    for (long polls = 0;; polls++) {
+        cudaError_t q = cudaEventQuery(e);
+        if (q == cudaSuccess)
+            break;
+        if (q != cudaErrorNotReady) {
+            ZT_CUDA_CHECK(be, q);
+            return zt_error(ZT_ERR_IO, "cuda device %d (%s): cudaEventQuery: %s",
+                            be->device_index, st->device_name, cudaGetErrorString(q));
+        }
+        zt_status s = poll_all(be, NULL);
+        if (s != ZT_OK) {
+            /* The message is the communicator's; the abort ends its kernels, so the event
+             * fires and nothing queued before it still runs. */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", zt_last_error());
+            ZT_CUDA_CHECK(be, cudaEventSynchronize(e));
+            return zt_error(s, "%s", msg);
+        }
+        if (polls >= 1000)
+            nanosleep(&(struct timespec){0, 100000}, NULL);
+    }
+    /* Work that failed as it completed shows in the asynchronous error now (its message is
+     * the communicator's). */
+    return poll_all(be, NULL);
+}
+
+void zt_cuda_watch_mark(zt_backend *be, zt_cuda_watch_marks *m) {
+    zt_cuda_state *st = be->impl;
+    pthread_mutex_lock(&watch_lock);
+    m->n = st->watchers;
+    for (int i = 0; i < m->n; i++) {
+        m->ctx[i] = st->watch[i].ctx;
+        m->seq[i] = st->watch[i].mark(st->watch[i].ctx);
+    }
+    pthread_mutex_unlock(&watch_lock);
+}
+
+void zt_cuda_watch_settled(zt_backend *be, const zt_cuda_watch_marks *m) { poll_all(be, m); }

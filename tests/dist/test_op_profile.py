@@ -49,12 +49,12 @@ def model_ops(model):
 
 # What else a step may call: the optimizer, the clipping norm, conversions, ZeRO's 16-bit
 # copies and the sums the step reads back at its one synchronisation (sum_to: the losses and the
-# norm's pieces). Anything outside the model's ops and these is an op the step should not have
-# timed.
+# norm's pieces; weighted_sum_to: their total, where NCCL reduces it on the device). Anything
+# outside the model's ops and these is an op the step should not have timed.
 OPTIMIZER_OPS = {"adam_update", "adam_update_mixed", "sgd_update", "lamb_moments",
                  "lamb_moments_to", "lamb_steps", "lamb_apply",
                  "sum_squares", "sum_squares_half", "scale", "to_half", "from_half", "round_to",
-                 "accumulate_half", "sum_to"}
+                 "accumulate_half", "sum_to", "weighted_sum_to"}
 
 
 def job(name, device, model=GPT2, world=1, gas=1, bf16=False):

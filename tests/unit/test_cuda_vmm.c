@@ -19,6 +19,9 @@
  *   - freeing gives every granule back;
  *   - what the host issues to the device for a release and a commit (the emulator's tally,
  *     zt_emu_issue_counts) is the same for 2 granules as for 6: a call, not a granule, costs;
+ *   - that wait, behind an all-reduce posted on NCCL (the emulated device's) whose peer has
+ *     exited, is the communicator's watched wait: the commit fails naming the peer (before: it
+ *     waited on the event unwatched, which on a GPU never returns, and here returned success);
  *   - ZTRAIN_CUDA_VMM and ZTRAIN_CUDA_VMM_MIN_BYTES values it does not understand are refused,
  *     naming the variable;
  *   - ZTRAIN_CUDA_VMM=check unmaps what a release lets go of, so device work touching released
@@ -29,9 +32,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "ztrain/backend.h"
+#include "ztrain/nccl.h"
 
 typedef void (*counts_fn)(zt_backend *be, unsigned long long out[4]);
 typedef size_t (*issue_counts_fn)(const char **names, unsigned long long *counts, size_t cap);
@@ -322,12 +328,88 @@ static void check_taken_memory(size_t base_alloc) {
     free(img), free(host);
 }
 
+/* Rank 0 of two on NCCL: address a's granules are released behind an all-reduce whose peer
+ * (rank 1) exited, and by then another allocation holds a's memory, so committing a must wait
+ * for that release before unmapping. The chain: c takes b's released memory; after the
+ * all-reduce a is released and b, committed, takes a's memory; committing a then waits. */
+static int revive_rank(int rank, const zt_nccl_api *api, const zt_nccl_id *id) {
+    zt_backend_options o = {.device_index = rank};
+    zt_backend *d = NULL;
+    zt_nccl_comm *c = NULL;
+    if (zt_backend_create(&d, ZT_DEVICE_CUDA, &o) != ZT_OK ||
+        api->create(&c, id, 2, rank, rank, 30.0) != ZT_OK || api->attach(c, d) != ZT_OK) {
+        CHECK(false, "rank %d: setup: %s", rank, zt_last_error());
+        return 1;
+    }
+    if (rank == 1)
+        _exit(0); /* the peer that dies */
+    granule_fn granule = (granule_fn)zt_backend_cuda_symbol("zt_cuda_vmm_granule");
+    const size_t n = 4 * (granule ? granule(d) : 0);
+    void *a = zt_backend_alloc(d, ZT_MEM_DEVICE, n), *b = zt_backend_alloc(d, ZT_MEM_DEVICE, n);
+    zt_backend_release(d, b, 0, n);
+    void *c3 = zt_backend_alloc(d, ZT_MEM_DEVICE, n);
+    float v[4] = {1, 2, 3, 4};
+    float *dv = zt_backend_alloc(d, ZT_MEM_DEVICE, sizeof v);
+    zt_backend_copy(d, dv, v, sizeof v, ZT_COPY_H2D, ZT_STREAM_COMM);
+    zt_event *ev = zt_backend_event_create(d);
+    CHECK(n && a && b && c3 && dv && ev, "rank 0: allocations");
+    CHECK(api->all_reduce(c, dv, 4, ZT_F32, ZT_NCCL_SUM) == ZT_OK, "rank 0: posting: %s",
+          zt_last_error());
+    /* The compute stream goes on after the all-reduce, as ZeRO's does after a collective. */
+    zt_backend_event_record(d, ev, ZT_STREAM_COMM);
+    zt_backend_stream_wait(d, ZT_STREAM_COMPUTE, ev);
+    zt_backend_release(d, a, 0, n);
+    CHECK(zt_backend_commit(d, b, 0, n) == ZT_OK, "rank 0: committing b, whose release came "
+          "before the all-reduce: %s", zt_last_error());
+    zt_status s = zt_backend_commit(d, a, 0, n);
+    CHECK(s == ZT_ERR_IO && strstr(zt_last_error(), "committing released device memory") &&
+              strstr(zt_last_error(), "rank 1") && strstr(zt_last_error(), "exited"),
+          "rank 0: committing a, released behind an all-reduce whose peer exited: status %d, %s",
+          s, s == ZT_OK ? "success" : zt_last_error());
+    api->destroy(c);
+    zt_backend_destroy(d);
+    fflush(stdout);
+    return check_summary("test_cuda_vmm rank 0") != 0;
+}
+
+static void check_revive_watched(void) {
+    const zt_nccl_api *api = zt_nccl_api_get();
+    zt_nccl_id id;
+    if (!api || !zt_backend_cuda_symbol("zt_emu_sync_counts")) {
+        printf("test_cuda_vmm: the revive behind a dead NCCL peer: SKIPPED (no emulated NCCL)\n");
+        return;
+    }
+    if (api->unique_id(&id) != ZT_OK) {
+        CHECK(false, "unique_id: %s", zt_last_error());
+        return;
+    }
+    fflush(stdout);
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0)
+            _exit(revive_rank(r, api, &id));
+    }
+    for (int r = 0; r < 2; r++) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the revive behind a dead peer: rank %d "
+              "ended with %s %d", r, WIFSIGNALED(st) ? "signal" : "status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
+}
+
 int main(void) {
+    /* A device per rank for the two ranks of check_revive_watched (forked before this process
+     * makes a backend of its own). */
+    if (getenv("ZTRAIN_CUDA_EMU"))
+        setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
     if (!zt_backend_available(ZT_DEVICE_CUDA) || zt_backend_device_count(ZT_DEVICE_CUDA) == 0) {
         printf("test_cuda_vmm: SKIPPED: no CUDA device, real or emulated (ctest sets "
                "ZTRAIN_CUDA_EMU=1)\n");
         return 77;
     }
+    check_revive_watched();
     zt_status s = zt_backend_create(&be, ZT_DEVICE_CUDA, NULL);
     if (!check_at(__FILE__, __LINE__, s == ZT_OK, "zt_backend_create(cuda): %s", zt_last_error()))
         return check_summary("test_cuda_vmm");

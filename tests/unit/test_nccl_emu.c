@@ -8,8 +8,11 @@
  * its type after every addition and an average scaling each input by 1/n rounded to the type (the
  * rules the emulation states; the inputs are small multiples of 1/4, so every other step is
  * exact). A peer that exits, and one that never joins the collective, end the survivor's call in
- * an error naming the peer within ZTRAIN_CUDA_EMU_NCCL_TIMEOUT, and no file of any communicator is
- * left under /dev/shm. */
+ * an error naming the peer within ZTRAIN_CUDA_EMU_NCCL_TIMEOUT; a posted receive expecting
+ * another count than was sent fails the receiver's next wait with the header's message naming
+ * both ranks; an all-reduce posted while a sync waits (after its streams were joined) is not
+ * retired by that sync, so the next one fails naming its dead peer; and no file of any
+ * communicator is left under /dev/shm. */
 #include <dirent.h>
 #include <math.h>
 #include <signal.h>
@@ -326,7 +329,98 @@ static void check_posted_burst(rank_ctx *x) {
 }
 
 /* What a rank of a run does. */
-typedef enum { RUN_ALL, RUN_PEER_EXITS, RUN_PEER_STUCK } run_mode;
+typedef enum {
+    RUN_ALL,
+    RUN_PEER_EXITS,
+    RUN_PEER_STUCK,
+    RUN_MISMATCH,
+    RUN_POSTED_DURING_SYNC
+} run_mode;
+
+/* A message whose receiver expects another count: the receiver's next wait fails at once with
+ * the header's mismatch naming both ranks (before: only when its posted work was retired, so
+ * NCCL's own failure of the payload, or on a GPU its timeout, came first). */
+static void check_mismatch(rank_ctx *x) {
+    float v[5] = {1, 2, 3, 4, 5};
+    void *d = upload(x, v, sizeof v);
+    if (x->rank == 0) {
+        CHECK(api->send(x->c, d, 3, ZT_F32, 1, ZT_NCCL_DEVICE) == ZT_OK, "rank 0: send: %s",
+              zt_last_error());
+        CHECK(zt_backend_sync(x->be) == ZT_OK, "rank 0: the sync after a send: %s",
+              zt_last_error());
+    } else {
+        CHECK(api->recv(x->c, d, 5, ZT_F32, 0, ZT_NCCL_DEVICE) == ZT_OK,
+              "rank 1: posting the recv: %s", zt_last_error());
+        zt_status s = zt_backend_sync(x->be);
+        CHECK(s != ZT_OK && strstr(zt_last_error(), "rank 0 sent 3 elements of fp32 but rank 1 "
+                                                    "expects 5 of fp32"),
+              "rank 1: the sync after a recv of 5 values where 3 were sent: status %d, %s", s,
+              s == ZT_OK ? "accepted" : zt_last_error());
+    }
+    zt_backend_free(x->be, ZT_MEM_DEVICE, d, sizeof v);
+}
+
+/* A second watcher of the backend (cuda_backend.h's zt_cuda_watch_add, found by name), standing
+ * for ZeRO's communication thread: at its first look during the armed sync's wait, after the
+ * streams were joined, it posts an all-reduce that the peer never joins. */
+typedef long (*mark_fn)(void *);
+typedef zt_status (*watch_fn)(void *, long);
+typedef zt_status (*watch_add_fn)(zt_backend *, watch_fn, mark_fn, void *);
+typedef void (*watch_remove_fn)(zt_backend *, void *);
+
+static struct {
+    rank_ctx *x;
+    void *buf;
+    bool armed, posted;
+} late;
+
+static long late_mark(void *ctx) {
+    (void)ctx;
+    return 0;
+}
+
+static zt_status late_poll(void *ctx, long covered) {
+    (void)ctx;
+    if (late.armed && !late.posted && covered < 0) {
+        late.posted = true;
+        CHECK(api->all_reduce(late.x->c, late.buf, 4, ZT_F32, ZT_NCCL_SUM) == ZT_OK,
+              "rank 0: the all_reduce posted during the sync: %s", zt_last_error());
+    }
+    return ZT_OK;
+}
+
+/* A sync retires only what was posted before its streams were joined: the all-reduce posted
+ * during its wait, which the peer (gone) never joins, is still watched, so the next sync fails
+ * naming the peer (before: the first sync retired it unseen, and the next returned success). */
+static void check_posted_during_sync(rank_ctx *x) {
+    float v[4] = {1, 2, 3, 4};
+    void *a = upload(x, v, sizeof v), *b = upload(x, v, sizeof v);
+    CHECK(api->all_reduce(x->c, a, 4, ZT_F32, ZT_NCCL_SUM) == ZT_OK, "rank %d: %s", x->rank,
+          zt_last_error());
+    if (x->rank == 1) {
+        CHECK(zt_backend_sync(x->be) == ZT_OK, "rank 1: %s", zt_last_error());
+        fflush(stdout);
+        _exit(check_summary("test_nccl_emu rank 1 of 2"));
+    }
+    watch_add_fn add = (watch_add_fn)zt_backend_cuda_symbol("zt_cuda_watch_add");
+    watch_remove_fn remove = (watch_remove_fn)zt_backend_cuda_symbol("zt_cuda_watch_remove");
+    CHECK(add && remove, "the module has no zt_cuda_watch_add/remove");
+    if (!add || !remove || add(x->be, late_poll, late_mark, &late) != ZT_OK)
+        return;
+    late.x = x;
+    late.buf = b;
+    late.armed = true;
+    zt_status s = zt_backend_sync(x->be);
+    late.armed = false;
+    CHECK(s == ZT_OK && late.posted, "rank 0: the sync whose wait saw a late all_reduce: %s, %s",
+          s == ZT_OK ? "ok" : zt_last_error(), late.posted ? "posted" : "not posted");
+    s = zt_backend_sync(x->be);
+    CHECK(s != ZT_OK && strstr(zt_last_error(), "rank 1 (pid") && strstr(zt_last_error(),
+                                                                        "exited"),
+          "rank 0: the next sync, with the late all_reduce's peer gone: status %d, %s", s,
+          s == ZT_OK ? "success" : zt_last_error());
+    remove(x->be, &late);
+}
 
 static int rank_main(int rank, int world, const zt_nccl_id *id, run_mode mode) {
     rank_ctx x = {.rank = rank, .world = world};
@@ -355,6 +449,10 @@ static int rank_main(int rank, int world, const zt_nccl_id *id, run_mode mode) {
             }
         }
         check_posted_burst(&x);
+    } else if (mode == RUN_MISMATCH) {
+        check_mismatch(&x);
+    } else if (mode == RUN_POSTED_DURING_SYNC) {
+        check_posted_during_sync(&x);
     } else if (rank == 1) {
         /* The peer that fails: gone at once, or alive but never joining the collective. */
         if (mode == RUN_PEER_EXITS)
@@ -452,5 +550,7 @@ int main(void) {
     setenv("ZTRAIN_CUDA_EMU_NCCL_TIMEOUT", "3", 1);
     run(2, RUN_PEER_EXITS);
     run(2, RUN_PEER_STUCK);
+    run(2, RUN_MISMATCH);
+    run(2, RUN_POSTED_DURING_SYNC);
     return check_summary("test_nccl_emu");
 }

@@ -195,6 +195,35 @@ static void test_posted(void) {
           w.state == ZT_NCCL_ABORTED);
 }
 
+/* A host wait that covered every stream retires only what was posted before it began: work
+ * another thread posted meanwhile (after the streams were joined) is still watched, with its
+ * deadline running from the wait's end, and times out if it never completes. */
+static void test_retire_to(void) {
+    zt_nccl_wait w;
+    zt_nccl_wait_init(&w);
+    zt_nccl_wait_posted(&w, 0.0, 5.0);
+    zt_nccl_wait_posted(&w, 1.0, 5.0);
+    long upto = w.seq; /* the wait begins: its snapshot */
+    CHECK(upto == 2, "two posted: sequence %ld", upto);
+    zt_nccl_wait_posted(&w, 2.0, 5.0); /* another thread, during the wait */
+    zt_nccl_wait_retire_to(&w, upto, 3.0, 5.0);
+    CHECK(w.inflight == 1 && w.oldest == 8.0,
+          "the one posted after the snapshot stays in flight (%ld) with its deadline from the "
+          "wait's end (%g)", w.inflight, w.oldest);
+    CHECK(zt_nccl_wait_watch(&w, S, P, false, 7.9) == ZT_NCCL_POLL &&
+              zt_nccl_wait_watch(&w, S, P, false, 8.1) == ZT_NCCL_TIMED_OUT,
+          "the later one is still held to its deadline");
+    /* A snapshot at or past everything posted retires it all; an older one changes nothing. */
+    zt_nccl_wait_init(&w);
+    zt_nccl_wait_posted(&w, 0.0, 5.0);
+    zt_nccl_wait_retire_to(&w, w.seq, 1.0, 5.0);
+    CHECK(w.inflight == 0 && !zt_nccl_wait_overdue(&w, 1e9));
+    zt_nccl_wait_posted(&w, 2.0, 5.0);
+    zt_nccl_wait_retire_to(&w, 1, 3.0, 5.0);
+    CHECK(w.inflight == 1 && w.oldest == 7.0, "a snapshot older than what is in flight: %ld, %g",
+          w.inflight, w.oldest);
+}
+
 static void test_pause(void) {
     zt_nccl_wait w;
     zt_nccl_wait_init(&w);
@@ -290,6 +319,7 @@ int main(void) {
     test_errors_abort();
     test_dead_peer_times_out();
     test_posted();
+    test_retire_to();
     test_pause();
     test_random_sequences();
     return check_summary("test_nccl_wait");

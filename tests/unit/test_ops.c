@@ -39,6 +39,7 @@ static const zt_test_family *const families[] = {
     &zt_test_accumulate_half,
     &zt_test_sum_squares_half,
     &zt_test_sum_to,
+    &zt_test_weighted_sum_to,
 };
 enum { NFAMILIES = sizeof families / sizeof families[0] };
 

@@ -208,6 +208,10 @@ zt_status zt_comm_attach_backend(zt_comm *c, struct zt_backend *be);
 /* Whether a zt_comm_dev_ call copies through host memory on this communicator (false without a
  * backend attached). */
 bool zt_comm_dev_staged(const zt_comm *c);
+/* Whether the transport reads the attached backend's device memory itself (NCCL), so that a
+ * zt_comm_dev_ call is posted on the communication stream without a host wait (false without a
+ * backend attached, and for a host transport even on the CPU backend). */
+bool zt_comm_dev_native(const zt_comm *c);
 zt_status zt_comm_dev_all_reduce(zt_comm *c, void *buf, size_t n, zt_dtype t, zt_reduce_op op);
 zt_status zt_comm_dev_reduce_scatter(zt_comm *c, const void *in, void *out, size_t n,
                                      const size_t *offsets, const size_t *counts, zt_dtype t,

@@ -128,6 +128,10 @@ typedef struct {
         double weight;
     } *norm_ranges;
     int n_norm_ranges;
+    /* [n_norm_ranges]: the weights of the norm's pieces in the order they are added, handed to
+     * the backend's weighted_sum_to when the norm is summed over the ranks on the device
+     * (zt_zero_norm_enqueue); NULL with norm_ranges. */
+    double *norm_weights;
 } zt_zero;
 
 /* masters_offloaded: offload_optimizer is on, so the fp32 masters are not allocated here (the
@@ -185,12 +189,18 @@ zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *cou
  * scalars at one synchronisation (docs/gpu.md). zt_zero_norm_enqueue queues the sums of squares
  * of the pieces of this rank's slice (g in fp32, or else g16 in the 16-bit training type, as
  * the reduce call gave them; still loss-scaled, not finite on overflow) into parts[0, n),
- * device doubles, and returns n ≤ zt_zero_norm_parts(z). Once the caller has read them back,
- * zt_zero_norm_combine adds them in a fixed order, weighted with tensor parallelism, and sums
- * over the ranks (a collective) into *out. */
+ * device doubles. Where the ranks' communicator reads device memory itself (NCCL,
+ * zt_comm_dev_native), it also combines them into parts[n] (op weighted_sum_to: the same
+ * weights and order as the host's loop) and sums that over the ranks on the device, posted
+ * (zt_comm_dev_all_reduce: a collective), so the total comes back with the step's one read
+ * instead of a host collective after it that would wait for the device again; then n + 1.
+ * *slots ≤ zt_zero_norm_parts(z) is what to read back; an error is the collective's. Once
+ * the caller has read them, zt_zero_norm_combine adds the pieces in that fixed order, weighted
+ * with tensor parallelism, and sums over the ranks whatever was not summed on the device (a
+ * collective) into *out: the same bits either way. */
 int zt_zero_norm_parts(const zt_zero *z);
-int zt_zero_norm_enqueue(zt_zero *z, const float *g, const uint16_t *g16, size_t count,
-                         double *parts);
+zt_status zt_zero_norm_enqueue(zt_zero *z, const float *g, const uint16_t *g16, size_t count,
+                               double *parts, int *slots);
 zt_status zt_zero_norm_combine(zt_zero *z, size_t count, const double *parts, double *out);
 /* fp32: applies the optimizer (begun by the caller) to the slice's parameters p from g (as
  * zt_zero_reduce_gradients gave them; with offloaded parameters p is not used), through the

@@ -290,9 +290,14 @@ static void mark_set(struct zt_cuda_vmm *v, zt_vmm_granule *g, int m) {
         v->marks[m].refs++;
 }
 
+/* What revive did: the granule is live, or no memory was left, or the wait before an unmap
+ * failed (a communicator's posted work before the release failed; its error is the backend's and
+ * zt_last_error's). */
+enum { REVIVED, NO_MEMORY, WAIT_FAILED };
+
 /* Makes granule k of r live, after its memory's last release on the zero stream, which the
- * caller then zero-fills (zero_fill); false when no memory is left. */
-static bool revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k) {
+ * caller then zero-fills (zero_fill). */
+static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k) {
     zt_cuda_state *st = be->impl;
     zt_vmm_granule *g = &r->g[k];
     char *a = r->base + k * v->granule;
@@ -307,30 +312,36 @@ static bool revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_
     } else {
         if (g->handle >= 0) {
             /* Its memory is live at another address, so this one must be unmapped first, once
-             * the work before this address's own last release has run. */
+             * the work before this address's own last release has run. That work may end in a
+             * collective posted on NCCL whose peer died, so the wait is the communicators'
+             * watched one, which aborts them at their deadline instead of waiting forever.
+             * released_lock stays held across it: the watch takes no lock a communicator's
+             * caller holds while it takes this one (a busy communicator is skipped), and the
+             * work waited for was queued before, so nothing it needs waits for this lock. */
             __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
             v->counts[0]++;
-            if (g->released >= 0)
-                ZT_CUDA_CHECK(be, cudaEventSynchronize(v->marks[g->released].ev));
+            if (g->released >= 0 &&
+                zt_cuda_watched_event_wait(be, v->marks[g->released].ev) != ZT_OK)
+                return WAIT_FAILED;
             if (!drv(be, v->unmap((CUdeviceptr)a, v->granule), "cuMemUnmap"))
-                return false;
+                return NO_MEMORY;
             v->handles[g->handle].mappings--;
             g->handle = -1;
         }
         int h = take_free(be, v);
         if (h < 0)
-            return false;
+            return NO_MEMORY;
         if (v->handles[h].freed_by)
             after = v->handles[h].freed_by->released;
         const int mapped = map_at(be, v, a, h);
         if (mapped == NOT_MAPPED) {
             /* The granule's memory is still free: back on the list, not lost. */
             v->free_list[v->n_free++] = h;
-            return false;
+            return NO_MEMORY;
         }
         g->handle = h;
         if (mapped == STILL_MAPPED)
-            return false;
+            return NO_MEMORY;
     }
     v->handles[g->handle].owner = g;
     v->handles[g->handle].freed_by = NULL;
@@ -339,7 +350,7 @@ static bool revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_
         v->marks[after].waited = v->serial;
         ZT_CUDA_CHECK(be, cudaStreamWaitEvent(v->zero_stream, v->marks[after].ev, 0));
     }
-    return true;
+    return REVIVED;
 }
 
 /* Zero-fills revived granules a run of adjacent ones at a time: granule k of r joins the run
@@ -393,7 +404,7 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
         in->g[k].handle = in->g[k].released = -1;
     v->serial++;
     for (size_t k = 0; k < r.n; k++) {
-        if (!revive(be, v, in, k)) {
+        if (revive(be, v, in, k) != REVIVED) {
             zt_cuda_vmm_free(be, in->base);
             cudaGetLastError();
             return NULL;
@@ -509,15 +520,21 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     for (size_t k = at / v->granule; k * v->granule < end; k++) {
         if (r->g[k].live)
             continue;
-        if (!revive(be, v, r, k)) {
+        int got = revive(be, v, r, k);
+        if (got != REVIVED) {
             zero_fill(be, v, r, SIZE_MAX, &run_lo, &run_hi);
             if (zeroed)
                 after_zeroing(be, v);
+        }
+        if (got == WAIT_FAILED)
+            return zt_error_prefix(ZT_ERR_IO, "cuda device %d (%s): committing released device "
+                                   "memory waits for its last use, which failed: ",
+                                   be->device_index, st->device_name);
+        if (got != REVIVED)
             return zt_error(ZT_ERR_NOMEM, "cuda device %d (%s): no device memory left to map "
                             "%zu bytes back into a released range (%zu of %zu bytes held)",
                             be->device_index, st->device_name, v->granule, st->allocated,
                             st->peak);
-        }
         zero_fill(be, v, r, k, &run_lo, &run_hi);
         zeroed = true;
     }

@@ -7,7 +7,10 @@
  * next host wait watches them (stream_watch.c calls watch() below between its polls of the
  * stream), so a dead or stuck peer still ends in an abort and an error at the deadline of the
  * oldest posted operation. A message's header (count and dtype) travels in a slot of its own,
- * checked when the posted work is known complete.
+ * checked as soon as an event behind its copy to the host has fired (the watch and every poll
+ * look), so that a count or type the sender did not send is an error naming both ranks at
+ * once, not the timeout of a payload that never arrives; at the latest when the posted work is
+ * known complete.
  *
  * Nothing here blocks the host before the watch starts: host buffers are staged through pinned
  * memory (a copy from or into pageable memory may wait for earlier work on the stream, which is
@@ -47,15 +50,20 @@ struct zt_nccl_comm {
     /* One call at a time (ZeRO's communication thread and the main thread both call), and the
      * backend's watch (which skips a communicator whose call is under way) beside them. */
     pthread_mutex_t mu;
-    /* Message headers (count, dtype), a slot each until retired: a posted send's is read by
-     * its copy when the stream gets there, a posted receive's checked at retirement. */
+    /* Message headers (count, dtype), a slot each until retired, used as a ring in the order
+     * the messages are posted: a posted send's is read by its copy when the stream gets there,
+     * a posted receive's checked once its event fired, or at retirement. */
     int64_t *hdr_host; /* [ZT_NCCL_SLOTS][2] pinned */
     int64_t *hdr_dev;  /* [ZT_NCCL_SLOTS][2] device */
+    cudaEvent_t hdr_ev[ZT_NCCL_SLOTS]; /* behind a posted receive's header copy to hdr_host */
     struct {
         int64_t n, t; /* what the receive expects */
         int peer;     /* -1: a send's slot, nothing to check */
+        bool checked; /* its header was found as expected */
+        long seq;     /* the posting sequence number of its operation (zt_nccl_wait.seq) */
     } slot[ZT_NCCL_SLOTS];
-    int slots; /* slots used since the last retirement */
+    unsigned slot_lo, slot_hi; /* the slots in use: [lo, hi), each modulo ZT_NCCL_SLOTS */
+    long posted_seq; /* wait.seq for other threads (the backend's mark), atomically */
     void *dstage;      /* device staging of host buffers, grown to the largest */
     size_t dstage_bytes;
     void *hstage; /* pinned staging of host buffers, as large as dstage */
@@ -119,6 +127,8 @@ static void nccl_text(zt_nccl_comm *c, ncclResult_t r, char *out, size_t cap) {
              last ? last : "");
 }
 
+static zt_status check_landed(zt_nccl_comm *c);
+
 /* Polls until the machine leaves SETTLING or RUNNING; the failure names the call (what). */
 static zt_status drive(zt_nccl_comm *c, const char *what) {
     zt_nccl_verdict v = ZT_NCCL_POLL;
@@ -135,6 +145,9 @@ static zt_status drive(zt_nccl_comm *c, const char *what) {
                      : ev == cudaErrorNotReady ? ZT_NCCL_R_IN_PROGRESS
                                                : ZT_NCCL_R_ERROR;
         }
+        /* A posted receive's header that disagrees, before what NCCL makes of its payload. */
+        if (c->wait.state == ZT_NCCL_RUNNING && stream != ZT_NCCL_R_SUCCESS)
+            ZT_TRY(check_landed(c));
         ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
         if (r != ncclSuccess)
             async = r;
@@ -167,20 +180,60 @@ static zt_status issued(zt_nccl_comm *c, ncclResult_t r, const char *call) {
 }
 #define NCCL_TRY(c, call) ZT_TRY(issued((c), (call), #call))
 
+/* Slot k's received header against what its receive expects. */
+static zt_status check_header(zt_nccl_comm *c, unsigned k) {
+    const int64_t *h = c->hdr_host + 2 * k;
+    if (c->slot[k].peer < 0 || c->slot[k].checked)
+        return ZT_OK;
+    if (h[0] != c->slot[k].n || h[1] != c->slot[k].t)
+        return fail(c, ZT_ERR_INVALID,
+                    "recv: rank %d sent %lld elements of %s but rank %d expects %lld of %s",
+                    c->slot[k].peer, (long long)h[0],
+                    (unsigned long long)h[1] < ZT_DTYPE_COUNT ? zt_dtype_name((zt_dtype)h[1])
+                                                              : "an unknown type",
+                    c->rank, (long long)c->slot[k].n, zt_dtype_name((zt_dtype)c->slot[k].t));
+    c->slot[k].checked = true;
+    return ZT_OK;
+}
+
+/* The posted receives whose headers have landed, in posting order (they land in that order on
+ * the one stream), up to the first still on its way. A header that disagrees fails at once:
+ * NCCL would otherwise wait for a payload of the expected size until the deadline, or take one
+ * of the wrong type without a word. */
+static zt_status check_landed(zt_nccl_comm *c) {
+    for (unsigned i = c->slot_lo; i != c->slot_hi; i++) {
+        unsigned k = i % ZT_NCCL_SLOTS;
+        if (c->slot[k].peer < 0 || c->slot[k].checked)
+            continue;
+        if (cudaEventQuery(c->hdr_ev[k]) != cudaSuccess)
+            return ZT_OK; /* not yet (an error of the stream is the watch's to report) */
+        ZT_TRY(check_header(c, k));
+    }
+    return ZT_OK;
+}
+
 /* Everything posted is complete: the received headers are checked, the slots free again. */
 static zt_status retire(zt_nccl_comm *c) {
-    int used = c->slots;
-    c->slots = 0;
     zt_nccl_wait_retire(&c->wait);
-    for (int i = 0; i < used; i++) {
-        const int64_t *h = c->hdr_host + 2 * i;
-        if (c->slot[i].peer >= 0 && (h[0] != c->slot[i].n || h[1] != c->slot[i].t))
-            return fail(c, ZT_ERR_INVALID,
-                        "recv: rank %d sent %lld elements of %s but rank %d expects %lld of %s",
-                        c->slot[i].peer, (long long)h[0],
-                        (unsigned long long)h[1] < ZT_DTYPE_COUNT ? zt_dtype_name((zt_dtype)h[1])
-                                                                  : "an unknown type",
-                        c->rank, (long long)c->slot[i].n, zt_dtype_name((zt_dtype)c->slot[i].t));
+    zt_status s = ZT_OK;
+    for (; c->slot_lo != c->slot_hi; c->slot_lo++)
+        if (s == ZT_OK)
+            s = check_header(c, c->slot_lo % ZT_NCCL_SLOTS);
+    return s;
+}
+
+/* What was posted up to sequence number upto is complete (a sync's wait covered it): its
+ * headers are checked and its slots freed; what was posted since stays watched, against a
+ * deadline from now and a mark recorded behind it. */
+static zt_status retire_to(zt_nccl_comm *c, long upto, double now) {
+    for (; c->slot_lo != c->slot_hi && c->slot[c->slot_lo % ZT_NCCL_SLOTS].seq <= upto;
+         c->slot_lo++)
+        ZT_TRY(check_header(c, c->slot_lo % ZT_NCCL_SLOTS));
+    long before = c->wait.inflight;
+    zt_nccl_wait_retire_to(&c->wait, upto, now, c->timeout_s);
+    if (c->wait.inflight && c->wait.inflight < before) {
+        cudaStream_t st = c->be ? ((zt_cuda_state *)c->be->impl)->stream[ZT_STREAM_COMM] : c->own;
+        CUDA_TRY(c, cudaEventRecord(c->mark, st));
     }
     return ZT_OK;
 }
@@ -199,16 +252,19 @@ static zt_status post(zt_nccl_comm *c) {
     if (c->wait.inflight == 0)
         CUDA_TRY(c, cudaEventRecord(c->mark, c->st));
     zt_nccl_wait_posted(&c->wait, now_s(), c->timeout_s);
+    __atomic_store_n(&c->posted_seq, c->wait.seq, __ATOMIC_RELEASE);
     return ZT_OK;
 }
 
 /* A header slot of a message; with every slot in use, the messages posted so far are waited
  * for first. */
 static zt_status take_slot(zt_nccl_comm *c, int *out) {
-    if (c->slots == ZT_NCCL_SLOTS)
+    if (c->slot_hi - c->slot_lo == ZT_NCCL_SLOTS)
         ZT_TRY(finish(c, "the messages posted before"));
-    *out = c->slots++;
+    *out = (int)(c->slot_hi++ % ZT_NCCL_SLOTS);
     c->slot[*out].peer = -1;
+    c->slot[*out].checked = false;
+    c->slot[*out].seq = c->wait.seq + 1; /* the operation about to be posted */
     return ZT_OK;
 }
 
@@ -421,8 +477,10 @@ static zt_status nccl_recv(zt_nccl_comm *c, void *buf, size_t n, zt_dtype t, int
     c->slot[k].n = (int64_t)n;
     c->slot[k].t = (int64_t)t;
     c->slot[k].peer = peer;
-    /* Into device memory the payload follows the header at once; the header is checked when
-     * the posted work is retired. Into host memory it is checked first, as the host waits. */
+    /* Into device memory the payload follows the header at once; the header is checked once
+     * its event fired (check_landed), at the latest when the posted work is retired. Into host
+     * memory it is checked first, as the host waits. */
+    CUDA_TRY(c, cudaEventRecord(c->hdr_ev[k], c->st));
     if (mem == ZT_NCCL_DEVICE) {
         if (n)
             NCCL_TRY(c, ncclRecv(buf, n, type_of(t), peer, c->nc, c->st));
@@ -505,6 +563,9 @@ static void nccl_destroy(zt_nccl_comm *c) {
         cudaFree(c->hdr_dev);
     if (c->hdr_host)
         cudaFreeHost(c->hdr_host);
+    for (int k = 0; k < ZT_NCCL_SLOTS; k++)
+        if (c->hdr_ev[k])
+            cudaEventDestroy(c->hdr_ev[k]);
     if (c->done)
         cudaEventDestroy(c->done);
     if (c->posted)
@@ -556,6 +617,9 @@ static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world
     if (s == ZT_OK)
         s = check_cuda(c, cudaHostAlloc((void **)&c->hdr_host, hdr, cudaHostAllocPortable),
                        "cudaHostAlloc");
+    for (int k = 0; k < ZT_NCCL_SLOTS && s == ZT_OK; k++)
+        s = check_cuda(c, cudaEventCreateWithFlags(&c->hdr_ev[k], cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags");
     if (s != ZT_OK) {
         nccl_destroy(c);
         return s;
@@ -586,15 +650,32 @@ static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world
     return ZT_OK;
 }
 
-/* The backend's host wait looking at the posted work (cuda_backend.h: zt_cuda_watch_fn). A call
- * under way watches its own operation, so the look is skipped then. */
-static zt_status watch(void *ctx, bool covered) {
+/* The posting sequence, for the backend's snapshot before a covering wait (zt_cuda_mark_fn). */
+static long mark(void *ctx) {
+    zt_nccl_comm *c = ctx;
+    return __atomic_load_n(&c->posted_seq, __ATOMIC_ACQUIRE);
+}
+
+/* The backend's host wait looking at the posted work (cuda_backend.h: zt_cuda_watch_fn): during
+ * the wait (covered < 0), or after one that covered what was posted up to sequence number
+ * covered. A call under way watches its own operation, so the look is skipped then. */
+static zt_status watch(void *ctx, long covered_upto) {
     zt_nccl_comm *c = ctx;
     if (pthread_mutex_trylock(&c->mu) != 0)
         return ZT_OK;
     zt_status s = ZT_OK;
     if (c->nc && c->wait.inflight) {
         double t = now_s();
+        /* Everything posted was covered, or only what came before another thread posted more
+         * (after the streams were joined): that is retired, the rest watched as before. */
+        bool covered = covered_upto >= 0 && covered_upto >= c->wait.seq;
+        s = check_landed(c);
+        if (s == ZT_OK && covered_upto >= 0 && !covered)
+            s = retire_to(c, covered_upto, t);
+        if (s != ZT_OK || !c->wait.inflight) {
+            pthread_mutex_unlock(&c->mu);
+            return s;
+        }
         /* Past the deadline, the stream first, then the error (as drive() does). */
         zt_nccl_result posted = ZT_NCCL_R_IN_PROGRESS;
         cudaError_t ev = cudaSuccess;
@@ -649,7 +730,7 @@ static zt_status nccl_attach(zt_nccl_comm *c, zt_backend *be) {
     c->be = NULL;
     /* Only a watched communicator posts on the backend's streams: without a watcher its
      * deadline would not be enforced. */
-    if (be && s == ZT_OK && (s = zt_cuda_watch_add(be, watch, c)) == ZT_OK)
+    if (be && s == ZT_OK && (s = zt_cuda_watch_add(be, watch, mark, c)) == ZT_OK)
         c->be = be;
     return s;
 }

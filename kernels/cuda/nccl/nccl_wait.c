@@ -8,6 +8,7 @@ void zt_nccl_wait_init(zt_nccl_wait *w) {
     w->polls = 0;
     w->inflight = 0;
     w->oldest = 0;
+    w->seq = 0;
 }
 
 bool zt_nccl_wait_begin(zt_nccl_wait *w, double now, double timeout_s) {
@@ -77,11 +78,23 @@ zt_nccl_verdict zt_nccl_wait_poll(zt_nccl_wait *w, zt_nccl_result async, zt_nccl
 }
 
 void zt_nccl_wait_posted(zt_nccl_wait *w, double now, double timeout_s) {
+    w->seq++;
     if (w->inflight++ == 0)
         w->oldest = now + timeout_s;
 }
 
 void zt_nccl_wait_retire(zt_nccl_wait *w) { w->inflight = 0; }
+
+void zt_nccl_wait_retire_to(zt_nccl_wait *w, long upto, double now, double timeout_s) {
+    long after = w->seq - upto; /* posted after upto: still in flight */
+    if (after < 0)
+        after = 0;
+    if (after >= w->inflight)
+        return;
+    w->inflight = after;
+    if (after > 0)
+        w->oldest = now + timeout_s;
+}
 
 void zt_nccl_wait_progress(zt_nccl_wait *w, double now, double timeout_s) {
     if (w->inflight > 0)

@@ -25,8 +25,9 @@
  * and DeepSpeed's NCCL paths leave it, and counted as posted (inflight) with the deadline of the
  * oldest posted operation. Whoever then waits for those streams on the host (the backend's
  * synchronisation, through zt_nccl_wait_watch) polls the asynchronous error meanwhile and gives
- * up at that deadline; an awaited operation (RUNNING to DONE) or a wait that covered every
- * stream retires them all (zt_nccl_wait_retire). */
+ * up at that deadline; an awaited operation (RUNNING to DONE) retires them all
+ * (zt_nccl_wait_retire), and a wait that covered every stream those posted before it began
+ * (zt_nccl_wait_retire_to: another thread may post while it waits). */
 #ifndef ZTRAIN_NCCL_WAIT_H
 #define ZTRAIN_NCCL_WAIT_H
 
@@ -58,6 +59,7 @@ typedef struct {
     long polls;      /* polls of the current operation */
     long inflight;   /* operations posted and not known complete */
     double oldest;   /* the deadline of the oldest of them */
+    long seq;        /* operations ever posted: the last one's sequence number */
 } zt_nccl_wait;
 
 /* A fresh communicator's machine: READY. */
@@ -92,9 +94,14 @@ zt_nccl_verdict zt_nccl_wait_poll(zt_nccl_wait *w, zt_nccl_result async, zt_nccl
  * first of them sets the deadline that zt_nccl_wait_watch holds them to. */
 void zt_nccl_wait_posted(zt_nccl_wait *w, double now, double timeout_s);
 
-/* Every posted operation is known complete (an event behind them fired, or a wait covered their
- * streams). */
+/* Every posted operation is known complete (an event behind them fired). */
 void zt_nccl_wait_retire(zt_nccl_wait *w);
+
+/* The operations posted up to sequence number upto (seq as it was when a host wait began that
+ * has now covered their streams) are complete; those posted since are not known to be and stay
+ * in flight, their deadline running again from now (the covering wait finished: progress, as in
+ * zt_nccl_wait_progress). No-op when none of what is in flight was posted by upto. */
+void zt_nccl_wait_retire_to(zt_nccl_wait *w, long upto, double now, double timeout_s);
 
 /* Posted work that is still running has nevertheless progressed at time now: an event recorded
  * behind the work posted when its deadline began has fired. The deadline then runs again from

@@ -68,6 +68,7 @@ typedef enum {
     ZT_OP_LAMB_MOMENTS_TO,
     ZT_OP_XENT_PARTIAL_COMBINE,
     ZT_OP_LAMB_STEPS,
+    ZT_OP_WEIGHTED_SUM_TO,
     ZT_OP_COUNT
 } zt_op_id;
 

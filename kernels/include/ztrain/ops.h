@@ -367,6 +367,17 @@ typedef struct zt_ops {
      * sum of v itself (a batch's token losses), fp32 only. */
     void (*sum_to)(const zt_ctx *x, double *out, const void *v, size_t n, zt_dtype t,
                    bool squares);
+    /* *out = the sum over i in [0, n) of weights[i] · parts[i] in double: s = 0.0, then
+     * s = fma(weights[i], parts[i], s) in index order (one rounding a term, as the host's loop
+     * in zt_zero_norm_combine states it). It combines the gradient norm's pieces where they
+     * are, so that a transport reducing device memory (NCCL) sums the total over the ranks
+     * before the step's one read. parts and out are device memory (out not among parts);
+     * weights is host memory, read during the call, or NULL for weights of 1 (each part then
+     * added as it is, which is the same). Every backend does these IEEE operations in this
+     * order, so the result is the same bits everywhere. In stream order, without a host round
+     * trip. */
+    void (*weighted_sum_to)(const zt_ctx *x, double *out, const double *parts,
+                            const double *weights, int n);
 } zt_ops;
 
 /* Floats of attention's att (and of its backward's scratch) for B sequences of T tokens in

@@ -141,7 +141,7 @@ static const struct {
     ENTRY(lamb_apply_mixed),
     ENTRY(sum_squares),       ENTRY(scale),              ENTRY(to_half),
     ENTRY(from_half),         ENTRY(round_to),           ENTRY(accumulate_half),
-    ENTRY(sum_squares_half), ENTRY(sum_to),
+    ENTRY(sum_squares_half), ENTRY(sum_to),           ENTRY(weighted_sum_to),
 };
 
 /* zt_ops is a struct of function pointers only: an entry added to ops.h and not listed here
