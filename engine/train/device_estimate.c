@@ -35,12 +35,13 @@ static uint64_t held_in_use(uint64_t n, int ranges, uint64_t whole, bool *ov) {
 }
 
 /* The model state of one rank on the CUDA backend in its three moments: the model made in fp32
- * (parameters and gradients whole), ZeRO's setup (its buffers and the optimizer's allocated; the
- * fp32 gradients given back where ZeRO holds them per layer, the fp32 parameters still whole
- * until the 16-bit model is made from them, or stage 3 lets go of the others), and a step (the
- * fp32 layers in use). The estimate's terms are the step's; setup_bytes is what either earlier
- * moment holds beyond it. A released range of a small allocation stays allocated; a large one
- * gives back its whole granules (backend.h). */
+ * (parameters and gradients whole), ZeRO's setup (what a step holds of the fp32 buffers only per
+ * layer given back first: the gradients where ZeRO holds them per layer, stage 3's parameters
+ * outside the slice, and in mixed precision the whole fp32 parameters once the 16-bit ones are
+ * made from them; then its buffers and the optimizer's allocated), and a step (the fp32 layers
+ * in use). The estimate's terms are the step's; setup_bytes is what either earlier moment holds
+ * beyond it. A released range of a small allocation stays allocated; a large one gives back its
+ * whole granules (backend.h). */
 static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint64_t padded,
                         uint64_t N, zt_device_estimate *out, bool *ov) {
     const zt_ds_config *ds = &job->ds;
@@ -87,15 +88,28 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
     const uint64_t model_made = zt_u64_add(held(f32, ov), held(f32, ov), ov);
     uint64_t setup, step_fp32;
     if (half) {
-        /* The 16-bit parameters whole (stage 3 lets go of the others only after setup) and
-         * gradients (a slice from stage 2); the fp32 copy is the working copy of the layers in
-         * use, whole while setup makes the 16-bit model from it. */
-        out->param_bytes = held(zt_u64_mul(2, padded, ov), ov);
+        /* The 16-bit parameters whole, or at stage 3 the slice and the layers gathered beside
+         * it (each range rounded out to whole granules), and the gradients (a slice from stage
+         * 2); the fp32 copy is the working copy of the layers in use and the gradients of the
+         * one layer the backward writes, each let go once added into the 16-bit gradients. */
+        const uint64_t p16 = held(zt_u64_mul(2, padded, ov), ov);
+        out->param_bytes =
+            stage == 3 && N > 1
+                ? min_u64(p16, zt_u64_add(held(zt_u64_mul(2, part, ov), ov),
+                                          zt_u64_add(zt_u64_round_up(zt_u64_mul(2, params_live, ov),
+                                                                     ZT_CUDA_VMM_GRANULE_BYTES, ov),
+                                                     3 * ZT_CUDA_VMM_GRANULE_BYTES, ov),
+                                          ov))
+                : p16;
         out->grad_bytes = held(zt_u64_mul(2, stage >= 2 ? part : padded, ov), ov);
         step_fp32 = zt_u64_add(held_in_use(min_u64(params_live, padded), 3, f32, ov),
-                               grads_step, ov);
-        const uint64_t grads_setup = f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0;
-        setup = zt_u64_add(held(f32, ov), grads_setup, ov);
+                               held_in_use(min_u64(zt_u64_add(outer, layer, ov), padded), 3, f32,
+                                           ov),
+                               ov);
+        /* ZeRO's start: the fp32 parameters beside the 16-bit ones it rounds them into (whole
+         * as allocated), and small fp32 gradients, which are not given back. */
+        setup = zt_u64_add(zt_u64_add(held(f32, ov), p16, ov),
+                           f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov);
     } else {
         const bool slice = stage == 3 && !pinned && f32 >= ZT_CUDA_VMM_MIN_BYTES;
         out->param_bytes =
@@ -106,16 +120,16 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
         step_fp32 = stage >= 2 ? grads_step : 0;
         if (slice)
             step_fp32 = zt_u64_add(step_fp32, held_in_use(params_live, 3, f32, ov), ov);
-        setup = stage >= 2 ? zt_u64_add(held(f32, ov) - out->param_bytes,
-                                        f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov)
-                           : 0;
+        /* Small fp32 gradients are not given back at stages 2-3. */
+        setup = stage >= 2 && f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0;
     }
     out->fp32_copy_bytes = step_fp32;
     /* What the earliest moments hold beyond the step's terms. */
     const uint64_t zero_terms =
         zt_u64_add(zt_u64_add(out->param_bytes, out->grad_bytes, ov), out->optimizer_bytes, ov);
     const uint64_t step_total = zt_u64_add(zero_terms, step_fp32, ov);
-    const uint64_t setup_total = zt_u64_add(zero_terms, setup, ov);
+    /* Mixed precision's start holds none of ZeRO's other buffers yet; fp32's holds them all. */
+    const uint64_t setup_total = half ? setup : zt_u64_add(zero_terms, setup, ov);
     const uint64_t highest = max_u64(model_made, setup_total);
     out->setup_bytes = highest > step_total ? highest - step_total : 0;
 }
