@@ -9,6 +9,7 @@
 #include "ztrain/backend.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer.h"
+#include "ztrain/pipe_engine.h"
 #include "ztrain/size_math.h"
 #include "ztrain/zero.h"
 
@@ -143,13 +144,15 @@ static uint64_t channel_tiles(uint64_t n) {
     return zt_u64_div_up(n, rows);
 }
 
-zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
-                                 zt_device_estimate *out) {
+/* One rank's estimate, holding the share `stage` of the model spec (NULL: the whole) with
+ * ZeRO over N ranks. */
+static zt_status estimate_share(const zt_job_spec *job, const zt_model_spec *spec,
+                                const zt_model_stage *stage, uint64_t N, const char *source,
+                                zt_device_estimate *out) {
     const zt_ds_config *ds = &job->ds;
     const zt_zero_config *z = &ds->zero;
     const bool half = ds->bf16.enabled || ds->fp16.enabled;
     const int tp = ds->tp_size > 1 ? ds->tp_size : 1;
-    const uint64_t N = (uint64_t)job->world_size / (uint64_t)tp;
     /* The CUDA backend stores activations in their 16-bit type and its attention keeps a
      * statistic per row (flash attention), never the T×T probabilities. */
     zt_model_estimate m;
@@ -159,8 +162,9 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
         .persistence_threshold = (uint64_t)z->stage3_param_persistence_threshold,
         .tp_size = tp,
         .attn_lse = true,
+        .stage = stage,
     };
-    ZT_TRY(zt_model_estimate_spec(&job->model, &args, source, &m));
+    ZT_TRY(zt_model_estimate_spec(spec, &args, source, &m));
 
     bool ov = false;
     memset(out, 0, sizeof *out);
@@ -169,13 +173,24 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
                           ds->bf16.optimizer_states;
     model_state(job, &m, padded, N, out, &ov);
     out->activation_bytes = held(m.activation_bytes, &ov);
+    if (stage) {
+        /* The pipeline engine's buffers per activation set: the input and output activations
+         * and their gradients, of B·T·n_embd elements each (pipe_engine.c). */
+        const uint64_t one = zt_u64_mul(zt_u64_mul((uint64_t)args.micro_batch,
+                                                   (uint64_t)spec->block_size, &ov),
+                                        zt_u64_mul((uint64_t)spec->n_embd, args.act_size, &ov),
+                                        &ov);
+        out->activation_bytes =
+            zt_u64_add(out->activation_bytes,
+                       zt_u64_mul(held(one, &ov), 4 * (uint64_t)stage->buffers, &ov), &ov);
+    }
     out->cublas_bytes = ZT_CUDA_CUBLAS_WORKSPACE_BYTES;
 
     /* The workspaces: the backend's sums and scratch for B·T rows, ZeRO's conversion chunk and
      * bf16 staging, the step's read-back slots (one per micro-batch and per norm piece, no more
      * pieces than tensors), LAMB's per-tensor sums and steps, and with packed documents their
      * positions and each token's rotary angles (head_dim floats). */
-    const uint64_t rows = (uint64_t)args.micro_batch * (uint64_t)job->model.block_size;
+    const uint64_t rows = (uint64_t)args.micro_batch * (uint64_t)spec->block_size;
     uint64_t w = ZT_CUDA_SUMS_BYTES;
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(rows, 4, &ov)), &ov);
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(zt_u64_add(zt_u64_mul(3, rows, &ov), 2,
@@ -193,9 +208,9 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
         w = zt_u64_add(w, zt_u64_mul(m.n_tensors + 1, 2 * sizeof(double) + sizeof(float), &ov),
                        &ov);
     if (job->data.format == ZT_DATA_FORMAT_MASKED && job->data.packing == ZT_DATA_PACKED) {
-        const uint64_t hd = job->model.head_dim > 0
-                                ? (uint64_t)job->model.head_dim
-                                : (uint64_t)job->model.n_embd / (uint64_t)job->model.n_head;
+        const uint64_t hd = spec->head_dim > 0
+                                ? (uint64_t)spec->head_dim
+                                : (uint64_t)spec->n_embd / (uint64_t)spec->n_head;
         w = zt_u64_add(w, zt_u64_mul(rows, (1 + hd) * sizeof(float), &ov), &ov);
     }
     out->workspace_bytes = w;
@@ -208,6 +223,34 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
         sum = zt_u64_add(sum, terms[i], &ov);
     /* A saturated term saturates the sum (zt_u64_* return UINT64_MAX), so ov needs no more. */
     out->total_bytes = sum;
+    return ZT_OK;
+}
+
+zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
+                                 zt_device_estimate *out) {
+    const int tp = job->ds.tp_size > 1 ? job->ds.tp_size : 1;
+    const int stages = job->pipeline.stages > 1 ? job->pipeline.stages : 1;
+    /* ZeRO partitions over the data-parallel ranks: of a stage's shard under pipelining. */
+    uint64_t N = (uint64_t)job->world_size / (uint64_t)tp / (uint64_t)stages;
+    N = N ? N : 1;
+    if (stages == 1)
+        return estimate_share(job, &job->model, NULL, N, source, out);
+    /* Each stage holds its own blocks (the first the embedding, the last the head and a copy of
+     * a tied embedding) and as many activation sets as its 1F1B schedule keeps in flight, as
+     * the pipeline engine builds it (pipe_engine.c); the estimate is the largest stage's. */
+    zt_model_spec spec = job->model;
+    if (job->pipeline.activation_checkpoint_interval > 0)
+        spec.checkpoint_interval = job->pipeline.activation_checkpoint_interval;
+    for (int s = 0; s < stages; s++) {
+        zt_model_stage st;
+        zt_device_estimate d;
+        ZT_TRY(zt_pipe_stage_plan(job, ZT_DEVICE_CPU, s, &st));
+        st.buffers = zt_pipe_train_buffers(stages, s, job->ds.gradient_accumulation_steps);
+        st.tp_size = tp;
+        ZT_TRY(estimate_share(job, &spec, &st, N, source, &d));
+        if (s == 0 || d.total_bytes > out->total_bytes)
+            *out = d;
+    }
     return ZT_OK;
 }
 
