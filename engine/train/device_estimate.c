@@ -81,10 +81,6 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                          : zt_u64_add(zt_u64_mul(min_u64(bucket_blocks, (uint64_t)m->n_layer),
                                                  layer, ov), outer, ov);
     const uint64_t grads_step = held_in_use(min_u64(grads_live, padded), 3, f32, ov);
-    /* Stage 3's fp32 parameters outside the slice are given back only where no tensor kept
-     * whole (stage3_param_persistence_threshold) pins their granules: with any such tensor
-     * between the large ones, they all stay. */
-    const bool pinned = stage == 3 && m->persistent_params > 0;
 
     const uint64_t model_made = zt_u64_add(held(f32, ov), held(f32, ov), ov);
     uint64_t setup, step_fp32;
@@ -112,9 +108,14 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
         setup = zt_u64_add(zt_u64_add(held(f32, ov), p16, ov),
                            f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov);
     } else {
-        const bool slice = stage == 3 && !pinned && f32 >= ZT_CUDA_VMM_MIN_BYTES;
+        /* Stage 3 gives back the fp32 parameters outside the slice; the tensors kept whole
+         * (stage3_param_persistence_threshold) hold their values in a buffer of their own. */
+        const bool slice = stage == 3 && f32 >= ZT_CUDA_VMM_MIN_BYTES;
         out->param_bytes =
             slice ? held_in_use(part, 1, f32, ov) : held(f32, ov);
+        if (stage == 3)
+            out->param_bytes = zt_u64_add(out->param_bytes,
+                                          held(zt_u64_mul(4, m->persistent_params, ov), ov), ov);
         /* Stages 2-3 accumulate the slice's gradients apart and give the flat buffer back but
          * for the layers the backward writes; below, the model's gradients are whole. */
         out->grad_bytes = stage >= 2 ? held(zt_u64_mul(4, part, ov), ov) : held(f32, ov);

@@ -211,8 +211,10 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
         zt_zero_release_f32(z, m->grads, 0, m->n_padded);
     if (z->half)
         ZT_TRY(init_half(z));
-    else if (stage == 3)
+    else if (stage == 3) {
+        ZT_TRY(zt_zero_init_kept(z));
         zt_zero_release_gathered(z);
+    }
     if (!z->half && stage >= 2 && !(z->grad_acc = alloc_device_taken(z, grad_acc_bytes(z))))
         return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the gradient partition on %s",
                         z->be->name);
@@ -258,7 +260,9 @@ void zt_zero_free(zt_zero *z) {
         free_device(z, z->m16, gacc16_bytes(z));
         free_device(z, z->v16, gacc16_bytes(z));
         free_device(z, z->staging16, staging16_bytes());
+        free_device(z, z->kept, z->kept_n * sizeof(float));
     }
+    free(z->kept_at);
     free(z->segments);
     free(z->persistent);
     memset(z, 0, sizeof *z);
@@ -310,6 +314,7 @@ zt_status zt_zero_after_load(zt_zero *z) {
     /* As DeepSpeed: the model becomes 16-bit, and the masters are that 16-bit model widened. */
     if (z->half)
         ZT_TRY(round_half(z));
+    zt_zero_fill_kept(z);
     return zt_zero_after_init(z);
 }
 
@@ -354,6 +359,7 @@ zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes) {
         z->peak.workspace_bytes = 0;
         return out;
     }
+    out.params_bytes += (double)z->kept_n * sizeof(float);
     if (z->stage >= 2 && out.grads_bytes < (double)z->part * sizeof(float))
         out.grads_bytes = (double)z->part * sizeof(float);
     z->peak.params_bytes = zt_zero_resident_f32(z, m->params, 0, m->n_padded);

@@ -30,14 +30,15 @@ before new ones are made, so the peak is the most held at one moment, in one of 
   slice and the layers gathered beside it, counted the same way in 2-byte elements (the most
   over the ranks, whose slices lie differently).
 
-Stage 3 gives back the parameters outside the rank's slice only where a whole granule is
-outside it: tensors kept whole on every rank (stage3_param_persistence_threshold, 100000
-elements by default; GPT-2's biases and LayerNorms) lie between the large ones in the flat
-buffer and pin every granule they touch, so with any such tensor nothing is given back and the
-parameters count whole (the test sets the threshold to 0; mixed precision ignores it).
+Stage 3 gives back the parameters outside the rank's slice where a whole granule is outside
+it. Tensors kept whole on every rank (stage3_param_persistence_threshold, 100000 elements by
+default; GPT-2's biases, LayerNorms and position embedding) keep their values in a small buffer
+of their own and are in the flat buffer only while their layer is in use, so they pin none of
+its granules; that buffer counts as parameters (mixed precision ignores the threshold).
 
 Terms (bytes), for Ψ parameters padded as ZeRO pads the flat buffer over N ranks:
-  parameters: fp32 4Ψ, or 4Ψ/N at stage 3 (plus the step's gathered blocks); mixed precision:
+  parameters: fp32 4Ψ, or 4Ψ/N at stage 3 and the tensors kept whole (plus the step's gathered
+    blocks); mixed precision:
     the 16-bit parameters 2Ψ, or at stage 3 the slice 2Ψ/N and the layers gathered;
   gradients: fp32 4Ψ at stages 0-1; at 2-3 the fp32 partition 4Ψ/N; mixed precision: the 16-bit
     gradients 2Ψ (stages 0-1) or their partition 2Ψ/N (2-3);
@@ -78,6 +79,14 @@ def gpt2_params(L, C, V, T):
     and the final LayerNorm."""
     block = 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * 4 * C + 4 * C) + (4 * C * C + C)
     return V * C + T * C + L * block + 2 * C
+
+
+def gpt2_tensors(L, C, V, T):
+    """The element counts of GPT-2's tensors: token and position embeddings, each block's (two
+    LayerNorms' weights and biases, QKV, projection, FC and FC-projection weights and biases)
+    and the final LayerNorm's."""
+    block = [C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C]
+    return [V * C, T * C] + block * L + [C, C]
 
 
 def activations(L, C, H, V, T, B, es, every=0):
@@ -159,14 +168,16 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
         step = _layers_held(L, C, V, T, p, 4, k) + _layers_held(L, C, V, T, p, 4, 1)
         terms["fp32 in use"] = max(made - sum(terms.values()), step)
     else:
-        pinned = stage == 3 and persistence > 0 and min(2 * C, T * C) < persistence
-        terms["parameters"] = gran(4 * (slice_ if stage == 3 and not pinned else p))
+        terms["parameters"] = gran(4 * (slice_ if stage == 3 else p))
+        kept = sum(t for t in gpt2_tensors(L, C, V, T) if t < persistence)
+        if stage == 3 and kept:
+            terms["kept whole"] = gran(4 * kept)
         terms["gradients"] = gran(4 * (slice_ if stage >= 2 else p))
         terms["optimizer"] = 2 * opt
         if stage >= 2:
             # The step: the gradients the backward writes and (stage 3) the block gathered.
             step = _layers_held(L, C, V, T, p, 4, grad_blocks)
-            if stage == 3 and not pinned:
+            if stage == 3:
                 step += _layers_held(L, C, V, T, p, 4, 1)
             terms["fp32 in use"] = max(made - sum(terms.values()), step)
     terms["activations"] = gran(activations(L, C, H, V, T, micro_batch, 2 if half else 4, every))

@@ -37,7 +37,8 @@
 typedef struct {
     /* The ZeRO paper's model state on the device during a step: 16-bit (bf16/fp16) parameters,
      * all or, at stage 3, the granules of the rank's slice and of the layers gathered beside it,
-     * or fp32 ones, all or, at stage 3, the granules of the rank's slice; gradients, all or a slice from stage 2; the optimizer's
+     * or fp32 ones, all or, at stage 3, the granules of the rank's slice and the buffer of the
+     * tensors kept whole (stage3_param_persistence_threshold); gradients, all or a slice from stage 2; the optimizer's
      * moments and mixed precision's fp32 masters, all or a slice from stage 1, 0 when
      * offload_optimizer moves them to the host (bf16_optimizer_states: 16-bit moments, no
      * masters). Each allocation as the backend holds it: from ZT_CUDA_VMM_MIN_BYTES in whole

@@ -69,6 +69,12 @@ typedef struct {
     size_t pend_lo, pend_hi;    /* stages 2, 3: ready gradients not yet reduced */
     zt_zero_segment *segments;  /* per layer + 1 (index 0: the outer tensors) */
     bool *persistent;           /* stage 3: per model tensor, kept whole */
+    /* Stage 3 in fp32: the values of the tensors kept whole, back to back in a small buffer of
+     * their own [kept_n] (tensor t's from kept_at[t]), current on every rank. The flat buffer
+     * holds them only while their layer is in use, so that they pin none of the granules the
+     * large tensors around them give back (zero_gather.c); NULL without such tensors. */
+    float *kept;
+    size_t kept_n, *kept_at;
     zt_status error;            /* first failure inside a model hook or the comm thread */
     char error_msg[512];        /* its message (the comm thread's own is thread-local) */
     zt_zero_comm_thread ct;
