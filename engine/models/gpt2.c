@@ -545,13 +545,18 @@ static zt_status gpt2_validate(const zt_model_spec *s, const char *source) {
  * every sum and product in 64 bits and checked. */
 static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_args *a,
                                const char *source, zt_model_estimate *out) {
-    const uint64_t L = (uint64_t)s->n_layer, C = (uint64_t)s->n_embd;
+    const uint64_t C = (uint64_t)s->n_embd;
     /* Under TP a shard holds 1/tp of each tensor layer_tensor_split cuts, and of wte. */
     const int tp = a->tp_size > 1 ? a->tp_size : 1;
-    zt_model_stage full = zt_model_full_stage(s->n_layer);
+    zt_model_stage full = a->stage ? *a->stage : zt_model_full_stage(s->n_layer);
     full.tp_size = tp;
-    const uint64_t outer[] = {(uint64_t)s->vocab_size / (uint64_t)tp * C,
-                              (uint64_t)s->block_size * C, C, C};
+    const uint64_t L = (uint64_t)(full.last_layer - full.first_layer);
+    /* lay_out_tensors' outer tensors: wte and wpe with the embedding, ln_f with the head and a
+     * last stage's own copy of wte. */
+    const uint64_t wte = (uint64_t)s->vocab_size / (uint64_t)tp * C;
+    const uint64_t outer[] = {full.embed ? wte : 0, full.embed ? (uint64_t)s->block_size * C : 0,
+                              full.head ? C : 0, full.head ? C : 0,
+                              full.head && !full.embed ? wte : 0};
     bool ov = false;
     uint64_t layer = 0, layer_small = 0, outer_n = 0, outer_small = 0;
     /* Products of two ints and sums of a few: they fit 64 bits without a check. */
@@ -588,14 +593,14 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
                         "model.vocab_size %d) are more than a 64-bit size can hold", source,
                         a->micro_batch, s->block_size, s->n_embd, s->n_head, s->n_layer,
                         s->vocab_size);
-    const uint64_t n_tensors = L * N_LAYER_TENSORS + 4;
+    const uint64_t n_tensors = (uint64_t)stage_tensors(&full);
     *out = (zt_model_estimate){
         .params = params,
         .layer_params = layer,
         .outer_params = outer_n,
         .persistent_params = outer_small + L * layer_small,
         .n_tensors = n_tensors,
-        .n_layer = s->n_layer,
+        .n_layer = (int)L,
         .activation_bytes = act,
         /* a LayerNorm's weight and bias (2 · C), or the FC bias, the widest (4 · C / tp) */
         .channel_sum_floats = 2 * C > 4 * C / (uint64_t)tp ? 2 * C : 4 * C / (uint64_t)tp,

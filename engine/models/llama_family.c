@@ -73,16 +73,21 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
         layer_small += n < a->persistence_threshold ? n : 0;
         layer_tensors += n > 0;
     }
-    /* model.embed_tokens, model.norm and, untied, lm_head. */
+    /* zt_llama_lay_out's outer tensors: model.embed_tokens with the embedding; model.norm and
+     * lm_head (untied) or a last stage's own copy of the embedding (tied) with the head. */
+    zt_model_stage st = a->stage ? *a->stage : zt_model_full_stage(s->n_layer);
+    st.tp_size = tp;
+    const uint64_t blocks = (uint64_t)(st.last_layer - st.first_layer);
     const uint64_t table = zt_u64_mul(d.V, d.C, &ov);
-    const uint64_t outer_t[] = {table, d.C, d.tied ? 0 : table};
+    const uint64_t outer_t[] = {st.embed ? table : 0, st.head ? d.C : 0,
+                                st.head && (!d.tied || !st.embed) ? table : 0};
     uint64_t outer_tensors = 0;
     for (size_t i = 0; i < sizeof outer_t / sizeof outer_t[0]; i++) {
         outer = zt_u64_add(outer, outer_t[i], &ov);
         outer_small += outer_t[i] < a->persistence_threshold ? outer_t[i] : 0;
         outer_tensors += outer_t[i] > 0;
     }
-    uint64_t params = zt_u64_add(outer, zt_u64_mul(d.L, layer, &ov), &ov);
+    uint64_t params = zt_u64_add(outer, zt_u64_mul(blocks, layer, &ov), &ov);
     /* The model keeps an fp32 buffer of parameters and one of gradients. */
     zt_u64_mul(params, 2 * sizeof(float), &ov);
     if (ov)
@@ -96,9 +101,7 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
         return zt_error(ZT_ERR_INVALID, "%s: a micro-batch of %d sequences of model.block_size %d "
                         "is %llu tokens, above %d, the most one forward takes", source,
                         a->micro_batch, s->block_size, (unsigned long long)tokens, INT_MAX);
-    zt_model_stage full = zt_model_full_stage(s->n_layer);
-    full.tp_size = tp;
-    zt_blocks_shape shape = zt_llama_blocks_shape(s, &full, (uint64_t)a->micro_batch,
+    zt_blocks_shape shape = zt_llama_blocks_shape(s, &st, (uint64_t)a->micro_batch,
                                                   a->act_size);
     shape.attn_lse = a->attn_lse;
     uint64_t pinned = 0;
@@ -115,14 +118,14 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
                         "more than a 64-bit size can hold", source, a->micro_batch,
                         s->block_size, s->n_embd, s->n_head, s->intermediate_size, s->n_layer,
                         s->vocab_size);
-    const uint64_t n_tensors = d.L * layer_tensors + outer_tensors;
+    const uint64_t n_tensors = blocks * layer_tensors + outer_tensors;
     *out = (zt_model_estimate){
         .params = params,
         .layer_params = layer,
         .outer_params = outer,
-        .persistent_params = outer_small + d.L * layer_small,
+        .persistent_params = outer_small + blocks * layer_small,
         .n_tensors = n_tensors,
-        .n_layer = s->n_layer,
+        .n_layer = (int)blocks,
         .activation_bytes = act,
         /* an RMSNorm's weight or the output bias (C), or the shard's query bias (Q) */
         .channel_sum_floats = d.qkv_bias && d.Q > d.C ? d.Q : d.C,

@@ -9,6 +9,7 @@
 #include "ztrain/backend.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer.h"
+#include "ztrain/pipe_engine.h"
 #include "ztrain/size_math.h"
 #include "ztrain/zero.h"
 
@@ -35,12 +36,13 @@ static uint64_t held_in_use(uint64_t n, int ranges, uint64_t whole, bool *ov) {
 }
 
 /* The model state of one rank on the CUDA backend in its three moments: the model made in fp32
- * (parameters and gradients whole), ZeRO's setup (its buffers and the optimizer's allocated; the
- * fp32 gradients given back where ZeRO holds them per layer, the fp32 parameters still whole
- * until the 16-bit model is made from them, or stage 3 lets go of the others), and a step (the
- * fp32 layers in use). The estimate's terms are the step's; setup_bytes is what either earlier
- * moment holds beyond it. A released range of a small allocation stays allocated; a large one
- * gives back its whole granules (backend.h). */
+ * (parameters and gradients whole), ZeRO's setup (what a step holds of the fp32 buffers only per
+ * layer given back first: the gradients where ZeRO holds them per layer, stage 3's parameters
+ * outside the slice, and in mixed precision the whole fp32 parameters once the 16-bit ones are
+ * made from them; then its buffers and the optimizer's allocated), and a step (the fp32 layers
+ * in use). The estimate's terms are the step's; setup_bytes is what either earlier moment holds
+ * beyond it. A released range of a small allocation stays allocated; a large one gives back its
+ * whole granules (backend.h). */
 static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint64_t padded,
                         uint64_t N, zt_device_estimate *out, bool *ov) {
     const zt_ds_config *ds = &job->ds;
@@ -79,43 +81,57 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                          : zt_u64_add(zt_u64_mul(min_u64(bucket_blocks, (uint64_t)m->n_layer),
                                                  layer, ov), outer, ov);
     const uint64_t grads_step = held_in_use(min_u64(grads_live, padded), 3, f32, ov);
-    /* Stage 3's fp32 parameters outside the slice are given back only where no tensor kept
-     * whole (stage3_param_persistence_threshold) pins their granules: with any such tensor
-     * between the large ones, they all stay. */
-    const bool pinned = stage == 3 && m->persistent_params > 0;
 
     const uint64_t model_made = zt_u64_add(held(f32, ov), held(f32, ov), ov);
     uint64_t setup, step_fp32;
     if (half) {
-        /* The 16-bit parameters whole (stage 3 lets go of the others only after setup) and
-         * gradients (a slice from stage 2); the fp32 copy is the working copy of the layers in
-         * use, whole while setup makes the 16-bit model from it. */
-        out->param_bytes = held(zt_u64_mul(2, padded, ov), ov);
+        /* The 16-bit parameters whole, or at stage 3 the slice and the layers gathered beside
+         * it (each range rounded out to whole granules), and the gradients (a slice from stage
+         * 2); the fp32 copy is the working copy of the layers in use and the gradients of the
+         * one layer the backward writes, each let go once added into the 16-bit gradients. */
+        const uint64_t p16 = held(zt_u64_mul(2, padded, ov), ov);
+        out->param_bytes =
+            stage == 3 && N > 1
+                ? min_u64(p16, zt_u64_add(held(zt_u64_mul(2, part, ov), ov),
+                                          zt_u64_add(zt_u64_round_up(zt_u64_mul(2, params_live, ov),
+                                                                     ZT_CUDA_VMM_GRANULE_BYTES, ov),
+                                                     3 * ZT_CUDA_VMM_GRANULE_BYTES, ov),
+                                          ov))
+                : p16;
         out->grad_bytes = held(zt_u64_mul(2, stage >= 2 ? part : padded, ov), ov);
         step_fp32 = zt_u64_add(held_in_use(min_u64(params_live, padded), 3, f32, ov),
-                               grads_step, ov);
-        const uint64_t grads_setup = f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0;
-        setup = zt_u64_add(held(f32, ov), grads_setup, ov);
+                               held_in_use(min_u64(zt_u64_add(outer, layer, ov), padded), 3, f32,
+                                           ov),
+                               ov);
+        /* ZeRO's start: the fp32 parameters beside the 16-bit ones it rounds them into (whole
+         * as allocated), and small fp32 gradients, which are not given back. */
+        setup = zt_u64_add(zt_u64_add(held(f32, ov), p16, ov),
+                           f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov);
     } else {
-        const bool slice = stage == 3 && !pinned && f32 >= ZT_CUDA_VMM_MIN_BYTES;
+        /* Stage 3 gives back the fp32 parameters outside the slice; the tensors kept whole
+         * (stage3_param_persistence_threshold) hold their values in a buffer of their own. */
+        const bool slice = stage == 3 && f32 >= ZT_CUDA_VMM_MIN_BYTES;
         out->param_bytes =
             slice ? held_in_use(part, 1, f32, ov) : held(f32, ov);
+        if (stage == 3)
+            out->param_bytes = zt_u64_add(out->param_bytes,
+                                          held(zt_u64_mul(4, m->persistent_params, ov), ov), ov);
         /* Stages 2-3 accumulate the slice's gradients apart and give the flat buffer back but
          * for the layers the backward writes; below, the model's gradients are whole. */
         out->grad_bytes = stage >= 2 ? held(zt_u64_mul(4, part, ov), ov) : held(f32, ov);
         step_fp32 = stage >= 2 ? grads_step : 0;
         if (slice)
             step_fp32 = zt_u64_add(step_fp32, held_in_use(params_live, 3, f32, ov), ov);
-        setup = stage >= 2 ? zt_u64_add(held(f32, ov) - out->param_bytes,
-                                        f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov)
-                           : 0;
+        /* Small fp32 gradients are not given back at stages 2-3. */
+        setup = stage >= 2 && f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0;
     }
     out->fp32_copy_bytes = step_fp32;
     /* What the earliest moments hold beyond the step's terms. */
     const uint64_t zero_terms =
         zt_u64_add(zt_u64_add(out->param_bytes, out->grad_bytes, ov), out->optimizer_bytes, ov);
     const uint64_t step_total = zt_u64_add(zero_terms, step_fp32, ov);
-    const uint64_t setup_total = zt_u64_add(zero_terms, setup, ov);
+    /* Mixed precision's start holds none of ZeRO's other buffers yet; fp32's holds them all. */
+    const uint64_t setup_total = half ? setup : zt_u64_add(zero_terms, setup, ov);
     const uint64_t highest = max_u64(model_made, setup_total);
     out->setup_bytes = highest > step_total ? highest - step_total : 0;
 }
@@ -129,13 +145,15 @@ static uint64_t channel_tiles(uint64_t n) {
     return zt_u64_div_up(n, rows);
 }
 
-zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
-                                 zt_device_estimate *out) {
+/* One rank's estimate, holding the share `stage` of the model spec (NULL: the whole) with
+ * ZeRO over N ranks. */
+static zt_status estimate_share(const zt_job_spec *job, const zt_model_spec *spec,
+                                const zt_model_stage *stage, uint64_t N, const char *source,
+                                zt_device_estimate *out) {
     const zt_ds_config *ds = &job->ds;
     const zt_zero_config *z = &ds->zero;
     const bool half = ds->bf16.enabled || ds->fp16.enabled;
     const int tp = ds->tp_size > 1 ? ds->tp_size : 1;
-    const uint64_t N = (uint64_t)job->world_size / (uint64_t)tp;
     /* The CUDA backend stores activations in their 16-bit type and its attention keeps a
      * statistic per row (flash attention), never the T×T probabilities. */
     zt_model_estimate m;
@@ -145,8 +163,9 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
         .persistence_threshold = (uint64_t)z->stage3_param_persistence_threshold,
         .tp_size = tp,
         .attn_lse = true,
+        .stage = stage,
     };
-    ZT_TRY(zt_model_estimate_spec(&job->model, &args, source, &m));
+    ZT_TRY(zt_model_estimate_spec(spec, &args, source, &m));
 
     bool ov = false;
     memset(out, 0, sizeof *out);
@@ -155,13 +174,24 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
                           ds->bf16.optimizer_states;
     model_state(job, &m, padded, N, out, &ov);
     out->activation_bytes = held(m.activation_bytes, &ov);
+    if (stage) {
+        /* The pipeline engine's buffers per activation set: the input and output activations
+         * and their gradients, of B·T·n_embd elements each (pipe_engine.c). */
+        const uint64_t one = zt_u64_mul(zt_u64_mul((uint64_t)args.micro_batch,
+                                                   (uint64_t)spec->block_size, &ov),
+                                        zt_u64_mul((uint64_t)spec->n_embd, args.act_size, &ov),
+                                        &ov);
+        out->activation_bytes =
+            zt_u64_add(out->activation_bytes,
+                       zt_u64_mul(held(one, &ov), 4 * (uint64_t)stage->buffers, &ov), &ov);
+    }
     out->cublas_bytes = ZT_CUDA_CUBLAS_WORKSPACE_BYTES;
 
     /* The workspaces: the backend's sums and scratch for B·T rows, ZeRO's conversion chunk and
      * bf16 staging, the step's read-back slots (one per micro-batch and per norm piece, no more
      * pieces than tensors), LAMB's per-tensor sums and steps, and with packed documents their
      * positions and each token's rotary angles (head_dim floats). */
-    const uint64_t rows = (uint64_t)args.micro_batch * (uint64_t)job->model.block_size;
+    const uint64_t rows = (uint64_t)args.micro_batch * (uint64_t)spec->block_size;
     uint64_t w = ZT_CUDA_SUMS_BYTES;
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(rows, 4, &ov)), &ov);
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(zt_u64_add(zt_u64_mul(3, rows, &ov), 2,
@@ -179,9 +209,9 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
         w = zt_u64_add(w, zt_u64_mul(m.n_tensors + 1, 2 * sizeof(double) + sizeof(float), &ov),
                        &ov);
     if (job->data.format == ZT_DATA_FORMAT_MASKED && job->data.packing == ZT_DATA_PACKED) {
-        const uint64_t hd = job->model.head_dim > 0
-                                ? (uint64_t)job->model.head_dim
-                                : (uint64_t)job->model.n_embd / (uint64_t)job->model.n_head;
+        const uint64_t hd = spec->head_dim > 0
+                                ? (uint64_t)spec->head_dim
+                                : (uint64_t)spec->n_embd / (uint64_t)spec->n_head;
         w = zt_u64_add(w, zt_u64_mul(rows, (1 + hd) * sizeof(float), &ov), &ov);
     }
     out->workspace_bytes = w;
@@ -194,6 +224,34 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
         sum = zt_u64_add(sum, terms[i], &ov);
     /* A saturated term saturates the sum (zt_u64_* return UINT64_MAX), so ov needs no more. */
     out->total_bytes = sum;
+    return ZT_OK;
+}
+
+zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
+                                 zt_device_estimate *out) {
+    const int tp = job->ds.tp_size > 1 ? job->ds.tp_size : 1;
+    const int stages = job->pipeline.stages > 1 ? job->pipeline.stages : 1;
+    /* ZeRO partitions over the data-parallel ranks: of a stage's shard under pipelining. */
+    uint64_t N = (uint64_t)job->world_size / (uint64_t)tp / (uint64_t)stages;
+    N = N ? N : 1;
+    if (stages == 1)
+        return estimate_share(job, &job->model, NULL, N, source, out);
+    /* Each stage holds its own blocks (the first the embedding, the last the head and a copy of
+     * a tied embedding) and as many activation sets as its 1F1B schedule keeps in flight, as
+     * the pipeline engine builds it (pipe_engine.c); the estimate is the largest stage's. */
+    zt_model_spec spec = job->model;
+    if (job->pipeline.activation_checkpoint_interval > 0)
+        spec.checkpoint_interval = job->pipeline.activation_checkpoint_interval;
+    for (int s = 0; s < stages; s++) {
+        zt_model_stage st;
+        zt_device_estimate d;
+        ZT_TRY(zt_pipe_stage_plan(job, ZT_DEVICE_CPU, s, &st));
+        st.buffers = zt_pipe_train_buffers(stages, s, job->ds.gradient_accumulation_steps);
+        st.tp_size = tp;
+        ZT_TRY(estimate_share(job, &spec, &st, N, source, &d));
+        if (s == 0 || d.total_bytes > out->total_bytes)
+            *out = d;
+    }
     return ZT_OK;
 }
 

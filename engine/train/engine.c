@@ -211,7 +211,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     if (s == ZT_OK)
         s = start_offload(e);
     if (s == ZT_OK)
-        s = zt_zero_after_load(&e->zero);
+        s = zt_zero_after_init(&e->zero);
     if (s == ZT_OK && train_data && has_masks(train_data)) {
         e->masked = true;
         /* A step's packed micro-batches each keep their document tables until its one wait. */

@@ -108,9 +108,32 @@ static size_t master_bytes(const zt_zero *z) { return z->master_n * sizeof(float
 static size_t chunk_bytes(void) { return ZT_ZERO_CHUNK * sizeof(float); }
 static size_t staging16_bytes(void) { return 4 * ZT_OPTIMIZER_PIECE16 * sizeof(float); }
 
+/* Mixed precision: the 16-bit parameters rounded from the model's fp32 ones (stage 3: only this
+ * rank's slice, the rest let go), so the whole 16-bit model is never resident at stage 3. The
+ * slice is committed first: after a load with offload_param it was let go into its file. */
+static zt_status round_half(zt_zero *z) {
+    const zt_ops *op = z->be->ops;
+    size_t lo = z->stage == 3 ? z->own_lo : 0, hi = z->stage == 3 ? z->own_hi : z->model->n_padded;
+    zt_zero_release_u16(z, z->p16, 0, lo);
+    zt_zero_release_u16(z, z->p16, hi, z->model->n_padded);
+    ZT_TRY(zt_backend_commit(z->be, z->p16, lo * 2, hi * 2));
+    op->to_half(&z->ctx, z->p16 + lo, z->model->params + lo, hi - lo, z->dtype);
+    return ZT_OK;
+}
+
+/* The 16-bit parameters are made from the fp32 ones first and the whole fp32 copy let go before
+ * the gradients, masters and (later, the engine's) optimizer state are allocated: in a step that
+ * copy is only a working copy of the layers in use, so holding it whole beside the rest would
+ * set the rank's peak at setup. The masters are the 16-bit parameters widened (zt_zero_after_init),
+ * as DeepSpeed takes them, so they need nothing of the fp32 copy. */
 static zt_status init_half(zt_zero *z) {
     size_t n = z->model->n_padded;
     z->p16 = alloc_device(z, p16_bytes(z));
+    if (!z->p16)
+        return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit parameters on %s",
+                        z->be->name);
+    ZT_TRY(round_half(z));
+    zt_zero_release_f32(z, z->model->params, 0, n);
     if (z->stage < 2)
         z->g16 = alloc_device(z, p16_bytes(z));
     else
@@ -120,10 +143,10 @@ static zt_status init_half(zt_zero *z) {
     if (!z->masters_offloaded)
         z->master = alloc_device(z, master_bytes(z));
     z->chunk = alloc_device(z, chunk_bytes());
-    if (!z->p16 || (z->stage < 2 ? !z->g16 : !z->gacc16) || (!z->master && !z->masters_offloaded) ||
+    if ((z->stage < 2 ? !z->g16 : !z->gacc16) || (!z->master && !z->masters_offloaded) ||
         !z->chunk)
-        return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit parameters, gradients "
-                        "and fp32 master weights on %s", z->be->name);
+        return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit gradients and fp32 "
+                        "master weights on %s", z->be->name);
     /* The model's products read the 16-bit parameters instead of rounding its fp32 copy. */
     z->twin = (zt_param16){z->model->params, z->p16, n, z->dtype};
     z->model->ctx.param16 = &z->twin;
@@ -171,18 +194,6 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->half = dtype != ZT_F32;
     z->dtype = dtype;
     z->comm_dtype = comm_dtype;
-    /* The fp32 gradient buffer is held only where the backward writes: stages 2 and 3 let each
-     * bucket go once reduced, mixed precision each layer once added into its 16-bit gradients,
-     * and the backward commits a layer before writing it (zt_zero_hook_fetch). It goes now,
-     * before the partition's own buffers are allocated, so that on a device that maps memory
-     * they take its granules instead of new ones. */
-    if (stage >= 2 || z->half)
-        zt_zero_release_f32(z, m->grads, 0, m->n_padded);
-    if (z->half)
-        ZT_TRY(init_half(z));
-    else if (stage >= 2 && !(z->grad_acc = alloc_device_taken(z, grad_acc_bytes(z))))
-        return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the gradient partition on %s",
-                        z->be->name);
     z->persistent = calloc((size_t)m->n_tensors, sizeof *z->persistent);
     if (!z->persistent)
         return zt_error(ZT_ERR_NOMEM, "zero: out of memory");
@@ -190,6 +201,23 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
      * small tensors are not yet kept whole either: the threshold has no effect there (README). */
     for (int t = 0; t < m->n_tensors; t++)
         z->persistent[t] = !z->half && m->tensors[t].numel < persistence_threshold;
+    /* The fp32 gradient buffer is held only where the backward writes: stages 2 and 3 let each
+     * bucket go once reduced, mixed precision each layer once added into its 16-bit gradients,
+     * and the backward commits a layer before writing it (zt_zero_hook_fetch). It goes now,
+     * before the partition's own buffers are allocated, so that on a device that maps memory
+     * they take its granules instead of new ones; so do the fp32 parameters that a step holds
+     * only per layer (mixed precision, once rounded; stage 3, outside the slice). */
+    if (stage >= 2 || z->half)
+        zt_zero_release_f32(z, m->grads, 0, m->n_padded);
+    if (z->half)
+        ZT_TRY(init_half(z));
+    else if (stage == 3) {
+        ZT_TRY(zt_zero_init_kept(z));
+        zt_zero_release_gathered(z);
+    }
+    if (!z->half && stage >= 2 && !(z->grad_acc = alloc_device_taken(z, grad_acc_bytes(z))))
+        return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the gradient partition on %s",
+                        z->be->name);
     z->prefetched = calloc((size_t)m->n_layer + 1, sizeof *z->prefetched);
     if (!z->prefetched)
         return zt_error(ZT_ERR_NOMEM, "zero: out of memory");
@@ -234,7 +262,9 @@ void zt_zero_free(zt_zero *z) {
         free_device(z, z->m16, gacc16_bytes(z));
         free_device(z, z->v16, gacc16_bytes(z));
         free_device(z, z->staging16, staging16_bytes());
+        free_device(z, z->kept, z->kept_n * sizeof(float));
     }
+    free(z->kept_at);
     free(z->segments);
     free(z->persistent);
     memset(z, 0, sizeof *z);
@@ -254,43 +284,40 @@ static zt_status put_masters(zt_zero *z, size_t c, const uint16_t *h, size_t len
     return zt_offload_write_device(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len);
 }
 
-/* Stage 3 in mixed precision keeps only its slice of the 16-bit parameters: the slice is rounded
- * from the fp32 weights a chunk at a time and the masters widened from it, so the whole 16-bit
- * model is never resident, nor, when offloaded, the whole slice. */
-static zt_status slice_to_half(zt_zero *z) {
-    const zt_ops *op = z->be->ops;
-    zt_zero_release_u16(z, z->p16, 0, z->own_lo);
-    zt_zero_release_u16(z, z->p16, z->own_hi, z->model->n_padded);
-    for (size_t c = 0; c < z->part; c += ZT_ZERO_CHUNK) {
-        size_t len = zt_min_sz(ZT_ZERO_CHUNK, z->part - c), at = z->own_lo + c;
-        uint16_t *h = z->p16 + at;
-        op->to_half(&z->ctx, h, z->model->params + at, len, z->dtype);
-        ZT_TRY(put_masters(z, c, h, len));
-        if (z->param_file) {
-            ZT_TRY(zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, c, h, len));
+/* Mixed precision: the masters of the slice widened from the 16-bit parameters, and with
+ * offload_param the slice written to its file and let go, a chunk at a time, so that neither the
+ * whole 16-bit model (stage 3) nor, when offloaded, the whole slice is ever resident. */
+static zt_status take_half(zt_zero *z) {
+    zt_status s = ZT_OK;
+    for (size_t c = 0; c < z->master_n && s == ZT_OK; c += ZT_ZERO_CHUNK) {
+        size_t len = zt_min_sz(ZT_ZERO_CHUNK, z->master_n - c), at = z->master_base + c;
+        s = put_masters(z, c, z->p16 + at, len);
+        if (s == ZT_OK && z->stage == 3 && z->param_file) {
+            s = zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, c, z->p16 + at, len);
             zt_zero_release_u16(z, z->p16, at, at + len);
         }
     }
-    return ZT_OK;
+    return s;
+}
+
+zt_status zt_zero_after_init(zt_zero *z) {
+    zt_model *m = z->model;
+    zt_status s = ZT_OK;
+    if (z->half)
+        s = take_half(z);
+    else if (z->param_file)
+        s = zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, 0, m->params + z->own_lo,
+                                     z->part);
+    zt_zero_release_gathered(z);
+    return s;
 }
 
 zt_status zt_zero_after_load(zt_zero *z) {
-    zt_model *m = z->model;
-    zt_status s = ZT_OK;
     /* As DeepSpeed: the model becomes 16-bit, and the masters are that 16-bit model widened. */
-    if (z->half && z->stage == 3) {
-        s = slice_to_half(z);
-    } else if (z->half) {
-        z->be->ops->to_half(&z->ctx, z->p16, m->params, m->n_padded, z->dtype);
-        for (size_t c = 0; c < z->master_n && s == ZT_OK; c += ZT_ZERO_CHUNK)
-            s = put_masters(z, c, z->p16 + z->master_base + c,
-                            zt_min_sz(ZT_ZERO_CHUNK, z->master_n - c));
-    } else if (z->param_file) {
-        s = zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, 0, m->params + z->own_lo,
-                                     z->part);
-    }
-    zt_zero_release_gathered(z);
-    return s;
+    if (z->half)
+        ZT_TRY(round_half(z));
+    zt_zero_fill_kept(z);
+    return zt_zero_after_init(z);
 }
 
 zt_status zt_zero_agree(zt_zero *z, zt_status mine, const char *what) {
@@ -334,6 +361,7 @@ zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes) {
         z->peak.workspace_bytes = 0;
         return out;
     }
+    out.params_bytes += (double)z->kept_n * sizeof(float);
     if (z->stage >= 2 && out.grads_bytes < (double)z->part * sizeof(float))
         out.grads_bytes = (double)z->part * sizeof(float);
     z->peak.params_bytes = zt_zero_resident_f32(z, m->params, 0, m->n_padded);

@@ -307,10 +307,7 @@ zt_status zt_zero_after_step(zt_zero *z) {
         zt_backend_zero(z->be, m->grads, m->n_padded * sizeof(float), ZT_STREAM_COMPUTE);
     if (z->stage == 3 && zt_zero_gathers(z)) {
         /* The tensors kept whole take the update of every owner (from this rank's file too). */
-        for (int t = 0; t < m->n_tensors; t++)
-            if (z->persistent[t])
-                ZT_TRY(zt_zero_gather_range(z, m->tensors[t].offset,
-                                            m->tensors[t].offset + m->tensors[t].numel));
+        ZT_TRY(zt_zero_gather_kept(z));
     } else if (z->comm && z->stage > 0 && z->stage < 3) {
         ZT_TRY(zt_zero_gather_range(z, 0, m->n_padded));
     }

@@ -87,13 +87,44 @@ static void release_unowned(zt_zero *z, size_t lo, size_t hi) {
     zt_zero_release_f32(z, z->model->params, zt_max_sz(lo, z->own_hi), hi);
 }
 
+/* The next run at or after tensor *t of what a step gathers of a layer: its tensors back to
+ * back, but for those kept whole, which come from `kept` (restore_kept). False past the last. */
+static bool next_run(const zt_zero *z, int layer, int *t, size_t *lo, size_t *hi) {
+    const zt_model *m = z->model;
+    while (*t < m->n_tensors && (m->tensors[*t].layer != layer || z->persistent[*t]))
+        (*t)++;
+    if (*t == m->n_tensors)
+        return false;
+    *lo = *hi = m->tensors[*t].offset;
+    for (; *t < m->n_tensors; (*t)++) {
+        const zt_tensor_info *ti = &m->tensors[*t];
+        if (ti->layer != layer || z->persistent[*t] || ti->offset != *hi)
+            break;
+        *hi += ti->numel;
+    }
+    return true;
+}
+
 static void queue_gather(zt_zero *z, int layer) {
-    const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
     uint64_t seq = 0;
-    for (int i = 0; i < sg->n; i++)
-        seq = zt_zero_submit(z,
-                             (zt_zero_job){ZT_ZERO_GATHER, sg->off[i], sg->off[i] + sg->len[i]});
+    size_t lo, hi;
+    for (int t = 0; next_run(z, layer, &t, &lo, &hi);)
+        seq = zt_zero_submit(z, (zt_zero_job){ZT_ZERO_GATHER, lo, hi});
     z->prefetched[layer + 1] = seq;
+}
+
+/* The layer's tensors kept whole, from `kept` into the flat buffer for the step to read. */
+static zt_status restore_kept(zt_zero *z, int layer) {
+    const zt_model *m = z->model;
+    for (int t = 0; t < m->n_tensors && z->kept; t++) {
+        const zt_tensor_info *ti = &m->tensors[t];
+        if (ti->layer != layer || !z->persistent[t])
+            continue;
+        ZT_TRY(zt_zero_commit_f32(z, m->params, ti->offset, ti->offset + ti->numel));
+        zt_backend_copy(z->be, m->params + ti->offset, z->kept + z->kept_at[t],
+                        ti->numel * sizeof(float), ZT_COPY_D2D, ZT_STREAM_COMPUTE);
+    }
+    return ZT_OK;
 }
 
 /* The backward is about to accumulate the layer's gradients into ranges that an earlier reduction
@@ -122,13 +153,20 @@ void zt_zero_hook_fetch(void *ctx, int layer, bool backward) {
     } else {
         /* Not prefetched: bring it in now, in order after whatever is queued. */
         zt_zero_drain(z);
-        const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
-        for (int i = 0; i < sg->n; i++) {
-            zt_status s = materialise(z, sg->off[i], sg->off[i] + sg->len[i]);
+        size_t lo, hi;
+        for (int t = 0; next_run(z, layer, &t, &lo, &hi);) {
+            zt_status s = materialise(z, lo, hi);
             if (s != ZT_OK) {
                 zt_zero_fail(z, s);
                 return;
             }
+        }
+    }
+    if (zt_zero_gathers(z)) {
+        zt_status s = restore_kept(z, layer);
+        if (s != ZT_OK) {
+            zt_zero_fail(z, s);
+            return;
         }
     }
     int next = backward ? layer - 1 : layer + 1;
@@ -149,12 +187,10 @@ void zt_zero_hook_release(void *ctx, int layer) {
      * communicator itself. */
     if (layer < 0)
         zt_zero_drain(z);
-    const zt_model *m = z->model;
-    for (int t = 0; t < m->n_tensors; t++) {
-        const zt_tensor_info *ti = &m->tensors[t];
-        if (ti->layer == layer && !z->persistent[t])
-            release_unowned(z, ti->offset, ti->offset + ti->numel);
-    }
+    /* The tensors kept whole go too: their values stay in `kept`. */
+    const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
+    for (int i = 0; i < sg->n; i++)
+        release_unowned(z, sg->off[i], sg->off[i] + sg->len[i]);
 }
 
 /* Mixed precision at stage 3: the 16-bit parameters of [lo, hi) that a gather brought in
@@ -190,11 +226,60 @@ void zt_zero_release_gathered(zt_zero *z) {
         release_gathered_half(z, 0, m->n_padded);
         return;
     }
-    if (z->stage < 3)
-        return;
-    for (int t = 0; t < m->n_tensors; t++)
+    if (z->stage == 3)
+        release_unowned(z, 0, m->n_padded);
+}
+
+zt_status zt_zero_init_kept(zt_zero *z) {
+    const zt_model *m = z->model;
+    z->kept_at = calloc((size_t)m->n_tensors, sizeof *z->kept_at);
+    if (!z->kept_at)
+        return zt_error(ZT_ERR_NOMEM, "zero: out of memory");
+    for (int t = 0; t < m->n_tensors; t++) {
+        z->kept_at[t] = z->kept_n;
+        z->kept_n += z->persistent[t] ? m->tensors[t].numel : 0;
+    }
+    if (!z->kept_n)
+        return ZT_OK;
+    z->kept = zt_backend_alloc(z->be, ZT_MEM_DEVICE, z->kept_n * sizeof(float));
+    if (!z->kept)
+        return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the %zu parameters of the tensors "
+                        "kept whole (stage3_param_persistence_threshold) on %s", z->kept_n,
+                        z->be->name);
+    zt_zero_fill_kept(z);
+    return ZT_OK;
+}
+
+void zt_zero_fill_kept(zt_zero *z) {
+    const zt_model *m = z->model;
+    for (int t = 0; t < m->n_tensors && z->kept; t++)
+        if (z->persistent[t])
+            zt_backend_copy(z->be, z->kept + z->kept_at[t], m->params + m->tensors[t].offset,
+                            m->tensors[t].numel * sizeof(float), ZT_COPY_D2D, ZT_STREAM_COMPUTE);
+}
+
+/* As DeepSpeed all-gathers its persistent parameters after a step: each owner's piece of a
+ * tensor kept whole (from its slice, or its file) into `kept`, then every rank's. */
+zt_status zt_zero_gather_kept(zt_zero *z) {
+    const zt_model *m = z->model;
+    for (int t = 0; t < m->n_tensors && z->kept; t++) {
         if (!z->persistent[t])
-            release_unowned(z, m->tensors[t].offset, m->tensors[t].offset + m->tensors[t].numel);
+            continue;
+        const zt_tensor_info *ti = &m->tensors[t];
+        size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
+        zt_zero_pieces(z, ti->offset, ti->offset + ti->numel, offsets, counts);
+        float *k = z->kept + z->kept_at[t];
+        size_t at = offsets[z->rank], n = counts[z->rank];
+        if (n && z->param_file)
+            ZT_TRY(zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS,
+                                          ti->offset + at - z->own_lo, k + at, n));
+        else if (n)
+            zt_backend_copy(z->be, k + at, m->params + ti->offset + at, n * sizeof(float),
+                            ZT_COPY_D2D, ZT_STREAM_COMPUTE);
+        if (z->comm)
+            ZT_TRY(zt_comm_dev_all_gather(z->comm, k, ti->numel, offsets, counts, ZT_F32));
+    }
+    return ZT_OK;
 }
 
 /* The peak of a gather is noted like a layer's, so that what a whole-model gather costs shows in

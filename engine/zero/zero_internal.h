@@ -63,6 +63,11 @@ bool zt_zero_gathers(const zt_zero *z);
  * parameters gathered with it: mixed precision's workspace. */
 double zt_zero_workspace(zt_zero *z);
 zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi);
+/* Stage 3 in fp32, with tensors kept whole: `kept` takes their values from the model's fp32
+ * parameters, whole at that moment (setup, a load), or, after a step, from their owners. */
+zt_status zt_zero_init_kept(zt_zero *z);
+void zt_zero_fill_kept(zt_zero *z);
+zt_status zt_zero_gather_kept(zt_zero *z);
 void zt_zero_hook_fetch(void *ctx, int layer, bool backward);
 void zt_zero_hook_release(void *ctx, int layer);
 void zt_zero_hook_release_half(void *ctx, int layer);

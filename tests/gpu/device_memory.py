@@ -9,38 +9,43 @@ granule ZeRO releases wholly is given back (kernels/cuda/memory/device_vmm.c); s
 allocations are cudaMalloc's, counted as asked. Granules given back are reused by later allocations and commits
 before new ones are made, so the peak is the most held at one moment, in one of two phases:
 
-  setup: the model is made in fp32 (parameters and gradients, whole), then ZeRO gives back the
-  fp32 gradient buffer where it holds it only per layer (stages 2-3, and mixed precision) before
-  allocating its own buffers (their granules are reused), and the optimizer state is allocated;
-  the fp32 parameters stay whole until the 16-bit model is made from them at the end of setup
-  (mixed precision) or the parameters outside the rank's slice are let go (stage 3);
+  setup: the model is made in fp32 (parameters and gradients, whole); then ZeRO gives back
+  what a step holds of them only per layer before allocating its own buffers (their granules
+  are reused): the fp32 gradients where it holds them per layer (stages 2-3, and mixed
+  precision), stage 3's parameters outside the rank's slice, and in mixed precision the whole
+  fp32 parameters, once the 16-bit ones are made from them. So setup's moment is the model
+  made in fp32, 2 · 4Ψ, which the step's terms below usually exceed;
 
-  step: what setup left, less what it let go at its end, plus what the step holds per layer:
-  the fp32 parameters of the layers in use (mixed precision: one block and the outer tensors, a
-  layer's fp32 copy going once the layer is done; stage 3: one block gathered at a time, without
-  overlap_comm's prefetch) and the fp32 gradients of the layers the backward writes (the outer
-  tensors' from the forward's start, committed before the head's backward writes them, and
-  the blocks of the bucket being filled and the one reduced before it, a bucket being
-  ceil(reduce_bucket_size / block) blocks: at stages 2-3 and in mixed precision; all of them at
-  stages 0-1 in fp32, which keep them whole anyway). Each is counted in whole granules of the
-  flat buffer's layout ([token and position embeddings | blocks | final LayerNorm]), so a block
-  costs the granules it touches.
+  step: the model state, plus what the step holds per layer: the fp32 parameters of the
+  layers in use (mixed precision: the outer tensors and a block, two at stage 3 with
+  overlap_comm's prefetch, its default; fp32 stage 3: one block gathered at a time, a layer's
+  fp32 copy going once the layer is done) and the fp32 gradients of the layers the backward
+  writes (the outer tensors' from the forward's start, committed before the head's backward
+  writes them; in mixed precision one block, let go once added into the 16-bit gradients;
+  in fp32 at stages 2-3 the blocks of the bucket being filled and the one reduced before it,
+  a bucket being ceil(reduce_bucket_size / block) blocks; all of them at stages 0-1 in fp32,
+  which keep them whole anyway). Each is counted in whole granules of the flat buffer's
+  layout ([token and position embeddings | blocks | final LayerNorm]), so a block costs the
+  granules it touches; at stage 3 in mixed precision the 16-bit parameters are the rank's
+  slice and the layers gathered beside it, counted the same way in 2-byte elements (the most
+  over the ranks, whose slices lie differently).
 
-Stage 3 gives back the parameters outside the rank's slice only where a whole granule is
-outside it: tensors kept whole on every rank (stage3_param_persistence_threshold, 100000
-elements by default; GPT-2's biases and LayerNorms) lie between the large ones in the flat
-buffer and pin every granule they touch, so with any such tensor nothing is given back and the
-parameters count whole (the test sets the threshold to 0; mixed precision ignores it).
+Stage 3 gives back the parameters outside the rank's slice where a whole granule is outside
+it. Tensors kept whole on every rank (stage3_param_persistence_threshold, 100000 elements by
+default; GPT-2's biases, LayerNorms and position embedding) keep their values in a small buffer
+of their own and are in the flat buffer only while their layer is in use, so they pin none of
+its granules; that buffer counts as parameters (mixed precision ignores the threshold).
 
 Terms (bytes), for Ψ parameters padded as ZeRO pads the flat buffer over N ranks:
-  parameters: fp32 4Ψ, or 4Ψ/N at stage 3 (plus the step's gathered blocks); mixed precision:
-    the 16-bit parameters 2Ψ (whole during setup at every stage);
+  parameters: fp32 4Ψ, or 4Ψ/N at stage 3 and the tensors kept whole (plus the step's gathered
+    blocks); mixed precision:
+    the 16-bit parameters 2Ψ, or at stage 3 the slice 2Ψ/N and the layers gathered;
   gradients: fp32 4Ψ at stages 0-1; at 2-3 the fp32 partition 4Ψ/N; mixed precision: the 16-bit
     gradients 2Ψ (stages 0-1) or their partition 2Ψ/N (2-3);
   optimizer: Adam's two moments, and in mixed precision the fp32 masters, each 4Ψ (stage 0) or
     4Ψ/N (from stage 1), one allocation each;
   fp32 in use: what of the fp32 parameters and gradients the peak phase holds beyond those
-    (setup: the whole fp32 parameters in mixed precision; step: the layers in use above);
+    (setup: the model made in fp32, 8Ψ, less the terms above; step: the layers in use);
   + one micro-batch's activations, counted from the architecture (activations());
   + the fixed workspaces the backend documents: cuBLASLt's 32 MiB, the two-pass sums' partials
     ((2 · 1024 + 2) doubles), and in mixed precision ZeRO's conversion chunk (64 Ki floats).
@@ -76,6 +81,14 @@ def gpt2_params(L, C, V, T):
     return V * C + T * C + L * block + 2 * C
 
 
+def gpt2_tensors(L, C, V, T):
+    """The element counts of GPT-2's tensors: token and position embeddings, each block's (two
+    LayerNorms' weights and biases, QKV, projection, FC and FC-projection weights and biases)
+    and the final LayerNorm's."""
+    block = [C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C]
+    return [V * C, T * C] + block * L + [C, C]
+
+
 def activations(L, C, H, V, T, B, es, every=0):
     """Device bytes of one micro-batch's activations, activation elements of es bytes."""
     BT, f32 = B * T, 4
@@ -104,12 +117,15 @@ def _granules(a, b):
     return set(range(a // GRANULE, (b - 1) // GRANULE + 1)) if b > a else set()
 
 
-def _layers_held(L, C, V, T, psi, es, blocks):
+def _layers_held(L, C, V, T, psi, es, blocks, own=None):
     """Bytes of granules of a flat buffer of es-byte elements held by the outer tensors and
-    `blocks` adjacent blocks, the most over where those blocks lie."""
+    `blocks` adjacent blocks (and the element range `own`, a rank's slice), the most over where
+    those blocks lie."""
     block = 12 * C * C + 13 * C
     first = V * C + T * C
     outer = _granules(0, es * first) | _granules(es * (psi - 2 * C), es * psi)
+    if own:
+        outer |= _granules(es * own[0], es * own[1])
     blocks = min(blocks, L)
     most = len(outer)
     for l in range(L - blocks + 1):
@@ -135,26 +151,35 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
     grad_blocks = L if bucket >= p else -(-bucket // block) + 1
     opt = gran(4 * (slice_ if stage >= 1 else p))
     terms = {}
+    made = 2 * gran(4 * p)  # setup: the model made in fp32, parameters and gradients
     if half:
-        terms["parameters"] = gran(2 * p)
+        # The layers in use: the next one prefetched at stage 3 (overlap_comm, its default).
+        k = 2 if stage == 3 and n > 1 else 1
+        if stage == 3:
+            terms["parameters"] = max(
+                _layers_held(L, C, V, T, p, 2, k, own=(r * slice_, (r + 1) * slice_))
+                for r in range(n))
+        else:
+            terms["parameters"] = gran(2 * p)
         terms["gradients"] = gran(2 * (slice_ if stage >= 2 else p))
         terms["optimizer"] = 3 * opt
-        # Setup holds the fp32 parameters whole; the step, the layers in use.
-        step = _layers_held(L, C, V, T, p, 4, 1) + _layers_held(L, C, V, T, p, 4, grad_blocks)
-        terms["fp32 in use"] = max(gran(4 * p), step)
+        # The fp32 parameters of the layers in use and the gradients of the one the backward
+        # writes (each let go once added into the 16-bit gradients).
+        step = _layers_held(L, C, V, T, p, 4, k) + _layers_held(L, C, V, T, p, 4, 1)
+        terms["fp32 in use"] = max(made - sum(terms.values()), step)
     else:
-        pinned = stage == 3 and persistence > 0 and min(2 * C, T * C) < persistence
-        terms["parameters"] = gran(4 * (slice_ if stage == 3 and not pinned else p))
+        terms["parameters"] = gran(4 * (slice_ if stage == 3 else p))
+        kept = sum(t for t in gpt2_tensors(L, C, V, T) if t < persistence)
+        if stage == 3 and kept:
+            terms["kept whole"] = gran(4 * kept)
         terms["gradients"] = gran(4 * (slice_ if stage >= 2 else p))
         terms["optimizer"] = 2 * opt
         if stage >= 2:
-            # Setup holds the parameters whole before stage 3 lets go of the others; the step,
-            # the gradients the backward writes and (stage 3) the block gathered.
+            # The step: the gradients the backward writes and (stage 3) the block gathered.
             step = _layers_held(L, C, V, T, p, 4, grad_blocks)
-            if stage == 3 and not pinned:
+            if stage == 3:
                 step += _layers_held(L, C, V, T, p, 4, 1)
-            setup = gran(4 * p) - terms["parameters"]
-            terms["fp32 in use"] = max(setup, step)
+            terms["fp32 in use"] = max(made - sum(terms.values()), step)
     terms["activations"] = gran(activations(L, C, H, V, T, micro_batch, 2 if half else 4, every))
     terms["cuBLASLt workspace"] = CUBLASLT_WORKSPACE
     terms["two-pass sums"] = SUMS

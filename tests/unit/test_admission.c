@@ -484,7 +484,10 @@ static void test_device_terms(void) {
                  * released ranges stay allocated: the 16-bit parameters whole, and the model's
                  * fp32 parameters and gradients (8Ψ) whole in mixed precision, its fp32
                  * gradients whole in fp32 from stage 2 beside the slice ZeRO accumulates. */
-                const uint64_t want_p = half ? 2 * p : 4 * p;
+                /* At stage 3 in fp32 also the buffer of the tensors kept whole: under the
+                 * default stage3_param_persistence_threshold (100,000) every tensor of this
+                 * model, Ψ of them. */
+                const uint64_t want_p = half ? 2 * p : 4 * p + (stage == 3 ? 4 * psi : 0);
                 const uint64_t want_g = (half ? 2 : 4) * (stage >= 2 ? part : p);
                 /* Adam's two fp32 moments, and in bf16 the fp32 masters, of the optimizer's
                  * share. */

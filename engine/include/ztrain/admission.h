@@ -35,25 +35,27 @@
  * term from the buffers the engine and the backend allocate. Ψ is the rank's parameters (its
  * shard's under tensor parallelism) padded to 16 × N, N the data-parallel size. */
 typedef struct {
-    /* The ZeRO paper's model state on the device during a step: 16-bit (bf16/fp16) parameters
-     * (whole: stage 3 lets go of the others only after setup), or fp32 ones, all or, at stage 3,
-     * the granules of the rank's slice; gradients, all or a slice from stage 2; the optimizer's
+    /* The ZeRO paper's model state on the device during a step: 16-bit (bf16/fp16) parameters,
+     * all or, at stage 3, the granules of the rank's slice and of the layers gathered beside it,
+     * or fp32 ones, all or, at stage 3, the granules of the rank's slice and the buffer of the
+     * tensors kept whole (stage3_param_persistence_threshold); gradients, all or a slice from stage 2; the optimizer's
      * moments and mixed precision's fp32 masters, all or a slice from stage 1, 0 when
      * offload_optimizer moves them to the host (bf16_optimizer_states: 16-bit moments, no
      * masters). Each allocation as the backend holds it: from ZT_CUDA_VMM_MIN_BYTES in whole
      * granules. */
     uint64_t param_bytes, grad_bytes, optimizer_bytes;
     /* The model's fp32 parameters and gradients a step holds beyond those: in mixed precision
-     * the working copy of the layers in use and the gradients the backward writes (two reduce
-     * buckets), in fp32 from stage 2 those gradients (and stage 3's gathered blocks), each range
+     * the working copy of the layers in use and the gradients of the layer the backward writes,
+     * in fp32 from stage 2 those gradients (and stage 3's gathered blocks), each range
      * rounded out to whole granules. ZeRO releases the rest, which the backend gives back in
      * whole granules; a buffer under ZT_CUDA_VMM_MIN_BYTES keeps all of its bytes. */
     uint64_t fp32_copy_bytes;
     /* What the rank holds only before its first step, beyond the step's terms: the model made in
-     * fp32 (parameters and gradients whole) before ZeRO partitions it, and ZeRO's setup, where
-     * the fp32 parameters stay whole beside its buffers and the optimizer's until the 16-bit
-     * model is made from them (mixed precision) or stage 3 lets go of the others. In mixed
-     * precision this is usually the peak (docs/gpu.md, "Device memory"). */
+     * fp32 (parameters and gradients whole) before ZeRO partitions it, and ZeRO's start, which
+     * gives back what a step holds of them only per layer (mixed precision: all of the fp32
+     * parameters, once rounded into the 16-bit ones; stage 3: those outside the slice) before
+     * its buffers and the optimizer's are allocated. Usually 0: the step holds more, unless
+     * ZeRO spreads the model state over many ranks (docs/gpu.md, "Device memory"). */
     uint64_t setup_bytes;
     /* One micro-batch's activations as the model carves them on the CUDA backend (16-bit
      * elements in mixed precision; flash attention's row statistics, no T×T matrix; with

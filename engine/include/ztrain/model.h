@@ -342,6 +342,9 @@ typedef struct {
     /* The backend's attention keeps a statistic per row, not the T×T probabilities
      * (zt_backend.attn_lse); false counts the probabilities, the larger. */
     bool attn_lse;
+    /* A pipeline stage's share (its blocks, the embedding or the head, its activation buffers;
+     * tp_size above overrides the stage's); NULL: the whole model. */
+    const zt_model_stage *stage;
 } zt_model_estimate_args;
 
 /* The sizes of the model zt_model_create would build for a spec, computed from the spec alone in
@@ -354,7 +357,7 @@ typedef struct {
                                    gathered from the start of a forward to the end of its backward */
     uint64_t persistent_params; /* those in tensors of fewer than persistence_threshold elements */
     uint64_t n_tensors;         /* entries of zt_model.tensors */
-    int n_layer;                /* blocks */
+    int n_layer;                /* blocks (a pipeline stage's own) */
     /* The activations, their gradients and the backward's scratch for micro_batch sequences of
      * the longest length, as carved at act_size bytes per element (statistics at 4). */
     uint64_t activation_bytes;

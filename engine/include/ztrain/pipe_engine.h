@@ -38,6 +38,15 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
                          zt_comm *world, const zt_engine_options *base);
 void zt_pipe_destroy(zt_pipe *p);
 
+/* The part of the model stage `stage` of job->pipeline.stages holds under
+ * job->pipeline.partition (buffers left 1: the caller sets them, zt_pipe_train_buffers), its
+ * layers' parameters counted on stage models made on a backend of `device` (their sizes do not
+ * depend on it): what a rank builds, and what the device estimate counts (admission.h). The
+ * embedding always goes with the first stage and the head with the last, as DeepSpeed's
+ * partitions of a GPT-style layer list place them. An error names pipeline.partition. */
+zt_status zt_pipe_stage_plan(const zt_job_spec *job, zt_device device, int stage,
+                             zt_model_stage *out);
+
 zt_engine *zt_pipe_engine(zt_pipe *p);
 zt_pipe_info zt_pipe_get_info(const zt_pipe *p);
 

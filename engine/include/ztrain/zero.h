@@ -69,6 +69,12 @@ typedef struct {
     size_t pend_lo, pend_hi;    /* stages 2, 3: ready gradients not yet reduced */
     zt_zero_segment *segments;  /* per layer + 1 (index 0: the outer tensors) */
     bool *persistent;           /* stage 3: per model tensor, kept whole */
+    /* Stage 3 in fp32: the values of the tensors kept whole, back to back in a small buffer of
+     * their own [kept_n] (tensor t's from kept_at[t]), current on every rank. The flat buffer
+     * holds them only while their layer is in use, so that they pin none of the granules the
+     * large tensors around them give back (zero_gather.c); NULL without such tensors. */
+    float *kept;
+    size_t kept_n, *kept_at;
     zt_status error;            /* first failure inside a model hook or the comm thread */
     char error_msg[512];        /* its message (the comm thread's own is thread-local) */
     zt_zero_comm_thread ct;
@@ -134,8 +140,13 @@ typedef struct {
     double *norm_weights;
 } zt_zero;
 
-/* masters_offloaded: offload_optimizer is on, so the fp32 masters are not allocated here (the
- * store of zt_zero_init_offload holds them). */
+/* After the model's fp32 parameters are initialised or loaded (identically on every rank). Lets
+ * go of what a step holds of the model's fp32 buffers only per layer before allocating its own
+ * buffers, so that they take that memory: the gradients at stages 2-3 and in mixed precision,
+ * the parameters outside this rank's slice at stage 3 (but the tensors kept whole), and in mixed
+ * precision all of the fp32 parameters, once rounded into the 16-bit ones (the slice's at stage
+ * 3). masters_offloaded: offload_optimizer is on, so the fp32 masters are not allocated here
+ * (the store of zt_zero_init_offload holds them). Finish with zt_zero_after_init. */
 zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
                        size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
                        zt_dtype dtype, zt_dtype comm_dtype, bool masters_offloaded);
@@ -164,10 +175,13 @@ zt_status zt_zero_use_states16(zt_zero *z, const zt_optimizer *o);
 zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimizer *o,
                                const char *job_name);
 
-/* After the parameters are loaded or initialised (fp32, identically on every rank): stage 3 lets go
- * of what this rank does not own; mixed precision takes its 16-bit parameters and fp32 masters
- * from them and lets go of the fp32 copy; offloaded parameters and masters are written to the
- * store. */
+/* The end of setup, after the optimizer and the offload store exist: mixed precision widens
+ * its fp32 masters from the 16-bit parameters zt_zero_init made; offloaded parameters and
+ * masters are written to the store; stage 3 lets go of what this rank does not own. */
+zt_status zt_zero_after_init(zt_zero *z);
+/* After new fp32 parameters were written into the model (a checkpoint; identically on every
+ * rank): mixed precision rounds them into its 16-bit parameters again, then as
+ * zt_zero_after_init (the masters from those, the fp32 copy let go). */
 zt_status zt_zero_after_load(zt_zero *z);
 /* After zt_zero_gather_all: lets go of what the gather brought in. */
 void zt_zero_release_gathered(zt_zero *z);
