@@ -117,6 +117,9 @@ static zt_status round_half(zt_zero *z) {
     zt_zero_release_u16(z, z->p16, 0, lo);
     zt_zero_release_u16(z, z->p16, hi, z->model->n_padded);
     ZT_TRY(zt_backend_commit(z->be, z->p16, lo * 2, hi * 2));
+    /* After a load only the tensors' ranges were written (and committed): the padding past them
+     * may lie in a granule released at setup, which must read as zero, not another range's. */
+    ZT_TRY(zt_zero_commit_f32(z, z->model->params, lo, hi));
     op->to_half(&z->ctx, z->p16 + lo, z->model->params + lo, hi - lo, z->dtype);
     return ZT_OK;
 }

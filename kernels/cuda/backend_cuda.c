@@ -40,13 +40,23 @@ static unsigned long long now_ns(void) {
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
-void zt_cuda_wait(zt_backend *be, cudaStream_t s) {
+/* The calling thread's time in counted waits, on any CUDA backend of the process: what the
+ * training thread reads as its own (a communication thread's waits are its own). */
+static _Thread_local unsigned long long thread_wait_ns;
+
+unsigned long long zt_cuda_wait_begin(zt_backend *be) {
     zt_cuda_state *st = be->impl;
     __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
-    unsigned long long t0 = now_ns();
+    return now_ns();
+}
+
+void zt_cuda_wait_end(unsigned long long t0) { thread_wait_ns += now_ns() - t0; }
+
+void zt_cuda_wait(zt_backend *be, cudaStream_t s) {
+    unsigned long long t0 = zt_cuda_wait_begin(be);
     if (!zt_cuda_watched_wait(be, s))
         ZT_CUDA_CHECK(be, cudaStreamSynchronize(s));
-    __atomic_add_fetch(&st->wait_ns, now_ns() - t0, __ATOMIC_RELAXED);
+    zt_cuda_wait_end(t0);
 }
 
 zt_status zt_cuda_waits_of(zt_backend *be, zt_cuda_waits *out) {
@@ -56,7 +66,7 @@ zt_status zt_cuda_waits_of(zt_backend *be, zt_cuda_waits *out) {
     zt_cuda_state *st = be->impl;
     out->waits = __atomic_load_n(&st->waits, __ATOMIC_RELAXED);
     out->reads = __atomic_load_n(&st->reads, __ATOMIC_RELAXED);
-    out->wait_ms = (double)__atomic_load_n(&st->wait_ns, __ATOMIC_RELAXED) / 1e6;
+    out->wait_ms = (double)thread_wait_ns / 1e6;
     return ZT_OK;
 }
 
@@ -296,8 +306,9 @@ static zt_event *cuda_timer_create(zt_backend *be) {
 static zt_status cuda_timer_elapsed(zt_backend *be, zt_event *start, zt_event *end, double *ms) {
     zt_cuda_state *st = be->impl;
     float f = 0.0f;
-    __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
+    unsigned long long t0 = zt_cuda_wait_begin(be);
     cudaError_t rc = cudaEventSynchronize(end->ev);
+    zt_cuda_wait_end(t0);
     if (rc == cudaSuccess)
         rc = cudaEventElapsedTime(&f, start->ev, end->ev);
     if (rc != cudaSuccess)

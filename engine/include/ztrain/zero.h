@@ -211,7 +211,8 @@ zt_status zt_zero_reduce_gradients(zt_zero *z, float **g, float **p, size_t *cou
  * *slots ≤ zt_zero_norm_parts(z) is what to read back; an error is the collective's. Once
  * the caller has read them, zt_zero_norm_combine adds the pieces in that fixed order, weighted
  * with tensor parallelism, and sums over the ranks whatever was not summed on the device (a
- * collective) into *out: the same bits either way. */
+ * collective) into *out: the same bits either way on one rank and on two (on more, the sum
+ * over the ranks is in NCCL's order, not the host's rank order). */
 int zt_zero_norm_parts(const zt_zero *z);
 zt_status zt_zero_norm_enqueue(zt_zero *z, const float *g, const uint16_t *g16, size_t count,
                                double *parts, int *slots);

@@ -5,12 +5,15 @@
  * step against the device's time to run it (bench/launch_count.py, bench/README.md).
  *
  * Read in-process through zt_emu_issue_counts, or, with ZTRAIN_CUDA_EMU_ISSUE_LOG=FILE, written
- * to FILE as one JSON object {"name": count, ...} when the process exits. */
+ * to FILE as one JSON object {"name": count, ...} when the process exits ("%p" in FILE becomes
+ * the process id: each rank of a job its own file). */
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
+
+#include <unistd.h>
 
 #include "emu_internal.h"
 
@@ -21,14 +24,18 @@ std::map<std::string, unsigned long long> *g_counts; /* leaked: read by an atexi
 
 /* Names are the runtime's own or kernels' identifiers: nothing JSON would need escaped. */
 void write_log() {
-    const char *path = getenv("ZTRAIN_CUDA_EMU_ISSUE_LOG");
-    if (!path || !*path)
+    const char *env = getenv("ZTRAIN_CUDA_EMU_ISSUE_LOG");
+    if (!env || !*env)
         return;
+    std::string path = env;
+    size_t at = path.find("%p");
+    if (at != std::string::npos)
+        path.replace(at, 2, std::to_string((long)getpid()));
     std::lock_guard<std::mutex> g(g_lock);
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(path.c_str(), "w");
     if (!f) {
         fprintf(stderr, "ztrain cuda emulator: ZTRAIN_CUDA_EMU_ISSUE_LOG: cannot write %s\n",
-                path);
+                path.c_str());
         return;
     }
     fputc('{', f);

@@ -296,9 +296,9 @@ static void mark_set(struct zt_cuda_vmm *v, zt_vmm_granule *g, int m) {
 enum { REVIVED, NO_MEMORY, WAIT_FAILED };
 
 /* Makes granule k of r live, after its memory's last release on the zero stream, which the
- * caller then zero-fills (zero_fill). */
-static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k) {
-    zt_cuda_state *st = be->impl;
+ * caller then zero-fills (zero_fill). On WAIT_FAILED, *failed is the wait's status. */
+static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k,
+                  zt_status *failed) {
     zt_vmm_granule *g = &r->g[k];
     char *a = r->base + k * v->granule;
     int after = -1;
@@ -318,11 +318,15 @@ static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t
              * released_lock stays held across it: the watch takes no lock a communicator's
              * caller holds while it takes this one (a busy communicator is skipped), and the
              * work waited for was queued before, so nothing it needs waits for this lock. */
-            __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
             v->counts[0]++;
-            if (g->released >= 0 &&
-                zt_cuda_watched_event_wait(be, v->marks[g->released].ev) != ZT_OK)
+            unsigned long long t0 = zt_cuda_wait_begin(be);
+            zt_status waited =
+                g->released >= 0 ? zt_cuda_watched_event_wait(be, v->marks[g->released].ev) : ZT_OK;
+            zt_cuda_wait_end(t0);
+            if (waited != ZT_OK) {
+                *failed = waited;
                 return WAIT_FAILED;
+            }
             if (!drv(be, v->unmap((CUdeviceptr)a, v->granule), "cuMemUnmap"))
                 return NO_MEMORY;
             v->handles[g->handle].mappings--;
@@ -404,7 +408,8 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
         in->g[k].handle = in->g[k].released = -1;
     v->serial++;
     for (size_t k = 0; k < r.n; k++) {
-        if (revive(be, v, in, k) != REVIVED) {
+        zt_status failed = ZT_OK;
+        if (revive(be, v, in, k, &failed) != REVIVED) {
             zt_cuda_vmm_free(be, in->base);
             cudaGetLastError();
             return NULL;
@@ -421,8 +426,9 @@ void zt_cuda_vmm_free(zt_backend *be, void *p) {
     zt_vmm_range *r = range_of(st, p);
     /* cudaFree's rule: the memory may still be in use by queued work. A host wait, counted
      * as every other (zt_cuda_round_trips); allocations are freed at the end of a job. */
-    __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
+    unsigned long long t0 = zt_cuda_wait_begin(be);
     ZT_CUDA_CHECK(be, cudaDeviceSynchronize());
+    zt_cuda_wait_end(t0);
     for (size_t k = 0; k < r->n; k++) {
         zt_vmm_granule *g = &r->g[k];
         if (g->handle >= 0) {
@@ -454,18 +460,28 @@ void zt_cuda_vmm_free(zt_backend *be, void *p) {
     *r = v->ranges[--v->n_ranges];
 }
 
-/* The check mode's release: granule k of r, just let go of, unmapped once the device is idle
- * (a host wait, counted); its memory stays free for any address. */
-static void unmap_released(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k) {
-    zt_cuda_state *st = be->impl;
-    zt_vmm_granule *g = &r->g[k];
-    __atomic_add_fetch(&st->waits, 1, __ATOMIC_RELAXED);
-    ZT_CUDA_CHECK(be, cudaDeviceSynchronize());
-    if (!drv(be, v->unmap((CUdeviceptr)(r->base + k * v->granule), v->granule), "cuMemUnmap"))
+/* The check mode's release: the granules of r in [k0, k1) that one release let go of (mark m)
+ * are unmapped once the work before it has run (one counted wait, the communicators' watched
+ * one, so a dead peer is an error, not a hang); their memory stays free for any address. On a
+ * failed wait they stay mapped, and the error is the backend's. */
+static void unmap_released(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k0,
+                           size_t k1, int m) {
+    unsigned long long t0 = zt_cuda_wait_begin(be);
+    zt_status waited = zt_cuda_watched_event_wait(be, v->marks[m].ev);
+    zt_cuda_wait_end(t0);
+    if (waited != ZT_OK)
         return;
-    v->handles[g->handle].mappings--;
-    v->handles[g->handle].freed_by = NULL;
-    g->handle = -1;
+    for (size_t k = k0; k < k1; k++) {
+        zt_vmm_granule *g = &r->g[k];
+        if (g->live || g->released != m || g->handle < 0)
+            continue;
+        if (!drv(be, v->unmap((CUdeviceptr)(r->base + k * v->granule), v->granule),
+                 "cuMemUnmap"))
+            return;
+        v->handles[g->handle].mappings--;
+        v->handles[g->handle].freed_by = NULL;
+        g->handle = -1;
+    }
 }
 
 void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
@@ -504,9 +520,9 @@ void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
         h->freed_by = g;
         v->free_list[v->n_free++] = g->handle;
         g->live = false;
-        if (v->check)
-            unmap_released(be, v, r, k);
     }
+    if (v->check && mark >= 0)
+        unmap_released(be, v, r, at / G, (end + G - 1) / G, mark);
 }
 
 zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
@@ -520,14 +536,15 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     for (size_t k = at / v->granule; k * v->granule < end; k++) {
         if (r->g[k].live)
             continue;
-        int got = revive(be, v, r, k);
+        zt_status failed = ZT_OK;
+        int got = revive(be, v, r, k, &failed);
         if (got != REVIVED) {
             zero_fill(be, v, r, SIZE_MAX, &run_lo, &run_hi);
             if (zeroed)
                 after_zeroing(be, v);
         }
         if (got == WAIT_FAILED)
-            return zt_error_prefix(ZT_ERR_IO, "cuda device %d (%s): committing released device "
+            return zt_error_prefix(failed, "cuda device %d (%s): committing released device "
                                    "memory waits for its last use, which failed: ",
                                    be->device_index, st->device_name);
         if (got != REVIVED)

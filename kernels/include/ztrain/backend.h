@@ -234,11 +234,13 @@ typedef struct {
  * (they are the backend's own counts). */
 zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out);
 
-/* The host's waits for a CUDA backend's streams since it was made: how many (the step's
- * synchronisation and every other), the device-to-host copies, and the milliseconds the host
- * spent blocked in those waits. Over a step, wait_ms near zero means the device finished before
- * the host asked (the host issues slower than the device runs: what a CUDA graph would help);
- * near the step's time, the host issued everything and waited for the device. */
+/* The host's waits for a CUDA backend's device since it was made: how many (the step's
+ * synchronisation and every other, on every thread), the device-to-host copies, and the
+ * milliseconds the calling thread has spent blocked in such waits (on any CUDA backend of the
+ * process; another thread's, such as ZeRO's communication thread's, are not the caller's).
+ * Over a step of the training thread, wait_ms near zero means the device finished before the
+ * host asked (the host issues slower than the device runs: what a CUDA graph would help); near
+ * the step's time, the host issued everything and waited for the device. */
 typedef struct {
     unsigned long long waits, reads;
     double wait_ms;
