@@ -233,7 +233,8 @@ static void nccl_abort(zt_comm *base) {
 
 static void nccl_destroy(zt_comm *base) {
     nccl_comm *c = nc_of(base);
-    c->api->destroy(c->m);
+    if (c->m)
+        c->api->destroy(c->m);
     zt_tcp_store_close(c->store);
     zt_tcp_store_server_stop(c->server);
     free(c->gather);
