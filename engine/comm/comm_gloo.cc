@@ -523,4 +523,5 @@ extern "C" const zt_comm_ops zt_comm_gloo_ops = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr, /* groups: comm_group.c's, of point-to-point messages */
 };

@@ -1,6 +1,8 @@
 /* A communicator over a subset of another's ranks (zt_comm_create_group): the collectives of a
  * pipeline stage's data-parallel replicas, or of one replica's stages, built from the parent's
- * point-to-point messages so that every transport with send/recv gets groups for free.
+ * point-to-point messages so that every transport with send/recv gets groups for free. A
+ * transport that makes groups of its own (comm_transport.h: create_group; "nccl", whose groups
+ * are NCCL communicators with collectives on the device) makes them instead.
  *
  * A reduction gathers the members' contributions at one member, a chunk at a time, and folds
  * them with zt_comm_reduce in member order, so the results follow comm.h's precision rules bit
@@ -164,6 +166,20 @@ zt_status zt_comm_create_group(zt_comm **out, zt_comm *parent, const int *ranks,
     if (n < 1 || me < 0)
         return zt_error(ZT_ERR_INVALID, "comm group: rank %d is not among its %d members",
                         parent->rank, n);
+    /* Under point-to-point groups, the transport's own communicator, the members named by their
+     * ranks in it: a transport that makes groups itself makes this one (a group of a group is a
+     * group of the transport's ranks). */
+    zt_comm *base = parent;
+    int base_ranks[ZT_MAX_WORLD];
+    memcpy(base_ranks, ranks, (size_t)n * sizeof *ranks);
+    while (base->ops == &group_ops) {
+        const group_comm *up = (const group_comm *)base;
+        for (int i = 0; i < n; i++)
+            base_ranks[i] = up->ranks[base_ranks[i]];
+        base = up->parent;
+    }
+    if (base->ops->create_group)
+        return base->ops->create_group(out, base, base_ranks, n, me);
     group_comm *g = calloc(1, sizeof *g);
     if (g) {
         g->ranks = malloc((size_t)n * sizeof *g->ranks);

@@ -5,7 +5,14 @@
  * LOCAL_RANK. The module polls every call against the communicator's timeout and aborts on an
  * error or a timeout; this side then names, through the store, the ranks that said they failed.
  * Host reductions keep comm.h's order and precision: the ranks' values are all-gathered and
- * reduced here with the shared reducer. */
+ * reduced here with the shared reducer.
+ *
+ * A group (zt_comm_create_group: tensor parallelism's, a pipeline's, the shards sharing a kv
+ * head) is an NCCL communicator of its members alone, made from a fresh unique id that its
+ * member 0 sends to the others as the parent's host messages (what PyTorch's new_group does
+ * through its store), so its device collectives are NCCL's on the device like the parent's.
+ * Not ncclCommSplit: that is a collective of every rank of the parent, and not every rank makes
+ * every group (a pipeline's tied-weights group is its first and last stages' only). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +22,7 @@
 #include "ztrain/backend.h"
 #include "ztrain/nccl.h"
 
-typedef struct {
+typedef struct nccl_comm {
     zt_comm base; /* first: casts between the two */
     const zt_nccl_api *api;
     zt_nccl_comm *m;
@@ -27,35 +34,60 @@ typedef struct {
     zt_tcp_store_server *server;
     zt_tcp_store *store;
     char prefix[200]; /* the store's keys of this job */
+    /* A group: the communicator it was made from (which a failure of the group fails too), the
+     * job's communicator (whose store the failures go through), and each member's rank in the
+     * job. NULL, NULL, NULL for the job's communicator. */
+    zt_comm *parent;
+    struct nccl_comm *job;
+    int *job_ranks;
 } nccl_comm;
 
 static nccl_comm *nc_of(zt_comm *c) { return (nccl_comm *)c; }
+
+/* The job's communicator (c itself, or the one a group was made from) and member r's rank in it. */
+static nccl_comm *job_of(nccl_comm *c) { return c->job ? c->job : c; }
+static int job_rank(const nccl_comm *c, int r) { return c->job_ranks ? c->job_ranks[r] : r; }
 
 static zt_nccl_op op_of(zt_reduce_op op) {
     return op == ZT_REDUCE_AVG ? ZT_NCCL_AVG : op == ZT_REDUCE_MAX ? ZT_NCCL_MAX : ZT_NCCL_SUM;
 }
 
-/* Names the ranks that said, through the store, that they failed ("" when none did). */
+/* Names the members that said, through the job's store, that they failed ("" when none did),
+ * by their ranks in the job. */
 static void failed_peers(nccl_comm *c, char *out, size_t cap) {
+    nccl_comm *j = job_of(c);
     size_t len = 0;
     out[0] = '\0';
-    zt_tcp_store_set_timeout(c->store, 1.0);
+    zt_tcp_store_set_timeout(j->store, 1.0);
     for (int r = 0; r < c->base.world && len + 64 < cap; r++) {
         if (r == c->base.rank)
             continue;
         char key[256];
         void *v = NULL;
         size_t n = 0;
-        snprintf(key, sizeof key, "%s/failed/%d", c->prefix, r);
-        if (zt_tcp_store_get(c->store, key, &v, &n, 0) == ZT_OK) {
-            int w = snprintf(out + len, cap - len, "%srank %d: %.120s", len ? "; " : "", r,
-                             (const char *)v);
+        snprintf(key, sizeof key, "%s/failed/%d", j->prefix, job_rank(c, r));
+        if (zt_tcp_store_get(j->store, key, &v, &n, 0) == ZT_OK) {
+            int w = snprintf(out + len, cap - len, "%srank %d: %.120s", len ? "; " : "",
+                             job_rank(c, r), (const char *)v);
             if (w > 0)
                 len += (size_t)w < cap - len ? (size_t)w : cap - len - 1;
         }
         free(v);
     }
-    zt_tcp_store_set_timeout(c->store, c->base.timeout_s);
+    zt_tcp_store_set_timeout(j->store, j->base.timeout_s);
+}
+
+/* "" for the job's communicator; for a group, which job ranks it joins ("the group of job ranks
+ * 2, 3 (this rank member 1): "), since the module names ranks by their place in the group. */
+static void group_label(const nccl_comm *c, char *out, size_t cap) {
+    out[0] = '\0';
+    if (!c->job_ranks)
+        return;
+    size_t len = (size_t)snprintf(out, cap, "the group of job ranks ");
+    for (int r = 0; r < c->base.world && len + 16 < cap; r++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%d", r ? ", " : "", c->job_ranks[r]);
+    if (len + 40 < cap)
+        snprintf(out + len, cap - len, " (this rank member %d): ", c->base.rank);
 }
 
 /* A module call's result: a failure fails the communicator, naming the peers that reported one
@@ -63,11 +95,13 @@ static void failed_peers(nccl_comm *c, char *out, size_t cap) {
 static zt_status done(nccl_comm *c, zt_status s) {
     if (s == ZT_OK)
         return ZT_OK;
-    char msg[ZT_COMM_REASON_LEN], peers[256] = "";
+    char msg[ZT_COMM_REASON_LEN], peers[256] = "", label[160];
     snprintf(msg, sizeof msg, "%s", zt_last_error());
-    if (s != ZT_ERR_INVALID && c->store)
+    if (s != ZT_ERR_INVALID && job_of(c)->store)
         failed_peers(c, peers, sizeof peers);
-    return zt_comm_fail(&c->base, s, "%s%s%s", msg, peers[0] ? "; failed peers: " : "", peers);
+    group_label(c, label, sizeof label);
+    return zt_comm_fail(&c->base, s, "%s%s%s%s", label, msg, peers[0] ? "; failed peers: " : "",
+                        peers);
 }
 
 /* A host buffer of at least bytes, grown, never shrunk. */
@@ -181,28 +215,51 @@ static zt_status host_recv(zt_comm *base, void *buf, size_t n, zt_dtype t, int p
 
 /* ---- life cycle --------------------------------------------------------------------------- */
 
-/* Tells the peers, through the store, why this rank failed, then aborts the communicator. */
+/* Tells the peers, through the job's store, why this rank failed, then aborts the communicator;
+ * a group fails the communicator it was made from too, so that the ranks outside the group stop
+ * at their next wait as well. */
 static void nccl_abort(zt_comm *base) {
-    nccl_comm *c = nc_of(base);
-    if (c->store) {
+    nccl_comm *c = nc_of(base), *j = job_of(c);
+    if (j->store) {
         char key[256];
-        snprintf(key, sizeof key, "%s/failed/%d", c->prefix, c->base.rank);
-        zt_tcp_store_set_timeout(c->store, 1.0);
-        zt_tcp_store_set(c->store, key, c->base.failure, strlen(c->base.failure) + 1);
+        snprintf(key, sizeof key, "%s/failed/%d", j->prefix, job_rank(c, c->base.rank));
+        zt_tcp_store_set_timeout(j->store, 1.0);
+        zt_tcp_store_set(j->store, key, c->base.failure, strlen(c->base.failure) + 1);
     }
     c->api->abort(c->m);
+    if (c->parent && c->parent->failed == ZT_OK)
+        zt_comm_fail(c->parent, c->base.failed, "%s", c->base.failure);
 }
 
 static void nccl_destroy(zt_comm *base) {
     nccl_comm *c = nc_of(base);
-    c->api->destroy(c->m);
+    if (c->m)
+        c->api->destroy(c->m);
     zt_tcp_store_close(c->store);
     zt_tcp_store_server_stop(c->server);
     free(c->gather);
     free(c->scatter);
     free(c->offsets);
     free(c->counts);
+    free(c->job_ranks);
     free(c);
+}
+
+/* A communicator object of world ranks with its host reductions' piece tables; NULL when out
+ * of memory. */
+static nccl_comm *alloc_comm(int world) {
+    nccl_comm *c = calloc(1, sizeof *c);
+    if (c) {
+        c->offsets = calloc((size_t)world, sizeof *c->offsets);
+        c->counts = calloc((size_t)world, sizeof *c->counts);
+    }
+    if (c && (!c->offsets || !c->counts)) {
+        free(c->offsets);
+        free(c->counts);
+        free(c);
+        c = NULL;
+    }
+    return c;
 }
 
 static zt_status nccl_attach(zt_comm *base, zt_backend *be) {
@@ -247,19 +304,9 @@ static zt_status nccl_create(zt_comm **out, const zt_dist_info *d, double timeou
         return zt_error_prefix(ZT_ERR_UNSUPPORTED, "nccl rank %d: ", d->rank);
     int device = -1;
     ZT_TRY(api->pick_device(d->rank, d->local_rank, d->local_world_size, &device));
-    nccl_comm *c = calloc(1, sizeof *c);
-    if (c) {
-        c->offsets = calloc((size_t)d->world_size, sizeof *c->offsets);
-        c->counts = calloc((size_t)d->world_size, sizeof *c->counts);
-    }
-    if (!c || !c->offsets || !c->counts) {
-        if (c) {
-            free(c->offsets);
-            free(c->counts);
-        }
-        free(c);
+    nccl_comm *c = alloc_comm(d->world_size);
+    if (!c)
         return zt_error(ZT_ERR_NOMEM, "nccl: out of memory");
-    }
     zt_comm_init_header(&c->base, &zt_comm_nccl_ops, d, timeout_s);
     c->api = api;
     c->device = device;
@@ -270,6 +317,56 @@ static zt_status nccl_create(zt_comm **out, const zt_dist_info *d, double timeou
         s = api->create(&c->m, &id, d->world_size, d->rank, device, timeout_s);
         if (s == ZT_ERR_TIMEOUT)
             zt_error_prefix(s, "rendezvous at %s:%d: ", d->master_addr, d->master_port);
+    }
+    if (s != ZT_OK) {
+        nccl_destroy(&c->base);
+        return s;
+    }
+    *out = &c->base;
+    return ZT_OK;
+}
+
+/* The group's unique id: member 0 makes it and sends it to each other member as the parent's
+ * host messages (ranks are the parent's). */
+static zt_status group_id(nccl_comm *p, const int *ranks, int n, int me, zt_nccl_id *id) {
+    enum { HALVES = ZT_NCCL_ID_BYTES / 2 }; /* a message copies bytes: 16-bit elements */
+    if (me != 0)
+        return zt_comm_recv(&p->base, id->bytes, HALVES, ZT_F16, ranks[0]);
+    zt_status s = p->api->unique_id(id);
+    if (s != ZT_OK)
+        return zt_comm_fail(&p->base, s, "%s", zt_last_error());
+    for (int k = 1; k < n; k++)
+        ZT_TRY(zt_comm_send(&p->base, id->bytes, HALVES, ZT_F16, ranks[k]));
+    return ZT_OK;
+}
+
+static zt_status nccl_create_group(zt_comm **out, zt_comm *parent, const int *ranks, int n,
+                                   int me) {
+    *out = NULL;
+    nccl_comm *p = nc_of(parent), *c = alloc_comm(n);
+    if (c && !(c->job_ranks = malloc((size_t)n * sizeof *c->job_ranks))) {
+        nccl_destroy(&c->base);
+        c = NULL;
+    }
+    if (!c)
+        return zt_comm_fail(parent, ZT_ERR_NOMEM, "nccl rank %d: out of memory for a group of %d",
+                            parent->rank, n);
+    zt_dist_info d = {.rank = me, .world_size = n};
+    zt_comm_init_header(&c->base, &zt_comm_nccl_ops, &d, parent->timeout_s);
+    c->api = p->api;
+    c->device = p->device;
+    c->parent = parent;
+    c->job = job_of(p);
+    for (int k = 0; k < n; k++)
+        c->job_ranks[k] = job_rank(p, ranks[k]);
+    zt_nccl_id id;
+    zt_status s = group_id(p, ranks, n, me, &id);
+    if (s == ZT_OK && (s = c->api->create(&c->m, &id, n, me, c->device, c->base.timeout_s)) !=
+                          ZT_OK) {
+        /* The members that did join wait for this one until their timeout otherwise. */
+        char label[160];
+        group_label(c, label, sizeof label);
+        s = zt_comm_fail(parent, s, "%s%s", label, zt_last_error());
     }
     if (s != ZT_OK) {
         nccl_destroy(&c->base);
@@ -298,4 +395,5 @@ const zt_comm_ops zt_comm_nccl_ops = {
     .dev_broadcast = dev_broadcast,
     .dev_send = dev_send,
     .dev_recv = dev_recv,
+    .create_group = nccl_create_group,
 };

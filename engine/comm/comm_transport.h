@@ -54,6 +54,15 @@ typedef struct zt_comm_ops {
     zt_status (*dev_broadcast)(zt_comm *c, void *buf, size_t n, zt_dtype t, int root);
     zt_status (*dev_send)(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer);
     zt_status (*dev_recv)(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);
+
+    /* Optional: a group that the transport makes itself (engine/comm/comm_group.c asks for it
+     * before it falls back to a group of c's point-to-point messages): members ranks[0..n) of c
+     * (checked: distinct, in range), this rank member `me`, called by the members only, at the
+     * same point of their calls on c. "nccl" makes an NCCL communicator of the members alone, so
+     * the group's dev_ entries run on the device too. The group fills the zt_comm header with
+     * rank me of n and c's timeout; a failure of the group fails c as well (as comm_group.c's
+     * groups do). Freed with zt_comm_destroy, before c. */
+    zt_status (*create_group)(zt_comm **out, zt_comm *c, const int *ranks, int n, int me);
 } zt_comm_ops;
 
 /* The first member of every transport's communicator object, which casts between the two. */

@@ -7,7 +7,8 @@
  * tp 2): GPT-2 and Llama with grouped-query attention, fp32 and bf16, ZeRO 0 and 1, Llama with
  * one kv head both shards hold, and Llama on packed documents. GPT-2 at ZeRO 0-3, fp32 and bf16,
  * also runs on the nccl transport (the emulated device's NCCL, each rank with an emulated GPU of
- * its own), which reads device memory itself. Per step, from the second on,
+ * its own), which reads device memory itself and stages nothing, and so do five of the TP cases,
+ * whose groups are then NCCL communicators of their own. Per step, from the second on,
  * every rank counts inside the emulated runtime (zt_emu_sync_counts) the host's waits, the
  * device-to-host copies and the uploads from pageable memory, and, apart, the staging copies the
  * transport made on every communicator the engine uses (zt_comm_dev_counts: one wait and one
@@ -131,6 +132,18 @@ static const run_case cases[] = {
     {"nccl gpt2 bf16 ZeRO 2", TINY_GPT2, BF16, ADAMW, 2, "", false, 1, 1, "nccl"},
     {"nccl gpt2 bf16 ZeRO 3", TINY_GPT2, BF16, ADAMW, 3, "", false, 1, 1, "nccl"},
     {"nccl gpt2 fp32 ZeRO 1 LAMB", TINY_GPT2, "", LAMB, 1, "", false, 1, 1, "nccl"},
+    /* Tensor parallelism on nccl: the TP group (and the group of the shards sharing a kv head)
+     * is an NCCL communicator of its own, its device collectives posted on the stream like the
+     * job's, nothing staged (before: a group of the job communicator's host messages, each
+     * collective staged through the host and each message a host wait of NCCL's: 70 waits and
+     * 47 read-backs a step + 22 staged, 82 / 55 + 26 with the shared kv head). The norm's
+     * pieces are summed over the TP group on the device too, the group being device-native. */
+    {"nccl gpt2 fp32 tp 2 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 2, "nccl"},
+    {"nccl gpt2 bf16 tp 2 ZeRO 1", TINY_GPT2, BF16, ADAMW, 1, "", false, 1, 2, "nccl"},
+    {"nccl llama fp32 tp 2 ZeRO 1", TINY_LLAMA, "", ADAMW, 1, "", false, 1, 2, "nccl"},
+    {"nccl llama bf16 tp 2 ZeRO 0", TINY_LLAMA, BF16, ADAMW, 0, "", false, 1, 2, "nccl"},
+    {"nccl llama fp32 tp 2 ZeRO 1 one kv head", LLAMA_MQA, "", ADAMW, 1, "", false, 1, 2,
+     "nccl"},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -298,6 +311,10 @@ static int rank_main(int rank, counts_fn counts) {
                   "pageable uploads besides the transport's staging; at most %d, %d and 0 "
                   "allowed", c->name, rank, s + 1, m->own[s][0], m->own[s][1], m->own[s][2],
                   c->waits, reads);
+        /* NCCL reads device memory itself, the TP groups' included: nothing is staged. */
+        for (int s = 0; c->comm && s < STEPS; s++)
+            CHECK(m->staged[s] == 0, "%s, rank %d step %d: %llu collectives staged through the "
+                  "host on nccl", c->name, rank, s + 1, m->staged[s]);
         const double tol = c->precision[0] ? 2e-3 : 1e-4;
         for (int s = 0; s < STEPS; s++)
             CHECK(isfinite(cuda[s]) && fabs(cuda[s] - cpu[s]) <= tol * fabs(cpu[s]),

@@ -12,7 +12,11 @@
  * another count than was sent fails the receiver's next wait with the header's message naming
  * both ranks; an all-reduce posted while a sync waits (after its streams were joined) is not
  * retired by that sync, so the next one fails naming its dead peer; and no file of any
- * communicator is left under /dev/shm. */
+ * communicator is left under /dev/shm. An abort from another thread while a call waits for a
+ * stuck peer does not wait behind that call: the call ends naming the abort, not the peer's
+ * timeout it would otherwise have reached first. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <dirent.h>
 #include <math.h>
 #include <signal.h>
@@ -334,7 +338,8 @@ typedef enum {
     RUN_PEER_EXITS,
     RUN_PEER_STUCK,
     RUN_MISMATCH,
-    RUN_POSTED_DURING_SYNC
+    RUN_POSTED_DURING_SYNC,
+    RUN_ABORT_STUCK
 } run_mode;
 
 /* A message whose receiver expects another count: the receiver's next wait fails at once with
@@ -422,6 +427,56 @@ static void check_posted_during_sync(rank_ctx *x) {
     remove(x->be, &late);
 }
 
+/* A host all-gather (awaited: the host needs its result) on another thread, whose peer never
+ * joins. */
+typedef struct {
+    rank_ctx *x;
+    atomic_int started;
+    zt_status s;
+    char error[512];
+} stuck_call;
+
+static void *call_stuck(void *arg) {
+    stuck_call *k = arg;
+    float v[4] = {1, 2, 3, 4};
+    size_t offsets[2] = {0, 2}, counts[2] = {2, 2};
+    atomic_store(&k->started, 1);
+    k->s = api->all_gather(k->x->c, v, 4, offsets, counts, ZT_F32, ZT_NCCL_HOST);
+    snprintf(k->error, sizeof k->error, "%s", zt_last_error());
+    return NULL;
+}
+
+/* The call waits for a peer that is alive but never joins, until ZTRAIN_CUDA_EMU_NCCL_TIMEOUT
+ * (3 s here); the main thread aborts the communicator meanwhile. The abort must not wait for
+ * the call (it holds the communicator's lock), and the call must then end naming the abort: had
+ * the abort waited, the call would have ended first, naming the stuck peer. */
+static void check_abort_stuck(rank_ctx *x) {
+    stuck_call k = {.x = x};
+    atomic_init(&k.started, 0);
+    pthread_t th;
+    if (!check_at(__FILE__, __LINE__, pthread_create(&th, NULL, call_stuck, &k) == 0,
+                  "rank 0: no thread"))
+        return;
+    while (!atomic_load(&k.started))
+        usleep(1000);
+    usleep(500000); /* the call is waiting now (it takes its lock at once) */
+    double t0 = now_s();
+    api->abort(x->c);
+    double took = now_s() - t0;
+    pthread_join(th, NULL);
+    double ended = now_s() - t0;
+    CHECK(k.s == ZT_ERR_IO && strstr(k.error, "aborted") &&
+              strstr(k.error, "while the call waited") && !strstr(k.error, "is stuck"),
+          "rank 0: a host all_gather whose peer never joins, aborted from another thread: "
+          "status %d, %s", k.s, k.error);
+    printf("test_nccl_emu: abort from another thread returned after %.3f s, the waiting call "
+           "ended after %.3f s: %s\n", took, ended, k.error);
+    fflush(stdout);
+    CHECK(api->all_reduce(x->c, NULL, 0, ZT_F32, ZT_NCCL_SUM) == ZT_ERR_IO &&
+              strstr(zt_last_error(), "was aborted"),
+          "rank 0: a call after the abort: %s", zt_last_error());
+}
+
 static int rank_main(int rank, int world, const zt_nccl_id *id, run_mode mode) {
     rank_ctx x = {.rank = rank, .world = world};
     zt_backend_options o = {.device_index = rank};
@@ -459,6 +514,8 @@ static int rank_main(int rank, int world, const zt_nccl_id *id, run_mode mode) {
             _exit(0);
         sleep(60);
         _exit(0);
+    } else if (mode == RUN_ABORT_STUCK) {
+        check_abort_stuck(&x);
     } else {
         float v[4] = {1, 2, 3, 4};
         void *d = upload(&x, v, sizeof v);
@@ -521,9 +578,9 @@ static void run(int world, run_mode mode) {
     for (int r = 0; r < world; r++) {
         int st = 0;
         waitpid(pids[r], &st, 0);
-        if (r == 0 && mode == RUN_PEER_STUCK)
+        if (r == 0 && (mode == RUN_PEER_STUCK || mode == RUN_ABORT_STUCK))
             kill(pids[1], SIGKILL);
-        bool killed = mode == RUN_PEER_STUCK && r == 1;
+        bool killed = (mode == RUN_PEER_STUCK || mode == RUN_ABORT_STUCK) && r == 1;
         CHECK(killed || (WIFEXITED(st) && WEXITSTATUS(st) == 0),
               "%d ranks, run %d: rank %d ended with %s %d", world, mode, r,
               WIFSIGNALED(st) ? "signal" : "status",
@@ -552,5 +609,6 @@ int main(void) {
     run(2, RUN_PEER_STUCK);
     run(2, RUN_MISMATCH);
     run(2, RUN_POSTED_DURING_SYNC);
+    run(2, RUN_ABORT_STUCK);
     return check_summary("test_nccl_emu");
 }

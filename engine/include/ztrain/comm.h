@@ -176,7 +176,12 @@ zt_status zt_comm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);
  * messages, so they follow the rules above (the same order on every member, results bit-identical
  * to a communicator of those ranks alone), and they must not interleave with other traffic
  * between the same ranks that the members order differently. A failure fails the parent too.
- * Free with zt_comm_destroy before the parent. */
+ * Only the members call, all at the same point of their calls on parent. On "nccl" (parent, or
+ * the communicator under parent's groups) the group is instead an NCCL communicator of the
+ * members alone, joined with a unique id that member 0 sends to the others through parent: its
+ * zt_comm_dev_ collectives run on the device like the parent's (nothing staged), its host ones
+ * keep the rules above, and its transport's name is "nccl". Free with zt_comm_destroy before the
+ * parent. */
 zt_status zt_comm_create_group(zt_comm **out, zt_comm *parent, const int *ranks, int n);
 
 /* Communication time of the calling thread, for the step breakdown (the perf/rank<r>/comm_ms

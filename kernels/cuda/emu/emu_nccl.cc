@@ -203,7 +203,9 @@ bool await_file(comm_state &s, const std::string &path, int peer, const char *wh
             last_check = t;
             if (s.failed())
                 return false;
-            if (process_gone(s.pids[peer])) {
+            /* The file is read once more after the peer is found gone: it may have written it
+             * and exited between the read above and the look at its process. */
+            if (process_gone(s.pids[peer]) && !read_whole(path, out)) {
                 s.set_error(ncclRemoteError,
                             "rank " + std::to_string(peer) + " (pid " +
                                 std::to_string(s.pids[peer]) + ") exited before its part of " +
@@ -576,7 +578,14 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state) {
         for (int r = 0; r < s.nranks && all; r++) {
             struct stat st;
             all = stat(s.path("fin", r).c_str(), &st) == 0;
-            if (!all && process_gone(s.pids[r]))
+            /* This rank's own file gone: a peer aborted (which removes every file), and would
+             * otherwise be waited for until the caller's deadline. A peer found gone is looked
+             * for once more: it may have finalized and exited between the two looks. */
+            if (!all && r == s.rank)
+                s.set_error(ncclRemoteError, "the communicator's files were removed during "
+                                             "ncclCommFinalize: a peer aborted it");
+            else if (!all && process_gone(s.pids[r]) &&
+                     stat(s.path("fin", r).c_str(), &st) != 0)
                 s.set_error(ncclRemoteError, "rank " + std::to_string(r) + " (pid " +
                                                  std::to_string(s.pids[r]) +
                                                  ") exited before ncclCommFinalize");

@@ -22,6 +22,7 @@
 #include <nccl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,12 @@ struct zt_nccl_comm {
     /* One call at a time (ZeRO's communication thread and the main thread both call), and the
      * backend's watch (which skips a communicator whose call is under way) beside them. */
     pthread_mutex_t mu;
+    /* The handle nc: every NCCL call on it is made holding nc_mu, and only for the call (on a
+     * non-blocking communicator each returns at once), so that an abort from another thread,
+     * which cannot wait for mu (a call stuck on a dead peer holds it up to its deadline), never
+     * frees the handle under a call; abort_asked then tells that call to give up. */
+    pthread_mutex_t nc_mu;
+    atomic_bool abort_asked;
     /* Message headers (count, dtype), a slot each until retired, used as a ring in the order
      * the messages are posted: a posted send's is read by its copy when the stream gets there,
      * a posted receive's checked once its event fired, or at retirement. */
@@ -84,11 +91,40 @@ static void pause_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-static void abort_comm(zt_nccl_comm *c) {
+/* Takes nc_mu for one NCCL call on c->nc: false (and nothing held) once the handle is gone. */
+static bool nc_enter(zt_nccl_comm *c) {
+    pthread_mutex_lock(&c->nc_mu);
+    if (c->nc)
+        return true;
+    pthread_mutex_unlock(&c->nc_mu);
+    return false;
+}
+
+static ncclResult_t nc_leave(zt_nccl_comm *c, ncclResult_t r) {
+    pthread_mutex_unlock(&c->nc_mu);
+    return r;
+}
+
+/* An NCCL call on the handle, made under nc_mu; ncclInvalidUsage once the handle is aborted. */
+#define NC(c, call) (nc_enter(c) ? nc_leave((c), (call)) : ncclInvalidUsage)
+
+/* Whether the handle is still there (not aborted). */
+static bool live(zt_nccl_comm *c) { return nc_enter(c) && nc_leave(c, ncclSuccess) == ncclSuccess; }
+
+/* ncclCommAbort, at most once: any thread may call it (NCCL's abort is what ends a call that
+ * waits for a dead peer). */
+static void release_handle(zt_nccl_comm *c) {
+    pthread_mutex_lock(&c->nc_mu);
     if (c->nc) {
         ncclCommAbort(c->nc);
         c->nc = NULL;
     }
+    pthread_mutex_unlock(&c->nc_mu);
+}
+
+/* By the thread that owns the call (holding mu), or with no call possible. */
+static void abort_comm(zt_nccl_comm *c) {
+    release_handle(c);
     c->wait.state = ZT_NCCL_ABORTED;
 }
 
@@ -122,9 +158,21 @@ static zt_nccl_result result_of(ncclResult_t r) {
 
 /* NCCL's text for r, and its last message on this communicator when it has one. */
 static void nccl_text(zt_nccl_comm *c, ncclResult_t r, char *out, size_t cap) {
-    const char *last = c->nc ? ncclGetLastError(c->nc) : NULL;
-    snprintf(out, cap, "%s%s%s", ncclGetErrorString(r), last && last[0] ? ": " : "",
-             last ? last : "");
+    char last[200] = "";
+    if (nc_enter(c)) {
+        const char *l = ncclGetLastError(c->nc);
+        snprintf(last, sizeof last, "%s", l ? l : "");
+        nc_leave(c, ncclSuccess);
+    }
+    snprintf(out, cap, "%s%s%s", ncclGetErrorString(r), last[0] ? ": " : "", last);
+}
+
+/* The call under way gives up when another thread aborted the communicator (nccl_abort). */
+static bool abort_asked(zt_nccl_comm *c) { return atomic_load(&c->abort_asked); }
+
+static zt_status aborted_under(zt_nccl_comm *c, const char *what) {
+    return fail(c, ZT_ERR_IO, "%s: the communicator was aborted (zt_nccl_api.abort) while the "
+                "call waited", what);
 }
 
 static zt_status check_landed(zt_nccl_comm *c);
@@ -136,6 +184,8 @@ static zt_status drive(zt_nccl_comm *c, const char *what) {
     cudaError_t ev = cudaSuccess;
     while (v == ZT_NCCL_POLL) {
         pause_s(zt_nccl_wait_pause_s(&c->wait));
+        if (abort_asked(c))
+            return aborted_under(c, what);
         /* The stream first, then the error: work that failed as it completed (the emulated
          * NCCL's, whose wait for a dead peer ends) shows its error in the same poll. */
         zt_nccl_result stream = ZT_NCCL_R_SUCCESS;
@@ -148,11 +198,13 @@ static zt_status drive(zt_nccl_comm *c, const char *what) {
         /* A posted receive's header that disagrees, before what NCCL makes of its payload. */
         if (c->wait.state == ZT_NCCL_RUNNING && stream != ZT_NCCL_R_SUCCESS)
             ZT_TRY(check_landed(c));
-        ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
+        ncclResult_t r = NC(c, ncclCommGetAsyncError(c->nc, &async));
         if (r != ncclSuccess)
             async = r;
         v = zt_nccl_wait_poll(&c->wait, result_of(async), stream, now_s());
     }
+    if (v != ZT_NCCL_DONE && abort_asked(c))
+        return aborted_under(c, what);
     if (v == ZT_NCCL_DONE)
         return ZT_OK;
     if (v == ZT_NCCL_TIMED_OUT)
@@ -169,6 +221,8 @@ static zt_status drive(zt_nccl_comm *c, const char *what) {
 
 /* After an NCCL call: settled (polled out of ncclInProgress) or failed. */
 static zt_status issued(zt_nccl_comm *c, ncclResult_t r, const char *call) {
+    if (r != ncclSuccess && r != ncclInProgress && abort_asked(c))
+        return aborted_under(c, call);
     zt_nccl_verdict v = zt_nccl_wait_issued(&c->wait, result_of(r));
     if (v == ZT_NCCL_DONE)
         return ZT_OK;
@@ -178,7 +232,7 @@ static zt_status issued(zt_nccl_comm *c, ncclResult_t r, const char *call) {
     nccl_text(c, r, text, sizeof text);
     return fail(c, ZT_ERR_IO, "%s failed: %s", call, text);
 }
-#define NCCL_TRY(c, call) ZT_TRY(issued((c), (call), #call))
+#define NCCL_TRY(c, call) ZT_TRY(issued((c), NC((c), (call)), #call))
 
 /* Slot k's received header against what its receive expects. */
 static zt_status check_header(zt_nccl_comm *c, unsigned k) {
@@ -271,7 +325,7 @@ static zt_status take_slot(zt_nccl_comm *c, int *out) {
 /* The start of every operation: the communicator usable, this thread on its GPU, the stream
  * chosen, the deadline set. */
 static zt_status begin(zt_nccl_comm *c, const char *what) {
-    if (!c->nc || c->wait.state == ZT_NCCL_ABORTED)
+    if (c->wait.state == ZT_NCCL_ABORTED || !live(c))
         return zt_error(ZT_ERR_IO, "nccl rank %d: %s: the communicator was aborted: %s", c->rank,
                         what, c->failure[0] ? c->failure : "(no failure recorded)");
     if (!zt_nccl_wait_begin(&c->wait, now_s(), c->timeout_s))
@@ -346,10 +400,19 @@ static zt_status nccl_all_reduce(zt_nccl_comm *c, void *buf, size_t n, zt_dtype 
     return post(c);
 }
 
-/* Several calls as one group: inside it NCCL only queues (each returns ncclSuccess or an
- * argument error); ncclGroupEnd posts them and may return ncclInProgress. */
-static zt_status group_end(zt_nccl_comm *c, ncclResult_t first_error, const char *what) {
-    ncclResult_t end = ncclGroupEnd();
+/* Several calls as one group, all under nc_mu (group_start takes it, group_end lets it go):
+ * inside it NCCL only queues (each returns ncclSuccess or an argument error); ncclGroupEnd posts
+ * them and may return ncclInProgress. */
+static ncclResult_t group_start(zt_nccl_comm *c, bool *held) {
+    *held = nc_enter(c);
+    return *held ? ncclGroupStart() : ncclInvalidUsage;
+}
+
+static zt_status group_end(zt_nccl_comm *c, bool held, ncclResult_t first_error,
+                           const char *what) {
+    if (!held)
+        return issued(c, first_error, what);
+    ncclResult_t end = nc_leave(c, ncclGroupEnd());
     if (first_error != ncclSuccess)
         return issued(c, first_error, what);
     return issued(c, end, "ncclGroupEnd");
@@ -366,7 +429,8 @@ static zt_status nccl_reduce_scatter(zt_nccl_comm *c, const void *in, void *out,
                                       op_of(op), c->nc, c->st));
     } else {
         /* Uneven pieces (a bucket cuts the ranks' slices unevenly): one reduce to each owner. */
-        ncclResult_t bad = ncclGroupStart();
+        bool held;
+        ncclResult_t bad = group_start(c, &held);
         for (int r = 0; r < c->world && bad == ncclSuccess; r++) {
             if (!counts[r])
                 continue;
@@ -374,7 +438,7 @@ static zt_status nccl_reduce_scatter(zt_nccl_comm *c, const void *in, void *out,
             bad = ncclReduce(src + offsets[r] * es, dst, counts[r], type_of(t), op_of(op), r,
                              c->nc, c->st);
         }
-        ZT_TRY(group_end(c, bad, "ncclReduce (a piece of a reduce_scatter)"));
+        ZT_TRY(group_end(c, held, bad, "ncclReduce (a piece of a reduce_scatter)"));
     }
     return post(c);
 }
@@ -389,14 +453,15 @@ static zt_status gather_on(zt_nccl_comm *c, char *b, const size_t *offsets, cons
                                   type_of(t), c->nc, c->st));
         return ZT_OK;
     }
-    ncclResult_t bad = ncclGroupStart();
+    bool held;
+    ncclResult_t bad = group_start(c, &held);
     for (int r = 0; r < c->world && bad == ncclSuccess; r++) {
         if (!counts[r])
             continue;
         char *p = b + offsets[r] * es;
         bad = ncclBroadcast(p, p, counts[r], type_of(t), r, c->nc, c->st);
     }
-    return group_end(c, bad, "ncclBroadcast (a piece of an all_gather)");
+    return group_end(c, held, bad, "ncclBroadcast (a piece of an all_gather)");
 }
 
 static zt_status nccl_all_gather(zt_nccl_comm *c, void *buf, size_t n, const size_t *offsets,
@@ -533,7 +598,7 @@ static zt_status nccl_unique_id(zt_nccl_id *out) {
 
 /* Waits (polled) for what was posted on the current streams. */
 static zt_status settle(zt_nccl_comm *c, const char *what) {
-    if (!c->nc || !c->wait.inflight)
+    if (!c->wait.inflight || !live(c))
         return ZT_OK;
     ZT_TRY(begin(c, what));
     return finish(c, what);
@@ -543,18 +608,27 @@ static void nccl_destroy(zt_nccl_comm *c) {
     if (!c)
         return;
     cudaSetDevice(c->device);
-    settle(c, "the operations posted before destroy");
+    /* The backend's waits stop looking at c first: a watch beside the settling below would race
+     * it for the posted work (both retire it) and for the handle, which a settling that fails
+     * aborts. (The settling still waits on the backend's stream: c->be stays.) Holding mu, an
+     * abort from another thread leaves the calls below to give up by themselves. */
     if (c->be)
         zt_cuda_watch_remove(c->be, c);
-    if (c->nc && c->wait.state == ZT_NCCL_READY &&
+    pthread_mutex_lock(&c->mu);
+    settle(c, "the operations posted before destroy");
+    if (c->wait.state == ZT_NCCL_READY && live(c) &&
         zt_nccl_wait_begin(&c->wait, now_s(), c->timeout_s)) {
         /* A clean end: flush (polled like any call), then free; otherwise abort. */
-        if (issued(c, ncclCommFinalize(c->nc), "ncclCommFinalize") == ZT_OK) {
-            ncclCommDestroy(c->nc);
+        if (issued(c, NC(c, ncclCommFinalize(c->nc)), "ncclCommFinalize") == ZT_OK) {
+            pthread_mutex_lock(&c->nc_mu);
+            if (c->nc)
+                ncclCommDestroy(c->nc);
             c->nc = NULL;
+            pthread_mutex_unlock(&c->nc_mu);
         }
     }
     abort_comm(c);
+    pthread_mutex_unlock(&c->mu);
     if (c->dstage)
         cudaFree(c->dstage);
     if (c->hstage)
@@ -575,15 +649,27 @@ static void nccl_destroy(zt_nccl_comm *c) {
     if (c->own)
         cudaStreamDestroy(c->own);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->nc_mu);
     free(c);
 }
 
+/* Never waits for the call under way: that call may be waiting for a stuck peer until its
+ * deadline, and ending it is what an abort from another thread is for (as ncclCommAbort from a
+ * watchdog thread ends NCCL's). The handle is aborted at once, under nc_mu only, and the call
+ * gives up at its next poll (abort_asked), naming the abort. */
 static void nccl_abort(zt_nccl_comm *c) {
     if (!c)
         return;
-    pthread_mutex_lock(&c->mu);
-    abort_comm(c);
-    pthread_mutex_unlock(&c->mu);
+    atomic_store(&c->abort_asked, true);
+    if (pthread_mutex_trylock(&c->mu) == 0) {
+        abort_comm(c);
+        if (!c->failure[0])
+            snprintf(c->failure, sizeof c->failure, "nccl rank %d (GPU %d): aborted "
+                     "(zt_nccl_api.abort)", c->rank, c->device);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    release_handle(c);
 }
 
 static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world, int rank,
@@ -598,6 +684,8 @@ static zt_status nccl_create(zt_nccl_comm **out, const zt_nccl_id *id, int world
     c->timeout_s = timeout_s;
     zt_nccl_wait_init(&c->wait);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->nc_mu, NULL);
+    atomic_init(&c->abort_asked, false);
     zt_status s = check_cuda(c, cudaSetDevice(device), "cudaSetDevice");
     if (s == ZT_OK)
         s = check_cuda(c, cudaStreamCreateWithFlags(&c->own, cudaStreamNonBlocking),
@@ -664,7 +752,10 @@ static zt_status watch(void *ctx, long covered_upto) {
     if (pthread_mutex_trylock(&c->mu) != 0)
         return ZT_OK;
     zt_status s = ZT_OK;
-    if (c->nc && c->wait.inflight) {
+    if (c->wait.inflight && (abort_asked(c) || c->wait.state == ZT_NCCL_ABORTED)) {
+        s = fail(c, ZT_ERR_IO, "the communicator was aborted with collectives posted on the "
+                 "stream");
+    } else if (c->wait.inflight && live(c)) {
         double t = now_s();
         /* Everything posted was covered, or only what came before another thread posted more
          * (after the streams were joined): that is retired, the rest watched as before. */
@@ -694,7 +785,7 @@ static zt_status watch(void *ctx, long covered_upto) {
             }
         }
         ncclResult_t async = ncclSuccess;
-        ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
+        ncclResult_t r = NC(c, ncclCommGetAsyncError(c->nc, &async));
         if (r != ncclSuccess)
             async = r;
         zt_nccl_verdict v = zt_nccl_wait_watch(&c->wait, result_of(async), posted, covered, t);
@@ -736,11 +827,11 @@ static zt_status nccl_attach(zt_nccl_comm *c, zt_backend *be) {
 }
 
 static zt_status nccl_async_error(zt_nccl_comm *c) {
-    if (!c->nc || c->wait.state == ZT_NCCL_ABORTED)
+    if (c->wait.state == ZT_NCCL_ABORTED || abort_asked(c) || !live(c))
         return zt_error(ZT_ERR_IO, "nccl rank %d: the communicator was aborted: %s", c->rank,
                         c->failure[0] ? c->failure : "(no failure recorded)");
     ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(c->nc, &async);
+    ncclResult_t r = NC(c, ncclCommGetAsyncError(c->nc, &async));
     if (r != ncclSuccess)
         async = r;
     if (async == ncclSuccess || async == ncclInProgress)
