@@ -593,7 +593,9 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
                         "model.vocab_size %d) are more than a 64-bit size can hold", source,
                         a->micro_batch, s->block_size, s->n_embd, s->n_head, s->n_layer,
                         s->vocab_size);
-    const uint64_t n_tensors = (uint64_t)stage_tensors(&full);
+    /* stage_tensors' count in 64 bits: an estimate may be asked of any size (admission). */
+    const uint64_t n_tensors = L * N_LAYER_TENSORS + (full.embed ? 2 : 0) +
+                               (full.head ? (full.embed ? 2 : 3) : 0);
     *out = (zt_model_estimate){
         .params = params,
         .layer_params = layer,
