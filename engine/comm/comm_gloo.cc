@@ -67,8 +67,18 @@ uint64_t desc_of(int kind, size_t n, zt_dtype t, int arg, int world, const size_
 // long finished with them (it has since handled the next step's messages on the same pairs). A
 // step that failed frees its buffers at once, as Gloo expects: operations may still be pending on
 // them, and the caller's memory may go away after the failure.
+//
+// Two threads may retire steps on one communicator at once (its groups' sends and receives from
+// the training thread and from ZeRO's communication thread): the buffers go into a ring under a
+// lock, and what they push out is freed after the lock is let go (its destructor may wait).
 void retire_buffers(zt_gloo_comm *c, std::vector<Buffer> bufs) {
-    c->retired = std::move(bufs); // frees the previous step's
+    std::vector<Buffer> old;
+    {
+        std::lock_guard<std::mutex> g(c->retired_mu);
+        std::vector<Buffer> &slot = c->retired[c->retired_at++ % zt_gloo_comm::RETIRED];
+        old = std::move(slot);
+        slot = std::move(bufs);
+    }
 }
 
 // The sends and receives of one step of a collective, one buffer per peer, so that a failure is

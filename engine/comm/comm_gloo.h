@@ -38,8 +38,13 @@ struct zt_gloo_comm {
     std::string store_addr;         // "MASTER_ADDR:MASTER_PORT", for messages
     std::vector<std::string> hosts; // per rank: "host (address)"
     std::vector<unsigned char> scratch; // the reductions' incoming contributions (comm_gloo.cc)
-    // The buffers of the last completed step, freed when the next one completes (comm_gloo.cc).
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> retired;
+    // The buffers of the last completed steps, each freed a few steps later (comm_gloo.cc). Two
+    // threads retire steps (the training thread and ZeRO's communication thread send and
+    // receive on the same communicator through its groups), so the ring is under a lock.
+    static constexpr unsigned RETIRED = 4;
+    std::mutex retired_mu;
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> retired[RETIRED];
+    unsigned retired_at = 0;
 
     // Failure notices (comm_gloo_notice.cc): this rank's listener and what it has heard.
     int notice_fd = -1;

@@ -256,7 +256,8 @@ zt_status join(zt_gloo_comm *c, const zt_dist_info *d, double timeout_s) {
 }
 
 void release(zt_gloo_comm *c) {
-    c->retired.clear(); // before the context their transport belongs to
+    for (auto &r : c->retired) // before the context their transport belongs to
+        r.clear();
     if (c->ctx) {
         try {
             c->ctx->closeConnections();
