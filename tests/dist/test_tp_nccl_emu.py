@@ -19,12 +19,11 @@ import pyvenv  # noqa: E402
 pyvenv.reexec_in_venv()
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
-from ztref import BUILD, Checker  # noqa: E402
-from tpref import GPT2, LLAMA, compare, job, train, write_text  # noqa: E402
+from ztref import Checker  # noqa: E402
+from tpref import (GPT2, LLAMA, compare, job, skip_without_emulator, train,  # noqa: E402
+                   write_text)
 
-if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
-    print("SKIPPED: this build has no emulated CUDA device (-DZT_CUDA_EMU=OFF or no CUDA headers)")
-    sys.exit(0)
+skip_without_emulator()
 
 KV2 = dict(LLAMA, n_kv_head=2)
 

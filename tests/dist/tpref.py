@@ -6,7 +6,16 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
-from ztref import read_metrics, rel_err, run, st_read, tool, write_job  # noqa: E402
+from ztref import BUILD, read_metrics, rel_err, run, st_read, tool, write_job  # noqa: E402
+
+
+def skip_without_emulator():
+    """Ends a test that needs the emulated CUDA device when this build has none."""
+    if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+        print("SKIPPED: this build has no emulated CUDA device (-DZT_CUDA_EMU=OFF or no CUDA "
+              "headers)")
+        sys.exit(0)
+
 
 GLOBAL, STEPS = 16, 10
 GPT2 = {"type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 256,
