@@ -104,32 +104,55 @@ static float *cast_inputs(zt_test_rng *r, size_t n, zt_dtype t) {
 
 /* ---- runners: each op on one backend, host in and host out ----------------------------------- */
 
-static uint16_t *run_to_half(zt_backend *be, const float *src, size_t n, zt_dtype t) {
+/* Where a runner puts its buffers: each this many elements past a 16-byte boundary, so that the
+ * vectorised kernels' element-by-element path (a slice that starts misaligned) runs too. */
+typedef struct {
+    size_t dst, src;
+    const char *name;
+} shift;
+
+static const shift shifts[] = {
+    {0, 0, "aligned"}, {1, 0, "output one element off"}, {0, 1, "input one element off"}};
+enum { NSHIFTS = sizeof shifts / sizeof shifts[0] };
+
+/* host's bytes on the device, at = that many elements of elem bytes past an aligned start. */
+static void *dev_at(zt_test_dev *d, const void *host, size_t bytes, size_t at, size_t elem) {
+    char *pad = calloc(1, bytes + at * elem);
+    memcpy(pad + at * elem, host, bytes);
+    char *dev = zt_test_dev_bytes(d, pad, bytes + at * elem);
+    free(pad);
+    return dev + at * elem;
+}
+
+static uint16_t *run_to_half(zt_backend *be, const float *src, size_t n, zt_dtype t, shift sh) {
     zt_test_dev d;
     zt_test_dev_init(&d, be, ZT_F32);
-    float *s = zt_test_dev_f32(&d, src, n);
-    uint16_t *dst = zt_test_dev_alloc(&d, n * sizeof(uint16_t)), *out = calloc(n, sizeof *out);
+    float *s = dev_at(&d, src, n * sizeof(float), sh.src, sizeof(float));
+    uint16_t *dst = (uint16_t *)zt_test_dev_alloc(&d, (n + sh.dst) * sizeof(uint16_t)) + sh.dst;
+    uint16_t *out = calloc(n, sizeof *out);
     be->ops->to_half(&d.ctx, dst, s, n, t);
     zt_test_dev_get_bytes(&d, out, dst, n * sizeof(uint16_t));
     zt_test_dev_finish(&d);
     return out;
 }
 
-static float *run_from_half(zt_backend *be, const uint16_t *src, size_t n, zt_dtype t) {
+static float *run_from_half(zt_backend *be, const uint16_t *src, size_t n, zt_dtype t, shift sh) {
     zt_test_dev d;
     zt_test_dev_init(&d, be, ZT_F32);
-    uint16_t *s = zt_test_dev_bytes(&d, src, n * sizeof(uint16_t));
-    float *dst = zt_test_dev_alloc(&d, n * sizeof(float)), *out = zt_test_zeros(n);
+    uint16_t *s = dev_at(&d, src, n * sizeof(uint16_t), sh.src, sizeof(uint16_t));
+    float *dst = (float *)zt_test_dev_alloc(&d, (n + sh.dst) * sizeof(float)) + sh.dst;
+    float *out = zt_test_zeros(n);
     be->ops->from_half(&d.ctx, dst, s, n, t);
     zt_test_dev_get_f32(&d, out, dst, n);
     zt_test_dev_finish(&d);
     return out;
 }
 
-static float *run_round_to(zt_backend *be, const float *src, size_t n, zt_dtype t) {
+/* In place: the one buffer at the output's shift. */
+static float *run_round_to(zt_backend *be, const float *src, size_t n, zt_dtype t, shift sh) {
     zt_test_dev d;
     zt_test_dev_init(&d, be, ZT_F32);
-    float *v = zt_test_dev_f32(&d, src, n), *out = zt_test_zeros(n);
+    float *v = dev_at(&d, src, n * sizeof(float), sh.dst, sizeof(float)), *out = zt_test_zeros(n);
     be->ops->round_to(&d.ctx, v, n, t);
     zt_test_dev_get_f32(&d, out, v, n);
     zt_test_dev_finish(&d);
@@ -137,12 +160,12 @@ static float *run_round_to(zt_backend *be, const float *src, size_t n, zt_dtype 
 }
 
 static uint16_t *run_accumulate(zt_backend *be, const uint16_t *dst0, const float *src, size_t n,
-                                zt_dtype t) {
+                                zt_dtype t, shift sh) {
     zt_test_dev d;
     zt_test_dev_init(&d, be, ZT_F32);
-    uint16_t *dst = zt_test_dev_bytes(&d, dst0, n * sizeof(uint16_t));
+    uint16_t *dst = dev_at(&d, dst0, n * sizeof(uint16_t), sh.dst, sizeof(uint16_t));
     uint16_t *out = calloc(n, sizeof *out);
-    float *s = zt_test_dev_f32(&d, src, n);
+    float *s = dev_at(&d, src, n * sizeof(float), sh.src, sizeof(float));
     be->ops->accumulate_half(&d.ctx, dst, s, n, t);
     zt_test_dev_get_bytes(&d, out, dst, n * sizeof(uint16_t));
     zt_test_dev_finish(&d);
@@ -173,14 +196,15 @@ static uint16_t *patterns(zt_test_rng *r, size_t n, zt_dtype t, bool finite) {
 
 static void to_half_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     (void)act, (void)cpu;
-    for (int k = 0; k < 2; k++) {
-        zt_dtype t = halves[k];
+    for (int k = 0; k < 2 * NSHIFTS; k++) {
+        zt_dtype t = halves[k % 2];
+        shift sh = shifts[k / 2];
         float *src = cast_inputs(r, CAST_N, t);
-        uint16_t *got = run_to_half(be, src, CAST_N, t), *want = calloc(CAST_N, sizeof *want);
+        uint16_t *got = run_to_half(be, src, CAST_N, t, sh), *want = calloc(CAST_N, sizeof *want);
         for (size_t i = 0; i < CAST_N; i++)
             want[i] = zt_test_encode(zt_test_round(src[i], t), t);
-        char at[64];
-        snprintf(at, sizeof at, "to_half %s to %s", be->name, zt_dtype_name(t));
+        char at[96];
+        snprintf(at, sizeof at, "to_half %s to %s, %s", be->name, zt_dtype_name(t), sh.name);
         check16(got, want, CAST_N, t, at);
         free(src), free(got), free(want);
     }
@@ -188,14 +212,16 @@ static void to_half_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_r
 
 static void from_half_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     (void)act, (void)cpu;
-    for (int k = 0; k < 2; k++) {
-        zt_dtype t = halves[k];
+    for (int k = 0; k < 2 * NSHIFTS; k++) {
+        zt_dtype t = halves[k % 2];
+        shift sh = shifts[k / 2];
         uint16_t *h = patterns(r, 65536, t, false);
-        float *got = run_from_half(be, h, 65536, t), *want = zt_test_zeros(65536);
+        float *got = run_from_half(be, h, 65536, t, sh), *want = zt_test_zeros(65536);
         for (size_t i = 0; i < 65536; i++)
             want[i] = zt_test_decode(h[i], t);
-        char at[64];
-        snprintf(at, sizeof at, "from_half %s from %s, every pattern", be->name, zt_dtype_name(t));
+        char at[96];
+        snprintf(at, sizeof at, "from_half %s from %s, every pattern, %s", be->name,
+                 zt_dtype_name(t), sh.name);
         check32(got, want, 65536, at);
         free(h), free(got), free(want);
     }
@@ -203,18 +229,20 @@ static void from_half_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test
 
 static void round_to_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     (void)act, (void)cpu;
-    for (int k = 0; k < 2; k++) {
-        zt_dtype t = halves[k];
+    for (int k = 0; k < 2 * 2; k++) {
+        zt_dtype t = halves[k % 2];
+        shift sh = shifts[k / 2]; /* in place: aligned, and one element off */
         float *src = cast_inputs(r, CAST_N, t), *want = zt_test_zeros(CAST_N);
-        float *got = run_round_to(be, src, CAST_N, t);
+        float *got = run_round_to(be, src, CAST_N, t, sh);
         for (size_t i = 0; i < CAST_N; i++)
             want[i] = zt_test_round(src[i], t);
-        char at[64];
-        snprintf(at, sizeof at, "round_to %s to %s", be->name, zt_dtype_name(t));
+        char at[96];
+        snprintf(at, sizeof at, "round_to %s to %s, %s", be->name, zt_dtype_name(t), sh.name);
         check32(got, want, CAST_N, at);
         free(src), free(got), free(want);
     }
-    float *src = cast_inputs(r, CAST_N, ZT_BF16), *got = run_round_to(be, src, CAST_N, ZT_F32);
+    float *src = cast_inputs(r, CAST_N, ZT_BF16), *got = run_round_to(be, src, CAST_N, ZT_F32,
+                                                                   shifts[0]);
     CHECK_AT(memcmp(got, src, CAST_N * sizeof(float)) == 0,
              "round_to %s to fp32 changed its input", be->name);
     free(src), free(got);
@@ -224,8 +252,9 @@ static void round_to_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_
  * quieted (sign and payload kept, as from_half widens it). */
 static void accumulate_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     (void)act, (void)cpu;
-    for (int k = 0; k < 2; k++) {
-        zt_dtype t = halves[k];
+    for (int k = 0; k < 2 * NSHIFTS; k++) {
+        zt_dtype t = halves[k % 2];
+        shift sh = shifts[k / 2];
         uint16_t *dst = patterns(r, CAST_N, t, false);
         float *src = zt_test_zeros(CAST_N);
         for (size_t i = 0; i < CAST_N; i++) {
@@ -233,7 +262,7 @@ static void accumulate_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_tes
             src[i] = i % 5 == 4 ? float_of((uint32_t)zt_test_next(r))
                                 : (float)(zt_test_normal(r) * (isfinite(d) ? fabs(d) + 1e-3 : 1.0));
         }
-        uint16_t *got = run_accumulate(be, dst, src, CAST_N, t);
+        uint16_t *got = run_accumulate(be, dst, src, CAST_N, t, sh);
         size_t bad = 0, first = 0;
         for (size_t i = 0; i < CAST_N; i++) {
             float d = zt_test_decode(dst[i], t), s = d + src[i];
@@ -244,9 +273,9 @@ static void accumulate_all(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_tes
                 first = i;
         }
         CHECK_AT(bad == 0,
-                 "accumulate_half %s into %s: %zu of %d values wrong; first [%zu] dst 0x%04x + "
-                 "%.9g gave 0x%04x",
-                 be->name, zt_dtype_name(t), bad, CAST_N, first, dst[first], (double)src[first],
+                 "accumulate_half %s into %s, %s: %zu of %d values wrong; first [%zu] dst "
+                 "0x%04x + %.9g gave 0x%04x",
+                 be->name, zt_dtype_name(t), sh.name, bad, CAST_N, first, dst[first], (double)src[first],
                  got[first]);
         free(dst), free(src), free(got);
     }
