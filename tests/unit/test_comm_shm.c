@@ -660,12 +660,18 @@ typedef struct {
     int victim; /* the rank that misbehaves in a fault scenario */
 } scenario;
 
-static void collectives(const scenario *sc, int rank) {
+/* This rank's shm communicator for the scenario; NULL (the failure checked) when it cannot join. */
+static zt_comm *join(const scenario *sc, int rank) {
     zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
+    zt_comm *c = NULL;
     zt_status st = zt_comm_create(&c, "shm", &d, sc->timeout_s);
     CHECKF(st == ZT_OK, "rank %d create: %s", rank, zt_last_error());
-    if (st != ZT_OK)
+    return st == ZT_OK ? c : NULL;
+}
+
+static void collectives(const scenario *sc, int rank) {
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
     CHECK(zt_comm_rank(c) == rank && zt_comm_world_size(c) == sc->world);
     CHECKF(zt_comm_barrier(c) == ZT_OK, "barrier: %s", zt_last_error());
@@ -685,12 +691,9 @@ static void collectives(const scenario *sc, int rank) {
 /* The victim exits without a word after the first barrier; the others are in a chunked
  * all_reduce and must fail within a second, naming it. */
 static void peer_exits(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     CHECKF(zt_comm_barrier(c) == ZT_OK, "barrier: %s", zt_last_error());
     if (rank == sc->victim)
         _exit(0);
@@ -715,12 +718,9 @@ static void peer_exits(const scenario *sc, int rank) {
 /* The victim stays alive but arrives late: the others time out after the configured timeout,
  * naming it; the victim then fails at once because the segment was marked aborted. */
 static void peer_stalls(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     CHECKF(zt_comm_barrier(c) == ZT_OK, "barrier: %s", zt_last_error());
     if (rank == sc->victim)
         sleep_for(sc->timeout_s + 1.0);
@@ -747,12 +747,9 @@ static void peer_stalls(const scenario *sc, int rank) {
 
 /* Rank 0 calls all_reduce while the victim calls broadcast: both must say so. */
 static void mismatch(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     float buf[10] = {0};
     zt_status st = rank == sc->victim ? zt_comm_broadcast(c, buf, 10, ZT_F32, 0)
                                       : zt_comm_all_reduce(c, buf, 10, ZT_F32, ZT_REDUCE_SUM);
@@ -781,11 +778,8 @@ static void alone(const scenario *sc, int rank) {
 
 /* Every collective in every dtype, at the world sizes test_scenarios picks (1 included). */
 static void typed_collectives(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    zt_status st = zt_comm_create(&c, "shm", &d, sc->timeout_s);
-    CHECKF(st == ZT_OK, "rank %d create: %s", rank, zt_last_error());
-    if (st != ZT_OK)
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
     CHECK(strcmp(zt_comm_transport(c), "shm") == 0);
     void *a = malloc(ABOVE_SET_BYTES), *b = malloc(ABOVE_SET_BYTES);
@@ -804,12 +798,9 @@ static void typed_collectives(const scenario *sc, int rank) {
 
 /* Rank 0 calls an fp32 all_reduce, the victim the same in bf16: both must say so. */
 static void dtype_mismatch(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     float buf[10] = {0};
     zt_status st = zt_comm_all_reduce(c, buf, 10, rank == sc->victim ? ZT_BF16 : ZT_F32,
                                       ZT_REDUCE_SUM);
@@ -851,12 +842,9 @@ static zt_status recv_msg(zt_comm *c, int rank, int peer, zt_dtype t, size_t n, 
 /* Ring exchanges small and large, pairwise large messages, messages across collectives, and a
  * long stream of messages of varying sizes that must arrive in order. */
 static void p2p_exchange(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     int world = sc->world, right = (rank + 1) % world, left = (rank + world - 1) % world;
     unsigned char *buf = malloc(ABOVE_SET_BYTES);
     for (unsigned k = 0; k < sizeof all_dtypes / sizeof *all_dtypes; k++) {
@@ -919,12 +907,9 @@ static void p2p_exchange(const scenario *sc, int rank) {
 /* The receiver names a message that is not the one it expects; the sender, whose send went
  * into the channel, learns of the failure at its next wait. */
 static void p2p_mismatch(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     float buf[10] = {0};
     if (rank == sc->victim) {
         CHECKF(zt_comm_send(c, buf, 10, ZT_F32, 0) == ZT_OK, "send: %s", zt_last_error());
@@ -947,12 +932,9 @@ static void p2p_mismatch(const scenario *sc, int rank) {
  * channel, and then fails at once on a second receive, naming the victim; rank 1, which waits
  * for a message the victim never sent, fails as fast. */
 static void p2p_dead_sender(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     float buf[64];
     if (rank == sc->victim) {
         send_msg(c, rank, 0, ZT_F32, 64, 1, buf);
@@ -983,12 +965,9 @@ static void *exit_soon(void *arg) {
 /* The victim dies while its large message is part way into the channel (rank 0 starts to receive
  * only after the death): rank 0 takes the part that is there, then fails at once, naming it. */
 static void p2p_dies_midway(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     size_t n = above_set(ZT_F32);
     float *buf = malloc(n * sizeof(float));
     static const double life = 0.3;
@@ -1018,12 +997,9 @@ static void p2p_dies_midway(const scenario *sc, int rank) {
  * or its large send, times out after the configured timeout naming it, and the victim then
  * fails at once on the aborted segment. */
 static void p2p_silent(const scenario *sc, int rank, bool rank0_sends) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     size_t n = above_set(ZT_F32);
     float *buf = calloc(n, sizeof(float));
     if (rank == sc->victim) {
@@ -1056,12 +1032,9 @@ static void p2p_never_receives(const scenario *sc, int rank) { p2p_silent(sc, ra
 
 /* A bad argument on one rank stops its peer's wait at once, with the reason. */
 static void p2p_bad_peer(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     float v = 1.0f;
     double t0 = now_s();
     zt_status st = rank == sc->victim ? zt_comm_send(c, &v, 1, ZT_F32, 7)
@@ -1076,12 +1049,9 @@ static void p2p_bad_peer(const scenario *sc, int rank) {
 /* 24 ranks that each send to all 23 others need 552 channels, past the pool's 512: the send that
  * finds none fails naming its pair, and every rank stops with that reason instead of hanging. */
 static void p2p_pool_exhausted(const scenario *sc, int rank) {
-    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
-    zt_comm *c;
-    if (zt_comm_create(&c, "shm", &d, sc->timeout_s) != ZT_OK) {
-        CHECKF(0, "create: %s", zt_last_error());
+    zt_comm *c = join(sc, rank);
+    if (!c)
         return;
-    }
     float v = (float)rank;
     zt_status st = ZT_OK;
     for (int k = 1; k < sc->world && st == ZT_OK; k++)
