@@ -10,10 +10,17 @@ beside its prediction.
     python3 bench/perf_model.py --json           the figures as JSON
 
 The kernels are the op table's (kernels/include/ztrain/ops.h), one row per distinct shape, each
-as the GPU design of issue 28 would run it: cuBLASLt GEMMs in bf16 with fp32 accumulation, bias
-and residual in their epilogues; flash attention (no T×T matrix: Q, K, V, O and dO read once,
-the row statistics kept); one pass over memory for every element-wise, norm and optimizer
-kernel, 16-bit activations and gradients, fp32 norm statistics, masters and Adam moments. A
+as the CUDA backend runs it today: cuBLASLt GEMMs in bf16 with fp32 accumulation, bias and
+residual in their epilogues; flash attention (no T×T matrix: Q, K, V, O and dO read once, the
+row statistics kept); one pass over memory for every element-wise, norm and optimizer kernel,
+16-bit activations, fp32 norm statistics, masters and Adam moments. Rows marked EXTRA are work
+the code does that issue 28's design would not (docs/gpu.md says why each is there): the bias
+and norm-weight gradients as passes of their own over dout (row-tile sums) instead of in an
+epilogue or the norm's backward kernel; weight gradients accumulated in fp32 (the GEMM reads
+and writes them, beta = 1) and then added into the 16-bit gradients; and ZeRO's mixed
+precision's fp32 working copy of each layer, committed (zero-filled) and widened from the
+16-bit parameters for the forward and again for the backward. They are predicted like the
+rest, and the step without them is printed too: what removing them would gain. A
 kernel's time is the larger of its FLOPs at a fraction of the dense bf16 peak and its bytes at a
 fraction of the memory bandwidth (a roofline with stated efficiencies), and the step is their sum
 (one stream, nothing overlapped). FLOPs are model FLOPs (a multiply-add is 2): causal attention
@@ -58,6 +65,9 @@ EMU = os.path.join(HERE, "emu")
 
 A16, S32, P32 = 2, 4, 4  # bytes: a 16-bit activation or gradient; an fp32 statistic; fp32 state
 
+# kernels/cuda/channel_sums.cuh: rows per tile, at least 64 and at most 1024 tiles.
+CHANNEL_MIN_ROWS, CHANNEL_MAX_TILES = 64, 1024
+
 
 def gemm(name, op, calls, M, K, N, extra_bytes=0):
     """One GEMM of M×K by K×N in bf16, read once and written once."""
@@ -66,14 +76,26 @@ def gemm(name, op, calls, M, K, N, extra_bytes=0):
             "shape": (M, K, N)}
 
 
-def stream(name, op, calls, flops, nbytes):
+def stream(name, op, calls, flops, nbytes, extra=False):
     return {"kernel": name, "op": op, "calls": calls, "flops": flops, "bytes": nbytes,
-            "class": "memory"}
+            "class": "memory", "extra": extra}
+
+
+def channel_sums(name, op, calls, N, C, K, reads):
+    """K per-channel sums over N rows of C channels (channel_sums.cuh): a pass reading `reads`
+    bytes a row element, its partial sums (one per row tile and channel) written and read back in
+    a second pass that adds them into the fp32 gradients (read and written). EXTRA: the design
+    folds them into an epilogue or the producing kernel."""
+    rows = max(CHANNEL_MIN_ROWS, -(-N // CHANNEL_MAX_TILES))
+    tiles = -(-N // rows)
+    return stream(name, op, calls, 2 * K * N * C,
+                  reads * N * C + 2 * K * tiles * C * S32 + 2 * K * C * P32, extra=True)
 
 
 def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=False):
     """A linear layer's forward (one GEMM, bias and residual in the epilogue) and backward: dinp =
-    dout·Wᵀ, dW = inpᵀ·dout, dbias a column sum of dout (read in the dW GEMM's epilogue).
+    dout·Wᵀ, dW = inpᵀ·dout accumulated into the fp32 gradient (read and written: EXTRA beyond
+    a 16-bit write), dbias a column sum of dout in a pass of its own (kernels/cuda/linear.cu).
     gelu_out: GELU in the forward's epilogue (linear_gelu_forward), which writes the
     pre-activation beside the output. gelu_in: the input is gelu(pre), so the backward's dinp
     GEMM applies GELU's derivative in its epilogue (linear_backward_gelu), reading pre."""
@@ -83,7 +105,10 @@ def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=F
                         L, N, C, OC, ep))
     bwd = "linear_backward_gelu" if gelu_in else "linear_backward"
     kernels.append(gemm(f"{name} backward dinp", bwd, L, N, OC, C, A16 * N * C if gelu_in else 0))
-    kernels.append(gemm(f"{name} backward dW", bwd, L, C, N, OC, A16 * OC if bias else 0))
+    kernels.append(gemm(f"{name} backward dW", bwd, L, C, N, OC, (2 * P32 - A16) * C * OC))
+    if bias:
+        kernels.append(channel_sums(f"{name} bias gradient (row-tile sums)", bwd, L, N, OC, 1,
+                                    A16))
 
 
 def attention(kernels, L, B, T, H, KV, hd):
@@ -117,11 +142,14 @@ def kernels_of(m):
     nstats = 2 if gpt2 else 1
     # A norm reads its input and writes its output and statistics; the backward reads dout, the
     # input, the statistics and the residual gradient it adds into, and writes that back.
+    # Its weight (and LayerNorm's bias) gradients are a second pass over dout and the input.
     for where, calls in (("blocks", 2 * L), ("final", 1)):
         ks.append(stream(f"{norm} forward ({where})", f"{norm}_forward", calls, 7 * N * C,
                          2 * A16 * N * C + nstats * S32 * N))
         ks.append(stream(f"{norm} backward ({where})", f"{norm}_backward", calls, 12 * N * C,
                          4 * A16 * N * C + nstats * S32 * N))
+        ks.append(channel_sums(f"{norm} weight gradients ({where}, row-tile sums)",
+                               f"{norm}_backward", calls, N, C, nstats, 2 * A16))
     qkv = (H + 2 * KV) * hd
     linear(ks, "qkv", L, N, C, qkv, gpt2, False)
     linear(ks, "attention out", L, N, C, C, gpt2, True)
@@ -149,6 +177,17 @@ def kernels_of(m):
     ks.append(stream("softmax cross-entropy (fused)", "softmax_xent", 1, 5 * N * V,
                      2 * A16 * N * V))
     n = params(m)
+    # ZeRO's mixed precision (engine/zero/zero_gather.c, zero_buckets.c): each layer's fp32
+    # working copy is committed (zero-filled, 4 bytes) and widened from the 16-bit parameters
+    # (2 read, 4 written) before its forward and again before its backward; its fp32 gradients are
+    # committed (zero-filled) before the backward accumulates into them and then added into the
+    # 16-bit gradients (4 read, 2 read and 2 written). The zero-fills are the backend's memsets,
+    # not ops: they are counted in these two rows.
+    w = working_copy_params(m)
+    ks.append(stream("fp32 working copy: zero-filled, widened from 16 bits (forward and "
+                     "backward)", "from_half", 2, w, w * (P32 + A16 + P32), extra=True))
+    ks.append(stream("fp32 weight gradients: zero-filled, added into the 16-bit gradients",
+                     "accumulate_half", 1, n, n * (P32 + P32 + 2 * A16), extra=True))
     # Clipping's norm reads the 16-bit gradients; mixed-precision AdamW reads the gradient, the
     # fp32 master and moments and writes them and the 16-bit copy: 28 bytes a parameter.
     ks.append(stream("gradient norm", "sum_squares_half", 1, 2 * n, A16 * n))
@@ -164,6 +203,11 @@ def params(m):
     if m["type"] == "gpt2":
         return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
     return (1 if m["tied"] else 2) * V * C + L * (2 * C * C + 2 * C * kv + 3 * C * F + 2 * C) + C
+
+
+def working_copy_params(m):
+    """The parameters whose fp32 working copy a mixed-precision step fills: all of them."""
+    return params(m)
 
 
 def matmul_params(m):
@@ -195,8 +239,11 @@ def predict(m, fractions=FRACTIONS):
     out["model_flops"] = model_flops
     for dev, d in DEVICES.items():
         step = sum(r["ms"][dev] for r in out["kernels"])
+        design = sum(r["ms"][dev] for r in out["kernels"] if not r.get("extra"))
         out["devices"][dev] = {"step_ms": step, "tokens_per_s": tokens / (step / 1e3),
-                               "mfu": model_flops / (step / 1e3) / d["flops"]}
+                               "mfu": model_flops / (step / 1e3) / d["flops"],
+                               "design_step_ms": design,
+                               "design_tokens_per_s": tokens / (design / 1e3)}
     return out
 
 
@@ -269,7 +316,8 @@ def markdown(directory):
                   "| kernel | op | calls | GFLOP | GB moved | H100 ms | H200 ms | bound (H100) |",
                   "|---|---|---:|---:|---:|---:|---:|---|"]
         for k in r["kernels"]:
-            lines.append(f"| {k['kernel']} | `{k['op']}` | {k['calls']} | "
+            mark = " (EXTRA)" if k.get("extra") else ""
+            lines.append(f"| {k['kernel']}{mark} | `{k['op']}` | {k['calls']} | "
                          f"{fmt(k['flops'] / 1e9, 1)} | {fmt(k['bytes'] / 1e9, 3)} | "
                          f"{fmt(k['ms']['H100 SXM'])} | {fmt(k['ms']['H200'])} | "
                          f"{k['bound']['H100 SXM']} |")
@@ -278,7 +326,11 @@ def markdown(directory):
                   "| predicted | H100 SXM | H200 |", "|---|---:|---:|",
                   f"| step time | {fmt(h100['step_ms'], 2)} ms | {fmt(h200['step_ms'], 2)} ms |",
                   f"| tokens/s | {h100['tokens_per_s']:,.0f} | {h200['tokens_per_s']:,.0f} |",
-                  f"| MFU | {h100['mfu']:.1%} | {h200['mfu']:.1%} |", ""]
+                  f"| MFU | {h100['mfu']:.1%} | {h200['mfu']:.1%} |",
+                  f"| without the EXTRA rows: step time | {fmt(h100['design_step_ms'], 2)} ms | "
+                  f"{fmt(h200['design_step_ms'], 2)} ms |",
+                  f"| without the EXTRA rows: tokens/s | {h100['design_tokens_per_s']:,.0f} | "
+                  f"{h200['design_tokens_per_s']:,.0f} |", ""]
         # Predicted beside measured, per op (the profile's unit).
         meas = measured_profiles(m, directory)
         ops = []
@@ -291,9 +343,9 @@ def markdown(directory):
             head += f" measured {dev} ms |"
             rule += "---:|"
         lines += [head, rule]
-        # Ops a GPU run called that the design has no kernel for (the separate gradient
-        # conversions; the products read the 16-bit weights the optimizer writes, so a weight is
-        # rounded per GEMM only under ZTRAIN_CUDA_WEIGHTS=round): measured, predicted as nothing.
+        # Ops a GPU run called that the model has no kernel for (to_half: the products read the
+        # 16-bit weights the optimizer writes, so a weight is rounded per GEMM only under
+        # ZTRAIN_CUDA_WEIGHTS=round): measured, predicted as nothing.
         for dev in DEVICES:
             for op in meas.get(dev, (None, {}))[1]:
                 if op not in ops:
@@ -302,7 +354,7 @@ def markdown(directory):
             cells = [sum(k["ms"][dev] for k in r["kernels"] if k["op"] == op) for dev in DEVICES]
             planned = any(k["op"] == op for k in r["kernels"])
             row = (f"| `{op}` | {fmt(cells[0])} | {fmt(cells[1])} |" if planned else
-                   f"| `{op}` (no kernel in the design) | — | — |")
+                   f"| `{op}` (no kernel in the model) | — | — |")
             for dev in DEVICES:
                 got = meas.get(dev, (None, {}))[1].get(op)
                 row += f" {fmt(got) if got is not None else '—'} |"

@@ -140,9 +140,9 @@ with tempfile.TemporaryDirectory() as d:
           "the measured table names its file; a profile of another shape, or of the emulated "
           "device, is not used")
     row = [line for line in gpt2.splitlines() if line.startswith("| `to_half`")]
-    check(len(row) == 1 and "no kernel in the design" in row[0] and
+    check(len(row) == 1 and "no kernel in the model" in row[0] and
           row[0].rstrip(" |").endswith("3.250"),
-          f"an op measured but not in the design gets a row of its own: {row}")
+          f"an op measured but not in the model gets a row of its own: {row}")
     llama = p.stdout.split("#### Llama")[1]
     check("Measured: not yet" in llama, "the Llama's column stays empty")
 
