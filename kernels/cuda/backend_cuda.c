@@ -147,6 +147,28 @@ static void *cuda_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
     return p;
 }
 
+static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi);
+
+/* A large allocation reserves its granules and maps none (no device call, nothing held); a small
+ * one is cudaMalloc's, allocated and zeroed, and released as any other (it stays held). */
+static void *cuda_alloc_released(zt_backend *be, size_t bytes) {
+    zt_cuda_state *st = be->impl;
+    if (!zt_cuda_vmm_takes(st, bytes)) {
+        void *p = cuda_alloc(be, ZT_MEM_DEVICE, bytes);
+        if (p)
+            cuda_release(be, p, 0, bytes ? bytes : 1);
+        return p;
+    }
+    pthread_mutex_lock(&st->released_lock);
+    void *p = zt_cuda_vmm_reserve(be, bytes);
+    if (p && zt_cuda_ranges_add(&st->released, (uintptr_t)p, (uintptr_t)p + bytes) != ZT_OK) {
+        zt_cuda_vmm_free(be, p);
+        p = NULL;
+    }
+    pthread_mutex_unlock(&st->released_lock);
+    return p;
+}
+
 static void cuda_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
     zt_cuda_state *st = be->impl;
     if (!p)
@@ -405,6 +427,7 @@ static void cuda_destroy(zt_backend *be) {
 
 static const zt_backend_iface cuda_iface = {
     .alloc = cuda_alloc,
+    .alloc_released = cuda_alloc_released,
     .free = cuda_free,
     .zero = cuda_zero,
     .copy = cuda_copy,

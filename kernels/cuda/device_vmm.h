@@ -1,8 +1,8 @@
 /* The CUDA backend's large device allocations as reserved address ranges over physical
  * granules (CUDA's virtual memory management), so that what ZeRO releases is really given back
  * and committing it again maps memory (memory/device_vmm.c). backend_cuda.c's memory calls go
- * through here for the allocations this took; the calls that read or change the ranges (alloc, free,
- * release, commit, owns, in, live) expect the backend's released_lock held. */
+ * through here for the allocations this took; the calls that read or change the ranges (alloc,
+ * reserve, free, release, commit, owns, in, live) expect the backend's released_lock held. */
 #ifndef ZTRAIN_CUDA_DEVICE_VMM_H
 #define ZTRAIN_CUDA_DEVICE_VMM_H
 
@@ -20,8 +20,13 @@ void zt_cuda_vmm_destroy(zt_cuda_state *st);
  * granules, ZTRAIN_CUDA_VMM_MIN_BYTES) and a VMM present. */
 bool zt_cuda_vmm_takes(const zt_cuda_state *st, size_t bytes);
 /* A reserved range of whole granules for bytes, every granule mapped, live and zero-filled on
- * the compute stream; NULL when the driver refuses (out of memory). */
+ * the compute stream (which the caller waits for); NULL when the driver refuses (out of
+ * memory). */
 void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes);
+/* A reserved range of whole granules for bytes with none mapped, none live: nothing held until
+ * a commit (zt_backend_alloc_released; the caller adds it to the released ranges). NULL when
+ * the driver refuses the address range. */
+void *zt_cuda_vmm_reserve(zt_backend *be, size_t bytes);
 /* Whether p is one of the VMM's allocations (its start), or lies in one. */
 bool zt_cuda_vmm_owns(const zt_cuda_state *st, const void *p);
 bool zt_cuda_vmm_in(const zt_cuda_state *st, const void *p);

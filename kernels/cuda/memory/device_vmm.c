@@ -380,7 +380,7 @@ static void after_zeroing(zt_backend *be, struct zt_cuda_vmm *v) {
         ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[s], v->zeroed, 0));
 }
 
-void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
+void *zt_cuda_vmm_reserve(zt_backend *be, size_t bytes) {
     zt_cuda_state *st = be->impl;
     struct zt_cuda_vmm *v = st->vmm;
     if (v->n_ranges == v->cap_ranges) {
@@ -402,12 +402,21 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
         return NULL;
     }
     r.base = (char *)base;
-    v->ranges[v->n_ranges++] = r;
-    zt_vmm_range *in = &v->ranges[v->n_ranges - 1];
     for (size_t k = 0; k < r.n; k++)
-        in->g[k].handle = in->g[k].released = -1;
+        r.g[k].handle = r.g[k].released = -1;
+    v->ranges[v->n_ranges++] = r;
+    return r.base;
+}
+
+void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
+    zt_cuda_state *st = be->impl;
+    struct zt_cuda_vmm *v = st->vmm;
+    char *base = zt_cuda_vmm_reserve(be, bytes);
+    if (!base)
+        return NULL;
+    zt_vmm_range *in = range_of(st, base);
     v->serial++;
-    for (size_t k = 0; k < r.n; k++) {
+    for (size_t k = 0; k < in->n; k++) {
         zt_status failed = ZT_OK;
         if (revive(be, v, in, k, &failed) != REVIVED) {
             zt_cuda_vmm_free(be, in->base);
