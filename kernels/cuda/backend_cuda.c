@@ -207,6 +207,8 @@ static void cuda_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
                      "that was not committed again (zt_backend_commit)", __FILE__, __LINE__);
         return;
     }
+    if (s == ZT_STREAM_COMM)
+        zt_cuda_vmm_order_comm(be);
     ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[s]));
 }
 
@@ -247,6 +249,8 @@ static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, 
         if (rs != ZT_OK)
             zt_cuda_fail(be, "host", "zt_cuda_ranges_remove", zt_last_error(), __FILE__, __LINE__);
     }
+    if (s == ZT_STREAM_COMM)
+        zt_cuda_vmm_order_comm(be);
     ZT_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, kinds[kind], st->stream[s]));
     if (kind == ZT_COPY_D2H)
         zt_cuda_count_read(be);

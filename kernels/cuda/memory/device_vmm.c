@@ -10,21 +10,26 @@
  * and its mapping stays. A commit finds the granule still mapped to its own memory, free, in
  * the steady state, and takes it back with no driver call; otherwise it maps a free granule of
  * memory (or a new one) there — one physical granule may be mapped at several addresses, which
- * CUDA allows — after the event of that memory's release. Either way the granule is zeroed on a
- * stream of its own, after the release, and both backend streams wait for the zeroing, so the
- * memory reads as zero, and no earlier user's work can see the new one's bytes. Only when the
+ * CUDA allows. Either way the granule is zeroed on the compute stream, where every release's
+ * mark is recorded, so the zeroing follows the memory's last use there without a wait, and
+ * the compute stream's later work sees zeros. The communication stream is ordered after the
+ * zeroing lazily: the next time the backend issues work that touches memory on it (a copy, a
+ * memset, a collective), it first waits for the compute stream, once for every commit since
+ * the last such wait (zt_cuda_vmm_order_comm). Only when the
  * granule's address is still mapped to memory that another address holds live must it be
  * unmapped: the host then waits for that address's own last release (an old event, long
  * passed on a GPU) — counted, and rare, since a commit prefers the memory the address had.
  *
  * What the host issues stays per call, not per granule (a GPU's host pays a few microseconds a
  * call, and GPT-2 124M's gradients alone are 238 granules): a release records one event, a
- * mark that every granule it lets go of shares; a commit waits once for each distinct mark of
- * the memory it takes back and zero-fills each run of adjacent granules with one memset.
+ * mark that every granule it lets go of shares; a commit zero-fills each run of adjacent
+ * granules with one memset and issues nothing else (the communication stream's one wait comes
+ * at its next use, shared by every commit before it).
  *
  * The backend's allocated and peak bytes count physical granules: what is really held. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +53,7 @@ typedef struct zt_vmm_granule {
  * of; recorded again only once no granule refers to it. */
 typedef struct {
     cudaEvent_t ev;
-    int refs;                 /* granules whose last release it marks */
-    unsigned long long waited; /* the commit (serial) whose zero-fills last waited for it */
+    int refs; /* granules whose last release it marks */
 } zt_vmm_mark;
 
 typedef struct {
@@ -61,9 +65,8 @@ typedef struct {
 
 typedef struct {
     CUmemGenericAllocationHandle h;
-    zt_vmm_granule *owner;    /* where it is live; NULL: free */
-    zt_vmm_granule *freed_by; /* the granule whose release freed it, whose event orders reuse */
-    int mappings;             /* addresses mapped to it */
+    zt_vmm_granule *owner; /* where it is live; NULL: free */
+    int mappings;          /* addresses mapped to it */
 } zt_vmm_handle;
 
 struct zt_cuda_vmm {
@@ -88,15 +91,17 @@ struct zt_cuda_vmm {
     size_t n_handles, cap_handles;
     int *free_list; /* handle indices, a stack: the last freed is taken first */
     size_t n_free;
-    /* Zero-fills of revived granules run here, after their memory's release, and both backend
-     * streams wait for them: neither stream waits for the other's work. */
-    cudaStream_t zero_stream;
-    cudaEvent_t zeroed;
     zt_vmm_mark *marks;
     size_t n_marks, cap_marks;
     int *free_marks; /* marks no granule refers to, a stack */
     size_t n_free_marks;
-    unsigned long long serial; /* commits and allocations so far */
+    /* Commits that zero-filled on the compute stream, and how many of them the communication
+     * stream has been made to wait for (through `zeroed`, recorded under order_lock, which is
+     * never held across a wait: released_lock may be held by a thread in a watched wait that a
+     * communicator's caller, the one ordering the stream, must not block). */
+    _Atomic unsigned long long zero_fills, comm_ordered;
+    pthread_mutex_t order_lock;
+    cudaEvent_t zeroed;
     /* zt_cuda_vmm_counts: [0] host waits before an unmap, [1] maps, [2] physical granules made,
      * [3] commits that revived a granule without a driver call. */
     unsigned long long counts[4];
@@ -171,15 +176,13 @@ zt_status zt_cuda_vmm_create(zt_cuda_state *st) {
         free(v);
         return s;
     }
-    if (cudaStreamCreateWithFlags(&v->zero_stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&v->zeroed, cudaEventDisableTiming) != cudaSuccess) {
+    if (cudaEventCreateWithFlags(&v->zeroed, cudaEventDisableTiming) != cudaSuccess) {
         cudaGetLastError();
-        if (v->zero_stream)
-            cudaStreamDestroy(v->zero_stream);
         free(v);
-        return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: cannot make the zero-fill stream",
-                        st->be.device_index);
+        return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: cannot make the event that orders "
+                        "the communication stream after zero-fills", st->be.device_index);
     }
+    pthread_mutex_init(&v->order_lock, NULL);
     st->vmm = v;
     return ZT_OK;
 }
@@ -241,7 +244,7 @@ static int take_free(zt_backend *be, struct zt_cuda_vmm *v) {
     CUmemGenericAllocationHandle h = 0;
     if (v->create(&h, v->granule, &v->prop, 0) != CUDA_SUCCESS)
         return -1;
-    v->handles[v->n_handles] = (zt_vmm_handle){h, NULL, NULL, 0};
+    v->handles[v->n_handles] = (zt_vmm_handle){h, NULL, 0};
     v->counts[2]++;
     zt_cuda_count(st, (long long)v->granule);
     return (int)v->n_handles++;
@@ -295,19 +298,16 @@ static void mark_set(struct zt_cuda_vmm *v, zt_vmm_granule *g, int m) {
  * zt_last_error's). */
 enum { REVIVED, NO_MEMORY, WAIT_FAILED };
 
-/* Makes granule k of r live, after its memory's last release on the zero stream, which the
- * caller then zero-fills (zero_fill). On WAIT_FAILED, *failed is the wait's status. */
+/* Makes granule k of r live, which the caller then zero-fills on the compute stream
+ * (zero_fill), behind its memory's last release. On WAIT_FAILED, *failed is the wait's
+ * status. */
 static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k,
                   zt_status *failed) {
     zt_vmm_granule *g = &r->g[k];
     char *a = r->base + k * v->granule;
-    int after = -1;
     if (g->handle >= 0 && !v->handles[g->handle].owner) {
-        /* Its own memory, free: the steady state, no driver call. The memory may have served
-         * another address since, whose release is then the one to wait for. */
+        /* Its own memory, free: the steady state, no driver call. */
         unfree(v, g->handle);
-        zt_vmm_granule *by = v->handles[g->handle].freed_by;
-        after = by ? by->released : -1;
         v->counts[3]++;
     } else {
         if (g->handle >= 0) {
@@ -335,8 +335,6 @@ static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t
         int h = take_free(be, v);
         if (h < 0)
             return NO_MEMORY;
-        if (v->handles[h].freed_by)
-            after = v->handles[h].freed_by->released;
         const int mapped = map_at(be, v, a, h);
         if (mapped == NOT_MAPPED) {
             /* The granule's memory is still free: back on the list, not lost. */
@@ -348,12 +346,7 @@ static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t
             return NO_MEMORY;
     }
     v->handles[g->handle].owner = g;
-    v->handles[g->handle].freed_by = NULL;
     g->live = true;
-    if (after >= 0 && v->marks[after].waited != v->serial) {
-        v->marks[after].waited = v->serial;
-        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(v->zero_stream, v->marks[after].ev, 0));
-    }
     return REVIVED;
 }
 
@@ -366,18 +359,32 @@ static void zero_fill(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, si
         (*hi)++;
         return;
     }
+    zt_cuda_state *st = be->impl;
     if (*hi > *lo)
         ZT_CUDA_CHECK(be, cudaMemsetAsync(r->base + *lo * v->granule, 0,
-                                          (*hi - *lo) * v->granule, v->zero_stream));
+                                          (*hi - *lo) * v->granule,
+                                          st->stream[ZT_STREAM_COMPUTE]));
     *lo = k, *hi = k == SIZE_MAX ? k : k + 1;
 }
 
-/* Both backend streams wait for the zero-fills queued so far. */
-static void after_zeroing(zt_backend *be, struct zt_cuda_vmm *v) {
+/* The communication stream must wait for the zero-fills issued so far before its next work
+ * on memory; counted once they are issued, so that a thread that reads the count and then
+ * orders the stream records the event behind them. */
+static void after_zeroing(struct zt_cuda_vmm *v) { atomic_fetch_add(&v->zero_fills, 1); }
+
+void zt_cuda_vmm_order_comm(zt_backend *be) {
     zt_cuda_state *st = be->impl;
-    ZT_CUDA_CHECK(be, cudaEventRecord(v->zeroed, v->zero_stream));
-    for (int s = 0; s < ZT_STREAMS; s++)
-        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[s], v->zeroed, 0));
+    struct zt_cuda_vmm *v = st->vmm;
+    if (!v || atomic_load(&v->comm_ordered) == atomic_load(&v->zero_fills))
+        return;
+    pthread_mutex_lock(&v->order_lock);
+    unsigned long long fills = atomic_load(&v->zero_fills);
+    if (atomic_load(&v->comm_ordered) != fills) {
+        ZT_CUDA_CHECK(be, cudaEventRecord(v->zeroed, st->stream[ZT_STREAM_COMPUTE]));
+        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[ZT_STREAM_COMM], v->zeroed, 0));
+        atomic_store(&v->comm_ordered, fills);
+    }
+    pthread_mutex_unlock(&v->order_lock);
 }
 
 void *zt_cuda_vmm_reserve(zt_backend *be, size_t bytes) {
@@ -415,7 +422,6 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
     if (!base)
         return NULL;
     zt_vmm_range *in = range_of(st, base);
-    v->serial++;
     for (size_t k = 0; k < in->n; k++) {
         zt_status failed = ZT_OK;
         if (revive(be, v, in, k, &failed) != REVIVED) {
@@ -424,8 +430,8 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
             return NULL;
         }
     }
-    ZT_CUDA_CHECK(be, cudaMemsetAsync(in->base, 0, in->span, v->zero_stream));
-    after_zeroing(be, v);
+    /* The caller waits for the compute stream (cuda_alloc): nothing for the other to wait for. */
+    ZT_CUDA_CHECK(be, cudaMemsetAsync(in->base, 0, in->span, st->stream[ZT_STREAM_COMPUTE]));
     return in->base;
 }
 
@@ -455,7 +461,6 @@ void zt_cuda_vmm_free(zt_backend *be, void *p) {
     size_t kept = 0;
     for (size_t i = 0; i < v->n_free; i++) {
         zt_vmm_handle *h = &v->handles[v->free_list[i]];
-        h->freed_by = NULL;
         if (h->mappings == 0 && drv(be, v->release(h->h), "cuMemRelease")) {
             h->h = 0;
             zt_cuda_count(st, -(long long)v->granule);
@@ -488,7 +493,6 @@ static void unmap_released(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *
                  "cuMemUnmap"))
             return;
         v->handles[g->handle].mappings--;
-        v->handles[g->handle].freed_by = NULL;
         g->handle = -1;
     }
 }
@@ -524,9 +528,7 @@ void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
             ZT_CUDA_CHECK(be, cudaEventRecord(v->marks[mark].ev, st->stream[ZT_STREAM_COMPUTE]));
         }
         mark_set(v, g, mark);
-        zt_vmm_handle *h = &v->handles[g->handle];
-        h->owner = NULL;
-        h->freed_by = g;
+        v->handles[g->handle].owner = NULL;
         v->free_list[v->n_free++] = g->handle;
         g->live = false;
     }
@@ -541,7 +543,6 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     size_t at = (size_t)((char *)p - r->base) + lo, end = at + (hi - lo);
     size_t run_lo = 0, run_hi = 0;
     bool zeroed = false;
-    v->serial++;
     for (size_t k = at / v->granule; k * v->granule < end; k++) {
         if (r->g[k].live)
             continue;
@@ -550,7 +551,7 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
         if (got != REVIVED) {
             zero_fill(be, v, r, SIZE_MAX, &run_lo, &run_hi);
             if (zeroed)
-                after_zeroing(be, v);
+                after_zeroing(v);
         }
         if (got == WAIT_FAILED)
             return zt_error_prefix(failed, "cuda device %d (%s): committing released device "
@@ -566,7 +567,7 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     }
     zero_fill(be, v, r, SIZE_MAX, &run_lo, &run_hi);
     if (zeroed)
-        after_zeroing(be, v);
+        after_zeroing(v);
     return ZT_OK;
 }
 
@@ -593,7 +594,7 @@ void zt_cuda_vmm_destroy(zt_cuda_state *st) {
     for (size_t i = 0; i < v->n_marks; i++)
         cudaEventDestroy(v->marks[i].ev);
     cudaEventDestroy(v->zeroed);
-    cudaStreamDestroy(v->zero_stream);
+    pthread_mutex_destroy(&v->order_lock);
     free(v->marks);
     free(v->free_marks);
     free(v->ranges);
