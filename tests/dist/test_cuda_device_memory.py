@@ -35,8 +35,8 @@ made them whole beside the whole fp32 parameters (8Ψ, 112 MiB of this model) an
 +1.5%), each rank's peak checked below the old setup's too.
 
 Admission's device estimate (`ztrain estimate --json`: device_bytes, engine/train/
-device_estimate.c) must never be under the measured peak of any rank and at most 10% above the highest:
-for the runs above, and for runs the GPT-2 formula does not cover: a Llama with grouped-query
+device_estimate.c) must never be under the measured peak of any rank and at most 10% above
+the highest: for the runs above, and for runs the GPT-2 formula does not cover: a Llama with grouped-query
 attention (4 heads, 2 kv heads) in fp32 at stage 0 and in bf16 at stage 2, the same Llama split
 over 2 tensor-parallel ranks in bf16, GPT-2 in bf16 at stage 2 with the optimizer offloaded
 to the CPU, and GPT-2 in two pipeline stages (fp32 at stage 0, bf16 at stage 1), which the

@@ -433,8 +433,8 @@ void zt_model_field_format(const zt_model_field *f, const zt_model_spec *spec, c
                            size_t size);
 
 /* For architectures: allocates m->params and m->grads in device memory for m->n_params rounded
- * up to pad_to (m->ctx.be must be set), the gradients released until committed, and frees them. A size that does not fit size_t is
- * ZT_ERR_NOMEM like an allocation that fails. */
+ * up to pad_to (m->ctx.be must be set), the gradients released until committed, and frees
+ * them. A size that does not fit size_t is ZT_ERR_NOMEM like an allocation that fails. */
 zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to);
 void zt_model_free_flat(zt_model *m);
 
