@@ -289,6 +289,13 @@ void zt_blocks_backward(zt_model *m, zt_blocks *k, int buffer, const void *dout,
     ZT_ASSERT(st->head || dout != NULL);
     ZT_ASSERT(st->embed || din != NULL);
     k->has_grad[buffer] = false;
+    /* With ZeRO's hooks, ZeRO commits each layer's gradients before its backward writes them;
+     * without (a tool's or a test's model) nothing does, so the first backward commits them
+     * whole. Should that fail (no device memory left), the writes into the uncommitted memory
+     * are the device error the caller's next sync returns. */
+    if (!h->fetch && !k->grads_live)
+        k->grads_live = zt_backend_commit(m->ctx.be, m->grads, 0, m->n_padded * sizeof(float)) ==
+                        ZT_OK;
     const int B = k->B[buffer], T = k->T[buffer];
     const uint64_t L = k->shape.layers, every = k->shape.interval ? k->shape.interval : L;
     const size_t bytes = (size_t)B * T * (size_t)k->shape.C * (size_t)k->shape.es;

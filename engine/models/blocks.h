@@ -81,6 +81,9 @@ typedef struct zt_blocks {
      * backward. */
     int *B, *T;
     bool *has_grad;
+    /* The model's gradients, which start released (zt_model_alloc_flat), were committed whole by
+     * a backward without ZeRO's hooks. */
+    bool grads_live;
     int32_t *tokens;         /* [buffers · B · T] host */
     float *host_losses;      /* [B·T] host */
     /* Tensor parallelism: the vocabulary-parallel loss's buffers (zt_blocks_init_tp) and the

@@ -53,7 +53,10 @@ zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to) {
                         m->spec.type, m->n_params);
     m->n_padded = (size_t)padded;
     m->params = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, flat_bytes(m));
-    m->grads = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, flat_bytes(m));
+    /* Reserved, holding nothing: ZeRO commits what of them a rank writes (all of them at stages
+     * 0-1 in fp32; per layer in mixed precision and at stages 2-3, where the whole buffer is
+     * never held), so the model's making does not hold 8 bytes a parameter at once. */
+    m->grads = zt_backend_alloc_released(m->ctx.be, flat_bytes(m));
     if (!m->params || !m->grads)
         return zt_error(ZT_ERR_NOMEM, "%s: cannot allocate %zu parameters on %s", m->spec.type,
                         m->n_padded, m->ctx.be->name);

@@ -36,7 +36,8 @@ static uint64_t held_in_use(uint64_t n, int ranges, uint64_t whole, bool *ov) {
 }
 
 /* The model state of one rank on the CUDA backend in its three moments: the model made in fp32
- * (parameters and gradients whole), ZeRO's setup (what a step holds of the fp32 buffers only per
+ * (the parameters whole; the gradients reserved, holding nothing until ZeRO commits what it
+ * writes, unless a small allocation), ZeRO's setup (what a step holds of the fp32 buffers only per
  * layer given back first: the gradients where ZeRO holds them per layer, stage 3's parameters
  * outside the slice, and in mixed precision the whole fp32 parameters once the 16-bit ones are
  * made from them; then its buffers and the optimizer's allocated), and a step (the fp32 layers
@@ -82,7 +83,7 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                                                  layer, ov), outer, ov);
     const uint64_t grads_step = held_in_use(min_u64(grads_live, padded), 3, f32, ov);
 
-    const uint64_t model_made = zt_u64_add(held(f32, ov), held(f32, ov), ov);
+    uint64_t model_made = zt_u64_add(held(f32, ov), f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov);
     uint64_t setup, step_fp32;
     if (half) {
         /* The 16-bit parameters whole, or at stage 3 the slice and the layers gathered beside
@@ -103,9 +104,16 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                                held_in_use(min_u64(zt_u64_add(outer, layer, ov), padded), 3, f32,
                                            ov),
                                ov);
-        /* ZeRO's start: the fp32 parameters beside the 16-bit ones it rounds them into (whole
-         * as allocated), and small fp32 gradients, which are not given back. */
-        setup = zt_u64_add(zt_u64_add(held(f32, ov), p16, ov),
+        /* ZeRO's start: the fp32 parameters beside the 16-bit ones it rounds them into (whole,
+         * or at stage 3 the slice's granules, the rest never held), and small fp32 gradients,
+         * which are not given back. */
+        const uint64_t p16_made =
+            stage == 3 && N > 1 && zt_u64_mul(2, padded, ov) >= ZT_CUDA_VMM_MIN_BYTES
+                ? min_u64(p16, zt_u64_add(zt_u64_round_up(zt_u64_mul(2, part, ov),
+                                                          ZT_CUDA_VMM_GRANULE_BYTES, ov),
+                                          ZT_CUDA_VMM_GRANULE_BYTES, ov))
+                : p16;
+        setup = zt_u64_add(zt_u64_add(held(f32, ov), p16_made, ov),
                            f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov);
     } else {
         /* Stage 3 gives back the fp32 parameters outside the slice; the tensors kept whole
@@ -124,6 +132,11 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
             step_fp32 = zt_u64_add(step_fp32, held_in_use(params_live, 3, f32, ov), ov);
         /* Small fp32 gradients are not given back at stages 2-3. */
         setup = stage >= 2 && f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0;
+        /* Stage 3 makes the buffer of the tensors kept whole before the parameters outside
+         * the slice go. */
+        if (stage == 3)
+            model_made = zt_u64_add(model_made, held(zt_u64_mul(4, m->persistent_params, ov), ov),
+                                    ov);
     }
     out->fp32_copy_bytes = step_fp32;
     /* What the earliest moments hold beyond the step's terms. */

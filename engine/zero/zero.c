@@ -131,7 +131,9 @@ static zt_status round_half(zt_zero *z) {
  * as DeepSpeed takes them, so they need nothing of the fp32 copy. */
 static zt_status init_half(zt_zero *z) {
     size_t n = z->model->n_padded;
-    z->p16 = alloc_device(z, p16_bytes(z));
+    /* Stage 3 holds only its slice of them (round_half commits it): nothing else is mapped. */
+    z->p16 = z->stage == 3 ? zt_backend_alloc_released(z->be, p16_bytes(z))
+                           : alloc_device(z, p16_bytes(z));
     if (!z->p16)
         return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit parameters on %s",
                         z->be->name);
@@ -204,14 +206,16 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
      * small tensors are not yet kept whole either: the threshold has no effect there (README). */
     for (int t = 0; t < m->n_tensors; t++)
         z->persistent[t] = !z->half && m->tensors[t].numel < persistence_threshold;
-    /* The fp32 gradient buffer is held only where the backward writes: stages 2 and 3 let each
-     * bucket go once reduced, mixed precision each layer once added into its 16-bit gradients,
-     * and the backward commits a layer before writing it (zt_zero_hook_fetch). It goes now,
-     * before the partition's own buffers are allocated, so that on a device that maps memory
-     * they take its granules instead of new ones; so do the fp32 parameters that a step holds
-     * only per layer (mixed precision, once rounded; stage 3, outside the slice). */
-    if (stage >= 2 || z->half)
-        zt_zero_release_f32(z, m->grads, 0, m->n_padded);
+    /* The model's fp32 gradients start released (zt_model_alloc_flat) and are held only where
+     * the backward writes: stages 2 and 3 let each bucket go once reduced, mixed precision each
+     * layer once added into its 16-bit gradients, and the backward commits a layer before
+     * writing it (zt_zero_hook_fetch). Stages 0-1 in fp32 hold them whole (the all-reduce and
+     * the step read them whole). The fp32 parameters that a step holds only per layer (mixed
+     * precision, once rounded; stage 3, outside the slice) go before the partition's own
+     * buffers are allocated, so that on a device that maps memory they take its granules
+     * instead of new ones. */
+    if (stage < 2 && !z->half)
+        ZT_TRY(zt_zero_commit_f32(z, m->grads, 0, m->n_padded));
     if (z->half)
         ZT_TRY(init_half(z));
     else if (stage == 3) {

@@ -51,6 +51,11 @@ static void *cpu_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
     return p;
 }
 
+/* An anonymous mapping holds no page until one is touched: allocated is already released. */
+static void *cpu_alloc_released(zt_backend *be, size_t bytes) {
+    return cpu_alloc(be, ZT_MEM_DEVICE, bytes);
+}
+
 static void cpu_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
     (void)be;
     if (!p)
@@ -245,6 +250,7 @@ static void cpu_destroy(zt_backend *be) {
 
 static const zt_backend_iface cpu_iface = {
     .alloc = cpu_alloc,
+    .alloc_released = cpu_alloc_released,
     .free = cpu_free,
     .zero = cpu_zero,
     .copy = cpu_copy,

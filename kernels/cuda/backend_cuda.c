@@ -147,6 +147,28 @@ static void *cuda_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
     return p;
 }
 
+static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi);
+
+/* A large allocation reserves its granules and maps none (no device call, nothing held); a small
+ * one is cudaMalloc's, allocated and zeroed, and released as any other (it stays held). */
+static void *cuda_alloc_released(zt_backend *be, size_t bytes) {
+    zt_cuda_state *st = be->impl;
+    if (!zt_cuda_vmm_takes(st, bytes)) {
+        void *p = cuda_alloc(be, ZT_MEM_DEVICE, bytes);
+        if (p)
+            cuda_release(be, p, 0, bytes ? bytes : 1);
+        return p;
+    }
+    pthread_mutex_lock(&st->released_lock);
+    void *p = zt_cuda_vmm_reserve(be, bytes);
+    if (p && zt_cuda_ranges_add(&st->released, (uintptr_t)p, (uintptr_t)p + bytes) != ZT_OK) {
+        zt_cuda_vmm_free(be, p);
+        p = NULL;
+    }
+    pthread_mutex_unlock(&st->released_lock);
+    return p;
+}
+
 static void cuda_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
     zt_cuda_state *st = be->impl;
     if (!p)
@@ -185,6 +207,8 @@ static void cuda_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
                      "that was not committed again (zt_backend_commit)", __FILE__, __LINE__);
         return;
     }
+    if (s == ZT_STREAM_COMM)
+        zt_cuda_vmm_order_comm(be);
     ZT_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, st->stream[s]));
 }
 
@@ -225,6 +249,8 @@ static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, 
         if (rs != ZT_OK)
             zt_cuda_fail(be, "host", "zt_cuda_ranges_remove", zt_last_error(), __FILE__, __LINE__);
     }
+    if (s == ZT_STREAM_COMM)
+        zt_cuda_vmm_order_comm(be);
     ZT_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, kinds[kind], st->stream[s]));
     if (kind == ZT_COPY_D2H)
         zt_cuda_count_read(be);
@@ -405,6 +431,7 @@ static void cuda_destroy(zt_backend *be) {
 
 static const zt_backend_iface cuda_iface = {
     .alloc = cuda_alloc,
+    .alloc_released = cuda_alloc_released,
     .free = cuda_free,
     .zero = cuda_zero,
     .copy = cuda_copy,

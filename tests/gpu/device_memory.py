@@ -9,12 +9,14 @@ granule ZeRO releases wholly is given back (kernels/cuda/memory/device_vmm.c); s
 allocations are cudaMalloc's, counted as asked. Granules given back are reused by later allocations and commits
 before new ones are made, so the peak is the most held at one moment, in one of two phases:
 
-  setup: the model is made in fp32 (parameters and gradients, whole); then ZeRO gives back
-  what a step holds of them only per layer before allocating its own buffers (their granules
-  are reused): the fp32 gradients where it holds them per layer (stages 2-3, and mixed
-  precision), stage 3's parameters outside the rank's slice, and in mixed precision the whole
-  fp32 parameters, once the 16-bit ones are made from them. So setup's moment is the model
-  made in fp32, 2 · 4Ψ, which the step's terms below usually exceed;
+  setup: the model is made in fp32: its parameters whole, its gradients reserved but holding
+  nothing (a large allocation; a small one is held whole) until ZeRO commits what it writes
+  (whole at stages 0-1 in fp32, per layer in the step otherwise); then ZeRO gives back what a
+  step holds of the parameters only per layer before allocating its own buffers (their
+  granules are reused): stage 3's parameters outside the rank's slice, and in mixed precision
+  the whole fp32 parameters, once the 16-bit ones are made from them (at stage 3 only the
+  slice's, the rest never held). So setup's moment is 4Ψ, plus stage 3's tensors kept whole
+  in fp32, or in mixed precision the 16-bit parameters made beside them;
 
   step: the model state, plus what the step holds per layer: the fp32 parameters of the
   layers in use (mixed precision: the outer tensors and a block, two at stage 3 with
@@ -45,7 +47,7 @@ Terms (bytes), for Ψ parameters padded as ZeRO pads the flat buffer over N rank
   optimizer: Adam's two moments, and in mixed precision the fp32 masters, each 4Ψ (stage 0) or
     4Ψ/N (from stage 1), one allocation each;
   fp32 in use: what of the fp32 parameters and gradients the peak phase holds beyond those
-    (setup: the model made in fp32, 8Ψ, less the terms above; step: the layers in use);
+    (setup: its moment above, less the terms above; step: the layers in use);
   + one micro-batch's activations, counted from the architecture (activations());
   + the fixed workspaces the backend documents: cuBLASLt's 32 MiB, the two-pass sums' partials
     ((2 · 1024 + 2) doubles), and in mixed precision ZeRO's conversion chunk (64 Ki floats).
@@ -151,10 +153,19 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
     grad_blocks = L if bucket >= p else -(-bucket // block) + 1
     opt = gran(4 * (slice_ if stage >= 1 else p))
     terms = {}
-    made = 2 * gran(4 * p)  # setup: the model made in fp32, parameters and gradients
+    # Setup: the fp32 parameters whole, and the gradients where they are a small allocation
+    # (a large one is reserved, holding nothing until committed).
+    made = gran(4 * p) + (4 * p if 4 * p < VMM_MIN else 0)
     if half:
         # The layers in use: the next one prefetched at stage 3 (overlap_comm, its default).
         k = 2 if stage == 3 and n > 1 else 1
+        # Setup's moment: the 16-bit parameters made beside the fp32 ones (at stage 3 the
+        # slice, the most granules over the ranks).
+        if stage == 3 and 2 * p >= VMM_MIN:
+            made += max(len(_granules(2 * r * slice_, 2 * (r + 1) * slice_))
+                        for r in range(n)) * GRANULE
+        else:
+            made += gran(2 * p)
         if stage == 3:
             terms["parameters"] = max(
                 _layers_held(L, C, V, T, p, 2, k, own=(r * slice_, (r + 1) * slice_))
@@ -174,6 +185,8 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
             terms["kept whole"] = gran(4 * kept)
         terms["gradients"] = gran(4 * (slice_ if stage >= 2 else p))
         terms["optimizer"] = 2 * opt
+        if stage == 3 and kept:
+            made += gran(4 * kept)  # setup: made before the parameters outside the slice go
         if stage >= 2:
             # The step: the gradients the backward writes and (stage 3) the block gathered.
             step = _layers_held(L, C, V, T, p, 4, grad_blocks)

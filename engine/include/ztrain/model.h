@@ -142,7 +142,9 @@ struct zt_model {
     size_t n_params;
     size_t n_padded;      /* n_params rounded up to the pad_to given at creation */
     float *params;        /* [n_padded] device memory, owned; the padding is 0 */
-    float *grads;         /* [n_padded], likewise */
+    /* [n_padded], likewise, but allocated released (zt_backend_alloc_released): committed by
+     * ZeRO (zt_zero_init, its hooks) or, in a model without hooks, by its first backward. */
+    float *grads;
     zt_model_hooks hooks;
     int n_tensors;
     zt_tensor_info *tensors;
@@ -431,8 +433,8 @@ void zt_model_field_format(const zt_model_field *f, const zt_model_spec *spec, c
                            size_t size);
 
 /* For architectures: allocates m->params and m->grads in device memory for m->n_params rounded
- * up to pad_to (m->ctx.be must be set), and frees them. A size that does not fit size_t is
- * ZT_ERR_NOMEM like an allocation that fails. */
+ * up to pad_to (m->ctx.be must be set), the gradients released until committed, and frees
+ * them. A size that does not fit size_t is ZT_ERR_NOMEM like an allocation that fails. */
 zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to);
 void zt_model_free_flat(zt_model *m);
 

@@ -10,97 +10,36 @@
  * and its mapping stays. A commit finds the granule still mapped to its own memory, free, in
  * the steady state, and takes it back with no driver call; otherwise it maps a free granule of
  * memory (or a new one) there — one physical granule may be mapped at several addresses, which
- * CUDA allows — after the event of that memory's release. Either way the granule is zeroed on a
- * stream of its own, after the release, and both backend streams wait for the zeroing, so the
- * memory reads as zero, and no earlier user's work can see the new one's bytes. Only when the
+ * CUDA allows. Either way the granule is zeroed on the compute stream, where every release's
+ * mark is recorded, so the zeroing follows the memory's last use there without a wait, and
+ * the compute stream's later work sees zeros. The communication stream is ordered after the
+ * zeroing lazily: the next time the backend issues work that touches memory on it (a copy, a
+ * memset, a collective), it first waits for the compute stream, once for every commit since
+ * the last such wait (zt_cuda_vmm_order_comm). Only when the
  * granule's address is still mapped to memory that another address holds live must it be
  * unmapped: the host then waits for that address's own last release (an old event, long
  * passed on a GPU) — counted, and rare, since a commit prefers the memory the address had.
  *
  * What the host issues stays per call, not per granule (a GPU's host pays a few microseconds a
  * call, and GPT-2 124M's gradients alone are 238 granules): a release records one event, a
- * mark that every granule it lets go of shares; a commit waits once for each distinct mark of
- * the memory it takes back and zero-fills each run of adjacent granules with one memset.
+ * mark that every granule it lets go of shares; a commit zero-fills each run of adjacent
+ * granules with one memset and issues nothing else (the communication stream's one wait comes
+ * at its next use, shared by every commit before it).
  *
- * The backend's allocated and peak bytes count physical granules: what is really held. */
-#include <cuda.h>
-#include <cudaTypedefs.h>
+ * The backend's allocated and peak bytes count physical granules: what is really held. The
+ * release marks are vmm_marks.c's and ZTRAIN_CUDA_VMM=check's unmapping vmm_check.c's; what
+ * the three files share is vmm_internal.h. */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "device_vmm.h"
+#include "vmm_internal.h"
 
 /* Allocations of at least this many granules are the VMM's; smaller ones stay cudaMalloc's,
  * where rounding to granules would cost more than releasing saves. */
 enum { ZT_VMM_MIN_GRANULES = 4 };
 _Static_assert(ZT_VMM_MIN_GRANULES * ZT_CUDA_VMM_GRANULE_BYTES == ZT_CUDA_VMM_MIN_BYTES,
                "backend.h states the size from which an allocation is reserved granules");
-
-typedef struct zt_vmm_granule {
-    int handle;   /* the physical granule mapped here (index), -1: none */
-    bool live;    /* it holds this address's bytes */
-    int released; /* the mark of its last release (index), -1: none */
-} zt_vmm_granule;
-
-/* An event recorded on the compute stream by one release, shared by the granules it let go
- * of; recorded again only once no granule refers to it. */
-typedef struct {
-    cudaEvent_t ev;
-    int refs;                 /* granules whose last release it marks */
-    unsigned long long waited; /* the commit (serial) whose zero-fills last waited for it */
-} zt_vmm_mark;
-
-typedef struct {
-    char *base;
-    size_t bytes, span; /* asked for, and reserved (whole granules) */
-    size_t n;
-    zt_vmm_granule *g;
-} zt_vmm_range;
-
-typedef struct {
-    CUmemGenericAllocationHandle h;
-    zt_vmm_granule *owner;    /* where it is live; NULL: free */
-    zt_vmm_granule *freed_by; /* the granule whose release freed it, whose event orders reuse */
-    int mappings;             /* addresses mapped to it */
-} zt_vmm_handle;
-
-struct zt_cuda_vmm {
-    PFN_cuMemGetAllocationGranularity_v10020 granularity;
-    PFN_cuMemAddressReserve_v10020 reserve;
-    PFN_cuMemAddressFree_v10020 address_free;
-    PFN_cuMemCreate_v10020 create;
-    PFN_cuMemRelease_v10020 release;
-    PFN_cuMemMap_v10020 map;
-    PFN_cuMemUnmap_v10020 unmap;
-    PFN_cuMemSetAccess_v10020 set_access;
-    CUmemAllocationProp prop;
-    CUmemAccessDesc access;
-    size_t granule, min_bytes;
-    /* ZTRAIN_CUDA_VMM=check: a release waits for the device and unmaps what it lets go of, so
-     * that any later touch before a commit is a fault naming the granule (on the emulated
-     * device) instead of a read or write of memory another range may hold. For tests. */
-    bool check;
-    zt_vmm_range *ranges;
-    size_t n_ranges, cap_ranges;
-    zt_vmm_handle *handles;
-    size_t n_handles, cap_handles;
-    int *free_list; /* handle indices, a stack: the last freed is taken first */
-    size_t n_free;
-    /* Zero-fills of revived granules run here, after their memory's release, and both backend
-     * streams wait for them: neither stream waits for the other's work. */
-    cudaStream_t zero_stream;
-    cudaEvent_t zeroed;
-    zt_vmm_mark *marks;
-    size_t n_marks, cap_marks;
-    int *free_marks; /* marks no granule refers to, a stack */
-    size_t n_free_marks;
-    unsigned long long serial; /* commits and allocations so far */
-    /* zt_cuda_vmm_counts: [0] host waits before an unmap, [1] maps, [2] physical granules made,
-     * [3] commits that revived a granule without a driver call. */
-    unsigned long long counts[4];
-};
 
 static zt_vmm_range *range_of(const zt_cuda_state *st, const void *p) {
     const struct zt_cuda_vmm *v = st->vmm;
@@ -171,15 +110,13 @@ zt_status zt_cuda_vmm_create(zt_cuda_state *st) {
         free(v);
         return s;
     }
-    if (cudaStreamCreateWithFlags(&v->zero_stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&v->zeroed, cudaEventDisableTiming) != cudaSuccess) {
+    if (cudaEventCreateWithFlags(&v->zeroed, cudaEventDisableTiming) != cudaSuccess) {
         cudaGetLastError();
-        if (v->zero_stream)
-            cudaStreamDestroy(v->zero_stream);
         free(v);
-        return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: cannot make the zero-fill stream",
-                        st->be.device_index);
+        return zt_error(ZT_ERR_UNSUPPORTED, "cuda device %d: cannot make the event that orders "
+                        "the communication stream after zero-fills", st->be.device_index);
     }
+    pthread_mutex_init(&v->order_lock, NULL);
     st->vmm = v;
     return ZT_OK;
 }
@@ -195,26 +132,17 @@ bool zt_cuda_vmm_owns(const zt_cuda_state *st, const void *p) {
     return r && r->base == (const char *)p;
 }
 
-/* A driver call that failed: recorded for sync, naming the call. */
-static bool drv(zt_backend *be, CUresult rc, const char *call) {
-    if (rc == CUDA_SUCCESS)
-        return true;
-    char msg[64];
-    snprintf(msg, sizeof msg, "driver error %d", (int)rc);
-    zt_cuda_fail(be, "CUDA driver", call, msg, __FILE__, __LINE__);
-    return false;
-}
-
 /* Physical granule index h mapped (read-write) at address a: MAPPED; NOT_MAPPED when the map
  * failed, or access could not be set and the mapping was undone; STILL_MAPPED when neither
  * access nor the undoing worked (a stays mapped to h, for free to unmap). */
 enum { MAPPED, NOT_MAPPED, STILL_MAPPED };
 static int map_at(zt_backend *be, struct zt_cuda_vmm *v, char *a, int h) {
-    if (!drv(be, v->map((CUdeviceptr)a, v->granule, 0, v->handles[h].h, 0), "cuMemMap"))
+    if (!zt_vmm_drv(be, v->map((CUdeviceptr)a, v->granule, 0, v->handles[h].h, 0), "cuMemMap"))
         return NOT_MAPPED;
     v->handles[h].mappings++;
     v->counts[1]++;
-    if (drv(be, v->set_access((CUdeviceptr)a, v->granule, &v->access, 1), "cuMemSetAccess"))
+    if (zt_vmm_drv(be, v->set_access((CUdeviceptr)a, v->granule, &v->access, 1),
+                   "cuMemSetAccess"))
         return MAPPED;
     if (v->unmap((CUdeviceptr)a, v->granule) != CUDA_SUCCESS)
         return STILL_MAPPED;
@@ -227,21 +155,13 @@ static int take_free(zt_backend *be, struct zt_cuda_vmm *v) {
     zt_cuda_state *st = be->impl;
     if (v->n_free)
         return v->free_list[--v->n_free];
-    if (v->n_handles == v->cap_handles) {
-        size_t cap = v->cap_handles ? 2 * v->cap_handles : 64;
-        zt_vmm_handle *h = realloc(v->handles, cap * sizeof *h);
-        int *f = h ? realloc(v->free_list, cap * sizeof *f) : NULL;
-        if (h)
-            v->handles = h;
-        if (!f)
-            return -1;
-        v->free_list = f;
-        v->cap_handles = cap;
-    }
+    if (!zt_vmm_grow_pair((void **)&v->handles, sizeof *v->handles, &v->free_list,
+                          v->n_handles, &v->cap_handles, 64))
+        return -1;
     CUmemGenericAllocationHandle h = 0;
     if (v->create(&h, v->granule, &v->prop, 0) != CUDA_SUCCESS)
         return -1;
-    v->handles[v->n_handles] = (zt_vmm_handle){h, NULL, NULL, 0};
+    v->handles[v->n_handles] = (zt_vmm_handle){h, NULL, 0};
     v->counts[2]++;
     zt_cuda_count(st, (long long)v->granule);
     return (int)v->n_handles++;
@@ -256,58 +176,21 @@ static void unfree(struct zt_cuda_vmm *v, int h) {
         }
 }
 
-/* A mark to record a release with: one no granule refers to, or a new one; -1 when no event can
- * be made. */
-static int mark_take(zt_backend *be, struct zt_cuda_vmm *v) {
-    if (v->n_free_marks)
-        return v->free_marks[--v->n_free_marks];
-    if (v->n_marks == v->cap_marks) {
-        size_t cap = v->cap_marks ? 2 * v->cap_marks : 16;
-        zt_vmm_mark *m = realloc(v->marks, cap * sizeof *m);
-        int *f = m ? realloc(v->free_marks, cap * sizeof *f) : NULL;
-        if (m)
-            v->marks = m;
-        if (!f)
-            return -1;
-        v->free_marks = f;
-        v->cap_marks = cap;
-    }
-    zt_vmm_mark *m = &v->marks[v->n_marks];
-    *m = (zt_vmm_mark){0};
-    if (cudaEventCreateWithFlags(&m->ev, cudaEventDisableTiming) != cudaSuccess) {
-        ZT_CUDA_LAUNCHED(be);
-        return -1;
-    }
-    return (int)v->n_marks++;
-}
-
-/* Granule g's last release is now mark m (-1: none); its former mark loses a reference. */
-static void mark_set(struct zt_cuda_vmm *v, zt_vmm_granule *g, int m) {
-    if (g->released >= 0 && --v->marks[g->released].refs == 0)
-        v->free_marks[v->n_free_marks++] = g->released;
-    g->released = m;
-    if (m >= 0)
-        v->marks[m].refs++;
-}
-
 /* What revive did: the granule is live, or no memory was left, or the wait before an unmap
  * failed (a communicator's posted work before the release failed; its error is the backend's and
  * zt_last_error's). */
 enum { REVIVED, NO_MEMORY, WAIT_FAILED };
 
-/* Makes granule k of r live, after its memory's last release on the zero stream, which the
- * caller then zero-fills (zero_fill). On WAIT_FAILED, *failed is the wait's status. */
+/* Makes granule k of r live, which the caller then zero-fills on the compute stream
+ * (zero_fill), behind its memory's last release. On WAIT_FAILED, *failed is the wait's
+ * status. */
 static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k,
                   zt_status *failed) {
     zt_vmm_granule *g = &r->g[k];
     char *a = r->base + k * v->granule;
-    int after = -1;
     if (g->handle >= 0 && !v->handles[g->handle].owner) {
-        /* Its own memory, free: the steady state, no driver call. The memory may have served
-         * another address since, whose release is then the one to wait for. */
+        /* Its own memory, free: the steady state, no driver call. */
         unfree(v, g->handle);
-        zt_vmm_granule *by = v->handles[g->handle].freed_by;
-        after = by ? by->released : -1;
         v->counts[3]++;
     } else {
         if (g->handle >= 0) {
@@ -327,7 +210,7 @@ static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t
                 *failed = waited;
                 return WAIT_FAILED;
             }
-            if (!drv(be, v->unmap((CUdeviceptr)a, v->granule), "cuMemUnmap"))
+            if (!zt_vmm_drv(be, v->unmap((CUdeviceptr)a, v->granule), "cuMemUnmap"))
                 return NO_MEMORY;
             v->handles[g->handle].mappings--;
             g->handle = -1;
@@ -335,8 +218,6 @@ static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t
         int h = take_free(be, v);
         if (h < 0)
             return NO_MEMORY;
-        if (v->handles[h].freed_by)
-            after = v->handles[h].freed_by->released;
         const int mapped = map_at(be, v, a, h);
         if (mapped == NOT_MAPPED) {
             /* The granule's memory is still free: back on the list, not lost. */
@@ -348,39 +229,55 @@ static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t
             return NO_MEMORY;
     }
     v->handles[g->handle].owner = g;
-    v->handles[g->handle].freed_by = NULL;
     g->live = true;
-    if (after >= 0 && v->marks[after].waited != v->serial) {
-        v->marks[after].waited = v->serial;
-        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(v->zero_stream, v->marks[after].ev, 0));
-    }
     return REVIVED;
 }
 
+/* Issues the memset of the run [*lo, *hi) of revived granules of r (granule indices), if any,
+ * on the compute stream, and empties the run. */
+static void zero_flush(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t *lo,
+                       size_t *hi) {
+    zt_cuda_state *st = be->impl;
+    if (*hi > *lo)
+        ZT_CUDA_CHECK(be, cudaMemsetAsync(r->base + *lo * v->granule, 0,
+                                          (*hi - *lo) * v->granule,
+                                          st->stream[ZT_STREAM_COMPUTE]));
+    *lo = *hi = 0;
+}
+
 /* Zero-fills revived granules a run of adjacent ones at a time: granule k of r joins the run
- * [*lo, *hi) (granule indices) or, not adjacent to it, issues the run's memset and starts a new
- * one; k == SIZE_MAX issues what is left. */
+ * [*lo, *hi) or, not adjacent to it, flushes the run and starts a new one. */
 static void zero_fill(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k,
                       size_t *lo, size_t *hi) {
-    if (k != SIZE_MAX && k == *hi && *hi > *lo) {
+    if (k == *hi && *hi > *lo) {
         (*hi)++;
         return;
     }
-    if (*hi > *lo)
-        ZT_CUDA_CHECK(be, cudaMemsetAsync(r->base + *lo * v->granule, 0,
-                                          (*hi - *lo) * v->granule, v->zero_stream));
-    *lo = k, *hi = k == SIZE_MAX ? k : k + 1;
+    zero_flush(be, v, r, lo, hi);
+    *lo = k, *hi = k + 1;
 }
 
-/* Both backend streams wait for the zero-fills queued so far. */
-static void after_zeroing(zt_backend *be, struct zt_cuda_vmm *v) {
+/* The communication stream must wait for the zero-fills issued so far before its next work
+ * on memory; counted once they are issued, so that a thread that reads the count and then
+ * orders the stream records the event behind them. */
+static void after_zeroing(struct zt_cuda_vmm *v) { atomic_fetch_add(&v->zero_fills, 1); }
+
+void zt_cuda_vmm_order_comm(zt_backend *be) {
     zt_cuda_state *st = be->impl;
-    ZT_CUDA_CHECK(be, cudaEventRecord(v->zeroed, v->zero_stream));
-    for (int s = 0; s < ZT_STREAMS; s++)
-        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[s], v->zeroed, 0));
+    struct zt_cuda_vmm *v = st->vmm;
+    if (!v || atomic_load(&v->comm_ordered) == atomic_load(&v->zero_fills))
+        return;
+    pthread_mutex_lock(&v->order_lock);
+    unsigned long long fills = atomic_load(&v->zero_fills);
+    if (atomic_load(&v->comm_ordered) != fills) {
+        ZT_CUDA_CHECK(be, cudaEventRecord(v->zeroed, st->stream[ZT_STREAM_COMPUTE]));
+        ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[ZT_STREAM_COMM], v->zeroed, 0));
+        atomic_store(&v->comm_ordered, fills);
+    }
+    pthread_mutex_unlock(&v->order_lock);
 }
 
-void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
+void *zt_cuda_vmm_reserve(zt_backend *be, size_t bytes) {
     zt_cuda_state *st = be->impl;
     struct zt_cuda_vmm *v = st->vmm;
     if (v->n_ranges == v->cap_ranges) {
@@ -402,12 +299,20 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
         return NULL;
     }
     r.base = (char *)base;
-    v->ranges[v->n_ranges++] = r;
-    zt_vmm_range *in = &v->ranges[v->n_ranges - 1];
     for (size_t k = 0; k < r.n; k++)
-        in->g[k].handle = in->g[k].released = -1;
-    v->serial++;
-    for (size_t k = 0; k < r.n; k++) {
+        r.g[k].handle = r.g[k].released = -1;
+    v->ranges[v->n_ranges++] = r;
+    return r.base;
+}
+
+void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
+    zt_cuda_state *st = be->impl;
+    struct zt_cuda_vmm *v = st->vmm;
+    char *base = zt_cuda_vmm_reserve(be, bytes);
+    if (!base)
+        return NULL;
+    zt_vmm_range *in = range_of(st, base);
+    for (size_t k = 0; k < in->n; k++) {
         zt_status failed = ZT_OK;
         if (revive(be, v, in, k, &failed) != REVIVED) {
             zt_cuda_vmm_free(be, in->base);
@@ -415,8 +320,8 @@ void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes) {
             return NULL;
         }
     }
-    ZT_CUDA_CHECK(be, cudaMemsetAsync(in->base, 0, in->span, v->zero_stream));
-    after_zeroing(be, v);
+    /* The caller waits for the compute stream (cuda_alloc): nothing for the other to wait for. */
+    ZT_CUDA_CHECK(be, cudaMemsetAsync(in->base, 0, in->span, st->stream[ZT_STREAM_COMPUTE]));
     return in->base;
 }
 
@@ -432,22 +337,22 @@ void zt_cuda_vmm_free(zt_backend *be, void *p) {
     for (size_t k = 0; k < r->n; k++) {
         zt_vmm_granule *g = &r->g[k];
         if (g->handle >= 0) {
-            drv(be, v->unmap((CUdeviceptr)(r->base + k * v->granule), v->granule), "cuMemUnmap");
+            zt_vmm_drv(be, v->unmap((CUdeviceptr)(r->base + k * v->granule), v->granule),
+                       "cuMemUnmap");
             v->handles[g->handle].mappings--;
             if (g->live) {
                 v->handles[g->handle].owner = NULL;
                 v->free_list[v->n_free++] = g->handle;
             }
         }
-        mark_set(v, g, -1);
+        zt_vmm_mark_set(v, g, -1);
     }
     /* The device is idle: no free granule's reuse waits for a release any more; and memory
      * mapped nowhere now goes back to the device. */
     size_t kept = 0;
     for (size_t i = 0; i < v->n_free; i++) {
         zt_vmm_handle *h = &v->handles[v->free_list[i]];
-        h->freed_by = NULL;
-        if (h->mappings == 0 && drv(be, v->release(h->h), "cuMemRelease")) {
+        if (h->mappings == 0 && zt_vmm_drv(be, v->release(h->h), "cuMemRelease")) {
             h->h = 0;
             zt_cuda_count(st, -(long long)v->granule);
         } else {
@@ -455,33 +360,9 @@ void zt_cuda_vmm_free(zt_backend *be, void *p) {
         }
     }
     v->n_free = kept;
-    drv(be, v->address_free((CUdeviceptr)r->base, r->span), "cuMemAddressFree");
+    zt_vmm_drv(be, v->address_free((CUdeviceptr)r->base, r->span), "cuMemAddressFree");
     free(r->g);
     *r = v->ranges[--v->n_ranges];
-}
-
-/* The check mode's release: the granules of r in [k0, k1) that one release let go of (mark m)
- * are unmapped once the work before it has run (one counted wait, the communicators' watched
- * one, so a dead peer is an error, not a hang); their memory stays free for any address. On a
- * failed wait they stay mapped, and the error is the backend's. */
-static void unmap_released(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t k0,
-                           size_t k1, int m) {
-    unsigned long long t0 = zt_cuda_wait_begin(be);
-    zt_status waited = zt_cuda_watched_event_wait(be, v->marks[m].ev);
-    zt_cuda_wait_end(t0);
-    if (waited != ZT_OK)
-        return;
-    for (size_t k = k0; k < k1; k++) {
-        zt_vmm_granule *g = &r->g[k];
-        if (g->live || g->released != m || g->handle < 0)
-            continue;
-        if (!drv(be, v->unmap((CUdeviceptr)(r->base + k * v->granule), v->granule),
-                 "cuMemUnmap"))
-            return;
-        v->handles[g->handle].mappings--;
-        v->handles[g->handle].freed_by = NULL;
-        g->handle = -1;
-    }
 }
 
 void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
@@ -507,22 +388,20 @@ void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
         }
         if (mark < 0) {
             /* Without an event its reuse could not be ordered: it stays live. */
-            if ((mark = mark_take(be, v)) < 0)
+            if ((mark = zt_vmm_mark_take(be, v)) < 0)
                 continue;
             /* On the compute stream: work the communication stream did on the range is before
              * it too, since every device collective ends with the compute stream waiting for
              * it (engine/comm/comm_device.c, order_after). */
             ZT_CUDA_CHECK(be, cudaEventRecord(v->marks[mark].ev, st->stream[ZT_STREAM_COMPUTE]));
         }
-        mark_set(v, g, mark);
-        zt_vmm_handle *h = &v->handles[g->handle];
-        h->owner = NULL;
-        h->freed_by = g;
+        zt_vmm_mark_set(v, g, mark);
+        v->handles[g->handle].owner = NULL;
         v->free_list[v->n_free++] = g->handle;
         g->live = false;
     }
     if (v->check && mark >= 0)
-        unmap_released(be, v, r, at / G, (end + G - 1) / G, mark);
+        zt_vmm_check_unmap(be, v, r, at / G, (end + G - 1) / G, mark);
 }
 
 zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
@@ -532,16 +411,15 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     size_t at = (size_t)((char *)p - r->base) + lo, end = at + (hi - lo);
     size_t run_lo = 0, run_hi = 0;
     bool zeroed = false;
-    v->serial++;
     for (size_t k = at / v->granule; k * v->granule < end; k++) {
         if (r->g[k].live)
             continue;
         zt_status failed = ZT_OK;
         int got = revive(be, v, r, k, &failed);
         if (got != REVIVED) {
-            zero_fill(be, v, r, SIZE_MAX, &run_lo, &run_hi);
+            zero_flush(be, v, r, &run_lo, &run_hi);
             if (zeroed)
-                after_zeroing(be, v);
+                after_zeroing(v);
         }
         if (got == WAIT_FAILED)
             return zt_error_prefix(failed, "cuda device %d (%s): committing released device "
@@ -555,9 +433,9 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
         zero_fill(be, v, r, k, &run_lo, &run_hi);
         zeroed = true;
     }
-    zero_fill(be, v, r, SIZE_MAX, &run_lo, &run_hi);
+    zero_flush(be, v, r, &run_lo, &run_hi);
     if (zeroed)
-        after_zeroing(be, v);
+        after_zeroing(v);
     return ZT_OK;
 }
 
@@ -581,12 +459,9 @@ void zt_cuda_vmm_destroy(zt_cuda_state *st) {
     for (size_t i = 0; i < v->n_handles; i++)
         if (v->handles[i].h && v->handles[i].mappings == 0)
             v->release(v->handles[i].h);
-    for (size_t i = 0; i < v->n_marks; i++)
-        cudaEventDestroy(v->marks[i].ev);
+    zt_vmm_marks_free(v);
     cudaEventDestroy(v->zeroed);
-    cudaStreamDestroy(v->zero_stream);
-    free(v->marks);
-    free(v->free_marks);
+    pthread_mutex_destroy(&v->order_lock);
     free(v->ranges);
     free(v->handles);
     free(v->free_list);

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "cuda_backend.h"
+#include "device_vmm.h"
 #include "nccl_wait.h"
 #include "ztrain/nccl.h"
 
@@ -333,6 +334,9 @@ static zt_status begin(zt_nccl_comm *c, const char *what) {
     /* ZeRO's communication thread calls in too: the current device is per thread. */
     CUDA_TRY(c, cudaSetDevice(c->device));
     c->st = c->be ? ((zt_cuda_state *)c->be->impl)->stream[ZT_STREAM_COMM] : c->own;
+    /* The operation may touch memory a commit has just zero-filled on the compute stream. */
+    if (c->be)
+        zt_cuda_vmm_order_comm(c->be);
     return ZT_OK;
 }
 

@@ -55,6 +55,7 @@ typedef struct zt_backend zt_backend;
 /* What each backend implements. Every entry is required; "no-op" below means what the CPU does. */
 typedef struct {
     void *(*alloc)(zt_backend *be, zt_mem kind, size_t bytes);
+    void *(*alloc_released)(zt_backend *be, size_t bytes);
     void (*free)(zt_backend *be, zt_mem kind, void *p, size_t bytes);
     void (*zero)(zt_backend *be, void *p, size_t bytes, zt_stream s);
     void (*copy)(zt_backend *be, void *dst, const void *src, size_t bytes, zt_copy_kind kind,
@@ -121,7 +122,18 @@ int zt_backend_device_count(zt_device device);
 static inline void *zt_backend_alloc(zt_backend *be, zt_mem kind, size_t bytes) {
     return be->iface->alloc(be, kind, bytes);
 }
-/* Frees what zt_backend_alloc returned, with the same kind and size. NULL is ignored. */
+/* Device memory whose whole range starts released (zt_backend_release): an address range that
+ * holds nothing yet, for a buffer whose parts are written one at a time (ZeRO's gradients), so
+ * that it never holds all of its memory at once. Each part reads as zero and must be committed
+ * (zt_backend_commit) before it is written, as after a release. On the CPU an anonymous mapping
+ * whose pages are committed on first touch (what zt_backend_alloc gives); on the CUDA backend a
+ * large allocation reserves its granules and maps none, a small one is allocated and zeroed.
+ * NULL when it cannot be had; freed with zt_backend_free(ZT_MEM_DEVICE, same size). */
+static inline void *zt_backend_alloc_released(zt_backend *be, size_t bytes) {
+    return be->iface->alloc_released(be, bytes);
+}
+/* Frees what zt_backend_alloc or zt_backend_alloc_released returned, with the same kind and
+ * size. NULL is ignored. */
 static inline void zt_backend_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
     be->iface->free(be, kind, p, bytes);
 }
