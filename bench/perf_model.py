@@ -16,11 +16,11 @@ row statistics kept); one pass over memory for every element-wise, norm and opti
 16-bit activations, fp32 norm statistics, masters and Adam moments. Rows marked EXTRA are work
 the code does that issue 28's design would not (docs/gpu.md says why each is there): the bias
 and norm-weight gradients as passes of their own over dout (row-tile sums) instead of in an
-epilogue or the norm's backward kernel; weight gradients accumulated in fp32 (the GEMM reads
-and writes them, beta = 1) and then added into the 16-bit gradients; and ZeRO's mixed
-precision's fp32 working copy of each layer, committed (zero-filled) and widened from the
-16-bit parameters for the forward and again for the backward. They are predicted like the
-rest, and the step without them is printed too: what removing them would gain. A
+epilogue or the norm's backward kernel; and weight gradients accumulated in fp32 (the GEMM
+reads and writes them, beta = 1), zero-filled when committed and then added into the 16-bit
+gradients. They are predicted like the rest, and the step without them is printed too: what
+removing them would gain. (Every op reads the 16-bit parameters, so a step fills no fp32
+working copy of them: docs/gpu.md.) A
 kernel's time is the larger of its FLOPs at a fraction of the dense bf16 peak and its bytes at a
 fraction of the memory bandwidth (a roofline with stated efficiencies), and the step is their sum
 (one stream, nothing overlapped). FLOPs are model FLOPs (a multiply-add is 2): causal attention
@@ -177,15 +177,10 @@ def kernels_of(m):
     ks.append(stream("softmax cross-entropy (fused)", "softmax_xent", 1, 5 * N * V,
                      2 * A16 * N * V))
     n = params(m)
-    # ZeRO's mixed precision (engine/zero/zero_gather.c, zero_buckets.c): each layer's fp32
-    # working copy is committed (zero-filled, 4 bytes) and widened from the 16-bit parameters
-    # (2 read, 4 written) before its forward and again before its backward; its fp32 gradients are
-    # committed (zero-filled) before the backward accumulates into them and then added into the
-    # 16-bit gradients (4 read, 2 read and 2 written). The zero-fills are the backend's memsets,
-    # not ops: they are counted in these two rows.
-    w = working_copy_params(m)
-    ks.append(stream("fp32 working copy: zero-filled, widened from 16 bits (forward and "
-                     "backward)", "from_half", 2, w, w * (P32 + A16 + P32), extra=True))
+    # ZeRO's mixed precision (engine/zero/zero_buckets.c): each layer's fp32 gradients are
+    # committed (zero-filled, 4 bytes: the backend's memset, not an op, counted here) before the
+    # backward accumulates into them and then added into the 16-bit gradients (4 read, 2 read
+    # and 2 written).
     ks.append(stream("fp32 weight gradients: zero-filled, added into the 16-bit gradients",
                      "accumulate_half", 1, n, n * (P32 + P32 + 2 * A16), extra=True))
     # Clipping's norm reads the 16-bit gradients; mixed-precision AdamW reads the gradient, the
@@ -203,11 +198,6 @@ def params(m):
     if m["type"] == "gpt2":
         return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
     return (1 if m["tied"] else 2) * V * C + L * (2 * C * C + 2 * C * kv + 3 * C * F + 2 * C) + C
-
-
-def working_copy_params(m):
-    """The parameters whose fp32 working copy a mixed-precision step fills: all of them."""
-    return params(m)
 
 
 def matmul_params(m):

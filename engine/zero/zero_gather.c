@@ -17,30 +17,43 @@ static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
     return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n);
 }
 
+/* Mixed precision: [lo, hi) of the fp32 working copy, the 16-bit parameters widened. */
+static zt_status widen(zt_zero *z, size_t lo, size_t hi) {
+    ZT_TRY(zt_zero_commit_f32(z, z->model->params, lo, hi));
+    z->be->ops->from_half(&z->ctx, z->model->params + lo, z->p16 + lo, hi - lo, z->dtype);
+    return ZT_OK;
+}
+
+/* Whether a step's fetches fill the fp32 working copy. Not in mixed precision on a backend whose
+ * ops read every parameter's 16-bit twin (backend.h, reads_param16): the copy would be the twin
+ * widened, which nothing in the step reads, so it stays released (no commit, no widening pass,
+ * no memory). A gather for readers outside the ops (checkpoints, exports: zt_zero_gather_layer,
+ * zt_zero_gather_all) fills it all the same. */
+static bool step_widens(const zt_zero *z) { return !z->half || !z->be->reads_param16; }
+
 /* Mixed precision: [lo, hi) of the 16-bit parameters from their owners, 16 bits on the wire as
- * DeepSpeed's stage 3 sends them, then widened into the fp32 working copy, so the model's 16-bit
- * twin (zt_zero.twin) holds the range as long as the fp32 copy does. */
+ * DeepSpeed's stage 3 sends them, then (with `fill`) widened into the fp32 working copy, so the
+ * model's 16-bit twin (zt_zero.twin) holds the range as long as the fp32 copy does. */
 static zt_status gather_half(zt_zero *z, size_t lo, size_t hi, const size_t *offsets,
-                             const size_t *counts) {
+                             const size_t *counts, bool fill) {
     ZT_TRY(zt_backend_commit(z->be, z->p16, lo * 2, hi * 2));
     size_t a = lo + offsets[z->rank], n = counts[z->rank];
     if (n && z->param_file)
         ZT_TRY(load_owned(z, a, n));
     if (z->comm)
         ZT_TRY(zt_comm_dev_all_gather(z->comm, z->p16 + lo, hi - lo, offsets, counts, z->dtype));
-    z->be->ops->from_half(&z->ctx, z->model->params + lo, z->p16 + lo, hi - lo, z->dtype);
-    return ZT_OK;
+    return fill ? widen(z, lo, hi) : ZT_OK;
 }
 
 /* Gathers [lo, hi) of the parameters from their owners (offloaded pieces are read from the file
- * first; mixed precision gathers the 16-bit parameters and widens them). */
-zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi) {
+ * first; mixed precision gathers the 16-bit parameters, and with `fill` widens them). */
+static zt_status gather_range(zt_zero *z, size_t lo, size_t hi, bool fill) {
     size_t offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
     zt_zero_pieces(z, lo, hi, offsets, counts);
     float *p = z->model->params;
-    ZT_TRY(zt_zero_commit_f32(z, p, lo, hi));
     if (z->half)
-        return gather_half(z, lo, hi, offsets, counts);
+        return gather_half(z, lo, hi, offsets, counts, fill);
+    ZT_TRY(zt_zero_commit_f32(z, p, lo, hi));
     size_t a = lo + offsets[z->rank], n = counts[z->rank];
     if (n && z->param_file)
         ZT_TRY(load_owned(z, a, n));
@@ -49,20 +62,20 @@ zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi) {
     return zt_comm_dev_all_gather(z->comm, p + lo, hi - lo, offsets, counts, ZT_F32);
 }
 
+zt_status zt_zero_gather_range(zt_zero *z, size_t lo, size_t hi) {
+    return gather_range(z, lo, hi, step_widens(z));
+}
+
 /* Stage 3 brings layers in as they are used: gathered from their owners, or read from this
  * rank's file. */
 bool zt_zero_gathers(const zt_zero *z) { return z->stage == 3 && (z->comm || z->param_file); }
 
-/* Brings [lo, hi) of the fp32 parameters into place for the model: gathered from their owners at
- * stage 3, widened from the 16-bit parameters in mixed precision. */
-static zt_status materialise(zt_zero *z, size_t lo, size_t hi) {
+/* Brings [lo, hi) of the parameters into place for the model: gathered from their owners at
+ * stage 3, and in mixed precision (with `fill`) widened into the fp32 working copy. */
+static zt_status materialise(zt_zero *z, size_t lo, size_t hi, bool fill) {
     if (zt_zero_gathers(z))
-        return zt_zero_gather_range(z, lo, hi);
-    if (z->half) {
-        ZT_TRY(zt_zero_commit_f32(z, z->model->params, lo, hi));
-        z->be->ops->from_half(&z->ctx, z->model->params + lo, z->p16 + lo, hi - lo, z->dtype);
-    }
-    return ZT_OK;
+        return gather_range(z, lo, hi, fill);
+    return z->half && fill ? widen(z, lo, hi) : ZT_OK;
 }
 
 double zt_zero_workspace(zt_zero *z) {
@@ -155,7 +168,7 @@ void zt_zero_hook_fetch(void *ctx, int layer, bool backward) {
         zt_zero_drain(z);
         size_t lo, hi;
         for (int t = 0; next_run(z, layer, &t, &lo, &hi);) {
-            zt_status s = materialise(z, lo, hi);
+            zt_status s = materialise(z, lo, hi, step_widens(z));
             if (s != ZT_OK) {
                 zt_zero_fail(z, s);
                 return;
@@ -295,7 +308,7 @@ static void note_gathered(zt_zero *z) {
 zt_status zt_zero_gather_all(zt_zero *z) {
     if (!z->half && !zt_zero_gathers(z))
         return ZT_OK;
-    ZT_TRY(materialise(z, 0, z->model->n_padded));
+    ZT_TRY(materialise(z, 0, z->model->n_padded, true));
     note_gathered(z);
     return ZT_OK;
 }
@@ -309,7 +322,7 @@ zt_status zt_zero_gather_layer(zt_zero *z, int layer) {
     zt_zero_drain(z);
     const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
     for (int i = 0; i < sg->n; i++)
-        ZT_TRY(materialise(z, sg->off[i], sg->off[i] + sg->len[i]));
+        ZT_TRY(materialise(z, sg->off[i], sg->off[i] + sg->len[i], true));
     note_gathered(z);
     return ZT_OK;
 }

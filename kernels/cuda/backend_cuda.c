@@ -605,6 +605,7 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     be->act_as_f32 = false;
     be->attn_lse = true; /* attention/: cuDNN and the flash kernel both keep row statistics */
     st->weights_round = round_weights;
+    be->reads_param16 = !round_weights; /* zt_param_view, cuda_common.cuh */
     st->attention = attention;
     zt_status s = setup(st, dev);
     if (s != ZT_OK) {

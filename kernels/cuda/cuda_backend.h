@@ -81,9 +81,10 @@ typedef struct {
      * main thread at once (stage 3 with overlap_comm), and the set reallocates as it grows. */
     pthread_mutex_t released_lock;
     zt_cuda_ranges released;
-    /* The linear ops' 16-bit weights (linear.cu): weights_round makes them round every weight
-     * into scratch even where the ctx has its twin (ZTRAIN_CUDA_WEIGHTS=round, read at
-     * creation); weights_rounded counts the products that did. */
+    /* The parameters' 16-bit twins (zt_param_view): weights_round makes every op read the fp32
+     * values, the linear ops rounding each weight into scratch even where the ctx has its twin
+     * (ZTRAIN_CUDA_WEIGHTS=round, read at creation; be->reads_param16 is then false);
+     * weights_rounded counts the products that did. */
     bool weights_round;
     unsigned long long weights_rounded;
     /* Which attention runs (attention/attention.c): ZTRAIN_ATTENTION, read at creation. */

@@ -259,4 +259,46 @@ struct zt_half_bits {
     }
 };
 
+/* ---- parameters as the kernels read them ------------------------------------------------------
+ * A parameter vector of ops.h (the model's fp32 working copy) or, where the ctx carries a 16-bit
+ * twin covering it (zt_param16), that twin widened. The two are the same values whenever the
+ * twin's invariant holds, and in mixed precision ZeRO's fp32 working copy is the twin widened,
+ * so with every parameter read through a view the step needs no fp32 copy of the parameters
+ * (backend.h, reads_param16). ZTRAIN_CUDA_WEIGHTS=round reads the fp32 values. */
+struct zt_param_view {
+    const float *f32;     /* NULL: no parameter (an optional bias) */
+    const uint16_t *half; /* the twin at the same element, or NULL: read f32 */
+    bool bf16;
+    __device__ __forceinline__ float operator[](size_t i) const {
+        return half ? zt_f32_from_half(half[i], bf16) : f32[i];
+    }
+    __host__ __device__ __forceinline__ bool present() const { return f32 != NULL; }
+    /* The view of the vector from element off on. */
+    __host__ __device__ __forceinline__ zt_param_view at(size_t off) const {
+        return {f32 + off, half ? half + off : NULL, bf16};
+    }
+    /* x[k] = element base + k for the N elements below n, in 16-byte pieces where whole and
+     * aligned (zt_ldv_f32, or zt_ldv_as for the twin). */
+    template <int N> __device__ __forceinline__ void load(size_t base, size_t n, float *x) const {
+        if (!half) {
+            zt_ldv_f32<N>(f32, base, n, x);
+        } else if (N % ZT_VEC(uint16_t) == 0) {
+            for (int k = 0; k < N; k += ZT_VEC(uint16_t))
+                zt_ldv_as(half, base + k, n, x + k, zt_half_bits{bf16});
+        } else {
+            for (int k = 0; k < N && base + k < n; k++)
+                x[k] = zt_f32_from_half(half[base + k], bf16);
+        }
+    }
+};
+
+/* The view of p[0, n) for ctx x: its twin when x carries one covering it and the backend reads
+ * twins; p itself otherwise (p may be NULL). */
+static inline zt_param_view zt_cuda_param(const zt_ctx *x, const float *p, size_t n) {
+    zt_param_view v = {p, NULL, x->act == ZT_BF16};
+    if (p && x->be->reads_param16)
+        v.half = zt_param16_of(x, p, n);
+    return v;
+}
+
 #endif

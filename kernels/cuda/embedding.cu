@@ -6,14 +6,15 @@
  * Every kernel walks its rows in chunks of ZT_VEC(T) channels (8 at bf16/fp16, 4 at fp32) with
  * 16-byte loads and stores (cuda_common.cuh's zt_ldv/zt_stv), the fp32 weight rows in 16-byte
  * pieces too (zt_ldv_f32/zt_stv_f32); a chunk past the end of a row (C not a multiple of the
- * vector) or a row that does not start 16-byte aligned (an odd C) goes element by element. Each element's sum runs in the
- * same order as one thread per element would run it. */
+ * vector) or a row that does not start 16-byte aligned (an odd C) goes element by element. Each
+ * element's sum runs in the same order as one thread per element would run it. The forward reads
+ * the tables through their 16-bit twins where the ctx has them (zt_param_view). */
 #include "cuda_common.cuh"
 
 /* Thread i: channels [c0, c0 + ZT_VEC(T)) of position bt. */
 template <typename T>
-__global__ void emb_fwd(T *out, const int32_t *tokens, const float *wte, const float *wpe, int T_,
-                        int C, size_t chunks) {
+__global__ void emb_fwd(T *out, const int32_t *tokens, zt_param_view wte, zt_param_view wpe,
+                        int T_, int C, size_t chunks) {
     const int per_row = (C + ZT_VEC(T) - 1) / ZT_VEC(T);
     ZT_GRID_LOOP(i, chunks) {
         size_t bt = i / per_row;
@@ -21,9 +22,9 @@ __global__ void emb_fwd(T *out, const int32_t *tokens, const float *wte, const f
         float v[ZT_VEC(T)] = {}, p[ZT_VEC(T)] = {};
         /* A negative token has no row in this vocabulary-parallel shard (ops.h). */
         if (tokens[bt] >= 0)
-            zt_ldv_f32<ZT_VEC(T)>(wte + (size_t)tokens[bt] * C, c0, C, v);
-        if (wpe) {
-            zt_ldv_f32<ZT_VEC(T)>(wpe + (bt % T_) * C, c0, C, p);
+            wte.at((size_t)tokens[bt] * C).load<ZT_VEC(T)>(c0, C, v);
+        if (wpe.present()) {
+            wpe.at((bt % T_) * C).load<ZT_VEC(T)>(c0, C, p);
             for (int k = 0; k < ZT_VEC(T); k++)
                 v[k] += p[k];
         }
@@ -81,7 +82,10 @@ extern "C" void zt_cuda_embedding_forward(const zt_ctx *x, void *out, const int3
         return;
     ZT_ACT_DISPATCH(x->act, {
         size_t chunks = (size_t)B * T * ((C + ZT_VEC(ACT_T) - 1) / ZT_VEC(ACT_T));
-        ZT_LAUNCH_1D(x, chunks, emb_fwd<ACT_T>, (ACT_T *)out, tok, wte, wpe, T, C, chunks);
+        /* The table's rows lie in the flat parameter buffer with the first, so the first row's
+         * twin is the table's (the op does not know the vocabulary). */
+        ZT_LAUNCH_1D(x, chunks, emb_fwd<ACT_T>, (ACT_T *)out, tok, zt_cuda_param(x, wte, C),
+                     zt_cuda_param(x, wpe, (size_t)T * C), T, C, chunks);
     });
 }
 

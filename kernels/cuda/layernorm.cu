@@ -1,7 +1,8 @@
 /* LayerNorm on the GPU, eps 1e-5: one block per row for the forward and for the input gradient
  * (block sums in a fixed order, 128-bit loads), and the weight and bias gradients as per-channel sums over row
  * tiles with a second pass in a fixed order (channel_sums.cuh), so every sum is deterministic and
- * nothing is added atomically. Statistics are fp32; the math is kernels/cpu/layernorm.c's. */
+ * nothing is added atomically. Statistics are fp32; the math is kernels/cpu/layernorm.c's. The
+ * weight and bias are read through their 16-bit twins where the ctx has them (zt_param_view). */
 #include "channel_sums.cuh"
 
 /* A row is walked in 16-byte chunks (cuda_common.cuh): a thread takes ZT_VEC(T) consecutive
@@ -11,8 +12,8 @@
     for (int c = threadIdx.x * ZT_VEC(T); c < (C); c += blockDim.x * ZT_VEC(T))
 
 template <typename T>
-__global__ void ln_fwd(T *out, float *mean, float *rstd, const T *inp, const float *w,
-                       const float *b, int C) {
+__global__ void ln_fwd(T *out, float *mean, float *rstd, const T *inp, zt_param_view w,
+                       zt_param_view b, int C) {
     constexpr int W = ZT_VEC(T);
     __shared__ float red[32];
     const T *x = inp + (size_t)blockIdx.x * C;
@@ -38,7 +39,7 @@ __global__ void ln_fwd(T *out, float *mean, float *rstd, const T *inp, const flo
         zt_ldv(x, c, C, v);
         for (int j = 0; j < W && c + j < C; j++) {
             v[j] = (v[j] - m) * s * w[c + j];
-            if (b)
+            if (b.present())
                 v[j] += b[c + j];
         }
         zt_stv(o, c, C, v);
@@ -50,7 +51,7 @@ __global__ void ln_fwd(T *out, float *mean, float *rstd, const T *inp, const flo
 }
 
 template <typename T>
-__global__ void ln_bwd_inp(T *dinp, const T *dout, const T *inp, const float *w,
+__global__ void ln_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
                            const float *mean, const float *rstd, int C) {
     constexpr int W = ZT_VEC(T);
     __shared__ float red[32];
@@ -105,7 +106,8 @@ extern "C" void zt_cuda_layernorm_forward(const zt_ctx *x, void *out, float *mea
         return;
     ZT_ACT_DISPATCH(x->act, {
         ZT_LAUNCH(ln_fwd<ACT_T>, N, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
-                  (ACT_T *)out, mean, rstd, (const ACT_T *)inp, w, b, C);
+                  (ACT_T *)out, mean, rstd, (const ACT_T *)inp, zt_cuda_param(x, w, C),
+                  zt_cuda_param(x, b, C), C);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }
@@ -117,7 +119,8 @@ extern "C" void zt_cuda_layernorm_backward(const zt_ctx *x, void *dinp, float *d
         return;
     ZT_ACT_DISPATCH(x->act, {
         ZT_LAUNCH(ln_bwd_inp<ACT_T>, N, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
-                  (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, w, mean, rstd, C);
+                  (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, zt_cuda_param(x, w, C),
+                  mean, rstd, C);
         ZT_CUDA_LAUNCHED(x->be);
         ln_param_terms<ACT_T> terms = {(const ACT_T *)dout, (const ACT_T *)inp, mean, rstd, C};
         zt_channel_sums(x, dw, db, terms, N, C);

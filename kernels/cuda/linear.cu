@@ -12,7 +12,8 @@
  * twin (an op called outside a model, ZTRAIN_CUDA_WEIGHTS=round) is rounded into a scratch
  * buffer first, at a pass over W per call: the same values, since the twin is the fp32 value
  * rounded as to_half rounds. A bias twin that is not 16-byte aligned, which cuBLASLt's bias
- * epilogue wants, is rounded the same way (OC values). The weight gradient reads 16-bit inputs
+ * epilogue wants, is copied into aligned scratch (OC values). With a twin the fp32 values are
+ * never read (backend.h, reads_param16). The weight gradient reads 16-bit inputs
  * and accumulates into fp32 directly. The bias gradient is a per-channel sum over row tiles
  * (channel_sums.cuh): deterministic, accumulated into the fp32 gradient. */
 #include "channel_sums.cuh"
@@ -32,7 +33,11 @@ static void round_into(const zt_ctx *x, void *dst, const float *src, size_t n) {
 
 /* The twin of p[0, n) as the product may read it (NULL: none, or refused by the environment). */
 static const void *twin(const zt_ctx *x, const float *p, size_t n) {
-    return zt_cuda_of(x)->weights_round ? NULL : (const void *)zt_param16_of(x, p, n);
+    return zt_cuda_param(x, p, n).half;
+}
+
+__global__ void copy_u16(uint16_t *dst, const uint16_t *src, size_t n) {
+    ZT_GRID_LOOP(i, n) { dst[i] = src[i]; }
 }
 
 /* W (n_w values) and bias (n_b, may be NULL) in the activations' 16-bit type: their twins where
@@ -41,8 +46,12 @@ static const void *twin(const zt_ctx *x, const float *p, size_t n) {
 static const void *weights16(const zt_ctx *x, const float *w, size_t n_w, const float *bias,
                              size_t n_b, const void **bias16) {
     const void *w16 = twin(x, w, n_w), *b16 = bias ? twin(x, bias, n_b) : NULL;
-    if (b16 && (uintptr_t)b16 % 16 != 0)
+    /* A twin bias off cuBLASLt's 16-byte alignment is copied to scratch that is aligned. */
+    const uint16_t *b_unaligned = NULL;
+    if (b16 && (uintptr_t)b16 % 16 != 0) {
+        b_unaligned = (const uint16_t *)b16;
         b16 = NULL;
+    }
     const bool round_w = !w16, round_b = bias && !b16;
     /* The bias follows W at an offset kept 16-byte aligned for cuBLASLt. */
     size_t boff = round_w ? (n_w * 2 + 15) / 16 * 16 : 0;
@@ -58,7 +67,10 @@ static const void *weights16(const zt_ctx *x, const float *w, size_t n_w, const 
         __atomic_add_fetch(&zt_cuda_of(x)->weights_rounded, 1, __ATOMIC_RELAXED);
     }
     if (round_b) {
-        round_into(x, p + boff, bias, n_b);
+        if (b_unaligned)
+            ZT_LAUNCH_1D(x, n_b, copy_u16, (uint16_t *)(p + boff), b_unaligned, n_b);
+        else
+            round_into(x, p + boff, bias, n_b);
         b16 = p + boff;
     }
     if (bias16)

@@ -1,6 +1,7 @@
 /* RMSNorm (Llama) on the GPU, shaped as layernorm.cu: a block per row for the forward and the
  * input gradient (128-bit loads), per-channel sums over row tiles for the weight gradient
- * (channel_sums.cuh); fp32 statistics, the math of kernels/cpu/rmsnorm.c. */
+ * (channel_sums.cuh); fp32 statistics, the math of kernels/cpu/rmsnorm.c. The weight is read
+ * through its 16-bit twin where the ctx has it (zt_param_view). */
 #include "channel_sums.cuh"
 
 /* Rows are walked in 16-byte chunks as in layernorm.cu. */
@@ -8,7 +9,7 @@
     for (int c = threadIdx.x * ZT_VEC(T); c < (C); c += blockDim.x * ZT_VEC(T))
 
 template <typename T>
-__global__ void rms_fwd(T *out, float *rstd, const T *inp, const float *w, float eps, int C) {
+__global__ void rms_fwd(T *out, float *rstd, const T *inp, zt_param_view w, float eps, int C) {
     constexpr int W = ZT_VEC(T);
     __shared__ float red[32];
     const T *x = inp + (size_t)blockIdx.x * C;
@@ -34,7 +35,7 @@ __global__ void rms_fwd(T *out, float *rstd, const T *inp, const float *w, float
 
 /* dx = rstd·(w⊙d - xhat·mean(w⊙d⊙xhat)), accumulated. */
 template <typename T>
-__global__ void rms_bwd_inp(T *dinp, const T *dout, const T *inp, const float *w,
+__global__ void rms_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
                             const float *rstd, int C) {
     constexpr int W = ZT_VEC(T);
     __shared__ float red[32];
@@ -80,7 +81,7 @@ extern "C" void zt_cuda_rmsnorm_forward(const zt_ctx *x, void *out, float *rstd,
         return;
     ZT_ACT_DISPATCH(x->act, {
         ZT_LAUNCH(rms_fwd<ACT_T>, N, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
-                  (ACT_T *)out, rstd, (const ACT_T *)inp, w, eps, C);
+                  (ACT_T *)out, rstd, (const ACT_T *)inp, zt_cuda_param(x, w, C), eps, C);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }
@@ -92,7 +93,8 @@ extern "C" void zt_cuda_rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw,
         return;
     ZT_ACT_DISPATCH(x->act, {
         ZT_LAUNCH(rms_bwd_inp<ACT_T>, N, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
-                  (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, w, rstd, C);
+                  (ACT_T *)dinp, (const ACT_T *)dout, (const ACT_T *)inp, zt_cuda_param(x, w, C),
+                  rstd, C);
         ZT_CUDA_LAUNCHED(x->be);
         rms_weight_term<ACT_T> term = {(const ACT_T *)dout, (const ACT_T *)inp, rstd, C};
         zt_channel_sums(x, dw, NULL, term, N, C);

@@ -19,9 +19,9 @@ before new ones are made, so the peak is the most held at one moment, in one of 
   in fp32, or in mixed precision the 16-bit parameters made beside them;
 
   step: the model state, plus what the step holds per layer: the fp32 parameters of the
-  layers in use (mixed precision: the outer tensors and a block, two at stage 3 with
-  overlap_comm's prefetch, its default; fp32 stage 3: one block gathered at a time, a layer's
-  fp32 copy going once the layer is done) and the fp32 gradients of the layers the backward
+  layers in use (fp32 stage 3: one block gathered at a time, a layer's fp32 copy going once
+  the layer is done; none in mixed precision, whose ops read the 16-bit parameters: the CUDA
+  backend's reads_param16, backend.h) and the fp32 gradients of the layers the backward
   writes (the outer tensors' from the forward's start, committed before the head's backward
   writes them; in mixed precision one block, let go once added into the 16-bit gradients;
   in fp32 at stages 2-3 the blocks of the bucket being filled and the one reduced before it,
@@ -174,9 +174,10 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
             terms["parameters"] = gran(2 * p)
         terms["gradients"] = gran(2 * (slice_ if stage >= 2 else p))
         terms["optimizer"] = 3 * opt
-        # The fp32 parameters of the layers in use and the gradients of the one the backward
-        # writes (each let go once added into the 16-bit gradients).
-        step = _layers_held(L, C, V, T, p, 4, k) + _layers_held(L, C, V, T, p, 4, 1)
+        # The gradients of the layer the backward writes (let go once added into the 16-bit
+        # gradients), at stage 3 two: one block's reduction overlaps the next one's backward;
+        # the ops read the 16-bit parameters, so no fp32 parameter is in use.
+        step = _layers_held(L, C, V, T, p, 4, k)
         terms["fp32 in use"] = max(made - sum(terms.values()), step)
     else:
         terms["parameters"] = gran(4 * (slice_ if stage == 3 else p))

@@ -83,7 +83,9 @@ typedef struct {
     uint64_t last_reduce;       /* sequence number of the last queued gradient bucket */
     /* Mixed precision (dtype bf16 or fp16): the parameters and gradients live in 16 bits and the
      * model's fp32 buffers become a working copy of the layers in use; fp32 master weights of the
-     * slice feed the optimizer and are rounded to nearest even into the 16-bit parameters. */
+     * slice feed the optimizer and are rounded to nearest even into the 16-bit parameters. On a
+     * backend whose ops read the 16-bit twin (backend.h, reads_param16) a step leaves the fp32
+     * parameters unfilled: only the gradients are fp32, per layer. */
     bool half;
     zt_dtype dtype;             /* storage type of parameters and gradients */
     zt_dtype comm_dtype;        /* values are rounded to this before they are communicated */
@@ -94,9 +96,10 @@ typedef struct {
     size_t master_n, master_base;
     float *chunk;               /* [ZT_ZERO_CHUNK] staging for the step's conversions */
     /* p16 as the model's ctx sees it (ops.h, zt_param16): the 16-bit twin of model->params
-     * that a backend's products read. Wherever a range of the fp32 working copy is in place,
-     * p16 holds the same values there (stage 3 gathers the 16-bit parameters first and widens
-     * them), so the twin is never stale. */
+     * that a backend's ops read. Wherever a range of the fp32 working copy is in place, p16
+     * holds the same values there (stage 3 gathers the 16-bit parameters first and widens
+     * them), so the twin is never stale; where the backend reads twins the step fills no fp32
+     * copy at all, and the layers gathered for a checkpoint or an export are still widened. */
     zt_param16 twin;
     bool poison_next;           /* fault injection: make this rank's next gradients not finite */
     /* Offload (offload.h): with offload_optimizer "cpu"/"nvme" the masters and the optimizer's

@@ -86,6 +86,11 @@ struct zt_backend {
     /* Attention keeps each row's log-sum-exp for its backward, not the T×T probabilities
      * (ops.h, attention_forward; zt_attn_state_floats sizes it). */
     bool attn_lse;
+    /* Every op that reads a parameter reads its 16-bit twin instead whenever the ctx carries one
+     * covering it (ops.h, zt_param16): the fp32 values are then never read, so in mixed
+     * precision a caller need not fill the fp32 working copy (ZeRO does not, zero.h). The CUDA
+     * backend's (but under ZTRAIN_CUDA_WEIGHTS=round); the CPU computes from the fp32 values. */
+    bool reads_param16;
     void *impl;                     /* the implementation's own state */
 };
 
