@@ -163,8 +163,8 @@ static zt_status agree_on_update(zt_zero *z, zt_status mine) {
 }
 
 /* One offloaded update: on a GPU the tiles' copies are issued one tile ahead (stage_ahead). */
-static zt_status offload_step(zt_zero *z, update_ctx *c, void (*update)(void *,
-                                                                          const zt_offload_tile *)) {
+static zt_status offload_step(zt_zero *z, update_ctx *c,
+                              void (*update)(void *, const zt_offload_tile *)) {
     zt_offload_pass pass = {update, z->host_be ? stage_ahead : NULL, c};
     zt_status s = zt_offload_step(z->off, &pass);
     return agree_on_update(z, s == ZT_OK ? zt_zero_first_error(z) : s);

@@ -221,7 +221,8 @@ static void check_event_wait(void) {
         b[i] = -(float)i;
     }
     float *d = dev_copy_of(a, bytes);
-    float *h1 = zt_backend_alloc(be, ZT_MEM_PINNED, bytes), *h2 = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
+    float *h1 = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
+    float *h2 = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
     zt_event *ev = zt_backend_event_create(be), *never = zt_backend_event_create(be);
     ZT_ASSERT(d && h1 && h2 && ev && never);
     /* The emulated device's count of event waits that left reads queued (absent on a GPU). */
@@ -239,19 +240,19 @@ static void check_event_wait(void) {
     check_at(__FILE__, __LINE__, s == ZT_OK, "event wait: %s", zt_last_error());
     check_at(__FILE__, __LINE__, memcmp(h1, a, bytes) == 0,
              "the copy before the event had not landed when its wait returned");
-    check_at(__FILE__, __LINE__, w1.waits == w0.waits + 1, "an event wait counted %llu host waits, not 1",
-             w1.waits - w0.waits);
+    CHECK(w1.waits == w0.waits + 1, "an event wait counted %llu host waits, not 1",
+          w1.waits - w0.waits);
     if (ahead) {
         /* The emulator runs queued work only when the host waits for it: the copy after the
          * event is still queued, as it may still be running on a GPU. */
         float zero[N] = {0};
         check_at(__FILE__, __LINE__, memcmp(h2, zero, bytes) == 0,
                  "the event wait ran the copy issued after the event");
-        check_at(__FILE__, __LINE__, ahead() == a0 + 1, "the emulator saw %llu event waits with reads "
-                 "queued behind them, not 1", ahead() - a0);
+        CHECK(ahead() == a0 + 1, "the emulator saw %llu event waits with reads queued behind "
+              "them, not 1", ahead() - a0);
     }
     check_at(__FILE__, __LINE__, zt_backend_sync(be) == ZT_OK, "sync: %s", zt_last_error());
-    check_at(__FILE__, __LINE__, memcmp(h2, b, bytes) == 0, "the copy after the event: wrong bytes after sync");
+    CHECK(memcmp(h2, b, bytes) == 0, "the copy after the event: wrong bytes after sync");
     check_at(__FILE__, __LINE__, zt_backend_event_wait(be, never) == ZT_OK,
              "an event never recorded: %s", zt_last_error());
 
@@ -268,12 +269,12 @@ static void check_event_wait(void) {
         zt_backend_event_record(be, ev, ZT_STREAM_COMPUTE);
         s = zt_backend_event_wait(be, ev);
         const char *msg = zt_last_error();
-        check_at(__FILE__, __LINE__, s == ZT_ERR_IO && strstr(msg, "cuda device 0") &&
-                 strstr(msg, "released"), "a copy refused before the event: the wait returned %s: %s",
-                 zt_status_name(s), msg);
-        check_at(__FILE__, __LINE__, zt_backend_sync(be) == ZT_OK, "the refused copy was reported twice: %s",
-                 zt_last_error());
-        check_at(__FILE__, __LINE__, zt_backend_commit(be, r, 0, big) == ZT_OK, "commit: %s", zt_last_error());
+        CHECK(s == ZT_ERR_IO && strstr(msg, "cuda device 0") && strstr(msg, "released"),
+              "a copy refused before the event: the wait returned %s: %s", zt_status_name(s),
+              msg);
+        CHECK(zt_backend_sync(be) == ZT_OK, "the refused copy was reported twice: %s",
+              zt_last_error());
+        CHECK(zt_backend_commit(be, r, 0, big) == ZT_OK, "commit: %s", zt_last_error());
         zt_backend_free(be, ZT_MEM_DEVICE, r, big);
     }
     zt_backend_event_destroy(be, ev);

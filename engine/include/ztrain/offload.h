@@ -120,10 +120,11 @@ zt_status zt_offload_write_device(zt_offload *f, int stream, size_t first, const
                                   size_t count);
 
 /* One update over the slice: calls pass->update once per tile, in order (and pass->ahead one
- * tile ahead of it), and writes back every file-backed tile. A failed read or write stops the update and is returned (naming the file,
- * the rank and the error) after all I/O in flight has finished: the caller must then not publish
- * the parameters. ZTRAIN_INJECT_NVME_FULL="STEP[:RANK]" makes the first write of update STEP
- * (from 1) on RANK (default 0) fail with ENOSPC, as a disk that fills up mid-run would. */
+ * tile ahead of it), and writes back every file-backed tile. A failed read or write stops the
+ * update and is returned (naming the file, the rank and the error) after all I/O in flight has
+ * finished: the caller must then not publish the parameters. ZTRAIN_INJECT_NVME_FULL=
+ * "STEP[:RANK]" makes the first write of update STEP (from 1) on RANK (default 0) fail with
+ * ENOSPC, as a disk that fills up mid-run would. */
 zt_status zt_offload_step(zt_offload *f, const zt_offload_pass *pass);
 
 /* Bytes of host memory the store holds for a stream: its host part and its buffers (the bounce
