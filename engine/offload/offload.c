@@ -535,28 +535,52 @@ static void finish_tile(zt_offload *f, size_t i, bool write, step_error *e) {
             finish(f, &f->s[k], write ? &f->s[k].wr[slot] : &f->s[k].rd[slot], e);
 }
 
-zt_status zt_offload_step(zt_offload *f, zt_offload_update_fn update, void *ctx) {
+/* Tile i as the update sees it: each present stream's elements in memory, or for a file-backed
+ * one its slot's buffer (in_file), which an ahead call leaves NULL. */
+static zt_offload_tile tile_at(const zt_offload *f, size_t i, bool in_file) {
+    zt_offload_tile t = {0};
+    tile_range(f, i, &t.first, &t.count);
+    int slot = (int)(i % (size_t)f->slots);
+    for (int k = 0; k < ZT_OFFLOAD_STREAMS; k++) {
+        const stream *s = &f->s[k];
+        if (s->place == ZT_PLACE_ABSENT)
+            continue;
+        if (!tile_in_file(s, t.first))
+            t.p[k] = at(s, t.first);
+        else if (in_file)
+            t.p[k] = s->buf[slot];
+    }
+    return t;
+}
+
+static void tell_ahead(const zt_offload *f, const zt_offload_pass *pass, size_t i) {
+    if (!pass->ahead)
+        return;
+    zt_offload_tile next = tile_at(f, i, false);
+    pass->ahead(pass->ctx, &next);
+}
+
+zt_status zt_offload_step(zt_offload *f, const zt_offload_pass *pass) {
     f->updates++;
     bool inject = f->full_at == f->updates;
     size_t tiles = (f->n + f->tile - 1) / f->tile;
     step_error e = {0};
-    if (tiles > 0)
+    if (tiles > 0) {
         start_read(f, 0, &e);
+        tell_ahead(f, pass, 0);
+    }
     for (size_t i = 0; i < tiles && !e.err; i++) {
         if (f->pipeline_read && i + 1 < tiles)
             start_read(f, i + 1, &e);
+        /* The caller's transfers of the next tile start before this one's reads are waited
+         * for, so they overlap the file I/O too. */
+        if (i + 1 < tiles && !e.err)
+            tell_ahead(f, pass, i + 1);
         finish_tile(f, i, false, &e);
         if (e.err)
             break;
-        zt_offload_tile t = {0};
-        tile_range(f, i, &t.first, &t.count);
-        int slot = (int)(i % (size_t)f->slots);
-        for (int k = 0; k < ZT_OFFLOAD_STREAMS; k++) {
-            stream *s = &f->s[k];
-            if (s->place != ZT_PLACE_ABSENT)
-                t.p[k] = tile_in_file(s, t.first) ? s->buf[slot] : at(s, t.first);
-        }
-        update(ctx, &t);
+        zt_offload_tile t = tile_at(f, i, true);
+        pass->update(pass->ctx, &t);
         start_write(f, i, inject, &e);
         if (!f->pipeline_write)
             finish_tile(f, i, true, &e);

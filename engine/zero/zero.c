@@ -246,11 +246,16 @@ void zt_zero_free(zt_zero *z) {
     z->norm_weights = NULL;
     zt_offload_destroy(z->off);
     if (z->host_be) {
-        /* Pinned by the device's backend (zero_optim.c): the last tile's upload from host_p may
+        /* Pinned by the device's backend (zero_optim.c): the last tile's upload from a slot may
          * still be queued. A failure there was the step's to report. */
         (void)zt_backend_sync(z->be);
-        zt_backend_free(z->be, ZT_MEM_PINNED, z->host_g, z->host_bytes);
-        zt_backend_free(z->be, ZT_MEM_PINNED, z->host_p, z->host_bytes);
+        for (int k = 0; k < ZT_ZERO_TILE_SLOTS; k++) {
+            zt_zero_tile_slot *sl = &z->host_slot[k];
+            zt_backend_free(z->be, ZT_MEM_PINNED, sl->g, z->host_bytes);
+            zt_backend_free(z->be, ZT_MEM_PINNED, sl->p, z->host_bytes);
+            if (sl->copied)
+                zt_backend_event_destroy(z->be, sl->copied);
+        }
         zt_backend_destroy(z->host_be);
     }
     if (z->model) {

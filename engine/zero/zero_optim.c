@@ -34,42 +34,62 @@ typedef struct {
     const void *g;
     float grad_mul;
     double lr, momentum;
+    size_t elem; /* bytes of a gradient (and of a parameter): 4, or 2 in mixed precision */
 } update_ctx;
 
 /* A tile's parameters in device memory (offload_param keeps them in the store's host buffers
  * instead). */
 static bool params_on_device(const zt_zero *z) { return !z->param_file; }
 
-/* On a GPU the tile's gradients come to the host first (and with fp32 parameters kept on the
- * device, `params` too, into host_p), and the optimizer runs on the host backend (the state is
- * host memory); its parameters go back afterwards (staged_end). The tile buffers are pinned, so
- * the copies run as DMA without CUDA staging them, and the host waits for the device once per
- * tile, here: it computes on what came back. NULL when the device failed (the failure is
- * recorded, and the tile is not updated from stale numbers). */
-static const void *staged_grads(update_ctx *c, const zt_offload_tile *t, size_t elem,
-                                const float *params) {
+static zt_zero_tile_slot *slot_of(zt_zero *z, const zt_offload_tile *t) {
+    size_t i = t->first / zt_offload_tile_elems(z->off);
+    return &z->host_slot[i % ZT_ZERO_TILE_SLOTS];
+}
+
+/* On a GPU the tiles are staged through pinned host buffers (the copies then run as DMA, CUDA
+ * staging nothing), and the optimizer runs on the host backend (the state is host memory). The
+ * store tells of each tile one ahead of its update (offload.h), and its copies to the host are
+ * issued then: the gradients, and with fp32 parameters kept on the device the parameters too,
+ * into the tile's slot, then an event. So while the host updates tile i, tile i + 1's copies
+ * run. Reuse of a slot is ordered by the one stream: tile i + 2's copies into tile i's slot are
+ * issued after tile i's parameters went back from it (staged_end), so they run after them, and
+ * the host writes the slot only after waiting for tile i + 2's event. */
+static void stage_ahead(void *arg, const zt_offload_tile *next) {
+    update_ctx *c = arg;
     zt_zero *z = c->z;
-    const char *g = (const char *)c->g + t->first * elem;
-    if (params)
-        zt_backend_copy(z->be, z->host_p, params, t->count * 4, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
-    zt_backend_copy(z->be, z->host_g, g, t->count * elem, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
-    zt_status s = zt_backend_sync(z->be);
+    zt_zero_tile_slot *sl = slot_of(z, next);
+    const void *p = next->p[ZT_OFFLOAD_PARAMS];
+    if (c->elem == 4 && params_on_device(z))
+        zt_backend_copy(z->be, sl->p, p, next->count * 4, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    zt_backend_copy(z->be, sl->g, (const char *)c->g + next->first * c->elem,
+                    next->count * c->elem, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    zt_backend_event_record(z->be, sl->copied, ZT_STREAM_COMPUTE);
+}
+
+/* The host waits for the tile's own copies (not the whole device: the next tile's are queued
+ * behind them) and computes on what came back. NULL when the device failed, or an earlier tile
+ * did (the failure is recorded, and no tile is updated from stale numbers). */
+static const void *staged_grads(update_ctx *c, const zt_offload_tile *t) {
+    zt_zero *z = c->z;
+    if (zt_zero_first_error(z) != ZT_OK)
+        return NULL;
+    zt_status s = zt_backend_event_wait(z->be, slot_of(z, t)->copied);
     if (s != ZT_OK) {
         zt_zero_fail(z, s);
         return NULL;
     }
     c->o->ctx.be = z->host_be;
-    return z->host_g;
+    return slot_of(z, t)->g;
 }
 
-/* The host's update is in host_p; it goes back to the device without a wait: the next tile's
- * wait (or the next step's) comes before the host writes host_p again. */
-static void staged_end(update_ctx *c, const zt_offload_tile *t, size_t elem) {
+/* The host's update is in the slot's p; it goes back to the device without a wait (see
+ * stage_ahead for when the slot is written again). */
+static void staged_end(update_ctx *c, const zt_offload_tile *t) {
     zt_zero *z = c->z;
     c->o->ctx.be = z->be;
     if (params_on_device(z))
-        zt_backend_copy(z->be, t->p[ZT_OFFLOAD_PARAMS], z->host_p, t->count * elem, ZT_COPY_H2D,
-                        ZT_STREAM_COMPUTE);
+        zt_backend_copy(z->be, t->p[ZT_OFFLOAD_PARAMS], slot_of(z, t)->p, t->count * c->elem,
+                        ZT_COPY_H2D, ZT_STREAM_COMPUTE);
 }
 
 static void update_tile_half(void *arg, const zt_offload_tile *t) {
@@ -78,16 +98,16 @@ static void update_tile_half(void *arg, const zt_offload_tile *t) {
     const uint16_t *g = (const uint16_t *)c->g + t->first;
     uint16_t *p16 = t->p[ZT_OFFLOAD_PARAMS];
     if (z->host_be) {
-        if (!(g = staged_grads(c, t, 2, NULL)))
+        if (!(g = staged_grads(c, t)))
             return;
         if (params_on_device(z))
-            p16 = z->host_p;
+            p16 = slot_of(z, t)->p;
     }
     update_half_range(z, c->o, t->p[ZT_OFFLOAD_MASTER], g, t->p[ZT_OFFLOAD_EXP_AVG],
                       t->p[ZT_OFFLOAD_EXP_AVG_SQ], p16, t->count, c->grad_mul, c->lr,
                       c->momentum);
     if (z->host_be)
-        staged_end(c, t, 2);
+        staged_end(c, t);
 }
 
 static void update_tile(void *arg, const zt_offload_tile *t) {
@@ -96,21 +116,21 @@ static void update_tile(void *arg, const zt_offload_tile *t) {
     const float *g = (const float *)c->g + t->first;
     float *p = t->p[ZT_OFFLOAD_PARAMS];
     if (z->host_be) {
-        bool dev = params_on_device(z);
-        if (!(g = staged_grads(c, t, 4, dev ? p : NULL)))
+        if (!(g = staged_grads(c, t)))
             return;
-        if (dev)
-            p = z->host_p;
+        if (params_on_device(z))
+            p = slot_of(z, t)->p;
     }
     zt_optimizer_update_with(c->o, p, g, t->p[ZT_OFFLOAD_EXP_AVG], t->p[ZT_OFFLOAD_EXP_AVG_SQ],
                              t->count, c->lr, c->momentum);
     if (z->host_be)
-        staged_end(c, t, 4);
+        staged_end(c, t);
 }
 
-/* The host side of the offloaded update on a GPU: a CPU backend and two tile-sized host
- * buffers. Its mixed-precision update needs the fused Adam kernel (the other path converts on
- * the device), so SGD with 16-bit parameters is refused there. */
+/* The host side of the offloaded update on a GPU: a CPU backend and ZT_ZERO_TILE_SLOTS sets of
+ * two tile-sized host buffers and an event. Its mixed-precision update needs the fused Adam
+ * kernel (the other path converts on the device), so SGD with 16-bit parameters is refused
+ * there. */
 static zt_status stage_offload(zt_zero *z, const zt_optimizer *o) {
     const char *forced = getenv("ZTRAIN_OFFLOAD_STAGED");
     if (z->be->device == ZT_DEVICE_CPU && !(forced && strcmp(forced, "1") == 0))
@@ -121,11 +141,18 @@ static zt_status stage_offload(zt_zero *z, const zt_optimizer *o) {
                         z->be->name);
     ZT_TRY(zt_backend_create(&z->host_be, ZT_DEVICE_CPU, NULL));
     z->host_bytes = zt_offload_tile_elems(z->off) * sizeof(float);
-    z->host_g = zt_backend_alloc(z->be, ZT_MEM_PINNED, z->host_bytes);
-    z->host_p = zt_backend_alloc(z->be, ZT_MEM_PINNED, z->host_bytes);
-    if (!z->host_g || !z->host_p)
-        return zt_error(ZT_ERR_NOMEM, "offload: no host memory for two %zu-byte update tiles",
-                        z->host_bytes);
+    for (int k = 0; k < ZT_ZERO_TILE_SLOTS; k++) {
+        zt_zero_tile_slot *sl = &z->host_slot[k];
+        sl->g = zt_backend_alloc(z->be, ZT_MEM_PINNED, z->host_bytes);
+        sl->p = zt_backend_alloc(z->be, ZT_MEM_PINNED, z->host_bytes);
+        if (!sl->g || !sl->p)
+            return zt_error(ZT_ERR_NOMEM, "offload: no host memory for %d pairs of %zu-byte "
+                            "update tiles", ZT_ZERO_TILE_SLOTS, z->host_bytes);
+        sl->copied = zt_backend_event_create(z->be);
+        if (!sl->copied)
+            return zt_error(ZT_ERR_NOMEM, "offload: device \"%s\" made no event for the "
+                            "update's tile copies", z->be->name);
+    }
     return ZT_OK;
 }
 
@@ -133,6 +160,14 @@ static zt_status stage_offload(zt_zero *z, const zt_optimizer *o) {
  * to publish (all-gather) parameters while another stops. */
 static zt_status agree_on_update(zt_zero *z, zt_status mine) {
     return zt_zero_agree(z, mine, "update its offloaded state; no rank applies this update");
+}
+
+/* One offloaded update: on a GPU the tiles' copies are issued one tile ahead (stage_ahead). */
+static zt_status offload_step(zt_zero *z, update_ctx *c,
+                              void (*update)(void *, const zt_offload_tile *)) {
+    zt_offload_pass pass = {update, z->host_be ? stage_ahead : NULL, c};
+    zt_status s = zt_offload_step(z->off, &pass);
+    return agree_on_update(z, s == ZT_OK ? zt_zero_first_error(z) : s);
 }
 
 /* LAMB's trust ratios need whole tensors, which ZeRO partitions across ranks: the sums of
@@ -181,9 +216,8 @@ zt_status zt_zero_update_half(zt_zero *z, zt_optimizer *o, const uint16_t *g, si
                           grad_mul, lr, momentum);
         return ZT_OK;
     }
-    update_ctx c = {z, o, g, grad_mul, lr, momentum};
-    zt_status s = zt_offload_step(z->off, update_tile_half, &c);
-    return agree_on_update(z, s == ZT_OK ? zt_zero_first_error(z) : s);
+    update_ctx c = {z, o, g, grad_mul, lr, momentum, 2};
+    return offload_step(z, &c, update_tile_half);
 }
 
 zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, size_t count,
@@ -194,9 +228,8 @@ zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, 
         zt_optimizer_update(o, p, g, 0, count, lr, momentum);
         return ZT_OK;
     }
-    update_ctx c = {z, o, g, 1.0f, lr, momentum};
-    zt_status s = zt_offload_step(z->off, update_tile, &c);
-    return agree_on_update(z, s == ZT_OK ? zt_zero_first_error(z) : s);
+    update_ctx c = {z, o, g, 1.0f, lr, momentum, 4};
+    return offload_step(z, &c, update_tile);
 }
 
 zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimizer *o,

@@ -224,6 +224,11 @@ static void cpu_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
     (void)be, (void)s, (void)ev;
 }
 
+static zt_status cpu_event_wait(zt_backend *be, zt_event *ev) {
+    (void)be, (void)ev;
+    return ZT_OK;
+}
+
 static zt_status cpu_sync(zt_backend *be) {
     (void)be;
     return ZT_OK;
@@ -261,6 +266,7 @@ static const zt_backend_iface cpu_iface = {
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,
     .stream_wait = cpu_stream_wait,
+    .event_wait = cpu_event_wait,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
     .timer_create = cpu_timer_create,

@@ -361,6 +361,39 @@ static void cuda_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
     ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[s], ev->ev, 0));
 }
 
+/* The first failure recorded since the last report, as the host's waits report it (ZT_ERR_IO
+ * naming the device), and cleared: each failure is reported once. A launch error still pending
+ * in the runtime counts. */
+static zt_status take_first_error(zt_backend *be) {
+    zt_cuda_state *st = be->impl;
+    ZT_CUDA_LAUNCHED(be);
+    pthread_mutex_lock(&st->lock);
+    char msg[sizeof st->first_error];
+    memcpy(msg, st->first_error, sizeof msg);
+    st->first_error[0] = '\0';
+    pthread_mutex_unlock(&st->lock);
+    if (!msg[0])
+        return ZT_OK;
+    return zt_error(ZT_ERR_IO, "cuda device %d (%s): %s", be->device_index, st->device_name, msg);
+}
+
+/* The host's wait for one event, counted and timed as every wait of the backend's is, and
+ * watched (stream_watch.c) when communicators post on the streams. A failed wait keeps its own
+ * status (a dead peer's timeout stays a timeout; what it recorded is cleared with it);
+ * otherwise the first failure recorded meanwhile is the wait's, as sync reports it. */
+static zt_status cuda_event_wait(zt_backend *be, zt_event *ev) {
+    unsigned long long t0 = zt_cuda_wait_begin(be);
+    zt_status s = zt_cuda_watched_event_wait(be, ev->ev);
+    zt_cuda_wait_end(t0);
+    if (s == ZT_OK)
+        return take_first_error(be);
+    zt_cuda_state *st = be->impl;
+    pthread_mutex_lock(&st->lock);
+    st->first_error[0] = '\0';
+    pthread_mutex_unlock(&st->lock);
+    return s;
+}
+
 static zt_status cuda_sync(zt_backend *be) {
     zt_cuda_state *st = be->impl;
     /* What has been staged for uploads so far: queued already, so the wait covers it. */
@@ -390,15 +423,7 @@ static zt_status cuda_sync(zt_backend *be) {
         st->stage_at = 0;
     }
     pthread_mutex_unlock(&st->stage_lock);
-    ZT_CUDA_LAUNCHED(be);
-    pthread_mutex_lock(&st->lock);
-    char msg[sizeof st->first_error];
-    memcpy(msg, st->first_error, sizeof msg);
-    st->first_error[0] = '\0';
-    pthread_mutex_unlock(&st->lock);
-    if (!msg[0])
-        return ZT_OK;
-    return zt_error(ZT_ERR_IO, "cuda device %d (%s): %s", be->device_index, st->device_name, msg);
+    return take_first_error(be);
 }
 
 static void cuda_destroy(zt_backend *be) {
@@ -442,6 +467,7 @@ static const zt_backend_iface cuda_iface = {
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .stream_wait = cuda_stream_wait,
+    .event_wait = cuda_event_wait,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
     .timer_create = cuda_timer_create,

@@ -1,11 +1,13 @@
 """Training with "device": "cuda" on the emulated CUDA device (ZTRAIN_CUDA_EMU=1, which loads
 libztrain_cuda_emu.so: the CUDA backend's own kernels and module code, built by the host
 compiler) against the CPU engine: GPT-2 at fp32, bf16 and fp16 on one rank, with activation
-checkpointing, with the optimizer offloaded to pinned CPU memory (ZeRO 2, two ranks) and to NVMe
+checkpointing, with the optimizer offloaded to pinned CPU memory (ZeRO 2, two ranks; in one tile
+and in nine, bit for bit alike) and to NVMe
 through pinned buffers (ZeRO 3), ZeRO stages 0-3 and two pipeline stages on two ranks (device
 staging through shm) against one rank with the same global batch, Llama at fp32; a resume on
 cuda bit for bit the uninterrupted cuda run; and a device fault injected into the optimizer kernel (ZTRAIN_CUDA_EMU_FAULT) failing the job
-with the device's message instead of training on (issue 27, defect 1). Every cuda run checks that
+with the device's message instead of training on (issue 27, defect 1), and one met by the offloaded
+update's wait for its first tile failing the job before that step is applied. Every cuda run checks that
 nothing touches released device memory before committing it (CHECKED_VMM). Four steps each, small
 models: what runs is the CUDA code path, not its speed."""
 import os
@@ -121,10 +123,16 @@ with tempfile.TemporaryDirectory() as d:
           train(d, job("gpt2-cuda-ac", "cuda", train_opts={"activation_checkpointing": True})),
           1e-4)
     pinned_cpu = {"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+    off = train(d, job("gpt2-cuda-off", "cuda", world=2, micro=4, stage=2, zero=pinned_cpu))
     close(ck, "GPT-2 fp32, ZeRO 2 with the optimizer offloaded to pinned CPU memory, 2 ranks on "
-          "cuda vs 1 rank on cpu", cpu,
-          train(d, job("gpt2-cuda-off", "cuda", world=2, micro=4, stage=2, zero=pinned_cpu)),
-          1e-4)
+          "cuda vs 1 rank on cpu", cpu, off, 1e-4)
+    # In tiles of 2,048 elements (nine a rank): each tile's copies are issued while the host
+    # updates the tile before, through two sets of pinned buffers taken in turn. The update is
+    # element by element, so the losses are the one-tile run's bit for bit.
+    tiled = train(d, job("gpt2-cuda-off-tiles", "cuda", world=2, micro=4, stage=2,
+                         zero=dict(pinned_cpu, sub_group_size=2048)))
+    ck.check(tiled == off, f"GPT-2 fp32, ZeRO 2 offloaded in 9 tiles a rank on cuda equals the "
+             f"one-tile run bit for bit ({tiled} vs {off})")
     os.makedirs(f"{d}/nvme")
     pinned_nvme = {"offload_optimizer": {"device": "nvme", "nvme_path": f"{d}/nvme",
                                          "pin_memory": True}}
@@ -151,6 +159,30 @@ with tempfile.TemporaryDirectory() as d:
     done = [m for m in read_metrics(f"{d}/gpt2-fault/metrics.jsonl") if "train/loss" in m] \
         if os.path.exists(f"{d}/gpt2-fault/metrics.jsonl") else []
     ck.check(len(done) <= 2, f"no step is logged after the fault ({len(done)} logged)")
+    if p.returncode == 0 or "ZTRAIN_CUDA_EMU_FAULT" not in out:
+        sys.stderr.write(out[-3000:])
+    # A device fault after the step's read and before the offloaded update's copies: the
+    # clipping's scale, at its second launch, which is in the second step whose norm (in the
+    # tiled run above, the same job) is over gradient_clipping. The wait for the first tile's
+    # copies meets it, and the job stops before that step is applied (a wait that missed it
+    # would apply the step from what the faulted device left, and log it).
+    clipped = [i + 1 for i, m in enumerate(
+        m for m in read_metrics(f"{d}/gpt2-cuda-off-tiles/metrics.jsonl") if "train/grad_norm" in m)
+        if m["train/grad_norm"] > 1.0]
+    faulted = clipped[1] if len(clipped) > 1 else None
+    ck.check(faulted is not None, f"two steps of the tiled run clip their gradients: {clipped}")
+    p = train(d, job("gpt2-off-fault", "cuda", world=2, micro=4, stage=2,
+                     zero=dict(pinned_cpu, sub_group_size=2048)),
+              {"ZTRAIN_CUDA_EMU_FAULT": "scale_kernel:2"}, check=False)
+    out = p.stdout + p.stderr
+    ck.check(p.returncode != 0 and "cuda device 0" in out and "ZTRAIN_CUDA_EMU_FAULT" in out,
+             f"a device fault before the offloaded update fails the job naming the device "
+             f"(exit {p.returncode})")
+    done = [m for m in read_metrics(f"{d}/gpt2-off-fault/metrics.jsonl") if "train/loss" in m] \
+        if os.path.exists(f"{d}/gpt2-off-fault/metrics.jsonl") else []
+    ck.check(faulted is not None and len(done) == faulted - 1,
+             f"the offloaded update of the faulted step {faulted} is not applied: {len(done)} "
+             f"steps logged")
     if p.returncode == 0 or "ZTRAIN_CUDA_EMU_FAULT" not in out:
         sys.stderr.write(out[-3000:])
 ck.done()

@@ -9,7 +9,12 @@
  *     must be the device's bytes, which the emulator's deferred copies make stale when the host
  *     does not wait (defect 6);
  *   - a device error during training is reported by the step that meets it (defect 1), with the
- *     device's message: an injected fault (ZTRAIN_CUDA_EMU_FAULT) fails zt_backend_sync. */
+ *     device's message: an injected fault (ZTRAIN_CUDA_EMU_FAULT) fails zt_backend_sync;
+ *   - the host's wait for one event (zt_backend_event_wait, issue 28's offloaded update): it
+ *     covers the copies before the event (their bytes are there), counts as one host wait, and on
+ *     the emulator leaves the copies issued after the event queued; a failure recorded before it
+ *     (a copy refused into released memory) is its error, once; and a device fault (injected,
+ *     in a process of its own) fails it naming the device. */
 #define _GNU_SOURCE
 #define _XOPEN_SOURCE 700
 #include <math.h>
@@ -17,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -202,7 +208,125 @@ static void check_nvme_pinned(void) {
     rmdir(dir);
 }
 
-int main(void) {
+/* ---- the host's wait for an event ---------------------------------------------------------- */
+
+typedef unsigned long long (*ahead_fn)(void);
+
+static void check_event_wait(void) {
+    enum { N = 4096 };
+    const size_t bytes = N * sizeof(float);
+    float a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (float)i + 0.25f;
+        b[i] = -(float)i;
+    }
+    float *d = dev_copy_of(a, bytes);
+    float *h1 = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
+    float *h2 = zt_backend_alloc(be, ZT_MEM_PINNED, bytes);
+    zt_event *ev = zt_backend_event_create(be), *never = zt_backend_event_create(be);
+    ZT_ASSERT(d && h1 && h2 && ev && never);
+    /* The emulated device's count of event waits that left reads queued (absent on a GPU). */
+    ahead_fn ahead = (ahead_fn)zt_backend_cuda_symbol("zt_emu_waits_ahead");
+    check_at(__FILE__, __LINE__, zt_backend_sync(be) == ZT_OK, "sync: %s", zt_last_error());
+    zt_cuda_waits w0, w1;
+    unsigned long long a0 = ahead ? ahead() : 0;
+    zt_backend_copy(be, h1, d, bytes, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    zt_backend_event_record(be, ev, ZT_STREAM_COMPUTE);
+    zt_backend_copy(be, d, b, bytes, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    zt_backend_copy(be, h2, d, bytes, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    zt_backend_cuda_waits(be, &w0);
+    zt_status s = zt_backend_event_wait(be, ev);
+    zt_backend_cuda_waits(be, &w1);
+    check_at(__FILE__, __LINE__, s == ZT_OK, "event wait: %s", zt_last_error());
+    check_at(__FILE__, __LINE__, memcmp(h1, a, bytes) == 0,
+             "the copy before the event had not landed when its wait returned");
+    CHECK(w1.waits == w0.waits + 1, "an event wait counted %llu host waits, not 1",
+          w1.waits - w0.waits);
+    if (ahead) {
+        /* The emulator runs queued work only when the host waits for it: the copy after the
+         * event is still queued, as it may still be running on a GPU. */
+        float zero[N] = {0};
+        check_at(__FILE__, __LINE__, memcmp(h2, zero, bytes) == 0,
+                 "the event wait ran the copy issued after the event");
+        CHECK(ahead() == a0 + 1, "the emulator saw %llu event waits with reads queued behind "
+              "them, not 1", ahead() - a0);
+    }
+    check_at(__FILE__, __LINE__, zt_backend_sync(be) == ZT_OK, "sync: %s", zt_last_error());
+    CHECK(memcmp(h2, b, bytes) == 0, "the copy after the event: wrong bytes after sync");
+    check_at(__FILE__, __LINE__, zt_backend_event_wait(be, never) == ZT_OK,
+             "an event never recorded: %s", zt_last_error());
+
+    /* A failure the backend recorded (a copy refused into released memory not committed again)
+     * is the next wait's, as it would be sync's, and is reported once. Large allocations are
+     * granules of the emulator's VMM, which refuses such a copy; on a GPU without VMM nothing
+     * is refused, so this part runs on the emulator. */
+    if (ahead) {
+        const size_t big = (size_t)16 << 20;
+        unsigned char *r = zt_backend_alloc(be, ZT_MEM_DEVICE, big);
+        ZT_ASSERT(r);
+        zt_backend_release(be, r, 0, big);
+        zt_backend_copy(be, r, a, bytes, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+        zt_backend_event_record(be, ev, ZT_STREAM_COMPUTE);
+        s = zt_backend_event_wait(be, ev);
+        const char *msg = zt_last_error();
+        CHECK(s == ZT_ERR_IO && strstr(msg, "cuda device 0") && strstr(msg, "released"),
+              "a copy refused before the event: the wait returned %s: %s", zt_status_name(s),
+              msg);
+        CHECK(zt_backend_sync(be) == ZT_OK, "the refused copy was reported twice: %s",
+              zt_last_error());
+        CHECK(zt_backend_commit(be, r, 0, big) == ZT_OK, "commit: %s", zt_last_error());
+        zt_backend_free(be, ZT_MEM_DEVICE, r, big);
+    }
+    zt_backend_event_destroy(be, ev);
+    zt_backend_event_destroy(be, never);
+    zt_backend_free(be, ZT_MEM_PINNED, h1, bytes);
+    zt_backend_free(be, ZT_MEM_PINNED, h2, bytes);
+    zt_backend_free(be, ZT_MEM_DEVICE, d, bytes);
+}
+
+/* In a process of its own (a device fault is sticky): an add kernel faults, and the wait for an
+ * event after it fails naming the device and the fault. */
+static int event_fault_child(void) {
+    zt_backend *fb = NULL;
+    if (zt_backend_create(&fb, ZT_DEVICE_CUDA, NULL) != ZT_OK) {
+        fprintf(stderr, "zt_backend_create: %s\n", zt_last_error());
+        return 1;
+    }
+    enum { N = 256 };
+    float x[N] = {0};
+    float *d = zt_backend_alloc(fb, ZT_MEM_DEVICE, sizeof x);
+    zt_backend_copy(fb, d, x, sizeof x, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    zt_ctx c = {fb, ZT_F32, NULL};
+    fb->ops->add(&c, d, d, d, N);
+    zt_event *ev = zt_backend_event_create(fb);
+    zt_backend_event_record(fb, ev, ZT_STREAM_COMPUTE);
+    zt_status s = zt_backend_event_wait(fb, ev);
+    const char *msg = zt_last_error();
+    bool ok = check_at(__FILE__, __LINE__, s == ZT_ERR_IO && strstr(msg, "cuda device 0") &&
+                       strstr(msg, "ZTRAIN_CUDA_EMU_FAULT"),
+                       "the wait for an event after a faulting kernel returned %s: %s",
+                       zt_status_name(s), msg);
+    return ok ? 0 : 1;
+}
+
+static void check_event_fault(const char *self) {
+    if (!zt_backend_cuda_symbol("zt_emu_waits_ahead"))
+        return; /* faults are injected by the emulator */
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("ZTRAIN_CUDA_EMU_FAULT", "add_kernel:1", 1);
+        execl(self, self, "event-fault", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    check_at(__FILE__, __LINE__, WIFEXITED(st) && WEXITSTATUS(st) == 0,
+             "the event wait after an injected fault (child status %d)", st);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "event-fault") == 0)
+        return event_fault_child();
     if (!zt_backend_available(ZT_DEVICE_CUDA) || zt_backend_device_count(ZT_DEVICE_CUDA) == 0) {
         printf("test_cuda_backend: SKIPPED: no CUDA device, real or emulated (ctest sets "
                "ZTRAIN_CUDA_EMU=1)\n");
@@ -215,6 +339,8 @@ int main(void) {
     check_misaligned_linear(ZT_BF16);
     check_release_two_threads();
     check_nvme_pinned();
+    check_event_wait();
+    check_event_fault("/proc/self/exe");
     zt_backend_destroy(be);
     return check_summary("test_cuda_backend");
 }

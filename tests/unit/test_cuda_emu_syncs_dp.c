@@ -77,6 +77,12 @@ static int reads_allowed(const run_case *c) {
     return fp32_offload ? 2 * c->waits - 1 : c->waits;
 }
 
+/* The offloaded update's tiles a step (0 without offload): the waits a case allows past the
+ * step's one are the tiles'. */
+static int offload_tiles(const run_case *c) {
+    return strstr(c->zero_extra, "offload_optimizer") ? c->waits - 1 : 0;
+}
+
 static const run_case cases[] = {
     {"gpt2 fp32 ZeRO 0", TINY_GPT2, "", ADAMW, 0, "", false, 1, 1, NULL},
     {"gpt2 fp32 ZeRO 1", TINY_GPT2, "", ADAMW, 1, "", false, 1, 1, NULL},
@@ -93,7 +99,10 @@ static const run_case cases[] = {
     /* The host runs the offloaded update: it waits for each tile's gradients (one tile here;
      * with sub_group_size 4096, the 17,088 elements of a rank's slice are five tiles, so one
      * wait of the step and five of the tiles; at fp32 each tile reads its gradients and its
-     * parameters back, 1 + 2 · 5 read-backs). */
+     * parameters back, 1 + 2 · 5 read-backs). Each tile's wait is for an event after its own
+     * copies, and every tile but the last finds the next tile's copies issued behind it
+     * (zt_emu_waits_ahead): they run while the host updates this one (before: a whole-device
+     * sync a tile, which left nothing queued). */
     {"gpt2 bf16 ZeRO 2 offload cpu", TINY_GPT2, BF16, ADAMW, 2,
      ", \"offload_optimizer\": {\"device\": \"cpu\"}", false, 2, 1, NULL},
     {"gpt2 fp32 ZeRO 1 offload, 5 tiles", TINY_GPT2, "", ADAMW, 1,
@@ -151,8 +160,12 @@ enum { NCASES = sizeof cases / sizeof cases[0] };
  * and pageable uploads less the transport's staging, the staging's waits, and the payload. */
 typedef struct {
     unsigned long long own[STEPS][3], staged[STEPS], bytes[STEPS], reduced[STEPS];
+    unsigned long long ahead[STEPS]; /* event waits that left reads queued (zt_emu_waits_ahead) */
     size_t n_padded;
 } measured;
+
+/* The emulator's event waits that returned with device-to-host copies still queued behind. */
+static unsigned long long (*waits_ahead)(void);
 
 /* The TCP ports of the nccl cases' rendezvous, one a case, found free by the parent. */
 static int nccl_ports[64];
@@ -245,10 +258,12 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
     if (out)
         out->n_padded = zt_engine_model(e)->n_padded;
     for (int s = 0; s < STEPS && ok; s++) {
-        unsigned long long before[3] = {0}, after[3] = {0};
+        unsigned long long before[3] = {0}, after[3] = {0}, ahead0 = 0;
         zt_comm_dev_stats cb = dev_counts(used);
-        if (counts)
+        if (counts) {
             counts(before);
+            ahead0 = waits_ahead();
+        }
         for (int m = 0; m < GAS && ok; m++) {
             zt_batch b;
             ok = check_at(__FILE__, __LINE__, zt_engine_next_batch(e, &b) == ZT_OK &&
@@ -257,8 +272,11 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
                        "%s, rank %d step %d micro %d: %s", c->name, rank, s + 1, m,
                        zt_last_error());
         }
-        if (counts)
+        if (counts) {
             counts(after);
+            if (out)
+                out->ahead[s] = waits_ahead() - ahead0;
+        }
         zt_comm_dev_stats ca = dev_counts(used);
         const float *l = zt_engine_step_losses(e);
         losses[s] = ((double)l[0] + l[1]) / 2;
@@ -300,6 +318,10 @@ static int rank_main(int rank, counts_fn counts) {
             for (int s = 0; s < STEPS; s++)
                 printf(" %llu/%llu/%llu+%llu %llu/%llu", m->own[s][0], m->own[s][1],
                        m->own[s][2], m->staged[s], m->reduced[s], m->bytes[s]);
+            if (offload_tiles(c))
+                printf("; waits with the next tile's copies queued:");
+            for (int s = 0; offload_tiles(c) && s < STEPS; s++)
+                printf(" %llu", m->ahead[s]);
             printf("\n");
             fflush(stdout);
         }
@@ -311,6 +333,18 @@ static int rank_main(int rank, counts_fn counts) {
                   "pageable uploads besides the transport's staging; at most %d, %d and 0 "
                   "allowed", c->name, rank, s + 1, m->own[s][0], m->own[s][1], m->own[s][2],
                   c->waits, reads);
+        /* The offloaded update: exactly one wait a tile besides the step's, and when the host
+         * waits for a tile (but the last), the next tile's copies already issued behind it. */
+        const int tiles = offload_tiles(c);
+        for (int s = 1; tiles && s < STEPS; s++)
+            CHECK(m->own[s][0] == (unsigned)c->waits,
+                  "%s, rank %d step %d: %llu host waits, not one of the step's and one for each "
+                  "of %d tiles", c->name, rank, s + 1, m->own[s][0], tiles);
+        for (int s = 0; tiles && s < STEPS; s++)
+            CHECK(m->ahead[s] >= (unsigned)tiles - 1,
+                  "%s, rank %d step %d: the host waited for %llu of %d tiles with the next "
+                  "tile's copies issued behind them: the copies do not overlap the host's update",
+                  c->name, rank, s + 1, m->ahead[s], tiles - 1);
         /* NCCL reads device memory itself, the TP groups' included: nothing is staged. */
         for (int s = 0; c->comm && s < STEPS; s++)
             CHECK(m->staged[s] == 0, "%s, rank %d step %d: %llu collectives staged through the "
@@ -438,8 +472,11 @@ int main(void) {
             setenv("WORLD_SIZE", v, 1);
             setenv("LOCAL_WORLD_SIZE", v, 1);
             counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
-            if (!counts) {
-                fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n", r);
+            waits_ahead = (unsigned long long (*)(void))zt_backend_cuda_symbol(
+                "zt_emu_waits_ahead");
+            if (!counts || !waits_ahead) {
+                fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts or "
+                        "zt_emu_waits_ahead\n", r);
                 _exit(2);
             }
             _exit(rank_main(r, counts));

@@ -79,7 +79,21 @@ typedef struct {
     void *p[ZT_OFFLOAD_STREAMS];
 } zt_offload_tile;
 
-typedef void (*zt_offload_update_fn)(void *ctx, const zt_offload_tile *t);
+/* The calls of one update (zt_offload_step), all on the calling thread. */
+typedef struct {
+    /* Each tile once, in order: its new values go into the tile's pointers. */
+    void (*update)(void *ctx, const zt_offload_tile *t);
+    /* NULL, or each tile once before its update, one tile ahead: tile 0 before the loop, and
+     * tile i + 1 before the store waits for tile i's reads and updates it. A caller that stages
+     * tiles through buffers of its own (ZeRO's copies from a GPU) issues the next tile's
+     * transfers here, so they run while it updates this one. Only next->first, next->count and
+     * the pointers of the streams not in a file are set: those elements are where the update
+     * will find them, and may be read now; a file-backed stream's pointer is NULL (its read may
+     * still be in flight). Not called again for a tile when the update stops early (an I/O
+     * failure): what it issued is the caller's to settle. */
+    void (*ahead)(void *ctx, const zt_offload_tile *next);
+    void *ctx;
+} zt_offload_pass;
 
 /* Creates the store: allocates host streams (zeroed), creates the directories and files (zeroed,
  * allocated in full) and the buffers. Errors name the nvme_path key, the path and the rank: a
@@ -105,12 +119,13 @@ zt_status zt_offload_read_device(zt_offload *f, int stream, size_t first, void *
 zt_status zt_offload_write_device(zt_offload *f, int stream, size_t first, const void *src,
                                   size_t count);
 
-/* One update over the slice: calls `update` once per tile, in order, and writes back every
- * file-backed tile. A failed read or write stops the update and is returned (naming the file,
- * the rank and the error) after all I/O in flight has finished: the caller must then not publish
- * the parameters. ZTRAIN_INJECT_NVME_FULL="STEP[:RANK]" makes the first write of update STEP
- * (from 1) on RANK (default 0) fail with ENOSPC, as a disk that fills up mid-run would. */
-zt_status zt_offload_step(zt_offload *f, zt_offload_update_fn update, void *ctx);
+/* One update over the slice: calls pass->update once per tile, in order (and pass->ahead one
+ * tile ahead of it), and writes back every file-backed tile. A failed read or write stops the
+ * update and is returned (naming the file, the rank and the error) after all I/O in flight has
+ * finished: the caller must then not publish the parameters. ZTRAIN_INJECT_NVME_FULL=
+ * "STEP[:RANK]" makes the first write of update STEP (from 1) on RANK (default 0) fail with
+ * ENOSPC, as a disk that fills up mid-run would. */
+zt_status zt_offload_step(zt_offload *f, const zt_offload_pass *pass);
 
 /* Bytes of host memory the store holds for a stream: its host part and its buffers (the bounce
  * buffer counts with the parameters when they are in a file, else with the first state stream in

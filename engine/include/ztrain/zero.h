@@ -37,6 +37,18 @@ typedef struct {
 
 enum { ZT_ZERO_QUEUE = 64, ZT_ZERO_CHUNK = 1 << 16 };
 
+/* The offloaded update on a GPU stages its tiles through this many sets of pinned host buffers,
+ * so that one tile's copies run while the host updates another (zero_optim.c). */
+enum { ZT_ZERO_TILE_SLOTS = 2 };
+
+/* One set: a tile's gradients (g) and parameters (p, fp32 ones copied in with the gradients; in
+ * mixed precision the host writes the 16-bit ones there), and the event recorded after the
+ * copies into it, which the host waits for before it reads them. */
+typedef struct {
+    void *g, *p;
+    zt_event *copied;
+} zt_zero_tile_slot;
+
 /* With overlap_comm (stage 2/3, several ranks) one thread per rank runs the collectives the
  * hooks queue, in order, so they overlap the compute of the following layers; stage 3 also
  * prefetches the next layer's parameters. Every rank queues the same sequence, so the ranks'
@@ -110,12 +122,13 @@ typedef struct {
     bool masters_offloaded;
     bool param_file;
     /* The offloaded update on a GPU (zero_optim.c): the host's CPU backend runs the optimizer on
-     * the host tiles, with each tile's gradients (and fp32 parameters) copied to host_g / host_p
-     * first and the parameters copied back; NULL on the CPU, whose tiles the update reads where
-     * they are. ZTRAIN_OFFLOAD_STAGED=1 takes this path on the CPU too, for tests. */
+     * the host tiles, with each tile's gradients (and fp32 parameters) copied to a slot's g / p
+     * first, tile i in slot i mod ZT_ZERO_TILE_SLOTS, and the parameters copied back; NULL on
+     * the CPU, whose tiles the update reads where they are. ZTRAIN_OFFLOAD_STAGED=1 takes this
+     * path on the CPU too, for tests. */
     zt_backend *host_be;
-    void *host_g, *host_p;
-    size_t host_bytes;          /* of each of host_g and host_p */
+    zt_zero_tile_slot host_slot[ZT_ZERO_TILE_SLOTS];
+    size_t host_bytes;          /* of each slot's g and p */
     /* bf16_master_weights_and_grads with bf16_optimizer_states (zt_zero_use_states16): no fp32
      * masters (the 16-bit parameters of the slice are the masters) and the optimizer's state in
      * 16 bits, m16/v16 [part] (NULL where the optimizer has no such state), updated through

@@ -113,6 +113,13 @@ void note_issue(const char *what);
  * zt_backend_cuda_symbol. */
 extern "C" void zt_emu_sync_counts(unsigned long long out[3]);
 
+/* Since the process began: the host's event waits (cudaEventSynchronize, and a cudaEventQuery
+ * that ran pending work) that returned while a device-to-host copy issued after the event on
+ * its stream was still queued. Such a wait let the host compute on what the event covered with
+ * the device's next reads already issued: how tests/unit/test_cuda_emu_syncs_dp sees that the
+ * offloaded update's tile copies overlap the host's Adam. */
+extern "C" unsigned long long zt_emu_waits_ahead(void);
+
 /* Since the process began, each distinct kind of work the host issued to a stream (a kernel by
  * its name, "cublasLtMatmul", "cudaMemcpyAsync", "cudaEventRecord", an NCCL call, ...) and how
  * many times: up to cap of them into names/counts; returns how many there are. The names live

@@ -39,6 +39,7 @@ struct CUstream_st {
     uint64_t next_seq = 1, done_seq = 0;
     bool blocking = true, legacy = false, destroyed = false;
     unsigned queries = 0;
+    std::deque<uint64_t> d2h; /* the sequence numbers of device-to-host copies still queued */
 };
 
 /* When a timing event's record ran: the host's steady clock as the stream's queue reached it,
@@ -65,6 +66,9 @@ namespace zt_emu {
  * pageable memory (which CUDA may stage with a wait of its own). */
 static std::atomic<unsigned long long> g_waits, g_d2h, g_pageable_h2d;
 static void count_wait() { g_waits++; }
+/* Event waits that returned with a device-to-host copy still queued behind the event on its
+ * stream (zt_emu_waits_ahead): the host goes on while the device has reads left to run. */
+static std::atomic<unsigned long long> g_waits_ahead;
 
 std::recursive_mutex &device_lock() {
     static std::recursive_mutex *m = new std::recursive_mutex;
@@ -169,6 +173,8 @@ void drain(CUstream_st *s, uint64_t seq) {
         if (e != cudaSuccess)
             set_sticky(e, detail.empty() ? std::string(what) : detail);
     }
+    while (!s->d2h.empty() && s->d2h.front() <= s->done_seq)
+        s->d2h.pop_front();
     arena_close();
 }
 
@@ -664,13 +670,17 @@ static cudaError_t copy_async(void *dst, const void *src, size_t bytes, enum cud
             return cudaSuccess;
         });
     }
-    return enqueue(stream, call, [dst, src, bytes, call, src_dev, dst_dev](std::string &detail) {
-        if ((dst_dev && !mapped_when_run(dst, bytes, call, "destination", detail)) ||
-            (src_dev && !mapped_when_run(src, bytes, call, "source", detail)))
-            return cudaErrorIllegalAddress;
-        memmove(dst, src, bytes);
-        return cudaSuccess;
-    });
+    cudaError_t e =
+        enqueue(stream, call, [dst, src, bytes, call, src_dev, dst_dev](std::string &detail) {
+            if ((dst_dev && !mapped_when_run(dst, bytes, call, "destination", detail)) ||
+                (src_dev && !mapped_when_run(src, bytes, call, "source", detail)))
+                return cudaErrorIllegalAddress;
+            memmove(dst, src, bytes);
+            return cudaSuccess;
+        });
+    if (e == cudaSuccess && kind == cudaMemcpyDeviceToHost)
+        stream_of(stream)->d2h.push_back(stream_of(stream)->next_seq - 1);
+    return e;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
@@ -826,13 +836,20 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
     return cudaSuccess;
 }
 
+/* Runs e's stream up to e, for a host wait; notes whether reads were left queued behind it. */
+static void drain_to_event(cudaEvent_t e) {
+    drain(e->s, e->seq);
+    if (!e->s->d2h.empty())
+        g_waits_ahead++;
+}
+
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
     count_wait();
     if (!e)
         return fail(cudaErrorInvalidResourceHandle);
     if (e->s)
-        drain(e->s, e->seq);
+        drain_to_event(e);
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
 }
 
@@ -844,7 +861,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
         if (e->queries++ % 2 == 0)
             return cudaErrorNotReady;
         count_wait();
-        drain(e->s, e->seq);
+        drain_to_event(e);
     }
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
 }
@@ -906,5 +923,7 @@ void zt_emu_sync_counts(unsigned long long out[3]) {
     out[1] = zt_emu::g_d2h;
     out[2] = zt_emu::g_pageable_h2d;
 }
+
+unsigned long long zt_emu_waits_ahead(void) { return zt_emu::g_waits_ahead; }
 
 } /* extern "C" */

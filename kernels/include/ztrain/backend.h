@@ -67,6 +67,7 @@ typedef struct {
     void (*event_destroy)(zt_backend *be, zt_event *ev);
     void (*event_record)(zt_backend *be, zt_event *ev, zt_stream s);
     void (*stream_wait)(zt_backend *be, zt_stream s, zt_event *ev);
+    zt_status (*event_wait)(zt_backend *be, zt_event *ev);
     zt_status (*sync)(zt_backend *be);
     void (*destroy)(zt_backend *be);
     /* Timing events (op_profile.h); NULL entries: the backend has none. */
@@ -195,6 +196,17 @@ static inline void zt_backend_event_record(zt_backend *be, zt_event *ev, zt_stre
 /* Work issued on s from now on starts after ev completes (the host does not wait). */
 static inline void zt_backend_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
     be->iface->stream_wait(be, s, ev);
+}
+/* The host waits until ev completes: for the work issued on the event's stream before its
+ * record, and nothing else, so the device may go on with what was issued after it (the next
+ * tile's copies of an offloaded update) while the host computes on what the event covers. An
+ * event never recorded is complete. Returns the first asynchronous error as zt_backend_sync
+ * does (ZT_ERR_IO naming the device), which it then clears as sync does; on the CUDA backend the
+ * wait counts as one of the host's waits (zt_backend_cuda_waits) and is watched as sync's is, so
+ * a collective whose peer died ends it with the communicator's error, not a hang. The CPU
+ * backend has nothing to wait for. */
+static inline zt_status zt_backend_event_wait(zt_backend *be, zt_event *ev) {
+    return be->iface->event_wait(be, ev);
 }
 /* An event that also marks when it completes, for profiling: recorded and destroyed as any
  * event. NULL when none can be made, or the backend has no timing events. The CPU's holds the
