@@ -507,10 +507,13 @@ static void ds_config_warn_without_effect(const zt_ds_config *cfg, const zt_json
         z->offload_param.buffer_count != 5)
         zt_ds_warn(src, "zero_optimization.offload_param.buffer_count has no effect without device "
                    "\"nvme\"");
-    bool nvme = z->offload_optimizer.device == ZT_OFFLOAD_NVME ||
-                (z->stage == 3 && z->offload_param.device == ZT_OFFLOAD_NVME);
-    if (z->sub_group_size != 1000000000 && !nvme)
-        zt_ds_warn(src, "zero_optimization.sub_group_size has no effect without NVMe offload");
+    /* The offloaded update streams its state in tiles of sub_group_size elements, from host
+     * memory or files alike (offload.c); nothing else is split. */
+    bool offloaded = z->offload_optimizer.device != ZT_OFFLOAD_NONE ||
+                     (z->stage == 3 && z->offload_param.device != ZT_OFFLOAD_NONE);
+    if (z->sub_group_size != 1000000000 && !offloaded)
+        zt_ds_warn(src, "zero_optimization.sub_group_size has no effect without offload_optimizer "
+                   "or offload_param");
     const zt_offload_config *op = &z->offload_param;
     /* The update streams every file through one set of buffers: offload_optimizer's when the
      * optimizer state is in files too (offload.c). */

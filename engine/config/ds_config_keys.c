@@ -352,7 +352,7 @@ static const zt_ds_key rows[] = {
     {"zero_optimization.offload_param.max_in_cpu", W, 0, "1000000000", LAYER_GATHER},
     {"zero_optimization.offload_param.pin_memory", W, 0, "true", NO_DEVICE},
     {"zero_optimization.sub_group_size", HAND | H, 0, "1000000000",
-     "nvme offload tile (without nvme: warned)"},
+     "the offloaded update's tile (without offload: warned)"},
     {"zero_optimization.stage3_prefetch_bucket_size", H, ST3, "50000000",
      "0 turns the next layer's prefetch off; any other value prefetches one layer"},
     {"zero_optimization.prefetch_bucket_size", H, ST3, "50000000",

@@ -632,6 +632,14 @@ static void test_gates(void) {
         "\"nvme_path\": \"/x\", \"buffer_count\": 0}}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'zero_optimization.offload_optimizer.buffer_count' must be at least 1 when "
         "device is \"nvme\", got 0");
+    /* sub_group_size is the offloaded update's tile, from host memory as from files: warned
+     * only where nothing is offloaded. */
+    OK("{" B "\"zero_optimization\": {\"stage\": 2, \"sub_group_size\": 4096, "
+       "\"offload_optimizer\": {\"device\": \"cpu\"}}}", 1, &c);
+    CHECK(c.zero.sub_group_size == 4096 && strcmp(c.warnings, "") == 0, "%s", c.warnings);
+    OK("{" B "\"zero_optimization\": {\"stage\": 2, \"sub_group_size\": 4096}}", 1, &c);
+    CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: zero_optimization.sub_group_size has no "
+                 "effect without offload_optimizer or offload_param\n") == 0, "%s", c.warnings);
     OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
     CHECK(strcmp(c.communication_data_type, "bf16") == 0);
     ERR("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
