@@ -46,6 +46,10 @@ void zt_pipe_destroy(zt_pipe *p);
  * partitions of a GPT-style layer list place them. An error names pipeline.partition. */
 zt_status zt_pipe_stage_plan(const zt_job_spec *job, zt_device device, int stage,
                              zt_model_stage *out);
+/* Every stage's plan, out[job->pipeline.stages], from one measure of the layer list and one
+ * partition (zt_pipe_stage_plan builds the small models that measure it at each call): the
+ * first stage left without layers is the error, as zt_pipe_stage_plan's for that stage. */
+zt_status zt_pipe_stage_plans(const zt_job_spec *job, zt_device device, zt_model_stage *out);
 
 zt_engine *zt_pipe_engine(zt_pipe *p);
 zt_pipe_info zt_pipe_get_info(const zt_pipe *p);
