@@ -11,15 +11,11 @@
  * table below says where each remaining wait comes from; docs/gpu.md, "Pipeline stages on
  * NCCL"). Every count is printed. Every run's losses match the same two-stage job on the CPU
  * within the tolerance of another summation order (fp32) or of roundings between (bf16). */
-#include <arpa/inet.h>
-#include <errno.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include "check.h"
+#include "emu_ranks.h"
 #include "tiny_models.h"
 #include "ztrain/backend.h"
 #include "ztrain/comm.h"
@@ -243,20 +239,8 @@ int main(void) {
         return 0;
     }
     /* Free ports for every run's rendezvous (the nccl runs' store; shm ignores it). */
-    int socks[2 * NCASES + 1];
-    for (int i = 0; i < 2 * NCASES + 1; i++) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof a;
-        socks[i] = socket(AF_INET, SOCK_STREAM, 0);
-        if (socks[i] < 0 || bind(socks[i], (struct sockaddr *)&a, sizeof a) != 0 ||
-            getsockname(socks[i], (struct sockaddr *)&a, &len) != 0) {
-            fprintf(stderr, "no free TCP port: %s\n", strerror(errno));
-            return 2;
-        }
-        ports[i] = ntohs(a.sin_port);
-    }
-    for (int i = 0; i < 2 * NCASES + 1; i++)
-        close(socks[i]);
+    if (!emu_free_ports(ports, 2 * NCASES + 1))
+        return 2;
     check_tmpdir_create("zt_syncs_pipe");
     char text[NTOK];
     for (size_t i = 0; i < NTOK; i++)
@@ -268,13 +252,7 @@ int main(void) {
         if (pids[r] == 0) {
             /* Each rank on an emulated GPU of its own (the engine takes its LOCAL_RANK's), as
              * the nccl transport needs. */
-            char v[16];
-            snprintf(v, sizeof v, "%d", r);
-            setenv("RANK", v, 1);
-            setenv("LOCAL_RANK", v, 1);
-            snprintf(v, sizeof v, "%d", WORLD);
-            setenv("WORLD_SIZE", v, 1);
-            setenv("LOCAL_WORLD_SIZE", v, 1);
+            emu_rank_env(r, WORLD);
             counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
             if (!counts) {
                 fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n", r);
