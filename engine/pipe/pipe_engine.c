@@ -23,6 +23,7 @@ typedef struct {
      * this stage loaded them (first and last stage) and as the stage before sent them. */
     int32_t *doc_pos, *sent_pos;
     int B;                     /* the micro-batch's sequences */
+    int micro;                 /* training: the step's micro-batch loaded into it, -1 none */
     int counted;               /* last stage: targets that count in the loss */
     void *in_act, *out_act;    /* [max_B · T · C] at activation precision */
     void *din, *dout;          /* gradients of in_act and out_act */
@@ -58,7 +59,17 @@ struct zt_pipe {
     size_t n_train;
     size_t tied_off, tied_n; /* the tied tensor in this stage's flat buffer (tied_comm) */
     /* The batch in flight. */
-    double loss_sum, tokens, compute_ms;
+    double loss_sum, tokens, compute_ms, sched_ms;
+    /* The step's loss as the stages agree on it (agree_enqueue): [micro_batches] the last
+     * stage's summed token losses (its forwards sum into them on the device), as many trained
+     * targets and loss shares, the tokens and the stage's share of the bubble; summed over the
+     * stages on the device when stage_comm reads device memory (NCCL), and read back with the
+     * step's one synchronisation. Device memory, the pinned values uploaded into it, and the
+     * pinned read-back. */
+    double *agree_dev, *agree_in, *agree_out;
+    size_t agree_n;
+    bool agree_native; /* stage_comm sums device memory itself */
+    bool stage_attached, mp_attached; /* stage_comm, mp_comm have the backend attached */
     int64_t kill_step; /* ZTRAIN_INJECT_PIPE_KILL (tests): die in this step's schedule */
 };
 
@@ -70,6 +81,23 @@ static double now_ms(void) {
 
 zt_engine *zt_pipe_engine(zt_pipe *p) { return p->e; }
 zt_pipe_info zt_pipe_get_info(const zt_pipe *p) { return p->info; }
+
+zt_comm_dev_stats zt_pipe_dev_counts(const zt_pipe *p) {
+    zt_comm *const all[] = {p->world, p->dp_comm, p->stage_comm, p->tied_comm, p->tp_comm,
+                            p->mp_comm};
+    zt_comm_dev_stats sum = {0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (!all[i])
+            continue;
+        zt_comm_dev_stats s = zt_comm_dev_counts(all[i]);
+        sum.calls += s.calls;
+        sum.payload_bytes += s.payload_bytes;
+        sum.reduced_bytes += s.reduced_bytes;
+        sum.staged_waits += s.staged_waits;
+        sum.staged_uploads += s.staged_uploads;
+    }
+    return sum;
+}
 
 static bool first_stage(const zt_pipe *p) { return p->info.stage == 0; }
 static bool last_stage(const zt_pipe *p) { return p->info.stage == p->info.stages - 1; }
@@ -128,6 +156,23 @@ static zt_status find_tied(zt_pipe *p) {
     int ranks[2] = {grid_rank(p, 0, p->info.replica),
                     grid_rank(p, p->info.stages - 1, p->info.replica)};
     return zt_comm_create_group(&p->tied_comm, p->world, ranks, 2);
+}
+
+/* The step's agreement (agree_dev and its pinned pair), zeroed: a stage other than the last
+ * contributes zeros for the losses, which its forwards never write. */
+static zt_status alloc_agreement(zt_pipe *p) {
+    p->agree_n = 3 * (size_t)p->info.micro_batches + 2;
+    size_t bytes = p->agree_n * sizeof(double);
+    p->agree_dev = zt_backend_alloc(p->be, ZT_MEM_DEVICE, bytes);
+    p->agree_in = zt_backend_alloc(p->be, ZT_MEM_PINNED, bytes);
+    p->agree_out = zt_backend_alloc(p->be, ZT_MEM_PINNED, bytes);
+    if (!p->agree_dev || !p->agree_in || !p->agree_out)
+        return zt_error(ZT_ERR_NOMEM, "pipeline: cannot allocate the step's %zu scalars on %s",
+                        p->agree_n, p->be->name);
+    memset(p->agree_in, 0, bytes);
+    memset(p->agree_out, 0, bytes);
+    zt_backend_zero(p->be, p->agree_dev, bytes, ZT_STREAM_COMPUTE);
+    return ZT_OK;
 }
 
 static zt_status alloc_buffers(zt_pipe *p) {
@@ -216,12 +261,24 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
                          "packed documents (data.format \"masked\")", job->model.type);
         if (s == ZT_OK)
             s = alloc_buffers(p);
+        if (s == ZT_OK)
+            s = alloc_agreement(p);
     }
     /* Activations and their gradients live in the backend's device memory: they travel between
      * stages through zt_comm_dev_send/recv, which stage them through host memory when the
      * transport cannot read the device's (shm or gloo ranks on GPUs). */
     if (s == ZT_OK && (s = zt_comm_attach_backend(world, p->be)) == ZT_OK)
         p->attached = true;
+    /* The group the gradient norm is summed over (the replica's stages, or with TP all of the
+     * replica's ranks) and the step's agreement (stage_comm) read device memory when the
+     * transport can (NCCL): the sums then run on the device before the step's one read, where
+     * a host collective after it would be a wait and a read-back of its own. */
+    if (s == ZT_OK && (s = zt_comm_attach_backend(p->stage_comm, p->be)) == ZT_OK)
+        p->stage_attached = true;
+    if (s == ZT_OK && p->mp_comm && (s = zt_comm_attach_backend(p->mp_comm, p->be)) == ZT_OK)
+        p->mp_attached = true;
+    if (s == ZT_OK)
+        p->agree_native = zt_comm_dev_native(p->stage_comm);
     if (s == ZT_OK)
         s = find_tied(p);
     /* The tied embedding's gradients, reduced between the first and last stages, are the
@@ -260,11 +317,21 @@ void zt_pipe_destroy(zt_pipe *p) {
     }
     free(p->buf);
     free(p->train);
+    if (p->be) {
+        size_t bytes = p->agree_n * sizeof(double);
+        zt_backend_free(p->be, ZT_MEM_DEVICE, p->agree_dev, bytes);
+        zt_backend_free(p->be, ZT_MEM_PINNED, p->agree_in, bytes);
+        zt_backend_free(p->be, ZT_MEM_PINNED, p->agree_out, bytes);
+    }
     /* Detached before the backend goes with the engine. */
     if (p->attached)
         zt_comm_attach_backend(p->world, NULL);
     if (p->tied_attached)
         zt_comm_attach_backend(p->tied_comm, NULL);
+    if (p->stage_attached)
+        zt_comm_attach_backend(p->stage_comm, NULL);
+    if (p->mp_attached)
+        zt_comm_attach_backend(p->mp_comm, NULL);
     zt_engine_destroy(p->e);
     zt_comm_destroy(p->tied_comm);
     zt_comm_destroy(p->mp_comm);
@@ -294,6 +361,7 @@ static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
         }
     }
     x->B = b.B;
+    x->micro = from ? -1 : micro;
     x->counted = 0;
     const int V = p->job->model.vocab_size;
     for (int i = 0; i < b.B * p->T; i++) {
@@ -309,11 +377,17 @@ static size_t act_elems(const zt_pipe *p, const pipe_buffer *x) {
     return (size_t)x->B * p->T * p->C;
 }
 
-/* An activation travels after its sequence count, which the later stages do not otherwise know
- * (an epoch's last micro-batch may be short). */
-static zt_status send_activation(zt_pipe *p, pipe_buffer *x) {
+/* In evaluation an activation travels after its sequence count, which the later stages do not
+ * otherwise know (an epoch's last micro-batch may be short). In training every stage draws the
+ * step's micro-batches itself (recv_activation), so the count needs no message: a host message
+ * is a host wait on a transport that reads device memory (NCCL stages it), a wait per
+ * micro-batch for a number the receiver has. A count the stages disagree on still fails: the
+ * activation's message carries its element count, which the receive checks (naming both
+ * ranks). */
+static zt_status send_activation(zt_pipe *p, pipe_buffer *x, bool train) {
     double B = x->B;
-    ZT_TRY(zt_comm_send(p->world, &B, 1, ZT_F64, neighbour(p, +1)));
+    if (!train)
+        ZT_TRY(zt_comm_send(p->world, &B, 1, ZT_F64, neighbour(p, +1)));
     /* Then the document positions, which the stages after the first cannot load: int32 words
      * travel as 32-bit elements, copied bit for bit. */
     if (p->docs) {
@@ -323,13 +397,22 @@ static zt_status send_activation(zt_pipe *p, pipe_buffer *x) {
     return zt_comm_dev_send(p->world, x->out_act, act_elems(p, x), p->wire, neighbour(p, +1));
 }
 
-static zt_status recv_activation(zt_pipe *p, pipe_buffer *x) {
-    double B;
-    ZT_TRY(zt_comm_recv(p->world, &B, 1, ZT_F64, neighbour(p, -1)));
-    if (!(B >= 1 && B <= p->max_B))
-        return zt_error(ZT_ERR_INVALID, "pipeline: stage %d sent a micro-batch of %d sequences "
-                        "(at most %d)", p->info.stage - 1, (int)B, p->max_B);
-    x->B = (int)B;
+/* In training the micro-batch's count comes from this stage's own draw of it (every stage of a
+ * replica reads the replica's share as its first stage does): the last stage's, loaded here
+ * rather than at its LOAD_MICRO_BATCH command (which then finds it loaded), and a middle
+ * stage's, which loads it only for this. */
+static zt_status recv_activation(zt_pipe *p, pipe_buffer *x, int micro, bool train) {
+    if (train) {
+        if (x->micro != micro)
+            ZT_TRY(load(p, x, micro, NULL));
+    } else {
+        double B;
+        ZT_TRY(zt_comm_recv(p->world, &B, 1, ZT_F64, neighbour(p, -1)));
+        if (!(B >= 1 && B <= p->max_B))
+            return zt_error(ZT_ERR_INVALID, "pipeline: stage %d sent a micro-batch of %d "
+                            "sequences (at most %d)", p->info.stage - 1, (int)B, p->max_B);
+        x->B = (int)B;
+    }
     if (p->docs)
         ZT_TRY(zt_comm_recv(p->world, x->sent_pos, (size_t)x->B * p->T, ZT_F32,
                             neighbour(p, -1)));
@@ -360,17 +443,27 @@ static zt_status forward(zt_pipe *p, pipe_buffer *x, int buffer, int micro, bool
     /* As zt_engine_forward: the loss scale over the step's divisor, and the loss's share. */
     double share = 1.0;
     float grad_scale = 0.0f;
-    if (train && last_stage(p))
+    /* In training the loss stays on the device, summed into its slot of the step's agreement,
+     * and comes back with the step's one synchronisation (optimizer_step); read here, it would
+     * be a wait per micro-batch. */
+    if (train && last_stage(p)) {
+        const int gas = p->info.micro_batches;
         grad_scale = zt_engine_grad_scale(p->e, x->counted, &share);
+        p->m->loss_out = p->agree_dev + micro;
+        p->agree_in[gas + micro] = x->counted;
+        p->agree_in[2 * gas + micro] = share;
+    }
     double t0 = now_ms();
     float loss = p->m->ops->stage_forward(p->m, buffer, first_stage(p) ? x->tokens : NULL,
                                           first_stage(p) ? NULL : x->in_act,
                                           last_stage(p) ? x->targets : NULL,
                                           last_stage(p) ? NULL : x->out_act, x->B, p->T,
                                           grad_scale);
+    p->m->loss_out = NULL;
     p->compute_ms += now_ms() - t0;
     if (last_stage(p)) {
-        p->loss_sum += (double)loss * share;
+        if (!train)
+            p->loss_sum += (double)loss * share;
         p->tokens += (double)x->B * p->T;
     }
     return ZT_OK;
@@ -396,12 +489,55 @@ static zt_status reduce_tied(zt_pipe *p) {
                                   ZT_REDUCE_SUM);
 }
 
+/* Queued before the optimizer step, whose one synchronisation covers it: the last stage's
+ * micro-batch counts and shares, the tokens and this stage's share of the bubble go into the
+ * agreement (the loss sums are there already, on the last stage, and zeros elsewhere); then,
+ * where stage_comm reads device memory, they are summed over the stages there, a sum in which
+ * only the last stage's values are not 0 and so come through exactly; then copied back into
+ * pinned memory, which does not wait. A second read-back beside the engine's under the same
+ * wait: the engine's scalars are its own (step_readback.h). */
+static zt_status agree_enqueue(zt_pipe *p) {
+    const size_t gas = (size_t)p->info.micro_batches, n = p->agree_n;
+    double *in = p->agree_in;
+    if (!last_stage(p))
+        memset(in, 0, (n - 1) * sizeof *in);
+    in[3 * gas] = p->tokens;
+    in[3 * gas + 1] = p->sched_ms > 0.0 ? (1.0 - p->compute_ms / p->sched_ms) / p->info.stages
+                                        : 0.0;
+    const size_t lo = last_stage(p) ? gas : 0;
+    zt_backend_copy(p->be, p->agree_dev + lo, in + lo, (n - lo) * sizeof *in, ZT_COPY_H2D,
+                    ZT_STREAM_COMPUTE);
+    if (p->agree_native)
+        ZT_TRY(zt_comm_dev_all_reduce(p->stage_comm, p->agree_dev, n, ZT_F64, ZT_REDUCE_SUM));
+    /* Summed on the host (agree_step), only the last stage's losses need reading. */
+    if (p->agree_native || last_stage(p))
+        zt_backend_copy(p->be, p->agree_out, p->agree_dev, n * sizeof(double), ZT_COPY_D2H,
+                        ZT_STREAM_COMPUTE);
+    return ZT_OK;
+}
+
+/* The step's loss from the agreement read back: each micro-batch's mean over its trained
+ * targets times its share, as zt_engine_forward's deferred loss is computed, then summed. */
+static void agree_read(zt_pipe *p) {
+    const int gas = p->info.micro_batches;
+    const double *v = p->agree_out;
+    p->loss_sum = 0.0;
+    for (int i = 0; i < gas; i++) {
+        float mean = v[gas + i] > 0.0 ? (float)(v[i] / v[gas + i]) : 0.0f;
+        p->loss_sum += (float)((double)mean * v[2 * gas + i]);
+    }
+}
+
 /* The optimizer step of the ordinary engine, which counts micro-steps: the batch's first
  * micro-batches only count, its last applies the update (the data-parallel reduction, the global
- * norm and the loss scaler's decision included). */
+ * norm and the loss scaler's decision included) after its one synchronisation, which brings the
+ * step's agreement back with the norm. */
 static zt_status optimizer_step(zt_pipe *p) {
+    ZT_TRY(agree_enqueue(p));
     for (int i = 0; i < p->info.micro_batches; i++)
         ZT_TRY(zt_engine_step(p->e));
+    if (last_stage(p) || p->agree_native)
+        agree_read(p);
     return ZT_OK;
 }
 
@@ -409,15 +545,18 @@ static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *fr
     pipe_buffer *x = c->buffer >= 0 ? &p->buf[c->buffer] : NULL;
     switch (c->kind) {
     case ZT_PIPE_LOAD_MICRO_BATCH:
+        /* The last stage's training micro-batch is loaded at its receive already. */
+        if (train && x->micro == c->micro_batch)
+            return ZT_OK;
         return load(p, x, c->micro_batch, from);
     case ZT_PIPE_FORWARD:
         return forward(p, x, c->buffer, c->micro_batch, train);
     case ZT_PIPE_BACKWARD:
         return backward(p, x, c->buffer, c->micro_batch);
     case ZT_PIPE_SEND_ACTIVATION:
-        return send_activation(p, x);
+        return send_activation(p, x, train);
     case ZT_PIPE_RECV_ACTIVATION:
-        return recv_activation(p, x);
+        return recv_activation(p, x, c->micro_batch, train);
     case ZT_PIPE_SEND_GRAD:
         return zt_comm_dev_send(p->world, x->din, act_elems(p, x), p->wire, neighbour(p, -1));
     case ZT_PIPE_RECV_GRAD:
@@ -435,16 +574,23 @@ static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *fr
     return ZT_ERR_INVALID;
 }
 
+/* The last stage's loss and tokens (v[0], v[1]) averaged and summed over the stage's replicas. */
+static zt_status over_replicas(zt_pipe *p, double v[2]) {
+    if (!p->dp_comm)
+        return ZT_OK;
+    double sum_tokens = v[1];
+    ZT_TRY(zt_comm_all_reduce(p->dp_comm, v, 1, ZT_F64, ZT_REDUCE_AVG));
+    ZT_TRY(zt_comm_all_reduce(p->dp_comm, &sum_tokens, 1, ZT_F64, ZT_REDUCE_SUM));
+    v[1] = sum_tokens;
+    return ZT_OK;
+}
+
 /* The loss as DeepSpeed reports it: the last stage's mean over its micro-batches, averaged over
  * the replicas, then sent to every stage; the tokens summed likewise. */
 static zt_status agree_loss(zt_pipe *p, int micro_batches, double *loss, double *tokens) {
     double v[2] = {p->loss_sum / micro_batches, p->tokens};
-    if (last_stage(p) && p->dp_comm) {
-        double sum_tokens = v[1];
-        ZT_TRY(zt_comm_all_reduce(p->dp_comm, v, 1, ZT_F64, ZT_REDUCE_AVG));
-        ZT_TRY(zt_comm_all_reduce(p->dp_comm, &sum_tokens, 1, ZT_F64, ZT_REDUCE_SUM));
-        v[1] = sum_tokens;
-    }
+    if (last_stage(p))
+        ZT_TRY(over_replicas(p, v));
     ZT_TRY(zt_comm_broadcast(p->stage_comm, v, 2, ZT_F64, p->info.stages - 1));
     *loss = v[0];
     if (tokens)
@@ -452,13 +598,45 @@ static zt_status agree_loss(zt_pipe *p, int micro_batches, double *loss, double 
     return ZT_OK;
 }
 
+/* A training step's result on every rank. Where the stages summed the agreement on the device
+ * (agree_enqueue), every stage read the last stage's losses and tokens and the bubble with the
+ * step's synchronisation, and only the replicas are left to average over (every stage with
+ * its own replicas, in the same order as the last stage's). Otherwise one host collective over
+ * the stages sums (loss, tokens, bubble / stages), in which only the last stage's loss and
+ * tokens are not 0 (before: a broadcast and an all-reduce). */
+static zt_status agree_step(zt_pipe *p, zt_pipe_batch_result *res) {
+    const int gas = p->info.micro_batches;
+    const double *agreed = p->agree_out;
+    if (p->agree_native) {
+        double v[2] = {p->loss_sum / gas, agreed[3 * gas]};
+        ZT_TRY(over_replicas(p, v));
+        res->loss = v[0];
+        res->tokens = v[1];
+        res->bubble = agreed[3 * gas + 1];
+        return ZT_OK;
+    }
+    double v[3] = {0.0, 0.0, p->agree_in[3 * gas + 1]};
+    if (last_stage(p)) {
+        v[0] = p->loss_sum / gas;
+        v[1] = p->tokens;
+        ZT_TRY(over_replicas(p, v));
+    }
+    ZT_TRY(zt_comm_all_reduce(p->stage_comm, v, 3, ZT_F64, ZT_REDUCE_SUM));
+    res->loss = v[0];
+    res->tokens = v[1];
+    res->bubble = v[2];
+    return ZT_OK;
+}
+
 zt_status zt_pipe_train_batch(zt_pipe *p, zt_pipe_batch_result *res) {
-    p->loss_sum = p->tokens = p->compute_ms = 0.0;
-    double t0 = now_ms(), sched_ms = 0.0;
+    p->loss_sum = p->tokens = p->compute_ms = p->sched_ms = 0.0;
+    for (int b = 0; b < p->nbuf; b++)
+        p->buf[b].micro = -1;
+    double t0 = now_ms();
     for (size_t i = 0; i < p->n_train; i++) {
         /* The schedule's time ends where the reductions begin. */
         if (p->train[i].kind == ZT_PIPE_REDUCE_TIED_GRADS)
-            sched_ms = now_ms() - t0;
+            p->sched_ms = now_ms() - t0;
         ZT_TRY(run(p, &p->train[i], true, NULL));
         if (p->train[i].kind == ZT_PIPE_FORWARD && p->kill_step > 0 &&
             p->kill_step == zt_engine_global_steps(p->e) + 1) {
@@ -466,10 +644,7 @@ zt_status zt_pipe_train_batch(zt_pipe *p, zt_pipe_batch_result *res) {
             raise(SIGKILL);
         }
     }
-    double bubble = sched_ms > 0.0 ? 1.0 - p->compute_ms / sched_ms : 0.0;
-    ZT_TRY(zt_comm_all_reduce(p->stage_comm, &bubble, 1, ZT_F64, ZT_REDUCE_AVG));
-    res->bubble = bubble;
-    return agree_loss(p, p->info.micro_batches, &res->loss, &res->tokens);
+    return agree_step(p, res);
 }
 
 zt_status zt_pipe_eval(zt_pipe *p, zt_loader *val, int steps, double *loss) {

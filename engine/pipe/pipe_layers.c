@@ -38,22 +38,43 @@ zt_status zt_pipe_model_layers(const zt_model_spec *spec, zt_device device,
     return ZT_OK;
 }
 
-zt_status zt_pipe_stage_plan(const zt_job_spec *job, zt_device device, int stage,
-                             zt_model_stage *out) {
-    const int L = job->model.n_layer, n = L + 2, stages = job->pipeline.stages;
-    zt_pipe_layer layers[n];
-    int bounds[stages + 1];
-    ZT_TRY(zt_pipe_model_layers(&job->model, device, layers));
-    ZT_TRY(zt_pipe_partition(job->pipeline.partition, layers, n, stages, bounds));
+/* Stage `stage`'s part of the model under the partition bounds of layers[n_layer + 2]. */
+static zt_status stage_of(const zt_job_spec *job, const int *bounds, int stage,
+                          zt_model_stage *out) {
+    const int L = job->model.n_layer, stages = job->pipeline.stages;
     /* Layer i of the list is block i - 1; the stage's blocks are those its range holds. */
     int lo = bounds[stage], hi = bounds[stage + 1];
     int first = lo < 1 ? 0 : lo - 1 > L ? L : lo - 1;
     int last = hi - 1 < 0 ? 0 : hi - 1 > L ? L : hi - 1;
-    *out = (zt_model_stage){first, last < first ? first : last, stage == 0, stage == stages - 1, 1, 1, 0};
+    *out = (zt_model_stage){first, last < first ? first : last, stage == 0, stage == stages - 1,
+                            1, 1, 0};
     if (out->first_layer == out->last_layer && !out->embed && !out->head)
         return zt_error(ZT_ERR_INVALID,
                         "pipeline.partition \"%s\": stage %d of %d gets no transformer block "
                         "(layers [%d, %d) of embed, %d blocks, head)",
                         job->pipeline.partition, stage, stages, lo, hi, L);
+    return ZT_OK;
+}
+
+/* The partition's bounds[stages + 1] over the model's layer list, measured once. */
+static zt_status cut(const zt_job_spec *job, zt_device device, int *bounds) {
+    const int n = job->model.n_layer + 2;
+    zt_pipe_layer layers[n];
+    ZT_TRY(zt_pipe_model_layers(&job->model, device, layers));
+    return zt_pipe_partition(job->pipeline.partition, layers, n, job->pipeline.stages, bounds);
+}
+
+zt_status zt_pipe_stage_plan(const zt_job_spec *job, zt_device device, int stage,
+                             zt_model_stage *out) {
+    int bounds[job->pipeline.stages + 1];
+    ZT_TRY(cut(job, device, bounds));
+    return stage_of(job, bounds, stage, out);
+}
+
+zt_status zt_pipe_stage_plans(const zt_job_spec *job, zt_device device, zt_model_stage *out) {
+    int bounds[job->pipeline.stages + 1];
+    ZT_TRY(cut(job, device, bounds));
+    for (int s = 0; s < job->pipeline.stages; s++)
+        ZT_TRY(stage_of(job, bounds, s, &out[s]));
     return ZT_OK;
 }

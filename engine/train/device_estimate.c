@@ -260,10 +260,12 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
     zt_model_spec spec = job->model;
     if (job->pipeline.activation_checkpoint_interval > 0)
         spec.checkpoint_interval = job->pipeline.activation_checkpoint_interval;
+    /* One partition for all the stages: measuring the layer list builds small models. */
+    zt_model_stage plans[stages];
+    ZT_TRY(zt_pipe_stage_plans(job, ZT_DEVICE_CPU, plans));
     for (int s = 0; s < stages; s++) {
-        zt_model_stage st;
+        zt_model_stage st = plans[s];
         zt_device_estimate d;
-        ZT_TRY(zt_pipe_stage_plan(job, ZT_DEVICE_CPU, s, &st));
         st.buffers = zt_pipe_train_buffers(stages, s, job->ds.gradient_accumulation_steps);
         st.tp_size = tp;
         ZT_TRY(estimate_share(job, &spec, &st, N, source, &d));

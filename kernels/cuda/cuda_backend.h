@@ -109,6 +109,10 @@ typedef struct {
         zt_status (*poll)(void *ctx, long covered);
         long (*mark)(void *ctx);
         void *ctx;
+        /* Never reused within the process (stream_watch.c): a snapshot matches a watcher by it,
+         * so a communicator that replaced another at the same address between the snapshot and
+         * the settle is not given the other's sequence. */
+        unsigned long long id;
     } watch[ZT_CUDA_WATCHERS];
     int watchers;
 } zt_cuda_state;
@@ -187,10 +191,13 @@ bool zt_cuda_watched_wait(zt_backend *be, cudaStream_t s);
  * abort and an error (returned, and recorded as the backend's) instead of a wait forever. */
 zt_status zt_cuda_watched_event_wait(zt_backend *be, cudaEvent_t e);
 /* Each watcher's mark, taken before a wait that will cover every stream (before the streams are
- * joined), and given back to them by zt_cuda_watch_settled once it has. */
+ * joined), and given back to them by zt_cuda_watch_settled once it has: to the watchers
+ * registered when the marks were taken and still registered, by their registration's id (a
+ * watcher removed meanwhile and one registered since, at the same ctx or not, are only looked
+ * at, as during a wait). */
 typedef struct {
     int n;
-    void *ctx[ZT_CUDA_WATCHERS];
+    unsigned long long id[ZT_CUDA_WATCHERS];
     long seq[ZT_CUDA_WATCHERS];
 } zt_cuda_watch_marks;
 void zt_cuda_watch_mark(zt_backend *be, zt_cuda_watch_marks *m);

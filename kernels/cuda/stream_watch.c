@@ -12,6 +12,9 @@
 /* One backend per process (a rank per GPU): one lock for the watchers of all, held while they
  * are polled, so that a communicator detaching waits until no poll uses it. */
 static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The last registration's id, under watch_lock: ids start at 1 and are never reused, where a ctx
+ * (a communicator's address) may be, once it is freed. */
+static unsigned long long last_id;
 
 zt_status zt_cuda_watch_add(zt_backend *be, zt_cuda_watch_fn poll, zt_cuda_mark_fn mark,
                             void *ctx) {
@@ -22,6 +25,7 @@ zt_status zt_cuda_watch_add(zt_backend *be, zt_cuda_watch_fn poll, zt_cuda_mark_
         st->watch[n].poll = poll;
         st->watch[n].mark = mark;
         st->watch[n].ctx = ctx;
+        st->watch[n].id = ++last_id;
         st->watchers = n + 1;
     }
     pthread_mutex_unlock(&watch_lock);
@@ -46,7 +50,9 @@ void zt_cuda_watch_remove(zt_backend *be, void *ctx) {
 /* Every watcher once, as a look during a wait (m NULL) or after a covering wait with the marks
  * taken before it; the first failure is recorded as the backend's. A watcher that was not
  * registered when the marks were taken is only looked at: nothing of its work is known to be
- * covered. */
+ * covered. The marks name registrations, not addresses: a communicator destroyed after the
+ * marks and another made at its address before the settle is a registration the marks never
+ * saw. */
 static zt_status poll_all(zt_backend *be, const zt_cuda_watch_marks *m) {
     zt_cuda_state *st = be->impl;
     zt_status s = ZT_OK;
@@ -54,7 +60,7 @@ static zt_status poll_all(zt_backend *be, const zt_cuda_watch_marks *m) {
     for (int i = 0; i < st->watchers && s == ZT_OK; i++) {
         long covered = -1;
         for (int j = 0; m && j < m->n; j++)
-            if (m->ctx[j] == st->watch[i].ctx)
+            if (m->id[j] == st->watch[i].id)
                 covered = m->seq[j];
         s = st->watch[i].poll(st->watch[i].ctx, covered);
     }
@@ -138,7 +144,7 @@ void zt_cuda_watch_mark(zt_backend *be, zt_cuda_watch_marks *m) {
     pthread_mutex_lock(&watch_lock);
     m->n = st->watchers;
     for (int i = 0; i < m->n; i++) {
-        m->ctx[i] = st->watch[i].ctx;
+        m->id[i] = st->watch[i].id;
         m->seq[i] = st->watch[i].mark(st->watch[i].ctx);
     }
     pthread_mutex_unlock(&watch_lock);

@@ -23,15 +23,11 @@
  * step's device collectives at bf16 half those at fp32 (check_bytes). Every run's per-rank
  * losses match the same two-rank run on the CPU within the tolerance of another summation order
  * (fp32) or of roundings between (bf16). */
-#include <arpa/inet.h>
-#include <errno.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include "check.h"
+#include "emu_ranks.h"
 #include "tiny_models.h"
 #include "ztrain/backend.h"
 #include "ztrain/comm.h"
@@ -442,20 +438,8 @@ int main(void) {
     }
     /* Free ports for the nccl cases' rendezvous (rank 0 serves each case's store on its own,
      * so a rank that moves on first never meets the previous case's store). */
-    int socks[NCASES];
-    for (int i = 0; i < NCASES; i++) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof a;
-        socks[i] = socket(AF_INET, SOCK_STREAM, 0);
-        if (socks[i] < 0 || bind(socks[i], (struct sockaddr *)&a, sizeof a) != 0 ||
-            getsockname(socks[i], (struct sockaddr *)&a, &len) != 0) {
-            fprintf(stderr, "no free TCP port: %s\n", strerror(errno));
-            return 2;
-        }
-        nccl_ports[i] = ntohs(a.sin_port);
-    }
-    for (int i = 0; i < NCASES; i++)
-        close(socks[i]);
+    if (!emu_free_ports(nccl_ports, NCASES))
+        return 2;
     check_tmpdir_create("zt_syncs_dp");
     write_data();
     pid_t pids[WORLD];
@@ -464,13 +448,7 @@ int main(void) {
         if (pids[r] == 0) {
             /* Each rank on an emulated GPU of its own (the engine takes its LOCAL_RANK's), as
              * the nccl transport needs. */
-            char v[16];
-            snprintf(v, sizeof v, "%d", r);
-            setenv("RANK", v, 1);
-            setenv("LOCAL_RANK", v, 1);
-            snprintf(v, sizeof v, "%d", WORLD);
-            setenv("WORLD_SIZE", v, 1);
-            setenv("LOCAL_WORLD_SIZE", v, 1);
+            emu_rank_env(r, WORLD);
             counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
             waits_ahead = (unsigned long long (*)(void))zt_backend_cuda_symbol(
                 "zt_emu_waits_ahead");

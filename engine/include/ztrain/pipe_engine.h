@@ -46,9 +46,18 @@ void zt_pipe_destroy(zt_pipe *p);
  * partitions of a GPT-style layer list place them. An error names pipeline.partition. */
 zt_status zt_pipe_stage_plan(const zt_job_spec *job, zt_device device, int stage,
                              zt_model_stage *out);
+/* Every stage's plan, out[job->pipeline.stages], from one measure of the layer list and one
+ * partition (zt_pipe_stage_plan builds the small models that measure it at each call): the
+ * first stage left without layers is the error, as zt_pipe_stage_plan's for that stage. */
+zt_status zt_pipe_stage_plans(const zt_job_spec *job, zt_device device, zt_model_stage *out);
 
 zt_engine *zt_pipe_engine(zt_pipe *p);
 zt_pipe_info zt_pipe_get_info(const zt_pipe *p);
+/* zt_comm_dev_counts summed over every communicator the stage's device buffers travel on: world
+ * (its activations and their gradients) and the pipe's groups (the tied gradient, the replicas'
+ * reduction, the norm over the stages), so a caller can tell a transport's staging apart from
+ * the stage's own host round trips. */
+zt_comm_dev_stats zt_pipe_dev_counts(const zt_pipe *p);
 
 /* The result of one batch, the same on every rank of the job. */
 typedef struct {

@@ -240,13 +240,24 @@ static zt_status check_header(zt_nccl_comm *c, unsigned k) {
     const int64_t *h = c->hdr_host + 2 * k;
     if (c->slot[k].peer < 0 || c->slot[k].checked)
         return ZT_OK;
-    if (h[0] != c->slot[k].n || h[1] != c->slot[k].t)
+    if (h[0] != c->slot[k].n || h[1] != c->slot[k].t) {
+        /* A receive whose peer died ends with whatever its buffer held: NCCL's remote error,
+         * naming the peer, is the cause, not the header. (A header that truly disagrees may
+         * come with an error of NCCL's too, of usage: the header names it better.) */
+        ncclResult_t async = ncclSuccess;
+        if (NC(c, ncclCommGetAsyncError(c->nc, &async)) == ncclSuccess &&
+            (async == ncclRemoteError || async == ncclSystemError)) {
+            char text[256];
+            nccl_text(c, async, text, sizeof text);
+            return fail(c, ZT_ERR_IO, "a posted collective failed: %s", text);
+        }
         return fail(c, ZT_ERR_INVALID,
                     "recv: rank %d sent %lld elements of %s but rank %d expects %lld of %s",
                     c->slot[k].peer, (long long)h[0],
                     (unsigned long long)h[1] < ZT_DTYPE_COUNT ? zt_dtype_name((zt_dtype)h[1])
                                                               : "an unknown type",
                     c->rank, (long long)c->slot[k].n, zt_dtype_name((zt_dtype)c->slot[k].t));
+    }
     c->slot[k].checked = true;
     return ZT_OK;
 }
@@ -757,8 +768,14 @@ static zt_status watch(void *ctx, long covered_upto) {
         return ZT_OK;
     zt_status s = ZT_OK;
     if (c->wait.inflight && (abort_asked(c) || c->wait.state == ZT_NCCL_ABORTED)) {
-        s = fail(c, ZT_ERR_IO, "the communicator was aborted with collectives posted on the "
-                 "stream");
+        /* A communicator that failed itself says again why (fail() aborted it): a caller that
+         * waits twice (a step's own error, then the device's) still learns which peer it was. */
+        if (c->failure[0])
+            s = zt_error(ZT_ERR_IO, "%s; the communicator was aborted with collectives posted "
+                         "on the stream", c->failure);
+        else
+            s = fail(c, ZT_ERR_IO, "the communicator was aborted with collectives posted on the "
+                     "stream");
     } else if (c->wait.inflight && live(c)) {
         double t = now_s();
         /* Everything posted was covered, or only what came before another thread posted more

@@ -1,0 +1,52 @@
+/* What the tests that run ranks as processes on the emulated CUDA device share
+ * (test_cuda_emu_syncs_dp.c, test_cuda_emu_syncs_pipe.c): free TCP ports for the nccl
+ * transport's rendezvous, and the environment of a forked rank. */
+#ifndef ZT_TEST_EMU_RANKS_H
+#define ZT_TEST_EMU_RANKS_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* n distinct free ports of the loopback interface into ports[n] (all held open until every one
+ * is found, so none repeats), false with a message when there are none. */
+static inline bool emu_free_ports(int *ports, int n) {
+    int socks[n];
+    bool ok = true;
+    int made = 0;
+    for (; made < n && ok; made++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        socks[made] = socket(AF_INET, SOCK_STREAM, 0);
+        ok = socks[made] >= 0 && bind(socks[made], (struct sockaddr *)&a, sizeof a) == 0 &&
+             getsockname(socks[made], (struct sockaddr *)&a, &len) == 0;
+        if (ok)
+            ports[made] = ntohs(a.sin_port);
+        else
+            fprintf(stderr, "no free TCP port: %s\n", strerror(errno));
+    }
+    for (int i = 0; i < made; i++)
+        if (socks[i] >= 0)
+            close(socks[i]);
+    return ok;
+}
+
+/* A forked rank's launcher environment: each rank on an emulated GPU of its own (the engine
+ * takes its LOCAL_RANK's), as the nccl transport needs. */
+static inline void emu_rank_env(int rank, int world) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", world);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+}
+
+#endif

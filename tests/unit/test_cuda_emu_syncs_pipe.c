@@ -1,0 +1,273 @@
+/* Host round trips of a pipelined step on the emulated CUDA device (issue 28): two ranks, each a
+ * process with an emulated GPU of its own, are the two stages of one pipeline (GPT-2 tiny, fp32
+ * and bf16, four micro-batches a step, so that the 1F1B schedule interleaves forwards and
+ * backwards), on the nccl transport (the emulated device's NCCL, which reads device memory
+ * itself) and on shm (which stages every device buffer through host memory) for comparison. Per
+ * step, from the second on, each stage counts inside the emulated runtime (zt_emu_sync_counts)
+ * the host's waits, the device-to-host copies and the uploads from pageable memory, less the
+ * staging copies the transport made (zt_pipe_dev_counts: one wait and one read-back for each
+ * copy to host memory, one pageable upload for each copy back), as test_cuda_emu_syncs_dp.c does
+ * for data parallelism. What is left is the stage's own, bounded by the case's allowance (the
+ * table below says where each remaining wait comes from; docs/gpu.md, "Pipeline stages on
+ * NCCL"). Every count is printed. Every run's losses match the same two-stage job on the CPU
+ * within the tolerance of another summation order (fp32) or of roundings between (bf16). */
+#include <math.h>
+#include <sys/wait.h>
+
+#include "check.h"
+#include "emu_ranks.h"
+#include "tiny_models.h"
+#include "ztrain/backend.h"
+#include "ztrain/comm.h"
+#include "ztrain/data.h"
+#include "ztrain/job_spec.h"
+#include "ztrain/pipe_engine.h"
+
+enum { STEPS = 4, GAS = 4, WORLD = 2, NTOK = 8192 };
+
+typedef void (*counts_fn)(unsigned long long out[3]);
+
+#define BF16 "\"bf16\": {\"enabled\": true}, "
+
+typedef struct {
+    const char *name;
+    const char *precision; /* BF16 or "" */
+    const char *comm;      /* the device run's transport */
+    int waits;             /* the stage's own waits per step allowed */
+    int reads[2];          /* and read-backs, at the first and at the last stage */
+} run_case;
+
+/* Each stage's step waits once: the optimizer step's one synchronisation, which also surfaces
+ * the device's first error. Under it, two copies into pinned memory: the engine's scalars (the
+ * norm's parts, on nccl their total summed over the stages on the device) and the pipe's
+ * agreement on the step's loss (the last stage's summed token losses, their counts, the tokens
+ * and the bubble, on nccl summed over the stages on the device; on shm only the last stage
+ * reads it, and the stages sum it with a host collective, out of device memory). On nccl, one
+ * read-back more per message received (GAS activations at the last stage, GAS gradients at the
+ * first): the message's header (count and dtype), copied into pinned memory behind the receive
+ * and checked when its event has fired, never waited for, so that a count the sender did not
+ * send fails at once naming both ranks. Before (issue 28): 8 waits and 8 read-backs at the
+ * first stage and 16 and 19 at the last on nccl (a host message with each activation's
+ * sequence count, a wait per micro-batch at both ends; the loss read at every forward of the
+ * last stage; the norm summed over the stages and the loss broadcast and the bubble averaged by
+ * three host collectives after the step's read, which NCCL stages through device memory), and
+ * 1 / 1 and 5 / 5 on shm. */
+static const run_case cases[] = {
+    {"shm gpt2 fp32 2 stages", "", "shm", 1, {1, 2}},
+    {"shm gpt2 bf16 2 stages", BF16, "shm", 1, {1, 2}},
+    {"nccl gpt2 fp32 2 stages", "", "nccl", 1, {2 + GAS, 2 + GAS}},
+    {"nccl gpt2 bf16 2 stages", BF16, "nccl", 1, {2 + GAS, 2 + GAS}},
+};
+enum { NCASES = sizeof cases / sizeof cases[0] };
+
+/* Per step: the runtime's waits, read-backs and pageable uploads less the transport's staging,
+ * and the staging's waits. */
+typedef struct {
+    unsigned long long own[STEPS][3], staged[STEPS];
+} measured;
+
+/* The TCP ports of the rendezvous, one a run and one for the dead stage's, found free by the
+ * parent. */
+static int ports[2 * NCASES + 1];
+
+static zt_comm *join(const char *what, int rank, const char *transport, int port) {
+    zt_dist_info d = {.rank = rank, .world_size = WORLD, .local_rank = rank,
+                      .local_world_size = WORLD, .master_port = port};
+    snprintf(d.master_addr, sizeof d.master_addr, "127.0.0.1");
+    snprintf(d.run_id, sizeof d.run_id, "syncs-pipe-%d-%s", (int)getppid(), what);
+    zt_comm *c = NULL;
+    if (zt_comm_create(&c, transport, &d, 60) != ZT_OK) {
+        CHECK(false, "rank %d: %s", rank, zt_last_error());
+        return NULL;
+    }
+    return c;
+}
+
+/* Trains the case's job on one rank (its stage) and fills losses[STEPS] (the step's loss as
+ * every stage reports it); with counts, what it measured. */
+static bool train(int ci, int rank, zt_device device, counts_fn counts, double *losses,
+                  measured *out) {
+    const run_case *c = &cases[ci];
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"name\": \"syncs-pipe\", \"world_size\": %d, \"model\": %s, \"data\": "
+             "{\"train\": \"train.txt\"}, \"train\": {\"max_steps\": %d}, "
+             "\"pipeline\": {\"stages\": 2}, \"deepspeed\": "
+             "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
+             "%s\"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": 0}, "
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
+             "\"weight_decay\": 0.1, \"eps\": 1e-4}}}}",
+             WORLD, TINY_GPT2, STEPS, GAS, c->precision);
+    const bool cpu = device == ZT_DEVICE_CPU;
+    char tag[64];
+    snprintf(tag, sizeof tag, "%d-%s", ci, cpu ? "cpu" : "cuda");
+    zt_comm *comm = join(tag, rank, cpu ? "shm" : c->comm, ports[2 * ci + !cpu]);
+    if (!comm)
+        return false;
+    zt_job_spec job;
+    zt_dataset data;
+    zt_pipe *p = NULL;
+    zt_engine_options opts = {.seed = 5, .shuffle = true, .threads = 1, .device = device,
+                              .job_name = tag};
+    if (zt_job_spec_parse(&job, json, "job", check_tmpdir) != ZT_OK ||
+        zt_dataset_open_train(&data, &job.data, job.model.vocab_size) != ZT_OK ||
+        zt_pipe_create(&p, &job, &data, comm, &opts) != ZT_OK) {
+        CHECK(false, "rank %d, setup of %s: %s", rank, json, zt_last_error());
+        zt_comm_destroy(comm);
+        return false;
+    }
+    bool ok = true;
+    for (int s = 0; s < STEPS && ok; s++) {
+        unsigned long long before[3] = {0}, after[3] = {0};
+        zt_comm_dev_stats cb = zt_pipe_dev_counts(p);
+        if (counts)
+            counts(before);
+        zt_pipe_batch_result res;
+        ok = check_at(__FILE__, __LINE__, zt_pipe_train_batch(p, &res) == ZT_OK,
+                      "%s, rank %d step %d: %s", c->name, rank, s + 1, zt_last_error());
+        if (counts)
+            counts(after);
+        zt_comm_dev_stats ca = zt_pipe_dev_counts(p);
+        losses[s] = res.loss;
+        if (!out)
+            continue;
+        unsigned long long waits = ca.staged_waits - cb.staged_waits,
+                           uploads = ca.staged_uploads - cb.staged_uploads;
+        /* A staging copy to the host is one wait and one read-back; its copy back one upload. */
+        out->own[s][0] = after[0] - before[0] - waits;
+        out->own[s][1] = after[1] - before[1] - waits;
+        out->own[s][2] = after[2] - before[2] - uploads;
+        out->staged[s] = waits;
+    }
+    ok = check_at(__FILE__, __LINE__, zt_engine_sync(zt_pipe_engine(p)) == ZT_OK, "%s",
+                  zt_last_error()) && ok;
+    zt_pipe_destroy(p);
+    zt_dataset_close(&data);
+    zt_job_spec_free(&job);
+    zt_comm_destroy(comm);
+    return ok;
+}
+
+/* The last stage dies after the first step, on nccl: the first stage, whose activations are
+ * posted and whose micro-batch counts no longer travel as host messages, must still end its
+ * next step in an error naming the dead rank (its first host wait, the step's, is watched),
+ * never a hang. */
+static void check_dead_stage(int rank) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"name\": \"dead-stage\", \"world_size\": %d, \"model\": %s, \"data\": "
+             "{\"train\": \"train.txt\"}, \"train\": {\"max_steps\": %d}, "
+             "\"pipeline\": {\"stages\": 2}, \"deepspeed\": "
+             "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}}",
+             WORLD, TINY_GPT2, STEPS, GAS);
+    zt_comm *comm = join("dead", rank, "nccl", ports[2 * NCASES]);
+    zt_job_spec job;
+    zt_dataset data;
+    zt_pipe *p = NULL;
+    zt_engine_options opts = {.seed = 5, .threads = 1, .device = ZT_DEVICE_CUDA,
+                              .job_name = "dead"};
+    if (!comm || zt_job_spec_parse(&job, json, "job", check_tmpdir) != ZT_OK ||
+        zt_dataset_open_train(&data, &job.data, job.model.vocab_size) != ZT_OK ||
+        zt_pipe_create(&p, &job, &data, comm, &opts) != ZT_OK) {
+        CHECK(false, "rank %d, setup of the dead stage's job: %s", rank, zt_last_error());
+        return;
+    }
+    zt_pipe_batch_result res;
+    CHECK(zt_pipe_train_batch(p, &res) == ZT_OK, "rank %d, step 1: %s", rank, zt_last_error());
+    if (rank == 1) {
+        fflush(stdout);
+        _exit(check_summary("test_cuda_emu_syncs_pipe stage 1"));
+    }
+    zt_status s = zt_pipe_train_batch(p, &res);
+    if (s == ZT_OK)
+        s = zt_engine_sync(zt_pipe_engine(p));
+    CHECK(s != ZT_OK && strstr(zt_last_error(), "rank 1"),
+          "stage 0, the step after stage 1 died: status %d, %s", s,
+          s == ZT_OK ? "success" : zt_last_error());
+    printf("stage 0, the step after stage 1 died: %s\n", zt_last_error());
+    fflush(stdout);
+    zt_pipe_destroy(p);
+    zt_dataset_close(&data);
+    zt_job_spec_free(&job);
+    zt_comm_destroy(comm);
+}
+
+/* One rank, one stage: every case on the CPU and on the emulated device. */
+static int rank_main(int rank, counts_fn counts) {
+    for (int i = 0; i < NCASES; i++) {
+        const run_case *c = &cases[i];
+        double cpu[STEPS], cuda[STEPS];
+        measured m = {0};
+        if (!train(i, rank, ZT_DEVICE_CPU, NULL, cpu, NULL) ||
+            !train(i, rank, ZT_DEVICE_CUDA, counts, cuda, &m))
+            continue;
+        printf("%-26s stage %d, per step: own waits/D2H/pageable H2D + staged waits:", c->name,
+               rank);
+        for (int s = 0; s < STEPS; s++)
+            printf(" %llu/%llu/%llu+%llu", m.own[s][0], m.own[s][1], m.own[s][2], m.staged[s]);
+        printf("\n");
+        fflush(stdout);
+        for (int s = 1; s < STEPS; s++)
+            CHECK(m.own[s][0] <= (unsigned)c->waits &&
+                      m.own[s][1] <= (unsigned)c->reads[rank] && m.own[s][2] == 0,
+                  "%s, stage %d step %d: %llu host waits, %llu device-to-host copies and %llu "
+                  "pageable uploads besides the transport's staging; at most %d, %d and 0 "
+                  "allowed", c->name, rank, s + 1, m.own[s][0], m.own[s][1], m.own[s][2],
+                  c->waits, c->reads[rank]);
+        /* NCCL reads device memory itself: nothing is staged. */
+        for (int s = 0; strcmp(c->comm, "nccl") == 0 && s < STEPS; s++)
+            CHECK(m.staged[s] == 0, "%s, stage %d step %d: %llu copies staged through the "
+                  "host on nccl", c->name, rank, s + 1, m.staged[s]);
+        const double tol = c->precision[0] ? 2e-3 : 1e-4;
+        for (int s = 0; s < STEPS; s++)
+            CHECK(isfinite(cuda[s]) && fabs(cuda[s] - cpu[s]) <= tol * fabs(cpu[s]),
+                  "%s, stage %d step %d: loss %.7g on cuda, %.7g on cpu", c->name, rank, s + 1,
+                  cuda[s], cpu[s]);
+    }
+    check_dead_stage(rank);
+    return check_summary(rank ? "test_cuda_emu_syncs_pipe stage 1" :
+                                "test_cuda_emu_syncs_pipe stage 0");
+}
+
+int main(void) {
+    if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
+        setenv("ZTRAIN_CUDA_EMU", "1", 1);
+    setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
+    if (!zt_backend_available(ZT_DEVICE_CUDA) || !zt_backend_cuda_symbol("zt_emu_sync_counts")) {
+        printf("test_cuda_emu_syncs_pipe: SKIPPED: no emulated CUDA device in this build\n");
+        return 0;
+    }
+    /* Free ports for every run's rendezvous (the nccl runs' store; shm ignores it). */
+    if (!emu_free_ports(ports, 2 * NCASES + 1))
+        return 2;
+    check_tmpdir_create("zt_syncs_pipe");
+    char text[NTOK];
+    for (size_t i = 0; i < NTOK; i++)
+        text[i] = (char)((i * 7 + i / 13) % 251);
+    check_write_file(check_tmp_path("train.txt"), text, sizeof text);
+    pid_t pids[WORLD];
+    for (int r = 0; r < WORLD; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            /* Each rank on an emulated GPU of its own (the engine takes its LOCAL_RANK's), as
+             * the nccl transport needs. */
+            emu_rank_env(r, WORLD);
+            counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
+            if (!counts) {
+                fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n", r);
+                _exit(2);
+            }
+            _exit(rank_main(r, counts));
+        }
+    }
+    for (int r = 0; r < WORLD; r++) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with %s %d", r,
+              WIFSIGNALED(st) ? "signal" : "status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
+    check_tmpdir_remove();
+    return check_summary("test_cuda_emu_syncs_pipe");
+}
