@@ -289,6 +289,8 @@ void zt_blocks_backward(zt_model *m, zt_blocks *k, int buffer, const void *dout,
     ZT_ASSERT(st->head || dout != NULL);
     ZT_ASSERT(st->embed || din != NULL);
     k->has_grad[buffer] = false;
+    if ((st->embed || st->head) && h->grads_write)
+        h->grads_write(h->ctx, -1);
     /* With ZeRO's hooks, ZeRO commits each layer's gradients before its backward writes them;
      * without (a tool's or a test's model) nothing does, so the first backward commits them
      * whole. Should that fail (no device memory left), the writes into the uncommitted memory

@@ -234,7 +234,7 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     }
     m->hooks = (zt_model_hooks){z, zt_zero_hook_fetch,
                                 z->half ? zt_zero_hook_release_half : zt_zero_hook_release,
-                                zt_zero_hook_grads_ready};
+                                zt_zero_hook_grads_write, zt_zero_hook_grads_ready};
     return ZT_OK;
 }
 

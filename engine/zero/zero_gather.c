@@ -152,11 +152,13 @@ static zt_status commit_grads(zt_zero *z, int layer) {
     return s;
 }
 
+void zt_zero_hook_grads_write(void *ctx, int layer) { commit_grads(ctx, layer); }
+
 void zt_zero_hook_fetch(void *ctx, int layer, bool backward) {
     zt_zero *z = ctx;
-    /* The head's backward writes the outer tensors' gradients (layer -1) before any backward
-     * fetch of that layer, so they are committed when the forward fetches the layer. */
-    if ((backward || layer < 0) && commit_grads(z, layer) != ZT_OK)
+    /* A block's gradients are committed as its backward fetches it; the outer tensors', which
+     * the head's backward writes before any fetch, by zt_zero_hook_grads_write. */
+    if (backward && layer >= 0 && commit_grads(z, layer) != ZT_OK)
         return;
     if (!(z->half || zt_zero_gathers(z)) || zt_zero_first_error(z) != ZT_OK)
         return;

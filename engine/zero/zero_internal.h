@@ -69,6 +69,7 @@ zt_status zt_zero_init_kept(zt_zero *z);
 void zt_zero_fill_kept(zt_zero *z);
 zt_status zt_zero_gather_kept(zt_zero *z);
 void zt_zero_hook_fetch(void *ctx, int layer, bool backward);
+void zt_zero_hook_grads_write(void *ctx, int layer);
 void zt_zero_hook_release(void *ctx, int layer);
 void zt_zero_hook_release_half(void *ctx, int layer);
 

@@ -147,6 +147,13 @@ with tempfile.TemporaryDirectory() as d:
     # sequences, as 2 micro-batches of 4).
     close(ck, "GPT-2 fp32, 2 pipeline stages on cuda vs 1 rank on cpu", cpu,
           train(d, job("gpt2-cuda-pipe", "cuda", world=2, micro=4, stages=2)), 1e-4)
+    # In bf16 each micro-batch's outer gradients are added into the 16-bit ones and let go at
+    # the end of its backward, and the first stage runs the second micro-batch's forward before
+    # the first one's backward: the second backward must commit them again (a write into the
+    # released memory faults in this check mode).
+    close(ck, "GPT-2 bf16, 2 pipeline stages on cuda vs 1 rank on cpu", cpu_bf,
+          train(d, job("gpt2-cuda-pipe-bf16", "cuda", world=2, micro=4, stages=2, bf16=True)),
+          2e-3)
     cpu_llama = train(d, job("llama-cpu", "cpu", model=LLAMA))
     close(ck, "Llama fp32, 1 rank, cuda vs cpu", cpu_llama,
           train(d, job("llama-cuda", "cuda", model=LLAMA)), 1e-4)

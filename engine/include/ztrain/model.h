@@ -76,6 +76,11 @@ typedef struct {
      * is layer - 1 rather than layer + 1). */
     void (*fetch)(void *ctx, int layer, bool backward);
     void (*release)(void *ctx, int layer);
+    /* Before a backward first writes the outer tensors' gradients (layer -1; a block's come
+     * with its backward fetch): ZeRO commits the memory, which a gradient reduction may have let
+     * go since this micro-batch's forward (a pipeline runs another micro-batch's backward in
+     * between). */
+    void (*grads_write)(void *ctx, int layer);
     void (*grads_ready)(void *ctx, int layer);
 } zt_model_hooks;
 
