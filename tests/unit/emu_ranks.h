@@ -1,6 +1,6 @@
 /* What the tests that run ranks as processes on the emulated CUDA device share
  * (test_cuda_emu_syncs_dp.c, test_cuda_emu_syncs_pipe.c): free TCP ports for the nccl
- * transport's rendezvous, and the environment of a forked rank. */
+ * transport's rendezvous, the environment of a forked rank, and its communicator. */
 #ifndef ZT_TEST_EMU_RANKS_H
 #define ZT_TEST_EMU_RANKS_H
 
@@ -13,6 +13,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "check.h"
+#include "ztrain/comm.h"
 
 /* n distinct free ports of the loopback interface into ports[n] (all held open until every one
  * is found, so none repeats), false with a message when there are none. */
@@ -47,6 +50,22 @@ static inline void emu_rank_env(int rank, int world) {
     snprintf(v, sizeof v, "%d", world);
     setenv("WORLD_SIZE", v, 1);
     setenv("LOCAL_WORLD_SIZE", v, 1);
+}
+
+/* Rank `rank` of `world` joining the transport's communicator on 127.0.0.1:port, under a run id
+ * made of the test's name, the parent's pid and `what` (a case); NULL after a failed check. */
+static inline zt_comm *emu_join(const char *test, const char *what, int rank, int world,
+                                const char *transport, int port) {
+    zt_dist_info d = {.rank = rank, .world_size = world, .local_rank = rank,
+                      .local_world_size = world, .master_port = port};
+    snprintf(d.master_addr, sizeof d.master_addr, "127.0.0.1");
+    snprintf(d.run_id, sizeof d.run_id, "%s-%d-%s", test, (int)getppid(), what);
+    zt_comm *c = NULL;
+    if (zt_comm_create(&c, transport, &d, 60) != ZT_OK) {
+        CHECK(false, "rank %d: %s", rank, zt_last_error());
+        return NULL;
+    }
+    return c;
 }
 
 #endif

@@ -167,16 +167,7 @@ static unsigned long long (*waits_ahead)(void);
 static int nccl_ports[64];
 
 static zt_comm *join(const char *what, int rank, const char *transport, int port) {
-    zt_dist_info d = {.rank = rank, .world_size = WORLD, .local_rank = rank,
-                      .local_world_size = WORLD, .master_port = port};
-    snprintf(d.master_addr, sizeof d.master_addr, "127.0.0.1");
-    snprintf(d.run_id, sizeof d.run_id, "syncs-dp-%d-%s", (int)getppid(), what);
-    zt_comm *c = NULL;
-    if (zt_comm_create(&c, transport, &d, 60) != ZT_OK) {
-        CHECK(false, "rank %d: %s", rank, zt_last_error());
-        return NULL;
-    }
-    return c;
+    return emu_join("syncs-dp", what, rank, WORLD, transport, port);
 }
 
 /* The device collectives' counts of the communicators a rank's engine uses, added up. */

@@ -71,16 +71,7 @@ typedef struct {
 static int ports[2 * NCASES + 1];
 
 static zt_comm *join(const char *what, int rank, const char *transport, int port) {
-    zt_dist_info d = {.rank = rank, .world_size = WORLD, .local_rank = rank,
-                      .local_world_size = WORLD, .master_port = port};
-    snprintf(d.master_addr, sizeof d.master_addr, "127.0.0.1");
-    snprintf(d.run_id, sizeof d.run_id, "syncs-pipe-%d-%s", (int)getppid(), what);
-    zt_comm *c = NULL;
-    if (zt_comm_create(&c, transport, &d, 60) != ZT_OK) {
-        CHECK(false, "rank %d: %s", rank, zt_last_error());
-        return NULL;
-    }
-    return c;
+    return emu_join("syncs-pipe", what, rank, WORLD, transport, port);
 }
 
 /* Trains the case's job on one rank (its stage) and fills losses[STEPS] (the step's loss as
