@@ -88,8 +88,9 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
     if (half) {
         /* The 16-bit parameters whole, or at stage 3 the slice and the layers gathered beside
          * it (each range rounded out to whole granules), and the gradients (a slice from stage
-         * 2); the fp32 copy is the gradients of the one layer the backward writes, let go once
-         * added into the 16-bit gradients: the CUDA backend's ops read the 16-bit parameters, so
+         * 2); the fp32 copy is the gradients the backward writes (one layer's below stage 2, let
+         * go once added into the 16-bit gradients; the buckets' from stage 2, below): the CUDA
+         * backend's ops read the 16-bit parameters, so
          * a step fills no fp32 working copy (backend.h, reads_param16; not under
          * ZTRAIN_CUDA_WEIGHTS=round, a diagnostic setting this estimate does not count). A
          * buffer under the VMM's threshold keeps all of its bytes, filled or not. */
@@ -103,12 +104,13 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                                           ov))
                 : p16;
         out->grad_bytes = held(zt_u64_mul(2, stage >= 2 ? part : padded, ov), ov);
-        /* At stage 3 with the prefetch a second block's may be held too: measured on one rank
-         * of two (dist/test_cuda_device_memory), as the reduction of one block's gradients
-         * overlaps the next block's backward. */
-        const uint64_t grad_layers = zt_u64_add(outer, zt_u64_mul(prefetch ? 2 : 1, layer, ov), ov);
+        /* From stage 2 a block's fp32 gradients stay until its bucket is reduced, as in fp32:
+         * the bucket being filled and the one reduced before it. */
+        const uint64_t grads_half =
+            stage >= 2 ? grads_step
+                       : held_in_use(min_u64(zt_u64_add(outer, layer, ov), padded), 3, f32, ov);
         step_fp32 = zt_u64_add(f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, /* kept, unfilled */
-                               held_in_use(min_u64(grad_layers, padded), 3, f32, ov), ov);
+                               grads_half, ov);
         /* ZeRO's start: the fp32 parameters beside the 16-bit ones it rounds them into (whole,
          * or at stage 3 the slice's granules, the rest never held), and small fp32 gradients,
          * which are not given back. */

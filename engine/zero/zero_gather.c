@@ -162,6 +162,12 @@ void zt_zero_hook_fetch(void *ctx, int layer, bool backward) {
         return;
     if (!(z->half || zt_zero_gathers(z)) || zt_zero_first_error(z) != ZT_OK)
         return;
+    if (z->half && !step_widens(z) && !zt_zero_gathers(z)) {
+        /* Nothing to bring in: the ops read the 16-bit parameters, whole on this rank. No wait
+         * for the queue either, so the reductions in flight keep overlapping the backward. */
+        zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
+        return;
+    }
     if (z->prefetched[layer + 1]) {
         zt_zero_wait_for(z, z->prefetched[layer + 1]);
         z->prefetched[layer + 1] = 0;

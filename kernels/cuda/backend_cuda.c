@@ -378,16 +378,21 @@ static zt_status take_first_error(zt_backend *be) {
 }
 
 /* The host's wait for one event, counted and timed as every wait of the backend's is, and
- * watched (stream_watch.c) when communicators post on the streams. A failed wait keeps its own
- * status (a dead peer's timeout stays a timeout; what it recorded is cleared with it);
- * otherwise the first failure recorded meanwhile is the wait's, as sync reports it. */
+ * watched (stream_watch.c) when communicators post on the streams. A failure recorded before
+ * the wait is its result, as sync reports the first; otherwise a failed wait keeps its own
+ * status (a dead peer's timeout stays a timeout; what it recorded is cleared with it), and a
+ * wait that succeeds returns the first failure recorded meanwhile. */
 static zt_status cuda_event_wait(zt_backend *be, zt_event *ev) {
+    zt_cuda_state *st = be->impl;
+    /* A failure recorded before the wait is the cause of whatever the wait meets: it wins. */
+    pthread_mutex_lock(&st->lock);
+    const bool earlier = st->first_error[0] != '\0';
+    pthread_mutex_unlock(&st->lock);
     unsigned long long t0 = zt_cuda_wait_begin(be);
     zt_status s = zt_cuda_watched_event_wait(be, ev->ev);
     zt_cuda_wait_end(t0);
-    if (s == ZT_OK)
+    if (s == ZT_OK || earlier)
         return take_first_error(be);
-    zt_cuda_state *st = be->impl;
     pthread_mutex_lock(&st->lock);
     st->first_error[0] = '\0';
     pthread_mutex_unlock(&st->lock);

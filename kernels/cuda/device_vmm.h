@@ -42,14 +42,14 @@ void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi);
  * any later work on either stream: the granule's own physical memory when it is free (no driver
  * call), otherwise a free granule of memory or a new one mapped there. The zero-fill is one
  * memset per run of adjacent granules on the compute stream, behind every release's mark, and
- * nothing else is issued: the communication stream is ordered after it at its next use
- * (zt_cuda_vmm_order_comm). ZT_ERR_NOMEM naming the device and size when the driver has no
+ * an event recorded behind them, no wait: the communication stream waits for that event at its
+ * next use (zt_cuda_vmm_order_comm). ZT_ERR_NOMEM naming the device and size when the driver has no
  * memory left. */
 zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi);
 /* Before the backend issues work that touches memory on the communication stream (a copy, a
- * memset, a collective): makes the stream wait for the compute stream when a commit has
- * zero-filled since it last did (one event record and one wait for any number of commits;
- * nothing otherwise, and nothing without a VMM). Any thread, without released_lock. */
+ * memset, a collective): makes the stream wait for the last commit's zero-fill when a commit
+ * has zero-filled since it last did (one wait for any number of commits; nothing otherwise,
+ * and nothing without a VMM). Any thread, without released_lock. */
 void zt_cuda_vmm_order_comm(zt_backend *be);
 /* Whether [addr, addr + bytes) lies in live granules, or outside the VMM's allocations (what a
  * copy into it needs: a write into released memory must be committed first). */

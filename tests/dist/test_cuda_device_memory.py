@@ -71,24 +71,34 @@ with tempfile.TemporaryDirectory(prefix="ztrain-devmem-") as d:
     with open(f"{d}/train.txt", "wb") as f:
         f.write(bytes((i * 3 + i // 7) % 256 for i in range(30000)))
     # (model, stage, precision, checkpoint interval, tensor-parallel size, offload_optimizer,
-    # stage3_param_persistence_threshold, pipeline stages, ranks)
-    runs = [(MODEL, s, prec, 0, 1, None, 0, 1, N) for prec in (None, "bf16") for s in (0, 1, 2, 3)]
-    runs += [(MODEL, 3, None, 0, 1, None, 100000, 1, N), (MODEL, 0, None, 1, 1, None, 0, 1, N),
-             (LLAMA, 0, None, 0, 1, None, 0, 1, N), (LLAMA, 2, "bf16", 0, 1, None, 0, 1, N),
-             (LLAMA, 0, "bf16", 0, 2, None, 0, 1, N), (MODEL, 2, "bf16", 0, 1, "cpu", 0, 1, N),
-             (MODEL, 0, None, 0, 1, None, 0, 2, N), (MODEL, 1, "bf16", 0, 1, None, 0, 2, N),
-             (MODEL, 3, None, 0, 1, None, 0, 1, 4)]
+    # stage3_param_persistence_threshold, pipeline stages, ranks, reduce_bucket_size: BUCKET, or
+    # None for DeepSpeed's default, a bucket holding the whole model)
+    runs = [(MODEL, s, prec, 0, 1, None, 0, 1, N, BUCKET) for prec in (None, "bf16")
+            for s in (0, 1, 2, 3)]
+    runs += [(MODEL, 3, None, 0, 1, None, 100000, 1, N, BUCKET),
+             (MODEL, 0, None, 1, 1, None, 0, 1, N, BUCKET),
+             (LLAMA, 0, None, 0, 1, None, 0, 1, N, BUCKET),
+             (LLAMA, 2, "bf16", 0, 1, None, 0, 1, N, BUCKET),
+             (LLAMA, 0, "bf16", 0, 2, None, 0, 1, N, BUCKET),
+             (MODEL, 2, "bf16", 0, 1, "cpu", 0, 1, N, BUCKET),
+             (MODEL, 0, None, 0, 1, None, 0, 2, N, BUCKET),
+             (MODEL, 1, "bf16", 0, 1, None, 0, 2, N, BUCKET),
+             (MODEL, 3, None, 0, 1, None, 0, 1, 4, BUCKET),
+             (MODEL, 2, "bf16", 0, 1, None, 0, 1, N, None)]
     ratios, fp32_peaks = [], {}
-    for model, stage, prec, every, tp, offload, persistence, stages, world in runs:
+    for model, stage, prec, every, tp, offload, persistence, stages, world, bucket in runs:
         name = (f"{model['type']} stage {stage} {prec or 'fp32'}" +
                 (f", {world} ranks" if world != N else "") +
                 (f", checkpointing every {every}" if every else "") +
                 (f", TP {tp}" if tp > 1 else "") + (f", offload {offload}" if offload else "") +
                 (f", persistence threshold {persistence}" if stage == 3 and persistence else "") +
-                (f", {stages} pipeline stages" if stages > 1 else ""))
+                (f", {stages} pipeline stages" if stages > 1 else "") +
+                (", the default reduce_bucket_size" if bucket is None else ""))
         ds = {"train_micro_batch_size_per_gpu": B,
               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-              "zero_optimization": {"stage": stage, "reduce_bucket_size": BUCKET}}
+              "zero_optimization": {"stage": stage}}
+        if bucket is not None:
+            ds["zero_optimization"]["reduce_bucket_size"] = bucket
         if stage == 3 and not persistence:
             ds["zero_optimization"]["stage3_param_persistence_threshold"] = 0
         if prec:
@@ -101,7 +111,7 @@ with tempfile.TemporaryDirectory(prefix="ztrain-devmem-") as d:
         if every:
             train.update(activation_checkpointing=True, activation_checkpoint_interval=every)
         job = (f"{d}/{model['type']}{stage}{prec or 'fp32'}{every}{tp}{offload or ''}"
-               f"{persistence}p{stages}w{world}.json")
+               f"{persistence}p{stages}w{world}b{bucket}.json")
         spec = {"name": "devmem", "world_size": world, "device": "cuda", "model": model,
                 "data": {"train": "train.txt"}, "train": train, "deepspeed": ds}
         if stages > 1:
@@ -116,7 +126,8 @@ with tempfile.TemporaryDirectory(prefix="ztrain-devmem-") as d:
         rec = read_metrics(f"{out}/metrics.jsonl")[-1]
         gpt2_formula = model is MODEL and not offload and stages == 1
         if gpt2_formula:
-            terms = formula(MODEL, B, world, stage, prec is not None, every, bucket=BUCKET,
+            terms = formula(MODEL, B, world, stage, prec is not None, every,
+                            bucket=bucket if bucket is not None else 500000000,
                             persistence=persistence if stage == 3 else 100000)
             want = sum(terms.values())
             fixed = sum(v for k, v in terms.items() if k in FIXED)

@@ -174,10 +174,11 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
             terms["parameters"] = gran(2 * p)
         terms["gradients"] = gran(2 * (slice_ if stage >= 2 else p))
         terms["optimizer"] = 3 * opt
-        # The gradients of the layer the backward writes (let go once added into the 16-bit
-        # gradients), at stage 3 two: one block's reduction overlaps the next one's backward;
-        # the ops read the 16-bit parameters, so no fp32 parameter is in use.
-        step = _layers_held(L, C, V, T, p, 4, k)
+        # The gradients the backward writes: one block's below stage 2 (let go once added into
+        # the 16-bit gradients), from stage 2 the blocks of the bucket being filled and the one
+        # reduced before it, as in fp32; the ops read the 16-bit parameters, so no fp32
+        # parameter is in use.
+        step = _layers_held(L, C, V, T, p, 4, grad_blocks if stage >= 2 else 1)
         terms["fp32 in use"] = max(made - sum(terms.values()), step)
     else:
         terms["parameters"] = gran(4 * (slice_ if stage == 3 else p))

@@ -45,13 +45,15 @@ typedef struct {
      * granules. */
     uint64_t param_bytes, grad_bytes, optimizer_bytes;
     /* The model's fp32 parameters and gradients a step holds beyond those: in mixed precision
-     * the working copy of the layers in use and the gradients of the layer the backward writes,
-     * in fp32 from stage 2 those gradients (and stage 3's gathered blocks), each range
+     * the gradients the backward writes (one layer's below stage 2, two buckets' from stage 2;
+     * the CUDA backend's ops read the 16-bit parameters, so there is no fp32 working copy), in
+     * fp32 from stage 2 the buckets' gradients (and stage 3's gathered blocks), each range
      * rounded out to whole granules. ZeRO releases the rest, which the backend gives back in
      * whole granules; a buffer under ZT_CUDA_VMM_MIN_BYTES keeps all of its bytes. */
     uint64_t fp32_copy_bytes;
     /* What the rank holds only before its first step, beyond the step's terms: the model made in
-     * fp32 (parameters and gradients whole) before ZeRO partitions it, and ZeRO's start, which
+     * fp32 (parameters whole, gradients reserved and committed as written) before ZeRO
+     * partitions it, and ZeRO's start, which
      * gives back what a step holds of them only per layer (mixed precision: all of the fp32
      * parameters, once rounded into the 16-bit ones; stage 3: those outside the slice) before
      * its buffers and the optimizer's are allocated. Usually 0: the step holds more, unless

@@ -14,8 +14,8 @@
  * mark is recorded, so the zeroing follows the memory's last use there without a wait, and
  * the compute stream's later work sees zeros. The communication stream is ordered after the
  * zeroing lazily: the next time the backend issues work that touches memory on it (a copy, a
- * memset, a collective), it first waits for the compute stream, once for every commit since
- * the last such wait (zt_cuda_vmm_order_comm). Only when the
+ * memset, a collective), it first waits for the event the last commit recorded behind its
+ * memsets, once for every commit since the last such wait (zt_cuda_vmm_order_comm). Only when the
  * granule's address is still mapped to memory that another address holds live must it be
  * unmapped: the host then waits for that address's own last release (an old event, long
  * passed on a GPU) — counted, and rare, since a commit prefers the memory the address had.
@@ -258,9 +258,17 @@ static void zero_fill(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, si
 }
 
 /* The communication stream must wait for the zero-fills issued so far before its next work
- * on memory; counted once they are issued, so that a thread that reads the count and then
- * orders the stream records the event behind them. */
-static void after_zeroing(struct zt_cuda_vmm *v) { atomic_fetch_add(&v->zero_fills, 1); }
+ * on memory. Each commit that zero-filled records `zeroed` right behind its memsets (not
+ * behind whatever the compute stream holds when the communication stream next needs it, which
+ * would make a reduction wait for the next layer's backward too) and then counts itself, so
+ * that a thread that reads the count and waits for the event is behind them. */
+static void after_zeroing(zt_backend *be, struct zt_cuda_vmm *v) {
+    zt_cuda_state *st = be->impl;
+    pthread_mutex_lock(&v->order_lock);
+    ZT_CUDA_CHECK(be, cudaEventRecord(v->zeroed, st->stream[ZT_STREAM_COMPUTE]));
+    atomic_fetch_add(&v->zero_fills, 1);
+    pthread_mutex_unlock(&v->order_lock);
+}
 
 void zt_cuda_vmm_order_comm(zt_backend *be) {
     zt_cuda_state *st = be->impl;
@@ -270,7 +278,6 @@ void zt_cuda_vmm_order_comm(zt_backend *be) {
     pthread_mutex_lock(&v->order_lock);
     unsigned long long fills = atomic_load(&v->zero_fills);
     if (atomic_load(&v->comm_ordered) != fills) {
-        ZT_CUDA_CHECK(be, cudaEventRecord(v->zeroed, st->stream[ZT_STREAM_COMPUTE]));
         ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[ZT_STREAM_COMM], v->zeroed, 0));
         atomic_store(&v->comm_ordered, fills);
     }
@@ -419,7 +426,7 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
         if (got != REVIVED) {
             zero_flush(be, v, r, &run_lo, &run_hi);
             if (zeroed)
-                after_zeroing(v);
+                after_zeroing(be, v);
         }
         if (got == WAIT_FAILED)
             return zt_error_prefix(failed, "cuda device %d (%s): committing released device "
@@ -435,7 +442,7 @@ zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
     }
     zero_flush(be, v, r, &run_lo, &run_hi);
     if (zeroed)
-        after_zeroing(v);
+        after_zeroing(be, v);
     return ZT_OK;
 }
 

@@ -41,7 +41,9 @@ struct zt_backend;
  * run in 16 bits reads a weight's and a bias's twin here instead of rounding the fp32 values at
  * every product (the CUDA backend's linear ops); a weight outside [f32, f32 + n), or a type
  * other than the activations', is rounded as before. The CPU ignores it (it computes from the
- * fp32 values, which the twin equals), so its results do not depend on it. Not owned by the
+ * fp32 values, which the twin equals), so its results do not depend on it. A backend whose
+ * every op reads the twin (backend.h, reads_param16) lets the installer leave the fp32 side
+ * unfilled: ZeRO's mixed precision then holds no fp32 working copy in a step. Not owned by the
  * ctx; it must outlive the ops that read it. */
 typedef struct {
     const float *f32;

@@ -2,8 +2,9 @@
  * says it does (backend.h, reads_param16): LayerNorm's and RMSNorm's forward and backward, the
  * embedding's forward (token and position tables, rows of an odd width too), and the linear
  * forward with a bias whose twin is off cuBLASLt's 16-byte alignment. op_linear_twin.c covers the
- * weights of the products. As there, the fp32 buffer holds other values than the twin (which a
- * real twin never does), so the results must be the CPU's for the twin's values: an op that read
+ * weights of the products. As there, the fp32 buffer holds other values than the twin (a real
+ * one holds the twin widened, or, in a mixed-precision step on such a backend, nothing: ZeRO
+ * leaves it unfilled), so the results must be the CPU's for the twin's values: an op that read
  * the fp32 values, or the twin at the wrong offset, fails. Each parameter also starts an element
  * past a 16-byte boundary in one of the cases, as tensors in a flat buffer do. This is what lets
  * ZeRO's mixed precision leave the fp32 working copy unfilled (zero.h). */
