@@ -110,6 +110,21 @@ static void count_reduction(zt_comm *c, size_t n, zt_dtype t) {
 
 zt_comm_dev_stats zt_comm_dev_counts(const zt_comm *c) { return c->dev_stats; }
 
+zt_comm_dev_stats zt_comm_dev_counts_sum(zt_comm *const *comms, size_t n) {
+    zt_comm_dev_stats sum = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (!comms[i])
+            continue;
+        const zt_comm_dev_stats *s = &comms[i]->dev_stats;
+        sum.calls += s->calls;
+        sum.payload_bytes += s->payload_bytes;
+        sum.reduced_bytes += s->reduced_bytes;
+        sum.staged_waits += s->staged_waits;
+        sum.staged_uploads += s->staged_uploads;
+    }
+    return sum;
+}
+
 static zt_status native_done(zt_comm *c, zt_status s) {
     order_after(c);
     return s;

@@ -85,18 +85,7 @@ zt_pipe_info zt_pipe_get_info(const zt_pipe *p) { return p->info; }
 zt_comm_dev_stats zt_pipe_dev_counts(const zt_pipe *p) {
     zt_comm *const all[] = {p->world, p->dp_comm, p->stage_comm, p->tied_comm, p->tp_comm,
                             p->mp_comm};
-    zt_comm_dev_stats sum = {0};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (!all[i])
-            continue;
-        zt_comm_dev_stats s = zt_comm_dev_counts(all[i]);
-        sum.calls += s.calls;
-        sum.payload_bytes += s.payload_bytes;
-        sum.reduced_bytes += s.reduced_bytes;
-        sum.staged_waits += s.staged_waits;
-        sum.staged_uploads += s.staged_uploads;
-    }
-    return sum;
+    return zt_comm_dev_counts_sum(all, sizeof all / sizeof all[0]);
 }
 
 static bool first_stage(const zt_pipe *p) { return p->info.stage == 0; }

@@ -1,6 +1,7 @@
 /* What the tests that run ranks as processes on the emulated CUDA device share
  * (test_cuda_emu_syncs_dp.c, test_cuda_emu_syncs_pipe.c): free TCP ports for the nccl
- * transport's rendezvous, the environment of a forked rank, and its communicator. */
+ * transport's rendezvous, the environment of a forked rank, its communicator, and the wait for
+ * the ranks. */
 #ifndef ZT_TEST_EMU_RANKS_H
 #define ZT_TEST_EMU_RANKS_H
 
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -50,6 +52,17 @@ static inline void emu_rank_env(int rank, int world) {
     snprintf(v, sizeof v, "%d", world);
     setenv("WORLD_SIZE", v, 1);
     setenv("LOCAL_WORLD_SIZE", v, 1);
+}
+
+/* Waits for the n forked ranks, each checked to have exited with status 0. */
+static inline void emu_wait_ranks(const pid_t *pids, int n) {
+    for (int r = 0; r < n; r++) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with %s %d", r,
+              WIFSIGNALED(st) ? "signal" : "status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
 }
 
 /* Rank `rank` of `world` joining the transport's communicator on 127.0.0.1:port, under a run id

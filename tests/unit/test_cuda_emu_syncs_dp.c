@@ -172,18 +172,7 @@ static zt_comm *join(const char *what, int rank, const char *transport, int port
 
 /* The device collectives' counts of the communicators a rank's engine uses, added up. */
 static zt_comm_dev_stats dev_counts(zt_comm *const used[3]) {
-    zt_comm_dev_stats sum = {0};
-    for (int i = 0; i < 3; i++) {
-        if (!used[i])
-            continue;
-        zt_comm_dev_stats s = zt_comm_dev_counts(used[i]);
-        sum.calls += s.calls;
-        sum.payload_bytes += s.payload_bytes;
-        sum.reduced_bytes += s.reduced_bytes;
-        sum.staged_waits += s.staged_waits;
-        sum.staged_uploads += s.staged_uploads;
-    }
-    return sum;
+    return zt_comm_dev_counts_sum(used, 3);
 }
 
 /* Trains the case on one rank and fills losses[STEPS] (the mean of the step's micro-batches);
@@ -451,13 +440,7 @@ int main(void) {
             _exit(rank_main(r, counts));
         }
     }
-    for (int r = 0; r < WORLD; r++) {
-        int st = 0;
-        waitpid(pids[r], &st, 0);
-        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with %s %d", r,
-              WIFSIGNALED(st) ? "signal" : "status",
-              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-    }
+    emu_wait_ranks(pids, WORLD);
     static measured all[NCASES];
     FILE *f = fopen(check_tmp_path("results.bin"), "rb");
     CHECK(f && fread(all, sizeof all, 1, f) == 1, "rank 0 wrote no results");

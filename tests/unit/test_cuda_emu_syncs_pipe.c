@@ -252,13 +252,7 @@ int main(void) {
             _exit(rank_main(r, counts));
         }
     }
-    for (int r = 0; r < WORLD; r++) {
-        int st = 0;
-        waitpid(pids[r], &st, 0);
-        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with %s %d", r,
-              WIFSIGNALED(st) ? "signal" : "status",
-              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-    }
+    emu_wait_ranks(pids, WORLD);
     check_tmpdir_remove();
     return check_summary("test_cuda_emu_syncs_pipe");
 }

@@ -240,5 +240,8 @@ typedef struct {
     unsigned long long staged_waits, staged_uploads;
 } zt_comm_dev_stats;
 zt_comm_dev_stats zt_comm_dev_counts(const zt_comm *c);
+/* The counts of n communicators added up (a NULL entry counts nothing): what a rank's engine
+ * used over all its groups. */
+zt_comm_dev_stats zt_comm_dev_counts_sum(zt_comm *const *comms, size_t n);
 
 #endif
