@@ -16,9 +16,8 @@ row statistics kept); one pass over memory for every element-wise, norm and opti
 16-bit activations, fp32 norm statistics, masters and Adam moments. Rows marked EXTRA are work
 the code does that issue 28's design would not (docs/gpu.md says why each is there): the bias
 and norm-weight gradients as passes of their own over dout (row-tile sums) instead of in an
-epilogue or the norm's backward kernel; and weight gradients accumulated in fp32 (the GEMM
-reads and writes them, beta = 1), zero-filled when committed and then added into the 16-bit
-gradients. They are predicted like the rest, and the step without them is printed too: what
+epilogue or the norm's backward kernel. (Weight gradients are accumulated into the 16-bit
+gradients themselves: the GEMM reads and writes them, beta = 1.) They are predicted like the rest, and the step without them is printed too: what
 removing them would gain. (Every op reads the 16-bit parameters, so a step fills no fp32
 working copy of them: docs/gpu.md.) A
 kernel's time is the larger of its FLOPs at a fraction of the dense bf16 peak and its bytes at a
@@ -84,18 +83,18 @@ def stream(name, op, calls, flops, nbytes, extra=False):
 def channel_sums(name, op, calls, N, C, K, reads):
     """K per-channel sums over N rows of C channels (channel_sums.cuh): a pass reading `reads`
     bytes a row element, its partial sums (one per row tile and channel) written and read back in
-    a second pass that adds them into the fp32 gradients (read and written). EXTRA: the design
+    a second pass that adds them into the 16-bit gradients (read and written). EXTRA: the design
     folds them into an epilogue or the producing kernel."""
     rows = max(CHANNEL_MIN_ROWS, -(-N // CHANNEL_MAX_TILES))
     tiles = -(-N // rows)
     return stream(name, op, calls, 2 * K * N * C,
-                  reads * N * C + 2 * K * tiles * C * S32 + 2 * K * C * P32, extra=True)
+                  reads * N * C + 2 * K * tiles * C * S32 + 2 * K * C * A16, extra=True)
 
 
 def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=False):
     """A linear layer's forward (one GEMM, bias and residual in the epilogue) and backward: dinp =
-    dout·Wᵀ, dW = inpᵀ·dout accumulated into the fp32 gradient (read and written: EXTRA beyond
-    a 16-bit write), dbias a column sum of dout in a pass of its own (kernels/cuda/linear.cu).
+    dout·Wᵀ, dW = inpᵀ·dout accumulated into the 16-bit gradient (read and written, beta = 1),
+    dbias a column sum of dout in a pass of its own (kernels/cuda/linear.cu).
     gelu_out: GELU in the forward's epilogue (linear_gelu_forward), which writes the
     pre-activation beside the output. gelu_in: the input is gelu(pre), so the backward's dinp
     GEMM applies GELU's derivative in its epilogue (linear_backward_gelu), reading pre."""
@@ -105,7 +104,7 @@ def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=F
                         L, N, C, OC, ep))
     bwd = "linear_backward_gelu" if gelu_in else "linear_backward"
     kernels.append(gemm(f"{name} backward dinp", bwd, L, N, OC, C, A16 * N * C if gelu_in else 0))
-    kernels.append(gemm(f"{name} backward dW", bwd, L, C, N, OC, (2 * P32 - A16) * C * OC))
+    kernels.append(gemm(f"{name} backward dW", bwd, L, C, N, OC, A16 * C * OC))
     if bias:
         kernels.append(channel_sums(f"{name} bias gradient (row-tile sums)", bwd, L, N, OC, 1,
                                     A16))
@@ -177,12 +176,8 @@ def kernels_of(m):
     ks.append(stream("softmax cross-entropy (fused)", "softmax_xent", 1, 5 * N * V,
                      2 * A16 * N * V))
     n = params(m)
-    # ZeRO's mixed precision (engine/zero/zero_buckets.c): each layer's fp32 gradients are
-    # committed (zero-filled, 4 bytes: the backend's memset, not an op, counted here) before the
-    # backward accumulates into them and then added into the 16-bit gradients (4 read, 2 read
-    # and 2 written).
-    ks.append(stream("fp32 weight gradients: zero-filled, added into the 16-bit gradients",
-                     "accumulate_half", 1, n, n * (P32 + P32 + 2 * A16), extra=True))
+    # ZeRO's mixed precision at stages 0-1: the ops accumulate into the 16-bit gradients
+    # (backend.h, writes_grad16), so no fp32 gradient is zero-filled or added in.
     # Clipping's norm reads the 16-bit gradients; mixed-precision AdamW reads the gradient, the
     # fp32 master and moments and writes them and the 16-bit copy: 28 bytes a parameter.
     ks.append(stream("gradient norm", "sum_squares_half", 1, 2 * n, A16 * n))

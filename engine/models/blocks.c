@@ -106,7 +106,7 @@ void zt_blocks_model_setup(zt_model *m, const zt_model_ops *ops, zt_blocks *k,
                            int max_batch, const zt_model_stage *stage) {
     m->ops = ops;
     m->blocks = k;
-    m->ctx = (zt_ctx){be, act, NULL};
+    m->ctx = (zt_ctx){.be = be, .act = act};
     m->spec = *spec;
     m->max_batch = max_batch;
     m->n_layer = spec->n_layer;

@@ -88,12 +88,13 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
     if (half) {
         /* The 16-bit parameters whole, or at stage 3 the slice and the layers gathered beside
          * it (each range rounded out to whole granules), and the gradients (a slice from stage
-         * 2); the fp32 copy is the gradients the backward writes (one layer's below stage 2, let
-         * go once added into the 16-bit gradients; the buckets' from stage 2, below): the CUDA
-         * backend's ops read the 16-bit parameters, so
-         * a step fills no fp32 working copy (backend.h, reads_param16; not under
-         * ZTRAIN_CUDA_WEIGHTS=round, a diagnostic setting this estimate does not count). A
-         * buffer under the VMM's threshold keeps all of its bytes, filled or not. */
+         * 2); the fp32 copy is the gradients the backward writes from stage 2 (the buckets',
+         * below): the CUDA backend's ops read the 16-bit parameters, so a step fills no fp32
+         * working copy (backend.h, reads_param16), and below stage 2 they accumulate into the
+         * 16-bit gradients, so a step holds no fp32 gradient either (writes_grad16; neither
+         * under ZTRAIN_CUDA_WEIGHTS=round or ZTRAIN_CUDA_GRADS=f32, diagnostic settings this
+         * estimate does not count). A buffer under the VMM's threshold keeps all of its bytes,
+         * filled or not. */
         const uint64_t p16 = held(zt_u64_mul(2, padded, ov), ov);
         out->param_bytes =
             stage == 3 && N > 1
@@ -106,9 +107,7 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
         out->grad_bytes = held(zt_u64_mul(2, stage >= 2 ? part : padded, ov), ov);
         /* From stage 2 a block's fp32 gradients stay until its bucket is reduced, as in fp32:
          * the bucket being filled and the one reduced before it. */
-        const uint64_t grads_half =
-            stage >= 2 ? grads_step
-                       : held_in_use(min_u64(zt_u64_add(outer, layer, ov), padded), 3, f32, ov);
+        const uint64_t grads_half = stage >= 2 ? grads_step : 0;
         step_fp32 = zt_u64_add(f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, /* kept, unfilled */
                                grads_half, ov);
         /* ZeRO's start: the fp32 parameters beside the 16-bit ones it rounds them into (whole,

@@ -35,7 +35,7 @@ zt_status zt_optimizer_init(zt_optimizer *o, const zt_optimizer_config *cfg, zt_
                             size_t n) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
-    o->ctx = (zt_ctx){be, ZT_F32, NULL};
+    o->ctx = (zt_ctx){.be = be, .act = ZT_F32};
     o->n = n;
     zt_status s = ZT_OK;
     if (cfg->type == ZT_OPTIM_ADAM || cfg->type == ZT_OPTIM_LAMB) {
@@ -54,7 +54,7 @@ void zt_optimizer_init_external(zt_optimizer *o, const zt_optimizer_config *cfg,
                                 zt_backend *be, size_t n) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
-    o->ctx = (zt_ctx){be, ZT_F32, NULL};
+    o->ctx = (zt_ctx){.be = be, .act = ZT_F32};
     o->n = n;
     o->external = true;
 }

@@ -155,6 +155,12 @@ static zt_status init_half(zt_zero *z) {
     /* The model's products read the 16-bit parameters instead of rounding its fp32 copy. */
     z->twin = (zt_param16){z->model->params, z->p16, n, z->dtype};
     z->model->ctx.param16 = &z->twin;
+    /* Below stage 2 the backward may accumulate into the 16-bit gradients themselves. */
+    if (z->stage < 2 && z->be->writes_grad16) {
+        z->gtwin = (zt_grad16){z->model->grads, z->g16, n, z->dtype};
+        z->model->ctx.grad16 = &z->gtwin;
+        z->grads16 = true;
+    }
     return ZT_OK;
 }
 
@@ -185,7 +191,7 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->comm = comm;
     z->model = m;
     z->be = m->ctx.be;
-    z->ctx = (zt_ctx){m->ctx.be, ZT_F32, NULL};
+    z->ctx = (zt_ctx){.be = m->ctx.be, .act = ZT_F32};
     z->rank = comm ? zt_comm_rank(comm) : 0;
     z->world = comm ? zt_comm_world_size(comm) : 1;
     if (z->world > ZT_MAX_WORLD)
@@ -262,6 +268,8 @@ void zt_zero_free(zt_zero *z) {
         z->model->hooks = (zt_model_hooks){0};
         if (z->model->ctx.param16 == &z->twin)
             z->model->ctx.param16 = NULL;
+        if (z->model->ctx.grad16 == &z->gtwin)
+            z->model->ctx.grad16 = NULL;
     }
     free(z->prefetched);
     if (z->be) {

@@ -87,9 +87,12 @@ void zt_zero_hook_grads_ready(void *ctx, int layer) {
     zt_zero *z = ctx;
     if (z->half && z->stage < 2) {
         /* The layer's fp32 gradients go into the 16-bit gradient buffer (rounded to nearest even,
-         * accumulating over micro-steps) and the fp32 copy is let go. */
+         * accumulating over micro-steps) and the fp32 copy is let go; where the backward wrote
+         * the 16-bit gradients itself there is nothing to add. */
         const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
         zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
+        if (z->grads16)
+            return;
         for (int i = 0; i < sg->n; i++) {
             size_t lo = sg->off[i], hi = lo + sg->len[i];
             z->be->ops->accumulate_half(&z->ctx, z->g16 + lo, z->model->grads + lo, hi - lo,

@@ -141,8 +141,10 @@ static zt_status restore_kept(zt_zero *z, int layer) {
 }
 
 /* The backward is about to accumulate the layer's gradients into ranges that an earlier reduction
- * may have released. */
+ * may have released (not when it writes the 16-bit gradients: zt_zero.grads16). */
 static zt_status commit_grads(zt_zero *z, int layer) {
+    if (z->grads16)
+        return ZT_OK;
     const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
     zt_status s = ZT_OK;
     for (int i = 0; i < sg->n && s == ZT_OK; i++)

@@ -598,6 +598,18 @@ static zt_status weights_mode(bool *round) {
     return ZT_OK;
 }
 
+/* ZTRAIN_CUDA_GRADS: "half" (the default) has the ops accumulate a mixed-precision model's
+ * gradients into its 16-bit gradients (writes_grad16); "f32" into the fp32 gradients, which ZeRO
+ * then adds into the 16-bit ones layer by layer, as before: what tests compare against. */
+static zt_status grads_mode(bool *f32) {
+    const char *v = getenv("ZTRAIN_CUDA_GRADS");
+    *f32 = v && strcmp(v, "f32") == 0;
+    if (v && *v && !*f32 && strcmp(v, "half") != 0)
+        return zt_error(ZT_ERR_INVALID, "ZTRAIN_CUDA_GRADS=\"%s\": expected \"half\" or "
+                        "\"f32\"", v);
+    return ZT_OK;
+}
+
 unsigned long long zt_cuda_weights_rounded(zt_backend *be) {
     zt_cuda_state *st = be->impl;
     return __atomic_load_n(&st->weights_rounded, __ATOMIC_RELAXED);
@@ -607,6 +619,8 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     *out = NULL;
     bool round_weights = false;
     ZT_TRY(weights_mode(&round_weights));
+    bool f32_grads = false;
+    ZT_TRY(grads_mode(&f32_grads));
     zt_cuda_attention_policy attention;
     ZT_TRY(zt_cuda_attention_policy_of_env(&attention));
     int dev = opts ? opts->device_index : 0;
@@ -637,6 +651,7 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     be->attn_lse = true; /* attention/: cuDNN and the flash kernel both keep row statistics */
     st->weights_round = round_weights;
     be->reads_param16 = !round_weights; /* zt_param_view, cuda_common.cuh */
+    be->writes_grad16 = !f32_grads;     /* zt_grad_view, cuda_common.cuh */
     st->attention = attention;
     zt_status s = setup(st, dev);
     if (s != ZT_OK) {

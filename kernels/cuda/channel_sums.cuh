@@ -7,7 +7,7 @@
  * of the tile (a warp reads 32 consecutive channels of a row, one coalesced transaction), and the
  * 8 lanes' sums are added in a fixed order into one partial per (tile, channel). A second kernel,
  * a thread per channel, adds the tiles' partials in tile order and accumulates into the fp32
- * gradient. The tiling depends only on N, so the result is bit-identical from run to run, with
+ * gradient (or its 16-bit buffer, zt_grad_view). The tiling depends only on N, so the result is bit-identical from run to run, with
  * no atomics; it differs from a sequential sum by rounding only (compare with a tolerance).
  *
  * The partials live in the ZT_CUDA_SCRATCH_PARTIALS scratch: K · tiles · C floats, at most
@@ -62,29 +62,31 @@ __global__ void zt_channel_partials(float *partial, Term term, int N, int C, int
     }
 }
 
-/* Second pass: out_k[c] += Σ over tiles of partial k, in tile order; out1 is NULL when K = 1
- * (or when the caller does not want the second sum). */
+/* Second pass: out_k[c] += Σ over tiles of partial k, in tile order, into the fp32 or the 16-bit
+ * gradient (zt_grad_view); out1 is absent when K = 1 (or when the caller does not want the
+ * second sum). */
 template <int K>
-__global__ void zt_channel_finish(float *out0, float *out1, const float *partial, int tiles,
-                                  int C) {
+__global__ void zt_channel_finish(zt_grad_view out0, zt_grad_view out1, const float *partial,
+                                  int tiles, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
     for (int k = 0; k < K; k++) {
-        float *out = k == 0 ? out0 : out1;
-        if (!out)
+        const zt_grad_view &out = k == 0 ? out0 : out1;
+        if (!out.present())
             continue;
         float s = 0.0f;
         for (int t = 0; t < tiles; t++)
             s += partial[((size_t)k * tiles + t) * C + c];
-        out[c] += s;
+        out.add(c, s);
     }
 }
 
 /* Accumulates the Term::K per-channel sums of term over N rows into out0[C] (and out1[C] when
- * K = 2 and out1 is not NULL), on the compute stream of x. */
+ * K = 2 and out1 is present), on the compute stream of x. */
 template <typename Term>
-static void zt_channel_sums(const zt_ctx *x, float *out0, float *out1, Term term, int N, int C) {
+static void zt_channel_sums(const zt_ctx *x, zt_grad_view out0, zt_grad_view out1, Term term,
+                            int N, int C) {
     if (N <= 0 || C <= 0)
         return;
     constexpr int K = Term::K;

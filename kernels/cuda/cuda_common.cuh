@@ -273,6 +273,11 @@ struct zt_param_view {
         return half ? zt_f32_from_half(half[i], bf16) : f32[i];
     }
     __host__ __device__ __forceinline__ bool present() const { return f32 != NULL; }
+    /* The memory the kernel reads, for the emulated device's launch checks (emu_device.h). */
+    __host__ int device_pointers(const void **out) const {
+        out[0] = half ? (const void *)half : (const void *)f32;
+        return 1;
+    }
     /* The view of the vector from element off on. */
     __host__ __device__ __forceinline__ zt_param_view at(size_t off) const {
         return {f32 + off, half ? half + off : NULL, bf16};
@@ -298,6 +303,66 @@ static inline zt_param_view zt_cuda_param(const zt_ctx *x, const float *p, size_
     zt_param_view v = {p, NULL, x->act == ZT_BF16};
     if (p && x->be->reads_param16)
         v.half = zt_param16_of(x, p, n);
+    return v;
+}
+
+/* ---- parameter gradients as the kernels accumulate into them ---------------------------------
+ * A gradient vector of ops.h (the model's fp32 gradients) or, where the ctx carries a 16-bit
+ * gradient buffer covering it (zt_grad16) and the backend writes there (backend.h,
+ * writes_grad16), that buffer. An op adds its contribution in fp32 and rounds once to nearest
+ * even: what accumulate_half does with the fp32 gradient the op would otherwise have written. */
+struct zt_grad_view {
+    float *f32;     /* NULL: no gradient wanted (a frozen or absent parameter) */
+    uint16_t *half; /* the 16-bit gradient at the same element, or NULL: accumulate into f32 */
+    bool bf16;
+    __host__ __device__ __forceinline__ bool present() const { return f32 != NULL; }
+    /* The memory the kernel writes, for the emulated device's launch checks (emu_device.h),
+     * which restore it between the two runs of a grid. */
+    __host__ int device_pointers(const void **out) const {
+        out[0] = half ? (const void *)half : (const void *)f32;
+        return 1;
+    }
+    /* The view of the vector from element off on. */
+    __host__ __device__ __forceinline__ zt_grad_view at(size_t off) const {
+        return {f32 + off, half ? half + off : NULL, bf16};
+    }
+    __device__ __forceinline__ void add(size_t i, float s) const {
+        if (half)
+            half[i] = zt_half_from_f32(zt_f32_from_half(half[i], bf16) + s, bf16);
+        else
+            f32[i] += s;
+    }
+    /* Element base + k += s[k] for the N elements below n, in 16-byte pieces where whole and
+     * aligned, as zt_param_view::load reads them. */
+    template <int N>
+    __device__ __forceinline__ void add_vec(size_t base, size_t n, const float *s) const {
+        float r[N] = {};
+        if (!half) {
+            zt_ldv_f32<N>(f32, base, n, r);
+            for (int k = 0; k < N; k++)
+                r[k] += s[k];
+            zt_stv_f32<N>(f32, base, n, r);
+        } else if (N % ZT_VEC(uint16_t) == 0) {
+            const zt_half_bits bits = {bf16};
+            for (int k = 0; k < N; k += ZT_VEC(uint16_t)) {
+                zt_ldv_as(half, base + k, n, r + k, bits);
+                for (int j = k; j < k + ZT_VEC(uint16_t); j++)
+                    r[j] += s[j];
+                zt_stv_as(half, base + k, n, r + k, bits);
+            }
+        } else {
+            for (int k = 0; k < N && base + k < n; k++)
+                add(base + k, s[k]);
+        }
+    }
+};
+
+/* The view of the gradient g[0, n) for ctx x: its 16-bit buffer when x carries one covering it
+ * and the backend writes there; g itself otherwise (g may be NULL). */
+static inline zt_grad_view zt_cuda_grad(const zt_ctx *x, float *g, size_t n) {
+    zt_grad_view v = {g, NULL, x->act == ZT_BF16};
+    if (g && x->be->writes_grad16)
+        v.half = zt_grad16_of(x, g, n);
     return v;
 }
 

@@ -8,7 +8,8 @@
  * pieces too (zt_ldv_f32/zt_stv_f32); a chunk past the end of a row (C not a multiple of the
  * vector) or a row that does not start 16-byte aligned (an odd C) goes element by element. Each
  * element's sum runs in the same order as one thread per element would run it. The forward reads
- * the tables through their 16-bit twins where the ctx has them (zt_param_view). */
+ * the tables through their 16-bit twins where the ctx has them (zt_param_view); the backward adds
+ * into the 16-bit gradients where the ctx has them (zt_grad_view). */
 #include "cuda_common.cuh"
 
 /* Thread i: channels [c0, c0 + ZT_VEC(T)) of position bt. */
@@ -34,43 +35,38 @@ __global__ void emb_fwd(T *out, const int32_t *tokens, zt_param_view wte, zt_par
 
 /* Block i: token uniq[i], whose positions are pos[start[i], start[i+1]). */
 template <typename T>
-__global__ void emb_bwd_wte(float *dwte, const T *dout, const int32_t *uniq,
+__global__ void emb_bwd_wte(zt_grad_view dwte, const T *dout, const int32_t *uniq,
                             const int32_t *start, const int32_t *pos, int C) {
     const int b = blockIdx.x;
     if (uniq[b] < 0)
         return;
-    float *row = dwte + (size_t)uniq[b] * C;
+    const zt_grad_view row = dwte.at((size_t)uniq[b] * C);
     for (int c0 = threadIdx.x * ZT_VEC(T); c0 < C; c0 += blockDim.x * ZT_VEC(T)) {
-        float acc[ZT_VEC(T)] = {}, d[ZT_VEC(T)] = {}, r[ZT_VEC(T)] = {};
+        float acc[ZT_VEC(T)] = {}, d[ZT_VEC(T)] = {};
         for (int k = start[b]; k < start[b + 1]; k++) {
             zt_ldv(dout + (size_t)pos[k] * C, c0, C, d);
             for (int j = 0; j < ZT_VEC(T); j++)
                 acc[j] += d[j];
         }
-        zt_ldv_f32<ZT_VEC(T)>(row, c0, C, r);
-        for (int j = 0; j < ZT_VEC(T); j++)
-            r[j] += acc[j];
-        zt_stv_f32<ZT_VEC(T)>(row, c0, C, r);
+        row.add_vec<ZT_VEC(T)>(c0, C, acc);
     }
 }
 
 /* Thread i: channels [c0, c0 + ZT_VEC(T)) of position t, summed over the batch. */
 template <typename T>
-__global__ void emb_bwd_wpe(float *dwpe, const T *dout, int B, int T_, int C, size_t chunks) {
+__global__ void emb_bwd_wpe(zt_grad_view dwpe, const T *dout, int B, int T_, int C,
+                            size_t chunks) {
     const int per_row = (C + ZT_VEC(T) - 1) / ZT_VEC(T);
     ZT_GRID_LOOP(i, chunks) {
         size_t t = i / per_row;
         int c0 = (int)(i % per_row) * ZT_VEC(T);
-        float acc[ZT_VEC(T)] = {}, d[ZT_VEC(T)] = {}, r[ZT_VEC(T)] = {};
+        float acc[ZT_VEC(T)] = {}, d[ZT_VEC(T)] = {};
         for (int b = 0; b < B; b++) {
             zt_ldv(dout + ((size_t)b * T_ + t) * C, c0, C, d);
             for (int j = 0; j < ZT_VEC(T); j++)
                 acc[j] += d[j];
         }
-        zt_ldv_f32<ZT_VEC(T)>(dwpe + t * C, c0, C, r);
-        for (int j = 0; j < ZT_VEC(T); j++)
-            r[j] += acc[j];
-        zt_stv_f32<ZT_VEC(T)>(dwpe + t * C, c0, C, r);
+        dwpe.at(t * C).add_vec<ZT_VEC(T)>(c0, C, acc);
     }
 }
 
@@ -108,12 +104,13 @@ extern "C" void zt_cuda_embedding_backward(const zt_ctx *x, float *dwte, float *
         return;
     ZT_ACT_DISPATCH(x->act, {
         ZT_LAUNCH(emb_bwd_wte<ACT_T>, k, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
-                  dwte, (const ACT_T *)dout, d, d + n + 1, d + 2 * (size_t)n + 2, C);
+                  zt_cuda_grad(x, dwte, C), (const ACT_T *)dout, d, d + n + 1,
+                  d + 2 * (size_t)n + 2, C);
         ZT_CUDA_LAUNCHED(x->be);
         if (dwpe) {
             size_t chunks = (size_t)T * ((C + ZT_VEC(ACT_T) - 1) / ZT_VEC(ACT_T));
-            ZT_LAUNCH_1D(x, chunks, emb_bwd_wpe<ACT_T>, dwpe, (const ACT_T *)dout, B, T, C,
-                         chunks);
+            ZT_LAUNCH_1D(x, chunks, emb_bwd_wpe<ACT_T>, zt_cuda_grad(x, dwpe, (size_t)T * C),
+                         (const ACT_T *)dout, B, T, C, chunks);
         }
     });
 }

@@ -123,6 +123,6 @@ extern "C" void zt_cuda_layernorm_backward(const zt_ctx *x, void *dinp, float *d
                   mean, rstd, C);
         ZT_CUDA_LAUNCHED(x->be);
         ln_param_terms<ACT_T> terms = {(const ACT_T *)dout, (const ACT_T *)inp, mean, rstd, C};
-        zt_channel_sums(x, dw, db, terms, N, C);
+        zt_channel_sums(x, zt_cuda_grad(x, dw, C), zt_cuda_grad(x, db, C), terms, N, C);
     });
 }

@@ -193,17 +193,20 @@ static void param_grads(const zt_ctx *x, float *dw, float *dbias, const void *do
         g.b = out_in ? dout : inp;
         g.ldb = out_in ? OC : C;
         g.ab_type = zt_cuda_type(x->act);
+        /* Accumulated, into the 16-bit gradient where the ctx has one (cuBLASLt adds C in fp32
+         * and rounds D once, as zt_grad_view does). */
+        const zt_grad_view gw = zt_cuda_grad(x, dw, (size_t)C * OC);
         g.beta = 1.0f;
-        g.d = dw;
+        g.d = gw.half ? (void *)gw.half : (void *)dw;
         g.ldd = g.m;
-        g.cd_type = CUDA_R_32F;
+        g.cd_type = gw.half ? zt_cuda_type(x->act) : CUDA_R_32F;
         g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
         zt_cuda_gemm(x, &g);
     }
     if (dbias) {
         ZT_ACT_DISPATCH(x->act, {
             zt_bias_term<ACT_T> term = {(const ACT_T *)dout, OC};
-            zt_channel_sums(x, dbias, NULL, term, N, OC);
+            zt_channel_sums(x, zt_cuda_grad(x, dbias, OC), zt_grad_view{}, term, N, OC);
         });
     }
 }

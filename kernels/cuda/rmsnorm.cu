@@ -97,6 +97,6 @@ extern "C" void zt_cuda_rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw,
                   rstd, C);
         ZT_CUDA_LAUNCHED(x->be);
         rms_weight_term<ACT_T> term = {(const ACT_T *)dout, (const ACT_T *)inp, rstd, C};
-        zt_channel_sums(x, dw, NULL, term, N, C);
+        zt_channel_sums(x, zt_cuda_grad(x, dw, C), zt_grad_view{}, term, N, C);
     });
 }

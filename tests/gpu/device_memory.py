@@ -23,7 +23,8 @@ before new ones are made, so the peak is the most held at one moment, in one of 
   the layer is done; none in mixed precision, whose ops read the 16-bit parameters: the CUDA
   backend's reads_param16, backend.h) and the fp32 gradients of the layers the backward
   writes (the outer tensors' from the forward's start, committed before the head's backward
-  writes them; in mixed precision one block, let go once added into the 16-bit gradients;
+  writes them; in mixed precision none below stage 2, whose ops add into the 16-bit gradients
+  (writes_grad16, backend.h);
   in fp32 at stages 2-3 the blocks of the bucket being filled and the one reduced before it,
   a bucket being ceil(reduce_bucket_size / block) blocks; all of them at stages 0-1 in fp32,
   which keep them whole anyway). Each is counted in whole granules of the flat buffer's
@@ -174,11 +175,11 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
             terms["parameters"] = gran(2 * p)
         terms["gradients"] = gran(2 * (slice_ if stage >= 2 else p))
         terms["optimizer"] = 3 * opt
-        # The gradients the backward writes: one block's below stage 2 (let go once added into
-        # the 16-bit gradients), from stage 2 the blocks of the bucket being filled and the one
-        # reduced before it, as in fp32; the ops read the 16-bit parameters, so no fp32
-        # parameter is in use.
-        step = _layers_held(L, C, V, T, p, 4, grad_blocks if stage >= 2 else 1)
+        # The fp32 gradients the backward writes: none below stage 2 (the ops accumulate into
+        # the 16-bit gradients: the CUDA backend's writes_grad16, backend.h), from stage 2 the
+        # blocks of the bucket being filled and the one reduced before it, as in fp32; the ops
+        # read the 16-bit parameters, so no fp32 parameter is in use.
+        step = _layers_held(L, C, V, T, p, 4, grad_blocks) if stage >= 2 else 0
         terms["fp32 in use"] = max(made - sum(terms.values()), step)
     else:
         terms["parameters"] = gran(4 * (slice_ if stage == 3 else p))

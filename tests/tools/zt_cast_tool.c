@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const zt_ops *k = be->ops;
-    const zt_ctx cx = {be, ZT_F32, NULL};
+    const zt_ctx cx = {.be = be, .act = ZT_F32};
     int rc = 0;
     size_t n, m;
 

@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const zt_ops *k = be->ops;
-    const zt_ctx x = {be, ZT_F32, NULL};
+    const zt_ctx x = {.be = be, .act = ZT_F32};
     dir = argv[argc - 1];
     int rc = 0;
 

@@ -331,7 +331,7 @@ static int run_bench_json(const zt_ds_config *cfg, size_t n, long long reps) {
         return 1;
     }
     const zt_ops *k = cpu_backend()->ops;
-    const zt_ctx xc = {cpu_backend(), ZT_F32, NULL}, *x = &xc;
+    const zt_ctx xc = {.be = cpu_backend(), .act = ZT_F32}, *x = &xc;
     float *p = alloc_or_die(n * sizeof(float)), *g = alloc_or_die(n * sizeof(float));
     uint16_t *g16 = alloc_or_die(n * sizeof(uint16_t)), *p16 = alloc_or_die(n * sizeof(uint16_t));
     float *chunk = alloc_or_die(STAGE_CHUNK * sizeof(float));

@@ -73,7 +73,7 @@ static void check_misaligned_linear(zt_dtype act) {
     unsigned char *d_in = dev_copy_of(in_img, (1 + N * C) * es);
     float *d_w = dev_copy_of(w, sizeof w), *d_bias = dev_copy_of(bias, sizeof bias);
     unsigned char *d_out = zt_backend_alloc(be, ZT_MEM_DEVICE, (1 + N * OC) * es);
-    zt_ctx x = {be, act, NULL};
+    zt_ctx x = {.be = be, .act = act};
     be->ops->linear_forward(&x, d_out + es, d_in + es, d_w + 1, d_bias, NULL, N, C, OC,
                             ZT_W_IN_OUT);
     unsigned char out_img[(1 + N * OC) * 4];
@@ -296,7 +296,7 @@ static int event_fault_child(void) {
     float x[N] = {0};
     float *d = zt_backend_alloc(fb, ZT_MEM_DEVICE, sizeof x);
     zt_backend_copy(fb, d, x, sizeof x, ZT_COPY_H2D, ZT_STREAM_COMPUTE);
-    zt_ctx c = {fb, ZT_F32, NULL};
+    zt_ctx c = {.be = fb, .act = ZT_F32};
     fb->ops->add(&c, d, d, d, N);
     zt_event *ev = zt_backend_event_create(fb);
     zt_backend_event_record(fb, ev, ZT_STREAM_COMPUTE);

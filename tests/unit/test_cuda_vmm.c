@@ -312,7 +312,7 @@ static void check_check_mode(void) {
     CHECK(p != NULL, "allocating 4 granules");
     zt_backend_release(cb, p, G, 3 * G);
     CHECK(zt_backend_commit(cb, p, G, 2 * G) == ZT_OK, "commit: %s", zt_last_error());
-    const zt_ctx ctx = {cb, ZT_F32, NULL};
+    const zt_ctx ctx = {.be = cb, .act = ZT_F32};
     cb->ops->scale(&ctx, p, 2 * G / sizeof(float), 2.0f);
     CHECK(zt_backend_sync(cb) == ZT_OK, "scaling committed memory: %s", zt_last_error());
     cb->ops->scale(&ctx, (float *)((char *)p + 2 * G), G / sizeof(float), 2.0f);

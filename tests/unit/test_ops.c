@@ -19,6 +19,7 @@ static const zt_test_family *const families[] = {
     &zt_test_linear_gelu,
     &zt_test_linear_twin,
     &zt_test_param_twin,
+    &zt_test_grad_twin,
     &zt_test_attention,
     &zt_test_gelu,
     &zt_test_add,

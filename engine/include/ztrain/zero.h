@@ -113,6 +113,11 @@ typedef struct {
      * them), so the twin is never stale; where the backend reads twins the step fills no fp32
      * copy at all, and the layers gathered for a checkpoint or an export are still widened. */
     zt_param16 twin;
+    /* Stages 0-1 on a backend whose ops accumulate into 16-bit gradients (backend.h,
+     * writes_grad16): g16 as the model's ctx sees it (ops.h, zt_grad16), so the backward writes
+     * no fp32 gradient at all (grads16 true; the model's fp32 gradients stay released). */
+    zt_grad16 gtwin;
+    bool grads16;
     bool poison_next;           /* fault injection: make this rank's next gradients not finite */
     /* Offload (offload.h): with offload_optimizer "cpu"/"nvme" the masters and the optimizer's
      * state live in the store (master is NULL); with offload_param "nvme" at stage 3 so does this

@@ -240,10 +240,14 @@ struct zt_emu_launch_desc {
 void zt_emu_launch_enqueue(const zt_emu_launch_desc &d, std::function<void()> body,
                            const void *const *pointer_args, size_t n_pointer_args);
 
+/* A kernel's pointer arguments, and the memory a struct argument points at where the struct
+ * names it (a member `int device_pointers(const void **out) const` writing at most two). */
 template <typename T>
 static inline void zt_emu_collect_ptr(const T &v, const void **out, size_t &n) {
     if constexpr (std::is_pointer_v<T>)
         out[n++] = (const void *)v;
+    else if constexpr (requires { v.device_pointers(out); })
+        n += (size_t)v.device_pointers(out + n);
 }
 
 /* Kernel parameters are copied when the launch is enqueued, converted to the kernel's parameter
@@ -253,7 +257,7 @@ void zt_emu_launch(const char *name, void (*k)(P...), dim3 grid, dim3 block, siz
                    cudaStream_t stream, A &&...args) {
     static_assert(sizeof...(P) == sizeof...(A), "kernel argument count");
     auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
-    const void *ptrs[sizeof...(P) + 1];
+    const void *ptrs[2 * sizeof...(P) + 1];
     size_t n = 0;
     std::apply([&](const auto &...p) { (zt_emu_collect_ptr(p, ptrs, n), ...); }, *params);
     zt_emu_launch_desc d{name,

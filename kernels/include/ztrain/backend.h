@@ -92,6 +92,11 @@ struct zt_backend {
      * precision a caller need not fill the fp32 working copy (ZeRO does not, zero.h). The CUDA
      * backend's (but under ZTRAIN_CUDA_WEIGHTS=round); the CPU computes from the fp32 values. */
     bool reads_param16;
+    /* Every op that accumulates a parameter gradient adds into the 16-bit gradients instead
+     * whenever the ctx carries a buffer covering it (ops.h, zt_grad16): the fp32 gradients are
+     * then never touched, so in mixed precision at ZeRO stages 0-1 a caller need not hold them
+     * (ZeRO does not, zero.h). The CUDA backend's (but under ZTRAIN_CUDA_GRADS=f32). */
+    bool writes_grad16;
     void *impl;                     /* the implementation's own state */
 };
 

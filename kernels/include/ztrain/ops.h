@@ -14,7 +14,8 @@
  *   outputs are activations is said at each op.
  * - parameters and parameter gradients (`float *`): the model's fp32 working copy of a layer.
  *   In mixed precision a parameter may also have a 16-bit twin that the ops may read instead
- *   (zt_param16 below): the same values, already in the activations' type.
+ *   (zt_param16 below): the same values, already in the activations' type; and a gradient a
+ *   16-bit buffer that the ops may accumulate into instead (zt_grad16).
  * - statistics (LayerNorm's mean and rstd, softmax probabilities, losses): fp32 always.
  * "Accumulates" means the op adds into the output (parameter gradients across micro-steps, a
  * residual stream's gradient across branches); otherwise it overwrites. Ops never allocate and
@@ -52,23 +53,52 @@ typedef struct {
     zt_dtype type; /* ZT_BF16 or ZT_F16 */
 } zt_param16;
 
+/* The 16-bit gradients beside a flat fp32 gradient buffer (ZeRO's mixed precision at stages 0-1
+ * keeps the gradients in 16 bits, accumulating over micro-steps): half[i] is where the gradient
+ * f32[i] accumulates, for i < n. A backend that says so (backend.h, writes_grad16) has every op
+ * that accumulates a parameter gradient covered by it add its contribution into half instead,
+ * in fp32 and rounded to nearest even once per op (the rounding accumulate_half would give the
+ * fp32 gradient the op would otherwise have written, bit for bit, for a tensor that one op
+ * writes in a micro-step; a tied embedding written by two ops is rounded twice, as autograd's
+ * 16-bit accumulation rounds it). The fp32 side is then neither read nor written, so the
+ * installer need not hold it. The CPU ignores it. Not owned by the ctx. */
+typedef struct {
+    const float *f32;
+    uint16_t *half;
+    size_t n;
+    zt_dtype type; /* ZT_BF16 or ZT_F16: the activations' type */
+} zt_grad16;
+
 /* What every op call carries. */
 typedef struct {
     struct zt_backend *be;
     zt_dtype act;             /* precision of activations: ZT_F32, ZT_BF16 or ZT_F16 */
     const zt_param16 *param16; /* the parameters' 16-bit twin, or NULL (see zt_param16) */
+    const zt_grad16 *grad16;   /* the gradients' 16-bit buffer, or NULL (see zt_grad16) */
 } zt_ctx;
+
+/* The element of t->half at address p when t covers p[0, n) in type act; else NULL. */
+static inline void *zt_twin16_at(const float *f32, const uint16_t *half, size_t len, zt_dtype type,
+                                 zt_dtype act, const float *p, size_t n) {
+    if (!half || !p || type != act)
+        return NULL;
+    /* As addresses: p may point into another buffer altogether. */
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)f32;
+    if (a < lo || (a - lo) / sizeof(float) + n > len)
+        return NULL;
+    return (void *)(half + (a - lo) / sizeof(float));
+}
 
 /* The twin of p[0, n) when x carries one that covers it in the activations' type; else NULL. */
 static inline const uint16_t *zt_param16_of(const zt_ctx *x, const float *p, size_t n) {
     const zt_param16 *t = x->param16;
-    if (!t || !p || t->type != x->act)
-        return NULL;
-    /* As addresses: p may point into another buffer altogether. */
-    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)t->f32;
-    if (a < lo || (a - lo) / sizeof(float) + n > t->n)
-        return NULL;
-    return t->half + (a - lo) / sizeof(float);
+    return t ? (const uint16_t *)zt_twin16_at(t->f32, t->half, t->n, t->type, x->act, p, n) : NULL;
+}
+
+/* The 16-bit gradients of g[0, n) when x carries a zt_grad16 that covers it; else NULL. */
+static inline uint16_t *zt_grad16_of(const zt_ctx *x, const float *g, size_t n) {
+    const zt_grad16 *t = x->grad16;
+    return t ? (uint16_t *)zt_twin16_at(t->f32, t->half, t->n, t->type, x->act, g, n) : NULL;
 }
 
 /* The target of a row the vocabulary-parallel cross-entropy leaves out (xent_partial_*). */

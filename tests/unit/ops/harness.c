@@ -265,7 +265,7 @@ bool zt_test_held_at(const char *file, int line, zt_backend *cpu, zt_dtype t, co
     /* The CPU's device memory is host memory, so its casts run on these buffers directly. */
     uint16_t *h = must(calloc(n ? n : 1, sizeof *h));
     float *rt = zt_test_zeros(n);
-    zt_ctx x = {cpu, ZT_F32, NULL};
+    zt_ctx x = {.be = cpu, .act = ZT_F32};
     cpu->ops->to_half(&x, h, got, n, t);
     cpu->ops->from_half(&x, rt, h, n, t);
     size_t not_t = 0, not_once = 0, first_t = 0, first_once = 0;

@@ -227,7 +227,7 @@ extern const zt_test_family zt_test_embedding, zt_test_layernorm, zt_test_linear
     zt_test_adam_update_mixed, zt_test_lamb, zt_test_sum_squares, zt_test_scale, zt_test_to_half,
     zt_test_from_half, zt_test_round_to, zt_test_accumulate_half, zt_test_sum_squares_half,
     zt_test_backend_memory, zt_test_linear_twin, zt_test_optim_slices, zt_test_sum_to,
-    zt_test_weighted_sum_to, zt_test_param_twin;
+    zt_test_weighted_sum_to, zt_test_param_twin, zt_test_grad_twin;
 
 /* ---- --perf ---------------------------------------------------------------------------------- */
 

@@ -24,7 +24,7 @@ static void *must(void *p) {
 void zt_test_dev_init(zt_test_dev *d, zt_backend *be, zt_dtype act) {
     memset(d, 0, sizeof *d);
     d->be = be;
-    d->ctx = (zt_ctx){be, act, NULL};
+    d->ctx = (zt_ctx){.be = be, .act = act};
 }
 
 size_t zt_test_act_size(const zt_backend *be, zt_dtype act) {

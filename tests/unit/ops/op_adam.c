@@ -252,7 +252,7 @@ static void mixed_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test
 /* The composition ops.h promises, run with the CPU's own entries on host memory (the CPU's
  * device memory). */
 static void mixed_by_parts(zt_backend *cpu, mixed_case *c, const zt_adam_args *a) {
-    zt_ctx x = {cpu, ZT_F32, NULL};
+    zt_ctx x = {.be = cpu, .act = ZT_F32};
     size_t n = c->s.n;
     if (c->gt == ZT_F32)
         memcpy(c->s.g, c->grad, n * sizeof(float));
