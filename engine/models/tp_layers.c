@@ -145,20 +145,33 @@ void zt_tp_reduce_act(zt_model *m, void *buf, size_t n) {
         m->ctx.be->ops->round_to(&m->ctx, buf, n, m->ctx.act);
 }
 
+/* The 16-bit gradients of g[0, n) where the backward writes those instead (ops.h zt_grad16,
+ * backend.h writes_grad16); NULL where it writes g. */
+static uint16_t *shared_grad16(const zt_model *m, const float *g, size_t n) {
+    return m->ctx.be->writes_grad16 ? zt_grad16_of(&m->ctx, g, n) : NULL;
+}
+
 void zt_tp_shared_grad_begin(zt_model *m, float *g, float *saved, size_t n) {
     if (!m->tp_share_comm)
         return;
-    zt_backend_copy(m->ctx.be, saved, g, n * sizeof(float), ZT_COPY_D2D, ZT_STREAM_COMPUTE);
-    zt_backend_zero(m->ctx.be, g, n * sizeof(float), ZT_STREAM_COMPUTE);
+    uint16_t *h = shared_grad16(m, g, n);
+    void *at = h ? (void *)h : (void *)g;
+    const size_t bytes = n * (h ? sizeof *h : sizeof *g);
+    zt_backend_copy(m->ctx.be, saved, at, bytes, ZT_COPY_D2D, ZT_STREAM_COMPUTE);
+    zt_backend_zero(m->ctx.be, at, bytes, ZT_STREAM_COMPUTE);
 }
 
 void zt_tp_shared_grad_end(zt_model *m, float *g, const float *saved, size_t n) {
     if (!m->tp_share_comm)
         return;
+    /* In 16 bits the shares are summed in their type and the earlier micro-batches' gradients
+     * added back with one rounding (the add op in the activations' type). */
+    uint16_t *h = shared_grad16(m, g, n);
+    const zt_ctx x = {.be = m->ctx.be, .act = h ? m->ctx.act : ZT_F32};
+    void *at = h ? (void *)h : (void *)g;
     if (m->tp_error == ZT_OK)
-        note(m, zt_comm_dev_all_reduce(m->tp_share_comm, g, n, ZT_F32, ZT_REDUCE_SUM));
-    const zt_ctx f32 = {m->ctx.be, ZT_F32, NULL};
-    m->ctx.be->ops->add(&f32, g, g, saved, n);
+        note(m, zt_comm_dev_all_reduce(m->tp_share_comm, at, n, x.act, ZT_REDUCE_SUM));
+    m->ctx.be->ops->add(&x, at, at, saved, n);
 }
 
 void zt_tp_vocab_range(const zt_model *m, int V, int *v0, int *vn) {

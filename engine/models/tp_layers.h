@@ -23,8 +23,9 @@ void zt_tp_reduce_act(zt_model *m, void *buf, size_t n);
  * (Llama's kv heads when there are fewer than TP ranks). Each rank's backward adds only its own
  * query heads' share, so this backward's shares are summed over those ranks; what earlier
  * micro-batches accumulated is already that sum, so it is set aside in saved[n] (device memory)
- * before the backward adds into g (begin zeroes g) and added back after the sum (end). No-op
- * without a share group. */
+ * before the backward adds into g (begin zeroes g) and added back after the sum (end). Where the
+ * backward writes g's 16-bit gradients instead (ops.h zt_grad16), those. No-op without a share
+ * group. */
 void zt_tp_shared_grad_begin(zt_model *m, float *g, float *saved, size_t n);
 void zt_tp_shared_grad_end(zt_model *m, float *g, const float *saved, size_t n);
 

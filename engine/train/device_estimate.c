@@ -23,16 +23,23 @@ static uint64_t held(uint64_t bytes, bool *ov) {
                                           : bytes;
 }
 
-/* The granules a large flat buffer holds while `n` of its fp32 elements, in `ranges` separate
- * ranges, are in use and the rest is released: each range rounded out to whole granules, at
- * most the buffer's own; a small buffer keeps all of its bytes, released or not. */
-static uint64_t held_in_use(uint64_t n, int ranges, uint64_t whole, bool *ov) {
+/* The granules a large flat buffer of `es`-byte elements holds while `n` of its elements, in
+ * `ranges` separate ranges, are in use and the rest is released: each range rounded out to whole
+ * granules, at most the buffer's own; a small buffer keeps all of its bytes, released or not. */
+static uint64_t held_in_use(uint64_t n, uint64_t es, int ranges, uint64_t whole, bool *ov) {
     if (whole < ZT_CUDA_VMM_MIN_BYTES)
         return whole;
     const uint64_t in_use =
-        zt_u64_add(zt_u64_round_up(zt_u64_mul(n, 4, ov), ZT_CUDA_VMM_GRANULE_BYTES, ov),
+        zt_u64_add(zt_u64_round_up(zt_u64_mul(n, es, ov), ZT_CUDA_VMM_GRANULE_BYTES, ov),
                    zt_u64_mul((uint64_t)ranges, ZT_CUDA_VMM_GRANULE_BYTES, ov), ov);
     return min_u64(in_use, held(whole, ov));
+}
+
+/* Whether gradients are reduced in the training type (communication_data_type unset or the
+ * same): then the CUDA backend's ops write 16-bit gradients from stage 2 too (zero.h, grads16). */
+static bool reduced_in_training_type(const zt_ds_config *ds) {
+    const char *c = ds->communication_data_type;
+    return !*c || strcmp(c, ds->bf16.enabled ? "bf16" : "fp16") == 0;
 }
 
 /* The model state of one rank on the CUDA backend in its three moments: the model made in fp32
@@ -81,7 +88,7 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
         bucket >= padded ? padded
                          : zt_u64_add(zt_u64_mul(min_u64(bucket_blocks, (uint64_t)m->n_layer),
                                                  layer, ov), outer, ov);
-    const uint64_t grads_step = held_in_use(min_u64(grads_live, padded), 3, f32, ov);
+    const uint64_t grads_step = held_in_use(min_u64(grads_live, padded), 4, 3, f32, ov);
 
     uint64_t model_made = zt_u64_add(held(f32, ov), f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov);
     uint64_t setup, step_fp32;
@@ -96,6 +103,10 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
          * estimate does not count). A buffer under the VMM's threshold keeps all of its bytes,
          * filled or not. */
         const uint64_t p16 = held(zt_u64_mul(2, padded, ov), ov);
+        /* The ops write 16-bit gradients (backend.h, writes_grad16), from stage 2 into a
+         * reserved buffer held per bucket, where they are reduced in their own type. */
+        const uint64_t g16 = zt_u64_mul(2, padded, ov);
+        const bool grads16 = stage < 2 || reduced_in_training_type(ds);
         out->param_bytes =
             stage == 3 && N > 1
                 ? min_u64(p16, zt_u64_add(held(zt_u64_mul(2, part, ov), ov),
@@ -104,10 +115,17 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                                                      3 * ZT_CUDA_VMM_GRANULE_BYTES, ov),
                                           ov))
                 : p16;
+        /* The 16-bit gradients, whole or (from stage 2) the slice's accumulator, and from stage
+         * 2 the blocks the backward writes, held until their bucket is reduced, as fp32 ones are
+         * in fp32: the bucket being filled and the one reduced before it. They are the 16-bit
+         * buffer's where the ops write 16 bits, else the fp32 gradients' (which are otherwise
+         * held nowhere: all of them in a small allocation, which is not given back). */
         out->grad_bytes = held(zt_u64_mul(2, stage >= 2 ? part : padded, ov), ov);
-        /* From stage 2 a block's fp32 gradients stay until its bucket is reduced, as in fp32:
-         * the bucket being filled and the one reduced before it. */
-        const uint64_t grads_half = stage >= 2 ? grads_step : 0;
+        if (stage >= 2 && grads16)
+            out->grad_bytes = zt_u64_add(
+                out->grad_bytes, held_in_use(min_u64(grads_live, padded), 2, 3, g16, ov), ov);
+        const uint64_t grads_half =
+            stage >= 2 && !grads16 ? grads_step : held_in_use(0, 4, 0, f32, ov);
         step_fp32 = zt_u64_add(f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, /* kept, unfilled */
                                grads_half, ov);
         /* ZeRO's start: the fp32 parameters beside the 16-bit ones it rounds them into (whole,
@@ -120,13 +138,17 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                                           ZT_CUDA_VMM_GRANULE_BYTES, ov))
                 : p16;
         setup = zt_u64_add(zt_u64_add(held(f32, ov), p16_made, ov),
-                           f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov);
+                           zt_u64_add(f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0,
+                                      stage >= 2 && grads16 && g16 < ZT_CUDA_VMM_MIN_BYTES ? g16
+                                                                                          : 0,
+                                      ov),
+                           ov);
     } else {
         /* Stage 3 gives back the fp32 parameters outside the slice; the tensors kept whole
          * (stage3_param_persistence_threshold) hold their values in a buffer of their own. */
         const bool slice = stage == 3 && f32 >= ZT_CUDA_VMM_MIN_BYTES;
         out->param_bytes =
-            slice ? held_in_use(part, 1, f32, ov) : held(f32, ov);
+            slice ? held_in_use(part, 4, 1, f32, ov) : held(f32, ov);
         if (stage == 3)
             out->param_bytes = zt_u64_add(out->param_bytes,
                                           held(zt_u64_mul(4, m->persistent_params, ov), ov), ov);
@@ -135,7 +157,7 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
         out->grad_bytes = stage >= 2 ? held(zt_u64_mul(4, part, ov), ov) : held(f32, ov);
         step_fp32 = stage >= 2 ? grads_step : 0;
         if (slice)
-            step_fp32 = zt_u64_add(step_fp32, held_in_use(params_live, 3, f32, ov), ov);
+            step_fp32 = zt_u64_add(step_fp32, held_in_use(params_live, 4, 3, f32, ov), ov);
         /* Small fp32 gradients are not given back at stages 2-3. */
         setup = stage >= 2 && f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0;
         /* Stage 3 makes the buffer of the tensors kept whole before the parameters outside

@@ -139,27 +139,33 @@ static zt_status init_half(zt_zero *z) {
                         z->be->name);
     ZT_TRY(round_half(z));
     zt_zero_release_f32(z, z->model->params, 0, n);
+    /* The backward's 16-bit gradients: whole below stage 2; from stage 2, where the ops write
+     * them (grads16 below), reserved and held a bucket at a time until reduced, as the fp32
+     * ones are otherwise. */
+    z->grads16 = z->be->writes_grad16 && (z->stage < 2 || z->comm_dtype == z->dtype);
     if (z->stage < 2)
         z->g16 = alloc_device(z, p16_bytes(z));
-    else
+    else if (z->grads16)
+        z->g16 = zt_backend_alloc_released(z->be, p16_bytes(z));
+    if (z->stage >= 2)
         z->gacc16 = alloc_device_taken(z, gacc16_bytes(z));
     z->master_n = z->stage == 0 ? n : z->part;
     z->master_base = z->stage == 0 ? 0 : z->own_lo;
     if (!z->masters_offloaded)
         z->master = alloc_device(z, master_bytes(z));
     z->chunk = alloc_device(z, chunk_bytes());
-    if ((z->stage < 2 ? !z->g16 : !z->gacc16) || (!z->master && !z->masters_offloaded) ||
+    if ((z->stage < 2 ? !z->g16 : !z->gacc16) || (z->grads16 && !z->g16) ||
+        (!z->master && !z->masters_offloaded) ||
         !z->chunk)
         return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the 16-bit gradients and fp32 "
                         "master weights on %s", z->be->name);
     /* The model's products read the 16-bit parameters instead of rounding its fp32 copy. */
     z->twin = (zt_param16){z->model->params, z->p16, n, z->dtype};
     z->model->ctx.param16 = &z->twin;
-    /* Below stage 2 the backward may accumulate into the 16-bit gradients themselves. */
-    if (z->stage < 2 && z->be->writes_grad16) {
+    /* The backward accumulates into the 16-bit gradients themselves. */
+    if (z->grads16) {
         z->gtwin = (zt_grad16){z->model->grads, z->g16, n, z->dtype};
         z->model->ctx.grad16 = &z->gtwin;
-        z->grads16 = true;
     }
     return ZT_OK;
 }
@@ -374,7 +380,9 @@ zt_engine_memory zt_zero_take_memory(zt_zero *z, size_t optimizer_bytes) {
             out.optimizer_bytes += zt_zero_resident_u16(z, z->m16, 0, z->part);
         if (z->v16)
             out.optimizer_bytes += zt_zero_resident_u16(z, z->v16, 0, z->part);
-        if (z->stage >= 2)
+        /* From stage 2 the slice's accumulator, and the buckets' 16-bit gradients where the
+         * backward writes those (noted as they are reduced). */
+        if (z->stage >= 2 && out.grads_bytes < (double)z->part * 2)
             out.grads_bytes = (double)z->part * 2;
         z->peak.params_bytes = zt_zero_resident_u16(z, z->p16, 0, m->n_padded);
         z->peak.grads_bytes = 0;

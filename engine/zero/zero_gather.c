@@ -141,14 +141,18 @@ static zt_status restore_kept(zt_zero *z, int layer) {
 }
 
 /* The backward is about to accumulate the layer's gradients into ranges that an earlier reduction
- * may have released (not when it writes the 16-bit gradients: zt_zero.grads16). */
+ * may have released: the fp32 gradients, or the 16-bit ones where it writes those
+ * (zt_zero.grads16; below stage 2 they are held whole). */
 static zt_status commit_grads(zt_zero *z, int layer) {
-    if (z->grads16)
+    if (z->grads16 && z->stage < 2)
         return ZT_OK;
     const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
     zt_status s = ZT_OK;
-    for (int i = 0; i < sg->n && s == ZT_OK; i++)
-        s = zt_zero_commit_f32(z, z->model->grads, sg->off[i], sg->off[i] + sg->len[i]);
+    for (int i = 0; i < sg->n && s == ZT_OK; i++) {
+        size_t lo = sg->off[i], hi = lo + sg->len[i];
+        s = z->grads16 ? zt_backend_commit(z->be, z->g16, lo * 2, hi * 2)
+                       : zt_zero_commit_f32(z, z->model->grads, lo, hi);
+    }
     if (s != ZT_OK)
         zt_zero_fail(z, s);
     return s;

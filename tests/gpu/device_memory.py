@@ -23,8 +23,9 @@ before new ones are made, so the peak is the most held at one moment, in one of 
   the layer is done; none in mixed precision, whose ops read the 16-bit parameters: the CUDA
   backend's reads_param16, backend.h) and the fp32 gradients of the layers the backward
   writes (the outer tensors' from the forward's start, committed before the head's backward
-  writes them; in mixed precision none below stage 2, whose ops add into the 16-bit gradients
-  (writes_grad16, backend.h);
+  writes them; in mixed precision none: the ops add into 16-bit gradients (writes_grad16,
+  backend.h), whole below stage 2, and from stage 2 held as the fp32 ones are in fp32, in
+  2-byte elements;
   in fp32 at stages 2-3 the blocks of the bucket being filled and the one reduced before it,
   a bucket being ceil(reduce_bucket_size / block) blocks; all of them at stages 0-1 in fp32,
   which keep them whole anyway). Each is counted in whole granules of the flat buffer's
@@ -44,7 +45,7 @@ Terms (bytes), for Ψ parameters padded as ZeRO pads the flat buffer over N rank
     blocks); mixed precision:
     the 16-bit parameters 2Ψ, or at stage 3 the slice 2Ψ/N and the layers gathered;
   gradients: fp32 4Ψ at stages 0-1; at 2-3 the fp32 partition 4Ψ/N; mixed precision: the 16-bit
-    gradients 2Ψ (stages 0-1) or their partition 2Ψ/N (2-3);
+    gradients 2Ψ (stages 0-1) or their partition 2Ψ/N and the buckets the backward writes (2-3);
   optimizer: Adam's two moments, and in mixed precision the fp32 masters, each 4Ψ (stage 0) or
     4Ψ/N (from stage 1), one allocation each;
   fp32 in use: what of the fp32 parameters and gradients the peak phase holds beyond those
@@ -173,14 +174,17 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
                 for r in range(n))
         else:
             terms["parameters"] = gran(2 * p)
+        # The gradients the backward writes, in 16 bits (the CUDA backend's writes_grad16,
+        # backend.h): whole below stage 2; from stage 2 the slice's accumulator and, in a
+        # reserved buffer of their own, the blocks of the bucket being filled and the one
+        # reduced before it, as the fp32 ones are held in fp32. The ops read the 16-bit
+        # parameters, so a step holds no fp32 parameter or gradient: only setup's moment can
+        # be higher.
         terms["gradients"] = gran(2 * (slice_ if stage >= 2 else p))
+        if stage >= 2:
+            terms["gradients"] += _layers_held(L, C, V, T, p, 2, grad_blocks)
         terms["optimizer"] = 3 * opt
-        # The fp32 gradients the backward writes: none below stage 2 (the ops accumulate into
-        # the 16-bit gradients: the CUDA backend's writes_grad16, backend.h), from stage 2 the
-        # blocks of the bucket being filled and the one reduced before it, as in fp32; the ops
-        # read the 16-bit parameters, so no fp32 parameter is in use.
-        step = _layers_held(L, C, V, T, p, 4, grad_blocks) if stage >= 2 else 0
-        terms["fp32 in use"] = max(made - sum(terms.values()), step)
+        terms["fp32 in use"] = max(made - sum(terms.values()), 0)
     else:
         terms["parameters"] = gran(4 * (slice_ if stage == 3 else p))
         kept = sum(t for t in gpt2_tensors(L, C, V, T) if t < persistence)

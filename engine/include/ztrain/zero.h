@@ -102,7 +102,8 @@ typedef struct {
     zt_dtype dtype;             /* storage type of parameters and gradients */
     zt_dtype comm_dtype;        /* values are rounded to this before they are communicated */
     uint16_t *p16;              /* [n_padded] 16-bit parameters (stage 3: the slice resident) */
-    uint16_t *g16;              /* stages 0, 1: [n_padded] 16-bit gradients */
+    uint16_t *g16;              /* stages 0, 1: [n_padded] 16-bit gradients; stages 2, 3 with
+                                   grads16: the backward's, reserved, held per bucket */
     uint16_t *gacc16;           /* stages 2, 3: [part] reduced 16-bit gradients of the slice */
     float *master;              /* [master_n] fp32 master weights (stage 0: everything) */
     size_t master_n, master_base;
@@ -113,9 +114,12 @@ typedef struct {
      * them), so the twin is never stale; where the backend reads twins the step fills no fp32
      * copy at all, and the layers gathered for a checkpoint or an export are still widened. */
     zt_param16 twin;
-    /* Stages 0-1 on a backend whose ops accumulate into 16-bit gradients (backend.h,
-     * writes_grad16): g16 as the model's ctx sees it (ops.h, zt_grad16), so the backward writes
-     * no fp32 gradient at all (grads16 true; the model's fp32 gradients stay released). */
+    /* On a backend whose ops accumulate into 16-bit gradients (backend.h, writes_grad16), at
+     * stages 0-1, and from stage 2 where the gradients are reduced in their own type
+     * (communication_data_type the training type): g16 as the model's ctx sees it (ops.h,
+     * zt_grad16), so the backward writes no fp32 gradient at all (grads16 true; the model's
+     * fp32 gradients stay released) and from stage 2 each bucket is reduce-scattered where the
+     * backward wrote it. */
     zt_grad16 gtwin;
     bool grads16;
     bool poison_next;           /* fault injection: make this rank's next gradients not finite */
