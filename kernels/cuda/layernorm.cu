@@ -54,15 +54,14 @@ __global__ void ln_fwd(T *out, float *mean, float *rstd, const T *inp, zt_param_
     }
 }
 
-template <typename T>
-__global__ void ln_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
-                           const float *mean, const float *rstd, int C) {
+/* One row's input gradient, added into dx: dx += s·(w⊙d - mean(w⊙d) - xhat·mean(w⊙d⊙xhat)),
+ * with both means block sums in a fixed order. With each element's xhat and dout at hand it
+ * calls terms(c, j, xhat, dout) for element j of the chunk at channel c: the fused kernel's
+ * per-channel sums, nothing in ln_bwd_inp. */
+template <typename T, typename Terms>
+__device__ __forceinline__ void ln_bwd_row(T *dx, const T *dy, const T *x, zt_param_view w,
+                                           float m, float s, int C, float *red, Terms terms) {
     constexpr int W = ZT_VEC(T);
-    __shared__ float red[32];
-    const size_t row = (size_t)blockIdx.x * C;
-    const T *x = inp + row, *dy = dout + row;
-    T *dx = dinp + row;
-    const float m = mean[blockIdx.x], s = rstd[blockIdx.x];
     float a = 0.0f, b = 0.0f;
     ROW_CHUNKS(T, c, C) {
         float v[W] = {}, d[W] = {};
@@ -84,14 +83,40 @@ __global__ void ln_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w
         for (int j = 0; j < W && c + j < C; j++) {
             float norm = (v[j] - m) * s;
             g[j] += s * (w[c + j] * d[j] - dnorm_mean - norm * dnorm_norm_mean);
+            terms(c, j, norm, d[j]);
         }
         zt_stv(dx, c, C, g);
     }
 }
 
+struct ln_no_terms {
+    __device__ __forceinline__ void operator()(int, int, float, float) const {}
+};
+
+/* xhat·dout into sum 0 and dout into sum 1 of the fused kernel's accumulators. */
+template <typename T> struct ln_acc_terms {
+    float *acc;
+    int Q;
+    __device__ __forceinline__ void operator()(int c, int j, float xhat, float d) const {
+        constexpr int W = ZT_VEC(T);
+        acc[zt_channel_acc_at(0, j, c / W, W, Q)] += xhat * d;
+        acc[zt_channel_acc_at(1, j, c / W, W, Q)] += d;
+    }
+};
+
+/* The input gradient alone, a block per row (the two passes' route). */
+template <typename T>
+__global__ void ln_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
+                           const float *mean, const float *rstd, int C) {
+    __shared__ float red[32];
+    const size_t row = (size_t)blockIdx.x * C;
+    ln_bwd_row(dinp + row, dout + row, inp + row, w, mean[blockIdx.x], rstd[blockIdx.x], C, red,
+               ln_no_terms());
+}
+
 /* The fused backward: block t owns rows [t · tile_rows, (t + 1) · tile_rows) below N and walks
- * them in order, each with ln_bwd_inp's math, adding xhat·dout and dout of each of its channels
- * into acc (zt_channel_fused_smem's layout: sum 0 the weight's, sum 1 the bias's), which only the
+ * them in order, each with ln_bwd_row, adding xhat·dout and dout of each of its channels into
+ * acc (zt_channel_fused_smem's layout: sum 0 the weight's, sum 1 the bias's), which only the
  * thread owning that chunk of the row touches; then it writes its partial row of both sums,
  * partial[k][t][C], for zt_channel_finish. */
 template <typename T>
@@ -107,39 +132,12 @@ __global__ void ln_bwd_fused(T *dinp, float *partial, const T *dout, const T *in
             acc[zt_channel_acc_at(1, j, c / W, W, Q)] = 0.0f;
         }
     }
+    const ln_acc_terms<T> terms = {acc, Q};
     const int r0 = blockIdx.x * tile_rows;
     const int r1 = r0 + tile_rows < N ? r0 + tile_rows : N;
     for (int r = r0; r < r1; r++) {
         const size_t row = (size_t)r * C;
-        const T *x = inp + row, *dy = dout + row;
-        T *dx = dinp + row;
-        const float m = mean[r], s = rstd[r];
-        float a = 0.0f, b = 0.0f;
-        ROW_CHUNKS(T, c, C) {
-            float v[W] = {}, d[W] = {};
-            zt_ldv(x, c, C, v);
-            zt_ldv(dy, c, C, d);
-            for (int j = 0; j < W && c + j < C; j++) {
-                float dnorm = w[c + j] * d[j];
-                a += dnorm;
-                b += dnorm * (v[j] - m) * s;
-            }
-        }
-        float dnorm_mean = zt_block_sum(a, red) / C;
-        float dnorm_norm_mean = zt_block_sum(b, red) / C;
-        ROW_CHUNKS(T, c, C) {
-            float v[W] = {}, d[W] = {}, g[W] = {};
-            zt_ldv(x, c, C, v);
-            zt_ldv(dy, c, C, d);
-            zt_ldv(dx, c, C, g);
-            for (int j = 0; j < W && c + j < C; j++) {
-                float norm = (v[j] - m) * s;
-                g[j] += s * (w[c + j] * d[j] - dnorm_mean - norm * dnorm_norm_mean);
-                acc[zt_channel_acc_at(0, j, c / W, W, Q)] += norm * d[j];
-                acc[zt_channel_acc_at(1, j, c / W, W, Q)] += d[j];
-            }
-            zt_stv(dx, c, C, g);
-        }
+        ln_bwd_row(dinp + row, dout + row, inp + row, w, mean[r], rstd[r], C, red, terms);
     }
     float *p0 = partial + (size_t)blockIdx.x * C;
     float *p1 = partial + ((size_t)gridDim.x + blockIdx.x) * C;
@@ -215,7 +213,7 @@ static void ln_backward_two_pass(const zt_ctx *x, T *dinp, float *dw, float *db,
 extern "C" void zt_cuda_layernorm_backward(const zt_ctx *x, void *dinp, float *dw, float *db,
                                            const void *dout, const void *inp, const float *w,
                                            const float *mean, const float *rstd, int N, int C) {
-    if (N == 0)
+    if (N <= 0 || C <= 0)
         return;
     ZT_ACT_DISPATCH(x->act, {
         if (zt_channel_fused_fits<ACT_T>(2, C))

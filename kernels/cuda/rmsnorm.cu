@@ -36,16 +36,14 @@ __global__ void rms_fwd(T *out, float *rstd, const T *inp, zt_param_view w, floa
         rstd[blockIdx.x] = s;
 }
 
-/* dx = rstd·(w⊙d - xhat·mean(w⊙d⊙xhat)), accumulated. */
-template <typename T>
-__global__ void rms_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
-                            const float *rstd, int C) {
+/* One row's input gradient, added into dx: dx += s·(w⊙d - xhat·mean(w⊙d⊙xhat)), the mean a
+ * block sum in a fixed order. With each element's xhat and dout at hand it calls
+ * terms(c, j, xhat, dout) for element j of the chunk at channel c: the fused kernel's
+ * per-channel sums, nothing in rms_bwd_inp. */
+template <typename T, typename Terms>
+__device__ __forceinline__ void rms_bwd_row(T *dx, const T *dy, const T *x, zt_param_view w,
+                                            float s, int C, float *red, Terms terms) {
     constexpr int W = ZT_VEC(T);
-    __shared__ float red[32];
-    const size_t row = (size_t)blockIdx.x * C;
-    const T *x = inp + row, *dy = dout + row;
-    T *dx = dinp + row;
-    const float s = rstd[blockIdx.x];
     float dot = 0.0f;
     ROW_CHUNKS(T, c, C) {
         float v[W] = {}, d[W] = {};
@@ -60,14 +58,39 @@ __global__ void rms_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view 
         zt_ldv(x, c, C, v);
         zt_ldv(dy, c, C, d);
         zt_ldv(dx, c, C, g);
-        for (int j = 0; j < W && c + j < C; j++)
+        for (int j = 0; j < W && c + j < C; j++) {
             g[j] += s * (w[c + j] * d[j] - v[j] * s * dot);
+            terms(c, j, v[j] * s, d[j]);
+        }
         zt_stv(dx, c, C, g);
     }
 }
 
+struct rms_no_terms {
+    __device__ __forceinline__ void operator()(int, int, float, float) const {}
+};
+
+/* xhat·dout into the fused kernel's accumulators. */
+template <typename T> struct rms_acc_terms {
+    float *acc;
+    int Q;
+    __device__ __forceinline__ void operator()(int c, int j, float xhat, float d) const {
+        constexpr int W = ZT_VEC(T);
+        acc[zt_channel_acc_at(0, j, c / W, W, Q)] += xhat * d;
+    }
+};
+
+/* The input gradient alone, a block per row (the two passes' route). */
+template <typename T>
+__global__ void rms_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
+                            const float *rstd, int C) {
+    __shared__ float red[32];
+    const size_t row = (size_t)blockIdx.x * C;
+    rms_bwd_row(dinp + row, dout + row, inp + row, w, rstd[blockIdx.x], C, red, rms_no_terms());
+}
+
 /* The fused backward: block t owns rows [t · tile_rows, (t + 1) · tile_rows) below N and walks
- * them in order, each with rms_bwd_inp's math, adding xhat·dout of each of its channels into acc
+ * them in order, each with rms_bwd_row, adding xhat·dout of each of its channels into acc
  * (zt_channel_fused_smem's layout), which only the thread owning that chunk of the row touches;
  * then it writes its partial row, partial[t][C], for zt_channel_finish. */
 template <typename T>
@@ -81,33 +104,12 @@ __global__ void rms_bwd_fused(T *dinp, float *partial, const T *dout, const T *i
         for (int j = 0; j < W; j++)
             acc[zt_channel_acc_at(0, j, c / W, W, Q)] = 0.0f;
     }
+    const rms_acc_terms<T> terms = {acc, Q};
     const int r0 = blockIdx.x * tile_rows;
     const int r1 = r0 + tile_rows < N ? r0 + tile_rows : N;
     for (int r = r0; r < r1; r++) {
         const size_t row = (size_t)r * C;
-        const T *x = inp + row, *dy = dout + row;
-        T *dx = dinp + row;
-        const float s = rstd[r];
-        float dot = 0.0f;
-        ROW_CHUNKS(T, c, C) {
-            float v[W] = {}, d[W] = {};
-            zt_ldv(x, c, C, v);
-            zt_ldv(dy, c, C, d);
-            for (int j = 0; j < W && c + j < C; j++)
-                dot += w[c + j] * d[j] * v[j] * s;
-        }
-        dot = zt_block_sum(dot, red) / C;
-        ROW_CHUNKS(T, c, C) {
-            float v[W] = {}, d[W] = {}, g[W] = {};
-            zt_ldv(x, c, C, v);
-            zt_ldv(dy, c, C, d);
-            zt_ldv(dx, c, C, g);
-            for (int j = 0; j < W && c + j < C; j++) {
-                g[j] += s * (w[c + j] * d[j] - v[j] * s * dot);
-                acc[zt_channel_acc_at(0, j, c / W, W, Q)] += v[j] * s * d[j];
-            }
-            zt_stv(dx, c, C, g);
-        }
+        rms_bwd_row(dinp + row, dout + row, inp + row, w, rstd[r], C, red, terms);
     }
     float *p = partial + (size_t)blockIdx.x * C;
     ROW_CHUNKS(T, c, C) {
@@ -173,7 +175,7 @@ static void rms_backward_two_pass(const zt_ctx *x, T *dinp, float *dw, const T *
 extern "C" void zt_cuda_rmsnorm_backward(const zt_ctx *x, void *dinp, float *dw, const void *dout,
                                          const void *inp, const float *w, const float *rstd,
                                          int N, int C) {
-    if (N == 0)
+    if (N <= 0 || C <= 0)
         return;
     ZT_ACT_DISPATCH(x->act, {
         if (zt_channel_fused_fits<ACT_T>(1, C))
