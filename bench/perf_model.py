@@ -15,9 +15,11 @@ residual in their epilogues; flash attention (no T×T matrix: Q, K, V, O and dO 
 row statistics kept); one pass over memory for every element-wise, norm and optimizer kernel,
 16-bit activations, fp32 norm statistics, masters and Adam moments. Rows marked EXTRA are work
 the code does that issue 28's design would not (docs/gpu.md says why each is there): the bias
-and norm-weight gradients as passes of their own over dout (row-tile sums) instead of in an
-epilogue or the norm's backward kernel. (Weight gradients are accumulated into the 16-bit
-gradients themselves: the GEMM reads and writes them, beta = 1.) They are predicted like the rest, and the step without them is printed too: what
+gradients as passes of their own over dout (row-tile sums) instead of in an epilogue (the norms'
+weight gradients are taken in their backward kernel, which writes per-tile partials that a
+second pass adds up). (Weight gradients are accumulated into the 16-bit gradients themselves:
+the GEMM reads and writes them, beta = 1.) They are predicted like the rest, and the step
+without them is printed too: what
 removing them would gain. (Every op reads the 16-bit parameters, so a step fills no fp32
 working copy of them: docs/gpu.md.) A
 kernel's time is the larger of its FLOPs at a fraction of the dense bf16 peak and its bytes at a
@@ -64,8 +66,15 @@ EMU = os.path.join(HERE, "emu")
 
 A16, S32, P32 = 2, 4, 4  # bytes: a 16-bit activation or gradient; an fp32 statistic; fp32 state
 
-# kernels/cuda/channel_sums.cuh: rows per tile, at least 64 and at most 1024 tiles.
-CHANNEL_MIN_ROWS, CHANNEL_MAX_TILES = 64, 1024
+# kernels/cuda/channel_sums.cuh: rows per tile, at least 64 and at most 1024 tiles; a norm's
+# fused backward takes tiles of at least one row (zt_channel_fused_tile_rows).
+CHANNEL_MIN_ROWS, CHANNEL_MAX_TILES, FUSED_MIN_ROWS = 64, 1024, 1
+
+
+def channel_tiles(N, min_rows):
+    """Row tiles of N rows: rows per tile ceil(N / 1024), at least min_rows."""
+    rows = max(min_rows, -(-N // CHANNEL_MAX_TILES))
+    return -(-N // rows)
 
 
 def gemm(name, op, calls, M, K, N, extra_bytes=0):
@@ -85,8 +94,7 @@ def channel_sums(name, op, calls, N, C, K, reads):
     bytes a row element, its partial sums (one per row tile and channel) written and read back in
     a second pass that adds them into the 16-bit gradients (read and written). EXTRA: the design
     folds them into an epilogue or the producing kernel."""
-    rows = max(CHANNEL_MIN_ROWS, -(-N // CHANNEL_MAX_TILES))
-    tiles = -(-N // rows)
+    tiles = channel_tiles(N, CHANNEL_MIN_ROWS)
     return stream(name, op, calls, 2 * K * N * C,
                   reads * N * C + 2 * K * tiles * C * S32 + 2 * K * C * A16, extra=True)
 
@@ -131,24 +139,27 @@ def kernels_of(m):
     ks = []
     gpt2 = m["type"] == "gpt2"
     # Embedding: gather rows (and GPT-2's positions) into the residual stream; the backward adds
-    # the gradient rows into dwte (fp32 accumulation, read and written) and dwpe.
+    # the gradient rows into dwte (16-bit gradients, read and written) and dwpe.
     pos = A16 * T * C if gpt2 else 0
     ks.append(stream("embedding forward", "embedding_forward", 1, N * C if gpt2 else 0,
                      A16 * N * C * 2 + pos))
     ks.append(stream("embedding backward", "embedding_backward", 1, N * C * (2 if gpt2 else 1),
-                     A16 * N * C + 2 * P32 * N * C + (2 * P32 * T * C if gpt2 else 0)))
+                     A16 * N * C + 2 * A16 * N * C + (2 * A16 * T * C if gpt2 else 0)))
     norm = "layernorm" if gpt2 else "rmsnorm"
     nstats = 2 if gpt2 else 1
-    # A norm reads its input and writes its output and statistics; the backward reads dout, the
-    # input, the statistics and the residual gradient it adds into, and writes that back.
-    # Its weight (and LayerNorm's bias) gradients are a second pass over dout and the input.
+    # A norm reads its input and writes its output and statistics. The backward (one kernel
+    # over row tiles) reads dout, the input, the statistics and the residual gradient it adds
+    # into, and writes that back; with each row at hand it adds the weight's (and LayerNorm's
+    # bias's) terms per channel and writes one partial row of each per tile, which a second pass
+    # reads back and adds into the 16-bit gradients (read and written).
     for where, calls in (("blocks", 2 * L), ("final", 1)):
         ks.append(stream(f"{norm} forward ({where})", f"{norm}_forward", calls, 7 * N * C,
                          2 * A16 * N * C + nstats * S32 * N))
-        ks.append(stream(f"{norm} backward ({where})", f"{norm}_backward", calls, 12 * N * C,
-                         4 * A16 * N * C + nstats * S32 * N))
-        ks.append(channel_sums(f"{norm} weight gradients ({where}, row-tile sums)",
-                               f"{norm}_backward", calls, N, C, nstats, 2 * A16))
+        tiles = channel_tiles(N, FUSED_MIN_ROWS)
+        ks.append(stream(f"{norm} backward ({where}, weight gradients fused)",
+                         f"{norm}_backward", calls, 12 * N * C + 2 * nstats * N * C,
+                         4 * A16 * N * C + nstats * S32 * N + 2 * nstats * tiles * C * S32 +
+                         2 * nstats * C * A16))
     qkv = (H + 2 * KV) * hd
     linear(ks, "qkv", L, N, C, qkv, gpt2, False)
     linear(ks, "attention out", L, N, C, C, gpt2, True)

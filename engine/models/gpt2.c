@@ -606,6 +606,7 @@ static zt_status gpt2_estimate(const zt_model_spec *s, const zt_model_estimate_a
         .activation_bytes = act,
         /* a LayerNorm's weight and bias (2 · C), or the FC bias, the widest (4 · C / tp) */
         .channel_sum_floats = 2 * C > 4 * C / (uint64_t)tp ? 2 * C : 4 * C / (uint64_t)tp,
+        .norm_sum_floats = 2 * C,
         .host_bytes = sizeof(gpt2) + n_tensors * sizeof(zt_tensor_info) +
                       (L + 1) * (2 * sizeof(layer_views) + sizeof(layer_acts)) +
                       tokens * (sizeof(float) + sizeof(int32_t)) + pinned +

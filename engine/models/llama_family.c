@@ -129,6 +129,7 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
         .activation_bytes = act,
         /* an RMSNorm's weight or the output bias (C), or the shard's query bias (Q) */
         .channel_sum_floats = d.qkv_bias && d.Q > d.C ? d.Q : d.C,
+        .norm_sum_floats = d.C,
         .host_bytes = zt_llama_host_bytes(&d, (uint64_t)a->micro_batch) +
                       n_tensors * sizeof(zt_tensor_info) + pinned + zt_tp_host_bytes(tp, tokens),
     };

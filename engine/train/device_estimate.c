@@ -178,11 +178,12 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
 }
 
 /* The per-channel sums' row tiles for n rows (kernels/cuda/channel_sums.cuh): rows per tile
- * ceil(n / tiles at most) but at least the minimum, then as many tiles as those rows need. */
-static uint64_t channel_tiles(uint64_t n) {
+ * ceil(n / tiles at most) but at least min_rows (ZT_CUDA_CHANNEL_MIN_ROWS for the two passes of
+ * the bias gradients, one in the norms' fused backward), then as many tiles as those rows need. */
+static uint64_t channel_tiles(uint64_t n, uint64_t min_rows) {
     if (n == 0)
         return 0;
-    uint64_t rows = max_u64(zt_u64_div_up(n, ZT_CUDA_CHANNEL_TILES), ZT_CUDA_CHANNEL_MIN_ROWS);
+    uint64_t rows = max_u64(zt_u64_div_up(n, ZT_CUDA_CHANNEL_TILES), min_rows);
     return zt_u64_div_up(n, rows);
 }
 
@@ -237,8 +238,12 @@ static zt_status estimate_share(const zt_job_spec *job, const zt_model_spec *spe
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(rows, 4, &ov)), &ov);
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(zt_u64_add(zt_u64_mul(3, rows, &ov), 2,
                                                                   &ov), 4, &ov)), &ov);
-    w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(zt_u64_mul(channel_tiles(rows), 4, &ov),
-                                                       m.channel_sum_floats, &ov)), &ov);
+    /* The channel partials' scratch holds the larger of the widest sum over the two passes'
+     * tiles and a norm's over the fused backward's (at most one a row). */
+    const uint64_t two_pass = channel_tiles(rows, ZT_CUDA_CHANNEL_MIN_ROWS);
+    const uint64_t partials = max_u64(zt_u64_mul(two_pass, m.channel_sum_floats, &ov),
+                                      zt_u64_mul(channel_tiles(rows, 1), m.norm_sum_floats, &ov));
+    w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(partials, 4, &ov)), &ov);
     if (half)
         w = zt_u64_add(w, ZT_ZERO_CHUNK * sizeof(float), &ov);
     if (states16)

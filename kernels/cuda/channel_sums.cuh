@@ -11,7 +11,16 @@
  * no atomics; it differs from a sequential sum by rounding only (compare with a tolerance).
  *
  * The partials live in the ZT_CUDA_SCRATCH_PARTIALS scratch: K · tiles · C floats, at most
- * K · ZT_CHANNEL_MAX_TILES · C (6 MB for K = 2 at C = 768). */
+ * K · ZT_CHANNEL_MAX_TILES · C (6 MB for K = 2 at C = 768).
+ *
+ * The norms' backward kernels (layernorm.cu, rmsnorm.cu) take the sums' first pass into their
+ * own rows instead, so that dout and the input are read once: a block owns a tile of
+ * zt_channel_fused_tile_rows(N) consecutive rows, adds each row's terms into per-channel
+ * accumulators in shared memory while it computes that row's input gradient, and writes its
+ * partial row here for zt_channel_finish. Its tiles are the same in number as above at most
+ * (ZT_CHANNEL_MAX_TILES), but of one row at least, so the bound holds; where the accumulators
+ * would take more than ZT_CHANNEL_FUSED_SMEM bytes (very wide rows), the norms take the two
+ * passes above. */
 #ifndef ZTRAIN_CUDA_CHANNEL_SUMS_CUH
 #define ZTRAIN_CUDA_CHANNEL_SUMS_CUH
 
@@ -100,6 +109,60 @@ static void zt_channel_sums(const zt_ctx *x, zt_grad_view out0, zt_grad_view out
     ZT_LAUNCH(zt_channel_partials<Term>, grid, ZT_CHANNEL_COLS * ZT_CHANNEL_LANES, 0,
               zt_cuda_compute(x), partial, term, N, C, tile_rows);
     ZT_CUDA_LAUNCHED(x->be);
+    ZT_LAUNCH(zt_channel_finish<K>, (C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
+              zt_cuda_compute(x), out0, out1, partial, tiles, C);
+    ZT_CUDA_LAUNCHED(x->be);
+}
+
+/* ---- the fused first pass of the norms' backward ------------------------------------------- */
+
+enum {
+    /* Shared memory a fused kernel's accumulators may take at most; wider rows take the two
+     * passes. 32 KiB keeps several blocks on an SM and covers LayerNorm's 2 · C up to C = 4096
+     * and RMSNorm's C up to 8192. */
+    ZT_CHANNEL_FUSED_SMEM = 32 << 10
+};
+
+/* Rows per tile of a fused kernel for N rows: as many tiles as ZT_CHANNEL_MAX_TILES allows, so
+ * that the grid fills a GPU (132 SMs on an H100) however few rows a batch has, of at least one
+ * row. A function of N alone, as the order of every addition is. */
+static inline int zt_channel_fused_tile_rows(int N) {
+    int rows = (N + ZT_CHANNEL_MAX_TILES - 1) / ZT_CHANNEL_MAX_TILES;
+    return rows < 1 ? 1 : rows;
+}
+
+/* The shared memory of a fused kernel's K sums over rows of C elements of T walked in 16-byte
+ * chunks: K · ZT_VEC(T) · Q floats for Q = ceil(C / ZT_VEC(T)) chunks, laid out [K][ZT_VEC(T)][Q]
+ * (zt_channel_acc_at) so that the 32 lanes of a warp, each at its own chunk, touch 32
+ * consecutive floats. */
+template <typename T> static inline size_t zt_channel_fused_smem(int K, int C) {
+    const size_t chunks = (size_t)(C + ZT_VEC(T) - 1) / ZT_VEC(T);
+    return (size_t)K * ZT_VEC(T) * chunks * sizeof(float);
+}
+
+/* Whether a fused kernel's accumulators for K sums over C channels fit its budget. */
+template <typename T> static inline bool zt_channel_fused_fits(int K, int C) {
+    return zt_channel_fused_smem<T>(K, C) <= ZT_CHANNEL_FUSED_SMEM;
+}
+
+/* Element j of chunk q (the chunk at channel q · W) of sum k in the accumulators of
+ * zt_channel_fused_smem, for chunks of W elements and Q chunks a row. */
+__device__ __forceinline__ size_t zt_channel_acc_at(int k, int j, int q, int W, int Q) {
+    return ((size_t)k * W + j) * Q + q;
+}
+
+/* The partials of a fused kernel: K rows of tiles · C floats in the ZT_CUDA_SCRATCH_PARTIALS
+ * scratch (NULL after recording the failure). */
+static inline float *zt_channel_fused_partials(const zt_ctx *x, int K, int tiles, int C) {
+    return (float *)zt_cuda_scratch(x, ZT_CUDA_SCRATCH_PARTIALS,
+                                    (size_t)K * tiles * C * sizeof(float));
+}
+
+/* The second pass after a fused kernel wrote its partials: zt_channel_finish<K>, on the compute
+ * stream of x. */
+template <int K>
+static void zt_channel_fused_finish(const zt_ctx *x, zt_grad_view out0, zt_grad_view out1,
+                                    const float *partial, int tiles, int C) {
     ZT_LAUNCH(zt_channel_finish<K>, (C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
               zt_cuda_compute(x), out0, out1, partial, tiles, C);
     ZT_CUDA_LAUNCHED(x->be);

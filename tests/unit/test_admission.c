@@ -500,12 +500,16 @@ static void test_device_terms(void) {
                 const uint64_t want_rel = 0;
                 const uint64_t want_act =
                     gpt2_device_activations(B, T, C, H, V, L, half ? 2 : 4, (uint64_t)k);
-                /* The sums, the scratch for tokens, buckets and the channel partials (rows of
-                 * 64 per tile, the FC bias's 4·C channels), the read-back slots (one micro-batch,
-                 * two norm pieces, a slot a tensor) and in bf16 ZeRO's chunk. */
-                const uint64_t BT = B * T, tiles = (BT + 63) / 64;
+                /* The sums, the scratch for tokens, buckets and the channel partials (the
+                 * larger of the FC bias's 4·C channels over tiles of 64 rows and a LayerNorm's
+                 * 2·C over the fused backward's tiles of a row, up to 1024 rows), the read-back
+                 * slots (one micro-batch, two norm pieces, a slot a tensor) and in bf16 ZeRO's
+                 * chunk. */
+                const uint64_t BT = B * T, bias = (BT + 63) / 64 * 4 * C;
+                const uint64_t norm = (BT < 1024 ? BT : 1024) * 2 * C;
+                const uint64_t partials = bias > norm ? bias : norm;
                 const uint64_t want_ws = (2 * 1024 + 2) * 8 + grown(BT * 4) +
-                                         grown((3 * BT + 2) * 4) + grown(tiles * 4 * 4 * C) +
+                                         grown((3 * BT + 2) * 4) + grown(4 * partials) +
                                          (1 + 2 + 12 * L + 4) * 8 + (half ? 4 << 16 : 0);
                 CHECK(d->param_bytes == want_p && d->grad_bytes == want_g &&
                           d->optimizer_bytes == want_o && d->fp32_copy_bytes == want_copy &&

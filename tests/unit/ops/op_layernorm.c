@@ -76,13 +76,19 @@ static ln_result ln_run(zt_backend *be, zt_dtype act, const ln_case *c) {
     return x;
 }
 
-/* The last case has more rows than a GPU's row tile of the parameter gradients' sums (64, and
- * not a multiple of it) and channels not a multiple of a block's 32; it runs twice on be, whose
- * parameter gradients must agree bit for bit (the sums' order is fixed). */
+/* A GPU takes the parameter gradients in the backward's own kernel, a block per tile of
+ * ceil(N / 1024) consecutive rows, or in two passes of their own for rows whose accumulators
+ * take more than 32 KiB (kernels/cuda/channel_sums.cuh). Beside small shapes (fewer rows than
+ * tiles, one row a tile), case 5 has channels not a multiple of a 16-byte chunk, case 6 has 684
+ * tiles of 3 rows and a last one of 2, and case 7 rows of 4100 channels, which take the two
+ * passes (4096 would still fit). Cases 5 and 6 run twice on be, whose parameter gradients must
+ * agree bit for bit (the sums' order is fixed), and once more into zeroed gradients, which must
+ * differ from the first run's by the held values alone: dw = dw0 + S, rounded once. */
 static void ln_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    for (int k = 0; k < 6; k++) {
-        int N = k == 5 ? 197 : (k == 0 ? 1 : zt_test_int(r, 2, 3)) * zt_test_int(r, 1, 9);
-        int C = k == 4 ? 263 : k == 5 ? 45 : k == 3 ? 64 : zt_test_int(r, 1, 70);
+    for (int k = 0; k < 8; k++) {
+        int N = (k == 0 ? 1 : zt_test_int(r, 2, 3)) * zt_test_int(r, 1, 9);
+        N = k == 5 ? 197 : k == 6 ? 2051 : k == 7 ? 3 : N;
+        int C = k == 7 ? 4100 : k == 4 ? 263 : k >= 5 ? 45 : k == 3 ? 64 : zt_test_int(r, 1, 70);
         bool bias = k != 1;
         ln_case c = ln_make(r, N, C, bias, act);
         ln_result want = ln_run(cpu, act, &c), got = ln_run(be, act, &c);
@@ -98,11 +104,21 @@ static void ln_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rn
         CHECK_CLOSE(got.dw, want.dw, C, tol, "%s: dw", at);
         if (bias)
             CHECK_CLOSE(got.db, want.db, C, tol, "%s: db", at);
-        if (k == 5) {
+        if (k == 5 || k == 6) {
             ln_result again = ln_run(be, act, &c);
             CHECK_SAME(again.dw, got.dw, C, "%s: dw run twice", at);
             CHECK_SAME(again.db, got.db, C, "%s: db run twice", at);
             ln_free_result(&again);
+            ln_case z = c;
+            z.dw0 = zt_test_zeros(C), z.db0 = zt_test_zeros(C);
+            ln_result sums = ln_run(be, act, &z);
+            for (int j = 0; j < C; j++) {
+                sums.dw[j] = c.dw0[j] + sums.dw[j];
+                sums.db[j] = c.db0[j] + sums.db[j];
+            }
+            CHECK_SAME(got.dw, sums.dw, C, "%s: dw is dw0 + the sum from zero", at);
+            CHECK_SAME(got.db, sums.db, C, "%s: db is db0 + the sum from zero", at);
+            free(z.dw0), free(z.db0), ln_free_result(&sums);
         }
         ln_free_result(&want), ln_free_result(&got), ln_free(&c);
     }
@@ -248,11 +264,12 @@ static void perf(zt_backend *be) {
     char shape[64];
     snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
     /* Bytes: the forward reads inp and writes out; the backward reads inp and dout and reads and
-     * writes dinp (the weight gradients' second pass over inp and dout is counted too). */
+     * writes dinp, and on a GPU writes two partial rows of fp32 sums per tile of rows and reads
+     * them back (a tile a row at this N: 4·n floats). */
     double ms = zt_test_time_ms(be, ln_perf_forward, &p, 20);
     zt_test_perf_row("layernorm_forward", be, shape, ms, 2.0 * n * 4 / 1e9, 0);
     ms = zt_test_time_ms(be, ln_perf_backward, &p, 20);
-    zt_test_perf_row("layernorm_backward", be, shape, ms, 6.0 * n * 4 / 1e9, 0);
+    zt_test_perf_row("layernorm_backward", be, shape, ms, 8.0 * n * 4 / 1e9, 0);
     zt_test_dev_finish(&d);
 }
 

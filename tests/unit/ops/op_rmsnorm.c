@@ -72,12 +72,19 @@ static rms_result rms_run(zt_backend *be, zt_dtype act, const rms_case *c) {
     return x;
 }
 
-/* The last case spans several row tiles of a GPU's weight-gradient sums (64 rows; 197 is not a
- * multiple) and channels not a multiple of 32; it runs twice on be, bit-identical. */
+/* A GPU takes the weight gradient in the backward's own kernel, a block per tile of
+ * ceil(N / 1024) consecutive rows, or in two passes of its own for rows whose accumulators take
+ * more than 32 KiB (kernels/cuda/channel_sums.cuh). Beside small shapes (fewer rows than tiles,
+ * one row a tile), case 5 has channels not a multiple of a 16-byte chunk, case 6 has 684 tiles of
+ * 3 rows and a last one of 2, and case 7 rows of 8200 channels, which take the two passes (8192
+ * would still fit). Cases 5 and 6 run twice on be, whose weight gradients must agree bit for bit,
+ * and once more into a zeroed gradient, which must differ from the first run's by the held
+ * values alone: dw = dw0 + S, rounded once. */
 static void rms_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    for (int k = 0; k < 6; k++) {
-        int N = k == 5 ? 197 : (k == 0 ? 1 : zt_test_int(r, 2, 3)) * zt_test_int(r, 1, 9);
-        int C = k == 4 ? 263 : k == 5 ? 45 : k == 3 ? 64 : zt_test_int(r, 1, 70);
+    for (int k = 0; k < 8; k++) {
+        int N = (k == 0 ? 1 : zt_test_int(r, 2, 3)) * zt_test_int(r, 1, 9);
+        N = k == 5 ? 197 : k == 6 ? 2051 : k == 7 ? 3 : N;
+        int C = k == 7 ? 8200 : k == 4 ? 263 : k >= 5 ? 45 : k == 3 ? 64 : zt_test_int(r, 1, 70);
         rms_case c = rms_make(r, N, C, 1.5, k == 2 ? 1e-2f : 1e-6f, act);
         rms_result want = rms_run(cpu, act, &c), got = rms_run(be, act, &c);
         char at[128];
@@ -89,10 +96,17 @@ static void rms_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_r
         CHECK_CLOSE(got.rstd, want.rstd, N, tol, "%s: rstd", at);
         CHECK_CLOSE(got.dinp, want.dinp, n, tol, "%s: dinp", at);
         CHECK_CLOSE(got.dw, want.dw, C, tol, "%s: dw", at);
-        if (k == 5) {
+        if (k == 5 || k == 6) {
             rms_result again = rms_run(be, act, &c);
             CHECK_SAME(again.dw, got.dw, C, "%s: dw run twice", at);
             rms_free_result(&again);
+            rms_case z = c;
+            z.dw0 = zt_test_zeros(C);
+            rms_result sums = rms_run(be, act, &z);
+            for (int j = 0; j < C; j++)
+                sums.dw[j] = c.dw0[j] + sums.dw[j];
+            CHECK_SAME(got.dw, sums.dw, C, "%s: dw is dw0 + the sum from zero", at);
+            free(z.dw0), rms_free_result(&sums);
         }
         rms_free_result(&want), rms_free_result(&got), rms_free(&c);
     }
@@ -239,7 +253,8 @@ static void perf(zt_backend *be) {
     char shape[64];
     snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
     /* Bytes: the forward reads inp and writes out; the backward reads inp and dout and reads and
-     * writes dinp (the weight gradient's second pass over inp and dout is counted too). */
+     * writes dinp, and on a GPU writes a partial row of fp32 sums per tile of rows and reads
+     * it back (a tile a row at this N: 2·n floats). */
     double ms = zt_test_time_ms(be, rms_perf_forward, &p, 20);
     zt_test_perf_row("rmsnorm_forward", be, shape, ms, 2.0 * n * 4 / 1e9, 0);
     ms = zt_test_time_ms(be, rms_perf_backward, &p, 20);
