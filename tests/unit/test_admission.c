@@ -498,12 +498,14 @@ static void test_device_terms(void) {
                 const uint64_t want_act =
                     gpt2_device_activations(B, T, C, H, V, L, half ? 2 : 4, (uint64_t)k);
                 /* The sums, the scratch for tokens, buckets and the channel partials (rows of
-                 * 64 per tile, the FC bias's 4·C channels), the read-back slots (one micro-batch,
-                 * two norm pieces, a slot a tensor) and in bf16 ZeRO's chunk. */
+                 * 64 per tile, the FC bias's 4·C channels) and for the FC bias's gradient from
+                 * cuBLASLt's epilogue (4·C floats), the read-back slots (one micro-batch, two
+                 * norm pieces, a slot a tensor) and in bf16 ZeRO's chunk. */
                 const uint64_t BT = B * T, tiles = (BT + 63) / 64;
                 const uint64_t want_ws = (2 * 1024 + 2) * 8 + grown(BT * 4) +
                                          grown((3 * BT + 2) * 4) + grown(tiles * 4 * 4 * C) +
-                                         (1 + 2 + 12 * L + 4) * 8 + (half ? 4 << 16 : 0);
+                                         grown(4 * 4 * C) + (1 + 2 + 12 * L + 4) * 8 +
+                                         (half ? 4 << 16 : 0);
                 CHECK(d->param_bytes == want_p && d->grad_bytes == want_g &&
                           d->optimizer_bytes == want_o && d->fp32_copy_bytes == want_copy &&
                           d->setup_bytes == want_rel,
