@@ -13,12 +13,17 @@ The kernels are the op table's (kernels/include/ztrain/ops.h), one row per disti
 as the CUDA backend runs it today: cuBLASLt GEMMs in bf16 with fp32 accumulation, bias and
 residual in their epilogues; flash attention (no T×T matrix: Q, K, V, O and dO read once, the
 row statistics kept); one pass over memory for every element-wise, norm and optimizer kernel,
-16-bit activations, fp32 norm statistics, masters and Adam moments. Rows marked EXTRA are work
-the code does that issue 28's design would not (docs/gpu.md says why each is there): the bias
-and norm-weight gradients as passes of their own over dout (row-tile sums) instead of in an
-epilogue or the norm's backward kernel; and weight gradients accumulated in fp32 (the GEMM
-reads and writes them, beta = 1), zero-filled when committed and then added into the 16-bit
-gradients. They are predicted like the rest, and the step without them is printed too: what
+16-bit activations, fp32 norm statistics, masters and Adam moments; a linear layer's bias
+gradient in its weight-gradient GEMM's epilogue (cuBLASLt's BGRADA / BGRADB, written in fp32 and
+added into the gradient by a small kernel: those bytes are the GEMM row's). Whether a GPU's
+cuBLASLt has an algorithm for that epilogue at these shapes is unverified (the emulated device
+proves the numbers only); where it has none the backend takes the row-tile sums instead, a pass
+of its own over dout that this model does not count, and `scripts/gpu-check.sh` tells which
+(its bias_grad_choice figure). Rows marked EXTRA are work the code does that issue 28's design
+would not (docs/gpu.md says why each is there): the norm-weight gradients as passes of their
+own over dout (row-tile sums) instead of in the norm's backward kernel; and weight gradients
+accumulated in fp32 (the GEMM reads and writes them, beta = 1), zero-filled when committed and
+then added into the 16-bit gradients. They are predicted like the rest, and the step without them is printed too: what
 removing them would gain. (Every op reads the 16-bit parameters, so a step fills no fp32
 working copy of them: docs/gpu.md.) A
 kernel's time is the larger of its FLOPs at a fraction of the dense bf16 peak and its bytes at a
@@ -95,7 +100,9 @@ def channel_sums(name, op, calls, N, C, K, reads):
 def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=False):
     """A linear layer's forward (one GEMM, bias and residual in the epilogue) and backward: dinp =
     dout·Wᵀ, dW = inpᵀ·dout accumulated into the fp32 gradient (read and written: EXTRA beyond
-    a 16-bit write), dbias a column sum of dout in a pass of its own (kernels/cuda/linear.cu).
+    a 16-bit write), dbias from the dW GEMM's epilogue (BGRADA / BGRADB: dout is read once, the
+    fp32 bias gradient written, then read again and added into the fp32 gradient, which is read
+    and written: kernels/cuda/linear.cu), counted in the dW GEMM's row.
     gelu_out: GELU in the forward's epilogue (linear_gelu_forward), which writes the
     pre-activation beside the output. gelu_in: the input is gelu(pre), so the backward's dinp
     GEMM applies GELU's derivative in its epilogue (linear_backward_gelu), reading pre."""
@@ -105,10 +112,9 @@ def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=F
                         L, N, C, OC, ep))
     bwd = "linear_backward_gelu" if gelu_in else "linear_backward"
     kernels.append(gemm(f"{name} backward dinp", bwd, L, N, OC, C, A16 * N * C if gelu_in else 0))
-    kernels.append(gemm(f"{name} backward dW", bwd, L, C, N, OC, (2 * P32 - A16) * C * OC))
-    if bias:
-        kernels.append(channel_sums(f"{name} bias gradient (row-tile sums)", bwd, L, N, OC, 1,
-                                    A16))
+    dbias = (S32 + S32 + 2 * P32) * OC if bias else 0
+    kernels.append(gemm(f"{name} backward dW" + (" + bias gradient (epilogue)" if bias else ""),
+                        bwd, L, C, N, OC, (2 * P32 - A16) * C * OC + dbias))
 
 
 def attention(kernels, L, B, T, H, KV, hd):
@@ -291,7 +297,12 @@ def markdown(directory):
              "4.8 TB/s HBM3e. Efficiencies assumed: GEMMs "
              f"{FRACTIONS['gemm']:.0%} of the bf16 peak, flash attention "
              f"{FRACTIONS['attention']:.0%}, memory-bound kernels {FRACTIONS['memory']:.0%} of "
-             "the bandwidth.", ""]
+             "the bandwidth.", "",
+             "The linear layers' bias gradients are predicted in their weight-gradient GEMMs' "
+             "epilogue (cuBLASLt's BGRADA / BGRADB). That a GPU's cuBLASLt has an algorithm for "
+             "it at these shapes is unverified: where it has none, the backend takes the "
+             "row-tile sums instead (a pass over dout of its own, not in these tables), and "
+             "`scripts/gpu-check.sh` says which ran (its `bias_grad_choice` figure).", ""]
     for m in MODELS:
         r = predict(m)
         extra = (f", {m['KV']} key/value heads, SwiGLU {m['F']}, untied head" if m["type"] ==
