@@ -62,12 +62,12 @@ static void plan_destroy(plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* The pointers an epilogue reads or writes, set on the plan's descriptor before every use (and
- * before the heuristic, which takes their alignment from them). */
 static bool bias_grad(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
 }
 
+/* The pointers an epilogue reads or writes, set on the plan's descriptor before every use (and
+ * before the heuristic, which takes their alignment from them). */
 static void set_pointers(zt_backend *be, cublasLtMatmulDesc_t op, const zt_gemm *g) {
     if (g->epilogue == CUBLASLT_EPILOGUE_BIAS || g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         ZT_CUBLAS_CHECK(be, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
