@@ -31,10 +31,11 @@
  *   that do not dereference the pointer, the heuristic among them, "depend on its value to
  *   determine expected pointer alignment". No transpose or type restriction is written there;
  *   how others call it: TransformerEngine's cublaslt_gemm.cu takes BGRADB on the weight-gradient
- *   GEMM ("grad output is always input B", layout NT, op(B) transposed), PyTorch's fused wgrad
- *   and Paddle's fused_gemm_epilogue BGRADB when the gradient is a transposed B and BGRADA when
- *   it is A; OneFlow's cublas_fused_matmul_bias_add_grad.cu says BGRADB needs CUDA 11.4.2 and
- *   faulted for some shapes under 11.6. Which shapes and types a GPU's cuBLASLt has kernels for
+ *   GEMM ("grad output is always input B", layout NT, op(B) transposed), as does a PyTorch
+ *   extension's GemmAndBiasGradCUDA (mega2) and llm.c's matmul_cublaslt when asked for a
+ *   backward with a bias; Paddle's fused_gemm_epilogue takes BGRADB when the gradient is a
+ *   transposed B and BGRADA when it is A; OneFlow's cublas_fused_matmul_bias_add_grad.cu says
+ *   BGRADB needs CUDA 11.4.2 and faulted for some shapes under 11.6. Which shapes and types a GPU's cuBLASLt has kernels for
  *   is not documented: a caller must take "no algorithm" from the heuristic as a refusal.
  *   So here: the sums are Σ_p op(A)[i,p] (BGRADA) or Σ_p op(B)[p,j] (BGRADB) of the operands as
  *   stored, in fp32 in order of p, rounded once to the bias type; independent of beta and C.
