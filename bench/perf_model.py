@@ -22,18 +22,17 @@ of its own over dout that this model does not count, and `scripts/gpu-check.sh` 
 (its bias_grad_choice figure). Rows marked EXTRA are work the code does that issue 28's design
 would not (docs/gpu.md says why each is there): the norm-weight gradients as passes of their
 own over dout (row-tile sums) instead of in the norm's backward kernel; and weight gradients
-accumulated in fp32 (the GEMM reads and writes them, beta = 1), zero-filled when committed and
-then added into the 16-bit gradients. They are predicted like the rest, and the step without them is printed too: what
-removing them would gain. (Every op reads the 16-bit parameters, so a step fills no fp32
-working copy of them: docs/gpu.md.) A
-kernel's time is the larger of its FLOPs at a fraction of the dense bf16 peak and its bytes at a
-fraction of the memory bandwidth (a roofline with stated efficiencies), and the step is their sum
-(one stream, nothing overlapped). FLOPs are model FLOPs (a multiply-add is 2): causal attention
-counts the half of QKᵀ and PV that the mask keeps, and a flash backward's recomputation of the
-scores is not counted (its cost is in the attention efficiency). MFU is those FLOPs per second
-over the dense bf16 peak: 6·N·tokens + 6·L·C·T·tokens, N being the weights that multiply
-activations (every block matrix and the LM head; not the lookups, norms and biases), which
-is what tests/reference/test_perf_model.py checks the kernel sums against."""
+accumulated in fp32 (the GEMM reads and writes them, beta = 1), zero-filled when committed and then
+added into the 16-bit gradients. They are predicted like the rest, and the step without them is
+printed too: what removing them would gain. (Every op reads the 16-bit parameters, so a step fills
+no fp32 working copy of them: docs/gpu.md.) A kernel's time is the larger of its FLOPs at a fraction
+of the dense bf16 peak and its bytes at a fraction of the memory bandwidth (a roofline with stated
+efficiencies), and the step is their sum (one stream, nothing overlapped). FLOPs are model FLOPs (a
+multiply-add is 2): causal attention counts the half of QKᵀ and PV that the mask keeps, and a flash
+backward's recomputation of the scores is not counted (its cost is in the attention efficiency). MFU
+is those FLOPs per second over the dense bf16 peak: 6·N·tokens + 6·L·C·T·tokens, N being the weights
+that multiply activations (every block matrix and the LM head; not the lookups, norms and biases),
+which is what tests/reference/test_perf_model.py checks the kernel sums against."""
 import argparse
 import glob
 import json

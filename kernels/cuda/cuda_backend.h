@@ -52,8 +52,8 @@ zt_status zt_cuda_attention_policy_of_env(zt_cuda_attention_policy *out);
 typedef enum { ZT_CUDA_BIAS_GRAD_AUTO, ZT_CUDA_BIAS_GRAD_SUMS, ZT_CUDA_BIAS_GRAD_EPILOGUE }
     zt_cuda_bias_grad_policy;
 
-/* The policy ZTRAIN_CUDA_BIAS_GRAD asks for (backend_cuda.c); ZT_ERR_INVALID naming the variable and
- * the values it takes for another value. */
+/* The policy ZTRAIN_CUDA_BIAS_GRAD asks for (backend_cuda.c); ZT_ERR_INVALID naming the
+ * variable and the values it takes for another value. */
 zt_status zt_cuda_bias_grad_policy_of_env(zt_cuda_bias_grad_policy *out);
 
 /* Communicators that may watch one backend's streams at once (stream_watch.c): the data-parallel group, the tensor-parallel one

@@ -443,7 +443,8 @@ static int case_cublaslt_bgrad() {
         for (int t = 0; t < 4; t++)
             for (int beta = 0; beta < 2; beta++) {
                 bgrad_call c = {(t & 1) != 0, (t & 2) != 0, m, n, k, (float)beta};
-                cublasLtEpilogue_t epi = epi_b ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+                cublasLtEpilogue_t epi =
+                    epi_b ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
                 const int len = epi_b ? n : m;
                 cudaMemcpy(d_d, d0, sizeof d0, cudaMemcpyHostToDevice);
                 const float stale[5] = {99, 99, 99, 99, 99};

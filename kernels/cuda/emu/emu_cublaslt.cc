@@ -35,8 +35,9 @@
  *   extension's GemmAndBiasGradCUDA (mega2) and llm.c's matmul_cublaslt when asked for a
  *   backward with a bias; Paddle's fused_gemm_epilogue takes BGRADB when the gradient is a
  *   transposed B and BGRADA when it is A; OneFlow's cublas_fused_matmul_bias_add_grad.cu says
- *   BGRADB needs CUDA 11.4.2 and faulted for some shapes under 11.6. Which shapes and types a GPU's cuBLASLt has kernels for
- *   is not documented: a caller must take "no algorithm" from the heuristic as a refusal.
+ *   BGRADB needs CUDA 11.4.2 and faulted for some shapes under 11.6. Which shapes and types a
+ *   GPU's cuBLASLt has kernels for is not documented: a caller must take "no algorithm" from the
+ *   heuristic as a refusal.
  *   So here: the sums are Σ_p op(A)[i,p] (BGRADA) or Σ_p op(B)[p,j] (BGRADB) of the operands as
  *   stored, in fp32 in order of p, rounded once to the bias type; independent of beta and C.
  *   Refused: a bias-gradient type other than D's, A's or CUDA_R_32F (NOT_SUPPORTED at the
