@@ -13,23 +13,26 @@ The kernels are the op table's (kernels/include/ztrain/ops.h), one row per disti
 as the CUDA backend runs it today: cuBLASLt GEMMs in bf16 with fp32 accumulation, bias and
 residual in their epilogues; flash attention (no T×T matrix: Q, K, V, O and dO read once, the
 row statistics kept); one pass over memory for every element-wise, norm and optimizer kernel,
-16-bit activations, fp32 norm statistics, masters and Adam moments. Rows marked EXTRA are work
-the code does that issue 28's design would not (docs/gpu.md says why each is there): the bias
-gradients as passes of their own over dout (row-tile sums) instead of in an epilogue (the norms'
-weight gradients are taken in their backward kernel, which writes per-tile partials that a
-second pass adds up). (Weight gradients are accumulated into the 16-bit gradients themselves:
-the GEMM reads and writes them, beta = 1.) They are predicted like the rest, and the step
-without them is printed too: what
-removing them would gain. (Every op reads the 16-bit parameters, so a step fills no fp32
-working copy of them: docs/gpu.md.) A
-kernel's time is the larger of its FLOPs at a fraction of the dense bf16 peak and its bytes at a
-fraction of the memory bandwidth (a roofline with stated efficiencies), and the step is their sum
-(one stream, nothing overlapped). FLOPs are model FLOPs (a multiply-add is 2): causal attention
-counts the half of QKᵀ and PV that the mask keeps, and a flash backward's recomputation of the
-scores is not counted (its cost is in the attention efficiency). MFU is those FLOPs per second
-over the dense bf16 peak: 6·N·tokens + 6·L·C·T·tokens, N being the weights that multiply
-activations (every block matrix and the LM head; not the lookups, norms and biases), which
-is what tests/reference/test_perf_model.py checks the kernel sums against."""
+16-bit activations, fp32 norm statistics, masters and Adam moments, 16-bit gradients (the
+weight-gradient GEMMs read and write them, beta = 1; every other op adds into them once); a
+linear layer's bias gradient in its weight-gradient GEMM's epilogue (cuBLASLt's BGRADA / BGRADB,
+written in fp32 and added into the gradient by a small kernel: those bytes are the GEMM row's);
+the norms' weight gradients in their backward kernel (per-tile partials that a second pass adds
+up). Whether a GPU's cuBLASLt has an algorithm for the bias epilogue at these shapes is
+unverified (the emulated device proves the numbers only); where it has none the backend takes
+the row-tile sums instead, a pass of its own over dout that this model does not count, and
+`scripts/gpu-check.sh` tells which (its bias_grad_choice figure). Rows marked EXTRA would be work
+the code does that issue 28's design would not; there are none left, and the step without them
+is printed too. (Every op reads the 16-bit parameters, so a step fills no fp32 working copy of
+them: docs/gpu.md.) A kernel's time is the larger of its FLOPs at a fraction of the dense bf16
+peak and its bytes at a fraction of the memory bandwidth (a roofline with stated efficiencies),
+and the step is their sum (one stream, nothing overlapped). FLOPs are model FLOPs (a
+multiply-add is 2): causal attention counts the half of QKᵀ and PV that the mask keeps, and a
+flash backward's recomputation of the scores is not counted (its cost is in the attention
+efficiency). MFU is those FLOPs per second over the dense bf16 peak: 6·N·tokens +
+6·L·C·T·tokens, N being the weights that multiply activations (every block matrix and the LM
+head; not the lookups, norms and biases), which is what tests/reference/test_perf_model.py
+checks the kernel sums against."""
 import argparse
 import glob
 import json
@@ -68,7 +71,7 @@ A16, S32, P32 = 2, 4, 4  # bytes: a 16-bit activation or gradient; an fp32 stati
 
 # kernels/cuda/channel_sums.cuh: rows per tile, at least 64 and at most 1024 tiles; a norm's
 # fused backward takes tiles of at least one row (zt_channel_fused_tile_rows).
-CHANNEL_MIN_ROWS, CHANNEL_MAX_TILES, FUSED_MIN_ROWS = 64, 1024, 1
+CHANNEL_MAX_TILES, FUSED_MIN_ROWS = 1024, 1
 
 
 def channel_tiles(N, min_rows):
@@ -89,20 +92,12 @@ def stream(name, op, calls, flops, nbytes, extra=False):
             "class": "memory", "extra": extra}
 
 
-def channel_sums(name, op, calls, N, C, K, reads):
-    """K per-channel sums over N rows of C channels (channel_sums.cuh): a pass reading `reads`
-    bytes a row element, its partial sums (one per row tile and channel) written and read back in
-    a second pass that adds them into the 16-bit gradients (read and written). EXTRA: the design
-    folds them into an epilogue or the producing kernel."""
-    tiles = channel_tiles(N, CHANNEL_MIN_ROWS)
-    return stream(name, op, calls, 2 * K * N * C,
-                  reads * N * C + 2 * K * tiles * C * S32 + 2 * K * C * A16, extra=True)
-
-
 def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=False):
     """A linear layer's forward (one GEMM, bias and residual in the epilogue) and backward: dinp =
     dout·Wᵀ, dW = inpᵀ·dout accumulated into the 16-bit gradient (read and written, beta = 1),
-    dbias a column sum of dout in a pass of its own (kernels/cuda/linear.cu).
+    dbias from the dW GEMM's epilogue (BGRADA / BGRADB: dout is read once, the fp32 bias
+    gradient written, then read again and added into the 16-bit gradient, which is read and
+    written: kernels/cuda/linear.cu), counted in the dW GEMM's row.
     gelu_out: GELU in the forward's epilogue (linear_gelu_forward), which writes the
     pre-activation beside the output. gelu_in: the input is gelu(pre), so the backward's dinp
     GEMM applies GELU's derivative in its epilogue (linear_backward_gelu), reading pre."""
@@ -112,10 +107,9 @@ def linear(kernels, name, L, N, C, OC, bias, residual, gelu_out=False, gelu_in=F
                         L, N, C, OC, ep))
     bwd = "linear_backward_gelu" if gelu_in else "linear_backward"
     kernels.append(gemm(f"{name} backward dinp", bwd, L, N, OC, C, A16 * N * C if gelu_in else 0))
-    kernels.append(gemm(f"{name} backward dW", bwd, L, C, N, OC, A16 * C * OC))
-    if bias:
-        kernels.append(channel_sums(f"{name} bias gradient (row-tile sums)", bwd, L, N, OC, 1,
-                                    A16))
+    dbias = (S32 + S32 + 2 * A16) * OC if bias else 0
+    kernels.append(gemm(f"{name} backward dW" + (" + bias gradient (epilogue)" if bias else ""),
+                        bwd, L, C, N, OC, A16 * C * OC + dbias))
 
 
 def attention(kernels, L, B, T, H, KV, hd):
@@ -297,7 +291,12 @@ def markdown(directory):
              "4.8 TB/s HBM3e. Efficiencies assumed: GEMMs "
              f"{FRACTIONS['gemm']:.0%} of the bf16 peak, flash attention "
              f"{FRACTIONS['attention']:.0%}, memory-bound kernels {FRACTIONS['memory']:.0%} of "
-             "the bandwidth.", ""]
+             "the bandwidth.", "",
+             "The linear layers' bias gradients are predicted in their weight-gradient GEMMs' "
+             "epilogue (cuBLASLt's BGRADA / BGRADB). That a GPU's cuBLASLt has an algorithm for "
+             "it at these shapes is unverified: where it has none, the backend takes the "
+             "row-tile sums instead (a pass over dout of its own, not in these tables), and "
+             "`scripts/gpu-check.sh` says which ran (its `bias_grad_choice` figure).", ""]
     for m in MODELS:
         r = predict(m)
         extra = (f", {m['KV']} key/value heads, SwiGLU {m['F']}, untied head" if m["type"] ==

@@ -276,6 +276,16 @@ phase_ops() {
     bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_flash.log" \
         env ZTRAIN_ATTENTION=flash "$BIN/test_ops" --op attention || rc=1
     figure ops_flash_failures "$(grep -c '^FAIL' "$OUT/test_ops_flash.log")"
+    # The linear layers' bias gradient comes from cuBLASLt's BGRADA / BGRADB epilogue where this
+    # GPU's cuBLASLt has an algorithm for it, else from the row-tile sums (kernels/cuda/linear.cu;
+    # the first "[ztrain] bias gradient:" line says which, and why). The linear families again
+    # with ZTRAIN_CUDA_BIAS_GRAD=sums check the sums against the same reference on this GPU.
+    figure bias_grad_choice \
+        "$(json_str "$(grep -m1 '^\[ztrain\] bias gradient:' "$OUT/test_ops.log")")"
+    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_bias_sums.log" \
+        env ZTRAIN_CUDA_BIAS_GRAD=sums "$BIN/test_ops" --op linear --op linear_gelu \
+        --op linear_twin || rc=1
+    figure ops_bias_sums_failures "$(grep -c '^FAIL' "$OUT/test_ops_bias_sums.log")"
     if ! grep -q 'backends: cpu cuda' "$OUT/test_ops.log"; then
         PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' "$OUT/test_ops.log")"
         return 1

@@ -229,10 +229,10 @@ static zt_status estimate_share(const zt_job_spec *job, const zt_model_spec *spe
     }
     out->cublas_bytes = ZT_CUDA_CUBLAS_WORKSPACE_BYTES;
 
-    /* The workspaces: the backend's sums and scratch for B·T rows, ZeRO's conversion chunk and
-     * bf16 staging, the step's read-back slots (one per micro-batch and per norm piece, no more
-     * pieces than tensors), LAMB's per-tensor sums and steps, and with packed documents their
-     * positions and each token's rotary angles (head_dim floats). */
+    /* The workspaces: the backend's sums and scratch for B·T rows (and one bias gradient),
+     * ZeRO's conversion chunk and bf16 staging, the step's read-back slots (one per micro-batch
+     * and per norm piece, no more pieces than tensors), LAMB's per-tensor sums and steps, and
+     * with packed documents their positions and each token's rotary angles (head_dim floats). */
     const uint64_t rows = (uint64_t)args.micro_batch * (uint64_t)spec->block_size;
     uint64_t w = ZT_CUDA_SUMS_BYTES;
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(rows, 4, &ov)), &ov);
@@ -244,6 +244,9 @@ static zt_status estimate_share(const zt_job_spec *job, const zt_model_spec *spe
     const uint64_t partials = max_u64(zt_u64_mul(two_pass, m.channel_sum_floats, &ov),
                                       zt_u64_mul(channel_tiles(rows, 1), m.norm_sum_floats, &ov));
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(partials, 4, &ov)), &ov);
+    /* The bias gradient cuBLASLt's epilogue writes before it is added (one bias's floats, no
+     * wider than the widest channel sum). */
+    w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(m.channel_sum_floats, 4, &ov)), &ov);
     if (half)
         w = zt_u64_add(w, ZT_ZERO_CHUNK * sizeof(float), &ov);
     if (states16)

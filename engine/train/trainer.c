@@ -24,7 +24,7 @@
 #include "ztrain/tp.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 7, STEP_METRICS = 17 };
+enum { MEM_PER_RANK = 7, STEP_METRICS = 18 };
 
 /* The per-rank memory record of every logged step, sized for the job's world when training
  * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
@@ -307,8 +307,8 @@ static zt_status maybe_resume(trainer *t) {
 
 /* The attention implementation the CUDA backend chose (kernels/cuda/attention/attention.c:
  * cuDNN's fused attention or ztrain's flash kernel), as a record's kernels/attention_cudnn (1 or
- * 0), once a run: a fact of the run that the records keep beside the figures it explains. Adds
- * to m[n]. */
+ * 0), and the bias gradient's way (kernels/bias_grad_epilogue), once a run: facts of the run
+ * that the records keep beside the figures they explain. Adds to m[n]. */
 static int record_attention(trainer *t, zt_metric *m, int n) {
     if (t->attention_recorded || t->job->device != ZT_DEVICE_CUDA)
         return n;
@@ -319,6 +319,14 @@ static int record_attention(trainer *t, zt_metric *m, int n) {
         return n;
     t->attention_recorded = true;
     m[n++] = (zt_metric){"kernels/attention_cudnn", strcmp(c, "cudnn") == 0 ? 1.0 : 0.0};
+    /* How the linear layers' bias gradient was taken (linear.cu): 1 from cuBLASLt's epilogue on
+     * the weight-gradient GEMM, 0 from the row-tile sums; absent in a model without biases. */
+    const char *(*bias_grad)(void) = NULL;
+    *(void **)&bias_grad = zt_backend_cuda_symbol("zt_cuda_bias_grad_choice");
+    const char *b = bias_grad ? bias_grad() : NULL;
+    if (b)
+        m[n++] = (zt_metric){"kernels/bias_grad_epilogue",
+                             strcmp(b, "epilogue") == 0 ? 1.0 : 0.0};
     /* Beside it, the products so far that rounded their weight from fp32 rather than read its
      * 16-bit twin (linear.cu): 0 in a mixed-precision job whose products read the twin. */
     unsigned long long (*rounded)(zt_backend *) = NULL;

@@ -610,6 +610,21 @@ static zt_status grads_mode(bool *f32) {
     return ZT_OK;
 }
 
+zt_status zt_cuda_bias_grad_policy_of_env(zt_cuda_bias_grad_policy *out) {
+    const char *e = getenv("ZTRAIN_CUDA_BIAS_GRAD");
+    *out = ZT_CUDA_BIAS_GRAD_AUTO;
+    if (!e || !*e || strcmp(e, "auto") == 0)
+        return ZT_OK;
+    if (strcmp(e, "sums") == 0)
+        *out = ZT_CUDA_BIAS_GRAD_SUMS;
+    else if (strcmp(e, "epilogue") == 0)
+        *out = ZT_CUDA_BIAS_GRAD_EPILOGUE;
+    else
+        return zt_error(ZT_ERR_INVALID, "ZTRAIN_CUDA_BIAS_GRAD=\"%s\": expected \"auto\", "
+                        "\"epilogue\" or \"sums\"", e);
+    return ZT_OK;
+}
+
 unsigned long long zt_cuda_weights_rounded(zt_backend *be) {
     zt_cuda_state *st = be->impl;
     return __atomic_load_n(&st->weights_rounded, __ATOMIC_RELAXED);
@@ -623,6 +638,8 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     ZT_TRY(grads_mode(&f32_grads));
     zt_cuda_attention_policy attention;
     ZT_TRY(zt_cuda_attention_policy_of_env(&attention));
+    zt_cuda_bias_grad_policy bias_grad;
+    ZT_TRY(zt_cuda_bias_grad_policy_of_env(&bias_grad));
     int dev = opts ? opts->device_index : 0;
     int count = 0;
     if (zt_cuda_visible(&count) != ZT_OK)
@@ -653,6 +670,7 @@ zt_status zt_cuda_backend_create(zt_backend **out, const zt_backend_options *opt
     be->reads_param16 = !round_weights; /* zt_param_view, cuda_common.cuh */
     be->writes_grad16 = !f32_grads;     /* zt_grad_view, cuda_common.cuh */
     st->attention = attention;
+    st->bias_grad = bias_grad;
     zt_status s = setup(st, dev);
     if (s != ZT_OK) {
         cuda_destroy(be);

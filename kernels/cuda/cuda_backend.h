@@ -26,6 +26,7 @@ typedef enum {
     ZT_CUDA_SCRATCH_TOKENS,  /* tokens or targets copied from the host */
     ZT_CUDA_SCRATCH_BUCKETS, /* the embedding backward's token buckets */
     ZT_CUDA_SCRATCH_PARTIALS, /* per-channel sums' partials over row tiles (channel_sums.cuh) */
+    ZT_CUDA_SCRATCH_BIAS_GRAD, /* a bias gradient from cuBLASLt's epilogue, fp32 (linear.cu) */
     ZT_CUDA_SCRATCHES
 } zt_cuda_scratch_slot;
 
@@ -43,6 +44,17 @@ typedef enum { ZT_CUDA_ATTN_AUTO, ZT_CUDA_ATTN_FLASH, ZT_CUDA_ATTN_CUDNN } zt_cu
 
 /* The policy ZTRAIN_ATTENTION asks for; ZT_ERR_INVALID naming the variable for another value. */
 zt_status zt_cuda_attention_policy_of_env(zt_cuda_attention_policy *out);
+
+/* ZTRAIN_CUDA_BIAS_GRAD: unset or "auto" has the linear ops take the bias gradient from the
+ * weight-gradient GEMM's epilogue (BGRADA / BGRADB) where cuBLASLt takes it for the shape and the
+ * row-tile sums (channel_sums.cuh) where it refuses; "sums" runs the sums everywhere; "epilogue"
+ * insists on the epilogue (a refusal is then the backend's error), so gpu-check can check each. */
+typedef enum { ZT_CUDA_BIAS_GRAD_AUTO, ZT_CUDA_BIAS_GRAD_SUMS, ZT_CUDA_BIAS_GRAD_EPILOGUE }
+    zt_cuda_bias_grad_policy;
+
+/* The policy ZTRAIN_CUDA_BIAS_GRAD asks for (backend_cuda.c); ZT_ERR_INVALID naming the
+ * variable and the values it takes for another value. */
+zt_status zt_cuda_bias_grad_policy_of_env(zt_cuda_bias_grad_policy *out);
 
 /* Communicators that may watch one backend's streams at once (stream_watch.c): the data-parallel group, the tensor-parallel one
  * and its kv-head sharing group, a pipeline's world and tied-embedding groups, with room. */
@@ -89,6 +101,9 @@ typedef struct {
     unsigned long long weights_rounded;
     /* Which attention runs (attention/attention.c): ZTRAIN_ATTENTION, read at creation. */
     zt_cuda_attention_policy attention;
+    /* How the linear ops take a bias gradient (linear.cu): ZTRAIN_CUDA_BIAS_GRAD, read at
+     * creation. */
+    zt_cuda_bias_grad_policy bias_grad;
     /* Since creation: the host's waits for the device this module made (zt_cuda_wait) and its
      * device-to-host copies. Relaxed counters, cheap enough for a GPU run (each thread's time
      * in its waits is its own: zt_cuda_wait_end). */
@@ -293,6 +308,11 @@ void zt_cuda_linear_gelu_forward(const zt_ctx *x, void *out, void *pre, const vo
 void zt_cuda_linear_backward_gelu(const zt_ctx *x, void *dpre, float *dw, float *dbias,
                                   const void *dout, const void *inp, const void *pre,
                                   const float *w, int N, int C, int OC, zt_weight_layout layout);
+/* How the linear ops' first bias gradient in this process was taken: "epilogue" (cuBLASLt's
+ * BGRADA / BGRADB on the weight-gradient GEMM) or "sums" (the row-tile sums), NULL before any;
+ * a static string, reported once on stderr with the reason. Found by name
+ * (zt_backend_cuda_symbol). */
+const char *zt_cuda_bias_grad_choice(void);
 void zt_cuda_attention_forward(const zt_ctx *x, const zt_attn_shape *s, void *out, float *att,
                                const void *q, const void *k, const void *v);
 void zt_cuda_attention_backward(const zt_ctx *x, const zt_attn_shape *s, void *dq, void *dk,

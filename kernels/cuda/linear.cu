@@ -14,8 +14,15 @@
  * rounded as to_half rounds. A bias twin that is not 16-byte aligned, which cuBLASLt's bias
  * epilogue wants, is copied into aligned scratch (OC values). With a twin the fp32 values are
  * never read (backend.h, reads_param16). The weight gradient reads 16-bit inputs
- * and accumulates into fp32 directly. The bias gradient is a per-channel sum over row tiles
- * (channel_sums.cuh): deterministic, accumulated into the fp32 gradient. */
+ * and accumulates into fp32 directly. The bias gradient comes from that GEMM's epilogue
+ * (BGRADB where dout is its B operand, W[OC,C]; BGRADA where it is A, W[C,OC]), so dout is read
+ * once for both: cuBLASLt writes it in fp32 to scratch and one small kernel adds it to the
+ * gradient. Where cuBLASLt has no algorithm for that epilogue at the shape and types, or
+ * ZTRAIN_CUDA_BIAS_GRAD=sums, it is the per-channel sum over row tiles instead (channel_sums.cuh),
+ * a second pass over dout; both are deterministic. */
+#include <pthread.h>
+#include <stdio.h>
+
 #include "channel_sums.cuh"
 #include "matmul.cuh"
 
@@ -177,8 +184,84 @@ static bool input_product(const zt_ctx *x, zt_gemm *g, void *dinp, const void *d
     return true;
 }
 
+/* The first bias gradient's way in this process, reported once on stderr and to
+ * zt_cuda_bias_grad_choice, as attention/attention.c reports its choice. */
+static pthread_once_t bias_said_once = PTHREAD_ONCE_INIT;
+static char bias_said[16];
+static const char *bias_said_name, *bias_said_why;
+static int bias_said_n, bias_said_oc;
+static zt_dtype bias_said_act;
+
+static void bias_say(void) {
+    snprintf(bias_said, sizeof bias_said, "%s", bias_said_name);
+    fprintf(stderr, "[ztrain] bias gradient: %s (%s; N=%d, OC=%d, %s)\n", bias_said_name,
+            bias_said_why, bias_said_n, bias_said_oc, zt_dtype_name(bias_said_act));
+    fflush(stderr);
+}
+
+static void bias_choose(const zt_ctx *x, const char *name, const char *why, int N, int OC) {
+    bias_said_name = name, bias_said_why = why, bias_said_n = N, bias_said_oc = OC;
+    bias_said_act = x->act;
+    pthread_once(&bias_said_once, bias_say);
+}
+
+extern "C" const char *zt_cuda_bias_grad_choice(void) {
+    return bias_said[0] ? bias_said : NULL;
+}
+
+__global__ void add_bias_grad(zt_grad_view dbias, const float *g, int n) {
+    ZT_GRID_LOOP(i, (size_t)n) { dbias.add(i, g[i]); }
+}
+
+/* dbias[OC] += g[OC], the bias gradient cuBLASLt wrote: the gradient accumulates over
+ * micro-steps (into its 16-bit gradient where the ctx has one, zt_grad_view). */
+static void accumulate_bias_grad(const zt_ctx *x, float *dbias, const float *g, int OC) {
+    ZT_LAUNCH_1D(x, (size_t)OC, add_bias_grad, zt_cuda_grad(x, dbias, (size_t)OC), g, OC);
+}
+
+/* Runs the weight-gradient product g with the bias gradient in its epilogue and adds that to
+ * dbias: BGRADB when dout is g's B (W[OC,C]), BGRADA when it is A (W[C,OC]), either summing dout
+ * over the N rows. False, with nothing enqueued, where the row-tile sums are to run instead:
+ * ZTRAIN_CUDA_BIAS_GRAD=sums, or cuBLASLt refused the epilogue for this shape (a refusal kept
+ * with the shape's plan, so asked once). */
+static bool dw_with_bias_grad(const zt_ctx *x, const zt_gemm *g, float *dbias, int N, int OC,
+                              bool out_in) {
+    const zt_cuda_bias_grad_policy policy = zt_cuda_of(x)->bias_grad;
+    if (policy == ZT_CUDA_BIAS_GRAD_SUMS) {
+        bias_choose(x, "sums", "ZTRAIN_CUDA_BIAS_GRAD=sums", N, OC);
+        return false;
+    }
+    float *scratch = (float *)zt_cuda_scratch(x, ZT_CUDA_SCRATCH_BIAS_GRAD, (size_t)OC * 4);
+    if (!scratch)
+        return false;
+    zt_gemm e = *g;
+    e.epilogue = out_in ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+    e.dbias = scratch;
+    if (zt_cuda_gemm_try(x, &e)) {
+        accumulate_bias_grad(x, dbias, scratch, OC);
+        bias_choose(x, "epilogue",
+                    out_in ? "cuBLASLt's BGRADB on the weight-gradient GEMM"
+                           : "cuBLASLt's BGRADA on the weight-gradient GEMM",
+                    N, OC);
+        return true;
+    }
+    if (policy == ZT_CUDA_BIAS_GRAD_EPILOGUE) {
+        zt_cuda_fail(x->be, "cuBLASLt", "ZTRAIN_CUDA_BIAS_GRAD=epilogue",
+                     out_in ? "no algorithm for BGRADB at this shape"
+                            : "no algorithm for BGRADA at this shape",
+                     __FILE__, __LINE__);
+        return true;
+    }
+    bias_choose(x, "sums",
+                out_in ? "cuBLASLt has no algorithm for BGRADB at this shape"
+                       : "cuBLASLt has no algorithm for BGRADA at this shape",
+                N, OC);
+    return false;
+}
+
 /* The parameter gradients: W[C,OC]: dWᵀ[OC,C] += doutᵀ·inp; W[OC,C]: dWᵀ[C,OC] += inpᵀ·dout;
- * dbias += the column sums of dout. */
+ * dbias += the column sums of dout, from the dW product's epilogue where there is one and
+ * cuBLASLt takes it, else from the row-tile sums. */
 static void param_grads(const zt_ctx *x, float *dw, float *dbias, const void *dout,
                         const void *inp, int N, int C, int OC, zt_weight_layout layout) {
     const bool out_in = layout == ZT_W_OUT_IN;
@@ -201,6 +284,10 @@ static void param_grads(const zt_ctx *x, float *dw, float *dbias, const void *do
         g.ldd = g.m;
         g.cd_type = gw.half ? zt_cuda_type(x->act) : CUDA_R_32F;
         g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        /* An empty product (no rows, or C = 0) leaves the sums to say what the bias gets. */
+        const bool product = N > 0 && C > 0 && OC > 0;
+        if (dbias && product && dw_with_bias_grad(x, &g, dbias, N, OC, out_in))
+            return;
         zt_cuda_gemm(x, &g);
     }
     if (dbias) {

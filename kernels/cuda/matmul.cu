@@ -4,7 +4,8 @@
  * shapes every layer. So each distinct shape — transposes, sizes, leading dimensions, types,
  * epilogue, and the pointer alignments the algorithm is chosen for — gets a plan once, kept in a
  * small table of the backend; later calls set only the pointers the epilogue reads and run the
- * plan's algorithm. The first step fills the table, later steps query nothing. */
+ * plan's algorithm. The first step fills the table, later steps query nothing. A shape whose
+ * epilogue cuBLASLt refuses (zt_cuda_gemm_try) keeps that answer in its slot the same way. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ typedef struct {
 
 typedef struct {
     plan_key key;
+    bool refused; /* cuBLASLt has no algorithm for the key (zt_cuda_gemm_try): nothing else set */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -60,20 +62,30 @@ static void plan_destroy(plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+static bool bias_grad(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+
 /* The pointers an epilogue reads or writes, set on the plan's descriptor before every use (and
  * before the heuristic, which takes their alignment from them). */
 static void set_pointers(zt_backend *be, cublasLtMatmulDesc_t op, const zt_gemm *g) {
     if (g->epilogue == CUBLASLT_EPILOGUE_BIAS || g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         ZT_CUBLAS_CHECK(be, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                            &g->bias, sizeof g->bias));
+    if (bias_grad(g->epilogue))
+        ZT_CUBLAS_CHECK(be, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                           &g->dbias, sizeof g->dbias));
     if (g->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || g->epilogue == CUBLASLT_EPILOGUE_DGELU)
         ZT_CUBLAS_CHECK(be, cublasLtMatmulDescSetAttribute(
                                 op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
                                 sizeof g->aux));
 }
 
-/* A new plan for g into p, or false after recording why there is none. */
-static bool plan_create(const zt_ctx *x, plan *p, const plan_key *key, const zt_gemm *g) {
+/* A new plan for g into p, or false after recording why there is none. With may_refuse, a
+ * heuristic that answers NOT_SUPPORTED or finds nothing is not recorded: p is then a refused
+ * plan (its key and the flag) and the answer is still false. */
+static bool plan_create(const zt_ctx *x, plan *p, const plan_key *key, const zt_gemm *g,
+                        bool may_refuse) {
     zt_backend *be = x->be;
     zt_cuda_state *st = zt_cuda_of(x);
     memset(p, 0, sizeof *p);
@@ -83,6 +95,7 @@ static bool plan_create(const zt_ctx *x, plan *p, const plan_key *key, const zt_
     cublasLtEpilogue_t epi = g->epilogue;
     int64_t aux_ld = g->aux_ld;
     cublasLtMatmulPreference_t pref = NULL;
+    bool refused = false;
     ZT_CUBLAS_CHECK(be, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     if (!p->op)
         return false;
@@ -97,6 +110,11 @@ static bool plan_create(const zt_ctx *x, plan *p, const plan_key *key, const zt_
         ZT_CUBLAS_CHECK(be, cublasLtMatmulDescSetAttribute(
                                 p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                 sizeof aux_ld));
+    if (bias_grad(epi)) {
+        const int32_t f32 = CUDA_R_32F;
+        ZT_CUBLAS_CHECK(be, cublasLtMatmulDescSetAttribute(
+                                p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof f32));
+    }
     set_pointers(be, p->op, g);
     ZT_CUBLAS_CHECK(be, cublasLtMatrixLayoutCreate(&p->la, g->ab_type, g->ta ? g->k : g->m,
                                                    g->ta ? g->m : g->k, g->lda));
@@ -118,19 +136,31 @@ static bool plan_create(const zt_ctx *x, plan *p, const plan_key *key, const zt_
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
         st->plans->heuristics++;
-        ZT_CUBLAS_CHECK(be, cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->la, p->lb, p->lc,
-                                                           p->lc, pref, 1, &heur, &found));
-        if (found == 1)
+        cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->la, p->lb, p->lc,
+                                                           p->lc, pref, 1, &heur, &found);
+        if (may_refuse && (hs == CUBLAS_STATUS_NOT_SUPPORTED ||
+                           (hs == CUBLAS_STATUS_SUCCESS && found != 1))) {
+            refused = true;
+        } else {
+            if (hs != CUBLAS_STATUS_SUCCESS)
+                zt_cuda_fail(be, "cuBLASLt", "cublasLtMatmulAlgoGetHeuristic",
+                             cublasLtGetStatusString(hs), __FILE__, __LINE__);
+            else if (found != 1)
+                zt_cuda_fail(be, "cuBLASLt", "cublasLtMatmulAlgoGetHeuristic",
+                             "no algorithm for the shape", __FILE__, __LINE__);
+        }
+        if (hs == CUBLAS_STATUS_SUCCESS && found == 1)
             p->algo = heur.algo;
-        else
-            zt_cuda_fail(be, "cuBLASLt", "cublasLtMatmulAlgoGetHeuristic",
-                         "no algorithm for the shape", __FILE__, __LINE__);
-        ok = found == 1;
+        ok = hs == CUBLAS_STATUS_SUCCESS && found == 1;
     }
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
     if (!ok)
         plan_destroy(p);
+    if (refused) {
+        p->key = *key;
+        p->refused = true;
+    }
     return ok;
 }
 
@@ -150,16 +180,17 @@ static struct zt_cuda_matmul_plans *plans_of(zt_cuda_state *st) {
     return st->plans;
 }
 
-void zt_cuda_gemm(const zt_ctx *x, const zt_gemm *g) {
+/* zt_cuda_gemm, and zt_cuda_gemm_try with may_refuse: false only for a refused plan. */
+static bool gemm(const zt_ctx *x, const zt_gemm *g, bool may_refuse) {
     if (g->m == 0 || g->n == 0)
-        return;
+        return true;
     zt_backend *be = x->be;
     zt_cuda_state *st = zt_cuda_of(x);
     struct zt_cuda_matmul_plans *t = plans_of(st);
     if (!t) {
         zt_cuda_fail(be, "CUDA", "zt_cuda_gemm", "out of host memory for the matmul plans",
                      __FILE__, __LINE__);
-        return;
+        return true;
     }
     plan_key key;
     memset(&key, 0, sizeof key);
@@ -176,7 +207,7 @@ void zt_cuda_gemm(const zt_ctx *x, const zt_gemm *g) {
     key.epilogue = g->epilogue;
     key.aux_ld = g->aux_ld;
     const void *c = g->c ? g->c : g->d;
-    const void *ptrs[6] = {g->a, g->b, c, g->d, g->bias, g->aux};
+    const void *ptrs[6] = {g->a, g->b, c, g->d, g->bias ? g->bias : g->dbias, g->aux};
     for (int i = 0; i < 6; i++)
         key.align[i] = alignment_of(ptrs[i]);
     const float alpha = 1.0f, beta = g->beta;
@@ -187,12 +218,20 @@ void zt_cuda_gemm(const zt_ctx *x, const zt_gemm *g) {
     for (int i = 0; i < t->used && !p; i++)
         if (!memcmp(&t->p[i].key, &key, sizeof key))
             p = &t->p[i];
+    if (p && p->refused) {
+        pthread_mutex_unlock(&t->lock);
+        return false;
+    }
+    bool refused = false;
     if (!p) {
-        /* A failed plan leaves its slot zeroed, which no key matches (alignments are >= 1). */
+        /* A failed plan leaves its slot zeroed, which no key matches (alignments are >= 1); a
+         * refused one keeps its key, so that the refusal is remembered. */
         int slot = t->used < ZT_MATMUL_PLANS ? t->used : t->next;
         plan_destroy(&t->p[slot]);
-        if (plan_create(x, &t->p[slot], &key, g)) {
-            p = &t->p[slot];
+        bool made = plan_create(x, &t->p[slot], &key, g, may_refuse);
+        refused = t->p[slot].refused;
+        if (made || refused) {
+            p = made ? &t->p[slot] : NULL;
             if (t->used < ZT_MATMUL_PLANS)
                 t->used++;
             else
@@ -209,7 +248,12 @@ void zt_cuda_gemm(const zt_ctx *x, const zt_gemm *g) {
                                            c, p->lc, g->d, p->lc, &p->algo, st->lt_workspace,
                                            ZT_CUDA_CUBLAS_WORKSPACE, zt_cuda_compute(x)));
     pthread_mutex_unlock(&t->lock);
+    return !refused;
 }
+
+void zt_cuda_gemm(const zt_ctx *x, const zt_gemm *g) { gemm(x, g, false); }
+
+bool zt_cuda_gemm_try(const zt_ctx *x, const zt_gemm *g) { return gemm(x, g, true); }
 
 extern "C" void zt_cuda_matmul_plans_free(zt_cuda_state *st) {
     struct zt_cuda_matmul_plans *t = st->plans;

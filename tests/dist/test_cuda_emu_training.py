@@ -94,6 +94,25 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(said == [0], f"the cuda run records its attention choice once, ztrain's flash "
              f"kernel: kernels/attention_cudnn {said}")
     close(ck, "GPT-2 fp32, 1 rank, cuda vs cpu", cpu, cuda, 1e-4)
+    # The bias gradients came from cuBLASLt's BGRADA epilogue on the weight-gradient GEMMs
+    # (GPT-2's W[C,OC]), recorded once (1); with ZTRAIN_CUDA_BIAS_GRAD=sums from the row-tile
+    # sums (0), the losses as close to the CPU's; and a value the variable does not know is
+    # refused by name before any step.
+    def bias_said(name):
+        return [m["kernels/bias_grad_epilogue"] for m in read_metrics(f"{d}/{name}/metrics.jsonl")
+                if "kernels/bias_grad_epilogue" in m]
+    ck.check(bias_said("gpt2-cuda") == [1], f"the cuda run records its bias gradients from the "
+             f"epilogue once: kernels/bias_grad_epilogue {bias_said('gpt2-cuda')}")
+    sums = train(d, job("gpt2-cuda-sums", "cuda"), env_extra={"ZTRAIN_CUDA_BIAS_GRAD": "sums"})
+    close(ck, "GPT-2 fp32, 1 rank, cuda with the row-tile bias sums vs cpu", cpu, sums, 1e-4)
+    ck.check(bias_said("gpt2-cuda-sums") == [0], f"with ZTRAIN_CUDA_BIAS_GRAD=sums the record "
+             f"says the sums: kernels/bias_grad_epilogue {bias_said('gpt2-cuda-sums')}")
+    p = train(d, job("gpt2-cuda-badbias", "cuda"), env_extra={"ZTRAIN_CUDA_BIAS_GRAD": "often"},
+              check=False)
+    out = p.stdout + p.stderr
+    ck.check(p.returncode != 0 and "ZTRAIN_CUDA_BIAS_GRAD" in out and "often" in out and
+             '"sums"' in out, f"ZTRAIN_CUDA_BIAS_GRAD=often is refused naming the variable and "
+             f"its values (exit {p.returncode}): {out.strip()[-300:]}")
     # The host's time blocked waiting for the device, a step's part of its time: on the emulated
     # device, which runs the queued work when the host waits, nearly all of it; no such figure
     # on the CPU.

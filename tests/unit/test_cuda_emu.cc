@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "emu_child.h"
@@ -379,6 +381,128 @@ static int case_cublaslt() {
     return 0;
 }
 
+/* One fp32 product D(m x n) = op(A)·op(B) + beta·D with epilogue epi writing the bias gradient
+ * to bias (of bias_type, -1: left unset) and alpha 1 unless told; the heuristic's count of
+ * algorithms to *found and the matmul's status to *status (not run when none was found). */
+struct bgrad_call {
+    bool ta, tb;
+    int m, n, k;
+    float beta, alpha = 1.0f;
+    int32_t bias_type = -1;
+};
+
+static cublasStatus_t bgrad_matmul(const bgrad_call &c, cublasLtEpilogue_t epi, const float *a,
+                                   const float *b, float *d, void *bias, int *found) {
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasLtCreate(&h);
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasOperation_t ta = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasStatus_t st =
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (c.bias_type >= 0)
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.bias_type,
+                                       sizeof c.bias_type);
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, c.ta ? c.k : c.m, c.ta ? c.m : c.k,
+                               c.ta ? c.k : c.m);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, c.tb ? c.n : c.k, c.tb ? c.k : c.n,
+                               c.tb ? c.n : c.k);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, c.m, c.n, c.m);
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulHeuristicResult_t heur;
+    *found = 0;
+    st = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &heur, found);
+    if (st != CUBLAS_STATUS_SUCCESS || *found != 1)
+        return st;
+    return cublasLtMatmul(h, op, &c.alpha, a, la, b, lb, &c.beta, d, ld, d, ld, &heur.algo,
+                          nullptr, 0, nullptr);
+}
+
+/* BGRADA and BGRADB with every transpose and beta 0 and 1: D as the plain product, the bias
+ * gradient written (over a value that must not be read) as op(A)'s row sums or op(B)'s column
+ * sums over k, both against loops; then the documented refusals. */
+static int case_cublaslt_bgrad() {
+    const int m = 3, n = 5, k = 4;
+    float a[12], b[20], d0[15], d[15], bias[5];
+    for (int i = 0; i < 12; i++)
+        a[i] = (float)(i % 7) - 2.5f;
+    for (int i = 0; i < 20; i++)
+        b[i] = 0.25f * (float)(i % 9) - 1.0f;
+    for (int i = 0; i < 15; i++)
+        d0[i] = (float)i * 0.5f;
+    float *d_a = dev_from(a, 12), *d_b = dev_from(b, 20), *d_d = dev_from(d0, 15), *d_bias;
+    cudaMalloc(&d_bias, 256);
+    for (int epi_b = 0; epi_b < 2; epi_b++)
+        for (int t = 0; t < 4; t++)
+            for (int beta = 0; beta < 2; beta++) {
+                bgrad_call c = {(t & 1) != 0, (t & 2) != 0, m, n, k, (float)beta};
+                cublasLtEpilogue_t epi =
+                    epi_b ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+                const int len = epi_b ? n : m;
+                cudaMemcpy(d_d, d0, sizeof d0, cudaMemcpyHostToDevice);
+                const float stale[5] = {99, 99, 99, 99, 99};
+                cudaMemcpy(d_bias, stale, sizeof stale, cudaMemcpyHostToDevice);
+                int found;
+                cublasStatus_t st = bgrad_matmul(c, epi, d_a, d_b, d_d, d_bias, &found);
+                EXPECT(found == 1 && st == CUBLAS_STATUS_SUCCESS, "%s ta %d tb %d beta %d: %s",
+                       epi_b ? "BGRADB" : "BGRADA", c.ta, c.tb, beta,
+                       cublasLtGetStatusString(st));
+                cudaMemcpy(d, d_d, sizeof d, cudaMemcpyDeviceToHost);
+                cudaMemcpy(bias, d_bias, sizeof bias, cudaMemcpyDeviceToHost);
+                auto opa = [&](int i, int p) { return c.ta ? a[p + i * k] : a[i + p * m]; };
+                auto opb = [&](int p, int j) { return c.tb ? b[j + p * n] : b[p + j * k]; };
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        float acc = 0.0f;
+                        for (int p = 0; p < k; p++)
+                            acc += opa(i, p) * opb(p, j);
+                        float want = acc + (float)beta * d0[i + j * m];
+                        EXPECT(d[i + j * m] == want, "D[%d,%d] = %g, want %g", i, j,
+                               d[i + j * m], want);
+                    }
+                for (int r = 0; r < len; r++) {
+                    float want = 0.0f;
+                    for (int p = 0; p < k; p++)
+                        want += epi_b ? opb(p, r) : opa(r, p);
+                    EXPECT(bias[r] == want, "%s ta %d tb %d beta %d: bias gradient[%d] = %g, "
+                           "want %g", epi_b ? "BGRADB" : "BGRADA", c.ta, c.tb, beta, r, bias[r],
+                           want);
+                }
+            }
+    /* Refused: a bias-gradient type that is none of D's, A's or fp32; alpha other than 1; the
+     * heuristic finds no algorithm for the epilogues the environment names. */
+    int found;
+    bgrad_call c = {false, true, m, n, k, 0.0f};
+    c.bias_type = CUDA_R_16BF;
+    cublasStatus_t st = bgrad_matmul(c, CUBLASLT_EPILOGUE_BGRADB, d_a, d_b, d_d, d_bias, &found);
+    EXPECT(st == CUBLAS_STATUS_NOT_SUPPORTED && found == 0 &&
+               strstr(cublasLtGetStatusString(st), "bias gradient of CUDA_R_16BF"),
+           "a bf16 bias gradient of fp32 operands: %s", cublasLtGetStatusString(st));
+    c.bias_type = CUDA_R_32F;
+    c.alpha = 2.0f;
+    st = bgrad_matmul(c, CUBLASLT_EPILOGUE_BGRADB, d_a, d_b, d_d, d_bias, &found);
+    EXPECT(st == CUBLAS_STATUS_NOT_SUPPORTED && strstr(cublasLtGetStatusString(st), "alpha"),
+           "alpha 2 with BGRADB: %s", cublasLtGetStatusString(st));
+    c.alpha = 1.0f;
+    setenv("ZTRAIN_CUDA_EMU_CUBLASLT_NO_ALGO", "BGRADA,BGRADB", 1);
+    st = bgrad_matmul(c, CUBLASLT_EPILOGUE_BGRADB, d_a, d_b, d_d, d_bias, &found);
+    EXPECT(st == CUBLAS_STATUS_NOT_SUPPORTED && found == 0, "no algorithm asked for: %s",
+           cublasLtGetStatusString(st));
+    setenv("ZTRAIN_CUDA_EMU_CUBLASLT_NO_ALGO", "BGRADA", 1);
+    st = bgrad_matmul(c, CUBLASLT_EPILOGUE_BGRADB, d_a, d_b, d_d, d_bias, &found);
+    EXPECT(st == CUBLAS_STATUS_SUCCESS && found == 1, "BGRADB with only BGRADA refused: %s",
+           cublasLtGetStatusString(st));
+    unsetenv("ZTRAIN_CUDA_EMU_CUBLASLT_NO_ALGO");
+    return 0;
+}
+
 /* Stream capture and CUDA graphs are not emulated (the backend uses none): each call is refused
  * with cudaErrorNotSupported and its name on stderr (the driver checks BeginCapture's), and the
  * stream a refused capture named still runs its work at once, as before. */
@@ -438,6 +562,8 @@ static const test_case cases[] = {
      nullptr},
     {"host pointer given to a kernel", case_host_pointer_to_kernel, 0, nullptr},
     {"cuBLASLt: result, alignment, refused epilogue", case_cublaslt, 0, nullptr},
+    {"cuBLASLt: BGRADA/BGRADB sums over k, beta 0 and 1, refusals", case_cublaslt_bgrad, 0,
+     nullptr},
     {"CUDA graphs: every call refused by name, the stream unaffected", case_graphs_refused, 0,
      "cudaStreamBeginCapture: stream capture and CUDA graphs are not emulated"},
 };

@@ -1,9 +1,9 @@
 /* The op test harness: every op of every backend in this build against the CPU's, the CPU's ops
  * against double-precision references and finite differences, 16-bit activations held as ops.h
  * says, the optimizer and cast ops against plain loops, and the backend object's memory.
- * `test_ops --op NAME` runs one family (or the family of one zt_ops entry); `test_ops --perf`
- * times the ops at GPT-2 small's shapes, and the Llama family's at a Llama-style model of the same
- * width, instead (not run by ctest). The checks live in
+ * `test_ops --op NAME` runs one family (or the family of one zt_ops entry; --op may be
+ * repeated); `test_ops --perf` times the ops at GPT-2 small's shapes, and the Llama family's at a
+ * Llama-style model of the same width, instead (not run by ctest). The checks live in
  * tests/unit/ops/, one file per op family, with the shared pieces in harness.h. */
 #include <omp.h>
 #include <stdio.h>
@@ -63,7 +63,7 @@ static const zt_test_family *family_named(const char *name) {
 static int usage(const char *why) {
     if (why)
         fprintf(stderr, "test_ops: %s\n", why);
-    fprintf(stderr, "usage: test_ops [--op NAME] [--perf] [--margins]\nNAME is one of:");
+    fprintf(stderr, "usage: test_ops [--op NAME]... [--perf] [--margins]\nNAME is one of:");
     for (int i = 0; i < NFAMILIES; i++)
         fprintf(stderr, " %s", families[i]->name);
     fprintf(stderr, "\nor a zt_ops entry (layernorm_backward, ...)\n");
@@ -71,7 +71,9 @@ static int usage(const char *why) {
 }
 
 int main(int argc, char **argv) {
-    const zt_test_family *only = NULL;
+    /* The families --op named (it may be given more than once); none: all. */
+    const zt_test_family *only[NFAMILIES];
+    int n_only = 0;
     bool perf = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--perf") == 0)
@@ -79,9 +81,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--margins") == 0)
             zt_test_margins = true;
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
-            only = family_named(argv[++i]);
-            if (!only)
+            const zt_test_family *f = family_named(argv[++i]);
+            if (!f)
                 return usage("no op family of that name");
+            if (n_only < NFAMILIES)
+                only[n_only++] = f;
         } else
             return usage(strcmp(argv[i], "--help") == 0 ? NULL : "unknown argument");
     }
@@ -131,7 +135,10 @@ int main(int argc, char **argv) {
                "rate");
     for (int i = 0; i < NFAMILIES; i++) {
         const zt_test_family *f = families[i];
-        if (only && f != only)
+        bool named = n_only == 0;
+        for (int k = 0; k < n_only; k++)
+            named = named || only[k] == f;
+        if (!named)
             continue;
         if (!perf) {
             f->check(&env);

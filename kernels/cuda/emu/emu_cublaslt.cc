@@ -18,12 +18,41 @@
  *   its own kernel in for; the header names no formula, so this is the point to check on a GPU.
  *   The auxiliary leading dimension must be divisible by 8 and at least D's rows (cublasLt.h,
  *   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), and the pointers set.
+ * - BGRADA, BGRADB: the bias gradient of a weight-gradient product, beside D (computed as for
+ *   DEFAULT). What NVIDIA documents (cublasLt.h of CUDA 13.0: cublasLtEpilogue_t and
+ *   cublasLtMatmulDescAttributes_t; the cuBLAS guide's cublasLtEpilogue_t table says the same,
+ *   as quoted in ROCm/composable_kernel issue 674):
+ *   BGRADA is "bias gradient based on the input matrix A", its length the rows of D; BGRADB is
+ *   based on B, its length the columns of D; for both "the reduction happens over the GEMM's k
+ *   dimension", and the result is stored (not added: nothing says it is read) to
+ *   CUBLASLT_MATMUL_DESC_BIAS_POINTER, a `void *` in the bias-gradient case, in
+ *   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, whose default (-1) is D's type ("bias gradient vector
+ *   elements are the same type as the output elements", IMMA and fp8 kernels apart). Routines
+ *   that do not dereference the pointer, the heuristic among them, "depend on its value to
+ *   determine expected pointer alignment". No transpose or type restriction is written there;
+ *   how others call it: TransformerEngine's cublaslt_gemm.cu takes BGRADB on the weight-gradient
+ *   GEMM ("grad output is always input B", layout NT, op(B) transposed), as does a PyTorch
+ *   extension's GemmAndBiasGradCUDA (mega2) and llm.c's matmul_cublaslt when asked for a
+ *   backward with a bias; Paddle's fused_gemm_epilogue takes BGRADB when the gradient is a
+ *   transposed B and BGRADA when it is A; OneFlow's cublas_fused_matmul_bias_add_grad.cu says
+ *   BGRADB needs CUDA 11.4.2 and faulted for some shapes under 11.6. Which shapes and types a
+ *   GPU's cuBLASLt has kernels for is not documented: a caller must take "no algorithm" from the
+ *   heuristic as a refusal.
+ *   So here: the sums are Σ_p op(A)[i,p] (BGRADA) or Σ_p op(B)[p,j] (BGRADB) of the operands as
+ *   stored, in fp32 in order of p, rounded once to the bias type; independent of beta and C.
+ *   Refused: a bias-gradient type other than D's, A's or CUDA_R_32F (NOT_SUPPORTED at the
+ *   heuristic); alpha other than 1 (NOT_SUPPORTED at the matmul: whether alpha scales the sum is
+ *   not written, so the emulator does not guess); a bias pointer less aligned than the heuristic
+ *   saw, or not inside one device allocation. ZTRAIN_CUDA_EMU_CUBLASLT_NO_ALGO=BGRADA,BGRADB
+ *   (either or both) makes the heuristic find no algorithm for that epilogue, as a cuBLASLt
+ *   without the kernel would, so the caller's fallback can be tested.
  * Anything else (another epilogue, compute type, attribute, batch, order) is refused with
  * CUBLAS_STATUS_NOT_SUPPORTED naming it, never ignored.
  *
  * Alignment is strict: the heuristic's algorithm assumes the pointer alignments the preference
- * declares (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, 256 by default), and a matmul whose
- * pointers are less aligned than its algorithm assumed fails. */
+ * declares (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, 256 by default) and the bias pointer's
+ * own (as set on the descriptor when the heuristic ran), and a matmul whose pointers are less
+ * aligned than its algorithm assumed fails. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,6 +60,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -121,6 +151,41 @@ bool uses_aux(uint32_t epi) {
 bool uses_bias(uint32_t epi) {
     return epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
+bool bias_grad(uint32_t epi) {
+    return epi == CUBLASLT_EPILOGUE_BGRADA || epi == CUBLASLT_EPILOGUE_BGRADB;
+}
+const char *epilogue_name(uint32_t epi) {
+    return epi == CUBLASLT_EPILOGUE_BGRADA ? "BGRADA" : epi == CUBLASLT_EPILOGUE_BGRADB ? "BGRADB"
+                                                                                      : "?";
+}
+
+/* Whether ZTRAIN_CUDA_EMU_CUBLASLT_NO_ALGO (a comma-separated list of BGRADA and BGRADB, read
+ * at each heuristic) names epi: the heuristic then finds no algorithm for it. */
+bool no_algo_for(uint32_t epi) {
+    const char *v = getenv("ZTRAIN_CUDA_EMU_CUBLASLT_NO_ALGO");
+    if (!v || !bias_grad(epi))
+        return false;
+    const char *name = epilogue_name(epi);
+    const size_t len = strlen(name);
+    for (const char *p = v; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, name, len) == 0)
+            return true;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return false;
+}
+
+/* The alignment an algorithm may assume of p: the largest power of two dividing it, at most 256
+ * (a NULL pointer: 256, what cuBLASLt assumes when told nothing). */
+uint32_t pointer_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t low = a & (~a + 1);
+    return a == 0 || low > 256 ? 256u : (uint32_t)low;
+}
 
 /* GELU in its tanh form and that form's derivative, in fp32 (the epilogue's precision). */
 const float gelu_scale = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -203,11 +268,11 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
         break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
         ok = set_attr(&x->epilogue, buf, size);
-        if (ok && x->epilogue != CUBLASLT_EPILOGUE_DEFAULT && x->epilogue != CUBLASLT_EPILOGUE_BIAS &&
-            x->epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && x->epilogue != CUBLASLT_EPILOGUE_DGELU)
+        if (ok && x->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !uses_bias(x->epilogue) &&
+            !uses_aux(x->epilogue) && !bias_grad(x->epilogue))
             return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
                           "epilogue %u is not emulated (DEFAULT, BIAS, "
-                          "GELU_AUX_BIAS and DGELU are)",
+                          "GELU_AUX_BIAS, DGELU, BGRADA and BGRADB are)",
                           x->epilogue);
         break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = set_attr(&x->bias, buf, size); break;
@@ -348,10 +413,24 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                       "epilogue %u: CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD %lld "
                       "must be divisible by 8 and at least D's %llu rows",
                       x->epilogue, (long long)x->aux_ld, (unsigned long long)m);
+    if (bias_grad(x->epilogue)) {
+        const int bt = x->bias_type < 0 ? (int)D->type : x->bias_type;
+        if (bt != (int)D->type && bt != (int)A->type && bt != CUDA_R_32F)
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                          "epilogue %s: a bias gradient of %s with A and B %s and D %s (D's "
+                          "type, A's or CUDA_R_32F are emulated)",
+                          epilogue_name(x->epilogue), type_name(bt), type_name(A->type),
+                          type_name(D->type));
+        if (no_algo_for(x->epilogue))
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                          "epilogue %s: no algorithm (ZTRAIN_CUDA_EMU_CUBLASLT_NO_ALGO)",
+                          epilogue_name(x->epilogue));
+    }
     const lt_pref *pr = (const lt_pref *)p;
     memset(&results[0], 0, sizeof results[0]);
     for (int i = 0; i < 4; i++)
         results[0].algo.data[i] = pr->align[i];
+    results[0].algo.data[4] = pointer_alignment(x->bias);
     results[0].workspaceSize = 0;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
@@ -408,11 +487,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                           "inside one device allocation",
                           x.epilogue, x.aux, aux_span);
     }
-    if (uses_bias(x.epilogue) && !dev_contains(x.bias, D.rows * type_size(bias_type)))
-        return refuse(CUBLAS_STATUS_INVALID_VALUE,
-                      "bias at %p (%llu of %s) is not inside one "
-                      "device allocation",
-                      x.bias, (unsigned long long)D.rows, type_name(bias_type));
+    const bool bgrad = bias_grad(x.epilogue);
+    const uint64_t bias_n = x.epilogue == CUBLASLT_EPILOGUE_BGRADB ? D.cols : D.rows;
+    if (uses_bias(x.epilogue) || bgrad) {
+        if (algo->data[4] && (uintptr_t)x.bias % algo->data[4])
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                          "the bias at %p is not %llu-byte aligned, as its algorithm was "
+                          "chosen for (the bias pointer's alignment when the heuristic ran)",
+                          x.bias, (unsigned long long)algo->data[4]);
+        if (!dev_contains(x.bias, bias_n * type_size(bias_type)))
+            return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                          "bias at %p (%llu of %s) is not inside one "
+                          "device allocation",
+                          x.bias, (unsigned long long)bias_n, type_name(bias_type));
+    }
+    if (bgrad && fa != 1.0f)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      "epilogue %s with alpha %g: whether alpha scales the bias gradient is "
+                      "not documented, so only alpha 1 is emulated",
+                      epilogue_name(x.epilogue), fa);
     (void)workspace;
     cudaError_t e = enqueue(stream, "cublasLtMatmul", [=](std::string &) {
         const uint64_t m = D.rows, n = D.cols;
@@ -437,6 +530,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                     v *= gelu_grad(load(D.type, x.aux, i + j * x.aux_ld));
                 }
                 store(D.type, dp, i + j * D.ld, v);
+            }
+        }
+        /* The bias gradient: op(A)'s rows or op(B)'s columns summed over k, in order of p. */
+        if (bgrad) {
+            for (uint64_t r = 0; r < bias_n; r++) {
+                float acc = 0.0f;
+                for (uint64_t p = 0; p < k; p++) {
+                    if (x.epilogue == CUBLASLT_EPILOGUE_BGRADA)
+                        acc += load(A.type, a, x.ta == CUBLAS_OP_T ? p + r * A.ld : r + p * A.ld);
+                    else
+                        acc += load(B.type, b, x.tb == CUBLAS_OP_T ? r + p * B.ld : p + r * B.ld);
+                }
+                store(bias_type, (void *)x.bias, r, acc);
             }
         }
         return cudaSuccess;

@@ -287,12 +287,13 @@ zt_status zt_backend_cuda_waits(zt_backend *be, zt_cuda_waits *out);
  * estimate made without a GPU (admission.h) counts what the backend will take: cuBLASLt's
  * workspace and the two-pass sums' partials and totals, taken at creation; and scratch buffers
  * that grow to a quarter more than their largest request (zt_cuda_scratch_bytes): the tokens or
- * targets of a forward, the embedding backward's token buckets (3 · rows + 2 ints), and the
+ * targets of a forward, the embedding backward's token buckets (3 · rows + 2 ints), the
  * per-channel gradient sums' partials, one row of channels per tile of at most
  * ZT_CUDA_CHANNEL_TILES row tiles: of at least ZT_CUDA_CHANNEL_MIN_ROWS rows for the bias
  * gradients' two passes, of at least one row in the norms' fused backward (so at most
- * min(rows, ZT_CUDA_CHANNEL_TILES) tiles either way). The kernels check these against their own
- * constants. */
+ * min(rows, ZT_CUDA_CHANNEL_TILES) tiles either way); and one linear layer's bias gradient in
+ * fp32 (cuBLASLt's BGRADA / BGRADB epilogue writes it there before it is added). The kernels
+ * check these against their own constants. */
 #define ZT_CUDA_CUBLAS_WORKSPACE_BYTES ((uint64_t)32 << 20)
 /* The granule of CUDA's virtual memory management on the GPUs ztrain is built for (2 MiB on
  * H100 and H200, cuMemGetAllocationGranularity) and the size from which an allocation is a

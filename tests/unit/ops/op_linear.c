@@ -3,6 +3,7 @@
  * none, dinp overwritten or accumulated, gradients left out), and outputs held at 16 bits. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
 
@@ -10,6 +11,7 @@ typedef struct {
     int N, C, OC;
     zt_weight_layout layout;
     bool acc;                  /* accumulate_dinp */
+    int calls;                 /* backward calls into the same gradients (accumulating) */
     float *inp, *w, *bias;     /* [N,C] at the case's precision, [C,OC] or [OC,C], [OC] or NULL */
     float *res;                /* [N,OC] at the case's precision, or NULL */
     float *dout;               /* [N,OC] at the case's precision */
@@ -28,7 +30,8 @@ enum { L_BIAS = 1, L_RES = 2, L_ACC = 4, L_NO_DINP = 8, L_NO_DW = 16 };
 static lin_case lin_make(zt_test_rng *r, int N, int C, int OC, zt_weight_layout layout, int flags,
                          zt_dtype act) {
     size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)C * OC;
-    lin_case c = {.N = N, .C = C, .OC = OC, .layout = layout, .acc = (flags & L_ACC) != 0};
+    lin_case c = {.N = N, .C = C, .OC = OC, .layout = layout, .acc = (flags & L_ACC) != 0,
+                  .calls = 1};
     c.inp = zt_test_random(r, ni, 0.0, 1.0);
     zt_test_round_all(c.inp, ni, act);
     c.w = zt_test_random(r, nw, 0.0, 0.3);
@@ -69,8 +72,9 @@ static lin_result lin_run(zt_backend *be, zt_dtype act, const lin_case *c) {
     be->ops->linear_forward(&d.ctx, out, inp, w, bias, res, c->N, c->C, c->OC, c->layout);
     void *dinp = zt_test_dev_act(&d, c->dinp0, ni), *dout = zt_test_dev_act(&d, c->dout, no);
     float *dw = zt_test_dev_f32(&d, c->dw0, nw), *dbias = zt_test_dev_f32(&d, c->dbias0, c->OC);
-    be->ops->linear_backward(&d.ctx, dinp, dw, dbias, dout, inp, w, c->N, c->C, c->OC, c->layout,
-                             c->acc);
+    for (int i = 0; i < c->calls; i++)
+        be->ops->linear_backward(&d.ctx, dinp, dw, dbias, dout, inp, w, c->N, c->C, c->OC,
+                                 c->layout, c->acc);
     lin_result x = {zt_test_zeros(no), dinp ? zt_test_zeros(ni) : NULL,
                     dw ? zt_test_zeros(nw) : NULL, dbias ? zt_test_zeros(c->OC) : NULL};
     zt_test_dev_get_act(&d, x.out, out, no);
@@ -89,22 +93,45 @@ static const char *layout_name(zt_weight_layout l) {
 }
 
 static void lin_label(char *buf, size_t size, const lin_case *c) {
-    snprintf(buf, size, "N=%d C=%d OC=%d %s%s%s%s%s", c->N, c->C, c->OC,
+    snprintf(buf, size, "N=%d C=%d OC=%d %s%s%s%s%s%s", c->N, c->C, c->OC,
                     layout_name(c->layout), c->bias ? " bias" : "", c->res ? " residual" : "",
                     c->dinp0 ? (c->acc ? " dinp+=" : " dinp=") : " dinp=NULL",
-                    c->dw0 ? "" : " dw=NULL");
+                    c->dw0 ? "" : " dw=NULL", c->calls > 1 ? " backward twice" : "");
 }
 
-/* The last case has a bias whose gradient spans several of a GPU's 64-row tiles (150 rows, not
- * a multiple) over channels not a multiple of 32, and runs twice on be: dw and dbias must agree
- * bit for bit. */
+/* How the CUDA backend took the bias gradients (linear.cu): "epilogue" unless the environment
+ * asks for the row-tile sums or has the emulated cuBLASLt refuse both epilogues, then "sums"
+ * (not checked where it refuses one: the first bias decides). */
+static void lin_check_bias_grad_choice(zt_backend *be) {
+    if (be->device != ZT_DEVICE_CUDA)
+        return;
+    const char *(*choice)(void) = NULL;
+    *(void **)&choice = zt_backend_cuda_symbol("zt_cuda_bias_grad_choice");
+    if (!CHECK_AT(choice != NULL, "the CUDA module exports zt_cuda_bias_grad_choice"))
+        return;
+    const char *policy = getenv("ZTRAIN_CUDA_BIAS_GRAD"), *no_algo =
+        getenv("ZTRAIN_CUDA_EMU_CUBLASLT_NO_ALGO");
+    if (no_algo && *no_algo && !(strstr(no_algo, "BGRADA") && strstr(no_algo, "BGRADB")))
+        return;
+    const bool sums = (policy && strcmp(policy, "sums") == 0) || (no_algo && *no_algo);
+    const char *got = choice();
+    CHECK_AT(got && strcmp(got, sums ? "sums" : "epilogue") == 0,
+             "linear cuda: the bias gradients were taken by %s, want %s", got ? got : "nothing",
+             sums ? "sums" : "epilogue");
+}
+
+/* Case 8 has a bias whose gradient spans several of a GPU's 64-row tiles (150 rows, not a
+ * multiple) over channels not a multiple of 32, and runs twice on be: dw and dbias must agree
+ * bit for bit. Cases 9 and 10 (one per layout) call the backward twice into the same gradients,
+ * which accumulate, as over two micro-batches. */
 static void lin_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
-    for (int k = 0; k < 9; k++) {
-        int N = k == 8 ? 150 : (k == 0 ? 1 : zt_test_int(r, 2, 3)) * zt_test_int(r, 1, 11);
-        int C = k == 7 ? 300 : k == 8 ? 24 : zt_test_int(r, 1, 45);
-        int OC = k == 6 ? 131 : k == 8 ? 37 : zt_test_int(r, 1, 70);
-        int flags = k == 8 ? L_BIAS : (int)(zt_test_next(r) & (L_BIAS | L_RES | L_ACC));
+    for (int k = 0; k < 11; k++) {
+        int N = k >= 8 ? 150 : (k == 0 ? 1 : zt_test_int(r, 2, 3)) * zt_test_int(r, 1, 11);
+        int C = k == 7 ? 300 : k >= 8 ? 24 : zt_test_int(r, 1, 45);
+        int OC = k == 6 ? 131 : k >= 8 ? 37 : zt_test_int(r, 1, 70);
+        int flags = k >= 8 ? L_BIAS : (int)(zt_test_next(r) & (L_BIAS | L_RES | L_ACC));
         lin_case c = lin_make(r, N, C, OC, k % 2 ? ZT_W_OUT_IN : ZT_W_IN_OUT, flags, act);
+        c.calls = k >= 9 ? 2 : 1;
         lin_result want = lin_run(cpu, act, &c), got = lin_run(be, act, &c);
         char shape[96], at[160];
         lin_label(shape, sizeof shape, &c);
@@ -123,6 +150,7 @@ static void lin_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_r
         }
         lin_free_result(&want), lin_free_result(&got), lin_free(&c);
     }
+    lin_check_bias_grad_choice(be);
 }
 
 /* ---- the double-precision reference ---------------------------------------------------------- */
