@@ -183,9 +183,8 @@ extern "C" void zt_cuda_layernorm_forward(const zt_ctx *x, void *out, float *mea
 /* One fused kernel over row tiles, then the tiles' partials added in order into dw and db. */
 template <typename T>
 static void ln_backward_fused(const zt_ctx *x, T *dinp, zt_grad_view dw, zt_grad_view db,
-                              const T *dout,
-                              const T *inp, const float *w, const float *mean, const float *rstd,
-                              int N, int C) {
+                              const T *dout, const T *inp, const float *w, const float *mean,
+                              const float *rstd, int N, int C) {
     const int tile_rows = zt_channel_fused_tile_rows(N);
     const int tiles = (N + tile_rows - 1) / tile_rows;
     float *partial = zt_channel_fused_partials(x, 2, tiles, C);
@@ -202,8 +201,7 @@ static void ln_backward_fused(const zt_ctx *x, T *dinp, zt_grad_view dw, zt_grad
  * parameter gradients' own two passes, which read dout and the input again. */
 template <typename T>
 static void ln_backward_two_pass(const zt_ctx *x, T *dinp, zt_grad_view dw, zt_grad_view db,
-                                 const T *dout,
-                                 const T *inp, const float *w, const float *mean,
+                                 const T *dout, const T *inp, const float *w, const float *mean,
                                  const float *rstd, int N, int C) {
     ZT_LAUNCH(ln_bwd_inp<T>, N, zt_row_threads_vec<T>(C), 0, zt_cuda_compute(x), dinp, dout, inp,
               zt_cuda_param(x, w, C), mean, rstd, C);

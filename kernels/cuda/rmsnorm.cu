@@ -147,8 +147,7 @@ extern "C" void zt_cuda_rmsnorm_forward(const zt_ctx *x, void *out, float *rstd,
 /* One fused kernel over row tiles, then the tiles' partials added in order into dw. */
 template <typename T>
 static void rms_backward_fused(const zt_ctx *x, T *dinp, zt_grad_view dw, const T *dout,
-                               const T *inp,
-                               const float *w, const float *rstd, int N, int C) {
+                               const T *inp, const float *w, const float *rstd, int N, int C) {
     const int tile_rows = zt_channel_fused_tile_rows(N);
     const int tiles = (N + tile_rows - 1) / tile_rows;
     float *partial = zt_channel_fused_partials(x, 1, tiles, C);
