@@ -209,6 +209,21 @@ static const char *dtype_canonical(const char *name) {
     return NULL;
 }
 
+zt_dtype zt_ds_train_dtype(const zt_ds_config *cfg) {
+    return cfg->bf16.enabled ? ZT_BF16 : cfg->fp16.enabled ? ZT_F16 : ZT_F32;
+}
+
+zt_dtype zt_ds_comm_dtype(const zt_ds_config *cfg) {
+    const char *c = cfg->communication_data_type; /* "" or lower case (read_comm_dtype) */
+    if (strcmp(c, "fp32") == 0)
+        return ZT_F32;
+    if (strcmp(c, "bf16") == 0)
+        return ZT_BF16;
+    if (strcmp(c, "fp16") == 0)
+        return ZT_F16;
+    return zt_ds_train_dtype(cfg);
+}
+
 /* communication_data_type: case-insensitive fp32/fp16/bf16, DeepSpeed's error text otherwise. */
 static zt_status read_comm_dtype(const zt_json_obj *top, const char *key, char *out, size_t n) {
     const char *v = NULL;

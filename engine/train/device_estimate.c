@@ -35,13 +35,6 @@ static uint64_t held_in_use(uint64_t n, uint64_t es, int ranges, uint64_t whole,
     return min_u64(in_use, held(whole, ov));
 }
 
-/* Whether gradients are reduced in the training type (communication_data_type unset or the
- * same): then the CUDA backend's ops write 16-bit gradients from stage 2 too (zero.h, grads16). */
-static bool reduced_in_training_type(const zt_ds_config *ds) {
-    const char *c = ds->communication_data_type;
-    return !*c || strcmp(c, ds->bf16.enabled ? "bf16" : "fp16") == 0;
-}
-
 /* The model state of one rank on the CUDA backend in its three moments: the model made in fp32
  * (the parameters whole; the gradients reserved, holding nothing until ZeRO commits what it
  * writes, unless a small allocation), ZeRO's setup (what a step holds of the fp32 buffers only per
@@ -106,7 +99,7 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
         /* The ops write 16-bit gradients (backend.h, writes_grad16), from stage 2 into a
          * reserved buffer held per bucket, where they are reduced in their own type. */
         const uint64_t g16 = zt_u64_mul(2, padded, ov);
-        const bool grads16 = stage < 2 || reduced_in_training_type(ds);
+        const bool grads16 = stage < 2 || zt_ds_comm_dtype(ds) == zt_ds_train_dtype(ds);
         out->param_bytes =
             stage == 3 && N > 1
                 ? min_u64(p16, zt_u64_add(held(zt_u64_mul(2, part, ov), ov),

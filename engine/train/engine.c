@@ -68,19 +68,6 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* communication_data_type, or by default the training precision (DeepSpeed communicates 16-bit
- * gradients in 16 bits). */
-static zt_dtype communication_dtype(const zt_ds_config *ds, zt_dtype dtype) {
-    const char *c = ds->communication_data_type;
-    if (strcmp(c, "fp32") == 0)
-        return ZT_F32;
-    if (strcmp(c, "bf16") == 0)
-        return ZT_BF16;
-    if (strcmp(c, "fp16") == 0)
-        return ZT_F16;
-    return dtype;
-}
-
 /* The offload store, once the optimizer exists. A rank that cannot create its files (no room, a
  * path it cannot write) fails here, and so does every other rank, naming it, rather than waiting
  * for it in the first collective. */
@@ -131,7 +118,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     e->opts = *opts;
     e->grad_norm = NAN;
     e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
-    e->dtype = ds->bf16.enabled ? ZT_BF16 : ds->fp16.enabled ? ZT_F16 : ZT_F32;
+    e->dtype = zt_ds_train_dtype(ds);
     /* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes rank RANK's local gradients of optimizer step
      * STEP not finite: how tests reach the overflow paths on purpose. */
     e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->rank);
@@ -187,7 +174,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
                          (size_t)ds->zero.reduce_bucket_size,
                          (size_t)ds->zero.stage3_param_persistence_threshold,
                          overlap, (size_t)ds->zero.stage3_prefetch_bucket_size,
-                         e->dtype, communication_dtype(ds, e->dtype), offload_optimizer);
+                         e->dtype, zt_ds_comm_dtype(ds), offload_optimizer);
     if (s == ZT_OK && opts->stage)
         zt_zero_set_pipeline(&e->zero, opts->stage_comm);
     if (s == ZT_OK && stage.tp_size > 1)

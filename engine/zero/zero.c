@@ -221,7 +221,8 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     /* The model's fp32 gradients start released (zt_model_alloc_flat) and are held only where
      * the backward writes: stages 2 and 3 let each bucket go once reduced, mixed precision each
      * layer once added into its 16-bit gradients, and the backward commits a layer before
-     * writing it (zt_zero_hook_fetch). Stages 0-1 in fp32 hold them whole (the all-reduce and
+     * writing it (zt_zero_hook_fetch); where the ops write 16-bit gradients (grads16) they are
+     * never held, and from stage 2 the 16-bit buffer is held and let go that way instead. Stages 0-1 in fp32 hold them whole (the all-reduce and
      * the step read them whole). The fp32 parameters that a step holds only per layer (mixed
      * precision, once rounded; stage 3, outside the slice) go before the partition's own
      * buffers are allocated, so that on a device that maps memory they take its granules

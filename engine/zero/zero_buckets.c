@@ -43,12 +43,11 @@ static zt_status reduce_scatter16(zt_zero *z, size_t lo, size_t hi) {
 }
 
 /* The 16-bit gradients the backward wrote in [lo, hi) (zt_zero.grads16) reduce-scattered where
- * they are, in their own type, and this rank's piece added into its accumulator, widened a
- * chunk at a time into z->chunk; then the range is let go. The values are those of rounding the
- * fp32 gradients into 16 bits and reducing them (reduce_scatter16), bit for bit, wherever one op
- * writes each gradient. */
+ * they are, in their own type, and this rank's piece added into its accumulator in one pass (the
+ * add op in that type: fp32 sums rounded once, as accumulate_half rounds); then the range is let
+ * go. The values are those of rounding the fp32 gradients into 16 bits and reducing them
+ * (reduce_scatter16), bit for bit, wherever one op writes each gradient. */
 static zt_status reduce_range16(zt_zero *z, size_t lo, size_t hi) {
-    const zt_ops *op = z->be->ops;
     /* Gradient memory: the buckets' 16-bit gradients held and the slice's accumulator. */
     zt_zero_note_max(z, &z->peak.grads_bytes, zt_zero_resident_u16(z, z->g16, 0,
                                                                     z->model->n_padded) +
@@ -59,10 +58,10 @@ static zt_status reduce_range16(zt_zero *z, size_t lo, size_t hi) {
         ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, z->g16 + lo, z->g16 + lo + offsets[z->rank],
                                           hi - lo, offsets, counts, z->dtype, ZT_REDUCE_AVG));
     size_t a = zt_max_sz(lo, z->own_lo), b = zt_min_sz(hi, z->own_hi);
-    for (size_t c = a; c < b; c += ZT_ZERO_CHUNK) {
-        size_t e = zt_min_sz(c + ZT_ZERO_CHUNK, b);
-        op->from_half(&z->ctx, z->chunk, z->g16 + c, e - c, z->dtype);
-        op->accumulate_half(&z->ctx, z->gacc16 + (c - z->own_lo), z->chunk, e - c, z->dtype);
+    if (a < b) {
+        const zt_ctx x16 = {.be = z->be, .act = z->dtype};
+        uint16_t *acc = z->gacc16 + (a - z->own_lo);
+        z->be->ops->add(&x16, acc, acc, z->g16 + a, b - a);
     }
     zt_zero_release_u16(z, z->g16, lo, hi);
     return ZT_OK;

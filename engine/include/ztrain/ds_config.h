@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ztrain/dtype.h"
 #include "ztrain/status.h"
 
 typedef enum {
@@ -246,6 +247,13 @@ zt_status zt_ds_config_parse(zt_ds_config *cfg, const char *json_text, const cha
  * autotp_size, else its TPConfig tp_size; 1 without), for readers of a stored job spec. */
 struct cJSON;
 int zt_ds_tp_size_of(const struct cJSON *ds);
+
+/* The training precision: bf16, fp16 or fp32. */
+zt_dtype zt_ds_train_dtype(const zt_ds_config *cfg);
+
+/* The type gradients are communicated in: communication_data_type, or by default the training
+ * precision (DeepSpeed communicates 16-bit gradients in 16 bits). */
+zt_dtype zt_ds_comm_dtype(const zt_ds_config *cfg);
 
 /* Reads and parses a DeepSpeed config file. */
 zt_status zt_ds_config_load(zt_ds_config *cfg, const char *path, int world_size);

@@ -97,7 +97,8 @@ typedef struct {
      * model's fp32 buffers become a working copy of the layers in use; fp32 master weights of the
      * slice feed the optimizer and are rounded to nearest even into the 16-bit parameters. On a
      * backend whose ops read the 16-bit twin (backend.h, reads_param16) a step leaves the fp32
-     * parameters unfilled: only the gradients are fp32, per layer. */
+     * parameters unfilled, and on one whose ops write 16-bit gradients (writes_grad16, grads16
+     * below) the fp32 gradients too. */
     bool half;
     zt_dtype dtype;             /* storage type of parameters and gradients */
     zt_dtype comm_dtype;        /* values are rounded to this before they are communicated */
