@@ -26,6 +26,7 @@ static bool travels16(const zt_zero *z) { return z->half && z->comm && z->comm_d
  * back into the fp32 buffer, where the caller accumulates it. */
 static zt_status reduce_scatter16(zt_zero *z, size_t lo, size_t hi) {
     const zt_ops *op = z->be->ops;
+    const zt_ctx *x = zt_zero_job_ctx(z);
     float *g = z->model->grads;
     uint16_t *h = (uint16_t *)z->chunk;
     const size_t step = 2 * (size_t)ZT_ZERO_CHUNK;
@@ -33,13 +34,28 @@ static zt_status reduce_scatter16(zt_zero *z, size_t lo, size_t hi) {
         size_t e = zt_min_sz(c + step, hi), offsets[ZT_MAX_WORLD], counts[ZT_MAX_WORLD];
         zt_zero_pieces(z, c, e, offsets, counts);
         size_t off = offsets[z->rank], cnt = counts[z->rank];
-        op->to_half(&z->ctx, h, g + c, e - c, z->comm_dtype);
+        op->to_half(x, h, g + c, e - c, z->comm_dtype);
         ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, h, h + off, e - c, offsets, counts,
                                           z->comm_dtype, ZT_REDUCE_AVG));
         if (cnt)
-            op->from_half(&z->ctx, g + c + off, h + off, cnt, z->comm_dtype);
+            op->from_half(x, g + c + off, h + off, cnt, z->comm_dtype);
     }
     return ZT_OK;
+}
+
+void zt_zero_let_go_reduced(zt_zero *z, size_t lo, size_t hi) {
+    if (z->grads16)
+        zt_zero_release_u16(z, z->g16, lo, hi);
+    else
+        zt_zero_release_f32(z, z->model->grads, lo, hi);
+}
+
+/* A reduced range is let go at once on the training thread; the communication thread leaves it
+ * to the training thread's wait for the job (zt_zero_wait_for), which orders the release, a mark
+ * on the compute stream, after the job's work on the communication stream. */
+static void let_go(zt_zero *z, size_t lo, size_t hi) {
+    if (!zt_zero_on_comm_thread(z))
+        zt_zero_let_go_reduced(z, lo, hi);
 }
 
 /* The 16-bit gradients the backward wrote in [lo, hi) (zt_zero.grads16) reduce-scattered where
@@ -59,11 +75,12 @@ static zt_status reduce_range16(zt_zero *z, size_t lo, size_t hi) {
                                           hi - lo, offsets, counts, z->dtype, ZT_REDUCE_AVG));
     size_t a = zt_max_sz(lo, z->own_lo), b = zt_min_sz(hi, z->own_hi);
     if (a < b) {
-        const zt_ctx x16 = {.be = z->be, .act = z->dtype};
+        zt_ctx x16 = *zt_zero_job_ctx(z);
+        x16.act = z->dtype;
         uint16_t *acc = z->gacc16 + (a - z->own_lo);
         z->be->ops->add(&x16, acc, acc, z->g16 + a, b - a);
     }
-    zt_zero_release_u16(z, z->g16, lo, hi);
+    let_go(z, lo, hi);
     return ZT_OK;
 }
 
@@ -76,6 +93,7 @@ zt_status zt_zero_reduce_range(zt_zero *z, size_t lo, size_t hi) {
         return reduce_range16(z, lo, hi);
     float *g = z->model->grads;
     const zt_ops *op = z->be->ops;
+    const zt_ctx *x = zt_zero_job_ctx(z);
     if (z->half)
         zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
     else
@@ -90,23 +108,23 @@ zt_status zt_zero_reduce_range(zt_zero *z, size_t lo, size_t hi) {
         /* One rank rounds as the traffic would have; an fp32 communication_data_type adds the
          * fp32 gradients. */
         if (z->half && z->comm_dtype != ZT_F32)
-            op->round_to(&z->ctx, g + lo, hi - lo, z->comm_dtype);
+            op->round_to(x, g + lo, hi - lo, z->comm_dtype);
         if (z->comm) {
             size_t off = offsets[z->rank];
             ZT_TRY(zt_comm_dev_reduce_scatter(z->comm, g + lo, g + lo + off, hi - lo, offsets,
                                               counts, ZT_F32, ZT_REDUCE_AVG));
         }
         if (z->half && a < b && z->comm_dtype != ZT_F32)
-            op->round_to(&z->ctx, g + a, b - a, z->comm_dtype);
+            op->round_to(x, g + a, b - a, z->comm_dtype);
     }
     if (z->half) {
         if (a < b)
-            op->accumulate_half(&z->ctx, z->gacc16 + (a - z->own_lo), g + a, b - a, z->dtype);
+            op->accumulate_half(x, z->gacc16 + (a - z->own_lo), g + a, b - a, z->dtype);
     } else if (a < b) {
         float *acc = z->grad_acc + (a - z->own_lo);
-        op->add(&z->ctx, acc, acc, g + a, b - a);
+        op->add(x, acc, acc, g + a, b - a);
     }
-    zt_zero_release_f32(z, g, lo, hi);
+    let_go(z, lo, hi);
     return ZT_OK;
 }
 

@@ -28,6 +28,9 @@ static void *comm_thread_main(void *arg) {
     /* The CUDA runtime's current device is per thread: this one issues ops and copies too. */
     if (z->be->device == ZT_DEVICE_CUDA)
         zt_gpu_bind_thread(z->be->device_index);
+    /* Each job waits on the device for the event its submitter recorded and records one for its
+     * consumers: its collectives need no ordering of their own (comm.h). */
+    zt_comm_dev_thread_orders_streams(true);
     zt_zero_comm_thread *ct = &z->ct;
     pthread_mutex_lock(&ct->mu);
     for (;;) {
@@ -68,6 +71,13 @@ uint64_t zt_zero_submit(zt_zero *z, zt_zero_job j) {
         pthread_cond_wait(&ct->done, &ct->mu);
     zt_comm_add_wait_ms(monotonic_ms() - t0);
     size_t slot = ct->submitted % ZT_ZERO_QUEUE;
+    if (ct->released + ZT_ZERO_QUEUE <= ct->submitted) {
+        /* The slot's job is still to be let go (a reduction nobody waited for since): it has
+         * run, since the queue is not full; wait for it on the device and let it go first. */
+        pthread_mutex_unlock(&ct->mu);
+        zt_zero_wait_for(z, ct->submitted + 1 - ZT_ZERO_QUEUE);
+        pthread_mutex_lock(&ct->mu);
+    }
     ct->queue[slot] = j;
     zt_backend_event_record(z->be, ct->ready[slot], ZT_STREAM_COMPUTE);
     uint64_t seq = ++ct->submitted;
@@ -90,7 +100,22 @@ void zt_zero_wait_for(zt_zero *z, uint64_t seq) {
     /* The slot is not reused before this job's successors are queued, which only this thread
      * does. */
     zt_backend_stream_wait(z->be, ZT_STREAM_COMPUTE, ct->finished[(seq - 1) % ZT_ZERO_QUEUE]);
+    /* The compute stream is now after every job up to seq: the ranges they reduced can go, the
+     * release marks recorded there following the reductions. */
+    for (; ct->released < seq; ct->released++) {
+        const zt_zero_job *j = &ct->queue[ct->released % ZT_ZERO_QUEUE];
+        if (j->kind == ZT_ZERO_REDUCE)
+            zt_zero_let_go_reduced(z, j->lo, j->hi);
+    }
     pthread_mutex_unlock(&ct->mu);
+}
+
+bool zt_zero_on_comm_thread(const zt_zero *z) {
+    return z->ct.running && pthread_equal(pthread_self(), z->ct.thread);
+}
+
+const zt_ctx *zt_zero_job_ctx(const zt_zero *z) {
+    return zt_zero_on_comm_thread(z) ? &z->ct.ctx : &z->ctx;
 }
 
 void zt_zero_drain(zt_zero *z) {
@@ -124,6 +149,9 @@ zt_status zt_zero_start_comm_thread(zt_zero *z) {
                             z->be->name);
         }
     }
+    ct->ctx = z->ctx;
+    ct->ctx.stream = ZT_STREAM_COMM;
+    ct->released = ct->completed = ct->submitted = 0;
     pthread_mutex_init(&ct->mu, NULL);
     pthread_cond_init(&ct->work, NULL);
     pthread_cond_init(&ct->done, NULL);

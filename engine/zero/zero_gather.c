@@ -20,7 +20,8 @@ static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
 /* Mixed precision: [lo, hi) of the fp32 working copy, the 16-bit parameters widened. */
 static zt_status widen(zt_zero *z, size_t lo, size_t hi) {
     ZT_TRY(zt_zero_commit_f32(z, z->model->params, lo, hi));
-    z->be->ops->from_half(&z->ctx, z->model->params + lo, z->p16 + lo, hi - lo, z->dtype);
+    z->be->ops->from_half(zt_zero_job_ctx(z), z->model->params + lo, z->p16 + lo, hi - lo,
+                          z->dtype);
     return ZT_OK;
 }
 
@@ -118,11 +119,30 @@ static bool next_run(const zt_zero *z, int layer, int *t, size_t *lo, size_t *hi
     return true;
 }
 
+/* What a gather of [lo, hi) writes, made usable (committed) by the training thread before the
+ * job is queued: a commit zero-fills on the compute stream, and from here that lands before the
+ * event the job waits for, right behind the layer being fetched now. From the communication
+ * thread it would land wherever the training thread had got to, and the gather, which waits for
+ * the zero-fill, would wait for all the compute issued before it too. */
+static zt_status commit_gathered(zt_zero *z, size_t lo, size_t hi) {
+    if (z->half) {
+        ZT_TRY(zt_backend_commit(z->be, z->p16, lo * 2, hi * 2));
+        return step_widens(z) ? zt_zero_commit_f32(z, z->model->params, lo, hi) : ZT_OK;
+    }
+    return zt_zero_commit_f32(z, z->model->params, lo, hi);
+}
+
 static void queue_gather(zt_zero *z, int layer) {
     uint64_t seq = 0;
     size_t lo, hi;
-    for (int t = 0; next_run(z, layer, &t, &lo, &hi);)
+    for (int t = 0; next_run(z, layer, &t, &lo, &hi);) {
+        zt_status s = commit_gathered(z, lo, hi);
+        if (s != ZT_OK) {
+            zt_zero_fail(z, s);
+            return;
+        }
         seq = zt_zero_submit(z, (zt_zero_job){ZT_ZERO_GATHER, lo, hi});
+    }
     z->prefetched[layer + 1] = seq;
 }
 

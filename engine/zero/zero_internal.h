@@ -50,8 +50,13 @@ void zt_zero_stop_comm_thread(zt_zero *z);
 /* Queues a job for the communication thread (or runs it at once without one); its sequence
  * number (0 when it ran at once). */
 uint64_t zt_zero_submit(zt_zero *z, zt_zero_job j);
-/* Waits until job seq (and everything queued before it) has run. */
+/* Waits until job seq (and everything queued before it) has run, makes the compute stream
+ * issued from now on wait for it, and lets go of the ranges those jobs reduced. */
 void zt_zero_wait_for(zt_zero *z, uint64_t seq);
+/* Whether the caller is the communication thread. */
+bool zt_zero_on_comm_thread(const zt_zero *z);
+/* The ctx a job's ops run with: the communication thread's (its stream), else z->ctx. */
+const zt_ctx *zt_zero_job_ctx(const zt_zero *z);
 /* Waits for everything queued. */
 void zt_zero_drain(zt_zero *z);
 
@@ -74,7 +79,11 @@ void zt_zero_hook_release(void *ctx, int layer);
 void zt_zero_hook_release_half(void *ctx, int layer);
 
 /* zero_buckets.c */
+/* Reduces the gradients of [lo, hi) into this rank's accumulator and lets the range go; on the
+ * communication thread the letting go is the training thread's (zt_zero_let_go_reduced, from
+ * zt_zero_wait_for). */
 zt_status zt_zero_reduce_range(zt_zero *z, size_t lo, size_t hi);
+void zt_zero_let_go_reduced(zt_zero *z, size_t lo, size_t hi);
 void zt_zero_hook_grads_ready(void *ctx, int layer);
 
 #endif

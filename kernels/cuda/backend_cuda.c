@@ -22,6 +22,7 @@ _Static_assert((2 * ZT_CUDA_SUM_BLOCKS + 2) * sizeof(double) == ZT_CUDA_SUMS_BYT
 
 struct zt_event {
     cudaEvent_t ev;
+    zt_stream on; /* the stream of its last record */
 };
 
 void zt_cuda_fail(zt_backend *be, const char *lib, const char *call, const char *msg,
@@ -67,6 +68,8 @@ zt_status zt_cuda_waits_of(zt_backend *be, zt_cuda_waits *out) {
     out->waits = __atomic_load_n(&st->waits, __ATOMIC_RELAXED);
     out->reads = __atomic_load_n(&st->reads, __ATOMIC_RELAXED);
     out->wait_ms = (double)thread_wait_ns / 1e6;
+    out->compute_issued_elsewhere = __atomic_load_n(&st->compute_elsewhere, __ATOMIC_RELAXED);
+    out->compute_waits_on_comm = __atomic_load_n(&st->compute_waits_on_comm, __ATOMIC_RELAXED);
     return ZT_OK;
 }
 
@@ -198,6 +201,7 @@ static void cuda_zero(zt_backend *be, void *p, size_t bytes, zt_stream s) {
     zt_cuda_state *st = be->impl;
     if (!bytes)
         return;
+    zt_cuda_note_issue(st, s);
     /* As a copy: released granules are written only once committed (backend.h). */
     pthread_mutex_lock(&st->released_lock);
     bool live = zt_cuda_vmm_live(st, p, bytes);
@@ -228,6 +232,7 @@ static void cuda_copy(zt_backend *be, void *dst, const void *src, size_t bytes, 
     zt_cuda_state *st = be->impl;
     if (bytes == 0)
         return;
+    zt_cuda_note_issue(st, s);
     static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                 cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
     /* Bytes written to device memory are held again, released before or not; but a granule
@@ -276,6 +281,7 @@ static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     pthread_mutex_unlock(&st->released_lock);
     if (rs != ZT_OK)
         zt_cuda_fail(be, "host", "zt_cuda_ranges_add", zt_last_error(), __FILE__, __LINE__);
+    zt_cuda_note_issue(st, ZT_STREAM_COMPUTE); /* a memset or a release mark */
     if (!vmm)
         ZT_CUDA_CHECK(be, cudaMemsetAsync((char *)p + lo, 0, hi - lo,
                                           st->stream[ZT_STREAM_COMPUTE]));
@@ -353,11 +359,16 @@ static void cuda_event_destroy(zt_backend *be, zt_event *ev) {
 
 static void cuda_event_record(zt_backend *be, zt_event *ev, zt_stream s) {
     zt_cuda_state *st = be->impl;
+    zt_cuda_note_issue(st, s);
+    ev->on = s;
     ZT_CUDA_CHECK(be, cudaEventRecord(ev->ev, st->stream[s]));
 }
 
 static void cuda_stream_wait(zt_backend *be, zt_stream s, zt_event *ev) {
     zt_cuda_state *st = be->impl;
+    zt_cuda_note_issue(st, s);
+    if (s == ZT_STREAM_COMPUTE && ev->on == ZT_STREAM_COMM)
+        __atomic_add_fetch(&st->compute_waits_on_comm, 1, __ATOMIC_RELAXED);
     ZT_CUDA_CHECK(be, cudaStreamWaitEvent(st->stream[s], ev->ev, 0));
 }
 
@@ -479,8 +490,18 @@ static const zt_backend_iface cuda_iface = {
     .timer_elapsed = cuda_timer_elapsed,
 };
 
+bool zt_cuda_on_compute(const zt_ctx *x, const char *op) {
+    if (x->stream == ZT_STREAM_COMPUTE)
+        return true;
+    zt_cuda_fail(x->be, "ztrain", op, "uses the backend's shared scratch and runs on the compute "
+                 "stream only, not on the communication stream its ctx names", __FILE__, __LINE__);
+    return false;
+}
+
 void *zt_cuda_scratch(const zt_ctx *x, zt_cuda_scratch_slot slot, size_t bytes) {
     zt_cuda_state *st = zt_cuda_of(x);
+    if (!zt_cuda_on_compute(x, "an op with device scratch"))
+        return NULL;
     if (bytes <= st->scratch_bytes[slot])
         return st->scratch[slot];
     zt_cuda_wait(x->be, st->stream[ZT_STREAM_COMPUTE]);
@@ -546,7 +567,7 @@ const int32_t *zt_cuda_upload_i32(const zt_ctx *x, zt_cuda_scratch_slot slot, co
     if (staged) {
         memcpy(staged, host, n * sizeof(int32_t));
         ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(d, staged, n * sizeof(int32_t),
-                                             cudaMemcpyHostToDevice, zt_cuda_compute(x)));
+                                             cudaMemcpyHostToDevice, zt_cuda_stream(x)));
     }
     pthread_mutex_unlock(&st->stage_lock);
     return staged ? d : NULL;
@@ -568,6 +589,7 @@ void *zt_cuda_bucket_host(const zt_ctx *x, size_t bytes) {
 
 /* What creation needs besides the state itself; on failure the caller destroys st. */
 static zt_status setup(zt_cuda_state *st, int dev) {
+    st->owner = pthread_self();
     ZT_CUDA_TRY(dev, cudaSetDevice(dev));
     struct cudaDeviceProp prop;
     ZT_CUDA_TRY(dev, cudaGetDeviceProperties(&prop, dev));

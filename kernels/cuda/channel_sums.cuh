@@ -107,10 +107,10 @@ static void zt_channel_sums(const zt_ctx *x, zt_grad_view out0, zt_grad_view out
         return;
     const dim3 grid((C + ZT_CHANNEL_COLS - 1) / ZT_CHANNEL_COLS, tiles);
     ZT_LAUNCH(zt_channel_partials<Term>, grid, ZT_CHANNEL_COLS * ZT_CHANNEL_LANES, 0,
-              zt_cuda_compute(x), partial, term, N, C, tile_rows);
+              zt_cuda_stream(x), partial, term, N, C, tile_rows);
     ZT_CUDA_LAUNCHED(x->be);
     ZT_LAUNCH(zt_channel_finish<K>, (C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
-              zt_cuda_compute(x), out0, out1, partial, tiles, C);
+              zt_cuda_stream(x), out0, out1, partial, tiles, C);
     ZT_CUDA_LAUNCHED(x->be);
 }
 
@@ -164,7 +164,7 @@ template <int K>
 static void zt_channel_fused_finish(const zt_ctx *x, zt_grad_view out0, zt_grad_view out1,
                                     const float *partial, int tiles, int C) {
     ZT_LAUNCH(zt_channel_finish<K>, (C + ZT_CUDA_BLOCK - 1) / ZT_CUDA_BLOCK, ZT_CUDA_BLOCK, 0,
-              zt_cuda_compute(x), out0, out1, partial, tiles, C);
+              zt_cuda_stream(x), out0, out1, partial, tiles, C);
     ZT_CUDA_LAUNCHED(x->be);
 }
 

@@ -108,6 +108,10 @@ typedef struct {
      * device-to-host copies. Relaxed counters, cheap enough for a GPU run (each thread's time
      * in its waits is its own: zt_cuda_wait_end). */
     unsigned long long waits, reads;
+    /* zt_cuda_waits' stream order: the thread that made the backend, the compute stream's work
+     * that other threads issued, and its waits for events of the communication stream. */
+    pthread_t owner;
+    unsigned long long compute_elsewhere, compute_waits_on_comm;
     /* Device bytes held by allocations, scratch and workspaces (zt_backend_cuda_memory): the
      * physical granules mapped for the large allocations (memory/device_vmm.c), not their address
      * ranges. */
@@ -133,8 +137,18 @@ typedef struct {
 } zt_cuda_state;
 
 static inline zt_cuda_state *zt_cuda_of(const zt_ctx *x) { return (zt_cuda_state *)x->be->impl; }
-static inline cudaStream_t zt_cuda_compute(const zt_ctx *x) {
-    return zt_cuda_of(x)->stream[ZT_STREAM_COMPUTE];
+/* Counts work issued on stream s for zt_cuda_waits: on the compute stream from a thread other
+ * than the backend's maker. */
+static inline void zt_cuda_note_issue(zt_cuda_state *st, zt_stream s) {
+    if (s == ZT_STREAM_COMPUTE && !pthread_equal(pthread_self(), st->owner))
+        __atomic_add_fetch(&st->compute_elsewhere, 1, __ATOMIC_RELAXED);
+}
+
+/* The stream an op is issued on: its ctx's (ops.h, zt_ctx.stream). */
+static inline cudaStream_t zt_cuda_stream(const zt_ctx *x) {
+    zt_cuda_state *st = zt_cuda_of(x);
+    zt_cuda_note_issue(st, x->stream);
+    return st->stream[x->stream];
 }
 
 /* Records a failed call as the backend's first error, unless one is already recorded: lib is
@@ -222,6 +236,11 @@ void zt_cuda_round_trips(zt_backend *be, unsigned long long out[2]);
 
 /* Counts bytes of device memory taken (a positive delta) or given back (negative). */
 void zt_cuda_count(zt_cuda_state *st, long long delta);
+
+/* Whether an op that uses the backend's shared scratch (the slots below, the two-pass sums'
+ * partials, cuBLASLt's workspace) may run with ctx x: only on the compute stream (ops.h,
+ * zt_ctx.stream). Otherwise false, after recording a failure naming `op`. */
+bool zt_cuda_on_compute(const zt_ctx *x, const char *op);
 
 /* Device scratch of at least bytes in the slot (contents undefined), or NULL after recording the
  * failure. Growing waits for the compute stream, whose earlier work may still read the old one. */

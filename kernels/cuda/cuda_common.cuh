@@ -100,7 +100,7 @@ enum { ZT_CUDA_MAX_GRID = 65535 };
         zt_cuda_launch l_ = zt_cuda_launch_1d((n), ZT_CUDA_BLOCK, ZT_CUDA_MAX_GRID);               \
         if (l_.grid == 0)                                                                          \
             break;                                                                                 \
-        ZT_LAUNCH(kernel, l_.grid, l_.block, 0, zt_cuda_compute(x), __VA_ARGS__);                  \
+        ZT_LAUNCH(kernel, l_.grid, l_.block, 0, zt_cuda_stream(x), __VA_ARGS__);                  \
         ZT_CUDA_LAUNCHED((x)->be);                                                                 \
     } while (0)
 

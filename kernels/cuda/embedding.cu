@@ -103,7 +103,7 @@ extern "C" void zt_cuda_embedding_backward(const zt_ctx *x, float *dwte, float *
     if (!d)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ZT_LAUNCH(emb_bwd_wte<ACT_T>, k, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
+        ZT_LAUNCH(emb_bwd_wte<ACT_T>, k, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_stream(x),
                   zt_cuda_grad(x, dwte, C), (const ACT_T *)dout, d, d + n + 1,
                   d + 2 * (size_t)n + 2, C);
         ZT_CUDA_LAUNCHED(x->be);

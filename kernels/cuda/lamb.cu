@@ -92,7 +92,7 @@ __global__ void lamb_apply_kernel(float *p, const float *m, const float *v, size
 extern "C" void zt_cuda_lamb_moments(const zt_ctx *x, const float *p, const float *g, float *m,
                                      float *v, size_t n, const zt_lamb_args *a, double sums[2]) {
     unsigned blocks = zt_cuda_sum_blocks(n);
-    ZT_LAUNCH(lamb_moments_kernel, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), p, g, m, v, n,
+    ZT_LAUNCH(lamb_moments_kernel, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_stream(x), p, g, m, v, n,
               lamb_coef_of(a), zt_cuda_of(x)->sums_dev);
     ZT_CUDA_LAUNCHED(x->be);
     zt_cuda_sum_totals(x, blocks, 2, sums);
@@ -102,7 +102,7 @@ extern "C" void zt_cuda_lamb_moments_to(const zt_ctx *x, const float *p, const f
                                         float *m, float *v, size_t n, const zt_lamb_args *a,
                                         double *sums) {
     unsigned blocks = zt_cuda_sum_blocks(n);
-    ZT_LAUNCH(lamb_moments_kernel, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), p, g, m, v, n,
+    ZT_LAUNCH(lamb_moments_kernel, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_stream(x), p, g, m, v, n,
               lamb_coef_of(a), zt_cuda_of(x)->sums_dev);
     ZT_CUDA_LAUNCHED(x->be);
     zt_cuda_sum_totals_add(x, blocks, 2, sums);

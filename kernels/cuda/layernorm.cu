@@ -173,7 +173,7 @@ extern "C" void zt_cuda_layernorm_forward(const zt_ctx *x, void *out, float *mea
     if (N == 0)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ZT_LAUNCH(ln_fwd<ACT_T>, N, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
+        ZT_LAUNCH(ln_fwd<ACT_T>, N, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_stream(x),
                   (ACT_T *)out, mean, rstd, (const ACT_T *)inp, zt_cuda_param(x, w, C),
                   zt_cuda_param(x, b, C), C);
         ZT_CUDA_LAUNCHED(x->be);
@@ -191,7 +191,7 @@ static void ln_backward_fused(const zt_ctx *x, T *dinp, zt_grad_view dw, zt_grad
     if (!partial)
         return;
     ZT_LAUNCH(ln_bwd_fused<T>, tiles, zt_row_threads_vec<T>(C), zt_channel_fused_smem<T>(2, C),
-              zt_cuda_compute(x), dinp, partial, dout, inp, zt_cuda_param(x, w, C), mean, rstd, N,
+              zt_cuda_stream(x), dinp, partial, dout, inp, zt_cuda_param(x, w, C), mean, rstd, N,
               C, tile_rows);
     ZT_CUDA_LAUNCHED(x->be);
     zt_channel_fused_finish<2>(x, dw, db, partial, tiles, C);
@@ -203,7 +203,7 @@ template <typename T>
 static void ln_backward_two_pass(const zt_ctx *x, T *dinp, zt_grad_view dw, zt_grad_view db,
                                  const T *dout, const T *inp, const float *w, const float *mean,
                                  const float *rstd, int N, int C) {
-    ZT_LAUNCH(ln_bwd_inp<T>, N, zt_row_threads_vec<T>(C), 0, zt_cuda_compute(x), dinp, dout, inp,
+    ZT_LAUNCH(ln_bwd_inp<T>, N, zt_row_threads_vec<T>(C), 0, zt_cuda_stream(x), dinp, dout, inp,
               zt_cuda_param(x, w, C), mean, rstd, C);
     ZT_CUDA_LAUNCHED(x->be);
     ln_param_terms<T> terms = {dout, inp, mean, rstd, C};

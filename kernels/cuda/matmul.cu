@@ -212,6 +212,8 @@ static bool gemm(const zt_ctx *x, const zt_gemm *g, bool may_refuse) {
         key.align[i] = alignment_of(ptrs[i]);
     const float alpha = 1.0f, beta = g->beta;
 
+    if (!zt_cuda_on_compute(x, "a matmul"))
+        return true; /* failed, recorded: not a refusal to fall back from */
     pthread_mutex_lock(&t->lock);
     t->lookups++;
     plan *p = NULL;
@@ -246,7 +248,7 @@ static bool gemm(const zt_ctx *x, const zt_gemm *g, bool may_refuse) {
     if (p)
         ZT_CUBLAS_CHECK(be, cublasLtMatmul(st->lt, p->op, &alpha, g->a, p->la, g->b, p->lb, &beta,
                                            c, p->lc, g->d, p->lc, &p->algo, st->lt_workspace,
-                                           ZT_CUDA_CUBLAS_WORKSPACE, zt_cuda_compute(x)));
+                                           ZT_CUDA_CUBLAS_WORKSPACE, zt_cuda_stream(x)));
     pthread_mutex_unlock(&t->lock);
     return !refused;
 }

@@ -181,7 +181,9 @@ __global__ void sum_partials(const double *partial, unsigned blocks, unsigned st
 }
 
 static void sum_totals(const zt_ctx *x, unsigned blocks, int count, bool add, double *out) {
-    ZT_LAUNCH(sum_partials, 1, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), zt_cuda_of(x)->sums_dev,
+    if (!zt_cuda_on_compute(x, "a two-pass sum"))
+        return;
+    ZT_LAUNCH(sum_partials, 1, ZT_CUDA_BLOCK, 0, zt_cuda_stream(x), zt_cuda_of(x)->sums_dev,
               blocks, ZT_CUDA_SUM_BLOCKS, count, add, out);
     ZT_CUDA_LAUNCHED(x->be);
 }
@@ -200,9 +202,9 @@ extern "C" void zt_cuda_sum_totals(const zt_ctx *x, unsigned blocks, int count, 
     double *total = st->sums_dev + 2 * ZT_CUDA_SUM_BLOCKS;
     zt_cuda_sum_totals_to(x, blocks, count, total);
     ZT_CUDA_CHECK(x->be, cudaMemcpyAsync(st->sums_host, total, count * sizeof(double),
-                                         cudaMemcpyDeviceToHost, zt_cuda_compute(x)));
+                                         cudaMemcpyDeviceToHost, zt_cuda_stream(x)));
     zt_cuda_count_read(x->be);
-    zt_cuda_wait(x->be, zt_cuda_compute(x));
+    zt_cuda_wait(x->be, zt_cuda_stream(x));
     for (int j = 0; j < count; j++)
         out[j] = st->sums_host[j];
 }

@@ -138,7 +138,7 @@ extern "C" void zt_cuda_rmsnorm_forward(const zt_ctx *x, void *out, float *rstd,
     if (N == 0)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ZT_LAUNCH(rms_fwd<ACT_T>, N, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_compute(x),
+        ZT_LAUNCH(rms_fwd<ACT_T>, N, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_stream(x),
                   (ACT_T *)out, rstd, (const ACT_T *)inp, zt_cuda_param(x, w, C), eps, C);
         ZT_CUDA_LAUNCHED(x->be);
     });
@@ -154,7 +154,7 @@ static void rms_backward_fused(const zt_ctx *x, T *dinp, zt_grad_view dw, const 
     if (!partial)
         return;
     ZT_LAUNCH(rms_bwd_fused<T>, tiles, zt_row_threads_vec<T>(C), zt_channel_fused_smem<T>(1, C),
-              zt_cuda_compute(x), dinp, partial, dout, inp, zt_cuda_param(x, w, C), rstd, N, C,
+              zt_cuda_stream(x), dinp, partial, dout, inp, zt_cuda_param(x, w, C), rstd, N, C,
               tile_rows);
     ZT_CUDA_LAUNCHED(x->be);
     zt_channel_fused_finish<1>(x, dw, zt_grad_view{}, partial, tiles, C);
@@ -165,7 +165,7 @@ static void rms_backward_fused(const zt_ctx *x, T *dinp, zt_grad_view dw, const 
 template <typename T>
 static void rms_backward_two_pass(const zt_ctx *x, T *dinp, zt_grad_view dw, const T *dout,
                                   const T *inp, const float *w, const float *rstd, int N, int C) {
-    ZT_LAUNCH(rms_bwd_inp<T>, N, zt_row_threads_vec<T>(C), 0, zt_cuda_compute(x), dinp, dout, inp,
+    ZT_LAUNCH(rms_bwd_inp<T>, N, zt_row_threads_vec<T>(C), 0, zt_cuda_stream(x), dinp, dout, inp,
               zt_cuda_param(x, w, C), rstd, C);
     ZT_CUDA_LAUNCHED(x->be);
     rms_weight_term<T> term = {dout, inp, rstd, C};

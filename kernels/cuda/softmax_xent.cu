@@ -58,7 +58,7 @@ extern "C" void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logit
     if (!tgt)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ZT_LAUNCH(xent_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_compute(x), losses,
+        ZT_LAUNCH(xent_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_stream(x), losses,
                   (ACT_T *)logits, tgt, V, grad_scale);
         ZT_CUDA_LAUNCHED(x->be);
     });
@@ -103,7 +103,7 @@ extern "C" void zt_cuda_xent_partial_stats(const zt_ctx *x, float *stats, const 
     if (!tgt)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ZT_LAUNCH(xent_stats_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_compute(x),
+        ZT_LAUNCH(xent_stats_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_stream(x),
                   stats, (const ACT_T *)logits, tgt, V);
         ZT_CUDA_LAUNCHED(x->be);
     });
@@ -118,7 +118,7 @@ extern "C" void zt_cuda_xent_partial_grad(const zt_ctx *x, void *logits, const f
     if (!tgt)
         return;
     ZT_ACT_DISPATCH(x->act, {
-        ZT_LAUNCH(xent_grad_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_compute(x),
+        ZT_LAUNCH(xent_grad_kernel<ACT_T>, N, zt_cuda_row_threads(V), 0, zt_cuda_stream(x),
                   (ACT_T *)logits, logz, tgt, V, grad_scale);
         ZT_CUDA_LAUNCHED(x->be);
     });

@@ -51,7 +51,7 @@ static unsigned sum_partial_pass(const zt_ctx *x, const void *v, size_t n, zt_dt
         return 0;
     }
     unsigned blocks = zt_cuda_sum_blocks(n);
-    ZT_LAUNCH(step_sum_partial, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_compute(x), v, n, mode,
+    ZT_LAUNCH(step_sum_partial, blocks, ZT_CUDA_BLOCK, 0, zt_cuda_stream(x), v, n, mode,
               t == ZT_BF16, zt_cuda_of(x)->sums_dev);
     ZT_CUDA_LAUNCHED(x->be);
     return blocks;
@@ -99,7 +99,7 @@ extern "C" void zt_cuda_weighted_sum_to(const zt_ctx *x, double *out, const doub
         weight_chunk w = {{0.0}};
         for (int k = 0; k < len && weights; k++)
             w.w[k] = weights[i + k];
-        ZT_LAUNCH(weighted_sum_kernel, 1, 1, 0, zt_cuda_compute(x), out, parts + i, len,
+        ZT_LAUNCH(weighted_sum_kernel, 1, 1, 0, zt_cuda_stream(x), out, parts + i, len,
                   weights == NULL, w, i == 0);
         ZT_CUDA_LAUNCHED(x->be);
         i += len;

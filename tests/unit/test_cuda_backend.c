@@ -14,7 +14,12 @@
  *     covers the copies before the event (their bytes are there), counts as one host wait, and on
  *     the emulator leaves the copies issued after the event queued; a failure recorded before it
  *     (a copy refused into released memory) is its error, once; and a device fault (injected,
- *     in a process of its own) fails it naming the device. */
+ *     in a process of its own) fails it naming the device;
+ *   - ops on the communication stream (zt_ctx.stream, ZeRO's communication thread): an
+ *     element-wise op computes there, in order with the stream's copies; an op that uses the
+ *     backend's shared scratch (a matmul) refuses, the next sync naming it; and the stream-order
+ *     counters (zt_cuda_waits) count the compute stream's waits for the communication stream
+ *     and only the work another thread puts on the compute stream. */
 #define _GNU_SOURCE
 #define _XOPEN_SOURCE 700
 #include <math.h>
@@ -324,6 +329,73 @@ static void check_event_fault(const char *self) {
              "the event wait after an injected fault (child status %d)", st);
 }
 
+typedef struct {
+    void *p;
+    zt_stream on;
+} zero_job;
+
+static void *zero_on(void *arg) {
+    const zero_job *j = arg;
+    zt_backend_zero(be, j->p, 64, j->on);
+    return NULL;
+}
+
+static void check_comm_stream_ops(void) {
+    enum { N = 1000 };
+    float a[N], b[N], out[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (float)i * 0.5f;
+        b[i] = 3.0f - (float)i;
+    }
+    zt_cuda_waits w0, w1;
+    CHECK(zt_backend_cuda_waits(be, &w0) == ZT_OK, "%s", zt_last_error());
+    /* The add reads what the communication stream's own copies wrote, and the compute stream
+     * waits for it before the read-back: one wait for the communication stream. */
+    float *da = zt_backend_alloc(be, ZT_MEM_DEVICE, sizeof a);
+    float *db = zt_backend_alloc(be, ZT_MEM_DEVICE, sizeof b);
+    zt_backend_copy(be, da, a, sizeof a, ZT_COPY_H2D, ZT_STREAM_COMM);
+    zt_backend_copy(be, db, b, sizeof b, ZT_COPY_H2D, ZT_STREAM_COMM);
+    const zt_ctx comm = {.be = be, .act = ZT_F32, .stream = ZT_STREAM_COMM};
+    be->ops->add(&comm, da, da, db, N);
+    zt_event *done = zt_backend_event_create(be);
+    zt_backend_event_record(be, done, ZT_STREAM_COMM);
+    zt_backend_stream_wait(be, ZT_STREAM_COMPUTE, done);
+    zt_backend_copy(be, out, da, sizeof out, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    CHECK(zt_backend_sync(be) == ZT_OK, "%s", zt_last_error());
+    int wrong = 0;
+    for (int i = 0; i < N; i++)
+        wrong += out[i] != a[i] + b[i];
+    CHECK(wrong == 0, "an add on the communication stream: %d of %d sums wrong", wrong, N);
+    /* Work on the compute stream from another thread counts; on the communication stream it
+     * does not, nor does this thread's. */
+    zero_job jobs[2] = {{da, ZT_STREAM_COMPUTE}, {db, ZT_STREAM_COMM}};
+    for (int i = 0; i < 2; i++) {
+        pthread_t t;
+        ZT_ASSERT(pthread_create(&t, NULL, zero_on, &jobs[i]) == 0);
+        pthread_join(t, NULL);
+    }
+    CHECK(zt_backend_sync(be) == ZT_OK, "%s", zt_last_error());
+    CHECK(zt_backend_cuda_waits(be, &w1) == ZT_OK, "%s", zt_last_error());
+    CHECK(w1.compute_waits_on_comm - w0.compute_waits_on_comm == 1 &&
+              w1.compute_issued_elsewhere - w0.compute_issued_elsewhere == 1,
+          "stream order: %llu compute waits for the communication stream (1 expected), %llu "
+          "pieces of compute work from another thread (1 expected)",
+          w1.compute_waits_on_comm - w0.compute_waits_on_comm,
+          w1.compute_issued_elsewhere - w0.compute_issued_elsewhere);
+    /* A matmul shares cuBLASLt's workspace with every other: not on the communication stream. */
+    float *dw = zt_backend_alloc(be, ZT_MEM_DEVICE, 4 * 4 * sizeof(float));
+    zt_backend_zero(be, dw, 4 * 4 * sizeof(float), ZT_STREAM_COMPUTE);
+    be->ops->linear_forward(&comm, db, da, dw, NULL, NULL, 4, 4, 4, ZT_W_IN_OUT);
+    zt_status st = zt_backend_sync(be);
+    CHECK(st != ZT_OK && strstr(zt_last_error(), "a matmul") &&
+              strstr(zt_last_error(), "communication stream"),
+          "a matmul on the communication stream: %s", st ? zt_last_error() : "accepted");
+    zt_backend_event_destroy(be, done);
+    zt_backend_free(be, ZT_MEM_DEVICE, da, sizeof a);
+    zt_backend_free(be, ZT_MEM_DEVICE, db, sizeof b);
+    zt_backend_free(be, ZT_MEM_DEVICE, dw, 4 * 4 * sizeof(float));
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "event-fault") == 0)
         return event_fault_child();
@@ -341,6 +413,7 @@ int main(int argc, char **argv) {
     check_nvme_pinned();
     check_event_wait();
     check_event_fault("/proc/self/exe");
+    check_comm_stream_ops();
     zt_backend_destroy(be);
     return check_summary("test_cuda_backend");
 }

@@ -16,7 +16,11 @@
  * transport that reduces on the host cannot avoid. What is left is the step's own: at most the
  * case's allowance (one wait and one read-back: the losses and the norm, where nothing else is
  * known to wait; the allowances above one say which round trip remains, docs/gpu.md). Every
- * count is printed.
+ * count is printed. The backend's stream order is counted too (zt_cuda_waits): no case may put
+ * work on the compute stream from another thread than the training one (ZeRO's communication
+ * thread orders its jobs by their own events, docs/gpu.md "The communication thread's
+ * streams"; before, its collectives and adds did, 12 to 16 a step), and the compute stream's
+ * waits for the communication stream are printed.
  *
  * The gradients' traffic: the bytes of a step's device reductions against the formula, in 4
  * bytes an element at fp32 and 2 at bf16 (communication_data_type's default), and all of a
@@ -48,6 +52,8 @@ typedef void (*counts_fn)(unsigned long long out[3]);
     "\"intermediate_size\": 48, \"vocab_size\": 256, \"block_size\": 16, "                     \
     "\"tie_word_embeddings\": false}"
 #define BF16 "\"bf16\": {\"enabled\": true}, "
+/* ZeRO's communication thread reducing buckets of 4,096 elements as the backward goes. */
+#define OVERLAP ", \"overlap_comm\": true, \"reduce_bucket_size\": 4096"
 /* Tensor parallelism over both ranks (dp 1 × tp 2): the ranks are one model's two shards. */
 #define TP2 "\"tensor_parallel\": {\"autotp_size\": 2}, "
 #define ADAMW "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1, \"eps\": 1e-4}}"
@@ -108,6 +114,10 @@ static const run_case cases[] = {
      ", \"offload_optimizer\": {\"device\": \"cpu\"}, \"sub_group_size\": 4096", false, 6, 1,
      NULL},
     {"llama fp32 ZeRO 2 masked docs", TINY_LLAMA, "", ADAMW, 2, "", true, 1, 1, NULL},
+    /* ZeRO 2 with overlap_comm: gradient buckets (of 4,096 elements, so several a micro-batch)
+     * reduced on ZeRO's communication thread while the backward goes on. */
+    {"gpt2 fp32 ZeRO 2 overlap", TINY_GPT2, "", ADAMW, 2, OVERLAP, false, 1, 1, NULL},
+    {"gpt2 bf16 ZeRO 2 overlap", TINY_GPT2, BF16, ADAMW, 2, OVERLAP, false, 1, 1, NULL},
     /* Tensor parallelism over both ranks (dp 1 × tp 2), at the ZeRO stages TP trains with
      * the pipeline too (here ZeRO partitions over the one replica). Llama's four query heads
      * share two kv heads (GQA), one a shard; with one kv head both shards hold it and sum its
@@ -137,6 +147,8 @@ static const run_case cases[] = {
     {"nccl gpt2 bf16 ZeRO 2", TINY_GPT2, BF16, ADAMW, 2, "", false, 1, 1, "nccl"},
     {"nccl gpt2 bf16 ZeRO 3", TINY_GPT2, BF16, ADAMW, 3, "", false, 1, 1, "nccl"},
     {"nccl gpt2 fp32 ZeRO 1 LAMB", TINY_GPT2, "", LAMB, 1, "", false, 1, 1, "nccl"},
+    {"nccl gpt2 fp32 ZeRO 2 overlap", TINY_GPT2, "", ADAMW, 2, OVERLAP, false, 1, 1, "nccl"},
+    {"nccl gpt2 bf16 ZeRO 2 overlap", TINY_GPT2, BF16, ADAMW, 2, OVERLAP, false, 1, 1, "nccl"},
     /* Tensor parallelism on nccl: the TP group (and the group of the shards sharing a kv head)
      * is an NCCL communicator of its own, its device collectives posted on the stream like the
      * job's, nothing staged (before: a group of the job communicator's host messages, each
@@ -157,6 +169,9 @@ enum { NCASES = sizeof cases / sizeof cases[0] };
 typedef struct {
     unsigned long long own[STEPS][3], staged[STEPS], bytes[STEPS], reduced[STEPS];
     unsigned long long ahead[STEPS]; /* event waits that left reads queued (zt_emu_waits_ahead) */
+    /* The backend's stream order (zt_cuda_waits): work other threads put on the compute
+     * stream, and the compute stream's waits for the communication stream. */
+    unsigned long long elsewhere[STEPS], on_comm[STEPS];
     size_t n_padded;
 } measured;
 
@@ -233,9 +248,13 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
     used[2] = zt_engine_model(e)->tp_share_comm;
     if (out)
         out->n_padded = zt_engine_model(e)->n_padded;
+    zt_backend *be = zt_engine_model(e)->ctx.be;
     for (int s = 0; s < STEPS && ok; s++) {
         unsigned long long before[3] = {0}, after[3] = {0}, ahead0 = 0;
         zt_comm_dev_stats cb = dev_counts(used);
+        zt_cuda_waits wb = {0}, wa = {0};
+        if (out)
+            zt_backend_cuda_waits(be, &wb);
         if (counts) {
             counts(before);
             ahead0 = waits_ahead();
@@ -254,6 +273,11 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
                 out->ahead[s] = waits_ahead() - ahead0;
         }
         zt_comm_dev_stats ca = dev_counts(used);
+        if (out) {
+            zt_backend_cuda_waits(be, &wa);
+            out->elsewhere[s] = wa.compute_issued_elsewhere - wb.compute_issued_elsewhere;
+            out->on_comm[s] = wa.compute_waits_on_comm - wb.compute_waits_on_comm;
+        }
         const float *l = zt_engine_step_losses(e);
         losses[s] = ((double)l[0] + l[1]) / 2;
         if (!out)
@@ -298,6 +322,10 @@ static int rank_main(int rank, counts_fn counts) {
                 printf("; waits with the next tile's copies queued:");
             for (int s = 0; offload_tiles(c) && s < STEPS; s++)
                 printf(" %llu", m->ahead[s]);
+            printf("; compute stream: waits for the communication stream / work issued by "
+                   "another thread:");
+            for (int s = 0; s < STEPS; s++)
+                printf(" %llu/%llu", m->on_comm[s], m->elsewhere[s]);
             printf("\n");
             fflush(stdout);
         }
@@ -321,6 +349,13 @@ static int rank_main(int rank, counts_fn counts) {
                   "%s, rank %d step %d: the host waited for %llu of %d tiles with the next "
                   "tile's copies issued behind them: the copies do not overlap the host's update",
                   c->name, rank, s + 1, m->ahead[s], tiles - 1);
+        /* ZeRO's communication thread (stage 3, overlap_comm) orders its jobs by their events
+         * and issues nothing on the compute stream, so a collective's wait never lands
+         * wherever the training thread has got to (docs/gpu.md). */
+        for (int s = 0; s < STEPS; s++)
+            CHECK(m->elsewhere[s] == 0, "%s, rank %d step %d: %llu pieces of work put on the "
+                  "compute stream by another thread than the training one", c->name, rank,
+                  s + 1, m->elsewhere[s]);
         /* NCCL reads device memory itself, the TP groups' included: nothing is staged. */
         for (int s = 0; c->comm && s < STEPS; s++)
             CHECK(m->staged[s] == 0, "%s, rank %d step %d: %llu collectives staged through the "

@@ -208,8 +208,19 @@ struct zt_backend;
  * once, then reused), reduced there, and copied back. The copies run on the backend's
  * communication stream after everything issued on its compute stream, and the compute stream
  * issued afterwards waits for them, so a caller on either thread sees the collective's result in
- * stream order. An allocation failure of the staging buffer is ZT_ERR_NOMEM naming its size. */
+ * stream order (unless the calling thread orders the streams itself, below). The same holds for
+ * NCCL's collectives, posted on the communication stream. An allocation failure of the staging
+ * buffer is ZT_ERR_NOMEM naming its size. */
 zt_status zt_comm_attach_backend(zt_comm *c, struct zt_backend *be);
+/* Whether the calling thread orders the communication stream against the compute stream itself:
+ * ZeRO's communication thread, each of whose jobs starts on the device after an event its
+ * submitter recorded on the compute stream and records one that whoever uses its result makes
+ * the compute stream wait for. The zt_comm_dev_ calls of such a thread then issue nothing on the
+ * compute stream: no wait there for the collective (which would land wherever the other thread
+ * has got to in issuing the compute, stalling it for a reduction that nothing there reads) and
+ * no event behind everything issued there so far (which would hold the collective back until
+ * compute it does not need had run). Off (the default) on every thread until it says so. */
+void zt_comm_dev_thread_orders_streams(bool on);
 /* Whether a zt_comm_dev_ call copies through host memory on this communicator (false without a
  * backend attached). */
 bool zt_comm_dev_staged(const zt_comm *c);

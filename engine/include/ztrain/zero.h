@@ -65,6 +65,14 @@ typedef struct {
     zt_zero_job queue[ZT_ZERO_QUEUE];
     zt_event *ready[ZT_ZERO_QUEUE], *finished[ZT_ZERO_QUEUE]; /* per queue slot */
     uint64_t submitted, completed; /* job sequence numbers */
+    /* The jobs up to this one have had their ranges let go: a reduction that ran here leaves
+     * its gradients' range to the training thread, which lets it go once the compute stream
+     * waits for the job (zt_zero_wait_for), so that the release is ordered after the job's
+     * work on the communication stream. */
+    uint64_t released;
+    /* ZeRO's ctx on the communication stream: the jobs' own ops (adds, conversions) run there,
+     * in order with their collectives, and the thread issues nothing on the compute stream. */
+    zt_ctx ctx;
     bool stop;
 } zt_zero_comm_thread;
 

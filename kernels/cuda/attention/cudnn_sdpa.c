@@ -188,7 +188,7 @@ static void run(const zt_ctx *x, plan_entry *e, const int64_t *uid, void **ptr, 
     if (st == CUDNN_STATUS_SUCCESS)
         st = api->finalize(pack);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = api->set_stream(C.handle, zt_cuda_compute(x));
+        st = api->set_stream(C.handle, zt_cuda_stream(x));
     if (st == CUDNN_STATUS_SUCCESS)
         st = api->execute(C.handle, e->plan, pack);
     if (st != CUDNN_STATUS_SUCCESS)

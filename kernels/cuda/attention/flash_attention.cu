@@ -343,7 +343,7 @@ extern "C" void zt_cuda_flash_attention_forward(const zt_ctx *x, const zt_attn_s
         const ACT_T *va = s->packed ? qa + (size_t)(g.NH + g.KVH) * g.hd : (const ACT_T *)v;
         allow_smem(x, (const void *)flash_fwd<ACT_T>, shm);
         ZT_LAUNCH(flash_fwd<ACT_T>, dim3(tiles(g), g.NH, g.B), FLASH_THREADS, shm,
-                  zt_cuda_compute(x), g, (ACT_T *)out, lse, qa, ka, va);
+                  zt_cuda_stream(x), g, (ACT_T *)out, lse, qa, ka, va);
         ZT_CUDA_LAUNCHED(x->be);
     });
 }
@@ -369,11 +369,11 @@ extern "C" void zt_cuda_flash_attention_backward(const zt_ctx *x, const zt_attn_
                      (const ACT_T *)out);
         allow_smem(x, (const void *)flash_bwd_q<ACT_T>, q_shm);
         ZT_LAUNCH(flash_bwd_q<ACT_T>, dim3(tiles(g), g.NH, g.B), FLASH_THREADS, q_shm,
-                  zt_cuda_compute(x), g, dqa, lse, (const float *)scratch, douta, qa, ka, va);
+                  zt_cuda_stream(x), g, dqa, lse, (const float *)scratch, douta, qa, ka, va);
         ZT_CUDA_LAUNCHED(x->be);
         allow_smem(x, (const void *)flash_bwd_kv<ACT_T>, kv_shm);
         ZT_LAUNCH(flash_bwd_kv<ACT_T>, dim3(tiles(g), g.KVH, g.B), FLASH_THREADS, kv_shm,
-                  zt_cuda_compute(x), g, dka, dva, lse, (const float *)scratch, douta, qa, ka,
+                  zt_cuda_stream(x), g, dka, dva, lse, (const float *)scratch, douta, qa, ka,
                   va);
         ZT_CUDA_LAUNCHED(x->be);
     });

@@ -238,10 +238,12 @@ static int revive(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t
 static void zero_flush(zt_backend *be, struct zt_cuda_vmm *v, zt_vmm_range *r, size_t *lo,
                        size_t *hi) {
     zt_cuda_state *st = be->impl;
-    if (*hi > *lo)
+    if (*hi > *lo) {
+        zt_cuda_note_issue(st, ZT_STREAM_COMPUTE);
         ZT_CUDA_CHECK(be, cudaMemsetAsync(r->base + *lo * v->granule, 0,
                                           (*hi - *lo) * v->granule,
                                           st->stream[ZT_STREAM_COMPUTE]));
+    }
     *lo = *hi = 0;
 }
 

@@ -45,9 +45,7 @@ typedef enum {
 
 typedef enum { ZT_COPY_H2D = 0, ZT_COPY_D2H, ZT_COPY_D2D, ZT_COPY_H2H } zt_copy_kind;
 
-/* Streams every backend has. Communication runs on its own stream so that gradient reductions
- * overlap the backward of the layers below. */
-typedef enum { ZT_STREAM_COMPUTE = 0, ZT_STREAM_COMM, ZT_STREAMS } zt_stream;
+/* zt_stream, the streams every backend has, is ops.h's (an op runs on its ctx's). */
 
 typedef struct zt_event zt_event;
 typedef struct zt_backend zt_backend;
@@ -278,6 +276,12 @@ zt_status zt_backend_cuda_memory(zt_backend *be, zt_cuda_memory *out);
 typedef struct {
     unsigned long long waits, reads;
     double wait_ms;
+    /* How the two streams are ordered (docs/gpu.md, "The communication thread's streams"):
+     * work put on the compute stream by a thread other than the one that made the backend
+     * (ZeRO's communication thread puts none there), and the compute stream's waits for an
+     * event recorded on the communication stream (where the training thread uses a
+     * collective's result). */
+    unsigned long long compute_issued_elsewhere, compute_waits_on_comm;
 } zt_cuda_waits;
 
 /* ZT_ERR_INVALID for a backend that is not CUDA (and in a build without CUDA). */

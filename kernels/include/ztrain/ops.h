@@ -69,12 +69,23 @@ typedef struct {
     zt_dtype type; /* ZT_BF16 or ZT_F16: the activations' type */
 } zt_grad16;
 
+/* Streams every backend has. Communication runs on its own stream so that gradient reductions
+ * overlap the backward of the layers below. */
+typedef enum { ZT_STREAM_COMPUTE = 0, ZT_STREAM_COMM, ZT_STREAMS } zt_stream;
+
 /* What every op call carries. */
 typedef struct {
     struct zt_backend *be;
     zt_dtype act;             /* precision of activations: ZT_F32, ZT_BF16 or ZT_F16 */
     const zt_param16 *param16; /* the parameters' 16-bit twin, or NULL (see zt_param16) */
     const zt_grad16 *grad16;   /* the gradients' 16-bit buffer, or NULL (see zt_grad16) */
+    /* The stream the op is issued on: compute (0, what a ctx initialised by field names gets)
+     * but for ZeRO's communication thread, whose jobs run their element-wise ops (add, to_half,
+     * from_half, round_to, accumulate_half) on the communication stream, in order with their
+     * collectives and without touching the compute stream. An op that uses the backend's scratch
+     * (sums, uploads, matmul workspaces, attention) shares it with every other op and runs on
+     * the compute stream only; the CUDA backend records a failure naming the op otherwise. */
+    zt_stream stream;
 } zt_ctx;
 
 /* The element of t->half at address p when t covers p[0, n) in type act; else NULL. */
