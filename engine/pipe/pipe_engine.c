@@ -5,6 +5,7 @@
  * owns, whose ZeRO partitioner reduces over the stage's replicas and whose gradient norm sums
  * over the replica's stages. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@
 typedef struct {
     int32_t *tokens, *targets; /* [max_B · T]: first and last stage */
     /* Loss-masked data, [max_B · T] each: the inputs' positions in their packed documents as
-     * this stage loaded them (first and last stage) and as the stage before sent them. */
+     * this stage loaded them (every stage in training, the first and last in evaluation) and,
+     * in evaluation, as the stage before sent them. */
     int32_t *doc_pos, *sent_pos;
     int B;                     /* the micro-batch's sequences */
     int micro;                 /* training: the step's micro-batch loaded into it, -1 none */
@@ -49,9 +51,20 @@ struct zt_pipe {
      * activations as fp32 values rounded to 16 bits, so they travel as fp32, exactly). */
     zt_dtype wire;
     bool attached, tied_attached; /* world, tied_comm have the backend attached */
-    /* Loss-masked data (data.format "masked"): every micro-batch's document positions travel
-     * with its activation, so every stage's attention and positions restart at each document. */
+    /* Loss-masked data (data.format "masked"): every stage's attention and positions restart at
+     * each document. In training every stage draws each micro-batch's positions itself; in
+     * evaluation they travel with the activation (the later stages read no data). */
     bool docs;
+    /* The model keeps doc_slots pinned host slots of document tables (zt_model.upload_slots:
+     * a set before each micro-batch's forward and again before its backward, so two per
+     * micro-batch of the step); doc_sets counts the sets since the last wait for the device,
+     * which set_documents makes itself before a set that would reuse a slot still in flight
+     * (only a long evaluation does). */
+    int doc_slots, doc_sets;
+    /* Training: each micro-batch's checksum of its positions as this stage drew it
+     * (doc_checksum), compared between the stages in the step's agreement; host_sum, the
+     * host collective's values where stage_comm has no device path. */
+    double *doc_sum, *host_sum;
     size_t act_bytes; /* one activation buffer */
     pipe_buffer *buf;
     int nbuf;
@@ -68,6 +81,7 @@ struct zt_pipe {
      * pinned read-back. */
     double *agree_dev, *agree_in, *agree_out;
     size_t agree_n;
+    size_t agree_docs; /* with docs: where each stage's gas checksums start (stage-major) */
     bool agree_native; /* stage_comm sums device memory itself */
     bool stage_attached, mp_attached; /* stage_comm, mp_comm have the backend attached */
     int64_t kill_step; /* ZTRAIN_INJECT_PIPE_KILL (tests): die in this step's schedule */
@@ -150,7 +164,13 @@ static zt_status find_tied(zt_pipe *p) {
 /* The step's agreement (agree_dev and its pinned pair), zeroed: a stage other than the last
  * contributes zeros for the losses, which its forwards never write. */
 static zt_status alloc_agreement(zt_pipe *p) {
-    p->agree_n = 3 * (size_t)p->info.micro_batches + 2;
+    const size_t gas = (size_t)p->info.micro_batches, checks = p->docs ? p->info.stages * gas : 0;
+    p->agree_docs = 3 * gas + 2;
+    p->agree_n = p->agree_docs + checks;
+    p->doc_sum = calloc(gas, sizeof *p->doc_sum);
+    p->host_sum = calloc(3 + checks, sizeof *p->host_sum);
+    if (!p->doc_sum || !p->host_sum)
+        return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
     size_t bytes = p->agree_n * sizeof(double);
     p->agree_dev = zt_backend_alloc(p->be, ZT_MEM_DEVICE, bytes);
     p->agree_in = zt_backend_alloc(p->be, ZT_MEM_PINNED, bytes);
@@ -248,6 +268,12 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
         if (p->docs && !p->m->ops->set_doc_pos)
             s = zt_error(ZT_ERR_UNSUPPORTED, "pipeline: model type \"%s\" does not support "
                          "packed documents (data.format \"masked\")", job->model.type);
+        /* Every set between two of the step's waits in a slot of its own: the 1F1B schedule
+         * sets each micro-batch's documents twice (forward, backward) before the optimizer
+         * step's one synchronisation. Read at the model's first set, which comes later. */
+        p->doc_slots = 2 * p->info.micro_batches;
+        if (p->docs)
+            p->m->upload_slots = p->doc_slots;
         if (s == ZT_OK)
             s = alloc_buffers(p);
         if (s == ZT_OK)
@@ -306,6 +332,8 @@ void zt_pipe_destroy(zt_pipe *p) {
     }
     free(p->buf);
     free(p->train);
+    free(p->doc_sum);
+    free(p->host_sum);
     if (p->be) {
         size_t bytes = p->agree_n * sizeof(double);
         zt_backend_free(p->be, ZT_MEM_DEVICE, p->agree_dev, bytes);
@@ -332,9 +360,24 @@ void zt_pipe_destroy(zt_pipe *p) {
 
 /* ---- the commands ------------------------------------------------------------------------- */
 
+/* A checksum of a micro-batch's document positions (FNV-1a over its sequence count and the
+ * positions' 32-bit words), as a double that a sum over the stages carries exactly (below
+ * 2^53, and only one stage's term is not 0). */
+static double doc_checksum(const int32_t *pos, int B, int T) {
+    uint32_t h = 2166136261u;
+    const size_t n = (size_t)B * (size_t)T;
+    for (size_t i = 0; i <= n; i++) {
+        uint32_t w = i < n ? (uint32_t)pos[i] : (uint32_t)B;
+        for (int k = 0; k < 4; k++, w >>= 8)
+            h = (h ^ (w & 0xffu)) * 16777619u;
+    }
+    return (double)h;
+}
+
 /* The first stage keeps the tokens, the last the targets; both read the same micro-batch. In
  * training it is the step's micro-batch `micro` (zt_engine_step_batch: with loss-masked data the
- * step is drawn at its first, and its trained targets counted over the replicas). */
+ * step is drawn at its first, and its trained targets counted over the replicas), which every
+ * stage draws, and with documents notes the checksum of its positions for the agreement. */
 static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
     zt_batch b;
     if (from) {
@@ -347,6 +390,7 @@ static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
         if (p->docs) {
             ZT_ASSERT(b.doc_pos);
             memcpy(x->doc_pos, b.doc_pos, (size_t)b.B * b.T * sizeof(int32_t));
+            p->doc_sum[micro] = doc_checksum(x->doc_pos, b.B, p->T);
         }
     }
     x->B = b.B;
@@ -366,20 +410,20 @@ static size_t act_elems(const zt_pipe *p, const pipe_buffer *x) {
     return (size_t)x->B * p->T * p->C;
 }
 
-/* In evaluation an activation travels after its sequence count, which the later stages do not
- * otherwise know (an epoch's last micro-batch may be short). In training every stage draws the
- * step's micro-batches itself (recv_activation), so the count needs no message: a host message
- * is a host wait on a transport that reads device memory (NCCL stages it), a wait per
- * micro-batch for a number the receiver has. A count the stages disagree on still fails: the
- * activation's message carries its element count, which the receive checks (naming both
- * ranks). */
+/* In evaluation an activation travels after its sequence count and its document positions,
+ * which the later stages do not otherwise know (they read no data, and an epoch's last
+ * micro-batch may be short). In training every stage draws the step's micro-batches itself
+ * (recv_activation), so neither needs a message: a host message is a host wait on a transport
+ * that reads device memory (NCCL stages it), a wait per micro-batch for numbers the receiver
+ * has. What the stages disagree on still fails: the activation's message carries its element
+ * count, which the receive checks (naming both ranks), and the positions' checksums are
+ * compared in the step's agreement (check_documents). */
 static zt_status send_activation(zt_pipe *p, pipe_buffer *x, bool train) {
     double B = x->B;
     if (!train)
         ZT_TRY(zt_comm_send(p->world, &B, 1, ZT_F64, neighbour(p, +1)));
-    /* Then the document positions, which the stages after the first cannot load: int32 words
-     * travel as 32-bit elements, copied bit for bit. */
-    if (p->docs) {
+    /* int32 words travel as 32-bit elements, copied bit for bit. */
+    if (p->docs && !train) {
         const int32_t *pos = first_stage(p) ? x->doc_pos : x->sent_pos;
         ZT_TRY(zt_comm_send(p->world, pos, (size_t)x->B * p->T, ZT_F32, neighbour(p, +1)));
     }
@@ -402,33 +446,43 @@ static zt_status recv_activation(zt_pipe *p, pipe_buffer *x, int micro, bool tra
                             "sequences (at most %d)", p->info.stage - 1, (int)B, p->max_B);
         x->B = (int)B;
     }
-    if (p->docs)
+    if (p->docs && !train)
         ZT_TRY(zt_comm_recv(p->world, x->sent_pos, (size_t)x->B * p->T, ZT_F32,
                             neighbour(p, -1)));
     return zt_comm_dev_recv(p->world, x->in_act, act_elems(p, x), p->wire, neighbour(p, -1));
 }
 
 /* Gives the model the documents of buffer x's micro-batch, before its forward and again before
- * its backward (other micro-batches run between the two). The first stage has loaded them, the
- * others were sent them; the last stage has both, which must agree, since a stage that read
- * other batches than the first would train the wrong tokens on the right activations. */
-static zt_status set_documents(zt_pipe *p, pipe_buffer *x, int micro, bool check) {
+ * its backward (other micro-batches run between the two). In training every stage drew them
+ * (load); in evaluation the first stage has loaded them and the others were sent them, and the
+ * last stage has both, which must agree (check), since a stage that read other batches than the
+ * first would train the wrong tokens on the right activations (training compares checksums in
+ * the step's agreement instead, check_documents).
+ *
+ * The model copies each set into a pinned slot of its own and uploads it from there without a
+ * wait (doc_pos.h): a slot is written again doc_slots sets later, which in training is after the
+ * optimizer step's synchronisation. Its device tables (the positions, Llama's rotary rows) are
+ * one buffer each, rewritten by a copy on the compute stream, which runs after the kernels
+ * queued there before it (the micro-batch before's) and before the ones queued after it. */
+static zt_status set_documents(zt_pipe *p, pipe_buffer *x, int micro, bool train) {
     if (!p->docs)
         return ZT_OK;
-    const int32_t *pos = first_stage(p) ? x->doc_pos : x->sent_pos;
-    if (check && last_stage(p) &&
+    const int32_t *pos = train || first_stage(p) ? x->doc_pos : x->sent_pos;
+    if (!train && last_stage(p) &&
         memcmp(x->doc_pos, x->sent_pos, (size_t)x->B * p->T * sizeof(int32_t)) != 0)
         return zt_error(ZT_ERR_INVALID, "pipeline: micro-batch %d of stage %d has other document "
                         "boundaries than stage %d sent with its activation (the stages' loaders "
                         "disagree)", micro, p->info.stage, p->info.stage - 1);
-    /* The device may still read the positions of the micro-batch before: they are rewritten
-     * only once it is done. */
-    ZT_TRY(zt_backend_sync(p->be));
+    if (p->doc_sets >= p->doc_slots) {
+        ZT_TRY(zt_backend_sync(p->be));
+        p->doc_sets = 0;
+    }
+    p->doc_sets++;
     return p->m->ops->set_doc_pos(p->m, pos, x->B, p->T);
 }
 
 static zt_status forward(zt_pipe *p, pipe_buffer *x, int buffer, int micro, bool train) {
-    ZT_TRY(set_documents(p, x, micro, true));
+    ZT_TRY(set_documents(p, x, micro, train));
     /* As zt_engine_forward: the loss scale over the step's divisor, and the loss's share. */
     double share = 1.0;
     float grad_scale = 0.0f;
@@ -459,7 +513,7 @@ static zt_status forward(zt_pipe *p, pipe_buffer *x, int buffer, int micro, bool
 }
 
 static zt_status backward(zt_pipe *p, pipe_buffer *x, int buffer, int micro) {
-    ZT_TRY(set_documents(p, x, micro, false));
+    ZT_TRY(set_documents(p, x, micro, true));
     double t0 = now_ms();
     p->m->ops->stage_backward(p->m, buffer, last_stage(p) ? NULL : x->dout,
                               first_stage(p) ? NULL : x->din);
@@ -479,8 +533,10 @@ static zt_status reduce_tied(zt_pipe *p) {
 }
 
 /* Queued before the optimizer step, whose one synchronisation covers it: the last stage's
- * micro-batch counts and shares, the tokens and this stage's share of the bubble go into the
- * agreement (the loss sums are there already, on the last stage, and zeros elsewhere); then,
+ * micro-batch counts and shares, the tokens, this stage's share of the bubble and, with
+ * documents, its checksums of the micro-batches' positions in its own stage's row (the other
+ * rows 0) go into the agreement (the loss sums are there already, on the last stage, and zeros
+ * elsewhere); then,
  * where stage_comm reads device memory, they are summed over the stages there, a sum in which
  * only the last stage's values are not 0 and so come through exactly; then copied back into
  * pinned memory, which does not wait. A second read-back beside the engine's under the same
@@ -489,10 +545,15 @@ static zt_status agree_enqueue(zt_pipe *p) {
     const size_t gas = (size_t)p->info.micro_batches, n = p->agree_n;
     double *in = p->agree_in;
     if (!last_stage(p))
-        memset(in, 0, (n - 1) * sizeof *in);
+        memset(in, 0, 3 * gas * sizeof *in);
     in[3 * gas] = p->tokens;
     in[3 * gas + 1] = p->sched_ms > 0.0 ? (1.0 - p->compute_ms / p->sched_ms) / p->info.stages
                                         : 0.0;
+    if (p->docs) {
+        double *checks = in + p->agree_docs;
+        memset(checks, 0, (n - p->agree_docs) * sizeof *in);
+        memcpy(checks + (size_t)p->info.stage * gas, p->doc_sum, gas * sizeof *in);
+    }
     const size_t lo = last_stage(p) ? gas : 0;
     zt_backend_copy(p->be, p->agree_dev + lo, in + lo, (n - lo) * sizeof *in, ZT_COPY_H2D,
                     ZT_STREAM_COMPUTE);
@@ -525,6 +586,8 @@ static zt_status optimizer_step(zt_pipe *p) {
     ZT_TRY(agree_enqueue(p));
     for (int i = 0; i < p->info.micro_batches; i++)
         ZT_TRY(zt_engine_step(p->e));
+    /* The last of them waited for the device: every document slot is free again. */
+    p->doc_sets = 0;
     if (last_stage(p) || p->agree_native)
         agree_read(p);
     return ZT_OK;
@@ -587,6 +650,27 @@ static zt_status agree_loss(zt_pipe *p, int micro_batches, double *loss, double 
     return ZT_OK;
 }
 
+/* With documents: each micro-batch's checksums of its positions, one row of micro_batches per
+ * stage (checks), must be the same at every stage; otherwise the stages' loaders drew other
+ * documents (another data file, sampler or seed), and a stage trains the wrong positions on the
+ * right activations. Every stage holds every row, so each fails alike, naming the first
+ * micro-batch and the first pair of neighbouring stages that differ. Checked after the step's
+ * read, so that step's update has been queued: the job stops there, before another step. */
+static zt_status check_documents(const zt_pipe *p, const double *checks) {
+    const int gas = p->info.micro_batches;
+    for (int i = 0; p->docs && i < gas; i++)
+        for (int st = 1; st < p->info.stages; st++) {
+            double a = checks[(size_t)(st - 1) * gas + i], b = checks[(size_t)st * gas + i];
+            if (a != b)
+                return zt_error(ZT_ERR_INVALID, "pipeline: micro-batch %d of the step has other "
+                                "document boundaries at stage %d than at stage %d (checksums "
+                                "%08llx and %08llx of their positions: the stages' loaders "
+                                "disagree)", i, st, st - 1, (unsigned long long)b,
+                                (unsigned long long)a);
+        }
+    return ZT_OK;
+}
+
 /* A training step's result on every rank. Where the stages summed the agreement on the device
  * (agree_enqueue), every stage read the last stage's losses and tokens and the bubble with the
  * step's synchronisation, and only the replicas are left to average over (every stage with
@@ -597,6 +681,7 @@ static zt_status agree_step(zt_pipe *p, zt_pipe_batch_result *res) {
     const int gas = p->info.micro_batches;
     const double *agreed = p->agree_out;
     if (p->agree_native) {
+        ZT_TRY(check_documents(p, agreed + p->agree_docs));
         double v[2] = {p->loss_sum / gas, agreed[3 * gas]};
         ZT_TRY(over_replicas(p, v));
         res->loss = v[0];
@@ -604,13 +689,19 @@ static zt_status agree_step(zt_pipe *p, zt_pipe_batch_result *res) {
         res->bubble = agreed[3 * gas + 1];
         return ZT_OK;
     }
-    double v[3] = {0.0, 0.0, p->agree_in[3 * gas + 1]};
+    /* (loss, tokens, bubble share) and the checksums' rows, as agree_enqueue laid them out. */
+    double *v = p->host_sum;
+    const size_t n = 3 + (p->agree_n - p->agree_docs);
+    memcpy(v + 3, p->agree_in + p->agree_docs, (n - 3) * sizeof *v);
+    v[0] = v[1] = 0.0;
+    v[2] = p->agree_in[3 * gas + 1];
     if (last_stage(p)) {
         v[0] = p->loss_sum / gas;
         v[1] = p->tokens;
         ZT_TRY(over_replicas(p, v));
     }
-    ZT_TRY(zt_comm_all_reduce(p->stage_comm, v, 3, ZT_F64, ZT_REDUCE_SUM));
+    ZT_TRY(zt_comm_all_reduce(p->stage_comm, v, n, ZT_F64, ZT_REDUCE_SUM));
+    ZT_TRY(check_documents(p, v + 3));
     res->loss = v[0];
     res->tokens = v[1];
     res->bubble = v[2];
@@ -621,6 +712,7 @@ zt_status zt_pipe_train_batch(zt_pipe *p, zt_pipe_batch_result *res) {
     p->loss_sum = p->tokens = p->compute_ms = p->sched_ms = 0.0;
     for (int b = 0; b < p->nbuf; b++)
         p->buf[b].micro = -1;
+    memset(p->doc_sum, 0, (size_t)p->info.micro_batches * sizeof *p->doc_sum);
     double t0 = now_ms();
     for (size_t i = 0; i < p->n_train; i++) {
         /* The schedule's time ends where the reductions begin. */
@@ -648,5 +740,10 @@ zt_status zt_pipe_eval(zt_pipe *p, zt_loader *val, int steps, double *loss) {
         s = run(p, &cmds[i], false, val);
     free(cmds);
     ZT_TRY(s);
+    /* The next training step's sets find every document slot free. */
+    if (p->docs && p->doc_sets > 0) {
+        ZT_TRY(zt_backend_sync(p->be));
+        p->doc_sets = 0;
+    }
     return agree_loss(p, steps, loss, NULL);
 }

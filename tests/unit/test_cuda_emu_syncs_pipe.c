@@ -1,7 +1,7 @@
 /* Host round trips of a pipelined step on the emulated CUDA device (issue 28): two ranks, each a
  * process with an emulated GPU of its own, are the two stages of one pipeline (GPT-2 tiny, fp32
  * and bf16, four micro-batches a step, so that the 1F1B schedule interleaves forwards and
- * backwards), on the nccl transport (the emulated device's NCCL, which reads device memory
+ * backwards; and GPT-2 and Llama tiny on loss-masked packed documents), on the nccl transport (the emulated device's NCCL, which reads device memory
  * itself) and on shm (which stages every device buffer through host memory) for comparison. Per
  * step, from the second on, each stage counts inside the emulated runtime (zt_emu_sync_counts)
  * the host's waits, the device-to-host copies and the uploads from pageable memory, less the
@@ -10,7 +10,10 @@
  * for data parallelism. What is left is the stage's own, bounded by the case's allowance (the
  * table below says where each remaining wait comes from; docs/gpu.md, "Pipeline stages on
  * NCCL"). Every count is printed. Every run's losses match the same two-stage job on the CPU
- * within the tolerance of another summation order (fp32) or of roundings between (bf16). */
+ * within the tolerance of another summation order (fp32) or of roundings between (bf16): with
+ * packed documents that also shows that no document table was rewritten while the device still
+ * had to copy it (the emulated device runs queued copies late, so a reused pinned slot moves the
+ * loss). Stages whose loaders draw other documents fail with an error naming both. */
 #include <math.h>
 #include <sys/wait.h>
 
@@ -21,6 +24,7 @@
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
 #include "ztrain/job_spec.h"
+#include "ztrain/loss_mask.h"
 #include "ztrain/pipe_engine.h"
 
 enum { STEPS = 4, GAS = 4, WORLD = 2, NTOK = 8192 };
@@ -31,6 +35,8 @@ typedef void (*counts_fn)(unsigned long long out[3]);
 
 typedef struct {
     const char *name;
+    const char *model;     /* TINY_GPT2 or TINY_LLAMA */
+    bool masked;           /* the loss-masked packed documents of train.bin */
     const char *precision; /* BF16 or "" */
     const char *comm;      /* the device run's transport */
     int waits;             /* the stage's own waits per step allowed */
@@ -51,12 +57,25 @@ typedef struct {
  * sequence count, a wait per micro-batch at both ends; the loss read at every forward of the
  * last stage; the norm summed over the stages and the loss broadcast and the bubble averaged by
  * three host collectives after the step's read, which NCCL stages through device memory), and
- * 1 / 1 and 5 / 5 on shm. */
+ * 1 / 1 and 5 / 5 on shm. With packed documents, before: a wait before every set of the
+ * documents (eight a step) and each activation's positions as a host message, 13 / 6 and 17 / 14
+ * on nccl, 9 / 1 and 9 / 2 on shm. */
 static const run_case cases[] = {
-    {"shm gpt2 fp32 2 stages", "", "shm", 1, {1, 2}},
-    {"shm gpt2 bf16 2 stages", BF16, "shm", 1, {1, 2}},
-    {"nccl gpt2 fp32 2 stages", "", "nccl", 1, {2 + GAS, 2 + GAS}},
-    {"nccl gpt2 bf16 2 stages", BF16, "nccl", 1, {2 + GAS, 2 + GAS}},
+    {"shm gpt2 fp32 2 stages", TINY_GPT2, false, "", "shm", 1, {1, 2}},
+    {"shm gpt2 bf16 2 stages", TINY_GPT2, false, BF16, "shm", 1, {1, 2}},
+    {"nccl gpt2 fp32 2 stages", TINY_GPT2, false, "", "nccl", 1, {2 + GAS, 2 + GAS}},
+    {"nccl gpt2 bf16 2 stages", TINY_GPT2, false, BF16, "nccl", 1, {2 + GAS, 2 + GAS}},
+    /* Packed documents: the same allowances. Each micro-batch's document tables (the model's
+     * positions, Llama's rotary rows for them) are set before its forward and again before its
+     * backward, each set in a pinned slot of its own until the step's wait, and every stage
+     * draws the positions itself instead of receiving them with the activation; the stages'
+     * checksums of them ride in the agreement, which adds no copy. */
+    {"shm gpt2 fp32 2 stages docs", TINY_GPT2, true, "", "shm", 1, {1, 2}},
+    {"shm llama bf16 2 stages docs", TINY_LLAMA, true, BF16, "shm", 1, {1, 2}},
+    {"nccl gpt2 fp32 2 stages docs", TINY_GPT2, true, "", "nccl", 1, {2 + GAS, 2 + GAS}},
+    {"nccl gpt2 bf16 2 stages docs", TINY_GPT2, true, BF16, "nccl", 1, {2 + GAS, 2 + GAS}},
+    {"nccl llama fp32 2 stages docs", TINY_LLAMA, true, "", "nccl", 1, {2 + GAS, 2 + GAS}},
+    {"nccl llama bf16 2 stages docs", TINY_LLAMA, true, BF16, "nccl", 1, {2 + GAS, 2 + GAS}},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -66,9 +85,10 @@ typedef struct {
     unsigned long long own[STEPS][3], staged[STEPS];
 } measured;
 
-/* The TCP ports of the rendezvous, one a run and one for the dead stage's, found free by the
- * parent. */
-static int ports[2 * NCASES + 1];
+/* The TCP ports of the rendezvous, one a run, one for the dead stage's and one for the
+ * disagreeing loaders' on nccl, found free by the parent (shm ignores them). */
+enum { PORT_DEAD = 2 * NCASES, PORT_DISAGREE, NPORTS };
+static int ports[NPORTS];
 
 static zt_comm *join(const char *what, int rank, const char *transport, int port) {
     return emu_join("syncs-pipe", what, rank, WORLD, transport, port);
@@ -82,13 +102,14 @@ static bool train(int ci, int rank, zt_device device, counts_fn counts, double *
     char json[2048];
     snprintf(json, sizeof json,
              "{\"name\": \"syncs-pipe\", \"world_size\": %d, \"model\": %s, \"data\": "
-             "{\"train\": \"train.txt\"}, \"train\": {\"max_steps\": %d}, "
+             "{\"train\": \"%s\"%s}, \"train\": {\"max_steps\": %d}, "
              "\"pipeline\": {\"stages\": 2}, \"deepspeed\": "
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
              "%s\"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": 0}, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
              "\"weight_decay\": 0.1, \"eps\": 1e-4}}}}",
-             WORLD, TINY_GPT2, STEPS, GAS, c->precision);
+             WORLD, c->model, c->masked ? "train.bin" : "train.txt",
+             c->masked ? ", \"format\": \"masked\"" : "", STEPS, GAS, c->precision);
     const bool cpu = device == ZT_DEVICE_CPU;
     char tag[64];
     snprintf(tag, sizeof tag, "%d-%s", ci, cpu ? "cpu" : "cuda");
@@ -152,7 +173,7 @@ static void check_dead_stage(int rank) {
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}}",
              WORLD, TINY_GPT2, STEPS, GAS);
-    zt_comm *comm = join("dead", rank, "nccl", ports[2 * NCASES]);
+    zt_comm *comm = join("dead", rank, "nccl", ports[PORT_DEAD]);
     zt_job_spec job;
     zt_dataset data;
     zt_pipe *p = NULL;
@@ -184,6 +205,50 @@ static void check_dead_stage(int rank) {
     zt_comm_destroy(comm);
 }
 
+/* The stages' loaders disagree: the last stage reads other.bin, the same tokens as train.bin
+ * with other document boundaries, as a stage given another data file or sampler would. The
+ * positions no longer travel with the activations in training, so the stages compare a checksum
+ * of each micro-batch's positions in the step's agreement (on nccl summed on the device and read
+ * with the step's one wait; on shm in the stages' host sum after it): both stages must fail the
+ * step with an error that names the micro-batch and both stages, neither may hang. On the CPU
+ * (shm) and on the emulated device (nccl). */
+static void check_disagreeing_loaders(int rank, zt_device device) {
+    const bool cpu = device == ZT_DEVICE_CPU;
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"name\": \"disagree\", \"world_size\": %d, \"model\": %s, \"data\": "
+             "{\"train\": \"%s\", \"format\": \"masked\"}, \"train\": {\"max_steps\": %d}, "
+             "\"pipeline\": {\"stages\": 2}, \"deepspeed\": "
+             "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}}",
+             WORLD, TINY_GPT2, rank == 1 ? "other.bin" : "train.bin", STEPS, GAS);
+    const char *tag = cpu ? "disagree-cpu" : "disagree-cuda";
+    zt_comm *comm = join(tag, rank, cpu ? "shm" : "nccl", ports[PORT_DISAGREE]);
+    zt_job_spec job;
+    zt_dataset data;
+    zt_pipe *p = NULL;
+    zt_engine_options opts = {.seed = 5, .threads = 1, .device = device, .job_name = tag};
+    if (!comm || zt_job_spec_parse(&job, json, "job", check_tmpdir) != ZT_OK ||
+        zt_dataset_open_train(&data, &job.data, job.model.vocab_size) != ZT_OK ||
+        zt_pipe_create(&p, &job, &data, comm, &opts) != ZT_OK) {
+        CHECK(false, "rank %d, setup of the disagreeing loaders' job: %s", rank, zt_last_error());
+        return;
+    }
+    zt_pipe_batch_result res;
+    zt_status s = zt_pipe_train_batch(p, &res);
+    const char *msg = s == ZT_OK ? "success" : zt_last_error();
+    CHECK(s == ZT_ERR_INVALID && strstr(msg, "micro-batch 0 ") && strstr(msg, "stage 0") &&
+              strstr(msg, "stage 1") && strstr(msg, "loaders disagree"),
+          "%s, stage %d: status %d, %s; wanted the disagreement of micro-batch 0 between "
+          "stages 0 and 1", tag, rank, s, msg);
+    printf("%s, stage %d: %s\n", tag, rank, msg);
+    fflush(stdout);
+    zt_pipe_destroy(p);
+    zt_dataset_close(&data);
+    zt_job_spec_free(&job);
+    zt_comm_destroy(comm);
+}
+
 /* One rank, one stage: every case on the CPU and on the emulated device. */
 static int rank_main(int rank, counts_fn counts) {
     for (int i = 0; i < NCASES; i++) {
@@ -193,7 +258,7 @@ static int rank_main(int rank, counts_fn counts) {
         if (!train(i, rank, ZT_DEVICE_CPU, NULL, cpu, NULL) ||
             !train(i, rank, ZT_DEVICE_CUDA, counts, cuda, &m))
             continue;
-        printf("%-26s stage %d, per step: own waits/D2H/pageable H2D + staged waits:", c->name,
+        printf("%-30s stage %d, per step: own waits/D2H/pageable H2D + staged waits:", c->name,
                rank);
         for (int s = 0; s < STEPS; s++)
             printf(" %llu/%llu/%llu+%llu", m.own[s][0], m.own[s][1], m.own[s][2], m.staged[s]);
@@ -216,9 +281,39 @@ static int rank_main(int rank, counts_fn counts) {
                   "%s, stage %d step %d: loss %.7g on cuda, %.7g on cpu", c->name, rank, s + 1,
                   cuda[s], cpu[s]);
     }
+    check_disagreeing_loaders(rank, ZT_DEVICE_CPU);
+    check_disagreeing_loaders(rank, ZT_DEVICE_CUDA);
     check_dead_stage(rank);
     return check_summary(rank ? "test_cuda_emu_syncs_pipe stage 1" :
                                 "test_cuda_emu_syncs_pipe stage 0");
+}
+
+/* The data: train.txt's bytes as tokens; train.bin, the same tokens with a loss mask training
+ * 60% of the targets and a document starting every 2 to 11 tokens; other.bin, the same tokens
+ * and trained targets in documents of 5 tokens. */
+static void write_data(void) {
+    char text[NTOK];
+    uint16_t tokens[NTOK];
+    uint8_t flags[NTOK], other[NTOK];
+    unsigned rng = 7, next_doc = 0;
+    for (size_t i = 0; i < NTOK; i++) {
+        text[i] = (char)((i * 7 + i / 13) % 251);
+        tokens[i] = (uint16_t)(unsigned char)text[i];
+        rng = rng * 1103515245u + 12345u;
+        uint8_t trained = (rng >> 16) % 10 < 6 ? ZT_LOSS_MASK_TRAINED : 0;
+        flags[i] = (uint8_t)(trained | (i == next_doc ? ZT_LOSS_MASK_DOC_START : 0));
+        other[i] = (uint8_t)(trained | (i % 5 == 0 ? ZT_LOSS_MASK_DOC_START : 0));
+        if (i == next_doc)
+            next_doc += 2 + (rng >> 8) % 10;
+    }
+    check_write_file(check_tmp_path("train.txt"), text, sizeof text);
+    if (zt_dataset_write_tokens(check_tmp_path("train.bin"), tokens, NTOK) != ZT_OK ||
+        zt_loss_mask_write(check_tmp_path("train.bin.mask"), flags, NTOK) != ZT_OK ||
+        zt_dataset_write_tokens(check_tmp_path("other.bin"), tokens, NTOK) != ZT_OK ||
+        zt_loss_mask_write(check_tmp_path("other.bin.mask"), other, NTOK) != ZT_OK) {
+        fprintf(stderr, "cannot write the masked data: %s\n", zt_last_error());
+        exit(2);
+    }
 }
 
 int main(void) {
@@ -230,13 +325,10 @@ int main(void) {
         return 0;
     }
     /* Free ports for every run's rendezvous (the nccl runs' store; shm ignores it). */
-    if (!emu_free_ports(ports, 2 * NCASES + 1))
+    if (!emu_free_ports(ports, NPORTS))
         return 2;
     check_tmpdir_create("zt_syncs_pipe");
-    char text[NTOK];
-    for (size_t i = 0; i < NTOK; i++)
-        text[i] = (char)((i * 7 + i / 13) % 251);
-    check_write_file(check_tmp_path("train.txt"), text, sizeof text);
+    write_data();
     pid_t pids[WORLD];
     for (int r = 0; r < WORLD; r++) {
         pids[r] = fork();
