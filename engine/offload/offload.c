@@ -62,6 +62,10 @@ struct zt_offload {
     zt_aio *aio;
     unsigned char *sync;
     pthread_mutex_t sync_mu;
+    /* Per backend stream: recorded behind a device copy to or from pinned memory, which the
+     * host then waits for (each stream's copies come from one thread: the training thread's
+     * on the compute stream, ZeRO's communication thread's on its own). */
+    zt_event *copied[ZT_STREAMS];
     int64_t updates;
     int64_t full_at; /* ZTRAIN_INJECT_NVME_FULL */
     char describe[160];
@@ -105,16 +109,25 @@ static void host_free(zt_offload *f, void *p, size_t bytes) {
     zt_backend_free(f->be, f->host_kind, p, bytes);
 }
 
-/* Copies between the caller's buffer (device memory when dev) and the store's host memory:
- * write takes the caller's data in, read hands it out. A copy between the device and pinned
- * memory is asynchronous (backend.h): it is waited for here, since the host uses the pinned side
- * at once (pwrite of the bounce buffer, the next window's pread over it, the update's tiles),
- * and a device error it meets is returned. */
+/* Copies between the caller's buffer (device memory when dev, on stream `on`) and the store's
+ * host memory: write takes the caller's data in, read hands it out. A copy between the device
+ * and pinned memory is asynchronous (backend.h): it is waited for here, with an event behind it
+ * on its stream, since the host uses the pinned side at once (pwrite of the bounce buffer, the
+ * next window's pread over it, the update's tiles), and a device error it meets is returned.
+ * Host to host is a plain copy: no stream has a part in it. */
 static zt_status caller_copy(zt_offload *f, bool dev, bool write, void *dst, const void *src,
-                             size_t bytes) {
-    zt_copy_kind kind = !dev ? ZT_COPY_H2H : write ? ZT_COPY_D2H : ZT_COPY_H2D;
-    zt_backend_copy(f->be, dst, src, bytes, kind, ZT_STREAM_COMPUTE);
-    return dev && f->host_kind == ZT_MEM_PINNED ? zt_backend_sync(f->be) : ZT_OK;
+                             size_t bytes, zt_stream on) {
+    if (!dev) {
+        memcpy(dst, src, bytes);
+        return ZT_OK;
+    }
+    zt_backend_copy(f->be, dst, src, bytes, write ? ZT_COPY_D2H : ZT_COPY_H2D, on);
+    if (f->host_kind != ZT_MEM_PINNED)
+        return ZT_OK;
+    if (!f->copied[on])
+        return zt_backend_sync(f->be);
+    zt_backend_event_record(f->be, f->copied[on], on);
+    return zt_backend_event_wait(f->be, f->copied[on]);
 }
 
 /* ---- directories and files ------------------------------------------------------------------ */
@@ -272,6 +285,9 @@ zt_status zt_offload_create(zt_offload **out, const zt_offload_spec *spec) {
     pthread_mutex_init(&f->sync_mu, NULL);
     f->be = spec->be;
     f->host_kind = spec->optimizer->pin_memory ? ZT_MEM_PINNED : ZT_MEM_HOST;
+    /* Without them (no event could be made) a pinned copy waits for the whole device. */
+    for (int i = 0; i < ZT_STREAMS; i++)
+        f->copied[i] = zt_backend_event_create(f->be);
     f->rank = spec->rank;
     f->n = spec->n;
     f->full_at = zt_inject_step("ZTRAIN_INJECT_NVME_FULL", spec->rank);
@@ -381,6 +397,9 @@ void zt_offload_destroy(zt_offload *f) {
         if (f->dirs[d].made)
             rmdir(f->dirs[d].path);
     host_free(f, f->sync, SYNC_BYTES);
+    for (int i = 0; i < ZT_STREAMS; i++)
+        if (f->copied[i])
+            zt_backend_event_destroy(f->be, f->copied[i]);
     pthread_mutex_destroy(&f->sync_mu);
     free(f);
 }
@@ -402,7 +421,7 @@ const char *zt_offload_describe(const zt_offload *f) { return f->describe; }
 /* Moves elements [first, first + count) of a file-backed stream through the bounce buffer in
  * aligned windows; a window only partly written is read first. */
 static zt_status file_copy(zt_offload *f, stream *s, bool write, size_t first,
-                           unsigned char *data, size_t count, bool dev) {
+                           unsigned char *data, size_t count, bool dev, zt_stream on) {
     size_t lo = first * s->elem, hi = (first + count) * s->elem;
     zt_status st = ZT_OK;
     pthread_mutex_lock(&f->sync_mu);
@@ -413,11 +432,13 @@ static zt_status file_copy(zt_offload *f, stream *s, bool write, size_t first,
         if (!write || pos > a || end < b)
             st = full_io(s->fd, false, f->sync, b - a, (off_t)a, s->path);
         if (st == ZT_OK && write) {
-            st = caller_copy(f, dev, true, f->sync + (pos - a), data + (pos - lo), end - pos);
+            st = caller_copy(f, dev, true, f->sync + (pos - a), data + (pos - lo), end - pos,
+                             on);
             if (st == ZT_OK)
                 st = full_io(s->fd, true, f->sync, b - a, (off_t)a, s->path);
         } else if (st == ZT_OK) {
-            st = caller_copy(f, dev, false, data + (pos - lo), f->sync + (pos - a), end - pos);
+            st = caller_copy(f, dev, false, data + (pos - lo), f->sync + (pos - a), end - pos,
+                             on);
         }
         pos = end;
     }
@@ -426,40 +447,40 @@ static zt_status file_copy(zt_offload *f, stream *s, bool write, size_t first,
 }
 
 static zt_status copy(zt_offload *f, int index, bool write, size_t first, unsigned char *data,
-                      size_t count, bool dev) {
+                      size_t count, bool dev, zt_stream on) {
     stream *s = &f->s[index];
     ZT_ASSERT(s->place != ZT_PLACE_ABSENT && first + count <= f->n);
     size_t in_file = tile_in_file(s, first) ? min_sz(count, s->n_file - first) : 0;
     if (in_file)
-        ZT_TRY(file_copy(f, s, write, first, data, in_file, dev));
+        ZT_TRY(file_copy(f, s, write, first, data, in_file, dev, on));
     size_t rest = count - in_file;
     if (rest) {
         void *mem = at(s, first + in_file);
         unsigned char *d = data + in_file * s->elem;
         if (write)
-            return caller_copy(f, dev, true, mem, d, rest * s->elem);
-        return caller_copy(f, dev, false, d, mem, rest * s->elem);
+            return caller_copy(f, dev, true, mem, d, rest * s->elem, on);
+        return caller_copy(f, dev, false, d, mem, rest * s->elem, on);
     }
     return ZT_OK;
 }
 
 zt_status zt_offload_read(zt_offload *f, int stream, size_t first, void *dst, size_t count) {
-    return copy(f, stream, false, first, dst, count, false);
+    return copy(f, stream, false, first, dst, count, false, ZT_STREAM_COMPUTE);
 }
 
 zt_status zt_offload_write(zt_offload *f, int stream, size_t first, const void *src,
                            size_t count) {
-    return copy(f, stream, true, first, (unsigned char *)src, count, false);
+    return copy(f, stream, true, first, (unsigned char *)src, count, false, ZT_STREAM_COMPUTE);
 }
 
 zt_status zt_offload_read_device(zt_offload *f, int stream, size_t first, void *dst,
-                                 size_t count) {
-    return copy(f, stream, false, first, dst, count, true);
+                                 size_t count, zt_stream on) {
+    return copy(f, stream, false, first, dst, count, true, on);
 }
 
 zt_status zt_offload_write_device(zt_offload *f, int stream, size_t first, const void *src,
-                                  size_t count) {
-    return copy(f, stream, true, first, (unsigned char *)src, count, true);
+                                  size_t count, zt_stream on) {
+    return copy(f, stream, true, first, (unsigned char *)src, count, true, on);
 }
 
 /* ---- the tiled update --------------------------------------------------------------------- */

@@ -308,7 +308,8 @@ static zt_status put_masters(zt_zero *z, size_t c, const uint16_t *h, size_t len
         return ZT_OK;
     }
     op->from_half(&z->ctx, z->chunk, h, len, z->dtype);
-    return zt_offload_write_device(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len);
+    return zt_offload_write_device(z->off, ZT_OFFLOAD_MASTER, c, z->chunk, len,
+                                   ZT_STREAM_COMPUTE);
 }
 
 /* Mixed precision: the masters of the slice widened from the 16-bit parameters, and with
@@ -320,7 +321,8 @@ static zt_status take_half(zt_zero *z) {
         size_t len = zt_min_sz(ZT_ZERO_CHUNK, z->master_n - c), at = z->master_base + c;
         s = put_masters(z, c, z->p16 + at, len);
         if (s == ZT_OK && z->stage == 3 && z->param_file) {
-            s = zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, c, z->p16 + at, len);
+            s = zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, c, z->p16 + at, len,
+                                        ZT_STREAM_COMPUTE);
             zt_zero_release_u16(z, z->p16, at, at + len);
         }
     }
@@ -334,7 +336,7 @@ zt_status zt_zero_after_init(zt_zero *z) {
         s = take_half(z);
     else if (z->param_file)
         s = zt_offload_write_device(z->off, ZT_OFFLOAD_PARAMS, 0, m->params + z->own_lo,
-                                     z->part);
+                                     z->part, ZT_STREAM_COMPUTE);
     zt_zero_release_gathered(z);
     return s;
 }

@@ -13,8 +13,9 @@
 static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
     if (!z->half)
         return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo,
-                                      z->model->params + a, n);
-    return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n);
+                                      z->model->params + a, n, zt_zero_job_ctx(z)->stream);
+    return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n,
+                                  zt_zero_job_ctx(z)->stream);
 }
 
 /* Mixed precision: [lo, hi) of the fp32 working copy, the 16-bit parameters widened. */
@@ -319,7 +320,8 @@ zt_status zt_zero_gather_kept(zt_zero *z) {
         size_t at = offsets[z->rank], n = counts[z->rank];
         if (n && z->param_file)
             ZT_TRY(zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS,
-                                          ti->offset + at - z->own_lo, k + at, n));
+                                          ti->offset + at - z->own_lo, k + at, n,
+                                          ZT_STREAM_COMPUTE));
         else if (n)
             zt_backend_copy(z->be, k + at, m->params + ti->offset + at, n * sizeof(float),
                             ZT_COPY_D2D, ZT_STREAM_COMPUTE);

@@ -186,7 +186,7 @@ static void check_nvme_pinned(void) {
         host[i] = (float)i * 0.5f + 1.0f;
     float *d = dev_copy_of(host, n * sizeof *host);
     float *d_back = zt_backend_alloc(be, ZT_MEM_DEVICE, n * sizeof *back);
-    zt_status s = zt_offload_write_device(f, ZT_OFFLOAD_MASTER, 0, d, n);
+    zt_status s = zt_offload_write_device(f, ZT_OFFLOAD_MASTER, 0, d, n, ZT_STREAM_COMPUTE);
     check_at(__FILE__, __LINE__, s == ZT_OK, "zt_offload_write_device: %s", zt_last_error());
     /* Read back to the host through the file: what pwrite wrote. */
     s = zt_offload_read(f, ZT_OFFLOAD_MASTER, 0, back, n);
@@ -196,8 +196,9 @@ static void check_nvme_pinned(void) {
         bad += back[i] != host[i];
     check_at(__FILE__, __LINE__, bad == 0, "NVMe offload with pinned buffers: %zu of %zu elements in the file are not "
              "the device's (the D2H copy was not waited for before pwrite)", bad, n);
-    /* And from the file to the device: what the H2D copies took. */
-    s = zt_offload_read_device(f, ZT_OFFLOAD_MASTER, 0, d_back, n);
+    /* And from the file to the device: what the H2D copies took, here on the communication
+     * stream, as ZeRO's communication thread reads (the event wait behind each copy covers it). */
+    s = zt_offload_read_device(f, ZT_OFFLOAD_MASTER, 0, d_back, n, ZT_STREAM_COMM);
     check_at(__FILE__, __LINE__, s == ZT_OK, "zt_offload_read_device: %s", zt_last_error());
     zt_backend_copy(be, back, d_back, n * sizeof *back, ZT_COPY_D2H, ZT_STREAM_COMPUTE);
     check_at(__FILE__, __LINE__, zt_backend_sync(be) == ZT_OK, "sync: %s", zt_last_error());

@@ -54,6 +54,10 @@ typedef void (*counts_fn)(unsigned long long out[3]);
 #define BF16 "\"bf16\": {\"enabled\": true}, "
 /* ZeRO's communication thread reducing buckets of 4,096 elements as the backward goes. */
 #define OVERLAP ", \"overlap_comm\": true, \"reduce_bucket_size\": 4096"
+/* Stage 3's parameters in this rank's file, read by the communication thread's gathers. */
+#define NVME_PARAM                                                                            \
+    ", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\", \"pin_memory\": true}, " \
+    "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}"
 /* Tensor parallelism over both ranks (dp 1 × tp 2): the ranks are one model's two shards. */
 #define TP2 "\"tensor_parallel\": {\"autotp_size\": 2}, "
 #define ADAMW "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1, \"eps\": 1e-4}}"
@@ -80,9 +84,11 @@ static int reads_allowed(const run_case *c) {
 }
 
 /* The offloaded update's tiles a step (0 without offload): the waits a case allows past the
- * step's one are the tiles'. */
+ * step's one are the tiles'. Not with offload_param, whose gathers wait too (below). */
 static int offload_tiles(const run_case *c) {
-    return strstr(c->zero_extra, "offload_optimizer") ? c->waits - 1 : 0;
+    return strstr(c->zero_extra, "offload_optimizer") && !strstr(c->zero_extra, "offload_param")
+               ? c->waits - 1
+               : 0;
 }
 
 static const run_case cases[] = {
@@ -118,6 +124,13 @@ static const run_case cases[] = {
      * reduced on ZeRO's communication thread while the backward goes on. */
     {"gpt2 fp32 ZeRO 2 overlap", TINY_GPT2, "", ADAMW, 2, OVERLAP, false, 1, 1, NULL},
     {"gpt2 bf16 ZeRO 2 overlap", TINY_GPT2, BF16, ADAMW, 2, OVERLAP, false, 1, 1, NULL},
+    /* Stage 3 with this rank's parameters in a file: each gather, on the communication
+     * thread, reads the rank's piece through the pinned bounce buffer and waits for its copy
+     * there, an event on the communication stream (before: on the compute stream with a wait
+     * for the whole device), besides the update's tile and the step's: 8 and 12 waits a step
+     * on the two ranks, whose pieces span different windows of the file. */
+    {"gpt2 bf16 ZeRO 3 offload_param nvme", TINY_GPT2, BF16, ADAMW, 3, NVME_PARAM, false, 12, 1,
+     NULL},
     /* Tensor parallelism over both ranks (dp 1 × tp 2), at the ZeRO stages TP trains with
      * the pipeline too (here ZeRO partitions over the one replica). Llama's four query heads
      * share two kv heads (GQA), one a shard; with one kv head both shards hold it and sum its

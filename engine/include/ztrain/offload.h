@@ -113,11 +113,14 @@ zt_status zt_offload_read(zt_offload *f, int stream, size_t first, void *dst, si
 zt_status zt_offload_write(zt_offload *f, int stream, size_t first, const void *src,
                            size_t count);
 /* The same with the caller's buffer in the backend's device memory (ZeRO's flat buffers): the
- * copies are host-to-device and device-to-host, which on the CPU backend are plain copies. */
+ * copies are host-to-device and device-to-host, which on the CPU backend are plain copies. They
+ * are issued on the backend's stream `on`, the caller's (ZeRO's communication thread gives its
+ * own, so that nothing of it lands on the compute stream), and from pinned memory waited for
+ * with an event on that stream, not for the whole device. */
 zt_status zt_offload_read_device(zt_offload *f, int stream, size_t first, void *dst,
-                                 size_t count);
+                                 size_t count, zt_stream on);
 zt_status zt_offload_write_device(zt_offload *f, int stream, size_t first, const void *src,
-                                  size_t count);
+                                  size_t count, zt_stream on);
 
 /* One update over the slice: calls pass->update once per tile, in order (and pass->ahead one
  * tile ahead of it), and writes back every file-backed tile. A failed read or write stops the
