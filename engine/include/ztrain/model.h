@@ -147,8 +147,10 @@ struct zt_model {
     size_t n_params;
     size_t n_padded;      /* n_params rounded up to the pad_to given at creation */
     float *params;        /* [n_padded] device memory, owned; the padding is 0 */
-    /* [n_padded], likewise, but allocated released (zt_backend_alloc_released): committed by
-     * ZeRO (zt_zero_init, its hooks) or, in a model without hooks, by its first backward. */
+    /* [n_padded], likewise, but allocated released (zt_backend_alloc_released; in mixed
+     * precision on a backend that writes 16-bit gradients, zt_backend_reserve, which holds
+     * nothing at any size): committed by ZeRO (zt_zero_init, its hooks) or, in a model without
+     * hooks, by its first backward. */
     float *grads;
     zt_model_hooks hooks;
     int n_tensors;
