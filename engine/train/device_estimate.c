@@ -178,7 +178,7 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
 
 /* The per-channel sums' row tiles for n rows (kernels/cuda/channel_sums.cuh): rows per tile
  * ceil(n / tiles at most) but at least min_rows (ZT_CUDA_CHANNEL_MIN_ROWS for the two passes of
- * the bias gradients, one in the norms' fused backward), then as many tiles as those rows need. */
+ * the bias gradients, ZT_CUDA_CHANNEL_FUSED_MIN_ROWS in the norms' fused backward), then as many tiles as those rows need. */
 static uint64_t channel_tiles(uint64_t n, uint64_t min_rows) {
     if (n == 0)
         return 0;
@@ -240,8 +240,10 @@ static zt_status estimate_share(const zt_job_spec *job, const zt_model_spec *spe
     /* The channel partials' scratch holds the larger of the widest sum over the two passes'
      * tiles and a norm's over the fused backward's (at most one a row). */
     const uint64_t two_pass = channel_tiles(rows, ZT_CUDA_CHANNEL_MIN_ROWS);
-    const uint64_t partials = max_u64(zt_u64_mul(two_pass, m.channel_sum_floats, &ov),
-                                      zt_u64_mul(channel_tiles(rows, 1), m.norm_sum_floats, &ov));
+    const uint64_t partials =
+        max_u64(zt_u64_mul(two_pass, m.channel_sum_floats, &ov),
+                zt_u64_mul(channel_tiles(rows, ZT_CUDA_CHANNEL_FUSED_MIN_ROWS), m.norm_sum_floats,
+                           &ov));
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(partials, 4, &ov)), &ov);
     /* The bias gradient cuBLASLt's epilogue writes before it is added (one bias's floats, no
      * wider than the widest channel sum). */

@@ -503,11 +503,11 @@ static void test_device_terms(void) {
                     gpt2_device_activations(B, T, C, H, V, L, half ? 2 : 4, (uint64_t)k);
                 /* The sums, the scratch for tokens, buckets and the channel partials (the
                  * larger of the FC bias's 4·C channels over tiles of 64 rows and a LayerNorm's
-                 * 2·C over the fused backward's tiles of a row, up to 1024 rows) and for the FC
+                 * 2·C over the fused backward's tiles of 32 rows) and for the FC
                  * bias's gradient from cuBLASLt's epilogue (4·C floats), the read-back slots (one
                  * micro-batch, two norm pieces, a slot a tensor) and in bf16 ZeRO's chunk. */
                 const uint64_t BT = B * T, bias = (BT + 63) / 64 * 4 * C;
-                const uint64_t norm = (BT < 1024 ? BT : 1024) * 2 * C;
+                const uint64_t norm = (BT + 31) / 32 * 2 * C;
                 const uint64_t partials = bias > norm ? bias : norm;
                 const uint64_t want_ws = (2 * 1024 + 2) * 8 + grown(BT * 4) +
                                          grown((3 * BT + 2) * 4) + grown(4 * partials) +

@@ -375,8 +375,9 @@ typedef struct {
      * a GPU backend reduces it over row tiles into partials of this width (admission.h). */
     uint64_t channel_sum_floats;
     /* Of those, a norm's (2 · n_embd for LayerNorm, n_embd for RMSNorm): a GPU backend takes
-     * them in the norm's backward kernel, over row tiles of as little as one row, so their
-     * partials may have more rows than the others' (admission.h). */
+     * them in the norm's backward kernel, over row tiles of fewer rows than the others' (32 at
+     * least, against 64: backend.h, ZT_CUDA_CHANNEL_FUSED_MIN_ROWS), so their partials may have
+     * more rows than the others' (admission.h). */
     uint64_t norm_sum_floats;
     /* Host memory the model keeps besides its buffers: its tensor table, per-layer views and the
      * per-token losses read back from a forward. */

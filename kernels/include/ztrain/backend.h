@@ -304,8 +304,8 @@ zt_status zt_backend_cuda_waits(zt_backend *be, zt_cuda_waits *out);
  * targets of a forward, the embedding backward's token buckets (3 · rows + 2 ints), the
  * per-channel gradient sums' partials, one row of channels per tile of at most
  * ZT_CUDA_CHANNEL_TILES row tiles: of at least ZT_CUDA_CHANNEL_MIN_ROWS rows for the bias
- * gradients' two passes, of at least one row in the norms' fused backward (so at most
- * min(rows, ZT_CUDA_CHANNEL_TILES) tiles either way); and one linear layer's bias gradient in
+ * gradients' two passes, of at least ZT_CUDA_CHANNEL_FUSED_MIN_ROWS in the norms' fused
+ * backward; and one linear layer's bias gradient in
  * fp32 (cuBLASLt's BGRADA / BGRADB epilogue writes it there before it is added). The kernels
  * check these against their own constants. */
 #define ZT_CUDA_CUBLAS_WORKSPACE_BYTES ((uint64_t)32 << 20)
@@ -318,6 +318,7 @@ zt_status zt_backend_cuda_waits(zt_backend *be, zt_cuda_waits *out);
 #define ZT_CUDA_SUMS_BYTES ((uint64_t)(2 * 1024 + 2) * sizeof(double))
 #define ZT_CUDA_CHANNEL_TILES 1024
 #define ZT_CUDA_CHANNEL_MIN_ROWS 64
+#define ZT_CUDA_CHANNEL_FUSED_MIN_ROWS 32
 static inline uint64_t zt_cuda_scratch_bytes(uint64_t request) { return request + request / 4; }
 
 /* ---- the CPU backend ---------------------------------------------------------------------- */

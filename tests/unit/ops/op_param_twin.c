@@ -82,7 +82,7 @@ static norm_result norm_run(zt_backend *be, zt_dtype act, bool rms, int N, int C
 static void norm_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     if (act == ZT_F32 || !be->reads_param16)
         return; /* a twin is only ever in the activations' 16-bit type */
-    /* N, C, pad; the last has tiles of two rows in a GPU's fused backward (ceil(N / 1024)) */
+    /* N, C, pad; the last has 32 tiles of 32 rows and one of 5 in a GPU's fused backward */
     static const int shapes[][3] = {{5, 40, 0}, {7, 37, 1}, {1029, 37, 1}};
     for (int rms = 0; rms < 2; rms++)
         for (int k = 0; k < 3; k++) {
