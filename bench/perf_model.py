@@ -70,8 +70,8 @@ EMU = os.path.join(HERE, "emu")
 A16, S32, P32 = 2, 4, 4  # bytes: a 16-bit activation or gradient; an fp32 statistic; fp32 state
 
 # kernels/cuda/channel_sums.cuh: rows per tile, at least 64 and at most 1024 tiles; a norm's
-# fused backward takes tiles of at least one row (zt_channel_fused_tile_rows).
-CHANNEL_MAX_TILES, FUSED_MIN_ROWS = 1024, 1
+# fused backward takes tiles of at least 32 rows (zt_channel_fused_tile_rows).
+CHANNEL_MAX_TILES, FUSED_MIN_ROWS = 1024, 32
 
 
 def channel_tiles(N, min_rows):

@@ -55,8 +55,14 @@ zt_status zt_model_alloc_flat(zt_model *m, size_t pad_to) {
     m->params = zt_backend_alloc(m->ctx.be, ZT_MEM_DEVICE, flat_bytes(m));
     /* Reserved, holding nothing: ZeRO commits what of them a rank writes (all of them at stages
      * 0-1 in fp32; per layer in mixed precision and at stages 2-3, where the whole buffer is
-     * never held), so the model's making does not hold 8 bytes a parameter at once. */
-    m->grads = zt_backend_alloc_released(m->ctx.be, flat_bytes(m));
+     * never held), so the model's making does not hold 8 bytes a parameter at once. In mixed
+     * precision on a backend whose ops write 16-bit gradients (writes_grad16) a step never
+     * writes them at all: they are only the addresses the ops map to ZeRO's 16-bit buffer
+     * (ops.h, zt_grad16), so they are reserved at any size (zt_backend_reserve), where a small
+     * released allocation would hold all of its bytes. */
+    const bool unwritten = m->ctx.act != ZT_F32 && m->ctx.be->writes_grad16;
+    m->grads = unwritten ? zt_backend_reserve(m->ctx.be, flat_bytes(m))
+                         : zt_backend_alloc_released(m->ctx.be, flat_bytes(m));
     if (!m->params || !m->grads)
         return zt_error(ZT_ERR_NOMEM, "%s: cannot allocate %zu parameters on %s", m->spec.type,
                         m->n_padded, m->ctx.be->name);

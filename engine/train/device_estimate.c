@@ -37,7 +37,7 @@ static uint64_t held_in_use(uint64_t n, uint64_t es, int ranges, uint64_t whole,
 
 /* The model state of one rank on the CUDA backend in its three moments: the model made in fp32
  * (the parameters whole; the gradients reserved, holding nothing until ZeRO commits what it
- * writes, unless a small allocation), ZeRO's setup (what a step holds of the fp32 buffers only per
+ * writes, unless a small allocation in fp32), ZeRO's setup (what a step holds of the fp32 buffers only per
  * layer given back first: the gradients where ZeRO holds them per layer, stage 3's parameters
  * outside the slice, and in mixed precision the whole fp32 parameters once the 16-bit ones are
  * made from them; then its buffers and the optimizer's allocated), and a step (the fp32 layers
@@ -83,7 +83,11 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                                                  layer, ov), outer, ov);
     const uint64_t grads_step = held_in_use(min_u64(grads_live, padded), 4, 3, f32, ov);
 
-    uint64_t model_made = zt_u64_add(held(f32, ov), f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, ov);
+    /* The model's fp32 gradients: in mixed precision reserved at any size, holding nothing until
+     * committed (zt_backend_reserve: the ops write 16-bit gradients, model.c); in fp32 released,
+     * a small allocation holding all of its bytes. */
+    const uint64_t grads_made = !half && f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0;
+    uint64_t model_made = zt_u64_add(held(f32, ov), grads_made, ov);
     uint64_t setup, step_fp32;
     if (half) {
         /* The 16-bit parameters whole, or at stage 3 the slice and the layers gathered beside
@@ -112,18 +116,24 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
          * 2 the blocks the backward writes, held until their bucket is reduced, as fp32 ones are
          * in fp32: the bucket being filled and the one reduced before it. They are the 16-bit
          * buffer's where the ops write 16 bits, else the fp32 gradients' (which are otherwise
-         * held nowhere: all of them in a small allocation, which is not given back). */
+         * held nowhere: reserved at any size, their ranges take whole granules when
+         * committed). */
         out->grad_bytes = held(zt_u64_mul(2, stage >= 2 ? part : padded, ov), ov);
         if (stage >= 2 && grads16)
             out->grad_bytes = zt_u64_add(
                 out->grad_bytes, held_in_use(min_u64(grads_live, padded), 2, 3, g16, ov), ov);
-        const uint64_t grads_half =
-            stage >= 2 && !grads16 ? grads_step : held_in_use(0, 4, 0, f32, ov);
-        step_fp32 = zt_u64_add(f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0, /* kept, unfilled */
-                               grads_half, ov);
+        /* The fp32 parameters, given back once rounded: none of a large buffer, all of a small
+         * one. */
+        step_fp32 = held_in_use(0, 4, 0, f32, ov);
+        if (stage >= 2 && !grads16)
+            step_fp32 = zt_u64_add(step_fp32, min_u64(
+                zt_u64_add(zt_u64_round_up(zt_u64_mul(min_u64(grads_live, padded), 4, ov),
+                                           ZT_CUDA_VMM_GRANULE_BYTES, ov),
+                           3 * ZT_CUDA_VMM_GRANULE_BYTES, ov),
+                zt_u64_round_up(f32, ZT_CUDA_VMM_GRANULE_BYTES, ov)), ov);
         /* ZeRO's start: the fp32 parameters beside the 16-bit ones it rounds them into (whole,
-         * or at stage 3 the slice's granules, the rest never held), and small fp32 gradients,
-         * which are not given back. */
+         * or at stage 3 the slice's granules, the rest never held), and small 16-bit gradients
+         * from stage 2, which are not given back (the fp32 ones hold nothing). */
         const uint64_t p16_made =
             stage == 3 && N > 1 && zt_u64_mul(2, padded, ov) >= ZT_CUDA_VMM_MIN_BYTES
                 ? min_u64(p16, zt_u64_add(zt_u64_round_up(zt_u64_mul(2, part, ov),
@@ -131,11 +141,7 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
                                           ZT_CUDA_VMM_GRANULE_BYTES, ov))
                 : p16;
         setup = zt_u64_add(zt_u64_add(held(f32, ov), p16_made, ov),
-                           zt_u64_add(f32 < ZT_CUDA_VMM_MIN_BYTES ? f32 : 0,
-                                      stage >= 2 && grads16 && g16 < ZT_CUDA_VMM_MIN_BYTES ? g16
-                                                                                          : 0,
-                                      ov),
-                           ov);
+                           stage >= 2 && grads16 && g16 < ZT_CUDA_VMM_MIN_BYTES ? g16 : 0, ov);
     } else {
         /* Stage 3 gives back the fp32 parameters outside the slice; the tensors kept whole
          * (stage3_param_persistence_threshold) hold their values in a buffer of their own. */
@@ -172,7 +178,7 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
 
 /* The per-channel sums' row tiles for n rows (kernels/cuda/channel_sums.cuh): rows per tile
  * ceil(n / tiles at most) but at least min_rows (ZT_CUDA_CHANNEL_MIN_ROWS for the two passes of
- * the bias gradients, one in the norms' fused backward), then as many tiles as those rows need. */
+ * the bias gradients, ZT_CUDA_CHANNEL_FUSED_MIN_ROWS in the norms' fused backward), then as many tiles as those rows need. */
 static uint64_t channel_tiles(uint64_t n, uint64_t min_rows) {
     if (n == 0)
         return 0;
@@ -234,8 +240,10 @@ static zt_status estimate_share(const zt_job_spec *job, const zt_model_spec *spe
     /* The channel partials' scratch holds the larger of the widest sum over the two passes'
      * tiles and a norm's over the fused backward's (at most one a row). */
     const uint64_t two_pass = channel_tiles(rows, ZT_CUDA_CHANNEL_MIN_ROWS);
-    const uint64_t partials = max_u64(zt_u64_mul(two_pass, m.channel_sum_floats, &ov),
-                                      zt_u64_mul(channel_tiles(rows, 1), m.norm_sum_floats, &ov));
+    const uint64_t partials =
+        max_u64(zt_u64_mul(two_pass, m.channel_sum_floats, &ov),
+                zt_u64_mul(channel_tiles(rows, ZT_CUDA_CHANNEL_FUSED_MIN_ROWS), m.norm_sum_floats,
+                           &ov));
     w = zt_u64_add(w, zt_cuda_scratch_bytes(zt_u64_mul(partials, 4, &ov)), &ov);
     /* The bias gradient cuBLASLt's epilogue writes before it is added (one bias's floats, no
      * wider than the widest channel sum). */

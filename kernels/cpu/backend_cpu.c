@@ -256,6 +256,7 @@ static void cpu_destroy(zt_backend *be) {
 static const zt_backend_iface cpu_iface = {
     .alloc = cpu_alloc,
     .alloc_released = cpu_alloc_released,
+    .reserve = cpu_alloc_released,
     .free = cpu_free,
     .zero = cpu_zero,
     .copy = cpu_copy,

@@ -172,6 +172,23 @@ static void *cuda_alloc_released(zt_backend *be, size_t bytes) {
     return p;
 }
 
+/* Granules reserved at any size, none mapped (backend.h, zt_backend_reserve); without a VMM, as
+ * alloc_released. */
+static void *cuda_reserve(zt_backend *be, size_t bytes) {
+    zt_cuda_state *st = be->impl;
+    if (!st->vmm)
+        return cuda_alloc_released(be, bytes);
+    pthread_mutex_lock(&st->released_lock);
+    void *p = zt_cuda_vmm_reserve(be, bytes ? bytes : 1);
+    if (p && zt_cuda_ranges_add(&st->released, (uintptr_t)p,
+                                (uintptr_t)p + (bytes ? bytes : 1)) != ZT_OK) {
+        zt_cuda_vmm_free(be, p);
+        p = NULL;
+    }
+    pthread_mutex_unlock(&st->released_lock);
+    return p;
+}
+
 static void cuda_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
     zt_cuda_state *st = be->impl;
     if (!p)
@@ -473,6 +490,7 @@ static void cuda_destroy(zt_backend *be) {
 static const zt_backend_iface cuda_iface = {
     .alloc = cuda_alloc,
     .alloc_released = cuda_alloc_released,
+    .reserve = cuda_reserve,
     .free = cuda_free,
     .zero = cuda_zero,
     .copy = cuda_copy,

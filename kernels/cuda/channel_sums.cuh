@@ -18,9 +18,9 @@
  * zt_channel_fused_tile_rows(N) consecutive rows, adds each row's terms into per-channel
  * accumulators in shared memory while it computes that row's input gradient, and writes its
  * partial row here for zt_channel_finish. Its tiles are the same in number as above at most
- * (ZT_CHANNEL_MAX_TILES), but of one row at least, so the bound holds; where the accumulators
- * would take more than ZT_CHANNEL_FUSED_SMEM bytes (very wide rows), the norms take the two
- * passes above. */
+ * (ZT_CHANNEL_MAX_TILES), but of ZT_CHANNEL_FUSED_MIN_ROWS rows at least, so the bound holds;
+ * where the accumulators would take more than ZT_CHANNEL_FUSED_SMEM bytes (very wide rows), the
+ * norms take the two passes above. */
 #ifndef ZTRAIN_CUDA_CHANNEL_SUMS_CUH
 #define ZTRAIN_CUDA_CHANNEL_SUMS_CUH
 
@@ -32,8 +32,18 @@ enum {
     ZT_CHANNEL_MIN_ROWS = 64,   /* rows per tile at least: 8 rows per warp amortise the pass */
     ZT_CHANNEL_MAX_TILES = 1024 /* tiles at most, bounding the scratch and the second pass */
 };
+/* Rows per tile of the norms' fused backward at least. A tile's K partial rows are written and
+ * read back once (8 · K bytes a channel) while each of its R rows moves 8 bytes a channel at
+ * bf16 (dout and the input read, the input gradient read and written), so the partials add K / R
+ * to the kernel's traffic: with tiles of one row, which 1024 tiles gave up to 1024 rows, K times
+ * the rows' own, and 12.5% for LayerNorm at 16K rows (GPT-2 at B = 16, T = 1024: 16 rows a
+ * tile). At 32 rows at least it is 3% (RMSNorm) or 6% (LayerNorm) at most, and 16K rows still
+ * make 512 blocks, several per SM; a batch under 32 · 132 rows leaves some of an H100's SMs
+ * idle, but its kernel takes a few microseconds, about its launch. */
+enum { ZT_CHANNEL_FUSED_MIN_ROWS = 32 };
 static_assert(ZT_CHANNEL_MAX_TILES == ZT_CUDA_CHANNEL_TILES &&
-                  ZT_CHANNEL_MIN_ROWS == ZT_CUDA_CHANNEL_MIN_ROWS,
+                  ZT_CHANNEL_MIN_ROWS == ZT_CUDA_CHANNEL_MIN_ROWS &&
+                  ZT_CHANNEL_FUSED_MIN_ROWS == ZT_CUDA_CHANNEL_FUSED_MIN_ROWS,
               "backend.h states the tiles");
 
 /* Rows per tile for N rows, a function of N alone (so is the order of every addition). */
@@ -123,12 +133,12 @@ enum {
     ZT_CHANNEL_FUSED_SMEM = 32 << 10
 };
 
-/* Rows per tile of a fused kernel for N rows: as many tiles as ZT_CHANNEL_MAX_TILES allows, so
- * that the grid fills a GPU (132 SMs on an H100) however few rows a batch has, of at least one
- * row. A function of N alone, as the order of every addition is. */
+/* Rows per tile of a fused kernel for N rows: ceil(N / ZT_CHANNEL_MAX_TILES), but at least
+ * ZT_CHANNEL_FUSED_MIN_ROWS (above). A function of N alone, as the order of every addition is,
+ * so the sums are bit-identical from run to run. */
 static inline int zt_channel_fused_tile_rows(int N) {
     int rows = (N + ZT_CHANNEL_MAX_TILES - 1) / ZT_CHANNEL_MAX_TILES;
-    return rows < 1 ? 1 : rows;
+    return rows < ZT_CHANNEL_FUSED_MIN_ROWS ? ZT_CHANNEL_FUSED_MIN_ROWS : rows;
 }
 
 /* The shared memory of a fused kernel's K sums over rows of C elements of T walked in 16-byte

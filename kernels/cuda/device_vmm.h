@@ -24,8 +24,8 @@ bool zt_cuda_vmm_takes(const zt_cuda_state *st, size_t bytes);
  * memory). */
 void *zt_cuda_vmm_alloc(zt_backend *be, size_t bytes);
 /* A reserved range of whole granules for bytes with none mapped, none live: nothing held until
- * a commit (zt_backend_alloc_released; the caller adds it to the released ranges). NULL when
- * the driver refuses the address range. */
+ * a commit (zt_backend_alloc_released, zt_backend_reserve; the caller adds it to the released
+ * ranges). NULL when the driver refuses the address range. */
 void *zt_cuda_vmm_reserve(zt_backend *be, size_t bytes);
 /* Whether p is one of the VMM's allocations (its start), or lies in one. */
 bool zt_cuda_vmm_owns(const zt_cuda_state *st, const void *p);

@@ -9,8 +9,20 @@
  * vector) or a row that does not start 16-byte aligned (an odd C) goes element by element. Each
  * element's sum runs in the same order as one thread per element would run it. The forward reads
  * the tables through their 16-bit twins where the ctx has them (zt_param_view); the backward adds
- * into the 16-bit gradients where the ctx has them (zt_grad_view). */
+ * into the 16-bit gradients where the ctx has them (zt_grad_view). The op is not told the
+ * vocabulary, so a twin or a 16-bit gradient must cover the rows the tokens select, up to the
+ * largest, read from the host's tokens: one that covers fewer leaves the table to its fp32
+ * values, never read or written past its end. */
 #include "cuda_common.cuh"
+
+/* The elements of a table of rows of C that the tokens use: rows [0, largest token + 1), one row
+ * at least (no token selects a row of this shard: the rows' count does not matter then). */
+static size_t used_rows_elems(const int32_t *tokens, size_t n, int C) {
+    int32_t most = 0;
+    for (size_t i = 0; i < n; i++)
+        most = tokens[i] > most ? tokens[i] : most;
+    return ((size_t)most + 1) * (size_t)C;
+}
 
 /* Thread i: channels [c0, c0 + ZT_VEC(T)) of position bt. */
 template <typename T>
@@ -78,9 +90,8 @@ extern "C" void zt_cuda_embedding_forward(const zt_ctx *x, void *out, const int3
         return;
     ZT_ACT_DISPATCH(x->act, {
         size_t chunks = (size_t)B * T * ((C + ZT_VEC(ACT_T) - 1) / ZT_VEC(ACT_T));
-        /* The table's rows lie in the flat parameter buffer with the first, so the first row's
-         * twin is the table's (the op does not know the vocabulary). */
-        ZT_LAUNCH_1D(x, chunks, emb_fwd<ACT_T>, (ACT_T *)out, tok, zt_cuda_param(x, wte, C),
+        ZT_LAUNCH_1D(x, chunks, emb_fwd<ACT_T>, (ACT_T *)out, tok,
+                     zt_cuda_param(x, wte, used_rows_elems(tokens, (size_t)B * T, C)),
                      zt_cuda_param(x, wpe, (size_t)T * C), T, C, chunks);
     });
 }
@@ -104,7 +115,8 @@ extern "C" void zt_cuda_embedding_backward(const zt_ctx *x, float *dwte, float *
         return;
     ZT_ACT_DISPATCH(x->act, {
         ZT_LAUNCH(emb_bwd_wte<ACT_T>, k, zt_row_threads_vec<ACT_T>(C), 0, zt_cuda_stream(x),
-                  zt_cuda_grad(x, dwte, C), (const ACT_T *)dout, d, d + n + 1,
+                  zt_cuda_grad(x, dwte, used_rows_elems(tokens, (size_t)n, C)),
+                  (const ACT_T *)dout, d, d + n + 1,
                   d + 2 * (size_t)n + 2, C);
         ZT_CUDA_LAUNCHED(x->be);
         if (dwpe) {

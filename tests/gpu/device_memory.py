@@ -10,7 +10,9 @@ allocations are cudaMalloc's, counted as asked. Granules given back are reused b
 before new ones are made, so the peak is the most held at one moment, in one of two phases:
 
   setup: the model is made in fp32: its parameters whole, its gradients reserved but holding
-  nothing (a large allocation; a small one is held whole) until ZeRO commits what it writes
+  nothing (a large allocation, or any in mixed precision, where the ops write 16-bit gradients
+  and the fp32 ones are never written; a small one in fp32 is held whole) until ZeRO commits
+  what it writes
   (whole at stages 0-1 in fp32, per layer in the step otherwise); then ZeRO gives back what a
   step holds of the parameters only per layer before allocating its own buffers (their
   granules are reused): stage 3's parameters outside the rank's slice, and in mixed precision
@@ -155,9 +157,10 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
     grad_blocks = L if bucket >= p else -(-bucket // block) + 1
     opt = gran(4 * (slice_ if stage >= 1 else p))
     terms = {}
-    # Setup: the fp32 parameters whole, and the gradients where they are a small allocation
-    # (a large one is reserved, holding nothing until committed).
-    made = gran(4 * p) + (4 * p if 4 * p < VMM_MIN else 0)
+    # Setup: the fp32 parameters whole, and in fp32 the gradients where they are a small
+    # allocation (a large one is reserved, holding nothing until committed; in mixed precision,
+    # where the ops write 16-bit gradients, they are reserved at any size and never written).
+    made = gran(4 * p) + (4 * p if 4 * p < VMM_MIN and not half else 0)
     if half:
         # The layers in use: the next one prefetched at stage 3 (overlap_comm, its default).
         k = 2 if stage == 3 and n > 1 else 1
@@ -184,7 +187,9 @@ def formula(model, micro_batch, world, stage, half, every=0, bucket=500000000,
         if stage >= 2:
             terms["gradients"] += _layers_held(L, C, V, T, p, 2, grad_blocks)
         terms["optimizer"] = 3 * opt
-        terms["fp32 in use"] = max(made - sum(terms.values()), 0)
+        # The step holds the fp32 parameters where they are a small allocation, which a
+        # release does not give back.
+        terms["fp32 in use"] = max(made - sum(terms.values()), 4 * p if 4 * p < VMM_MIN else 0)
     else:
         terms["parameters"] = gran(4 * (slice_ if stage == 3 else p))
         kept = sum(t for t in gpt2_tensors(L, C, V, T) if t < persistence)

@@ -147,8 +147,10 @@ struct zt_model {
     size_t n_params;
     size_t n_padded;      /* n_params rounded up to the pad_to given at creation */
     float *params;        /* [n_padded] device memory, owned; the padding is 0 */
-    /* [n_padded], likewise, but allocated released (zt_backend_alloc_released): committed by
-     * ZeRO (zt_zero_init, its hooks) or, in a model without hooks, by its first backward. */
+    /* [n_padded], likewise, but allocated released (zt_backend_alloc_released; in mixed
+     * precision on a backend that writes 16-bit gradients, zt_backend_reserve, which holds
+     * nothing at any size): committed by ZeRO (zt_zero_init, its hooks) or, in a model without
+     * hooks, by its first backward. */
     float *grads;
     zt_model_hooks hooks;
     int n_tensors;
@@ -373,8 +375,9 @@ typedef struct {
      * a GPU backend reduces it over row tiles into partials of this width (admission.h). */
     uint64_t channel_sum_floats;
     /* Of those, a norm's (2 · n_embd for LayerNorm, n_embd for RMSNorm): a GPU backend takes
-     * them in the norm's backward kernel, over row tiles of as little as one row, so their
-     * partials may have more rows than the others' (admission.h). */
+     * them in the norm's backward kernel, over row tiles of fewer rows than the others' (32 at
+     * least, against 64: backend.h, ZT_CUDA_CHANNEL_FUSED_MIN_ROWS), so their partials may have
+     * more rows than the others' (admission.h). */
     uint64_t norm_sum_floats;
     /* Host memory the model keeps besides its buffers: its tensor table, per-layer views and the
      * per-token losses read back from a forward. */

@@ -54,6 +54,7 @@ typedef struct zt_backend zt_backend;
 typedef struct {
     void *(*alloc)(zt_backend *be, zt_mem kind, size_t bytes);
     void *(*alloc_released)(zt_backend *be, size_t bytes);
+    void *(*reserve)(zt_backend *be, size_t bytes);
     void (*free)(zt_backend *be, zt_mem kind, void *p, size_t bytes);
     void (*zero)(zt_backend *be, void *p, size_t bytes, zt_stream s);
     void (*copy)(zt_backend *be, void *dst, const void *src, size_t bytes, zt_copy_kind kind,
@@ -141,8 +142,21 @@ static inline void *zt_backend_alloc(zt_backend *be, zt_mem kind, size_t bytes) 
 static inline void *zt_backend_alloc_released(zt_backend *be, size_t bytes) {
     return be->iface->alloc_released(be, bytes);
 }
-/* Frees what zt_backend_alloc or zt_backend_alloc_released returned, with the same kind and
- * size. NULL is ignored. */
+/* As zt_backend_alloc_released, for a buffer the caller expects never to write, or only a part
+ * of it now and then, whose addresses it still needs (the model's fp32 gradients in mixed
+ * precision, which are only the keys of their 16-bit buffer, ops.h zt_grad16): it holds no
+ * memory at any size until a part is committed. On the CUDA backend with virtual memory
+ * management it is a reserved range of whole granules whatever its size (zt_backend_alloc_released
+ * keeps an allocation under four granules whole), so a commit holds a whole granule (2 MiB on
+ * an H100) even for a few bytes: for a buffer that is written whole, zt_backend_alloc_released
+ * costs less. Without virtual memory management (ZTRAIN_CUDA_VMM=off, an old driver) it is
+ * zt_backend_alloc_released's; on the CPU the same anonymous mapping. NULL when it cannot be
+ * had; freed with zt_backend_free(ZT_MEM_DEVICE, same size). */
+static inline void *zt_backend_reserve(zt_backend *be, size_t bytes) {
+    return be->iface->reserve(be, bytes);
+}
+/* Frees what zt_backend_alloc, zt_backend_alloc_released or zt_backend_reserve returned, with
+ * the same kind and size. NULL is ignored. */
 static inline void zt_backend_free(zt_backend *be, zt_mem kind, void *p, size_t bytes) {
     be->iface->free(be, kind, p, bytes);
 }
@@ -294,8 +308,8 @@ zt_status zt_backend_cuda_waits(zt_backend *be, zt_cuda_waits *out);
  * targets of a forward, the embedding backward's token buckets (3 · rows + 2 ints), the
  * per-channel gradient sums' partials, one row of channels per tile of at most
  * ZT_CUDA_CHANNEL_TILES row tiles: of at least ZT_CUDA_CHANNEL_MIN_ROWS rows for the bias
- * gradients' two passes, of at least one row in the norms' fused backward (so at most
- * min(rows, ZT_CUDA_CHANNEL_TILES) tiles either way); and one linear layer's bias gradient in
+ * gradients' two passes, of at least ZT_CUDA_CHANNEL_FUSED_MIN_ROWS in the norms' fused
+ * backward; and one linear layer's bias gradient in
  * fp32 (cuBLASLt's BGRADA / BGRADB epilogue writes it there before it is added). The kernels
  * check these against their own constants. */
 #define ZT_CUDA_CUBLAS_WORKSPACE_BYTES ((uint64_t)32 << 20)
@@ -308,6 +322,7 @@ zt_status zt_backend_cuda_waits(zt_backend *be, zt_cuda_waits *out);
 #define ZT_CUDA_SUMS_BYTES ((uint64_t)(2 * 1024 + 2) * sizeof(double))
 #define ZT_CUDA_CHANNEL_TILES 1024
 #define ZT_CUDA_CHANNEL_MIN_ROWS 64
+#define ZT_CUDA_CHANNEL_FUSED_MIN_ROWS 32
 static inline uint64_t zt_cuda_scratch_bytes(uint64_t request) { return request + request / 4; }
 
 /* ---- the CPU backend ---------------------------------------------------------------------- */

@@ -61,7 +61,9 @@ typedef struct {
  * fp32 gradient the op would otherwise have written, bit for bit, for a tensor that one op
  * writes in a micro-step; a tied embedding written by two ops is rounded twice, as autograd's
  * 16-bit accumulation rounds it). The fp32 side is then neither read nor written, so the
- * installer need not hold it. The CPU ignores it. Not owned by the ctx. */
+ * installer need not hold it: only its addresses matter, as keys (the model's fp32 gradients
+ * are then a reservation holding no memory at any size, backend.h zt_backend_reserve). The CPU
+ * ignores it. Not owned by the ctx. */
 typedef struct {
     const float *f32;
     uint16_t *half;

@@ -123,6 +123,49 @@ static void emb_op(grad_case *g, zt_backend *be, zt_dtype act, int k, zt_test_rn
     be->ops->embedding_backward(&g->d.ctx, wte, wpe, dout, tokens, EMB_B, EMB_T, C);
 }
 
+/* A 16-bit buffer that covers the token table's first 4 rows only while a token selects row
+ * V - 1: the backward must add every row into the fp32 gradients (it is not told the
+ * vocabulary), neither into the 16-bit buffer up to its end nor past it. The buffer is allocated
+ * whole, so an op that wrote it shows as a change there rather than as a write outside it. */
+static void emb_short_compare(zt_backend *cpu, zt_backend *be, zt_dtype act) {
+    const int C = emb_c[0], rows = 4;
+    const size_t n = emb_n(0), cover = (size_t)rows * C, m = (size_t)EMB_B * EMB_T * C;
+    zt_test_rng r = zt_test_rng_for("embedding short twin", 60);
+    float *pattern = zt_test_random(&r, n, 0.0, 1.0), *start = zt_test_random(&r, n, 0.0, 0.5);
+    zt_test_round_all(start, n, act);
+    int32_t tokens[EMB_B * EMB_T];
+    for (int i = 0; i < EMB_B * EMB_T; i++)
+        tokens[i] = zt_test_int(&r, 0, rows - 1);
+    tokens[6] = EMB_V - 1;
+    float *douth = zt_test_random(&r, m, 0.0, 1.0);
+    zt_test_round_all(douth, m, act);
+
+    grad_case g;
+    case_init(&g, cpu, act, n, NULL, NULL);
+    void *dout = zt_test_dev_act(&g.d, douth, m);
+    cpu->ops->embedding_backward(&g.d.ctx, g.grads, g.grads + (size_t)EMB_V * C, dout, tokens,
+                                 EMB_B, EMB_T, C);
+    float *contribution = zt_test_zeros(n);
+    case_finish(&g, act, contribution, NULL);
+
+    case_init(&g, be, act, n, pattern, start);
+    g.twin.n = cover;
+    dout = zt_test_dev_act(&g.d, douth, m);
+    be->ops->embedding_backward(&g.d.ctx, g.grads, g.grads + (size_t)EMB_V * C, dout, tokens,
+                                EMB_B, EMB_T, C);
+    float *f32 = zt_test_zeros(n), *got = zt_test_zeros(n), *want = zt_test_zeros(n);
+    case_finish(&g, act, f32, got);
+    for (size_t i = 0; i < n; i++)
+        want[i] = pattern[i] + contribution[i];
+    CHECK_CLOSE(f32, want, n, zt_test_tol(act), "embedding_backward on %s at %s with a 16-bit "
+                "buffer of %d rows and token %d: the fp32 gradients", be->name,
+                zt_dtype_name(act), rows, EMB_V - 1);
+    CHECK_SAME(got, start, n, "embedding_backward on %s at %s with a 16-bit buffer of %d rows "
+               "and token %d: the 16-bit buffer untouched", be->name, zt_dtype_name(act), rows,
+               EMB_V - 1);
+    free(pattern), free(start), free(douth), free(contribution), free(f32), free(got), free(want);
+}
+
 static const int norm_shape[][2] = {{5, 40}, {7, 37}}; /* N, C */
 
 /* [pad | w | b], pad = k. */
@@ -209,6 +252,7 @@ static void grad_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_
         compare_op(cpu, be, act, "linear_backward", lin_n(k), linear_plain_op, k, 40 + k);
         compare_op(cpu, be, act, "linear_backward_gelu", lin_n(k), linear_gelu_op, k, 50 + k);
     }
+    emb_short_compare(cpu, be, act);
 }
 
 static const char *const grad_entries[] = {

@@ -77,10 +77,11 @@ static ln_result ln_run(zt_backend *be, zt_dtype act, const ln_case *c) {
 }
 
 /* A GPU takes the parameter gradients in the backward's own kernel, a block per tile of
- * ceil(N / 1024) consecutive rows, or in two passes of their own for rows whose accumulators
- * take more than 32 KiB (kernels/cuda/channel_sums.cuh). Beside small shapes (fewer rows than
- * tiles, one row a tile), case 5 has channels not a multiple of a 16-byte chunk, case 6 has 684
- * tiles of 3 rows and a last one of 2, and case 7 rows of 4100 channels, which take the two
+ * ceil(N / 1024) consecutive rows but 32 at least, or in two passes of their own for rows whose
+ * accumulators take more than 32 KiB (kernels/cuda/channel_sums.cuh). Beside small shapes (one
+ * tile of every row), case 5 has channels not a multiple of a 16-byte chunk and 6 tiles of 32
+ * rows and a last one of 5, case 6 has 64 tiles of 32 rows and a last one of 3, and case 7 rows
+ * of 4100 channels, which take the two
  * passes (4096 would still fit). Cases 5 and 6 run twice on be, whose parameter gradients must
  * agree bit for bit (the sums' order is fixed), and once more into zeroed gradients, which must
  * differ from the first run's by the held values alone: dw = dw0 + S, rounded once. */
@@ -265,11 +266,11 @@ static void perf(zt_backend *be) {
     snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
     /* Bytes: the forward reads inp and writes out; the backward reads inp and dout and reads and
      * writes dinp, and on a GPU writes two partial rows of fp32 sums per tile of rows and reads
-     * them back (a tile a row at this N: 4·n floats). */
+     * them back (a tile of 32 rows at this N: n / 8 floats). */
     double ms = zt_test_time_ms(be, ln_perf_forward, &p, 20);
     zt_test_perf_row("layernorm_forward", be, shape, ms, 2.0 * n * 4 / 1e9, 0);
     ms = zt_test_time_ms(be, ln_perf_backward, &p, 20);
-    zt_test_perf_row("layernorm_backward", be, shape, ms, 8.0 * n * 4 / 1e9, 0);
+    zt_test_perf_row("layernorm_backward", be, shape, ms, (4.0 + 1.0 / 8) * n * 4 / 1e9, 0);
     zt_test_dev_finish(&d);
 }
 

@@ -82,7 +82,7 @@ static norm_result norm_run(zt_backend *be, zt_dtype act, bool rms, int N, int C
 static void norm_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     if (act == ZT_F32 || !be->reads_param16)
         return; /* a twin is only ever in the activations' 16-bit type */
-    /* N, C, pad; the last has tiles of two rows in a GPU's fused backward (ceil(N / 1024)) */
+    /* N, C, pad; the last has 32 tiles of 32 rows and one of 5 in a GPU's fused backward */
     static const int shapes[][3] = {{5, 40, 0}, {7, 37, 1}, {1029, 37, 1}};
     for (int rms = 0; rms < 2; rms++)
         for (int k = 0; k < 3; k++) {
@@ -113,14 +113,18 @@ static void norm_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_
 
 /* ---- the embedding ----------------------------------------------------------------------------- */
 
-/* embedding_forward of tokens [B, T] with tables [pad | wte (V×C) | wpe (T×C)]. */
+/* embedding_forward of tokens [B, T] with tables [pad | wte (V×C) | wpe (T×C)]; a twin that
+ * covers the first `cover` elements only, when not 0. */
 static float *embedding_run(zt_backend *be, zt_dtype act, int B, int T, int C, int V, int pad,
-                            const int32_t *tokens, const float *shown, const float *truth) {
+                            const int32_t *tokens, const float *shown, const float *truth,
+                            size_t cover) {
     size_t n = (size_t)B * T * C, np = (size_t)pad + (size_t)(V + T) * C;
     zt_test_dev d;
     zt_test_dev_init(&d, be, act);
     zt_param16 twin;
     float *params = flat_params(&d, act, shown, truth, np, &twin);
+    if (shown && cover)
+        twin.n = cover;
     float *wte = params + pad, *wpe = wte + (size_t)V * C;
     void *out = zt_test_dev_alloc(&d, n * zt_test_act_size(be, act));
     be->ops->embedding_forward(&d.ctx, out, tokens, wte, wpe, B, T, C);
@@ -144,13 +148,31 @@ static void embedding_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_
             tokens[i] = zt_test_int(r, 0, V - 1);
         float *truth, *shown;
         param_pair(r, np, 0.0, 1.0, act, &truth, &shown);
-        float *want = embedding_run(cpu, act, B, T, C, V, pad, tokens, NULL, truth);
-        float *got = embedding_run(be, act, B, T, C, V, pad, tokens, shown, truth);
+        float *want = embedding_run(cpu, act, B, T, C, V, pad, tokens, NULL, truth, 0);
+        float *got = embedding_run(be, act, B, T, C, V, pad, tokens, shown, truth, 0);
         CHECK_CLOSE(got, want, (size_t)B * T * C, zt_test_tol(act),
                     "embedding_forward on %s at %s reading the twin, C=%d, %d element%s in",
                     be->name, zt_dtype_name(act), C, pad, pad == 1 ? "" : "s");
         free(want), free(got), free(truth), free(shown);
     }
+    /* A twin that covers the table's first 4 rows while a token selects row V - 1: the op must
+     * read the fp32 table (here other values than the twin's) for every row, not the twin up to
+     * its end and past it. So the result is the CPU's from the fp32 values. */
+    const int C = 16, rows = 4;
+    size_t np = (size_t)(V + T) * C;
+    int32_t tokens[2 * 5];
+    for (int i = 0; i < B * T; i++)
+        tokens[i] = zt_test_int(r, 0, rows - 1);
+    tokens[6] = V - 1;
+    float *truth, *shown;
+    param_pair(r, np, 0.0, 1.0, act, &truth, &shown);
+    zt_test_round_all(shown, np, act);
+    float *want = embedding_run(cpu, act, B, T, C, V, 0, tokens, NULL, shown, 0);
+    float *got = embedding_run(be, act, B, T, C, V, 0, tokens, shown, truth, (size_t)rows * C);
+    CHECK_CLOSE(got, want, (size_t)B * T * C, zt_test_tol(act),
+                "embedding_forward on %s at %s with a twin of %d rows and token %d: the fp32 "
+                "table", be->name, zt_dtype_name(act), rows, V - 1);
+    free(want), free(got), free(truth), free(shown);
 }
 
 /* ---- a bias whose twin is not 16-byte aligned ------------------------------------------------- */
