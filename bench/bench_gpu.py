@@ -6,6 +6,11 @@ AdamW, trained by
   gradients and activations),
 - PyTorch eager and torch.compile: bf16 autocast over fp32 weights, fused AdamW,
   scaled_dot_product_attention (causal),
+- llm.c (`train_gpt2cu` built from github.com/karpathy/llm.c by `scripts/gpu-check.sh prepare`,
+  given with --llmc-bin): its own GPT-2 124M (`-e d12`, random initialisation) in bf16 with fp32
+  master weights and its defaults (GELU recomputed in the backward, cuDNN's attention where the
+  build has it), on the same random tokens; its step time is its own cudaEvent timing of the
+  training section, tokens/s the micro-batch's tokens over the median step after --warmup,
 each at the largest micro-batch that fits (tried from --micro-batch down by halves) for --steps
 steps after --warmup. Prints tokens/s, MFU and peak GPU memory of each and the ratios ztrain /
 PyTorch. MFU = tokens/s × FLOPs per token / the dense bf16 peak of the device, FLOPs per token
@@ -39,7 +44,7 @@ LLAMA = {"type": "llama", "n_layer": 22, "n_head": 32, "n_kv_head": 4, "n_embd":
          "intermediate_size": 5632, "vocab_size": 32000, "block_size": 2048,
          "tie_word_embeddings": False}
 REAL_VOCAB = {"gpt2": 50257, "llama": 32000}
-RUNS = ["ztrain", "torch_eager", "torch_compile"]
+RUNS = ["ztrain", "torch_eager", "torch_compile", "llmc"]
 
 
 def gpt2_params(m):
@@ -150,6 +155,70 @@ def run_ztrain(args, work, model, micro, stage=0, offload=False):
     wait = waits[len(waits) // 2] if waits else (None, None)
     return {"tokens_per_s": tps[len(tps) // 2] if tps else None, "peak_memory": mw.peak,
             "device_wait_ms": wait[0], "step_time_ms": wait[1]}
+
+
+# ---- llm.c -------------------------------------------------------------------------------------
+
+def llmc_command(binary, data, micro, steps, warmup, T=1024):
+    """train_gpt2cu's arguments: GPT-2 124M from scratch (-e d12) on `data` for warmup + steps
+    steps of one micro-batch each (the total batch is B·T, no accumulation); validation only at
+    the first and last step, one batch (-v, -m: outside its timed section), no sampling (-s 0),
+    no checkpoints (no -o)."""
+    return [binary, "-i", data, "-j", data, "-e", "d12", "-b", str(micro), "-t", str(T),
+            "-x", str(warmup + steps), "-v", str(1 << 30), "-m", "1", "-s", "0"]
+
+
+def llmc_steps(text):
+    """llm.c's per-step lines ("step    3/25 | loss ... | 123.45 ms | ...") as {step: ms}."""
+    import re
+    steps = {}
+    for m in re.finditer(r"^step\s+(\d+)/\d+ \|.*\| ([0-9.]+) ms \|", text, re.M):
+        steps[int(m.group(1))] = float(m.group(2))
+    return steps
+
+
+def llmc_tokens_per_s(text, micro, warmup, T=1024):
+    """The micro-batch's tokens over the median step time after warmup, or None."""
+    ms = sorted(v for k, v in llmc_steps(text).items() if k > warmup)
+    return micro * T * 1000.0 / ms[len(ms) // 2] if ms else None
+
+
+def run_llmc(args, data, micro):
+    """llm.c at one micro-batch: the first of the --llmc-bin builds that runs (its cuDNN build,
+    then the one without cuDNN, which scripts/gpu-check.sh gives in that order)."""
+    if not args.llmc_bin:
+        return {"error": "no llm.c binary: --llmc-bin (scripts/gpu-check.sh prepare builds "
+                "train_gpt2cu from LLMC_SRC)"}
+    errors = []
+    for binary in args.llmc_bin:
+        r = run_llmc_build(args, binary, data, micro)
+        if "error" not in r or r.get("timeout") or "managed memory" in r["error"]:
+            return dict(r, build=os.path.basename(binary), **({"failed_builds": errors}
+                                                               if errors else {}))
+        errors.append(f"{os.path.basename(binary)}: {r['error']}")
+    return {"error": "; ".join(errors)}
+
+
+def run_llmc_build(args, binary, data, micro):
+    cmd = llmc_command(binary, data, micro, args.steps, args.warmup)
+    try:
+        with MemoryWatch() as mw:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                               cwd=os.path.dirname(data))
+    except subprocess.TimeoutExpired:
+        return {"error": f"llm.c micro-batch {micro}: no result within --timeout "
+                f"{args.timeout:g} s", "timeout": True}
+    except OSError as e:
+        return {"error": f"llm.c: {e}"}
+    tps = llmc_tokens_per_s(p.stdout, micro, args.warmup)
+    if p.returncode != 0 or tps is None:
+        return {"error": f"llm.c exit {p.returncode}: {(p.stderr or p.stdout).strip()[-400:]}"}
+    # Past the device's memory llm.c keeps its optimizer state in managed memory, slower, and
+    # says so ("WARNING: Fell back to cudaMallocManaged ..."): not a size that fits.
+    if "Fell back to cudaMallocManaged" in p.stdout:
+        return {"error": f"llm.c micro-batch {micro}: its optimizer state fell back to managed "
+                "memory (the device is full)"}
+    return {"tokens_per_s": tps, "peak_memory": mw.peak}
 
 
 # ---- PyTorch ----------------------------------------------------------------------------------
@@ -296,7 +365,9 @@ def plan(args):
                       "ztrain": ["zero stage 2", "zero stage 2 + offload_optimizer cpu"]},
             "peak": PEAKS, "runs": runs, "steps": args.steps, "warmup": args.warmup,
             "micro_batch_start": args.micro_batch,
-            "ztrain_job": ztrain_job(GPT2, args.micro_batch, args.steps, args.warmup)}
+            "ztrain_job": ztrain_job(GPT2, args.micro_batch, args.steps, args.warmup),
+            "llmc_command": llmc_command((args.llmc_bin or ["train_gpt2cu"])[0], "tokens.bin",
+                                         args.micro_batch, args.steps, args.warmup)}
 
 
 def main(argv=None):
@@ -309,6 +380,9 @@ def main(argv=None):
     ap.add_argument("--models", default="gpt2,llama")
     ap.add_argument("--ztrain-bin", default=os.path.join(os.path.dirname(__file__), "..", "build"))
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--llmc-bin", action="append",
+                    help="llm.c's train_gpt2cu, for the llmc run (GPT-2 only); again for a "
+                    "build to try when the one before fails")
     ap.add_argument("--out", help="write the figures here as JSON")
     ap.add_argument("--dry-run", action="store_true", help="print the plan as JSON and stop")
     ap.add_argument("--profile", metavar="PATH",
@@ -360,11 +434,14 @@ def main(argv=None):
                 if r in runs and not (family == "llama" and compiled):
                     out[r] = largest(lambda mb: run_torch(args, torch, family, model, mb, compiled),
                                      start)
+            if "llmc" in runs and family == "gpt2":
+                out["llmc"] = largest(lambda mb: run_llmc(args, data, mb), start,
+                                      args.exact_batch)
             for r, v in out.items():
                 if isinstance(v, dict) and v.get("tokens_per_s"):
                     v["mfu"] = v["tokens_per_s"] * fpt / peak if peak else None
             z = out.get("ztrain", {}).get("tokens_per_s")
-            for r in ("torch_eager", "torch_compile"):
+            for r in ("torch_eager", "torch_compile", "llmc"):
                 t = out.get(r, {}).get("tokens_per_s")
                 if z and t:
                     out[f"ratio_ztrain_over_{r}"] = z / t

@@ -4,7 +4,8 @@
 # its figures to OUTDIR/gpu-check.json (docs/gpu.md, "Running the GPU check", says how to read it).
 #
 #   scripts/gpu-check.sh prepare          on the development machine (Debian 12, nvcc): builds
-#                                         with CUDA for any x86-64 CPU, then packs it (below)
+#                                         with CUDA for any x86-64 CPU, then packs it (below);
+#                                         with LLMC_SRC (and CUDNN_FRONTEND_SRC) llm.c too
 #   scripts/gpu-check.sh pack [BUILD [DEST]]
 #                                         packs the programs of BUILD (default build-gpu), the CUDA
 #                                         module, the CUDA runtime and the Debian libraries they
@@ -35,6 +36,13 @@ PROGS=(test_ops test_cuda_host ztrain-worker ztrain)
 # What the GPU machine must supply itself: the driver, and the toolkit libraries too large to carry.
 MACHINE_LIBS="libcuda.so.1 libcublasLt.so.13 libcublas.so.13 libnccl.so.2"
 FIRST_BUDGET=180                # seconds: the first phases together
+# llm.c, the benchmark's reference (bench_gpu.py's llmc run): a checkout or git directory of
+# github.com/karpathy/llm.c, and of github.com/NVIDIA/cudnn-frontend for its cuDNN attention
+# (llm.c's USE_CUDNN=1 build), each taken at its HEAD; fetched by whoever prepares, carried in
+# the bundle, never committed. Without LLMC_SRC the bundle has no llm.c and the llmc run says so.
+LLMC_SRC=${LLMC_SRC:-}
+CUDNN_FRONTEND_SRC=${CUDNN_FRONTEND_SRC:-}
+LLMC_LIBS="libcudnn.so.9 libnvrtc.so.13" # what llm.c's cuDNN build needs of the machine
 
 die() { echo "gpu-check: $*" >&2; exit 2; }
 
@@ -50,7 +58,7 @@ bundle_libs() {
         case "$name" in
         libc.so*|libm.so*|libmvec.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
         libstdc++.so*|libgcc_s.so*) ;;
-        libcuda.so*|libcublas*.so*|libnccl.so*|libnvidia*) ;;
+        libcuda.so*|libcublas*.so*|libnccl.so*|libnvidia*|libcudnn*.so*|libnvrtc*.so*) ;;
         *) cp -L "$lib" "$stage/lib/" ;;
         esac
     done
@@ -68,6 +76,7 @@ pack() {
     # The CUDA backend is a module the programs load by name (kernels/backend.c): it goes to lib/,
     # which the wrappers put on LD_LIBRARY_PATH.
     cp "$build/libztrain_cuda.so" "$stage/lib/" || die "no CUDA module in $build"
+    build_llmc "$stage"
     bundle_libs "$stage" "$stage"/bin/* "$stage/lib/libztrain_cuda.so"
     # What the bundle was built from, for the run's report (uncommitted changes are marked).
     echo "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff \
@@ -79,6 +88,63 @@ pack() {
     tar -C "$stage" -cJf "$dest/bundle.tar.xz" bin lib || die "packing failed"
     rm -rf "$stage"
     du -sh "$dest/bundle.tar.xz"
+}
+
+# SRC's committed HEAD (a work tree or a git directory) or, not under git, its files: the PATHS of
+# it into DEST.
+copy_tree() {
+    local src=$1 dest=$2; shift 2
+    mkdir -p "$dest" || return 1
+    if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+        git -C "$src" archive HEAD "$@" | tar -x -C "$dest"
+    else
+        (cd "$src" && cp -r "$@" "$dest/")
+    fi
+}
+rev_of() { git -C "$1" rev-parse --short HEAD 2>/dev/null || echo "not under git"; }
+
+# llm.c's train_gpt2cu into STAGE/bin/llmc_train_gpt2cu as its Makefile builds it for one GPU
+# (bf16, fp32 master weights: its defaults), for sm_90 (H100, H200), with cuDNN's attention when
+# CUDNN_FRONTEND_SRC is given, and then also without it (llmc_train_gpt2cu_nocudnn, llm.c's own
+# attention kernels), which the benchmark runs if the cuDNN build fails on the GPU machine's
+# cuDNN; bin/LLMC says from what. Nothing without LLMC_SRC.
+build_llmc() {
+    local stage=$1 work cudnn=none
+    if [ -z "$LLMC_SRC" ]; then
+        echo "llm.c: not built (LLMC_SRC: a checkout or git directory of karpathy/llm.c)"
+        return 0
+    fi
+    work=$(mktemp -d /tmp/ztrain-llmc.XXXXXX) || die "no temporary directory"
+    copy_tree "$LLMC_SRC" "$work/src" train_gpt2.cu llmc || die "llm.c: cannot read $LLMC_SRC"
+    # CUDA 13's cudaMemAdvise takes a cudaMemLocation where CUDA 12's took a device number: the
+    # one such call llm.c makes (cudaCpuDeviceId) is rewritten as CUDA 13 spells it.
+    local advise=cudaMemAdviseSetPreferredLocation
+    sed -i "s/$advise, cudaCpuDeviceId)/$advise, cudaMemLocation{cudaMemLocationTypeHost, 0})/" \
+        "$work/src/llmc/cuda_utils.cuh"
+    local base=(--threads=0 -t=0 --use_fast_math -std=c++17 -O3
+                -gencode arch=compute_90,code=sm_90 -DENABLE_BF16)
+    local flags=("${base[@]}") objs=() libs=(-lcublas -lcublasLt)
+    if [ -n "$CUDNN_FRONTEND_SRC" ]; then
+        copy_tree "$CUDNN_FRONTEND_SRC" "$work/fe" include \
+            || die "llm.c: cannot read cudnn-frontend at $CUDNN_FRONTEND_SRC"
+        flags+=(-DENABLE_CUDNN -I"$work/fe/include")
+        nice nvcc "${flags[@]}" -c "$work/src/llmc/cudnn_att.cpp" -o "$work/cudnn_att.o" \
+            || die "llm.c: building its cuDNN attention failed"
+        objs=("$work/cudnn_att.o")
+        # The frontend compiles some kernels at run time (NVRTC) and loads them (the driver).
+        libs+=(-lcudnn -lnvrtc -L/usr/local/cuda/lib64/stubs -lcuda)
+        cudnn=$(rev_of "$CUDNN_FRONTEND_SRC")
+    fi
+    (cd "$work/src" && nice nvcc "${flags[@]}" train_gpt2.cu "${objs[@]}" "${libs[@]}" \
+        -o "$stage/bin/llmc_train_gpt2cu") || die "llm.c: build failed"
+    if [ -n "$CUDNN_FRONTEND_SRC" ]; then
+        (cd "$work/src" && nice nvcc "${base[@]}" train_gpt2.cu -lcublas -lcublasLt \
+            -o "$stage/bin/llmc_train_gpt2cu_nocudnn") \
+            || die "llm.c: build without cuDNN failed"
+    fi
+    echo "llm.c $(rev_of "$LLMC_SRC"), cudnn-frontend $cudnn, bf16, sm_90" >"$stage/bin/LLMC"
+    cat "$stage/bin/LLMC"
+    rm -rf "$work"
 }
 
 prepare() {
@@ -245,18 +311,61 @@ phase_bundle() {
     done
     BIN="$dir/wrap"
     echo "using the carried build ($CARRY/bundle.tar.xz) through $BIN"
+    llmc_wrap "$dir"
     if [ -n "$missing" ]; then
         PHASE_WHY="not on this machine:$missing (the CUDA toolkit's or PyTorch's nvidia-* wheels)"
         SKIP_GPU=$PHASE_WHY
         return 1
     fi
     local unresolved
-    unresolved=$(LD_LIBRARY_PATH="$LIBPATH" ldd "$dir"/bin/* "$dir/lib/libztrain_cuda.so" 2>&1 \
+    unresolved=$(LD_LIBRARY_PATH="$LIBPATH" ldd "${PROGS[@]/#/$dir/bin/}" \
+        "$dir/lib/libztrain_cuda.so" 2>&1 \
         | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
     if [ -n "$unresolved" ]; then
         PHASE_WHY="libraries not found: $unresolved"
         SKIP_GPU=$PHASE_WHY
         return 1
+    fi
+}
+
+# llm.c's wrapper, LLMC_BIN, when the bundle has it and the machine its libraries (cuDNN, NVRTC);
+# otherwise LLMC_BIN stays empty and llmc_error says why (the benchmarks then run without it).
+# LLMC_ARGS: the --llmc-bin arguments, the build without cuDNN after it where there is one.
+LLMC_BIN=""
+LLMC_ARGS=()
+llmc_wrap() {
+    local dir=$1 libs="$LIBPATH" name d missing=""
+    if [ ! -x "$dir/bin/llmc_train_gpt2cu" ]; then
+        figure llmc_error '"not in the bundle (prepared without LLMC_SRC)"'
+        return 0
+    fi
+    figure llmc "$(json_str "$(cat "$dir/bin/LLMC" 2>/dev/null)")"
+    for name in $LLMC_LIBS; do
+        if d=$(find_machine_lib "$name"); then
+            case ":$libs:" in *":$d:"*) ;; *) libs="$libs:$d" ;; esac
+        elif grep -q "cudnn-frontend none" "$dir/bin/LLMC" 2>/dev/null; then
+            : # built without cuDNN: needs neither
+        else
+            missing="$missing $name"
+        fi
+    done
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+        "$libs" "$dir/bin/llmc_train_gpt2cu" >"$dir/wrap/llmc_train_gpt2cu"
+    chmod +x "$dir/wrap/llmc_train_gpt2cu"
+    local unresolved
+    unresolved=$(LD_LIBRARY_PATH="$libs" ldd "$dir/bin/llmc_train_gpt2cu" 2>&1 \
+        | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
+    if [ -n "$missing$unresolved" ]; then
+        figure llmc_error "$(json_str "llm.c's libraries not on this machine:$missing $unresolved")"
+        return 0
+    fi
+    LLMC_BIN="$dir/wrap/llmc_train_gpt2cu"
+    LLMC_ARGS=(--llmc-bin "$LLMC_BIN")
+    if [ -x "$dir/bin/llmc_train_gpt2cu_nocudnn" ]; then
+        sed "s|llmc_train_gpt2cu\"|llmc_train_gpt2cu_nocudnn\"|" "$dir/wrap/llmc_train_gpt2cu" \
+            >"$dir/wrap/llmc_train_gpt2cu_nocudnn"
+        chmod +x "$dir/wrap/llmc_train_gpt2cu_nocudnn"
+        LLMC_ARGS+=(--llmc-bin "$dir/wrap/llmc_train_gpt2cu_nocudnn")
     fi
 }
 
@@ -309,11 +418,13 @@ train_checks() {
 phase_curve() { train_checks "$1" gpt2,curve curve; }
 phase_train() { train_checks "$1" llama,bf16,zero,memory,resume,nccl train; }
 
-# GPT-2 124M on ztrain alone for about a minute: the first tokens/s and MFU figure.
+# GPT-2 124M on ztrain (and llm.c, when carried) for about a minute: the first tokens/s and MFU
+# figures, and the first ratio to llm.c on this GPU.
 phase_throughput() {
     local limit=$1
     bounded "$limit" "$OUT/throughput.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
-        --runs ztrain --models gpt2 --steps 20 --warmup 3 --micro-batch 8 \
+        --runs "ztrain${LLMC_BIN:+,llmc}" "${LLMC_ARGS[@]}" \
+        --models gpt2 --steps 20 --warmup 3 --micro-batch 8 \
         --timeout $((limit > 20 ? limit - 10 : 10)) --out "$OUT/throughput.json"
     local rc=$?
     [ -s "$OUT/throughput.json" ] && figure throughput "$(cat "$OUT/throughput.json")"
@@ -344,11 +455,13 @@ phase_ops_perf() {
     bounded "$1" "$OUT/test_ops_perf.log" "$BIN/test_ops" --perf
 }
 
-# The benchmark: ztrain against PyTorch eager and torch.compile on GPT-2 124M, and the 1.1B Llama
-# with and without offload. bench_gpu.py rewrites its JSON after each model.
+# The benchmark: ztrain against PyTorch eager and torch.compile (and llm.c, when carried) on GPT-2
+# 124M, and the 1.1B Llama with and without offload. bench_gpu.py rewrites its JSON after each
+# model.
 phase_bench() {
     local limit=$1
     bounded "$limit" "$OUT/bench_gpu.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+        --runs "ztrain,torch_eager,torch_compile${LLMC_BIN:+,llmc}" "${LLMC_ARGS[@]}" \
         --steps 20 --warmup 5 --micro-batch 16 --timeout 180 --out "$OUT/bench_gpu.json"
     local rc=$?
     [ -s "$OUT/bench_gpu.json" ] && figure bench "$(cat "$OUT/bench_gpu.json")"

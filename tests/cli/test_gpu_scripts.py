@@ -83,6 +83,25 @@ for name, tflops in (("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 NVL", 835),
     label, peak = bench_gpu.peak_of(name)
     check(peak == tflops * 1e12, f"bench peak of {name}: {peak / 1e12:g} TFLOPS ({label}), "
           f"data sheet {tflops}")
+# llm.c's leg: the command trains its own GPT-2 124M from scratch at the plan's micro-batch for
+# warmup + steps steps, and its tokens/s comes from its per-step lines, printed with the format
+# of llm.c's train_gpt2.cu (copied here as its source has it): the median step after the warmup.
+cmd = plan.get("llmc_command", [])
+check(cmd[1:] == ["-i", "tokens.bin", "-j", "tokens.bin", "-e", "d12", "-b", "32", "-t", "1024",
+                  "-x", "25", "-v", str(1 << 30), "-m", "1", "-s", "0"],
+      f"bench plan: llm.c's command {cmd}")
+LLMC_STEP = ("step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | "
+             "%.1f%% bf16 MFU | %.0f tok/s")
+times = [900.0, 80.0, 50.0, 41.0, 40.5, 40.0, 39.0, 45.0, 38.0]  # steps 1..9, warmup 3
+text = "\n".join(["allocated 474 MiB for model parameters", "val loss 10.98"] +
+                 [LLMC_STEP % (i + 1, len(times), 10.9, 0.0, 1.2, 0.0, 3e-4, ms, 40.0, 1e5)
+                  for i, ms in enumerate(times)] + ["val loss 10.5", "total average iteration"])
+got = bench_gpu.llmc_tokens_per_s(text, 16, 3)
+after = sorted(times[3:])
+want = 16 * 1024 * 1000.0 / after[len(after) // 2]
+check(got == want, f"llm.c's tokens/s from its step lines: {got}, expected {want}")
+check(bench_gpu.llmc_tokens_per_s("no steps here", 16, 3) is None,
+      "llm.c's output without step lines gives no figure")
 p = run([BENCH, "--micro-batch", "0", "--dry-run"])
 check(p.returncode == 2 and "--micro-batch" in p.stderr, "a micro-batch of 0 is refused")
 p = run([BENCH])
