@@ -419,36 +419,41 @@ def main(argv=None):
             fpt = flops_per_token(model, params)
             data = os.path.join(work, "tokens.bin")
             write_tokens(data, REAL_VOCAB[family], 1 << 20)
-            out = {"params": params}
+            res[family] = out = {"params": params}
+
+            def record(name, result):
+                """A run's result with its MFU and the ratios so far, and the JSON rewritten:
+                a run cut short (the caller's time limit) still leaves the runs before it."""
+                out[name] = result
+                if result.get("tokens_per_s"):
+                    result["mfu"] = result["tokens_per_s"] * fpt / peak if peak else None
+                z = out.get("ztrain", {}).get("tokens_per_s")
+                for r in ("torch_eager", "torch_compile", "llmc"):
+                    t = out.get(r, {}).get("tokens_per_s")
+                    if z and t:
+                        out[f"ratio_ztrain_over_{r}"] = z / t
+                if args.out:
+                    with open(args.out, "w") as f:
+                        json.dump(res, f, indent=2)
+
             # The 1.1B model's activations are 16 times GPT-2's per sample: start lower.
             start = args.micro_batch if family == "gpt2" else max(1, args.micro_batch // 4)
             if "ztrain" in runs:
-                out["ztrain"] = largest(lambda mb: run_ztrain(args, work, model, mb,
-                                                              stage=2 if family == "llama" else 0),
-                                        start, args.exact_batch)
+                record("ztrain", largest(lambda mb: run_ztrain(args, work, model, mb,
+                                                               stage=2 if family == "llama"
+                                                               else 0),
+                                         start, args.exact_batch))
                 if family == "llama":
-                    out["ztrain_offload"] = largest(
+                    record("ztrain_offload", largest(
                         lambda mb: run_ztrain(args, work, model, mb, stage=2, offload=True),
-                        start)
+                        start))
             for r, compiled in (("torch_eager", False), ("torch_compile", True)):
                 if r in runs and not (family == "llama" and compiled):
-                    out[r] = largest(lambda mb: run_torch(args, torch, family, model, mb, compiled),
-                                     start)
+                    record(r, largest(lambda mb: run_torch(args, torch, family, model, mb,
+                                                           compiled), start))
             if "llmc" in runs and family == "gpt2":
-                out["llmc"] = largest(lambda mb: run_llmc(args, data, mb), start,
-                                      args.exact_batch)
-            for r, v in out.items():
-                if isinstance(v, dict) and v.get("tokens_per_s"):
-                    v["mfu"] = v["tokens_per_s"] * fpt / peak if peak else None
-            z = out.get("ztrain", {}).get("tokens_per_s")
-            for r in ("torch_eager", "torch_compile", "llmc"):
-                t = out.get(r, {}).get("tokens_per_s")
-                if z and t:
-                    out[f"ratio_ztrain_over_{r}"] = z / t
-            res[family] = out
-            if args.out:  # after each model, so a run cut short still leaves its figures
-                with open(args.out, "w") as f:
-                    json.dump(res, f, indent=2)
+                record("llmc", largest(lambda mb: run_llmc(args, data, mb), start,
+                                       args.exact_batch))
             print(f"{family} ({params / 1e6:.0f}M parameters) on {device}, MFU against "
                   f"{peak_name} {peak / 1e12:.0f} TFLOPS dense bf16:")
             for r, v in out.items():

@@ -457,7 +457,7 @@ phase_ops_perf() {
 
 # The benchmark: ztrain against PyTorch eager and torch.compile (and llm.c, when carried) on GPT-2
 # 124M, and the 1.1B Llama with and without offload. bench_gpu.py rewrites its JSON after each
-# model.
+# run, so a phase cut short keeps the runs before.
 phase_bench() {
     local limit=$1
     bounded "$limit" "$OUT/bench_gpu.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
