@@ -626,14 +626,15 @@ static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *fr
     return ZT_ERR_INVALID;
 }
 
-/* The last stage's loss and tokens (v[0], v[1]) averaged and summed over the stage's replicas. */
+/* The last stage's loss and tokens (v[0], v[1]) averaged and summed over the stage's replicas:
+ * one host collective summing both, the loss then divided by the replicas as the transports'
+ * average divides their sum (before: an average and a sum, two collectives, each a host wait
+ * on a transport that stages host messages through the device). */
 static zt_status over_replicas(zt_pipe *p, double v[2]) {
     if (!p->dp_comm)
         return ZT_OK;
-    double sum_tokens = v[1];
-    ZT_TRY(zt_comm_all_reduce(p->dp_comm, v, 1, ZT_F64, ZT_REDUCE_AVG));
-    ZT_TRY(zt_comm_all_reduce(p->dp_comm, &sum_tokens, 1, ZT_F64, ZT_REDUCE_SUM));
-    v[1] = sum_tokens;
+    ZT_TRY(zt_comm_all_reduce(p->dp_comm, v, 2, ZT_F64, ZT_REDUCE_SUM));
+    v[0] /= (double)zt_comm_world_size(p->dp_comm);
     return ZT_OK;
 }
 
