@@ -627,9 +627,9 @@ static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *fr
 }
 
 /* The last stage's loss and tokens (v[0], v[1]) averaged and summed over the stage's replicas:
- * one host collective summing both, the loss then divided by the replicas as the transports'
- * average divides their sum (before: an average and a sum, two collectives, each a host wait
- * on a transport that stages host messages through the device). */
+ * one host collective summing both, the loss then divided by the replicas, as shm's and gloo's
+ * average divides their sum (before: an average and a sum, two collectives, each a host wait on
+ * a transport that stages host messages through the device). */
 static zt_status over_replicas(zt_pipe *p, double v[2]) {
     if (!p->dp_comm)
         return ZT_OK;
