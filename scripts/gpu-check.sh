@@ -77,7 +77,9 @@ pack() {
     # which the wrappers put on LD_LIBRARY_PATH.
     cp "$build/libztrain_cuda.so" "$stage/lib/" || die "no CUDA module in $build"
     build_llmc "$stage"
-    bundle_libs "$stage" "$stage"/bin/* "$stage/lib/libztrain_cuda.so"
+    local llmc=("$stage"/bin/llmc_*)
+    [ -e "${llmc[0]}" ] || llmc=()
+    bundle_libs "$stage" "${PROGS[@]/#/$stage/bin/}" "${llmc[@]}" "$stage/lib/libztrain_cuda.so"
     # What the bundle was built from, for the run's report (uncommitted changes are marked).
     echo "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff \
         --quiet HEAD 2>/dev/null || echo '+dirty')" >"$stage/bin/COMMIT"
