@@ -11,10 +11,8 @@
  * or in mixed precision into the 16-bit parameters (committed by the caller), which the caller
  * widens. */
 static zt_status load_owned(zt_zero *z, size_t a, size_t n) {
-    if (!z->half)
-        return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo,
-                                      z->model->params + a, n, zt_zero_job_ctx(z)->stream);
-    return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, z->p16 + a, n,
+    void *dst = z->half ? (void *)(z->p16 + a) : (void *)(z->model->params + a);
+    return zt_offload_read_device(z->off, ZT_OFFLOAD_PARAMS, a - z->own_lo, dst, n,
                                   zt_zero_job_ctx(z)->stream);
 }
 

@@ -160,6 +160,31 @@ static bool train(int ci, int rank, zt_device device, counts_fn counts, double *
     return ok;
 }
 
+/* The pipeline of json on comm for the one-off checks below; false (what failed recorded, comm
+ * destroyed) when it cannot be set up. */
+static bool open_pipe(const char *what, int rank, const char *json, zt_comm *comm,
+                      const zt_engine_options *opts, zt_job_spec *job, zt_dataset *data,
+                      zt_pipe **p) {
+    if (comm && zt_job_spec_parse(job, json, "job", check_tmpdir) == ZT_OK) {
+        if (zt_dataset_open_train(data, &job->data, job->model.vocab_size) == ZT_OK) {
+            if (zt_pipe_create(p, job, data, comm, opts) == ZT_OK)
+                return true;
+            zt_dataset_close(data);
+        }
+        zt_job_spec_free(job);
+    }
+    CHECK(false, "rank %d, setup of %s: %s", rank, what, zt_last_error());
+    zt_comm_destroy(comm);
+    return false;
+}
+
+static void close_pipe(zt_pipe *p, zt_job_spec *job, zt_dataset *data, zt_comm *comm) {
+    zt_pipe_destroy(p);
+    zt_dataset_close(data);
+    zt_job_spec_free(job);
+    zt_comm_destroy(comm);
+}
+
 /* The last stage dies after the first step, on nccl: the first stage, whose activations are
  * posted and whose micro-batch counts no longer travel as host messages, must still end its
  * next step in an error naming the dead rank (its first host wait, the step's, is watched),
@@ -179,12 +204,8 @@ static void check_dead_stage(int rank) {
     zt_pipe *p = NULL;
     zt_engine_options opts = {.seed = 5, .threads = 1, .device = ZT_DEVICE_CUDA,
                               .job_name = "dead"};
-    if (!comm || zt_job_spec_parse(&job, json, "job", check_tmpdir) != ZT_OK ||
-        zt_dataset_open_train(&data, &job.data, job.model.vocab_size) != ZT_OK ||
-        zt_pipe_create(&p, &job, &data, comm, &opts) != ZT_OK) {
-        CHECK(false, "rank %d, setup of the dead stage's job: %s", rank, zt_last_error());
+    if (!open_pipe("the dead stage's job", rank, json, comm, &opts, &job, &data, &p))
         return;
-    }
     zt_pipe_batch_result res;
     CHECK(zt_pipe_train_batch(p, &res) == ZT_OK, "rank %d, step 1: %s", rank, zt_last_error());
     if (rank == 1) {
@@ -199,10 +220,7 @@ static void check_dead_stage(int rank) {
           s == ZT_OK ? "success" : zt_last_error());
     printf("stage 0, the step after stage 1 died: %s\n", zt_last_error());
     fflush(stdout);
-    zt_pipe_destroy(p);
-    zt_dataset_close(&data);
-    zt_job_spec_free(&job);
-    zt_comm_destroy(comm);
+    close_pipe(p, &job, &data, comm);
 }
 
 /* The stages' loaders disagree: the last stage reads other.bin, the same tokens as train.bin
@@ -228,12 +246,8 @@ static void check_disagreeing_loaders(int rank, zt_device device) {
     zt_dataset data;
     zt_pipe *p = NULL;
     zt_engine_options opts = {.seed = 5, .threads = 1, .device = device, .job_name = tag};
-    if (!comm || zt_job_spec_parse(&job, json, "job", check_tmpdir) != ZT_OK ||
-        zt_dataset_open_train(&data, &job.data, job.model.vocab_size) != ZT_OK ||
-        zt_pipe_create(&p, &job, &data, comm, &opts) != ZT_OK) {
-        CHECK(false, "rank %d, setup of the disagreeing loaders' job: %s", rank, zt_last_error());
+    if (!open_pipe("the disagreeing loaders' job", rank, json, comm, &opts, &job, &data, &p))
         return;
-    }
     zt_pipe_batch_result res;
     zt_status s = zt_pipe_train_batch(p, &res);
     const char *msg = s == ZT_OK ? "success" : zt_last_error();
@@ -243,10 +257,7 @@ static void check_disagreeing_loaders(int rank, zt_device device) {
           "stages 0 and 1", tag, rank, s, msg);
     printf("%s, stage %d: %s\n", tag, rank, msg);
     fflush(stdout);
-    zt_pipe_destroy(p);
-    zt_dataset_close(&data);
-    zt_job_spec_free(&job);
-    zt_comm_destroy(comm);
+    close_pipe(p, &job, &data, comm);
 }
 
 /* One rank, one stage: every case on the CPU and on the emulated device. */
