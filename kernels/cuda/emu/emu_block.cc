@@ -23,10 +23,12 @@ zt_emu_thread *zt_emu_cur;
 uint3 zt_emu_block_idx;
 dim3 zt_emu_block_dim, zt_emu_grid_dim;
 
-/* Switches fibers: saves the callee-saved registers and the FP control words on the current
- * stack, stores its pointer in *from, and resumes the stack at `to`. glibc's swapcontext would
- * also save the signal mask, a system call per switch, which made it most of a training step's
- * time; nothing here changes the mask. x86-64 System V. */
+/* Switches fibers: saves the callee-saved general registers on the current stack, stores its
+ * pointer in *from, and resumes the stack at `to`. glibc's swapcontext would also save the
+ * signal mask, a system call per switch, which made it most of a training step's time; nothing
+ * here changes the mask. The FP control words (MXCSR, x87) are callee-saved too, but no kernel
+ * or emulator code changes them, so every fiber's are the thread's: saving and loading them
+ * (ldmxcsr stalls the pipeline) was two thirds of a switch's time. x86-64 System V. */
 extern "C" void zt_emu_switch(void **from, void *to);
 asm(R"(
     .text
@@ -40,14 +42,8 @@ zt_emu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -61,7 +57,10 @@ zt_emu_switch:
 namespace zt_emu {
 namespace {
 
-constexpr size_t kStack = 128 << 10;
+/* Each fiber's stack starts kStagger · its index bytes below the top of its mapping (at most
+ * 64 KiB: every fiber keeps kUsable). Stacks a power of two apart would otherwise put every
+ * fiber's top frames in the same cache sets, and each switch would evict the last fiber's. */
+constexpr size_t kUsable = 128 << 10, kStagger = 64, kStack = kUsable + kStagger * 1024;
 constexpr int kMaxThreads = 1024;
 
 enum state { READY, AT_BARRIER, AT_WARP, EXITED };
@@ -101,18 +100,15 @@ block_state &B() {
         zt_emu_switch(&b.cur->sp, b.sched_sp);
 }
 
-/* A fresh fiber's stack, as zt_emu_switch leaves one: FP control words, six registers, and
- * fiber_main as the return address, which lands 16-byte aligned less 8 as a call would. */
-void *fresh_stack(char *stack) {
-    uintptr_t top = ((uintptr_t)(stack + kStack) & ~(uintptr_t)15) - 16;
+/* A fresh fiber's stack, as zt_emu_switch leaves one: six registers and fiber_main as the
+ * return address, which lands 16-byte aligned less 8 as a call would. */
+void *fresh_stack(char *stack, int index) {
+    uintptr_t top = ((uintptr_t)(stack + kStack - kStagger * index) & ~(uintptr_t)15) - 16;
     uint64_t *sp = (uint64_t *)top;
     *sp = (uint64_t)(uintptr_t)fiber_main; /* the return address, at a 16-byte boundary */
     sp -= 6;
     for (int i = 0; i < 6; i++)
         sp[i] = 0;
-    sp -= 1;
-    uint32_t words[2] = {0x1F80u, 0x037Fu}; /* default MXCSR and x87 control word */
-    memcpy(sp, words, sizeof words);
     return sp;
 }
 
@@ -226,7 +222,7 @@ std::string run_block(const grid_run &g, bool reverse) {
     for (int i = 0; i < b.n; i++) {
         fiber &f = b.f[i];
         f.st = READY;
-        f.sp = fresh_stack(f.stack);
+        f.sp = fresh_stack(f.stack, i);
     }
     for (;;) {
         for (int k = 0; k < b.n; k++) {

@@ -64,6 +64,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "emu_internal.h"
 
@@ -196,6 +197,39 @@ float gelu_grad(float x) {
     float th = tanhf(gelu_scale * (x + 0.044715f * x * x * x));
     float du = gelu_scale * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
+/* out (m × n, column-major) = the m × k matrix a(i, p) times the k × n matrix b(p, j), each
+ * out(i, j) summed in fp32 in order of p. The operands are first unpacked to fp32 (a by columns,
+ * b by columns, both padded with zeros to whole tiles); then a tile of 16 rows × TJ columns is
+ * summed at once, 16 rows to a vector: the lanes are independent sums, none reordered. */
+template <typename LoadA, typename LoadB>
+void product_f32(uint64_t m, uint64_t n, uint64_t k, LoadA a, LoadB b, float *out) {
+    typedef float rows16 __attribute__((vector_size(64)));
+    constexpr uint64_t TI = 16, TJ = 4;
+    const uint64_t mp = (m + TI - 1) / TI * TI, np = (n + TJ - 1) / TJ * TJ;
+    std::vector<float> at(mp * k, 0.0f), bt(np * k, 0.0f); /* at[p·mp + i], bt[j·k + p] */
+    for (uint64_t p = 0; p < k; p++)
+        for (uint64_t i = 0; i < m; i++)
+            at[p * mp + i] = a(i, p);
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t p = 0; p < k; p++)
+            bt[j * k + p] = b(p, j);
+    for (uint64_t j0 = 0; j0 < np; j0 += TJ) {
+        const float *bj = &bt[j0 * k];
+        for (uint64_t i0 = 0; i0 < mp; i0 += TI) {
+            rows16 acc[TJ] = {};
+            for (uint64_t p = 0; p < k; p++) {
+                rows16 ap;
+                memcpy(&ap, &at[p * mp + i0], sizeof ap);
+                for (uint64_t jj = 0; jj < TJ; jj++)
+                    acc[jj] += ap * bj[jj * k + p];
+            }
+            for (uint64_t jj = 0; jj < TJ && j0 + jj < n; jj++)
+                for (uint64_t ii = 0; ii < TI && i0 + ii < m; ii++)
+                    out[i0 + ii + (j0 + jj) * m] = acc[jj][ii];
+        }
+    }
 }
 
 /* Bytes a layout spans. */
@@ -510,15 +544,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     cudaError_t e = enqueue(stream, "cublasLtMatmul", [=](std::string &) {
         const uint64_t m = D.rows, n = D.cols;
         const uint64_t k = x.ta == CUBLAS_OP_T ? A.rows : A.cols;
+        /* op(A) · op(B) in fp32, each sum in order of p as the header says (the tiles only let
+         * independent sums share vector lanes; -ffp-contract=off keeps each product rounded). */
+        std::vector<float> prod(m * n);
+        product_f32(m, n, k, [&](uint64_t i, uint64_t p) {
+            return load(A.type, a, x.ta == CUBLAS_OP_T ? p + i * A.ld : i + p * A.ld);
+        }, [&](uint64_t p, uint64_t j) {
+            return load(B.type, b, x.tb == CUBLAS_OP_T ? j + p * B.ld : p + j * B.ld);
+        }, prod.data());
         for (uint64_t j = 0; j < n; j++) {
             for (uint64_t i = 0; i < m; i++) {
-                float acc = 0.0f;
-                for (uint64_t p = 0; p < k; p++) {
-                    size_t ai = x.ta == CUBLAS_OP_T ? p + i * A.ld : i + p * A.ld;
-                    size_t bi = x.tb == CUBLAS_OP_T ? j + p * B.ld : p + j * B.ld;
-                    acc += load(A.type, a, ai) * load(B.type, b, bi);
-                }
-                float v = fa * acc;
+                float v = fa * prod[i + j * m];
                 if (fb != 0.0f)
                     v += fb * load(C.type, c, i + j * C.ld);
                 if (uses_bias(x.epilogue))
