@@ -417,30 +417,46 @@ static zt_status init_shard(zt_model *m, const zt_tensor_info *t, const zt_tenso
     return st;
 }
 
+/* Draws each tensor in pieces of up to 1M elements (4 MiB of host memory), each piece's draws
+ * made in parallel; a tensor another pipeline stage holds is passed over in the stream. */
+static zt_status init_whole(zt_model *m, const zt_tensor_info *t, const zt_tensor_info *mine,
+                            double std, uint64_t *s) {
+    enum { PIECE = 1 << 20 };
+    size_t piece = t->numel < PIECE ? t->numel : PIECE;
+    float *host = malloc((piece ? piece : 1) * sizeof *host);
+    if (!host)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory drawing %s", m->spec.type, t->name);
+    zt_status st = ZT_OK;
+    for (size_t at = 0; st == ZT_OK && at < t->numel; at += piece) {
+        size_t n = t->numel - at < piece ? t->numel - at : piece;
+        if (std > 0.0)
+            zt_init_fill_normal(host, n, std, s);
+        else
+            for (size_t j = 0; j < n; j++)
+                host[j] = 1.0f;
+        st = zt_model_set_params(m, mine->offset + at, host, n);
+    }
+    free(host);
+    return st;
+}
+
 zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full,
                                  int n_full, double (*std_of)(const zt_model *m, const char *name)) {
-    enum { PIECE = 4096 };
-    float host[PIECE];
     uint64_t s = seed;
     zt_backend_zero(m->ctx.be, m->params, m->n_params * sizeof(float), ZT_STREAM_COMPUTE);
     for (int i = 0; i < n_full; i++) {
         const zt_tensor_info *t = &full[i];
         const zt_tensor_info *mine = zt_model_find_tensor(m, t->name);
         double std = std_of(m, t->name);
-        if (mine && mine->tp_dim >= 0) {
-            ZT_TRY(init_shard(m, t, mine, std, &s));
+        if (std == 0.0)
+            continue; /* zeros, as cleared above */
+        if (!mine) { /* another stage's: its draws are passed over, not made */
+            if (std > 0.0)
+                zt_init_skip_normal(t->numel, &s);
             continue;
         }
-        for (size_t at = 0; std != 0.0 && at < t->numel; at += PIECE) {
-            size_t n = t->numel - at < PIECE ? t->numel - at : PIECE;
-            if (std > 0.0)
-                zt_init_fill_normal(host, n, std, &s);
-            else
-                for (size_t j = 0; j < n; j++)
-                    host[j] = 1.0f;
-            if (mine)
-                ZT_TRY(zt_model_set_params(m, mine->offset + at, host, n));
-        }
+        ZT_TRY(mine->tp_dim >= 0 ? init_shard(m, t, mine, std, &s)
+                                 : init_whole(m, t, mine, std, &s));
     }
     return ZT_OK;
 }

@@ -1,5 +1,10 @@
 /* Random initialisation shared by model families (internal to libztrain): a normal stream from
- * splitmix64 and Box–Muller, reproducible from a seed on every platform. */
+ * splitmix64 and Box–Muller, reproducible from a seed on every platform.
+ *
+ * splitmix64's state is a counter (each draw adds one constant), so draw k of a stream that
+ * starts at s is a function of s + k·γ alone: a tensor's elements are drawn in parallel, and a
+ * tensor this rank does not hold is skipped, with the same numbers as one thread drawing
+ * every element in turn. */
 #ifndef ZTRAIN_MODELS_MODEL_INIT_H
 #define ZTRAIN_MODELS_MODEL_INIT_H
 
@@ -7,24 +12,36 @@
 #include <stddef.h>
 #include <stdint.h>
 
-static inline uint64_t zt_init_splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+#define ZT_INIT_GAMMA 0x9E3779B97F4A7C15ull
+
+/* The draw whose counter is z (splitmix64's output function). */
+static inline uint64_t zt_init_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 
 /* Uniform in (0, 1), never 0, so that log() below is finite. */
-static inline double zt_init_uniform01(uint64_t *s) {
-    return ((zt_init_splitmix64(s) >> 11) + 0.5) * 0x1.0p-53;
+static inline double zt_init_uniform01(uint64_t z) {
+    return ((zt_init_mix(z) >> 11) + 0.5) * 0x1.0p-53;
 }
 
-/* x[0..n) = normal(0, std) draws from the stream s. */
+/* x[0..n) = normal(0, std) draws from the stream s (two uniforms an element), which moves on
+ * past them. */
 static inline void zt_init_fill_normal(float *x, size_t n, double std, uint64_t *s) {
+    const uint64_t s0 = *s;
+#pragma omp parallel for schedule(static) if (n >= 16384)
     for (size_t i = 0; i < n; i++) {
-        double u1 = zt_init_uniform01(s), u2 = zt_init_uniform01(s);
+        double u1 = zt_init_uniform01(s0 + (2 * (uint64_t)i + 1) * ZT_INIT_GAMMA);
+        double u2 = zt_init_uniform01(s0 + (2 * (uint64_t)i + 2) * ZT_INIT_GAMMA);
         x[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
     }
+    *s = s0 + 2 * (uint64_t)n * ZT_INIT_GAMMA;
+}
+
+/* Moves the stream s past the draws of n elements without making them. */
+static inline void zt_init_skip_normal(size_t n, uint64_t *s) {
+    *s += 2 * (uint64_t)n * ZT_INIT_GAMMA;
 }
 
 #endif
