@@ -61,10 +61,10 @@ struct zt_pipe {
      * which set_documents makes itself before a set that would reuse a slot still in flight
      * (only a long evaluation does). */
     int doc_slots, doc_sets;
-    /* Training: each micro-batch's checksum of its positions as this stage drew it
-     * (doc_checksum), compared between the stages in the step's agreement; host_sum, the
-     * host collective's values where stage_comm has no device path. */
-    double *doc_sum, *host_sum;
+    /* Training: each micro-batch's checksum as this stage drew it (batch_checksum), compared
+     * between the stages in the step's agreement; host_sum, the host collective's values where
+     * stage_comm has no device path. */
+    double *batch_sum, *host_sum;
     size_t act_bytes; /* one activation buffer */
     pipe_buffer *buf;
     int nbuf;
@@ -81,7 +81,7 @@ struct zt_pipe {
      * pinned read-back. */
     double *agree_dev, *agree_in, *agree_out;
     size_t agree_n;
-    size_t agree_docs; /* with docs: where each stage's gas checksums start (stage-major) */
+    size_t agree_checks; /* where each stage's gas checksums start (stage-major) */
     bool agree_native; /* stage_comm sums device memory itself */
     bool stage_attached, mp_attached; /* stage_comm, mp_comm have the backend attached */
     int64_t kill_step; /* ZTRAIN_INJECT_PIPE_KILL (tests): die in this step's schedule */
@@ -164,12 +164,12 @@ static zt_status find_tied(zt_pipe *p) {
 /* The step's agreement (agree_dev and its pinned pair), zeroed: a stage other than the last
  * contributes zeros for the losses, which its forwards never write. */
 static zt_status alloc_agreement(zt_pipe *p) {
-    const size_t gas = (size_t)p->info.micro_batches, checks = p->docs ? p->info.stages * gas : 0;
-    p->agree_docs = 3 * gas + 2;
-    p->agree_n = p->agree_docs + checks;
-    p->doc_sum = calloc(gas, sizeof *p->doc_sum);
+    const size_t gas = (size_t)p->info.micro_batches, checks = p->info.stages * gas;
+    p->agree_checks = 3 * gas + 2;
+    p->agree_n = p->agree_checks + checks;
+    p->batch_sum = calloc(gas, sizeof *p->batch_sum);
     p->host_sum = calloc(3 + checks, sizeof *p->host_sum);
-    if (!p->doc_sum || !p->host_sum)
+    if (!p->batch_sum || !p->host_sum)
         return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
     size_t bytes = p->agree_n * sizeof(double);
     p->agree_dev = zt_backend_alloc(p->be, ZT_MEM_DEVICE, bytes);
@@ -206,6 +206,8 @@ static zt_status alloc_buffers(zt_pipe *p) {
     }
     return ZT_OK;
 }
+
+static zt_status agree_after_read(void *ctx);
 
 zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset *train_data,
                          zt_comm *world, const zt_engine_options *base) {
@@ -278,6 +280,8 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
             s = alloc_buffers(p);
         if (s == ZT_OK)
             s = alloc_agreement(p);
+        if (s == ZT_OK)
+            zt_engine_set_step_check(p->e, agree_after_read, p);
     }
     /* Activations and their gradients live in the backend's device memory: they travel between
      * stages through zt_comm_dev_send/recv, which stage them through host memory when the
@@ -332,7 +336,7 @@ void zt_pipe_destroy(zt_pipe *p) {
     }
     free(p->buf);
     free(p->train);
-    free(p->doc_sum);
+    free(p->batch_sum);
     free(p->host_sum);
     if (p->be) {
         size_t bytes = p->agree_n * sizeof(double);
@@ -360,24 +364,36 @@ void zt_pipe_destroy(zt_pipe *p) {
 
 /* ---- the commands ------------------------------------------------------------------------- */
 
-/* A checksum of a micro-batch's document positions (FNV-1a over its sequence count and the
- * positions' 32-bit words), as a double that a sum over the stages carries exactly (below
- * 2^53, and only one stage's term is not 0). */
-static double doc_checksum(const int32_t *pos, int B, int T) {
-    uint32_t h = 2166136261u;
-    const size_t n = (size_t)B * (size_t)T;
-    for (size_t i = 0; i <= n; i++) {
-        uint32_t w = i < n ? (uint32_t)pos[i] : (uint32_t)B;
-        for (int k = 0; k < 4; k++, w >>= 8)
-            h = (h ^ (w & 0xffu)) * 16777619u;
+/* FNV-1a (64-bit) of n 32-bit words, continuing from h. */
+static uint64_t fnv1a_words(uint64_t h, const int32_t *w, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)w[i];
+        for (int k = 0; k < 4; k++, v >>= 8)
+            h = (h ^ (v & 0xffu)) * 0x100000001B3ull;
     }
-    return (double)h;
+    return h;
+}
+
+/* A checksum of a training micro-batch as this stage drew it: FNV-1a over its sequence count,
+ * tokens, targets and, with documents, positions, folded to 52 bits, as a double that a sum
+ * over the stages carries exactly (only one stage's term is not 0). Every stage draws every
+ * micro-batch itself, so stages whose loaders read other data (another file on another host,
+ * another sampler or seed) differ here. */
+static double batch_checksum(const zt_pipe *p, const pipe_buffer *x) {
+    const size_t n = (size_t)x->B * (size_t)p->T;
+    int32_t count = x->B;
+    uint64_t h = fnv1a_words(0xCBF29CE484222325ull, &count, 1);
+    h = fnv1a_words(h, x->tokens, n);
+    h = fnv1a_words(h, x->targets, n);
+    if (p->docs)
+        h = fnv1a_words(h, x->doc_pos, n);
+    return (double)((h ^ (h >> 52)) & ((1ull << 52) - 1));
 }
 
 /* The first stage keeps the tokens, the last the targets; both read the same micro-batch. In
  * training it is the step's micro-batch `micro` (zt_engine_step_batch: with loss-masked data the
  * step is drawn at its first, and its trained targets counted over the replicas), which every
- * stage draws, and with documents notes the checksum of its positions for the agreement. */
+ * stage draws, and notes its checksum for the agreement. */
 static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
     zt_batch b;
     if (from) {
@@ -390,10 +406,11 @@ static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
         if (p->docs) {
             ZT_ASSERT(b.doc_pos);
             memcpy(x->doc_pos, b.doc_pos, (size_t)b.B * b.T * sizeof(int32_t));
-            p->doc_sum[micro] = doc_checksum(x->doc_pos, b.B, p->T);
         }
     }
     x->B = b.B;
+    if (!from)
+        p->batch_sum[micro] = batch_checksum(p, x);
     x->micro = from ? -1 : micro;
     x->counted = 0;
     const int V = p->job->model.vocab_size;
@@ -416,8 +433,8 @@ static size_t act_elems(const zt_pipe *p, const pipe_buffer *x) {
  * (recv_activation), so neither needs a message: a host message is a host wait on a transport
  * that reads device memory (NCCL stages it), a wait per micro-batch for numbers the receiver
  * has. What the stages disagree on still fails: the activation's message carries its element
- * count, which the receive checks (naming both ranks), and the positions' checksums are
- * compared in the step's agreement (check_documents). */
+ * count, which the receive checks (naming both ranks), and the micro-batches' checksums
+ * are compared in the step's agreement before its update (check_batches). */
 static zt_status send_activation(zt_pipe *p, pipe_buffer *x, bool train) {
     double B = x->B;
     if (!train)
@@ -457,7 +474,7 @@ static zt_status recv_activation(zt_pipe *p, pipe_buffer *x, int micro, bool tra
  * (load); in evaluation the first stage has loaded them and the others were sent them, and the
  * last stage has both, which must agree (check), since a stage that read other batches than the
  * first would train the wrong tokens on the right activations (training compares checksums in
- * the step's agreement instead, check_documents).
+ * the step's agreement instead, check_batches).
  *
  * The model copies each set into a pinned slot of its own and uploads it from there without a
  * wait (doc_pos.h): a slot is written again doc_slots sets later, which in training is after the
@@ -533,9 +550,8 @@ static zt_status reduce_tied(zt_pipe *p) {
 }
 
 /* Queued before the optimizer step, whose one synchronisation covers it: the last stage's
- * micro-batch counts and shares, the tokens, this stage's share of the bubble and, with
- * documents, its checksums of the micro-batches' positions in its own stage's row (the other
- * rows 0) go into the agreement (the loss sums are there already, on the last stage, and zeros
+ * micro-batch counts and shares, the tokens, this stage's share of the bubble and its checksums
+ * of the micro-batches in its own stage's row (the other rows 0) go into the agreement (the loss sums are there already, on the last stage, and zeros
  * elsewhere); then,
  * where stage_comm reads device memory, they are summed over the stages there, a sum in which
  * only the last stage's values are not 0 and so come through exactly; then copied back into
@@ -549,11 +565,9 @@ static zt_status agree_enqueue(zt_pipe *p) {
     in[3 * gas] = p->tokens;
     in[3 * gas + 1] = p->sched_ms > 0.0 ? (1.0 - p->compute_ms / p->sched_ms) / p->info.stages
                                         : 0.0;
-    if (p->docs) {
-        double *checks = in + p->agree_docs;
-        memset(checks, 0, (n - p->agree_docs) * sizeof *in);
-        memcpy(checks + (size_t)p->info.stage * gas, p->doc_sum, gas * sizeof *in);
-    }
+    double *checks = in + p->agree_checks;
+    memset(checks, 0, (n - p->agree_checks) * sizeof *in);
+    memcpy(checks + (size_t)p->info.stage * gas, p->batch_sum, gas * sizeof *in);
     const size_t lo = last_stage(p) ? gas : 0;
     zt_backend_copy(p->be, p->agree_dev + lo, in + lo, (n - lo) * sizeof *in, ZT_COPY_H2D,
                     ZT_STREAM_COMPUTE);
@@ -581,15 +595,14 @@ static void agree_read(zt_pipe *p) {
 /* The optimizer step of the ordinary engine, which counts micro-steps: the batch's first
  * micro-batches only count, its last applies the update (the data-parallel reduction, the global
  * norm and the loss scaler's decision included) after its one synchronisation, which brings the
- * step's agreement back with the norm. */
+ * step's agreement back with the norm; the stages agree (agree_after_read, the engine's step
+ * check) before anything is applied. */
 static zt_status optimizer_step(zt_pipe *p) {
     ZT_TRY(agree_enqueue(p));
     for (int i = 0; i < p->info.micro_batches; i++)
         ZT_TRY(zt_engine_step(p->e));
     /* The last of them waited for the device: every document slot is free again. */
     p->doc_sets = 0;
-    if (last_stage(p) || p->agree_native)
-        agree_read(p);
     return ZT_OK;
 }
 
@@ -651,49 +664,43 @@ static zt_status agree_loss(zt_pipe *p, int micro_batches, double *loss, double 
     return ZT_OK;
 }
 
-/* With documents: each micro-batch's checksums of its positions, one row of micro_batches per
- * stage (checks), must be the same at every stage; otherwise the stages' loaders drew other
- * documents (another data file, sampler or seed), and a stage trains the wrong positions on the
- * right activations. Every stage holds every row, so each fails alike, naming the first
- * micro-batch and the first pair of neighbouring stages that differ. Checked after the step's
- * read, so that step's update has been queued: the job stops there, before another step. */
-static zt_status check_documents(const zt_pipe *p, const double *checks) {
+/* Each micro-batch's checksums, one row of micro_batches per stage (checks), must be the same at
+ * every stage; otherwise the stages' loaders drew other data (another data file, sampler or
+ * seed), and a stage trains the wrong tokens, targets or positions on the right activations.
+ * Every stage holds every row, so each fails alike, naming the first micro-batch and the first
+ * pair of neighbouring stages that differ. */
+static zt_status check_batches(const zt_pipe *p, const double *checks) {
     const int gas = p->info.micro_batches;
-    for (int i = 0; p->docs && i < gas; i++)
+    for (int i = 0; i < gas; i++)
         for (int st = 1; st < p->info.stages; st++) {
             double a = checks[(size_t)(st - 1) * gas + i], b = checks[(size_t)st * gas + i];
             if (a != b)
                 return zt_error(ZT_ERR_INVALID, "pipeline: micro-batch %d of the step has other "
-                                "document boundaries at stage %d than at stage %d (checksums "
-                                "%08llx and %08llx of their positions: the stages' loaders "
+                                "tokens, targets or document boundaries at stage %d than at "
+                                "stage %d (checksums %013llx and %013llx: the stages' loaders "
                                 "disagree)", i, st, st - 1, (unsigned long long)b,
                                 (unsigned long long)a);
         }
     return ZT_OK;
 }
 
-/* A training step's result on every rank. Where the stages summed the agreement on the device
- * (agree_enqueue), every stage read the last stage's losses and tokens and the bubble with the
- * step's synchronisation, and only the replicas are left to average over (every stage with
- * its own replicas, in the same order as the last stage's). Otherwise one host collective over
- * the stages sums (loss, tokens, bubble / stages), in which only the last stage's loss and
- * tokens are not 0 (before: a broadcast and an all-reduce). */
-static zt_status agree_step(zt_pipe *p, zt_pipe_batch_result *res) {
+/* The engine's step check (zt_engine_set_step_check), right after the step's one
+ * synchronisation and before its update: the stages agree on the step, and a step whose stages
+ * trained on other micro-batches fails before it is applied. Where the stages summed the
+ * agreement on the device (agree_enqueue), every stage has read the last stage's losses and
+ * tokens, the bubble and every stage's checksums with that synchronisation. Otherwise one host
+ * collective over the stages sums (loss, tokens, bubble / stages, checksums), in which only the
+ * last stage's loss and tokens and each stage's own checksum row are not 0, into host_sum. */
+static zt_status agree_after_read(void *ctx) {
+    zt_pipe *p = ctx;
     const int gas = p->info.micro_batches;
-    const double *agreed = p->agree_out;
-    if (p->agree_native) {
-        ZT_TRY(check_documents(p, agreed + p->agree_docs));
-        double v[2] = {p->loss_sum / gas, agreed[3 * gas]};
-        ZT_TRY(over_replicas(p, v));
-        res->loss = v[0];
-        res->tokens = v[1];
-        res->bubble = agreed[3 * gas + 1];
-        return ZT_OK;
-    }
-    /* (loss, tokens, bubble share) and the checksums' rows, as agree_enqueue laid them out. */
+    if (last_stage(p) || p->agree_native)
+        agree_read(p);
+    if (p->agree_native)
+        return check_batches(p, p->agree_out + p->agree_checks);
     double *v = p->host_sum;
-    const size_t n = 3 + (p->agree_n - p->agree_docs);
-    memcpy(v + 3, p->agree_in + p->agree_docs, (n - 3) * sizeof *v);
+    const size_t n = 3 + (p->agree_n - p->agree_checks);
+    memcpy(v + 3, p->agree_in + p->agree_checks, (n - 3) * sizeof *v);
     v[0] = v[1] = 0.0;
     v[2] = p->agree_in[3 * gas + 1];
     if (last_stage(p)) {
@@ -702,10 +709,25 @@ static zt_status agree_step(zt_pipe *p, zt_pipe_batch_result *res) {
         ZT_TRY(over_replicas(p, v));
     }
     ZT_TRY(zt_comm_all_reduce(p->stage_comm, v, n, ZT_F64, ZT_REDUCE_SUM));
-    ZT_TRY(check_documents(p, v + 3));
-    res->loss = v[0];
-    res->tokens = v[1];
-    res->bubble = v[2];
+    return check_batches(p, v + 3);
+}
+
+/* A training step's result on every rank, from the agreement (agree_after_read): where it was
+ * summed on the device, only the replicas are left to average over (every stage with its own
+ * replicas, in the same order as the last stage's). */
+static zt_status agree_step(zt_pipe *p, zt_pipe_batch_result *res) {
+    const int gas = p->info.micro_batches;
+    if (p->agree_native) {
+        double v[2] = {p->loss_sum / gas, p->agree_out[3 * gas]};
+        ZT_TRY(over_replicas(p, v));
+        res->loss = v[0];
+        res->tokens = v[1];
+        res->bubble = p->agree_out[3 * gas + 1];
+        return ZT_OK;
+    }
+    res->loss = p->host_sum[0];
+    res->tokens = p->host_sum[1];
+    res->bubble = p->host_sum[2];
     return ZT_OK;
 }
 
@@ -713,7 +735,7 @@ zt_status zt_pipe_train_batch(zt_pipe *p, zt_pipe_batch_result *res) {
     p->loss_sum = p->tokens = p->compute_ms = p->sched_ms = 0.0;
     for (int b = 0; b < p->nbuf; b++)
         p->buf[b].micro = -1;
-    memset(p->doc_sum, 0, (size_t)p->info.micro_batches * sizeof *p->doc_sum);
+    memset(p->batch_sum, 0, (size_t)p->info.micro_batches * sizeof *p->batch_sum);
     double t0 = now_ms();
     for (size_t i = 0; i < p->n_train; i++) {
         /* The schedule's time ends where the reductions begin. */

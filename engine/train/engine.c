@@ -44,6 +44,8 @@ struct zt_engine {
     double step_comm0;    /* zt_comm_thread_ms() when the optimizer step began */
     zt_engine_step_gate gate;   /* decides a step's update before it is applied; NULL: none */
     void *gate_ctx;
+    zt_engine_step_check check; /* may fail a step after its read, before all else; NULL: none */
+    void *check_ctx;
     /* Loss-masked data: the loss is the mean over the global batch's trained targets
      * (loss_norm.h), so each step's micro-batches are drawn ahead into norm. */
     bool masked;
@@ -458,8 +460,8 @@ static zt_status hold_step(zt_engine *e, double t0) {
 /* The step's one synchronisation (step_readback.h): the sums of squares of the gradient slice
  * (fp32 g, or else the 16-bit g16) are queued behind its reduction, then they and the step's
  * deferred losses come back together (over NCCL with their total already summed over the
- * ranks on the device, zt_zero_norm_enqueue); *norm2 is the squared global norm, summed over
- * the ranks.
+ * ranks on the device, zt_zero_norm_enqueue); the step's check (zt_engine_set_step_check)
+ * runs; *norm2 is the squared global norm, summed over the ranks.
  * A device error surfaces here, naming the device, before anything is decided on its numbers. */
 static zt_status read_step(zt_engine *e, const float *g, const uint16_t *g16, size_t count,
                            double *norm2) {
@@ -467,6 +469,8 @@ static zt_status read_step(zt_engine *e, const float *g, const uint16_t *g16, si
     ZT_TRY(zt_zero_norm_enqueue(&e->zero, g, g16, count, zt_step_readback_norm_slots(&e->rb),
                                 &parts));
     ZT_TRY(zt_step_readback_sync(&e->rb, e->ds.gradient_accumulation_steps, parts));
+    if (e->check)
+        ZT_TRY(e->check(e->check_ctx));
     return zt_zero_norm_combine(&e->zero, count, zt_step_readback_norm_parts(&e->rb), norm2);
 }
 
@@ -580,6 +584,11 @@ static zt_status step_apply(zt_engine *e) {
 void zt_engine_set_step_gate(zt_engine *e, zt_engine_step_gate gate, void *ctx) {
     e->gate = gate;
     e->gate_ctx = ctx;
+}
+
+void zt_engine_set_step_check(zt_engine *e, zt_engine_step_check check, void *ctx) {
+    e->check = check;
+    e->check_ctx = ctx;
 }
 
 bool zt_engine_was_step_applied(const zt_engine *e) { return e->step_applied; }

@@ -13,7 +13,8 @@
  * within the tolerance of another summation order (fp32) or of roundings between (bf16): with
  * packed documents that also shows that no document table was rewritten while the device still
  * had to copy it (the emulated device runs queued copies late, so a reused pinned slot moves the
- * loss). Stages whose loaders draw other documents fail with an error naming both. */
+ * loss). Stages whose loaders draw other documents or other tokens fail, before the step's
+ * update, with an error naming both. */
 #include <math.h>
 #include <sys/wait.h>
 
@@ -87,7 +88,7 @@ typedef struct {
 
 /* The TCP ports of the rendezvous, one a run, one for the dead stage's and one for the
  * disagreeing loaders' on nccl, found free by the parent (shm ignores them). */
-enum { PORT_DEAD = 2 * NCASES, PORT_DISAGREE, NPORTS };
+enum { PORT_DEAD = 2 * NCASES, PORT_DISAGREE, PORT_DISAGREE_PLAIN, NPORTS };
 static int ports[NPORTS];
 
 static zt_comm *join(const char *what, int rank, const char *transport, int port) {
@@ -223,31 +224,53 @@ static void check_dead_stage(int rank) {
     close_pipe(p, &job, &data, comm);
 }
 
-/* The stages' loaders disagree: the last stage reads other.bin, the same tokens as train.bin
- * with other document boundaries, as a stage given another data file or sampler would. The
- * positions no longer travel with the activations in training, so the stages compare a checksum
- * of each micro-batch's positions in the step's agreement (on nccl summed on the device and read
- * with the step's one wait; on shm in the stages' host sum after it): both stages must fail the
- * step with an error that names the micro-batch and both stages, neither may hang. On the CPU
- * (shm) and on the emulated device (nccl). */
-static void check_disagreeing_loaders(int rank, zt_device device) {
+/* The model's parameters as the host reads them (every queued update done). */
+static float *read_params(zt_pipe *p) {
+    zt_model *m = zt_engine_model(zt_pipe_engine(p));
+    const size_t bytes = m->n_params * sizeof(float);
+    float *h = malloc(bytes);
+    if (h && (zt_backend_sync(m->ctx.be) != ZT_OK ||
+              (zt_backend_copy(m->ctx.be, h, m->params, bytes, ZT_COPY_D2H, ZT_STREAM_COMPUTE),
+               zt_backend_sync(m->ctx.be) != ZT_OK))) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+/* The stages' loaders disagree, as stages given another data file (on another host), sampler or
+ * seed would: with packed documents (masked) the last stage reads other.bin, the same tokens and
+ * trained targets as train.bin with other document boundaries; without, shifted.txt, train.txt's
+ * bytes one place on. The micro-batches no longer travel with the activations in training, so
+ * the stages compare a checksum of each micro-batch (its tokens, targets and positions) in the
+ * step's agreement (on nccl summed on the device and read with the step's one wait; on shm in
+ * the stages' host sum after it), before the step's update: both stages must fail the step with
+ * an error that names the micro-batch and both stages, neither may hang, and neither may have
+ * applied the step (no optimizer step counted, every parameter as it was). On the CPU (shm) and
+ * on the emulated device (nccl). */
+static void check_disagreeing_loaders(int rank, zt_device device, bool masked) {
     const bool cpu = device == ZT_DEVICE_CPU;
     char json[1024];
+    const char *file = masked ? (rank == 1 ? "other.bin" : "train.bin")
+                              : (rank == 1 ? "shifted.txt" : "train.txt");
     snprintf(json, sizeof json,
              "{\"name\": \"disagree\", \"world_size\": %d, \"model\": %s, \"data\": "
-             "{\"train\": \"%s\", \"format\": \"masked\"}, \"train\": {\"max_steps\": %d}, "
+             "{\"train\": \"%s\"%s}, \"train\": {\"max_steps\": %d}, "
              "\"pipeline\": {\"stages\": 2}, \"deepspeed\": "
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}}",
-             WORLD, TINY_GPT2, rank == 1 ? "other.bin" : "train.bin", STEPS, GAS);
-    const char *tag = cpu ? "disagree-cpu" : "disagree-cuda";
-    zt_comm *comm = join(tag, rank, cpu ? "shm" : "nccl", ports[PORT_DISAGREE]);
+             WORLD, TINY_GPT2, file, masked ? ", \"format\": \"masked\"" : "", STEPS, GAS);
+    char tag[64];
+    snprintf(tag, sizeof tag, "disagree-%s-%s", masked ? "docs" : "plain", cpu ? "cpu" : "cuda");
+    zt_comm *comm = join(tag, rank, cpu ? "shm" : "nccl",
+                         ports[masked ? PORT_DISAGREE : PORT_DISAGREE_PLAIN]);
     zt_job_spec job;
     zt_dataset data;
     zt_pipe *p = NULL;
     zt_engine_options opts = {.seed = 5, .threads = 1, .device = device, .job_name = tag};
     if (!open_pipe("the disagreeing loaders' job", rank, json, comm, &opts, &job, &data, &p))
         return;
+    float *before = read_params(p);
     zt_pipe_batch_result res;
     zt_status s = zt_pipe_train_batch(p, &res);
     const char *msg = s == ZT_OK ? "success" : zt_last_error();
@@ -257,6 +280,17 @@ static void check_disagreeing_loaders(int rank, zt_device device) {
           "stages 0 and 1", tag, rank, s, msg);
     printf("%s, stage %d: %s\n", tag, rank, msg);
     fflush(stdout);
+    zt_engine *e = zt_pipe_engine(p);
+    float *after = read_params(p);
+    const size_t n = zt_engine_model(e)->n_params;
+    size_t changed = 0;
+    for (size_t i = 0; before && after && i < n; i++)
+        changed += memcmp(&before[i], &after[i], sizeof *after) != 0;
+    CHECK(before && after && changed == 0 && zt_engine_global_steps(e) == 0,
+          "%s, stage %d: the failed step was applied: %lld optimizer steps, %zu of %zu "
+          "parameters changed", tag, rank, (long long)zt_engine_global_steps(e), changed, n);
+    free(before);
+    free(after);
     close_pipe(p, &job, &data, comm);
 }
 
@@ -292,16 +326,18 @@ static int rank_main(int rank, counts_fn counts) {
                   "%s, stage %d step %d: loss %.7g on cuda, %.7g on cpu", c->name, rank, s + 1,
                   cuda[s], cpu[s]);
     }
-    check_disagreeing_loaders(rank, ZT_DEVICE_CPU);
-    check_disagreeing_loaders(rank, ZT_DEVICE_CUDA);
+    for (int masked = 0; masked < 2; masked++) {
+        check_disagreeing_loaders(rank, ZT_DEVICE_CPU, masked);
+        check_disagreeing_loaders(rank, ZT_DEVICE_CUDA, masked);
+    }
     check_dead_stage(rank);
     return check_summary(rank ? "test_cuda_emu_syncs_pipe stage 1" :
                                 "test_cuda_emu_syncs_pipe stage 0");
 }
 
-/* The data: train.txt's bytes as tokens; train.bin, the same tokens with a loss mask training
- * 60% of the targets and a document starting every 2 to 11 tokens; other.bin, the same tokens
- * and trained targets in documents of 5 tokens. */
+/* The data: train.txt's bytes as tokens; shifted.txt, the same bytes one place on; train.bin,
+ * the same tokens with a loss mask training 60% of the targets and a document starting every 2
+ * to 11 tokens; other.bin, the same tokens and trained targets in documents of 5 tokens. */
 static void write_data(void) {
     char text[NTOK];
     uint16_t tokens[NTOK];
@@ -318,6 +354,7 @@ static void write_data(void) {
             next_doc += 2 + (rng >> 8) % 10;
     }
     check_write_file(check_tmp_path("train.txt"), text, sizeof text);
+    check_write_file(check_tmp_path("shifted.txt"), text + 1, sizeof text - 1);
     if (zt_dataset_write_tokens(check_tmp_path("train.bin"), tokens, NTOK) != ZT_OK ||
         zt_loss_mask_write(check_tmp_path("train.bin.mask"), flags, NTOK) != ZT_OK ||
         zt_dataset_write_tokens(check_tmp_path("other.bin"), tokens, NTOK) != ZT_OK ||

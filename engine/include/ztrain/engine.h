@@ -146,6 +146,15 @@ zt_status zt_engine_step(zt_engine *e);
 typedef bool (*zt_engine_step_gate)(void *ctx, int64_t step, double grad_norm, bool overflow);
 void zt_engine_set_step_gate(zt_engine *e, zt_engine_step_gate gate, void *ctx);
 
+/* A step's check: called once at every accumulation boundary right after the step's one
+ * synchronisation (zt_engine_step_losses are complete, and whatever else the caller queued
+ * before zt_engine_step has come back), on every rank, before the norm is combined, the gate
+ * asked or anything applied. A status other than ZT_OK fails the step with it: nothing is
+ * updated and zt_engine_step returns it. It may use the communicator. How the pipeline compares
+ * what its stages trained on before the step that trained it takes effect. */
+typedef zt_status (*zt_engine_step_check)(void *ctx);
+void zt_engine_set_step_check(zt_engine *e, zt_engine_step_check check, void *ctx);
+
 /* Loss of a batch without gradients (evaluation). */
 zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss);
 
