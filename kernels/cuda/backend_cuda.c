@@ -293,12 +293,14 @@ static void cuda_release(zt_backend *be, void *p, size_t lo, size_t hi) {
      * may hold another range's memory. Without the bookkeeping (no host memory) nothing of it
      * is given back; the failure is the next sync's. */
     bool vmm = zt_cuda_vmm_in(st, p);
+    bool issued = !vmm; /* the memset below */
     if (vmm && rs == ZT_OK)
-        zt_cuda_vmm_release(be, p, lo, hi);
+        issued = zt_cuda_vmm_release(be, p, lo, hi);
     pthread_mutex_unlock(&st->released_lock);
     if (rs != ZT_OK)
         zt_cuda_fail(be, "host", "zt_cuda_ranges_add", zt_last_error(), __FILE__, __LINE__);
-    zt_cuda_note_issue(st, ZT_STREAM_COMPUTE); /* a memset or a release mark */
+    if (issued)
+        zt_cuda_note_issue(st, ZT_STREAM_COMPUTE);
     if (!vmm)
         ZT_CUDA_CHECK(be, cudaMemsetAsync((char *)p + lo, 0, hi - lo,
                                           st->stream[ZT_STREAM_COMPUTE]));

@@ -36,8 +36,9 @@ void zt_cuda_vmm_free(zt_backend *be, void *p);
 /* [lo, hi) of the allocation at p has been added to the released ranges: the bytes of granules
  * that stay live are zeroed on the compute stream, and each granule now wholly released stops
  * being live, its physical memory free for any commit once the compute stream passes this
- * point. No driver call, no wait. */
-void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi);
+ * point. No driver call, no wait. Whether it issued anything on the compute stream (a memset
+ * or a release mark): nothing, when every granule it touches was already released. */
+bool zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi);
 /* Makes every granule touching [lo, hi) of the allocation at p live again, zero-filled before
  * any later work on either stream: the granule's own physical memory when it is free (no driver
  * call), otherwise a free granule of memory or a new one mapped there. The zero-fill is one

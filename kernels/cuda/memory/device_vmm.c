@@ -374,13 +374,14 @@ void zt_cuda_vmm_free(zt_backend *be, void *p) {
     *r = v->ranges[--v->n_ranges];
 }
 
-void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
+bool zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     zt_cuda_state *st = be->impl;
     struct zt_cuda_vmm *v = st->vmm;
     zt_vmm_range *r = range_of(st, p);
     size_t at = (size_t)((char *)p - r->base) + lo, end = at + (hi - lo);
     size_t G = v->granule;
     int mark = -1;
+    bool zeroed = false;
     for (size_t k = at / G; k * G < end; k++) {
         zt_vmm_granule *g = &r->g[k];
         size_t a = k * G, b = a + G < r->bytes ? a + G : r->bytes;
@@ -390,9 +391,11 @@ void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
         if (zt_cuda_ranges_overlap(&st->released, base + a, base + b) < b - a) {
             /* Stays live: the released part of it must read as zero. */
             size_t za = a > at ? a : at, zb = b < end ? b : end;
-            if (zb > za)
+            if (zb > za) {
                 ZT_CUDA_CHECK(be, cudaMemsetAsync(r->base + za, 0, zb - za,
                                                   st->stream[ZT_STREAM_COMPUTE]));
+                zeroed = true;
+            }
             continue;
         }
         if (mark < 0) {
@@ -411,6 +414,7 @@ void zt_cuda_vmm_release(zt_backend *be, void *p, size_t lo, size_t hi) {
     }
     if (v->check && mark >= 0)
         zt_vmm_check_unmap(be, v, r, at / G, (end + G - 1) / G, mark);
+    return zeroed || mark >= 0;
 }
 
 zt_status zt_cuda_vmm_commit(zt_backend *be, void *p, size_t lo, size_t hi) {
