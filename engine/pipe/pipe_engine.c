@@ -20,12 +20,11 @@
 /* One pipe buffer: a micro-batch between its forward and its backward. */
 typedef struct {
     int32_t *tokens, *targets; /* [max_B · T]: first and last stage */
-    /* Loss-masked data, [max_B · T] each: the inputs' positions in their packed documents as
-     * this stage loaded them (every stage in training, the first and last in evaluation) and,
-     * in evaluation, as the stage before sent them. */
-    int32_t *doc_pos, *sent_pos;
+    /* Loss-masked data, [max_B · T]: the inputs' positions in their packed documents as this
+     * stage loaded them (every stage draws every micro-batch). */
+    int32_t *doc_pos;
     int B;                     /* the micro-batch's sequences */
-    int micro;                 /* training: the step's micro-batch loaded into it, -1 none */
+    int micro;                 /* the micro-batch loaded into it (of the step or evaluation) */
     int counted;               /* last stage: targets that count in the loss */
     void *in_act, *out_act;    /* [max_B · T · C] at activation precision */
     void *din, *dout;          /* gradients of in_act and out_act */
@@ -80,6 +79,16 @@ struct zt_pipe {
      * step's one synchronisation. Device memory, the pinned values uploaded into it, and the
      * pinned read-back. */
     double *agree_dev, *agree_in, *agree_out;
+    /* Evaluation's agreement, laid out as the training step's (agree_eval): eval_dev holds each
+     * stage's hash of the micro-batches it drew (batch_hash; a row a stage, uploaded from
+     * eval_in), then the last stage's sums of each micro-batch's token losses (its forwards
+     * write them; eval_cap micro-batches, grown to the evaluation's length), read back into
+     * eval_out once at the end; every stage's own counts of each micro-batch's trained targets
+     * in eval_counted. */
+    double *eval_dev, *eval_in, *eval_out;
+    int *eval_counted;
+    int eval_cap;
+    uint64_t eval_hash;
     size_t agree_n;
     size_t agree_checks; /* where each stage's gas checksums start (stage-major) */
     bool agree_native; /* stage_comm sums device memory itself */
@@ -194,8 +203,7 @@ static zt_status alloc_buffers(zt_pipe *p) {
         x->tokens = malloc(tok);
         x->targets = malloc(tok);
         x->doc_pos = p->docs ? malloc(tok) : NULL;
-        x->sent_pos = p->docs ? malloc(tok) : NULL;
-        if (p->docs && (!x->doc_pos || !x->sent_pos))
+        if (p->docs && !x->doc_pos)
             return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
         void **acts[4] = {&x->in_act, &x->out_act, &x->din, &x->dout};
         for (int k = 0; k < 4; k++)
@@ -208,6 +216,7 @@ static zt_status alloc_buffers(zt_pipe *p) {
 }
 
 static zt_status agree_after_read(void *ctx);
+static zt_status eval_reserve(zt_pipe *p, int steps);
 
 zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset *train_data,
                          zt_comm *world, const zt_engine_options *base) {
@@ -281,6 +290,8 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
         if (s == ZT_OK)
             s = alloc_agreement(p);
         if (s == ZT_OK)
+            s = eval_reserve(p, job->train.eval_steps);
+        if (s == ZT_OK)
             zt_engine_set_step_check(p->e, agree_after_read, p);
     }
     /* Activations and their gradients live in the backend's device memory: they travel between
@@ -329,7 +340,6 @@ void zt_pipe_destroy(zt_pipe *p) {
         free(x->tokens);
         free(x->targets);
         free(x->doc_pos);
-        free(x->sent_pos);
         void *acts[4] = {x->in_act, x->out_act, x->din, x->dout};
         for (int k = 0; k < 4; k++)
             zt_backend_free(p->be, ZT_MEM_DEVICE, acts[k], p->act_bytes);
@@ -343,7 +353,12 @@ void zt_pipe_destroy(zt_pipe *p) {
         zt_backend_free(p->be, ZT_MEM_DEVICE, p->agree_dev, bytes);
         zt_backend_free(p->be, ZT_MEM_PINNED, p->agree_in, bytes);
         zt_backend_free(p->be, ZT_MEM_PINNED, p->agree_out, bytes);
+        bytes = ((size_t)p->info.stages + (size_t)p->eval_cap) * sizeof(double);
+        zt_backend_free(p->be, ZT_MEM_DEVICE, p->eval_dev, bytes);
+        zt_backend_free(p->be, ZT_MEM_PINNED, p->eval_out, bytes);
+        zt_backend_free(p->be, ZT_MEM_PINNED, p->eval_in, sizeof(double));
     }
+    free(p->eval_counted);
     /* Detached before the backend goes with the engine. */
     if (p->attached)
         zt_comm_attach_backend(p->world, NULL);
@@ -374,26 +389,32 @@ static uint64_t fnv1a_words(uint64_t h, const int32_t *w, size_t n) {
     return h;
 }
 
-/* A checksum of a training micro-batch as this stage drew it: FNV-1a over its sequence count,
- * tokens, targets and, with documents, positions, folded to 52 bits, as a double that a sum
- * over the stages carries exactly (only one stage's term is not 0). Every stage draws every
- * micro-batch itself, so stages whose loaders read other data (another file on another host,
- * another sampler or seed) differ here. */
-static double batch_checksum(const zt_pipe *p, const pipe_buffer *x) {
+#define FNV1A_OFFSET 0xCBF29CE484222325ull
+
+/* A micro-batch as this stage drew it, hashed on from h: FNV-1a over its sequence count, tokens,
+ * targets and, with documents, positions. Every stage draws every micro-batch itself, so stages
+ * whose loaders read other data (another file on another host, another sampler or seed) differ
+ * here. */
+static uint64_t batch_hash(const zt_pipe *p, const pipe_buffer *x, uint64_t h) {
     const size_t n = (size_t)x->B * (size_t)p->T;
     int32_t count = x->B;
-    uint64_t h = fnv1a_words(0xCBF29CE484222325ull, &count, 1);
+    h = fnv1a_words(h, &count, 1);
     h = fnv1a_words(h, x->tokens, n);
     h = fnv1a_words(h, x->targets, n);
-    if (p->docs)
-        h = fnv1a_words(h, x->doc_pos, n);
+    return p->docs ? fnv1a_words(h, x->doc_pos, n) : h;
+}
+
+/* A hash folded to 52 bits, as a double that a sum over the stages carries exactly (only one
+ * stage's term is not 0). */
+static double hash_value(uint64_t h) {
     return (double)((h ^ (h >> 52)) & ((1ull << 52) - 1));
 }
 
-/* The first stage keeps the tokens, the last the targets; both read the same micro-batch. In
- * training it is the step's micro-batch `micro` (zt_engine_step_batch: with loss-masked data the
- * step is drawn at its first, and its trained targets counted over the replicas), which every
- * stage draws, and notes its checksum for the agreement. */
+/* The first stage keeps the tokens, the last the targets; every stage reads the same
+ * micro-batch (a middle stage for its count and documents). In training it is the step's
+ * micro-batch `micro` (zt_engine_step_batch: with loss-masked data the step is drawn at its
+ * first, and its trained targets counted over the replicas); in evaluation the next of `from`.
+ * The stage notes its hash for the stages' agreement. */
 static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
     zt_batch b;
     if (from) {
@@ -409,9 +430,11 @@ static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
         }
     }
     x->B = b.B;
-    if (!from)
-        p->batch_sum[micro] = batch_checksum(p, x);
-    x->micro = from ? -1 : micro;
+    if (from)
+        p->eval_hash = batch_hash(p, x, p->eval_hash);
+    else
+        p->batch_sum[micro] = hash_value(batch_hash(p, x, FNV1A_OFFSET));
+    x->micro = micro;
     x->counted = 0;
     const int V = p->job->model.vocab_size;
     for (int i = 0; i < b.B * p->T; i++) {
@@ -427,110 +450,80 @@ static size_t act_elems(const zt_pipe *p, const pipe_buffer *x) {
     return (size_t)x->B * p->T * p->C;
 }
 
-/* In evaluation an activation travels after its sequence count and its document positions,
- * which the later stages do not otherwise know (they read no data, and an epoch's last
- * micro-batch may be short). In training every stage draws the step's micro-batches itself
- * (recv_activation), so neither needs a message: a host message is a host wait on a transport
- * that reads device memory (NCCL stages it), a wait per micro-batch for numbers the receiver
- * has. What the stages disagree on still fails: the activation's message carries its element
- * count, which the receive checks (naming both ranks), and the micro-batches' checksums
- * are compared in the step's agreement before its update (check_batches). */
-static zt_status send_activation(zt_pipe *p, pipe_buffer *x, bool train) {
-    double B = x->B;
-    if (!train)
-        ZT_TRY(zt_comm_send(p->world, &B, 1, ZT_F64, neighbour(p, +1)));
-    /* int32 words travel as 32-bit elements, copied bit for bit. */
-    if (p->docs && !train) {
-        const int32_t *pos = first_stage(p) ? x->doc_pos : x->sent_pos;
-        ZT_TRY(zt_comm_send(p->world, pos, (size_t)x->B * p->T, ZT_F32, neighbour(p, +1)));
-    }
+/* An activation travels alone: every stage draws each micro-batch itself (recv_activation), so
+ * the receiver knows its count and documents; a host message would be a host wait on a
+ * transport that reads device memory (NCCL stages it), a wait per micro-batch for numbers the
+ * receiver has. What the stages disagree on still fails: the activation's message carries its
+ * element count, which the receive checks (naming both ranks), and the micro-batches' hashes
+ * are compared, in training in the step's agreement before its update (check_batches), in
+ * evaluation at its end (agree_eval). */
+static zt_status send_activation(zt_pipe *p, pipe_buffer *x) {
     return zt_comm_dev_send(p->world, x->out_act, act_elems(p, x), p->wire, neighbour(p, +1));
 }
 
-/* In training the micro-batch's count comes from this stage's own draw of it (every stage of a
- * replica reads the replica's share as its first stage does): the last stage's, loaded here
- * rather than at its LOAD_MICRO_BATCH command (which then finds it loaded), and a middle
- * stage's, which loads it only for this. */
-static zt_status recv_activation(zt_pipe *p, pipe_buffer *x, int micro, bool train) {
-    if (train) {
-        if (x->micro != micro)
-            ZT_TRY(load(p, x, micro, NULL));
-    } else {
-        double B;
-        ZT_TRY(zt_comm_recv(p->world, &B, 1, ZT_F64, neighbour(p, -1)));
-        if (!(B >= 1 && B <= p->max_B))
-            return zt_error(ZT_ERR_INVALID, "pipeline: stage %d sent a micro-batch of %d "
-                            "sequences (at most %d)", p->info.stage - 1, (int)B, p->max_B);
-        x->B = (int)B;
-    }
-    if (p->docs && !train)
-        ZT_TRY(zt_comm_recv(p->world, x->sent_pos, (size_t)x->B * p->T, ZT_F32,
-                            neighbour(p, -1)));
+/* The micro-batch's count and documents come from this stage's own draw of it (every stage of
+ * a replica reads the replica's share as its first stage does): the last stage's, loaded at its
+ * LOAD_MICRO_BATCH command just before, and a middle stage's, which loads it only for this. */
+static zt_status recv_activation(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
+    if (x->micro != micro)
+        ZT_TRY(load(p, x, micro, from));
     return zt_comm_dev_recv(p->world, x->in_act, act_elems(p, x), p->wire, neighbour(p, -1));
 }
 
-/* Gives the model the documents of buffer x's micro-batch, before its forward and again before
- * its backward (other micro-batches run between the two). In training every stage drew them
- * (load); in evaluation the first stage has loaded them and the others were sent them, and the
- * last stage has both, which must agree (check), since a stage that read other batches than the
- * first would train the wrong tokens on the right activations (training compares checksums in
- * the step's agreement instead, check_batches).
+/* Gives the model the documents of buffer x's micro-batch, which this stage drew (load), before
+ * its forward and again before its backward (other micro-batches run between the two).
  *
  * The model copies each set into a pinned slot of its own and uploads it from there without a
  * wait (doc_pos.h): a slot is written again doc_slots sets later, which in training is after the
- * optimizer step's synchronisation. Its device tables (the positions, Llama's rotary rows) are
+ * optimizer step's synchronisation (an evaluation longer than doc_slots forwards waits here
+ * once every doc_slots). Its device tables (the positions, Llama's rotary rows) are
  * one buffer each, rewritten by a copy on the compute stream, which runs after the kernels
  * queued there before it (the micro-batch before's) and before the ones queued after it. */
-static zt_status set_documents(zt_pipe *p, pipe_buffer *x, int micro, bool train) {
+static zt_status set_documents(zt_pipe *p, pipe_buffer *x) {
     if (!p->docs)
         return ZT_OK;
-    const int32_t *pos = train || first_stage(p) ? x->doc_pos : x->sent_pos;
-    if (!train && last_stage(p) &&
-        memcmp(x->doc_pos, x->sent_pos, (size_t)x->B * p->T * sizeof(int32_t)) != 0)
-        return zt_error(ZT_ERR_INVALID, "pipeline: micro-batch %d of stage %d has other document "
-                        "boundaries than stage %d sent with its activation (the stages' loaders "
-                        "disagree)", micro, p->info.stage, p->info.stage - 1);
     if (p->doc_sets >= p->doc_slots) {
         ZT_TRY(zt_backend_sync(p->be));
         p->doc_sets = 0;
     }
     p->doc_sets++;
-    return p->m->ops->set_doc_pos(p->m, pos, x->B, p->T);
+    return p->m->ops->set_doc_pos(p->m, x->doc_pos, x->B, p->T);
 }
 
 static zt_status forward(zt_pipe *p, pipe_buffer *x, int buffer, int micro, bool train) {
-    ZT_TRY(set_documents(p, x, micro, train));
+    ZT_TRY(set_documents(p, x));
     /* As zt_engine_forward: the loss scale over the step's divisor, and the loss's share. */
-    double share = 1.0;
     float grad_scale = 0.0f;
-    /* In training the loss stays on the device, summed into its slot of the step's agreement,
-     * and comes back with the step's one synchronisation (optimizer_step); read here, it would
-     * be a wait per micro-batch. */
+    /* The loss stays on the device, summed into its slot of the step's agreement, which comes
+     * back with the step's one synchronisation (optimizer_step), or of the evaluation's, read
+     * at its end (zt_pipe_eval); read here, it would be a wait per micro-batch. */
     if (train && last_stage(p)) {
         const int gas = p->info.micro_batches;
+        double share;
         grad_scale = zt_engine_grad_scale(p->e, x->counted, &share);
         p->m->loss_out = p->agree_dev + micro;
         p->agree_in[gas + micro] = x->counted;
         p->agree_in[2 * gas + micro] = share;
+    } else if (last_stage(p)) {
+        p->m->loss_out = p->eval_dev + p->info.stages + micro;
     }
+    if (!train)
+        p->eval_counted[micro] = x->counted;
     double t0 = now_ms();
-    float loss = p->m->ops->stage_forward(p->m, buffer, first_stage(p) ? x->tokens : NULL,
+    p->m->ops->stage_forward(p->m, buffer, first_stage(p) ? x->tokens : NULL,
                                           first_stage(p) ? NULL : x->in_act,
                                           last_stage(p) ? x->targets : NULL,
                                           last_stage(p) ? NULL : x->out_act, x->B, p->T,
                                           grad_scale);
     p->m->loss_out = NULL;
     p->compute_ms += now_ms() - t0;
-    if (last_stage(p)) {
-        if (!train)
-            p->loss_sum += (double)loss * share;
+    if (last_stage(p))
         p->tokens += (double)x->B * p->T;
-    }
     return ZT_OK;
 }
 
-static zt_status backward(zt_pipe *p, pipe_buffer *x, int buffer, int micro) {
-    ZT_TRY(set_documents(p, x, micro, true));
+static zt_status backward(zt_pipe *p, pipe_buffer *x, int buffer) {
+    ZT_TRY(set_documents(p, x));
     double t0 = now_ms();
     p->m->ops->stage_backward(p->m, buffer, last_stage(p) ? NULL : x->dout,
                               first_stage(p) ? NULL : x->din);
@@ -611,17 +604,17 @@ static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *fr
     switch (c->kind) {
     case ZT_PIPE_LOAD_MICRO_BATCH:
         /* The last stage's training micro-batch is loaded at its receive already. */
-        if (train && x->micro == c->micro_batch)
+        if (x->micro == c->micro_batch)
             return ZT_OK;
         return load(p, x, c->micro_batch, from);
     case ZT_PIPE_FORWARD:
         return forward(p, x, c->buffer, c->micro_batch, train);
     case ZT_PIPE_BACKWARD:
-        return backward(p, x, c->buffer, c->micro_batch);
+        return backward(p, x, c->buffer);
     case ZT_PIPE_SEND_ACTIVATION:
-        return send_activation(p, x, train);
+        return send_activation(p, x);
     case ZT_PIPE_RECV_ACTIVATION:
-        return recv_activation(p, x, c->micro_batch, train);
+        return recv_activation(p, x, c->micro_batch, from);
     case ZT_PIPE_SEND_GRAD:
         return zt_comm_dev_send(p->world, x->din, act_elems(p, x), p->wire, neighbour(p, -1));
     case ZT_PIPE_RECV_GRAD:
@@ -651,16 +644,94 @@ static zt_status over_replicas(zt_pipe *p, double v[2]) {
     return ZT_OK;
 }
 
-/* The loss as DeepSpeed reports it: the last stage's mean over its micro-batches, averaged over
- * the replicas, then sent to every stage; the tokens summed likewise. */
-static zt_status agree_loss(zt_pipe *p, int micro_batches, double *loss, double *tokens) {
-    double v[2] = {p->loss_sum / micro_batches, p->tokens};
-    if (last_stage(p))
+/* The end of an evaluation of `steps` micro-batches, on every stage, as a training step's
+ * agreement: each stage's hash of the micro-batches it drew goes into its row of eval_dev, beside
+ * the last stage's loss sums; where stage_comm reads device memory (NCCL) they are summed over
+ * the stages there (only the last stage's sums and each stage's own row are not 0) and every
+ * stage reads them back with the evaluation's one wait; otherwise the last stage reads its sums
+ * back (its one wait; a stage that set documents waits too, so the next step's sets find every
+ * slot free) and one host collective sums the loss and the rows. The loss as DeepSpeed reports
+ * it: each micro-batch's mean over its trained targets, as a forward that read its losses would
+ * take it (every stage counted them in its own draw), averaged over the micro-batches and over
+ * the replicas. Stages whose hashes differ fail alike. */
+static zt_status agree_eval(zt_pipe *p, int steps, double *loss) {
+    const int stages = p->info.stages;
+    const size_t n = (size_t)stages + (size_t)steps;
+    p->eval_in[0] = hash_value(p->eval_hash);
+    zt_backend_copy(p->be, p->eval_dev + p->info.stage, p->eval_in, sizeof(double), ZT_COPY_H2D,
+                    ZT_STREAM_COMPUTE);
+    if (p->agree_native) {
+        ZT_TRY(zt_comm_dev_all_reduce(p->stage_comm, p->eval_dev, n, ZT_F64, ZT_REDUCE_SUM));
+        zt_backend_copy(p->be, p->eval_out, p->eval_dev, n * sizeof(double), ZT_COPY_D2H,
+                        ZT_STREAM_COMPUTE);
+    } else if (last_stage(p)) {
+        zt_backend_copy(p->be, p->eval_out + stages, p->eval_dev + stages,
+                        (size_t)steps * sizeof(double), ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    }
+    if (p->agree_native || last_stage(p) || (p->docs && p->doc_sets > 0)) {
+        ZT_TRY(zt_backend_sync(p->be));
+        p->doc_sets = 0;
+    }
+    double v[2] = {0.0, 0.0};
+    if (p->agree_native || last_stage(p)) {
+        for (int i = 0; i < steps; i++)
+            v[0] += p->eval_counted[i] ? (float)(p->eval_out[stages + i] / p->eval_counted[i])
+                                       : 0.0f;
+        v[0] /= steps;
+    }
+    const double *rows = p->eval_out;
+    if (!p->agree_native) {
+        double *h = p->host_sum; /* 1 + stages of its 3 + stages · micro_batches */
+        memset(h, 0, (size_t)(1 + stages) * sizeof *h);
+        if (last_stage(p)) {
+            ZT_TRY(over_replicas(p, v));
+            h[0] = v[0];
+        }
+        h[1 + p->info.stage] = p->eval_in[0];
+        ZT_TRY(zt_comm_all_reduce(p->stage_comm, h, (size_t)(1 + stages), ZT_F64,
+                                  ZT_REDUCE_SUM));
+        v[0] = h[0];
+        rows = h + 1;
+    }
+    for (int st = 1; st < stages; st++)
+        if (rows[st] != rows[st - 1])
+            return zt_error(ZT_ERR_INVALID, "pipeline: the evaluation's micro-batches have other "
+                            "tokens, targets or document boundaries at stage %d than at stage %d "
+                            "(hashes %013llx and %013llx: the stages' loaders disagree)", st,
+                            st - 1, (unsigned long long)rows[st],
+                            (unsigned long long)rows[st - 1]);
+    /* Summed on the device, every stage has the loss: each averages over its own replicas. */
+    if (p->agree_native)
         ZT_TRY(over_replicas(p, v));
-    ZT_TRY(zt_comm_broadcast(p->stage_comm, v, 2, ZT_F64, p->info.stages - 1));
     *loss = v[0];
-    if (tokens)
-        *tokens = v[1];
+    return ZT_OK;
+}
+
+/* The evaluation's agreement (agree_eval) for `steps` micro-batches, zeroed on the device: a
+ * stage other than the last contributes zeros for the loss sums, and each stage zeros for the
+ * other stages' rows. Made for the job's eval_steps at creation, grown when an evaluation is
+ * longer. */
+static zt_status eval_reserve(zt_pipe *p, int steps) {
+    const size_t stages = (size_t)p->info.stages;
+    if (steps > p->eval_cap) {
+        size_t old = (stages + (size_t)p->eval_cap) * sizeof(double),
+               bytes = (stages + (size_t)steps) * sizeof(double);
+        zt_backend_free(p->be, ZT_MEM_DEVICE, p->eval_dev, old);
+        zt_backend_free(p->be, ZT_MEM_PINNED, p->eval_out, old);
+        free(p->eval_counted);
+        p->eval_cap = 0;
+        p->eval_dev = zt_backend_alloc(p->be, ZT_MEM_DEVICE, bytes);
+        p->eval_out = zt_backend_alloc(p->be, ZT_MEM_PINNED, bytes);
+        p->eval_counted = calloc((size_t)steps, sizeof *p->eval_counted);
+        if (!p->eval_in)
+            p->eval_in = zt_backend_alloc(p->be, ZT_MEM_PINNED, sizeof(double));
+        if (!p->eval_dev || !p->eval_out || !p->eval_counted || !p->eval_in)
+            return zt_error(ZT_ERR_NOMEM, "pipeline: cannot allocate the evaluation's %d "
+                            "losses on %s", steps, p->be->name);
+        p->eval_cap = steps;
+    }
+    zt_backend_zero(p->be, p->eval_dev, (stages + (size_t)steps) * sizeof(double),
+                    ZT_STREAM_COMPUTE);
     return ZT_OK;
 }
 
@@ -758,15 +829,13 @@ zt_status zt_pipe_eval(zt_pipe *p, zt_loader *val, int steps, double *loss) {
         return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
     zt_pipe_inference_schedule(p->info.stages, p->info.stage, steps, cmds, n);
     p->loss_sum = p->tokens = p->compute_ms = 0.0;
-    zt_status s = ZT_OK;
+    p->eval_hash = FNV1A_OFFSET;
+    for (int b = 0; b < p->nbuf; b++)
+        p->buf[b].micro = -1;
+    zt_status s = eval_reserve(p, steps);
     for (size_t i = 0; i < n && s == ZT_OK; i++)
         s = run(p, &cmds[i], false, val);
     free(cmds);
     ZT_TRY(s);
-    /* The next training step's sets find every document slot free. */
-    if (p->docs && p->doc_sets > 0) {
-        ZT_TRY(zt_backend_sync(p->be));
-        p->doc_sets = 0;
-    }
-    return agree_loss(p, steps, loss, NULL);
+    return agree_eval(p, steps, loss);
 }

@@ -13,8 +13,10 @@
  * within the tolerance of another summation order (fp32) or of roundings between (bf16): with
  * packed documents that also shows that no document table was rewritten while the device still
  * had to copy it (the emulated device runs queued copies late, so a reused pinned slot moves the
- * loss). Stages whose loaders draw other documents or other tokens fail, before the step's
- * update, with an error naming both. */
+ * loss). After the steps, an evaluation of EVAL_STEPS micro-batches is counted the same way
+ * (one wait at most) and its loss compared with the CPU's. Stages whose loaders draw other
+ * documents or other tokens fail, before the step's update, with an error naming both, and so
+ * does an evaluation. */
 #include <math.h>
 #include <sys/wait.h>
 
@@ -28,7 +30,7 @@
 #include "ztrain/loss_mask.h"
 #include "ztrain/pipe_engine.h"
 
-enum { STEPS = 4, GAS = 4, WORLD = 2, NTOK = 8192 };
+enum { STEPS = 4, GAS = 4, WORLD = 2, NTOK = 8192, EVAL_STEPS = 6 };
 
 typedef void (*counts_fn)(unsigned long long out[3]);
 
@@ -80,10 +82,11 @@ static const run_case cases[] = {
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
-/* Per step: the runtime's waits, read-backs and pageable uploads less the transport's staging,
- * and the staging's waits. */
+/* Per step, and for the evaluation after the last: the runtime's waits, read-backs and pageable
+ * uploads less the transport's staging, and the staging's waits. */
 typedef struct {
     unsigned long long own[STEPS][3], staged[STEPS];
+    unsigned long long eval_own[3], eval_staged;
 } measured;
 
 /* The TCP ports of the rendezvous, one a run, one for the dead stage's and one for the
@@ -95,10 +98,47 @@ static zt_comm *join(const char *what, int rank, const char *transport, int port
     return emu_join("syncs-pipe", what, rank, WORLD, transport, port);
 }
 
+/* Runs f(p, arg) between two readings of the counters: into own, what the runtime counted less
+ * the transport's staging (a staging copy to the host is one wait and one read-back; its copy
+ * back one upload), into *staged the staging's waits. */
+static zt_status counted_call(zt_pipe *p, counts_fn counts, zt_status (*f)(zt_pipe *, void *),
+                              void *arg, unsigned long long own[3], unsigned long long *staged) {
+    unsigned long long before[3] = {0}, after[3] = {0};
+    zt_comm_dev_stats cb = zt_pipe_dev_counts(p);
+    if (counts)
+        counts(before);
+    zt_status s = f(p, arg);
+    if (counts)
+        counts(after);
+    zt_comm_dev_stats ca = zt_pipe_dev_counts(p);
+    unsigned long long waits = ca.staged_waits - cb.staged_waits,
+                       uploads = ca.staged_uploads - cb.staged_uploads;
+    own[0] = after[0] - before[0] - waits;
+    own[1] = after[1] - before[1] - waits;
+    own[2] = after[2] - before[2] - uploads;
+    *staged = waits;
+    return s;
+}
+
+static zt_status train_step(zt_pipe *p, void *res) {
+    return zt_pipe_train_batch(p, res);
+}
+
+typedef struct {
+    zt_loader *val;
+    double loss;
+} eval_call;
+
+static zt_status evaluate(zt_pipe *p, void *arg) {
+    eval_call *e = arg;
+    return zt_pipe_eval(p, e->val, EVAL_STEPS, &e->loss);
+}
+
 /* Trains the case's job on one rank (its stage) and fills losses[STEPS] (the step's loss as
- * every stage reports it); with counts, what it measured. */
+ * every stage reports it), then evaluates EVAL_STEPS micro-batches of the training data from its
+ * start into *eval_loss; with counts, what it measured. */
 static bool train(int ci, int rank, zt_device device, counts_fn counts, double *losses,
-                  measured *out) {
+                  double *eval_loss, measured *out) {
     const run_case *c = &cases[ci];
     char json[2048];
     snprintf(json, sizeof json,
@@ -130,30 +170,31 @@ static bool train(int ci, int rank, zt_device device, counts_fn counts, double *
         return false;
     }
     bool ok = true;
+    measured scratch;
+    if (!out)
+        out = &scratch;
     for (int s = 0; s < STEPS && ok; s++) {
-        unsigned long long before[3] = {0}, after[3] = {0};
-        zt_comm_dev_stats cb = zt_pipe_dev_counts(p);
-        if (counts)
-            counts(before);
         zt_pipe_batch_result res;
-        ok = check_at(__FILE__, __LINE__, zt_pipe_train_batch(p, &res) == ZT_OK,
+        ok = check_at(__FILE__, __LINE__,
+                      counted_call(p, counts, train_step, &res, out->own[s], &out->staged[s]) ==
+                          ZT_OK,
                       "%s, rank %d step %d: %s", c->name, rank, s + 1, zt_last_error());
-        if (counts)
-            counts(after);
-        zt_comm_dev_stats ca = zt_pipe_dev_counts(p);
         losses[s] = res.loss;
-        if (!out)
-            continue;
-        unsigned long long waits = ca.staged_waits - cb.staged_waits,
-                           uploads = ca.staged_uploads - cb.staged_uploads;
-        /* A staging copy to the host is one wait and one read-back; its copy back one upload. */
-        out->own[s][0] = after[0] - before[0] - waits;
-        out->own[s][1] = after[1] - before[1] - waits;
-        out->own[s][2] = after[2] - before[2] - uploads;
-        out->staged[s] = waits;
     }
     ok = check_at(__FILE__, __LINE__, zt_engine_sync(zt_pipe_engine(p)) == ZT_OK, "%s",
                   zt_last_error()) && ok;
+    zt_loader val;
+    eval_call e = {&val, NAN};
+    if (ok && check_at(__FILE__, __LINE__,
+                       zt_loader_init(&val, &data, 2, job.model.block_size, 0, 1, false, false,
+                                      5) == ZT_OK, "%s", zt_last_error())) {
+        ok = check_at(__FILE__, __LINE__,
+                      counted_call(p, counts, evaluate, &e, out->eval_own, &out->eval_staged) ==
+                          ZT_OK,
+                      "%s, rank %d, evaluation: %s", c->name, rank, zt_last_error());
+        zt_loader_free(&val);
+    }
+    *eval_loss = e.loss;
     zt_pipe_destroy(p);
     zt_dataset_close(&data);
     zt_job_spec_free(&job);
@@ -246,8 +287,9 @@ static float *read_params(zt_pipe *p) {
  * step's agreement (on nccl summed on the device and read with the step's one wait; on shm in
  * the stages' host sum after it), before the step's update: both stages must fail the step with
  * an error that names the micro-batch and both stages, neither may hang, and neither may have
- * applied the step (no optimizer step counted, every parameter as it was). On the CPU (shm) and
- * on the emulated device (nccl). */
+ * applied the step (no optimizer step counted, every parameter as it was). An evaluation before
+ * it, each stage drawing from its own file, fails alike at its end. On the CPU (shm) and on the
+ * emulated device (nccl). */
 static void check_disagreeing_loaders(int rank, zt_device device, bool masked) {
     const bool cpu = device == ZT_DEVICE_CPU;
     char json[1024];
@@ -270,6 +312,19 @@ static void check_disagreeing_loaders(int rank, zt_device device, bool masked) {
     zt_engine_options opts = {.seed = 5, .threads = 1, .device = device, .job_name = tag};
     if (!open_pipe("the disagreeing loaders' job", rank, json, comm, &opts, &job, &data, &p))
         return;
+    /* An evaluation first: it fails at its end, on both stages, naming them. */
+    zt_loader val;
+    if (zt_loader_init(&val, &data, 2, job.model.block_size, 0, 1, false, false, 5) == ZT_OK) {
+        double loss;
+        zt_status es = zt_pipe_eval(p, &val, EVAL_STEPS, &loss);
+        const char *em = es == ZT_OK ? "success" : zt_last_error();
+        CHECK(es == ZT_ERR_INVALID && strstr(em, "evaluation's micro-batches") &&
+                  strstr(em, "at stage 1 than at stage 0") && strstr(em, "loaders disagree"),
+              "%s, stage %d, evaluation: status %d, %s; wanted the disagreement of stages 0 "
+              "and 1", tag, rank, es, em);
+        printf("%s, stage %d, evaluation: %s\n", tag, rank, em);
+        zt_loader_free(&val);
+    }
     float *before = read_params(p);
     zt_pipe_batch_result res;
     zt_status s = zt_pipe_train_batch(p, &res);
@@ -298,16 +353,17 @@ static void check_disagreeing_loaders(int rank, zt_device device, bool masked) {
 static int rank_main(int rank, counts_fn counts) {
     for (int i = 0; i < NCASES; i++) {
         const run_case *c = &cases[i];
-        double cpu[STEPS], cuda[STEPS];
+        double cpu[STEPS], cuda[STEPS], cpu_eval, cuda_eval;
         measured m = {0};
-        if (!train(i, rank, ZT_DEVICE_CPU, NULL, cpu, NULL) ||
-            !train(i, rank, ZT_DEVICE_CUDA, counts, cuda, &m))
+        if (!train(i, rank, ZT_DEVICE_CPU, NULL, cpu, &cpu_eval, NULL) ||
+            !train(i, rank, ZT_DEVICE_CUDA, counts, cuda, &cuda_eval, &m))
             continue;
         printf("%-30s stage %d, per step: own waits/D2H/pageable H2D + staged waits:", c->name,
                rank);
         for (int s = 0; s < STEPS; s++)
             printf(" %llu/%llu/%llu+%llu", m.own[s][0], m.own[s][1], m.own[s][2], m.staged[s]);
-        printf("\n");
+        printf("; evaluation of %d: %llu/%llu/%llu+%llu\n", EVAL_STEPS, m.eval_own[0],
+               m.eval_own[1], m.eval_own[2], m.eval_staged);
         fflush(stdout);
         for (int s = 1; s < STEPS; s++)
             CHECK(m.own[s][0] <= (unsigned)c->waits &&
@@ -320,11 +376,29 @@ static int rank_main(int rank, counts_fn counts) {
         for (int s = 0; strcmp(c->comm, "nccl") == 0 && s < STEPS; s++)
             CHECK(m.staged[s] == 0, "%s, stage %d step %d: %llu copies staged through the "
                   "host on nccl", c->name, rank, s + 1, m.staged[s]);
+        /* The evaluation waits once, at its end, and reads its agreement back once: on nccl
+         * every stage (summed over the stages on the device: the loss sums and the stages'
+         * hashes), and the last stage each received activation's header too; on shm the last
+         * stage its loss sums (the first waits only with documents, for its slots). Before: the
+         * last stage waited for its loss at every forward, and each activation's count and
+         * positions travelled as host messages: waits/read-backs at the first and last stage
+         * 0/0 and 6/6 on shm, 7/1 and 19/24 on nccl; with documents 1/0 and 7/6 on shm, 14/1
+         * and 32/36 on nccl. */
+        const bool nccl = strcmp(c->comm, "nccl") == 0;
+        const unsigned eval_reads = (nccl || rank == 1) + (nccl && rank == 1 ? EVAL_STEPS : 0);
+        CHECK(m.eval_own[0] <= 1 && m.eval_own[1] <= eval_reads && m.eval_own[2] == 0,
+              "%s, stage %d, evaluation of %d micro-batches: %llu host waits, %llu "
+              "device-to-host copies and %llu pageable uploads besides the transport's staging; "
+              "at most 1, %u and 0 allowed", c->name, rank, EVAL_STEPS, m.eval_own[0],
+              m.eval_own[1], m.eval_own[2], eval_reads);
         const double tol = c->precision[0] ? 2e-3 : 1e-4;
         for (int s = 0; s < STEPS; s++)
             CHECK(isfinite(cuda[s]) && fabs(cuda[s] - cpu[s]) <= tol * fabs(cpu[s]),
                   "%s, stage %d step %d: loss %.7g on cuda, %.7g on cpu", c->name, rank, s + 1,
                   cuda[s], cpu[s]);
+        CHECK(isfinite(cuda_eval) && fabs(cuda_eval - cpu_eval) <= tol * fabs(cpu_eval),
+              "%s, stage %d, evaluation: loss %.7g on cuda, %.7g on cpu", c->name, rank,
+              cuda_eval, cpu_eval);
     }
     for (int masked = 0; masked < 2; masked++) {
         check_disagreeing_loaders(rank, ZT_DEVICE_CPU, masked);
