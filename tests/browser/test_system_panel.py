@@ -59,8 +59,15 @@ def main():
             wait_until(lambda: drv.execute_script(
                 "const v = document.querySelector('[data-testid=\"job-view\"]');"
                 "return v && v.dataset.loaded === 'true';"), 15)
-            # The panel draws at the charts' flush, shortly after the history is loaded.
-            wait_until(lambda: len(drv.find_elements(By.CSS_SELECTOR, '[data-testid="strip-row"]')) == 2, 5)
+            # The panel draws at the charts' flush, shortly after the history is loaded (on a
+            # loaded machine it may first draw from part of it): wait for both strip rows with
+            # their 40 cells and for the note the whole history gives.
+            wait_until(lambda: drv.execute_script("""
+                const rows = document.querySelectorAll('[data-testid="strip-row"]');
+                const note = document.querySelector('[data-testid="system-note"]');
+                return rows.length === 2 &&
+                  [...rows].every(r => r.querySelectorAll('.strip-cell').length === 40) &&
+                  note !== null && note.textContent.includes('No GPU figures');"""), 15)
             panel = drv.find_element(By.CSS_SELECTOR, '[data-testid="system-panel"]')
             drv.execute_script("arguments[0].scrollIntoView();", panel)
             shot = os.path.join(BUILD, "dashboard-system.png")
