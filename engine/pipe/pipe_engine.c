@@ -19,13 +19,13 @@
 
 /* One pipe buffer: a micro-batch between its forward and its backward. */
 typedef struct {
-    int32_t *tokens, *targets; /* [max_B · T]: first and last stage */
+    int32_t *tokens, *targets; /* [max_B · T]: the first stage feeds tokens, the last targets */
     /* Loss-masked data, [max_B · T]: the inputs' positions in their packed documents as this
      * stage loaded them (every stage draws every micro-batch). */
     int32_t *doc_pos;
     int B;                     /* the micro-batch's sequences */
     int micro;                 /* the micro-batch loaded into it (of the step or evaluation) */
-    int counted;               /* last stage: targets that count in the loss */
+    int counted;               /* targets that count in the loss */
     void *in_act, *out_act;    /* [max_B · T · C] at activation precision */
     void *din, *dout;          /* gradients of in_act and out_act */
 } pipe_buffer;
@@ -60,9 +60,9 @@ struct zt_pipe {
      * which set_documents makes itself before a set that would reuse a slot still in flight
      * (only a long evaluation does). */
     int doc_slots, doc_sets;
-    /* Training: each micro-batch's checksum as this stage drew it (batch_checksum), compared
-     * between the stages in the step's agreement; host_sum, the host collective's values where
-     * stage_comm has no device path. */
+    /* Training: each micro-batch's hash as this stage drew it (batch_hash, hash_value),
+     * compared between the stages in the step's agreement; host_sum, the host collective's
+     * values where stage_comm has no device path. */
     double *batch_sum, *host_sum;
     size_t act_bytes; /* one activation buffer */
     pipe_buffer *buf;
@@ -511,10 +511,8 @@ static zt_status forward(zt_pipe *p, pipe_buffer *x, int buffer, int micro, bool
         p->eval_counted[micro] = x->counted;
     double t0 = now_ms();
     p->m->ops->stage_forward(p->m, buffer, first_stage(p) ? x->tokens : NULL,
-                                          first_stage(p) ? NULL : x->in_act,
-                                          last_stage(p) ? x->targets : NULL,
-                                          last_stage(p) ? NULL : x->out_act, x->B, p->T,
-                                          grad_scale);
+                             first_stage(p) ? NULL : x->in_act, last_stage(p) ? x->targets : NULL,
+                             last_stage(p) ? NULL : x->out_act, x->B, p->T, grad_scale);
     p->m->loss_out = NULL;
     p->compute_ms += now_ms() - t0;
     if (last_stage(p))
@@ -543,10 +541,10 @@ static zt_status reduce_tied(zt_pipe *p) {
 }
 
 /* Queued before the optimizer step, whose one synchronisation covers it: the last stage's
- * micro-batch counts and shares, the tokens, this stage's share of the bubble and its checksums
- * of the micro-batches in its own stage's row (the other rows 0) go into the agreement (the loss sums are there already, on the last stage, and zeros
- * elsewhere); then,
- * where stage_comm reads device memory, they are summed over the stages there, a sum in which
+ * micro-batch counts and shares, the tokens, this stage's share of the bubble and its hashes of
+ * the micro-batches in its own stage's row (the other rows 0) go into the agreement (the loss
+ * sums are there already, on the last stage, and zeros elsewhere); then, where stage_comm
+ * reads device memory, they are summed over the stages there, a sum in which
  * only the last stage's values are not 0 and so come through exactly; then copied back into
  * pinned memory, which does not wait. A second read-back beside the engine's under the same
  * wait: the engine's scalars are its own (step_readback.h). */
