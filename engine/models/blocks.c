@@ -417,34 +417,37 @@ static zt_status init_shard(zt_model *m, const zt_tensor_info *t, const zt_tenso
     return st;
 }
 
-/* Draws each tensor in pieces of up to 1M elements (4 MiB of host memory), each piece's draws
- * made in parallel; a tensor another pipeline stage holds is passed over in the stream. */
+/* Draws a tensor in pieces of up to `piece` elements through host (each piece's draws made in
+ * parallel) and writes them to this rank's copy. */
 static zt_status init_whole(zt_model *m, const zt_tensor_info *t, const zt_tensor_info *mine,
-                            double std, uint64_t *s) {
-    enum { PIECE = 1 << 20 };
-    size_t piece = t->numel < PIECE ? t->numel : PIECE;
-    float *host = malloc((piece ? piece : 1) * sizeof *host);
-    if (!host)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory drawing %s", m->spec.type, t->name);
-    zt_status st = ZT_OK;
-    for (size_t at = 0; st == ZT_OK && at < t->numel; at += piece) {
+                            double std, uint64_t *s, float *host, size_t piece) {
+    for (size_t at = 0; at < t->numel; at += piece) {
         size_t n = t->numel - at < piece ? t->numel - at : piece;
         if (std > 0.0)
             zt_init_fill_normal(host, n, std, s);
         else
             for (size_t j = 0; j < n; j++)
                 host[j] = 1.0f;
-        st = zt_model_set_params(m, mine->offset + at, host, n);
+        ZT_TRY(zt_model_set_params(m, mine->offset + at, host, n));
     }
-    free(host);
-    return st;
+    return ZT_OK;
 }
 
 zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_info *full,
                                  int n_full, double (*std_of)(const zt_model *m, const char *name)) {
+    /* One host buffer for every whole tensor, of up to 1M elements (4 MiB), allocated once. */
+    size_t piece = 1;
+    for (int i = 0; i < n_full; i++)
+        piece = full[i].numel > piece ? full[i].numel : piece;
+    piece = piece < ((size_t)1 << 20) ? piece : (size_t)1 << 20;
+    float *host = malloc(piece * sizeof *host);
+    if (!host)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory drawing the initial weights",
+                        m->spec.type);
     uint64_t s = seed;
+    zt_status st = ZT_OK;
     zt_backend_zero(m->ctx.be, m->params, m->n_params * sizeof(float), ZT_STREAM_COMPUTE);
-    for (int i = 0; i < n_full; i++) {
+    for (int i = 0; i < n_full && st == ZT_OK; i++) {
         const zt_tensor_info *t = &full[i];
         const zt_tensor_info *mine = zt_model_find_tensor(m, t->name);
         double std = std_of(m, t->name);
@@ -455,10 +458,11 @@ zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_inf
                 zt_init_skip_normal(t->numel, &s);
             continue;
         }
-        ZT_TRY(mine->tp_dim >= 0 ? init_shard(m, t, mine, std, &s)
-                                 : init_whole(m, t, mine, std, &s));
+        st = mine->tp_dim >= 0 ? init_shard(m, t, mine, std, &s)
+                               : init_whole(m, t, mine, std, &s, host, piece);
     }
-    return ZT_OK;
+    free(host);
+    return st;
 }
 
 float zt_blocks_model_stage_forward(zt_model *m, int buffer, const int32_t *tokens,
