@@ -10,6 +10,7 @@
  * result that depends on it, a missing barrier, shows as a difference (emu_runtime.cc compares
  * the two). Shared memory, static and dynamic, is filled with 0xFF before every block. */
 #include <sys/mman.h>
+#include <xmmintrin.h>
 
 #include <cstdarg>
 #include <cstdio>
@@ -27,8 +28,9 @@ dim3 zt_emu_block_dim, zt_emu_grid_dim;
  * pointer in *from, and resumes the stack at `to`. glibc's swapcontext would also save the
  * signal mask, a system call per switch, which made it most of a training step's time; nothing
  * here changes the mask. The FP control words (MXCSR, x87) are callee-saved too, but no kernel
- * or emulator code changes them, so every fiber's are the thread's: saving and loading them
- * (ldmxcsr stalls the pipeline) was two thirds of a switch's time. x86-64 System V. */
+ * or emulator code changes them, so every fiber's are the thread's, which run_grid sets to the
+ * defaults for the launch: saving and loading them at every switch (ldmxcsr stalls the
+ * pipeline) was two thirds of a switch's time. x86-64 System V. */
 extern "C" void zt_emu_switch(void **from, void *to);
 asm(R"(
     .text
@@ -289,20 +291,26 @@ std::string run_grid(const grid_run &g, bool reverse) {
     b.body = &g.body;
     zt_emu_block_dim = g.block;
     zt_emu_grid_dim = g.grid;
+    /* The kernel's arithmetic with the default rounding and no flush to zero, as a GPU's
+     * without --use_fast_math, whatever the host thread had set; the thread's own restored. */
+    const unsigned host_csr = _mm_getcsr();
+    _mm_setcsr(0x1F80u);
+    std::string why;
     const size_t blocks = (size_t)g.grid.x * g.grid.y * g.grid.z;
-    for (size_t k = 0; k < blocks; k++) {
+    for (size_t k = 0; k < blocks && why.empty(); k++) {
         size_t i = reverse ? blocks - 1 - k : k;
         zt_emu_block_idx = make_uint3((unsigned)(i % g.grid.x), (unsigned)(i / g.grid.x % g.grid.y),
                                       (unsigned)(i / ((size_t)g.grid.x * g.grid.y)));
-        std::string why = run_block(g, reverse);
+        why = run_block(g, reverse);
         if (!why.empty()) {
             char where[160];
             snprintf(where, sizeof where, "kernel %s, block (%u,%u,%u): ", g.name,
                      zt_emu_block_idx.x, zt_emu_block_idx.y, zt_emu_block_idx.z);
-            return where + why;
+            why = where + why;
         }
     }
-    return std::string();
+    _mm_setcsr(host_csr);
+    return why;
 }
 
 } // namespace zt_emu
