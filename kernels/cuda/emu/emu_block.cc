@@ -249,8 +249,8 @@ std::string run_block(const grid_run &g, bool reverse) {
                 at_barrier++;
                 if (!site)
                     site = b.f[i].site;
-                else if (strcmp(site, b.f[i].site) != 0)
-                    same = false;
+                else if (site != b.f[i].site && strcmp(site, b.f[i].site) != 0)
+                    same = false; /* one site's string is one pointer: the compare is rare */
             }
         }
         if (exited == b.n)
