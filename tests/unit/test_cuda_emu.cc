@@ -1,9 +1,10 @@
 /* The emulated CUDA device's strictness (kernels/cuda/emu/): kernels broken on purpose the ways
  * a GPU punishes — a missing __syncthreads, an off-by-one index, a host read of an asynchronous
  * copy before the sync, a host dereference of device memory, a launch of 2,048 threads, a barrier
- * in divergent code, a shuffle naming absent lanes, too much dynamic shared memory, a host
- * pointer handed to a kernel, a misaligned cuBLASLt operand — each seen caught, beside the same
- * kernels written correctly, whose results are checked against plain loops.
+ * in divergent code, threads at two different barriers, a shuffle naming absent lanes, too much
+ * dynamic shared memory, a host pointer handed to a kernel, a misaligned cuBLASLt operand — each
+ * seen caught, beside the same kernels written correctly, whose results are checked against plain
+ * loops.
  *
  * A fault on a GPU is sticky for the process, and on the emulator too, so every case runs in a
  * child process of its own; the parent reads its exit status and what it wrote to stderr.
@@ -77,6 +78,15 @@ __global__ void reduce_kernel(float *sums, int *positives, int *ballots, const f
 
 __global__ void divergent_barrier_kernel(float *out) {
     if (threadIdx.x < 16)
+        __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+
+/* Half the block waits at one __syncthreads, half at another: a GPU would hang or misbehave. */
+__global__ void two_barriers_kernel(float *out) {
+    if (threadIdx.x % 2 == 0)
+        __syncthreads();
+    else
         __syncthreads();
     out[threadIdx.x] = 1.0f;
 }
@@ -287,6 +297,16 @@ static int case_divergent_barrier() {
     cudaError_t e = cudaDeviceSynchronize();
     EXPECT(e == cudaErrorLaunchFailure && says(e, "reached by 16 of 64"),
            "a barrier in divergent code went unseen: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static int case_two_barriers() {
+    float *d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    ZT_LAUNCH(two_barriers_kernel, 1, 64, 0, nullptr, d);
+    cudaError_t e = cudaDeviceSynchronize();
+    EXPECT(e == cudaErrorLaunchFailure && says(e, "two different __syncthreads"),
+           "threads at two different barriers went unseen: %s", cudaGetErrorString(e));
     return 0;
 }
 
@@ -557,6 +577,7 @@ static const test_case cases[] = {
      "dereferenced device memory"},
     {"launch of 2,048 threads", case_2048_threads, 0, nullptr},
     {"__syncthreads in divergent code", case_divergent_barrier, 0, nullptr},
+    {"threads at two different __syncthreads", case_two_barriers, 0, nullptr},
     {"full-mask shuffle in a 48-thread block", case_shuffle_absent_lanes, 0, nullptr},
     {"64 KiB of dynamic shared memory without the opt-in", case_dyn_smem_without_opt_in, 0,
      nullptr},
