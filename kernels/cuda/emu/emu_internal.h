@@ -59,8 +59,15 @@ std::string vmm_describe(const void *p);
 /* Empty when [p, p + bytes) is mapped with access throughout, else the account of the first
  * byte that is not: what a copy, memset or kernel touching it faults with. */
 std::string vmm_unmapped(const void *p, size_t bytes);
-/* Makes every mapping with access readable and writable (open) or not (close). */
+/* Opens (or closes) the mappings with access to device work on this thread. Opening makes
+ * none readable yet: each is opened by the first fault in it (vmm_open_on_fault), so a drain
+ * pays for the mappings it touches, not for every one; closing protects again those it
+ * opened. */
 void vmm_protect(bool open);
+/* From the SIGSEGV handler: whether addr lies in a mapping with access that device work on the
+ * thread that opened the mappings may touch, which is now readable and writable (the faulting
+ * access is retried); false for anything else (a fault to report). */
+bool vmm_open_on_fault(const void *addr);
 size_t vmm_physical_bytes();
 /* The size of the reservation holding p, 0 when none. */
 size_t vmm_reservation_bytes(const void *p);

@@ -57,6 +57,8 @@ struct sigaction previous_segv;
 void segv_handler(int sig, siginfo_t *info, void *uctx) {
     arena &a = A();
     const char *addr = (const char *)info->si_addr;
+    if (vmm_open_on_fault(addr))
+        return; /* device work's first touch of a mapping: the access is retried */
     if (vmm_in(addr) && a.open_depth > 0) {
         /* Device work reached an address with nothing mapped: a kernel going past the granule of
          * its pointer argument (those are checked before it runs). */

@@ -8,12 +8,16 @@
  * H100's), and mapping it maps that file MAP_SHARED|MAP_FIXED at the address, so one allocation
  * mapped at two addresses is the same bytes at both, as on a GPU. A mapping is accessible only
  * after cuMemSetAccess, and, like the arena, only while the emulator does device work: the host
- * never reads it. Device work that touches an address with no accessible mapping fails: a copy,
- * a memset or a kernel's pointer argument there is a sticky cudaErrorIllegalAddress naming the
- * reservation and the offset, and a kernel reaching past its arguments into an unmapped granule
- * dies in the SIGSEGV handler with the same account. The mapping calls are host calls that take
- * effect at once while queued work runs later, which is how a GPU behaves: an unmap before the
- * work using the range has run is a fault here, as it is there.
+ * never reads it. While it does, a mapping is made readable at device work's first touch (from
+ * the SIGSEGV handler, on the thread doing the work) and protected again after, so a drain pays
+ * for the mappings it touches: flipping every mapping at every drain was most of the
+ * emulator's system time. Device work that touches an address with no accessible mapping
+ * fails: a copy, a memset or a kernel's pointer argument there is a sticky
+ * cudaErrorIllegalAddress naming the reservation and the offset, and a kernel reaching past its
+ * arguments into an unmapped granule dies in the SIGSEGV handler with the same account. The
+ * mapping calls are host calls that take effect at once while queued work runs later, which is
+ * how a GPU behaves: an unmap before the work using the range has run is a fault here, as it is
+ * there.
  *
  * The driver's checks: sizes and addresses in whole granules, a map only into unmapped space of
  * one reservation and within the allocation, an unmap of whole mappings only, a release of a
@@ -21,6 +25,7 @@
  * and with nothing mapped. Physical bytes count as device memory (cudaMemGetInfo) from
  * cuMemCreate until the last of release and unmap. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -92,6 +97,9 @@ struct space {
     std::map<size_t, reservation> reservations; /* by offset from base */
     std::map<CUmemGenericAllocationHandle, phys> handles;
     bool open = false;
+    pthread_t opener;                         /* the thread that opened them */
+    std::vector<std::pair<char *, size_t>> opened; /* made accessible since, by faults */
+    size_t n_maps = 0;                        /* mappings there are, the most `opened` holds */
 };
 
 space &S() {
@@ -223,11 +231,39 @@ void vmm_protect(bool open) {
     if (s.open == open)
         return;
     s.open = open;
-    for (auto &r : s.reservations)
-        for (auto &m : r.second.maps)
-            if (m.second.access)
-                mprotect(s.base + r.first + m.first, m.second.bytes,
-                         open ? PROT_READ | PROT_WRITE : PROT_NONE);
+    if (open) {
+        s.opener = pthread_self();
+        /* Room for every mapping, so that the handler never allocates. */
+        s.n_maps = 0;
+        for (auto &r : s.reservations)
+            s.n_maps += r.second.maps.size();
+        s.opened.reserve(s.n_maps);
+        return;
+    }
+    for (auto &o : s.opened)
+        mprotect(o.first, o.second, PROT_NONE);
+    s.opened.clear();
+}
+
+bool vmm_open_on_fault(const void *addr) {
+    space &s = S();
+    if (!s.open || !pthread_equal(s.opener, pthread_self()) || s.opened.size() >= s.n_maps)
+        return false;
+    auto *r = reservation_of(addr);
+    if (!r)
+        return false;
+    size_t off = (size_t)((const char *)addr - s.base) - r->first;
+    auto m = r->second.maps.upper_bound(off);
+    if (m == r->second.maps.begin())
+        return false;
+    --m;
+    if (off >= m->first + m->second.bytes || !m->second.access)
+        return false;
+    char *at = s.base + r->first + m->first;
+    if (mprotect(at, m->second.bytes, PROT_READ | PROT_WRITE) != 0)
+        return false;
+    s.opened.emplace_back(at, m->second.bytes);
+    return true;
 }
 
 size_t vmm_physical_bytes() {
@@ -456,11 +492,9 @@ static CUresult emu_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcce
     auto m = r->second.maps.upper_bound(at);
     if (m != r->second.maps.begin() && std::prev(m)->first + std::prev(m)->second.bytes > at)
         --m;
-    for (; m != r->second.maps.end() && m->first < at + size; ++m) {
+    /* Opened by device work's first touch, like every mapping (vmm_protect). */
+    for (; m != r->second.maps.end() && m->first < at + size; ++m)
         m->second.access = true;
-        if (s.open)
-            mprotect(s.base + r->first + m->first, m->second.bytes, PROT_READ | PROT_WRITE);
-    }
     return CUDA_SUCCESS;
 }
 
