@@ -68,6 +68,8 @@ void vmm_protect(bool open);
  * thread that opened the mappings may touch, which is now readable and writable (the faulting
  * access is retried); false for anything else (a fault to report). */
 bool vmm_open_on_fault(const void *addr);
+/* Whether this thread opened the mappings (vmm_protect) and has not closed them. */
+bool vmm_opened_here();
 size_t vmm_physical_bytes();
 /* The size of the reservation holding p, 0 when none. */
 size_t vmm_reservation_bytes(const void *p);

@@ -245,9 +245,14 @@ void vmm_protect(bool open) {
     s.opened.clear();
 }
 
+bool vmm_opened_here() {
+    space &s = S();
+    return s.open && pthread_equal(s.opener, pthread_self());
+}
+
 bool vmm_open_on_fault(const void *addr) {
     space &s = S();
-    if (!s.open || !pthread_equal(s.opener, pthread_self()) || s.opened.size() >= s.n_maps)
+    if (!vmm_opened_here() || s.opened.size() >= s.n_maps)
         return false;
     auto *r = reservation_of(addr);
     if (!r)
