@@ -233,8 +233,9 @@ void vmm_protect(bool open) {
     s.open = open;
     if (open) {
         s.opener = pthread_self();
-        /* Room for every mapping, so that the handler never allocates. */
-        s.n_maps = 0;
+        /* Room for every mapping (none is made while a drain holds the device lock; the slack
+         * is for safety), so that the handler never allocates; past it a touch faults. */
+        s.n_maps = 16;
         for (auto &r : s.reservations)
             s.n_maps += r.second.maps.size();
         s.opened.reserve(s.n_maps);
