@@ -290,34 +290,34 @@ static int case_2048_threads() {
     return 0;
 }
 
-static int case_divergent_barrier() {
+/* Launches kernel (one block of `threads`, on a buffer of as many floats) as ZT_LAUNCH would
+ * (named as it names it): the launch must fail with a message that says `want`; `what` is the
+ * mistake, for the message when it went unseen. */
+static int expect_launch_fault(const char *name, void (*kernel)(float *), unsigned threads,
+                               const char *want, const char *what) {
     float *d;
-    cudaMalloc(&d, 64 * sizeof(float));
-    ZT_LAUNCH(divergent_barrier_kernel, 1, 64, 0, nullptr, d);
+    cudaMalloc(&d, threads * sizeof(float));
+    zt_emu_launch(name, kernel, dim3(1), dim3(threads), 0, nullptr, d);
     cudaError_t e = cudaDeviceSynchronize();
-    EXPECT(e == cudaErrorLaunchFailure && says(e, "reached by 16 of 64"),
-           "a barrier in divergent code went unseen: %s", cudaGetErrorString(e));
+    EXPECT(e == cudaErrorLaunchFailure && says(e, want), "%s went unseen: %s", what,
+           cudaGetErrorString(e));
     return 0;
+}
+
+static int case_divergent_barrier() {
+    return expect_launch_fault("divergent_barrier_kernel", divergent_barrier_kernel, 64,
+                               "reached by 16 of 64", "a barrier in divergent code");
 }
 
 static int case_two_barriers() {
-    float *d;
-    cudaMalloc(&d, 64 * sizeof(float));
-    ZT_LAUNCH(two_barriers_kernel, 1, 64, 0, nullptr, d);
-    cudaError_t e = cudaDeviceSynchronize();
-    EXPECT(e == cudaErrorLaunchFailure && says(e, "two different __syncthreads"),
-           "threads at two different barriers went unseen: %s", cudaGetErrorString(e));
-    return 0;
+    return expect_launch_fault("two_barriers_kernel", two_barriers_kernel, 64,
+                               "two different __syncthreads",
+                               "threads at two different barriers");
 }
 
 static int case_shuffle_absent_lanes() {
-    float *d;
-    cudaMalloc(&d, 48 * sizeof(float));
-    ZT_LAUNCH(full_mask_shuffle_kernel, 1, 48, 0, nullptr, d);
-    cudaError_t e = cudaDeviceSynchronize();
-    EXPECT(e == cudaErrorLaunchFailure && says(e, "does not exist"),
-           "a full-mask shuffle in a 48-thread block went unseen: %s", cudaGetErrorString(e));
-    return 0;
+    return expect_launch_fault("full_mask_shuffle_kernel", full_mask_shuffle_kernel, 48,
+                               "does not exist", "a full-mask shuffle in a 48-thread block");
 }
 
 static int case_dyn_smem_without_opt_in() {
