@@ -642,6 +642,31 @@ static zt_status over_replicas(zt_pipe *p, double v[2]) {
     return ZT_OK;
 }
 
+/* Each stage's hashes of what it drew, one row of per_stage per stage (the step's micro-batches,
+ * or one for a whole evaluation), must be the same at every stage; otherwise the stages' loaders
+ * drew other data (another data file, sampler or seed), and a stage trains or evaluates the
+ * wrong tokens, targets or positions on the right activations. Every stage holds every row, so
+ * each fails alike, naming the first micro-batch and the first pair of neighbouring stages that
+ * differ. */
+static zt_status check_batches(const zt_pipe *p, const double *rows, int per_stage, bool eval) {
+    for (int i = 0; i < per_stage; i++)
+        for (int st = 1; st < p->info.stages; st++) {
+            double a = rows[(size_t)(st - 1) * per_stage + i], b = rows[(size_t)st * per_stage + i];
+            if (a == b)
+                continue;
+            char what[64];
+            if (eval)
+                snprintf(what, sizeof what, "the evaluation's micro-batches have");
+            else
+                snprintf(what, sizeof what, "micro-batch %d of the step has", i);
+            return zt_error(ZT_ERR_INVALID, "pipeline: %s other tokens, targets or document "
+                            "boundaries at stage %d than at stage %d (hashes %013llx and %013llx: "
+                            "the stages' loaders disagree)", what, st, st - 1,
+                            (unsigned long long)b, (unsigned long long)a);
+        }
+    return ZT_OK;
+}
+
 /* The end of an evaluation of `steps` micro-batches, on every stage, as a training step's
  * agreement: each stage's hash of the micro-batches it drew goes into its row of eval_dev, beside
  * the last stage's loss sums; where stage_comm reads device memory (NCCL) they are summed over
@@ -691,13 +716,7 @@ static zt_status agree_eval(zt_pipe *p, int steps, double *loss) {
         v[0] = h[0];
         rows = h + 1;
     }
-    for (int st = 1; st < stages; st++)
-        if (rows[st] != rows[st - 1])
-            return zt_error(ZT_ERR_INVALID, "pipeline: the evaluation's micro-batches have other "
-                            "tokens, targets or document boundaries at stage %d than at stage %d "
-                            "(hashes %013llx and %013llx: the stages' loaders disagree)", st,
-                            st - 1, (unsigned long long)rows[st],
-                            (unsigned long long)rows[st - 1]);
+    ZT_TRY(check_batches(p, rows, 1, true));
     /* Summed on the device, every stage has the loss: each averages over its own replicas. */
     if (p->agree_native)
         ZT_TRY(over_replicas(p, v));
@@ -733,26 +752,6 @@ static zt_status eval_reserve(zt_pipe *p, int steps) {
     return ZT_OK;
 }
 
-/* Each micro-batch's checksums, one row of micro_batches per stage (checks), must be the same at
- * every stage; otherwise the stages' loaders drew other data (another data file, sampler or
- * seed), and a stage trains the wrong tokens, targets or positions on the right activations.
- * Every stage holds every row, so each fails alike, naming the first micro-batch and the first
- * pair of neighbouring stages that differ. */
-static zt_status check_batches(const zt_pipe *p, const double *checks) {
-    const int gas = p->info.micro_batches;
-    for (int i = 0; i < gas; i++)
-        for (int st = 1; st < p->info.stages; st++) {
-            double a = checks[(size_t)(st - 1) * gas + i], b = checks[(size_t)st * gas + i];
-            if (a != b)
-                return zt_error(ZT_ERR_INVALID, "pipeline: micro-batch %d of the step has other "
-                                "tokens, targets or document boundaries at stage %d than at "
-                                "stage %d (checksums %013llx and %013llx: the stages' loaders "
-                                "disagree)", i, st, st - 1, (unsigned long long)b,
-                                (unsigned long long)a);
-        }
-    return ZT_OK;
-}
-
 /* The engine's step check (zt_engine_set_step_check), right after the step's one
  * synchronisation and before its update: the stages agree on the step, and a step whose stages
  * trained on other micro-batches fails before it is applied. Where the stages summed the
@@ -766,7 +765,7 @@ static zt_status agree_after_read(void *ctx) {
     if (last_stage(p) || p->agree_native)
         agree_read(p);
     if (p->agree_native)
-        return check_batches(p, p->agree_out + p->agree_checks);
+        return check_batches(p, p->agree_out + p->agree_checks, gas, false);
     double *v = p->host_sum;
     const size_t n = 3 + (p->agree_n - p->agree_checks);
     memcpy(v + 3, p->agree_in + p->agree_checks, (n - 3) * sizeof *v);
@@ -778,7 +777,7 @@ static zt_status agree_after_read(void *ctx) {
         ZT_TRY(over_replicas(p, v));
     }
     ZT_TRY(zt_comm_all_reduce(p->stage_comm, v, n, ZT_F64, ZT_REDUCE_SUM));
-    return check_batches(p, v + 3);
+    return check_batches(p, v + 3, gas, false);
 }
 
 /* A training step's result on every rank, from the agreement (agree_after_read): where it was
