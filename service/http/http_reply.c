@@ -150,9 +150,11 @@ bool zt_http_arg_bool(struct MHD_Connection *c, const char *name, bool *out,
     const char *v = zt_http_arg(c, name);
     if (!v)
         return true;
-    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !*v) {
+    /* Exactly the values the OpenAPI document lists ("", 0, 1, true, false): "False" or "TRUE"
+     * would be accepted here and refused by the document's own validators. */
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !*v) {
         *out = true;
-    } else if (!strcmp(v, "0") || !strcasecmp(v, "false")) {
+    } else if (!strcmp(v, "0") || !strcmp(v, "false")) {
         *out = false;
     } else {
         *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,

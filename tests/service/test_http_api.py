@@ -223,6 +223,8 @@ def case_b(api, d):
                         ("/api/v1/jobs/job-000001/records?since_step=1.5", "since_step"),
                         ("/api/v1/jobs/job-000001/logs?tail=x", "tail"),
                         ("/api/v1/jobs/job-000001/events?logs=maybe", "logs"),
+                        # only the documented values: the OpenAPI enum has no "False"
+                        ("/api/v1/jobs/job-000001/events?logs=False", "logs"),
                         ("/api/v1/jobs?page_size=0", "page_size"),
                         ("/api/v1/jobs?limit=0", "limit"),
                         ("/api/v1/jobs?state=BOGUS", "state"),
