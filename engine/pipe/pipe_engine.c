@@ -36,6 +36,9 @@ struct zt_pipe {
     zt_comm *world;
     zt_comm *dp_comm;    /* the stage's replicas; NULL with dp 1 */
     zt_comm *stage_comm; /* the replica's stages */
+    /* The step's and the evaluation's agreement: every stage of every replica (of this rank's
+     * TP shard). stage_comm with dp 1, world without TP, else agree_group, a group of its own. */
+    zt_comm *agree_comm, *agree_group;
     zt_comm *tied_comm;  /* first and last stage of the replica, when the model ties a tensor */
     /* With tensor parallelism: the stage's TP shards of this replica, and every rank of this
      * replica (its stages × its shards), over which the gradient norm is summed. */
@@ -61,38 +64,41 @@ struct zt_pipe {
      * (only a long evaluation does). */
     int doc_slots, doc_sets;
     /* Training: each micro-batch's hash as this stage drew it (batch_hash, hash_value),
-     * compared between the stages in the step's agreement; host_sum, the host collective's
-     * values where stage_comm has no device path. */
-    double *batch_sum, *host_sum;
+     * compared between the stages in the step's agreement. */
+    double *batch_sum;
     size_t act_bytes; /* one activation buffer */
     pipe_buffer *buf;
     int nbuf;
     zt_pipe_cmd *train;
     size_t n_train;
     size_t tied_off, tied_n; /* the tied tensor in this stage's flat buffer (tied_comm) */
-    /* The batch in flight. */
-    double loss_sum, tokens, compute_ms, sched_ms;
-    /* The step's loss as the stages agree on it (agree_enqueue): [micro_batches] the last
-     * stage's summed token losses (its forwards sum into them on the device), as many trained
-     * targets and loss shares, the tokens and the stage's share of the bubble; summed over the
-     * stages on the device when stage_comm reads device memory (NCCL), and read back with the
-     * step's one synchronisation. Device memory, the pinned values uploaded into it, and the
-     * pinned read-back. */
-    double *agree_dev, *agree_in, *agree_out;
-    /* Evaluation's agreement, laid out as the training step's (agree_eval): eval_dev holds each
-     * stage's hash of the micro-batches it drew (batch_hash; a row a stage, uploaded from
-     * eval_in), then the last stage's sums of each micro-batch's token losses (its forwards
-     * write them; eval_cap micro-batches, grown to the evaluation's length), read back into
-     * eval_out once at the end; every stage's own counts of each micro-batch's trained targets
-     * in eval_counted. */
-    double *eval_dev, *eval_in, *eval_out;
-    int *eval_counted;
-    int eval_cap;
-    uint64_t eval_hash;
+    /* The batch in flight, and its result as every rank agrees on it (agree_after_read). */
+    double tokens, compute_ms, sched_ms;
+    zt_pipe_batch_result result;
+    /* The step's agreement (agree_enqueue), a block of agree_n values a replica: [micro_batches]
+     * the last stage's summed token losses (its forwards sum into them on the device), as many
+     * trained targets and loss shares, the tokens, the stages' shares of the bubble, then each
+     * stage's hashes of the micro-batches (a row a stage). A rank fills its own replica's block
+     * (only the last stage the losses, counts, shares and tokens; each stage its own row) and
+     * zeros elsewhere, so a sum over agree_comm is every replica's block, exactly. Summed on the
+     * device when agree_comm reads device memory (NCCL) and read back with the step's one
+     * synchronisation, otherwise summed by one host collective after it. Device memory and the
+     * pinned read-back (a block a replica), and the pinned values a rank uploads (one block). */
+    double *agree_dev, *agree_out, *agree_in;
     size_t agree_n;
-    size_t agree_checks; /* where each stage's gas checksums start (stage-major) */
-    bool agree_native; /* stage_comm sums device memory itself */
-    bool stage_attached, mp_attached; /* stage_comm, mp_comm have the backend attached */
+    size_t agree_checks; /* where a block's rows of hashes start */
+    /* Evaluation's agreement, laid out as the training step's (agree_eval), a block a replica of
+     * eval_block() values: each stage's hash of the micro-batches it drew (a row a stage), the
+     * last stage's sums of each micro-batch's token losses (its forwards write them) and their
+     * counts of trained targets; eval_cap micro-batches, grown to the evaluation's length.
+     * eval_in, the pinned values a rank uploads: its hash, then (the last stage) the counts. */
+    double *eval_dev, *eval_in, *eval_out;
+    int eval_cap;
+    size_t eval_own; /* this rank's replica's block in them, for the evaluation in flight */
+    uint64_t eval_hash;
+    bool agree_native; /* agree_comm sums device memory itself */
+    /* stage_comm, mp_comm, agree_group have the backend attached */
+    bool stage_attached, mp_attached, agree_attached;
     int64_t kill_step; /* ZTRAIN_INJECT_PIPE_KILL (tests): die in this step's schedule */
 };
 
@@ -106,8 +112,8 @@ zt_engine *zt_pipe_engine(zt_pipe *p) { return p->e; }
 zt_pipe_info zt_pipe_get_info(const zt_pipe *p) { return p->info; }
 
 zt_comm_dev_stats zt_pipe_dev_counts(const zt_pipe *p) {
-    zt_comm *const all[] = {p->world, p->dp_comm, p->stage_comm, p->tied_comm, p->tp_comm,
-                            p->mp_comm};
+    zt_comm *const all[] = {p->world,   p->dp_comm, p->stage_comm, p->tied_comm,
+                            p->tp_comm, p->mp_comm, p->agree_group};
     return zt_comm_dev_counts_sum(all, sizeof all / sizeof all[0]);
 }
 
@@ -123,7 +129,8 @@ static int neighbour(const zt_pipe *p, int delta) {
 }
 
 /* The groups this rank belongs to: its stage's replicas and its replica's stages (of its own TP
- * shard), and with TP its stage's shards and the whole replica. */
+ * shard), the agreement's (every stage of every replica, of its own TP shard), and with TP its
+ * stage's shards and the whole replica. */
 static zt_status make_groups(zt_pipe *p) {
     const zt_pipe_info *in = &p->info;
     const zt_grid *g = &p->grid;
@@ -136,6 +143,15 @@ static zt_status make_groups(zt_pipe *p) {
     for (int s = 0; s < in->stages; s++)
         ranks[s] = grid_rank(p, s, in->replica);
     ZT_TRY(zt_comm_create_group(&p->stage_comm, p->world, ranks, in->stages));
+    /* A group of those ranks exists already, except with data and tensor parallelism both. */
+    p->agree_comm = in->dp == 1 ? p->stage_comm : g->tp == 1 ? p->world : NULL;
+    if (!p->agree_comm) {
+        for (int r = 0; r < in->dp; r++)
+            for (int s = 0; s < in->stages; s++)
+                ranks[r * in->stages + s] = grid_rank(p, s, r);
+        ZT_TRY(zt_comm_create_group(&p->agree_group, p->world, ranks, in->dp * in->stages));
+        p->agree_comm = p->agree_group;
+    }
     if (g->tp == 1)
         return ZT_OK;
     for (int t = 0; t < g->tp; t++)
@@ -170,26 +186,23 @@ static zt_status find_tied(zt_pipe *p) {
     return zt_comm_create_group(&p->tied_comm, p->world, ranks, 2);
 }
 
-/* The step's agreement (agree_dev and its pinned pair), zeroed: a stage other than the last
- * contributes zeros for the losses, which its forwards never write. */
+/* The step's agreement: agree_dev and agree_out, a block a replica, and agree_in, one. */
 static zt_status alloc_agreement(zt_pipe *p) {
     const size_t gas = (size_t)p->info.micro_batches, checks = p->info.stages * gas;
     p->agree_checks = 3 * gas + 2;
     p->agree_n = p->agree_checks + checks;
     p->batch_sum = calloc(gas, sizeof *p->batch_sum);
-    p->host_sum = calloc(3 + checks, sizeof *p->host_sum);
-    if (!p->batch_sum || !p->host_sum)
+    if (!p->batch_sum)
         return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
-    size_t bytes = p->agree_n * sizeof(double);
-    p->agree_dev = zt_backend_alloc(p->be, ZT_MEM_DEVICE, bytes);
+    size_t bytes = p->agree_n * sizeof(double), all = (size_t)p->info.dp * bytes;
+    p->agree_dev = zt_backend_alloc(p->be, ZT_MEM_DEVICE, all);
+    p->agree_out = zt_backend_alloc(p->be, ZT_MEM_PINNED, all);
     p->agree_in = zt_backend_alloc(p->be, ZT_MEM_PINNED, bytes);
-    p->agree_out = zt_backend_alloc(p->be, ZT_MEM_PINNED, bytes);
     if (!p->agree_dev || !p->agree_in || !p->agree_out)
         return zt_error(ZT_ERR_NOMEM, "pipeline: cannot allocate the step's %zu scalars on %s",
-                        p->agree_n, p->be->name);
+                        (size_t)p->info.dp * p->agree_n, p->be->name);
     memset(p->agree_in, 0, bytes);
-    memset(p->agree_out, 0, bytes);
-    zt_backend_zero(p->be, p->agree_dev, bytes, ZT_STREAM_COMPUTE);
+    memset(p->agree_out, 0, all);
     return ZT_OK;
 }
 
@@ -217,6 +230,7 @@ static zt_status alloc_buffers(zt_pipe *p) {
 
 static zt_status agree_after_read(void *ctx);
 static zt_status eval_reserve(zt_pipe *p, int steps);
+static void eval_free(zt_pipe *p);
 
 zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset *train_data,
                          zt_comm *world, const zt_engine_options *base) {
@@ -300,15 +314,18 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
     if (s == ZT_OK && (s = zt_comm_attach_backend(world, p->be)) == ZT_OK)
         p->attached = true;
     /* The group the gradient norm is summed over (the replica's stages, or with TP all of the
-     * replica's ranks) and the step's agreement (stage_comm) read device memory when the
-     * transport can (NCCL): the sums then run on the device before the step's one read, where
-     * a host collective after it would be a wait and a read-back of its own. */
+     * replica's ranks) and the agreement's read device memory when the transport can (NCCL):
+     * the sums then run on the device before the step's one read, where a host collective
+     * after it would be a wait and a read-back of its own. */
     if (s == ZT_OK && (s = zt_comm_attach_backend(p->stage_comm, p->be)) == ZT_OK)
         p->stage_attached = true;
     if (s == ZT_OK && p->mp_comm && (s = zt_comm_attach_backend(p->mp_comm, p->be)) == ZT_OK)
         p->mp_attached = true;
+    if (s == ZT_OK && p->agree_group &&
+        (s = zt_comm_attach_backend(p->agree_group, p->be)) == ZT_OK)
+        p->agree_attached = true;
     if (s == ZT_OK)
-        p->agree_native = zt_comm_dev_native(p->stage_comm);
+        p->agree_native = zt_comm_dev_native(p->agree_comm);
     if (s == ZT_OK)
         s = find_tied(p);
     /* The tied embedding's gradients, reduced between the first and last stages, are the
@@ -347,18 +364,13 @@ void zt_pipe_destroy(zt_pipe *p) {
     free(p->buf);
     free(p->train);
     free(p->batch_sum);
-    free(p->host_sum);
     if (p->be) {
-        size_t bytes = p->agree_n * sizeof(double);
-        zt_backend_free(p->be, ZT_MEM_DEVICE, p->agree_dev, bytes);
+        size_t bytes = p->agree_n * sizeof(double), all = (size_t)p->info.dp * bytes;
+        zt_backend_free(p->be, ZT_MEM_DEVICE, p->agree_dev, all);
+        zt_backend_free(p->be, ZT_MEM_PINNED, p->agree_out, all);
         zt_backend_free(p->be, ZT_MEM_PINNED, p->agree_in, bytes);
-        zt_backend_free(p->be, ZT_MEM_PINNED, p->agree_out, bytes);
-        bytes = ((size_t)p->info.stages + (size_t)p->eval_cap) * sizeof(double);
-        zt_backend_free(p->be, ZT_MEM_DEVICE, p->eval_dev, bytes);
-        zt_backend_free(p->be, ZT_MEM_PINNED, p->eval_out, bytes);
-        zt_backend_free(p->be, ZT_MEM_PINNED, p->eval_in, sizeof(double));
+        eval_free(p);
     }
-    free(p->eval_counted);
     /* Detached before the backend goes with the engine. */
     if (p->attached)
         zt_comm_attach_backend(p->world, NULL);
@@ -368,8 +380,11 @@ void zt_pipe_destroy(zt_pipe *p) {
         zt_comm_attach_backend(p->stage_comm, NULL);
     if (p->mp_attached)
         zt_comm_attach_backend(p->mp_comm, NULL);
+    if (p->agree_attached)
+        zt_comm_attach_backend(p->agree_group, NULL);
     zt_engine_destroy(p->e);
     zt_comm_destroy(p->tied_comm);
+    zt_comm_destroy(p->agree_group);
     zt_comm_destroy(p->mp_comm);
     zt_comm_destroy(p->tp_comm);
     zt_comm_destroy(p->stage_comm);
@@ -501,14 +516,13 @@ static zt_status forward(zt_pipe *p, pipe_buffer *x, int buffer, int micro, bool
         const int gas = p->info.micro_batches;
         double share;
         grad_scale = zt_engine_grad_scale(p->e, x->counted, &share);
-        p->m->loss_out = p->agree_dev + micro;
+        p->m->loss_out = p->agree_dev + (size_t)p->info.replica * p->agree_n + micro;
         p->agree_in[gas + micro] = x->counted;
         p->agree_in[2 * gas + micro] = share;
     } else if (last_stage(p)) {
-        p->m->loss_out = p->eval_dev + p->info.stages + micro;
+        p->m->loss_out = p->eval_dev + p->eval_own + p->info.stages + micro;
+        p->eval_in[1 + micro] = x->counted;
     }
-    if (!train)
-        p->eval_counted[micro] = x->counted;
     double t0 = now_ms();
     p->m->ops->stage_forward(p->m, buffer, first_stage(p) ? x->tokens : NULL,
                              first_stage(p) ? NULL : x->in_act, last_stage(p) ? x->targets : NULL,
@@ -540,16 +554,19 @@ static zt_status reduce_tied(zt_pipe *p) {
                                   ZT_REDUCE_SUM);
 }
 
-/* Queued before the optimizer step, whose one synchronisation covers it: the last stage's
- * micro-batch counts and shares, the tokens, this stage's share of the bubble and its hashes of
- * the micro-batches in its own stage's row (the other rows 0) go into the agreement (the loss
- * sums are there already, on the last stage, and zeros elsewhere); then, where stage_comm
- * reads device memory, they are summed over the stages there, a sum in which
- * only the last stage's values are not 0 and so come through exactly; then copied back into
- * pinned memory, which does not wait. A second read-back beside the engine's under the same
- * wait: the engine's scalars are its own (step_readback.h). */
+/* Queued before the optimizer step, whose one synchronisation covers it. Into this rank's
+ * replica's block of the agreement (the other blocks zeroed at the step's start): the last
+ * stage's micro-batch counts and shares and the tokens (its forwards summed the losses there
+ * already), this stage's share of the bubble and its hashes of the micro-batches in its own
+ * row, zeros elsewhere. Where agree_comm reads device memory, the blocks are summed over every
+ * stage of every replica there, a sum in which each value has one rank's term that is not 0
+ * (the bubble's shares excepted) and so comes through exactly, and copied back into pinned
+ * memory, which does not wait; otherwise only the last stage reads its block back, for its
+ * losses (agree_after_read sums the rest on the host). A second read-back beside the engine's
+ * under the same wait: the engine's scalars are its own (step_readback.h). */
 static zt_status agree_enqueue(zt_pipe *p) {
     const size_t gas = (size_t)p->info.micro_batches, n = p->agree_n;
+    const size_t own = (size_t)p->info.replica * n, all = (size_t)p->info.dp * n;
     double *in = p->agree_in;
     if (!last_stage(p))
         memset(in, 0, 3 * gas * sizeof *in);
@@ -560,27 +577,30 @@ static zt_status agree_enqueue(zt_pipe *p) {
     memset(checks, 0, (n - p->agree_checks) * sizeof *in);
     memcpy(checks + (size_t)p->info.stage * gas, p->batch_sum, gas * sizeof *in);
     const size_t lo = last_stage(p) ? gas : 0;
-    zt_backend_copy(p->be, p->agree_dev + lo, in + lo, (n - lo) * sizeof *in, ZT_COPY_H2D,
+    zt_backend_copy(p->be, p->agree_dev + own + lo, in + lo, (n - lo) * sizeof *in, ZT_COPY_H2D,
                     ZT_STREAM_COMPUTE);
-    if (p->agree_native)
-        ZT_TRY(zt_comm_dev_all_reduce(p->stage_comm, p->agree_dev, n, ZT_F64, ZT_REDUCE_SUM));
-    /* Summed on the host (agree_step), only the last stage's losses need reading. */
-    if (p->agree_native || last_stage(p))
-        zt_backend_copy(p->be, p->agree_out, p->agree_dev, n * sizeof(double), ZT_COPY_D2H,
+    if (p->agree_native) {
+        ZT_TRY(zt_comm_dev_all_reduce(p->agree_comm, p->agree_dev, all, ZT_F64,
+                                      ZT_REDUCE_SUM));
+        zt_backend_copy(p->be, p->agree_out, p->agree_dev, all * sizeof(double), ZT_COPY_D2H,
                         ZT_STREAM_COMPUTE);
+    } else if (last_stage(p)) {
+        zt_backend_copy(p->be, p->agree_out + own, p->agree_dev + own, n * sizeof(double),
+                        ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+    }
     return ZT_OK;
 }
 
-/* The step's loss from the agreement read back: each micro-batch's mean over its trained
- * targets times its share, as zt_engine_forward's deferred loss is computed, then summed. */
-static void agree_read(zt_pipe *p) {
-    const int gas = p->info.micro_batches;
-    const double *v = p->agree_out;
-    p->loss_sum = 0.0;
+/* A replica's loss from its block of the agreement: each micro-batch's mean over its trained
+ * targets times its share, as zt_engine_forward's deferred loss is computed, summed over the
+ * micro-batches. */
+static double replica_loss(const double *block, int gas) {
+    double loss = 0.0;
     for (int i = 0; i < gas; i++) {
-        float mean = v[gas + i] > 0.0 ? (float)(v[i] / v[gas + i]) : 0.0f;
-        p->loss_sum += (float)((double)mean * v[2 * gas + i]);
+        float mean = block[gas + i] > 0.0 ? (float)(block[i] / block[gas + i]) : 0.0f;
+        loss += (float)((double)mean * block[2 * gas + i]);
     }
+    return loss;
 }
 
 /* The optimizer step of the ordinary engine, which counts micro-steps: the batch's first
@@ -630,180 +650,171 @@ static zt_status run(zt_pipe *p, const zt_pipe_cmd *c, bool train, zt_loader *fr
     return ZT_ERR_INVALID;
 }
 
-/* The last stage's loss and tokens (v[0], v[1]) averaged and summed over the stage's replicas:
- * one host collective summing both, the loss then divided by the replicas, as shm's and gloo's
- * average divides their sum (before: an average and a sum, two collectives, each a host wait on
- * a transport that stages host messages through the device). */
-static zt_status over_replicas(zt_pipe *p, double v[2]) {
-    if (!p->dp_comm)
-        return ZT_OK;
-    ZT_TRY(zt_comm_all_reduce(p->dp_comm, v, 2, ZT_F64, ZT_REDUCE_SUM));
-    v[0] /= (double)zt_comm_world_size(p->dp_comm);
-    return ZT_OK;
-}
-
 /* Each stage's hashes of what it drew, one row of per_stage per stage (the step's micro-batches,
- * or one for a whole evaluation), must be the same at every stage; otherwise the stages' loaders
- * drew other data (another data file, sampler or seed), and a stage trains or evaluates the
- * wrong tokens, targets or positions on the right activations. Every stage holds every row, so
- * each fails alike, naming the first micro-batch and the first pair of neighbouring stages that
- * differ. */
-static zt_status check_batches(const zt_pipe *p, const double *rows, int per_stage, bool eval) {
+ * or one for a whole evaluation), must be the same at every stage of a replica; otherwise the
+ * stages' loaders drew other data (another data file, sampler or seed), and a stage trains or
+ * evaluates the wrong tokens, targets or positions on the right activations. Every rank holds
+ * every replica's rows, so each fails alike, naming the first micro-batch and the first pair of
+ * neighbouring stages that differ, and with data parallelism their replica. */
+static zt_status check_batches(const zt_pipe *p, int replica, const double *rows, int per_stage,
+                               bool eval) {
     for (int i = 0; i < per_stage; i++)
         for (int st = 1; st < p->info.stages; st++) {
             double a = rows[(size_t)(st - 1) * per_stage + i], b = rows[(size_t)st * per_stage + i];
             if (a == b)
                 continue;
-            char what[64];
+            char what[64], where[32] = "";
             if (eval)
                 snprintf(what, sizeof what, "the evaluation's micro-batches have");
             else
                 snprintf(what, sizeof what, "micro-batch %d of the step has", i);
+            if (p->info.dp > 1)
+                snprintf(where, sizeof where, " of replica %d", replica);
             return zt_error(ZT_ERR_INVALID, "pipeline: %s other tokens, targets or document "
-                            "boundaries at stage %d than at stage %d (hashes %013llx and %013llx: "
-                            "the stages' loaders disagree)", what, st, st - 1,
+                            "boundaries at stage %d than at stage %d%s (hashes %013llx and "
+                            "%013llx: the stages' loaders disagree)", what, st, st - 1, where,
                             (unsigned long long)b, (unsigned long long)a);
         }
     return ZT_OK;
 }
 
-/* The end of an evaluation of `steps` micro-batches, on every stage, as a training step's
- * agreement: each stage's hash of the micro-batches it drew goes into its row of eval_dev, beside
- * the last stage's loss sums; where stage_comm reads device memory (NCCL) they are summed over
- * the stages there (only the last stage's sums and each stage's own row are not 0) and every
- * stage reads them back with the evaluation's one wait; otherwise the last stage reads its sums
- * back (its one wait; a stage that set documents waits too, so the next step's sets find every
- * slot free) and one host collective sums the loss and the rows. The loss as DeepSpeed reports
- * it: each micro-batch's mean over its trained targets, as a forward that read its losses would
- * take it (every stage counted them in its own draw), averaged over the micro-batches and over
- * the replicas. Stages whose hashes differ fail alike. */
+/* Where agree_comm cannot sum device memory, the blocks of `all` (`block` values a replica) are
+ * summed by one host collective: this rank's replica's block holds `own` (what the rank
+ * uploaded, or, at the last stage, read back), every other block zeros. */
+static zt_status sum_on_host(zt_pipe *p, double *all, size_t block, const double *own) {
+    const size_t at = (size_t)p->info.replica * block, n = (size_t)p->info.dp * block;
+    if (own != all + at)
+        memcpy(all + at, own, block * sizeof *all);
+    memset(all, 0, at * sizeof *all);
+    memset(all + at + block, 0, (n - at - block) * sizeof *all);
+    return zt_comm_all_reduce(p->agree_comm, all, n, ZT_F64, ZT_REDUCE_SUM);
+}
+
+/* The values of a replica's evaluation block for `steps` micro-batches: a hash a stage, then
+ * the loss sums and the trained targets' counts of each micro-batch. */
+static size_t eval_block(const zt_pipe *p, int steps) {
+    return (size_t)p->info.stages + 2 * (size_t)steps;
+}
+
+/* The end of an evaluation of `steps` micro-batches, on every rank, as a training step's
+ * agreement: each stage's hash of the micro-batches it drew goes into its row of its replica's
+ * block of eval_dev, beside the last stage's loss sums and its counts of trained targets;
+ * where agree_comm reads device memory (NCCL) the blocks are summed over every stage of every
+ * replica there and every rank reads them back with the evaluation's one wait; otherwise the
+ * last stage reads its block back (its one wait; a stage that set documents waits too, so the
+ * next step's sets find every slot free) and one host collective sums them. The loss as
+ * DeepSpeed reports it: each micro-batch's mean over its trained targets, as a forward that
+ * read its losses would take it, averaged over the micro-batches and over the replicas. Stages
+ * whose hashes differ fail alike, on every rank. */
 static zt_status agree_eval(zt_pipe *p, int steps, double *loss) {
-    const int stages = p->info.stages;
-    const size_t n = (size_t)stages + (size_t)steps;
+    const int stages = p->info.stages, dp = p->info.dp;
+    const size_t block = eval_block(p, steps), own = p->eval_own;
     p->eval_in[0] = hash_value(p->eval_hash);
-    zt_backend_copy(p->be, p->eval_dev + p->info.stage, p->eval_in, sizeof(double), ZT_COPY_H2D,
-                    ZT_STREAM_COMPUTE);
+    zt_backend_copy(p->be, p->eval_dev + own + p->info.stage, p->eval_in, sizeof(double),
+                    ZT_COPY_H2D, ZT_STREAM_COMPUTE);
+    if (last_stage(p))
+        zt_backend_copy(p->be, p->eval_dev + own + stages + steps, p->eval_in + 1,
+                        (size_t)steps * sizeof(double), ZT_COPY_H2D, ZT_STREAM_COMPUTE);
     if (p->agree_native) {
-        ZT_TRY(zt_comm_dev_all_reduce(p->stage_comm, p->eval_dev, n, ZT_F64, ZT_REDUCE_SUM));
-        zt_backend_copy(p->be, p->eval_out, p->eval_dev, n * sizeof(double), ZT_COPY_D2H,
-                        ZT_STREAM_COMPUTE);
+        ZT_TRY(zt_comm_dev_all_reduce(p->agree_comm, p->eval_dev, (size_t)dp * block, ZT_F64,
+                                      ZT_REDUCE_SUM));
+        zt_backend_copy(p->be, p->eval_out, p->eval_dev, (size_t)dp * block * sizeof(double),
+                        ZT_COPY_D2H, ZT_STREAM_COMPUTE);
     } else if (last_stage(p)) {
-        zt_backend_copy(p->be, p->eval_out + stages, p->eval_dev + stages,
-                        (size_t)steps * sizeof(double), ZT_COPY_D2H, ZT_STREAM_COMPUTE);
+        zt_backend_copy(p->be, p->eval_out + own, p->eval_dev + own, block * sizeof(double),
+                        ZT_COPY_D2H, ZT_STREAM_COMPUTE);
     }
     if (p->agree_native || last_stage(p) || (p->docs && p->doc_sets > 0)) {
         ZT_TRY(zt_backend_sync(p->be));
         p->doc_sets = 0;
     }
-    double v[2] = {0.0, 0.0};
-    if (p->agree_native || last_stage(p)) {
-        for (int i = 0; i < steps; i++)
-            v[0] += p->eval_counted[i] ? (float)(p->eval_out[stages + i] / p->eval_counted[i])
-                                       : 0.0f;
-        v[0] /= steps;
-    }
-    const double *rows = p->eval_out;
     if (!p->agree_native) {
-        double *h = p->host_sum; /* 1 + stages of its 3 + stages · micro_batches */
-        memset(h, 0, (size_t)(1 + stages) * sizeof *h);
-        if (last_stage(p)) {
-            ZT_TRY(over_replicas(p, v));
-            h[0] = v[0];
+        /* A stage other than the last has its hash only: its row, zeros elsewhere. */
+        if (!last_stage(p)) {
+            memset(p->eval_out + own, 0, block * sizeof(double));
+            p->eval_out[own + p->info.stage] = p->eval_in[0];
         }
-        h[1 + p->info.stage] = p->eval_in[0];
-        ZT_TRY(zt_comm_all_reduce(p->stage_comm, h, (size_t)(1 + stages), ZT_F64,
-                                  ZT_REDUCE_SUM));
-        v[0] = h[0];
-        rows = h + 1;
+        ZT_TRY(sum_on_host(p, p->eval_out, block, p->eval_out + own));
     }
-    ZT_TRY(check_batches(p, rows, 1, true));
-    /* Summed on the device, every stage has the loss: each averages over its own replicas. */
-    if (p->agree_native)
-        ZT_TRY(over_replicas(p, v));
-    *loss = v[0];
+    double sum = 0.0;
+    for (int r = 0; r < dp; r++) {
+        const double *b = p->eval_out + (size_t)r * block, *sums = b + stages,
+                     *counts = sums + steps;
+        ZT_TRY(check_batches(p, r, b, 1, true));
+        double v = 0.0;
+        for (int i = 0; i < steps; i++)
+            v += counts[i] > 0.0 ? (float)(sums[i] / counts[i]) : 0.0f;
+        sum += v / steps;
+    }
+    *loss = sum / dp;
     return ZT_OK;
 }
 
+static void eval_free(zt_pipe *p) {
+    const size_t all = (size_t)p->info.dp * eval_block(p, p->eval_cap) * sizeof(double);
+    zt_backend_free(p->be, ZT_MEM_DEVICE, p->eval_dev, all);
+    zt_backend_free(p->be, ZT_MEM_PINNED, p->eval_out, all);
+    zt_backend_free(p->be, ZT_MEM_PINNED, p->eval_in, (1 + (size_t)p->eval_cap) * sizeof(double));
+    p->eval_dev = p->eval_out = p->eval_in = NULL;
+    p->eval_cap = 0;
+}
+
 /* The evaluation's agreement (agree_eval) for `steps` micro-batches, zeroed on the device: a
- * stage other than the last contributes zeros for the loss sums, and each stage zeros for the
- * other stages' rows. Made for the job's eval_steps at creation, grown when an evaluation is
- * longer. */
+ * stage other than the last contributes zeros for the loss sums and counts, and each rank zeros
+ * for the other stages' rows and the other replicas' blocks. Made for the job's eval_steps at
+ * creation, grown when an evaluation is longer. */
 static zt_status eval_reserve(zt_pipe *p, int steps) {
-    const size_t stages = (size_t)p->info.stages;
+    const size_t block = eval_block(p, steps), dp = (size_t)p->info.dp;
     if (steps > p->eval_cap) {
-        size_t old = (stages + (size_t)p->eval_cap) * sizeof(double),
-               bytes = (stages + (size_t)steps) * sizeof(double);
-        zt_backend_free(p->be, ZT_MEM_DEVICE, p->eval_dev, old);
-        zt_backend_free(p->be, ZT_MEM_PINNED, p->eval_out, old);
-        free(p->eval_counted);
-        p->eval_cap = 0;
-        p->eval_dev = zt_backend_alloc(p->be, ZT_MEM_DEVICE, bytes);
-        p->eval_out = zt_backend_alloc(p->be, ZT_MEM_PINNED, bytes);
-        p->eval_counted = calloc((size_t)steps, sizeof *p->eval_counted);
-        if (!p->eval_in)
-            p->eval_in = zt_backend_alloc(p->be, ZT_MEM_PINNED, sizeof(double));
-        if (!p->eval_dev || !p->eval_out || !p->eval_counted || !p->eval_in)
+        eval_free(p);
+        p->eval_dev = zt_backend_alloc(p->be, ZT_MEM_DEVICE, dp * block * sizeof(double));
+        p->eval_out = zt_backend_alloc(p->be, ZT_MEM_PINNED, dp * block * sizeof(double));
+        p->eval_in = zt_backend_alloc(p->be, ZT_MEM_PINNED, (1 + (size_t)steps) * sizeof(double));
+        p->eval_cap = steps; /* what eval_free gives back, made or not */
+        if (!p->eval_dev || !p->eval_out || !p->eval_in)
             return zt_error(ZT_ERR_NOMEM, "pipeline: cannot allocate the evaluation's %d "
                             "losses on %s", steps, p->be->name);
-        p->eval_cap = steps;
     }
-    zt_backend_zero(p->be, p->eval_dev, (stages + (size_t)steps) * sizeof(double),
-                    ZT_STREAM_COMPUTE);
+    p->eval_own = (size_t)p->info.replica * block;
+    zt_backend_zero(p->be, p->eval_dev, dp * block * sizeof(double), ZT_STREAM_COMPUTE);
     return ZT_OK;
 }
 
 /* The engine's step check (zt_engine_set_step_check), right after the step's one
- * synchronisation and before its update: the stages agree on the step, and a step whose stages
- * trained on other micro-batches fails before it is applied. Where the stages summed the
- * agreement on the device (agree_enqueue), every stage has read the last stage's losses and
- * tokens, the bubble and every stage's checksums with that synchronisation. Otherwise one host
- * collective over the stages sums (loss, tokens, bubble / stages, checksums), in which only the
- * last stage's loss and tokens and each stage's own checksum row are not 0, into host_sum. */
+ * synchronisation and before its update: every rank agrees on the step, and a step in which a
+ * replica's stages trained on other micro-batches fails before it is applied, on every rank.
+ * Where agree_comm summed the agreement on the device (agree_enqueue), every rank has read
+ * every replica's block with that synchronisation; otherwise one host collective sums them. The
+ * step's loss, DeepSpeed's: each replica's mean over its micro-batches, averaged over the
+ * replicas; the tokens summed over them; the bubble, replica 0's stages' shares summed. */
 static zt_status agree_after_read(void *ctx) {
     zt_pipe *p = ctx;
-    const int gas = p->info.micro_batches;
-    if (last_stage(p) || p->agree_native)
-        agree_read(p);
-    if (p->agree_native)
-        return check_batches(p, p->agree_out + p->agree_checks, gas, false);
-    double *v = p->host_sum;
-    const size_t n = 3 + (p->agree_n - p->agree_checks);
-    memcpy(v + 3, p->agree_in + p->agree_checks, (n - 3) * sizeof *v);
-    v[0] = v[1] = 0.0;
-    v[2] = p->agree_in[3 * gas + 1];
-    if (last_stage(p)) {
-        v[0] = p->loss_sum / gas;
-        v[1] = p->tokens;
-        ZT_TRY(over_replicas(p, v));
+    const int gas = p->info.micro_batches, dp = p->info.dp;
+    const size_t n = p->agree_n;
+    if (!p->agree_native)
+        ZT_TRY(sum_on_host(p, p->agree_out, n,
+                           last_stage(p) ? p->agree_out + (size_t)p->info.replica * n
+                                         : p->agree_in));
+    double loss = 0.0, tokens = 0.0;
+    for (int r = 0; r < dp; r++) {
+        const double *b = p->agree_out + (size_t)r * n;
+        ZT_TRY(check_batches(p, r, b + p->agree_checks, gas, false));
+        loss += replica_loss(b, gas) / gas;
+        tokens += b[3 * gas];
     }
-    ZT_TRY(zt_comm_all_reduce(p->stage_comm, v, n, ZT_F64, ZT_REDUCE_SUM));
-    return check_batches(p, v + 3, gas, false);
-}
-
-/* A training step's result on every rank, from the agreement (agree_after_read): where it was
- * summed on the device, only the replicas are left to average over (every stage with its own
- * replicas, in the same order as the last stage's). */
-static zt_status agree_step(zt_pipe *p, zt_pipe_batch_result *res) {
-    const int gas = p->info.micro_batches;
-    if (p->agree_native) {
-        double v[2] = {p->loss_sum / gas, p->agree_out[3 * gas]};
-        ZT_TRY(over_replicas(p, v));
-        res->loss = v[0];
-        res->tokens = v[1];
-        res->bubble = p->agree_out[3 * gas + 1];
-        return ZT_OK;
-    }
-    res->loss = p->host_sum[0];
-    res->tokens = p->host_sum[1];
-    res->bubble = p->host_sum[2];
+    p->result = (zt_pipe_batch_result){.loss = loss / dp, .tokens = tokens,
+                                       .bubble = p->agree_out[3 * gas + 1]};
     return ZT_OK;
 }
 
 zt_status zt_pipe_train_batch(zt_pipe *p, zt_pipe_batch_result *res) {
-    p->loss_sum = p->tokens = p->compute_ms = p->sched_ms = 0.0;
+    p->tokens = p->compute_ms = p->sched_ms = 0.0;
     for (int b = 0; b < p->nbuf; b++)
         p->buf[b].micro = -1;
     memset(p->batch_sum, 0, (size_t)p->info.micro_batches * sizeof *p->batch_sum);
+    /* The other replicas' blocks of the agreement, summed into the last step's, back to 0. */
+    zt_backend_zero(p->be, p->agree_dev, (size_t)p->info.dp * p->agree_n * sizeof(double),
+                    ZT_STREAM_COMPUTE);
     double t0 = now_ms();
     for (size_t i = 0; i < p->n_train; i++) {
         /* The schedule's time ends where the reductions begin. */
@@ -816,7 +827,8 @@ zt_status zt_pipe_train_batch(zt_pipe *p, zt_pipe_batch_result *res) {
             raise(SIGKILL);
         }
     }
-    return agree_step(p, res);
+    *res = p->result;
+    return ZT_OK;
 }
 
 zt_status zt_pipe_eval(zt_pipe *p, zt_loader *val, int steps, double *loss) {
@@ -825,7 +837,7 @@ zt_status zt_pipe_eval(zt_pipe *p, zt_loader *val, int steps, double *loss) {
     if (!cmds)
         return zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
     zt_pipe_inference_schedule(p->info.stages, p->info.stage, steps, cmds, n);
-    p->loss_sum = p->tokens = p->compute_ms = 0.0;
+    p->tokens = p->compute_ms = 0.0;
     p->eval_hash = FNV1A_OFFSET;
     for (int b = 0; b < p->nbuf; b++)
         p->buf[b].micro = -1;

@@ -1,5 +1,6 @@
 /* Host round trips of a pipelined step on the emulated CUDA device (issue 28): two ranks, each a
- * process with an emulated GPU of its own, are the two stages of one pipeline (GPT-2 tiny, fp32
+ * process with an emulated GPU of its own, are the two stages of one pipeline, then four ranks
+ * two replicas of it (GPT-2 tiny, fp32
  * and bf16, four micro-batches a step, so that the 1F1B schedule interleaves forwards and
  * backwards; and GPT-2 and Llama tiny on loss-masked packed documents), on the nccl transport (the emulated device's NCCL, which reads device memory
  * itself) and on shm (which stages every device buffer through host memory) for comparison. Per
@@ -16,7 +17,8 @@
  * loss). After the steps, an evaluation of EVAL_STEPS micro-batches is counted the same way
  * (one wait at most) and its loss compared with the CPU's. Stages whose loaders draw other
  * documents or other tokens fail, before the step's update, with an error naming both, and so
- * does an evaluation. */
+ * does an evaluation; with two replicas, where one replica's stages disagree, every rank fails
+ * naming that replica. */
 #include <math.h>
 #include <sys/wait.h>
 
@@ -30,7 +32,7 @@
 #include "ztrain/loss_mask.h"
 #include "ztrain/pipe_engine.h"
 
-enum { STEPS = 4, GAS = 4, WORLD = 2, NTOK = 8192, EVAL_STEPS = 6 };
+enum { STEPS = 4, GAS = 4, STAGES = 2, MAX_WORLD = 4, NTOK = 8192, EVAL_STEPS = 6 };
 
 typedef void (*counts_fn)(unsigned long long out[3]);
 
@@ -42,6 +44,7 @@ typedef struct {
     bool masked;           /* the loss-masked packed documents of train.bin */
     const char *precision; /* BF16 or "" */
     const char *comm;      /* the device run's transport */
+    int dp;                /* replicas of the two stages */
     int waits;             /* the stage's own waits per step allowed */
     int reads[2];          /* and read-backs, at the first and at the last stage */
 } run_case;
@@ -64,21 +67,36 @@ typedef struct {
  * documents (eight a step) and each activation's positions as a host message, 13 / 6 and 17 / 14
  * on nccl, 9 / 1 and 9 / 2 on shm. */
 static const run_case cases[] = {
-    {"shm gpt2 fp32 2 stages", TINY_GPT2, false, "", "shm", 1, {1, 2}},
-    {"shm gpt2 bf16 2 stages", TINY_GPT2, false, BF16, "shm", 1, {1, 2}},
-    {"nccl gpt2 fp32 2 stages", TINY_GPT2, false, "", "nccl", 1, {2 + GAS, 2 + GAS}},
-    {"nccl gpt2 bf16 2 stages", TINY_GPT2, false, BF16, "nccl", 1, {2 + GAS, 2 + GAS}},
+    {"shm gpt2 fp32 2 stages", TINY_GPT2, false, "", "shm", 1, 1, {1, 2}},
+    {"shm gpt2 bf16 2 stages", TINY_GPT2, false, BF16, "shm", 1, 1, {1, 2}},
+    {"nccl gpt2 fp32 2 stages", TINY_GPT2, false, "", "nccl", 1, 1, {2 + GAS, 2 + GAS}},
+    {"nccl gpt2 bf16 2 stages", TINY_GPT2, false, BF16, "nccl", 1, 1, {2 + GAS, 2 + GAS}},
     /* Packed documents: the same allowances. Each micro-batch's document tables (the model's
      * positions, Llama's rotary rows for them) are set before its forward and again before its
      * backward, each set in a pinned slot of its own until the step's wait, and every stage
      * draws the positions itself instead of receiving them with the activation; the stages'
      * checksums of them ride in the agreement, which adds no copy. */
-    {"shm gpt2 fp32 2 stages docs", TINY_GPT2, true, "", "shm", 1, {1, 2}},
-    {"shm llama bf16 2 stages docs", TINY_LLAMA, true, BF16, "shm", 1, {1, 2}},
-    {"nccl gpt2 fp32 2 stages docs", TINY_GPT2, true, "", "nccl", 1, {2 + GAS, 2 + GAS}},
-    {"nccl gpt2 bf16 2 stages docs", TINY_GPT2, true, BF16, "nccl", 1, {2 + GAS, 2 + GAS}},
-    {"nccl llama fp32 2 stages docs", TINY_LLAMA, true, "", "nccl", 1, {2 + GAS, 2 + GAS}},
-    {"nccl llama bf16 2 stages docs", TINY_LLAMA, true, BF16, "nccl", 1, {2 + GAS, 2 + GAS}},
+    {"shm gpt2 fp32 2 stages docs", TINY_GPT2, true, "", "shm", 1, 1, {1, 2}},
+    {"shm llama bf16 2 stages docs", TINY_LLAMA, true, BF16, "shm", 1, 1, {1, 2}},
+    {"nccl gpt2 fp32 2 stages docs", TINY_GPT2, true, "", "nccl", 1, 1, {2 + GAS, 2 + GAS}},
+    {"nccl gpt2 bf16 2 stages docs", TINY_GPT2, true, BF16, "nccl", 1, 1, {2 + GAS, 2 + GAS}},
+    {"nccl llama fp32 2 stages docs", TINY_LLAMA, true, "", "nccl", 1, 1, {2 + GAS, 2 + GAS}},
+    {"nccl llama bf16 2 stages docs", TINY_LLAMA, true, BF16, "nccl", 1, 1, {2 + GAS, 2 + GAS}},
+    /* Two replicas of the two stages (four ranks): the same allowances. The replicas' losses
+     * and tokens ride in the agreement too, a block a replica summed over all four ranks (on
+     * nccl on the device, on shm by the one host collective); before, one host collective more
+     * over the replicas after the step's read (and after an evaluation's), which NCCL stages
+     * through device memory: a wait and a read-back a step. Loss-masked data keeps one round
+     * trip more on nccl: at the step's first micro-batch every rank sums the trained targets of
+     * its draw over the replicas (the global batch's count, which transformers' Trainer divides
+     * each micro-batch's loss by, num_items_in_batch), a host collective that NCCL stages
+     * through device memory, before the first forward needs the count for its gradient's
+     * scale (loss_norm.h; on shm it is a host sum and is not counted here). */
+    {"shm gpt2 fp32 2 stages x dp 2", TINY_GPT2, false, "", "shm", 2, 1, {1, 2}},
+    {"nccl gpt2 bf16 2 stages x dp 2", TINY_GPT2, false, BF16, "nccl", 2, 1, {2 + GAS, 2 + GAS}},
+    {"shm llama bf16 2 stages x dp 2 docs", TINY_LLAMA, true, BF16, "shm", 2, 1, {1, 2}},
+    {"nccl llama fp32 2 stages x dp 2 docs", TINY_LLAMA, true, "", "nccl", 2, 2,
+     {3 + GAS, 3 + GAS}},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -89,13 +107,13 @@ typedef struct {
     unsigned long long eval_own[3], eval_staged;
 } measured;
 
-/* The TCP ports of the rendezvous, one a run, one for the dead stage's and one for the
- * disagreeing loaders' on nccl, found free by the parent (shm ignores them). */
-enum { PORT_DEAD = 2 * NCASES, PORT_DISAGREE, PORT_DISAGREE_PLAIN, NPORTS };
+/* The TCP ports of the rendezvous, one a run, one for the dead stage's and one for each of the
+ * disagreeing loaders' runs on nccl, found free by the parent (shm ignores them). */
+enum { PORT_DEAD = 2 * NCASES, PORT_DISAGREE, PORT_DISAGREE_PLAIN, PORT_DISAGREE_REPLICA, NPORTS };
 static int ports[NPORTS];
 
-static zt_comm *join(const char *what, int rank, const char *transport, int port) {
-    return emu_join("syncs-pipe", what, rank, WORLD, transport, port);
+static zt_comm *join(const char *what, int rank, int world, const char *transport, int port) {
+    return emu_join("syncs-pipe", what, rank, world, transport, port);
 }
 
 /* Runs f(p, arg) between two readings of the counters: into own, what the runtime counted less
@@ -144,17 +162,17 @@ static bool train(int ci, int rank, zt_device device, counts_fn counts, double *
     snprintf(json, sizeof json,
              "{\"name\": \"syncs-pipe\", \"world_size\": %d, \"model\": %s, \"data\": "
              "{\"train\": \"%s\"%s}, \"train\": {\"max_steps\": %d}, "
-             "\"pipeline\": {\"stages\": 2}, \"deepspeed\": "
+             "\"pipeline\": {\"stages\": %d}, \"deepspeed\": "
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
              "%s\"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": 0}, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
              "\"weight_decay\": 0.1, \"eps\": 1e-4}}}}",
-             WORLD, c->model, c->masked ? "train.bin" : "train.txt",
-             c->masked ? ", \"format\": \"masked\"" : "", STEPS, GAS, c->precision);
+             STAGES * c->dp, c->model, c->masked ? "train.bin" : "train.txt",
+             c->masked ? ", \"format\": \"masked\"" : "", STEPS, STAGES, GAS, c->precision);
     const bool cpu = device == ZT_DEVICE_CPU;
     char tag[64];
     snprintf(tag, sizeof tag, "%d-%s", ci, cpu ? "cpu" : "cuda");
-    zt_comm *comm = join(tag, rank, cpu ? "shm" : c->comm, ports[2 * ci + !cpu]);
+    zt_comm *comm = join(tag, rank, STAGES * c->dp, cpu ? "shm" : c->comm, ports[2 * ci + !cpu]);
     if (!comm)
         return false;
     zt_job_spec job;
@@ -239,8 +257,8 @@ static void check_dead_stage(int rank) {
              "\"pipeline\": {\"stages\": 2}, \"deepspeed\": "
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}}",
-             WORLD, TINY_GPT2, STEPS, GAS);
-    zt_comm *comm = join("dead", rank, "nccl", ports[PORT_DEAD]);
+             STAGES, TINY_GPT2, STEPS, GAS);
+    zt_comm *comm = join("dead", rank, STAGES, "nccl", ports[PORT_DEAD]);
     zt_job_spec job;
     zt_dataset data;
     zt_pipe *p = NULL;
@@ -282,7 +300,8 @@ static float *read_params(zt_pipe *p) {
 /* The stages' loaders disagree, as stages given another data file (on another host), sampler or
  * seed would: with packed documents (masked) the last stage reads other.bin, the same tokens and
  * trained targets as train.bin with other document boundaries; without, shifted.txt, train.txt's
- * bytes one place on. The micro-batches no longer travel with the activations in training, so
+ * bytes one place on. With dp 2, only the last replica's last stage reads shifted.txt: every
+ * rank, the other replica's too, must fail alike, naming that replica. The micro-batches no longer travel with the activations in training, so
  * the stages compare a checksum of each micro-batch (its tokens, targets and positions) in the
  * step's agreement (on nccl summed on the device and read with the step's one wait; on shm in
  * the stages' host sum after it), before the step's update: both stages must fail the step with
@@ -290,22 +309,27 @@ static float *read_params(zt_pipe *p) {
  * applied the step (no optimizer step counted, every parameter as it was). An evaluation before
  * it, each stage drawing from its own file, fails alike at its end. On the CPU (shm) and on the
  * emulated device (nccl). */
-static void check_disagreeing_loaders(int rank, zt_device device, bool masked) {
-    const bool cpu = device == ZT_DEVICE_CPU;
+static void check_disagreeing_loaders(int rank, int dp, zt_device device, bool masked) {
+    const bool cpu = device == ZT_DEVICE_CPU, odd = rank == STAGES * dp - 1;
     char json[1024];
-    const char *file = masked ? (rank == 1 ? "other.bin" : "train.bin")
-                              : (rank == 1 ? "shifted.txt" : "train.txt");
+    const char *file = masked ? (odd ? "other.bin" : "train.bin")
+                              : (odd ? "shifted.txt" : "train.txt");
     snprintf(json, sizeof json,
              "{\"name\": \"disagree\", \"world_size\": %d, \"model\": %s, \"data\": "
              "{\"train\": \"%s\"%s}, \"train\": {\"max_steps\": %d}, "
              "\"pipeline\": {\"stages\": 2}, \"deepspeed\": "
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": %d, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}}",
-             WORLD, TINY_GPT2, file, masked ? ", \"format\": \"masked\"" : "", STEPS, GAS);
-    char tag[64];
-    snprintf(tag, sizeof tag, "disagree-%s-%s", masked ? "docs" : "plain", cpu ? "cpu" : "cuda");
-    zt_comm *comm = join(tag, rank, cpu ? "shm" : "nccl",
-                         ports[masked ? PORT_DISAGREE : PORT_DISAGREE_PLAIN]);
+             STAGES * dp, TINY_GPT2, file, masked ? ", \"format\": \"masked\"" : "", STEPS,
+             GAS);
+    char tag[64], replica[32] = "";
+    snprintf(tag, sizeof tag, "disagree-%s-dp%d-%s", masked ? "docs" : "plain", dp,
+             cpu ? "cpu" : "cuda");
+    if (dp > 1)
+        snprintf(replica, sizeof replica, " of replica %d", dp - 1);
+    zt_comm *comm = join(tag, rank, STAGES * dp, cpu ? "shm" : "nccl",
+                         ports[dp > 1 ? PORT_DISAGREE_REPLICA
+                                      : masked ? PORT_DISAGREE : PORT_DISAGREE_PLAIN]);
     zt_job_spec job;
     zt_dataset data;
     zt_pipe *p = NULL;
@@ -319,10 +343,11 @@ static void check_disagreeing_loaders(int rank, zt_device device, bool masked) {
         zt_status es = zt_pipe_eval(p, &val, EVAL_STEPS, &loss);
         const char *em = es == ZT_OK ? "success" : zt_last_error();
         CHECK(es == ZT_ERR_INVALID && strstr(em, "evaluation's micro-batches") &&
-                  strstr(em, "at stage 1 than at stage 0") && strstr(em, "loaders disagree"),
-              "%s, stage %d, evaluation: status %d, %s; wanted the disagreement of stages 0 "
-              "and 1", tag, rank, es, em);
-        printf("%s, stage %d, evaluation: %s\n", tag, rank, em);
+                  strstr(em, "at stage 1 than at stage 0") && strstr(em, replica) &&
+                  strstr(em, "loaders disagree"),
+              "%s, rank %d, evaluation: status %d, %s; wanted the disagreement of stages 0 "
+              "and 1%s", tag, rank, es, em, replica);
+        printf("%s, rank %d, evaluation: %s\n", tag, rank, em);
         zt_loader_free(&val);
     }
     float *before = read_params(p);
@@ -330,10 +355,10 @@ static void check_disagreeing_loaders(int rank, zt_device device, bool masked) {
     zt_status s = zt_pipe_train_batch(p, &res);
     const char *msg = s == ZT_OK ? "success" : zt_last_error();
     CHECK(s == ZT_ERR_INVALID && strstr(msg, "micro-batch 0 ") && strstr(msg, "stage 0") &&
-              strstr(msg, "stage 1") && strstr(msg, "loaders disagree"),
-          "%s, stage %d: status %d, %s; wanted the disagreement of micro-batch 0 between "
-          "stages 0 and 1", tag, rank, s, msg);
-    printf("%s, stage %d: %s\n", tag, rank, msg);
+              strstr(msg, "stage 1") && strstr(msg, replica) && strstr(msg, "loaders disagree"),
+          "%s, rank %d: status %d, %s; wanted the disagreement of micro-batch 0 between "
+          "stages 0 and 1%s", tag, rank, s, msg, replica);
+    printf("%s, rank %d: %s\n", tag, rank, msg);
     fflush(stdout);
     zt_engine *e = zt_pipe_engine(p);
     float *after = read_params(p);
@@ -342,24 +367,28 @@ static void check_disagreeing_loaders(int rank, zt_device device, bool masked) {
     for (size_t i = 0; before && after && i < n; i++)
         changed += memcmp(&before[i], &after[i], sizeof *after) != 0;
     CHECK(before && after && changed == 0 && zt_engine_global_steps(e) == 0,
-          "%s, stage %d: the failed step was applied: %lld optimizer steps, %zu of %zu "
+          "%s, rank %d: the failed step was applied: %lld optimizer steps, %zu of %zu "
           "parameters changed", tag, rank, (long long)zt_engine_global_steps(e), changed, n);
     free(before);
     free(after);
     close_pipe(p, &job, &data, comm);
 }
 
-/* One rank, one stage: every case on the CPU and on the emulated device. */
-static int rank_main(int rank, counts_fn counts) {
+/* One rank of `world`, a stage of one replica: every case of that many ranks on the CPU and on
+ * the emulated device, then the one-off checks. */
+static int rank_main(int rank, int world, counts_fn counts) {
+    const int dp = world / STAGES, stage = rank / dp;
     for (int i = 0; i < NCASES; i++) {
         const run_case *c = &cases[i];
+        if (c->dp != dp)
+            continue;
         double cpu[STEPS], cuda[STEPS], cpu_eval, cuda_eval;
         measured m = {0};
         if (!train(i, rank, ZT_DEVICE_CPU, NULL, cpu, &cpu_eval, NULL) ||
             !train(i, rank, ZT_DEVICE_CUDA, counts, cuda, &cuda_eval, &m))
             continue;
-        printf("%-30s stage %d, per step: own waits/D2H/pageable H2D + staged waits:", c->name,
-               rank);
+        printf("%-36s rank %d (stage %d), per step: own waits/D2H/pageable H2D + staged waits:",
+               c->name, rank, stage);
         for (int s = 0; s < STEPS; s++)
             printf(" %llu/%llu/%llu+%llu", m.own[s][0], m.own[s][1], m.own[s][2], m.staged[s]);
         printf("; evaluation of %d: %llu/%llu/%llu+%llu\n", EVAL_STEPS, m.eval_own[0],
@@ -367,14 +396,14 @@ static int rank_main(int rank, counts_fn counts) {
         fflush(stdout);
         for (int s = 1; s < STEPS; s++)
             CHECK(m.own[s][0] <= (unsigned)c->waits &&
-                      m.own[s][1] <= (unsigned)c->reads[rank] && m.own[s][2] == 0,
-                  "%s, stage %d step %d: %llu host waits, %llu device-to-host copies and %llu "
+                      m.own[s][1] <= (unsigned)c->reads[stage] && m.own[s][2] == 0,
+                  "%s, rank %d step %d: %llu host waits, %llu device-to-host copies and %llu "
                   "pageable uploads besides the transport's staging; at most %d, %d and 0 "
                   "allowed", c->name, rank, s + 1, m.own[s][0], m.own[s][1], m.own[s][2],
-                  c->waits, c->reads[rank]);
+                  c->waits, c->reads[stage]);
         /* NCCL reads device memory itself: nothing is staged. */
         for (int s = 0; strcmp(c->comm, "nccl") == 0 && s < STEPS; s++)
-            CHECK(m.staged[s] == 0, "%s, stage %d step %d: %llu copies staged through the "
+            CHECK(m.staged[s] == 0, "%s, rank %d step %d: %llu copies staged through the "
                   "host on nccl", c->name, rank, s + 1, m.staged[s]);
         /* The evaluation waits once, at its end, and reads its agreement back once: on nccl
          * every stage (summed over the stages on the device: the loss sums and the stages'
@@ -385,28 +414,31 @@ static int rank_main(int rank, counts_fn counts) {
          * 0/0 and 6/6 on shm, 7/1 and 19/24 on nccl; with documents 1/0 and 7/6 on shm, 14/1
          * and 32/36 on nccl. */
         const bool nccl = strcmp(c->comm, "nccl") == 0;
-        const unsigned eval_reads = (nccl || rank == 1) + (nccl && rank == 1 ? EVAL_STEPS : 0);
+        const bool last = stage == STAGES - 1;
+        const unsigned eval_reads = (nccl || last) + (nccl && last ? EVAL_STEPS : 0);
         CHECK(m.eval_own[0] <= 1 && m.eval_own[1] <= eval_reads && m.eval_own[2] == 0,
-              "%s, stage %d, evaluation of %d micro-batches: %llu host waits, %llu "
+              "%s, rank %d, evaluation of %d micro-batches: %llu host waits, %llu "
               "device-to-host copies and %llu pageable uploads besides the transport's staging; "
               "at most 1, %u and 0 allowed", c->name, rank, EVAL_STEPS, m.eval_own[0],
               m.eval_own[1], m.eval_own[2], eval_reads);
         const double tol = c->precision[0] ? 2e-3 : 1e-4;
         for (int s = 0; s < STEPS; s++)
             CHECK(isfinite(cuda[s]) && fabs(cuda[s] - cpu[s]) <= tol * fabs(cpu[s]),
-                  "%s, stage %d step %d: loss %.7g on cuda, %.7g on cpu", c->name, rank, s + 1,
+                  "%s, rank %d step %d: loss %.7g on cuda, %.7g on cpu", c->name, rank, s + 1,
                   cuda[s], cpu[s]);
         CHECK(isfinite(cuda_eval) && fabs(cuda_eval - cpu_eval) <= tol * fabs(cpu_eval),
-              "%s, stage %d, evaluation: loss %.7g on cuda, %.7g on cpu", c->name, rank,
+              "%s, rank %d, evaluation: loss %.7g on cuda, %.7g on cpu", c->name, rank,
               cuda_eval, cpu_eval);
     }
-    for (int masked = 0; masked < 2; masked++) {
-        check_disagreeing_loaders(rank, ZT_DEVICE_CPU, masked);
-        check_disagreeing_loaders(rank, ZT_DEVICE_CUDA, masked);
+    for (int masked = 0; masked < 2 - (dp > 1); masked++) {
+        check_disagreeing_loaders(rank, dp, ZT_DEVICE_CPU, masked);
+        check_disagreeing_loaders(rank, dp, ZT_DEVICE_CUDA, masked);
     }
-    check_dead_stage(rank);
-    return check_summary(rank ? "test_cuda_emu_syncs_pipe stage 1" :
-                                "test_cuda_emu_syncs_pipe stage 0");
+    if (dp == 1)
+        check_dead_stage(rank);
+    char name[64];
+    snprintf(name, sizeof name, "test_cuda_emu_syncs_pipe rank %d of %d", rank, world);
+    return check_summary(name);
 }
 
 /* The data: train.txt's bytes as tokens; shifted.txt, the same bytes one place on; train.bin,
@@ -441,7 +473,7 @@ static void write_data(void) {
 int main(void) {
     if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
         setenv("ZTRAIN_CUDA_EMU", "1", 1);
-    setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
+    setenv("ZTRAIN_CUDA_EMU_DEVICES", "4", 1);
     if (!zt_backend_available(ZT_DEVICE_CUDA) || !zt_backend_cuda_symbol("zt_emu_sync_counts")) {
         printf("test_cuda_emu_syncs_pipe: SKIPPED: no emulated CUDA device in this build\n");
         return 0;
@@ -451,22 +483,26 @@ int main(void) {
         return 2;
     check_tmpdir_create("zt_syncs_pipe");
     write_data();
-    pid_t pids[WORLD];
-    for (int r = 0; r < WORLD; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            /* Each rank on an emulated GPU of its own (the engine takes its LOCAL_RANK's), as
-             * the nccl transport needs. */
-            emu_rank_env(r, WORLD);
-            counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
-            if (!counts) {
-                fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n", r);
-                _exit(2);
+    /* The two stages alone, then two replicas of them. */
+    for (int world = STAGES; world <= MAX_WORLD; world += STAGES) {
+        pid_t pids[MAX_WORLD];
+        for (int r = 0; r < world; r++) {
+            pids[r] = fork();
+            if (pids[r] == 0) {
+                /* Each rank on an emulated GPU of its own (the engine takes its LOCAL_RANK's),
+                 * as the nccl transport needs. */
+                emu_rank_env(r, world);
+                counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
+                if (!counts) {
+                    fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n",
+                            r);
+                    _exit(2);
+                }
+                _exit(rank_main(r, world, counts));
             }
-            _exit(rank_main(r, counts));
         }
+        emu_wait_ranks(pids, world);
     }
-    emu_wait_ranks(pids, WORLD);
     check_tmpdir_remove();
     return check_summary("test_cuda_emu_syncs_pipe");
 }

@@ -55,7 +55,7 @@ zt_engine *zt_pipe_engine(zt_pipe *p);
 zt_pipe_info zt_pipe_get_info(const zt_pipe *p);
 /* zt_comm_dev_counts summed over every communicator the stage's device buffers travel on: world
  * (its activations and their gradients) and the pipe's groups (the tied gradient, the replicas'
- * reduction, the norm over the stages), so a caller can tell a transport's staging apart from
+ * reduction, the norm over the stages, the stages' agreement), so a caller can tell a transport's staging apart from
  * the stage's own host round trips. */
 zt_comm_dev_stats zt_pipe_dev_counts(const zt_pipe *p);
 
