@@ -4,7 +4,8 @@ the data-parallel groups beside them, a pipeline's groups and the group of the s
 a kv head are NCCL communicators of their own (engine/comm/comm_nccl.c), so every row-parallel
 all-reduce, the vocabulary-parallel loss's all-gather and the shared gradients' sums run as NCCL
 collectives posted on the stream. GPT-2 (tied, vocabulary-parallel head) and Llama with grouped-
-query attention at tp 2 and at dp 2 x tp 2 (ZeRO 1), GPT-2 at pp 2 x tp 2, and Llama with 2 kv
+query attention at tp 2 and at dp 2 x tp 2 (ZeRO 1), GPT-2 at pp 2 x tp 2 and pp 2 x dp 2 x tp 2
+(eight ranks), and Llama with 2 kv
 heads at tp 4 (a group of the TP group per kv head) follow the single-rank CPU run of the same
 global batch for 10 steps within test_tp_parity's tolerances (losses 1e-6 relative, gradient
 norms and final weights 1e-5); GPT-2 and Llama in bf16 at tp 2 follow the CPU's bf16 single rank
@@ -56,6 +57,11 @@ with tempfile.TemporaryDirectory() as d:
     got = on_nccl(d, "gpt2-nccl-pp", job(GPT2, 2, 1, "ck-gpt2-nccl-pp", zero=1, pp=2))
     compare(ck, "GPT-2 pp 2 x tp 2 on nccl, 4 micro-batches, against one CPU rank", refs["gpt-2"],
             got)
+    # And two replicas of them (eight ranks): the stages' agreement on the step (losses, tokens,
+    # the micro-batches' hashes) is a group of its own, every stage of every replica of one
+    # shard, summed on the device.
+    got = on_nccl(d, "gpt2-nccl-pp-dp", job(GPT2, 2, 2, "ck-gpt2-nccl-pp-dp", zero=1, pp=2))
+    compare(ck, "GPT-2 pp 2 x dp 2 x tp 2 on nccl, against one CPU rank", refs["gpt-2"], got)
     # Two kv heads at tp 4: each kv head's two shards sum its gradients in a group of the TP group.
     kref = train(d, "kv2-cpu", job(KV2, 1, 1, "ck-kv2-cpu", zero=1))
     got = on_nccl(d, "kv2-nccl", job(KV2, 4, 1, "ck-kv2-nccl", zero=1))
