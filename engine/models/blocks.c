@@ -395,41 +395,24 @@ void zt_blocks_add_shard(zt_tensor_info *table, int *n, const char *name, size_t
     t->tp_shared = split.shared;
 }
 
-/* A shard's tensor is drawn whole into host memory and its slice written. */
-static zt_status init_shard(zt_model *m, const zt_tensor_info *t, const zt_tensor_info *mine,
-                            double std, uint64_t *s) {
-    float *whole = malloc(t->numel * sizeof *whole), *shard = malloc(mine->numel * sizeof *shard);
-    if (!whole || !shard) {
-        free(whole);
-        free(shard);
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory drawing %s (%zu elements) to shard it",
-                        m->spec.type, t->name, t->numel);
-    }
-    if (std > 0.0)
-        zt_init_fill_normal(whole, t->numel, std, s);
-    else
-        for (size_t j = 0; j < t->numel; j++)
-            whole[j] = std < 0.0 ? 1.0f : 0.0f;
-    zt_tensor_shard_from_full(mine, whole, shard);
-    zt_status st = zt_model_set_params(m, mine->offset, shard, mine->numel);
-    free(whole);
-    free(shard);
-    return st;
-}
-
-/* Draws a tensor in pieces of up to `piece` elements through host (each piece's draws made in
- * parallel) and writes them to this rank's copy. */
-static zt_status init_whole(zt_model *m, const zt_tensor_info *t, const zt_tensor_info *mine,
-                            double std, uint64_t *s, float *host, size_t piece) {
-    for (size_t at = 0; at < t->numel; at += piece) {
-        size_t n = t->numel - at < piece ? t->numel - at : piece;
-        if (std > 0.0)
-            zt_init_fill_normal(host, n, std, s);
-        else
-            for (size_t j = 0; j < n; j++)
-                host[j] = 1.0f;
+/* Draws this rank's copy of tensor t (`mine`: the whole tensor, or its TP shard) in pieces of up
+ * to `piece` elements through host (each piece's draws made in parallel) and writes them; a
+ * shard's elements only, each the draw its place in the whole tensor has (the stream is a
+ * counter), so the shards together hold the whole tensor's numbers. The stream s then moves on
+ * past the whole tensor. */
+static zt_status init_tensor(zt_model *m, const zt_tensor_info *t, const zt_tensor_info *mine,
+                             double std, uint64_t *s, float *host, size_t piece) {
+    const uint64_t s0 = *s;
+    for (size_t at = 0; at < mine->numel; at += piece) {
+        size_t n = mine->numel - at < piece ? mine->numel - at : piece;
+#pragma omp parallel for schedule(static) if (n >= 16384)
+        for (size_t j = 0; j < n; j++)
+            host[j] = std > 0.0 ? zt_init_normal_at(s0, zt_tensor_shard_index(mine, at + j), std)
+                                : 1.0f;
         ZT_TRY(zt_model_set_params(m, mine->offset + at, host, n));
     }
+    if (std > 0.0)
+        zt_init_skip_normal(t->numel, s);
     return ZT_OK;
 }
 
@@ -458,8 +441,7 @@ zt_status zt_blocks_init_weights(zt_model *m, uint64_t seed, const zt_tensor_inf
                 zt_init_skip_normal(t->numel, &s);
             continue;
         }
-        st = mine->tp_dim >= 0 ? init_shard(m, t, mine, std, &s)
-                               : init_whole(m, t, mine, std, &s, host, piece);
+        st = init_tensor(m, t, mine, std, &s, host, piece);
     }
     free(host);
     return st;

@@ -26,16 +26,19 @@ static inline double zt_init_uniform01(uint64_t z) {
     return ((zt_init_mix(z) >> 11) + 0.5) * 0x1.0p-53;
 }
 
-/* x[0..n) = normal(0, std) draws from the stream s (two uniforms an element), which moves on
- * past them. */
+/* Element i of the normal(0, std) draws of a stream at s0 (two uniforms an element). */
+static inline float zt_init_normal_at(uint64_t s0, uint64_t i, double std) {
+    double u1 = zt_init_uniform01(s0 + (2 * i + 1) * ZT_INIT_GAMMA);
+    double u2 = zt_init_uniform01(s0 + (2 * i + 2) * ZT_INIT_GAMMA);
+    return (float)(std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+/* x[0..n) = the normal(0, std) draws of the stream s, which moves on past them. */
 static inline void zt_init_fill_normal(float *x, size_t n, double std, uint64_t *s) {
     const uint64_t s0 = *s;
 #pragma omp parallel for schedule(static) if (n >= 16384)
-    for (size_t i = 0; i < n; i++) {
-        double u1 = zt_init_uniform01(s0 + (2 * (uint64_t)i + 1) * ZT_INIT_GAMMA);
-        double u2 = zt_init_uniform01(s0 + (2 * (uint64_t)i + 2) * ZT_INIT_GAMMA);
-        x[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = zt_init_normal_at(s0, i, std);
     *s = s0 + 2 * (uint64_t)n * ZT_INIT_GAMMA;
 }
 

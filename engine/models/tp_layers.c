@@ -12,8 +12,31 @@ size_t zt_tensor_full_numel(const zt_tensor_info *t) {
     return (size_t)t->full_shape[0] * (t->ndim == 2 ? (size_t)t->full_shape[1] : 1);
 }
 
-/* Walks the shard's runs of contiguous elements: run i of `len` elements starts at `at` in the
- * whole tensor and at `mine` in the shard. */
+/* A shard as runs of contiguous elements of the whole tensor: `outer` times (along dim 0 once,
+ * along dim 1 once a row), one run of `len` elements from each of the tp_groups groups, run
+ * (o, g) starting at run_at(o, g) in the whole tensor; the shard holds the runs in that order. */
+typedef struct {
+    size_t cols, group, piece, outer, unit, len;
+} shard_runs;
+
+static shard_runs runs_of(const zt_tensor_info *t) {
+    const size_t rows = (size_t)t->full_shape[0];
+    const size_t cols = t->ndim == 2 ? (size_t)t->full_shape[1] : 1;
+    /* Along dim 0 a run is whole rows; along dim 1 it is a piece of one row. */
+    const size_t extent = t->tp_dim == 0 ? rows : cols;
+    shard_runs r = {.cols = cols, .group = extent / (size_t)t->tp_groups};
+    r.piece = r.group / (size_t)t->tp_pieces;
+    r.outer = t->tp_dim == 0 ? 1 : rows;
+    r.unit = t->tp_dim == 0 ? cols : 1;
+    r.len = r.piece * r.unit;
+    return r;
+}
+
+static size_t run_at(const zt_tensor_info *t, const shard_runs *r, size_t o, size_t g) {
+    return o * r->cols + (g * r->group + (size_t)t->tp_piece * r->piece) * r->unit;
+}
+
+/* Copies the shard's runs out of the whole tensor, or back into it. */
 static void each_run(const zt_tensor_info *t, float *whole, float *shard, bool to_full) {
     if (t->tp_dim < 0) {
         if (to_full)
@@ -22,25 +45,27 @@ static void each_run(const zt_tensor_info *t, float *whole, float *shard, bool t
             memcpy(shard, whole, t->numel * sizeof *shard);
         return;
     }
-    const size_t rows = (size_t)t->full_shape[0];
-    const size_t cols = t->ndim == 2 ? (size_t)t->full_shape[1] : 1;
-    /* Along dim 0 a run is whole rows; along dim 1 it is a piece of one row. */
-    const size_t extent = t->tp_dim == 0 ? rows : cols;
-    const size_t group = extent / (size_t)t->tp_groups, piece = group / (size_t)t->tp_pieces;
-    const size_t outer = t->tp_dim == 0 ? 1 : rows, unit = t->tp_dim == 0 ? cols : 1;
+    const shard_runs r = runs_of(t);
     size_t mine = 0;
-    for (size_t o = 0; o < outer; o++) {
-        for (int g = 0; g < t->tp_groups; g++) {
-            size_t at = o * cols + ((size_t)g * group + (size_t)t->tp_piece * piece) * unit;
-            size_t len = piece * unit;
+    for (size_t o = 0; o < r.outer; o++) {
+        for (size_t g = 0; g < (size_t)t->tp_groups; g++) {
+            size_t at = run_at(t, &r, o, g);
             if (to_full)
-                memcpy(whole + at, shard + mine, len * sizeof *shard);
+                memcpy(whole + at, shard + mine, r.len * sizeof *shard);
             else
-                memcpy(shard + mine, whole + at, len * sizeof *shard);
-            mine += len;
+                memcpy(shard + mine, whole + at, r.len * sizeof *shard);
+            mine += r.len;
         }
     }
     ZT_ASSERT(mine == t->numel);
+}
+
+size_t zt_tensor_shard_index(const zt_tensor_info *t, size_t j) {
+    if (t->tp_dim < 0)
+        return j;
+    const shard_runs r = runs_of(t);
+    const size_t run = j / r.len;
+    return run_at(t, &r, run / (size_t)t->tp_groups, run % (size_t)t->tp_groups) + j % r.len;
 }
 
 void zt_tensor_shard_from_full(const zt_tensor_info *t, const float *full, float *shard) {

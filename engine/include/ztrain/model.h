@@ -205,6 +205,9 @@ void zt_tensor_shard_from_full(const zt_tensor_info *t, const float *full, float
 void zt_tensor_shard_to_full(const zt_tensor_info *t, const float *shard, float *full);
 /* Elements of the whole tensor. */
 size_t zt_tensor_full_numel(const zt_tensor_info *t);
+/* The index in the whole tensor of element j of this rank's shard `t` (j itself for a whole
+ * tensor), in the order zt_tensor_shard_from_full copies them. */
+size_t zt_tensor_shard_index(const zt_tensor_info *t, size_t j);
 
 /* Creates the model that spec->type names on backend be (which must outlive it), holding its
  * activations at precision act (ZT_F32, or the 16-bit type of mixed precision), with zeroed
