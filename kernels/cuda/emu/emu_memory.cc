@@ -27,6 +27,11 @@ constexpr size_t kAlign = 256, kRed = 256;
 /* Address space reserved for device memory: an H100's 80 GB, of which only what is used is ever
  * made accessible. */
 constexpr size_t kArenaBytes = 80ull << 30;
+/* What is opened and closed at each drain is rounded to transparent huge pages where the kernel
+ * gives them (MADV_HUGEPAGE): mprotect's work is per page table entry, and a drain changes the
+ * protection of everything handed out, so 2 MiB entries make it 512 times less (about a fifth
+ * of a tensor-parallel test's time with 4 KiB ones). */
+constexpr size_t kHuge = 2ull << 20;
 constexpr unsigned char kRedByte = 0xA5;
 
 struct allocation {
@@ -94,8 +99,8 @@ void ensure_arena() {
     arena &a = A();
     if (a.base)
         return;
-    void *p =
-        mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(nullptr, kArenaBytes + kHuge, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         fprintf(stderr,
                 "ztrain cuda emulator: cannot reserve %zu GiB of address space for "
@@ -103,7 +108,14 @@ void ensure_arena() {
                 kArenaBytes >> 30, strerror(errno));
         abort();
     }
-    a.base = (char *)p;
+    /* The arena starts on a huge page; what is left of the reservation before it is returned. */
+    a.base = (char *)(((uintptr_t)p + kHuge - 1) / kHuge * kHuge);
+    if (a.base > (char *)p)
+        munmap(p, (size_t)(a.base - (char *)p));
+    munmap(a.base + kArenaBytes, kHuge - (size_t)(a.base - (char *)p));
+#ifdef MADV_HUGEPAGE
+    madvise(a.base, kArenaBytes, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+#endif
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = segv_handler;
@@ -117,10 +129,13 @@ size_t page() {
     return p;
 }
 
+/* The opened extent of the arena for a high-water mark: whole huge pages. */
+size_t opened_extent(size_t hwm) { return (hwm + kHuge - 1) / kHuge * kHuge; }
+
 /* Makes the arena up to hwm accessible while open (pages handed out since the last open). */
 void grow_opened() {
     arena &a = A();
-    size_t want = (a.hwm + page() - 1) / page() * page();
+    size_t want = opened_extent(a.hwm);
     if (a.open_depth > 0 && want > a.opened) {
         mprotect(a.base + a.opened, want - a.opened, PROT_READ | PROT_WRITE);
         a.opened = want;
@@ -136,7 +151,7 @@ void arena_open() {
     arena &a = A();
     ensure_arena();
     if (a.open_depth++ == 0) {
-        a.opened = (a.hwm + page() - 1) / page() * page();
+        a.opened = opened_extent(a.hwm);
         if (a.opened)
             mprotect(a.base, a.opened, PROT_READ | PROT_WRITE);
         vmm_protect(true);
