@@ -1,7 +1,7 @@
 /* What the tests that run ranks as processes on the emulated CUDA device share
  * (test_cuda_emu_syncs_dp.c, test_cuda_emu_syncs_pipe.c): free TCP ports for the nccl
- * transport's rendezvous, the environment of a forked rank, its communicator, and the wait for
- * the ranks. */
+ * transport's rendezvous, forking the ranks with their launcher environment, a rank's
+ * communicator, and the wait for the ranks. */
 #ifndef ZT_TEST_EMU_RANKS_H
 #define ZT_TEST_EMU_RANKS_H
 
@@ -63,6 +63,21 @@ static inline void emu_wait_ranks(const pid_t *pids, int n) {
               WIFSIGNALED(st) ? "signal" : "status",
               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     }
+}
+
+/* Forks `world` ranks, each on an emulated GPU of its own (the engine takes its LOCAL_RANK's),
+ * as the nccl transport needs, each living rank_main(rank, world) and exiting with what it
+ * returns, and waits for them (emu_wait_ranks). */
+static inline void emu_run_ranks(int world, int (*rank_main)(int rank, int world)) {
+    pid_t pids[world];
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            emu_rank_env(r, world);
+            _exit(rank_main(r, world));
+        }
+    }
+    emu_wait_ranks(pids, world);
 }
 
 /* Rank `rank` of `world` joining the transport's communicator on 127.0.0.1:port, under a run id

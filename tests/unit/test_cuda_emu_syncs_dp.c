@@ -454,6 +454,19 @@ static void write_data(void) {
     }
 }
 
+/* A forked rank (emu_run_ranks): the emulator's counters, then every case. */
+static int rank_start(int rank, int world) {
+    (void)world;
+    counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
+    waits_ahead = (unsigned long long (*)(void))zt_backend_cuda_symbol("zt_emu_waits_ahead");
+    if (!counts || !waits_ahead) {
+        fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts or "
+                "zt_emu_waits_ahead\n", rank);
+        return 2;
+    }
+    return rank_main(rank, counts);
+}
+
 int main(void) {
     if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
         setenv("ZTRAIN_CUDA_EMU", "1", 1);
@@ -470,25 +483,7 @@ int main(void) {
         return 2;
     check_tmpdir_create("zt_syncs_dp");
     write_data();
-    pid_t pids[WORLD];
-    for (int r = 0; r < WORLD; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            /* Each rank on an emulated GPU of its own (the engine takes its LOCAL_RANK's), as
-             * the nccl transport needs. */
-            emu_rank_env(r, WORLD);
-            counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
-            waits_ahead = (unsigned long long (*)(void))zt_backend_cuda_symbol(
-                "zt_emu_waits_ahead");
-            if (!counts || !waits_ahead) {
-                fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts or "
-                        "zt_emu_waits_ahead\n", r);
-                _exit(2);
-            }
-            _exit(rank_main(r, counts));
-        }
-    }
-    emu_wait_ranks(pids, WORLD);
+    emu_run_ranks(WORLD, rank_start);
     static measured all[NCASES];
     FILE *f = fopen(check_tmp_path("results.bin"), "rb");
     CHECK(f && fread(all, sizeof all, 1, f) == 1, "rank 0 wrote no results");

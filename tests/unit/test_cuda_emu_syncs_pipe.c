@@ -376,7 +376,12 @@ static void check_disagreeing_loaders(int rank, int dp, zt_device device, bool m
 
 /* One rank of `world`, a stage of one replica: every case of that many ranks on the CPU and on
  * the emulated device, then the one-off checks. */
-static int rank_main(int rank, int world, counts_fn counts) {
+static int rank_main(int rank, int world) {
+    counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
+    if (!counts) {
+        fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n", rank);
+        return 2;
+    }
     const int dp = world / STAGES, stage = rank / dp;
     for (int i = 0; i < NCASES; i++) {
         const run_case *c = &cases[i];
@@ -484,25 +489,8 @@ int main(void) {
     check_tmpdir_create("zt_syncs_pipe");
     write_data();
     /* The two stages alone, then two replicas of them. */
-    for (int world = STAGES; world <= MAX_WORLD; world += STAGES) {
-        pid_t pids[MAX_WORLD];
-        for (int r = 0; r < world; r++) {
-            pids[r] = fork();
-            if (pids[r] == 0) {
-                /* Each rank on an emulated GPU of its own (the engine takes its LOCAL_RANK's),
-                 * as the nccl transport needs. */
-                emu_rank_env(r, world);
-                counts_fn counts = (counts_fn)zt_backend_cuda_symbol("zt_emu_sync_counts");
-                if (!counts) {
-                    fprintf(stderr, "rank %d: the emulated module has no zt_emu_sync_counts\n",
-                            r);
-                    _exit(2);
-                }
-                _exit(rank_main(r, world, counts));
-            }
-        }
-        emu_wait_ranks(pids, world);
-    }
+    for (int world = STAGES; world <= MAX_WORLD; world += STAGES)
+        emu_run_ranks(world, rank_main);
     check_tmpdir_remove();
     return check_summary("test_cuda_emu_syncs_pipe");
 }
