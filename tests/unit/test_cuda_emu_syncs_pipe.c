@@ -1,8 +1,8 @@
 /* Host round trips of a pipelined step on the emulated CUDA device (issue 28): two ranks, each a
  * process with an emulated GPU of its own, are the two stages of one pipeline, then four ranks
- * two replicas of it (GPT-2 tiny, fp32
- * and bf16, four micro-batches a step, so that the 1F1B schedule interleaves forwards and
- * backwards; and GPT-2 and Llama tiny on loss-masked packed documents), on the nccl transport (the emulated device's NCCL, which reads device memory
+ * two replicas of it (GPT-2 tiny, fp32 and bf16, four micro-batches a step, so that the 1F1B
+ * schedule interleaves forwards and backwards; and GPT-2 and Llama tiny on loss-masked packed
+ * documents), on the nccl transport (the emulated device's NCCL, which reads device memory
  * itself) and on shm (which stages every device buffer through host memory) for comparison. Per
  * step, from the second on, each stage counts inside the emulated runtime (zt_emu_sync_counts)
  * the host's waits, the device-to-host copies and the uploads from pageable memory, less the
@@ -10,7 +10,7 @@
  * copy to host memory, one pageable upload for each copy back), as test_cuda_emu_syncs_dp.c does
  * for data parallelism. What is left is the stage's own, bounded by the case's allowance (the
  * table below says where each remaining wait comes from; docs/gpu.md, "Pipeline stages on
- * NCCL"). Every count is printed. Every run's losses match the same two-stage job on the CPU
+ * NCCL"). Every count is printed. Every run's losses match the same job on the CPU
  * within the tolerance of another summation order (fp32) or of roundings between (bf16): with
  * packed documents that also shows that no document table was rewritten while the device still
  * had to copy it (the emulated device runs queued copies late, so a reused pinned slot moves the
