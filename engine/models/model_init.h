@@ -33,15 +33,6 @@ static inline float zt_init_normal_at(uint64_t s0, uint64_t i, double std) {
     return (float)(std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
-/* x[0..n) = the normal(0, std) draws of the stream s, which moves on past them. */
-static inline void zt_init_fill_normal(float *x, size_t n, double std, uint64_t *s) {
-    const uint64_t s0 = *s;
-#pragma omp parallel for schedule(static) if (n >= 16384)
-    for (size_t i = 0; i < n; i++)
-        x[i] = zt_init_normal_at(s0, i, std);
-    *s = s0 + 2 * (uint64_t)n * ZT_INIT_GAMMA;
-}
-
 /* Moves the stream s past the draws of n elements without making them. */
 static inline void zt_init_skip_normal(size_t n, uint64_t *s) {
     *s += 2 * (uint64_t)n * ZT_INIT_GAMMA;

@@ -186,7 +186,9 @@ static zt_status find_tied(zt_pipe *p) {
     return zt_comm_create_group(&p->tied_comm, p->world, ranks, 2);
 }
 
-/* The step's agreement: agree_dev and agree_out, a block a replica, and agree_in, one. */
+/* The step's agreement: agree_dev and agree_out, a block a replica, and agree_in, one, zeroed:
+ * a stage writes only its own row of hashes in agree_in, and only the last stage its counts and
+ * shares, so the rest stays 0. */
 static zt_status alloc_agreement(zt_pipe *p) {
     const size_t gas = (size_t)p->info.micro_batches, checks = p->info.stages * gas;
     p->agree_checks = 3 * gas + 2;
@@ -555,27 +557,23 @@ static zt_status reduce_tied(zt_pipe *p) {
 }
 
 /* Queued before the optimizer step, whose one synchronisation covers it. Into this rank's
- * replica's block of the agreement (the other blocks zeroed at the step's start): the last
- * stage's micro-batch counts and shares and the tokens (its forwards summed the losses there
- * already), this stage's share of the bubble and its hashes of the micro-batches in its own
- * row, zeros elsewhere. Where agree_comm reads device memory, the blocks are summed over every
- * stage of every replica there, a sum in which each value has one rank's term that is not 0
- * (the bubble's shares excepted) and so comes through exactly, and copied back into pinned
- * memory, which does not wait; otherwise only the last stage reads its block back, for its
- * losses (agree_after_read sums the rest on the host). A second read-back beside the engine's
- * under the same wait: the engine's scalars are its own (step_readback.h). */
+ * replica's block of the agreement (the other blocks 0, zeroed at the step's start after a
+ * device sum): the last stage's micro-batch counts and shares and the tokens (its forwards
+ * summed the losses there already), this stage's share of the bubble and its hashes of the
+ * micro-batches in its own row, zeros elsewhere. Where agree_comm reads device memory, the
+ * blocks are summed over every stage of every replica there, a sum in which each value has one
+ * rank's term that is not 0 (the bubble's shares excepted) and so comes through exactly, and
+ * copied back into pinned memory, which does not wait; otherwise only the last stage reads its
+ * block back, for its losses (agree_after_read sums the rest on the host). A second read-back
+ * beside the engine's under the same wait: the engine's scalars are its own (step_readback.h). */
 static zt_status agree_enqueue(zt_pipe *p) {
     const size_t gas = (size_t)p->info.micro_batches, n = p->agree_n;
     const size_t own = (size_t)p->info.replica * n, all = (size_t)p->info.dp * n;
     double *in = p->agree_in;
-    if (!last_stage(p))
-        memset(in, 0, 3 * gas * sizeof *in);
     in[3 * gas] = p->tokens;
     in[3 * gas + 1] = p->sched_ms > 0.0 ? (1.0 - p->compute_ms / p->sched_ms) / p->info.stages
                                         : 0.0;
-    double *checks = in + p->agree_checks;
-    memset(checks, 0, (n - p->agree_checks) * sizeof *in);
-    memcpy(checks + (size_t)p->info.stage * gas, p->batch_sum, gas * sizeof *in);
+    memcpy(in + p->agree_checks + (size_t)p->info.stage * gas, p->batch_sum, gas * sizeof *in);
     const size_t lo = last_stage(p) ? gas : 0;
     zt_backend_copy(p->be, p->agree_dev + own + lo, in + lo, (n - lo) * sizeof *in, ZT_COPY_H2D,
                     ZT_STREAM_COMPUTE);
@@ -812,9 +810,11 @@ zt_status zt_pipe_train_batch(zt_pipe *p, zt_pipe_batch_result *res) {
     for (int b = 0; b < p->nbuf; b++)
         p->buf[b].micro = -1;
     memset(p->batch_sum, 0, (size_t)p->info.micro_batches * sizeof *p->batch_sum);
-    /* The other replicas' blocks of the agreement, summed into the last step's, back to 0. */
-    zt_backend_zero(p->be, p->agree_dev, (size_t)p->info.dp * p->agree_n * sizeof(double),
-                    ZT_STREAM_COMPUTE);
+    /* The other replicas' blocks of the agreement, which the last step's device sum filled,
+     * back to 0 (this replica's own block is rewritten whole by its forwards and upload). */
+    if (p->agree_native && p->info.dp > 1)
+        zt_backend_zero(p->be, p->agree_dev, (size_t)p->info.dp * p->agree_n * sizeof(double),
+                        ZT_STREAM_COMPUTE);
     double t0 = now_ms();
     for (size_t i = 0; i < p->n_train; i++) {
         /* The schedule's time ends where the reductions begin. */

@@ -64,7 +64,7 @@ void segv_handler(int sig, siginfo_t *info, void *uctx) {
     const char *addr = (const char *)info->si_addr;
     if (vmm_open_on_fault(addr))
         return; /* device work's first touch of a mapping: the access is retried */
-    if (vmm_in(addr) && a.open_depth > 0 && vmm_opened_here()) {
+    if (vmm_in(addr) && vmm_opened_here()) { /* opened only while the arena is (arena_open) */
         /* Device work reached an address with nothing mapped: a kernel going past the granule of
          * its pointer argument (those are checked before it runs). */
         std::string what = vmm_describe(addr);
