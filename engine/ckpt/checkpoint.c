@@ -123,12 +123,14 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
                             (double)zt_engine_schedule(e)->last_batch_iteration);
     zt_loader *l = zt_engine_loader(e);
     if (l) {
+        int64_t epoch, pos;
+        zt_engine_data_position(e, &epoch, &pos);
         cJSON *d = cJSON_AddObjectToObject(m, "data");
-        cJSON_AddNumberToObject(d, "epoch", (double)l->epoch);
-        cJSON_AddNumberToObject(d, "position", (double)l->pos);
+        cJSON_AddNumberToObject(d, "epoch", (double)epoch);
+        cJSON_AddNumberToObject(d, "position", (double)pos);
         /* Samples of the epoch consumed by all ranks together: what a different number of ranks
          * resumes from. */
-        cJSON_AddNumberToObject(d, "global_position", (double)l->pos * l->world_size);
+        cJSON_AddNumberToObject(d, "global_position", (double)pos * l->world_size);
         /* 64-bit seeds do not fit a JSON number exactly. */
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)l->seed);
@@ -521,7 +523,7 @@ zt_status zt_ckpt_load_filled(zt_engine *e, const char *dir, const char *tag,
         zt_engine_set_counters(e, c.global_steps, c.micro_steps, c.skipped_steps);
         zt_loader *l = zt_engine_loader(e);
         if (c.has_data)
-            zt_loader_seek(l, c.epoch, c.global_position / l->world_size);
+            zt_engine_seek_data(e, c.epoch, c.global_position / l->world_size);
     }
     cJSON_Delete(meta);
     return s;

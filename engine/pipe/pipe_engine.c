@@ -429,8 +429,9 @@ static double hash_value(uint64_t h) {
 
 /* The first stage keeps the tokens, the last the targets; every stage reads the same
  * micro-batch (a middle stage for its count and documents). In training it is the step's
- * micro-batch `micro` (zt_engine_step_batch: with loss-masked data the step is drawn at its
- * first, and its trained targets counted over the replicas); in evaluation the next of `from`.
+ * micro-batch `micro` (zt_engine_step_batch: with loss-masked data the step is drawn whole and
+ * its trained targets counted over the replicas, in the steady state under the last step's
+ * wait); in evaluation the next of `from`.
  * The stage notes its hash for the stages' agreement. */
 static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
     zt_batch b;

@@ -47,11 +47,12 @@ struct zt_engine {
     zt_engine_step_check check; /* may fail a step after its read, before all else; NULL: none */
     void *check_ctx;
     /* Loss-masked data: the loss is the mean over the global batch's trained targets
-     * (loss_norm.h), so each step's micro-batches are drawn ahead into norm. */
+     * (loss_norm.h), so each step's micro-batches are drawn ahead into norm, in the steady state
+     * at the end of the step before (count_ahead). */
     bool masked;
     zt_loss_norm norm;
     bool docs_on; /* the model holds a batch's document positions */
-    int drawn;    /* micro-batches of the next step drawn (zt_engine_step_batch) */
+    int drawn;    /* micro-batches of the step handed out (zt_engine_step_batch) */
 };
 
 /* Whether a dataset (or any file of a glob or mixture) carries a loss mask. */
@@ -278,13 +279,17 @@ zt_status zt_engine_step_batch(zt_engine *e, int micro, zt_batch *b) {
     const size_t slot = (size_t)micro * (e->batch_bytes / sizeof(int32_t));
     int32_t *inputs = e->batch_inputs + slot, *targets = e->batch_targets + slot;
     if (e->masked) {
-        if (micro == 0)
+        /* Drawn ahead and counted under the last step's wait (read_step), or else now. */
+        if (micro == 0 && zt_loss_norm_has_ahead(&e->norm))
+            ZT_TRY(zt_loss_norm_take_ahead(&e->norm, e->global_steps + 1));
+        else if (micro == 0)
             ZT_TRY(zt_loss_norm_fill(&e->norm, &e->loader, e->opts.comm, e->global_steps + 1));
+        const zt_loss_draw *w = zt_loss_norm_step(&e->norm);
         size_t each = (size_t)e->norm.B * (size_t)e->norm.T;
-        memcpy(inputs, e->norm.inputs + micro * each, e->batch_bytes);
-        memcpy(targets, e->norm.targets + micro * each, e->batch_bytes);
-        b->B = e->norm.rows[micro];
-        b->doc_pos = e->norm.doc_pos + micro * each;
+        memcpy(inputs, w->inputs + micro * each, e->batch_bytes);
+        memcpy(targets, w->targets + micro * each, e->batch_bytes);
+        b->B = w->rows[micro];
+        b->doc_pos = w->doc_pos + micro * each;
     } else {
         b->B = zt_loader_next(&e->loader, inputs, targets);
         b->doc_pos = NULL;
@@ -457,6 +462,28 @@ static zt_status hold_step(zt_engine *e, double t0) {
     return ZT_OK;
 }
 
+/* Loss-masked data: the next step's micro-batches are drawn now, when this step drew its own
+ * (zt_engine_step_batch), and their counts of targets summed over the ranks (loss_norm.h): on
+ * the device where the transport reads device memory (NCCL), under the step's one wait, with
+ * *device_sums then the counts to fill from its read-back; else on the host, which waits for
+ * nothing on the device (shm, gloo; no communicator on one rank). ZeRO's communication thread
+ * is done with the communicator here: the gradients have been reduced. */
+static zt_status count_ahead(zt_engine *e, double **device_sums) {
+    if (!e->masked || e->drawn != e->ds.gradient_accumulation_steps)
+        return ZT_OK;
+    e->drawn = 0;
+    double *counts = zt_loss_norm_draw_ahead(&e->norm, &e->loader);
+    zt_comm *c = e->opts.comm;
+    if (c && zt_comm_dev_native(c)) {
+        ZT_TRY(zt_comm_dev_all_reduce(c, zt_step_readback_ahead(&e->rb, counts), 2, ZT_F64,
+                                      ZT_REDUCE_SUM));
+        *device_sums = counts;
+    } else if (c) {
+        ZT_TRY(zt_comm_all_reduce(c, counts, 2, ZT_F64, ZT_REDUCE_SUM));
+    }
+    return ZT_OK;
+}
+
 /* The step's one synchronisation (step_readback.h): the sums of squares of the gradient slice
  * (fp32 g, or else the 16-bit g16) are queued behind its reduction, then they and the step's
  * deferred losses come back together (over NCCL with their total already summed over the
@@ -466,9 +493,13 @@ static zt_status hold_step(zt_engine *e, double t0) {
 static zt_status read_step(zt_engine *e, const float *g, const uint16_t *g16, size_t count,
                            double *norm2) {
     int parts;
+    double *ahead = NULL;
+    ZT_TRY(count_ahead(e, &ahead));
     ZT_TRY(zt_zero_norm_enqueue(&e->zero, g, g16, count, zt_step_readback_norm_slots(&e->rb),
                                 &parts));
     ZT_TRY(zt_step_readback_sync(&e->rb, e->ds.gradient_accumulation_steps, parts));
+    if (ahead)
+        memcpy(ahead, zt_step_readback_ahead_sums(&e->rb), 2 * sizeof *ahead);
     if (e->check)
         ZT_TRY(e->check(e->check_ctx));
     return zt_zero_norm_combine(&e->zero, count, zt_step_readback_norm_parts(&e->rb), norm2);
@@ -669,6 +700,23 @@ zt_status zt_engine_write_state(zt_engine *e, zt_state_kind kind, size_t first, 
 }
 const zt_ds_config *zt_engine_config(const zt_engine *e) { return &e->ds; }
 zt_loader *zt_engine_loader(zt_engine *e) { return e->has_loader ? &e->loader : NULL; }
+
+void zt_engine_data_position(const zt_engine *e, int64_t *epoch, int64_t *pos) {
+    /* Past a step drawn ahead, the loader is a step further than the steps taken. */
+    if (e->masked && zt_loss_norm_has_ahead(&e->norm)) {
+        *epoch = zt_loss_norm_step(&e->norm)->epoch;
+        *pos = zt_loss_norm_step(&e->norm)->pos;
+    } else {
+        *epoch = e->loader.epoch;
+        *pos = e->loader.pos;
+    }
+}
+
+void zt_engine_seek_data(zt_engine *e, int64_t epoch, int64_t pos) {
+    zt_loader_seek(&e->loader, epoch, pos);
+    e->norm.ahead = false;
+    e->drawn = 0;
+}
 zt_optimizer *zt_engine_optimizer(zt_engine *e) { return e->ds.has_optimizer ? &e->opt : NULL; }
 zt_lr_schedule *zt_engine_schedule(zt_engine *e) { return &e->sched; }
 

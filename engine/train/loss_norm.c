@@ -12,46 +12,80 @@ zt_status zt_loss_norm_init(zt_loss_norm *n, int gas, int B, int T) {
     n->gas = gas;
     n->B = B;
     n->T = T;
-    size_t each = (size_t)B * (size_t)T;
-    n->inputs = calloc((size_t)gas * each, sizeof *n->inputs);
-    n->targets = calloc((size_t)gas * each, sizeof *n->targets);
-    n->doc_pos = calloc((size_t)gas * each, sizeof *n->doc_pos);
-    n->rows = calloc((size_t)gas, sizeof *n->rows);
-    if (!n->inputs || !n->targets || !n->doc_pos || !n->rows) {
-        zt_loss_norm_free(n);
-        return zt_error(ZT_ERR_NOMEM, "engine: out of memory for %d micro-batches of %d×%d", gas,
-                        B, T);
+    size_t all = (size_t)gas * (size_t)B * (size_t)T;
+    for (int d = 0; d < 2; d++) {
+        zt_loss_draw *w = &n->draws[d];
+        w->inputs = calloc(all, sizeof *w->inputs);
+        w->targets = calloc(all, sizeof *w->targets);
+        w->doc_pos = calloc(all, sizeof *w->doc_pos);
+        w->rows = calloc((size_t)gas, sizeof *w->rows);
+        if (!w->inputs || !w->targets || !w->doc_pos || !w->rows) {
+            zt_loss_norm_free(n);
+            return zt_error(ZT_ERR_NOMEM, "engine: out of memory for 2 × %d micro-batches of "
+                            "%d×%d", gas, B, T);
+        }
     }
     return ZT_OK;
 }
 
 void zt_loss_norm_free(zt_loss_norm *n) {
-    free(n->inputs);
-    free(n->targets);
-    free(n->doc_pos);
-    free(n->rows);
+    for (int d = 0; d < 2; d++) {
+        free(n->draws[d].inputs);
+        free(n->draws[d].targets);
+        free(n->draws[d].doc_pos);
+        free(n->draws[d].rows);
+    }
     memset(n, 0, sizeof *n);
 }
 
-zt_status zt_loss_norm_fill(zt_loss_norm *n, zt_loader *l, zt_comm *comm, int64_t step) {
+/* Draws a step into w and counts this rank's trained and all targets. */
+static void draw(const zt_loss_norm *n, zt_loss_draw *w, zt_loader *l) {
     size_t each = (size_t)n->B * (size_t)n->T;
-    double counts[2] = {0.0, 0.0};
+    w->counts[0] = w->counts[1] = 0.0;
     for (int m = 0; m < n->gas; m++) {
-        int32_t *tg = n->targets + (size_t)m * each;
-        n->rows[m] = zt_loader_next_docs(l, n->inputs + (size_t)m * each, tg,
-                                         n->doc_pos + (size_t)m * each);
-        size_t used = (size_t)n->rows[m] * (size_t)n->T;
+        int32_t *tg = w->targets + (size_t)m * each;
+        w->rows[m] = zt_loader_next_docs(l, w->inputs + (size_t)m * each, tg,
+                                         w->doc_pos + (size_t)m * each);
+        size_t used = (size_t)w->rows[m] * (size_t)n->T;
         for (size_t i = 0; i < used; i++)
-            counts[0] += tg[i] >= 0;
-        counts[1] += (double)used;
+            w->counts[0] += tg[i] >= 0;
+        w->counts[1] += (double)used;
     }
-    if (comm)
-        ZT_TRY(zt_comm_all_reduce(comm, counts, 2, ZT_F64, ZT_REDUCE_SUM));
-    n->trained = counts[0];
-    n->tokens = counts[1];
+    w->epoch = l->epoch;
+    w->pos = l->pos;
+}
+
+/* Makes the summed counts of the current draw the step's. */
+static zt_status adopt(zt_loss_norm *n, int64_t step) {
+    const zt_loss_draw *w = zt_loss_norm_step(n);
+    n->trained = w->counts[0];
+    n->tokens = w->counts[1];
     if (n->trained == 0)
         return zt_error(ZT_ERR_INVALID, "data.format \"masked\": the global batch of step %lld "
                         "has no trained target (every token of its %d micro-batch(es) per rank "
                         "is masked), so its loss is undefined", (long long)step, n->gas);
     return ZT_OK;
+}
+
+zt_status zt_loss_norm_fill(zt_loss_norm *n, zt_loader *l, zt_comm *comm, int64_t step) {
+    n->ahead = false;
+    zt_loss_draw *w = &n->draws[n->cur];
+    draw(n, w, l);
+    if (comm)
+        ZT_TRY(zt_comm_all_reduce(comm, w->counts, 2, ZT_F64, ZT_REDUCE_SUM));
+    return adopt(n, step);
+}
+
+double *zt_loss_norm_draw_ahead(zt_loss_norm *n, zt_loader *l) {
+    zt_loss_draw *w = &n->draws[1 - n->cur];
+    draw(n, w, l);
+    n->ahead = true;
+    return w->counts;
+}
+
+zt_status zt_loss_norm_take_ahead(zt_loss_norm *n, int64_t step) {
+    ZT_ASSERT(n->ahead);
+    n->cur = 1 - n->cur;
+    n->ahead = false;
+    return adopt(n, step);
 }

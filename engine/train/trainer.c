@@ -571,7 +571,9 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             show_progress(t, step, last_loss, lr, tok_s, false);
         if (logged) {
             zt_loader *l = zt_engine_loader(t->e);
-            double epoch = (double)l->epoch + (double)l->pos / (double)(l->per_rank ? l->per_rank : 1);
+            int64_t ep, pos;
+            zt_engine_data_position(t->e, &ep, &pos);
+            double epoch = (double)ep + (double)pos / (double)(l->per_rank ? l->per_rank : 1);
             zt_metric m[STEP_METRICS] = {
                 {"train/global_step", (double)step},
                 {"train/loss", last_loss},

@@ -4,7 +4,10 @@ DeepSpeed's rules, DeepSpeed itself not being installed in the test venv: torch.
 (DeepSpeed's AdamW: decoupled decay, bias correction), DeepSpeed's clipping coefficient
 max_norm / (norm + 1e-6), and each step's loss the mean over the global batch's trained tokens
 (transformers' ForCausalLMLoss with num_items_in_batch), every document run on its own, in
-float64. Every step's loss must agree within 1e-4."""
+float64. Every step's loss must agree within 1e-4. The same run stopped after 5 steps and resumed
+from its checkpoint must agree with the loop too: the engine draws each step's micro-batches at
+the end of the step before (to count their trained targets under that step's wait), so the
+checkpoint has to record where the steps taken got to, not where the loader did."""
 import os
 import struct
 import sys
@@ -71,18 +74,27 @@ with tempfile.TemporaryDirectory() as d:
     model.save_pretrained(f"{d}/hf", safe_serialization=True)
     write_llmc_tokens(f"{d}/train.bin", tokens.tolist())
     write_mask(f"{d}/train.bin.mask", trained.tolist(), starts.tolist())
-    write_job(f"{d}/job.json", {
-        "world_size": W,
-        "model": {"init_from": "hf", "block_size": T},
-        "data": {"train": "train.bin", "shuffle": False, "format": "masked"},
-        "train": {"max_steps": STEPS, "log_interval": 1, "warmup_steps": 0},
-        "deepspeed": {"train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": GAS,
-                      "gradient_clipping": 1.0,
-                      "optimizer": {"type": "AdamW", "params": {"lr": LR10,
-                                                                "weight_decay": 0.1}}}})
-    p = run([tool("ztrain"), "run", f"{d}/job.json", "--out", f"{d}/run"], check=False)
+    def job(name, **train):
+        write_job(f"{d}/{name}.json", {
+            "world_size": W,
+            "model": {"init_from": "hf", "block_size": T},
+            "data": {"train": "train.bin", "shuffle": False, "format": "masked"},
+            "train": dict({"max_steps": STEPS, "log_interval": 1, "warmup_steps": 0}, **train),
+            "deepspeed": {"train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": GAS,
+                          "gradient_clipping": 1.0,
+                          "optimizer": {"type": "AdamW", "params": {"lr": LR10,
+                                                                    "weight_decay": 0.1}}}})
+        p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/split"
+                 if name != "job" else f"{d}/run"], check=False)
+        return p
+
+    p = job("job")
     got = [r["train/loss"] for r in read_metrics(f"{d}/run/metrics.jsonl")] \
         if p.returncode == 0 else []
+    first = job("first", checkpoint_dir=f"{d}/ckpt", bench_steps=5)
+    second = job("second", checkpoint_dir=f"{d}/ckpt", resume=True)
+    split = read_metrics(f"{d}/split/metrics.jsonl") \
+        if first.returncode == 0 and second.returncode == 0 else []
     ref = model.double()
     ref.config._attn_implementation = "eager"
     opt = torch.optim.AdamW(ref.parameters(), lr=LR10, betas=(0.9, 0.999), eps=1e-8,
@@ -120,5 +132,19 @@ with tempfile.TemporaryDirectory() as d:
              f"the DeepSpeed-rules loop: worst rel {max(errs) if errs else float('nan'):.1e}; "
              f"losses {[round(x, 5) for x in got]} vs {[round(x, 5) for x in want]} "
              f"{p.stderr.strip()[-200:]}")
+    resumed = [r["train/loss"] for r in split if r["train/global_step"] > 5]
+    errs = [abs(a - b) / abs(b) for a, b in zip(resumed, want[5:])]
+    ck.check(len(resumed) == STEPS - 5 and max(errs) < 1e-4,
+             f"steps 6-10 resumed from the checkpoint of step 5 vs the loop's: worst rel "
+             f"{max(errs) if errs else float('nan'):.1e}; losses {[round(x, 5) for x in resumed]} "
+             f"vs {[round(x, 5) for x in want[5:]]} {second.stderr.strip()[-200:]}")
+    # A rank's share of the data is n_samples / W samples an epoch, GAS·B of them a step.
+    share, used = n_samples // W, [s * GAS * B for s in range(1, STEPS + 1)]
+    epochs = [u // share + (u % share) / share for u in used]
+    full = read_metrics(f"{d}/run/metrics.jsonl") if p.returncode == 0 else []
+    for name, rows in (("uninterrupted", full), ("split", split)):
+        ck.check([r["train/epoch"] for r in rows] == epochs,
+                 f"the {name} run's epochs are where its steps got to (not the loader, drawn a "
+                 f"step ahead): {[r['train/epoch'] for r in rows]} vs {epochs}")
 
 ck.done()

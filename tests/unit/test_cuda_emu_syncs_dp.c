@@ -162,12 +162,12 @@ static const run_case cases[] = {
     {"nccl gpt2 fp32 ZeRO 1 LAMB", TINY_GPT2, "", LAMB, 1, "", false, 1, 1, "nccl"},
     {"nccl gpt2 fp32 ZeRO 2 overlap", TINY_GPT2, "", ADAMW, 2, OVERLAP, false, 1, 1, "nccl"},
     {"nccl gpt2 bf16 ZeRO 2 overlap", TINY_GPT2, BF16, ADAMW, 2, OVERLAP, false, 1, 1, "nccl"},
-    /* Loss-masked data waits once more on nccl: at the step's first micro-batch each rank sums
-     * its draw's count of trained targets over the ranks (the global batch's, transformers'
-     * num_items_in_batch, by which the first forward's gradient scale divides: loss_norm.h), a
-     * host all-reduce that NCCL stages through device memory. On shm the same sum is a host
-     * sum and waits for nothing (the shm case above: one wait). */
-    {"nccl llama fp32 ZeRO 2 masked docs", TINY_LLAMA, "", ADAMW, 2, "", true, 2, 1, "nccl"},
+    /* Loss-masked data on nccl: each rank's count of trained targets (the global batch's,
+     * transformers' num_items_in_batch, by which the first forward's gradient scale divides:
+     * loss_norm.h) is summed over the ranks for the next step, drawn ahead, on the device under
+     * the step's one wait. Before, it was summed for the step itself at its first micro-batch,
+     * a host all-reduce that NCCL staged through device memory: two waits a step. */
+    {"nccl llama fp32 ZeRO 2 masked docs", TINY_LLAMA, "", ADAMW, 2, "", true, 1, 1, "nccl"},
     /* Tensor parallelism on nccl: the TP group (and the group of the shards sharing a kv head)
      * is an NCCL communicator of its own, its device collectives posted on the stream like the
      * job's, nothing staged (before: a group of the job communicator's host messages, each

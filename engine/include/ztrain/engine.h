@@ -103,8 +103,10 @@ zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b);
 /* Fills *b with micro-batch `micro` (0 to gradient_accumulation_steps - 1) of the next optimizer
  * step, for a caller that draws a step's micro-batches before it counts them with
  * zt_engine_step (a pipeline stage). With loss-masked data they must come in order, from 0:
- * micro-batch 0 draws the whole step and counts its trained targets, a collective over
- * opts.comm. A micro out of range (or out of order, masked) is ZT_ERR_INVALID. */
+ * the whole step is drawn and its trained targets counted over opts.comm before micro-batch 0,
+ * at the last step's zt_engine_step when that step's micro-batches came from here (under its
+ * one wait), else at micro-batch 0 itself (a collective). A micro out of range (or out of
+ * order, masked) is ZT_ERR_INVALID. */
 zt_status zt_engine_step_batch(zt_engine *e, int micro, zt_batch *b);
 
 /* How a micro-batch whose targets include `counted` trained ones (targets >= 0) enters the
@@ -230,6 +232,13 @@ void *zt_engine_local_grads(zt_engine *e, zt_dtype *dtype);
 zt_model *zt_engine_model(zt_engine *e);
 const zt_ds_config *zt_engine_config(const zt_engine *e);
 zt_loader *zt_engine_loader(zt_engine *e);           /* NULL without train data */
+/* Where the steps taken have got to in the training data (the loader's epoch and position in
+ * this rank's share): what a checkpoint saves. With loss-masked data the loader itself may be a
+ * step further, the next step drawn ahead. Only with train data. */
+void zt_engine_data_position(const zt_engine *e, int64_t *epoch, int64_t *pos);
+/* Moves the training data to (epoch, pos) (zt_loader_seek), dropping what was drawn ahead: the
+ * next step starts there. Only with train data. */
+void zt_engine_seek_data(zt_engine *e, int64_t epoch, int64_t pos);
 zt_optimizer *zt_engine_optimizer(zt_engine *e);
 zt_lr_schedule *zt_engine_schedule(zt_engine *e);
 
