@@ -227,7 +227,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     }
     if (s == ZT_OK)
         s = zt_step_readback_init(&e->rb, e->be, ds->gradient_accumulation_steps,
-                                  zt_zero_norm_parts(&e->zero));
+                                  zt_zero_norm_parts(&e->zero), e->world, e->zero.rank, 0);
     if (s != ZT_OK) {
         zt_engine_destroy(e);
         return s;
@@ -497,9 +497,14 @@ static zt_status read_step(zt_engine *e, const float *g, const uint16_t *g16, si
     ZT_TRY(count_ahead(e, &ahead));
     ZT_TRY(zt_zero_norm_enqueue(&e->zero, g, g16, count, zt_step_readback_norm_slots(&e->rb),
                                 &parts));
+    zt_comm *c = e->opts.comm;
+    if (e->rb.values > 0 && c && zt_comm_dev_native(c))
+        ZT_TRY(zt_step_readback_table_gather(&e->rb, c));
     ZT_TRY(zt_step_readback_sync(&e->rb, e->ds.gradient_accumulation_steps, parts));
     if (ahead)
         memcpy(ahead, zt_step_readback_ahead_sums(&e->rb), 2 * sizeof *ahead);
+    if (e->rb.values > 0)
+        ZT_TRY(zt_step_readback_table_finish(&e->rb, c));
     if (e->check)
         ZT_TRY(e->check(e->check_ctx));
     return zt_zero_norm_combine(&e->zero, count, zt_step_readback_norm_parts(&e->rb), norm2);
@@ -571,6 +576,21 @@ zt_status zt_engine_step(zt_engine *e) {
 zt_status zt_engine_sync(zt_engine *e) { return zt_backend_sync(e->be); }
 
 const float *zt_engine_step_losses(const zt_engine *e) { return e->rb.loss; }
+
+zt_status zt_engine_set_step_table(zt_engine *e, int values) {
+    if (values < 1 || e->micro_steps > 0)
+        return zt_error(ZT_ERR_INVALID, "engine: a step table of %d values asked for %s", values,
+                        values < 1 ? "(at least 1)" : "after the first micro-step");
+    zt_step_readback_free(&e->rb);
+    return zt_step_readback_init(&e->rb, e->be, e->ds.gradient_accumulation_steps,
+                                 zt_zero_norm_parts(&e->zero), e->world, e->zero.rank, values);
+}
+
+double *zt_engine_step_table_in(zt_engine *e) { return zt_step_readback_table_in(&e->rb); }
+
+const double *zt_engine_step_table(const zt_engine *e) {
+    return e->rb.values > 0 ? e->rb.table : NULL;
+}
 
 static zt_status step_apply(zt_engine *e) {
     if (e->forward_pending)

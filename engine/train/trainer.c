@@ -498,8 +498,14 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     double last_loss = NAN;
     t->start_ms = now_ms();
     while (zt_engine_global_steps(t->e) < t->max_steps) {
-        bool stop;
-        ZT_TRY(agree_to_stop(t, &stop));
+        /* Several ranks without a pipeline had their stop requests summed with the last
+         * step's loss, under its wait (trainer_events.h); a pipeline's ranks agree on them
+         * here, and one rank reads its own. */
+        bool stop = false;
+        if (t->pipe || !t->comm)
+            ZT_TRY(agree_to_stop(t, &stop));
+        else
+            stop = zt_trainer_events_stop_requested(&t->events);
         if (stop) {
             res->stopped = true;
             break;
@@ -737,7 +743,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (s == ZT_OK)
         s = memory_metrics_init(&t);
     if (s == ZT_OK && !t.pipe) /* pipelines take no anomaly rules (job_pipeline.c) */
-        s = zt_trainer_events_init(&t.events, job, t.e, t.comm, t.rank, t.world);
+        s = zt_trainer_events_init(&t.events, job, t.e, t.comm, t.rank, t.world, t.tp == 1,
+                                   opts->stop_requested);
     if (s == ZT_OK && t.rank == 0)
         s = zt_monitor_open(&t.monitor, &job->ds.monitor);
     if (s == ZT_OK)

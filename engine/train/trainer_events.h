@@ -4,6 +4,7 @@
 #ifndef ZTRAIN_TRAINER_EVENTS_H
 #define ZTRAIN_TRAINER_EVENTS_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +24,11 @@ typedef struct {
     double tokens;            /* this rank's, over the step's micro-batches so far */
     double begin_ms;          /* when the step began on this rank */
     double work_ms;           /* from then to the step's last zt_engine_step call */
-    double *sums;             /* [2 + world]: loss, tokens, then every rank's work_ms */
+    double *sums;             /* [3 + world]: loss, tokens, stop requests, every rank's work_ms */
+    /* The step's sums come from the engine's step table (zt_engine_set_step_table), gathered
+     * under the step's one wait, rather than from an all-reduce of the gate's own. */
+    bool table;
+    volatile sig_atomic_t *stop_requested; /* this rank's stop request; NULL: none */
     bool summed;              /* the gate ran this step */
     bool held;                /* the gate held this step's update back */
     zt_status status;         /* a collective that failed inside the gate */
@@ -32,10 +37,13 @@ typedef struct {
     FILE *file;               /* rank 0: <out_dir>/events.jsonl; NULL without out_dir */
 } zt_trainer_events;
 
-/* Reads the rules from job->events and installs the gate on e. Free with
- * zt_trainer_events_free. */
+/* Reads the rules from job->events and installs the gate on e. With `table` (the engine's
+ * data-parallel group is comm, every rank of the job), the step's loss, tokens, work times and
+ * stop requests travel in the engine's step table; else one all-reduce over comm at the gate.
+ * Free with zt_trainer_events_free. */
 zt_status zt_trainer_events_init(zt_trainer_events *ev, const zt_job_spec *job, zt_engine *e,
-                                 zt_comm *comm, int rank, int world);
+                                 zt_comm *comm, int rank, int world, bool table,
+                                 volatile sig_atomic_t *stop_requested);
 void zt_trainer_events_free(zt_trainer_events *ev);
 /* Where rank 0 reports events (metrics' mirror, progress and out_dir may each be NULL); other
  * ranks report nothing. events.jsonl is appended to. */
@@ -52,6 +60,9 @@ zt_status zt_trainer_events_step_sums(zt_trainer_events *ev, double sums[2]);
 /* Whether the gate held this step's update back, and whether an event asks to stop (then
  * stop_reason says which). */
 bool zt_trainer_events_held(const zt_trainer_events *ev);
+/* After a step: whether any rank had a stop request when it finished its share of the step (as
+ * the sums say, so every rank answers alike). */
+bool zt_trainer_events_stop_requested(const zt_trainer_events *ev);
 bool zt_trainer_events_stop(const zt_trainer_events *ev);
 void zt_trainer_events_stop_reason(const zt_trainer_events *ev, char *buf, size_t size);
 

@@ -506,13 +506,14 @@ static void test_device_terms(void) {
                  * 2·C over the fused backward's tiles of 32 rows) and for the FC
                  * bias's gradient from cuBLASLt's epilogue (4·C floats), the read-back slots (one
                  * micro-batch, the next step's two counts of targets, two norm pieces, a slot a
-                 * tensor) and in bf16 ZeRO's chunk. */
+                 * tensor, and the step table's entry of each of the N ranks: 4 for the one
+                 * micro-batch and 3 values) and in bf16 ZeRO's chunk. */
                 const uint64_t BT = B * T, bias = (BT + 63) / 64 * 4 * C;
                 const uint64_t norm = (BT + 31) / 32 * 2 * C;
                 const uint64_t partials = bias > norm ? bias : norm;
                 const uint64_t want_ws = (2 * 1024 + 2) * 8 + grown(BT * 4) +
                                          grown((3 * BT + 2) * 4) + grown(4 * partials) +
-                                         grown(4 * 4 * C) + (1 + 2 + 2 + 12 * L + 4) * 8 +
+                                         grown(4 * 4 * C) + (1 + 2 + 2 + 12 * L + 4 + N * (4 + 3)) * 8 +
                                          (half ? 4 << 16 : 0);
                 CHECK(d->param_bytes == want_p && d->grad_bytes == want_g &&
                           d->optimizer_bytes == want_o && d->fp32_copy_bytes == want_copy &&
