@@ -255,13 +255,13 @@ static zt_status estimate_share(const zt_job_spec *job, const zt_model_spec *spe
     const uint64_t gas = (uint64_t)(ds->gradient_accumulation_steps > 0
                                         ? ds->gradient_accumulation_steps : 1);
     /* The step's read-back block (step_readback.h): the losses, the next step's two counts of
-     * targets, the norm's parts (at most one a tensor, and the total) and, where the trainer
-     * asks for the step table (no pipeline, no TP: trainer_events.h), each of the N ranks'
-     * 4·gas entries and 3 values. */
+     * targets, the norm's parts (at most one a tensor, and the total) and the trainer's step
+     * table: every rank of the job's 4·gas entries and its values, the gate's 3 (a pipeline's
+     * one, its stop requests: trainer.c). */
     w = zt_u64_add(w, zt_u64_mul(gas + 2 + 2 + m.n_tensors, sizeof(double), &ov), &ov);
-    if (!stage && tp == 1)
-        w = zt_u64_add(w, zt_u64_mul(zt_u64_mul(N, 4 * gas + 3, &ov), sizeof(double), &ov),
-                       &ov);
+    const uint64_t ranks = (uint64_t)(job->world_size > 0 ? job->world_size : 1);
+    w = zt_u64_add(w, zt_u64_mul(zt_u64_mul(ranks, 4 * gas + (stage ? 1 : 3), &ov),
+                                 sizeof(double), &ov), &ov);
     if (ds->has_optimizer && ds->optimizer.type == ZT_OPTIM_LAMB)
         w = zt_u64_add(w, zt_u64_mul(m.n_tensors + 1, 2 * sizeof(double) + sizeof(float), &ov),
                        &ov);

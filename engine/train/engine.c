@@ -53,6 +53,7 @@ struct zt_engine {
     zt_loss_norm norm;
     bool docs_on; /* the model holds a batch's document positions */
     int drawn;    /* micro-batches of the step handed out (zt_engine_step_batch) */
+    zt_comm *table_comm; /* the step table's ranks (zt_engine_set_step_table); NULL: one */
 };
 
 /* Whether a dataset (or any file of a glob or mixture) carries a loss mask. */
@@ -497,14 +498,14 @@ static zt_status read_step(zt_engine *e, const float *g, const uint16_t *g16, si
     ZT_TRY(count_ahead(e, &ahead));
     ZT_TRY(zt_zero_norm_enqueue(&e->zero, g, g16, count, zt_step_readback_norm_slots(&e->rb),
                                 &parts));
-    zt_comm *c = e->opts.comm;
-    if (e->rb.values > 0 && c && zt_comm_dev_native(c))
-        ZT_TRY(zt_step_readback_table_gather(&e->rb, c));
+    zt_comm *over = e->table_comm;
+    if (e->rb.values > 0 && over && zt_comm_dev_native(over))
+        ZT_TRY(zt_step_readback_table_gather(&e->rb, over));
     ZT_TRY(zt_step_readback_sync(&e->rb, e->ds.gradient_accumulation_steps, parts));
     if (ahead)
         memcpy(ahead, zt_step_readback_ahead_sums(&e->rb), 2 * sizeof *ahead);
     if (e->rb.values > 0)
-        ZT_TRY(zt_step_readback_table_finish(&e->rb, c));
+        ZT_TRY(zt_step_readback_table_finish(&e->rb, over));
     if (e->check)
         ZT_TRY(e->check(e->check_ctx));
     return zt_zero_norm_combine(&e->zero, count, zt_step_readback_norm_parts(&e->rb), norm2);
@@ -577,13 +578,16 @@ zt_status zt_engine_sync(zt_engine *e) { return zt_backend_sync(e->be); }
 
 const float *zt_engine_step_losses(const zt_engine *e) { return e->rb.loss; }
 
-zt_status zt_engine_set_step_table(zt_engine *e, int values) {
+zt_status zt_engine_set_step_table(zt_engine *e, int values, zt_comm *over) {
     if (values < 1 || e->micro_steps > 0)
         return zt_error(ZT_ERR_INVALID, "engine: a step table of %d values asked for %s", values,
                         values < 1 ? "(at least 1)" : "after the first micro-step");
+    e->table_comm = over;
     zt_step_readback_free(&e->rb);
     return zt_step_readback_init(&e->rb, e->be, e->ds.gradient_accumulation_steps,
-                                 zt_zero_norm_parts(&e->zero), e->world, e->zero.rank, values);
+                                 zt_zero_norm_parts(&e->zero),
+                                 over ? zt_comm_world_size(over) : 1,
+                                 over ? zt_comm_rank(over) : 0, values);
 }
 
 double *zt_engine_step_table_in(zt_engine *e) { return zt_step_readback_table_in(&e->rb); }

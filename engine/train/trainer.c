@@ -77,6 +77,7 @@ typedef struct {
     bool tp_ckpt;
     char tp_dir[4200];
     zt_tp_groups groups;       /* with tp > 1: this rank's TP and data-parallel groups */
+    bool comm_attached;        /* tp > 1: comm takes the engine's device memory (step table) */
     char ckpt_dir[4200];       /* train.checkpoint_dir, or a pipeline stage's part of it */
     zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
     zt_trainer_profile prof;  /* --profile's op timings (trainer_profile.c) */
@@ -341,13 +342,20 @@ static zt_status write_metrics(trainer *t, const zt_metric *m, int n) {
     return t->rank == 0 ? zt_metrics_write(&t->metrics, m, n) : ZT_OK;
 }
 
-/* A stop request on any rank stops every rank before the same step. */
-static zt_status agree_to_stop(trainer *t, bool *stop) {
-    double flag = t->opts->stop_requested && *t->opts->stop_requested ? 1.0 : 0.0;
-    if (t->comm)
-        ZT_TRY(zt_comm_all_reduce(t->comm, &flag, 1, ZT_F64, ZT_REDUCE_MAX));
-    *stop = flag > 0.0;
-    return ZT_OK;
+/* A stop request on any rank stops every rank before the same step: several ranks' requests
+ * came with the last step's sums, in the engine's step table under its one wait (the gate's,
+ * trainer_events.h; a pipeline's, the one value of its table); one rank reads its own. */
+static bool stop_agreed(const trainer *t) {
+    if (!t->comm)
+        return t->opts->stop_requested && *t->opts->stop_requested;
+    if (!t->pipe)
+        return zt_trainer_events_stop_requested(&t->events);
+    const double *table = zt_engine_step_table(t->e);
+    const int cols = t->job->ds.gradient_accumulation_steps + 1;
+    for (int r = 0; table && r < t->world; r++)
+        if (table[(size_t)r * (size_t)cols + cols - 1] > 0.0)
+            return true;
+    return false;
 }
 
 /* The host's time blocked waiting for a CUDA device so far (NaN on the CPU). */
@@ -498,15 +506,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     double last_loss = NAN;
     t->start_ms = now_ms();
     while (zt_engine_global_steps(t->e) < t->max_steps) {
-        /* Several ranks without a pipeline had their stop requests summed with the last
-         * step's loss, under its wait (trainer_events.h); a pipeline's ranks agree on them
-         * here, and one rank reads its own. */
-        bool stop = false;
-        if (t->pipe || !t->comm)
-            ZT_TRY(agree_to_stop(t, &stop));
-        else
-            stop = zt_trainer_events_stop_requested(&t->events);
-        if (stop) {
+        if (stop_agreed(t)) {
             res->stopped = true;
             break;
         }
@@ -518,6 +518,9 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         if (t->profiling)
             zt_trainer_profile_begin(&t->prof);
         if (t->pipe) {
+            double *stop_in = zt_engine_step_table_in(t->e);
+            if (stop_in)
+                *stop_in = t->opts->stop_requested && *t->opts->stop_requested ? 1.0 : 0.0;
             ZT_TRY(zt_pipe_train_batch(t->pipe, &piped));
             tokens = piped.tokens;
         } else {
@@ -733,6 +736,12 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
             eo.tp_comm = t.groups.tp;
             if (s == ZT_OK)
                 s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
+            /* The step table (trainer_events.h) spans every rank of the job, whose
+             * communicator then takes device memory too. */
+            if (s == ZT_OK && t.comm) {
+                s = zt_comm_attach_backend(t.comm, zt_engine_model(t.e)->ctx.be);
+                t.comm_attached = s == ZT_OK;
+            }
         } else {
             s = zt_engine_create(&t.e, &job->ds, &job->model, &t.train, &eo);
         }
@@ -743,8 +752,12 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (s == ZT_OK)
         s = memory_metrics_init(&t);
     if (s == ZT_OK && !t.pipe) /* pipelines take no anomaly rules (job_pipeline.c) */
-        s = zt_trainer_events_init(&t.events, job, t.e, t.comm, t.rank, t.world, t.tp == 1,
+        s = zt_trainer_events_init(&t.events, job, t.e, t.comm, t.rank, t.world,
                                    opts->stop_requested);
+    /* A pipeline's ranks share only their stop requests, in the stage engines' step table over
+     * the job's communicator (which the pipeline gives device memory). */
+    if (s == ZT_OK && t.pipe && t.comm)
+        s = zt_engine_set_step_table(t.e, 1, t.comm);
     if (s == ZT_OK && t.rank == 0)
         s = zt_monitor_open(&t.monitor, &job->ds.monitor);
     if (s == ZT_OK)
@@ -792,6 +805,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (t.metrics.f)
         zt_metrics_close(&t.metrics);
     zt_monitor_close(t.monitor);
+    if (t.comm_attached)
+        zt_comm_attach_backend(t.comm, NULL);
     if (t.pipe) {
         zt_pipe_destroy(t.pipe);
     } else {

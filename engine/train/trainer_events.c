@@ -1,7 +1,6 @@
 /* The step gate that applies a job's anomaly rules (trainer_events.h): every rank sums the
- * step's losses, tokens, stop requests and times-to-gate over the ranks (the engine's step table,
- * or one all-reduce), judges them alike and so holds back the same updates; rank 0 reports the
- * events. */
+ * step's losses, tokens, stop requests and times-to-gate over the ranks from the engine's step
+ * table, judges them alike and so holds back the same updates; rank 0 reports the events. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +10,6 @@
 
 #include "ztrain/fault_inject.h"
 #include "trainer_events.h"
-#include "ztrain/comm.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -46,40 +44,28 @@ static double stop_flag(const zt_trainer_events *ev) {
     return ev->stop_requested && *ev->stop_requested ? 1.0 : 0.0;
 }
 
-/* Sums the ranks' losses, tokens, stop requests and work times, so that what every rank judges
- * next is the same: from the engine's step table, or one all-reduce. Either way the loss is
- * each rank's mean over its micro-batches summed in rank order, the same bits. */
+/* Sums the ranks' losses, tokens, stop requests and work times from the engine's step table,
+ * so that what every rank judges next is the same: the loss is each rank's mean over its
+ * micro-batches, summed in rank order (the bits an all-reduce of them gives). */
 static zt_status reduce_step(zt_trainer_events *ev) {
     double *sums = ev->sums;
     memset(sums, 0, sizeof(double) * (size_t)(3 + ev->world));
+    const double *table = zt_engine_step_table(ev->e);
+    if (!table)
+        return zt_error(ZT_ERR_INVALID, "engine: no step table to sum (the step has not run)");
     ev->summed = true;
-    const double *table = ev->table ? zt_engine_step_table(ev->e) : NULL;
-    if (table) {
-        const int cols = ev->gas + 3;
-        for (int r = 0; r < ev->world; r++) {
-            const double *row = table + (size_t)r * (size_t)cols;
-            double loss_sum = 0.0;
-            for (int i = 0; i < ev->gas; i++)
-                loss_sum += row[i];
-            sums[0] += loss_sum / ev->gas;
-            sums[1] += row[ev->gas];
-            sums[3 + r] = row[ev->gas + 1];
-            sums[2] += row[ev->gas + 2];
-        }
-        return ZT_OK;
+    const int cols = ev->gas + 3;
+    for (int r = 0; r < ev->world; r++) {
+        const double *row = table + (size_t)r * (size_t)cols;
+        double loss_sum = 0.0;
+        for (int i = 0; i < ev->gas; i++)
+            loss_sum += row[i];
+        sums[0] += loss_sum / ev->gas;
+        sums[1] += row[ev->gas];
+        sums[3 + r] = row[ev->gas + 1];
+        sums[2] += row[ev->gas + 2];
     }
-    /* The step's losses, read back by the engine at its synchronisation, in micro-batch order. */
-    const float *losses = zt_engine_step_losses(ev->e);
-    double loss_sum = 0.0;
-    for (int i = 0; i < ev->gas; i++)
-        loss_sum += losses[i];
-    sums[0] = loss_sum / ev->gas;
-    sums[1] = ev->tokens;
-    sums[2] = stop_flag(ev);
-    sums[3 + ev->rank] = ev->work_ms;
-    if (!ev->comm)
-        return ZT_OK;
-    return zt_comm_all_reduce(ev->comm, sums, (size_t)(3 + ev->world), ZT_F64, ZT_REDUCE_SUM);
+    return ZT_OK;
 }
 
 static bool gate(void *ctx, int64_t step, double grad_norm, bool overflow) {
@@ -99,24 +85,21 @@ static bool gate(void *ctx, int64_t step, double grad_norm, bool overflow) {
 }
 
 zt_status zt_trainer_events_init(zt_trainer_events *ev, const zt_job_spec *job, zt_engine *e,
-                                 zt_comm *comm, int rank, int world, bool table,
+                                 zt_comm *comm, int rank, int world,
                                  volatile sig_atomic_t *stop_requested) {
     memset(ev, 0, sizeof *ev);
     ev->e = e;
-    ev->comm = comm;
     ev->rank = rank;
     ev->world = world;
     ev->fp16 = job->ds.fp16.enabled;
     ev->gas = job->ds.gradient_accumulation_steps;
-    ev->table = table;
     ev->stop_requested = stop_requested;
     ev->sums = calloc((size_t)world + 3, sizeof *ev->sums);
     if (!ev->sums)
         return zt_error(ZT_ERR_NOMEM, "out of memory for the step sums of %d ranks", world);
     ZT_TRY(zt_anomaly_monitor_init(&ev->mon, &job->events));
     /* The table's values: tokens, work time, stop request. */
-    if (table)
-        ZT_TRY(zt_engine_set_step_table(e, 3));
+    ZT_TRY(zt_engine_set_step_table(e, 3, comm));
     zt_engine_set_step_gate(e, gate, ev);
     return ZT_OK;
 }
@@ -160,12 +143,10 @@ void zt_trainer_events_begin_step(zt_trainer_events *ev) {
 void zt_trainer_events_add_micro(zt_trainer_events *ev, double tokens) {
     ev->tokens += tokens;
     ev->work_ms = now_ms() - ev->begin_ms;
-    double *in = ev->table ? zt_engine_step_table_in(ev->e) : NULL;
-    if (in) {
-        in[0] = ev->tokens;
-        in[1] = ev->work_ms;
-        in[2] = stop_flag(ev);
-    }
+    double *in = zt_engine_step_table_in(ev->e);
+    in[0] = ev->tokens;
+    in[1] = ev->work_ms;
+    in[2] = stop_flag(ev);
 }
 
 zt_status zt_trainer_events_step_sums(zt_trainer_events *ev, double sums[2]) {

@@ -17,7 +17,6 @@
 typedef struct {
     zt_anomaly_monitor mon;
     zt_engine *e;
-    zt_comm *comm;            /* NULL for one rank */
     int rank, world;
     bool fp16;
     int gas;                  /* micro-batches per step */
@@ -25,9 +24,6 @@ typedef struct {
     double begin_ms;          /* when the step began on this rank */
     double work_ms;           /* from then to the step's last zt_engine_step call */
     double *sums;             /* [3 + world]: loss, tokens, stop requests, every rank's work_ms */
-    /* The step's sums come from the engine's step table (zt_engine_set_step_table), gathered
-     * under the step's one wait, rather than from an all-reduce of the gate's own. */
-    bool table;
     volatile sig_atomic_t *stop_requested; /* this rank's stop request; NULL: none */
     bool summed;              /* the gate ran this step */
     bool held;                /* the gate held this step's update back */
@@ -37,12 +33,12 @@ typedef struct {
     FILE *file;               /* rank 0: <out_dir>/events.jsonl; NULL without out_dir */
 } zt_trainer_events;
 
-/* Reads the rules from job->events and installs the gate on e. With `table` (the engine's
- * data-parallel group is comm, every rank of the job), the step's loss, tokens, work times and
- * stop requests travel in the engine's step table; else one all-reduce over comm at the gate.
- * Free with zt_trainer_events_free. */
+/* Reads the rules from job->events and installs the gate on e. The step's losses, tokens, work
+ * times and stop requests of comm's world ranks (NULL: one) travel in the engine's step table
+ * over comm (zt_engine_set_step_table), gathered with the step's one read: on NCCL on the
+ * device when comm has e's backend attached. Free with zt_trainer_events_free. */
 zt_status zt_trainer_events_init(zt_trainer_events *ev, const zt_job_spec *job, zt_engine *e,
-                                 zt_comm *comm, int rank, int world, bool table,
+                                 zt_comm *comm, int rank, int world,
                                  volatile sig_atomic_t *stop_requested);
 void zt_trainer_events_free(zt_trainer_events *ev);
 /* Where rank 0 reports events (metrics' mirror, progress and out_dir may each be NULL); other

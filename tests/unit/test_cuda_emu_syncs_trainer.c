@@ -6,9 +6,8 @@
  * rules', trainer_events.h). On a transport that reads device memory, a host collective is
  * staged through the device with a wait of its own, so before they travelled in the engine's
  * step table (zt_engine_set_step_table) the loop waited three times a step (measured with this
- * test: 3 waits and 3 read-backs a step in each of the four data-parallel cases below, and in
- * the TP case). With tensor parallelism or pipeline stages one such collective remains (the
- * cases' allowances say which).
+ * test: 3 waits and 3 read-backs a step in each of the four data-parallel cases below and in the
+ * TP case; 2 and 5 in the pipeline's, which has no gate).
  *
  * Each case trains twice, 2 and 6 steps (evaluation off, the last step the only one logged, so
  * the two runs differ by four steady steps and nothing else), counting inside the emulated
@@ -51,13 +50,13 @@ static const run_case cases[] = {
     {"gpt2 fp32 ZeRO 3", TINY_GPT2, "", 3, false, "", 1, 1},
     /* Packed documents: the next step's counts of trained targets ride the step's wait too. */
     {"llama fp32 ZeRO 2 masked docs", TINY_LLAMA, "", 2, true, "", 1, 1},
-    /* Not yet: with tensor parallelism the engine's data-parallel group is not the job's, and
-     * the gate still sums over the job's ranks with a host all-reduce; a pipeline's ranks agree
-     * on their stop requests with one (pipelines take no anomaly rules). One wait more each. */
-    {"gpt2 fp32 tp 2 ZeRO 1", TINY_GPT2, TP2, 1, false, "", 2, 2},
-    /* The pipeline's step reads back, besides its scalars and agreement, each received
-     * message's header (test_cuda_emu_syncs_pipe): 2 at either stage here. */
-    {"gpt2 fp32 2 stages", TINY_GPT2, "", 0, false, PP2, 2, 5},
+    /* With tensor parallelism the table spans the job's ranks, not the engine's data-parallel
+     * group (here none): the job's communicator takes the engine's device memory. */
+    {"gpt2 fp32 tp 2 ZeRO 1", TINY_GPT2, TP2, 1, false, "", 1, 1},
+    /* A pipeline takes no anomaly rules: its stage engines' table carries the stop requests
+     * alone. Its step reads back, besides its scalars and agreement, each received message's
+     * header (test_cuda_emu_syncs_pipe): 2 at either stage here. */
+    {"gpt2 fp32 2 stages", TINY_GPT2, "", 0, false, PP2, 1, 4},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

@@ -129,19 +129,20 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss);
  * Engine-owned. */
 const float *zt_engine_step_losses(const zt_engine *e);
 /* The step's table, for a caller that judges every rank's step alike (the trainer's step gate
- * and stop requests): with zt_engine_set_step_table(e, values) called once before the first
- * micro-step, every boundary's zt_engine_step gathers over opts.comm, for each of its ranks in
- * rank order, that rank's micro-batch losses (gradient_accumulation_steps of them, as
+ * and stop requests): with zt_engine_set_step_table(e, values, over) called once before the
+ * first micro-step, every boundary's zt_engine_step gathers over the communicator `over` (every
+ * rank of it steps its engine alike; NULL: this rank alone), for each of its ranks in rank
+ * order, that rank's micro-batch losses (gradient_accumulation_steps of them, as
  * zt_engine_step_losses gives them there) and then the `values` numbers it wrote at
  * zt_engine_step_table_in before that zt_engine_step. zt_engine_step_table has them,
- * [world][gradient_accumulation_steps + values] (NULL without a table), from the step's one
- * synchronisation (the gate and the check see it) until the next boundary. Where the transport
- * reads device memory (NCCL) the ranks' entries are all-gathered on the device under that one
- * wait: each rank's summed token losses with the counts and shares that make them its losses,
- * by the same arithmetic, so they are the bits the rank computed; elsewhere (shm, gloo) each
- * rank's row is all-gathered on the host after the read, which waits for nothing on the
- * device. */
-zt_status zt_engine_set_step_table(zt_engine *e, int values);
+ * [ranks of over][gradient_accumulation_steps + values] (NULL without a table), from the step's
+ * one synchronisation (the gate and the check see it) until the next boundary. Where `over`
+ * reads device memory (NCCL, with this engine's backend attached: zt_comm_attach_backend) the
+ * ranks' entries are all-gathered on the device under that one wait: each rank's summed token
+ * losses with the counts and shares that make them its losses, by the same arithmetic, so they
+ * are the bits the rank computed; elsewhere (shm, gloo) each rank's row is all-gathered on the
+ * host after the read, which waits for nothing on the device. */
+zt_status zt_engine_set_step_table(zt_engine *e, int values, zt_comm *over);
 double *zt_engine_step_table_in(zt_engine *e);
 const double *zt_engine_step_table(const zt_engine *e);
 /* Waits for the device and returns its first error, naming it: what the last step's update (not
