@@ -27,7 +27,7 @@ typedef struct {
     volatile sig_atomic_t *stop_requested; /* this rank's stop request; NULL: none */
     bool summed;              /* the gate ran this step */
     bool held;                /* the gate held this step's update back */
-    zt_status status;         /* a collective that failed inside the gate */
+    zt_status status;         /* what summing the step failed with, inside the gate */
     zt_metrics_writer *metrics; /* rank 0: the pipe to ztraind; NULL elsewhere */
     FILE *progress;
     FILE *file;               /* rank 0: <out_dir>/events.jsonl; NULL without out_dir */
