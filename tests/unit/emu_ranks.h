@@ -1,7 +1,7 @@
 /* What the tests that run ranks as processes on the emulated CUDA device share
- * (test_cuda_emu_syncs_dp.c, test_cuda_emu_syncs_pipe.c): free TCP ports for the nccl
- * transport's rendezvous, forking the ranks with their launcher environment, a rank's
- * communicator, and the wait for the ranks. */
+ * (test_cuda_emu_syncs_dp.c, _pipe.c, _trainer.c): free TCP ports for the nccl transport's
+ * rendezvous, forking the ranks with their launcher environment, a rank's communicator, the wait
+ * for the ranks, and their training data. */
 #ifndef ZT_TEST_EMU_RANKS_H
 #define ZT_TEST_EMU_RANKS_H
 
@@ -18,6 +18,8 @@
 
 #include "check.h"
 #include "ztrain/comm.h"
+#include "ztrain/data.h"
+#include "ztrain/loss_mask.h"
 
 /* n distinct free ports of the loopback interface into ports[n] (all held open until every one
  * is found, so none repeats), false with a message when there are none. */
@@ -94,6 +96,38 @@ static inline zt_comm *emu_join(const char *test, const char *what, int rank, in
         return NULL;
     }
     return c;
+}
+
+/* In the test's temporary directory: train.txt, n bytes of a simple pattern, and train.bin, the
+ * same bytes as tokens with a loss mask training 60% of the targets and a document starting every
+ * 2 to 11 tokens (the loss-masked packed documents). Exits on a write error. */
+static inline void emu_write_data(size_t n) {
+    char *text = malloc(n);
+    uint16_t *tokens = malloc(n * sizeof *tokens);
+    uint8_t *flags = malloc(n);
+    if (!text || !tokens || !flags) {
+        fprintf(stderr, "out of memory for %zu tokens of data\n", n);
+        exit(2);
+    }
+    unsigned rng = 7, next_doc = 0;
+    for (size_t i = 0; i < n; i++) {
+        text[i] = (char)((i * 7 + i / 13) % 251);
+        tokens[i] = (uint16_t)(unsigned char)text[i];
+        rng = rng * 1103515245u + 12345u;
+        flags[i] = (uint8_t)(((rng >> 16) % 10 < 6 ? ZT_LOSS_MASK_TRAINED : 0) |
+                             (i == next_doc ? ZT_LOSS_MASK_DOC_START : 0));
+        if (i == next_doc)
+            next_doc += 2 + (rng >> 8) % 10;
+    }
+    check_write_file(check_tmp_path("train.txt"), text, n);
+    if (zt_dataset_write_tokens(check_tmp_path("train.bin"), tokens, n) != ZT_OK ||
+        zt_loss_mask_write(check_tmp_path("train.bin.mask"), flags, n) != ZT_OK) {
+        fprintf(stderr, "cannot write the masked data: %s\n", zt_last_error());
+        exit(2);
+    }
+    free(text);
+    free(tokens);
+    free(flags);
 }
 
 #endif

@@ -38,7 +38,6 @@
 #include "ztrain/data.h"
 #include "ztrain/engine.h"
 #include "ztrain/job_spec.h"
-#include "ztrain/loss_mask.h"
 #include "ztrain/model.h"
 #include "ztrain/tp.h"
 
@@ -436,30 +435,6 @@ static void check_bytes(const measured *all) {
     }
 }
 
-/* The data: train.txt's bytes as tokens, and train.bin with a loss mask training 60% of the
- * targets, a document starting every 2 to 11 tokens. */
-static void write_data(void) {
-    char text[NTOK];
-    uint16_t tokens[NTOK];
-    uint8_t flags[NTOK];
-    unsigned rng = 7, next_doc = 0;
-    for (size_t i = 0; i < NTOK; i++) {
-        text[i] = (char)((i * 7 + i / 13) % 251);
-        tokens[i] = (uint16_t)(unsigned char)text[i];
-        rng = rng * 1103515245u + 12345u;
-        flags[i] = (uint8_t)(((rng >> 16) % 10 < 6 ? ZT_LOSS_MASK_TRAINED : 0) |
-                             (i == next_doc ? ZT_LOSS_MASK_DOC_START : 0));
-        if (i == next_doc)
-            next_doc += 2 + (rng >> 8) % 10;
-    }
-    check_write_file(check_tmp_path("train.txt"), text, sizeof text);
-    if (zt_dataset_write_tokens(check_tmp_path("train.bin"), tokens, NTOK) != ZT_OK ||
-        zt_loss_mask_write(check_tmp_path("train.bin.mask"), flags, NTOK) != ZT_OK) {
-        fprintf(stderr, "cannot write the masked data: %s\n", zt_last_error());
-        exit(2);
-    }
-}
-
 /* A forked rank (emu_run_ranks): the emulator's counters, then every case. */
 static int rank_start(int rank, int world) {
     (void)world;
@@ -488,7 +463,7 @@ int main(void) {
     if (!emu_free_ports(nccl_ports, NCASES))
         return 2;
     check_tmpdir_create("zt_syncs_dp");
-    write_data();
+    emu_write_data(NTOK);
     emu_run_ranks(WORLD, rank_start);
     static measured all[NCASES];
     FILE *f = fopen(check_tmp_path("results.bin"), "rb");

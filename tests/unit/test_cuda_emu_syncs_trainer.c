@@ -24,9 +24,7 @@
 #include "emu_ranks.h"
 #include "tiny_models.h"
 #include "ztrain/backend.h"
-#include "ztrain/data.h"
 #include "ztrain/job_spec.h"
-#include "ztrain/loss_mask.h"
 #include "ztrain/trainer.h"
 
 enum { WORLD = 2, SHORT = 2, LONG = 6, NTOK = 8192 };
@@ -143,30 +141,6 @@ static int rank_main(int rank, int world) {
                               : "test_cuda_emu_syncs_trainer rank 0");
 }
 
-/* train.txt's bytes as tokens, and train.bin with a loss mask training 60% of the targets, a
- * document starting every 2 to 11 tokens. */
-static void write_data(void) {
-    char text[NTOK];
-    uint16_t tokens[NTOK];
-    uint8_t flags[NTOK];
-    unsigned rng = 7, next_doc = 0;
-    for (size_t i = 0; i < NTOK; i++) {
-        text[i] = (char)((i * 7 + i / 13) % 251);
-        tokens[i] = (uint16_t)(unsigned char)text[i];
-        rng = rng * 1103515245u + 12345u;
-        flags[i] = (uint8_t)(((rng >> 16) % 10 < 6 ? ZT_LOSS_MASK_TRAINED : 0) |
-                             (i == next_doc ? ZT_LOSS_MASK_DOC_START : 0));
-        if (i == next_doc)
-            next_doc += 2 + (rng >> 8) % 10;
-    }
-    check_write_file(check_tmp_path("train.txt"), text, sizeof text);
-    if (zt_dataset_write_tokens(check_tmp_path("train.bin"), tokens, NTOK) != ZT_OK ||
-        zt_loss_mask_write(check_tmp_path("train.bin.mask"), flags, NTOK) != ZT_OK) {
-        fprintf(stderr, "cannot write the masked data: %s\n", zt_last_error());
-        exit(2);
-    }
-}
-
 int main(void) {
     if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
         setenv("ZTRAIN_CUDA_EMU", "1", 1);
@@ -178,7 +152,7 @@ int main(void) {
     if (!emu_free_ports(ports, 2 * NCASES))
         return 2;
     check_tmpdir_create("zt_syncs_loop");
-    write_data();
+    emu_write_data(NTOK);
     emu_run_ranks(WORLD, rank_main);
     check_tmpdir_remove();
     return check_summary("test_cuda_emu_syncs_trainer");
