@@ -738,7 +738,7 @@ void zt_engine_data_position(const zt_engine *e, int64_t *epoch, int64_t *pos) {
 
 void zt_engine_seek_data(zt_engine *e, int64_t epoch, int64_t pos) {
     zt_loader_seek(&e->loader, epoch, pos);
-    e->norm.ahead = false;
+    zt_loss_norm_drop_ahead(&e->norm);
     e->drawn = 0;
 }
 zt_optimizer *zt_engine_optimizer(zt_engine *e) { return e->ds.has_optimizer ? &e->opt : NULL; }

@@ -68,7 +68,7 @@ static zt_status adopt(zt_loss_norm *n, int64_t step) {
 }
 
 zt_status zt_loss_norm_fill(zt_loss_norm *n, zt_loader *l, zt_comm *comm, int64_t step) {
-    n->ahead = false;
+    ZT_ASSERT(!n->ahead);
     zt_loss_draw *w = &n->draws[n->cur];
     draw(n, w, l);
     if (comm)

@@ -56,9 +56,9 @@ static inline const zt_loss_draw *zt_loss_norm_step(const zt_loss_norm *n) {
 }
 
 /* Collective over comm (NULL: one rank): draws step `step`'s gas micro-batches from the loader
- * now, counts their trained and all targets and sums the counts over the ranks on the host. What
- * was drawn ahead is dropped (the caller has moved the loader). A global batch without one
- * trained target is an error naming the step: its loss would be 0/0. */
+ * now, counts their trained and all targets and sums the counts over the ranks on the host; only
+ * with nothing drawn ahead. A global batch without one trained target is an error naming the
+ * step: its loss would be 0/0. */
 zt_status zt_loss_norm_fill(zt_loss_norm *n, zt_loader *l, zt_comm *comm, int64_t step);
 
 /* Draws the next step's micro-batches from the loader and counts this rank's targets: the
@@ -70,5 +70,7 @@ double *zt_loss_norm_draw_ahead(zt_loss_norm *n, zt_loader *l);
  * caller has summed (the same checks as zt_loss_norm_fill). */
 static inline bool zt_loss_norm_has_ahead(const zt_loss_norm *n) { return n->ahead; }
 zt_status zt_loss_norm_take_ahead(zt_loss_norm *n, int64_t step);
+/* Forgets what was drawn ahead, when the loader has been moved (a checkpoint's seek). */
+static inline void zt_loss_norm_drop_ahead(zt_loss_norm *n) { n->ahead = false; }
 
 #endif

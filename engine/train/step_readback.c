@@ -9,8 +9,10 @@
 /* The slots of the next step's counts, after the losses. */
 #define AHEAD 2
 
-/* Where the table starts in the block: after the losses and the next step's counts. */
-static size_t table_at(const zt_step_readback *r) { return (size_t)r->gas + AHEAD; }
+/* Where the norm's parts and the table start in the block: after the losses and the next
+ * step's counts, the parts; last the table, read back only when it was gathered there. */
+static size_t parts_at(const zt_step_readback *r) { return (size_t)r->gas + AHEAD; }
+static size_t table_at(const zt_step_readback *r) { return parts_at(r) + (size_t)r->norm_parts; }
 static size_t table_len(const zt_step_readback *r) { return (size_t)r->world * (size_t)r->k; }
 
 zt_status zt_step_readback_init(zt_step_readback *r, zt_backend *be, int gas, int norm_parts,
@@ -21,8 +23,9 @@ zt_status zt_step_readback_init(zt_step_readback *r, zt_backend *be, int gas, in
     r->world = world;
     r->rank = rank;
     r->values = values;
+    r->norm_parts = norm_parts;
     r->k = values > 0 ? 4 * gas + values : 0;
-    r->cap = (int)(table_at(r) + table_len(r)) + norm_parts;
+    r->cap = (int)(table_at(r) + table_len(r));
     r->dev = zt_backend_alloc(be, ZT_MEM_DEVICE, (size_t)r->cap * sizeof(double));
     r->host = zt_backend_alloc(be, ZT_MEM_PINNED, (size_t)r->cap * sizeof(double));
     r->deferred = calloc((size_t)gas, sizeof *r->deferred);
@@ -74,12 +77,10 @@ void zt_step_readback_known(zt_step_readback *r, int micro, float loss) {
     r->loss[micro] = loss;
 }
 
-double *zt_step_readback_norm_slots(zt_step_readback *r) {
-    return r->dev + table_at(r) + table_len(r);
-}
+double *zt_step_readback_norm_slots(zt_step_readback *r) { return r->dev + parts_at(r); }
 
 const double *zt_step_readback_norm_parts(const zt_step_readback *r) {
-    return r->host + table_at(r) + table_len(r);
+    return r->host + parts_at(r);
 }
 
 double *zt_step_readback_ahead(zt_step_readback *r, const double counts[2]) {
@@ -102,11 +103,13 @@ static float loss_of(double sum, int counted, double share) {
 }
 
 zt_status zt_step_readback_sync(zt_step_readback *r, int micros, int parts) {
-    /* One copy into pinned memory, which does not wait: the sync below is the only wait. The
-     * slots of micro-batches this step did not defer come along unread. */
-    size_t n = parts > 0 ? table_at(r) + table_len(r) + (size_t)parts
-               : r->table_on_device ? table_at(r) + table_len(r)
-               : r->ahead ? table_at(r) : (size_t)micros;
+    /* One copy into pinned memory, which does not wait: the sync below is the only wait. It
+     * stops at the last slot filled this step; the slots of micro-batches this step did not
+     * defer come along unread. */
+    size_t n = r->table_on_device ? table_at(r) + table_len(r)
+               : parts > 0        ? parts_at(r) + (size_t)parts
+               : r->ahead         ? parts_at(r)
+                                  : (size_t)micros;
     r->ahead = false;
     if (n > 0)
         zt_backend_copy(r->be, r->host, r->dev, n * sizeof(double), ZT_COPY_D2H,

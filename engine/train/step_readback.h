@@ -6,7 +6,7 @@
  * together, in one copy followed by the step's one synchronisation (docs/gpu.md, "Host round
  * trips"). On the CPU the same code runs with host memory.
  *
- * The block: [gas losses][2 counts of the next step][world × k table][norm parts], where a
+ * The block: [gas losses][2 counts of the next step][norm parts][world × k table], where a
  * rank's k = 4·gas + values table entries are its raw loss sums, the counts and shares that
  * turn them into its losses, the losses known at their forward, and its values. */
 #ifndef ZTRAIN_STEP_READBACK_H
@@ -34,6 +34,7 @@ typedef struct {
     bool ahead;      /* the counts' slots are summed on the device this step */
     /* The step's table (values > 0): world ranks of k entries each in the block, this rank's
      * host-known part staged in pinned `table_in`, the result in `table` [world][gas + values]. */
+    int norm_parts;             /* slots of the norm's parts */
     int world, rank, values, k;
     double *table_in;           /* pinned [3·gas + values]: counts, shares, known losses, values */
     double *table;              /* [world][gas + values] */

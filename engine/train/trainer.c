@@ -22,6 +22,7 @@
 #include "ztrain/metrics.h"
 #include "ztrain/monitor.h"
 #include "ztrain/tp.h"
+#include "ztrain/stop_signals.h"
 #include "ztrain/trainer.h"
 
 enum { MEM_PER_RANK = 7, STEP_METRICS = 18 };
@@ -347,7 +348,7 @@ static zt_status write_metrics(trainer *t, const zt_metric *m, int n) {
  * trainer_events.h; a pipeline's, the one value of its table); one rank reads its own. */
 static bool stop_agreed(const trainer *t) {
     if (!t->comm)
-        return t->opts->stop_requested && *t->opts->stop_requested;
+        return zt_stop_is_requested(t->opts->stop_requested);
     if (!t->pipe)
         return zt_trainer_events_stop_requested(&t->events);
     const double *table = zt_engine_step_table(t->e);
@@ -520,7 +521,7 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
         if (t->pipe) {
             double *stop_in = zt_engine_step_table_in(t->e);
             if (stop_in)
-                *stop_in = t->opts->stop_requested && *t->opts->stop_requested ? 1.0 : 0.0;
+                *stop_in = zt_stop_is_requested(t->opts->stop_requested) ? 1.0 : 0.0;
             ZT_TRY(zt_pipe_train_batch(t->pipe, &piped));
             tokens = piped.tokens;
         } else {

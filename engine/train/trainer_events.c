@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "ztrain/fault_inject.h"
+#include "ztrain/stop_signals.h"
 #include "trainer_events.h"
 
 static double now_ms(void) {
@@ -37,11 +38,6 @@ static void report(zt_trainer_events *ev, int from) {
             fflush(ev->progress);
         }
     }
-}
-
-/* This rank's stop request, as a number the ranks sum. */
-static double stop_flag(const zt_trainer_events *ev) {
-    return ev->stop_requested && *ev->stop_requested ? 1.0 : 0.0;
 }
 
 /* Sums the ranks' losses, tokens, stop requests and work times from the engine's step table,
@@ -146,7 +142,7 @@ void zt_trainer_events_add_micro(zt_trainer_events *ev, double tokens) {
     double *in = zt_engine_step_table_in(ev->e);
     in[0] = ev->tokens;
     in[1] = ev->work_ms;
-    in[2] = stop_flag(ev);
+    in[2] = zt_stop_is_requested(ev->stop_requested) ? 1.0 : 0.0; /* summed over the ranks */
 }
 
 zt_status zt_trainer_events_step_sums(zt_trainer_events *ev, double sums[2]) {

@@ -1,6 +1,6 @@
 /* What the tests that run ranks as processes on the emulated CUDA device share
- * (test_cuda_emu_syncs_dp.c, _pipe.c, _trainer.c): free TCP ports for the nccl transport's
- * rendezvous, forking the ranks with their launcher environment, a rank's communicator, the wait
+ * (test_cuda_emu_syncs_dp.c, _pipe.c, _trainer.c): the emulated devices, free TCP ports for the
+ * nccl transport's rendezvous, forking the ranks with their launcher environment, a rank's communicator, the wait
  * for the ranks, and their training data. */
 #ifndef ZT_TEST_EMU_RANKS_H
 #define ZT_TEST_EMU_RANKS_H
@@ -17,9 +17,26 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ztrain/backend.h"
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
 #include "ztrain/loss_mask.h"
+
+/* Points the CUDA backend at the emulated device (unless the environment names a module) with
+ * `devices` emulated GPUs. False, after printing that `test` is skipped, in a build without the
+ * emulator's counters: one with a real CUDA module but no emulated one (the sanitizers' build)
+ * has the backend but not zt_emu_sync_counts. */
+static inline bool emu_devices(const char *test, int devices) {
+    if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
+        setenv("ZTRAIN_CUDA_EMU", "1", 1);
+    char v[16];
+    snprintf(v, sizeof v, "%d", devices);
+    setenv("ZTRAIN_CUDA_EMU_DEVICES", v, 1);
+    if (zt_backend_available(ZT_DEVICE_CUDA) && zt_backend_cuda_symbol("zt_emu_sync_counts"))
+        return true;
+    printf("%s: SKIPPED: no emulated CUDA device in this build\n", test);
+    return false;
+}
 
 /* n distinct free ports of the loopback interface into ports[n] (all held open until every one
  * is found, so none repeats), false with a message when there are none. */

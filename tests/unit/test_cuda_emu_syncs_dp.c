@@ -449,15 +449,8 @@ static int rank_start(int rank, int world) {
 }
 
 int main(void) {
-    if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
-        setenv("ZTRAIN_CUDA_EMU", "1", 1);
-    setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
-    /* A build with a real CUDA module but no emulated one (the sanitizers' build) has the
-     * backend, but not the emulator's counters. */
-    if (!zt_backend_available(ZT_DEVICE_CUDA) || !zt_backend_cuda_symbol("zt_emu_sync_counts")) {
-        printf("test_cuda_emu_syncs_dp: SKIPPED: no emulated CUDA device in this build\n");
+    if (!emu_devices("test_cuda_emu_syncs_dp", 2))
         return 0;
-    }
     /* Free ports for the nccl cases' rendezvous (rank 0 serves each case's store on its own,
      * so a rank that moves on first never meets the previous case's store). */
     if (!emu_free_ports(nccl_ports, NCASES))

@@ -476,13 +476,8 @@ static void write_data(void) {
 }
 
 int main(void) {
-    if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
-        setenv("ZTRAIN_CUDA_EMU", "1", 1);
-    setenv("ZTRAIN_CUDA_EMU_DEVICES", "4", 1);
-    if (!zt_backend_available(ZT_DEVICE_CUDA) || !zt_backend_cuda_symbol("zt_emu_sync_counts")) {
-        printf("test_cuda_emu_syncs_pipe: SKIPPED: no emulated CUDA device in this build\n");
+    if (!emu_devices("test_cuda_emu_syncs_pipe", 4))
         return 0;
-    }
     /* Free ports for every run's rendezvous (the nccl runs' store; shm ignores it). */
     if (!emu_free_ports(ports, NPORTS))
         return 2;

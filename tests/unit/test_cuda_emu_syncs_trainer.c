@@ -142,13 +142,8 @@ static int rank_main(int rank, int world) {
 }
 
 int main(void) {
-    if (!getenv("ZTRAIN_CUDA_EMU") && !getenv("ZTRAIN_CUDA_MODULE"))
-        setenv("ZTRAIN_CUDA_EMU", "1", 1);
-    setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
-    if (!zt_backend_available(ZT_DEVICE_CUDA) || !zt_backend_cuda_symbol("zt_emu_sync_counts")) {
-        printf("test_cuda_emu_syncs_trainer: SKIPPED: no emulated CUDA device in this build\n");
+    if (!emu_devices("test_cuda_emu_syncs_trainer", 2))
         return 0;
-    }
     if (!emu_free_ports(ports, 2 * NCASES))
         return 2;
     check_tmpdir_create("zt_syncs_loop");

@@ -22,6 +22,7 @@
 #define ZTRAIN_STOP_SIGNALS_H
 
 #include <signal.h>
+#include <stdbool.h>
 
 #include "ztrain/status.h"
 
@@ -30,5 +31,10 @@
 #define ZT_STOP_SIGNALS_THREAD "zt-stop-signals"
 
 zt_status zt_stop_signals_start(volatile sig_atomic_t *flag);
+
+/* Whether a stop was asked for through flag (NULL: never). */
+static inline bool zt_stop_is_requested(const volatile sig_atomic_t *flag) {
+    return flag && *flag;
+}
 
 #endif
