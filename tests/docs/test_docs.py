@@ -12,7 +12,8 @@ CONTRIBUTING.md and docs/**/*.md is run, page by page, as written.
   so its fixed ports (the README's 50051 and 8080) do not meet another test's daemon; every
   process a page starts is killed when the page ends, failed or not.
 - Besides running them, the test checks that README.md is at most 350 lines, that every
-  relative link of these pages names a file that exists, and that docs/service.md's copy of
+  relative link of these pages names a file that exists (and a heading of it, by GitHub's
+  fragments, when the link has one), and that docs/service.md's copy of
   `ztraind --help` and docs/deepspeed.md's key table (tests/cli/test_config_keys.py) are what the
   programs print. `--regenerate` rewrites the ztraind flags section instead of comparing it.
 """
@@ -160,6 +161,20 @@ def run_page(path, runnable, prefix):
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
+def anchors(path):
+    """The fragments GitHub gives a Markdown page's headings: lower case, punctuation other than
+    '-' and '_' dropped, spaces made '-', a repeated one numbered -1, -2, ..."""
+    with open(path) as f:
+        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+    seen, out = {}, set()
+    for title in re.findall(r"^#{1,6} +(.+?) *#* *$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
 def check_links(path):
     with open(path) as f:
         text = f.read()
@@ -167,14 +182,18 @@ def check_links(path):
     text = re.sub(r"```.*?```", "", text, flags=re.S)
     bad = []
     for target in LINK.findall(text):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+        if re.match(r"[a-z]+:", target):
             continue
-        file_part = target.split("#")[0]
-        resolved = os.path.normpath(os.path.join(os.path.dirname(path), file_part))
-        if not os.path.exists(resolved) and rel(resolved) not in PAGES_ELSEWHERE:
+        file_part, _, fragment = target.partition("#")
+        resolved = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) \
+            if file_part else path
+        if not os.path.exists(resolved):
+            if rel(resolved) not in PAGES_ELSEWHERE:
+                bad.append(target)
+        elif fragment and resolved.endswith(".md") and fragment not in anchors(resolved):
             bad.append(target)
-    check(not bad, f"{rel(path)}: every relative link names a file that exists"
-                   + (f" (missing: {', '.join(bad)})" if bad else ""))
+    check(not bad, f"{rel(path)}: every relative link names a file, and a heading of it, that "
+                   "exists" + (f" (missing: {', '.join(bad)})" if bad else ""))
 
 
 def check_generated(regenerate):
