@@ -30,7 +30,10 @@ zt_cuda_launch zt_cuda_launch_1d(size_t n, unsigned block, unsigned max_grid);
 
 /* Threads of a kernel that gives one block to each row of `width` elements and reduces across
  * the block: the width rounded up to whole warps, between one warp and ZT_CUDA_MAX_BLOCK. The
- * block reductions (cuda_common.cuh) need a multiple of 32. */
+ * block reductions (cuda_common.cuh) need a multiple of 32. A kernel launched with it declares
+ * __launch_bounds__(ZT_CUDA_MAX_BLOCK): 1,024 threads share a multiprocessor's 65,536
+ * registers, and a kernel compiled to more than 64 a thread would fail to launch on the widest
+ * rows (a vocabulary's logits) on a GPU, which the emulated device cannot see. */
 unsigned zt_cuda_row_threads(size_t width);
 
 /* Blocks of the two-pass sums (sum_squares, lamb_moments): a fixed count for a given n, so that

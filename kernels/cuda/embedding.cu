@@ -47,8 +47,9 @@ __global__ void emb_fwd(T *out, const int32_t *tokens, zt_param_view wte, zt_par
 
 /* Block i: token uniq[i], whose positions are pos[start[i], start[i+1]). */
 template <typename T>
-__global__ void emb_bwd_wte(zt_grad_view dwte, const T *dout, const int32_t *uniq,
-                            const int32_t *start, const int32_t *pos, int C) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+emb_bwd_wte(zt_grad_view dwte, const T *dout, const int32_t *uniq,
+            const int32_t *start, const int32_t *pos, int C) {
     const int b = blockIdx.x;
     if (uniq[b] < 0)
         return;

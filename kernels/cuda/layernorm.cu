@@ -16,8 +16,9 @@
     for (int c = threadIdx.x * ZT_VEC(T); c < (C); c += blockDim.x * ZT_VEC(T))
 
 template <typename T>
-__global__ void ln_fwd(T *out, float *mean, float *rstd, const T *inp, zt_param_view w,
-                       zt_param_view b, int C) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+ln_fwd(T *out, float *mean, float *rstd, const T *inp, zt_param_view w,
+       zt_param_view b, int C) {
     constexpr int W = ZT_VEC(T);
     __shared__ float red[32];
     const T *x = inp + (size_t)blockIdx.x * C;
@@ -106,8 +107,9 @@ template <typename T> struct ln_acc_terms {
 
 /* The input gradient alone, a block per row (the two passes' route). */
 template <typename T>
-__global__ void ln_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
-                           const float *mean, const float *rstd, int C) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+ln_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
+           const float *mean, const float *rstd, int C) {
     __shared__ float red[32];
     const size_t row = (size_t)blockIdx.x * C;
     ln_bwd_row(dinp + row, dout + row, inp + row, w, mean[blockIdx.x], rstd[blockIdx.x], C, red,
@@ -120,8 +122,9 @@ __global__ void ln_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w
  * thread owning that chunk of the row touches; then it writes its partial row of both sums,
  * partial[k][t][C], for zt_channel_finish. */
 template <typename T>
-__global__ void ln_bwd_fused(T *dinp, float *partial, const T *dout, const T *inp, zt_param_view w,
-                             const float *mean, const float *rstd, int N, int C, int tile_rows) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+ln_bwd_fused(T *dinp, float *partial, const T *dout, const T *inp, zt_param_view w,
+             const float *mean, const float *rstd, int N, int C, int tile_rows) {
     constexpr int W = ZT_VEC(T);
     __shared__ float red[32];
     ZT_DYN_SHARED(float, acc);

@@ -12,7 +12,8 @@
     for (int c = threadIdx.x * ZT_VEC(T); c < (C); c += blockDim.x * ZT_VEC(T))
 
 template <typename T>
-__global__ void rms_fwd(T *out, float *rstd, const T *inp, zt_param_view w, float eps, int C) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+rms_fwd(T *out, float *rstd, const T *inp, zt_param_view w, float eps, int C) {
     constexpr int W = ZT_VEC(T);
     __shared__ float red[32];
     const T *x = inp + (size_t)blockIdx.x * C;
@@ -82,8 +83,9 @@ template <typename T> struct rms_acc_terms {
 
 /* The input gradient alone, a block per row (the two passes' route). */
 template <typename T>
-__global__ void rms_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
-                            const float *rstd, int C) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+rms_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view w,
+            const float *rstd, int C) {
     __shared__ float red[32];
     const size_t row = (size_t)blockIdx.x * C;
     rms_bwd_row(dinp + row, dout + row, inp + row, w, rstd[blockIdx.x], C, red, rms_no_terms());
@@ -94,8 +96,9 @@ __global__ void rms_bwd_inp(T *dinp, const T *dout, const T *inp, zt_param_view 
  * (zt_channel_fused_smem's layout), which only the thread owning that chunk of the row touches;
  * then it writes its partial row, partial[t][C], for zt_channel_finish. */
 template <typename T>
-__global__ void rms_bwd_fused(T *dinp, float *partial, const T *dout, const T *inp,
-                              zt_param_view w, const float *rstd, int N, int C, int tile_rows) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+rms_bwd_fused(T *dinp, float *partial, const T *dout, const T *inp,
+              zt_param_view w, const float *rstd, int N, int C, int tile_rows) {
     constexpr int W = ZT_VEC(T);
     __shared__ float red[32];
     ZT_DYN_SHARED(float, acc);

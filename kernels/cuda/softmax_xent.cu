@@ -21,8 +21,9 @@ __device__ __forceinline__ float row_sum_exp(const T *logits, size_t row, int V,
 }
 
 template <typename T>
-__global__ void xent_kernel(float *losses, T *logits, const int32_t *targets, int V,
-                            float grad_scale) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+xent_kernel(float *losses, T *logits, const int32_t *targets, int V,
+            float grad_scale) {
     __shared__ float red[32];
     const size_t row = (size_t)blockIdx.x * V;
     const int32_t y = targets[blockIdx.x];
@@ -68,7 +69,8 @@ extern "C" void zt_cuda_softmax_xent(const zt_ctx *x, float *losses, void *logit
  * per row of a shard's columns. The stats: the shard's maximum, sum of exp(x - max) and the
  * target's logit when the shard holds it (targets[n] >= 0 is a local column). */
 template <typename T>
-__global__ void xent_stats_kernel(float *stats, const T *logits, const int32_t *targets, int V) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+xent_stats_kernel(float *stats, const T *logits, const int32_t *targets, int V) {
     __shared__ float red[32];
     const size_t row = (size_t)blockIdx.x * V;
     const int32_t y = targets[blockIdx.x];
@@ -84,8 +86,9 @@ __global__ void xent_stats_kernel(float *stats, const T *logits, const int32_t *
 /* The shard's gradient from the whole row's log-partition: grad_scale · (softmax - onehot);
  * zeros for a row without a target (ZT_XENT_IGNORED). */
 template <typename T>
-__global__ void xent_grad_kernel(T *logits, const float *logz, const int32_t *targets, int V,
-                                 float grad_scale) {
+__global__ void __launch_bounds__(ZT_CUDA_MAX_BLOCK)
+xent_grad_kernel(T *logits, const float *logz, const int32_t *targets, int V,
+                 float grad_scale) {
     const size_t row = (size_t)blockIdx.x * V;
     const int32_t y = targets[blockIdx.x];
     const float lz = logz[blockIdx.x];
