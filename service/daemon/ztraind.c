@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -474,6 +476,40 @@ static void describe_gpus(int gpus) {
            zt_gpu_count(), p.name, p.major, p.minor, label);
 }
 
+/* One daemon per state directory: a second would take the first's running jobs for orphans of
+ * a crash, fail them and run its queue again. The lock is an flock on DIR/ztraind.lock, held
+ * for the process's life (the kernel drops it however the daemon ends), which holds the pid of
+ * the daemon that has it. Returns the open descriptor, or -1 after saying why on stderr. */
+static int lock_state_dir(const char *dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/ztraind.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "ztraind: --state-dir %s: %s: %s\n", dir, path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t n = errno == EWOULDBLOCK ? pread(fd, pid, sizeof pid - 1, 0) : -1;
+        if (n > 0)
+            pid[strcspn(pid, "\n")] = '\0';
+        if (n > 0)
+            fprintf(stderr, "ztraind: --state-dir %s is in use by another ztraind (pid %s, "
+                            "%s): one daemon per state directory\n", dir, pid, path);
+        else
+            fprintf(stderr, "ztraind: --state-dir %s: cannot lock %s: %s\n", dir, path,
+                    errno == EWOULDBLOCK ? "held by another ztraind" : strerror(errno));
+        close(fd);
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        fprintf(stderr, "ztraind: warning: %s: cannot write this daemon's pid: %s\n", path,
+                strerror(errno));
+    return fd;
+}
+
 int main(int argc, char **argv) {
     options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
                  .metrics_window_s = 3600,
@@ -549,6 +585,12 @@ int main(int argc, char **argv) {
     }
     if (mkdir(o.state_dir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, strerror(errno));
+        zt_auth_tokens_free(token);
+        zt_tls_pem_free(&tls);
+        return 1;
+    }
+    const int state_lock = lock_state_dir(o.state_dir);
+    if (state_lock < 0) {
         zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
         return 1;
@@ -656,6 +698,7 @@ out:
     zt_jobs_destroy(jm);
     zt_auth_tokens_free(token);
     zt_tls_pem_free(&tls);
+    close(state_lock);
     if (rc == 0)
         printf("ztraind: stopped\n");
     return rc;

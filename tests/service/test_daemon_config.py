@@ -7,6 +7,8 @@
      answers one with it: the file's flags are really in force.
   b. Each kind of bad file, and --flag=value on a switch, exits 2 with a message that names the
      file and line (or the flag), and ztraind does not start.
+  c. A second ztraind on a running one's state directory exits 1 naming the directory and the
+     first one's pid, and the first goes on; once the first has stopped, one starts there again.
 """
 import os
 import re
@@ -94,9 +96,25 @@ webhook-allow-private
         ck.check(without == 401 and with_token == 200,
                  f"a: the file's token file is in force: {without} without the token, "
                  f"{with_token} with it")
+        # c. A second daemon on the same state directory would take the first's running jobs
+        #    for a crash's orphans: it is refused, naming the directory and the first's pid.
+        r = subprocess.run([tool("ztraind"), "--state-dir", state, "--grpc-addr=127.0.0.1:0",
+                            "--http-addr=127.0.0.1:0"], capture_output=True, text=True,
+                           timeout=30, cwd=tmp)
+        ck.check(r.returncode == 1 and f"--state-dir {state} is in use by another ztraind "
+                 f"(pid {proc.pid}," in r.stderr,
+                 f"c: a second ztraind on the state directory exits {r.returncode}: "
+                 f"{r.stderr.strip()[-200:]!r}")
+        ck.check(http_status(url, TOKEN) == 200, "c: the first daemon still answers")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    proc, ready = start(["--config", conf, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"],
+                        tmp)
+    ck.check(ready is not None, "c: once the first has stopped, a daemon starts on its state "
+             "directory again")
+    proc.terminate()
+    proc.wait(timeout=30)
 
 
 def case_b(tmp):
