@@ -2,8 +2,9 @@
  *
  * A template is cut once into nodes (text, {{ }}, and the statements), with jinja2's whitespace
  * rules as transformers configures them applied to the text: trim_blocks (the newline after a
- * block tag goes), lstrip_blocks (spaces before a block tag at a line's start go), "-" markers,
- * and the template's one trailing newline dropped. Expressions stay as source text and are
+ * block tag goes), lstrip_blocks (whitespace before a block tag at a line's start goes), "-"
+ * markers (all of Python's whitespace), CRLF and CR read as newlines, and the template's one
+ * trailing newline dropped. Expressions stay as source text and are
  * parsed each time they are evaluated by one recursive-descent parser that can also run without
  * evaluating, which is how parse time checks every expression of every branch. */
 #define _POSIX_C_SOURCE 200809L
@@ -17,12 +18,41 @@
 #include "chat_template_internal.h"
 #include "ztrain/json_util.h"
 
+/* ---- newlines ----------------------------------------------------------------------------- */
+
+/* jinja2 reads every \r\n and lone \r as \n (its newline_sequence, which transformers leaves
+ * at "\n") before anything else, in text and string literals alike. The offsets in messages stay
+ * those of the text as given. */
+static zt_status normalize_newlines(zt_chat_template *t) {
+    size_t n_cr = 0, k = 0;
+    for (const char *p = t->src; *p; p++)
+        n_cr += p[0] == '\r' && p[1] == '\n';
+    if (n_cr && !(t->cr_at = malloc(n_cr * sizeof *t->cr_at)))
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+    for (const char *p = t->src; *p; p++) {
+        if (p[0] == '\r' && p[1] == '\n') {
+            t->cr_at[t->n_cr++] = k;
+            continue;
+        }
+        t->src[k++] = *p == '\r' ? '\n' : *p;
+    }
+    t->src[k] = '\0';
+    return ZT_OK;
+}
+
+size_t zt_chat_offset(const zt_chat_template *t, size_t at) {
+    size_t dropped = 0;
+    while (dropped < t->n_cr && t->cr_at[dropped] <= at)
+        dropped++;
+    return at + dropped;
+}
+
 /* ---- statements --------------------------------------------------------------------------- */
 
 static zt_status tag_error(const zt_chat_template *t, size_t at, const char *fmt, const char *a,
                            int n) {
-    return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: %s '%.*s'", t->source, at,
-                    fmt, n, a);
+    return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: %s '%.*s'", t->source,
+                    zt_chat_offset(t, at), fmt, n, a);
 }
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -97,25 +127,22 @@ static zt_status cut(zt_chat_template *t) {
             open = end;
         /* the text before the tag */
         const char *a = p, *b = open;
-        if (lstrip_next)
-            while (a < b && is_space(*a))
-                a++;
+        if (lstrip_next) /* after "-": Python's \s*, Unicode whitespace included */
+            a += zt_chat_space_prefix(a, (size_t)(b - a));
         else if (trim_newline && a < b && *a == '\n')
             a++;
-        else if (trim_newline && b - a >= 2 && a[0] == '\r' && a[1] == '\n')
-            a += 2;
         lstrip_next = trim_newline = false;
         if (open < end) {
             char kind = open[1];
             bool minus = open + 2 < end && open[2] == '-', plus = open + 2 < end && open[2] == '+';
-            if (minus)
-                while (b > a && is_space(b[-1]))
-                    b--;
+            if (minus) /* Python's str.rstrip() */
+                b -= zt_chat_space_suffix(a, (size_t)(b - a));
             else if (kind != '{' && !plus) {
-                /* lstrip_blocks: spaces and tabs from a line's start to a block tag */
-                const char *q = b;
-                while (q > a && (q[-1] == ' ' || q[-1] == '\t'))
-                    q--;
+                /* lstrip_blocks: whitespace (Python's \s) from a line's start to a block tag */
+                const char *q = b - zt_chat_space_suffix(a, (size_t)(b - a));
+                for (const char *z = q; z < b; z++) /* the line starts after its newline */
+                    if (*z == '\n')
+                        q = z + 1;
                 if ((q == src) || (q > src && q[-1] == '\n'))
                     b = q;
             }
@@ -130,7 +157,8 @@ static zt_status cut(zt_chat_template *t) {
         const char *c = strstr(inner, close);
         if (!c)
             return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: the tag is not "
-                            "closed with '%s'", t->source, (size_t)(open - src), close);
+                            "closed with '%s'", t->source,
+                            zt_chat_offset(t, (size_t)(open - src)), close);
         const char *inner_end = c;
         if (inner_end > inner && inner_end[-1] == '-')
             inner_end--, lstrip_next = true;
@@ -154,8 +182,8 @@ static zt_status cut(zt_chat_template *t) {
         node *d = &t->nodes[i];
         if (d->kind == N_IF || d->kind == N_FOR) {
             if (depth == 64)
-                return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template nests blocks deeper than "
-                                "64", t->source);
+                return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: blocks "
+                                "nest deeper than 64", t->source, zt_chat_offset(t, d->offset));
             stack[depth++] = i;
             continue;
         }
@@ -170,15 +198,17 @@ static zt_status cut(zt_chat_template *t) {
         if (!open || open->kind != want || (at >= 0 && t->nodes[at].kind == N_ELSE &&
                                              d->kind != N_ENDIF))
             return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: a misplaced "
-                            "'%s'", t->source, d->offset, d->kind == N_ELIF ? "elif" :
-                            d->kind == N_ELSE ? "else" : d->kind == N_ENDIF ? "endif" : "endfor");
+                            "'%s'", t->source, zt_chat_offset(t, d->offset),
+                            d->kind == N_ELIF ? "elif" : d->kind == N_ELSE ? "else"
+                            : d->kind == N_ENDIF ? "endif" : "endfor");
         t->nodes[at].match = i;
         if (d->kind == N_ENDIF || d->kind == N_ENDFOR)
             depth--;
     }
     if (depth)
         return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: the block is never "
-                        "closed", t->source, t->nodes[stack[depth - 1]].offset);
+                        "closed", t->source,
+                        zt_chat_offset(t, t->nodes[stack[depth - 1]].offset));
     /* Check every expression, taken branch or not. */
     for (int i = 0; i < t->n; i++) {
         const node *d = &t->nodes[i];
@@ -239,18 +269,15 @@ static void run(render *r, int i, int stop, int frame) {
             break;
         case N_OUT: {
             val v = zt_chat_eval(t, r, d, &st);
-            if (st == ZT_OK && v.k == V_STR)
-                emit(r, v.s, v.n);
-            else if (st == ZT_OK && v.k == V_INT) {
-                char num[32];
-                emit(r, num, (size_t)snprintf(num, sizeof num, "%lld", v.i));
-            } else if (st == ZT_OK && v.k == V_BOOL)
-                emit(r, v.b ? "True" : "False", v.b ? 4 : 5);
-            else if (st == ZT_OK && v.k == V_NONE)
-                emit(r, "None", 4);
-            else if (st == ZT_OK && v.k != V_UNDEF)
+            char num[32];
+            const char *s;
+            size_t n;
+            if (st == ZT_OK && zt_chat_text(v, num, &s, &n))
+                emit(r, s, n);
+            else if (st == ZT_OK)
                 st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: printing a "
-                              "list or object is not supported", t->source, d->offset);
+                              "list or object is not supported", t->source,
+                              zt_chat_offset(t, d->offset));
             i++;
             break;
         }
@@ -281,10 +308,12 @@ static void run(render *r, int i, int stop, int frame) {
         case N_FOR: {
             val list = zt_chat_eval(t, r, d, &st);
             int end = d->match;
-            if (st == ZT_OK && list.k != V_LIST)
-                st = zt_error(ZT_ERR_INVALID, "%s: chat_template at offset %zu: 'for' over a "
-                              "value that is not a list", t->source, d->offset);
-            loop_state ls = {0, list.hi - list.lo};
+            if (st == ZT_OK && list.k == V_UNDEF) /* jinja2's Undefined iterates as empty */
+                list = (val){.k = V_LIST};
+            else if (st == ZT_OK && list.k != V_LIST)
+                st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: 'for' over a "
+                              "value that is not a list", t->source, zt_chat_offset(t, d->offset));
+            loop_state ls = {0, list.hi - list.lo, list.j, list.lo};
             for (int k = list.lo; st == ZT_OK && r->st == ZT_OK && k < list.hi; k++) {
                 int inner = r->n_vars;
                 ls.index0 = k - list.lo;
@@ -315,8 +344,10 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     r->t = t;
     bind(r, "messages", zt_chat_from_json(messages), 0);
-    bind(r, "bos_token", zt_chat_str(t->bos, strlen(t->bos)), 0);
-    bind(r, "eos_token", zt_chat_str(t->eos, strlen(t->eos)), 0);
+    if (t->bos)
+        bind(r, "bos_token", zt_chat_str(t->bos, strlen(t->bos)), 0);
+    if (t->eos_given)
+        bind(r, "eos_token", zt_chat_str(t->eos, strlen(t->eos)), 0);
     bind(r, "add_generation_prompt", zt_chat_bool(add_generation_prompt), 0);
     emit(r, "", 0);
     run(r, 0, t->n, 0);
@@ -342,10 +373,14 @@ zt_status zt_chat_template_parse(const char *text, const char *source, const cha
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
     snprintf(t->source, sizeof t->source, "%s", source);
     t->src = strdup(text);
-    t->bos = strdup(bos ? bos : "");
+    t->bos = bos ? strdup(bos) : NULL;
     t->eos = strdup(eos ? eos : "");
-    zt_status s = t->src && t->bos && t->eos ? cut(t)
-                                             : zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    t->eos_given = eos != NULL;
+    zt_status s = t->src && (t->bos || !bos) && t->eos
+                      ? normalize_newlines(t)
+                      : zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    if (s == ZT_OK)
+        s = cut(t);
     if (s != ZT_OK) {
         zt_chat_template_destroy(t);
         return s;
@@ -363,15 +398,17 @@ void zt_chat_template_destroy(zt_chat_template *t) {
     free(t->bos);
     free(t->eos);
     free(t->nodes);
+    free(t->cr_at);
     free(t);
 }
 
-/* A special token as tokenizer_config.json gives it: a string, or {"content": ...}. */
+/* A special token as tokenizer_config.json gives it: a string, or {"content": ...}; NULL when
+ * there is none. */
 static const char *token_text(const cJSON *root, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (cJSON_IsObject(v))
         v = cJSON_GetObjectItemCaseSensitive(v, "content");
-    return cJSON_IsString(v) ? v->valuestring : "";
+    return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {

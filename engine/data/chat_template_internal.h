@@ -23,24 +23,30 @@ typedef struct {
 } node;
 
 struct zt_chat_template {
-    char *src;
+    char *src;       /* the text with jinja2's newlines: every \r\n and \r made \n */
     char source[512];
-    char *bos, *eos;
+    char *bos, *eos; /* bos NULL: the variable bos_token is undefined, as transformers leaves it */
+    bool eos_given;  /* false: eos is "" and the variable eos_token undefined */
     node *nodes;
     int n;
+    size_t *cr_at;   /* where each \r of an \r\n was dropped from src, ascending */
+    size_t n_cr;
 };
 
 typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_STR, V_LIST, V_DICT, V_LOOP } vkind;
 
+/* A for loop's position; the list is kept for loop.previtem and loop.nextitem. */
 typedef struct {
     int index0, length;
+    const cJSON *list;
+    int lo;
 } loop_state;
 
 typedef struct {
     vkind k;
     bool b;
     long long i;
-    const char *s;       /* V_STR: not NUL-terminated */
+    const char *s;       /* V_STR: not NUL-terminated; V_UNDEF: why (jinja2's message), or NULL */
     size_t n;
     const cJSON *j;      /* V_LIST (its items lo..hi-1), V_DICT */
     int lo, hi;
@@ -68,12 +74,28 @@ typedef struct {
     zt_status st;
 } render;
 
+/* The deepest an expression nests: parentheses, brackets, calls' arguments, and chains of '-' or
+ * 'not' each count one (jinja2 itself fails near 100 parentheses). */
+#define ZT_CHAT_MAX_NESTING 64
+
+/* Where offset `at` of t->src is in the template as given (before its \r\n became \n). */
+size_t zt_chat_offset(const zt_chat_template *t, size_t at);
+
+/* The bytes of Python's str.isspace() whitespace (ASCII's, U+0085, U+00A0, U+1680, U+2000..U+200A,
+ * U+2028, U+2029, U+202F, U+205F, U+3000) at the start or end of the UTF-8 text s[0..n), as
+ * jinja2's strip, trim, "-" markers and lstrip_blocks remove it. */
+size_t zt_chat_space_prefix(const char *s, size_t n);
+size_t zt_chat_space_suffix(const char *s, size_t n);
+
 /* Values (chat_expr.c). */
 val zt_chat_str(const char *s, size_t n);
 val zt_chat_bool(bool b);
 val zt_chat_from_json(const cJSON *j);
 bool zt_chat_truthy(val v);
 bool zt_chat_is_ident(char c, bool first);
+/* v as jinja2 prints it (and '~' joins it): strings as they are, integers in decimal, True,
+ * False, None, undefined as nothing; *s points into v or num. False for lists and objects. */
+bool zt_chat_text(val v, char num[32], const char **s, size_t *n);
 
 /* Evaluates the expression of node d in render r, or only checks it when r is NULL (every
  * construct is parsed, nothing is looked up); *st is the outcome, naming the template and the

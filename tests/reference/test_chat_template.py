@@ -7,7 +7,14 @@ from their tokenizer_config.json files, plus Zephyr's multi-line one, which exer
 trim_blocks and lstrip_blocks as transformers sets them. Each renders a set of conversations
 (system prompts, several turns, whitespace that trim and strip remove, escapes), with and without
 the generation prompt; a conversation the template rejects with raise_exception must be rejected
-by ztrain with the same message. Templates using what the subset lacks are refused by name."""
+by ztrain with the same message. Templates using what the subset lacks are refused by name.
+
+Then the language itself: small templates covering arithmetic (zero divisors, 64-bit limits),
+nesting, Python's Unicode whitespace in strip/trim/"-"/lstrip_blocks, equality of lists and
+objects, code-point lengths, CRLF, undefined values, loop attributes, string escapes and "~",
+each rendered by transformers' jinja2 environment and by ztrain: the same text, or both refusing
+(with jinja2's message where ztrain gives it), or, where jinja2 goes beyond the subset (integers
+past 64 bits, "/", deep nesting), a refusal naming the construct."""
 import json
 import os
 import subprocess
@@ -44,6 +51,10 @@ CONVERSATIONS = [
     [{"role": "user", "content": "héllo — ünïcode ✓"}, {"role": "assistant", "content": "ok"}],
     [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],  # not alternating
     [{"role": "system", "content": "sys only"}, {"role": "user", "content": "hi"}],
+    # Python's str.strip() whitespace beyond ASCII (U+2003, U+3000, U+00A0, U+0085, U+2028, ...)
+    [{"role": "user", "content": "\u2003It is a test.\u3000"},
+     {"role": "assistant", "content": "\u00a0\u0085\u2028 ok\u1680\u205f\u202f\u2009\x1c"}],
+    [{"role": "system", "content": "\u3000\n sys \u2029"}, {"role": "user", "content": "\u3000"}],
 ]
 
 
@@ -106,4 +117,117 @@ with tempfile.TemporaryDirectory() as d:
                             f"{d}/convs.json", d], capture_output=True, text=True)
         ck.check(p.returncode == 1 and key in p.stderr and "tokenizer_config.json" in p.stderr,
                  f"{what}: exit {p.returncode}, {p.stderr.strip()[:200]}")
+
+    # The language against jinja2, template by template. key None: the same render as
+    # transformers; otherwise ztrain refuses (when reading or rendering) with key in its message,
+    # and jinja2 either raises too ("raise") or goes where the subset does not ("beyond").
+    conv = [{"role": "user", "content": "héllo👍"}, {"role": "assistant", "content": "yo"},
+            {"role": "user", "content": "again"}]
+    INT_MIN = "(-9223372036854775807 - 1)"
+    LANGUAGE = [
+        # arithmetic: '*' and '//' never divide by zero, Python's floor semantics, 64-bit limits
+        ("x * 0", "{% for m in messages %}{% if loop.index0 * 0 == 0 %}!{% endif %}{% endfor %}",
+         None, None),
+        ("floor division and modulo", "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 // -2 }} {{ 7 % -3 }} "
+         "{{ -7 % 3 }} {{ messages|length * 3 - 1 }} {{ true + 1 }} {{ -(2 - 5) }}", None, None),
+        ("the 64-bit edges", "{{ " + INT_MIN + " }} {{ " + INT_MIN + " % -1 }} "
+         "{{ 9223372036854775807 }} {{ -9223372036854775807 }}", None, None),
+        ("x // 0", "{{ messages|length // 0 }}", "by zero", "raise"),
+        ("x % 0", "{{ messages|length % (1 - 1) }}", "by zero", "raise"),
+        ("INT_MIN // -1", "{{ " + INT_MIN + " // -1 }}", "beyond 64 bits", "beyond"),
+        ("- INT_MIN", "{{ -" + INT_MIN + " }}", "beyond 64 bits", "beyond"),
+        ("+ overflow", "{{ 9223372036854775807 + messages|length }}", "beyond 64 bits", "beyond"),
+        ("- overflow", "{{ " + INT_MIN + " - messages|length }}", "beyond 64 bits", "beyond"),
+        ("* overflow", "{{ 4611686018427387904 * 2 }}", "beyond 64 bits", "beyond"),
+        ("a literal past 64 bits", "{{ 9223372036854775808 }}", "beyond 64 bits", "beyond"),
+        # nesting
+        ("40 parentheses", "{{ " + "(" * 40 + "messages[0]['content']" + ")" * 40 + " }}",
+         None, None),
+        ("5000 parentheses", "{{ " + "(" * 5000 + "messages[0]['content']" + ")" * 5000 + " }}",
+         "deeper than 64", "raise"),
+        # whitespace control and strip with Python's whitespace
+        ("'-' and Unicode whitespace", "a \u3000{%- if true -%}\u3000\u2003 b{% endif %}\u2028"
+         "{{- ' c ' -}}\u00a0\n d", None, None),
+        ("lstrip_blocks and Unicode whitespace", "x\n\u3000 \u2003{% if true %}y{% endif %}\n"
+         "\u00a0{% if true %}z{% endif %}\u3000\n", None, None),
+        ("strip methods and trim", "{{ '\u3000\u0085 a \u2028'.strip() }}|"
+         "{{ '\u2003 b '.lstrip() }}|"
+         "{{ ' c \u3000'.rstrip() }}|{{ '\u205f d\u00a0' | trim }}|{{ 5 | trim }}", None, None),
+        # equality and membership of lists and objects; lengths in code points
+        ("== and in on lists and objects", "{% for m in messages %}{{ m in messages }}"
+         "{{ m == messages[0] }}{{ m != messages[0] }}{{ m in messages[1:] }}{% endfor %}"
+         "{{ messages == messages }}{{ messages[1:] == messages }}{{ messages[:1] != messages }}"
+         "{{ 'role' in messages[0] }}{{ 'a' in messages }}{{ messages[2]['content'] in 'gain' }}",
+         None, None),
+        ("length in code points", "{{ 'héllo👍'|length }} {{ messages[0]['content']|length }} "
+         "{{ messages|length }} {{ messages[0]|length }}", None, None),
+        ("string ordering", "{{ 'b' > 'a' }}{{ 'a' < 'ab' }}{{ 'é' > 'z' }}{{ 'a' >= 'a' }}",
+         None, None),
+        # CRLF and CR read as newlines, in text and string literals
+        ("CRLF", "{% for m in messages %}\r\n{{ m['content'] }}\r\n{% endfor %}\r\nend\r\n",
+         None, None),
+        ("CR", "a\rb{{ 'x\r\ny' }}\r\r", None, None),
+        # undefined values: printing, ~, length, trim, for and tests pass; use raises
+        ("undefined where jinja2 allows it", "{{ messages[0].nope }}|"
+         "{{ messages[0].content.deeper }}|{{ messages[9] }}|{{ nope ~ 'x' }}|{{ nope|length }}{{ nope|trim }}|{% for x in nope %}y"
+         "{% endfor %}{{ nope is defined }}{{ nope == nope2 }}{{ 'a' in nope }}{{ bos_token }}",
+         None, None),
+        ("an attribute of undefined", "{{ messages[0].nope.deeper }}",
+         "'dict object' has no attribute 'nope'", "raise"),
+        ("undefined bos_token + text", "{{ bos_token + 'x' }}", "'bos_token' is undefined",
+         "raise"),
+        ("a method of undefined", "{{ nope.strip() }}", "'nope' is undefined", "raise"),
+        ("minus undefined", "{{ -nope }}", "'nope' is undefined", "raise"),
+        ("a subscript of undefined", "{{ messages[7][0] }}", "list object has no element 7",
+         "raise"),
+        # offsets count the template as given, CRs too: the failure is found after "nope.x "
+        ("an offset after CRLF", "a\r\nb\r\n{{ nope.x }}", "offset 16: 'nope' is undefined",
+         "raise"),
+        ("an int in a string", "{{ 1 in 'abc' }}", "'in <string>' requires string as left operand",
+         "raise"),
+        # loop attributes, escapes, ~
+        ("loop attributes", "{% for m in messages %}{{ loop.revindex }}{{ loop.revindex0 }}"
+         "{{ loop.depth }}{{ loop.depth0 }}{{ loop.previtem is defined }}{% if loop.nextitem is "
+         "defined %}{{ loop.nextitem['role'] }}{% endif %}{% if not loop.first %}"
+         "{{ loop.previtem['content'] }}{% endif %};{% endfor %}", None, None),
+        ("string escapes", r"{{ '\u00e9\x41\101\q\U0001F44D\t\a|\\|\'|\"' }}{{ " + '"\\u00e9"'
+         + " }}", None, None),
+        ("~ converts to text", "{% for m in messages %}{{ 'x' ~ loop.index ~ true ~ none ~ nope ~ "
+         "(loop.index > 1) ~ m['content'] }}{% endfor %}", None, None),
+        # refused when read, even in a branch no conversation takes
+        ("an unknown loop attribute", "{% if false %}{{ loop.cycle }}{% endif %}", "loop.cycle",
+         "beyond"),
+        ("'/'", "{% if false %}{{ 7/2 }}{% endif %}", "'/'", "beyond"),
+        ("a named escape", r"{% if false %}{{ '\N{BULLET}' }}{% endif %}", "\\N{", "beyond"),
+        ("a NUL escape", r"{% if false %}{{ 'a\0' }}{% endif %}", "NUL", "beyond"),
+        ("a truncated escape", r"{% if false %}{{ '\u12' }}{% endif %}", "truncated", "raise"),
+        ("a surrogate escape", r"{% if false %}{{ '\ud800' }}{% endif %}", "not a Unicode",
+         "beyond"),
+    ]
+    with open(f"{d}/conv.json", "w") as f:
+        json.dump([conv], f)
+    for what, template, key, jinja in LANGUAGE:
+        with open(f"{d}/tokenizer_config.json", "w") as f:
+            json.dump({"chat_template": template, "eos_token": "</s>"}, f)
+        try:
+            want, why = hf_tokenizer(template, None, "</s>").apply_chat_template(
+                conv, tokenize=False), None
+        except Exception as e:
+            want, why = None, f"{type(e).__name__}: {e}"
+        out = tempfile.mkdtemp(dir=d)
+        p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json",
+                            f"{d}/conv.json", out], capture_output=True, text=True)
+        got = open(f"{out}/0.txt", encoding="utf-8").read() \
+            if os.path.exists(f"{out}/0.txt") else None
+        err = p.stderr + (open(f"{out}/0.err").read() if os.path.exists(f"{out}/0.err") else "")
+        if p.returncode < 0 or p.returncode > 1:
+            ck.check(False, f"{what}: zt_chat_render exit {p.returncode} {p.stderr[-200:]}")
+        elif key is None:
+            ck.check(why is None and got == want, f"{what}: " + (
+                "equal" if got == want else f"{got!r} vs {want!r} ({why}) {err[:200]}"))
+        else:
+            ck.check(got is None and key in err and (why is not None) == (jinja == "raise"),
+                     f"{what}: refused naming {key!r} ({err.strip()[:160]!r}); jinja2: "
+                     f"{why or repr(want)[:60]}")
+
 ck.done()

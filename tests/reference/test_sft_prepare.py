@@ -81,6 +81,9 @@ CONVS = [
      {"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."},
      {"role": "user", "content": "Another?"}, {"role": "assistant", "content": " Red, \n too. "}],
     [{"role": "user", "content": "héllo"}, {"role": "assistant", "content": "wörld ✓"}],
+    # Python's strip() removes Unicode whitespace too (Llama 2's template strips the content)
+    [{"role": "user", "content": "\u2003It is a test.\u3000"},
+     {"role": "assistant", "content": "\u00a0Yes.\u2028"}],
 ]
 PAIRS = [{"prompt": "What is the capital of France?", "completion": " Paris."},
          {"prompt": "1 + 2 =", "completion": " 3"},

@@ -4,16 +4,26 @@
  *
  * The subset is what the published Llama 2, Llama 3, Mistral and Qwen2 templates use: text,
  * {{ expression }}, {% set %}, {% if %}/{% elif %}/{% else %}, {% for x in list %} with loop.index0,
- * loop.index, loop.first, loop.last and loop.length, comments, and whitespace control ("-");
- * expressions over strings, integers, booleans, none, lists and objects: literals, variables,
- * x.attr, x['key'], x[i], slices x[a:b], + - * / // % ~, comparisons, in, and/or/not, the tests
- * "is [not] defined/none/string", the filters trim and length, the methods strip, lstrip and
- * rstrip, and raise_exception(message), which fails the render with that message. Anything else
- * (macros, other filters, inline if, namespaces, ...) is refused when the template is parsed,
- * naming the construct and its offset, even in a branch the conversation would not take.
+ * loop.index, loop.revindex(0), loop.first, loop.last, loop.length, loop.depth(0),
+ * loop.previtem and loop.nextitem, comments, and whitespace control ("-"); expressions over
+ * strings, integers, booleans, none, lists and objects: literals (strings with Python's
+ * escapes), variables, x.attr, x['key'], x[i], slices x[a:b], + - * // % ~, comparisons, in,
+ * and/or/not, the tests "is [not] defined/none/string", the filters trim and length, the methods
+ * strip, lstrip and rstrip, and raise_exception(message), which fails the render with that
+ * message. Anything else (macros, other filters, inline if, namespaces, "/", \N{} escapes,
+ * nesting deeper than 64, ...) is refused when the template is parsed, naming
+ * the construct and its offset, even in a branch the conversation would not take.
+ *
+ * Within the subset a render is jinja2's (transformers' ImmutableSandboxedEnvironment): values
+ * compare by value, lengths count code points, "~" joins values as text, strip and trim and the
+ * whitespace controls remove Python's Unicode whitespace, CRLF and CR read as "\n", and an
+ * undefined variable or key prints as nothing but fails the render with jinja2's message when
+ * used (an attribute of it, "+", "-"). Integers are 64-bit: a result past that, and division by
+ * zero, fail the render by name. Offsets in messages count bytes of the text as given.
  *
  * Variables: messages (the conversation, a list of {"role", "content"} objects), bos_token,
- * eos_token and add_generation_prompt. */
+ * eos_token (each undefined when the tokenizer has none, as in transformers) and
+ * add_generation_prompt. */
 #ifndef ZTRAIN_CHAT_TEMPLATE_H
 #define ZTRAIN_CHAT_TEMPLATE_H
 
@@ -26,8 +36,8 @@
 typedef struct zt_chat_template zt_chat_template;
 
 /* Parses and checks template text. source names it in messages ("tokenizer_config.json");
- * bos and eos are the bos_token and eos_token strings (NULL: ""). *out is the caller's to
- * destroy. */
+ * bos and eos are the bos_token and eos_token strings (NULL: the variable is undefined, as
+ * transformers leaves a token the tokenizer lacks). *out is the caller's to destroy. */
 zt_status zt_chat_template_parse(const char *text, const char *source, const char *bos,
                                  const char *eos, zt_chat_template **out);
 
