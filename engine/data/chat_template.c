@@ -162,6 +162,8 @@ static zt_status cut(zt_chat_template *t) {
         const char *inner_end = c;
         if (inner_end > inner && inner_end[-1] == '-')
             inner_end--, lstrip_next = true;
+        else if (kind != '{' && inner_end > inner && inner_end[-1] == '+')
+            inner_end--; /* "+%}" and "+#}" keep the newline trim_blocks would take */
         else if (kind != '{')
             trim_newline = true;
         p = c + 2;

@@ -148,6 +148,8 @@ with tempfile.TemporaryDirectory() as d:
         # whitespace control and strip with Python's whitespace
         ("'-' and Unicode whitespace", "a \u3000{%- if true -%}\u3000\u2003 b{% endif %}\u2028"
          "{{- ' c ' -}}\u00a0\n d", None, None),
+        ("'+' keeps what trim_blocks and lstrip_blocks take", "{% if true +%}\nx{% endif %}"
+         "{# c +#}\ny\n  {%+ if true %}z{% endif %}", None, None),
         ("lstrip_blocks and Unicode whitespace", "x\n\u3000 \u2003{% if true %}y{% endif %}\n"
          "\u00a0{% if true %}z{% endif %}\u3000\n", None, None),
         ("strip methods and trim", "{{ '\u3000\u0085 a \u2028'.strip() }}|"

@@ -5,7 +5,7 @@
  * The subset is what the published Llama 2, Llama 3, Mistral and Qwen2 templates use: text,
  * {{ expression }}, {% set %}, {% if %}/{% elif %}/{% else %}, {% for x in list %} with loop.index0,
  * loop.index, loop.revindex(0), loop.first, loop.last, loop.length, loop.depth(0),
- * loop.previtem and loop.nextitem, comments, and whitespace control ("-"); expressions over
+ * loop.previtem and loop.nextitem, comments, whitespace control ("-", "+"); expressions over
  * strings, integers, booleans, none, lists and objects: literals (strings with Python's
  * escapes), variables, x.attr, x['key'], x[i], slices x[a:b], + - * // % ~, comparisons, in,
  * and/or/not, the tests "is [not] defined/none/string", the filters trim and length, the methods
