@@ -30,10 +30,12 @@ val zt_chat_from_json(const cJSON *j) {
     if (cJSON_IsBool(j))
         return zt_chat_bool(cJSON_IsTrue(j));
     if (cJSON_IsNumber(j)) {
-        /* a conversion outside long long's range would be undefined behaviour */
-        if (!(j->valuedouble > -9.2e18 && j->valuedouble < 9.2e18))
-            return (val){.k = V_UNDEF, .s = "a JSON number beyond 64-bit integers"};
-        return v_int((long long)j->valuedouble);
+        /* an integer when it is one (a conversion outside long long's range would be undefined
+         * behaviour) */
+        double d = j->valuedouble;
+        if (d > -9.2e18 && d < 9.2e18 && d == (double)(long long)d)
+            return v_int((long long)d);
+        return (val){.k = V_FLOAT, .d = d};
     }
     if (cJSON_IsArray(j))
         return (val){.k = V_LIST, .j = j, .lo = 0, .hi = cJSON_GetArraySize(j)};
@@ -46,6 +48,7 @@ bool zt_chat_truthy(val v) {
     switch (v.k) {
     case V_BOOL: return v.b;
     case V_INT: return v.i != 0;
+    case V_FLOAT: return v.d != 0;
     case V_STR: return v.n > 0;
     case V_LIST: return v.hi > v.lo;
     case V_DICT: return v.j->child != NULL;
@@ -106,6 +109,9 @@ size_t zt_chat_space_suffix(const char *s, size_t n) {
 static bool equal(val a, val b) {
     if ((a.k == V_INT || a.k == V_BOOL) && (b.k == V_INT || b.k == V_BOOL))
         return (a.k == V_INT ? a.i : a.b) == (b.k == V_INT ? b.i : b.b);
+    if (a.k == V_FLOAT || b.k == V_FLOAT) { /* a float is never integral here, so != any int */
+        return a.k == b.k && a.d == b.d;
+    }
     if (a.k != b.k)
         return false;
     switch (a.k) {
@@ -359,6 +365,7 @@ static const char *type_name(val v) {
     case V_NONE: return "NoneType";
     case V_BOOL: return "bool";
     case V_INT: return "int";
+    case V_FLOAT: return "float";
     case V_STR: return "str";
     case V_LIST: return "list";
     case V_DICT: return "dict";
@@ -366,6 +373,8 @@ static const char *type_name(val v) {
     default: return "Undefined";
     }
 }
+
+const char *zt_chat_type_name(val v) { return type_name(v); }
 
 static val lookup(ex *e, const char *name, size_t n) {
     render *r = e->r;

@@ -278,8 +278,8 @@ static void run(render *r, int i, int stop, int frame) {
                 emit(r, s, n);
             else if (st == ZT_OK)
                 st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: printing a "
-                              "list or object is not supported", t->source,
-                              zt_chat_offset(t, d->offset));
+                              "%s is not supported", t->source, zt_chat_offset(t, d->offset),
+                              zt_chat_type_name(v));
             i++;
             break;
         }

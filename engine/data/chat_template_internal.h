@@ -33,7 +33,9 @@ struct zt_chat_template {
     size_t n_cr;
 };
 
-typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_STR, V_LIST, V_DICT, V_LOOP } vkind;
+/* V_FLOAT: a conversation's non-integral JSON number, kept only to be compared or refused by
+ * name (the subset has no floating-point arithmetic or printing). */
+typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_LOOP } vkind;
 
 /* A for loop's position; the list is kept for loop.previtem and loop.nextitem. */
 typedef struct {
@@ -46,6 +48,7 @@ typedef struct {
     vkind k;
     bool b;
     long long i;
+    double d;            /* V_FLOAT */
     const char *s;       /* V_STR: not NUL-terminated; V_UNDEF: why (jinja2's message), or NULL */
     size_t n;
     const cJSON *j;      /* V_LIST (its items lo..hi-1), V_DICT */
@@ -96,6 +99,8 @@ bool zt_chat_is_ident(char c, bool first);
 /* v as jinja2 prints it (and '~' joins it): strings as they are, integers in decimal, True,
  * False, None, undefined as nothing; *s points into v or num. False for lists and objects. */
 bool zt_chat_text(val v, char num[32], const char **s, size_t *n);
+/* Python's name of v's type, for messages ("str", "int", "dict", ...). */
+const char *zt_chat_type_name(val v);
 
 /* Evaluates the expression of node d in render r, or only checks it when r is NULL (every
  * construct is parsed, nothing is looked up); *st is the outcome, naming the template and the

@@ -122,7 +122,7 @@ with tempfile.TemporaryDirectory() as d:
     # transformers; otherwise ztrain refuses (when reading or rendering) with key in its message,
     # and jinja2 either raises too ("raise") or goes where the subset does not ("beyond").
     conv = [{"role": "user", "content": "héllo👍"}, {"role": "assistant", "content": "yo"},
-            {"role": "user", "content": "again"}]
+            {"role": "user", "content": "again", "n": 2.5}]
     INT_MIN = "(-9223372036854775807 - 1)"
     LANGUAGE = [
         # arithmetic: '*' and '//' never divide by zero, Python's floor semantics, 64-bit limits
@@ -140,6 +140,11 @@ with tempfile.TemporaryDirectory() as d:
         ("- overflow", "{{ " + INT_MIN + " - messages|length }}", "beyond 64 bits", "beyond"),
         ("* overflow", "{{ 4611686018427387904 * 2 }}", "beyond 64 bits", "beyond"),
         ("a literal past 64 bits", "{{ 9223372036854775808 }}", "beyond 64 bits", "beyond"),
+        # a conversation's float compares, and is refused where the subset would need its value
+        ("a float from JSON", "{{ messages[2].n == messages[2]['n'] }}{{ messages[2].n == 2 }}"
+         "{% if messages[2].n %}!{% endif %}{{ messages[2].n is defined }}", None, None),
+        ("printing a float", "{{ messages[2].n }}", "printing a float", "beyond"),
+        ("a float in arithmetic", "{{ messages[2].n + 1 }}", "float", "beyond"),
         # nesting
         ("40 parentheses", "{{ " + "(" * 40 + "messages[0]['content']" + ")" * 40 + " }}",
          None, None),

@@ -19,7 +19,8 @@
  * whitespace controls remove Python's Unicode whitespace, CRLF and CR read as "\n", and an
  * undefined variable or key prints as nothing but fails the render with jinja2's message when
  * used (an attribute of it, "+", "-"). Integers are 64-bit: a result past that, and division by
- * zero, fail the render by name. Offsets in messages count bytes of the text as given.
+ * zero, fail the render by name, as does printing or computing with a conversation's
+ * non-integral number. Offsets in messages count bytes of the text as given.
  *
  * Variables: messages (the conversation, a list of {"role", "content"} objects), bos_token,
  * eos_token (each undefined when the tokenizer has none, as in transformers) and
