@@ -153,7 +153,9 @@ static zt_status write_files(const char *tmp, const zt_model_spec *spec, zt_ckpt
     if (s == ZT_OK && n_shards > 1)
         s = write_index(tmp, e, n, n_shards, total);
     free(e);
-    *res = (zt_hf_export_result){.n_shards = n_shards, .total_bytes = total, .n_params = params};
+    *res = (zt_hf_export_result){.n_shards = n_shards, .total_bytes = total, .n_params = params,
+                                 .n_positions = strcmp(spec->type, "gpt2") == 0 ? spec->block_size
+                                                                               : 0};
     return s;
 }
 

@@ -1,6 +1,7 @@
 /* The checks of a job that read its files, made once by whoever starts the ranks (`ztrain run`,
  * ztraind) before any rank starts: the data files open with the model's vocabulary and hold at
- * least what one rank's first batch needs, and model.init_from can be read. Without them each
+ * least what one rank's first batch needs, model.init_from can be read, and data.tokenizer is a
+ * tokenizer.json ztrain reads whose ids fit the model's vocabulary. Without them each
  * rank would find the same fault on its own and the job would fail with one error per rank. */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 
 #include "ztrain/data.h"
 #include "ztrain/job_spec.h"
+#include "ztrain/tokenizer.h"
 
 static zt_status check_dataset(const zt_job_spec *job, const char *path, const char *key,
                                bool drop_last, const char *source) {
@@ -32,7 +34,35 @@ static zt_status check_dataset(const zt_job_spec *job, const char *path, const c
     return s;
 }
 
+/* data.tokenizer is what `ztrain sample` and the evaluation samples encode with, and what the
+ * checkpoint records: a file that is not a tokenizer.json ztrain reads, or whose ids run past
+ * model.vocab_size, would fail only later, after training. */
+static zt_status check_tokenizer(const zt_job_spec *job, const char *source) {
+    const char *path = job->data.tokenizer;
+    struct stat st;
+    /* Judged by stat before it is read: a FIFO would hold whoever checks the job. */
+    if (stat(path, &st) != 0)
+        return zt_error(ZT_ERR_IO, "%s: data.tokenizer: cannot open %s: %s", source, path,
+                        strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return zt_error(ZT_ERR_IO, "%s: data.tokenizer: %s is not a regular file", source, path);
+    zt_tokenizer_t *tok;
+    zt_status s = zt_tokenizer_load(path, &tok);
+    if (s != ZT_OK)
+        return zt_error_prefix(s, "%s: data.tokenizer: ", source);
+    int32_t n = zt_tokenizer_vocab_size(tok);
+    zt_tokenizer_destroy(tok);
+    if (n > job->model.vocab_size)
+        return zt_error(ZT_ERR_INVALID, "%s: data.tokenizer: %s has %d tokens but "
+                        "model.vocab_size is %d", source, path, n, job->model.vocab_size);
+    return ZT_OK;
+}
+
 zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source) {
+    /* The tokenizer first: data made with a tokenizer larger than the model fails on its ids,
+     * and the tokenizer is the cause to name. */
+    if (job->data.tokenizer)
+        ZT_TRY(check_tokenizer(job, source));
     ZT_TRY(check_dataset(job, NULL, "data.train", job->ds.dataloader_drop_last, source));
     if (job->data.val && job->train.eval_interval > 0)
         ZT_TRY(check_dataset(job, job->data.val, "data.val", false, source));

@@ -113,13 +113,15 @@ static const hf_row rows[] = {
     /* rope_scaling is an object, or null for none. */
     FIELD("llama qwen2", "rope_scaling.rope_type", "rope_scaling", "null",
           .allowed = "[\"linear\", \"llama3\"]", .when = "rope_scaling"),
-    FIELD("llama qwen2", "rope_scaling.factor", "rope_factor", "1.0", .when = "rope_scaling"),
-    FIELD("llama qwen2", "rope_scaling.low_freq_factor", "rope_low_freq_factor", "1.0",
+    /* transformers has no defaults for these: a scaling type without one of its members is
+     * refused by zt_hf_layout_read before the rows are read. */
+    FIELD("llama qwen2", "rope_scaling.factor", "rope_factor", "null", .when = "rope_scaling"),
+    FIELD("llama qwen2", "rope_scaling.low_freq_factor", "rope_low_freq_factor", "null",
           .when = "rope_scaling.rope_type=llama3"),
-    FIELD("llama qwen2", "rope_scaling.high_freq_factor", "rope_high_freq_factor", "4.0",
+    FIELD("llama qwen2", "rope_scaling.high_freq_factor", "rope_high_freq_factor", "null",
           .when = "rope_scaling.rope_type=llama3"),
     FIELD("llama qwen2", "rope_scaling.original_max_position_embeddings",
-          "rope_original_max_position", "8192", .when = "rope_scaling.rope_type=llama3"),
+          "rope_original_max_position", "null", .when = "rope_scaling.rope_type=llama3"),
 };
 
 /* The class from_pretrained builds for each model_type (config.json's "architectures"). */
@@ -204,9 +206,12 @@ static zt_status set_field(const zt_model_field *f, zt_model_spec *spec, const c
     }
     switch (f->kind) {
     case ZT_FIELD_INT:
-        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-            v->valuedouble < INT_MIN || v->valuedouble > INT_MAX)
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
             break;
+        if (v->valuedouble < INT_MIN || v->valuedouble > INT_MAX)
+            return zt_error(ZT_ERR_FORMAT, "%s: key '%s' (for model.%s) is %s, out of range: "
+                            "ztrain holds it in a 32-bit integer (at most %d)", path, key,
+                            f->key, got, INT_MAX);
         *(int *)p = (int)v->valuedouble;
         return ZT_OK;
     case ZT_FIELD_FLOAT:
@@ -233,16 +238,28 @@ static zt_status set_field(const zt_model_field *f, zt_model_spec *spec, const c
                     kinds[f->kind], f->key, got);
 }
 
-/* Qwen2 applies its sliding window only from layer max_window_layers on; ztrain's window is the
- * same in every layer, so a window that leaves some layers out is refused. */
-static zt_status check_qwen2(const cJSON *root, const zt_hf_config *c) {
+/* Qwen2 applies its sliding window only from layer max_window_layers on (transformers 4's flash
+ * attention, 5's layer_types; hf_layout.c's rule): a max_window_layers at or past the last
+ * layer windows none, and the model has no window. ztrain's window is the same in every layer,
+ * so a window that leaves some layers out is refused. */
+static zt_status check_qwen2(const cJSON *root, zt_hf_config *c) {
     const cJSON *use = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");
     const cJSON *mwl = cJSON_GetObjectItemCaseSensitive(root, "max_window_layers");
-    int layers = mwl && cJSON_IsNumber(mwl) ? mwl->valueint : 28;
+    if (mwl && !cJSON_IsNull(mwl) &&
+        !(cJSON_IsNumber(mwl) && mwl->valuedouble == floor(mwl->valuedouble)))
+        return zt_error(ZT_ERR_FORMAT, "%s: key 'max_window_layers' must be an integer",
+                        c->path);
+    double layers = cJSON_IsNumber(mwl) ? mwl->valuedouble : 28;
+    if (cJSON_IsTrue(use) && layers >= c->spec.n_layer) {
+        const zt_model_field *f = zt_model_family_field(c->family, "sliding_window");
+        if (f)
+            *(int *)((char *)&c->spec + f->offset) = 0;
+        return ZT_OK;
+    }
     if (cJSON_IsTrue(use) && layers > 0 && layers < c->spec.n_layer)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: key 'max_window_layers' (%d) is below "
                         "num_hidden_layers (%d) with use_sliding_window: ztrain applies one "
-                        "sliding window to every layer, not to some", c->path, layers,
+                        "sliding window to every layer, not to some", c->path, (int)layers,
                         c->spec.n_layer);
     return ZT_OK;
 }
@@ -281,8 +298,10 @@ static zt_status apply_row(const hf_row *r, const cJSON *root, zt_hf_config *c) 
             v->valuedouble != floor(v->valuedouble)) {
             char got[96];
             zt_json_repr(v, got, sizeof got);
-            s = zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a positive integer, got %s",
-                         c->path, r->key, got);
+            bool big = cJSON_IsNumber(v) && v->valuedouble > INT_MAX;
+            s = zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a positive integer%s, got %s",
+                         c->path, r->key, big ? " of at most 2147483647 (out of range)" : "",
+                         got);
         } else {
             c->max_positions = (int)v->valuedouble;
             c->max_positions_key = r->key;
@@ -382,11 +401,29 @@ static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
     return check_weights(dir);
 }
 
+/* A key an object holds twice keeps its last value, as Python's json (and so transformers)
+ * reads it; cJSON would find the first. */
+static void keep_last(cJSON *node) {
+    cJSON *c = node->child;
+    while (c) {
+        cJSON *next = c->next;
+        if (cJSON_IsObject(c) || cJSON_IsArray(c))
+            keep_last(c);
+        bool later = false;
+        for (const cJSON *o = next; o && cJSON_IsObject(node) && c->string && !later; o = o->next)
+            later = o->string && strcmp(o->string, c->string) == 0;
+        if (later)
+            cJSON_Delete(cJSON_DetachItemViaPointer(node, c));
+        c = next;
+    }
+}
+
 zt_status zt_hf_config_read(const char *dir, zt_hf_config *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->path, sizeof out->path, "%s/config.json", dir);
     cJSON *root;
     ZT_TRY(zt_json_load_file(out->path, &root));
+    keep_last(root);
     zt_status s = read_config(root, dir, out);
     cJSON_Delete(root);
     return s;
@@ -420,6 +457,16 @@ static cJSON *field_json(const zt_model_family *fam, const zt_model_field *f, co
     /* No window is null in Mistral's and Qwen2's configs. */
     if (ip && *ip == 0 && strcmp(r->key, "sliding_window") == 0)
         return cJSON_CreateNull();
+    /* A float field holds a JSON float even when it is whole ("factor": 8.0, as save_pretrained
+     * writes it): transformers checks isinstance(factor, float) and warns on an integer. */
+    if (f->kind == ZT_FIELD_FLOAT) {
+        double v = *(const double *)((const char *)spec + f->offset);
+        if (isfinite(v) && v == floor(v) && fabs(v) < 1e15) {
+            char text[32];
+            snprintf(text, sizeof text, "%.1f", v);
+            return cJSON_CreateRaw(text);
+        }
+    }
     return zt_model_field_to_cjson(f, spec);
 }
 
@@ -459,7 +506,10 @@ static cJSON *config_json(const zt_model_spec *spec, const zt_model_family *fam)
             continue;
         if (r->kind == ROW_FIXED) {
             cJSON *allowed = cJSON_Parse(r->allowed);
-            put(root, r->key, cJSON_Duplicate(cJSON_GetArrayItem(allowed, 0), true));
+            const cJSON *v = cJSON_GetArrayItem(allowed, 0);
+            /* A float as its default is spelled (0.0, 1e-05), which cJSON would print as 0. */
+            bool spelled = cJSON_IsNumber(v) && strpbrk(r->def, ".eE");
+            put(root, r->key, spelled ? cJSON_CreateRaw(r->def) : cJSON_Duplicate(v, true));
             cJSON_Delete(allowed);
             continue;
         }

@@ -3,8 +3,10 @@
  * The rules are transformers 5's PreTrainedConfig.convert_rope_params_to_dict and
  * standardize_rope_params (modeling_rope_utils.py) and Qwen2Config.__post_init__, re-derived: a
  * truthy rope_scaling replaces rope_parameters, rope_theta comes from the rotary dict, else the
- * top-level key, else 10000, and llama3's original_max_position_embeddings defaults to
- * max_position_embeddings. transformers 4.x reads only the top-level keys. */
+ * top-level key, else 10000, and llama3's original_max_position_embeddings in rope_parameters
+ * defaults to max_position_embeddings. transformers 4.x reads only the top-level keys, and
+ * refuses a rope_scaling without a member its type needs; so does ztrain, in both layouts
+ * (check_required), except that one default of transformers 5. */
 #define _POSIX_C_SOURCE 200809L
 #include "hf_layout.h"
 
@@ -130,6 +132,31 @@ static zt_status check_rope_dict(const cJSON *rp, const char *name, const char *
     return ZT_OK;
 }
 
+/* The members each scaling type must have: transformers (4.x's rope_config_validation, 5.x's
+ * validate_rope) raises KeyError without them rather than assume a value. */
+static zt_status check_required(const cJSON *rs, const char *name, const char *path) {
+    static const char *const linear[] = {"factor", NULL};
+    static const char *const llama3[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                         "original_max_position_embeddings", NULL};
+    const char *t = rope_type_of(rs);
+    const char *const *need = strcmp(t, "linear") == 0   ? linear
+                              : strcmp(t, "llama3") == 0 ? llama3
+                                                         : NULL;
+    for (; need && *need; need++) {
+        if (cJSON_GetObjectItemCaseSensitive(rs, *need))
+            continue;
+        /* Only a config without max_position_embeddings gets here through rope_parameters. */
+        if (strcmp(name, "rope_parameters") == 0 &&
+            strcmp(*need, "original_max_position_embeddings") == 0)
+            return zt_error(ZT_ERR_FORMAT, "%s: key 'rope_parameters.%s' is missing, and so is "
+                            "'max_position_embeddings', which transformers 5 would take for it: "
+                            "give one of them", path, *need);
+        return zt_error(ZT_ERR_FORMAT, "%s: key '%s.%s' is missing: rope_type \"%s\" needs it "
+                        "(transformers raises KeyError without it)", path, name, *need, t);
+    }
+    return ZT_OK;
+}
+
 /* The scaling members of rope_parameters, as the rope_scaling object rows read. */
 static cJSON *scaling_from(const cJSON *rp, const cJSON *root) {
     cJSON *rs = cJSON_CreateObject();
@@ -175,8 +202,12 @@ static zt_status read_rope(cJSON *root, const char *type, const char *path) {
     cJSON *old = cJSON_IsObject(rs) ? cJSON_GetObjectItemCaseSensitive(rs, "type") : NULL;
     if (old && !cJSON_GetObjectItemCaseSensitive(rs, "rope_type"))
         cJSON_AddItemToObject(rs, "rope_type", cJSON_Duplicate(old, true));
-    if (truthy(rs) && strcmp(type, "gpt2") != 0)
+    if (truthy(rs) && strcmp(type, "gpt2") != 0) {
         ZT_TRY(check_rope_dict(rs, "rope_scaling", path));
+        /* transformers 4 refuses a rope_scaling without llama3's pre-training length; 5 would
+         * take max_position_embeddings: refused, as the versions disagree. */
+        ZT_TRY(check_required(rs, "rope_scaling", path));
+    }
     cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     if (!rp || cJSON_IsNull(rp))
         return ZT_OK;
@@ -209,9 +240,11 @@ static zt_status read_rope(cJSON *root, const char *type, const char *path) {
     if (truthy(rs))
         return cJSON_IsObject(rs) ? check_same_scaling(rp, rs, path) : ZT_OK;
     cJSON_DeleteItemFromObjectCaseSensitive(root, "rope_scaling");
-    if (strcmp(rope_type_of(rp), "default") != 0)
-        cJSON_AddItemToObject(root, "rope_scaling", scaling_from(rp, root));
-    return ZT_OK;
+    if (strcmp(rope_type_of(rp), "default") == 0)
+        return ZT_OK;
+    cJSON *derived = scaling_from(rp, root);
+    cJSON_AddItemToObject(root, "rope_scaling", derived);
+    return check_required(derived, "rope_parameters", path);
 }
 
 static int int_or(const cJSON *root, const char *key, int def) {

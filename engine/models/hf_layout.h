@@ -19,7 +19,10 @@
  * rope_parameters' rope_theta becomes rope_theta and its scaling becomes rope_scaling, as
  * transformers 5 reads them; an old rope_scaling "type" becomes "rope_type". Fails, naming the
  * key and path, on per-layer-type rotary parameters, a rope_type other than default, linear and
- * llama3, a partial_rotary_factor other than 1, a key inside rope_parameters it does not know,
+ * llama3, a scaling without a member transformers requires of its type (linear's factor;
+ * llama3's factor, low/high_freq_factor and original_max_position_embeddings, which only
+ * rope_parameters may leave to max_position_embeddings), a partial_rotary_factor other than 1, a
+ * key inside rope_parameters it does not know,
  * a rope_theta or scaling that transformers 4 and 5 would read differently, and a Qwen2
  * layer_types whose windowed layers differ from what use_sliding_window and max_window_layers
  * say. */

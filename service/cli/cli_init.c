@@ -36,19 +36,41 @@ static int usage(const char *fmt, const char *arg) {
     return 2;
 }
 
-/* `path` as the job file at `job_dir` should name it: relative when it lies below job_dir, else
- * absolute. Heap-owned; NULL when path does not exist. */
+/* `path` as the job file at `job_dir` should name it: relative to job_dir, climbing out of it
+ * with "../" where path lies elsewhere, so the job and its model move together. Heap-owned;
+ * NULL when path does not exist (job_dir must). */
 static char *path_from(const char *job_dir, const char *path) {
     char *abs = realpath(path, NULL), *base = realpath(job_dir, NULL);
     char *out = NULL;
     if (abs && base) {
-        size_t n = strlen(base);
-        if (strncmp(abs, base, n) == 0 && abs[n] == '/')
-            out = strdup(abs + n + 1);
-        else if (strcmp(abs, base) == 0)
+        /* The longest common leading run of whole components. */
+        size_t common = 0;
+        for (size_t i = 0;; i++) {
+            bool end_a = abs[i] == '\0' || abs[i] == '/';
+            bool end_b = base[i] == '\0' || base[i] == '/';
+            if (end_a && end_b)
+                common = i;
+            if (abs[i] != base[i] || abs[i] == '\0')
+                break;
+        }
+        size_t ups = 0;
+        for (const char *p = base + common; *p; p++)
+            ups += p[0] == '/' && p[1] != '\0';
+        const char *rest = abs + common + (abs[common] == '/');
+        if (ups == 0 && !*rest) {
             out = strdup(".");
-        else
-            out = strdup(abs);
+        } else {
+            size_t n = 3 * ups + strlen(rest) + 1;
+            out = malloc(n);
+            if (out) {
+                out[0] = '\0';
+                for (size_t i = 0; i < ups; i++)
+                    strcat(out, "../");
+                strcat(out, rest);
+                if (!*rest)
+                    out[strlen(out) - 1] = '\0';
+            }
+        }
     }
     free(abs);
     free(base);
@@ -98,7 +120,13 @@ int zt_cli_init(int argc, char **argv) {
     if (!slash)
         strcpy(job_dir, ".");
     else
-        *slash = '\0';
+        slash[slash == job_dir] = '\0'; /* "/job.json" is in "/" */
+    struct stat st;
+    if (stat(job_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        int rc = usage("--out %s: no such directory to write it in", out);
+        free(job_dir);
+        return rc;
+    }
     char *init_from = path_from(job_dir, hf);
     char *ds_path = ds ? path_from(job_dir, ds) : NULL;
     char tok_file[PATH_MAX];
@@ -194,10 +222,17 @@ int zt_cli_init(int argc, char **argv) {
     if (rc == 0) {
         printf("wrote %s: fine-tunes %s%s%s\n", out, init_from, ds_path ? " with " : "",
                ds_path ? ds_path : "");
-        printf("next: make its data with the model's tokenizer, then train:\n"
-               "  ztrain prepare --tokenizer %s/tokenizer.json --out %s/data --name data "
-               "TEXT_FILES...\n  ztrain run %s\n",
-               hf, job_dir, out);
+        if (tokenizer)
+            printf("next: make its data with the model's tokenizer, then train:\n"
+                   "  ztrain prepare --tokenizer %s --out %s/data --name data TEXT_FILES...\n"
+                   "  ztrain run %s\n",
+                   tok_file, job_dir, out);
+        else
+            printf("%s has no tokenizer.json: make the data with the tokenizer.json the model "
+                   "was trained with (data.tokenizer in %s may name it), then train:\n"
+                   "  ztrain prepare --tokenizer TOKENIZER.json --out %s/data --name data "
+                   "TEXT_FILES...\n  ztrain run %s\n",
+                   hf, out, job_dir, out);
     }
     free(text);
     free(job_dir);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_chat.h"
@@ -758,6 +759,31 @@ static int export_hf(const char *dir, const char *tag, const char *out, const ch
         return zt_cli_fail(NULL);
     printf("wrote %s (%zu parameters, %d shard%s, %llu bytes)\n", out, res.n_params,
            res.n_shards, res.n_shards == 1 ? "" : "s", (unsigned long long)res.total_bytes);
+    if (res.n_positions > 0)
+        printf("n_positions is %d, the job's block_size: training crops GPT-2's position table "
+               "to block_size, so the checkpoint holds only those rows\n", res.n_positions);
+    return 0;
+}
+
+/* `export --out FILE`: FILE is new (an existing one is the user's, kept, as --hf keeps a
+ * non-empty directory and init a job file) in a directory that exists, named as such rather
+ * than through the temporary file written beside FILE. */
+static int check_export_out(const char *out) {
+    struct stat st;
+    if (lstat(out, &st) == 0) {
+        fprintf(stderr, "ztrain: export: --out %s exists (it is kept: remove it or choose "
+                        "another name)\n", out);
+        return 1;
+    }
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out) : 1, slash ? out : ".");
+    if (slash == out)
+        snprintf(dir, sizeof dir, "/");
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "ztrain: export: --out %s: no such directory %s\n", out, dir);
+        return 1;
+    }
     return 0;
 }
 
@@ -789,6 +815,9 @@ static int cmd_export(int argc, char **argv) {
         return bad_usage("export: %s--max-shard-size goes with --hf DIR", "");
     if (hf)
         return export_hf(dir, tag, hf, max_size);
+    int rc = check_export_out(out);
+    if (rc)
+        return rc;
     /* Streamed tensor by tensor from the checkpoint's files (a ZeRO-3 checkpoint's shards), never
      * the whole model in memory. */
     if (zt_ckpt_export_fp32(dir, tag, out) != ZT_OK)

@@ -414,10 +414,19 @@ try:
     expect_failure("sample --prompt-tokens 1,,2",
                    ztrain(["sample", good_ckpt, "--prompt-tokens", "1,,2"]), ["1,,2"], exit_code=2)
 
-    expect_failure("export to a directory that does not exist",
-                   ztrain(["export", good_ckpt, "--out",
-                           os.path.join(good, "no", "such", "dir", "m.safetensors")]),
-                   [os.path.join(good, "no", "such", "dir")])
+    rc, out, err = ztrain(["export", good_ckpt, "--out",
+                           os.path.join(good, "no", "such", "dir", "m.safetensors")])
+    expect_failure("export to a directory that does not exist", (rc, out, err),
+                   [os.path.join(good, "no", "such", "dir"), "--out", "no such directory"])
+    ck.check(".tmp" not in err, f"export --out names the missing directory, not its temporary "
+             f"file ({err.strip()[:200]})")
+    # An existing file is the user's: kept, as export --hf keeps a non-empty directory.
+    kept = os.path.join(good, "kept.safetensors")
+    with open(kept, "w") as f:
+        f.write("mine")
+    expect_failure("export --out onto an existing file",
+                   ztrain(["export", good_ckpt, "--out", kept]), [kept, "exists"])
+    ck.check(open(kept).read() == "mine", "export --out left the existing file as it was")
 
     # ---- sample / export on missing or unfinished checkpoints ----------------------------------
     empty = new_case_dir()

@@ -206,6 +206,24 @@ def part_e(tmp):
           f"e: an existing job file is never overwritten ({err.strip()})")
     rc, _, err = run([ZTRAIN, "init", "--hf", os.path.join(d, "nope")])
     check(rc == 2 and "nope" in err, f"e: a missing directory is named ({err.strip()})")
+    # The model outside the job's directory: init_from climbs out with ../, and resolves (by
+    # os.path, not ztrain) to the model; the directory has no tokenizer.json, and the next step
+    # printed says so instead of naming a file that is not there.
+    os.makedirs(os.path.join(d, "jobs", "a"))
+    out2 = os.path.join(d, "jobs", "a", "job.json")
+    rc, o, err = run([ZTRAIN, "init", "--hf", hf, "--out", out2])
+    init_from = json.load(open(out2))["model"]["init_from"] if rc == 0 else None
+    check(rc == 0 and init_from == "../../models/tiny" and os.path.samefile(
+          os.path.join(os.path.dirname(out2), init_from), hf),
+          f"e: init_from relative with ../ for a model outside the job's directory "
+          f"({init_from}, {err.strip()})")
+    check("tokenizer.json" in o and "has no tokenizer.json" in o
+          and f"{hf}/tokenizer.json" not in o,
+          f"e: without a tokenizer.json the next step says so ({o.strip()})")
+    # --out in a directory that does not exist is --out's fault, not --hf's.
+    rc, _, err = run([ZTRAIN, "init", "--hf", hf, "--out", os.path.join(d, "newdir", "j.json")])
+    check(rc == 2 and "--out" in err and "newdir" in err and f"--hf {hf}" not in err,
+          f"e: a missing --out directory is named as --out's ({err.strip()})")
 
 
 def part_f(tmp):

@@ -107,6 +107,42 @@ def main():
         check(r.returncode != 0 and "data.train[1].weight" in r.stderr and "must be > 0" in r.stderr,
               f"weight 0: {r.stderr.strip()}")
 
+        # data.tokenizer is checked where the job is checked (validate, run), by name: a file
+        # that is missing, not JSON, a tokenizer ztrain does not read, or one with more tokens
+        # than the model's vocab_size (counted by `tokenizers` itself) fails before training.
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordPiece
+        Tokenizer(WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]")).save(out("wordpiece.json"))
+        with open(out("notjson.json"), "w") as f:
+            f.write("this is not JSON\n")
+        n_tok = tok.get_vocab_size(with_added_tokens=True)
+        for what, path, vocab, words in (
+                ("missing", "nope.json", 512, ["nope.json"]),
+                ("not JSON", "notjson.json", 512, ["notjson.json"]),
+                ("WordPiece", "wordpiece.json", 512, ["wordpiece.json", "WordPiece"]),
+                ("too many tokens", "tokenizer.json", n_tok - 1,
+                 ["tokenizer.json", str(n_tok), f"model.vocab_size is {n_tok - 1}"])):
+            bj = job("ckpt-tok", False, 0)
+            bj["data"]["tokenizer"] = path
+            bj["model"]["vocab_size"] = vocab
+            with open(out("tok.json"), "w") as f:
+                json.dump(bj, f)
+            for cmd in (["validate", out("tok.json")],
+                        ["run", out("tok.json"), "--out", out("tok-run")]):
+                r = subprocess.run([ZTRAIN, *cmd], capture_output=True, text=True, timeout=240)
+                check(r.returncode == 1 and "data.tokenizer" in r.stderr
+                      and all(w in r.stderr for w in words)
+                      and not os.path.exists(out("tok-run/metrics.jsonl")),
+                      f"data.tokenizer {what}: `ztrain {cmd[0]}` exit {r.returncode}, "
+                      f"{r.stderr.strip()[-300:]}")
+        bj["model"]["vocab_size"] = n_tok
+        with open(out("tok.json"), "w") as f:
+            json.dump(bj, f)
+        r = subprocess.run([ZTRAIN, "validate", out("tok.json")], capture_output=True, text=True,
+                           timeout=240)
+        check(r.returncode == 0, f"a tokenizer of exactly vocab_size {n_tok} tokens is accepted: "
+              f"{r.stderr.strip()[-300:]}")
+
         # A job that asks for a text sample at each evaluation: rank 0 logs it; at the last step
         # it is what `ztrain sample` draws from the final checkpoint with the same settings.
         prompt = "the city of café"

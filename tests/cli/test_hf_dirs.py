@@ -203,6 +203,14 @@ try:
                  and cfg.get("n_positions") == T and cfg.get("torch_dtype") == "float32",
                  f"config.json: model_type, architectures, n_positions = block_size, torch_dtype "
                  f"({ {k: cfg.get(k) for k in ('model_type', 'architectures', 'n_positions', 'torch_dtype')} })")
+        # The job trained at block_size T of the directory's NPOS positions: the loader crops
+        # the position table to T rows, so that is what the checkpoint holds and the export
+        # writes, and export says so rather than cut the table without a word.
+        rows = [t.shape[0] for s in shards for k, t in load_file(os.path.join(out_dir, s)).items()
+                if k.endswith("wpe.weight")]
+        ck.check(rows == [T] and f"n_positions is {T}, the job's block_size" in out,
+                 f"export writes the {T} position rows the checkpoint holds ({rows}) and says "
+                 f"n_positions is block_size: {out.strip()}")
         exp = GPT2LMHeadModel.from_pretrained(out_dir).eval()
         ck.check(exp.config.n_layer == L and exp.config.n_embd == C and exp.config.vocab_size == V,
                  "from_pretrained builds the same architecture")

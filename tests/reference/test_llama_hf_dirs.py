@@ -25,7 +25,8 @@ import torch  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from llama_ref import CLASSES, base_config, hf_model  # noqa: E402
-from ztref import Checker, read_metrics, rel_err, run, tool, write_job, write_llmc_tokens  # noqa: E402
+from ztref import (Checker, first_loss_from_hf, read_metrics, rel_err, run, tool,  # noqa: E402
+                   write_job, write_llmc_tokens)
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
@@ -123,6 +124,15 @@ for i, (what, family, dtype, config) in enumerate(CASES):
         ck.check(not differ and exp["architectures"] == [cls.__name__],
                  f"{what}: config.json gives back every architecture key ({differ}), "
                  f"architectures {exp.get('architectures')}")
+        # A float stays a float (8.0, not 8): transformers' rope validation warns on an int.
+        def flat(c):
+            return {**c, **{"rope_scaling." + k: v
+                            for k, v in (c.get("rope_scaling") or {}).items()}}
+        not_float = {k: flat(exp)[k] for k, v in flat(src).items()
+                     if isinstance(v, float) and k in flat(exp)
+                     and not isinstance(flat(exp)[k], float)}
+        ck.check(not not_float, f"{what}: the source's floats are floats in the export, not "
+                 f"integers: {not_float}")
         back = cls.from_pretrained(out, attn_implementation="eager").eval()
         orig = cls.from_pretrained(hf_dir, torch_dtype=torch.float32, attn_implementation="eager")
         sd_back, sd_orig = back.state_dict(), orig.state_dict()
@@ -135,6 +145,72 @@ for i, (what, family, dtype, config) in enumerate(CASES):
         e = rel_err(zl.view(B, BLOCK, V), hl) if zl is not None else float("nan")
         ck.check(zl is not None and e < 1e-5, f"{what}: from_pretrained(exported) logits vs "
                  f"ztrain's of the same directory: rel err {e:.2e} {why}")
+
+# Qwen2's sliding window covers layer i when use_sliding_window and i >= max_window_layers: the
+# rule of transformers' flash-attention path (modeling_qwen2 4.46, Qwen2FlashAttention2) and of
+# transformers 5's layer_types. max_window_layers at num_hidden_layers (or the default 28 above
+# a 2-layer model) windows no layer; 0 windows every one. 4.46's eager and sdpa paths window
+# every layer whatever max_window_layers says ("Sliding Window Attention is enabled but not
+# implemented for `eager`"), so the reference for "no layer" is the same weights with
+# use_sliding_window false, and for "every layer" the eager model as saved. A window of 4 under
+# a 16-token block changes the logits, so each case tells the two apart.
+for i, (what, mwl, windowed) in enumerate([
+        ("qwen2 use_sliding_window, max_window_layers = num_hidden_layers", 2, False),
+        ("qwen2 use_sliding_window, max_window_layers absent (28)", None, False),
+        ("qwen2 use_sliding_window, max_window_layers 0", 0, True)]):
+    cfg = base_config(num_key_value_heads=4, use_sliding_window=True, sliding_window=4)
+    if mwl is not None:
+        cfg["max_window_layers"] = mwl
+    model = hf_model("qwen2", 70 + i, **cfg)
+    cls = CLASSES["qwen2"][1]
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(270 + i)
+    tokens = torch.randint(0, V, (B * BLOCK + 1,), generator=g)
+    inputs = torch.stack([tokens[j * BLOCK:j * BLOCK + BLOCK] for j in range(B)]).to(torch.int32)
+    targets = torch.stack([tokens[j * BLOCK + 1:j * BLOCK + BLOCK + 1] for j in range(B)])
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(f"{d}/hf", safe_serialization=True)
+        if mwl is None:
+            c = json.load(open(f"{d}/hf/config.json"))
+            del c["max_window_layers"]
+            json.dump(c, open(f"{d}/hf/config.json", "w"))
+        # from_pretrained sets its keyword arguments after Qwen2Config.__init__, so the window
+        # goes by sliding_window=None (what __init__ makes of use_sliding_window false).
+        with torch.no_grad():
+            every, none = (cls.from_pretrained(f"{d}/hf", attn_implementation="eager", **over)
+                           .double().eval()(input_ids=inputs.long()).logits
+                           for over in ({}, {"sliding_window": None}))
+        want, wrong = (every, none) if windowed else (none, every)
+        want_loss = torch.nn.functional.cross_entropy(want.reshape(-1, V),
+                                                      targets.reshape(-1)).item()
+        got, why = ztrain_logits(d, "hf", inputs)
+        e = rel_err(got.view(B, BLOCK, V), want) if got is not None else float("nan")
+        ck.check(got is not None and e < 1e-5 and rel_err(wrong, want) > 1e-3,
+                 f"{what}: logits with {'every' if windowed else 'no'} layer windowed: rel err "
+                 f"{e:.2e} (the other reading differs by {rel_err(wrong, want):.1e}) {why}")
+        loss, p = first_loss_from_hf(d, "hf", tokens.tolist() * 4, B, BLOCK)
+        e = abs(loss - want_loss) / want_loss
+        ck.check(p.returncode == 0 and e < 1e-5, f"{what}: `ztrain run` first loss {loss:.7f} vs "
+                 f"transformers {want_loss:.7f} (rel {e:.1e}) {p.stderr.strip()[-200:]}")
+        if p.returncode != 0:
+            continue
+        p = run([tool("ztrain"), "export", f"{d}/ckpt", "--hf", f"{d}/exported"], check=False)
+        ck.check(p.returncode == 0, f"{what}: export --hf: {p.stderr.strip()[-200:]}")
+        if p.returncode != 0:
+            continue
+        exp = json.load(open(f"{d}/exported/config.json"))
+        # What the export says, read by transformers 4's flash rule and 5's layer_types.
+        use = exp.get("use_sliding_window") and exp.get("sliding_window") is not None
+        rule = [bool(use) and j >= exp.get("max_window_layers", 28) for j in range(2)]
+        five = [t == "sliding_attention" for t in exp.get("layer_types", [])]
+        ck.check(rule == [windowed] * 2 and five == rule,
+                 f"{what}: the export windows {rule} by max_window_layers, {five} by "
+                 f"layer_types (want {[windowed] * 2})")
+        back = cls.from_pretrained(f"{d}/exported", attn_implementation="eager").double().eval()
+        with torch.no_grad():
+            e = rel_err(back(input_ids=inputs.long()).logits, want)
+        ck.check(e < 1e-12, f"{what}: transformers loads the export as the same model: logits "
+                 f"rel err {e:.2e}")
 
 # A directory of a configuration ztrain refuses fails when the job is read, naming the key.
 with tempfile.TemporaryDirectory() as d:

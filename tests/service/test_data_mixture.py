@@ -33,7 +33,10 @@ def main():
         for i in range(3):
             write_data(d.data_root, f"web/part_{i}.txt", bytes(range(32, 127)) * (20 + i))
         write_data(d.data_root, "code/a.txt", b"int main(void) { return 0; }\n" * 40)
-        write_data(d.data_root, "tok.json", b"{}")
+        # The smallest tokenizer.json ztrain reads (a BPE of two tokens): submit checks it.
+        write_data(d.data_root, "tok.json",
+                   b'{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}}')
+        write_data(d.data_root, "empty-tok.json", b"{}")
 
         # The C CLI: a job file whose data.train is a mixture, with a tokenizer path.
         job = mixture_job(d, "cli-mix", [{"path": "web/part_*.txt", "weight": 3},
@@ -81,6 +84,16 @@ def main():
                                capture_output=True, text=True, timeout=60)
             ck.check(p.returncode != 0 and expect in p.stderr,
                      f"refused {sources}: {p.returncode} {p.stderr.strip()}")
+        # A tokenizer.json ztrain cannot read is refused at submit, naming data.tokenizer.
+        job = mixture_job(d, "bad-tok", "code/a.txt")
+        job["data"]["tokenizer"] = "empty-tok.json"
+        with open(path, "w") as f:
+            json.dump(job, f)
+        p = subprocess.run([ZTRAIN, "submit", path, "--server", d.grpc_addr],
+                           capture_output=True, text=True, timeout=60)
+        ck.check(p.returncode != 0 and "data.tokenizer" in p.stderr
+                 and "empty-tok.json" in p.stderr,
+                 f"refused an unreadable data.tokenizer: {p.returncode} {p.stderr.strip()}")
         try:
             submit(d, mixture_job(d, "glob-out", "../../*"))
             ck.check(False, "a data.train glob outside the data root was accepted")

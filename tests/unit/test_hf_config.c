@@ -83,6 +83,12 @@ static void test_gpt2_read(void) {
         CHECK(c.given[f - fam->fields] == want, "given[%s] = %d", f->key,
               c.given[f - fam->fields]);
     }
+    /* A key given twice keeps its last value, as Python's json.load (and so transformers)
+     * reads {"n_layer": 2, "n_layer": 5}: json.loads gives {'n_layer': 5}. */
+    dir = hf_dir("gpt2-dup", "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, "
+                             "\"n_layer\": 5, \"n_embd\": 8}");
+    CHECK(zt_hf_config_read(dir, &c) == ZT_OK && c.spec.n_layer == 5, "n_layer %d %s",
+          c.spec.n_layer, zt_last_error());
     /* save_pretrained leaves out keys equal to the defaults: GPT2Config's apply. */
     dir = hf_dir("gpt2-defaults", "{\"model_type\": \"gpt2\"}");
     CHECK(zt_hf_config_read(dir, &c) == ZT_OK, "%s", zt_last_error());
@@ -105,6 +111,11 @@ static void test_refusals(void) {
     read_fails(__LINE__, "positions", "{\"model_type\": \"gpt2\", \"n_positions\": 0}",
                ZT_ERR_FORMAT, "'n_positions'", "positive", NULL);
     read_fails(__LINE__, "not-object", "[1, 2]", ZT_ERR_FORMAT, "not a JSON object", NULL);
+    /* An integer too large for the field is named as out of range, not as a non-integer. */
+    read_fails(__LINE__, "huge", "{\"model_type\": \"gpt2\", \"n_layer\": 1000000000000}",
+               ZT_ERR_FORMAT, "'n_layer'", "1000000000000", "out of range", NULL);
+    read_fails(__LINE__, "huge-positions", "{\"model_type\": \"gpt2\", \"n_positions\": "
+               "1000000000000}", ZT_ERR_FORMAT, "'n_positions'", "out of range", NULL);
 
     /* A directory without weights is refused before anything else looks at it. */
     const char *dir = check_tmp_path("no-weights");
@@ -135,6 +146,29 @@ static void test_refusals(void) {
     read_fails(__LINE__, "windows", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 4, "
                "\"use_sliding_window\": true, \"sliding_window\": 64, \"max_window_layers\": 2}",
                ZT_ERR_UNSUPPORTED, "'max_window_layers'", NULL);
+    /* transformers has no default for a scaling type's members (4.46's rope_config_validation
+     * raises KeyError "Missing required keys in `rope_scaling`"); transformers 5 fills only
+     * llama3's original_max_position_embeddings, from max_position_embeddings, so a
+     * rope_scaling without it is read differently by the two and refused. */
+    read_fails(__LINE__, "llama3-no-orig", "{\"model_type\": \"llama\", \"max_position_embeddings\": "
+               "1024, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+               "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}}", ZT_ERR_FORMAT,
+               "'rope_scaling.original_max_position_embeddings'", "missing", NULL);
+    read_fails(__LINE__, "llama3-no-low", "{\"model_type\": \"qwen2\", \"rope_scaling\": "
+               "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"high_freq_factor\": 4.0, "
+               "\"original_max_position_embeddings\": 512}}", ZT_ERR_FORMAT,
+               "'rope_scaling.low_freq_factor'", NULL);
+    read_fails(__LINE__, "linear-no-factor", "{\"model_type\": \"llama\", \"rope_scaling\": "
+               "{\"type\": \"linear\"}}", ZT_ERR_FORMAT, "'rope_scaling.factor'", NULL);
+    read_fails(__LINE__, "v5-llama3-no-high", "{\"model_type\": \"llama\", \"rope_parameters\": "
+               "{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0, "
+               "\"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 512}}",
+               ZT_ERR_FORMAT, "'rope_parameters.high_freq_factor'", NULL);
+    read_fails(__LINE__, "v5-llama3-no-lengths", "{\"model_type\": \"llama\", \"rope_parameters\": "
+               "{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0, "
+               "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}}", ZT_ERR_FORMAT,
+               "'rope_parameters.original_max_position_embeddings'", "max_position_embeddings",
+               NULL);
 }
 
 /* Each family's defaults for an absent key, and what the keys fill. */
@@ -181,11 +215,25 @@ static void test_llama_read(void) {
     CHECK(zt_hf_config_read(dir, &c) == ZT_OK, "%s", zt_last_error());
     CHECK(get_bool(s, "qkv_bias") && !get_bool(s, "o_bias") && get_int(s, "sliding_window") == 0
           && get_int(s, "vocab_size") == 151936 && get_int(s, "n_kv_head") == 32);
+    /* Qwen2 windows layer i when use_sliding_window and i >= max_window_layers (4.x's flash
+     * attention, 5.x's layer_types): every layer from 0 (or below), none from num_hidden_layers
+     * on, which the default 28 is for a model of 28 layers or fewer. */
     dir = hf_dir("qwen2-win", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, "
                  "\"sliding_window\": 128, \"use_sliding_window\": true, "
-                 "\"max_window_layers\": 2}");
+                 "\"max_window_layers\": 0}");
     CHECK(zt_hf_config_read(dir, &c) == ZT_OK && get_int(s, "sliding_window") == 128, "%s",
           zt_last_error());
+    dir = hf_dir("qwen2-win-none", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, "
+                 "\"sliding_window\": 128, \"use_sliding_window\": true, "
+                 "\"max_window_layers\": 2}");
+    CHECK(zt_hf_config_read(dir, &c) == ZT_OK && get_int(s, "sliding_window") == 0,
+          "max_window_layers 2 of 2 layers: window %d %s", get_int(s, "sliding_window"),
+          zt_last_error());
+    dir = hf_dir("qwen2-win-default", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 4, "
+                 "\"sliding_window\": 128, \"use_sliding_window\": true}");
+    CHECK(zt_hf_config_read(dir, &c) == ZT_OK && get_int(s, "sliding_window") == 0,
+          "max_window_layers 28 (default) of 4 layers: window %d %s",
+          get_int(s, "sliding_window"), zt_last_error());
     dir = hf_dir("linear", "{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"linear\", "
                  "\"factor\": 2.0}}");
     CHECK(zt_hf_config_read(dir, &c) == ZT_OK, "%s", zt_last_error());
@@ -390,6 +438,11 @@ static void test_write(void) {
             fclose(f);
         CHECK(strstr(text, "\"rope_parameters\"") && strstr(text, "\"rope_theta\"") &&
               strstr(text, "\"rope_scaling\""), "%s", text);
+        /* Floats stay floats when whole, as Python's json writes 8.0: transformers warns
+         * "factor field must be a float >= 1, got 8" on an integer. */
+        CHECK(strstr(text, "\"factor\":\t8.0") && strstr(text, "\"low_freq_factor\":\t2.0") &&
+              strstr(text, "\"rope_theta\":\t500000.0") && !strstr(text, "\"factor\":\t8,"),
+              "%s", text);
     }
     snprintf((char *)get_str(&s, "rope_scaling"), 16, "linear");
     set_field(&s, "rope_low_freq_factor", 1);

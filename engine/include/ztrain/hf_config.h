@@ -74,6 +74,10 @@ typedef struct {
     int n_shards;             /* 1: model.safetensors alone, no index */
     uint64_t total_bytes;     /* the tensors' data (the index's metadata.total_size) */
     size_t n_params;
+    /* GPT-2: the rows of its learned position table, written as n_positions. They are the
+     * job's block_size: the loader crops the table to it, so rows past it were never trained
+     * and are not in the checkpoint. 0 for a model with rotary positions. */
+    int n_positions;
 } zt_hf_export_result;
 
 /* Writes the checkpoint dir/tag (tag NULL: latest) as a Hugging Face directory out_dir:
