@@ -357,6 +357,8 @@ typedef struct {
     int64_t win_step[RATE_WINDOW], win_ms[RATE_WINDOW]; /* recent records, for the ETA */
     int n_win;
     int64_t last_seq;           /* the seq of the last record: a cut watch resumes after it */
+    int64_t last_anomaly;       /* the seq of the last anomaly shown: a resumed watch replays
+                                 * them all, and shows only the new ones */
     struct timespec last_draw;
 } watch_view;
 
@@ -502,7 +504,9 @@ static bool on_event(void *ctx, const ProtobufCMessage *m) {
         on_job(v, ev->job);
     else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_METRICS)
         on_record(v, ev->metrics);
-    else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_ANOMALY) {
+    else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_ANOMALY &&
+             ev->anomaly->seq > v->last_anomaly) {
+        v->last_anomaly = ev->anomaly->seq;
         /* An anomaly event gets a line of its own above the progress bar. */
         clear_bar(v);
         fprintf(v->out, "%s: event %s: %s\n", v->id, ev->anomaly->kind, ev->anomaly->message);
