@@ -171,7 +171,7 @@ export function compareView(main, q) {
         charts.addRecord(j.id, rec);
         if (rec.step > j.maxStep) j.maxStep = rec.step;
       }
-      query = page.nextPageToken ? `page_token=${page.nextPageToken}` : null;
+      query = page.nextPageToken ? `since_step=${since}&page_token=${page.nextPageToken}` : null;
     }
   }
 

@@ -817,6 +817,7 @@ zt_status zt_job_proto_record_from_metric(const zt_metric_record *r, Ztrain__V1_
     bool ok = true;
     if (m) {
         m->step = r->step;
+        m->seq = r->seq;
         m->time = zt_job_proto_time(r->time_ms, &ok);
         s = record_fill(root, m, &ok);
     }

@@ -102,13 +102,14 @@ static const zt_cli_command commands[] = {
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
 static const char remote_note[] =
-    "Commands for a running ztraind take --server HOST:PORT (default $ZTRAIN_SERVER, else\n"
-    "127.0.0.1:50051) and a token: --token-file FILE, else the file $ZTRAIN_TOKEN_FILE names,\n"
+    "Commands for a running ztraind take --server HOST:PORT (or unix:PATH; default\n"
+    "$ZTRAIN_SERVER, else 127.0.0.1:50051) and a token: --token-file FILE, else the file $ZTRAIN_TOKEN_FILE names,\n"
     "else the token $ZTRAIN_TOKEN. For a ztraind with --tls-cert: --tls-ca FILE (default\n"
     "$ZTRAIN_TLS_CA), the PEM CA that signed the server's certificate, which must name the host\n"
     "of --server; with --tls-client-ca also --tls-cert FILE and --tls-key FILE (default\n"
     "$ZTRAIN_TLS_CERT, $ZTRAIN_TLS_KEY), the client's own. Any of them turns TLS on; without\n"
-    "--tls-ca the system's roots are trusted.\n";
+    "--tls-ca the system's roots are trusted. These options may also come before the\n"
+    "command, as docker and kubectl take theirs: ztrain --server HOST:PORT list.\n";
 
 const zt_cli_command *zt_cli_commands(size_t *n) {
     *n = N_COMMANDS;

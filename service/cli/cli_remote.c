@@ -184,12 +184,48 @@ static zt_tls_file tls_file(const char *flag_value, const char *flag, const char
     return env && *env ? (zt_tls_file){env, env_name} : (zt_tls_file){NULL, either};
 }
 
+/* Whether addr is an address the channel can dial: HOST:PORT (a name, an IPv4 address or a
+ * bracketed IPv6 one, the port 1-65535) or unix:PATH. gRPC itself would take a port past
+ * 65535 modulo 65536, and an empty address as a name to resolve. */
+static bool server_ok(const char *addr) {
+    if (strncmp(addr, "unix:", 5) == 0)
+        return addr[5] != '\0';
+    for (const char *p = addr; *p; p++)
+        if ((unsigned char)*p <= ' ' || *p == 0x7f || *p == '/')
+            return false;
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr)
+        return false;
+    if (addr[0] == '[' ? colon[-1] != ']' || colon - addr < 3
+                       : memchr(addr, ':', (size_t)(colon - addr)) != NULL)
+        return false;
+    const char *port = colon + 1;
+    if (!*port || strlen(port) > 5 || strspn(port, "0123456789") != strlen(port))
+        return false;
+    long n = strtol(port, NULL, 10);
+    return n >= 1 && n <= 65535;
+}
+
+/* The server to dial: --server, else ZTRAIN_SERVER (empty: unset), else the default; NULL
+ * after a usage message naming the source of an address that is not one. */
+static const char *server_address(const options *o) {
+    const char *env = getenv("ZTRAIN_SERVER");
+    const char *server = o->server ? o->server : env && *env ? env : DEFAULT_SERVER;
+    if (server_ok(server))
+        return server;
+    const char *what = o->server ? "--server" : "ZTRAIN_SERVER";
+    char *shown_addr = zt_text_escape_dup(server, 0);
+    fprintf(stderr, "ztrain: %s: %s '%s' is not an address: expected HOST:PORT with a port "
+                    "1-65535 (%s) or unix:PATH\n",
+            o->command, what, shown_addr ? shown_addr : "", DEFAULT_SERVER);
+    free(shown_addr);
+    return NULL;
+}
+
 static int connect_client(const options *o, zt_rpc_client **c) {
-    const char *server = o->server;
-    if (!server) {
-        const char *env = getenv("ZTRAIN_SERVER");
-        server = env && *env ? env : DEFAULT_SERVER;
-    }
+    const char *server = server_address(o);
+    if (!server)
+        return 2;
     zt_tls_file ca = tls_file(o->tls_ca, "--tls-ca", "ZTRAIN_TLS_CA",
                               "--tls-ca (or ZTRAIN_TLS_CA)");
     zt_tls_file cert = tls_file(o->tls_cert, "--tls-cert", "ZTRAIN_TLS_CERT",
@@ -320,6 +356,9 @@ typedef struct {
     double loss, tps;
     int64_t win_step[RATE_WINDOW], win_ms[RATE_WINDOW]; /* recent records, for the ETA */
     int n_win;
+    int64_t last_seq;           /* the seq of the last record: a cut watch resumes after it */
+    int64_t last_anomaly;       /* the seq of the last anomaly shown: a resumed watch replays
+                                 * them all, and shows only the new ones */
     struct timespec last_draw;
 } watch_view;
 
@@ -418,7 +457,36 @@ static void on_job(watch_view *v, const Ztrain__V1__Job *j) {
     fflush(v->out);
 }
 
+/* An evaluation's record (eval/loss and no train/loss) is a line of its own above the bar:
+ * it is not progress, and its loss is not the training loss the bar shows. */
+static void on_eval_record(watch_view *v, const Ztrain__V1__MetricRecord *r) {
+    if (v->quiet)
+        return;
+    char step[48], loss[32] = "-";
+    format_step((int64_t)metric(r, "train/global_step", (double)r->step), v->max_steps, step,
+                sizeof step);
+    double eval_loss = metric(r, "eval/loss", NAN);
+    if (isfinite(eval_loss))
+        snprintf(loss, sizeof loss, "%.4f", eval_loss);
+    clear_bar(v);
+    fprintf(v->out, "%s: step %s  eval loss %s\n", v->id, step, loss);
+    fflush(v->out);
+    if (v->tty && v->n_win)
+        show_progress(v, true);
+}
+
 static void on_record(watch_view *v, const Ztrain__V1__MetricRecord *r) {
+    if (r->seq > v->last_seq)
+        v->last_seq = r->seq;
+    bool has_train_loss = false, has_eval_loss = false;
+    for (size_t i = 0; i < r->n_values; i++) {
+        has_train_loss |= strcmp(r->values[i]->key, "train/loss") == 0;
+        has_eval_loss |= strcmp(r->values[i]->key, "eval/loss") == 0;
+    }
+    if (has_eval_loss && !has_train_loss) {
+        on_eval_record(v, r);
+        return;
+    }
     v->step = (int64_t)metric(r, "train/global_step", (double)r->step);
     v->loss = metric(r, "train/loss", v->loss);
     v->tps = metric(r, "perf/tokens_per_second", v->tps);
@@ -436,7 +504,9 @@ static bool on_event(void *ctx, const ProtobufCMessage *m) {
         on_job(v, ev->job);
     else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_METRICS)
         on_record(v, ev->metrics);
-    else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_ANOMALY) {
+    else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_ANOMALY &&
+             ev->anomaly->seq > v->last_anomaly) {
+        v->last_anomaly = ev->anomaly->seq;
         /* An anomaly event gets a line of its own above the progress bar. */
         clear_bar(v);
         fprintf(v->out, "%s: event %s: %s\n", v->id, ev->anomaly->kind, ev->anomaly->message);
@@ -465,6 +535,19 @@ static int report_outcome(watch_view *v) {
     return outcome(v->state);
 }
 
+/* How a watch rides out a daemon that cannot be reached (it restarts): it dials again after
+ * WATCH_RETRY_FIRST_MS, doubling up to WATCH_RETRY_LONGEST_MS, for at most WATCH_RECONNECT_S
+ * seconds in a row, and goes on after the last record it showed. */
+#define WATCH_RETRY_FIRST_MS 250
+#define WATCH_RETRY_LONGEST_MS 5000
+#define WATCH_RECONNECT_S 300
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *out, bool quiet) {
     watch_view v = {.out = out, .quiet = quiet, .tty = isatty(fileno(out)), .loss = NAN,
                     .tps = NAN};
@@ -479,8 +562,31 @@ static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *
     Ztrain__V1__WatchJobRequest req = ZTRAIN__V1__WATCH_JOB_REQUEST__INIT;
     req.id = (char *)id;
     req.since_step = from_step;
-    zt_status s = zt_rpc_stream(c, "/ztrain.v1.Trainer/WatchJob", &req.base,
-                                &ztrain__v1__job_event__descriptor, on_event, &v);
+    long pause_ms = WATCH_RETRY_FIRST_MS;
+    struct timespec down = {0};
+    bool is_down = false;
+    zt_status s;
+    for (;;) {
+        int64_t seen = v.last_seq;
+        /* A stream that is resumed goes on after the last record shown; since_step still
+         * filters what follows. */
+        req.after_seq = v.last_seq;
+        s = zt_rpc_stream(c, "/ztrain.v1.Trainer/WatchJob", &req.base,
+                          &ztrain__v1__job_event__descriptor, on_event, &v);
+        if (s == ZT_OK || zt_rpc_last_code(c) != GRPC_STATUS_UNAVAILABLE || terminal(v.state))
+            break;
+        if (!is_down || v.last_seq != seen) {
+            clock_gettime(CLOCK_MONOTONIC, &down);
+            is_down = true;
+            pause_ms = WATCH_RETRY_FIRST_MS;
+            clear_bar(&v);
+            fprintf(stderr, "ztrain: %s: %s; reconnecting\n", v.id, zt_last_error());
+        } else if (since_ms(&down) >= WATCH_RECONNECT_S * 1000.0) {
+            break;
+        }
+        sleep_ms(pause_ms);
+        pause_ms = pause_ms * 2 > WATCH_RETRY_LONGEST_MS ? WATCH_RETRY_LONGEST_MS : pause_ms * 2;
+    }
     clear_bar(&v);
     if (s != ZT_OK)
         return zt_cli_fail(NULL);
@@ -601,7 +707,7 @@ static void print_list_row(const Ztrain__V1__Job *j, bool wide) {
 }
 
 /* A job as one JSON object (the proto3 JSON mapping), escaped as status --json prints it. */
-static int print_job_json(const Ztrain__V1__Job *job, const char *prefix) {
+static int print_job_json(FILE *out, const Ztrain__V1__Job *job, const char *prefix) {
     char *text;
     if (zt_job_proto_job_to_json(job, &text) != ZT_OK)
         return zt_cli_fail(NULL);
@@ -609,7 +715,7 @@ static int print_job_json(const Ztrain__V1__Job *job, const char *prefix) {
      * bytes that are not UTF-8. */
     char *safe = zt_text_escape_dup(text, ZT_ESCAPE_JSON);
     ZT_ASSERT(safe);
-    printf("%s%s", prefix, safe);
+    fprintf(out, "%s%s", prefix, safe);
     free(safe);
     free(text);
     return 0;
@@ -626,8 +732,17 @@ static int cmd_list(const options *o, zt_rpc_client *c) {
     long shown = 0;
     char *token = NULL;
     int rc = 0;
+    /* The JSON document is built whole and printed only once every page came, so that a
+     * failure leaves stdout empty rather than holding half a document. */
+    char *doc = NULL;
+    size_t doc_len = 0;
+    FILE *out = json ? open_memstream(&doc, &doc_len) : stdout;
+    if (!out) {
+        fprintf(stderr, "ztrain: list: out of memory\n");
+        return 1;
+    }
     if (json)
-        printf("{\"jobs\": [");
+        fprintf(out, "{\"jobs\": [");
     do {
         long want = o->limit ? o->limit - shown : 1000;
         req.page_size = (int32_t)(want > 1000 ? 1000 : want);
@@ -648,7 +763,7 @@ static int cmd_list(const options *o, zt_rpc_client *c) {
         for (size_t i = 0; i < resp->n_jobs && rc == 0; i++) {
             char id[64];
             if (json)
-                rc = print_job_json(resp->jobs[i], shown + (long)i ? ",\n  " : "\n  ");
+                rc = print_job_json(out, resp->jobs[i], shown + (long)i ? ",\n  " : "\n  ");
             else if (names)
                 printf("%s\n", shown_in(resp->jobs[i]->id, id, sizeof id));
             else
@@ -660,8 +775,13 @@ static int cmd_list(const options *o, zt_rpc_client *c) {
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     } while (rc == 0 && token && (!o->limit || shown < o->limit));
     free(token);
-    if (json && rc == 0)
-        printf("%s]}\n", shown ? "\n" : "");
+    if (json) {
+        fprintf(out, "%s]}\n", shown ? "\n" : "");
+        fclose(out);
+        if (rc == 0)
+            fwrite(doc, 1, doc_len, stdout);
+        free(doc);
+    }
     return rc;
 }
 
@@ -732,7 +852,7 @@ static int cmd_status(const options *o, zt_rpc_client *c) {
     int rc = 0;
     const char *fmt = o->output ? o->output : "";
     if (strcmp(fmt, "json") == 0) {
-        rc = print_job_json(job, "");
+        rc = print_job_json(stdout, job, "");
         if (rc == 0)
             printf("\n");
     } else if (strcmp(fmt, "name") == 0) {
@@ -813,9 +933,15 @@ static const struct {
     {"logs", cmd_logs, true, "the job id"},       {"cancel", cmd_cancel, true, "the job id"},
 };
 
+/* The stand-in for the checkpoint directory ztraind gives a job without one
+ * (<runs root>/<job id>/ckpt), which a dry run cannot know: the local checks then judge the
+ * job as the server will (checkpoint_interval and resume need a directory). Nothing is made. */
+#define DRY_RUN_CKPT "train.checkpoint_dir=\"RUNS_ROOT/JOB_ID/ckpt\""
+
 /* submit --dry-run: the JobSpec exactly as it would be sent (through the same JSON -> proto
  * mapping, so a key the proto cannot carry fails here too), then the job judged on this host
- * as `ztrain run` would judge it. Nothing is sent. */
+ * as `ztrain run` would judge it, with the checkpoint directory ztraind would give it when it
+ * has none. Nothing is sent. */
 static int dry_run(const options *o) {
     Ztrain__V1__JobSpec *spec = NULL;
     if (read_spec(o, &spec) != ZT_OK)
@@ -823,6 +949,8 @@ static int dry_run(const options *o) {
     int bad = o->fork_from ? set_fork_from(o, spec) : 0;
     char *text = NULL;
     zt_status s = bad ? ZT_OK : zt_job_proto_spec_to_json(spec, &text);
+    bool server_ckpt = !spec->train || !spec->train->checkpoint_dir ||
+                       !spec->train->checkpoint_dir[0];
     protobuf_c_message_free_unpacked(&spec->base, NULL);
     if (bad)
         return bad;
@@ -833,7 +961,53 @@ static int dry_run(const options *o) {
     fprintf(stderr, "ztrain: submit --dry-run: nothing was sent; the checks below are this "
                     "host's (ztraind resolves data paths inside its --data-root and admits by "
                     "its own limits)\n");
-    return zt_cli_validate(o->arg, o->sets, o->n_sets);
+    const char *sets[sizeof o->sets / sizeof o->sets[0] + 1];
+    memcpy(sets, o->sets, o->n_sets * sizeof *sets);
+    size_t n_sets = o->n_sets;
+    if (server_ckpt) {
+        fprintf(stderr, "ztrain: submit --dry-run: train.checkpoint_dir is not set: ztraind "
+                        "will use <runs root>/<job id>/ckpt, checked below as %s\n",
+                DRY_RUN_CKPT);
+        sets[n_sets++] = DRY_RUN_CKPT;
+    }
+    return zt_cli_validate(o->arg, sets, n_sets);
+}
+
+/* The options every remote command takes, which may also come before the command. */
+static bool is_global(const char *a, size_t n) {
+    static const char *const globals[] = {"--server", "--token-file", "--tls-ca", "--tls-cert",
+                                          "--tls-key"};
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+        if (strlen(globals[i]) == n && strncmp(a, globals[i], n) == 0)
+            return true;
+    return false;
+}
+
+int zt_cli_remote_hoist_globals(int argc, char **argv) {
+    int i = 1;
+    while (i < argc && strncmp(argv[i], "--", 2) == 0 &&
+           is_global(argv[i], strcspn(argv[i], "="))) {
+        if (!strchr(argv[i], '=') && i + 1 >= argc) {
+            fprintf(stderr, "ztrain: %s needs a value\n", argv[i]);
+            return 2;
+        }
+        i += strchr(argv[i], '=') ? 1 : 2;
+    }
+    if (i == 1)
+        return 0;
+    if (i >= argc || !zt_cli_remote_is_command(argv[i])) {
+        char opt[32];
+        snprintf(opt, sizeof opt, "%.*s", (int)strcspn(argv[1], "="), argv[1]);
+        fprintf(stderr, "ztrain: %s is an option of the commands that talk to ztraind (submit, "
+                        "list, status, watch, logs, cancel)%s%s%s: ztrain %s HOST:PORT list\n",
+                opt, i < argc ? ", not of '" : "", i < argc ? argv[i] : "",
+                i < argc ? "'" : "", opt);
+        return 2;
+    }
+    char *command = argv[i];
+    memmove(&argv[2], &argv[1], (size_t)(i - 1) * sizeof *argv);
+    argv[1] = command;
+    return 0;
 }
 
 bool zt_cli_remote_is_command(const char *command) {
@@ -858,8 +1032,9 @@ int zt_cli_remote_main(const char *command, int argc, char **argv) {
         if (o.dry_run)
             return dry_run(&o);
         zt_rpc_client *c;
-        if (connect_client(&o, &c))
-            return 1;
+        rc = connect_client(&o, &c);
+        if (rc)
+            return rc;
         rc = commands[i].run(&o, c);
         zt_rpc_client_destroy(c);
         return rc;

@@ -22,6 +22,13 @@
 /* Whether `command` is one of the commands above. */
 bool zt_cli_remote_is_command(const char *command);
 
+/* Their common options (--server, --token-file, --tls-ca, --tls-cert, --tls-key, each as
+ * "--opt VALUE" or "--opt=VALUE") given before the command, as docker and kubectl take global
+ * flags (`ztrain --server HOST:PORT list`), are moved after it in argv, in place, so that
+ * argv[1] is the command. Returns 0, or 2 after a usage message on stderr when such options are
+ * not followed by one of these commands. */
+int zt_cli_remote_hoist_globals(int argc, char **argv);
+
 /* ztrain_cli.c's helpers, shared with these commands. zt_cli_fail prints "ztrain: " what and
  * zt_last_error() and returns 1; the parsers print a usage message and return -1 for a value
  * that is not a number (an integer for _long) in [min, max]. */

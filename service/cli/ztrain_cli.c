@@ -890,6 +890,9 @@ int main(int argc, char **argv) {
         printf("ztrain %s\n", ZTRAIN_VERSION);
         return 0;
     }
+    int hoisted = zt_cli_remote_hoist_globals(argc, argv);
+    if (hoisted)
+        return hoisted;
     const char *cmd = argv[1];
     const zt_cli_command *c = zt_cli_command_find(cmd);
     if (!c)

@@ -264,14 +264,16 @@ typedef void (*zt_series_fn)(void *ctx, const char *key, const int64_t *steps,
 zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *keys, int n_keys,
                                 int64_t since_step, int max_points, zt_series_fn emit, void *ctx);
 
-/* Calls emit for the records with step >= since_step, in order, at most `limit` of them (<= 0,
- * or above ZT_RECORDS_MAX_PAGE: that many), with no lock held (as zt_jobs_metric_series). A page
- * ends at a change of step: when records remain, *next_since_step is the step of the first one
- * left out, which no record of the page has, so that asking again from it continues the history
- * with nothing lost or repeated; -1 when the page is the end of the history. */
+/* Calls emit for the records with step >= since_step and seq > after_seq, in the order they
+ * came (by seq), at most `limit` of them (<= 0, or above ZT_RECORDS_MAX_PAGE: that many), with
+ * no lock held (as zt_jobs_metric_series). When records remain, *next_after_seq is the seq of
+ * the page's last one, so that asking again from it (with the same since_step) continues the
+ * history with nothing lost or repeated, even inside a step that has several records (an eval
+ * step, a step run again after a restart); -1 when the page is the end of the history. */
 typedef void (*zt_record_fn)(void *ctx, const zt_metric_record *r);
-zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step, int limit,
-                                 zt_record_fn emit, void *ctx, int64_t *next_since_step);
+zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step,
+                                 int64_t after_seq, int limit, zt_record_fn emit, void *ctx,
+                                 int64_t *next_after_seq);
 
 /* The last `tail` log lines of the job (all ranks, in arrival order), through emit: up to the
  * 10,000 the store keeps (a larger or negative tail serves those), the newest 2,000 from memory
@@ -300,7 +302,8 @@ typedef void (*zt_job_event_fn)(void *ctx, const zt_job_event *ev);
 
 enum {
     ZT_WATCH_STATE = 1,    /* state changes; the first event is always the current state */
-    ZT_WATCH_METRICS = 2,  /* records with step >= from_step, history first, then live */
+    ZT_WATCH_METRICS = 2,  /* records with step >= from_step and seq > after_seq, history
+                            * first, then live */
     ZT_WATCH_LOGS = 4,     /* the last log_tail lines, then live */
 };
 
@@ -314,9 +317,12 @@ typedef struct zt_job_watch zt_job_watch;
  * records (or, when the job ended, last). After the STATE event of a terminal state no more
  * events come. When only
  * ZT_WATCH_LOGS is asked for, the terminal state is still delivered as a STATE event, so the
- * caller knows when to end. ZT_ERR_NOT_FOUND for an unknown id. */
-zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step, int log_tail,
-                        zt_job_event_fn fn, void *ctx, zt_job_watch **out);
+ * caller knows when to end. after_seq resumes a watch that was cut: the records numbered up to
+ * it (zt_metric_record.seq, the last one the watcher had) are not sent again (0: none were).
+ * ZT_ERR_NOT_FOUND for an unknown id. */
+zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step,
+                        int64_t after_seq, int log_tail, zt_job_event_fn fn, void *ctx,
+                        zt_job_watch **out);
 /* After it returns, fn is never called again for this watch. */
 void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w);
 

@@ -188,12 +188,12 @@ zt_status zt_jm_fork_resume(char **text);
 
 /* What walks a history: false stops the walk. */
 typedef bool (*zt_jm_walk_fn)(void *ctx, const zt_metric_record *r);
-/* Reads the job's stored records with step >= *since and *after < seq < before, in order, a
- * page at a time, through fn; *since and *after follow each record delivered, so that a later
- * call goes on after it. *stopped (may be NULL) says whether fn stopped the walk. Needs no
- * lock, and may be called with the manager's lock held (the store's reader lock comes after
+/* Reads the job's stored records with step >= since and *after < seq < before, in the order
+ * they came (seq), a page at a time, through fn; *after follows each record delivered, so that
+ * a later call goes on after it. *stopped (may be NULL) says whether fn stopped the walk. Needs
+ * no lock, and may be called with the manager's lock held (the store's reader lock comes after
  * it). */
-zt_status zt_jm_read_stored(zt_jobs *jm, const char *id, int64_t *since, int64_t *after,
+zt_status zt_jm_read_stored(zt_jobs *jm, const char *id, int64_t since, int64_t *after,
                             int64_t before, zt_jm_walk_fn fn, void *ctx, bool *stopped);
 
 /* job_watch.c: events to watchers. */

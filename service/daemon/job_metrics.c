@@ -63,38 +63,40 @@ typedef struct {
     zt_jm_walk_fn fn;
     void *ctx;
     bool stopped;
-    int64_t *since, *after;
+    int64_t *after;
 } page_ctx;
 
 static void page_record(void *ctx, const zt_metric_record *r) {
     page_ctx *p = ctx;
     if (p->stopped)
         return;
-    *p->since = r->step;
     *p->after = r->seq;
     p->stopped = !p->fn(p->ctx, r);
 }
 
-zt_status zt_jm_read_stored(zt_jobs *jm, const char *id, int64_t *since, int64_t *after,
+zt_status zt_jm_read_stored(zt_jobs *jm, const char *id, int64_t since, int64_t *after,
                             int64_t before, zt_jm_walk_fn fn, void *ctx, bool *stopped) {
-    page_ctx p = {.fn = fn, .ctx = ctx, .since = since, .after = after};
+    page_ctx p = {.fn = fn, .ctx = ctx, .after = after};
     int n = STORE_PAGE;
     while (n == STORE_PAGE && !p.stopped && *after < before - 1)
-        ZT_TRY(zt_store_read_records(jm->store, id, *since, *after, before, STORE_PAGE,
+        ZT_TRY(zt_store_read_records(jm->store, id, since, *after, before, STORE_PAGE,
                                      page_record, &p, &n));
     if (stopped)
         *stopped = p.stopped;
     return ZT_OK;
 }
 
-/* Every record of the snapshot with step >= since_step, oldest first, until fn says stop. */
-static zt_status snapshot_walk(const snapshot *s, int64_t since_step, zt_jm_walk_fn fn,
-                               void *ctx) {
-    int64_t since = since_step, after = 0;
+/* Every record of the snapshot with step >= since_step and seq > after_seq, in the order they
+ * came, until fn says stop. */
+static zt_status snapshot_walk(const snapshot *s, int64_t since_step, int64_t after_seq,
+                               zt_jm_walk_fn fn, void *ctx) {
+    int64_t after = after_seq;
     bool stopped = false;
-    ZT_TRY(zt_jm_read_stored(s->jm, s->id, &since, &after, s->first_cached, fn, ctx, &stopped));
+    ZT_TRY(zt_jm_read_stored(s->jm, s->id, since_step, &after, s->first_cached, fn, ctx,
+                             &stopped));
     for (int i = 0; i < s->n_recent && !stopped; i++)
-        stopped = !fn(ctx, &s->recent[i]);
+        if (s->recent[i].seq > after_seq)
+            stopped = !fn(ctx, &s->recent[i]);
     return ZT_OK;
 }
 
@@ -275,7 +277,7 @@ zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *
     if (s == ZT_OK)
         s = snapshot_take(jm, id, since_step, &snap);
     if (s == ZT_OK)
-        s = snapshot_walk(&snap, since_step, series_record, q);
+        s = snapshot_walk(&snap, since_step, 0, series_record, q);
     if (s == ZT_OK && q->too_many_keys)
         s = zt_error(ZT_ERR_INVALID, "keys: the job's records have more than %d keys (the "
                      "limit of one query): name the ones wanted", ZT_METRICS_MAX_KEYS);
@@ -286,7 +288,7 @@ zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *
                 thin_kept(&q->v[i], q->limit);
         } else {
             q->phase = WALK_KEEP;
-            s = snapshot_walk(&snap, since_step, series_record, q);
+            s = snapshot_walk(&snap, since_step, 0, series_record, q);
         }
     }
     static const int64_t no_steps[1];
@@ -315,12 +317,13 @@ static bool page_take(void *ctx, const zt_metric_record *r) {
     return ++p->n < p->cap;
 }
 
-zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step, int limit,
-                                 zt_record_fn emit, void *ctx, int64_t *next_since_step) {
-    *next_since_step = -1;
+zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step,
+                                 int64_t after_seq, int limit, zt_record_fn emit, void *ctx,
+                                 int64_t *next_after_seq) {
+    *next_after_seq = -1;
     if (limit <= 0 || limit > ZT_RECORDS_MAX_PAGE)
         limit = ZT_RECORDS_MAX_PAGE;
-    /* One record more than the page, to know whether the history goes on and where. */
+    /* One record more than the page, to know whether the history goes on. */
     record_page page = {.cap = limit + 1};
     page.v = malloc((size_t)page.cap * sizeof *page.v);
     if (!page.v)
@@ -328,22 +331,12 @@ zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step
     snapshot snap;
     zt_status s = snapshot_take(jm, id, since_step, &snap);
     if (s == ZT_OK)
-        s = snapshot_walk(&snap, since_step, page_take, &page);
-    int n = page.n;
-    if (s == ZT_OK && page.n > limit) {
-        /* The page ends before the step of the first record left out, so that the next one
-         * starts with all of that step's records; a step with more records than a page is cut
-         * short rather than asked for again and again. */
-        int64_t next = page.v[limit].step;
-        n = limit;
-        while (n > 0 && page.v[n - 1].step == next)
-            n--;
-        if (n == 0) {
-            n = limit;
-            next++;
-        }
-        *next_since_step = next;
-    }
+        s = snapshot_walk(&snap, since_step, after_seq, page_take, &page);
+    int n = page.n < limit ? page.n : limit;
+    /* A record's seq names its place in the history, whatever its step: the next page starts
+     * after the last record of this one, even in the middle of a step. */
+    if (s == ZT_OK && page.n > limit)
+        *next_after_seq = page.v[limit - 1].seq;
     for (int i = 0; s == ZT_OK && i < n; i++)
         emit(ctx, &page.v[i]);
     for (int i = 0; i < page.n; i++)

@@ -37,12 +37,13 @@ static const char schema[] =
     "  rank INTEGER NOT NULL, exit_code INTEGER NOT NULL, signal INTEGER NOT NULL,"
     "  failed INTEGER NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (job, attempt));";
 
-/* Steps never decrease within one attempt of a job's ranks, so (job, step, seq) orders a job's
- * records as they came and lets a reader start at a step without walking the records before it.
- * A restart (max_restarts) runs the steps after its checkpoint again: their records follow the
- * failed attempt's of the same step. */
+/* A job's records are read in the order they came, which is their seq: a restart
+ * (max_restarts) runs the steps after its checkpoint again, and an eval step has two records, so
+ * neither a step nor (step, seq) names a place in the history that a reader can go on from.
+ * step is in the key so that a reader filtering by step (since_step) reads the index only. */
 static const char indexes[] =
-    "CREATE INDEX IF NOT EXISTS records_by_job_step ON records (job, step, seq);"
+    "CREATE INDEX IF NOT EXISTS records_by_job_seq ON records (job, seq, step);"
+    "DROP INDEX IF EXISTS records_by_job_step;"
     "DROP INDEX IF EXISTS records_by_job;";
 
 /* A file written before records were numbered: each job's records get 1, 2, ... in the order
@@ -71,7 +72,7 @@ static const char *const stmt_sql[N_STMTS] = {
     [ADD_LOG] = "INSERT INTO logs VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [TRIM_LOG] = "DELETE FROM logs WHERE job = ?1 AND seq <= ?2",
     [LAST_RECORDS] = "SELECT seq, step, time_ms, json FROM records WHERE job = ?1"
-                     " ORDER BY step DESC, seq DESC LIMIT ?2",
+                     " ORDER BY seq DESC LIMIT ?2",
     /* The newest lines below a seq, walking the (job, seq) key backwards, then put in order. */
     [READ_LOGS] = "SELECT seq, time_ms, rank, stream, text FROM (SELECT * FROM logs WHERE job = ?1"
                   " AND seq < ?2 ORDER BY seq DESC LIMIT ?3) ORDER BY seq",
@@ -79,10 +80,10 @@ static const char *const stmt_sql[N_STMTS] = {
                     " ?10, ?11)",
 };
 
-/* The reader's one statement: a page of a job's history from a step and after a record. */
+/* The reader's one statement: a page of a job's history in the order they came (seq), after a record and from a step. */
 static const char read_sql[] =
-    "SELECT seq, step, time_ms, json FROM records WHERE job = ?1 AND step >= ?2 AND seq > ?3"
-    " AND seq < ?4 ORDER BY step, seq LIMIT ?5";
+    "SELECT seq, step, time_ms, json FROM records WHERE job = ?1 AND seq > ?3 AND seq < ?4"
+    " AND step >= ?2 ORDER BY seq LIMIT ?5";
 
 struct zt_job_store {
     sqlite3 *db;

@@ -48,15 +48,15 @@ typedef struct {
 } zt_store_loader;
 zt_status zt_store_load(zt_job_store *st, int log_tail, const zt_store_loader *cb, void *ctx);
 
-/* The job's newest `limit` records, newest first, through emit (pointers valid during the call):
+/* The job's newest `limit` records (by seq: the last to come), newest first, through emit (pointers valid during the call):
  * what a restarted daemon needs of a job's history (its last step, loss and values). */
 zt_status zt_store_last_records(zt_job_store *st, const char *job_id, int limit,
                                 zt_record_fn emit, void *ctx);
 
 /* One page of a job's history: its records with step >= since_step and after_seq < seq <
- * before_seq, in order (by step, then seq, which is the order they came in), at most `limit`;
- * *n says how many. To read on, call again with since_step and after_seq the last record's
- * step and seq. emit runs on the caller's thread with the reader's own mutex held (pointers are
+ * before_seq, in the order they came (by seq: a restart's records of steps run again, and an
+ * eval step's second record, follow the ones before them), at most `limit`; *n says how many.
+ * To read on, call again with the same since_step and after_seq the last record's seq. emit runs on the caller's thread with the reader's own mutex held (pointers are
  * valid during the call only): it must not call back into the store. Any thread. */
 zt_status zt_store_read_records(zt_job_store *st, const char *job_id, int64_t since_step,
                                 int64_t after_seq, int64_t before_seq, int limit,

@@ -12,6 +12,7 @@ struct zt_job_watch {
     struct job *job;
     int what;
     int64_t from_step;
+    int64_t after_seq;           /* records numbered up to it are not delivered */
     zt_job_event_fn fn;
     void *ctx;
     bool done;                   /* the terminal state was delivered */
@@ -26,7 +27,8 @@ void zt_jm_notify(job *j, const zt_job_event *ev) {
     for (zt_job_watch *w = j->watches; w; w = w->next) {
         if (w->done || (bit != -1 && !(w->what & bit)))
             continue;
-        if (ev->kind == ZT_EVENT_METRICS && ev->record->step < w->from_step)
+        if (ev->kind == ZT_EVENT_METRICS &&
+            (ev->record->step < w->from_step || ev->record->seq <= w->after_seq))
             continue;
         w->fn(w->ctx, ev);
         if (ev->kind == ZT_EVENT_STATE && zt_job_state_terminal(ev->job->state))
@@ -69,22 +71,22 @@ static bool replay_stored(void *ctx, const zt_metric_record *r) {
  * supervisor goes on. When it returns, the ring holds every record not yet replayed (*after is
  * the last number replayed or skipped). */
 static zt_status replay_store(zt_jobs *jm, job *j, zt_job_watch *w, int64_t *after) {
-    int64_t since = w->from_step;
     int64_t before = zt_history_first_cached(j->history);
     for (int round = 0; *after < before - 1; round++) {
         bool unlocked = round < UNLOCKED_ROUNDS;
         if (unlocked)
             pthread_mutex_unlock(&jm->mu);
         w->unlocked = unlocked;
-        zt_status s = zt_jm_read_stored(jm, j->info.id, &since, after, before, replay_stored, w,
-                                        NULL);
+        zt_status s = zt_jm_read_stored(jm, j->info.id, w->from_step, after, before,
+                                        replay_stored, w, NULL);
         w->unlocked = false;
         if (unlocked)
             pthread_mutex_lock(&jm->mu);
         ZT_TRY(s);
         /* Numbers below `before` that the store does not have were never written (a failed
          * write): there is nothing more of them to replay. */
-        *after = before - 1;
+        if (*after < before - 1)
+            *after = before - 1;
         before = zt_history_first_cached(j->history);
     }
     return ZT_OK;
@@ -96,12 +98,16 @@ static void replay_log(void *ctx, const zt_log_line *l) {
     w->fn(w->ctx, &ev);
 }
 
-zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step, int log_tail,
-                        zt_job_event_fn fn, void *ctx, zt_job_watch **out) {
+zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step,
+                        int64_t after_seq, int log_tail, zt_job_event_fn fn, void *ctx,
+                        zt_job_watch **out) {
     zt_job_watch *w = calloc(1, sizeof *w);
     if (!w)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
-    *w = (zt_job_watch){.what = what, .from_step = from_step, .fn = fn, .ctx = ctx};
+    if (after_seq < 0)
+        after_seq = 0;
+    *w = (zt_job_watch){.what = what, .from_step = from_step, .after_seq = after_seq, .fn = fn,
+                        .ctx = ctx};
     pthread_mutex_lock(&jm->mu);
     job *j = zt_jm_find_job(jm, id);
     if (!j) {
@@ -116,7 +122,7 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
         told = j->info.state;
         fn(ctx, &ev);
     }
-    int64_t after = 0;
+    int64_t after = after_seq;
     zt_status s = (what & ZT_WATCH_METRICS) ? replay_store(jm, j, w, &after) : ZT_OK;
     if (s != ZT_OK) {
         pthread_mutex_unlock(&jm->mu);

@@ -53,7 +53,7 @@ struct zt_sse {
     bool has_replayer;
     char *job_id;
     int what, log_tail;
-    int64_t since;
+    int64_t since, after_seq;
     /* Owned by the content reader (one MHD thread). */
     char *out;
     size_t out_len, out_off;
@@ -110,9 +110,10 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
         zt_jbuf_puts(&b, "event: job\ndata: ");
         terminal = zt_job_state_terminal(ev->job->state);
     } else if (ev->kind == ZT_EVENT_METRICS) {
-        /* The step as the event id: a reconnecting EventSource sends it back as
-         * Last-Event-ID and continues after it. */
-        zt_jbuf_printf(&b, "event: metrics\nid: %" PRId64 "\ndata: ", ev->record->step);
+        /* The record's seq as the event id, not its step, which an eval step's two records
+         * share: a reconnecting EventSource sends it back as Last-Event-ID and continues
+         * after that very record. */
+        zt_jbuf_printf(&b, "event: metrics\nid: %" PRId64 "\ndata: ", ev->record->seq);
     } else if (ev->kind == ZT_EVENT_ANOMALY) {
         zt_jbuf_puts(&b, "event: anomaly\ndata: ");
     } else {
@@ -338,8 +339,8 @@ zt_scope zt_http_events_token_scope(const zt_http_server *s, struct MHD_Connecti
 static void *replay_main(void *arg) {
     zt_sse *st = arg;
     zt_job_watch *w = NULL;
-    zt_status s = zt_jobs_watch(st->srv->jm, st->job_id, st->what, st->since, st->log_tail,
-                                sse_on_event, st, &w);
+    zt_status s = zt_jobs_watch(st->srv->jm, st->job_id, st->what, st->since, st->after_seq,
+                                st->log_tail, sse_on_event, st, &w);
     pthread_mutex_lock(&st->mu);
     st->watch = s == ZT_OK ? w : NULL;
     if (s != ZT_OK)
@@ -349,24 +350,28 @@ static void *replay_main(void *arg) {
     return NULL;
 }
 
-/* GET /api/v1/jobs/{id}/events?since_step=&logs=&tail=: the job, its records from since_step,
- * its anomaly events and (logs=1) its last `tail` log lines (0: none), then live events until a
- * terminal state.
- * A reconnecting EventSource's Last-Event-ID (the last record's step) moves since_step past
- * what it already has. */
+/* GET /api/v1/jobs/{id}/events?since_step=&after_seq=&logs=&tail=: the job, its records from
+ * since_step (and after the record numbered after_seq), its anomaly events and (logs=1) its
+ * last `tail` log lines (0: none), then live events until a terminal state.
+ * A reconnecting EventSource's Last-Event-ID (the seq of the last record it had) stands for
+ * after_seq, so it goes on after that record, also inside a step of several records. */
 enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
                                    const char *id) {
     enum MHD_Result ret;
-    int64_t since = 0, tail = 100, last_id = -1;
+    int64_t since = 0, tail = 100, after = 0;
     bool logs = false;
     if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret) ||
+        !zt_http_arg_int(c, "after_seq", 0, INT64_MAX, &after, &ret) ||
         !zt_http_arg_int(c, "tail", 0, ZT_MAX_LOG_TAIL, &tail, &ret) ||
         !zt_http_arg_bool(c, "logs", &logs, &ret))
         return ret;
+    /* A Last-Event-ID that is not a record's seq (not a whole number) is ignored: the stream
+     * starts where the query says. */
     const char *lei = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
-    if (lei && sscanf(lei, "%" SCNd64, &last_id) == 1 && last_id >= since &&
-        last_id < INT64_MAX)
-        since = last_id + 1;
+    int64_t last_id;
+    char tail_ch;
+    if (lei && sscanf(lei, "%" SCNd64 "%c", &last_id, &tail_ch) == 1 && last_id > after)
+        after = last_id;
     zt_sse *st = sse_create(s, c);
     if (!st)
         return MHD_NO;
@@ -386,6 +391,7 @@ enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
     zt_job_info_free(&probe);
     st->what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (logs ? ZT_WATCH_LOGS : 0);
     st->since = since;
+    st->after_seq = after;
     st->log_tail = (int)tail;
     st->job_id = strdup(id);
     struct MHD_Response *r =

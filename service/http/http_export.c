@@ -27,7 +27,7 @@ typedef struct {
     bool csv;
     int64_t last_seq;      /* records numbered above it came after the request: left out */
     int64_t written;       /* records encoded so far; the stream ends when it reaches last_seq */
-    int64_t next_since;    /* the since_step of the next page; -1 when the history is done */
+    int64_t next_after;    /* the seq the next page starts after; -1 when the history is done */
     char **columns;        /* CSV: every key of the history, in first-seen order */
     int n_columns;
     bool too_many_columns;
@@ -156,10 +156,10 @@ static void encode_record(void *ctx, const zt_metric_record *r) {
 /* Walks the history from its start to its end (or to last_seq records), page by page,
  * through fn: the CSV's first walk, over the columns. */
 static zt_status walk_all(export_stream *x, zt_record_fn fn) {
-    int64_t since = 0;
+    int64_t after = 0;
     x->written = 0;
-    while (since >= 0 && x->written < x->last_seq && !x->too_many_columns && !x->out.oom)
-        ZT_TRY(zt_jobs_metric_records(x->jm, x->id, since, EXPORT_PAGE, fn, x, &since));
+    while (after >= 0 && x->written < x->last_seq && !x->too_many_columns && !x->out.oom)
+        ZT_TRY(zt_jobs_metric_records(x->jm, x->id, 0, after, EXPORT_PAGE, fn, x, &after));
     return ZT_OK;
 }
 
@@ -172,10 +172,10 @@ static ssize_t export_read(void *cls, uint64_t pos, char *buf, size_t max) {
         x->pos = 0;
         x->out.len = 0;
         x->out.comma = false;
-        if (x->next_since < 0 || x->written >= x->last_seq)
+        if (x->next_after < 0 || x->written >= x->last_seq)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        if (zt_jobs_metric_records(x->jm, x->id, x->next_since, EXPORT_PAGE, encode_record, x,
-                                   &x->next_since) != ZT_OK || x->out.oom)
+        if (zt_jobs_metric_records(x->jm, x->id, 0, x->next_after, EXPORT_PAGE, encode_record,
+                                   x, &x->next_after) != ZT_OK || x->out.oom)
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = x->out.len - x->pos < max ? x->out.len - x->pos : max;
@@ -214,7 +214,7 @@ enum MHD_Result zt_http_job_export(zt_http_server *s, struct MHD_Connection *c, 
         return st != ZT_OK ? zt_http_send_status(c, st, id) : MHD_NO;
     }
     x->written = 0;
-    x->next_since = 0;
+    x->next_after = 0;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
                                                                export_read, x, export_free);
     if (!r) {

@@ -3,8 +3,9 @@
  * ListWebhookDeliveriesResponse in proto3 JSON: {<name>: [...], "nextPageToken": "..."}, and
  * one pagination scheme (AIP-158): page_size, page_token (the next_page_token of the page
  * before; "" once the list is done). A table row says, per list, its array's name, its page
- * bounds, the older names of its parameters that are still read (limit; since_step and
- * after_seq, which start the first page) and how the job manager walks it. */
+ * bounds, the older names of its parameters that are still read (limit; after_seq, which
+ * starts the first page), the filter every page applies (the records' since_step) and how the
+ * job manager walks it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -22,16 +23,17 @@ typedef struct {
     zt_status failed;   /* an element that could not be built */
 } walk_ctx;
 
-/* Walks the list from cursor, at most size elements, into w; *next is the next page's cursor
- * or -1 at the end. */
-typedef zt_status (*walk_fn)(zt_http_server *s, const char *id, int64_t cursor, int size,
-                             walk_ctx *w, int64_t *next);
+/* Walks the list from cursor, at most size elements passing the filter, into w; *next is the
+ * next page's cursor or -1 at the end. */
+typedef zt_status (*walk_fn)(zt_http_server *s, const char *id, int64_t cursor, int64_t filter,
+                             int size, walk_ctx *w, int64_t *next);
 
 typedef struct {
     const char *array;        /* the response's member */
     const char *size_name;    /* "page_size", or "tail" for the log's last lines */
     const char *old_size;     /* an older name of the size, or NULL */
     const char *old_cursor;   /* the first page's cursor by its own name, or NULL: no paging */
+    const char *filter;       /* a filter of every page (>= 0), or NULL */
     int64_t default_size, max_size;
     walk_fn walk;
 } job_list;
@@ -54,9 +56,11 @@ static void record_encode(void *ctx, const zt_metric_record *r) {
     element(ctx, st, m ? &m->base : NULL);
 }
 
-static zt_status walk_records(zt_http_server *s, const char *id, int64_t cursor, int size,
-                              walk_ctx *w, int64_t *next) {
-    return zt_jobs_metric_records(s->jm, id, cursor, size, record_encode, w, next);
+/* The cursor is a record's seq, not a step: an eval step's two records (or a step run again
+ * after a restart) may fall on two pages. */
+static zt_status walk_records(zt_http_server *s, const char *id, int64_t cursor,
+                              int64_t since_step, int size, walk_ctx *w, int64_t *next) {
+    return zt_jobs_metric_records(s->jm, id, since_step, cursor, size, record_encode, w, next);
 }
 
 static void log_encode(void *ctx, const zt_log_line *l) {
@@ -65,9 +69,10 @@ static void log_encode(void *ctx, const zt_log_line *l) {
     element(ctx, st, m ? &m->base : NULL);
 }
 
-static zt_status walk_logs(zt_http_server *s, const char *id, int64_t cursor, int size,
-                           walk_ctx *w, int64_t *next) {
+static zt_status walk_logs(zt_http_server *s, const char *id, int64_t cursor, int64_t filter,
+                           int size, walk_ctx *w, int64_t *next) {
     (void)cursor;
+    (void)filter;
     *next = -1;
     return zt_jobs_logs(s->jm, id, size ? size : 100, log_encode, w);
 }
@@ -80,8 +85,9 @@ static void anomaly_encode(void *ctx, const zt_anomaly *a) {
     element(w, st, m ? &m->base : NULL);
 }
 
-static zt_status walk_anomalies(zt_http_server *s, const char *id, int64_t cursor, int size,
-                                walk_ctx *w, int64_t *next) {
+static zt_status walk_anomalies(zt_http_server *s, const char *id, int64_t cursor,
+                                int64_t filter, int size, walk_ctx *w, int64_t *next) {
+    (void)filter;
     zt_status st = zt_jobs_anomalies(s->jm, id, cursor, size, anomaly_encode, w);
     /* A full page may have more behind it; the next one starts after its last event. */
     *next = st == ZT_OK && w->count == size ? w->last_seq : -1;
@@ -95,20 +101,21 @@ static void delivery_encode(void *ctx, const zt_delivery *d) {
 }
 
 /* The newest attempts, oldest first: one page, no cursor. */
-static zt_status walk_webhooks(zt_http_server *s, const char *id, int64_t cursor, int size,
-                               walk_ctx *w, int64_t *next) {
+static zt_status walk_webhooks(zt_http_server *s, const char *id, int64_t cursor,
+                               int64_t filter, int size, walk_ctx *w, int64_t *next) {
     (void)cursor;
+    (void)filter;
     *next = -1;
     return zt_jobs_deliveries(s->jm, id, size, delivery_encode, w);
 }
 
 static const job_list lists[] = {
-    [ZT_LIST_RECORDS] = {"records", "page_size", "limit", "since_step", ZT_RECORDS_MAX_PAGE,
-                         ZT_RECORDS_MAX_PAGE, walk_records},
-    [ZT_LIST_LOGS] = {"lines", "tail", NULL, NULL, 100, ZT_MAX_LOG_TAIL, walk_logs},
-    [ZT_LIST_ANOMALIES] = {"anomalies", "page_size", "limit", "after_seq", 10000, 10000,
+    [ZT_LIST_RECORDS] = {"records", "page_size", "limit", "after_seq", "since_step",
+                         ZT_RECORDS_MAX_PAGE, ZT_RECORDS_MAX_PAGE, walk_records},
+    [ZT_LIST_LOGS] = {"lines", "tail", NULL, NULL, NULL, 100, ZT_MAX_LOG_TAIL, walk_logs},
+    [ZT_LIST_ANOMALIES] = {"anomalies", "page_size", "limit", "after_seq", NULL, 10000, 10000,
                            walk_anomalies},
-    [ZT_LIST_WEBHOOKS] = {"deliveries", "page_size", "limit", NULL, 10000, 10000,
+    [ZT_LIST_WEBHOOKS] = {"deliveries", "page_size", "limit", NULL, NULL, 10000, 10000,
                           walk_webhooks},
 };
 
@@ -138,13 +145,14 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
                                  zt_job_list_kind kind) {
     const job_list *l = &lists[kind];
     enum MHD_Result ret;
-    int64_t size = l->default_size, cursor = 0;
+    int64_t size = l->default_size, cursor = 0, filter = 0;
     /* tail=0 is the default number of lines, as it always was. The older name of the size is
      * read and checked too; the new one wins when both are given. */
     int64_t lo = kind == ZT_LIST_LOGS ? 0 : 1;
     if ((l->old_size && !zt_http_arg_int(c, l->old_size, lo, l->max_size, &size, &ret)) ||
         !zt_http_arg_int(c, l->size_name, lo, l->max_size, &size, &ret) ||
-        !read_cursor(c, l, &cursor, &ret))
+        !read_cursor(c, l, &cursor, &ret) ||
+        (l->filter && !zt_http_arg_int(c, l->filter, 0, INT64_MAX, &filter, &ret)))
         return ret;
     zt_jbuf b;
     zt_jbuf_init(&b);
@@ -153,7 +161,7 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
     zt_json_open(&b, '[');
     walk_ctx w = {.b = &b};
     int64_t next = -1;
-    zt_status st = l->walk(s, id, cursor, (int)size, &w, &next);
+    zt_status st = l->walk(s, id, cursor, filter, (int)size, &w, &next);
     if (st == ZT_OK && w.failed != ZT_OK)
         st = w.failed;
     if (st != ZT_OK) {

@@ -14,7 +14,14 @@ ztraind, with their output and exit statuses as scripts see them (stdout is not 
   e. With a token: no token is UNAUTHENTICATED; --token-file and ZTRAIN_TOKEN both work.
   f. The job file's mapping to JobSpec: false/0 values that differ from the defaults (shuffle,
      seed, warmup_steps) reach the server, null is absent, and wrong types, zeros the proto would
-     read as "default", a missing DeepSpeed file and JSON syntax errors are refused locally."""
+     read as "default", a missing DeepSpeed file and JSON syntax errors are refused locally.
+  g. --server and --token-file before the command (`ztrain --server HOST:PORT list`); an
+     address that is not HOST:PORT with a port 1-65535 (or unix:PATH), from --server or
+     ZTRAIN_SERVER, is exit 2 naming its source; `list -o json` against an unreachable server
+     prints nothing on stdout; `submit --dry-run` of a job with checkpoint_interval and no
+     checkpoint_dir passes as the server accepts it (`validate`, judging a local run, refuses
+     it); `watch` prints eval records as eval lines with metrics.jsonl's eval loss; `watch` of
+     a queued job survives ztraind stopping and starting again."""
 import json
 import os
 import re
@@ -203,6 +210,103 @@ def case_f(d, tmp):
     ck.check(rc == 1 and "line 2, column" in err, f"f: a JSON syntax error: {err.strip()}")
 
 
+def case_g(d, tmp):
+    """Defects found by exploratory testing: global options before the command, the address
+    checked, `list -o json` on failure, dry-run as the server judges, eval lines in `watch`, and
+    `watch` riding out a daemon restart."""
+    e = {k: v for k, v in os.environ.items() if k not in ("ZTRAIN_SERVER", "ZTRAIN_TOKEN")}
+
+    def bare(args, env=None):
+        p = subprocess.run([ZTRAIN] + args, capture_output=True, text=True, timeout=120,
+                           env=dict(e, **(env or {})))
+        return p.returncode, p.stdout, p.stderr
+    for args in (["--server", d.grpc_addr, "list"], [f"--server={d.grpc_addr}", "list"],
+                 ["--server", d.grpc_addr, "list", "-o", "name"]):
+        rc, out, err = bare(args)
+        ck.check(rc == 0 and (out.startswith("ID ") or re.match(r"job-\d+\n", out)),
+                 f"g: ztrain {' '.join(args)}: the global option before the command works "
+                 f"({rc}: {err.strip()})")
+    rc, out, err = bare(["--server", d.grpc_addr, "run", "job.json"])
+    ck.check(rc == 2 and "--server is an option of the commands that talk to ztraind" in err,
+             f"g: --server before a local command is a usage error ({rc}: {err.strip()})")
+    for bad in ("127.0.0.1:99999", "", "127.0.0.1", "127.0.0.1:0", "host:50x", ":50051"):
+        rc, out, err = bare(["list", "--server", bad])
+        ck.check(rc == 2 and not out and f"--server '{bad}' is not an address" in err and
+                 "UNAVAILABLE" not in err and "UNKNOWN" not in err,
+                 f"g: --server {bad!r} is refused by name, exit 2 ({rc}: {err.strip()})")
+        rc, out, err = bare(["list"], env={"ZTRAIN_SERVER": bad} if bad else None)
+        if bad:
+            ck.check(rc == 2 and f"ZTRAIN_SERVER '{bad}' is not an address" in err,
+                     f"g: ZTRAIN_SERVER={bad!r} is refused by name ({rc}: {err.strip()})")
+    for good in ("[::1]:1", "localhost:1", "unix:/nonexistent/ztraind.sock"):
+        rc, out, err = bare(["list", "--server", good])
+        ck.check(rc == 1 and "is not an address" not in err,
+                 f"g: --server {good} is an address (dialled, unreachable: {err.strip()[:80]})")
+    rc, out, err = bare(["list", "-o", "json", "--server", "127.0.0.1:1"])
+    ck.check(rc == 1 and out == "" and "UNAVAILABLE" in err,
+             f"g: list -o json with the server unreachable prints nothing on stdout ({out!r})")
+    rc, out, err = cli(["list", "-o", "json"], d)
+    try:
+        listed = json.loads(out)["jobs"]
+    except (ValueError, KeyError):
+        listed = None
+    ck.check(rc == 0 and listed, f"g: list -o json is one JSON document ({rc}, {out[:60]!r})")
+
+    # A job with checkpoint_interval and no checkpoint_dir: ztraind gives it RUNS/<id>/ckpt, so
+    # neither the dry run nor the submit refuses it.
+    job = tiny_job(d.data_root, name="cli-g", max_steps=20, log_interval=5, eval_interval=10,
+                   eval_steps=1, checkpoint_interval=10)
+    job["data"]["val"] = job["data"]["train"]
+    # Beside its data, so that the dry run's local file checks find it.
+    path = write_job(os.path.join(d.data_root, "g.json"), job)
+    rc, out, err = cli(["submit", path, "--dry-run"], d)
+    ck.check(rc == 0 and "checkpoint_dir is not set:" in err and "but train.checkpoint_dir"
+             not in err,
+             f"g: submit --dry-run of a job without checkpoint_dir passes ({rc}: "
+             f"{err.strip()[-200:]})")
+    rc, out, err = cli(["validate", path])
+    ck.check(rc == 1 and "train.checkpoint_interval is 10 but train.checkpoint_dir is not set"
+             in err, f"g: the local validate still refuses it ({rc}: {err.strip()[-120:]})")
+    rc, out, err = cli(["submit", path], d)
+    job_id = out.strip()
+    rc, out, err = cli(["watch", job_id], d)
+    j = get_job(d, job_id)
+    recs = [json.loads(x) for x in open(os.path.join(j.run_dir, "metrics.jsonl")) if x.strip()]
+    evals = [f"{job_id}: step {r['train/global_step']}/20  eval loss {r['eval/loss']:.4f}"
+             for r in recs if "eval/loss" in r]
+    lines = out.splitlines()
+    progress = [l for l in lines if re.match(rf"{job_id}: step \d+/20  loss ", l)]
+    ck.check(rc == 0 and evals and [l for l in lines if " eval loss " in l] == evals and
+             len(progress) == sum("train/loss" in r for r in recs),
+             f"g: watch prints each eval record as an eval line ({evals}) and one progress line "
+             f"per train record ({len(progress)}):\n{out}")
+
+    # watch of a queued job while ztraind stops (its queued jobs stay queued) and starts again
+    # 3 s later: it reconnects and follows the job to its end.
+    busy = cli(["submit", write_job(os.path.join(tmp, "jobs", "g-busy.json"),
+                                     tiny_job(d.data_root, name="g-busy", max_steps=LONG))],
+               d)[1].strip()
+    queued = cli(["submit", write_job(os.path.join(tmp, "jobs", "g-queued.json"),
+                                       tiny_job(d.data_root, name="g-queued", max_steps=4))],
+                 d)[1].strip()
+    wait_step(d, busy, 1)
+    watcher = subprocess.Popen([ZTRAIN, "watch", queued, "--server", d.grpc_addr],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    d.stop()
+    time.sleep(3)
+    d.start()
+    try:
+        w_out, w_err = watcher.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        w_out, w_err = watcher.communicate()
+    ck.check(watcher.returncode == 0 and f"{queued} SUCCEEDED: step 4/4" in w_out and
+             "reconnecting" in w_err,
+             f"g: watch rides out a daemon restart ({watcher.returncode}: {w_out.strip()[-120:]} "
+             f"{w_err.strip()[-200:]})")
+
+
 def case_e(tmp):
     with Daemon(BUILD, os.path.join(tmp, "auth"), token="tok-123") as d:
         rc, out, err = cli(["list"], d)
@@ -217,7 +321,7 @@ def case_e(tmp):
 
 tmp = temp_dir("ztrain-cli-remote-")
 with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1) as d:
-    for case in (case_a, case_b, case_c, case_d, case_f):
+    for case in (case_a, case_b, case_c, case_d, case_f, case_g):
         t = time.monotonic()
         case(d, tmp)
         print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")

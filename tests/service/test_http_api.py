@@ -9,7 +9,10 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      the parameter; path traversal under /static/ and /vendor/ is refused; an oversized POST is
      refused; garbage on the socket does not hurt the daemon.
   c. A finished job: a live event stream opened at submission replays and follows every record
-     (equal to metrics.jsonl) and ends after the terminal job event; GET /api/v1/jobs/{id} has
+     (equal to metrics.jsonl), each with its seq as the event id, and ends after the terminal job
+     event; an eval step's two records are each given once by /records paged one record at a
+     time, by a stream dropped between them and resumed with Last-Event-ID or ?after_seq=, and
+     by WatchJob's after_seq; GET /api/v1/jobs/{id} has
      every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl,
      max_points thins them keeping the last point; records and logs; the list pages.
   d. /metrics parses as Prometheus text (HELP and TYPE for every family) and ztrain_job_loss is
@@ -30,8 +33,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_view  # noqa: E402
-from svc import (BUILD, SOURCE, TERMINAL, Checker, Daemon, read_metrics, submit,  # noqa: E402
-                 temp_dir, tiny_job)
+import grpc  # noqa: E402
+from svc import (BUILD, SOURCE, TERMINAL, Checker, Daemon, read_metrics, stubs,  # noqa: E402
+                 submit, temp_dir, tiny_job)
 
 sys.stdout.reconfigure(line_buffering=True)
 TOKEN = "tok-3f9a7c1e"
@@ -270,6 +274,101 @@ def case_b(api, d):
     ck.check(s == 200 and d.proc.poll() is None, f"b: the daemon survives junk requests ({s})")
 
 
+def read_until(api, path, stop, headers=None):
+    """The (event, data, id) of an event stream up to and including the first event for which
+    stop is true; then the connection is dropped, as a client that goes away."""
+    c = http.client.HTTPConnection("127.0.0.1", api.port, timeout=60)
+    c.request("GET", path, headers=dict(headers or {}, Authorization="Bearer " + api.token))
+    r = c.getresponse()
+    out, name, data, eid = [], "message", [], None
+    try:
+        while True:
+            line = r.readline()
+            if not line:
+                return out
+            line = line.decode("utf-8").rstrip("\n")
+            if line == "":
+                if data:
+                    out.append((name, SSE_VIEW.get(name, lambda x: x)(
+                        json.loads("\n".join(data))), eid))
+                    if stop(out[-1]):
+                        return out
+                name, data, eid = "message", [], None
+            elif line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data.append(line[6:])
+            elif line.startswith("id: "):
+                eid = line[4:]
+    finally:
+        c.close()
+
+
+def check_record_cursor(api, d, job_id, recs):
+    """A step with two records (train and eval, every eval_interval): /records paged one record
+    at a time, an event stream cut between the two and resumed by Last-Event-ID (or after_seq),
+    and WatchJob's after_seq each give every record exactly once, in metrics.jsonl's order."""
+    two = [st for st in {r["train/global_step"] for r in recs}
+           if sum(r["train/global_step"] == st for r in recs) == 2]
+    ck.check(len(two) >= 2, f"c: the eval steps have two records each ({sorted(two)})")
+    for since in (0, min(two)):
+        want = [r for r in recs if r["train/global_step"] >= since]
+        s, _, raw = api.request("GET", f"/api/v1/jobs/{job_id}/records?since_step={since}")
+        whole = json.loads(raw)["records"] if s == 200 else []
+        pages, token, paged = 0, "", []
+        while pages <= len(recs) + 1:
+            q = f"since_step={since}&page_size=1" + (f"&page_token={token}" if token else "")
+            s, _, raw = api.request("GET", f"/api/v1/jobs/{job_id}/records?{q}")
+            body = json.loads(raw) if s == 200 else {}
+            paged += body.get("records", [])
+            pages += 1
+            token = body.get("nextPageToken", "")
+            if not token:
+                break
+        ck.check([api_view.record(x)["values"] for x in whole] == want and paged == whole and
+                 pages == len(want) and
+                 [int(x["seq"]) for x in paged] == sorted({int(x["seq"]) for x in paged}),
+                 f"c: /records?since_step={since} paged one record at a time ({pages} pages, "
+                 f"{len(paged)} records) is the unpaged list ({len(whole)}), metrics.jsonl's "
+                 f"{len(want)}, each once")
+    for step in sorted(two)[:2]:
+        # Drop the stream right after the first of the step's two records, then reconnect.
+        first = read_until(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
+                           lambda e, st=step: e[0] == "metrics" and e[1]["step"] == st)
+        last_id = first[-1][2] if first else None
+        rest = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
+                           headers={"Last-Event-ID": last_id or ""})
+        rest.join(60)
+        joined = [e[1]["values"] for e in first + rest.events if e[0] == "metrics"]
+        ck.check(joined == recs and rest.clean_end and rest.events[-1][0] == "job",
+                 f"c: a stream dropped after the first record of step {step} (id {last_id}) "
+                 f"and resumed with Last-Event-ID: every record once ({len(joined)} of "
+                 f"{len(recs)})")
+        by_query = EventStream(api, f"/api/v1/jobs/{job_id}/events?after_seq={last_id}")
+        by_query.join(60)
+        tail = [e[1]["values"] for e in by_query.events if e[0] == "metrics"]
+        ck.check(tail == recs[int(last_id or 0):],
+                 f"c: ?after_seq={last_id} streams the records after it ({len(tail)})")
+        # The same over gRPC.
+        req = stubs()[0].WatchJobRequest(id=job_id, after_seq=int(last_id or 0))
+        watched = [ev.metrics for ev in d.stub().WatchJob(req, metadata=d.metadata, timeout=60)
+                   if ev.WhichOneof("event") == "metrics"]
+        ck.check([{v.key: v.value for v in m.values} ==
+                  {k: v for k, v in r.items() if v is not None}
+                  for m, r in zip(watched, recs[int(last_id or 0):])] ==
+                 [True] * (len(recs) - int(last_id or 0)) and
+                 [m.seq for m in watched] == list(range(int(last_id or 0) + 1, len(recs) + 1)),
+                 f"c: WatchJob after_seq={last_id} gives the records after it, seq "
+                 f"{[m.seq for m in watched][:2]}...")
+    req = stubs()[0].WatchJobRequest(id=job_id, after_seq=-1)
+    try:
+        list(d.stub().WatchJob(req, metadata=d.metadata, timeout=30))
+        code = "OK"
+    except grpc.RpcError as e:
+        code = e.code().name
+    ck.check(code == "INVALID_ARGUMENT", f"c: WatchJob after_seq=-1 is INVALID_ARGUMENT ({code})")
+
+
 def case_c(api, d):
     job_id = start_job(d, "finite", 400, eval_interval=100, checkpoint_interval=100)
     keys = ["train/loss", "eval/loss", "perf/tokens_per_second"]
@@ -302,23 +401,18 @@ def case_c(api, d):
              all(e[1]["state"] not in TERMINAL for e in jobs[:-1]),
              f"c: the stream ends right after the terminal job event "
              f"({[e[1]['state'] for e in jobs]})")
+    ids = [e[2] for e in ev if e[0] == "metrics"]
     ck.check([g["values"] for g in got] == recs and
              all(g["step"] == r["train/global_step"] for g, r in zip(got, recs)) and
-             all(e[2] == str(e[1]["step"]) for e in ev if e[0] == "metrics"),
-             f"c: the stream's metrics events are metrics.jsonl, in order, with id = step "
-             f"({len(got)} events, {len(recs)} records)")
+             ids == [str(n) for n in range(1, len(recs) + 1)],
+             f"c: the stream's metrics events are metrics.jsonl, in order, with id = the "
+             f"record's seq 1, 2, ... ({len(got)} events, {len(recs)} records, ids {ids[:3]})")
     logs = [e[1] for e in ev if e[0] == "log"]
     ck.check(logs and all(set(l) == {"seq", "time_unix_ms", "rank", "stream", "text"} for l in logs)
              and [l["seq"] for l in logs] == sorted({l["seq"] for l in logs}),
              f"c: logs=1 adds log events with increasing seq ({len(logs)})")
 
-    again = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
-                        headers={"Last-Event-ID": "390"})
-    again.join(30)
-    steps = [e[1]["step"] for e in again.events if e[0] == "metrics"]
-    ck.check(steps == [r["train/global_step"] for r in recs if r["train/global_step"] > 390] and
-             again.events[-1][0] == "job" and again.clean_end,
-             f"c: a reconnect with Last-Event-ID 390 continues after step 390 ({steps[:3]}...)")
+    check_record_cursor(api, d, job_id, recs)
 
     s, _, raw = api.request("GET", f"/api/v1/jobs/{job_id}")
     missing = [k for k in JOB_FIELDS if k not in json.loads(raw)]

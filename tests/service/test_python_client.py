@@ -17,13 +17,20 @@ real ztraind with a token (run in .venv/ for googleapis-common-protos).
      InvalidArgument with .field "spec.data.train"; a missing job is NotFound with .resource;
      a wrong token is Unauthenticated; a reused idempotency key with another spec is
      AlreadyExists naming the job.
-  f. examples/python/quickstart.py, the notebook-style example, runs as written."""
+  f. examples/python/quickstart.py, the notebook-style example, runs as written.
+  g. list(state=) takes a JobState number, its name and its short name (the server's filter
+     gives what get() says), and anything else is InvalidArgument naming state; a job file with
+     checkpoint_interval and no checkpoint_dir is submitted (ztraind gives it RUNS/<id>/ckpt);
+     wait() of a queued job survives a daemon stopped and started again 3 s later.
+  Watched Metrics carry their record's seq, and watch(after_seq=) resumes after one."""
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -109,6 +116,12 @@ def case_c(ztrain, c, job):
              [e.state for e in events if isinstance(e, ztrain.JobUpdate)] == ["SUCCEEDED"],
              f"c: watch() of a finished job ends with its JobUpdate ({type(events[-1]).__name__})")
     ck.check(len(ref) == 6 and recs == ref, f"c: watched losses are metrics.jsonl's ({recs})")
+    seqs = [e.seq for e in events if isinstance(e, ztrain.Metrics)]
+    ck.check(seqs == list(range(1, len(seqs) + 1)),
+             f"c: each Metrics carries its record's seq 1, 2, ... ({seqs})")
+    resumed = [e.seq for e in c.watch(job.id, after_seq=2, timeout=60)
+               if isinstance(e, ztrain.Metrics)]
+    ck.check(resumed == seqs[2:], f"c: watch(after_seq=2) resumes after record 2 ({resumed})")
     m = c.metrics(job.id, ["train/loss"])
     ck.check(list(m) == ["train/loss"] and m["train/loss"] == ref,
              f"c: metrics() equals metrics.jsonl ({m.get('train/loss')})")
@@ -185,6 +198,69 @@ def case_e(ztrain, c, d):
     c.wait(first.id, timeout=120)
 
 
+def case_g(ztrain, c, d):
+    """list()'s state in every documented form; a job with checkpoint_interval and no
+    checkpoint_dir, which ztraind accepts (it gives the job RUNS/<id>/ckpt); wait() across a
+    daemon restart."""
+    every = list(c.list())
+    want = [j.id for j in every if j.state == ztrain.pb.JOB_STATE_SUCCEEDED]
+    for form in (5, ztrain.pb.JOB_STATE_SUCCEEDED, "SUCCEEDED", "succeeded",
+                 "JOB_STATE_SUCCEEDED"):
+        got = [j.id for j in c.list(state=form)]
+        ck.check(got == want and want, f"g: list(state={form!r}) is the SUCCEEDED jobs ({got})")
+    for form in ("bogus", 99, -1, 2.5, True):
+        try:
+            c.list(state=form)
+            err = None
+        except ztrain.InvalidArgument as e:
+            err = e
+        ck.check(err is not None and err.field == "state" and "state" in str(err),
+                 f"g: list(state={form!r}) is InvalidArgument naming state ({err!r})")
+
+    job = tiny_job(d.data_root, name="server-ckpt", max_steps=4, checkpoint_interval=2)
+    path = os.path.join(tempfile.mkdtemp(dir=d.dir), "job.json")
+    with open(path, "w") as f:
+        json.dump(job, f)
+    try:
+        j = c.submit(path)
+        err = None
+    except ztrain.ZtrainError as e:
+        j, err = None, e
+    end = c.wait(j.id, timeout=120) if j else None
+    ckdir = os.path.join(d.runs_root, j.id, "ckpt") if j else ""
+    ck.check(err is None and end and ztrain.state_name(end.state) == "SUCCEEDED" and
+             os.path.realpath(end.checkpoint_dir) == os.path.realpath(ckdir) and
+             os.path.isdir(ckdir),
+             f"g: checkpoint_interval without checkpoint_dir is submitted and checkpoints in "
+             f"RUNS/<id>/ckpt ({err!r}, {end and end.checkpoint_dir})")
+
+    # wait() on a queued job while the daemon stops (SIGTERM: queued jobs stay queued) and
+    # starts again 3 s later on the same ports and state.
+    busy = c.submit(tiny_job(d.data_root, name="busy", max_steps=LONG))
+    queued = c.submit(tiny_job(d.data_root, name="queued", max_steps=4))
+    for ev in c.watch(busy.id, timeout=60):
+        if isinstance(ev, ztrain.Metrics):
+            break
+    result = {}
+
+    def waiter():
+        try:
+            result["job"] = c.wait(queued.id, timeout=240)
+        except Exception as e:  # noqa: BLE001 - reported by the check below
+            result["error"] = e
+    t = threading.Thread(target=waiter, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    d.stop()
+    time.sleep(3)
+    d.start()
+    t.join(240)
+    got = result.get("job")
+    ck.check(got is not None and ztrain.state_name(got.state) == "SUCCEEDED",
+             f"g: wait() of a queued job rides out a daemon restart and returns it SUCCEEDED "
+             f"({got and ztrain.state_name(got.state)}, {result.get('error')!r})")
+
+
 def case_f(d, site):
     """The notebook-style example runs as written against this daemon."""
     env = dict(os.environ, ZTRAIN_ADDR=d.grpc_addr, ZTRAIN_TOKEN=TOKEN,
@@ -208,6 +284,7 @@ def main():
             case_c(ztrain, c, job)
             case_d(ztrain, c, d)
             case_e(ztrain, c, d)
+            case_g(ztrain, c, d)
         case_f(d, os.path.join(tmp, "site"))
     ck.done()
 

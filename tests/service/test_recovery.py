@@ -4,7 +4,9 @@ run of the same spec as the reference:
 - a job whose ranks are SIGKILLed twice mid-run, with max_restarts 2 and a checkpoint every few
   steps, ends SUCCEEDED with the same per-step losses and bit-identical final weights and
   optimizer state as the uninterrupted run, and its attempts (gRPC and HTTP) say which rank died
-  of which signal and which checkpoint each restart resumed from;
+  of which signal and which checkpoint each restart resumed from; its records (the steps run
+  again recorded twice) are numbered 1, 2, ... as they came, and /records paged one record at
+  a time, with or without since_step, gives the unpaged list;
 - a third failure ends the job FAILED with every attempt's reason;
 - ztraind SIGKILLed and started again on the same state resumes a running job with restarts left
   from its checkpoint (its old ranks stop first), and it still ends bit-identical."""
@@ -57,6 +59,37 @@ def losses(d, job_id):
                 out[r["step"]] = r["values"]["train/loss"]
         query = page["next_page_token"] and f"page_token={page['next_page_token']}"
     return out
+
+
+def raw_records(d, job_id, query):
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{job_id}/records?{query}",
+                                timeout=10) as r:
+        return json.loads(r.read())
+
+
+def records_cursor(d, job_id, what):
+    """The steps a restart runs again are recorded twice; /records paged one record at a time
+    (with since_step kept on every page) gives the unpaged list, each record once, numbered
+    1, 2, ... in the order they came."""
+    whole = raw_records(d, job_id, "since_step=0").get("records", [])
+    steps = [int(r["step"]) for r in whole]
+    again = sorted({s for s in steps if steps.count(s) > 1})
+    c.check(again and [int(r["seq"]) for r in whole] == list(range(1, len(whole) + 1)),
+            f"{what}: records numbered 1..{len(whole)} in the order they came, the steps run "
+            f"again recorded twice ({again[:3]}...)")
+    since = again[0] if again else 0
+    for q in ("since_step=0", f"since_step={since}"):
+        paged, token = [], ""
+        for _ in range(len(whole) + 2):
+            page = raw_records(d, job_id, f"{q}&page_size=1" +
+                               (f"&page_token={token}" if token else ""))
+            paged += page.get("records", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                break
+        want = [r for r in whole if int(r["step"]) >= int(q.split("=")[1])]
+        c.check(paged == want, f"{what}: /records?{q} paged one record at a time is the "
+                f"unpaged list's records from that step ({len(paged)} of {len(want)})")
 
 
 def state_bytes(job):
@@ -135,6 +168,7 @@ def restarts_after_kills(d, ref_losses, ref_state):
             [(x.attempt, x.failed, x.rank, x.signal) for x in a],
             f"the HTTP job JSON has the same attempts: {h['attempts']}")
     same_as_reference(d, j, ref_losses, ref_state, "restarted job")
+    records_cursor(d, j.id, "restarted job")
 
 
 def third_failure_fails(d):

@@ -14,7 +14,7 @@ import grpc
 
 from ._gen import ztrain_pb2 as pb
 from ._gen import ztrain_pb2_grpc as pb_grpc
-from .errors import ApiError, from_rpc_error
+from .errors import ApiError, InvalidArgument, Violation, _Parsed, from_rpc_error
 from .spec import JobSpec, load
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -39,11 +39,14 @@ class JobUpdate:
 
 @dataclass
 class Metrics:
-    """One metric record: its step, wall time (UTC; None if the server sent none) and finite
-    values by key."""
+    """One metric record: its step, wall time (UTC; None if the server sent none), finite
+    values by key, and seq, its number within the job (1, 2, ... in the order records came):
+    a step may have several records (an eval step; a step run again after a restart), so seq,
+    not step, is where watch(after_seq=...) goes on from."""
     step: int
     time: Optional[datetime.datetime]
     values: Dict[str, float]
+    seq: int = 0
 
 
 @dataclass
@@ -83,7 +86,7 @@ def _event(ev: "pb.JobEvent") -> Optional[WatchEvent]:
         return JobUpdate(ev.job)
     if which == "metrics":
         m = ev.metrics
-        return Metrics(m.step, _time(m, "time"), {v.key: v.value for v in m.values})
+        return Metrics(m.step, _time(m, "time"), {v.key: v.value for v in m.values}, m.seq)
     if which == "log":
         l = ev.log
         return Log(l.seq, _time(l, "time"), l.rank, l.stream, l.text)
@@ -172,19 +175,25 @@ class Client:
     def get(self, job_id: str) -> "pb.Job":
         return self._call("GetJob", pb.GetJobRequest(id=_id(job_id)))
 
-    def list(self, state: Optional[str] = None, page_size: int = 0) -> Iterator["pb.Job"]:
-        """Every job (or every job in `state`, "RUNNING" or JOB_STATE_RUNNING), newest first,
-        fetched page by page."""
-        st = pb.JobState.Value("JOB_STATE_" + state.upper().replace("JOB_STATE_", "")) \
-            if state else 0
-        token = ""
-        while True:
-            page = self._call("ListJobs", pb.ListJobsRequest(state=st, page_size=page_size,
-                                                             page_token=token))
-            yield from page.jobs
-            token = page.next_page_token
-            if not token:
-                return
+    def list(self, state: Union[str, int, None] = None,
+             page_size: int = 0) -> Iterator["pb.Job"]:
+        """Every job (or every job in `state`), newest first, fetched page by page. state is a
+        JobState value (pb.JOB_STATE_RUNNING, 3), its name ("JOB_STATE_RUNNING") or its short
+        name ("RUNNING", any case); None or 0 is every state. Anything else raises
+        InvalidArgument naming `state` at the call, before any request."""
+        st = _state_value(state)
+
+        def pages():
+            token = ""
+            while True:
+                page = self._call("ListJobs", pb.ListJobsRequest(
+                    state=st, page_size=page_size, page_token=token))
+                yield from page.jobs
+                token = page.next_page_token
+                if not token:
+                    return
+
+        return pages()
 
     def cancel(self, job_id: str, force: bool = False, grace_seconds: float = 0) -> "pb.Job":
         """Graceful by default (the ranks checkpoint and stop); force kills at once."""
@@ -192,11 +201,14 @@ class Client:
                                                            grace_seconds=grace_seconds))
 
     def watch(self, job_id: str, since_step: int = 0, logs: bool = False,
-              timeout: Optional[float] = None) -> Iterator[WatchEvent]:
+              timeout: Optional[float] = None, after_seq: int = 0) -> Iterator[WatchEvent]:
         """The job's events as typed objects: JobUpdate first, then Metrics records from
         since_step on (history first), live updates, Log lines when logs=True, and Anomaly
-        events; the iteration ends after the update that carries a terminal state."""
-        req = pb.WatchJobRequest(id=_id(job_id), since_step=since_step, logs=logs)
+        events; the iteration ends after the update that carries a terminal state. after_seq
+        resumes a watch that was cut: only records after the one with that seq (the last
+        Metrics.seq received) come."""
+        req = pb.WatchJobRequest(id=_id(job_id), since_step=since_step, logs=logs,
+                                 after_seq=after_seq)
         for ev in self._stream("WatchJob", req, timeout):
             e = _event(ev)
             if e is not None:
@@ -259,31 +271,78 @@ class Client:
         return list(self._call("ListWebhookDeliveries", pb.ListWebhookDeliveriesRequest(
             id=_id(job_id), page_size=page_size)).deliveries)
 
+    # How wait() retries while the daemon cannot be reached (it restarts, or is being
+    # upgraded): the first wait, doubling up to the longest, until the caller's timeout; with
+    # no timeout, until the daemon has been unreachable for RECONNECT_LIMIT seconds in a row.
+    RECONNECT_FIRST = 0.25
+    RECONNECT_LONGEST = 5.0
+    RECONNECT_LIMIT = 300.0
+
     def wait(self, job_id: str, timeout: Optional[float] = None) -> "pb.Job":
         """Blocks until the job is SUCCEEDED, FAILED or CANCELLED and returns it. Watches the
-        job's stream (no polling); a stream cut short (the daemon restarting) is resumed until
-        the timeout, after which TimeoutError."""
+        job's stream (no polling). A stream cut short, or a daemon that cannot be reached (it
+        restarts), is retried with backoff (Client.RECONNECT_FIRST doubling up to
+        RECONNECT_LONGEST seconds) and resumed after the last record received, until the
+        timeout (TimeoutError); with no timeout, Unavailable once the daemon has been
+        unreachable for RECONNECT_LIMIT seconds in a row."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        last_step = 0
+        after_seq = 0
+        pause = self.RECONNECT_FIRST
+        down_since = None
+
+        def left():
+            return None if deadline is None else deadline - time.monotonic()
+
+        def timed_out():
+            return TimeoutError(f"{job_id} did not end within {timeout} s")
+
         while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"{job_id} did not end within {timeout} s")
+            if left() is not None and left() <= 0:
+                raise timed_out()
             try:
-                for ev in self.watch(job_id, since_step=last_step, timeout=left):
+                for ev in self.watch(job_id, after_seq=after_seq, timeout=left()):
+                    down_since = None
+                    pause = self.RECONNECT_FIRST
                     if isinstance(ev, Metrics):
-                        last_step = ev.step + 1
+                        after_seq = max(after_seq, ev.seq)
                     elif isinstance(ev, JobUpdate) and ev.state in TERMINAL:
                         return ev.job
+                # The stream ended before a terminal state: the job as it is now says why.
+                unary = self.timeout if left() is None else max(min(self.timeout, left()), 0.01)
+                job = self._call("GetJob", pb.GetJobRequest(id=_id(job_id)), timeout=unary)
+                if state_name(job.state) in TERMINAL:
+                    return job
             except ApiError as e:
                 if e.code == "DEADLINE_EXCEEDED":
-                    raise TimeoutError(f"{job_id} did not end within {timeout} s") from None
+                    raise timed_out() from None
                 if e.code != "UNAVAILABLE":
                     raise
-                time.sleep(0.5)
-            job = self.get(job_id)
-            if state_name(job.state) in TERMINAL:
-                return job
+                now = time.monotonic()
+                down_since = down_since if down_since is not None else now
+                if deadline is None and now - down_since >= self.RECONNECT_LIMIT:
+                    raise
+            wait = pause if left() is None else min(pause, max(left(), 0))
+            time.sleep(wait)
+            pause = min(pause * 2, self.RECONNECT_LONGEST)
+
+
+def _state_value(state) -> int:
+    """The JobState number for list()'s state (None, "" or 0: 0, every state)."""
+    if state is None or state == "" or (type(state) is int and state == 0):
+        return 0
+    names = [n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"]
+    if isinstance(state, int) and not isinstance(state, bool):
+        if state in (pb.JobState.Value(n) for n in names):
+            return state
+    elif isinstance(state, str):
+        name = state.strip().upper()
+        name = name if name.startswith("JOB_STATE_") else "JOB_STATE_" + name
+        if name in names:
+            return pb.JobState.Value(name)
+    short = ", ".join(n[len("JOB_STATE_"):] for n in names)
+    message = f"state: {state!r} is not a job state ({short}, their JOB_STATE_ names or numbers)"
+    raise InvalidArgument("INVALID_ARGUMENT", message,
+                          parsed=_Parsed([Violation("field", "state", message)]))
 
 
 def _id(job_id) -> str:

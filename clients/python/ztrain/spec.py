@@ -11,9 +11,9 @@ be judged without the server, and turned into the JobSpec message that SubmitJob
 
 What is checked here: keys (every section's keys are the proto's fields, so a misspelling is
 refused by name, as the server would), types, ranges, n_embd divisible by n_head, the train
-options that need another (eval_interval needs data.val, resume and checkpoint_interval need
-checkpoint_dir) and DeepSpeed's batch rule (train_batch_size = micro batch x gradient accumulation
-x world_size). What only the server can judge (paths under its roots, memory, its GPUs) it judges,
+options that need another (eval_interval needs data.val; resume and checkpoint_interval need no
+checkpoint_dir, as ztraind gives a job without one <runs root>/<job id>/ckpt) and DeepSpeed's
+batch rule (train_batch_size = micro batch x gradient accumulation x world_size). What only the server can judge (paths under its roots, memory, its GPUs) it judges,
 and its refusal names the field the same way: "spec.model.n_embd"."""
 import copy
 import json
@@ -212,9 +212,8 @@ class JobSpec:
                 _int(f"spec.train.{k}", t[k], lo)
         if t.get("eval_interval") and not data.get("val"):
             raise SpecError("spec.train.eval_interval", "needs data.val")
-        for k in ("resume", "checkpoint_interval"):
-            if t.get(k) and not t.get("checkpoint_dir"):
-                raise SpecError(f"spec.train.{k}", "needs train.checkpoint_dir")
+        # resume and checkpoint_interval need a checkpoint_dir, which ztraind supplies
+        # (<runs root>/<job id>/ckpt) when the spec has none: nothing to refuse here.
 
     @staticmethod
     def _validate_deepspeed(ds, world_size, pipeline):
