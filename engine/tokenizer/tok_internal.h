@@ -161,9 +161,11 @@ typedef struct {
     int start, stop;         /* Strip */
 } tok_dec;
 
+/* An added token: its content s, and the text it is matched on, m: s itself, or for a
+ * normalized token s run through the normalizers (HF matches those in the normalized text). */
 typedef struct {
-    char *s;
-    size_t len;
+    char *s, *m;
+    size_t len, mlen;
     int32_t id;
     bool special, normalized;
 } tok_added;
@@ -208,6 +210,8 @@ zt_status tok_parse_decoder(zt_tokenizer_t *t, const cJSON *j, const char *src);
 zt_status tok_parse_post_processor(zt_tokenizer_t *t, const cJSON *j, const char *src);
 zt_status tok_parse_bpe(zt_tokenizer_t *t, const cJSON *model, const char *src);
 zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src);
+/* After the normalizers are loaded: the texts the added tokens are matched on. */
+zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src);
 void tok_free_components(zt_tokenizer_t *t);
 zt_status tok_grow_ids(zt_tokenizer_t *t, int32_t id);
 zt_status tok_set_added_text(zt_tokenizer_t *t, int32_t id, const char *s, size_t len);
@@ -247,7 +251,7 @@ struct zt_tok_worker {
 };
 
 /* Normalizes s into out (cleared first). */
-zt_status tok_normalize(zt_tok_worker_t *w, const char *s, size_t len, tok_buf *out);
+zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, tok_buf *out);
 /* Runs the pre-tokenizers over one normalized segment; the result is in *result (w->a or w->b),
  * already mapped to the byte-level alphabet where a ByteLevel pre-tokenizer asks for it. */
 zt_status tok_pre_tokenize(zt_tok_worker_t *w, const char *s, size_t len, bool first,

@@ -17,6 +17,10 @@ random id sequences (partial byte tokens among them), are decoded by both with a
 skip_special_tokens: the texts must be identical. tokenizer.json files with components the C
 library does not implement must be refused with a message naming the component.
 
+Variants of those tokenizers check single components against HF on targeted text: added tokens
+with normalized true (matched by their normalized content in the normalized text) mixed with raw
+ones under Llama 2's and Qwen2's normalizers.
+
 Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_tokenizer.py
 """
 import json
@@ -32,8 +36,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-from tokenizers import (Regex, Tokenizer, decoders, models, normalizers,  # noqa: E402
-                        pre_tokenizers, processors, trainers)
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,  # noqa: E402
+                        normalizers, pre_tokenizers, processors, trainers)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tokcorpus  # noqa: E402
@@ -221,6 +225,40 @@ def compare_decodings(name, tok, path, id_lists):
               f"{want[bad[0]]!r}" if bad else "")
 
 
+def variant(tok, mutate):
+    """A copy of tok with its tokenizer.json changed by mutate(j)."""
+    j = json.loads(tok.to_str())
+    mutate(j)
+    return Tokenizer.from_str(json.dumps(j))
+
+
+def compare_variant(d, name, tok, docs):
+    path = os.path.join(d, "variant.json")
+    tok.save(path)
+    compare_encodings(name, tok, path, [x if isinstance(x, bytes) else x.encode() for x in docs])
+
+
+ADDED_DOCS = ["hello world", "say hello world now", "hello worldhello world", "a<x>hello world",
+              "<x>b c", "a b c", " b c", "b c", "hel lo world", "lo world", "<s>hello world</s>",
+              "e\u0301té", "été", "xe\u0301téx", "o\u0301 ó", "n\u0303 ñ", "ñn\u0303"]
+
+
+def check_added_normalized(d, tokenizers, docs):
+    """HF matches raw added tokens in the raw text first, then normalized ones, by their
+    normalized content, in each normalized stretch between."""
+    llama2 = Tokenizer.from_str(tokenizers["llama2"].to_str())
+    llama2.add_tokens([AddedToken("hello world", normalized=True)])
+    compare_variant(d, "llama2 + normalized 'hello world'", llama2, ADDED_DOCS + docs[:60])
+    llama2.add_tokens([AddedToken("<x>", normalized=False), AddedToken("lo w", normalized=False),
+                       AddedToken("b c", normalized=True)])
+    compare_variant(d, "llama2 + normalized and raw added tokens", llama2, ADDED_DOCS + docs[:60])
+    qwen2 = Tokenizer.from_str(tokenizers["qwen2"].to_str())
+    qwen2.add_tokens([AddedToken("e\u0301té", normalized=True)])
+    compare_variant(d, "qwen2 + normalized 'e\\u0301té'", qwen2, ADDED_DOCS)
+    qwen2.add_tokens([AddedToken("o\u0301", normalized=False), AddedToken("n\u0303", normalized=True)])
+    compare_variant(d, "qwen2 + normalized and raw added tokens", qwen2, ADDED_DOCS + docs[:60])
+
+
 def check_refused(d, base_json, mutate, expect):
     j = json.loads(base_json)
     mutate(j)
@@ -271,6 +309,9 @@ def main():
                 n_bad = sum(1 for a, b in zip(back, want) if a != b) + len(want) - len(back)
                 check(n_bad == 0, f"{name}: {n_bad} documents do not round-trip: {err}")
             print(f"{name}: {len(docs)} documents, vocab {vocab}: encode and decode agree")
+
+        check_added_normalized(d, tokenizers, docs)
+        print("variants: normalized added tokens")
 
         base = tokenizers["gpt2"].to_str()
         check_refused(d, base, lambda j: j["model"].update(type="WordPiece"),

@@ -16,8 +16,8 @@
  *   decoder         null, ByteLevel, Metaspace, Replace (string pattern), ByteFallback, Fuse,
  *                   Strip, Sequence of those.
  *   added_tokens    matched before the model, leftmost-longest, on the raw text (normalized:
- *                   false) or on the normalized text (normalized: true); no lstrip, rstrip or
- *                   single_word.
+ *                   false) or, by their normalized content, on the normalized text between
+ *                   those (normalized: true), as HF does; no lstrip, rstrip or single_word.
  *   truncation and padding must be null; ids must be below 2^24.
  *
  * Text is UTF-8. Invalid UTF-8 is encoded as Python's bytes.decode("utf-8", "replace") would hand
