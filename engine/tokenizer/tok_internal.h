@@ -219,6 +219,12 @@ zt_status tok_set_added_text(zt_tokenizer_t *t, int32_t id, const char *s, size_
 const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t len,
                                  bool normalized);
 
+/* Compiles a tokenizer.json regex, written for Oniguruma, to PCRE2 with the same meaning, or a
+ * literal string (`literal`); what cannot be translated exactly is refused naming src, what
+ * (the component) and the construct. */
+zt_status tok_regex_compile(const char *pattern, bool literal, pcre2_code **out, const char *src,
+                            const char *what);
+
 /* A string field of a component, or NULL when absent or not a string. */
 const char *tok_json_str(const cJSON *j, const char *key);
 

@@ -19,7 +19,11 @@ library does not implement must be refused with a message naming the component.
 
 Variants of those tokenizers check single components against HF on targeted text: added tokens
 with normalized true (matched by their normalized content in the normalized text) mixed with raw
-ones under Llama 2's and Qwen2's normalizers.
+ones under Llama 2's and Qwen2's normalizers; Split by a string with each behaviour, inverted or
+not; Metaspace with split true and false under each prepend_scheme; and regexes written for
+Oniguruma (the escapes w W s S d D h H b B v, options, anchors), each as a Split that
+removes what it matches, over every code point Unicode 14 assigns, so ids differ wherever ztrain's
+PCRE2 translation matches a different set than Oniguruma.
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_tokenizer.py
 """
@@ -259,6 +263,63 @@ def check_added_normalized(d, tokenizers, docs):
     compare_variant(d, "qwen2 + normalized and raw added tokens", qwen2, ADDED_DOCS + docs[:60])
 
 
+def check_split_string(d, tokenizers, docs):
+    extra = ["a, b,, c , d", ", leading", "trailing, ", ",,,", "no commas here", "  two  spaces  "]
+    for pattern in (", ", " "):
+        for behavior in ("removed", "isolated", "merged_with_previous", "merged_with_next",
+                         "contiguous"):
+            for invert in (False, True):
+                def mutate(j, pattern=pattern, behavior=behavior, invert=invert):
+                    split = pre_tokenizers.Split(pattern, behavior=behavior, invert=invert)
+                    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                        json.loads(split.__getstate__()), j["pre_tokenizer"]["pretokenizers"][1]]}
+                tok = variant(tokenizers["qwen2"], mutate)
+                compare_variant(d, f"Split String {pattern!r} {behavior} invert={invert}", tok,
+                                extra + docs[:40])
+
+
+def check_metaspace(d, tokenizers, docs):
+    extra = ["hello world", " hello", "  two", "▁already▁", "x<s>y z", "<s> a", "a  b   c "]
+    for split in (True, False):
+        for scheme in ("always", "first", "never"):
+            def mutate(j, split=split, scheme=scheme):
+                j["pre_tokenizer"] = json.loads(pre_tokenizers.Metaspace(
+                    replacement="▁", prepend_scheme=scheme, split=split).__getstate__())
+            tok = variant(tokenizers["metaspace"], mutate)
+            compare_variant(d, f"Metaspace split={split} prepend_scheme={scheme}", tok,
+                            extra + docs[:60])
+
+
+# Each construct whose Oniguruma meaning PCRE2 spells differently, alone and in a class.
+ONIG_PATTERNS = [r"\w", r"\W", r"\s", r"\S", r"\d", r"\D", r"\h", r"\H", r"[\w-]", r"[^\w\s]",
+                 r"[\h\s]", r"[^\h]", r"[\S]", r"[\d.]", r"\b\w", r"\w\b", r"\B.", r".\B", r"\v",
+                 r"\u00e9|\u2460", r"(?m)a.b", r"(?i:k|[a-z]|'s|'re)", r"^.", r".$", r"\n^", r"$\n",
+                 r"[\b]"]
+ONIG_DOCS = ["deadBEEF ok 0x1f G", " ① ② Ⓐ Ⅻ ²³¹¼½¾ ½", "a\u200db a\u200cb", "a\u180eb\x85c\u2028d",
+             "a\x0bb\x0cc", "word_under score-dash", "a\nb\n\n", "ab\ncd\n", "a\r\nb", "é ① ß SS ſ",
+             "\u0660\u0966\uff10 ٣", "x\u0301y \u0301", "'S 'RE 'ſ K \u212a"]
+
+
+def every_code_point(chunk=2000):
+    """Every code point Unicode 14 (this Python's database) assigns, in documents of `chunk`."""
+    import unicodedata
+    cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000 and c != 0
+           and unicodedata.category(chr(c)) != "Cn"]
+    return ["".join(map(chr, cps[i:i + chunk])) for i in range(0, len(cps), chunk)]
+
+
+def check_onig_classes(d, tokenizers, docs):
+    everything = every_code_point()
+    for pat in ONIG_PATTERNS:
+        def mutate(j, pat=pat):
+            j["normalizer"] = None
+            j["pre_tokenizer"]["pretokenizers"][0] = {
+                "type": "Split", "pattern": {"Regex": pat}, "behavior": "Removed",
+                "invert": False}
+        tok = variant(tokenizers["qwen2"], mutate)
+        compare_variant(d, f"Split Regex /{pat}/ (Oniguruma)", tok, ONIG_DOCS + everything)
+
+
 def check_refused(d, base_json, mutate, expect):
     j = json.loads(base_json)
     mutate(j)
@@ -311,7 +372,10 @@ def main():
             print(f"{name}: {len(docs)} documents, vocab {vocab}: encode and decode agree")
 
         check_added_normalized(d, tokenizers, docs)
-        print("variants: normalized added tokens")
+        check_split_string(d, tokenizers, docs)
+        check_metaspace(d, tokenizers, docs)
+        check_onig_classes(d, tokenizers, docs)
+        print("variants: normalized added tokens, Split String, Metaspace, Oniguruma classes")
 
         base = tokenizers["gpt2"].to_str()
         check_refused(d, base, lambda j: j["model"].update(type="WordPiece"),
@@ -332,6 +396,15 @@ def main():
                       "is not in model.vocab")
         check_refused(d, base, lambda j: j.update(truncation={"max_length": 5}),
                       "truncation is set")
+        # Oniguruma constructs with no exact PCRE2 spelling are refused by name.
+        qwen2 = tokenizers["qwen2"].to_str()
+        for pat, expect in [(r"[[:alpha:]]+", "POSIX bracket"), (r"[a-z&&[^aeiou]]", "intersection"),
+                            (r"[a[0-9]]", "a class inside a class"), (r"[\W]", r"\W inside"),
+                            (r"[\H]", r"\H inside"), (r"\Qa\E", r"\Q"), (r"(?x) a", "option (?x)"),
+                            (r"(?s)a.b", "option (?s)"), (r"(?i:ss)", "under (?i)"),
+                            (r"(?i)é", "under (?i)")]:
+            check_refused(d, qwen2, lambda j, pat=pat: j["pre_tokenizer"]["pretokenizers"][0].update(
+                pattern={"Regex": pat}), expect)
     if failures:
         print(f"{len(failures)} failures", file=sys.stderr)
         sys.exit(1)
