@@ -41,6 +41,44 @@ static void refuse(translation *t, const char *construct, const char *why) {
                              t->pattern, construct, why);
 }
 
+/* True when name is a script's name to PCRE2 (so \p{sc:name} compiles). */
+static bool is_script(const char *name, size_t len) {
+    char pat[80];
+    if (len == 0 || len > 60)
+        return false;
+    snprintf(pat, sizeof pat, "\\p{sc:%.*s}", (int)len, name);
+    int err;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                   &err, &off, NULL);
+    pcre2_code_free(re);
+    return re != NULL;
+}
+
+/* \p{NAME} or \P{NAME} (pat[i] is the p): general categories and binary properties mean the same
+ * in both, but a script (\p{Han}) is Oniguruma's Script where PCRE2 reads Script_Extensions, so
+ * it becomes \p{sc:Han} (without it, CJK punctuation such as U+3001 would be Han). Copied whole,
+ * so the name is never read as pattern letters. Returns the extra bytes used. */
+static size_t property(translation *t, const char *pat, size_t i) {
+    size_t k = i + 2;
+    bool negated = pat[k] == '^';
+    k += negated;
+    size_t name = k;
+    while (pat[k] && pat[k] != '}')
+        k++;
+    char head[8];
+    snprintf(head, sizeof head, "\\%c{%s%s", pat[i], negated ? "^" : "",
+             is_script(pat + name, k - name) ? "sc:" : "");
+    put(t, head);
+    if (t->status == ZT_OK && !tok_buf_add(&t->out, pat + name, k - name))
+        t->status = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->src);
+    if (pat[k] == '}')
+        put(t, "}");
+    else
+        k--;
+    return k - i;
+}
+
 /* One escape \e (at pat[i], the backslash at pat[i-1]); returns how many extra bytes it used. */
 static size_t escape(translation *t, const char *pat, size_t i, bool in_class) {
     char e = pat[i], tmp[32];
@@ -89,8 +127,12 @@ static size_t escape(translation *t, const char *pat, size_t i, bool in_class) {
         snprintf(tmp, sizeof tmp, "\\%c", e);
         refuse(t, tmp, "Oniguruma and PCRE2 read it differently, or PCRE2 not at all");
         break;
-    case 'p': case 'P': case 'x': {
-        /* Copied whole, so a property name or hex digits are never read as pattern letters. */
+    case 'p': case 'P':
+        if (pat[i + 1] == '{')
+            return property(t, pat, i);
+        /* fall through */
+    case 'x': {
+        /* Copied whole, so hex digits are never read as pattern letters. */
         size_t k = 1;
         if (pat[i + 1] == '{') {
             while (pat[i + k] && pat[i + k] != '}')

@@ -300,7 +300,7 @@ def check_metaspace(d, tokenizers, docs):
 ONIG_PATTERNS = [r"\w", r"\W", r"\s", r"\S", r"\d", r"\D", r"\h", r"\H", r"[\w-]", r"[^\w\s]",
                  r"[\h\s]", r"[^\h]", r"[\S]", r"[\d.]", r"\b\w", r"\w\b", r"\B.", r".\B", r"\v",
                  r"\u00e9|\u2460", r"(?m)a.b", r"(?i:k|[a-z]|'s|'re)", r"^.", r".$", r"\n^", r"$\n",
-                 r"[\b]"]
+                 r"[\b]", r"\p{Han}", r"[\p{Common}\p{Lu}]", r"\P{Latin}", r"\p{^Hiragana}"]
 ONIG_DOCS = ["deadBEEF ok 0x1f G", " ① ② Ⓐ Ⅻ ²³¹¼½¾ ½", "a\u200db a\u200cb", "a\u180eb\x85c\u2028d",
              "a\x0bb\x0cc", "word_under score-dash", "a\nb\n\n", "ab\ncd\n", "a\r\nb", "é ① ß SS ſ",
              "\u0660\u0966\uff10 ٣", "x\u0301y \u0301", "'S 'RE 'ſ K \u212a"]

@@ -22,9 +22,9 @@
  *
  * Text is UTF-8. Invalid UTF-8 is encoded as Python's bytes.decode("utf-8", "replace") would hand
  * it to Hugging Face: each maximal invalid subsequence becomes U+FFFD. Regexes are Oniguruma's, as
- * HF's; they run on PCRE2, translated to match the same characters (\w \s \h \b \v, (?m), ^ $),
- * and what has no exact translation (POSIX brackets, class intersection, multi-character case
- * folds under (?i), ...) is refused by name.
+ * HF's; they run on PCRE2, translated to match the same characters (\w \s \h \b \v \p{Script},
+ * (?m), ^ $), and what has no exact translation (POSIX brackets, class intersection,
+ * multi-character case folds under (?i), ...) is refused by name.
  *
  * Threads: a zt_tokenizer_t is immutable after loading and may be shared by any number of
  * threads; each thread encodes through its own zt_tok_worker_t (regex match space and a cache of
