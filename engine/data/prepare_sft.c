@@ -380,7 +380,8 @@ zt_status zt_prepare_sft_run(const zt_prepare_options *o, zt_prepare_stats *st) 
         s = zt_tok_worker_create(r.tok, &r.w);
     prep_files files = {0};
     if (s == ZT_OK)
-        s = prep_expand_inputs(o->inputs, o->n_inputs, o->out_dir, o->name ? o->name : "data", &files);
+        s = prep_expand_inputs(o->inputs, o->n_inputs, o->out_dir, o->name ? o->name : "data",
+                               &files);
     uint64_t index = 0;
     for (size_t i = 0; s == ZT_OK && i < files.n; i++)
         s = read_file(&r, files.paths[i], &index);
