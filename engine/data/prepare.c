@@ -58,7 +58,7 @@ static zt_status flush_shard(prep_run *r, shard_writer *w) {
         free(tmp);
         if (tmps)
             w->tmps = tmps;
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
     }
     w->tmps = tmps;
     w->tmps[w->n_tmps++] = tmp;
@@ -108,7 +108,7 @@ static zt_status publish(prep_run *r, shard_writer *w) {
     for (int i = 0; i < w->n_tmps; i++) {
         char *final = strdup(w->tmps[i]);
         if (!final)
-            return zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+            return zt_error(ZT_ERR_NOMEM, "out of memory");
         final[strlen(final) - 4] = '\0';
         if (rename(w->tmps[i], final) != 0) {
             zt_status s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", final,
@@ -126,7 +126,7 @@ static zt_status old_shards(prep_run *r, bool remove) {
     size_t len = strlen(r->o->out_dir) + strlen(r->name) + 32;
     char *pat = malloc(len);
     if (!pat)
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
     snprintf(pat, len, "%s/%s_*_[0-9]*.bin", r->o->out_dir, r->name);
     glob_t g;
     zt_status s = ZT_OK;
@@ -190,7 +190,7 @@ static zt_status batch_add(batch *b, const char *doc, size_t len) {
             cap *= 2;
         char *p = realloc(b->arena, cap);
         if (!p)
-            return zt_error(ZT_ERR_NOMEM, "prepare: out of memory for a document of %zu bytes",
+            return zt_error(ZT_ERR_NOMEM, "out of memory for a document of %zu bytes",
                             len);
         b->arena = p;
         b->arena_cap = cap;
@@ -242,7 +242,7 @@ static zt_status read_all(prep_run *r, const zt_tokenizer_t *t, const prep_files
     b.outs = calloc(BATCH_DOCS, sizeof *b.outs);
     zt_status s = b.offs && b.lens && b.texts && b.outs
                       ? ZT_OK
-                      : zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+                      : zt_error(ZT_ERR_NOMEM, "out of memory");
     uint64_t doc_index = 0, bytes_done = 0;
     for (size_t f = 0; f < files->n && s == ZT_OK; f++) {
         prep_reader rd;
@@ -289,7 +289,7 @@ static zt_status writer_init(shard_writer *w, const char *split, bool u32, size_
     w->shard_tokens = shard_tokens;
     w->buf = malloc(shard_tokens * (u32 ? 4 : 2));
     if (!w->buf)
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory for a shard of %zu tokens",
+        return zt_error(ZT_ERR_NOMEM, "out of memory for a shard of %zu tokens",
                         shard_tokens);
     return ZT_OK;
 }
@@ -299,17 +299,17 @@ zt_status zt_prepare_run(const zt_prepare_options *o, zt_prepare_stats *st) {
     if (o->format != ZT_PREPARE_TEXT)
         return zt_prepare_sft_run(o, st);
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
-        return zt_error(ZT_ERR_INVALID, "prepare: the validation fraction %g is not in [0, 1)",
+        return zt_error(ZT_ERR_INVALID, "the validation fraction %g is not in [0, 1)",
                         o->val_fraction);
     int64_t shard = o->shard_tokens ? o->shard_tokens : DEFAULT_SHARD_TOKENS;
     if (shard < 2 || shard > INT32_MAX)
         return zt_error(ZT_ERR_INVALID,
-                        "prepare: the shard size %lld is not in [2, %d] tokens (the header "
+                        "the shard size %lld is not in [2, %d] tokens (the header "
                         "counts them in an int32)",
                         (long long)shard, INT32_MAX);
     prep_run r = {.o = o, .name = o->name ? o->name : "data"};
     if (strchr(r.name, '/'))
-        return zt_error(ZT_ERR_INVALID, "prepare: the name \"%s\" may not contain '/'", r.name);
+        return zt_error(ZT_ERR_INVALID, "the name \"%s\" may not contain '/'", r.name);
     zt_tokenizer_t *t;
     ZT_TRY(zt_tokenizer_load(o->tokenizer, &t));
     st->vocab_size = zt_tokenizer_vocab_size(t);
@@ -329,7 +329,7 @@ zt_status zt_prepare_run(const zt_prepare_options *o, zt_prepare_stats *st) {
         s = find_separator(t, o->separator, &sep, o->tokenizer);
     prep_files files = {0};
     if (s == ZT_OK)
-        s = prep_expand_inputs(o->inputs, o->n_inputs, &files);
+        s = prep_expand_inputs(o->inputs, o->n_inputs, o->out_dir, r.name, &files);
     if (s == ZT_OK)
         s = zt_mkdirs(o->out_dir);
     if (s == ZT_OK && !o->overwrite)
@@ -341,7 +341,7 @@ zt_status zt_prepare_run(const zt_prepare_options *o, zt_prepare_stats *st) {
     if (s == ZT_OK)
         s = read_all(&r, t, &files, sep, st);
     if (s == ZT_OK && st->documents == 0)
-        s = zt_error(ZT_ERR_INVALID, "prepare: the inputs hold no documents");
+        s = zt_error(ZT_ERR_INVALID, "the inputs hold no documents");
     if (s == ZT_OK)
         s = flush_shard(&r, &r.train);
     if (s == ZT_OK && r.val.buf)

@@ -4,6 +4,7 @@
 #define _DEFAULT_SOURCE /* DT_DIR, strdup */
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +20,12 @@ static zt_status add_file(prep_files *f, const char *path, uint64_t size) {
         size_t cap = f->cap ? 2 * f->cap : 64;
         char **p = realloc(f->paths, cap * sizeof *p);
         if (!p)
-            return zt_error(ZT_ERR_NOMEM, "prepare: out of memory listing inputs");
+            return zt_error(ZT_ERR_NOMEM, "out of memory listing inputs");
         f->paths = p;
         f->cap = cap;
     }
     if (!(f->paths[f->n] = strdup(path)))
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory listing inputs");
+        return zt_error(ZT_ERR_NOMEM, "out of memory listing inputs");
     f->n++;
     f->total_bytes += size;
     return ZT_OK;
@@ -34,9 +35,43 @@ static int cmp_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static zt_status add_path(prep_files *f, const char *path, int depth);
+/* Where this run writes: its own shards there are never inputs. */
+typedef struct {
+    bool exists;
+    dev_t dev;
+    ino_t ino;
+    const char *out_dir, *pattern; /* pattern: NAME_*_[0-9]*.bin* (shards, masks, temporaries) */
+} own_output;
 
-static zt_status add_dir(prep_files *f, const char *dir, int depth) {
+/* True when path is one of the run's own shards (or their masks or temporaries): a file of the
+ * output directory named as prepare names them. */
+static bool is_own_shard(const own_output *own, const char *path) {
+    if (!own->exists)
+        return false;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (fnmatch(own->pattern, base, 0) != 0)
+        return false;
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    char *dir = malloc(dlen + 2);
+    if (!dir)
+        return false;
+    if (dlen > 0) {
+        memcpy(dir, path, dlen);
+        dir[dlen] = '\0';
+    } else {
+        strcpy(dir, slash ? "/" : ".");
+    }
+    struct stat st;
+    bool same = stat(dir, &st) == 0 && st.st_dev == own->dev && st.st_ino == own->ino;
+    free(dir);
+    return same;
+}
+
+static zt_status add_path(prep_files *f, const own_output *own, const char *path, int depth,
+                          bool named);
+
+static zt_status add_dir(prep_files *f, const own_output *own, const char *dir, int depth) {
     if (depth > 64)
         return zt_error(ZT_ERR_INVALID, "%s: directories nested more than 64 deep", dir);
     DIR *d = opendir(dir);
@@ -69,31 +104,56 @@ static zt_status add_dir(prep_files *f, const char *dir, int depth) {
         qsort(names, n, sizeof *names, cmp_names);
     for (size_t i = 0; i < n; i++) {
         if (s == ZT_OK)
-            s = add_path(f, names[i], depth + 1);
+            s = add_path(f, own, names[i], depth + 1, false);
         free(names[i]);
     }
     free(names);
     return s;
 }
 
-static zt_status add_path(prep_files *f, const char *path, int depth) {
+/* named: the path was given as an input itself, not found in a directory or by a glob. */
+static zt_status add_path(prep_files *f, const own_output *own, const char *path, int depth,
+                          bool named) {
     struct stat st;
     if (stat(path, &st) != 0)
         return zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode))
-        return add_dir(f, path, depth);
+        return add_dir(f, own, path, depth);
     if (!S_ISREG(st.st_mode))
         return depth > 0 ? ZT_OK : zt_error(ZT_ERR_INVALID, "%s: not a regular file", path);
+    /* A directory or glob that takes in --out finds the shards an earlier run wrote there; read
+     * as text they would be encoded as garbage (and are replaced by this run anyway). */
+    if (is_own_shard(own, path)) {
+        if (!named)
+            return ZT_OK;
+        return zt_error(ZT_ERR_INVALID,
+                        "%s: an input is one of the shards this run writes (--out %s); "
+                        "token files are not text",
+                        path, own->out_dir);
+    }
     return add_file(f, path, (uint64_t)st.st_size);
 }
 
-zt_status prep_expand_inputs(const char *const *inputs, int n, prep_files *out) {
+zt_status prep_expand_inputs(const char *const *inputs, int n, const char *out_dir,
+                             const char *name, prep_files *out) {
     memset(out, 0, sizeof *out);
+    own_output own = {.out_dir = out_dir};
+    struct stat ost;
+    char *pattern = malloc(strlen(name) + 16);
+    if (!pattern)
+        return zt_error(ZT_ERR_NOMEM, "out of memory listing inputs");
+    sprintf(pattern, "%s_*_[0-9]*.bin*", name);
+    own.pattern = pattern;
+    if (out_dir && stat(out_dir, &ost) == 0 && S_ISDIR(ost.st_mode)) {
+        own.exists = true;
+        own.dev = ost.st_dev;
+        own.ino = ost.st_ino;
+    }
     for (int i = 0; i < n; i++) {
         const char *in = inputs[i];
         zt_status s;
         if (zt_path_exists(in) || !strpbrk(in, "*?[")) {
-            s = add_path(out, in, 0);
+            s = add_path(out, &own, in, 0, true);
         } else {
             glob_t g;
             int rc = glob(in, 0, NULL, &g);
@@ -104,17 +164,19 @@ zt_status prep_expand_inputs(const char *const *inputs, int n, prep_files *out) 
             else
                 s = ZT_OK;
             for (size_t k = 0; rc == 0 && s == ZT_OK && k < g.gl_pathc; k++)
-                s = add_path(out, g.gl_pathv[k], 0);
+                s = add_path(out, &own, g.gl_pathv[k], 0, false);
             if (rc == 0)
                 globfree(&g);
         }
         if (s != ZT_OK) {
+            free(pattern);
             prep_files_free(out);
             return s;
         }
     }
+    free(pattern);
     if (out->n == 0)
-        return zt_error(ZT_ERR_INVALID, "prepare: the inputs hold no files");
+        return zt_error(ZT_ERR_INVALID, "the inputs hold no files");
     return ZT_OK;
 }
 

@@ -17,8 +17,11 @@ typedef struct {
 
 /* Appends the files that the inputs name: a file as is, a directory's regular files recursively
  * in name order (names starting with '.' left out), a glob's matches in name order. A path that
- * does not exist and matches nothing is an error naming it. Free with prep_files_free. */
-zt_status prep_expand_inputs(const char *const *inputs, int n, prep_files *out);
+ * does not exist and matches nothing is an error naming it. The run's own shards (out_dir's
+ * NAME_*_N.bin files, their masks and temporaries) are left out of directories and globs, and
+ * an error naming the file when given as an input. Free with prep_files_free. */
+zt_status prep_expand_inputs(const char *const *inputs, int n, const char *out_dir,
+                             const char *name, prep_files *out);
 void prep_files_free(prep_files *f);
 
 typedef struct {

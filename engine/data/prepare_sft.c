@@ -63,7 +63,7 @@ static zt_status grow(void **p, size_t *cap, size_t need, size_t size) {
         c *= 2;
     void *q = realloc(*p, c * size);
     if (!q)
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
     *p = q;
     *cap = c;
     return ZT_OK;
@@ -110,7 +110,7 @@ static zt_status render_prefix(sft_run *r, const cJSON *msgs, int k, bool gen, c
                                const char *where) {
     cJSON *head = cJSON_CreateArray();
     if (!head)
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
     for (int i = 0; i < k; i++)
         cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(msgs, i));
     zt_status s = zt_chat_template_render(r->tmpl, head, gen, out);
@@ -182,7 +182,7 @@ static zt_status prompt_completion_example(sft_run *r, const cJSON *obj, const c
     size_t lp = strlen(p->valuestring), lc = strlen(c->valuestring);
     char *text = malloc(lp + lc + 1);
     if (!text)
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
     memcpy(text, p->valuestring, lp);
     memcpy(text + lp, c->valuestring, lc + 1);
     zt_status s = encode(r, text, lp + lc, true, &r->ex);
@@ -219,7 +219,7 @@ static zt_status add_example(sft_run *r, split_buf *b) {
     ZT_TRY(grow((void **)&b->ids, &b->cap, b->n + n, sizeof(int32_t)));
     void *f = realloc(b->flags, b->cap);
     if (!f)
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
     b->flags = f;
     ZT_TRY(grow((void **)&b->starts, &b->cap_ex, b->n_ex + 1, sizeof(size_t)));
     b->starts[b->n_ex++] = b->n;
@@ -291,11 +291,11 @@ static zt_status write_shard(sft_run *r, const split_buf *b, const char *split, 
     zt_loss_mask_path(path, mpath, sizeof mpath);
     struct stat sb;
     if (!o->overwrite && (stat(path, &sb) == 0 || stat(mpath, &sb) == 0))
-        return zt_error(ZT_ERR_INVALID, "prepare: %s exists (--overwrite replaces it)", path);
+        return zt_error(ZT_ERR_INVALID, "%s exists (--overwrite replaces it)", path);
     size_t n = to - from, es = r->st->uint32_tokens ? 4 : 2;
     unsigned char *buf = malloc(ZT_DATASET_HEADER_INTS * 4 + n * es);
     if (!buf)
-        return zt_error(ZT_ERR_NOMEM, "prepare: out of memory");
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
     int32_t header[ZT_DATASET_HEADER_INTS];
     zt_dataset_header(header, r->st->uint32_tokens, (int32_t)n);
     memcpy(buf, header, sizeof header);
@@ -349,7 +349,7 @@ static void free_split(split_buf *b) {
 zt_status zt_prepare_sft_run(const zt_prepare_options *o, zt_prepare_stats *st) {
     memset(st, 0, sizeof *st);
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
-        return zt_error(ZT_ERR_INVALID, "prepare: the validation fraction %g is not in [0, 1)",
+        return zt_error(ZT_ERR_INVALID, "the validation fraction %g is not in [0, 1)",
                         o->val_fraction);
     sft_run r = {.o = o, .st = st, .eos = -1};
     ZT_TRY(zt_tokenizer_load(o->tokenizer, &r.tok));
@@ -380,12 +380,13 @@ zt_status zt_prepare_sft_run(const zt_prepare_options *o, zt_prepare_stats *st) 
         s = zt_tok_worker_create(r.tok, &r.w);
     prep_files files = {0};
     if (s == ZT_OK)
-        s = prep_expand_inputs(o->inputs, o->n_inputs, &files);
+        s = prep_expand_inputs(o->inputs, o->n_inputs, o->out_dir, o->name ? o->name : "data",
+                               &files);
     uint64_t index = 0;
     for (size_t i = 0; s == ZT_OK && i < files.n; i++)
         s = read_file(&r, files.paths[i], &index);
     if (s == ZT_OK && r.train.n + r.val.n == 0)
-        s = zt_error(ZT_ERR_INVALID, "prepare: the inputs hold no examples");
+        s = zt_error(ZT_ERR_INVALID, "the inputs hold no examples");
     if (s == ZT_OK)
         s = zt_mkdirs(o->out_dir);
     if (s == ZT_OK)

@@ -43,13 +43,45 @@ zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src) {
         t->n_added++;
         ZT_TRY(tok_set_added_text(t, ad->id, ad->s, ad->len));
         t->id_special[ad->id] = ad->special;
-        if (ad->normalized)
+    }
+    return ZT_OK;
+}
+
+/* HF (AddedVocabulary) splits the raw text on the tokens with normalized false, normalizes each
+ * stretch between them, and matches the normalized tokens there, by their content normalized the
+ * same way (under Llama 2's Prepend("▁") and Replace(" ", "▁"), "hello world" is matched as
+ * "▁hello▁world"). */
+zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src) {
+    tok_buf norm = {0};
+    zt_status s = ZT_OK;
+    for (size_t i = 0; i < t->n_added && s == ZT_OK; i++) {
+        tok_added *a = &t->added[i];
+        a->m = a->s;
+        a->mlen = a->len;
+        if (a->normalized && t->n_norms > 0) {
+            s = tok_normalize(t, a->s, a->len, &norm);
+            if (s == ZT_OK && norm.n == 0)
+                s = zt_error(ZT_ERR_UNSUPPORTED,
+                             "%s: added_tokens[%zu] (\"%s\"): normalized true and the normalizer "
+                             "leaves nothing of it, which ztrain does not match",
+                             src, i, a->s);
+            if (s == ZT_OK && !(a->m = malloc(norm.n))) {
+                a->m = a->s;
+                s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
+            }
+            if (s != ZT_OK)
+                break;
+            memcpy(a->m, norm.p, norm.n);
+            a->mlen = norm.n;
+        }
+        if (a->normalized)
             t->any_norm_added = true;
         else
             t->any_raw_added = true;
-        t->added_first[(unsigned char)ad->s[0]] |= ad->normalized ? 2 : 1;
+        t->added_first[(unsigned char)a->m[0]] |= a->normalized ? 2 : 1;
     }
-    return ZT_OK;
+    free(norm.p);
+    return s;
 }
 
 const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t len,
@@ -59,8 +91,8 @@ const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t 
     const tok_added *best = NULL;
     for (size_t i = 0; i < t->n_added; i++) {
         const tok_added *a = &t->added[i];
-        if (a->normalized == normalized && a->len <= len && (!best || a->len > best->len) &&
-            memcmp(a->s, s, a->len) == 0)
+        if (a->normalized == normalized && a->mlen <= len && (!best || a->mlen > best->mlen) &&
+            memcmp(a->m, s, a->mlen) == 0)
             best = a;
     }
     return best;

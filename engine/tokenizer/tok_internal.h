@@ -161,9 +161,11 @@ typedef struct {
     int start, stop;         /* Strip */
 } tok_dec;
 
+/* An added token: its content s, and the text it is matched on, m: s itself, or for a
+ * normalized token s run through the normalizers (HF matches those in the normalized text). */
 typedef struct {
-    char *s;
-    size_t len;
+    char *s, *m;
+    size_t len, mlen;
     int32_t id;
     bool special, normalized;
 } tok_added;
@@ -208,12 +210,20 @@ zt_status tok_parse_decoder(zt_tokenizer_t *t, const cJSON *j, const char *src);
 zt_status tok_parse_post_processor(zt_tokenizer_t *t, const cJSON *j, const char *src);
 zt_status tok_parse_bpe(zt_tokenizer_t *t, const cJSON *model, const char *src);
 zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src);
+/* After the normalizers are loaded: the texts the added tokens are matched on. */
+zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src);
 void tok_free_components(zt_tokenizer_t *t);
 zt_status tok_grow_ids(zt_tokenizer_t *t, int32_t id);
 zt_status tok_set_added_text(zt_tokenizer_t *t, int32_t id, const char *s, size_t len);
 /* The longest added token of the given kind (normalized or raw) that starts at s, or NULL. */
 const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t len,
                                  bool normalized);
+
+/* Compiles a tokenizer.json regex, written for Oniguruma, to PCRE2 with the same meaning, or a
+ * literal string (`literal`); what cannot be translated exactly is refused naming src, what
+ * (the component) and the construct. */
+zt_status tok_regex_compile(const char *pattern, bool literal, pcre2_code **out, const char *src,
+                            const char *what);
 
 /* A string field of a component, or NULL when absent or not a string. */
 const char *tok_json_str(const cJSON *j, const char *key);
@@ -247,7 +257,7 @@ struct zt_tok_worker {
 };
 
 /* Normalizes s into out (cleared first). */
-zt_status tok_normalize(zt_tok_worker_t *w, const char *s, size_t len, tok_buf *out);
+zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, tok_buf *out);
 /* Runs the pre-tokenizers over one normalized segment; the result is in *result (w->a or w->b),
  * already mapped to the byte-level alphabet where a ByteLevel pre-tokenizer asks for it. */
 zt_status tok_pre_tokenize(zt_tok_worker_t *w, const char *s, size_t len, bool first,

@@ -30,6 +30,7 @@ static zt_status load_tree(zt_tokenizer_t *t, const cJSON *root, const char *src
     ZT_TRY(tok_parse_bpe(t, model, src));
     ZT_TRY(tok_parse_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), src));
     ZT_TRY(tok_parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), src));
+    ZT_TRY(tok_prepare_added(t, src));
     ZT_TRY(tok_parse_pre_tokenizer(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"),
                                    src));
     ZT_TRY(tok_parse_post_processor(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"),
@@ -71,8 +72,11 @@ void zt_tokenizer_destroy(zt_tokenizer_t *t) {
     free(t->id_special);
     tok_strmap_free(&t->vocab);
     tok_pairmap_free(&t->merges);
-    for (size_t i = 0; i < t->n_added; i++)
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].m != t->added[i].s)
+            free(t->added[i].m);
         free(t->added[i].s);
+    }
     free(t->added);
     for (size_t i = 0; i < t->n_norms; i++) {
         free(t->norms[i].a);

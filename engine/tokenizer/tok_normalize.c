@@ -102,8 +102,7 @@ static void replace_all(const char *s, size_t len, const tok_norm *n, tok_buf *o
     }
 }
 
-zt_status tok_normalize(zt_tok_worker_t *w, const char *s, size_t len, tok_buf *out) {
-    const zt_tokenizer_t *t = w->t;
+zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, tok_buf *out) {
     out->n = 0;
     bool ok = tok_buf_add(out, s, len);
     tok_buf tmp = {0};

@@ -1,7 +1,7 @@
 /* Pre-tokenizers of a tokenizer.json: how normalized text is cut into the pre-tokens BPE encodes
  * one by one (ByteLevel with GPT-2's regex, Split by a regex or string, Metaspace, Digits), and
- * ByteLevel's mapping of each byte to its printable stand-in. Regexes are PCRE2 with UTF and
- * Unicode properties. */
+ * ByteLevel's mapping of each byte to its printable stand-in. Regexes are Oniguruma's, compiled
+ * to PCRE2 by tok_regex.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,68 +17,6 @@ struct tok_span {
 };
 
 /* ---- parsing ---------------------------------------------------------------------------------- */
-
-/* Hugging Face's regexes run on Oniguruma, whose \s is Unicode's White_Space; PCRE2's \s with
- * UCP leaves out U+0085 (NEL), so it is added wherever the pattern says \s or \S. */
-static char *onig_to_pcre2(const char *pat) {
-    size_t n = strlen(pat);
-    char *out = malloc(n * 12 + 1), *o = out;
-    if (!out)
-        return NULL;
-    bool in_class = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = pat[i];
-        if (c == '\\' && i + 1 < n) {
-            char e = pat[++i];
-            if (e == 's')
-                o += sprintf(o, in_class ? "\\s\\x{85}" : "[\\s\\x{85}]");
-            else if (e == 'S' && !in_class)
-                o += sprintf(o, "[^\\s\\x{85}]");
-            else {
-                *o++ = '\\';
-                *o++ = e;
-            }
-            continue;
-        }
-        if (c == '[' && !in_class) {
-            in_class = true;
-            *o++ = c;
-            /* A ']' right after '[' or '[^' is a literal member, not the end of the class. */
-            if (i + 1 < n && pat[i + 1] == '^')
-                *o++ = pat[++i];
-            if (i + 1 < n && pat[i + 1] == ']')
-                *o++ = pat[++i];
-            continue;
-        }
-        if (c == ']' && in_class)
-            in_class = false;
-        *o++ = c;
-    }
-    *o = '\0';
-    return out;
-}
-
-static zt_status compile_regex(const char *pattern, bool literal, pcre2_code **out,
-                               const char *src, const char *what) {
-    char *pat = literal ? strdup(pattern) : onig_to_pcre2(pattern);
-    if (!pat)
-        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
-    int err;
-    PCRE2_SIZE off;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &err, &off, NULL);
-    free(pat);
-    if (!re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s pattern /%s/ does not compile at offset %zu: %s",
-                        src, what, pattern, (size_t)off, (char *)msg);
-    }
-    /* JIT is only speed: without it (a platform PCRE2 has no JIT for) matching is the same. */
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
-    *out = re;
-    return ZT_OK;
-}
 
 static zt_status add_pre(zt_tokenizer_t *t, tok_pre p, const char *src) {
     tok_pre *v = realloc(t->pres, (t->n_pres + 1) * sizeof *v);
@@ -151,7 +89,7 @@ zt_status tok_parse_pre_tokenizer(zt_tokenizer_t *t, const cJSON *j, const char 
         p.add_prefix_space = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "add_prefix_space"));
         p.behavior = TOK_SPLIT_ISOLATED;
         if (!cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "use_regex")))
-            ZT_TRY(compile_regex(gpt2_pattern, false, &p.re, src, "pre_tokenizer ByteLevel"));
+            ZT_TRY(tok_regex_compile(gpt2_pattern, false, &p.re, src, "pre_tokenizer ByteLevel"));
     } else if (strcmp(type, "Split") == 0) {
         p.kind = TOK_PRE_SPLIT;
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "pattern");
@@ -168,7 +106,7 @@ zt_status tok_parse_pre_tokenizer(zt_tokenizer_t *t, const cJSON *j, const char 
                             src, b ? b : "(none)");
         p.behavior = behaviors[k].b;
         p.invert = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "invert"));
-        ZT_TRY(compile_regex(re ? re : str, !re, &p.re, src, "pre_tokenizer Split"));
+        ZT_TRY(tok_regex_compile(re ? re : str, !re, &p.re, src, "pre_tokenizer Split"));
     } else if (strcmp(type, "Metaspace") == 0) {
         p.kind = TOK_PRE_METASPACE;
         ZT_TRY(metaspace_char(j, p.repl, &p.repl_len, src, "pre_tokenizer"));
@@ -176,12 +114,12 @@ zt_status tok_parse_pre_tokenizer(zt_tokenizer_t *t, const cJSON *j, const char 
         p.split = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "split"));
         p.behavior = TOK_SPLIT_MERGED_NEXT;
         if (p.split)
-            ZT_TRY(compile_regex(p.repl, true, &p.re, src, "pre_tokenizer Metaspace"));
+            ZT_TRY(tok_regex_compile(p.repl, true, &p.re, src, "pre_tokenizer Metaspace"));
     } else if (strcmp(type, "Digits") == 0) {
         p.kind = TOK_PRE_SPLIT;
         bool individual = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "individual_digits"));
         p.behavior = individual ? TOK_SPLIT_ISOLATED : TOK_SPLIT_CONTIGUOUS;
-        ZT_TRY(compile_regex("\\p{N}", false, &p.re, src, "pre_tokenizer Digits"));
+        ZT_TRY(tok_regex_compile("\\p{N}", false, &p.re, src, "pre_tokenizer Digits"));
     } else {
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: pre_tokenizer type %s is not supported", src,
                         type);

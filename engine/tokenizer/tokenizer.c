@@ -95,7 +95,7 @@ static zt_status split_added(zt_tok_worker_t *w, const char *s, size_t len, bool
         ZT_TRY(emit(w, s + start, i - start, first && start == 0, out));
         if (!tok_ids_push(out, a->id))
             return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory");
-        i += a->len;
+        i += a->mlen;
         start = i;
     }
     return emit(w, s + start, len - start, first && start == 0, out);
@@ -109,7 +109,7 @@ static zt_status encode_segment(zt_tok_worker_t *w, const char *s, size_t len, b
         return ZT_OK;
     if (w->t->n_norms == 0)
         return split_added(w, s, len, true, first, out, encode_plain);
-    ZT_TRY(tok_normalize(w, s, len, &w->norm));
+    ZT_TRY(tok_normalize(w->t, s, len, &w->norm));
     return split_added(w, w->norm.p, w->norm.n, true, first, out, encode_plain);
 }
 

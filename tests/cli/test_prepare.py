@@ -9,7 +9,8 @@ the validation split takes about --val-fraction of the documents and the two spl
 them. Then bad input: a line that is not JSON and one without the field (errors naming file and
 line, or counted under --skip-bad-lines), a vocabulary too large for uint16 (refused; uint32
 shards chosen by default), an unknown tokenizer model, existing shards — none of which may leave
-a shard or a temporary file behind.
+a shard or a temporary file behind. A directory prepared into itself twice reads its text, never
+its own shards (skipped in a directory or glob, refused when named).
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/cli/test_prepare.py
 """
@@ -208,6 +209,33 @@ def main():
               f"unknown model: {r.stderr}")
         r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "o4"), os.path.join(d, "nope*.txt"))
         check(r.returncode == 1 and "no file matches" in r.stderr, f"empty glob: {r.stderr}")
+        # The command names itself once.
+        empty = os.path.join(d, "empty.txt")
+        open(empty, "w").close()
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "o5"), empty)
+        check(r.returncode == 1 and r.stderr.startswith("ztrain: prepare: the inputs hold no "
+                                                        "documents"), f"empty input: {r.stderr}")
+
+        # Preparing a directory into itself: a second run (--overwrite) reads the text again,
+        # not the first run's shards; a shard named as an input is refused by name.
+        own = os.path.join(d, "own")
+        os.makedirs(own)
+        with open(os.path.join(own, "a.txt"), "w") as f:
+            f.write(docs[0])
+        want_own = [sep] + tok_gpt2.encode(docs[0]).ids
+        for run in (1, 2):
+            r = prepare("--tokenizer", gpt2, "--out", own, own, "--overwrite")
+            got = [read_shard(p)[0] for p in shards(own, "data", "train")]
+            check(r.returncode == 0 and got == [want_own] and "invalid UTF-8" not in r.stdout,
+                  f"--out inside the input, run {run}: {r.returncode} {r.stdout} {r.stderr}; "
+                  f"{sum(map(len, got))} tokens, HF {len(want_own)}")
+        r = prepare("--tokenizer", gpt2, "--out", own, os.path.join(own, "*"), "--overwrite")
+        got = [read_shard(p)[0] for p in shards(own, "data", "train")]
+        check(r.returncode == 0 and got == [want_own], f"glob over --out: {r.stderr}")
+        shard0 = os.path.join(own, "data_train_000000.bin")
+        r = prepare("--tokenizer", gpt2, "--out", own, shard0, "--overwrite")
+        check(r.returncode == 1 and shard0 in r.stderr and "--out" in r.stderr,
+              f"a shard as input: {r.returncode} {r.stderr}")
     if failures:
         print(f"{len(failures)} failures", file=sys.stderr)
         sys.exit(1)

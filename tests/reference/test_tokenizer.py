@@ -17,6 +17,14 @@ random id sequences (partial byte tokens among them), are decoded by both with a
 skip_special_tokens: the texts must be identical. tokenizer.json files with components the C
 library does not implement must be refused with a message naming the component.
 
+Variants of those tokenizers check single components against HF on targeted text: added tokens
+with normalized true (matched by their normalized content in the normalized text) mixed with raw
+ones under Llama 2's and Qwen2's normalizers; Split by a string with each behaviour, inverted or
+not; Metaspace with split true and false under each prepend_scheme; and regexes written for
+Oniguruma (the escapes w W s S d D h H b B v, options, anchors), each as a Split that
+removes what it matches, over every code point Unicode 14 assigns, so ids differ wherever ztrain's
+PCRE2 translation matches a different set than Oniguruma.
+
 Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_tokenizer.py
 """
 import json
@@ -32,8 +40,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-from tokenizers import (Regex, Tokenizer, decoders, models, normalizers,  # noqa: E402
-                        pre_tokenizers, processors, trainers)
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,  # noqa: E402
+                        normalizers, pre_tokenizers, processors, trainers)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tokcorpus  # noqa: E402
@@ -190,11 +198,11 @@ def parse_texts(raw):
     return out
 
 
-def compare_encodings(name, tok, path, docs):
+def compare_encodings(name, tok, path, docs, specials=(True, False), thread_counts=("1", "2")):
     texts = [d.decode("utf-8", errors="replace") for d in docs]
-    for special in (True, False):
+    for special in specials:
         want = [e.ids for e in tok.encode_batch(texts, add_special_tokens=special)]
-        for threads in ("1", "2"):
+        for threads in thread_counts:
             flags = ["--threads", threads] + ([] if special else ["--no-special"])
             raw, err = run_tool(path, "encode", frame_docs(docs), *flags)
             if not check(raw is not None, f"{name}: encode failed: {err}"):
@@ -219,6 +227,109 @@ def compare_decodings(name, tok, path, id_lists):
         check(not bad, f"{name}: decode skip_special={skip}: {len(bad)} of {len(id_lists)} "
               f"differ; first ids {id_lists[bad[0]][:20]}: ztrain {got[bad[0]]!r} HF "
               f"{want[bad[0]]!r}" if bad else "")
+
+
+def variant(tok, mutate):
+    """A copy of tok with its tokenizer.json changed by mutate(j)."""
+    j = json.loads(tok.to_str())
+    mutate(j)
+    return Tokenizer.from_str(json.dumps(j))
+
+
+def compare_variant(d, name, tok, docs, quick=False):
+    """quick: one encoding (special tokens, two threads) for a component the template and the
+    threads do not touch."""
+    path = os.path.join(d, "variant.json")
+    tok.save(path)
+    docs = [x if isinstance(x, bytes) else x.encode() for x in docs]
+    if quick:
+        compare_encodings(name, tok, path, docs, (True,), ("2",))
+    else:
+        compare_encodings(name, tok, path, docs)
+
+
+ADDED_DOCS = ["hello world", "say hello world now", "hello worldhello world", "a<x>hello world",
+              "<x>b c", "a b c", " b c", "b c", "hel lo world", "lo world", "<s>hello world</s>",
+              "e\u0301té", "été", "xe\u0301téx", "o\u0301 ó", "n\u0303 ñ", "ñn\u0303"]
+
+
+def check_added_normalized(d, tokenizers, docs):
+    """HF matches raw added tokens in the raw text first, then normalized ones, by their
+    normalized content, in each normalized stretch between."""
+    llama2 = Tokenizer.from_str(tokenizers["llama2"].to_str())
+    llama2.add_tokens([AddedToken("hello world", normalized=True)])
+    compare_variant(d, "llama2 + normalized 'hello world'", llama2, ADDED_DOCS + docs[:60])
+    llama2.add_tokens([AddedToken("<x>", normalized=False), AddedToken("lo w", normalized=False),
+                       AddedToken("b c", normalized=True)])
+    compare_variant(d, "llama2 + normalized and raw added tokens", llama2, ADDED_DOCS + docs[:60])
+    qwen2 = Tokenizer.from_str(tokenizers["qwen2"].to_str())
+    qwen2.add_tokens([AddedToken("e\u0301té", normalized=True)])
+    compare_variant(d, "qwen2 + normalized 'e\\u0301té'", qwen2, ADDED_DOCS)
+    qwen2.add_tokens([AddedToken("o\u0301", normalized=False),
+                      AddedToken("n\u0303", normalized=True)])
+    compare_variant(d, "qwen2 + normalized and raw added tokens", qwen2, ADDED_DOCS + docs[:60])
+
+
+def check_split_string(d, tokenizers, docs):
+    extra = ["a, b,, c , d", ", leading", "trailing, ", ",,,", "no commas here", "  two  spaces  "]
+    for pattern in (", ", " "):
+        for behavior in ("removed", "isolated", "merged_with_previous", "merged_with_next",
+                         "contiguous"):
+            for invert in (False, True):
+                def mutate(j, pattern=pattern, behavior=behavior, invert=invert):
+                    split = pre_tokenizers.Split(pattern, behavior=behavior, invert=invert)
+                    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                        json.loads(split.__getstate__()), j["pre_tokenizer"]["pretokenizers"][1]]}
+                tok = variant(tokenizers["qwen2"], mutate)
+                compare_variant(d, f"Split String {pattern!r} {behavior} invert={invert}", tok,
+                                extra + docs[:40], quick=True)
+
+
+def check_metaspace(d, tokenizers, docs):
+    extra = ["hello world", " hello", "  two", "▁already▁", "x<s>y z", "<s> a", "a  b   c "]
+    for split in (True, False):
+        for scheme in ("always", "first", "never"):
+            def mutate(j, split=split, scheme=scheme):
+                j["pre_tokenizer"] = json.loads(pre_tokenizers.Metaspace(
+                    replacement="▁", prepend_scheme=scheme, split=split).__getstate__())
+            tok = variant(tokenizers["metaspace"], mutate)
+            compare_variant(d, f"Metaspace split={split} prepend_scheme={scheme}", tok,
+                            extra + docs[:60], quick=True)
+
+
+# Each construct whose Oniguruma meaning PCRE2 spells differently, alone and in a class.
+ONIG_PATTERNS = [r"\w", r"\W", r"\s", r"\S", r"\d", r"\D", r"\h", r"\H", r"[\w-]", r"[^\w\s]",
+                 r"[\h\s]", r"[^\h]", r"[\S]", r"[\d.]", r"\b\w", r"\w\b", r"\B.", r".\B", r"\v",
+                 r"\u00e9|\u2460", r"(?m)a.b", r"(?i:k|[a-z]|'s|'re)", r"^.", r".$", r"\n^", r"$\n",
+                 r"[\b]", r"\p{Han}", r"[\p{Common}\p{Lu}]", r"\P{Latin}", r"\p{^Hiragana}"]
+ONIG_DOCS = ["deadBEEF ok 0x1f G", " ① ② Ⓐ Ⅻ ²³¹¼½¾ ½", "a\u200db a\u200cb",
+             "a\u180eb\x85c\u2028d", "a\x0bb\x0cc", "word_under score-dash", "a\nb\n\n", "ab\ncd\n",
+             "a\r\nb", "é ① ß SS ſ", "\u0660\u0966\uff10 ٣", "x\u0301y \u0301",
+             "'S 'RE 'ſ K \u212a"]
+
+
+def every_code_point(chunk=2000):
+    """Every code point Unicode 14 (this Python's database) assigns, in documents of `chunk`."""
+    import unicodedata
+    cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000 and c != 0
+           and unicodedata.category(chr(c)) != "Cn"]
+    return ["".join(map(chr, cps[i:i + chunk])) for i in range(0, len(cps), chunk)]
+
+
+def check_onig_classes(d, tokenizers, docs):
+    everything = every_code_point()
+    for pat in ONIG_PATTERNS:
+        def mutate(j, pat=pat):
+            # No normalizer, and no merges: each kept byte is its own id, and BPE stays linear
+            # on the long pieces a removing split leaves.
+            j["normalizer"] = None
+            j["model"]["merges"] = []
+            j["pre_tokenizer"]["pretokenizers"][0] = {
+                "type": "Split", "pattern": {"Regex": pat}, "behavior": "Removed",
+                "invert": False}
+        tok = variant(tokenizers["qwen2"], mutate)
+        compare_variant(d, f"Split Regex /{pat}/ (Oniguruma)", tok, ONIG_DOCS + everything,
+                        quick=True)
 
 
 def check_refused(d, base_json, mutate, expect):
@@ -272,6 +383,12 @@ def main():
                 check(n_bad == 0, f"{name}: {n_bad} documents do not round-trip: {err}")
             print(f"{name}: {len(docs)} documents, vocab {vocab}: encode and decode agree")
 
+        check_added_normalized(d, tokenizers, docs)
+        check_split_string(d, tokenizers, docs)
+        check_metaspace(d, tokenizers, docs)
+        check_onig_classes(d, tokenizers, docs)
+        print("variants: normalized added tokens, Split String, Metaspace, Oniguruma classes")
+
         base = tokenizers["gpt2"].to_str()
         check_refused(d, base, lambda j: j["model"].update(type="WordPiece"),
                       "model type WordPiece is not supported")
@@ -291,6 +408,17 @@ def main():
                       "is not in model.vocab")
         check_refused(d, base, lambda j: j.update(truncation={"max_length": 5}),
                       "truncation is set")
+        # Oniguruma constructs with no exact PCRE2 spelling are refused by name.
+        qwen2 = tokenizers["qwen2"].to_str()
+        for pat, expect in [(r"[[:alpha:]]+", "POSIX bracket"),
+                            (r"[a-z&&[^aeiou]]", "intersection"),
+                            (r"[a[0-9]]", "a class inside a class"), (r"[\W]", r"\W inside"),
+                            (r"[\H]", r"\H inside"), (r"\Qa\E", r"\Q"), (r"(?x) a", "option (?x)"),
+                            (r"(?s)a.b", "option (?s)"), (r"(?i:ss)", "under (?i)"),
+                            (r"(?i)é", "under (?i)")]:
+            def mutate(j, pat=pat):
+                j["pre_tokenizer"]["pretokenizers"][0].update(pattern={"Regex": pat})
+            check_refused(d, qwen2, mutate, expect)
     if failures:
         print(f"{len(failures)} failures", file=sys.stderr)
         sys.exit(1)

@@ -1,6 +1,8 @@
 /* Preparing a dataset: text in, llm.c token shards out (what `ztrain prepare` runs).
  *
- * Inputs are files, directories (searched recursively, files in name order) and glob patterns.
+ * Inputs are files, directories (searched recursively, files in name order) and glob patterns;
+ * the run's own shards in out_dir (an earlier run's, when the input contains out_dir) are left out
+ * of directories and globs and refused when named.
  * A file named *.jsonl or *.ndjson holds one JSON object per line whose `field` (default "text")
  * is a document; blank lines are skipped. Any other file is
  * text: the whole file is one document, or each line one when text_lines is set.

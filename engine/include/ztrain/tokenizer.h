@@ -16,13 +16,15 @@
  *   decoder         null, ByteLevel, Metaspace, Replace (string pattern), ByteFallback, Fuse,
  *                   Strip, Sequence of those.
  *   added_tokens    matched before the model, leftmost-longest, on the raw text (normalized:
- *                   false) or on the normalized text (normalized: true); no lstrip, rstrip or
- *                   single_word.
+ *                   false) or, by their normalized content, on the normalized text between
+ *                   those (normalized: true), as HF does; no lstrip, rstrip or single_word.
  *   truncation and padding must be null; ids must be below 2^24.
  *
  * Text is UTF-8. Invalid UTF-8 is encoded as Python's bytes.decode("utf-8", "replace") would hand
- * it to Hugging Face: each maximal invalid subsequence becomes U+FFFD. Regexes run on PCRE2 with
- * Unicode properties (\p{L}, \p{N}, \s as Unicode White_Space).
+ * it to Hugging Face: each maximal invalid subsequence becomes U+FFFD. Regexes are Oniguruma's, as
+ * HF's; they run on PCRE2, translated to match the same characters (\w \s \h \b \v \p{Script},
+ * (?m), ^ $), and what has no exact translation (POSIX brackets, class intersection,
+ * multi-character case folds under (?i), ...) is refused by name.
  *
  * Threads: a zt_tokenizer_t is immutable after loading and may be shared by any number of
  * threads; each thread encodes through its own zt_tok_worker_t (regex match space and a cache of
