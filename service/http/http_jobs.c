@@ -123,14 +123,12 @@ enum MHD_Result zt_http_job_get(zt_http_server *s, struct MHD_Connection *c, con
     return ret;
 }
 
-/* The optional body {"force": false, "grace_seconds": 30}. */
-static bool parse_cancel_body(const zt_jbuf *body, bool *force, double *grace, char *err,
-                              size_t errsz) {
-    if (!body || body->len == 0)
+/* The optional body {"force": false, "grace_seconds": 30}, read by the caller. */
+static bool parse_cancel_body(cJSON *o, bool *force, double *grace, char *err, size_t errsz) {
+    if (!o)
         return true;
-    cJSON *o = cJSON_ParseWithLength(body->data, body->len);
     bool ok = false;
-    if (!o || !cJSON_IsObject(o)) {
+    if (!cJSON_IsObject(o)) {
         snprintf(err, errsz, "the body must be a JSON object");
         goto out;
     }
@@ -156,7 +154,6 @@ static bool parse_cancel_body(const zt_jbuf *body, bool *force, double *grace, c
     *grace = cJSON_IsNumber(g) ? g->valuedouble : 0;
     ok = true;
 out:
-    cJSON_Delete(o);
     return ok;
 }
 
@@ -165,7 +162,13 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     bool force = false;
     double grace = 0;
     char err[128];
-    if (!parse_cancel_body(body, &force, &grace, err, sizeof err))
+    cJSON *o = NULL;
+    enum MHD_Result ret;
+    if (body && body->len > 0 && !zt_http_body_json(c, body, NULL, &o, &ret))
+        return ret;
+    bool ok = parse_cancel_body(o, &force, &grace, err, sizeof err);
+    cJSON_Delete(o);
+    if (!ok)
         return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
     zt_job_info info;
     /* Below admin, a token cancels only the jobs it submitted; who submitted a job never
@@ -184,7 +187,7 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     zt_status st = zt_jobs_cancel(s->jm, id, force, grace, &info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
-    enum MHD_Result ret = zt_http_send_job(c, &info);
+    ret = zt_http_send_job(c, &info);
     zt_job_info_free(&info);
     return ret;
 }

@@ -23,7 +23,11 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
   e. Request fields: ListJobs page_size -1 and GetJob without an id name "page_size" and "id";
      over HTTP a bad page_size names it too, and a body that is not a SubmitJobRequest is 400.
   f. Sizes: a 200 KB spec over HTTP is judged like any other; a 2 MB one is RESOURCE_EXHAUSTED
-     with QuotaFailure on "spec" over both (the manager's limit, not a transport's)."""
+     with QuotaFailure on "spec" over both (the manager's limit, not a transport's).
+  g. JSON bodies as Python's json reads them (a document is one value; the strings a C string
+     cannot carry are refused): U+0000 in a spec's string or the idempotency key is 400 naming
+     the field (as gRPC's "spec.name: a NUL byte"), and no job is made; text after the value
+     (submit and cancel) is 400 naming the byte where it starts."""
 import json
 import os
 import sys
@@ -282,6 +286,68 @@ def case_f(d):
              f"f: HTTP a 2 MB spec: {s} {p.get('code')} {p.get('field')!r}")
 
 
+def raw_json(obj):
+    return json.dumps(obj).encode()
+
+
+def case_g(d):
+    job = tiny_job(d.data_root, name="ab\u0000cd")
+    body = raw_json({"spec": job})
+    # What Python's json reads the body as: a name that holds U+0000, which no C string can.
+    ck.check("\0" in json.loads(body)["spec"]["name"], "g: the test's body holds U+0000")
+    before = len(d.stub().ListJobs(pb.ListJobsRequest(page_size=1000), metadata=d.metadata,
+                                   timeout=30).jobs)
+    s, _, p = http(d, "POST", "/api/v1/jobs", body)
+    ck.check(s == 400 and p.get("code") == "INVALID_ARGUMENT" and p.get("field") == "spec.name"
+             and "byte" in p.get("detail", ""),
+             f"g: HTTP a name holding \\u0000: {s} field {p.get('field')!r}: {p.get('detail')}")
+    job = tiny_job(d.data_root, name="nul-key")
+    for key in ("nul\u0000A", "nul\u0000B"):
+        s, _, p = http(d, "POST", "/api/v1/jobs", raw_json({"spec": job, "idempotency_key": key}))
+        ck.check(s == 400 and p.get("field") == "idempotency_key",
+                 f"g: HTTP an idempotency key holding \\u0000: {s} {p.get('field')!r}")
+    # A raw NUL byte inside a string, and U+0000 in an array's element, name their paths.
+    job = tiny_job(d.data_root, name="raw")
+    text = raw_json({"spec": job}).replace(b'"raw"', b'"r\x00w"')
+    s, _, p = http(d, "POST", "/api/v1/jobs", text)
+    ck.check(s == 400 and p.get("field") == "spec.name",
+             f"g: HTTP a raw NUL byte in a name: {s} {p.get('field')!r}: {p.get('detail')}")
+    job = tiny_job(d.data_root)
+    job["deepspeed"]["zz_list"] = ["ok", {"k": "a\u0000"}]
+    s, _, p = http(d, "POST", "/api/v1/jobs", raw_json({"spec": job}))
+    ck.check(s == 400 and p.get("field") == "spec.deepspeed.zz_list[1].k",
+             f"g: HTTP U+0000 in an array's element: {s} {p.get('field')!r}")
+    # An escaped backslash before "u0000" is no NUL: the spec goes on to be judged.
+    s, _, p = http(d, "POST", "/api/v1/jobs",
+                   raw_json({"spec": dict(tiny_job(d.data_root), world_size=0,
+                                          name="back\\u0000slash")}))
+    ck.check(s == 400 and p.get("field") == "spec.world_size",
+             f"g: HTTP a name with '\\\\u0000' is judged as text: {s} {p.get('field')!r}")
+    after = len(d.stub().ListJobs(pb.ListJobsRequest(page_size=1000), metadata=d.metadata,
+                                  timeout=30).jobs)
+    ck.check(after == before, f"g: no job was made from a body holding U+0000 ({before} -> {after})")
+
+    good = raw_json({"spec": tiny_job(d.data_root, name="trailing")})
+    for tail in (b"xyz", b" {}", b"\x00", b"\n]"):
+        try:
+            json.loads(good + tail)
+            python_ok = True
+        except ValueError:
+            python_ok = False
+        s, _, p = http(d, "POST", "/api/v1/jobs", good + tail)
+        ck.check(not python_ok and s == 400 and p.get("code") == "INVALID_ARGUMENT" and
+                 f"byte {len(good) + len(tail) - len(tail.lstrip())}" in p.get("detail", ""),
+                 f"g: HTTP submit with {tail!r} after the JSON: {s}: {p.get('detail')}")
+    s, _, p = http(d, "POST", "/api/v1/jobs", good + b" \r\n\t")
+    ck.check(s == 200, f"g: HTTP submit with JSON whitespace after the value: {s}")
+    s, _, p = http(d, "POST", "/api/v1/jobs/job-000001/cancel",
+                   b'{"force":true} this is not json')
+    ck.check(s == 400 and "byte 15" in p.get("detail", ""),
+             f"g: HTTP cancel with text after the JSON: {s}: {p.get('detail')}")
+    s, _, p = http(d, "POST", "/api/v1/jobs/job-000001/cancel", b'{"force":\x01true}')
+    ck.check(s == 400, f"g: HTTP cancel with a control byte between tokens: {s}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -291,6 +357,7 @@ def main():
         case_c_bytes(d)
         case_e(d)
         case_f(d)
+        case_g(d)
     case_d(tmp)
     ck.done()
 
