@@ -27,7 +27,9 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
   g. JSON bodies as Python's json reads them (a document is one value; the strings a C string
      cannot carry are refused): U+0000 in a spec's string or the idempotency key is 400 naming
      the field (as gRPC's "spec.name: a NUL byte"), and no job is made; text after the value
-     (submit and cancel) is 400 naming the byte where it starts."""
+     (submit and cancel) is 400 naming the byte where it starts.
+  h. The Bearer scheme in any case (RFC 9110 11.1, RFC 6750 2.1): "bearer" and "BEARER" are
+     accepted over HTTP and gRPC; a wrong token is still 401 / UNAUTHENTICATED."""
 import json
 import os
 import sys
@@ -348,6 +350,21 @@ def case_g(d):
     ck.check(s == 400, f"g: HTTP cancel with a control byte between tokens: {s}")
 
 
+def case_h(d):
+    for scheme in ("bearer", "BEARER", "bEaReR"):
+        auth = f"{scheme} {TOKEN}"
+        s, _, _ = http(d, "GET", "/api/v1/jobs", headers={"Authorization": auth})
+        ck.check(s == 200, f"h: HTTP Authorization '{scheme} <token>': {s}")
+        code, _ = grpc_error(lambda: d.stub().ListJobs(
+            pb.ListJobsRequest(), metadata=[("authorization", auth)], timeout=30))
+        ck.check(code == grpc.StatusCode.OK, f"h: gRPC authorization '{scheme} <token>': {code}")
+    s, _, _ = http(d, "GET", "/api/v1/jobs", headers={"Authorization": "bearer wrong"})
+    ck.check(s == 401, f"h: HTTP a wrong token with 'bearer': {s}")
+    code, _ = grpc_error(lambda: d.stub().ListJobs(
+        pb.ListJobsRequest(), metadata=[("authorization", "bearer wrong")], timeout=30))
+    ck.check(code == grpc.StatusCode.UNAUTHENTICATED, f"h: gRPC a wrong token: {code}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -358,6 +375,7 @@ def main():
         case_e(d)
         case_f(d)
         case_g(d)
+        case_h(d)
     case_d(tmp)
     ck.done()
 
