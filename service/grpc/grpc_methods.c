@@ -226,6 +226,15 @@ static void emit_series(void *ctx, const char *key, const int64_t *steps, const 
     r->series[r->n_series++] = ms;
 }
 
+/* A step is never negative; HTTP answers since_step=-5 with 400 naming it, and so does this. */
+static bool since_step_ok(call *c, int64_t since_step) {
+    if (since_step >= 0)
+        return true;
+    zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "since_step",
+                         "since_step must be >= 0");
+    return false;
+}
+
 static void handle_metrics(call *c, ProtobufCMessage *m) {
     Ztrain__V1__GetMetricsRequest *req = (Ztrain__V1__GetMetricsRequest *)m;
     if (!require_id(c, req->id))
@@ -235,6 +244,8 @@ static void handle_metrics(call *c, ProtobufCMessage *m) {
                              "max_points must be >= 0");
         return;
     }
+    if (!since_step_ok(c, req->since_step))
+        return;
     Ztrain__V1__GetMetricsResponse *resp = malloc(sizeof *resp);
     if (!resp) {
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
@@ -361,6 +372,8 @@ static void start_watch(call *c, const char *id, int what, int64_t from_step, in
 static void handle_watch(call *c, ProtobufCMessage *m) {
     Ztrain__V1__WatchJobRequest *req = (Ztrain__V1__WatchJobRequest *)m;
     if (!require_id(c, req->id))
+        return;
+    if (!since_step_ok(c, req->since_step))
         return;
     int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (req->logs ? ZT_WATCH_LOGS : 0);
     /* Log lines in a watch are live ones only; StreamLogs is the way to read a tail. */

@@ -145,6 +145,10 @@ bool zt_http_arg_int(struct MHD_Connection *c, const char *name, int64_t lo, int
                      int64_t *out, enum MHD_Result *ret);
 bool zt_http_arg_bool(struct MHD_Connection *c, const char *name, bool *out,
                       enum MHD_Result *ret);
+/* A list's page size as AIP-158 (and gRPC's lists) take it: absent leaves *out, 0 is the
+ * default def, above max is max; a negative or malformed value is 400 naming the argument. */
+bool zt_http_arg_page_size(struct MHD_Connection *c, const char *name, int64_t def,
+                           int64_t max, int64_t *out, enum MHD_Result *ret);
 /* http_body.c: the request's body as one JSON value (release *out with cJSON_Delete). A body
  * that is not JSON, has more than JSON whitespace after its value or between tokens, or holds
  * U+0000 in any string (raw or as \u0000, which cJSON would cut the C string at) is answered

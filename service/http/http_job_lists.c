@@ -139,12 +139,16 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
     const job_list *l = &lists[kind];
     enum MHD_Result ret;
     int64_t size = l->default_size, cursor = 0;
-    /* tail=0 is the default number of lines, as it always was. The older name of the size is
-     * read and checked too; the new one wins when both are given. */
-    int64_t lo = kind == ZT_LIST_LOGS ? 0 : 1;
-    if ((l->old_size && !zt_http_arg_int(c, l->old_size, lo, l->max_size, &size, &ret)) ||
-        !zt_http_arg_int(c, l->size_name, lo, l->max_size, &size, &ret) ||
-        !read_cursor(c, l, &cursor, &ret))
+    /* tail=0 is the default number of lines, as it always was; a page size of 0 is the
+     * default and one above the maximum is the maximum (AIP-158, as gRPC's lists). The older
+     * name of the size is read and checked too; the new one wins when both are given. */
+    bool sized = kind == ZT_LIST_LOGS
+                     ? zt_http_arg_int(c, l->size_name, 0, l->max_size, &size, &ret)
+                     : (!l->old_size || zt_http_arg_page_size(c, l->old_size, l->default_size,
+                                                              l->max_size, &size, &ret)) &&
+                           zt_http_arg_page_size(c, l->size_name, l->default_size,
+                                                 l->max_size, &size, &ret);
+    if (!sized || !read_cursor(c, l, &cursor, &ret))
         return ret;
     zt_jbuf b;
     zt_jbuf_init(&b);

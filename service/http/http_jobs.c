@@ -62,8 +62,8 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     int64_t limit = 50;
     /* AIP-158's names, as ListJobs has them; limit and after are their older names, still
      * read (and checked) when given, the new name winning when both are. */
-    if (!zt_http_arg_int(c, "limit", 1, ZT_MAX_LIST_LIMIT, &limit, &ret) ||
-        !zt_http_arg_int(c, "page_size", 1, ZT_MAX_LIST_LIMIT, &limit, &ret))
+    if (!zt_http_arg_page_size(c, "limit", 50, ZT_MAX_LIST_LIMIT, &limit, &ret) ||
+        !zt_http_arg_page_size(c, "page_size", 50, ZT_MAX_LIST_LIMIT, &limit, &ret))
         return ret;
     zt_job_state state = 0;
     const char *sv = zt_http_arg(c, "state");

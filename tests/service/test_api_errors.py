@@ -29,7 +29,10 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      the field (as gRPC's "spec.name: a NUL byte"), and no job is made; text after the value
      (submit and cancel) is 400 naming the byte where it starts.
   h. The Bearer scheme in any case (RFC 9110 11.1, RFC 6750 2.1): "bearer" and "BEARER" are
-     accepted over HTTP and gRPC; a wrong token is still 401 / UNAUTHENTICATED."""
+     accepted over HTTP and gRPC; a wrong token is still 401 / UNAUTHENTICATED.
+  i. The same validation over both transports: page_size 0 is the default page and one above
+     the maximum is the maximum (AIP-158), over HTTP as over gRPC; a negative since_step is
+     INVALID_ARGUMENT naming it over both (GetMetrics, WatchJob; HTTP /metrics)."""
 import json
 import os
 import sys
@@ -260,9 +263,9 @@ def case_e(d):
     br = detail(st, error_details_pb2.BadRequest)
     ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
              br.field_violations[0].field == "id", f"e: gRPC GetJob without an id: {code.name}")
-    s, _, p = http(d, "GET", "/api/v1/jobs?page_size=0")
+    s, _, p = http(d, "GET", "/api/v1/jobs?page_size=-1")
     ck.check(s == 400 and p.get("field") == "page_size",
-             f"e: HTTP page_size=0: {s} {p.get('field')!r}")
+             f"e: HTTP page_size=-1: {s} {p.get('field')!r}")
     for body in (b"[1]", b"{}", b'{"spec": {}, "extra": 1}', b"not json"):
         s, _, p = http(d, "POST", "/api/v1/jobs", body)
         ck.check(s == 400 and p.get("code") == "INVALID_ARGUMENT" and p.get("field"),
@@ -365,6 +368,38 @@ def case_h(d):
     ck.check(code == grpc.StatusCode.UNAUTHENTICATED, f"h: gRPC a wrong token: {code}")
 
 
+def case_i(d):
+    for i in range(3):
+        submit(d, tiny_job(d.data_root, name=f"page-{i}", max_steps=1))
+    total = len(d.stub().ListJobs(pb.ListJobsRequest(page_size=1000), metadata=d.metadata,
+                                  timeout=30).jobs)
+    for size in (0, 1001, 5000):
+        g = d.stub().ListJobs(pb.ListJobsRequest(page_size=size), metadata=d.metadata, timeout=30)
+        s, _, p = http(d, "GET", f"/api/v1/jobs?page_size={size}")
+        ck.check(s == 200 and len(p.get("jobs", [])) == len(g.jobs) == total,
+                 f"i: page_size={size}: HTTP {s} {len(p.get('jobs', []))} jobs, gRPC "
+                 f"{len(g.jobs)}, of {total}")
+    job_id = d.stub().ListJobs(pb.ListJobsRequest(), metadata=d.metadata, timeout=30).jobs[0].id
+    for size in (0, 20000):
+        s, _, p = http(d, "GET", f"/api/v1/jobs/{job_id}/anomalies?page_size={size}")
+        ck.check(s == 200, f"i: HTTP anomalies page_size={size}: {s} {p}")
+    code, st = grpc_error(lambda: d.stub().GetMetrics(
+        pb.GetMetricsRequest(id=job_id, since_step=-5), metadata=d.metadata, timeout=30))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == "since_step",
+             f"i: gRPC GetMetrics since_step=-5: {code.name}")
+    code, st = grpc_error(lambda: list(d.stub().WatchJob(
+        pb.WatchJobRequest(id=job_id, since_step=-5), metadata=d.metadata, timeout=30)))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == "since_step",
+             f"i: gRPC WatchJob since_step=-5: {code.name}")
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{job_id}/metrics?since_step=-5")
+    ck.check(s == 400 and p.get("field") == "since_step",
+             f"i: HTTP metrics since_step=-5: {s} {p.get('field')!r}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -376,6 +411,7 @@ def main():
         case_f(d)
         case_g(d)
         case_h(d)
+        case_i(d)
     case_d(tmp)
     ck.done()
 

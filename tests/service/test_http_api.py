@@ -225,8 +225,9 @@ def case_b(api, d):
                         ("/api/v1/jobs/job-000001/events?logs=maybe", "logs"),
                         # only the documented values: the OpenAPI enum has no "False"
                         ("/api/v1/jobs/job-000001/events?logs=False", "logs"),
-                        ("/api/v1/jobs?page_size=0", "page_size"),
-                        ("/api/v1/jobs?limit=0", "limit"),
+                        # 0 is the default page and 1001 the maximum (AIP-158); -1 is no size
+                        ("/api/v1/jobs?page_size=-1", "page_size"),
+                        ("/api/v1/jobs?limit=-1", "limit"),
                         ("/api/v1/jobs?state=BOGUS", "state"),
                         ("/api/v1/jobs?page_token=job-999999", "page_token"),
                         ("/api/v1/jobs?after=../x", "after"),
