@@ -14,6 +14,7 @@
 
 #include "http_internal.h"
 #include "api/job_proto.h"
+#include "api/page_token.h"
 
 typedef struct {
     zt_jbuf *b;
@@ -34,6 +35,8 @@ typedef struct {
     const char *old_cursor;   /* the first page's cursor by its own name, or NULL: no paging */
     int64_t default_size, max_size;
     walk_fn walk;
+    zt_page_list token;       /* its tokens bound to the list and job (page_token.h), or 0:
+                               * the cursor as a number */
 } job_list;
 
 /* Each element is the proto3 JSON of the message gRPC sends for it; one that cannot be built
@@ -107,24 +110,30 @@ static const job_list lists[] = {
                          ZT_RECORDS_MAX_PAGE, walk_records},
     [ZT_LIST_LOGS] = {"lines", "tail", NULL, NULL, 100, ZT_MAX_LOG_TAIL, walk_logs},
     [ZT_LIST_ANOMALIES] = {"anomalies", "page_size", "limit", "after_seq", 10000, 10000,
-                           walk_anomalies},
+                           walk_anomalies, ZT_PAGE_ANOMALIES},
     [ZT_LIST_WEBHOOKS] = {"deliveries", "page_size", "limit", NULL, 10000, 10000,
                           walk_webhooks},
 };
 
 /* The page token: a number this list handed out, or the first page's cursor by its own name
  * (both checked when both are given; the token wins). */
-static bool read_cursor(struct MHD_Connection *c, const job_list *l, int64_t *cursor,
-                        enum MHD_Result *ret) {
+static bool read_cursor(struct MHD_Connection *c, const job_list *l, const char *id,
+                        int64_t *cursor, enum MHD_Result *ret) {
     if (l->old_cursor && !zt_http_arg_int(c, l->old_cursor, 0, INT64_MAX, cursor, ret))
         return false;
     const char *token = zt_http_arg(c, "page_token");
     if (!token || !*token)
         return true;
+    char text[ZT_PAGE_TOKEN_MAX];
+    const char *number = token;
+    if (l->token && zt_page_token_read(token, l->token, id, text, sizeof text))
+        number = text;
+    else if (l->token)
+        number = "";
     char *end = NULL;
     errno = 0;
-    long long v = strtoll(token, &end, 10);
-    if (!l->old_cursor || *end || end == token || errno || v < 0) {
+    long long v = strtoll(number, &end, 10);
+    if (!l->old_cursor || *end || end == number || errno || v < 0) {
         *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
                                   "page_token: '%.64s' is not a next_page_token of this list",
                                   token);
@@ -148,7 +157,7 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
                                                               l->max_size, &size, &ret)) &&
                            zt_http_arg_page_size(c, l->size_name, l->default_size,
                                                  l->max_size, &size, &ret);
-    if (!sized || !read_cursor(c, l, &cursor, &ret))
+    if (!sized || !read_cursor(c, l, id, &cursor, &ret))
         return ret;
     zt_jbuf b;
     zt_jbuf_init(&b);
@@ -173,8 +182,10 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
         zt_json_close(&b, ']');
     }
     if (l->old_cursor && next >= 0) {
-        char token[32];
-        snprintf(token, sizeof token, "%" PRId64, next);
+        char token[ZT_PAGE_TOKEN_MAX], number[24];
+        snprintf(number, sizeof number, "%" PRId64, next);
+        if (!l->token || !zt_page_token_make(l->token, id, number, token, sizeof token))
+            snprintf(token, sizeof token, "%s", number);
         zt_json_key(&b, "nextPageToken");
         zt_json_str(&b, token);
     }

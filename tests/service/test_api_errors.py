@@ -32,7 +32,11 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      accepted over HTTP and gRPC; a wrong token is still 401 / UNAUTHENTICATED.
   i. The same validation over both transports: page_size 0 is the default page and one above
      the maximum is the maximum (AIP-158), over HTTP as over gRPC; a negative since_step is
-     INVALID_ARGUMENT naming it over both (GetMetrics, WatchJob; HTTP /metrics)."""
+     INVALID_ARGUMENT naming it over both (GetMetrics, WatchJob; HTTP /metrics).
+  j. Page tokens belong to their list and filter (AIP-158): a job id the server never handed
+     out as a token, a token of the unfiltered job list used with a state filter, and a bare
+     number on a job's anomalies are INVALID_ARGUMENT naming page_token over both transports;
+     a token pages on over the other transport when the filter is the same."""
 import json
 import os
 import sys
@@ -400,6 +404,46 @@ def case_i(d):
              f"i: HTTP metrics since_step=-5: {s} {p.get('field')!r}")
 
 
+def case_j(d):
+    md = d.metadata
+    stub = d.stub()
+    everything = [j.id for j in stub.ListJobs(pb.ListJobsRequest(page_size=1000), metadata=md,
+                                                timeout=30).jobs]
+    first = stub.ListJobs(pb.ListJobsRequest(page_size=1), metadata=md, timeout=30)
+    s, _, p = http(d, "GET", f"/api/v1/jobs?page_size=1&page_token={first.next_page_token}")
+    ck.check(len(everything) >= 3 and first.next_page_token and s == 200 and
+             [j["id"] for j in p.get("jobs", [])] == everything[1:2],
+             f"j: a ListJobs token pages on over HTTP ({s}, {p.get('jobs', [{}])[0].get('id')} "
+             f"after {everything[:2]})")
+    s, _, p = http(d, "GET", "/api/v1/jobs?page_size=1")
+    g = stub.ListJobs(pb.ListJobsRequest(page_size=1, page_token=p.get("nextPageToken", "")),
+                      metadata=md, timeout=30)
+    ck.check([j.id for j in g.jobs] == everything[1:2],
+             f"j: an HTTP token pages on over gRPC ({[j.id for j in g.jobs]})")
+    foreign = (("a job id never handed out", everything[1], 0),
+               ("the unfiltered list's token with a state", first.next_page_token,
+                pb.JOB_STATE_SUCCEEDED),
+               ("an altered token", first.next_page_token[:-2] + "AA", 0))
+    for what, token, state in foreign:
+        query = f"page_token={token}" + ("&state=JOB_STATE_SUCCEEDED" if state else "")
+        s, _, p = http(d, "GET", f"/api/v1/jobs?{query}")
+        ck.check(s == 400 and p.get("field") == "page_token",
+                 f"j: HTTP {what}: {s} {p.get('field')!r}: {p.get('detail')}")
+        code, st = grpc_error(lambda: stub.ListJobs(
+            pb.ListJobsRequest(page_token=token, state=state), metadata=md, timeout=30))
+        br = detail(st, error_details_pb2.BadRequest)
+        ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+                 br.field_violations[0].field == "page_token",
+                 f"j: gRPC ListJobs {what}: {code.name}")
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{everything[0]}/anomalies?page_token=1")
+    ck.check(s == 400 and p.get("field") == "page_token",
+             f"j: HTTP anomalies with a bare number as token: {s} {p.get('field')!r}")
+    code, _ = grpc_error(lambda: stub.ListAnomalies(
+        pb.ListAnomaliesRequest(id=everything[0], page_token="1"), metadata=md, timeout=30))
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT,
+             f"j: gRPC ListAnomalies with a bare number as token: {code.name}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -412,6 +456,7 @@ def main():
         case_g(d)
         case_h(d)
         case_i(d)
+        case_j(d)
     case_d(tmp)
     ck.done()
 
