@@ -241,11 +241,19 @@ def case_b(api, d):
                  f"b: {path} is 400 naming {param} ({s} {j})")
     for path in ("/api/v1/jobs/job-999999", "/api/v1/jobs/job-999999/metrics",
                  "/api/v1/jobs/job-999999/events", "/api/v1/jobs/..%2f..%2fetc",
-                 "/api/v1/nothing", "/nothing",
-                 # a decoded NUL must not end the path: not /api/v1/jobs, not job-000001
-                 "/api/v1/jobs%00x", "/api/v1/jobs/job-000001%00x", "/healthz%00"):
+                 "/api/v1/nothing", "/nothing"):
         s, j = api.get(path)
         ck.check(s == 404 and j and "error" in j, f"b: {path} is 404 with an error ({s} {j})")
+    s, j = api.get("/api/v1/jobs/job-999999")
+    ck.check(s == 404 and j and j["error"] == "jobs/job-999999 not found",
+             f"b: a missing job is named by its resource name ({j})")
+    # A decoded NUL must not end the path (not /api/v1/jobs, not job-000001) nor be shown as
+    # another byte: the path is refused naming where the byte is.
+    for path, at in (("/api/v1/jobs%00x", 12), ("/api/v1/jobs/job-000001%00x", 23),
+                     ("/healthz%00", 8), ("/api/v1/jobs/job%1F1", 16)):
+        s, j = api.get(path)
+        ck.check(s == 400 and j and j.get("field") == "path" and f"byte {at}" in j["error"] and
+                 "\x7f" not in j["error"], f"b: {path} is 400 naming the path ({s} {j})")
     s, h, body = api.request("DELETE", "/api/v1/jobs/job-000001")
     s2, _, _ = api.request("GET", "/api/v1/jobs/job-000001/cancel")
     ck.check(s == 405 and s2 == 405 and "GET" in h.get("Allow", ""),
