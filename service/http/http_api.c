@@ -286,7 +286,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
          * closes the connection. */
         *req_cls = &no_body;
         enum MHD_Result ret;
-        if (!zt_http_guard_client_cert(s, c, &ret) || !zt_http_guard_request(s, c, &ret))
+        if (!zt_http_guard_client_cert(s, c, &ret) || !zt_http_guard_request(s, c, version, &ret))
             return ret;
         zt_http_conns_request_begun(s->conns, c);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,

@@ -77,10 +77,11 @@ void zt_http_guard_free(zt_http_guard *g);
 /* Whether a Host header's value names this server; whether an Origin is in the allowed list. */
 bool zt_http_host_ok(const zt_http_guard *g, const char *host);
 bool zt_http_origin_allowed(const zt_http_guard *g, const char *origin);
-/* The Host and Origin checks, on a request's headers before its body is read. On a refusal
- * (421 or 403) the answer is queued, *ret set, and false returned. */
+/* The Host and Origin checks, on a request's headers before its body is read; version is the
+ * request's HTTP version ("HTTP/1.1"), which must carry a Host. On a refusal (400, 421 or 403)
+ * the answer is queued, *ret set, and false returned. */
 bool zt_http_guard_request(const zt_http_server *s, struct MHD_Connection *c,
-                           enum MHD_Result *ret);
+                           const char *version, enum MHD_Result *ret);
 /* For every route that changes state: the request's Content-Type must be application/json
  * (parameters such as charset allowed), or 415 is queued into *ret and false returned. */
 bool zt_http_guard_json(struct MHD_Connection *c, const char *method, enum MHD_Result *ret);

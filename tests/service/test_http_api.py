@@ -7,7 +7,10 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      allows other origins (no Access-Control-Allow-Origin, Vary: Origin; a preflight from
      another origin is 403: test_http_security.py has the rest); unknown routes 404, wrong methods 405, bad query values 400 naming
      the parameter; path traversal under /static/ and /vendor/ is refused; an oversized POST is
-     refused; garbage on the socket does not hurt the daemon.
+     refused; garbage on the socket does not hurt the daemon. An HTTP/1.1 request without Host
+     is 400 (RFC 9112 3.2) with a problem body; the refusals libmicrohttpd makes itself, before
+     ztraind sees the request (a URL or header over its memory limit, an HTTP version it does
+     not speak), are the statuses the OpenAPI document lists for them.
   c. A finished job: a live event stream opened at submission replays and follows every record
      (equal to metrics.jsonl) and ends after the terminal job event; GET /api/v1/jobs/{id} has
      every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl,
@@ -277,6 +280,50 @@ def case_b(api, d):
             pass
     s, _, _ = api.request("GET", "/healthz", auth=False)
     ck.check(s == 200 and d.proc.poll() is None, f"b: the daemon survives junk requests ({s})")
+
+    def raw_answer(request):
+        """(status, Content-Type, body) of one request sent as raw bytes."""
+        with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
+            try:
+                sock.sendall(request)
+            except OSError:
+                pass  # the server may answer and close before it has read everything
+            data = b""
+            while True:
+                try:
+                    chunk = sock.recv(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+        ctype = {k.lower(): v.strip() for k, v in fields.items()}.get("content-type", "")
+        status = int(lines[0].split()[1]) if len(lines[0].split()) > 1 else 0
+        return status, ctype, body
+    for version, want in ((b"HTTP/1.1", 400), (b"HTTP/1.0", 200)):
+        st, ctype, body = raw_answer(b"GET /healthz " + version + b"\r\nConnection: close\r\n\r\n")
+        problem = json.loads(body) if ctype == "application/problem+json" else {}
+        ck.check(st == want and (want == 200 or problem.get("field") == "Host"),
+                 f"b: {version.decode()} without Host is {want} ({st} {ctype} {body[:80]!r})")
+    with open(os.path.join(SOURCE, "service", "http", "openapi.json")) as f:
+        doc = json.load(f)
+    listed = {code: doc["components"]["responses"][r["$ref"].split("/")[-1]] if "$ref" in r else r
+              for code, r in doc["paths"]["/healthz"]["get"]["responses"].items()}
+    for what, req, want in (
+            ("a URL over the size limit", b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n"
+             b"\r\n", 414),
+            ("a 100 KB header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 100000 +
+             b"\r\n\r\n", 431),
+            ("HTTP/2.0", b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505)):
+        # libmicrohttpd sends its page without a Content-Type; the document says it is HTML.
+        st, ctype, body = raw_answer(req)
+        ck.check(st == want and body.startswith(b"<html>") and str(st) in listed and
+                 list(listed[str(st)].get("content", {})) == ["text/html"],
+                 f"b: {what}: libmicrohttpd's {st} ({ctype!r}, {body[:40]!r}) is listed in the "
+                 f"OpenAPI document as HTML")
 
 
 def case_c(api, d):
