@@ -13,7 +13,8 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      not speak), are the statuses the OpenAPI document lists for them.
   c. A finished job: a live event stream opened at submission replays and follows every record
      (equal to metrics.jsonl) and ends after the terminal job event; GET /api/v1/jobs/{id} has
-     every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl,
+     every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl (keys
+     repeated or comma-separated alike, 65 of them 400),
      max_points thins them keeping the last point; records and logs; the list pages.
   d. /metrics parses as Prometheus text (HELP and TYPE for every family) and ztrain_job_loss is
      the last train/loss; label values are escaped.
@@ -347,6 +348,20 @@ def case_c(api, d):
     stream.join(60)
     ck.check(j and j["state"] == "SUCCEEDED", f"c: the job succeeds ({j and j['state']})")
     recs = read_metrics(os.path.join(j["run_dir"], "metrics.jsonl"))
+    # The keys of a series query, repeated or comma-separated or both, are one list: the same
+    # series (eval/loss as metrics.jsonl has it), and the 64-key limit counts them all.
+    evals = [r["eval/loss"] for r in recs if "eval/loss" in r]
+    for q in ("keys=train/loss&keys=eval/loss", "keys=train/loss,eval/loss",
+              "keys=train/loss&keys=eval/loss,train/loss"):
+        s, body = api.get(f"/api/v1/jobs/{job_id}/metrics?{q}")
+        series = body.get("series", []) if s == 200 else []
+        ck.check([x["key"] for x in series] == ["train/loss", "eval/loss"] and evals and
+                 series[1]["values"] == evals,
+                 f"c: metrics?{q} gives both series ({s}, {[x['key'] for x in series]})")
+    s, body = api.get(f"/api/v1/jobs/{job_id}/metrics?" +
+                      "&".join(f"keys=k/{i}" for i in range(65)))
+    ck.check(s == 400 and body["error"].startswith("keys:") and "64" in body["error"],
+             f"c: 65 repeated keys are 400 naming the limit of 64 ({s} {body})")
     ck.check(stream.status == 200 and stream.content_type.startswith("text/event-stream"),
              f"c: the event stream is text/event-stream ({stream.status} {stream.content_type})")
     ev = stream.events
