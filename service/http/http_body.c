@@ -55,10 +55,10 @@ static void string(walk *w, const char **body, size_t *n) {
     const char *q = ++w->p;
     while (w->p < w->end && *w->p != '"') {
         if (*w->p == '\0')
-            fail(w, w->p, "a NUL byte", ", which no string may hold", true);
+            fail(w, w->p, "a NUL byte", "; no string may hold one", true);
         if (*w->p == '\\' && w->p + 1 < w->end) {
             if (w->p[1] == 'u' && is_hex_zero4(w->p + 2, w->end))
-                fail(w, w->p, "\\u0000", " (U+0000), which no string may hold", true);
+                fail(w, w->p, "U+0000 (\\u0000)", "; no string may hold it", true);
             w->p++;
         }
         w->p++;
@@ -145,9 +145,11 @@ bool zt_http_body_json(struct MHD_Connection *c, const zt_jbuf *body, const char
     size_t len = body ? body->len : 0;
     const char *field = body_field ? body_field : "";
     const char *sep = body_field ? ": " : "";
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    /* On a failure cJSON says where through its parse end (its global error pointer is shared by
+     * every connection's thread). */
+    const char *at = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &at, false);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
         size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
         *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
                                   "%s%sthe body is not JSON (it fails at byte %zu)", field, sep,

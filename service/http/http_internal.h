@@ -153,9 +153,9 @@ bool zt_http_arg_page_size(struct MHD_Connection *c, const char *name, int64_t d
 /* http_body.c: the request's body as one JSON value (release *out with cJSON_Delete). A body
  * that is not JSON, has more than JSON whitespace after its value or between tokens, or holds
  * U+0000 in any string (raw or as \u0000, which cJSON would cut the C string at) is answered
- * 400: the string's field path and byte offset ("spec.name: \u0000 at byte 40 ..."), or for the
- * whole body body_field (NULL: none) and the offset. Then *ret is set and false returned. An
- * absent body reads as an empty one, which is not JSON. */
+ * 400: the string's field path and byte offset ("spec.name: U+0000 (\u0000) at byte 40 ..."),
+ * or for the whole body body_field (NULL: none) and the offset. Then *ret is set and false
+ * returned. An absent body reads as an empty one, which is not JSON. */
 struct cJSON;
 bool zt_http_body_json(struct MHD_Connection *c, const zt_jbuf *body, const char *body_field,
                        struct cJSON **out, enum MHD_Result *ret);
