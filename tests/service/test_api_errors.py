@@ -37,6 +37,7 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      out as a token, a token of the unfiltered job list used with a state filter, and a bare
      number on a job's anomalies are INVALID_ARGUMENT naming page_token over both transports;
      a token pages on over the other transport when the filter is the same."""
+import base64
 import json
 import os
 import sys
@@ -415,6 +416,15 @@ def case_j(d):
              [j["id"] for j in p.get("jobs", [])] == everything[1:2],
              f"j: a ListJobs token pages on over HTTP ({s}, {p.get('jobs', [{}])[0].get('id')} "
              f"after {everything[:2]})")
+    # Opaque to clients, but what the design says it is: URL-safe base64 (RFC 4648 section 5,
+    # unpadded) of a small struct that ends with the position, the page's last job id.
+    token = first.next_page_token
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except ValueError:
+        raw = b""
+    ck.check("=" not in token and raw.endswith(everything[0].encode()) and
+             len(raw) > len(everything[0]), f"j: the token is base64url of a struct ({raw!r})")
     s, _, p = http(d, "GET", "/api/v1/jobs?page_size=1")
     g = stub.ListJobs(pb.ListJobsRequest(page_size=1, page_token=p.get("nextPageToken", "")),
                       metadata=md, timeout=30)
