@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <gnutls/crypto.h>
 
@@ -61,10 +62,15 @@ zt_status zt_auth_load_token(const char *file, char **token) {
 }
 
 bool zt_auth_bearer_ok(const char *expected, const char *header) {
-    static const char prefix[] = "Bearer ";
-    if (!header || strncmp(header, prefix, sizeof prefix - 1) != 0)
+    /* RFC 9110 11.1: an authentication scheme is matched case-insensitively ("bearer" and
+     * "BEARER" are Bearer), and one or more spaces part it from the credentials. */
+    static const char scheme[] = "Bearer";
+    if (!header || strncasecmp(header, scheme, sizeof scheme - 1) != 0 ||
+        header[sizeof scheme - 1] != ' ')
         return false;
-    const char *got = header + sizeof prefix - 1;
+    const char *got = header + sizeof scheme - 1;
+    while (*got == ' ')
+        got++;
     size_t ne = strlen(expected), ng = strlen(got);
     unsigned char diff = ne != ng;
     for (size_t i = 0; i < ng; i++)

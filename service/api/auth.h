@@ -28,7 +28,8 @@
  * it. *token is heap-owned by the caller. */
 zt_status zt_auth_load_token(const char *file, char **token);
 
-/* Whether `header` (the value of an Authorization header, may be NULL) is "Bearer <expected>".
+/* Whether `header` (the value of an Authorization header, may be NULL) is "Bearer <expected>",
+ * the scheme in any case and followed by one or more spaces (RFC 9110 11.1, RFC 6750 2.1).
  * The comparison takes the same time wherever the first difference is. */
 bool zt_auth_bearer_ok(const char *expected, const char *header);
 

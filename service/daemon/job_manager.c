@@ -156,7 +156,8 @@ job *zt_jm_find_job(zt_jobs *jm, const char *id) {
 }
 
 zt_status zt_jm_not_found(const char *id) {
-    return zt_error(ZT_ERR_NOT_FOUND, "job %s not found", id ? id : "(none)");
+    /* Errors name a job by its resource name, as the API does everywhere (docs/api.md). */
+    return zt_error(ZT_ERR_NOT_FOUND, "jobs/%s not found", id ? id : "(none)");
 }
 
 static void add_job(zt_jobs *jm, job *j) {
@@ -350,10 +351,11 @@ static zt_status check_ckpt_dir(const zt_jobs *jm, const char *id, const char *c
                             in_ckpt ? "checkpoint directory" : "run directory", o->id,
                             zt_job_state_name(o->state));
         if (in_run && !(o->checkpoint_dir && strcmp(ckpt, o->checkpoint_dir) == 0))
-            return zt_error(ZT_ERR_INVALID, "train.checkpoint_dir: %s is inside the run directory "
-                            "of job %s; only that job's checkpoint directory (%s) may be resumed "
-                            "from once it has ended", ckpt, o->id,
-                            o->checkpoint_dir ? o->checkpoint_dir : "none");
+            return zt_error(ZT_ERR_INVALID, "train.checkpoint_dir: %s %s the run directory of "
+                            "job %s (%s); only that job's checkpoint directory (%s) may be "
+                            "resumed from once it has ended", ckpt,
+                            under(ckpt, o->run_dir) ? "is inside" : "contains", o->id,
+                            o->run_dir, o->checkpoint_dir ? o->checkpoint_dir : "none");
     }
     return ZT_OK;
 }

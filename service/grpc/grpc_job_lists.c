@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "grpc_server_internal.h"
+#include "api/page_token.h"
 #include "api/job_proto.h"
 #include "ztrain/json_util.h"
 #include "ztrain.pb-c.h"
@@ -131,9 +132,12 @@ void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
         return;
     int64_t after = 0;
     if (req->page_token[0]) {
+        /* A token this list gave for this job (page_token.h), holding the last seq shown. */
+        char number[ZT_PAGE_TOKEN_MAX] = "";
+        zt_page_token_read(req->page_token, ZT_PAGE_ANOMALIES, req->id, number, sizeof number);
         char *end = NULL;
-        long long v = strtoll(req->page_token, &end, 10);
-        if (*end || v < 0) {
+        long long v = strtoll(number, &end, 10);
+        if (!number[0] || *end || v < 0) {
             zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_token",
                                  "page_token: not a next_page_token of ListAnomalies");
             return;
@@ -148,10 +152,11 @@ void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
     } else {
         Ztrain__V1__ListAnomaliesResponse resp = ZTRAIN__V1__LIST_ANOMALIES_RESPONSE__INIT;
-        char token[32] = "";
+        char token[ZT_PAGE_TOKEN_MAX] = "", number[24];
         /* A full page may have more behind it; the next one starts after its last event. */
+        snprintf(number, sizeof number, "%" PRId64, col.last_seq);
         if ((int)col.n == size)
-            snprintf(token, sizeof token, "%" PRId64, col.last_seq);
+            zt_page_token_make(ZT_PAGE_ANOMALIES, req->id, number, token, sizeof token);
         resp.n_anomalies = col.n;
         resp.anomalies = (Ztrain__V1__AnomalyEvent **)col.items;
         resp.next_page_token = token;

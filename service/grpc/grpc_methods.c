@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "grpc_server_internal.h"
+#include "api/page_token.h"
 #include "api/grpc_util.h"
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "health.pb-c.h"
@@ -99,7 +100,7 @@ static void free_infos(zt_job_info *jobs, int n) {
     free(jobs);
 }
 
-static zt_status list_response(zt_job_info *jobs, int n, bool more,
+static zt_status list_response(zt_job_info *jobs, int n, bool more, const char *filter,
                                Ztrain__V1__ListJobsResponse *resp) {
     if (n > 0) {
         resp->jobs = calloc((size_t)n, sizeof *resp->jobs);
@@ -110,8 +111,12 @@ static zt_status list_response(zt_job_info *jobs, int n, bool more,
         ZT_TRY(zt_job_proto_job_from_info(&jobs[i], wall_ms(), &resp->jobs[i]));
         resp->n_jobs++;
     }
-    /* The page token is the last id of this page: the next page starts after it. */
-    if (more && n > 0 && !(resp->next_page_token = strdup(jobs[n - 1].id))) {
+    /* The page token holds the last id of this page, bound to the list's filter: the next
+     * page starts after it. */
+    char token[ZT_PAGE_TOKEN_MAX];
+    if (more && n > 0 && zt_page_token_make(ZT_PAGE_JOBS, filter, jobs[n - 1].id, token,
+                                            sizeof token) &&
+        !(resp->next_page_token = strdup(token))) {
         resp->next_page_token = (char *)protobuf_c_empty_string;
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     }
@@ -127,10 +132,18 @@ static void handle_list(call *c, ProtobufCMessage *m) {
     int limit;
     if (!zt_call_page_size(c, req->page_size, LIST_DEFAULT_PAGE, LIST_MAX_PAGE, &limit))
         return;
+    const char *filter = req->state ? zt_job_state_name((zt_job_state)req->state) : "";
+    char after[ZT_PAGE_TOKEN_MAX] = "";
+    if (req->page_token[0] && !zt_page_token_read(req->page_token, ZT_PAGE_JOBS, filter, after,
+                                                  sizeof after)) {
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_token",
+                             "page_token: not a next_page_token of ListJobs with this state");
+        return;
+    }
     zt_job_info *jobs = NULL;
     int n = 0;
     bool more = false;
-    zt_status s = zt_jobs_list(c->srv->jm, (zt_job_state)req->state, req->page_token, limit, &jobs,
+    zt_status s = zt_jobs_list(c->srv->jm, (zt_job_state)req->state, after, limit, &jobs,
                                &n, &more);
     if (s != ZT_OK) {
         zt_call_finish_zt(c, s, NULL, NULL);
@@ -139,7 +152,8 @@ static void handle_list(call *c, ProtobufCMessage *m) {
     Ztrain__V1__ListJobsResponse *resp = malloc(sizeof *resp);
     if (resp)
         ztrain__v1__list_jobs_response__init(resp);
-    s = resp ? list_response(jobs, n, more, resp) : zt_error(ZT_ERR_NOMEM, "out of memory");
+    s = resp ? list_response(jobs, n, more, filter, resp)
+             : zt_error(ZT_ERR_NOMEM, "out of memory");
     free_infos(jobs, n);
     if (s == ZT_OK)
         zt_call_reply(c, &resp->base);
@@ -226,6 +240,15 @@ static void emit_series(void *ctx, const char *key, const int64_t *steps, const 
     r->series[r->n_series++] = ms;
 }
 
+/* A step is never negative; HTTP answers since_step=-5 with 400 naming it, and so does this. */
+static bool since_step_ok(call *c, int64_t since_step) {
+    if (since_step >= 0)
+        return true;
+    zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "since_step",
+                         "since_step must be >= 0");
+    return false;
+}
+
 static void handle_metrics(call *c, ProtobufCMessage *m) {
     Ztrain__V1__GetMetricsRequest *req = (Ztrain__V1__GetMetricsRequest *)m;
     if (!require_id(c, req->id))
@@ -235,6 +258,8 @@ static void handle_metrics(call *c, ProtobufCMessage *m) {
                              "max_points must be >= 0");
         return;
     }
+    if (!since_step_ok(c, req->since_step))
+        return;
     Ztrain__V1__GetMetricsResponse *resp = malloc(sizeof *resp);
     if (!resp) {
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
@@ -363,6 +388,8 @@ static void start_watch(call *c, const char *id, int what, int64_t from_step, in
 static void handle_watch(call *c, ProtobufCMessage *m) {
     Ztrain__V1__WatchJobRequest *req = (Ztrain__V1__WatchJobRequest *)m;
     if (!require_id(c, req->id))
+        return;
+    if (!since_step_ok(c, req->since_step))
         return;
     if (req->after_seq < 0) {
         zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "after_seq",

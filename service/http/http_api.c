@@ -86,7 +86,7 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
     if (which == N_SUBS)
         return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
     if (!zt_http_valid_job_id(rest, id_len))
-        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no job '%.*s'",
+        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "jobs/%.*s not found",
                                   (int)(id_len > 64 ? 64 : id_len), rest);
     memcpy(id, rest, id_len);
     id[id_len] = '\0';
@@ -150,8 +150,8 @@ static bool is_events_url(const char *url) {
 /* %00 in a URL: libmicrohttpd decodes the path and the query arguments in place, and every
  * handler reads them as C strings, which would stop at a decoded NUL ("/api/v1/jobs%00x" routed
  * as "/api/v1/jobs", a page_token "%00x" read as ""). So a NUL decodes to DEL (0x7F) instead, a
- * control character that no route, job id or token holds, and which the check below refuses in
- * any query argument. The length stays the decoded one. */
+ * control character that no route, job id or token holds, and which route() refuses in the
+ * path and in any query argument. The length stays the decoded one. */
 static size_t unescape_url(void *cls, struct MHD_Connection *c, char *s) {
     (void)cls, (void)c;
     size_t n = MHD_http_unescape(s);
@@ -197,6 +197,15 @@ static enum MHD_Result preflight(struct MHD_Connection *c) {
 
 static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const char *url,
                              const char *method, const http_req *req) {
+    /* No route or resource name holds a control character; one decoded from the path (%00,
+     * which unescape_url turned into DEL, or %01-%1F, %7F) is refused by where it is rather
+     * than echoed as a byte the client did not send. */
+    for (const char *p = url; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
+                                      "path: a control character (%%00-%%1F, %%7F) at byte %zu "
+                                      "of the decoded path, which no route or name holds",
+                                      (size_t)(p - url));
     if (!strcmp(method, "OPTIONS"))
         return preflight(c);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -277,7 +286,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
          * closes the connection. */
         *req_cls = &no_body;
         enum MHD_Result ret;
-        if (!zt_http_guard_client_cert(s, c, &ret) || !zt_http_guard_request(s, c, &ret))
+        if (!zt_http_guard_client_cert(s, c, &ret) || !zt_http_guard_request(s, c, version, &ret))
             return ret;
         zt_http_conns_request_begun(s->conns, c);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,

@@ -233,10 +233,17 @@ static bool same_origin(const char *origin, const char *host) {
 }
 
 bool zt_http_guard_request(const zt_http_server *s, struct MHD_Connection *c,
-                           enum MHD_Result *ret) {
-    /* HTTP/1.1 requests without Host never get here (MHD answers 400); an HTTP/1.0 request
-     * without one does not come from a browser, the only client that can be rebound. */
+                           const char *version, enum MHD_Result *ret) {
+    /* RFC 9112 3.2: an HTTP/1.1 request without Host is a 400 (libmicrohttpd, at its default
+     * strictness, lets it through). An HTTP/1.0 request without one does not come from a
+     * browser, the only client that can be rebound, and HTTP/1.0 has no Host to require. */
     const char *host = header(c, MHD_HTTP_HEADER_HOST);
+    if (!host && version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0) {
+        *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
+                                  "Host: an HTTP/1.1 request must carry a Host header "
+                                  "(RFC 9112 section 3.2)");
+        return false;
+    }
     if (host && !zt_http_host_ok(&s->guard, host)) {
         *ret = zt_http_send_error(c, MHD_HTTP_MISDIRECTED_REQUEST,
                                   "Host header '%.200s' is not a name of this server: ztraind "

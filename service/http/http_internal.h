@@ -77,10 +77,11 @@ void zt_http_guard_free(zt_http_guard *g);
 /* Whether a Host header's value names this server; whether an Origin is in the allowed list. */
 bool zt_http_host_ok(const zt_http_guard *g, const char *host);
 bool zt_http_origin_allowed(const zt_http_guard *g, const char *origin);
-/* The Host and Origin checks, on a request's headers before its body is read. On a refusal
- * (421 or 403) the answer is queued, *ret set, and false returned. */
+/* The Host and Origin checks, on a request's headers before its body is read; version is the
+ * request's HTTP version ("HTTP/1.1"), which must carry a Host. On a refusal (400, 421 or 403)
+ * the answer is queued, *ret set, and false returned. */
 bool zt_http_guard_request(const zt_http_server *s, struct MHD_Connection *c,
-                           enum MHD_Result *ret);
+                           const char *version, enum MHD_Result *ret);
 /* For every route that changes state: the request's Content-Type must be application/json
  * (parameters such as charset allowed), or 415 is queued into *ret and false returned. */
 bool zt_http_guard_json(struct MHD_Connection *c, const char *method, enum MHD_Result *ret);
@@ -145,6 +146,19 @@ bool zt_http_arg_int(struct MHD_Connection *c, const char *name, int64_t lo, int
                      int64_t *out, enum MHD_Result *ret);
 bool zt_http_arg_bool(struct MHD_Connection *c, const char *name, bool *out,
                       enum MHD_Result *ret);
+/* A list's page size as AIP-158 (and gRPC's lists) take it: absent leaves *out, 0 is the
+ * default def, above max is max; a negative or malformed value is 400 naming the argument. */
+bool zt_http_arg_page_size(struct MHD_Connection *c, const char *name, int64_t def,
+                           int64_t max, int64_t *out, enum MHD_Result *ret);
+/* http_body.c: the request's body as one JSON value (release *out with cJSON_Delete). A body
+ * that is not JSON, has more than JSON whitespace after its value or between tokens, or holds
+ * U+0000 in any string (raw or as \u0000, which cJSON would cut the C string at) is answered
+ * 400: the string's field path and byte offset ("spec.name: U+0000 (\u0000) at byte 40 ..."),
+ * or for the whole body body_field (NULL: none) and the offset. Then *ret is set and false
+ * returned. An absent body reads as an empty one, which is not JSON. */
+struct cJSON;
+bool zt_http_body_json(struct MHD_Connection *c, const zt_jbuf *body, const char *body_field,
+                       struct cJSON **out, enum MHD_Result *ret);
 /* Whether the n bytes at id can be a job id at all. */
 bool zt_http_valid_job_id(const char *id, size_t n);
 

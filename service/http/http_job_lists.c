@@ -15,6 +15,7 @@
 
 #include "http_internal.h"
 #include "api/job_proto.h"
+#include "api/page_token.h"
 
 typedef struct {
     zt_jbuf *b;
@@ -36,6 +37,8 @@ typedef struct {
     const char *filter;       /* a filter of every page (>= 0), or NULL */
     int64_t default_size, max_size;
     walk_fn walk;
+    zt_page_list token;       /* its tokens bound to the list and job (page_token.h), or 0:
+                               * the cursor as a number */
 } job_list;
 
 /* Each element is the proto3 JSON of the message gRPC sends for it; one that cannot be built
@@ -114,24 +117,30 @@ static const job_list lists[] = {
                          ZT_RECORDS_MAX_PAGE, ZT_RECORDS_MAX_PAGE, walk_records},
     [ZT_LIST_LOGS] = {"lines", "tail", NULL, NULL, NULL, 100, ZT_MAX_LOG_TAIL, walk_logs},
     [ZT_LIST_ANOMALIES] = {"anomalies", "page_size", "limit", "after_seq", NULL, 10000, 10000,
-                           walk_anomalies},
+                           walk_anomalies, ZT_PAGE_ANOMALIES},
     [ZT_LIST_WEBHOOKS] = {"deliveries", "page_size", "limit", NULL, NULL, 10000, 10000,
                           walk_webhooks},
 };
 
 /* The page token: a number this list handed out, or the first page's cursor by its own name
  * (both checked when both are given; the token wins). */
-static bool read_cursor(struct MHD_Connection *c, const job_list *l, int64_t *cursor,
-                        enum MHD_Result *ret) {
+static bool read_cursor(struct MHD_Connection *c, const job_list *l, const char *id,
+                        int64_t *cursor, enum MHD_Result *ret) {
     if (l->old_cursor && !zt_http_arg_int(c, l->old_cursor, 0, INT64_MAX, cursor, ret))
         return false;
     const char *token = zt_http_arg(c, "page_token");
     if (!token || !*token)
         return true;
+    char text[ZT_PAGE_TOKEN_MAX];
+    const char *number = token;
+    if (l->token && zt_page_token_read(token, l->token, id, text, sizeof text))
+        number = text;
+    else if (l->token)
+        number = "";
     char *end = NULL;
     errno = 0;
-    long long v = strtoll(token, &end, 10);
-    if (!l->old_cursor || *end || end == token || errno || v < 0) {
+    long long v = strtoll(number, &end, 10);
+    if (!l->old_cursor || *end || end == number || errno || v < 0) {
         *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
                                   "page_token: '%.64s' is not a next_page_token of this list",
                                   token);
@@ -146,12 +155,16 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
     const job_list *l = &lists[kind];
     enum MHD_Result ret;
     int64_t size = l->default_size, cursor = 0, filter = 0;
-    /* tail=0 is the default number of lines, as it always was. The older name of the size is
-     * read and checked too; the new one wins when both are given. */
-    int64_t lo = kind == ZT_LIST_LOGS ? 0 : 1;
-    if ((l->old_size && !zt_http_arg_int(c, l->old_size, lo, l->max_size, &size, &ret)) ||
-        !zt_http_arg_int(c, l->size_name, lo, l->max_size, &size, &ret) ||
-        !read_cursor(c, l, &cursor, &ret) ||
+    /* tail=0 is the default number of lines, as it always was; a page size of 0 is the
+     * default and one above the maximum is the maximum (AIP-158, as gRPC's lists). The older
+     * name of the size is read and checked too; the new one wins when both are given. */
+    bool sized = kind == ZT_LIST_LOGS
+                     ? zt_http_arg_int(c, l->size_name, 0, l->max_size, &size, &ret)
+                     : (!l->old_size || zt_http_arg_page_size(c, l->old_size, l->default_size,
+                                                              l->max_size, &size, &ret)) &&
+                           zt_http_arg_page_size(c, l->size_name, l->default_size,
+                                                 l->max_size, &size, &ret);
+    if (!sized || !read_cursor(c, l, id, &cursor, &ret) ||
         (l->filter && !zt_http_arg_int(c, l->filter, 0, INT64_MAX, &filter, &ret)))
         return ret;
     zt_jbuf b;
@@ -177,8 +190,10 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
         zt_json_close(&b, ']');
     }
     if (l->old_cursor && next >= 0) {
-        char token[32];
-        snprintf(token, sizeof token, "%" PRId64, next);
+        char token[ZT_PAGE_TOKEN_MAX], number[24];
+        snprintf(number, sizeof number, "%" PRId64, next);
+        if (!l->token || !zt_page_token_make(l->token, id, number, token, sizeof token))
+            snprintf(token, sizeof token, "%s", number);
         zt_json_key(&b, "nextPageToken");
         zt_json_str(&b, token);
     }

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "http_internal.h"
+#include "api/page_token.h"
 #include "api/submitter.h"
 #include "api/job_proto.h"
 #include "ztrain/json_util.h"
@@ -62,22 +63,31 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     int64_t limit = 50;
     /* AIP-158's names, as ListJobs has them; limit and after are their older names, still
      * read (and checked) when given, the new name winning when both are. */
-    if (!zt_http_arg_int(c, "limit", 1, ZT_MAX_LIST_LIMIT, &limit, &ret) ||
-        !zt_http_arg_int(c, "page_size", 1, ZT_MAX_LIST_LIMIT, &limit, &ret))
+    if (!zt_http_arg_page_size(c, "limit", 50, ZT_MAX_LIST_LIMIT, &limit, &ret) ||
+        !zt_http_arg_page_size(c, "page_size", 50, ZT_MAX_LIST_LIMIT, &limit, &ret))
         return ret;
     zt_job_state state = 0;
     const char *sv = zt_http_arg(c, "state");
     if (sv && *sv && !(state = zt_job_state_parse(sv)))
         return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "state: unknown job state '%.64s'",
                                   sv);
+    /* page_token is a token this list handed out under the same state filter (page_token.h),
+     * as ListJobs reads it; `after`, its older form, is the job id itself. */
+    const char *filter = state ? zt_job_state_name(state) : "";
     const char *token_name = "page_token", *after = NULL;
-    for (int i = 0; i < 2; i++) {
-        const char *name = i ? "page_token" : "after", *v = zt_http_arg(c, name);
-        if (v && *v && !zt_http_valid_job_id(v, strlen(v)))
-            return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s: '%.64s' is not a page token",
-                                      name, v);
-        if (v && *v)
-            token_name = name, after = v;
+    char cursor[ZT_PAGE_TOKEN_MAX];
+    const char *v = zt_http_arg(c, "after");
+    if (v && *v && !zt_http_valid_job_id(v, strlen(v)))
+        return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "after: '%.64s' is not a job id", v);
+    if (v && *v)
+        token_name = "after", after = v;
+    v = zt_http_arg(c, "page_token");
+    if (v && *v) {
+        if (!zt_page_token_read(v, ZT_PAGE_JOBS, filter, cursor, sizeof cursor) ||
+            !zt_http_valid_job_id(cursor, strlen(cursor)))
+            return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "page_token: '%.64s' is not a "
+                                      "next_page_token of this list with this state", v);
+        token_name = "page_token", after = cursor;
     }
     zt_job_info *jobs = NULL;
     int n = 0;
@@ -91,7 +101,10 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     }
     if (st != ZT_OK)
         return zt_http_send_status(c, st, NULL);
-    /* As ListJobs answers: the last id of this page as the token, "" on the last page. */
+    /* As ListJobs answers: a token after the last job of this page, "" on the last page. */
+    char token[ZT_PAGE_TOKEN_MAX] = "";
+    if (more && n > 0)
+        zt_page_token_make(ZT_PAGE_JOBS, filter, jobs[n - 1].id, token, sizeof token);
     Ztrain__V1__ListJobsResponse resp = ZTRAIN__V1__LIST_JOBS_RESPONSE__INIT;
     resp.jobs = n > 0 ? calloc((size_t)n, sizeof *resp.jobs) : NULL;
     if (n > 0 && !resp.jobs)
@@ -101,7 +114,7 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
         st = zt_job_proto_job_from_info(&jobs[i], now, &resp.jobs[i]);
         resp.n_jobs += st == ZT_OK;
     }
-    resp.next_page_token = (char *)(more && n > 0 ? jobs[n - 1].id : "");
+    resp.next_page_token = token;
     ret = st == ZT_OK ? zt_http_send_proto(c, MHD_HTTP_OK, &resp.base)
                                       : zt_http_send_status(c, st, NULL);
     for (size_t i = 0; i < resp.n_jobs; i++)
@@ -123,14 +136,12 @@ enum MHD_Result zt_http_job_get(zt_http_server *s, struct MHD_Connection *c, con
     return ret;
 }
 
-/* The optional body {"force": false, "grace_seconds": 30}. */
-static bool parse_cancel_body(const zt_jbuf *body, bool *force, double *grace, char *err,
-                              size_t errsz) {
-    if (!body || body->len == 0)
+/* The optional body {"force": false, "grace_seconds": 30}, read by the caller. */
+static bool parse_cancel_body(cJSON *o, bool *force, double *grace, char *err, size_t errsz) {
+    if (!o)
         return true;
-    cJSON *o = cJSON_ParseWithLength(body->data, body->len);
     bool ok = false;
-    if (!o || !cJSON_IsObject(o)) {
+    if (!cJSON_IsObject(o)) {
         snprintf(err, errsz, "the body must be a JSON object");
         goto out;
     }
@@ -156,7 +167,6 @@ static bool parse_cancel_body(const zt_jbuf *body, bool *force, double *grace, c
     *grace = cJSON_IsNumber(g) ? g->valuedouble : 0;
     ok = true;
 out:
-    cJSON_Delete(o);
     return ok;
 }
 
@@ -165,7 +175,13 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     bool force = false;
     double grace = 0;
     char err[128];
-    if (!parse_cancel_body(body, &force, &grace, err, sizeof err))
+    cJSON *o = NULL;
+    enum MHD_Result ret;
+    if (body && body->len > 0 && !zt_http_body_json(c, body, NULL, &o, &ret))
+        return ret;
+    bool ok = parse_cancel_body(o, &force, &grace, err, sizeof err);
+    cJSON_Delete(o);
+    if (!ok)
         return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
     zt_job_info info;
     /* Below admin, a token cancels only the jobs it submitted; who submitted a job never
@@ -184,7 +200,7 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     zt_status st = zt_jobs_cancel(s->jm, id, force, grace, &info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
-    enum MHD_Result ret = zt_http_send_job(c, &info);
+    ret = zt_http_send_job(c, &info);
     zt_job_info_free(&info);
     return ret;
 }

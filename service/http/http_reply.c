@@ -145,6 +145,16 @@ bool zt_http_arg_int(struct MHD_Connection *c, const char *name, int64_t lo, int
     return true;
 }
 
+bool zt_http_arg_page_size(struct MHD_Connection *c, const char *name, int64_t def,
+                           int64_t max, int64_t *out, enum MHD_Result *ret) {
+    int64_t v = -1;
+    if (!zt_http_arg_int(c, name, 0, INT64_MAX, &v, ret))
+        return false;
+    if (v >= 0)
+        *out = v == 0 ? def : v > max ? max : v;
+    return true;
+}
+
 bool zt_http_arg_bool(struct MHD_Connection *c, const char *name, bool *out,
                       enum MHD_Result *ret) {
     const char *v = zt_http_arg(c, name);

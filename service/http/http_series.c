@@ -87,6 +87,18 @@ static int split_keys(char *list, const char **keys) {
     return n;
 }
 
+/* MHD's walk over the query's arguments: every keys= value, joined with commas into ctx. */
+static enum MHD_Result join_keys(void *ctx, enum MHD_ValueKind kind, const char *name,
+                                 const char *value) {
+    (void)kind;
+    zt_jbuf *all = ctx;
+    if (strcmp(name, "keys") == 0 && value) {
+        zt_jbuf_text(all, ",", all->len > 0);
+        zt_jbuf_puts(all, value);
+    }
+    return MHD_YES;
+}
+
 static const series_copy *find_series(const series_set *set, const char *key) {
     for (int i = 0; i < set->n; i++)
         if (strcmp(set->v[i].key, key) == 0)
@@ -248,8 +260,12 @@ enum MHD_Result zt_http_job_metrics(zt_http_server *s, struct MHD_Connection *c,
     if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret) ||
         !zt_http_arg_int(c, "max_points", 0, INT32_MAX, &max_points, &ret))
         return ret;
-    const char *kv = zt_http_arg(c, "keys");
-    char *list = strdup(kv ? kv : "");
+    /* keys=a,b and keys=a&keys=b (and any mix) ask for the same keys, the limit counted over
+     * all of them. */
+    zt_jbuf all;
+    zt_jbuf_init(&all);
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, join_keys, &all);
+    char *list = zt_jbuf_take(&all, NULL);
     if (!list)
         return MHD_NO;
     const char *keys[ZT_METRICS_MAX_KEYS];

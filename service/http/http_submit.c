@@ -23,8 +23,11 @@ enum MHD_Result zt_http_jobs_submit(zt_http_server *s, struct MHD_Connection *c,
                                     const zt_jbuf *body) {
     if (!body || body->len == 0)
         return bad(c, "spec: the body must be a SubmitJobRequest, {\"spec\": {...}}");
-    cJSON *root = cJSON_ParseWithLength(body->data, body->len);
-    if (!root || !cJSON_IsObject(root)) {
+    cJSON *root;
+    enum MHD_Result ret;
+    if (!zt_http_body_json(c, body, "spec", &root, &ret))
+        return ret;
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return bad(c, "spec: the body must be a JSON object, {\"spec\": {...}}");
     }
@@ -50,7 +53,6 @@ enum MHD_Result zt_http_jobs_submit(zt_http_server *s, struct MHD_Connection *c,
         cJSON_Delete(root);
         return bad(c, refusal);
     }
-    enum MHD_Result ret;
     const char *header = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
     const char *k = cJSON_IsString(key) ? key->valuestring : "";
     if (header && k[0] && strcmp(header, k) != 0) {

@@ -23,7 +23,21 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
   e. Request fields: ListJobs page_size -1 and GetJob without an id name "page_size" and "id";
      over HTTP a bad page_size names it too, and a body that is not a SubmitJobRequest is 400.
   f. Sizes: a 200 KB spec over HTTP is judged like any other; a 2 MB one is RESOURCE_EXHAUSTED
-     with QuotaFailure on "spec" over both (the manager's limit, not a transport's)."""
+     with QuotaFailure on "spec" over both (the manager's limit, not a transport's).
+  g. JSON bodies as Python's json reads them (a document is one value; the strings a C string
+     cannot carry are refused): U+0000 in a spec's string or the idempotency key is 400 naming
+     the field (as gRPC's "spec.name: a NUL byte"), and no job is made; text after the value
+     (submit and cancel) is 400 naming the byte where it starts.
+  h. The Bearer scheme in any case (RFC 9110 11.1, RFC 6750 2.1): "bearer" and "BEARER" are
+     accepted over HTTP and gRPC; a wrong token is still 401 / UNAUTHENTICATED.
+  i. The same validation over both transports: page_size 0 is the default page and one above
+     the maximum is the maximum (AIP-158), over HTTP as over gRPC; a negative since_step is
+     INVALID_ARGUMENT naming it over both (GetMetrics, WatchJob; HTTP /metrics).
+  j. Page tokens belong to their list and filter (AIP-158): a job id the server never handed
+     out as a token, a token of the unfiltered job list used with a state filter, and a bare
+     number on a job's anomalies are INVALID_ARGUMENT naming page_token over both transports;
+     a token pages on over the other transport when the filter is the same."""
+import base64
 import json
 import os
 import sys
@@ -254,9 +268,9 @@ def case_e(d):
     br = detail(st, error_details_pb2.BadRequest)
     ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
              br.field_violations[0].field == "id", f"e: gRPC GetJob without an id: {code.name}")
-    s, _, p = http(d, "GET", "/api/v1/jobs?page_size=0")
+    s, _, p = http(d, "GET", "/api/v1/jobs?page_size=-1")
     ck.check(s == 400 and p.get("field") == "page_size",
-             f"e: HTTP page_size=0: {s} {p.get('field')!r}")
+             f"e: HTTP page_size=-1: {s} {p.get('field')!r}")
     for body in (b"[1]", b"{}", b'{"spec": {}, "extra": 1}', b"not json"):
         s, _, p = http(d, "POST", "/api/v1/jobs", body)
         ck.check(s == 400 and p.get("code") == "INVALID_ARGUMENT" and p.get("field"),
@@ -282,6 +296,164 @@ def case_f(d):
              f"f: HTTP a 2 MB spec: {s} {p.get('code')} {p.get('field')!r}")
 
 
+def raw_json(obj):
+    return json.dumps(obj).encode()
+
+
+def case_g(d):
+    job = tiny_job(d.data_root, name="ab\u0000cd")
+    body = raw_json({"spec": job})
+    # What Python's json reads the body as: a name that holds U+0000, which no C string can.
+    ck.check("\0" in json.loads(body)["spec"]["name"], "g: the test's body holds U+0000")
+    before = len(d.stub().ListJobs(pb.ListJobsRequest(page_size=1000), metadata=d.metadata,
+                                   timeout=30).jobs)
+    s, _, p = http(d, "POST", "/api/v1/jobs", body)
+    ck.check(s == 400 and p.get("code") == "INVALID_ARGUMENT" and p.get("field") == "spec.name"
+             and "byte" in p.get("detail", ""),
+             f"g: HTTP a name holding \\u0000: {s} field {p.get('field')!r}: {p.get('detail')}")
+    job = tiny_job(d.data_root, name="nul-key")
+    for key in ("nul\u0000A", "nul\u0000B"):
+        s, _, p = http(d, "POST", "/api/v1/jobs", raw_json({"spec": job, "idempotency_key": key}))
+        ck.check(s == 400 and p.get("field") == "idempotency_key",
+                 f"g: HTTP an idempotency key holding \\u0000: {s} {p.get('field')!r}")
+    # A raw NUL byte inside a string, and U+0000 in an array's element, name their paths.
+    job = tiny_job(d.data_root, name="raw")
+    text = raw_json({"spec": job}).replace(b'"raw"', b'"r\x00w"')
+    s, _, p = http(d, "POST", "/api/v1/jobs", text)
+    ck.check(s == 400 and p.get("field") == "spec.name",
+             f"g: HTTP a raw NUL byte in a name: {s} {p.get('field')!r}: {p.get('detail')}")
+    job = tiny_job(d.data_root)
+    job["deepspeed"]["zz_list"] = ["ok", {"k": "a\u0000"}]
+    s, _, p = http(d, "POST", "/api/v1/jobs", raw_json({"spec": job}))
+    ck.check(s == 400 and p.get("field") == "spec.deepspeed.zz_list[1].k",
+             f"g: HTTP U+0000 in an array's element: {s} {p.get('field')!r}")
+    # An escaped backslash before "u0000" is no NUL: the spec goes on to be judged.
+    s, _, p = http(d, "POST", "/api/v1/jobs",
+                   raw_json({"spec": dict(tiny_job(d.data_root), world_size=0,
+                                          name="back\\u0000slash")}))
+    ck.check(s == 400 and p.get("field") == "spec.world_size",
+             f"g: HTTP a name with '\\\\u0000' is judged as text: {s} {p.get('field')!r}")
+    after = len(d.stub().ListJobs(pb.ListJobsRequest(page_size=1000), metadata=d.metadata,
+                                  timeout=30).jobs)
+    ck.check(after == before, f"g: no job was made from a body holding U+0000 ({before} -> {after})")
+
+    good = raw_json({"spec": tiny_job(d.data_root, name="trailing")})
+    for tail in (b"xyz", b" {}", b"\x00", b"\n]"):
+        try:
+            json.loads(good + tail)
+            python_ok = True
+        except ValueError:
+            python_ok = False
+        s, _, p = http(d, "POST", "/api/v1/jobs", good + tail)
+        ck.check(not python_ok and s == 400 and p.get("code") == "INVALID_ARGUMENT" and
+                 f"byte {len(good) + len(tail) - len(tail.lstrip())}" in p.get("detail", ""),
+                 f"g: HTTP submit with {tail!r} after the JSON: {s}: {p.get('detail')}")
+    s, _, p = http(d, "POST", "/api/v1/jobs", good + b" \r\n\t")
+    ck.check(s == 200, f"g: HTTP submit with JSON whitespace after the value: {s}")
+    s, _, p = http(d, "POST", "/api/v1/jobs/job-000001/cancel",
+                   b'{"force":true} this is not json')
+    ck.check(s == 400 and "byte 15" in p.get("detail", ""),
+             f"g: HTTP cancel with text after the JSON: {s}: {p.get('detail')}")
+    s, _, p = http(d, "POST", "/api/v1/jobs/job-000001/cancel", b'{"force":\x01true}')
+    ck.check(s == 400, f"g: HTTP cancel with a control byte between tokens: {s}")
+
+
+def case_h(d):
+    for scheme in ("bearer", "BEARER", "bEaReR"):
+        auth = f"{scheme} {TOKEN}"
+        s, _, _ = http(d, "GET", "/api/v1/jobs", headers={"Authorization": auth})
+        ck.check(s == 200, f"h: HTTP Authorization '{scheme} <token>': {s}")
+        code, _ = grpc_error(lambda: d.stub().ListJobs(
+            pb.ListJobsRequest(), metadata=[("authorization", auth)], timeout=30))
+        ck.check(code == grpc.StatusCode.OK, f"h: gRPC authorization '{scheme} <token>': {code}")
+    s, _, _ = http(d, "GET", "/api/v1/jobs", headers={"Authorization": "bearer wrong"})
+    ck.check(s == 401, f"h: HTTP a wrong token with 'bearer': {s}")
+    code, _ = grpc_error(lambda: d.stub().ListJobs(
+        pb.ListJobsRequest(), metadata=[("authorization", "bearer wrong")], timeout=30))
+    ck.check(code == grpc.StatusCode.UNAUTHENTICATED, f"h: gRPC a wrong token: {code}")
+
+
+def case_i(d):
+    for i in range(3):
+        submit(d, tiny_job(d.data_root, name=f"page-{i}", max_steps=1))
+    total = len(d.stub().ListJobs(pb.ListJobsRequest(page_size=1000), metadata=d.metadata,
+                                  timeout=30).jobs)
+    for size in (0, 1001, 5000):
+        g = d.stub().ListJobs(pb.ListJobsRequest(page_size=size), metadata=d.metadata, timeout=30)
+        s, _, p = http(d, "GET", f"/api/v1/jobs?page_size={size}")
+        ck.check(s == 200 and len(p.get("jobs", [])) == len(g.jobs) == total,
+                 f"i: page_size={size}: HTTP {s} {len(p.get('jobs', []))} jobs, gRPC "
+                 f"{len(g.jobs)}, of {total}")
+    job_id = d.stub().ListJobs(pb.ListJobsRequest(), metadata=d.metadata, timeout=30).jobs[0].id
+    for size in (0, 20000):
+        s, _, p = http(d, "GET", f"/api/v1/jobs/{job_id}/anomalies?page_size={size}")
+        ck.check(s == 200, f"i: HTTP anomalies page_size={size}: {s} {p}")
+    code, st = grpc_error(lambda: d.stub().GetMetrics(
+        pb.GetMetricsRequest(id=job_id, since_step=-5), metadata=d.metadata, timeout=30))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == "since_step",
+             f"i: gRPC GetMetrics since_step=-5: {code.name}")
+    code, st = grpc_error(lambda: list(d.stub().WatchJob(
+        pb.WatchJobRequest(id=job_id, since_step=-5), metadata=d.metadata, timeout=30)))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == "since_step",
+             f"i: gRPC WatchJob since_step=-5: {code.name}")
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{job_id}/metrics?since_step=-5")
+    ck.check(s == 400 and p.get("field") == "since_step",
+             f"i: HTTP metrics since_step=-5: {s} {p.get('field')!r}")
+
+
+def case_j(d):
+    md = d.metadata
+    stub = d.stub()
+    everything = [j.id for j in stub.ListJobs(pb.ListJobsRequest(page_size=1000), metadata=md,
+                                                timeout=30).jobs]
+    first = stub.ListJobs(pb.ListJobsRequest(page_size=1), metadata=md, timeout=30)
+    s, _, p = http(d, "GET", f"/api/v1/jobs?page_size=1&page_token={first.next_page_token}")
+    ck.check(len(everything) >= 3 and first.next_page_token and s == 200 and
+             [j["id"] for j in p.get("jobs", [])] == everything[1:2],
+             f"j: a ListJobs token pages on over HTTP ({s}, {p.get('jobs', [{}])[0].get('id')} "
+             f"after {everything[:2]})")
+    # Opaque to clients, but what the design says it is: URL-safe base64 (RFC 4648 section 5,
+    # unpadded) of a small struct that ends with the position, the page's last job id.
+    token = first.next_page_token
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except ValueError:
+        raw = b""
+    ck.check("=" not in token and raw.endswith(everything[0].encode()) and
+             len(raw) > len(everything[0]), f"j: the token is base64url of a struct ({raw!r})")
+    s, _, p = http(d, "GET", "/api/v1/jobs?page_size=1")
+    g = stub.ListJobs(pb.ListJobsRequest(page_size=1, page_token=p.get("nextPageToken", "")),
+                      metadata=md, timeout=30)
+    ck.check([j.id for j in g.jobs] == everything[1:2],
+             f"j: an HTTP token pages on over gRPC ({[j.id for j in g.jobs]})")
+    foreign = (("a job id never handed out", everything[1], 0),
+               ("the unfiltered list's token with a state", first.next_page_token,
+                pb.JOB_STATE_SUCCEEDED),
+               ("an altered token", first.next_page_token[:-2] + "AA", 0))
+    for what, token, state in foreign:
+        query = f"page_token={token}" + ("&state=JOB_STATE_SUCCEEDED" if state else "")
+        s, _, p = http(d, "GET", f"/api/v1/jobs?{query}")
+        ck.check(s == 400 and p.get("field") == "page_token",
+                 f"j: HTTP {what}: {s} {p.get('field')!r}: {p.get('detail')}")
+        code, st = grpc_error(lambda: stub.ListJobs(
+            pb.ListJobsRequest(page_token=token, state=state), metadata=md, timeout=30))
+        br = detail(st, error_details_pb2.BadRequest)
+        ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+                 br.field_violations[0].field == "page_token",
+                 f"j: gRPC ListJobs {what}: {code.name}")
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{everything[0]}/anomalies?page_token=1")
+    ck.check(s == 400 and p.get("field") == "page_token",
+             f"j: HTTP anomalies with a bare number as token: {s} {p.get('field')!r}")
+    code, _ = grpc_error(lambda: stub.ListAnomalies(
+        pb.ListAnomaliesRequest(id=everything[0], page_token="1"), metadata=md, timeout=30))
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT,
+             f"j: gRPC ListAnomalies with a bare number as token: {code.name}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -291,6 +463,10 @@ def main():
         case_c_bytes(d)
         case_e(d)
         case_f(d)
+        case_g(d)
+        case_h(d)
+        case_i(d)
+        case_j(d)
     case_d(tmp)
     ck.done()
 

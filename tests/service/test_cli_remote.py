@@ -9,7 +9,7 @@ ztraind, with their output and exit statuses as scripts see them (stdout is not 
   c. `cancel` answers STOPPING and `watch` then exits 3 (CANCELLED); a job that fails makes
      `watch` exit 1 with the reason on stderr; `logs -f` ends when its job does.
   d. Mistakes: an unknown key in the job file is named (model.n_embed) before anything is sent;
-     an unknown id is "NOT_FOUND: job ... not found" (exit 1); an unreachable server names its
+     an unknown id is "NOT_FOUND: jobs/... not found" (exit 1); an unreachable server names its
      address and UNAVAILABLE; a bad option is exit 2.
   e. With a token: no token is UNAUTHENTICATED; --token-file and ZTRAIN_TOKEN both work.
   f. The job file's mapping to JobSpec: false/0 values that differ from the defaults (shuffle,
@@ -159,7 +159,7 @@ def case_d(d, tmp):
     ck.check(rc == 1 and f"{path}: unknown key 'model.n_embed' (did you mean 'model.n_embd'?)"
              in err and not out, f"d: an unknown key is named: {err.strip()}")
     rc, out, err = cli(["status", "job-999999"], d)
-    ck.check(rc == 1 and err.strip() == "ztrain: NOT_FOUND: job job-999999 not found",
+    ck.check(rc == 1 and err.strip() == "ztrain: NOT_FOUND: jobs/job-999999 not found",
              f"d: an unknown id: {err.strip()}")
     rc, out, err = cli(["list", "--server", "127.0.0.1:1"])
     ck.check(rc == 1 and err.startswith("ztrain: 127.0.0.1:1: UNAVAILABLE: ") and not out,

@@ -7,13 +7,17 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      allows other origins (no Access-Control-Allow-Origin, Vary: Origin; a preflight from
      another origin is 403: test_http_security.py has the rest); unknown routes 404, wrong methods 405, bad query values 400 naming
      the parameter; path traversal under /static/ and /vendor/ is refused; an oversized POST is
-     refused; garbage on the socket does not hurt the daemon.
+     refused; garbage on the socket does not hurt the daemon. An HTTP/1.1 request without Host
+     is 400 (RFC 9112 3.2) with a problem body; the refusals libmicrohttpd makes itself, before
+     ztraind sees the request (a URL or header over its memory limit, an HTTP version it does
+     not speak), are the statuses the OpenAPI document lists for them.
   c. A finished job: a live event stream opened at submission replays and follows every record
      (equal to metrics.jsonl), each with its seq as the event id, and ends after the terminal job
      event; an eval step's two records are each given once by /records paged one record at a
      time, by a stream dropped between them and resumed with Last-Event-ID or ?after_seq=, and
      by WatchJob's after_seq; GET /api/v1/jobs/{id} has
-     every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl,
+     every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl (keys
+     repeated or comma-separated alike, 65 of them 400),
      max_points thins them keeping the last point; records and logs; the list pages.
   d. /metrics parses as Prometheus text (HELP and TYPE for every family) and ztrain_job_loss is
      the last train/loss; label values are escaped.
@@ -229,8 +233,9 @@ def case_b(api, d):
                         ("/api/v1/jobs/job-000001/events?logs=maybe", "logs"),
                         # only the documented values: the OpenAPI enum has no "False"
                         ("/api/v1/jobs/job-000001/events?logs=False", "logs"),
-                        ("/api/v1/jobs?page_size=0", "page_size"),
-                        ("/api/v1/jobs?limit=0", "limit"),
+                        # 0 is the default page and 1001 the maximum (AIP-158); -1 is no size
+                        ("/api/v1/jobs?page_size=-1", "page_size"),
+                        ("/api/v1/jobs?limit=-1", "limit"),
                         ("/api/v1/jobs?state=BOGUS", "state"),
                         ("/api/v1/jobs?page_token=job-999999", "page_token"),
                         ("/api/v1/jobs?after=../x", "after"),
@@ -244,11 +249,19 @@ def case_b(api, d):
                  f"b: {path} is 400 naming {param} ({s} {j})")
     for path in ("/api/v1/jobs/job-999999", "/api/v1/jobs/job-999999/metrics",
                  "/api/v1/jobs/job-999999/events", "/api/v1/jobs/..%2f..%2fetc",
-                 "/api/v1/nothing", "/nothing",
-                 # a decoded NUL must not end the path: not /api/v1/jobs, not job-000001
-                 "/api/v1/jobs%00x", "/api/v1/jobs/job-000001%00x", "/healthz%00"):
+                 "/api/v1/nothing", "/nothing"):
         s, j = api.get(path)
         ck.check(s == 404 and j and "error" in j, f"b: {path} is 404 with an error ({s} {j})")
+    s, j = api.get("/api/v1/jobs/job-999999")
+    ck.check(s == 404 and j and j["error"] == "jobs/job-999999 not found",
+             f"b: a missing job is named by its resource name ({j})")
+    # A decoded NUL must not end the path (not /api/v1/jobs, not job-000001) nor be shown as
+    # another byte: the path is refused naming where the byte is.
+    for path, at in (("/api/v1/jobs%00x", 12), ("/api/v1/jobs/job-000001%00x", 23),
+                     ("/healthz%00", 8), ("/api/v1/jobs/job%1F1", 16)):
+        s, j = api.get(path)
+        ck.check(s == 400 and j and j.get("field") == "path" and f"byte {at}" in j["error"] and
+                 "\x7f" not in j["error"], f"b: {path} is 400 naming the path ({s} {j})")
     s, h, body = api.request("DELETE", "/api/v1/jobs/job-000001")
     s2, _, _ = api.request("GET", "/api/v1/jobs/job-000001/cancel")
     ck.check(s == 405 and s2 == 405 and "GET" in h.get("Allow", ""),
@@ -272,6 +285,50 @@ def case_b(api, d):
             pass
     s, _, _ = api.request("GET", "/healthz", auth=False)
     ck.check(s == 200 and d.proc.poll() is None, f"b: the daemon survives junk requests ({s})")
+
+    def raw_answer(request):
+        """(status, Content-Type, body) of one request sent as raw bytes."""
+        with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
+            try:
+                sock.sendall(request)
+            except OSError:
+                pass  # the server may answer and close before it has read everything
+            data = b""
+            while True:
+                try:
+                    chunk = sock.recv(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+        ctype = {k.lower(): v.strip() for k, v in fields.items()}.get("content-type", "")
+        status = int(lines[0].split()[1]) if len(lines[0].split()) > 1 else 0
+        return status, ctype, body
+    for version, want in ((b"HTTP/1.1", 400), (b"HTTP/1.0", 200)):
+        st, ctype, body = raw_answer(b"GET /healthz " + version + b"\r\nConnection: close\r\n\r\n")
+        problem = json.loads(body) if ctype == "application/problem+json" else {}
+        ck.check(st == want and (want == 200 or problem.get("field") == "Host"),
+                 f"b: {version.decode()} without Host is {want} ({st} {ctype} {body[:80]!r})")
+    with open(os.path.join(SOURCE, "service", "http", "openapi.json")) as f:
+        doc = json.load(f)
+    listed = {code: doc["components"]["responses"][r["$ref"].split("/")[-1]] if "$ref" in r else r
+              for code, r in doc["paths"]["/healthz"]["get"]["responses"].items()}
+    for what, req, want in (
+            ("a URL over the size limit", b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n"
+             b"\r\n", 414),
+            ("a 100 KB header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 100000 +
+             b"\r\n\r\n", 431),
+            ("HTTP/2.0", b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505)):
+        # libmicrohttpd sends its page without a Content-Type; the document says it is HTML.
+        st, ctype, body = raw_answer(req)
+        ck.check(st == want and body.startswith(b"<html>") and str(st) in listed and
+                 list(listed[str(st)].get("content", {})) == ["text/html"],
+                 f"b: {what}: libmicrohttpd's {st} ({ctype!r}, {body[:40]!r}) is listed in the "
+                 f"OpenAPI document as HTML")
 
 
 def read_until(api, path, stop, headers=None):
@@ -390,6 +447,20 @@ def case_c(api, d):
     stream.join(60)
     ck.check(j and j["state"] == "SUCCEEDED", f"c: the job succeeds ({j and j['state']})")
     recs = read_metrics(os.path.join(j["run_dir"], "metrics.jsonl"))
+    # The keys of a series query, repeated or comma-separated or both, are one list: the same
+    # series (eval/loss as metrics.jsonl has it), and the 64-key limit counts them all.
+    evals = [r["eval/loss"] for r in recs if "eval/loss" in r]
+    for q in ("keys=train/loss&keys=eval/loss", "keys=train/loss,eval/loss",
+              "keys=train/loss&keys=eval/loss,train/loss"):
+        s, body = api.get(f"/api/v1/jobs/{job_id}/metrics?{q}")
+        series = body.get("series", []) if s == 200 else []
+        ck.check([x["key"] for x in series] == ["train/loss", "eval/loss"] and evals and
+                 series[1]["values"] == evals,
+                 f"c: metrics?{q} gives both series ({s}, {[x['key'] for x in series]})")
+    s, body = api.get(f"/api/v1/jobs/{job_id}/metrics?" +
+                      "&".join(f"keys=k/{i}" for i in range(65)))
+    ck.check(s == 400 and body["error"].startswith("keys:") and "64" in body["error"],
+             f"c: 65 repeated keys are 400 naming the limit of 64 ({s} {body})")
     ck.check(stream.status == 200 and stream.content_type.startswith("text/event-stream"),
              f"c: the event stream is text/event-stream ({stream.status} {stream.content_type})")
     ev = stream.events
@@ -580,7 +651,7 @@ def case_d(api, d, job_id, recs):
     s2, nxt = (api.get(f"/api/v1/jobs?page_size=1&page_token={lst['next_page_token']}")
                if s == 200 else (0, {}))
     s3, only = api.get("/api/v1/jobs?state=SUCCEEDED&page_size=1000")
-    ck.check(s == 200 and lst["jobs"][0]["id"] == odd_id and lst["next_page_token"] == odd_id and
+    ck.check(s == 200 and lst["jobs"][0]["id"] == odd_id and lst["next_page_token"] not in ("", odd_id) and
              s2 == 200 and nxt["jobs"][0]["id"] == job_id and
              all(j["state"] == "SUCCEEDED" for j in only["jobs"]) and
              only["next_page_token"] == "" and job_id in [j["id"] for j in only["jobs"]],

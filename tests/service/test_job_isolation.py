@@ -8,7 +8,8 @@ became that job's `latest`, and that job's next automatic restart resumed from t
   b. Two submits naming the same new directory: the first is taken, the second (while the first
      is queued or running) refused.
   c. Once job E has ended, a new job may resume from E's checkpoint directory (how a cancelled job
-     continues, README), but not write elsewhere in E's run directory.
+     continues, README), but not write elsewhere in E's run directory nor in a directory that
+     holds it, and the refusal says which of the two it is.
   d. A's checkpoints are all A's own: every meta.json under its checkpoint directory is from A's
      run (nothing else wrote there)."""
 import os
@@ -69,8 +70,16 @@ with Daemon(BUILD, temp_dir("ztrain-iso-"), max_ranks=2) as d:
         wait_state(d, r.split()[1], TERMINAL, timeout=120)
     r = refusal(d, tiny_job(d.data_root, name="squat", max_steps=3,
                             checkpoint_dir=os.path.join(e.run_dir, "other")))
-    ck.check(r.startswith("INVALID_ARGUMENT") and e.id in r,
+    ck.check(r.startswith("INVALID_ARGUMENT") and
+             f"is inside the run directory of job {e.id}" in r,
              f"c: elsewhere in an ended job's run directory is refused: {r}")
+    # A directory above it (the runs root, where checkpoint_dir "." resolves) contains it: the
+    # message says so, not the reverse.
+    r = refusal(d, tiny_job(d.data_root, name="above", max_steps=3,
+                            checkpoint_dir=os.path.dirname(e.run_dir)))
+    ck.check(r.startswith("INVALID_ARGUMENT") and
+             f"contains the run directory of job {e.id}" in r and "is inside" not in r,
+             f"c: a directory holding an ended job's run directory is refused: {r}")
 
     d.stub().CancelJob(pb.CancelJobRequest(id=a.id), timeout=30)
     a = wait_state(d, a.id, TERMINAL, timeout=120)
