@@ -120,14 +120,17 @@ static const char *type_text(zt_job_key_type t) {
 zt_status zt_job_keys_check(const zt_json_obj *o, const char *section) {
     ZT_TRY(zt_json_check_keys(o, zt_job_spec_keys(section)));
     for (const cJSON *v = o->obj ? o->obj->child : NULL; v; v = v->next) {
-        if (cJSON_IsNull(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")))
+        if (cJSON_IsNull(v))
             continue;
         zt_job_key_type t = zt_job_spec_key_type(section, v->string);
         if (!has_type(v, t)) {
             char got[64];
             zt_json_repr(v, got, sizeof got);
-            return zt_json_key_error(ZT_ERR_INVALID, o, v->string, "must be %s, got %s",
-                                     type_text(t), got);
+            bool is_auto = cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0;
+            return zt_json_key_error(ZT_ERR_INVALID, o, v->string, "must be %s, got %s%s",
+                                     type_text(t), got,
+                                     is_auto ? " (\"auto\" is only for the DeepSpeed config keys "
+                                               "the Hugging Face Trainer fills)" : "");
         }
     }
     return ZT_OK;

@@ -469,7 +469,7 @@ static int cmd_run(int argc, char **argv) {
  * printed, and nothing made. */
 int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets) {
     char *text = NULL, *applied = NULL;
-    if (zt_json_read_file(job_path, &text, NULL) != ZT_OK)
+    if (zt_json_read_config(job_path, &text, NULL) != ZT_OK)
         return zt_cli_fail(NULL);
     /* The job as read after the overrides: what run or submit would use. A "deepspeed" file
      * is read relative to the job file, as the job's parser reads it. */
