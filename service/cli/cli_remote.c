@@ -64,7 +64,7 @@ static bool flag_allowed(const char *command, const char *flag) {
         const char *command, *flags;
     } allowed[] = {
         {"submit", " --wait --watch --idempotency-key --fork-from --set --dry-run "},
-        {"list", " --state --limit -o --output "},
+        {"list", " --state --limit -o --output --json "},
         {"status", " --json -o --output "},               {"watch", " --from-step "},
         {"logs", " -f --follow --tail "},                 {"cancel", " --force --grace "},
     };

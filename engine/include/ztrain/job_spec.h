@@ -197,7 +197,8 @@ void zt_job_spec_free(zt_job_spec *job);
 
 /* The checks that read the job's files (engine/config/job_check.c): data.train (and data.val when the job
  * evaluates) open with the model's vocabulary and hold at least one sample for rank 0's first
- * batch; model.init_from can be opened. Made before any rank starts, so a bad file is one error.
+ * batch; model.init_from can be opened; an "nvme" offload's nvme_path is a directory. Made before
+ * any rank starts, so a bad file is one error.
  * Messages start with `source` and name the key. */
 zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source);
 
