@@ -661,6 +661,11 @@ zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const c
         s = zt_ds_resolve_auto(copy, args, ctx, source, log, sizeof log);
     if (s == ZT_OK)
         s = from_json(cfg, copy, source, ctx->world_size);
+    /* Without an "optimizer" section the betas are the Trainer's AdamW's, a tuple (its
+     * get_optimizer_cls_and_kwargs), not a list from the config. */
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    if (s == ZT_OK && (!opt || cJSON_IsNull(opt)))
+        cfg->optimizer.betas_given = false;
     warn_sink = outer;
     snprintf(cfg->resolved, sizeof cfg->resolved, "%s", log);
     if (s == ZT_OK && resolved)

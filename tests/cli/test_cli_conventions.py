@@ -110,6 +110,29 @@ def part_b(tmp):
     rc1, _, e1 = run([ZTRAIN, "run", job, "--out=" + os.path.join(tmp, "o1"), "--set=train.max_steps=3"])
     rc2, _, e2 = run([ZTRAIN, "run", job, "--out", os.path.join(tmp, "o2"), "--set", "train.max_steps=3"])
     check(rc1 == 0 and rc2 == 0, f"b: run with --opt=value and --opt value ({e1[-300:]}{e2[-300:]})")
+    # The steps_per_print line is DeepSpeed's _report_progress: lr=get_lr(), mom=get_mom(), the
+    # param groups' values printed by Python's str(). DeepSpeed hands the config's "betas" list to
+    # the optimizer as it is; without one the optimizer's default is the tuple (0.9, 0.999).
+    for betas, lr in (([0.5, 0.6], 1e-3), (None, 3e-05)):
+        params = {"lr": lr, **({"betas": betas} if betas else {})}
+        o = os.path.join(tmp, f"spp{lr}")
+        rc, out, err = run([ZTRAIN, "run", job, "--out", o, "--set", "train.max_steps=2",
+                            "--set", "deepspeed.steps_per_print=1", "--set",
+                            "deepspeed.optimizer=" + json.dumps({"type": "AdamW", "params": params})])
+        mom = [betas] if betas else [(0.9, 0.999)]
+        want = [f"[ztrain] step={s}, skipped=0, lr={[lr]}, mom={mom}" for s in (1, 2)]
+        got = [line for line in (out + err).splitlines() if "step=" in line and "mom=" in line]
+        check(rc == 0 and got == want, f"b: the steps_per_print line is DeepSpeed's ({got} vs {want})")
+    # Without an optimizer section the Trainer's AdamW holds betas=(adam_beta1, adam_beta2).
+    o = os.path.join(tmp, "spp-trainer")
+    rc, out, err = run([ZTRAIN, "run", job, "--out", o, "--set", "train.max_steps=1",
+                        "--set", 'deepspeed={"train_batch_size": 4, "steps_per_print": 1}',
+                        "--set", 'training_args={"learning_rate": 0.002, "adam_beta1": 0.8, '
+                        '"per_device_train_batch_size": 4}'])
+    want = [f"[ztrain] step=1, skipped=0, lr={[0.002]}, mom={[(0.8, 0.999)]}"]
+    got = [line for line in (out + err).splitlines() if "step=" in line and "mom=" in line]
+    check(rc == 0 and got == want, f"b: the Trainer's optimizer's betas are a tuple ({got} vs {want}"
+          f" {err.strip()[-200:]})")
     # --profile's value is optional: written apart it is taken when it names a profile.
     for form in (["--profile", "ops"], ["--profile=ops"], ["--profile"]):
         o = os.path.join(tmp, "p" + str(len(form)) + form[0][-3:])
