@@ -76,6 +76,24 @@ static const key_type types[] = {
     {"fork_from", "step", ZT_JOB_KEY_INTEGER},
 };
 
+/* The schema's descriptions, for the keys whose name does not say it all. */
+static const struct {
+    const char *section, *key, *meaning;
+} meanings[] = {
+    {"train", "max_steps",
+     "optimizer steps to train; 0 or absent: train.epochs decide (epochs x the steps of one "
+     "epoch, its batches / gradient_accumulation_steps)"},
+    {"train", "epochs",
+     "epochs to train when max_steps is 0 or absent (default 1); unused when max_steps is set"},
+};
+
+const char *zt_job_spec_key_meaning(const char *section, const char *key) {
+    for (size_t i = 0; section && key && i < sizeof meanings / sizeof meanings[0]; i++)
+        if (!strcmp(meanings[i].section, section) && !strcmp(meanings[i].key, key))
+            return meanings[i].meaning;
+    return NULL;
+}
+
 zt_job_key_type zt_job_spec_key_type(const char *section, const char *key) {
     for (size_t i = 0; section && key && i < sizeof types / sizeof types[0]; i++)
         if (!strcmp(types[i].section, section) && !strcmp(types[i].key, key))

@@ -174,7 +174,7 @@ zt_status zt_job_spec_load(zt_job_spec *job, const char *path);
 const char *const *zt_job_spec_keys(const char *section);
 
 /* The JSON type of a key of those sections, which the parser checks before it reads the value
- * (a null or "auto" value stands for the key's absence); ZT_JOB_KEY_UNKNOWN for a key the
+ * (a null value stands for the key's absence); ZT_JOB_KEY_UNKNOWN for a key the
  * parser does not know. docs/job.schema.json states these types. */
 typedef enum {
     ZT_JOB_KEY_UNKNOWN,
@@ -188,6 +188,9 @@ typedef enum {
     ZT_JOB_KEY_OBJECT_OR_STRING, /* deepspeed: inline, or its file's path */
 } zt_job_key_type;
 zt_job_key_type zt_job_spec_key_type(const char *section, const char *key);
+/* What a key means where its name does not say it all (docs/job.schema.json's description), or
+ * NULL. */
+const char *zt_job_spec_key_meaning(const char *section, const char *key);
 
 /* Parses job JSON text; `source` names it in messages and `base_dir` anchors relative paths. */
 zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char *source,
