@@ -569,14 +569,36 @@ static zt_status ds_config_check_implemented(const zt_json_obj *top) {
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points                                                                                */
 
+static zt_status parse_tree(zt_ds_config *cfg, const cJSON *root, const char *source,
+                            int world_size);
+
+/* The tree as the parser reads it: a copy without its "auto" values (zt_ds_strip_auto). */
 static zt_status from_json(zt_ds_config *cfg, const cJSON *root, const char *source,
                            int world_size) {
+    if (!cJSON_IsObject(root))
+        return parse_tree(cfg, root, source, world_size);
+    cJSON *copy = cJSON_Duplicate(root, true);
+    if (!copy)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory copying the DeepSpeed config", source);
+    /* Duplicate keys and numbers are judged on the text as written. */
+    zt_status s = zt_json_check_duplicates(root, source, "DeepSpeed config", "", NULL);
+    if (s == ZT_OK)
+        s = zt_json_check_finite(root, source, "", NULL);
+    if (s == ZT_OK)
+        s = zt_ds_strip_auto(copy, source);
+    if (s == ZT_OK)
+        s = parse_tree(cfg, copy, source, world_size);
+    cJSON_Delete(copy);
+    return s;
+}
+
+static zt_status parse_tree(zt_ds_config *cfg, const cJSON *root, const char *source,
+                            int world_size) {
     if (!cJSON_IsObject(root)) {
         char got[64];
         zt_json_repr(root, got, sizeof got);
         return zt_error(ZT_ERR_INVALID, "%s: a DeepSpeed config must be a JSON object, got %s", source, got);
     }
-    ZT_TRY(zt_json_check_duplicates(root, source, "DeepSpeed config", "", NULL));
     if (world_size < 1)
         return zt_error(ZT_ERR_INVALID, "%s: world_size must be >= 1, got %d", source, world_size);
     cfg->world_size = world_size;
@@ -605,8 +627,7 @@ static zt_status from_json(zt_ds_config *cfg, const cJSON *root, const char *sou
     ZT_TRY(ds_config_check_features(cfg, &top));
     ZT_TRY(ds_config_check_implemented(&top));
     ds_config_warn_without_effect(cfg, &top);
-    zt_ds_apply_fates(cfg, &top);
-    return ZT_OK;
+    return zt_ds_apply_fates(cfg, &top);
 }
 
 zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const char *source,
@@ -632,12 +653,19 @@ zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const c
     warn_sink = cfg;
     /* Duplicate keys are judged on the text as written, before "auto" is filled. */
     zt_status s = zt_json_check_duplicates(root, source, "DeepSpeed config", "", NULL);
+    if (s == ZT_OK)
+        s = zt_json_check_finite(root, source, "", NULL);
     char log[sizeof cfg->resolved];
     log[0] = '\0';
     if (s == ZT_OK)
         s = zt_ds_resolve_auto(copy, args, ctx, source, log, sizeof log);
     if (s == ZT_OK)
         s = from_json(cfg, copy, source, ctx->world_size);
+    /* Without an "optimizer" section the betas are the Trainer's AdamW's, a tuple (its
+     * get_optimizer_cls_and_kwargs), not a list from the config. */
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    if (s == ZT_OK && (!opt || cJSON_IsNull(opt)))
+        cfg->optimizer.betas_given = false;
     warn_sink = outer;
     snprintf(cfg->resolved, sizeof cfg->resolved, "%s", log);
     if (s == ZT_OK && resolved)
@@ -658,7 +686,7 @@ zt_status zt_ds_config_parse(zt_ds_config *cfg, const char *json_text, const cha
 
 zt_status zt_ds_config_load(zt_ds_config *cfg, const char *path, int world_size) {
     char *text;
-    ZT_TRY(zt_json_read_file(path, &text, NULL));
+    ZT_TRY(zt_json_read_config(path, &text, NULL));
     zt_status s = zt_ds_config_parse(cfg, text, path, world_size);
     free(text);
     return s;

@@ -272,3 +272,50 @@ zt_status zt_ds_resolve_auto(cJSON *root, const zt_training_args *args,
                         "DeepSpeed config values to 'auto'.", source, r.mismatches);
     return ZT_OK;
 }
+
+/* The keys whose "auto" has a meaning: those the Trainer fills (fill_from_args, fill_finalize),
+ * and DeepSpeed's own pipeline.stages, whose default is "auto". */
+static const char *const auto_keys[] = {
+    "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
+    "gradient_clipping", "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps",
+    "optimizer.params.weight_decay", "scheduler.params.warmup_min_lr",
+    "scheduler.params.warmup_max_lr", "scheduler.params.total_num_steps",
+    "scheduler.params.warmup_num_steps", "fp16.enabled", "amp.enabled", "amp.opt_level",
+    "bf16.enabled", "zero_optimization.reduce_bucket_size",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold", "pipeline.stages", NULL};
+
+static bool auto_allowed(const char *path) {
+    for (const char *const *k = auto_keys; *k; k++)
+        if (strcmp(*k, path) == 0)
+            return true;
+    return false;
+}
+
+static zt_status strip_walk(cJSON *node, const char *source, char *path, size_t cap) {
+    size_t len = strlen(path);
+    for (cJSON *c = node->child, *next; c; c = next) {
+        next = c->next;
+        if (!c->string)
+            continue; /* an array's items have no key of their own */
+        snprintf(path + len, cap - len, "%s%s", len ? "." : "", c->string);
+        if (is_auto(c)) {
+            if (!auto_allowed(path)) {
+                zt_status s = zt_error(ZT_ERR_INVALID, "%s: key '%s' is \"auto\", which only the "
+                                       "keys the Hugging Face Trainer fills may be (docs/"
+                                       "deepspeed.md): give a value", source, path);
+                return zt_error_field(s, path);
+            }
+            cJSON_DeleteItemFromObjectCaseSensitive(node, c->string);
+        } else if (cJSON_IsObject(c)) {
+            ZT_TRY(strip_walk(c, source, path, cap));
+        }
+        path[len] = '\0';
+    }
+    return ZT_OK;
+}
+
+zt_status zt_ds_strip_auto(cJSON *root, const char *source) {
+    char path[640] = "";
+    return cJSON_IsObject(root) ? strip_walk(root, source, path, sizeof path) : ZT_OK;
+}

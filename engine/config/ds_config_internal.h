@@ -65,9 +65,11 @@ zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
 
 /* The key table's two passes (ds_config_keys.c). The first refuses a key that is not in the table
  * inside any section it describes (warns at the top level); the second, after the section parsers,
- * warns for every set key whose fate is a warning, or that is honoured only at other ZeRO stages
- * than cfg's. Rows marked ZT_DS_KEY_BY_HAND are left to their section's parser. */
+ * refuses every set key whose fate is a refusal (ZT_ERR_UNSUPPORTED naming the key, its value and
+ * the row's note) and warns for every set key whose fate is a warning, or that is honoured only
+ * at other ZeRO stages than cfg's. Rows marked ZT_DS_KEY_BY_HAND are left to their section's
+ * parser. */
 zt_status zt_ds_check_known_keys(const zt_json_obj *o);
-void zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o);
+zt_status zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o);
 
 #endif

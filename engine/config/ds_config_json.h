@@ -31,6 +31,12 @@ zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const c
  * included (the keys the key table honours), as indented JSON text the caller frees with free(). */
 char *zt_ds_config_effective_json(const zt_ds_config *cfg, const cJSON *resolved);
 
+/* The "auto" values the resolution left: at a key the Trainer fills (left when the job gives
+ * nothing to fill it with, e.g. stage3_* below stage 3) or DeepSpeed's own pipeline.stages, the
+ * key is removed, so it takes its default; anywhere else "auto" is ZT_ERR_INVALID naming the
+ * key. */
+zt_status zt_ds_strip_auto(cJSON *root, const char *source);
+
 /* Fills the "auto" values of root in place (see zt_ds_config_from_script); log receives the lines
  * for cfg->resolved. */
 zt_status zt_ds_resolve_auto(cJSON *root, const zt_training_args *args, const zt_ds_auto_context *ctx,

@@ -514,7 +514,7 @@ static bool has_unlisted(const char *path, const cJSON *sec) {
     return false;
 }
 
-void zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o) {
+zt_status zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o) {
     for (const cJSON *c = o->obj->child; c; c = c->next) {
         char path[640];
         child_path(o, c->string, path, sizeof path);
@@ -522,21 +522,31 @@ void zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o) {
         if (!row)
             continue;
         bool section = row->flags & ZT_DS_KEY_SECTION, opaque = row->flags & ZT_DS_KEY_OPAQUE;
+        bool by_hand = row->flags & ZT_DS_KEY_BY_HAND;
         zt_ds_key_fate fate = zt_ds_key_fate_of(row);
+        /* A refused leaf set away from its default, or a refused key that counts by its presence
+         * (a section among them), is refused here; refused sections without a presence mark are
+         * judged by their "enabled" switch elsewhere. */
+        if (fate == ZT_DS_KEY_REFUSED && !by_hand &&
+            (!section || (row->flags & ZT_DS_KEY_PRESENCE)) && is_set(row, c)) {
+            char got[64];
+            zt_json_repr(c, got, sizeof got);
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s %s is not supported (%s)", o->source, path,
+                            got, row->note);
+        }
         if (section) {
             if (!cJSON_IsObject(c))
                 continue; /* a section given as something else is its parser's business */
-            bool by_hand = row->flags & ZT_DS_KEY_BY_HAND;
             if (opaque && !by_hand && fate == ZT_DS_KEY_WARNED &&
                 ((row->flags & ZT_DS_KEY_PRESENCE) || has_unlisted(path, c)))
                 zt_ds_warn(o->source, "%s has no effect: %s", path, row->note);
             /* The rows listed inside an opaque section still have their fates. */
             zt_json_obj child;
             zt_json_obj_init(&child, c, o->source, path);
-            zt_ds_apply_fates(cfg, &child);
+            ZT_TRY(zt_ds_apply_fates(cfg, &child));
             continue;
         }
-        if (row->flags & ZT_DS_KEY_BY_HAND)
+        if (by_hand)
             continue;
         if (!is_set(row, c))
             continue;
@@ -546,4 +556,5 @@ void zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o) {
         else if (fate == ZT_DS_KEY_HONOURED && row->stages && !(row->stages & (1u << stage)))
             zt_ds_warn(o->source, "%s has no effect at ZeRO stage %d: %s", path, stage, row->note);
     }
+    return ZT_OK;
 }

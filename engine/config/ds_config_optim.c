@@ -45,6 +45,7 @@ static zt_status get_betas(zt_optimizer_config *o, const zt_json_obj *p) {
     }
     o->beta1 = b1->valuedouble;
     o->beta2 = b2->valuedouble;
+    o->betas_given = true;
     return ZT_OK;
 }
 

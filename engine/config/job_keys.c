@@ -76,6 +76,24 @@ static const key_type types[] = {
     {"fork_from", "step", ZT_JOB_KEY_INTEGER},
 };
 
+/* The schema's descriptions, for the keys whose name does not say it all. */
+static const struct {
+    const char *section, *key, *meaning;
+} meanings[] = {
+    {"train", "max_steps",
+     "optimizer steps to train; 0 or absent: train.epochs decide (epochs x the steps of one "
+     "epoch, its batches / gradient_accumulation_steps)"},
+    {"train", "epochs",
+     "epochs to train when max_steps is 0 or absent (default 1); unused when max_steps is set"},
+};
+
+const char *zt_job_spec_key_meaning(const char *section, const char *key) {
+    for (size_t i = 0; section && key && i < sizeof meanings / sizeof meanings[0]; i++)
+        if (!strcmp(meanings[i].section, section) && !strcmp(meanings[i].key, key))
+            return meanings[i].meaning;
+    return NULL;
+}
+
 zt_job_key_type zt_job_spec_key_type(const char *section, const char *key) {
     for (size_t i = 0; section && key && i < sizeof types / sizeof types[0]; i++)
         if (!strcmp(types[i].section, section) && !strcmp(types[i].key, key))
@@ -120,14 +138,17 @@ static const char *type_text(zt_job_key_type t) {
 zt_status zt_job_keys_check(const zt_json_obj *o, const char *section) {
     ZT_TRY(zt_json_check_keys(o, zt_job_spec_keys(section)));
     for (const cJSON *v = o->obj ? o->obj->child : NULL; v; v = v->next) {
-        if (cJSON_IsNull(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")))
+        if (cJSON_IsNull(v))
             continue;
         zt_job_key_type t = zt_job_spec_key_type(section, v->string);
         if (!has_type(v, t)) {
             char got[64];
             zt_json_repr(v, got, sizeof got);
-            return zt_json_key_error(ZT_ERR_INVALID, o, v->string, "must be %s, got %s",
-                                     type_text(t), got);
+            bool is_auto = cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0;
+            return zt_json_key_error(ZT_ERR_INVALID, o, v->string, "must be %s, got %s%s",
+                                     type_text(t), got,
+                                     is_auto ? " (\"auto\" is only for the DeepSpeed config keys "
+                                               "the Hugging Face Trainer fills)" : "");
         }
     }
     return ZT_OK;

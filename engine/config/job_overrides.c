@@ -1,4 +1,5 @@
 /* `--set key.path=value` overrides of a job file (ztrain/job_overrides.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,10 +9,25 @@
 #include "ztrain/json_util.h"
 
 /* The value of one override: JSON when it parses as JSON, else the text as a string, so that
- * `--set name=run-2` needs no quotes while `--set train.max_steps=30` stays a number. */
-static cJSON *override_value(const char *text) {
+ * `--set name=run-2` needs no quotes while `--set train.max_steps=30` stays a number. A number
+ * beyond a double's range (1e999) is refused by key: it would print back as null, which means
+ * "absent". */
+static zt_status override_value(const char *set, const char *key_path, const char *text,
+                                cJSON **out) {
     cJSON *v = cJSON_ParseWithOpts(text, NULL, 1);
-    return v ? v : cJSON_CreateString(text);
+    if (!v)
+        v = cJSON_CreateString(text);
+    if (!v)
+        return zt_error(ZT_ERR_NOMEM, "--set: out of memory");
+    char source[600];
+    snprintf(source, sizeof source, "--set '%.500s'", set);
+    zt_status s = zt_json_check_finite(v, source, key_path, NULL);
+    if (s != ZT_OK) {
+        cJSON_Delete(v);
+        return s;
+    }
+    *out = v;
+    return ZT_OK;
 }
 
 /* Replaces a "deepspeed" file path by the file's object, read relative to base_dir. */
@@ -30,7 +46,7 @@ static zt_status inline_deepspeed(cJSON *root, cJSON *ds, const char *source,
     if (!path)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
     cJSON *obj = NULL;
-    zt_status s = zt_json_load_file(path, &obj);
+    zt_status s = zt_json_load_config(path, &obj);
     free(path);
     if (s != ZT_OK)
         return s;
@@ -38,6 +54,12 @@ static zt_status inline_deepspeed(cJSON *root, cJSON *ds, const char *source,
         cJSON_Delete(obj);
         return zt_error(ZT_ERR_INVALID, "%s: deepspeed: the file %s does not hold a JSON object",
                         source, file);
+    }
+    /* Printed back as text below, where an infinity would become null. */
+    s = zt_json_check_finite(obj, file, "", NULL);
+    if (s != ZT_OK) {
+        cJSON_Delete(obj);
+        return s;
     }
     cJSON_ReplaceItemInObjectCaseSensitive(root, "deepspeed", obj);
     return ZT_OK;
@@ -56,6 +78,8 @@ static zt_status apply_one(cJSON *root, const char *set, const char *source,
                         set, sizeof path - 1);
     memcpy(path, set, plen);
     path[plen] = '\0';
+    char key_path[512];
+    memcpy(key_path, path, plen + 1);
 
     cJSON *node = root;
     char *key = path;
@@ -66,9 +90,8 @@ static zt_status apply_one(cJSON *root, const char *set, const char *source,
         if (!*key)
             return zt_error(ZT_ERR_INVALID, "--set '%s': an empty key in the path", set);
         if (!dot) {
-            cJSON *v = override_value(eq + 1);
-            if (!v)
-                return zt_error(ZT_ERR_NOMEM, "--set: out of memory");
+            cJSON *v = NULL;
+            ZT_TRY(override_value(set, key_path, eq + 1, &v));
             if (cJSON_GetObjectItemCaseSensitive(node, key))
                 cJSON_ReplaceItemInObjectCaseSensitive(node, key, v);
             else
@@ -112,7 +135,8 @@ zt_status zt_job_overrides_apply(const char *text, const char *source, const cha
         cJSON_Delete(root);
         return zt_error(ZT_ERR_INVALID, "%s: a job file holds a JSON object", source);
     }
-    zt_status s = ZT_OK;
+    /* Printed back as text below, where an infinity would become null. */
+    zt_status s = zt_json_check_finite(root, source, "", NULL);
     for (size_t i = 0; i < n && s == ZT_OK; i++)
         s = apply_one(root, sets[i], source, base_dir);
     if (s == ZT_OK) {
@@ -130,7 +154,7 @@ zt_status zt_job_overrides_load(zt_job_spec *job, const char *path, const char *
         return zt_job_spec_load(job, path);
     memset(job, 0, sizeof *job);
     char *text = NULL, *applied = NULL;
-    ZT_TRY(zt_json_read_file(path, &text, NULL));
+    ZT_TRY(zt_json_read_config(path, &text, NULL));
     /* The job file's directory, absolute, as zt_job_spec_load anchors relative paths. */
     char *dir = strdup(path);
     if (!dir) {

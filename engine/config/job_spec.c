@@ -467,7 +467,7 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
         if (!path)
             return ZT_ERR_NOMEM;
         cJSON *root = NULL;
-        s = zt_json_load_file(path, &root);
+        s = zt_json_load_config(path, &root);
         if (s == ZT_ERR_IO)
             zt_error_prefix(s, "%s: deepspeed: ", src);
         if (s == ZT_OK) {
@@ -516,10 +516,22 @@ static char *default_name(const char *source) {
 }
 
 /* A name is shown in terminals (`ztrain list`), in file names and in Prometheus labels: printable
- * UTF-8 of bounded length, so that it can neither drive the terminal nor hide what follows it. */
+ * UTF-8 of bounded length, so that it can neither drive the terminal nor hide what follows it.
+ * It is also the default run directory of `ztrain run` (runs/<name>), so it is one ordinary path
+ * component: not empty (ztraind's "must not be empty"), no '/', no leading '.' (".." would
+ * climb out of runs/, "." would be runs/ itself). */
 static zt_status check_name(const char *name, const char *source) {
     size_t n = strlen(name), at;
     char why[ZT_TEXT_WHY_SIZE];
+    if (n == 0)
+        return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: name: must not be empty", source),
+                              "name");
+    if (name[0] == '.' || strchr(name, '/'))
+        return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: name: \"%s\" %s (a job name is one "
+                                       "path component: runs/<name> is its default run "
+                                       "directory)", source, name,
+                                       name[0] == '.' ? "starts with '.'" : "has a '/'"),
+                              "name");
     if (n > ZT_JOB_NAME_MAX)
         return zt_error(ZT_ERR_INVALID, "%s: name: %zu bytes is above the limit of %d", source, n,
                         ZT_JOB_NAME_MAX);
@@ -551,6 +563,7 @@ static zt_status job_from_json(zt_job_spec *job, const cJSON *root, const char *
         return zt_error(ZT_ERR_INVALID, "%s: a job spec must be a JSON object, got %s", source, got);
     }
     ZT_TRY(zt_json_check_duplicates(root, source, "job spec", "", "deepspeed"));
+    ZT_TRY(zt_json_check_finite(root, source, "", "deepspeed"));
     zt_json_obj top;
     zt_json_obj_init(&top, root, source, "");
     ZT_TRY(zt_job_keys_check(&top, ""));
@@ -635,7 +648,7 @@ zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char 
 zt_status zt_job_spec_load(zt_job_spec *job, const char *path) {
     memset(job, 0, sizeof *job);
     char *text;
-    ZT_TRY(zt_json_read_file(path, &text, NULL));
+    ZT_TRY(zt_json_read_config(path, &text, NULL));
 
     /* The job file's directory, absolute, so relative paths mean the same thing to every rank. */
     char *dir = zt_json_strdup(path);

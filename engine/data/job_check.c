@@ -58,6 +58,21 @@ static zt_status check_tokenizer(const zt_job_spec *job, const char *source) {
     return ZT_OK;
 }
 
+/* An nvme offload's directory, which every rank makes its own directory in (offload.c). */
+static zt_status check_nvme_dir(const zt_offload_config *off, const char *key, const char *what,
+                                const char *source) {
+    if (off->device != ZT_OFFLOAD_NVME || !off->nvme_path[0])
+        return ZT_OK;
+    struct stat st;
+    if (stat(off->nvme_path, &st) != 0)
+        return zt_error(ZT_ERR_IO, "%s: deepspeed: %s '%s': %s (the ranks keep their offloaded %s "
+                        "there)", source, key, off->nvme_path, strerror(errno), what);
+    if (!S_ISDIR(st.st_mode))
+        return zt_error(ZT_ERR_IO, "%s: deepspeed: %s '%s' is not a directory (the ranks keep "
+                        "their offloaded %s there)", source, key, off->nvme_path, what);
+    return ZT_OK;
+}
+
 zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source) {
     /* The tokenizer first: data made with a tokenizer larger than the model fails on its ids,
      * and the tokenizer is the cause to name. */
@@ -80,5 +95,14 @@ zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source) {
             return zt_error(ZT_ERR_IO, "%s: model.init_from: %s is neither a regular file nor "
                             "a directory", source, job->model.init_from);
     }
+    /* The stages that offload each (ZeRO-Offload: the optimizer from stage 1, the parameters
+     * at stage 3). */
+    const zt_zero_config *z = &job->ds.zero;
+    if (z->stage >= 1)
+        ZT_TRY(check_nvme_dir(&z->offload_optimizer, "zero_optimization.offload_optimizer.nvme_path",
+                              "optimizer state", source));
+    if (z->stage == 3)
+        ZT_TRY(check_nvme_dir(&z->offload_param, "zero_optimization.offload_param.nvme_path",
+                              "parameters", source));
     return ZT_OK;
 }

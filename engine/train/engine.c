@@ -15,6 +15,7 @@
 
 #include "loss_norm.h"
 #include "step_readback.h"
+#include "step_report.h"
 
 struct zt_engine {
     zt_ds_config ds;
@@ -425,9 +426,11 @@ static void log_step(zt_engine *e) {
     if (!log || e->opts.rank != 0)
         return;
     if (e->ds.steps_per_print > 0 && e->global_steps % e->ds.steps_per_print == 0)
-        fprintf(log, "[ztrain] step=%lld, skipped=%lld, lr=[%g], mom=[%g]\n",
-                (long long)e->global_steps, (long long)e->skipped_steps,
-                zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched));
+        zt_step_report_print(log, (long long)e->global_steps, (long long)e->skipped_steps,
+                             zt_lr_schedule_lr(&e->sched), zt_lr_schedule_momentum(&e->sched),
+                             e->ds.scheduler.type == ZT_SCHED_ONE_CYCLE &&
+                                 e->ds.scheduler.cycle_momentum,
+                             &e->ds.optimizer);
     if (e->ds.wall_clock_breakdown)
         fprintf(log, "[ztrain] time (ms) | fwd: %.2f | bwd: %.2f | bwd_inner: %.2f | "
                 "bwd_allreduce: %.2f | step: %.2f\n",

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,31 +100,34 @@ zt_status zt_write_file_atomic(const char *path, const void *data, size_t len) {
     return zt_atomic_write_end(fd, tmp, path, zt_write_all(fd, data, len, tmp));
 }
 
-zt_status zt_read_file(const char *path, char **data, size_t *len) {
-    *data = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    int e = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
-    if (e) {
-        close(fd);
-        return zt_error(ZT_ERR_IO, "%s: cannot read: %s", path, strerror(e));
-    }
+/* Reads fd to EOF into a NUL-terminated heap buffer, refusing more than max bytes (0: no limit);
+ * closes fd. */
+static zt_status read_fd(int fd, const char *path, const struct stat *st, size_t max, char **data,
+                         size_t *len) {
     /* Read until EOF rather than trusting st_size, so pipes and /proc files work too. */
-    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
+    size_t cap = st->st_size > 0 ? (size_t)st->st_size + 1 : 4096, n = 0;
+    if (max && cap > max + 1)
+        cap = max + 1;
     char *buf = malloc(cap);
     for (;;) {
         if (!buf) {
             close(fd);
             return zt_error(ZT_ERR_NOMEM, "%s: out of memory reading the file", path);
         }
+        if (max && n > max) {
+            free(buf);
+            close(fd);
+            return zt_error(ZT_ERR_IO, "%s: larger than %zu MiB, the most read for this "
+                            "file", path, max >> 20);
+        }
         if (n + 1 >= cap) {
-            char *bigger = realloc(buf, cap * 2);
+            /* One byte past max is enough to know the file is too large. */
+            size_t next = max && cap * 2 > max + 2 ? max + 2 : cap * 2;
+            char *bigger = realloc(buf, next);
             if (!bigger)
                 free(buf);
             buf = bigger;
-            cap *= 2;
+            cap = next;
             continue;
         }
         ssize_t r = read(fd, buf + n, cap - n - 1);
@@ -145,6 +149,51 @@ zt_status zt_read_file(const char *path, char **data, size_t *len) {
     if (len)
         *len = n;
     return ZT_OK;
+}
+
+zt_status zt_read_file(const char *path, char **data, size_t *len) {
+    *data = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    int e = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+    if (e) {
+        close(fd);
+        return zt_error(ZT_ERR_IO, "%s: cannot read: %s", path, strerror(e));
+    }
+    return read_fd(fd, path, &st, 0, data, len);
+}
+
+zt_status zt_read_regular_file(const char *path, size_t max, char **data, size_t *len) {
+    *data = NULL;
+    /* O_NONBLOCK so that opening a FIFO without a writer returns at once to be refused; it has
+     * no effect on a regular file's reads. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return zt_error(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return zt_error(ZT_ERR_IO, "%s: cannot read: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return zt_error(ZT_ERR_IO, "%s: not a regular file (%s)", path,
+                        S_ISDIR(st.st_mode)    ? "a directory"
+                        : S_ISFIFO(st.st_mode) ? "a pipe"
+                        : S_ISCHR(st.st_mode)  ? "a character device"
+                        : S_ISBLK(st.st_mode)  ? "a block device"
+                        : S_ISSOCK(st.st_mode) ? "a socket"
+                                               : "a special file");
+    }
+    if (max && (uint64_t)st.st_size > max) {
+        close(fd);
+        return zt_error(ZT_ERR_IO, "%s: larger than %zu MiB, the most read for this file",
+                        path, max >> 20);
+    }
+    return read_fd(fd, path, &st, max, data, len);
 }
 
 zt_status zt_map_file(const char *path, void **map, size_t *size) {

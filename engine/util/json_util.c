@@ -255,9 +255,8 @@ zt_status zt_json_parse(const char *text, const char *source, cJSON **out) {
 /* ------------------------------------------------------------------------------------------ */
 /* Files                                                                                       */
 
-zt_status zt_json_read_file(const char *path, char **text, size_t *len) {
-    size_t n;
-    ZT_TRY(zt_read_file(path, text, &n));
+/* The NUL check of a text just read. */
+static zt_status refuse_nul(const char *path, char **text, size_t n, size_t *len) {
     if (memchr(*text, '\0', n)) {
         free(*text);
         *text = NULL;
@@ -268,10 +267,31 @@ zt_status zt_json_read_file(const char *path, char **text, size_t *len) {
     return ZT_OK;
 }
 
+zt_status zt_json_read_file(const char *path, char **text, size_t *len) {
+    size_t n;
+    ZT_TRY(zt_read_file(path, text, &n));
+    return refuse_nul(path, text, n, len);
+}
+
+zt_status zt_json_read_config(const char *path, char **text, size_t *len) {
+    size_t n;
+    ZT_TRY(zt_read_regular_file(path, ZT_JSON_CONFIG_MAX_BYTES, text, &n));
+    return refuse_nul(path, text, n, len);
+}
+
 zt_status zt_json_load_file(const char *path, cJSON **out) {
     char *text;
     *out = NULL;
     ZT_TRY(zt_json_read_file(path, &text, NULL));
+    zt_status s = zt_json_parse(text, path, out);
+    free(text);
+    return s;
+}
+
+zt_status zt_json_load_config(const char *path, cJSON **out) {
+    char *text;
+    *out = NULL;
+    ZT_TRY(zt_json_read_config(path, &text, NULL));
     zt_status s = zt_json_parse(text, path, out);
     free(text);
     return s;
@@ -332,6 +352,43 @@ static zt_status dup_walk(const cJSON *node, const char *source, const char *wha
                         path);
     return zt_error(ZT_ERR_INVALID, "%s: Duplicate keys in %s: [%s] (in the top-level object)",
                     source, what, keys);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Non-finite numbers                                                                          */
+
+static zt_status finite_walk(const cJSON *node, const char *source, char *path, size_t cap,
+                             const char *skip_key) {
+    int index = 0;
+    for (const cJSON *c = node->child; c; c = c->next, index++) {
+        bool object = cJSON_IsObject(node) && c->string;
+        if (skip_key && object && strcmp(c->string, skip_key) == 0)
+            continue;
+        size_t len = strlen(path);
+        path_push(path, cap, object ? c->string : NULL, index);
+        zt_status s = ZT_OK;
+        if (cJSON_IsNumber(c) && !isfinite(c->valuedouble)) {
+            s = zt_error(ZT_ERR_INVALID, "%s: key '%s' is not a finite number (it overflows a "
+                         "double)", source, path);
+            s = zt_error_field(s, path);
+        } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+            s = finite_walk(c, source, path, cap, NULL);
+        }
+        path[len] = '\0';
+        if (s != ZT_OK)
+            return s;
+    }
+    return ZT_OK;
+}
+
+zt_status zt_json_check_finite(const cJSON *node, const char *source, const char *path,
+                               const char *skip_key) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path ? path : "");
+    if (cJSON_IsNumber(node) && !isfinite(node->valuedouble))
+        return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: key '%s' is not a finite number "
+                                       "(it overflows a double)", source, buf), buf);
+    return finite_walk(node, source, buf, sizeof buf, skip_key);
 }
 
 zt_status zt_json_check_duplicates(const cJSON *node, const char *source, const char *what,
@@ -395,7 +452,17 @@ zt_status zt_json_key_error(zt_status s, const zt_json_obj *o, const char *key, 
 static zt_status type_error(const zt_json_obj *o, const char *key, const cJSON *it, const char *want) {
     char got[128];
     zt_json_repr(it, got, sizeof got);
-    return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be %s, got %s", want, got);
+    /* "auto" is the DeepSpeed config's (its parser removes it where the Trainer fills it). */
+    bool is_auto = cJSON_IsString(it) && strcmp(it->valuestring, "auto") == 0;
+    return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be %s, got %s%s", want, got,
+                             is_auto ? " (\"auto\" is only for the DeepSpeed config keys the "
+                                       "Hugging Face Trainer fills)" : "");
+}
+
+/* cJSON reads a number beyond a double's range (1e999) as an infinity, which it prints as null. */
+static zt_status not_finite(const zt_json_obj *o, const char *key) {
+    return zt_json_key_error(ZT_ERR_INVALID, o, key, "is not a finite number (it overflows a "
+                             "double)");
 }
 
 const cJSON *zt_json_item(const zt_json_obj *o, const char *key) {
@@ -403,8 +470,6 @@ const cJSON *zt_json_item(const zt_json_obj *o, const char *key) {
         return NULL;
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o->obj, key);
     if (!it || cJSON_IsNull(it))
-        return NULL;
-    if (cJSON_IsString(it) && strcmp(it->valuestring, "auto") == 0)
         return NULL;
     return it;
 }
@@ -433,6 +498,8 @@ static zt_status get_integral(const zt_json_obj *o, const char *key, double lo, 
     set_found(found, false);
     if (!it)
         return ZT_OK;
+    if (cJSON_IsNumber(it) && !isfinite(it->valuedouble))
+        return not_finite(o, key);
     if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble))
         return type_error(o, key, it, "an integer");
     if (it->valuedouble < lo || it->valuedouble > hi) {
@@ -475,6 +542,8 @@ zt_status zt_json_get_double(const zt_json_obj *o, const char *key, double *out,
         return ZT_OK;
     if (!cJSON_IsNumber(it))
         return type_error(o, key, it, "a number");
+    if (!isfinite(it->valuedouble))
+        return not_finite(o, key);
     *out = it->valuedouble;
     set_found(found, true);
     return ZT_OK;

@@ -189,7 +189,7 @@ static zt_status check_positive_double(const zt_json_obj *o, const char *key, do
 static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top,
                                 bool server_text, bool *ok);
 
-/* One key of a section into its field; absent values (null, "auto") leave the default. */
+/* One key of a section into its field; absent values (null) leave the default. */
 static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f,
                                  const zt_json_obj *o, bool server_text, bool *ok) {
     bool found = false;
@@ -360,7 +360,7 @@ static zt_status deepspeed_from_json(const zt_json_obj *top, const char *base_di
     char *path = join_path(base_dir, ds->valuestring);
     if (!path)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", top->source);
-    zt_status s = zt_json_read_file(path, out, NULL);
+    zt_status s = zt_json_read_config(path, out, NULL);
     free(path);
     if (s != ZT_OK)
         return zt_error_prefix(s, "%s: deepspeed: ", top->source);
@@ -375,6 +375,7 @@ static zt_status spec_from_tree(const cJSON *root, const char *source, const cha
         return zt_error(ZT_ERR_INVALID, "%s: a job spec must be a JSON object, got %s", source, got);
     }
     ZT_TRY(zt_json_check_duplicates(root, source, "job spec", "", DEEPSPEED_KEY));
+    ZT_TRY(zt_json_check_finite(root, source, "", DEEPSPEED_KEY));
     zt_json_obj top;
     zt_json_obj_init(&top, root, source, "");
     ZT_TRY(fill_from_json(&spec->base, &top, true, !base_dir, ok));

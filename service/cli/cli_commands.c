@@ -7,11 +7,12 @@
 #define REMOTE_OPTIONS "--server= --token-file= --tls-ca= --tls-cert= --tls-key="
 
 static const zt_cli_command commands[] = {
-    {"run", "JOB.json [--out DIR] [--threads N] [--profile[=ops]] [--set KEY.PATH=VALUE]...\n"
+    {"run", "JOB.json [--out DIR] [--threads N] [--profile [ops]] [--set KEY.PATH=VALUE]...\n"
      "        [--max-device-memory SIZE]",
      "Train the job on this host without a daemon. Metrics go to DIR/metrics.jsonl (default\n"
      "DIR: runs/<job name>). --set overrides a key of the job file (repeatable). --profile\n"
-     "times every op of every step into DIR/profile.json (docs/profiling.md).\n"
+     "(or --profile ops, --profile=ops) times every op of every step into DIR/profile.json\n"
+     "(docs/profiling.md).\n"
      "--max-device-memory refuses a \"cuda\" job whose device estimate per rank is above SIZE.\n",
      "--out= --threads= --profile --set= --max-device-memory=", "file"},
     {"validate", "JOB.json [--set KEY.PATH=VALUE]...",
@@ -45,10 +46,11 @@ static const zt_cli_command commands[] = {
      "        [--temperature F] [--top-k K] [--seed S] [--threads N] [--tokenizer TOKENIZER.json]\n"
      "        [--chat CONVERSATION.json [--chat-template TOKENIZER_CONFIG.json]]",
      "Generate N tokens (default 200) from a checkpoint (default tag: latest); with a tokenizer\n"
-     "(default: the job's data.tokenizer) the prompt and output are text. With --chat, the\n"
-     "conversation (a JSON list of {role, content}) is rendered with the chat template\n"
-     "(default: tokenizer_config.json beside the tokenizer) and the assistant's reply is\n"
-     "printed, up to the template's eos_token.\n",
+     "(default: the job's data.tokenizer) the prompt and output are text; the model sees the\n"
+     "last block_size tokens of a longer prompt. With --chat, the conversation (a JSON list\n"
+     "of {role, content}) is rendered with the chat template (default: tokenizer_config.json\n"
+     "beside the tokenizer) and the assistant's reply is printed, up to the template's\n"
+     "eos_token.\n",
      "--tag= --prompt= --prompt-tokens= --tokens= --temperature= --top-k= --seed= --threads= "
      "--tokenizer= --chat= --chat-template=",
      "dir"},
@@ -60,11 +62,12 @@ static const zt_cli_command commands[] = {
     {"zero-to-fp32", "CKPT_DIR OUT.safetensors [--tag TAG]",
      "Consolidated fp32 weights of a checkpoint of any ZeRO stage and rank count.\n", "--tag=",
      "file"},
-    {"estimate", "JOB.json [--json] [--max-device-memory SIZE]",
+    {"estimate", "JOB.json [-o json | --json] [--max-device-memory SIZE]",
      "The job's memory per rank and on this host, as `ztrain run` and ztraind judge it; for a\n"
      "\"cuda\" job also its device memory per rank, judged against the visible GPUs and\n"
-     "--max-device-memory (docs/gpu.md, \"Device memory\").\n",
-     "--json --max-device-memory=", "file"},
+     "--max-device-memory (docs/gpu.md, \"Device memory\"). -o json (or --json): one JSON\n"
+     "object.\n",
+     "-o= --output= --json --max-device-memory=", "file"},
     {"config-keys", "",
      "Every DeepSpeed config key ztrain knows, with its fate, as a markdown table.\n", "", ""},
     {"submit",
@@ -75,13 +78,13 @@ static const zt_cli_command commands[] = {
      "it from job ID's checkpoint of step STEP (the spec's fork_from). --dry-run sends\n"
      "nothing: it prints what `ztrain validate` prints for the job as it would be sent.\n",
      "--wait --watch --idempotency-key= --fork-from= --set= --dry-run " REMOTE_OPTIONS, "file"},
-    {"list", "[--state STATE] [--limit N] [-o json|wide|name]",
-     "The server's jobs, newest first. -o json: one JSON object with a \"jobs\" array; wide:\n"
-     "more columns; name: the ids alone, one per line.\n",
-     "--state= --limit= -o= " REMOTE_OPTIONS, ""},
+    {"list", "[--state STATE] [--limit N] [-o json|wide|name] [--json]",
+     "The server's jobs, newest first. -o json (or --json): one JSON object with a \"jobs\"\n"
+     "array; wide: more columns; name: the ids alone, one per line.\n",
+     "--state= --limit= -o= --output= --json " REMOTE_OPTIONS, ""},
     {"status", "ID [-o json|name] [--json]",
      "A job's state, progress, ranks and directories; -o json (or --json) the job as JSON.\n",
-     "-o= --json " REMOTE_OPTIONS, "id"},
+     "-o= --output= --json " REMOTE_OPTIONS, "id"},
     {"watch", "ID [--from-step N]",
      "Follow a job until it ends (exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED).\n",
      "--from-step= " REMOTE_OPTIONS, "id"},
@@ -154,7 +157,8 @@ void zt_cli_print_usage(FILE *f) {
     }
     fputs("\n", f);
     fputs(remote_note, f);
-    fputs("\nOptions take their value as --opt VALUE or --opt=VALUE. Exit status: 0 success,\n"
+    fputs("\nOptions take their value as --opt VALUE or --opt=VALUE (-o json, -o=json or -ojson).\n"
+          "Commands that print JSON take -o json (--output json). Exit status: 0 success,\n"
           "1 the command or the job failed, 2 bad usage, 3 a watched job was cancelled, 130\n"
           "stopped by a signal after writing a checkpoint.\n",
           f);
@@ -242,7 +246,7 @@ static void bash_script(FILE *f) {
           "  case \" $values \" in\n"
           "    *\" $prev \"*)\n"
           "      case $prev in\n"
-          "        -o) COMPREPLY=($(compgen -W 'json wide name' -- \"$cur\")) ;;\n"
+          "        -o|--output) COMPREPLY=($(compgen -W 'json wide name' -- \"$cur\")) ;;\n"
           "        *) COMPREPLY=($(compgen -f -- \"$cur\")) ;;\n"
           "      esac\n"
           "      return ;;\n"
@@ -302,8 +306,10 @@ static void zsh_script(FILE *f) {
             if (n > 0) {
                 bool value = p[n - 1] == '=';
                 fprintf(f, " '*%.*s%s'", (int)(n - value), p,
-                        value ? (p[0] == '-' && p[1] == 'o' && n == 3 ? ":format:(json wide name)"
-                                                                       : ":value:_files")
+                        value ? ((p[0] == '-' && p[1] == 'o' && n == 3) ||
+                                         (n == 9 && strncmp(p, "--output=", 9) == 0)
+                                     ? ":format:(json wide name)"
+                                     : ":value:_files")
                               : "");
             }
             p += n + (p[n] == ' ');

@@ -64,7 +64,7 @@ static bool flag_allowed(const char *command, const char *flag) {
         const char *command, *flags;
     } allowed[] = {
         {"submit", " --wait --watch --idempotency-key --fork-from --set --dry-run "},
-        {"list", " --state --limit -o --output "},
+        {"list", " --state --limit -o --output --json "},
         {"status", " --json -o --output "},               {"watch", " --from-step "},
         {"logs", " -f --follow --tail "},                 {"cancel", " --force --grace "},
     };
@@ -618,7 +618,7 @@ static char *dir_of(const char *path) {
 static zt_status read_spec(const options *o, Ztrain__V1__JobSpec **spec) {
     const char *path = o->arg;
     char *text = NULL, *applied = NULL, *dir = dir_of(path);
-    zt_status s = dir ? zt_json_read_file(path, &text, NULL)
+    zt_status s = dir ? zt_json_read_config(path, &text, NULL)
                       : zt_error(ZT_ERR_NOMEM, "out of memory");
     if (s == ZT_OK)
         s = zt_job_overrides_apply(text, path, dir, o->sets, o->n_sets, &applied);

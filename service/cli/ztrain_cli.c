@@ -148,9 +148,18 @@ static int cmd_estimate(int argc, char **argv) {
     bool json = false;
     uint64_t max_device = 0;
     for (int i = 0; i < argc; i++) {
+        bool value = strcmp(argv[i], "--max-device-memory") == 0 ||
+                     strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0;
+        if (value && i + 1 >= argc)
+            return bad_usage("estimate: %s needs a value", argv[i]);
         if (strcmp(argv[i], "--json") == 0)
             json = true;
-        else if (strcmp(argv[i], "--max-device-memory") == 0 && i + 1 < argc) {
+        else if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
+            /* The one structured form; the text is the default. */
+            if (strcmp(argv[++i], "json") != 0)
+                return bad_usage("estimate: -o expects json, got '%s'", argv[i]);
+            json = true;
+        } else if (strcmp(argv[i], "--max-device-memory") == 0) {
             if (zt_parse_bytes(argv[++i], "--max-device-memory", &max_device) != ZT_OK)
                 return bad_usage("estimate: %s", zt_last_error());
         } else if (argv[i][0] == '-')
@@ -294,8 +303,46 @@ static int add_set(const char *cmd, const char *v, const char **sets, size_t *n)
         fprintf(stderr, "ztrain: %s: at most %d --set overrides\n", cmd, ZT_CLI_MAX_SETS);
         return 2;
     }
+    /* The override's form is the command line's business (a usage error); its key and value
+     * are judged against the job file when it is read. */
+    if (v[0] == '=' || !strchr(v, '=')) {
+        fprintf(stderr, "ztrain: %s: --set '%s': expected KEY.PATH=VALUE (train.max_steps=30)\n",
+                cmd, v);
+        zt_cli_print_short_usage(stderr, cmd);
+        return 2;
+    }
     sets[(*n)++] = v;
     return 0;
+}
+
+/* What `ztrain run` refuses of a valid job because it starts every rank on this host, without a
+ * daemon; `ztrain validate` checks it too (ztrain submit --dry-run does not: ztraind may launch
+ * elsewhere). True after printing why. */
+static bool refused_here(const zt_job_spec *job, const char *job_path) {
+    if (job->nodes > 1) {
+        fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "
+                "on this host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm\n",
+                job_path, job->nodes);
+        return true;
+    }
+    /* The spec says nothing of this host's GPUs (its ranks may run under Slurm elsewhere);
+     * `ztrain run` starts them here, so here is where a GPU must be. */
+    if (job->device == ZT_DEVICE_CUDA && zt_backend_device_count(ZT_DEVICE_CUDA) == 0) {
+        fprintf(stderr, "ztrain: run: %s: device \"cuda\": no CUDA device is visible on this "
+                "host (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them), and `ztrain run` "
+                "starts every rank here: run it on a GPU host, submit it to ztraind --launcher "
+                "slurm, or use \"device\": \"cpu\"\n", job_path);
+        return true;
+    }
+    /* A fork's checkpoint is put in place by ztraind at submit; here there is no job to fork
+     * from, and training from scratch instead would hide that. */
+    if (job->fork_job) {
+        fprintf(stderr, "ztrain: run: %s: fork_from is for ztraind (ztrain submit --fork-from); "
+                "under `ztrain run`, copy the checkpoint into train.checkpoint_dir and set "
+                "train.resume\n", job_path);
+        return true;
+    }
+    return false;
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -318,6 +365,10 @@ static int cmd_run(int argc, char **argv) {
                         "per-op timings of every step)\n", argv[i] + 10);
                 return 2;
             }
+            /* The value is optional; written apart (--profile ops) it is taken when it is a
+             * profile's name, as no job file is named that. */
+            if (!argv[i][9] && i + 1 < argc && strcmp(argv[i + 1], "ops") == 0)
+                i++;
             profile = true;
         } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             if (add_set("run", argv[++i], sets, &n_sets))
@@ -334,6 +385,8 @@ static int cmd_run(int argc, char **argv) {
     }
     if (!job_path)
         return bad_usage("run: %sthe job file is missing", "");
+    if (out && !out[0])
+        return bad_usage("run: %s--out needs a directory, got ''", "");
     zt_job_spec job;
     if (zt_job_overrides_load(&job, job_path, sets, n_sets) != ZT_OK)
         return zt_cli_fail(NULL);
@@ -351,29 +404,7 @@ static int cmd_run(int argc, char **argv) {
         return zt_cli_fail(NULL);
     }
     zt_job_spec_print_notes(&job, stderr);
-    if (job.nodes > 1) {
-        fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "
-                "on this host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm\n",
-                job_path, job.nodes);
-        zt_job_spec_free(&job);
-        return 1;
-    }
-    /* The spec says nothing of this host's GPUs (its ranks may run under Slurm elsewhere);
-     * `ztrain run` starts them here, so here is where a GPU must be. */
-    if (job.device == ZT_DEVICE_CUDA && zt_backend_device_count(ZT_DEVICE_CUDA) == 0) {
-        fprintf(stderr, "ztrain: run: %s: device \"cuda\": no CUDA device is visible on this "
-                "host (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them), and `ztrain run` "
-                "starts every rank here: run it on a GPU host, submit it to ztraind --launcher "
-                "slurm, or use \"device\": \"cpu\"\n", job_path);
-        zt_job_spec_free(&job);
-        return 1;
-    }
-    /* A fork's checkpoint is put in place by ztraind at submit; here there is no job to fork
-     * from, and training from scratch instead would hide that. */
-    if (job.fork_job) {
-        fprintf(stderr, "ztrain: run: %s: fork_from is for ztraind (ztrain submit --fork-from); "
-                "under `ztrain run`, copy the checkpoint into train.checkpoint_dir and set "
-                "train.resume\n", job_path);
+    if (refused_here(&job, job_path)) {
         zt_job_spec_free(&job);
         return 1;
     }
@@ -466,11 +497,12 @@ static int cmd_run(int argc, char **argv) {
     return 0;
 }
 
-/* `ztrain validate` and `ztrain submit --dry-run`: everything `run` checks before a rank starts,
- * printed, and nothing made. */
-int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets) {
+/* `ztrain validate` (here: also what `run` refuses because it starts the ranks on this host) and
+ * `ztrain submit --dry-run`: everything `run` checks before a rank starts, printed, and nothing
+ * made. */
+static int validate(const char *job_path, const char *const *sets, size_t n_sets, bool here) {
     char *text = NULL, *applied = NULL;
-    if (zt_json_read_file(job_path, &text, NULL) != ZT_OK)
+    if (zt_json_read_config(job_path, &text, NULL) != ZT_OK)
         return zt_cli_fail(NULL);
     /* The job as read after the overrides: what run or submit would use. A "deepspeed" file
      * is read relative to the job file, as the job's parser reads it. */
@@ -497,7 +529,10 @@ int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets
     int rc = 0;
     if (zt_job_spec_check_files(&job, job_path) != ZT_OK)
         rc = zt_cli_fail(NULL);
-    zt_job_spec_print_notes(&job, stdout);
+    /* Warnings go to stderr, as `run` prints them. */
+    zt_job_spec_print_notes(&job, stderr);
+    if (here && refused_here(&job, job_path))
+        rc = 1;
     printf("\neffective DeepSpeed config (ds_config.effective.json):\n%s\n",
            job.ds_effective_json ? job.ds_effective_json : "(none)");
     zt_memory_estimate e;
@@ -532,6 +567,10 @@ int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets
     return rc;
 }
 
+int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets) {
+    return validate(job_path, sets, n_sets, false);
+}
+
 static int cmd_validate(int argc, char **argv) {
     const char *job_path = NULL;
     const char *sets[ZT_CLI_MAX_SETS];
@@ -549,7 +588,7 @@ static int cmd_validate(int argc, char **argv) {
     }
     if (!job_path)
         return bad_usage("validate: %sthe job file is missing", "");
-    return zt_cli_validate(job_path, sets, n_sets);
+    return validate(job_path, sets, n_sets, true);
 }
 
 static void print_token(int32_t token, void *ctx) {
@@ -647,6 +686,9 @@ static int cmd_sample(int argc, char **argv) {
         return bad_usage("sample: %sthe checkpoint directory is missing", "");
     if (chat && (prompt || prompt_tokens))
         return bad_usage("sample: %s--chat takes the place of --prompt and --prompt-tokens", "");
+    if (prompt && prompt_tokens)
+        return bad_usage("sample: %s--prompt TEXT and --prompt-tokens LIST are two prompts: give "
+                         "one", "");
     if (chat_template && !chat)
         return bad_usage("sample: %s--chat-template needs --chat", "");
     zt_model_spec spec;
@@ -685,16 +727,30 @@ static int cmd_sample(int argc, char **argv) {
             rc = zt_cli_sample_chat(m, tok, tok_path, chat, chat_template, (int)n_tokens, &so);
         goto done;
     }
-    int cap = (int)n_tokens + 4096, n_prompt = 0;
-    tokens = malloc(sizeof(int32_t) * cap);
+    /* Room for the whole prompt, however long (a command line holds at most a few MB): the
+     * model sees its last block_size tokens, as the sampler crops every step's context. A
+     * tokenizer's encoding may add a few special tokens to one per byte. */
+    size_t prompt_room = 1;
+    if (prompt_tokens)
+        for (const char *p = prompt_tokens; *p; p++)
+            prompt_room += *p == ',';
+    else
+        prompt_room = (prompt ? strlen(prompt) : 0) + (tok ? 64 : 1);
+    int prompt_cap = (int)prompt_room, cap = (int)n_tokens + prompt_cap + 1, n_prompt = 0;
+    tokens = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!tokens) {
+        fprintf(stderr, "ztrain: sample: out of memory for a prompt of %d tokens\n", prompt_cap);
+        rc = 1;
+        goto done;
+    }
     if (tok && !prompt_tokens) {
-        if (zt_cli_text_prompt(&text, tok, prompt ? prompt : "", spec.vocab_size, tokens, 4096,
-                               &n_prompt) != ZT_OK) {
+        if (zt_cli_text_prompt(&text, tok, prompt ? prompt : "", spec.vocab_size, tokens,
+                               prompt_cap, &n_prompt) != ZT_OK) {
             rc = zt_cli_fail(NULL);
             goto done;
         }
     } else if (prompt_tokens) {
-        if (parse_token_list(prompt_tokens, tokens, 4096, &n_prompt) != 0) {
+        if (parse_token_list(prompt_tokens, tokens, prompt_cap, &n_prompt) != 0) {
             rc = bad_usage("sample: --prompt-tokens expects comma-separated integers, got '%s'",
                            prompt_tokens);
             goto done;
@@ -706,7 +762,8 @@ static int cmd_sample(int argc, char **argv) {
             rc = 2;
             goto done;
         }
-        for (const unsigned char *p = (const unsigned char *)prompt; *p && n_prompt < 4096; p++)
+        for (const unsigned char *p = (const unsigned char *)prompt; *p && n_prompt < prompt_cap;
+             p++)
             tokens[n_prompt++] = *p;
     } else {
         tokens[n_prompt++] = spec.vocab_size <= 256 ? '\n' : 50256; /* newline / <|endoftext|> */
@@ -724,6 +781,10 @@ static int cmd_sample(int argc, char **argv) {
         rc = 2;
         goto done;
     }
+    if (n_prompt > spec.block_size)
+        fprintf(stderr, "ztrain: sample: the prompt is %d tokens, more than the model's "
+                "block_size %d: the model sees its last %d as context\n", n_prompt,
+                spec.block_size, spec.block_size);
     if (spec.vocab_size <= 256 && !text.tok)
         for (int i = 0; i < n_prompt; i++)
             putchar(tokens[i]);
@@ -826,6 +887,31 @@ static int cmd_export(int argc, char **argv) {
     return 0;
 }
 
+/* `zero-to-fp32 CKPT_DIR OUT.safetensors`: DeepSpeed's zero_to_fp32 is `export --out`, since
+ * both consolidate the fp32 weights whatever the ZeRO stage and rank count that wrote them; its
+ * own usage, without export's --hf options. */
+static int cmd_zero_to_fp32(int argc, char **argv) {
+    const char *dir = NULL, *tag = NULL, *out = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
+            tag = argv[++i];
+        else if (argv[i][0] == '-')
+            return bad_usage("zero-to-fp32: unknown option or missing value '%s'", argv[i]);
+        else if (!dir)
+            dir = argv[i];
+        else if (!out)
+            out = argv[i];
+        else
+            return bad_usage("zero-to-fp32: unexpected argument '%s'", argv[i]);
+    }
+    if (!dir || !out)
+        return bad_usage("zero-to-fp32: %sexpects CKPT_DIR and OUT.safetensors", "");
+    if (zt_ckpt_export_fp32(dir, tag, out) != ZT_OK)
+        return zt_cli_fail(NULL);
+    printf("wrote %s\n", out);
+    return 0;
+}
+
 /* Whether opt (n bytes) is one of the command's options that take no value of their own (listed
  * without '='): its "=value" is an optional argument, which stays attached. */
 static bool is_flag(const zt_cli_command *c, const char *opt, size_t n) {
@@ -841,8 +927,11 @@ static bool is_flag(const zt_cli_command *c, const char *opt, size_t n) {
 
 /* "--opt=value" (and "-o=value") as the two arguments "--opt" "value", as getopt_long takes
  * them, so that every command's parser sees one form; "--" ends the options. A flag's
- * "--flag=value" stays whole, as getopt_long keeps an optional argument (`run --profile=ops`). */
+ * "--flag=value" stays whole, as getopt_long keeps an optional argument (`run --profile=ops`).
+ * "-ojson" is "-o" "json", as getopt and kubectl take a short option's attached value, for
+ * every command with -o (the local ones and those of cli_remote.c alike). */
 static char **split_equals(const zt_cli_command *c, int argc, char **argv, int *out_argc) {
+    static char dash_o[] = "-o";
     char **v = calloc((size_t)argc * 2 + 1, sizeof *v);
     if (!v)
         return NULL;
@@ -852,6 +941,12 @@ static char **split_equals(const zt_cli_command *c, int argc, char **argv, int *
         char *a = argv[i];
         if (options && strcmp(a, "--") == 0)
             options = false;
+        if (options && a[0] == '-' && a[1] == 'o' && a[2] && a[2] != '=' &&
+            strstr(c->options, "-o=")) {
+            v[n++] = dash_o;
+            v[n++] = a + 2;
+            continue;
+        }
         /* "--opt=value", and "-o=json" as kubectl takes it. */
         char *eq = !options || a[0] != '-' ? NULL
                    : a[1] == '-'           ? strchr(a, '=')
@@ -882,9 +977,10 @@ static bool wants_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* Bare `ztrain` is a request for help, as bare `docker` and `kubectl` are: exit 0. */
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        print_usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        print_usage(stdout);
+        return 0;
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("ztrain %s\n", ZTRAIN_VERSION);
@@ -925,10 +1021,10 @@ int main(int argc, char **argv) {
         rc = cmd_config_keys(n);
     else if (strcmp(cmd, "sample") == 0)
         rc = cmd_sample(n, args);
-    /* Both consolidate the fp32 weights, whatever the ZeRO stage and number of ranks that wrote
-     * the checkpoint, so DeepSpeed's zero_to_fp32 is an export. */
-    else if (strcmp(cmd, "export") == 0 || strcmp(cmd, "zero-to-fp32") == 0)
+    else if (strcmp(cmd, "export") == 0)
         rc = cmd_export(n, args);
+    else if (strcmp(cmd, "zero-to-fp32") == 0)
+        rc = cmd_zero_to_fp32(n, args);
     else
         rc = zt_cli_remote_main(cmd, n, args);
     free(args);

@@ -291,6 +291,52 @@ try:
     # hours of work when the first checkpoint is written.
     run_job("checkpoint_dir is an existing file", setter(["train"], "checkpoint_dir", "ckpt_file"),
             ["ckpt_file"], extra_files={"ckpt_file": "not a directory\n"})
+    # A job file or DeepSpeed config that is not a regular file is refused unread: /dev/zero
+    # would be read until memory ran out, a FIFO without a writer would hang.
+    d = new_case_dir()
+    expect_failure("job file /dev/zero", ztrain(["validate", "/dev/zero"], timeout=20),
+                   ["/dev/zero", "not a regular file"])
+    fifo = os.path.join(d, "fifo.json")
+    os.mkfifo(fifo)
+    expect_failure("job file that is a FIFO", ztrain(["run", fifo, "--out", os.path.join(d, "o")],
+                                                     timeout=20),
+                   [fifo, "not a regular file"], root=d)
+    run_job("deepspeed config that is a FIFO",
+            lambda j, d: (os.mkfifo(os.path.join(d, "ds.json")), j.update(deepspeed="ds.json")),
+            ["ds.json", "not a regular file"])
+    big = os.path.join(d, "big.json")
+    with open(big, "wb") as f:
+        f.truncate(65 << 20)
+    expect_failure("job file over 64 MiB", ztrain(["validate", big], timeout=20),
+                   [big, "larger than 64 MiB"])
+    # Numbers beyond a double's range are refused by key, in files and in --set (where they
+    # would print back as null, "absent").
+    run_job("lr 1e999 (not finite)", lambda j, d: j["deepspeed"]["optimizer"]["params"].update(
+        lr=float("inf")), ["job.json", "optimizer.params.lr", "not a finite number"],
+        raw_job=json.dumps(BASE_JOB).replace('"lr": 0.001', '"lr": 1e999'))
+    expect_failure("--set world_size=1e999",
+                   ztrain(["validate", os.path.join(good, "job.json"), "--set", "world_size=1e999"]),
+                   ["world_size", "not a finite number"])
+    # "auto" outside the DeepSpeed keys the Hugging Face Trainer fills is refused by key.
+    run_job('train.max_steps "auto"', setter(["train"], "max_steps", "auto"),
+            ["job.json", "train.max_steps", '"auto"'])
+    run_job('zero_optimization.stage "auto"', setter(["deepspeed"], "zero_optimization",
+                                                     {"stage": "auto"}),
+            ["job.json", "zero_optimization.stage", '"auto"'])
+    # The name is the default run directory runs/<name>: it is one path component.
+    for bad_name in ("../../esc", "", "a/b", ".hidden"):
+        d = new_case_dir()
+        os.makedirs(os.path.join(d, "w", "x"))
+        write_job(os.path.join(d, "job.json"), dict(BASE_JOB, name=bad_name))
+        p = subprocess.run([ZTRAIN, "run", os.path.join(d, "job.json")], capture_output=True,
+                           timeout=60, cwd=os.path.join(d, "w", "x"))
+        expect_failure(f"name {bad_name!r} (the default run directory runs/<name>)",
+                       (p.returncode, p.stdout.decode(), p.stderr.decode()), ["job.json", "name"],
+                       root=d)
+        ck.check(sorted(os.listdir(d)) == ["job.json", "train.txt", "w"] and
+                 os.listdir(os.path.join(d, "w")) == ["x"] and
+                 os.listdir(os.path.join(d, "w", "x")) == [],
+                 f"name {bad_name!r}: nothing was written")
     d = new_case_dir()
     write_job(os.path.join(d, "job.json"), BASE_JOB)
     with open(os.path.join(d, "out_file"), "w") as f:
@@ -374,7 +420,7 @@ try:
             setter(["deepspeed"], "zero_optimization",
                    {"stage": 1, "offload_optimizer": {"device": "nvme",
                                                       "nvme_path": "/no/such/nvme"}}),
-            ["offload_optimizer.nvme_path", "/no/such/nvme", "rank 0"])
+            ["job.json", "offload_optimizer.nvme_path", "/no/such/nvme"])
     # Without the CUDA backend the spec is refused; with it, on this host without a GPU, the
     # backend's creation is: either way the message names the file and the field's value.
     run_job('device "cuda" (no CUDA backend, or no GPU here)', setter([], "device", "cuda"),
@@ -392,6 +438,19 @@ try:
     ck.check(rc == 2 and "usage" in err and "--bogus" in err,
              f"`ztrain run JOB --bogus`: exit {rc} (want 2), usage and the option named: "
              f"{'usage' in err and '--bogus' in err}")
+    rc, out, err = ztrain([])
+    ck.check(rc == 0 and "usage" in out,
+             f"bare `ztrain`: exit {rc} (want 0, as bare docker and kubectl) and usage on stdout")
+    rc, out, err = ztrain(["validate", os.path.join(good, "job.json"), "--set", "train.max_steps"])
+    ck.check(rc == 2 and "train.max_steps" in err and "KEY.PATH=VALUE" in err,
+             f"`--set train.max_steps` (no '='): exit {rc} (want 2), the override named")
+    rc, out, err = ztrain(["run", os.path.join(good, "job.json"), "--out", ""])
+    ck.check(rc == 2 and "--out" in err,
+             f"`run --out ''`: exit {rc} (want 2), --out named: {err.strip()[:120]}")
+    rc, out, err = ztrain(["estimate", os.path.join(good, "job.json"), "--max-device-memory"])
+    ck.check(rc == 2 and "--max-device-memory needs a value" in err,
+             f"`estimate JOB --max-device-memory`: exit {rc} (want 2), 'needs a value': "
+             f"{err.strip()[:120]}")
     rc, out, err = ztrain(["frobnicate"])
     ck.check(rc == 2 and "frobnicate" in err and "usage" in err,
              f"`ztrain frobnicate`: exit {rc} (want 2), command named with usage")
@@ -411,6 +470,28 @@ try:
                    ["temperature"])
     expect_failure("sample --tokens 0",
                    ztrain(["sample", good_ckpt, "--tokens", "0"]), ["--tokens", "0"], exit_code=2)
+    # A prompt longer than the old 4096-byte buffer is kept whole, not cut to its first 4096
+    # bytes: the model sees its last block_size tokens, as nanoGPT crops idx[:, -block_size:],
+    # so the continuation is the one of those T bytes alone (same seed), and stderr says so.
+    long_prompt = "the best of times " * 300 + "it was the age of"
+    rc, out, err = ztrain(["sample", good_ckpt, "--prompt", long_prompt, "--tokens", "8",
+                           "--seed", "5"])
+    rc2, out2, _ = ztrain(["sample", good_ckpt, "--prompt", long_prompt[-T:], "--tokens", "8",
+                           "--seed", "5"])
+    ck.check(rc == 0 and rc2 == 0 and out.startswith(long_prompt) and
+             out[len(long_prompt):] == out2[T:] and f"block_size {T}" in err,
+             f"sample with a {len(long_prompt)}-byte prompt: kept whole, the last {T} bytes as "
+             f"context ({rc}, {rc2}: {err.strip()[:160]})")
+    rc, out, err = ztrain(["sample", good_ckpt, "--prompt", "x", "--prompt-tokens", "1"])
+    ck.check(rc == 2 and "--prompt" in err and "--prompt-tokens" in err,
+             f"sample --prompt with --prompt-tokens: exit {rc} (want 2), both named")
+    rc, out, err = ztrain(["zero-to-fp32", good_ckpt])
+    ck.check(rc == 2 and err.startswith("ztrain: zero-to-fp32:") and "usage: ztrain zero-to-fp32"
+             in err, f"zero-to-fp32 without OUT speaks as itself: exit {rc}: {err.strip()[:120]}")
+    rc, out, err = ztrain(["zero-to-fp32", good_ckpt, os.path.join(good, "z.safetensors"),
+                           "--hf", os.path.join(good, "hf")])
+    ck.check(rc == 2 and "--hf" in err and not os.path.exists(os.path.join(good, "hf")),
+             f"zero-to-fp32 refuses export's --hf: exit {rc}: {err.strip()[:120]}")
     expect_failure("sample --prompt-tokens 1,,2",
                    ztrain(["sample", good_ckpt, "--prompt-tokens", "1,,2"]), ["1,,2"], exit_code=2)
 

@@ -110,6 +110,35 @@ def part_b(tmp):
     rc1, _, e1 = run([ZTRAIN, "run", job, "--out=" + os.path.join(tmp, "o1"), "--set=train.max_steps=3"])
     rc2, _, e2 = run([ZTRAIN, "run", job, "--out", os.path.join(tmp, "o2"), "--set", "train.max_steps=3"])
     check(rc1 == 0 and rc2 == 0, f"b: run with --opt=value and --opt value ({e1[-300:]}{e2[-300:]})")
+    # The steps_per_print line is DeepSpeed's _report_progress: lr=get_lr(), mom=get_mom(), the
+    # param groups' values printed by Python's str(). DeepSpeed hands the config's "betas" list to
+    # the optimizer as it is; without one the optimizer's default is the tuple (0.9, 0.999).
+    for betas, lr in (([0.5, 0.6], 1e-3), (None, 3e-05)):
+        params = {"lr": lr, **({"betas": betas} if betas else {})}
+        o = os.path.join(tmp, f"spp{lr}")
+        rc, out, err = run([ZTRAIN, "run", job, "--out", o, "--set", "train.max_steps=2",
+                            "--set", "deepspeed.steps_per_print=1", "--set",
+                            "deepspeed.optimizer=" + json.dumps({"type": "AdamW", "params": params})])
+        mom = [betas] if betas else [(0.9, 0.999)]
+        want = [f"[ztrain] step={s}, skipped=0, lr={[lr]}, mom={mom}" for s in (1, 2)]
+        got = [line for line in (out + err).splitlines() if "step=" in line and "mom=" in line]
+        check(rc == 0 and got == want, f"b: the steps_per_print line is DeepSpeed's ({got} vs {want})")
+    # Without an optimizer section the Trainer's AdamW holds betas=(adam_beta1, adam_beta2).
+    o = os.path.join(tmp, "spp-trainer")
+    rc, out, err = run([ZTRAIN, "run", job, "--out", o, "--set", "train.max_steps=1",
+                        "--set", 'deepspeed={"train_batch_size": 4, "steps_per_print": 1}',
+                        "--set", 'training_args={"learning_rate": 0.002, "adam_beta1": 0.8, '
+                        '"per_device_train_batch_size": 4}'])
+    want = [f"[ztrain] step=1, skipped=0, lr={[0.002]}, mom={[(0.8, 0.999)]}"]
+    got = [line for line in (out + err).splitlines() if "step=" in line and "mom=" in line]
+    check(rc == 0 and got == want, f"b: the Trainer's optimizer's betas are a tuple ({got} vs {want}"
+          f" {err.strip()[-200:]})")
+    # --profile's value is optional: written apart it is taken when it names a profile.
+    for form in (["--profile", "ops"], ["--profile=ops"], ["--profile"]):
+        o = os.path.join(tmp, "p" + str(len(form)) + form[0][-3:])
+        rc, _, err = run([ZTRAIN, "run", job, "--out", o, "--set", "train.max_steps=2"] + form)
+        check(rc == 0 and os.path.exists(os.path.join(o, "profile.json")),
+              f"b: run {' '.join(form)} profiles ({rc}: {err.strip()[-160:]})")
     if rc1 == 0 and rc2 == 0:
         check(last_step(os.path.join(tmp, "o1")) == 3 == last_step(os.path.join(tmp, "o2")),
               "b: both stop at the overridden max_steps 3 (the file says 4)")
@@ -124,7 +153,8 @@ def part_b(tmp):
     check(rc == 1 and "train.max_steps" in err and "not an object" in err,
           f"b: a path through a number is refused naming it ({err.strip()})")
     rc, _, err = run([ZTRAIN, "run", job, "--set", "nokey"])
-    check(rc == 1 and "'nokey'" in err, f"b: an override without '=' is refused ({err.strip()})")
+    check(rc == 2 and "'nokey'" in err,
+          f"b: an override without '=' is bad usage, exit 2 ({rc}: {err.strip()})")
     rc, _, err = run([ZTRAIN, "run", job, "--set", "train.bogus_key=1"])
     check(rc == 1 and "bogus_key" in err, f"b: an unknown key set is refused by the parser ({err.strip()[-120:]})")
 
@@ -144,6 +174,35 @@ def part_c(tmp):
           f"({out.strip().splitlines()[-1] if out.strip() else err[-200:]})")
     rc, out, err = run([ZTRAIN, "submit", job, "--dry-run", "--server", "127.0.0.1:1"])
     check(rc == 0 and "admission: fits" in out, f"c: submit --dry-run needs no server ({err[-200:]})")
+    # What `run` refuses, validate refuses too: two nodes (run starts every rank here), an nvme
+    # offload directory that does not exist (the ranks would fail making theirs).
+    rc, out, err = run([ZTRAIN, "validate", job, "--set", "nodes=2", "--set", "world_size=2",
+                        "--set", "deepspeed.train_batch_size=8"])
+    check(rc == 1 and "2 nodes" in err and "valid;" not in out,
+          f"c: validate refuses nodes 2 as run does ({rc}: {err.strip()[-160:]})")
+    rc, out, err = run([ZTRAIN, "validate", job, "--set",
+                        'deepspeed.zero_optimization={"stage": 3, "offload_param": '
+                        '{"device": "nvme", "nvme_path": "/no/such/nvme"}}'])
+    check(rc == 1 and "offload_param.nvme_path" in err and "/no/such/nvme" in err
+          and "valid;" not in out,
+          f"c: validate refuses a missing nvme_path as run does ({rc}: {err.strip()[-160:]})")
+    # Warnings go to stderr under validate as under run.
+    rc, out, err = run([ZTRAIN, "validate", job, "--set", "deepspeed.dump_state=true"])
+    check(rc == 0 and "dump_state has no effect" in err and "dump_state has no effect" not in out,
+          f"c: validate's config warnings are on stderr ({rc})")
+    # Structured output: -o json in each spelling, and --json where it was.
+    outs = [run([ZTRAIN, "estimate", job] + form)
+            for form in (["-o", "json"], ["-ojson"], ["-o=json"], ["--output", "json"],
+                         ["--output=json"], ["--json"])]
+    # The host's available memory moves between runs; the rest is the job's.
+    forms = [{k: v for k, v in json.loads(o[1]).items() if k != "available_bytes"}
+             if o[0] == 0 else None for o in outs]
+    check(all(o[0] == 0 for o in outs) and all(f == forms[0] for f in forms)
+          and forms[0]["world_size"] == 1,
+          f"c: estimate -o json, -ojson, -o=json, --output json, --output=json, --json agree "
+          f"({[o[0] for o in outs]}: {outs[0][2].strip()[-120:]})")
+    rc, _, err = run([ZTRAIN, "estimate", job, "-o", "wide"])
+    check(rc == 2 and "wide" in err, "c: estimate -o wide is bad usage naming it")
 
 
 def part_d(commands):
@@ -285,6 +344,12 @@ def part_g(tmp):
         rc, out, _ = run([ZTRAIN, "list", "-o", "json"], env=env)
         listed = json.loads(out)["jobs"] if rc == 0 else []
         check(sorted(j["id"] for j in listed) == sorted(ids), "g: list -o json: both jobs")
+        for form in (["-ojson"], ["--output", "json"], ["--output=json"], ["--json"]):
+            rc, out, _ = run([ZTRAIN, "list"] + form, env=env)
+            check(rc == 0 and sorted(j["id"] for j in json.loads(out)["jobs"]) == sorted(ids),
+                  f"g: list {' '.join(form)}: as -o json")
+        rc, out, _ = run([ZTRAIN, "status", ids[0], "-ojson"], env=env)
+        check(rc == 0 and json.loads(out)["id"] == ids[0], "g: status -ojson")
         rc, out, _ = run([ZTRAIN, "list", "-o=name"], env=env)
         check(rc == 0 and sorted(out.split()) == sorted(ids), "g: list -o=name: the ids alone")
         rc, out, _ = run([ZTRAIN, "list", "-o", "wide"], env=env)

@@ -211,6 +211,8 @@ def check_config(tmp, name, spec):
         ds = json.load(f)
     args = None if overrides is None else dict(ARGS, **overrides)
     job = write_job(tmp, name, ds, world, args)
+    # An nvme offload's directory must exist before the ranks start (the job's file checks).
+    os.makedirs(os.path.join(tmp, "nvme"), exist_ok=True)
     run_dir = os.path.join(tmp, "runs", name)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if mode == "run":

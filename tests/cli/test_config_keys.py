@@ -1,7 +1,8 @@
 """The DeepSpeed key table (issue 20): docs/deepspeed.md's table "DeepSpeed config keys" is exactly what
 `ztrain config-keys` prints from the parser's own table, so the two cannot drift apart; and the
 table is the parser's truth: every key it lists, written with DeepSpeed's default, is accepted
-without a word, and every warned key set away from its default draws exactly one warning naming it.
+without a word, every warned key set away from its default draws exactly one warning naming it,
+and every refused key, at any depth, set to a value DeepSpeed does not default to is refused by name.
 """
 import json
 import os
@@ -123,6 +124,36 @@ def main():
                   f"({p.stderr.strip()[-200:]})")
             n += 1
         check(n > 50, f"{n} warned keys probed")
+
+        # Every refused key (nested ones too: tensor_parallel.tp.mpu) set away from its default
+        # is an error naming it, never accepted in silence. The probes are values DeepSpeed never
+        # defaults to, of each kind a knob takes; a refused section is turned on.
+        # A feature's switch is refused once the sections above it are on (DeepSpeed reads it only
+        # then); a row whose note says when it is accepted ("read only when enabled", "accepted
+        # while ...") is not probed alone.
+        refused_sections = {r[0] for r in rows if r[2] == "refused" and r[0] in sections}
+        refused = [r for r in rows if r[2] == "refused" and r[0] not in sections
+                   and "read only" not in r[3] and "accepted while" not in r[3]]
+        n = 0
+        for path, _, _, note in refused:
+            leaf = path.split(".")[-1]
+            for probe in (True, 7, -1, "liger", {"enabled": True}, [1]):
+                ds = nest(path, probe)
+                parts = path.split(".")
+                for k in range(1, len(parts)):
+                    if ".".join(parts[:k]) not in refused_sections:
+                        continue
+                    node = ds
+                    for part in parts[:k]:
+                        node = node[part]
+                    node.setdefault("enabled", True)
+                p = run_check(tmp, ds)
+                if p.returncode != 0 and leaf in p.stderr and "Traceback" not in p.stderr:
+                    break
+            check(p.returncode != 0 and leaf in p.stderr,
+                  f"refused key {path}: an error naming it ({p.stderr.strip()[-200:]})")
+            n += 1
+        check(n > 30, f"{n} refused keys probed")
     print(f"{failed} failure(s)")
     sys.exit(1 if failed else 0)
 

@@ -93,6 +93,11 @@ def case_a():
         check(False, f"a: a valid draft 2020-12 schema: {e}")
         raise SystemExit(1)
     check(True, "a: a valid draft 2020-12 schema")
+    # max_steps 0 is not "no training": the epochs decide, and the schema says so.
+    train = schema["properties"]["train"]["properties"]
+    check("0" in train["max_steps"].get("description", "") and
+          "epochs" in train["max_steps"].get("description", ""),
+          "a: train.max_steps's description says what 0 means (train.epochs decide)")
     return schema, validator
 
 

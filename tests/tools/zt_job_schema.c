@@ -50,6 +50,9 @@ static cJSON *key_schema(const char *section, const char *key) {
     for (int i = 0; i < 2 && names[i]; i++)
         cJSON_AddItemToArray(t, cJSON_CreateString(names[i]));
     cJSON_AddItemToArray(t, cJSON_CreateString("null"));
+    const char *meaning = zt_job_spec_key_meaning(section, key);
+    if (meaning)
+        cJSON_AddStringToObject(s, "description", meaning);
     return s;
 }
 

@@ -155,10 +155,12 @@ static void test_defaults(void) {
         CHECK(cfg.wall_clock_breakdown && cfg.dataloader_drop_last);
         CHECK(strcmp(cfg.communication_data_type, "fp32") == 0);
     }
-    /* "auto" everywhere means the default. */
-    if (OK("{\"train_batch_size\": 16, \"gradient_clipping\": \"auto\", \"steps_per_print\": \"auto\", "
-           "\"zero_optimization\": {\"stage\": \"auto\", \"reduce_bucket_size\": \"auto\", "
-           "\"overlap_comm\": \"auto\"}, \"fp16\": {\"enabled\": \"auto\"}, "
+    /* "auto" at a key the Hugging Face Trainer fills, left unfilled (no script here), means the
+     * default; so does DeepSpeed's own pipeline.stages "auto". */
+    if (OK("{\"train_batch_size\": 16, \"gradient_clipping\": \"auto\", "
+           "\"pipeline\": {\"stages\": \"auto\"}, "
+           "\"zero_optimization\": {\"reduce_bucket_size\": \"auto\", "
+           "\"stage3_prefetch_bucket_size\": \"auto\"}, \"fp16\": {\"enabled\": \"auto\"}, "
            "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"betas\": \"auto\", "
            "\"weight_decay\": \"auto\"}}, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
            "{\"warmup_max_lr\": \"auto\", \"warmup_num_steps\": \"auto\"}}}", 1, &cfg)) {
@@ -171,6 +173,34 @@ static void test_defaults(void) {
         CHECK_NEAR(cfg.scheduler.warmup_max_lr, 1e-3);
         CHECK(cfg.scheduler.warmup_num_steps == 1000);
     }
+    /* Anywhere else "auto" is refused by key: DeepSpeed's own config classes take no "auto"
+     * there either (a ZeRO stage is an enum, steps_per_print an int). */
+    ERR("{\"train_batch_size\": 16, \"steps_per_print\": \"auto\"}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'steps_per_print' is \"auto\", which only the keys the Hugging Face "
+        "Trainer fills may be (docs/deepspeed.md): give a value");
+    ERR("{\"train_batch_size\": 16, \"zero_optimization\": {\"stage\": 1, "
+        "\"overlap_comm\": \"auto\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.overlap_comm' is \"auto\", which only the keys the "
+        "Hugging Face Trainer fills may be (docs/deepspeed.md): give a value");
+    /* A number beyond a double's range is refused by key, not trained with as an infinity. */
+    ERR("{\"train_batch_size\": 16, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+        "{\"lr\": 1e999}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'optimizer.params.lr' is not a finite number (it overflows a double)");
+    ERR("{\"train_batch_size\": 16, \"gradient_clipping\": -1e400}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'gradient_clipping' is not a finite number (it overflows a double)");
+    /* The refused keys of the tensor_parallel section, nested ones too, are refused by name
+     * (docs/deepspeed.md's table), never taken in silence. */
+    ERR_PREFIX("{\"train_batch_size\": 16, \"tensor_parallel\": {\"tp_overlap_comm\": true}}", 1,
+               ZT_ERR_UNSUPPORTED, "ds.json: tensor_parallel.tp_overlap_comm true is not supported");
+    ERR_PREFIX("{\"train_batch_size\": 16, \"tensor_parallel\": {\"vocab_parallel_ce_backend\": "
+               "\"liger\"}}", 1, ZT_ERR_UNSUPPORTED,
+               "ds.json: tensor_parallel.vocab_parallel_ce_backend \"liger\" is not supported");
+    ERR_PREFIX("{\"train_batch_size\": 16, \"tensor_parallel\": {\"tp\": {\"mpu\": 1}}}", 1,
+               ZT_ERR_UNSUPPORTED, "ds.json: tensor_parallel.tp.mpu 1 is not supported");
+    ERR_PREFIX("{\"train_batch_size\": 16, \"tensor_parallel\": {\"partition_config\": {}}}", 1,
+               ZT_ERR_UNSUPPORTED, "ds.json: tensor_parallel.partition_config {} is not supported");
+    OK("{\"train_batch_size\": 16, \"tensor_parallel\": {\"tp_overlap_comm\": false, "
+       "\"vocab_parallel_ce_backend\": \"torch\", \"tp\": {\"tp_grain_size\": 1}}}", 1, &cfg);
     /* An unknown top-level key is a warning only, as in DeepSpeed. */
     OK("{\"train_batch_size\": 8, \"seed\": 42}", 1, &cfg);
 

@@ -394,6 +394,19 @@ static void test_names(void) {
     ERR("{\"name\": \"ok\xff\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: name: invalid UTF-8 (byte 0xff) at byte 2 (a job name is printable UTF-8 "
         "text)");
+    /* The default run directory is runs/<name>: a name is one path component, as ztraind also
+     * refuses an empty one. */
+    ERR("{\"name\": \"../../esc\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: name: \"../../esc\" starts with '.' (a job name is one path component: "
+        "runs/<name> is its default run directory)");
+    ERR("{\"name\": \"a/b\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: name: \"a/b\" has a '/' (a job name is one path component: runs/<name> is "
+        "its default run directory)");
+    ERR("{\"name\": \".hidden\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: name: \".hidden\" starts with '.' (a job name is one path component: "
+        "runs/<name> is its default run directory)");
+    ERR("{\"name\": \"\", " MODEL ", " DATA ", " DS "}", ZT_ERR_INVALID,
+        "job.json: name: must not be empty");
     /* cJSON would keep the NUL and every C string would end at it. */
     ERR("{\"name\": \"ab\\u0000cd\", " MODEL ", " DATA ", " DS "}", ZT_ERR_FORMAT,
         "job.json: line 1, column 13: \\u0000 (NUL) is not allowed in a string");
@@ -496,6 +509,27 @@ static void test_error_fields(void) {
     /* DeepSpeed's own text names the batch keys in prose; the field is still recorded. */
     field_at(__LINE__, "{" MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 16, "
              "\"train_micro_batch_size_per_gpu\": 3}}", "deepspeed.train_batch_size");
+    /* A number beyond a double's range is refused by key, in the job and in its DeepSpeed
+     * config, rather than read as an infinity (or printed back as null). */
+    field_at(__LINE__, "{" MODEL ", " DATA ", " DS ", \"train\": {\"max_steps\": 1e999}}",
+             "train.max_steps");
+    field_at(__LINE__, "{" MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 16, "
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e999}}}}",
+             "deepspeed.optimizer.params.lr");
+    field_at(__LINE__, "{" MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 16, "
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, -1e999]}}}}",
+             "deepspeed.optimizer.params.betas[1]");
+    /* "auto" is the DeepSpeed config's, at the keys the Trainer fills: elsewhere it is refused
+     * by key, never read as "absent". */
+    field_at(__LINE__, "{" MODEL ", " DATA ", " DS ", \"train\": {\"max_steps\": \"auto\"}}",
+             "train.max_steps");
+    field_at(__LINE__, "{" MODEL ", " DATA ", " DS ", \"world_size\": \"auto\"}", "world_size");
+    field_at(__LINE__, "{\"model\": {\"type\": \"gpt2\", \"n_layer\": \"auto\"}, " DATA ", " DS "}",
+             "model.n_layer");
+    field_at(__LINE__, "{" MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 16, "
+             "\"zero_optimization\": {\"stage\": \"auto\"}}}", "deepspeed.zero_optimization.stage");
+    field_at(__LINE__, "{" MODEL ", " DATA ", \"deepspeed\": {\"train_batch_size\": 16, "
+             "\"steps_per_print\": \"auto\"}}", "deepspeed.steps_per_print");
     /* A failure that names no field leaves none behind from an earlier one. */
     field_at(__LINE__, "[1]", "");
 }

@@ -80,10 +80,14 @@ static void test_read_json(void) {
     CHECK(r.layers == 2 && r.window == 0 && r.theta == 500000.0 && r.eps == 1e-6 && !r.tie,
           "values: %d %d %g %g %d", r.layers, r.window, r.theta, r.eps, r.tie);
     CHECK_STR(r.scaling, "llama3");
-    /* null and "auto" mean "absent", as everywhere in job files. */
+    /* null means "absent", as everywhere in job files; "auto" is only the DeepSpeed config's
+     * (docs/deepspeed.md): here it is a string like any other, and no number. */
     s = read_all("{\"model\": {\"layers\": 2, \"theta\": null, \"scaling\": \"auto\"}}", &r);
     CHECK(s == ZT_OK && r.theta == 10000.0, "null theta: %s", zt_last_error());
-    CHECK_STR(r.scaling, "none");
+    CHECK_STR(r.scaling, "auto");
+    READ_ERR("{\"model\": {\"layers\": 1, \"theta\": \"auto\"}}",
+             "job.json: key 'model.theta' must be a number, got \"auto\" (\"auto\" is only for the "
+             "DeepSpeed config keys the Hugging Face Trainer fills)");
 
     READ_ERR("{\"model\": {}}", "job.json: key 'model.layers' is required");
     READ_ERR("{\"model\": {\"layers\": 1.5}}",

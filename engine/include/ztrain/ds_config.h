@@ -30,6 +30,7 @@ typedef struct {
     char name[32];         /* the type as written in the config */
     double lr;             /* default 1e-3 */
     double beta1, beta2;   /* default 0.9, 0.999 ("betas") */
+    bool betas_given;      /* "betas" was in the config (the step line prints DeepSpeed's list) */
     double eps;            /* default 1e-8 */
     double weight_decay;   /* default 0 (FusedAdam); 0.01 for AdamW with torch_adam: true */
     bool adam_w_mode;      /* effective mode: type is adamw OR params.adam_w_mode (default true) */

@@ -29,6 +29,10 @@ zt_status zt_atomic_write_end(int fd, char *tmp, const char *path, zt_status s);
  * excludes the NUL); *data is NULL on failure. Messages: "PATH: cannot open: REASON",
  * "PATH: cannot read: REASON" (a directory is "Is a directory"). */
 zt_status zt_read_file(const char *path, char **data, size_t *len);
+/* The same for a file that must be a regular file of at most max bytes (0: any size): a FIFO, a
+ * device or a directory is ZT_ERR_IO "PATH: not a regular file (a pipe)", without reading
+ * or waiting on it; a larger file is ZT_ERR_IO "PATH: larger than N MiB, ...". */
+zt_status zt_read_regular_file(const char *path, size_t max, char **data, size_t *len);
 /* Maps a regular file read-only and whole; the caller releases it with zt_unmap_file, and the
  * mapping outlives the descriptor, which is closed before returning. An empty file succeeds with
  * *map == NULL and *size == 0, so the caller words its own "empty" message. Failures are ZT_ERR_IO

@@ -174,7 +174,7 @@ zt_status zt_job_spec_load(zt_job_spec *job, const char *path);
 const char *const *zt_job_spec_keys(const char *section);
 
 /* The JSON type of a key of those sections, which the parser checks before it reads the value
- * (a null or "auto" value stands for the key's absence); ZT_JOB_KEY_UNKNOWN for a key the
+ * (a null value stands for the key's absence); ZT_JOB_KEY_UNKNOWN for a key the
  * parser does not know. docs/job.schema.json states these types. */
 typedef enum {
     ZT_JOB_KEY_UNKNOWN,
@@ -188,6 +188,9 @@ typedef enum {
     ZT_JOB_KEY_OBJECT_OR_STRING, /* deepspeed: inline, or its file's path */
 } zt_job_key_type;
 zt_job_key_type zt_job_spec_key_type(const char *section, const char *key);
+/* What a key means where its name does not say it all (docs/job.schema.json's description), or
+ * NULL. */
+const char *zt_job_spec_key_meaning(const char *section, const char *key);
 
 /* Parses job JSON text; `source` names it in messages and `base_dir` anchors relative paths. */
 zt_status zt_job_spec_parse(zt_job_spec *job, const char *json_text, const char *source,
@@ -198,7 +201,8 @@ void zt_job_spec_free(zt_job_spec *job);
 /* The checks that read the job's files (engine/config/job_check.c): data.train (and data.val when the job
  * evaluates) open with the model's vocabulary and hold at least one sample for rank 0's first
  * batch; model.init_from can be opened; data.tokenizer loads, with no more tokens than
- * model.vocab_size. Made before any rank starts, so a bad file is one error.
+ * model.vocab_size; an "nvme" offload's nvme_path is a directory. Made before any rank starts,
+ * so a bad file is one error.
  * Messages start with `source` and name the key. */
 zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source);
 

@@ -29,6 +29,14 @@ typedef struct {
  * a file with a NUL byte in it is ZT_ERR_FORMAT. */
 zt_status zt_json_read_file(const char *path, char **text, size_t *len);
 
+/* The most a job file or DeepSpeed config may hold. */
+#define ZT_JSON_CONFIG_MAX_BYTES ((size_t)64 << 20)
+
+/* zt_json_read_file for a job file or a DeepSpeed config: the path must be a regular file (a
+ * FIFO or a device such as /dev/zero is ZT_ERR_IO "PATH: not a regular file (...)", never
+ * read) of at most ZT_JSON_CONFIG_MAX_BYTES ("PATH: larger than 64 MiB, ..."). */
+zt_status zt_json_read_config(const char *path, char **text, size_t *len);
+
 /* Parses strict JSON text (no comments, no trailing commas, no leading zeros, no \u0000 in a
  * string, which C strings would end at). On a syntax error
  * returns ZT_ERR_FORMAT with "SOURCE: line L, column C: Expecting ',' delimiter"-style messages;
@@ -38,6 +46,8 @@ zt_status zt_json_parse(const char *text, const char *source, cJSON **out);
 
 /* Reads and parses a file; messages are prefixed with the path. */
 zt_status zt_json_load_file(const char *path, cJSON **out);
+/* The same through zt_json_read_config: for a job file or a DeepSpeed config. */
+zt_status zt_json_load_config(const char *path, cJSON **out);
 
 /* Rejects an object (at any depth below `node`) that holds the same key twice, as DeepSpeed's
  * duplicate-key hook does: "SOURCE: Duplicate keys in WHAT: ['lr'] (in optimizer.params)".
@@ -47,14 +57,23 @@ zt_status zt_json_load_file(const char *path, cJSON **out);
 zt_status zt_json_check_duplicates(const cJSON *node, const char *source, const char *what,
                                    const char *path, const char *skip_key);
 
+/* Rejects a number at or below `node` that is not finite: cJSON reads one beyond a double's
+ * range (1e999) as an infinity, which would train with lr inf or print back as null. ZT_ERR_INVALID
+ * "SOURCE: key 'optimizer.params.lr' is not a finite number (...)", with the key as the error's
+ * field. `path` and `skip_key` as for zt_json_check_duplicates. The typed getters below refuse
+ * such a number the same way. */
+zt_status zt_json_check_finite(const cJSON *node, const char *source, const char *path,
+                               const char *skip_key);
+
 /* Starts reading `root` (which may be NULL). `path` is the root's dotted path, usually "". */
 void zt_json_obj_init(zt_json_obj *o, const cJSON *root, const char *source, const char *path);
 
 /* Writes "path.key" (or "key" at the root) into buf. */
 void zt_json_key_path(const zt_json_obj *o, const char *key, char *buf, size_t n);
 
-/* The value under key, or NULL when the key is absent, JSON null, or the string "auto" (DeepSpeed
- * drops "auto" so that the default applies). Keys match case-sensitively. */
+/* The value under key, or NULL when the key is absent or JSON null. Keys match case-sensitively.
+ * "auto" is a string like any other here: the DeepSpeed parser removes it first at the keys where
+ * it means something (zt_ds_strip_auto), and a getter of another type refuses it by key. */
 const cJSON *zt_json_item(const zt_json_obj *o, const char *key);
 
 /* Opens the object under key as *child; an absent key gives child->obj == NULL. Any other
