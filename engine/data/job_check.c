@@ -95,6 +95,10 @@ zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source) {
             return zt_error(ZT_ERR_IO, "%s: model.init_from: %s is neither a regular file nor "
                             "a directory", source, job->model.init_from);
     }
+    return ZT_OK;
+}
+
+zt_status zt_job_spec_check_rank_dirs(const zt_job_spec *job, const char *source) {
     /* The stages that offload each (ZeRO-Offload: the optimizer from stage 1, the parameters
      * at stage 3). */
     const zt_zero_config *z = &job->ds.zero;

@@ -399,7 +399,8 @@ static int cmd_run(int argc, char **argv) {
         return zt_cli_fail(NULL);
     }
     /* Once per job, here, before any rank starts: the ranks are told they need not. */
-    if (zt_job_spec_check_files(&job, job_path) != ZT_OK) {
+    if (zt_job_spec_check_files(&job, job_path) != ZT_OK ||
+        zt_job_spec_check_rank_dirs(&job, job_path) != ZT_OK) {
         zt_job_spec_free(&job);
         return zt_cli_fail(NULL);
     }
@@ -527,7 +528,8 @@ static int validate(const char *job_path, const char *const *sets, size_t n_sets
     printf("job %s%s:\n%s\n", job_path, n_sets ? " with its --set overrides" : "", applied);
     free(applied);
     int rc = 0;
-    if (zt_job_spec_check_files(&job, job_path) != ZT_OK)
+    if (zt_job_spec_check_files(&job, job_path) != ZT_OK ||
+        (here && zt_job_spec_check_rank_dirs(&job, job_path) != ZT_OK))
         rc = zt_cli_fail(NULL);
     /* Warnings go to stderr, as `run` prints them. */
     zt_job_spec_print_notes(&job, stderr);
@@ -826,15 +828,19 @@ static int export_hf(const char *dir, const char *tag, const char *out, const ch
     return 0;
 }
 
-/* `export --out FILE`: FILE is new (an existing one is the user's, kept, as --hf keeps a
- * non-empty directory and init a job file) in a directory that exists, named as such rather
- * than through the temporary file written beside FILE. */
+/* `export --out FILE`: FILE goes in a directory that exists, named as such rather than through
+ * the temporary file written beside it. An existing file is replaced (the new one is renamed over
+ * it once written, as DeepSpeed's zero_to_fp32 and torch.save replace theirs), and says so; a
+ * directory or another kind of file there is refused. A directory of --hf is refused unless
+ * empty instead: files of an older export left beside a new one would mix two models. */
 static int check_export_out(const char *out) {
     struct stat st;
     if (lstat(out, &st) == 0) {
-        fprintf(stderr, "ztrain: export: --out %s exists (it is kept: remove it or choose "
-                        "another name)\n", out);
-        return 1;
+        if (!S_ISREG(st.st_mode)) {
+            fprintf(stderr, "ztrain: export: --out %s exists and is not a regular file\n", out);
+            return 1;
+        }
+        fprintf(stderr, "ztrain: export: --out %s exists: it is replaced\n", out);
     }
     char dir[4096];
     const char *slash = strrchr(out, '/');

@@ -344,6 +344,9 @@ static zt_status validate_spec(const zt_spec_limits *lim, const char *text, zt_j
     /* The files are judged here, once, rather than by every rank after it has started. */
     if (s == ZT_OK)
         s = zt_job_spec_check_files(spec, "spec");
+    /* The ranks' own directories only where they run on this host. */
+    if (s == ZT_OK && lim->max_nodes > 0)
+        s = zt_job_spec_check_rank_dirs(spec, "spec");
     if (s == ZT_OK) {
         zt_admission_limits al = {.rank_bytes = lim->max_rank_bytes,
                                   .rank_name = "this server's --max-rank-memory",

@@ -501,13 +501,23 @@ try:
                    [os.path.join(good, "no", "such", "dir"), "--out", "no such directory"])
     ck.check(".tmp" not in err, f"export --out names the missing directory, not its temporary "
              f"file ({err.strip()[:200]})")
-    # An existing file is the user's: kept, as export --hf keeps a non-empty directory.
-    kept = os.path.join(good, "kept.safetensors")
-    with open(kept, "w") as f:
-        f.write("mine")
-    expect_failure("export --out onto an existing file",
-                   ztrain(["export", good_ckpt, "--out", kept]), [kept, "exists"])
-    ck.check(open(kept).read() == "mine", "export --out left the existing file as it was")
+    # An existing file is replaced, as zero_to_fp32 and torch.save replace theirs, and the
+    # export says so; a directory at that path is refused and left as it was.
+    older = os.path.join(good, "older.safetensors")
+    with open(older, "w") as f:
+        f.write("an older export")
+    rc, out, err = ztrain(["export", good_ckpt, "--out", older])
+    with open(older, "rb") as f:
+        head = f.read(8)
+    ck.check(rc == 0 and f"--out {older} exists: it is replaced" in err
+             and len(head) == 8 and int.from_bytes(head, "little") > 0,
+             f"export --out onto an existing file replaces it and says so: exit {rc}, "
+             f"{err.strip()[:160]!r}")
+    busy = os.path.join(good, "a-directory.safetensors")
+    os.makedirs(busy)
+    expect_failure("export --out onto a directory",
+                   ztrain(["export", good_ckpt, "--out", busy]), [busy, "not a regular file"])
+    ck.check(os.listdir(busy) == [], "export --out left the directory as it was")
 
     # ---- sample / export on missing or unfinished checkpoints ----------------------------------
     empty = new_case_dir()

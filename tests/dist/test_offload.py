@@ -11,9 +11,9 @@ Resuming from the checkpoint of an offloaded run is bit-exact, also across offlo
 in-memory runs in both directions, and continues within 1e-5 on 3 ranks (re-partitioned).
 
 The per-run directories under nvme_path are gone after every run, also after failed ones. A
-nvme_path that does not exist, one on a read-only filesystem and one on a full filesystem (a tiny
-tmpfs, mounted in a private mount namespace when this machine allows it) fail the job at startup
-with a message naming the path and the rank; a filesystem that refuses O_DIRECT (ramfs) falls back
+nvme_path that does not exist fails the job before any rank starts, naming the key and the path;
+one on a read-only filesystem and one on a full filesystem (a tiny tmpfs, mounted in a private
+mount namespace when this machine allows it) fail it at startup naming the path and the rank; a filesystem that refuses O_DIRECT (ramfs) falls back
 to the page cache with the same bits; a disk that fills up mid-run
 (ZTRAIN_INJECT_NVME_FULL, a write failing with ENOSPC on rank 1 at step 3) fails that step on every
 rank before any parameter is published: the last checkpoint is step 2's.
@@ -229,12 +229,13 @@ with tempfile.TemporaryDirectory() as d:
         print(f"      {line.strip()}")
 
     missing_path = f"{d}/no/such/nvme"
+    # A path that does not exist is found with the job's files, before any rank starts.
     fails("nvme_path that does not exist",
           ztrain_run(d, job("missing", 2, 2, missing_path, NV), check=False),
-          ["offload_optimizer.nvme_path", missing_path, "rank 0", "rank 1"])
+          ["offload_optimizer.nvme_path", missing_path, "No such file or directory"])
     fails("offload_param nvme_path that does not exist",
           ztrain_run(d, job("pmissing", 2, 3, missing_path, None, param=NV), check=False),
-          ["offload_param.nvme_path", missing_path, "rank 0"])
+          ["offload_param.nvme_path", missing_path, "No such file or directory"])
 
     # A disk that fills up mid-run: rank 1's write of step 3 fails; no rank publishes step 3.
     p = ztrain_run(d, job("full3", 2, 2, nvme, NV, interval=1),

@@ -201,10 +201,13 @@ void zt_job_spec_free(zt_job_spec *job);
 /* The checks that read the job's files (engine/config/job_check.c): data.train (and data.val when the job
  * evaluates) open with the model's vocabulary and hold at least one sample for rank 0's first
  * batch; model.init_from can be opened; data.tokenizer loads, with no more tokens than
- * model.vocab_size; an "nvme" offload's nvme_path is a directory. Made before any rank starts,
- * so a bad file is one error.
+ * model.vocab_size. Made before any rank starts, so a bad file is one error.
  * Messages start with `source` and name the key. */
 zt_status zt_job_spec_check_files(const zt_job_spec *job, const char *source);
+/* The directories the ranks make theirs in, judged where they will run (`ztrain run`,
+ * `validate`, and ztraind's local launcher; a Slurm job's ranks run on hosts whose local disks the
+ * daemon does not see): an "nvme" offload's nvme_path is a directory. Messages as above. */
+zt_status zt_job_spec_check_rank_dirs(const zt_job_spec *job, const char *source);
 
 /* Prints what the job's DeepSpeed config left to the script (job->ds.resolved) and its warnings,
  * once per job: by the process that validates the job before its ranks start, or by rank 0 of
