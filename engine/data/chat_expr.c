@@ -1,4 +1,4 @@
-/* Expressions of the chat templates' Jinja subset (ztrain/chat_template.h): values, and one
+/* Expressions of the chat templates' Jinja subset (ztrain/chat_template.h): one
  * recursive-descent parser over an expression's source that either evaluates it or, without a
  * render, only checks it, so parse time sees every construct of every branch. */
 #define _POSIX_C_SOURCE 200809L
@@ -18,129 +18,7 @@ static char *arena_alloc(render *r, size_t n) {
     return b->data;
 }
 
-val zt_chat_str(const char *s, size_t n) { return (val){.k = V_STR, .s = s, .n = n}; }
-val zt_chat_bool(bool b) { return (val){.k = V_BOOL, .b = b}; }
 static val v_int(long long i) { return (val){.k = V_INT, .i = i}; }
-
-val zt_chat_from_json(const cJSON *j) {
-    if (!j)
-        return (val){.k = V_UNDEF};
-    if (cJSON_IsString(j))
-        return zt_chat_str(j->valuestring, strlen(j->valuestring));
-    if (cJSON_IsBool(j))
-        return zt_chat_bool(cJSON_IsTrue(j));
-    if (cJSON_IsNumber(j)) {
-        /* an integer when it is one (a conversion outside long long's range would be undefined
-         * behaviour) */
-        double d = j->valuedouble;
-        if (d > -9.2e18 && d < 9.2e18 && d == (double)(long long)d)
-            return v_int((long long)d);
-        return (val){.k = V_FLOAT, .d = d};
-    }
-    if (cJSON_IsArray(j))
-        return (val){.k = V_LIST, .j = j, .lo = 0, .hi = cJSON_GetArraySize(j)};
-    if (cJSON_IsObject(j))
-        return (val){.k = V_DICT, .j = j};
-    return (val){.k = V_NONE};
-}
-
-bool zt_chat_truthy(val v) {
-    switch (v.k) {
-    case V_BOOL: return v.b;
-    case V_INT: return v.i != 0;
-    case V_FLOAT: return v.d != 0;
-    case V_STR: return v.n > 0;
-    case V_LIST: return v.hi > v.lo;
-    case V_DICT: return v.j->child != NULL;
-    case V_LOOP: return true;
-    default: return false;
-    }
-}
-
-bool zt_chat_text(val v, char num[32], const char **s, size_t *n) {
-    switch (v.k) {
-    case V_STR: *s = v.s, *n = v.n; return true;
-    case V_INT: *n = (size_t)snprintf(num, 32, "%lld", v.i), *s = num; return true;
-    case V_BOOL: *s = v.b ? "True" : "False", *n = v.b ? 4 : 5; return true;
-    case V_NONE: *s = "None", *n = 4; return true;
-    case V_UNDEF: *s = "", *n = 0; return true;
-    default: return false;
-    }
-}
-
-/* Python's whitespace in UTF-8: the byte length of the one at s (or ending at s + n), 0 if none. */
-static size_t space_at(const unsigned char *s, size_t n) {
-    if (n >= 1 && ((s[0] >= 0x09 && s[0] <= 0x0d) || (s[0] >= 0x1c && s[0] <= 0x20)))
-        return 1;
-    if (n >= 2 && s[0] == 0xc2 && (s[1] == 0x85 || s[1] == 0xa0))
-        return 2;
-    if (n >= 3 && ((s[0] == 0xe1 && s[1] == 0x9a && s[2] == 0x80) ||
-                   (s[0] == 0xe2 && s[1] == 0x80 &&
-                    ((s[2] >= 0x80 && s[2] <= 0x8a) || s[2] == 0xa8 || s[2] == 0xa9 ||
-                     s[2] == 0xaf)) ||
-                   (s[0] == 0xe2 && s[1] == 0x81 && s[2] == 0x9f) ||
-                   (s[0] == 0xe3 && s[1] == 0x80 && s[2] == 0x80)))
-        return 3;
-    return 0;
-}
-
-size_t zt_chat_space_prefix(const char *s, size_t n) {
-    size_t k = 0, w;
-    while ((w = space_at((const unsigned char *)s + k, n - k)) > 0)
-        k += w;
-    return k;
-}
-
-/* UTF-8 is self-synchronising, so a whitespace sequence found ending at the end is one. */
-size_t zt_chat_space_suffix(const char *s, size_t n) {
-    size_t k = 0;
-    for (;;) {
-        size_t w = 0;
-        for (size_t len = 1; len <= 3 && len <= n - k && !w; len++)
-            if (space_at((const unsigned char *)s + n - k - len, len) == len)
-                w = len;
-        if (!w)
-            return k;
-        k += w;
-    }
-}
-
-/* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */
-static bool equal(val a, val b) {
-    if ((a.k == V_INT || a.k == V_BOOL) && (b.k == V_INT || b.k == V_BOOL))
-        return (a.k == V_INT ? a.i : a.b) == (b.k == V_INT ? b.i : b.b);
-    if (a.k == V_FLOAT || b.k == V_FLOAT) { /* a float is never integral here, so != any int */
-        return a.k == b.k && a.d == b.d;
-    }
-    if (a.k != b.k)
-        return false;
-    switch (a.k) {
-    case V_STR: return a.n == b.n && memcmp(a.s, b.s, a.n) == 0;
-    case V_NONE: case V_UNDEF: return true;
-    case V_LOOP: return a.loop == b.loop;
-    case V_LIST: {
-        if (a.hi - a.lo != b.hi - b.lo)
-            return false;
-        const cJSON *x = cJSON_GetArrayItem(a.j, a.lo), *y = cJSON_GetArrayItem(b.j, b.lo);
-        for (int i = a.lo; i < a.hi; i++, x = x->next, y = y->next)
-            if (!equal(zt_chat_from_json(x), zt_chat_from_json(y)))
-                return false;
-        return true;
-    }
-    case V_DICT: {
-        if (cJSON_GetArraySize(a.j) != cJSON_GetArraySize(b.j))
-            return false;
-        const cJSON *x;
-        cJSON_ArrayForEach(x, a.j) {
-            const cJSON *y = cJSON_GetObjectItemCaseSensitive(b.j, x->string);
-            if (!y || !equal(zt_chat_from_json(x), zt_chat_from_json(y)))
-                return false;
-        }
-        return true;
-    }
-    default: return false;
-    }
-}
 
 /* ---- expressions -------------------------------------------------------------------------- */
 
@@ -360,22 +238,6 @@ static val undefined_error(ex *e, val v) {
     return fail(e, ZT_ERR_INVALID, "%s", v.s ? v.s : "a value is undefined");
 }
 
-static const char *type_name(val v) {
-    switch (v.k) {
-    case V_NONE: return "NoneType";
-    case V_BOOL: return "bool";
-    case V_INT: return "int";
-    case V_FLOAT: return "float";
-    case V_STR: return "str";
-    case V_LIST: return "list";
-    case V_DICT: return "dict";
-    case V_LOOP: return "LoopContext";
-    default: return "Undefined";
-    }
-}
-
-const char *zt_chat_type_name(val v) { return type_name(v); }
-
 static val lookup(ex *e, const char *name, size_t n) {
     render *r = e->r;
     for (int i = r->n_vars - 1; i >= 0; i--)
@@ -402,13 +264,13 @@ static val tilde(ex *e, val a, val b) {
     val ta = {.k = V_STR}, tb = {.k = V_STR};
     if (!zt_chat_text(a, na, &ta.s, &ta.n) || !zt_chat_text(b, nb, &tb.s, &tb.n))
         return fail(e, ZT_ERR_UNSUPPORTED, "'~' of a %s is not supported",
-                    type_name(zt_chat_text(a, na, &ta.s, &ta.n) ? b : a));
+                    zt_chat_type_name(zt_chat_text(a, na, &ta.s, &ta.n) ? b : a));
     return concat(e, ta, tb);
 }
 
 static val strip(ex *e, val v, bool left, bool right) {
     if (v.k != V_STR)
-        return fail(e, ZT_ERR_INVALID, "trim or strip of a %s, not a string", type_name(v));
+        return fail(e, ZT_ERR_INVALID, "trim or strip of a %s, not a string", zt_chat_type_name(v));
     if (left) {
         size_t k = zt_chat_space_prefix(v.s, v.n);
         v.s += k, v.n -= k;
@@ -470,7 +332,7 @@ static val attribute(ex *e, val v, const char *name, size_t n) {
         if (j)
             return zt_chat_from_json(j);
     }
-    return undefined(e, "'%s object' has no attribute '%.*s'", type_name(v), (int)n, name);
+    return undefined(e, "'%s object' has no attribute '%.*s'", zt_chat_type_name(v), (int)n, name);
 }
 
 static val subscript(ex *e, val v, val key) {
@@ -492,7 +354,7 @@ static val subscript(ex *e, val v, val key) {
         return zt_chat_from_json(cJSON_GetArrayItem(v.j, (int)i));
     }
     return fail(e, ZT_ERR_UNSUPPORTED, "subscript of a %s by a %s is not supported",
-                type_name(v), type_name(key));
+                zt_chat_type_name(v), zt_chat_type_name(key));
 }
 
 static long long slice_bound(long long i, int len) {
@@ -512,7 +374,7 @@ static val call_filter(ex *e, val v) {
         char num[32];
         val t = {.k = V_STR};
         if (!zt_chat_text(v, num, &t.s, &t.n))
-            return fail(e, ZT_ERR_UNSUPPORTED, "trim of a %s is not supported", type_name(v));
+            return fail(e, ZT_ERR_UNSUPPORTED, "trim of a %s is not supported", zt_chat_type_name(v));
         if (t.s == num) {
             char *copy = arena_alloc(e->r, t.n);
             if (!copy)
@@ -533,7 +395,7 @@ static val call_filter(ex *e, val v) {
                 count += ((unsigned char)v.s[i] & 0xc0) != 0x80;
             return v_int(count);
         }
-        return fail(e, ZT_ERR_INVALID, "length of a %s", type_name(v));
+        return fail(e, ZT_ERR_INVALID, "length of a %s", zt_chat_type_name(v));
     }
     return fail(e, ZT_ERR_UNSUPPORTED, "filter '%.*s' is not supported", (int)n, name);
 }
@@ -634,7 +496,7 @@ static val postfix(ex *e) {
                     return undefined_error(e, v);
                 if (v.k != V_LIST)
                     return fail(e, ZT_ERR_UNSUPPORTED, "a slice of a %s is not supported",
-                                type_name(v));
+                                zt_chat_type_name(v));
                 int len = v.hi - v.lo;
                 long long lo = a.k == V_INT ? slice_bound(a.i, len) : 0;
                 long long hi = b.k == V_INT ? slice_bound(b.i, len) : len;
@@ -681,8 +543,8 @@ static val arith(ex *e, const char *o, val a, val b) {
         return undefined_error(e, a.k == V_UNDEF ? a : b);
     long long x, y, z;
     if (!as_int(a, &x) || !as_int(b, &y))
-        return fail(e, ZT_ERR_INVALID, "'%s' of a %s and a %s, not two integers", o, type_name(a),
-                    type_name(b));
+        return fail(e, ZT_ERR_INVALID, "'%s' of a %s and a %s, not two integers", o, zt_chat_type_name(a),
+                    zt_chat_type_name(b));
     bool over = false;
     switch (o[0]) {
     case '+': over = __builtin_add_overflow(x, y, &z); break;
@@ -750,7 +612,7 @@ static val add(ex *e) {
             else if (v.k == V_STR && b.k == V_STR)
                 v = concat(e, v, b);
             else
-                return fail(e, ZT_ERR_INVALID, "'+' of a %s and a %s", type_name(v), type_name(b));
+                return fail(e, ZT_ERR_INVALID, "'+' of a %s and a %s", zt_chat_type_name(v), zt_chat_type_name(b));
         } else if (op(e, "-")) {
             v = arith(e, "-", v, mul(e));
         } else if (op(e, "~")) {
@@ -766,7 +628,7 @@ static bool contains(ex *e, val hay, val needle) {
     if (hay.k == V_STR) {
         if (needle.k != V_STR) {
             fail(e, ZT_ERR_INVALID, "'in <string>' requires string as left operand, not %s",
-                 type_name(needle));
+                 zt_chat_type_name(needle));
             return false;
         }
         for (size_t i = 0; i + needle.n <= hay.n; i++)
@@ -777,7 +639,7 @@ static bool contains(ex *e, val hay, val needle) {
     if (hay.k == V_LIST) {
         const cJSON *x = cJSON_GetArrayItem(hay.j, hay.lo);
         for (int i = hay.lo; i < hay.hi; i++, x = x->next)
-            if (equal(zt_chat_from_json(x), needle))
+            if (zt_chat_equal(zt_chat_from_json(x), needle))
                 return true;
         return false;
     }
@@ -790,7 +652,7 @@ static bool contains(ex *e, val hay, val needle) {
     }
     if (hay.k == V_UNDEF) /* jinja2's Undefined iterates as empty */
         return false;
-    fail(e, ZT_ERR_INVALID, "argument of type '%s' is not iterable", type_name(hay));
+    fail(e, ZT_ERR_INVALID, "argument of type '%s' is not iterable", zt_chat_type_name(hay));
     return false;
 }
 
@@ -810,7 +672,7 @@ static val order(ex *e, char o, bool eq, val a, val b) {
             c = a.n < b.n ? -1 : a.n > b.n;
     } else {
         return fail(e, ZT_ERR_INVALID, "'%c%s' between a %s and a %s", o, eq ? "=" : "",
-                    type_name(a), type_name(b));
+                    zt_chat_type_name(a), zt_chat_type_name(b));
     }
     return zt_chat_bool(o == '<' ? (eq ? c <= 0 : c < 0) : (eq ? c >= 0 : c > 0));
 }
@@ -818,8 +680,8 @@ static val order(ex *e, char o, bool eq, val a, val b) {
 static val compare(ex *e) {
     val v = add(e);
     for (;;) {
-        if (op(e, "==")) { val b = add(e); v = e->r ? zt_chat_bool(equal(v, b)) : v; }
-        else if (op(e, "!=")) { val b = add(e); v = e->r ? zt_chat_bool(!equal(v, b)) : v; }
+        if (op(e, "==")) { val b = add(e); v = e->r ? zt_chat_bool(zt_chat_equal(v, b)) : v; }
+        else if (op(e, "!=")) { val b = add(e); v = e->r ? zt_chat_bool(!zt_chat_equal(v, b)) : v; }
         else if (op(e, "<=") || op(e, ">=") || op(e, "<") || op(e, ">")) {
             char o = e->p[-1] == '=' ? e->p[-2] : e->p[-1];
             bool eq = e->p[-1] == '=';

@@ -90,7 +90,7 @@ size_t zt_chat_offset(const zt_chat_template *t, size_t at);
 size_t zt_chat_space_prefix(const char *s, size_t n);
 size_t zt_chat_space_suffix(const char *s, size_t n);
 
-/* Values (chat_expr.c). */
+/* Values (chat_value.c; zt_chat_is_ident is chat_expr.c's). */
 val zt_chat_str(const char *s, size_t n);
 val zt_chat_bool(bool b);
 val zt_chat_from_json(const cJSON *j);
@@ -101,6 +101,8 @@ bool zt_chat_is_ident(char c, bool first);
 bool zt_chat_text(val v, char num[32], const char **s, size_t *n);
 /* Python's name of v's type, for messages ("str", "int", "dict", ...). */
 const char *zt_chat_type_name(val v);
+/* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */
+bool zt_chat_equal(val a, val b);
 
 /* Evaluates the expression of node d in render r, or only checks it when r is NULL (every
  * construct is parsed, nothing is looked up); *st is the outcome, naming the template and the

@@ -1,0 +1,144 @@
+/* The chat templates' values (chat_template_internal.h): a conversation's JSON as values,
+ * and what Python does with them in jinja2 — truth, printing, equality, type names and str's
+ * whitespace. */
+#include <stdio.h>
+#include <string.h>
+
+#include "chat_template_internal.h"
+
+val zt_chat_str(const char *s, size_t n) { return (val){.k = V_STR, .s = s, .n = n}; }
+val zt_chat_bool(bool b) { return (val){.k = V_BOOL, .b = b}; }
+
+val zt_chat_from_json(const cJSON *j) {
+    if (!j)
+        return (val){.k = V_UNDEF};
+    if (cJSON_IsString(j))
+        return zt_chat_str(j->valuestring, strlen(j->valuestring));
+    if (cJSON_IsBool(j))
+        return zt_chat_bool(cJSON_IsTrue(j));
+    if (cJSON_IsNumber(j)) {
+        /* an integer when it is one (a conversion outside long long's range would be undefined
+         * behaviour) */
+        double d = j->valuedouble;
+        if (d > -9.2e18 && d < 9.2e18 && d == (double)(long long)d)
+            return (val){.k = V_INT, .i = (long long)d};
+        return (val){.k = V_FLOAT, .d = d};
+    }
+    if (cJSON_IsArray(j))
+        return (val){.k = V_LIST, .j = j, .lo = 0, .hi = cJSON_GetArraySize(j)};
+    if (cJSON_IsObject(j))
+        return (val){.k = V_DICT, .j = j};
+    return (val){.k = V_NONE};
+}
+
+bool zt_chat_truthy(val v) {
+    switch (v.k) {
+    case V_BOOL: return v.b;
+    case V_INT: return v.i != 0;
+    case V_FLOAT: return v.d != 0;
+    case V_STR: return v.n > 0;
+    case V_LIST: return v.hi > v.lo;
+    case V_DICT: return v.j->child != NULL;
+    case V_LOOP: return true;
+    default: return false;
+    }
+}
+
+bool zt_chat_text(val v, char num[32], const char **s, size_t *n) {
+    switch (v.k) {
+    case V_STR: *s = v.s, *n = v.n; return true;
+    case V_INT: *n = (size_t)snprintf(num, 32, "%lld", v.i), *s = num; return true;
+    case V_BOOL: *s = v.b ? "True" : "False", *n = v.b ? 4 : 5; return true;
+    case V_NONE: *s = "None", *n = 4; return true;
+    case V_UNDEF: *s = "", *n = 0; return true;
+    default: return false;
+    }
+}
+
+/* Python's whitespace in UTF-8: the byte length of the one at s (or ending at s + n), 0 if none. */
+static size_t space_at(const unsigned char *s, size_t n) {
+    if (n >= 1 && ((s[0] >= 0x09 && s[0] <= 0x0d) || (s[0] >= 0x1c && s[0] <= 0x20)))
+        return 1;
+    if (n >= 2 && s[0] == 0xc2 && (s[1] == 0x85 || s[1] == 0xa0))
+        return 2;
+    if (n >= 3 && ((s[0] == 0xe1 && s[1] == 0x9a && s[2] == 0x80) ||
+                   (s[0] == 0xe2 && s[1] == 0x80 &&
+                    ((s[2] >= 0x80 && s[2] <= 0x8a) || s[2] == 0xa8 || s[2] == 0xa9 ||
+                     s[2] == 0xaf)) ||
+                   (s[0] == 0xe2 && s[1] == 0x81 && s[2] == 0x9f) ||
+                   (s[0] == 0xe3 && s[1] == 0x80 && s[2] == 0x80)))
+        return 3;
+    return 0;
+}
+
+size_t zt_chat_space_prefix(const char *s, size_t n) {
+    size_t k = 0, w;
+    while ((w = space_at((const unsigned char *)s + k, n - k)) > 0)
+        k += w;
+    return k;
+}
+
+/* UTF-8 is self-synchronising, so a whitespace sequence found ending at the end is one. */
+size_t zt_chat_space_suffix(const char *s, size_t n) {
+    size_t k = 0;
+    for (;;) {
+        size_t w = 0;
+        for (size_t len = 1; len <= 3 && len <= n - k && !w; len++)
+            if (space_at((const unsigned char *)s + n - k - len, len) == len)
+                w = len;
+        if (!w)
+            return k;
+        k += w;
+    }
+}
+
+/* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */
+bool zt_chat_equal(val a, val b) {
+    if ((a.k == V_INT || a.k == V_BOOL) && (b.k == V_INT || b.k == V_BOOL))
+        return (a.k == V_INT ? a.i : a.b) == (b.k == V_INT ? b.i : b.b);
+    if (a.k == V_FLOAT || b.k == V_FLOAT) { /* a float is never integral here, so != any int */
+        return a.k == b.k && a.d == b.d;
+    }
+    if (a.k != b.k)
+        return false;
+    switch (a.k) {
+    case V_STR: return a.n == b.n && memcmp(a.s, b.s, a.n) == 0;
+    case V_NONE: case V_UNDEF: return true;
+    case V_LOOP: return a.loop == b.loop;
+    case V_LIST: {
+        if (a.hi - a.lo != b.hi - b.lo)
+            return false;
+        const cJSON *x = cJSON_GetArrayItem(a.j, a.lo), *y = cJSON_GetArrayItem(b.j, b.lo);
+        for (int i = a.lo; i < a.hi; i++, x = x->next, y = y->next)
+            if (!zt_chat_equal(zt_chat_from_json(x), zt_chat_from_json(y)))
+                return false;
+        return true;
+    }
+    case V_DICT: {
+        if (cJSON_GetArraySize(a.j) != cJSON_GetArraySize(b.j))
+            return false;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, a.j) {
+            const cJSON *y = cJSON_GetObjectItemCaseSensitive(b.j, x->string);
+            if (!y || !zt_chat_equal(zt_chat_from_json(x), zt_chat_from_json(y)))
+                return false;
+        }
+        return true;
+    }
+    default: return false;
+    }
+}
+
+const char *zt_chat_type_name(val v) {
+    switch (v.k) {
+    case V_NONE: return "NoneType";
+    case V_BOOL: return "bool";
+    case V_INT: return "int";
+    case V_FLOAT: return "float";
+    case V_STR: return "str";
+    case V_LIST: return "list";
+    case V_DICT: return "dict";
+    case V_LOOP: return "LoopContext";
+    default: return "Undefined";
+    }
+}
