@@ -226,6 +226,11 @@ zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *not
                  "starting from step 0", dir);
         return ZT_OK;
     }
+    /* Else a file there would be taken for an empty checkpoint directory, and the run would
+     * say it starts over before the first save fails on it. */
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return zt_error(ZT_ERR_IO, "%s: exists and is not a directory", dir);
     char named[256], path[PATH_BYTES];
     latest_state state;
     ZT_TRY(read_latest(dir, named, sizeof named, &state));

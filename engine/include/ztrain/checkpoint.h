@@ -55,7 +55,9 @@ zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size);
  *    notice saying what was wrong with `latest`.
  *  - `latest` names a tag and no complete checkpoint exists: ZT_ERR_FORMAT naming dir, the tag
  *    and the tags found (starting over would hide that the checkpoint is gone); so is a choice
- *    between complete tags without step numbers, and an unreadable `latest` is ZT_ERR_IO. */
+ *    between complete tags without step numbers, and an unreadable `latest` is ZT_ERR_IO.
+ *  - dir is a file: ZT_ERR_IO, "<dir>: exists and is not a directory" (the error its first
+ *    save would give), and no notice. */
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size);
 
