@@ -38,6 +38,10 @@ struct zt_engine {
     size_t batch_bytes;
     zt_step_readback rb; /* the step's scalars and their one read */
     int64_t global_steps, micro_steps, skipped_steps;
+    /* Micro-batches of the current step already stepped: a step's boundary is counted from its
+     * own first micro-batch, not from micro_steps, which a resume with another
+     * gradient_accumulation_steps would leave mid-step (DeepSpeed restores no micro count). */
+    int step_micro;
     double grad_norm;
     bool step_applied;
     bool forward_pending; /* a training forward whose backward has not run */
@@ -266,7 +270,7 @@ void zt_engine_destroy(zt_engine *e) {
 }
 
 zt_status zt_engine_next_batch(zt_engine *e, zt_batch *b) {
-    return zt_engine_step_batch(e, (int)(e->micro_steps % e->ds.gradient_accumulation_steps), b);
+    return zt_engine_step_batch(e, e->step_micro, b);
 }
 
 zt_status zt_engine_step_batch(zt_engine *e, int micro, zt_batch *b) {
@@ -333,14 +337,14 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     ZT_TRY(check_batch(e, b));
     ZT_TRY(set_documents(e, b));
     double t0 = now_ms(), c0 = zt_comm_thread_ms();
-    if (e->micro_steps % e->ds.gradient_accumulation_steps == 0)
+    if (e->step_micro == 0)
         memset(&e->current, 0, sizeof e->current);
     int counted = 0;
     for (int i = 0; i < b->B * b->T; i++)
         counted += b->targets[i] >= 0;
     double share;
     float grad_scale = zt_engine_grad_scale(e, counted, &share);
-    const int micro = (int)(e->micro_steps % e->ds.gradient_accumulation_steps);
+    const int micro = e->step_micro;
     /* Deferred, the loss stays on the device until the step's one synchronisation. A batch of
      * packed documents is too when the model keeps a step's micro-batches' document tables
      * apart (upload_slots; else it rewrites pinned tables that only a wait keeps from being
@@ -409,7 +413,7 @@ zt_status zt_engine_eval_loss(zt_engine *e, const zt_batch *b, float *loss) {
 }
 
 bool zt_engine_is_gradient_accumulation_boundary(const zt_engine *e) {
-    return (e->micro_steps + 1) % e->ds.gradient_accumulation_steps == 0;
+    return e->step_micro + 1 >= e->ds.gradient_accumulation_steps;
 }
 
 /* Clipping as DeepSpeed's fp32 path: scale by max_norm / (norm + 1e-6) when below 1. */
@@ -446,6 +450,7 @@ static void finish_step(zt_engine *e, double t0, bool applied) {
         e->skipped_steps++;
     e->global_steps++;
     e->micro_steps++;
+    e->step_micro = 0;
     e->step_applied = applied;
     e->current.step_ms = now_ms() - t0;
     e->current.step_comm_ms = zt_comm_thread_ms() - e->step_comm0;
@@ -605,6 +610,7 @@ static zt_status step_apply(zt_engine *e) {
     e->step_applied = false;
     if (!zt_engine_is_gradient_accumulation_boundary(e)) {
         e->micro_steps++;
+        e->step_micro++;
         return ZT_OK;
     }
     if (!e->ds.has_optimizer)
@@ -752,4 +758,5 @@ void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t micro_st
     e->global_steps = global_steps;
     e->micro_steps = micro_steps;
     e->skipped_steps = skipped_steps;
+    e->step_micro = 0;
 }

@@ -10,9 +10,10 @@
  *     }
  *
  * As in DeepSpeed, backward scales the gradients by 1/gradient_accumulation_steps, and step()
- * counts every micro-step but at a boundary ((micro_steps + 1) % gas == 0) computes the global
- * gradient norm, clips (gradient_clipping), applies the optimizer with the schedule's lr, zeroes the
- * gradients and advances the schedule. */
+ * counts every micro-step but at a boundary (the gas-th micro-step since the last optimizer step,
+ * DeepSpeed's (micro_steps + 1) % gas == 0 with micro_steps counted from 0 after a checkpoint
+ * load) computes the global gradient norm, clips (gradient_clipping), applies the optimizer with
+ * the schedule's lr, zeroes the gradients and advances the schedule. */
 #ifndef ZTRAIN_ENGINE_H
 #define ZTRAIN_ENGINE_H
 
@@ -260,7 +261,9 @@ zt_optimizer *zt_engine_optimizer(zt_engine *e);
 zt_lr_schedule *zt_engine_schedule(zt_engine *e);
 
 /* Restores counters after loading a checkpoint (the schedule and optimizer are restored through
- * their own accessors). */
+ * their own accessors). The next micro-step starts a step of the current
+ * gradient_accumulation_steps, whatever micro_steps says: a checkpoint holds whole steps, and a
+ * resume may change gas. */
 void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t micro_steps,
                             int64_t skipped_steps);
 

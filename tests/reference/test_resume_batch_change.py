@@ -1,0 +1,70 @@
+"""A resume that changes the batch: a run of 5 steps at gradient_accumulation_steps 1 (4 samples a
+step), resumed at gas 2 (8 samples a step). As DeepSpeed, which restores global_steps,
+global_samples and skipped_steps but no micro-step count, every step after the resume is a full
+step of the new gas: its loss is the mean of its two micro-batches' losses and its gradient
+their mean, computed here in PyTorch from the checkpointed weights on the samples the resumed
+run reads next (unshuffled, from sample 20: where the first run stopped)."""
+import json
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+from ztref import Checker, gpt2_forward, read_metrics, run, st_read, tool, write_job
+
+L, NH, C, V, T, MICRO = 2, 2, 32, 256, 16, 4
+ck = Checker()
+with tempfile.TemporaryDirectory() as d:
+    data = bytes((i * 7 + i // 13) % 251 for i in range(1200))
+    with open(f"{d}/train.txt", "wb") as f:
+        f.write(data)
+
+    def job(gas, max_steps, interval, resume):
+        return {
+            "name": "resume-gas",
+            "model": {"type": "gpt2", "n_layer": L, "n_head": NH, "n_embd": C, "vocab_size": V,
+                      "block_size": T},
+            "data": {"train": "train.txt", "shuffle": False},
+            "train": {"max_steps": max_steps, "log_interval": 1, "checkpoint_dir": "ckpt",
+                      "checkpoint_interval": interval, "resume": resume, "seed": 5},
+            "deepspeed": {"train_batch_size": MICRO * gas, "train_micro_batch_size_per_gpu": MICRO,
+                          "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}}}}
+
+    write_job(f"{d}/first.json", job(1, 5, 5, False))
+    write_job(f"{d}/second.json", job(2, 7, 1, True))
+    z = tool("ztrain")
+    run([z, "run", f"{d}/first.json", "--out", f"{d}/out", "--threads", "2"])
+    p = run([z, "run", f"{d}/second.json", "--out", f"{d}/out", "--threads", "2"])
+    ck.check("step 5" in p.stdout, "the second run resumes at step 5")
+    metrics = {m["train/global_step"]: m for m in read_metrics(f"{d}/out/metrics.jsonl")
+               if "train/global_step" in m}
+    ck.check(sorted(metrics) == list(range(1, 8)), f"steps logged: {sorted(metrics)}")
+
+    tokens = torch.tensor(list(data), dtype=torch.long)
+    sample = 5 * MICRO
+    for step, tag in ((6, "global_step5"), (7, "global_step6")):
+        saved, _ = st_read(f"{d}/ckpt/{tag}/model.safetensors")
+        params = {k: v.double().requires_grad_(True) for k, v in saved.items()}
+        loss = 0.0
+        for micro in range(2):
+            starts = [(sample + i) * T for i in range(MICRO)]
+            sample += MICRO
+            x = torch.stack([tokens[s:s + T] for s in starts])
+            y = torch.stack([tokens[s + 1:s + T + 1] for s in starts])
+            micro_loss = F.cross_entropy(gpt2_forward(params, x, L, NH).reshape(-1, V),
+                                         y.reshape(-1))
+            (micro_loss / 2).backward()
+            loss += micro_loss.item() / 2
+        norm = torch.sqrt(sum((q.grad ** 2).sum() for q in params.values())).item()
+        m = metrics.get(step, {})
+        got = m.get("train/loss", float("nan"))
+        ck.check(abs(got - loss) < 1e-4 * loss,
+                 f"step {step}: loss {got:.6f} is the mean of 2 micro-batches, torch {loss:.6f}")
+        got = m.get("train/grad_norm", float("nan"))
+        ck.check(abs(got - norm) < 1e-3 * norm,
+                 f"step {step}: grad norm {got:.5f} vs torch {norm:.5f} over 2 micro-batches")
+    with open(f"{d}/ckpt/global_step7/meta.json") as f:
+        meta = json.load(f)
+    ck.check(meta["data"]["position"] == 5 * MICRO + 2 * 2 * MICRO,
+             f"the data position after step 7 is 5*4 + 2*8 samples: {meta['data']['position']}")
+ck.done()
