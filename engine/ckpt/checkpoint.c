@@ -295,7 +295,7 @@ typedef struct {
     int64_t world_size, optimizer_step;
     bool has_scaler;             /* a loss_scaler section the engine's dynamic scaler takes */
     int64_t cur_iter, last_overflow_iter, cur_hysteresis;
-    int64_t last_batch_iteration, global_steps, micro_steps, skipped_steps;
+    int64_t last_batch_iteration, global_steps, global_samples, micro_steps, skipped_steps;
     bool has_data;               /* a data section and a loader to seek */
     int64_t epoch, global_position;
 } meta_counts;
@@ -320,6 +320,9 @@ static zt_status read_counts(const cJSON *meta, const char *tagdir, zt_engine *e
     ZT_TRY(meta_int(sched, "lr_schedule", "last_batch_iteration", -1, -1, max, tagdir,
                     &c->last_batch_iteration));
     ZT_TRY(meta_int(meta, "", "global_steps", 0, 0, max, tagdir, &c->global_steps));
+    ZT_TRY(meta_int(meta, "", "global_samples",
+                    (double)c->global_steps * zt_engine_config(e)->train_batch_size, 0, max,
+                    tagdir, &c->global_samples));
     ZT_TRY(meta_int(meta, "", "micro_steps", 0, 0, max, tagdir, &c->micro_steps));
     ZT_TRY(meta_int(meta, "", "skipped_steps", 0, 0, max, tagdir, &c->skipped_steps));
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
@@ -520,7 +523,7 @@ zt_status zt_ckpt_load_filled(zt_engine *e, const char *dir, const char *tag,
             ls->cur_hysteresis = (int)c.cur_hysteresis;
         }
         zt_engine_schedule(e)->last_batch_iteration = c.last_batch_iteration;
-        zt_engine_set_counters(e, c.global_steps, c.micro_steps, c.skipped_steps);
+        zt_engine_set_counters(e, c.global_steps, c.global_samples, c.micro_steps, c.skipped_steps);
         zt_loader *l = zt_engine_loader(e);
         if (c.has_data)
             zt_engine_seek_data(e, c.epoch, c.global_position / l->world_size);

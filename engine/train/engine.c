@@ -38,6 +38,9 @@ struct zt_engine {
     size_t batch_bytes;
     zt_step_readback rb; /* the step's scalars and their one read */
     int64_t global_steps, micro_steps, skipped_steps;
+    /* Samples of the steps taken, a running total as DeepSpeed's: each step adds the
+     * train_batch_size it ran with, so a resume with another batch size keeps the count. */
+    int64_t global_samples;
     /* Micro-batches of the current step already stepped: a step's boundary is counted from its
      * own first micro-batch, not from micro_steps, which a resume with another
      * gradient_accumulation_steps would leave mid-step (DeepSpeed restores no micro count). */
@@ -449,6 +452,7 @@ static void finish_step(zt_engine *e, double t0, bool applied) {
     else
         e->skipped_steps++;
     e->global_steps++;
+    e->global_samples += e->ds.train_batch_size;
     e->micro_steps++;
     e->step_micro = 0;
     e->step_applied = applied;
@@ -657,9 +661,7 @@ void zt_engine_set_step_check(zt_engine *e, zt_engine_step_check check, void *ct
 
 bool zt_engine_was_step_applied(const zt_engine *e) { return e->step_applied; }
 int64_t zt_engine_global_steps(const zt_engine *e) { return e->global_steps; }
-int64_t zt_engine_global_samples(const zt_engine *e) {
-    return e->global_steps * e->ds.train_batch_size;
-}
+int64_t zt_engine_global_samples(const zt_engine *e) { return e->global_samples; }
 int64_t zt_engine_micro_steps(const zt_engine *e) { return e->micro_steps; }
 int64_t zt_engine_skipped_steps(const zt_engine *e) { return e->skipped_steps; }
 double zt_engine_get_lr(const zt_engine *e) { return zt_lr_schedule_lr(&e->sched); }
@@ -753,9 +755,10 @@ void zt_engine_seek_data(zt_engine *e, int64_t epoch, int64_t pos) {
 zt_optimizer *zt_engine_optimizer(zt_engine *e) { return e->ds.has_optimizer ? &e->opt : NULL; }
 zt_lr_schedule *zt_engine_schedule(zt_engine *e) { return &e->sched; }
 
-void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t micro_steps,
-                            int64_t skipped_steps) {
+void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t global_samples,
+                            int64_t micro_steps, int64_t skipped_steps) {
     e->global_steps = global_steps;
+    e->global_samples = global_samples;
     e->micro_steps = micro_steps;
     e->skipped_steps = skipped_steps;
     e->step_micro = 0;

@@ -63,8 +63,21 @@ with tempfile.TemporaryDirectory() as d:
         got = m.get("train/grad_norm", float("nan"))
         ck.check(abs(got - norm) < 1e-3 * norm,
                  f"step {step}: grad norm {got:.5f} vs torch {norm:.5f} over 2 micro-batches")
-    with open(f"{d}/ckpt/global_step7/meta.json") as f:
-        meta = json.load(f)
+    # global_samples is a running total, as DeepSpeed's: 5 steps of 4, then steps of 8.
+    n_samples = (len(data) - 1) // T
+    for step in range(1, 8):
+        want = MICRO * step if step <= 5 else 5 * MICRO + 2 * MICRO * (step - 5)
+        got = metrics.get(step, {}).get("train/samples")
+        ck.check(got == want, f"step {step}: train/samples {got}, want {want}")
+        got = metrics.get(step, {}).get("train/epoch", float("nan"))
+        ck.check(abs(got - want / n_samples) < 1e-9,
+                 f"step {step}: train/epoch {got:.6f} is {want}/{n_samples} samples")
+    for step in (5, 6, 7):
+        with open(f"{d}/ckpt/global_step{step}/meta.json") as f:
+            meta = json.load(f)
+        want = MICRO * step if step <= 5 else 5 * MICRO + 2 * MICRO * (step - 5)
+        got = meta["global_samples"]
+        ck.check(got == want, f"global_step{step}/meta.json: global_samples {got}, want {want}")
     ck.check(meta["data"]["position"] == 5 * MICRO + 2 * 2 * MICRO,
              f"the data position after step 7 is 5*4 + 2*8 samples: {meta['data']['position']}")
 ck.done()

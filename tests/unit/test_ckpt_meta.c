@@ -70,6 +70,10 @@ int main(void) {
     CHECK(zt_ckpt_load(e, dir, NULL) == ZT_OK, "%s", zt_last_error());
     CHECK(zt_engine_global_steps(e) == 7, "global steps %lld", (long long)zt_engine_global_steps(e));
     CHECK(zt_engine_micro_steps(e) == 2, "micro steps %lld", (long long)zt_engine_micro_steps(e));
+    /* The samples are restored as saved (2 steps of train_batch_size 2), not recomputed from
+     * global_steps. */
+    CHECK(zt_engine_global_samples(e) == 4, "global samples %lld",
+          (long long)zt_engine_global_samples(e));
     step(e);
 
     static const struct {
@@ -79,6 +83,7 @@ int main(void) {
         {"\"world_size\":\t1", "\"world_size\": 0", "world_size"},
         {"\"global_steps\":\t2", "\"global_steps\": 1e300", "global_steps"},
         {"\"micro_steps\":\t2", "\"micro_steps\": -1e19", "micro_steps"},
+        {"\"global_samples\":\t4", "\"global_samples\": -4", "global_samples"},
         {"\"skipped_steps\":\t0", "\"skipped_steps\": 0.5", "skipped_steps"},
         {"\"optimizer_step\":\t2", "\"optimizer_step\": 1e400", "optimizer_step"},
         {"\"last_batch_iteration\":\t1", "\"last_batch_iteration\": -2", "last_batch_iteration"},

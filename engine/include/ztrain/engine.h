@@ -182,7 +182,9 @@ bool zt_engine_is_gradient_accumulation_boundary(const zt_engine *e);
 bool zt_engine_was_step_applied(const zt_engine *e);
 
 int64_t zt_engine_global_steps(const zt_engine *e);   /* optimizer steps taken */
-int64_t zt_engine_global_samples(const zt_engine *e); /* global_steps * train_batch_size */
+/* Samples of the optimizer steps taken: each step's train_batch_size added up (DeepSpeed's
+ * running global_samples, restored from a checkpoint), whatever batch size earlier runs had. */
+int64_t zt_engine_global_samples(const zt_engine *e);
 /* Loss-masked data (data.format "masked"): the trained targets of the current (or last) step's
  * global batch over every rank, the loss's divisor, and in *all (may be NULL) all its targets.
  * 0 for unmasked data. */
@@ -264,7 +266,7 @@ zt_lr_schedule *zt_engine_schedule(zt_engine *e);
  * their own accessors). The next micro-step starts a step of the current
  * gradient_accumulation_steps, whatever micro_steps says: a checkpoint holds whole steps, and a
  * resume may change gas. */
-void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t micro_steps,
-                            int64_t skipped_steps);
+void zt_engine_set_counters(zt_engine *e, int64_t global_steps, int64_t global_samples,
+                            int64_t micro_steps, int64_t skipped_steps);
 
 #endif
