@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ztrain/ckpt_dir.h"
+#include "ckpt_changes.h"
 #include "ckpt_shards.h"
 #include "ztrain/fsutil.h"
 #include "ztrain/model_fields.h"
@@ -108,6 +109,7 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
     cJSON_AddNumberToObject(m, "micro_steps", (double)zt_engine_micro_steps(e));
     cJSON_AddNumberToObject(m, "skipped_steps", (double)zt_engine_skipped_steps(e));
     const zt_ds_config *ds = zt_engine_config(e);
+    cJSON_AddStringToObject(m, "precision", zt_ckpt_precision_name(ds));
     cJSON_AddNumberToObject(m, "world_size", ds->world_size);
     cJSON_AddNumberToObject(m, "zero_stage", ds->zero.stage);
     zt_optimizer *o = zt_engine_optimizer(e);
@@ -118,6 +120,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
     cJSON_AddNumberToObject(scaler, "cur_iter", (double)ls->cur_iter);
     cJSON_AddNumberToObject(scaler, "last_overflow_iter", (double)ls->last_overflow_iter);
     cJSON_AddNumberToObject(scaler, "cur_hysteresis", ls->cur_hysteresis);
+    /* fp32, bf16 and a static fp16 scale keep a scale no dynamic scaler may take. */
+    cJSON_AddBoolToObject(scaler, "dynamic", ls->kind != ZT_SCALER_STATIC);
     cJSON *sched = cJSON_AddObjectToObject(m, "lr_schedule");
     cJSON_AddNumberToObject(sched, "last_batch_iteration",
                             (double)zt_engine_schedule(e)->last_batch_iteration);
@@ -308,7 +312,10 @@ static zt_status read_counts(const cJSON *meta, const char *tagdir, zt_engine *e
     ZT_TRY(meta_int(meta, "", "optimizer_step", 0, 0, max, tagdir, &c->optimizer_step));
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
     const zt_loss_scaler *ls = zt_engine_loss_scaler(e);
-    c->has_scaler = cJSON_IsObject(sc) && ls->kind != ZT_SCALER_STATIC;
+    /* A scale fp32, bf16 or a static fp16 scale kept (1, or the fixed value) is no dynamic
+     * scaler's state: a dynamic one then starts at 2^initial_scale_power, as in a fresh run. */
+    c->has_scaler = cJSON_IsObject(sc) && ls->kind != ZT_SCALER_STATIC &&
+                    zt_ckpt_meta_dynamic_scaler(meta);
     if (c->has_scaler) {
         ZT_TRY(meta_int(sc, "loss_scaler", "cur_iter", 0, 0, max, tagdir, &c->cur_iter));
         ZT_TRY(meta_int(sc, "loss_scaler", "last_overflow_iter", -1, -1, max, tagdir,

@@ -251,19 +251,22 @@ static zt_status save_checkpoint(trainer *t) {
 /* Decides, before anything is created, what a resumable job starts from (zt_ckpt_find_resume),
  * so that a checkpoint_dir whose `latest` leads nowhere neither fails late nor starts over
  * silently. Rank 0 prints the notice, if any. */
-static zt_status choose_resume(trainer *t) {
-    const char *dir = t->ckpt_dir;
-    char note[4096], shard0[4200];
-    /* A tensor-parallel checkpoint's shards share their tags: shard 0's say which (it exists at
-     * every TP size, which a resharding job's own shard need not). A directory without tp.json
-     * holds, if anything, a checkpoint saved without tensor parallelism, which every shard reads
-     * whole (zt_ckpt_tp_load); the job's own saves then go to shard directories beside it. */
+/* The directory whose checkpoints say what the job resumes from. A tensor-parallel checkpoint's
+ * shards share their tags: shard 0's say which (it exists at every TP size, which a resharding
+ * job's own shard need not). A directory without tp.json holds, if anything, a checkpoint saved
+ * without tensor parallelism, which every shard reads whole (zt_ckpt_tp_load); the job's own
+ * saves then go to shard directories beside it. */
+static const char *resume_dir(const trainer *t, char *shard0, size_t size) {
     if (t->tp_ckpt && zt_ckpt_tp_size(t->tp_dir) > 0) {
-        zt_ckpt_tp_shard_dir(shard0, sizeof shard0, t->tp_dir, 0);
-        dir = shard0;
-    } else if (t->tp_ckpt) {
-        dir = t->tp_dir;
+        zt_ckpt_tp_shard_dir(shard0, size, t->tp_dir, 0);
+        return shard0;
     }
+    return t->tp_ckpt ? t->tp_dir : t->ckpt_dir;
+}
+
+static zt_status choose_resume(trainer *t) {
+    char note[4096], shard0[4200];
+    const char *dir = resume_dir(t, shard0, sizeof shard0);
     t->resume_tag[0] = '\0';
     if (!t->job->train.resume || !dir[0])
         return ZT_OK;
@@ -304,6 +307,11 @@ static zt_status maybe_resume(trainer *t) {
         fprintf(t->opts->progress, "resumed from %s/%s at step %lld\n",
                 t->tp_ckpt ? t->tp_dir : dir, t->resume_tag,
                 (long long)zt_engine_global_steps(t->e));
+    if (t->rank == 0) {
+        char shard0[4200];
+        zt_ckpt_warn_changes(resume_dir(t, shard0, sizeof shard0), t->resume_tag, t->job,
+                             stderr);
+    }
     return ZT_OK;
 }
 

@@ -28,6 +28,7 @@
 
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "ztrain/engine.h"
 #include "ztrain/job_spec.h"
@@ -85,11 +86,22 @@ void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out);
 void zt_ckpt_list_free(zt_ckpt_list *c);
 
 /* Restores the engine from dir/tag (tag NULL: latest): weights, optimizer state, schedule,
- * counters and data position, on any number of ranks (each reads the ranges of the saved
- * partitions it needs; from a stage-3 checkpoint's shards only what it keeps). Refuses a tag
- * without DONE or a different model shape, with a message naming the checkpoint and the
- * mismatch. */
+ * counters, data position and the loss scaler's state (into a dynamic fp16 scaler, and only
+ * from a run that had one: zt_ckpt_warn_changes), on any number of ranks (each reads the
+ * ranges of the saved partitions it needs; from a stage-3 checkpoint's shards only what it
+ * keeps). Refuses a tag without DONE or a different model shape, with a message naming the
+ * checkpoint and the mismatch. */
 zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
+
+/* For a job resuming from dir/tag (tag NULL: latest): one line on f, "ztrain: warning: resume:
+ * KEY changed from OLD (checkpoint TAGDIR) to NEW: ...", when the job changes the precision
+ * (fp32, fp16, bf16) from the run that wrote the checkpoint (its meta.json). Such a resume is
+ * legitimate, continued training in another precision, but does not continue bit-exactly. An
+ * fp16 job with a dynamic loss scale resuming a checkpoint without one (fp32, bf16, a static
+ * fp16 scale) starts at 2^initial_scale_power, as a fresh run (zt_ckpt_load takes no scale from
+ * it), which the line says. A checkpoint older than a key is not compared on it; one whose
+ * meta.json cannot be read gives no lines (zt_ckpt_load reports it). */
+void zt_ckpt_warn_changes(const char *dir, const char *tag, const zt_job_spec *job, FILE *f);
 
 /* zt_ckpt_load with the parameters and the optimizer state written by fill (which must also call
  * zt_engine_params_loaded and set the optimizer's step count to optimizer_step) instead of read

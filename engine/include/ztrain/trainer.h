@@ -13,7 +13,9 @@
 
 typedef struct {
     const char *out_dir;   /* metrics.jsonl goes here (created if needed) */
-    FILE *progress;        /* progress output; a terminal gets a live bar, anything else lines */
+    /* progress output; a terminal gets a live bar, anything else lines. Warnings (a resume that
+     * changes the data or the precision, zt_ckpt_warn_changes) go to stderr from rank 0. */
+    FILE *progress;
     int threads;           /* CPU threads (0: the OpenMP default) */
     /* When it becomes non-zero (e.g. set by ztrain/stop_signals.h on SIGINT/SIGTERM) the loop finishes the
      * current step, writes a checkpoint if the job has a checkpoint_dir, and returns ZT_OK with

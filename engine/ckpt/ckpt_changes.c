@@ -1,0 +1,77 @@
+/* What a resumed job changes from the run its checkpoint continues, read from the checkpoint's
+ * meta.json: the changes that keep it from continuing bit-exactly are legitimate (continued
+ * training in another precision) but said, one warning line each. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_changes.h"
+#include "ckpt_shards.h"
+#include "ztrain/checkpoint.h"
+
+const char *zt_ckpt_precision_name(const zt_ds_config *ds) {
+    return ds->fp16.enabled ? "fp16" : ds->bf16.enabled ? "bf16" : "fp32";
+}
+
+/* The "enabled" of section `name` of a saved DeepSpeed config: 1, 0 (false or absent), or -1
+ * when it is not a boolean ("auto"). */
+static int section_enabled(const cJSON *ds, const char *name) {
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(ds, name);
+    const cJSON *on = cJSON_GetObjectItemCaseSensitive(sec, "enabled");
+    if (!on)
+        return 0;
+    return cJSON_IsBool(on) ? cJSON_IsTrue(on) : -1;
+}
+
+const char *zt_ckpt_meta_precision(const cJSON *meta) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(meta, "precision");
+    if (cJSON_IsString(p))
+        return p->valuestring;
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(meta, "deepspeed");
+    if (!cJSON_IsObject(ds))
+        return NULL;
+    int fp16 = section_enabled(ds, "fp16"), bf16 = section_enabled(ds, "bf16");
+    if (fp16 < 0 || bf16 < 0)
+        return NULL;
+    return fp16 ? "fp16" : bf16 ? "bf16" : "fp32";
+}
+
+bool zt_ckpt_meta_dynamic_scaler(const cJSON *meta) {
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
+    const cJSON *dynamic = cJSON_GetObjectItemCaseSensitive(sc, "dynamic");
+    if (cJSON_IsBool(dynamic))
+        return cJSON_IsTrue(dynamic);
+    const char *precision = zt_ckpt_meta_precision(meta);
+    if (!precision)
+        return true;
+    const cJSON *fp16 = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(meta, "deepspeed"), "fp16");
+    const cJSON *fixed = cJSON_GetObjectItemCaseSensitive(fp16, "loss_scale");
+    return strcmp(precision, "fp16") == 0 && !(cJSON_IsNumber(fixed) && fixed->valuedouble > 0);
+}
+
+static void warn(FILE *f, const char *tagdir, const char *key, const char *was, const char *now,
+                 const char *consequence) {
+    fprintf(f, "ztrain: warning: resume: %s changed from %s (checkpoint %s) to %s: %s\n", key,
+            was, tagdir, now, consequence);
+}
+
+void zt_ckpt_warn_changes(const char *dir, const char *tag, const zt_job_spec *job, FILE *f) {
+    char tagdir[4096];
+    cJSON *meta;
+    if (!f || zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta) != ZT_OK)
+        return;
+    const char *was = zt_ckpt_meta_precision(meta), *now = zt_ckpt_precision_name(&job->ds);
+    if (was && strcmp(was, now) != 0) {
+        char why[160];
+        /* The only scaler state a dynamic scaler takes is a dynamic scaler's (zt_ckpt_load). */
+        if (job->ds.fp16.enabled && job->ds.fp16.loss_scale <= 0 &&
+            !zt_ckpt_meta_dynamic_scaler(meta))
+            snprintf(why, sizeof why, "the loss scale starts at 2^%d, as a fresh run's",
+                     job->ds.fp16.initial_scale_power);
+        else
+            snprintf(why, sizeof why, "the run does not continue bit-exactly");
+        warn(f, tagdir, "the precision", was, now, why);
+    }
+    cJSON_Delete(meta);
+}
