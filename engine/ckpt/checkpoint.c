@@ -140,6 +140,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)l->seed);
         cJSON_AddStringToObject(d, "seed", seed);
         cJSON_AddBoolToObject(d, "shuffle", l->shuffle);
+        if (job)
+            cJSON_AddItemToObject(d, "train", zt_ckpt_data_train_json(&job->data));
     }
     cJSON_AddItemToObject(m, "model", model_spec_json(&zt_engine_model(e)->spec));
     if (zt_engine_params_sharded(e))

@@ -1,6 +1,7 @@
 /* What a resumed job changes from the run its checkpoint continues, read from the checkpoint's
  * meta.json: the changes that keep it from continuing bit-exactly are legitimate (continued
- * training in another precision) but said, one warning line each. */
+ * training on other data, or in another precision) but said, one warning line each. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,10 +51,41 @@ bool zt_ckpt_meta_dynamic_scaler(const cJSON *meta) {
     return strcmp(precision, "fp16") == 0 && !(cJSON_IsNumber(fixed) && fixed->valuedouble > 0);
 }
 
+cJSON *zt_ckpt_data_train_json(const zt_data_spec *d) {
+    if (!d->train_mix)
+        return d->train ? cJSON_CreateString(d->train) : cJSON_CreateNull();
+    cJSON *mix = cJSON_CreateArray();
+    for (int i = 0; i < d->n_train_mix; i++) {
+        cJSON *src = cJSON_CreateObject();
+        cJSON_AddStringToObject(src, "path", d->train_mix[i].path);
+        cJSON_AddNumberToObject(src, "weight", d->train_mix[i].weight);
+        cJSON_AddItemToArray(mix, src);
+    }
+    return mix;
+}
+
 static void warn(FILE *f, const char *tagdir, const char *key, const char *was, const char *now,
                  const char *consequence) {
     fprintf(f, "ztrain: warning: resume: %s changed from %s (checkpoint %s) to %s: %s\n", key,
             was, tagdir, now, consequence);
+}
+
+/* A value as a message shows it: a string as it is, anything else as one line of JSON. */
+static char *shown(const cJSON *v) {
+    return cJSON_IsString(v) ? strdup(v->valuestring) : cJSON_PrintUnformatted(v);
+}
+
+/* Warns when the job's value of `key` (now) differs from the checkpoint's (was; NULL: a
+ * checkpoint that predates the key, not compared). */
+static void compare_json(FILE *f, const char *tagdir, const char *key, const cJSON *was,
+                         const cJSON *now) {
+    if (!was || cJSON_Compare(was, now, true))
+        return;
+    char *a = shown(was), *b = shown(now);
+    if (a && b)
+        warn(f, tagdir, key, a, b, "the run does not continue bit-exactly");
+    free(a);
+    free(b);
 }
 
 void zt_ckpt_warn_changes(const char *dir, const char *tag, const zt_job_spec *job, FILE *f) {
@@ -61,6 +93,21 @@ void zt_ckpt_warn_changes(const char *dir, const char *tag, const zt_job_spec *j
     cJSON *meta;
     if (!f || zt_ckpt_open_meta(dir, tag, tagdir, sizeof tagdir, &meta) != ZT_OK)
         return;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
+    if (cJSON_IsObject(d)) {
+        cJSON *train = zt_ckpt_data_train_json(&job->data);
+        compare_json(f, tagdir, "data.train", cJSON_GetObjectItemCaseSensitive(d, "train"), train);
+        cJSON_Delete(train);
+        char seed[32];
+        snprintf(seed, sizeof seed, "%" PRIu64, job->train.seed);
+        cJSON *now = cJSON_CreateString(seed);
+        compare_json(f, tagdir, "train.seed", cJSON_GetObjectItemCaseSensitive(d, "seed"), now);
+        cJSON_Delete(now);
+        now = cJSON_CreateBool(job->data.shuffle);
+        compare_json(f, tagdir, "data.shuffle", cJSON_GetObjectItemCaseSensitive(d, "shuffle"),
+                     now);
+        cJSON_Delete(now);
+    }
     const char *was = zt_ckpt_meta_precision(meta), *now = zt_ckpt_precision_name(&job->ds);
     if (was && strcmp(was, now) != 0) {
         char why[160];

@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include "ztrain/ds_config.h"
+#include "ztrain/job_spec.h"
 
 /* "fp32", "fp16" or "bf16": meta.json's "precision", else what its "deepspeed" section enables;
  * NULL when neither says (a checkpoint written without a job, or precision "auto"). */
@@ -20,5 +21,9 @@ bool zt_ckpt_meta_dynamic_scaler(const cJSON *meta);
 
 /* The precision a DeepSpeed config trains in, by the same names. */
 const char *zt_ckpt_precision_name(const zt_ds_config *ds);
+
+/* data.train as the job gave it, for meta.json's data section: the path (or glob), or a
+ * mixture's [{"path", "weight"}, ...]; cJSON null without one. The caller owns the result. */
+cJSON *zt_ckpt_data_train_json(const zt_data_spec *d);
 
 #endif

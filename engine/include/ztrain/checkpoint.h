@@ -10,7 +10,8 @@
  *   optim_rank_<r>.safetensors     rank r's optimizer state (Adam exp_avg/exp_avg_sq, or SGD's
  *                                  momentum_buffer) over its slice of the flat parameters, the
  *                                  same whether the state lived in memory or in offload files
- *   meta.json                      counters, data position, schedule, seed, world size, model
+ *   meta.json                      counters, data position, schedule, the data it trained on
+ *                                  (data.train, seed, shuffle), precision, world size, model
  *                                  spec and DeepSpeed config; at stage 3 also "model_shards" (the
  *                                  number of model_rank files) and "params", the flat layout
  *                                  [[name, offset, [shape]], ...] that consolidates them
@@ -94,13 +95,14 @@ void zt_ckpt_list_free(zt_ckpt_list *c);
 zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
 
 /* For a job resuming from dir/tag (tag NULL: latest): one line on f, "ztrain: warning: resume:
- * KEY changed from OLD (checkpoint TAGDIR) to NEW: ...", when the job changes the precision
- * (fp32, fp16, bf16) from the run that wrote the checkpoint (its meta.json). Such a resume is
- * legitimate, continued training in another precision, but does not continue bit-exactly. An
- * fp16 job with a dynamic loss scale resuming a checkpoint without one (fp32, bf16, a static
- * fp16 scale) starts at 2^initial_scale_power, as a fresh run (zt_ckpt_load takes no scale from
- * it), which the line says. A checkpoint older than a key is not compared on it; one whose
- * meta.json cannot be read gives no lines (zt_ckpt_load reports it). */
+ * KEY changed from OLD (checkpoint TAGDIR) to NEW: ...", for each of data.train, train.seed,
+ * data.shuffle and the precision (fp32, fp16, bf16) that the job changes from the run that wrote
+ * the checkpoint (its meta.json). Such a resume is legitimate, continued training on other data
+ * or in another precision, but does not continue bit-exactly. An fp16 job with a dynamic loss
+ * scale resuming a checkpoint without one (fp32, bf16, a static fp16 scale) starts at
+ * 2^initial_scale_power, as a fresh run (zt_ckpt_load takes no scale from it), which the line
+ * says. A checkpoint older than a key is not compared on it; one whose meta.json cannot be read
+ * gives no lines (zt_ckpt_load reports it). */
 void zt_ckpt_warn_changes(const char *dir, const char *tag, const zt_job_spec *job, FILE *f);
 
 /* zt_ckpt_load with the parameters and the optimizer state written by fill (which must also call
