@@ -1,7 +1,7 @@
 /* The shared-memory transport ("shm"): ranks on one host exchange data through one POSIX
  * shared-memory segment and wait for each other on a futex barrier that lives in it. This file
  * holds the segment's life, the barrier and the collectives; comm_shm_p2p.c the point-to-point
- * channels.
+ * channels; comm_shm_claim.c which process runs each rank, so that two with one RANK are an error.
  *
  * Every wait is bounded by the communicator's timeout and watches the processes of the ranks it
  * waits for, so a dead or stuck peer becomes an error that names it. The first rank to fail marks
@@ -479,10 +479,47 @@ static void set_layout(zt_shm_comm *c) {
     c->rings = c->base + c->plan.rings_off;
 }
 
+/* The pid of the live rank 0 of a segment already under c's name, or 0 when there is none (no
+ * segment, one not published yet, or one whose rank 0 has exited: a crashed run's). The rank
+ * claim (comm_shm_claim.c) finds a second rank 0 first; this keeps one that the claim cannot see
+ * (another network namespace) from removing a live job's segment while its ranks meet. */
+static pid_t segment_owner(const zt_shm_comm *c) {
+    int fd = shm_open(c->name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    size_t need = c->plan.ranks_off + sizeof(zt_shm_rank);
+    void *p = fstat(fd, &st) == 0 && (size_t)st.st_size >= need
+                  ? mmap(NULL, need, PROT_READ, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED)
+        return 0;
+    const zt_shm_header *h = p;
+    const zt_shm_rank *r0 = (const zt_shm_rank *)((const unsigned char *)p + c->plan.ranks_off);
+    pid_t pid = 0;
+    if (atomic_load_explicit(&h->ready, memory_order_acquire) && h->magic == SHM_MAGIC &&
+        h->version == SHM_VERSION) {
+        pid = atomic_load_explicit(&r0->pid, memory_order_relaxed);
+        if (pid == getpid() || !pid_alive(pid, r0->start_time))
+            pid = 0;
+    }
+    munmap(p, need);
+    return pid;
+}
+
 /* Rank 0: removes a segment a crashed run may have left under this name, creates a fresh one,
- * and publishes it by setting ready last. */
+ * and publishes it by setting ready last. A segment whose rank 0 still runs is another
+ * process's with this RANK, and is left alone. */
 static zt_status create_segment(zt_shm_comm *c) {
     size_t total = c->plan.total;
+    pid_t owner = segment_owner(c);
+    if (owner)
+        return zt_error(ZT_ERR_INVALID,
+                        "shm rendezvous: rank 0 of %s is already run by pid %d on this host: two "
+                        "processes have RANK=0 (is another job running with the same run id or "
+                        "MASTER_PORT?)",
+                        c->name, (int)owner);
     if (shm_unlink(c->name) != 0 && errno != ENOENT)
         return zt_error(ZT_ERR_IO, "cannot remove stale shared-memory segment %s: %s", c->name,
                         strerror(errno));
@@ -627,6 +664,7 @@ static void release(zt_shm_comm *c) {
         shm_unlink(c->name);
     if (c->base)
         munmap(c->base, c->map_bytes);
+    zt_shm_release_rank(c);
     free(c);
 }
 
@@ -650,8 +688,13 @@ static zt_status shm_create(zt_comm **out, const zt_dist_info *d, double timeout
     c->timeout_ns = (int64_t)(timeout_s * 1e9);
     snprintf(c->name, sizeof c->name, "/ztrain-%u-%s", (unsigned)getuid(), d->run_id);
     c->plan = plan_segment(d->world_size);
+    c->claim_fd = -1;
 
-    zt_status s = d->rank == 0 ? create_segment(c) : attach_segment(c);
+    /* The claim comes first: a second process with this RANK must fail before it touches the
+     * segment of the job the first one runs. */
+    zt_status s = zt_shm_claim_rank(c);
+    if (s == ZT_OK)
+        s = d->rank == 0 ? create_segment(c) : attach_segment(c);
     if (s == ZT_OK)
         s = barrier(c, "rendezvous", true);
     /* Once every rank has mapped the segment the name is no longer needed; removing it now means

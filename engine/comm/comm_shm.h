@@ -1,6 +1,6 @@
-/* The shared-memory transport's segment layout and the pieces its two files share (internal):
+/* The shared-memory transport's segment layout and the pieces its files share (internal):
  * comm_shm.c holds the segment's life, the barrier and the collectives, comm_shm_p2p.c the
- * point-to-point channels.
+ * point-to-point channels, comm_shm_claim.c which process runs each rank.
  *
  * The segment, in order: the header; one record per rank; the point-to-point pair table (one
  * word per ordered pair: 0, or 1 + the channel it uses) and channel counters; two buffer sets for
@@ -100,6 +100,7 @@ typedef struct {
      * the next chunk while slower ranks still read the last one, with no extra barrier. */
     uint64_t phase;
     bool unlinked;
+    int claim_fd; /* this rank's claim on the host (comm_shm_claim.c), or -1 */
 } zt_shm_comm;
 
 static inline int64_t zt_shm_now_ns(void) {
@@ -132,6 +133,13 @@ static inline void zt_shm_ring(zt_shm_comm *c, int r) {
 bool zt_shm_rank_alive(const zt_shm_comm *c, int r);
 /* ZT_OK, or the failure of the rank that aborted the segment, recorded as this rank's. */
 zt_status zt_shm_check_aborted(zt_shm_comm *c, const char *what);
+
+/* Claims c's rank of c's job for this process until zt_shm_release_rank (c->claim_fd). Another
+ * live process holding it is ZT_ERR_INVALID saying "two processes have RANK=<r>" and naming its
+ * pid; nothing of the job it belongs to is touched. */
+zt_status zt_shm_claim_rank(zt_shm_comm *c);
+/* Gives the claim up, if held. */
+void zt_shm_release_rank(zt_shm_comm *c);
 
 zt_status zt_shm_send(zt_comm *c, const void *buf, size_t n, zt_dtype t, int peer);
 zt_status zt_shm_recv(zt_comm *c, void *buf, size_t n, zt_dtype t, int peer);

@@ -23,12 +23,18 @@ zt_status zt_job_activation_checkpointing(zt_job_spec *job, const zt_json_obj *t
                         job->train.activation_checkpoint_interval);
     job->train.activation_checkpointing = on;
     job->model.checkpoint_interval = on ? job->train.activation_checkpoint_interval : 0;
-    job->model.checkpoint_cpu = on && job->ds.cpu_checkpointing;
-    if (job->ds.cpu_checkpointing && !on) {
+    /* A pipeline's stages also checkpoint their blocks when pipeline.activation_checkpoint_interval
+     * is above 0 (pipe_engine.c puts it in their model spec), the train section's switch or not;
+     * their kept inputs go where cpu_checkpointing says, as without a pipeline. */
+    const bool pipe_on =
+        job->pipeline.stages > 1 && job->pipeline.activation_checkpoint_interval > 0;
+    job->model.checkpoint_cpu = (on || pipe_on) && job->ds.cpu_checkpointing;
+    if (job->ds.cpu_checkpointing && !on && !pipe_on) {
         char line[512];
-        snprintf(line, sizeof line, "ztrain: warning: %s: activation_checkpointing.cpu_checkpointing "
-                 "has no effect: the job does not checkpoint activations (set "
-                 "train.activation_checkpointing to true)", top->source);
+        snprintf(line, sizeof line, "ztrain: warning: %s: activation_checkpointing."
+                 "cpu_checkpointing has no effect: the job does not checkpoint activations (set "
+                 "train.activation_checkpointing to true, or in a pipelined job "
+                 "pipeline.activation_checkpoint_interval above 0)", top->source);
         add_warning(&job->ds, line);
     }
     return ZT_OK;

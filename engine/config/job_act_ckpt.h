@@ -9,10 +9,11 @@
 
 /* Sets job->model.checkpoint_interval (train.activation_checkpoint_interval when
  * train.activation_checkpointing or training_args.gradient_checkpointing is true, else 0) and
- * checkpoint_cpu (the DeepSpeed config's cpu_checkpointing). An interval given without the switch
- * is an error naming both keys; cpu_checkpointing without checkpointing adds a warning to
- * job->ds.warnings. Called once the train section, training_args and the DeepSpeed config are
- * parsed. */
+ * checkpoint_cpu (the DeepSpeed config's cpu_checkpointing, when the job checkpoints: by that
+ * switch, or in a pipelined job by pipeline.activation_checkpoint_interval, which the stages'
+ * model spec takes). An interval given without the switch is an error naming both keys;
+ * cpu_checkpointing without checkpointing adds a warning to job->ds.warnings. Called once the
+ * train section, training_args, the pipeline section and the DeepSpeed config are parsed. */
 zt_status zt_job_activation_checkpointing(zt_job_spec *job, const zt_json_obj *top);
 
 #endif

@@ -29,6 +29,16 @@ zt_status zt_job_parse_pipeline(zt_job_spec *job, const zt_json_obj *top) {
                                  "(%d) must divide world_size (%d): every stage has world_size / "
                                  "stages data-parallel replicas",
                                  p->stages, job->world_size);
+    /* Every family offers the partition its embedding, its n_layer blocks and its head
+     * (pipe_layers.c). As in DeepSpeed, a stage may get the embedding or the head alone (6 stages
+     * on 4 blocks); past n_layer + 2 stages a stage would get no layer at all, which DeepSpeed's
+     * partition_uniform leaves empty and ztrain refuses here, before any rank starts. */
+    const int layers = job->model.n_layer + 2;
+    if (p->stages > layers)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "stages",
+                                 "(%d) is more than the %d layers the model offers to cut (the "
+                                 "embedding, %d blocks, the head): a stage would get none",
+                                 p->stages, layers, job->model.n_layer);
     const char *method = NULL;
     ZT_TRY(zt_json_get_string(&o, "partition", &method, NULL));
     if (method) {

@@ -6,7 +6,14 @@ and in bf16 at stage 1 (where the hooks keep fp32 working copies per layer); a j
 cpu_checkpointing without checkpointing is warned, and an interval without the switch refused.
 And the memory: one rank's peak RSS (getrusage) with checkpointing every 1 and 3 of 6 blocks is
 lower than without by the activation bytes the README's formula says are no longer kept, within
-10% (the rest of the process is the same in both runs)."""
+10% (the rest of the process is the same in both runs).
+
+Pipelined (2 stages, pipeline.activation_checkpoint_interval 1, micro-batch 2 x 2): with
+cpu_checkpointing the losses and weights are those of the same pipeline without checkpointing,
+and no warning says it has no effect. On the emulated CUDA device it is in force: each stage's
+memory/rank<r>/device_allocated_bytes is lower than without cpu_checkpointing by its kept block
+inputs less the one device copy in use, (buffers x blocks - 1) x 4·B·T·C bytes, with DeepSpeed's
+num_pipe_buffers max(2, min(S - s + 1, M)) and the blocks of the uniform partition."""
 import copy
 import os
 import sys
@@ -14,7 +21,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 
-from ztref import Checker, read_metrics, run, st_read, tool, write_job  # noqa: E402
+from ztref import BUILD, Checker, read_metrics, run, st_read, tool, write_job  # noqa: E402
 
 
 def job(model, stage, bf16=False):
@@ -89,6 +96,53 @@ def peak_rss(d, name, every):
     return rss, saved_bytes(L, B, T, C, NH, every) if every else 0
 
 
+PIPE_GPT2 = {"type": "gpt2", "n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256,
+             "block_size": 32}
+
+
+def pipeline_job(device, ckpt, cpu):
+    spec = job(PIPE_GPT2, 0)
+    spec.update(device=device, pipeline={"stages": 2, "partition": "uniform",
+                                         "activation_checkpoint_interval": ckpt})
+    if cpu:
+        spec["deepspeed"]["activation_checkpointing"] = {"cpu_checkpointing": True}
+    return spec
+
+
+def device_allocated(d, name):
+    recs = read_metrics(f"{d}/{name}/metrics.jsonl")
+    return [max(m.get(f"memory/rank{r}/device_allocated_bytes", 0) for m in recs)
+            for r in range(2)]
+
+
+def check_pipeline(d):
+    ref = train(d, "pipe-plain", pipeline_job("cpu", 0, False))
+    got = train(d, "pipe-cpu-ckpt", pipeline_job("cpu", 1, True))
+    same(ck, "2 pipeline stages, checkpoint interval 1 with cpu_checkpointing", ref, got)
+    out = got[2].stdout + got[2].stderr
+    ck.check("cpu_checkpointing has no effect" not in out,
+             f"pipelined cpu_checkpointing is not warned: {out!r}")
+    if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+        print("emulated CUDA device not built: cpu_checkpointing's device memory not checked")
+        return
+    os.environ["ZTRAIN_CUDA_EMU"] = "1"
+    try:
+        dev = train(d, "pipe-cuda-ckpt", pipeline_job("cuda", 1, False))
+        dev_cpu = train(d, "pipe-cuda-cpu-ckpt", pipeline_job("cuda", 1, True))
+    finally:
+        del os.environ["ZTRAIN_CUDA_EMU"]
+    same(ck, "cuda: cpu_checkpointing against device checkpointing", dev, dev_cpu)
+    # Layers embed, 4 blocks, head cut uniformly in two: 2 blocks a stage; 2 micro-batches.
+    S, M, blocks, B, T, C = 2, 2, 2, 2, 32, 64
+    before, after = device_allocated(d, "pipe-cuda-ckpt"), device_allocated(d, "pipe-cuda-cpu-ckpt")
+    for s in range(S):
+        buffers = max(2, min(S - s + 1, M))
+        want = (buffers * blocks - 1) * r64(B * T * C * 4)
+        ck.check(before[s] - after[s] == want,
+                 f"stage {s}: cpu_checkpointing moves the kept inputs to the host: device bytes "
+                 f"{before[s]} -> {after[s]}, lower by {before[s] - after[s]} (want {want})")
+
+
 _cache = os.path.join(os.environ.get("ZTRAIN_BUILD", "build"), "CMakeCache.txt")
 SANITIZED = os.path.exists(_cache) and "ZT_SANITIZE:BOOL=ON" in open(_cache).read()
 
@@ -124,6 +178,8 @@ with tempfile.TemporaryDirectory() as d:
               f"{want / 2**20:.1f} MiB")
         ck.check(abs((base_rss - rss) - want) <= 0.1 * want,
                  f"interval {every}: peak RSS lower by the formula's bytes within 10%")
+
+    check_pipeline(d)
 
     spec = job(GPT2, 0)
     spec["deepspeed"]["activation_checkpointing"] = {"cpu_checkpointing": True}

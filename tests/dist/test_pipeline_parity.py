@@ -1,7 +1,9 @@
 """Pipeline parallelism gives the single-rank trajectory for the same global batch (16
-sequences a step): GPT-2 (tied LM head) in 2 stages x data parallel 1 and 2 and 4 stages x 1,
-with 4 and 8 micro-batches, and Llama (untied) in 2 stages x 2 with ZeRO 1; the 10 losses and
-the global gradient norms within 1e-5 relative (the norm counts the tied embedding once: counting
+sequences a step): GPT-2 (tied LM head) in 2 stages x data parallel 1 and 2, 4 stages x 1 and
+6 stages x 1 on its 4 blocks (stages of the embedding alone and of the head alone, as
+DeepSpeed's partition gives them; each stage's checkpoint holds just its layer), with 4 and 8
+micro-batches, and Llama (untied) in 2 stages x 2 with ZeRO 1; the 10 losses and the global
+gradient norms within 1e-5 relative (the norm counts the tied embedding once: counting
 the last stage's copy too would change it), the final weights (exported from the pipeline's
 per-stage checkpoint into one model) within 1e-5 per tensor. The reported loss is DeepSpeed's,
 the mean over micro-batches averaged over replicas, which equals the single rank's mean over the
@@ -95,10 +97,20 @@ with tempfile.TemporaryDirectory() as d:
         f.write(bytes((i * 7 + i // 13) % 251 for i in range(20000)))
     ref = train(d, "gpt2-single", job(GPT2, 1, 1, 1, "ck-gpt2-single"))
     ck.check(ref[0][-1] < ref[0][0], "the single-rank loss falls")
-    for stages, dp, gas in ((2, 1, 4), (2, 1, 8), (2, 2, 4), (4, 1, 8)):
+    for stages, dp, gas in ((2, 1, 4), (2, 1, 8), (2, 2, 4), (4, 1, 8), (6, 1, 8)):
         got = train(d, f"gpt2-{stages}x{dp}g{gas}",
                     job(GPT2, stages, dp, gas, f"ck-gpt2-{stages}x{dp}g{gas}"))
         compare(ck, f"GPT-2, {stages} stages x dp {dp}, {gas} micro-batches", ref, got)
+    # 6 stages on 4 blocks: DeepSpeed's partition_uniform of the 6 layers (embed, 4 blocks,
+    # head) gives each stage one, so the first holds the embedding alone, the last the head
+    # (the final norm and its tied copy of the embedding) alone, the others a block each.
+    for s in range(6):
+        stage = f"{d}/ck-gpt2-6x1g8/stage_{s:02d}/global_step{STEPS}/model.safetensors"
+        names, _ = st_read(stage)
+        head = {"ln_f.weight", "ln_f.bias", "wte.weight"}
+        want = ({"wte.weight", "wpe.weight"} if s == 0 else head if s == 5
+                else {k for k in got[2] if k.startswith(f"h.{s - 1}.")})
+        ck.check(set(names) == want, f"6 stages on 4 blocks: stage {s} holds {sorted(names)}")
     ref = train(d, "llama-single", job(LLAMA, 1, 1, 1, "ck-llama-single", zero=1))
     got = train(d, "llama-2x2g4", job(LLAMA, 2, 2, 4, "ck-llama-2x2g4", zero=1))
     compare(ck, "Llama, 2 stages x dp 2 with ZeRO 1, 4 micro-batches", ref, got)

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -1076,6 +1077,61 @@ static void hang_in_rendezvous(const scenario *sc, int rank) {
     CHECK(0);
 }
 
+/* A second process with a RANK the job's own process already has. The ranks list carries it as
+ * DUPLICATE + the rank (NETNS_DUPLICATE + the rank: from a network namespace of its own, where
+ * the rank claims of the others cannot be seen). Whether the job is still meeting or long past
+ * its rendezvous, the duplicate must fail at once saying that two processes have its RANK, and
+ * the job must go on unharmed; keep_job_running keeps it running, checking every all-reduce. */
+enum { DUPLICATE = 100, NETNS_DUPLICATE = 200 };
+
+static void duplicate(const scenario *sc, int rank) {
+    if (rank >= NETNS_DUPLICATE) {
+        rank -= NETNS_DUPLICATE;
+        if (unshare(CLONE_NEWNET) != 0)
+            printf("  (no network namespace of its own: %s; the duplicate is found by its "
+                   "claim instead)\n", strerror(errno));
+    } else {
+        rank -= DUPLICATE;
+    }
+    zt_dist_info d = make_info(rank, sc->world, sc->run_id);
+    zt_comm *c = NULL;
+    double t0 = now_s();
+    zt_status st = zt_comm_create(&c, "shm", &d, sc->timeout_s);
+    double dt = now_s() - t0;
+    char want[48];
+    snprintf(want, sizeof want, "two processes have RANK=%d", rank);
+    CHECKF(st == ZT_ERR_INVALID && c == NULL && strstr(zt_last_error(), want),
+           "a second rank %d: %s: %s", rank, zt_status_name(st), zt_last_error());
+    CHECKF(dt < 1.0, "a second rank %d took %.2f s to fail (timeout %.1f s)", rank, dt,
+           sc->timeout_s);
+    printf("  a second rank %d, after %.3f s: %s\n", rank, dt, zt_last_error());
+    if (c)
+        zt_comm_destroy(c);
+}
+
+static void keep_job_running(const scenario *sc, int rank) {
+    if (rank >= DUPLICATE) {
+        duplicate(sc, rank);
+        return;
+    }
+    zt_comm *c = join(sc, rank);
+    if (!c)
+        return;
+    double t0 = now_s();
+    for (int round = 0;; round++) {
+        /* Rank 0 says when time is up, so every rank runs the same number of rounds. */
+        float v[2] = {(float)(rank + 1), rank == 0 && now_s() - t0 > 2.0 ? 1.0f : 0.0f};
+        zt_status st = zt_comm_all_reduce(c, v, 2, ZT_F32, ZT_REDUCE_SUM);
+        float want = (float)(sc->world * (sc->world + 1) / 2);
+        CHECKF(st == ZT_OK && v[0] == want, "rank %d round %d: %s, sum %g (want %g)", rank, round,
+               zt_status_name(st), v[0], want);
+        if (st != ZT_OK || v[1] != 0.0f)
+            break;
+        sleep_for(0.01);
+    }
+    zt_comm_destroy(c);
+}
+
 /* ---- The parent: forks the ranks, reaps them, compares their hashes. ---- */
 
 typedef void (*scenario_fn)(const scenario *, int);
@@ -1235,6 +1291,33 @@ static void test_scenarios(void) {
     CHECKF(segment_exists(sc.run_id), "no stale segment was left to test with");
     static const double late_rank0[] = {0.3, 0.0};
     run_ranks("after a stale segment", &sc, collectives, all, 2, late_rank0, 1);
+    CHECK(!segment_exists(sc.run_id));
+}
+
+/* Two processes with one RANK on this host: a second rank 0 while the ranks meet (it must not
+ * remove the first one's segment, and the job completes), a second rank 1 while they meet, and
+ * one after the rendezvous (the segment's name is gone then). The timeout is long (5 s) so that
+ * a duplicate found only by timing out fails the 1 s bound. */
+static void test_duplicate_ranks(void) {
+    static const int rank0_twice[] = {0, DUPLICATE + 0, 1};
+    static const int rank1_twice[] = {1, DUPLICATE + 1, 0};
+    static const int rank1_late[] = {0, 1, DUPLICATE + 1};
+    static const int rank0_netns[] = {0, NETNS_DUPLICATE + 0, 1};
+    static const double meeting[] = {0.0, 0.3, 0.6}, running[] = {0.0, 0.0, 0.8};
+    scenario sc = make_scenario(2, "dup0", 5.0, -1);
+    run_ranks("a second rank 0 while the ranks meet", &sc, keep_job_running, rank0_twice, 3,
+              meeting, 0);
+    CHECK(!segment_exists(sc.run_id));
+    sc = make_scenario(2, "dup1", 5.0, -1);
+    run_ranks("a second rank 1 while the ranks meet", &sc, keep_job_running, rank1_twice, 3,
+              meeting, 0);
+    sc = make_scenario(2, "dup1late", 5.0, -1);
+    run_ranks("a second rank 1 while the job runs", &sc, keep_job_running, rank1_late, 3, running,
+              0);
+    /* Found by the live rank 0 the segment records, where the claim cannot be seen. */
+    sc = make_scenario(2, "dup0netns", 5.0, -1);
+    run_ranks("a second rank 0 from another network namespace", &sc, keep_job_running,
+              rank0_netns, 3, meeting, 0);
     CHECK(!segment_exists(sc.run_id));
 }
 
@@ -1528,6 +1611,7 @@ int main(void) {
     test_dist_env();
     test_bad_args();
     test_scenarios();
+    test_duplicate_ranks();
     test_typed_scenarios();
     test_p2p_scenarios();
     printf("test_comm_shm: %s (%.1f s)\n", failures ? "FAILED" : "ok", now_s() - t0);

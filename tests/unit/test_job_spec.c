@@ -460,6 +460,18 @@ static void test_pipeline(void) {
     ERR("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS ", \"pipeline\": {\"stages\": 3}}",
         ZT_ERR_INVALID, "job.json: key 'pipeline.stages' (3) must divide world_size (4): every "
         "stage has world_size / stages data-parallel replicas");
+    /* MODEL has 4 blocks: 6 stages may hold the embedding and the head alone, as DeepSpeed's
+     * partitions allow; a seventh would get no layer. */
+    s = zt_job_spec_parse(&job, "{\"world_size\": 6, " MODEL ", " DATA ", \"deepspeed\": "
+                          "{\"train_micro_batch_size_per_gpu\": 2}, \"pipeline\": {\"stages\": 6, "
+                          "\"partition\": \"uniform\"}}", "job.json", "/base");
+    CHECK(s == ZT_OK, "6 stages on 4 blocks: %s", zt_last_error());
+    if (s == ZT_OK)
+        zt_job_spec_free(&job);
+    ERR("{\"world_size\": 7, " MODEL ", " DATA ", \"deepspeed\": "
+        "{\"train_micro_batch_size_per_gpu\": 2}, \"pipeline\": {\"stages\": 7}}",
+        ZT_ERR_INVALID, "job.json: key 'pipeline.stages' (7) is more than the 6 layers the model "
+        "offers to cut (the embedding, 4 blocks, the head): a stage would get none");
     ERR("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS ", \"pipeline\": {\"stages\": 0}}",
         ZT_ERR_INVALID, "job.json: key 'pipeline.stages' must be >= 1, got 0");
     ERR("{\"world_size\": 4, " MODEL ", " DATA ", " PIPE_DS ", \"pipeline\": {}}",

@@ -101,7 +101,11 @@ const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
  * that is unknown or not in this build (the message names it and the transports this build has)
  * is ZT_ERR_INVALID. "shm": rank 0 creates the segment, the others attach, and the segment's name
  * is removed once all have, so nothing is left in /dev/shm however the job ends; run_id must be
- * [A-Za-z0-9_-] and distinct between jobs running at once. "gloo": rank 0 serves a TCP
+ * [A-Za-z0-9_-] and distinct between jobs running at once. Each rank holds its rank of the run
+ * on this host (an abstract Unix socket named after the run id and the rank) while the
+ * communicator lives, so a second process with the same rank fails at once, before and after the
+ * rendezvous, with ZT_ERR_INVALID saying "two processes have RANK=<r>" and the first one's pid,
+ * and leaves the job of the first one alone. "gloo": rank 0 serves a TCP
  * key-value store at master_port on every address of its host, every rank publishes there the
  * address it reaches master_addr from (or GLOO_SOCKET_IFNAME's) and its host name, and the ranks
  * connect in a full mesh; a master_addr that does not resolve is ZT_ERR_INVALID, a port in use on
