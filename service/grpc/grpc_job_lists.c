@@ -42,7 +42,7 @@ void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *m) {
     if (!find_job(c, req->id, &info))
         return;
     Ztrain__V1__ListCheckpointsResponse *resp;
-    zt_status s = zt_job_proto_checkpoints(info.checkpoint_dir, &resp);
+    zt_status s = zt_job_proto_checkpoints(info.id, info.checkpoint_dir, &resp);
     zt_job_info_free(&info);
     if (s != ZT_OK) {
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
