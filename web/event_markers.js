@@ -8,7 +8,9 @@
  * The markers are drawn by one Chart.js plugin, registered once, that draws on any chart given
  * a $ztEvents array ([{step, x_time, kind, policy}]); charts without one are left alone. Tests
  * read the markers from Chart.getChart(canvas).$ztEvents, the drawn clusters from $ztClusters,
- * the hovered one from $ztHover, and the list's rows (data-testid="event-row"). */
+ * the hovered one from $ztHover, and the list's rows (data-testid="event-row"). The list's
+ * title counts the events it holds and, when ztraind has dropped older ones (it keeps a job's
+ * newest 1,000), how many the job has had: "(1000 newest of 4443)". */
 import {$, setText} from './dom.js';
 
 /* Red for what stops or skips, amber for what is only recorded. */
@@ -145,6 +147,9 @@ export class EventMarkers {
     this.charts = charts;
     this.events = [];
     this.seen = new Set();
+    /* How many events the job has had (/anomalies' totalSize): ztraind keeps only the newest
+     * 1,000, so the list may hold fewer than there were. */
+    this.total = 0;
     this.body = $(root, '[data-testid="events-body"]');
   }
 
@@ -157,6 +162,13 @@ export class EventMarkers {
     this.events.sort((a, b) => a.seq - b.seq);
     this.renderList();
     this.redraw();
+  }
+
+  /* The job's count of events, from /anomalies (totalSize); events that come later raise it
+   * through their seq, which numbers a job's events from 1. */
+  setTotal(total) {
+    this.total = Number.isFinite(total) ? total : 0;
+    this.renderList();
   }
 
   renderList() {
@@ -175,8 +187,10 @@ export class EventMarkers {
       return tr;
     }));
     $(this.root, '[data-testid="events-empty"]').hidden = this.events.length > 0;
+    const n = this.events.length;
+    const total = Math.max(this.total, n ? this.events[n - 1].seq : 0);
     setText($(this.root, '[data-field="events-count"]'),
-      this.events.length ? `(${this.events.length})` : '');
+      !n ? '' : total > n ? `(${n} newest of ${total})` : `(${n})`);
   }
 
   /* Hands each chart the markers of the events about its values, in its current x mode, and

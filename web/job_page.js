@@ -459,6 +459,7 @@ export function jobView(main, id) {
       for (const r of recs) addRecord(r, false);
       st.followFrom = tailStart(job, recs);
       for (const a of anomalies.anomalies || []) markers.add(anomalyFromApi(a));
+      markers.setTotal(int(anomalies.totalSize));
       addLogs((logs.lines || []).map(logFromApi));
       drawLogs();
       charts.flush();

@@ -104,6 +104,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
     cJSON_AddStringToObject(m, "tag", tag);
     if (job && job->data.tokenizer)
         cJSON_AddStringToObject(m, "tokenizer", job->data.tokenizer);
+    if (job && job->service_job_id)
+        cJSON_AddStringToObject(m, "job_id", job->service_job_id);
     cJSON_AddNumberToObject(m, "global_steps", (double)zt_engine_global_steps(e));
     cJSON_AddNumberToObject(m, "global_samples", (double)zt_engine_global_samples(e));
     cJSON_AddNumberToObject(m, "micro_steps", (double)zt_engine_micro_steps(e));

@@ -4,6 +4,7 @@
  * behind. */
 #include "ztrain/ckpt_dir.h"
 
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -143,6 +144,21 @@ static void list_parts(const char *dir, int parts, bool tp, zt_ckpt_list *out) {
     }
 }
 
+/* The "job_id" meta.json records for the checkpoint dir/tag (heap), or NULL: none recorded
+ * (written by `ztrain run`, or before checkpoints recorded it), or no meta.json to read. */
+static char *written_by(const char *dir, const char *tag) {
+    char path[PATH_BYTES], *text;
+    snprintf(path, sizeof path, "%s/%s/meta.json", dir, tag);
+    if (!zt_path_exists(path) || zt_read_file(path, &text, NULL) != ZT_OK)
+        return NULL;
+    cJSON *meta = cJSON_Parse(text);
+    free(text);
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "job_id"));
+    char *out = id && *id ? strdup(id) : NULL;
+    cJSON_Delete(meta);
+    return out;
+}
+
 void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out) {
     memset(out, 0, sizeof *out);
     int stages = dir && *dir ? zt_ckpt_pipeline_stages(dir) : 0;
@@ -179,6 +195,7 @@ void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out) {
             break;
         c->step = tag_step(e->d_name);
         c->complete = faccessat(dfd, done, F_OK, 0) == 0;
+        c->job_id = written_by(dir, e->d_name);
         out->n++;
     }
     closedir(d);
@@ -190,8 +207,10 @@ void zt_ckpt_list_dir(const char *dir, zt_ckpt_list *out) {
 }
 
 void zt_ckpt_list_free(zt_ckpt_list *c) {
-    for (int i = 0; i < c->n; i++)
+    for (int i = 0; i < c->n; i++) {
         free(c->items[i].tag);
+        free(c->items[i].job_id);
+    }
     free(c->items);
     free(c->latest);
     memset(c, 0, sizeof *c);

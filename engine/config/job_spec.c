@@ -702,6 +702,7 @@ void zt_job_spec_free(zt_job_spec *job) {
     free(job->data.sample_prompt);
     free(job->train.checkpoint_dir);
     free(job->fork_job);
+    free(job->service_job_id);
     /* ds_json comes from cJSON's allocator. */
     if (job->ds_json)
         cJSON_free(job->ds_json);

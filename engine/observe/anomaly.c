@@ -159,7 +159,10 @@ void zt_anomaly_judge_ranks(zt_anomaly_monitor *m, int64_t step, const double *r
     int n = world < ZT_MAX_WORLD ? world : ZT_MAX_WORLD;
     memcpy(sorted, rank_ms, sizeof(double) * (size_t)n);
     qsort(sorted, (size_t)n, sizeof(double), cmp_double);
-    /* The lower median: with two ranks it is the faster one, so a slow rank of two is seen. */
+    /* The lower median, sorted[(n - 1) / 2]: for an even number of ranks the faster of the two
+     * middle ones, so that with two ranks the slower is compared with the faster (against the
+     * statistical median, their mean, no rank of two is ever `factor` >= 2 times slower). The
+     * message says which median it is: perf/median_compute_ms is the statistical one. */
     double median = sorted[(n - 1) / 2];
     int slow = 0;
     for (int i = 1; i < n; i++)
@@ -171,9 +174,9 @@ void zt_anomaly_judge_ranks(zt_anomaly_monitor *m, int64_t step, const double *r
     zt_anomaly_event *e = add_event(m, ZT_ANOMALY_SLOW_RANK, step, rank_ms[slow] / median, NAN);
     e->rank = slow;
     snprintf(e->message, sizeof e->message,
-             "step %lld: rank %d took %.1f ms, %.1f times the median rank's %.1f ms (factor %g): "
-             "%s",
-             (long long)step, slow, rank_ms[slow], e->value, median, r->factor,
+             "step %lld: rank %d took %.1f ms, %.1f times the lower median of the %d ranks' "
+             "times, %.1f ms (factor %g): %s",
+             (long long)step, slow, rank_ms[slow], e->value, n, median, r->factor,
              r->policy == ZT_POLICY_STOP ? "checkpoint and stop" : "recorded");
 }
 

@@ -114,7 +114,9 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The slowest rank by compute time, and how it compares with the median rank. */
+/* The slowest rank by compute time, and how it compares with the statistical median of the
+ * ranks' compute times (the mean of the two middle ones for an even number; the slow_rank
+ * event compares with the lower median instead, and says so: anomaly.h). */
 static int write_straggler(zt_rank_stats *rs, zt_metric *dst) {
     int slow = 0;
     for (int r = 0; r < rs->world; r++) {

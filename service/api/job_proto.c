@@ -899,7 +899,13 @@ zt_status zt_job_proto_delivery_from(const zt_delivery *d, Ztrain__V1__WebhookDe
     return ZT_OK;
 }
 
-zt_status zt_job_proto_checkpoints(const char *checkpoint_dir,
+/* Whether the job's list shows the entry: one it wrote, or one that records no writer (saved
+ * by `ztrain run`, or before checkpoints recorded it). */
+static bool own_checkpoint(const zt_ckpt_entry *e, const char *job_id) {
+    return !e->job_id || !job_id || strcmp(e->job_id, job_id) == 0;
+}
+
+zt_status zt_job_proto_checkpoints(const char *job_id, const char *checkpoint_dir,
                                    Ztrain__V1__ListCheckpointsResponse **out) {
     *out = NULL;
     Ztrain__V1__ListCheckpointsResponse *m = (Ztrain__V1__ListCheckpointsResponse *)new_message(
@@ -909,10 +915,17 @@ zt_status zt_job_proto_checkpoints(const char *checkpoint_dir,
     zt_ckpt_list ck;
     zt_ckpt_list_dir(checkpoint_dir, &ck);
     bool ok = true;
-    m->latest = dup_str(ck.latest ? ck.latest : "", &ok);
+    /* `latest` is left out when it names another job's checkpoint. */
+    bool show_latest = ck.latest != NULL;
+    for (int i = 0; show_latest && i < ck.n; i++)
+        if (strcmp(ck.items[i].tag, ck.latest) == 0)
+            show_latest = own_checkpoint(&ck.items[i], job_id);
+    m->latest = dup_str(show_latest ? ck.latest : "", &ok);
     m->checkpoints = calloc((size_t)ck.n + 1, sizeof *m->checkpoints);
     ok = ok && m->checkpoints;
     for (int i = 0; ok && i < ck.n; i++) {
+        if (!own_checkpoint(&ck.items[i], job_id))
+            continue;
         Ztrain__V1__Checkpoint *c =
             (Ztrain__V1__Checkpoint *)new_message(&ztrain__v1__checkpoint__descriptor);
         if (!c) {

@@ -60,10 +60,12 @@ zt_status zt_job_proto_anomaly_from(const zt_anomaly *a, Ztrain__V1__AnomalyEven
 /* A webhook delivery attempt (event_store.h) as its message; free as above. */
 zt_status zt_job_proto_delivery_from(const zt_delivery *d, Ztrain__V1__WebhookDelivery **out);
 
-/* The ListCheckpointsResponse of a job's checkpoint directory (zt_ckpt_list_dir: every entry,
- * complete or not, sorted by step, and what `latest` names), as ListCheckpoints and the HTTP
- * /checkpoints route both answer; free as above. */
-zt_status zt_job_proto_checkpoints(const char *checkpoint_dir,
+/* The ListCheckpointsResponse of job job_id's checkpoint directory (zt_ckpt_list_dir: the
+ * entries, complete or not, sorted by step, and what `latest` names), as ListCheckpoints and
+ * the HTTP /checkpoints route both answer. Jobs may share a directory: an entry whose meta.json
+ * records another job as its writer is left out, and so is `latest` when it names one; entries
+ * that record none are shown to every job. Free as above. */
+zt_status zt_job_proto_checkpoints(const char *job_id, const char *checkpoint_dir,
                                    Ztrain__V1__ListCheckpointsResponse **out);
 
 /* Name of a proto JobState ("RUNNING"); "UNSPECIFIED" for 0. */

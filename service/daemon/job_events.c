@@ -2,6 +2,7 @@
  * event keeps the engine's JSON fields and gains a per-job number and a time; the daemon's stall
  * events are made here in the same form. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,11 +283,18 @@ static zt_status known_job(zt_jobs *jm, const char *id) {
 }
 
 zt_status zt_jobs_anomalies(zt_jobs *jm, const char *id, int64_t after_seq, int limit,
-                            zt_anomaly_fn emit, void *ctx) {
+                            int64_t *total, zt_anomaly_fn emit, void *ctx) {
     ZT_TRY(known_job(jm, id));
     if (limit <= 0 || limit > 10000)
         limit = 10000;
-    return zt_event_store_anomalies(jm->events, id, after_seq, limit, emit, ctx);
+    ZT_TRY(zt_event_store_anomalies(jm->events, id, after_seq, limit, emit, ctx));
+    /* Events are numbered from 1 without gaps (add_event), so the newest number is the count.
+     * Read after the page, so that it is never below a seq the page holds. */
+    pthread_mutex_lock(&jm->mu);
+    const job *j = zt_jm_find_job(jm, id);
+    *total = j && j->anomalies ? j->anomalies->last_seq : 0;
+    pthread_mutex_unlock(&jm->mu);
+    return ZT_OK;
 }
 
 zt_status zt_jobs_deliveries(zt_jobs *jm, const char *id, int limit, zt_delivery_fn emit,

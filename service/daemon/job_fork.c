@@ -107,8 +107,9 @@ static zt_status link_checkpoint(const char *from, const char *to) {
     return s;
 }
 
-/* The parent's complete checkpoint of `step`: its tag, into tag[size]. Errors list the complete
- * checkpoints there are. */
+/* The parent's complete checkpoint of `step`: its tag, into tag[size]. A checkpoint another job
+ * wrote into a directory it shares with the parent is not the parent's (as its list shows:
+ * zt_job_proto_checkpoints). Errors list the parent's complete checkpoints. */
 static zt_status find_step(const char *dir, const char *parent, int64_t step, char *tag,
                            size_t size) {
     zt_ckpt_list l;
@@ -117,7 +118,7 @@ static zt_status find_step(const char *dir, const char *parent, int64_t step, ch
     size_t at = 0;
     bool found = false;
     for (int i = 0; i < l.n; i++) {
-        if (!l.items[i].complete)
+        if (!l.items[i].complete || (l.items[i].job_id && strcmp(l.items[i].job_id, parent)))
             continue;
         if (l.items[i].step == step && !found) {
             snprintf(tag, size, "%s", l.items[i].tag);

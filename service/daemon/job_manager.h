@@ -328,10 +328,11 @@ void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w);
 
 /* The job's anomaly events (event_store.h) with seq > after_seq, oldest first, at most limit
  * (<= 0 or above 10,000: 10,000), read from the store on the caller's thread without the
- * manager's lock; and its webhook delivery attempts, the newest `limit` of them. Both
- * ZT_ERR_NOT_FOUND for an unknown id. */
+ * manager's lock, and into *total how many events the job has had (the newest seq: the store
+ * keeps only the newest ZT_EVENT_STORE_ANOMALIES_PER_JOB); and its webhook delivery attempts,
+ * the newest `limit` of them. Both ZT_ERR_NOT_FOUND for an unknown id. */
 zt_status zt_jobs_anomalies(zt_jobs *jm, const char *id, int64_t after_seq, int limit,
-                            zt_anomaly_fn emit, void *ctx);
+                            int64_t *total, zt_anomaly_fn emit, void *ctx);
 zt_status zt_jobs_deliveries(zt_jobs *jm, const char *id, int limit, zt_delivery_fn emit,
                              void *ctx);
 

@@ -69,6 +69,7 @@ static void start_job(zt_jobs *jm, job *j) {
                           .cwd = j->info.run_dir, .world_size = j->info.world_size,
                           .threads_per_rank = threads,
                           .run_id = jm->cfg.slurm ? name : j->info.id,
+                          .job_id = j->info.id,
                           .fail_grace_s = 3.0,
                           .passive_wait = (long)threads * jm->cfg.max_ranks > cpus,
                           .slurm = jm->cfg.slurm ? &sj : NULL};

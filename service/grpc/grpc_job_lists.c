@@ -42,7 +42,7 @@ void zt_grpc_list_checkpoints(call *c, ProtobufCMessage *m) {
     if (!find_job(c, req->id, &info))
         return;
     Ztrain__V1__ListCheckpointsResponse *resp;
-    zt_status s = zt_job_proto_checkpoints(info.checkpoint_dir, &resp);
+    zt_status s = zt_job_proto_checkpoints(info.id, info.checkpoint_dir, &resp);
     zt_job_info_free(&info);
     if (s != ZT_OK) {
         zt_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ztraind is out of memory");
@@ -145,7 +145,8 @@ void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
         after = v;
     }
     collected col = {0};
-    zt_status s = zt_jobs_anomalies(c->srv->jm, req->id, after, size, on_anomaly, &col);
+    int64_t total = 0;
+    zt_status s = zt_jobs_anomalies(c->srv->jm, req->id, after, size, &total, on_anomaly, &col);
     if (s != ZT_OK) {
         zt_call_finish_zt(c, s, NULL, req->id);
     } else if (col.oom) {
@@ -160,6 +161,7 @@ void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
         resp.n_anomalies = col.n;
         resp.anomalies = (Ztrain__V1__AnomalyEvent **)col.items;
         resp.next_page_token = token;
+        resp.total_size = total;
         zt_call_reply(c, &resp.base);
     }
     collected_free(&col);

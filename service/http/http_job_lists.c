@@ -1,6 +1,7 @@
 /* A job's lists (http_internal.h): GET /api/v1/jobs/{id}/records, /logs, /anomalies and
  * /webhooks, as ListMetricRecordsResponse, ListLogLinesResponse, ListAnomaliesResponse and
- * ListWebhookDeliveriesResponse in proto3 JSON: {<name>: [...], "nextPageToken": "..."}, and
+ * ListWebhookDeliveriesResponse in proto3 JSON: {<name>: [...], "nextPageToken": "..."} (the
+ * anomalies' also "totalSize"), and
  * one pagination scheme (AIP-158): page_size, page_token (the next_page_token of the page
  * before; "" once the list is done). A table row says, per list, its array's name, its page
  * bounds, the older names of its parameters that are still read (limit; after_seq, which
@@ -20,6 +21,7 @@
 typedef struct {
     zt_jbuf *b;
     int64_t last_seq;   /* anomalies: the seq of the last one written */
+    int64_t total;      /* anomalies: the events the job has had (totalSize); 0: not given */
     int count;
     zt_status failed;   /* an element that could not be built */
 } walk_ctx;
@@ -91,7 +93,7 @@ static void anomaly_encode(void *ctx, const zt_anomaly *a) {
 static zt_status walk_anomalies(zt_http_server *s, const char *id, int64_t cursor,
                                 int64_t filter, int size, walk_ctx *w, int64_t *next) {
     (void)filter;
-    zt_status st = zt_jobs_anomalies(s->jm, id, cursor, size, anomaly_encode, w);
+    zt_status st = zt_jobs_anomalies(s->jm, id, cursor, size, &w->total, anomaly_encode, w);
     /* A full page may have more behind it; the next one starts after its last event. */
     *next = st == ZT_OK && w->count == size ? w->last_seq : -1;
     return st;
@@ -196,6 +198,13 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
             snprintf(token, sizeof token, "%s", number);
         zt_json_key(&b, "nextPageToken");
         zt_json_str(&b, token);
+    }
+    /* int64 in proto3 JSON: a decimal string. */
+    if (w.total > 0) {
+        char total[24];
+        snprintf(total, sizeof total, "%" PRId64, w.total);
+        zt_json_key(&b, "totalSize");
+        zt_json_str(&b, total);
     }
     zt_json_close(&b, '}');
     return zt_http_send_json(c, MHD_HTTP_OK, &b);

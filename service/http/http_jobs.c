@@ -213,7 +213,7 @@ enum MHD_Result zt_http_job_checkpoints(zt_http_server *s, struct MHD_Connection
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);
     Ztrain__V1__ListCheckpointsResponse *resp;
-    st = zt_job_proto_checkpoints(info.checkpoint_dir, &resp);
+    st = zt_job_proto_checkpoints(info.id, info.checkpoint_dir, &resp);
     zt_job_info_free(&info);
     if (st != ZT_OK)
         return zt_http_send_status(c, st, id);

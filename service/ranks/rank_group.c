@@ -27,8 +27,9 @@ extern char **environ;
  * two contradicting identities. */
 static const char *const replaced_vars[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "ZTRAIN_RUN_ID", "ZTRAIN_LAUNCHER_PID", "ZTRAIN_RDZV_SECRET", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS",
-    "SLURM_LOCALID", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+    "ZTRAIN_RUN_ID", "ZTRAIN_JOB_ID", "ZTRAIN_LAUNCHER_PID", "ZTRAIN_RDZV_SECRET",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "TORCHELASTIC_RUN_ID",
+    "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
 };
 
 /* ZT_RANK_ENV_WHITELIST keeps only these: locale, paths, and the knobs of the libraries a rank

@@ -114,8 +114,12 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
     zt_status pst = zt_rank_free_port(&port);
     if (pst != ZT_OK)
         return pst;
+    char job_var[160];
+    snprintf(job_var, sizeof job_var, "ZTRAIN_JOB_ID=%s", spec->job_id ? spec->job_id : "");
+    const char *extra[] = {job_var, NULL};
     zt_rank_group_spec rs = {
         .program = spec->program, .argv = spec->argv, .cwd = spec->cwd,
+        .extra_env = spec->job_id ? extra : NULL,
         .world_size = spec->world_size, .env = ZT_RANK_ENV_WHITELIST,
         .identity = ZT_RANK_ID_TORCHRUN, .master_addr = "127.0.0.1", .master_port = port,
         .run_id = run_id, .threads_per_rank = spec->threads_per_rank,

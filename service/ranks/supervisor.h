@@ -74,6 +74,8 @@ typedef struct {
      * share the cores, and OpenMP threads spinning at barriers would take them. */
     bool passive_wait;
     const char *run_id;        /* ZTRAIN_RUN_ID: names the ranks' shm segment */
+    const char *job_id;        /* ZTRAIN_JOB_ID: the daemon's job, which checkpoints record;
+                                  NULL: not set */
     /* Local groups: world_size strings, the GPUs each rank may use (its CUDA_VISIBLE_DEVICES,
      * see rank_group.h); NULL: none assigned, and the daemon's own CUDA_VISIBLE_DEVICES, if
      * any, is passed on. */

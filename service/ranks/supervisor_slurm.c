@@ -50,13 +50,17 @@ zt_status zt_sup_start_slurm(const zt_group_spec *spec, zt_rank_group *g, pid_t 
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     /* srun's environment, which it passes on to every task: the whitelist, the run id (the job
      * name: unique across daemons and hosts, and the same for every rank of the step; the shm
-     * backend names its segment after it), and how rank 0 reaches the metrics endpoint. */
+     * backend names its segment after it), how rank 0 reaches the metrics endpoint, and the
+     * daemon's job id, which checkpoints record. */
     char addr_var[400], token_var[100];
     snprintf(addr_var, sizeof addr_var, "ZTRAIN_METRICS_ADDR=%s",
              zt_metrics_listener_addr(sl->listener));
     snprintf(token_var, sizeof token_var, "ZTRAIN_METRICS_TOKEN=%s",
              zt_metrics_listener_token(sl->listener));
-    const char *extra[] = {addr_var, token_var, "ZTRAIN_REPORT_PLACEMENT=1", NULL};
+    char job_var[160];
+    snprintf(job_var, sizeof job_var, "ZTRAIN_JOB_ID=%s", spec->job_id ? spec->job_id : "");
+    const char *extra[] = {addr_var, token_var, "ZTRAIN_REPORT_PLACEMENT=1",
+                           spec->job_id ? job_var : NULL, NULL};
     ZT_ASSERT(spec->threads_per_rank > 0);
     zt_rank_group_spec rs = {.world_size = spec->world_size, .env = ZT_RANK_ENV_WHITELIST,
                              .identity = ZT_RANK_ID_SLURM, .run_id = spec->run_id,

@@ -394,6 +394,13 @@ int main(int argc, char **argv) {
     }
     if (rank == 0 && !validated)
         zt_job_spec_print_notes(&job, stderr);
+    /* ztraind names its job, which the checkpoints record (ztrain/job_spec.h). */
+    const char *service_job = getenv("ZTRAIN_JOB_ID");
+    if (service_job && *service_job && !(job.service_job_id = strdup(service_job))) {
+        fprintf(stderr, "ztrain-worker: rank %d: out of memory\n", rank);
+        zt_job_spec_free(&job);
+        return 1;
+    }
     if (job.world_size != dist.world_size) {
         char src[160];
         fprintf(stderr, "ztrain-worker: rank %d: %s but %s says world_size %d\n", rank,

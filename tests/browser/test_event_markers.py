@@ -13,7 +13,12 @@ them).
      loss-scale or pipeline-bubble panel, which it could never fill.
   b. A running job whose rank is stopped (SIGSTOP) with events.stall.seconds 2: the stall shows
      in the open page's list and as a marker without a reload (the event stream).
-  c. No SEVERE entry in the browser console."""
+  c. No SEVERE entry in the browser console.
+  d. A job with more events than ztraind keeps (its newest 1,000): loss_spike and
+     grad_norm_spike with a threshold of almost 0 over a window of 2 fire some 1,800 times in
+     1,500 steps. The list holds 1,000 rows and its title says "(1000 newest of N)", N the
+     lines of the run directory's events.jsonl, where rank 0 writes every event; case a's title
+     is "(2)"."""
 import faulthandler
 import os
 import random
@@ -42,6 +47,11 @@ def open_job(drv, d, job_id):
         "const v = document.querySelector('[data-testid=\"job-view\"]');"
         "return v && v.dataset.loaded === 'true' && "
         "v.querySelector('[data-field=\"id\"]').textContent === arguments[0];", job_id), 30)
+
+
+def count_text(drv):
+    return drv.execute_script(
+        "return document.querySelector('[data-field=\"events-count\"]').textContent;")
 
 
 def rows(drv):
@@ -111,6 +121,8 @@ def main():
             got = wait_until(lambda: [tuple(r) for r in rows(drv)] == want and rows(drv), 10)
             ck.check([tuple(r) for r in (got or rows(drv))] == want,
                      f"a: the page lists the API's events: {rows(drv)}")
+            ck.check(count_text(drv) == "(2)", f"a, d: the list's title counts them: "
+                     f"{count_text(drv)!r}")
             for testid, steps in WANT_MARKS.items():
                 m = marks(drv, testid)
                 ck.check([x[0] for x in m] == steps and
@@ -153,6 +165,30 @@ def main():
                 os.kill(pid, signal.SIGCONT)
             errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
             ck.check(not errors, f"c: no SEVERE entries in the browser console: {errors}")
+            # Off the page before its daemon stops, whose stream would fail to reconnect.
+            drv.get("about:blank")
+
+        # d. More events than are kept, on a daemon whose ranks neither sleep nor fail a step.
+        for var in ("ZTRAIN_INJECT_NAN_GRAD", "ZTRAIN_INJECT_SLOW_RANK"):
+            os.environ.pop(var, None)
+        with Daemon(os.path.abspath(BUILD), temp_dir("ztrain-events-cap-"), max_ranks=1) as d:
+            many = tiny_job(d.data_root, name="many", max_steps=1500, log_interval=500)
+            many["events"] = {"loss_spike": {"zscore": 1e-6, "window": 2, "policy": "record"},
+                              "grad_norm_spike": {"zscore": 1e-6, "window": 2,
+                                                  "policy": "record"}}
+            m = wait_state(d, submit(d, many).id, {"SUCCEEDED", "FAILED"}, timeout=120)
+            with open(os.path.join(m.run_dir, "events.jsonl")) as f:
+                n = sum(1 for line in f if line.strip())
+            ck.check(n > 1100, f"d: rank 0 wrote {n} events, more than ztraind keeps")
+            ck.check(open_job(drv, d, m.id), "d: the job page loads")
+            want = f"(1000 newest of {n})"
+            wait_until(lambda: count_text(drv) == want, 10)
+            ck.check(count_text(drv) == want and len(rows(drv)) == 1000,
+                     f"d: the list's title is {want!r}: {count_text(drv)!r}, "
+                     f"{len(rows(drv))} rows")
+            errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+            ck.check(not errors, f"c, d: no SEVERE entries in the browser console: {errors}")
+            drv.get("about:blank")
     finally:
         drv.quit()
     ck.done()

@@ -1,7 +1,8 @@
 """The slow_rank event with `ztrain run`: rank 1 of 2 sleeps 150 ms at the start of every step
 (ZTRAIN_INJECT_SLOW_RANK); with slow_rank.factor 2 every step must report rank 1, its time over
-the median's at least the factor (the sleep alone is 150 ms against steps of a few ms), in
-events.jsonl and the progress output, while training goes on (policy record). With the policy
+the lower median of the two ranks' times (rank 0's, as the message says) at least the factor
+(the sleep alone is 150 ms against steps of a few ms), the message's took / median the event's
+value, in events.jsonl and the progress output, while training goes on (policy record). With the policy
 checkpoint_and_stop the run must end at step 1 with the event as its error and a checkpoint of
 that step. A job whose ranks run alike reports nothing.
 
@@ -9,6 +10,7 @@ Run: ZTRAIN_BUILD=<build dir> python3 tests/cli/test_slow_rank.py
 """
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -69,6 +71,20 @@ with tempfile.TemporaryDirectory() as d:
     check(all(e["value"] >= 2 for e in ev), f"the ratios are at least the factor: "
           f"{[e['value'] for e in ev]}")
     check("event slow_rank: step 1: rank 1 took" in p.stdout, "the progress output says so")
+    # The message names the median it compares with, the lower one of the two ranks' times
+    # (rank 0's here), and its numbers are the event's ratio: took / median = value.
+    parsed = [re.match(r"step \d+: rank 1 took ([0-9.]+) ms, ([0-9.]+) times the lower median "
+                       r"of the 2 ranks' times, ([0-9.]+) ms \(factor 2\): recorded$",
+                       e["message"]) for e in ev]
+    check(ev and all(parsed), f"each message names the lower median: {[e['message'] for e in ev]}")
+    def ratio_fits(m, value):
+        # Each number is printed to 0.1: the ratio of the printed times brackets the value.
+        took, median = float(m.group(1)), float(m.group(3))
+        return (abs(float(m.group(2)) - value) <= 0.05 and
+                (took - 0.05) / (median + 0.05) <= value <= (took + 0.05) / max(median - 0.05,
+                                                                                1e-9))
+    check(all(m and ratio_fits(m, e["value"]) for m, e in zip(parsed, ev)),
+          f"took / median is the event's value: {[(e['value'], e['message']) for e in ev]}")
 
     p = run(job(d, "stop", "checkpoint_and_stop"), f"{d}/stop", slow=True)
     check(p.returncode != 0 and "stopped at step 1 by the slow_rank event" in p.stderr,

@@ -114,6 +114,64 @@ static void test_judge(void) {
     zt_anomaly_monitor_free(&m);
 }
 
+/* The median a slow_rank message names, by its definition: the ranks' times sorted, the
+ * ((n - 1) / 2)-th, which for an even n is the faster of the two middle ones. */
+static double lower_median_by_definition(const double *ms, int n) {
+    double s[8];
+    memcpy(s, ms, sizeof(double) * (size_t)n);
+    for (int i = 1; i < n; i++)
+        for (int k = i; k > 0 && s[k - 1] > s[k]; k--) {
+            double t = s[k];
+            s[k] = s[k - 1];
+            s[k - 1] = t;
+        }
+    return s[(n - 1) / 2];
+}
+
+/* The numbers of a slow_rank message ("rank R took T ms, X times the lower median of the N
+ * ranks' times, M ms") against the times judged: the slowest rank, its time, the lower median
+ * and their ratio as printed (%.1f). The median of perf/median_compute_ms (the mean of the two
+ * middle times) differs from it for an even N, so the message must not call it "the median". */
+static void test_slow_rank_message(void) {
+    zt_events_spec spec;
+    CHECK(zt_events_spec_parse(&spec, "{\"slow_rank\": {\"factor\": 2}}", "job.json") == ZT_OK,
+          "%s", zt_last_error());
+    zt_anomaly_monitor m;
+    CHECK(zt_anomaly_monitor_init(&m, &spec) == ZT_OK);
+    static const double cases[][6] = {
+        {2.6, 17.5},                        /* the report's two ranks: the median is rank 0's */
+        {40.0, 12.0, 13.0},                 /* odd: the middle time */
+        {12.0, 14.0, 60.0, 13.0},           /* even: the faster middle time, 13 (not 13.5) */
+        {20.0, 21.0, 22.0, 23.0, 24.0, 95.0},
+    };
+    static const int sizes[] = {2, 3, 4, 6};
+    for (int c = 0; c < 4; c++) {
+        const double *ms = cases[c];
+        int n = sizes[c], slow = 0;
+        for (int r = 1; r < n; r++)
+            if (ms[r] > ms[slow])
+                slow = r;
+        double want = lower_median_by_definition(ms, n);
+        m.n = 0;
+        zt_anomaly_judge_ranks(&m, 7, ms, n);
+        CHECK(m.n == 1 && m.events[0].rank == slow, "case %d: n %d", c, m.n);
+        if (m.n != 1)
+            continue;
+        int rank = -1, ranks = -1;
+        double took = NAN, times = NAN, median = NAN;
+        int got = sscanf(m.events[0].message, "step 7: rank %d took %lf ms, %lf times the lower "
+                         "median of the %d ranks' times, %lf ms", &rank, &took, &times, &ranks,
+                         &median);
+        CHECK(got == 5, "case %d: the message reads %s", c, m.events[0].message);
+        CHECK(rank == slow && fabs(took - ms[slow]) <= 0.05 && ranks == n &&
+                  fabs(median - want) <= 0.05 && fabs(times - ms[slow] / want) <= 0.05 &&
+                  fabs(m.events[0].value - ms[slow] / want) < 1e-12,
+              "case %d: want rank %d, %.1f ms, %.1f times the lower median %.1f ms of %d: %s", c,
+              slow, ms[slow], ms[slow] / want, want, n, m.events[0].message);
+    }
+    zt_anomaly_monitor_free(&m);
+}
+
 #define ERR(json, msg)                                                                             \
     do {                                                                                           \
         zt_events_spec ev;                                                                         \
@@ -150,6 +208,7 @@ static void test_spec(void) {
 int main(void) {
     test_detector();
     test_judge();
+    test_slow_rank_message();
     test_spec();
     return check_summary("test_anomaly");
 }

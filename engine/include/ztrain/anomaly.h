@@ -32,7 +32,8 @@ typedef enum {
     ZT_ANOMALY_GRAD_SPIKE,  /* "grad_norm_spike": the same for the global gradient norm */
     ZT_ANOMALY_LOSS_SCALE,  /* "loss_scale_collapse": fp16's scale at min_loss_scale with an
                                overflow, or `overflows` overflow-skipped steps in a row */
-    ZT_ANOMALY_SLOW_RANK,   /* "slow_rank": a rank's compute time above factor × the median's */
+    ZT_ANOMALY_SLOW_RANK,   /* "slow_rank": a rank's work time above factor × the lower
+                               median of the ranks' */
     ZT_ANOMALY_STALL,       /* "stall": no step for `seconds` (ztraind) */
     ZT_ANOMALY_KINDS
 } zt_anomaly_kind;
@@ -43,8 +44,8 @@ typedef enum {
     ZT_POLICY_STOP,         /* "checkpoint_and_stop" */
 } zt_anomaly_policy;
 
-/* A rank is slow only when it is also this many milliseconds behind the median: on steps of a
- * millisecond, timer noise alone doubles a time. */
+/* A rank is slow only when it is also this many milliseconds behind the lower median: on steps
+ * of a millisecond, timer noise alone doubles a time. */
 #define ZT_SLOW_RANK_MIN_MS 10.0
 
 /* The longest spike window, in steps: the detector's buffers are sized from the rule at init. */
@@ -135,8 +136,10 @@ bool zt_anomaly_judge_step(zt_anomaly_monitor *m, int64_t step, double loss, dou
 /* A slow rank, from every rank's own work on the step (the same array on every rank: the time
  * from the step's start to its gradient reduction, which is data, forward and backward; at ZeRO
  * stage 2 and 3 the reductions overlapped with the backward make the ranks wait for each other
- * inside it, which hides part of a straggler). A rank above factor × the median and at least
- * ZT_SLOW_RANK_MIN_MS behind it is reported. Appends to m->events. */
+ * inside it, which hides part of a straggler). A rank above factor × the lower median of the
+ * times (sorted, the ((world - 1) / 2)-th: with two ranks the faster one) and at least
+ * ZT_SLOW_RANK_MIN_MS behind it is reported, the message naming that median as "the lower
+ * median of the N ranks' times". Appends to m->events. */
 void zt_anomaly_judge_ranks(zt_anomaly_monitor *m, int64_t step, const double *rank_ms,
                             int world);
 

@@ -12,8 +12,10 @@
  *                                  same whether the state lived in memory or in offload files
  *   meta.json                      counters, data position, schedule, the data it trained on
  *                                  (data.train, seed, shuffle), precision, world size, model
- *                                  spec and DeepSpeed config; at stage 3 also "model_shards" (the
- *                                  number of model_rank files) and "params", the flat layout
+ *                                  spec and DeepSpeed config; "job_id", the ztraind job that
+ *                                  wrote it (none under `ztrain run`); at stage 3 also
+ *                                  "model_shards" (the number of model_rank files) and
+ *                                  "params", the flat layout
  *                                  [[name, offset, [shape]], ...] that consolidates them
  *   DONE                           written last: a tag without it is never loaded
  * The default tag is "global_step<N>", as DeepSpeed's. A tag directory is written under a
@@ -72,6 +74,8 @@ typedef struct {
     char *tag;          /* "global_step100" */
     int64_t step;       /* from the tag's trailing digits; -1 when it has none */
     bool complete;      /* the DONE marker exists, so it can be loaded */
+    char *job_id;       /* the ztraind job that wrote it, as its meta.json records it (the
+                         * worker's zt_job_spec.service_job_id); NULL when it records none */
 } zt_ckpt_entry;
 
 typedef struct {

@@ -156,6 +156,12 @@ typedef struct {
     char *fork_job;
     int64_t fork_step;
     zt_events_spec events;    /* "events": anomaly rules and policies (ztrain/anomaly.h) */
+    /* The ztraind job whose ranks run the spec: no key of the file, the worker sets it from
+     * ZTRAIN_JOB_ID, which only ztraind gives its ranks (NULL under `ztrain run` or another
+     * launcher). Each checkpoint's meta.json records it as "job_id", so that the daemon lists
+     * a job's own checkpoints of a checkpoint_dir that jobs share. Heap, freed by
+     * zt_job_spec_free. */
+    char *service_job_id;
     /* "alerts": webhooks, which are ztraind's business (service/daemon/webhooks.h); the engine only
      * checks that it is an object. */
 } zt_job_spec;

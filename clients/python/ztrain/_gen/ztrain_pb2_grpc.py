@@ -131,8 +131,10 @@ class TrainerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListCheckpoints(self, request, context):
-        """The checkpoints found in the job's checkpoint directory (only complete ones, with their
-        DONE marker, can be loaded), and the tag its "latest" file names.
+        """The checkpoints the job wrote in its checkpoint directory (only complete ones, with their
+        DONE marker, can be loaded), and the tag its "latest" file names. Jobs may share a
+        directory: a checkpoint records the job that wrote it (meta.json's "job_id"), and another
+        job's are left out; one that records none (written by `ztrain run`) is listed for every job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -147,7 +149,8 @@ class TrainerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListAnomalies(self, request, context):
-        """The job's anomaly events, oldest first (WatchJob streams them too).
+        """The job's anomaly events, oldest first (WatchJob streams them too): its newest 1,000, and
+        in total_size how many it has had.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
