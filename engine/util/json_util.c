@@ -279,22 +279,23 @@ zt_status zt_json_read_config(const char *path, char **text, size_t *len) {
     return refuse_nul(path, text, n, len);
 }
 
-zt_status zt_json_load_file(const char *path, cJSON **out) {
+/* Reads path with `read` (any file, or a bounded regular one) and parses it. */
+static zt_status load_with(zt_status (*read)(const char *, char **, size_t *), const char *path,
+                           cJSON **out) {
     char *text;
     *out = NULL;
-    ZT_TRY(zt_json_read_file(path, &text, NULL));
+    ZT_TRY(read(path, &text, NULL));
     zt_status s = zt_json_parse(text, path, out);
     free(text);
     return s;
 }
 
+zt_status zt_json_load_file(const char *path, cJSON **out) {
+    return load_with(zt_json_read_file, path, out);
+}
+
 zt_status zt_json_load_config(const char *path, cJSON **out) {
-    char *text;
-    *out = NULL;
-    ZT_TRY(zt_json_read_config(path, &text, NULL));
-    zt_status s = zt_json_parse(text, path, out);
-    free(text);
-    return s;
+    return load_with(zt_json_read_config, path, out);
 }
 
 /* ------------------------------------------------------------------------------------------ */
