@@ -1,20 +1,27 @@
-/* Per-rank step breakdown and system metrics (rank_stats.h). The figures travel as the per-rank
- * memory metrics do: each rank fills its row of a world × per_rank table, and a sum all-reduce
- * gives every rank the whole table (the other rows are zero, so a sum copies them exactly). */
+/* Per-rank memory, step breakdown and system metrics (rank_stats.h). Each rank fills its row of a
+ * world × per_rank table, and one sum all-reduce gives every rank the whole table (the other rows
+ * are zero, so a sum copies them exactly): a logged step's only collective beyond the step's. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "ztrain/rank_stats.h"
 
-/* The row of one rank, in this order; the GPU figures only with device cuda. */
+/* The row of one rank, in this order; the fp32 workspace only in mixed precision, the device and
+ * GPU figures only with device cuda. */
 enum {
+    M_PARAMS, M_GRADS, M_OPTIMIZER, M_PEAK_RSS, M_FP32_WORKSPACE, M_DEVICE_ALLOCATED, M_DEVICE_PEAK,
     F_STEP_TIME, F_DATA, F_FWD, F_BWD, F_STEP, F_COMM, F_COMPUTE, F_CPU, F_RSS, F_PEAK_RSS,
     F_GPU_UTIL, F_GPU_MEM, F_GPU_MEM_TOTAL, F_GPU_POWER, F_GPU_TEMP, F_DEVICE_WAIT, F_COUNT
 };
 static const char *const field_keys[F_COUNT] = {
+    "memory/rank%d/params_bytes", "memory/rank%d/grads_bytes",
+    "memory/rank%d/optimizer_bytes", "memory/rank%d/peak_rss_bytes",
+    "memory/rank%d/fp32_workspace_bytes", "memory/rank%d/device_allocated_bytes",
+    "memory/rank%d/device_peak_bytes",
     "perf/rank%d/step_time_ms",   "perf/rank%d/data_ms",
     "perf/rank%d/fwd_ms",         "perf/rank%d/bwd_ms",
     "perf/rank%d/step_ms",        "perf/rank%d/comm_ms",
@@ -26,8 +33,18 @@ static const char *const field_keys[F_COUNT] = {
 };
 enum { N_STRAGGLER = 4 };
 
-_Static_assert(F_COUNT <= (int)(sizeof ((zt_rank_stats *)0)->mine / sizeof(double)),
-               "zt_rank_stats.mine holds a row");
+_Static_assert(F_COUNT <= (int)(sizeof ((zt_rank_stats *)0)->mine / sizeof(double)) &&
+                   F_COUNT <= (int)(sizeof ((zt_rank_stats *)0)->field / sizeof(int)),
+               "zt_rank_stats.mine and .field hold a row");
+
+/* Whether a job of this device and precision has figure f. */
+static bool applies(int f, zt_device device, bool mixed_precision) {
+    if (f == M_FP32_WORKSPACE)
+        return mixed_precision;
+    if (f == M_DEVICE_ALLOCATED || f == M_DEVICE_PEAK || f >= F_GPU_UTIL)
+        return device == ZT_DEVICE_CUDA;
+    return true;
+}
 
 /* Opens NVML for this rank's GPU; on failure the GPU figures stay NaN and rank 0 says why. */
 static void open_gpu(zt_rank_stats *rs, int local_rank, FILE *note) {
@@ -46,11 +63,13 @@ static void open_gpu(zt_rank_stats *rs, int local_rank, FILE *note) {
 }
 
 zt_status zt_rank_stats_init(zt_rank_stats *rs, int rank, int world, int local_rank,
-                             zt_device device, FILE *note) {
+                             zt_device device, bool mixed_precision, FILE *note) {
     memset(rs, 0, sizeof *rs);
     rs->rank = rank;
     rs->world = world;
-    rs->per_rank = device == ZT_DEVICE_CUDA ? F_COUNT : F_GPU_UTIL;
+    for (int f = 0; f < F_COUNT; f++)
+        if (applies(f, device, mixed_precision))
+            rs->field[rs->per_rank++] = f;
     size_t slots = (size_t)rs->per_rank * (size_t)world;
     rs->values = calloc(slots, sizeof *rs->values);
     rs->keys = calloc(slots, sizeof *rs->keys);
@@ -59,7 +78,7 @@ zt_status zt_rank_stats_init(zt_rank_stats *rs, int rank, int world, int local_r
         return zt_error(ZT_ERR_NOMEM, "out of memory for the per-rank metrics of %d ranks", world);
     for (int r = 0; r < world; r++)
         for (int f = 0; f < rs->per_rank; f++)
-            snprintf(rs->keys[r * rs->per_rank + f], sizeof *rs->keys, field_keys[f], r);
+            snprintf(rs->keys[r * rs->per_rank + f], sizeof *rs->keys, field_keys[rs->field[f]], r);
     for (int f = 0; f < F_COUNT; f++)
         rs->mine[f] = NAN;
     if (device == ZT_DEVICE_CUDA)
@@ -119,8 +138,11 @@ static int cmp_double(const void *a, const void *b) {
  * event compares with the lower median instead, and says so: anomaly.h). */
 static int write_straggler(zt_rank_stats *rs, zt_metric *dst) {
     int slow = 0;
+    int col = 0;
+    while (rs->field[col] != F_COMPUTE)
+        col++;
     for (int r = 0; r < rs->world; r++) {
-        rs->compute[r] = rs->values[r * rs->per_rank + F_COMPUTE];
+        rs->compute[r] = rs->values[r * rs->per_rank + col];
         if (rs->compute[r] > rs->compute[slow])
             slow = r;
     }
@@ -135,8 +157,17 @@ static int write_straggler(zt_rank_stats *rs, zt_metric *dst) {
     return N_STRAGGLER;
 }
 
-zt_status zt_rank_stats_collect(zt_rank_stats *rs, zt_comm *comm, zt_metric *dst, int *n) {
+zt_status zt_rank_stats_collect(zt_rank_stats *rs, zt_comm *comm, const zt_rank_memory *mem,
+                                zt_metric *dst, int *n) {
     double *m = rs->mine;
+    struct rusage ru;
+    m[M_PARAMS] = mem->model.params_bytes;
+    m[M_GRADS] = mem->model.grads_bytes;
+    m[M_OPTIMIZER] = mem->model.optimizer_bytes;
+    m[M_PEAK_RSS] = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
+    m[M_FP32_WORKSPACE] = mem->model.workspace_bytes;
+    m[M_DEVICE_ALLOCATED] = (double)mem->device.allocated;
+    m[M_DEVICE_PEAK] = (double)mem->device.peak;
     zt_sys_sample sys;
     /* Without /proc the figures are left out rather than the training failing. */
     (void)zt_sys_sample_take(&rs->sys, &sys);
@@ -154,7 +185,9 @@ zt_status zt_rank_stats_collect(zt_rank_stats *rs, zt_comm *comm, zt_metric *dst
 
     size_t slots = (size_t)rs->per_rank * (size_t)rs->world;
     memset(rs->values, 0, slots * sizeof *rs->values);
-    memcpy(rs->values + (size_t)rs->rank * rs->per_rank, m, (size_t)rs->per_rank * sizeof *m);
+    double *row = rs->values + (size_t)rs->rank * rs->per_rank;
+    for (int f = 0; f < rs->per_rank; f++)
+        row[f] = m[rs->field[f]];
     if (comm)
         ZT_TRY(zt_comm_all_reduce(comm, rs->values, slots, ZT_F64, ZT_REDUCE_SUM));
     /* A figure a rank could not measure is left out rather than written as null, so every

@@ -25,18 +25,7 @@
 #include "ztrain/stop_signals.h"
 #include "ztrain/trainer.h"
 
-enum { MEM_PER_RANK = 7, STEP_METRICS = 18 };
-
-/* The per-rank memory record of every logged step, sized for the job's world when training
- * starts (every rank up to ZT_MAX_WORLD gets its metrics), so the step loop does not allocate. */
-typedef struct {
-    double *values;   /* [world * MEM_PER_RANK]: this rank's filled in, then summed over ranks */
-    char (*keys)[48]; /* [n]: "memory/rank<r>/<name>" */
-    zt_metric *all;   /* [STEP_METRICS + n + the rank figures' most]: the step's whole record */
-    int n;            /* the metrics per step: world × the names that apply */
-    int which[MEM_PER_RANK]; /* the names that apply, as indices into mem_names */
-    int per_rank;            /* how many apply */
-} memory_metrics;
+enum { STEP_METRICS = 18 };
 
 typedef struct {
     const zt_job_spec *job;
@@ -64,8 +53,8 @@ typedef struct {
     bool tty;
     int rank, world;
     zt_comm *comm;      /* NULL for one rank */
-    memory_metrics mem; /* the per-rank memory record's buffers */
-    zt_rank_stats stats; /* the per-rank step breakdown and system metrics */
+    zt_rank_stats stats; /* the per-rank memory, step breakdown and system metrics */
+    zt_metric *record;   /* [STEP_METRICS + the rank figures' most]: a logged step's record */
     zt_monitor *monitor; /* rank 0's DeepSpeed monitors (tensorboard, csv_monitor); NULL: none */
     zt_pipe *pipe;       /* a pipelined job's stage (it owns e); NULL otherwise */
     int data_rank, data_world; /* the data-parallel rank and size: the replica and dp, piped
@@ -376,87 +365,14 @@ static double device_wait_ms(const trainer *t) {
     return w.wait_ms;
 }
 
-static double peak_rss_bytes(void) {
-    struct rusage ru;
-    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
-}
-
-
-/* The per-rank memory figures, in the order of their slots. The fp32 workspace exists only in
- * mixed precision, and the device figures only for a CUDA backend. */
-enum { MEM_FP32_WORKSPACE = 4, MEM_DEVICE_ALLOCATED = 5, MEM_DEVICE_PEAK = 6 };
-static const char *const mem_names[MEM_PER_RANK] = {"params_bytes", "grads_bytes",
-                                                    "optimizer_bytes", "peak_rss_bytes",
-                                                    "fp32_workspace_bytes",
-                                                    "device_allocated_bytes",
-                                                    "device_peak_bytes"};
-
-/* Sizes the memory record for the world and names its metrics, once the engine says whether it
- * trains in mixed precision and on which device. */
-static zt_status memory_metrics_init(trainer *t) {
-    memory_metrics *mm = &t->mem;
-    size_t slots = (size_t)MEM_PER_RANK * (size_t)t->world;
-    mm->values = calloc(slots, sizeof *mm->values);
-    mm->keys = calloc(slots, sizeof *mm->keys);
-    mm->all = calloc(STEP_METRICS + slots + (size_t)zt_rank_stats_max_metrics(&t->stats),
-                     sizeof *mm->all);
-    if (!mm->values || !mm->keys || !mm->all)
-        return zt_error(ZT_ERR_NOMEM, "out of memory for the memory metrics of %d ranks",
-                        t->world);
-    mm->per_rank = 0;
-    for (int i = 0; i < MEM_PER_RANK; i++) {
-        if (i == MEM_FP32_WORKSPACE && !zt_engine_mixed_precision(t->e))
-            continue;
-        if ((i == MEM_DEVICE_ALLOCATED || i == MEM_DEVICE_PEAK) &&
-            t->job->device != ZT_DEVICE_CUDA)
-            continue;
-        mm->which[mm->per_rank++] = i;
-    }
-    mm->n = 0;
-    for (int r = 0; r < t->world; r++)
-        for (int i = 0; i < mm->per_rank; i++, mm->n++)
-            snprintf(mm->keys[mm->n], sizeof mm->keys[mm->n], "memory/rank%d/%s", r,
-                     mem_names[mm->which[i]]);
-    return ZT_OK;
-}
-
-static void memory_metrics_free(memory_metrics *mm) {
-    free(mm->values);
-    free(mm->keys);
-    free(mm->all);
-}
-
-/* Every rank's model-state bytes, peak RSS and (on a GPU) device bytes, gathered to rank 0 as
- * memory/rank<r>/... into dst[0 .. t->mem.n) (all ranks take part; rank 0 gets the metrics). */
-static zt_status collect_memory_metrics(trainer *t, zt_metric *dst) {
-    memory_metrics *mm = &t->mem;
-    double *v = mm->values;
-    memset(v, 0, sizeof *v * MEM_PER_RANK * (size_t)t->world);
-    zt_engine_memory mem = zt_engine_take_memory(t->e);
-    double *mine = v + MEM_PER_RANK * t->rank;
-    mine[0] = mem.params_bytes;
-    mine[1] = mem.grads_bytes;
-    mine[2] = mem.optimizer_bytes;
-    mine[3] = peak_rss_bytes();
-    mine[MEM_FP32_WORKSPACE] = mem.workspace_bytes;
-    /* The backend's own count of its allocations and workspaces, not the CUDA context's or
-     * another process's memory (cudaMemGetInfo's view), so it compares with the formula. The
-     * counts are filled even when the device's free and total cannot be read (backend.h): a
-     * failing device is the step's sync's to report, and a rank that returned here would leave
-     * the others waiting in the all-reduce below. */
-    if (t->job->device == ZT_DEVICE_CUDA) {
-        zt_cuda_memory dev = {0};
-        (void)zt_backend_cuda_memory(zt_engine_model(t->e)->ctx.be, &dev);
-        mine[MEM_DEVICE_ALLOCATED] = (double)dev.allocated;
-        mine[MEM_DEVICE_PEAK] = (double)dev.peak;
-    }
-    if (t->comm)
-        ZT_TRY(zt_comm_all_reduce(t->comm, v, (size_t)MEM_PER_RANK * t->world, ZT_F64,
-                                  ZT_REDUCE_SUM));
-    for (int k = 0; k < mm->n; k++)
-        dst[k] = (zt_metric){mm->keys[k],
-                             v[MEM_PER_RANK * (k / mm->per_rank) + mm->which[k % mm->per_rank]]};
-    return ZT_OK;
+/* This rank's memory at a logged step (zt_rank_memory). The device's counts are filled even when
+ * its free and total cannot be read (backend.h): a failing device is the step's sync's to
+ * report, and a rank that returned here would leave the others waiting in the collective. */
+static zt_rank_memory rank_memory(trainer *t) {
+    zt_rank_memory m = {.model = zt_engine_take_memory(t->e)};
+    if (t->job->device == ZT_DEVICE_CUDA)
+        (void)zt_backend_cuda_memory(zt_engine_model(t->e)->ctx.be, &m.device);
+    return m;
 }
 
 /* What DeepSpeed's engine.step() hands its monitors at each optimizer step (engine.py), at the
@@ -620,12 +536,11 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
             if (t->pipe)
                 m[n++] = (zt_metric){"perf/pipeline_bubble", piped.bubble};
             n = record_attention(t, m, n);
-            zt_metric *all = t->mem.all;
-            memcpy(all, m, sizeof(zt_metric) * n);
-            ZT_TRY(collect_memory_metrics(t, all + n));
+            memcpy(t->record, m, sizeof(zt_metric) * n);
+            zt_rank_memory mem = rank_memory(t);
             int n_ranks;
-            ZT_TRY(zt_rank_stats_collect(&t->stats, t->comm, all + n + t->mem.n, &n_ranks));
-            ZT_TRY(write_metrics(t, all, n + t->mem.n + n_ranks));
+            ZT_TRY(zt_rank_stats_collect(&t->stats, t->comm, &mem, t->record + n, &n_ranks));
+            ZT_TRY(write_metrics(t, t->record, n + n_ranks));
             show_progress(t, step, last_loss, lr, tok_s, last);
         }
         if (t->has_val && step % job->train.eval_interval == 0) {
@@ -757,9 +672,13 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     }
     if (s == ZT_OK)
         s = zt_rank_stats_init(&t.stats, t.rank, t.world, opts->dist ? opts->dist->local_rank : 0,
-                               job->device, opts->progress);
-    if (s == ZT_OK)
-        s = memory_metrics_init(&t);
+                               job->device, zt_engine_mixed_precision(t.e), opts->progress);
+    if (s == ZT_OK) {
+        t.record = calloc(STEP_METRICS + (size_t)zt_rank_stats_max_metrics(&t.stats),
+                          sizeof *t.record);
+        if (!t.record)
+            s = zt_error(ZT_ERR_NOMEM, "out of memory for the metric record of %d ranks", t.world);
+    }
     if (s == ZT_OK && !t.pipe) /* pipelines take no anomaly rules (job_pipeline.c) */
         s = zt_trainer_events_init(&t.events, job, t.e, t.comm, t.rank, t.world,
                                    opts->stop_requested);
@@ -823,7 +742,7 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         zt_engine_destroy(t.e);
     }
     zt_tp_groups_destroy(&t.groups);
-    memory_metrics_free(&t.mem);
+    free(t.record);
     zt_rank_stats_free(&t.stats);
     if (t.has_val_loader)
         zt_loader_free(&t.val_loader);

@@ -16,7 +16,13 @@
  * one wait and one read-back, nothing from pageable memory. Every count is printed. That the
  * table brings the losses the host all-reduce brought, bit for bit, dist/test_nccl_emu_training
  * checks through `ztrain run` (nccl against shm); that the stop request stops every rank at the
- * same step, unit/test_stop_signals. */
+ * same step, unit/test_stop_signals.
+ *
+ * A logged step (train.log_interval) gathers every rank's memory, step breakdown and system
+ * figures to rank 0 on top: the first two cases train LONG steps once more with every step logged,
+ * and the difference over the LONG - 1 steps that run logs besides the last is what logging a step
+ * costs: one collective, so one wait and one read-back. Measured with this test before the memory
+ * figures joined the others' collective (rank_stats.h): 2 waits and 2 read-backs. */
 #include <stdio.h>
 #include <string.h>
 
@@ -27,7 +33,7 @@
 #include "ztrain/job_spec.h"
 #include "ztrain/trainer.h"
 
-enum { WORLD = 2, SHORT = 2, LONG = 6, NTOK = 8192 };
+enum { WORLD = 2, SHORT = 2, LONG = 6, NTOK = 8192, LOGGED_CASES = 2 };
 
 typedef void (*counts_fn)(unsigned long long out[3]);
 
@@ -58,28 +64,28 @@ static const run_case cases[] = {
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
-static int ports[2 * NCASES];
+static int ports[3 * NCASES];
 static counts_fn counts;
 
-/* Trains the case for `steps` on nccl and adds the run's waits, read-backs and pageable uploads
- * to got[3]. */
-static bool train(int c, int rank, int steps, unsigned long long got[3]) {
+/* Trains the case for `steps` on nccl, logging every log_interval-th step and the last, and adds
+ * the run's waits, read-backs and pageable uploads to got[3]; port: the run's rendezvous. */
+static bool train(int c, int rank, int steps, int log_interval, int port,
+                  unsigned long long got[3]) {
     const run_case *k = &cases[c];
     char json[2048], what[32], out[4200];
     snprintf(json, sizeof json,
              "{\"name\": \"loop\", \"world_size\": %d, \"device\": \"cuda\", \"comm\": \"nccl\", "
              "\"model\": %s, \"data\": {\"train\": \"%s\"%s}, \"train\": {\"max_steps\": %d, "
-             "\"log_interval\": 1000, \"seed\": 5}, \"deepspeed\": "
+             "\"log_interval\": %d, \"seed\": 5}, \"deepspeed\": "
              "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 2, %s"
              "\"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": %d}, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}%s}",
              WORLD, k->model, k->masked ? "train.bin" : "train.txt",
-             k->masked ? ", \"format\": \"masked\"" : "", steps, k->extra, k->stage,
+             k->masked ? ", \"format\": \"masked\"" : "", steps, log_interval, k->extra, k->stage,
              k->job_extra);
-    snprintf(what, sizeof what, "%d-%d", c, steps);
+    snprintf(what, sizeof what, "%d-%d-%d", c, steps, log_interval);
     snprintf(out, sizeof out, "%s/run-%s", check_tmpdir, what);
-    zt_comm *comm = emu_join("syncs-loop", what, rank, WORLD, "nccl",
-                             ports[2 * c + (steps == LONG)]);
+    zt_comm *comm = emu_join("syncs-loop", what, rank, WORLD, "nccl", port);
     if (!comm)
         return false;
     zt_dist_info d = {.rank = rank, .world_size = WORLD, .local_rank = rank,
@@ -115,7 +121,8 @@ static int rank_main(int rank, int world) {
     }
     for (int c = 0; c < NCASES; c++) {
         unsigned long long shorter[3] = {0}, longer[3] = {0};
-        if (!train(c, rank, SHORT, shorter) || !train(c, rank, LONG, longer))
+        if (!train(c, rank, SHORT, 1000, ports[3 * c], shorter) ||
+            !train(c, rank, LONG, 1000, ports[3 * c + 1], longer))
             continue;
         unsigned long long step[3];
         bool whole = true;
@@ -136,6 +143,24 @@ static int rank_main(int rank, int world) {
               "times and uploads %llu times from pageable memory (%s); at most %llu, %llu and 0 "
               "allowed", cases[c].name, rank, step[0], step[1], step[2],
               whole ? "every step alike" : "steps unlike each other", allowed, reads);
+        unsigned long long logged[3] = {0};
+        if (c >= LOGGED_CASES || !train(c, rank, LONG, 1, ports[3 * c + 2], logged))
+            continue;
+        unsigned long long extra[3];
+        whole = true;
+        for (int i = 0; i < 3; i++) {
+            extra[i] = (logged[i] - longer[i]) / (LONG - 1);
+            whole = whole && logged[i] >= longer[i] && (logged[i] - longer[i]) % (LONG - 1) == 0;
+        }
+        printf("%-32s rank %d: every step logged %llu/%llu/%llu; logging a step: %llu/%llu/%llu\n",
+               cases[c].name, rank, logged[0], logged[1], logged[2], extra[0], extra[1],
+               extra[2]);
+        fflush(stdout);
+        CHECK(whole && extra[0] <= 1 && extra[1] <= 1 && extra[2] == 0,
+              "%s, rank %d: logging a step waits %llu more times, reads back %llu more times and "
+              "uploads %llu times from pageable memory (%s); at most 1, 1 and 0 allowed (one "
+              "gather of the ranks' figures)", cases[c].name, rank, extra[0], extra[1], extra[2],
+              whole ? "every logged step alike" : "logged steps unlike each other");
     }
     return check_summary(rank ? "test_cuda_emu_syncs_trainer rank 1"
                               : "test_cuda_emu_syncs_trainer rank 0");
@@ -144,7 +169,7 @@ static int rank_main(int rank, int world) {
 int main(void) {
     if (!emu_devices("test_cuda_emu_syncs_trainer", 2))
         return 0;
-    if (!emu_free_ports(ports, 2 * NCASES))
+    if (!emu_free_ports(ports, 3 * NCASES))
         return 2;
     check_tmpdir_create("zt_syncs_loop");
     emu_write_data(NTOK);

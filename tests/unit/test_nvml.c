@@ -128,17 +128,20 @@ static void test_rank_stats(bool stub) {
     size_t note_len = 0;
     FILE *nf = open_memstream(&note, &note_len);
     zt_rank_stats rs;
-    CHECK(zt_rank_stats_init(&rs, 0, 1, 0, ZT_DEVICE_CUDA, nf) == ZT_OK, "%s", zt_last_error());
+    CHECK(zt_rank_stats_init(&rs, 0, 1, 0, ZT_DEVICE_CUDA, false, nf) == ZT_OK, "%s", zt_last_error());
     fclose(nf);
     zt_rank_step st = {.step_time = 100, .data = 5, .comm = 30, .device_wait = 42,
                        .engine = {.forward_ms = 30, .backward_ms = 50, .step_ms = 15,
                                   .forward_comm_ms = 4, .backward_comm_ms = 20,
                                   .step_comm_ms = 6}};
     zt_rank_stats_step(&rs, &st);
+    zt_rank_memory mem = {.model = {.params_bytes = 1000, .grads_bytes = 2000,
+                                    .optimizer_bytes = 3000, .workspace_bytes = 4000},
+                          .device = {.allocated = 5000, .peak = 6000}};
     zt_metric m[64];
     int n = 0;
     CHECK(zt_rank_stats_max_metrics(&rs) <= 64);
-    CHECK(zt_rank_stats_collect(&rs, NULL, m, &n) == ZT_OK, "%s", zt_last_error());
+    CHECK(zt_rank_stats_collect(&rs, NULL, &mem, m, &n) == ZT_OK, "%s", zt_last_error());
     CHECK(find(m, n, "perf/rank0/step_time_ms") == 100 && find(m, n, "perf/rank0/data_ms") == 5 &&
               find(m, n, "perf/rank0/fwd_ms") == 26 && find(m, n, "perf/rank0/bwd_ms") == 30 &&
               find(m, n, "perf/rank0/step_ms") == 9 && find(m, n, "perf/rank0/comm_ms") == 30 &&
@@ -150,6 +153,17 @@ static void test_rank_stats(bool stub) {
           find(m, n, "perf/rank0/device_wait_ms"));
     CHECK(find(m, n, "system/rank0/rss_bytes") > 0 && !has_prefix(m, n, "perf/straggler"),
           "one rank: memory, and no straggler");
+    /* The model's and the device's memory ride in the same row; the fp32 workspace only in
+     * mixed precision (this job is fp32). */
+    CHECK(find(m, n, "memory/rank0/params_bytes") == 1000 &&
+              find(m, n, "memory/rank0/grads_bytes") == 2000 &&
+              find(m, n, "memory/rank0/optimizer_bytes") == 3000 &&
+              find(m, n, "memory/rank0/device_allocated_bytes") == 5000 &&
+              find(m, n, "memory/rank0/device_peak_bytes") == 6000 &&
+              find(m, n, "memory/rank0/peak_rss_bytes") > 0 &&
+              !has_prefix(m, n, "memory/rank0/fp32_workspace"),
+          "memory figures: params %g, device peak %g", find(m, n, "memory/rank0/params_bytes"),
+          find(m, n, "memory/rank0/device_peak_bytes"));
     if (stub) {
         CHECK(find(m, n, "system/rank0/gpu_util") == 0.37 &&
                   find(m, n, "system/rank0/gpu_memory_used_bytes") == GIB &&
