@@ -100,13 +100,15 @@ test-multihost:
 
 # The tests that need real DeepSpeed or transformers 5 (tests/deepspeed/, about two minutes; it
 # makes .venv-ds/ with PyPI's torch, DeepSpeed and transformers 5 the first time): ten masked SFT
-# steps in DeepSpeed (CPU accelerator, two gloo ranks) and in ztrain on the same batches, and
-# directories transformers 5 writes read, trained and exported against transformers 5.
+# steps in DeepSpeed (CPU accelerator, two gloo ranks) and in ztrain on the same batches,
+# directories transformers 5 writes read, trained and exported against transformers 5, and the
+# Python client's batch-rule check against DeepSpeedConfig on a grid of batch keys.
 test-deepspeed:
 	./scripts/install-deps.sh build deepspeed
 	$(MAKE) build
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_deepspeed_sft.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=2 /usr/bin/python3 tests/deepspeed/test_hf5_configs.py
+	/usr/bin/python3 tests/deepspeed/test_client_batch_rule.py
 
 # ztraind under load and across faults (tests/soak/test_soak.py, about a minute on 2 cores): 200
 # watchers on a running job while 1,000 jobs are submitted and listed, then 100 small jobs with

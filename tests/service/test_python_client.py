@@ -22,7 +22,11 @@ real ztraind with a token (run in .venv/ for googleapis-common-protos).
      gives what get() says), and anything else is InvalidArgument naming state; a job file with
      checkpoint_interval and no checkpoint_dir is submitted (ztraind gives it RUNS/<id>/ckpt);
      wait() of a queued job survives a daemon stopped and started again 3 s later.
-  Watched Metrics carry their record's seq, and watch(after_seq=) resumes after one."""
+  Watched Metrics carry their record's seq, and watch(after_seq=) resumes after one.
+  k. A job file whose "deepspeed" file is not JSON is a SpecError naming spec.deepspeed, the
+     file, the line and the column.
+  e. also covers DeepSpeed's batch rule with two of the three batch keys given (the third
+     inferred); tests/deepspeed/test_client_batch_rule.py checks the rule against DeepSpeed."""
 import json
 import os
 import shutil
@@ -154,6 +158,14 @@ def case_e(ztrain, c, d):
     j = tiny_job(d.data_root, deepspeed={"train_batch_size": 3, "gradient_accumulation_steps": 1,
                                          "train_micro_batch_size_per_gpu": 2})
     bad.append(("a batch mismatch", j, "spec.deepspeed.train_batch_size"))
+    j = tiny_job(d.data_root, deepspeed={"train_batch_size": 8,
+                                         "train_micro_batch_size_per_gpu": 3})
+    bad.append(("train_batch_size 8 with micro batch 3 (accumulation inferred: 2)", j,
+                "spec.deepspeed.train_batch_size"))
+    j = tiny_job(d.data_root, world_size=4, deepspeed={"train_batch_size": 4,
+                                                       "train_micro_batch_size_per_gpu": 4})
+    bad.append(("4 ranks, train_batch_size 4, micro batch 4 (accumulation inferred: 0)", j,
+                "spec.deepspeed.gradient_accumulation_steps"))
     j = tiny_job(d.data_root, eval_interval=5)
     bad.append(("eval_interval without data.val", j, "spec.train.eval_interval"))
     for what, job, field in bad:
@@ -261,6 +273,33 @@ def case_g(ztrain, c, d):
              f"({got and ztrain.state_name(got.state)}, {result.get('error')!r})")
 
 
+def case_k(ztrain, c, d):
+    """A job file whose "deepspeed" file is not JSON: the client's SpecError naming it."""
+    folder = os.path.join(tempfile.mkdtemp(dir=d.dir), "sub")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "ds_config.json"), "w") as f:
+        f.write('{"train_micro_batch_size_per_gpu": 2,\n "optimizer": }\n')
+    job = tiny_job(d.data_root, name="j2")
+    job["deepspeed"] = "ds_config.json"
+    with open(os.path.join(folder, "j2.json"), "w") as f:
+        json.dump(job, f)
+    ref = None
+    try:
+        with open(os.path.join(folder, "ds_config.json")) as f:
+            json.load(f)
+    except json.JSONDecodeError as e:
+        ref = e
+    try:
+        c.submit(os.path.join(folder, "j2.json"))
+        err = None
+    except Exception as e:  # noqa: BLE001 - reported by the check
+        err = e
+    ck.check(isinstance(err, ztrain.SpecError) and err.field == "spec.deepspeed" and
+             os.path.join(folder, "ds_config.json") in str(err) and
+             f"line {ref.lineno} column {ref.colno}" in str(err),
+             f"k: a bad ds_config.json beside the job file is a SpecError naming it: {err!r}")
+
+
 def case_f(d, site):
     """The notebook-style example runs as written against this daemon."""
     env = dict(os.environ, ZTRAIN_ADDR=d.grpc_addr, ZTRAIN_TOKEN=TOKEN,
@@ -284,6 +323,7 @@ def main():
             case_c(ztrain, c, job)
             case_d(ztrain, c, d)
             case_e(ztrain, c, d)
+            case_k(ztrain, c, d)
             case_g(ztrain, c, d)
         case_f(d, os.path.join(tmp, "site"))
     ck.done()

@@ -13,8 +13,10 @@ What is checked here: keys (every section's keys are the proto's fields, so a mi
 refused by name, as the server would), types, ranges, n_embd divisible by n_head, the train
 options that need another (eval_interval needs data.val; resume and checkpoint_interval need no
 checkpoint_dir, as ztraind gives a job without one <runs root>/<job id>/ckpt) and DeepSpeed's
-batch rule (train_batch_size = micro batch x gradient accumulation x world_size). What only the server can judge (paths under its roots, memory, its GPUs) it judges,
-and its refusal names the field the same way: "spec.model.n_embd"."""
+batch rule for any of the three batch keys given (the missing ones inferred as DeepSpeed infers
+them; then train_batch_size = micro batch x gradient accumulation x world_size, each > 0). What
+only the server can judge (paths under its roots, memory, its GPUs) it judges, and its refusal
+names the field the same way: "spec.model.n_embd"."""
 import copy
 import json
 import os
@@ -43,6 +45,18 @@ _POSITIVE_MODEL = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size")
 
 def _fields(msg_cls):
     return {f.name: f for f in msg_cls.DESCRIPTOR.fields}
+
+
+def _read_json(field_path: str, path: str):
+    """A JSON file's value; a file that is not JSON is a SpecError naming `field_path`, the
+    file, and the line and column where parsing stopped."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise SpecError(field_path, f"{path}: not JSON: {e}") from None
+        except UnicodeDecodeError as e:
+            raise SpecError(field_path, f"{path}: not UTF-8 text: {e}") from None
 
 
 def _int(path, v, lo=None):
@@ -103,10 +117,13 @@ class JobSpec:
         return self._section("fork_from", job=job, step=step)
 
     def deepspeed(self, config: Union[dict, str]) -> "JobSpec":
-        """The DeepSpeed config: a dict, or the path of a ds_config.json (read now)."""
-        if isinstance(config, str):
-            with open(config, encoding="utf-8") as f:
-                config = json.load(f)
+        """The DeepSpeed config: a dict, or the path of a ds_config.json (read now; a file that
+        cannot be read or is not JSON is a SpecError naming spec.deepspeed and the file)."""
+        if isinstance(config, (str, os.PathLike)):
+            try:
+                config = _read_json("spec.deepspeed", os.fspath(config))
+            except OSError as e:
+                raise SpecError("spec.deepspeed", f"{os.fspath(config)}: {e.strerror}") from None
         self._d["deepspeed"] = copy.deepcopy(config)
         return self
 
@@ -134,11 +151,7 @@ class JobSpec:
 
     @classmethod
     def from_file(cls, path: str) -> "JobSpec":
-        with open(path, encoding="utf-8") as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError as e:
-                raise SpecError("spec", f"{path}: not JSON: {e}") from None
+        d = _read_json("spec", path)
         s = cls.from_dict(d, os.path.dirname(os.path.abspath(path)))
         if not s._d.get("name"):
             s._d["name"] = os.path.splitext(os.path.basename(path))[0]
@@ -171,7 +184,8 @@ class JobSpec:
         self._validate_model(d.get("model", {}))
         self._validate_data(d.get("data"))
         self._validate_train(d.get("train", {}), d.get("data") or {})
-        self._validate_deepspeed(d.get("deepspeed"), ws, d.get("pipeline") or {})
+        self._validate_deepspeed(d.get("deepspeed"), ws, d.get("pipeline") or {},
+                                 d.get("training_args") or {})
         self.to_proto(validate=False)  # types the proto cannot hold are refused here
         return self
 
@@ -216,22 +230,16 @@ class JobSpec:
         # (<runs root>/<job id>/ckpt) when the spec has none: nothing to refuse here.
 
     @staticmethod
-    def _validate_deepspeed(ds, world_size, pipeline):
+    def _validate_deepspeed(ds, world_size, pipeline, training_args):
         if ds is None:
             return
         if not isinstance(ds, dict):
             raise SpecError("spec.deepspeed", "must be an object (or a path, read when building)")
-        # DeepSpeed's rule: train_batch_size = micro batch x accumulation x data-parallel size.
-        tbs = ds.get("train_batch_size")
-        mb = ds.get("train_micro_batch_size_per_gpu")
-        gas = ds.get("gradient_accumulation_steps")
-        dp = world_size // max(1, int(pipeline.get("stages", 1) or 1))
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in (tbs, mb, gas)):
-            if tbs != mb * gas * dp:
-                raise SpecError("spec.deepspeed.train_batch_size",
-                                f"Check batch related parameters. train_batch_size is not equal "
-                                f"to micro_batch_per_gpu * gradient_acc_step * world_size "
-                                f"{tbs} != {mb} * {gas} * {dp}")
+        stages = pipeline.get("stages", 1) or 1
+        dp = world_size // stages if isinstance(stages, int) and stages >= 1 else world_size
+        verdict = _batch_verdict(ds, dp, stages != 1, training_args)
+        if verdict:
+            raise SpecError(*verdict)
 
     # ---- the message ----------------------------------------------------------------------
 
@@ -261,6 +269,79 @@ class JobSpec:
             except json_format.ParseError as e:
                 raise SpecError(f"spec.{name}", str(e)) from None
         return spec
+
+
+_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def _batch_verdict(ds: dict, world: int, pipelined: bool, args: dict):
+    """DeepSpeed 0.19's batch rule (DeepSpeedConfig._set_batch_related_parameters, then
+    _batch_assertion) on the job's data-parallel size: the missing batch keys are inferred from
+    the given ones with Python's floor division, then each of the three must be > 0 and
+    train_batch_size = micro batch x accumulation x world size. Where a config gives neither
+    train_batch_size nor the micro batch, ztraind first supplies the micro batch (and a missing
+    accumulation) from training_args as Hugging Face's Trainer does, which DeepSpeed would
+    refuse. None when the rule holds, or cannot be judged here (a key "auto", which ztraind
+    fills from training_args, or not an integer, which it refuses itself); else (field,
+    message), the message DeepSpeed's, with how the inferred key was computed."""
+    t, m, g = (ds.get(k) for k in _BATCH_KEYS)
+    for v in (t, m, g):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            return None
+    w_name = "(world_size / pipeline.stages)" if pipelined else "world_size"
+    if t is None and m is None:
+        m = args.get("per_device_train_batch_size", 8)
+        if g is None:
+            g = args.get("gradient_accumulation_steps", 1)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (m, g)):
+            return None
+    how = ""
+    if t is not None and m is not None and g is not None:
+        pass
+    elif t is not None and m is not None:
+        # A micro batch of 0 is DeepSpeed's ZeroDivisionError; ztraind (and this) refuse it by
+        # the first of the keys that is not > 0, as _batch_assertion would.
+        g = t // m // world if m != 0 else 0
+        how = (f"gradient_accumulation_steps = train_batch_size // "
+               f"train_micro_batch_size_per_gpu // {w_name} = {t} // {m} // {world} = {g}"
+               if m != 0 else "gradient_accumulation_steps by dividing by "
+               "train_micro_batch_size_per_gpu")
+    elif t is not None and g is not None:
+        m = t // world // g if g != 0 else t // world
+        how = (f"train_micro_batch_size_per_gpu = train_batch_size // {w_name} // "
+               f"gradient_accumulation_steps = {t} // {world} // {g} = {m}"
+               if g != 0 else "train_micro_batch_size_per_gpu by dividing by "
+               "gradient_accumulation_steps")
+    elif m is not None and g is not None:
+        t = m * g * world
+        how = (f"train_batch_size = train_micro_batch_size_per_gpu * "
+               f"gradient_accumulation_steps * {w_name} = {m} * {g} * {world} = {t}")
+    elif t is not None:
+        m, g = t // world, 1
+        how = (f"train_micro_batch_size_per_gpu = train_batch_size // {w_name} = "
+               f"{t} // {world} = {m}, gradient_accumulation_steps = 1")
+    else:
+        t, g = m * world, 1
+        how = (f"train_batch_size = train_micro_batch_size_per_gpu * {w_name} = "
+               f"{m} * {world} = {t}, gradient_accumulation_steps = 1")
+    why = f" (DeepSpeed infers {how})" if how else ""
+    if t <= 0:
+        return ("spec.deepspeed.train_batch_size",
+                f"Train batch size: {t} has to be greater than 0{why}")
+    if m <= 0:
+        return ("spec.deepspeed.train_micro_batch_size_per_gpu",
+                f"Micro batch size per gpu: {m} has to be greater than 0{why}")
+    if g <= 0:
+        return ("spec.deepspeed.gradient_accumulation_steps",
+                f"Gradient accumulation steps: {g} has to be greater than 0{why}")
+    if t != m * g * world:
+        return ("spec.deepspeed.train_batch_size",
+                f"Check batch related parameters. train_batch_size is not equal to "
+                f"micro_batch_per_gpu * gradient_acc_step * world_size "
+                f"{t} != {m} * {g} * {world}{why}")
+    if t > 0x7fffffff:
+        return ("spec.deepspeed.train_batch_size", f"train_batch_size {t} is too large")
+    return None
 
 
 def load(spec: Union["JobSpec", dict, str]) -> JobSpec:
