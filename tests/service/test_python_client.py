@@ -46,6 +46,7 @@ from svc import BUILD, LONG, SOURCE, Checker, Daemon, read_metrics, temp_dir, ti
 
 ck = Checker()
 TOKEN = "client-token"
+READ_TOKEN = "client-read-token"
 CLIENT = os.path.join(SOURCE, "clients", "python")
 
 
@@ -158,6 +159,14 @@ def case_e(ztrain, c, d):
     j = tiny_job(d.data_root, deepspeed={"train_batch_size": 3, "gradient_accumulation_steps": 1,
                                          "train_micro_batch_size_per_gpu": 2})
     bad.append(("a batch mismatch", j, "spec.deepspeed.train_batch_size"))
+    j = tiny_job(d.data_root, deepspeed={"train_batch_size": 8,
+                                         "train_micro_batch_size_per_gpu": 3})
+    bad.append(("train_batch_size 8 with micro batch 3 (accumulation inferred: 2)", j,
+                "spec.deepspeed.train_batch_size"))
+    j = tiny_job(d.data_root, world_size=4, deepspeed={"train_batch_size": 4,
+                                                       "train_micro_batch_size_per_gpu": 4})
+    bad.append(("4 ranks, train_batch_size 4, micro batch 4 (accumulation inferred: 0)", j,
+                "spec.deepspeed.gradient_accumulation_steps"))
     j = tiny_job(d.data_root, deepspeed={"train_batch_size": 8,
                                          "train_micro_batch_size_per_gpu": 3})
     bad.append(("train_batch_size 8 with micro batch 3 (accumulation inferred: 2)", j,
@@ -300,6 +309,121 @@ def case_k(ztrain, c, d):
              f"k: a bad ds_config.json beside the job file is a SpecError naming it: {err!r}")
 
 
+def case_i(ztrain, c, d):
+    """An ApiError subclass per gRPC status code, and three codes from the daemon itself."""
+    import grpc
+
+    # google-api-core's names for the codes (google/api_core/exceptions.py).
+    api_core = {"CANCELLED": "Cancelled", "UNKNOWN": "Unknown",
+                "INVALID_ARGUMENT": "InvalidArgument", "DEADLINE_EXCEEDED": "DeadlineExceeded",
+                "NOT_FOUND": "NotFound", "ALREADY_EXISTS": "AlreadyExists",
+                "PERMISSION_DENIED": "PermissionDenied",
+                "RESOURCE_EXHAUSTED": "ResourceExhausted",
+                "FAILED_PRECONDITION": "FailedPrecondition", "ABORTED": "Aborted",
+                "OUT_OF_RANGE": "OutOfRange", "UNIMPLEMENTED": "MethodNotImplemented",
+                "INTERNAL": "InternalServerError", "UNAVAILABLE": "ServiceUnavailable",
+                "DATA_LOSS": "DataLoss", "UNAUTHENTICATED": "Unauthenticated"}
+    for code in grpc.StatusCode:
+        if code == grpc.StatusCode.OK:
+            continue
+        cls = getattr(ztrain, api_core.get(code.name, "?"), None)
+        ck.check(cls is not None and issubclass(cls, ztrain.ApiError) and
+                 cls is not ztrain.ApiError and cls.grpc_status_code == code and
+                 ztrain.errors._BY_CODE.get(code.name) is cls,
+                 f"i: {code.name} raises ztrain.{api_core.get(code.name)} ({cls})")
+
+    def failure(call):
+        try:
+            call()
+        except ztrain.ZtrainError as e:
+            return e
+        return None
+
+    job = tiny_job(d.data_root, name="read-scope", max_steps=2)
+    with ztrain.Client(d.grpc_addr, token=READ_TOKEN) as reader:
+        e = failure(lambda: reader.submit(job))
+    ck.check(isinstance(e, ztrain.PermissionDenied) and e.code == "PERMISSION_DENIED" and
+             "scope is read" in e.message and isinstance(e.details, list),
+             f"i: a read token's submit is PermissionDenied: {e!r}")
+    with ztrain.Client(d.grpc_addr, token=TOKEN, timeout=1e-6) as hasty:
+        e = failure(lambda: hasty.get("job-000001"))
+    ck.check(isinstance(e, ztrain.DeadlineExceeded) and e.code == "DEADLINE_EXCEEDED" and
+             e.message, f"i: a call past its timeout is DeadlineExceeded: {e!r}")
+    channel = grpc.insecure_channel(d.grpc_addr)
+    absent = channel.unary_unary("/ztrain.v1.Trainer/NoSuchMethod")
+    try:
+        absent(b"", metadata=[("authorization", f"Bearer {TOKEN}")], timeout=30)
+        e = None
+    except grpc.RpcError as rpc:
+        e = ztrain.errors.from_rpc_error(rpc)
+    channel.close()
+    ck.check(isinstance(e, ztrain.MethodNotImplemented) and e.code == "UNIMPLEMENTED" and
+             e.details == [], f"i: a method ztraind lacks is MethodNotImplemented: {e!r}")
+    e = failure(lambda: c.get("job-777777"))
+    ck.check(isinstance(e, ztrain.NotFound) and any(
+        type(x).__name__ == "ResourceInfo" and x.resource_name == "jobs/job-777777"
+        for x in e.details), f"i: NotFound's .details hold its ResourceInfo: {e!r}")
+
+
+def case_j(ztrain, c, d):
+    """Tokens as files hold them; a closed Client."""
+    for form in (TOKEN + "\n", TOKEN + "\r\n", f"  {TOKEN}\n"):
+        try:
+            with ztrain.Client(d.grpc_addr, token=form) as tc:
+                n = len(list(tc.list()))
+            err = None
+        except Exception as e:  # noqa: BLE001 - reported by the check
+            n, err = None, e
+        ck.check(err is None and n, f"j: token={form!r} works as the file's token ({err!r})")
+    for form in ("\n", "   ", TOKEN + "\nother", "tok en"):
+        try:
+            ztrain.Client(d.grpc_addr, token=form)
+            err = None
+        except ztrain.InvalidArgument as e:
+            err = e
+        ck.check(err is not None and err.field == "token" and "token" in str(err),
+                 f"j: token={form!r} is InvalidArgument naming token ({err!r})")
+    closed = ztrain.Client(d.grpc_addr, token=TOKEN)
+    closed.close()
+    for what, call in (("get", lambda: closed.get("job-000001")),
+                       ("list", lambda: list(closed.list())),
+                       ("watch", lambda: list(closed.watch("job-000001")))):
+        try:
+            call()
+            err = None
+        except Exception as e:  # noqa: BLE001 - reported by the check
+            err = e
+        ck.check(isinstance(err, ztrain.ClientClosed) and isinstance(err, ztrain.ZtrainError)
+                 and "closed" in str(err), f"j: {what}() on a closed Client: {err!r}")
+
+
+def case_k(ztrain, c, d):
+    """A job file whose "deepspeed" file is not JSON: the client's SpecError naming it."""
+    folder = os.path.join(tempfile.mkdtemp(dir=d.dir), "sub")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "ds_config.json"), "w") as f:
+        f.write('{"train_micro_batch_size_per_gpu": 2,\n "optimizer": }\n')
+    job = tiny_job(d.data_root, name="j2")
+    job["deepspeed"] = "ds_config.json"
+    with open(os.path.join(folder, "j2.json"), "w") as f:
+        json.dump(job, f)
+    ref = None
+    try:
+        with open(os.path.join(folder, "ds_config.json")) as f:
+            json.load(f)
+    except json.JSONDecodeError as e:
+        ref = e
+    try:
+        c.submit(os.path.join(folder, "j2.json"))
+        err = None
+    except Exception as e:  # noqa: BLE001 - reported by the check
+        err = e
+    ck.check(isinstance(err, ztrain.SpecError) and err.field == "spec.deepspeed" and
+             os.path.join(folder, "ds_config.json") in str(err) and
+             f"line {ref.lineno} column {ref.colno}" in str(err),
+             f"k: a bad ds_config.json beside the job file is a SpecError naming it: {err!r}")
+
+
 def case_f(d, site):
     """The notebook-style example runs as written against this daemon."""
     env = dict(os.environ, ZTRAIN_ADDR=d.grpc_addr, ZTRAIN_TOKEN=TOKEN,
@@ -317,12 +441,19 @@ def case_f(d, site):
 def main():
     tmp = temp_dir("ztrain-pyclient-")
     ztrain = install(tmp)
-    with Daemon(BUILD, os.path.join(tmp, "d"), max_ranks=1, token=TOKEN) as d:
+    d = Daemon(BUILD, os.path.join(tmp, "d"), max_ranks=1, token=TOKEN, start=False)
+    with open(d.token_file, "a") as f:
+        f.write(f"{READ_TOKEN} read\n")
+    d.start()
+    with d:
         with ztrain.Client(d.grpc_addr, token=TOKEN) as c:
             job = case_b(ztrain, c, d)
             case_c(ztrain, c, job)
             case_d(ztrain, c, d)
             case_e(ztrain, c, d)
+            case_i(ztrain, c, d)
+            case_j(ztrain, c, d)
+            case_k(ztrain, c, d)
             case_k(ztrain, c, d)
             case_g(ztrain, c, d)
         case_f(d, os.path.join(tmp, "site"))

@@ -11,9 +11,11 @@ The messages are the generated ones of proto/ztrain.proto (ztrain.pb), built int
 from ._gen import ztrain_pb2 as pb
 from .client import (Anomaly, Client, JobUpdate, Log, Metrics, TERMINAL, finite,  # noqa: F401
                      state_name)
-from .errors import (AlreadyExists, ApiError, FailedPrecondition, InvalidArgument,  # noqa: F401
-                     NotFound, ResourceExhausted, SpecError, Unauthenticated, Unavailable,
-                     Violation, ZtrainError)
+from .errors import (Aborted, AlreadyExists, ApiError, Cancelled, ClientClosed,  # noqa: F401
+                     DataLoss, DeadlineExceeded, FailedPrecondition, InternalServerError,
+                     InvalidArgument, MethodNotImplemented, NotFound, OutOfRange,
+                     PermissionDenied, ResourceExhausted, ServiceUnavailable, SpecError,
+                     Unauthenticated, Unavailable, Unknown, Violation, ZtrainError)
 from .spec import JobSpec  # noqa: F401
 
 __version__ = "0.1.0"

@@ -14,7 +14,8 @@ import grpc
 
 from ._gen import ztrain_pb2 as pb
 from ._gen import ztrain_pb2_grpc as pb_grpc
-from .errors import ApiError, InvalidArgument, Violation, _Parsed, from_rpc_error
+from .errors import (ApiError, ClientClosed, InvalidArgument, Violation, _Parsed,
+                     from_rpc_error)
 from .spec import JobSpec, load
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -124,23 +125,34 @@ class Client:
 
         c = Client("127.0.0.1:50051", token="...", tls=False)
 
-    token: the server's bearer token (None: the server has none). tls: False (plaintext), True
-    (TLS, the system's roots), a CA file's path, or {"ca": ..., "cert": ..., "key": ...} for
-    mutual TLS. timeout: seconds for each unary call."""
+    token: the server's bearer token (None or "": the server has none); surrounding white space
+    is removed, as ztrain reads a token file, so open("token").read() works as it is. tls: False
+    (plaintext), True (TLS, the system's roots), a CA file's path, or {"ca": ..., "cert": ...,
+    "key": ...} for mutual TLS. timeout: seconds for each unary call.
+
+    After close() (or the end of a `with` block) every call raises ClientClosed."""
 
     def __init__(self, address: str, token: Optional[str] = None, tls=False,
                  timeout: float = 60.0):
         self.address = address
         self.timeout = timeout
+        token = _token(token)
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
         if tls:
             self._channel = grpc.secure_channel(address, _Tls.credentials(tls))
         else:
             self._channel = grpc.insecure_channel(address)
         self._stub = pb_grpc.TrainerStub(self._channel)
+        self._closed = False
 
     def close(self):
+        self._closed = True
         self._channel.close()
+
+    def _check_open(self):
+        if self._closed:
+            raise ClientClosed(f"this Client of {self.address} is closed (close() or the end "
+                               f"of its `with` block): make a new Client")
 
     def __enter__(self):
         return self
@@ -149,19 +161,28 @@ class Client:
         self.close()
 
     def _call(self, method, request, timeout=None):
+        self._check_open()
         try:
             return getattr(self._stub, method)(request, metadata=self._metadata,
                                                timeout=timeout or self.timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
+        except ValueError:
+            # grpc's "Cannot invoke RPC on closed channel!": closed by another thread.
+            self._check_open()
+            raise
 
     def _stream(self, method, request, timeout=None):
+        self._check_open()
         try:
             for msg in getattr(self._stub, method)(request, metadata=self._metadata,
                                                    timeout=timeout):
                 yield msg
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
+        except ValueError:
+            self._check_open()
+            raise
 
     # ---- jobs -----------------------------------------------------------------------------
 
@@ -283,7 +304,7 @@ class Client:
         job's stream (no polling). A stream cut short, or a daemon that cannot be reached (it
         restarts), is retried with backoff (Client.RECONNECT_FIRST doubling up to
         RECONNECT_LONGEST seconds) and resumed after the last record received, until the
-        timeout (TimeoutError); with no timeout, Unavailable once the daemon has been
+        timeout (TimeoutError); with no timeout, ServiceUnavailable once the daemon has been
         unreachable for RECONNECT_LIMIT seconds in a row."""
         deadline = None if timeout is None else time.monotonic() + timeout
         after_seq = 0
@@ -324,6 +345,30 @@ class Client:
             wait = pause if left() is None else min(pause, max(left(), 0))
             time.sleep(wait)
             pause = min(pause * 2, self.RECONNECT_LONGEST)
+
+
+def _token(token: Optional[str]) -> Optional[str]:
+    """The bearer token as ztraind compares it: surrounding white space removed, as auth.c
+    reads a token file or ZTRAIN_TOKEN, so that a token read with open(f).read() keeps no
+    newline. What gRPC cannot send in a header, or a token of white space alone, is refused
+    naming `token` (InvalidArgument) instead of failing every call with "INTERNAL: Invalid
+    metadata"."""
+    if token is None or token == "":
+        return None
+    if not isinstance(token, str):
+        message = f"token: must be a string, got {type(token).__name__}"
+    else:
+        token = token.strip()
+        if not token:
+            message = "token: is blank (white space only)"
+        elif any(not ("!" <= ch <= "~") for ch in token):
+            bad = next(ch for ch in token if not ("!" <= ch <= "~"))
+            message = (f"token: holds {bad!r}: a bearer token is printable ASCII without "
+                       f"spaces or line breaks (a token file's first line)")
+        else:
+            return token
+    raise InvalidArgument("INVALID_ARGUMENT", message,
+                          parsed=_Parsed([Violation("field", "token", message)]))
 
 
 def _state_value(state) -> int:
