@@ -238,22 +238,19 @@ class Client:
     def metrics(self, job_id: str, keys: Sequence[str] = (), since_step: int = 0,
                 max_points: int = 0, as_frame: bool = False):
         """The history of the chosen keys (all keys when none are given): a dict mapping each
-        key to a list of (step, value) pairs, oldest first. With as_frame=True, a pandas
-        DataFrame instead, indexed by step with one column per key (pandas must be
-        installed)."""
+        key to a list of (step, value) pairs in the order the records came, so a step may
+        appear twice (an eval step's train and eval records both carry train/global_step; a
+        step run again after a restart). With as_frame=True, a pandas DataFrame instead (pandas
+        must be installed): indexed by step, ascending, one row per step and one column per
+        key, the records of a step merged and, where a step has a key twice, the later value
+        (the run after a restart) kept; NaN where a step has no value for a key."""
         resp = self._call("GetMetrics", pb.GetMetricsRequest(
             id=_id(job_id), keys=list(keys), since_step=since_step, max_points=max_points))
         out: Dict[str, List[Tuple[int, float]]] = {
             s.key: list(zip(s.steps, s.values)) for s in resp.series}
         if not as_frame:
             return out
-        import pandas as pd  # only this call needs it
-
-        cols = {k: pd.Series([v for _, v in pts], index=[s for s, _ in pts], dtype=float)
-                for k, pts in out.items()}
-        frame = pd.DataFrame(cols)
-        frame.index.name = "step"
-        return frame
+        return _frame(out)
 
     def logs(self, job_id: str, tail: int = 100, follow: bool = False,
              timeout: Optional[float] = None) -> Iterator["pb.LogLine"]:
@@ -345,6 +342,22 @@ class Client:
             wait = pause if left() is None else min(pause, max(left(), 0))
             time.sleep(wait)
             pause = min(pause * 2, self.RECONNECT_LONGEST)
+
+
+def _frame(series: Dict[str, List[Tuple[int, float]]]):
+    """metrics()'s series as a DataFrame of one row per step: each series arrives in record
+    order, so the last value of a step is the later record's."""
+    import pandas as pd  # only as_frame needs it
+
+    cols = {}
+    for key, pts in series.items():
+        by_step: Dict[int, float] = {}
+        for step, value in pts:
+            by_step[step] = value
+        cols[key] = pd.Series(list(by_step.values()), index=list(by_step), dtype=float)
+    frame = pd.DataFrame(cols).sort_index()
+    frame.index = frame.index.astype("int64").rename("step")
+    return frame
 
 
 def _token(token: Optional[str]) -> Optional[str]:
