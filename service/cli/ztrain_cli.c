@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli_args.h"
 #include "cli_chat.h"
 #include "cli_commands.h"
 #include "cli_init.h"
@@ -305,7 +306,7 @@ static int add_set(const char *cmd, const char *v, const char **sets, size_t *n)
     }
     /* The override's form is the command line's business (a usage error); its key and value
      * are judged against the job file when it is read. */
-    if (v[0] == '=' || !strchr(v, '=')) {
+    if (!zt_cli_set_form_ok(v)) {
         fprintf(stderr, "ztrain: %s: --set '%s': expected KEY.PATH=VALUE (train.max_steps=30)\n",
                 cmd, v);
         zt_cli_print_short_usage(stderr, cmd);
@@ -352,6 +353,7 @@ static int cmd_run(int argc, char **argv) {
     long threads = 0;
     bool profile = false;
     uint64_t max_device = 0;
+    int took;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
@@ -359,16 +361,10 @@ static int cmd_run(int argc, char **argv) {
             if (zt_parse_bytes(argv[++i], "--max-device-memory", &max_device) != ZT_OK)
                 return bad_usage("run: %s", zt_last_error());
         }
-        else if (strncmp(argv[i], "--profile", 9) == 0 && (!argv[i][9] || argv[i][9] == '=')) {
-            if (argv[i][9] && strcmp(argv[i] + 10, "ops") != 0) {
-                fprintf(stderr, "ztrain: run: --profile=%s: unknown profile (known: ops, the "
-                        "per-op timings of every step)\n", argv[i] + 10);
+        else if ((took = zt_cli_profile_arg("ztrain: run", argc, argv, i)) != 0) {
+            if (took < 0)
                 return 2;
-            }
-            /* The value is optional; written apart (--profile ops) it is taken when it is a
-             * profile's name, as no job file is named that. */
-            if (!argv[i][9] && i + 1 < argc && strcmp(argv[i + 1], "ops") == 0)
-                i++;
+            i += took - 1;
             profile = true;
         } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             if (add_set("run", argv[++i], sets, &n_sets))
@@ -918,59 +914,6 @@ static int cmd_zero_to_fp32(int argc, char **argv) {
     return 0;
 }
 
-/* Whether opt (n bytes) is one of the command's options that take no value of their own (listed
- * without '='): its "=value" is an optional argument, which stays attached. */
-static bool is_flag(const zt_cli_command *c, const char *opt, size_t n) {
-    for (const char *w = c->options; w && *w;) {
-        size_t len = strcspn(w, " ");
-        if (len == n && strncmp(w, opt, n) == 0)
-            return true;
-        w += len;
-        w += strspn(w, " ");
-    }
-    return false;
-}
-
-/* "--opt=value" (and "-o=value") as the two arguments "--opt" "value", as getopt_long takes
- * them, so that every command's parser sees one form; "--" ends the options. A flag's
- * "--flag=value" stays whole, as getopt_long keeps an optional argument (`run --profile=ops`).
- * "-ojson" is "-o" "json", as getopt and kubectl take a short option's attached value, for
- * every command with -o (the local ones and those of cli_remote.c alike). */
-static char **split_equals(const zt_cli_command *c, int argc, char **argv, int *out_argc) {
-    static char dash_o[] = "-o";
-    char **v = calloc((size_t)argc * 2 + 1, sizeof *v);
-    if (!v)
-        return NULL;
-    int n = 0;
-    bool options = true;
-    for (int i = 0; i < argc; i++) {
-        char *a = argv[i];
-        if (options && strcmp(a, "--") == 0)
-            options = false;
-        if (options && a[0] == '-' && a[1] == 'o' && a[2] && a[2] != '=' &&
-            strstr(c->options, "-o=")) {
-            v[n++] = dash_o;
-            v[n++] = a + 2;
-            continue;
-        }
-        /* "--opt=value", and "-o=json" as kubectl takes it. */
-        char *eq = !options || a[0] != '-' ? NULL
-                   : a[1] == '-'           ? strchr(a, '=')
-                   : a[1] && a[2] == '='   ? a + 2
-                                           : NULL;
-        if (eq && eq > a + 1 && !(a[1] == '-' && eq == a + 2) &&
-            !is_flag(c, a, (size_t)(eq - a))) {
-            *eq = '\0';
-            v[n++] = a;
-            v[n++] = eq + 1;
-        } else {
-            v[n++] = a;
-        }
-    }
-    *out_argc = n;
-    return v;
-}
-
 /* Whether a command's arguments ask for its help (before any "--"). */
 static bool wants_help(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
@@ -1000,7 +943,7 @@ int main(int argc, char **argv) {
     if (!c)
         return bad_usage("unknown command '%s'", cmd);
     int n;
-    char **args = split_equals(c, argc - 2, argv + 2, &n);
+    char **args = zt_cli_split_equals(c->options, argc - 2, argv + 2, &n);
     if (!args) {
         fprintf(stderr, "ztrain: out of memory\n");
         return 1;

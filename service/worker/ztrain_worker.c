@@ -1,7 +1,12 @@
 /* ztrain-worker: one rank of a job.
  *
- *   ztrain-worker JOB.json [--out DIR] [--threads N] [--validated] [--profile[=ops]]
- *                 [--set KEY.PATH=VALUE]...
+ *   ztrain-worker JOB.json [--out DIR] [--threads N] [--profile [ops]] [--set KEY.PATH=VALUE]...
+ *                 [--validated]
+ *
+ * The options it shares with `ztrain run` (--out, --threads, --profile, --set) take the same
+ * forms: "--opt VALUE" or "--opt=VALUE", "--profile", "--profile=ops" or "--profile ops"
+ * (service/cli/cli_args.h, which both parse with), so a rank's command line can be written as
+ * `ztrain run`'s is.
  *
  * --profile (=ops, the one kind so far): every op of every step is timed, with CUDA events on a
  * GPU and the monotonic clock on the CPU, and rank 0 writes DIR/profile.jsonl (a line a step)
@@ -52,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli_args.h"
 #include "ztrain/comm.h"
 #include "ztrain/gpu.h"
 #include "ztrain/job_overrides.h"
@@ -67,11 +73,22 @@
 #endif
 
 static const char usage[] =
-    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--validated] [--profile[=ops]]\n"
-    "                     [--set KEY.PATH=VALUE]...\n"
+    "usage: ztrain-worker JOB.json [--out DIR] [--threads N] [--profile [ops]]\n"
+    "                     [--set KEY.PATH=VALUE]... [--validated]\n"
     "       ztrain-worker --version\n"
     "One rank of a job; its place comes from the launcher's environment (RANK, WORLD_SIZE,\n"
-    "LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or Slurm's). --local_rank=N is accepted and ignored.\n";
+    "LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or Slurm's). --local_rank=N is accepted and ignored.\n"
+    "  --out DIR            where rank 0 writes metrics.jsonl (default: runs/<job name>)\n"
+    "  --threads N          CPU threads of the rank, 1 to 1024\n"
+    "  --profile [ops]      time every op of every step into DIR/profile.json\n"
+    "                       (docs/profiling.md); also --profile=ops\n"
+    "  --set KEY.PATH=VALUE override a key of the job file (repeatable)\n"
+    "  --validated          the launcher has validated the job and printed its notes\n"
+    "An option's value may follow it or be joined with '=' (--out=DIR), as for `ztrain run`.\n";
+
+/* The options, in the form zt_cli_split_equals takes: '=' marks one with a value. */
+static const char options[] = "--out= --threads= --profile --set= --validated --local_rank= "
+                              "--local-rank= --version --help -h";
 
 /* --local_rank=N / --local-rank=N / either with the value apart: the argument torch's
  * launchers add. Returns how many arguments it took (0: not this option; -1: a bad value, said). */
@@ -306,13 +323,18 @@ static const char *world_size_source(char *buf, size_t size) {
     return buf;
 }
 
-int main(int argc, char **argv) {
-    const char *job_path = NULL, *out = NULL;
+typedef struct {
+    const char *job_path, *out;
     const char *sets[64];
-    size_t n_sets = 0;
-    long threads = 0;
-    bool validated = false, profile = false;
-    for (int i = 1; i < argc; i++) {
+    size_t n_sets;
+    long threads;
+    bool validated, profile;
+} worker_args;
+
+/* The command line (after zt_cli_split_equals) into *a. Returns -1 to go on, else the exit
+ * status: 0 after --help or --version, 2 for bad usage (said on stderr). */
+static int parse_args(int argc, char **argv, worker_args *a) {
+    for (int i = 0; i < argc; i++) {
         int took = local_rank_arg(argc, argv, i);
         if (took < 0)
             return 2;
@@ -320,50 +342,82 @@ int main(int argc, char **argv) {
             i += took - 1;
             continue;
         }
-        if (strcmp(argv[i], "--version") == 0) {
+        if ((took = zt_cli_profile_arg("ztrain-worker", argc, argv, i)) != 0) {
+            if (took < 0)
+                return 2;
+            i += took - 1;
+            a->profile = true;
+        } else if (strcmp(argv[i], "--version") == 0) {
             printf("ztrain-worker %s\n", ZTRAIN_VERSION);
             return 0;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
         } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
-            if (n_sets == sizeof sets / sizeof sets[0]) {
+            const char *v = argv[++i];
+            if (a->n_sets == sizeof a->sets / sizeof a->sets[0]) {
                 fprintf(stderr, "ztrain-worker: at most 64 --set overrides\n");
                 return 2;
             }
-            sets[n_sets++] = argv[++i];
-        } else if (strcmp(argv[i], "--validated") == 0) {
-            validated = true;
-        } else if (strncmp(argv[i], "--profile", 9) == 0 && (!argv[i][9] || argv[i][9] == '=')) {
-            if (argv[i][9] && strcmp(argv[i] + 10, "ops") != 0) {
-                fprintf(stderr, "ztrain-worker: --profile=%s: unknown profile (known: ops, the "
-                                "per-op timings of every step)\n", argv[i] + 10);
+            if (!zt_cli_set_form_ok(v)) {
+                fprintf(stderr, "ztrain-worker: --set '%s': expected KEY.PATH=VALUE "
+                                "(train.max_steps=30)\n", v);
                 return 2;
             }
-            profile = true;
+            a->sets[a->n_sets++] = v;
+        } else if (strcmp(argv[i], "--validated") == 0) {
+            a->validated = true;
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            out = argv[++i];
+            a->out = argv[++i];
+            if (!a->out[0]) {
+                fprintf(stderr, "ztrain-worker: --out needs a directory, got ''\n");
+                return 2;
+            }
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             char *end;
             const char *v = argv[++i];
             errno = 0;
-            threads = strtol(v, &end, 10);
-            if (errno || end == v || *end || threads < 1 || threads > 1024) {
+            a->threads = strtol(v, &end, 10);
+            if (errno || end == v || *end || a->threads < 1 || a->threads > 1024) {
                 fprintf(stderr, "ztrain-worker: --threads expects an integer in [1, 1024], got "
                                 "'%s'\n", v);
                 return 2;
             }
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(usage, stdout);
-            return 0;
-        } else if (argv[i][0] == '-' || job_path) {
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "ztrain-worker: unknown option or missing value '%s'\n%s", argv[i],
+                    usage);
+            return 2;
+        } else if (a->job_path) {
             fprintf(stderr, "ztrain-worker: unexpected argument '%s'\n%s", argv[i], usage);
             return 2;
         } else {
-            job_path = argv[i];
+            a->job_path = argv[i];
         }
     }
-    if (!job_path) {
+    if (!a->job_path) {
         fprintf(stderr, "ztrain-worker: the job file is missing\n%s", usage);
         return 2;
     }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    worker_args args = {0};
+    int n_split;
+    char **split = zt_cli_split_equals(options, argc - 1, argv + 1, &n_split);
+    if (!split) {
+        fprintf(stderr, "ztrain-worker: out of memory\n");
+        return 1;
+    }
+    int usage_rc = parse_args(n_split, split, &args);
+    free(split);
+    if (usage_rc >= 0)
+        return usage_rc;
+    const char *job_path = args.job_path, *out = args.out;
+    const char *const *sets = args.sets;
+    size_t n_sets = args.n_sets;
+    long threads = args.threads;
+    bool validated = args.validated, profile = args.profile;
     /* The stop signals first, before any thread starts (they inherit the blocked mask), and so
      * that a stop that arrives while the job loads does not kill the rank outright. */
     if (zt_stop_signals_start(&stop_requested) != ZT_OK) {

@@ -12,7 +12,11 @@ d. the bash completion generated from the command table completes commands, opti
    values, and lists every command of the help text (zsh's too, parsed by zsh);
 e. `ztrain init --hf DIR` writes a job file that reads back with the directory's model and the
    given DeepSpeed config, and never overwrites one;
-f. ztrain-worker takes torch's --local_rank=N and ignores it, and refuses a bad value;
+f. ztrain-worker takes torch's --local_rank=N and ignores it, and refuses a bad value; the
+   options it shares with `ztrain run` (--out, --threads, --set, --profile) take run's forms:
+   `--opt=value` and `--opt value` give the same run as `ztrain run` with them, `--profile`,
+   `--profile ops` and `--profile=ops` all profile, and its --help lists them; a bad --set, an
+   unknown profile and an empty --out are exit 2 as for run;
 g. against a real ztraind with a token: ZTRAIN_TOKEN_FILE names the token's file, both variables
    set is refused naming them; `list -o json|name|wide`, `status -o json|name`; `cancel` of two
    ids cancels both, and an unknown id among them is exit 1 after the others are cancelled.
@@ -297,6 +301,47 @@ def part_f(tmp):
     check(rc == 0, f"f: --local-rank 0 too ({err.strip()[-200:]})")
     rc, _, err = run([worker, "--local_rank=x", job])
     check(rc == 2 and "--local_rank" in err, f"f: a bad --local_rank is exit 2 ({err.strip()})")
+
+    # The options ztrain-worker shares with `ztrain run`, in each of run's spellings.
+    def losses(out_dir):
+        with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+            return [(r["train/global_step"], r["train/loss"])
+                    for r in map(json.loads, filter(str.strip, f)) if "train/loss" in r]
+
+    o = {k: os.path.join(d, k) for k in ("run", "joined", "apart", "flag")}
+    forms = {
+        "run": [ZTRAIN, "run", job, "--out", o["run"], "--threads", "1",
+                "--set", "train.max_steps=3", "--profile"],
+        "joined": [worker, job, "--out=" + o["joined"], "--threads=1", "--set=train.max_steps=3",
+                   "--profile=ops"],
+        "apart": [worker, job, "--out", o["apart"], "--threads", "1", "--set",
+                  "train.max_steps=3", "--profile", "ops"],
+        "flag": [worker, "--profile", job, "--out", o["flag"], "--set", "train.max_steps=3"],
+    }
+    for name, args in forms.items():
+        rc, _, err = run(args)
+        check(rc == 0 and os.path.exists(os.path.join(o[name], "profile.json")),
+              f"f: {' '.join(a.replace(d, '$D') for a in args[1:])} trains and profiles "
+              f"({rc}: {err.strip()[-200:]})")
+    ref = losses(o["run"]) if os.path.exists(os.path.join(o["run"], "metrics.jsonl")) else None
+    for name in ("joined", "apart", "flag"):
+        got = losses(o[name]) if os.path.exists(os.path.join(o[name], "metrics.jsonl")) else None
+        check(ref and len(ref) == 3 and got == ref,
+              f"f: the worker's {name} spelling trains as `ztrain run` does ({got} vs {ref})")
+    rc, out, _ = run([worker, "--help"])
+    check(rc == 0 and all(opt in out for opt in ("--out", "--threads", "--profile [ops]",
+                                                  "--set", "--validated", "--out=DIR")),
+          f"f: ztrain-worker --help lists its options and the --opt=VALUE form ({out})")
+    for args, what in ((["--set", "nokey"], "--set 'nokey'"),
+                       (["--set=nokey"], "--set 'nokey'"),
+                       (["--profile=gpu"], "--profile=gpu"),
+                       (["--out="], "--out"),
+                       (["--threads=0"], "--threads")):
+        rc, _, err = run([worker, job] + args)
+        rc_run, _, err_run = run([ZTRAIN, "run", job] + args)
+        check(rc == 2 and rc_run == 2 and what in err and what in err_run,
+              f"f: worker and run refuse {' '.join(args)} with exit 2 naming it "
+              f"({rc}: {err.strip()[:120]} | {rc_run}: {err_run.strip()[:120]})")
 
 
 def part_g(tmp):
