@@ -1,5 +1,5 @@
 """The documentation cannot rot (issue 30): every fenced block marked ```sh in README.md,
-CONTRIBUTING.md and docs/**/*.md is run, page by page, as written.
+CONTRIBUTING.md, clients/python/README.md and docs/**/*.md is run, page by page, as written.
 
 - A page's runnable blocks run in order in one bash (`set -euo pipefail`), so a block may use
   what an earlier one on the page made (`id=$(ztrain submit ...)`), in a scratch copy of the
@@ -44,7 +44,8 @@ def check(ok, what):
 
 
 def pages():
-    found = [os.path.join(SRC, "README.md"), os.path.join(SRC, "CONTRIBUTING.md")]
+    found = [os.path.join(SRC, "README.md"), os.path.join(SRC, "CONTRIBUTING.md"),
+             os.path.join(SRC, "clients", "python", "README.md")]
     found += sorted(glob.glob(os.path.join(SRC, "docs", "**", "*.md"), recursive=True))
     return [p for p in found if os.path.exists(p)]
 
