@@ -371,8 +371,11 @@ def case_i(ztrain, c, d):
     ck.check(isinstance(e, ztrain.PermissionDenied) and e.code == "PERMISSION_DENIED" and
              "scope is read" in e.message and isinstance(e.details, list),
              f"i: a read token's submit is PermissionDenied: {e!r}")
-    with ztrain.Client(d.grpc_addr, token=TOKEN, timeout=1e-6) as hasty:
-        e = failure(lambda: hasty.get("job-000001"))
+    # A watch of a job that runs on past the call's timeout.
+    long_job = c.submit(tiny_job(d.data_root, name="outlives-timeout", max_steps=LONG))
+    e = failure(lambda: list(c.watch(long_job.id, timeout=1.0)))
+    c.cancel(long_job.id, force=True)
+    c.wait(long_job.id, timeout=60)
     ck.check(isinstance(e, ztrain.DeadlineExceeded) and e.code == "DEADLINE_EXCEEDED" and
              e.message, f"i: a call past its timeout is DeadlineExceeded: {e!r}")
     channel = grpc.insecure_channel(d.grpc_addr)
