@@ -7,8 +7,11 @@ not divide included), on data-parallel sizes 1 to 4 (and 4 ranks as 2 pipeline s
 DeepSpeedConfig accepts the config exactly when the client's validate() does; where DeepSpeed's
 _batch_assertion refuses it, the client's SpecError carries DeepSpeed's own text and names a
 batch key; where DeepSpeed fails by dividing by zero, the client refuses too, and its message
-names the key that is 0. Configs with neither train_batch_size nor the micro batch are left out: ztraind (as
-Hugging Face's Trainer) supplies the micro batch there, where DeepSpeed refuses."""
+names the key that is 0. Configs with neither train_batch_size nor the micro batch are left
+out: ztraind (as Hugging Face's Trainer) supplies the micro batch there, where DeepSpeed
+refuses.
+
+Run by `make test-deepspeed`; ZTRAIN_DS_PYTHON names another interpreter with DeepSpeed."""
 import itertools
 import json
 import os
