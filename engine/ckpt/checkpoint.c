@@ -523,8 +523,10 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
             size_t len = (size_t)t->shape[0];
             size_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
             if (a < b) {
-                s = copy_in(e, kinds[i], (const float *)zt_st_data(&f, t) + (a - off), a - base,
-                            b - a);
+                const float *src = (const float *)zt_st_data(&f, t) + (a - off);
+                s = zt_st_check_finite(&f, t, src, a - off, b - a);
+                if (s == ZT_OK)
+                    s = copy_in(e, kinds[i], src, a - base, b - a);
                 if (i == counted)
                     covered += b - a;
             }
