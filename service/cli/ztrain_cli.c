@@ -45,6 +45,7 @@
 #include "ztrain/model.h"
 #include "ztrain/sampler.h"
 #include "ztrain/stop_signals.h"
+#include "ztrain/tmp_paths.h"
 #include "ztrain/trainer.h"
 
 #ifndef ZTRAIN_VERSION
@@ -880,6 +881,10 @@ static int cmd_export(int argc, char **argv) {
         return bad_usage("export: %s--out FILE and --hf DIR are two formats: give one", "");
     if (max_size && !hf)
         return bad_usage("export: %s--max-shard-size goes with --hf DIR", "");
+    /* Before anything starts a thread: an interrupted export leaves neither FILE.tmp nor
+     * DIR.tmp-PID/ behind. */
+    if (zt_tmp_remove_on_signals() != ZT_OK)
+        return zt_cli_fail(NULL);
     if (hf)
         return export_hf(dir, tag, hf, max_size);
     int rc = check_export_out(out);
@@ -912,6 +917,8 @@ static int cmd_zero_to_fp32(int argc, char **argv) {
     }
     if (!dir || !out)
         return bad_usage("zero-to-fp32: %sexpects CKPT_DIR and OUT.safetensors", "");
+    if (zt_tmp_remove_on_signals() != ZT_OK)
+        return zt_cli_fail(NULL);
     if (zt_ckpt_export_fp32(dir, tag, out) != ZT_OK)
         return zt_cli_fail(NULL);
     printf("wrote %s\n", out);
