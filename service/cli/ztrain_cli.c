@@ -490,12 +490,7 @@ static int cmd_run(int argc, char **argv) {
                checkpointed ? " (checkpoint written)" : "");
         return 130;
     }
-    printf("done: %lld steps, final loss %.4f", res.steps, res.final_loss);
-    if (res.final_eval_loss == res.final_eval_loss)
-        printf(", eval loss %.4f", res.final_eval_loss);
-    if (res.tokens_per_second == res.tokens_per_second)
-        printf(", %.0f tokens/s, %.3f TFLOPS", res.tokens_per_second, res.tflops);
-    printf("\n");
+    zt_train_result_print(&res, stdout);
     return 0;
 }
 
