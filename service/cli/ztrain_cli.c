@@ -15,7 +15,9 @@
  *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
  *
  * Exit status: 0 success, 1 the job or command failed (the message says why), 2 bad usage,
- * 130 stopped by a signal after writing a checkpoint. */
+ * 130 stopped by a signal at a step's end (its checkpoint written when the job has a
+ * checkpoint_dir), 137 (128 + SIGKILL, as docker and the shells report a SIGKILLed process) the
+ * ranks were SIGKILLed on a second signal, their last step not checkpointed. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -59,6 +61,9 @@ static void print_usage(FILE *f) {
 /* Set by the thread that takes SIGINT and SIGTERM during an in-process `ztrain run`
  * (ztrain/stop_signals.h). */
 static volatile sig_atomic_t stop_requested;
+
+/* `ztrain run`'s status when the ranks were SIGKILLed on a second signal: 128 + SIGKILL. */
+#define ZT_CLI_EXIT_KILLED 137
 
 int zt_cli_fail(const char *what) {
     /* The message may quote a server's answer or a file's name: control characters are shown,
@@ -470,9 +475,11 @@ static int cmd_run(int argc, char **argv) {
             fprintf(stderr, "ztrain: %s: %s\n", job_path, zt_last_error());
             return 1;
         }
-        if (lr.killed)
+        if (lr.killed) {
             fprintf(stderr, "ztrain: %s: the ranks were killed on a second signal; their last "
                             "step was not checkpointed\n", job_path);
+            return ZT_CLI_EXIT_KILLED;
+        }
         return lr.stopped ? 130 : 0;
     }
     zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,

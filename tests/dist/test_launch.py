@@ -15,7 +15,10 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
      from the job's world_size; a malformed ZTRAIN_COMM_TIMEOUT_S.
   e. SIGINT to `ztrain run` with a checkpoint_dir: exit 130 and a complete checkpoint (DONE).
   f. ztrain-worker missing next to ztrain: the error names the path it tried.
-  g. SIGKILL of `ztrain run` itself: its ranks follow it (they ask for SIGTERM on its death)."""
+  g. SIGKILL of `ztrain run` itself: its ranks follow it (they ask for SIGTERM on its death).
+  h. A second signal (SIGINT, then SIGTERM at once) SIGKILLs the ranks: exit 137, not the 130 of a
+     checkpointed stop (docs/getting-started.md's table), saying the last step was not
+     checkpointed."""
 import json
 import os
 import re
@@ -432,8 +435,32 @@ def case_g():
         cleanup(job, run)
 
 
+def case_h():
+    d, job = new_case(checkpoint=True)
+    run = Run(job)
+    try:
+        started = run.wait_training()
+        ranks = rank_pids(run)
+        ck.check(started and len(ranks) == 2, f"h: both ranks start and train ({ranks})")
+        if len(ranks) != 2:
+            return
+        # Two different signals, so that the second is not merged into the first while pending.
+        os.kill(run.p.pid, signal.SIGINT)
+        os.kill(run.p.pid, signal.SIGTERM)
+        rc = run.wait(20)
+        err = run.stderr()
+        ck.check(rc == 137, f"h: a second signal ends `ztrain run` with exit 137 (exit {rc}) "
+                            f"{err.strip()}")
+        ck.check("killed on a second signal; their last step was not checkpointed" in err,
+                 f"h: it says the last step was not checkpointed: {err.strip()}")
+        left = no_leftovers(job)
+        ck.check(not left, f"h: no process of the job is left ({left})")
+    finally:
+        cleanup(job, run)
+
+
 try:
-    for case in (case_a, case_b, case_c, case_d, case_e, case_f, case_g):
+    for case in (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h):
         t = time.monotonic()
         case()
         print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")
