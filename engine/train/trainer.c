@@ -139,6 +139,8 @@ static zt_status evaluate(trainer *t, double *loss) {
                       masked ? t->val_pos : NULL};
         b.B = zt_loader_next_docs(&t->val_loader, t->val_inputs, t->val_targets,
                                   masked ? t->val_pos : NULL);
+        if (b.B < 0)
+            return ZT_ERR_IO;
         float l;
         ZT_TRY(zt_engine_eval_loss(t->e, &b, &l));
         sum += l;

@@ -18,7 +18,10 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
   g. SIGKILL of `ztrain run` itself: its ranks follow it (they ask for SIGTERM on its death).
   h. A second signal (SIGINT, then SIGTERM at once) SIGKILLs the ranks: exit 137, not the 130 of a
      checkpointed stop (docs/getting-started.md's table), saying the last step was not
-     checkpointed."""
+     checkpointed.
+  i. A token file truncated while 1 or 2 ranks train from it: the rank that reads past its new end
+     fails naming the file and both sizes ("changed size while training: N bytes, was M"), and
+     the run exits 1, no rank dying of SIGBUS."""
 import json
 import os
 import re
@@ -435,6 +438,44 @@ def case_g():
         cleanup(job, run)
 
 
+def token_file(path, n_tokens):
+    """An llm.c uint16 token file (magic 20240520, version 1) of byte-level tokens."""
+    header = [20240520, 1, n_tokens] + [0] * 253
+    body = (TEXT * (n_tokens // len(TEXT) + 1))[:n_tokens]
+    with open(path, "wb") as f:
+        f.write(b"".join(x.to_bytes(4, "little") for x in header))
+        f.write(b"".join(b.to_bytes(2, "little") for b in body))
+    return os.path.getsize(path)
+
+
+def case_i():
+    for world_size in (1, 2):
+        d, job = new_case(world_size=world_size)
+        with open(job) as f:
+            spec = json.load(f)
+        data = os.path.join(d, "train.bin")
+        was = token_file(data, 200_000)
+        spec["data"]["train"] = "train.bin"
+        write_job(job, spec)
+        run = Run(job)
+        try:
+            started = run.wait_training(timeout=30)
+            ck.check(started, f"i: {world_size} rank(s) train from train.bin")
+            if not started:
+                continue
+            os.truncate(data, 2048)
+            rc = run.wait(30)
+            err = run.stderr()
+            want = f"train.bin: changed size while training: 2048 bytes, was {was}"
+            ck.check(rc == 1 and want in err and "SIGBUS" not in err and "Bus error" not in err,
+                     f"i: {world_size} rank(s): the truncated file is named with its sizes, exit 1 "
+                     f"(exit {rc}): {err.strip()[-300:]}")
+            left = no_leftovers(job)
+            ck.check(not left, f"i: no process of the job is left ({left})")
+        finally:
+            cleanup(job, run)
+
+
 def case_h():
     d, job = new_case(checkpoint=True)
     run = Run(job)
@@ -460,7 +501,7 @@ def case_h():
 
 
 try:
-    for case in (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h):
+    for case in (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i):
         t = time.monotonic()
         case()
         print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")
