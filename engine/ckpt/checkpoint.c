@@ -20,6 +20,8 @@
 #include "ztrain/safetensors.h"
 
 #define META_FORMAT "ztrain-checkpoint"
+/* The layout of meta.json this build writes and the only one it reads: a later layout may mean
+ * its keys differently, so it is refused rather than read by guess. */
 #define META_VERSION 1
 
 static void path_join(char *out, size_t size, const char *a, const char *b) {
@@ -274,23 +276,62 @@ zt_status zt_ckpt_open_meta(const char *dir, const char *tag, char *tagdir, size
         cJSON_Delete(*meta);
         return zt_error(ZT_ERR_FORMAT, "%s: not a ztrain checkpoint", path);
     }
+    const cJSON *version = cJSON_GetObjectItemCaseSensitive(*meta, "version");
+    if (!cJSON_IsNumber(version) || version->valuedouble != META_VERSION) {
+        char *got = version ? cJSON_PrintUnformatted(version) : NULL;
+        zt_error(ZT_ERR_FORMAT, "%s: version %s is not one this build reads (it reads version %d)",
+                 path, got ? got : "(missing)", META_VERSION);
+        free(got);
+        cJSON_Delete(*meta);
+        return ZT_ERR_FORMAT;
+    }
     return ZT_OK;
-}
-
-static double num(const cJSON *o, const char *key, double fallback) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : fallback;
 }
 
 /* Integers in meta.json go through doubles: beyond 2^53 they are no longer exact. */
 #define META_MAX_INT 9007199254740992.0
 
-/* The whole number under `key` of `o` (the section named `section`, "" at the top), or fallback
- * when it is absent, within [lo, hi]. A value no save writes (a damaged or edited file) is
- * refused by name rather than converted out of range into the engine's counters. */
+/* Marks a key every save has written: its absence is damage, not an older checkpoint. */
+#define META_REQUIRED NAN
+
+/* The number under `key` of `o` (the section named `section`, "" at the top), or fallback when it
+ * is absent and fallback is not META_REQUIRED. Only keys that older ztrain versions did not write
+ * have a fallback; a missing required key or a value that is not a number (a damaged or edited
+ * file) is refused by name rather than replaced by a default the run would silently go on from. */
+static zt_status meta_num(const cJSON *o, const char *section, const char *key, double fallback,
+                          const char *tagdir, double *out) {
+    const char *dot = *section ? "." : "";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v && isnan(fallback))
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: %s%s%s is missing", tagdir, section, dot,
+                        key);
+    if (v && !cJSON_IsNumber(v)) {
+        char *got = cJSON_PrintUnformatted(v);
+        zt_error(ZT_ERR_FORMAT, "%s/meta.json: %s%s%s (%s) is not a number", tagdir, section, dot,
+                 key, got ? got : "?");
+        free(got);
+        return ZT_ERR_FORMAT;
+    }
+    *out = v ? v->valuedouble : fallback;
+    return ZT_OK;
+}
+
+/* The section `key` of meta.json, which every save has written (so it must be there). */
+static zt_status meta_section(const cJSON *meta, const char *key, const char *tagdir,
+                              const cJSON **out) {
+    *out = cJSON_GetObjectItemCaseSensitive(meta, key);
+    if (!cJSON_IsObject(*out))
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: the %s section is %s", tagdir, key,
+                        *out ? "not an object" : "missing");
+    return ZT_OK;
+}
+
+/* The whole number under `key` (as meta_num), within [lo, hi]. A value no save writes is refused
+ * by name rather than converted out of range into the engine's counters. */
 static zt_status meta_int(const cJSON *o, const char *section, const char *key, double fallback,
                           double lo, double hi, const char *tagdir, int64_t *out) {
-    double v = num(o, key, fallback);
+    double v = 0;
+    ZT_TRY(meta_num(o, section, key, fallback, tagdir, &v));
     if (!(v >= lo && v <= hi && v == floor(v)))
         return zt_error(ZT_ERR_FORMAT, "%s/meta.json: %s%s%s (%g) is not a whole number from "
                         "%.0f to %.0f", tagdir, section, *section ? "." : "", key, v, lo, hi);
@@ -303,45 +344,57 @@ typedef struct {
     int64_t world_size, optimizer_step;
     bool has_scaler;             /* a loss_scaler section the engine's dynamic scaler takes */
     int64_t cur_iter, last_overflow_iter, cur_hysteresis;
+    double cur_scale;
     int64_t last_batch_iteration, global_steps, global_samples, micro_steps, skipped_steps;
     bool has_data;               /* a data section and a loader to seek */
     int64_t epoch, global_position;
 } meta_counts;
 
+/* Every key here has been written by every save since the first, except where a fallback says
+ * otherwise: the loss_scaler section (first written with mixed precision; a checkpoint without it
+ * starts a dynamic scaler afresh) and data.global_position (first written with ZeRO; it is then
+ * position times the saved world size). The data section is written whenever the saving engine
+ * had a loader, as every training engine has. */
 static zt_status read_counts(const cJSON *meta, const char *tagdir, zt_engine *e,
                              meta_counts *c) {
-    const double max = META_MAX_INT;
+    const double max = META_MAX_INT, req = META_REQUIRED;
     memset(c, 0, sizeof *c);
-    ZT_TRY(meta_int(meta, "", "world_size", 1, 1, ZT_MAX_WORLD, tagdir, &c->world_size));
-    ZT_TRY(meta_int(meta, "", "optimizer_step", 0, 0, max, tagdir, &c->optimizer_step));
+    ZT_TRY(meta_int(meta, "", "world_size", req, 1, ZT_MAX_WORLD, tagdir, &c->world_size));
+    ZT_TRY(meta_int(meta, "", "optimizer_step", req, 0, max, tagdir, &c->optimizer_step));
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
+    if (sc && !cJSON_IsObject(sc))
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: the loss_scaler section is not an object",
+                        tagdir);
     const zt_loss_scaler *ls = zt_engine_loss_scaler(e);
     /* A scale fp32, bf16 or a static fp16 scale kept (1, or the fixed value) is no dynamic
      * scaler's state: a dynamic one then starts at 2^initial_scale_power, as in a fresh run. */
-    c->has_scaler = cJSON_IsObject(sc) && ls->kind != ZT_SCALER_STATIC &&
-                    zt_ckpt_meta_dynamic_scaler(meta);
+    c->has_scaler = sc && ls->kind != ZT_SCALER_STATIC && zt_ckpt_meta_dynamic_scaler(meta);
     if (c->has_scaler) {
-        ZT_TRY(meta_int(sc, "loss_scaler", "cur_iter", 0, 0, max, tagdir, &c->cur_iter));
-        ZT_TRY(meta_int(sc, "loss_scaler", "last_overflow_iter", -1, -1, max, tagdir,
+        ZT_TRY(meta_num(sc, "loss_scaler", "cur_scale", req, tagdir, &c->cur_scale));
+        if (!(c->cur_scale > 0 && isfinite(c->cur_scale)))
+            return zt_error(ZT_ERR_FORMAT, "%s/meta.json: loss_scaler.cur_scale (%g) is not a "
+                            "positive number", tagdir, c->cur_scale);
+        ZT_TRY(meta_int(sc, "loss_scaler", "cur_iter", req, 0, max, tagdir, &c->cur_iter));
+        ZT_TRY(meta_int(sc, "loss_scaler", "last_overflow_iter", req, -1, max, tagdir,
                         &c->last_overflow_iter));
-        ZT_TRY(meta_int(sc, "loss_scaler", "cur_hysteresis", ls->hysteresis, 0, INT_MAX, tagdir,
+        ZT_TRY(meta_int(sc, "loss_scaler", "cur_hysteresis", req, 0, INT_MAX, tagdir,
                         &c->cur_hysteresis));
     }
-    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(meta, "lr_schedule");
-    ZT_TRY(meta_int(sched, "lr_schedule", "last_batch_iteration", -1, -1, max, tagdir,
+    const cJSON *sched;
+    ZT_TRY(meta_section(meta, "lr_schedule", tagdir, &sched));
+    ZT_TRY(meta_int(sched, "lr_schedule", "last_batch_iteration", req, -1, max, tagdir,
                     &c->last_batch_iteration));
-    ZT_TRY(meta_int(meta, "", "global_steps", 0, 0, max, tagdir, &c->global_steps));
-    ZT_TRY(meta_int(meta, "", "global_samples",
-                    (double)c->global_steps * zt_engine_config(e)->train_batch_size, 0, max,
-                    tagdir, &c->global_samples));
-    ZT_TRY(meta_int(meta, "", "micro_steps", 0, 0, max, tagdir, &c->micro_steps));
-    ZT_TRY(meta_int(meta, "", "skipped_steps", 0, 0, max, tagdir, &c->skipped_steps));
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
-    c->has_data = zt_engine_loader(e) && cJSON_IsObject(d);
+    ZT_TRY(meta_int(meta, "", "global_steps", req, 0, max, tagdir, &c->global_steps));
+    ZT_TRY(meta_int(meta, "", "global_samples", req, 0, max, tagdir, &c->global_samples));
+    ZT_TRY(meta_int(meta, "", "micro_steps", req, 0, max, tagdir, &c->micro_steps));
+    ZT_TRY(meta_int(meta, "", "skipped_steps", req, 0, max, tagdir, &c->skipped_steps));
+    c->has_data = zt_engine_loader(e) != NULL;
     if (c->has_data) {
+        const cJSON *d;
         int64_t position;
-        ZT_TRY(meta_int(d, "data", "epoch", 0, 0, max, tagdir, &c->epoch));
-        ZT_TRY(meta_int(d, "data", "position", 0, 0, max, tagdir, &position));
+        ZT_TRY(meta_section(meta, "data", tagdir, &d));
+        ZT_TRY(meta_int(d, "data", "epoch", req, 0, max, tagdir, &c->epoch));
+        ZT_TRY(meta_int(d, "data", "position", req, 0, max, tagdir, &position));
         ZT_TRY(meta_int(d, "data", "global_position", (double)position * (double)c->world_size,
                         0, max, tagdir, &c->global_position));
     }
@@ -470,8 +523,10 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
             size_t len = (size_t)t->shape[0];
             size_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
             if (a < b) {
-                s = copy_in(e, kinds[i], (const float *)zt_st_data(&f, t) + (a - off), a - base,
-                            b - a);
+                const float *src = (const float *)zt_st_data(&f, t) + (a - off);
+                s = zt_st_check_finite(&f, t, src, a - off, b - a);
+                if (s == ZT_OK)
+                    s = copy_in(e, kinds[i], src, a - base, b - a);
                 if (i == counted)
                     covered += b - a;
             }
@@ -527,8 +582,7 @@ zt_status zt_ckpt_load_filled(zt_engine *e, const char *dir, const char *tag,
     if (s == ZT_OK) {
         if (c.has_scaler) {
             zt_loss_scaler *ls = zt_engine_loss_scaler(e);
-            const cJSON *sc = cJSON_GetObjectItemCaseSensitive(meta, "loss_scaler");
-            ls->cur_scale = num(sc, "cur_scale", ls->cur_scale);
+            ls->cur_scale = c.cur_scale;
             ls->cur_iter = c.cur_iter;
             ls->last_overflow_iter = c.last_overflow_iter;
             ls->cur_hysteresis = (int)c.cur_hysteresis;

@@ -227,6 +227,7 @@ zt_status zt_ckpt_shards_read(const zt_ckpt_shard_set *set, size_t lo, float *ds
         if (a >= b)
             continue;
         ZT_TRY(zt_st_read_f32_range(&sh->f, sh->t, a - sh->lo, dst + (a - lo), b - a));
+        ZT_TRY(zt_st_check_finite(&sh->f, sh->t, dst + (a - lo), a - sh->lo, b - a));
         covered += b - a;
     }
     if (covered != n)

@@ -322,7 +322,8 @@ zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, int i, size_t first, float *d
         return zt_ckpt_weights_read(w->parts[w->part[i]], w->index[i], first, dst, n);
     if (w->sharded)
         return zt_ckpt_shards_read(&w->shards, w->offsets[i] + first, dst, n);
-    return zt_st_read_f32_range(&w->model, w->in_file[i], first, dst, n);
+    ZT_TRY(zt_st_read_f32_range(&w->model, w->in_file[i], first, dst, n));
+    return zt_st_check_finite(&w->model, w->in_file[i], dst, first, n);
 }
 
 /* ------------------------------------------------------------------------------------------ */

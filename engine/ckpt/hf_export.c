@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ztrain/fsutil.h"
+#include "ztrain/tmp_paths.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/hf_config.h"
 #include "ztrain/safetensors.h"
@@ -175,6 +176,7 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
         len--;
     snprintf(tmp, sizeof tmp, "%.*s.tmp-%ld", (int)len, out_dir, (long)getpid());
     bool made = false;
+    zt_tmp_track(tmp);
     if (s == ZT_OK)
         s = zt_remove_tree(tmp);
     if (s == ZT_OK && (s = zt_mkdirs(tmp)) == ZT_OK)
@@ -191,6 +193,7 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
         s = zt_sync_parent_dir(out_dir);
     else if (made)
         zt_remove_tree(tmp);
+    zt_tmp_untrack(tmp);
     zt_ckpt_weights_close(w);
     return s;
 }

@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data_internal.h"
 #include "ztrain/fsutil.h"
+#include "ztrain/loss_mask.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "token files are little-endian and are read in place; a big-endian host needs byte swapping"
@@ -225,4 +227,39 @@ zt_status zt_dataset_write_tokens(const char *path, const uint16_t *tokens, size
     if (s == ZT_OK)
         s = zt_write_all(fd, tokens, n * sizeof *tokens, tmp);
     return zt_atomic_write_end(fd, tmp, path, s);
+}
+
+/* The dataset among d and its parts whose token or mask mapping holds addr (*mask: the mask's). */
+static const zt_dataset *mapping_of(const zt_dataset *d, const void *addr, bool *mask) {
+    for (int i = 0; i < d->n_parts; i++) {
+        const zt_dataset *p = mapping_of(&d->parts[i], addr, mask);
+        if (p)
+            return p;
+    }
+    const char *a = addr;
+    *mask = d->mask_map && a >= (const char *)d->mask_map &&
+            a < (const char *)d->mask_map + d->mask_map_size;
+    if (*mask || (d->map && a >= (const char *)d->map && a < (const char *)d->map + d->map_size))
+        return d;
+    return NULL;
+}
+
+zt_status zt_dataset_read_fault(const zt_dataset *d, const void *addr) {
+    bool mask = false;
+    const zt_dataset *f = addr ? mapping_of(d, addr, &mask) : NULL;
+    if (!f)
+        return zt_error(ZT_ERR_IO, "%s: a data file changed size while training (a read at %p "
+                        "faulted)", d->path, addr);
+    char path[4200];
+    if (mask)
+        zt_loss_mask_path(f->path, path, sizeof path);
+    else
+        snprintf(path, sizeof path, "%s", f->path);
+    size_t was = mask ? f->mask_map_size : f->map_size;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return zt_error(ZT_ERR_IO, "%s: changed while training: %s (it had %zu bytes)", path,
+                        strerror(errno), was);
+    return zt_error(ZT_ERR_IO, "%s: changed size while training: %lld bytes, was %zu", path,
+                    (long long)st.st_size, was);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ztrain/fsutil.h"
+#include "ztrain/tmp_paths.h"
 #include "prepare_internal.h"
 #include "ztrain/data.h"
 #include "ztrain/tokenizer.h"
@@ -62,6 +63,7 @@ static zt_status flush_shard(prep_run *r, shard_writer *w) {
     }
     w->tmps = tmps;
     w->tmps[w->n_tmps++] = tmp;
+    zt_tmp_track(tmp);
     int32_t header[ZT_DATASET_HEADER_INTS];
     zt_dataset_header(header, w->u32, (int32_t)w->n);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -95,6 +97,7 @@ static zt_status append_tokens(prep_run *r, shard_writer *w, const int32_t *ids,
 static void discard_tmps(shard_writer *w) {
     for (int i = 0; i < w->n_tmps; i++) {
         unlink(w->tmps[i]);
+        zt_tmp_untrack(w->tmps[i]);
         free(w->tmps[i]);
     }
     free(w->tmps);

@@ -165,6 +165,8 @@ static zt_status read_param(zt_model *m, const zt_st_file *f, const zt_st_tensor
                                              f->path, t->name);
     if (s == ZT_OK)
         s = zt_st_read_f32(f, st, read, n);
+    if (s == ZT_OK)
+        s = zt_st_check_finite(f, st, read, 0, n);
     if (s == ZT_OK && whole)
         zt_tensor_shard_from_full(t, read, staging);
     if (s == ZT_OK)

@@ -438,6 +438,8 @@ static zt_status load(zt_pipe *p, pipe_buffer *x, int micro, zt_loader *from) {
     if (from) {
         b = (zt_batch){x->tokens, x->targets, 0, p->T, NULL};
         b.B = zt_loader_next_docs(from, x->tokens, x->targets, x->doc_pos);
+        if (b.B < 0)
+            return ZT_ERR_IO;
     } else {
         ZT_TRY(zt_engine_step_batch(p->e, micro, &b));
         memcpy(x->tokens, b.inputs, (size_t)b.B * b.T * sizeof(int32_t));

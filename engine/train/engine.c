@@ -302,6 +302,8 @@ zt_status zt_engine_step_batch(zt_engine *e, int micro, zt_batch *b) {
     } else {
         b->B = zt_loader_next(&e->loader, inputs, targets);
         b->doc_pos = NULL;
+        if (b->B < 0)
+            return ZT_ERR_IO;
     }
     b->T = e->model->spec.block_size;
     b->inputs = inputs;

@@ -41,6 +41,7 @@ typedef struct {
     zt_loss_draw draws[2];
     int cur;                   /* draws[cur] is the current step's */
     bool ahead;                /* draws[1 - cur] holds the next step's (zt_loss_norm_draw_ahead) */
+    char ahead_failed[512];    /* why that draw failed ("" when it did not) */
     double trained;            /* trained targets of the current step's global batch */
     double tokens;             /* all its targets */
 } zt_loss_norm;

@@ -139,6 +139,8 @@ static zt_status evaluate(trainer *t, double *loss) {
                       masked ? t->val_pos : NULL};
         b.B = zt_loader_next_docs(&t->val_loader, t->val_inputs, t->val_targets,
                                   masked ? t->val_pos : NULL);
+        if (b.B < 0)
+            return ZT_ERR_IO;
         float l;
         ZT_TRY(zt_engine_eval_loss(t->e, &b, &l));
         sum += l;
@@ -566,6 +568,9 @@ static zt_status train_loop(trainer *t, zt_train_result *res) {
     /* The last update has not been waited for: a device error it met fails the run. */
     ZT_TRY(zt_engine_sync(t->e));
     res->steps = zt_engine_global_steps(t->e);
+    res->first_step = t->first_step;
+    res->max_steps = t->max_steps;
+    res->max_steps_from_epochs = job->train.max_steps <= 0;
     res->final_loss = last_loss;
     res->tokens_per_second = t->timed_steps ? t->timed_tokens / (t->timed_ms / 1e3) : NAN;
     res->tflops = res->tokens_per_second * flops_per_token / 1e12;
@@ -756,4 +761,22 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
     if (t.has_train)
         zt_dataset_close(&t.train);
     return s;
+}
+
+void zt_train_result_print(const zt_train_result *res, FILE *f) {
+    if (res->steps == res->first_step && res->first_step >= res->max_steps) {
+        fprintf(f, "done: nothing to train: the checkpoint is at step %lld, at or past %s %lld\n",
+                res->first_step, res->max_steps_from_epochs ? "the last step of train.epochs"
+                                                            : "train.max_steps",
+                res->max_steps);
+        return;
+    }
+    fprintf(f, "done: %lld steps", res->steps);
+    if (res->final_loss == res->final_loss)
+        fprintf(f, ", final loss %.4f", res->final_loss);
+    if (res->final_eval_loss == res->final_eval_loss)
+        fprintf(f, ", eval loss %.4f", res->final_eval_loss);
+    if (res->tokens_per_second == res->tokens_per_second)
+        fprintf(f, ", %.0f tokens/s, %.3f TFLOPS", res->tokens_per_second, res->tflops);
+    fprintf(f, "\n");
 }

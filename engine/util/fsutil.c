@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ztrain/fsutil.h"
+#include "ztrain/tmp_paths.h"
 
 zt_status zt_mkdirs(const char *path) {
     char buf[4096];
@@ -69,9 +70,11 @@ zt_status zt_atomic_write_begin(const char *path, char **tmp, int *fd) {
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
     memcpy(*tmp, path, plen);
     memcpy(*tmp + plen, ".tmp", 5);
+    zt_tmp_track(*tmp);
     *fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (*fd < 0) {
         zt_status s = zt_error(ZT_ERR_IO, "%s: cannot create: %s", *tmp, strerror(errno));
+        zt_tmp_untrack(*tmp);
         free(*tmp);
         *tmp = NULL;
         return s;
@@ -88,6 +91,7 @@ zt_status zt_atomic_write_end(int fd, char *tmp, const char *path, zt_status s) 
         s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
     if (s != ZT_OK)
         unlink(tmp);
+    zt_tmp_untrack(tmp);
     free(tmp);
     /* Without syncing the directory a crash can bring back the old name. */
     return s != ZT_OK ? s : zt_sync_parent_dir(path);

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -683,4 +684,14 @@ zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
     }
     free(h.p);
     return zt_atomic_write_end(fd, tmp, path, s);
+}
+
+zt_status zt_st_check_finite(const zt_st_file *f, const zt_st_tensor *t, const float *x,
+                             size_t first, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' holds %g at element %zu: the file is "
+                            "damaged (stored weights and optimizer state are always finite)",
+                            f->path, t->name, (double)x[i], first + i);
+    return ZT_OK;
 }

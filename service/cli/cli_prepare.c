@@ -13,6 +13,7 @@
 
 #include "cli_remote.h"
 #include "ztrain/prepare.h"
+#include "ztrain/tmp_paths.h"
 
 
 typedef struct {
@@ -146,6 +147,11 @@ int zt_cli_prepare(int argc, char **argv) {
         return rc;
     }
     o.inputs = inputs;
+    /* Before the tokenizer's threads start: an interrupted prepare leaves no .tmp shard. */
+    if (zt_tmp_remove_on_signals() != ZT_OK) {
+        free(inputs);
+        return zt_cli_fail("prepare: ");
+    }
     progress_state ps = {.tty = isatty(STDERR_FILENO) == 1};
     clock_gettime(CLOCK_MONOTONIC, &ps.start);
     o.progress = on_progress;

@@ -33,7 +33,14 @@ typedef struct {
     int term_signals_sent;  /* SIGTERMs sent to the group */
     bool terminating;       /* tearing down after a failure: SIGKILL at deadline */
     bool kill_sent;
+    bool grace_ran_out;     /* the SIGKILL was sent because ranks outlived the grace period */
     double deadline;        /* CLOCK_MONOTONIC seconds at which terminating turns into SIGKILL */
+    /* The rank the others were waiting for, when the first failure was a rank that exited (its
+     * collective timed out or found a peer gone) rather than one that was killed: a rank that
+     * was stopped (SIGSTOP, a debugger) at that moment, else one that then ignored SIGTERM and
+     * SIGCONT for the whole grace period. -1: none; the first failing rank is named. */
+    int stopped_rank;
+    int unanswering_rank;
 } launch;
 
 static double now_s(void) {
@@ -77,6 +84,33 @@ static zt_rank_sent sent_to_group(const launch *l) {
                                                            : ZT_RANK_SENT_NONE;
 }
 
+/* Whether pid is stopped (state T, or t: stopped by a tracer), from /proc/PID/stat's third
+ * field. */
+static bool is_stopped(pid_t pid) {
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    /* The name in parentheses may hold anything: the state follows the last ')'. */
+    const char *close = strrchr(stat, ')');
+    return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+/* The first failure was a rank's own exit: it may only have given up waiting for a peer that
+ * stopped answering. Called before the group is continued (SIGCONT), which would hide a stop. */
+static void find_stopped(launch *l) {
+    const zt_rank_exit *first = &l->exits[l->first_failed];
+    if (first->term_signal)
+        return;
+    for (int r = 0; r < l->n && l->stopped_rank < 0; r++)
+        if (l->pids[r] > 0 && !l->reaped[r] && is_stopped(l->pids[r]))
+            l->stopped_rank = r;
+}
+
 /* Reaps every rank that has ended (with block, every rank), the one SIGCHLD named first (hint_pid):
  * that signal carries the pid of the first child to change state since the last wakeup, which
  * orders a killed rank before the peers that exit because they noticed it. */
@@ -116,6 +150,8 @@ static void reap_ended(launch *l, pid_t hint_pid, bool block) {
         }
         l->reaped[r] = 1;
         l->live--;
+        if (l->grace_ran_out && x->term_signal == SIGKILL && l->unanswering_rank < 0)
+            l->unanswering_rank = r;
         if (zt_rank_exit_is_failure(x, sent_to_group(l)))
             failed[n_failed++] = r;
     }
@@ -130,6 +166,7 @@ static void reap_ended(launch *l, pid_t hint_pid, bool block) {
                     break;
                 }
         l->first_failed = pick;
+        find_stopped(l);
     }
 }
 
@@ -148,6 +185,7 @@ static void supervise(launch *l, const sigset_t *waitset) {
         if (l->terminating && !l->kill_sent) {
             double left = l->deadline - now_s();
             if (left <= 0) {
+                l->grace_ran_out = true;
                 kill_group(l);
                 continue;
             }
@@ -215,7 +253,8 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
         return zt_error(ZT_ERR_INVALID, "launch: a program, its argv and world_size >= 1 are "
                                         "required (world_size %d)", opts->world_size);
     int n = opts->world_size;
-    launch l = {.opts = opts, .n = n, .first_failed = -1, .spawn_rank = -1};
+    launch l = {.opts = opts, .n = n, .first_failed = -1, .spawn_rank = -1, .stopped_rank = -1,
+                .unanswering_rank = -1};
     l.pids = calloc((size_t)n, sizeof *l.pids);
     l.reaped = calloc((size_t)n, 1);
     l.exits = opts->exits ? opts->exits : calloc((size_t)n, sizeof *l.exits);
@@ -298,8 +337,23 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
     } else if (l.first_failed >= 0) {
         zt_rank_describe_exit(why, sizeof why, l.first_failed, NULL, &l.exits[l.first_failed],
                               NULL);
-        s = zt_error(ZT_ERR_IO, "%s", why);
-        res->failed_rank = l.first_failed;
+        int stuck = l.stopped_rank >= 0 ? l.stopped_rank : l.unanswering_rank;
+        if (stuck >= 0 && !l.exits[l.first_failed].term_signal) {
+            /* The peers' own messages name it too (waiting for rank 1, lost rank 1). */
+            double grace = opts->grace_s > 0 ? opts->grace_s : 5.0;
+            char how[128];
+            if (stuck == l.stopped_rank)
+                snprintf(how, sizeof how, "was stopped (SIGSTOP or a debugger)");
+            else
+                snprintf(how, sizeof how, "did not end within %g s of SIGTERM and was killed",
+                         grace);
+            s = zt_error(ZT_ERR_IO, "rank %d (pid %ld) stopped answering: it %s when %s", stuck,
+                         (long)l.exits[stuck].pid, how, why);
+            res->failed_rank = stuck;
+        } else {
+            s = zt_error(ZT_ERR_IO, "%s", why);
+            res->failed_rank = l.first_failed;
+        }
     } else {
         /* Ranks that all exited 0 finished the job, even if a signal came in as they did. */
         s = ZT_OK;

@@ -59,7 +59,13 @@ typedef struct {
  * signal, the group is sent SIGTERM (and SIGCONT, so that a stopped rank can act on it), then
  * SIGKILL after opts->grace_s, every rank is reaped, and ZT_ERR_IO is returned with a message
  * naming the first failing rank: "rank 1 (pid 4242) was killed by signal 9 (SIGKILL)". Later
- * failures of other ranks are taken as consequences and not named. A rank that cannot be started
+ * failures of other ranks are taken as consequences and not named. When that first failure is a
+ * rank's own exit (not a signal), it may be a survivor that gave up waiting for a stuck peer
+ * (its collective timed out): then a rank that was stopped at that moment (state T, SIGSTOP or a
+ * debugger), else one that ignored the SIGTERM and SIGCONT for the whole grace period and had to
+ * be SIGKILLed, is named instead, as the survivors' messages name it: "rank 1 (pid 4243) stopped
+ * answering: it was stopped (SIGSTOP or a debugger) when rank 0 (pid 4242) exited with status
+ * 1". res->failed_rank is the rank named. A rank that cannot be started
  * (a missing or non-executable program) is ZT_ERR_IO naming the program's path; the ranks already
  * started are ended the same way.
  *

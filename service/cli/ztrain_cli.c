@@ -15,7 +15,9 @@
  *   ztrain submit|list|status|watch|logs|cancel ...   talk to a running ztraind (cli_remote.h)
  *
  * Exit status: 0 success, 1 the job or command failed (the message says why), 2 bad usage,
- * 130 stopped by a signal after writing a checkpoint. */
+ * 130 stopped by a signal at a step's end (its checkpoint written when the job has a
+ * checkpoint_dir), 137 (128 + SIGKILL, as docker and the shells report a SIGKILLed process) the
+ * ranks were SIGKILLed on a second signal, their last step not checkpointed. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -46,6 +48,7 @@
 #include "ztrain/model.h"
 #include "ztrain/sampler.h"
 #include "ztrain/stop_signals.h"
+#include "ztrain/tmp_paths.h"
 #include "ztrain/trainer.h"
 
 #ifndef ZTRAIN_VERSION
@@ -59,6 +62,9 @@ static void print_usage(FILE *f) {
 /* Set by the thread that takes SIGINT and SIGTERM during an in-process `ztrain run`
  * (ztrain/stop_signals.h). */
 static volatile sig_atomic_t stop_requested;
+
+/* `ztrain run`'s status when the ranks were SIGKILLed on a second signal: 128 + SIGKILL. */
+#define ZT_CLI_EXIT_KILLED 137
 
 int zt_cli_fail(const char *what) {
     /* The message may quote a server's answer or a file's name: control characters are shown,
@@ -465,9 +471,11 @@ static int cmd_run(int argc, char **argv) {
             fprintf(stderr, "ztrain: %s: %s\n", job_path, zt_last_error());
             return 1;
         }
-        if (lr.killed)
+        if (lr.killed) {
             fprintf(stderr, "ztrain: %s: the ranks were killed on a second signal; their last "
                             "step was not checkpointed\n", job_path);
+            return ZT_CLI_EXIT_KILLED;
+        }
         return lr.stopped ? 130 : 0;
     }
     zt_train_options opts = {.out_dir = out, .progress = stdout, .threads = (int)threads,
@@ -485,12 +493,7 @@ static int cmd_run(int argc, char **argv) {
                checkpointed ? " (checkpoint written)" : "");
         return 130;
     }
-    printf("done: %lld steps, final loss %.4f", res.steps, res.final_loss);
-    if (res.final_eval_loss == res.final_eval_loss)
-        printf(", eval loss %.4f", res.final_eval_loss);
-    if (res.tokens_per_second == res.tokens_per_second)
-        printf(", %.0f tokens/s, %.3f TFLOPS", res.tokens_per_second, res.tflops);
-    printf("\n");
+    zt_train_result_print(&res, stdout);
     return 0;
 }
 
@@ -876,6 +879,10 @@ static int cmd_export(int argc, char **argv) {
         return bad_usage("export: %s--out FILE and --hf DIR are two formats: give one", "");
     if (max_size && !hf)
         return bad_usage("export: %s--max-shard-size goes with --hf DIR", "");
+    /* Before anything starts a thread: an interrupted export leaves neither FILE.tmp nor
+     * DIR.tmp-PID/ behind. */
+    if (zt_tmp_remove_on_signals() != ZT_OK)
+        return zt_cli_fail(NULL);
     if (hf)
         return export_hf(dir, tag, hf, max_size);
     int rc = check_export_out(out);
@@ -908,6 +915,8 @@ static int cmd_zero_to_fp32(int argc, char **argv) {
     }
     if (!dir || !out)
         return bad_usage("zero-to-fp32: %sexpects CKPT_DIR and OUT.safetensors", "");
+    if (zt_tmp_remove_on_signals() != ZT_OK)
+        return zt_cli_fail(NULL);
     if (zt_ckpt_export_fp32(dir, tag, out) != ZT_OK)
         return zt_cli_fail(NULL);
     printf("wrote %s\n", out);

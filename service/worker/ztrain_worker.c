@@ -542,12 +542,7 @@ int main(int argc, char **argv) {
                    checkpointed ? " (checkpoint written)" : "");
         rc = 130;
     } else if (rank == 0) {
-        printf("done: %lld steps, final loss %.4f", res.steps, res.final_loss);
-        if (res.final_eval_loss == res.final_eval_loss)
-            printf(", eval loss %.4f", res.final_eval_loss);
-        if (res.tokens_per_second == res.tokens_per_second)
-            printf(", %.0f tokens/s, %.3f TFLOPS", res.tokens_per_second, res.tflops);
-        printf("\n");
+        zt_train_result_print(&res, stdout);
     }
     /* After a failure the communicator is unusable, but destroying it still unmaps the segment
      * (and rank 0 removes it), so a failed run leaves nothing in /dev/shm. */

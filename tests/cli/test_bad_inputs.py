@@ -399,6 +399,14 @@ try:
               ["init.safetensors", "wte.weight"])
     init_case("init_from path that does not exist", lambda p: None, ["absent.safetensors"],
               name="absent.safetensors")
+    # Non-finite weights are damage, refused at load naming the tensor, not blamed on the lr
+    # when the first step's gradient norm comes out NaN.
+    init_case("init_from with a NaN in h.0.mlp.c_fc.weight",
+              lambda p: p["h.0.mlp.c_fc.weight"].view(-1).__setitem__(5, float("nan")),
+              ["init.safetensors", "h.0.mlp.c_fc.weight", "nan", "element 5"])
+    init_case("init_from with an infinity in ln_f.weight",
+              lambda p: p["ln_f.weight"].view(-1).__setitem__(0, float("-inf")),
+              ["init.safetensors", "ln_f.weight", "-inf", "element 0"])
 
     def not_safetensors(job, d):
         with open(os.path.join(d, "weights.safetensors"), "w") as f:
@@ -518,6 +526,35 @@ try:
     expect_failure("export --out onto a directory",
                    ztrain(["export", good_ckpt, "--out", busy]), [busy, "not a regular file"])
     ck.check(os.listdir(busy) == [], "export --out left the directory as it was")
+
+    # ---- a checkpoint whose saved values were overwritten with NaN ------------------------------
+    def damaged_checkpoint(what, file, tensor, element, value_bytes, fragments):
+        d = new_case_dir()
+        shutil.copytree(good_ckpt, os.path.join(d, "ckpt"))
+        with open(os.path.join(good_ckpt, "latest")) as f:
+            tag = f.read().strip()
+        path = os.path.join(d, "ckpt", tag, file)
+        with open(path, "r+b") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            assert header[tensor]["dtype"] == "F32", header[tensor]
+            f.seek(8 + n + header[tensor]["data_offsets"][0] + 4 * element)
+            f.write(value_bytes)
+        job = copy.deepcopy(BASE_JOB)
+        job["train"].update({"resume": True, "max_steps": 4})
+        write_job(os.path.join(d, "job.json"), job)
+        out_dir = os.path.join(d, "out")
+        rc, out, err = ztrain(["run", os.path.join(d, "job.json"), "--out", out_dir])
+        expect_failure(what, (rc, out, err), [path, f"'{tensor}'"] + fragments, out_dir=out_dir)
+        ck.check("learning rate" not in err and " lr" not in err and "gradient norm" not in err,
+                 f"{what}: not blamed on the learning rate: {err.strip()[:200]}")
+
+    damaged_checkpoint("a checkpoint's model.safetensors with a NaN in h.0.attn.c_proj.weight",
+                       "model.safetensors", "h.0.attn.c_proj.weight", 7,
+                       struct.pack("<I", 0x7FC00000), ["nan", "element 7"])
+    damaged_checkpoint("a checkpoint's optimizer state with an infinity in exp_avg_sq",
+                       "optim_rank_00000.safetensors", "exp_avg_sq", 3, struct.pack("<f", float("inf")),
+                       ["inf", "element 3"])
 
     # ---- sample / export on missing or unfinished checkpoints ----------------------------------
     empty = new_case_dir()

@@ -5,10 +5,16 @@
 The input file is written the way a Hugging Face GPT2LMHeadModel state dict is named: a
 "transformer." prefix, the h.N.attn.bias causal-mask buffers (and the older h.N.attn.masked_bias),
 and an lm_head.weight tied to wte. One optimizer step with lr 0 and weight decay 0 leaves every
-weight unchanged, so the export must equal the input exactly."""
+weight unchanged, so the export must equal the input exactly.
+
+An export interrupted by SIGINT or SIGTERM while its temporary output exists (FILE.tmp for --out,
+DIR.tmp-PID/ for --hf) removes it and ends killed by the signal, as `ztrain prepare` does with its
+.tmp shards: the process is stopped (SIGSTOP) the moment the temporary name appears, signalled,
+and continued."""
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -34,6 +40,48 @@ ck = Checker()
 def ztrain(args, timeout=60):
     p = subprocess.run([ZTRAIN] + [str(a) for a in args], capture_output=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
+
+
+def interrupted_export(what, args, tmp_of, sig):
+    """Runs `ztrain export ARGS`, stops it once tmp_of(pid) exists and sends sig; checks that it
+    dies of sig leaving neither the temporary output nor the final one (args[-1])."""
+    final = args[-1]
+    for _ in range(20):
+        p = subprocess.Popen([ZTRAIN, "export"] + [str(a) for a in args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        tmp = tmp_of(p.pid)
+        while p.poll() is None and not os.path.exists(tmp):
+            pass
+        if p.poll() is None:
+            p.send_signal(signal.SIGSTOP)
+            break
+        # Finished before it was caught: start again from nothing.
+        p.wait()
+        for path in (final, tmp):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+    else:
+        ck.check(False, f"{what}: the export always finished before its temporary output was seen")
+        return
+    caught = os.path.exists(tmp)
+    p.send_signal(sig)
+    p.send_signal(signal.SIGCONT)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    err = p.stderr.read().decode("utf-8", "replace")
+    p.stderr.close()
+    ck.check(caught and p.returncode == -sig and not os.path.exists(tmp) and
+             not os.path.exists(final),
+             f"{what}: killed by signal {-p.returncode if p.returncode < 0 else p.returncode} "
+             f"(want {int(sig)}), {os.path.basename(tmp)} "
+             f"{'left behind' if os.path.exists(tmp) else 'removed'}, "
+             f"{os.path.basename(final)} {'written' if os.path.exists(final) else 'not written'} "
+             f"{err.strip()[:200]}")
 
 
 def bits(t):
@@ -153,6 +201,20 @@ try:
                  f"(max diff {(a - b).abs().max().item():.1e})")
     else:
         ck.check(False, "logits from the exported weights (tensors missing, not computed)")
+
+    # Interrupted exports clean up after themselves (one tensor a shard: many files to write).
+    cut = os.path.join(top, "cut.safetensors")
+    interrupted_export("export --out interrupted by SIGINT", [ckpt, "--out", cut],
+                       lambda pid: cut + ".tmp", signal.SIGINT)
+    cut_hf = os.path.join(top, "cut-hf")
+    interrupted_export("export --hf interrupted by SIGTERM",
+                       [ckpt, "--max-shard-size", "1000", "--hf", cut_hf],
+                       lambda pid: f"{cut_hf}.tmp-{pid}", signal.SIGTERM)
+    interrupted_export("export --hf interrupted by SIGINT",
+                       [ckpt, "--max-shard-size", "1000", "--hf", cut_hf],
+                       lambda pid: f"{cut_hf}.tmp-{pid}", signal.SIGINT)
+    left = [n for n in os.listdir(top) if n.startswith(("cut.", "cut-hf"))]
+    ck.check(not left, f"no temporary export is left in the directory ({left})")
 
     # Sampling from the checkpoint: the prompt echoed, then exactly 20 bytes, then a newline.
     rc, out, err = ztrain(["sample", ckpt, "--prompt", "ab", "--tokens", "20"])

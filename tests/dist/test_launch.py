@@ -9,13 +9,21 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
   b. SIGKILL of rank 1 mid-run: `ztrain run` fails within 10 s naming rank 1 and signal 9, and takes
      rank 0 down with it. The ranks form their own process group and get the torchrun variables.
   c. SIGSTOP of rank 1 with ZTRAIN_COMM_TIMEOUT_S=3: rank 0's collective times out naming rank 1,
-     and the run ends about 3 s later with nothing left (the stopped rank included).
+     and the run ends about 3 s later with nothing left (the stopped rank included); the last line
+     blames rank 1, not rank 0 that exited first (docs/parallelism.md). The same over gloo with
+     rank 0 stopped, and over shm with rank 0 stopped.
   d. ztrain-worker started by hand: torchrun variables for one rank; RANK >= WORLD_SIZE; Slurm's
      SLURM_PROCID/SLURM_NTASKS (two ranks trained together); WORLD_SIZE or SLURM_NTASKS different
      from the job's world_size; a malformed ZTRAIN_COMM_TIMEOUT_S.
   e. SIGINT to `ztrain run` with a checkpoint_dir: exit 130 and a complete checkpoint (DONE).
   f. ztrain-worker missing next to ztrain: the error names the path it tried.
-  g. SIGKILL of `ztrain run` itself: its ranks follow it (they ask for SIGTERM on its death)."""
+  g. SIGKILL of `ztrain run` itself: its ranks follow it (they ask for SIGTERM on its death).
+  h. A second signal (SIGINT, then SIGTERM at once) SIGKILLs the ranks: exit 137, not the 130 of a
+     checkpointed stop (docs/getting-started.md's table), saying the last step was not
+     checkpointed.
+  i. A token file truncated while 1 or 2 ranks train from it: the rank that reads past its new end
+     fails naming the file and both sizes ("changed size while training: N bytes, was M"), and
+     the run exits 1, no rank dying of SIGBUS."""
 import json
 import os
 import re
@@ -270,7 +278,17 @@ def case_b():
 
 
 def case_c():
+    stopped_rank_case("shm", 1, check_timing=True)
+    stopped_rank_case("gloo", 0)
+    stopped_rank_case("shm", 0)
+
+
+def stopped_rank_case(comm, stopped, check_timing=False):
     d, job = new_case()
+    with open(job) as f:
+        spec = json.load(f)
+    spec["comm"] = comm
+    write_job(job, spec)
     run = Run(job, env=base_env(ZTRAIN_COMM_TIMEOUT_S=3))
     try:
         started = run.wait_training()
@@ -278,17 +296,21 @@ def case_c():
         ck.check(started and len(ranks) == 2, f"c: both ranks start and train ({ranks})")
         if len(ranks) != 2:
             return
-        os.kill(ranks[1], signal.SIGSTOP)
+        os.kill(ranks[stopped], signal.SIGSTOP)
         t0 = time.monotonic()
         rc = run.wait(15)
         elapsed = time.monotonic() - t0
         err = run.stderr()
-        ck.check(rc not in (None, 0) and 2.5 <= elapsed <= 7.0,
-                 f"c: the run ends after the 3 s timeout, without waiting out the kill grace "
-                 f"(exit {rc}, {elapsed:.1f} s)")
-        timeout_lines = [l for l in err.splitlines() if "timed out" in l]
-        ck.check(any(re.search(r"rank(\(s\)|s)? 1\b", l) for l in timeout_lines),
-                 f"c: the timeout error names the stopped rank 1: {timeout_lines[:1]}")
+        ck.check(rc not in (None, 0) and (2.5 <= elapsed <= 7.0 or not check_timing),
+                 f"c ({comm}, rank {stopped} stopped): the run ends after the 3 s timeout, "
+                 f"without waiting out the kill grace (exit {rc}, {elapsed:.1f} s)")
+        if check_timing:
+            timeout_lines = [l for l in err.splitlines() if "timed out" in l]
+            ck.check(any(re.search(r"rank(\(s\)|s)? 1\b", l) for l in timeout_lines),
+                     f"c: the timeout error names the stopped rank 1: {timeout_lines[:1]}")
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        want = f"rank {stopped} (pid {ranks[stopped]}) stopped answering: it was stopped"
+        ck.check(want in last, f"c ({comm}): the verdict blames the stopped rank {stopped}: {last}")
         left = no_leftovers(job)
         ck.check(not left, f"c: no process is left, the stopped rank included ({left})")
     finally:
@@ -432,8 +454,70 @@ def case_g():
         cleanup(job, run)
 
 
+def token_file(path, n_tokens):
+    """An llm.c uint16 token file (magic 20240520, version 1) of byte-level tokens."""
+    header = [20240520, 1, n_tokens] + [0] * 253
+    body = (TEXT * (n_tokens // len(TEXT) + 1))[:n_tokens]
+    with open(path, "wb") as f:
+        f.write(b"".join(x.to_bytes(4, "little") for x in header))
+        f.write(b"".join(b.to_bytes(2, "little") for b in body))
+    return os.path.getsize(path)
+
+
+def case_i():
+    for world_size in (1, 2):
+        d, job = new_case(world_size=world_size)
+        with open(job) as f:
+            spec = json.load(f)
+        data = os.path.join(d, "train.bin")
+        was = token_file(data, 200_000)
+        spec["data"]["train"] = "train.bin"
+        write_job(job, spec)
+        run = Run(job)
+        try:
+            started = run.wait_training(timeout=30)
+            ck.check(started, f"i: {world_size} rank(s) train from train.bin")
+            if not started:
+                continue
+            os.truncate(data, 2048)
+            rc = run.wait(30)
+            err = run.stderr()
+            want = f"train.bin: changed size while training: 2048 bytes, was {was}"
+            ck.check(rc == 1 and want in err and "SIGBUS" not in err and "Bus error" not in err,
+                     f"i: {world_size} rank(s): the truncated file is named with its sizes, exit 1 "
+                     f"(exit {rc}): {err.strip()[-300:]}")
+            left = no_leftovers(job)
+            ck.check(not left, f"i: no process of the job is left ({left})")
+        finally:
+            cleanup(job, run)
+
+
+def case_h():
+    d, job = new_case(checkpoint=True)
+    run = Run(job)
+    try:
+        started = run.wait_training()
+        ranks = rank_pids(run)
+        ck.check(started and len(ranks) == 2, f"h: both ranks start and train ({ranks})")
+        if len(ranks) != 2:
+            return
+        # Two different signals, so that the second is not merged into the first while pending.
+        os.kill(run.p.pid, signal.SIGINT)
+        os.kill(run.p.pid, signal.SIGTERM)
+        rc = run.wait(20)
+        err = run.stderr()
+        ck.check(rc == 137, f"h: a second signal ends `ztrain run` with exit 137 (exit {rc}) "
+                            f"{err.strip()}")
+        ck.check("killed on a second signal; their last step was not checkpointed" in err,
+                 f"h: it says the last step was not checkpointed: {err.strip()}")
+        left = no_leftovers(job)
+        ck.check(not left, f"h: no process of the job is left ({left})")
+    finally:
+        cleanup(job, run)
+
+
 try:
-    for case in (case_a, case_b, case_c, case_d, case_e, case_f, case_g):
+    for case in (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i):
         t = time.monotonic()
         case()
         print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")

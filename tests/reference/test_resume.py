@@ -1,7 +1,8 @@
 """Resume is bit-exact: a run stopped after 5 steps and resumed from its checkpoint produces the
 same losses, lr and gradient norms, to the last bit, as one uninterrupted run. The data is
 shuffled and small enough that the runs cross epoch boundaries, and gradients are accumulated, so
-the sampler position, the optimizer moments and the schedule all have to be restored."""
+the sampler position, the optimizer moments and the schedule all have to be restored. Resuming a
+checkpoint at or past train.max_steps trains nothing and says so (exit 0), printing no loss."""
 import os
 import tempfile
 
@@ -44,4 +45,17 @@ with tempfile.TemporaryDirectory() as d:
     for a, b in zip(full, split):
         same = all(a[k] == b[k] for k in ("train/loss", "train/learning_rate", "train/grad_norm"))
         ck.check(same, f"step {a['train/global_step']}: loss {a['train/loss']!r} vs {b['train/loss']!r}")
+    # Resuming the finished run (its checkpoint is at step 12) with fewer steps than it holds runs
+    # nothing, as Hugging Face's Trainer does, and says so instead of a loss no step computed.
+    n_records = len(split)
+    p = run([z, "run", f"{d}/second.json", "--out", f"{d}/split", "--set", "train.max_steps=1"],
+            check=False)
+    ck.check(p.returncode == 0, f"resuming at step 12 with max_steps 1 succeeds (exit "
+             f"{p.returncode}) {p.stderr.strip()}")
+    ck.check("done: nothing to train: the checkpoint is at step 12, at or past train.max_steps 1"
+             in p.stdout, f"it says no step ran and why: {p.stdout.strip()}")
+    ck.check("nan" not in p.stdout.lower(), f"no loss is printed that was not computed: "
+             f"{p.stdout.strip()}")
+    ck.check(len(read_metrics(f"{d}/split/metrics.jsonl")) == n_records,
+             "no step was recorded")
 ck.done()

@@ -136,6 +136,14 @@ int zt_loader_next(zt_loader *l, int32_t *inputs, int32_t *targets);
  * marks as a document's first (ztrain/loss_mask.h); without a mask, 0..T-1 in every row. This
  * is zt_attn_shape.doc_pos, and the positions of the rotary and learned position embeddings. */
 int zt_loader_next_docs(zt_loader *l, int32_t *inputs, int32_t *targets, int32_t *doc_pos);
+/* Both return -1, with the error set ("PATH: changed size while training: N bytes, was M"), when
+ * a data file (or its loss mask) shrank under its mapping since it was opened: the batch is
+ * read through zt_map_guarded (ztrain/map_guard.h), so that is an error and not a SIGBUS. The
+ * loader's position is then undefined; the run is over. */
+
+/* The error for a read of d's mappings that faulted at addr (zt_map_guarded's *fault): names the
+ * file holding addr, its size now and at opening. Returns ZT_ERR_IO. */
+zt_status zt_dataset_read_fault(const zt_dataset *d, const void *addr);
 
 /* Batches per epoch for this rank. */
 int64_t zt_loader_batches_per_epoch(const zt_loader *l);

@@ -57,6 +57,13 @@ int64_t zt_st_numel(const zt_st_tensor *t);
  * the element count is not n or the dtype is not a float type. */
 zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, size_t n);
 
+/* Whether x[0..n), elements [first, first + n) of tensor t of f as read, are all finite. A
+ * NaN or an infinity in stored weights or optimizer state is damage (overwritten bytes) that
+ * training would otherwise report much later as a diverging gradient norm; it is refused here
+ * (ZT_ERR_FORMAT) naming the file, the tensor, the element and the value. */
+zt_status zt_st_check_finite(const zt_st_file *f, const zt_st_tensor *t, const float *x,
+                             size_t first, size_t n);
+
 /* The same for elements [first, first + n) of an F32, F16 or BF16 tensor (read in place from the
  * mapping, so only those pages are touched). Fails, naming file and tensor, when the range is
  * outside the tensor or the dtype is another. */

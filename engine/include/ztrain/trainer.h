@@ -37,7 +37,10 @@ typedef struct {
 
 typedef struct {
     long long steps;            /* optimizer steps at the end (global) */
-    double final_loss;          /* train loss of the last step */
+    long long first_step;       /* the global step it started at (a resumed checkpoint's) */
+    long long max_steps;        /* the step it trains to: train.max_steps, or the epochs' */
+    bool max_steps_from_epochs; /* max_steps counted from train.epochs (train.max_steps 0) */
+    double final_loss;          /* train loss of the last step; NaN when no step ran */
     double final_eval_loss;     /* NaN when there was no evaluation */
     double tokens_per_second;   /* mean over the timed steps (after warmup_steps); NaN if none */
     double tflops;              /* likewise */
@@ -45,5 +48,13 @@ typedef struct {
 } zt_train_result;
 
 zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_train_result *res);
+
+/* Prints the final line of a run that was not stopped: "done: 20 steps, final loss 4.1234, ..."
+ * with only the figures that were measured, or, when no step ran because the run started (from
+ * a checkpoint) at or past max_steps, "done: nothing to train: the checkpoint is at step 5, at or
+ * past train.max_steps 1". That is a success, as for Hugging Face's Trainer, which resumes such a
+ * checkpoint into an empty loop: the job asked for its steps and has them, so a restart or a
+ * scheduler's rerun of a finished job does no harm. */
+void zt_train_result_print(const zt_train_result *res, FILE *f);
 
 #endif

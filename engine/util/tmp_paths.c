@@ -1,0 +1,89 @@
+/* Temporary paths removed on SIGINT/SIGTERM (ztrain/tmp_paths.h). */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ztrain/fsutil.h"
+#include "ztrain/tmp_paths.h"
+
+typedef struct tracked {
+    char *path;
+    struct tracked *next;
+} tracked;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static tracked *paths;
+
+void zt_tmp_track(const char *path) {
+    tracked *t = malloc(sizeof *t);
+    char *copy = strdup(path);
+    if (!t || !copy) {
+        free(t);
+        free(copy);
+        return;
+    }
+    t->path = copy;
+    pthread_mutex_lock(&lock);
+    t->next = paths;
+    paths = t;
+    pthread_mutex_unlock(&lock);
+}
+
+void zt_tmp_untrack(const char *path) {
+    pthread_mutex_lock(&lock);
+    for (tracked **p = &paths; *p; p = &(*p)->next) {
+        if (strcmp((*p)->path, path) == 0) {
+            tracked *t = *p;
+            *p = t->next;
+            free(t->path);
+            free(t);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+}
+
+/* Waits for the first signal, removes what is tracked (keeping the lock: nothing is tracked or
+ * untracked after it), then dies of the signal with its default action. */
+static void *remover(void *arg) {
+    (void)arg;
+    sigset_t set;
+    stop_signals(&set);
+    int sig;
+    while (sigwait(&set, &sig) != 0)
+        ;
+    pthread_mutex_lock(&lock);
+    for (tracked *t = paths; t; t = t->next)
+        zt_remove_tree(t->path);
+    signal(sig, SIG_DFL);
+    /* The signal is blocked in every thread; this one unblocks it and sends it to itself. */
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+    abort(); /* not reached: the default action of SIGINT and SIGTERM ends the process */
+}
+
+zt_status zt_tmp_remove_on_signals(void) {
+    sigset_t set;
+    stop_signals(&set);
+    int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t th;
+    pthread_attr_t attr;
+    if (rc == 0 && (rc = pthread_attr_init(&attr)) == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&th, &attr, remover, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        return zt_error(ZT_ERR_IO, "cannot start the thread that removes temporary files on "
+                        "SIGINT/SIGTERM: %s", strerror(rc));
+    }
+    return ZT_OK;
+}
