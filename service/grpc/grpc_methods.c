@@ -100,8 +100,8 @@ static void free_infos(zt_job_info *jobs, int n) {
     free(jobs);
 }
 
-static zt_status list_response(zt_job_info *jobs, int n, bool more, const char *filter,
-                               Ztrain__V1__ListJobsResponse *resp) {
+static zt_status list_response(const zt_page_key *key, zt_job_info *jobs, int n, bool more,
+                               const char *filter, Ztrain__V1__ListJobsResponse *resp) {
     if (n > 0) {
         resp->jobs = calloc((size_t)n, sizeof *resp->jobs);
         if (!resp->jobs)
@@ -114,8 +114,8 @@ static zt_status list_response(zt_job_info *jobs, int n, bool more, const char *
     /* The page token holds the last id of this page, bound to the list's filter: the next
      * page starts after it. */
     char token[ZT_PAGE_TOKEN_MAX];
-    if (more && n > 0 && zt_page_token_make(ZT_PAGE_JOBS, filter, jobs[n - 1].id, token,
-                                            sizeof token) &&
+    if (more && n > 0 &&
+        zt_page_token_make(key, ZT_PAGE_JOBS, "", filter, jobs[n - 1].id, token, sizeof token) &&
         !(resp->next_page_token = strdup(token))) {
         resp->next_page_token = (char *)protobuf_c_empty_string;
         return zt_error(ZT_ERR_NOMEM, "out of memory");
@@ -134,8 +134,8 @@ static void handle_list(call *c, ProtobufCMessage *m) {
         return;
     const char *filter = req->state ? zt_job_state_name((zt_job_state)req->state) : "";
     char after[ZT_PAGE_TOKEN_MAX] = "";
-    if (req->page_token[0] && !zt_page_token_read(req->page_token, ZT_PAGE_JOBS, filter, after,
-                                                  sizeof after)) {
+    if (req->page_token[0] && !zt_page_token_read(&c->srv->page_key, req->page_token,
+                                                  ZT_PAGE_JOBS, "", filter, after, sizeof after)) {
         zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_token",
                              "page_token: not a next_page_token of ListJobs with this state");
         return;
@@ -152,7 +152,7 @@ static void handle_list(call *c, ProtobufCMessage *m) {
     Ztrain__V1__ListJobsResponse *resp = malloc(sizeof *resp);
     if (resp)
         ztrain__v1__list_jobs_response__init(resp);
-    s = resp ? list_response(jobs, n, more, filter, resp)
+    s = resp ? list_response(&c->srv->page_key, jobs, n, more, filter, resp)
              : zt_error(ZT_ERR_NOMEM, "out of memory");
     free_infos(jobs, n);
     if (s == ZT_OK)
