@@ -16,7 +16,8 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      after the terminal job
      event; an eval step's two records are each given once by /records paged one record at a
      time, by a stream dropped between them and resumed with Last-Event-ID or ?after_seq=, and
-     by WatchJob's after_seq; GET /api/v1/jobs/{id} has
+     by WatchJob's after_seq; a bare-number Last-Event-ID (the old step id) resumes at the
+     next step; GET /api/v1/jobs/{id} has
      every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl (keys
      repeated or comma-separated alike, 65 of them 400),
      max_points thins them keeping the last point; records and logs; the list pages.
@@ -420,6 +421,16 @@ def check_record_cursor(api, d, job_id, recs):
                  [m.seq for m in watched] == list(range(int(last_seq) + 1, len(recs) + 1)),
                  f"c: WatchJob after_seq={last_seq} gives the records after it, seq "
                  f"{[m.seq for m in watched][:2]}...")
+    # A bare number is the id streams sent before seq cursors, a step: the stream goes on at
+    # the next step (here an eval step's, whose seq is not its step any more).
+    step = min(two)
+    old = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
+                      headers={"Last-Event-ID": str(step)})
+    old.join(60)
+    vals = [e[1]["values"] for e in old.events if e[0] == "metrics"]
+    ck.check(vals == [r for r in recs if r["train/global_step"] > step],
+             f"c: an old step id (Last-Event-ID: {step}) resumes at step {step + 1} "
+             f"({len(vals)} records)")
     req = stubs()[0].WatchJobRequest(id=job_id, after_seq=-1)
     try:
         list(d.stub().WatchJob(req, metadata=d.metadata, timeout=30))
