@@ -483,13 +483,19 @@ def case_resume(drv, d):
     sends the id of the last complete event before it as Last-Event-ID with the first stream's
     since_step; together the streams pass every record of /records from that step once, in
     order; and once the job has ended the loss chart is /metrics exactly."""
-    job = tiny_job(d.data_root, name="dash-resume", max_steps=1000, eval_interval=20,
+    job = tiny_job(d.data_root, name="dash-resume", max_steps=600, eval_interval=20,
                    eval_steps=1, warmup_steps=2)
     job["data"]["val"] = "train.txt"
+    # Steps slow enough that the page, opened at submission, streams most of them.
+    job["model"].update(n_embd=64, block_size=64)
+    job["deepspeed"]["train_micro_batch_size_per_gpu"] = 4
     script = drv.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
                                  {"source": CUT_STREAMS_JS})
     try:
         c_id = submit(d, job).id
+        # A new document, so that the wrapper runs before the page's scripts (a change of the
+        # hash alone keeps the page that is open).
+        drv.get("about:blank")
         drv.get(f"{d.http_url}/#/jobs/{c_id}")
         wait_until(lambda: drv.execute_script(
             "const v = document.querySelector('[data-testid=\"job-view\"]');"
@@ -500,7 +506,7 @@ def case_resume(drv, d):
                                       s[-1]["events"][-1:] and s[-1]["events"][-1][0] == "job"
                                       and text_of(drv, "job-state") in TERMINAL else None)(
             drv.execute_script("return window.__streams;")), 30) or \
-            drv.execute_script("return window.__streams;")
+            drv.execute_script("return window.__streams;") or []
     finally:
         drv.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
                             {"identifier": script["identifier"]})
@@ -527,8 +533,12 @@ def case_resume(drv, d):
     ck.check(got == recs and len(got) >= 20,
              f"h: the streams passed every record from step {since} once, in order "
              f"({len(got)} of {len(recs)}; cut after the first record of steps {two})")
+    # 600 steps: fewer than a chart line keeps (1,000), so the chart holds every one.
+    # The charts are redrawn a few times a second: the last redraw may still be to come.
     steps, values = api_series(d, c_id, "train/loss")
-    pts = chart_points(drv, "chart-loss", "train/loss")
+    pts = wait_until(lambda: (lambda p: p if [x[0] for x in p] == steps else None)(
+        chart_points(drv, "chart-loss", "train/loss")), 10) or \
+        chart_points(drv, "chart-loss", "train/loss")
     ck.check(steps and [p[0] for p in pts] == steps and [p[2] for p in pts] == values,
              f"h: the loss chart is /metrics exactly ({len(pts)} points, {len(steps)} in the API)")
 
