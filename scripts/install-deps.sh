@@ -35,6 +35,8 @@ build=(
   libmicrohttpd-dev libsqlite3-dev            # ztraind's HTTP server and durable state
   libgnutls28-dev                             # TLS: checking certificates, client certificates
   libcurl4-openssl-dev                        # ztraind's webhook deliveries (HTTP/HTTPS POST)
+  libssl-dev                                  # libcrypto: page tokens' HMAC-SHA256 and key
+                                              # (linked directly, not only through curl)
   libjs-chart.js                              # the dashboard's charts, served by ztraind
   libgloo-dev                                 # the gloo transport: CPU ranks across hosts
   help2man                                    # man pages from the programs' --help
@@ -50,6 +52,7 @@ runtime=(
   libmicrohttpd12 libsqlite3-0                # HTTP server, durable state
   libgnutls30                                 # TLS certificate checks (HTTPS's own library)
   libcurl4                                    # webhook deliveries
+  libssl3                                     # libcrypto: signing page tokens
   libgloo0                                    # the gloo transport (ranks across hosts)
   libjs-chart.js                              # the dashboard's charts
   tini                                        # PID 1 in the image: reaps orphans, forwards signals

@@ -68,14 +68,20 @@ export function reportError(e, what) {
   else showBanner('error', `${what}: ${e.message}`);
 }
 
-/* Reads a Server-Sent Events response, calling onEvent({event, data}) for each event, until the
- * server closes the stream. */
+/* Reads a Server-Sent Events response, calling onEvent({event, data, lastEventId}) for each
+ * event, until the server closes the stream. lastEventId is the stream's last event id as
+ * EventSource keeps it (the HTML standard's parser: an `id:` line takes effect when its event
+ * is dispatched, so an event cut short by the connection does not move it; an event without
+ * one leaves it as it was; '' before any): what a reconnect sends back as Last-Event-ID to go
+ * on after it. */
 export async function readEvents(res, onEvent) {
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let buf = '';
   let name = '';
   let data = [];
+  let lastEventId = '';
+  let idBuffer = '';
   for (;;) {
     const {value, done} = await reader.read();
     if (done) break;
@@ -87,7 +93,8 @@ export async function readEvents(res, onEvent) {
       const line = buf.slice(0, m.index);
       buf = buf.slice(m.index + m[0].length);
       if (line === '') {
-        if (data.length) onEvent({event: name || 'message', data: data.join('\n')});
+        lastEventId = idBuffer;
+        if (data.length) onEvent({event: name || 'message', data: data.join('\n'), lastEventId});
         name = '';
         data = [];
         continue;
@@ -99,6 +106,8 @@ export async function readEvents(res, onEvent) {
       if (val[0] === ' ') val = val.slice(1);
       if (field === 'event') name = val;
       else if (field === 'data') data.push(val);
+      /* As the HTML standard's parser: an id with a NUL is ignored. */
+      else if (field === 'id' && !val.includes('\0')) idBuffer = val;
     }
   }
 }

@@ -55,8 +55,9 @@ export function jobView(main, id) {
     pollTimer: null,
     specShown: false,
     streamEnded: false,
-    followFrom: 0,     /* the first stream's since_step; reconnections start at maxStep */
-    streamStarted: false,
+    followFrom: 0,     /* the streams' since_step: a filter, the same for every reconnection */
+    lastEventId: '',   /* the stream's cursor (its last record and anomaly event): a
+                        * reconnection goes on after it, so no record comes twice or is lost */
     pendingLogs: [],   /* log lines waiting for the next draw */
     logTimer: null,
     logFrame: null,
@@ -342,12 +343,13 @@ export function jobView(main, id) {
     while (st.alive && !(st.job && TERMINAL.has(st.job.state) && st.streamEnded)) {
       let terminalSeen = false;
       try {
-        const since = st.streamStarted ? Math.max(0, st.maxStep) : st.followFrom;
-        st.streamStarted = true;
-        const res = await apiFetch(jobPath(id, `/events?since_step=${since}&logs=1`),
-          {signal, headers: {Accept: 'text/event-stream'}});
+        const headers = {Accept: 'text/event-stream'};
+        if (st.lastEventId) headers['Last-Event-ID'] = st.lastEventId;
+        const res = await apiFetch(jobPath(id, `/events?since_step=${st.followFrom}&logs=1`),
+          {signal, headers});
         await readEvents(res, (ev) => {
           if (!st.alive) return;
+          if (ev.lastEventId) st.lastEventId = ev.lastEventId;
           let data;
           try {
             data = JSON.parse(ev.data);
@@ -372,8 +374,8 @@ export function jobView(main, id) {
         st.streamEnded = true;
         return;
       }
-      /* The stream ended early (daemon restart, proxy timeout): pick up from the last step;
-       * records seen twice are merged by step. */
+      /* The stream ended early (daemon restart, proxy timeout): go on after the last record
+       * and anomaly event it gave (Last-Event-ID, as EventSource would send it). */
       await sleep(1000);
     }
   }

@@ -357,8 +357,8 @@ typedef struct {
     int64_t win_step[RATE_WINDOW], win_ms[RATE_WINDOW]; /* recent records, for the ETA */
     int n_win;
     int64_t last_seq;           /* the seq of the last record: a cut watch resumes after it */
-    int64_t last_anomaly;       /* the seq of the last anomaly shown: a resumed watch replays
-                                 * them all, and shows only the new ones */
+    int64_t last_anomaly;       /* the seq of the last anomaly shown: a cut watch resumes
+                                 * after it too */
     struct timespec last_draw;
 } watch_view;
 
@@ -568,9 +568,10 @@ static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *
     zt_status s;
     for (;;) {
         int64_t seen = v.last_seq;
-        /* A stream that is resumed goes on after the last record shown; since_step still
-         * filters what follows. */
+        /* A stream that is resumed goes on after the last record and the last anomaly event
+         * shown; since_step still filters what follows. */
         req.after_seq = v.last_seq;
+        req.after_anomaly_seq = v.last_anomaly;
         s = zt_rpc_stream(c, "/ztrain.v1.Trainer/WatchJob", &req.base,
                           &ztrain__v1__job_event__descriptor, on_event, &v);
         if (s == ZT_OK || zt_rpc_last_code(c) != GRPC_STATUS_UNAVAILABLE || terminal(v.state))

@@ -265,11 +265,13 @@ void zt_jm_job_ended(zt_jobs *jm, job *j) {
                NULL);
 }
 
-void zt_jm_replay_anomalies(job *j, zt_job_event_fn fn, void *ctx) {
+void zt_jm_replay_anomalies(job *j, int64_t after_seq, zt_job_event_fn fn, void *ctx) {
     if (!j->anomalies)
         return;
     for (int i = 0; i < j->anomalies->n; i++) {
         zt_anomaly a = view(&j->anomalies->v[i]);
+        if (a.seq <= after_seq)
+            continue;
         zt_job_event ev = {.kind = ZT_EVENT_ANOMALY, .anomaly = &a};
         fn(ctx, &ev);
     }

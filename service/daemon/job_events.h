@@ -33,7 +33,7 @@ void zt_jm_job_progress(struct job *j);
 void zt_jm_check_stalls(struct zt_jobs *jm);
 /* From zt_jm_set_state, when the job has reached a terminal state: its webhooks. */
 void zt_jm_job_ended(struct zt_jobs *jm, struct job *j);
-/* The job's kept events, oldest first, as ZT_EVENT_ANOMALY events. */
-void zt_jm_replay_anomalies(struct job *j, zt_job_event_fn fn, void *ctx);
+/* The job's kept events with seq > after_seq, oldest first, as ZT_EVENT_ANOMALY events. */
+void zt_jm_replay_anomalies(struct job *j, int64_t after_seq, zt_job_event_fn fn, void *ctx);
 
 #endif

@@ -146,7 +146,7 @@ static zt_status place_checkpoint(const char *tag_dir, const char *dir, const ch
     return zt_write_file_atomic(path, tag, strlen(tag));
 }
 
-zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec) {
+zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec, bool place) {
     char parent_dir[PATH_MAX];
     int stages = 1;
     pthread_mutex_lock(&jm->mu);
@@ -207,6 +207,8 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec) {
     if (used || zt_path_exists(path))
         return zt_error(ZT_ERR_INVALID, "fork_from: train.checkpoint_dir %s already holds "
                         "checkpoints; a fork starts in a directory of its own", dir);
+    if (!place)
+        return ZT_OK;
     if (tp == 0) {
         zt_ckpt_tag_dir(first, tag, tag_dir, sizeof tag_dir);
         return place_checkpoint(tag_dir, dir, tag);

@@ -167,8 +167,8 @@ static void add_job(zt_jobs *jm, job *j) {
         ZT_ASSERT(jm->jobs);
     }
     j->jm = jm;
-    /* A submit takes its number before its spec is checked, and concurrent submits finish in any
-     * order: each job goes in at its number's place (nearly always the end), so that the table
+    /* A fork takes its number before its checkpoint is placed (submit_as), and a submit after it
+     * may finish first: each job goes in at its number's place (nearly always the end), so that the table
      * stays sorted for zt_jm_find_job's binary search. */
     int at = jm->n_jobs;
     while (at > 0 && jm->jobs[at - 1]->number > j->number)
@@ -415,40 +415,41 @@ zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempot
     return zt_jobs_submit_by(jm, spec_json, idempotency_key, NULL, info);
 }
 
-zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
-                            const zt_submitter *by, zt_job_info *info) {
-    size_t limit = jm->cfg.max_spec_bytes ? jm->cfg.max_spec_bytes : 1 << 20;
-    if (strlen(spec_json) > limit)
-        return zt_error(ZT_ERR_LIMIT, "spec: %zu bytes is above the limit of %zu",
-                        strlen(spec_json), limit);
-    const char *key = idempotency_key ? idempotency_key : "";
-    ZT_TRY(check_key(key));
-    pthread_mutex_lock(&jm->mu);
-    job *known = find_by_key(jm, key);
-    if (known)
-        return answer_known_job(jm, spec_json, key, known, info);   /* unlocks */
-    /* Checked here so that a full server says so before the spec is judged, and again below,
-     * under the same lock as the insert, so that concurrent submits cannot pass it together. */
-    if (live_jobs(jm) >= jm->cfg.max_jobs) {
-        pthread_mutex_unlock(&jm->mu);
-        return too_many_jobs(jm);
-    }
-    /* The number is taken now so that the default checkpoint directory can name the job; a
-     * refused spec leaves a gap in the numbering, which nothing relies on. */
+/* Judges the spec as job number `number` and adds the job, with the lock not held on entry nor
+ * on return. The number is only taken under the lock of the insert, so a refused spec takes
+ * none and ids stay dense; *raced says that another submit took it while the spec was judged
+ * (nothing was added), and the caller tries again with the next number. */
+static zt_status submit_as(zt_jobs *jm, const char *spec_json, const char *key,
+                           const zt_submitter *by, long long number, zt_job_info *info,
+                           bool *raced) {
+    /* The id is known before the spec is judged: the default checkpoint directory names it. */
     char id[sizeof ((zt_job_info *)0)->id];
-    snprintf(id, sizeof id, "job-%06lld", (++jm->last_number) % 1000000000000LL);
-    pthread_mutex_unlock(&jm->mu);
-
+    snprintf(id, sizeof id, "job-%06lld", number % 1000000000000LL);
     char *text = NULL;
     zt_job_spec spec;
     zt_status s = check_spec(jm, spec_json, id, &text, &spec);
     if (s != ZT_OK)
         return s;
+    /* A fork's checkpoint is put in the directory its id names (the default one) before the
+     * job is added: its number is taken once the fork is judged, just before the files are
+     * placed, so that no other job gets that directory. Only a failure to place them (an I/O
+     * error) then leaves a gap in the numbering. */
+    bool taken = false;
     if (spec.fork_job) {
-        s = zt_jm_prepare_fork(jm, &spec);
-        if (s == ZT_OK)
+        s = zt_jm_prepare_fork(jm, &spec, false);
+        if (s == ZT_OK) {
+            pthread_mutex_lock(&jm->mu);
+            *raced = jm->last_number + 1 != number;
+            if (!*raced)
+                jm->last_number = number;
+            pthread_mutex_unlock(&jm->mu);
+            taken = !*raced;
+        }
+        if (s == ZT_OK && taken)
+            s = zt_jm_prepare_fork(jm, &spec, true);
+        if (s == ZT_OK && taken)
             s = zt_jm_fork_resume(&text);
-        if (s != ZT_OK) {
+        if (s != ZT_OK || *raced) {
             free(text);
             zt_job_spec_free(&spec);
             return s;
@@ -479,11 +480,13 @@ zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idem
     /* A twin with the same key may have won the race while the spec was checked: its answer is
      * the answer. */
     job *twin = find_by_key(jm, key);
-    bool full = !twin && live_jobs(jm) >= jm->cfg.max_jobs;
+    *raced = !twin && !taken && jm->last_number + 1 != number;
+    bool full = !twin && !*raced && live_jobs(jm) >= jm->cfg.max_jobs;
     /* Judged under the same lock as the insert: two submits cannot take one directory. */
-    zt_status ck = twin || full || !spec.train.checkpoint_dir
+    zt_status ck = twin || *raced || full || !spec.train.checkpoint_dir
                        ? ZT_OK : check_ckpt_dir(jm, id, spec.train.checkpoint_dir);
-    if (!twin && !full && ck == ZT_OK) {
+    if (!twin && !*raced && !full && ck == ZT_OK) {
+        jm->last_number = number;
         job *j = job_alloc(&ji);
         add_job(jm, j);
         zt_jm_persist(jm, j);
@@ -497,12 +500,43 @@ zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idem
     if (twin)
         return answer_known_job(jm, spec_json, key, twin, info);   /* unlocks */
     pthread_mutex_unlock(&jm->mu);
+    if (*raced)
+        return ZT_OK;
     if (full)
         return too_many_jobs(jm);
     if (ck != ZT_OK)
         return ck;
     zt_supervisor_wake(jm->sup);
     return ZT_OK;
+}
+
+zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
+                            const zt_submitter *by, zt_job_info *info) {
+    size_t limit = jm->cfg.max_spec_bytes ? jm->cfg.max_spec_bytes : 1 << 20;
+    if (strlen(spec_json) > limit)
+        return zt_error(ZT_ERR_LIMIT, "spec: %zu bytes is above the limit of %zu",
+                        strlen(spec_json), limit);
+    const char *key = idempotency_key ? idempotency_key : "";
+    ZT_TRY(check_key(key));
+    for (;;) {
+        pthread_mutex_lock(&jm->mu);
+        job *known = find_by_key(jm, key);
+        if (known)
+            return answer_known_job(jm, spec_json, key, known, info);   /* unlocks */
+        /* Checked here so that a full server says so before the spec is judged, and again in
+         * submit_as, under the same lock as the insert, so that concurrent submits cannot pass
+         * it together. */
+        if (live_jobs(jm) >= jm->cfg.max_jobs) {
+            pthread_mutex_unlock(&jm->mu);
+            return too_many_jobs(jm);
+        }
+        long long number = jm->last_number + 1;
+        pthread_mutex_unlock(&jm->mu);
+        bool raced = false;
+        zt_status s = submit_as(jm, spec_json, key, by, number, info, &raced);
+        if (!raced)
+            return s;
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -176,10 +176,11 @@ bool zt_jm_orphans_gone(zt_jobs *jm, job *j);
 
 /* A spec with fork_from, checked and resolved (spec_check.h): refuses, naming the key, a parent
  * job that does not exist, a step without a complete checkpoint, a checkpoint whose model is not
- * the spec's, and a checkpoint directory that already holds checkpoints; else puts the parent's
- * checkpoint into spec's checkpoint directory as its latest. Takes the manager's lock itself,
- * for the parent's directory only: call it without the lock. */
-zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec);
+ * the spec's, and a checkpoint directory that already holds checkpoints; else, with place, puts
+ * the parent's checkpoint into spec's checkpoint directory as its latest (without, it only
+ * checks). Takes the manager's lock itself, for the parent's directory only: call it without
+ * the lock. */
+zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec, bool place);
 /* A fork's resolved spec (*text, heap, replaced) gets train.resume true, so that its ranks start
  * from the checkpoint zt_jm_prepare_fork put in place; any other spec is left as it is. */
 zt_status zt_jm_fork_resume(char **text);

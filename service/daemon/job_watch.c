@@ -13,6 +13,7 @@ struct zt_job_watch {
     int what;
     int64_t from_step;
     int64_t after_seq;           /* records numbered up to it are not delivered */
+    int64_t after_anomaly_seq;   /* nor anomaly events numbered up to this */
     zt_job_event_fn fn;
     void *ctx;
     bool done;                   /* the terminal state was delivered */
@@ -29,6 +30,8 @@ void zt_jm_notify(job *j, const zt_job_event *ev) {
             continue;
         if (ev->kind == ZT_EVENT_METRICS &&
             (ev->record->step < w->from_step || ev->record->seq <= w->after_seq))
+            continue;
+        if (ev->kind == ZT_EVENT_ANOMALY && ev->anomaly->seq <= w->after_anomaly_seq)
             continue;
         w->fn(w->ctx, ev);
         if (ev->kind == ZT_EVENT_STATE && zt_job_state_terminal(ev->job->state))
@@ -99,15 +102,17 @@ static void replay_log(void *ctx, const zt_log_line *l) {
 }
 
 zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step,
-                        int64_t after_seq, int log_tail, zt_job_event_fn fn, void *ctx,
-                        zt_job_watch **out) {
+                        int64_t after_seq, int64_t after_anomaly_seq, int log_tail,
+                        zt_job_event_fn fn, void *ctx, zt_job_watch **out) {
     zt_job_watch *w = calloc(1, sizeof *w);
     if (!w)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     if (after_seq < 0)
         after_seq = 0;
-    *w = (zt_job_watch){.what = what, .from_step = from_step, .after_seq = after_seq, .fn = fn,
-                        .ctx = ctx};
+    if (after_anomaly_seq < 0)
+        after_anomaly_seq = 0;
+    *w = (zt_job_watch){.what = what, .from_step = from_step, .after_seq = after_seq,
+                        .after_anomaly_seq = after_anomaly_seq, .fn = fn, .ctx = ctx};
     pthread_mutex_lock(&jm->mu);
     job *j = zt_jm_find_job(jm, id);
     if (!j) {
@@ -136,7 +141,7 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
         fn(ctx, &ev);
     if (what & ZT_WATCH_METRICS) {
         zt_history_cached_records(j->history, from_step, after, replay_record, w);
-        zt_jm_replay_anomalies(j, fn, ctx);
+        zt_jm_replay_anomalies(j, after_anomaly_seq, fn, ctx);
     }
     if (what & ZT_WATCH_LOGS)
         zt_jm_logs(jm, j, log_tail, replay_log, w);

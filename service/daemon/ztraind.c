@@ -595,6 +595,15 @@ int main(int argc, char **argv) {
         zt_tls_pem_free(&tls);
         return 1;
     }
+    /* Made once per state directory, with the directory locked: tokens outlive a restart. */
+    zt_page_key page_key;
+    if (zt_page_key_load(&page_key, o.state_dir) != ZT_OK) {
+        fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, zt_last_error());
+        zt_auth_tokens_free(token);
+        zt_tls_pem_free(&tls);
+        close(state_lock);
+        return 1;
+    }
 
     /* Admission: with the local launcher every rank of a job runs on this host, so a job must
      * fit its memory (ranks of other jobs come and go: the supervisor's queue handles them). */
@@ -649,7 +658,8 @@ int main(int argc, char **argv) {
     zt_grpc_server_config gc = {.addr = o.grpc_addr, .tokens = token,
                                 .max_connections = (int)o.max_grpc_conns,
                                 .handshake_timeout_ms = (int)o.header_timeout_s * 1000,
-                                .idle_timeout_ms = (int)o.idle_timeout_s * 1000, .tls = &tls};
+                                .idle_timeout_ms = (int)o.idle_timeout_s * 1000, .tls = &tls,
+                                .page_key = &page_key};
     if (zt_grpc_server_create(&grpc, &gc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
@@ -661,7 +671,7 @@ int main(int argc, char **argv) {
                          .max_connections = (unsigned)o.max_http_conns,
                          .header_timeout_s = (unsigned)o.header_timeout_s,
                          .idle_timeout_s = (unsigned)o.idle_timeout_s, .tls = &tls,
-                         .metrics_window_s = o.metrics_window_s};
+                         .metrics_window_s = o.metrics_window_s, .page_key = &page_key};
     if (zt_http_start(&http, &hc, jm) != ZT_OK) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;

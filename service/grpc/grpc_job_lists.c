@@ -134,7 +134,8 @@ void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
     if (req->page_token[0]) {
         /* A token this list gave for this job (page_token.h), holding the last seq shown. */
         char number[ZT_PAGE_TOKEN_MAX] = "";
-        zt_page_token_read(req->page_token, ZT_PAGE_ANOMALIES, req->id, number, sizeof number);
+        zt_page_token_read(&c->srv->page_key, req->page_token, ZT_PAGE_ANOMALIES, req->id, "",
+                           number, sizeof number);
         char *end = NULL;
         long long v = strtoll(number, &end, 10);
         if (!number[0] || *end || v < 0) {
@@ -157,7 +158,8 @@ void zt_grpc_list_anomalies(call *c, ProtobufCMessage *m) {
         /* A full page may have more behind it; the next one starts after its last event. */
         snprintf(number, sizeof number, "%" PRId64, col.last_seq);
         if ((int)col.n == size)
-            zt_page_token_make(ZT_PAGE_ANOMALIES, req->id, number, token, sizeof token);
+            zt_page_token_make(&c->srv->page_key, ZT_PAGE_ANOMALIES, req->id, "", number, token,
+                               sizeof token);
         resp.n_anomalies = col.n;
         resp.anomalies = (Ztrain__V1__AnomalyEvent **)col.items;
         resp.next_page_token = token;

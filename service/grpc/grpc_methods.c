@@ -100,8 +100,8 @@ static void free_infos(zt_job_info *jobs, int n) {
     free(jobs);
 }
 
-static zt_status list_response(zt_job_info *jobs, int n, bool more, const char *filter,
-                               Ztrain__V1__ListJobsResponse *resp) {
+static zt_status list_response(const zt_page_key *key, zt_job_info *jobs, int n, bool more,
+                               const char *filter, Ztrain__V1__ListJobsResponse *resp) {
     if (n > 0) {
         resp->jobs = calloc((size_t)n, sizeof *resp->jobs);
         if (!resp->jobs)
@@ -114,8 +114,8 @@ static zt_status list_response(zt_job_info *jobs, int n, bool more, const char *
     /* The page token holds the last id of this page, bound to the list's filter: the next
      * page starts after it. */
     char token[ZT_PAGE_TOKEN_MAX];
-    if (more && n > 0 && zt_page_token_make(ZT_PAGE_JOBS, filter, jobs[n - 1].id, token,
-                                            sizeof token) &&
+    if (more && n > 0 &&
+        zt_page_token_make(key, ZT_PAGE_JOBS, "", filter, jobs[n - 1].id, token, sizeof token) &&
         !(resp->next_page_token = strdup(token))) {
         resp->next_page_token = (char *)protobuf_c_empty_string;
         return zt_error(ZT_ERR_NOMEM, "out of memory");
@@ -134,8 +134,8 @@ static void handle_list(call *c, ProtobufCMessage *m) {
         return;
     const char *filter = req->state ? zt_job_state_name((zt_job_state)req->state) : "";
     char after[ZT_PAGE_TOKEN_MAX] = "";
-    if (req->page_token[0] && !zt_page_token_read(req->page_token, ZT_PAGE_JOBS, filter, after,
-                                                  sizeof after)) {
+    if (req->page_token[0] && !zt_page_token_read(&c->srv->page_key, req->page_token,
+                                                  ZT_PAGE_JOBS, "", filter, after, sizeof after)) {
         zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "page_token",
                              "page_token: not a next_page_token of ListJobs with this state");
         return;
@@ -152,7 +152,7 @@ static void handle_list(call *c, ProtobufCMessage *m) {
     Ztrain__V1__ListJobsResponse *resp = malloc(sizeof *resp);
     if (resp)
         ztrain__v1__list_jobs_response__init(resp);
-    s = resp ? list_response(jobs, n, more, filter, resp)
+    s = resp ? list_response(&c->srv->page_key, jobs, n, more, filter, resp)
              : zt_error(ZT_ERR_NOMEM, "out of memory");
     free_infos(jobs, n);
     if (s == ZT_OK)
@@ -355,13 +355,13 @@ static void on_job_event(void *ctx, const zt_job_event *ev) {
 /* Registers the watch. Events replayed inside zt_jobs_watch may include a terminal state
  * before the history that follows it, so the stream ends only once the replay is over. */
 static void start_watch(call *c, const char *id, int what, int64_t from_step, int64_t after_seq,
-                        int log_tail) {
+                        int64_t after_anomaly_seq, int log_tail) {
     pthread_mutex_lock(&c->mu);
     c->replaying = true;
     pthread_mutex_unlock(&c->mu);
     zt_job_watch *w = NULL;
-    zt_status s = zt_jobs_watch(c->srv->jm, id, what, from_step, after_seq, log_tail,
-                                on_job_event, c, &w);
+    zt_status s = zt_jobs_watch(c->srv->jm, id, what, from_step, after_seq, after_anomaly_seq,
+                                log_tail, on_job_event, c, &w);
     zt_api_error *e = s != ZT_OK ? malloc(sizeof *e) : NULL;
     if (e)
         zt_api_error_from_status(e, s, zt_last_error(), NULL, id);
@@ -396,9 +396,15 @@ static void handle_watch(call *c, ProtobufCMessage *m) {
                              "after_seq must be >= 0 (the seq of the last record received)");
         return;
     }
+    if (req->after_anomaly_seq < 0) {
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "after_anomaly_seq",
+                             "after_anomaly_seq must be >= 0 (the seq of the last anomaly event "
+                             "received)");
+        return;
+    }
     int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (req->logs ? ZT_WATCH_LOGS : 0);
     /* Log lines in a watch are live ones only; StreamLogs is the way to read a tail. */
-    start_watch(c, req->id, what, req->since_step, req->after_seq, 0);
+    start_watch(c, req->id, what, req->since_step, req->after_seq, req->after_anomaly_seq, 0);
 }
 
 static void emit_log(void *ctx, const zt_log_line *l) {
@@ -417,7 +423,7 @@ static void handle_logs(call *c, ProtobufCMessage *m) {
     }
     int tail = req->tail ? req->tail : LOGS_DEFAULT_TAIL;
     if (req->follow) {
-        start_watch(c, req->id, ZT_WATCH_LOGS, 0, 0, tail);
+        start_watch(c, req->id, ZT_WATCH_LOGS, 0, 0, 0, tail);
         return;
     }
     zt_status s = zt_jobs_logs(c->srv->jm, req->id, tail, emit_log, c);

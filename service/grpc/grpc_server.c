@@ -739,6 +739,8 @@ static zt_status register_and_bind(zt_grpc_server *s, const char *addr, int max_
 zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_config *cfg,
                                 zt_jobs *jm) {
     *out = NULL;
+    if (!cfg->page_key)
+        return zt_error(ZT_ERR_INVALID, "gRPC server: no page token key");
     zt_grpc_server *s = calloc(1, sizeof *s);
     if (!s)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
@@ -747,6 +749,7 @@ zt_status zt_grpc_server_create(zt_grpc_server **out, const zt_grpc_server_confi
     s->shutdown_tag.kind = TAG_SHUTDOWN;
     pthread_mutex_init(&s->off_mu, NULL);
     s->tokens = cfg->tokens;
+    s->page_key = *cfg->page_key;
     s->cq = grpc_completion_queue_create_for_next(NULL);
     s->server = create_core_server(cfg);
     zt_status st = register_and_bind(s, cfg->addr ? cfg->addr : "", cfg->max_connections,

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "daemon/job_manager.h"
+#include "api/page_token.h"
 #include "api/tls.h"
 #include "ztrain/status.h"
 
@@ -34,6 +35,9 @@ typedef struct {
      * too, every client must present a certificate that one of those CAs signed (mutual TLS),
      * or its handshake fails. Copied by zt_grpc_server_create. */
     const zt_tls_pem *tls;
+    /* Signs and checks page tokens (api/page_token.h): the state directory's key, so that
+     * tokens outlive a restart and both servers read each other's. Required; copied. */
+    const zt_page_key *page_key;
 } zt_grpc_server_config;
 
 typedef struct zt_grpc_server zt_grpc_server;

@@ -47,6 +47,7 @@ struct zt_grpc_server {
     void *handles[M_COUNT];
     zt_jobs *jm;
     const struct zt_auth_tokens *tokens;
+    zt_page_key page_key; /* signs page tokens */
     int port;
     int n_calls;          /* call structs alive, posted requests included */
     bool shutting_down;   /* shutdown_and_notify was called */

@@ -400,6 +400,8 @@ static char *dup_or_null(const char *p) {
 
 zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs *jm) {
     *out = NULL;
+    if (!cfg->page_key)
+        return zt_error(ZT_ERR_INVALID, "HTTP server: no page token key");
     zt_http_server *s = calloc(1, sizeof *s);
     if (!s)
         return ZT_ERR_NOMEM;
@@ -407,6 +409,7 @@ zt_status zt_http_start(zt_http_server **out, const zt_http_config *cfg, zt_jobs
     s->jm = jm;
     s->cache = zt_series_cache_create();
     s->tokens = cfg->tokens;
+    s->page_key = *cfg->page_key;
     s->web_dir = dup_or_null(cfg->web_dir);
     s->chartjs_dir = dup_or_null(cfg->chartjs_dir);
     s->max_body = cfg->max_request_bytes ? cfg->max_request_bytes : 64 * 1024;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "daemon/job_manager.h"
+#include "api/page_token.h"
 #include "api/tls.h"
 #include "ztrain/status.h"
 
@@ -53,6 +54,9 @@ typedef struct {
      * CAs signed, or it is 403 (mutual TLS, as on gRPC). Not copied: it must outlive the
      * server. */
     const zt_tls_pem *tls;
+    /* Signs and checks page tokens (api/page_token.h): the state directory's key, so that
+     * tokens outlive a restart and both servers read each other's. Required; copied. */
+    const zt_page_key *page_key;
 } zt_http_config;
 
 typedef struct zt_http_server zt_http_server;

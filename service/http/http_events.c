@@ -53,7 +53,11 @@ struct zt_sse {
     bool has_replayer;
     char *job_id;
     int what, log_tail;
-    int64_t since, after_seq;
+    int64_t since, after_seq, after_anomaly_seq;
+    /* The stream's cursor, its events' id: the seq of the last record and of the last anomaly
+     * event it has queued (from the resume point on). Only sse_on_event touches them, and the
+     * watch calls it for one event at a time. */
+    int64_t sent_seq, sent_anomaly_seq;
     /* Owned by the content reader (one MHD thread). */
     char *out;
     size_t out_len, out_off;
@@ -109,13 +113,17 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
     if (ev->kind == ZT_EVENT_STATE) {
         zt_jbuf_puts(&b, "event: job\ndata: ");
         terminal = zt_job_state_terminal(ev->job->state);
-    } else if (ev->kind == ZT_EVENT_METRICS) {
-        /* The record's seq as the event id, not its step, which an eval step's two records
-         * share: a reconnecting EventSource sends it back as Last-Event-ID and continues
-         * after that very record. */
-        zt_jbuf_printf(&b, "event: metrics\nid: %" PRId64 "\ndata: ", ev->record->seq);
-    } else if (ev->kind == ZT_EVENT_ANOMALY) {
-        zt_jbuf_puts(&b, "event: anomaly\ndata: ");
+    } else if (ev->kind == ZT_EVENT_METRICS || ev->kind == ZT_EVENT_ANOMALY) {
+        /* One cursor over both sequences as the event id, "<record seq>:<anomaly seq>": a
+         * reconnecting client sends it back as Last-Event-ID and gets only the records and
+         * events after those (not a step, which an eval step's two records share). */
+        bool record = ev->kind == ZT_EVENT_METRICS;
+        if (record)
+            st->sent_seq = ev->record->seq;
+        else
+            st->sent_anomaly_seq = ev->anomaly->seq;
+        zt_jbuf_printf(&b, "event: %s\nid: %" PRId64 ":%" PRId64 "\ndata: ",
+                       record ? "metrics" : "anomaly", st->sent_seq, st->sent_anomaly_seq);
     } else {
         zt_jbuf_puts(&b, "event: log\ndata: ");
     }
@@ -340,7 +348,7 @@ static void *replay_main(void *arg) {
     zt_sse *st = arg;
     zt_job_watch *w = NULL;
     zt_status s = zt_jobs_watch(st->srv->jm, st->job_id, st->what, st->since, st->after_seq,
-                                st->log_tail, sse_on_event, st, &w);
+                                st->after_anomaly_seq, st->log_tail, sse_on_event, st, &w);
     pthread_mutex_lock(&st->mu);
     st->watch = s == ZT_OK ? w : NULL;
     if (s != ZT_OK)
@@ -350,28 +358,48 @@ static void *replay_main(void *arg) {
     return NULL;
 }
 
-/* GET /api/v1/jobs/{id}/events?since_step=&after_seq=&logs=&tail=: the job, its records from
- * since_step (and after the record numbered after_seq), its anomaly events and (logs=1) its
- * last `tail` log lines (0: none), then live events until a terminal state.
- * A reconnecting EventSource's Last-Event-ID (the seq of the last record it had) stands for
- * after_seq, so it goes on after that record, also inside a step of several records. */
+/* A Last-Event-ID: "<record seq>:<anomaly seq>" (this stream's ids) moves the resume point
+ * past both; a bare number is the id streams sent before, a record's step, and resumes at the
+ * next step (since_step = n + 1); anything else is ignored, and the stream starts where the
+ * query says. */
+static void read_last_event_id(const char *lei, int64_t *since, int64_t *after,
+                               int64_t *after_anomaly) {
+    int64_t r, a, step;
+    char end;
+    if (!lei)
+        return;
+    if (sscanf(lei, "%" SCNd64 ":%" SCNd64 "%c", &r, &a, &end) == 2 && r >= 0 && a >= 0 &&
+        strspn(lei, "0123456789:") == strlen(lei)) {
+        if (r > *after)
+            *after = r;
+        if (a > *after_anomaly)
+            *after_anomaly = a;
+    } else if (sscanf(lei, "%" SCNd64 "%c", &step, &end) == 1 && step >= 0 &&
+               step < INT64_MAX && strspn(lei, "0123456789") == strlen(lei)) {
+        if (step + 1 > *since)
+            *since = step + 1;
+    }
+}
+
+/* GET /api/v1/jobs/{id}/events?since_step=&after_seq=&after_anomaly_seq=&logs=&tail=: the job,
+ * its records from since_step (and after the record numbered after_seq), its anomaly events
+ * (after the one numbered after_anomaly_seq) and (logs=1) its last `tail` log lines (0: none),
+ * then live events until a terminal state. A reconnecting EventSource's Last-Event-ID (the id
+ * of the last metrics or anomaly event it had) stands for both cursors, so it goes on after
+ * that record and that event, also inside a step of several records. */
 enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
                                    const char *id) {
     enum MHD_Result ret;
-    int64_t since = 0, tail = 100, after = 0;
+    int64_t since = 0, tail = 100, after = 0, after_anomaly = 0;
     bool logs = false;
     if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret) ||
         !zt_http_arg_int(c, "after_seq", 0, INT64_MAX, &after, &ret) ||
+        !zt_http_arg_int(c, "after_anomaly_seq", 0, INT64_MAX, &after_anomaly, &ret) ||
         !zt_http_arg_int(c, "tail", 0, ZT_MAX_LOG_TAIL, &tail, &ret) ||
         !zt_http_arg_bool(c, "logs", &logs, &ret))
         return ret;
-    /* A Last-Event-ID that is not a record's seq (not a whole number) is ignored: the stream
-     * starts where the query says. */
-    const char *lei = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
-    int64_t last_id;
-    char tail_ch;
-    if (lei && sscanf(lei, "%" SCNd64 "%c", &last_id, &tail_ch) == 1 && last_id > after)
-        after = last_id;
+    read_last_event_id(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID"), &since,
+                       &after, &after_anomaly);
     zt_sse *st = sse_create(s, c);
     if (!st)
         return MHD_NO;
@@ -392,6 +420,9 @@ enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
     st->what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (logs ? ZT_WATCH_LOGS : 0);
     st->since = since;
     st->after_seq = after;
+    st->after_anomaly_seq = after_anomaly;
+    st->sent_seq = after;
+    st->sent_anomaly_seq = after_anomaly;
     st->log_tail = (int)tail;
     st->job_id = strdup(id);
     struct MHD_Response *r =

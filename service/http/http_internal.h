@@ -40,6 +40,7 @@ struct zt_http_server {
     struct MHD_Daemon *daemon;
     zt_jobs *jm;
     const struct zt_auth_tokens *tokens;
+    zt_page_key page_key;     /* signs page tokens */
     char *web_dir;
     char *chartjs_dir;
     size_t max_body;

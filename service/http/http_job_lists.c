@@ -39,8 +39,8 @@ typedef struct {
     const char *filter;       /* a filter of every page (>= 0), or NULL */
     int64_t default_size, max_size;
     walk_fn walk;
-    zt_page_list token;       /* its tokens bound to the list and job (page_token.h), or 0:
-                               * the cursor as a number */
+    zt_page_list token;       /* its tokens, bound to the list, the job and the filter
+                               * (page_token.h), or 0: no paging */
 } job_list;
 
 /* Each element is the proto3 JSON of the message gRPC sends for it; one that cannot be built
@@ -116,7 +116,7 @@ static zt_status walk_webhooks(zt_http_server *s, const char *id, int64_t cursor
 
 static const job_list lists[] = {
     [ZT_LIST_RECORDS] = {"records", "page_size", "limit", "after_seq", "since_step",
-                         ZT_RECORDS_MAX_PAGE, ZT_RECORDS_MAX_PAGE, walk_records},
+                         ZT_RECORDS_MAX_PAGE, ZT_RECORDS_MAX_PAGE, walk_records, ZT_PAGE_RECORDS},
     [ZT_LIST_LOGS] = {"lines", "tail", NULL, NULL, NULL, 100, ZT_MAX_LOG_TAIL, walk_logs},
     [ZT_LIST_ANOMALIES] = {"anomalies", "page_size", "limit", "after_seq", NULL, 10000, 10000,
                            walk_anomalies, ZT_PAGE_ANOMALIES},
@@ -124,28 +124,34 @@ static const job_list lists[] = {
                           walk_webhooks},
 };
 
-/* The page token: a number this list handed out, or the first page's cursor by its own name
- * (both checked when both are given; the token wins). */
-static bool read_cursor(struct MHD_Connection *c, const job_list *l, const char *id,
-                        int64_t *cursor, enum MHD_Result *ret) {
+/* The filter as page tokens bind it: the records' since_step in decimal, "" for none. */
+static void filter_text(const job_list *l, int64_t filter, char *out, size_t size) {
+    if (l->filter)
+        snprintf(out, size, "%" PRId64, filter);
+    else
+        snprintf(out, size, "%s", "");
+}
+
+/* The page token: one this list handed out for this job and filter, or the first page's cursor
+ * by its own name (both checked when both are given; the token wins). */
+static bool read_cursor(zt_http_server *s, struct MHD_Connection *c, const job_list *l,
+                        const char *id, const char *filter, int64_t *cursor,
+                        enum MHD_Result *ret) {
     if (l->old_cursor && !zt_http_arg_int(c, l->old_cursor, 0, INT64_MAX, cursor, ret))
         return false;
     const char *token = zt_http_arg(c, "page_token");
     if (!token || !*token)
         return true;
-    char text[ZT_PAGE_TOKEN_MAX];
-    const char *number = token;
-    if (l->token && zt_page_token_read(token, l->token, id, text, sizeof text))
-        number = text;
-    else if (l->token)
-        number = "";
+    char number[ZT_PAGE_TOKEN_MAX] = "";
+    if (l->token)
+        zt_page_token_read(&s->page_key, token, l->token, id, filter, number, sizeof number);
     char *end = NULL;
     errno = 0;
     long long v = strtoll(number, &end, 10);
     if (!l->old_cursor || *end || end == number || errno || v < 0) {
         *ret = zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
-                                  "page_token: '%.64s' is not a next_page_token of this list",
-                                  token);
+                                  "page_token: '%.64s' is not a next_page_token of this list%s",
+                                  token, l->filter ? " with this since_step" : "");
         return false;
     }
     *cursor = v;
@@ -166,8 +172,11 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
                                                               l->max_size, &size, &ret)) &&
                            zt_http_arg_page_size(c, l->size_name, l->default_size,
                                                  l->max_size, &size, &ret);
-    if (!sized || !read_cursor(c, l, id, &cursor, &ret) ||
-        (l->filter && !zt_http_arg_int(c, l->filter, 0, INT64_MAX, &filter, &ret)))
+    if (!sized || (l->filter && !zt_http_arg_int(c, l->filter, 0, INT64_MAX, &filter, &ret)))
+        return ret;
+    char filter_str[24];
+    filter_text(l, filter, filter_str, sizeof filter_str);
+    if (!read_cursor(s, c, l, id, filter_str, &cursor, &ret))
         return ret;
     zt_jbuf b;
     zt_jbuf_init(&b);
@@ -194,8 +203,12 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
     if (l->old_cursor && next >= 0) {
         char token[ZT_PAGE_TOKEN_MAX], number[24];
         snprintf(number, sizeof number, "%" PRId64, next);
-        if (!l->token || !zt_page_token_make(l->token, id, number, token, sizeof token))
-            snprintf(token, sizeof token, "%s", number);
+        if (!zt_page_token_make(&s->page_key, l->token, id, filter_str, number, token,
+                                sizeof token)) {
+            zt_jbuf_free(&b);
+            return zt_http_send_status(c, zt_error(ZT_ERR_NOMEM, "page_token: cannot sign the "
+                                                   "next page's token"), id);
+        }
         zt_json_key(&b, "nextPageToken");
         zt_json_str(&b, token);
     }

@@ -83,7 +83,8 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
         token_name = "after", after = v;
     v = zt_http_arg(c, "page_token");
     if (v && *v) {
-        if (!zt_page_token_read(v, ZT_PAGE_JOBS, filter, cursor, sizeof cursor) ||
+        if (!zt_page_token_read(&s->page_key, v, ZT_PAGE_JOBS, "", filter, cursor,
+                                sizeof cursor) ||
             !zt_http_valid_job_id(cursor, strlen(cursor)))
             return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "page_token: '%.64s' is not a "
                                       "next_page_token of this list with this state", v);
@@ -104,7 +105,8 @@ enum MHD_Result zt_http_jobs_list(zt_http_server *s, struct MHD_Connection *c) {
     /* As ListJobs answers: a token after the last job of this page, "" on the last page. */
     char token[ZT_PAGE_TOKEN_MAX] = "";
     if (more && n > 0)
-        zt_page_token_make(ZT_PAGE_JOBS, filter, jobs[n - 1].id, token, sizeof token);
+        zt_page_token_make(&s->page_key, ZT_PAGE_JOBS, "", filter, jobs[n - 1].id, token,
+                           sizeof token);
     Ztrain__V1__ListJobsResponse resp = ZTRAIN__V1__LIST_JOBS_RESPONSE__INIT;
     resp.jobs = n > 0 ? calloc((size_t)n, sizeof *resp.jobs) : NULL;
     if (n > 0 && !resp.jobs)

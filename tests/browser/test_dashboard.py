@@ -25,17 +25,24 @@ and then job B (2 ranks, endless), which therefore waits in QUEUED until A is do
   e. A job whose init_from file holds no safetensors fails in its worker (a data file too short
      is refused at submit now): the FAILED state and
      the daemon's reason show in the jobs table (also under the FAILED filter) and on its page.
-  f. No SEVERE entry in the browser's console in a-e (a missing favicon would be one).
+  f. No SEVERE entry in the browser's console in a-e and h (a missing favicon would be one).
   g. A daemon with a token: the page says 401 and asks for the token (focus in the field); a
      wrong token is rejected with 401 shown; the right one lists the job, and after a reload
      the stored token is used without asking. The console's only SEVERE entries are those 401
-     responses."""
+     responses.
+  h. The job page's event stream, cut four times by a fetch() wrapper (inside an event, and
+     between the two records of an eval step), resumes after the last event it had: each
+     reconnection sends the last complete event's id as Last-Event-ID with the first stream's
+     since_step, the streams together pass every record of /records from there once and in
+     order, and the loss chart ends equal to /metrics."""
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
+import urllib.request
 
 sys.stdout.reconfigure(line_buffering=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -408,6 +415,134 @@ def case_failed(drv, d):
              f"e: the job page shows FAILED and the reason ({text_of(drv, 'job-reason')!r})")
 
 
+# Wraps fetch() before the page's first script: each event stream the page opens is recorded
+# (its URL, the Last-Event-ID it sent, the complete events it passed on with their seq and id),
+# and the first four are cut, as a network drop or a proxy would: the first two inside their
+# seventh and ninth event, the next two right after the first record of an eval step (of two
+# records), each with part of the following event passed on.
+CUT_STREAMS_JS = r"""
+(() => {
+  const real = window.fetch;
+  window.__streams = [];
+  window.fetch = async function (input, init) {
+    const url = typeof input === 'string' ? input : input.url;
+    if (!/\/events\?/.test(url)) return real.apply(this, arguments);
+    const rec = {url, lastEventId: new Headers((init && init.headers) || {}).get('Last-Event-ID'),
+                 events: [], cut: false};
+    const n = window.__streams.push(rec);
+    const res = await real.apply(this, arguments);
+    const reader = res.body.getReader();
+    const enc = new TextEncoder(), dec = new TextDecoder();
+    let pending = '', cutNext = false;
+    const body = new ReadableStream({
+      async pull(ctrl) {
+        for (;;) {
+          const i = pending.indexOf('\n\n');
+          if (i >= 0) {
+            const ev = pending.slice(0, i + 2);
+            pending = pending.slice(i + 2);
+            const name = /^event: (\w+)$/m.exec(ev), data = /^data: (.*)$/m.exec(ev);
+            const id = /^id: (.*)$/m.exec(ev);
+            if (name && data && (cutNext || (n <= 2 && rec.events.length === 4 + 2 * n))) {
+              ctrl.enqueue(enc.encode(ev.slice(0, Math.floor(ev.length / 2))));
+              rec.cut = true;
+              reader.cancel();
+              ctrl.close();
+              return;
+            }
+            if (name && data) {
+              const d = JSON.parse(data[1]);
+              rec.events.push([name[1], Number(d.seq || 0), id ? id[1] : null, Number(d.step)]);
+              cutNext = n > 2 && n <= 4 && name[1] === 'metrics' && Number(d.step) > 0 &&
+                        Number(d.step) % 20 === 0 && rec.events.length > 3;
+            }
+            ctrl.enqueue(enc.encode(ev));
+            return;
+          }
+          const {value, done} = await reader.read();
+          if (done) {
+            if (pending) ctrl.enqueue(enc.encode(pending));
+            ctrl.close();
+            return;
+          }
+          pending += dec.decode(value, {stream: true});
+        }
+      },
+      cancel() { reader.cancel(); },
+    });
+    return new Response(body, {status: res.status, statusText: res.statusText,
+                               headers: res.headers});
+  };
+})();
+"""
+
+
+def case_resume(drv, d):
+    """h. The job page's event stream cut four times (inside an event, and between the two
+    records of an eval step) resumes each time after the last event it had: every reconnection
+    sends the id of the last complete event before it as Last-Event-ID with the first stream's
+    since_step; together the streams pass every record of /records from that step once, in
+    order; and once the job has ended the loss chart is /metrics exactly."""
+    job = tiny_job(d.data_root, name="dash-resume", max_steps=600, eval_interval=20,
+                   eval_steps=1, warmup_steps=2)
+    job["data"]["val"] = "train.txt"
+    # Steps slow enough that the page, opened at submission, streams most of them.
+    job["model"].update(n_embd=64, block_size=64)
+    job["deepspeed"]["train_micro_batch_size_per_gpu"] = 4
+    script = drv.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                 {"source": CUT_STREAMS_JS})
+    try:
+        c_id = submit(d, job).id
+        # A new document, so that the wrapper runs before the page's scripts (a change of the
+        # hash alone keeps the page that is open).
+        drv.get("about:blank")
+        drv.get(f"{d.http_url}/#/jobs/{c_id}")
+        wait_until(lambda: drv.execute_script(
+            "const v = document.querySelector('[data-testid=\"job-view\"]');"
+            "return v && v.dataset.loaded === 'true';"), 15)
+        wait_state(d, c_id, TERMINAL, timeout=120)
+        # The last stream ends with the terminal job event, after which the page opens none.
+        streams = wait_until(lambda: (lambda s: s if s and not s[-1]["cut"] and
+                                      s[-1]["events"][-1:] and s[-1]["events"][-1][0] == "job"
+                                      and text_of(drv, "job-state") in TERMINAL else None)(
+            drv.execute_script("return window.__streams;")), 30) or \
+            drv.execute_script("return window.__streams;") or []
+    finally:
+        drv.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                            {"identifier": script["identifier"]})
+    urls = [s["url"] for s in streams]
+    cuts = [s["cut"] for s in streams]
+    ck.check(len(streams) >= 5 and cuts[:4] == [True] * 4 and len(set(urls)) == 1,
+             f"h: the page reconnected after each of the 4 cuts, with the same query "
+             f"({len(streams)} streams, cut {cuts}, {set(urls)})")
+    last = None
+    sent_ok = True
+    for s in streams:
+        sent_ok &= s["lastEventId"] == last
+        ids = [e[2] for e in s["events"] if e[2]]
+        last = ids[-1] if ids else last
+    ck.check(sent_ok, "h: each reconnection sends the id of the last complete event before it "
+             f"as Last-Event-ID ({[s['lastEventId'] for s in streams]})")
+    since = int(re.search(r"since_step=(\d+)", urls[0]).group(1)) if urls else -1
+    # The records' seqs as the API gives them (proto3 JSON: int64 as text).
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{c_id}/records?since_step={since}",
+                                timeout=30) as r:
+        recs = [int(x["seq"]) for x in json.load(r)["records"]]
+    got = [e[1] for s in streams for e in s["events"] if e[0] == "metrics"]
+    two = [e[3] for s in streams[2:4] for e in s["events"][-1:]]
+    ck.check(got == recs and len(got) >= 20,
+             f"h: the streams passed every record from step {since} once, in order "
+             f"({len(got)} of {len(recs)}; cut after the first record of steps {two})")
+    # 600 steps: fewer than a chart line keeps (1,000), so the chart holds every one.
+    # The charts are redrawn a few times a second: the last redraw may still be to come.
+    steps, values = api_series(d, c_id, "train/loss")
+    pts = wait_until(lambda: (lambda p: p if [x[0] for x in p] == steps else None)(
+        chart_points(drv, "chart-loss", "train/loss")), 10) or \
+        chart_points(drv, "chart-loss", "train/loss")
+    ck.check(steps and [p[0] for p in pts] == steps and [p[2] for p in pts] == values,
+             f"h: the loss chart is /metrics exactly ({len(pts)} points, {len(steps)} in the API)")
+
+
 def case_token(drv, build):
     tmp = temp_dir("ztrain-dash-token-")
     with Daemon(build, tmp, max_ranks=1, token=TOKEN) as d:
@@ -465,6 +600,7 @@ def main():
             case_finished(drv, d, a_id)
             case_cancel(drv, d, a_id, b_id, seen)
             case_failed(drv, d)
+            case_resume(drv, d)
             errors = severe(drv)
             ck.check(not errors, f"f: no SEVERE entries in the browser console: {errors}")
         case_token(drv, build)

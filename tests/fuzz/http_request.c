@@ -122,7 +122,8 @@ static void start_server(void) {
                zt_last_error());
     zt_http_config hc = {.host = "127.0.0.1", .port = 0, .tokens = tokens,
                          .web_dir = ZT_FUZZ_WEB_DIR, .chartjs_dir = ZT_FUZZ_WEB_DIR,
-                         .hosts = hosts, .n_hosts = 1, .origins = origins, .n_origins = 1};
+                         .hosts = hosts, .n_hosts = 1, .origins = origins, .n_origins = 1,
+                         .page_key = &(zt_page_key){{1, 2, 3}}};
     FUZZ_CHECK(zt_http_start(&server, &hc, jobs) == ZT_OK, "HTTP: %s", zt_last_error());
     port = zt_http_port(server);
     atexit(stop_server);

@@ -8,9 +8,17 @@ report a stall over the same three paths. Webhooks go to a receiver on loopback 
 the job's own (signed with a secret from ztraind's environment: the X-Ztrain-Signature must be
 the HMAC-SHA256 computed here) succeeds on the third attempt after two 500s, one that always
 fails is given up after --webhook-attempts, the daemon's --webhook gets everything; every
-attempt is listed at /api/v1/jobs/{id}/webhooks; no body holds the token or the secret."""
+attempt is listed at /api/v1/jobs/{id}/webhooks; no body holds the token or the secret.
+
+Resuming repeats nothing: the SSE id of a metrics or anomaly event is "<record seq>:<anomaly
+seq>" (computed here from the events' own seqs); a stream cut after a record or after the first
+event (of the finished job, and live at submission) and resumed with its Last-Event-ID gives every
+record and every event once; ?after_seq=&after_anomaly_seq= and WatchJob's after_seq and
+after_anomaly_seq give only what follows them (after_seq alone: every event, as before); a bare
+number as Last-Event-ID is an old step id and resumes at the next step."""
 import hashlib
 import hmac
+import http.client
 import http.server
 import json
 import os
@@ -22,6 +30,7 @@ import threading
 import time
 import urllib.request
 
+import grpc
 from api_view import anomaly, view  # noqa: E402
 from svc import (BUILD, LONG, TEXT, Checker, Daemon, get_job, state_name, stubs, submit,
                  tiny_job, wait_state, wait_step, write_data)
@@ -75,6 +84,113 @@ def sse_reader(d, job_id, out, stop):
                     return
     except Exception as e:  # the stream ends with the job, or the test stops it
         out.append({"error": str(e)})
+
+
+def read_events(d, job_id, query="", headers=None, stop=None):
+    """[(event, data as JSON, id)] of the job's event stream, until it ends or stop(list) holds
+    (then the connection is dropped, as a client that goes away)."""
+    c = http.client.HTTPConnection("127.0.0.1", d.http_port, timeout=60)
+    c.request("GET", f"/api/v1/jobs/{job_id}/events?{query}",
+              headers=dict(headers or {}, Authorization=f"Bearer {TOKEN}"))
+    r = c.getresponse()
+    out, name, data, eid = [], "message", None, None
+    try:
+        if r.status != 200:
+            return [("status", r.status, json.loads(r.read() or b"null"))]
+        for raw in r:
+            line = raw.decode().rstrip("\n")
+            if line == "":
+                if data is not None:
+                    out.append((name, data, eid))
+                    if stop and stop(out):
+                        return out
+                name, data, eid = "message", None, None
+            elif line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+            elif line.startswith("id: "):
+                eid = line[4:]
+        return out
+    finally:
+        c.close()
+
+
+def seqs(events, kind):
+    return [int(data["seq"]) for name, data, _ in events if name == kind]
+
+
+def cursors(events):
+    """The ids the stream must give its metrics and anomaly events: the seq of the last record
+    and of the last anomaly event sent so far, "<record>:<anomaly>"."""
+    r = a = 0
+    out = []
+    for name, data, _ in events:
+        if name == "metrics":
+            r = int(data["seq"])
+        elif name == "anomaly":
+            a = int(data["seq"])
+        if name in ("metrics", "anomaly"):
+            out.append(f"{r}:{a}")
+    return out
+
+
+def check_resume(d, job_id, n_records, what, stop):
+    """A stream cut where stop says and resumed with its Last-Event-ID gives every record and
+    both anomaly events once, and ends with the job."""
+    first = read_events(d, job_id, stop=stop)
+    last = next((e[2] for e in reversed(first) if e[2]), None)
+    rest = read_events(d, job_id, headers={"Last-Event-ID": last} if last else None)
+    both = first + rest
+    ck.check(seqs(both, "metrics") == list(range(1, n_records + 1)) and
+             seqs(both, "anomaly") == [1, 2] and rest and rest[-1][0] == "job",
+             f"SSE cut {what} (id {last}) and resumed with Last-Event-ID: records "
+             f"{seqs(both, 'metrics')}, events {seqs(both, 'anomaly')}, each once")
+
+
+def check_cursors(d, job_id, n_records):
+    """The event stream's one cursor over records and anomaly events (docs/api.md)."""
+    pb = stubs()[0]
+    full = read_events(d, job_id)
+    ids = [e[2] for e in full if e[0] in ("metrics", "anomaly")]
+    ck.check(seqs(full, "anomaly") == [1, 2] and ids == cursors(full),
+             f"SSE ids are <record seq>:<anomaly seq> ({ids[:2]} ... {ids[-3:]})")
+    check_resume(d, job_id, n_records, "after record 5",
+                 lambda evs: seqs(evs, "metrics")[-1:] == [5])
+    check_resume(d, job_id, n_records, "after the first anomaly event",
+                 lambda evs: seqs(evs, "anomaly") == [1])
+    tail = read_events(d, job_id, query="after_seq=5&after_anomaly_seq=1")
+    ck.check(seqs(tail, "metrics") == list(range(6, n_records + 1)) and
+             seqs(tail, "anomaly") == [2],
+             f"?after_seq=5&after_anomaly_seq=1: records {seqs(tail, 'metrics')[:2]}..., events "
+             f"{seqs(tail, 'anomaly')}")
+    bad = read_events(d, job_id, query="after_anomaly_seq=-1")
+    ck.check(bad and bad[0][:2] == ("status", 400) and bad[0][2].get("field") ==
+             "after_anomaly_seq", f"?after_anomaly_seq=-1 is 400 naming it: {bad[:1]}")
+    # An id of the streams before these cursors was a record's step: it resumes at the next.
+    records = http_get(d, f"/api/v1/jobs/{job_id}/records")["records"]
+    old = read_events(d, job_id, headers={"Last-Event-ID": "5"})
+    steps = [int(data["step"]) for name, data, _ in old if name == "metrics"]
+    ck.check(steps == [int(r["step"]) for r in records if int(r["step"]) >= 6] and
+             seqs(old, "anomaly") == [1, 2],
+             f"an old step id (Last-Event-ID: 5) resumes at step 6: steps {steps[:3]}...")
+    # The same cursors over gRPC.
+    def watch(**kw):
+        evs = list(d.stub().WatchJob(pb.WatchJobRequest(id=job_id, **kw), metadata=d.metadata,
+                                     timeout=60))
+        return ([e.metrics.seq for e in evs if e.WhichOneof("event") == "metrics"],
+                [e.anomaly.seq for e in evs if e.WhichOneof("event") == "anomaly"])
+    got = watch(after_seq=n_records, after_anomaly_seq=1)
+    ck.check(got == ([], [2]), f"WatchJob after_seq={n_records}, after_anomaly_seq=1: {got}")
+    got = watch(after_seq=5)
+    ck.check(got == (list(range(6, n_records + 1)), [1, 2]),
+             f"WatchJob after_seq=5 alone gives every event, as a first watch: {got}")
+    try:
+        watch(after_anomaly_seq=-1)
+        code = "OK"
+    except grpc.RpcError as e:
+        code = e.code().name
+    ck.check(code == "INVALID_ARGUMENT", f"WatchJob after_anomaly_seq=-1: {code}")
 
 
 def http_get(d, path):
@@ -161,6 +277,12 @@ with tempfile.TemporaryDirectory() as tmp:
         again = watch_anomalies(d, j.id, lambda got: False)
         ck.check([(a.kind, a.step) for a in again] == [(k, s) for k, s, _ in want],
                  "a later WatchJob replays them")
+        check_cursors(d, j.id, len(recs))
+        # Live: a stream opened at submission, cut after the first event, resumed.
+        j2 = submit(d, dict({k: v for k, v in job.items() if k != "alerts"}, name="spiky-live"))
+        check_resume(d, j2.id, 16, "live, after the first anomaly event",
+                     lambda evs: seqs(evs, "anomaly") == [1])
+        wait_state(d, j2.id, {"SUCCEEDED", "FAILED"}, timeout=120)
 
         # Webhooks: wait for the retries to settle (200, 400 ms backoff; 3 attempts).
         deadline = time.monotonic() + 30

@@ -36,8 +36,18 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
   j. Page tokens belong to their list and filter (AIP-158): a job id the server never handed
      out as a token, a token of the unfiltered job list used with a state filter, and a bare
      number on a job's anomalies are INVALID_ARGUMENT naming page_token over both transports;
-     a token pages on over the other transport when the filter is the same."""
+     a token pages on over the other transport when the filter is the same.
+  k. Page tokens are signed (page_token.h): the state directory's key is 32 bytes, mode 0600;
+     /records paged one record at a time gives the unpaged list; a token's tag is the
+     HMAC-SHA256 computed here (Python's hmac) with that key over the list, the job and the
+     filter, and a token made here that way is read. Refused, naming page_token: a token with
+     one character changed (first, middle, last), cut short, a bare number (the old /records
+     token), signed with another key or another state directory's, of another list, of another
+     job's records or anomalies, with another since_step, over HTTP and gRPC. A records token
+     still pages on after the daemon restarts on the same state directory."""
 import base64
+import hashlib
+import hmac
 import json
 import os
 import sys
@@ -60,6 +70,39 @@ from grpc_status import rpc_status  # noqa: E402
 pb = stubs()[0]
 ck = Checker()
 TOKEN = "errors-token"
+
+
+def unb64(token):
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except ValueError:
+        return b""
+
+
+def page_key(d):
+    with open(os.path.join(d.state_dir, "page_token.key"), "rb") as f:
+        return f.read()
+
+
+def tag(key, kind, job, filt, cursor):
+    """A page token's tag as page_token.h defines it: HMAC-SHA256 of version 2, the list, and
+    the job, filter and cursor each after its length (2 bytes, big-endian)."""
+    msg = bytes([2, kind])
+    for field in (job, filt, cursor):
+        b = field.encode()
+        msg += len(b).to_bytes(2, "big") + b
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def make_token(key, kind, job, filt, cursor):
+    raw = bytes([2, kind]) + cursor.encode() + tag(key, kind, job, filt, cursor)
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def flip(token, at):
+    """The token with the character at `at` replaced by another of the alphabet."""
+    c = token[at]
+    return token[:at] + ("B" if c == "A" else "A") + token[at + 1:]
 
 
 def http(d, method, path, body=None, headers=None):
@@ -417,14 +460,12 @@ def case_j(d):
              f"j: a ListJobs token pages on over HTTP ({s}, {p.get('jobs', [{}])[0].get('id')} "
              f"after {everything[:2]})")
     # Opaque to clients, but what the design says it is: URL-safe base64 (RFC 4648 section 5,
-    # unpadded) of a small struct that ends with the position, the page's last job id.
+    # unpadded) of version, list, the position (the page's last job id) and its HMAC-SHA256.
     token = first.next_page_token
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    except ValueError:
-        raw = b""
-    ck.check("=" not in token and raw.endswith(everything[0].encode()) and
-             len(raw) > len(everything[0]), f"j: the token is base64url of a struct ({raw!r})")
+    raw = unb64(token)
+    ck.check("=" not in token and raw[2:-32] == everything[0].encode() and
+             raw[-32:] == tag(page_key(d), 1, "", "", everything[0]),
+             f"j: the token is base64url of version, list, cursor and HMAC ({raw!r})")
     s, _, p = http(d, "GET", "/api/v1/jobs?page_size=1")
     g = stub.ListJobs(pb.ListJobsRequest(page_size=1, page_token=p.get("nextPageToken", "")),
                       metadata=md, timeout=30)
@@ -454,6 +495,110 @@ def case_j(d):
              f"j: gRPC ListAnomalies with a bare number as token: {code.name}")
 
 
+def records_pages(d, job_id, since=0, token=""):
+    """(status, field, [seqs]) of paging a job's records one at a time from `token`."""
+    seqs = []
+    while True:
+        q = f"since_step={since}&page_size=1" + (f"&page_token={token}" if token else "")
+        s, _, p = http(d, "GET", f"/api/v1/jobs/{job_id}/records?{q}")
+        if s != 200:
+            return s, p.get("field"), seqs
+        seqs += [int(r["seq"]) for r in p.get("records", [])]
+        token = p.get("nextPageToken", "")
+        if not token:
+            return s, None, seqs
+
+
+def case_k(d, tmp):
+    md = d.metadata
+    stub = d.stub()
+    key = page_key(d)
+    mode = os.stat(os.path.join(d.state_dir, "page_token.key")).st_mode & 0o777
+    ck.check(len(key) == 32 and mode == 0o600,
+             f"k: the state directory's key is 32 bytes, mode 0600 ({len(key)}, {mode:o})")
+    a = submit(d, tiny_job(d.data_root, name="tok-a", max_steps=4)).id
+    b = submit(d, tiny_job(d.data_root, name="tok-b", max_steps=4)).id
+    for job_id in (a, b):
+        wait_state(d, job_id, ("SUCCEEDED", "FAILED"), timeout=120)
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{a}/records?since_step=0")
+    unpaged = [int(r["seq"]) for r in p.get("records", [])]
+    s, field, seqs = records_pages(d, a)
+    ck.check(s == 200 and len(unpaged) >= 3 and seqs == unpaged,
+             f"k: /records paged one at a time round-trips its tokens ({s} {field} {seqs} of "
+             f"{unpaged})")
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{a}/records?since_step=0&page_size=1")
+    token = p.get("nextPageToken", "")
+    raw = unb64(token)
+    ck.check(raw[:2] == bytes([2, 3]) and raw[2:-32] == str(unpaged[0]).encode() and
+             raw[-32:] == tag(key, 3, a, "0", str(unpaged[0])),
+             f"k: a records token binds the job and since_step ({raw!r})")
+    other = os.urandom(32)
+    jobs_token = make_token(key, 1, "", "", a)
+    refused = [("one character changed", token, flip(token, len(token) // 2)),
+               ("its first character changed", token, flip(token, 0)),
+               ("its last character changed", token, flip(token, len(token) - 1)),
+               ("cut short", token, token[:-4]),
+               ("a bare number (the old /records token)", token, str(unpaged[0])),
+               ("signed with another key", token, make_token(other, 3, a, "0", str(unpaged[0]))),
+               ("of the jobs list", token, jobs_token)]
+    for what, _, bad in refused:
+        s, _, p = http(d, "GET", f"/api/v1/jobs/{a}/records?since_step=0&page_token={bad}")
+        ck.check(s == 400 and p.get("field") == "page_token",
+                 f"k: /records with a token {what}: {s} {p.get('field')!r}")
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{b}/records?since_step=0&page_token={token}")
+    ck.check(s == 400 and p.get("field") == "page_token",
+             f"k: job A's records token on job B: {s} {p.get('field')!r}")
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{a}/records?since_step=1&page_token={token}")
+    ck.check(s == 400 and p.get("field") == "page_token",
+             f"k: a records token with another since_step: {s} {p.get('field')!r}")
+    s, _, p = http(d, "GET", f"/api/v1/jobs/{a}/anomalies?page_token={token}")
+    ck.check(s == 400 and p.get("field") == "page_token",
+             f"k: a records token on /anomalies: {s} {p.get('field')!r}")
+
+    # A token made here with the state directory's key is one the server reads: the format is
+    # the one page_token.h defines. One with another state directory's key is refused.
+    everything = [j.id for j in stub.ListJobs(pb.ListJobsRequest(page_size=1000), metadata=md,
+                                                timeout=30).jobs]
+    page = stub.ListJobs(pb.ListJobsRequest(page_size=1, page_token=make_token(
+        key, 1, "", "", everything[0])), metadata=md, timeout=30)
+    ck.check([j.id for j in page.jobs] == everything[1:2],
+             f"k: a ListJobs token signed here with the key pages on ({[j.id for j in page.jobs]})")
+    with Daemon(BUILD, os.path.join(tmp, "k-other"), max_ranks=1, token=TOKEN) as d2:
+        key2 = page_key(d2)
+    ck.check(key2 != key, "k: another state directory has another key")
+    alien = {"ListJobs": lambda t: stub.ListJobs(pb.ListJobsRequest(page_token=t), metadata=md,
+                                                 timeout=30),
+             "ListAnomalies": lambda t: stub.ListAnomalies(
+                 pb.ListAnomaliesRequest(id=b, page_token=t), metadata=md, timeout=30)}
+    grpc_refused = [("ListJobs", "of another state directory", make_token(key2, 1, "", "",
+                                                                          everything[0])),
+                    ("ListJobs", "with one character changed",
+                     flip(make_token(key, 1, "", "", everything[0]), 10)),
+                    ("ListJobs", "of /records", token),
+                    ("ListAnomalies", "of another job", make_token(key, 2, a, "", "1")),
+                    ("ListAnomalies", "of another state directory",
+                     make_token(key2, 2, b, "", "1")),
+                    ("ListAnomalies", "that is a bare number", "1")]
+    for method, what, bad in grpc_refused:
+        code, st = grpc_error(lambda: alien[method](bad))
+        br = detail(st, error_details_pb2.BadRequest)
+        ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+                 br.field_violations[0].field == "page_token",
+                 f"k: gRPC {method} with a token {what}: {code.name}")
+    s, _, p = http(d, "GET", f"/api/v1/jobs?page_token={make_token(key2, 1, '', '', a)}")
+    ck.check(s == 400 and p.get("field") == "page_token",
+             f"k: HTTP jobs list with another state directory's token: {s} {p.get('field')!r}")
+    page = stub.ListAnomalies(pb.ListAnomaliesRequest(id=b, page_token=make_token(
+        key, 2, b, "", "0")), metadata=md, timeout=30)
+    ck.check(page is not None, "k: a ListAnomalies token of the job itself is read")
+
+    # The key is the state directory's: a token outlives a restart.
+    d.restart()
+    s, field, seqs = records_pages(d, a, token=token)
+    ck.check(s == 200 and seqs == unpaged[1:],
+             f"k: a records token pages on after a restart ({s} {field} {seqs})")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -467,6 +612,7 @@ def main():
         case_h(d)
         case_i(d)
         case_j(d)
+        case_k(d, tmp)
     case_d(tmp)
     ck.done()
 

@@ -12,10 +12,12 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      ztraind sees the request (a URL or header over its memory limit, an HTTP version it does
      not speak), are the statuses the OpenAPI document lists for them.
   c. A finished job: a live event stream opened at submission replays and follows every record
-     (equal to metrics.jsonl), each with its seq as the event id, and ends after the terminal job
+     (equal to metrics.jsonl), each with "<seq>:0" as the event id (no anomaly events), and ends
+     after the terminal job
      event; an eval step's two records are each given once by /records paged one record at a
      time, by a stream dropped between them and resumed with Last-Event-ID or ?after_seq=, and
-     by WatchJob's after_seq; GET /api/v1/jobs/{id} has
+     by WatchJob's after_seq; a bare-number Last-Event-ID (the old step id) resumes at the
+     next step; GET /api/v1/jobs/{id} has
      every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl (keys
      repeated or comma-separated alike, 65 of them 400),
      max_points thins them keeping the last point; records and logs; the list pages.
@@ -393,6 +395,8 @@ def check_record_cursor(api, d, job_id, recs):
         first = read_until(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
                            lambda e, st=step: e[0] == "metrics" and e[1]["step"] == st)
         last_id = first[-1][2] if first else None
+        # The id is "<record seq>:<anomaly seq>" (docs/api.md); this job has no events.
+        last_seq = last_id.split(":")[0] if last_id else "0"
         rest = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
                            headers={"Last-Event-ID": last_id or ""})
         rest.join(60)
@@ -401,22 +405,32 @@ def check_record_cursor(api, d, job_id, recs):
                  f"c: a stream dropped after the first record of step {step} (id {last_id}) "
                  f"and resumed with Last-Event-ID: every record once ({len(joined)} of "
                  f"{len(recs)})")
-        by_query = EventStream(api, f"/api/v1/jobs/{job_id}/events?after_seq={last_id}")
+        by_query = EventStream(api, f"/api/v1/jobs/{job_id}/events?after_seq={last_seq}")
         by_query.join(60)
         tail = [e[1]["values"] for e in by_query.events if e[0] == "metrics"]
-        ck.check(tail == recs[int(last_id or 0):],
-                 f"c: ?after_seq={last_id} streams the records after it ({len(tail)})")
+        ck.check(tail == recs[int(last_seq):],
+                 f"c: ?after_seq={last_seq} streams the records after it ({len(tail)})")
         # The same over gRPC.
-        req = stubs()[0].WatchJobRequest(id=job_id, after_seq=int(last_id or 0))
+        req = stubs()[0].WatchJobRequest(id=job_id, after_seq=int(last_seq))
         watched = [ev.metrics for ev in d.stub().WatchJob(req, metadata=d.metadata, timeout=60)
                    if ev.WhichOneof("event") == "metrics"]
         ck.check([{v.key: v.value for v in m.values} ==
                   {k: v for k, v in r.items() if v is not None}
-                  for m, r in zip(watched, recs[int(last_id or 0):])] ==
-                 [True] * (len(recs) - int(last_id or 0)) and
-                 [m.seq for m in watched] == list(range(int(last_id or 0) + 1, len(recs) + 1)),
-                 f"c: WatchJob after_seq={last_id} gives the records after it, seq "
+                  for m, r in zip(watched, recs[int(last_seq):])] ==
+                 [True] * (len(recs) - int(last_seq)) and
+                 [m.seq for m in watched] == list(range(int(last_seq) + 1, len(recs) + 1)),
+                 f"c: WatchJob after_seq={last_seq} gives the records after it, seq "
                  f"{[m.seq for m in watched][:2]}...")
+    # A bare number is the id streams sent before seq cursors, a step: the stream goes on at
+    # the next step (here an eval step's, whose seq is not its step any more).
+    step = min(two)
+    old = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
+                      headers={"Last-Event-ID": str(step)})
+    old.join(60)
+    vals = [e[1]["values"] for e in old.events if e[0] == "metrics"]
+    ck.check(vals == [r for r in recs if r["train/global_step"] > step],
+             f"c: an old step id (Last-Event-ID: {step}) resumes at step {step + 1} "
+             f"({len(vals)} records)")
     req = stubs()[0].WatchJobRequest(id=job_id, after_seq=-1)
     try:
         list(d.stub().WatchJob(req, metadata=d.metadata, timeout=30))
@@ -475,9 +489,10 @@ def case_c(api, d):
     ids = [e[2] for e in ev if e[0] == "metrics"]
     ck.check([g["values"] for g in got] == recs and
              all(g["step"] == r["train/global_step"] for g, r in zip(got, recs)) and
-             ids == [str(n) for n in range(1, len(recs) + 1)],
+             ids == [f"{n}:0" for n in range(1, len(recs) + 1)],
              f"c: the stream's metrics events are metrics.jsonl, in order, with id = the "
-             f"record's seq 1, 2, ... ({len(got)} events, {len(recs)} records, ids {ids[:3]})")
+             f"record's seq 1, 2, ... and the job's anomaly seq, 0 ({len(got)} events, "
+             f"{len(recs)} records, ids {ids[:3]})")
     logs = [e[1] for e in ev if e[0] == "log"]
     ck.check(logs and all(set(l) == {"seq", "time_unix_ms", "rank", "stream", "text"} for l in logs)
              and [l["seq"] for l in logs] == sorted({l["seq"] for l in logs}),

@@ -1,7 +1,7 @@
 /* The job manager's admission under concurrent submits (service/daemon/job_manager.c), called from many
  * threads at once as its header allows: --max-jobs is never exceeded, one idempotency key makes
  * one job, which a submit with another spec does not get, and every job taken can be found by its
- * id. Ranks are a stand-in worker that sleeps, so that every accepted job stays queued or running
+ * id, and a refused spec takes no id (they stay dense). Ranks are a stand-in worker that sleeps, so that every accepted job stays queued or running
  * while the submits race. The counts are checked against the limit and the threads' own tally. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -246,6 +246,60 @@ static void check_gpu_jobs(const char *dir) {
     }
 }
 
+/* Ids stay dense: a refused spec takes no number, alone or racing accepted ones. Alternate
+ * submits at once ask for a negative max_steps (refused, naming it); the jobs taken must be
+ * exactly the next numbers after the last one, job-(last + 1) .. job-(last + taken). */
+static void check_dense_ids(const char *dir) {
+    zt_jobs *jm = open_manager(dir, THREADS * ROUNDS + 8);
+    int last = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        submitter subs[THREADS];
+        race(jm, subs, NULL, 1000000, -5);
+        bool taken[THREADS + 1] = {false};
+        int ok = 0;
+        for (int i = 0; i < THREADS; i++) {
+            if (subs[i].status != ZT_OK) {
+                CHECK(i % 2 == 1 && subs[i].status == ZT_ERR_INVALID &&
+                      strstr(subs[i].message, "max_steps"), "round %d, submit %d: %s", round,
+                      i, subs[i].message);
+                continue;
+            }
+            int number = atoi(subs[i].id + strlen("job-"));
+            CHECK(i % 2 == 0 && number > last && number <= last + THREADS / 2 &&
+                  !taken[number - last], "round %d: submit %d got %s after job-%06d", round, i,
+                  subs[i].id, last);
+            if (number > last && number <= last + THREADS)
+                taken[number - last] = true;
+            ok++;
+        }
+        for (int k = 1; k <= ok; k++)
+            CHECK(taken[k], "round %d: %d jobs taken but job-%06d is not one of them", round, ok,
+                  last + k);
+        last += ok;
+        cancel_all(jm);
+    }
+    /* One at a time: accepted, refused, accepted are two consecutive ids. */
+    submitter one[3];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, 1);
+    for (int i = 0; i < 3; i++) {
+        one[i] = (submitter){.jm = jm, .start = &start};
+        snprintf(one[i].spec, sizeof one[i].spec, spec_fmt, "one", i == 1 ? -5 : 1000000);
+        submit_one(&one[i]);
+    }
+    pthread_barrier_destroy(&start);
+    char want[2][32];
+    snprintf(want[0], sizeof want[0], "job-%06d", last + 1);
+    snprintf(want[1], sizeof want[1], "job-%06d", last + 2);
+    CHECK(one[0].status == ZT_OK && one[1].status == ZT_ERR_INVALID && one[2].status == ZT_OK &&
+          strcmp(one[0].id, want[0]) == 0 && strcmp(one[2].id, want[1]) == 0,
+          "accepted, refused, accepted: %s, %s (%s), %s; want %s and %s", one[0].id,
+          one[1].status == ZT_OK ? one[1].id : "refused", one[1].message, one[2].id, want[0],
+          want[1]);
+    cancel_all(jm);
+    zt_jobs_destroy(jm);
+}
+
 int main(void) {
     const char *dir = check_tmpdir_create("zt-job-submit");
     static const char sleeper[] = "#!/bin/sh\nexec sleep 60\n";
@@ -254,6 +308,7 @@ int main(void) {
     check_max_jobs(dir);
     check_one_key(dir);
     check_gpu_jobs(dir);
+    check_dense_ids(dir);
     check_tmpdir_remove();
     return check_summary("test_job_submit");
 }

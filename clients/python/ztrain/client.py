@@ -222,14 +222,16 @@ class Client:
                                                            grace_seconds=grace_seconds))
 
     def watch(self, job_id: str, since_step: int = 0, logs: bool = False,
-              timeout: Optional[float] = None, after_seq: int = 0) -> Iterator[WatchEvent]:
+              timeout: Optional[float] = None, after_seq: int = 0,
+              after_anomaly_seq: int = 0) -> Iterator[WatchEvent]:
         """The job's events as typed objects: JobUpdate first, then Metrics records from
         since_step on (history first), live updates, Log lines when logs=True, and Anomaly
         events; the iteration ends after the update that carries a terminal state. after_seq
-        resumes a watch that was cut: only records after the one with that seq (the last
-        Metrics.seq received) come."""
+        and after_anomaly_seq resume a watch that was cut: only records after the one with
+        that seq (the last Metrics.seq received) and Anomaly events after the one with that
+        seq (the last Anomaly.seq received) come."""
         req = pb.WatchJobRequest(id=_id(job_id), since_step=since_step, logs=logs,
-                                 after_seq=after_seq)
+                                 after_seq=after_seq, after_anomaly_seq=after_anomaly_seq)
         for ev in self._stream("WatchJob", req, timeout):
             e = _event(ev)
             if e is not None:
@@ -304,7 +306,7 @@ class Client:
         timeout (TimeoutError); with no timeout, ServiceUnavailable once the daemon has been
         unreachable for RECONNECT_LIMIT seconds in a row."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        after_seq = 0
+        after_seq = after_anomaly_seq = 0
         pause = self.RECONNECT_FIRST
         down_since = None
 
@@ -318,11 +320,14 @@ class Client:
             if left() is not None and left() <= 0:
                 raise timed_out()
             try:
-                for ev in self.watch(job_id, after_seq=after_seq, timeout=left()):
+                for ev in self.watch(job_id, after_seq=after_seq,
+                                     after_anomaly_seq=after_anomaly_seq, timeout=left()):
                     down_since = None
                     pause = self.RECONNECT_FIRST
                     if isinstance(ev, Metrics):
                         after_seq = max(after_seq, ev.seq)
+                    elif isinstance(ev, Anomaly):
+                        after_anomaly_seq = max(after_anomaly_seq, ev.seq)
                     elif isinstance(ev, JobUpdate) and ev.state in TERMINAL:
                         return ev.job
                 # The stream ended before a terminal state: the job as it is now says why.
