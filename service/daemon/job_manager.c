@@ -6,6 +6,8 @@
 #include "job_manager.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -485,14 +487,26 @@ static zt_status submit_as(zt_jobs *jm, const char *spec_json, const char *key,
     /* Judged under the same lock as the insert: two submits cannot take one directory. */
     zt_status ck = twin || *raced || full || !spec.train.checkpoint_dir
                        ? ZT_OK : check_ckpt_dir(jm, id, spec.train.checkpoint_dir);
+    /* The job is written to the state file before it exists anywhere else: a job the file does
+     * not hold would run, then vanish at the next restart and its id go to another job, which
+     * would append to its run directory. */
+    zt_status saved = ZT_OK;
+    char unsaved[512] = "";
     if (!twin && !*raced && !full && ck == ZT_OK) {
-        jm->last_number = number;
         job *j = job_alloc(&ji);
-        add_job(jm, j);
-        zt_jm_persist(jm, j);
-        log_config_notes(jm, j, &spec);
-        zt_jm_schedule(jm, false);
-        info_copy(info, &j->info);
+        saved = zt_store_put_job(jm->store, &j->info);
+        if (saved != ZT_OK)
+            snprintf(unsaved, sizeof unsaved, "%s", zt_last_error());
+        zt_jm_store_result(jm, saved);
+        if (saved == ZT_OK) {
+            jm->last_number = number;
+            add_job(jm, j);
+            log_config_notes(jm, j, &spec);
+            zt_jm_schedule(jm, false);
+            info_copy(info, &j->info);
+        } else {
+            job_free(j);
+        }
     }
     free(ranks);
     free(text);
@@ -506,6 +520,9 @@ static zt_status submit_as(zt_jobs *jm, const char *spec_json, const char *key,
         return too_many_jobs(jm);
     if (ck != ZT_OK)
         return ck;
+    if (saved != ZT_OK)
+        return zt_error(ZT_ERR_UNAVAILABLE, "the job was not queued: ztraind cannot write its "
+                        "state file (%s); free space there and submit again", unsaved);
     zt_supervisor_wake(jm->sup);
     return ZT_OK;
 }
@@ -880,6 +897,27 @@ static void daemon_tag(zt_jobs *jm) {
     snprintf(jm->tag, sizeof jm->tag, "%08x", h);
 }
 
+/* The highest number of a run directory ("job-000042") under runs_root, 0 when none: a new job
+ * never takes the id, and so the directory, of a job the state file does not hold (a state
+ * directory restored from an older copy, or replaced). */
+static long long highest_run_dir(const char *runs_root) {
+    long long highest = 0;
+    DIR *d = opendir(runs_root);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "job-", 4) != 0 || !isdigit((unsigned char)e->d_name[4]))
+            continue;
+        long long n = strtoll(e->d_name + 4, &end, 10);
+        if (*end == '\0' && n > highest)
+            highest = n;
+    }
+    closedir(d);
+    return highest;
+}
+
 zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
     zt_jobs *jm = calloc(1, sizeof *jm);
     if (!jm)
@@ -915,6 +953,9 @@ zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
     }
     if (max_number > jm->last_number)
         jm->last_number = max_number;
+    long long dir_number = highest_run_dir(jm->cfg.runs_root);
+    if (dir_number > jm->last_number)
+        jm->last_number = dir_number;
     daemon_tag(jm);
     fail_orphans(jm);
     s = zt_supervisor_create(&jm->sup, &zt_jm_supervisor_callbacks, jm);

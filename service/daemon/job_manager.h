@@ -58,6 +58,8 @@ bool zt_job_state_terminal(zt_job_state s);
 #define ZT_ERR_LIMIT (-101)
 /* An idempotency key already names a job whose spec is not the one submitted. */
 #define ZT_ERR_CONFLICT (-102)
+/* The server cannot do it now, and may later: its state file cannot be written (a full disk). */
+#define ZT_ERR_UNAVAILABLE (-104)
 
 /* The longest idempotency key, in bytes; a key is printable UTF-8 (engine/include/ztrain/text.h). */
 #define ZT_IDEMPOTENCY_KEY_MAX 256
@@ -206,7 +208,8 @@ void zt_jobs_destroy(zt_jobs *jm);
  * ZT_ERR_INVALID: the message names the field ("model.n_embd ...", "name: the control character
  * U+001B at byte 3 ...", DeepSpeed's own texts); ZT_ERR_CONFLICT: the key names a job with
  * another spec (the message names the key and that job); ZT_ERR_LIMIT: max_jobs jobs are
- * queued or running, which holds under concurrent submits. */
+ * queued or running, which holds under concurrent submits; ZT_ERR_UNAVAILABLE: the job could not
+ * be written to the state file, so it was not queued and took no id. */
 zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
                          zt_job_info *info);
 /* zt_jobs_submit, the job recording who submitted it (by may be NULL: nobody known). A key
