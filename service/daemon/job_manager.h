@@ -248,8 +248,9 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
 #define ZT_METRICS_TIME_KEY "time_unix_ms"
 
 /* The history of metric `keys` from the records with step >= since_step. Repeated keys count
- * once; more than ZT_METRICS_MAX_KEYS distinct keys, or one longer than
- * ZT_METRICS_MAX_KEY_BYTES, is ZT_ERR_INVALID naming the limit. With n_keys == 0, every key of
+ * once and empty ones not at all (only empty ones ask for every key, as none do); more than
+ * ZT_METRICS_MAX_KEYS distinct keys, or one longer than ZT_METRICS_MAX_KEY_BYTES, is
+ * ZT_ERR_INVALID naming the limit. With n_keys == 0, every key of
  * those records (more than ZT_METRICS_MAX_KEYS of them is ZT_ERR_INVALID too). Each series is
  * thinned to at most P evenly spaced points, the first and the last kept: P is max_points
  * capped at ZT_METRICS_MAX_POINTS (0: the cap) and at ZT_METRICS_MAX_ANSWER_POINTS divided by

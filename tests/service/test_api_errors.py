@@ -32,7 +32,8 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      accepted over HTTP and gRPC; a wrong token is still 401 / UNAUTHENTICATED.
   i. The same validation over both transports: page_size 0 is the default page and one above
      the maximum is the maximum (AIP-158), over HTTP as over gRPC; a negative since_step is
-     INVALID_ARGUMENT naming it over both (GetMetrics, WatchJob; HTTP /metrics).
+     INVALID_ARGUMENT naming it over both (GetMetrics, WatchJob; HTTP /metrics); empty metric
+     keys are skipped over both (GetMetrics keys [""] is every key, as HTTP's ?keys=).
   j. Page tokens belong to their list and filter (AIP-158): a job id the server never handed
      out as a token, a token of the unfiltered job list used with a state filter, and a bare
      number on a job's anomalies are INVALID_ARGUMENT naming page_token over both transports;
@@ -403,6 +404,21 @@ def case_i(d):
     s, _, p = http(d, "GET", f"/api/v1/jobs/{job_id}/metrics?since_step=-5")
     ck.check(s == 400 and p.get("field") == "since_step",
              f"i: HTTP metrics since_step=-5: {s} {p.get('field')!r}")
+    # An empty metric key names no metric: skipped over both transports (HTTP's "keys=a,,b"
+    # has none between its commas), so only empty keys ask for every key.
+    ran = [j.id for j in d.stub().ListJobs(pb.ListJobsRequest(), metadata=d.metadata,
+                                           timeout=30).jobs if state_name(j.state) == "SUCCEEDED"]
+    for keys, query in (([""], "keys="), (["train/loss", ""], "keys=train/loss,,"),
+                        (["", "train/loss", ""], "keys=,train/loss&keys=")):
+        g = d.stub().GetMetrics(pb.GetMetricsRequest(id=ran[0], keys=keys), metadata=d.metadata,
+                                timeout=30)
+        s, _, p = http(d, "GET", f"/api/v1/jobs/{ran[0]}/metrics?{query}")
+        got_g = [m.key for m in g.series]
+        got_h = [m.get("key") for m in p.get("series", [])]
+        want = ["train/loss"] if "train/loss" in keys else got_h
+        ck.check(s == 200 and got_g == got_h == want and "" not in got_g and
+                 "train/loss" in got_g, f"i: GetMetrics keys={keys}: gRPC {got_g}, HTTP "
+                 f"?{query}: {s} {got_h}")
 
 
 def case_j(d):
