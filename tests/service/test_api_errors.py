@@ -13,7 +13,8 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      ("spec.deepspeed.zero_optimization.zz_unknown", a 1.5 KB message whose status still fits
      the clients' trailer limit); a non-UTF-8 name is refused naming
      "spec.name" (gRPC) and an unknown key names "spec.model.n_embed" (HTTP, where JSON can
-     carry one).
+     carry one). A number beyond a double's range (1e400) is refused as not finite naming its
+     key: "spec.model.n_embd" (HTTP), "spec.deepspeed.optimizer.params.lr" (both).
   c. A job that does not exist: NOT_FOUND with ResourceInfo {ztrain.v1.Job, jobs/ID} (HTTP 404
      with "resource").
   d. Valid specs this server cannot run: world_size above --max-ranks is FAILED_PRECONDITION
@@ -176,6 +177,32 @@ def case_b(d):
     job["deepspeed"]["optimizer"]["params"]["zz"] = 2
     expect_bad_field("an unknown optimizer parameter", d, job,
                      "spec.deepspeed.optimizer.params.zz")
+
+    # A number beyond a double's range (Python's json reads 1e400 as inf) is refused by its
+    # key as not finite, never read as absent ("is required"): in the model over HTTP, in the
+    # DeepSpeed config over both transports.
+    job = tiny_job(d.data_root)
+    text = json.dumps({"spec": job}).replace('"n_embd": 32', '"n_embd": 1e400', 1)
+    assert "1e400" in text and json.loads(text)["spec"]["model"]["n_embd"] == float("inf")
+    s, _, p = http(d, "POST", "/api/v1/jobs", text.encode())
+    ck.check(s == 400 and p.get("field") == "spec.model.n_embd" and
+             "finite" in p.get("detail", ""),
+             f"b: HTTP n_embd 1e400: {s} field {p.get('field')!r} {p.get('detail', '')[:120]!r}")
+    lr = "spec.deepspeed.optimizer.params.lr"
+    ds = json.dumps(job["deepspeed"]).replace(json.dumps(job["deepspeed"]["optimizer"]["params"]
+                                                         ["lr"]), "1e400", 1)
+    assert json.loads(ds)["optimizer"]["params"]["lr"] == float("inf")
+    text = json.dumps({"spec": dict(job, deepspeed="@DS@")}).replace('"@DS@"', ds)
+    s, _, p = http(d, "POST", "/api/v1/jobs", text.encode())
+    ck.check(s == 400 and p.get("field") == lr and "finite" in p.get("detail", ""),
+             f"b: HTTP lr 1e400: {s} field {p.get('field')!r} {p.get('detail', '')[:120]!r}")
+    req = pb.SubmitJobRequest(spec=spec_proto(job))
+    req.spec.deepspeed_json = ds
+    code, st = grpc_error(lambda: d.stub().SubmitJob(req, metadata=d.metadata, timeout=30))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == lr and "finite" in st.message,
+             f"b: gRPC lr 1e400: {code.name} {st.message[:120] if st else ''}")
 
     raw = pb.SubmitJobRequest(spec=spec_proto(tiny_job(d.data_root))).SerializeToString()
     bad = raw.replace(b"tiny", b"t\xffny", 1)
