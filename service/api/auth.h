@@ -24,8 +24,9 @@
 /* The token from `file` (its first line, surrounding whitespace removed) when file is not NULL,
  * else from the file the ZTRAIN_TOKEN_FILE environment variable names, else the ZTRAIN_TOKEN
  * environment variable itself, else none (*token = NULL). Both variables set (and no file) is
- * ZT_ERR_INVALID naming them. An unreadable or empty file is ZT_ERR_IO / ZT_ERR_INVALID naming
- * it. *token is heap-owned by the caller. */
+ * ZT_ERR_INVALID naming them, and so is either one set but empty or blank: an empty variable
+ * never means "no authentication". An unreadable or empty file is ZT_ERR_IO / ZT_ERR_INVALID
+ * naming it. *token is heap-owned by the caller. */
 zt_status zt_auth_load_token(const char *file, char **token);
 
 /* Whether `header` (the value of an Authorization header, may be NULL) is "Bearer <expected>",

@@ -16,7 +16,9 @@
   d. no token or an unknown one: UNAUTHENTICATED / 401; a token alone on its line is admin (the
      one-token file of before); '#' lines are comments.
   e. A token file with an unknown scope, or a line with more than a token and a scope, stops
-     ztraind with status 1 and a message naming the file and line."""
+     ztraind with status 1 and a message naming the file and line.
+  g. ZTRAIN_TOKEN or ZTRAIN_TOKEN_FILE set but empty, or ZTRAIN_TOKEN blank, stops ztraind with
+     status 1 naming the variable (an empty variable is not "no authentication")."""
 import hashlib
 import json
 import os
@@ -197,4 +199,19 @@ for content, where in ((f"{READ} read\n{SUBMIT} owner\n", ":2: unknown scope 'ow
                         "127.0.0.1:0"], capture_output=True, text=True, timeout=30)
     ck.check(p.returncode == 1 and bad + where in p.stderr,
              f"e: {content.splitlines()[-1][-14:]!r}: exit {p.returncode}: {p.stderr.strip()[:160]}")
+
+# g. ZTRAIN_TOKEN or ZTRAIN_TOKEN_FILE set but empty (or blank) is a mistake, not "no
+# authentication": ztraind refuses to start, naming the variable.
+for var, value in (("ZTRAIN_TOKEN", ""), ("ZTRAIN_TOKEN", " "), ("ZTRAIN_TOKEN_FILE", "")):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZTRAIN_TOKEN")}
+    env[var] = value
+    try:
+        p = subprocess.run([os.path.join(BUILD, "ztraind"), "--state-dir",
+                            os.path.join(tmp, "s3"), "--grpc-addr", "127.0.0.1:0",
+                            "--http-addr", "127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=15, env=env)
+        rc, err = p.returncode, p.stderr.strip()
+    except subprocess.TimeoutExpired:  # killed by run(): it served without authentication
+        rc, err = "none (still serving after 15 s)", ""
+    ck.check(rc == 1 and var + " is " in err, f"g: {var}={value!r}: exit {rc}: {err[:160]}")
 ck.done()
