@@ -365,19 +365,11 @@ static void post_request(zt_grpc_server *s, method_id m) {
     }
 }
 
-/* The scope a method needs: the queries read, SubmitJob and CancelJob submit (a submit token
- * cancels only its own jobs: grpc_methods.c checks), everything else admin (a method added
- * later is admin's until it is said to be a query). */
+/* The scope a method needs: its operation's, from the table HTTP's routes use too
+ * (api_ops.h). A method nobody registered is read's, so that any token learns it is
+ * UNIMPLEMENTED rather than that it lacks a scope. */
 static zt_scope scope_needed(method_id m) {
-    switch (m) {
-    case M_GET: case M_LIST: case M_WATCH: case M_METRICS: case M_LOGS: case M_HEALTH:
-    case M_UNKNOWN:
-        return ZT_SCOPE_READ;
-    case M_SUBMIT: case M_CANCEL:
-        return ZT_SCOPE_SUBMIT;
-    default:
-        return ZT_SCOPE_ADMIN;
-    }
+    return m == M_UNKNOWN ? ZT_SCOPE_READ : zt_api_op_scope(zt_grpc_methods[m].op);
 }
 
 /* Whether the call's token allows its method; if not, the call is finished. */

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "api/api_ops.h"
 #include "api/auth.h"
 #include "http_internal.h"
 
@@ -129,17 +130,37 @@ zt_auth_caller zt_http_caller(const zt_http_server *s, struct MHD_Connection *c)
     return zt_auth_who(s->tokens, h);
 }
 
-/* The scope a request needs: reading is read's, submitting a job and cancelling one submit's
- * (a submit token cancels only its own jobs: http_jobs.c checks), anything else (whatever comes
- * later) admin's. */
-static zt_scope scope_needed(const char *method, const char *url, bool get) {
-    if (get)
-        return ZT_SCOPE_READ;
-    size_t n = strlen(url);
-    if (!strcmp(method, "POST") && (!strcmp(url, "/api/v1/jobs") ||
-        (starts_with(url, "/api/v1/jobs/") && n > 7 && !strcmp(url + n - 7, "/cancel"))))
-        return ZT_SCOPE_SUBMIT;
-    return ZT_SCOPE_ADMIN;
+/* The operation a request is (api_ops.h), whose scope it needs: the same table as gRPC's
+ * methods. A GET or HEAD that reaches no route is a query (it is answered 404); any other
+ * method on a route that takes none is admin's, as is whatever comes later. */
+static zt_api_op http_op(const char *method, const char *url, bool get) {
+    static const struct {
+        const char *sub;
+        zt_api_op op;
+    } job_routes[] = {
+        {"", ZT_OP_GET}, {"metrics", ZT_OP_METRICS}, {"records", ZT_OP_RECORDS},
+        {"logs", ZT_OP_LOGS}, {"events", ZT_OP_WATCH}, {"metrics.csv", ZT_OP_EXPORT},
+        {"metrics.jsonl", ZT_OP_EXPORT}, {"tensorboard.tar", ZT_OP_EXPORT},
+        {"anomalies", ZT_OP_ANOMALIES}, {"webhooks", ZT_OP_DELIVERIES},
+        {"checkpoints", ZT_OP_CHECKPOINTS}, {"config", ZT_OP_EFFECTIVE_CONFIG},
+    };
+    bool post = !strcmp(method, "POST");
+    if (!strcmp(url, "/metrics"))
+        return get ? ZT_OP_PROMETHEUS : ZT_OP_OTHER;
+    if (!strcmp(url, "/api/v1/openapi.json"))
+        return get ? ZT_OP_API_DOC : ZT_OP_OTHER;
+    if (!strcmp(url, "/api/v1/jobs"))
+        return get ? ZT_OP_LIST : post ? ZT_OP_SUBMIT : ZT_OP_OTHER;
+    if (starts_with(url, "/api/v1/jobs/")) {
+        const char *slash = strchr(url + strlen("/api/v1/jobs/"), '/');
+        const char *sub = slash ? slash + 1 : "";
+        if (post && !strcmp(sub, "cancel"))
+            return ZT_OP_CANCEL;
+        for (size_t i = 0; get && i < sizeof job_routes / sizeof job_routes[0]; i++)
+            if (!strcmp(sub, job_routes[i].sub))
+                return job_routes[i].op;
+    }
+    return get ? ZT_OP_GET : ZT_OP_OTHER;
 }
 
 static bool is_events_url(const char *url) {
@@ -214,7 +235,7 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
         zt_scope have = zt_http_caller(s, c).scope;
         if (have == ZT_SCOPE_NONE && is_events_url(url))
             have = zt_http_events_token_scope(s, c);
-        zt_scope need = scope_needed(method, url, get);
+        zt_scope need = zt_api_op_scope(http_op(method, url, get));
         if (have == ZT_SCOPE_NONE)
             return zt_http_send_error_with_header(c, MHD_HTTP_UNAUTHORIZED,
                                                   MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
