@@ -310,14 +310,14 @@ enum {
 
 typedef struct zt_job_watch zt_job_watch;
 
-/* Replays and then delivers live events until zt_jobs_unwatch: first the current state, always
- * (for a job that has ended, its terminal state, and the replay of its history follows), then
- * the records and log lines asked for, then live events; nothing is lost or repeated. Records
- * older than the job's newest ones are read from the store without the manager's lock, the
- * newest ones and the log lines under it; a state change meanwhile comes as a STATE event
- * before the newest records (or, when the job ended meanwhile, last). A caller ends its stream
- * once zt_jobs_watch has returned and a terminal STATE event has come; after the live STATE
- * event of a terminal state no more events come. When only
+/* Replays and then delivers live events until zt_jobs_unwatch: first the current state, always,
+ * then the records and log lines asked for, then live events; nothing is lost or repeated. For
+ * a job that has ended, the terminal state comes both first and last, after the history, so
+ * that the stream still ends with it. Records older than the job's newest ones are read from
+ * the store without the manager's lock, the newest ones and the log lines under it; a state
+ * change meanwhile comes as a STATE event before the newest records (or, when the job ended
+ * meanwhile, last). A caller ends its stream once zt_jobs_watch has returned and a terminal
+ * STATE event has come; after the last STATE event no more events come. When only
  * ZT_WATCH_LOGS is asked for, the terminal state is still delivered as a STATE event, so the
  * caller knows when to end. after_seq resumes a watch that was cut: the records numbered up to
  * it (zt_metric_record.seq, the last one the watcher had) are not sent again (0: none were).

@@ -117,10 +117,10 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
     }
     w->job = j;
     /* The current state first, always, an ended job's too (the proto's promise): a client
-     * learns what it is watching before the history. */
+     * learns what it is watching before the history. An ended job's state comes again last,
+     * since a stream ends after the event that carries a terminal state. */
     zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
     zt_job_state told = j->info.state;
-    bool ended_before = zt_job_state_terminal(told);
     fn(ctx, &ev);
     int64_t after = after_seq;
     zt_status s = (what & ZT_WATCH_METRICS) ? replay_store(jm, j, w, &after) : ZT_OK;
@@ -141,8 +141,7 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
     if (what & ZT_WATCH_LOGS)
         zt_jm_logs(jm, j, log_tail, replay_log, w);
     if (ended) {
-        if (!ended_before)
-            fn(ctx, &ev);
+        fn(ctx, &ev);
         w->done = true;
     }
     w->next = j->watches;
