@@ -186,7 +186,9 @@ static void handle_cancel(call *c, ProtobufCMessage *m) {
             return;
         }
         if (!own) {
-            zt_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, text);
+            zt_api_error e;
+            zt_submitter_refusal(&e, req->id, text);
+            zt_call_finish_error(c, &e);
             return;
         }
     }

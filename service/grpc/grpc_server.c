@@ -381,11 +381,16 @@ static bool authorized(call *c) {
     char *header = zt_grpc_metadata_find(&c->md, "authorization");
     c->who = zt_auth_who(c->srv->tokens, header);
     zt_scope have = c->who.scope;
+    bool sent = header != NULL;
     free(header);
     zt_scope need = scope_needed(c->method);
+    zt_api_error e;
     if (have == ZT_SCOPE_NONE) {
-        zt_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, "this server needs \"authorization: "
-                       "Bearer <token>\" metadata with one of its tokens");
+        zt_api_error_refusal(&e, GRPC_STATUS_UNAUTHENTICATED,
+                             sent ? "TOKEN_INVALID" : "CREDENTIALS_MISSING",
+                             "this server needs \"authorization: Bearer <token>\" metadata "
+                             "with one of its tokens");
+        zt_call_finish_error(c, &e);
         return false;
     }
     if (have < need) {
@@ -393,7 +398,11 @@ static bool authorized(call *c) {
         snprintf(text, sizeof text, "this token's scope is %s; %s needs %s", zt_scope_name(have),
                  c->method == M_UNKNOWN ? "this method" : zt_grpc_methods[c->method].path,
                  zt_scope_name(need));
-        zt_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, text);
+        zt_api_error_refusal(&e, GRPC_STATUS_PERMISSION_DENIED,
+                             "ACCESS_TOKEN_SCOPE_INSUFFICIENT", text);
+        zt_api_error_meta(&e, "scope", zt_scope_name(have));
+        zt_api_error_meta(&e, "requiredScope", zt_scope_name(need));
+        zt_call_finish_error(c, &e);
         return false;
     }
     return true;

@@ -236,14 +236,27 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
         if (have == ZT_SCOPE_NONE && is_events_url(url))
             have = zt_http_events_token_scope(s, c);
         zt_scope need = zt_api_op_scope(http_op(method, url, get));
-        if (have == ZT_SCOPE_NONE)
-            return zt_http_send_error_with_header(c, MHD_HTTP_UNAUTHORIZED,
-                                                  MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
-                                                  "missing or invalid bearer token");
-        if (have < need)
-            return zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "this token's scope is %s; %s %s "
-                                      "needs %s", zt_scope_name(have), method, url,
-                                      zt_scope_name(need));
+        zt_api_error e;
+        if (have == ZT_SCOPE_NONE) {
+            bool sent = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                    MHD_HTTP_HEADER_AUTHORIZATION) ||
+                        (is_events_url(url) && zt_http_arg(c, "access_token"));
+            zt_api_error_refusal(&e, GRPC_STATUS_UNAUTHENTICATED,
+                                 sent ? "TOKEN_INVALID" : "CREDENTIALS_MISSING",
+                                 "missing or invalid bearer token");
+            return zt_http_send_refusal_error(c, MHD_HTTP_UNAUTHORIZED,
+                                              MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer", &e);
+        }
+        if (have < need) {
+            char text[512];
+            snprintf(text, sizeof text, "this token's scope is %s; %s %.300s needs %s",
+                     zt_scope_name(have), method, url, zt_scope_name(need));
+            zt_api_error_refusal(&e, GRPC_STATUS_PERMISSION_DENIED,
+                                 "ACCESS_TOKEN_SCOPE_INSUFFICIENT", text);
+            zt_api_error_meta(&e, "scope", zt_scope_name(have));
+            zt_api_error_meta(&e, "requiredScope", zt_scope_name(need));
+            return zt_http_send_refusal_error(c, MHD_HTTP_FORBIDDEN, NULL, NULL, &e);
+        }
         const char *bad_arg = control_arg(c);
         if (bad_arg)
             return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,

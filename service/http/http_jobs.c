@@ -194,8 +194,11 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
         char text[300];
         bool own = zt_submitted_by(&info, &who, text, sizeof text);
         zt_job_info_free(&info);
-        if (!own)
-            return zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "%s", text);
+        if (!own) {
+            zt_api_error e;
+            zt_submitter_refusal(&e, id, text);
+            return zt_http_send_api_error(c, &e);
+        }
     }
     zt_status st = zt_jobs_cancel(s->jm, id, force, grace, &info);
     if (st != ZT_OK)

@@ -96,6 +96,24 @@ enum MHD_Result zt_http_send_api_error(struct MHD_Connection *c, const zt_api_er
     return send_problem(c, zt_api_http_status(e->code), NULL, NULL, e);
 }
 
+enum MHD_Result zt_http_send_refusal_error(struct MHD_Connection *c, unsigned http_status,
+                                           const char *hname, const char *hvalue,
+                                           const zt_api_error *e) {
+    return send_problem(c, http_status, hname, hvalue, e);
+}
+
+enum MHD_Result zt_http_send_refusal(struct MHD_Connection *c, unsigned http_status,
+                                     const char *reason, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    zt_api_error e;
+    zt_api_error_refusal(&e, zt_api_code_from_http(http_status), reason, msg);
+    return send_problem(c, http_status, NULL, NULL, &e);
+}
+
 enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, const char *scope,
                                        const char *id) {
     zt_api_error e;

@@ -38,7 +38,13 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
   j. Page tokens belong to their list and filter (AIP-158): a job id the server never handed
      out as a token, a token of the unfiltered job list used with a state filter, and a bare
      number on a job's anomalies are INVALID_ARGUMENT naming page_token over both transports;
-     a token pages on over the other transport when the filter is the same."""
+     a token pages on over the other transport when the filter is the same.
+  k. Refusals of the caller carry google.rpc.ErrorInfo (reason, domain "ztrain", metadata) over
+     gRPC and the same "reason", "domain" and "metadata" in HTTP's problem: no token
+     (CREDENTIALS_MISSING), a wrong one (TOKEN_INVALID), a scope too small
+     (ACCESS_TOKEN_SCOPE_INSUFFICIENT, scope and requiredScope), a submit token cancelling
+     another's job (NOT_JOB_SUBMITTER, job and requiredScope); over HTTP a foreign Host (421,
+     HOST_NOT_ALLOWED) and a foreign Origin (403, ORIGIN_NOT_ALLOWED)."""
 import base64
 import json
 import os
@@ -497,6 +503,95 @@ def case_j(d):
              f"j: gRPC ListAnomalies with a bare number as token: {code.name}")
 
 
+def error_info(st):
+    """(reason, domain, metadata) of a google.rpc.Status's ErrorInfo, or None."""
+    ei = detail(st, error_details_pb2.ErrorInfo)
+    return (ei.reason, ei.domain, dict(ei.metadata)) if ei else None
+
+
+def problem_info(p):
+    return (p.get("reason"), p.get("domain"), p.get("metadata", {})) if isinstance(p, dict) \
+        else None
+
+
+def expect_refusal(what, grpc_call, http_args, code, status, want):
+    """The same ErrorInfo over gRPC (rpc_status) and HTTP (the problem's reason, domain and
+    metadata), with the code and status given."""
+    got_code, st = grpc_error(grpc_call)
+    ck.check(got_code == code and error_info(st) == want,
+             f"k: gRPC {what}: {got_code.name} ErrorInfo {error_info(st)}")
+    d, method, path, hdrs = http_args
+    s, ctype, p = http(d, method, path, {} if method == "POST" else None, headers=hdrs)
+    ck.check(s == status and ctype == "application/problem+json" and
+             p.get("code") == code.name and problem_info(p) == want,
+             f"k: HTTP {what}: {s} {p.get('code')} {problem_info(p)}")
+
+
+def case_k(tmp):
+    """Refusals of the caller carry ErrorInfo (Google's AIP-193 for auth errors), over both
+    transports alike."""
+    READ, SUBMIT, ADMIN = "k-read-" + "r" * 20, "k-submit-" + "s" * 20, "k-admin-" + "a" * 20
+    os.makedirs(os.path.join(tmp, "k"), exist_ok=True)
+    tokens = os.path.join(tmp, "k", "tokens")
+    with open(tokens, "w") as f:
+        f.write(f"{READ} read\n{SUBMIT} submit\n{ADMIN} admin\n")
+    os.chmod(tokens, 0o600)
+    with Daemon(BUILD, os.path.join(tmp, "k", "d"), max_ranks=1, token=ADMIN,
+                extra_args=["--token-file", tokens]) as d:
+        stub = d.stub()
+        job = tiny_job(d.data_root, name="admins", max_steps=2)
+        theirs = stub.SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job)), metadata=d.metadata,
+                                timeout=30)
+
+        def auth(token):
+            return [("authorization", f"Bearer {token}")] if token else []
+
+        def headers(token):
+            # urllib sends no Authorization when the value is empty: the helper's is replaced.
+            return {"Authorization": f"Bearer {token}" if token else ""}
+
+        missing = ("CREDENTIALS_MISSING", "ztrain", {})
+        code, st = grpc_error(lambda: stub.ListJobs(pb.ListJobsRequest(), timeout=30))
+        ck.check(code == grpc.StatusCode.UNAUTHENTICATED and error_info(st) == missing,
+                 f"k: gRPC no token: {code.name} ErrorInfo {error_info(st)}")
+        req = urllib.request.Request(d.http_url + "/api/v1/jobs")
+        try:
+            urllib.request.urlopen(req, timeout=30)
+            s, p = 200, {}
+        except urllib.error.HTTPError as e:
+            s, p = e.code, json.loads(e.read() or b"null")
+        ck.check(s == 401 and problem_info(p) == missing,
+                 f"k: HTTP no token: {s} {problem_info(p)}")
+        expect_refusal("a wrong token",
+                       lambda: stub.ListJobs(pb.ListJobsRequest(), metadata=auth("nope"),
+                                             timeout=30),
+                       (d, "GET", "/api/v1/jobs", headers("nope")),
+                       grpc.StatusCode.UNAUTHENTICATED, 401, ("TOKEN_INVALID", "ztrain", {}))
+        expect_refusal("a read token submitting",
+                       lambda: stub.SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job)),
+                                              metadata=auth(READ), timeout=30),
+                       (d, "POST", "/api/v1/jobs", headers(READ)),
+                       grpc.StatusCode.PERMISSION_DENIED, 403,
+                       ("ACCESS_TOKEN_SCOPE_INSUFFICIENT", "ztrain",
+                        {"scope": "read", "requiredScope": "submit"}))
+        expect_refusal("a submit token cancelling an admin's job",
+                       lambda: stub.CancelJob(pb.CancelJobRequest(id=theirs.id),
+                                              metadata=auth(SUBMIT), timeout=30),
+                       (d, "POST", f"/api/v1/jobs/{theirs.id}/cancel", headers(SUBMIT)),
+                       grpc.StatusCode.PERMISSION_DENIED, 403,
+                       ("NOT_JOB_SUBMITTER", "ztrain",
+                        {"job": f"jobs/{theirs.id}", "requiredScope": "admin"}))
+        # HTTP's own refusals of where a request comes from.
+        s, _, p = http(d, "GET", "/api/v1/jobs", headers={"Host": "evil.example"})
+        ck.check(s == 421 and p.get("code") == "PERMISSION_DENIED" and
+                 problem_info(p) == ("HOST_NOT_ALLOWED", "ztrain", {}),
+                 f"k: HTTP a foreign Host: {s} {problem_info(p)}")
+        s, _, p = http(d, "GET", "/api/v1/jobs", headers={"Origin": "https://evil.example"})
+        ck.check(s == 403 and p.get("code") == "PERMISSION_DENIED" and
+                 problem_info(p) == ("ORIGIN_NOT_ALLOWED", "ztrain", {}),
+                 f"k: HTTP a foreign Origin: {s} {problem_info(p)}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -511,6 +606,7 @@ def main():
         case_i(d)
         case_j(d)
     case_d(tmp)
+    case_k(tmp)
     ck.done()
 
 
