@@ -51,7 +51,9 @@ typedef struct {
     zt_detail_kind kind;
     char field[160];      /* BadRequest's field, PreconditionFailure's and QuotaFailure's subject */
     char type[32];        /* PreconditionFailure's type: "RANKS", "GPU", "NODES", "MEMORY" */
-    char resource[160];   /* ResourceInfo's resource_name, "jobs/job-000042" */
+    /* ResourceInfo's resource_name, "jobs/job-000042": room for a name that is no job's id (a
+     * URL's or a request's, echoed whole up to this size). */
+    char resource[512];
     char reason[48];      /* ErrorInfo's reason, "ACCESS_TOKEN_SCOPE_INSUFFICIENT" */
     /* ErrorInfo's metadata: n_meta lowerCamelCase keys and their values. */
     int n_meta;

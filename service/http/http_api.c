@@ -86,9 +86,21 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
         which++;
     if (which == N_SUBS)
         return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
-    if (!zt_http_valid_job_id(rest, id_len))
-        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "jobs/%.*s not found",
-                                  (int)(id_len > 64 ? 64 : id_len), rest);
+    if (!zt_http_valid_job_id(rest, id_len)) {
+        /* No job has such an id: NOT_FOUND with its whole resource name, in the message and
+         * as the problem's resource, what gRPC answers for the same id. */
+        char *bad = strndup(rest, id_len), *msg = bad ? malloc(id_len + 32) : NULL;
+        if (!msg) {
+            free(bad);
+            return MHD_NO;
+        }
+        snprintf(msg, id_len + 32, "jobs/%s not found", bad);
+        zt_api_error e;
+        zt_api_error_from_status(&e, ZT_ERR_NOT_FOUND, msg, NULL, bad);
+        free(msg);
+        free(bad);
+        return zt_http_send_api_error(c, &e);
+    }
     memcpy(id, rest, id_len);
     id[id_len] = '\0';
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");

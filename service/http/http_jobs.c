@@ -237,7 +237,7 @@ enum MHD_Result zt_http_job_config(zt_http_server *s, struct MHD_Connection *c, 
     enum MHD_Result ret;
     if (!info.run_dir || zt_json_read_file(path, &text, NULL) != ZT_OK) {
         char msg[200];
-        snprintf(msg, sizeof msg, "job %.64s: its ranks have not written the effective config "
+        snprintf(msg, sizeof msg, "jobs/%.64s: its ranks have not written the effective config "
                  "yet (state %s)", id, zt_job_state_name(info.state));
         zt_api_error e;
         zt_api_error_set(&e, GRPC_STATUS_FAILED_PRECONDITION, NULL, msg);

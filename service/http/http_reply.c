@@ -124,7 +124,7 @@ enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, co
     if (code == 500) {
         /* An internal failure is told with the job it happened to. */
         char text[sizeof e.message + 80];
-        snprintf(text, sizeof text, "job %.64s: %s", id ? id : "-", e.message);
+        snprintf(text, sizeof text, "jobs/%.64s: %s", id ? id : "-", e.message);
         zt_text_escape(text, ZT_ESCAPE_KEEP_NEWLINE, e.message, sizeof e.message);
     }
     return send_problem(c, code, NULL, NULL, &e);

@@ -16,7 +16,8 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      carry one). A number beyond a double's range (1e400) is refused as not finite naming its
      key: "spec.model.n_embd" (HTTP), "spec.deepspeed.optimizer.params.lr" (both).
   c. A job that does not exist: NOT_FOUND with ResourceInfo {ztrain.v1.Job, jobs/ID} (HTTP 404
-     with "resource").
+     with "resource"), also for an id outside the id pattern ("x y", 70 characters), whose whole
+     name both transports give in the message and the resource.
   d. Valid specs this server cannot run: world_size above --max-ranks is FAILED_PRECONDITION
      with PreconditionFailure {type RANKS, subject spec.world_size}; above --max-world-size is
      RESOURCE_EXHAUSTED with QuotaFailure on spec.world_size; a full server (--max-jobs) is
@@ -233,6 +234,20 @@ def case_c(d):
     ri = detail(st, error_details_pb2.ResourceInfo)
     ck.check(code == grpc.StatusCode.NOT_FOUND and ri and ri.resource_name == "jobs/job-999998",
              f"c: gRPC WatchJob of a missing job: {code.name}")
+    # An id outside the id pattern (a space, 70 characters) is as missing as any other: the
+    # same message and whole resource name over both transports, never cut.
+    for bad, quoted in (("x y", "x%20y"), ("j" * 70, "j" * 70)):
+        code, st = grpc_error(lambda: d.stub().GetJob(pb.GetJobRequest(id=bad),
+                                                      metadata=d.metadata, timeout=30))
+        ri = detail(st, error_details_pb2.ResourceInfo)
+        s, ctype, p = http(d, "GET", f"/api/v1/jobs/{quoted}/logs")
+        want = {"type": "ztrain.v1.Job", "name": f"jobs/{bad}"}
+        ck.check(code == grpc.StatusCode.NOT_FOUND and ri and ri.resource_name == want["name"]
+                 and s == 404 and p.get("resource") == want and st and
+                 p.get("detail") == st.message == f"jobs/{bad} not found",
+                 f"c: the id {bad[:12]!r}... ({len(bad)} characters): gRPC {code.name} "
+                 f"{ri.resource_name if ri else None}, HTTP {s} {p.get('resource')} "
+                 f"{p.get('detail')!r}")
     for path in ("/api/v1/jobs/job-999999", "/api/v1/jobs/job-999999/metrics",
                  "/api/v1/jobs/job-999999/logs"):
         s, ctype, p = http(d, "GET", path)
@@ -581,6 +596,11 @@ def case_k(tmp):
                        grpc.StatusCode.PERMISSION_DENIED, 403,
                        ("NOT_JOB_SUBMITTER", "ztrain",
                         {"job": f"jobs/{theirs.id}", "requiredScope": "admin"}))
+        code, st = grpc_error(lambda: stub.CancelJob(pb.CancelJobRequest(id=theirs.id),
+                                                     metadata=auth(SUBMIT), timeout=30))
+        ck.check(st and f"and jobs/{theirs.id} was submitted by another token" in st.message,
+                 f"k: the refusal names the job by its resource name: "
+                 f"{st.message if st else None!r}")
         # HTTP's own refusals of where a request comes from.
         s, _, p = http(d, "GET", "/api/v1/jobs", headers={"Host": "evil.example"})
         ck.check(s == 421 and p.get("code") == "PERMISSION_DENIED" and
