@@ -22,8 +22,8 @@ bool zt_submitted_by(const zt_job_info *job, const zt_auth_caller *who, char *te
         strcmp(job->submitter.identity, who->identity) == 0)
         return true;
     snprintf(text, size, "this token's scope is %s; it may cancel only the jobs it submitted, "
-             "and jobs/%s was submitted by %s: cancelling it needs admin", zt_scope_name(who->scope),
-             job->id, job->submitter.identity[0] ? "another token" : "no recorded token");
+             "and jobs/%s was submitted by %s: cancelling it needs admin",
+             zt_scope_name(who->scope), job->id, job->submitter.identity[0] ? "another token" : "no recorded token");
     return false;
 }
 

@@ -45,9 +45,8 @@ bool zt_http_guard_client_cert(const zt_http_server *s, struct MHD_Connection *c
         return true;
     if (rc == GNUTLS_E_NO_CERTIFICATE_FOUND) {
         *ret = zt_http_send_refusal(c, MHD_HTTP_FORBIDDEN, "CLIENT_CERTIFICATE_MISSING",
-                                    "this server needs a TLS client "
-                                  "certificate signed by a CA of ztraind --tls-client-ca, and "
-                                  "none was presented");
+                                    "this server needs a TLS client certificate signed by a "
+                                    "CA of ztraind --tls-client-ca, and none was presented");
         return false;
     }
     gnutls_datum_t why = {0};
@@ -56,8 +55,9 @@ bool zt_http_guard_client_cert(const zt_http_server *s, struct MHD_Connection *c
         while (why.size > 0 && why.data[why.size - 1] == ' ')
             why.data[--why.size] = '\0';
     *ret = zt_http_send_refusal(c, MHD_HTTP_FORBIDDEN, "CLIENT_CERTIFICATE_REFUSED",
-                                "the TLS client certificate was refused: %s", rc == 0 && why.data ? (const char *)why.data
-                                                        : gnutls_strerror(rc));
+                                "the TLS client certificate was refused: %s",
+                                rc == 0 && why.data ? (const char *)why.data
+                                                    : gnutls_strerror(rc));
     gnutls_free(why.data);
     return false;
 }
