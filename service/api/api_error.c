@@ -202,6 +202,23 @@ void zt_api_error_set(zt_api_error *e, grpc_status_code code, const char *field,
     e->kind = code == GRPC_STATUS_RESOURCE_EXHAUSTED ? ZT_DETAIL_QUOTA : ZT_DETAIL_BAD_REQUEST;
 }
 
+void zt_api_error_refusal(zt_api_error *e, grpc_status_code code, const char *reason,
+                          const char *message) {
+    memset(e, 0, sizeof *e);
+    e->code = code;
+    copy(e->message, sizeof e->message, message);
+    e->kind = ZT_DETAIL_ERROR_INFO;
+    copy(e->reason, sizeof e->reason, reason);
+}
+
+void zt_api_error_meta(zt_api_error *e, const char *key, const char *value) {
+    if (e->n_meta >= ZT_API_ERROR_META)
+        return;
+    copy(e->meta_key[e->n_meta], sizeof e->meta_key[0], key);
+    copy(e->meta_value[e->n_meta], sizeof e->meta_value[0], value);
+    e->n_meta++;
+}
+
 /* The job an ALREADY_EXISTS names ("... used for job job-000007 with ..."). */
 static void named_job(const char *msg, char *out, size_t size) {
     const char *p = strstr(msg, "job-");
@@ -341,6 +358,22 @@ static bool pack_detail(const zt_api_error *e, Google__Protobuf__Any *any) {
         qf.violations = vs;
         return pack_any(&qf.base, "type.googleapis.com/google.rpc.QuotaFailure", any);
     }
+    case ZT_DETAIL_ERROR_INFO: {
+        Google__Rpc__ErrorInfo__MetadataEntry entries[ZT_API_ERROR_META];
+        Google__Rpc__ErrorInfo__MetadataEntry *meta[ZT_API_ERROR_META];
+        for (int i = 0; i < e->n_meta; i++) {
+            google__rpc__error_info__metadata_entry__init(&entries[i]);
+            entries[i].key = (char *)e->meta_key[i];
+            entries[i].value = (char *)e->meta_value[i];
+            meta[i] = &entries[i];
+        }
+        Google__Rpc__ErrorInfo ei = GOOGLE__RPC__ERROR_INFO__INIT;
+        ei.reason = (char *)e->reason;
+        ei.domain = ZT_API_ERROR_DOMAIN;
+        ei.n_metadata = (size_t)e->n_meta;
+        ei.metadata = e->n_meta ? meta : NULL;
+        return pack_any(&ei.base, "type.googleapis.com/google.rpc.ErrorInfo", any);
+    }
     default:
         return false;
     }
@@ -449,6 +482,14 @@ char *zt_api_error_problem_json(const zt_api_error *e, unsigned http_status,
         list = cJSON_AddArrayToObject(o, "violations");
         add_violation(list, "subject", e->field, NULL, NULL, e->message);
         break;
+    case ZT_DETAIL_ERROR_INFO: {
+        cJSON_AddStringToObject(o, "reason", e->reason);
+        cJSON_AddStringToObject(o, "domain", ZT_API_ERROR_DOMAIN);
+        cJSON *m = e->n_meta ? cJSON_AddObjectToObject(o, "metadata") : NULL;
+        for (int i = 0; m && i < e->n_meta; i++)
+            cJSON_AddStringToObject(m, e->meta_key[i], e->meta_value[i]);
+        break;
+    }
     case ZT_DETAIL_RESOURCE: {
         cJSON *r = cJSON_AddObjectToObject(o, "resource");
         if (r) {

@@ -10,11 +10,16 @@
  *                        --max-ranks, no GPUs, not enough memory, no Slurm)
  *   RESOURCE_EXHAUSTED   QuotaFailure { violations: [{subject, description}] }: a limit of the
  *                        server (its job count, the spec's size, its --max-world-size)
+ *   UNAUTHENTICATED,     ErrorInfo { reason, domain "ztrain", metadata }, Google's standard for
+ *   PERMISSION_DENIED    refusals of a caller: reason CREDENTIALS_MISSING or TOKEN_INVALID (401),
+ *                        ACCESS_TOKEN_SCOPE_INSUFFICIENT (metadata scope, requiredScope),
+ *                        NOT_JOB_SUBMITTER (metadata job), and over HTTP only ORIGIN_NOT_ALLOWED,
+ *                        HOST_NOT_ALLOWED (421), CLIENT_CERTIFICATE_MISSING or _REFUSED (403)
  *
  * gRPC carries it as a google.rpc.Status in the grpc-status-details-bin trailer (what grpcio's
  * rpc_status.from_call and grpcurl read); HTTP as an RFC 9457 problem (application/problem+json)
  * whose "code" is the gRPC code's name and whose "field", "violations" or "resource" say the
- * same as the detail. */
+ * same as the detail (ErrorInfo: "reason", "domain" and "metadata"). */
 #ifndef ZTRAIN_API_ERROR_H
 #define ZTRAIN_API_ERROR_H
 
@@ -33,7 +38,12 @@ typedef enum {
     ZT_DETAIL_RESOURCE,
     ZT_DETAIL_PRECONDITION,
     ZT_DETAIL_QUOTA,
+    ZT_DETAIL_ERROR_INFO,
 } zt_detail_kind;
+
+/* ErrorInfo's domain: the service whose reasons these are. */
+#define ZT_API_ERROR_DOMAIN "ztrain"
+#define ZT_API_ERROR_META 2
 
 typedef struct {
     grpc_status_code code;
@@ -41,7 +51,14 @@ typedef struct {
     zt_detail_kind kind;
     char field[160];      /* BadRequest's field, PreconditionFailure's and QuotaFailure's subject */
     char type[32];        /* PreconditionFailure's type: "RANKS", "GPU", "NODES", "MEMORY" */
-    char resource[160];   /* ResourceInfo's resource_name, "jobs/job-000042" */
+    /* ResourceInfo's resource_name, "jobs/job-000042": room for a name that is no job's id (a
+     * URL's or a request's, echoed whole up to this size). */
+    char resource[512];
+    char reason[48];      /* ErrorInfo's reason, "ACCESS_TOKEN_SCOPE_INSUFFICIENT" */
+    /* ErrorInfo's metadata: n_meta lowerCamelCase keys and their values. */
+    int n_meta;
+    char meta_key[ZT_API_ERROR_META][24];
+    char meta_value[ZT_API_ERROR_META][160];
 } zt_api_error;
 
 /* The error for a failed zt_status s with its message (zt_last_error() at the failure) from a
@@ -57,6 +74,13 @@ void zt_api_error_from_status(zt_api_error *e, int s, const char *message, const
  * RESOURCE_EXHAUSTED, a QuotaFailure with that subject). */
 void zt_api_error_set(zt_api_error *e, grpc_status_code code, const char *field,
                       const char *message);
+
+/* A refusal of the caller (UNAUTHENTICATED or PERMISSION_DENIED) with an ErrorInfo detail of
+ * `reason` (see above) in ZT_API_ERROR_DOMAIN; zt_api_error_meta adds a metadata entry (at most
+ * ZT_API_ERROR_META, later ones are dropped). */
+void zt_api_error_refusal(zt_api_error *e, grpc_status_code code, const char *reason,
+                          const char *message);
+void zt_api_error_meta(zt_api_error *e, const char *key, const char *value);
 
 /* The field path of a message as zt_api_error_from_status finds it ("" when it names none),
  * prefixed with scope when one is given. Exposed for the tests. */

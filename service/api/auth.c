@@ -29,15 +29,23 @@ zt_status zt_auth_load_token(const char *file, char **token) {
      * ZTRAIN_TOKEN is the token itself; both set is ambiguous and refused rather than one of
      * them silently ignored. */
     const char *env_file = getenv("ZTRAIN_TOKEN_FILE"), *env_token = getenv("ZTRAIN_TOKEN");
-    if (!file && env_file && *env_file && env_token && *env_token)
+    /* A variable set to nothing is a mistake (an unfilled template, a secret that did not
+     * arrive), not a wish to run without authentication: refused like a blank one. */
+    if (!file && env_file && !*env_file)
+        return zt_error(ZT_ERR_INVALID, "ZTRAIN_TOKEN_FILE is set but empty: name the token's "
+                        "file, or unset the variable");
+    if (!file && env_token && !*env_token)
+        return zt_error(ZT_ERR_INVALID, "ZTRAIN_TOKEN is set but empty: give the token, or "
+                        "unset the variable");
+    if (!file && env_file && env_token)
         return zt_error(ZT_ERR_INVALID, "both ZTRAIN_TOKEN_FILE and ZTRAIN_TOKEN are set: "
                         "unset one (ZTRAIN_TOKEN_FILE names a file holding the token, "
                         "ZTRAIN_TOKEN is the token)");
-    if (!file && env_file && *env_file)
+    if (!file && env_file)
         file = env_file;
     if (!file) {
         const char *env = env_token;
-        if (!env || !*env)
+        if (!env)
             return ZT_OK;
         char *copy = strdup(env);
         char *t = copy ? trim_first_line(copy) : NULL;
@@ -164,7 +172,7 @@ zt_status zt_auth_load_tokens(const char *file, zt_auth_tokens **out) {
     /* $ZTRAIN_TOKEN_FILE is a token file like --token-file's (scopes included), unless
      * $ZTRAIN_TOKEN is set too, which zt_auth_load_token refuses as ambiguous. */
     const char *env_file = getenv("ZTRAIN_TOKEN_FILE"), *env_token = getenv("ZTRAIN_TOKEN");
-    if (!file && env_file && *env_file && !(env_token && *env_token))
+    if (!file && env_file && *env_file && !env_token)
         file = env_file;
     if (!file) {
         char *env = NULL;

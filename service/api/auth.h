@@ -9,10 +9,12 @@
  *     4ab0...77 submit
  *     c3d9...02 admin
  *
- * read: every query (jobs, metrics, records, logs, events, anomalies, exports, /metrics);
- * submit: read, SubmitJob (HTTP POST /api/v1/jobs) and cancelling the jobs this token submitted;
- * admin: everything, cancelling any job included. A line with a token alone is admin (the one-token file of earlier versions). Blank
- * lines and lines starting with '#' are skipped; anything else is an error naming the file and
+ * read: every query (jobs, metrics, records, logs, events, checkpoints, the effective config,
+ * anomalies, webhook deliveries, exports, /metrics, health, reflection); submit: read, SubmitJob
+ * (HTTP POST /api/v1/jobs) and cancelling the jobs this token submitted; admin: everything,
+ * cancelling any job included; api_ops.h holds the table of which operation needs which. A
+ * line with a token alone is admin (the one-token file of earlier versions). Blank lines and
+ * lines starting with '#' are skipped; anything else is an error naming the file and
  * line. ZTRAIN_TOKEN, when there is no file, is one admin token. */
 #ifndef ZTRAIN_AUTH_H
 #define ZTRAIN_AUTH_H
@@ -24,8 +26,9 @@
 /* The token from `file` (its first line, surrounding whitespace removed) when file is not NULL,
  * else from the file the ZTRAIN_TOKEN_FILE environment variable names, else the ZTRAIN_TOKEN
  * environment variable itself, else none (*token = NULL). Both variables set (and no file) is
- * ZT_ERR_INVALID naming them. An unreadable or empty file is ZT_ERR_IO / ZT_ERR_INVALID naming
- * it. *token is heap-owned by the caller. */
+ * ZT_ERR_INVALID naming them, and so is either one set but empty or blank: an empty variable
+ * never means "no authentication". An unreadable or empty file is ZT_ERR_IO / ZT_ERR_INVALID
+ * naming it. *token is heap-owned by the caller. */
 zt_status zt_auth_load_token(const char *file, char **token);
 
 /* Whether `header` (the value of an Authorization header, may be NULL) is "Bearer <expected>",

@@ -528,6 +528,12 @@ static zt_status spec_to_tree(const Ztrain__V1__JobSpec *spec, cJSON **out) {
             return zt_error(ZT_ERR_INVALID, "spec.deepspeed_json must hold a JSON object "
                                             "(a DeepSpeed config), got %s", got);
         }
+        /* 1e400 parses as an infinity, which would print back as null: "absent". */
+        zt_status s = zt_json_check_finite(ds, "spec", DEEPSPEED_KEY, NULL);
+        if (s != ZT_OK) {
+            cJSON_Delete(ds);
+            return s;
+        }
     }
     cJSON *obj = message_to_json(&spec->base, true);
     if (!obj) {
@@ -547,6 +553,10 @@ static zt_status spec_to_tree(const Ztrain__V1__JobSpec *spec, cJSON **out) {
         if (s == ZT_OK && !cJSON_IsObject(sec)) {
             cJSON_Delete(sec);
             s = zt_error(ZT_ERR_INVALID, "%s must hold a JSON object", source);
+        } else if (s == ZT_OK) {
+            s = zt_json_check_finite(sec, "spec", text_sections[i].key, NULL);
+            if (s != ZT_OK)
+                cJSON_Delete(sec);
         }
         if (s != ZT_OK) {
             cJSON_Delete(obj);

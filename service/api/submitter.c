@@ -22,7 +22,15 @@ bool zt_submitted_by(const zt_job_info *job, const zt_auth_caller *who, char *te
         strcmp(job->submitter.identity, who->identity) == 0)
         return true;
     snprintf(text, size, "this token's scope is %s; it may cancel only the jobs it submitted, "
-             "and %s was submitted by %s: cancelling it needs admin", zt_scope_name(who->scope),
-             job->id, job->submitter.identity[0] ? "another token" : "no recorded token");
+             "and jobs/%s was submitted by %s: cancelling it needs admin",
+             zt_scope_name(who->scope), job->id, job->submitter.identity[0] ? "another token" : "no recorded token");
     return false;
+}
+
+void zt_submitter_refusal(zt_api_error *e, const char *job_id, const char *text) {
+    char name[80];
+    snprintf(name, sizeof name, "jobs/%.64s", job_id);
+    zt_api_error_refusal(e, GRPC_STATUS_PERMISSION_DENIED, "NOT_JOB_SUBMITTER", text);
+    zt_api_error_meta(e, "job", name);
+    zt_api_error_meta(e, "requiredScope", zt_scope_name(ZT_SCOPE_ADMIN));
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "api_error.h"
 #include "auth.h"
 #include "daemon/job_manager.h"
 
@@ -18,5 +19,9 @@ const zt_submitter *zt_submitter_of(const zt_auth_caller *who, zt_submitter *out
  * job. When not, text (size bytes) says why, naming the job, the caller's scope and the one
  * needed. */
 bool zt_submitted_by(const zt_job_info *job, const zt_auth_caller *who, char *text, size_t size);
+
+/* The PERMISSION_DENIED of such a refusal, with zt_submitted_by's text: ErrorInfo reason
+ * NOT_JOB_SUBMITTER, metadata job (its resource name) and requiredScope admin. */
+void zt_submitter_refusal(zt_api_error *e, const char *job_id, const char *text);
 
 #endif

@@ -552,8 +552,7 @@ static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *
     watch_view v = {.out = out, .quiet = quiet, .tty = isatty(fileno(out)), .loss = NAN,
                     .tps = NAN};
     shown_in(id, v.id, sizeof v.id);
-    /* The stream of a job that has already ended brings its state last, after the records:
-     * the job's step count is asked first so that replayed records show "step N/M". */
+    /* The job's step count is asked first so that replayed records show "step N/M". */
     Ztrain__V1__Job *job = NULL;
     if (get_job(c, id, &job) != ZT_OK)
         return zt_cli_fail(NULL);

@@ -131,7 +131,7 @@ static zt_status find_step(const char *dir, const char *parent, int64_t step, ch
     zt_ckpt_list_free(&l);
     if (found)
         return ZT_OK;
-    return zt_error(ZT_ERR_INVALID, "fork_from.step: job %s has no complete checkpoint at step "
+    return zt_error(ZT_ERR_INVALID, "fork_from.step: jobs/%s has no complete checkpoint at step "
                     "%lld (complete checkpoints at step%s %s in %s)", parent, (long long)step,
                     strchr(have, ',') ? "s" : "", have[0] ? have : "(none)", dir);
 }
@@ -157,11 +157,11 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec, bool place) {
     }
     pthread_mutex_unlock(&jm->mu);
     if (!p)
-        return zt_error(ZT_ERR_INVALID, "fork_from.job: there is no job %s", spec->fork_job);
+        return zt_error(ZT_ERR_INVALID, "fork_from.job: jobs/%s not found", spec->fork_job);
     /* A pipelined parent saved each stage's layers in a directory of its own; a fork would have
      * to gather them, which it does not. */
     if (stages > 1)
-        return zt_error(ZT_ERR_UNSUPPORTED, "fork_from.job: job %s trains in %d pipeline stages, "
+        return zt_error(ZT_ERR_UNSUPPORTED, "fork_from.job: jobs/%s trains in %d pipeline stages, "
                         "whose checkpoints are saved per stage; forks of pipelined jobs are not "
                         "supported", spec->fork_job, stages);
     /* A tensor-parallel parent saved each shard as a checkpoint directory of its own beside
@@ -181,7 +181,7 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec, bool place) {
     for (int r = 1; r < tp; r++) {
         zt_ckpt_tp_shard_dir(shard, sizeof shard, parent_dir, r);
         if (!zt_ckpt_tag_dir(shard, tag, tag_dir, sizeof tag_dir))
-            return zt_error(ZT_ERR_INVALID, "fork_from.step: job %s's tensor-parallel shard %d "
+            return zt_error(ZT_ERR_INVALID, "fork_from.step: jobs/%s's tensor-parallel shard %d "
                             "of %d has no complete checkpoint at step %lld (%s)", spec->fork_job,
                             r, tp, (long long)spec->fork_step, tag_dir);
     }
@@ -195,7 +195,7 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec, bool place) {
         zt_model_field_format(differs, &spec->model, want, sizeof want);
     free(saved.init_from);
     if (differs)
-        return zt_error(ZT_ERR_INVALID, "fork_from: job %s's checkpoint at step %lld holds a %s "
+        return zt_error(ZT_ERR_INVALID, "fork_from: jobs/%s's checkpoint at step %lld holds a %s "
                         "model, but this spec's model has %s %s", spec->fork_job,
                         (long long)spec->fork_step, held, differs->key, want);
 

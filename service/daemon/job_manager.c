@@ -348,13 +348,13 @@ static zt_status check_ckpt_dir(const zt_jobs *jm, const char *id, const char *c
                                              under(o->checkpoint_dir, ckpt));
         bool in_run = o->run_dir && (under(ckpt, o->run_dir) || under(o->run_dir, ckpt));
         if (live && (in_ckpt || in_run))
-            return zt_error(ZT_ERR_INVALID, "train.checkpoint_dir: %s overlaps the %s of job %s, "
+            return zt_error(ZT_ERR_INVALID, "train.checkpoint_dir: %s overlaps the %s of jobs/%s, "
                             "which is %s; a job writes only its own checkpoints", ckpt,
                             in_ckpt ? "checkpoint directory" : "run directory", o->id,
                             zt_job_state_name(o->state));
         if (in_run && !(o->checkpoint_dir && strcmp(ckpt, o->checkpoint_dir) == 0))
             return zt_error(ZT_ERR_INVALID, "train.checkpoint_dir: %s %s the run directory of "
-                            "job %s (%s); only that job's checkpoint directory (%s) may be "
+                            "jobs/%s (%s); only that job's checkpoint directory (%s) may be "
                             "resumed from once it has ended", ckpt,
                             under(ckpt, o->run_dir) ? "is inside" : "contains", o->id,
                             o->run_dir, o->checkpoint_dir ? o->checkpoint_dir : "none");
@@ -394,7 +394,7 @@ static zt_status answer_known_key(zt_jobs *jm, const char *spec_json, const char
     bool same = same_spec(text, known_spec);
     free(text);
     if (!same)
-        return zt_error(ZT_ERR_CONFLICT, "idempotency_key '%s' was used for job %s with a "
+        return zt_error(ZT_ERR_CONFLICT, "idempotency_key '%s' was used for jobs/%s with a "
                         "different spec; a new job needs a new key", key, known_id);
     return zt_jobs_get(jm, known_id, info);
 }

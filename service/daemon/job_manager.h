@@ -251,8 +251,9 @@ zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s
 #define ZT_METRICS_TIME_KEY "time_unix_ms"
 
 /* The history of metric `keys` from the records with step >= since_step. Repeated keys count
- * once; more than ZT_METRICS_MAX_KEYS distinct keys, or one longer than
- * ZT_METRICS_MAX_KEY_BYTES, is ZT_ERR_INVALID naming the limit. With n_keys == 0, every key of
+ * once and empty ones not at all (only empty ones ask for every key, as none do); more than
+ * ZT_METRICS_MAX_KEYS distinct keys, or one longer than ZT_METRICS_MAX_KEY_BYTES, is
+ * ZT_ERR_INVALID naming the limit. With n_keys == 0, every key of
  * those records (more than ZT_METRICS_MAX_KEYS of them is ZT_ERR_INVALID too). Each series is
  * thinned to at most P evenly spaced points, the first and the last kept: P is max_points
  * capped at ZT_METRICS_MAX_POINTS (0: the cap) and at ZT_METRICS_MAX_ANSWER_POINTS divided by
@@ -312,13 +313,14 @@ enum {
 
 typedef struct zt_job_watch zt_job_watch;
 
-/* Replays and then delivers live events until zt_jobs_unwatch: first the current state (for a
- * job that has ended, this STATE event comes last instead, after the history), then the records
- * and log lines asked for, then live events; nothing is lost or repeated. Records older than
- * the job's newest ones are read from the store without the manager's lock, the newest ones and
- * the log lines under it; a state change meanwhile comes as a STATE event before the newest
- * records (or, when the job ended, last). After the STATE event of a terminal state no more
- * events come. When only
+/* Replays and then delivers live events until zt_jobs_unwatch: first the current state, always,
+ * then the records and log lines asked for, then live events; nothing is lost or repeated. For
+ * a job that has ended, the terminal state comes both first and last, after the history, so
+ * that the stream still ends with it. Records older than the job's newest ones are read from
+ * the store without the manager's lock, the newest ones and the log lines under it; a state
+ * change meanwhile comes as a STATE event before the newest records (or, when the job ended
+ * meanwhile, last). A caller ends its stream once zt_jobs_watch has returned and a terminal
+ * STATE event has come; after the last STATE event no more events come. When only
  * ZT_WATCH_LOGS is asked for, the terminal state is still delivered as a STATE event, so the
  * caller knows when to end. after_seq and after_anomaly_seq resume a watch that was cut: the
  * records numbered up to after_seq (zt_metric_record.seq, the last one the watcher had) and the

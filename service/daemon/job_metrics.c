@@ -221,6 +221,10 @@ static bool series_record(void *ctx, const zt_metric_record *r) {
 static zt_status series_keys(series_query *q, const char *const *keys, int n_keys) {
     for (int i = 0; i < n_keys; i++) {
         const char *key = keys[i] ? keys[i] : "";
+        /* No metric has an empty name: an empty key asks for nothing, as HTTP's "?keys=a,,b"
+         * has none between its commas, and keys of nothing but empty ones ask for all. */
+        if (!*key)
+            continue;
         size_t len = strnlen(key, ZT_METRICS_MAX_KEY_BYTES + 1);
         if (len > ZT_METRICS_MAX_KEY_BYTES)
             return zt_error(ZT_ERR_INVALID, "keys: key %d is longer than %d bytes", i + 1,
@@ -271,8 +275,8 @@ zt_status zt_jobs_metric_series(zt_jobs *jm, const char *id, const char *const *
     series_query *q = calloc(1, sizeof *q);
     if (!q)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
-    q->all_keys = n_keys <= 0;
     zt_status s = series_keys(q, keys, n_keys > 0 ? n_keys : 0);
+    q->all_keys = q->n == 0;
     snapshot snap = {0};
     if (s == ZT_OK)
         s = snapshot_take(jm, id, since_step, &snap);

@@ -121,12 +121,12 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
         return zt_jm_not_found(id);
     }
     w->job = j;
+    /* The current state first, always, an ended job's too (the proto's promise): a client
+     * learns what it is watching before the history. An ended job's state comes again last,
+     * since a stream ends after the event that carries a terminal state. */
     zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
-    zt_job_state told = 0;
-    if (!zt_job_state_terminal(j->info.state)) {
-        told = j->info.state;
-        fn(ctx, &ev);
-    }
+    zt_job_state told = j->info.state;
+    fn(ctx, &ev);
     int64_t after = after_seq;
     zt_status s = (what & ZT_WATCH_METRICS) ? replay_store(jm, j, w, &after) : ZT_OK;
     if (s != ZT_OK) {
@@ -135,7 +135,7 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
         return s;
     }
     /* The state may have changed while the store was read: the watcher hears of it now (a
-     * terminal state after the rest of the history). */
+     * terminal state reached meanwhile after the rest of the history). */
     bool ended = zt_job_state_terminal(j->info.state);
     if (!ended && j->info.state != told)
         fn(ctx, &ev);

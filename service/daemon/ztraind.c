@@ -189,9 +189,21 @@ static int add_name(const char *flag, const char *v, zt_status (*check)(const ch
     return 0;
 }
 
-/* Parses the flags into o. On an error, *bad is the index of the flag at fault (0: a
- * combination of flags). */
-static int parse_args(int argc, char **argv, options *o, int *bad) {
+/* An unknown flag: a config file's key is named as written there, with the file and line
+ * (origin), since "--bogus" is nowhere in the file the reader has to fix. */
+static void unknown_flag(const char *a, const char *origin) {
+    if (origin)
+        fprintf(stderr, "ztraind: %s: unknown key '%s' (see ztraind --help for the flags a "
+                "config file may set, written without their dashes)\n", origin,
+                strncmp(a, "--", 2) == 0 ? a + 2 : a);
+    else
+        fprintf(stderr, "ztraind: unknown option '%s'\n%s", a, usage);
+}
+
+/* Parses the flags into o; origins[i] is where argv[i] was read (daemon_args.h). On an error,
+ * *bad is the index of the flag at fault (0: a combination of flags, or a message that
+ * already names its origin). */
+static int parse_args(int argc, char **argv, char **origins, options *o, int *bad) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -312,8 +324,9 @@ static int parse_args(int argc, char **argv, options *o, int *bad) {
                 rc = -1;
             }
         } else {
-            fprintf(stderr, "ztraind: unknown option '%s'\n%s", a, usage);
-            rc = -1;
+            unknown_flag(a, origins[i - 1]);
+            *bad = 0;
+            return -1;
         }
         if (rc != 0) {
             *bad = i - 1;
@@ -522,7 +535,7 @@ int main(int argc, char **argv) {
     int bad = 0;
     if (zt_daemon_args_expand(argc, argv, switches, &argc, &argv, &origins) != 0)
         return 2;
-    if (parse_args(argc, argv, &o, &bad) != 0) {
+    if (parse_args(argc, argv, origins, &o, &bad) != 0) {
         if (bad > 0 && origins[bad])
             fprintf(stderr, "ztraind: (%s came from %s)\n", argv[bad], origins[bad]);
         return 2;

@@ -63,7 +63,7 @@ void zt_grpc_get_effective_config(call *c, ProtobufCMessage *m) {
     bool have = info.run_dir && zt_json_read_file(path, &text, NULL) == ZT_OK;
     if (!have) {
         char msg[200];
-        snprintf(msg, sizeof msg, "job %.64s: its ranks have not written the effective config "
+        snprintf(msg, sizeof msg, "jobs/%.64s: its ranks have not written the effective config "
                  "yet (state %s)", req->id, zt_job_state_name(info.state));
         zt_api_error e;
         zt_api_error_set(&e, GRPC_STATUS_FAILED_PRECONDITION, NULL, msg);

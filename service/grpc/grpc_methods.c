@@ -186,7 +186,9 @@ static void handle_cancel(call *c, ProtobufCMessage *m) {
             return;
         }
         if (!own) {
-            zt_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, text);
+            zt_api_error e;
+            zt_submitter_refusal(&e, req->id, text);
+            zt_call_finish_error(c, &e);
             return;
         }
     }
@@ -282,15 +284,34 @@ static void handle_metrics(call *c, ProtobufCMessage *m) {
     protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
+/* Whether the health service knows `service`: the server as a whole ("") or its Trainer. */
+static bool health_known(const char *service) {
+    return !service[0] || strcmp(service, "ztrain.v1.Trainer") == 0;
+}
+
 static void handle_health(call *c, ProtobufCMessage *m) {
     Grpc__Health__V1__HealthCheckRequest *req = (Grpc__Health__V1__HealthCheckRequest *)m;
-    if (req->service[0] && strcmp(req->service, "ztrain.v1.Trainer") != 0) {
+    if (!health_known(req->service)) {
         zt_call_finish(c, GRPC_STATUS_NOT_FOUND, "unknown service");
         return;
     }
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
     resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
     zt_call_reply(c, &resp.base);
+}
+
+/* Health/Watch as the health protocol has it: the current status at once (SERVICE_UNKNOWN for
+ * a service it does not know, without ending the call), then one message per change, until the
+ * client cancels or the server stops. A serving ztraind's status does not change while it
+ * runs, so the call stays open with nothing more to send; stopping cancels every open call
+ * (grpc_server.c, begin_shutdown), which ends the stream without waiting for its deadline. */
+static void handle_health_watch(call *c, ProtobufCMessage *m) {
+    Grpc__Health__V1__HealthCheckRequest *req = (Grpc__Health__V1__HealthCheckRequest *)m;
+    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    resp.status = health_known(req->service)
+                      ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                      : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
+    zt_call_send(c, &resp.base);
 }
 
 /* ---- streams ----------------------------------------------------------------------------- */
@@ -437,35 +458,41 @@ static void handle_logs(call *c, ProtobufCMessage *m) {
 
 const method_def zt_grpc_methods[M_COUNT] = {
     [M_SUBMIT] = {"/ztrain.v1.Trainer/SubmitJob", &ztrain__v1__submit_job_request__descriptor,
-                  handle_submit},
-    [M_GET] = {"/ztrain.v1.Trainer/GetJob", &ztrain__v1__get_job_request__descriptor, handle_get},
+                  handle_submit, .op = ZT_OP_SUBMIT},
+    [M_GET] = {"/ztrain.v1.Trainer/GetJob", &ztrain__v1__get_job_request__descriptor, handle_get,
+               .op = ZT_OP_GET},
     [M_LIST] = {"/ztrain.v1.Trainer/ListJobs", &ztrain__v1__list_jobs_request__descriptor,
-                handle_list},
+                handle_list, .op = ZT_OP_LIST},
     [M_CANCEL] = {"/ztrain.v1.Trainer/CancelJob", &ztrain__v1__cancel_job_request__descriptor,
-                  handle_cancel},
+                  handle_cancel, .op = ZT_OP_CANCEL},
     [M_WATCH] = {"/ztrain.v1.Trainer/WatchJob", &ztrain__v1__watch_job_request__descriptor,
-                 handle_watch},
+                 handle_watch, .op = ZT_OP_WATCH},
     [M_METRICS] = {"/ztrain.v1.Trainer/GetMetrics", &ztrain__v1__get_metrics_request__descriptor,
-                   handle_metrics},
+                   handle_metrics, .op = ZT_OP_METRICS},
     [M_LOGS] = {"/ztrain.v1.Trainer/StreamLogs", &ztrain__v1__stream_logs_request__descriptor,
-                handle_logs},
+                handle_logs, .op = ZT_OP_LOGS},
     [M_HEALTH] = {"/grpc.health.v1.Health/Check",
-                  &grpc__health__v1__health_check_request__descriptor, handle_health},
+                  &grpc__health__v1__health_check_request__descriptor, handle_health,
+                  .op = ZT_OP_HEALTH},
     [M_CHECKPOINTS] = {"/ztrain.v1.Trainer/ListCheckpoints",
                        &ztrain__v1__list_checkpoints_request__descriptor,
-                       zt_grpc_list_checkpoints},
+                       zt_grpc_list_checkpoints, .op = ZT_OP_CHECKPOINTS},
     [M_EFFECTIVE_CONFIG] = {"/ztrain.v1.Trainer/GetEffectiveConfig",
                             &ztrain__v1__get_effective_config_request__descriptor,
-                            zt_grpc_get_effective_config},
+                            zt_grpc_get_effective_config, .op = ZT_OP_EFFECTIVE_CONFIG},
     [M_ANOMALIES] = {"/ztrain.v1.Trainer/ListAnomalies",
-                     &ztrain__v1__list_anomalies_request__descriptor, zt_grpc_list_anomalies},
+                     &ztrain__v1__list_anomalies_request__descriptor, zt_grpc_list_anomalies,
+                     .op = ZT_OP_ANOMALIES},
     [M_DELIVERIES] = {"/ztrain.v1.Trainer/ListWebhookDeliveries",
                       &ztrain__v1__list_webhook_deliveries_request__descriptor,
-                      zt_grpc_list_webhook_deliveries},
+                      zt_grpc_list_webhook_deliveries, .op = ZT_OP_DELIVERIES},
     [M_REFLECTION] = {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
                       &grpc__reflection__v1__server_reflection_request__descriptor,
-                      zt_grpc_reflection_handle, true},
+                      zt_grpc_reflection_handle, true, .op = ZT_OP_API_DOC},
     [M_REFLECTION_ALPHA] = {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
                             &grpc__reflection__v1__server_reflection_request__descriptor,
-                            zt_grpc_reflection_handle, true},
+                            zt_grpc_reflection_handle, true, .op = ZT_OP_API_DOC},
+    [M_HEALTH_WATCH] = {"/grpc.health.v1.Health/Watch",
+                        &grpc__health__v1__health_check_request__descriptor, handle_health_watch,
+                        .op = ZT_OP_HEALTH},
 };

@@ -365,19 +365,11 @@ static void post_request(zt_grpc_server *s, method_id m) {
     }
 }
 
-/* The scope a method needs: the queries read, SubmitJob and CancelJob submit (a submit token
- * cancels only its own jobs: grpc_methods.c checks), everything else admin (a method added
- * later is admin's until it is said to be a query). */
+/* The scope a method needs: its operation's, from the table HTTP's routes use too
+ * (api_ops.h). A method nobody registered is read's, so that any token learns it is
+ * UNIMPLEMENTED rather than that it lacks a scope. */
 static zt_scope scope_needed(method_id m) {
-    switch (m) {
-    case M_GET: case M_LIST: case M_WATCH: case M_METRICS: case M_LOGS: case M_HEALTH:
-    case M_UNKNOWN:
-        return ZT_SCOPE_READ;
-    case M_SUBMIT: case M_CANCEL:
-        return ZT_SCOPE_SUBMIT;
-    default:
-        return ZT_SCOPE_ADMIN;
-    }
+    return m == M_UNKNOWN ? ZT_SCOPE_READ : zt_api_op_scope(zt_grpc_methods[m].op);
 }
 
 /* Whether the call's token allows its method; if not, the call is finished. */
@@ -389,11 +381,16 @@ static bool authorized(call *c) {
     char *header = zt_grpc_metadata_find(&c->md, "authorization");
     c->who = zt_auth_who(c->srv->tokens, header);
     zt_scope have = c->who.scope;
+    bool sent = header != NULL;
     free(header);
     zt_scope need = scope_needed(c->method);
+    zt_api_error e;
     if (have == ZT_SCOPE_NONE) {
-        zt_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, "this server needs \"authorization: "
-                       "Bearer <token>\" metadata with one of its tokens");
+        zt_api_error_refusal(&e, GRPC_STATUS_UNAUTHENTICATED,
+                             sent ? "TOKEN_INVALID" : "CREDENTIALS_MISSING",
+                             "this server needs \"authorization: Bearer <token>\" metadata "
+                             "with one of its tokens");
+        zt_call_finish_error(c, &e);
         return false;
     }
     if (have < need) {
@@ -401,7 +398,11 @@ static bool authorized(call *c) {
         snprintf(text, sizeof text, "this token's scope is %s; %s needs %s", zt_scope_name(have),
                  c->method == M_UNKNOWN ? "this method" : zt_grpc_methods[c->method].path,
                  zt_scope_name(need));
-        zt_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, text);
+        zt_api_error_refusal(&e, GRPC_STATUS_PERMISSION_DENIED,
+                             "ACCESS_TOKEN_SCOPE_INSUFFICIENT", text);
+        zt_api_error_meta(&e, "scope", zt_scope_name(have));
+        zt_api_error_meta(&e, "requiredScope", zt_scope_name(need));
+        zt_call_finish_error(c, &e);
         return false;
     }
     return true;

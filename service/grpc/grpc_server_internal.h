@@ -14,6 +14,7 @@
 
 #include "grpc_server.h"
 #include "api/api_error.h"
+#include "api/api_ops.h"
 #include "api/auth.h"
 #include "daemon/job_manager.h"
 #include "ztrain/status.h"
@@ -21,7 +22,7 @@
 typedef enum {
     M_SUBMIT, M_GET, M_LIST, M_CANCEL, M_WATCH, M_METRICS, M_LOGS, M_HEALTH,
     M_CHECKPOINTS, M_EFFECTIVE_CONFIG, M_ANOMALIES, M_DELIVERIES,
-    M_REFLECTION, M_REFLECTION_ALPHA,
+    M_REFLECTION, M_REFLECTION_ALPHA, M_HEALTH_WATCH,
     M_COUNT,
     M_UNKNOWN = M_COUNT /* a method nobody registered: answered UNIMPLEMENTED */
 } method_id;
@@ -143,6 +144,7 @@ typedef struct {
     const ProtobufCMessageDescriptor *request;
     handler_fn handle;
     bool stream_in;
+    zt_api_op op;         /* what the method does, for the scope it needs (api_ops.h) */
 } method_def;
 
 extern const method_def zt_grpc_methods[M_COUNT];

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "api/api_ops.h"
 #include "api/auth.h"
 #include "http_internal.h"
 
@@ -85,9 +86,21 @@ static enum MHD_Result route_job(zt_http_server *s, struct MHD_Connection *c, co
         which++;
     if (which == N_SUBS)
         return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "no route %s %s", method, url);
-    if (!zt_http_valid_job_id(rest, id_len))
-        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "jobs/%.*s not found",
-                                  (int)(id_len > 64 ? 64 : id_len), rest);
+    if (!zt_http_valid_job_id(rest, id_len)) {
+        /* No job has such an id: NOT_FOUND with its whole resource name, in the message and
+         * as the problem's resource, what gRPC answers for the same id. */
+        char *bad = strndup(rest, id_len), *msg = bad ? malloc(id_len + 32) : NULL;
+        if (!msg) {
+            free(bad);
+            return MHD_NO;
+        }
+        snprintf(msg, id_len + 32, "jobs/%s not found", bad);
+        zt_api_error e;
+        zt_api_error_from_status(&e, ZT_ERR_NOT_FOUND, msg, NULL, bad);
+        free(msg);
+        free(bad);
+        return zt_http_send_api_error(c, &e);
+    }
     memcpy(id, rest, id_len);
     id[id_len] = '\0';
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -129,17 +142,37 @@ zt_auth_caller zt_http_caller(const zt_http_server *s, struct MHD_Connection *c)
     return zt_auth_who(s->tokens, h);
 }
 
-/* The scope a request needs: reading is read's, submitting a job and cancelling one submit's
- * (a submit token cancels only its own jobs: http_jobs.c checks), anything else (whatever comes
- * later) admin's. */
-static zt_scope scope_needed(const char *method, const char *url, bool get) {
-    if (get)
-        return ZT_SCOPE_READ;
-    size_t n = strlen(url);
-    if (!strcmp(method, "POST") && (!strcmp(url, "/api/v1/jobs") ||
-        (starts_with(url, "/api/v1/jobs/") && n > 7 && !strcmp(url + n - 7, "/cancel"))))
-        return ZT_SCOPE_SUBMIT;
-    return ZT_SCOPE_ADMIN;
+/* The operation a request is (api_ops.h), whose scope it needs: the same table as gRPC's
+ * methods. A GET or HEAD that reaches no route is a query (it is answered 404); any other
+ * method on a route that takes none is admin's, as is whatever comes later. */
+static zt_api_op http_op(const char *method, const char *url, bool get) {
+    static const struct {
+        const char *sub;
+        zt_api_op op;
+    } job_routes[] = {
+        {"", ZT_OP_GET}, {"metrics", ZT_OP_METRICS}, {"records", ZT_OP_RECORDS},
+        {"logs", ZT_OP_LOGS}, {"events", ZT_OP_WATCH}, {"metrics.csv", ZT_OP_EXPORT},
+        {"metrics.jsonl", ZT_OP_EXPORT}, {"tensorboard.tar", ZT_OP_EXPORT},
+        {"anomalies", ZT_OP_ANOMALIES}, {"webhooks", ZT_OP_DELIVERIES},
+        {"checkpoints", ZT_OP_CHECKPOINTS}, {"config", ZT_OP_EFFECTIVE_CONFIG},
+    };
+    bool post = !strcmp(method, "POST");
+    if (!strcmp(url, "/metrics"))
+        return get ? ZT_OP_PROMETHEUS : ZT_OP_OTHER;
+    if (!strcmp(url, "/api/v1/openapi.json"))
+        return get ? ZT_OP_API_DOC : ZT_OP_OTHER;
+    if (!strcmp(url, "/api/v1/jobs"))
+        return get ? ZT_OP_LIST : post ? ZT_OP_SUBMIT : ZT_OP_OTHER;
+    if (starts_with(url, "/api/v1/jobs/")) {
+        const char *slash = strchr(url + strlen("/api/v1/jobs/"), '/');
+        const char *sub = slash ? slash + 1 : "";
+        if (post && !strcmp(sub, "cancel"))
+            return ZT_OP_CANCEL;
+        for (size_t i = 0; get && i < sizeof job_routes / sizeof job_routes[0]; i++)
+            if (!strcmp(sub, job_routes[i].sub))
+                return job_routes[i].op;
+    }
+    return get ? ZT_OP_GET : ZT_OP_OTHER;
 }
 
 static bool is_events_url(const char *url) {
@@ -214,15 +247,28 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
         zt_scope have = zt_http_caller(s, c).scope;
         if (have == ZT_SCOPE_NONE && is_events_url(url))
             have = zt_http_events_token_scope(s, c);
-        zt_scope need = scope_needed(method, url, get);
-        if (have == ZT_SCOPE_NONE)
-            return zt_http_send_error_with_header(c, MHD_HTTP_UNAUTHORIZED,
-                                                  MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
-                                                  "missing or invalid bearer token");
-        if (have < need)
-            return zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "this token's scope is %s; %s %s "
-                                      "needs %s", zt_scope_name(have), method, url,
-                                      zt_scope_name(need));
+        zt_scope need = zt_api_op_scope(http_op(method, url, get));
+        zt_api_error e;
+        if (have == ZT_SCOPE_NONE) {
+            bool sent = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                    MHD_HTTP_HEADER_AUTHORIZATION) ||
+                        (is_events_url(url) && zt_http_arg(c, "access_token"));
+            zt_api_error_refusal(&e, GRPC_STATUS_UNAUTHENTICATED,
+                                 sent ? "TOKEN_INVALID" : "CREDENTIALS_MISSING",
+                                 "missing or invalid bearer token");
+            return zt_http_send_refusal_error(c, MHD_HTTP_UNAUTHORIZED,
+                                              MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer", &e);
+        }
+        if (have < need) {
+            char text[512];
+            snprintf(text, sizeof text, "this token's scope is %s; %s %.300s needs %s",
+                     zt_scope_name(have), method, url, zt_scope_name(need));
+            zt_api_error_refusal(&e, GRPC_STATUS_PERMISSION_DENIED,
+                                 "ACCESS_TOKEN_SCOPE_INSUFFICIENT", text);
+            zt_api_error_meta(&e, "scope", zt_scope_name(have));
+            zt_api_error_meta(&e, "requiredScope", zt_scope_name(need));
+            return zt_http_send_refusal_error(c, MHD_HTTP_FORBIDDEN, NULL, NULL, &e);
+        }
         const char *bad_arg = control_arg(c);
         if (bad_arg)
             return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,

@@ -46,6 +46,9 @@ struct zt_sse {
     sse_chunk *head, *tail;
     size_t queued;
     bool ended;               /* the terminal job event is queued: nothing follows */
+    /* A terminal state came while zt_jobs_watch replayed: an ended job's comes first, before
+     * its history, so the stream ends only when the replay is over (replay_main). */
+    bool terminal_seen, replayed;
     bool overflow;
     bool stop;                /* the server is stopping */
     /* The thread that registers the watch and replays the history (replay_main). */
@@ -154,7 +157,8 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
             st->head = ch;
         st->tail = ch;
         st->queued += len;
-        st->ended |= terminal;
+        st->terminal_seen |= terminal;
+        st->ended = st->terminal_seen && st->replayed;
     }
     pthread_cond_signal(&st->cv);
     pthread_mutex_unlock(&st->mu);
@@ -350,6 +354,8 @@ static void *replay_main(void *arg) {
     zt_status s = zt_jobs_watch(st->srv->jm, st->job_id, st->what, st->since, st->after_seq,
                                 st->after_anomaly_seq, st->log_tail, sse_on_event, st, &w);
     pthread_mutex_lock(&st->mu);
+    st->replayed = true;
+    st->ended = st->terminal_seen;
     st->watch = s == ZT_OK ? w : NULL;
     if (s != ZT_OK)
         st->overflow = true;

@@ -202,7 +202,7 @@ enum MHD_Result zt_http_job_export(zt_http_server *s, struct MHD_Connection *c, 
         st = walk_all(x, collect_columns);
         if (st == ZT_OK && x->too_many_columns) {
             export_free(x);
-            return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "job %s: its records have more "
+            return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "jobs/%s: its records have more "
                                       "than %d keys (the most a CSV export has)", id,
                                       EXPORT_MAX_COLUMNS);
         }

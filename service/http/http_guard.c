@@ -245,18 +245,18 @@ bool zt_http_guard_request(const zt_http_server *s, struct MHD_Connection *c,
         return false;
     }
     if (host && !zt_http_host_ok(&s->guard, host)) {
-        *ret = zt_http_send_error(c, MHD_HTTP_MISDIRECTED_REQUEST,
-                                  "Host header '%.200s' is not a name of this server: ztraind "
-                                  "answers to %s, localhost and the names given with "
-                                  "--http-host", host,
-                                  s->guard.loopback ? "127.0.0.1, [::1]" : "IP addresses");
+        *ret = zt_http_send_refusal(c, MHD_HTTP_MISDIRECTED_REQUEST, "HOST_NOT_ALLOWED",
+                                    "Host header '%.200s' is not a name of this server: "
+                                    "ztraind answers to %s, localhost and the names given "
+                                    "with --http-host", host,
+                                    s->guard.loopback ? "127.0.0.1, [::1]" : "IP addresses");
         return false;
     }
     const char *origin = header(c, "Origin");
     if (origin && !same_origin(origin, host) && !zt_http_origin_allowed(&s->guard, origin)) {
-        *ret = zt_http_send_error(c, MHD_HTTP_FORBIDDEN,
-                                  "Origin header '%.200s' is not allowed: pages on other "
-                                  "origins need ztraind --http-allow-origin", origin);
+        *ret = zt_http_send_refusal(c, MHD_HTTP_FORBIDDEN, "ORIGIN_NOT_ALLOWED",
+                                    "Origin header '%.200s' is not allowed: pages on other "
+                                    "origins need ztraind --http-allow-origin", origin);
         return false;
     }
     return true;

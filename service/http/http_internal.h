@@ -135,6 +135,16 @@ enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, co
                                        const char *id);
 /* An error built by the caller (api_error.h), with the HTTP status of its gRPC code. */
 enum MHD_Result zt_http_send_api_error(struct MHD_Connection *c, const zt_api_error *e);
+/* A refusal of the caller (zt_api_error_refusal: 401, 403, 421) with the given HTTP status,
+ * whose problem carries the ErrorInfo's "reason", "domain" and "metadata"; one more header when
+ * hname is not NULL (WWW-Authenticate on a 401). zt_http_send_refusal builds the error from
+ * reason and a message, with no metadata. */
+enum MHD_Result zt_http_send_refusal_error(struct MHD_Connection *c, unsigned http_status,
+                                           const char *hname, const char *hvalue,
+                                           const zt_api_error *e);
+enum MHD_Result zt_http_send_refusal(struct MHD_Connection *c, unsigned http_status,
+                                     const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* A message of proto/ztrain.proto as its proto3 JSON (proto_json.h), application/json. */
 enum MHD_Result zt_http_send_proto(struct MHD_Connection *c, unsigned code,
                                    const ProtobufCMessage *m);

@@ -196,8 +196,11 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
         char text[300];
         bool own = zt_submitted_by(&info, &who, text, sizeof text);
         zt_job_info_free(&info);
-        if (!own)
-            return zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "%s", text);
+        if (!own) {
+            zt_api_error e;
+            zt_submitter_refusal(&e, id, text);
+            return zt_http_send_api_error(c, &e);
+        }
     }
     zt_status st = zt_jobs_cancel(s->jm, id, force, grace, &info);
     if (st != ZT_OK)
@@ -236,7 +239,7 @@ enum MHD_Result zt_http_job_config(zt_http_server *s, struct MHD_Connection *c, 
     enum MHD_Result ret;
     if (!info.run_dir || zt_json_read_file(path, &text, NULL) != ZT_OK) {
         char msg[200];
-        snprintf(msg, sizeof msg, "job %.64s: its ranks have not written the effective config "
+        snprintf(msg, sizeof msg, "jobs/%.64s: its ranks have not written the effective config "
                  "yet (state %s)", id, zt_job_state_name(info.state));
         zt_api_error e;
         zt_api_error_set(&e, GRPC_STATUS_FAILED_PRECONDITION, NULL, msg);

@@ -96,6 +96,24 @@ enum MHD_Result zt_http_send_api_error(struct MHD_Connection *c, const zt_api_er
     return send_problem(c, zt_api_http_status(e->code), NULL, NULL, e);
 }
 
+enum MHD_Result zt_http_send_refusal_error(struct MHD_Connection *c, unsigned http_status,
+                                           const char *hname, const char *hvalue,
+                                           const zt_api_error *e) {
+    return send_problem(c, http_status, hname, hvalue, e);
+}
+
+enum MHD_Result zt_http_send_refusal(struct MHD_Connection *c, unsigned http_status,
+                                     const char *reason, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    zt_api_error e;
+    zt_api_error_refusal(&e, zt_api_code_from_http(http_status), reason, msg);
+    return send_problem(c, http_status, NULL, NULL, &e);
+}
+
 enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, const char *scope,
                                        const char *id) {
     zt_api_error e;
@@ -106,7 +124,7 @@ enum MHD_Result zt_http_send_status_in(struct MHD_Connection *c, zt_status s, co
     if (code == 500) {
         /* An internal failure is told with the job it happened to. */
         char text[sizeof e.message + 80];
-        snprintf(text, sizeof text, "job %.64s: %s", id ? id : "-", e.message);
+        snprintf(text, sizeof text, "jobs/%.64s: %s", id ? id : "-", e.message);
         zt_text_escape(text, ZT_ESCAPE_KEEP_NEWLINE, e.message, sizeof e.message);
     }
     return send_problem(c, code, NULL, NULL, &e);

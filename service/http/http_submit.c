@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/job_proto.h"
+#include "ztrain/json_util.h"
 #include "api/submitter.h"
 #include "http_internal.h"
 
@@ -62,12 +63,16 @@ enum MHD_Result zt_http_jobs_submit(zt_http_server *s, struct MHD_Connection *c,
     if (header && !k[0])
         k = header;
 
-    char *spec_text = cJSON_PrintUnformatted(spec);
+    /* cJSON reads a number beyond a double's range (1e400) as an infinity and prints it back
+     * as null, which would then read as "absent": refused here, by its key, before printing. */
+    zt_status st = zt_json_check_finite(spec, "spec", "", NULL);
+    char *spec_text = st == ZT_OK ? cJSON_PrintUnformatted(spec) : NULL;
     Ztrain__V1__JobSpec *msg = NULL;
     char *spec_json = NULL;
     /* No base directory: a path given as "deepspeed" is refused, as gRPC cannot send one. */
-    zt_status st = spec_text ? zt_job_proto_spec_from_json(spec_text, "spec", NULL, &msg)
-                             : zt_error(ZT_ERR_NOMEM, "out of memory");
+    if (st == ZT_OK)
+        st = spec_text ? zt_job_proto_spec_from_json(spec_text, "spec", NULL, &msg)
+                       : zt_error(ZT_ERR_NOMEM, "out of memory");
     if (st == ZT_OK)
         st = zt_job_proto_spec_to_json(msg, &spec_json);
     zt_job_info info;

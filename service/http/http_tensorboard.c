@@ -179,7 +179,7 @@ enum MHD_Result zt_http_job_tensorboard(zt_http_server *s, struct MHD_Connection
         list_event_files(t);
     if (t->n_files == 0) {
         free(t);
-        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "job %s has no TensorBoard event files "
+        return zt_http_send_error(c, MHD_HTTP_NOT_FOUND, "jobs/%s has no TensorBoard event files "
                                   "(its rank 0 writes them once it trains)", id);
     }
     uint64_t total = 2 * TAR_BLOCK;

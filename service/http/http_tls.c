@@ -44,9 +44,9 @@ bool zt_http_guard_client_cert(const zt_http_server *s, struct MHD_Connection *c
     if (rc == 0 && status == 0)
         return true;
     if (rc == GNUTLS_E_NO_CERTIFICATE_FOUND) {
-        *ret = zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "this server needs a TLS client "
-                                  "certificate signed by a CA of ztraind --tls-client-ca, and "
-                                  "none was presented");
+        *ret = zt_http_send_refusal(c, MHD_HTTP_FORBIDDEN, "CLIENT_CERTIFICATE_MISSING",
+                                    "this server needs a TLS client certificate signed by a "
+                                    "CA of ztraind --tls-client-ca, and none was presented");
         return false;
     }
     gnutls_datum_t why = {0};
@@ -54,9 +54,10 @@ bool zt_http_guard_client_cert(const zt_http_server *s, struct MHD_Connection *c
         gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &why, 0) == 0)
         while (why.size > 0 && why.data[why.size - 1] == ' ')
             why.data[--why.size] = '\0';
-    *ret = zt_http_send_error(c, MHD_HTTP_FORBIDDEN, "the TLS client certificate was refused: "
-                              "%s", rc == 0 && why.data ? (const char *)why.data
-                                                        : gnutls_strerror(rc));
+    *ret = zt_http_send_refusal(c, MHD_HTTP_FORBIDDEN, "CLIENT_CERTIFICATE_REFUSED",
+                                "the TLS client certificate was refused: %s",
+                                rc == 0 && why.data ? (const char *)why.data
+                                                    : gnutls_strerror(rc));
     gnutls_free(why.data);
     return false;
 }

@@ -13,9 +13,11 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      ("spec.deepspeed.zero_optimization.zz_unknown", a 1.5 KB message whose status still fits
      the clients' trailer limit); a non-UTF-8 name is refused naming
      "spec.name" (gRPC) and an unknown key names "spec.model.n_embed" (HTTP, where JSON can
-     carry one).
+     carry one). A number beyond a double's range (1e400) is refused as not finite naming its
+     key: "spec.model.n_embd" (HTTP), "spec.deepspeed.optimizer.params.lr" (both).
   c. A job that does not exist: NOT_FOUND with ResourceInfo {ztrain.v1.Job, jobs/ID} (HTTP 404
-     with "resource").
+     with "resource"), also for an id outside the id pattern ("x y", 70 characters), whose whole
+     name both transports give in the message and the resource.
   d. Valid specs this server cannot run: world_size above --max-ranks is FAILED_PRECONDITION
      with PreconditionFailure {type RANKS, subject spec.world_size}; above --max-world-size is
      RESOURCE_EXHAUSTED with QuotaFailure on spec.world_size; a full server (--max-jobs) is
@@ -32,7 +34,8 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      accepted over HTTP and gRPC; a wrong token is still 401 / UNAUTHENTICATED.
   i. The same validation over both transports: page_size 0 is the default page and one above
      the maximum is the maximum (AIP-158), over HTTP as over gRPC; a negative since_step is
-     INVALID_ARGUMENT naming it over both (GetMetrics, WatchJob; HTTP /metrics).
+     INVALID_ARGUMENT naming it over both (GetMetrics, WatchJob; HTTP /metrics); empty metric
+     keys are skipped over both (GetMetrics keys [""] is every key, as HTTP's ?keys=).
   j. Page tokens belong to their list and filter (AIP-158): a job id the server never handed
      out as a token, a token of the unfiltered job list used with a state filter, and a bare
      number on a job's anomalies are INVALID_ARGUMENT naming page_token over both transports;
@@ -44,7 +47,13 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      one character changed (first, middle, last), cut short, a bare number (the old /records
      token), signed with another key or another state directory's, of another list, of another
      job's records or anomalies, with another since_step, over HTTP and gRPC. A records token
-     still pages on after the daemon restarts on the same state directory."""
+     still pages on after the daemon restarts on the same state directory.
+  l. Refusals of the caller carry google.rpc.ErrorInfo (reason, domain "ztrain", metadata) over
+     gRPC and the same "reason", "domain" and "metadata" in HTTP's problem: no token
+     (CREDENTIALS_MISSING), a wrong one (TOKEN_INVALID), a scope too small
+     (ACCESS_TOKEN_SCOPE_INSUFFICIENT, scope and requiredScope), a submit token cancelling
+     another's job (NOT_JOB_SUBMITTER, job and requiredScope); over HTTP a foreign Host (421,
+     HOST_NOT_ALLOWED) and a foreign Origin (403, ORIGIN_NOT_ALLOWED)."""
 import base64
 import hashlib
 import hmac
@@ -219,6 +228,32 @@ def case_b(d):
     expect_bad_field("an unknown optimizer parameter", d, job,
                      "spec.deepspeed.optimizer.params.zz")
 
+    # A number beyond a double's range (Python's json reads 1e400 as inf) is refused by its
+    # key as not finite, never read as absent ("is required"): in the model over HTTP, in the
+    # DeepSpeed config over both transports.
+    job = tiny_job(d.data_root)
+    text = json.dumps({"spec": job}).replace('"n_embd": 32', '"n_embd": 1e400', 1)
+    assert "1e400" in text and json.loads(text)["spec"]["model"]["n_embd"] == float("inf")
+    s, _, p = http(d, "POST", "/api/v1/jobs", text.encode())
+    ck.check(s == 400 and p.get("field") == "spec.model.n_embd" and
+             "finite" in p.get("detail", ""),
+             f"b: HTTP n_embd 1e400: {s} field {p.get('field')!r} {p.get('detail', '')[:120]!r}")
+    lr = "spec.deepspeed.optimizer.params.lr"
+    ds = json.dumps(job["deepspeed"]).replace(json.dumps(job["deepspeed"]["optimizer"]["params"]
+                                                         ["lr"]), "1e400", 1)
+    assert json.loads(ds)["optimizer"]["params"]["lr"] == float("inf")
+    text = json.dumps({"spec": dict(job, deepspeed="@DS@")}).replace('"@DS@"', ds)
+    s, _, p = http(d, "POST", "/api/v1/jobs", text.encode())
+    ck.check(s == 400 and p.get("field") == lr and "finite" in p.get("detail", ""),
+             f"b: HTTP lr 1e400: {s} field {p.get('field')!r} {p.get('detail', '')[:120]!r}")
+    req = pb.SubmitJobRequest(spec=spec_proto(job))
+    req.spec.deepspeed_json = ds
+    code, st = grpc_error(lambda: d.stub().SubmitJob(req, metadata=d.metadata, timeout=30))
+    br = detail(st, error_details_pb2.BadRequest)
+    ck.check(code == grpc.StatusCode.INVALID_ARGUMENT and br and
+             br.field_violations[0].field == lr and "finite" in st.message,
+             f"b: gRPC lr 1e400: {code.name} {st.message[:120] if st else ''}")
+
     raw = pb.SubmitJobRequest(spec=spec_proto(tiny_job(d.data_root))).SerializeToString()
     bad = raw.replace(b"tiny", b"t\xffny", 1)
     call = d.channel().unary_unary("/ztrain.v1.Trainer/SubmitJob")
@@ -242,6 +277,20 @@ def case_c(d):
     ri = detail(st, error_details_pb2.ResourceInfo)
     ck.check(code == grpc.StatusCode.NOT_FOUND and ri and ri.resource_name == "jobs/job-999998",
              f"c: gRPC WatchJob of a missing job: {code.name}")
+    # An id outside the id pattern (a space, 70 characters) is as missing as any other: the
+    # same message and whole resource name over both transports, never cut.
+    for bad, quoted in (("x y", "x%20y"), ("j" * 70, "j" * 70)):
+        code, st = grpc_error(lambda: d.stub().GetJob(pb.GetJobRequest(id=bad),
+                                                      metadata=d.metadata, timeout=30))
+        ri = detail(st, error_details_pb2.ResourceInfo)
+        s, ctype, p = http(d, "GET", f"/api/v1/jobs/{quoted}/logs")
+        want = {"type": "ztrain.v1.Job", "name": f"jobs/{bad}"}
+        ck.check(code == grpc.StatusCode.NOT_FOUND and ri and ri.resource_name == want["name"]
+                 and s == 404 and p.get("resource") == want and st and
+                 p.get("detail") == st.message == f"jobs/{bad} not found",
+                 f"c: the id {bad[:12]!r}... ({len(bad)} characters): gRPC {code.name} "
+                 f"{ri.resource_name if ri else None}, HTTP {s} {p.get('resource')} "
+                 f"{p.get('detail')!r}")
     for path in ("/api/v1/jobs/job-999999", "/api/v1/jobs/job-999999/metrics",
                  "/api/v1/jobs/job-999999/logs"):
         s, ctype, p = http(d, "GET", path)
@@ -446,6 +495,21 @@ def case_i(d):
     s, _, p = http(d, "GET", f"/api/v1/jobs/{job_id}/metrics?since_step=-5")
     ck.check(s == 400 and p.get("field") == "since_step",
              f"i: HTTP metrics since_step=-5: {s} {p.get('field')!r}")
+    # An empty metric key names no metric: skipped over both transports (HTTP's "keys=a,,b"
+    # has none between its commas), so only empty keys ask for every key.
+    ran = [j.id for j in d.stub().ListJobs(pb.ListJobsRequest(), metadata=d.metadata,
+                                           timeout=30).jobs if state_name(j.state) == "SUCCEEDED"]
+    for keys, query in (([""], "keys="), (["train/loss", ""], "keys=train/loss,,"),
+                        (["", "train/loss", ""], "keys=,train/loss&keys=")):
+        g = d.stub().GetMetrics(pb.GetMetricsRequest(id=ran[0], keys=keys), metadata=d.metadata,
+                                timeout=30)
+        s, _, p = http(d, "GET", f"/api/v1/jobs/{ran[0]}/metrics?{query}")
+        got_g = [m.key for m in g.series]
+        got_h = [m.get("key") for m in p.get("series", [])]
+        want = ["train/loss"] if "train/loss" in keys else got_h
+        ck.check(s == 200 and got_g == got_h == want and "" not in got_g and
+                 "train/loss" in got_g, f"i: GetMetrics keys={keys}: gRPC {got_g}, HTTP "
+                 f"?{query}: {s} {got_h}")
 
 
 def case_j(d):
@@ -599,6 +663,100 @@ def case_k(d, tmp):
              f"k: a records token pages on after a restart ({s} {field} {seqs})")
 
 
+def error_info(st):
+    """(reason, domain, metadata) of a google.rpc.Status's ErrorInfo, or None."""
+    ei = detail(st, error_details_pb2.ErrorInfo)
+    return (ei.reason, ei.domain, dict(ei.metadata)) if ei else None
+
+
+def problem_info(p):
+    return (p.get("reason"), p.get("domain"), p.get("metadata", {})) if isinstance(p, dict) \
+        else None
+
+
+def expect_refusal(what, grpc_call, http_args, code, status, want):
+    """The same ErrorInfo over gRPC (rpc_status) and HTTP (the problem's reason, domain and
+    metadata), with the code and status given."""
+    got_code, st = grpc_error(grpc_call)
+    ck.check(got_code == code and error_info(st) == want,
+             f"l: gRPC {what}: {got_code.name} ErrorInfo {error_info(st)}")
+    d, method, path, hdrs = http_args
+    s, ctype, p = http(d, method, path, {} if method == "POST" else None, headers=hdrs)
+    ck.check(s == status and ctype == "application/problem+json" and
+             p.get("code") == code.name and problem_info(p) == want,
+             f"l: HTTP {what}: {s} {p.get('code')} {problem_info(p)}")
+
+
+def case_l(tmp):
+    """Refusals of the caller carry ErrorInfo (Google's AIP-193 for auth errors), over both
+    transports alike."""
+    READ, SUBMIT, ADMIN = "k-read-" + "r" * 20, "k-submit-" + "s" * 20, "k-admin-" + "a" * 20
+    os.makedirs(os.path.join(tmp, "k"), exist_ok=True)
+    tokens = os.path.join(tmp, "k", "tokens")
+    with open(tokens, "w") as f:
+        f.write(f"{READ} read\n{SUBMIT} submit\n{ADMIN} admin\n")
+    os.chmod(tokens, 0o600)
+    with Daemon(BUILD, os.path.join(tmp, "k", "d"), max_ranks=1, token=ADMIN,
+                extra_args=["--token-file", tokens]) as d:
+        stub = d.stub()
+        job = tiny_job(d.data_root, name="admins", max_steps=2)
+        theirs = stub.SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job)), metadata=d.metadata,
+                                timeout=30)
+
+        def auth(token):
+            return [("authorization", f"Bearer {token}")] if token else []
+
+        def headers(token):
+            # urllib sends no Authorization when the value is empty: the helper's is replaced.
+            return {"Authorization": f"Bearer {token}" if token else ""}
+
+        missing = ("CREDENTIALS_MISSING", "ztrain", {})
+        code, st = grpc_error(lambda: stub.ListJobs(pb.ListJobsRequest(), timeout=30))
+        ck.check(code == grpc.StatusCode.UNAUTHENTICATED and error_info(st) == missing,
+                 f"l: gRPC no token: {code.name} ErrorInfo {error_info(st)}")
+        req = urllib.request.Request(d.http_url + "/api/v1/jobs")
+        try:
+            urllib.request.urlopen(req, timeout=30)
+            s, p = 200, {}
+        except urllib.error.HTTPError as e:
+            s, p = e.code, json.loads(e.read() or b"null")
+        ck.check(s == 401 and problem_info(p) == missing,
+                 f"l: HTTP no token: {s} {problem_info(p)}")
+        expect_refusal("a wrong token",
+                       lambda: stub.ListJobs(pb.ListJobsRequest(), metadata=auth("nope"),
+                                             timeout=30),
+                       (d, "GET", "/api/v1/jobs", headers("nope")),
+                       grpc.StatusCode.UNAUTHENTICATED, 401, ("TOKEN_INVALID", "ztrain", {}))
+        expect_refusal("a read token submitting",
+                       lambda: stub.SubmitJob(pb.SubmitJobRequest(spec=spec_proto(job)),
+                                              metadata=auth(READ), timeout=30),
+                       (d, "POST", "/api/v1/jobs", headers(READ)),
+                       grpc.StatusCode.PERMISSION_DENIED, 403,
+                       ("ACCESS_TOKEN_SCOPE_INSUFFICIENT", "ztrain",
+                        {"scope": "read", "requiredScope": "submit"}))
+        expect_refusal("a submit token cancelling an admin's job",
+                       lambda: stub.CancelJob(pb.CancelJobRequest(id=theirs.id),
+                                              metadata=auth(SUBMIT), timeout=30),
+                       (d, "POST", f"/api/v1/jobs/{theirs.id}/cancel", headers(SUBMIT)),
+                       grpc.StatusCode.PERMISSION_DENIED, 403,
+                       ("NOT_JOB_SUBMITTER", "ztrain",
+                        {"job": f"jobs/{theirs.id}", "requiredScope": "admin"}))
+        code, st = grpc_error(lambda: stub.CancelJob(pb.CancelJobRequest(id=theirs.id),
+                                                     metadata=auth(SUBMIT), timeout=30))
+        ck.check(st and f"and jobs/{theirs.id} was submitted by another token" in st.message,
+                 f"l: the refusal names the job by its resource name: "
+                 f"{st.message if st else None!r}")
+        # HTTP's own refusals of where a request comes from.
+        s, _, p = http(d, "GET", "/api/v1/jobs", headers={"Host": "evil.example"})
+        ck.check(s == 421 and p.get("code") == "PERMISSION_DENIED" and
+                 problem_info(p) == ("HOST_NOT_ALLOWED", "ztrain", {}),
+                 f"l: HTTP a foreign Host: {s} {problem_info(p)}")
+        s, _, p = http(d, "GET", "/api/v1/jobs", headers={"Origin": "https://evil.example"})
+        ck.check(s == 403 and p.get("code") == "PERMISSION_DENIED" and
+                 problem_info(p) == ("ORIGIN_NOT_ALLOWED", "ztrain", {}),
+                 f"l: HTTP a foreign Origin: {s} {problem_info(p)}")
+
+
 def main():
     tmp = temp_dir("ztrain-api-errors-")
     with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1, token=TOKEN) as d:
@@ -614,6 +772,7 @@ def main():
         case_j(d)
         case_k(d, tmp)
     case_d(tmp)
+    case_l(tmp)
     ck.done()
 
 

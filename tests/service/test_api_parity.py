@@ -22,7 +22,8 @@ between the two reads):
      the rank's own metrics.jsonl; /logs (ListLogLinesResponse) equals StreamLogs' tail.
   e. /events (SSE): each event's data parses as the message WatchJob's JobEvent carries for it
      (job: Job, metrics: MetricRecord, anomaly: AnomalyEvent), and the sequence equals
-     WatchJob's.
+     WatchJob's; both open with the ended job's state (the proto's "current state first")
+     and end with it ("the stream ends after the event that carries a terminal state").
   f. POST /api/v1/jobs and POST /cancel answer a Job that equals GetJob's fields that do not
      move (id, spec, create_time), and the cancelled job's state is the name JOB_STATE_*.
   g. The raw JSON follows the mapping's spelling: lowerCamelCase names, the state's enum name,
@@ -265,6 +266,13 @@ def main():
                    for ev in watched]
         # A job event's run_duration is the same for an ended job; the lists are whole.
         same("e: /events as WatchJob's events", sse, as_grpc)
+        # The current state comes first, an ended job's too; the stream still ends with it.
+        for what, evs in (("WatchJob", as_grpc), ("/events", sse)):
+            jobs_at = [i for i, (field, _) in enumerate(evs) if field == "job"]
+            ck.check(len(evs) > 2 and jobs_at == [0, len(evs) - 1] and
+                     evs[0][1].state == evs[-1][1].state == end.state,
+                     f"e: {what} of the ended job opens with its state and ends with it (job "
+                     f"events at {jobs_at} of {len(evs)})")
 
         # f. submit and cancel over HTTP
         long_job = tiny_job(d.data_root, name="parity-long", max_steps=LONG)

@@ -119,7 +119,7 @@ webhook-allow-private
 
 def case_b(tmp):
     bad = {
-        "unknown flag": ("bogus = 1\n", r"unknown option '--bogus'[\s\S]*came from {f}:1"),
+        "unknown flag": ("# limits\nbogus = 1\n", r"{f}:2: unknown key 'bogus'"),
         "bad value": ("# limits\nmax-jobs = 0\n",
                       r"--max-jobs expects an integer[\s\S]*came from {f}:2"),
         "dashes": ("--max-jobs = 3\n", r"{f}:1: write the flag without its dashes"),

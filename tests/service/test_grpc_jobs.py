@@ -1,6 +1,8 @@
 """ztraind's gRPC API driven by Python grpcio: the life of a job and what it reports.
 
-  a. Health/Check answers SERVING (and NOT_FOUND for a service it does not have).
+  a. Health/Check answers SERVING (and NOT_FOUND for a service it does not have); Health/Watch
+     sends SERVING (SERVICE_UNKNOWN for a service it does not have) first and stays open, and
+     SIGTERM with one open stops ztraind at once, ending the stream.
   b. A job submitted behind a running one waits QUEUED with a reason (--max-ranks 1 leaves room
      for one rank), and WatchJob sees it go QUEUED -> STARTING/RUNNING -> SUCCEEDED, then the
      stream ends with OK. Three jobs: one runs, two wait; ListJobs filters them by state.
@@ -57,6 +59,47 @@ def case_a(d):
     except grpc.RpcError as e:
         code = e.code()
     ck.check(code == grpc.StatusCode.NOT_FOUND, f"a: an unknown service is NOT_FOUND ({code})")
+
+    # Health/Watch, as the health protocol has it (grpc/doc/health-checking.md): the current
+    # status at once and the call stays open; an unknown service is SERVICE_UNKNOWN, and that
+    # call stays open too.
+    for service, want in (("", hpb.HealthCheckResponse.SERVING),
+                          ("ztrain.v1.Trainer", hpb.HealthCheckResponse.SERVING),
+                          ("nope.Service", hpb.HealthCheckResponse.SERVICE_UNKNOWN)):
+        stream = h.Watch(hpb.HealthCheckRequest(service=service), timeout=30)
+        try:
+            got = hpb.HealthCheckResponse.ServingStatus.Name(next(stream).status)
+        except grpc.RpcError as e:
+            got = e.code().name
+        time.sleep(0.3)
+        open_ = stream.is_active()
+        stream.cancel()
+        ck.check(got == hpb.HealthCheckResponse.ServingStatus.Name(want) and open_,
+                 f"a: Health/Watch {service!r} sends {got} first and stays open ({open_})")
+
+
+def health_watch_at_shutdown(d):
+    """SIGTERM with a Health/Watch open (its deadline far off): ztraind stops at once and the
+    stream ends, instead of waiting for the client."""
+    channel = grpc.insecure_channel(d.grpc_addr)
+    stream = hrpc.HealthStub(channel).Watch(hpb.HealthCheckRequest(), timeout=600)
+    try:
+        next(stream)
+    except grpc.RpcError:
+        pass
+    t = time.monotonic()
+    rc = d.stop(timeout=20)
+    took = time.monotonic() - t
+    try:
+        for _ in stream:
+            pass
+        end = "OK"
+    except grpc.RpcError as e:
+        end = e.code().name
+    channel.close()
+    ck.check(rc == 0 and took < 10 and end in ("OK", "UNAVAILABLE", "CANCELLED"),
+             f"ztraind stops cleanly on SIGTERM with a Health/Watch open (exit {rc}, "
+             f"{took:.1f} s, the stream ended {end})")
 
 
 def case_b(d):
@@ -206,7 +249,6 @@ with Daemon(BUILD, tmp, max_ranks=1) as d:
         else:
             case(d)
         print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")
-    rc = d.stop()
-    ck.check(rc == 0, f"ztraind stops cleanly on SIGTERM (exit {rc})")
+    health_watch_at_shutdown(d)
 ck.check(not d.sanitizer_errors(), f"no sanitizer report from ztraind {d.sanitizer_errors()}")
 ck.done()

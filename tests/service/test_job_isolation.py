@@ -71,14 +71,14 @@ with Daemon(BUILD, temp_dir("ztrain-iso-"), max_ranks=2) as d:
     r = refusal(d, tiny_job(d.data_root, name="squat", max_steps=3,
                             checkpoint_dir=os.path.join(e.run_dir, "other")))
     ck.check(r.startswith("INVALID_ARGUMENT") and
-             f"is inside the run directory of job {e.id}" in r,
+             f"is inside the run directory of jobs/{e.id}" in r,
              f"c: elsewhere in an ended job's run directory is refused: {r}")
     # A directory above it (the runs root, where checkpoint_dir "." resolves) contains it: the
     # message says so, not the reverse.
     r = refusal(d, tiny_job(d.data_root, name="above", max_steps=3,
                             checkpoint_dir=os.path.dirname(e.run_dir)))
     ck.check(r.startswith("INVALID_ARGUMENT") and
-             f"contains the run directory of job {e.id}" in r and "is inside" not in r,
+             f"contains the run directory of jobs/{e.id}" in r and "is inside" not in r,
              f"c: a directory holding an ended job's run directory is refused: {r}")
 
     d.stub().CancelJob(pb.CancelJobRequest(id=a.id), timeout=30)

@@ -9,7 +9,8 @@ token and a finished job (run in .venv/ for schemathesis, from PyPI).
      document lists for it (never "no route"); every other method on a documented path is 405
      with an Allow header naming exactly the documented methods; every sub-resource in the
      router's table (service/http/http_api.c, read here as text) is documented; a path the
-     document does not have is 404 "no route".
+     document does not have is 404 "no route". Every operation lists the refusals it can
+     meet: 403 for another site's Origin, 421 for a foreign Host, 401 without a token.
   c. The event stream answers text/event-stream for the job and a problem for a missing one
      (schemathesis streams only the finished job: schemathesis.toml says why).
   d. schemathesis runs every operation, the event stream included (each event's data checked
@@ -38,8 +39,9 @@ DOC = os.path.join(SOURCE, "service", "http", "openapi.json")
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 
 
-def request(d, method, path, body=None, token=TOKEN):
+def request(d, method, path, body=None, token=TOKEN, headers=None):
     h = {"Authorization": f"Bearer {token}"} if token else {}
+    h.update(headers or {})
     data = None
     if method == "POST":
         data = json.dumps(body if body is not None else {}).encode()
@@ -114,6 +116,22 @@ def case_b(d, doc, job_id):
             allow = {x.strip() for x in h.get("Allow", "").split(",") if x.strip()}
             ck.check(s == 405 and allow - {"HEAD", "OPTIONS"} == set(documented),
                      f"b: {m} {path}: {s}, Allow {sorted(allow)} = documented {documented}")
+    # The refusals every operation can meet are listed for each: another site's Origin (403),
+    # a Host that is not the server's (421), and no token where one is needed (401).
+    for path, item in doc["paths"].items():
+        url = path.replace("{id}", job_id)
+        for m, op in item.items():
+            if m.upper() not in METHODS:
+                continue
+            cases = [({"Origin": "https://evil.example"}, TOKEN, 403),
+                     ({"Host": "evil.example"}, TOKEN, 421)]
+            if op.get("security", doc.get("security")):
+                cases.append(({}, None, 401))
+            for headers, token, want in cases:
+                s, _, _ = request(d, m.upper(), url, token=token, headers=headers)
+                ck.check(s == want and str(s) in op["responses"],
+                         f"b: {m.upper()} {path} with {headers or 'no token'}: {s} (want {want}) "
+                         f"is documented ({sorted(op['responses'])})")
     subs = router_subs()
     undocumented = [s for s in subs if f"/api/v1/jobs/{{id}}/{s}" not in doc["paths"]]
     ck.check(len(subs) >= 10 and not undocumented,

@@ -8,7 +8,7 @@ real ztraind with a token (run in .venv/ for googleapis-common-protos).
      a path beside it) and one POSTed to /api/v1/jobs as curl would, appear in one list() and
      all SUCCEEDED (wait()).
   c. watch() of a finished job gives typed events: Metrics whose steps and losses are the rank's
-     own metrics.jsonl, and its one JobUpdate (SUCCEEDED) last; metrics(["train/loss"]) equals
+     own metrics.jsonl, and its JobUpdate (SUCCEEDED) first and last; metrics(["train/loss"]) equals
      metrics.jsonl; logs(tail=) gives the last lines, logs(follow=True) on a finished job ends.
   d. cancel() of a long job, then wait(): CANCELLED.
   e. Errors: a spec the builder can judge (n_embd not divisible by n_head, a misspelt key, a
@@ -127,10 +127,13 @@ def case_c(ztrain, c, job):
     recs = [(e.step, e.values["train/loss"]) for e in events
             if isinstance(e, ztrain.Metrics) and "train/loss" in e.values]
     ref = losses(job)
-    # A finished job's stream replays its history and ends with its one terminal update.
-    ck.check(isinstance(events[-1], ztrain.JobUpdate) and events[-1].state == "SUCCEEDED" and
-             [e.state for e in events if isinstance(e, ztrain.JobUpdate)] == ["SUCCEEDED"],
-             f"c: watch() of a finished job ends with its JobUpdate ({type(events[-1]).__name__})")
+    # A finished job's stream opens with its state (the current state first, always), replays
+    # its history and ends with its terminal update.
+    ck.check(isinstance(events[0], ztrain.JobUpdate) and isinstance(events[-1], ztrain.JobUpdate)
+             and [e.state for e in events if isinstance(e, ztrain.JobUpdate)] ==
+             ["SUCCEEDED", "SUCCEEDED"],
+             f"c: watch() of a finished job opens and ends with its JobUpdate "
+             f"({type(events[0]).__name__}, {type(events[-1]).__name__})")
     ck.check(len(ref) == 6 and recs == ref, f"c: watched losses are metrics.jsonl's ({recs})")
     seqs = [e.seq for e in events if isinstance(e, ztrain.Metrics)]
     ck.check(seqs == list(range(1, len(seqs) + 1)),

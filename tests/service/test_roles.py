@@ -16,7 +16,14 @@
   d. no token or an unknown one: UNAUTHENTICATED / 401; a token alone on its line is admin (the
      one-token file of before); '#' lines are comments.
   e. A token file with an unknown scope, or a line with more than a token and a scope, stops
-     ztraind with status 1 and a message naming the file and line."""
+     ztraind with status 1 and a message naming the file and line.
+  h. Every operation, each with a read, a submit and an admin token, over gRPC and HTTP: allowed
+     exactly when the token's scope reaches the one security.md's table gives the operation
+     (read for every query: ListCheckpoints, GetEffectiveConfig, ListAnomalies,
+     ListWebhookDeliveries, health Check and Watch, reflection and openapi.json included;
+     submit for SubmitJob and CancelJob), PERMISSION_DENIED / 403 otherwise.
+  g. ZTRAIN_TOKEN or ZTRAIN_TOKEN_FILE set but empty, or ZTRAIN_TOKEN blank, stops ztraind with
+     status 1 naming the variable (an empty variable is not "no authentication")."""
 import hashlib
 import json
 import os
@@ -28,7 +35,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from svc import (BUILD, LONG, Checker, Daemon, spec_proto, stubs, temp_dir, tiny_job,  # noqa: E402
-                 wait_step)
+                 wait_state, wait_step)
 
 import grpc  # noqa: E402
 
@@ -65,6 +72,97 @@ def http(d, method, path, token=None):
             return r.status, r.read(2000).decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
+
+
+# Every operation of the API, as gRPC calls it and as HTTP does, with the scope security.md's
+# table gives it: (name, scope needed, gRPC call or None, HTTP (method, path) or None).
+SCOPE_RANK = {"read": 1, "submit": 2, "admin": 3}
+TOKEN_SCOPE = {READ: "read", SUBMIT: "submit", ADMIN: "admin"}
+MISSING = "job-999999"
+
+
+def operations(stub, health, channel, job_id):
+    def reflect(token):
+        call = channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                     request_serializer=lambda b: b,
+                                     response_deserializer=lambda b: b)
+        # ServerReflectionRequest{list_services: ""}: field 7, length-delimited, empty.
+        return list(call(iter([b"\x3a\x00"]), metadata=md(token), timeout=10))
+
+    def health_watch(token):
+        it = health.Watch(hpb.HealthCheckRequest(), metadata=md(token), timeout=10)
+        first = next(it)
+        it.cancel()
+        return first
+
+    return [
+        ("SubmitJob", "submit",
+         lambda t: stub.SubmitJob(pb.SubmitJobRequest(), metadata=md(t), timeout=10),
+         ("POST", "/api/v1/jobs")),
+        ("CancelJob", "submit",
+         lambda t: stub.CancelJob(pb.CancelJobRequest(id=MISSING), metadata=md(t), timeout=10),
+         ("POST", f"/api/v1/jobs/{MISSING}/cancel")),
+        ("GetJob", "read",
+         lambda t: stub.GetJob(pb.GetJobRequest(id=job_id), metadata=md(t), timeout=10),
+         ("GET", f"/api/v1/jobs/{job_id}")),
+        ("ListJobs", "read",
+         lambda t: stub.ListJobs(pb.ListJobsRequest(), metadata=md(t), timeout=10),
+         ("GET", "/api/v1/jobs")),
+        ("WatchJob", "read",
+         lambda t: list(stub.WatchJob(pb.WatchJobRequest(id=job_id), metadata=md(t), timeout=10)),
+         ("GET", f"/api/v1/jobs/{job_id}/events")),
+        ("GetMetrics", "read",
+         lambda t: stub.GetMetrics(pb.GetMetricsRequest(id=job_id), metadata=md(t), timeout=10),
+         ("GET", f"/api/v1/jobs/{job_id}/metrics")),
+        ("StreamLogs", "read",
+         lambda t: list(stub.StreamLogs(pb.StreamLogsRequest(id=job_id, tail=5), metadata=md(t),
+                                        timeout=10)),
+         ("GET", f"/api/v1/jobs/{job_id}/logs")),
+        ("ListCheckpoints", "read",
+         lambda t: stub.ListCheckpoints(pb.ListCheckpointsRequest(id=job_id), metadata=md(t),
+                                        timeout=10),
+         ("GET", f"/api/v1/jobs/{job_id}/checkpoints")),
+        ("GetEffectiveConfig", "read",
+         lambda t: stub.GetEffectiveConfig(pb.GetEffectiveConfigRequest(id=job_id),
+                                           metadata=md(t), timeout=10),
+         ("GET", f"/api/v1/jobs/{job_id}/config")),
+        ("ListAnomalies", "read",
+         lambda t: stub.ListAnomalies(pb.ListAnomaliesRequest(id=job_id), metadata=md(t),
+                                      timeout=10),
+         ("GET", f"/api/v1/jobs/{job_id}/anomalies")),
+        ("ListWebhookDeliveries", "read",
+         lambda t: stub.ListWebhookDeliveries(pb.ListWebhookDeliveriesRequest(id=job_id),
+                                              metadata=md(t), timeout=10),
+         ("GET", f"/api/v1/jobs/{job_id}/webhooks")),
+        ("the API's description (reflection, openapi.json)", "read", reflect,
+         ("GET", "/api/v1/openapi.json")),
+        ("Health.Check", "read",
+         lambda t: health.Check(hpb.HealthCheckRequest(), metadata=md(t), timeout=10), None),
+        ("Health.Watch", "read", health_watch, None),
+        ("/records", "read", None, ("GET", f"/api/v1/jobs/{job_id}/records")),
+        ("metrics.csv", "read", None, ("GET", f"/api/v1/jobs/{job_id}/metrics.csv")),
+        ("metrics.jsonl", "read", None, ("GET", f"/api/v1/jobs/{job_id}/metrics.jsonl")),
+        ("tensorboard.tar", "read", None, ("GET", f"/api/v1/jobs/{job_id}/tensorboard.tar")),
+        ("Prometheus /metrics", "read", None, ("GET", "/metrics")),
+    ]
+
+
+def walk_operations(d, stub, health, job_id):
+    """Each operation with each token: allowed exactly when the token's scope reaches the one
+    the operation needs, over gRPC (not PERMISSION_DENIED) and HTTP (not 403) alike."""
+    for name, need, call, route in operations(stub, health, d.channel(), job_id):
+        for token, scope in TOKEN_SCOPE.items():
+            want = SCOPE_RANK[scope] >= SCOPE_RANK[need]
+            got = {}
+            if call:
+                code, text = grpc_code(lambda: call(token))
+                got["gRPC"] = (code != "PERMISSION_DENIED", f"{code} {text[:80]}")
+            if route:
+                status, body = http(d, route[0], route[1], token)
+                got["HTTP"] = (status != 403, f"{status} {' '.join(body.split())[:80]}")
+            ck.check(all(allowed == want for allowed, _ in got.values()),
+                     f"h: {name} with a {scope} token is {'allowed' if want else 'refused'} "
+                     f"(needs {need}): " + "; ".join(f"{k} {v}" for k, (_, v) in got.items()))
 
 
 tmp = temp_dir("ztrain-roles-")
@@ -165,6 +263,8 @@ with Daemon(BUILD, tmp, max_ranks=1, extra_args=["--token-file", token_file]) as
     code, text = grpc_code(lambda: stub.CancelJob(pb.CancelJobRequest(id=j.id), metadata=md(ADMIN),
                                                   timeout=10))
     ck.check(code == "OK", f"c: admin may CancelJob any job ({code} {text})")
+    wait_state(d, j.id, {"CANCELLED", "SUCCEEDED", "FAILED"}, timeout=120)
+    walk_operations(d, d.stub(), d.health(), j.id)
 
     # A state file from before jobs recorded their submitter: ztraind adds the columns, empty,
     # and such a job is nobody's: a submit token may not cancel it, an admin may.
@@ -197,4 +297,19 @@ for content, where in ((f"{READ} read\n{SUBMIT} owner\n", ":2: unknown scope 'ow
                         "127.0.0.1:0"], capture_output=True, text=True, timeout=30)
     ck.check(p.returncode == 1 and bad + where in p.stderr,
              f"e: {content.splitlines()[-1][-14:]!r}: exit {p.returncode}: {p.stderr.strip()[:160]}")
+
+# g. ZTRAIN_TOKEN or ZTRAIN_TOKEN_FILE set but empty (or blank) is a mistake, not "no
+# authentication": ztraind refuses to start, naming the variable.
+for var, value in (("ZTRAIN_TOKEN", ""), ("ZTRAIN_TOKEN", " "), ("ZTRAIN_TOKEN_FILE", "")):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZTRAIN_TOKEN")}
+    env[var] = value
+    try:
+        p = subprocess.run([os.path.join(BUILD, "ztraind"), "--state-dir",
+                            os.path.join(tmp, "s3"), "--grpc-addr", "127.0.0.1:0",
+                            "--http-addr", "127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=15, env=env)
+        rc, err = p.returncode, p.stderr.strip()
+    except subprocess.TimeoutExpired:  # killed by run(): it served without authentication
+        rc, err = "none (still serving after 15 s)", ""
+    ck.check(rc == 1 and var + " is " in err, f"g: {var}={value!r}: exit {rc}: {err[:160]}")
 ck.done()
