@@ -279,6 +279,11 @@ void zt_api_error_from_status(zt_api_error *e, int s, const char *message, const
         else
             zt_api_error_field(message, scope, e->field, sizeof e->field);
         break;
+    case ZT_ERR_UNAVAILABLE:
+        /* The server's own trouble, to retry later: its state file cannot be written. */
+        e->kind = ZT_DETAIL_ERROR_INFO;
+        copy(e->reason, sizeof e->reason, "STATE_FILE_UNWRITABLE");
+        break;
     default:
         break;
     }

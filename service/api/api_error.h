@@ -15,6 +15,8 @@
  *                        ACCESS_TOKEN_SCOPE_INSUFFICIENT (metadata scope, requiredScope),
  *                        NOT_JOB_SUBMITTER (metadata job), and over HTTP only ORIGIN_NOT_ALLOWED,
  *                        HOST_NOT_ALLOWED (421), CLIENT_CERTIFICATE_MISSING or _REFUSED (403)
+ *   UNAVAILABLE          ErrorInfo, reason STATE_FILE_UNWRITABLE: ztraind cannot write its state
+ *                        file (a full disk), so a new job is not queued; retry later
  *
  * gRPC carries it as a google.rpc.Status in the grpc-status-details-bin trailer (what grpcio's
  * rpc_status.from_call and grpcurl read); HTTP as an RFC 9457 problem (application/problem+json)

@@ -21,8 +21,14 @@ import sys
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()  # googleapis' error_details and grpc_status (PyPI)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
+from google.rpc import error_details_pb2  # noqa: E402
+from grpc_status import rpc_status  # noqa: E402
 
 from svc import BUILD, Checker, Daemon, stubs, submit, temp_dir, tiny_job  # noqa: E402
 
@@ -78,13 +84,23 @@ def full_state_dir():
             submit(d, dict(job, name="refused"))
             c.check(False, "a: SubmitJob on a full state directory is refused")
         except grpc.RpcError as e:
+            st = rpc_status.from_call(e)
+            info = [x for x in (st.details if st else [])
+                    if x.Is(error_details_pb2.ErrorInfo.DESCRIPTOR)]
+            reason = None
+            if info:
+                ei = error_details_pb2.ErrorInfo()
+                info[0].Unpack(ei)
+                reason = (ei.reason, ei.domain)
             c.check(e.code() == grpc.StatusCode.UNAVAILABLE and "state file" in e.details()
-                    and "not queued" in e.details(),
-                    f"a: SubmitJob is UNAVAILABLE naming the state file: {e.code()} "
-                    f"{e.details()!r}")
+                    and "not queued" in e.details()
+                    and reason == ("STATE_FILE_UNWRITABLE", "ztrain"),
+                    f"a: SubmitJob is UNAVAILABLE naming the state file, ErrorInfo "
+                    f"STATE_FILE_UNWRITABLE: {e.code()} {e.details()!r} {reason}")
         status, body = http_submit(d, dict(job, name="refused-http"))
         c.check(status == 503 and body.get("code") == "UNAVAILABLE"
-                and "state file" in body.get("message", body.get("detail", "")),
+                and "state file" in body.get("detail", "")
+                and body.get("reason") == "STATE_FILE_UNWRITABLE",
                 f"a: POST /api/v1/jobs is 503 UNAVAILABLE: {status} {body}")
         c.check(job_ids(d) == [first], f"a: no refused job is listed: {job_ids(d)}")
         os.unlink(filler)
