@@ -147,21 +147,30 @@ export class EventMarkers {
     this.charts = charts;
     this.events = [];
     this.seen = new Set();
+    this.drawPending = false; /* a draw of the list and the charts is asked for (add) */
     /* How many events the job has had (/anomalies' totalSize): ztraind keeps only the newest
      * 1,000, so the list may hold fewer than there were. */
     this.total = 0;
     this.body = $(root, '[data-testid="events-body"]');
   }
 
-  /* One event as /anomalies and the SSE stream give it; one seen before (by seq) is skipped. */
+  /* One event as /anomalies and the SSE stream give it; one seen before (by seq) is skipped.
+   * The list and the charts are drawn once per animation frame, not once per event: a job's
+   * thousand events arrive one by one (its /anomalies page, then the stream's replay), and
+   * drawing every table row and chart for each of them kept the page busy for tens of seconds. */
   add(ev) {
     if (!ev || this.seen.has(ev.seq)) return;
     this.seen.add(ev.seq);
     this.events.push({seq: ev.seq, step: ev.step, t: ev.time_unix_ms,
       kind: ev.kind, policy: ev.policy, message: ev.message || ''});
-    this.events.sort((a, b) => a.seq - b.seq);
-    this.renderList();
-    this.redraw();
+    if (this.drawPending) return;
+    this.drawPending = true;
+    requestAnimationFrame(() => {
+      this.drawPending = false;
+      this.events.sort((a, b) => a.seq - b.seq);
+      this.renderList();
+      this.redraw();
+    });
   }
 
   /* The job's count of events, from /anomalies (totalSize); events that come later raise it
