@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 import torch  # noqa: E402
@@ -42,6 +43,19 @@ def ztrain(args, timeout=60):
     return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
 
 
+def stopped(pid, timeout=10):
+    """Waits until the process is in the stopped state (SIGSTOP is delivered asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                    return
+        except OSError:
+            return
+        time.sleep(0.001)
+
+
 def interrupted_export(what, args, tmp_of, sig):
     """Runs `ztrain export ARGS`, stops it once tmp_of(pid) exists and sends sig; checks that it
     dies of sig leaving neither the temporary output nor the final one (args[-1])."""
@@ -54,7 +68,12 @@ def interrupted_export(what, args, tmp_of, sig):
             pass
         if p.poll() is None:
             p.send_signal(signal.SIGSTOP)
-            break
+            stopped(p.pid)
+            # Caught only if it was stopped while its temporary output still stood: on a loaded
+            # machine it can finish (rename) between the sighting and the stop.
+            if os.path.exists(tmp) and not os.path.exists(final):
+                break
+            p.send_signal(signal.SIGCONT)
         # Finished before it was caught: start again from nothing.
         p.wait()
         for path in (final, tmp):
