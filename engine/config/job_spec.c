@@ -459,7 +459,7 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
         char ds_source[512];
         snprintf(ds_source, sizeof ds_source, "%s: deepspeed", src);
         ZT_TRY(read_ds(job, ds, ds_source));
-        job->ds_json = cJSON_PrintUnformatted(ds);
+        job->ds_json = zt_json_print(ds, false);
     } else if (cJSON_IsString(ds)) {
         if (!ds->valuestring[0])
             return zt_json_key_error(ZT_ERR_INVALID, top, "deepspeed", "must not be an empty path");
@@ -473,7 +473,7 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
         if (s == ZT_OK) {
             s = read_ds(job, root, path);
             if (s == ZT_OK)
-                job->ds_json = cJSON_PrintUnformatted(root);
+                job->ds_json = zt_json_print(root, false);
         }
         cJSON_Delete(root);
         free(path);

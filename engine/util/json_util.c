@@ -250,6 +250,52 @@ bool zt_json_is_float_literal(const cJSON *item) {
     return cJSON_IsNumber(item) && (item->type & ZT_JSON_FLOAT_LITERAL);
 }
 
+/* Turns each whole number marked as a float into raw text with a fraction ("3.0"), which cJSON
+ * prints as is; false when out of memory. */
+static bool keep_floats(cJSON *node) {
+    for (cJSON *c = node; c; c = c->next) {
+        if (zt_json_is_float_literal(c) && isfinite(c->valuedouble) &&
+            c->valuedouble == floor(c->valuedouble)) {
+            char text[48];
+            snprintf(text, sizeof text, "%.17g", c->valuedouble);
+            if (!strpbrk(text, ".e"))
+                strcat(text, ".0");
+            char *raw = malloc(strlen(text) + 1);
+            if (!raw)
+                return false;
+            strcpy(raw, text);
+            c->type = cJSON_Raw;
+            c->valuestring = raw;
+        }
+        if (c->child && !keep_floats(c->child))
+            return false;
+    }
+    return true;
+}
+
+void zt_json_mark_floats(cJSON *root, const char *text, size_t len) {
+    scanner sc = {.s = text, .n = len};
+    if (scan_value(&sc) && !sc.err && sc.floats) {
+        size_t next = 0;
+        mark_floats(root, &sc, &next);
+    }
+    free(sc.floats);
+}
+
+char *zt_json_print(const cJSON *item, bool formatted) {
+    cJSON *copy = item ? cJSON_Duplicate(item, true) : NULL;
+    if (!copy)
+        return NULL;
+    /* Only the copy's children are walked: the root itself stays a value cJSON prints. */
+    if (cJSON_IsNumber(copy) || keep_floats(copy->child) || !copy->child) {
+        char *text = formatted ? cJSON_Print(copy) : cJSON_PrintUnformatted(copy);
+        cJSON_Delete(copy);
+        return text;
+    }
+    cJSON_Delete(copy);
+    return NULL;
+}
+
 zt_status zt_json_parse(const char *text, const char *source, cJSON **out) {
     *out = NULL;
     /* Editors on Windows write a byte-order mark; it is not part of the JSON text. */

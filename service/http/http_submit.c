@@ -14,6 +14,7 @@
 #include "api/job_proto.h"
 #include "api/submitter.h"
 #include "http_internal.h"
+#include "ztrain/json_util.h"
 
 static enum MHD_Result bad(struct MHD_Connection *c, const char *msg) {
     return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s", msg);
@@ -62,7 +63,7 @@ enum MHD_Result zt_http_jobs_submit(zt_http_server *s, struct MHD_Connection *c,
     if (header && !k[0])
         k = header;
 
-    char *spec_text = cJSON_PrintUnformatted(spec);
+    char *spec_text = zt_json_print(spec, false);
     Ztrain__V1__JobSpec *msg = NULL;
     char *spec_json = NULL;
     /* No base directory: a path given as "deepspeed" is refused, as gRPC cannot send one. */

@@ -183,6 +183,11 @@ def case_b(d):
             ("warmup_num_steps 0", {"scheduler": {"type": "WarmupLR",
                                                   "params": {"warmup_num_steps": 0}}},
              "scheduler.params.warmup_num_steps"),
+            # A whole number written as a float stays one on the way to the parser (DeepSpeed's
+            # isinstance(v, int) refuses 3.0).
+            ("warmup_num_steps 3.0", {"scheduler": {"type": "WarmupLR",
+                                                    "params": {"warmup_num_steps": 3.0}}},
+             "scheduler.params.warmup_num_steps"),
             ("fp16.min_loss_scale 0", {"fp16": {"enabled": True, "min_loss_scale": 0}},
              "fp16.min_loss_scale"),
             ("fp16.hysteresis 0", {"fp16": {"enabled": True, "hysteresis": 0}}, "fp16.hysteresis"),
