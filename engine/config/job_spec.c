@@ -383,9 +383,14 @@ static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top
     ZT_TRY(get_int_min(&o, "gradient_accumulation_steps", 1, &a->gradient_accumulation_steps));
     if (zt_json_item(&o, "gradient_accumulation_steps"))
         *g |= ZT_ARG_GRADIENT_ACCUMULATION_STEPS;
-    ZT_TRY(get_int_min(&o, "warmup_steps", 0, &a->warmup_steps));
-    if (zt_json_item(&o, "warmup_steps"))
-        *g |= ZT_ARG_WARMUP;
+    /* transformers 5 declares it a float: an int is steps, a float in [0, 1) a ratio
+     * (TrainingArguments.get_warmup_steps); its __post_init__ refuses a negative one. */
+    ZT_TRY(zt_json_get_double(&o, "warmup_steps", &a->warmup_steps, &found));
+    if (found && a->warmup_steps < 0)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "warmup_steps", "must be >= 0, got %g "
+                                 "(transformers: Got warmup_steps = %g, Expected value "
+                                 "warmup_steps >= 0)", a->warmup_steps, a->warmup_steps);
+    *g |= found ? ZT_ARG_WARMUP : 0;
     ZT_TRY(zt_json_get_bool(&o, "bf16", &a->bf16, &found));
     *g |= found ? ZT_ARG_BF16 : 0;
     ZT_TRY(zt_json_get_bool(&o, "fp16", &a->fp16, &found));

@@ -207,8 +207,11 @@ typedef struct {
     double max_grad_norm;            /* 1.0 */
     int per_device_train_batch_size; /* 8 */
     int gradient_accumulation_steps; /* 1 */
-    int warmup_steps;                /* 0: warmup_ratio decides */
-    double warmup_ratio;             /* 0 */
+    /* 0. A number >= 1: that many steps (transformers 5 truncates a fraction, int(2.5) = 2); a
+     * float in (0, 1): transformers 5's ratio of the training steps, ceil(max_steps * it);
+     * 0: warmup_ratio decides (transformers 4's rule; 5 has no warmup_ratio). */
+    double warmup_steps;
+    double warmup_ratio;             /* 0; transformers 4 */
     char lr_scheduler_type[24];      /* "" (the config's scheduler, or none), "constant",
                                       * "constant_with_warmup", "linear" */
     bool bf16, fp16;                 /* false */
