@@ -8,22 +8,54 @@
 
 #include "ds_config_internal.h"
 
-/* Top-level keys whose null DeepSpeed does not survive, and how it fails. */
+/* Top-level keys whose null DeepSpeed does not survive, and how it fails (DeepSpeedConfig run on
+ * {"train_batch_size": 2, KEY: null} for every top-level key of the key table). */
+#define NOT_A_MAPPING "its config class's constructor fails: argument after ** must be a " \
+                      "mapping, not NoneType"
+#define NO_GET "DeepSpeedConfig fails: 'NoneType' object has no attribute 'get'"
+#define NO_KEYS "DeepSpeedConfig fails: 'NoneType' object has no attribute 'keys'"
+#define REMOVED "DeepSpeed 0.19.8 refuses the key itself, whatever its value: the feature has " \
+                "been removed"
 static const char *const top_crash[][2] = {
-    {"optimizer", "DeepSpeedConfig fails: 'NoneType' object has no attribute 'keys'"},
-    {"scheduler", "DeepSpeedConfig fails: 'NoneType' object has no attribute 'keys'"},
-    {"fp16", "DeepSpeedFP16Config() argument after ** must be a mapping, not NoneType"},
-    {"zero_optimization", "DeepSpeedZeroConfig() argument after ** must be a mapping, not "
-                          "NoneType"},
-    {"activation_checkpointing", "DeepSpeedConfig fails: 'NoneType' object has no attribute "
-                                 "'get'"},
+    {"optimizer", NO_KEYS},
+    {"scheduler", NO_KEYS},
+    {"fp16", NOT_A_MAPPING},
+    {"bfloat16", NOT_A_MAPPING},
+    {"zero_optimization", NOT_A_MAPPING},
+    {"comms_logger", NOT_A_MAPPING},
+    {"compile", NOT_A_MAPPING},
+    {"hybrid_engine", NOT_A_MAPPING},
+    {"tensor_parallel", NOT_A_MAPPING},
+    {"weight_quantization", NOT_A_MAPPING},
+    {"activation_checkpointing", NO_GET},
+    {"data_types", NO_GET},
+    {"autotuning", NO_GET},
+    {"checkpoint", NO_GET},
+    {"data_efficiency", NO_GET},
+    {"flops_profiler", NO_GET},
+    {"torch_autocast", NO_GET},
+    {"pipeline", "DeepSpeedConfig fails: 'NoneType' object has no attribute 'items'"},
+    {"timers", "DeepSpeedConfig fails: argument of type 'NoneType' is not iterable"},
     {"tensorboard", "DeepSpeedMonitorConfig: Input should be a valid dictionary"},
     {"csv_monitor", "DeepSpeedMonitorConfig: Input should be a valid dictionary"},
     {"wandb", "DeepSpeedMonitorConfig: Input should be a valid dictionary"},
     {"comet", "DeepSpeedMonitorConfig: Input should be a valid dictionary"},
+    {"gradient_allreduce_op", "Invalid gradient_allreduce_op. Supported operations: ['mean', "
+                              "'sum']. Got: None"},
     {"gradient_clipping", "DeepSpeed's step compares it with 0.0: TypeError"},
     {"wall_clock_breakdown", "DeepSpeedConfig fails: unsupported operand type(s) for |: "
                              "'NoneType' and 'bool'"},
+    {"amp", REMOVED},
+    {"sparse_gradients", REMOVED},
+    {"graph_harvesting", REMOVED},
+    {"compression_training", REMOVED},
+    {"curriculum_learning", REMOVED},
+    {"eigenvalue", REMOVED},
+    {"elasticity", REMOVED},
+    {"nebula", REMOVED},
+    {"progressive_layer_drop", REMOVED},
+    {"quantize_training", REMOVED},
+    {"sparse_attention", REMOVED},
 };
 
 /* The fields of DeepSpeed's pydantic sections that take None (Optional in the model); a null at
