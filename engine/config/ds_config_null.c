@@ -84,12 +84,12 @@ static zt_status refuse_null_fields(const zt_json_obj *o, const char *model,
     return ZT_OK;
 }
 
-static zt_status section(const zt_json_obj *parent, const char *key, zt_json_obj *o) {
+/* parent's object under key as *o, or an absent one when it is not an object. */
+static void section(const zt_json_obj *parent, const char *key, zt_json_obj *o) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(parent->obj, key);
     char path[512];
     zt_json_key_path(parent, key, path, sizeof path);
     zt_json_obj_init(o, cJSON_IsObject(v) ? v : NULL, parent->source, path);
-    return ZT_OK;
 }
 
 zt_status zt_ds_check_nulls(const zt_json_obj *top) {
