@@ -5,6 +5,7 @@
  * batch triple, then what DeepSpeed checks when it builds the optimizer and the scheduler, and
  * last the two gates, so a config that is wrong is reported as wrong before it is reported as
  * unsupported. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,59 @@ void zt_ds_config_print_warnings(const zt_ds_config *cfg, FILE *f) {
         fprintf(f, "ztrain: warning: %d more warning(s) about the DeepSpeed config not shown\n",
                 cfg->warnings_lost);
     fflush(f);
+}
+
+zt_status zt_ds_fail(zt_status s, const zt_json_obj *o, const char *key, const char *fmt, ...) {
+    char msg[2048], path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    zt_error(s, "%s", msg);
+    if (key)
+        zt_json_key_path(o, key, path, sizeof path);
+    else
+        snprintf(path, sizeof path, "%s", o->path);
+    return zt_error_field(s, path);
+}
+
+void zt_ds_py_float(double v, char *buf, size_t n) {
+    /* repr(float): the fewest significant digits that read back as the same double, written
+     * positionally for exponents -4 to 15 (with ".0" when there is no fraction) and as
+     * "1e+16" / "1.5e-07" outside. */
+    char sci[40];
+    int digits = 1;
+    for (; digits <= 17; digits++) {
+        snprintf(sci, sizeof sci, "%.*e", digits - 1, v);
+        if (strtod(sci, NULL) == v)
+            break;
+    }
+    const char *e = strchr(sci, 'e');
+    int exp = e ? atoi(e + 1) : 0;
+    if (!isfinite(v) || exp < -4 || exp >= 16) {
+        snprintf(buf, n, "%s", isnan(v) ? "nan" : isinf(v) ? (v < 0 ? "-inf" : "inf") : sci);
+        return;
+    }
+    int decimals = digits - 1 - exp;
+    snprintf(buf, n, "%.*f", decimals > 0 ? decimals : 0, v);
+    if (!strchr(buf, '.') && strlen(buf) + 2 < n)
+        strcat(buf, ".0");
+}
+
+void zt_ds_py_str(const cJSON *v, char *buf, size_t n) {
+    if (cJSON_IsNumber(v) && zt_json_is_float_literal(v)) {
+        zt_ds_py_float(v->valuedouble, buf, n);
+    } else if (cJSON_IsNumber(v)) {
+        snprintf(buf, n, "%.0f", v->valuedouble);
+    } else if (cJSON_IsBool(v)) {
+        snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "True" : "False");
+    } else if (!v || cJSON_IsNull(v)) {
+        snprintf(buf, n, "None");
+    } else if (cJSON_IsString(v)) {
+        snprintf(buf, n, "%s", v->valuestring);
+    } else {
+        zt_json_repr(v, buf, n);
+    }
 }
 
 bool zt_ds_name_in(const char *name, const char *const *list) {
@@ -607,6 +661,7 @@ static zt_status parse_tree(zt_ds_config *cfg, const cJSON *root, const char *so
     zt_json_obj_init(&top, root, source, "");
     batch_keys bk = {0};
     ZT_TRY(zt_ds_check_known_keys(&top));
+    ZT_TRY(zt_ds_check_nulls(&top));
     ZT_TRY(parse_top(cfg, &top, &bk));
     ZT_TRY(zt_ds_parse_zero(cfg, &top));
     ZT_TRY(zt_ds_parse_precision(cfg, &top));

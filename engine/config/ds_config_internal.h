@@ -12,12 +12,25 @@
 /* Rules every section follows, stricter than DeepSpeed on purpose where it gave no answer:
  * - Unknown keys inside any section are an error naming the key, also in sections DeepSpeed reads
  *   with dict.get (optimizer, scheduler, their params, data_types).
- * - JSON null and the string "auto" mean "absent" everywhere, so the default applies.
+ * - JSON null and the string "auto" mean "absent", so the default applies, except where DeepSpeed
+ *   fails on None or reads it otherwise (zt_ds_check_nulls, and the scheduler's few).
  * - Integers must be integral numbers (5e8 and 2.0 are fine); bools must be true/false. */
 
 /* Records "ztrain: warning: SOURCE: " and the message as one line in the warnings of the config
  * being parsed on this thread (stderr outside a parse); a line already recorded is not repeated. */
 void zt_ds_warn(const char *source, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records the formatted message as zt_error does and the key it is about as the failure's field
+ * (zt_error_field: o's path and key, or o's own path when key is NULL), so that the service
+ * names the exact key of a refusal whose text is DeepSpeed's own rather than "key '...'". */
+zt_status zt_ds_fail(zt_status s, const zt_json_obj *o, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Writes v as Python's str() prints the value json.load made of it (3 for an int, 3.0 for a
+ * float literal, True, None, a string without quotes), for DeepSpeed's "got ..." texts. */
+void zt_ds_py_str(const cJSON *v, char *buf, size_t n);
+/* A double as Python's str(float) prints it ("0.0", "2.5", "1e-05"). */
+void zt_ds_py_float(double v, char *buf, size_t n);
 
 /* Whether name is in the NULL-terminated list (case-sensitive). */
 bool zt_ds_name_in(const char *name, const char *const *list);
@@ -62,6 +75,10 @@ zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_tensor_parallel(zt_ds_config *cfg, const zt_json_obj *top);
 /* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet. */
 zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
+
+/* JSON null where DeepSpeed does not read it as absent (ds_config_null.c): refused by key, with
+ * how DeepSpeed fails on it. Runs before the section parsers. */
+zt_status zt_ds_check_nulls(const zt_json_obj *top);
 
 /* The key table's two passes (ds_config_keys.c). The first refuses a key that is not in the table
  * inside any section it describes (warns at the top level); the second, after the section parsers,

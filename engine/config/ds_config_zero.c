@@ -274,8 +274,8 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     bool found;
     ZT_TRY(zt_json_get_double(&fp16, "loss_scale", &cfg->fp16.loss_scale, &found));
     if (found && cfg->fp16.loss_scale < 0)
-        return zt_error(ZT_ERR_INVALID, "%s: fp16.loss_scale must be >= 0 (0 enables dynamic loss scaling)",
-                        top->source);
+        return zt_ds_fail(ZT_ERR_INVALID, &fp16, "loss_scale", "%s: fp16.loss_scale must be >= 0 "
+                          "(0 enables dynamic loss scaling)", top->source);
     int min_scale;
     ZT_TRY(zt_json_get_int(&fp16, "min_loss_scale", &min_scale, &found));
     if (found)
@@ -283,15 +283,18 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     /* The dynamic scaler divides by the window and halves down to the minimum. */
     if (cfg->fp16.enabled && cfg->fp16.loss_scale == 0) {
         if (cfg->fp16.loss_scale_window <= 0)
-            return zt_error(ZT_ERR_INVALID, "%s: fp16.loss_scale_window must be greater than 0, got %d",
-                            top->source, cfg->fp16.loss_scale_window);
+            return zt_ds_fail(ZT_ERR_INVALID, &fp16, "loss_scale_window",
+                              "%s: fp16.loss_scale_window must be greater than 0, got %d", top->source,
+                              cfg->fp16.loss_scale_window);
         if (cfg->fp16.min_loss_scale <= 0)
-            return zt_error(ZT_ERR_INVALID, "%s: fp16.min_loss_scale must be greater than 0, got %g",
-                            top->source, cfg->fp16.min_loss_scale);
+            return zt_ds_fail(ZT_ERR_INVALID, &fp16, "min_loss_scale",
+                              "%s: fp16.min_loss_scale must be greater than 0, got %g", top->source,
+                              cfg->fp16.min_loss_scale);
         /* With 0 the ZeRO rule would never lower the scale. */
         if (cfg->fp16.hysteresis <= 0)
-            return zt_error(ZT_ERR_INVALID, "%s: fp16.hysteresis must be greater than 0, got %d",
-                            top->source, cfg->fp16.hysteresis);
+            return zt_ds_fail(ZT_ERR_INVALID, &fp16, "hysteresis",
+                              "%s: fp16.hysteresis must be greater than 0, got %d", top->source,
+                              cfg->fp16.hysteresis);
     }
 
     /* "bfloat16" is the old name; DeepSpeed reads it only when "bf16" is absent. */

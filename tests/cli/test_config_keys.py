@@ -99,6 +99,27 @@ def main():
           "(regenerate it with `build/ztrain config-keys`)")
     rows = parse_rows(printed)
     check(len(rows) > 200, f"{len(rows)} keys in the table")
+    # -o json: the same rows, as a list of objects Python's json module reads.
+    forms = [subprocess.run([ZTRAIN, "config-keys"] + f, capture_output=True, text=True)
+             for f in (["-o", "json"], ["-o=json"], ["--output", "json"], ["--json"])]
+    objs = json.loads(forms[0].stdout) if forms[0].returncode == 0 else []
+    check(all(f.returncode == 0 and f.stdout == forms[0].stdout for f in forms),
+          "config-keys -o json, -o=json, --output json and --json print the same")
+    as_rows = []
+    for o in objs:
+        fate = o["fate"]
+        if fate == "honoured" and o["stages"]:
+            fate = "honoured at stage " + ",".join(str(s) for s in o["stages"])
+        as_rows.append((o["key"], not o["contents_listed"], fate, o["note"]))
+    check(as_rows == rows and all(set(o) == {"key", "fate", "stages", "default", "section",
+                                             "contents_listed", "note"} for o in objs),
+          f"config-keys -o json: the table's {len(rows)} rows as objects ({len(objs)} read)")
+    by_key = {o["key"]: o for o in objs}
+    check(by_key.get("zero_optimization.stage", {}).get("default") == 0
+          and by_key.get("zero_optimization", {}).get("section") is True,
+          "config-keys -o json: defaults as JSON values, sections marked")
+    bad = subprocess.run([ZTRAIN, "config-keys", "-o", "yaml"], capture_output=True, text=True)
+    check(bad.returncode == 2 and "yaml" in bad.stderr, "config-keys -o yaml is bad usage")
     check(len({r[0] for r in rows}) == len(rows), "no key is listed twice")
 
     # Defaults come from the C table, which the markdown does not show: they are read back from

@@ -429,7 +429,7 @@ static void test_scheduler(void) {
     zt_ds_config c;
     zt_schedule_config *s = &c.scheduler;
     /* WarmupLR: warmup_max_lr falls back to the optimizer's lr. */
-    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupLR\"}}", 1, &c)) {
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {}}}", 1, &c)) {
         CHECK(s->type == ZT_SCHED_WARMUP_LR);
         CHECK_NEAR(s->warmup_max_lr, 6e-4);
         CHECK(s->warmup_min_lr == 0 && s->warmup_num_steps == 1000 && !s->warmup_linear);
@@ -453,7 +453,7 @@ static void test_scheduler(void) {
     ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"total_num_steps\": 10}}}",
                1, ZT_ERR_INVALID, "ds.json: unknown key 'total_num_steps' in scheduler.params");
     /* WarmupDecayLR: total_num_steps required; warmup_max_lr defaults to 0.001 whatever the lr. */
-    ERR("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\"}}", 1, ZT_ERR_INVALID,
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {}}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'scheduler.params.total_num_steps' is required");
     if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
            "{\"total_num_steps\": 5000, \"warmup_num_steps\": 100}}}", 1, &c)) {
@@ -511,10 +511,48 @@ static void test_scheduler(void) {
         CHECK(!s->cycle_momentum); /* torch SGD has no betas: DeepSpeed disables it */
         CHECK(s->cycle_second_step_size == 50);
     }
+    /* OneCycle takes float() of its step sizes: the first must be > 0, the second >= 0. */
     ERR("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
         "\"cycle_max_lr\": 1, \"cycle_first_step_size\": 0}}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'scheduler.params.cycle_first_step_size' must be a positive integer, got 0");
-    if (OK("{" B "\"scheduler\": {\"type\": \"LRRangeTest\"}}", 1, &c)) {
+        "ds.json: scheduler.params: cycle_first_step_size must be positive, got 0.0");
+    ERR("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+        "\"cycle_max_lr\": 1, \"cycle_second_step_size\": -1}}}", 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: cycle_second_step_size must be non-negative, got -1.0");
+    if (OK("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+           "\"cycle_max_lr\": 1, \"cycle_first_step_size\": 2.5, \"cycle_second_step_size\": 0}}}",
+           1, &c))
+        CHECK(s->cycle_first_step_size == 2.5 && s->cycle_second_step_size == 0);
+    if (OK("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+           "\"cycle_max_lr\": 1, \"cycle_first_step_size\": 2.5}}}", 1, &c))
+        CHECK(s->cycle_second_step_size == 2.5);
+    /* total_num_steps only enters the arithmetic: fractions and values below the warmup run. */
+    if (OK("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": "
+           "6.5, \"warmup_num_steps\": 2}}}", 1, &c))
+        CHECK(s->total_num_steps == 6.5);
+    if (OK("{" B "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": "
+           "0, \"warmup_num_steps\": 2}}}", 1, &c))
+        CHECK(s->total_num_steps == 0);
+    /* isinstance(v, int): a number written as a float is refused even when whole, true is 1. */
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 3.0}}}", 1,
+        ZT_ERR_INVALID, "ds.json: scheduler.params: warmup_num_steps must be a positive integer, got 3.0");
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 9, "
+        "\"warmup_num_steps\": 1e1}}}", 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: warmup_num_steps must be a positive integer, got 10.0");
+    ERR("{" B "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {\"lr_range_test_step_size\": "
+        "2.0}}}", 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: lr_range_test_step_size must be a positive integer, got 2.0");
+    ERR("{" B "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {\"lr_range_test_step_size\": "
+        "\"5\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: lr_range_test_step_size must be a positive integer, got 5");
+    if (OK("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": true}}}",
+           1, &c))
+        CHECK(s->warmup_num_steps == 1);
+    /* Without params (or with null) DeepSpeed's Class(optimizer, **params) is a TypeError. */
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"LRRangeTest\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'scheduler.params' is required for scheduler LRRangeTest");
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": null}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'scheduler.params' is required for scheduler WarmupLR");
+    if (OK("{" B "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {}}}", 1, &c)) {
         CHECK(s->type == ZT_SCHED_LR_RANGE_TEST);
         CHECK_NEAR(s->lr_range_test_min_lr, 1e-3);
         CHECK(s->lr_range_test_step_size == 2000 && !s->lr_range_test_staircase);
@@ -527,12 +565,94 @@ static void test_scheduler(void) {
         CHECK(s->lr_range_test_step_size == 10 && s->lr_range_test_staircase);
         CHECK_NEAR(s->lr_range_test_step_rate, 2.5);
     }
-    ERR("{" B "\"scheduler\": {\"type\": \"warmuplr\"}}", 1, ZT_ERR_INVALID,
+    ERR("{" B "\"scheduler\": {\"type\": \"warmuplr\", \"params\": {}}}", 1, ZT_ERR_INVALID,
         "ds.json: unknown scheduler type 'warmuplr'; did you mean 'WarmupLR'? (names are case-sensitive)");
     ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"StepLR\"}}", 1, ZT_ERR_UNSUPPORTED,
                "ds.json: scheduler type 'StepLR' (torch.optim.lr_scheduler) is not supported");
     ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"last_batch_iteration\": 5}}}",
                1, ZT_ERR_UNSUPPORTED, "ds.json: key 'scheduler.params.last_batch_iteration' 5 is not supported");
+}
+
+/* JSON null as DeepSpeed 0.19 reads it (DeepSpeedConfig, its pydantic models, and the engine's
+ * Class(optimizer, **params) for the schedule, each run on these configs): where DeepSpeed fails,
+ * the key is refused by name; where it reads None as its default, the default applies. */
+static void test_nulls(void) {
+    zt_ds_config c;
+    static const char *const crash[] = {"optimizer", "scheduler", "fp16", "zero_optimization",
+                                        "activation_checkpointing", "tensorboard",
+                                        "gradient_clipping", "wall_clock_breakdown", "bfloat16",
+                                        "pipeline", "data_types", "gradient_allreduce_op",
+                                        "nebula"};
+    for (size_t i = 0; i < sizeof crash / sizeof crash[0]; i++) {
+        char json[256], want[128];
+        snprintf(json, sizeof json, "{" B "\"%s\": null}", crash[i]);
+        snprintf(want, sizeof want, "ds.json: key '%s' must not be null (", crash[i]);
+        ERR_PREFIX(json, 1, ZT_ERR_INVALID, want);
+        CHECK(strcmp(zt_last_error_field(), crash[i]) == 0);
+    }
+    /* The pydantic models refuse None except at their Optional fields. */
+    ERR_PREFIX("{" B "\"fp16\": {\"enabled\": true, \"loss_scale_window\": null}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'fp16.loss_scale_window' must not be null (DeepSpeed's DeepSpeedFP16Config");
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"stage\": null}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'zero_optimization.stage' must not be null");
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": null}}}",
+               1, ZT_ERR_INVALID, "ds.json: key 'zero_optimization.offload_optimizer.device' must not be null");
+    OK("{" B "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": null, \"overlap_comm\": null}}",
+       1, &c);
+    /* Read as absent by DeepSpeed too: the batch keys, steps_per_print, bf16, optimizer.params. */
+    TRIPLE("{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": null}", 2, 8, 4, 1);
+    if (OK("{" B "\"bf16\": null, \"steps_per_print\": null, \"optimizer\": {\"type\": \"AdamW\", "
+           "\"params\": null}}", 1, &c))
+        CHECK(!c.bf16.enabled && c.steps_per_print == 0 && c.has_optimizer);
+    /* A null scheduler type is DeepSpeed's "no scheduler". */
+    if (OK("{" B "\"scheduler\": {\"type\": null, \"params\": {}}}", 1, &c))
+        CHECK(c.scheduler.type == ZT_SCHED_NONE);
+    /* Scheduler parameters: None fails in the constructors' checks and arithmetic, except where
+     * None is the default or only tested for truth. */
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": null}}}", 1,
+               ZT_ERR_INVALID, "ds.json: key 'scheduler.params.warmup_num_steps' must not be null");
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": null}}}",
+               1, ZT_ERR_INVALID, "ds.json: key 'scheduler.params.total_num_steps' must not be null");
+    if (OK("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.001, "
+           "\"cycle_max_lr\": 0.01, \"cycle_first_step_size\": 2, \"cycle_second_step_size\": null, "
+           "\"cycle_momentum\": null}}}", 1, &c))
+        CHECK(c.scheduler.cycle_second_step_size == 2 && !c.scheduler.cycle_momentum);
+    /* WarmupDecayLR hands a null warmup_max_lr to WarmupLR, which takes the optimizer's lr. */
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": "
+           "10, \"warmup_max_lr\": null}}}", 1, &c))
+        CHECK_NEAR(c.scheduler.warmup_max_lr, 6e-4);
+}
+
+/* The field a refusal is about (zt_last_error_field), which the service hands on as the
+ * BadRequest field: the exact key path, also where the text is DeepSpeed's own. */
+static void field_at(int line, const char *json, const char *want) {
+    zt_ds_config cfg;
+    zt_status s = zt_ds_config_parse(&cfg, json, "ds.json", 1);
+    check_at(__FILE__, line, s != ZT_OK && strcmp(zt_last_error_field(), want) == 0,
+             "field '%s', want '%s' (%s)", zt_last_error_field(), want, zt_last_error());
+}
+#define FIELD(json, want) field_at(__LINE__, json, want)
+
+static void test_error_fields(void) {
+    FIELD("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 0}}}",
+          "scheduler.params.warmup_num_steps");
+    FIELD("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+          "\"cycle_max_lr\": 1, \"cycle_first_step_size\": -1}}}", "scheduler.params.cycle_first_step_size");
+    FIELD("{" B "\"scheduler\": {\"type\": \"WarmLR\", \"params\": {}}}", "scheduler.type");
+    FIELD("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": 0}}", "fp16.min_loss_scale");
+    FIELD("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}", "fp16.hysteresis");
+    FIELD("{" B "\"fp16\": {\"enabled\": true, \"loss_scale_window\": 0}}", "fp16.loss_scale_window");
+    FIELD("{" B "\"fp16\": {\"enabled\": true, \"loss_scale\": -1}}", "fp16.loss_scale");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.5]}}}",
+          "optimizer.params.betas");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -1}}}", "optimizer.params.lr");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"eps\": -1}}}", "optimizer.params.eps");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adamm\", \"params\": {}}}", "optimizer.type");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adadelta\", \"params\": {}}}", "optimizer.type");
+    FIELD("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1, \"nesterov\": true}}}",
+          "optimizer.params.nesterov");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Lamb\", \"params\": {}}, \"zero_optimization\": "
+          "{\"stage\": 1}}", "zero_allow_untested_optimizer");
 }
 
 static void test_malformed(void) {
@@ -717,6 +837,8 @@ int main(void) {
     test_lamb_family();
     test_monitor();
     test_scheduler();
+    test_nulls();
+    test_error_fields();
     test_malformed();
     test_keys_and_types();
     test_gates();

@@ -61,16 +61,17 @@ typedef struct {
     /* WarmupLR, WarmupDecayLR, WarmupCosineLR */
     double warmup_min_lr;        /* default 0 */
     double warmup_max_lr;        /* WarmupLR: the optimizer lr when absent; WarmupDecayLR: 1e-3 */
-    int warmup_num_steps;        /* default 1000 */
+    int warmup_num_steps;        /* default 1000; a JSON int (DeepSpeed's isinstance check) */
     bool warmup_linear;          /* warmup_type "linear"; "log" (the default) otherwise */
-    int total_num_steps;         /* WarmupDecayLR, WarmupCosineLR: required */
+    double total_num_steps;      /* WarmupDecayLR, WarmupCosineLR: required; any number, as
+                                  * DeepSpeed only computes with it (6.5 is valid) */
     double warmup_min_ratio;     /* WarmupCosineLR, default 0 */
     double cos_min_ratio;        /* WarmupCosineLR, default 1e-4 */
     /* OneCycle */
     double cycle_min_lr, cycle_max_lr; /* required */
     double decay_lr_rate;              /* default 0 */
-    int cycle_first_step_size;         /* default 2000 */
-    int cycle_second_step_size;        /* default: first */
+    double cycle_first_step_size;      /* default 2000; > 0, fractional allowed (float()) */
+    double cycle_second_step_size;     /* default: first; >= 0 (0: no descending half) */
     int cycle_first_stair_count;       /* default 0 */
     int cycle_second_stair_count;      /* default: first */
     int decay_step_size;               /* default 0 */
@@ -79,7 +80,7 @@ typedef struct {
     double decay_mom_rate;             /* default 0 */
     /* LRRangeTest */
     double lr_range_test_min_lr;    /* default 1e-3 */
-    int lr_range_test_step_size;    /* default 2000 */
+    int lr_range_test_step_size;    /* default 2000; a JSON int (DeepSpeed's isinstance check) */
     double lr_range_test_step_rate; /* default 1.0 */
     bool lr_range_test_staircase;   /* default false */
 } zt_schedule_config;
@@ -206,8 +207,11 @@ typedef struct {
     double max_grad_norm;            /* 1.0 */
     int per_device_train_batch_size; /* 8 */
     int gradient_accumulation_steps; /* 1 */
-    int warmup_steps;                /* 0: warmup_ratio decides */
-    double warmup_ratio;             /* 0 */
+    /* 0. A number >= 1: that many steps (transformers 5 truncates a fraction, int(2.5) = 2); a
+     * float in (0, 1): transformers 5's ratio of the training steps, ceil(max_steps * it);
+     * 0: warmup_ratio decides (transformers 4's rule; 5 has no warmup_ratio). */
+    double warmup_steps;
+    double warmup_ratio;             /* 0; transformers 4 */
     char lr_scheduler_type[24];      /* "" (the config's scheduler, or none), "constant",
                                       * "constant_with_warmup", "linear" */
     bool bf16, fp16;                 /* false */
