@@ -283,8 +283,8 @@ static void test_optimizer(void) {
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 1e-3, \"beta1\": 0.9}}}", 1,
         ZT_ERR_INVALID,
         "ds.json: unknown key 'beta1' in optimizer.params (did you mean 'betas'?); allowed keys: lr, "
-        "betas, eps, weight_decay, bias_correction, amsgrad, torch_adam, adam_w_mode, set_grad_none, "
-        "fused, foreach");
+        "betas, eps, weight_decay, bias_correction, amsgrad, set_grad_none, torch_adam, adam_w_mode, "
+        "fp32_optimizer_states");
     ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"param\": {}}}", 1, ZT_ERR_INVALID,
                "ds.json: unknown key 'param' in optimizer (did you mean 'params'?)");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"abc\"}}}", 1, ZT_ERR_INVALID,
@@ -295,9 +295,92 @@ static void test_optimizer(void) {
         ZT_ERR_INVALID, "ds.json: optimizer.params: Invalid beta parameter at index 1: 1");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -0.001}}}", 1, ZT_ERR_INVALID,
         "ds.json: optimizer.params: Invalid learning rate: -0.001");
-    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
-               ZT_ERR_UNSUPPORTED, "ds.json: optimizer.params.amsgrad: true is not supported");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params.amsgrad: FusedAdam does not support the AMSGrad "
+        "variant.");
     OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": false}}}", 1, &c);
+}
+
+#define OFFLOAD "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}, "
+#define TYPE_ERROR(key, cls, why)                                                                  \
+    "ds.json: key 'optimizer.params." key "' is not a parameter of " cls ", which DeepSpeed "   \
+    "builds " why " (TypeError: unexpected keyword argument '" key "')"
+
+/* Each Adam path takes the keyword arguments of the class DeepSpeed builds for it
+ * (engine.py get_optimizer_configuration): FusedAdam(lr, bias_correction, betas, eps,
+ * adam_w_mode, weight_decay, amsgrad, set_grad_none); DeepSpeedCPUAdam (offload_optimizer on cpu
+ * or nvme) the same without set_grad_none; torch.optim.AdamW / Adam (torch_adam) lr, betas, eps,
+ * weight_decay, amsgrad, foreach, maximize, capturable, differentiable, fused, and Adam
+ * decoupled_weight_decay. torch_adam, adam_w_mode and fp32_optimizer_states are popped first on
+ * every path. */
+static void test_adam_classes(void) {
+    zt_ds_config c;
+    /* FusedAdam */
+    OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"set_grad_none\": true, "
+       "\"bias_correction\": true, \"fp32_optimizer_states\": false}}}", 1, &c);
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"fused\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("fused", "FusedAdam", "without torch_adam or offload_optimizer"));
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"foreach\": false}}}", 1,
+        ZT_ERR_INVALID, TYPE_ERROR("foreach", "FusedAdam", "without torch_adam or offload_optimizer"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"maximize\": false}}}", 1,
+        ZT_ERR_INVALID, TYPE_ERROR("maximize", "FusedAdam", "without torch_adam or offload_optimizer"));
+    /* torch.optim.AdamW: no bias_correction (it always corrects), no set_grad_none. */
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"bias_correction\": false}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("bias_correction", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"set_grad_none\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("set_grad_none", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"decoupled_weight_decay\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("decoupled_weight_decay", "torch.optim.AdamW", "with torch_adam: true"));
+    if (OK("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+           "\"foreach\": true, \"capturable\": false, \"differentiable\": false, "
+           "\"fp32_optimizer_states\": true, \"maximize\": false, \"amsgrad\": false}}}", 1, &c))
+        CHECK(c.optimizer.torch_adam && c.optimizer.adam_w_mode && c.optimizer.bias_correction);
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"foreach\": true, \"fused\": true}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.params: `fused` and `foreach` cannot be `True` together.");
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"amsgrad\": true}}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: optimizer.params.amsgrad: true is not supported: DeepSpeed builds "
+        "torch.optim.AdamW here, which has the AMSGrad variant, and ztrain's Adam does not "
+        "implement it");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+               "\"maximize\": true}}}", 1, ZT_ERR_UNSUPPORTED,
+               "ds.json: optimizer.params.maximize: true is not supported with Adam");
+    /* torch.optim.Adam with decoupled_weight_decay is AdamW's update, with Adam's default decay. */
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+           "\"adam_w_mode\": false, \"decoupled_weight_decay\": true}}}", 1, &c))
+        CHECK(c.optimizer.adam_w_mode && c.optimizer.weight_decay == 0.0);
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+           "\"adam_w_mode\": false}}}", 1, &c))
+        CHECK(!c.optimizer.adam_w_mode);
+    /* DeepSpeedCPUAdam, whatever the stage's wrapper. */
+    if (OK("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"bias_correction\": "
+           "false, \"fp32_optimizer_states\": false}}}", 1, &c))
+        CHECK(!c.optimizer.bias_correction);
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"set_grad_none\": true}}}",
+        1, ZT_ERR_INVALID,
+        TYPE_ERROR("set_grad_none", "DeepSpeedCPUAdam", "with zero_optimization.offload_optimizer"));
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params.amsgrad: DeepSpeedCPUAdam does not support the "
+        "AMSGrad variant.");
+    /* torch_adam wins over offload. */
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"bias_correction\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("bias_correction", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"fp32_optimizer_states\": 1}}}",
+        1, ZT_ERR_INVALID, "ds.json: key 'optimizer.params.fp32_optimizer_states' must be true or false, got 1");
+    /* torch.optim.SGD's maximize negates the gradient (the kernels' tests check the update). */
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"maximize\": true, "
+           "\"differentiable\": false, \"foreach\": true}}}", 1, &c))
+        CHECK(c.optimizer.maximize);
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\"}}", 1, &c))
+        CHECK(!c.optimizer.maximize);
+    ERR("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"fused\": true, "
+        "\"differentiable\": true}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.params: `fused` does not support `differentiable`");
 }
 
 #define ADAM6 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 6e-4}}, "
@@ -714,6 +797,7 @@ int main(void) {
     test_batch();
     test_defaults();
     test_optimizer();
+    test_adam_classes();
     test_lamb_family();
     test_monitor();
     test_scheduler();
