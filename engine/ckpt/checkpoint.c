@@ -324,8 +324,10 @@ static zt_status read_counts(const cJSON *meta, const char *tagdir, zt_engine *e
         ZT_TRY(meta_int(sc, "loss_scaler", "cur_iter", 0, 0, max, tagdir, &c->cur_iter));
         ZT_TRY(meta_int(sc, "loss_scaler", "last_overflow_iter", -1, -1, max, tagdir,
                         &c->last_overflow_iter));
-        ZT_TRY(meta_int(sc, "loss_scaler", "cur_hysteresis", ls->hysteresis, 0, INT_MAX, tagdir,
-                        &c->cur_hysteresis));
+        /* From INT_MIN: the non-ZeRO rule keeps the configured hysteresis unused, and
+         * DeepSpeed allows any int there (ds_config_zero.c). */
+        ZT_TRY(meta_int(sc, "loss_scaler", "cur_hysteresis", ls->hysteresis, INT_MIN, INT_MAX,
+                        tagdir, &c->cur_hysteresis));
     }
     const cJSON *sched = cJSON_GetObjectItemCaseSensitive(meta, "lr_schedule");
     ZT_TRY(meta_int(sched, "lr_schedule", "last_batch_iteration", -1, -1, max, tagdir,

@@ -179,8 +179,8 @@ typedef struct {
     zt_optimizer_config optimizer;
     zt_schedule_config scheduler;
 
-    double gradient_clipping;  /* default 1.0 (DeepSpeed >= 0.19); 0 disables */
-    int steps_per_print;       /* 0 (DeepSpeed's None): never */
+    double gradient_clipping;  /* default 1.0 (DeepSpeed >= 0.19); <= 0 disables */
+    int steps_per_print;       /* 0 (DeepSpeed's None): never; a negative -n given is stored as n */
     bool wall_clock_breakdown;
     bool dataloader_drop_last;
     bool prescale_gradients;
