@@ -5,6 +5,7 @@
  * batch triple, then what DeepSpeed checks when it builds the optimizer and the scheduler, and
  * last the two gates, so a config that is wrong is reported as wrong before it is reported as
  * unsupported. */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -302,7 +303,7 @@ typedef struct {
 
 static const field top_fields[] = {
     {"managed_gradient_accumulation", FT_BOOL, NOSTORE, ANYVAL},
-    {"steps_per_print", FT_INT, FLD(zt_ds_config, steps_per_print), NONNEG},
+    {"steps_per_print", FT_INT, FLD(zt_ds_config, steps_per_print), ANYVAL},
     {"dump_state", FT_BOOL, NOSTORE, ANYVAL},
     {"disable_allgather", FT_BOOL, NOSTORE, ANYVAL},
     {"prescale_gradients", FT_BOOL, FLD(zt_ds_config, prescale_gradients), ANYVAL},
@@ -310,7 +311,8 @@ static const field top_fields[] = {
     {"sparse_gradients", FT_BOOL, NOSTORE, ANYVAL},
     {"zero_allow_untested_optimizer", FT_BOOL, FLD(zt_ds_config, zero_allow_untested_optimizer), ANYVAL},
     {"zero_force_ds_cpu_optimizer", FT_BOOL, NOSTORE, ANYVAL},
-    {"gradient_clipping", FT_DOUBLE, FLD(zt_ds_config, gradient_clipping), NONNEG},
+    /* DeepSpeed's optimizers clip only when it is > 0: a negative value is no clipping, as 0. */
+    {"gradient_clipping", FT_DOUBLE, FLD(zt_ds_config, gradient_clipping), ANYVAL},
     {"graph_harvesting", FT_BOOL, NOSTORE, ANYVAL},
     {"wall_clock_breakdown", FT_BOOL, FLD(zt_ds_config, wall_clock_breakdown), ANYVAL},
     {"memory_breakdown", FT_BOOL, NOSTORE, ANYVAL},
@@ -338,6 +340,13 @@ static zt_status parse_top(zt_ds_config *cfg, const zt_json_obj *top, batch_keys
     ZT_TRY(zt_json_get_int64(top, "train_micro_batch_size_per_gpu", &bk->micro, &bk->has_micro));
     ZT_TRY(zt_json_get_int64(top, "gradient_accumulation_steps", &bk->gas, &bk->has_gas));
     ZT_TRY(zt_ds_read_fields(top, top_fields, NFIELDS(top_fields), cfg));
+    /* DeepSpeed prints when (step + 1) % steps_per_print == 0, which in Python holds for -n
+     * exactly when it holds for n. */
+    if (cfg->steps_per_print == INT_MIN)
+        return zt_json_key_error(ZT_ERR_INVALID, top, "steps_per_print", "is out of range, got %d",
+                                 cfg->steps_per_print);
+    if (cfg->steps_per_print < 0)
+        cfg->steps_per_print = -cfg->steps_per_print;
     /* Gradients are divided by it before the reduction; DeepSpeed checks it only at run time,
      * where 0 would crash, so it is rejected here. */
     if (cfg->gradient_predivide_factor <= 0)
@@ -640,8 +649,10 @@ static zt_status from_json(zt_ds_config *cfg, const cJSON *root, const char *sou
         s = zt_json_check_finite(root, source, "", NULL);
     if (s == ZT_OK)
         s = zt_ds_strip_auto(copy, source);
-    if (s == ZT_OK)
+    if (s == ZT_OK) {
+        zt_ds_coerce_model_strings(copy);
         s = parse_tree(cfg, copy, source, world_size);
+    }
     cJSON_Delete(copy);
     return s;
 }

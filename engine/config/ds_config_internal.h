@@ -58,6 +58,15 @@ typedef struct {
  * checking types and ranges; an absent field leaves its default. */
 zt_status zt_ds_read_fields(const zt_json_obj *o, const field *fields, size_t n, void *base);
 
+/* DeepSpeed reads the sections above through pydantic models in lax mode, which convert a value
+ * to the field's type: strings ("2" to 2 for zero_optimization.stage, "128" to 128.0 for
+ * fp16.loss_scale, "true"/"yes"/"on"/"1" to true), 0 and 1 to bools, bools to 0 and 1. The
+ * sections it reads with dict.get (the top level, optimizer, scheduler) convert nothing, and
+ * their readers refuse a string by name. This converts, in place, each value under a table
+ * field of zero_optimization, its offload sections, fp16 and bf16 as pydantic would; a value
+ * pydantic refuses is left for the reader to refuse. */
+void zt_ds_coerce_model_strings(cJSON *root);
+
 /* The allowed keys of a table section are its fields plus a few read by hand (`extra`, NULL or
  * NULL-terminated). */
 zt_status zt_ds_check_table_keys(const zt_json_obj *o, const field *fields, size_t n,

@@ -58,32 +58,117 @@ static zt_status check_adam_like(const zt_optimizer_config *o, const zt_json_obj
     return torch_check(p, "weight_decay", o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay);
 }
 
-static zt_status parse_adam(zt_optimizer_config *o, const zt_json_obj *p, bool type_is_adamw) {
-    static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
-                                       "amsgrad", "torch_adam", "adam_w_mode", "set_grad_none",
-                                       "fused", "foreach", NULL};
-    ZT_TRY(zt_json_check_keys(p, keys));
-    bool adam_w_mode = true, amsgrad = false, ignored;
+/* torch.optim's constructor checks of its implementation switches (Adam, AdamW, SGD), with its
+ * texts; the switches themselves choose among torch's kernels and change no number. */
+static zt_status check_torch_switches(const zt_json_obj *p) {
+    bool fused = false, foreach = false, differentiable = false;
+    ZT_TRY(zt_json_get_bool(p, "fused", &fused, NULL));
+    ZT_TRY(zt_json_get_bool(p, "foreach", &foreach, NULL));
+    ZT_TRY(zt_json_get_bool(p, "differentiable", &differentiable, NULL));
+    if (fused && differentiable)
+        return zt_ds_fail(ZT_ERR_INVALID, p, "fused", "%s: %s: `fused` does not support "
+                          "`differentiable`", p->source, p->path);
+    if (fused && foreach)
+        return zt_ds_fail(ZT_ERR_INVALID, p, "fused", "%s: %s: `fused` and `foreach` cannot be "
+                          "`True` together.", p->source, p->path);
+    return ZT_OK;
+}
+
+/* The class DeepSpeed builds for "Adam"/"AdamW" (engine.py get_optimizer_configuration): with
+ * torch_adam, torch.optim.AdamW in the decoupled mode and torch.optim.Adam otherwise; without it,
+ * DeepSpeedCPUAdam when offload_optimizer is on cpu or nvme (at any stage), and FusedAdam
+ * otherwise. engine.py pops torch_adam, adam_w_mode and fp32_optimizer_states and passes every
+ * other key to the class, so a key the class does not take is Python's TypeError there. */
+typedef enum { ADAM_FUSED, ADAM_CPU, ADAM_TORCH, ADAM_TORCH_W } adam_class;
+
+static const char *const adam_class_name[] = {"FusedAdam", "DeepSpeedCPUAdam", "torch.optim.Adam",
+                                              "torch.optim.AdamW"};
+static const char *const adam_class_why[] = {
+    "without torch_adam or offload_optimizer", "with zero_optimization.offload_optimizer",
+    "with torch_adam: true and adam_w_mode: false", "with torch_adam: true"};
+
+/* Each class's keyword arguments, then the keys engine.py pops; every key of every class, so
+ * that a key of another class is refused as that (not as unknown). */
+static const char *const adam_keys_fused[] = {"lr", "betas", "eps", "weight_decay",
+                                              "bias_correction", "amsgrad", "set_grad_none", NULL};
+static const char *const adam_keys_cpu[] = {"lr", "betas", "eps", "weight_decay",
+                                            "bias_correction", "amsgrad", NULL};
+static const char *const adam_keys_torch[] = {
+    "lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "maximize", "capturable",
+    "differentiable", "fused", "decoupled_weight_decay", NULL};
+static const char *const adam_keys_torch_w[] = {"lr", "betas", "eps", "weight_decay", "amsgrad",
+                                                "foreach", "maximize", "capturable",
+                                                "differentiable", "fused", NULL};
+static const char *const adam_keys_popped[] = {"torch_adam", "adam_w_mode",
+                                               "fp32_optimizer_states", NULL};
+static const char *const adam_keys_any[] = {
+    "bias_correction", "set_grad_none", "foreach", "maximize", "capturable", "differentiable",
+    "fused", "decoupled_weight_decay", NULL};
+
+static adam_class adam_class_of(const zt_ds_config *cfg, bool torch_adam, bool adam_w_mode) {
+    if (torch_adam)
+        return adam_w_mode ? ADAM_TORCH_W : ADAM_TORCH;
+    return cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE ? ADAM_CPU : ADAM_FUSED;
+}
+
+static zt_status parse_adam(zt_ds_config *cfg, const zt_json_obj *p, bool type_is_adamw) {
+    zt_optimizer_config *o = &cfg->optimizer;
+    bool adam_w_mode = true, amsgrad = false, maximize = false, decoupled = false, b;
     ZT_TRY(zt_json_get_bool(p, "torch_adam", &o->torch_adam, NULL));
     ZT_TRY(zt_json_get_bool(p, "adam_w_mode", &adam_w_mode, NULL));
     o->type = ZT_OPTIM_ADAM;
     o->adam_w_mode = type_is_adamw || adam_w_mode;
-    /* With torch_adam DeepSpeed builds torch.optim.AdamW for the decoupled mode, and its default
-     * weight_decay is 0.01; FusedAdam's (and torch Adam's) is 0. */
-    o->weight_decay = o->torch_adam && o->adam_w_mode ? 0.01 : 0.0;
+    adam_class cls = adam_class_of(cfg, o->torch_adam, o->adam_w_mode);
+    const char *const *own = cls == ADAM_FUSED ? adam_keys_fused
+                             : cls == ADAM_CPU ? adam_keys_cpu
+                             : cls == ADAM_TORCH ? adam_keys_torch
+                                                 : adam_keys_torch_w;
+    for (const char *const *k = adam_keys_any; *k; k++)
+        if (zt_json_item(p, *k) && !zt_ds_name_in(*k, own))
+            return zt_json_key_error(ZT_ERR_INVALID, p, *k, "is not a parameter of %s, which "
+                                     "DeepSpeed builds %s (TypeError: unexpected keyword argument "
+                                     "'%s')", adam_class_name[cls], adam_class_why[cls], *k);
+    const char *all[24];
+    size_t n = 0;
+    for (const char *const *k = own; *k; k++)
+        all[n++] = *k;
+    for (const char *const *k = adam_keys_popped; *k; k++)
+        all[n++] = *k;
+    all[n] = NULL;
+    ZT_TRY(zt_json_check_keys(p, all));
+
+    /* torch.optim.AdamW's default weight_decay is 0.01; FusedAdam's, DeepSpeedCPUAdam's and
+     * torch.optim.Adam's is 0. */
+    o->weight_decay = cls == ADAM_TORCH_W ? 0.01 : 0.0;
     ZT_TRY(zt_json_get_double(p, "lr", &o->lr, NULL));
     ZT_TRY(zt_json_get_double(p, "eps", &o->eps, NULL));
     ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
     ZT_TRY(zt_json_get_bool(p, "bias_correction", &o->bias_correction, NULL));
     ZT_TRY(zt_json_get_bool(p, "amsgrad", &amsgrad, NULL));
-    ZT_TRY(zt_json_get_bool(p, "set_grad_none", &ignored, NULL));
-    ZT_TRY(zt_json_get_bool(p, "fused", &ignored, NULL));
-    ZT_TRY(zt_json_get_bool(p, "foreach", &ignored, NULL));
+    ZT_TRY(zt_json_get_bool(p, "maximize", &maximize, NULL));
+    ZT_TRY(zt_json_get_bool(p, "decoupled_weight_decay", &decoupled, NULL));
+    /* Only DeepSpeedCPUAdam reads it, for moments in the dtype of the parameters it is given:
+     * the fp32 masters in every combination ztrain runs, so fp32 either way (ds_config.h). */
+    ZT_TRY(zt_json_get_bool(p, "fp32_optimizer_states", &b, NULL));
+    ZT_TRY(zt_json_get_bool(p, "set_grad_none", &b, NULL));
+    ZT_TRY(zt_json_get_bool(p, "capturable", &b, NULL));
+    ZT_TRY(check_torch_switches(p));
     ZT_TRY(get_betas(o, p));
     ZT_TRY(check_adam_like(o, p));
+    /* torch.optim.Adam with decoupled_weight_decay is AdamW's update. */
+    if (decoupled)
+        o->adam_w_mode = true;
+    if (amsgrad && (cls == ADAM_FUSED || cls == ADAM_CPU))
+        return zt_ds_fail(ZT_ERR_INVALID, p, "amsgrad", "%s: %s.amsgrad: %s does not support the "
+                          "AMSGrad variant.", p->source, p->path, adam_class_name[cls]);
     if (amsgrad)
-        return zt_ds_fail(ZT_ERR_UNSUPPORTED, p, "amsgrad", "%s: %s.amsgrad: true is not supported (ztrain's Adam, like "
-                        "DeepSpeed's FusedAdam, has no AMSGrad variant)", p->source, p->path);
+        return zt_ds_fail(ZT_ERR_UNSUPPORTED, p, "amsgrad", "%s: %s.amsgrad: true is not supported: "
+                          "DeepSpeed builds %s here, which has the AMSGrad variant, and ztrain's "
+                          "Adam does not implement it", p->source, p->path, adam_class_name[cls]);
+    if (maximize)
+        return zt_ds_fail(ZT_ERR_UNSUPPORTED, p, "maximize", "%s: %s.maximize: true is not "
+                          "supported with Adam (ztrain's Adam kernels always minimise; SGD honours "
+                          "maximize)", p->source, p->path);
     return ZT_OK;
 }
 
@@ -190,11 +275,12 @@ static zt_status parse_onebit_adam(zt_optimizer_config *o, const zt_json_obj *p,
     return check_adam_like(o, p);
 }
 
+/* torch.optim.SGD: its keyword arguments; maximize steps along the gradient, as torch does by
+ * negating it first. */
 static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
     static const char *const keys[] = {"lr", "momentum", "dampening", "weight_decay", "nesterov",
-                                       "foreach", "fused", NULL};
+                                       "maximize", "foreach", "differentiable", "fused", NULL};
     ZT_TRY(zt_json_check_keys(p, keys));
-    bool ignored;
     o->type = ZT_OPTIM_SGD;
     o->adam_w_mode = false; /* SGD's weight decay is L2, added to the gradient */
     o->weight_decay = 0;
@@ -203,15 +289,14 @@ static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
     ZT_TRY(zt_json_get_double(p, "dampening", &o->dampening, NULL));
     ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
     ZT_TRY(zt_json_get_bool(p, "nesterov", &o->nesterov, NULL));
-    ZT_TRY(zt_json_get_bool(p, "foreach", &ignored, NULL));
-    ZT_TRY(zt_json_get_bool(p, "fused", &ignored, NULL));
+    ZT_TRY(zt_json_get_bool(p, "maximize", &o->maximize, NULL));
     ZT_TRY(torch_check(p, "lr", o->lr < 0, "Invalid learning rate: %g", o->lr));
     ZT_TRY(torch_check(p, "momentum", o->momentum < 0, "Invalid momentum value: %g", o->momentum));
     ZT_TRY(torch_check(p, "weight_decay", o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay));
     if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
         return zt_ds_fail(ZT_ERR_INVALID, p, "nesterov", "%s: %s: Nesterov momentum requires a momentum and zero dampening",
                         p->source, p->path);
-    return ZT_OK;
+    return check_torch_switches(p);
 }
 
 /* ZeRO's tested optimizers are Adam, AdamW, Adagrad and DeepSpeed's own (zero/utils.py); with
@@ -302,7 +387,7 @@ zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top) {
     cfg->has_optimizer = true;
     snprintf(cfg->optimizer.name, sizeof cfg->optimizer.name, "%s", type);
     if (builtin && (strcmp(lower, "adam") == 0 || strcmp(lower, "adamw") == 0))
-        return parse_adam(&cfg->optimizer, &params, strcmp(lower, "adamw") == 0);
+        return parse_adam(cfg, &params, strcmp(lower, "adamw") == 0);
     if (!builtin && strcmp(type, "SGD") == 0) {
         ZT_TRY(parse_sgd(&cfg->optimizer, &params));
         return check_untested_with_zero(cfg, top->source, "");

@@ -65,9 +65,12 @@ def nest(path, value):
     ds = {"train_batch_size": 8, "zero_optimization": {"stage": 1}}
     if path.endswith("bf16_optimizer_states"):
         ds[path.split(".")[0]] = {"bf16_master_weights_and_grads": True}
+    key = path.split(".")[-1]
     if path.startswith("optimizer."):
         ds["optimizer"] = {"type": "Adam"}
-    key = path.split(".")[-1]
+        # Only torch.optim's Adam takes these: DeepSpeed builds it with torch_adam.
+        if key in ("fused", "foreach", "capturable", "differentiable"):
+            ds["optimizer"]["params"] = {"torch_adam": True}
     if path.startswith("optimizer.params.") and key in ONEBIT_TYPE:
         # The 1-bit family runs without ZeRO only, as in DeepSpeed.
         ds = {"train_batch_size": 8, "optimizer": {"type": ONEBIT_TYPE[key]}}

@@ -283,8 +283,8 @@ static void test_optimizer(void) {
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 1e-3, \"beta1\": 0.9}}}", 1,
         ZT_ERR_INVALID,
         "ds.json: unknown key 'beta1' in optimizer.params (did you mean 'betas'?); allowed keys: lr, "
-        "betas, eps, weight_decay, bias_correction, amsgrad, torch_adam, adam_w_mode, set_grad_none, "
-        "fused, foreach");
+        "betas, eps, weight_decay, bias_correction, amsgrad, set_grad_none, torch_adam, adam_w_mode, "
+        "fp32_optimizer_states");
     ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"param\": {}}}", 1, ZT_ERR_INVALID,
                "ds.json: unknown key 'param' in optimizer (did you mean 'params'?)");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"abc\"}}}", 1, ZT_ERR_INVALID,
@@ -295,9 +295,92 @@ static void test_optimizer(void) {
         ZT_ERR_INVALID, "ds.json: optimizer.params: Invalid beta parameter at index 1: 1");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -0.001}}}", 1, ZT_ERR_INVALID,
         "ds.json: optimizer.params: Invalid learning rate: -0.001");
-    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
-               ZT_ERR_UNSUPPORTED, "ds.json: optimizer.params.amsgrad: true is not supported");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params.amsgrad: FusedAdam does not support the AMSGrad "
+        "variant.");
     OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": false}}}", 1, &c);
+}
+
+#define OFFLOAD "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}, "
+#define TYPE_ERROR(key, cls, why)                                                                  \
+    "ds.json: key 'optimizer.params." key "' is not a parameter of " cls ", which DeepSpeed "   \
+    "builds " why " (TypeError: unexpected keyword argument '" key "')"
+
+/* Each Adam path takes the keyword arguments of the class DeepSpeed builds for it
+ * (engine.py get_optimizer_configuration): FusedAdam(lr, bias_correction, betas, eps,
+ * adam_w_mode, weight_decay, amsgrad, set_grad_none); DeepSpeedCPUAdam (offload_optimizer on cpu
+ * or nvme) the same without set_grad_none; torch.optim.AdamW / Adam (torch_adam) lr, betas, eps,
+ * weight_decay, amsgrad, foreach, maximize, capturable, differentiable, fused, and Adam
+ * decoupled_weight_decay. torch_adam, adam_w_mode and fp32_optimizer_states are popped first on
+ * every path. */
+static void test_adam_classes(void) {
+    zt_ds_config c;
+    /* FusedAdam */
+    OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"set_grad_none\": true, "
+       "\"bias_correction\": true, \"fp32_optimizer_states\": false}}}", 1, &c);
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"fused\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("fused", "FusedAdam", "without torch_adam or offload_optimizer"));
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"foreach\": false}}}", 1,
+        ZT_ERR_INVALID, TYPE_ERROR("foreach", "FusedAdam", "without torch_adam or offload_optimizer"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"maximize\": false}}}", 1,
+        ZT_ERR_INVALID, TYPE_ERROR("maximize", "FusedAdam", "without torch_adam or offload_optimizer"));
+    /* torch.optim.AdamW: no bias_correction (it always corrects), no set_grad_none. */
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"bias_correction\": false}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("bias_correction", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"set_grad_none\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("set_grad_none", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"decoupled_weight_decay\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("decoupled_weight_decay", "torch.optim.AdamW", "with torch_adam: true"));
+    if (OK("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+           "\"foreach\": true, \"capturable\": false, \"differentiable\": false, "
+           "\"fp32_optimizer_states\": true, \"maximize\": false, \"amsgrad\": false}}}", 1, &c))
+        CHECK(c.optimizer.torch_adam && c.optimizer.adam_w_mode && c.optimizer.bias_correction);
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"foreach\": true, \"fused\": true}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.params: `fused` and `foreach` cannot be `True` together.");
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"amsgrad\": true}}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: optimizer.params.amsgrad: true is not supported: DeepSpeed builds "
+        "torch.optim.AdamW here, which has the AMSGrad variant, and ztrain's Adam does not "
+        "implement it");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+               "\"maximize\": true}}}", 1, ZT_ERR_UNSUPPORTED,
+               "ds.json: optimizer.params.maximize: true is not supported with Adam");
+    /* torch.optim.Adam with decoupled_weight_decay is AdamW's update, with Adam's default decay. */
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+           "\"adam_w_mode\": false, \"decoupled_weight_decay\": true}}}", 1, &c))
+        CHECK(c.optimizer.adam_w_mode && c.optimizer.weight_decay == 0.0);
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+           "\"adam_w_mode\": false}}}", 1, &c))
+        CHECK(!c.optimizer.adam_w_mode);
+    /* DeepSpeedCPUAdam, whatever the stage's wrapper. */
+    if (OK("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"bias_correction\": "
+           "false, \"fp32_optimizer_states\": false}}}", 1, &c))
+        CHECK(!c.optimizer.bias_correction);
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"set_grad_none\": true}}}",
+        1, ZT_ERR_INVALID,
+        TYPE_ERROR("set_grad_none", "DeepSpeedCPUAdam", "with zero_optimization.offload_optimizer"));
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params.amsgrad: DeepSpeedCPUAdam does not support the "
+        "AMSGrad variant.");
+    /* torch_adam wins over offload. */
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"bias_correction\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("bias_correction", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"fp32_optimizer_states\": 1}}}",
+        1, ZT_ERR_INVALID, "ds.json: key 'optimizer.params.fp32_optimizer_states' must be true or false, got 1");
+    /* torch.optim.SGD's maximize negates the gradient (the kernels' tests check the update). */
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"maximize\": true, "
+           "\"differentiable\": false, \"foreach\": true}}}", 1, &c))
+        CHECK(c.optimizer.maximize);
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\"}}", 1, &c))
+        CHECK(!c.optimizer.maximize);
+    ERR("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"fused\": true, "
+        "\"differentiable\": true}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.params: `fused` does not support `differentiable`");
 }
 
 #define ADAM6 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 6e-4}}, "
@@ -702,10 +785,10 @@ static void test_keys_and_types(void) {
                "ds.json: unknown key 'enable' in bf16 (did you mean 'enabled'?)");
     ERR("{" B "\"zero_optimization\": {\"stage\": 4}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'zero_optimization.stage' must be 0, 1, 2 or 3, got 4");
-    ERR("{" B "\"zero_optimization\": {\"stage\": \"2\"}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'zero_optimization.stage' must be an integer, got \"2\"");
-    ERR("{" B "\"zero_optimization\": {\"overlap_comm\": 1}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'zero_optimization.overlap_comm' must be true or false, got 1");
+    ERR("{" B "\"zero_optimization\": {\"stage\": \"2.5\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.stage' must be an integer, got \"2.5\"");
+    ERR("{" B "\"zero_optimization\": {\"overlap_comm\": 2}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.overlap_comm' must be true or false, got 2");
     ERR("{" B "\"zero_optimization\": {\"reduce_bucket_size\": -1}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 1, got -1");
     ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}", 1, ZT_ERR_INVALID,
@@ -725,10 +808,10 @@ static void test_keys_and_types(void) {
         "ds.json: key 'zero_optimization' must be an object, got 3");
     ERR("{" B "\"gradient_clipping\": \"1.0\"}", 1, ZT_ERR_INVALID,
         "ds.json: key 'gradient_clipping' must be a number, got \"1.0\"");
-    ERR("{" B "\"gradient_clipping\": -1}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'gradient_clipping' must be >= 0, got -1");
-    ERR("{" B "\"fp16\": {\"enabled\": \"yes\"}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'fp16.enabled' must be true or false, got \"yes\"");
+    ERR("{" B "\"steps_per_print\": \"5\"}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'steps_per_print' must be an integer, got \"5\"");
+    ERR("{" B "\"fp16\": {\"enabled\": \"maybe\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.enabled' must be true or false, got \"maybe\"");
     ERR("{" B "\"fp16\": {\"loss_scale\": -2}}", 1, ZT_ERR_INVALID,
         "ds.json: fp16.loss_scale must be >= 0 (0 enables dynamic loss scaling)");
     ERR("{" B "\"communication_data_type\": \"fp8\"}", 1, ZT_ERR_INVALID,
@@ -743,6 +826,54 @@ static void test_keys_and_types(void) {
                "ds.json: key 'data_types.grad_accum_dtype' must be");
 }
 
+/* Values DeepSpeed 0.19 takes as they are: gradient_clipping and steps_per_print are read with
+ * dict.get (config.py get_scalar_param) and used as `clip > 0` (every optimizer) and
+ * `(step + 1) % steps_per_print == 0`; fp16.min_loss_scale is a Python int. The pydantic
+ * models (zero_optimization, fp16, bf16) convert strings and 0/1 as pydantic's lax mode does
+ * (int "2", " 3 ", "2_000", "2.0"; float "128", "1e3"; bool "true", "yes", "off", 1, 0), except
+ * where DeepSpeed's own validators call int()/float() first; dict.get keys convert nothing. */
+static void test_lax_values(void) {
+    zt_ds_config c;
+    if (OK("{" B "\"gradient_clipping\": -1, \"steps_per_print\": -5}", 1, &c))
+        CHECK(c.gradient_clipping == -1 && c.steps_per_print == 5);
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": 137438953472}}", 1, &c))
+        CHECK(c.fp16.min_loss_scale == 137438953472.0);
+    if (OK("{" B "\"zero_optimization\": {\"stage\": \"2\", \"reduce_bucket_size\": \"500\", "
+           "\"allgather_bucket_size\": \" 2_000 \", \"overlap_comm\": \"off\", "
+           "\"contiguous_gradients\": 1}, "
+           "\"fp16\": {\"enabled\": \"yes\", \"loss_scale\": \"128\"}}", 1, &c)) {
+        CHECK(c.zero.stage == 2 && c.zero.reduce_bucket_size == 500);
+        CHECK(c.zero.allgather_bucket_size == 2000 && !c.zero.overlap_comm);
+        CHECK(c.zero.contiguous_gradients);
+        CHECK(c.fp16.enabled && c.fp16.loss_scale == 128);
+    }
+    if (OK("{" B "\"zero_optimization\": {\"stage\": \"3.0\", \"offload_optimizer\": "
+           "{\"device\": \"cpu\", \"pin_memory\": \"False\"}}, \"bf16\": {\"enabled\": \"t\"}}",
+           1, &c)) {
+        CHECK(c.zero.stage == 3 && !c.zero.offload_optimizer.pin_memory);
+        CHECK(c.bf16.enabled);
+    }
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"loss_scale\": \" 1e3 \", "
+           "\"loss_scale_window\": \"100\"}}", 1, &c))
+        CHECK(c.fp16.loss_scale == 1000 && c.fp16.loss_scale_window == 100);
+    ERR("{" B "\"zero_optimization\": {\"stage\": \"2_\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.stage' must be an integer, got \"2_\"");
+    ERR("{" B "\"zero_optimization\": {\"reduce_bucket_size\": \"0x10\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.reduce_bucket_size' must be an integer, got \"0x10\"");
+    /* DeepSpeed's validators: int(v) refuses "2.0", float(v) a bool, and no inf. */
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": \"2.0\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.min_loss_scale' must be an integer, got \"2.0\"");
+    ERR("{" B "\"fp16\": {\"loss_scale\": \"inf\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.loss_scale' must be a number, got \"inf\"");
+    ERR("{" B "\"fp16\": {\"loss_scale\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.loss_scale' must be a number, got true");
+    /* Read with dict.get: a string stays a string, which DeepSpeed compares with a number. */
+    ERR("{" B "\"gradient_clipping\": \"2\"}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'gradient_clipping' must be a number, got \"2\"");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"0.1\"}}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'optimizer.params.lr' must be a number, got \"0.1\"");
+}
+
 static void test_gates(void) {
     zt_ds_config c;
     OK("{" B "\"zero_optimization\": {\"stage\": 2}}", 1, &c);
@@ -755,8 +886,14 @@ static void test_gates(void) {
     OK("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, &c);
     CHECK(c.fp16.enabled && c.fp16.initial_scale_power == 8 && c.fp16.hysteresis == 2 &&
           c.fp16.loss_scale_window == 1000);
-    ERR("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}", 1, ZT_ERR_INVALID,
-        "ds.json: fp16.hysteresis must be greater than 0, got 0");
+    /* Only the ZeRO scaler (DynamicLossScaler) reads hysteresis; FP16_Optimizer does not. */
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}", 1, &c))
+        CHECK(c.fp16.hysteresis == 0);
+    ERR("{" B "\"zero_optimization\": {\"stage\": 2}, \"fp16\": {\"enabled\": true, "
+        "\"hysteresis\": 0}}", 1, ZT_ERR_INVALID,
+        "ds.json: fp16.hysteresis must be greater than 0 at ZeRO stage 2, got 0 (DeepSpeed accepts "
+        "it, but its dynamic loss scaler would then never lower the scale, and every step after "
+        "an overflow would be skipped)");
     OK("{" B "\"bf16\": {\"enabled\": true}}", 1, &c);
     CHECK(c.bf16.enabled && c.bf16.check_grad_overflow);
     OK("{" B "\"bfloat16\": {\"enabled\": true}}", 1, &c);
@@ -834,6 +971,8 @@ int main(void) {
     test_batch();
     test_defaults();
     test_optimizer();
+    test_adam_classes();
+    test_lax_values();
     test_lamb_family();
     test_monitor();
     test_scheduler();

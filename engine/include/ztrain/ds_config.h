@@ -35,10 +35,18 @@ typedef struct {
     double weight_decay;   /* default 0 (FusedAdam); 0.01 for AdamW with torch_adam: true */
     bool adam_w_mode;      /* effective mode: type is adamw OR params.adam_w_mode (default true) */
     bool bias_correction;  /* default true */
-    bool torch_adam;       /* accepted; both paths run the same math here */
+    /* torch_adam: DeepSpeed builds torch.optim.Adam(W) instead of FusedAdam or DeepSpeedCPUAdam;
+     * the math is the same, but each class takes its own params (bias_correction and
+     * set_grad_none only without torch_adam, foreach/fused/maximize only with it) and the
+     * parser refuses another class's as DeepSpeed's TypeError would. fp32_optimizer_states,
+     * which only DeepSpeedCPUAdam reads, is accepted on every Adam path: its moments take the
+     * dtype of the fp32 masters it is given in every combination ztrain runs, so ztrain's fp32
+     * moments (bf16 ones with bf16_optimizer_states) are what DeepSpeed keeps either way. */
+    bool torch_adam;
     double momentum;       /* SGD, default 0 */
     double dampening;      /* SGD, default 0 */
     bool nesterov;         /* SGD, default false */
+    bool maximize;         /* SGD: torch's maximize, the gradient negated first; default false */
     double max_coeff;      /* LAMB: upper clamp of the trust ratio, default 10.0 */
     double min_coeff;      /* LAMB: lower clamp of the trust ratio, default 0.01 */
     bool eps_inside_sqrt;  /* LAMB: sqrt(v + eps) rather than sqrt(v) + eps, default false */
@@ -172,8 +180,8 @@ typedef struct {
     zt_optimizer_config optimizer;
     zt_schedule_config scheduler;
 
-    double gradient_clipping;  /* default 1.0 (DeepSpeed >= 0.19); 0 disables */
-    int steps_per_print;       /* 0 (DeepSpeed's None): never */
+    double gradient_clipping;  /* default 1.0 (DeepSpeed >= 0.19); <= 0 disables */
+    int steps_per_print;       /* 0 (DeepSpeed's None): never; a negative -n given is stored as n */
     bool wall_clock_breakdown;
     bool dataloader_drop_last;
     bool prescale_gradients;
