@@ -497,10 +497,8 @@ static zt_status parse_activation_checkpointing(zt_ds_config *cfg, const zt_json
 static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json_obj *top) {
     const char *src = top->source;
     static const char *const switched[] = {
-        "flops_profiler", "comms_logger", "elasticity", "autotuning", "eigenvalue",
-        "progressive_layer_drop", "curriculum_learning", "hybrid_engine",
-        "nebula", "datastates", "amp", "torch_autocast", "quantize_training", "expert_parallel",
-        NULL};
+        "flops_profiler", "comms_logger", "autotuning", "hybrid_engine", "datastates",
+        "torch_autocast", "expert_parallel", NULL};
     for (const char *const *k = switched; *k; k++) {
         const cJSON *sec = zt_json_item(top, *k);
         const cJSON *en = sec && cJSON_IsObject(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "enabled") : NULL;
@@ -529,23 +527,18 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
     zt_json_obj z;
     zt_json_child(top, "zero_optimization", &z);
     static const char *const zero_flags[] = {"zero_quantized_weights", "zero_quantized_nontrainable_weights",
-                                             "zero_quantized_gradients", "legacy_stage1",
-                                             "mics_hierarchical_params_gather", NULL};
+                                             "zero_quantized_gradients", "legacy_stage1", NULL};
     for (const char *const *k = zero_flags; z.obj && *k; k++)
         if (cJSON_IsTrue(zt_json_item(&z, *k)))
             return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.%s is not supported by ztrain", src, *k);
-    int hpz = 1, mics = -1;
+    int hpz = 1;
     zt_json_get_int(&z, "zero_hpz_partition_size", &hpz, NULL);
-    zt_json_get_int(&z, "mics_shard_size", &mics, NULL);
     if (hpz > 1)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.zero_hpz_partition_size %d (ZeRO++ "
                         "hierarchical partitioning) is not supported by ztrain", src, hpz);
-    if (mics > 0)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.mics_shard_size %d (MiCS) is not "
-                        "supported by ztrain", src, mics);
-    if (zt_json_item(&z, "zenflow") || zt_json_item(&z, "zeropp_loco_param"))
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.%s is not supported by ztrain", src,
-                        zt_json_item(&z, "zenflow") ? "zenflow" : "zeropp_loco_param");
+    if (zt_json_item(&z, "zenflow"))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.zenflow is not supported by ztrain",
+                        src);
     bool super_offload = false;
     zt_json_obj off;
     zt_json_child(&z, "offload_optimizer", &off);
@@ -671,6 +664,7 @@ static zt_status parse_tree(zt_ds_config *cfg, const cJSON *root, const char *so
     zt_json_obj top;
     zt_json_obj_init(&top, root, source, "");
     batch_keys bk = {0};
+    ZT_TRY(zt_ds_check_removed(&top));
     ZT_TRY(zt_ds_check_known_keys(&top));
     ZT_TRY(zt_ds_check_nulls(&top));
     ZT_TRY(parse_top(cfg, &top, &bk));

@@ -96,6 +96,9 @@ zt_status zt_ds_check_nulls(const zt_json_obj *top);
  * at other ZeRO stages than cfg's. Rows marked ZT_DS_KEY_BY_HAND are left to their section's
  * parser. */
 zt_status zt_ds_check_known_keys(const zt_json_obj *o);
+/* DeepSpeed 0.19's first check of a config: a key of a feature it removed (ZT_DS_KEY_REMOVED rows,
+ * at the top level and in zero_optimization) is ZT_ERR_INVALID naming the key, whatever its value. */
+zt_status zt_ds_check_removed(const zt_json_obj *top);
 zt_status zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o);
 
 #endif

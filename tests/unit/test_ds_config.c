@@ -656,6 +656,41 @@ static void test_scheduler(void) {
                1, ZT_ERR_UNSUPPORTED, "ds.json: key 'scheduler.params.last_batch_iteration' 5 is not supported");
 }
 
+/* The keys of features DeepSpeed 0.19 removed are refused whatever their value, null and a
+ * disabled section too, before anything else is read (its _reject_removed_config_keys); the
+ * zero_optimization ones only when that section is an object. */
+static void test_removed_keys(void) {
+    zt_ds_config c;
+    static const char *const top[] = {"amp", "nebula", "elasticity", "sparse_attention",
+                                      "progressive_layer_drop", "curriculum_learning",
+                                      "compression_training", "quantize_training", "eigenvalue",
+                                      "sparse_gradients", "graph_harvesting"};
+    static const char *const values[] = {"null", "{}", "{\"enabled\": false}", "false"};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+            char json[256], want[128];
+            /* An impossible batch size: the removed key is refused before the batch is read. */
+            snprintf(json, sizeof json, "{\"train_batch_size\": -1, \"%s\": %s}", top[i],
+                     values[v]);
+            snprintf(want, sizeof want, "ds.json: %s: removed from DeepSpeed 0.19", top[i]);
+            ERR_PREFIX(json, 1, ZT_ERR_INVALID, want);
+            CHECK(strcmp(zt_last_error_field(), top[i]) == 0, "%s", zt_last_error_field());
+        }
+    static const char *const zero[] = {"mics_shard_size", "mics_hierarchical_params_gather",
+                                       "zeropp_loco_param"};
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) {
+        char json[256], want[128], field[96];
+        snprintf(json, sizeof json, "{" B "\"zero_optimization\": {\"stage\": 1, \"%s\": null}}",
+                 zero[i]);
+        snprintf(want, sizeof want, "ds.json: zero_optimization.%s: removed from DeepSpeed 0.19",
+                 zero[i]);
+        snprintf(field, sizeof field, "zero_optimization.%s", zero[i]);
+        ERR_PREFIX(json, 1, ZT_ERR_INVALID, want);
+        CHECK(strcmp(zt_last_error_field(), field) == 0, "%s", zt_last_error_field());
+    }
+    OK("{" B "\"zero_optimization\": true}", 1, &c);
+}
+
 /* JSON null as DeepSpeed 0.19 reads it (DeepSpeedConfig, its pydantic models, and the engine's
  * Class(optimizer, **params) for the schedule, each run on these configs): where DeepSpeed fails,
  * the key is refused by name; where it reads None as its default, the default applies. */
@@ -664,8 +699,7 @@ static void test_nulls(void) {
     static const char *const crash[] = {"optimizer", "scheduler", "fp16", "zero_optimization",
                                         "activation_checkpointing", "tensorboard",
                                         "gradient_clipping", "wall_clock_breakdown", "bfloat16",
-                                        "pipeline", "data_types", "gradient_allreduce_op",
-                                        "nebula"};
+                                        "pipeline", "data_types", "gradient_allreduce_op"};
     for (size_t i = 0; i < sizeof crash / sizeof crash[0]; i++) {
         char json[256], want[128];
         snprintf(json, sizeof json, "{" B "\"%s\": null}", crash[i]);
@@ -723,7 +757,9 @@ static void test_error_fields(void) {
           "\"cycle_max_lr\": 1, \"cycle_first_step_size\": -1}}}", "scheduler.params.cycle_first_step_size");
     FIELD("{" B "\"scheduler\": {\"type\": \"WarmLR\", \"params\": {}}}", "scheduler.type");
     FIELD("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": 0}}", "fp16.min_loss_scale");
-    FIELD("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}", "fp16.hysteresis");
+    /* Refused at ZeRO stages 1-3 only (at stage 0 DeepSpeed's FP16_Optimizer does not read it). */
+    FIELD("{" B "\"zero_optimization\": {\"stage\": 1}, \"fp16\": {\"enabled\": true, "
+          "\"hysteresis\": 0}}", "fp16.hysteresis");
     FIELD("{" B "\"fp16\": {\"enabled\": true, \"loss_scale_window\": 0}}", "fp16.loss_scale_window");
     FIELD("{" B "\"fp16\": {\"enabled\": true, \"loss_scale\": -1}}", "fp16.loss_scale");
     FIELD("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.5]}}}",
@@ -929,8 +965,9 @@ static void test_gates(void) {
                  "effect without offload_optimizer or offload_param\n") == 0, "%s", c.warnings);
     OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
     CHECK(strcmp(c.communication_data_type, "bf16") == 0);
-    ERR("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: amp.enabled is not supported by ztrain");
+    ERR_PREFIX("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_INVALID,
+               "ds.json: amp: removed from DeepSpeed 0.19, which refuses the key whatever its value: "
+               "its Apex AMP integration");
     /* Without tensor parallelism it does nothing in DeepSpeed either: one warning line. */
     OK("{" B "\"activation_checkpointing\": {\"partition_activations\": true}}", 1, &c);
     CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: activation_checkpointing.partition_activations "
@@ -977,6 +1014,7 @@ int main(void) {
     test_monitor();
     test_scheduler();
     test_nulls();
+    test_removed_keys();
     test_error_fields();
     test_malformed();
     test_keys_and_types();

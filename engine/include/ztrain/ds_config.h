@@ -296,6 +296,8 @@ typedef enum {
                                 * it holds a key that is not a row */
 #define ZT_DS_KEY_BY_HAND 16u  /* the fate is applied by the section's parser, with its own text */
 #define ZT_DS_KEY_PRESENCE 32u /* any value counts as set (no default to compare with) */
+#define ZT_DS_KEY_REMOVED 64u  /* a feature DeepSpeed 0.19 removed: it refuses the key whatever its
+                                * value (null too), before reading anything else */
 
 typedef struct {
     const char *path;  /* dotted key path */
