@@ -109,6 +109,11 @@ test-deepspeed:
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_deepspeed_sft.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=2 /usr/bin/python3 tests/deepspeed/test_hf5_configs.py
 	/usr/bin/python3 tests/deepspeed/test_client_batch_rule.py
+	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_hf5_warmup.py
+	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_schedule_parity.py
+	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_null_parity.py
+	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=2 /usr/bin/python3 tests/deepspeed/test_ds_config_accept.py
+	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_removed_keys.py
 
 # ztraind under load and across faults (tests/soak/test_soak.py, about a minute on 2 cores): 200
 # watchers on a running job while 1,000 jobs are submitted and listed, then 100 small jobs with

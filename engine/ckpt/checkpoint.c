@@ -377,7 +377,9 @@ static zt_status read_counts(const cJSON *meta, const char *tagdir, zt_engine *e
         ZT_TRY(meta_int(sc, "loss_scaler", "cur_iter", req, 0, max, tagdir, &c->cur_iter));
         ZT_TRY(meta_int(sc, "loss_scaler", "last_overflow_iter", req, -1, max, tagdir,
                         &c->last_overflow_iter));
-        ZT_TRY(meta_int(sc, "loss_scaler", "cur_hysteresis", req, 0, INT_MAX, tagdir,
+        /* From INT_MIN: the non-ZeRO rule keeps the configured hysteresis unused, and
+         * DeepSpeed allows any int there (ds_config_zero.c). */
+        ZT_TRY(meta_int(sc, "loss_scaler", "cur_hysteresis", req, INT_MIN, INT_MAX, tagdir,
                         &c->cur_hysteresis));
     }
     const cJSON *sched;

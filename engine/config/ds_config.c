@@ -5,6 +5,8 @@
  * batch triple, then what DeepSpeed checks when it builds the optimizer and the scheduler, and
  * last the two gates, so a config that is wrong is reported as wrong before it is reported as
  * unsupported. */
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +51,59 @@ void zt_ds_config_print_warnings(const zt_ds_config *cfg, FILE *f) {
         fprintf(f, "ztrain: warning: %d more warning(s) about the DeepSpeed config not shown\n",
                 cfg->warnings_lost);
     fflush(f);
+}
+
+zt_status zt_ds_fail(zt_status s, const zt_json_obj *o, const char *key, const char *fmt, ...) {
+    char msg[2048], path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    zt_error(s, "%s", msg);
+    if (key)
+        zt_json_key_path(o, key, path, sizeof path);
+    else
+        snprintf(path, sizeof path, "%s", o->path);
+    return zt_error_field(s, path);
+}
+
+void zt_ds_py_float(double v, char *buf, size_t n) {
+    /* repr(float): the fewest significant digits that read back as the same double, written
+     * positionally for exponents -4 to 15 (with ".0" when there is no fraction) and as
+     * "1e+16" / "1.5e-07" outside. */
+    char sci[40];
+    int digits = 1;
+    for (; digits <= 17; digits++) {
+        snprintf(sci, sizeof sci, "%.*e", digits - 1, v);
+        if (strtod(sci, NULL) == v)
+            break;
+    }
+    const char *e = strchr(sci, 'e');
+    int exp = e ? atoi(e + 1) : 0;
+    if (!isfinite(v) || exp < -4 || exp >= 16) {
+        snprintf(buf, n, "%s", isnan(v) ? "nan" : isinf(v) ? (v < 0 ? "-inf" : "inf") : sci);
+        return;
+    }
+    int decimals = digits - 1 - exp;
+    snprintf(buf, n, "%.*f", decimals > 0 ? decimals : 0, v);
+    if (!strchr(buf, '.') && strlen(buf) + 2 < n)
+        strcat(buf, ".0");
+}
+
+void zt_ds_py_str(const cJSON *v, char *buf, size_t n) {
+    if (cJSON_IsNumber(v) && zt_json_is_float_literal(v)) {
+        zt_ds_py_float(v->valuedouble, buf, n);
+    } else if (cJSON_IsNumber(v)) {
+        snprintf(buf, n, "%.0f", v->valuedouble);
+    } else if (cJSON_IsBool(v)) {
+        snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "True" : "False");
+    } else if (!v || cJSON_IsNull(v)) {
+        snprintf(buf, n, "None");
+    } else if (cJSON_IsString(v)) {
+        snprintf(buf, n, "%s", v->valuestring);
+    } else {
+        zt_json_repr(v, buf, n);
+    }
 }
 
 bool zt_ds_name_in(const char *name, const char *const *list) {
@@ -248,7 +303,7 @@ typedef struct {
 
 static const field top_fields[] = {
     {"managed_gradient_accumulation", FT_BOOL, NOSTORE, ANYVAL},
-    {"steps_per_print", FT_INT, FLD(zt_ds_config, steps_per_print), NONNEG},
+    {"steps_per_print", FT_INT, FLD(zt_ds_config, steps_per_print), ANYVAL},
     {"dump_state", FT_BOOL, NOSTORE, ANYVAL},
     {"disable_allgather", FT_BOOL, NOSTORE, ANYVAL},
     {"prescale_gradients", FT_BOOL, FLD(zt_ds_config, prescale_gradients), ANYVAL},
@@ -256,7 +311,8 @@ static const field top_fields[] = {
     {"sparse_gradients", FT_BOOL, NOSTORE, ANYVAL},
     {"zero_allow_untested_optimizer", FT_BOOL, FLD(zt_ds_config, zero_allow_untested_optimizer), ANYVAL},
     {"zero_force_ds_cpu_optimizer", FT_BOOL, NOSTORE, ANYVAL},
-    {"gradient_clipping", FT_DOUBLE, FLD(zt_ds_config, gradient_clipping), NONNEG},
+    /* DeepSpeed's optimizers clip only when it is > 0: a negative value is no clipping, as 0. */
+    {"gradient_clipping", FT_DOUBLE, FLD(zt_ds_config, gradient_clipping), ANYVAL},
     {"graph_harvesting", FT_BOOL, NOSTORE, ANYVAL},
     {"wall_clock_breakdown", FT_BOOL, FLD(zt_ds_config, wall_clock_breakdown), ANYVAL},
     {"memory_breakdown", FT_BOOL, NOSTORE, ANYVAL},
@@ -284,6 +340,13 @@ static zt_status parse_top(zt_ds_config *cfg, const zt_json_obj *top, batch_keys
     ZT_TRY(zt_json_get_int64(top, "train_micro_batch_size_per_gpu", &bk->micro, &bk->has_micro));
     ZT_TRY(zt_json_get_int64(top, "gradient_accumulation_steps", &bk->gas, &bk->has_gas));
     ZT_TRY(zt_ds_read_fields(top, top_fields, NFIELDS(top_fields), cfg));
+    /* DeepSpeed prints when (step + 1) % steps_per_print == 0, which in Python holds for -n
+     * exactly when it holds for n. */
+    if (cfg->steps_per_print == INT_MIN)
+        return zt_json_key_error(ZT_ERR_INVALID, top, "steps_per_print", "is out of range, got %d",
+                                 cfg->steps_per_print);
+    if (cfg->steps_per_print < 0)
+        cfg->steps_per_print = -cfg->steps_per_print;
     /* Gradients are divided by it before the reduction; DeepSpeed checks it only at run time,
      * where 0 would crash, so it is rejected here. */
     if (cfg->gradient_predivide_factor <= 0)
@@ -434,10 +497,8 @@ static zt_status parse_activation_checkpointing(zt_ds_config *cfg, const zt_json
 static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json_obj *top) {
     const char *src = top->source;
     static const char *const switched[] = {
-        "flops_profiler", "comms_logger", "elasticity", "autotuning", "eigenvalue",
-        "progressive_layer_drop", "curriculum_learning", "hybrid_engine",
-        "nebula", "datastates", "amp", "torch_autocast", "quantize_training", "expert_parallel",
-        NULL};
+        "flops_profiler", "comms_logger", "autotuning", "hybrid_engine", "datastates",
+        "torch_autocast", "expert_parallel", NULL};
     for (const char *const *k = switched; *k; k++) {
         const cJSON *sec = zt_json_item(top, *k);
         const cJSON *en = sec && cJSON_IsObject(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "enabled") : NULL;
@@ -466,23 +527,18 @@ static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json
     zt_json_obj z;
     zt_json_child(top, "zero_optimization", &z);
     static const char *const zero_flags[] = {"zero_quantized_weights", "zero_quantized_nontrainable_weights",
-                                             "zero_quantized_gradients", "legacy_stage1",
-                                             "mics_hierarchical_params_gather", NULL};
+                                             "zero_quantized_gradients", "legacy_stage1", NULL};
     for (const char *const *k = zero_flags; z.obj && *k; k++)
         if (cJSON_IsTrue(zt_json_item(&z, *k)))
             return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.%s is not supported by ztrain", src, *k);
-    int hpz = 1, mics = -1;
+    int hpz = 1;
     zt_json_get_int(&z, "zero_hpz_partition_size", &hpz, NULL);
-    zt_json_get_int(&z, "mics_shard_size", &mics, NULL);
     if (hpz > 1)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.zero_hpz_partition_size %d (ZeRO++ "
                         "hierarchical partitioning) is not supported by ztrain", src, hpz);
-    if (mics > 0)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.mics_shard_size %d (MiCS) is not "
-                        "supported by ztrain", src, mics);
-    if (zt_json_item(&z, "zenflow") || zt_json_item(&z, "zeropp_loco_param"))
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.%s is not supported by ztrain", src,
-                        zt_json_item(&z, "zenflow") ? "zenflow" : "zeropp_loco_param");
+    if (zt_json_item(&z, "zenflow"))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: zero_optimization.zenflow is not supported by ztrain",
+                        src);
     bool super_offload = false;
     zt_json_obj off;
     zt_json_child(&z, "offload_optimizer", &off);
@@ -586,8 +642,10 @@ static zt_status from_json(zt_ds_config *cfg, const cJSON *root, const char *sou
         s = zt_json_check_finite(root, source, "", NULL);
     if (s == ZT_OK)
         s = zt_ds_strip_auto(copy, source);
-    if (s == ZT_OK)
+    if (s == ZT_OK) {
+        zt_ds_coerce_model_strings(copy);
         s = parse_tree(cfg, copy, source, world_size);
+    }
     cJSON_Delete(copy);
     return s;
 }
@@ -606,7 +664,9 @@ static zt_status parse_tree(zt_ds_config *cfg, const cJSON *root, const char *so
     zt_json_obj top;
     zt_json_obj_init(&top, root, source, "");
     batch_keys bk = {0};
+    ZT_TRY(zt_ds_check_removed(&top));
     ZT_TRY(zt_ds_check_known_keys(&top));
+    ZT_TRY(zt_ds_check_nulls(&top));
     ZT_TRY(parse_top(cfg, &top, &bk));
     ZT_TRY(zt_ds_parse_zero(cfg, &top));
     ZT_TRY(zt_ds_parse_precision(cfg, &top));

@@ -182,11 +182,25 @@ static zt_status fill_finalize(resolver *r, const zt_ds_auto_context *ctx) {
         return ZT_OK;
     const zt_training_args *a = r->args;
     double total = (double)ctx->max_steps;
-    double warmup = a->warmup_steps > 0 ? a->warmup_steps : ceil(total * a->warmup_ratio);
+    /* TrainingArguments.get_warmup_steps: transformers 5 reads warmup_steps >= 1 as steps
+     * (int()) and one in (0, 1) as a ratio; transformers 4 reads warmup_ratio when warmup_steps
+     * is 0. Like transformers 5's integration, at least 1: DeepSpeed >= 0.19.6 refuses 0. */
+    double w = a->warmup_steps, warmup;
+    const char *from;
+    if (w >= 1) {
+        warmup = floor(w);
+        from = "training_args.warmup_steps";
+    } else if (w > 0) {
+        warmup = ceil(total * w);
+        from = "ceil(train.max_steps * training_args.warmup_steps), transformers 5's ratio";
+    } else {
+        warmup = ceil(total * a->warmup_ratio);
+        from = "ceil(train.max_steps * training_args.warmup_ratio)";
+    }
+    if (warmup < 1)
+        warmup = 1;
     fill(r, "scheduler.params.total_num_steps", cJSON_CreateNumber(total), "train.max_steps", false);
-    fill(r, "scheduler.params.warmup_num_steps", cJSON_CreateNumber(warmup),
-         a->warmup_steps > 0 ? "training_args.warmup_steps"
-                             : "ceil(train.max_steps * training_args.warmup_ratio)",
+    fill(r, "scheduler.params.warmup_num_steps", cJSON_CreateNumber(warmup), from,
          given(a, ZT_ARG_WARMUP));
     return ZT_OK;
 }

@@ -12,12 +12,25 @@
 /* Rules every section follows, stricter than DeepSpeed on purpose where it gave no answer:
  * - Unknown keys inside any section are an error naming the key, also in sections DeepSpeed reads
  *   with dict.get (optimizer, scheduler, their params, data_types).
- * - JSON null and the string "auto" mean "absent" everywhere, so the default applies.
+ * - JSON null and the string "auto" mean "absent", so the default applies, except where DeepSpeed
+ *   fails on None or reads it otherwise (zt_ds_check_nulls, and the scheduler's few).
  * - Integers must be integral numbers (5e8 and 2.0 are fine); bools must be true/false. */
 
 /* Records "ztrain: warning: SOURCE: " and the message as one line in the warnings of the config
  * being parsed on this thread (stderr outside a parse); a line already recorded is not repeated. */
 void zt_ds_warn(const char *source, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records the formatted message as zt_error does and the key it is about as the failure's field
+ * (zt_error_field: o's path and key, or o's own path when key is NULL), so that the service
+ * names the exact key of a refusal whose text is DeepSpeed's own rather than "key '...'". */
+zt_status zt_ds_fail(zt_status s, const zt_json_obj *o, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Writes v as Python's str() prints the value json.load made of it (3 for an int, 3.0 for a
+ * float literal, True, None, a string without quotes), for DeepSpeed's "got ..." texts. */
+void zt_ds_py_str(const cJSON *v, char *buf, size_t n);
+/* A double as Python's str(float) prints it ("0.0", "2.5", "1e-05"). */
+void zt_ds_py_float(double v, char *buf, size_t n);
 
 /* Whether name is in the NULL-terminated list (case-sensitive). */
 bool zt_ds_name_in(const char *name, const char *const *list);
@@ -45,6 +58,15 @@ typedef struct {
  * checking types and ranges; an absent field leaves its default. */
 zt_status zt_ds_read_fields(const zt_json_obj *o, const field *fields, size_t n, void *base);
 
+/* DeepSpeed reads the sections above through pydantic models in lax mode, which convert a value
+ * to the field's type: strings ("2" to 2 for zero_optimization.stage, "128" to 128.0 for
+ * fp16.loss_scale, "true"/"yes"/"on"/"1" to true), 0 and 1 to bools, bools to 0 and 1. The
+ * sections it reads with dict.get (the top level, optimizer, scheduler) convert nothing, and
+ * their readers refuse a string by name. This converts, in place, each value under a table
+ * field of zero_optimization, its offload sections, fp16 and bf16 as pydantic would; a value
+ * pydantic refuses is left for the reader to refuse. */
+void zt_ds_coerce_model_strings(cJSON *root);
+
 /* The allowed keys of a table section are its fields plus a few read by hand (`extra`, NULL or
  * NULL-terminated). */
 zt_status zt_ds_check_table_keys(const zt_json_obj *o, const field *fields, size_t n,
@@ -63,6 +85,10 @@ zt_status zt_ds_parse_tensor_parallel(zt_ds_config *cfg, const zt_json_obj *top)
 /* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet. */
 zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
 
+/* JSON null where DeepSpeed does not read it as absent (ds_config_null.c): refused by key, with
+ * how DeepSpeed fails on it. Runs before the section parsers. */
+zt_status zt_ds_check_nulls(const zt_json_obj *top);
+
 /* The key table's two passes (ds_config_keys.c). The first refuses a key that is not in the table
  * inside any section it describes (warns at the top level); the second, after the section parsers,
  * refuses every set key whose fate is a refusal (ZT_ERR_UNSUPPORTED naming the key, its value and
@@ -70,6 +96,9 @@ zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
  * at other ZeRO stages than cfg's. Rows marked ZT_DS_KEY_BY_HAND are left to their section's
  * parser. */
 zt_status zt_ds_check_known_keys(const zt_json_obj *o);
+/* DeepSpeed 0.19's first check of a config: a key of a feature it removed (ZT_DS_KEY_REMOVED rows,
+ * at the top level and in zero_optimization) is ZT_ERR_INVALID naming the key, whatever its value. */
+zt_status zt_ds_check_removed(const zt_json_obj *top);
 zt_status zt_ds_apply_fates(const zt_ds_config *cfg, const zt_json_obj *o);
 
 #endif

@@ -15,6 +15,7 @@
 #define OPAQUE (ZT_DS_KEY_SECTION | ZT_DS_KEY_OPAQUE)
 #define HAND ZT_DS_KEY_BY_HAND
 #define PRESENT ZT_DS_KEY_PRESENCE
+#define REMOVED (ZT_DS_KEY_SECTION | ZT_DS_KEY_OPAQUE | ZT_DS_KEY_REMOVED | HAND | R)
 #define ST123 0xe
 #define ST23 0xc
 #define ST3 0x8
@@ -24,6 +25,7 @@
 #define NO_TP "ztrain has no sequence parallelism"
 #define TP_NOTE "ztrain's tensor parallelism is Megatron's layers for its own model families"
 #define OWN_LAYOUT "ztrain's gradients live in one flat buffer reduced in fixed chunks"
+#define REMOVED_IN_019 "removed from DeepSpeed 0.19, which refuses the key whatever its value: "
 #define LAYER_GATHER "ztrain holds at most the layer in use and the one prefetched"
 
 static const zt_ds_key rows[] = {
@@ -52,13 +54,13 @@ static const zt_ds_key rows[] = {
     {"seq_parallel_communication_data_type", W, 0, "\"fp32\"", "no sequence parallelism: " NO_TP},
     {"dump_state", W, 0, "false", "DeepSpeed's debug dump of its engine state"},
     {"disable_allgather", W, 0, "false", "ztrain always all-gathers updated partitions"},
-    {"sparse_gradients", W, 0, "false", "ztrain's gradients are dense"},
+    {"sparse_gradients", REMOVED, 0, NULL, REMOVED_IN_019 "sparse gradients of dense embeddings"},
     {"allgather_size", HAND | H, 0, NULL,
      "read with the legacy \"zero_optimization\": true as its allgather bucket"},
     {"zero_allow_untested_optimizer", H, 0, "false",
      "LAMB and SGD at ZeRO stages 1-3 need it, as in DeepSpeed (warned when given)"},
     {"zero_force_ds_cpu_optimizer", W, 0, "true", "ztrain always runs its own CPU optimizer"},
-    {"graph_harvesting", W, 0, "false", "CUDA graphs: no device here"},
+    {"graph_harvesting", REMOVED, 0, NULL, REMOVED_IN_019 "graph harvesting"},
     {"memory_breakdown", W, 0, "false",
      "ztrain records each rank's memory in every metric record instead"},
     {"use_data_before_expert_parallelism", W, 0, "false", "no expert parallelism"},
@@ -94,8 +96,7 @@ static const zt_ds_key rows[] = {
     {"aio.overlap_events", W, 0, "true", "ztrain overlaps through pipeline_read/pipeline_write"},
     {"aio.use_gds", W, 0, "false", "GPUDirect Storage: no device here"},
 
-    {"amp", OPAQUE | R, 0, NULL, "apex AMP: enabled refused (use bf16 or fp16)"},
-    {"amp.enabled", HAND | R, 0, "false", "true refused: use the bf16 or fp16 section"},
+    {"amp", REMOVED, 0, NULL, REMOVED_IN_019 "its Apex AMP integration: use bf16 or fp16"},
 
     {"autotuning", OPAQUE | R, 0, NULL,
      "enabled refused: autotuning is a search run by DeepSpeed's launcher"},
@@ -122,8 +123,7 @@ static const zt_ds_key rows[] = {
     {"compile", OPAQUE | W, 0, NULL, "torch.compile options: ztrain's kernels are not compiled"},
     {"compile.deepcompile", HAND | R, 0, "false", "true refused: DeepCompile is not implemented"},
 
-    {"compression_training", OPAQUE | W, 0, NULL,
-     "acts only through init_compression() in the user's script"},
+    {"compression_training", REMOVED, 0, NULL, REMOVED_IN_019 "its compression library"},
 
     /* csv_monitor, tensorboard, wandb: monitors. */
     {"csv_monitor", SEC | H, 0, NULL, "DeepSpeed's CSV files, written by rank 0"},
@@ -132,8 +132,9 @@ static const zt_ds_key rows[] = {
     {"csv_monitor.job_name", HAND | H, 0, NULL, "with output_path, the directory"},
 
     /* data_efficiency: refused only when a sub-feature is switched on. */
-    {"curriculum_learning", OPAQUE | R, 0, NULL, "enabled refused"},
-    {"curriculum_learning.enabled", HAND | R, 0, "false", "true refused"},
+    {"curriculum_learning", REMOVED, 0, NULL,
+     REMOVED_IN_019 "the top-level section: data_efficiency.data_sampling.curriculum_learning "
+                    "replaces it"},
     {"data_efficiency", SEC | R, 0, NULL,
      "accepted while every sub-feature is off; a sub-feature switched on is refused"},
     {"data_efficiency.enabled", HAND | R, 0, "false",
@@ -163,10 +164,9 @@ static const zt_ds_key rows[] = {
 
     {"datastates", OPAQUE | R, 0, NULL, "enabled refused"},
     {"datastates.enabled", HAND | R, 0, "false", "true refused"},
-    {"eigenvalue", OPAQUE | R, 0, NULL, "enabled refused"},
-    {"eigenvalue.enabled", HAND | R, 0, "false", "true refused"},
-    {"elasticity", OPAQUE | R, 0, NULL, "enabled refused"},
-    {"elasticity.enabled", HAND | R, 0, "false", "true refused"},
+    {"eigenvalue", REMOVED, 0, NULL, REMOVED_IN_019 "eigenvalue-based Mixture-of-Quantization"},
+    {"elasticity", REMOVED, 0, NULL,
+     REMOVED_IN_019 "elastic training: set the batch keys directly"},
     {"expert_parallel", OPAQUE | R, 0, NULL, "enabled refused: no mixture of experts"},
     {"expert_parallel.enabled", HAND | R, 0, "false", "true refused"},
     {"flops_profiler", OPAQUE | R, 0, NULL, "enabled refused: perf/tflops is in every record"},
@@ -202,8 +202,7 @@ static const zt_ds_key rows[] = {
 
     {"hybrid_engine", OPAQUE | R, 0, NULL, "enabled refused: no inference engine"},
     {"hybrid_engine.enabled", HAND | R, 0, "false", "true refused"},
-    {"nebula", OPAQUE | R, 0, NULL, "enabled refused"},
-    {"nebula.enabled", HAND | R, 0, "false", "true refused"},
+    {"nebula", REMOVED, 0, NULL, REMOVED_IN_019 "Nebula checkpointing"},
 
     /* optimizer: the optimizer parser validates params per type (ds_config_optim.c). */
     {"optimizer", SEC | H, 0, NULL,
@@ -217,13 +216,28 @@ static const zt_ds_key rows[] = {
     {"optimizer.params.eps", H, 0, NULL, "Adam, AdamW, Lamb and the 1-bit family"},
     {"optimizer.params.weight_decay", H, 0, NULL,
      "every parameter, as DeepSpeed given model.parameters()"},
-    {"optimizer.params.bias_correction", H, 0, NULL, "Adam, AdamW, Lamb"},
+    {"optimizer.params.bias_correction", H, 0, NULL,
+     "Adam, AdamW (not with torch_adam: torch.optim's TypeError), Lamb"},
     {"optimizer.params.adam_w_mode", H, 0, NULL, "Adam, AdamW"},
-    {"optimizer.params.torch_adam", H, 0, NULL, "Adam, AdamW: the AdamW weight-decay default"},
-    {"optimizer.params.amsgrad", HAND | R, 0, NULL, "true refused (FusedAdam has none)"},
-    {"optimizer.params.set_grad_none", W, 0, NULL, "ztrain's gradients are one flat buffer"},
-    {"optimizer.params.fused", W, 0, NULL, "ztrain has one implementation"},
-    {"optimizer.params.foreach", W, 0, NULL, "ztrain has one implementation"},
+    {"optimizer.params.torch_adam", H, 0, NULL,
+     "Adam, AdamW: torch.optim's params and AdamW weight-decay default"},
+    {"optimizer.params.fp32_optimizer_states", H, 0, NULL,
+     "Adam, AdamW: states are fp32 (bf16 with bf16_optimizer_states) as DeepSpeedCPUAdam's"},
+    {"optimizer.params.decoupled_weight_decay", H, 0, NULL,
+     "Adam with torch_adam and adam_w_mode false: true is AdamW's decay"},
+    {"optimizer.params.amsgrad", HAND | R, 0, NULL,
+     "true refused (FusedAdam, CPUAdam have none; not implemented for torch_adam)"},
+    {"optimizer.params.maximize", HAND | H, 0, NULL, "SGD; true refused for Adam (torch_adam)"},
+    {"optimizer.params.set_grad_none", W, 0, "true",
+     "ztrain's gradients are one flat buffer (Adam, AdamW without torch_adam or offload)"},
+    {"optimizer.params.fused", W, 0, NULL,
+     "ztrain has one optimizer implementation (SGD; Adam, AdamW with torch_adam)"},
+    {"optimizer.params.foreach", W, 0, NULL,
+     "ztrain has one optimizer implementation (SGD; Adam, AdamW with torch_adam)"},
+    {"optimizer.params.capturable", W, 0, "false",
+     "ztrain has no CUDA graphs (Adam, AdamW with torch_adam)"},
+    {"optimizer.params.differentiable", W, 0, "false",
+     "ztrain does not differentiate through the step (SGD; Adam, AdamW with torch_adam)"},
     {"optimizer.params.momentum", H, 0, NULL, "SGD"},
     {"optimizer.params.dampening", H, 0, NULL, "SGD"},
     {"optimizer.params.nesterov", H, 0, NULL, "SGD"},
@@ -246,15 +260,9 @@ static const zt_ds_key rows[] = {
     {"pipeline", OPAQUE | W, 0, NULL,
      "read only by a PipelineModule: ztrain's is the job spec's \"pipeline\" section"},
 
-    {"progressive_layer_drop", SEC | R, 0, NULL, "enabled refused: ztrain's GPT-2 drops no layers"},
-    {"progressive_layer_drop.enabled", HAND | R, 0, "false", "true refused"},
-    {"progressive_layer_drop.theta", HAND | R, 0, "1.0",
-     "read only when enabled, which is refused"},
-    {"progressive_layer_drop.gamma", HAND | R, 0, "0.001",
-     "read only when enabled, which is refused"},
+    {"progressive_layer_drop", REMOVED, 0, NULL, REMOVED_IN_019 "Progressive Layer Dropping"},
 
-    {"quantize_training", OPAQUE | R, 0, NULL, "enabled refused"},
-    {"quantize_training.enabled", HAND | R, 0, "false", "true refused"},
+    {"quantize_training", REMOVED, 0, NULL, REMOVED_IN_019 "Mixture-of-Quantization"},
 
     /* scheduler: the scheduler parser validates params per type (ds_config_optim.c). */
     {"scheduler", SEC | H, 0, NULL,
@@ -262,8 +270,7 @@ static const zt_ds_key rows[] = {
     {"scheduler.type", H, 0, NULL, "DeepSpeed's five; torch schedulers refused"},
     {"scheduler.params", OPAQUE | HAND | H, 0, NULL, "checked per type by the scheduler parser"},
 
-    {"sparse_attention", OPAQUE | PRESENT | W, 0, NULL,
-     "read only by SparseSelfAttention layers: ztrain's GPT-2 uses dense attention"},
+    {"sparse_attention", REMOVED, 0, NULL, REMOVED_IN_019 "Sparse Attention"},
 
     {"tensor_parallel", SEC | H, 0, NULL, "AutoTP training: Megatron-style sharded layers"},
     {"tensor_parallel.autotp_size", HAND | H, 0, "0",
@@ -416,10 +423,11 @@ static const zt_ds_key rows[] = {
     {"zero_optimization.zero_quantized_nontrainable_weights", HAND | R, 0, "false",
      "true refused (ZeRO++)"},
     {"zero_optimization.zero_quantized_gradients", HAND | R, 0, "false", "true refused (ZeRO++)"},
-    {"zero_optimization.zeropp_loco_param", OPAQUE | HAND | R, 0, NULL, "refused (ZeRO++)"},
-    {"zero_optimization.mics_shard_size", HAND | R, 0, "-1", "above 0 refused (MiCS)"},
-    {"zero_optimization.mics_hierarchical_params_gather", HAND | R, 0, "false",
-     "true refused (MiCS)"},
+    {"zero_optimization.zeropp_loco_param", REMOVED, 0, NULL,
+     REMOVED_IN_019 "LoCo-ZeRO++: without the key ZeRO++ quantizes without LoCo"},
+    {"zero_optimization.mics_shard_size", REMOVED, 0, NULL, REMOVED_IN_019 "MiCS sharding"},
+    {"zero_optimization.mics_hierarchical_params_gather", REMOVED, 0, NULL,
+     REMOVED_IN_019 "MiCS sharding"},
     {"zero_optimization.zenflow", OPAQUE | HAND | R, 0, NULL,
      "refused: ZenFlow is not implemented"},
 };
@@ -483,6 +491,25 @@ zt_status zt_ds_check_known_keys(const zt_json_obj *o) {
             zt_json_obj child;
             zt_json_obj_init(&child, c, o->source, path);
             ZT_TRY(zt_ds_check_known_keys(&child));
+        }
+    }
+    return ZT_OK;
+}
+
+zt_status zt_ds_check_removed(const zt_json_obj *top) {
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (!(rows[i].flags & ZT_DS_KEY_REMOVED))
+            continue;
+        const char *key = rows[i].path, *dot = strchr(key, '.');
+        const cJSON *in = top->obj;
+        /* DeepSpeed looks into zero_optimization only when it is an object. */
+        if (dot) {
+            in = cJSON_GetObjectItemCaseSensitive(in, "zero_optimization");
+            key = dot + 1;
+        }
+        if (cJSON_IsObject(in) && cJSON_GetObjectItemCaseSensitive(in, key)) {
+            zt_error(ZT_ERR_INVALID, "%s: %s: %s", top->source, rows[i].path, rows[i].note);
+            return zt_error_field(ZT_ERR_INVALID, rows[i].path);
         }
     }
     return ZT_OK;

@@ -1,9 +1,8 @@
 /* The DeepSpeed "optimizer" and "scheduler" sections: which optimizer and LR schedule ztrain runs,
  * with their parameters. A missing "type" is an error rather than DeepSpeed's "no optimizer".
  * torch.optim's argument checks (negative lr, betas outside [0, 1), ...) are applied to Adam too,
- * with torch's texts, although FusedAdam itself does not check them. A zero step size in
- * LRRangeTest/OneCycle, which DeepSpeed checks only at run time where it would crash, is rejected
- * here. */
+ * with torch's texts, although FusedAdam itself does not check them. The schedules' parameters
+ * take the types and ranges DeepSpeed's lr_schedules.py constructors check, with their texts. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,12 +21,13 @@ static const char *const torch_optimizers[] = {
     "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam", NULL};
 
 /* torch.optim's argument checks, with its texts, prefixed by where the value came from. */
-static zt_status torch_check(const zt_json_obj *p, bool bad, const char *fmt, double v) {
+static zt_status torch_check(const zt_json_obj *p, const char *key, bool bad, const char *fmt,
+                             double v) {
     if (!bad)
         return ZT_OK;
     char msg[128];
     snprintf(msg, sizeof msg, fmt, v);
-    return zt_error(ZT_ERR_INVALID, "%s: %s: %s", p->source, p->path, msg);
+    return zt_ds_fail(ZT_ERR_INVALID, p, key, "%s: %s: %s", p->source, p->path, msg);
 }
 
 /* "betas": a list of two numbers, as Adam and LAMB take it. */
@@ -51,39 +51,124 @@ static zt_status get_betas(zt_optimizer_config *o, const zt_json_obj *p) {
 
 /* torch.optim's checks of lr, eps, betas and weight_decay, shared by Adam and LAMB. */
 static zt_status check_adam_like(const zt_optimizer_config *o, const zt_json_obj *p) {
-    ZT_TRY(torch_check(p, o->lr < 0, "Invalid learning rate: %g", o->lr));
-    ZT_TRY(torch_check(p, o->eps < 0, "Invalid epsilon value: %g", o->eps));
-    ZT_TRY(torch_check(p, o->beta1 < 0 || o->beta1 >= 1, "Invalid beta parameter at index 0: %g", o->beta1));
-    ZT_TRY(torch_check(p, o->beta2 < 0 || o->beta2 >= 1, "Invalid beta parameter at index 1: %g", o->beta2));
-    return torch_check(p, o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay);
+    ZT_TRY(torch_check(p, "lr", o->lr < 0, "Invalid learning rate: %g", o->lr));
+    ZT_TRY(torch_check(p, "eps", o->eps < 0, "Invalid epsilon value: %g", o->eps));
+    ZT_TRY(torch_check(p, "betas", o->beta1 < 0 || o->beta1 >= 1, "Invalid beta parameter at index 0: %g", o->beta1));
+    ZT_TRY(torch_check(p, "betas", o->beta2 < 0 || o->beta2 >= 1, "Invalid beta parameter at index 1: %g", o->beta2));
+    return torch_check(p, "weight_decay", o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay);
 }
 
-static zt_status parse_adam(zt_optimizer_config *o, const zt_json_obj *p, bool type_is_adamw) {
-    static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
-                                       "amsgrad", "torch_adam", "adam_w_mode", "set_grad_none",
-                                       "fused", "foreach", NULL};
-    ZT_TRY(zt_json_check_keys(p, keys));
-    bool adam_w_mode = true, amsgrad = false, ignored;
+/* torch.optim's constructor checks of its implementation switches (Adam, AdamW, SGD), with its
+ * texts; the switches themselves choose among torch's kernels and change no number. */
+static zt_status check_torch_switches(const zt_json_obj *p) {
+    bool fused = false, foreach = false, differentiable = false;
+    ZT_TRY(zt_json_get_bool(p, "fused", &fused, NULL));
+    ZT_TRY(zt_json_get_bool(p, "foreach", &foreach, NULL));
+    ZT_TRY(zt_json_get_bool(p, "differentiable", &differentiable, NULL));
+    if (fused && differentiable)
+        return zt_ds_fail(ZT_ERR_INVALID, p, "fused", "%s: %s: `fused` does not support "
+                          "`differentiable`", p->source, p->path);
+    if (fused && foreach)
+        return zt_ds_fail(ZT_ERR_INVALID, p, "fused", "%s: %s: `fused` and `foreach` cannot be "
+                          "`True` together.", p->source, p->path);
+    return ZT_OK;
+}
+
+/* The class DeepSpeed builds for "Adam"/"AdamW" (engine.py get_optimizer_configuration): with
+ * torch_adam, torch.optim.AdamW in the decoupled mode and torch.optim.Adam otherwise; without it,
+ * DeepSpeedCPUAdam when offload_optimizer is on cpu or nvme (at any stage), and FusedAdam
+ * otherwise. engine.py pops torch_adam, adam_w_mode and fp32_optimizer_states and passes every
+ * other key to the class, so a key the class does not take is Python's TypeError there. */
+typedef enum { ADAM_FUSED, ADAM_CPU, ADAM_TORCH, ADAM_TORCH_W } adam_class;
+
+static const char *const adam_class_name[] = {"FusedAdam", "DeepSpeedCPUAdam", "torch.optim.Adam",
+                                              "torch.optim.AdamW"};
+static const char *const adam_class_why[] = {
+    "without torch_adam or offload_optimizer", "with zero_optimization.offload_optimizer",
+    "with torch_adam: true and adam_w_mode: false", "with torch_adam: true"};
+
+/* Each class's keyword arguments, then the keys engine.py pops; every key of every class, so
+ * that a key of another class is refused as that (not as unknown). */
+static const char *const adam_keys_fused[] = {"lr", "betas", "eps", "weight_decay",
+                                              "bias_correction", "amsgrad", "set_grad_none", NULL};
+static const char *const adam_keys_cpu[] = {"lr", "betas", "eps", "weight_decay",
+                                            "bias_correction", "amsgrad", NULL};
+static const char *const adam_keys_torch[] = {
+    "lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "maximize", "capturable",
+    "differentiable", "fused", "decoupled_weight_decay", NULL};
+static const char *const adam_keys_torch_w[] = {"lr", "betas", "eps", "weight_decay", "amsgrad",
+                                                "foreach", "maximize", "capturable",
+                                                "differentiable", "fused", NULL};
+static const char *const adam_keys_popped[] = {"torch_adam", "adam_w_mode",
+                                               "fp32_optimizer_states", NULL};
+static const char *const adam_keys_any[] = {
+    "bias_correction", "set_grad_none", "foreach", "maximize", "capturable", "differentiable",
+    "fused", "decoupled_weight_decay", NULL};
+
+static adam_class adam_class_of(const zt_ds_config *cfg, bool torch_adam, bool adam_w_mode) {
+    if (torch_adam)
+        return adam_w_mode ? ADAM_TORCH_W : ADAM_TORCH;
+    return cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE ? ADAM_CPU : ADAM_FUSED;
+}
+
+static zt_status parse_adam(zt_ds_config *cfg, const zt_json_obj *p, bool type_is_adamw) {
+    zt_optimizer_config *o = &cfg->optimizer;
+    bool adam_w_mode = true, amsgrad = false, maximize = false, decoupled = false, b;
     ZT_TRY(zt_json_get_bool(p, "torch_adam", &o->torch_adam, NULL));
     ZT_TRY(zt_json_get_bool(p, "adam_w_mode", &adam_w_mode, NULL));
     o->type = ZT_OPTIM_ADAM;
     o->adam_w_mode = type_is_adamw || adam_w_mode;
-    /* With torch_adam DeepSpeed builds torch.optim.AdamW for the decoupled mode, and its default
-     * weight_decay is 0.01; FusedAdam's (and torch Adam's) is 0. */
-    o->weight_decay = o->torch_adam && o->adam_w_mode ? 0.01 : 0.0;
+    adam_class cls = adam_class_of(cfg, o->torch_adam, o->adam_w_mode);
+    const char *const *own = cls == ADAM_FUSED ? adam_keys_fused
+                             : cls == ADAM_CPU ? adam_keys_cpu
+                             : cls == ADAM_TORCH ? adam_keys_torch
+                                                 : adam_keys_torch_w;
+    for (const char *const *k = adam_keys_any; *k; k++)
+        if (zt_json_item(p, *k) && !zt_ds_name_in(*k, own))
+            return zt_json_key_error(ZT_ERR_INVALID, p, *k, "is not a parameter of %s, which "
+                                     "DeepSpeed builds %s (TypeError: unexpected keyword argument "
+                                     "'%s')", adam_class_name[cls], adam_class_why[cls], *k);
+    const char *all[24];
+    size_t n = 0;
+    for (const char *const *k = own; *k; k++)
+        all[n++] = *k;
+    for (const char *const *k = adam_keys_popped; *k; k++)
+        all[n++] = *k;
+    all[n] = NULL;
+    ZT_TRY(zt_json_check_keys(p, all));
+
+    /* torch.optim.AdamW's default weight_decay is 0.01; FusedAdam's, DeepSpeedCPUAdam's and
+     * torch.optim.Adam's is 0. */
+    o->weight_decay = cls == ADAM_TORCH_W ? 0.01 : 0.0;
     ZT_TRY(zt_json_get_double(p, "lr", &o->lr, NULL));
     ZT_TRY(zt_json_get_double(p, "eps", &o->eps, NULL));
     ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
     ZT_TRY(zt_json_get_bool(p, "bias_correction", &o->bias_correction, NULL));
     ZT_TRY(zt_json_get_bool(p, "amsgrad", &amsgrad, NULL));
-    ZT_TRY(zt_json_get_bool(p, "set_grad_none", &ignored, NULL));
-    ZT_TRY(zt_json_get_bool(p, "fused", &ignored, NULL));
-    ZT_TRY(zt_json_get_bool(p, "foreach", &ignored, NULL));
+    ZT_TRY(zt_json_get_bool(p, "maximize", &maximize, NULL));
+    ZT_TRY(zt_json_get_bool(p, "decoupled_weight_decay", &decoupled, NULL));
+    /* Only DeepSpeedCPUAdam reads it, for moments in the dtype of the parameters it is given:
+     * the fp32 masters in every combination ztrain runs, so fp32 either way (ds_config.h). */
+    ZT_TRY(zt_json_get_bool(p, "fp32_optimizer_states", &b, NULL));
+    ZT_TRY(zt_json_get_bool(p, "set_grad_none", &b, NULL));
+    ZT_TRY(zt_json_get_bool(p, "capturable", &b, NULL));
+    ZT_TRY(check_torch_switches(p));
     ZT_TRY(get_betas(o, p));
     ZT_TRY(check_adam_like(o, p));
+    /* torch.optim.Adam with decoupled_weight_decay is AdamW's update. */
+    if (decoupled)
+        o->adam_w_mode = true;
+    if (amsgrad && (cls == ADAM_FUSED || cls == ADAM_CPU))
+        return zt_ds_fail(ZT_ERR_INVALID, p, "amsgrad", "%s: %s.amsgrad: %s does not support the "
+                          "AMSGrad variant.", p->source, p->path, adam_class_name[cls]);
     if (amsgrad)
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s.amsgrad: true is not supported (ztrain's Adam, like "
-                        "DeepSpeed's FusedAdam, has no AMSGrad variant)", p->source, p->path);
+        return zt_ds_fail(ZT_ERR_UNSUPPORTED, p, "amsgrad", "%s: %s.amsgrad: true is not supported: "
+                          "DeepSpeed builds %s here, which has the AMSGrad variant, and ztrain's "
+                          "Adam does not implement it", p->source, p->path, adam_class_name[cls]);
+    if (maximize)
+        return zt_ds_fail(ZT_ERR_UNSUPPORTED, p, "maximize", "%s: %s.maximize: true is not "
+                          "supported with Adam (ztrain's Adam kernels always minimise; SGD honours "
+                          "maximize)", p->source, p->path);
     return ZT_OK;
 }
 
@@ -153,7 +238,7 @@ static zt_status parse_lamb(zt_optimizer_config *o, const zt_json_obj *p, bool o
     if (onebit)
         ZT_TRY(check_onebit_comm_keys(p));
     if (amsgrad)
-        return zt_error(ZT_ERR_INVALID, "%s: %s.amsgrad: %s does not support the AMSGrad variant.",
+        return zt_ds_fail(ZT_ERR_INVALID, p, "amsgrad", "%s: %s.amsgrad: %s does not support the AMSGrad variant.",
                         p->source, p->path, onebit ? "1-bit Lamb" : "FusedLamb");
     return check_adam_like(o, p);
 }
@@ -185,16 +270,17 @@ static zt_status parse_onebit_adam(zt_optimizer_config *o, const zt_json_obj *p,
     ZT_TRY(get_betas(o, p));
     ZT_TRY(check_onebit_comm_keys(p));
     if (amsgrad)
-        return zt_error(ZT_ERR_INVALID, "%s: %s.amsgrad: the 1-bit and 0/1 Adam optimizers do not "
+        return zt_ds_fail(ZT_ERR_INVALID, p, "amsgrad", "%s: %s.amsgrad: the 1-bit and 0/1 Adam optimizers do not "
                         "support the AMSGrad variant.", p->source, p->path);
     return check_adam_like(o, p);
 }
 
+/* torch.optim.SGD: its keyword arguments; maximize steps along the gradient, as torch does by
+ * negating it first. */
 static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
     static const char *const keys[] = {"lr", "momentum", "dampening", "weight_decay", "nesterov",
-                                       "foreach", "fused", NULL};
+                                       "maximize", "foreach", "differentiable", "fused", NULL};
     ZT_TRY(zt_json_check_keys(p, keys));
-    bool ignored;
     o->type = ZT_OPTIM_SGD;
     o->adam_w_mode = false; /* SGD's weight decay is L2, added to the gradient */
     o->weight_decay = 0;
@@ -203,15 +289,14 @@ static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
     ZT_TRY(zt_json_get_double(p, "dampening", &o->dampening, NULL));
     ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
     ZT_TRY(zt_json_get_bool(p, "nesterov", &o->nesterov, NULL));
-    ZT_TRY(zt_json_get_bool(p, "foreach", &ignored, NULL));
-    ZT_TRY(zt_json_get_bool(p, "fused", &ignored, NULL));
-    ZT_TRY(torch_check(p, o->lr < 0, "Invalid learning rate: %g", o->lr));
-    ZT_TRY(torch_check(p, o->momentum < 0, "Invalid momentum value: %g", o->momentum));
-    ZT_TRY(torch_check(p, o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay));
+    ZT_TRY(zt_json_get_bool(p, "maximize", &o->maximize, NULL));
+    ZT_TRY(torch_check(p, "lr", o->lr < 0, "Invalid learning rate: %g", o->lr));
+    ZT_TRY(torch_check(p, "momentum", o->momentum < 0, "Invalid momentum value: %g", o->momentum));
+    ZT_TRY(torch_check(p, "weight_decay", o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay));
     if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
-        return zt_error(ZT_ERR_INVALID, "%s: %s: Nesterov momentum requires a momentum and zero dampening",
+        return zt_ds_fail(ZT_ERR_INVALID, p, "nesterov", "%s: %s: Nesterov momentum requires a momentum and zero dampening",
                         p->source, p->path);
-    return ZT_OK;
+    return check_torch_switches(p);
 }
 
 /* ZeRO's tested optimizers are Adam, AdamW, Adagrad and DeepSpeed's own (zero/utils.py); with
@@ -222,9 +307,10 @@ static zt_status check_untested_with_zero(const zt_ds_config *cfg, const char *s
     if (cfg->zero.stage == 0)
         return ZT_OK;
     if (!cfg->zero_allow_untested_optimizer)
-        return zt_error(ZT_ERR_INVALID, "%s: You are using an untested ZeRO Optimizer. Please add "
-                        "<\"zero_allow_untested_optimizer\": true> in the configuration file to "
-                        "use it.", src);
+        return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: You are using an untested ZeRO "
+                                       "Optimizer. Please add <\"zero_allow_untested_optimizer\": "
+                                       "true> in the configuration file to use it.", src),
+                              "zero_allow_untested_optimizer");
     zt_ds_warn(src, "**** You are using ZeRO with an untested optimizer, proceed with caution "
                "*****%s", note);
     return ZT_OK;
@@ -242,14 +328,16 @@ static zt_status parse_lamb_family(zt_ds_config *cfg, const zt_json_obj *params,
                 : parse_onebit_adam(o, params, strcmp(lower, "zerooneadam") == 0));
     o->compression_dropped = onebit;
     if (lamb && cfg->fp16.loss_scale != 0)
-        return zt_error(ZT_ERR_INVALID, "%s: DeepSpeed %s optimizer requires dynamic loss scaling "
-                        "(fp16.loss_scale must be 0)", src, lower);
+        return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: DeepSpeed %s optimizer requires "
+                                       "dynamic loss scaling (fp16.loss_scale must be 0)", src,
+                                       lower), "fp16.loss_scale");
     if (onebit && cfg->zero.stage > 0) {
         const char *what = strcmp(lower, "onebitadam") == 0   ? "1bit-Adam"
                            : strcmp(lower, "zerooneadam") == 0 ? "0/1 Adam"
                                                                 : "1bit-Lamb";
-        return zt_error(ZT_ERR_INVALID, "%s: %s is not compatible with ZeRO (zero_optimization.stage "
-                        "is %d)", src, what, cfg->zero.stage);
+        return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: %s is not compatible with ZeRO "
+                                       "(zero_optimization.stage is %d)", src, what,
+                                       cfg->zero.stage), "zero_optimization.stage");
     }
     if (onebit)
         zt_ds_warn(src, "optimizer %s: compressed communication is not implemented; it runs as "
@@ -262,10 +350,11 @@ static zt_status parse_lamb_family(zt_ds_config *cfg, const zt_json_obj *params,
                                         "tensor across the ranks' partitions, as without ZeRO; "
                                         "DeepSpeed takes one per rank's flat partition)"));
         if (cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
-            return zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer %s with "
-                            "zero_optimization.offload_optimizer is not supported (DeepSpeed's "
-                            "FusedLamb is a GPU kernel, with no CPU optimizer for offload)", src,
-                            o->name);
+            return zt_error_field(zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer %s with "
+                                           "zero_optimization.offload_optimizer is not supported "
+                                           "(DeepSpeed's FusedLamb is a GPU kernel, with no CPU "
+                                           "optimizer for offload)", src, o->name),
+                                  "zero_optimization.offload_optimizer");
     }
     return ZT_OK;
 }
@@ -286,7 +375,7 @@ zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top) {
     ZT_TRY(zt_json_child(&opt, "params", &params));
     /* DeepSpeed checks the key's presence, whatever its value, before looking at the type. */
     if (params.obj && cJSON_GetObjectItemCaseSensitive(params.obj, "max_grad_norm"))
-        return zt_error(ZT_ERR_INVALID, "%s: 'max_grad_norm' is not supported as an optimizer parameter, "
+        return zt_ds_fail(ZT_ERR_INVALID, &params, "max_grad_norm", "%s: 'max_grad_norm' is not supported as an optimizer parameter, "
                         "please switch to using the deepspeed parameter 'gradient_clipping' see: "
                         "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details",
                         top->source);
@@ -298,7 +387,7 @@ zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top) {
     cfg->has_optimizer = true;
     snprintf(cfg->optimizer.name, sizeof cfg->optimizer.name, "%s", type);
     if (builtin && (strcmp(lower, "adam") == 0 || strcmp(lower, "adamw") == 0))
-        return parse_adam(&cfg->optimizer, &params, strcmp(lower, "adamw") == 0);
+        return parse_adam(cfg, &params, strcmp(lower, "adamw") == 0);
     if (!builtin && strcmp(type, "SGD") == 0) {
         ZT_TRY(parse_sgd(&cfg->optimizer, &params));
         return check_untested_with_zero(cfg, top->source, "");
@@ -307,14 +396,14 @@ zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top) {
                     strcmp(lower, "onebitadam") == 0 || strcmp(lower, "zerooneadam") == 0))
         return parse_lamb_family(cfg, &params, lower, top->source);
     if (builtin || zt_ds_name_in(type, torch_optimizers))
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer type '%s' is not supported by ztrain "
+        return zt_ds_fail(ZT_ERR_UNSUPPORTED, &opt, "type", "%s: optimizer type '%s' is not supported by ztrain "
                         "(supported: Adam, AdamW, SGD, Lamb, and OneBitAdam, ZeroOneAdam, OneBitLamb "
                         "without compression)", top->source, type);
     const char *near = zt_json_suggest(type, torch_optimizers);
     char hint[96] = "";
     if (near)
         snprintf(hint, sizeof hint, "; did you mean '%s'?", near);
-    return zt_error(ZT_ERR_INVALID, "%s: unknown optimizer type '%s' (DeepSpeed's own types such as "
+    return zt_ds_fail(ZT_ERR_INVALID, &opt, "type", "%s: unknown optimizer type '%s' (DeepSpeed's own types such as "
                     "Adam are case-insensitive, torch.optim names such as SGD are case-sensitive)%s",
                     top->source, type, hint);
 }
@@ -329,15 +418,41 @@ static const char *const torch_schedulers[] = {
     "ExponentialLR", "SequentialLR", "CosineAnnealingLR", "ChainedScheduler", "ReduceLROnPlateau",
     "CyclicLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR", NULL};
 
-/* A positive int; a zero would divide by zero inside the schedule. */
-static zt_status get_positive_int(const zt_json_obj *p, const char *key, int *out, bool *found) {
-    bool f;
-    ZT_TRY(zt_json_get_int(p, key, out, &f));
-    if (found)
-        *found = f;
-    if (f && *out <= 0)
-        return zt_json_key_error(ZT_ERR_INVALID, p, key, "must be a positive integer, got %d", *out);
+/* The keys DeepSpeed's schedules check with `isinstance(v, int) and v > 0` (warmup_num_steps,
+ * lr_range_test_step_size): a JSON number written as an int ("3", not "3.0" or "3e0", which
+ * json.load makes floats), or true (Python's bool is an int: 1), with DeepSpeed's ValueError text
+ * otherwise. */
+static zt_status get_py_positive_int(const zt_json_obj *p, const char *key, int *out) {
+    const cJSON *v = zt_json_item(p, key);
+    if (!v)
+        return ZT_OK;
+    bool is_int = (cJSON_IsNumber(v) && !zt_json_is_float_literal(v) &&
+                   v->valuedouble == floor(v->valuedouble)) || cJSON_IsBool(v);
+    double d = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
+    if (!is_int || d <= 0 || d > INT_MAX) {
+        char got[64];
+        zt_ds_py_str(v, got, sizeof got);
+        return zt_ds_fail(ZT_ERR_INVALID, p, key, "%s: %s: %s must be a positive integer, got %s",
+                          p->source, p->path, key, got);
+    }
+    *out = (int)d;
     return ZT_OK;
+}
+
+/* The keys DeepSpeed reads as numbers without a type check (OneCycle's float() of its step
+ * sizes, the arithmetic on total_num_steps): any finite JSON number, or a bool as Python's
+ * arithmetic takes it. */
+static zt_status get_py_number(const zt_json_obj *p, const char *key, double *out, bool *found) {
+    const cJSON *v = zt_json_item(p, key);
+    if (found)
+        *found = false;
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v) ? 1 : 0;
+        if (found)
+            *found = true;
+        return ZT_OK;
+    }
+    return zt_json_get_double(p, key, out, found);
 }
 
 static zt_status get_nonneg_int(const zt_json_obj *p, const char *key, int *out, bool *found) {
@@ -352,33 +467,53 @@ static zt_status get_nonneg_int(const zt_json_obj *p, const char *key, int *out,
 
 /* warmup_num_steps and warmup_type, shared by the three Warmup* schedules. */
 static zt_status parse_warmup(zt_schedule_config *s, const zt_json_obj *p) {
-    const cJSON *n = zt_json_item(p, "warmup_num_steps");
-    if (n) {
-        if (!cJSON_IsNumber(n) || n->valuedouble != floor(n->valuedouble) || n->valuedouble <= 0 ||
-            n->valuedouble > INT_MAX) {
-            char got[64];
-            zt_json_repr(n, got, sizeof got);
-            return zt_error(ZT_ERR_INVALID, "%s: %s: warmup_num_steps must be a positive integer, got %s",
-                            p->source, p->path, got);
-        }
-        s->warmup_num_steps = (int)n->valuedouble;
-    }
+    ZT_TRY(get_py_positive_int(p, "warmup_num_steps", &s->warmup_num_steps));
     const char *type = NULL;
     ZT_TRY(zt_json_get_string(p, "warmup_type", &type, NULL));
-    if (type && strcmp(type, "log") != 0 && strcmp(type, "linear") != 0)
+    bool type_null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(p->obj, "warmup_type"));
+    if ((type && strcmp(type, "log") != 0 && strcmp(type, "linear") != 0) || type_null)
         zt_ds_warn(p->source, "Using unknown warmup_type: %s. The increasing function is set to default (log)",
-                   type);
+                   type ? type : "None");
     s->warmup_linear = type && strcmp(type, "linear") == 0;
     return ZT_OK;
 }
 
+/* total_num_steps only enters DeepSpeed's arithmetic (WarmupDecayLR's linear decay, the cosine's
+ * progress), so any number runs there: 6.5 ends the decay half-way between two steps, and a value
+ * at or below the warmup leaves no decay window (the lr drops to the floor after the warmup). */
 static zt_status parse_total_steps(zt_schedule_config *s, const zt_json_obj *p) {
     ZT_TRY(zt_json_require(p, "total_num_steps"));
-    ZT_TRY(get_positive_int(p, "total_num_steps", &s->total_num_steps, NULL));
+    ZT_TRY(get_py_number(p, "total_num_steps", &s->total_num_steps, NULL));
     int n = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
-    if (s->total_num_steps < n)
-        zt_ds_warn(p->source, "total_num_steps %d is less than warmup_num_steps %d", s->total_num_steps,
+    if (s->total_num_steps < n) {
+        char got[64];
+        zt_ds_py_str(zt_json_item(p, "total_num_steps"), got, sizeof got);
+        zt_ds_warn(p->source, "total_num_steps %s is less than warmup_num_steps %d", got,
                    s->warmup_num_steps);
+    }
+    return ZT_OK;
+}
+
+/* OneCycle's step sizes, as _initialize_cycle reads them: float() of each (so 2.5 is a valid
+ * half cycle), the first > 0, the second >= 0 (0: no descending half) and the first when absent. */
+static zt_status parse_cycle_sizes(zt_schedule_config *s, const zt_json_obj *p) {
+    bool second_given = false;
+    ZT_TRY(get_py_number(p, "cycle_first_step_size", &s->cycle_first_step_size, NULL));
+    ZT_TRY(get_py_number(p, "cycle_second_step_size", &s->cycle_second_step_size, &second_given));
+    if (!second_given)
+        s->cycle_second_step_size = s->cycle_first_step_size;
+    char got[64];
+    if (s->cycle_first_step_size <= 0) {
+        zt_ds_py_float(s->cycle_first_step_size, got, sizeof got);
+        return zt_ds_fail(ZT_ERR_INVALID, p, "cycle_first_step_size", "%s: %s: cycle_first_step_size "
+                          "must be positive, got %s", p->source, p->path, got);
+    }
+    if (s->cycle_second_step_size < 0) {
+        zt_ds_py_float(s->cycle_second_step_size, got, sizeof got);
+        return zt_ds_fail(ZT_ERR_INVALID, p, "cycle_second_step_size", "%s: %s: "
+                          "cycle_second_step_size must be non-negative, got %s", p->source,
+                          p->path, got);
+    }
     return ZT_OK;
 }
 
@@ -387,23 +522,23 @@ static zt_status parse_total_steps(zt_schedule_config *s, const zt_json_obj *p) 
  * config, so the engine needs no special case. */
 static zt_status parse_one_cycle(zt_ds_config *cfg, const zt_json_obj *p) {
     zt_schedule_config *s = &cfg->scheduler;
-    bool second_given = false, stair_given = false;
+    bool stair_given = false;
     ZT_TRY(zt_json_require(p, "cycle_min_lr"));
     ZT_TRY(zt_json_require(p, "cycle_max_lr"));
     ZT_TRY(zt_json_get_double(p, "cycle_min_lr", &s->cycle_min_lr, NULL));
     ZT_TRY(zt_json_get_double(p, "cycle_max_lr", &s->cycle_max_lr, NULL));
     ZT_TRY(zt_json_get_double(p, "decay_lr_rate", &s->decay_lr_rate, NULL));
-    ZT_TRY(get_positive_int(p, "cycle_first_step_size", &s->cycle_first_step_size, NULL));
-    ZT_TRY(get_positive_int(p, "cycle_second_step_size", &s->cycle_second_step_size, &second_given));
+    ZT_TRY(parse_cycle_sizes(s, p));
     ZT_TRY(get_nonneg_int(p, "cycle_first_stair_count", &s->cycle_first_stair_count, NULL));
     ZT_TRY(get_nonneg_int(p, "cycle_second_stair_count", &s->cycle_second_stair_count, &stair_given));
     ZT_TRY(get_nonneg_int(p, "decay_step_size", &s->decay_step_size, NULL));
     ZT_TRY(zt_json_get_bool(p, "cycle_momentum", &s->cycle_momentum, NULL));
+    /* DeepSpeed tests it for truth: None turns the momentum cycle off. */
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(p->obj, "cycle_momentum")))
+        s->cycle_momentum = false;
     ZT_TRY(zt_json_get_double(p, "cycle_min_mom", &s->cycle_min_mom, NULL));
     ZT_TRY(zt_json_get_double(p, "cycle_max_mom", &s->cycle_max_mom, NULL));
     ZT_TRY(zt_json_get_double(p, "decay_mom_rate", &s->decay_mom_rate, NULL));
-    if (!second_given)
-        s->cycle_second_step_size = s->cycle_first_step_size;
     if (!stair_given)
         s->cycle_second_stair_count = s->cycle_first_stair_count;
     if (s->cycle_momentum && cfg->has_optimizer) {
@@ -427,10 +562,20 @@ zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top) {
     ZT_TRY(zt_json_check_keys(&sch, keys));
     const char *type = NULL;
     ZT_TRY(zt_json_get_string(&sch, "type", &type, NULL));
+    /* "type": null is DeepSpeed's "no scheduler" (get_scheduler_name returns None). */
+    if (!type && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sch.obj, "type")))
+        return ZT_OK;
     if (!type)
         return zt_json_key_error(ZT_ERR_INVALID, &sch, "type", "is required");
     ZT_TRY(zt_json_child(&sch, "params", &p));
     zt_schedule_config *s = &cfg->scheduler;
+    /* DeepSpeed builds its schedule as Class(optimizer, **params): without params, or with null,
+     * that is a TypeError before training starts. */
+    if (!p.obj && zt_ds_name_in(type, ds_schedulers))
+        return zt_ds_fail(ZT_ERR_INVALID, &sch, "params", "%s: key 'scheduler.params' is required "
+                          "for scheduler %s: DeepSpeed builds it as %s(optimizer, **params), which "
+                          "fails without them (argument after ** must be a mapping, not NoneType); "
+                          "give {} for the defaults", top->source, type, type);
 
     if (strcmp(type, "WarmupLR") == 0 || strcmp(type, "WarmupDecayLR") == 0) {
         bool decay = type[6] == 'D';
@@ -441,8 +586,10 @@ zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top) {
                                                  "last_batch_iteration", NULL};
         ZT_TRY(zt_json_check_keys(&p, decay ? decay_keys : warm_keys));
         s->type = decay ? ZT_SCHED_WARMUP_DECAY_LR : ZT_SCHED_WARMUP_LR;
-        /* WarmupLR's max defaults to the optimizer's lr; WarmupDecayLR's signature says 0.001. */
-        s->warmup_max_lr = !decay && cfg->has_optimizer ? cfg->optimizer.lr : 1e-3;
+        /* WarmupLR's max defaults to the optimizer's lr; WarmupDecayLR's signature says 0.001,
+         * but a null it hands on to WarmupLR, which takes the optimizer's lr then. */
+        bool max_null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(p.obj, "warmup_max_lr"));
+        s->warmup_max_lr = (!decay || max_null) && cfg->has_optimizer ? cfg->optimizer.lr : 1e-3;
         ZT_TRY(zt_json_get_double(&p, "warmup_min_lr", &s->warmup_min_lr, NULL));
         ZT_TRY(zt_json_get_double(&p, "warmup_max_lr", &s->warmup_max_lr, NULL));
         ZT_TRY(parse_warmup(s, &p));
@@ -474,11 +621,11 @@ zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top) {
         ZT_TRY(zt_json_check_keys(&p, lrrt_keys));
         s->type = ZT_SCHED_LR_RANGE_TEST;
         ZT_TRY(zt_json_get_double(&p, "lr_range_test_min_lr", &s->lr_range_test_min_lr, NULL));
-        ZT_TRY(get_positive_int(&p, "lr_range_test_step_size", &s->lr_range_test_step_size, NULL));
+        ZT_TRY(get_py_positive_int(&p, "lr_range_test_step_size", &s->lr_range_test_step_size));
         ZT_TRY(zt_json_get_double(&p, "lr_range_test_step_rate", &s->lr_range_test_step_rate, NULL));
         ZT_TRY(zt_json_get_bool(&p, "lr_range_test_staircase", &s->lr_range_test_staircase, NULL));
     } else if (zt_ds_name_in(type, torch_schedulers)) {
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: scheduler type '%s' (torch.optim.lr_scheduler) is not "
+        return zt_ds_fail(ZT_ERR_UNSUPPORTED, &sch, "type", "%s: scheduler type '%s' (torch.optim.lr_scheduler) is not "
                         "supported by ztrain (supported: WarmupLR, WarmupDecayLR, WarmupCosineLR, "
                         "OneCycle, LRRangeTest)", top->source, type);
     } else {
@@ -486,7 +633,8 @@ zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top) {
         char hint[96] = "";
         if (near)
             snprintf(hint, sizeof hint, "; did you mean '%s'? (names are case-sensitive)", near);
-        return zt_error(ZT_ERR_INVALID, "%s: unknown scheduler type '%s'%s", top->source, type, hint);
+        return zt_ds_fail(ZT_ERR_INVALID, &sch, "type", "%s: unknown scheduler type '%s'%s",
+                          top->source, type, hint);
     }
 
     /* The starting iteration of a resumed run comes from ztrain's own checkpoint. */

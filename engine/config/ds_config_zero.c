@@ -2,8 +2,11 @@
  * fp16 and bf16. Their pydantic models are lists of typed, range-checked keys, so they are read
  * from tables (ds_config_internal.h) plus a few keys read by hand. All of it is parsed and
  * validated here; what this build does not run is refused afterwards by ds_config.c. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ds_config_internal.h"
 
@@ -57,9 +60,6 @@ static const field zero_fields[] = {
     {"zero_quantized_weights", FT_BOOL, NOSTORE, ANYVAL},
     {"zero_quantized_nontrainable_weights", FT_BOOL, NOSTORE, ANYVAL},
     {"zero_quantized_gradients", FT_BOOL, NOSTORE, ANYVAL},
-    {"zeropp_loco_param", FT_OBJECT, NOSTORE, ANYVAL},
-    {"mics_shard_size", FT_INT, NOSTORE, ANYVAL},
-    {"mics_hierarchical_params_gather", FT_BOOL, NOSTORE, ANYVAL},
     {"memory_efficient_linear", FT_BOOL, NOSTORE, ANYVAL},
     {"pipeline_loading_checkpoint", FT_BOOL, NOSTORE, ANYVAL},
     {"override_module_apply", FT_BOOL, NOSTORE, ANYVAL},
@@ -274,24 +274,34 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     bool found;
     ZT_TRY(zt_json_get_double(&fp16, "loss_scale", &cfg->fp16.loss_scale, &found));
     if (found && cfg->fp16.loss_scale < 0)
-        return zt_error(ZT_ERR_INVALID, "%s: fp16.loss_scale must be >= 0 (0 enables dynamic loss scaling)",
-                        top->source);
-    int min_scale;
-    ZT_TRY(zt_json_get_int(&fp16, "min_loss_scale", &min_scale, &found));
+        return zt_ds_fail(ZT_ERR_INVALID, &fp16, "loss_scale", "%s: fp16.loss_scale must be >= 0 "
+                          "(0 enables dynamic loss scaling)", top->source);
+    /* An int in DeepSpeed's model, and Python's ints have no range: any integral value. */
+    int64_t min_scale;
+    ZT_TRY(zt_json_get_int64(&fp16, "min_loss_scale", &min_scale, &found));
     if (found)
-        cfg->fp16.min_loss_scale = min_scale;
+        cfg->fp16.min_loss_scale = (double)min_scale;
     /* The dynamic scaler divides by the window and halves down to the minimum. */
     if (cfg->fp16.enabled && cfg->fp16.loss_scale == 0) {
         if (cfg->fp16.loss_scale_window <= 0)
-            return zt_error(ZT_ERR_INVALID, "%s: fp16.loss_scale_window must be greater than 0, got %d",
-                            top->source, cfg->fp16.loss_scale_window);
+            return zt_ds_fail(ZT_ERR_INVALID, &fp16, "loss_scale_window",
+                              "%s: fp16.loss_scale_window must be greater than 0, got %d", top->source,
+                              cfg->fp16.loss_scale_window);
         if (cfg->fp16.min_loss_scale <= 0)
-            return zt_error(ZT_ERR_INVALID, "%s: fp16.min_loss_scale must be greater than 0, got %g",
-                            top->source, cfg->fp16.min_loss_scale);
-        /* With 0 the ZeRO rule would never lower the scale. */
-        if (cfg->fp16.hysteresis <= 0)
-            return zt_error(ZT_ERR_INVALID, "%s: fp16.hysteresis must be greater than 0, got %d",
-                            top->source, cfg->fp16.hysteresis);
+            return zt_ds_fail(ZT_ERR_INVALID, &fp16, "min_loss_scale",
+                              "%s: fp16.min_loss_scale must be greater than 0, got %g", top->source,
+                              cfg->fp16.min_loss_scale);
+        /* Only the ZeRO rule (DynamicLossScaler) reads it; the non-ZeRO FP16_Optimizer halves on
+         * every overflow whatever it says. DeepSpeed accepts any int, but the ZeRO rule lowers
+         * the scale only when the count left reaches 1, and from 0 or below each overflow
+         * counts down past it: the scale would never come down, and after the first overflow
+         * every step would be skipped. */
+        if (cfg->fp16.hysteresis <= 0 && cfg->zero.stage > 0)
+            return zt_ds_fail(ZT_ERR_INVALID, &fp16, "hysteresis",
+                              "%s: fp16.hysteresis must be greater than 0 at ZeRO stage %d, got %d "
+                              "(DeepSpeed accepts it, but its dynamic loss scaler would then never "
+                              "lower the scale, and every step after an overflow would be skipped)",
+                              top->source, cfg->zero.stage, cfg->fp16.hysteresis);
     }
 
     /* "bfloat16" is the old name; DeepSpeed reads it only when "bf16" is absent. */
@@ -323,4 +333,137 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
         return zt_error(ZT_ERR_INVALID, "%s: bf16_optimizer_states requires "
                         "bf16_master_weights_and_grads to be enabled.", top->source);
     return check_master_precision(cfg, top->source);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* pydantic's lax mode: strings converted to the field's type                                  */
+
+/* Python's whitespace at either end of a number; *end is one past the last non-space. */
+static const char *trim(const char *s, const char **end) {
+    while (*s == ' ' || (*s >= '\t' && *s <= '\r'))
+        s++;
+    const char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || (e[-1] >= '\t' && e[-1] <= '\r')))
+        e--;
+    *end = e;
+    return s;
+}
+
+/* An int as pydantic reads a string: a sign, digits with single underscores between them, and
+ * (unless `whole`, Python's int() as DeepSpeed's own validators call it) a fraction of zeros
+ * ("2.00"). */
+static bool lax_int(const char *text, bool whole, double *out) {
+    const char *end, *s = trim(text, &end);
+    char buf[64];
+    size_t n = 0;
+    if (s < end && (*s == '+' || *s == '-'))
+        buf[n++] = *s++;
+    bool digit = false;
+    for (; s < end && n + 1 < sizeof buf; s++) {
+        if (*s >= '0' && *s <= '9') {
+            buf[n++] = *s;
+            digit = true;
+        } else if (*s == '_' && digit && s + 1 < end && s[1] >= '0' && s[1] <= '9') {
+            continue;
+        } else {
+            break;
+        }
+    }
+    if (!digit)
+        return false;
+    if (!whole && s < end && *s == '.' && s + 1 < end) {
+        for (s++; s < end && *s == '0'; s++)
+            ;
+    }
+    if (s != end)
+        return false;
+    buf[n] = '\0';
+    *out = strtod(buf, NULL);
+    return true;
+}
+
+/* A float as pydantic reads a string: Python's float() syntax, underscores dropped; a value that
+ * is not finite is left to be refused as a string. */
+static bool lax_float(const char *text, double *out) {
+    const char *end, *s = trim(text, &end);
+    char buf[64];
+    size_t n = 0;
+    for (; s < end && n + 1 < sizeof buf; s++)
+        if (*s != '_')
+            buf[n++] = *s;
+    if (s != end || n == 0 || strpbrk(buf, "xXpP"))
+        return false;
+    buf[n] = '\0';
+    char *stop;
+    double v = strtod(buf, &stop);
+    if (*stop || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A bool as pydantic reads a string, in any case and without spaces. */
+static bool lax_bool(const char *s, bool *out) {
+    static const char *const yes[] = {"true", "1", "yes", "on", "t", "y", NULL};
+    static const char *const no[] = {"false", "0", "no", "off", "f", "n", NULL};
+    for (int i = 0; yes[i]; i++) {
+        if (strcasecmp(s, yes[i]) == 0)
+            return *out = true, true;
+        if (strcasecmp(s, no[i]) == 0)
+            return *out = false, true;
+    }
+    return false;
+}
+
+/* `strict`: DeepSpeed's own validators of these fp16 keys refuse a bool before pydantic would
+ * turn it into 1 or 0. */
+static void coerce_key(cJSON *sec, const char *key, field_type type, bool strict) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(sec, key);
+    bool number = type == FT_INT || type == FT_INT64 || type == FT_DOUBLE;
+    double d;
+    bool b;
+    cJSON *to = NULL;
+    if (cJSON_IsString(v) && (type == FT_INT || type == FT_INT64) &&
+        lax_int(v->valuestring, strict, &d))
+        to = cJSON_CreateNumber(d);
+    else if (cJSON_IsString(v) && type == FT_DOUBLE && lax_float(v->valuestring, &d))
+        to = cJSON_CreateNumber(d);
+    else if (cJSON_IsString(v) && type == FT_BOOL && lax_bool(v->valuestring, &b))
+        to = cJSON_CreateBool(b);
+    else if (cJSON_IsNumber(v) && type == FT_BOOL && (v->valuedouble == 0 || v->valuedouble == 1))
+        to = cJSON_CreateBool(v->valuedouble == 1);
+    else if (cJSON_IsBool(v) && number && !strict)
+        to = cJSON_CreateNumber(cJSON_IsTrue(v) ? 1 : 0);
+    /* Out of memory leaves the value, which its reader then refuses by name. */
+    if (to && !cJSON_ReplaceItemInObjectCaseSensitive(sec, key, to))
+        cJSON_Delete(to);
+}
+
+static void coerce_fields(cJSON *sec, const field *fields, size_t n) {
+    if (!cJSON_IsObject(sec))
+        return;
+    for (size_t i = 0; i < n; i++)
+        coerce_key(sec, fields[i].key, fields[i].type, false);
+}
+
+void zt_ds_coerce_model_strings(cJSON *root) {
+    cJSON *z = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
+    coerce_fields(z, zero_fields, NFIELDS(zero_fields));
+    if (cJSON_IsObject(z)) {
+        coerce_fields(cJSON_GetObjectItemCaseSensitive(z, "offload_optimizer"),
+                      offload_optimizer_fields, NFIELDS(offload_optimizer_fields));
+        coerce_fields(cJSON_GetObjectItemCaseSensitive(z, "offload_param"), offload_param_fields,
+                      NFIELDS(offload_param_fields));
+    }
+    cJSON *fp16 = cJSON_GetObjectItemCaseSensitive(root, "fp16");
+    coerce_fields(fp16, fp16_fields, NFIELDS(fp16_fields));
+    if (cJSON_IsObject(fp16)) {
+        /* DeepSpeed's own validators: float(v) for loss_scale, int(v) for these two. */
+        coerce_key(fp16, "loss_scale", FT_DOUBLE, true);
+        coerce_key(fp16, "loss_scale_window", FT_INT, true);
+        coerce_key(fp16, "min_loss_scale", FT_INT64, true);
+    }
+    coerce_fields(cJSON_GetObjectItemCaseSensitive(root, "bf16"), bf16_fields, NFIELDS(bf16_fields));
+    coerce_fields(cJSON_GetObjectItemCaseSensitive(root, "bfloat16"), bf16_fields,
+                  NFIELDS(bf16_fields));
 }

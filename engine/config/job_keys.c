@@ -63,7 +63,7 @@ static const key_type types[] = {
     {"training_args", "max_grad_norm", ZT_JOB_KEY_NUMBER},
     {"training_args", "per_device_train_batch_size", ZT_JOB_KEY_INTEGER},
     {"training_args", "gradient_accumulation_steps", ZT_JOB_KEY_INTEGER},
-    {"training_args", "warmup_steps", ZT_JOB_KEY_INTEGER},
+    {"training_args", "warmup_steps", ZT_JOB_KEY_NUMBER},
     {"training_args", "warmup_ratio", ZT_JOB_KEY_NUMBER},
     {"training_args", "lr_scheduler_type", ZT_JOB_KEY_STRING},
     {"training_args", "bf16", ZT_JOB_KEY_BOOLEAN},

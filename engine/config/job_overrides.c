@@ -14,7 +14,10 @@
  * "absent". */
 static zt_status override_value(const char *set, const char *key_path, const char *text,
                                 cJSON **out) {
-    cJSON *v = cJSON_ParseWithOpts(text, NULL, 1);
+    /* Parsed as a job file is, so that 3.0 stays a number written as a float. */
+    cJSON *v = NULL;
+    if (zt_json_parse(text, "--set", &v) != ZT_OK)
+        v = NULL;
     if (!v)
         v = cJSON_CreateString(text);
     if (!v)
@@ -140,7 +143,7 @@ zt_status zt_job_overrides_apply(const char *text, const char *source, const cha
     for (size_t i = 0; i < n && s == ZT_OK; i++)
         s = apply_one(root, sets[i], source, base_dir);
     if (s == ZT_OK) {
-        *out = cJSON_Print(root);
+        *out = zt_json_print(root, true);
         if (!*out)
             s = zt_error(ZT_ERR_NOMEM, "out of memory");
     }

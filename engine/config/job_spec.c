@@ -383,9 +383,14 @@ static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top
     ZT_TRY(get_int_min(&o, "gradient_accumulation_steps", 1, &a->gradient_accumulation_steps));
     if (zt_json_item(&o, "gradient_accumulation_steps"))
         *g |= ZT_ARG_GRADIENT_ACCUMULATION_STEPS;
-    ZT_TRY(get_int_min(&o, "warmup_steps", 0, &a->warmup_steps));
-    if (zt_json_item(&o, "warmup_steps"))
-        *g |= ZT_ARG_WARMUP;
+    /* transformers 5 declares it a float: an int is steps, a float in [0, 1) a ratio
+     * (TrainingArguments.get_warmup_steps); its __post_init__ refuses a negative one. */
+    ZT_TRY(zt_json_get_double(&o, "warmup_steps", &a->warmup_steps, &found));
+    if (found && a->warmup_steps < 0)
+        return zt_json_key_error(ZT_ERR_INVALID, &o, "warmup_steps", "must be >= 0, got %g "
+                                 "(transformers: Got warmup_steps = %g, Expected value "
+                                 "warmup_steps >= 0)", a->warmup_steps, a->warmup_steps);
+    *g |= found ? ZT_ARG_WARMUP : 0;
     ZT_TRY(zt_json_get_bool(&o, "bf16", &a->bf16, &found));
     *g |= found ? ZT_ARG_BF16 : 0;
     ZT_TRY(zt_json_get_bool(&o, "fp16", &a->fp16, &found));
@@ -459,7 +464,7 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
         char ds_source[512];
         snprintf(ds_source, sizeof ds_source, "%s: deepspeed", src);
         ZT_TRY(read_ds(job, ds, ds_source));
-        job->ds_json = cJSON_PrintUnformatted(ds);
+        job->ds_json = zt_json_print(ds, false);
     } else if (cJSON_IsString(ds)) {
         if (!ds->valuestring[0])
             return zt_json_key_error(ZT_ERR_INVALID, top, "deepspeed", "must not be an empty path");
@@ -473,7 +478,7 @@ static zt_status parse_deepspeed(zt_job_spec *job, const zt_json_obj *top, const
         if (s == ZT_OK) {
             s = read_ds(job, root, path);
             if (s == ZT_OK)
-                job->ds_json = cJSON_PrintUnformatted(root);
+                job->ds_json = zt_json_print(root, false);
         }
         cJSON_Delete(root);
         free(path);

@@ -49,6 +49,7 @@ struct zt_engine {
     bool step_applied;
     bool forward_pending; /* a training forward whose backward has not run */
     zt_engine_timers timers, current;
+    zt_engine_timers micro; /* the current micro-step's own (DeepSpeed's *_microstep timers) */
     double step_comm0;    /* zt_comm_thread_ms() when the optimizer step began */
     zt_engine_step_gate gate;   /* decides a step's update before it is applied; NULL: none */
     void *gate_ctx;
@@ -344,6 +345,7 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     double t0 = now_ms(), c0 = zt_comm_thread_ms();
     if (e->step_micro == 0)
         memset(&e->current, 0, sizeof e->current);
+    memset(&e->micro, 0, sizeof e->micro);
     int counted = 0;
     for (int i = 0; i < b->B * b->T; i++)
         counted += b->targets[i] >= 0;
@@ -361,6 +363,8 @@ zt_status zt_engine_forward(zt_engine *e, const zt_batch *b, float *loss) {
     float l = e->model->ops->forward(e->model, b->inputs, b->targets, b->B, b->T, grad_scale);
     e->model->loss_out = NULL;
     e->forward_pending = grad_scale != 0.0f;
+    e->micro.forward_ms += now_ms() - t0;
+    e->micro.forward_comm_ms += zt_comm_thread_ms() - c0;
     e->current.forward_ms += now_ms() - t0;
     e->current.forward_comm_ms += zt_comm_thread_ms() - c0;
     if (!defer) {
@@ -402,6 +406,8 @@ zt_status zt_engine_backward(zt_engine *e) {
     double t0 = now_ms(), c0 = zt_comm_thread_ms();
     e->model->ops->backward(e->model);
     e->forward_pending = false;
+    e->micro.backward_ms += now_ms() - t0;
+    e->micro.backward_comm_ms += zt_comm_thread_ms() - c0;
     e->current.backward_ms += now_ms() - t0;
     e->current.backward_comm_ms += zt_comm_thread_ms() - c0;
     ZT_TRY(zt_model_tp_status(e->model));
@@ -430,6 +436,24 @@ static void clip_gradients(zt_engine *e, float *g, size_t count, double norm) {
         e->be->ops->scale(&e->model->ctx, g, count, (float)coef);
 }
 
+/* DeepSpeed's two wall_clock_breakdown lines (engine.py step(), utils/timer.py log), printed by
+ * rank 0 as print_dist prints them: after every micro-step its own times, and at the boundary
+ * those summed over the step's micro-steps. */
+static void log_timers(FILE *log, const zt_engine_timers *t, const char *suffix) {
+    fprintf(log, "[Rank 0] time (ms) | fwd%s: %.2f | bwd%s: %.2f | bwd_inner%s: %.2f | "
+            "bwd_allreduce%s: %.2f | step%s: %.2f\n", suffix, t->forward_ms, suffix,
+            t->backward_ms, suffix, t->backward_ms - t->backward_comm_ms, suffix,
+            t->backward_comm_ms, suffix, t->step_ms);
+}
+
+static void log_micro_timers(zt_engine *e, double step_ms) {
+    if (!e->opts.log || e->opts.rank != 0 || !e->ds.wall_clock_breakdown)
+        return;
+    e->micro.step_ms = step_ms;
+    log_timers(e->opts.log, &e->micro, "_microstep");
+    memset(&e->micro, 0, sizeof e->micro);
+}
+
 static void log_step(zt_engine *e) {
     FILE *log = e->opts.log;
     if (!log || e->opts.rank != 0)
@@ -440,12 +464,9 @@ static void log_step(zt_engine *e) {
                              e->ds.scheduler.type == ZT_SCHED_ONE_CYCLE &&
                                  e->ds.scheduler.cycle_momentum,
                              &e->ds.optimizer);
+    log_micro_timers(e, e->timers.step_ms);
     if (e->ds.wall_clock_breakdown)
-        fprintf(log, "[ztrain] time (ms) | fwd: %.2f | bwd: %.2f | bwd_inner: %.2f | "
-                "bwd_allreduce: %.2f | step: %.2f\n",
-                e->timers.forward_ms, e->timers.backward_ms,
-                e->timers.backward_ms - e->timers.backward_comm_ms, e->timers.backward_comm_ms,
-                e->timers.step_ms);
+        log_timers(log, &e->timers, "");
 }
 
 static void finish_step(zt_engine *e, double t0, bool applied) {
@@ -615,8 +636,10 @@ static zt_status step_apply(zt_engine *e) {
         return zt_error(ZT_ERR_INVALID, "engine: step() after forward() without backward()");
     e->step_applied = false;
     if (!zt_engine_is_gradient_accumulation_boundary(e)) {
+        double t0 = now_ms();
         e->micro_steps++;
         e->step_micro++;
+        log_micro_timers(e, now_ms() - t0);
         return ZT_OK;
     }
     if (!e->ds.has_optimizer)

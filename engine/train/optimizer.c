@@ -240,6 +240,7 @@ static zt_sgd_args sgd_args(const zt_optimizer *o, double lr, double momentum) {
         .dampening = (float)c->dampening,
         .weight_decay = (float)c->weight_decay,
         .nesterov = c->nesterov,
+        .maximize = c->maximize,
         .first_step = o->t == 1,
     };
 }

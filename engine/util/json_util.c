@@ -28,6 +28,10 @@ typedef struct {
     int depth;
     const char *err; /* first error found, NULL while the text is fine */
     size_t err_pos;
+    /* One byte per number, in document order: 1 where it was written with a fraction or an
+     * exponent (Python's json reads it as a float). NULL when the allocation failed. */
+    unsigned char *floats;
+    size_t nnum, cap;
 } scanner;
 
 static bool scan_fail(scanner *sc, size_t at, const char *msg) {
@@ -121,6 +125,17 @@ static bool scan_number(scanner *sc) {
         if (!scan_digits(sc))
             return scan_fail(sc, start, "Invalid number");
     }
+    if (sc->nnum == sc->cap) {
+        size_t cap = sc->cap ? 2 * sc->cap : 64;
+        unsigned char *f = realloc(sc->floats, cap);
+        if (!f)
+            return scan_fail(sc, start, "out of memory");
+        sc->floats = f;
+        sc->cap = cap;
+    }
+    sc->floats[sc->nnum++] = memchr(sc->s + start, '.', sc->pos - start) ||
+                             memchr(sc->s + start, 'e', sc->pos - start) ||
+                             memchr(sc->s + start, 'E', sc->pos - start);
     return true;
 }
 
@@ -220,6 +235,67 @@ static const char *syntax_hint(const char *s, size_t n, size_t pos) {
     }
 }
 
+/* Marks the numbers of the tree that were written as floats, visiting them in document order as
+ * the scan met them. */
+static void mark_floats(cJSON *node, const scanner *sc, size_t *next) {
+    for (cJSON *c = node; c; c = c->next) {
+        if (cJSON_IsNumber(c) && *next < sc->nnum && sc->floats[(*next)++])
+            c->type |= ZT_JSON_FLOAT_LITERAL;
+        if (c->child)
+            mark_floats(c->child, sc, next);
+    }
+}
+
+bool zt_json_is_float_literal(const cJSON *item) {
+    return cJSON_IsNumber(item) && (item->type & ZT_JSON_FLOAT_LITERAL);
+}
+
+/* Turns each whole number marked as a float into raw text with a fraction ("3.0"), which cJSON
+ * prints as is; false when out of memory. */
+static bool keep_floats(cJSON *node) {
+    for (cJSON *c = node; c; c = c->next) {
+        if (zt_json_is_float_literal(c) && isfinite(c->valuedouble) &&
+            c->valuedouble == floor(c->valuedouble)) {
+            char text[48];
+            snprintf(text, sizeof text, "%.17g", c->valuedouble);
+            if (!strpbrk(text, ".e"))
+                strcat(text, ".0");
+            char *raw = malloc(strlen(text) + 1);
+            if (!raw)
+                return false;
+            strcpy(raw, text);
+            c->type = cJSON_Raw;
+            c->valuestring = raw;
+        }
+        if (c->child && !keep_floats(c->child))
+            return false;
+    }
+    return true;
+}
+
+void zt_json_mark_floats(cJSON *root, const char *text, size_t len) {
+    scanner sc = {.s = text, .n = len};
+    if (scan_value(&sc) && !sc.err && sc.floats) {
+        size_t next = 0;
+        mark_floats(root, &sc, &next);
+    }
+    free(sc.floats);
+}
+
+char *zt_json_print(const cJSON *item, bool formatted) {
+    cJSON *copy = item ? cJSON_Duplicate(item, true) : NULL;
+    if (!copy)
+        return NULL;
+    /* Only the copy's children are walked: the root itself stays a value cJSON prints. */
+    if (cJSON_IsNumber(copy) || keep_floats(copy->child) || !copy->child) {
+        char *text = formatted ? cJSON_Print(copy) : cJSON_PrintUnformatted(copy);
+        cJSON_Delete(copy);
+        return text;
+    }
+    cJSON_Delete(copy);
+    return NULL;
+}
+
 zt_status zt_json_parse(const char *text, const char *source, cJSON **out) {
     *out = NULL;
     /* Editors on Windows write a byte-order mark; it is not part of the JSON text. */
@@ -233,6 +309,7 @@ zt_status zt_json_parse(const char *text, const char *source, cJSON **out) {
             scan_fail(&sc, sc.pos, "Extra data after the JSON value");
     }
     if (sc.err) {
+        free(sc.floats);
         int line, col;
         line_col(text, sc.err_pos, &line, &col);
         return zt_error(ZT_ERR_FORMAT, "%s: line %d, column %d: %s%s", source, line, col, sc.err,
@@ -245,9 +322,13 @@ zt_status zt_json_parse(const char *text, const char *source, cJSON **out) {
         int line = 1, col = 1;
         if (end && end >= text && (size_t)(end - text) <= sc.n)
             line_col(text, (size_t)(end - text), &line, &col);
+        free(sc.floats);
         return zt_error(ZT_ERR_NOMEM, "%s: line %d, column %d: cJSON could not build the tree",
                         source, line, col);
     }
+    size_t next = 0;
+    mark_floats(root, &sc, &next);
+    free(sc.floats);
     *out = root;
     return ZT_OK;
 }

@@ -60,6 +60,7 @@ typedef struct {
     float one_minus_dampening;
     int use_momentum; /* torch skips the buffer entirely when momentum is 0 */
     int nesterov;
+    int maximize;
     int first_step;
 } sgd_coef;
 
@@ -165,7 +166,7 @@ ADAM_ENTRY_POINTS(portable, )
 static void sgd_portable(float *p, const float *g, float *buf, size_t n, const sgd_coef *coef) {
     const sgd_coef local = *coef, *c = &local;
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float gi = c->maximize ? -g[i] : g[i];
         if (c->wd != 0.0f)
             gi = fmaf(c->wd, p[i], gi);
         if (c->use_momentum) {
@@ -313,6 +314,8 @@ __attribute__((target("avx2,f16c"))) static inline void store_half_avx2(uint16_t
 #define SGD_VECTOR_PATH(ISA, TARGET, V, MASK, MM, W)                                               \
     __attribute__((target(TARGET))) static inline void sgd_vec_##ISA(V *p, V g, V *buf,            \
                                                                      const sgd_coef *c) {          \
+        if (c->maximize)                                                                           \
+            g = MM##_mul_ps(MM##_set1_ps(-1.0f), g);                                               \
         if (c->wd != 0.0f)                                                                         \
             g = MM##_fmadd_ps(MM##_set1_ps(c->wd), *p, g);                                         \
         if (c->use_momentum) {                                                                     \
@@ -455,6 +458,7 @@ void zt_cpu_sgd_update(float *p, const float *g, float *buf, size_t n, const zt_
         .one_minus_dampening = (float)(1.0 - a->dampening),
         .use_momentum = buf != NULL && a->momentum != 0.0f,
         .nesterov = a->nesterov,
+        .maximize = a->maximize,
         .first_step = a->first_step,
     };
     sgd_fn fn = pick_path()->sgd;

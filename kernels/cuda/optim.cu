@@ -68,10 +68,12 @@ __global__ void adam_mixed_kernel(float *p, const void *grad, int grad_type, flo
 
 struct sgd_coef {
     float lr, wd, momentum, one_minus_dampening;
-    bool use_momentum, nesterov, first_step;
+    bool use_momentum, nesterov, maximize, first_step;
 };
 
 __device__ __forceinline__ float sgd_elem(float p, float g, float *buf, const sgd_coef &c) {
+    if (c.maximize)
+        g = -g;
     if (c.wd != 0.0f)
         g = __fmaf_rn(c.wd, p, g);
     if (c.use_momentum) {
@@ -139,6 +141,7 @@ static sgd_coef sgd_coef_of(const zt_sgd_args *a, bool has_buf) {
     c.one_minus_dampening = (float)(1.0 - a->dampening);
     c.use_momentum = has_buf && a->momentum != 0.0f;
     c.nesterov = a->nesterov;
+    c.maximize = a->maximize;
     c.first_step = a->first_step;
     return c;
 }

@@ -342,7 +342,8 @@ static zt_status deepspeed_from_json(const zt_json_obj *top, const char *base_di
     if (!ds)
         return ZT_OK;
     if (cJSON_IsObject(ds)) {
-        char *text = cJSON_PrintUnformatted(ds);
+        /* As written: 3.0 stays a float, which DeepSpeed's int checks refuse. */
+        char *text = zt_json_print(ds, false);
         *out = text ? strdup(text) : NULL;
         cJSON_free(text);
         return *out ? ZT_OK : zt_error(ZT_ERR_NOMEM, "%s: out of memory", top->source);
@@ -568,9 +569,9 @@ static zt_status spec_to_tree(const Ztrain__V1__JobSpec *spec, cJSON **out) {
     return ZT_OK;
 }
 
-/* Prints a tree into malloc'd text and deletes it. */
+/* Prints a tree into malloc'd text and deletes it; numbers written as floats stay floats. */
 static zt_status print_tree(cJSON *tree, bool pretty, char **out) {
-    char *text = pretty ? cJSON_Print(tree) : cJSON_PrintUnformatted(tree);
+    char *text = zt_json_print(tree, pretty);
     cJSON_Delete(tree);
     *out = text ? strdup(text) : NULL;
     cJSON_free(text);

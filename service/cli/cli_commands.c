@@ -15,11 +15,12 @@ static const zt_cli_command commands[] = {
      "(docs/profiling.md).\n"
      "--max-device-memory refuses a \"cuda\" job whose device estimate per rank is above SIZE.\n",
      "--out= --threads= --profile --set= --max-device-memory=", "file"},
-    {"validate", "JOB.json [--set KEY.PATH=VALUE]...",
+    {"validate", "JOB.json [--set KEY.PATH=VALUE]... [-o json | --json]",
      "Check the job as `run` and ztraind would, and print the resolved job, the effective\n"
      "DeepSpeed config, the memory estimate and the admission verdict on this host. Makes\n"
-     "nothing; exit 1 when the job would be refused.\n",
-     "--set=", "file"},
+     "nothing; exit 1 when the job would be refused. -o json (or --json): one JSON object,\n"
+     "{\"valid\", \"errors\", \"warnings\", \"resolved\", \"effective_config\"} (docs/getting-started.md).\n",
+     "--set= -o= --output= --json", "file"},
     {"init", "--hf DIR [--deepspeed DS.json] [--out JOB.json] [--name NAME]",
      "Write a job file that fine-tunes the Hugging Face model directory DIR (its config.json\n"
      "gives the architecture) with the DeepSpeed config DS.json (default: a ZeRO-2 AdamW\n"
@@ -68,8 +69,11 @@ static const zt_cli_command commands[] = {
      "--max-device-memory (docs/gpu.md, \"Device memory\"). -o json (or --json): one JSON\n"
      "object.\n",
      "-o= --output= --json --max-device-memory=", "file"},
-    {"config-keys", "",
-     "Every DeepSpeed config key ztrain knows, with its fate, as a markdown table.\n", "", ""},
+    {"config-keys", "[-o json | --json]",
+     "Every DeepSpeed config key ztrain knows, with its fate, as a markdown table; -o json\n"
+     "(or --json): a JSON array, one object per key (key, fate, stages, default, section,\n"
+     "contents_listed, note; docs/deepspeed.md).\n",
+     "-o= --output= --json", ""},
     {"submit",
      "JOB.json [--wait | --watch] [--idempotency-key K] [--fork-from ID@STEP]\n"
      "        [--set KEY.PATH=VALUE]... [--dry-run]",

@@ -8,7 +8,7 @@
  *   ztrain help [CMD], ztrain completion bash|zsh      from the command table (cli_commands.h)
  *   ztrain estimate JOB.json [--json] [--max-device-memory SIZE]   the job's memory, as
  *                                                     admission judges it
- *   ztrain config-keys                                the DeepSpeed key table, as markdown
+ *   ztrain config-keys [-o json]                      the DeepSpeed key table, as markdown or JSON
  *   ztrain sample CKPT_DIR [options]                  generate text from a checkpoint
  *   ztrain export CKPT_DIR --out FILE [--tag TAG]     write the weights as HF safetensors
  *   ztrain export CKPT_DIR --hf DIR [--max-shard-size SIZE]   a Hugging Face model directory
@@ -28,9 +28,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli_args.h"
 #include "cli_chat.h"
 #include "cli_commands.h"
+#include "cli_config_keys.h"
 #include "cli_init.h"
 #include "cli_prepare.h"
 #include "cli_text.h"
@@ -275,33 +278,6 @@ static int cmd_estimate(int argc, char **argv) {
     return 0;
 }
 
-/* The key table as docs/deepspeed.md's markdown table ("DeepSpeed config keys"; a test keeps
- * the two equal). */
-static int cmd_config_keys(int argc) {
-    if (argc > 0)
-        return bad_usage("config-keys: %stakes no arguments", "");
-    size_t n;
-    const zt_ds_key *keys = zt_ds_keys(&n);
-    printf("| key | fate | what ztrain does |\n|---|---|---|\n");
-    for (size_t i = 0; i < n; i++) {
-        const zt_ds_key *k = &keys[i];
-        char fate[48];
-        static const char *const names[] = {"honoured", "warned", "refused"};
-        snprintf(fate, sizeof fate, "%s", names[zt_ds_key_fate_of(k)]);
-        if (zt_ds_key_fate_of(k) == ZT_DS_KEY_HONOURED && k->stages) {
-            char list[16] = "";
-            for (int s = 0; s < 4; s++)
-                if (k->stages & (1u << s))
-                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d",
-                             list[0] ? "," : "", s);
-            snprintf(fate, sizeof fate, "honoured at stage %s", list);
-        }
-        printf("| `%s`%s | %s | %s |\n", k->path,
-               (k->flags & ZT_DS_KEY_OPAQUE) ? " (contents not listed)" : "", fate, k->note);
-    }
-    return 0;
-}
-
 /* The --set overrides of a command line, at most ZT_CLI_MAX_SETS. */
 #define ZT_CLI_MAX_SETS 64
 
@@ -324,29 +300,29 @@ static int add_set(const char *cmd, const char *v, const char **sets, size_t *n)
 
 /* What `ztrain run` refuses of a valid job because it starts every rank on this host, without a
  * daemon; `ztrain validate` checks it too (ztrain submit --dry-run does not: ztraind may launch
- * elsewhere). True after printing why. */
-static bool refused_here(const zt_job_spec *job, const char *job_path) {
+ * elsewhere). True with why set to the reason ("run: ..."). */
+static bool refused_here(const zt_job_spec *job, const char *job_path, char *why, size_t n) {
     if (job->nodes > 1) {
-        fprintf(stderr, "ztrain: run: %s asks for %d nodes, but `ztrain run` starts every rank "
-                "on this host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm\n",
-                job_path, job->nodes);
+        snprintf(why, n, "run: %s asks for %d nodes, but `ztrain run` starts every rank on this "
+                 "host: use srun/sbatch (examples/slurm/) or ztraind --launcher slurm", job_path,
+                 job->nodes);
         return true;
     }
     /* The spec says nothing of this host's GPUs (its ranks may run under Slurm elsewhere);
      * `ztrain run` starts them here, so here is where a GPU must be. */
     if (job->device == ZT_DEVICE_CUDA && zt_backend_device_count(ZT_DEVICE_CUDA) == 0) {
-        fprintf(stderr, "ztrain: run: %s: device \"cuda\": no CUDA device is visible on this "
-                "host (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them), and `ztrain run` "
-                "starts every rank here: run it on a GPU host, submit it to ztraind --launcher "
-                "slurm, or use \"device\": \"cpu\"\n", job_path);
+        snprintf(why, n, "run: %s: device \"cuda\": no CUDA device is visible on this host (no "
+                 "GPU or driver, or CUDA_VISIBLE_DEVICES hides them), and `ztrain run` starts "
+                 "every rank here: run it on a GPU host, submit it to ztraind --launcher slurm, "
+                 "or use \"device\": \"cpu\"", job_path);
         return true;
     }
     /* A fork's checkpoint is put in place by ztraind at submit; here there is no job to fork
      * from, and training from scratch instead would hide that. */
     if (job->fork_job) {
-        fprintf(stderr, "ztrain: run: %s: fork_from is for ztraind (ztrain submit --fork-from); "
-                "under `ztrain run`, copy the checkpoint into train.checkpoint_dir and set "
-                "train.resume\n", job_path);
+        snprintf(why, n, "run: %s: fork_from is for ztraind (ztrain submit --fork-from); under "
+                 "`ztrain run`, copy the checkpoint into train.checkpoint_dir and set "
+                 "train.resume", job_path);
         return true;
     }
     return false;
@@ -407,7 +383,9 @@ static int cmd_run(int argc, char **argv) {
         return zt_cli_fail(NULL);
     }
     zt_job_spec_print_notes(&job, stderr);
-    if (refused_here(&job, job_path)) {
+    char why[1024];
+    if (refused_here(&job, job_path, why, sizeof why)) {
+        fprintf(stderr, "ztrain: %s\n", why);
         zt_job_spec_free(&job);
         return 1;
     }
@@ -497,13 +475,46 @@ static int cmd_run(int argc, char **argv) {
     return 0;
 }
 
+/* What `ztrain validate -o json` prints (docs/getting-started.md): {"valid", "errors", "warnings",
+ * "resolved", "effective_config"}. NULL members in text mode, where each message goes to stderr
+ * as it comes. */
+typedef struct {
+    cJSON *root, *errors, *warnings, *resolved;
+} validate_report;
+
+/* A failure of the job: a line of the report, or "ztrain: MESSAGE" on stderr. Returns 1. */
+static int validate_error(validate_report *r, const char *msg) {
+    if (!r->root) {
+        char *m = zt_text_escape_dup(msg, ZT_ESCAPE_KEEP_NEWLINE);
+        fprintf(stderr, "ztrain: %s\n", m ? m : "(out of memory)");
+        free(m);
+    } else {
+        cJSON_AddItemToArray(r->errors, cJSON_CreateString(msg));
+    }
+    return 1;
+}
+
+/* The lines of text (each "ztrain: ...\n") as strings of `into`, without the newline. */
+static void add_lines(cJSON *into, const char *text) {
+    for (const char *p = text; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        char *line = strndup(p, n);
+        if (line)
+            cJSON_AddItemToArray(into, cJSON_CreateString(line));
+        free(line);
+        p += n + (p[n] == '\n');
+    }
+}
+
 /* `ztrain validate` (here: also what `run` refuses because it starts the ranks on this host) and
  * `ztrain submit --dry-run`: everything `run` checks before a rank starts, printed, and nothing
- * made. */
-static int validate(const char *job_path, const char *const *sets, size_t n_sets, bool here) {
+ * made. With `json`, one JSON object on stdout instead (the warnings in it, not on stderr). */
+static int validate_job(const char *job_path, const char *const *sets, size_t n_sets, bool here,
+                        validate_report *r) {
+    bool text_out = !r->root;
     char *text = NULL, *applied = NULL;
     if (zt_json_read_config(job_path, &text, NULL) != ZT_OK)
-        return zt_cli_fail(NULL);
+        return validate_error(r, zt_last_error());
     /* The job as read after the overrides: what run or submit would use. A "deepspeed" file
      * is read relative to the job file, as the job's parser reads it. */
     char dir[4096];
@@ -518,32 +529,54 @@ static int validate(const char *job_path, const char *const *sets, size_t n_sets
     zt_status s = zt_job_overrides_apply(text, job_path, dir, sets, n_sets, &applied);
     free(text);
     if (s != ZT_OK)
-        return zt_cli_fail(NULL);
+        return validate_error(r, zt_last_error());
     zt_job_spec job;
     if (zt_job_overrides_load(&job, job_path, sets, n_sets) != ZT_OK) {
         free(applied);
-        return zt_cli_fail(NULL);
+        return validate_error(r, zt_last_error());
     }
-    printf("job %s%s:\n%s\n", job_path, n_sets ? " with its --set overrides" : "", applied);
+    if (text_out)
+        printf("job %s%s:\n%s\n", job_path, n_sets ? " with its --set overrides" : "", applied);
     free(applied);
     int rc = 0;
     if (zt_job_spec_check_files(&job, job_path) != ZT_OK ||
         (here && zt_job_spec_check_rank_dirs(&job, job_path) != ZT_OK))
-        rc = zt_cli_fail(NULL);
+        rc = validate_error(r, zt_last_error());
     /* Warnings go to stderr, as `run` prints them. */
-    zt_job_spec_print_notes(&job, stderr);
-    if (here && refused_here(&job, job_path))
-        rc = 1;
-    printf("\neffective DeepSpeed config (ds_config.effective.json):\n%s\n",
-           job.ds_effective_json ? job.ds_effective_json : "(none)");
+    if (text_out) {
+        zt_job_spec_print_notes(&job, stderr);
+    } else {
+        add_lines(r->resolved, job.ds.resolved);
+        char *w = NULL;
+        size_t wn = 0;
+        FILE *m = open_memstream(&w, &wn);
+        if (m) {
+            zt_ds_config_print_warnings(&job.ds, m);
+            fclose(m);
+            add_lines(r->warnings, w);
+        }
+        free(w);
+    }
+    char why[1024];
+    if (here && refused_here(&job, job_path, why, sizeof why))
+        rc = validate_error(r, why);
+    if (text_out) {
+        printf("\neffective DeepSpeed config (ds_config.effective.json):\n%s\n",
+               job.ds_effective_json ? job.ds_effective_json : "(none)");
+    } else {
+        cJSON *eff = job.ds_effective_json ? cJSON_Parse(job.ds_effective_json) : NULL;
+        cJSON_ReplaceItemInObjectCaseSensitive(r->root, "effective_config",
+                                               eff ? eff : cJSON_CreateNull());
+    }
     zt_memory_estimate e;
     if (zt_memory_estimate_job(&job, job_path, &e) != ZT_OK) {
-        rc = zt_cli_fail(NULL);
+        rc = validate_error(r, zt_last_error());
     } else {
         char desc[768];
         zt_memory_estimate_describe(&e, desc, sizeof desc);
-        printf("\nmemory: %s\n", desc);
-        if (e.has_device) {
+        if (text_out)
+            printf("\nmemory: %s\n", desc);
+        if (e.has_device && text_out) {
             char dev[512];
             zt_device_estimate_describe(&e.device, dev, sizeof dev);
             printf("device memory: %s\n", dev);
@@ -555,31 +588,73 @@ static int validate(const char *job_path, const char *const *sets, size_t n_sets
             if (zt_admission_check(&job, &lim, job_path, NULL) == ZT_OK) {
                 char avail[32];
                 zt_format_bytes(hm.available, avail, sizeof avail);
-                printf("admission: fits this host (%s available)\n", avail);
+                if (text_out)
+                    printf("admission: fits this host (%s available)\n", avail);
             } else {
-                printf("admission: refused: %s\n", zt_last_error());
+                if (text_out)
+                    printf("admission: refused: %s\n", zt_last_error());
+                else
+                    validate_error(r, zt_last_error());
                 rc = 1;
             }
         }
     }
     zt_job_spec_free(&job);
-    if (rc == 0)
+    if (rc == 0 && text_out)
         printf("%s: valid; nothing was made\n", job_path);
     return rc;
 }
 
+static int validate(const char *job_path, const char *const *sets, size_t n_sets, bool here,
+                    bool json) {
+    validate_report r = {0};
+    if (!json)
+        return validate_job(job_path, sets, n_sets, here, &r);
+    r.root = cJSON_CreateObject();
+    cJSON_AddBoolToObject(r.root, "valid", false);
+    r.errors = cJSON_AddArrayToObject(r.root, "errors");
+    r.warnings = cJSON_AddArrayToObject(r.root, "warnings");
+    r.resolved = cJSON_AddArrayToObject(r.root, "resolved");
+    cJSON_AddNullToObject(r.root, "effective_config");
+    if (!r.resolved) {
+        cJSON_Delete(r.root);
+        fprintf(stderr, "ztrain: validate: out of memory\n");
+        return 1;
+    }
+    int rc = validate_job(job_path, sets, n_sets, here, &r);
+    cJSON_ReplaceItemInObjectCaseSensitive(r.root, "valid", cJSON_CreateBool(rc == 0));
+    char *out = cJSON_Print(r.root);
+    cJSON_Delete(r.root);
+    if (!out) {
+        fprintf(stderr, "ztrain: validate: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", out);
+    free(out);
+    return rc;
+}
+
 int zt_cli_validate(const char *job_path, const char *const *sets, size_t n_sets) {
-    return validate(job_path, sets, n_sets, false);
+    return validate(job_path, sets, n_sets, false, false);
 }
 
 static int cmd_validate(int argc, char **argv) {
     const char *job_path = NULL;
     const char *sets[ZT_CLI_MAX_SETS];
     size_t n_sets = 0;
+    bool json = false;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             if (add_set("validate", argv[++i], sets, &n_sets))
                 return 2;
+        } else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) &&
+                   i + 1 < argc) {
+            /* The one structured form; the text is the default. */
+            if (strcmp(argv[++i], "json") != 0)
+                return bad_usage("validate: -o expects json, got '%s'", argv[i]);
+            json = true;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
         } else if (argv[i][0] == '-')
             return bad_usage("validate: unknown option or missing value '%s'", argv[i]);
         else if (!job_path)
@@ -589,7 +664,7 @@ static int cmd_validate(int argc, char **argv) {
     }
     if (!job_path)
         return bad_usage("validate: %sthe job file is missing", "");
-    return validate(job_path, sets, n_sets, true);
+    return validate(job_path, sets, n_sets, true, json);
 }
 
 static void print_token(int32_t token, void *ctx) {
@@ -976,7 +1051,7 @@ int main(int argc, char **argv) {
     else if (strcmp(cmd, "estimate") == 0)
         rc = cmd_estimate(n, args);
     else if (strcmp(cmd, "config-keys") == 0)
-        rc = cmd_config_keys(n);
+        rc = zt_cli_config_keys(n, args);
     else if (strcmp(cmd, "sample") == 0)
         rc = cmd_sample(n, args);
     else if (strcmp(cmd, "export") == 0)

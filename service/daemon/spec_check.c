@@ -19,6 +19,7 @@
 #include "ztrain/admission.h"
 #include "ztrain/gpu.h"
 #include "ztrain/hf_config.h"
+#include "ztrain/json_util.h"
 #include "ztrain/safetensors.h"
 
 /* Whether `path` (absolute, resolved) lies inside `root` (absolute, resolved). */
@@ -257,7 +258,11 @@ static zt_status resolve_monitor_dir(cJSON *ds, const char *key, const char *run
 /* The spec with its paths resolved and a default checkpoint directory; *text is heap-owned. */
 static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json, const char *id,
                                 char **text) {
-    cJSON *top = cJSON_Parse(spec_json);
+    /* zt_json_parse and zt_json_print keep a number written as a float one (3.0), which
+     * DeepSpeed's int checks refuse. */
+    cJSON *top = NULL;
+    if (zt_json_parse(spec_json, "spec", &top) != ZT_OK)
+        top = NULL;
     if (!cJSON_IsObject(top)) {
         cJSON_Delete(top);
         return zt_error(ZT_ERR_INVALID, "spec: not a JSON object");
@@ -313,7 +318,7 @@ static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json
     }
     for (int i = 0; s == ZT_OK && ds && i < 2; i++)
         s = resolve_monitor_dir(ds, i ? "csv_monitor" : "tensorboard", lim->runs_root, id);
-    if (s == ZT_OK && !(*text = cJSON_PrintUnformatted(top)))
+    if (s == ZT_OK && !(*text = zt_json_print(top, false)))
         s = zt_error(ZT_ERR_NOMEM, "out of memory");
     cJSON_Delete(top);
     return s;

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "http_internal.h"
+#include "ztrain/json_util.h"
 
 /* The walk over text cJSON has accepted: the path of the value being read, and the first fault
  * found. Every read is bounded by `end`, whatever the text holds. */
@@ -175,6 +176,8 @@ bool zt_http_body_json(struct MHD_Connection *c, const zt_jbuf *body, const char
                                       w.fault_at, w.fault_end);
         return false;
     }
+    /* A number written as a float stays one for the DeepSpeed config's int checks (3.0). */
+    zt_json_mark_floats(root, text, len);
     *out = root;
     return true;
 }

@@ -12,9 +12,9 @@
 #include <cjson/cJSON.h>
 
 #include "api/job_proto.h"
-#include "ztrain/json_util.h"
 #include "api/submitter.h"
 #include "http_internal.h"
+#include "ztrain/json_util.h"
 
 static enum MHD_Result bad(struct MHD_Connection *c, const char *msg) {
     return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST, "%s", msg);
@@ -66,7 +66,7 @@ enum MHD_Result zt_http_jobs_submit(zt_http_server *s, struct MHD_Connection *c,
     /* cJSON reads a number beyond a double's range (1e400) as an infinity and prints it back
      * as null, which would then read as "absent": refused here, by its key, before printing. */
     zt_status st = zt_json_check_finite(spec, "spec", "", NULL);
-    char *spec_text = st == ZT_OK ? cJSON_PrintUnformatted(spec) : NULL;
+    char *spec_text = st == ZT_OK ? zt_json_print(spec, false) : NULL;
     Ztrain__V1__JobSpec *msg = NULL;
     char *spec_json = NULL;
     /* No base directory: a path given as "deepspeed" is refused, as gRPC cannot send one. */

@@ -207,6 +207,31 @@ def part_c(tmp):
           f"({[o[0] for o in outs]}: {outs[0][2].strip()[-120:]})")
     rc, _, err = run([ZTRAIN, "estimate", job, "-o", "wide"])
     check(rc == 2 and "wide" in err, "c: estimate -o wide is bad usage naming it")
+    # validate -o json: one object read by Python's json module, the same in each spelling; the
+    # warnings in it rather than on stderr; an invalid job is valid: false with its error.
+    outs = [run([ZTRAIN, "validate", job, "--set", "deepspeed.dump_state=true"] + form)
+            for form in (["-o", "json"], ["-ojson"], ["-o=json"], ["--output", "json"],
+                         ["--json"])]
+    docs = [json.loads(o[1]) if o[0] == 0 else None for o in outs]
+    v = docs[0] or {}
+    check(all(o[0] == 0 and not o[2] for o in outs) and all(d == v for d in docs)
+          and sorted(v) == ["effective_config", "errors", "resolved", "valid", "warnings"]
+          and v["valid"] is True and v["errors"] == []
+          and any("dump_state has no effect" in w for w in v["warnings"])
+          and v["effective_config"]["dump_state"] is True
+          and isinstance(v["effective_config"]["train_batch_size"], int),
+          f"c: validate -o json, -ojson, -o=json, --output json, --json agree and hold the "
+          f"warnings ({[o[0] for o in outs]}: {outs[0][2].strip()[-160:]})")
+    rc, out, err = run([ZTRAIN, "validate", job, "-o", "json", "--set",
+                        'deepspeed.scheduler={"type": "WarmupLR", "params": {"warmup_num_steps": 3.0}}'])
+    v = json.loads(out) if out.strip() else {}
+    check(rc == 1 and v.get("valid") is False and len(v.get("errors", [])) == 1
+          and "warmup_num_steps must be a positive integer, got 3.0" in v["errors"][0]
+          and v.get("effective_config") is None and not err,
+          f"c: validate -o json of an invalid job: valid false with the error, exit 1 ({rc}: "
+          f"{out.strip()[-200:]} {err.strip()[-120:]})")
+    rc, _, err = run([ZTRAIN, "validate", job, "-o", "yaml"])
+    check(rc == 2 and "yaml" in err, "c: validate -o yaml is bad usage naming it")
 
 
 def part_d(commands):

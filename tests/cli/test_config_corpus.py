@@ -98,7 +98,6 @@ CORPUS = {
     "sections_without_effect": (1, "check", None,
                                 ["checkpoint.tag_validation has no effect", "timers.throughput.enabled has "
                                  "no effect", "log_level has no effect", "pipeline has no effect",
-                                 "sparse_attention has no effect", "compression_training has no effect",
                                  "weight_quantization has no effect",
                                  "zero_optimization.contiguous_gradients has no effect",
                                  "zero_optimization.round_robin_gradients has no effect"], None),
@@ -111,7 +110,7 @@ CORPUS = {
     "autotp_zero1": (4, "run", None, [], None),
     "refused_torch_autocast": (1, "check", None, [], "torch_autocast.enabled is not supported by ztrain"),
     "refused_progressive_layer_drop": (1, "check", None, [],
-                                       "progressive_layer_drop.enabled is not supported by ztrain"),
+                                       "progressive_layer_drop: removed from DeepSpeed 0.19"),
     "refused_autotuning": (1, "check", None, [], "autotuning.enabled is not supported by ztrain"),
     "autotuning_off": (1, "check", None, [], None),
 }

@@ -65,9 +65,12 @@ def nest(path, value):
     ds = {"train_batch_size": 8, "zero_optimization": {"stage": 1}}
     if path.endswith("bf16_optimizer_states"):
         ds[path.split(".")[0]] = {"bf16_master_weights_and_grads": True}
+    key = path.split(".")[-1]
     if path.startswith("optimizer."):
         ds["optimizer"] = {"type": "Adam"}
-    key = path.split(".")[-1]
+        # Only torch.optim's Adam takes these: DeepSpeed builds it with torch_adam.
+        if key in ("fused", "foreach", "capturable", "differentiable"):
+            ds["optimizer"]["params"] = {"torch_adam": True}
     if path.startswith("optimizer.params.") and key in ONEBIT_TYPE:
         # The 1-bit family runs without ZeRO only, as in DeepSpeed.
         ds = {"train_batch_size": 8, "optimizer": {"type": ONEBIT_TYPE[key]}}
@@ -99,6 +102,27 @@ def main():
           "(regenerate it with `build/ztrain config-keys`)")
     rows = parse_rows(printed)
     check(len(rows) > 200, f"{len(rows)} keys in the table")
+    # -o json: the same rows, as a list of objects Python's json module reads.
+    forms = [subprocess.run([ZTRAIN, "config-keys"] + f, capture_output=True, text=True)
+             for f in (["-o", "json"], ["-o=json"], ["--output", "json"], ["--json"])]
+    objs = json.loads(forms[0].stdout) if forms[0].returncode == 0 else []
+    check(all(f.returncode == 0 and f.stdout == forms[0].stdout for f in forms),
+          "config-keys -o json, -o=json, --output json and --json print the same")
+    as_rows = []
+    for o in objs:
+        fate = o["fate"]
+        if fate == "honoured" and o["stages"]:
+            fate = "honoured at stage " + ",".join(str(s) for s in o["stages"])
+        as_rows.append((o["key"], not o["contents_listed"], fate, o["note"]))
+    check(as_rows == rows and all(set(o) == {"key", "fate", "stages", "default", "section",
+                                             "contents_listed", "note"} for o in objs),
+          f"config-keys -o json: the table's {len(rows)} rows as objects ({len(objs)} read)")
+    by_key = {o["key"]: o for o in objs}
+    check(by_key.get("zero_optimization.stage", {}).get("default") == 0
+          and by_key.get("zero_optimization", {}).get("section") is True,
+          "config-keys -o json: defaults as JSON values, sections marked")
+    bad = subprocess.run([ZTRAIN, "config-keys", "-o", "yaml"], capture_output=True, text=True)
+    check(bad.returncode == 2 and "yaml" in bad.stderr, "config-keys -o yaml is bad usage")
     check(len({r[0] for r in rows}) == len(rows), "no key is listed twice")
 
     # Defaults come from the C table, which the markdown does not show: they are read back from

@@ -248,6 +248,12 @@ def main():
                                   "o" * 8)
         chk.check(err is None and [r[3] for r in rows] == [8, 4, 2, 1, 1, 1, 1, 1],
                   "all overflow, stage 0: reference rests at the minimum without an error")
+        # FP16_Optimizer does not read hysteresis, and DeepSpeed takes any int there.
+        for hysteresis in (0, -1):
+            rows, _, err = check_case(chk, tmp, f"all overflow, stage 0, hysteresis {hysteresis}",
+                                      dyn(0, power=4, window=2, hysteresis=hysteresis), "o" * 8)
+            chk.check(err is None and [r[3] for r in rows] == [8, 4, 2, 1, 1, 1, 1, 1],
+                      f"all overflow, stage 0, hysteresis {hysteresis}: as with hysteresis 2")
         _, _, err = reference(dyn(2, power=4, window=2, hysteresis=1), "o" * 8)
         chk.check(err == MIN_SCALE_ERROR, "all overflow, ZeRO-2: reference raises at the minimum")
 

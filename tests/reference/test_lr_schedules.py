@@ -188,6 +188,18 @@ CASES = [
     ("one_cycle_no_momentum", ADAM, {"type": "OneCycle", "params": {
         "cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_step_size": 5,
         "cycle_momentum": False, "decay_lr_rate": 1.0, "decay_step_size": 3}}, 20),
+    # DeepSpeed takes float() of OneCycle's step sizes and only computes with total_num_steps:
+    # a fractional half cycle, no descending half, and a decay that ends between two steps run.
+    ("one_cycle_fractional_first", ADAM, {"type": "OneCycle", "params": {
+        "cycle_min_lr": 1e-3, "cycle_max_lr": 1e-2, "cycle_first_step_size": 2.5}}, 10),
+    ("one_cycle_no_second_half", ADAM, {"type": "OneCycle", "params": {
+        "cycle_min_lr": 1e-3, "cycle_max_lr": 1e-2, "cycle_first_step_size": 3,
+        "cycle_second_step_size": 0, "decay_lr_rate": 0.5, "decay_step_size": 2,
+        "decay_mom_rate": 0.01}}, 10),
+    ("warmup_decay_lr_fractional_total", ADAM, {"type": "WarmupDecayLR", "params": {
+        "total_num_steps": 6.5, "warmup_num_steps": 2, "warmup_type": "linear"}}, 10),
+    ("warmup_cosine_lr_fractional_total", ADAM, {"type": "WarmupCosineLR", "params": {
+        "total_num_steps": 6.5, "warmup_num_steps": 2}}, 10),
     ("lr_range_test", ADAM, {"type": "LRRangeTest", "params": {
         "lr_range_test_min_lr": 1e-4, "lr_range_test_step_size": 5,
         "lr_range_test_step_rate": 2.0}}, 20),

@@ -16,7 +16,10 @@ monitor/csv_monitor.py), checked against the job's own metrics.jsonl:
   with wall_clock_breakdown, and backward_inner + backward_allreduce = backward, backward_inner
   being the record's perf/rank0/bwd_ms;
 - the CSV files are Train_Samples_<name>.csv with header "step,<name>" and the same values;
-- "wandb" enabled draws a warning pointing at the HTTP API and does not stop the job."""
+- "wandb" enabled draws a warning pointing at the HTTP API and does not stop the job;
+- wall_clock_breakdown prints DeepSpeed's two timer lines from rank 0 only, "[Rank 0] time (ms) |
+  fwd_microstep: ..." after every micro-step and "[Rank 0] time (ms) | fwd: ..." at the boundary,
+  whose fwd/bwd sum the micro-steps' and equal TensorBoard's."""
 import csv
 import glob
 import os
@@ -146,6 +149,37 @@ with tempfile.TemporaryDirectory() as d:
     # Rank 0's record has the same step's backward less its communication as perf/rank0/bwd_ms.
     ck.check(all(f32_close(i, m["perf/rank0/bwd_ms"]) for i, m in zip(inner, metrics)),
              f"backward_inner = perf/rank0/bwd_ms: {inner} vs {[m['perf/rank0/bwd_ms'] for m in metrics]}")
+
+    # ---- wall_clock_breakdown's lines (engine.py step(), utils/timer.py SynchronizedWallClockTimer.log) ----
+    # After every micro-step print_dist(ranks=[0]) prints the micro timers, and at the boundary
+    # the global ones, each "[Rank 0] time (ms)" then " | {name}: {:.2f}" per timer in
+    # EngineTimers' order; rank 1 prints nothing.
+    num = r"(\d+\.\d\d)"
+    def timer_line(suffix):
+        names = ["fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"]
+        return re.compile(r"\[Rank 0\] time \(ms\)" +
+                          "".join(rf" \| {n}{suffix}: {num}" for n in names))
+    micro_re, global_re = timer_line("_microstep"), timer_line("")
+    lines = [l for l in (p.stdout + p.stderr).splitlines() if "time (ms)" in l]
+    kinds = ["m" if micro_re.fullmatch(l) else "g" if global_re.fullmatch(l) else "?" for l in lines]
+    ck.check(kinds == (["m"] * GAS + ["g"]) * STEPS,
+             f"wall_clock_breakdown: per step {GAS} micro-step lines then one global line, "
+             f"DeepSpeed's format, rank 0 only: {kinds} {[l for l, k in zip(lines, kinds) if k == '?'][:2]}")
+    if kinds == (["m"] * GAS + ["g"]) * STEPS:
+        vals = [[float(v) for v in (micro_re if k == "m" else global_re).fullmatch(l).groups()]
+                for l, k in zip(lines, kinds)]
+        sums_ok, tb_ok = True, True
+        for step in range(STEPS):
+            micro, total = vals[step * (GAS + 1):step * (GAS + 1) + GAS], vals[step * (GAS + 1) + GAS]
+            # The global fwd and bwd sum the step's micro-steps (each rounded to 0.01 ms).
+            for col in (0, 1):
+                sums_ok &= abs(sum(m[col] for m in micro) - total[col]) <= 0.006 * (GAS + 1)
+            # The boundary's micro step timer times the same step() call as the global one.
+            sums_ok &= micro[-1][4] == total[4]
+            tb_ok &= abs(total[0] - fwd[step]) <= 0.006 and abs(total[1] - bwd[step]) <= 0.006
+        ck.check(sums_ok, "wall_clock_breakdown: the global fwd/bwd are the sums of the micro-steps'")
+        ck.check(tb_ok, "wall_clock_breakdown: the global line's fwd/bwd are TensorBoard's "
+                        "elapsed_time_ms_forward/backward of the step")
 
     # ---- CSV ----
     csv_dir = f"{d}/DeepSpeedJobName"

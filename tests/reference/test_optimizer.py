@@ -7,8 +7,8 @@ Random parameters (several tensors' worth, concatenated into one flat slice as t
 them) and a fresh random gradient per step are written as raw float32 files;
 $ZTRAIN_BUILD/zt_optim_dump runs ztrain's optimizer, configured by a DeepSpeed config, over them,
 and the final parameters are compared with torch.optim.AdamW, torch.optim.Adam (the L2 mode that
-"adam_w_mode": false selects), torch.optim.SGD, and a plain torch transcription of Adam without
-bias correction (torch has no switch for that).
+"adam_w_mode": false selects), torch.optim.SGD (maximize among its cases), and a plain torch
+transcription of Adam without bias correction (torch has no switch for that).
 
 The measure, element by element: rel = |ztrain - torch| / max(|torch|, rms(torch)), i.e. the
 relative error, where values smaller than the parameters' RMS (~0.5 here) are held to an absolute
@@ -140,6 +140,12 @@ CASES = [
     ("sgd_nesterov", {"type": "SGD", "params": {"lr": 0.02, "momentum": 0.9, "nesterov": True,
                                                  "weight_decay": 1e-2}},
      lambda ps: torch.optim.SGD(ps, lr=0.02, momentum=0.9, nesterov=True, weight_decay=1e-2),
+     REL_TOL),
+    # maximize: torch negates the gradient before the decay and the momentum.
+    ("sgd_maximize", {"type": "SGD", "params": {"lr": 0.02, "momentum": 0.9, "nesterov": True,
+                                                 "weight_decay": 1e-2, "maximize": True}},
+     lambda ps: torch.optim.SGD(ps, lr=0.02, momentum=0.9, nesterov=True, weight_decay=1e-2,
+                                maximize=True),
      REL_TOL),
 ]
 

@@ -3,7 +3,8 @@
 training has no dynamic scaler (its scale is a fixed 1), so an fp16 run resumed from it starts at
 2^initial_scale_power as a fresh fp16 run does, and says on stderr that the precision changed. An
 fp16 checkpoint's scale is still restored: resumed with another initial_scale_power, the scale
-goes on from the checkpoint's."""
+goes on from the checkpoint's. A stage-0 fp16 run with hysteresis -1 (which that scaler does not
+read) resumes from its checkpoint."""
 import json
 import shutil
 import tempfile
@@ -68,4 +69,21 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(got == 2.0 ** 8, f"step 11 (fp16 from an fp16 checkpoint): loss scale {got}, the "
                               f"checkpoint's 2^8, not initial_scale_power 12")
     ck.check("precision" not in p.stderr, f"no precision warning fp16 to fp16: {p.stderr!r}")
+
+    # At stage 0 DeepSpeed's FP16_Optimizer never reads hysteresis and takes any int: a
+    # checkpoint's scaler then holds the negative count, and the run resumes from it.
+    neg = job(10, 30, "ckpt-neg")
+    neg["deepspeed"]["fp16"]["hysteresis"] = -1
+    neg["train"]["max_steps"] = 5
+    write_job(f"{d}/neg.json", neg)
+    neg["train"]["max_steps"] = 10
+    write_job(f"{d}/neg-more.json", neg)
+    run([z, "run", f"{d}/neg.json", "--out", f"{d}/out-neg", "--threads", "2"])
+    with open(f"{d}/ckpt-neg/global_step5/meta.json") as f:
+        saved = json.load(f)["loss_scaler"]["cur_hysteresis"]
+    p = run([z, "run", f"{d}/neg-more.json", "--out", f"{d}/out-neg", "--threads", "2"],
+            check=False)
+    ck.check(saved == -1 and p.returncode == 0 and "resumed from" in p.stdout + p.stderr,
+             f"fp16 stage 0, hysteresis -1: cur_hysteresis {saved} saved, the resume exits "
+             f"{p.returncode} ({p.stderr[-300:]!r})")
 ck.done()

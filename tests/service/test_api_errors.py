@@ -11,7 +11,9 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      with BadRequest's field "spec.model.n_embd" (HTTP 400, "field" the same); a DeepSpeed batch
      mismatch names "spec.deepspeed.train_batch_size", an unknown DeepSpeed key its section
      ("spec.deepspeed.zero_optimization.zz_unknown", a 1.5 KB message whose status still fits
-     the clients' trailer limit); a non-UTF-8 name is refused naming
+     the clients' trailer limit), and a refusal in DeepSpeed's own words its exact key
+     ("spec.deepspeed.scheduler.params.warmup_num_steps", "spec.deepspeed.fp16.min_loss_scale",
+     "spec.deepspeed.optimizer.type", ...); a non-UTF-8 name is refused naming
      "spec.name" (gRPC) and an unknown key names "spec.model.n_embed" (HTTP, where JSON can
      carry one). A number beyond a double's range (1e400) is refused as not finite naming its
      key: "spec.model.n_embd" (HTTP), "spec.deepspeed.optimizer.params.lr" (both).
@@ -227,6 +229,31 @@ def case_b(d):
     job["deepspeed"]["optimizer"]["params"]["zz"] = 2
     expect_bad_field("an unknown optimizer parameter", d, job,
                      "spec.deepspeed.optimizer.params.zz")
+    # Refusals whose text is DeepSpeed's own (no "key '...'" in it) name the exact key too: the
+    # parser records it with the failure, the API passes it on.
+    for what, section, field in (
+            ("warmup_num_steps 0", {"scheduler": {"type": "WarmupLR",
+                                                  "params": {"warmup_num_steps": 0}}},
+             "scheduler.params.warmup_num_steps"),
+            # A whole number written as a float stays one on the way to the parser (DeepSpeed's
+            # isinstance(v, int) refuses 3.0).
+            ("warmup_num_steps 3.0", {"scheduler": {"type": "WarmupLR",
+                                                    "params": {"warmup_num_steps": 3.0}}},
+             "scheduler.params.warmup_num_steps"),
+            ("fp16.min_loss_scale 0", {"fp16": {"enabled": True, "min_loss_scale": 0}},
+             "fp16.min_loss_scale"),
+            ("fp16.hysteresis 0", {"fp16": {"enabled": True, "hysteresis": 0}}, "fp16.hysteresis"),
+            ("fp16.loss_scale_window 0", {"fp16": {"enabled": True, "loss_scale_window": 0}},
+             "fp16.loss_scale_window"),
+            ("betas out of range", {"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}},
+             "optimizer.params.betas"),
+            ("a negative lr", {"optimizer": {"type": "AdamW", "params": {"lr": -1}}},
+             "optimizer.params.lr"),
+            ("an unknown optimizer type", {"optimizer": {"type": "Adamm", "params": {}}},
+             "optimizer.type")):
+        job = tiny_job(d.data_root)
+        job["deepspeed"].update(section)
+        expect_bad_field(what, d, job, "spec.deepspeed." + field)
 
     # A number beyond a double's range (Python's json reads 1e400 as inf) is refused by its
     # key as not finite, never read as absent ("is required"): in the model over HTTP, in the

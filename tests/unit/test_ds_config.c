@@ -283,8 +283,8 @@ static void test_optimizer(void) {
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 1e-3, \"beta1\": 0.9}}}", 1,
         ZT_ERR_INVALID,
         "ds.json: unknown key 'beta1' in optimizer.params (did you mean 'betas'?); allowed keys: lr, "
-        "betas, eps, weight_decay, bias_correction, amsgrad, torch_adam, adam_w_mode, set_grad_none, "
-        "fused, foreach");
+        "betas, eps, weight_decay, bias_correction, amsgrad, set_grad_none, torch_adam, adam_w_mode, "
+        "fp32_optimizer_states");
     ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"param\": {}}}", 1, ZT_ERR_INVALID,
                "ds.json: unknown key 'param' in optimizer (did you mean 'params'?)");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"abc\"}}}", 1, ZT_ERR_INVALID,
@@ -295,9 +295,92 @@ static void test_optimizer(void) {
         ZT_ERR_INVALID, "ds.json: optimizer.params: Invalid beta parameter at index 1: 1");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -0.001}}}", 1, ZT_ERR_INVALID,
         "ds.json: optimizer.params: Invalid learning rate: -0.001");
-    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
-               ZT_ERR_UNSUPPORTED, "ds.json: optimizer.params.amsgrad: true is not supported");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params.amsgrad: FusedAdam does not support the AMSGrad "
+        "variant.");
     OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": false}}}", 1, &c);
+}
+
+#define OFFLOAD "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}, "
+#define TYPE_ERROR(key, cls, why)                                                                  \
+    "ds.json: key 'optimizer.params." key "' is not a parameter of " cls ", which DeepSpeed "   \
+    "builds " why " (TypeError: unexpected keyword argument '" key "')"
+
+/* Each Adam path takes the keyword arguments of the class DeepSpeed builds for it
+ * (engine.py get_optimizer_configuration): FusedAdam(lr, bias_correction, betas, eps,
+ * adam_w_mode, weight_decay, amsgrad, set_grad_none); DeepSpeedCPUAdam (offload_optimizer on cpu
+ * or nvme) the same without set_grad_none; torch.optim.AdamW / Adam (torch_adam) lr, betas, eps,
+ * weight_decay, amsgrad, foreach, maximize, capturable, differentiable, fused, and Adam
+ * decoupled_weight_decay. torch_adam, adam_w_mode and fp32_optimizer_states are popped first on
+ * every path. */
+static void test_adam_classes(void) {
+    zt_ds_config c;
+    /* FusedAdam */
+    OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"set_grad_none\": true, "
+       "\"bias_correction\": true, \"fp32_optimizer_states\": false}}}", 1, &c);
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"fused\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("fused", "FusedAdam", "without torch_adam or offload_optimizer"));
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"foreach\": false}}}", 1,
+        ZT_ERR_INVALID, TYPE_ERROR("foreach", "FusedAdam", "without torch_adam or offload_optimizer"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"maximize\": false}}}", 1,
+        ZT_ERR_INVALID, TYPE_ERROR("maximize", "FusedAdam", "without torch_adam or offload_optimizer"));
+    /* torch.optim.AdamW: no bias_correction (it always corrects), no set_grad_none. */
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"bias_correction\": false}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("bias_correction", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"set_grad_none\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("set_grad_none", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"decoupled_weight_decay\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("decoupled_weight_decay", "torch.optim.AdamW", "with torch_adam: true"));
+    if (OK("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+           "\"foreach\": true, \"capturable\": false, \"differentiable\": false, "
+           "\"fp32_optimizer_states\": true, \"maximize\": false, \"amsgrad\": false}}}", 1, &c))
+        CHECK(c.optimizer.torch_adam && c.optimizer.adam_w_mode && c.optimizer.bias_correction);
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"foreach\": true, \"fused\": true}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.params: `fused` and `foreach` cannot be `True` together.");
+    ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+        "\"amsgrad\": true}}}", 1, ZT_ERR_UNSUPPORTED,
+        "ds.json: optimizer.params.amsgrad: true is not supported: DeepSpeed builds "
+        "torch.optim.AdamW here, which has the AMSGrad variant, and ztrain's Adam does not "
+        "implement it");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
+               "\"maximize\": true}}}", 1, ZT_ERR_UNSUPPORTED,
+               "ds.json: optimizer.params.maximize: true is not supported with Adam");
+    /* torch.optim.Adam with decoupled_weight_decay is AdamW's update, with Adam's default decay. */
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+           "\"adam_w_mode\": false, \"decoupled_weight_decay\": true}}}", 1, &c))
+        CHECK(c.optimizer.adam_w_mode && c.optimizer.weight_decay == 0.0);
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+           "\"adam_w_mode\": false}}}", 1, &c))
+        CHECK(!c.optimizer.adam_w_mode);
+    /* DeepSpeedCPUAdam, whatever the stage's wrapper. */
+    if (OK("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"bias_correction\": "
+           "false, \"fp32_optimizer_states\": false}}}", 1, &c))
+        CHECK(!c.optimizer.bias_correction);
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"set_grad_none\": true}}}",
+        1, ZT_ERR_INVALID,
+        TYPE_ERROR("set_grad_none", "DeepSpeedCPUAdam", "with zero_optimization.offload_optimizer"));
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
+        ZT_ERR_INVALID, "ds.json: optimizer.params.amsgrad: DeepSpeedCPUAdam does not support the "
+        "AMSGrad variant.");
+    /* torch_adam wins over offload. */
+    ERR("{" B OFFLOAD "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": true, "
+        "\"bias_correction\": true}}}", 1, ZT_ERR_INVALID,
+        TYPE_ERROR("bias_correction", "torch.optim.AdamW", "with torch_adam: true"));
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"fp32_optimizer_states\": 1}}}",
+        1, ZT_ERR_INVALID, "ds.json: key 'optimizer.params.fp32_optimizer_states' must be true or false, got 1");
+    /* torch.optim.SGD's maximize negates the gradient (the kernels' tests check the update). */
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"maximize\": true, "
+           "\"differentiable\": false, \"foreach\": true}}}", 1, &c))
+        CHECK(c.optimizer.maximize);
+    if (OK("{" B "\"optimizer\": {\"type\": \"SGD\"}}", 1, &c))
+        CHECK(!c.optimizer.maximize);
+    ERR("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"fused\": true, "
+        "\"differentiable\": true}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.params: `fused` does not support `differentiable`");
 }
 
 #define ADAM6 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 6e-4}}, "
@@ -429,7 +512,7 @@ static void test_scheduler(void) {
     zt_ds_config c;
     zt_schedule_config *s = &c.scheduler;
     /* WarmupLR: warmup_max_lr falls back to the optimizer's lr. */
-    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupLR\"}}", 1, &c)) {
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {}}}", 1, &c)) {
         CHECK(s->type == ZT_SCHED_WARMUP_LR);
         CHECK_NEAR(s->warmup_max_lr, 6e-4);
         CHECK(s->warmup_min_lr == 0 && s->warmup_num_steps == 1000 && !s->warmup_linear);
@@ -453,7 +536,7 @@ static void test_scheduler(void) {
     ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"total_num_steps\": 10}}}",
                1, ZT_ERR_INVALID, "ds.json: unknown key 'total_num_steps' in scheduler.params");
     /* WarmupDecayLR: total_num_steps required; warmup_max_lr defaults to 0.001 whatever the lr. */
-    ERR("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\"}}", 1, ZT_ERR_INVALID,
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {}}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'scheduler.params.total_num_steps' is required");
     if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
            "{\"total_num_steps\": 5000, \"warmup_num_steps\": 100}}}", 1, &c)) {
@@ -511,10 +594,48 @@ static void test_scheduler(void) {
         CHECK(!s->cycle_momentum); /* torch SGD has no betas: DeepSpeed disables it */
         CHECK(s->cycle_second_step_size == 50);
     }
+    /* OneCycle takes float() of its step sizes: the first must be > 0, the second >= 0. */
     ERR("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
         "\"cycle_max_lr\": 1, \"cycle_first_step_size\": 0}}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'scheduler.params.cycle_first_step_size' must be a positive integer, got 0");
-    if (OK("{" B "\"scheduler\": {\"type\": \"LRRangeTest\"}}", 1, &c)) {
+        "ds.json: scheduler.params: cycle_first_step_size must be positive, got 0.0");
+    ERR("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+        "\"cycle_max_lr\": 1, \"cycle_second_step_size\": -1}}}", 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: cycle_second_step_size must be non-negative, got -1.0");
+    if (OK("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+           "\"cycle_max_lr\": 1, \"cycle_first_step_size\": 2.5, \"cycle_second_step_size\": 0}}}",
+           1, &c))
+        CHECK(s->cycle_first_step_size == 2.5 && s->cycle_second_step_size == 0);
+    if (OK("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+           "\"cycle_max_lr\": 1, \"cycle_first_step_size\": 2.5}}}", 1, &c))
+        CHECK(s->cycle_second_step_size == 2.5);
+    /* total_num_steps only enters the arithmetic: fractions and values below the warmup run. */
+    if (OK("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": "
+           "6.5, \"warmup_num_steps\": 2}}}", 1, &c))
+        CHECK(s->total_num_steps == 6.5);
+    if (OK("{" B "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": "
+           "0, \"warmup_num_steps\": 2}}}", 1, &c))
+        CHECK(s->total_num_steps == 0);
+    /* isinstance(v, int): a number written as a float is refused even when whole, true is 1. */
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 3.0}}}", 1,
+        ZT_ERR_INVALID, "ds.json: scheduler.params: warmup_num_steps must be a positive integer, got 3.0");
+    ERR("{" B "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 9, "
+        "\"warmup_num_steps\": 1e1}}}", 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: warmup_num_steps must be a positive integer, got 10.0");
+    ERR("{" B "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {\"lr_range_test_step_size\": "
+        "2.0}}}", 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: lr_range_test_step_size must be a positive integer, got 2.0");
+    ERR("{" B "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {\"lr_range_test_step_size\": "
+        "\"5\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: lr_range_test_step_size must be a positive integer, got 5");
+    if (OK("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": true}}}",
+           1, &c))
+        CHECK(s->warmup_num_steps == 1);
+    /* Without params (or with null) DeepSpeed's Class(optimizer, **params) is a TypeError. */
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"LRRangeTest\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'scheduler.params' is required for scheduler LRRangeTest");
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": null}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'scheduler.params' is required for scheduler WarmupLR");
+    if (OK("{" B "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {}}}", 1, &c)) {
         CHECK(s->type == ZT_SCHED_LR_RANGE_TEST);
         CHECK_NEAR(s->lr_range_test_min_lr, 1e-3);
         CHECK(s->lr_range_test_step_size == 2000 && !s->lr_range_test_staircase);
@@ -527,12 +648,130 @@ static void test_scheduler(void) {
         CHECK(s->lr_range_test_step_size == 10 && s->lr_range_test_staircase);
         CHECK_NEAR(s->lr_range_test_step_rate, 2.5);
     }
-    ERR("{" B "\"scheduler\": {\"type\": \"warmuplr\"}}", 1, ZT_ERR_INVALID,
+    ERR("{" B "\"scheduler\": {\"type\": \"warmuplr\", \"params\": {}}}", 1, ZT_ERR_INVALID,
         "ds.json: unknown scheduler type 'warmuplr'; did you mean 'WarmupLR'? (names are case-sensitive)");
     ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"StepLR\"}}", 1, ZT_ERR_UNSUPPORTED,
                "ds.json: scheduler type 'StepLR' (torch.optim.lr_scheduler) is not supported");
     ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"last_batch_iteration\": 5}}}",
                1, ZT_ERR_UNSUPPORTED, "ds.json: key 'scheduler.params.last_batch_iteration' 5 is not supported");
+}
+
+/* The keys of features DeepSpeed 0.19 removed are refused whatever their value, null and a
+ * disabled section too, before anything else is read (its _reject_removed_config_keys); the
+ * zero_optimization ones only when that section is an object. */
+static void test_removed_keys(void) {
+    zt_ds_config c;
+    static const char *const top[] = {"amp", "nebula", "elasticity", "sparse_attention",
+                                      "progressive_layer_drop", "curriculum_learning",
+                                      "compression_training", "quantize_training", "eigenvalue",
+                                      "sparse_gradients", "graph_harvesting"};
+    static const char *const values[] = {"null", "{}", "{\"enabled\": false}", "false"};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+            char json[256], want[128];
+            /* An impossible batch size: the removed key is refused before the batch is read. */
+            snprintf(json, sizeof json, "{\"train_batch_size\": -1, \"%s\": %s}", top[i],
+                     values[v]);
+            snprintf(want, sizeof want, "ds.json: %s: removed from DeepSpeed 0.19", top[i]);
+            ERR_PREFIX(json, 1, ZT_ERR_INVALID, want);
+            CHECK(strcmp(zt_last_error_field(), top[i]) == 0, "%s", zt_last_error_field());
+        }
+    static const char *const zero[] = {"mics_shard_size", "mics_hierarchical_params_gather",
+                                       "zeropp_loco_param"};
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) {
+        char json[256], want[128], field[96];
+        snprintf(json, sizeof json, "{" B "\"zero_optimization\": {\"stage\": 1, \"%s\": null}}",
+                 zero[i]);
+        snprintf(want, sizeof want, "ds.json: zero_optimization.%s: removed from DeepSpeed 0.19",
+                 zero[i]);
+        snprintf(field, sizeof field, "zero_optimization.%s", zero[i]);
+        ERR_PREFIX(json, 1, ZT_ERR_INVALID, want);
+        CHECK(strcmp(zt_last_error_field(), field) == 0, "%s", zt_last_error_field());
+    }
+    OK("{" B "\"zero_optimization\": true}", 1, &c);
+}
+
+/* JSON null as DeepSpeed 0.19 reads it (DeepSpeedConfig, its pydantic models, and the engine's
+ * Class(optimizer, **params) for the schedule, each run on these configs): where DeepSpeed fails,
+ * the key is refused by name; where it reads None as its default, the default applies. */
+static void test_nulls(void) {
+    zt_ds_config c;
+    static const char *const crash[] = {"optimizer", "scheduler", "fp16", "zero_optimization",
+                                        "activation_checkpointing", "tensorboard",
+                                        "gradient_clipping", "wall_clock_breakdown", "bfloat16",
+                                        "pipeline", "data_types", "gradient_allreduce_op"};
+    for (size_t i = 0; i < sizeof crash / sizeof crash[0]; i++) {
+        char json[256], want[128];
+        snprintf(json, sizeof json, "{" B "\"%s\": null}", crash[i]);
+        snprintf(want, sizeof want, "ds.json: key '%s' must not be null (", crash[i]);
+        ERR_PREFIX(json, 1, ZT_ERR_INVALID, want);
+        CHECK(strcmp(zt_last_error_field(), crash[i]) == 0);
+    }
+    /* The pydantic models refuse None except at their Optional fields. */
+    ERR_PREFIX("{" B "\"fp16\": {\"enabled\": true, \"loss_scale_window\": null}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'fp16.loss_scale_window' must not be null (DeepSpeed's DeepSpeedFP16Config");
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"stage\": null}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'zero_optimization.stage' must not be null");
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": null}}}",
+               1, ZT_ERR_INVALID, "ds.json: key 'zero_optimization.offload_optimizer.device' must not be null");
+    OK("{" B "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": null, \"overlap_comm\": null}}",
+       1, &c);
+    /* Read as absent by DeepSpeed too: the batch keys, steps_per_print, bf16, optimizer.params. */
+    TRIPLE("{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": null}", 2, 8, 4, 1);
+    if (OK("{" B "\"bf16\": null, \"steps_per_print\": null, \"optimizer\": {\"type\": \"AdamW\", "
+           "\"params\": null}}", 1, &c))
+        CHECK(!c.bf16.enabled && c.steps_per_print == 0 && c.has_optimizer);
+    /* A null scheduler type is DeepSpeed's "no scheduler". */
+    if (OK("{" B "\"scheduler\": {\"type\": null, \"params\": {}}}", 1, &c))
+        CHECK(c.scheduler.type == ZT_SCHED_NONE);
+    /* Scheduler parameters: None fails in the constructors' checks and arithmetic, except where
+     * None is the default or only tested for truth. */
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": null}}}", 1,
+               ZT_ERR_INVALID, "ds.json: key 'scheduler.params.warmup_num_steps' must not be null");
+    ERR_PREFIX("{" B "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": null}}}",
+               1, ZT_ERR_INVALID, "ds.json: key 'scheduler.params.total_num_steps' must not be null");
+    if (OK("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.001, "
+           "\"cycle_max_lr\": 0.01, \"cycle_first_step_size\": 2, \"cycle_second_step_size\": null, "
+           "\"cycle_momentum\": null}}}", 1, &c))
+        CHECK(c.scheduler.cycle_second_step_size == 2 && !c.scheduler.cycle_momentum);
+    /* WarmupDecayLR hands a null warmup_max_lr to WarmupLR, which takes the optimizer's lr. */
+    if (OK("{" B ADAM6 "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": "
+           "10, \"warmup_max_lr\": null}}}", 1, &c))
+        CHECK_NEAR(c.scheduler.warmup_max_lr, 6e-4);
+}
+
+/* The field a refusal is about (zt_last_error_field), which the service hands on as the
+ * BadRequest field: the exact key path, also where the text is DeepSpeed's own. */
+static void field_at(int line, const char *json, const char *want) {
+    zt_ds_config cfg;
+    zt_status s = zt_ds_config_parse(&cfg, json, "ds.json", 1);
+    check_at(__FILE__, line, s != ZT_OK && strcmp(zt_last_error_field(), want) == 0,
+             "field '%s', want '%s' (%s)", zt_last_error_field(), want, zt_last_error());
+}
+#define FIELD(json, want) field_at(__LINE__, json, want)
+
+static void test_error_fields(void) {
+    FIELD("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 0}}}",
+          "scheduler.params.warmup_num_steps");
+    FIELD("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
+          "\"cycle_max_lr\": 1, \"cycle_first_step_size\": -1}}}", "scheduler.params.cycle_first_step_size");
+    FIELD("{" B "\"scheduler\": {\"type\": \"WarmLR\", \"params\": {}}}", "scheduler.type");
+    FIELD("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": 0}}", "fp16.min_loss_scale");
+    /* Refused at ZeRO stages 1-3 only (at stage 0 DeepSpeed's FP16_Optimizer does not read it). */
+    FIELD("{" B "\"zero_optimization\": {\"stage\": 1}, \"fp16\": {\"enabled\": true, "
+          "\"hysteresis\": 0}}", "fp16.hysteresis");
+    FIELD("{" B "\"fp16\": {\"enabled\": true, \"loss_scale_window\": 0}}", "fp16.loss_scale_window");
+    FIELD("{" B "\"fp16\": {\"enabled\": true, \"loss_scale\": -1}}", "fp16.loss_scale");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.5]}}}",
+          "optimizer.params.betas");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -1}}}", "optimizer.params.lr");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"eps\": -1}}}", "optimizer.params.eps");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adamm\", \"params\": {}}}", "optimizer.type");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Adadelta\", \"params\": {}}}", "optimizer.type");
+    FIELD("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1, \"nesterov\": true}}}",
+          "optimizer.params.nesterov");
+    FIELD("{" B "\"optimizer\": {\"type\": \"Lamb\", \"params\": {}}, \"zero_optimization\": "
+          "{\"stage\": 1}}", "zero_allow_untested_optimizer");
 }
 
 static void test_malformed(void) {
@@ -582,10 +821,10 @@ static void test_keys_and_types(void) {
                "ds.json: unknown key 'enable' in bf16 (did you mean 'enabled'?)");
     ERR("{" B "\"zero_optimization\": {\"stage\": 4}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'zero_optimization.stage' must be 0, 1, 2 or 3, got 4");
-    ERR("{" B "\"zero_optimization\": {\"stage\": \"2\"}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'zero_optimization.stage' must be an integer, got \"2\"");
-    ERR("{" B "\"zero_optimization\": {\"overlap_comm\": 1}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'zero_optimization.overlap_comm' must be true or false, got 1");
+    ERR("{" B "\"zero_optimization\": {\"stage\": \"2.5\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.stage' must be an integer, got \"2.5\"");
+    ERR("{" B "\"zero_optimization\": {\"overlap_comm\": 2}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.overlap_comm' must be true or false, got 2");
     ERR("{" B "\"zero_optimization\": {\"reduce_bucket_size\": -1}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 1, got -1");
     ERR("{" B "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}", 1, ZT_ERR_INVALID,
@@ -605,10 +844,10 @@ static void test_keys_and_types(void) {
         "ds.json: key 'zero_optimization' must be an object, got 3");
     ERR("{" B "\"gradient_clipping\": \"1.0\"}", 1, ZT_ERR_INVALID,
         "ds.json: key 'gradient_clipping' must be a number, got \"1.0\"");
-    ERR("{" B "\"gradient_clipping\": -1}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'gradient_clipping' must be >= 0, got -1");
-    ERR("{" B "\"fp16\": {\"enabled\": \"yes\"}}", 1, ZT_ERR_INVALID,
-        "ds.json: key 'fp16.enabled' must be true or false, got \"yes\"");
+    ERR("{" B "\"steps_per_print\": \"5\"}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'steps_per_print' must be an integer, got \"5\"");
+    ERR("{" B "\"fp16\": {\"enabled\": \"maybe\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.enabled' must be true or false, got \"maybe\"");
     ERR("{" B "\"fp16\": {\"loss_scale\": -2}}", 1, ZT_ERR_INVALID,
         "ds.json: fp16.loss_scale must be >= 0 (0 enables dynamic loss scaling)");
     ERR("{" B "\"communication_data_type\": \"fp8\"}", 1, ZT_ERR_INVALID,
@@ -623,6 +862,54 @@ static void test_keys_and_types(void) {
                "ds.json: key 'data_types.grad_accum_dtype' must be");
 }
 
+/* Values DeepSpeed 0.19 takes as they are: gradient_clipping and steps_per_print are read with
+ * dict.get (config.py get_scalar_param) and used as `clip > 0` (every optimizer) and
+ * `(step + 1) % steps_per_print == 0`; fp16.min_loss_scale is a Python int. The pydantic
+ * models (zero_optimization, fp16, bf16) convert strings and 0/1 as pydantic's lax mode does
+ * (int "2", " 3 ", "2_000", "2.0"; float "128", "1e3"; bool "true", "yes", "off", 1, 0), except
+ * where DeepSpeed's own validators call int()/float() first; dict.get keys convert nothing. */
+static void test_lax_values(void) {
+    zt_ds_config c;
+    if (OK("{" B "\"gradient_clipping\": -1, \"steps_per_print\": -5}", 1, &c))
+        CHECK(c.gradient_clipping == -1 && c.steps_per_print == 5);
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": 137438953472}}", 1, &c))
+        CHECK(c.fp16.min_loss_scale == 137438953472.0);
+    if (OK("{" B "\"zero_optimization\": {\"stage\": \"2\", \"reduce_bucket_size\": \"500\", "
+           "\"allgather_bucket_size\": \" 2_000 \", \"overlap_comm\": \"off\", "
+           "\"contiguous_gradients\": 1}, "
+           "\"fp16\": {\"enabled\": \"yes\", \"loss_scale\": \"128\"}}", 1, &c)) {
+        CHECK(c.zero.stage == 2 && c.zero.reduce_bucket_size == 500);
+        CHECK(c.zero.allgather_bucket_size == 2000 && !c.zero.overlap_comm);
+        CHECK(c.zero.contiguous_gradients);
+        CHECK(c.fp16.enabled && c.fp16.loss_scale == 128);
+    }
+    if (OK("{" B "\"zero_optimization\": {\"stage\": \"3.0\", \"offload_optimizer\": "
+           "{\"device\": \"cpu\", \"pin_memory\": \"False\"}}, \"bf16\": {\"enabled\": \"t\"}}",
+           1, &c)) {
+        CHECK(c.zero.stage == 3 && !c.zero.offload_optimizer.pin_memory);
+        CHECK(c.bf16.enabled);
+    }
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"loss_scale\": \" 1e3 \", "
+           "\"loss_scale_window\": \"100\"}}", 1, &c))
+        CHECK(c.fp16.loss_scale == 1000 && c.fp16.loss_scale_window == 100);
+    ERR("{" B "\"zero_optimization\": {\"stage\": \"2_\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.stage' must be an integer, got \"2_\"");
+    ERR("{" B "\"zero_optimization\": {\"reduce_bucket_size\": \"0x10\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'zero_optimization.reduce_bucket_size' must be an integer, got \"0x10\"");
+    /* DeepSpeed's validators: int(v) refuses "2.0", float(v) a bool, and no inf. */
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": \"2.0\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.min_loss_scale' must be an integer, got \"2.0\"");
+    ERR("{" B "\"fp16\": {\"loss_scale\": \"inf\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.loss_scale' must be a number, got \"inf\"");
+    ERR("{" B "\"fp16\": {\"loss_scale\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.loss_scale' must be a number, got true");
+    /* Read with dict.get: a string stays a string, which DeepSpeed compares with a number. */
+    ERR("{" B "\"gradient_clipping\": \"2\"}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'gradient_clipping' must be a number, got \"2\"");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"0.1\"}}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'optimizer.params.lr' must be a number, got \"0.1\"");
+}
+
 static void test_gates(void) {
     zt_ds_config c;
     OK("{" B "\"zero_optimization\": {\"stage\": 2}}", 1, &c);
@@ -635,8 +922,14 @@ static void test_gates(void) {
     OK("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, &c);
     CHECK(c.fp16.enabled && c.fp16.initial_scale_power == 8 && c.fp16.hysteresis == 2 &&
           c.fp16.loss_scale_window == 1000);
-    ERR("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}", 1, ZT_ERR_INVALID,
-        "ds.json: fp16.hysteresis must be greater than 0, got 0");
+    /* Only the ZeRO scaler (DynamicLossScaler) reads hysteresis; FP16_Optimizer does not. */
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}", 1, &c))
+        CHECK(c.fp16.hysteresis == 0);
+    ERR("{" B "\"zero_optimization\": {\"stage\": 2}, \"fp16\": {\"enabled\": true, "
+        "\"hysteresis\": 0}}", 1, ZT_ERR_INVALID,
+        "ds.json: fp16.hysteresis must be greater than 0 at ZeRO stage 2, got 0 (DeepSpeed accepts "
+        "it, but its dynamic loss scaler would then never lower the scale, and every step after "
+        "an overflow would be skipped)");
     OK("{" B "\"bf16\": {\"enabled\": true}}", 1, &c);
     CHECK(c.bf16.enabled && c.bf16.check_grad_overflow);
     OK("{" B "\"bfloat16\": {\"enabled\": true}}", 1, &c);
@@ -672,8 +965,9 @@ static void test_gates(void) {
                  "effect without offload_optimizer or offload_param\n") == 0, "%s", c.warnings);
     OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
     CHECK(strcmp(c.communication_data_type, "bf16") == 0);
-    ERR("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_UNSUPPORTED,
-        "ds.json: amp.enabled is not supported by ztrain");
+    ERR_PREFIX("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_INVALID,
+               "ds.json: amp: removed from DeepSpeed 0.19, which refuses the key whatever its value: "
+               "its Apex AMP integration");
     /* Without tensor parallelism it does nothing in DeepSpeed either: one warning line. */
     OK("{" B "\"activation_checkpointing\": {\"partition_activations\": true}}", 1, &c);
     CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: activation_checkpointing.partition_activations "
@@ -714,9 +1008,14 @@ int main(void) {
     test_batch();
     test_defaults();
     test_optimizer();
+    test_adam_classes();
+    test_lax_values();
     test_lamb_family();
     test_monitor();
     test_scheduler();
+    test_nulls();
+    test_removed_keys();
+    test_error_fields();
     test_malformed();
     test_keys_and_types();
     test_gates();

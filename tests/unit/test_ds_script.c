@@ -195,10 +195,48 @@ static void test_warnings_once(void) {
         "job.json: deepspeed: data_efficiency.data_routing.random_ltd.enabled is not supported by ztrain");
 }
 
+/* warmup_num_steps "auto" as TrainingArguments.get_warmup_steps computes it: transformers 5
+ * (warmup_steps: float) takes an int as steps, int() of a number >= 1, and ceil(N * w) for a w in
+ * (0, 1); transformers 4's warmup_ratio applies when warmup_steps is 0; the integration fills at
+ * least 1 (max(1, ...), as DeepSpeed >= 0.19.6 refuses 0). N = train.max_steps = 10. The same
+ * cases run against transformers 5 itself in tests/deepspeed/test_hf5_warmup.py. */
+static void warmup_case(int line, const char *args, int want) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{" MODEL ", \"train\": {\"max_steps\": 10}, \"training_args\": {%s},"
+             " \"deepspeed\": {\"train_batch_size\": 4, \"optimizer\": {\"type\": \"AdamW\","
+             " \"params\": {}}, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+             "{\"warmup_num_steps\": \"auto\"}}}}", args);
+    zt_job_spec job;
+    if (!parse_at(line, json, &job))
+        return;
+    check_at(__FILE__, line, job.ds.scheduler.warmup_num_steps == want,
+             "training_args {%s}: warmup_num_steps %d, want %d", args,
+             job.ds.scheduler.warmup_num_steps, want);
+    zt_job_spec_free(&job);
+}
+#define WARMUP(args, want) warmup_case(__LINE__, args, want)
+
+static void test_warmup_steps(void) {
+    WARMUP("\"warmup_steps\": 3", 3);
+    WARMUP("\"warmup_steps\": 0.25", 3);   /* ceil(10 * 0.25) */
+    WARMUP("\"warmup_steps\": 0.05", 1);   /* ceil(0.5) */
+    WARMUP("\"warmup_steps\": 2.5", 2);    /* int(2.5) */
+    WARMUP("\"warmup_steps\": 1.0", 1);
+    WARMUP("\"warmup_ratio\": 0.3", 3);    /* transformers 4: ceil(10 * 0.3) */
+    WARMUP("\"warmup_steps\": 4, \"warmup_ratio\": 0.9", 4);
+    WARMUP("\"learning_rate\": 1e-3", 1);  /* no warmup: max(1, 0) */
+    ERR("{" MODEL ", \"training_args\": {\"warmup_steps\": -1}, \"deepspeed\": {}}", ZT_ERR_INVALID,
+        "job.json: key 'training_args.warmup_steps' must be >= 0, got -1");
+    ERR("{" MODEL ", \"training_args\": {\"warmup_steps\": \"5\"}, \"deepspeed\": {}}",
+        ZT_ERR_INVALID, "job.json: key 'training_args.warmup_steps' must be a number");
+}
+
 int main(void) {
     test_key_table();
     test_training_args_checks();
     test_resolution();
+    test_warmup_steps();
     test_warnings_once();
     return check_summary("test_ds_script");
 }

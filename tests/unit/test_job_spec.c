@@ -83,9 +83,10 @@ static void test_full_inline(void) {
     CHECK(job.ds.train_micro_batch_size_per_gpu == 4 && job.ds.gradient_accumulation_steps == 2);
     CHECK(job.ds.has_optimizer && job.ds.optimizer.adam_w_mode);
     CHECK(job.ds.optimizer.lr == 6e-4 && job.ds.optimizer.weight_decay == 0.1);
+    /* 1.0 as written: a number written as a float stays one (DeepSpeed's int checks). */
     CHECK_STR(job.ds_json, "{\"train_batch_size\":16,\"train_micro_batch_size_per_gpu\":4,"
                            "\"optimizer\":{\"type\":\"AdamW\",\"params\":{\"lr\":0.0006,"
-                           "\"weight_decay\":0.1}},\"gradient_clipping\":1}");
+                           "\"weight_decay\":0.1}},\"gradient_clipping\":1.0}");
     zt_job_spec_free(&job);
     CHECK(job.name == NULL && job.ds_json == NULL && job.base_dir == NULL);
 }

@@ -35,10 +35,18 @@ typedef struct {
     double weight_decay;   /* default 0 (FusedAdam); 0.01 for AdamW with torch_adam: true */
     bool adam_w_mode;      /* effective mode: type is adamw OR params.adam_w_mode (default true) */
     bool bias_correction;  /* default true */
-    bool torch_adam;       /* accepted; both paths run the same math here */
+    /* torch_adam: DeepSpeed builds torch.optim.Adam(W) instead of FusedAdam or DeepSpeedCPUAdam;
+     * the math is the same, but each class takes its own params (bias_correction and
+     * set_grad_none only without torch_adam, foreach/fused/maximize only with it) and the
+     * parser refuses another class's as DeepSpeed's TypeError would. fp32_optimizer_states,
+     * which only DeepSpeedCPUAdam reads, is accepted on every Adam path: its moments take the
+     * dtype of the fp32 masters it is given in every combination ztrain runs, so ztrain's fp32
+     * moments (bf16 ones with bf16_optimizer_states) are what DeepSpeed keeps either way. */
+    bool torch_adam;
     double momentum;       /* SGD, default 0 */
     double dampening;      /* SGD, default 0 */
     bool nesterov;         /* SGD, default false */
+    bool maximize;         /* SGD: torch's maximize, the gradient negated first; default false */
     double max_coeff;      /* LAMB: upper clamp of the trust ratio, default 10.0 */
     double min_coeff;      /* LAMB: lower clamp of the trust ratio, default 0.01 */
     bool eps_inside_sqrt;  /* LAMB: sqrt(v + eps) rather than sqrt(v) + eps, default false */
@@ -61,16 +69,17 @@ typedef struct {
     /* WarmupLR, WarmupDecayLR, WarmupCosineLR */
     double warmup_min_lr;        /* default 0 */
     double warmup_max_lr;        /* WarmupLR: the optimizer lr when absent; WarmupDecayLR: 1e-3 */
-    int warmup_num_steps;        /* default 1000 */
+    int warmup_num_steps;        /* default 1000; a JSON int (DeepSpeed's isinstance check) */
     bool warmup_linear;          /* warmup_type "linear"; "log" (the default) otherwise */
-    int total_num_steps;         /* WarmupDecayLR, WarmupCosineLR: required */
+    double total_num_steps;      /* WarmupDecayLR, WarmupCosineLR: required; any number, as
+                                  * DeepSpeed only computes with it (6.5 is valid) */
     double warmup_min_ratio;     /* WarmupCosineLR, default 0 */
     double cos_min_ratio;        /* WarmupCosineLR, default 1e-4 */
     /* OneCycle */
     double cycle_min_lr, cycle_max_lr; /* required */
     double decay_lr_rate;              /* default 0 */
-    int cycle_first_step_size;         /* default 2000 */
-    int cycle_second_step_size;        /* default: first */
+    double cycle_first_step_size;      /* default 2000; > 0, fractional allowed (float()) */
+    double cycle_second_step_size;     /* default: first; >= 0 (0: no descending half) */
     int cycle_first_stair_count;       /* default 0 */
     int cycle_second_stair_count;      /* default: first */
     int decay_step_size;               /* default 0 */
@@ -79,7 +88,7 @@ typedef struct {
     double decay_mom_rate;             /* default 0 */
     /* LRRangeTest */
     double lr_range_test_min_lr;    /* default 1e-3 */
-    int lr_range_test_step_size;    /* default 2000 */
+    int lr_range_test_step_size;    /* default 2000; a JSON int (DeepSpeed's isinstance check) */
     double lr_range_test_step_rate; /* default 1.0 */
     bool lr_range_test_staircase;   /* default false */
 } zt_schedule_config;
@@ -171,8 +180,8 @@ typedef struct {
     zt_optimizer_config optimizer;
     zt_schedule_config scheduler;
 
-    double gradient_clipping;  /* default 1.0 (DeepSpeed >= 0.19); 0 disables */
-    int steps_per_print;       /* 0 (DeepSpeed's None): never */
+    double gradient_clipping;  /* default 1.0 (DeepSpeed >= 0.19); <= 0 disables */
+    int steps_per_print;       /* 0 (DeepSpeed's None): never; a negative -n given is stored as n */
     bool wall_clock_breakdown;
     bool dataloader_drop_last;
     bool prescale_gradients;
@@ -206,8 +215,11 @@ typedef struct {
     double max_grad_norm;            /* 1.0 */
     int per_device_train_batch_size; /* 8 */
     int gradient_accumulation_steps; /* 1 */
-    int warmup_steps;                /* 0: warmup_ratio decides */
-    double warmup_ratio;             /* 0 */
+    /* 0. A number >= 1: that many steps (transformers 5 truncates a fraction, int(2.5) = 2); a
+     * float in (0, 1): transformers 5's ratio of the training steps, ceil(max_steps * it);
+     * 0: warmup_ratio decides (transformers 4's rule; 5 has no warmup_ratio). */
+    double warmup_steps;
+    double warmup_ratio;             /* 0; transformers 4 */
     char lr_scheduler_type[24];      /* "" (the config's scheduler, or none), "constant",
                                       * "constant_with_warmup", "linear" */
     bool bf16, fp16;                 /* false */
@@ -284,6 +296,8 @@ typedef enum {
                                 * it holds a key that is not a row */
 #define ZT_DS_KEY_BY_HAND 16u  /* the fate is applied by the section's parser, with its own text */
 #define ZT_DS_KEY_PRESENCE 32u /* any value counts as set (no default to compare with) */
+#define ZT_DS_KEY_REMOVED 64u  /* a feature DeepSpeed 0.19 removed: it refuses the key whatever its
+                                * value (null too), before reading anything else */
 
 typedef struct {
     const char *path;  /* dotted key path */

@@ -44,6 +44,23 @@ zt_status zt_json_read_config(const char *path, char **text, size_t *len);
  * cJSON_Delete. */
 zt_status zt_json_parse(const char *text, const char *source, cJSON **out);
 
+/* Whether a number of a tree from zt_json_parse was written with a fraction or an exponent
+ * ("3.0", "1e3"), which Python's json module reads as a float where "3" is an int: DeepSpeed
+ * checks some keys with isinstance(value, int). The mark is a bit of the node's type above
+ * cJSON's own (cJSON_IsNumber still holds, cJSON_Duplicate keeps it); numbers made with
+ * cJSON_CreateNumber and trees printed and parsed back by cJSON read as ints when integral. */
+#define ZT_JSON_FLOAT_LITERAL (1 << 12)
+bool zt_json_is_float_literal(const cJSON *item);
+
+/* Marks the numbers written as floats in a tree another parser made of `text` (len bytes, one
+ * JSON value that parser accepted), as zt_json_parse marks its own. */
+void zt_json_mark_floats(cJSON *root, const char *text, size_t len);
+
+/* cJSON_Print (formatted) or cJSON_PrintUnformatted of item, except that a whole number marked
+ * as written as a float prints as one ("3.0", not "3"), so text printed from a parsed tree reads
+ * back the same way. NULL when out of memory; the caller frees the text with cJSON_free(). */
+char *zt_json_print(const cJSON *item, bool formatted);
+
 /* Reads and parses a file; messages are prefixed with the path. */
 zt_status zt_json_load_file(const char *path, cJSON **out);
 /* The same through zt_json_read_config: for a job file or a DeepSpeed config. */

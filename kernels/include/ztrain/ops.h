@@ -177,6 +177,7 @@ typedef struct {
     float lr;
     float momentum, dampening, weight_decay;
     bool nesterov;
+    bool maximize;   /* torch's maximize: the gradient is negated before anything else */
     bool first_step; /* torch initialises the momentum buffer to the first gradient */
 } zt_sgd_args;
 

@@ -19,14 +19,17 @@ static const size_t sizes[] = {13, 2 * 16384 + 37};
 
 /* ---- sgd_update ------------------------------------------------------------------------------ */
 
-/* Four settings: plain SGD (no buffer), momentum with decay, Nesterov with dampening, and
- * momentum alone. */
+/* Five settings: plain SGD (no buffer), momentum with decay, Nesterov with dampening, momentum
+ * alone, and maximize with momentum and decay. */
+enum { SGD_VARIANTS = 5 };
+
 static zt_sgd_args sgd_args(int variant, int step) {
     zt_sgd_args a = {.lr = 1e-2f, .first_step = step == 0};
     a.momentum = variant == 0 ? 0.0f : variant == 3 ? 0.5f : 0.9f;
     a.dampening = variant == 2 ? 0.1f : 0.0f;
-    a.weight_decay = variant == 1 ? 0.01f : variant == 2 ? 0.02f : 0.0f;
+    a.weight_decay = variant == 1 || variant == 4 ? 0.01f : variant == 2 ? 0.02f : 0.0f;
     a.nesterov = variant == 2;
+    a.maximize = variant == 4;
     return a;
 }
 
@@ -57,7 +60,7 @@ static void sgd_run(zt_backend *be, sgd_state *s, const zt_sgd_args *a) {
 static void sgd_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     (void)act;
     for (int k = 0; k < 2; k++)
-        for (int variant = 0; variant < 4; variant++) {
+        for (int variant = 0; variant < SGD_VARIANTS; variant++) {
             sgd_state want = sgd_make(r, sizes[k], variant != 0);
             sgd_state got = {want.n, zt_test_dup(want.p, want.n), zt_test_dup(want.g, want.n),
                              zt_test_dup(want.buf, want.n)};
@@ -77,11 +80,11 @@ static void sgd_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_r
         }
 }
 
-/* torch.optim.SGD: g += wd·p; with momentum buf = g on the first step, else
+/* torch.optim.SGD: g = -g with maximize; g += wd·p; with momentum buf = g on the first step, else
  * momentum·buf + (1 - dampening)·g, and g = Nesterov ? g + momentum·buf : buf; p -= lr·g. */
 static void sgd_cpu(zt_backend *cpu, zt_test_rng *r) {
     for (int k = 0; k < 2; k++)
-        for (int variant = 0; variant < 4; variant++) {
+        for (int variant = 0; variant < SGD_VARIANTS; variant++) {
             sgd_state s = sgd_make(r, sizes[k], variant != 0);
             double *p = calloc(s.n, sizeof *p), *buf = calloc(s.n, sizeof *buf);
             double *step_want = calloc(s.n, sizeof *step_want);
@@ -89,7 +92,8 @@ static void sgd_cpu(zt_backend *cpu, zt_test_rng *r) {
             for (int step = 0; step < 2; step++) {
                 zt_sgd_args a = sgd_args(variant, step);
                 for (size_t i = 0; i < s.n; i++) {
-                    double g = s.g[i] + (double)a.weight_decay * s.p[i];
+                    double g = (a.maximize ? -(double)s.g[i] : s.g[i]) +
+                               (double)a.weight_decay * s.p[i];
                     if (s.buf) {
                         buf[i] = a.first_step ? g
                                               : (double)a.momentum * s.buf[i] +

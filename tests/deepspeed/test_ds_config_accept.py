@@ -1,0 +1,178 @@
+"""Which optimizer params and config values real DeepSpeed 0.19 accepts, against ztrain's reading
+of the same configs.
+
+DeepSpeed (the .venv-ds environment, its CPU accelerator, one gloo rank) judges each case in a
+child process: an optimizer case by deepspeed.initialize on a two-layer torch model and two
+training steps (so the optimizer class DeepSpeed builds takes the params: FusedAdam, its
+DeepSpeedCPUAdam with offload_optimizer, or torch.optim.AdamW/Adam with torch_adam); a value case
+by DeepSpeedConfig (the pydantic models that convert "2" to 2). ztrain judges the same DeepSpeed
+config in a job through zt_job_check. Pass conditions, per case:
+  - DeepSpeed accepts: ztrain accepts, or the case is one ztrain refuses on purpose (docs/
+    deepspeed.md: amsgrad and maximize with torch_adam, not implemented) and its error names the
+    key;
+  - DeepSpeed raises (TypeError from the constructor, "does not support the AMSGrad variant."):
+    ztrain refuses, naming the key.
+
+Run: make test-deepspeed, or ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/test_ds_config_accept.py
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv(".venv-ds", "scripts/install-deps.sh deepspeed")
+
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+from ztref import Checker, tool  # noqa: E402
+
+BASE = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 1000000}
+OFFLOAD = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+
+
+def opt(kind, extra=None, **params):
+    cfg = dict(BASE, optimizer={"type": kind, "params": dict(lr=0.01, **params)})
+    cfg.update(extra or {})
+    return cfg
+
+
+# name, DeepSpeed config, the key the case is about, "init" (deepspeed.initialize) or "config"
+# (DeepSpeedConfig), and whether ztrain refuses it on purpose where DeepSpeed accepts it.
+CASES = [
+    ("FusedAdam bias_correction", opt("Adam", bias_correction=False), "bias_correction", "init", False),
+    ("FusedAdam set_grad_none", opt("Adam", set_grad_none=False), "set_grad_none", "init", False),
+    ("FusedAdam fused", opt("Adam", fused=True), "fused", "init", False),
+    ("FusedAdam foreach", opt("AdamW", foreach=False), "foreach", "init", False),
+    ("FusedAdam fp32_optimizer_states", opt("Adam", fp32_optimizer_states=False),
+     "fp32_optimizer_states", "init", False),
+    ("FusedAdam amsgrad", opt("Adam", amsgrad=True), "amsgrad", "init", False),
+    ("AdamW bias_correction", opt("AdamW", torch_adam=True, bias_correction=False),
+     "bias_correction", "init", False),
+    ("AdamW set_grad_none", opt("AdamW", torch_adam=True, set_grad_none=True), "set_grad_none",
+     "init", False),
+    ("AdamW foreach", opt("AdamW", torch_adam=True, foreach=True), "foreach", "init", False),
+    ("AdamW fused and foreach", opt("AdamW", torch_adam=True, foreach=True, fused=True), "fused",
+     "init", False),
+    ("AdamW decoupled_weight_decay", opt("AdamW", torch_adam=True, decoupled_weight_decay=True),
+     "decoupled_weight_decay", "init", False),
+    ("Adam decoupled_weight_decay", opt("Adam", torch_adam=True, adam_w_mode=False,
+                                        decoupled_weight_decay=True),
+     "decoupled_weight_decay", "init", False),
+    ("AdamW fp32_optimizer_states", opt("AdamW", torch_adam=True, fp32_optimizer_states=True),
+     "fp32_optimizer_states", "init", False),
+    ("AdamW amsgrad", opt("AdamW", torch_adam=True, amsgrad=True), "amsgrad", "init", True),
+    ("AdamW maximize", opt("AdamW", torch_adam=True, maximize=True), "maximize", "init", True),
+    ("SGD maximize", opt("SGD", maximize=True, momentum=0.9), "maximize", "init", False),
+    ("CPUAdam set_grad_none", opt("Adam", OFFLOAD, set_grad_none=True), "set_grad_none", "init",
+     False),
+    ("CPUAdam amsgrad", opt("Adam", OFFLOAD, amsgrad=True), "amsgrad", "init", False),
+    ("CPUAdam fp32_optimizer_states", opt("Adam", OFFLOAD, fp32_optimizer_states=False),
+     "fp32_optimizer_states", "init", False),
+    ("gradient_clipping -1", opt("SGD", {"gradient_clipping": -1}), "gradient_clipping", "init",
+     False),
+    ("gradient_clipping \"2\"", opt("SGD", {"gradient_clipping": "2"}), "gradient_clipping",
+     "init", False),
+    ("steps_per_print -5", dict(BASE, steps_per_print=-5), "steps_per_print", "config", False),
+    ("zero strings", dict(BASE, zero_optimization={"stage": "2", "reduce_bucket_size": "500",
+                                                   "overlap_comm": "off"}),
+     "stage", "config", False),
+    ("zero stage \"2.5\"", dict(BASE, zero_optimization={"stage": "2.5"}), "stage", "config",
+     False),
+    ("fp16 strings", dict(BASE, fp16={"enabled": "yes", "loss_scale": "128",
+                                      "loss_scale_window": " 1_000 "}),
+     "loss_scale", "config", False),
+    ("fp16 min_loss_scale \"2.0\"", dict(BASE, fp16={"enabled": True, "min_loss_scale": "2.0"}),
+     "min_loss_scale", "config", False),
+    ("fp16 min_loss_scale 2^37", dict(BASE, fp16={"enabled": True,
+                                                  "min_loss_scale": 137438953472}),
+     "min_loss_scale", "config", False),
+    ("fp16 hysteresis 0, stage 0", dict(BASE, fp16={"enabled": True, "hysteresis": 0}),
+     "hysteresis", "config", False),
+    ("bf16 enabled \"true\"", dict(BASE, bf16={"enabled": "true"}), "enabled", "config", False),
+]
+
+# The DeepSpeed side, run in a child so that one process holds its distributed state.
+DS_CHILD = r"""
+import json, logging, os, sys
+import deepspeed, torch
+from deepspeed.runtime.config import DeepSpeedConfig
+from deepspeed.utils import logger
+deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+logger.setLevel(logging.ERROR)
+cases, out = json.load(open(sys.argv[1])), {}
+for name, cfg, how in cases:
+    try:
+        if how == "config":
+            DeepSpeedConfig(cfg)
+        else:
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+            eng, _, _, _ = deepspeed.initialize(model=m, model_parameters=m.parameters(),
+                                                config=cfg)
+            for _ in range(2):
+                eng.backward(eng(torch.randn(2, 4)).sum())
+                eng.step()
+        out[name] = "OK"
+    except Exception as e:
+        out[name] = f"{type(e).__name__}: {e}".replace("\n", " | ")[:300]
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deepspeed_verdicts(tmp):
+    with open(f"{tmp}/cases.json", "w") as f:
+        json.dump([(name, cfg, how) for name, cfg, _, how, _ in CASES], f)
+    with open(f"{tmp}/child.py", "w") as f:
+        f.write(DS_CHILD)
+    env = dict(os.environ, DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    p = subprocess.run([sys.executable, f"{tmp}/child.py", f"{tmp}/cases.json", f"{tmp}/ds.json"],
+                       capture_output=True, text=True, env=env, timeout=1200)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
+        raise SystemExit("FAIL: the DeepSpeed child failed")
+    with open(f"{tmp}/ds.json") as f:
+        return json.load(f)
+
+
+def ztrain_verdict(tmp, cfg):
+    job = {"model": {"type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 256,
+                     "block_size": 8},
+           "data": {"train": "train.txt"}, "deepspeed": cfg}
+    with open(f"{tmp}/job.json", "w") as f:
+        json.dump(job, f)
+    p = subprocess.run([tool("zt_job_check"), f"{tmp}/job.json"], capture_output=True, text=True,
+                       timeout=60)
+    return p.returncode, p.stderr.strip()
+
+
+def main():
+    ck = Checker()
+    with tempfile.TemporaryDirectory() as tmp:
+        open(f"{tmp}/train.txt", "wb").write(b"x" * 4096)
+        ds = deepspeed_verdicts(tmp)
+        for name, cfg, key, _, on_purpose in CASES:
+            rc, err = ztrain_verdict(tmp, cfg)
+            verdict = ds[name]
+            if verdict == "OK" and not on_purpose:
+                ck.check(rc == 0, f"{name}: DeepSpeed accepts it, so does ztrain ({err[-200:]})")
+            else:
+                ck.check(rc != 0 and key in err,
+                         f"{name}: DeepSpeed says {verdict[:120]!r}; ztrain refuses naming "
+                         f"{key} ({err[-200:]})")
+    ck.done()
+
+
+if __name__ == "__main__":
+    main()
