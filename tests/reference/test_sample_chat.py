@@ -7,7 +7,8 @@ reply transformers' greedy generate gives for apply_chat_template(conv, add_gene
 stopping at the template's eos_token (<|im_end|>; and a plain word the model is made to
 prefer, so that the stop shows), decoded without special tokens; from a tensor-parallel
 checkpoint too, with the job's data.tokenizer and no --tokenizer. An eos_token that is not one
-token is warned about; --temperature 0 is refused before the prompt is printed. A conversation
+token is warned about; export --hf keeps the source config's bos_token_id and eos_token_id;
+--temperature 0 is refused before the prompt is printed. A conversation
 the file does not hold as a list is refused naming the file."""
 import json
 import os
@@ -22,7 +23,7 @@ reexec_in_venv()
 
 import torch  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
+from transformers import AutoConfig, PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from chat_templates import QWEN2  # noqa: E402
@@ -144,6 +145,22 @@ with tempfile.TemporaryDirectory() as d:
     got = p.stdout[:-1] if p.stdout.endswith("\n") else p.stdout
     ck.check(p.returncode == 0 and got == want, f"the TP 2 checkpoint with the job's tokenizer: "
              f"reply {got!r} vs {want!r}: exit {p.returncode} {p.stderr.strip()[-200:]}")
+
+    # export --hf keeps the source config's special token ids (generation reads them), as
+    # save_pretrained does: the config.json beside the job's tokenizer gives them.
+    src = json.load(open(f"{d}/hf/config.json"))
+    src.update(bos_token_id=tok.token_to_id("<|endoftext|>"), eos_token_id=[
+        tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")])
+    json.dump(src, open(f"{d}/hf/config.json", "w"))
+    p = subprocess.run([tool("ztrain"), "export", f"{d}/ckpt_tp", "--hf", f"{d}/exported"],
+                       capture_output=True, text=True)
+    got = AutoConfig.from_pretrained(f"{d}/exported") if p.returncode == 0 else None
+    want_cfg = AutoConfig.from_pretrained(f"{d}/hf")
+    ck.check(got is not None and (got.bos_token_id, got.eos_token_id) ==
+             (want_cfg.bos_token_id, want_cfg.eos_token_id),
+             f"export --hf keeps bos_token_id and eos_token_id: "
+             f"{(got.bos_token_id, got.eos_token_id) if got else None} vs "
+             f"{(want_cfg.bos_token_id, want_cfg.eos_token_id)} {p.stderr.strip()[-200:]}")
 
     # An eos_token that is not one token never stops the reply: said, naming it.
     json.dump({"chat_template": QWEN2, "eos_token": "<|not a token|>"},
