@@ -16,6 +16,8 @@
 #include "ztrain/fsutil.h"
 #include "ztrain/model_fields.h"
 #include "ztrain/checkpoint.h"
+#include "ztrain/ckpt_pipeline.h"
+#include "ztrain/ckpt_tp.h"
 #include "ztrain/comm.h"
 #include "ztrain/safetensors.h"
 
@@ -430,6 +432,16 @@ zt_status zt_ckpt_meta_spec(const cJSON *meta, const char *tagdir, zt_model_spec
 zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
     char latest[256], tagdir[4096], file[4200], *text;
     *path = NULL;
+    /* A pipeline's and a tensor-parallel job's meta.json are in their parts' directories, the
+     * same job's in each: the first stage's, and shard 0's. */
+    if (zt_ckpt_pipeline_stages(dir) > 0) {
+        zt_ckpt_stage_dir(file, sizeof file, dir, 0);
+        return zt_ckpt_read_tokenizer(file, tag, path);
+    }
+    if (zt_ckpt_tp_size(dir) > 0) {
+        zt_ckpt_tp_shard_dir(file, sizeof file, dir, 0);
+        return zt_ckpt_read_tokenizer(file, tag, path);
+    }
     if (!tag) {
         ZT_TRY(zt_ckpt_latest(dir, latest, sizeof latest));
         tag = latest;

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 #include "ztrain/tmp_paths.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/hf_config.h"
+#include "ztrain/json_util.h"
+#include "ztrain/tokenizer.h"
 #include "ztrain/safetensors.h"
 
 /* One tensor as the directory names it, and where its values come from. */
@@ -160,6 +163,76 @@ static zt_status write_files(const char *tmp, const zt_model_spec *spec, zt_ckpt
     return s;
 }
 
+/* The token string a tokenizer_config.json gives for key: a string, or an AddedToken's
+ * "content"; NULL when absent. */
+static const char *special_token(const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsObject(v))
+        v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* The special token ids a model's config.json carries (bos_token_id, eos_token_id), which
+ * generation reads and the checkpoint does not hold: taken, as save_pretrained keeps them, from
+ * the config.json beside the job's tokenizer (data.tokenizer, recorded in the checkpoint), or
+ * else from the tokenizer_config.json beside it through the tokenizer. Without a recorded
+ * tokenizer, or with neither file, config.json stays without them (transformers' defaults). */
+static zt_status add_token_ids(const char *dir, const char *tag, const char *config_path) {
+    static const char *const keys[] = {"bos_token_id", "eos_token_id"};
+    char *tok_path = NULL;
+    ZT_TRY(zt_ckpt_read_tokenizer(dir, tag, &tok_path));
+    if (!tok_path)
+        return ZT_OK;
+    const char *slash = strrchr(tok_path, '/');
+    char src[4200];
+    cJSON *from = NULL, *out = NULL;
+    zt_tokenizer_t *tok = NULL;
+    zt_status s = ZT_OK;
+    snprintf(src, sizeof src, "%.*sconfig.json", slash ? (int)(slash - tok_path + 1) : 0,
+             tok_path);
+    bool have_config = access(src, F_OK) == 0;
+    if (!have_config)
+        snprintf(src, sizeof src, "%.*stokenizer_config.json",
+                 slash ? (int)(slash - tok_path + 1) : 0, tok_path);
+    if (access(src, F_OK) != 0)
+        goto done;
+    s = zt_json_load_file(src, &from);
+    if (s == ZT_OK && !have_config)
+        s = zt_tokenizer_load(tok_path, &tok);
+    if (s == ZT_OK)
+        s = zt_json_load_file(config_path, &out);
+    for (size_t i = 0; s == ZT_OK && i < sizeof keys / sizeof keys[0]; i++) {
+        cJSON *v = NULL;
+        if (have_config) {
+            const cJSON *given = cJSON_GetObjectItemCaseSensitive(from, keys[i]);
+            if (given)
+                v = cJSON_Duplicate(given, true);
+        } else {
+            char name[16];
+            snprintf(name, sizeof name, "%.3s_token", keys[i]);
+            const char *text = special_token(from, name);
+            int32_t id = text ? zt_tokenizer_token_id(tok, text) : -1;
+            if (id >= 0)
+                v = cJSON_CreateNumber(id);
+        }
+        if (v) {
+            cJSON_DeleteItemFromObjectCaseSensitive(out, keys[i]);
+            cJSON_AddItemToObject(out, keys[i], v);
+        }
+    }
+    char *text = s == ZT_OK ? cJSON_Print(out) : NULL;
+    if (s == ZT_OK)
+        s = text ? zt_write_file_atomic(config_path, text, strlen(text))
+                 : zt_error(ZT_ERR_NOMEM, "%s: out of memory", config_path);
+    cJSON_free(text);
+done:
+    cJSON_Delete(from);
+    cJSON_Delete(out);
+    zt_tokenizer_destroy(tok);
+    free(tok_path);
+    return s;
+}
+
 zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
                        uint64_t max_shard_bytes, zt_hf_export_result *res) {
     ZT_ASSERT(max_shard_bytes > 0);
@@ -183,6 +256,11 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
         made = true;
     if (s == ZT_OK)
         s = write_files(tmp, &spec, w, max_shard_bytes, res);
+    if (s == ZT_OK) {
+        char config[4400];
+        snprintf(config, sizeof config, "%s/config.json", tmp);
+        s = add_token_ids(dir, tag, config);
+    }
     if (s == ZT_OK)
         s = zt_sync_dir(tmp);
     /* rename() replaces an empty directory, so an out_dir made beforehand is fine. */

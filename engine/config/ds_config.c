@@ -717,8 +717,15 @@ zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const c
         s = zt_json_check_finite(root, source, "", NULL);
     char log[sizeof cfg->resolved];
     log[0] = '\0';
+    /* "auto" batch keys multiply by the data-parallel size, as the Trainer's world size under
+     * DeepSpeed's AutoTP: ctx's ranks per pipeline stage over the TP size (a TP size that does
+     * not divide them is refused below, by name). */
+    zt_ds_auto_context dp_ctx = *ctx;
+    int tp = zt_ds_tp_size_of(root);
+    if (tp > 1 && dp_ctx.world_size % tp == 0)
+        dp_ctx.world_size /= tp;
     if (s == ZT_OK)
-        s = zt_ds_resolve_auto(copy, args, ctx, source, log, sizeof log);
+        s = zt_ds_resolve_auto(copy, args, &dp_ctx, source, log, sizeof log);
     if (s == ZT_OK)
         s = from_json(cfg, copy, source, ctx->world_size);
     /* Without an "optimizer" section the betas are the Trainer's AdamW's, a tuple (its

@@ -119,9 +119,13 @@ static zt_status render_prefix(sft_run *r, const cJSON *msgs, int k, bool gen, c
 }
 
 static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, "messages");
-    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
-        return zt_error(ZT_ERR_FORMAT, "%s: no \"messages\" list", where);
+    const char *key = r->o->field ? r->o->field : "messages";
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsArray(msgs))
+        return zt_error(ZT_ERR_FORMAT, "%s: no \"%.100s\" list", where, key);
+    if (cJSON_GetArraySize(msgs) == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: \"%.100s\" is an empty list (a conversation needs "
+                        "a message)", where, key);
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -387,6 +391,23 @@ zt_status zt_prepare_sft_run(const zt_prepare_options *o, zt_prepare_stats *st) 
         s = read_file(&r, files.paths[i], &index);
     if (s == ZT_OK && r.train.n + r.val.n == 0)
         s = zt_error(ZT_ERR_INVALID, "the inputs hold no examples");
+    /* Training on shards without a trained target fails at its first step: say why here. */
+    uint64_t trained = 0;
+    for (size_t i = 0; s == ZT_OK && i < r.train.n; i++)
+        trained += (r.train.flags[i] & (ZT_LOSS_MASK_TRAINED | ZT_LOSS_MASK_DOC_START)) ==
+                   ZT_LOSS_MASK_TRAINED;
+    if (s == ZT_OK && r.train.n && trained == 0) {
+        const char *what = o->format == ZT_PREPARE_CHAT ? "assistant turn" : "completion";
+        if (o->max_length > 0 && st->truncated + st->dropped > 0)
+            s = zt_error(ZT_ERR_INVALID, "the train split has no trained token (the loss would "
+                         "be over 0 tokens): --max-length %lld cuts off every example's %s "
+                         "(%llu truncated, %llu dropped); raise --max-length",
+                         (long long)o->max_length, what, (unsigned long long)st->truncated,
+                         (unsigned long long)st->dropped);
+        else
+            s = zt_error(ZT_ERR_INVALID, "the train split has no trained token (the loss would "
+                         "be over 0 tokens): no example has a non-empty %s", what);
+    }
     if (s == ZT_OK)
         s = zt_mkdirs(o->out_dir);
     if (s == ZT_OK)

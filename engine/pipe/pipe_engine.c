@@ -96,6 +96,7 @@ struct zt_pipe {
     int eval_cap;
     size_t eval_own; /* this rank's replica's block in them, for the evaluation in flight */
     uint64_t eval_hash;
+    bool warned_untrained_eval; /* agree_eval has said the validation set trains nothing */
     bool agree_native; /* agree_comm sums device memory itself */
     /* stage_comm, mp_comm, agree_group have the backend attached */
     bool stage_attached, mp_attached, agree_attached;
@@ -703,9 +704,10 @@ static size_t eval_block(const zt_pipe *p, int steps) {
  * where agree_comm reads device memory (NCCL) the blocks are summed over every stage of every
  * replica there and every rank reads them back with the evaluation's one wait; otherwise the
  * last stage reads its block back (its one wait; a stage that set documents waits too, so the
- * next step's sets find every slot free) and one host collective sums them. The loss as
- * DeepSpeed reports it: each micro-batch's mean over its trained targets, as a forward that
- * read its losses would take it, averaged over the micro-batches and over the replicas. Stages
+ * next step's sets find every slot free) and one host collective sums them. The loss is the
+ * mean over the trained targets of every micro-batch of every replica (each micro-batch's mean,
+ * as a forward that read its losses would take it, weighted by its count), as the trainer's
+ * evaluation without a pipeline: NaN, with a warning, when there are none. Stages
  * whose hashes differ fail alike, on every rank. */
 static zt_status agree_eval(zt_pipe *p, int steps, double *loss) {
     const int stages = p->info.stages, dp = p->info.dp;
@@ -737,17 +739,24 @@ static zt_status agree_eval(zt_pipe *p, int steps, double *loss) {
         }
         ZT_TRY(sum_on_host(p, p->eval_out, block, p->eval_out + own));
     }
-    double sum = 0.0;
+    double sum = 0.0, trained = 0.0;
     for (int r = 0; r < dp; r++) {
         const double *b = p->eval_out + (size_t)r * block, *sums = b + stages,
                      *counts = sums + steps;
         ZT_TRY(check_batches(p, r, b, 1, true));
-        double v = 0.0;
         for (int i = 0; i < steps; i++)
-            v += counts[i] > 0.0 ? (float)(sums[i] / counts[i]) : 0.0f;
-        sum += v / steps;
+            if (counts[i] > 0.0) {
+                sum += (double)(float)(sums[i] / counts[i]) * counts[i];
+                trained += counts[i];
+            }
     }
-    *loss = sum / dp;
+    *loss = trained > 0.0 ? sum / trained : NAN;
+    if (steps > 0 && trained == 0.0 && p->info.stage == 0 && p->info.replica == 0 &&
+        p->grid.tp_rank == 0 && !p->warned_untrained_eval) {
+        fprintf(stderr, "ztrain: warning: data.val: the %d validation micro-batch(es) evaluated "
+                "hold no trained target (every target is masked): eval loss is NaN\n", steps);
+        p->warned_untrained_eval = true;
+    }
     return ZT_OK;
 }
 

@@ -72,6 +72,7 @@ typedef struct {
     zt_trainer_events events; /* the job's anomaly rules and this step's loss (trainer_events.c) */
     zt_trainer_profile prof;  /* --profile's op timings (trainer_profile.c) */
     bool profiling;
+    bool warned_untrained_val; /* evaluate() has said the validation set trains nothing */
 } trainer;
 
 static double now_ms(void) {
@@ -91,10 +92,37 @@ static void format_duration(char *buf, size_t size, double seconds) {
         snprintf(buf, size, "%dh%02dm", (int)seconds / 3600, ((int)seconds % 3600) / 60);
 }
 
+/* The first token file of d (a file, a glob's or a mixture's) with a loss mask beside it, or
+ * NULL: `ztrain prepare --format chat` writes one beside every shard. */
+static const char *file_with_mask(const zt_dataset *d) {
+    if (!d->parts) {
+        char mask[4200];
+        snprintf(mask, sizeof mask, "%s.mask", d->path ? d->path : "");
+        return d->path && access(mask, F_OK) == 0 ? d->path : NULL;
+    }
+    for (int i = 0; i < d->n_parts; i++) {
+        const char *p = file_with_mask(&d->parts[i]);
+        if (p)
+            return p;
+    }
+    return NULL;
+}
+
 static zt_status open_data(trainer *t) {
     const zt_job_spec *job = t->job;
     ZT_TRY(zt_dataset_open_train(&t->train, &job->data, job->model.vocab_size));
     t->has_train = true;
+    /* Masks that the job's format leaves unread would train every token of a conversation, the
+     * user's turns and the template's too, without a word. */
+    const char *masked = job->data.format == ZT_DATA_FORMAT_TOKENS && t->rank == 0
+                             ? file_with_mask(&t->train)
+                             : NULL;
+    if (masked)
+        fprintf(stderr,
+                "ztrain: warning: data.train: %s has a loss mask beside it (%s.mask) that "
+                "data.format \"tokens\" ignores: every token is trained; set data.format to "
+                "\"masked\" to train only the tokens the mask marks\n",
+                masked, masked);
     if (job->data.val && job->train.eval_interval > 0) {
         ZT_TRY(zt_dataset_open_val(&t->val, &job->data, job->model.vocab_size));
         t->has_val = true;
@@ -119,8 +147,12 @@ static zt_status open_data(trainer *t) {
     return ZT_OK;
 }
 
-/* Mean loss over eval_steps validation batches, always the same ones (from the start of the
- * validation set), so successive evaluations are comparable. */
+/* The loss over eval_steps validation batches, always the same ones (from the start of the
+ * validation set), so successive evaluations are comparable. It is the mean over every trained
+ * target of those batches on every data-parallel rank, each batch's mean weighted by its count of
+ * trained targets: a batch whose targets are all masked adds nothing (not a 0), and a short last
+ * batch counts for its size, as transformers' Trainer weights batches by their samples. With no
+ * trained target at all the loss is NaN, as transformers' cross-entropy gives, with a warning. */
 static zt_status evaluate(trainer *t, double *loss) {
     zt_loader_seek(&t->val_loader, 0, 0);
     int steps = t->job->train.eval_steps;
@@ -132,7 +164,7 @@ static zt_status evaluate(trainer *t, double *loss) {
     ZT_TRY(zt_engine_sync(t->e));
     if (t->pipe)
         return zt_pipe_eval(t->pipe, &t->val_loader, steps, loss);
-    double sum = 0.0;
+    double sums[2] = {0.0, 0.0}; /* the loss summed over trained targets, and their count */
     for (int i = 0; i < steps; i++) {
         bool masked = t->job->data.format == ZT_DATA_FORMAT_MASKED;
         zt_batch b = {t->val_inputs, t->val_targets, 0, t->job->model.block_size,
@@ -143,11 +175,22 @@ static zt_status evaluate(trainer *t, double *loss) {
             return ZT_ERR_IO;
         float l;
         ZT_TRY(zt_engine_eval_loss(t->e, &b, &l));
-        sum += l;
+        int64_t trained = 0;
+        for (int64_t k = 0; k < (int64_t)b.B * b.T; k++)
+            trained += t->val_targets[k] >= 0;
+        sums[0] += (double)l * (double)trained;
+        sums[1] += (double)trained;
     }
-    *loss = steps ? sum / steps : NAN;
     if (t->comm)
-        ZT_TRY(zt_comm_all_reduce(t->comm, loss, 1, ZT_F64, ZT_REDUCE_AVG));
+        ZT_TRY(zt_comm_all_reduce(t->comm, sums, 2, ZT_F64, ZT_REDUCE_SUM));
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    if (steps > 0 && sums[1] == 0 && t->rank == 0 && !t->warned_untrained_val) {
+        fprintf(stderr,
+                "ztrain: warning: data.val (%s): the %d validation batch(es) evaluated hold no "
+                "trained target (every target is masked): eval loss is NaN\n",
+                t->job->data.val, steps);
+        t->warned_untrained_val = true;
+    }
     return ZT_OK;
 }
 

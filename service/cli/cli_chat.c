@@ -63,9 +63,17 @@ int zt_cli_sample_chat(zt_model *m, const zt_tokenizer_t *tok, const char *tok_p
     }
     if (s == ZT_OK) {
         memcpy(tokens, ids.ids, ids.n * sizeof *tokens);
-        int32_t stop = zt_chat_template_eos(t)[0] ? zt_tokenizer_token_id(tok,
-                                                                      zt_chat_template_eos(t))
-                                                  : -1;
+        /* The reply ends at the template's eos_token; one that is not a token of the
+         * tokenizer can never be sampled, so the reply runs to max_tokens: say so. */
+        const char *eos = zt_chat_template_eos(t);
+        int32_t stop = eos[0] ? zt_tokenizer_token_id(tok, eos) : -1;
+        if (stop < 0 && eos[0])
+            fprintf(stderr, "ztrain: sample: warning: %s: eos_token \"%s\" is not a single "
+                    "token of %s: the reply does not stop before --tokens %d\n", cfg, eos,
+                    tok_path, max_tokens);
+        else if (stop < 0)
+            fprintf(stderr, "ztrain: sample: warning: %s: no eos_token: the reply does not "
+                    "stop before --tokens %d\n", cfg, max_tokens);
         s = zt_sample_generate_until(m, tokens, (int)ids.n, (int)ids.n + max_tokens, so, stop,
                                      &n_end, NULL, NULL);
     }

@@ -34,10 +34,10 @@ static const zt_cli_command commands[] = {
      "        [--max-length N] [--overlong truncate|drop]",
      "Encode text files, JSONL files (*.jsonl: field F, default text), directories and globs\n"
      "into llm.c token shards DIR/NAME_{train,val}_NNNNNN.bin. With --format chat (JSONL\n"
-     "{\"messages\": [...]}, rendered with the chat template of the tokenizer's\n"
-     "tokenizer_config.json) or prompt-completion (JSONL {\"prompt\", \"completion\"}), each\n"
-     "shard gets a loss mask NAME_..._NNNNNN.bin.mask (train with data.format \"masked\");\n"
-     "examples over --max-length tokens are truncated or dropped.\n",
+     "{\"messages\": [...]}, or the list under --field F, rendered with the chat template\n"
+     "of the tokenizer's tokenizer_config.json) or prompt-completion (JSONL {\"prompt\",\n"
+     "\"completion\"}), each shard gets a loss mask NAME_..._NNNNNN.bin.mask (train with\n"
+     "data.format \"masked\"); examples over --max-length tokens are truncated or dropped.\n",
      "--tokenizer= --out= --name= --field= --lines --val-fraction= --shard-size= --threads= "
      "--seed= --separator= --dtype= --skip-bad-lines --overwrite --format= --chat-template= "
      "--max-length= --overlong=",

@@ -17,6 +17,11 @@
 #include "ztrain/job_spec.h"
 #include "ztrain/json_util.h"
 
+/* The job evaluates data.val every EVAL_INTERVAL steps; the prepare command printed after it
+ * holds out VAL_FRACTION of the documents to make that split. */
+enum { EVAL_INTERVAL = 100 };
+#define VAL_FRACTION "0.05"
+
 /* A DeepSpeed config as the Hugging Face Trainer's examples write it: every value the job's
  * training_args can supply is "auto". */
 static const char default_ds[] =
@@ -166,7 +171,7 @@ int zt_cli_init(int argc, char **argv) {
     cJSON_AddItemToObject(job, "data", data);
     cJSON_AddNumberToObject(train, "max_steps", 1000);
     cJSON_AddNumberToObject(train, "log_interval", 10);
-    cJSON_AddNumberToObject(train, "eval_interval", 100);
+    cJSON_AddNumberToObject(train, "eval_interval", EVAL_INTERVAL);
     cJSON_AddNumberToObject(train, "eval_steps", 10);
     cJSON_AddStringToObject(train, "checkpoint_dir", "ckpt");
     cJSON_AddNumberToObject(train, "checkpoint_interval", 200);
@@ -222,17 +227,25 @@ int zt_cli_init(int argc, char **argv) {
     if (rc == 0) {
         printf("wrote %s: fine-tunes %s%s%s\n", out, init_from, ds_path ? " with " : "",
                ds_path ? ds_path : "");
+        /* The commands must make what the job reads: data.val too, which eval_interval
+         * evaluates (VAL_FRACTION of the documents; each file, or each JSONL line, is one). */
         if (tokenizer)
             printf("next: make its data with the model's tokenizer, then train:\n"
-                   "  ztrain prepare --tokenizer %s --out %s/data --name data TEXT_FILES...\n"
+                   "  ztrain prepare --tokenizer %s --out %s/data --name data --val-fraction "
+                   "%s TEXT_FILES...\n"
                    "  ztrain run %s\n",
-                   tok_file, job_dir, out);
+                   tok_file, job_dir, VAL_FRACTION, out);
         else
             printf("%s has no tokenizer.json: make the data with the tokenizer.json the model "
                    "was trained with (data.tokenizer in %s may name it), then train:\n"
                    "  ztrain prepare --tokenizer TOKENIZER.json --out %s/data --name data "
-                   "TEXT_FILES...\n  ztrain run %s\n",
-                   hf, out, job_dir, out);
+                   "--val-fraction %s TEXT_FILES...\n  ztrain run %s\n",
+                   hf, out, job_dir, VAL_FRACTION, out);
+        printf("(%s of the documents go to data.val, which the job evaluates every %d steps; "
+               "each file, or each JSONL line, is a document. For chat or prompt-completion "
+               "JSONL, add --format chat or --format prompt-completion to prepare and set "
+               "data.format to \"masked\" in %s.)\n",
+               VAL_FRACTION, EVAL_INTERVAL, out);
     }
     free(text);
     free(job_dir);

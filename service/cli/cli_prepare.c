@@ -61,6 +61,7 @@ int zt_cli_prepare(int argc, char **argv) {
     if (!inputs)
         return 1;
     int rc = 0;
+    bool overlong = false;
     for (int i = 0; i < argc && rc == 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -101,6 +102,7 @@ int zt_cli_prepare(int argc, char **argv) {
             o.max_length = n;
         } else if (strcmp(a, "--overlong") == 0) {
             i++;
+            overlong = true;
             if (strcmp(v, "truncate") == 0 || strcmp(v, "drop") == 0)
                 o.drop_long = strcmp(v, "drop") == 0;
             else
@@ -140,6 +142,18 @@ int zt_cli_prepare(int argc, char **argv) {
     if (rc == 0 && o.format == ZT_PREPARE_TEXT && (o.max_length || o.chat_template))
         rc = usage_error("%s--max-length and --chat-template need --format chat or "
                          "prompt-completion", "");
+    /* Options that the format would not read are refused rather than ignored. */
+    if (rc == 0 && o.format != ZT_PREPARE_TEXT && o.text_lines)
+        rc = usage_error("%s--lines applies to --format text only (a fine-tuning format reads "
+                         "JSONL examples)", "");
+    if (rc == 0 && o.format == ZT_PREPARE_CHAT && o.separator)
+        rc = usage_error("%s--separator does not apply to --format chat (the chat template "
+                         "writes the tokens between examples)", "");
+    if (rc == 0 && o.format == ZT_PREPARE_PROMPT_COMPLETION && o.field)
+        rc = usage_error("%s--field does not apply to --format prompt-completion (it reads "
+                         "\"prompt\" and \"completion\")", "");
+    if (rc == 0 && overlong && !o.max_length)
+        rc = usage_error("%s--overlong needs --max-length", "");
     if (rc == 0 && o.n_inputs == 0)
         rc = usage_error("%sno input files", "");
     if (rc != 0) {
@@ -177,6 +191,9 @@ int zt_cli_prepare(int argc, char **argv) {
                (unsigned long long)st.trained_tokens,
                st.tokens ? 100.0 * (double)st.trained_tokens / (double)st.tokens : 0.0,
                (unsigned long long)st.truncated, (unsigned long long)st.dropped);
+    if (o.format != ZT_PREPARE_TEXT)
+        printf("train on it with \"data\": {\"format\": \"masked\"} in the job: without it "
+               "the .mask files are ignored and every token is trained\n");
     if (st.bad_lines)
         printf("skipped %llu bad JSONL lines\n", (unsigned long long)st.bad_lines);
     if (st.invalid_utf8)

@@ -767,6 +767,12 @@ static int cmd_sample(int argc, char **argv) {
                          "one", "");
     if (chat_template && !chat)
         return bad_usage("sample: %s--chat-template needs --chat", "");
+    /* Options are judged before anything is loaded or printed (a prompt is echoed). */
+    if (!(temperature > 0)) {
+        char got[64];
+        snprintf(got, sizeof got, "%g", temperature);
+        return bad_usage("sample: --temperature must be positive, got %s", got);
+    }
     zt_model_spec spec;
     zt_ckpt_weights *w = NULL;
     if (zt_ckpt_weights_open(&w, dir, tag, &spec) != ZT_OK)
@@ -778,8 +784,15 @@ static int cmd_sample(int argc, char **argv) {
     char *ckpt_tok = NULL;
     zt_tokenizer_t *tok = NULL;
     zt_cli_text text = {0};
-    if (!tok_path && !prompt_tokens && zt_ckpt_read_tokenizer(dir, tag, &ckpt_tok) == ZT_OK)
+    /* The job's tokenizer, recorded in the checkpoint; one that cannot be read is an error here,
+     * not a sample without text. */
+    if (!tok_path && !prompt_tokens) {
+        if (zt_ckpt_read_tokenizer(dir, tag, &ckpt_tok) != ZT_OK) {
+            rc = zt_cli_fail("sample: ");
+            goto done;
+        }
         tok_path = ckpt_tok;
+    }
     if (tok_path && zt_tokenizer_load(tok_path, &tok) != ZT_OK) {
         rc = zt_cli_fail("sample: ");
         goto done;
@@ -797,8 +810,6 @@ static int cmd_sample(int argc, char **argv) {
         if (!tok)
             rc = bad_usage("sample: %s--chat needs a tokenizer (--tokenizer, or the job's "
                            "data.tokenizer)", "");
-        else if (!(temperature > 0))
-            rc = bad_usage("sample: --temperature must be positive, got %s", "a value <= 0");
         else
             rc = zt_cli_sample_chat(m, tok, tok_path, chat, chat_template, (int)n_tokens, &so);
         goto done;
@@ -851,11 +862,6 @@ static int cmd_sample(int argc, char **argv) {
             rc = 2;
             goto done;
         }
-    }
-    if (!(temperature > 0)) {
-        fprintf(stderr, "ztrain: sample: --temperature must be positive, got %g\n", temperature);
-        rc = 2;
-        goto done;
     }
     if (n_prompt > spec.block_size)
         fprintf(stderr, "ztrain: sample: the prompt is %d tokens, more than the model's "

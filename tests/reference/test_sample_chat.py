@@ -5,7 +5,10 @@ template in its tokenizer_config.json) is loaded by `ztrain run` (one step at lr
 checkpoint holds the weights). `ztrain sample CKPT --chat conv.json --top-k 1` must print the
 reply transformers' greedy generate gives for apply_chat_template(conv, add_generation_prompt=True),
 stopping at the template's eos_token (<|im_end|>; and a plain word the model is made to
-prefer, so that the stop shows), decoded without special tokens. A conversation
+prefer, so that the stop shows), decoded without special tokens; from a tensor-parallel
+checkpoint too, with the job's data.tokenizer and no --tokenizer. An eos_token that is not one
+token is warned about; export --hf keeps the source config's bos_token_id and eos_token_id;
+--temperature 0 is refused before the prompt is printed. A conversation
 the file does not hold as a list is refused naming the file."""
 import json
 import os
@@ -20,7 +23,7 @@ reexec_in_venv()
 
 import torch  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
+from transformers import AutoConfig, PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from chat_templates import QWEN2  # noqa: E402
@@ -122,6 +125,58 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(p.returncode == 0 and got == want and out.shape[1] - ids.shape[1] < 20,
              f"stops at eos_token {word!r}: reply {got!r} vs {want!r} "
              f"({out.shape[1] - ids.shape[1]} tokens) {p.stderr.strip()[-200:]}")
+
+    # A tensor-parallel checkpoint (tp_00/, tp_01/) of the same weights: without --tokenizer the
+    # job's data.tokenizer, recorded in shard 0's meta.json, is the one sample uses.
+    write_job(f"{d}/tp.json", {
+        "world_size": 2,
+        "model": {"init_from": "hf", "block_size": 96},
+        "data": {"train": "train.bin", "shuffle": False, "tokenizer": "hf/tokenizer.json"},
+        "train": {"max_steps": 1, "log_interval": 1, "warmup_steps": 0,
+                  "checkpoint_dir": "ckpt_tp"},
+        "deepspeed": {"train_micro_batch_size_per_gpu": 1, "tensor_parallel": {"autotp_size": 2},
+                      "optimizer": {"type": "AdamW", "params": {"lr": 0.0, "weight_decay": 0.0}}}})
+    p = subprocess.run([tool("ztrain"), "run", f"{d}/tp.json", "--out", f"{d}/run_tp"],
+                       capture_output=True, text=True)
+    ck.check(p.returncode == 0 and os.path.isdir(f"{d}/ckpt_tp/tp_01"),
+             f"a TP 2 run: exit {p.returncode} {p.stderr.strip()[-200:]}")
+    p = subprocess.run([tool("ztrain"), "sample", f"{d}/ckpt_tp", "--chat", f"{d}/conv.json",
+                        "--top-k", "1", "--tokens", "20"], capture_output=True, text=True)
+    got = p.stdout[:-1] if p.stdout.endswith("\n") else p.stdout
+    ck.check(p.returncode == 0 and got == want, f"the TP 2 checkpoint with the job's tokenizer: "
+             f"reply {got!r} vs {want!r}: exit {p.returncode} {p.stderr.strip()[-200:]}")
+
+    # export --hf keeps the source config's special token ids (generation reads them), as
+    # save_pretrained does: the config.json beside the job's tokenizer gives them.
+    src = json.load(open(f"{d}/hf/config.json"))
+    src.update(bos_token_id=tok.token_to_id("<|endoftext|>"), eos_token_id=[
+        tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")])
+    json.dump(src, open(f"{d}/hf/config.json", "w"))
+    p = subprocess.run([tool("ztrain"), "export", f"{d}/ckpt_tp", "--hf", f"{d}/exported"],
+                       capture_output=True, text=True)
+    got = AutoConfig.from_pretrained(f"{d}/exported") if p.returncode == 0 else None
+    want_cfg = AutoConfig.from_pretrained(f"{d}/hf")
+    ck.check(got is not None and (got.bos_token_id, got.eos_token_id) ==
+             (want_cfg.bos_token_id, want_cfg.eos_token_id),
+             f"export --hf keeps bos_token_id and eos_token_id: "
+             f"{(got.bos_token_id, got.eos_token_id) if got else None} vs "
+             f"{(want_cfg.bos_token_id, want_cfg.eos_token_id)} {p.stderr.strip()[-200:]}")
+
+    # An eos_token that is not one token never stops the reply: said, naming it.
+    json.dump({"chat_template": QWEN2, "eos_token": "<|not a token|>"},
+              open(f"{d}/hf/tokenizer_config.json", "w"))
+    p = subprocess.run([tool("ztrain"), "sample", f"{d}/ckpt", "--tokenizer",
+                        f"{d}/hf/tokenizer.json", "--chat", f"{d}/conv.json", "--top-k", "1",
+                        "--tokens", "5"], capture_output=True, text=True)
+    ck.check(p.returncode == 0 and "<|not a token|>" in p.stderr and "warning" in p.stderr,
+             f"an eos_token that is not a single token is warned about: exit {p.returncode} "
+             f"{p.stderr.strip()[-200:]}")
+    # Options are judged before the prompt is echoed.
+    p = subprocess.run([tool("ztrain"), "sample", f"{d}/ckpt", "--tokenizer",
+                        f"{d}/hf/tokenizer.json", "--prompt", "What is", "--temperature", "0"],
+                       capture_output=True, text=True)
+    ck.check(p.returncode == 2 and p.stdout == "" and "--temperature" in p.stderr,
+             f"--temperature 0: exit {p.returncode}, stdout {p.stdout!r} {p.stderr.strip()[:200]}")
 
     json.dump({"conversation": []}, open(f"{d}/bad.json", "w"))
     p = subprocess.run([tool("ztrain"), "sample", f"{d}/ckpt", "--tokenizer",

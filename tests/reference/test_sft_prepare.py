@@ -13,7 +13,11 @@ style: Prepend/Replace normalizer, byte fallback, <s>/</s>) kinds are trained he
     character (by offsets) through the EOS; a prompt whose tokens are not the first of
     prompt + completion's (a trailing space merging into the completion) is refused by line;
   - --max-length truncates or drops, and the summary counts both;
-  - a conversation the template refuses (raise_exception) fails naming the file and line."""
+  - a conversation the template refuses (raise_exception) fails naming the file and line;
+  - --field names the conversation's list (the same tokens as under "messages"); --lines,
+    --separator, and --overlong without --max-length are refused for chat (exit 2), --field for
+    prompt-completion; an empty list is said to be empty; a --max-length that leaves no trained
+    token fails naming it, writing no shard."""
 import json
 import os
 import struct
@@ -157,6 +161,44 @@ for name, make, template, bos, eos in FAMILIES:
         ck.check(got_start == want_start, f"{name} chat: bit 1 on each example's first token")
         ck.check("loss on" in p.stdout and "0 truncated, 0 dropped" in p.stdout,
                  f"{name} chat: summary {p.stdout.strip()}")
+        ck.check('"format": "masked"' in p.stdout, f"{name} chat: the summary says to train "
+                 f"with data.format masked: {p.stdout.strip()[-200:]}")
+
+        def prep(out, *args):
+            return subprocess.run([tool("ztrain"), "prepare", "--tokenizer",
+                                   f"{d}/tokenizer.json", "--out", f"{d}/{out}", *args],
+                                  capture_output=True, text=True)
+
+        # --field names the conversation's list (ShareGPT's "conversations" key)
+        with open(f"{d}/conv.jsonl", "w") as f:
+            for c in CONVS:
+                f.write(json.dumps({"conversations": c, "id": 1}) + "\n")
+        p = prep("field", "--format", "chat", "--field", "conversations", f"{d}/conv.jsonl")
+        got = read_stream(f"{d}/field/data_train_000000")[0] if p.returncode == 0 else []
+        ck.check(got == want_ids, f"{name} chat --field conversations: the ids of "
+                 f"apply_chat_template: exit {p.returncode} {p.stderr.strip()[-200:]}")
+        # options the chat format does not read are refused by name, exit 2
+        for args, opt in ((["--lines"], "--lines"), (["--separator", eos], "--separator"),
+                          (["--overlong", "drop"], "--overlong")):
+            p = prep("refused", "--format", "chat", *args, f"{d}/chat.jsonl")
+            ck.check(p.returncode == 2 and opt in p.stderr and not os.path.exists(f"{d}/refused"),
+                     f"{name} chat {' '.join(args)}: exit {p.returncode} "
+                     f"{p.stderr.strip()[:200]}")
+        p = prep("refused", "--format", "prompt-completion", "--field", "x", f"{d}/chat.jsonl")
+        ck.check(p.returncode == 2 and "--field" in p.stderr, f"{name} prompt-completion --field: "
+                 f"exit {p.returncode} {p.stderr.strip()[:200]}")
+        with open(f"{d}/empty.jsonl", "w") as f:
+            f.write(json.dumps({"messages": CONVS[0]}) + "\n" + json.dumps({"messages": []}))
+        p = prep("empty", "--format", "chat", f"{d}/empty.jsonl")
+        ck.check(p.returncode != 0 and "empty.jsonl:2" in p.stderr and "empty" in
+                 p.stderr.split("empty.jsonl:2")[1], f"{name} chat: an empty \"messages\" list "
+                 f"is said to be empty: {p.stderr.strip()[-200:]}")
+        # a --max-length that keeps no assistant token fails, naming it, and writes nothing
+        p = prep("cut", "--format", "chat", "--max-length", "3", f"{d}/chat.jsonl")
+        ck.check(p.returncode != 0 and "--max-length 3" in p.stderr and "no trained token" in
+                 p.stderr and not os.path.exists(f"{d}/cut/data_train_000000.bin"),
+                 f"{name} chat --max-length 3 (no assistant token left): exit {p.returncode} "
+                 f"{p.stderr.strip()[-200:]}")
 
         # prompt-completion: the pairs whose prompt tokens begin prompt + completion's (TRL's
         # condition; the others are refused, below)

@@ -7,7 +7,10 @@ max_norm / (norm + 1e-6), and each step's loss the mean over the global batch's 
 float64. Every step's loss must agree within 1e-4. The same run stopped after 5 steps and resumed
 from its checkpoint must agree with the loop too: the engine draws each step's micro-batches at
 the end of the step before (to count their trained targets under that step's wait), so the
-checkpoint has to record where the steps taken got to, not where the loader did."""
+checkpoint has to record where the steps taken got to, not where the loader did. The eval loss
+on masked validation data is the mean over its trained targets, an all-masked batch adding
+nothing, and NaN with a warning when there are none; masks beside the shards of a job whose
+data.format ignores them are warned about once."""
 import os
 import struct
 import sys
@@ -146,5 +149,77 @@ with tempfile.TemporaryDirectory() as d:
         ck.check([r["train/epoch"] for r in rows] == epochs,
                  f"the {name} run's epochs are where its steps got to (not the loader, drawn a "
                  f"step ahead): {[r['train/epoch'] for r in rows]} vs {epochs}")
+
+# The eval loss on masked validation data: the mean over every trained target of the evaluated
+# batches of both ranks (transformers' loss over its labels != -100), computed here in PyTorch on
+# the same batches, at lr 0 so the weights are the model's. Rank 0's first batch (samples 0 and
+# 2, DistributedSampler order) has no trained target: it adds nothing, where a mean of batch
+# means would count it as 0. A validation set without a trained target is NaN (what the
+# cross-entropy of no label gives) with a warning that names data.val.
+EVAL_STEPS = 2
+n_val = W * B * EVAL_STEPS
+val_tokens = torch.randint(0, V, (n_val * T + 1,), generator=g)
+val_trained = torch.rand(len(val_tokens), generator=g) < 0.6
+for s in (0, 2):
+    val_trained[s * T + 1:s * T + T + 1] = False
+val_starts = torch.zeros(len(val_tokens), dtype=torch.bool)
+val_starts[0] = True
+val_starts[T // 2 + 3 * T] = True
+fresh = hf_model("llama", 99, **cfg)
+with tempfile.TemporaryDirectory() as d:
+    fresh.save_pretrained(f"{d}/hf", safe_serialization=True)
+    write_llmc_tokens(f"{d}/train.bin", tokens.tolist())
+    write_mask(f"{d}/train.bin.mask", trained.tolist(), starts.tolist())
+    write_llmc_tokens(f"{d}/val.bin", val_tokens.tolist())
+    write_mask(f"{d}/val.bin.mask", val_trained.tolist(), val_starts.tolist())
+    write_llmc_tokens(f"{d}/none.bin", val_tokens.tolist())
+    write_mask(f"{d}/none.bin.mask", [False] * len(val_tokens), val_starts.tolist())
+
+    def eval_run(val, fmt="masked"):
+        write_job(f"{d}/{val}.json", {
+            "world_size": W,
+            "model": {"init_from": "hf", "block_size": T},
+            "data": {"train": "train.bin", "val": f"{val}.bin", "shuffle": False,
+                     "format": fmt},
+            "train": {"max_steps": 1, "log_interval": 1, "warmup_steps": 0, "eval_interval": 1,
+                      "eval_steps": EVAL_STEPS},
+            "deepspeed": {"train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": 1,
+                          "optimizer": {"type": "AdamW", "params": {"lr": 0.0,
+                                                                    "weight_decay": 0.0}}}})
+        p = run([tool("ztrain"), "run", f"{d}/{val}.json", "--out", f"{d}/run_{val}"],
+                check=False)
+        rows = read_metrics(f"{d}/run_{val}/metrics.jsonl") if p.returncode == 0 else []
+        return p, [r["eval/loss"] for r in rows if "eval/loss" in r]
+
+    p, got = eval_run("val")
+    ref = fresh.double()
+    ref.config._attn_implementation = "eager"
+    windows = [val_tokens[s * T:s * T + T + 1] for s in range(n_val)]
+    labels = [torch.where(val_trained[s * T:s * T + T + 1] & ~val_starts[s * T:s * T + T + 1],
+                          windows[s], torch.tensor(-100)) for s in range(n_val)]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for s in range(n_val):
+            for a, e in segments(val_starts, s):
+                end = T + 1 if e == T else e
+                logits = ref(input_ids=windows[s][a:end][None]).logits[0, :-1]
+                lab = labels[s][a:end][1:]
+                total += torch.nn.functional.cross_entropy(logits, lab, ignore_index=-100,
+                                                           reduction="sum").item()
+                count += int((lab != -100).sum())
+    want = total / count
+    ck.check(len(got) == 1 and got[0] is not None and abs(got[0] - want) / want < 1e-4,
+             f"eval loss over masked validation data with an all-masked batch: {got} vs "
+             f"PyTorch's mean over the {count} trained targets {want:.6f} "
+             f"{p.stderr.strip()[-200:]}")
+    p, got = eval_run("none")
+    ck.check(p.returncode == 0 and got == [None] and "data.val" in p.stderr and "NaN" in p.stderr,
+             f"a validation set without a trained target: eval/loss {got} (null: NaN) and a "
+             f"warning naming data.val: exit {p.returncode} {p.stderr.strip()[-300:]}")
+    # Masks beside the shards that data.format "tokens" ignores: said once, naming both keys.
+    p, got = eval_run("val", "tokens")
+    ck.check(p.returncode == 0 and p.stderr.count("data.train") == 1 and "train.bin.mask" in
+             p.stderr and 'data.format "tokens"' in p.stderr, f"shards with masks under "
+             f"data.format tokens: one warning: exit {p.returncode} {p.stderr.strip()[-300:]}")
 
 ck.done()

@@ -66,7 +66,9 @@ zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *not
                               size_t note_size);
 
 /* The tokenizer.json the job named (data.tokenizer), as meta.json records it: a heap string the
- * caller frees, or NULL when the job named none (for `ztrain sample`). */
+ * caller frees, or NULL when the job named none (for `ztrain sample`). In a pipeline's or a
+ * tensor-parallel job's directory (ckpt_pipeline.h, ckpt_tp.h) it is read from the first
+ * stage's, or shard 0's, meta.json. An unreadable meta.json is an error naming the file. */
 zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path);
 
 /* One checkpoint directory under dir, as zt_ckpt_list_dir finds it. */

@@ -244,7 +244,7 @@ void zt_training_args_defaults(zt_training_args *a);
 
 /* What else the resolution needs from the job. */
 typedef struct {
-    int world_size;
+    int world_size;    /* ranks per pipeline stage; "auto" uses them over the TP size */
     int hidden_size;   /* the model's width: HF's "auto" ZeRO bucket sizes derive from it */
     int64_t max_steps; /* the Trainer's num_training_steps; 0 when the job runs by epochs */
 } zt_ds_auto_context;

@@ -54,7 +54,8 @@ typedef struct {
     int n_inputs;
     const char *out_dir;          /* created when missing */
     const char *name;             /* shard name prefix, default "data" */
-    const char *field;            /* JSONL field, default "text" */
+    const char *field;            /* JSONL field, default "text"; CHAT: the messages list's,
+                                     default "messages" */
     const char *separator;        /* a token's text, or NULL for the family's default */
     bool text_lines;              /* a text file's lines are its documents */
     bool skip_bad_lines;          /* count bad JSONL lines instead of failing on the first */
