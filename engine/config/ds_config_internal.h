@@ -29,8 +29,6 @@ zt_status zt_ds_fail(zt_status s, const zt_json_obj *o, const char *key, const c
 /* Writes v as Python's str() prints the value json.load made of it (3 for an int, 3.0 for a
  * float literal, True, None, a string without quotes), for DeepSpeed's "got ..." texts. */
 void zt_ds_py_str(const cJSON *v, char *buf, size_t n);
-/* A double as Python's str(float) prints it ("0.0", "2.5", "1e-05"). */
-void zt_ds_py_float(double v, char *buf, size_t n);
 
 /* Whether name is in the NULL-terminated list (case-sensitive). */
 bool zt_ds_name_in(const char *name, const char *const *list);

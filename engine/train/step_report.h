@@ -9,11 +9,6 @@
 
 #include "ztrain/ds_config.h"
 
-/* A double as Python's repr() writes a float: the shortest text that reads back to it, in
- * fixed notation with a ".0" when integral ("0.0006", "1.0") between 1e-4 and 1e16, else
- * "1e-05", "1.5e+16". */
-void zt_step_report_float(double v, char *buf, size_t n);
-
 /* Writes the line to f, prefixed "[ztrain] ". mom is get_mom()'s list for the optimizer o:
  * SGD's momentum; for the Adam family the betas, a list when the config gave "betas" (DeepSpeed
  * hands the JSON list to the optimizer) and a tuple otherwise (the optimizer's default), with

@@ -242,7 +242,9 @@ def case_b(d):
              "scheduler.params.warmup_num_steps"),
             ("fp16.min_loss_scale 0", {"fp16": {"enabled": True, "min_loss_scale": 0}},
              "fp16.min_loss_scale"),
-            ("fp16.hysteresis 0", {"fp16": {"enabled": True, "hysteresis": 0}}, "fp16.hysteresis"),
+            # Refused at ZeRO stages 1-3 only: at stage 0 DeepSpeed does not read it.
+            ("fp16.hysteresis 0", {"zero_optimization": {"stage": 1},
+                                   "fp16": {"enabled": True, "hysteresis": 0}}, "fp16.hysteresis"),
             ("fp16.loss_scale_window 0", {"fp16": {"enabled": True, "loss_scale_window": 0}},
              "fp16.loss_scale_window"),
             ("betas out of range", {"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}},

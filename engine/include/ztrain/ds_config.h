@@ -278,6 +278,11 @@ void zt_ds_config_defaults(zt_ds_config *cfg);
  * before its ranks start (`ztrain run`, ztraind), or rank 0 of ranks started by another launcher. */
 void zt_ds_config_print_warnings(const zt_ds_config *cfg, FILE *f);
 
+/* A double as Python's repr(float) writes it, as DeepSpeed's messages and log lines print
+ * numbers: the shortest text that reads back to it, fixed with a ".0" when integral ("0.0006",
+ * "1.0", "2.5") for exponents -4 to 15, else "1e-05", "1.5e+16"; "nan", "inf", "-inf". */
+void zt_ds_py_float(double v, char *buf, size_t n);
+
 /* ---- The key table ---------------------------------------------------------------------------
  * One row per key path ("zero_optimization.offload_param.buffer_size"). A key that is not in the
  * table is refused inside a section (ZT_ERR_INVALID naming the key and the section) and warned at
