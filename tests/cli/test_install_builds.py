@@ -1,6 +1,6 @@
 """The builds meant for other machines configure themselves as those machines need, read from
-the files that make them (make's dry run: nothing is built here; `make test-package` builds
-the .deb and checks its programs, tests/package/check_portable.py):
+the files that make them (make's dry run and the Dockerfiles: nothing is built here; `make
+test-package` builds the .deb and checks its programs, tests/package/check_portable.py):
 
   a. `make -n package` and `make -n install PREFIX=/opt/zt` configure a build directory of their
      own, never the development build/ (whose -march=native code dies with SIGILL on an older
@@ -10,6 +10,10 @@ the .deb and checks its programs, tests/package/check_portable.py):
      install with cmake --install of that directory.
   b. tests/package/test_package.sh makes its .deb with `make package`, so CI tests the target
      users run, and checks the packaged programs with check_portable.py.
+  c. docker/Dockerfile and docker/Dockerfile.cuda: ZT_NATIVE defaults to OFF, and the build
+     stage's cmake passes -DZT_WEB_DIR with the directory the runtime stage copies web/ into
+     and docker/entrypoint.sh gives as --web-dir, so that `--entrypoint ztraind` and its --help
+     name the image's dashboard rather than the build stage's /src/web.
 """
 import os
 import re
@@ -95,7 +99,26 @@ def case_b():
           "check_portable.py")
 
 
+def case_c():
+    entry = open(os.path.join(SRC, "docker", "entrypoint.sh")).read()
+    entry_web = re.search(r"--web-dir (\S+)", entry).group(1)
+    for name in ("Dockerfile", "Dockerfile.cuda"):
+        text = open(os.path.join(SRC, "docker", name)).read()
+        flat = text.replace("\\\n", " ")
+        copied = re.search(r"^COPY web (\S+)$", text, re.M).group(1)
+        configure = [l for l in flat.splitlines() if "cmake -S" in l]
+        d = defines(shlex.split(configure[0][configure[0].index("cmake -S"):])) \
+            if configure else {}
+        check(re.search(r"^ARG ZT_NATIVE=OFF$", text, re.M) is not None and
+              d.get("ZT_NATIVE") == "${ZT_NATIVE}",
+              f"c: docker/{name}: ZT_NATIVE defaults to OFF and reaches cmake")
+        check(d.get("ZT_WEB_DIR") == copied == entry_web,
+              f"c: docker/{name}: -DZT_WEB_DIR {d.get('ZT_WEB_DIR')} is where the image has "
+              f"web/ ({copied}) and the entry point's --web-dir ({entry_web})")
+
+
 case_a()
 case_b()
+case_c()
 print("FAILED" if failed else "PASSED")
 sys.exit(1 if failed else 0)
