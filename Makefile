@@ -59,7 +59,8 @@ install:
 	cmake --install $(INSTALL_BUILD) --prefix $(PREFIX)
 
 # The Debian package, with CPack, built for /usr in build-package/ (no CUDA module: it links the
-# CUDA toolkit's libraries, which no Debian package provides): build-package/ztrain_<version>_<arch>.deb.
+# CUDA toolkit's libraries, which no Debian package provides):
+# build-package/ztrain_<version>_<arch>.deb.
 PACKAGE_BUILD ?= build-package
 package:
 	cmake -S . -B $(PACKAGE_BUILD) $(INSTALL_FLAGS) -DZT_CUDA=OFF -DCMAKE_INSTALL_PREFIX=/usr \

@@ -2,11 +2,11 @@
 the Kubeflow training operator starts each pod of a PyTorchJob.
 
 The manifest is read (PyYAML): its Master and Worker containers must be the same program with the
-same arguments and environment, named "pytorch" (the operator finds the container by that name),
-and the job in its ConfigMap must have world_size = Master + Worker replicas; every volume claim
-the pods mount is a PersistentVolumeClaim of the manifest, ReadWriteMany where the pods write
-(ReadOnlyMany or ReadWriteMany where they only read), and holds the job's paths. Then one process per
-replica runs the container's command (tini dropped, paths moved into a temporary directory) with
+same arguments and environment, named "pytorch" (the operator finds the container by that name), and
+the job in its ConfigMap must have world_size = Master + Worker replicas; every volume claim the
+pods mount is a PersistentVolumeClaim of the manifest, ReadWriteMany where the pods write
+(ReadOnlyMany or ReadWriteMany where they only read), and holds the job's paths. Then one process
+per replica runs the container's command (tini dropped, paths moved into a temporary directory) with
 exactly the environment such a pod has: the container's env, the operator's RANK, WORLD_SIZE,
 MASTER_ADDR (<job>-master-0), MASTER_PORT (the pytorchjob-port) and PYTHONUNBUFFERED, what
 Kubernetes itself adds (HOSTNAME, KUBERNETES_SERVICE_*), PATH and HOME (and this host's OPENBLAS_*

@@ -35,7 +35,8 @@ trap 'rm -rf "$unpacked"' EXIT
 dpkg-deb -x "$deb" "$unpacked"
 /usr/bin/python3 "$root_dir/tests/package/check_portable.py" \
   "$unpacked/usr/bin/ztrain-worker" "$unpacked/usr/bin/ztraind" "$unpacked/usr/bin/ztrain"
-web_dir="$("$unpacked/usr/bin/ztraind" --help | sed -n 's/.*--web-dir DIR .*(default \(.*\))$/\1/p')"
+web_dir="$("$unpacked/usr/bin/ztraind" --help \
+  | sed -n 's/.*--web-dir DIR .*(default \(.*\))$/\1/p')"
 [ "$web_dir" = /usr/share/ztrain/web ] \
   || { echo "test-package: FAIL: the packaged ztraind's default --web-dir is '$web_dir'," \
             "not /usr/share/ztrain/web"; exit 1; }
