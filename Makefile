@@ -37,18 +37,43 @@ bench: deps build
 clean:
 	rm -rf $(BUILD)
 
-# Installing (packaging/CMakeLists.txt says what goes where): PREFIX defaults to /usr/local.
+# Installing and packaging build the programs again, in a build directory of their own, the way
+# a user's machine needs them rather than the way `make build` makes them for development: the
+# CPU kernels for any x86-64 (ZT_NATIVE=OFF: -march=native would put this machine's instructions,
+# AVX-512 say, everywhere and crash with SIGILL on an older CPU; the wider kernels stay, chosen
+# at run time by CPUID), ztraind's default --web-dir where packaging/ installs the dashboard
+# (ZT_WEB_DIR; a development build points at the checkout's web/), and no tests or emulated
+# CUDA device (a test tool).
+# tests/package/test_package.sh runs `make package`, so CI tests this very target.
+INSTALL_FLAGS = -DCMAKE_BUILD_TYPE=Release -DZT_NATIVE=OFF -DZT_BUILD_TESTS=OFF -DZT_CUDA_EMU=OFF
+
+# Installing (packaging/CMakeLists.txt says what goes where): PREFIX defaults to /usr/local, the
+# build is build-install/. The CUDA module, when this machine has the toolkit, is built there
+# too but installed only when asked: cmake --install build-install --component cuda.
 PREFIX ?= /usr/local
-install: build
-	cmake --install $(BUILD) --prefix $(PREFIX)
+INSTALL_BUILD ?= build-install
+install:
+	cmake -S . -B $(INSTALL_BUILD) $(INSTALL_FLAGS) -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
+	  -DZT_WEB_DIR=$(PREFIX)/share/ztrain/web
+	cmake --build $(INSTALL_BUILD) -j $(JOBS)
+	cmake --install $(INSTALL_BUILD) --prefix $(PREFIX)
 
-# The Debian package of the build, with CPack: $(BUILD)/ztrain_<version>_<arch>.deb.
-package: build
-	cmake --build $(BUILD) --target package
+# The Debian package, with CPack, built for /usr in build-package/ (no CUDA module: it links the
+# CUDA toolkit's libraries, which no Debian package provides):
+# build-package/ztrain_<version>_<arch>.deb.
+PACKAGE_BUILD ?= build-package
+package:
+	cmake -S . -B $(PACKAGE_BUILD) $(INSTALL_FLAGS) -DZT_CUDA=OFF -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DZT_WEB_DIR=/usr/share/ztrain/web
+	cmake --build $(PACKAGE_BUILD) -j $(JOBS)
+	rm -f $(PACKAGE_BUILD)/ztrain_*.deb
+	cd $(PACKAGE_BUILD) && cpack -G DEB
 
-# The .deb built for /usr, installed with apt into a fresh Debian root made with debootstrap, and
-# the demo job and ztraind run there from the installed files (tests/package/test_package.sh;
-# root, a Debian mirror; the root is kept for a week in /var/tmp/ztrain-package).
+# `make package`'s .deb, its programs checked for instructions beyond x86-64's baseline outside
+# the kernels chosen at run time, installed with apt into a fresh Debian root made with
+# debootstrap, and the demo job and ztraind run there from the installed files
+# (tests/package/test_package.sh; root, a Debian mirror; the root is kept for a week in
+# /var/tmp/ztrain-package).
 test-package:
 	./scripts/install-deps.sh build container
 	tests/package/test_package.sh $(JOBS)

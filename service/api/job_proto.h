@@ -44,10 +44,6 @@ Google__Protobuf__Timestamp *zt_job_proto_time(int64_t unix_ms, bool *ok);
 /* Milliseconds since the epoch of t; 0 when t is NULL (unset). */
 int64_t zt_job_proto_time_ms(const Google__Protobuf__Timestamp *t);
 
-/* A Job as a JSON object's text (the fields of the proto by their proto names, the state by
- * its name, "spec" in the job-spec file format), for `ztrain status --json`. */
-zt_status zt_job_proto_job_to_json(const Ztrain__V1__Job *job, char **json_text);
-
 /* A MetricRecord for one record of the job manager: every numeric value of r->json, keys in
  * the record's order; null and non-numeric values are left out. ZT_ERR_FORMAT when r->json is
  * not a JSON object. */

@@ -84,10 +84,12 @@ static const zt_cli_command commands[] = {
      "--wait --watch --idempotency-key= --fork-from= --set= --dry-run " REMOTE_OPTIONS, "file"},
     {"list", "[--state STATE] [--limit N] [-o json|wide|name] [--json]",
      "The server's jobs, newest first. -o json (or --json): one JSON object with a \"jobs\"\n"
-     "array; wide: more columns; name: the ids alone, one per line.\n",
+     "array of jobs as status -o json prints them; wide: more columns; name: the ids alone,\n"
+     "one per line.\n",
      "--state= --limit= -o= --output= --json " REMOTE_OPTIONS, ""},
     {"status", "ID [-o json|name] [--json]",
-     "A job's state, progress, ranks and directories; -o json (or --json) the job as JSON.\n",
+     "A job's state, progress, ranks and directories; -o json (or --json) the job as the\n"
+     "HTTP API's GET /api/v1/jobs/ID answers it (the proto3 JSON mapping of Job).\n",
      "-o= --output= --json " REMOTE_OPTIONS, "id"},
     {"watch", "ID [--from-step N]",
      "Follow a job until it ends (exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED).\n",

@@ -18,6 +18,7 @@
 #include "cli_remote.h"
 #include "grpc_client.h"
 #include "api/job_proto.h"
+#include "api/proto_json.h"
 #include "ztrain/job_overrides.h"
 #include "ztrain/json_util.h"
 #include "ztrain/text.h"
@@ -706,18 +707,23 @@ static void print_list_row(const Ztrain__V1__Job *j, bool wide) {
     free(name);
 }
 
-/* A job as one JSON object (the proto3 JSON mapping), escaped as status --json prints it. */
+/* A job as GET /api/v1/jobs/{id} answers it: the proto3 JSON mapping of Job (api/proto_json.h),
+ * the API object as kubectl's -o json prints it. The characters a terminal would act on (DEL,
+ * C1, bidirectional controls), which JSON allows raw in strings, are written as JSON escapes:
+ * the value read back is the same. */
 static int print_job_json(FILE *out, const Ztrain__V1__Job *job, const char *prefix) {
-    char *text;
-    if (zt_job_proto_job_to_json(job, &text) != ZT_OK)
-        return zt_cli_fail(NULL);
-    /* cJSON escapes C0 controls in strings but passes DEL, C1, the bidirectional controls and
-     * bytes that are not UTF-8. */
-    char *safe = zt_text_escape_dup(text, ZT_ESCAPE_JSON);
-    ZT_ASSERT(safe);
+    zt_jbuf b;
+    zt_jbuf_init(&b);
+    zt_proto_json(&b, &job->base);
+    char *text = zt_jbuf_take(&b, NULL);
+    char *safe = text ? zt_text_escape_dup(text, ZT_ESCAPE_JSON) : NULL;
+    free(text);
+    if (!safe) {
+        fprintf(stderr, "ztrain: out of memory\n");
+        return 1;
+    }
     fprintf(out, "%s%s", prefix, safe);
     free(safe);
-    free(text);
     return 0;
 }
 

@@ -37,6 +37,7 @@
 #include "daemon_args.h"
 #include "job_manager.h"
 #include "webhooks.h"
+#include "ranks/metrics_listener.h"
 #include "ranks/proc_spawn.h"
 #include "ztrain/admission.h"
 #include "api/tls.h"
@@ -106,9 +107,10 @@ static const char usage[] =
     "                          on a Slurm cluster (srun and scancel from PATH; SLURM_CONF is\n"
     "                          passed on). Slurm queues the jobs: --max-ranks defaults to 4096\n"
     "  --slurm-partition P     the partition jobs go to (default: the cluster's default)\n"
-    "  --metrics-host HOST     address a job's rank 0 sends its metrics to over TCP, on a port\n"
-    "                          per job (slurm; default 127.0.0.1: reachable from every node\n"
-    "                          only when they all are this host)\n"
+    "  --metrics-host HOST     address of this host that a job's rank 0 sends its metrics to\n"
+    "                          over TCP, on a port per job (slurm; checked at startup; default\n"
+    "                          127.0.0.1: reachable from every node only when they all are\n"
+    "                          this host)\n"
     "  --web-dir DIR           the dashboard's files (default " ZT_WEB_DIR ")\n"
     "  --max-grpc-connections N  gRPC connections open at once; more are closed as they come\n"
     "                          (default: from the open-file limit, at most 1024)\n"
@@ -155,6 +157,7 @@ typedef struct {
     long webhook_attempts, webhook_backoff_ms, metrics_window_s;
     zt_webhook_policy webhook_policy;
     bool max_ranks_given;
+    int metrics_host_arg;  /* argv index of --metrics-host's value, for its origin */
     uint64_t max_rank_bytes, max_job_bytes, max_device_bytes;
     double grace_s, restart_backoff_s;
 } options;
@@ -255,8 +258,10 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
             o->launcher = v;
         else if (strcmp(a, "--slurm-partition") == 0)
             o->slurm_partition = v;
-        else if (strcmp(a, "--metrics-host") == 0)
+        else if (strcmp(a, "--metrics-host") == 0) {
             o->metrics_host = v;
+            o->metrics_host_arg = i - 1;
+        }
         else if (strcmp(a, "--max-ranks") == 0) {
             rc = parse_long(a, v, 1, 4096, &o->max_ranks);
             o->max_ranks_given = true;
@@ -409,6 +414,23 @@ static int slurm_setup(const options *o, slurm_paths *p, zt_slurm_config *cfg) {
     return 0;
 }
 
+/* --metrics-host is where ztraind listens for each Slurm job's rank 0: a name that does not
+ * resolve, or an address that is not this host's, would start and then fail every job with
+ * the same message, so one listener is made and dropped here instead. Returns 0, or -1 after
+ * saying why (with the config file and line the value came from). */
+static int check_metrics_host(const options *o, char **argv, char **origins) {
+    zt_metrics_listener *l = NULL;
+    if (zt_metrics_listener_create(&l, o->metrics_host) != ZT_OK) {
+        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        int at = o->metrics_host_arg;
+        if (origins[at])
+            fprintf(stderr, "ztraind: (%s came from %s)\n", argv[at], origins[at]);
+        return -1;
+    }
+    zt_metrics_listener_destroy(l);
+    return 0;
+}
+
 /* "HOST:PORT" -> host and port for the HTTP server. */
 static int split_addr(const char *addr, char *host, size_t size, int *port) {
     const char *colon = strrchr(addr, ':');
@@ -541,6 +563,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     bool slurm = strcmp(o.launcher, "slurm") == 0;
+    if (o.metrics_host && check_metrics_host(&o, argv, origins) != 0)
+        return 2;
     slurm_paths sp;
     zt_slurm_config slurm_cfg;
     if (slurm && slurm_setup(&o, &sp, &slurm_cfg) != 0)

@@ -14,7 +14,7 @@
 
 #include "http_api.h"
 #include "http_json.h"
-#include "proto_json.h"
+#include "api/proto_json.h"
 #include "api/api_error.h"
 #include "api/auth.h"
 #include "daemon/job_manager.h"

@@ -56,6 +56,14 @@ static zt_status make_token(char out[33]) {
     return ZT_OK;
 }
 
+static bool is_unspecified(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    return false;
+}
+
 zt_status zt_metrics_listener_create(zt_metrics_listener **out, const char *host) {
     zt_metrics_listener *l = calloc(1, sizeof *l);
     if (!l)
@@ -71,7 +79,14 @@ zt_status zt_metrics_listener_create(zt_metrics_listener **out, const char *host
     if (s == ZT_OK && rc != 0)
         s = zt_error(ZT_ERR_IO, "--metrics-host %s: %s", host, gai_strerror(rc));
     int err = 0;
+    bool unspecified = false;
     for (struct addrinfo *a = res; s == ZT_OK && a && l->fd < 0; a = a->ai_next) {
+        /* Bound, 0.0.0.0 or :: would listen everywhere, but the address handed to rank 0 is
+         * where it connects: on another node that is the node itself. */
+        if (is_unspecified(a->ai_addr)) {
+            unspecified = true;
+            continue;
+        }
         int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) {
             err = errno;
@@ -93,9 +108,17 @@ zt_status zt_metrics_listener_create(zt_metrics_listener **out, const char *host
     }
     if (res)
         freeaddrinfo(res);
-    if (s == ZT_OK && l->fd < 0)
+    if (s == ZT_OK && l->fd < 0 && unspecified)
+        s = zt_error(ZT_ERR_INVALID, "--metrics-host %s is the unspecified address: rank 0 "
+                     "connects to this address, so it must be one of this host's that the "
+                     "nodes reach", host);
+    else if (s == ZT_OK && l->fd < 0 && (err == 0 || err == EADDRNOTAVAIL))
+        s = zt_error(ZT_ERR_INVALID, "--metrics-host %s is not an address of this host: "
+                     "ztraind listens there for rank 0's metrics, so it must be one of this "
+                     "host's addresses that the nodes reach", host);
+    else if (s == ZT_OK && l->fd < 0)
         s = zt_error(ZT_ERR_IO, "cannot listen for metrics on --metrics-host %s: %s", host,
-                     strerror(err ? err : EADDRNOTAVAIL));
+                     strerror(err));
     if (s != ZT_OK) {
         free(l);
         return s;

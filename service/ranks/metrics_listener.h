@@ -19,7 +19,11 @@ typedef struct zt_metrics_listener zt_metrics_listener;
 #define ZT_METRICS_HELLO "ztrain-metrics"
 
 /* Listens on host (an IPv4/IPv6 address or a name) at a free port, with a fresh random token.
- * ZT_ERR_IO names the host and the reason. */
+ * host is where rank 0 connects, so it must be an address of this host and not the unspecified
+ * one (0.0.0.0, ::): those are ZT_ERR_INVALID; a name that does not resolve, or a socket that
+ * cannot be made, ZT_ERR_IO. Each message names --metrics-host, the host and the reason.
+ * ztraind makes and drops one at startup, so that a bad --metrics-host stops it there rather
+ * than failing every job. */
 zt_status zt_metrics_listener_create(zt_metrics_listener **out, const char *host);
 /* Closes the port and any connection not yet handed out. NULL is fine. */
 void zt_metrics_listener_destroy(zt_metrics_listener *l);

@@ -2,9 +2,11 @@
 the Kubeflow training operator starts each pod of a PyTorchJob.
 
 The manifest is read (PyYAML): its Master and Worker containers must be the same program with the
-same arguments and environment, named "pytorch" (the operator finds the container by that name),
-and the job in its ConfigMap must have world_size = Master + Worker replicas. Then one process per
-replica runs the container's command (tini dropped, paths moved into a temporary directory) with
+same arguments and environment, named "pytorch" (the operator finds the container by that name), and
+the job in its ConfigMap must have world_size = Master + Worker replicas; every volume claim the
+pods mount is a PersistentVolumeClaim of the manifest, ReadWriteMany where the pods write
+(ReadOnlyMany or ReadWriteMany where they only read), and holds the job's paths. Then one process
+per replica runs the container's command (tini dropped, paths moved into a temporary directory) with
 exactly the environment such a pod has: the container's env, the operator's RANK, WORLD_SIZE,
 MASTER_ADDR (<job>-master-0), MASTER_PORT (the pytorchjob-port) and PYTHONUNBUFFERED, what
 Kubernetes itself adds (HOSTNAME, KUBERNETES_SERVICE_*), PATH and HOME (and this host's OPENBLAS_*
@@ -40,7 +42,8 @@ def load_manifest():
         docs = [d for d in yaml.safe_load_all(f) if d]
     config = next(d for d in docs if d["kind"] == "ConfigMap")
     job = next(d for d in docs if d["kind"] == "PyTorchJob")
-    return json.loads(config["data"]["job.json"]), job
+    claims = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PersistentVolumeClaim"}
+    return json.loads(config["data"]["job.json"]), job, claims
 
 
 def container(spec):
@@ -61,6 +64,39 @@ def contract_checks(job_spec, pj):
             f"manifest: runs ztrain-worker from ztrain:latest ({master['command']})")
     port = next(p["containerPort"] for p in master["ports"] if p["name"] == "pytorchjob-port")
     return master, n, port
+
+
+def volume_checks(job_spec, pj, claims):
+    """Every claim a pod mounts is made by the manifest itself (kubectl apply of the file alone
+    gives pods that can start), shared by pods on different nodes with the access mode that
+    allows it (Kubernetes' PersistentVolume access modes), and holds the job's paths."""
+    for role, replica in pj["spec"]["pytorchReplicaSpecs"].items():
+        pod = replica["template"]["spec"]
+        mounts = {m["name"]: m for m in container(replica)["volumeMounts"]}
+        for v in pod["volumes"]:
+            if "persistentVolumeClaim" not in v:
+                continue
+            name = v["persistentVolumeClaim"]["claimName"]
+            claim = claims.get(name)
+            c.check(claim is not None, f"manifest: {role}'s claim {name} is a "
+                    f"PersistentVolumeClaim of the manifest ({sorted(claims)})")
+            if claim is None:
+                continue
+            modes = set(claim["spec"]["accessModes"])
+            read_only = mounts[v["name"]].get("readOnly", False)
+            # Pods on several nodes: ReadWriteOnce binds the volume to one node.
+            want = {"ReadWriteMany"} if not read_only else {"ReadOnlyMany", "ReadWriteMany"}
+            c.check(bool(modes & want) and "storage" in claim["spec"]["resources"]["requests"],
+                    f"manifest: {role}'s {'read-only' if read_only else 'written'} claim {name} "
+                    f"has an access mode for pods on several nodes ({sorted(modes)}) and a size")
+    pod_mounts = {m["mountPath"]: m["name"] for m in container(
+        pj["spec"]["pytorchReplicaSpecs"]["Master"])["volumeMounts"]}
+    paths = [job_spec["data"]["train"], job_spec["data"]["val"],
+             job_spec["train"]["checkpoint_dir"]]
+    on_claims = all(any(p.startswith(m + "/") for m in pod_mounts if pod_mounts[m] in
+                        ("data", "runs")) for p in paths)
+    c.check(on_claims, f"manifest: the job's data and checkpoint paths are on the claimed "
+            f"volumes ({paths})")
 
 
 def pod_env(master, name, rank, world, port):
@@ -84,8 +120,9 @@ def pod_env(master, name, rank, world, port):
 
 
 def main():
-    job_spec, pj = load_manifest()
+    job_spec, pj, claims = load_manifest()
     master, world, port = contract_checks(job_spec, pj)
+    volume_checks(job_spec, pj, claims)
     top = tempfile.mkdtemp(prefix="ztrain-worker-env-")
     try:
         data, runs = os.path.join(top, "data"), os.path.join(top, "runs")

@@ -16,6 +16,9 @@ CONTRIBUTING.md, clients/python/README.md and docs/**/*.md is run, page by page,
   fragments, when the link has one), and that docs/service.md's copy of
   `ztraind --help` and docs/deepspeed.md's key table (tests/cli/test_config_keys.py) are what the
   programs print. `--regenerate` rewrites the ztraind flags section instead of comparing it.
+- The comments of docker/, examples/ and packaging/ name pages too: every README or docs/*.md
+  they name exists, and so does the heading after it in double quotes (`docs/deploy/docker.md
+  "Run with Docker"`) or its #fragment.
 """
 import glob
 import os
@@ -197,6 +200,61 @@ def check_links(path):
                    "exists" + (f" (missing: {', '.join(bad)})" if bad else ""))
 
 
+# A page named from a comment of docker/, examples/ or packaging/: README (or README.md) or
+# docs/PAGE.md, optionally followed by the title of one of its headings in double quotes
+# ('docs/deploy/docker.md "Run with Docker"', 'the README's "Security" section') or by a
+# fragment ('docs/parallelism.md#ranks-on-several-hosts-the-gloo-transport').
+PAGE_REF = re.compile(r"(?<![\w/.-])(README(?:\.md)?|docs/[\w./-]+?\.md)(?:'s)?"
+                      r"(?:\s+\"([^\"]+)\"|#([\w-]+))?")
+REF_DIRS = ("docker", "examples", "packaging")
+
+
+def tracked_files(top):
+    """The files of top/ a clone holds (git's tracked and unignored ones), else every file."""
+    try:
+        out = subprocess.run(["git", "-C", SRC, "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard", "--", top], capture_output=True,
+                             check=True, timeout=60).stdout.decode()
+        return [os.path.join(SRC, n) for n in out.split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        return [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(SRC, top)) for f in fs]
+
+
+def headings(path):
+    with open(path) as f:
+        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+    return {t.strip() for t in re.findall(r"^#{1,6} +(.+?) *#* *$", text, flags=re.M)}
+
+
+def check_file_references():
+    """Every page, heading and fragment that the comments of docker/, examples/ and packaging/
+    name exists (a README section that moved to docs/ leaves such a reference behind)."""
+    for top in REF_DIRS:
+        for path in sorted(tracked_files(top)):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except (UnicodeDecodeError, OSError):
+                continue
+            # A reference may run over comment lines: '# (docs/x.md "Ranks on several\n# hosts")'.
+            flat = re.sub(r"[ \t]*\n[ \t]*(?:#+|//)?[ \t]*", " ", text)
+            bad, seen = [], 0
+            for m in PAGE_REF.finditer(flat):
+                page, title, fragment = m.groups()
+                seen += 1
+                target = os.path.join(SRC, "README.md" if page.startswith("README") else page)
+                if not os.path.exists(target):
+                    bad.append(m.group(0))
+                elif title and title not in headings(target):
+                    bad.append(m.group(0))
+                elif fragment and fragment not in anchors(target):
+                    bad.append(m.group(0))
+            if seen:
+                check(not bad, f"{rel(path)}: the {seen} page and section reference(s) name a "
+                               "page and heading that exist" +
+                               (f" (missing: {'; '.join(bad)})" if bad else ""))
+
+
 def check_generated(regenerate):
     page = os.path.join(SRC, "docs", "service.md")
     printed = subprocess.run([os.path.join(BUILD, "ztraind"), "--help"], capture_output=True,
@@ -227,6 +285,7 @@ def main():
     with open(os.path.join(SRC, "README.md")) as f:
         n = sum(1 for _ in f)
     check(n <= 350, f"README.md is {n} lines (at most 350)")
+    check_file_references()
     prefix = netns_prefix()
     print(f"pages run {'in network namespaces of their own' if prefix else 'in this network namespace (unshare -rn is not allowed here)'}")
     only = os.environ.get("ZTRAIN_DOCS_ONLY")

@@ -4,9 +4,10 @@
  * the rest is that method's request in the protobuf wire format, unpacked as grpc_server.c
  * unpacks it. A message that unpacks is packed again, and must unpack to the same bytes. A
  * SubmitJobRequest's JobSpec then goes where SubmitJob sends it: to job-spec JSON
- * (zt_job_proto_spec_to_json) and into ztraind's spec check. That JSON (what `ztrain status
- * --json` prints) maps back to a JobSpec (as `ztrain submit` reads it), and from there on the
- * mapping must be stable: once through JSON -> JobSpec -> JSON, a second time changes nothing.
+ * (zt_job_proto_spec_to_json) and into ztraind's spec check. That JSON (the job file's form,
+ * as `ztrain submit --dry-run` prints it) maps back to a JobSpec (as `ztrain submit` reads it),
+ * and from there on the mapping must be stable: once through JSON -> JobSpec -> JSON, a
+ * second time changes nothing.
  * (The first pass may: "auto" and null read as "unset", which the JSON then leaves out.) */
 #include <limits.h>
 #include <sys/stat.h>

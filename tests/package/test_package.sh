@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# `make test-package`: the Debian package as a user gets it. Builds the programs for installing
-# (prefix /usr, the dashboard in /usr/share/ztrain/web, no tests, no CUDA) in build-package/,
-# makes the .deb with CPack, installs it with apt into a fresh Debian 12 root (debootstrap
+# `make test-package`: the Debian package as a user gets it. Runs `make package` (the programs
+# built for installing in build-package/: prefix /usr, the dashboard in /usr/share/ztrain/web,
+# the CPU kernels for any x86-64, no tests, no CUDA; the .deb made with CPack), checks the
+# packaged programs themselves (tests/package/check_portable.py: no instruction beyond x86-64's
+# baseline outside the kernels picked at run time; ztraind's default --web-dir is
+# /usr/share/ztrain/web), installs the .deb with apt into a fresh Debian 12 root (debootstrap
 # minbase, kept for a week in /var/tmp/ztrain-package/ as the container test keeps its base),
 # and there, from the installed files only:
 #   - the programs, man pages, completions, unit and examples are where packaging/ says;
@@ -17,18 +20,29 @@ build="$root_dir/build-package"
 cache=/var/tmp/ztrain-package
 chroot_dir="$cache/root"
 
-echo "test-package: building the programs for /usr in $build"
-mkdir -p "$build"
-cmake -S "$root_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DZT_BUILD_TESTS=OFF -DZT_CUDA=OFF \
-  -DZT_NATIVE=OFF -DCMAKE_INSTALL_PREFIX=/usr -DZT_WEB_DIR=/usr/share/ztrain/web \
-  > "$build/test-package.cmake.log"
-cmake --build "$build" -j "$jobs" > "$build/test-package.build.log" \
-  || { tail -30 "$build/test-package.build.log"; exit 1; }
-rm -f "$build"/ztrain_*.deb
-(cd "$build" && cpack -G DEB > "$build/test-package.cpack.log") \
-  || { tail -30 "$build/test-package.cpack.log"; exit 1; }
+echo "test-package: make package (the programs for /usr in $build)"
+log="$(mktemp)"
+make -C "$root_dir" package JOBS="$jobs" PACKAGE_BUILD="$build" > "$log" 2>&1 \
+  || { tail -30 "$log"; exit 1; }
+rm -f "$log"
 deb="$(ls "$build"/ztrain_*.deb)"
 echo "test-package: $(basename "$deb"): $(dpkg-deb -f "$deb" Depends)"
+
+# The packaged programs, before anything is installed: they must run on any x86-64 CPU (no
+# -march=native code outside the kernels picked at run time) and find the installed dashboard.
+unpacked="$(mktemp -d)"
+trap 'rm -rf "$unpacked"' EXIT
+dpkg-deb -x "$deb" "$unpacked"
+/usr/bin/python3 "$root_dir/tests/package/check_portable.py" \
+  "$unpacked/usr/bin/ztrain-worker" "$unpacked/usr/bin/ztraind" "$unpacked/usr/bin/ztrain"
+web_dir="$("$unpacked/usr/bin/ztraind" --help \
+  | sed -n 's/.*--web-dir DIR .*(default \(.*\))$/\1/p')"
+[ "$web_dir" = /usr/share/ztrain/web ] \
+  || { echo "test-package: FAIL: the packaged ztraind's default --web-dir is '$web_dir'," \
+            "not /usr/share/ztrain/web"; exit 1; }
+echo "ok    the packaged ztraind's default --web-dir is /usr/share/ztrain/web"
+rm -rf "$unpacked"
+trap - EXIT
 
 # A fresh root, remade when older than a week (debootstrap takes a few minutes).
 mkdir -p "$cache"

@@ -2,8 +2,9 @@
 ztraind, with their output and exit statuses as scripts see them (stdout is not a terminal).
 
   a. `submit JOB.json` prints just the job id; `watch ID` follows it to SUCCEEDED (exit 0) with
-     plain progress lines; `status` shows state, step, loss, ranks and directories; `status --json`
-     parses and agrees with GetJob; `list` and `list --state` show it; `logs --tail N`.
+     plain progress lines; `status` shows state, step, loss, ranks and directories; `status
+     --json` and `-o json` are the HTTP body of GET /api/v1/jobs/{id}, which json_format.Parse
+     reads into GetJob's Job; `list` and `list --state` show it; `logs --tail N`.
   b. A job file whose "deepspeed" is a path relative to the job file's directory, submitted from
      another directory with --wait: exit 0; ZTRAIN_SERVER picks the server.
   c. `cancel` answers STOPPING and `watch` then exits 3 (CANCELLED); a job that fails makes
@@ -28,6 +29,9 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
+
+from google.protobuf import json_format
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from svc import (BUILD, LONG, Checker, Daemon, get_job, state_name, stubs, temp_dir,  # noqa: E402
@@ -73,16 +77,33 @@ def case_a(d, tmp):
     ck.check(rc == 0 and "SUCCEEDED" in out and "40/40" in out and j.run_dir in out and
              j.checkpoint_dir in out and "exited with status 0" in out and
              f"{j.loss:.4f}" in out, f"a: status is readable:\n{out}")
-    rc, out, err = cli(["status", job_id, "--json"], d)
-    try:
-        doc = json.loads(out)
-    except ValueError:
-        doc = {}
-    ck.check(rc == 0 and doc.get("state") == "SUCCEEDED" and doc.get("step") == 40 and
-             doc.get("run_dir") == j.run_dir and doc.get("loss") == j.loss and
-             doc.get("id") == job_id and doc.get("spec", {}).get("model", {}).get(
-                 "n_embd") == 32 and "train_micro_batch_size_per_gpu" in doc["spec"]["deepspeed"],
-             f"a: status --json agrees with GetJob ({sorted(doc)})")
+    # -o json is the API object, as kubectl prints it: the HTTP body of GET /api/v1/jobs/{id},
+    # which is the proto3 JSON mapping of GetJob's Job. protobuf's own parser (strict: an
+    # unknown or misspelt field is an error) reads it, and protobuf's own printer gives the same
+    # JSON from the Job gRPC answers with (its NaN figures as "NaN").
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{job_id}", timeout=30) as r:
+        body = json.loads(r.read())
+    want = json_format.MessageToDict(j)
+    for form in (["--json"], ["-o", "json"]):
+        rc, out, err = cli(["status", job_id] + form, d)
+        try:
+            doc = json.loads(out)
+            json_format.Parse(out, pb.Job())
+            parsed = "parses"
+        except (ValueError, json_format.ParseError) as e:
+            doc, parsed = {}, f"{type(e).__name__}: {e}"
+        ck.check(rc == 0 and doc == body,
+                 f"a: status {' '.join(form)} is GET /api/v1/jobs/{job_id}'s body "
+                 f"({sorted(doc)} vs {sorted(body)})")
+        differ = sorted(k for k in set(doc) | set(want) if doc.get(k) != want.get(k))
+        ck.check(parsed == "parses" and doc == want,
+                 f"a: status {' '.join(form)}: json_format.Parse reads it as a Job ({parsed}) "
+                 f"and it is json_format.MessageToDict of GetJob's Job (differing: {differ})")
+    ck.check(doc.get("state") == "JOB_STATE_SUCCEEDED" and doc.get("step") == "40" and
+             doc.get("runDir") == j.run_dir and doc.get("comm", "") == j.comm and
+             "createTime" in doc and "created_unix_ms" not in doc,
+             "a: status -o json spells the mapping's names (state JOB_STATE_SUCCEEDED, step "
+             f"\"40\", runDir, comm {j.comm!r}, createTime)")
     rc, out, err = cli(["list"], d)
     ck.check(rc == 0 and out.startswith("ID ") and re.search(rf"^{job_id}\s+SUCCEEDED\s+40/40",
                                                               out, re.M) is not None,

@@ -9,11 +9,19 @@
      file and line (or the flag), and ztraind does not start.
   c. A second ztraind on a running one's state directory exits 1 naming the directory and the
      first one's pid, and the first goes on; once the first has stopped, one starts there again.
+  d. --launcher slurm's --metrics-host is where ztraind listens for each job's rank 0 (docs/
+     deploy/slurm.md): a name that does not resolve (the reserved .invalid domain, RFC 6761), an
+     address that is not this host's (10.255.255.1, checked against `ip -o addr` first) and the
+     unspecified 0.0.0.0 each exit 2 at startup naming the flag (and the config file's line it
+     came from) instead of starting and failing every job; 127.0.0.1 and this host's own name
+     start (srun and scancel are stand-ins on PATH: nothing is submitted).
 """
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -34,7 +42,6 @@ def start(args, cwd, timeout=30):
         proc.wait(timeout=0.2)
     except subprocess.TimeoutExpired:
         pass
-    import time
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = open(log, encoding="utf-8", errors="replace").read()
@@ -153,7 +160,82 @@ def case_b(tmp):
              "b: no bad config started ztraind (no state directory made)")
 
 
+def local_addresses():
+    """This host's addresses as the kernel lists them (ip -o addr), independent of ztraind."""
+    out = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+    return {m.split("/")[0] for m in re.findall(r"\binet6? (\S+)", out)}
+
+
+def case_d(tmp):
+    bin_dir = os.path.join(tmp, "slurm-bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    for prog in ("srun", "scancel"):
+        path = os.path.join(bin_dir, prog)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(path, 0o755)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    not_local = "10.255.255.1"
+    ck.check(not_local not in local_addresses(),
+             f"d: {not_local} is not an address of this host (ip -o addr)")
+    conf = os.path.join(tmp, "slurm.conf")
+    with open(conf, "w") as f:
+        f.write(f"launcher = slurm\nmetrics-host = {not_local}\n")
+    state = os.path.join(tmp, "never-slurm")
+    for args, pattern in (
+            (["--metrics-host", "no.such.host.invalid"],
+             r"--metrics-host no\.such\.host\.invalid: "),
+            (["--metrics-host", not_local],
+             rf"--metrics-host {re.escape(not_local)} is not an address of this host"),
+            (["--metrics-host=0.0.0.0"], r"--metrics-host 0\.0\.0\.0 is the unspecified address"),
+            (["--config", conf], rf"is not an address of this host[\s\S]*"
+                                 rf"\(--metrics-host came from {re.escape(conf)}:2\)")):
+        full = [tool("ztraind"), "--state-dir", state, "--grpc-addr=127.0.0.1:0",
+                "--http-addr=127.0.0.1:0"] + (["--launcher", "slurm"] if args[0] != "--config"
+                                              else []) + args
+        # Without the check ztraind starts, and would run until stopped.
+        p = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=env)
+        try:
+            _, err = p.communicate(timeout=20)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            rc = "none: it started"
+        ck.check(rc == 2 and re.search(pattern, err) is not None,
+                 f"d: {' '.join(args)}: exit {rc}, {err.strip()[-240:]!r}")
+    ck.check(not os.path.exists(state), "d: no bad --metrics-host started ztraind")
+    hosts = ["127.0.0.1"]
+    # This host's name too, where it resolves to addresses of this host (not in every container).
+    try:
+        named = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        named = set()
+    if named and named <= local_addresses():
+        hosts.append(socket.gethostname())
+    for host in hosts:
+        proc, ready = None, None
+        cwd = os.path.join(tmp, "slurm-" + host.replace(".", "-"))
+        os.makedirs(cwd, exist_ok=True)
+        log = os.path.join(cwd, "ztraind.log")
+        with open(log, "wb") as f:
+            proc = subprocess.Popen([tool("ztraind"), "--launcher", "slurm", "--metrics-host", host,
+                                     "--state-dir", os.path.join(cwd, "state"),
+                                     "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"],
+                                    stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None and not ready:
+            ready = re.search(r"ztraind: ready .*", open(log, errors="replace").read())
+            time.sleep(0.05)
+        ck.check(ready is not None, f"d: --metrics-host {host} (this host's) starts "
+                 f"({open(log, errors='replace').read().strip()[-200:] if not ready else 'ready'})")
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 tmp = temp_dir("ztrain-daemon-config-")
 case_a(tmp)
 case_b(tmp)
+case_d(tmp)
 ck.done()

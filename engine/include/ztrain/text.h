@@ -34,9 +34,10 @@ bool zt_text_check(const char *s, size_t n, zt_text_rule rule, size_t *offset, c
 /* Flags of zt_text_escape. */
 enum {
     ZT_ESCAPE_KEEP_NEWLINE = 1, /* '\n' passes unchanged (a message of several lines) */
-    /* The text is JSON (cJSON's output): what is escaped becomes a JSON escape (\u001b, \u202e,
-     * and \ufffd for a byte that is not UTF-8), which is valid because cJSON only ever leaves
-     * such characters inside strings; '\n' and '\t' pass, as cJSON's indentation. */
+    /* The text is JSON (cJSON's output, or the API's proto3 JSON): what is escaped becomes a
+     * JSON escape (\u001b, \u202e, and \ufffd for a byte that is not UTF-8), which is valid
+     * because both only ever leave such characters inside strings; '\n' and '\t' pass, as
+     * cJSON's indentation. */
     ZT_ESCAPE_JSON = 2,
 };
 

@@ -1,8 +1,8 @@
 /* The proto3 JSON mapping of a protobuf-c message (https://protobuf.dev/programming-guides/
- * proto3/#json), which is what every HTTP body of the API is: the same message gRPC sends,
- * printed as protobuf's own JSON printer prints it, so that json_format.Parse (Python) or
- * protojson (Go) reads an HTTP body into the generated type, and the dashboard, curl and the
- * gRPC clients see one shape.
+ * proto3/#json), which is what every HTTP body of the API is, and what `ztrain status -o json`
+ * and `ztrain list -o json` print: the same message gRPC sends, printed as protobuf's own JSON
+ * printer prints it, so that json_format.Parse (Python) or protojson (Go) reads an HTTP body
+ * into the generated type, and the dashboard, curl, the CLI and the gRPC clients see one shape.
  *
  * The printer walks the message's descriptor: field names in lowerCamelCase (the proto's
  * json_name), enums by value name, 64-bit integers as strings, NaN and infinities as "NaN",
@@ -16,7 +16,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#include "http_json.h"
+#include "json_writer.h"
 
 /* Writes m as one JSON object value into b (the writer's comma rules apply, so it can be a
  * member's value or an array element). */
