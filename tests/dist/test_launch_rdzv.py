@@ -7,10 +7,14 @@ comm_gloo_rdzv.cc, docs/parallelism.md), each case on this host's loopback:
      its TCPStore at MASTER_PORT and sets TORCHELASTIC_USE_AGENT_STORE=True. Both nodes train
      over gloo (ztrain's store one port up) to the losses `ztrain run` gives the same job. Then
      1 node x 2 ranks with ZTRAIN_COMM=gloo.
+  b. Two ranks over gloo whose job files (in different directories, as on two nodes) differ in
+     the optimizer's lr, then in the model's width: both fail at once (well within the timeout),
+     naming rank 0, rank 1 and the key (deepspeed.optimizer.params.lr, model.n_embd).
   c. A MASTER_ADDR that never resolves (".invalid", RFC 6761) with ZTRAIN_COMM_TIMEOUT_S=2: the
      rank waits for it the whole timeout, as PyTorch does, then fails naming the name.
   d. Two srun steps of one Slurm allocation at once (the same SLURM_JOB_ID, SLURM_STEP_ID 0 and
      1), 2 ranks each on this host: both train, neither taking the other's run id or port."""
+import json
 import os
 import shutil
 import subprocess
@@ -183,6 +187,35 @@ def pair(jobs, env_of, timeout):
     return rcs, logs, time.monotonic() - t0
 
 
+def case_b():
+    # The job files sit in different directories, as on two nodes: their paths differ, which is
+    # allowed; the lr, then the model's width, is not.
+    for what, key, second in (("lr", "deepspeed.optimizer.params.lr", {"lr": 5e-2}),
+                              ("model size", "model.n_embd", {"n_embd": 64})):
+        _, job0 = new_case(sub="node0")
+        counter[0] -= 1
+        _, job1 = new_case(sub="node1")
+        with open(job1) as f:
+            spec = json.load(f)
+        if "lr" in second:
+            spec["deepspeed"]["optimizer"]["params"]["lr"] = second["lr"]
+        else:
+            spec["model"].update(second)
+        write_job(job1, spec)
+        counter[0] += 1
+        port = free_port()
+        rcs, logs, took = pair([job0, job1], lambda r: base_env(
+            RANK=r, WORLD_SIZE=2, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port, ZTRAIN_COMM_TIMEOUT_S=30), 60)
+        ck.check(rcs == [1, 1] and took < 15,
+                 f"b: ranks whose job files differ in {what} both fail at once, well within the "
+                 f"30 s timeout (exit {rcs}, {took:.1f} s)")
+        for r in (0, 1):
+            last = logs[r].strip().splitlines()[-1] if logs[r].strip() else ""
+            ck.check("rank 0" in last and "rank 1" in last and key in last,
+                     f"b: rank {r} names both ranks and {key}: {last}")
+
+
 def case_c():
     _, job = new_case()
     d = os.path.dirname(job)
@@ -217,7 +250,7 @@ def case_d():
 
 
 try:
-    for case in (case_a, case_c, case_d):
+    for case in (case_a, case_b, case_c, case_d):
         t = time.monotonic()
         case()
         print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")
