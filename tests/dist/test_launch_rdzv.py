@@ -1,12 +1,12 @@
 """How ztrain-worker ranks meet when a multi-node launcher starts them (engine/comm/dist_env.c,
 comm_gloo_rdzv.cc, docs/parallelism.md), each case on this host's loopback:
 
-  a. torchrun's static rendezvous (--master-addr/--master-port/--node-rank), driven through
-     torch's own launcher API (torch.distributed.launcher.api.elastic_launch with
-     rdzv_backend "static", what torchrun runs): 2 "nodes" x 1 rank, whose agent already serves
-     its TCPStore at MASTER_PORT and sets TORCHELASTIC_USE_AGENT_STORE=True. Both nodes train
-     over gloo (ztrain's store one port up) to the losses `ztrain run` gives the same job. Then
-     1 node x 2 ranks with ZTRAIN_COMM=gloo.
+  a. torchrun's static rendezvous (--nnodes=2 --node_rank=N --master_addr --master_port),
+     through torch's own launcher API as torchrun calls it (elastic_launch, rdzv_backend
+     "static"; torch 1.13 under Debian's python3, and torch 2.x when run by a Python that has
+     it): 2 "nodes" x 1 rank, whose agent already serves its TCPStore at MASTER_PORT and sets
+     TORCHELASTIC_USE_AGENT_STORE=True. Both nodes train over gloo (ztrain's store one port up)
+     to the losses `ztrain run` gives the same job. Then 1 node x 2 ranks with ZTRAIN_COMM=gloo.
   b. Two ranks over gloo whose job files (in different directories, as on two nodes) differ in
      the optimizer's lr, then in the model's width: both fail at once (well within the timeout),
      naming rank 0, rank 1 and the key (deepspeed.optimizer.params.lr, model.n_embd).
@@ -39,20 +39,30 @@ IDENTITY = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
             "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST",
             "SLURM_NODELIST", "ZTRAIN_COMM", "ZTRAIN_COMM_TIMEOUT_S", "GLOO_SOCKET_IFNAME")
 
-# torch's launcher API as torchrun's static rendezvous calls it; argv: node rank, port, nodes,
-# ranks per node, then the worker's arguments.
+
+# What torchrun runs in its static form (--nnodes=N --node_rank=R --master_addr --master_port,
+# no --rdzv_backend): torch's launcher API with rdzv_backend "static". Called directly because
+# Debian's torch 1.13 command line fails under Python 3.11 before it starts anything (its
+# default redirects are None); argv: node rank, port, nodes, ranks per node, then the program.
 LAUNCH = """
-import sys
+import inspect, sys
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-from torch.distributed.elastic.multiprocessing import Std
 node, port, nodes, per_node = (int(a) for a in sys.argv[1:5])
+kw = {}
+if "redirects" in inspect.signature(LaunchConfig).parameters:  # torch 1.x
+    from torch.distributed.elastic.multiprocessing import Std
+    kw = dict(redirects=Std.NONE, tee=Std.NONE, log_dir=None)
 cfg = LaunchConfig(min_nodes=nodes, max_nodes=nodes, nproc_per_node=per_node, run_id="none",
                    role="default", rdzv_endpoint=f"127.0.0.1:{port}", rdzv_backend="static",
                    rdzv_configs={"rank": node, "timeout": 60}, max_restarts=0,
-                   monitor_interval=1, start_method="spawn", redirects=Std.NONE, tee=Std.NONE,
-                   log_dir=None)
+                   monitor_interval=1, start_method="spawn", **kw)
 elastic_launch(cfg, entrypoint=sys.argv[5])(*sys.argv[6:])
 """
+
+
+def torchrun(node, port, nodes, per_node, *args):
+    return [PYTHON, "-c", LAUNCH, str(node), str(port), str(nodes), str(per_node), *args]
+
 
 ck = Checker()
 top = tempfile.mkdtemp(prefix="ztrain-rdzv-")
@@ -149,9 +159,8 @@ def case_a():
 
     port = free_port(2)
     out = os.path.join(d, "tr")
-    procs = [start([PYTHON, "-c", LAUNCH, str(node), str(port), "2", "1", WORKER, job, "--out",
-                    out], base_env(ZTRAIN_COMM_TIMEOUT_S=60), d, f"node{node}.log")
-             for node in (0, 1)]
+    procs = [start(torchrun(node, port, 2, 1, WORKER, job, "--out", out),
+                   base_env(ZTRAIN_COMM_TIMEOUT_S=60), d, f"node{node}.log") for node in (0, 1)]
     rcs = finish(procs, 150)
     logs = [text(os.path.join(d, f"node{n}.log")) for n in (0, 1)]
     ok = rcs == [0, 0] and "done: 6 steps" in logs[0]
@@ -166,7 +175,7 @@ def case_a():
 
     port = free_port(2)
     out = os.path.join(d, "tr1")
-    procs = [start([PYTHON, "-c", LAUNCH, "0", str(port), "1", "2", WORKER, job, "--out", out],
+    procs = [start(torchrun(0, port, 1, 2, WORKER, job, "--out", out),
                    base_env(ZTRAIN_COMM="gloo", ZTRAIN_COMM_TIMEOUT_S=60), d, "one.log")]
     rcs = finish(procs, 150)
     log = text(os.path.join(d, "one.log"))
