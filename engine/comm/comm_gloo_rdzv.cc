@@ -77,46 +77,67 @@ class StoreAdapter : public gloo::rendezvous::Store {
     double timeout_s_;
 };
 
+// The first address of interface `name`, or "" when it has none (or does not exist).
+std::string interface_address(const struct ifaddrs *list, const std::string &name) {
+    for (auto *a = list; a; a = a->ifa_next) {
+        if (!a->ifa_addr || name != a->ifa_name ||
+            (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6))
+            continue;
+        char host[NI_MAXHOST];
+        socklen_t len = a->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in)
+                                                            : sizeof(sockaddr_in6);
+        if (getnameinfo(a->ifa_addr, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0)
+            return host;
+    }
+    return "";
+}
+
+// GLOO_SOCKET_IFNAME as PyTorch reads it: a comma-separated list ("eth0,eth1"), of which
+// PyTorch makes one Gloo device per name and fails on a name without an address. Every name is
+// checked the same way here, and the ranks use the first: one device carries all of a job's
+// connections (docs/parallelism.md).
+zt_status ifname_address(const char *ifnames, std::string *out) {
+    struct ifaddrs *list = nullptr;
+    if (getifaddrs(&list) != 0)
+        return zt_error(ZT_ERR_IO, "gloo: cannot list network interfaces: %s", strerror(errno));
+    std::string all(ifnames), bad;
+    size_t from = 0;
+    for (;;) {
+        size_t comma = all.find(',', from);
+        std::string name = all.substr(from, comma == std::string::npos ? comma : comma - from);
+        std::string addr = interface_address(list, name);
+        if (addr.empty()) {
+            bad = name;
+            break;
+        }
+        if (out->empty())
+            *out = addr;
+        if (comma == std::string::npos)
+            break;
+        from = comma + 1;
+    }
+    freeifaddrs(list);
+    if (!bad.empty() || out->empty()) {
+        out->clear();
+        return zt_error(ZT_ERR_INVALID,
+                        "gloo: GLOO_SOCKET_IFNAME='%s': '%s' names no interface with an address "
+                        "on this host",
+                        ifnames, bad.c_str());
+    }
+    return ZT_OK;
+}
+
 // The address this rank's Gloo device listens on: the one of GLOO_SOCKET_IFNAME when set (as
 // for PyTorch), else the one this host would use to reach MASTER_ADDR, which is on a network
-// every rank can reach (rank 0 is there).
-zt_status local_address(const zt_dist_info *d, std::string *out) {
+// every rank can reach (rank 0 is there). A MASTER_ADDR that does not resolve yet is asked
+// again until the timeout (zt_tcp_store_resolve).
+zt_status local_address(const zt_dist_info *d, double timeout_s, std::string *out) {
     const char *ifname = getenv("GLOO_SOCKET_IFNAME");
-    if (ifname && *ifname) {
-        struct ifaddrs *list = nullptr;
-        if (getifaddrs(&list) != 0)
-            return zt_error(ZT_ERR_IO, "gloo: cannot list network interfaces: %s",
-                            strerror(errno));
-        for (auto *a = list; a; a = a->ifa_next) {
-            if (!a->ifa_addr || strcmp(a->ifa_name, ifname) != 0 ||
-                (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6))
-                continue;
-            char host[NI_MAXHOST];
-            socklen_t len = a->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in)
-                                                                : sizeof(sockaddr_in6);
-            if (getnameinfo(a->ifa_addr, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0) {
-                *out = host;
-                break;
-            }
-        }
-        freeifaddrs(list);
-        if (out->empty())
-            return zt_error(ZT_ERR_INVALID,
-                            "gloo: GLOO_SOCKET_IFNAME='%s' names no interface with an address "
-                            "on this host",
-                            ifname);
-        return ZT_OK;
-    }
-    struct addrinfo hints = {};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_DGRAM;
+    if (ifname && *ifname)
+        return ifname_address(ifname, out);
     struct addrinfo *res = nullptr;
-    char port[16];
-    snprintf(port, sizeof port, "%d", d->master_port);
-    int rc = getaddrinfo(d->master_addr, port, &hints, &res);
-    if (rc != 0)
-        return zt_error(ZT_ERR_INVALID, "gloo: MASTER_ADDR '%s' does not resolve: %s",
-                        d->master_addr, gai_strerror(rc));
+    ZT_TRY(zt_tcp_store_resolve("gloo: MASTER_ADDR", d->master_addr, d->master_port, SOCK_DGRAM,
+                                timeout_s, &res));
     // Connecting a datagram socket sends nothing; it only asks the kernel for the route.
     int err = ENETUNREACH;
     for (auto *a = res; a && out->empty(); a = a->ai_next) {
@@ -359,7 +380,8 @@ zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s)
     c->hosts.assign(size_t(d->world_size), "");
 
     std::string addr;
-    zt_status s = local_address(d, &addr);
+    auto started = Clock::now();
+    zt_status s = local_address(d, timeout_s, &addr);
     char name[256] = "";
     if (gethostname(name, sizeof name - 1) != 0)
         snprintf(name, sizeof name, "unknown");
@@ -370,11 +392,14 @@ zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s)
     if (s == ZT_OK)
         c->notice_endpoints[size_t(d->rank)] = endpoint;
     if (s == ZT_OK && d->rank == 0)
-        s = zt_tcp_store_server_start(&c->server, zt_tcp_store_bind_host(d->master_addr),
-                                      d->master_port, zt_tcp_store_secret());
+        s = zt_tcp_store_serve_job(&c->server, d);
+    // Waiting for MASTER_ADDR's name to resolve counts against the same timeout.
+    double left = timeout_s - std::chrono::duration<double>(Clock::now() - started).count();
     if (s == ZT_OK)
-        s = zt_tcp_store_connect(&c->store, d->master_addr, d->master_port, timeout_s,
-                                 zt_tcp_store_secret());
+        s = zt_tcp_store_connect(&c->store, d->master_addr, d->master_port,
+                                 std::max(left, 0.001), zt_tcp_store_secret());
+    if (s == ZT_OK)
+        zt_tcp_store_set_timeout(c->store, timeout_s);
     if (s == ZT_OK)
         s = join(c, d, timeout_s);
     if (s == ZT_OK)

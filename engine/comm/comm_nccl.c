@@ -275,8 +275,7 @@ static zt_status nccl_attach(zt_comm *base, zt_backend *be) {
 /* The rendezvous: rank 0 serves the store and publishes the unique id; the others read it. */
 static zt_status exchange_id(nccl_comm *c, const zt_dist_info *d, zt_nccl_id *id) {
     if (d->rank == 0)
-        ZT_TRY(zt_tcp_store_server_start(&c->server, zt_tcp_store_bind_host(d->master_addr),
-                                         d->master_port, zt_tcp_store_secret()));
+        ZT_TRY(zt_tcp_store_serve_job(&c->server, d));
     ZT_TRY(zt_tcp_store_connect(&c->store, d->master_addr, d->master_port, c->base.timeout_s,
                                 zt_tcp_store_secret()));
     char key[256];

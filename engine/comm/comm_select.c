@@ -50,9 +50,9 @@ zt_status zt_comm_choose(const zt_dist_info *d, zt_comm_choice job, const char *
 zt_status zt_comm_choose_on(const zt_dist_info *d, zt_comm_choice job, bool cuda, int gpus,
                             const char **name, char *why, size_t cap) {
     char text[256];
-    const char *env = getenv("ZTRAIN_COMM");
+    const char *env = zt_dist_env("ZTRAIN_COMM");
     zt_comm_choice choice = job;
-    if (env && *env) {
+    if (env) {
         if (!zt_comm_choice_parse(env, &choice))
             return zt_error(ZT_ERR_INVALID,
                             "ZTRAIN_COMM='%s' must be \"auto\", \"shm\", \"gloo\" or \"nccl\"",
@@ -75,9 +75,10 @@ zt_status zt_comm_choose_on(const zt_dist_info *d, zt_comm_choice job, bool cuda
         say(why, cap, text);
         return ZT_OK;
     }
-    /* Slurm's identity is the one in use when torchrun's variables are absent (dist_env.c). */
-    const char *nnodes = getenv("SLURM_NNODES");
-    bool slurm = !getenv("WORLD_SIZE") && getenv("SLURM_PROCID");
+    /* SLURM_NNODES counts only when Slurm's variables are the ones in use
+     * (zt_dist_launcher_from_env: torchrun's win when both are set). */
+    const char *nnodes = zt_dist_env("SLURM_NNODES");
+    bool slurm = zt_dist_launcher_from_env() == ZT_DIST_SLURM;
     if (d->local_world_size < d->world_size) {
         *name = "gloo";
         snprintf(text, sizeof text, "%d of the %d ranks run on this host: ranks on several hosts",

@@ -16,10 +16,25 @@
 
 /* torchrun's default rendezvous port; used when a launcher does not name one. */
 enum { DEFAULT_MASTER_PORT = 29500 };
+/* Under Slurm without MASTER_PORT, port = 20000 + (job id + STRIDE * step id) mod 10000: step 0
+ * keeps the job's old port, and a prime stride keeps the steps of one job apart from each other
+ * and from the steps of the jobs numbered just after it. */
+enum { SLURM_STEP_STRIDE = 997 };
 
-static const char *env_nonempty(const char *name) {
+/* Every variable is read as launchers mean it: set to "" is not set. */
+const char *zt_dist_env(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
+}
+
+zt_dist_launcher zt_dist_launcher_from_env(void) {
+    /* torchrun is checked first: it may itself run inside a Slurm allocation, and then its
+     * variables, not Slurm's, describe the ranks. */
+    if (zt_dist_env("RANK") || zt_dist_env("WORLD_SIZE"))
+        return ZT_DIST_TORCHRUN;
+    if (zt_dist_env("SLURM_PROCID"))
+        return ZT_DIST_SLURM;
+    return ZT_DIST_NONE;
 }
 
 /* A non-negative decimal integer that fits an int, with nothing around it: launchers write plain
@@ -41,7 +56,7 @@ static bool parse_int(const char *s, long max, int *out) {
 
 /* Reads an optional non-negative integer variable; *present says whether it was set. */
 static zt_status env_int(const char *name, bool *present, int *out) {
-    const char *v = env_nonempty(name);
+    const char *v = zt_dist_env(name);
     *present = v != NULL;
     if (!v)
         return ZT_OK;
@@ -51,7 +66,7 @@ static zt_status env_int(const char *name, bool *present, int *out) {
 }
 
 static zt_status env_port(const char *name, int *port) {
-    const char *v = env_nonempty(name);
+    const char *v = zt_dist_env(name);
     if (!v)
         return ZT_OK;
     if (!parse_int(v, 65535, port) || *port == 0)
@@ -121,6 +136,30 @@ static void set_run_id(zt_dist_info *d, const char *src) {
     d->run_id[n] = '\0';
 }
 
+/* The step of a Slurm job (SLURM_STEP_ID, or the older SLURM_STEPID): each srun in one
+ * allocation is a step of its own, which PyTorch Lightning and torch users treat as a job of its
+ * own, so two steps running at once must not share a run id or a port. *name is NULL (and *step
+ * 0) when neither is set. */
+static zt_status slurm_step(const char **name, unsigned long long *step) {
+    *name = "SLURM_STEP_ID";
+    const char *v = zt_dist_env(*name);
+    if (!v) {
+        *name = "SLURM_STEPID";
+        v = zt_dist_env(*name);
+    }
+    *step = 0;
+    if (!v) {
+        *name = NULL;
+        return ZT_OK;
+    }
+    char *end;
+    errno = 0;
+    *step = strtoull(v, &end, 10);
+    if (!isdigit((unsigned char)v[0]) || errno || *end)
+        return zt_error(ZT_ERR_INVALID, "%s='%s' is not a non-negative integer", *name, v);
+    return ZT_OK;
+}
+
 static zt_status read_torchrun(zt_dist_info *d) {
     bool has_rank, has_world, has_lrank, has_lworld;
     ZT_TRY(env_int("RANK", &has_rank, &d->rank));
@@ -180,10 +219,10 @@ static zt_status read_slurm(zt_dist_info *d) {
             node = -1;
         /* The step's own list is exact under srun; the job's one describes the allocation. */
         const char *tpn_name = "SLURM_STEP_TASKS_PER_NODE";
-        const char *tpn = env_nonempty(tpn_name);
+        const char *tpn = zt_dist_env(tpn_name);
         if (!tpn) {
             tpn_name = "SLURM_TASKS_PER_NODE";
-            tpn = env_nonempty(tpn_name);
+            tpn = zt_dist_env(tpn_name);
         }
         if (tpn) {
             per_node = slurm_tasks_on_node(tpn, node);
@@ -207,21 +246,29 @@ static zt_status read_slurm(zt_dist_info *d) {
                         d->local_world_size);
 
     /* Slurm names no rendezvous address: rank 0 runs on the first node of the step. Its port is
-     * derived from the job id so that two jobs sharing a node do not collide. */
-    if (!env_nonempty("MASTER_ADDR")) {
-        const char *list = env_nonempty("SLURM_STEP_NODELIST");
+     * derived from the job and step ids so that two jobs, or two steps of one job, sharing a
+     * node do not collide. */
+    if (!zt_dist_env("MASTER_ADDR")) {
+        const char *list = zt_dist_env("SLURM_STEP_NODELIST");
         if (!list)
-            list = env_nonempty("SLURM_JOB_NODELIST");
+            list = zt_dist_env("SLURM_JOB_NODELIST");
         if (!list)
-            list = env_nonempty("SLURM_NODELIST");
+            list = zt_dist_env("SLURM_NODELIST");
         if (list)
             slurm_first_host(list, d->master_addr, sizeof d->master_addr);
     }
     if (!d->master_addr[0])
         strcpy(d->master_addr, "127.0.0.1");
-    const char *job = env_nonempty("SLURM_JOB_ID");
-    if (job && isdigit((unsigned char)job[0]))
-        d->master_port = 20000 + (int)(strtoul(job, NULL, 10) % 10000);
+    const char *job = zt_dist_env("SLURM_JOB_ID");
+    if (job && isdigit((unsigned char)job[0])) {
+        unsigned long long step = 0;
+        const char *step_name;
+        ZT_TRY(slurm_step(&step_name, &step));
+        unsigned long long id = strtoull(job, NULL, 10);
+        d->master_port = 20000 + (int)((id % 10000 + SLURM_STEP_STRIDE * (step % 10000)) % 10000);
+        snprintf(d->port_origin, sizeof d->port_origin, "derived from SLURM_JOB_ID%s%s",
+                 step_name ? " and " : "", step_name ? step_name : "");
+    }
     return ZT_OK;
 }
 
@@ -232,33 +279,59 @@ zt_status zt_dist_from_env(zt_dist_info *d) {
     strcpy(d->master_addr, "127.0.0.1");
     d->master_port = DEFAULT_MASTER_PORT;
 
-    /* torchrun is checked first: it may itself run inside a Slurm allocation, and then its
-     * variables, not Slurm's, describe the ranks. */
-    if (env_nonempty("RANK") || env_nonempty("WORLD_SIZE")) {
+    d->launcher = zt_dist_launcher_from_env();
+    snprintf(d->port_origin, sizeof d->port_origin, "MASTER_PORT");
+    if (d->launcher == ZT_DIST_TORCHRUN) {
         ZT_TRY(read_torchrun(d));
-    } else if (env_nonempty("SLURM_PROCID")) {
+    } else if (d->launcher == ZT_DIST_SLURM) {
         ZT_TRY(read_slurm(d));
     }
 
-    const char *addr = env_nonempty("MASTER_ADDR");
+    const char *addr = zt_dist_env("MASTER_ADDR");
     if (addr) {
         if (strlen(addr) >= sizeof d->master_addr)
             return zt_error(ZT_ERR_INVALID, "MASTER_ADDR is longer than %zu characters",
                             sizeof d->master_addr - 1);
         strcpy(d->master_addr, addr);
     }
+    if (zt_dist_env("MASTER_PORT"))
+        snprintf(d->port_origin, sizeof d->port_origin, "MASTER_PORT");
     ZT_TRY(env_port("MASTER_PORT", &d->master_port));
+    /* torchrun's static rendezvous (--master-addr/--master-port/--node-rank; torch 2.x's c10d
+     * one too) keeps its agent's own TCPStore listening at MASTER_PORT and tells the ranks to use
+     * it. ztrain's store speaks its own protocol, so rank 0 serves it one port higher, which
+     * every rank computes alike. */
+    const char *agent = zt_dist_env("TORCHELASTIC_USE_AGENT_STORE");
+    if (agent && (strcmp(agent, "True") == 0 || strcmp(agent, "true") == 0 ||
+                  strcmp(agent, "1") == 0)) {
+        if (d->master_port >= 65535)
+            return zt_error(ZT_ERR_INVALID,
+                            "MASTER_PORT=%d: with TORCHELASTIC_USE_AGENT_STORE=%s ztrain's "
+                            "rendezvous uses MASTER_PORT+1, which is not a port",
+                            d->master_port, agent);
+        snprintf(d->port_origin, sizeof d->port_origin,
+                 "MASTER_PORT+1: torchrun's agent store holds MASTER_PORT=%d", d->master_port);
+        d->master_port++;
+    }
 
     /* torchrun without --rdzv-id (or --standalone) exports TORCHELASTIC_RUN_ID=none for every job,
      * which would make concurrent jobs share a name; such an id is skipped. */
-    const char *id = env_nonempty("ZTRAIN_RUN_ID");
+    const char *id = zt_dist_env("ZTRAIN_RUN_ID");
     if (!id) {
-        id = env_nonempty("TORCHELASTIC_RUN_ID");
+        id = zt_dist_env("TORCHELASTIC_RUN_ID");
         if (id && strcmp(id, "none") == 0)
             id = NULL;
     }
-    if (!id)
-        id = env_nonempty("SLURM_JOB_ID");
+    char slurm_id[96];
+    if (!id && (id = zt_dist_env("SLURM_JOB_ID"))) {
+        const char *step_name;
+        unsigned long long step;
+        ZT_TRY(slurm_step(&step_name, &step));
+        if (step_name) {
+            snprintf(slurm_id, sizeof slurm_id, "%.64s.%llu", id, step);
+            id = slurm_id;
+        }
+    }
     if (id) {
         set_run_id(d, id);
     } else {

@@ -96,6 +96,18 @@ const char *zt_tcp_store_bind_host(const char *master_addr) {
     return b && *b ? b : master_addr;
 }
 
+zt_status zt_tcp_store_serve_job(zt_tcp_store_server **out, const zt_dist_info *d) {
+    zt_status s = zt_tcp_store_server_start(out, zt_tcp_store_bind_host(d->master_addr),
+                                            d->master_port, zt_tcp_store_secret());
+    const char *said = zt_last_error(), *at = strstr(said, "(MASTER_PORT)");
+    if (s == ZT_OK || !at || !d->port_origin[0] || strcmp(d->port_origin, "MASTER_PORT") == 0)
+        return s;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%.*s(%s)%s", (int)(at - said), said, d->port_origin,
+             at + strlen("(MASTER_PORT)"));
+    return zt_error(s, "%s", msg);
+}
+
 /* Proves the job's secret: the server answers OK, or drops a connection with another one. */
 static zt_status authenticate(zt_tcp_store *c, const char *secret) {
     int status = -1;
@@ -107,6 +119,27 @@ static zt_status authenticate(zt_tcp_store *c, const char *secret) {
                     ZT_TCP_STORE_SECRET_ENV);
 }
 
+zt_status zt_tcp_store_resolve(const char *what, const char *host, int port, int socktype,
+                               double timeout_s, struct addrinfo **res) {
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = socktype,
+                             .ai_flags = AI_NUMERICSERV};
+    double deadline = now_s() + timeout_s, pause = 0.05;
+    for (;;) {
+        *res = NULL;
+        int rc = getaddrinfo(host, service, &hints, res);
+        if (rc == 0)
+            return ZT_OK;
+        double left = deadline - now_s();
+        if (left <= 0)
+            return zt_error(ZT_ERR_TIMEOUT, "%s '%s' did not resolve within %g s: %s", what, host,
+                            timeout_s, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        sleep_s(pause < left ? pause : left);
+        pause = pause * 2 < 1.0 ? pause * 2 : 1.0;
+    }
+}
+
 zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, double timeout_s,
                                const char *secret) {
     *out = NULL;
@@ -114,16 +147,11 @@ zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, d
         return zt_error(ZT_ERR_INVALID, "rendezvous store: MASTER_ADDR is empty");
     if (port < 1 || port > 65535)
         return zt_error(ZT_ERR_INVALID, "rendezvous store: port %d is not in [1, 65535]", port);
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    /* The deadline covers the name's resolution and the connection together. */
+    double deadline = now_s() + timeout_s, pause = 0.01;
     struct addrinfo *res = NULL;
-    int rc = getaddrinfo(host, service, &hints, &res);
-    if (rc != 0)
-        return zt_error(ZT_ERR_INVALID,
-                        "rendezvous store: MASTER_ADDR '%s' does not resolve: %s", host,
-                        gai_strerror(rc));
+    ZT_TRY(zt_tcp_store_resolve("rendezvous store: MASTER_ADDR", host, port, SOCK_STREAM,
+                                timeout_s, &res));
     zt_tcp_store *c = calloc(1, sizeof *c);
     if (!c) {
         freeaddrinfo(res);
@@ -134,7 +162,6 @@ zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, d
     snprintf(c->where, sizeof c->where, "%s:%d", host, port);
     /* Until the deadline: every address in turn, then a pause and again. A refusal means rank 0
      * is not listening yet; an unreachable network may come up (a link being configured). */
-    double deadline = now_s() + timeout_s, pause = 0.01;
     int err = 0;
     for (;;) {
         for (struct addrinfo *a = res; a && c->fd < 0; a = a->ai_next) {

@@ -10,9 +10,11 @@
 #ifndef ZTRAIN_TCP_STORE_H
 #define ZTRAIN_TCP_STORE_H
 
+#include <netdb.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ztrain/comm.h"
 #include "ztrain/status.h"
 
 /* Limits the server enforces: a request past them drops the connection that sent it. */
@@ -72,10 +74,23 @@ void zt_tcp_store_server_stop(zt_tcp_store_server *s);
 /* Connects to the server at host:port, retrying while it is not listening yet (rank 0 may start
  * after the others) for up to timeout_s seconds, which also bounds every later request's reply,
  * and authenticates with secret when there is one (a refusal is ZT_ERR_IO saying so).
- * A host that does not resolve is ZT_ERR_INVALID naming it; no server within the timeout is
- * ZT_ERR_TIMEOUT naming host:port and the last error. Free with zt_tcp_store_close. */
+ * A host that does not resolve within the timeout is ZT_ERR_TIMEOUT naming it
+ * (zt_tcp_store_resolve); no server within the timeout is ZT_ERR_TIMEOUT naming host:port and
+ * the last error. Free with zt_tcp_store_close. */
 zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, double timeout_s,
                                const char *secret);
+/* Resolves host:port (MASTER_ADDR's name) for sockets of socktype into *res (the caller frees
+ * it with freeaddrinfo), asking again at growing intervals while it does not resolve, for up to
+ * timeout_s seconds: a pod's DNS name on Kubernetes may appear after the pod that looks it up
+ * starts, and PyTorch waits for it as long. A name still unresolved at the deadline is
+ * ZT_ERR_TIMEOUT "<what> '<host>' did not resolve within T s: <reason>". */
+zt_status zt_tcp_store_resolve(const char *what, const char *host, int port, int socktype,
+                               double timeout_s, struct addrinfo **res);
+/* Rank 0's store for the job d describes: zt_tcp_store_server_start at d->master_port on
+ * zt_tcp_store_bind_host(d->master_addr) with zt_tcp_store_secret(). A port in use is named
+ * with where it came from (d->port_origin: "MASTER_PORT+1: torchrun's agent store holds
+ * MASTER_PORT=29500"). */
+zt_status zt_tcp_store_serve_job(zt_tcp_store_server **out, const zt_dist_info *d);
 /* The job's rendezvous secret ($ZTRAIN_RDZV_SECRET; NULL when unset or empty) and the address
  * rank 0's store binds: $ZTRAIN_RDZV_BIND when set, else master_addr. */
 const char *zt_tcp_store_secret(void);

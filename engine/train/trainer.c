@@ -683,7 +683,12 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         zt_ckpt_tp_shard_dir(t.ckpt_dir, sizeof t.ckpt_dir, t.tp_dir, tpg.tp_rank);
     else if (job->train.checkpoint_dir)
         snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", t.tp_dir);
-    zt_status s = gs != ZT_OK ? gs : choose_resume(&t);
+    /* The first collective: ranks started with different jobs fail here, naming the key. */
+    zt_status s = gs;
+    if (s == ZT_OK && t.comm)
+        s = zt_train_check_agreement(job, t.comm);
+    if (s == ZT_OK)
+        s = choose_resume(&t);
     if (s == ZT_OK)
         s = check_job(job, t.world);
     if (s == ZT_OK && t.world > 1 && !t.comm)

@@ -30,6 +30,9 @@ static const char *const replaced_vars[] = {
     "ZTRAIN_RUN_ID", "ZTRAIN_JOB_ID", "ZTRAIN_LAUNCHER_PID", "ZTRAIN_RDZV_SECRET",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "TORCHELASTIC_RUN_ID",
     "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+    /* torchrun's agent store is at its MASTER_PORT, not at the one set here: kept, it would move
+     * the ranks' rendezvous to MASTER_PORT + 1 (zt_dist_from_env), a port nobody checked. */
+    "TORCHELASTIC_USE_AGENT_STORE",
 };
 
 /* ZT_RANK_ENV_WHITELIST keeps only these: locale, paths, and the knobs of the libraries a rank

@@ -278,7 +278,7 @@ static void report_placement(const zt_dist_info *d) {
  * address: `scontrol show node NAME` prints NodeAddr=. The name stays when that fails too, and
  * the communicator then says it does not resolve. */
 static void slurm_master_addr(zt_dist_info *d) {
-    if (getenv("MASTER_ADDR") || getenv("WORLD_SIZE") || !getenv("SLURM_PROCID"))
+    if (zt_dist_env("MASTER_ADDR") || d->launcher != ZT_DIST_SLURM)
         return;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
     if (getaddrinfo(d->master_addr, NULL, &hints, &res) == 0) {
@@ -306,18 +306,12 @@ static void slurm_master_addr(zt_dist_info *d) {
 }
 
 /* The variable that set the world size, for messages: the launcher's setting is at fault, not
- * the job's. The same precedence as zt_dist_from_env: torchrun's variables, then Slurm's. */
-static bool env_set(const char *name) {
-    const char *v = getenv(name);
-    return v && *v;
-}
-
-static const char *world_size_source(char *buf, size_t size) {
-    if (env_set("WORLD_SIZE"))
-        snprintf(buf, size, "WORLD_SIZE=%s", getenv("WORLD_SIZE"));
-    else if (!env_set("RANK") && !env_set("LOCAL_RANK") && env_set("SLURM_PROCID") &&
-             env_set("SLURM_NTASKS"))
-        snprintf(buf, size, "SLURM_NTASKS=%s", getenv("SLURM_NTASKS"));
+ * the job's. Whose variables those are is zt_dist_from_env's decision, recorded in d. */
+static const char *world_size_source(const zt_dist_info *d, char *buf, size_t size) {
+    if (d->launcher == ZT_DIST_TORCHRUN)
+        snprintf(buf, size, "WORLD_SIZE=%d", d->world_size);
+    else if (d->launcher == ZT_DIST_SLURM)
+        snprintf(buf, size, "SLURM_NTASKS=%d", d->world_size);
     else
         snprintf(buf, size, "the environment has no WORLD_SIZE (one rank)");
     return buf;
@@ -458,7 +452,7 @@ int main(int argc, char **argv) {
     if (job.world_size != dist.world_size) {
         char src[160];
         fprintf(stderr, "ztrain-worker: rank %d: %s but %s says world_size %d\n", rank,
-                world_size_source(src, sizeof src), job_path, job.world_size);
+                world_size_source(&dist, src, sizeof src), job_path, job.world_size);
         zt_job_spec_free(&job);
         return 1;
     }

@@ -14,7 +14,8 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
      rank 0 stopped, and over shm with rank 0 stopped.
   d. ztrain-worker started by hand: torchrun variables for one rank; RANK >= WORLD_SIZE; Slurm's
      SLURM_PROCID/SLURM_NTASKS (two ranks trained together); WORLD_SIZE or SLURM_NTASKS different
-     from the job's world_size; a malformed ZTRAIN_COMM_TIMEOUT_S.
+     from the job's world_size, named as zt_dist_from_env read it (a stray LOCAL_RANK or an empty
+     WORLD_SIZE leaves Slurm's in use); a malformed ZTRAIN_COMM_TIMEOUT_S.
   e. SIGINT to `ztrain run` with a checkpoint_dir: exit 130 and a complete checkpoint (DONE).
   f. ztrain-worker missing next to ztrain: the error names the path it tried.
   g. SIGKILL of `ztrain run` itself: its ranks follow it (they ask for SIGTERM on its death).
@@ -47,6 +48,7 @@ TEXT = (b"It was the best of times, it was the worst of times, it was the age of
 IDENTITY = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
             "ZTRAIN_RUN_ID", "ZTRAIN_LAUNCHER_PID", "TORCHELASTIC_RUN_ID", "GROUP_RANK",
             "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_JOB_ID",
+            "SLURM_STEP_ID", "SLURM_STEPID", "TORCHELASTIC_USE_AGENT_STORE",
             "SLURM_NODEID", "SLURM_NNODES", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
             "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURM_NODELIST",
             "ZTRAIN_COMM_TIMEOUT_S")
@@ -350,6 +352,17 @@ def case_d():
     rc, out, err = worker(job2, base_env(SLURM_PROCID=0, SLURM_NTASKS=3), timeout=20)
     ck.check(rc == 1 and f"SLURM_NTASKS=3 but {job2} says world_size 2" in err,
              f"d: SLURM_NTASKS=3 against a world_size 2 job fails clearly: {err.strip()}")
+
+    # The message names the variable that zt_dist_from_env read the world size from: a stray
+    # LOCAL_RANK or an empty WORLD_SIZE does not make torchrun's variables the ones in use.
+    rc, out, err = worker(job2, base_env(LOCAL_RANK=0, SLURM_PROCID=0, SLURM_NTASKS=4),
+                          timeout=20)
+    ck.check(rc == 1 and f"SLURM_NTASKS=4 but {job2} says world_size 2" in err,
+             f"d: LOCAL_RANK=0 SLURM_PROCID=0 SLURM_NTASKS=4 names SLURM_NTASKS: {err.strip()}")
+    rc, out, err = worker(job2, base_env(WORLD_SIZE="", RANK="", SLURM_PROCID=0,
+                                         SLURM_NTASKS=3), timeout=20)
+    ck.check(rc == 1 and f"SLURM_NTASKS=3 but {job2} says world_size 2" in err,
+             f"d: an empty WORLD_SIZE is unset, SLURM_NTASKS=3 is named: {err.strip()}")
 
     rc, out, err = worker(job2, base_env(SLURM_PROCID=2, SLURM_NTASKS=2), timeout=20)
     ck.check(rc == 1 and "SLURM_PROCID=2" in err,

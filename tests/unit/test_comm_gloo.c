@@ -3,7 +3,8 @@
  * and bit for bit against the shm transport on the same inputs (all dtypes, 16-bit reductions
  * included), pieces of uneven sizes, a buffer past the transport's chunking; then the failures:
  * a rank that dies, a rendezvous missing a rank, ranks of different world sizes, a port in use,
- * a MASTER_ADDR that does not resolve; and two threads of one rank sending and receiving on the
+ * a MASTER_ADDR that does not resolve (asked again until the timeout); GLOO_SOCKET_IFNAME as
+ * a comma-separated list; and two threads of one rank sending and receiving on the
  * same communicator at once, each with another peer (as a tensor-parallel group's and ZeRO's
  * communication thread's messages share the job's communicator), every message checked. Each
  * scenario forks its ranks; the parent reaps them. */
@@ -433,11 +434,32 @@ int main(void) {
     CHECK(zt_comm_create(&g, "gloo", &d, 2) == ZT_ERR_IO && strstr(zt_last_error(), "already in use"),
           "port in use: %s", zt_last_error());
     close(fd);
+    /* A name that does not resolve (yet: a pod's DNS name on Kubernetes) is asked again until
+     * the timeout, as PyTorch does, and then named. ".invalid" never resolves (RFC 6761). */
     d = info(1, 2, 29999, "gloo-addr");
     snprintf(d.master_addr, sizeof d.master_addr, "no-such-host.invalid");
-    CHECK(zt_comm_create(&g, "gloo", &d, 2) == ZT_ERR_INVALID &&
-              strstr(zt_last_error(), "'no-such-host.invalid' does not resolve"),
-          "bad MASTER_ADDR: %s", zt_last_error());
+    double t0 = now_s();
+    zt_status st = zt_comm_create(&g, "gloo", &d, 1.5);
+    double waited = now_s() - t0;
+    CHECK(st == ZT_ERR_TIMEOUT &&
+              strstr(zt_last_error(), "MASTER_ADDR 'no-such-host.invalid' did not resolve "
+                                      "within 1.5 s"),
+          "bad MASTER_ADDR: %s: %s", zt_status_name(st), zt_last_error());
+    CHECK(waited >= 1.5 && waited < 6, "bad MASTER_ADDR: failed after %.2f s, not the 1.5 s "
+          "timeout", waited);
+
+    /* GLOO_SOCKET_IFNAME in PyTorch's form, a comma-separated list: every name must have an
+     * address (PyTorch makes a device of each and fails on one that has none) and the ranks use
+     * the first. */
+    setenv("GLOO_SOCKET_IFNAME", "lo,lo", 1);
+    CHECK(run_ranks(2, collectives, free_port()) == 0, "collectives with GLOO_SOCKET_IFNAME=lo,lo");
+    setenv("GLOO_SOCKET_IFNAME", "lo,no-such-if0", 1);
+    d = info(0, 2, free_port(), "gloo-ifname");
+    st = zt_comm_create(&g, "gloo", &d, 2);
+    CHECK(st == ZT_ERR_INVALID && strstr(zt_last_error(), "GLOO_SOCKET_IFNAME='lo,no-such-if0'") &&
+              strstr(zt_last_error(), "'no-such-if0' names no interface"),
+          "GLOO_SOCKET_IFNAME with a missing interface: %s", zt_last_error());
+    unsetenv("GLOO_SOCKET_IFNAME");
 
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);

@@ -64,6 +64,18 @@ int main(void) {
     CHECK(strcmp(s, "gloo") == 0, "%s (%s)", s, why);
     s = choose(ZT_COMM_AUTO, slurm_one, why, sizeof why);
     CHECK(strcmp(s, "shm") == 0, "%s (%s)", s, why);
+    /* An empty WORLD_SIZE or RANK is unset, as zt_dist_from_env reads it: Slurm's variables
+     * describe the ranks, and its SLURM_NNODES counts. */
+    const char *slurm_two_empty[] = {"WORLD_SIZE=", "RANK=", "SLURM_PROCID=0", "SLURM_NTASKS=2",
+                                     "SLURM_LOCALID=0", "SLURM_NNODES=2", "SLURM_NODEID=0",
+                                     "SLURM_NTASKS_PER_NODE=2", NULL};
+    s = choose(ZT_COMM_AUTO, slurm_two_empty, why, sizeof why);
+    CHECK(strcmp(s, "gloo") == 0 && strstr(why, "SLURM_NNODES=2"), "%s (%s)", s, why);
+    /* An empty ZTRAIN_COMM is unset too: the job's choice stands. */
+    const char *env_empty[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "ZTRAIN_COMM=",
+                               NULL};
+    s = choose(ZT_COMM_GLOO, env_empty, why, sizeof why);
+    CHECK(strcmp(s, "gloo") == 0 && strstr(why, "\"comm\""), "%s (%s)", s, why);
 
     /* The job's choice wins over auto, ZTRAIN_COMM over the job's; ZTRAIN_COMM=auto defers. */
     s = choose(ZT_COMM_GLOO, torchrun_one, why, sizeof why);

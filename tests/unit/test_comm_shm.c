@@ -1380,6 +1380,7 @@ static const char *const dist_vars[] = {
     "ZTRAIN_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
     "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
     "SLURM_NNODES", "SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+    "SLURM_STEP_ID", "SLURM_STEPID", "TORCHELASTIC_USE_AGENT_STORE",
 };
 
 /* Replaces the launcher environment with "NAME=value" entries up to a NULL. */
@@ -1441,6 +1442,62 @@ static void test_dist_env(void) {
     CHECK(d.rank == 6 && d.world_size == 10 && d.local_rank == 2 && d.local_world_size == 4);
     CHECKF(strcmp(d.master_addr, "gpu007") == 0, "master_addr %s", d.master_addr);
     CHECK(strcmp(d.run_id, "4242") == 0 && d.master_port == 24242);
+    CHECK(d.launcher == ZT_DIST_SLURM);
+    /* Two srun steps of one allocation are two jobs: their run ids and ports differ, by the
+     * documented formula 20000 + (job + 997 * step) mod 10000 (step 0 keeps the job's port). */
+    const char *step_env[] = {"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=6150",
+                              "SLURM_STEP_ID=0", NULL};
+    set_env(step_env);
+    CHECKF(zt_dist_from_env(&d) == ZT_OK, "%s", zt_last_error());
+    CHECKF(strcmp(d.run_id, "6150_0") == 0 && d.master_port == 26150, "%s %d", d.run_id,
+           d.master_port);
+    CHECK(strstr(d.port_origin, "SLURM_STEP_ID") != NULL);
+    step_env[3] = "SLURM_STEP_ID=1";
+    set_env(step_env);
+    CHECKF(zt_dist_from_env(&d) == ZT_OK, "%s", zt_last_error());
+    CHECKF(strcmp(d.run_id, "6150_1") == 0 && d.master_port == 20000 + (6150 + 997) % 10000,
+           "%s %d", d.run_id, d.master_port);
+    step_env[3] = "SLURM_STEPID=2"; /* the older name */
+    set_env(step_env);
+    CHECK(zt_dist_from_env(&d) == ZT_OK && strcmp(d.run_id, "6150_2") == 0 &&
+          d.master_port == 20000 + (6150 + 2 * 997) % 10000);
+    set_env((const char *const[]){"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=6150",
+                                  "SLURM_STEP_ID=1", "MASTER_PORT=30001", NULL});
+    CHECK(zt_dist_from_env(&d) == ZT_OK && d.master_port == 30001 &&
+          strcmp(d.run_id, "6150_1") == 0);
+    expect_env_error((const char *const[]){"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=7",
+                                           "SLURM_STEP_ID=batch", NULL},
+                     "SLURM_STEP_ID='batch' is not a non-negative integer");
+
+    /* One precedence, an empty variable being unset: LOCAL_RANK alone does not make torchrun's
+     * variables the ones in use, and WORLD_SIZE= is no WORLD_SIZE. */
+    set_env((const char *const[]){"LOCAL_RANK=0", "SLURM_PROCID=0", "SLURM_NTASKS=4", NULL});
+    CHECK(zt_dist_launcher_from_env() == ZT_DIST_SLURM);
+    CHECK(zt_dist_from_env(&d) == ZT_OK && d.launcher == ZT_DIST_SLURM && d.world_size == 4);
+    set_env((const char *const[]){"WORLD_SIZE=", "RANK=", "SLURM_PROCID=1", "SLURM_NTASKS=3",
+                                  NULL});
+    CHECK(zt_dist_launcher_from_env() == ZT_DIST_SLURM);
+    CHECK(zt_dist_from_env(&d) == ZT_OK && d.world_size == 3 && d.rank == 1);
+    set_env((const char *const[]){"WORLD_SIZE=2", "RANK=0", "SLURM_PROCID=1", NULL});
+    CHECK(zt_dist_launcher_from_env() == ZT_DIST_TORCHRUN);
+    set_env((const char *const[]){NULL});
+    CHECK(zt_dist_launcher_from_env() == ZT_DIST_NONE);
+
+    /* torchrun's static rendezvous: its agent's store holds MASTER_PORT, ztrain's is one up. */
+    set_env((const char *const[]){"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                  "MASTER_PORT=29500", "TORCHELASTIC_USE_AGENT_STORE=True",
+                                  "TORCHELASTIC_RUN_ID=none", NULL});
+    CHECKF(zt_dist_from_env(&d) == ZT_OK, "%s", zt_last_error());
+    CHECKF(d.master_port == 29501 && strcmp(d.run_id, "port29501") == 0 &&
+           strstr(d.port_origin, "MASTER_PORT+1") != NULL, "%d %s %s", d.master_port, d.run_id,
+           d.port_origin);
+    set_env((const char *const[]){"RANK=1", "WORLD_SIZE=2", "MASTER_PORT=29500",
+                                  "TORCHELASTIC_USE_AGENT_STORE=False", NULL});
+    CHECK(zt_dist_from_env(&d) == ZT_OK && d.master_port == 29500);
+    expect_env_error((const char *const[]){"RANK=1", "WORLD_SIZE=2", "MASTER_PORT=65535",
+                                           "TORCHELASTIC_USE_AGENT_STORE=True", NULL},
+                     "MASTER_PORT+1");
+
     set_env((const char *const[]){"SLURM_PROCID=9", "SLURM_NTASKS=10", "SLURM_LOCALID=1",
                                   "SLURM_NODEID=2", "SLURM_TASKS_PER_NODE=4(x2),2",
                                   "MASTER_PORT=30000", NULL});

@@ -21,7 +21,8 @@ static char *caller[] = {
     "PATH=/usr/bin:/bin", "HOME=/home/u", "LC_ALL=C", "NCCL_DEBUG=INFO", "MY_SETTING=1",
     "ZTRAIN_TOKEN=s3cret", "RANK=7", "LOCAL_RANK=7", "WORLD_SIZE=9", "MASTER_PORT=1",
     "ZTRAIN_RUN_ID=outer", "SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_CONF=/etc/slurm.conf",
-    "TORCHELASTIC_RUN_ID=te", "CUDA_VISIBLE_DEVICES=7", NULL,
+    "TORCHELASTIC_RUN_ID=te", "TORCHELASTIC_USE_AGENT_STORE=True", "CUDA_VISIBLE_DEVICES=7",
+    NULL,
 };
 
 static int cpus(void) {

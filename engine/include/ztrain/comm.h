@@ -47,19 +47,43 @@ typedef enum { ZT_REDUCE_SUM = 0, ZT_REDUCE_AVG, ZT_REDUCE_MAX } zt_reduce_op;
 
 typedef struct zt_comm zt_comm;
 
+/* Whose variables say where this process is in its job. */
+typedef enum {
+    ZT_DIST_NONE = 0, /* none: rank 0 of 1 */
+    ZT_DIST_TORCHRUN, /* RANK / WORLD_SIZE: torchrun, Kubeflow PyTorchJob, by hand */
+    ZT_DIST_SLURM,    /* SLURM_PROCID / SLURM_NTASKS */
+} zt_dist_launcher;
+
+/* The one precedence every reader of the launcher's environment follows (zt_dist_from_env, the
+ * transport's choice, the worker's messages): torchrun's variables when RANK or WORLD_SIZE is
+ * set (torchrun may run inside a Slurm allocation), else Slurm's when SLURM_PROCID is, else
+ * none. A variable set to "" counts as unset, here and in zt_dist_env. */
+zt_dist_launcher zt_dist_launcher_from_env(void);
+/* getenv(name), NULL when unset or empty; the string is the environment's. */
+const char *zt_dist_env(const char *name);
+
 /* Who this process is, from the launcher's environment. */
 typedef struct {
     int rank, world_size, local_rank, local_world_size;
     char master_addr[256];
     int master_port;
     char run_id[128];  /* distinguishes concurrent jobs on one host (see zt_dist_from_env) */
+    zt_dist_launcher launcher; /* whose variables were read */
+    /* Where master_port came from, for messages: "MASTER_PORT" (also when empty), "MASTER_PORT+1:
+     * torchrun's agent store holds MASTER_PORT=29500", "derived from SLURM_JOB_ID and
+     * SLURM_STEP_ID". */
+    char port_origin[96];
 } zt_dist_info;
 
 /* Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun,
- * Kubeflow PyTorchJob) or SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (Slurm). With none of them it
- * is rank 0 of 1. run_id comes from ZTRAIN_RUN_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID, else from
- * MASTER_PORT. A malformed or inconsistent value (RANK >= WORLD_SIZE, a non-number) is an error
- * naming the variable. */
+ * Kubeflow PyTorchJob) or SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (Slurm), whichever
+ * zt_dist_launcher_from_env picks. With none of them it is rank 0 of 1. run_id comes from
+ * ZTRAIN_RUN_ID, TORCHELASTIC_RUN_ID (not its placeholder "none") or SLURM_JOB_ID (with
+ * SLURM_STEP_ID when set: "4242_1"), else from the port. The port is MASTER_PORT; under Slurm
+ * without it, 20000 + (SLURM_JOB_ID + 997 * SLURM_STEP_ID) mod 10000, so that two steps of one
+ * allocation do not collide; with TORCHELASTIC_USE_AGENT_STORE=True (torchrun's static
+ * rendezvous, whose agent already serves a store at MASTER_PORT) MASTER_PORT + 1. A malformed or
+ * inconsistent value (RANK >= WORLD_SIZE, a non-number) is an error naming the variable. */
 zt_status zt_dist_from_env(zt_dist_info *d);
 
 /* Which transport a job's ranks use: a job spec's "comm" ("auto", "shm", "gloo", "nccl"). */
@@ -107,9 +131,11 @@ const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
  * rendezvous, with ZT_ERR_INVALID saying "two processes have RANK=<r>" and the first one's pid,
  * and leaves the job of the first one alone. "gloo": rank 0 serves a TCP
  * key-value store at master_port on every address of its host, every rank publishes there the
- * address it reaches master_addr from (or GLOO_SOCKET_IFNAME's) and its host name, and the ranks
- * connect in a full mesh; a master_addr that does not resolve is ZT_ERR_INVALID, a port in use on
- * rank 0's host ZT_ERR_IO, ranks started with different world sizes or two with one rank
+ * address it reaches master_addr from (or that of GLOO_SOCKET_IFNAME's first interface: a
+ * comma-separated list as for PyTorch, each of whose names must have an address) and its host
+ * name, and the ranks connect in a full mesh; a master_addr that does not resolve is asked for
+ * again until the timeout, then ZT_ERR_TIMEOUT naming it, a port in use on rank 0's host
+ * ZT_ERR_IO (named with d->port_origin), ranks started with different world sizes or two with one rank
  * ZT_ERR_INVALID, and ranks that do not all join within the timeout ZT_ERR_TIMEOUT naming the
  * missing ones. After that a peer that exits or whose host becomes unreachable is ZT_ERR_IO or
  * ZT_ERR_TIMEOUT naming its rank and host ("lost rank 2 on host n2 (10.0.0.2)"); a rank that

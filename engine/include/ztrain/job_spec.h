@@ -224,6 +224,23 @@ void zt_job_spec_print_notes(const zt_job_spec *job, FILE *f);
  * being the run directory: where metrics.jsonl goes (`ztrain run --out`, ztraind's RUNS/<id>). */
 zt_status zt_job_spec_write_effective(const zt_job_spec *job, const char *dir);
 
+/* What every rank of a job must agree on, as "key=value" lines the ranks compare when they meet
+ * (zt_train_check_agreement, ztrain/trainer.h): world_size, device, pipeline, every model field
+ * of the family that is not a path, the data options (the number of training sources and their
+ * weights, shuffle, format, packing, sample_tokens, whether there is a validation set), every
+ * train option (checkpoint_dir by presence only) and the effective DeepSpeed config
+ * ("deepspeed.optimizer.params.lr=0.001"). Paths are left out (data.train, data.val,
+ * data.tokenizer, model.init_from, train.checkpoint_dir's value, DeepSpeed keys ending in
+ * "path"): nodes may hold the same files at different places. So are name, comm (ZTRAIN_COMM may
+ * differ per node) and what only ztraind reads. Heap text, the caller frees; NULL when out of
+ * memory. */
+char *zt_job_spec_agreement_text(const zt_job_spec *job);
+
+/* The first key in which two agreement texts differ (a key one of them lacks counts, its value
+ * then "(absent)"), with its value in each: false when they are the same. */
+bool zt_job_spec_agreement_diff(const char *a, const char *b, char *key, size_t kcap, char *va,
+                                size_t vacap, char *vb, size_t vbcap);
+
 /* Checks a model spec against its family (engine/models/model_registry.c): a known type, every field
  * within its bound, then the family's own cross-field checks (GPT-2: n_embd % n_head == 0).
  * Messages start with `source`. */

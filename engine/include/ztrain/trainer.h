@@ -47,6 +47,15 @@ typedef struct {
     bool stopped;               /* ended early on stop_requested */
 } zt_train_result;
 
+/* Checks that every rank of comm was started with the same job: one all-gather of a digest of
+ * zt_job_spec_agreement_text (ztrain/job_spec.h) and its length. When the ranks differ, every
+ * rank learns rank 0's and the first differing rank's texts and fails with ZT_ERR_INVALID
+ * naming both ranks and the first key that differs ("the ranks were started with different
+ * jobs: rank 1's differs from rank 0's at deepspeed.optimizer.params.lr (rank 0: 0.001, rank
+ * 1: 0.05)"), before any collective whose size depends on the job could wait out the timeout.
+ * zt_train_run calls it first; it is the first collective on comm. */
+zt_status zt_train_check_agreement(const zt_job_spec *job, zt_comm *comm);
+
 zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_train_result *res);
 
 /* Prints the final line of a run that was not stopped: "done: 20 steps, final loss 4.1234, ..."
