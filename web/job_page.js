@@ -341,7 +341,11 @@ export function jobView(main, id) {
 
   async function follow() {
     while (st.alive && !(st.job && TERMINAL.has(st.job.state) && st.streamEnded)) {
-      let terminalSeen = false;
+      /* The stream is over once it has given an ended job's state after its other events: a
+       * stream opens with the job's state, which for an ended job is its end state too, and
+       * ends with it again after the history it replays, so a stream cut after its opening
+       * event has not finished. */
+      let terminalSeen = false, events = 0;
       try {
         const headers = {Accept: 'text/event-stream'};
         if (st.lastEventId) headers['Last-Event-ID'] = st.lastEventId;
@@ -350,6 +354,7 @@ export function jobView(main, id) {
         await readEvents(res, (ev) => {
           if (!st.alive) return;
           if (ev.lastEventId) st.lastEventId = ev.lastEventId;
+          events++;
           let data;
           try {
             data = JSON.parse(ev.data);
@@ -362,7 +367,7 @@ export function jobView(main, id) {
           else if (ev.event === 'job') {
             const job = jobFromApi(data);
             renderJob(job);
-            if (TERMINAL.has(job.state)) terminalSeen = true;
+            if (TERMINAL.has(job.state) && events > 1) terminalSeen = true;
           }
         });
         clearBanner('net');

@@ -34,7 +34,11 @@ and then job B (2 ranks, endless), which therefore waits in QUEUED until A is do
      between the two records of an eval step), resumes after the last event it had: each
      reconnection sends the last complete event's id as Last-Event-ID with the first stream's
      since_step, the streams together pass every record of /records from there once and in
-     order, and the loss chart ends equal to /metrics."""
+     order, and the loss chart ends equal to /metrics.
+  i. An ended job's stream opens with its end state and ends with it again after its history:
+     cut right after that opening event, the page opens another stream (it used to take the
+     opening end state for the stream's end and stop, missing every record), and the streams
+     together pass every record of /records once."""
 import json
 import math
 import os
@@ -544,6 +548,90 @@ def case_resume(drv, d):
              f"h: the loss chart is /metrics exactly ({len(pts)} points, {len(steps)} in the API)")
 
 
+# Cuts the first event stream the page opens right after its first complete event (the job's
+# state), passing nothing more of it; later streams pass through, recorded as CUT_STREAMS_JS does.
+CUT_AFTER_OPENING_JS = r"""
+(() => {
+  const real = window.fetch;
+  window.__streams = [];
+  window.fetch = async function (input, init) {
+    const url = typeof input === 'string' ? input : input.url;
+    if (!/\/events\?/.test(url)) return real.apply(this, arguments);
+    const rec = {url, events: [], cut: false};
+    const n = window.__streams.push(rec);
+    const res = await real.apply(this, arguments);
+    const reader = res.body.getReader();
+    const enc = new TextEncoder(), dec = new TextDecoder();
+    let pending = '';
+    const body = new ReadableStream({
+      async pull(ctrl) {
+        for (;;) {
+          const i = pending.indexOf('\n\n');
+          if (i >= 0) {
+            const ev = pending.slice(0, i + 2);
+            pending = pending.slice(i + 2);
+            const name = /^event: (\w+)$/m.exec(ev), data = /^data: (.*)$/m.exec(ev);
+            if (name && data) {
+              const d = JSON.parse(data[1]);
+              rec.events.push([name[1], Number(d.seq || 0), d.state || null]);
+            }
+            ctrl.enqueue(enc.encode(ev));
+            if (n === 1 && rec.events.length === 1) {
+              rec.cut = true;
+              reader.cancel();
+              ctrl.close();
+            }
+            return;
+          }
+          const {value, done} = await reader.read();
+          if (done) {
+            if (pending) ctrl.enqueue(enc.encode(pending));
+            ctrl.close();
+            return;
+          }
+          pending += dec.decode(value, {stream: true});
+        }
+      },
+      cancel() { reader.cancel(); },
+    });
+    return new Response(body, {status: res.status, statusText: res.statusText,
+                               headers: res.headers});
+  };
+})();
+"""
+
+
+def case_ended_cut(drv, d):
+    """i. An ended job's stream cut right after its opening event (its end state)."""
+    job = tiny_job(d.data_root, name="dash-ended-cut", max_steps=12)
+    c_id = submit(d, job).id
+    wait_state(d, c_id, TERMINAL, timeout=120)
+    script = drv.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                 {"source": CUT_AFTER_OPENING_JS})
+    try:
+        drv.get("about:blank")
+        drv.get(f"{d.http_url}/#/jobs/{c_id}")
+        streams = wait_until(lambda: (lambda s: s if len(s) >= 2 and s[-1]["events"][-1:] and
+                                      s[-1]["events"][-1][0] == "job" else None)(
+            drv.execute_script("return window.__streams;")), 60) or \
+            drv.execute_script("return window.__streams;") or []
+    finally:
+        drv.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                            {"identifier": script["identifier"]})
+    first = streams[0]["events"] if streams else []
+    ck.check(len(streams) >= 2 and streams[0]["cut"] and [e[0] for e in first] == ["job"],
+             f"i: the ended job's first stream, cut after its opening state, is followed by "
+             f"another ({len(streams)} streams, the first gave {first})")
+    since = int(re.search(r"since_step=(\d+)", streams[0]["url"]).group(1)) if streams else -1
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{c_id}/records?since_step={since}",
+                                timeout=30) as r:
+        recs = [int(x["seq"]) for x in json.load(r)["records"]]
+    got = [e[1] for s in streams for e in s["events"] if e[0] == "metrics"]
+    ck.check(got == recs, f"i: the streams passed every record from step {since} once ({got} of "
+             f"{recs})")
+    drv.get("about:blank")
+
+
 def case_token(drv, build):
     tmp = temp_dir("ztrain-dash-token-")
     with Daemon(build, tmp, max_ranks=1, token=TOKEN) as d:
@@ -602,6 +690,7 @@ def main():
             case_cancel(drv, d, a_id, b_id, seen)
             case_failed(drv, d)
             case_resume(drv, d)
+            case_ended_cut(drv, d)
             errors = severe(drv)
             ck.check(not errors, f"f: no SEVERE entries in the browser console: {errors}")
         case_token(drv, build)
