@@ -360,6 +360,11 @@ typedef struct {
     int64_t last_seq;           /* the seq of the last record: a cut watch resumes after it */
     int64_t last_anomaly;       /* the seq of the last anomaly shown: a cut watch resumes
                                  * after it too */
+    /* A stream opens with the job's state and ends with it after what it replays, so an ended
+     * job's end state also opens its stream: the watch is over only when a stream has given
+     * the end state after its other events (ended), not when one was cut after its first. */
+    int stream_events;
+    bool ended;
     struct timespec last_draw;
 } watch_view;
 
@@ -501,8 +506,12 @@ static void on_record(watch_view *v, const Ztrain__V1__MetricRecord *r) {
 static bool on_event(void *ctx, const ProtobufCMessage *m) {
     watch_view *v = ctx;
     const Ztrain__V1__JobEvent *ev = (const Ztrain__V1__JobEvent *)m;
-    if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_JOB)
+    v->stream_events++;
+    if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_JOB) {
         on_job(v, ev->job);
+        if (terminal(ev->job->state) && v->stream_events > 1)
+            v->ended = true;
+    }
     else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_METRICS)
         on_record(v, ev->metrics);
     else if (ev->event_case == ZTRAIN__V1__JOB_EVENT__EVENT_ANOMALY &&
@@ -572,9 +581,10 @@ static int watch_job(zt_rpc_client *c, const char *id, int64_t from_step, FILE *
          * shown; since_step still filters what follows. */
         req.after_seq = v.last_seq;
         req.after_anomaly_seq = v.last_anomaly;
+        v.stream_events = 0;
         s = zt_rpc_stream(c, "/ztrain.v1.Trainer/WatchJob", &req.base,
                           &ztrain__v1__job_event__descriptor, on_event, &v);
-        if (s == ZT_OK || zt_rpc_last_code(c) != GRPC_STATUS_UNAVAILABLE || terminal(v.state))
+        if (s == ZT_OK || zt_rpc_last_code(c) != GRPC_STATUS_UNAVAILABLE || v.ended)
             break;
         if (!is_down || v.last_seq != seen) {
             clock_gettime(CLOCK_MONOTONIC, &down);
