@@ -420,13 +420,15 @@ def case_failed(drv, d):
 
 
 # Wraps fetch() before the page's first script: each event stream the page opens is recorded
-# (its URL, the Last-Event-ID it sent, the complete events it passed on with their seq and id),
-# and the first four are cut, as a network drop or a proxy would: the first two inside their
-# seventh and ninth event, the next two right after the first record of an eval step (of two
-# records), each with part of the following event passed on.
-CUT_STREAMS_JS = r"""
+# (its URL, the Last-Event-ID it sent, and the complete events it passed on as [event, seq, id,
+# step, state]), and cut where the rule says. The rule is a JS object: before(n, rec), asked
+# before each complete event of the n-th stream, returns null to pass the event on, 'half' to
+# pass half of it and end the stream, or 'before' to end the stream without it; after(n, rec,
+# name, data), when given, sees each event passed on.
+STREAM_RECORDER_JS = r"""
 (() => {
   const real = window.fetch;
+  const rule = RULE;
   window.__streams = [];
   window.fetch = async function (input, init) {
     const url = typeof input === 'string' ? input : input.url;
@@ -437,7 +439,7 @@ CUT_STREAMS_JS = r"""
     const res = await real.apply(this, arguments);
     const reader = res.body.getReader();
     const enc = new TextEncoder(), dec = new TextDecoder();
-    let pending = '', cutNext = false;
+    let pending = '';
     const body = new ReadableStream({
       async pull(ctrl) {
         for (;;) {
@@ -447,8 +449,9 @@ CUT_STREAMS_JS = r"""
             pending = pending.slice(i + 2);
             const name = /^event: (\w+)$/m.exec(ev), data = /^data: (.*)$/m.exec(ev);
             const id = /^id: (.*)$/m.exec(ev);
-            if (name && data && (cutNext || (n <= 2 && rec.events.length === 4 + 2 * n))) {
-              ctrl.enqueue(enc.encode(ev.slice(0, Math.floor(ev.length / 2))));
+            const how = name && data ? rule.before(n, rec) : null;
+            if (how) {
+              if (how === 'half') ctrl.enqueue(enc.encode(ev.slice(0, Math.floor(ev.length / 2))));
               rec.cut = true;
               reader.cancel();
               ctrl.close();
@@ -456,9 +459,9 @@ CUT_STREAMS_JS = r"""
             }
             if (name && data) {
               const d = JSON.parse(data[1]);
-              rec.events.push([name[1], Number(d.seq || 0), id ? id[1] : null, Number(d.step)]);
-              cutNext = n > 2 && n <= 4 && name[1] === 'metrics' && Number(d.step) > 0 &&
-                        Number(d.step) % 20 === 0 && rec.events.length > 3;
+              rec.events.push([name[1], Number(d.seq || 0), id ? id[1] : null, Number(d.step),
+                               d.state || null]);
+              if (rule.after) rule.after(n, rec, name[1], d);
             }
             ctrl.enqueue(enc.encode(ev));
             return;
@@ -479,6 +482,23 @@ CUT_STREAMS_JS = r"""
   };
 })();
 """
+
+
+def stream_recorder(rule):
+    """STREAM_RECORDER_JS with the cut rule `rule` (JS source of the rule object)."""
+    return STREAM_RECORDER_JS.replace("RULE", rule)
+
+
+# Case h: the first four streams are cut, as a network drop or a proxy would: the first two
+# inside their seventh and ninth event, the next two right after the first record of an eval
+# step (of two records), each with part of the following event passed on.
+CUT_STREAMS_JS = stream_recorder("""{
+  before: (n, rec) => (rec.cutNext || (n <= 2 && rec.events.length === 4 + 2 * n)) ? 'half' : null,
+  after: (n, rec, name, d) => {
+    rec.cutNext = n > 2 && n <= 4 && name === 'metrics' && Number(d.step) > 0 &&
+                  Number(d.step) % 20 === 0 && rec.events.length > 3;
+  },
+}""")
 
 
 def case_resume(drv, d):
@@ -548,57 +568,11 @@ def case_resume(drv, d):
              f"h: the loss chart is /metrics exactly ({len(pts)} points, {len(steps)} in the API)")
 
 
-# Cuts the first event stream the page opens right after its first complete event (the job's
-# state), passing nothing more of it; later streams pass through, recorded as CUT_STREAMS_JS does.
-CUT_AFTER_OPENING_JS = r"""
-(() => {
-  const real = window.fetch;
-  window.__streams = [];
-  window.fetch = async function (input, init) {
-    const url = typeof input === 'string' ? input : input.url;
-    if (!/\/events\?/.test(url)) return real.apply(this, arguments);
-    const rec = {url, events: [], cut: false};
-    const n = window.__streams.push(rec);
-    const res = await real.apply(this, arguments);
-    const reader = res.body.getReader();
-    const enc = new TextEncoder(), dec = new TextDecoder();
-    let pending = '';
-    const body = new ReadableStream({
-      async pull(ctrl) {
-        for (;;) {
-          const i = pending.indexOf('\n\n');
-          if (i >= 0) {
-            const ev = pending.slice(0, i + 2);
-            pending = pending.slice(i + 2);
-            const name = /^event: (\w+)$/m.exec(ev), data = /^data: (.*)$/m.exec(ev);
-            if (name && data) {
-              const d = JSON.parse(data[1]);
-              rec.events.push([name[1], Number(d.seq || 0), d.state || null]);
-            }
-            ctrl.enqueue(enc.encode(ev));
-            if (n === 1 && rec.events.length === 1) {
-              rec.cut = true;
-              reader.cancel();
-              ctrl.close();
-            }
-            return;
-          }
-          const {value, done} = await reader.read();
-          if (done) {
-            if (pending) ctrl.enqueue(enc.encode(pending));
-            ctrl.close();
-            return;
-          }
-          pending += dec.decode(value, {stream: true});
-        }
-      },
-      cancel() { reader.cancel(); },
-    });
-    return new Response(body, {status: res.status, statusText: res.statusText,
-                               headers: res.headers});
-  };
-})();
-"""
+# Case i: the first stream is cut right after its first complete event (the job's state),
+# passing nothing more of it; later streams pass through.
+CUT_AFTER_OPENING_JS = stream_recorder("""{
+  before: (n, rec) => (n === 1 && rec.events.length === 1 ? 'before' : null),
+}""")
 
 
 def case_ended_cut(drv, d):
