@@ -8,26 +8,17 @@ naming the key, where DeepSpeed refuses it too.
 Run: ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/test_ds_removed_keys.py (make test-deepspeed)
 """
 import json
-import logging
 import os
 import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-from pyvenv import reexec_in_venv  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dsref import tool, zt_lr_dump  # noqa: E402  (re-executes under .venv-ds)
 
-reexec_in_venv(".venv-ds", "scripts/install-deps.sh deepspeed")
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-
-sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 from deepspeed.runtime import config as ds_config  # noqa: E402
-from deepspeed.utils import logger  # noqa: E402
+from ztref import Checker  # noqa: E402
 
-from ztref import Checker, tool  # noqa: E402
-
-logger.setLevel(logging.ERROR)
 BASE = {"train_batch_size": 2}
 VALUES = (None, {}, {"enabled": False}, False, 0)
 
@@ -41,7 +32,6 @@ ck.check(ours == theirs, f"the removed keys are DeepSpeed's: only DeepSpeed's {s
          f", only ztrain's {sorted(ours - theirs)}")
 
 with tempfile.TemporaryDirectory() as tmp:
-    path = os.path.join(tmp, "ds.json")
     for key in sorted(theirs):
         for value in VALUES:
             if key.startswith("zero_optimization."):
@@ -53,19 +43,14 @@ with tempfile.TemporaryDirectory() as tmp:
                 ds_refuses = False
             except ds_config.DeepSpeedConfigError:
                 ds_refuses = True
-            with open(path, "w") as f:
-                json.dump(cfg, f)
-            p = subprocess.run([tool("zt_lr_dump"), path, "1"], capture_output=True, text=True,
-                               timeout=60)
+            p = zt_lr_dump(tmp, cfg)
             ck.check(ds_refuses and p.returncode != 0 and f"{key}: removed from DeepSpeed 0.19"
                      in p.stderr, f"{key} = {json.dumps(value)}: DeepSpeed "
                      f"{'refuses' if ds_refuses else 'accepts'}, ztrain: {p.stderr.strip()[-150:]!r}")
     # DeepSpeed looks into zero_optimization only when it is an object (the legacy boolean form).
     cfg = dict(BASE, zero_optimization=True)
     ds_config.DeepSpeedConfig(dict(cfg))
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    p = subprocess.run([tool("zt_lr_dump"), path, "1"], capture_output=True, text=True, timeout=60)
+    p = zt_lr_dump(tmp, cfg)
     ck.check("removed" not in p.stderr, f"\"zero_optimization\": true is not a removed key: "
              f"{p.stderr.strip()[-150:]!r}")
 ck.done()

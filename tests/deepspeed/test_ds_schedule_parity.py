@@ -8,29 +8,18 @@ OneCycle step sizes and total_num_steps, a zero second half, true as an int, and
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/test_ds_schedule_parity.py (make test-deepspeed)
 """
-import json
-import logging
 import os
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-from pyvenv import reexec_in_venv  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dsref import zt_lr_dump  # noqa: E402  (re-executes under .venv-ds)
 
-reexec_in_venv(".venv-ds", "scripts/install-deps.sh deepspeed")
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-
-sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import torch  # noqa: E402
 from deepspeed.runtime import lr_schedules  # noqa: E402
 from deepspeed.runtime.config import DeepSpeedConfig  # noqa: E402
-from deepspeed.utils import logger  # noqa: E402
+from ztref import Checker  # noqa: E402
 
-from ztref import Checker, tool  # noqa: E402
-
-logger.setLevel(logging.ERROR)
 UPDATES = 9
 LR = 0.01
 
@@ -94,11 +83,7 @@ def deepspeed_run(cfg):
 
 
 def ztrain_run(tmp, cfg):
-    path = os.path.join(tmp, "ds.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    p = subprocess.run([tool("zt_lr_dump"), path, str(UPDATES)], capture_output=True, text=True,
-                       timeout=60)
+    p = zt_lr_dump(tmp, cfg, UPDATES)
     if p.returncode != 0:
         return p.stderr.strip()
     return [tuple(float(v) for v in line.split()[1:]) for line in p.stdout.splitlines()]
