@@ -264,7 +264,7 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
     if (s == ZT_OK)
         s = zt_sync_dir(tmp);
     /* rename() replaces an empty directory, so an out_dir made beforehand is fine. */
-    if (s == ZT_OK && rename(tmp, out_dir) != 0)
+    if (s == ZT_OK && zt_tmp_rename(tmp, out_dir) != 0)
         s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", out_dir, tmp,
                      strerror(errno));
     if (s == ZT_OK)

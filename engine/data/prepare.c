@@ -113,7 +113,7 @@ static zt_status publish(prep_run *r, shard_writer *w) {
         if (!final)
             return zt_error(ZT_ERR_NOMEM, "out of memory");
         final[strlen(final) - 4] = '\0';
-        if (rename(w->tmps[i], final) != 0) {
+        if (zt_tmp_rename(w->tmps[i], final) != 0) {
             zt_status s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", final,
                                    w->tmps[i], strerror(errno));
             free(final);

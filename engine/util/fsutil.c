@@ -87,7 +87,7 @@ zt_status zt_atomic_write_end(int fd, char *tmp, const char *path, zt_status s) 
         s = zt_error(ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && s == ZT_OK)
         s = zt_error(ZT_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (s == ZT_OK && rename(tmp, path) != 0)
+    if (s == ZT_OK && zt_tmp_rename(tmp, path) != 0)
         s = zt_error(ZT_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
     if (s != ZT_OK)
         unlink(tmp);

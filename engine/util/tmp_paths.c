@@ -1,8 +1,12 @@
 /* Temporary paths removed on SIGINT/SIGTERM (ztrain/tmp_paths.h). */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ztrain/fsutil.h"
 #include "ztrain/tmp_paths.h"
@@ -14,6 +18,8 @@ typedef struct tracked {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static tracked *paths;
+static bool removing_on_signals;     /* zt_tmp_remove_on_signals ran: the signals are ours */
+static atomic_bool signal_taken;     /* the signals' thread has one and is about to remove */
 
 void zt_tmp_track(const char *path) {
     tracked *t = malloc(sizeof *t);
@@ -30,17 +36,21 @@ void zt_tmp_track(const char *path) {
     pthread_mutex_unlock(&lock);
 }
 
-void zt_tmp_untrack(const char *path) {
-    pthread_mutex_lock(&lock);
+static void untrack_locked(const char *path) {
     for (tracked **p = &paths; *p; p = &(*p)->next) {
         if (strcmp((*p)->path, path) == 0) {
             tracked *t = *p;
             *p = t->next;
             free(t->path);
             free(t);
-            break;
+            return;
         }
     }
+}
+
+void zt_tmp_untrack(const char *path) {
+    pthread_mutex_lock(&lock);
+    untrack_locked(path);
     pthread_mutex_unlock(&lock);
 }
 
@@ -48,6 +58,31 @@ static void stop_signals(sigset_t *set) {
     sigemptyset(set);
     sigaddset(set, SIGINT);
     sigaddset(set, SIGTERM);
+}
+
+/* A stop signal is on its way to the signals' thread: taken by it already, or still pending (it
+ * is blocked in every thread, so a process-directed one waits in the pending set for sigwait). */
+static bool stop_signal_arrived(void) {
+    if (atomic_load(&signal_taken))
+        return true;
+    sigset_t pending;
+    return sigpending(&pending) == 0 &&
+           (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1);
+}
+
+int zt_tmp_rename(const char *tmp, const char *path) {
+    pthread_mutex_lock(&lock);
+    if (removing_on_signals && stop_signal_arrived()) {
+        /* The signals' thread takes the lock next, removes tmp and ends the process. */
+        pthread_mutex_unlock(&lock);
+        for (;;)
+            pause();
+    }
+    int rc = rename(tmp, path);
+    if (rc == 0)
+        untrack_locked(tmp);
+    pthread_mutex_unlock(&lock);
+    return rc;
 }
 
 /* Waits for the first signal, removes what is tracked (keeping the lock: nothing is tracked or
@@ -59,6 +94,7 @@ static void *remover(void *arg) {
     int sig;
     while (sigwait(&set, &sig) != 0)
         ;
+    atomic_store(&signal_taken, true);
     pthread_mutex_lock(&lock);
     for (tracked *t = paths; t; t = t->next)
         zt_remove_tree(t->path);
@@ -85,5 +121,8 @@ zt_status zt_tmp_remove_on_signals(void) {
         return zt_error(ZT_ERR_IO, "cannot start the thread that removes temporary files on "
                         "SIGINT/SIGTERM: %s", strerror(rc));
     }
+    pthread_mutex_lock(&lock);
+    removing_on_signals = true;
+    pthread_mutex_unlock(&lock);
     return ZT_OK;
 }

@@ -14,6 +14,9 @@
  * track and untrack; the removal holds the mutex, so a path is never removed half-way through
  * its untracking. A path created in the microseconds between the removal and the end of the
  * process can remain; nothing is written into a removed directory (its files cannot be created).
+ * A writer puts its output into place with zt_tmp_rename, never plain rename(): the signals'
+ * thread can be slower to wake than the writer, and a signal that arrived before the rename
+ * must still find the temporary output there to remove, not a finished final one.
  * Without zt_tmp_remove_on_signals the tracking costs a lock and a copy of the name and does
  * nothing else (a training rank keeps its own stop signals: ztrain/stop_signals.h). */
 #ifndef ZTRAIN_TMP_PATHS_H
@@ -28,5 +31,11 @@ zt_status zt_tmp_remove_on_signals(void);
 /* Tracks path (copied) until zt_tmp_untrack(path); a failed copy leaves it untracked. */
 void zt_tmp_track(const char *path);
 void zt_tmp_untrack(const char *path);
+
+/* rename(tmp, path) and zt_tmp_untrack(tmp) as one step, returning rename's result (errno set on
+ * -1; tmp stays tracked then). Under zt_tmp_remove_on_signals, a SIGINT or SIGTERM that has
+ * arrived but not yet been acted on wins: the call does not rename and does not return, the
+ * signals' thread removes tmp and ends the process. */
+int zt_tmp_rename(const char *tmp, const char *path);
 
 #endif

@@ -1,0 +1,107 @@
+/* Temporary outputs removed on SIGINT/SIGTERM (engine/util/tmp_paths.c), each case in a child:
+ *
+ *   a. a signal that arrives before the writer's rename wins: the child sends itself SIGINT (or
+ *      SIGTERM) and at once puts its temporary file into place with zt_tmp_rename. The signals'
+ *      thread is usually still waking then, so a plain rename() ran first and left a finished
+ *      final file behind (`ztrain export` interrupted in CI did exactly that). The child must die
+ *      of the signal with neither the temporary file nor the final one left;
+ *   b. without a signal, zt_tmp_rename renames and untracks: a signal afterwards leaves the final
+ *      file alone and ends the process;
+ *   c. without zt_tmp_remove_on_signals (a training rank, whose stop signals are its own), a
+ *      pending SIGINT does not hold the rename back: zt_tmp_rename is rename(). */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ztrain/tmp_paths.h"
+
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
+static void make_file(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("partial output\n", f);
+        fclose(f);
+    }
+}
+
+/* Runs body(tmp, final) in a child; returns its wait status. */
+static int in_child(void (*body)(const char *, const char *, int), const char *tmp,
+                    const char *final, int sig) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        body(tmp, final, sig);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+static void signal_then_rename(const char *tmp, const char *final, int sig) {
+    if (zt_tmp_remove_on_signals() != ZT_OK)
+        _exit(3);
+    make_file(tmp);
+    zt_tmp_track(tmp);
+    kill(getpid(), sig);
+    zt_tmp_rename(tmp, final);
+    _exit(4); /* not reached when the signal wins */
+}
+
+static void rename_then_signal(const char *tmp, const char *final, int sig) {
+    if (zt_tmp_remove_on_signals() != ZT_OK)
+        _exit(3);
+    make_file(tmp);
+    zt_tmp_track(tmp);
+    if (zt_tmp_rename(tmp, final) != 0)
+        _exit(5);
+    kill(getpid(), sig);
+    for (;;)
+        pause();
+}
+
+static void untaken_signals(const char *tmp, const char *final, int sig) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* as a rank's stop signals do */
+    make_file(tmp);
+    zt_tmp_track(tmp);
+    kill(getpid(), sig);
+    _exit(zt_tmp_rename(tmp, final) == 0 ? 0 : 5);
+}
+
+int main(void) {
+    check_tmpdir_create("test_tmp_paths");
+    const char *tmp = check_tmp_path("out.tmp"), *final = check_tmp_path("out");
+    int sigs[] = {SIGINT, SIGTERM};
+
+    for (int round = 0; round < 20; round++) { /* a: each round a fresh race */
+        int sig = sigs[round % 2];
+        int status = in_child(signal_then_rename, tmp, final, sig);
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == sig,
+              "round %d: the child ended with status %#x, not killed by signal %d", round, status,
+              sig);
+        CHECK(!exists(tmp), "round %d: %s left behind", round, tmp);
+        CHECK(!exists(final), "round %d: %s put into place after signal %d had arrived", round,
+              final, sig);
+        unlink(tmp);
+        unlink(final);
+    }
+
+    int status = in_child(rename_then_signal, tmp, final, SIGTERM); /* b */
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x", status);
+    CHECK(exists(final) && !exists(tmp), "the renamed output is kept, no temporary one remains");
+    unlink(final);
+
+    status = in_child(untaken_signals, tmp, final, SIGINT); /* c */
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+    CHECK(exists(final) && !exists(tmp), "renamed with the signal pending and not ours");
+    unlink(final);
+
+    check_tmpdir_remove();
+    return check_summary("test_tmp_paths");
+}
