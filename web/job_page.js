@@ -56,8 +56,9 @@ export function jobView(main, id) {
     specShown: false,
     streamEnded: false,
     followFrom: 0,     /* the streams' since_step: a filter, the same for every reconnection */
-    lastEventId: '',   /* the stream's cursor (its last record and anomaly event): a
-                        * reconnection goes on after it, so no record comes twice or is lost */
+    lastEventId: '',   /* the stream's cursor (its last record, anomaly event and log line): a
+                        * reconnection goes on after it, so no record or line comes twice or
+                        * is lost */
     pendingLogs: [],   /* log lines waiting for the next draw */
     logTimer: null,
     logFrame: null,
@@ -379,8 +380,8 @@ export function jobView(main, id) {
         st.streamEnded = true;
         return;
       }
-      /* The stream ended early (daemon restart, proxy timeout): go on after the last record
-       * and anomaly event it gave (Last-Event-ID, as EventSource would send it). */
+      /* The stream ended early (daemon restart, proxy timeout): go on after the last record,
+       * anomaly event and log line it gave (Last-Event-ID, as EventSource would send it). */
       await sleep(1000);
     }
   }

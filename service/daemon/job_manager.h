@@ -308,8 +308,14 @@ enum {
     ZT_WATCH_STATE = 1,    /* state changes; the first event is always the current state */
     ZT_WATCH_METRICS = 2,  /* records with step >= from_step and seq > after_seq, and anomaly
                             * events with seq > after_anomaly_seq: history first, then live */
-    ZT_WATCH_LOGS = 4,     /* the last log_tail lines, then live */
+    ZT_WATCH_LOGS = 4,     /* the last log_tail lines with seq > after.log_seq, then live */
 };
+
+/* Where a watch that was cut goes on: the seq of the last record (zt_metric_record.seq), anomaly
+ * event (zt_anomaly.seq) and log line (zt_log_line.seq) the watcher had; 0: none. */
+typedef struct {
+    int64_t seq, anomaly_seq, log_seq;
+} zt_watch_cursor;
 
 typedef struct zt_job_watch zt_job_watch;
 
@@ -322,13 +328,12 @@ typedef struct zt_job_watch zt_job_watch;
  * meanwhile, last). A caller ends its stream once zt_jobs_watch has returned and a terminal
  * STATE event has come; after the last STATE event no more events come. When only
  * ZT_WATCH_LOGS is asked for, the terminal state is still delivered as a STATE event, so the
- * caller knows when to end. after_seq and after_anomaly_seq resume a watch that was cut: the
- * records numbered up to after_seq (zt_metric_record.seq, the last one the watcher had) and the
- * anomaly events numbered up to after_anomaly_seq (zt_anomaly.seq) are not sent again (0: none
- * were). ZT_ERR_NOT_FOUND for an unknown id. */
+ * caller knows when to end. `after` resumes a watch that was cut: the records, anomaly events
+ * and log lines numbered up to its seqs are not sent again (a replayed log line is one of the
+ * last log_tail lines and newer than after->log_seq). ZT_ERR_NOT_FOUND for an unknown id. */
 zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step,
-                        int64_t after_seq, int64_t after_anomaly_seq, int log_tail,
-                        zt_job_event_fn fn, void *ctx, zt_job_watch **out);
+                        zt_watch_cursor after, int log_tail, zt_job_event_fn fn, void *ctx,
+                        zt_job_watch **out);
 /* After it returns, fn is never called again for this watch. */
 void zt_jobs_unwatch(zt_jobs *jm, zt_job_watch *w);
 

@@ -12,8 +12,8 @@ struct zt_job_watch {
     struct job *job;
     int what;
     int64_t from_step;
-    int64_t after_seq;           /* records numbered up to it are not delivered */
-    int64_t after_anomaly_seq;   /* nor anomaly events numbered up to this */
+    zt_watch_cursor after;       /* records, anomaly events and log lines numbered up to
+                                  * these are not delivered */
     zt_job_event_fn fn;
     void *ctx;
     bool done;                   /* the terminal state was delivered */
@@ -29,9 +29,11 @@ void zt_jm_notify(job *j, const zt_job_event *ev) {
         if (w->done || (bit != -1 && !(w->what & bit)))
             continue;
         if (ev->kind == ZT_EVENT_METRICS &&
-            (ev->record->step < w->from_step || ev->record->seq <= w->after_seq))
+            (ev->record->step < w->from_step || ev->record->seq <= w->after.seq))
             continue;
-        if (ev->kind == ZT_EVENT_ANOMALY && ev->anomaly->seq <= w->after_anomaly_seq)
+        if (ev->kind == ZT_EVENT_ANOMALY && ev->anomaly->seq <= w->after.anomaly_seq)
+            continue;
+        if (ev->kind == ZT_EVENT_LOG && ev->log->seq <= w->after.log_seq)
             continue;
         w->fn(w->ctx, ev);
         if (ev->kind == ZT_EVENT_STATE && zt_job_state_terminal(ev->job->state))
@@ -97,22 +99,26 @@ static zt_status replay_store(zt_jobs *jm, job *j, zt_job_watch *w, int64_t *aft
 
 static void replay_log(void *ctx, const zt_log_line *l) {
     zt_job_watch *w = ctx;
+    if (l->seq <= w->after.log_seq)
+        return;
     zt_job_event ev = {.kind = ZT_EVENT_LOG, .log = l};
     w->fn(w->ctx, &ev);
 }
 
 zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step,
-                        int64_t after_seq, int64_t after_anomaly_seq, int log_tail,
-                        zt_job_event_fn fn, void *ctx, zt_job_watch **out) {
+                        zt_watch_cursor after, int log_tail, zt_job_event_fn fn, void *ctx,
+                        zt_job_watch **out) {
     zt_job_watch *w = calloc(1, sizeof *w);
     if (!w)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
-    if (after_seq < 0)
-        after_seq = 0;
-    if (after_anomaly_seq < 0)
-        after_anomaly_seq = 0;
-    *w = (zt_job_watch){.what = what, .from_step = from_step, .after_seq = after_seq,
-                        .after_anomaly_seq = after_anomaly_seq, .fn = fn, .ctx = ctx};
+    if (after.seq < 0)
+        after.seq = 0;
+    if (after.anomaly_seq < 0)
+        after.anomaly_seq = 0;
+    if (after.log_seq < 0)
+        after.log_seq = 0;
+    *w = (zt_job_watch){.what = what, .from_step = from_step, .after = after, .fn = fn,
+                        .ctx = ctx};
     pthread_mutex_lock(&jm->mu);
     job *j = zt_jm_find_job(jm, id);
     if (!j) {
@@ -127,8 +133,8 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
     zt_job_event ev = {.kind = ZT_EVENT_STATE, .job = &j->info};
     zt_job_state told = j->info.state;
     fn(ctx, &ev);
-    int64_t after = after_seq;
-    zt_status s = (what & ZT_WATCH_METRICS) ? replay_store(jm, j, w, &after) : ZT_OK;
+    int64_t replayed = after.seq;
+    zt_status s = (what & ZT_WATCH_METRICS) ? replay_store(jm, j, w, &replayed) : ZT_OK;
     if (s != ZT_OK) {
         pthread_mutex_unlock(&jm->mu);
         free(w);
@@ -140,11 +146,20 @@ zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step
     if (!ended && j->info.state != told)
         fn(ctx, &ev);
     if (what & ZT_WATCH_METRICS) {
-        zt_history_cached_records(j->history, from_step, after, replay_record, w);
-        zt_jm_replay_anomalies(j, after_anomaly_seq, fn, ctx);
+        zt_history_cached_records(j->history, from_step, replayed, replay_record, w);
+        zt_jm_replay_anomalies(j, after.anomaly_seq, fn, ctx);
     }
-    if (what & ZT_WATCH_LOGS)
+    if (what & ZT_WATCH_LOGS) {
+        /* A resumed watch needs only the lines after its cursor: when the ring holds all of
+         * them, none is read from the store. */
+        int64_t first;
+        int in_ring = zt_history_log_count(j->history, &first);
+        int64_t newer = first + in_ring - 1 - after.log_seq;
+        if (after.log_seq > 0 && in_ring > 0 && after.log_seq >= first - 1 &&
+            (log_tail < 0 || newer < log_tail))
+            log_tail = newer > 0 ? (int)newer : 0;
         zt_jm_logs(jm, j, log_tail, replay_log, w);
+    }
     if (ended) {
         fn(ctx, &ev);
         w->done = true;

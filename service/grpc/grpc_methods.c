@@ -375,14 +375,14 @@ static void on_job_event(void *ctx, const zt_job_event *ev) {
 
 /* Registers the watch. Events replayed inside zt_jobs_watch may include a terminal state
  * before the history that follows it, so the stream ends only once the replay is over. */
-static void start_watch(call *c, const char *id, int what, int64_t from_step, int64_t after_seq,
-                        int64_t after_anomaly_seq, int log_tail) {
+static void start_watch(call *c, const char *id, int what, int64_t from_step,
+                        zt_watch_cursor after, int log_tail) {
     pthread_mutex_lock(&c->mu);
     c->replaying = true;
     pthread_mutex_unlock(&c->mu);
     zt_job_watch *w = NULL;
-    zt_status s = zt_jobs_watch(c->srv->jm, id, what, from_step, after_seq, after_anomaly_seq,
-                                log_tail, on_job_event, c, &w);
+    zt_status s = zt_jobs_watch(c->srv->jm, id, what, from_step, after, log_tail, on_job_event,
+                                c, &w);
     zt_api_error *e = s != ZT_OK ? malloc(sizeof *e) : NULL;
     if (e)
         zt_api_error_from_status(e, s, zt_last_error(), NULL, id);
@@ -423,9 +423,17 @@ static void handle_watch(call *c, ProtobufCMessage *m) {
                              "received)");
         return;
     }
+    if (req->after_log_seq < 0) {
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "after_log_seq",
+                             "after_log_seq must be >= 0 (the seq of the last log line "
+                             "received)");
+        return;
+    }
     int what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (req->logs ? ZT_WATCH_LOGS : 0);
-    /* Log lines in a watch are live ones only; StreamLogs is the way to read a tail. */
-    start_watch(c, req->id, what, req->since_step, req->after_seq, req->after_anomaly_seq, 0);
+    /* A first watch's log lines are live ones only (StreamLogs reads a tail); a resumed one
+     * first gets the kept lines after its last (a tail of -1: all that are kept). */
+    zt_watch_cursor after = {req->after_seq, req->after_anomaly_seq, req->after_log_seq};
+    start_watch(c, req->id, what, req->since_step, after, req->after_log_seq > 0 ? -1 : 0);
 }
 
 static void emit_log(void *ctx, const zt_log_line *l) {
@@ -444,7 +452,7 @@ static void handle_logs(call *c, ProtobufCMessage *m) {
     }
     int tail = req->tail ? req->tail : LOGS_DEFAULT_TAIL;
     if (req->follow) {
-        start_watch(c, req->id, ZT_WATCH_LOGS, 0, 0, 0, tail);
+        start_watch(c, req->id, ZT_WATCH_LOGS, 0, (zt_watch_cursor){0}, tail);
         return;
     }
     zt_status s = zt_jobs_logs(c->srv->jm, req->id, tail, emit_log, c);

@@ -56,11 +56,12 @@ struct zt_sse {
     bool has_replayer;
     char *job_id;
     int what, log_tail;
-    int64_t since, after_seq, after_anomaly_seq;
-    /* The stream's cursor, its events' id: the seq of the last record and of the last anomaly
-     * event it has queued (from the resume point on). Only sse_on_event touches them, and the
+    int64_t since;
+    zt_watch_cursor after;
+    /* The stream's cursor, its events' id: the seq of the last record, anomaly event and log
+     * line it has queued (from the resume point on). Only sse_on_event touches it, and the
      * watch calls it for one event at a time. */
-    int64_t sent_seq, sent_anomaly_seq;
+    zt_watch_cursor sent;
     /* Owned by the content reader (one MHD thread). */
     char *out;
     size_t out_len, out_off;
@@ -116,19 +117,23 @@ static void sse_on_event(void *ctx, const zt_job_event *ev) {
     if (ev->kind == ZT_EVENT_STATE) {
         zt_jbuf_puts(&b, "event: job\ndata: ");
         terminal = zt_job_state_terminal(ev->job->state);
-    } else if (ev->kind == ZT_EVENT_METRICS || ev->kind == ZT_EVENT_ANOMALY) {
-        /* One cursor over both sequences as the event id, "<record seq>:<anomaly seq>": a
-         * reconnecting client sends it back as Last-Event-ID and gets only the records and
-         * events after those (not a step, which an eval step's two records share). */
-        bool record = ev->kind == ZT_EVENT_METRICS;
-        if (record)
-            st->sent_seq = ev->record->seq;
-        else
-            st->sent_anomaly_seq = ev->anomaly->seq;
-        zt_jbuf_printf(&b, "event: %s\nid: %" PRId64 ":%" PRId64 "\ndata: ",
-                       record ? "metrics" : "anomaly", st->sent_seq, st->sent_anomaly_seq);
     } else {
-        zt_jbuf_puts(&b, "event: log\ndata: ");
+        /* One cursor over the three sequences as the event id, "<record seq>:<anomaly
+         * seq>:<log seq>": a reconnecting client sends it back as Last-Event-ID and gets only
+         * the records, events and log lines after those (not a step, which an eval step's two
+         * records share). */
+        const char *name = "log";
+        if (ev->kind == ZT_EVENT_METRICS) {
+            st->sent.seq = ev->record->seq;
+            name = "metrics";
+        } else if (ev->kind == ZT_EVENT_ANOMALY) {
+            st->sent.anomaly_seq = ev->anomaly->seq;
+            name = "anomaly";
+        } else {
+            st->sent.log_seq = ev->log->seq;
+        }
+        zt_jbuf_printf(&b, "event: %s\nid: %" PRId64 ":%" PRId64 ":%" PRId64 "\ndata: ", name,
+                       st->sent.seq, st->sent.anomaly_seq, st->sent.log_seq);
     }
     /* The printer writes no line breaks (strings escape theirs), so the data is one line. */
     bool built = event_data(&b, ev);
@@ -351,8 +356,8 @@ zt_scope zt_http_events_token_scope(const zt_http_server *s, struct MHD_Connecti
 static void *replay_main(void *arg) {
     zt_sse *st = arg;
     zt_job_watch *w = NULL;
-    zt_status s = zt_jobs_watch(st->srv->jm, st->job_id, st->what, st->since, st->after_seq,
-                                st->after_anomaly_seq, st->log_tail, sse_on_event, st, &w);
+    zt_status s = zt_jobs_watch(st->srv->jm, st->job_id, st->what, st->since, st->after,
+                                st->log_tail, sse_on_event, st, &w);
     pthread_mutex_lock(&st->mu);
     st->replayed = true;
     st->ended = st->terminal_seen;
@@ -364,22 +369,26 @@ static void *replay_main(void *arg) {
     return NULL;
 }
 
-/* A Last-Event-ID: "<record seq>:<anomaly seq>" (this stream's ids) moves the resume point
- * past both; a bare number is the id streams sent before, a record's step, and resumes at the
- * next step (since_step = n + 1); anything else is ignored, and the stream starts where the
- * query says. */
-static void read_last_event_id(const char *lei, int64_t *since, int64_t *after,
-                               int64_t *after_anomaly) {
-    int64_t r, a, step;
+/* A Last-Event-ID: "<record seq>:<anomaly seq>:<log seq>" (this stream's ids) moves the
+ * resume point past all three; "<record seq>:<anomaly seq>", the ids of streams before log
+ * lines had one, past those two. A bare number is the id of streams before that, a record's
+ * step, and resumes at the next step (since_step = n + 1); anything else is ignored, and the
+ * stream starts where the query says. */
+static void read_last_event_id(const char *lei, int64_t *since, zt_watch_cursor *after) {
+    int64_t r, a, l = 0, step;
     char end;
     if (!lei)
         return;
-    if (sscanf(lei, "%" SCNd64 ":%" SCNd64 "%c", &r, &a, &end) == 2 && r >= 0 && a >= 0 &&
-        strspn(lei, "0123456789:") == strlen(lei)) {
-        if (r > *after)
-            *after = r;
-        if (a > *after_anomaly)
-            *after_anomaly = a;
+    bool digits = strspn(lei, "0123456789:") == strlen(lei);
+    int n = sscanf(lei, "%" SCNd64 ":%" SCNd64 ":%" SCNd64 "%c", &r, &a, &l, &end);
+    if (digits && (n == 3 || (n == 2 && strchr(lei, ':') == strrchr(lei, ':'))) && r >= 0 &&
+        a >= 0 && l >= 0) {
+        if (r > after->seq)
+            after->seq = r;
+        if (a > after->anomaly_seq)
+            after->anomaly_seq = a;
+        if (l > after->log_seq)
+            after->log_seq = l;
     } else if (sscanf(lei, "%" SCNd64 "%c", &step, &end) == 1 && step >= 0 &&
                step < INT64_MAX && strspn(lei, "0123456789") == strlen(lei)) {
         if (step + 1 > *since)
@@ -387,25 +396,28 @@ static void read_last_event_id(const char *lei, int64_t *since, int64_t *after,
     }
 }
 
-/* GET /api/v1/jobs/{id}/events?since_step=&after_seq=&after_anomaly_seq=&logs=&tail=: the job,
- * its records from since_step (and after the record numbered after_seq), its anomaly events
- * (after the one numbered after_anomaly_seq) and (logs=1) its last `tail` log lines (0: none),
- * then live events until a terminal state. A reconnecting EventSource's Last-Event-ID (the id
- * of the last metrics or anomaly event it had) stands for both cursors, so it goes on after
- * that record and that event, also inside a step of several records. */
+/* GET /api/v1/jobs/{id}/events?since_step=&after_seq=&after_anomaly_seq=&logs=&tail=
+ * &after_log_seq=: the job, its records from since_step (and after the record numbered
+ * after_seq), its anomaly events (after the one numbered after_anomaly_seq) and (logs=1) those
+ * of its last `tail` log lines (0: none) after the one numbered after_log_seq, then live events
+ * until a terminal state. A reconnecting EventSource's Last-Event-ID (the id of the last event
+ * it had) stands for the three cursors, so it goes on after that record, event and log line,
+ * also inside a step of several records. */
 enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
                                    const char *id) {
     enum MHD_Result ret;
-    int64_t since = 0, tail = 100, after = 0, after_anomaly = 0;
+    int64_t since = 0, tail = 100;
+    zt_watch_cursor after = {0};
     bool logs = false;
     if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret) ||
-        !zt_http_arg_int(c, "after_seq", 0, INT64_MAX, &after, &ret) ||
-        !zt_http_arg_int(c, "after_anomaly_seq", 0, INT64_MAX, &after_anomaly, &ret) ||
+        !zt_http_arg_int(c, "after_seq", 0, INT64_MAX, &after.seq, &ret) ||
+        !zt_http_arg_int(c, "after_anomaly_seq", 0, INT64_MAX, &after.anomaly_seq, &ret) ||
+        !zt_http_arg_int(c, "after_log_seq", 0, INT64_MAX, &after.log_seq, &ret) ||
         !zt_http_arg_int(c, "tail", 0, ZT_MAX_LOG_TAIL, &tail, &ret) ||
         !zt_http_arg_bool(c, "logs", &logs, &ret))
         return ret;
     read_last_event_id(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID"), &since,
-                       &after, &after_anomaly);
+                       &after);
     zt_sse *st = sse_create(s, c);
     if (!st)
         return MHD_NO;
@@ -425,10 +437,8 @@ enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
     zt_job_info_free(&probe);
     st->what = ZT_WATCH_STATE | ZT_WATCH_METRICS | (logs ? ZT_WATCH_LOGS : 0);
     st->since = since;
-    st->after_seq = after;
-    st->after_anomaly_seq = after_anomaly;
-    st->sent_seq = after;
-    st->sent_anomaly_seq = after_anomaly;
+    st->after = after;
+    st->sent = after;
     st->log_tail = (int)tail;
     st->job_id = strdup(id);
     struct MHD_Response *r =

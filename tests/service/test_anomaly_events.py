@@ -121,8 +121,8 @@ def seqs(events, kind):
 
 
 def cursors(events):
-    """The ids the stream must give its metrics and anomaly events: the seq of the last record
-    and of the last anomaly event sent so far, "<record>:<anomaly>"."""
+    """The ids the stream must give its metrics and anomaly events: the seq of the last record,
+    anomaly event and log line sent so far, "<record>:<anomaly>:<log>" (no log lines here)."""
     r = a = 0
     out = []
     for name, data, _ in events:
@@ -131,7 +131,7 @@ def cursors(events):
         elif name == "anomaly":
             a = int(data["seq"])
         if name in ("metrics", "anomaly"):
-            out.append(f"{r}:{a}")
+            out.append(f"{r}:{a}:0")
     return out
 
 
@@ -154,7 +154,7 @@ def check_cursors(d, job_id, n_records):
     full = read_events(d, job_id)
     ids = [e[2] for e in full if e[0] in ("metrics", "anomaly")]
     ck.check(seqs(full, "anomaly") == [1, 2] and ids == cursors(full),
-             f"SSE ids are <record seq>:<anomaly seq> ({ids[:2]} ... {ids[-3:]})")
+             f"SSE ids are <record seq>:<anomaly seq>:<log seq> ({ids[:2]} ... {ids[-3:]})")
     check_resume(d, job_id, n_records, "after record 5",
                  lambda evs: seqs(evs, "metrics")[-1:] == [5])
     check_resume(d, job_id, n_records, "after the first anomaly event",

@@ -12,12 +12,15 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      ztraind sees the request (a URL or header over its memory limit, an HTTP version it does
      not speak), are the statuses the OpenAPI document lists for them.
   c. A finished job: a live event stream opened at submission replays and follows every record
-     (equal to metrics.jsonl), each with "<seq>:0" as the event id (no anomaly events), and ends
-     after the terminal job
+     (equal to metrics.jsonl) and log line, each metrics and log event with
+     "<record seq>:0:<log seq>" as the event id, the last of each sent (no anomaly events), and
+     ends after the terminal job
      event; an eval step's two records are each given once by /records paged one record at a
      time, by a stream dropped between them and resumed with Last-Event-ID or ?after_seq=, and
      by WatchJob's after_seq; a bare-number Last-Event-ID (the old step id) resumes at the
-     next step; GET /api/v1/jobs/{id} has
+     next step, a two-number one (the id before log lines had one) after that record; a stream
+     with logs dropped after a log line and resumed with Last-Event-ID, ?after_log_seq= or
+     WatchJob's after_log_seq gives every line once; GET /api/v1/jobs/{id} has
      every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl (keys
      repeated or comma-separated alike, 65 of them 400),
      max_points thins them keeping the last point; records and logs; the list pages.
@@ -395,7 +398,7 @@ def check_record_cursor(api, d, job_id, recs):
         first = read_until(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
                            lambda e, st=step: e[0] == "metrics" and e[1]["step"] == st)
         last_id = first[-1][2] if first else None
-        # The id is "<record seq>:<anomaly seq>" (docs/api.md); this job has no events.
+        # The id is "<record seq>:<anomaly seq>:<log seq>" (docs/api.md); no events here.
         last_seq = last_id.split(":")[0] if last_id else "0"
         rest = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
                            headers={"Last-Event-ID": last_id or ""})
@@ -431,6 +434,14 @@ def check_record_cursor(api, d, job_id, recs):
     ck.check(vals == [r for r in recs if r["train/global_step"] > step],
              f"c: an old step id (Last-Event-ID: {step}) resumes at step {step + 1} "
              f"({len(vals)} records)")
+    # A two-number id, the one streams sent before log lines had a seq, resumes after that
+    # record.
+    two_part = EventStream(api, f"/api/v1/jobs/{job_id}/events?since_step=0",
+                           headers={"Last-Event-ID": "3:0"})
+    two_part.join(60)
+    vals = [e[1]["values"] for e in two_part.events if e[0] == "metrics"]
+    ck.check(vals == recs[3:], f"c: Last-Event-ID 3:0 resumes after record 3 ({len(vals)} "
+             f"records, want {len(recs) - 3})")
     req = stubs()[0].WatchJobRequest(id=job_id, after_seq=-1)
     try:
         list(d.stub().WatchJob(req, metadata=d.metadata, timeout=30))
@@ -438,6 +449,50 @@ def check_record_cursor(api, d, job_id, recs):
     except grpc.RpcError as e:
         code = e.code().name
     ck.check(code == "INVALID_ARGUMENT", f"c: WatchJob after_seq=-1 is INVALID_ARGUMENT ({code})")
+
+
+def check_log_cursor(api, d, job_id):
+    """A stream with logs cut right after a log line and resumed with its Last-Event-ID (or
+    ?after_log_seq=, or WatchJob's after_log_seq) gives every log line exactly once: before
+    log lines had a seq in the id, a reconnecting dashboard got the last `tail` lines again."""
+    s, lg = api.get(f"/api/v1/jobs/{job_id}/logs?tail=10000")
+    every = [l["seq"] for l in lg.get("lines", [])] if s == 200 else []
+    ck.check(len(every) >= 6, f"c: the job has log lines to resume in ({len(every)})")
+    if len(every) < 6:
+        return
+    cut = every[len(every) // 2]
+    path = f"/api/v1/jobs/{job_id}/events?since_step=0&logs=1&tail=10000"
+    first = read_until(api, path, lambda e: e[0] == "log" and e[1]["seq"] == cut)
+    last_id = first[-1][2] if first else ""
+    rest = EventStream(api, path, headers={"Last-Event-ID": last_id})
+    rest.join(60)
+    joined = [e[1]["seq"] for e in first + rest.events if e[0] == "log"]
+    ck.check(joined == every and rest.clean_end,
+             f"c: a stream with logs dropped after log line {cut} (id {last_id}) and resumed "
+             f"with Last-Event-ID gives every line once ({len(joined)} of {len(every)}, "
+             f"{len(joined) - len(set(joined))} twice)")
+    by_query = EventStream(api, path + f"&after_log_seq={cut}")
+    by_query.join(60)
+    tail = [e[1]["seq"] for e in by_query.events if e[0] == "log"]
+    ck.check(tail == [x for x in every if x > cut],
+             f"c: ?after_log_seq={cut} streams the lines after it ({len(tail)})")
+    # Over gRPC: a first watch's lines are live ones only (none, the job has ended); a resumed
+    # one gets the kept lines after its last.
+    pb = stubs()[0]
+    for after, want in ((0, []), (cut, [x for x in every if x > cut])):
+        req = pb.WatchJobRequest(id=job_id, logs=True, after_log_seq=after)
+        got = [ev.log.seq for ev in d.stub().WatchJob(req, metadata=d.metadata, timeout=60)
+               if ev.WhichOneof("event") == "log"]
+        ck.check(got == want, f"c: WatchJob logs after_log_seq={after} gives {len(want)} "
+                 f"lines ({len(got)}: {got[:3]}...)")
+    try:
+        list(d.stub().WatchJob(pb.WatchJobRequest(id=job_id, after_log_seq=-1),
+                               metadata=d.metadata, timeout=30))
+        code = "OK"
+    except grpc.RpcError as e:
+        code = e.code().name
+    ck.check(code == "INVALID_ARGUMENT", f"c: WatchJob after_log_seq=-1 is INVALID_ARGUMENT "
+             f"({code})")
 
 
 def case_c(api, d):
@@ -486,19 +541,29 @@ def case_c(api, d):
              all(e[1]["state"] not in TERMINAL for e in jobs[:-1]),
              f"c: the stream ends right after the terminal job event "
              f"({[e[1]['state'] for e in jobs]})")
-    ids = [e[2] for e in ev if e[0] == "metrics"]
+    ids = [e[2] for e in ev if e[0] in ("metrics", "log")]
+    want_ids, seq, log_seq = [], 0, 0
+    for e in ev:
+        if e[0] == "metrics":
+            seq += 1
+        elif e[0] == "log":
+            log_seq = e[1]["seq"]
+        if e[0] in ("metrics", "log"):
+            want_ids.append(f"{seq}:0:{log_seq}")
     ck.check([g["values"] for g in got] == recs and
              all(g["step"] == r["train/global_step"] for g, r in zip(got, recs)) and
-             ids == [f"{n}:0" for n in range(1, len(recs) + 1)],
-             f"c: the stream's metrics events are metrics.jsonl, in order, with id = the "
-             f"record's seq 1, 2, ... and the job's anomaly seq, 0 ({len(got)} events, "
-             f"{len(recs)} records, ids {ids[:3]})")
+             ids == want_ids,
+             f"c: the stream's metrics events are metrics.jsonl, in order, and every metrics "
+             f"and log event's id is the record seq 1, 2, ..., the job's anomaly seq, 0, and the "
+             f"last log line's seq ({len(got)} events, {len(recs)} records, ids {ids[:3]}, "
+             f"want {want_ids[:3]})")
     logs = [e[1] for e in ev if e[0] == "log"]
     ck.check(logs and all(set(l) == {"seq", "time_unix_ms", "rank", "stream", "text"} for l in logs)
              and [l["seq"] for l in logs] == sorted({l["seq"] for l in logs}),
              f"c: logs=1 adds log events with increasing seq ({len(logs)})")
 
     check_record_cursor(api, d, job_id, recs)
+    check_log_cursor(api, d, job_id)
 
     s, _, raw = api.request("GET", f"/api/v1/jobs/{job_id}")
     missing = [k for k in JOB_FIELDS if k not in json.loads(raw)]

@@ -223,15 +223,18 @@ class Client:
 
     def watch(self, job_id: str, since_step: int = 0, logs: bool = False,
               timeout: Optional[float] = None, after_seq: int = 0,
-              after_anomaly_seq: int = 0) -> Iterator[WatchEvent]:
+              after_anomaly_seq: int = 0, after_log_seq: int = 0) -> Iterator[WatchEvent]:
         """The job's events as typed objects: JobUpdate first, then Metrics records from
-        since_step on (history first), live updates, Log lines when logs=True, and Anomaly
-        events; the iteration ends after the update that carries a terminal state. after_seq
-        and after_anomaly_seq resume a watch that was cut: only records after the one with
-        that seq (the last Metrics.seq received) and Anomaly events after the one with that
-        seq (the last Anomaly.seq received) come."""
+        since_step on (history first), live updates, Log lines when logs=True (live ones), and
+        Anomaly events; the iteration ends after the update that carries a terminal state.
+        after_seq, after_anomaly_seq and after_log_seq resume a watch that was cut: only
+        records after the one with that seq (the last Metrics.seq received), Anomaly events
+        after the one with that seq (the last Anomaly.seq received) and, with logs, the Log
+        lines after the one with that seq (the last Log.seq received: the lines the daemon
+        still keeps after it come first) come."""
         req = pb.WatchJobRequest(id=_id(job_id), since_step=since_step, logs=logs,
-                                 after_seq=after_seq, after_anomaly_seq=after_anomaly_seq)
+                                 after_seq=after_seq, after_anomaly_seq=after_anomaly_seq,
+                                 after_log_seq=after_log_seq)
         for ev in self._stream("WatchJob", req, timeout):
             e = _event(ev)
             if e is not None:
