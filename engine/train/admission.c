@@ -303,6 +303,16 @@ zt_status zt_admission_check(const zt_job_spec *job, const zt_admission_limits *
     ZT_TRY(zt_memory_estimate_job(job, source, e));
     char what[96];
     if (e->has_device) {
+        /* NCCL puts each rank of a host on a GPU of its own (two ranks on one GPU is an NCCL
+         * error): asked for by name, it must find one per rank. "auto" would stage through
+         * host memory instead (zt_comm_choose). */
+        if (job->comm == ZT_COMM_NCCL && lim->gpus > 0 && e->ranks_per_host > lim->gpus)
+            return zt_error(ZT_ERR_INVALID,
+                            "%s: key 'comm' is \"nccl\", which needs a GPU of its own for each "
+                            "rank, but the %d ranks on one host would share %d GPU(s): set "
+                            "\"comm\" to \"auto\" (ranks sharing a GPU then reduce through host "
+                            "memory), or run at most %d rank(s) per host",
+                            source, e->ranks_per_host, lim->gpus, lim->gpus);
         const uint64_t need = e->device.total_bytes;
         if (lim->device_bytes && need > lim->device_bytes)
             return refuse_device(job, e, source, 0, lim->device_name, lim->device_bytes);

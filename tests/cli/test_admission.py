@@ -201,6 +201,31 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
                                   env=emu)
         check(rc == 2 and "--max-device-memory expects a positive size" in err,
               f"a bad --max-device-memory is a usage error: {rc} {err.strip()[:200]}")
+        # "comm": "nccl" needs a GPU per rank: two ranks on the one emulated GPU are refused by
+        # validate and run before a rank starts, naming the key; on two GPUs the job runs.
+        with open(gpu) as f:
+            nccl_job = json.load(f)
+        nccl_job.update(name="gpu-nccl", comm="nccl")
+        nccl = os.path.join(d, "gpu-nccl.json")
+        with open(nccl, "w") as f:
+            json.dump(nccl_job, f)
+        for cmd in (["validate", nccl], ["run", nccl, "--out", os.path.join(d, "out-nccl1")]):
+            rc, out, err, _ = watched([ZTRAIN] + cmd, env=emu)
+            check(rc == 1 and "key 'comm' is \"nccl\"" in out + err and
+                  "the 2 ranks on one host would share 1 GPU(s)" in out + err and
+                  "pid" not in err,
+                  f"{cmd[0]}: 2 nccl ranks on 1 emulated GPU refused naming comm: exit {rc}: "
+                  f"{(out + err).strip()[-400:]}")
+        rc, out, err, _ = watched([ZTRAIN, "run", nccl, "--out", os.path.join(d, "out-nccl2")],
+                                  env=dict(emu, ZTRAIN_CUDA_EMU_DEVICES="2"))
+        check(rc == 0, f"run: 2 nccl ranks on 2 emulated GPUs train: exit {rc} {err[-300:]}")
+        # CUDA_VISIBLE_DEVICES narrows the emulated GPUs as on a GPU host.
+        rc, out, err, _ = watched([ZTRAIN, "validate", nccl],
+                                  env=dict(emu, ZTRAIN_CUDA_EMU_DEVICES="2",
+                                           CUDA_VISIBLE_DEVICES="1"))
+        check(rc == 1 and "share 1 GPU(s)" in out + err,
+              f"validate: CUDA_VISIBLE_DEVICES=1 of 2 emulated GPUs leaves one: exit {rc}: "
+              f"{(out + err).strip()[-300:]}")
     else:
         print("skipped: the device checks (this build has no emulated CUDA device)")
 

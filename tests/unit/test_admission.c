@@ -601,6 +601,25 @@ static void test_device_refusal(void) {
     lim.gpu_bytes = need + ZT_DEVICE_RESERVE_BYTES;
     CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "a GPU each: %s",
           zt_last_error());
+    /* "comm": "nccl" needs a GPU per rank of a host (NCCL refuses two ranks on one GPU): four
+     * ranks on two GPUs are refused naming the key, whatever the memory; "auto" shares them. */
+    lim = (zt_admission_limits){.gpu_bytes = 8 * (need + ZT_DEVICE_RESERVE_BYTES),
+                                .gpu_name = "GPU 0 (test)", .gpus = 2};
+    job.comm = ZT_COMM_NCCL;
+    s = zt_admission_check(&job, &lim, "spec", NULL);
+    CHECK(s == ZT_ERR_INVALID && strstr(zt_last_error(), "spec: key 'comm' is \"nccl\"") &&
+              strstr(zt_last_error(), "the 4 ranks on one host would share 2 GPU(s)"),
+          "%s", zt_last_error());
+    lim.gpus = 4;
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "nccl, a GPU each: %s",
+          zt_last_error());
+    lim.gpus = 0; /* no GPU count known (ztraind under Slurm): not judged here */
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "nccl, GPUs unknown: %s",
+          zt_last_error());
+    lim.gpus = 2;
+    job.comm = ZT_COMM_AUTO;
+    CHECK(zt_admission_check(&job, &lim, "spec", NULL) == ZT_OK, "auto shares the GPUs: %s",
+          zt_last_error());
     /* The same limits do not apply to a CPU job. */
     job.device = ZT_DEVICE_CPU;
     lim.device_bytes = 1;

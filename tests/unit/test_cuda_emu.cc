@@ -4,7 +4,7 @@
  * in divergent code, threads at two different barriers, a shuffle naming absent lanes, too much
  * dynamic shared memory, a host pointer handed to a kernel, a misaligned cuBLASLt operand — each
  * seen caught, beside the same kernels written correctly, whose results are checked against plain
- * loops.
+ * loops; and CUDA_VISIBLE_DEVICES honoured as the CUDA runtime honours it.
  *
  * A fault on a GPU is sticky for the process, and on the emulator too, so every case runs in a
  * child process of its own; the parent reads its exit status and what it wrote to stderr.
@@ -557,6 +557,40 @@ static int case_graphs_refused() {
     return 0;
 }
 
+/* CUDA_VISIBLE_DEVICES read as the CUDA runtime reads it, over four emulated GPUs: indices up to
+ * the first that is malformed, out of range or repeated; empty hides all. Each setting in a
+ * process of its own, since the device count is read once. */
+static int case_visible_devices() {
+    static const struct {
+        const char *value; /* nullptr: unset */
+        int want;
+    } settings[] = {{nullptr, 4}, {"0", 1},     {"2,0", 2},   {"3,2,1,0", 4}, {"", 0},
+                    {"1,1", 1},   {"0,7,1", 1}, {"5", 0},     {"0,x", 1},     {"-1", 0},
+                    {"GPU-8f2a", 0}, {"2x", 0}};
+    int bad = 0;
+    for (const auto &s : settings) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("ZTRAIN_CUDA_EMU_DEVICES", "4", 1);
+            if (s.value)
+                setenv("CUDA_VISIBLE_DEVICES", s.value, 1);
+            else
+                unsetenv("CUDA_VISIBLE_DEVICES");
+            int n = -1;
+            _exit(cudaGetDeviceCount(&n) == cudaSuccess && n >= 0 ? n : 99);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        int got = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (got != s.want) {
+            fprintf(stderr, "CUDA_VISIBLE_DEVICES=%s: %d devices, want %d\n",
+                    s.value ? s.value : "(unset)", got, s.want);
+            bad++;
+        }
+    }
+    return bad ? 1 : 0;
+}
+
 /* ---- the driver ------------------------------------------------------------------------------ */
 
 struct test_case {
@@ -587,6 +621,8 @@ static const test_case cases[] = {
      nullptr},
     {"CUDA graphs: every call refused by name, the stream unaffected", case_graphs_refused, 0,
      "cudaStreamBeginCapture: stream capture and CUDA graphs are not emulated"},
+    {"CUDA_VISIBLE_DEVICES: the devices it names, read as the CUDA runtime reads it",
+     case_visible_devices, 0, nullptr},
 };
 
 int main() {

@@ -166,7 +166,8 @@ typedef struct {
  * it needs an estimated 96.4 GiB per rank on the GPU (...), and 1.0 GiB for the CUDA context,
  * NCCL and cuDNN, above GPU 0 (NVIDIA H100 80GB HBM3), 79.6 GiB; each of these alone would fit:
  * ZeRO stage 3 (...)" (against "a 1/k share of GPU 0 (...), which k ranks share" when k ranks
- * share it). est may be
+ * share it). A job whose "comm" is "nccl" is refused naming the key when the ranks on a host
+ * outnumber lim->gpus (NCCL needs a GPU per rank). est may be
  * NULL; when not, it holds the estimate whatever the verdict (unless the estimate itself
  * failed). */
 zt_status zt_admission_check(const zt_job_spec *job, const zt_admission_limits *lim,

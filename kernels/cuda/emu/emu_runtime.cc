@@ -96,6 +96,36 @@ struct config {
     unsigned long fault_nth = 1, fault_seen = 0;
 };
 
+/* How many of n devices CUDA_VISIBLE_DEVICES leaves visible, read as the CUDA runtime reads it:
+ * a comma-separated list of device indices, taken up to the first entry that is not one (a
+ * UUID or MIG name included, which the emulated devices do not have), is out of range or
+ * repeats an earlier one; an empty value hides every device. The visible ones are numbered 0,
+ * 1, ... in the list's order. Unset: all n. */
+int visible_devices(int n) {
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v)
+        return n;
+    std::vector<long> seen;
+    for (const char *p = v; *p;) {
+        while (*p == ' ')
+            p++;
+        char *end = nullptr;
+        long i = strtol(p, &end, 10);
+        if (end == p || i < 0 || i >= n)
+            break;
+        while (*end == ' ')
+            end++;
+        bool again = false;
+        for (long s : seen)
+            again |= s == i;
+        if (again || (*end != ',' && *end != '\0'))
+            break;
+        seen.push_back(i);
+        p = *end == ',' ? end + 1 : end;
+    }
+    return (int)seen.size();
+}
+
 config &cfg() {
     static config *c = [] {
         config *c = new config;
@@ -109,6 +139,8 @@ config &cfg() {
                 fprintf(stderr, "ztrain cuda emulator: ZTRAIN_CUDA_EMU_DEVICES='%s' is not a "
                         "number of devices from 1 to 64: the emulated device shows none\n", d);
         }
+        /* A rank given its own GPUs by ztraind or a launcher sees only those, as on a host. */
+        c->devices = visible_devices(c->devices);
         if (const char *i = getenv("ZTRAIN_CUDA_EMU_INTERLEAVE"))
             c->interleave = strcmp(i, "0") == 0 ? 0 : 1;
         /* NAME or NAME:N: the Nth launch of a kernel whose name contains NAME faults (a test's
