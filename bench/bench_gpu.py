@@ -60,7 +60,16 @@ def llama_params(m):
 
 
 def flops_per_token(m, params):
-    return 6 * params + 12 * m["n_layer"] * m["n_embd"] * m["block_size"]
+    """llm.c's count, the one its reported MFU uses and bench/perf_model.py's model FLOPs
+    follow: 6 per weight and token, the weights being every parameter less an untied input
+    embedding (a lookup, no product), and 6·L·C·T for attention's two T×T products under the
+    causal mask. ztrain's own perf/tflops counts as DeepSpeedExamples does (12·L·C·T, the input
+    embedding in), about 7% more for GPT-2 124M: the MFU here is computed from tokens/s alike
+    for every run, so runs compare with one another and with the model."""
+    weights = params
+    if m["type"] == "llama" and not m.get("tie_word_embeddings", False):
+        weights -= m["vocab_size"] * m["n_embd"]
+    return 6 * weights + 6 * m["n_layer"] * m["n_embd"] * m["block_size"]
 
 
 def peak_of(name):

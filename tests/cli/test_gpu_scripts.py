@@ -70,6 +70,12 @@ kv = C // H * KV
 llama = 2 * V * C + L * (C * C * 2 + 2 * C * kv + 3 * C * FF + 2 * C) + C
 got = plan.get("llama", {}).get("params")
 check(got == llama == 1100048384, f"bench plan: the Llama has {got} parameters, expected {llama}")
+# MFU's FLOPs per token are llm.c's (train_gpt2.cu, gpt2_estimate_mfu): 6 per parameter (less an
+# untied input embedding) and 6·L·C·T, as bench/perf_model.py's model FLOPs.
+want = {"gpt2": 6 * gpt2 + 6 * 12 * 768 * 1024,
+        "llama": 6 * (llama - 32000 * 2048) + 6 * 22 * 2048 * 2048}
+got = {k: plan.get(k, {}).get("flops_per_token") for k in want}
+check(got == want, f"bench plan: FLOPs per token by llm.c's count ({got}, expected {want})")
 check(plan.get("peak", {}).get("H100 SXM") == 989e12 and "ztrain" in plan.get("runs", []) and
       "torch_compile" in plan.get("runs", []),
       f"bench plan: states the peak and the runs ({plan.get('peak')}, {plan.get('runs')})")
