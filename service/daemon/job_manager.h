@@ -330,7 +330,8 @@ typedef struct zt_job_watch zt_job_watch;
  * ZT_WATCH_LOGS is asked for, the terminal state is still delivered as a STATE event, so the
  * caller knows when to end. `after` resumes a watch that was cut: the records, anomaly events
  * and log lines numbered up to its seqs are not sent again (a replayed log line is one of the
- * last log_tail lines and newer than after->log_seq). ZT_ERR_NOT_FOUND for an unknown id. */
+ * last log_tail lines, -1 meaning every line the job keeps, and newer than after.log_seq).
+ * ZT_ERR_NOT_FOUND for an unknown id. */
 zt_status zt_jobs_watch(zt_jobs *jm, const char *id, int what, int64_t from_step,
                         zt_watch_cursor after, int log_tail, zt_job_event_fn fn, void *ctx,
                         zt_job_watch **out);
