@@ -110,7 +110,8 @@ static const hf_row rows[] = {
     CONST("mistral qwen2", "o_bias", "false"),
     FIELD("mistral", "sliding_window", "sliding_window", "4096"),
     FIELD("qwen2", "sliding_window", "sliding_window", "4096", .when = "use_sliding_window"),
-    /* rope_scaling is an object, or null for none. */
+    /* rope_scaling is an object, or null for none; rope_type "default" reads as null
+     * (zt_hf_layout_read), and a type outside these is refused there first. */
     FIELD("llama qwen2", "rope_scaling.rope_type", "rope_scaling", "null",
           .allowed = "[\"linear\", \"llama3\"]", .when = "rope_scaling"),
     /* transformers has no defaults for these: a scaling type without one of its members is
