@@ -60,7 +60,7 @@ static void show(zt_cli_text *t, bool final) {
     while (!final && end >= 3 && memcmp(text + end - 3, "\xef\xbf\xbd", 3) == 0)
         end -= 3;
     size_t from = t->shown_len;
-    if (len < t->shown_len || memcmp(text, t->shown, t->shown_len) != 0) {
+    if (len < t->shown_len || (t->shown_len && memcmp(text, t->shown, t->shown_len) != 0)) {
         if (!t->reprinted)
             fprintf(stderr, "ztrain: sample: the tokenizer's decoder changed text already "
                             "printed: the text so far is printed again on a new line\n");
