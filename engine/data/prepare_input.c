@@ -211,15 +211,27 @@ void prep_reader_close(prep_reader *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* The next line (without its '\n') or false at the end of the file. */
+/* The next line, without its terminator, or false at the end of the file. A JSONL line ends at
+ * '\n' (a '\r' before it is JSON whitespace). A text line (--lines) ends at "\n", "\r\n" or a
+ * lone "\r", as Python's universal newlines read a file (open() in text mode, and so HF
+ * datasets' "text" loader): a CRLF file gives the lines an LF file does. */
 static bool next_line(prep_reader *r, const char **s, size_t *len) {
     if (r->pos >= r->size)
         return false;
-    const char *start = r->data + r->pos;
-    const char *nl = memchr(start, '\n', r->size - r->pos);
+    const char *start = r->data + r->pos, *end = r->data + r->size, *p = start;
+    if (r->jsonl) {
+        p = memchr(start, '\n', r->size - r->pos);
+        if (!p)
+            p = end;
+    } else {
+        while (p < end && *p != '\n' && *p != '\r')
+            p++;
+    }
     *s = start;
-    *len = nl ? (size_t)(nl - start) : r->size - r->pos;
-    r->pos += *len + (nl ? 1 : 0);
+    *len = (size_t)(p - start);
+    if (p < end)
+        p += *p == '\r' && p + 1 < end && p[1] == '\n' ? 2 : 1;
+    r->pos = (size_t)(p - r->data);
     r->line++;
     return true;
 }

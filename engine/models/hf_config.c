@@ -48,6 +48,10 @@ typedef struct {
      * quotient (head_dim 0 is n_embd / n_head). */
     const char *zero_is;
     bool positions;      /* the value bounds model.block_size (n_positions) */
+    /* The value sizes a tensor or counts layers: transformers passes it to torch as it is, and
+     * from_pretrained fails (TypeError) on a float, even a whole one ("4.0"). The other integer
+     * keys (max_position_embeddings, sliding_window, ...) load as floats and are read as ints. */
+    bool int_only;
 } hf_row;
 
 #define LLAMA_LIKE "llama mistral qwen2"
@@ -59,11 +63,11 @@ typedef struct {
 static const hf_row rows[] = {
     /* GPT-2 (GPT2LMHeadModel). n_positions is the length of the position table, which the
      * loader crops to block_size; export writes block_size. */
-    FIELD("gpt2", "n_layer", "n_layer", "12"),
-    FIELD("gpt2", "n_head", "n_head", "12"),
-    FIELD("gpt2", "n_embd", "n_embd", "768"),
-    FIELD("gpt2", "vocab_size", "vocab_size", "50257"),
-    FIELD("gpt2", "n_positions", NULL, "1024", .positions = true),
+    FIELD("gpt2", "n_layer", "n_layer", "12", .int_only = true),
+    FIELD("gpt2", "n_head", "n_head", "12", .int_only = true),
+    FIELD("gpt2", "n_embd", "n_embd", "768", .int_only = true),
+    FIELD("gpt2", "vocab_size", "vocab_size", "50257", .int_only = true),
+    FIELD("gpt2", "n_positions", NULL, "1024", .positions = true, .int_only = true),
     FIXED("gpt2", "n_inner", "null", "[null]"),
     FIXED("gpt2", "activation_function", "\"gelu_new\"",
           "[\"gelu_new\", \"gelu_pytorch_tanh\"]"),
@@ -75,19 +79,23 @@ static const hf_row rows[] = {
 
     /* The Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), with the
      * defaults of transformers' LlamaConfig, MistralConfig and Qwen2Config. */
-    FIELD(LLAMA_LIKE, "num_hidden_layers", "n_layer", "32"),
-    FIELD(LLAMA_LIKE, "num_attention_heads", "n_head", "32"),
-    FIELD(LLAMA_LIKE, "hidden_size", "n_embd", "4096"),
-    FIELD("llama mistral", "vocab_size", "vocab_size", "32000"),
-    FIELD("qwen2", "vocab_size", "vocab_size", "151936"),
-    FIELD("llama", "num_key_value_heads", "n_kv_head", "null", .zero_is = "n_head"),
-    FIELD("mistral", "num_key_value_heads", "n_kv_head", "8", .zero_is = "n_head"),
-    FIELD("qwen2", "num_key_value_heads", "n_kv_head", "32", .zero_is = "n_head"),
+    FIELD(LLAMA_LIKE, "num_hidden_layers", "n_layer", "32", .int_only = true),
+    FIELD(LLAMA_LIKE, "num_attention_heads", "n_head", "32", .int_only = true),
+    FIELD(LLAMA_LIKE, "hidden_size", "n_embd", "4096", .int_only = true),
+    FIELD("llama mistral", "vocab_size", "vocab_size", "32000", .int_only = true),
+    FIELD("qwen2", "vocab_size", "vocab_size", "151936", .int_only = true),
+    FIELD("llama", "num_key_value_heads", "n_kv_head", "null", .zero_is = "n_head",
+          .int_only = true),
+    FIELD("mistral", "num_key_value_heads", "n_kv_head", "8", .zero_is = "n_head",
+          .int_only = true),
+    FIELD("qwen2", "num_key_value_heads", "n_kv_head", "32", .zero_is = "n_head",
+          .int_only = true),
     /* Qwen2Config has no head_dim: its heads are always hidden_size / num_attention_heads. */
-    FIELD("llama mistral", "head_dim", "head_dim", "null", .zero_is = "n_embd/n_head"),
-    FIELD("llama", "intermediate_size", "intermediate_size", "11008"),
-    FIELD("mistral", "intermediate_size", "intermediate_size", "14336"),
-    FIELD("qwen2", "intermediate_size", "intermediate_size", "22016"),
+    FIELD("llama mistral", "head_dim", "head_dim", "null", .zero_is = "n_embd/n_head",
+          .int_only = true),
+    FIELD("llama", "intermediate_size", "intermediate_size", "11008", .int_only = true),
+    FIELD("mistral", "intermediate_size", "intermediate_size", "14336", .int_only = true),
+    FIELD("qwen2", "intermediate_size", "intermediate_size", "22016", .int_only = true),
     FIELD(LLAMA_LIKE, "rms_norm_eps", "rms_norm_eps", "1e-06"),
     FIELD(LLAMA_LIKE, "rope_theta", "rope_theta", "10000.0"),
     FIELD("llama", "max_position_embeddings", "max_position_embeddings", "2048",
@@ -110,7 +118,8 @@ static const hf_row rows[] = {
     CONST("mistral qwen2", "o_bias", "false"),
     FIELD("mistral", "sliding_window", "sliding_window", "4096"),
     FIELD("qwen2", "sliding_window", "sliding_window", "4096", .when = "use_sliding_window"),
-    /* rope_scaling is an object, or null for none. */
+    /* rope_scaling is an object, or null for none; rope_type "default" reads as null
+     * (zt_hf_layout_read), and a type outside these is refused there first. */
     FIELD("llama qwen2", "rope_scaling.rope_type", "rope_scaling", "null",
           .allowed = "[\"linear\", \"llama3\"]", .when = "rope_scaling"),
     /* transformers has no defaults for these: a scaling type without one of its members is
@@ -282,7 +291,12 @@ static zt_status apply_row(const hf_row *r, const cJSON *root, zt_hf_config *c) 
     if (!v)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", c->path);
     zt_status s = ZT_OK;
-    if (r->allowed && !cJSON_IsNull(v) && !allowed_value(r, v)) {
+    if (r->int_only && cJSON_IsNumber(v) && zt_json_is_float_literal(v) &&
+        v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15)
+        s = zt_error(ZT_ERR_FORMAT, "%s: key '%s' is %.0f.0, a float: transformers sizes the "
+                     "model with it and from_pretrained fails on a float (TypeError); write it "
+                     "as an integer, %.0f", c->path, r->key, v->valuedouble, v->valuedouble);
+    if (s == ZT_OK && r->allowed && !cJSON_IsNull(v) && !allowed_value(r, v)) {
         char got[96];
         zt_json_repr(v, got, sizeof got);
         s = zt_error(ZT_ERR_UNSUPPORTED, "%s: key '%s' is %s, which ztrain's %s does not "
@@ -329,7 +343,7 @@ static zt_status check_weights(const char *dir) {
         if (t->dtype != ZT_ST_F32 && t->dtype != ZT_ST_F16 && t->dtype != ZT_ST_BF16 &&
             strcmp(t->dtype_name, "F64") != 0)
             s = zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, not a float type ztrain "
-                         "reads (F32, F16, BF16)", set.tensors[i].file->path, t->name,
+                         "reads (F32, F16, BF16, F64)", set.tensors[i].file->path, t->name,
                          t->dtype_name);
     }
     zt_st_set_close(&set);

@@ -299,8 +299,19 @@ static zt_status check_qwen2_head_dim(const cJSON *root, const char *path) {
     return ZT_OK;
 }
 
+/* rope_type "default" is plain RoPE in both versions (ROPE_INIT_FUNCTIONS["default"] reads no
+ * member but rope_theta, and 4.x's rope_config_validation only warns about others): after the
+ * checks above, a rope_scaling of that type reads as null, no scaling. */
+static void drop_default_scaling(cJSON *root) {
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (cJSON_IsObject(rs) && truthy(rs) && strcmp(rope_type_of(rs), "default") == 0)
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "rope_scaling", cJSON_CreateNull());
+}
+
 zt_status zt_hf_layout_read(cJSON *root, const char *type, const char *path) {
     ZT_TRY(read_rope(root, type, path));
+    if (strcmp(type, "gpt2") != 0)
+        drop_default_scaling(root);
     if (strcmp(type, "qwen2") == 0) {
         ZT_TRY(check_layer_types(root, path));
         ZT_TRY(check_qwen2_head_dim(root, path));

@@ -17,7 +17,8 @@
 
 /* Rewrites root (config.json of model_type `type`, read from path) into the 4.x layout:
  * rope_parameters' rope_theta becomes rope_theta and its scaling becomes rope_scaling, as
- * transformers 5 reads them; an old rope_scaling "type" becomes "rope_type". Fails, naming the
+ * transformers 5 reads them; an old rope_scaling "type" becomes "rope_type", and a rope_scaling
+ * of rope_type "default" (plain RoPE to transformers) becomes null. Fails, naming the
  * key and path, on per-layer-type rotary parameters, a rope_type other than default, linear and
  * llama3, a scaling without a member transformers requires of its type (linear's factor;
  * llama3's factor, low/high_freq_factor and original_max_position_embeddings, which only

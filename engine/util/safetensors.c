@@ -388,6 +388,7 @@ zt_status zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_
     if (first > numel || n > numel - first)
         return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has %zu elements, not [%zu, %zu)", f->path,
                         t->name, numel, first, first + n);
+    /* Data need not be aligned (other writers do not pad the header), so it is read with memcpy. */
     const unsigned char *src = zt_st_data(f, t);
     if (t->dtype == ZT_ST_F32) {
         memcpy(dst, src + first * sizeof(float), n * sizeof(float));
@@ -398,9 +399,15 @@ zt_status zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_
             memcpy(&h, src + 2 * (first + i), 2);
             dst[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
         }
+    } else if (strcmp(t->dtype_name, "F64") == 0) {
+        for (size_t i = 0; i < n; i++) {
+            double d;
+            memcpy(&d, src + 8 * (first + i), 8);
+            dst[i] = (float)d;
+        }
     } else {
-        return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, not F32, F16 or BF16",
-                        f->path, t->name, t->dtype_name);
+        return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, not a float type ztrain "
+                        "reads (F32, F16, BF16, F64)", f->path, t->name, t->dtype_name);
     }
     return ZT_OK;
 }
@@ -410,28 +417,7 @@ zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst,
     if ((uint64_t)numel != n)
         return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has %lld elements, expected %zu", f->path,
                         t->name, (long long)numel, n);
-    /* Data need not be aligned (other writers do not pad the header), so it is read with memcpy. */
-    const unsigned char *src = zt_st_data(f, t);
-    if (t->dtype == ZT_ST_F32) {
-        memcpy(dst, src, n * sizeof(float));
-    } else if (t->dtype == ZT_ST_F16 || t->dtype == ZT_ST_BF16) {
-        bool bf = t->dtype == ZT_ST_BF16;
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            dst[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
-        }
-    } else if (strcmp(t->dtype_name, "F64") == 0) {
-        for (size_t i = 0; i < n; i++) {
-            double d;
-            memcpy(&d, src + 8 * i, 8);
-            dst[i] = (float)d;
-        }
-    } else {
-        return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, not a float type", f->path,
-                        t->name, t->dtype_name);
-    }
-    return ZT_OK;
+    return zt_st_read_f32_range(f, t, 0, dst, n);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 /* Prompt text in, generated text out, for `ztrain sample` (cli_text.h). Printing decodes the
  * whole sequence after each id and prints what is new: decoders that look at neighbouring tokens
- * (Metaspace's first-token rule, byte fallback) then give the same text as one decode at the end. */
+ * (Metaspace's first-token rule, byte fallback) then give the same text as one decode at the end
+ * (show() says what is held back for that). */
 #include "cli_text.h"
 
 #include <stdio.h>
@@ -20,25 +21,61 @@ static zt_status push(zt_cli_text *t, int32_t id) {
     return ZT_OK;
 }
 
-/* Prints the decoded text past what is shown. Unless final, a trailing U+FFFD (bytes of a
- * character still to come) is held back. */
+/* True for a <0xNN> token: ByteFallback decodes a run of them together, as UTF-8 when the whole
+ * run is valid and as one U+FFFD per byte when it is not. */
+static bool byte_token(const zt_tokenizer_t *tok, int32_t id) {
+    const char *s = zt_tokenizer_id_token(tok, id);
+    return s && strlen(s) == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' &&
+           strchr("0123456789ABCDEFabcdef", s[3]) && strchr("0123456789ABCDEFabcdef", s[4]);
+}
+
+/* How many ids have text that later ids cannot change: all but a trailing run of byte tokens
+ * (ids that decode leaves out, special or unknown, do not end a run: the run closes over them).
+ * A run that spells 日 so far turns into four U+FFFD when a stray <0xFF> follows. */
+static size_t settled(const zt_cli_text *t) {
+    size_t k = t->n;
+    while (k > 0) {
+        int32_t id = t->ids[k - 1];
+        bool dropped = !zt_tokenizer_id_token(t->tok, id) || zt_tokenizer_is_special(t->tok, id);
+        if (!dropped && !byte_token(t->tok, id))
+            break;
+        k--;
+    }
+    return k;
+}
+
+/* Prints the decoded text past what is shown. Unless final, the text of a trailing run of byte
+ * tokens and a trailing U+FFFD (bytes of a character still to come, from ByteLevel) are held back,
+ * so that what is printed is a prefix of every later decode and the output ends as one decode
+ * of the whole sequence. A decoder can still change printed text in ways no hold-back foresees
+ * (a Replace of several characters after Fuse, whose pattern spans two tokens): printed text
+ * cannot be taken back, so the whole corrected text is printed again on a new line, with a
+ * note on stderr, and printing goes on from there; the output then ends with the one decode. */
 static void show(zt_cli_text *t, bool final) {
     char *text;
     size_t len;
-    if (zt_tokenizer_decode(t->tok, t->ids, t->n, true, &text, &len) != ZT_OK)
+    if (zt_tokenizer_decode(t->tok, t->ids, final ? t->n : settled(t), true, &text, &len) != ZT_OK)
         return;
     size_t end = len;
     while (!final && end >= 3 && memcmp(text + end - 3, "\xef\xbf\xbd", 3) == 0)
         end -= 3;
-    if (end > t->shown_len && memcmp(text, t->shown, t->shown_len) == 0) {
-        fwrite(text + t->shown_len, 1, end - t->shown_len, stdout);
-        fflush(stdout);
-        free(t->shown);
-        t->shown = text;
-        t->shown_len = end;
+    size_t from = t->shown_len;
+    if (len < t->shown_len || (t->shown_len && memcmp(text, t->shown, t->shown_len) != 0)) {
+        if (!t->reprinted)
+            fprintf(stderr, "ztrain: sample: the tokenizer's decoder changed text already "
+                            "printed: the text so far is printed again on a new line\n");
+        t->reprinted = true;
+        putchar('\n');
+        from = 0;
+    } else if (end <= t->shown_len) {
+        free(text);
         return;
     }
-    free(text);
+    fwrite(text + from, 1, end - from, stdout);
+    fflush(stdout);
+    free(t->shown);
+    t->shown = text;
+    t->shown_len = end;
 }
 
 zt_status zt_cli_text_prompt(zt_cli_text *t, const zt_tokenizer_t *tok, const char *prompt,

@@ -3,6 +3,7 @@
 #ifndef ZTRAIN_CLI_TEXT_H
 #define ZTRAIN_CLI_TEXT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,16 +16,20 @@ typedef struct {
     size_t n, cap;
     char *shown;           /* the text printed so far */
     size_t shown_len;
+    bool reprinted;        /* the decoder changed printed text once: said on stderr */
 } zt_cli_text;
 
 /* Encodes prompt (may be empty: the sequence then starts with the template's BOS, else the
  * tokenizer's end-of-text token) into tokens[0..*n) (room for cap), checks every id against the
- * model's vocab_size, and prints the prompt's text. Free t with zt_cli_text_free. */
+ * model's vocab_size, and prints the prompt's text. Finish t with zt_cli_text_finish. */
 zt_status zt_cli_text_prompt(zt_cli_text *t, const zt_tokenizer_t *tok, const char *prompt,
                              int vocab_size, int32_t *tokens, int cap, int *n);
 
-/* zt_sample_generate's on_token: prints the text the new id completes (bytes of an unfinished
- * UTF-8 character wait for the ids that finish them). ctx is the zt_cli_text. */
+/* zt_sample_generate's on_token: prints the text the new id completes. A run of byte-fallback
+ * tokens (<0xNN>) waits for the id after it, as do bytes of an unfinished UTF-8 character, since
+ * the ids that follow may still change their text. ctx is the zt_cli_text. The output is one
+ * decode of the whole sequence; a decoder that changes text already printed in another way has
+ * the whole text printed again on a new line (see show() in cli_text.c). */
 void zt_cli_text_on_token(int32_t token, void *ctx);
 
 /* Prints what is left (an unfinished character as U+FFFD) and frees t. */

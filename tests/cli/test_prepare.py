@@ -236,6 +236,36 @@ def main():
         r = prepare("--tokenizer", gpt2, "--out", own, shard0, "--overwrite")
         check(r.returncode == 1 and shard0 in r.stderr and "--out" in r.stderr,
               f"a shard as input: {r.returncode} {r.stderr}")
+
+        # --lines: a line ends at "\n", "\r\n" or a lone "\r" and is read without it, as
+        # Python's universal newlines (and so HF datasets' "text" loader) read the file; empty
+        # lines (of any ending) are skipped. Lines with spaces only are documents.
+        mixed = os.path.join(d, "mixed.txt")
+        with open(mixed, "wb") as f:
+            f.write(b"hello world\r\n\r\nsecond line\r\nthird\rfourth\n\rfifth\r\r\n  \r\n"
+                    b"tab\tend\r\n" + docs[1].encode() + b"\r\nno newline")
+        with open(mixed, encoding="utf-8") as f:
+            want_lines = [x.rstrip("\n") for x in f.readlines()]
+        want_lines = [x for x in want_lines if x]
+        want = []
+        for e in tok_gpt2.encode_batch(want_lines):
+            want += [sep] + e.ids
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "lines"), "--lines", mixed)
+        got = sum((read_shard(p)[0] for p in shards(os.path.join(d, "lines"), "data", "train")), [])
+        check(r.returncode == 0 and got == want and
+              f"prepared {len(want_lines)} documents" in r.stdout,
+              f"--lines on a file with CRLF and CR endings: {r.stdout.strip()} {r.stderr}; got "
+              f"{[tok_gpt2.decode(x) for x in split_docs(got, sep)]}, Python reads {want_lines}")
+        # JSONL lines end at "\n" only; a CRLF file and its blank CRLF lines read as with LF.
+        crlf = os.path.join(d, "crlf.jsonl")
+        with open(crlf, "wb") as f:
+            f.write(b"\r\n".join(json.dumps({"text": x}).encode() for x in docs[:3]) + b"\r\n\r\n")
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "crlf"), crlf)
+        got = sum((read_shard(p)[0] for p in shards(os.path.join(d, "crlf"), "data", "train")), [])
+        want = []
+        for e in tok_gpt2.encode_batch(docs[:3]):
+            want += [sep] + e.ids
+        check(r.returncode == 0 and got == want, f"a CRLF JSONL file: {r.stdout} {r.stderr}")
     if failures:
         print(f"{len(failures)} failures", file=sys.stderr)
         sys.exit(1)

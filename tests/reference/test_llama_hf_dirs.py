@@ -7,7 +7,8 @@ block_size beside it: zt_model_check's logits of the directory equal transformer
 eager) within 1e-5, and `ztrain run`'s first loss equals transformers' loss on the same batch.
 The run's checkpoint exported with `ztrain export --hf --max-shard-size` is read back by
 from_pretrained: the same config (every architecture key), the same tensors bit for bit (lr 0),
-and logits equal to ztrain's own of the exported directory within 1e-5."""
+and logits equal to ztrain's own of the exported directory within 1e-5. A rope_scaling of type
+"default" (as rope_type or type; Llama, Qwen2, Mistral) gives transformers' plain-RoPE logits."""
 import glob
 import json
 import os
@@ -211,6 +212,30 @@ for i, (what, mwl, windowed) in enumerate([
             e = rel_err(back(input_ids=inputs.long()).logits, want)
         ck.check(e < 1e-12, f"{what}: transformers loads the export as the same model: logits "
                  f"rel err {e:.2e}")
+
+# rope_scaling of type "default" (under either name, with a member the type does not read) is
+# plain RoPE in transformers (ROPE_INIT_FUNCTIONS["default"]; 4.46's Mistral reads no
+# rope_scaling at all): ztrain reads it as no scaling, like null.
+for i, (family, rs) in enumerate([("llama", {"rope_type": "default"}),
+                                  ("llama", {"type": "default"}),
+                                  ("qwen2", {"rope_type": "default", "factor": 4.0}),
+                                  ("mistral", {"rope_type": "default"})]):
+    model = hf_model(family, 80 + i, **base_config(rope_theta=500.0))
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(280 + i)
+    inputs = torch.randint(0, V, (B, BLOCK), generator=g).to(torch.int32)
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(f"{d}/hf", safe_serialization=True)
+        c = json.load(open(f"{d}/hf/config.json"))
+        c["rope_scaling"] = rs
+        json.dump(c, open(f"{d}/hf/config.json", "w"))
+        ref = CLASSES[family][1].from_pretrained(f"{d}/hf", attn_implementation="eager")
+        with torch.no_grad():
+            want = ref.double().eval()(input_ids=inputs.long()).logits
+        got, why = ztrain_logits(d, "hf", inputs)
+        e = rel_err(got.view(B, BLOCK, V), want) if got is not None else float("nan")
+        ck.check(got is not None and e < 1e-5, f"{family} rope_scaling {rs}: logits vs "
+                 f"transformers: rel err {e:.2e} {why}")
 
 # A directory of a configuration ztrain refuses fails when the job is read, naming the key.
 with tempfile.TemporaryDirectory() as d:

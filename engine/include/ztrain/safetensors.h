@@ -3,7 +3,7 @@
  * then the raw little-endian data).
  *
  * Only what ztrain needs: F32, F16 and BF16 tensors are written (from fp32 values, rounded to
- * nearest even) and read (converted to fp32 on request). */
+ * nearest even); those and F64 are read (converted to fp32 on request). */
 #ifndef ZTRAIN_SAFETENSORS_H
 #define ZTRAIN_SAFETENSORS_H
 
@@ -53,8 +53,8 @@ const void *zt_st_data(const zt_st_file *f, const zt_st_tensor *t);
 /* The tensor's element count: the product of its shape (1 for a scalar). */
 int64_t zt_st_numel(const zt_st_tensor *t);
 
-/* Copies a tensor into dst[n] as fp32, converting F16/BF16. Fails (naming file and tensor) when
- * the element count is not n or the dtype is not a float type. */
+/* Copies a tensor into dst[n] as fp32, converting F16, BF16 and F64 (rounded to nearest). Fails
+ * (naming file and tensor) when the element count is not n or the dtype is another. */
 zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst, size_t n);
 
 /* Whether x[0..n), elements [first, first + n) of tensor t of f as read, are all finite. A
@@ -64,9 +64,9 @@ zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst,
 zt_status zt_st_check_finite(const zt_st_file *f, const zt_st_tensor *t, const float *x,
                              size_t first, size_t n);
 
-/* The same for elements [first, first + n) of an F32, F16 or BF16 tensor (read in place from the
- * mapping, so only those pages are touched). Fails, naming file and tensor, when the range is
- * outside the tensor or the dtype is another. */
+/* The same for elements [first, first + n) of an F32, F16, BF16 or F64 tensor (read in place
+ * from the mapping, so only those pages are touched). Fails, naming file and tensor, when the
+ * range is outside the tensor or the dtype is another. */
 zt_status zt_st_read_f32_range(const zt_st_file *f, const zt_st_tensor *t, size_t first,
                                float *dst, size_t n);
 

@@ -1,0 +1,139 @@
+"""config.json numbers and weight dtypes, decided by what transformers does with them.
+
+Each integer key of GPT-2, Llama, Mistral and Qwen2 configs is written as a whole float ("4.0",
+which Python's json reads as a float). transformers' from_pretrained and a forward pass say which
+of them load: the keys that size a tensor or count layers fail (TypeError), the others load as
+the same model. ztrain must refuse exactly the ones transformers fails on, naming the key, and
+give transformers' logits for the others. Weights saved in float64 load, with transformers'
+logits; an I64 tensor is refused with a message that lists the float types ztrain reads."""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+from llama_ref import CLASSES, base_config, hf_model  # noqa: E402
+from ztref import Checker, rel_err, run, tool, write_job  # noqa: E402
+
+hf_logging.set_verbosity_error()
+torch.set_num_threads(2)
+BLOCK, B = 16, 2
+INT_KEYS = ["num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
+            "num_key_value_heads", "intermediate_size", "max_position_embeddings"]
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}
+FAMILIES = {
+    "gpt2": (None, ["n_layer", "n_head", "n_embd", "vocab_size", "n_positions"]),
+    "llama": (base_config(head_dim=8, rope_scaling=LLAMA3),
+              INT_KEYS + ["head_dim", "rope_scaling.original_max_position_embeddings"]),
+    "mistral": (base_config(head_dim=8, sliding_window=5),
+                INT_KEYS + ["head_dim", "sliding_window"]),
+    "qwen2": (base_config(use_sliding_window=True, sliding_window=64, max_window_layers=0),
+              INT_KEYS + ["sliding_window", "max_window_layers"]),
+}
+
+
+def gpt2_model(seed):
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=32,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(seed)
+    m = GPT2LMHeadModel(cfg).float()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn(p.shape))
+    return m
+
+
+def ztrain_logits(d, inputs):
+    """(logits, "") of zt_model_check on the directory d/hf, or (None, its message)."""
+    write_job(f"{d}/check.json", {"model": {"init_from": "hf", "block_size": BLOCK},
+                                  "data": {"train": "unused.bin"},
+                                  "deepspeed": {"train_micro_batch_size_per_gpu": B}})
+    with open(f"{d}/batch.i32", "wb") as f:
+        f.write(inputs.numpy().tobytes() * 2)
+    out = tempfile.mkdtemp(dir=d)
+    p = run([tool("zt_model_check"), f"{d}/check.json", f"{d}/batch.i32", out, B, BLOCK],
+            check=False)
+    if p.returncode != 0:
+        return None, p.stderr.strip()[-300:]
+    return torch.from_numpy(np.fromfile(f"{out}/logits.f32", dtype="float32")), ""
+
+
+def hf_logits(d, cls, inputs):
+    """transformers' logits of d/hf (float64, eager), or the exception it raises."""
+    try:
+        m = cls.from_pretrained(f"{d}/hf", attn_implementation="eager").double().eval()
+        with torch.no_grad():
+            return m(input_ids=inputs.long()).logits, None
+    except Exception as e:  # what from_pretrained raises is the reference's answer
+        return None, e
+
+
+def set_key(cfg, key, value):
+    if "." in key:
+        a, b = key.split(".")
+        cfg[a][b] = value
+    else:
+        cfg[key] = value
+
+
+def get_key(cfg, key):
+    return cfg[key.split(".")[0]][key.split(".")[1]] if "." in key else cfg[key]
+
+
+ck = Checker()
+for i, (family, (config, keys)) in enumerate(FAMILIES.items()):
+    model = gpt2_model(90 + i) if family == "gpt2" else hf_model(family, 90 + i, **config)
+    cls = GPT2LMHeadModel if family == "gpt2" else CLASSES[family][1]
+    g = torch.Generator().manual_seed(390 + i)
+    inputs = torch.randint(0, model.config.vocab_size, (B, BLOCK), generator=g).to(torch.int32)
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(f"{d}/hf", safe_serialization=True)
+        src = json.load(open(f"{d}/hf/config.json"))
+        for key in keys:
+            c = json.loads(json.dumps(src))
+            set_key(c, key, float(get_key(c, key)))
+            with open(f"{d}/hf/config.json", "w") as f:
+                json.dump(c, f)
+            want, err = hf_logits(d, cls, inputs)
+            got, why = ztrain_logits(d, inputs)
+            if want is None:
+                ck.check(got is None and f"'{key}'" in why and "float" in why,
+                         f"{family} {key} {get_key(c, key)}: transformers fails "
+                         f"({type(err).__name__}); ztrain refuses it naming the key: {why}")
+            else:
+                e = rel_err(got.view(want.shape), want) if got is not None else float("nan")
+                ck.check(got is not None and e < 1e-5,
+                         f"{family} {key} {get_key(c, key)}: transformers loads it; ztrain's "
+                         f"logits rel err {e:.2e} {why}")
+        with open(f"{d}/hf/config.json", "w") as f:
+            json.dump(src, f)
+
+# Float64 weights: transformers loads them; so does ztrain, converting to fp32.
+with tempfile.TemporaryDirectory() as d:
+    model = hf_model("llama", 95, **base_config())
+    model.double().save_pretrained(f"{d}/hf", safe_serialization=True)
+    inputs = torch.randint(0, 97, (B, BLOCK), generator=torch.Generator().manual_seed(5))
+    inputs = inputs.to(torch.int32)
+    want, err = hf_logits(d, CLASSES["llama"][1], inputs)
+    got, why = ztrain_logits(d, inputs)
+    e = rel_err(got.view(want.shape), want) if got is not None and want is not None else None
+    ck.check(e is not None and e < 1e-5, f"F64 weights: logits vs transformers' rel err {e} {why}")
+    # An integer tensor is not weights: refused, the message listing what is read.
+    sd = load_file(f"{d}/hf/model.safetensors")
+    sd["model.norm.weight"] = sd["model.norm.weight"].to(torch.int64)
+    save_file(sd, f"{d}/hf/model.safetensors", metadata={"format": "pt"})
+    got, why = ztrain_logits(d, inputs)
+    ck.check(got is None and "I64" in why and "F64" in why and "model.norm.weight" in why,
+             f"an I64 tensor is refused, listing the float types read: {why}")
+ck.done()

@@ -1,0 +1,124 @@
+"""`ztrain sample --prompt TEXT` prints, as it streams, exactly tokenizers' decode of the whole
+sequence (prompt and generated ids, special tokens skipped).
+
+A Llama-2 kind tokenizer (Prepend/Replace normalizers, byte_fallback with the 256 <0xNN> tokens,
+a Replace/ByteFallback/Fuse/Strip decoder) and a one-layer Llama whose lm_head favours a few byte
+tokens and 'a' equally: top-k sampling then draws byte runs that are valid UTF-8 for a while and
+turn invalid (日 followed by a stray <0xFF> decodes as four U+FFFD), unfinished runs, and runs
+closed by an ordinary token. The generated ids come from the same sample with --prompt-tokens
+(same seed, same draws), and tokenizers decodes prompt + generated ids. A decoder that changes
+printed text in a way the streamer cannot foresee (a Replace of two characters after Fuse) has
+the corrected text printed again on a new line: the output ends with the decode, and stderr
+says so."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()
+
+import torch  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from ztref import Checker, tool, write_job, write_llmc_tokens  # noqa: E402
+
+torch.set_num_threads(2)
+
+
+def llama2_tokenizer(decoder):
+    t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    t.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    t.train_from_iterator(["a b c hello world"] * 20, trainers.BpeTrainer(
+        vocab_size=60, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+    # The byte tokens at ids 3..258, as Llama-2's tokenizer has them.
+    j = json.loads(t.to_str())
+    j["model"]["vocab"] = {k: (i if i < 3 else i + 256) for k, i in j["model"]["vocab"].items()}
+    j["model"]["vocab"].update({"<0x%02X>" % b: 3 + b for b in range(256)})
+    t = Tokenizer.from_str(json.dumps(j))
+    t.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    t.decoder = decoder
+    return t
+
+
+LLAMA2_DECODER = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                  decoders.Strip(" ", 1, 0)]
+tok = llama2_tokenizer(decoders.Sequence(LLAMA2_DECODER))
+# The model ignores its context (zero weights but the favoured lm_head rows): every draw is one
+# of é's two bytes (C3 A9), a stray FF, or an ordinary token, at random.
+favoured = [tok.token_to_id(s) for s in ["<0xC3>", "<0xA9>", "<0xFF>", "a"]]
+
+ck = Checker()
+with tempfile.TemporaryDirectory() as d:
+    tok.save(f"{d}/tokenizer.json")
+    V = tok.get_vocab_size()
+    model = LlamaForCausalLM(LlamaConfig(
+        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, hidden_size=16,
+        intermediate_size=32, vocab_size=V, max_position_embeddings=64))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.fill_(1.0) if "norm" in name else p.zero_()
+        model.model.embed_tokens.weight.fill_(1.0)
+        for i in favoured:
+            model.lm_head.weight[i].fill_(10.0)
+    model.save_pretrained(f"{d}/model", safe_serialization=True)
+    write_llmc_tokens(f"{d}/train.bin", [1, 4, 5, 6] * 20)
+    write_job(f"{d}/job.json", {
+        "model": {"init_from": "model", "block_size": 16},
+        "data": {"train": "train.bin", "shuffle": False, "tokenizer": "tokenizer.json"},
+        "train": {"max_steps": 1, "log_interval": 1, "warmup_steps": 0, "checkpoint_dir": "ckpt"},
+        "deepspeed": {"train_micro_batch_size_per_gpu": 1,
+                      "optimizer": {"type": "AdamW", "params": {"lr": 0.0}}}})
+    p = subprocess.run([tool("ztrain"), "run", f"{d}/job.json", "--out", f"{d}/run",
+                        "--threads", "1"], capture_output=True, text=True)
+    ck.check(p.returncode == 0, f"ztrain run: exit {p.returncode} {p.stderr[-300:]}")
+
+    def sample(seed, prompt, *extra):
+        """(stdout as text, stderr, the generated ids) of one sample."""
+        args = [tool("ztrain"), "sample", f"{d}/ckpt", "--tokens", "16", "--top-k",
+                str(len(favoured)), "--seed", str(seed), "--threads", "1"]
+        text = subprocess.run(args + ["--prompt", prompt, *extra], capture_output=True)
+        ids = subprocess.run(args + ["--prompt-tokens", ",".join(map(str, tok.encode(prompt).ids))],
+                             capture_output=True, text=True)
+        gen = [int(x) for x in ids.stdout.split()] if ids.returncode == 0 else None
+        return (text.stdout.decode("utf-8", "replace") if text.returncode == 0 else None,
+                text.stderr.decode(errors="replace"), gen)
+
+    # Every sample against one decode of the whole sequence. The report's case: prompt 日 (three
+    # byte tokens) and a first generated byte token, which turns the shown 日 into four U+FFFD.
+    turned_invalid = valid_runs = 0
+    for prompt in ["日", "hello é", ""]:
+        for seed in range(1, 9):
+            got, err, gen = sample(seed, prompt)
+            want = None if gen is None else tok.decode(tok.encode(prompt).ids + gen) + "\n"
+            turned_invalid += prompt == "日" and gen is not None and gen[0] != favoured[3]
+            valid_runs += want is not None and "é" in want[len(prompt):]
+            ck.check(got is not None and got == want,
+                     f"prompt {prompt!r} seed {seed}: printed {got!r}, decode {want!r} "
+                     f"(ids {gen}) {err.strip()[-200:]}")
+    ck.check(turned_invalid > 0 and valid_runs > 0,
+             f"{turned_invalid} of the 日 samples continue it with a byte token, "
+             f"{valid_runs} samples generate é")
+
+    # A Replace of two characters after Fuse changes printed 'a' when the next 'a' comes: the
+    # corrected text is printed again on a new line, the output ends with the decode, and
+    # stderr says why.
+    other = llama2_tokenizer(decoders.Sequence(LLAMA2_DECODER[:3] + [
+        decoders.Replace("aa", "b"), decoders.Strip(" ", 1, 0)]))
+    other.save(f"{d}/replace.json")
+    reprinted = 0
+    for seed in range(1, 5):
+        got, err, gen = sample(seed, "c", "--tokenizer", f"{d}/replace.json")
+        want = None if gen is None else other.decode(other.encode("c").ids + gen) + "\n"
+        again = got is not None and got != want
+        reprinted += again
+        ck.check(got is not None and got.endswith("\n" + want if again else want) and
+                 again == ("printed again" in err),
+                 f"Replace 'aa' after Fuse, seed {seed}: printed {got!r}, decode {want!r} "
+                 f"{err.strip()[-200:]}")
+    ck.check(reprinted > 0, f"{reprinted} of the Replace samples print the text again")
+ck.done()
