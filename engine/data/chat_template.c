@@ -345,11 +345,14 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     if (!r)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     r->t = t;
+    /* what apply_chat_template passes: tools and documents are None (ztrain's chat data has no
+     * way to give them), and its special_tokens_map */
     bind(r, "messages", zt_chat_from_json(messages), 0);
-    if (t->bos)
-        bind(r, "bos_token", zt_chat_str(t->bos, strlen(t->bos)), 0);
-    if (t->eos_given)
-        bind(r, "eos_token", zt_chat_str(t->eos, strlen(t->eos)), 0);
+    bind(r, "tools", (val){.k = V_NONE}, 0);
+    bind(r, "documents", (val){.k = V_NONE}, 0);
+    const cJSON *tok;
+    cJSON_ArrayForEach(tok, t->tokens)
+        bind(r, tok->string, zt_chat_from_json(tok), 0);
     bind(r, "add_generation_prompt", zt_chat_bool(add_generation_prompt), 0);
     emit(r, "", 0);
     run(r, 0, t->n, 0);
@@ -367,20 +370,70 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     return s;
 }
 
-zt_status zt_chat_template_parse(const char *text, const char *source, const char *bos,
-                                 const char *eos, zt_chat_template **out) {
+/* One special token as tokenizer_config.json gives it, a string or an AddedToken object
+ * ({"content": ...}), into *text; NULL for null. */
+static zt_status token_text(const char *source, const char *key, const cJSON *v,
+                            const char **text) {
+    *text = NULL;
+    if (cJSON_IsObject(v))
+        v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (cJSON_IsString(v))
+        *text = v->valuestring;
+    else if (v && !cJSON_IsNull(v))
+        return zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a string or an AddedToken object "
+                        "({\"content\": \"...\"})", source, key);
+    return ZT_OK;
+}
+
+/* The special tokens apply_chat_template passes (its special_tokens_map): each that the config
+ * gives as non-empty text, additional_special_tokens as a list when it holds any. */
+static zt_status special_tokens(zt_chat_template *t, const cJSON *config) {
+    static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                       "pad_token", "cls_token", "mask_token"};
+    if (!(t->tokens = cJSON_CreateObject()))
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const char *text;
+        ZT_TRY(token_text(t->source, keys[k],
+                          cJSON_GetObjectItemCaseSensitive(config, keys[k]), &text));
+        if (text && text[0] && !cJSON_AddStringToObject(t->tokens, keys[k], text))
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+    }
+    const char *key = "additional_special_tokens";
+    const cJSON *more = cJSON_GetObjectItemCaseSensitive(config, key), *e;
+    if (more && !cJSON_IsNull(more) && !cJSON_IsArray(more))
+        return zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a list of tokens", t->source, key);
+    if (cJSON_GetArraySize(more) > 0) {
+        cJSON *list = cJSON_AddArrayToObject(t->tokens, key);
+        if (!list)
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+        cJSON_ArrayForEach(e, more) {
+            const char *text;
+            ZT_TRY(token_text(t->source, key, e, &text));
+            if (!text)
+                return zt_error(ZT_ERR_FORMAT, "%s: key '%s' holds a null", t->source, key);
+            if (!cJSON_AddItemToArray(list, cJSON_CreateString(text)))
+                return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+        }
+    }
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(t->tokens, "eos_token");
+    t->eos = eos ? eos->valuestring : "";
+    return ZT_OK;
+}
+
+zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *config,
+                                 zt_chat_template **out) {
     *out = NULL;
     zt_chat_template *t = calloc(1, sizeof *t);
     if (!t)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
     snprintf(t->source, sizeof t->source, "%s", source);
+    t->eos = "";
     t->src = strdup(text);
-    t->bos = bos ? strdup(bos) : NULL;
-    t->eos = strdup(eos ? eos : "");
-    t->eos_given = eos != NULL;
-    zt_status s = t->src && (t->bos || !bos) && t->eos
-                      ? normalize_newlines(t)
-                      : zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    zt_status s = t->src ? special_tokens(t, config)
+                         : zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    if (s == ZT_OK)
+        s = normalize_newlines(t);
     if (s == ZT_OK)
         s = cut(t);
     if (s != ZT_OK) {
@@ -397,20 +450,10 @@ void zt_chat_template_destroy(zt_chat_template *t) {
     if (!t)
         return;
     free(t->src);
-    free(t->bos);
-    free(t->eos);
+    cJSON_Delete(t->tokens);
     free(t->nodes);
     free(t->cr_at);
     free(t);
-}
-
-/* A special token as tokenizer_config.json gives it: a string, or {"content": ...}; NULL when
- * there is none. */
-static const char *token_text(const cJSON *root, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (cJSON_IsObject(v))
-        v = cJSON_GetObjectItemCaseSensitive(v, "content");
-    return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {
@@ -436,8 +479,7 @@ zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {
         s = zt_error(ZT_ERR_FORMAT, "%s: no \"chat_template\" string (nor a list with one "
                      "named \"default\")", path);
     else
-        s = zt_chat_template_parse(text, source, token_text(root, "bos_token"),
-                                   token_text(root, "eos_token"), out);
+        s = zt_chat_template_parse(text, source, root, out);
     cJSON_Delete(root);
     return s;
 }

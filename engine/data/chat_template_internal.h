@@ -25,8 +25,11 @@ typedef struct {
 struct zt_chat_template {
     char *src;       /* the text with jinja2's newlines: every \r\n and \r made \n */
     char source[512];
-    char *bos, *eos; /* bos NULL: the variable bos_token is undefined, as transformers leaves it */
-    bool eos_given;  /* false: eos is "" and the variable eos_token undefined */
+    /* The special tokens as transformers passes them ({"bos_token": "<s>", ...,
+     * "additional_special_tokens": [...]}): a token it leaves out (missing, null, empty) is not
+     * here, so its variable is undefined. */
+    cJSON *tokens;
+    const char *eos; /* eos_token's text in tokens, or "" */
     node *nodes;
     int n;
     size_t *cr_at;   /* where each \r of an \r\n was dropped from src, ascending */

@@ -22,9 +22,9 @@
  * zero, fail the render by name, as does printing or computing with a conversation's
  * non-integral number. Offsets in messages count bytes of the text as given.
  *
- * Variables: messages (the conversation, a list of {"role", "content"} objects), bos_token,
- * eos_token (each undefined when the tokenizer has none, as in transformers) and
- * add_generation_prompt. */
+ * Variables, as apply_chat_template(messages) passes them: messages (the conversation, a list of
+ * {"role", "content"} objects), add_generation_prompt, tools and documents (none), and the
+ * special tokens (zt_chat_template_parse). */
 #ifndef ZTRAIN_CHAT_TEMPLATE_H
 #define ZTRAIN_CHAT_TEMPLATE_H
 
@@ -36,15 +36,20 @@
 
 typedef struct zt_chat_template zt_chat_template;
 
-/* Parses and checks template text. source names it in messages ("tokenizer_config.json");
- * bos and eos are the bos_token and eos_token strings (NULL: the variable is undefined, as
- * transformers leaves a token the tokenizer lacks). *out is the caller's to destroy. */
-zt_status zt_chat_template_parse(const char *text, const char *source, const char *bos,
-                                 const char *eos, zt_chat_template **out);
+/* Parses and checks template text. source names it in messages ("tokenizer_config.json").
+ * config (NULL: none) is the tokenizer_config.json object whose special tokens become variables
+ * as transformers' special_tokens_map passes them: bos_token, eos_token, unk_token, sep_token,
+ * pad_token, cls_token and mask_token as text (each a string or an AddedToken object
+ * {"content": ...}), additional_special_tokens as a list of them; a token that is missing, null
+ * or "" (or an empty list) leaves its variable undefined. The template keeps no pointer into
+ * config. *out is the caller's to destroy. */
+zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *config,
+                                 zt_chat_template **out);
 
 /* Reads tokenizer_config.json: "chat_template" (a string; a list of named templates is refused
- * unless it has one named "default", which is taken), "bos_token" and "eos_token" (strings or
- * {"content": ...} objects). */
+ * unless it has one named "default", which is taken) and the special tokens (see
+ * zt_chat_template_parse). special_tokens_map.json is not read: transformers reads it only for
+ * an old tokenizer_config.json without "added_tokens_decoder". */
 zt_status zt_chat_template_load(const char *tokenizer_config, zt_chat_template **out);
 void zt_chat_template_destroy(zt_chat_template *t);
 
