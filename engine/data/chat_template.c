@@ -106,7 +106,7 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
     }
     d->at = s;
     d->len = (size_t)(end - s);
-    return ZT_OK;
+    return d->kind == N_FOR ? zt_chat_split_for(t, d) : ZT_OK;
 }
 
 /* Cuts the template into nodes, applying the whitespace rules, and pairs the block tags. */
@@ -191,14 +191,16 @@ static zt_status cut(zt_chat_template *t) {
         }
         if (d->kind != N_ELIF && d->kind != N_ELSE && d->kind != N_ENDIF && d->kind != N_ENDFOR)
             continue;
-        node_kind want = d->kind == N_ENDFOR ? N_FOR : N_IF;
         node *open = depth ? &t->nodes[stack[depth - 1]] : NULL;
+        /* an else closes an if's branches or a for's body (run when it iterates no item) */
+        node_kind want = d->kind == N_ENDFOR || (d->kind == N_ELSE && open && open->kind == N_FOR)
+                             ? N_FOR : N_IF;
         /* the innermost open block's current branch */
         int at = depth ? stack[depth - 1] : -1;
         while (at >= 0 && t->nodes[at].match > 0)
             at = t->nodes[at].match;
         if (!open || open->kind != want || (at >= 0 && t->nodes[at].kind == N_ELSE &&
-                                             d->kind != N_ENDIF))
+                                             d->kind != N_ENDIF && d->kind != N_ENDFOR))
             return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: a misplaced "
                             "'%s'", t->source, zt_chat_offset(t, d->offset),
                             d->kind == N_ELIF ? "elif" : d->kind == N_ELSE ? "else"
@@ -219,6 +221,11 @@ static zt_status cut(zt_chat_template *t) {
             zt_status st;
             zt_chat_eval(t, NULL, d, &st);
             ZT_TRY(st);
+            if (d->test) {
+                node filter = {.at = d->test, .len = d->test_len};
+                zt_chat_eval(t, NULL, &filter, &st);
+                ZT_TRY(st);
+            }
         }
     }
     return ZT_OK;
@@ -256,6 +263,42 @@ static void bind(render *r, const char *name, val v, int frame) {
     }
     snprintf(r->vars[r->n_vars].name, sizeof r->vars[0].name, "%s", name);
     r->vars[r->n_vars++].v = v;
+}
+
+/* What the for node d iterates over, after its loop filter: a list's items, a dict's keys, a
+ * string's code points, nothing for undefined (as jinja2's Undefined iterates). *items is the
+ * caller's to free; the count, 0 after a failure (*st). */
+static int for_items(render *r, const node *d, val **items, zt_status *st) {
+    const zt_chat_template *t = r->t;
+    val seq = zt_chat_eval(t, r, d, st);
+    int n = *st != ZT_OK || seq.k == V_UNDEF ? 0 : zt_chat_items(seq, NULL);
+    if (n < 0) {
+        *st = zt_error(ZT_ERR_INVALID, "%s: chat_template at offset %zu: 'for' over a %s, which "
+                       "is not iterable", t->source, zt_chat_offset(t, d->offset),
+                       zt_chat_type_name(seq));
+        return 0;
+    }
+    if (n == 0)
+        return 0;
+    if (!(*items = malloc((size_t)n * sizeof **items))) {
+        *st = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+        return 0;
+    }
+    zt_chat_items(seq, *items);
+    if (!d->test)
+        return n;
+    /* the filter sees the loop's variable (and any outer loop), as jinja2's does */
+    node filter = {.at = d->test, .len = d->test_len};
+    int kept = 0;
+    for (int k = 0; k < n && *st == ZT_OK; k++) {
+        int inner = r->n_vars;
+        bind(r, d->var, (*items)[k], inner);
+        bool keep = zt_chat_truthy(zt_chat_eval(t, r, &filter, st));
+        r->n_vars = inner;
+        if (keep)
+            (*items)[kept++] = (*items)[k];
+    }
+    return *st == ZT_OK ? kept : 0;
 }
 
 /* Runs nodes [i, stop) with variables set from `frame` on. */
@@ -308,22 +351,23 @@ static void run(render *r, int i, int stop, int frame) {
             break;
         }
         case N_FOR: {
-            val list = zt_chat_eval(t, r, d, &st);
-            int end = d->match;
-            if (st == ZT_OK && list.k == V_UNDEF) /* jinja2's Undefined iterates as empty */
-                list = (val){.k = V_LIST};
-            else if (st == ZT_OK && list.k != V_LIST)
-                st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: 'for' over a "
-                              "value that is not a list", t->source, zt_chat_offset(t, d->offset));
-            loop_state ls = {0, list.hi - list.lo, list.j, list.lo};
-            for (int k = list.lo; st == ZT_OK && r->st == ZT_OK && k < list.hi; k++) {
+            int end = d->match, else_at = -1;
+            if (t->nodes[end].kind == N_ELSE)
+                else_at = end, end = t->nodes[end].match;
+            val *items = NULL;
+            int n = for_items(r, d, &items, &st);
+            loop_state ls = {0, n, items};
+            for (int k = 0; st == ZT_OK && r->st == ZT_OK && k < n; k++) {
                 int inner = r->n_vars;
-                ls.index0 = k - list.lo;
-                bind(r, d->var, zt_chat_from_json(cJSON_GetArrayItem(list.j, k)), inner);
+                ls.index0 = k;
+                bind(r, d->var, items[k], inner);
                 bind(r, "loop", (val){.k = V_LOOP, .loop = &ls}, inner);
-                run(r, i + 1, end, inner);
+                run(r, i + 1, else_at >= 0 ? else_at : end, inner);
                 r->n_vars = inner; /* a loop's variables end with its iteration */
             }
+            if (st == ZT_OK && n == 0 && else_at >= 0)
+                run(r, else_at + 1, end, frame);
+            free(items);
             i = end + 1;
             break;
         }

@@ -3,24 +3,29 @@
  * trim_blocks and lstrip_blocks; see docs/fine-tuning.md for the subset).
  *
  * The subset is what the published Llama 2, Llama 3, Mistral and Qwen2 templates use: text,
- * {{ expression }}, {% set %}, {% if %}/{% elif %}/{% else %}, {% for x in list %} with loop.index0,
+ * {{ expression }}, {% set %}, {% if %}/{% elif %}/{% else %}, {% for x in y [if filter] %}
+ * ... [{% else %}] over a list, an object's keys or a string's code points, with loop.index0,
  * loop.index, loop.revindex(0), loop.first, loop.last, loop.length, loop.depth(0),
- * loop.previtem and loop.nextitem, comments, whitespace control ("-", "+"); expressions over
- * strings, integers, booleans, none, lists and objects: literals (strings with Python's
- * escapes), variables, x.attr, x['key'], x[i], slices x[a:b], + - * // % ~, comparisons, in,
- * and/or/not, the tests "is [not] defined/none/string", the filters trim and length, the methods
- * strip, lstrip and rstrip, and raise_exception(message), which fails the render with that
- * message. Anything else (macros, other filters, inline if, namespaces, "/", \N{} escapes,
- * nesting deeper than 64, ...) is refused when the template is parsed, naming
- * the construct and its offset, even in a branch the conversation would not take.
+ * loop.previtem, loop.nextitem and loop.cycle(...), comments, whitespace control ("-", "+");
+ * expressions over strings, integers, booleans, none, lists and objects: literals (strings with
+ * Python's escapes), variables, x.attr, x['key'], x[i] and slices x[a:b:c] of lists and strings,
+ * + - * // % ~, unary - and +, chained comparisons, in, and/or/not, the tests
+ * "is [not] defined/none/string", the filters trim and length, the methods strip, lstrip and
+ * rstrip (chars optional), startswith, endswith, replace and dict.get, and
+ * raise_exception(message), which fails the render with that message. Operators bind as in
+ * jinja2's parser (-x|length is (-x)|length). Anything else (macros, other filters or methods,
+ * keyword arguments, inline if, namespaces, "/", \N{} escapes, nesting deeper than 64, ...) is
+ * refused when the template is parsed, naming the construct and its offset, even in a branch
+ * the conversation would not take.
  *
  * Within the subset a render is jinja2's (transformers' ImmutableSandboxedEnvironment): values
- * compare by value, lengths count code points, "~" joins values as text, strip and trim and the
- * whitespace controls remove Python's Unicode whitespace, CRLF and CR read as "\n", and an
- * undefined variable or key prints as nothing but fails the render with jinja2's message when
- * used (an attribute of it, "+", "-"). Integers are 64-bit: a result past that, and division by
- * zero, fail the render by name, as does printing or computing with a conversation's
- * non-integral number. Offsets in messages count bytes of the text as given.
+ * compare by value, lengths, subscripts and slices of strings count code points, "~" joins
+ * values as text, strip and trim and the whitespace controls remove Python's Unicode whitespace,
+ * CRLF and CR read as "\n", and an undefined variable or key prints as nothing but fails the
+ * render with jinja2's message when used (an attribute of it, "+", "-"). Integers are 64-bit: a
+ * result past that, and division by zero, fail the render by name, as does printing or
+ * computing with a conversation's non-integral number. Offsets in messages count bytes of the
+ * text as given.
  *
  * Variables, as apply_chat_template(messages) passes them: messages (the conversation, a list of
  * {"role", "content"} objects), add_generation_prompt, tools and documents (none), and the
