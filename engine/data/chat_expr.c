@@ -9,16 +9,16 @@
 
 #include "chat_template_internal.h"
 
-static char *arena_alloc(render *r, size_t n) {
-    arena_block *b = malloc(sizeof *b + n + 1);
-    if (!b)
-        return NULL;
-    b->next = r->arena;
-    r->arena = b;
-    return b->data;
-}
-
 static val v_int(long long i) { return (val){.k = V_INT, .i = i}; }
+
+/* A number for arithmetic and indices: an integer, or a bool as Python's 1 and 0. */
+static bool as_int(val v, long long *i) {
+    if (v.k == V_INT || v.k == V_BOOL) {
+        *i = v.k == V_INT ? v.i : v.b;
+        return true;
+    }
+    return false;
+}
 
 /* ---- expressions -------------------------------------------------------------------------- */
 
@@ -206,7 +206,7 @@ static val string_literal(ex *e) {
     e->p = stop + 1;
     if (!escaped)
         return zt_chat_str(start, (size_t)(stop - start));
-    char *out = e->r ? arena_alloc(e->r, (size_t)(stop - start)) : NULL;
+    char *out = e->r ? zt_chat_alloc(e->r, (size_t)(stop - start)) : NULL;
     if (e->r && !out)
         return fail(e, ZT_ERR_NOMEM, "out of memory");
     const char *resume = e->p;
@@ -225,7 +225,7 @@ static val undefined(ex *e, const char *fmt, ...) {
     int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
-    char *s = arena_alloc(e->r, len);
+    char *s = zt_chat_alloc(e->r, len);
     if (!s)
         return fail(e, ZT_ERR_NOMEM, "out of memory");
     memcpy(s, msg, len);
@@ -248,7 +248,7 @@ static val lookup(ex *e, const char *name, size_t n) {
 
 /* '+' and '~' of two strings. */
 static val concat(ex *e, val a, val b) {
-    char *s = arena_alloc(e->r, a.n + b.n);
+    char *s = zt_chat_alloc(e->r, a.n + b.n);
     if (!s)
         return fail(e, ZT_ERR_NOMEM, "out of memory");
     memcpy(s, a.s, a.n);
@@ -308,11 +308,9 @@ static val loop_attribute(ex *e, const loop_state *l, const char *name, size_t n
     case 7: return v_int(0);
     case 8: return v_int(1);
     case 9:
-        return i > 0 ? zt_chat_from_json(cJSON_GetArrayItem(l->list, l->lo + i - 1))
-                     : undefined(e, "there is no previous item");
+        return i > 0 ? l->items[i - 1] : undefined(e, "there is no previous item");
     default:
-        return i + 1 < len ? zt_chat_from_json(cJSON_GetArrayItem(l->list, l->lo + i + 1))
-                           : undefined(e, "there is no next item");
+        return i + 1 < len ? l->items[i + 1] : undefined(e, "there is no next item");
     }
 }
 
@@ -335,11 +333,32 @@ static val attribute(ex *e, val v, const char *name, size_t n) {
     return undefined(e, "'%s object' has no attribute '%.*s'", zt_chat_type_name(v), (int)n, name);
 }
 
+/* A key or slice bound as Python's repr shows it in jinja2's messages. */
+static const char *repr(val v, char num[32]) {
+    const char *s;
+    size_t n;
+    if (v.k == V_STR || !zt_chat_text(v, num, &s, &n))
+        return v.k == V_STR ? "a string" : zt_chat_type_name(v);
+    return s;
+}
+
+/* The byte offset of code point k of the string v (k may be its length: the end). */
+static size_t cp_offset(val v, long long k) {
+    size_t at = 0;
+    for (; k > 0 && at < v.n; k--)
+        at += zt_chat_cp_len((unsigned char)v.s[at]);
+    return at > v.n ? v.n : at;
+}
+
+/* x[key] as jinja2's getitem: an object's key, a list's item, a string's code point (a negative
+ * index counts from the end). Anything else is undefined with jinja2's message (its getitem
+ * swallows Python's TypeError and LookupError); only a subscript of undefined raises. */
 static val subscript(ex *e, val v, val key) {
     if (!e->r)
         return v;
     if (v.k == V_UNDEF)
         return undefined_error(e, v);
+    const char *type = zt_chat_type_name(v);
     if (v.k == V_DICT && key.k == V_STR) {
         char k[128];
         snprintf(k, sizeof k, "%.*s", (int)key.n, key.s);
@@ -347,26 +366,103 @@ static val subscript(ex *e, val v, val key) {
         return j ? zt_chat_from_json(j)
                  : undefined(e, "'dict object' has no attribute '%.*s'", (int)key.n, key.s);
     }
-    if (v.k == V_LIST && key.k == V_INT) {
-        long long i = key.i < 0 ? v.hi + key.i : v.lo + key.i;
-        if (i < v.lo || i >= v.hi)
-            return undefined(e, "list object has no element %lld", key.i);
-        return zt_chat_from_json(cJSON_GetArrayItem(v.j, (int)i));
+    long long i;
+    if ((v.k == V_LIST || v.k == V_STR) && as_int(key, &i)) {
+        long long len = v.k == V_LIST ? v.count : zt_chat_items(v, NULL);
+        long long at = i < 0 ? len + i : i;
+        if (at < 0 || at >= len)
+            return undefined(e, "%s object has no element %lld", type, i);
+        if (v.k == V_LIST)
+            return zt_chat_list_item(v, (int)at);
+        size_t from = cp_offset(v, at);
+        return zt_chat_str(v.s + from, cp_offset((val){.s = v.s + from, .n = v.n - from}, 1));
     }
-    return fail(e, ZT_ERR_UNSUPPORTED, "subscript of a %s by a %s is not supported",
-                zt_chat_type_name(v), zt_chat_type_name(key));
+    if (key.k == V_STR)
+        return undefined(e, "'%s object' has no attribute '%.*s'", type, (int)key.n, key.s);
+    char num[32];
+    return undefined(e, "%s object has no element %s", type, repr(key, num));
 }
 
-static long long slice_bound(long long i, int len) {
-    if (i < 0)
-        i += len;
-    return i < 0 ? 0 : i > len ? len : i;
+/* Python's slice.indices(len): *start and the count of items, for a step that is not 0. */
+static long long slice_indices(val a, val b, long long step, long long len, long long *start) {
+    long long lower = step < 0 ? -1 : 0, upper = step < 0 ? len - 1 : len, lo, hi;
+    val bound[2] = {a, b};
+    long long *out[2] = {&lo, &hi};
+    for (int k = 0; k < 2; k++) {
+        long long x;
+        if (!as_int(bound[k], &x))
+            x = (k == 0) == (step < 0) ? upper : lower;
+        else if (x < 0)
+            x = x + len < lower ? lower : x + len;
+        else if (x > upper)
+            x = upper;
+        *out[k] = x;
+    }
+    *start = lo;
+    if (step > 0)
+        return lo < hi ? (hi - lo - 1) / step + 1 : 0;
+    return hi < lo ? (lo - hi - 1) / -step + 1 : 0;
+}
+
+/* x[a:b:c] as Python slices a list, or a string by code points. A bound that is not an integer
+ * or none, or a value that is neither, gives jinja2's undefined; a step of 0 raises. */
+static val slice(ex *e, val v, val a, val b, val c) {
+    if (!e->r || e->st != ZT_OK)
+        return v;
+    if (v.k == V_UNDEF)
+        return undefined_error(e, v);
+    long long step = 1, len = v.k == V_LIST ? v.count : v.k == V_STR ? zt_chat_items(v, NULL) : 0;
+    bool ok = v.k == V_LIST || v.k == V_STR;
+    val bound[3] = {a, b, c};
+    for (int k = 0; k < 3; k++)
+        ok = ok && (bound[k].k == V_NONE || bound[k].k == V_INT || bound[k].k == V_BOOL);
+    if (!ok) {
+        char n0[32], n1[32], n2[32];
+        return undefined(e, "%s object has no element slice(%s, %s, %s)", zt_chat_type_name(v),
+                         repr(a, n0), repr(b, n1), repr(c, n2));
+    }
+    if (c.k != V_NONE && as_int(c, &step) && step == 0)
+        return fail(e, ZT_ERR_INVALID, "slice step cannot be zero");
+    /* a step past the length takes at most one item, as the length plus one does */
+    step = step > len + 1 ? len + 1 : step < -len - 1 ? -len - 1 : step;
+    long long start, count = slice_indices(a, b, step, len, &start);
+    if (count <= 1)
+        step = 1;
+    if (v.k == V_LIST) {
+        int was = v.step ? v.step : 1;
+        v.lo += (int)(start * was), v.step = (int)(step * was), v.count = (int)count;
+        return v;
+    }
+    if (step == 1) {
+        size_t from = cp_offset(v, start);
+        return zt_chat_str(v.s + from, cp_offset((val){.s = v.s + from, .n = v.n - from}, count));
+    }
+    /* where each code point starts, and the end */
+    size_t *at = (size_t *)(void *)zt_chat_alloc(e->r, (size_t)(len + 1) * sizeof *at);
+    char *out = zt_chat_alloc(e->r, v.n);
+    if (!at || !out)
+        return fail(e, ZT_ERR_NOMEM, "out of memory");
+    at[0] = 0;
+    for (long long k = 0; k < len; k++) {
+        size_t w = zt_chat_cp_len((unsigned char)v.s[at[k]]);
+        at[k + 1] = at[k] + w > v.n ? v.n : at[k] + w;
+    }
+    size_t n = 0;
+    for (long long k = 0, i = start; k < count; k++, i += step) {
+        memcpy(out + n, v.s + at[i], at[i + 1] - at[i]);
+        n += at[i + 1] - at[i];
+    }
+    return zt_chat_str(out, n);
 }
 
 static val call_filter(ex *e, val v) {
     size_t n = peek_ident(e);
     const char *name = e->p;
     e->p += n;
+    skip_ws(e);
+    if (e->p < e->end && *e->p == '(' && (is_name(name, n, "trim") || is_name(name, n, "length")))
+        return fail(e, ZT_ERR_UNSUPPORTED, "filter '%.*s' with arguments is not supported",
+                    (int)n, name);
     if (is_name(name, n, "trim")) {
         if (!e->r)
             return v;
@@ -376,7 +472,7 @@ static val call_filter(ex *e, val v) {
         if (!zt_chat_text(v, num, &t.s, &t.n))
             return fail(e, ZT_ERR_UNSUPPORTED, "trim of a %s is not supported", zt_chat_type_name(v));
         if (t.s == num) {
-            char *copy = arena_alloc(e->r, t.n);
+            char *copy = zt_chat_alloc(e->r, t.n);
             if (!copy)
                 return fail(e, ZT_ERR_NOMEM, "out of memory");
             t.s = memcpy(copy, num, t.n);
@@ -386,7 +482,7 @@ static val call_filter(ex *e, val v) {
     if (is_name(name, n, "length")) {
         if (!e->r)
             return v;
-        if (v.k == V_LIST) return v_int(v.hi - v.lo);
+        if (v.k == V_LIST) return v_int(v.count);
         if (v.k == V_DICT) return v_int(cJSON_GetArraySize(v.j));
         if (v.k == V_UNDEF) return v_int(0);
         if (v.k == V_STR) { /* code points, as Python's len */
@@ -450,8 +546,64 @@ static val primary(ex *e) {
     return lookup(e, name, n);
 }
 
-static val postfix(ex *e) {
-    val v = primary(e);
+/* The arguments of a call after its '(' up to its ')', at most max (positional only). */
+static int arguments(ex *e, val *args, int max) {
+    int n = 0;
+    if (op(e, ")"))
+        return 0;
+    do {
+        size_t w = peek_ident(e);
+        const char *after = e->p + w;
+        while (after < e->end && (*after == ' ' || *after == '\t' || *after == '\n'))
+            after++;
+        if (w && after < e->end && *after == '=' && (after + 1 >= e->end || after[1] != '=')) {
+            fail(e, ZT_ERR_UNSUPPORTED, "keyword arguments ('%.*s=') are not supported", (int)w,
+                 e->p);
+            return -1;
+        }
+        val a = expr(e);
+        if (n < max)
+            args[n] = a;
+        n++;
+    } while (e->st == ZT_OK && op(e, ","));
+    expect(e, ")");
+    return e->st == ZT_OK ? n : -1;
+}
+
+/* v.name(...): a method of the subset (chat_method.c), called as Python calls it; a method of
+ * undefined raises, as jinja2's Undefined does. */
+static val call_method(ex *e, val v, const char *name, size_t n) {
+    const char *at = e->p;
+    const zt_chat_method *m = zt_chat_method_find(name, n);
+    if (!m) {
+        e->p = name;
+        return fail(e, ZT_ERR_UNSUPPORTED, "method '%.*s' is not supported", (int)n, name);
+    }
+    val args[8];
+    int nargs = arguments(e, args, 8);
+    if (nargs < 0)
+        return (val){.k = V_UNDEF};
+    if (nargs < m->min_args || nargs > m->max_args) {
+        e->p = at;
+        return fail(e, ZT_ERR_UNSUPPORTED, "method '%s' with %d argument%s is not supported "
+                    "(the subset gives it %d to %d)", m->name, nargs, nargs == 1 ? "" : "s",
+                    m->min_args, m->max_args);
+    }
+    if (!e->r || e->st != ZT_OK)
+        return v;
+    if (v.k == V_UNDEF)
+        return undefined_error(e, v);
+    char why[256];
+    val out;
+    if (!zt_chat_method_call(e->r, m, v, args, nargs, &out, why)) {
+        e->p = name;
+        return fail(e, ZT_ERR_INVALID, "%s", why);
+    }
+    return out;
+}
+
+/* x.name, x.name(...), x[key] and x[a:b:c] after a primary, as jinja2's parse_postfix. */
+static val postfix(ex *e, val v) {
     for (;;) {
         if (e->st != ZT_OK)
             return v;
@@ -461,55 +613,57 @@ static val postfix(ex *e) {
             e->p += n;
             if (n == 0)
                 return fail(e, ZT_ERR_FORMAT, "expected a name after '.'");
-            if (op(e, "(")) {
-                expect(e, ")");
-                bool l = is_name(name, n, "strip"), ls = is_name(name, n, "lstrip"),
-                     rs = is_name(name, n, "rstrip");
-                if (!l && !ls && !rs)
-                    return fail(e, ZT_ERR_UNSUPPORTED, "method '%.*s' is not supported", (int)n,
-                                name);
-                if (e->r && v.k == V_UNDEF)
-                    return undefined_error(e, v);
-                v = e->r ? strip(e, v, l || ls, l || rs) : v;
-            } else {
-                v = attribute(e, v, name, n);
-            }
+            v = op(e, "(") ? call_method(e, v, name, n) : attribute(e, v, name, n);
         } else if (op(e, "[")) {
-            skip_ws(e);
-            val a = {.k = V_NONE}, b = {.k = V_NONE};
-            bool slice = false;
-            if (!op(e, ":"))
-                a = expr(e);
-            else
-                slice = true;
-            if (slice || op(e, ":")) {
-                slice = true;
+            /* a key, or a slice: up to three optional parts split by ':' */
+            val part[3] = {{.k = V_NONE}, {.k = V_NONE}, {.k = V_NONE}};
+            int colons = 0;
+            for (;;) {
                 skip_ws(e);
-                if (e->p < e->end && *e->p != ']')
-                    b = expr(e);
+                if (e->p < e->end && *e->p != ':' && *e->p != ']')
+                    part[colons] = expr(e);
+                else if (colons == 0 && e->p < e->end && *e->p == ']')
+                    return fail(e, ZT_ERR_FORMAT, "expected a key or a slice in '[]'");
+                if (e->st != ZT_OK || colons == 2 || !op(e, ":"))
+                    break;
+                colons++;
             }
             expect(e, "]");
-            if (!slice) {
-                v = subscript(e, v, a);
-            } else if (e->r && e->st == ZT_OK) {
-                if (v.k == V_UNDEF)
-                    return undefined_error(e, v);
-                if (v.k != V_LIST)
-                    return fail(e, ZT_ERR_UNSUPPORTED, "a slice of a %s is not supported",
-                                zt_chat_type_name(v));
-                int len = v.hi - v.lo;
-                long long lo = a.k == V_INT ? slice_bound(a.i, len) : 0;
-                long long hi = b.k == V_INT ? slice_bound(b.i, len) : len;
-                v.hi = v.lo + (int)(hi > lo ? hi : lo);
-                v.lo += (int)lo;
-            }
-        } else if (op(e, "|")) {
-            v = call_filter(e, v);
+            v = colons ? slice(e, v, part[0], part[1], part[2]) : subscript(e, v, part[0]);
         } else if (op(e, "(")) {
             return fail(e, ZT_ERR_UNSUPPORTED, "calling a value is not supported");
         } else {
             return v;
         }
+    }
+}
+
+/* x is [not] defined|none|string. */
+static val test(ex *e, val v) {
+    bool neg = word(e, "not");
+    size_t n = peek_ident(e);
+    const char *t = e->p;
+    e->p += n;
+    bool r;
+    if (is_name(t, n, "defined")) r = v.k != V_UNDEF;
+    else if (is_name(t, n, "none")) r = v.k == V_NONE;
+    else if (is_name(t, n, "string")) r = v.k == V_STR;
+    else return fail(e, ZT_ERR_UNSUPPORTED, "test 'is %.*s' is not supported", (int)n, t);
+    return e->r ? zt_chat_bool(r != neg) : v;
+}
+
+/* Filters and tests after a value, as jinja2's parse_filter_expr: they bind tighter than any
+ * operator ("a == b is none" tests b). */
+static val filters(ex *e, val v) {
+    for (;;) {
+        if (e->st != ZT_OK)
+            return v;
+        if (op(e, "|"))
+            v = call_filter(e, v);
+        else if (word(e, "is"))
+            v = test(e, v);
+        else
+            return v;
     }
 }
 
@@ -523,15 +677,6 @@ static bool deeper(ex *e) {
     }
     e->depth++;
     return true;
-}
-
-/* A number for arithmetic: an integer, or a bool as Python's 1 and 0. */
-static bool as_int(val v, long long *i) {
-    if (v.k == V_INT || v.k == V_BOOL) {
-        *i = v.k == V_INT ? v.i : v.b;
-        return true;
-    }
-    return false;
 }
 
 /* Integer arithmetic with Python's floor division and modulo. jinja2's integers are unbounded:
@@ -572,23 +717,59 @@ static val arith(ex *e, const char *o, val a, val b) {
     return v_int(z);
 }
 
-static val unary(ex *e) {
-    if (op(e, "-")) {
+/* Unary '-' and '+' of a number, as Python's; anything else raises TypeError. */
+static val sign(ex *e, char o, val v) {
+    if (!e->r || e->st != ZT_OK)
+        return v;
+    if (v.k == V_UNDEF)
+        return undefined_error(e, v);
+    if (v.k != V_INT && v.k != V_BOOL && v.k != V_FLOAT)
+        return fail(e, ZT_ERR_INVALID, "bad operand type for unary %c: '%s'", o,
+                    zt_chat_type_name(v));
+    return arith(e, o == '-' ? "-" : "+", v_int(0), v);
+}
+
+/* jinja2's parse_unary: a '-' or '+' takes the value after it without its filters and tests,
+ * which then apply to the signed value: -x|length is (-x)|length. */
+static val unary(ex *e, bool with_filter) {
+    val v;
+    if (op(e, "-") || op(e, "+")) {
+        char o = e->p[-1];
         if (!deeper(e))
             return (val){.k = V_UNDEF};
-        val v = unary(e);
+        v = sign(e, o, unary(e, false));
         e->depth--;
-        return arith(e, "-", v_int(0), v);
+    } else {
+        v = postfix(e, primary(e));
     }
-    return postfix(e);
+    return with_filter ? filters(e, v) : v;
+}
+
+/* '*': integers multiply, and a string times an integer repeats, as in Python. */
+static val times(ex *e, val a, val b) {
+    long long k;
+    if (!e->r || e->st != ZT_OK || !((a.k == V_STR && as_int(b, &k)) ||
+                                     (b.k == V_STR && as_int(a, &k))))
+        return arith(e, "*", a, b);
+    val s = a.k == V_STR ? a : b;
+    if (k <= 0 || s.n == 0)
+        return zt_chat_str("", 0);
+    if ((unsigned long long)k > (1ull << 30) / s.n)
+        return fail(e, ZT_ERR_UNSUPPORTED, "'*' makes a string over 1 GiB");
+    char *out = zt_chat_alloc(e->r, s.n * (size_t)k);
+    if (!out)
+        return fail(e, ZT_ERR_NOMEM, "out of memory");
+    for (long long i = 0; i < k; i++)
+        memcpy(out + (size_t)i * s.n, s.s, s.n);
+    return zt_chat_str(out, s.n * (size_t)k);
 }
 
 static val mul(ex *e) {
-    val v = unary(e);
+    val v = unary(e, true);
     for (;;) {
-        if (op(e, "//")) v = arith(e, "//", v, unary(e));
-        else if (op(e, "*")) v = arith(e, "*", v, unary(e));
-        else if (op(e, "%")) v = arith(e, "%", v, unary(e));
+        if (op(e, "//")) v = arith(e, "//", v, unary(e, true));
+        else if (op(e, "*")) v = times(e, v, unary(e, true));
+        else if (op(e, "%")) v = arith(e, "%", v, unary(e, true));
         else if (op(e, "/")) {
             e->p--;
             return fail(e, ZT_ERR_UNSUPPORTED, "'/' (true division, a float) is not supported; "
@@ -597,11 +778,19 @@ static val mul(ex *e) {
     }
 }
 
-static val add(ex *e) {
+/* '~' binds tighter than '+' and '-' in jinja2 (parse_concat sits between them). */
+static val concat_expr(ex *e) {
     val v = mul(e);
+    while (op(e, "~"))
+        v = tilde(e, v, mul(e));
+    return v;
+}
+
+static val add(ex *e) {
+    val v = concat_expr(e);
     for (;;) {
         if (op(e, "+")) {
-            val b = mul(e);
+            val b = concat_expr(e);
             long long x, y;
             if (!e->r || e->st != ZT_OK)
                 continue;
@@ -614,9 +803,7 @@ static val add(ex *e) {
             else
                 return fail(e, ZT_ERR_INVALID, "'+' of a %s and a %s", zt_chat_type_name(v), zt_chat_type_name(b));
         } else if (op(e, "-")) {
-            v = arith(e, "-", v, mul(e));
-        } else if (op(e, "~")) {
-            v = tilde(e, v, mul(e));
+            v = arith(e, "-", v, concat_expr(e));
         } else {
             return v;
         }
@@ -637,9 +824,8 @@ static bool contains(ex *e, val hay, val needle) {
         return false;
     }
     if (hay.k == V_LIST) {
-        const cJSON *x = cJSON_GetArrayItem(hay.j, hay.lo);
-        for (int i = hay.lo; i < hay.hi; i++, x = x->next)
-            if (zt_chat_equal(zt_chat_from_json(x), needle))
+        for (int k = 0; k < hay.count; k++)
+            if (zt_chat_equal(zt_chat_list_item(hay, k), needle))
                 return true;
         return false;
     }
@@ -677,42 +863,50 @@ static val order(ex *e, char o, bool eq, val a, val b) {
     return zt_chat_bool(o == '<' ? (eq ? c <= 0 : c < 0) : (eq ? c >= 0 : c > 0));
 }
 
-static val compare(ex *e) {
-    val v = add(e);
-    for (;;) {
-        if (op(e, "==")) { val b = add(e); v = e->r ? zt_chat_bool(zt_chat_equal(v, b)) : v; }
-        else if (op(e, "!=")) { val b = add(e); v = e->r ? zt_chat_bool(!zt_chat_equal(v, b)) : v; }
-        else if (op(e, "<=") || op(e, ">=") || op(e, "<") || op(e, ">")) {
-            char o = e->p[-1] == '=' ? e->p[-2] : e->p[-1];
-            bool eq = e->p[-1] == '=';
-            v = order(e, o, eq, v, add(e));
-        } else if (word(e, "in")) {
-            val b = add(e);
-            v = e->r && e->st == ZT_OK ? zt_chat_bool(contains(e, b, v)) : v;
-        } else if (peek_ident(e) == 3 && !memcmp(e->p, "not", 3)) {
-            const char *save = e->p;
-            e->p += 3;
-            if (!word(e, "in")) {
-                e->p = save;
-                return v;
-            }
-            val b = add(e);
-            v = e->r && e->st == ZT_OK ? zt_chat_bool(!contains(e, b, v)) : v;
-        } else if (word(e, "is")) {
-            bool neg = word(e, "not");
-            size_t n = peek_ident(e);
-            const char *t = e->p;
-            e->p += n;
-            bool r;
-            if (is_name(t, n, "defined")) r = v.k != V_UNDEF;
-            else if (is_name(t, n, "none")) r = v.k == V_NONE;
-            else if (is_name(t, n, "string")) r = v.k == V_STR;
-            else return fail(e, ZT_ERR_UNSUPPORTED, "test 'is %.*s' is not supported", (int)n, t);
-            v = e->r ? zt_chat_bool(r != neg) : v;
-        } else {
-            return v;
-        }
+/* The comparison operator at p, consumed: "==", "!=", "<=", ">=", "<", ">", "in", "not in";
+ * NULL when there is none. */
+static const char *compare_op(ex *e) {
+    static const char *const ops[] = {"==", "!=", "<=", ">=", "<", ">"};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        if (op(e, ops[k]))
+            return ops[k];
+    if (word(e, "in"))
+        return "in";
+    if (peek_ident(e) == 3 && !memcmp(e->p, "not", 3)) {
+        const char *save = e->p;
+        e->p += 3;
+        if (word(e, "in"))
+            return "not in";
+        e->p = save;
     }
+    return NULL;
+}
+
+static bool compare_one(ex *e, const char *o, val a, val b) {
+    if (o[0] == '=' || o[0] == '!')
+        return zt_chat_equal(a, b) == (o[0] == '=');
+    if (o[0] == 'i' || o[0] == 'n')
+        return contains(e, b, a) == (o[0] == 'i');
+    return zt_chat_truthy(order(e, o[0], o[1] == '=', a, b));
+}
+
+/* Comparisons chain as Python's: a < b < c is a < b and b < c, and stops at the first false. */
+static val compare(ex *e) {
+    val left = add(e), v = left;
+    render *keep = e->r;
+    const char *o;
+    while ((o = compare_op(e))) {
+        val right = add(e);
+        if (e->r && e->st == ZT_OK) {
+            bool b = compare_one(e, o, left, right);
+            v = zt_chat_bool(b);
+            if (!b) /* the rest is only checked */
+                e->r = NULL;
+        }
+        left = right;
+    }
+    e->r = keep;
+    return v;
 }
 
 static val not_expr(ex *e) {
@@ -778,3 +972,20 @@ val zt_chat_eval(const zt_chat_template *t, render *r, const node *d, zt_status 
     return v;
 }
 
+
+zt_status zt_chat_split_for(const zt_chat_template *t, node *d) {
+    ex e = {d->at, d->at + d->len, d->at, NULL, t, (size_t)(d->at - t->src), ZT_OK, 0};
+    if (deeper(&e))
+        or_expr(&e);
+    skip_ws(&e);
+    if (e.st == ZT_OK && word(&e, "recursive")) {
+        e.p -= strlen("recursive");
+        fail(&e, ZT_ERR_UNSUPPORTED, "recursive loops ('for ... recursive') are not supported");
+    }
+    if (e.st != ZT_OK || !(peek_ident(&e) == 2 && !memcmp(e.p, "if", 2)))
+        return e.st; /* without a filter, the check of the whole expression says what is left */
+    d->len = (size_t)(e.p - d->at);
+    d->test = e.p + 2;
+    d->test_len = (size_t)(e.end - d->test);
+    return ZT_OK;
+}

@@ -106,7 +106,7 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
     }
     d->at = s;
     d->len = (size_t)(end - s);
-    return ZT_OK;
+    return d->kind == N_FOR ? zt_chat_split_for(t, d) : ZT_OK;
 }
 
 /* Cuts the template into nodes, applying the whitespace rules, and pairs the block tags. */
@@ -191,14 +191,16 @@ static zt_status cut(zt_chat_template *t) {
         }
         if (d->kind != N_ELIF && d->kind != N_ELSE && d->kind != N_ENDIF && d->kind != N_ENDFOR)
             continue;
-        node_kind want = d->kind == N_ENDFOR ? N_FOR : N_IF;
         node *open = depth ? &t->nodes[stack[depth - 1]] : NULL;
+        /* an else closes an if's branches or a for's body (run when it iterates no item) */
+        node_kind want = d->kind == N_ENDFOR || (d->kind == N_ELSE && open && open->kind == N_FOR)
+                             ? N_FOR : N_IF;
         /* the innermost open block's current branch */
         int at = depth ? stack[depth - 1] : -1;
         while (at >= 0 && t->nodes[at].match > 0)
             at = t->nodes[at].match;
         if (!open || open->kind != want || (at >= 0 && t->nodes[at].kind == N_ELSE &&
-                                             d->kind != N_ENDIF))
+                                             d->kind != N_ENDIF && d->kind != N_ENDFOR))
             return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: a misplaced "
                             "'%s'", t->source, zt_chat_offset(t, d->offset),
                             d->kind == N_ELIF ? "elif" : d->kind == N_ELSE ? "else"
@@ -219,6 +221,11 @@ static zt_status cut(zt_chat_template *t) {
             zt_status st;
             zt_chat_eval(t, NULL, d, &st);
             ZT_TRY(st);
+            if (d->test) {
+                node filter = {.at = d->test, .len = d->test_len};
+                zt_chat_eval(t, NULL, &filter, &st);
+                ZT_TRY(st);
+            }
         }
     }
     return ZT_OK;
@@ -256,6 +263,42 @@ static void bind(render *r, const char *name, val v, int frame) {
     }
     snprintf(r->vars[r->n_vars].name, sizeof r->vars[0].name, "%s", name);
     r->vars[r->n_vars++].v = v;
+}
+
+/* What the for node d iterates over, after its loop filter: a list's items, a dict's keys, a
+ * string's code points, nothing for undefined (as jinja2's Undefined iterates). *items is the
+ * caller's to free; the count, 0 after a failure (*st). */
+static int for_items(render *r, const node *d, val **items, zt_status *st) {
+    const zt_chat_template *t = r->t;
+    val seq = zt_chat_eval(t, r, d, st);
+    int n = *st != ZT_OK || seq.k == V_UNDEF ? 0 : zt_chat_items(seq, NULL);
+    if (n < 0) {
+        *st = zt_error(ZT_ERR_INVALID, "%s: chat_template at offset %zu: 'for' over a %s, which "
+                       "is not iterable", t->source, zt_chat_offset(t, d->offset),
+                       zt_chat_type_name(seq));
+        return 0;
+    }
+    if (n == 0)
+        return 0;
+    if (!(*items = malloc((size_t)n * sizeof **items))) {
+        *st = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+        return 0;
+    }
+    zt_chat_items(seq, *items);
+    if (!d->test)
+        return n;
+    /* the filter sees the loop's variable (and any outer loop), as jinja2's does */
+    node filter = {.at = d->test, .len = d->test_len};
+    int kept = 0;
+    for (int k = 0; k < n && *st == ZT_OK; k++) {
+        int inner = r->n_vars;
+        bind(r, d->var, (*items)[k], inner);
+        bool keep = zt_chat_truthy(zt_chat_eval(t, r, &filter, st));
+        r->n_vars = inner;
+        if (keep)
+            (*items)[kept++] = (*items)[k];
+    }
+    return *st == ZT_OK ? kept : 0;
 }
 
 /* Runs nodes [i, stop) with variables set from `frame` on. */
@@ -308,22 +351,23 @@ static void run(render *r, int i, int stop, int frame) {
             break;
         }
         case N_FOR: {
-            val list = zt_chat_eval(t, r, d, &st);
-            int end = d->match;
-            if (st == ZT_OK && list.k == V_UNDEF) /* jinja2's Undefined iterates as empty */
-                list = (val){.k = V_LIST};
-            else if (st == ZT_OK && list.k != V_LIST)
-                st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: 'for' over a "
-                              "value that is not a list", t->source, zt_chat_offset(t, d->offset));
-            loop_state ls = {0, list.hi - list.lo, list.j, list.lo};
-            for (int k = list.lo; st == ZT_OK && r->st == ZT_OK && k < list.hi; k++) {
+            int end = d->match, else_at = -1;
+            if (t->nodes[end].kind == N_ELSE)
+                else_at = end, end = t->nodes[end].match;
+            val *items = NULL;
+            int n = for_items(r, d, &items, &st);
+            loop_state ls = {0, n, items};
+            for (int k = 0; st == ZT_OK && r->st == ZT_OK && k < n; k++) {
                 int inner = r->n_vars;
-                ls.index0 = k - list.lo;
-                bind(r, d->var, zt_chat_from_json(cJSON_GetArrayItem(list.j, k)), inner);
+                ls.index0 = k;
+                bind(r, d->var, items[k], inner);
                 bind(r, "loop", (val){.k = V_LOOP, .loop = &ls}, inner);
-                run(r, i + 1, end, inner);
+                run(r, i + 1, else_at >= 0 ? else_at : end, inner);
                 r->n_vars = inner; /* a loop's variables end with its iteration */
             }
+            if (st == ZT_OK && n == 0 && else_at >= 0)
+                run(r, else_at + 1, end, frame);
+            free(items);
             i = end + 1;
             break;
         }
@@ -345,11 +389,14 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     if (!r)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     r->t = t;
+    /* what apply_chat_template passes: tools and documents are None (ztrain's chat data has no
+     * way to give them), and its special_tokens_map */
     bind(r, "messages", zt_chat_from_json(messages), 0);
-    if (t->bos)
-        bind(r, "bos_token", zt_chat_str(t->bos, strlen(t->bos)), 0);
-    if (t->eos_given)
-        bind(r, "eos_token", zt_chat_str(t->eos, strlen(t->eos)), 0);
+    bind(r, "tools", (val){.k = V_NONE}, 0);
+    bind(r, "documents", (val){.k = V_NONE}, 0);
+    const cJSON *tok;
+    cJSON_ArrayForEach(tok, t->tokens)
+        bind(r, tok->string, zt_chat_from_json(tok), 0);
     bind(r, "add_generation_prompt", zt_chat_bool(add_generation_prompt), 0);
     emit(r, "", 0);
     run(r, 0, t->n, 0);
@@ -367,20 +414,70 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     return s;
 }
 
-zt_status zt_chat_template_parse(const char *text, const char *source, const char *bos,
-                                 const char *eos, zt_chat_template **out) {
+/* One special token as tokenizer_config.json gives it, a string or an AddedToken object
+ * ({"content": ...}), into *text; NULL for null. */
+static zt_status token_text(const char *source, const char *key, const cJSON *v,
+                            const char **text) {
+    *text = NULL;
+    if (cJSON_IsObject(v))
+        v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (cJSON_IsString(v))
+        *text = v->valuestring;
+    else if (v && !cJSON_IsNull(v))
+        return zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a string or an AddedToken object "
+                        "({\"content\": \"...\"})", source, key);
+    return ZT_OK;
+}
+
+/* The special tokens apply_chat_template passes (its special_tokens_map): each that the config
+ * gives as non-empty text, additional_special_tokens as a list when it holds any. */
+static zt_status special_tokens(zt_chat_template *t, const cJSON *config) {
+    static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                       "pad_token", "cls_token", "mask_token"};
+    if (!(t->tokens = cJSON_CreateObject()))
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const char *text;
+        ZT_TRY(token_text(t->source, keys[k],
+                          cJSON_GetObjectItemCaseSensitive(config, keys[k]), &text));
+        if (text && text[0] && !cJSON_AddStringToObject(t->tokens, keys[k], text))
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+    }
+    const char *key = "additional_special_tokens";
+    const cJSON *more = cJSON_GetObjectItemCaseSensitive(config, key), *e;
+    if (more && !cJSON_IsNull(more) && !cJSON_IsArray(more))
+        return zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a list of tokens", t->source, key);
+    if (cJSON_GetArraySize(more) > 0) {
+        cJSON *list = cJSON_AddArrayToObject(t->tokens, key);
+        if (!list)
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+        cJSON_ArrayForEach(e, more) {
+            const char *text;
+            ZT_TRY(token_text(t->source, key, e, &text));
+            if (!text)
+                return zt_error(ZT_ERR_FORMAT, "%s: key '%s' holds a null", t->source, key);
+            if (!cJSON_AddItemToArray(list, cJSON_CreateString(text)))
+                return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+        }
+    }
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(t->tokens, "eos_token");
+    t->eos = eos ? eos->valuestring : "";
+    return ZT_OK;
+}
+
+zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *config,
+                                 zt_chat_template **out) {
     *out = NULL;
     zt_chat_template *t = calloc(1, sizeof *t);
     if (!t)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
     snprintf(t->source, sizeof t->source, "%s", source);
+    t->eos = "";
     t->src = strdup(text);
-    t->bos = bos ? strdup(bos) : NULL;
-    t->eos = strdup(eos ? eos : "");
-    t->eos_given = eos != NULL;
-    zt_status s = t->src && (t->bos || !bos) && t->eos
-                      ? normalize_newlines(t)
-                      : zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    zt_status s = t->src ? special_tokens(t, config)
+                         : zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
+    if (s == ZT_OK)
+        s = normalize_newlines(t);
     if (s == ZT_OK)
         s = cut(t);
     if (s != ZT_OK) {
@@ -397,20 +494,10 @@ void zt_chat_template_destroy(zt_chat_template *t) {
     if (!t)
         return;
     free(t->src);
-    free(t->bos);
-    free(t->eos);
+    cJSON_Delete(t->tokens);
     free(t->nodes);
     free(t->cr_at);
     free(t);
-}
-
-/* A special token as tokenizer_config.json gives it: a string, or {"content": ...}; NULL when
- * there is none. */
-static const char *token_text(const cJSON *root, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (cJSON_IsObject(v))
-        v = cJSON_GetObjectItemCaseSensitive(v, "content");
-    return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {
@@ -436,8 +523,7 @@ zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {
         s = zt_error(ZT_ERR_FORMAT, "%s: no \"chat_template\" string (nor a list with one "
                      "named \"default\")", path);
     else
-        s = zt_chat_template_parse(text, source, token_text(root, "bos_token"),
-                                   token_text(root, "eos_token"), out);
+        s = zt_chat_template_parse(text, source, root, out);
     cJSON_Delete(root);
     return s;
 }

@@ -19,14 +19,19 @@ typedef struct {
     size_t len;
     char var[64];    /* the name a set or for binds */
     size_t offset;   /* where the tag starts in the template, for messages */
-    int match;       /* if/elif/else: the next branch tag or endif; for: its endfor */
+    int match;       /* if/elif/else: the next branch tag or endif; for: its else or endfor */
+    const char *test; /* for: the loop filter's source ("for x in y if TEST"), or NULL */
+    size_t test_len;
 } node;
 
 struct zt_chat_template {
     char *src;       /* the text with jinja2's newlines: every \r\n and \r made \n */
     char source[512];
-    char *bos, *eos; /* bos NULL: the variable bos_token is undefined, as transformers leaves it */
-    bool eos_given;  /* false: eos is "" and the variable eos_token undefined */
+    /* The special tokens as transformers passes them ({"bos_token": "<s>", ...,
+     * "additional_special_tokens": [...]}): a token it leaves out (missing, null, empty) is not
+     * here, so its variable is undefined. */
+    cJSON *tokens;
+    const char *eos; /* eos_token's text in tokens, or "" */
     node *nodes;
     int n;
     size_t *cr_at;   /* where each \r of an \r\n was dropped from src, ascending */
@@ -37,22 +42,25 @@ struct zt_chat_template {
  * name (the subset has no floating-point arithmetic or printing). */
 typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_LOOP } vkind;
 
-/* A for loop's position; the list is kept for loop.previtem and loop.nextitem. */
+struct val;
+
+/* A for loop's position; the items (after its filter) are kept for loop.previtem and
+ * loop.nextitem. */
 typedef struct {
     int index0, length;
-    const cJSON *list;
-    int lo;
+    const struct val *items;
 } loop_state;
 
-typedef struct {
+typedef struct val {
     vkind k;
     bool b;
     long long i;
     double d;            /* V_FLOAT */
     const char *s;       /* V_STR: not NUL-terminated; V_UNDEF: why (jinja2's message), or NULL */
     size_t n;
-    const cJSON *j;      /* V_LIST (its items lo..hi-1), V_DICT */
-    int lo, hi;
+    const cJSON *j;      /* V_LIST, V_DICT */
+    /* V_LIST: its `count` items are j's lo, lo + step, ... (a slice; step 0 reads as 1) */
+    int lo, count, step;
     const loop_state *loop;
 } val;
 
@@ -95,6 +103,14 @@ val zt_chat_str(const char *s, size_t n);
 val zt_chat_bool(bool b);
 val zt_chat_from_json(const cJSON *j);
 bool zt_chat_truthy(val v);
+/* Item k (0 <= k < count) of the list v. */
+val zt_chat_list_item(val v, int k);
+/* What `for` iterates over in v, as Python does: a list's items, a dict's keys, a string's code
+ * points (each a string pointing into v). Fills out[0..] when out is not NULL; returns the count,
+ * or -1 when v is not iterable. */
+int zt_chat_items(val v, val *out);
+/* The byte length of the UTF-8 code point whose first byte is c (1 for a stray byte). */
+size_t zt_chat_cp_len(unsigned char c);
 bool zt_chat_is_ident(char c, bool first);
 /* v as jinja2 prints it (and '~' joins it): strings as they are, integers in decimal, True,
  * False, None, undefined as nothing; *s points into v or num. False for lists and objects. */
@@ -104,9 +120,30 @@ const char *zt_chat_type_name(val v);
 /* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */
 bool zt_chat_equal(val a, val b);
 
+/* n bytes (and a NUL after them) that live until the render ends; NULL when out of memory. */
+char *zt_chat_alloc(render *r, size_t n);
+
+/* A method templates may call (chat_method.c): its name and how many arguments it takes. */
+typedef struct {
+    const char *name;
+    int min_args, max_args;
+} zt_chat_method;
+
+/* The method called name[0..n), or NULL when the subset has none by that name. */
+const zt_chat_method *zt_chat_method_find(const char *name, size_t n);
+/* v.name(args) as Python computes it, into *out (new strings in r's arena). False on failure,
+ * with Python's or jinja2's message in why ("'list object' has no attribute 'strip'", ...). */
+bool zt_chat_method_call(render *r, const zt_chat_method *m, val v, const val *args, int nargs,
+                         val *out, char why[256]);
+
 /* Evaluates the expression of node d in render r, or only checks it when r is NULL (every
  * construct is parsed, nothing is looked up); *st is the outcome, naming the template and the
  * offset. */
 val zt_chat_eval(const zt_chat_template *t, render *r, const node *d, zt_status *st);
+
+/* A for tag's source is "ITER [if TEST]", as jinja2 reads it (ITER stops before an "if", which
+ * starts the loop filter): cuts d's expression to ITER and points d->test at TEST. A "recursive"
+ * loop is refused by name. */
+zt_status zt_chat_split_for(const zt_chat_template *t, node *d);
 
 #endif

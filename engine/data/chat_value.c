@@ -2,9 +2,19 @@
  * and what Python does with them in jinja2 — truth, printing, equality, type names and str's
  * whitespace. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "chat_template_internal.h"
+
+char *zt_chat_alloc(render *r, size_t n) {
+    arena_block *b = malloc(sizeof *b + n + 1);
+    if (!b)
+        return NULL;
+    b->next = r->arena;
+    r->arena = b;
+    return b->data;
+}
 
 val zt_chat_str(const char *s, size_t n) { return (val){.k = V_STR, .s = s, .n = n}; }
 val zt_chat_bool(bool b) { return (val){.k = V_BOOL, .b = b}; }
@@ -25,7 +35,7 @@ val zt_chat_from_json(const cJSON *j) {
         return (val){.k = V_FLOAT, .d = d};
     }
     if (cJSON_IsArray(j))
-        return (val){.k = V_LIST, .j = j, .lo = 0, .hi = cJSON_GetArraySize(j)};
+        return (val){.k = V_LIST, .j = j, .lo = 0, .count = cJSON_GetArraySize(j), .step = 1};
     if (cJSON_IsObject(j))
         return (val){.k = V_DICT, .j = j};
     return (val){.k = V_NONE};
@@ -37,10 +47,56 @@ bool zt_chat_truthy(val v) {
     case V_INT: return v.i != 0;
     case V_FLOAT: return v.d != 0;
     case V_STR: return v.n > 0;
-    case V_LIST: return v.hi > v.lo;
+    case V_LIST: return v.count > 0;
     case V_DICT: return v.j->child != NULL;
     case V_LOOP: return true;
     default: return false;
+    }
+}
+
+val zt_chat_list_item(val v, int k) {
+    return zt_chat_from_json(cJSON_GetArrayItem(v.j, v.lo + k * (v.step ? v.step : 1)));
+}
+
+size_t zt_chat_cp_len(unsigned char c) {
+    return c >= 0xf0 && c < 0xf8 ? 4 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xc0 && c < 0xe0 ? 2 : 1;
+}
+
+int zt_chat_items(val v, val *out) {
+    int n = 0;
+    switch (v.k) {
+    case V_LIST:
+        if (v.step == 1 || v.step == 0) { /* one walk along the cJSON list */
+            const cJSON *x = cJSON_GetArrayItem(v.j, v.lo);
+            for (; n < v.count; n++, x = x->next)
+                if (out)
+                    out[n] = zt_chat_from_json(x);
+            return n;
+        }
+        for (; n < v.count; n++)
+            if (out)
+                out[n] = zt_chat_list_item(v, n);
+        return n;
+    case V_DICT: {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, v.j) {
+            if (out)
+                out[n] = zt_chat_str(x->string, strlen(x->string));
+            n++;
+        }
+        return n;
+    }
+    case V_STR:
+        for (size_t i = 0; i < v.n; n++) {
+            size_t w = zt_chat_cp_len((unsigned char)v.s[i]);
+            w = w > v.n - i ? v.n - i : w;
+            if (out)
+                out[n] = zt_chat_str(v.s + i, w);
+            i += w;
+        }
+        return n;
+    default:
+        return -1;
     }
 }
 
@@ -106,11 +162,10 @@ bool zt_chat_equal(val a, val b) {
     case V_NONE: case V_UNDEF: return true;
     case V_LOOP: return a.loop == b.loop;
     case V_LIST: {
-        if (a.hi - a.lo != b.hi - b.lo)
+        if (a.count != b.count)
             return false;
-        const cJSON *x = cJSON_GetArrayItem(a.j, a.lo), *y = cJSON_GetArrayItem(b.j, b.lo);
-        for (int i = a.lo; i < a.hi; i++, x = x->next, y = y->next)
-            if (!zt_chat_equal(zt_chat_from_json(x), zt_chat_from_json(y)))
+        for (int k = 0; k < a.count; k++)
+            if (!zt_chat_equal(zt_chat_list_item(a, k), zt_chat_list_item(b, k)))
                 return false;
         return true;
     }

@@ -12,6 +12,9 @@ by ztrain with the same message. Templates using what the subset lacks are refus
 Then the language itself: small templates covering arithmetic (zero divisors, 64-bit limits),
 nesting, Python's Unicode whitespace in strip/trim/"-"/lstrip_blocks, equality of lists and
 objects, code-point lengths, CRLF, undefined values, loop attributes, string escapes and "~",
+loop filters, for-else, for over strings and objects, the methods (strip with chars, startswith,
+endswith, replace, get, loop.cycle), subscripts and slices of strings and lists ([::-1] too), and
+jinja2's precedence (-x|length, tests before operators, "~" before "+", chained comparisons),
 each rendered by transformers' jinja2 environment and by ztrain: the same text, or both refusing
 (with jinja2's message where ztrain gives it), or, where jinja2 goes beyond the subset (integers
 past 64 bits, "/", deep nesting), a refusal naming the construct."""
@@ -201,7 +204,80 @@ with tempfile.TemporaryDirectory() as d:
          + " }}", None, None),
         ("~ converts to text", "{% for m in messages %}{{ 'x' ~ loop.index ~ true ~ none ~ nope ~ "
          "(loop.index > 1) ~ m['content'] }}{% endfor %}", None, None),
+        # loop filters, for-else, for over strings and objects
+        ("a loop filter", "{% for m in messages if m.role != 'assistant' %}{{ loop.index }}/"
+         "{{ loop.length }}:{{ m.content }}{{ loop.previtem is defined }}{% if loop.last %}."
+         "{% endif %}{% endfor %}", None, None),
+        ("for-else", "{% for m in messages if m.role == 'tool' %}x{% else %}none{% endfor %}|"
+         "{% for m in messages[3:] %}y{% else %}empty{% endfor %}|{% for m in messages %}"
+         "{{ m.role[0] }}{% else %}never{% endfor %}|{% for c in '' %}x{% else %}e{% endfor %}",
+         None, None),
+        ("for over a string and an object", "{% for c in messages[0].content %}{{ c }}-"
+         "{{ loop.length }}{{ loop.nextitem }};{% endfor %}|{% for k in messages[2] %}{{ k }};"
+         "{% endfor %}", None, None),
+        ("for over an integer", "{% for c in messages|length %}{% endfor %}", "not iterable",
+         "raise"),
+        # methods, as Python's str and dict have them, and loop.cycle
+        ("strip with chars", "{{ 'xxhixx'.strip('x') }}|{{ messages[0].content.rstrip('👍') }}|"
+         "{{ 'abcba'.lstrip('ab') }}|{{ 'abcba'.rstrip('ab') }}|{{ ' a '.strip(none) }}|"
+         "{{ 'ééaéé'.strip('é') }}|{{ 'xyx'.strip('') }}", None, None),
+        ("startswith and endswith", "{{ messages[0].content.startswith('hé') }}"
+         "{{ messages[0].content.endswith('👍') }}{{ 'abc'.startswith('') }}"
+         "{{ 'ab'.endswith('abc') }}{{ 'abc'.startswith('b') }}", None, None),
+        ("replace", "{{ 'hello'.replace('l', 'L') }}|{{ 'hello'.replace('l', 'L', 1) }}|"
+         "{{ 'héllo'.replace('', '-') }}|{{ 'ab'.replace('', '-', 2) }}|"
+         "{{ 'aaa'.replace('aa', 'b') }}|{{ 'abc'.replace('b', '', -1) }}|"
+         "{{ 'abc'.replace('x', 'y') }}|{{ 'aa'.replace('a', 'b', 0) }}", None, None),
+        ("get", "{{ messages[0].get('role') }}|{{ messages[0].get('nope') }}|"
+         "{{ messages[0].get('nope', 'dflt') }}|{{ messages[2].get('n') == messages[2].n }}|"
+         "{{ messages[0].get('content', 'x')|length }}", None, None),
+        ("loop.cycle", "{% for m in messages %}{{ loop.cycle('a', 'b') }}{{ loop.cycle(m.role) }}"
+         "{% endfor %}", None, None),
+        ("a method of a list", "{{ messages.strip() }}", "'list object' has no attribute 'strip'",
+         "raise"),
+        ("startswith of an integer", "{{ 'a'.startswith(1) }}",
+         "startswith first arg must be str", "raise"),
+        ("replace with an integer", "{{ messages[0].content.replace(1, 'x') }}",
+         "replace() argument 1 must be str", "raise"),
+        ("get of a string", "{{ messages[0].content.get('x') }}",
+         "'str object' has no attribute 'get'", "raise"),
+        # subscripts and slices of lists and strings (code points), as Python's
+        ("a string's items", "{{ messages[0].content[0] }}{{ messages[0].content[-1] }}"
+         "{{ messages[0].content[1] }}|{{ 'abc'[5] }}|{{ 'abc'[5] is defined }}"
+         "{{ messages[0][0] is defined }}{{ messages['x'] is defined }}{{ 'abc'[true] }}", None,
+         None),
+        ("slices", "{{ messages[0].content[::-1] }}|{{ messages[0].content[1:3] }}|"
+         "{{ 'abcdef'[::2] }}|{{ 'abcdef'[-2:] }}|{{ 'abcdef'[4:1:-1] }}|{{ 'abc'[5:] }}|"
+         "{{ 'abc'[-10:2] }}|{{ 'abcdef'[-1:-7:-2] }}|{{ 'abc'[:] }}|{{ 'abc'[::100] }}|"
+         "{% for m in messages[::-1] %}{{ m.role }}{% endfor %}|{% for m in messages[::2] %}"
+         "{{ m.content }}{% endfor %}|{{ messages[::-1][0].content }}|"
+         "{{ messages[1:][::-1]|length }}|{{ messages[::-2][1:][0].role }}|"
+         "{{ messages[::-1] == messages[-1::-1] }}{{ messages[5:1:-1]|length }}", None, None),
+        ("a slice step of 0", "{{ 'abc'[::0] }}", "slice step cannot be zero", "raise"),
+        # precedence as jinja2's parser: '-' before filters and tests, tests before operators,
+        # '~' before '+' and '-', chained comparisons
+        ("-x|length", "{{ -messages|length }}", "bad operand type for unary -: 'list'", "raise"),
+        ("-x|length of a string", "{{ -messages[0].content|length }}",
+         "bad operand type for unary -: 'str'", "raise"),
+        ("unary signs", "{{ +3 }}{{ +true }}{{ -true }}{{ - -2 }}{{ -2 is none }}", None, None),
+        ("unary + of a string", "{{ +'a' }}", "bad operand type for unary +: 'str'", "raise"),
+        ("a test binds tighter than ==", "{{ true == none is none }}{{ not none is none }}",
+         None, None),
+        ("'~' binds tighter than '+'", "{{ 1 + 2 ~ 'a' }}", "'+' of a int and a str", "raise"),
+        ("'~' and '*'", "{{ 2 * 3 ~ 'x' ~ 4 // 2 }}", None, None),
+        ("chained comparisons", "{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 1 < 3 > 2 }}"
+         "{{ 'a' in 'ab' in 'abc' }}{{ 2 < 1 < nope.x }}{{ 1 == 1 != 2 }}", None, None),
+        ("string repetition", "{{ '-' * 3 }}{{ 2 * 'ab' }}{{ 'x' * 0 }}{{ 'é' * -1 }}|", None,
+         None),
         # refused when read, even in a branch no conversation takes
+        ("keyword arguments", "{% if false %}{{ 'a'.strip(chars='a') }}{% endif %}",
+         "keyword arguments", "beyond"),
+        ("startswith(prefix, start)", "{% if false %}{{ 'a'.startswith('a', 1) }}{% endif %}",
+         "'startswith' with 2 arguments", "beyond"),
+        ("a filter's arguments", "{% if false %}{{ 'a'|trim('a') }}{% endif %}",
+         "with arguments", "beyond"),
+        ("a recursive loop", "{% for m in messages recursive %}{% endfor %}", "recursive",
+         "beyond"),
         ("an unknown loop attribute", "{% if false %}{{ loop.cycle }}{% endif %}", "loop.cycle",
          "beyond"),
         ("'/'", "{% if false %}{{ 7/2 }}{% endif %}", "'/'", "beyond"),

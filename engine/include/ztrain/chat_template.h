@@ -3,28 +3,33 @@
  * trim_blocks and lstrip_blocks; see docs/fine-tuning.md for the subset).
  *
  * The subset is what the published Llama 2, Llama 3, Mistral and Qwen2 templates use: text,
- * {{ expression }}, {% set %}, {% if %}/{% elif %}/{% else %}, {% for x in list %} with loop.index0,
+ * {{ expression }}, {% set %}, {% if %}/{% elif %}/{% else %}, {% for x in y [if filter] %}
+ * ... [{% else %}] over a list, an object's keys or a string's code points, with loop.index0,
  * loop.index, loop.revindex(0), loop.first, loop.last, loop.length, loop.depth(0),
- * loop.previtem and loop.nextitem, comments, whitespace control ("-", "+"); expressions over
- * strings, integers, booleans, none, lists and objects: literals (strings with Python's
- * escapes), variables, x.attr, x['key'], x[i], slices x[a:b], + - * // % ~, comparisons, in,
- * and/or/not, the tests "is [not] defined/none/string", the filters trim and length, the methods
- * strip, lstrip and rstrip, and raise_exception(message), which fails the render with that
- * message. Anything else (macros, other filters, inline if, namespaces, "/", \N{} escapes,
- * nesting deeper than 64, ...) is refused when the template is parsed, naming
- * the construct and its offset, even in a branch the conversation would not take.
+ * loop.previtem, loop.nextitem and loop.cycle(...), comments, whitespace control ("-", "+");
+ * expressions over strings, integers, booleans, none, lists and objects: literals (strings with
+ * Python's escapes), variables, x.attr, x['key'], x[i] and slices x[a:b:c] of lists and strings,
+ * + - * // % ~, unary - and +, chained comparisons, in, and/or/not, the tests
+ * "is [not] defined/none/string", the filters trim and length, the methods strip, lstrip and
+ * rstrip (chars optional), startswith, endswith, replace and dict.get, and
+ * raise_exception(message), which fails the render with that message. Operators bind as in
+ * jinja2's parser (-x|length is (-x)|length). Anything else (macros, other filters or methods,
+ * keyword arguments, inline if, namespaces, "/", \N{} escapes, nesting deeper than 64, ...) is
+ * refused when the template is parsed, naming the construct and its offset, even in a branch
+ * the conversation would not take.
  *
  * Within the subset a render is jinja2's (transformers' ImmutableSandboxedEnvironment): values
- * compare by value, lengths count code points, "~" joins values as text, strip and trim and the
- * whitespace controls remove Python's Unicode whitespace, CRLF and CR read as "\n", and an
- * undefined variable or key prints as nothing but fails the render with jinja2's message when
- * used (an attribute of it, "+", "-"). Integers are 64-bit: a result past that, and division by
- * zero, fail the render by name, as does printing or computing with a conversation's
- * non-integral number. Offsets in messages count bytes of the text as given.
+ * compare by value, lengths, subscripts and slices of strings count code points, "~" joins
+ * values as text, strip and trim and the whitespace controls remove Python's Unicode whitespace,
+ * CRLF and CR read as "\n", and an undefined variable or key prints as nothing but fails the
+ * render with jinja2's message when used (an attribute of it, "+", "-"). Integers are 64-bit: a
+ * result past that, and division by zero, fail the render by name, as does printing or
+ * computing with a conversation's non-integral number. Offsets in messages count bytes of the
+ * text as given.
  *
- * Variables: messages (the conversation, a list of {"role", "content"} objects), bos_token,
- * eos_token (each undefined when the tokenizer has none, as in transformers) and
- * add_generation_prompt. */
+ * Variables, as apply_chat_template(messages) passes them: messages (the conversation, a list of
+ * {"role", "content"} objects), add_generation_prompt, tools and documents (none), and the
+ * special tokens (zt_chat_template_parse). */
 #ifndef ZTRAIN_CHAT_TEMPLATE_H
 #define ZTRAIN_CHAT_TEMPLATE_H
 
@@ -36,15 +41,20 @@
 
 typedef struct zt_chat_template zt_chat_template;
 
-/* Parses and checks template text. source names it in messages ("tokenizer_config.json");
- * bos and eos are the bos_token and eos_token strings (NULL: the variable is undefined, as
- * transformers leaves a token the tokenizer lacks). *out is the caller's to destroy. */
-zt_status zt_chat_template_parse(const char *text, const char *source, const char *bos,
-                                 const char *eos, zt_chat_template **out);
+/* Parses and checks template text. source names it in messages ("tokenizer_config.json").
+ * config (NULL: none) is the tokenizer_config.json object whose special tokens become variables
+ * as transformers' special_tokens_map passes them: bos_token, eos_token, unk_token, sep_token,
+ * pad_token, cls_token and mask_token as text (each a string or an AddedToken object
+ * {"content": ...}), additional_special_tokens as a list of them; a token that is missing, null
+ * or "" (or an empty list) leaves its variable undefined. The template keeps no pointer into
+ * config. *out is the caller's to destroy. */
+zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *config,
+                                 zt_chat_template **out);
 
 /* Reads tokenizer_config.json: "chat_template" (a string; a list of named templates is refused
- * unless it has one named "default", which is taken), "bos_token" and "eos_token" (strings or
- * {"content": ...} objects). */
+ * unless it has one named "default", which is taken) and the special tokens (see
+ * zt_chat_template_parse). special_tokens_map.json is not read: transformers reads it only for
+ * an old tokenizer_config.json without "added_tokens_decoder". */
 zt_status zt_chat_template_load(const char *tokenizer_config, zt_chat_template **out);
 void zt_chat_template_destroy(zt_chat_template *t);
 
