@@ -15,6 +15,8 @@ typedef struct {
                              * value (completion then offers files after it) */
     const char *args;       /* what the positional arguments complete to: "file", "dir", "id",
                              * "command", "shell" or "" */
+    const char *choices;    /* the values an option takes, when they are a fixed few, for
+                             * completion: "OPT:V1,V2 OPT2:..." (space-separated); NULL for none */
 } zt_cli_command;
 
 /* The table, in the order `ztrain --help` lists it; *n is its length. */
