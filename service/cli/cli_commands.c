@@ -165,7 +165,8 @@ void zt_cli_print_usage(FILE *f) {
     }
     fputs("\n", f);
     fputs(remote_note, f);
-    fputs("\nOptions take their value as --opt VALUE or --opt=VALUE (-o json, -o=json or -ojson).\n"
+    fputs("\nOptions take their value as --opt VALUE or --opt=VALUE (-o json, -o=json or -ojson);\n"
+          "-- ends the options (ztrain run -- -job.json).\n"
           "Commands that print JSON take -o json (--output json). Exit status: 0 success,\n"
           "1 the command or the job failed, 2 bad usage, 3 a watched job was cancelled, 130\n"
           "stopped by a signal after writing a checkpoint.\n",

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "cli_args.h"
 #include "cli_commands.h"
 #include "cli_remote.h"
 #include "grpc_client.h"
@@ -136,9 +137,13 @@ static bool takes_value(const char *flag) {
 }
 
 static int parse_options(options *o, int argc, char **argv) {
+    bool operands = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (a[0] != '-' || a[1] == '\0') {
+        int kind = zt_cli_word_kind(a, &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
             if (!o->arg)
                 o->arg = a;
             else if (strcmp(o->command, "cancel") == 0 &&
