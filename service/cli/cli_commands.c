@@ -2,7 +2,9 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "cli_args.h"
 #include "cli_commands.h"
+#include "ztrain/text.h"
 
 #define REMOTE_OPTIONS "--server= --token-file= --tls-ca= --tls-cert= --tls-key="
 
@@ -169,7 +171,8 @@ void zt_cli_print_usage(FILE *f) {
           "-- ends the options (ztrain run -- -job.json).\n"
           "Commands that print JSON take -o json (--output json). Exit status: 0 success,\n"
           "1 the command or the job failed, 2 bad usage, 3 a watched job was cancelled, 130\n"
-          "stopped by a signal after writing a checkpoint.\n",
+          "stopped by a signal after writing a checkpoint, 137 a run whose ranks were killed on\n"
+          "a second signal (128 + SIGKILL; their last step not checkpointed).\n",
           f);
 }
 
@@ -197,6 +200,52 @@ void zt_cli_print_short_usage(FILE *f, const char *command) {
     fputs("\n(ztrain help: what each does)\n", f);
 }
 
+/* " (did you mean X?)" for a near word of text, else "". */
+static const char *did_you_mean(const char *word, const char *text, char *buf, size_t size) {
+    char near[64];
+    if (!zt_text_suggest(word, text, near, sizeof near))
+        return "";
+    snprintf(buf, size, " (did you mean %s?)", near);
+    return buf;
+}
+
+/* The commands' names, space-separated, into buf. */
+static const char *command_names(char *buf, size_t size) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_COMMANDS && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s ", commands[i].name);
+    return buf;
+}
+
+int zt_cli_unknown_command(const char *word) {
+    char names[512], hint[96];
+    command_names(names, sizeof names);
+    if (word[0] == '-')
+        fprintf(stderr, "ztrain: unknown option '%s'%s\n", word,
+                did_you_mean(word, REMOTE_OPTIONS " --help --version", hint, sizeof hint));
+    else
+        fprintf(stderr, "ztrain: unknown command '%s'%s\n", word,
+                did_you_mean(word, names, hint, sizeof hint));
+    zt_cli_print_short_usage(stderr, NULL);
+    return 2;
+}
+
+int zt_cli_unknown_option(const char *command, const char *word) {
+    const zt_cli_command *c = zt_cli_command_find(command);
+    const char *options = c ? c->options : "";
+    char hint[96], with_help[1024];
+    if (zt_cli_takes_value(options, word)) {
+        fprintf(stderr, "ztrain: %s: %s needs a value\n", command, word);
+    } else {
+        snprintf(with_help, sizeof with_help, "%s --help", options);
+        fprintf(stderr, "ztrain: %s: unknown option '%s'%s\n", command, word,
+                did_you_mean(word, with_help, hint, sizeof hint));
+    }
+    zt_cli_print_short_usage(stderr, command);
+    return 2;
+}
+
 int zt_cli_help_main(int argc, char **argv) {
     if (argc == 0) {
         zt_cli_print_usage(stdout);
@@ -204,9 +253,12 @@ int zt_cli_help_main(int argc, char **argv) {
     }
     const zt_cli_command *c = argc == 1 ? zt_cli_command_find(argv[0]) : NULL;
     if (!c) {
-        fprintf(stderr, "ztrain: help: %s '%s' (ztrain help lists them)\n",
+        char names[512], hint[96];
+        command_names(names, sizeof names);
+        fprintf(stderr, "ztrain: help: %s '%s'%s (ztrain help lists them)\n",
                 argc == 1 ? "no command" : "one command at most, not",
-                argc == 1 ? argv[0] : argv[1]);
+                argc == 1 ? argv[0] : argv[1],
+                argc == 1 ? did_you_mean(argv[0], names, hint, sizeof hint) : "");
         return 2;
     }
     zt_cli_print_command_help(stdout, c);

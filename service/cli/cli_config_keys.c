@@ -87,7 +87,7 @@ int zt_cli_config_keys(int argc, char **argv) {
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else {
-            return usage("unknown option '%s'", argv[i]);
+            return zt_cli_unknown_option("config-keys", argv[i]);
         }
     }
     size_t n;

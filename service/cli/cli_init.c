@@ -119,7 +119,7 @@ int zt_cli_init(int argc, char **argv) {
         else if (strcmp(a, "--name") == 0)
             name = v;
         else
-            return usage("unknown option '%s'", a);
+            return zt_cli_unknown_option("init", a);
         i++;
     }
     if (!hf)

@@ -80,7 +80,7 @@ int zt_cli_prepare(int argc, char **argv) {
         } else if (strcmp(a, "--overwrite") == 0) {
             o.overwrite = true;
         } else if (strncmp(a, "--", 2) == 0 && !v) {
-            rc = usage_error("unknown option or missing value '%s'", a);
+            rc = zt_cli_unknown_option("prepare", a);
         } else if (strcmp(a, "--tokenizer") == 0) {
             o.tokenizer = argv[++i];
         } else if (strcmp(a, "--out") == 0) {
@@ -139,7 +139,7 @@ int zt_cli_prepare(int argc, char **argv) {
                 rc = 2;
             o.seed = (uint64_t)n;
         } else {
-            rc = usage_error("unknown option '%s'", a);
+            rc = zt_cli_unknown_option("prepare", a);
         }
     }
     if (rc == 0 && (!o.tokenizer || !o.out_dir))

@@ -183,7 +183,7 @@ static int cmd_estimate(int argc, char **argv) {
             if (zt_parse_bytes(argv[++i], "--max-device-memory", &max_device) != ZT_OK)
                 return bad_usage("estimate: %s", zt_last_error());
         } else
-            return bad_usage("estimate: unknown option '%s'", argv[i]);
+            return zt_cli_unknown_option("estimate", argv[i]);
     }
     if (!job_path)
         return bad_usage("estimate: %sthe job file is missing", "");
@@ -369,7 +369,7 @@ static int cmd_run(int argc, char **argv) {
             if (zt_cli_parse_long("--threads", argv[++i], 1, 1024, &threads))
                 return 2;
         } else
-            return bad_usage("run: unknown option or missing value '%s'", argv[i]);
+            return zt_cli_unknown_option("run", argv[i]);
     }
     if (!job_path)
         return bad_usage("run: %sthe job file is missing", "");
@@ -673,7 +673,7 @@ static int cmd_validate(int argc, char **argv) {
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else
-            return bad_usage("validate: unknown option or missing value '%s'", argv[i]);
+            return zt_cli_unknown_option("validate", argv[i]);
     }
     if (!job_path)
         return bad_usage("validate: %sthe job file is missing", "");
@@ -773,7 +773,7 @@ static int cmd_sample(int argc, char **argv) {
             if (zt_cli_parse_double(a, argv[++i], -HUGE_VAL, HUGE_VAL, &temperature))
                 return 2;
         } else
-            return bad_usage("sample: unknown option or missing value '%s'", a);
+            return zt_cli_unknown_option("sample", a);
     }
     if (!dir)
         return bad_usage("sample: %sthe checkpoint directory is missing", "");
@@ -974,7 +974,7 @@ static int cmd_export(int argc, char **argv) {
         else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
             tag = argv[++i];
         else
-            return bad_usage("export: unknown option or missing value '%s'", argv[i]);
+            return zt_cli_unknown_option("export", argv[i]);
     }
     if (!dir || (!out && !hf))
         return bad_usage("export: %sexpects CKPT_DIR and --out FILE or --hf DIR", "");
@@ -1012,7 +1012,7 @@ static int cmd_zero_to_fp32(int argc, char **argv) {
         if (kind == 0 && strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
             tag = argv[++i];
         else if (kind == 0)
-            return bad_usage("zero-to-fp32: unknown option or missing value '%s'", argv[i]);
+            return zt_cli_unknown_option("zero-to-fp32", argv[i]);
         else if (!dir)
             dir = argv[i];
         else if (!out)
@@ -1049,7 +1049,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     const zt_cli_command *c = zt_cli_command_find(cmd);
     if (!c)
-        return bad_usage("unknown command '%s'", cmd);
+        return zt_cli_unknown_command(cmd);
     int n;
     char **args = zt_cli_split_equals(c->options, argc - 2, argv + 2, &n);
     if (!args) {
