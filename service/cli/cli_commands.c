@@ -102,8 +102,9 @@ static const zt_cli_command commands[] = {
      "The job's last N log lines (default 100); -f follows until it ends.\n",
      "-f --follow --tail= " REMOTE_OPTIONS, "id", NULL},
     {"cancel", "ID... [--force] [--grace SECONDS]",
-     "Stop jobs: each writes a checkpoint first, or stops at once with --force. Exit 1 when\n"
-     "any of them could not be cancelled (each is tried).\n",
+     "Stop jobs: each writes a checkpoint first, or stops at once with --force. --grace: the\n"
+     "seconds before the ranks are killed (0 or none: ztraind's --grace, default 30). Exit 1\n"
+     "when any of them could not be cancelled (each is tried).\n",
      "--force --grace= " REMOTE_OPTIONS, "id", NULL},
     {"help", "[COMMAND]", "This text, or one command's.\n", "", "command", NULL},
     {"completion", "bash|zsh",
