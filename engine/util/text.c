@@ -1,8 +1,9 @@
-/* UTF-8 validity, printable characters, and escaping for a terminal (text.h). Written from RFC
- * 3629's table of well-formed byte sequences, so that the checker and the escaper agree on every
- * byte. */
+/* UTF-8 validity, printable characters, escaping for a terminal, and the nearest word to a
+ * typo (text.h). Written from RFC 3629's table of well-formed byte sequences, so that the
+ * checker and the escaper agree on every byte. */
 #include "ztrain/text.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,4 +137,64 @@ char *zt_text_escape_dup(const char *s, int flags) {
     if (buf)
         zt_text_escape(s, flags, buf, need + 1);
     return buf;
+}
+
+/* The optimal-string-alignment distance of a (n bytes) and b (m bytes): insertions, deletions,
+ * substitutions and swaps of two neighbours each count one, so "lsit" is one edit from "list"
+ * (as git's suggestions count). Words longer than 63 bytes are never near. */
+static size_t edit_distance(const char *a, size_t n, const char *b, size_t m) {
+    enum { MAX = 64 };
+    if (n >= MAX || m >= MAX)
+        return (size_t)-1;
+    size_t d[MAX][MAX];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+static bool word_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_';
+}
+
+const char *zt_text_suggest(const char *word, const char *text, char *buf, size_t size) {
+    size_t len = strcspn(word, "="), best = (size_t)-1;
+    /* Near enough to be a typo: at most two edits, and fewer than a third of the word's
+     * letters (a dash prefix not counted), so "--x" suggests nothing. */
+    size_t letters = len - strspn(word, "-");
+    size_t limit = letters / 3 < 2 ? letters / 3 : 2;
+    buf[0] = '\0';
+    for (const char *p = text; p && *p;) {
+        while (*p && !word_char(*p))
+            p++;
+        size_t n = 0;
+        while (word_char(p[n]))
+            n++;
+        /* Options are suggested for options, names for names. */
+        if (n > 0 && (p[0] == '-') == (word[0] == '-') && n < size &&
+            !(n == len && strncmp(p, word, n) == 0)) {
+            size_t d = edit_distance(word, len, p, n);
+            if (d <= limit && d < best) {
+                best = d;
+                memcpy(buf, p, n);
+                buf[n] = '\0';
+            }
+        }
+        p += n;
+    }
+    return buf[0] ? buf : NULL;
 }

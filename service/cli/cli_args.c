@@ -9,6 +9,9 @@
 /* Whether opt (n bytes) is one of the options that take no value of their own (listed without
  * '='): its "=value" is an optional argument, which stays attached. */
 static bool is_flag(const char *options, const char *opt, size_t n) {
+    /* Every command's --help and -h: "--help=x" stays whole, for the caller to refuse. */
+    if ((n == 6 && strncmp(opt, "--help", 6) == 0) || (n == 2 && strncmp(opt, "-h", 2) == 0))
+        return true;
     for (const char *w = options; w && *w;) {
         size_t len = strcspn(w, " ");
         if (len == n && strncmp(w, opt, n) == 0)
@@ -69,4 +72,46 @@ int zt_cli_profile_arg(const char *who, int argc, char **argv, int i) {
 
 bool zt_cli_set_form_ok(const char *v) {
     return v[0] != '=' && strchr(v, '=') != NULL;
+}
+
+bool zt_cli_takes_value(const char *options, const char *opt) {
+    size_t n = strlen(opt);
+    for (const char *w = options; w && *w;) {
+        size_t len = strcspn(w, " ");
+        if (len == n + 1 && w[n] == '=' && strncmp(w, opt, n) == 0)
+            return true;
+        w += len;
+        w += strspn(w, " ");
+    }
+    return false;
+}
+
+int zt_cli_word_kind(const char *a, bool *operands) {
+    if (*operands)
+        return 1;
+    if (strcmp(a, "--") == 0) {
+        *operands = true;
+        return -1;
+    }
+    return a[0] == '-' && a[1] != '\0' ? 0 : 1;
+}
+
+int zt_cli_wants_help(const char *who, const char *options, int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0)
+            return 0;
+        if (strncmp(a, "--help=", 7) == 0 || strncmp(a, "-h=", 3) == 0) {
+            fprintf(stderr, "%s: %.*s takes no value (got '%s')\n", who,
+                    (int)strcspn(a, "="), a, a);
+            return -1;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return 1;
+        /* The word after an option that takes a value is that value, whatever it looks like
+         * (sample --prompt -h), as getopt takes it. */
+        if (zt_cli_takes_value(options, a))
+            i++;
+    }
+    return 0;
 }

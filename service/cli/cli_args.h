@@ -17,6 +17,21 @@
  * memory. *out_argc gets its length. */
 char **zt_cli_split_equals(const char *options, int argc, char **argv, int *out_argc);
 
+/* Whether `opt` is listed in `options` (the command table's form) as taking a value. */
+bool zt_cli_takes_value(const char *options, const char *opt);
+
+/* What word `a` of a command's arguments is, for a parser's loop: 0 an option, 1 an operand (a
+ * positional argument: a word not starting with '-', "-" alone, or any word after "--"), and -1
+ * for the first "--" itself, which ends the options (it sets *operands, which starts false) and
+ * is skipped, as every POSIX tool and getopt take it. */
+int zt_cli_word_kind(const char *a, bool *operands);
+
+/* Whether a command's arguments (after zt_cli_split_equals) ask for its help: 1 for --help or
+ * -h as an option of their own (not the value of an option that takes one, `--prompt=--help`
+ * or `--prompt -h`, and not after "--"), 0 for none, -1 after printing "<who>: --help takes
+ * no value" for "--help=X" or "-h=X". */
+int zt_cli_wants_help(const char *who, const char *options, int argc, char **argv);
+
 /* --profile at argv[i], after zt_cli_split_equals: "--profile", "--profile=ops", or "--profile"
  * "ops" (the value is optional; written apart it is taken when it names a profile, as no job
  * file is named that). ops, the per-op timings of every step, is the one profile so far.

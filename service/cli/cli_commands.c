@@ -2,7 +2,9 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "cli_args.h"
 #include "cli_commands.h"
+#include "ztrain/text.h"
 
 #define REMOTE_OPTIONS "--server= --token-file= --tls-ca= --tls-cert= --tls-key="
 
@@ -14,18 +16,18 @@ static const zt_cli_command commands[] = {
      "(or --profile ops, --profile=ops) times every op of every step into DIR/profile.json\n"
      "(docs/profiling.md).\n"
      "--max-device-memory refuses a \"cuda\" job whose device estimate per rank is above SIZE.\n",
-     "--out= --threads= --profile --set= --max-device-memory=", "file"},
+     "--out= --threads= --profile --set= --max-device-memory=", "file", NULL},
     {"validate", "JOB.json [--set KEY.PATH=VALUE]... [-o json | --json]",
      "Check the job as `run` and ztraind would, and print the resolved job, the effective\n"
      "DeepSpeed config, the memory estimate and the admission verdict on this host. Makes\n"
      "nothing; exit 1 when the job would be refused. -o json (or --json): one JSON object,\n"
      "{\"valid\", \"errors\", \"warnings\", \"resolved\", \"effective_config\"} (docs/getting-started.md).\n",
-     "--set= -o= --output= --json", "file"},
+     "--set= -o= --output= --json", "file", "-o:json --output:json"},
     {"init", "--hf DIR [--deepspeed DS.json] [--out JOB.json] [--name NAME]",
      "Write a job file that fine-tunes the Hugging Face model directory DIR (its config.json\n"
      "gives the architecture) with the DeepSpeed config DS.json (default: a ZeRO-2 AdamW\n"
      "config with \"auto\" values). Default JOB.json: job.json; an existing file is kept.\n",
-     "--hf= --deepspeed= --out= --name=", ""},
+     "--hf= --deepspeed= --out= --name=", "", NULL},
     {"prepare",
      "--tokenizer TOKENIZER.json --out DIR INPUT... [--name NAME] [--field F] [--lines]\n"
      "        [--val-fraction F] [--shard-size TOKENS] [--threads N] [--seed S]\n"
@@ -41,7 +43,7 @@ static const zt_cli_command commands[] = {
      "--tokenizer= --out= --name= --field= --lines --val-fraction= --shard-size= --threads= "
      "--seed= --separator= --dtype= --skip-bad-lines --overwrite --format= --chat-template= "
      "--max-length= --overlong=",
-     "file"},
+     "file", "--dtype:uint16,uint32 --format:text,chat,prompt-completion --overlong:truncate,drop"},
     {"sample",
      "CKPT_DIR [--tag TAG] [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
      "        [--temperature F] [--top-k K] [--seed S] [--threads N] [--tokenizer TOKENIZER.json]\n"
@@ -54,26 +56,26 @@ static const zt_cli_command commands[] = {
      "eos_token.\n",
      "--tag= --prompt= --prompt-tokens= --tokens= --temperature= --top-k= --seed= --threads= "
      "--tokenizer= --chat= --chat-template=",
-     "dir"},
+     "dir", NULL},
     {"export", "CKPT_DIR (--out FILE | --hf DIR [--max-shard-size SIZE]) [--tag TAG]",
      "--out: the checkpoint's weights as one safetensors file with Hugging Face names.\n"
      "--hf: a Hugging Face model directory (config.json, safetensors shards of at most SIZE,\n"
      "default 5GB, and their index) that transformers' from_pretrained loads.\n",
-     "--out= --hf= --max-shard-size= --tag=", "dir"},
+     "--out= --hf= --max-shard-size= --tag=", "dir", NULL},
     {"zero-to-fp32", "CKPT_DIR OUT.safetensors [--tag TAG]",
      "Consolidated fp32 weights of a checkpoint of any ZeRO stage and rank count.\n", "--tag=",
-     "file"},
+     "file", NULL},
     {"estimate", "JOB.json [-o json | --json] [--max-device-memory SIZE]",
      "The job's memory per rank and on this host, as `ztrain run` and ztraind judge it; for a\n"
      "\"cuda\" job also its device memory per rank, judged against the visible GPUs and\n"
      "--max-device-memory (docs/gpu.md, \"Device memory\"). -o json (or --json): one JSON\n"
      "object.\n",
-     "-o= --output= --json --max-device-memory=", "file"},
+     "-o= --output= --json --max-device-memory=", "file", "-o:json --output:json"},
     {"config-keys", "[-o json | --json]",
      "Every DeepSpeed config key ztrain knows, with its fate, as a markdown table; -o json\n"
      "(or --json): a JSON array, one object per key (key, fate, stages, default, section,\n"
      "contents_listed, note; docs/deepspeed.md).\n",
-     "-o= --output= --json", ""},
+     "-o= --output= --json", "", "-o:json --output:json"},
     {"submit",
      "JOB.json [--wait | --watch] [--idempotency-key K] [--fork-from ID@STEP]\n"
      "        [--set KEY.PATH=VALUE]... [--dry-run]",
@@ -81,31 +83,34 @@ static const zt_cli_command commands[] = {
      "progress (on stderr); both exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED. --fork-from starts\n"
      "it from job ID's checkpoint of step STEP (the spec's fork_from). --dry-run sends\n"
      "nothing: it prints what `ztrain validate` prints for the job as it would be sent.\n",
-     "--wait --watch --idempotency-key= --fork-from= --set= --dry-run " REMOTE_OPTIONS, "file"},
+     "--wait --watch --idempotency-key= --fork-from= --set= --dry-run " REMOTE_OPTIONS, "file", NULL},
     {"list", "[--state STATE] [--limit N] [-o json|wide|name] [--json]",
      "The server's jobs, newest first. -o json (or --json): one JSON object with a \"jobs\"\n"
      "array of jobs as status -o json prints them; wide: more columns; name: the ids alone,\n"
      "one per line.\n",
-     "--state= --limit= -o= --output= --json " REMOTE_OPTIONS, ""},
+     "--state= --limit= -o= --output= --json " REMOTE_OPTIONS, "",
+     "-o:json,wide,name --output:json,wide,name "
+     "--state:QUEUED,STARTING,RUNNING,STOPPING,SUCCEEDED,FAILED,CANCELLED"},
     {"status", "ID [-o json|name] [--json]",
      "A job's state, progress, ranks and directories; -o json (or --json) the job as the\n"
      "HTTP API's GET /api/v1/jobs/ID answers it (the proto3 JSON mapping of Job).\n",
-     "-o= --output= --json " REMOTE_OPTIONS, "id"},
+     "-o= --output= --json " REMOTE_OPTIONS, "id", "-o:json,name --output:json,name"},
     {"watch", "ID [--from-step N]",
      "Follow a job until it ends (exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED).\n",
-     "--from-step= " REMOTE_OPTIONS, "id"},
+     "--from-step= " REMOTE_OPTIONS, "id", NULL},
     {"logs", "ID [-f] [--tail N]",
      "The job's last N log lines (default 100); -f follows until it ends.\n",
-     "-f --follow --tail= " REMOTE_OPTIONS, "id"},
+     "-f --follow --tail= " REMOTE_OPTIONS, "id", NULL},
     {"cancel", "ID... [--force] [--grace SECONDS]",
-     "Stop jobs: each writes a checkpoint first, or stops at once with --force. Exit 1 when\n"
-     "any of them could not be cancelled (each is tried).\n",
-     "--force --grace= " REMOTE_OPTIONS, "id"},
-    {"help", "[COMMAND]", "This text, or one command's.\n", "", "command"},
+     "Stop jobs: each writes a checkpoint first, or stops at once with --force. --grace: the\n"
+     "seconds before the ranks are killed (0 or none: ztraind's --grace, default 30). Exit 1\n"
+     "when any of them could not be cancelled (each is tried).\n",
+     "--force --grace= " REMOTE_OPTIONS, "id", NULL},
+    {"help", "[COMMAND]", "This text, or one command's.\n", "", "command", NULL},
     {"completion", "bash|zsh",
      "A completion script for the shell, generated from this table:\n"
      "  source <(ztrain completion bash)\n",
-     "", "shell"},
+     "", "shell", NULL},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -163,10 +168,12 @@ void zt_cli_print_usage(FILE *f) {
     }
     fputs("\n", f);
     fputs(remote_note, f);
-    fputs("\nOptions take their value as --opt VALUE or --opt=VALUE (-o json, -o=json or -ojson).\n"
+    fputs("\nOptions take their value as --opt VALUE or --opt=VALUE (-o json, -o=json or -ojson);\n"
+          "-- ends the options (ztrain run -- -job.json).\n"
           "Commands that print JSON take -o json (--output json). Exit status: 0 success,\n"
           "1 the command or the job failed, 2 bad usage, 3 a watched job was cancelled, 130\n"
-          "stopped by a signal after writing a checkpoint.\n",
+          "stopped by a signal after writing a checkpoint, 137 a run whose ranks were killed on\n"
+          "a second signal (128 + SIGKILL; their last step not checkpointed).\n",
           f);
 }
 
@@ -194,6 +201,52 @@ void zt_cli_print_short_usage(FILE *f, const char *command) {
     fputs("\n(ztrain help: what each does)\n", f);
 }
 
+/* " (did you mean X?)" for a near word of text, else "". */
+static const char *did_you_mean(const char *word, const char *text, char *buf, size_t size) {
+    char near[64];
+    if (!zt_text_suggest(word, text, near, sizeof near))
+        return "";
+    snprintf(buf, size, " (did you mean %s?)", near);
+    return buf;
+}
+
+/* The commands' names, space-separated, into buf. */
+static const char *command_names(char *buf, size_t size) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_COMMANDS && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s ", commands[i].name);
+    return buf;
+}
+
+int zt_cli_unknown_command(const char *word) {
+    char names[512], hint[96];
+    command_names(names, sizeof names);
+    if (word[0] == '-')
+        fprintf(stderr, "ztrain: unknown option '%s'%s\n", word,
+                did_you_mean(word, REMOTE_OPTIONS " --help --version", hint, sizeof hint));
+    else
+        fprintf(stderr, "ztrain: unknown command '%s'%s\n", word,
+                did_you_mean(word, names, hint, sizeof hint));
+    zt_cli_print_short_usage(stderr, NULL);
+    return 2;
+}
+
+int zt_cli_unknown_option(const char *command, const char *word) {
+    const zt_cli_command *c = zt_cli_command_find(command);
+    const char *options = c ? c->options : "";
+    char hint[96], with_help[1024];
+    if (zt_cli_takes_value(options, word)) {
+        fprintf(stderr, "ztrain: %s: %s needs a value\n", command, word);
+    } else {
+        snprintf(with_help, sizeof with_help, "%s --help", options);
+        fprintf(stderr, "ztrain: %s: unknown option '%s'%s\n", command, word,
+                did_you_mean(word, with_help, hint, sizeof hint));
+    }
+    zt_cli_print_short_usage(stderr, command);
+    return 2;
+}
+
 int zt_cli_help_main(int argc, char **argv) {
     if (argc == 0) {
         zt_cli_print_usage(stdout);
@@ -201,9 +254,12 @@ int zt_cli_help_main(int argc, char **argv) {
     }
     const zt_cli_command *c = argc == 1 ? zt_cli_command_find(argv[0]) : NULL;
     if (!c) {
-        fprintf(stderr, "ztrain: help: %s '%s' (ztrain help lists them)\n",
+        char names[512], hint[96];
+        command_names(names, sizeof names);
+        fprintf(stderr, "ztrain: help: %s '%s'%s (ztrain help lists them)\n",
                 argc == 1 ? "no command" : "one command at most, not",
-                argc == 1 ? argv[0] : argv[1]);
+                argc == 1 ? argv[0] : argv[1],
+                argc == 1 ? did_you_mean(argv[0], names, hint, sizeof hint) : "");
         return 2;
     }
     zt_cli_print_command_help(stdout, c);
@@ -225,36 +281,100 @@ static void print_options(FILE *f, const zt_cli_command *c, bool values_only) {
     }
 }
 
+/* The global options' names, as the shell scripts' case patterns take them ("A|B|..."). */
+static void print_globals(FILE *f, const char *sep, const char *suffix) {
+    const char *p = REMOTE_OPTIONS;
+    bool first = true;
+    while (*p) {
+        size_t n = strcspn(p, " ");
+        if (n > 0) {
+            fprintf(f, "%s%.*s%s", first ? "" : sep, (int)(n - (p[n - 1] == '=')), p, suffix);
+            first = false;
+        }
+        p += n + (p[n] == ' ');
+    }
+}
+
+/* The commands' names, space-separated. */
+static void print_names(FILE *f) {
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "%s%s", i ? " " : "", commands[i].name);
+}
+
+/* The fixed values of option `opt` (n bytes) of c, comma-separated, or NULL. */
+static const char *choices_of(const zt_cli_command *c, const char *opt, size_t n, size_t *len) {
+    for (const char *p = c->choices; p && *p;) {
+        size_t word = strcspn(p, " ");
+        const char *colon = memchr(p, ':', word);
+        if (colon && (size_t)(colon - p) == n && strncmp(p, opt, n) == 0) {
+            *len = word - (size_t)(colon + 1 - p);
+            return colon + 1;
+        }
+        p += word + (p[word] == ' ');
+    }
+    return NULL;
+}
+
+/* The command is the first word after the global options (ztrain --server X list), which may
+ * come before it as docker's and kubectl's do; bash splits "--opt=value" into "--opt" "="
+ * "value" (COMP_WORDBREAKS holds '='), so an option's value may follow a "=" word. */
 static void bash_script(FILE *f) {
     fputs("# bash completion for ztrain, generated by `ztrain completion bash` from its command\n"
           "# table.\n"
           "_ztrain() {\n"
           "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}\n"
+          "  if [ \"$cur\" = = ]; then cur=''; elif [ \"$prev\" = = ]; then\n"
+          "    prev=${COMP_WORDS[COMP_CWORD-2]}\n"
+          "  fi\n"
           "  local commands='", f);
-    for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "%s%s", i ? " " : "", commands[i].name);
+    print_names(f);
+    fputs("' globals='", f);
+    print_globals(f, " ", "");
     fputs("'\n"
-          "  if [ \"$COMP_CWORD\" -eq 1 ]; then\n"
-          "    COMPREPLY=($(compgen -W \"$commands --help --version\" -- \"$cur\"))\n"
+          "  local i=1 cmd=''\n"
+          "  while [ $i -lt $COMP_CWORD ]; do\n"
+          "    case ${COMP_WORDS[i]} in\n"
+          "      ", f);
+    print_globals(f, "|", "");
+    fputs(")\n"
+          "        if [ \"${COMP_WORDS[i+1]}\" = = ]; then i=$((i+3)); else i=$((i+2)); fi ;;\n"
+          "      *) cmd=${COMP_WORDS[i]}; break ;;\n"
+          "    esac\n"
+          "  done\n"
+          "  case $prev in\n"
+          "    --server) COMPREPLY=(); return ;;\n"
+          "    --token-file|--tls-ca|--tls-cert|--tls-key)\n"
+          "      COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+          "  esac\n"
+          "  if [ -z \"$cmd\" ]; then\n"
+          "    COMPREPLY=($(compgen -W \"$commands $globals --help --version\" -- \"$cur\"))\n"
           "    return\n"
           "  fi\n"
-          "  local opts='' values='' args=''\n"
-          "  case ${COMP_WORDS[1]} in\n", f);
+          "  local opts='' values='' args='' choices=''\n"
+          "  case $cmd in\n", f);
     for (size_t i = 0; i < N_COMMANDS; i++) {
         const zt_cli_command *c = &commands[i];
         fprintf(f, "    %s) opts='", c->name);
         print_options(f, c, false);
         fputs("'; values='", f);
         print_options(f, c, true);
-        fprintf(f, "'; args='%s' ;;\n", c->args);
+        fprintf(f, "'; args='%s'", c->args);
+        if (c->choices)
+            fprintf(f, "; choices='%s'", c->choices);
+        fputs(" ;;\n", f);
     }
     fputs("  esac\n"
           "  case \" $values \" in\n"
           "    *\" $prev \"*)\n"
-          "      case $prev in\n"
-          "        -o|--output) COMPREPLY=($(compgen -W 'json wide name' -- \"$cur\")) ;;\n"
-          "        *) COMPREPLY=($(compgen -f -- \"$cur\")) ;;\n"
-          "      esac\n"
+          "      local c\n"
+          "      for c in $choices; do\n"
+          "        if [ \"${c%%:*}\" = \"$prev\" ]; then\n"
+          "          c=${c#*:}\n"
+          "          COMPREPLY=($(compgen -W \"${c//,/ }\" -- \"$cur\"))\n"
+          "          return\n"
+          "        fi\n"
+          "      done\n"
+          "      COMPREPLY=($(compgen -f -- \"$cur\"))\n"
           "      return ;;\n"
           "  esac\n"
           "  if [[ $cur == -* ]]; then\n"
@@ -272,18 +392,66 @@ static void bash_script(FILE *f) {
           "complete -o filenames -F _ztrain ztrain\n", f);
 }
 
-/* The first line of a command's help, for zsh's descriptions, with ':' and '\'' escaped. */
+/* The first sentence (up to ". ", "; " or ":" at a line's end) of a command's help, on one
+ * line, for zsh's descriptions, with ':' and '\'' escaped. */
 static void zsh_description(FILE *f, const char *help) {
-    for (const char *p = help; *p && *p != '\n'; p++) {
+    for (const char *p = help; *p; p++) {
+        if ((p[0] == '.' || p[0] == ';') && (p[1] == ' ' || p[1] == '\n' || !p[1]))
+            return;
+        if (p[0] == ':' && (p[1] == '\n' || !p[1]))
+            return;
         if (*p == ':')
             fputs("\\:", f);
         else if (*p == '\'')
             fputs("'\\''", f);
         else
-            fputc(*p, f);
+            fputc(*p == '\n' ? ' ' : *p, f);
     }
 }
 
+/* c's _arguments specs: its options (one with fixed values completes them, another value a
+ * file), then what its positional arguments complete to. */
+static void zsh_specs(FILE *f, const zt_cli_command *c) {
+    const char *p = c->options;
+    while (*p) {
+        size_t n = strcspn(p, " ");
+        if (n > 0) {
+            bool value = p[n - 1] == '=';
+            size_t len, name = n - value;
+            const char *choices = value ? choices_of(c, p, name, &len) : NULL;
+            fprintf(f, " '*%.*s", (int)name, p);
+            if (choices) {
+                fputs(":value:(", f);
+                for (size_t k = 0; k < len; k++)
+                    fputc(choices[k] == ',' ? ' ' : choices[k], f);
+                fputs(")", f);
+            } else if (value) {
+                fputs(strncmp(p, "--server", name) == 0 && name == 8 ? ":address:" : ":value:_files",
+                      f);
+            }
+            fputs("'", f);
+        }
+        p += n + (p[n] == ' ');
+    }
+    if (strcmp(c->args, "file") == 0)
+        fputs(" '*:file:_files'", f);
+    else if (strcmp(c->args, "dir") == 0)
+        fputs(" '*:directory:_files -/'", f);
+    else if (strcmp(c->args, "shell") == 0)
+        fputs(" '1:shell:(bash zsh)'", f);
+    else if (strcmp(c->args, "id") == 0)
+        fputs(" '*:job id: '", f);
+    else if (strcmp(c->args, "command") == 0) {
+        fputs(" '1:command:(", f);
+        print_names(f);
+        fputs(")'", f);
+    }
+    fputs(" '--help'", f);
+}
+
+/* As bash's, the command is the first word after the global options; _arguments is then given
+ * the words from the command on, so that its positional specs count from the command's first
+ * argument. */
 static void zsh_script(FILE *f) {
     fputs("#compdef ztrain\n"
           "# zsh completion for ztrain, generated by `ztrain completion zsh` from its command\n"
@@ -297,39 +465,45 @@ static void zsh_script(FILE *f) {
         fputs("'\n", f);
     }
     fputs("  )\n"
-          "  if (( CURRENT == 2 )); then\n"
-          "    _describe 'command' commands\n"
+          "  local i=2\n"
+          "  while (( i < CURRENT )); do\n"
+          "    case $words[i] in\n"
+          "      ", f);
+    print_globals(f, "|", "");
+    fputs(") (( i += 2 )) ;;\n"
+          "      ", f);
+    print_globals(f, "|", "=*");
+    fputs(") (( i += 1 )) ;;\n"
+          "      *) break ;;\n"
+          "    esac\n"
+          "  done\n"
+          "  if (( i > CURRENT )); then\n"
+          "    if [[ $words[CURRENT-1] == --server ]]; then _message 'HOST:PORT or unix:PATH'\n"
+          "    else _files; fi\n"
           "    return\n"
           "  fi\n"
+          "  if (( i == CURRENT )); then\n"
+          "    if [[ $PREFIX == -* ]]; then\n"
+          "      compadd -- ", f);
+    print_globals(f, " ", "");
+    fputs(" --help --version\n"
+          "    else\n"
+          "      _describe 'command' commands\n"
+          "    fi\n"
+          "    return\n"
+          "  fi\n"
+          "  local cmd=$words[i]\n"
+          "  shift $(( i - 1 )) words\n"
+          "  (( CURRENT -= i - 1 ))\n"
           "  local -a opts\n"
-          "  case $words[2] in\n", f);
+          "  case $cmd in\n", f);
     for (size_t i = 0; i < N_COMMANDS; i++) {
-        const zt_cli_command *c = &commands[i];
-        fprintf(f, "    %s) opts=(", c->name);
-        const char *p = c->options;
-        while (*p) {
-            size_t n = strcspn(p, " ");
-            if (n > 0) {
-                bool value = p[n - 1] == '=';
-                fprintf(f, " '*%.*s%s'", (int)(n - value), p,
-                        value ? ((p[0] == '-' && p[1] == 'o' && n == 3) ||
-                                         (n == 9 && strncmp(p, "--output=", 9) == 0)
-                                     ? ":format:(json wide name)"
-                                     : ":value:_files")
-                              : "");
-            }
-            p += n + (p[n] == ' ');
-        }
-        const char *arg = strcmp(c->args, "file") == 0      ? " '*:file:_files'"
-                          : strcmp(c->args, "dir") == 0     ? " '*:directory:_files -/'"
-                          : strcmp(c->args, "command") == 0 ? " '1:command:($commands_names)'"
-                          : strcmp(c->args, "shell") == 0   ? " '1:shell:(bash zsh)'"
-                                                            : "";
-        fprintf(f, "%s '--help' ) ;;\n", arg);
+        fprintf(f, "    %s) opts=(", commands[i].name);
+        zsh_specs(f, &commands[i]);
+        fputs(" ) ;;\n", f);
     }
-    fputs("  esac\n"
-          "  local -a commands_names\n"
-          "  commands_names=(${commands%%:*})\n"
+    fputs("    *) return 1 ;;\n"
+          "  esac\n"
           "  _arguments -s $opts\n"
           "}\n"
           "_ztrain \"$@\"\n", f);

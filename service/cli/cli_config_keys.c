@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli_args.h"
 #include "cli_commands.h"
 #include "ztrain/ds_config.h"
 
@@ -70,9 +71,14 @@ static int print_json(const zt_ds_key *keys, size_t n) {
 }
 
 int zt_cli_config_keys(int argc, char **argv) {
-    bool json = false;
+    bool json = false, operands = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
+        int kind = zt_cli_word_kind(argv[i], &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
+            return usage("unexpected argument '%s'", argv[i]);
+        } else if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
             if (i + 1 >= argc)
                 return usage("%s needs a value (json)", argv[i]);
             if (strcmp(argv[++i], "json") != 0)
@@ -81,7 +87,7 @@ int zt_cli_config_keys(int argc, char **argv) {
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else {
-            return usage("unexpected argument '%s'", argv[i]);
+            return zt_cli_unknown_option("config-keys", argv[i]);
         }
     }
     size_t n;

@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli_args.h"
 #include "cli_commands.h"
 #include "cli_init.h"
 #include "cli_remote.h"
@@ -99,9 +100,15 @@ static int model_block_size(const char *hf_dir) {
 
 int zt_cli_init(int argc, char **argv) {
     const char *hf = NULL, *ds = NULL, *out = "job.json", *name = NULL;
+    bool operands = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v || a[0] != '-')
+        int kind = zt_cli_word_kind(a, &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0)
+            return usage("unexpected argument '%s'", a);
+        if (!v)
             return usage(a[0] == '-' ? "%s needs a value" : "unexpected argument '%s'", a);
         if (strcmp(a, "--hf") == 0)
             hf = v;
@@ -112,7 +119,7 @@ int zt_cli_init(int argc, char **argv) {
         else if (strcmp(a, "--name") == 0)
             name = v;
         else
-            return usage("unknown option '%s'", a);
+            return zt_cli_unknown_option("init", a);
         i++;
     }
     if (!hf)

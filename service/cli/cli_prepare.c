@@ -2,6 +2,7 @@
  * tokens/s when stderr is a terminal, and prints the summary (documents, tokens, bytes per token,
  * shards, skipped lines). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "cli_args.h"
 #include "cli_commands.h"
 #include "cli_prepare.h"
 
@@ -62,18 +63,24 @@ int zt_cli_prepare(int argc, char **argv) {
         return 1;
     int rc = 0;
     bool overlong = false;
+    bool operands = false;
     for (int i = 0; i < argc && rc == 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
         double d;
-        if (strcmp(a, "--lines") == 0) {
+        int kind = zt_cli_word_kind(a, &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
+            inputs[o.n_inputs++] = a;
+        } else if (strcmp(a, "--lines") == 0) {
             o.text_lines = true;
         } else if (strcmp(a, "--skip-bad-lines") == 0) {
             o.skip_bad_lines = true;
         } else if (strcmp(a, "--overwrite") == 0) {
             o.overwrite = true;
         } else if (strncmp(a, "--", 2) == 0 && !v) {
-            rc = usage_error("unknown option or missing value '%s'", a);
+            rc = zt_cli_unknown_option("prepare", a);
         } else if (strcmp(a, "--tokenizer") == 0) {
             o.tokenizer = argv[++i];
         } else if (strcmp(a, "--out") == 0) {
@@ -131,10 +138,8 @@ int zt_cli_prepare(int argc, char **argv) {
             if (zt_cli_parse_long(a, argv[++i], 0, 2147483647L, &n) != 0)
                 rc = 2;
             o.seed = (uint64_t)n;
-        } else if (strncmp(a, "--", 2) == 0) {
-            rc = usage_error("unknown option '%s'", a);
         } else {
-            inputs[o.n_inputs++] = a;
+            rc = zt_cli_unknown_option("prepare", a);
         }
     }
     if (rc == 0 && (!o.tokenizer || !o.out_dir))

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "cli_args.h"
 #include "cli_commands.h"
 #include "cli_remote.h"
 #include "grpc_client.h"
@@ -97,8 +98,12 @@ static int value_flag(options *o, const char *flag, const char *v) {
     else if (strcmp(flag, "--fork-from") == 0)
         o->fork_from = v;
     else if (strcmp(flag, "-o") == 0 || strcmp(flag, "--output") == 0) {
+        /* wide is list's alone; status explains its refusal of wide once the options are
+         * read. */
+        bool list = strcmp(o->command, "list") == 0;
         if (strcmp(v, "json") != 0 && strcmp(v, "wide") != 0 && strcmp(v, "name") != 0) {
-            usage_error(o, "-o expects json, wide or name, got '%s'", v);
+            usage_error(o, list ? "-o expects json, wide or name, got '%s'"
+                                : "-o expects json or name, got '%s'", v);
             return -1;
         }
         o->output = v;
@@ -136,9 +141,13 @@ static bool takes_value(const char *flag) {
 }
 
 static int parse_options(options *o, int argc, char **argv) {
+    bool operands = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (a[0] != '-' || a[1] == '\0') {
+        int kind = zt_cli_word_kind(a, &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
             if (!o->arg)
                 o->arg = a;
             else if (strcmp(o->command, "cancel") == 0 &&
@@ -152,7 +161,7 @@ static int parse_options(options *o, int argc, char **argv) {
                       strcmp(a, "--tls-ca") == 0 || strcmp(a, "--tls-cert") == 0 ||
                       strcmp(a, "--tls-key") == 0;
         if (!common && !flag_allowed(o->command, a))
-            return usage_error(o, "unknown option '%s'", a);
+            return zt_cli_unknown_option(o->command, a);
         if (takes_value(a)) {
             if (i + 1 >= argc)
                 return usage_error(o, "%s needs a value", a);
@@ -1011,13 +1020,17 @@ int zt_cli_remote_hoist_globals(int argc, char **argv) {
     }
     if (i == 1)
         return 0;
-    if (i >= argc || !zt_cli_remote_is_command(argv[i])) {
+    /* `ztrain --server X --help` asks for the help, as kubectl's does: the globals change
+     * nothing there. */
+    bool help = i < argc && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ||
+                             strcmp(argv[i], "--version") == 0);
+    if (!help && (i >= argc || !zt_cli_remote_is_command(argv[i]))) {
         char opt[32];
         snprintf(opt, sizeof opt, "%.*s", (int)strcspn(argv[1], "="), argv[1]);
         fprintf(stderr, "ztrain: %s is an option of the commands that talk to ztraind (submit, "
-                        "list, status, watch, logs, cancel)%s%s%s: ztrain %s HOST:PORT list\n",
+                        "list, status, watch, logs, cancel)%s%s%s: ztrain %s %s list\n",
                 opt, i < argc ? ", not of '" : "", i < argc ? argv[i] : "",
-                i < argc ? "'" : "", opt);
+                i < argc ? "'" : "", opt, strcmp(opt, "--server") == 0 ? "HOST:PORT" : "FILE");
         return 2;
     }
     char *command = argv[i];

@@ -157,7 +157,17 @@ static int cmd_estimate(int argc, char **argv) {
     const char *job_path = NULL;
     bool json = false;
     uint64_t max_device = 0;
+    bool operands = false;
     for (int i = 0; i < argc; i++) {
+        int kind = zt_cli_word_kind(argv[i], &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
+            if (job_path)
+                return bad_usage("estimate: unexpected argument '%s'", argv[i]);
+            job_path = argv[i];
+            continue;
+        }
         bool value = strcmp(argv[i], "--max-device-memory") == 0 ||
                      strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0;
         if (value && i + 1 >= argc)
@@ -172,12 +182,8 @@ static int cmd_estimate(int argc, char **argv) {
         } else if (strcmp(argv[i], "--max-device-memory") == 0) {
             if (zt_parse_bytes(argv[++i], "--max-device-memory", &max_device) != ZT_OK)
                 return bad_usage("estimate: %s", zt_last_error());
-        } else if (argv[i][0] == '-')
-            return bad_usage("estimate: unknown option '%s'", argv[i]);
-        else if (!job_path)
-            job_path = argv[i];
-        else
-            return bad_usage("estimate: unexpected argument '%s'", argv[i]);
+        } else
+            return zt_cli_unknown_option("estimate", argv[i]);
     }
     if (!job_path)
         return bad_usage("estimate: %sthe job file is missing", "");
@@ -336,8 +342,16 @@ static int cmd_run(int argc, char **argv) {
     bool profile = false;
     uint64_t max_device = 0;
     int took;
+    bool operands = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+        int kind = zt_cli_word_kind(argv[i], &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
+            if (job_path)
+                return bad_usage("run: unexpected argument '%s'", argv[i]);
+            job_path = argv[i];
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
         else if (strcmp(argv[i], "--max-device-memory") == 0 && i + 1 < argc) {
             if (zt_parse_bytes(argv[++i], "--max-device-memory", &max_device) != ZT_OK)
@@ -354,12 +368,8 @@ static int cmd_run(int argc, char **argv) {
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (zt_cli_parse_long("--threads", argv[++i], 1, 1024, &threads))
                 return 2;
-        } else if (argv[i][0] == '-')
-            return bad_usage("run: unknown option or missing value '%s'", argv[i]);
-        else if (!job_path)
-            job_path = argv[i];
-        else
-            return bad_usage("run: unexpected argument '%s'", argv[i]);
+        } else
+            return zt_cli_unknown_option("run", argv[i]);
     }
     if (!job_path)
         return bad_usage("run: %sthe job file is missing", "");
@@ -642,9 +652,16 @@ static int cmd_validate(int argc, char **argv) {
     const char *job_path = NULL;
     const char *sets[ZT_CLI_MAX_SETS];
     size_t n_sets = 0;
-    bool json = false;
+    bool json = false, operands = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+        int kind = zt_cli_word_kind(argv[i], &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
+            if (job_path)
+                return bad_usage("validate: unexpected argument '%s'", argv[i]);
+            job_path = argv[i];
+        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             if (add_set("validate", argv[++i], sets, &n_sets))
                 return 2;
         } else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) &&
@@ -655,12 +672,8 @@ static int cmd_validate(int argc, char **argv) {
             json = true;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
-        } else if (argv[i][0] == '-')
-            return bad_usage("validate: unknown option or missing value '%s'", argv[i]);
-        else if (!job_path)
-            job_path = argv[i];
-        else
-            return bad_usage("validate: unexpected argument '%s'", argv[i]);
+        } else
+            return zt_cli_unknown_option("validate", argv[i]);
     }
     if (!job_path)
         return bad_usage("validate: %sthe job file is missing", "");
@@ -721,10 +734,18 @@ static int cmd_sample(int argc, char **argv) {
     const char *chat = NULL, *chat_template = NULL;
     long n_tokens = 200, top_k = 40, seed = 1337, threads = 0;
     double temperature = 0.8;
+    bool operands = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
-        if (strcmp(a, "--tag") == 0 && has)
+        int kind = zt_cli_word_kind(a, &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
+            if (dir)
+                return bad_usage("sample: unexpected argument '%s'", a);
+            dir = a;
+        } else if (strcmp(a, "--tag") == 0 && has)
             tag = argv[++i];
         else if (strcmp(a, "--prompt") == 0 && has)
             prompt = argv[++i];
@@ -751,12 +772,8 @@ static int cmd_sample(int argc, char **argv) {
         } else if (strcmp(a, "--temperature") == 0 && has) {
             if (zt_cli_parse_double(a, argv[++i], -HUGE_VAL, HUGE_VAL, &temperature))
                 return 2;
-        } else if (a[0] == '-')
-            return bad_usage("sample: unknown option or missing value '%s'", a);
-        else if (!dir)
-            dir = a;
-        else
-            return bad_usage("sample: unexpected argument '%s'", a);
+        } else
+            return zt_cli_unknown_option("sample", a);
     }
     if (!dir)
         return bad_usage("sample: %sthe checkpoint directory is missing", "");
@@ -936,8 +953,19 @@ static int check_export_out(const char *out) {
 
 static int cmd_export(int argc, char **argv) {
     const char *dir = NULL, *tag = NULL, *out = NULL, *hf = NULL, *max_size = NULL;
+    bool operands = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+        int kind = zt_cli_word_kind(argv[i], &operands);
+        if (kind < 0)
+            continue;
+        if (kind > 0) {
+            if (!dir)
+                dir = argv[i];
+            else if (!out && !hf)
+                out = argv[i];
+            else
+                return bad_usage("export: unexpected argument '%s'", argv[i]);
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
         else if (strcmp(argv[i], "--hf") == 0 && i + 1 < argc)
             hf = argv[++i];
@@ -945,14 +973,8 @@ static int cmd_export(int argc, char **argv) {
             max_size = argv[++i];
         else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
             tag = argv[++i];
-        else if (argv[i][0] == '-')
-            return bad_usage("export: unknown option or missing value '%s'", argv[i]);
-        else if (!dir)
-            dir = argv[i];
-        else if (!out && !hf)
-            out = argv[i];
         else
-            return bad_usage("export: unexpected argument '%s'", argv[i]);
+            return zt_cli_unknown_option("export", argv[i]);
     }
     if (!dir || (!out && !hf))
         return bad_usage("export: %sexpects CKPT_DIR and --out FILE or --hf DIR", "");
@@ -982,11 +1004,15 @@ static int cmd_export(int argc, char **argv) {
  * own usage, without export's --hf options. */
 static int cmd_zero_to_fp32(int argc, char **argv) {
     const char *dir = NULL, *tag = NULL, *out = NULL;
+    bool operands = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
+        int kind = zt_cli_word_kind(argv[i], &operands);
+        if (kind < 0)
+            continue;
+        if (kind == 0 && strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
             tag = argv[++i];
-        else if (argv[i][0] == '-')
-            return bad_usage("zero-to-fp32: unknown option or missing value '%s'", argv[i]);
+        else if (kind == 0)
+            return zt_cli_unknown_option("zero-to-fp32", argv[i]);
         else if (!dir)
             dir = argv[i];
         else if (!out)
@@ -1004,18 +1030,11 @@ static int cmd_zero_to_fp32(int argc, char **argv) {
     return 0;
 }
 
-/* Whether a command's arguments ask for its help (before any "--"). */
-static bool wants_help(int argc, char **argv) {
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0)
-            return false;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return true;
-    }
-    return false;
-}
-
 int main(int argc, char **argv) {
+    /* Global options may come first (ztrain --server X list, ztrain --server X --help). */
+    int hoisted = zt_cli_remote_hoist_globals(argc, argv);
+    if (hoisted)
+        return hoisted;
     /* Bare `ztrain` is a request for help, as bare `docker` and `kubectl` are: exit 0. */
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         print_usage(stdout);
@@ -1025,27 +1044,31 @@ int main(int argc, char **argv) {
         printf("ztrain %s\n", ZTRAIN_VERSION);
         return 0;
     }
-    int hoisted = zt_cli_remote_hoist_globals(argc, argv);
-    if (hoisted)
-        return hoisted;
+    if (zt_cli_wants_help("ztrain", "", 1, argv + 1) < 0)
+        return 2;
     const char *cmd = argv[1];
     const zt_cli_command *c = zt_cli_command_find(cmd);
     if (!c)
-        return bad_usage("unknown command '%s'", cmd);
+        return zt_cli_unknown_command(cmd);
     int n;
     char **args = zt_cli_split_equals(c->options, argc - 2, argv + 2, &n);
     if (!args) {
         fprintf(stderr, "ztrain: out of memory\n");
         return 1;
     }
-    int rc;
-    if (wants_help(n, args)) {
+    char who[48];
+    snprintf(who, sizeof who, "ztrain: %s", c->name);
+    int rc, help = zt_cli_wants_help(who, c->options, n, args);
+    if (help < 0)
+        rc = 2;
+    else if (help) {
         zt_cli_print_command_help(stdout, c);
         rc = 0;
-    } else if (strcmp(cmd, "help") == 0)
-        rc = zt_cli_help_main(n, args);
-    else if (strcmp(cmd, "completion") == 0)
-        rc = zt_cli_completion_main(n, args);
+    } else if (strcmp(cmd, "help") == 0 || strcmp(cmd, "completion") == 0) {
+        /* They take operands only: a "--" before them ends no options. */
+        int skip = n > 0 && strcmp(args[0], "--") == 0;
+        rc = (cmd[0] == 'h' ? zt_cli_help_main : zt_cli_completion_main)(n - skip, args + skip);
+    }
     else if (strcmp(cmd, "prepare") == 0)
         rc = zt_cli_prepare(n, args);
     else if (strcmp(cmd, "run") == 0)

@@ -43,6 +43,7 @@
 #include "api/tls.h"
 #include "ztrain/comm.h"
 #include "ztrain/gpu.h"
+#include "ztrain/text.h"
 
 #ifndef ZT_WEB_DIR
 #define ZT_WEB_DIR "/usr/share/ztrain/web"
@@ -162,13 +163,17 @@ typedef struct {
     double grace_s, restart_backoff_s;
 } options;
 
+/* After a bad flag or value, where the flags are listed (the whole list would bury the
+ * message). */
+static const char usage_hint[] = "(ztraind --help lists the options)\n";
+
 static int parse_long(const char *flag, const char *v, long min, long max, long *out) {
     char *end;
     errno = 0;
     long n = strtol(v, &end, 10);
     if (errno || end == v || *end || n < min || n > max) {
         fprintf(stderr, "ztraind: %s expects an integer in [%ld, %ld], got '%s'\n%s", flag, min,
-                max, v, usage);
+                max, v, usage_hint);
         return -1;
     }
     *out = n;
@@ -192,15 +197,29 @@ static int add_name(const char *flag, const char *v, zt_status (*check)(const ch
     return 0;
 }
 
+/* Whether a is one of the flags --help lists. */
+static bool known_flag(const char *a) {
+    size_t n = strlen(a);
+    for (const char *p = strstr(usage, a); p; p = strstr(p + 1, a))
+        if ((p == usage || p[-1] == ' ' || p[-1] == '\n') &&
+            (p[n] == ' ' || p[n] == '\n' || p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
 /* An unknown flag: a config file's key is named as written there, with the file and line
  * (origin), since "--bogus" is nowhere in the file the reader has to fix. */
 static void unknown_flag(const char *a, const char *origin) {
+    char near[64];
+    bool hint = zt_text_suggest(a, usage, near, sizeof near) != NULL;
     if (origin)
-        fprintf(stderr, "ztraind: %s: unknown key '%s' (see ztraind --help for the flags a "
+        fprintf(stderr, "ztraind: %s: unknown key '%s'%s%s%s (see ztraind --help for the flags a "
                 "config file may set, written without their dashes)\n", origin,
-                strncmp(a, "--", 2) == 0 ? a + 2 : a);
+                strncmp(a, "--", 2) == 0 ? a + 2 : a, hint ? " (did you mean " : "",
+                hint ? near + 2 : "", hint ? "?)" : "");
     else
-        fprintf(stderr, "ztraind: unknown option '%s'\n%s", a, usage);
+        fprintf(stderr, "ztraind: unknown option '%s'%s%s%s\n%s", a,
+                hint ? " (did you mean " : "", hint ? near : "", hint ? "?)" : "", usage_hint);
 }
 
 /* Parses the flags into o; origins[i] is where argv[i] was read (daemon_args.h). On an error,
@@ -222,7 +241,10 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
             exit(0);
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "ztraind: unknown option or missing value: '%s'\n%s", a, usage);
+            if (known_flag(a))
+                fprintf(stderr, "ztraind: %s needs a value\n%s", a, usage_hint);
+            else
+                unknown_flag(a, NULL);
             *bad = i;
             return -1;
         }
@@ -277,7 +299,7 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
                               : strcmp(a, "--max-job-memory") == 0 ? &o->max_job_bytes
                                                                    : &o->max_device_bytes;
             if (zt_parse_bytes(v, a, limit) != ZT_OK) {
-                fprintf(stderr, "ztraind: %s\n%s", zt_last_error(), usage);
+                fprintf(stderr, "ztraind: %s\n%s", zt_last_error(), usage_hint);
                 rc = -1;
             }
         } else if (strcmp(a, "--threads-per-rank") == 0)

@@ -3,7 +3,9 @@ real ztraind with a token (run in .venv/ for googleapis-common-protos).
 
   a. `pip install --no-deps --no-build-isolation --target DIR` of clients/python works offline
      with no compiler, and the rest of the test imports the client from DIR; its generated
-     stubs are what generate.sh makes from proto/ztrain.proto today.
+     stubs (and google.rpc's descriptors) are what generate.sh makes from proto/ztrain.proto
+     today. tests/service/test_python_client_debian.py runs the client without
+     googleapis-common-protos.
   b. A job built with the typed JobSpec builder, one from a job file's path (with "deepspeed" as
      a path beside it) and one POSTed to /api/v1/jobs as curl would, appear in one list() and
      all SUCCEEDED (wait()).
@@ -78,7 +80,7 @@ def install(tmp):
     gen = os.path.join(tmp, "gen")
     os.makedirs(gen)
     subprocess.run([os.path.join(CLIENT, "generate.sh"), gen], check=True, timeout=60)
-    for name in ("ztrain_pb2.py", "ztrain_pb2_grpc.py"):
+    for name in ("ztrain_pb2.py", "ztrain_pb2_grpc.py", "rpc_descriptors.py"):
         with open(os.path.join(gen, name), "rb") as a, \
                 open(os.path.join(CLIENT, "ztrain", "_gen", name), "rb") as b:
             ck.check(a.read() == b.read(), f"a: the committed {name} is generate.sh's output")

@@ -7,6 +7,8 @@ from typing import List, Optional
 
 import grpc
 
+from . import _rpc
+
 
 @dataclass
 class Violation:
@@ -54,7 +56,9 @@ class ApiError(ZtrainError):
     details     the google.rpc.Status's details, each unpacked to its google.rpc message
                 (BadRequest, PreconditionFailure, QuotaFailure, ResourceInfo, ErrorInfo, ...;
                 a kind outside error_details.proto stays a google.protobuf.Any); [] when the
-                server sent none
+                server sent none. With googleapis-common-protos installed these are the
+                classes of google.rpc.error_details_pb2; without it, messages of the same
+                names and fields built from the descriptors committed with the client
     violations  [Violation]: the fields, preconditions or quotas at fault
     field       the first violation's field or subject, or None
     resource    "jobs/job-000042" for NOT_FOUND and ALREADY_EXISTS, or None
@@ -172,11 +176,8 @@ _BY_CODE = {cls.grpc_status_code.name: cls for cls in (
 def _parse_status(status) -> _Parsed:
     """The details of a google.rpc.Status, unpacked, and the violations and resource they
     name."""
-    from google.rpc import error_details_pb2 as ed
-
-    known = (ed.BadRequest, ed.PreconditionFailure, ed.QuotaFailure, ed.ResourceInfo,
-             ed.ErrorInfo, ed.RetryInfo, ed.RequestInfo, ed.DebugInfo, ed.Help,
-             ed.LocalizedMessage)
+    ed = _rpc.messages()
+    known = tuple(getattr(ed, name) for name in _rpc.DETAIL_NAMES)
     out = _Parsed()
     for any_ in status.details:
         cls = next((c for c in known if any_.Is(c.DESCRIPTOR)), None)
@@ -209,8 +210,6 @@ def from_rpc_error(e: grpc.RpcError) -> ApiError:
     trailers = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
     for key, value in trailers or ():
         if key == "grpc-status-details-bin":
-            from google.rpc import status_pb2
-
-            status = status_pb2.Status.FromString(value)
+            status = _rpc.messages().Status.FromString(value)
             parsed = _parse_status(status)
     return _BY_CODE.get(code, ApiError)(code, message or "", status, parsed)

@@ -53,4 +53,11 @@ size_t zt_text_escape(const char *s, int flags, char *buf, size_t size);
 /* The same in a heap string the caller frees; NULL only when out of memory. */
 char *zt_text_escape_dup(const char *s, int flags);
 
+/* For a word that is no command or option (the CLI's and ztraind's "did you mean"): the word
+ * of `text` nearest to it when it is near enough to be a typo ("lsit": list, "--limt":
+ * --limit), written into buf (size bytes), or NULL. The candidates are text's words of letters,
+ * digits, '-' and '_' (a command table's option list, or a program's --help), options ('-'
+ * first) for an option and the others for a name; the word's "=value" is not compared. */
+const char *zt_text_suggest(const char *word, const char *text, char *buf, size_t size);
+
 #endif
