@@ -150,8 +150,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
             cJSON_AddItemToObject(d, "train", zt_ckpt_data_train_json(&job->data));
     }
     cJSON_AddItemToObject(m, "model", model_spec_json(&zt_engine_model(e)->spec));
-    if (zt_engine_params_sharded(e))
-        zt_ckpt_shards_meta(e, m, ds->zero.gather_16bit_weights_on_model_save);
+    zt_ckpt_shards_meta(e, m, zt_engine_params_sharded(e),
+                        ds->zero.gather_16bit_weights_on_model_save);
     cJSON *ds_json = job && job->ds_json ? cJSON_Parse(job->ds_json) : NULL;
     if (ds_json)
         cJSON_AddItemToObject(m, "deepspeed", ds_json);
