@@ -267,7 +267,7 @@ zt_status zt_ckpt_tp_load(zt_engine *e, const char *dir, const char *tag) {
     if (r.plain && tp == 1)
         return zt_ckpt_load(e, dir, tag);
     if (!r.plain) {
-        ZT_TRY(zt_ckpt_tp_layout_read(dir, &r.layout));
+        ZT_TRY(zt_ckpt_tp_layout_at(dir, tag, &r.layout));
         if (r.layout.tp == tp) {
             zt_ckpt_tp_layout_free(&r.layout);
             zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, m->stage.tp_rank);

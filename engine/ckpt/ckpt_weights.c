@@ -250,7 +250,7 @@ static zt_status open_tp(zt_ckpt_weights *w, const char *dir, const char *tag,
     w->tp = calloc(1, sizeof *w->tp);
     if (!w->tp)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
-    ZT_TRY(zt_ckpt_tp_layout_read(dir, w->tp));
+    ZT_TRY(zt_ckpt_tp_layout_at(dir, tag, w->tp));
     zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, 0);
     if (!tag) {
         ZT_TRY(zt_ckpt_latest(sdir, latest, sizeof latest));
@@ -284,10 +284,14 @@ static zt_status read_tp_piece(void *ctx, int piece, int i, size_t n, float *dst
     zt_ckpt_weights *w = ctx, *part = w->parts[piece];
     for (int k = 0; k < part->n; k++)
         if (strcmp(part->tensors[k].name, w->tp->t[i].name) == 0) {
+            /* With the tag's own layout (meta.json) only damage gets here; a tag saved before
+             * meta.json kept it is read by tp.json, which a save at another TP size rewrote. */
             if (part->tensors[k].numel != n)
                 return zt_error(ZT_ERR_FORMAT, "tensor-parallel shard %d holds %zu values of "
-                                "'%s', its layout says %zu", piece, part->tensors[k].numel,
-                                w->tp->t[i].name, n);
+                                "'%s', its layout (tp %d) says %zu: was the tag saved at another "
+                                "TP size? A checkpoint older than the layout in each tag's "
+                                "meta.json has only tp.json, which describes the newest save",
+                                piece, part->tensors[k].numel, w->tp->t[i].name, w->tp->tp, n);
             return zt_ckpt_weights_read(part, k, 0, dst, n);
         }
     return zt_error(ZT_ERR_FORMAT, "tensor-parallel shard %d has no tensor '%s'", piece,

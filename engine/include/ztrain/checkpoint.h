@@ -48,6 +48,11 @@
  * written a layer at a time. */
 zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag);
 
+/* zt_ckpt_save (default tag) of one shard of a tensor-parallel checkpoint directory (ckpt_tp.h;
+ * dir is its tp_<tt>): meta.json also keeps "tensor_parallel", the layout the tag's shards are
+ * saved in, which readers of the tag go by rather than tp.json (the newest save's). */
+zt_status zt_ckpt_save_tp_shard(zt_engine *e, const zt_job_spec *job, const char *dir);
+
 /* Reads dir/latest into tag[size]. Returns ZT_ERR_IO when there is no latest file, ZT_ERR_FORMAT
  * when it is empty or does not hold a tag. */
 zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size);
