@@ -18,6 +18,7 @@
 #include "ztrain/checkpoint.h"
 #include "ztrain/ckpt_pipeline.h"
 #include "ztrain/ckpt_tp.h"
+#include "ckpt_tp_weights.h"
 #include "ztrain/comm.h"
 #include "ztrain/safetensors.h"
 
@@ -101,7 +102,7 @@ static zt_status save_optimizer(zt_engine *e, const char *path) {
     return zt_st_write_sources(path, entries, sources, k, keys, values, 3);
 }
 
-static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
+static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag, bool tp_layout) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "format", META_FORMAT);
     cJSON_AddNumberToObject(m, "version", META_VERSION);
@@ -150,8 +151,12 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag) {
             cJSON_AddItemToObject(d, "train", zt_ckpt_data_train_json(&job->data));
     }
     cJSON_AddItemToObject(m, "model", model_spec_json(&zt_engine_model(e)->spec));
-    if (zt_engine_params_sharded(e))
-        zt_ckpt_shards_meta(e, m, ds->zero.gather_16bit_weights_on_model_save);
+    zt_ckpt_shards_meta(e, m, zt_engine_params_sharded(e),
+                        ds->zero.gather_16bit_weights_on_model_save);
+    /* A tensor-parallel shard: the layout this tag's shards are in, which tp.json keeps only
+     * until a save at another TP size. */
+    if (tp_layout)
+        cJSON_AddItemToObject(m, "tensor_parallel", zt_ckpt_tp_layout_json(zt_engine_model(e)));
     cJSON *ds_json = job && job->ds_json ? cJSON_Parse(job->ds_json) : NULL;
     if (ds_json)
         cJSON_AddItemToObject(m, "deepspeed", ds_json);
@@ -180,7 +185,8 @@ static zt_status agree(zt_engine *e, zt_status mine, const char *what) {
  * and meta.json; after all ranks have finished (a barrier), rank 0 writes DONE and installs the
  * directory under its tag (ckpt_dir.c: renamed or swapped into place, then `latest`). Before
  * that rank 0 repairs what an earlier save killed half-way left. */
-zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag) {
+static zt_status save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag,
+                      bool tp_layout) {
     char default_tag[64], tmp[4096], path[4200];
     int rank = zt_engine_rank(e);
     if (!tag) {
@@ -230,7 +236,7 @@ zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, co
         zt_engine_release_unowned(e);
     }
     if (s == ZT_OK && rank == 0) {
-        char *meta = meta_json(e, job, tag);
+        char *meta = meta_json(e, job, tag, tp_layout);
         path_join(path, sizeof path, tmp, "meta.json");
         s = meta ? zt_write_file_atomic(path, meta, strlen(meta))
                  : zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
@@ -248,6 +254,27 @@ zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, co
             s = zt_ckpt_install(dir, tag, tmp, zt_engine_global_steps(e));
     }
     return agree(e, s, "finishing the checkpoint");
+}
+
+zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag) {
+    return save(e, job, dir, tag, false);
+}
+
+zt_status zt_ckpt_save_tp_shard(zt_engine *e, const zt_job_spec *job, const char *dir) {
+    return save(e, job, dir, NULL, true);
+}
+
+zt_status zt_ckpt_tp_layout_at(const char *dir, const char *tag, zt_ckpt_tp_layout *out) {
+    char shard0[4200], tagdir[4096], source[4200];
+    cJSON *meta;
+    zt_ckpt_tp_shard_dir(shard0, sizeof shard0, dir, 0);
+    ZT_TRY(zt_ckpt_open_meta(shard0, tag, tagdir, sizeof tagdir, &meta));
+    const cJSON *layout = cJSON_GetObjectItemCaseSensitive(meta, "tensor_parallel");
+    snprintf(source, sizeof source, "%s/meta.json: tensor_parallel", tagdir);
+    zt_status s = layout ? zt_ckpt_tp_layout_parse(layout, source, out)
+                         : zt_ckpt_tp_layout_read(dir, out);
+    cJSON_Delete(meta);
+    return s;
 }
 
 /* Opens the complete copy of dir/tag (zt_ckpt_tag_dir) and its meta.json. */

@@ -116,17 +116,41 @@ static int entry_cmp(const void *a, const void *b) {
     return strcmp(x->tag, y->tag);
 }
 
+/* The TP size tag was saved at in the tensor-parallel directory whose shard 0 is shard0: what
+ * its meta.json keeps ("tensor_parallel"), or tp.json's (fallback) for a tag older than that. */
+static int tag_tp(const char *shard0, const char *tag, int fallback) {
+    char path[PATH_BYTES + 300], *text;
+    snprintf(path, sizeof path, "%s/%s/meta.json", shard0, tag);
+    if (!zt_path_exists(path) || zt_read_file(path, &text, NULL) != ZT_OK)
+        return fallback;
+    cJSON *meta = cJSON_Parse(text);
+    free(text);
+    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(meta, "tensor_parallel"), "tp");
+    int out = cJSON_IsNumber(tp) && tp->valuedouble >= 1 && tp->valuedouble <= ZT_MAX_WORLD
+                  ? (int)tp->valuedouble : fallback;
+    cJSON_Delete(meta);
+    return out;
+}
+
 /* A pipeline's checkpoints (or a tensor-parallel job's): the first stage's (shard's) tags,
  * complete when every stage (shard) has finished saving that tag, and a stage that is a
- * tensor-parallel directory when all its shards have. */
+ * tensor-parallel directory when all its shards have: those of the TP size the tag was saved
+ * at, which a later save at another may have changed tp.json's `parts` from. */
 static void list_parts(const char *dir, int parts, bool tp, zt_ckpt_list *out) {
-    char part_dir[4200];
+    char part_dir[4200], shard0[4200];
     if (tp)
         zt_ckpt_tp_shard_dir(part_dir, sizeof part_dir, dir, 0);
     else
         zt_ckpt_stage_dir(part_dir, sizeof part_dir, dir, 0);
     zt_ckpt_list_dir(part_dir, out);
-    for (int p = 1; p < parts; p++) {
+    snprintf(shard0, sizeof shard0, "%s", part_dir);
+    int *need = calloc((size_t)(out->n ? out->n : 1), sizeof *need), most = parts;
+    for (int i = 0; need && i < out->n; i++) {
+        need[i] = tp ? tag_tp(shard0, out->items[i].tag, parts) : parts;
+        most = need[i] > most ? need[i] : most;
+    }
+    for (int p = 1; p < most; p++) {
         if (tp)
             zt_ckpt_tp_shard_dir(part_dir, sizeof part_dir, dir, p);
         else
@@ -134,6 +158,8 @@ static void list_parts(const char *dir, int parts, bool tp, zt_ckpt_list *out) {
         zt_ckpt_list other;
         zt_ckpt_list_dir(part_dir, &other);
         for (int i = 0; i < out->n; i++) {
+            if (need && p >= need[i])
+                continue;
             bool done = false;
             for (int k = 0; k < other.n; k++)
                 if (strcmp(other.items[k].tag, out->items[i].tag) == 0)
@@ -142,6 +168,7 @@ static void list_parts(const char *dir, int parts, bool tp, zt_ckpt_list *out) {
         }
         zt_ckpt_list_free(&other);
     }
+    free(need);
 }
 
 /* The "job_id" meta.json records for the checkpoint dir/tag (heap), or NULL: none recorded

@@ -10,13 +10,10 @@
 #include <string.h>
 
 #include "ztrain/comm.h"
+#include "ztrain/fsutil.h"
 #include "ztrain/safetensors.h"
 
 #define PATH_BYTES 4400
-
-static void shard_path(char *out, size_t size, const char *tagdir, int rank) {
-    snprintf(out, size, "%s/model_rank_%05d.safetensors", tagdir, rank);
-}
 
 /* A number stored as a string in a safetensors file's metadata; false when absent or not one. */
 static bool meta_number(const zt_st_file *f, const char *key, size_t *out) {
@@ -148,10 +145,11 @@ zt_status zt_ckpt_save_gathered_model(zt_engine *e, const char *path) {
     return g != ZT_OK ? g : s;
 }
 
-void zt_ckpt_shards_meta(zt_engine *e, cJSON *meta, bool gathered) {
+void zt_ckpt_shards_meta(zt_engine *e, cJSON *meta, bool sharded, bool gathered) {
     const zt_model *m = zt_engine_model(e);
-    cJSON_AddNumberToObject(meta, "model_shards", zt_engine_world_size(e));
-    if (gathered)
+    if (sharded)
+        cJSON_AddNumberToObject(meta, "model_shards", zt_engine_world_size(e));
+    if (sharded && gathered)
         cJSON_AddStringToObject(meta, "model_file", "model.safetensors");
     cJSON *params = cJSON_AddArrayToObject(meta, "params");
     for (int i = 0; i < m->n_tensors; i++) {
@@ -184,15 +182,22 @@ void zt_ckpt_shards_close(zt_ckpt_shard_set *set) {
     memset(set, 0, sizeof *set);
 }
 
-zt_status zt_ckpt_shards_open(zt_ckpt_shard_set *set, const char *tagdir, int n_shards, size_t n_params) {
+/* Opens the n_files files "<stem>_<r>.safetensors" of tagdir, each a slice of n_params values
+ * (0: of what the first one says) in its 1-D tensor `tensor`; with `optional`, files without that
+ * tensor leave the set empty when none has it (optimizer files of a run without masters). */
+static zt_status open_slices(zt_ckpt_shard_set *set, const char *tagdir, const char *stem,
+                             const char *tensor, int n_files, size_t n_params, bool optional) {
     memset(set, 0, sizeof *set);
-    set->s = calloc((size_t)n_shards, sizeof *set->s);
+    char path[PATH_BYTES];
+    snprintf(path, sizeof path, "%s/%s_%05d.safetensors", tagdir, stem, 0);
+    if (optional && !zt_path_exists(path))
+        return ZT_OK; /* saved without an optimizer */
+    set->s = calloc((size_t)n_files, sizeof *set->s);
     if (!set->s)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
     set->n_params = n_params;
-    for (int r = 0; r < n_shards; r++) {
-        char path[PATH_BYTES];
-        shard_path(path, sizeof path, tagdir, r);
+    for (int r = 0; r < n_files; r++) {
+        snprintf(path, sizeof path, "%s/%s_%05d.safetensors", tagdir, stem, r);
         zt_ckpt_shard *sh = &set->s[r];
         zt_status s = zt_st_open(&sh->f, path);
         if (s != ZT_OK) {
@@ -201,7 +206,11 @@ zt_status zt_ckpt_shards_open(zt_ckpt_shard_set *set, const char *tagdir, int n_
         }
         set->n = r + 1;
         size_t total = 0;
-        sh->t = zt_st_find(&sh->f, "params");
+        sh->t = zt_st_find(&sh->f, tensor);
+        if (optional && r == 0 && !sh->t) {
+            zt_ckpt_shards_close(set);
+            return ZT_OK;
+        }
         bool has_total = meta_number(&sh->f, "n_params", &total);
         if (r == 0 && n_params == 0 && has_total)
             n_params = set->n_params = total;
@@ -210,12 +219,22 @@ zt_status zt_ckpt_shards_open(zt_ckpt_shard_set *set, const char *tagdir, int n_
             sh->lo > n_params || (size_t)sh->t->shape[0] > n_params - sh->lo) {
             zt_ckpt_shards_close(set);
             return zt_error(ZT_ERR_FORMAT, "%s: not a slice of the %zu parameters (a 1-D "
-                            "'params' tensor with partition_offset and n_params metadata)", path,
-                            n_params);
+                            "'%s' tensor with partition_offset and n_params metadata)", path,
+                            n_params, tensor);
         }
         sh->n = (size_t)sh->t->shape[0];
     }
     return ZT_OK;
+}
+
+zt_status zt_ckpt_shards_open(zt_ckpt_shard_set *set, const char *tagdir, int n_shards,
+                              size_t n_params) {
+    return open_slices(set, tagdir, "model_rank", "params", n_shards, n_params, false);
+}
+
+zt_status zt_ckpt_masters_open(zt_ckpt_shard_set *set, const char *tagdir, int n_files,
+                               size_t n_params) {
+    return open_slices(set, tagdir, "optim_rank", "fp32_master", n_files, n_params, true);
 }
 
 zt_status zt_ckpt_shards_read(const zt_ckpt_shard_set *set, size_t lo, float *dst, size_t n) {

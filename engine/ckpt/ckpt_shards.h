@@ -1,8 +1,9 @@
 /* ZeRO-3 checkpoints without gathering (internal to libztrain; layout in ztrain/checkpoint.h):
  * each rank's own slice of the parameters in model_rank_<r>.safetensors, the consolidated model
  * written a layer at a time when the config asks for it, loading by the ranges a rank keeps, and
- * the shards read as one flat buffer (ckpt_shards.c; ckpt_weights.c reads a checkpoint's weights
- * tensor by tensor through it, checkpoint.h's zt_ckpt_weights). */
+ * the shards, or the optimizer files' fp32 masters, read as one flat buffer (ckpt_shards.c;
+ * ckpt_weights.c reads a checkpoint's weights tensor by tensor through it, checkpoint.h's
+ * zt_ckpt_weights). */
 #ifndef ZTRAIN_CKPT_SHARDS_H
 #define ZTRAIN_CKPT_SHARDS_H
 
@@ -20,10 +21,11 @@ zt_status zt_ckpt_save_param_shard(zt_engine *e, const char *path);
  * is let go; no rank ever holds more than one gathered layer. */
 zt_status zt_ckpt_save_gathered_model(zt_engine *e, const char *path);
 
-/* Rank 0: what meta.json says about a sharded checkpoint: "model_shards" (the number of
- * model_rank files), "model_file" (the consolidated model, when written) and "params", the flat
- * layout [[name, offset, [shape]], ...] a reader consolidates the shards with. */
-void zt_ckpt_shards_meta(zt_engine *e, cJSON *meta, bool gathered);
+/* Rank 0: what meta.json says about the flat parameters: "params", their layout
+ * [[name, offset, [shape]], ...] that a reader consolidates the model shards and the optimizer
+ * partitions with (DeepSpeed's param_shapes), and of a sharded checkpoint "model_shards" (the
+ * number of model_rank files) and "model_file" (the consolidated model, when written). */
+void zt_ckpt_shards_meta(zt_engine *e, cJSON *meta, bool sharded, bool gathered);
 
 /* Whether meta.json describes a sharded checkpoint, and its number of shard files. */
 int zt_ckpt_meta_shards(const cJSON *meta);
@@ -45,6 +47,13 @@ typedef struct {
  * what the first one says); messages name the file at fault. */
 zt_status zt_ckpt_shards_open(zt_ckpt_shard_set *set, const char *tagdir, int n_shards,
                               size_t n_params);
+/* The fp32 master weights of a mixed-precision checkpoint as one flat buffer: the
+ * "fp32_master" tensors of tagdir's n_files optim_rank files (each a slice, with the same
+ * metadata), checked as zt_ckpt_shards_open checks. A set of no files (set->n 0) when the
+ * checkpoint has none: fp32 training, whose weights are the masters; bf16 masters
+ * (bf16_master_weights_and_grads), which the 16-bit weights are; no optimizer. */
+zt_status zt_ckpt_masters_open(zt_ckpt_shard_set *set, const char *tagdir, int n_files,
+                               size_t n_params);
 /* Flat elements [lo, lo + n) as fp32 from the shards that hold them; every one must be held. */
 zt_status zt_ckpt_shards_read(const zt_ckpt_shard_set *set, size_t lo, float *dst, size_t n);
 void zt_ckpt_shards_close(zt_ckpt_shard_set *set);

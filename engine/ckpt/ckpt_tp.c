@@ -20,11 +20,8 @@ void zt_ckpt_tp_shard_dir(char *out, size_t size, const char *dir, int tp_rank) 
     snprintf(out, size, "%s/tp_%02d", dir, tp_rank);
 }
 
-zt_status zt_ckpt_write_tp(const char *dir, const zt_model *m) {
-    char path[4200];
-    ZT_TRY(zt_mkdirs(dir));
+cJSON *zt_ckpt_tp_layout_json(const zt_model *m) {
     cJSON *root = cJSON_CreateObject(), *list = cJSON_CreateArray();
-    cJSON_AddStringToObject(root, "format", FORMAT);
     cJSON_AddNumberToObject(root, "tp", zt_model_stage_tp(&m->stage));
     cJSON_AddItemToObject(root, "tensors", list);
     for (int i = 0; i < m->n_tensors; i++) {
@@ -41,6 +38,14 @@ zt_status zt_ckpt_write_tp(const char *dir, const zt_model *m) {
             cJSON_AddItemToArray(row, cJSON_CreateNumber(t->tp_pieces));
         cJSON_AddItemToArray(list, row);
     }
+    return root;
+}
+
+zt_status zt_ckpt_write_tp(const char *dir, const zt_model *m) {
+    char path[4200];
+    ZT_TRY(zt_mkdirs(dir));
+    cJSON *root = zt_ckpt_tp_layout_json(m);
+    cJSON_AddStringToObject(root, "format", FORMAT);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text)
@@ -60,11 +65,20 @@ zt_status zt_ckpt_tp_layout_read(const char *dir, zt_ckpt_tp_layout *out) {
     cJSON *root;
     ZT_TRY(zt_json_load_file(path, &root));
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    zt_status s = cJSON_IsString(fmt) && strcmp(fmt->valuestring, FORMAT) == 0
+                      ? zt_ckpt_tp_layout_parse(root, path, out)
+                      : zt_error(ZT_ERR_FORMAT, "%s: not a ztrain tensor-parallel layout", path);
+    cJSON_Delete(root);
+    return s;
+}
+
+zt_status zt_ckpt_tp_layout_parse(const cJSON *root, const char *path, zt_ckpt_tp_layout *out) {
+    memset(out, 0, sizeof *out);
     const cJSON *tp = cJSON_GetObjectItemCaseSensitive(root, "tp");
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "tensors");
     zt_status s = ZT_OK;
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT) != 0 || !cJSON_IsNumber(tp) ||
-        tp->valuedouble < 1 || tp->valuedouble > ZT_MAX_WORLD || !cJSON_IsArray(list))
+    if (!cJSON_IsNumber(tp) || tp->valuedouble < 1 || tp->valuedouble > ZT_MAX_WORLD ||
+        !cJSON_IsArray(list))
         s = zt_error(ZT_ERR_FORMAT, "%s: not a ztrain tensor-parallel layout", path);
     int n = s == ZT_OK ? cJSON_GetArraySize(list) : 0;
     if (s == ZT_OK) {
@@ -114,7 +128,6 @@ zt_status zt_ckpt_tp_layout_read(const char *dir, zt_ckpt_tp_layout *out) {
         t->tp_shared = dd >= 0 ? out->tp / np : out->tp;
         out->n++;
     }
-    cJSON_Delete(root);
     if (s != ZT_OK)
         zt_ckpt_tp_layout_free(out);
     return s;

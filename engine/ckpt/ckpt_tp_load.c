@@ -54,7 +54,7 @@ static zt_status open_shard(reshard *r, int p, const char *dir, const char *tag)
         zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, p);
     /* A plain checkpoint's weights are open already: its layout was read from them. */
     if (!sh->w)
-        ZT_TRY(zt_ckpt_weights_open(&sh->w, sdir, tag, &spec));
+        ZT_TRY(zt_ckpt_weights_open(&sh->w, sdir, tag, ZT_CKPT_WORKING, &spec));
     const int n = r->layout.n, have = zt_ckpt_weights_count(sh->w);
     sh->index = malloc((size_t)(n ? n : 1) * sizeof *sh->index);
     sh->flat = malloc((size_t)(n ? n : 1) * sizeof *sh->flat);
@@ -267,7 +267,7 @@ zt_status zt_ckpt_tp_load(zt_engine *e, const char *dir, const char *tag) {
     if (r.plain && tp == 1)
         return zt_ckpt_load(e, dir, tag);
     if (!r.plain) {
-        ZT_TRY(zt_ckpt_tp_layout_read(dir, &r.layout));
+        ZT_TRY(zt_ckpt_tp_layout_at(dir, tag, &r.layout));
         if (r.layout.tp == tp) {
             zt_ckpt_tp_layout_free(&r.layout);
             zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, m->stage.tp_rank);
@@ -292,7 +292,7 @@ zt_status zt_ckpt_tp_load(zt_engine *e, const char *dir, const char *tag) {
         s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
     if (s == ZT_OK && r.plain) {
         zt_model_spec spec;
-        s = zt_ckpt_weights_open(&r.shards[0].w, dir, tag, &spec);
+        s = zt_ckpt_weights_open(&r.shards[0].w, dir, tag, ZT_CKPT_WORKING, &spec);
         if (s == ZT_OK)
             s = plain_layout(&r.layout, r.shards[0].w, dir);
     }

@@ -4,6 +4,8 @@
 #ifndef ZTRAIN_CKPT_TP_WEIGHTS_H
 #define ZTRAIN_CKPT_TP_WEIGHTS_H
 
+#include <cjson/cJSON.h>
+
 #include "ztrain/model.h"
 
 /* tp.json: T and, per tensor of the whole model, its name, ndim, full_shape, tp_dim,
@@ -15,6 +17,12 @@ typedef struct {
 } zt_ckpt_tp_layout;
 
 zt_status zt_ckpt_tp_layout_read(const char *dir, zt_ckpt_tp_layout *out);
+/* The same from a parsed layout object ({"tp": T, "tensors": [...]}); messages name path. */
+zt_status zt_ckpt_tp_layout_parse(const cJSON *root, const char *path, zt_ckpt_tp_layout *out);
+/* The layout the tensor-parallel checkpoint dir's shards were saved in at tag (NULL: latest,
+ * shard 0's): the "tensor_parallel" object of shard 0's meta.json for that tag, or for a tag
+ * saved before meta.json recorded it, tp.json (checkpoint.c). */
+zt_status zt_ckpt_tp_layout_at(const char *dir, const char *tag, zt_ckpt_tp_layout *out);
 void zt_ckpt_tp_layout_free(zt_ckpt_tp_layout *l);
 
 /* Piece `piece` of the layout's tensor `whole` (shape, numel and tp_piece set). */

@@ -1,6 +1,7 @@
 /* A checkpoint's weights read tensor by tensor (checkpoint.h's zt_ckpt_weights): from
  * model.safetensors, or for a ZeRO-3 checkpoint from the ranks' shards through meta.json's flat
- * layout; and `ztrain export` / `zero-to-fp32`, which stream them into one fp32 file. */
+ * layout, or the fp32 masters from the optimizer files through the same layout; and `ztrain
+ * export` / `zero-to-fp32`, which stream the masters into one fp32 file. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +18,11 @@
 
 struct zt_ckpt_weights {
     zt_ckpt_tensor *tensors;
-    size_t *offsets;      /* sharded: each tensor's flat offset */
+    size_t *offsets;      /* sharded or masters: each tensor's flat offset */
     const zt_st_tensor **in_file; /* model.safetensors: each tensor's entry */
     int n;
     zt_ckpt_shard_set shards;     /* sharded checkpoints */
+    zt_ckpt_shard_set masters;    /* ZT_CKPT_MASTER: the optimizer files' fp32 masters, if any */
     zt_st_file model;     /* the others: model.safetensors */
     bool sharded, model_open;
     /* A pipelined checkpoint: its stages' weights, and for each tensor of the union the stage
@@ -45,6 +47,7 @@ void zt_ckpt_weights_close(zt_ckpt_weights *w) {
     free(w->offsets);
     free(w->in_file);
     zt_ckpt_shards_close(&w->shards);
+    zt_ckpt_shards_close(&w->masters);
     for (int i = 0; i < w->n_parts; i++)
         zt_ckpt_weights_close(w->parts[i]);
     free(w->parts);
@@ -98,15 +101,60 @@ static zt_status tensors_from_meta(zt_ckpt_weights *w, const cJSON *meta, const 
     return ZT_OK;
 }
 
-/* Every tensor of the layout must lie within the shards' parameters. */
-static zt_status check_layout(const zt_ckpt_weights *w, const char *tagdir) {
+/* Every tensor of the layout must lie within the flat parameters of the files read. */
+static zt_status check_layout(const zt_ckpt_weights *w, const zt_ckpt_shard_set *set,
+                              const char *files, const char *tagdir) {
     for (int i = 0; i < w->n; i++)
-        if (w->offsets[i] > w->shards.n_params ||
-            w->tensors[i].numel > w->shards.n_params - w->offsets[i])
+        if (w->offsets[i] > set->n_params || w->tensors[i].numel > set->n_params - w->offsets[i])
             return zt_error(ZT_ERR_FORMAT, "%s/meta.json: params[%d] ('%s') lies outside the %zu "
-                            "parameters of the model shards", tagdir, i, w->tensors[i].name,
-                            w->shards.n_params);
+                            "parameters of the %s", tagdir, i, w->tensors[i].name,
+                            set->n_params, files);
     return ZT_OK;
+}
+
+/* The flat offsets of model.safetensors' tensors w: meta.json's "params" where it has them,
+ * else (a checkpoint saved before every meta.json recorded them) back to back in the file's
+ * order, which is the flat buffer's (ckpt_tp_load.c reads the optimizer state so too). */
+static zt_status file_offsets(zt_ckpt_weights *w, const cJSON *meta, const char *tagdir) {
+    w->offsets = calloc((size_t)(w->n ? w->n : 1), sizeof *w->offsets);
+    if (!w->offsets)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
+    if (!cJSON_GetObjectItemCaseSensitive(meta, "params")) {
+        for (int i = 1; i < w->n; i++)
+            w->offsets[i] = w->offsets[i - 1] + w->tensors[i - 1].numel;
+        return ZT_OK;
+    }
+    zt_ckpt_weights *layout = calloc(1, sizeof *layout);
+    zt_status s = layout ? tensors_from_meta(layout, meta, tagdir)
+                         : zt_error(ZT_ERR_NOMEM, "%s: out of memory", tagdir);
+    for (int i = 0; i < w->n && s == ZT_OK; i++) {
+        int k = 0;
+        while (k < layout->n && strcmp(layout->tensors[k].name, w->tensors[i].name) != 0)
+            k++;
+        if (k == layout->n || layout->tensors[k].numel != w->tensors[i].numel)
+            s = zt_error(ZT_ERR_FORMAT, "%s/meta.json: params %s '%s' of model.safetensors",
+                         tagdir, k == layout->n ? "lacks" : "gives another shape for",
+                         w->tensors[i].name);
+        else
+            w->offsets[i] = layout->offsets[k];
+    }
+    zt_ckpt_weights_close(layout);
+    return s;
+}
+
+/* ZT_CKPT_MASTER: the optimizer files' fp32 masters over the flat parameters, where the
+ * tensors lie at their flat offsets. The saving ranks' partitions together cover every
+ * parameter, whatever the stage. */
+static zt_status open_masters(zt_ckpt_weights *w, const cJSON *meta, const char *tagdir) {
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(meta, "world_size");
+    if (!cJSON_IsNumber(ws) || ws->valuedouble < 1 || ws->valuedouble > ZT_MAX_WORLD)
+        return zt_error(ZT_ERR_FORMAT, "%s/meta.json: world_size is missing or not a rank "
+                        "count", tagdir);
+    if (!w->sharded)
+        ZT_TRY(file_offsets(w, meta, tagdir));
+    /* n_params from the files: the layout is checked against it below. */
+    ZT_TRY(zt_ckpt_masters_open(&w->masters, tagdir, (int)ws->valuedouble, 0));
+    return w->masters.n ? check_layout(w, &w->masters, "optimizer files", tagdir) : ZT_OK;
 }
 
 /* The tensor list from model.safetensors, in the order of their data (the model's: the writer
@@ -164,7 +212,7 @@ static zt_status union_add(zt_ckpt_weights *w, int part, int i) {
 /* A pipelined checkpoint read as one model: every stage at the same tag (by default the one the
  * first stage's `latest` names), the first stage's spec. */
 static zt_status open_pipeline(zt_ckpt_weights *w, const char *dir, const char *tag, int stages,
-                               zt_model_spec *spec) {
+                               zt_ckpt_values values, zt_model_spec *spec) {
     char sdir[4200], shard0[4300], latest[256];
     zt_ckpt_stage_dir(sdir, sizeof sdir, dir, 0);
     if (!tag) {
@@ -180,7 +228,7 @@ static zt_status open_pipeline(zt_ckpt_weights *w, const char *dir, const char *
     for (int st = 0; st < stages; st++, w->n_parts++) {
         zt_model_spec other;
         zt_ckpt_stage_dir(sdir, sizeof sdir, dir, st);
-        ZT_TRY(zt_ckpt_weights_open(&w->parts[st], sdir, tag, st == 0 ? spec : &other));
+        ZT_TRY(zt_ckpt_weights_open(&w->parts[st], sdir, tag, values, st == 0 ? spec : &other));
         total += w->parts[st]->n;
     }
     w->tensors = calloc((size_t)(total ? total : 1), sizeof *w->tensors);
@@ -197,12 +245,12 @@ static zt_status open_pipeline(zt_ckpt_weights *w, const char *dir, const char *
 /* A tensor-parallel checkpoint read as one model: every shard at the same tag (by default the one
  * shard 0's `latest` names), shard 0's spec, the whole tensors of tp.json. */
 static zt_status open_tp(zt_ckpt_weights *w, const char *dir, const char *tag,
-                         zt_model_spec *spec) {
+                         zt_ckpt_values values, zt_model_spec *spec) {
     char sdir[4200], latest[256];
     w->tp = calloc(1, sizeof *w->tp);
     if (!w->tp)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir);
-    ZT_TRY(zt_ckpt_tp_layout_read(dir, w->tp));
+    ZT_TRY(zt_ckpt_tp_layout_at(dir, tag, w->tp));
     zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, 0);
     if (!tag) {
         ZT_TRY(zt_ckpt_latest(sdir, latest, sizeof latest));
@@ -215,7 +263,7 @@ static zt_status open_tp(zt_ckpt_weights *w, const char *dir, const char *tag,
     for (int p = 0; p < w->tp->tp; p++, w->n_parts++) {
         zt_model_spec other;
         zt_ckpt_tp_shard_dir(sdir, sizeof sdir, dir, p);
-        ZT_TRY(zt_ckpt_weights_open(&w->parts[p], sdir, tag, p == 0 ? spec : &other));
+        ZT_TRY(zt_ckpt_weights_open(&w->parts[p], sdir, tag, values, p == 0 ? spec : &other));
     }
     w->whole_i = -1;
     for (; w->n < w->tp->n; w->n++) {
@@ -236,10 +284,14 @@ static zt_status read_tp_piece(void *ctx, int piece, int i, size_t n, float *dst
     zt_ckpt_weights *w = ctx, *part = w->parts[piece];
     for (int k = 0; k < part->n; k++)
         if (strcmp(part->tensors[k].name, w->tp->t[i].name) == 0) {
+            /* With the tag's own layout (meta.json) only damage gets here; a tag saved before
+             * meta.json kept it is read by tp.json, which a save at another TP size rewrote. */
             if (part->tensors[k].numel != n)
                 return zt_error(ZT_ERR_FORMAT, "tensor-parallel shard %d holds %zu values of "
-                                "'%s', its layout says %zu", piece, part->tensors[k].numel,
-                                w->tp->t[i].name, n);
+                                "'%s', its layout (tp %d) says %zu: was the tag saved at another "
+                                "TP size? A checkpoint older than the layout in each tag's "
+                                "meta.json has only tp.json, which describes the newest save",
+                                piece, part->tensors[k].numel, w->tp->t[i].name, w->tp->tp, n);
             return zt_ckpt_weights_read(part, k, 0, dst, n);
         }
     return zt_error(ZT_ERR_FORMAT, "tensor-parallel shard %d has no tensor '%s'", piece,
@@ -247,7 +299,7 @@ static zt_status read_tp_piece(void *ctx, int piece, int i, size_t n, float *dst
 }
 
 zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const char *tag,
-                               zt_model_spec *spec) {
+                               zt_ckpt_values values, zt_model_spec *spec) {
     char tagdir[4096];
     cJSON *meta;
     *out = NULL;
@@ -255,8 +307,8 @@ zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const cha
     if (stages > 0 || zt_ckpt_tp_size(dir) > 0) {
         zt_ckpt_weights *w = calloc(1, sizeof *w);
         zt_status s = !w ? zt_error(ZT_ERR_NOMEM, "%s: out of memory", dir)
-                      : stages > 0 ? open_pipeline(w, dir, tag, stages, spec)
-                                   : open_tp(w, dir, tag, spec);
+                      : stages > 0 ? open_pipeline(w, dir, tag, stages, values, spec)
+                                   : open_tp(w, dir, tag, values, spec);
         if (s != ZT_OK) {
             zt_ckpt_weights_close(w);
             return s;
@@ -275,10 +327,12 @@ zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const cha
         if (s == ZT_OK)
             s = zt_ckpt_shards_open(&w->shards, tagdir, n_shards, 0);
         if (s == ZT_OK)
-            s = check_layout(w, tagdir);
+            s = check_layout(w, &w->shards, "model shards", tagdir);
     } else if (s == ZT_OK) {
         s = tensors_from_file(w, tagdir);
     }
+    if (s == ZT_OK && values == ZT_CKPT_MASTER)
+        s = open_masters(w, meta, tagdir);
     cJSON_Delete(meta);
     if (s != ZT_OK) {
         zt_ckpt_weights_close(w);
@@ -320,6 +374,8 @@ zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, int i, size_t first, float *d
     }
     if (w->parts)
         return zt_ckpt_weights_read(w->parts[w->part[i]], w->index[i], first, dst, n);
+    if (w->masters.n)
+        return zt_ckpt_shards_read(&w->masters, w->offsets[i] + first, dst, n);
     if (w->sharded)
         return zt_ckpt_shards_read(&w->shards, w->offsets[i] + first, dst, n);
     ZT_TRY(zt_st_read_f32_range(&w->model, w->in_file[i], first, dst, n));
@@ -342,7 +398,7 @@ static zt_status read_weights(void *ctx, size_t first, float *dst, size_t n) {
 zt_status zt_ckpt_export_fp32(const char *dir, const char *tag, const char *out) {
     zt_ckpt_weights *w;
     zt_model_spec spec;
-    ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, &spec));
+    ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, ZT_CKPT_MASTER, &spec));
     int n = w->n;
     zt_st_entry *entries = calloc((size_t)(n ? n : 1), sizeof *entries);
     zt_st_source *sources = calloc((size_t)(n ? n : 1), sizeof *sources);

@@ -240,7 +240,7 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
     ZT_TRY(check_target(out_dir));
     zt_model_spec spec;
     zt_ckpt_weights *w = NULL;
-    ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, &spec));
+    ZT_TRY(zt_ckpt_weights_open(&w, dir, tag, ZT_CKPT_MASTER, &spec));
     zt_status s = ZT_OK;
     /* The temporary directory is a sibling: "out/" must not put it inside out. */
     char tmp[4200];

@@ -274,7 +274,8 @@ static zt_status save_checkpoint(trainer *t) {
         ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
     if (t->tp_ckpt && t->grid.replica == 0 && t->grid.tp_rank == 0)
         ZT_TRY(zt_ckpt_write_tp(t->tp_dir, zt_engine_model(t->e)));
-    ZT_TRY(zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
+    ZT_TRY(t->tp_ckpt ? zt_ckpt_save_tp_shard(t->e, t->job, t->ckpt_dir)
+                      : zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
     /* Each stage saves among its replicas only: the step's checkpoint is whole once all are. */
     if ((t->pipe || t->tp_ckpt) && t->comm)
         ZT_TRY(zt_comm_barrier(t->comm));

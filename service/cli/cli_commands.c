@@ -60,10 +60,17 @@ static const zt_cli_command commands[] = {
     {"export", "CKPT_DIR (--out FILE | --hf DIR [--max-shard-size SIZE]) [--tag TAG]",
      "--out: the checkpoint's weights as one safetensors file with Hugging Face names.\n"
      "--hf: a Hugging Face model directory (config.json, safetensors shards of at most SIZE,\n"
-     "default 5GB, and their index) that transformers' from_pretrained loads.\n",
+     "default 5GB, and their index) that transformers' from_pretrained loads.\n"
+     "Both write fp32: after bf16/fp16 training the fp32 master weights of the optimizer\n"
+     "files (cast to the 16-bit type they give the weights training ran with), else the\n"
+     "weights (fp32 training, whose weights are the masters; bf16 masters).\n",
      "--out= --hf= --max-shard-size= --tag=", "dir", NULL},
     {"zero-to-fp32", "CKPT_DIR OUT.safetensors [--tag TAG]",
-     "Consolidated fp32 weights of a checkpoint of any ZeRO stage and rank count.\n", "--tag=",
+     "Consolidated fp32 weights of a checkpoint of any ZeRO stage and rank count, as\n"
+     "DeepSpeed's zero_to_fp32: after bf16/fp16 training the fp32 master weights of the\n"
+     "optimizer files, not the 16-bit weights widened; after fp32 training, or with bf16\n"
+     "masters (bf16_master_weights_and_grads), the weights, which are the masters.\n"
+     "The same as `export --out`.\n", "--tag=",
      "file", NULL},
     {"estimate", "JOB.json [-o json | --json] [--max-device-memory SIZE]",
      "The job's memory per rank and on this host, as `ztrain run` and ztraind judge it; for a\n"

@@ -792,7 +792,7 @@ static int cmd_sample(int argc, char **argv) {
     }
     zt_model_spec spec;
     zt_ckpt_weights *w = NULL;
-    if (zt_ckpt_weights_open(&w, dir, tag, &spec) != ZT_OK)
+    if (zt_ckpt_weights_open(&w, dir, tag, ZT_CKPT_WORKING, &spec) != ZT_OK)
         return zt_cli_fail(NULL);
     zt_backend *be = NULL;
     zt_model *m = NULL;
@@ -1000,8 +1000,8 @@ static int cmd_export(int argc, char **argv) {
 }
 
 /* `zero-to-fp32 CKPT_DIR OUT.safetensors`: DeepSpeed's zero_to_fp32 is `export --out`, since
- * both consolidate the fp32 weights whatever the ZeRO stage and rank count that wrote them; its
- * own usage, without export's --hf options. */
+ * both consolidate the fp32 master weights whatever the ZeRO stage and rank count that wrote
+ * them (zt_ckpt_export_fp32); its own usage, without export's --hf options. */
 static int cmd_zero_to_fp32(int argc, char **argv) {
     const char *dir = NULL, *tag = NULL, *out = NULL;
     bool operands = false;

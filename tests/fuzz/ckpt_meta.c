@@ -70,7 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     /* Export's reader: every tensor's first and last values. */
     zt_ckpt_weights *w;
-    if (zt_ckpt_weights_open(&w, ckpt_dir, NULL, &spec) == ZT_OK) {
+    if (zt_ckpt_weights_open(&w, ckpt_dir, NULL, ZT_CKPT_MASTER, &spec) == ZT_OK) {
         for (int i = 0; i < zt_ckpt_weights_count(w); i++) {
             const zt_ckpt_tensor *t = zt_ckpt_weights_tensor(w, i);
             float v[2];

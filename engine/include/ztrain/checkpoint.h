@@ -1,6 +1,7 @@
 /* Checkpoints: DIR/latest names the newest tag; DIR/<tag>/ holds
- *   model.safetensors              fp32 weights with Hugging Face names (loads in the Python world);
- *                                  at ZeRO stage 3 only with zero_optimization.
+ *   model.safetensors              the working weights with Hugging Face names (loads in the
+ *                                  Python world): fp32 (in mixed precision the 16-bit weights
+ *                                  widened); at ZeRO stage 3 only with zero_optimization.
  *                                  stage3_gather_16bit_weights_on_model_save (or its other
  *                                  spellings), then in the training's precision (bf16/fp16, fp32
  *                                  without mixed precision), gathered and written a layer at a time
@@ -8,15 +9,18 @@
  *                                  metadata partition_offset and n_params), saved by each rank
  *                                  without any gathering, as DeepSpeed's zero_pp_rank files
  *   optim_rank_<r>.safetensors     rank r's optimizer state (Adam exp_avg/exp_avg_sq, or SGD's
- *                                  momentum_buffer) over its slice of the flat parameters, the
- *                                  same whether the state lived in memory or in offload files
+ *                                  momentum_buffer, and in mixed precision the fp32 masters
+ *                                  "fp32_master") over its slice of the flat parameters
+ *                                  (metadata partition_offset and n_params), the same whether
+ *                                  the state lived in memory or in offload files
  *   meta.json                      counters, data position, schedule, the data it trained on
  *                                  (data.train, seed, shuffle), precision, world size, model
  *                                  spec and DeepSpeed config; "job_id", the ztraind job that
- *                                  wrote it (none under `ztrain run`); at stage 3 also
- *                                  "model_shards" (the number of model_rank files) and
- *                                  "params", the flat layout
- *                                  [[name, offset, [shape]], ...] that consolidates them
+ *                                  wrote it (none under `ztrain run`); "params", the flat layout
+ *                                  [[name, offset, [shape]], ...] that consolidates the slices
+ *                                  (older checkpoints: at stage 3 only; before that, the order
+ *                                  of model.safetensors back to back); at stage 3 also
+ *                                  "model_shards" (the number of model_rank files)
  *   DONE                           written last: a tag without it is never loaded
  * The default tag is "global_step<N>", as DeepSpeed's. A tag directory is written under a
  * temporary name (DIR/.<tag>.tmp), synced, and renamed into place, then `latest` is replaced
@@ -43,6 +47,11 @@
  * its own slice, and the consolidated model (when the config asks for it) is gathered and
  * written a layer at a time. */
 zt_status zt_ckpt_save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag);
+
+/* zt_ckpt_save (default tag) of one shard of a tensor-parallel checkpoint directory (ckpt_tp.h;
+ * dir is its tp_<tt>): meta.json also keeps "tensor_parallel", the layout the tag's shards are
+ * saved in, which readers of the tag go by rather than tp.json (the newest save's). */
+zt_status zt_ckpt_save_tp_shard(zt_engine *e, const zt_job_spec *job, const char *dir);
 
 /* Reads dir/latest into tag[size]. Returns ZT_ERR_IO when there is no latest file, ZT_ERR_FORMAT
  * when it is empty or does not hold a tag. */
@@ -124,11 +133,24 @@ zt_status zt_ckpt_load_filled(zt_engine *e, const char *dir, const char *tag,
  * checkpoint may have none: read its weights with zt_ckpt_weights. */
 zt_status zt_ckpt_read_model_spec(const char *dir, const char *tag, zt_model_spec *spec);
 
-/* A checkpoint's weights, read tensor by tensor whatever wrote them: from model.safetensors, or
- * for a ZeRO-3 checkpoint from the model_rank shards (the fp32 values the ranks held), so that
- * no reader needs the whole model in memory. The files are mapped, and only the pages of the
- * ranges read are touched. */
+/* A checkpoint's weights, read tensor by tensor whatever wrote them (any ZeRO stage and rank
+ * count, a pipeline's stages, a tensor-parallel job's shards), so that no reader needs the whole
+ * model in memory. The files are mapped, and only the pages of the ranges read are touched. */
 typedef struct zt_ckpt_weights zt_ckpt_weights;
+
+/* Which of a checkpoint's weights a reader gives. */
+typedef enum {
+    /* The weights training computed with: model.safetensors, or a ZeRO-3 checkpoint's
+     * model_rank shards; in bf16/fp16 training the 16-bit weights, widened. What a load gives
+     * the model (zt_ckpt_tp_load) and what `ztrain sample` runs. */
+    ZT_CKPT_WORKING,
+    /* The fp32 master weights: the optimizer files' fp32_master slices put together through the
+     * flat layout, as DeepSpeed's zero_to_fp32 rebuilds the state dict from the fp32
+     * partitions. A checkpoint without them gives its working weights, which then are the
+     * masters (fp32 training; bf16 masters with bf16.bf16_master_weights_and_grads) or all it
+     * holds (a run without an optimizer). */
+    ZT_CKPT_MASTER,
+} zt_ckpt_values;
 
 typedef struct {
     const char *name;             /* Hugging Face name, e.g. "h.0.attn.c_attn.weight" */
@@ -137,10 +159,10 @@ typedef struct {
     size_t numel;
 } zt_ckpt_tensor;
 
-/* Opens dir/tag (tag NULL: latest). *spec receives the model spec (spec->init_from NULL). Close
- * with zt_ckpt_weights_close. */
+/* Opens dir/tag (tag NULL: latest) to read `values`. *spec receives the model spec
+ * (spec->init_from NULL). Close with zt_ckpt_weights_close. */
 zt_status zt_ckpt_weights_open(zt_ckpt_weights **out, const char *dir, const char *tag,
-                               zt_model_spec *spec);
+                               zt_ckpt_values values, zt_model_spec *spec);
 /* The model's tensors, in the model's order (valid until close). */
 int zt_ckpt_weights_count(const zt_ckpt_weights *w);
 const zt_ckpt_tensor *zt_ckpt_weights_tensor(const zt_ckpt_weights *w, int i);
@@ -148,8 +170,9 @@ const zt_ckpt_tensor *zt_ckpt_weights_tensor(const zt_ckpt_weights *w, int i);
 zt_status zt_ckpt_weights_read(zt_ckpt_weights *w, int i, size_t first, float *dst, size_t n);
 void zt_ckpt_weights_close(zt_ckpt_weights *w);
 
-/* `ztrain export` / `zero-to-fp32`: the checkpoint's weights as one fp32 safetensors file with
- * Hugging Face names (the metadata of zt_model_save_safetensors), streamed tensor by tensor. */
+/* `ztrain export --out` / `zero-to-fp32`: the checkpoint's fp32 master weights (ZT_CKPT_MASTER)
+ * as one fp32 safetensors file with Hugging Face names (the metadata of
+ * zt_model_save_safetensors), streamed tensor by tensor. */
 zt_status zt_ckpt_export_fp32(const char *dir, const char *tag, const char *out);
 
 #endif

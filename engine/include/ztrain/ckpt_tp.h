@@ -15,6 +15,12 @@
  * TP ranks) into that many, shard t holding piece t / (T / pieces). From it a checkpoint is read at any other TP size (zt_ckpt_tp_load reshards), and as
  * one whole model by zt_ckpt_weights (hence `ztrain export` and zero-to-fp32).
  *
+ * tp.json describes the newest save. Each tag keeps the layout its shards were saved in, in shard
+ * 0's meta.json ("tensor_parallel", the same keys), and readers of a tag go by that one, so that a
+ * tag saved at tp 2 stays readable (exported, resumed) after a resume saved at tp 1 rewrote
+ * tp.json; only tags saved before meta.json kept it are read by tp.json, and a tag saved at
+ * another TP size than tp.json's is then refused naming both sizes.
+ *
  * A directory without tp.json holding an ordinary checkpoint (a job saved without tensor
  * parallelism) loads at any TP size too, as the one shard of a layout of whole tensors. */
 #ifndef ZTRAIN_CKPT_TP_H
@@ -35,6 +41,11 @@ void zt_ckpt_tp_shard_dir(char *out, size_t size, const char *dir, int tp_rank);
 /* Writes dir/tp.json (dir made when missing) with the layout of m, a shard of a model of
  * m->stage.tp_size shards (any shard's table gives the same layout). */
 zt_status zt_ckpt_write_tp(const char *dir, const zt_model *m);
+
+/* The layout of m as a JSON object {"tp": T, "tensors": [...]} (tp.json's keys without its
+ * "format"), which each shard's meta.json keeps under "tensor_parallel" (zt_ckpt_save_tp_shard);
+ * the caller deletes it. */
+struct cJSON *zt_ckpt_tp_layout_json(const zt_model *m);
 
 /* Restores the engine (a shard of any TP size, 1 included) from the tensor-parallel checkpoint
  * dir at tag: with the TP size it was saved at, from its own shard directory as zt_ckpt_load
