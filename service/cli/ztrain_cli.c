@@ -420,11 +420,14 @@ static int cmd_run(int argc, char **argv) {
     }
     char model[512];
     zt_model_spec_describe(&job.model, model, sizeof model);
-    printf("ztrain %s: job '%s', %s, batch %d = %d × %d × %d ranks, "
+    /* DeepSpeed's batch arithmetic: its world size is the data-parallel one (the ranks over
+     * pipeline stages and tensor-parallel shards), so it is named as that. */
+    printf("ztrain %s: job '%s', %s, batch %d = %d × %d × %d data-parallel rank%s, "
            "metrics in %s/metrics.jsonl\n",
            ZTRAIN_VERSION, job.name, model,
            job.ds.train_batch_size, job.ds.train_micro_batch_size_per_gpu,
-           job.ds.gradient_accumulation_steps, job.ds.world_size, out);
+           job.ds.gradient_accumulation_steps, job.ds.world_size,
+           job.ds.world_size == 1 ? "" : "s", out);
     if (job.world_size > 1) {
         /* Several ranks run as that many ztrain-worker processes (the binary next to this one),
          * which this process only supervises; rank 0 prints the progress and the final line.
