@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU verification script: on a machine with an NVIDIA GPU and no package registry, it checks
-# in one go what the CPU-only CI cannot, writing everything it prints to OUTDIR/gpu-check.log and
-# its figures to OUTDIR/gpu-check.json (docs/gpu.md, "Running the GPU check", says how to read it).
+# what the CPU-only CI cannot, writing everything it prints to OUTDIR/gpu-check.log and its
+# figures to OUTDIR/gpu-check.json (docs/gpu.md, "Running the GPU check", says how to read it).
 #
 #   scripts/gpu-check.sh prepare          on the development machine (Debian 12, nvcc): builds
 #                                         with CUDA for any x86-64 CPU, then packs it (below);
@@ -13,15 +13,26 @@
 #                                         git-ignored, well under the 64 MiB a GPU machine takes)
 #   scripts/gpu-check.sh unpack           unpacks the bundle as run does and prints BIN=, the
 #                                         folder of wrappers that run its programs by hand
-#   scripts/gpu-check.sh run OUTDIR       on the GPU machine: unpacks that bundle (or builds there
+#   scripts/gpu-check.sh run OUTDIR [--phases LIST] [--budget SECONDS]
+#                                         on the GPU machine: unpacks that bundle (or builds there
 #                                         when it is absent and the build dependencies are
-#                                         installed), then runs the phases below
+#                                         installed), then runs the phases LIST names (default
+#                                         ZT_GPU_PHASES, else the default plan) within SECONDS
+#                                         (default ZT_GPU_BUDGET, else 540)
+#   scripts/gpu-check.sh plan [--phases LIST] [--budget SECONDS]
+#                                         prints the phases run would run and their time limits
 #
-# A GPU is lent for minutes, so the first phases answer the most in at most 3 minutes (driver and
-# device, the bundle, every op against the CPU, 20 GPT-2 steps against the CPU curve, a 60-second
-# throughput figure); the longer phases follow. Every phase has its own timeout, and the JSON is
-# rewritten as each phase ends, so a run cut short still returns what it measured. A failure is
-# recorded as PHASE_error, naming the phase, the op or step, and the device's message.
+# A GPU is lent for minutes: 15 of device time in all, start-up included, at most 600 s a
+# command (../shared/reference/toolchain.md, the device tool). The phases run in the order of
+# PHASES below, the correctness checks before the timings. The default plan is every phase but
+# `bench` and `ops_perf` (PLAN_DEFAULT: 530 s of limits, within the 540 s budget that leaves a
+# 600 s command a minute); the second command, with the device time left, is
+#   scripts/gpu-check.sh run OUTDIR2 --phases bench,ops_perf --budget SECONDS
+# `device` and `bundle` run in every plan. Every phase has its own time limit, cut to what is
+# left of the budget; a phase with less than PHASE_MIN seconds left is skipped, saying so. The
+# JSON is rewritten as each phase ends, so a run cut short still returns what it measured. A
+# failure is recorded as PHASE_error, naming the phase, the op or step, and the device's message.
+# The `train` phase's NCCL check needs two GPUs: on a one-GPU machine it says "skip nccl".
 #
 # The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB) or NCCL
 # (220 MB; xz leaves 187 MB), which the run finds on the machine: the CUDA toolkit's directories,
@@ -35,7 +46,14 @@ BUILD="$ROOT/build-gpu"         # where prepare (or run, without a bundle) build
 PROGS=(test_ops test_cuda_host ztrain-worker ztrain)
 # What the GPU machine must supply itself: the driver, and the toolkit libraries too large to carry.
 MACHINE_LIBS="libcuda.so.1 libcublasLt.so.13 libcublas.so.13 libnccl.so.2"
-FIRST_BUDGET=180                # seconds: the first phases together
+# The phases in the order they run, most answer per second first, and each one's time limit
+# (docs/gpu.md's table, which tests/cli/test_gpu_bundle.py compares with `plan`).
+PHASES=(device bundle ops curve train throughput profile bench ops_perf)
+declare -A PHASE_LIMIT=([device]=15 [bundle]=20 [ops]=60 [curve]=45 [train]=240 [throughput]=90
+                        [profile]=60 [bench]=240 [ops_perf]=60)
+PLAN_DEFAULT=ops,curve,train,throughput,profile     # and device, bundle: 530 s of limits
+BUDGET_DEFAULT=540              # seconds: the device tool's 600 s a command, less a minute
+PHASE_MIN=10                    # seconds: a phase left less is skipped
 # llm.c, the benchmark's reference (bench_gpu.py's llmc run): a checkout or git directory of
 # github.com/karpathy/llm.c, and of github.com/NVIDIA/cudnn-frontend for its cuDNN attention
 # (llm.c's USE_CUDNN=1 build), each taken at its HEAD; fetched by whoever prepares, carried in
@@ -184,19 +202,27 @@ write_json() {
     } >"$json.tmp" && mv "$json.tmp" "$json"
 }
 
-# Runs phase NAME with its own timeout: records NAME_ok, NAME_seconds and, on failure,
-# NAME_error (the phase's own message in PHASE_WHY, else its log's last line), then rewrites the
-# JSON. A GPU phase after a failed device phase is skipped, saying why.
+# Runs phase NAME within LIMIT seconds, cut to what is left of the run's budget: records NAME_ok,
+# NAME_seconds and, on failure, NAME_error (the phase's own message in PHASE_WHY, else its log's
+# last line), then rewrites the JSON. A GPU phase after a failed device phase is skipped, and so
+# is a phase left less than PHASE_MIN seconds, saying why.
 phase() {
     local name=$1 limit=$2; shift 2
-    log "phase $name (at most ${limit} s)"
-    if [ -n "$SKIP_GPU" ] && [ "$name" != device ]; then
+    local left=$((BUDGET - (SECONDS - RUN_T0)))
+    [ "$left" -lt "$limit" ] && limit=$left
+    local skip=$SKIP_GPU
+    [ "$name" = device ] && skip=""
+    [ -z "$skip" ] && [ "$limit" -lt "$PHASE_MIN" ] \
+        && skip="no time left: ${left} s of the run's $BUDGET s budget (--budget)"
+    if [ -n "$skip" ]; then
+        log "phase $name"
         figure "${name}_ok" null
-        figure "${name}_error" "$(json_str "phase $name: skipped: $SKIP_GPU")"
-        echo "skipped: $SKIP_GPU"
+        figure "${name}_error" "$(json_str "phase $name: skipped: $skip")"
+        echo "skipped: $skip"
         write_json
         return
     fi
+    log "phase $name (at most ${limit} s)"
     PHASE_WHY=""
     local t0=$SECONDS rc
     # Not through a pipe, which would run the phase in a subshell and lose what it records.
@@ -470,20 +496,63 @@ phase_bench() {
     return "$rc"
 }
 
-# What is left of the first phases' budget, but at least 10 s.
-first_left() {
-    local left=$((FIRST_BUDGET - (SECONDS - FIRST_T0)))
-    echo $((left < 10 ? 10 : left))
+# The run's plan from its options (--phases LIST, --budget SECONDS) and their defaults
+# (ZT_GPU_PHASES, ZT_GPU_BUDGET): PLAN, the phases to run in PHASES' order with device and
+# bundle always among them, and BUDGET. Any other argument is refused.
+PLAN=()
+BUDGET=$BUDGET_DEFAULT
+read_plan() {
+    local list=${ZT_GPU_PHASES:-$PLAN_DEFAULT} p name
+    BUDGET=${ZT_GPU_BUDGET:-$BUDGET_DEFAULT}
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --phases) [ $# -ge 2 ] || die "--phases needs a list"; list=$2; shift 2 ;;
+        --phases=*) list=${1#*=}; shift ;;
+        --budget) [ $# -ge 2 ] || die "--budget needs seconds"; BUDGET=$2; shift 2 ;;
+        --budget=*) BUDGET=${1#*=}; shift ;;
+        *) die "unknown argument $1 (run OUTDIR [--phases LIST] [--budget SECONDS])" ;;
+        esac
+    done
+    case $BUDGET in ''|*[!0-9]*) die "--budget $BUDGET: expected whole seconds" ;; esac
+    [ "$list" = all ] && list=$(IFS=,; echo "${PHASES[*]}")
+    for name in ${list//,/ }; do
+        [ -n "${PHASE_LIMIT[$name]:-}" ] \
+            || die "--phases: no phase $name (the phases: ${PHASES[*]}, or all)"
+    done
+    PLAN=()
+    for p in "${PHASES[@]}"; do
+        case ",device,bundle,$list," in *",$p,"*) PLAN+=("$p") ;; esac
+    done
 }
-cap() { local a=$1 b; b=$(first_left); echo $((a < b ? a : b)); }
+
+plan() {
+    read_plan "$@"
+    local p total=0
+    printf '%-12s %s\n' phase "at most"
+    for p in "${PLAN[@]}"; do
+        printf '%-12s %d s\n' "$p" "${PHASE_LIMIT[$p]}"
+        total=$((total + PHASE_LIMIT[$p]))
+    done
+    if [ "$total" -le "$BUDGET" ]; then
+        echo "total        $total s, within the $BUDGET s budget"
+    else
+        echo "total        $total s: the $BUDGET s budget cuts the last phases short or skips them"
+    fi
+}
 
 run() {
-    OUT=${1:?usage: gpu-check.sh run OUTDIR}
+    OUT=${1:?usage: gpu-check.sh run OUTDIR [--phases LIST] [--budget SECONDS]}
+    shift
+    read_plan "$@"
     mkdir -p "$OUT" || die "cannot create $OUT"
     OUT=$(cd "$OUT" && pwd)
     exec > >(tee "$OUT/gpu-check.log") 2>&1
+    RUN_T0=$SECONDS
     log "gpu-check $(date -u +%FT%TZ) in $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    log "phases: ${PLAN[*]}, within $BUDGET s"
     figure commit "$(json_str "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)")"
+    figure plan "$(json_str "${PLAN[*]}")"
+    figure budget_seconds "$BUDGET"
     # A cut run (the lease ends, a timeout kills the script) still leaves its JSON.
     trap 'figure interrupted true; write_json; exit 3' INT TERM
     write_json
@@ -491,23 +560,13 @@ run() {
     BUNDLE_CUDA=""
     [ -f "$CARRY/bundle.tar.xz" ] && BUNDLE_CUDA=$(tar -xJOf "$CARRY/bundle.tar.xz" \
         bin/CUDA_VERSION 2>/dev/null)
-    FIRST_T0=$SECONDS
-    phase device 15 phase_device
-    # Without a bundle the programs are built here, which takes longer than any budget.
-    phase bundle "$([ -f "$CARRY/bundle.tar.xz" ] && cap 20 || echo 900)" phase_bundle
-    phase ops "$(cap 60)" phase_ops
-    phase curve "$(cap 45)" phase_curve
-    phase throughput "$(first_left)" phase_throughput
-    figure first_phases_seconds $((SECONDS - FIRST_T0))
-    write_json
-    # The profile's minute comes out of the benchmark's five, so the whole run keeps its length.
-    phase profile 60 phase_profile
-    phase ops_perf 90 phase_ops_perf
-    phase train 240 phase_train
-    phase bench 240 phase_bench
+    local p
+    for p in "${PLAN[@]}"; do
+        phase "$p" "${PHASE_LIMIT[$p]}" "phase_$p"
+    done
     figure failed_phases "$(json_str "${FAILED[*]:-}")"
     write_json
-    log "done: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"
+    log "done in $((SECONDS - RUN_T0)) s: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"
     [ ${#FAILED[@]} -eq 0 ]
 }
 
@@ -520,10 +579,13 @@ unpack() {
     return "$rc"
 }
 
+usage="usage: gpu-check.sh prepare | pack [BUILD [DEST]] | unpack
+       | run OUTDIR [--phases LIST] [--budget SECONDS] | plan [--phases LIST] [--budget SECONDS]"
 case "${1:-}" in
 prepare) prepare ;;
 pack) shift; pack "$@" ;;
 unpack) unpack ;;
 run) shift; run "$@" ;;
-*) echo "usage: gpu-check.sh prepare | pack [BUILD [DEST]] | unpack | run OUTDIR" >&2; exit 2 ;;
+plan) shift; plan "$@" ;;
+*) echo "$usage" >&2; exit 2 ;;
 esac

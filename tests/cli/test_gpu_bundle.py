@@ -13,6 +13,9 @@ machine is proven here, where it is made.
 - `run` without a GPU stops after its device phase with exit 1, and its JSON says so: the
   device phase failed naming the reason, every later phase is marked skipped with that reason,
   and the JSON is valid.
+- The plan (round 4, D2): `plan`'s phases and limits are docs/gpu.md's table's, the default
+  plan (command 1) fits the device tool's 600 s command with a minute to spare, and the second
+  command's phases are the table's command 2.
 A build without libztrain_cuda.so (no CUDA toolkit) has nothing to bundle: the test says so."""
 import json
 import os
@@ -36,8 +39,20 @@ def check(ok, what):
 
 
 def sh(args, env=None, timeout=240):
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, **(env or {})))
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return subprocess.CompletedProcess(args, -1, out, f"timed out after {timeout} s")
+
+
+def load_json(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError) as e:
+        check(False, f"{path} is valid JSON: {e}")
+        return {}
 
 
 if not os.path.exists(os.path.join(BUILD, "libztrain_cuda.so")):
@@ -121,12 +136,44 @@ try:
     check(res.get("device_ok") is False and "phase device" in res.get("device_error", "") and
           "nvidia-smi" in res.get("device_error", ""),
           f"the device phase failed, saying why: {res.get('device_error')}")
-    skipped = [k for k in ("bundle", "ops", "curve", "throughput", "ops_perf", "train", "bench")
+    skipped = [k for k in ("bundle", "ops", "curve", "train", "throughput", "profile")
                if res.get(f"{k}_ok", "absent") is None and
                res.get(f"{k}_error", "").startswith(f"phase {k}: skipped: ")]
-    check(len(skipped) == 7, f"every later phase is marked skipped with the reason: {skipped}")
-    check("first_phases_seconds" in res and res["first_phases_seconds"] <= 180,
-          f"the first phases are timed: {res.get('first_phases_seconds')}")
+    check(len(skipped) == 6, f"every later phase is marked skipped with the reason: {skipped}")
+    check(res.get("plan") == "device bundle ops curve train throughput profile" and
+          "bench_ok" not in res and res.get("budget_seconds") == 540,
+          f"the default plan leaves bench to the second command: {res.get('plan')}, "
+          f"budget {res.get('budget_seconds')}")
+
+    # The plan against docs/gpu.md's table: | `phase` | N s | commands | ... |
+    docs = open(os.path.join(SOURCE, "docs", "gpu.md")).read()
+    table = {}
+    for line in docs.split("## Running the GPU check", 1)[-1].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[0].startswith("`") and cells[1].endswith(" s"):
+            table[cells[0].strip("`")] = (int(cells[1][:-2]), cells[2].replace(" ", ""))
+
+    def plan_of(*args):
+        p = sh([SCRIPT, "plan", *args], timeout=30)
+        rows = [line.split() for line in p.stdout.splitlines()[1:-1]]
+        return {r[0]: int(r[1]) for r in rows}, p.stdout.splitlines()[-1:]
+    every, _ = plan_of("--phases", "all")
+    check(every and every == {k: v[0] for k, v in table.items()} and list(every) == list(table),
+          f"plan's phases, order and limits are docs/gpu.md's: {every} against {table}")
+    first, total = plan_of()
+    check(first and list(first) == [k for k, v in table.items() if "1" in v[1].split(",")],
+          f"the default plan is the table's command 1: {list(first)}")
+    check(first and sum(first.values()) <= 540 <= 600 - 60 and
+          "within the 540 s budget" in "".join(total),
+          f"the default plan fits one 600 s command with a minute left: {sum(first.values())} s")
+    second, _ = plan_of("--phases", "bench,ops_perf")
+    check(second and list(second) == [k for k, v in table.items() if "2" in v[1].split(",")] and
+          "--phases bench,ops_perf" in docs,
+          f"the second command's phases are the table's command 2: {list(second)}")
+    train_row = next((line for line in docs.splitlines() if line.startswith("| `train`")), "")
+    check("two GPUs" in train_row and "skip nccl" in train_row,
+          f"the train phase's row says the NCCL check needs two GPUs: {train_row[-200:]}")
+
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
