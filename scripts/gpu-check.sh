@@ -54,6 +54,7 @@ declare -A PHASE_LIMIT=([device]=15 [bundle]=20 [ops]=60 [curve]=45 [train]=240 
 PLAN_DEFAULT=ops,curve,train,throughput,profile     # and device, bundle: 530 s of limits
 BUDGET_DEFAULT=540              # seconds: the device tool's 600 s a command, less a minute
 PHASE_MIN=10                    # seconds: a phase left less is skipped
+STEP_MIN=5                      # seconds: a phase's step left less is skipped
 # llm.c, the benchmark's reference (bench_gpu.py's llmc run): a checkout or git directory of
 # github.com/karpathy/llm.c, and of github.com/NVIDIA/cudnn-frontend for its cuDNN attention
 # (llm.c's USE_CUDNN=1 build), each taken at its HEAD; fetched by whoever prepares, carried in
@@ -233,7 +234,7 @@ phase() {
         figure "${name}_ok" true
     else
         local why=$PHASE_WHY
-        [ "$rc" -eq 124 ] && why="timed out after $limit s${why:+: $why}"
+        [ -z "$why" ] && [ "$rc" -eq 124 ] && why="timed out after $limit s"
         [ -n "$why" ] || why=$(grep -v '^\s*$' "$OUT/phase-$name.log" | tail -1)
         figure "${name}_ok" false
         figure "${name}_error" "$(json_str "phase $name: ${why:-exit $rc}")"
@@ -244,18 +245,34 @@ phase() {
     write_json
 }
 
-# Runs a command under the phase's remaining time; PHASE_WHY gets its first FAIL line (an op, a
-# check, a step) or its last line when it fails.
+# Runs a command within LIMIT seconds, its output in LOGF. The phase's first failing step sets
+# PHASE_WHY (its first FAIL line, its timeout, or its last line), which later steps leave as it is.
+# A step left less than STEP_MIN seconds is not started (GNU timeout takes 0 for no limit and a
+# negative number for an option): LOGF says so, the step joins SKIPPED_STEPS, and it returns 124.
+SKIPPED_STEPS=()
 bounded() {
     local limit=$1 logf=$2; shift 2
+    local step
+    step=$(basename "$logf" .log)
+    if [ "$limit" -lt "$STEP_MIN" ]; then
+        echo "gpu-check: $step skipped: ${limit} s left of the phase" | tee "$logf"
+        SKIPPED_STEPS+=("$step")
+        [ -n "$PHASE_WHY" ] || PHASE_WHY="$step skipped: ${limit} s left of the phase"
+        return 124
+    fi
     timeout --kill-after=5 "$limit" "$@" >"$logf" 2>&1
     local rc=$?
     cat "$logf"
-    if [ "$rc" -ne 0 ]; then
+    if [ "$rc" -ne 0 ] && [ -z "$PHASE_WHY" ]; then
         PHASE_WHY=$(grep -m1 '^FAIL' "$logf" || grep -v '^\s*$' "$logf" | tail -1)
-        [ "$rc" -eq 124 ] && PHASE_WHY="timed out after $limit s (${PHASE_WHY:-no output})"
+        [ "$rc" -eq 124 ] && PHASE_WHY="$step timed out after $limit s (${PHASE_WHY:-no output})"
     fi
     return "$rc"
+}
+# The FAIL lines of a step's log, or null when the step was not started.
+failures() {
+    if [ ! -f "$1" ] || grep -q '^gpu-check: .* skipped: ' "$1"; then echo null
+    else grep -c '^FAIL' "$1"; fi
 }
 
 # The driver and the device. A CUDA 13 build needs an R580 or newer driver; an older one makes
@@ -398,13 +415,14 @@ llmc_wrap() {
 }
 
 # Every op of the CUDA backend against the CPU backend on the same inputs, forward and backward,
-# at fp32 and bf16 / fp16 (tests/unit/ops/harness.h's bounds).
+# at fp32 and bf16 / fp16 (tests/unit/ops/harness.h's bounds). Each step gets what is left of the
+# phase; one left too little is skipped, named in ops_skipped, its failures null.
 phase_ops() {
-    local limit=$1 t0=$SECONDS
+    local limit=$1 t0=$SECONDS rc=0
+    SKIPPED_STEPS=()
     bounded "$limit" "$OUT/test_cuda_host.log" "$BIN/test_cuda_host" || return 1
-    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops.log" "$BIN/test_ops"
-    local rc=$?
-    figure ops_failures "$(grep -c '^FAIL' "$OUT/test_ops.log")"
+    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops.log" "$BIN/test_ops" || rc=$?
+    figure ops_failures "$(failures "$OUT/test_ops.log")"
     # Attention chooses cuDNN's fused attention for the 16-bit shapes it takes
     # (kernels/cuda/attention/attention.c): the run above checked those against the CPU. The family again
     # with ZTRAIN_ATTENTION=flash checks ztrain's flash kernel on the same cases, so both meet
@@ -412,7 +430,7 @@ phase_ops() {
     figure attention_choice "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$OUT/test_ops.log")")"
     bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_flash.log" \
         env ZTRAIN_ATTENTION=flash "$BIN/test_ops" --op attention || rc=1
-    figure ops_flash_failures "$(grep -c '^FAIL' "$OUT/test_ops_flash.log")"
+    figure ops_flash_failures "$(failures "$OUT/test_ops_flash.log")"
     # The linear layers' bias gradient comes from cuBLASLt's BGRADA / BGRADB epilogue where this
     # GPU's cuBLASLt has an algorithm for it, else from the row-tile sums (kernels/cuda/linear.cu;
     # the first "[ztrain] bias gradient:" line says which, and why). The linear families again
@@ -422,10 +440,14 @@ phase_ops() {
     bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_bias_sums.log" \
         env ZTRAIN_CUDA_BIAS_GRAD=sums "$BIN/test_ops" --op linear --op linear_gelu \
         --op linear_twin || rc=1
-    figure ops_bias_sums_failures "$(grep -c '^FAIL' "$OUT/test_ops_bias_sums.log")"
+    figure ops_bias_sums_failures "$(failures "$OUT/test_ops_bias_sums.log")"
+    figure ops_skipped "$(json_str "${SKIPPED_STEPS[*]:-}")"
+    # test_ops writes its "backends:" line at once (line-buffered), so it is there unless the
+    # CUDA backend was not among them.
     if ! grep -q 'backends: cpu cuda' "$OUT/test_ops.log"; then
-        PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' "$OUT/test_ops.log")"
-        return 1
+        [ -n "$PHASE_WHY" ] || PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' \
+            "$OUT/test_ops.log")"
+        [ "$rc" -ne 0 ] || rc=1
     fi
     return "$rc"
 }

@@ -16,6 +16,9 @@ machine is proven here, where it is made.
 - The plan (round 4, D2): `plan`'s phases and limits are docs/gpu.md's table's, the default
   plan (command 1) fits the device tool's 600 s command with a minute to spare, and the second
   command's phases are the table's command 2.
+- With a fake nvidia-smi and the emulated device (D1), `run --phases ops` under a budget too
+  short for test_ops: test_ops is stopped at its time and says so in ops_error, keeping the line
+  it printed before, the later steps are skipped and named, never given a limit of 0 or less.
 A build without libztrain_cuda.so (no CUDA toolkit) has nothing to bundle: the test says so."""
 import json
 import os
@@ -174,6 +177,41 @@ try:
     check("two GPUs" in train_row and "skip nccl" in train_row,
           f"the train phase's row says the NCCL check needs two GPUs: {train_row[-200:]}")
 
+    # The emulated device behind a fake nvidia-smi: test_ops cannot finish in the budget.
+    fakebin = os.path.join(tmp, "fakebin")
+    os.makedirs(fakebin)
+    with open(os.path.join(fakebin, "nvidia-smi"), "w") as f:
+        f.write("#!/bin/sh\ncase \"$*\" in *--list-gpus*) echo 'GPU 0: NVIDIA H100 80GB HBM3';;\n"
+                "  *memory.used*) echo 1000;; *) echo 'NVIDIA H100 80GB HBM3, 580.65.06, "
+                "81559 MiB';; esac\n")
+    os.chmod(os.path.join(fakebin, "nvidia-smi"), 0o755)
+    emu = dict(env, PATH=fakebin + ":" + path, ZTRAIN_CUDA_EMU="1")
+
+    def emu_ops_run(out):
+        return sh([SCRIPT, "run", out, "--phases", "ops", "--budget", "30"], emu, timeout=90)
+    out = os.path.join(tmp, "out-emu")
+    p = emu_ops_run(out)
+    res = load_json(os.path.join(out, "gpu-check.json"))
+    print(p.stdout[-1500:])
+    err = res.get("ops_error", "")
+    check(res.get("ops_ok") is False and "test_ops timed out after" in err and
+          "did not run" not in err,
+          f"ops_error names test_ops's timeout: {err}")
+    logs = [os.path.join(out, n) for n in os.listdir(out)] if os.path.isdir(out) else []
+    bad = [n for n in logs if "invalid option" in open(n, errors="replace").read()]
+    check(res.get("ops_skipped") == "test_ops_flash test_ops_bias_sums" and
+          res.get("ops_flash_failures", 0) is None and
+          res.get("ops_bias_sums_failures", 0) is None and not bad,
+          f"the steps left no time are skipped and named, timeout never misread: "
+          f"{res.get('ops_skipped')!r} {bad}")
+    test_ops_log = os.path.join(out, "test_ops.log")
+    check(os.path.exists(test_ops_log) and
+          "backends: cpu cuda" in open(test_ops_log).read(),
+          "test_ops's stdout survives its kill (line-buffered)")
+    check(res.get("plan") == "device bundle ops" and "curve_ok" not in res and
+          res.get("ops_seconds", 99) <= 30,
+          f"--phases ops runs device, bundle and ops within --budget 30: {res.get('plan')}, "
+          f"ops {res.get('ops_seconds')} s")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
