@@ -34,8 +34,8 @@
 # failure is recorded as PHASE_error, naming the phase, the op or step, and the device's message.
 # The `train` phase's NCCL check needs two GPUs: on a one-GPU machine it says "skip nccl".
 #
-# The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB) or NCCL
-# (220 MB; xz leaves 187 MB), which the run finds on the machine: the CUDA toolkit's directories,
+# The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB), NCCL (220 MB;
+# xz leaves 187 MB) or cuDNN, which the run finds on the machine: the CUDA toolkit's directories,
 # the linker's cache, or the nvidia-* wheels PyTorch brings. The bundle's libraries reach only
 # ztrain's programs (through the wrappers in wrap/), never the Python that runs PyTorch.
 set -u -o pipefail
@@ -46,6 +46,11 @@ BUILD="$ROOT/build-gpu"         # where prepare (or run, without a bundle) build
 PROGS=(test_ops test_cuda_host ztrain-worker ztrain)
 # What the GPU machine must supply itself: the driver, and the toolkit libraries too large to carry.
 MACHINE_LIBS="libcuda.so.1 libcublasLt.so.13 libcublas.so.13 libnccl.so.2"
+# What ztrain's programs use when the machine has it: cuDNN's fused attention (dlopen'ed by the
+# CUDA module, kernels/cuda/attention/cudnn_sdpa_graph.c, which falls back to the flash kernel
+# without it) and NVRTC, which cuDNN's runtime-compiled engines load. The ops phase fails when
+# cuDNN is missing, since checking its attention is part of that phase's point.
+ATTENTION_LIBS="libcudnn.so.9 libnvrtc.so.13"
 # The phases in the order they run, most answer per second first, and each one's time limit
 # (docs/gpu.md's table, which tests/cli/test_gpu_bundle.py compares with `plan`).
 PHASES=(device bundle ops curve train throughput profile bench ops_perf)
@@ -309,8 +314,9 @@ find_machine_lib() {
     for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
         [ -e "$d/$name" ] && { echo "$d"; return 0; }
     done
+    # The cache may name a file since removed or hidden.
     d=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
-    [ -n "$d" ] && { dirname "$d"; return 0; }
+    [ -n "$d" ] && [ -e "$d" ] && { dirname "$d"; return 0; }
     for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
         local hit
         hit=$(ls "$d"/nvidia/*/lib/"$name" 2>/dev/null | head -1)
@@ -320,8 +326,9 @@ find_machine_lib() {
 }
 
 # The programs: the carried bundle, unpacked outside OUTDIR (which should hold only what is worth
-# bringing back), behind wrappers that give only them the bundle's libraries; else a build here
-# (which needs the Debian build dependencies, and so a machine with a package registry).
+# bringing back), behind wrappers that give only them the bundle's libraries and the machine's
+# (MACHINE_LIBS, and ATTENTION_LIBS where it has them); else a build here (which needs the Debian
+# build dependencies, and so a machine with a package registry).
 phase_bundle() {
     local limit=$1
     if [ ! -f "$CARRY/bundle.tar.xz" ]; then
@@ -347,6 +354,25 @@ phase_bundle() {
             missing="$missing $name"
         fi
     done
+    # cuDNN's directory differs from cuBLASLt's in PyTorch's wheels (nvidia/cudnn/lib beside
+    # nvidia/cu13/lib) and is in no linker cache there: without it here, every attention would
+    # run the flash kernel.
+    CUDNN_FOUND=false
+    for name in $ATTENTION_LIBS; do
+        if d=$(find_machine_lib "$name"); then
+            echo "$name from $d"
+            figure "lib_${name%%.so*}" "$(json_str "$d")"
+            case ":$libs:" in *":$d:"*) ;; *) libs="$libs:$d" ;; esac
+            [ "$name" = libcudnn.so.9 ] && CUDNN_FOUND=true
+        else
+            case $name in
+            libcudnn*) echo "$name: not on this machine: every attention runs the flash kernel" ;;
+            *) echo "$name: not on this machine: cuDNN's runtime-compiled engines cannot load" ;;
+            esac
+            figure "lib_${name%%.so*}" null
+        fi
+    done
+    figure cudnn_found "$CUDNN_FOUND"
     LIBPATH="$dir/lib$libs"
     mkdir -p "$dir/wrap"
     for p in "${PROGS[@]}"; do
@@ -447,6 +473,13 @@ phase_ops() {
     if ! grep -q 'backends: cpu cuda' "$OUT/test_ops.log"; then
         [ -n "$PHASE_WHY" ] || PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' \
             "$OUT/test_ops.log")"
+        [ "$rc" -ne 0 ] || rc=1
+    fi
+    if [ "$CUDNN_FOUND" != true ]; then
+        local why="cuDNN's attention was not checked: libcudnn.so.9 is not on this machine, so \
+test_ops ran the flash kernel in its place"
+        figure ops_cudnn "$(json_str "$why")"
+        [ -n "$PHASE_WHY" ] || PHASE_WHY=$why
         [ "$rc" -ne 0 ] || rc=1
     fi
     return "$rc"

@@ -19,9 +19,14 @@ machine is proven here, where it is made.
 - With a fake nvidia-smi and the emulated device (D1), `run --phases ops` under a budget too
   short for test_ops: test_ops is stopped at its time and says so in ops_error, keeping the line
   it printed before, the later steps are skipped and named, never given a limit of 0 or less.
+- In PyTorch's wheel layout (a private mount namespace: the toolkit hidden, its libraries bound
+  into nvidia/cu13/lib and nvidia/cudnn/lib of a virtual environment's site-packages), cuDNN is
+  found and on the wrappers' library path (D3); without it the JSON says so and the ops phase
+  fails naming it.
 A build without libztrain_cuda.so (no CUDA toolkit) has nothing to bundle: the test says so."""
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -187,11 +192,59 @@ try:
     os.chmod(os.path.join(fakebin, "nvidia-smi"), 0o755)
     emu = dict(env, PATH=fakebin + ":" + path, ZTRAIN_CUDA_EMU="1")
 
+    # PyTorch's wheel layout in a private mount namespace: the toolkit hidden, the libraries the
+    # machine supplies bound one by one into a virtual environment's nvidia/cu13/lib, and cuDNN
+    # (when asked) into nvidia/cudnn/lib, a directory no linker cache names.
+    venv = os.path.join(tmp, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+    site = subprocess.run([os.path.join(venv, "bin", "python3"), "-c",
+                           "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    wheel_cu13 = os.path.join(site, "nvidia", "cu13", "lib")
+    wheel_cudnn = os.path.join(site, "nvidia", "cudnn", "lib")
+    os.makedirs(wheel_cu13)
+    os.makedirs(wheel_cudnn)
+
+    def in_wheels(args, with_cudnn, run_env, timeout=90):
+        steps = []
+        for name, where in [(n, wheel_cu13) for n in ("libcublasLt.so.13", "libcublas.so.13",
+                                                      "libnccl.so.2", "libnvrtc.so.13")] + \
+                [("libcudnn.so.9", wheel_cudnn)] * with_cudnn:
+            dest = os.path.join(where, name)
+            steps += [f"touch {dest}", f"mount --bind "
+                      f"{os.path.realpath(os.path.join(cuda, 'lib64', name))} {dest}"]
+        if not with_cudnn:
+            steps.append(f"rm -f {os.path.join(wheel_cudnn, 'libcudnn.so.9')}")
+        steps += [f"mount -t tmpfs none {cuda}", "mount -t tmpfs none /usr/local/lib",
+                  f"PATH={os.path.join(venv, 'bin')}:$PATH {shlex.join(args)}"]
+        return sh(["unshare", "-m", "--propagation", "private", "sh", "-c", " && ".join(steps)],
+                  run_env, timeout=timeout)
+
+    p = in_wheels([SCRIPT, "unpack"], True, env)
+    namespace = "BIN=" in p.stdout
+    if not namespace:
+        print(f"skip  no private mount namespace here ({p.stderr.strip()[:200]}): PyTorch's "
+              "wheel layout is not checked")
+    else:
+        bin_dir = next((line[4:] for line in p.stdout.splitlines() if line.startswith("BIN=")))
+        wrapper = open(os.path.join(bin_dir, "test_ops")).read() if os.path.isdir(bin_dir) else ""
+        check(p.returncode == 0 and f"libcudnn.so.9 from {wheel_cudnn}" in p.stdout and
+              wheel_cudnn in wrapper,
+              f"cuDNN found in PyTorch's wheels and on the wrappers' path: exit {p.returncode} "
+              f"{p.stdout.strip()[-600:]} {p.stderr.strip()[-300:]}")
+        shutil.rmtree(os.path.dirname(bin_dir), ignore_errors=True)
+
     def emu_ops_run(out):
-        return sh([SCRIPT, "run", out, "--phases", "ops", "--budget", "30"], emu, timeout=90)
+        args = [SCRIPT, "run", out, "--phases", "ops", "--budget", "30"]
+        return in_wheels(args, False, emu) if namespace else sh(args, emu, timeout=90)
     out = os.path.join(tmp, "out-emu")
     p = emu_ops_run(out)
     res = load_json(os.path.join(out, "gpu-check.json"))
+    if namespace:
+        check(res.get("cudnn_found") is False and res.get("lib_libcudnn", 0) is None and
+              "libcudnn.so.9" in res.get("ops_cudnn", "") and res.get("ops_ok") is False,
+              f"without cuDNN the JSON says so and the ops phase fails naming it: "
+              f"{res.get('cudnn_found')} {res.get('ops_cudnn')}")
     print(p.stdout[-1500:])
     err = res.get("ops_error", "")
     check(res.get("ops_ok") is False and "test_ops timed out after" in err and
