@@ -12,13 +12,14 @@
 #                                         need into DEST/bundle.tar.xz (default build-gpu-carry/,
 #                                         git-ignored, well under the 64 MiB a GPU machine takes)
 #   scripts/gpu-check.sh unpack           unpacks the bundle as run does and prints BIN=, the
-#                                         folder of wrappers that run its programs by hand
+#                                         folder of wrappers that run its programs by hand (its
+#                                         parent folder is left for the caller to remove)
 #   scripts/gpu-check.sh run OUTDIR [--phases LIST] [--budget SECONDS]
-#                                         on the GPU machine: unpacks that bundle (or builds there
-#                                         when it is absent and the build dependencies are
-#                                         installed), then runs the phases LIST names (default
-#                                         ZT_GPU_PHASES, else the default plan) within SECONDS
-#                                         (default ZT_GPU_BUDGET, else 540)
+#                                         on the GPU machine: unpacks the carried bundle (it stops
+#                                         at once without one: nothing is built there), runs the
+#                                         phases LIST names (default ZT_GPU_PHASES, else the
+#                                         default plan) within SECONDS (default ZT_GPU_BUDGET,
+#                                         else 540), and removes the unpacked bundle at the end
 #   scripts/gpu-check.sh plan [--phases LIST] [--budget SECONDS]
 #                                         prints the phases run would run and their time limits
 #
@@ -42,7 +43,7 @@ set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY="${ZT_GPU_CARRY:-$ROOT/build-gpu-carry}"   # bundle.tar.xz: bin/, lib/, the build's facts
-BUILD="$ROOT/build-gpu"         # where prepare (or run, without a bundle) builds
+BUILD="$ROOT/build-gpu"         # where prepare builds
 PROGS=(test_ops test_cuda_host ztrain-worker ztrain)
 # What the GPU machine must supply itself: the driver, and the toolkit libraries too large to carry.
 MACHINE_LIBS="libcuda.so.1 libcublasLt.so.13 libcublas.so.13 libnccl.so.2"
@@ -189,6 +190,7 @@ OUT=""
 FIGURES=()   # "name": value pairs of the JSON, in the order measured
 FAILED=()
 SKIP_GPU=""  # why the GPU phases cannot run ("" while they can)
+BUNDLE_DIR=""  # where the bundle was unpacked, removed when run ends
 
 json_str() {  # a JSON string of $1: backslashes, quotes and control characters escaped
     printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\010\013-\037' | sed -e 's/\\/\\\\/g' \
@@ -327,20 +329,14 @@ find_machine_lib() {
 
 # The programs: the carried bundle, unpacked outside OUTDIR (which should hold only what is worth
 # bringing back), behind wrappers that give only them the bundle's libraries and the machine's
-# (MACHINE_LIBS, and ATTENTION_LIBS where it has them); else a build here (which needs the Debian
-# build dependencies, and so a machine with a package registry).
+# (MACHINE_LIBS, and ATTENTION_LIBS where it has them).
 phase_bundle() {
-    local limit=$1
-    if [ ! -f "$CARRY/bundle.tar.xz" ]; then
-        export PATH=/usr/local/cuda/bin:$PATH
-        timeout "$limit" cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON && \
-            timeout "$limit" cmake --build "$BUILD" -j"$(nproc)" --target "${PROGS[@]}" \
-            || { PHASE_WHY="no bundle at $CARRY and the build here failed"; return 1; }
-        BIN="$BUILD"
-        return 0
-    fi
+    [ -f "$CARRY/bundle.tar.xz" ] || { PHASE_WHY=$(no_bundle); SKIP_GPU=$PHASE_WHY; return 1; }
     local dir libs="" name d missing=""
-    dir=$(mktemp -d /tmp/ztrain-gpu-bundle.XXXXXX) && tar -C "$dir" -xJf "$CARRY/bundle.tar.xz" \
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/ztrain-gpu-bundle.XXXXXX") \
+        || { PHASE_WHY="no temporary directory"; return 1; }
+    BUNDLE_DIR=$dir
+    tar -C "$dir" -xJf "$CARRY/bundle.tar.xz" \
         || { PHASE_WHY="cannot unpack $CARRY/bundle.tar.xz"; return 1; }
     figure bundle_commit "$(json_str "$(cat "$dir/bin/COMMIT" 2>/dev/null || echo unknown)")"
     figure bundle_cuda "$(json_str "${BUNDLE_CUDA:-unknown}")"
@@ -551,6 +547,12 @@ phase_bench() {
     return "$rc"
 }
 
+no_bundle() {
+    echo "no bundle at $CARRY/bundle.tar.xz: run \`scripts/gpu-check.sh prepare\` on the \
+development machine and bring build-gpu-carry/ (git-ignored: name it in the device tool's carry, \
+or set ZT_GPU_CARRY); nothing is built here, which has no build dependencies"
+}
+
 # The run's plan from its options (--phases LIST, --budget SECONDS) and their defaults
 # (ZT_GPU_PHASES, ZT_GPU_BUDGET): PLAN, the phases to run in PHASES' order with device and
 # bundle always among them, and BUDGET. Any other argument is refused.
@@ -608,13 +610,21 @@ run() {
     figure commit "$(json_str "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)")"
     figure plan "$(json_str "${PLAN[*]}")"
     figure budget_seconds "$BUDGET"
-    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON.
+    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON; every run
+    # leaves no unpacked bundle behind (107 MB).
     trap 'figure interrupted true; write_json; exit 3' INT TERM
+    trap '[ -z "$BUNDLE_DIR" ] || rm -rf "$BUNDLE_DIR"' EXIT
     write_json
+    if [ ! -f "$CARRY/bundle.tar.xz" ]; then
+        figure bundle_ok false
+        figure bundle_error "$(json_str "phase bundle: $(no_bundle)")"
+        figure failed_phases '"bundle"'
+        write_json
+        echo "gpu-check: $(no_bundle)"
+        exit 2
+    fi
     # The CUDA release the bundle was built with, which sets the driver it needs.
-    BUNDLE_CUDA=""
-    [ -f "$CARRY/bundle.tar.xz" ] && BUNDLE_CUDA=$(tar -xJOf "$CARRY/bundle.tar.xz" \
-        bin/CUDA_VERSION 2>/dev/null)
+    BUNDLE_CUDA=$(tar -xJOf "$CARRY/bundle.tar.xz" bin/CUDA_VERSION 2>/dev/null)
     local p
     for p in "${PLAN[@]}"; do
         phase "$p" "${PHASE_LIMIT[$p]}" "phase_$p"

@@ -12,13 +12,14 @@ machine is proven here, where it is made.
   loading the bundled CUDA module.
 - `run` without a GPU stops after its device phase with exit 1, and its JSON says so: the
   device phase failed naming the reason, every later phase is marked skipped with that reason,
-  and the JSON is valid.
+  and the JSON is valid. Without the bundle it stops at once, saying to carry it.
 - The plan (round 4, D2): `plan`'s phases and limits are docs/gpu.md's table's, the default
   plan (command 1) fits the device tool's 600 s command with a minute to spare, and the second
   command's phases are the table's command 2.
-- With a fake nvidia-smi and the emulated device (D1), `run --phases ops` under a budget too
+- With a fake nvidia-smi and the emulated device (D1, D6), `run --phases ops` under a budget too
   short for test_ops: test_ops is stopped at its time and says so in ops_error, keeping the line
-  it printed before, the later steps are skipped and named, never given a limit of 0 or less.
+  it printed before, the later steps are skipped and named, never given a limit of 0 or less;
+  the unpacked bundle is removed; every "%p" of ZTRAIN_CUDA_EMU_ISSUE_LOG is the process id.
 - In PyTorch's wheel layout (a private mount namespace: the toolkit hidden, its libraries bound
   into nvidia/cu13/lib and nvidia/cudnn/lib of a virtual environment's site-packages), cuDNN is
   found and on the wrappers' library path (D3); without it the JSON says so and the ops phase
@@ -153,6 +154,15 @@ try:
           f"the default plan leaves bench to the second command: {res.get('plan')}, "
           f"budget {res.get('budget_seconds')}")
 
+    # Without the bundle: at once, saying to carry it (not a build of up to 900 s).
+    out = os.path.join(tmp, "out-nobundle")
+    p = sh([SCRIPT, "run", out], dict(env, ZT_GPU_CARRY=os.path.join(tmp, "none")), timeout=60)
+    res = load_json(os.path.join(out, "gpu-check.json"))
+    check(p.returncode == 2 and "build-gpu-carry" in p.stdout and "carry" in
+          res.get("bundle_error", "") and "device_ok" not in res,
+          f"without the bundle run stops at once, saying to carry it: exit {p.returncode} "
+          f"{p.stdout.strip()[-300:]}")
+
     # The plan against docs/gpu.md's table: | `phase` | N s | commands | ... |
     docs = open(os.path.join(SOURCE, "docs", "gpu.md")).read()
     table = {}
@@ -190,7 +200,12 @@ try:
                 "  *memory.used*) echo 1000;; *) echo 'NVIDIA H100 80GB HBM3, 580.65.06, "
                 "81559 MiB';; esac\n")
     os.chmod(os.path.join(fakebin, "nvidia-smi"), 0o755)
-    emu = dict(env, PATH=fakebin + ":" + path, ZTRAIN_CUDA_EMU="1")
+    bundles = os.path.join(tmp, "bundles")
+    issues = os.path.join(tmp, "issues")
+    os.makedirs(bundles)
+    os.makedirs(issues)
+    emu = dict(env, PATH=fakebin + ":" + path, ZTRAIN_CUDA_EMU="1", TMPDIR=bundles,
+               ZTRAIN_CUDA_EMU_ISSUE_LOG=os.path.join(issues, "n-%p-%p.json"))
 
     # PyTorch's wheel layout in a private mount namespace: the toolkit hidden, the libraries the
     # machine supplies bound one by one into a virtual environment's nvidia/cu13/lib, and cuDNN
@@ -220,7 +235,7 @@ try:
         return sh(["unshare", "-m", "--propagation", "private", "sh", "-c", " && ".join(steps)],
                   run_env, timeout=timeout)
 
-    p = in_wheels([SCRIPT, "unpack"], True, env)
+    p = in_wheels([SCRIPT, "unpack"], True, dict(env, TMPDIR=bundles))
     namespace = "BIN=" in p.stdout
     if not namespace:
         print(f"skip  no private mount namespace here ({p.stderr.strip()[:200]}): PyTorch's "
@@ -265,6 +280,15 @@ try:
           res.get("ops_seconds", 99) <= 30,
           f"--phases ops runs device, bundle and ops within --budget 30: {res.get('plan')}, "
           f"ops {res.get('ops_seconds')} s")
+    unpacked = next((line.split(" through ")[1][:-len("/wrap")] for line in p.stdout.splitlines()
+                     if line.startswith("using the carried build")), "")
+    check(unpacked.startswith(bundles + os.sep) and not os.path.exists(unpacked) and
+          os.listdir(bundles) == [],
+          f"the bundle was unpacked in $TMPDIR and removed: {unpacked!r} {os.listdir(bundles)}")
+    names = os.listdir(issues)
+    check(names and all(n.startswith("n-") and n.count("%p") == 0 and
+                        n[2:-5].split("-")[0] == n[2:-5].split("-")[1] for n in names),
+          f"every %p of ZTRAIN_CUDA_EMU_ISSUE_LOG is the process id: {names}")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
