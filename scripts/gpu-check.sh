@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU verification script: on a machine with an NVIDIA GPU and no package registry, it checks
-# in one go what the CPU-only CI cannot, writing everything it prints to OUTDIR/gpu-check.log and
-# its figures to OUTDIR/gpu-check.json (docs/gpu.md, "Running the GPU check", says how to read it).
+# what the CPU-only CI cannot, writing everything it prints to OUTDIR/gpu-check.log and its
+# figures to OUTDIR/gpu-check.json (docs/gpu.md, "Running the GPU check", says how to read it).
 #
 #   scripts/gpu-check.sh prepare          on the development machine (Debian 12, nvcc): builds
 #                                         with CUDA for any x86-64 CPU, then packs it (below);
@@ -12,30 +12,55 @@
 #                                         need into DEST/bundle.tar.xz (default build-gpu-carry/,
 #                                         git-ignored, well under the 64 MiB a GPU machine takes)
 #   scripts/gpu-check.sh unpack           unpacks the bundle as run does and prints BIN=, the
-#                                         folder of wrappers that run its programs by hand
-#   scripts/gpu-check.sh run OUTDIR       on the GPU machine: unpacks that bundle (or builds there
-#                                         when it is absent and the build dependencies are
-#                                         installed), then runs the phases below
+#                                         folder of wrappers that run its programs by hand (its
+#                                         parent folder is left for the caller to remove)
+#   scripts/gpu-check.sh run OUTDIR [--phases LIST] [--budget SECONDS]
+#                                         on the GPU machine: unpacks the carried bundle (it stops
+#                                         at once without one: nothing is built there), runs the
+#                                         phases LIST names (default ZT_GPU_PHASES, else the
+#                                         default plan) within SECONDS (default ZT_GPU_BUDGET,
+#                                         else 540), and removes the unpacked bundle at the end
+#   scripts/gpu-check.sh plan [--phases LIST] [--budget SECONDS]
+#                                         prints the phases run would run and their time limits
 #
-# A GPU is lent for minutes, so the first phases answer the most in at most 3 minutes (driver and
-# device, the bundle, every op against the CPU, 20 GPT-2 steps against the CPU curve, a 60-second
-# throughput figure); the longer phases follow. Every phase has its own timeout, and the JSON is
-# rewritten as each phase ends, so a run cut short still returns what it measured. A failure is
-# recorded as PHASE_error, naming the phase, the op or step, and the device's message.
+# A GPU is lent for minutes: 15 of device time in all, start-up included, at most 600 s a
+# command (../shared/reference/toolchain.md, the device tool). The phases run in the order of
+# PHASES below, the correctness checks before the timings. The default plan is every phase but
+# `bench` and `ops_perf` (PLAN_DEFAULT: 530 s of limits, within the 540 s budget that leaves a
+# 600 s command a minute); the second command, with the device time left, is
+#   scripts/gpu-check.sh run OUTDIR2 --phases bench,ops_perf --budget SECONDS
+# `device` and `bundle` run in every plan. Every phase has its own time limit, cut to what is
+# left of the budget; a phase with less than PHASE_MIN seconds left is skipped, saying so. The
+# JSON is rewritten as each phase ends, so a run cut short still returns what it measured. A
+# failure is recorded as PHASE_error, naming the phase, the op or step, and the device's message.
+# The `train` phase's NCCL check needs two GPUs: on a one-GPU machine it says "skip nccl".
 #
-# The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB) or NCCL
-# (220 MB; xz leaves 187 MB), which the run finds on the machine: the CUDA toolkit's directories,
+# The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB), NCCL (220 MB;
+# xz leaves 187 MB) or cuDNN, which the run finds on the machine: the CUDA toolkit's directories,
 # the linker's cache, or the nvidia-* wheels PyTorch brings. The bundle's libraries reach only
 # ztrain's programs (through the wrappers in wrap/), never the Python that runs PyTorch.
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY="${ZT_GPU_CARRY:-$ROOT/build-gpu-carry}"   # bundle.tar.xz: bin/, lib/, the build's facts
-BUILD="$ROOT/build-gpu"         # where prepare (or run, without a bundle) builds
+BUILD="$ROOT/build-gpu"         # where prepare builds
 PROGS=(test_ops test_cuda_host ztrain-worker ztrain)
 # What the GPU machine must supply itself: the driver, and the toolkit libraries too large to carry.
 MACHINE_LIBS="libcuda.so.1 libcublasLt.so.13 libcublas.so.13 libnccl.so.2"
-FIRST_BUDGET=180                # seconds: the first phases together
+# What ztrain's programs use when the machine has it: cuDNN's fused attention (dlopen'ed by the
+# CUDA module, kernels/cuda/attention/cudnn_sdpa_graph.c, which falls back to the flash kernel
+# without it) and NVRTC, which cuDNN's runtime-compiled engines load. The ops phase fails when
+# cuDNN is missing, since checking its attention is part of that phase's point.
+ATTENTION_LIBS="libcudnn.so.9 libnvrtc.so.13"
+# The phases in the order they run, most answer per second first, and each one's time limit
+# (docs/gpu.md's table, which tests/cli/test_gpu_bundle.py compares with `plan`).
+PHASES=(device bundle ops curve train throughput profile bench ops_perf)
+declare -A PHASE_LIMIT=([device]=15 [bundle]=20 [ops]=60 [curve]=45 [train]=240 [throughput]=90
+                        [profile]=60 [bench]=240 [ops_perf]=60)
+PLAN_DEFAULT=ops,curve,train,throughput,profile     # and device, bundle: 530 s of limits
+BUDGET_DEFAULT=540              # seconds: the device tool's 600 s a command, less a minute
+PHASE_MIN=10                    # seconds: a phase left less is skipped
+STEP_MIN=5                      # seconds: a phase's step left less is skipped
 # llm.c, the benchmark's reference (bench_gpu.py's llmc run): a checkout or git directory of
 # github.com/karpathy/llm.c, and of github.com/NVIDIA/cudnn-frontend for its cuDNN attention
 # (llm.c's USE_CUDNN=1 build), each taken at its HEAD; fetched by whoever prepares, carried in
@@ -165,6 +190,7 @@ OUT=""
 FIGURES=()   # "name": value pairs of the JSON, in the order measured
 FAILED=()
 SKIP_GPU=""  # why the GPU phases cannot run ("" while they can)
+BUNDLE_DIR=""  # where the bundle was unpacked, removed when run ends
 
 json_str() {  # a JSON string of $1: backslashes, quotes and control characters escaped
     printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\010\013-\037' | sed -e 's/\\/\\\\/g' \
@@ -184,19 +210,27 @@ write_json() {
     } >"$json.tmp" && mv "$json.tmp" "$json"
 }
 
-# Runs phase NAME with its own timeout: records NAME_ok, NAME_seconds and, on failure,
-# NAME_error (the phase's own message in PHASE_WHY, else its log's last line), then rewrites the
-# JSON. A GPU phase after a failed device phase is skipped, saying why.
+# Runs phase NAME within LIMIT seconds, cut to what is left of the run's budget: records NAME_ok,
+# NAME_seconds and, on failure, NAME_error (the phase's own message in PHASE_WHY, else its log's
+# last line), then rewrites the JSON. A GPU phase after a failed device phase is skipped, and so
+# is a phase left less than PHASE_MIN seconds, saying why.
 phase() {
     local name=$1 limit=$2; shift 2
-    log "phase $name (at most ${limit} s)"
-    if [ -n "$SKIP_GPU" ] && [ "$name" != device ]; then
+    local left=$((BUDGET - (SECONDS - RUN_T0)))
+    [ "$left" -lt "$limit" ] && limit=$left
+    local skip=$SKIP_GPU
+    [ "$name" = device ] && skip=""
+    [ -z "$skip" ] && [ "$limit" -lt "$PHASE_MIN" ] \
+        && skip="no time left: ${left} s of the run's $BUDGET s budget (--budget)"
+    if [ -n "$skip" ]; then
+        log "phase $name"
         figure "${name}_ok" null
-        figure "${name}_error" "$(json_str "phase $name: skipped: $SKIP_GPU")"
-        echo "skipped: $SKIP_GPU"
+        figure "${name}_error" "$(json_str "phase $name: skipped: $skip")"
+        echo "skipped: $skip"
         write_json
         return
     fi
+    log "phase $name (at most ${limit} s)"
     PHASE_WHY=""
     local t0=$SECONDS rc
     # Not through a pipe, which would run the phase in a subshell and lose what it records.
@@ -207,7 +241,7 @@ phase() {
         figure "${name}_ok" true
     else
         local why=$PHASE_WHY
-        [ "$rc" -eq 124 ] && why="timed out after $limit s${why:+: $why}"
+        [ -z "$why" ] && [ "$rc" -eq 124 ] && why="timed out after $limit s"
         [ -n "$why" ] || why=$(grep -v '^\s*$' "$OUT/phase-$name.log" | tail -1)
         figure "${name}_ok" false
         figure "${name}_error" "$(json_str "phase $name: ${why:-exit $rc}")"
@@ -218,18 +252,34 @@ phase() {
     write_json
 }
 
-# Runs a command under the phase's remaining time; PHASE_WHY gets its first FAIL line (an op, a
-# check, a step) or its last line when it fails.
+# Runs a command within LIMIT seconds, its output in LOGF. The phase's first failing step sets
+# PHASE_WHY (its first FAIL line, its timeout, or its last line), which later steps leave as it is.
+# A step left less than STEP_MIN seconds is not started (GNU timeout takes 0 for no limit and a
+# negative number for an option): LOGF says so, the step joins SKIPPED_STEPS, and it returns 124.
+SKIPPED_STEPS=()
 bounded() {
     local limit=$1 logf=$2; shift 2
+    local step
+    step=$(basename "$logf" .log)
+    if [ "$limit" -lt "$STEP_MIN" ]; then
+        echo "gpu-check: $step skipped: ${limit} s left of the phase" | tee "$logf"
+        SKIPPED_STEPS+=("$step")
+        [ -n "$PHASE_WHY" ] || PHASE_WHY="$step skipped: ${limit} s left of the phase"
+        return 124
+    fi
     timeout --kill-after=5 "$limit" "$@" >"$logf" 2>&1
     local rc=$?
     cat "$logf"
-    if [ "$rc" -ne 0 ]; then
+    if [ "$rc" -ne 0 ] && [ -z "$PHASE_WHY" ]; then
         PHASE_WHY=$(grep -m1 '^FAIL' "$logf" || grep -v '^\s*$' "$logf" | tail -1)
-        [ "$rc" -eq 124 ] && PHASE_WHY="timed out after $limit s (${PHASE_WHY:-no output})"
+        [ "$rc" -eq 124 ] && PHASE_WHY="$step timed out after $limit s (${PHASE_WHY:-no output})"
     fi
     return "$rc"
+}
+# The FAIL lines of a step's log, or null when the step was not started.
+failures() {
+    if [ ! -f "$1" ] || grep -q '^gpu-check: .* skipped: ' "$1"; then echo null
+    else grep -c '^FAIL' "$1"; fi
 }
 
 # The driver and the device. A CUDA 13 build needs an R580 or newer driver; an older one makes
@@ -266,8 +316,9 @@ find_machine_lib() {
     for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
         [ -e "$d/$name" ] && { echo "$d"; return 0; }
     done
+    # The cache may name a file since removed or hidden.
     d=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
-    [ -n "$d" ] && { dirname "$d"; return 0; }
+    [ -n "$d" ] && [ -e "$d" ] && { dirname "$d"; return 0; }
     for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
         local hit
         hit=$(ls "$d"/nvidia/*/lib/"$name" 2>/dev/null | head -1)
@@ -277,20 +328,15 @@ find_machine_lib() {
 }
 
 # The programs: the carried bundle, unpacked outside OUTDIR (which should hold only what is worth
-# bringing back), behind wrappers that give only them the bundle's libraries; else a build here
-# (which needs the Debian build dependencies, and so a machine with a package registry).
+# bringing back), behind wrappers that give only them the bundle's libraries and the machine's
+# (MACHINE_LIBS, and ATTENTION_LIBS where it has them).
 phase_bundle() {
-    local limit=$1
-    if [ ! -f "$CARRY/bundle.tar.xz" ]; then
-        export PATH=/usr/local/cuda/bin:$PATH
-        timeout "$limit" cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON && \
-            timeout "$limit" cmake --build "$BUILD" -j"$(nproc)" --target "${PROGS[@]}" \
-            || { PHASE_WHY="no bundle at $CARRY and the build here failed"; return 1; }
-        BIN="$BUILD"
-        return 0
-    fi
+    [ -f "$CARRY/bundle.tar.xz" ] || { PHASE_WHY=$(no_bundle); SKIP_GPU=$PHASE_WHY; return 1; }
     local dir libs="" name d missing=""
-    dir=$(mktemp -d /tmp/ztrain-gpu-bundle.XXXXXX) && tar -C "$dir" -xJf "$CARRY/bundle.tar.xz" \
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/ztrain-gpu-bundle.XXXXXX") \
+        || { PHASE_WHY="no temporary directory"; return 1; }
+    BUNDLE_DIR=$dir
+    tar -C "$dir" -xJf "$CARRY/bundle.tar.xz" \
         || { PHASE_WHY="cannot unpack $CARRY/bundle.tar.xz"; return 1; }
     figure bundle_commit "$(json_str "$(cat "$dir/bin/COMMIT" 2>/dev/null || echo unknown)")"
     figure bundle_cuda "$(json_str "${BUNDLE_CUDA:-unknown}")"
@@ -304,6 +350,25 @@ phase_bundle() {
             missing="$missing $name"
         fi
     done
+    # cuDNN's directory differs from cuBLASLt's in PyTorch's wheels (nvidia/cudnn/lib beside
+    # nvidia/cu13/lib) and is in no linker cache there: without it here, every attention would
+    # run the flash kernel.
+    CUDNN_FOUND=false
+    for name in $ATTENTION_LIBS; do
+        if d=$(find_machine_lib "$name"); then
+            echo "$name from $d"
+            figure "lib_${name%%.so*}" "$(json_str "$d")"
+            case ":$libs:" in *":$d:"*) ;; *) libs="$libs:$d" ;; esac
+            [ "$name" = libcudnn.so.9 ] && CUDNN_FOUND=true
+        else
+            case $name in
+            libcudnn*) echo "$name: not on this machine: every attention runs the flash kernel" ;;
+            *) echo "$name: not on this machine: cuDNN's runtime-compiled engines cannot load" ;;
+            esac
+            figure "lib_${name%%.so*}" null
+        fi
+    done
+    figure cudnn_found "$CUDNN_FOUND"
     LIBPATH="$dir/lib$libs"
     mkdir -p "$dir/wrap"
     for p in "${PROGS[@]}"; do
@@ -372,13 +437,14 @@ llmc_wrap() {
 }
 
 # Every op of the CUDA backend against the CPU backend on the same inputs, forward and backward,
-# at fp32 and bf16 / fp16 (tests/unit/ops/harness.h's bounds).
+# at fp32 and bf16 / fp16 (tests/unit/ops/harness.h's bounds). Each step gets what is left of the
+# phase; one left too little is skipped, named in ops_skipped, its failures null.
 phase_ops() {
-    local limit=$1 t0=$SECONDS
+    local limit=$1 t0=$SECONDS rc=0
+    SKIPPED_STEPS=()
     bounded "$limit" "$OUT/test_cuda_host.log" "$BIN/test_cuda_host" || return 1
-    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops.log" "$BIN/test_ops"
-    local rc=$?
-    figure ops_failures "$(grep -c '^FAIL' "$OUT/test_ops.log")"
+    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops.log" "$BIN/test_ops" || rc=$?
+    figure ops_failures "$(failures "$OUT/test_ops.log")"
     # Attention chooses cuDNN's fused attention for the 16-bit shapes it takes
     # (kernels/cuda/attention/attention.c): the run above checked those against the CPU. The family again
     # with ZTRAIN_ATTENTION=flash checks ztrain's flash kernel on the same cases, so both meet
@@ -386,7 +452,7 @@ phase_ops() {
     figure attention_choice "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$OUT/test_ops.log")")"
     bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_flash.log" \
         env ZTRAIN_ATTENTION=flash "$BIN/test_ops" --op attention || rc=1
-    figure ops_flash_failures "$(grep -c '^FAIL' "$OUT/test_ops_flash.log")"
+    figure ops_flash_failures "$(failures "$OUT/test_ops_flash.log")"
     # The linear layers' bias gradient comes from cuBLASLt's BGRADA / BGRADB epilogue where this
     # GPU's cuBLASLt has an algorithm for it, else from the row-tile sums (kernels/cuda/linear.cu;
     # the first "[ztrain] bias gradient:" line says which, and why). The linear families again
@@ -396,10 +462,21 @@ phase_ops() {
     bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_bias_sums.log" \
         env ZTRAIN_CUDA_BIAS_GRAD=sums "$BIN/test_ops" --op linear --op linear_gelu \
         --op linear_twin || rc=1
-    figure ops_bias_sums_failures "$(grep -c '^FAIL' "$OUT/test_ops_bias_sums.log")"
+    figure ops_bias_sums_failures "$(failures "$OUT/test_ops_bias_sums.log")"
+    figure ops_skipped "$(json_str "${SKIPPED_STEPS[*]:-}")"
+    # test_ops writes its "backends:" line at once (line-buffered), so it is there unless the
+    # CUDA backend was not among them.
     if ! grep -q 'backends: cpu cuda' "$OUT/test_ops.log"; then
-        PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' "$OUT/test_ops.log")"
-        return 1
+        [ -n "$PHASE_WHY" ] || PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' \
+            "$OUT/test_ops.log")"
+        [ "$rc" -ne 0 ] || rc=1
+    fi
+    if [ "$CUDNN_FOUND" != true ]; then
+        local why="cuDNN's attention was not checked: libcudnn.so.9 is not on this machine, so \
+test_ops ran the flash kernel in its place"
+        figure ops_cudnn "$(json_str "$why")"
+        [ -n "$PHASE_WHY" ] || PHASE_WHY=$why
+        [ "$rc" -ne 0 ] || rc=1
     fi
     return "$rc"
 }
@@ -470,44 +547,91 @@ phase_bench() {
     return "$rc"
 }
 
-# What is left of the first phases' budget, but at least 10 s.
-first_left() {
-    local left=$((FIRST_BUDGET - (SECONDS - FIRST_T0)))
-    echo $((left < 10 ? 10 : left))
+no_bundle() {
+    echo "no bundle at $CARRY/bundle.tar.xz: run \`scripts/gpu-check.sh prepare\` on the \
+development machine and bring build-gpu-carry/ (git-ignored: name it in the device tool's carry, \
+or set ZT_GPU_CARRY); nothing is built here, which has no build dependencies"
 }
-cap() { local a=$1 b; b=$(first_left); echo $((a < b ? a : b)); }
+
+# The run's plan from its options (--phases LIST, --budget SECONDS) and their defaults
+# (ZT_GPU_PHASES, ZT_GPU_BUDGET): PLAN, the phases to run in PHASES' order with device and
+# bundle always among them, and BUDGET. Any other argument is refused.
+PLAN=()
+BUDGET=$BUDGET_DEFAULT
+read_plan() {
+    local list=${ZT_GPU_PHASES:-$PLAN_DEFAULT} p name
+    BUDGET=${ZT_GPU_BUDGET:-$BUDGET_DEFAULT}
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --phases) [ $# -ge 2 ] || die "--phases needs a list"; list=$2; shift 2 ;;
+        --phases=*) list=${1#*=}; shift ;;
+        --budget) [ $# -ge 2 ] || die "--budget needs seconds"; BUDGET=$2; shift 2 ;;
+        --budget=*) BUDGET=${1#*=}; shift ;;
+        *) die "unknown argument $1 (run OUTDIR [--phases LIST] [--budget SECONDS])" ;;
+        esac
+    done
+    case $BUDGET in ''|*[!0-9]*) die "--budget $BUDGET: expected whole seconds" ;; esac
+    [ "$list" = all ] && list=$(IFS=,; echo "${PHASES[*]}")
+    for name in ${list//,/ }; do
+        [ -n "${PHASE_LIMIT[$name]:-}" ] \
+            || die "--phases: no phase $name (the phases: ${PHASES[*]}, or all)"
+    done
+    PLAN=()
+    for p in "${PHASES[@]}"; do
+        case ",device,bundle,$list," in *",$p,"*) PLAN+=("$p") ;; esac
+    done
+}
+
+plan() {
+    read_plan "$@"
+    local p total=0
+    printf '%-12s %s\n' phase "at most"
+    for p in "${PLAN[@]}"; do
+        printf '%-12s %d s\n' "$p" "${PHASE_LIMIT[$p]}"
+        total=$((total + PHASE_LIMIT[$p]))
+    done
+    if [ "$total" -le "$BUDGET" ]; then
+        echo "total        $total s, within the $BUDGET s budget"
+    else
+        echo "total        $total s: the $BUDGET s budget cuts the last phases short or skips them"
+    fi
+}
 
 run() {
-    OUT=${1:?usage: gpu-check.sh run OUTDIR}
+    OUT=${1:?usage: gpu-check.sh run OUTDIR [--phases LIST] [--budget SECONDS]}
+    shift
+    read_plan "$@"
     mkdir -p "$OUT" || die "cannot create $OUT"
     OUT=$(cd "$OUT" && pwd)
     exec > >(tee "$OUT/gpu-check.log") 2>&1
+    RUN_T0=$SECONDS
     log "gpu-check $(date -u +%FT%TZ) in $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    log "phases: ${PLAN[*]}, within $BUDGET s"
     figure commit "$(json_str "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)")"
-    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON.
+    figure plan "$(json_str "${PLAN[*]}")"
+    figure budget_seconds "$BUDGET"
+    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON; every run
+    # leaves no unpacked bundle behind (107 MB).
     trap 'figure interrupted true; write_json; exit 3' INT TERM
+    trap '[ -z "$BUNDLE_DIR" ] || rm -rf "$BUNDLE_DIR"' EXIT
     write_json
+    if [ ! -f "$CARRY/bundle.tar.xz" ]; then
+        figure bundle_ok false
+        figure bundle_error "$(json_str "phase bundle: $(no_bundle)")"
+        figure failed_phases '"bundle"'
+        write_json
+        echo "gpu-check: $(no_bundle)"
+        exit 2
+    fi
     # The CUDA release the bundle was built with, which sets the driver it needs.
-    BUNDLE_CUDA=""
-    [ -f "$CARRY/bundle.tar.xz" ] && BUNDLE_CUDA=$(tar -xJOf "$CARRY/bundle.tar.xz" \
-        bin/CUDA_VERSION 2>/dev/null)
-    FIRST_T0=$SECONDS
-    phase device 15 phase_device
-    # Without a bundle the programs are built here, which takes longer than any budget.
-    phase bundle "$([ -f "$CARRY/bundle.tar.xz" ] && cap 20 || echo 900)" phase_bundle
-    phase ops "$(cap 60)" phase_ops
-    phase curve "$(cap 45)" phase_curve
-    phase throughput "$(first_left)" phase_throughput
-    figure first_phases_seconds $((SECONDS - FIRST_T0))
-    write_json
-    # The profile's minute comes out of the benchmark's five, so the whole run keeps its length.
-    phase profile 60 phase_profile
-    phase ops_perf 90 phase_ops_perf
-    phase train 240 phase_train
-    phase bench 240 phase_bench
+    BUNDLE_CUDA=$(tar -xJOf "$CARRY/bundle.tar.xz" bin/CUDA_VERSION 2>/dev/null)
+    local p
+    for p in "${PLAN[@]}"; do
+        phase "$p" "${PHASE_LIMIT[$p]}" "phase_$p"
+    done
     figure failed_phases "$(json_str "${FAILED[*]:-}")"
     write_json
-    log "done: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"
+    log "done in $((SECONDS - RUN_T0)) s: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"
     [ ${#FAILED[@]} -eq 0 ]
 }
 
@@ -520,10 +644,13 @@ unpack() {
     return "$rc"
 }
 
+usage="usage: gpu-check.sh prepare | pack [BUILD [DEST]] | unpack
+       | run OUTDIR [--phases LIST] [--budget SECONDS] | plan [--phases LIST] [--budget SECONDS]"
 case "${1:-}" in
 prepare) prepare ;;
 pack) shift; pack "$@" ;;
 unpack) unpack ;;
 run) shift; run "$@" ;;
-*) echo "usage: gpu-check.sh prepare | pack [BUILD [DEST]] | unpack | run OUTDIR" >&2; exit 2 ;;
+plan) shift; plan "$@" ;;
+*) echo "$usage" >&2; exit 2 ;;
 esac

@@ -12,10 +12,22 @@ machine is proven here, where it is made.
   loading the bundled CUDA module.
 - `run` without a GPU stops after its device phase with exit 1, and its JSON says so: the
   device phase failed naming the reason, every later phase is marked skipped with that reason,
-  and the JSON is valid.
+  and the JSON is valid. Without the bundle it stops at once, saying to carry it.
+- The plan (round 4, D2): `plan`'s phases and limits are docs/gpu.md's table's, the default
+  plan (command 1) fits the device tool's 600 s command with a minute to spare, and the second
+  command's phases are the table's command 2.
+- With a fake nvidia-smi and the emulated device (D1, D6), `run --phases ops` under a budget too
+  short for test_ops: test_ops is stopped at its time and says so in ops_error, keeping the line
+  it printed before, the later steps are skipped and named, never given a limit of 0 or less;
+  the unpacked bundle is removed; every "%p" of ZTRAIN_CUDA_EMU_ISSUE_LOG is the process id.
+- In PyTorch's wheel layout (a private mount namespace: the toolkit hidden, its libraries bound
+  into nvidia/cu13/lib and nvidia/cudnn/lib of a virtual environment's site-packages), cuDNN is
+  found and on the wrappers' library path (D3); without it the JSON says so and the ops phase
+  fails naming it.
 A build without libztrain_cuda.so (no CUDA toolkit) has nothing to bundle: the test says so."""
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -36,8 +48,20 @@ def check(ok, what):
 
 
 def sh(args, env=None, timeout=240):
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, **(env or {})))
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return subprocess.CompletedProcess(args, -1, out, f"timed out after {timeout} s")
+
+
+def load_json(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError) as e:
+        check(False, f"{path} is valid JSON: {e}")
+        return {}
 
 
 if not os.path.exists(os.path.join(BUILD, "libztrain_cuda.so")):
@@ -121,12 +145,150 @@ try:
     check(res.get("device_ok") is False and "phase device" in res.get("device_error", "") and
           "nvidia-smi" in res.get("device_error", ""),
           f"the device phase failed, saying why: {res.get('device_error')}")
-    skipped = [k for k in ("bundle", "ops", "curve", "throughput", "ops_perf", "train", "bench")
+    skipped = [k for k in ("bundle", "ops", "curve", "train", "throughput", "profile")
                if res.get(f"{k}_ok", "absent") is None and
                res.get(f"{k}_error", "").startswith(f"phase {k}: skipped: ")]
-    check(len(skipped) == 7, f"every later phase is marked skipped with the reason: {skipped}")
-    check("first_phases_seconds" in res and res["first_phases_seconds"] <= 180,
-          f"the first phases are timed: {res.get('first_phases_seconds')}")
+    check(len(skipped) == 6, f"every later phase is marked skipped with the reason: {skipped}")
+    check(res.get("plan") == "device bundle ops curve train throughput profile" and
+          "bench_ok" not in res and res.get("budget_seconds") == 540,
+          f"the default plan leaves bench to the second command: {res.get('plan')}, "
+          f"budget {res.get('budget_seconds')}")
+
+    # Without the bundle: at once, saying to carry it (not a build of up to 900 s).
+    out = os.path.join(tmp, "out-nobundle")
+    p = sh([SCRIPT, "run", out], dict(env, ZT_GPU_CARRY=os.path.join(tmp, "none")), timeout=60)
+    res = load_json(os.path.join(out, "gpu-check.json"))
+    check(p.returncode == 2 and "build-gpu-carry" in p.stdout and "carry" in
+          res.get("bundle_error", "") and "device_ok" not in res,
+          f"without the bundle run stops at once, saying to carry it: exit {p.returncode} "
+          f"{p.stdout.strip()[-300:]}")
+
+    # The plan against docs/gpu.md's table: | `phase` | N s | commands | ... |
+    docs = open(os.path.join(SOURCE, "docs", "gpu.md")).read()
+    table = {}
+    for line in docs.split("## Running the GPU check", 1)[-1].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[0].startswith("`") and cells[1].endswith(" s"):
+            table[cells[0].strip("`")] = (int(cells[1][:-2]), cells[2].replace(" ", ""))
+
+    def plan_of(*args):
+        p = sh([SCRIPT, "plan", *args], timeout=30)
+        rows = [line.split() for line in p.stdout.splitlines()[1:-1]]
+        return {r[0]: int(r[1]) for r in rows}, p.stdout.splitlines()[-1:]
+    every, _ = plan_of("--phases", "all")
+    check(every and every == {k: v[0] for k, v in table.items()} and list(every) == list(table),
+          f"plan's phases, order and limits are docs/gpu.md's: {every} against {table}")
+    first, total = plan_of()
+    check(first and list(first) == [k for k, v in table.items() if "1" in v[1].split(",")],
+          f"the default plan is the table's command 1: {list(first)}")
+    check(first and sum(first.values()) <= 540 <= 600 - 60 and
+          "within the 540 s budget" in "".join(total),
+          f"the default plan fits one 600 s command with a minute left: {sum(first.values())} s")
+    second, _ = plan_of("--phases", "bench,ops_perf")
+    check(second and list(second) == [k for k, v in table.items() if "2" in v[1].split(",")] and
+          "--phases bench,ops_perf" in docs,
+          f"the second command's phases are the table's command 2: {list(second)}")
+    train_row = next((line for line in docs.splitlines() if line.startswith("| `train`")), "")
+    check("two GPUs" in train_row and "skip nccl" in train_row,
+          f"the train phase's row says the NCCL check needs two GPUs: {train_row[-200:]}")
+
+    # The emulated device behind a fake nvidia-smi: test_ops cannot finish in the budget.
+    fakebin = os.path.join(tmp, "fakebin")
+    os.makedirs(fakebin)
+    with open(os.path.join(fakebin, "nvidia-smi"), "w") as f:
+        f.write("#!/bin/sh\ncase \"$*\" in *--list-gpus*) echo 'GPU 0: NVIDIA H100 80GB HBM3';;\n"
+                "  *memory.used*) echo 1000;; *) echo 'NVIDIA H100 80GB HBM3, 580.65.06, "
+                "81559 MiB';; esac\n")
+    os.chmod(os.path.join(fakebin, "nvidia-smi"), 0o755)
+    bundles = os.path.join(tmp, "bundles")
+    issues = os.path.join(tmp, "issues")
+    os.makedirs(bundles)
+    os.makedirs(issues)
+    emu = dict(env, PATH=fakebin + ":" + path, ZTRAIN_CUDA_EMU="1", TMPDIR=bundles,
+               ZTRAIN_CUDA_EMU_ISSUE_LOG=os.path.join(issues, "n-%p-%p.json"))
+
+    # PyTorch's wheel layout in a private mount namespace: the toolkit hidden, the libraries the
+    # machine supplies bound one by one into a virtual environment's nvidia/cu13/lib, and cuDNN
+    # (when asked) into nvidia/cudnn/lib, a directory no linker cache names.
+    venv = os.path.join(tmp, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+    site = subprocess.run([os.path.join(venv, "bin", "python3"), "-c",
+                           "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    wheel_cu13 = os.path.join(site, "nvidia", "cu13", "lib")
+    wheel_cudnn = os.path.join(site, "nvidia", "cudnn", "lib")
+    os.makedirs(wheel_cu13)
+    os.makedirs(wheel_cudnn)
+
+    def in_wheels(args, with_cudnn, run_env, timeout=90):
+        steps = []
+        for name, where in [(n, wheel_cu13) for n in ("libcublasLt.so.13", "libcublas.so.13",
+                                                      "libnccl.so.2", "libnvrtc.so.13")] + \
+                [("libcudnn.so.9", wheel_cudnn)] * with_cudnn:
+            dest = os.path.join(where, name)
+            steps += [f"touch {dest}", f"mount --bind "
+                      f"{os.path.realpath(os.path.join(cuda, 'lib64', name))} {dest}"]
+        if not with_cudnn:
+            steps.append(f"rm -f {os.path.join(wheel_cudnn, 'libcudnn.so.9')}")
+        steps += [f"mount -t tmpfs none {cuda}", "mount -t tmpfs none /usr/local/lib",
+                  f"PATH={os.path.join(venv, 'bin')}:$PATH {shlex.join(args)}"]
+        return sh(["unshare", "-m", "--propagation", "private", "sh", "-c", " && ".join(steps)],
+                  run_env, timeout=timeout)
+
+    p = in_wheels([SCRIPT, "unpack"], True, dict(env, TMPDIR=bundles))
+    namespace = "BIN=" in p.stdout
+    if not namespace:
+        print(f"skip  no private mount namespace here ({p.stderr.strip()[:200]}): PyTorch's "
+              "wheel layout is not checked")
+    else:
+        bin_dir = next((line[4:] for line in p.stdout.splitlines() if line.startswith("BIN=")))
+        wrapper = open(os.path.join(bin_dir, "test_ops")).read() if os.path.isdir(bin_dir) else ""
+        check(p.returncode == 0 and f"libcudnn.so.9 from {wheel_cudnn}" in p.stdout and
+              wheel_cudnn in wrapper,
+              f"cuDNN found in PyTorch's wheels and on the wrappers' path: exit {p.returncode} "
+              f"{p.stdout.strip()[-600:]} {p.stderr.strip()[-300:]}")
+        shutil.rmtree(os.path.dirname(bin_dir), ignore_errors=True)
+
+    def emu_ops_run(out):
+        args = [SCRIPT, "run", out, "--phases", "ops", "--budget", "30"]
+        return in_wheels(args, False, emu) if namespace else sh(args, emu, timeout=90)
+    out = os.path.join(tmp, "out-emu")
+    p = emu_ops_run(out)
+    res = load_json(os.path.join(out, "gpu-check.json"))
+    if namespace:
+        check(res.get("cudnn_found") is False and res.get("lib_libcudnn", 0) is None and
+              "libcudnn.so.9" in res.get("ops_cudnn", "") and res.get("ops_ok") is False,
+              f"without cuDNN the JSON says so and the ops phase fails naming it: "
+              f"{res.get('cudnn_found')} {res.get('ops_cudnn')}")
+    print(p.stdout[-1500:])
+    err = res.get("ops_error", "")
+    check(res.get("ops_ok") is False and "test_ops timed out after" in err and
+          "did not run" not in err,
+          f"ops_error names test_ops's timeout: {err}")
+    logs = [os.path.join(out, n) for n in os.listdir(out)] if os.path.isdir(out) else []
+    bad = [n for n in logs if "invalid option" in open(n, errors="replace").read()]
+    check(res.get("ops_skipped") == "test_ops_flash test_ops_bias_sums" and
+          res.get("ops_flash_failures", 0) is None and
+          res.get("ops_bias_sums_failures", 0) is None and not bad,
+          f"the steps left no time are skipped and named, timeout never misread: "
+          f"{res.get('ops_skipped')!r} {bad}")
+    test_ops_log = os.path.join(out, "test_ops.log")
+    check(os.path.exists(test_ops_log) and
+          "backends: cpu cuda" in open(test_ops_log).read(),
+          "test_ops's stdout survives its kill (line-buffered)")
+    check(res.get("plan") == "device bundle ops" and "curve_ok" not in res and
+          res.get("ops_seconds", 99) <= 30,
+          f"--phases ops runs device, bundle and ops within --budget 30: {res.get('plan')}, "
+          f"ops {res.get('ops_seconds')} s")
+    unpacked = next((line.split(" through ")[1][:-len("/wrap")] for line in p.stdout.splitlines()
+                     if line.startswith("using the carried build")), "")
+    check(unpacked.startswith(bundles + os.sep) and not os.path.exists(unpacked) and
+          os.listdir(bundles) == [],
+          f"the bundle was unpacked in $TMPDIR and removed: {unpacked!r} {os.listdir(bundles)}")
+    names = os.listdir(issues)
+    check(names and all(n.startswith("n-") and n.count("%p") == 0 and
+                        n[2:-5].split("-")[0] == n[2:-5].split("-")[1] for n in names),
+          f"every %p of ZTRAIN_CUDA_EMU_ISSUE_LOG is the process id: {names}")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -71,6 +71,9 @@ static int usage(const char *why) {
 }
 
 int main(int argc, char **argv) {
+    /* Line by line even into a file: scripts/gpu-check.sh keeps what a run it kills at its time
+     * limit printed (the "backends:" line says the CUDA backend ran). */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     /* The families --op named (it may be given more than once); none: all. */
     const zt_test_family *only[NFAMILIES];
     int n_only = 0;

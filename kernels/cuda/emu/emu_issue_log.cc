@@ -5,8 +5,8 @@
  * step against the device's time to run it (bench/launch_count.py, bench/README.md).
  *
  * Read in-process through zt_emu_issue_counts, or, with ZTRAIN_CUDA_EMU_ISSUE_LOG=FILE, written
- * to FILE as one JSON object {"name": count, ...} when the process exits ("%p" in FILE becomes
- * the process id: each rank of a job its own file). */
+ * to FILE as one JSON object {"name": count, ...} when the process exits (every "%p" in
+ * FILE becomes the process id: each rank of a job its own file). */
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -28,9 +28,10 @@ void write_log() {
     if (!env || !*env)
         return;
     std::string path = env;
-    size_t at = path.find("%p");
-    if (at != std::string::npos)
-        path.replace(at, 2, std::to_string((long)getpid()));
+    const std::string pid = std::to_string((long)getpid());
+    for (size_t at = path.find("%p"); at != std::string::npos;
+         at = path.find("%p", at + pid.size()))
+        path.replace(at, 2, pid);
     std::lock_guard<std::mutex> g(g_lock);
     FILE *f = fopen(path.c_str(), "w");
     if (!f) {
