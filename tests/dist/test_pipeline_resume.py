@@ -4,7 +4,8 @@ bit for bit, and `ztrain export` / `zero-to-fp32` read the per-stage checkpoint 
 the single-stage tensor names (the last stage's tied copy of the embedding not duplicated) and
 the uninterrupted run's weights bit for bit. A stage killed mid-schedule (SIGKILL after its first
 forward, micro-batches in flight) ends the job promptly with a message naming its rank, never a
-hang. Bad pipeline specs are refused naming the key; ZeRO 2 with DeepSpeed's message."""
+hang. Bad pipeline specs are refused naming the key, by `validate` as by `run`; ZeRO 2 with
+DeepSpeed's message."""
 import json
 import os
 import sys
@@ -87,7 +88,9 @@ with tempfile.TemporaryDirectory() as d:
            ({"pipeline": {"stages": 2, "activation_checkpoint_interval": -1}},
             "pipeline.activation_checkpoint_interval"),
            ({"pipeline": {"stages": 2, "bogus": 1}}, "bogus"),
-           ({"pipeline": {"stages": 2, "partition": "type:nothing"}}, "type:nothing")]
+           ({"pipeline": {"stages": 2, "partition": "type:nothing"}}, "type:nothing"),
+           ({"pipeline": {"stages": 2, "partition": "type:("}}, "does not compile"),
+           ({"pipeline": {"stages": 2, "partition": "type:"}}, "needs a pattern")]
     for change, key in bad:
         spec = job("ck-bad")
         spec.update(change)
@@ -95,6 +98,10 @@ with tempfile.TemporaryDirectory() as d:
         p = run([tool("ztrain"), "run", f"{d}/bad.json", "--out", f"{d}/out-bad"], check=False)
         ck.check(p.returncode != 0 and key in p.stderr,
                  f"{change} is refused naming {key}: {p.stderr.strip()[-300:]}")
+        # Before any rank starts: `ztrain validate` (ztraind's admission reads it alike).
+        p = run([tool("ztrain"), "validate", f"{d}/bad.json"], check=False)
+        ck.check(p.returncode != 0 and key in p.stderr,
+                 f"validate refuses {change} naming {key}: {p.stderr.strip()[-300:]}")
     spec = job("ck-bad", zero=2)
     write_job(f"{d}/bad.json", spec)
     p = run([tool("ztrain"), "run", f"{d}/bad.json", "--out", f"{d}/out-bad"], check=False)
