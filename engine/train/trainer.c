@@ -271,7 +271,8 @@ static zt_status save_checkpoint(trainer *t) {
     /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h), and so do
      * a tensor-parallel job's shards (ckpt_tp.h). */
     if (t->pipe && t->rank == 0)
-        ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
+        ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages,
+                                      t->job->pipeline.partition, zt_pipe_parts(t->pipe)));
     if (t->tp_ckpt && t->grid.replica == 0 && t->grid.tp_rank == 0)
         ZT_TRY(zt_ckpt_write_tp(t->tp_dir, zt_engine_model(t->e)));
     ZT_TRY(zt_ckpt_save(t->e, t->job, t->ckpt_dir, NULL));
@@ -298,12 +299,66 @@ static const char *resume_dir(const trainer *t, char *shard0, size_t size) {
     return t->tp_ckpt ? t->tp_dir : t->ckpt_dir;
 }
 
+/* A resume in another pipeline layout than the checkpoint's is refused, naming the key, before
+ * anything is made: a job of another stage count, or none, would read the stages' tags where
+ * they are not. Every rank decides the
+ * same from the same files. */
+static zt_status check_pipeline_layout(const trainer *t, const char *dir) {
+    const int stages = t->job->pipeline.stages > 1 ? t->job->pipeline.stages : 1;
+    zt_ckpt_pipeline saved;
+    int saved_stages = zt_ckpt_pipeline_read(dir, &saved);
+    const char *method = saved.partition[0] ? saved.partition : "not recorded";
+    zt_status s = ZT_OK;
+    if (saved_stages > 0 && stages == 1)
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s holds the checkpoint of a pipeline of %d stages (pipeline.json, partition "
+                     "\"%s\"), which a job without a \"pipeline\" section cannot resume: set "
+                     "pipeline.stages to %d to resume it, or give this job another checkpoint_dir "
+                     "(`ztrain export %s` writes its weights as one model, which model.init_from "
+                     "starts from)",
+                     dir, saved_stages, method, saved_stages, dir);
+    else if (saved_stages > 0 && saved_stages != stages)
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s/pipeline.json: pipeline.stages is %d, but the checkpoint was saved by a "
+                     "pipeline of %d stages (partition \"%s\"): a resume needs the same stages; "
+                     "set pipeline.stages to %d, or give this job another checkpoint_dir",
+                     dir, stages, saved_stages, method, saved_stages);
+    zt_ckpt_pipeline_free(&saved);
+    return s;
+}
+
+/* With the stages built: the layers each stage holds must be those its checkpoint saved. A
+ * partition method of another name that cuts alike resumes; a marker written before the
+ * boundaries were recorded is taken at its word. */
+static zt_status check_pipeline_partition(const trainer *t) {
+    const char *dir = t->job->train.checkpoint_dir;
+    zt_ckpt_pipeline saved;
+    zt_status s = ZT_OK;
+    const int stages = t->job->pipeline.stages, *parts = zt_pipe_parts(t->pipe);
+    if (zt_ckpt_pipeline_read(dir, &saved) == stages && saved.parts &&
+        memcmp(saved.parts, parts, sizeof *parts * ((size_t)stages + 1)) != 0) {
+        char want[256], got[256];
+        zt_ckpt_pipeline_describe_parts(saved.parts, stages, got, sizeof got);
+        zt_ckpt_pipeline_describe_parts(parts, stages, want, sizeof want);
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s/pipeline.json: pipeline.partition \"%s\" cuts the layers (embed, %d "
+                     "blocks, head) into stages at %s, but the checkpoint's stages were cut at %s "
+                     "(partition \"%s\"): each stage resumes the layers it saved; set "
+                     "pipeline.partition to \"%s\", or give this job another checkpoint_dir",
+                     dir, t->job->pipeline.partition, t->job->model.n_layer, want, got,
+                     saved.partition, saved.partition);
+    }
+    zt_ckpt_pipeline_free(&saved);
+    return s;
+}
+
 static zt_status choose_resume(trainer *t) {
     char note[4096], shard0[4200];
     const char *dir = resume_dir(t, shard0, sizeof shard0);
     t->resume_tag[0] = '\0';
     if (!t->job->train.resume || !dir[0])
         return ZT_OK;
+    ZT_TRY(check_pipeline_layout(t, t->job->train.checkpoint_dir));
     ZT_TRY(zt_ckpt_find_resume(dir, t->resume_tag, sizeof t->resume_tag, note, sizeof note));
     if (note[0] && t->opts->progress) {
         fprintf(t->opts->progress, "%s\n", note);
@@ -329,8 +384,10 @@ static zt_status agree_on_resume(trainer *t) {
 
 static zt_status maybe_resume(trainer *t) {
     const char *dir = t->ckpt_dir;
-    if (t->pipe && t->job->train.resume && t->job->train.checkpoint_dir)
+    if (t->pipe && t->job->train.resume && t->job->train.checkpoint_dir) {
+        ZT_TRY(check_pipeline_partition(t));
         ZT_TRY(agree_on_resume(t));
+    }
     if (!t->resume_tag[0])
         return ZT_OK;
     if (t->tp_ckpt)
