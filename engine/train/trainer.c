@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "ztrain/ckpt_dir.h"
 #include "ztrain/ckpt_pipeline.h"
 #include "eval_sample.h"
 #include "ztrain/fsutil.h"
@@ -299,17 +300,45 @@ static const char *resume_dir(const trainer *t, char *shard0, size_t size) {
     return t->tp_ckpt ? t->tp_dir : t->ckpt_dir;
 }
 
+/* The checkpoint a directory saved without a pipeline would resume ("latest names
+ * global_step4"), or false when it holds none. */
+static bool plain_checkpoint(const char *dir, char *what, size_t size) {
+    zt_ckpt_list l;
+    zt_ckpt_list_dir(dir, &l);
+    const char *newest = NULL;
+    for (int i = 0; i < l.n; i++)
+        if (l.items[i].complete)
+            newest = l.items[i].tag;
+    if (l.latest)
+        snprintf(what, size, "its latest names %s", l.latest);
+    else if (newest)
+        snprintf(what, size, "its newest complete checkpoint is %s", newest);
+    bool found = l.latest || newest;
+    zt_ckpt_list_free(&l);
+    return found;
+}
+
 /* A resume in another pipeline layout than the checkpoint's is refused, naming the key, before
- * anything is made: a job of another stage count, or none, would read the stages' tags where
- * they are not. Every rank decides the
+ * anything is made: a pipelined job would look for its stages beside a plain checkpoint, start
+ * over and hide it (its pipeline.json sends every reader to the stages), and a job of another
+ * stage count, or none, would read the stages' tags where they are not. Every rank decides the
  * same from the same files. */
 static zt_status check_pipeline_layout(const trainer *t, const char *dir) {
     const int stages = t->job->pipeline.stages > 1 ? t->job->pipeline.stages : 1;
     zt_ckpt_pipeline saved;
     int saved_stages = zt_ckpt_pipeline_read(dir, &saved);
     const char *method = saved.partition[0] ? saved.partition : "not recorded";
+    char what[512];
     zt_status s = ZT_OK;
-    if (saved_stages > 0 && stages == 1)
+    if (saved_stages == 0 && stages > 1 && plain_checkpoint(dir, what, sizeof what))
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s holds a checkpoint saved without a pipeline (%s), which a job with "
+                     "pipeline.stages %d cannot resume: it would start from step 0 beside it and "
+                     "hide it. Resume it without the \"pipeline\" section, or give this job "
+                     "another checkpoint_dir (`ztrain export %s` writes its weights as one model, "
+                     "which model.init_from starts from)",
+                     dir, what, stages, dir);
+    else if (saved_stages > 0 && stages == 1)
         s = zt_error(ZT_ERR_INVALID,
                      "%s holds the checkpoint of a pipeline of %d stages (pipeline.json, partition "
                      "\"%s\"), which a job without a \"pipeline\" section cannot resume: set "

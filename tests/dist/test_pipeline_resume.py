@@ -4,8 +4,9 @@ bit for bit, and `ztrain export` / `zero-to-fp32` read the per-stage checkpoint 
 the single-stage tensor names (the last stage's tied copy of the embedding not duplicated) and
 the uninterrupted run's weights bit for bit. pipeline.json records the stages, the partition and
 its boundaries (checked against the blocks each stage saved); a resume at another data-parallel
-size follows the uninterrupted run, and one at another stage count, partition, or without a
-pipeline is refused naming the key and leaves the checkpoint alone. A stage killed mid-schedule (SIGKILL after its first
+size follows the uninterrupted run, and one at another stage count, partition, without a
+pipeline, or of a pipelined job on a checkpoint saved without one is refused naming the key and
+leaves the checkpoint alone. A stage killed mid-schedule (SIGKILL after its first
 forward, micro-batches in flight) ends the job promptly with a message naming its rank, never a
 hang. Bad pipeline specs are refused naming the key, by `validate` as by `run`; ZeRO 2 with
 DeepSpeed's message."""
@@ -94,6 +95,18 @@ with tempfile.TemporaryDirectory() as d:
                  f"{what}: refused naming {words}: {p.stderr.strip()[-500:]}")
     ck.check(sorted(os.listdir(f"{d}/ck-half")) == ["pipeline.json", "stage_00", "stage_01"],
              f"the refused resumes left the checkpoint alone: {os.listdir(f'{d}/ck-half')}")
+    # A checkpoint saved without a pipeline is not resumed from step 0 beside itself (its
+    # pipeline.json would hide it): refused naming pipeline.stages and the checkpoint.
+    train(d, "plain", {**{k: v for k, v in job("ck-plain", world=2).items() if k != "pipeline"},
+                       "train": {**job("ck-plain")["train"], "max_steps": 2}})
+    p = train(d, "onplain", job("ck-plain", resume=True), check=False)
+    ck.check(p.returncode != 0 and "pipeline.stages 2" in p.stderr and
+             "saved without a pipeline" in p.stderr and "global_step2" in p.stderr,
+             f"a pipelined resume on a plain checkpoint is refused: {p.stderr.strip()[-500:]}")
+    ck.check(sorted(os.listdir(f"{d}/ck-plain")) == ["global_step2", "latest"],
+             f"and the plain checkpoint is left alone: {os.listdir(f'{d}/ck-plain')}")
+    ck.check(all(os.path.exists(f"{d}/ck-half/stage_{s:02d}/global_step5/DONE") for s in (0, 1)),
+             "each stage has its checkpoint of step 5")
     train(d, "half", job("ck-half", resume=True))
     got = losses(d, "half")
     ck.check(got == whole, f"resumed losses equal the uninterrupted run's bit for bit: "
