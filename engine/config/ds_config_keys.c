@@ -73,13 +73,16 @@ static const zt_ds_key rows[] = {
     {"activation_checkpointing", SEC | H, 0, NULL,
      "applies when the job checkpoints activations (train.activation_checkpointing)"},
     {"activation_checkpointing.partition_activations", W, 0, "false",
-     "without tensor parallelism it does nothing in DeepSpeed either"},
+     "ztrain keeps each rank's checkpointed block inputs whole, tensor-parallel or not, where "
+     "DeepSpeed splits them across the tensor-parallel ranks (without tensor parallelism it "
+     "does nothing in DeepSpeed either)"},
     {"activation_checkpointing.cpu_checkpointing", H, 0, "false",
      "the kept block inputs live in pinned host memory; warned when the job does not checkpoint"},
     {"activation_checkpointing.contiguous_memory_optimization", W, 0, "false",
-     "it packs activations partitioned across tensor-parallel ranks, which ztrain keeps whole"},
+     "it packs the pieces partition_activations keeps into preallocated buffers; ztrain keeps "
+     "its checkpointed block inputs whole"},
     {"activation_checkpointing.number_checkpoints", W, 0, NULL,
-     "it sizes contiguous_memory_optimization's buffers, which need tensor parallelism"},
+     "it sizes contiguous_memory_optimization's buffers, which ztrain does not make"},
     {"activation_checkpointing.synchronize_checkpoint_boundary", W, 0, "false",
      "a device synchronisation per checkpoint: ztrain's kept inputs are ordered on the compute "
      "stream"},

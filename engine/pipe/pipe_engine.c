@@ -45,6 +45,7 @@ struct zt_pipe {
     zt_comm *tp_comm, *mp_comm;
     zt_grid grid;
     zt_model_stage ms;
+    int *parts;          /* [stages + 1]: every stage's first layer of the layer list (zt_pipe_parts) */
     zt_engine *e;
     zt_model *m;
     zt_backend *be;
@@ -111,6 +112,28 @@ static double now_ms(void) {
 
 zt_engine *zt_pipe_engine(zt_pipe *p) { return p->e; }
 zt_pipe_info zt_pipe_get_info(const zt_pipe *p) { return p->info; }
+
+const int *zt_pipe_parts(const zt_pipe *p) { return p->parts; }
+
+/* This rank's stage of the model and, from the same one partition, every stage's first layer,
+ * which a checkpoint records (ckpt_pipeline.h). */
+static zt_status stage_plans(zt_pipe *p, const zt_job_spec *job, zt_device device) {
+    const int stages = p->info.stages, L = job->model.n_layer;
+    zt_model_stage *plans = calloc((size_t)stages, sizeof *plans);
+    p->parts = calloc((size_t)stages + 1, sizeof *p->parts);
+    zt_status s = plans && p->parts ? zt_pipe_stage_plans(job, device, plans)
+                                    : zt_error(ZT_ERR_NOMEM, "pipeline: out of memory");
+    if (s == ZT_OK) {
+        p->ms = plans[p->info.stage];
+        /* The layer list is embed, L blocks, head: a later stage starts at its first block, or
+         * at the head when it holds no block. */
+        for (int st = 1; st < stages; st++)
+            p->parts[st] = plans[st].first_layer + 1;
+        p->parts[stages] = L + 2;
+    }
+    free(plans);
+    return s;
+}
 
 zt_comm_dev_stats zt_pipe_dev_counts(const zt_pipe *p) {
     zt_comm *const all[] = {p->world,   p->dp_comm, p->stage_comm, p->tied_comm,
@@ -258,7 +281,7 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
     p->info = (zt_pipe_info){.stages = stages, .stage = p->grid.stage, .dp = dp,
                              .replica = p->grid.replica, .tp = tp, .tp_rank = p->grid.tp_rank,
                              .micro_batches = job->ds.gradient_accumulation_steps};
-    zt_status s = zt_pipe_stage_plan(job, base->device, p->info.stage, &p->ms);
+    zt_status s = stage_plans(p, job, base->device);
     if (s == ZT_OK) {
         p->info.first_layer = p->ms.first_layer;
         p->info.last_layer = p->ms.last_layer;
@@ -355,6 +378,7 @@ zt_status zt_pipe_create(zt_pipe **out, const zt_job_spec *job, const zt_dataset
 void zt_pipe_destroy(zt_pipe *p) {
     if (!p)
         return;
+    free(p->parts);
     for (int b = 0; p->buf && b < p->nbuf; b++) {
         pipe_buffer *x = &p->buf[b];
         free(x->tokens);

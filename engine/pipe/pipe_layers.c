@@ -1,6 +1,7 @@
 /* A pipeline stage's part of the model: the layer list with each layer's parameter count, cut by
  * DeepSpeed's partition methods (ztrain/pipeline.h), and the stage of the model a rank builds. */
 #include <stdio.h>
+#include <strings.h>
 
 #include "pipe_layers.h"
 
@@ -14,6 +15,14 @@ static zt_status stage_params(const zt_model_spec *spec, zt_backend *be, zt_mode
     *out = m->n_params;
     zt_model_destroy(m);
     return ZT_OK;
+}
+
+/* The layer list's types, which every family offers alike; the parameter counts left 0. */
+static void layer_types(int n_layer, zt_pipe_layer *layers) {
+    layers[0] = (zt_pipe_layer){"embed", 0};
+    for (int i = 0; i < n_layer; i++)
+        layers[1 + i] = (zt_pipe_layer){"block", 0};
+    layers[n_layer + 1] = (zt_pipe_layer){"head", 0};
 }
 
 zt_status zt_pipe_model_layers(const zt_model_spec *spec, zt_device device,
@@ -31,10 +40,11 @@ zt_status zt_pipe_model_layers(const zt_model_spec *spec, zt_device device,
         s = stage_params(spec, be, (zt_model_stage){L, L, false, true, 1, 1, 0}, &head);
     zt_backend_destroy(be);
     ZT_TRY(s);
-    layers[0] = (zt_pipe_layer){"embed", embed};
+    layer_types(L, layers);
+    layers[0].params = embed;
     for (int i = 0; i < L; i++)
-        layers[1 + i] = (zt_pipe_layer){"block", block};
-    layers[L + 1] = (zt_pipe_layer){"head", head};
+        layers[1 + i].params = block;
+    layers[L + 1].params = head;
     return ZT_OK;
 }
 
@@ -76,5 +86,23 @@ zt_status zt_pipe_stage_plans(const zt_job_spec *job, zt_device device, zt_model
     ZT_TRY(cut(job, device, bounds));
     for (int s = 0; s < job->pipeline.stages; s++)
         ZT_TRY(stage_of(job, bounds, s, &out[s]));
+    return ZT_OK;
+}
+
+zt_status zt_pipe_check_partition(const zt_job_spec *job) {
+    /* "parameters" and "uniform" give each of at most n_layer + 2 stages a layer of its own and
+     * every middle stage a block; only a type:REGEX partition, which needs no parameter counts,
+     * can fail. */
+    if (job->pipeline.stages <= 1 || strncasecmp(job->pipeline.partition, "type:", 5) != 0)
+        return ZT_OK;
+    const int n = job->model.n_layer + 2;
+    zt_pipe_layer layers[n];
+    int bounds[job->pipeline.stages + 1];
+    layer_types(job->model.n_layer, layers);
+    ZT_TRY(zt_pipe_partition(job->pipeline.partition, layers, n, job->pipeline.stages, bounds));
+    for (int s = 0; s < job->pipeline.stages; s++) {
+        zt_model_stage st;
+        ZT_TRY(stage_of(job, bounds, s, &st));
+    }
     return ZT_OK;
 }

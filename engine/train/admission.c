@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "device_estimate.h"
+#include "ztrain/pipe_engine.h"
 #include "ztrain/size_math.h"
 #include "ztrain/zero.h"
 #include "ztrain/admission.h"
@@ -106,8 +107,25 @@ uint64_t zt_admission_working_set(const zt_job_spec *job, const zt_model_estimat
     return max_u64(at_start, in_training);
 }
 
+/* A type:REGEX partition is compiled and matched against the model's layer types here, as each
+ * rank does when it builds its stage, so that `ztrain validate`, `run` and ztraind's admission
+ * refuse it rather than the first worker that starts. The message is the key error's form. */
+static zt_status check_partition(const zt_job_spec *job, const char *source) {
+    if (zt_pipe_check_partition(job) == ZT_OK)
+        return ZT_OK;
+    static const char prefix[] = "pipeline.partition ";
+    char why[1024];
+    const char *err = zt_last_error();
+    snprintf(why, sizeof why, "%s", strncmp(err, prefix, sizeof prefix - 1) == 0
+                                        ? err + sizeof prefix - 1 : err);
+    return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: key 'pipeline.partition' %s", source,
+                                   why),
+                          "pipeline.partition");
+}
+
 zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
                                  zt_memory_estimate *out) {
+    ZT_TRY(check_partition(job, source));
     const zt_ds_config *ds = &job->ds;
     const zt_zero_config *z = &ds->zero;
     const bool half = ds->bf16.enabled || ds->fp16.enabled;

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "ztrain/ckpt_dir.h"
 #include "ztrain/ckpt_pipeline.h"
 #include "eval_sample.h"
 #include "ztrain/fsutil.h"
@@ -271,7 +272,8 @@ static zt_status save_checkpoint(trainer *t) {
     /* A pipeline's stages save as data-parallel jobs of their own (ckpt_pipeline.h), and so do
      * a tensor-parallel job's shards (ckpt_tp.h). */
     if (t->pipe && t->rank == 0)
-        ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages));
+        ZT_TRY(zt_ckpt_write_pipeline(t->job->train.checkpoint_dir, t->job->pipeline.stages,
+                                      t->job->pipeline.partition, zt_pipe_parts(t->pipe)));
     if (t->tp_ckpt && t->grid.replica == 0 && t->grid.tp_rank == 0)
         ZT_TRY(zt_ckpt_write_tp(t->tp_dir, zt_engine_model(t->e)));
     ZT_TRY(t->tp_ckpt ? zt_ckpt_save_tp_shard(t->e, t->job, t->ckpt_dir)
@@ -299,12 +301,94 @@ static const char *resume_dir(const trainer *t, char *shard0, size_t size) {
     return t->tp_ckpt ? t->tp_dir : t->ckpt_dir;
 }
 
+/* The checkpoint a directory saved without a pipeline would resume ("latest names
+ * global_step4"), or false when it holds none. */
+static bool plain_checkpoint(const char *dir, char *what, size_t size) {
+    zt_ckpt_list l;
+    zt_ckpt_list_dir(dir, &l);
+    const char *newest = NULL;
+    for (int i = 0; i < l.n; i++)
+        if (l.items[i].complete)
+            newest = l.items[i].tag;
+    if (l.latest)
+        snprintf(what, size, "its latest names %s", l.latest);
+    else if (newest)
+        snprintf(what, size, "its newest complete checkpoint is %s", newest);
+    bool found = l.latest || newest;
+    zt_ckpt_list_free(&l);
+    return found;
+}
+
+/* A resume in another pipeline layout than the checkpoint's is refused, naming the key, before
+ * anything is made: a pipelined job would look for its stages beside a plain checkpoint, start
+ * over and hide it (its pipeline.json sends every reader to the stages), and a job of another
+ * stage count, or none, would read the stages' tags where they are not. Every rank decides the
+ * same from the same files. */
+static zt_status check_pipeline_layout(const trainer *t, const char *dir) {
+    const int stages = t->job->pipeline.stages > 1 ? t->job->pipeline.stages : 1;
+    zt_ckpt_pipeline saved;
+    int saved_stages = zt_ckpt_pipeline_read(dir, &saved);
+    const char *method = saved.partition[0] ? saved.partition : "not recorded";
+    char what[512];
+    zt_status s = ZT_OK;
+    if (saved_stages == 0 && stages > 1 && plain_checkpoint(dir, what, sizeof what))
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s holds a checkpoint saved without a pipeline (%s), which a job with "
+                     "pipeline.stages %d cannot resume: it would start from step 0 beside it and "
+                     "hide it. Resume it without the \"pipeline\" section, or give this job "
+                     "another checkpoint_dir (`ztrain export %s` writes its weights as one model, "
+                     "which model.init_from starts from)",
+                     dir, what, stages, dir);
+    else if (saved_stages > 0 && stages == 1)
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s holds the checkpoint of a pipeline of %d stages (pipeline.json, partition "
+                     "\"%s\"), which a job without a \"pipeline\" section cannot resume: set "
+                     "pipeline.stages to %d to resume it, or give this job another checkpoint_dir "
+                     "(`ztrain export %s` writes its weights as one model, which model.init_from "
+                     "starts from)",
+                     dir, saved_stages, method, saved_stages, dir);
+    else if (saved_stages > 0 && saved_stages != stages)
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s/pipeline.json: pipeline.stages is %d, but the checkpoint was saved by a "
+                     "pipeline of %d stages (partition \"%s\"): a resume needs the same stages; "
+                     "set pipeline.stages to %d, or give this job another checkpoint_dir",
+                     dir, stages, saved_stages, method, saved_stages);
+    zt_ckpt_pipeline_free(&saved);
+    return s;
+}
+
+/* With the stages built: the layers each stage holds must be those its checkpoint saved. A
+ * partition method of another name that cuts alike resumes; a marker written before the
+ * boundaries were recorded is taken at its word. */
+static zt_status check_pipeline_partition(const trainer *t) {
+    const char *dir = t->job->train.checkpoint_dir;
+    zt_ckpt_pipeline saved;
+    zt_status s = ZT_OK;
+    const int stages = t->job->pipeline.stages, *parts = zt_pipe_parts(t->pipe);
+    if (zt_ckpt_pipeline_read(dir, &saved) == stages && saved.parts &&
+        memcmp(saved.parts, parts, sizeof *parts * ((size_t)stages + 1)) != 0) {
+        char want[256], got[256];
+        zt_ckpt_pipeline_describe_parts(saved.parts, stages, got, sizeof got);
+        zt_ckpt_pipeline_describe_parts(parts, stages, want, sizeof want);
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s/pipeline.json: pipeline.partition \"%s\" cuts the layers (embed, %d "
+                     "blocks, head) into stages at %s, but the checkpoint's stages were cut at %s "
+                     "(partition \"%s\"): each stage resumes the layers it saved; set "
+                     "pipeline.partition to \"%s\", or give this job another checkpoint_dir",
+                     dir, t->job->pipeline.partition, t->job->model.n_layer, want, got,
+                     saved.partition, saved.partition);
+    }
+    zt_ckpt_pipeline_free(&saved);
+    return s;
+}
+
 static zt_status choose_resume(trainer *t) {
     char note[4096], shard0[4200];
     const char *dir = resume_dir(t, shard0, sizeof shard0);
     t->resume_tag[0] = '\0';
     if (!t->job->train.resume || !dir[0])
         return ZT_OK;
+    ZT_TRY(check_pipeline_layout(t, t->job->train.checkpoint_dir));
     ZT_TRY(zt_ckpt_find_resume(dir, t->resume_tag, sizeof t->resume_tag, note, sizeof note));
     if (note[0] && t->opts->progress) {
         fprintf(t->opts->progress, "%s\n", note);
@@ -330,8 +414,10 @@ static zt_status agree_on_resume(trainer *t) {
 
 static zt_status maybe_resume(trainer *t) {
     const char *dir = t->ckpt_dir;
-    if (t->pipe && t->job->train.resume && t->job->train.checkpoint_dir)
+    if (t->pipe && t->job->train.resume && t->job->train.checkpoint_dir) {
+        ZT_TRY(check_pipeline_partition(t));
         ZT_TRY(agree_on_resume(t));
+    }
     if (!t->resume_tag[0])
         return ZT_OK;
     if (t->tp_ckpt)

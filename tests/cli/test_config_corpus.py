@@ -86,8 +86,9 @@ CORPUS = {
                                    "data_efficiency.data_sampling.curriculum_learning.enabled is not "
                                    "supported by ztrain"),
     "partition_activations": (2, "run", None,
-                              ["activation_checkpointing.partition_activations has no effect: without "
-                               "tensor parallelism it does nothing in DeepSpeed either"], None),
+                              ["activation_checkpointing.partition_activations has no effect: ztrain "
+                               "keeps each rank's checkpointed block inputs whole, tensor-parallel "
+                               "or not"], None),
     "monitors_off": (1, "check", None, [], None),
     "offload_nvme_stage3": (1, "check", None, [], None),
     "zero1_stage_knobs": (1, "check", None,

@@ -2,11 +2,17 @@
 stopped at step 5 (bench_steps) and resumed, it reproduces steps 6-10 of the uninterrupted run
 bit for bit, and `ztrain export` / `zero-to-fp32` read the per-stage checkpoint as one model with
 the single-stage tensor names (the last stage's tied copy of the embedding not duplicated) and
-the uninterrupted run's weights bit for bit. A stage killed mid-schedule (SIGKILL after its first
+the uninterrupted run's weights bit for bit. pipeline.json records the stages, the partition and
+its boundaries (checked against the blocks each stage saved); a resume at another data-parallel
+size follows the uninterrupted run, and one at another stage count, partition, without a
+pipeline, or of a pipelined job on a checkpoint saved without one is refused naming the key and
+leaves the checkpoint alone. A stage killed mid-schedule (SIGKILL after its first
 forward, micro-batches in flight) ends the job promptly with a message naming its rank, never a
-hang. Bad pipeline specs are refused naming the key; ZeRO 2 with DeepSpeed's message."""
+hang. Bad pipeline specs are refused naming the key, by `validate` as by `run`; ZeRO 2 with
+DeepSpeed's message."""
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -50,7 +56,55 @@ with tempfile.TemporaryDirectory() as d:
     train(d, "half", job("ck-half", bench_steps=5))
     ck.check(len(losses(d, "half")) == 5, "the interrupted run stops after 5 steps")
     with open(f"{d}/ck-half/pipeline.json") as f:
-        ck.check(json.load(f)["stages"] == 2, "pipeline.json records the stages")
+        marker = json.load(f)
+    ck.check(marker.get("stages") == 2 and marker.get("partition") == "parameters",
+             f"pipeline.json records the stages and the partition: {marker}")
+    # The boundaries (DeepSpeed's parts over embed, 2 blocks, head) against what each stage
+    # saved: stage s holds the blocks of layers [parts[s], parts[s + 1]), layer i being block i - 1.
+    parts = marker.get("parts") or [0, 0, 0]
+    for s in (0, 1):
+        w, _ = st_read(f"{d}/ck-half/stage_{s:02d}/global_step5/model.safetensors")
+        blocks = sorted({int(k.split(".")[1]) for k in w if k.startswith("h.")})
+        want = [i - 1 for i in range(parts[s], parts[s + 1]) if 1 <= i <= 2]
+        ck.check(blocks == want, f"stage {s} saved blocks {blocks}; pipeline.json's parts "
+                 f"{parts} say {want}")
+    # Another data-parallel size resumes the same stages: dp 1 with twice the micro-batches
+    # per step trains the same batches (fp32; the sums are taken in another order).
+    shutil.copytree(f"{d}/ck-half", f"{d}/ck-dp1")
+    spec = job("ck-dp1", world=2, resume=True)
+    spec["deepspeed"]["gradient_accumulation_steps"] = 8
+    train(d, "dp1", spec)
+    got = losses(d, "dp1")
+    ck.check(len(got) == 5 and max(abs(a - b) / abs(b) for a, b in zip(got, whole[5:])) < 1e-5,
+             f"resumed at dp 1, steps 6-10 follow the uninterrupted run: {got} vs {whole[5:]}")
+    # Another pipeline shape is refused naming its key, the saved and the asked values, and the
+    # checkpoint is left as it was.
+    shapes = [("4 stages", job("ck-half", stages=4, resume=True),
+               ["pipeline.stages is 4", "pipeline of 2 stages", "set pipeline.stages to 2"]),
+              ("another partition", job("ck-half", resume=True, partition="type:embed"),
+               ["pipeline.partition \"type:embed\"", f"cut at {parts}",
+                "set pipeline.partition to \"parameters\""]),
+              ("no pipeline", {**job("ck-half", world=2, resume=True), "pipeline": None},
+               ["checkpoint of a pipeline of 2 stages", "set pipeline.stages to 2"])]
+    for what, spec, words in shapes:
+        if spec.get("pipeline") is None:
+            del spec["pipeline"]
+        p = train(d, "shape", spec, check=False)
+        ck.check(p.returncode != 0 and all(w in p.stderr for w in words) and
+                 "delete" not in p.stderr and "does not exist" not in p.stderr,
+                 f"{what}: refused naming {words}: {p.stderr.strip()[-500:]}")
+    ck.check(sorted(os.listdir(f"{d}/ck-half")) == ["pipeline.json", "stage_00", "stage_01"],
+             f"the refused resumes left the checkpoint alone: {os.listdir(f'{d}/ck-half')}")
+    # A checkpoint saved without a pipeline is not resumed from step 0 beside itself (its
+    # pipeline.json would hide it): refused naming pipeline.stages and the checkpoint.
+    train(d, "plain", {**{k: v for k, v in job("ck-plain", world=2).items() if k != "pipeline"},
+                       "train": {**job("ck-plain")["train"], "max_steps": 2}})
+    p = train(d, "onplain", job("ck-plain", resume=True), check=False)
+    ck.check(p.returncode != 0 and "pipeline.stages 2" in p.stderr and
+             "saved without a pipeline" in p.stderr and "global_step2" in p.stderr,
+             f"a pipelined resume on a plain checkpoint is refused: {p.stderr.strip()[-500:]}")
+    ck.check(sorted(os.listdir(f"{d}/ck-plain")) == ["global_step2", "latest"],
+             f"and the plain checkpoint is left alone: {os.listdir(f'{d}/ck-plain')}")
     ck.check(all(os.path.exists(f"{d}/ck-half/stage_{s:02d}/global_step5/DONE") for s in (0, 1)),
              "each stage has its checkpoint of step 5")
     train(d, "half", job("ck-half", resume=True))
@@ -87,7 +141,9 @@ with tempfile.TemporaryDirectory() as d:
            ({"pipeline": {"stages": 2, "activation_checkpoint_interval": -1}},
             "pipeline.activation_checkpoint_interval"),
            ({"pipeline": {"stages": 2, "bogus": 1}}, "bogus"),
-           ({"pipeline": {"stages": 2, "partition": "type:nothing"}}, "type:nothing")]
+           ({"pipeline": {"stages": 2, "partition": "type:nothing"}}, "type:nothing"),
+           ({"pipeline": {"stages": 2, "partition": "type:("}}, "does not compile"),
+           ({"pipeline": {"stages": 2, "partition": "type:"}}, "needs a pattern")]
     for change, key in bad:
         spec = job("ck-bad")
         spec.update(change)
@@ -95,6 +151,10 @@ with tempfile.TemporaryDirectory() as d:
         p = run([tool("ztrain"), "run", f"{d}/bad.json", "--out", f"{d}/out-bad"], check=False)
         ck.check(p.returncode != 0 and key in p.stderr,
                  f"{change} is refused naming {key}: {p.stderr.strip()[-300:]}")
+        # Before any rank starts: `ztrain validate` (ztraind's admission reads it alike).
+        p = run([tool("ztrain"), "validate", f"{d}/bad.json"], check=False)
+        ck.check(p.returncode != 0 and key in p.stderr,
+                 f"validate refuses {change} naming {key}: {p.stderr.strip()[-300:]}")
     spec = job("ck-bad", zero=2)
     write_job(f"{d}/bad.json", spec)
     p = run([tool("ztrain"), "run", f"{d}/bad.json", "--out", f"{d}/out-bad"], check=False)

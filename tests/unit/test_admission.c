@@ -6,7 +6,9 @@
  * sizes as flags write them, and the host's memory read from a made-up /proc and cgroup tree;
  * a "cuda" job's device memory term by term against docs/gpu.md's formula (ZeRO stages 0-3,
  * fp32 and bf16, activation checkpointing, offload) and its refusal against a device limit and a
- * GPU. */
+ * GPU; a pipeline.partition the workers would refuse (type:REGEX compiled and matched against
+ * the layer types embed, block, head, as DeepSpeed's re.search with IGNORECASE) refused by the
+ * estimate that validate, run and ztraind share. */
 #define _XOPEN_SOURCE 700
 #include <limits.h>
 #include <stdio.h>
@@ -627,8 +629,52 @@ static void test_device_refusal(void) {
     zt_job_spec_free(&job);
 }
 
+/* The estimate refuses, naming pipeline.partition (message and field), a type:REGEX that would
+ * make every worker fail; patterns that find a type (case-insensitively, anywhere) pass. */
+static void test_partition(void) {
+    static const struct {
+        const char *method, *want; /* want NULL: accepted */
+    } cases[] = {
+        {"type:xyz", "spec: key 'pipeline.partition' \"type:xyz\": matches no layer; the layer "
+                     "types are embed, block, head"},
+        {"type:(", "spec: key 'pipeline.partition' \"type:(\": the pattern does not compile at "
+                   "offset 1"},
+        {"type:", "spec: key 'pipeline.partition' \"type:\": type: needs a pattern of 1 to 255 "
+                  "characters"},
+        {"type:embed", NULL}, {"type:BLOCK", NULL}, {"type:ea", NULL}, {"type:^h", NULL},
+        {"parameters", NULL}, {"uniform", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"name\": \"t\", \"world_size\": 2, \"model\": {\"type\": \"gpt2\", "
+                 "\"n_layer\": 4, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 256, "
+                 "\"block_size\": 16}, \"data\": {\"train\": \"train.bin\"}, "
+                 "\"pipeline\": {\"stages\": 2, \"partition\": \"%s\"}, "
+                 "\"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2}}",
+                 cases[i].method);
+        zt_job_spec job;
+        zt_status s = zt_job_spec_parse(&job, json, "spec", "/base");
+        CHECK(s == ZT_OK, "%s: %s", cases[i].method, zt_last_error());
+        if (s != ZT_OK)
+            continue;
+        zt_memory_estimate e;
+        s = zt_memory_estimate_job(&job, "spec", &e);
+        if (!cases[i].want) {
+            CHECK(s == ZT_OK, "%s: %s", cases[i].method, zt_last_error());
+        } else {
+            CHECK(s == ZT_ERR_INVALID &&
+                      strncmp(zt_last_error(), cases[i].want, strlen(cases[i].want)) == 0,
+                  "%s: got '%s'", cases[i].method, zt_last_error());
+            CHECK_STR(zt_last_error_field(), "pipeline.partition");
+        }
+        zt_job_spec_free(&job);
+    }
+}
+
 int main(void) {
     check_tmpdir_create("zt_admission");
+    test_partition();
     test_device_terms();
     test_device_refusal();
     test_model_sizes();

@@ -968,10 +968,26 @@ static void test_gates(void) {
     ERR_PREFIX("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_INVALID,
                "ds.json: amp: removed from DeepSpeed 0.19, which refuses the key whatever its value: "
                "its Apex AMP integration");
-    /* Without tensor parallelism it does nothing in DeepSpeed either: one warning line. */
-    OK("{" B "\"activation_checkpointing\": {\"partition_activations\": true}}", 1, &c);
-    CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: activation_checkpointing.partition_activations "
-                 "has no effect: without tensor parallelism it does nothing in DeepSpeed either\n") == 0);
+    /* DeepSpeed's checkpointing.py splits each checkpointed activation into mp_size pieces (the
+     * tensor-parallel group's size, 1 without one); ztrain keeps each rank's block inputs whole.
+     * The one warning line gives that reason, which holds with and without tensor parallelism. */
+    static const char *const pa_json[] = {
+        "{" B "\"activation_checkpointing\": {\"partition_activations\": true}}",
+        "{\"train_batch_size\": 4, \"tensor_parallel\": {\"autotp_size\": 2}, "
+        "\"activation_checkpointing\": {\"partition_activations\": true}}"};
+    for (int i = 0; i < 2; i++) {
+        OK(pa_json[i], 1 + i, &c);
+        CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: activation_checkpointing."
+                     "partition_activations has no effect: ztrain keeps each rank's checkpointed "
+                     "block inputs whole, tensor-parallel or not, where DeepSpeed splits them "
+                     "across the tensor-parallel ranks (without tensor parallelism it does "
+                     "nothing in DeepSpeed either)\n") == 0, "%s", c.warnings);
+        CHECK(!strstr(c.warnings, "has no effect: without tensor parallelism"), "%s", c.warnings);
+    }
+    OK("{\"train_batch_size\": 4, \"tensor_parallel\": {\"autotp_size\": 2}, "
+       "\"activation_checkpointing\": {\"number_checkpoints\": 4}}", 2, &c);
+    CHECK(strstr(c.warnings, "number_checkpoints has no effect") &&
+          !strstr(c.warnings, "need tensor parallelism"), "%s", c.warnings);
     /* Accepted sections at their defaults, and the stage-3 default of overlap_comm is computed
      * before the gate refuses stage 3. */
     OK("{" B "\"tensorboard\": {\"enabled\": false}, \"wandb\": {\"enabled\": false}, "

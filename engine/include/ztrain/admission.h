@@ -127,8 +127,11 @@ zt_status zt_device_estimate_job(const zt_job_spec *job, const char *source,
  * gradients ..., cuBLASLt workspace 32.0 MiB, workspaces 0.4 MiB)". */
 void zt_device_estimate_describe(const zt_device_estimate *d, char *buf, size_t size);
 
-/* Estimates a parsed job's memory. Fails only as zt_model_estimate_spec does (a spec whose sizes
- * overflow, which zt_job_spec_parse has already refused); messages start with `source`. */
+/* Estimates a parsed job's memory. Fails as zt_model_estimate_spec does (a spec whose sizes
+ * overflow, which zt_job_spec_parse has already refused), and on a pipeline.partition the
+ * workers would refuse (zt_pipe_check_partition: "job.json: key 'pipeline.partition' \"type:xyz\":
+ * matches no layer; ...", the field recorded), which the parser leaves to it; messages start with
+ * `source`. `ztrain validate`, `run` (through zt_admission_check) and ztraind all call it. */
 zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
                                  zt_memory_estimate *out);
 

@@ -50,9 +50,19 @@ zt_status zt_pipe_stage_plan(const zt_job_spec *job, zt_device device, int stage
  * partition (zt_pipe_stage_plan builds the small models that measure it at each call): the
  * first stage left without layers is the error, as zt_pipe_stage_plan's for that stage. */
 zt_status zt_pipe_stage_plans(const zt_job_spec *job, zt_device device, zt_model_stage *out);
+/* What the workers' partition (zt_pipe_stage_plan) would refuse, judged from the spec alone,
+ * without building a model: a type:REGEX that does not compile, matches no layer type or leaves
+ * a stage without a block, in zt_pipe_partition's words. The memory estimate calls it
+ * (admission.h), so that `ztrain validate`, `run` and ztraind refuse such a job before a rank
+ * starts. */
+zt_status zt_pipe_check_partition(const zt_job_spec *job);
 
 zt_engine *zt_pipe_engine(zt_pipe *p);
 zt_pipe_info zt_pipe_get_info(const zt_pipe *p);
+/* The partition every rank builds, parts[stages + 1] as DeepSpeed's PipelineModule.parts: stage
+ * s holds layers [parts[s], parts[s + 1]) of the layer list (embed, n_layer blocks, head).
+ * Owned by p. */
+const int *zt_pipe_parts(const zt_pipe *p);
 /* zt_comm_dev_counts summed over every communicator the stage's device buffers travel on: world
  * (its activations and their gradients) and the pipe's groups (the tied gradient, the replicas'
  * reduction, the norm over the stages, the stages' agreement), so a caller can tell a transport's staging apart from
