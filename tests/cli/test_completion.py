@@ -111,8 +111,21 @@ t() {
   while zpty -r -t z o 2>/dev/null || { sleep 0.3; zpty -r -t z o 2>/dev/null; }; do
     a+=$o; [[ $a == *READY*READY* ]] && break
   done
-  zpty -w -n z "$2"$'\t'; sleep 1.5; a=""
-  while zpty -r -t z o 2>/dev/null; do a+=$o; done
+  # After TAB: read until the screen shows each |-separated part of $3 (15 s at most, a loaded
+  # machine's compinit is slow), or, with no $3 (a completion that must offer nothing), until 3 s pass without output.
+  zpty -w -n z "$2"$'\t'; a=""
+  local clean idle=0 waited=0
+  while (( waited < 150 )); do
+    if zpty -r -t z o 2>/dev/null; then a+=$o; idle=0; else sleep 0.1; (( idle++, waited++ )); fi
+    clean=${${a//$'\e'\[[0-9;?]#[A-Za-z]/}//$'\r'/}
+    if [[ -n $3 ]]; then
+      local w all=1
+      for w in ${(s:|:)3}; do [[ $clean == *"$w"* ]] || all=0; done
+      (( all )) && break
+    else
+      (( idle >= 30 )) && break
+    fi
+  done
   print -r -- "<<<$2>>>${a//$'\r'/}<<<end>>>"; zpty -d z
 }
 '''
@@ -126,12 +139,16 @@ def part_zsh(tmp):
     script = run([ZTRAIN, "completion", "zsh"]).stdout
     with open(os.path.join(fdir, "_ztrain"), "w") as f:
         f.write(script)
-    lines = ["ztrain help ", "ztrain completion ", "ztrain --server x li",
-             "ztrain status x -o n", "ztrain status x -o w", "ztrain list --state SUCC",
-             "ztrain validate x.json -o "]
-    prog = ZPTY + "".join(f"t {fdir} '{line}'\n" for line in lines)
+    # Each line and what its completion shows once it has come ("": it must offer nothing).
+    lines = [("ztrain help ", "estimate|list|zero-to-fp32"), ("ztrain completion ", "zsh"),
+             ("ztrain --server x li", "ztrain --server x list"),
+             ("ztrain status x -o n", "ztrain status x -o name"), ("ztrain status x -o w", ""),
+             ("ztrain list --state SUCC", "SUCCEEDED"),
+             ("ztrain validate x.json -o ", "-o json")]
+    prog = "setopt extendedglob\n" + ZPTY + "".join(f"t {fdir} '{line}' '{want}'\n"
+                                                     for line, want in lines)
     env = dict(os.environ, PATH=BUILD + os.pathsep + os.environ["PATH"])
-    out = subprocess.run(["zsh", "-f", "-c", prog], capture_output=True, text=True, timeout=120,
+    out = subprocess.run(["zsh", "-f", "-c", prog], capture_output=True, text=True, timeout=240,
                          env=env, cwd=tmp).stdout
     screens = {m.group(1): re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", m.group(2))
                for m in re.finditer(r"<<<(.*?)>>>(.*?)<<<end>>>", out, re.S)}
