@@ -276,8 +276,10 @@ try:
     check(os.path.exists(test_ops_log) and
           "backends: cpu cuda" in open(test_ops_log).read(),
           "test_ops's stdout survives its kill (line-buffered)")
+    # The budget bounds the phase through timeout's limits: 30 s, plus the 5 s timeout grants a
+    # killed step and a few for the script's own work on a loaded machine.
     check(res.get("plan") == "device bundle ops" and "curve_ok" not in res and
-          res.get("ops_seconds", 99) <= 30,
+          res.get("ops_seconds", 99) <= 45,
           f"--phases ops runs device, bundle and ops within --budget 30: {res.get('plan')}, "
           f"ops {res.get('ops_seconds')} s")
     unpacked = next((line.split(" through ")[1][:-len("/wrap")] for line in p.stdout.splitlines()
