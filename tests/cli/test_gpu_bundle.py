@@ -16,8 +16,9 @@ machine is proven here, where it is made.
 - The plan (round 4, D2): `plan`'s phases and limits are docs/gpu.md's table's, the default
   plan (command 1) fits the device tool's 600 s command with a minute to spare, and the second
   command's phases are the table's command 2.
-- With a fake nvidia-smi and the emulated device (D1, D6), `run --phases ops` under a budget too
-  short for test_ops: test_ops is stopped at its time and says so in ops_error, keeping the line
+- With a fake nvidia-smi and the emulated device (D1, D6), `run --phases ops --budget 30` with
+  its first test_ops stalled (SIGSTOP once it has printed its backends line, as a hung one on a
+  GPU): test_ops is stopped at its time and says so in ops_error, keeping the line
   it printed before, the later steps are skipped and named, never given a limit of 0 or less;
   the unpacked bundle is removed; every "%p" of ZTRAIN_CUDA_EMU_ISSUE_LOG is the process id.
 - In PyTorch's wheel layout (a private mount namespace: the toolkit hidden, its libraries bound
@@ -29,9 +30,11 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", "..")))
@@ -192,7 +195,7 @@ try:
     check("two GPUs" in train_row and "skip nccl" in train_row,
           f"the train phase's row says the NCCL check needs two GPUs: {train_row[-200:]}")
 
-    # The emulated device behind a fake nvidia-smi: test_ops cannot finish in the budget.
+    # The emulated device behind a fake nvidia-smi, its first test_ops stalled: the budget runs out.
     fakebin = os.path.join(tmp, "fakebin")
     os.makedirs(fakebin)
     with open(os.path.join(fakebin, "nvidia-smi"), "w") as f:
@@ -249,9 +252,37 @@ try:
               f"{p.stdout.strip()[-600:]} {p.stderr.strip()[-300:]}")
         shutil.rmtree(os.path.dirname(bin_dir), ignore_errors=True)
 
+    def stall_test_ops(out, stop):
+        """Stops (SIGSTOP) the first test_ops once its log has its backends line: a test_ops
+        that hangs on a GPU, made certain here, where the emulated run may well finish within
+        the budget on a quick machine. The phase's timeout then kills it."""
+        log = os.path.join(out, "test_ops.log")
+        while not stop.wait(0.05):
+            try:
+                if "backends:" not in open(log, errors="replace").read():
+                    continue
+            except OSError:
+                continue
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if argv and os.path.basename(argv[0]) == b"test_ops":
+                    os.kill(int(pid), signal.SIGSTOP)
+                    return
+
     def emu_ops_run(out):
         args = [SCRIPT, "run", out, "--phases", "ops", "--budget", "30"]
-        return in_wheels(args, False, emu) if namespace else sh(args, emu, timeout=90)
+        stop = threading.Event()
+        staller = threading.Thread(target=stall_test_ops, args=(out, stop), daemon=True)
+        staller.start()
+        try:
+            return in_wheels(args, False, emu) if namespace else sh(args, emu, timeout=90)
+        finally:
+            stop.set()
+            staller.join()
     out = os.path.join(tmp, "out-emu")
     p = emu_ops_run(out)
     res = load_json(os.path.join(out, "gpu-check.json"))
