@@ -116,10 +116,12 @@ static int entry_cmp(const void *a, const void *b) {
     return strcmp(x->tag, y->tag);
 }
 
-/* The TP size tag was saved at in the tensor-parallel directory whose shard 0 is shard0: what
- * its meta.json keeps ("tensor_parallel"), or tp.json's (fallback) for a tag older than that. */
-static int tag_tp(const char *shard0, const char *tag, int fallback) {
-    char path[PATH_BYTES + 300], *text;
+int zt_ckpt_tag_tp_size(const char *dir, const char *tag) {
+    const int fallback = zt_ckpt_tp_size(dir);
+    if (fallback == 0)
+        return 0;
+    char shard0[PATH_BYTES + 16], path[PATH_BYTES + 300], *text;
+    zt_ckpt_tp_shard_dir(shard0, sizeof shard0, dir, 0);
     snprintf(path, sizeof path, "%s/%s/meta.json", shard0, tag);
     if (!zt_path_exists(path) || zt_read_file(path, &text, NULL) != ZT_OK)
         return fallback;
@@ -138,16 +140,15 @@ static int tag_tp(const char *shard0, const char *tag, int fallback) {
  * tensor-parallel directory when all its shards have: those of the TP size the tag was saved
  * at, which a later save at another may have changed tp.json's `parts` from. */
 static void list_parts(const char *dir, int parts, bool tp, zt_ckpt_list *out) {
-    char part_dir[4200], shard0[4200];
+    char part_dir[4200];
     if (tp)
         zt_ckpt_tp_shard_dir(part_dir, sizeof part_dir, dir, 0);
     else
         zt_ckpt_stage_dir(part_dir, sizeof part_dir, dir, 0);
     zt_ckpt_list_dir(part_dir, out);
-    snprintf(shard0, sizeof shard0, "%s", part_dir);
     int *need = calloc((size_t)(out->n ? out->n : 1), sizeof *need), most = parts;
     for (int i = 0; need && i < out->n; i++) {
-        need[i] = tp ? tag_tp(shard0, out->items[i].tag, parts) : parts;
+        need[i] = tp ? zt_ckpt_tag_tp_size(dir, out->items[i].tag) : parts;
         most = need[i] > most ? need[i] : most;
     }
     for (int p = 1; p < most; p++) {

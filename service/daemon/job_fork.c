@@ -165,8 +165,9 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec, bool place) {
                         "whose checkpoints are saved per stage; forks of pipelined jobs are not "
                         "supported", spec->fork_job, stages);
     /* A tensor-parallel parent saved each shard as a checkpoint directory of its own beside
-     * tp.json (ckpt_tp.h): the step is looked up in shard 0's, and every shard must have it. */
-    const int tp = zt_ckpt_tp_size(parent_dir);
+     * tp.json (ckpt_tp.h): the step is looked up in shard 0's, and every shard of the TP size
+     * that tag was saved at (which a later save at another size does not change) must have it. */
+    int tp = zt_ckpt_tp_size(parent_dir);
     char first[PATH_MAX + 16];
     if (tp > 0)
         zt_ckpt_tp_shard_dir(first, sizeof first, parent_dir, 0);
@@ -174,6 +175,8 @@ zt_status zt_jm_prepare_fork(zt_jobs *jm, const zt_job_spec *spec, bool place) {
         snprintf(first, sizeof first, "%s", parent_dir);
     char tag[256], tag_dir[PATH_MAX + 300];
     ZT_TRY(find_step(first, spec->fork_job, spec->fork_step, tag, sizeof tag));
+    if (tp > 0)
+        tp = zt_ckpt_tag_tp_size(parent_dir, tag);
     if (!zt_ckpt_tag_dir(first, tag, tag_dir, sizeof tag_dir))
         return zt_error(ZT_ERR_INVALID, "fork_from.step: %s/%s is no longer complete",
                         first, tag);

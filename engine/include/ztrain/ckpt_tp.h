@@ -35,6 +35,11 @@
 /* T of the tensor-parallel checkpoint directory dir, or 0 when dir is not one. */
 int zt_ckpt_tp_size(const char *dir);
 
+/* The TP size `tag` of the tensor-parallel checkpoint directory dir was saved at: what its
+ * shard 0's meta.json keeps ("tensor_parallel"), or tp.json's for a tag older than that; 0 when
+ * dir is not one. A later save at another size rewrites tp.json, never an older tag's. */
+int zt_ckpt_tag_tp_size(const char *dir, const char *tag);
+
 /* dir/tp_<tt> into out[size]. */
 void zt_ckpt_tp_shard_dir(char *out, size_t size, const char *dir, int tp_rank);
 
