@@ -23,6 +23,9 @@ struct zt_rpc_client {
     char *auth;                 /* "Bearer <token>", or NULL */
     double timeout_s;
     bool tls, client_cert;
+    /* The server has answered over this client's connection: a socket it closes later is a
+     * server that went away (a restart), not one that wants TLS. */
+    bool answered;
     grpc_channel *channel;
     grpc_completion_queue *cq;
     grpc_status_code last_code;
@@ -122,9 +125,10 @@ static bool run_batch(zt_rpc_client *c, grpc_call *call, const grpc_op *ops, siz
 static const char *tls_hint(const zt_rpc_client *c, const char *details) {
     bool closed = strstr(details, "Socket closed") != NULL;
     if (!c->tls)
-        return closed ? " (a TLS server closes plaintext connections: if ztraind runs with "
-                        "--tls-cert, give --tls-ca FILE or set ZTRAIN_TLS_CA)"
-                      : "";
+        return closed && !c->answered
+                   ? " (a TLS server closes plaintext connections: if ztraind runs with "
+                     "--tls-cert, give --tls-ca FILE or set ZTRAIN_TLS_CA)"
+                   : "";
     if (strstr(details, "wrong version number"))
         return " (the server does not speak TLS: is ztraind running without --tls-cert?)";
     if (strstr(details, "certificate verify failed"))
@@ -227,6 +231,7 @@ zt_status zt_rpc_call(zt_rpc_client *c, const char *method, const ProtobufCMessa
     zt_status s = run_batch(c, call, ops, n, &tag)
                       ? status_error(c, r.code, r.details)
                       : zt_error(ZT_ERR_IO, "%s: the call to %s failed", c->addr, method);
+    c->answered |= got != NULL;
     if (s == ZT_OK && !(*reply = zt_pb_unpack(reply_desc, got)))
         s = bad_reply(c, reply_desc);
     if (got)
@@ -252,6 +257,7 @@ static zt_status read_stream(zt_rpc_client *c, grpc_call *call,
         int tag;
         if (!run_batch(c, call, &op, 1, &tag) || !got)
             return ZT_OK;
+        c->answered = true;
         ProtobufCMessage *m = zt_pb_unpack(desc, got);
         grpc_byte_buffer_destroy(got);
         if (!m) {
