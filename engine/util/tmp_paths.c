@@ -70,10 +70,32 @@ static bool stop_signal_arrived(void) {
            (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1);
 }
 
+/* Removes what is tracked, with the lock held (and kept: nothing is tracked or untracked after
+ * it), then dies of sig with its default action. */
+static _Noreturn void remove_and_die(int sig) {
+    for (tracked *t = paths; t; t = t->next)
+        zt_remove_tree(t->path);
+    signal(sig, SIG_DFL);
+    /* The signal is blocked in every thread; this one unblocks it and sends it to itself. */
+    sigset_t set;
+    stop_signals(&set);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+    abort(); /* not reached: the default action of SIGINT and SIGTERM ends the process */
+}
+
 int zt_tmp_rename(const char *tmp, const char *path) {
     pthread_mutex_lock(&lock);
     if (removing_on_signals && stop_signal_arrived()) {
-        /* The signals' thread takes the lock next, removes tmp and ends the process. */
+        /* Taken here when the signals' thread has not taken it: one sent to this thread (not the
+         * process) is pending for this thread alone, and sigwait there would never see it. */
+        sigset_t set;
+        stop_signals(&set);
+        const struct timespec now = {0, 0};
+        int sig = atomic_load(&signal_taken) ? -1 : sigtimedwait(&set, NULL, &now);
+        if (sig > 0)
+            remove_and_die(sig);
+        /* The signals' thread has it: it takes the lock next, removes tmp and ends the process. */
         pthread_mutex_unlock(&lock);
         for (;;)
             pause();
@@ -85,8 +107,7 @@ int zt_tmp_rename(const char *tmp, const char *path) {
     return rc;
 }
 
-/* Waits for the first signal, removes what is tracked (keeping the lock: nothing is tracked or
- * untracked after it), then dies of the signal with its default action. */
+/* Waits for the first signal, then removes what is tracked and dies of it. */
 static void *remover(void *arg) {
     (void)arg;
     sigset_t set;
@@ -96,13 +117,7 @@ static void *remover(void *arg) {
         ;
     atomic_store(&signal_taken, true);
     pthread_mutex_lock(&lock);
-    for (tracked *t = paths; t; t = t->next)
-        zt_remove_tree(t->path);
-    signal(sig, SIG_DFL);
-    /* The signal is blocked in every thread; this one unblocks it and sends it to itself. */
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-    raise(sig);
-    abort(); /* not reached: the default action of SIGINT and SIGTERM ends the process */
+    remove_and_die(sig);
 }
 
 zt_status zt_tmp_remove_on_signals(void) {

@@ -8,9 +8,14 @@
  *   b. without a signal, zt_tmp_rename renames and untracks: a signal afterwards leaves the final
  *      file alone and ends the process;
  *   c. without zt_tmp_remove_on_signals (a training rank, whose stop signals are its own), a
- *      pending SIGINT does not hold the rename back: zt_tmp_rename is rename(). */
+ *      pending SIGINT does not hold the rename back: zt_tmp_rename is rename();
+ *   d. a signal sent to the writing thread itself (pthread_kill, raise), pending for that thread
+ *      alone where the signals' thread's sigwait never sees it, is taken by the writer: it
+ *      removes and dies, rather than waiting forever for the signals' thread. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,7 +32,8 @@ static void make_file(const char *path) {
     }
 }
 
-/* Runs body(tmp, final) in a child; returns its wait status. */
+/* Runs body(tmp, final) in a child; returns its wait status, or -1 when it was still running
+ * after 20 s (then killed). */
 static int in_child(void (*body)(const char *, const char *, int), const char *tmp,
                     const char *final, int sig) {
     fflush(NULL);
@@ -37,8 +43,14 @@ static int in_child(void (*body)(const char *, const char *, int), const char *t
         _exit(0);
     }
     int status = 0;
+    for (int i = 0; i < 2000; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return status;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
-    return status;
+    return -1;
 }
 
 static void signal_then_rename(const char *tmp, const char *final, int sig) {
@@ -61,6 +73,16 @@ static void rename_then_signal(const char *tmp, const char *final, int sig) {
     kill(getpid(), sig);
     for (;;)
         pause();
+}
+
+static void signal_this_thread(const char *tmp, const char *final, int sig) {
+    if (zt_tmp_remove_on_signals() != ZT_OK)
+        _exit(3);
+    make_file(tmp);
+    zt_tmp_track(tmp);
+    pthread_kill(pthread_self(), sig);
+    zt_tmp_rename(tmp, final);
+    _exit(4);
 }
 
 static void untaken_signals(const char *tmp, const char *final, int sig) {
@@ -101,6 +123,15 @@ int main(void) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
     CHECK(exists(final) && !exists(tmp), "renamed with the signal pending and not ours");
     unlink(final);
+
+    for (int i = 0; i < 2; i++) { /* d */
+        status = in_child(signal_this_thread, tmp, final, sigs[i]);
+        CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == sigs[i],
+              "a signal sent to the writing thread: status %#x (-1: hung)", status);
+        CHECK(!exists(tmp) && !exists(final), "thread-directed signal %d: nothing left", sigs[i]);
+        unlink(tmp);
+        unlink(final);
+    }
 
     check_tmpdir_remove();
     return check_summary("test_tmp_paths");
