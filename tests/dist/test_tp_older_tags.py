@@ -26,25 +26,14 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from ztref import Checker, run, st_read, tool  # noqa: E402
-from tpref import GPT2, STEPS, identical, job, train, write_text  # noqa: E402
+from tpref import GPT2, STEPS, identical, job, tp_join, train, write_text  # noqa: E402
 
 HALF = STEPS // 2
 
 
 def joined(d, tag):
-    """The shards of tensor-parallel directory d at tag, joined by d/tp.json: dimension `dim` of
-    each whole tensor is `groups` groups, each the shards' pieces in shard order."""
-    with open(f"{d}/tp.json") as f:
-        layout = json.load(f)
-    shards = [st_read(f"{d}/tp_{t:02d}/{tag}/model.safetensors")[0] for t in range(layout["tp"])]
-    out = {}
-    for name, dim, groups, _shape, *_ in layout["tensors"]:
-        if dim < 0:
-            out[name] = shards[0][name]
-            continue
-        pieces = [s[name].chunk(groups, dim) for s in shards]
-        out[name] = torch.cat([torch.cat([p[g] for p in pieces], dim) for g in range(groups)], dim)
-    return out
+    """The shards of tensor-parallel directory d at tag, joined by d/tp.json."""
+    return tp_join(d, lambda t: st_read(f"{d}/tp_{t:02d}/{tag}/model.safetensors")[0])
 
 
 def set_latest(d, tag, drop):

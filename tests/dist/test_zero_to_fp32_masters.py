@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from ztref import Checker, run, st_read, tool  # noqa: E402
-from tpref import GPT2, job, train, write_text  # noqa: E402
+from tpref import GPT2, job, tp_join, train, write_text  # noqa: E402
 
 STEPS = 3
 
@@ -76,20 +76,8 @@ def plain(d, what):
 
 
 def tp_whole(d, what):
-    """A tensor-parallel directory's shards joined by tp.json: dimension `dim` of each whole
-    tensor is `groups` groups, each the shards' pieces in shard order."""
-    with open(f"{d}/tp.json") as f:
-        layout = json.load(f)
-    shards = [plain(f"{d}/tp_{t:02d}", what) for t in range(layout["tp"])]
-    out = {}
-    for name, dim, groups, shape, *_ in layout["tensors"]:
-        if dim < 0:
-            out[name] = shards[0][name]
-            continue
-        pieces = [s[name].chunk(groups, dim) for s in shards]
-        out[name] = torch.cat([torch.cat([p[g] for p in pieces], dim) for g in range(groups)], dim)
-        assert list(out[name].shape) == shape
-    return out
+    """A tensor-parallel directory's shards ("master" or "working") joined by tp.json."""
+    return tp_join(d, lambda t: plain(f"{d}/tp_{t:02d}", what))
 
 
 def pipeline_union(d, stages, what):

@@ -9,6 +9,28 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from ztref import BUILD, read_metrics, rel_err, run, st_read, tool, write_job  # noqa: E402
 
 
+def tp_join(d, shard_tensors):
+    """The whole tensors of the tensor-parallel checkpoint directory d, from shard_tensors(t)
+    (shard t's {name: tensor}), joined by d/tp.json as ckpt_tp.h lays them out: dimension `dim`
+    of each whole tensor is `groups` groups, each the shards' pieces in shard order; a tensor
+    with dim < 0 is whole in every shard (shard 0's is taken)."""
+    import json
+
+    import torch
+    with open(f"{d}/tp.json") as f:
+        layout = json.load(f)
+    shards = [shard_tensors(t) for t in range(layout["tp"])]
+    out = {}
+    for name, dim, groups, shape, *_ in layout["tensors"]:
+        if dim < 0:
+            out[name] = shards[0][name]
+            continue
+        pieces = [s[name].chunk(groups, dim) for s in shards]
+        out[name] = torch.cat([torch.cat([p[g] for p in pieces], dim) for g in range(groups)], dim)
+        assert list(out[name].shape) == shape, (name, list(out[name].shape), shape)
+    return out
+
+
 def skip_without_emulator():
     """Ends a test that needs the emulated CUDA device when this build has none."""
     if not os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
