@@ -19,19 +19,11 @@ import re
 import subprocess
 import sys
 
-SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
-ZTRAIN = os.path.join(BUILD, "ztrain")
-ZTRAIND = os.path.join(BUILD, "ztraind")
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import Checks, BUILD, SRC, ZTRAIN, ZTRAIND  # noqa: E402
 
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
-    return ok
+ck = Checks()
+check = ck.check
 
 
 def run(*args):
@@ -114,8 +106,7 @@ def main():
     if os.path.exists(man):
         text = gzip.open(man, "rt").read().replace("\\-", "-")
         check("137" in text, "f: the man page lists 137")
-    print("FAILED" if failed else "PASSED")
-    sys.exit(1 if failed else 0)
+    ck.finish()
 
 
 if __name__ == "__main__":

@@ -23,18 +23,11 @@ import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
-ZTRAIN = os.path.join(BUILD, "ztrain")
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import Checks, BUILD, SRC, ZTRAIN  # noqa: E402
 
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
-    return ok
+ck = Checks()
+check = ck.check
 
 
 def run(args, **kw):
@@ -184,8 +177,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         part_bash(tmp, commands, globals_)
         part_zsh(tmp)
-    print("FAILED" if failed else "PASSED")
-    sys.exit(1 if failed else 0)
+    ck.finish()
 
 
 if __name__ == "__main__":

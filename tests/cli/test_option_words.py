@@ -15,21 +15,15 @@ import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
-ZTRAIN = os.path.join(BUILD, "ztrain")
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import ZTRAIN, Checks  # noqa: E402
+
+ck = Checks()
+check = ck.check
+
 # The options getopt is told about, as `ztrain help CMD` lists them.
 LONGOPTS = {"sample": "help,prompt:,tokens:,tag:", "run": "help,out:,set:,threads:",
             "validate": "help,set:,output:,json", "list": "help,state:,limit:,output:,json"}
-
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
-    return ok
 
 
 def getopt(command, args):
@@ -91,8 +85,7 @@ def main():
               "unexpected argument" in p.stderr,
               f"c: list -- -o json: two operands, refused (exit {p.returncode}: "
               f"{p.stderr.strip()[:120]})")
-    print("FAILED" if failed else "PASSED")
-    sys.exit(1 if failed else 0)
+    ck.finish()
 
 
 if __name__ == "__main__":
