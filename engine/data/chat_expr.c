@@ -271,13 +271,7 @@ static val tilde(ex *e, val a, val b) {
 static val strip(ex *e, val v, bool left, bool right) {
     if (v.k != V_STR)
         return fail(e, ZT_ERR_INVALID, "trim or strip of a %s, not a string", zt_chat_type_name(v));
-    if (left) {
-        size_t k = zt_chat_space_prefix(v.s, v.n);
-        v.s += k, v.n -= k;
-    }
-    if (right)
-        v.n -= zt_chat_space_suffix(v.s, v.n);
-    return v;
+    return zt_chat_strip_space(v, left, right);
 }
 
 static bool is_name(const char *name, size_t n, const char *w) {

@@ -42,15 +42,8 @@ static size_t last_cp_len(const char *s, size_t n) {
 
 /* str.strip/lstrip/rstrip(chars): chars none strips Python's whitespace, as trim does. */
 static val strip_chars(val v, val chars, bool left, bool right) {
-    if (chars.k == V_NONE) {
-        if (left) {
-            size_t k = zt_chat_space_prefix(v.s, v.n);
-            v.s += k, v.n -= k;
-        }
-        if (right)
-            v.n -= zt_chat_space_suffix(v.s, v.n);
-        return v;
-    }
+    if (chars.k == V_NONE)
+        return zt_chat_strip_space(v, left, right);
     while (left && v.n) {
         size_t w = zt_chat_cp_len((unsigned char)*v.s);
         w = w > v.n ? v.n : w;

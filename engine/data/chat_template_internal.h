@@ -97,6 +97,9 @@ size_t zt_chat_offset(const zt_chat_template *t, size_t at);
  * jinja2's strip, trim, "-" markers and lstrip_blocks remove it. */
 size_t zt_chat_space_prefix(const char *s, size_t n);
 size_t zt_chat_space_suffix(const char *s, size_t n);
+/* The string v without that whitespace at its start (left) and its end (right): jinja2's trim,
+ * Python's str.strip/lstrip/rstrip() without characters. */
+val zt_chat_strip_space(val v, bool left, bool right);
 
 /* Values (chat_value.c; zt_chat_is_ident is chat_expr.c's). */
 val zt_chat_str(const char *s, size_t n);

@@ -134,6 +134,16 @@ size_t zt_chat_space_prefix(const char *s, size_t n) {
     return k;
 }
 
+val zt_chat_strip_space(val v, bool left, bool right) {
+    if (left) {
+        size_t k = zt_chat_space_prefix(v.s, v.n);
+        v.s += k, v.n -= k;
+    }
+    if (right)
+        v.n -= zt_chat_space_suffix(v.s, v.n);
+    return v;
+}
+
 /* UTF-8 is self-synchronising, so a whitespace sequence found ending at the end is one. */
 size_t zt_chat_space_suffix(const char *s, size_t n) {
     size_t k = 0;
