@@ -218,7 +218,9 @@ class Container:
                    check_rc=check_rc)
 
     def job(self, job_id):
-        return json.loads(self.cli("status", job_id, "--json")[1])
+        """`ztrain status ID -o json`: the proto3 JSON mapping of Job (docs/api.md), so the
+        state is the enum's full name and the 64-bit step a string, absent while 0."""
+        return json.loads(self.cli("status", job_id, "-o", "json")[1])
 
     def stop(self):
         t = time.monotonic()
@@ -227,6 +229,15 @@ class Container:
 
     def remove(self):
         podman("rm", "-f", "-t", "0", self.name, check_rc=False)
+
+
+def state(j):
+    """A Job's state without the enum's prefix: "SUCCEEDED" for "JOB_STATE_SUCCEEDED"."""
+    return j.get("state", "JOB_STATE_UNSPECIFIED").removeprefix("JOB_STATE_")
+
+
+def step(j):
+    return int(j.get("step", "0"))
 
 
 def loss_series(c, job_id, keys="train/loss,eval/loss"):
@@ -314,7 +325,7 @@ def cuda_image(tmp, timings):
         job_id = c.cli("submit", demo_job)[1].strip()
         rc, _ = c.cli("watch", job_id, timeout=300, check_rc=False)
         j = c.job(job_id)
-        check(rc == 0 and j.get("state") == "SUCCEEDED" and j.get("step") == 20,
+        check(rc == 0 and state(j) == "SUCCEEDED" and step(j) == 20,
               f"a CPU job in the CUDA image: {j.get('state')} at step {j.get('step')}")
         rc, out = c.cli("submit", cuda_job, check_rc=False)
         check(rc != 0 and 'device "cuda"' in out and "no GPUs to give" in out,
@@ -423,7 +434,7 @@ def main():
         timings["job"] = time.monotonic() - t
         j = c.job(job_id)
         log(f"job: {job_id} {j.get('state')} step {j.get('step')} in {timings['job']:.1f} s")
-        check(rc == 0 and j.get("state") == "SUCCEEDED" and j.get("step") == STEPS,
+        check(rc == 0 and state(j) == "SUCCEEDED" and step(j) == STEPS,
               f"{job_id} submitted from the host watched to SUCCEEDED at step {STEPS}")
         jsonl = os.path.join(dirs["runs"], job_id, "metrics.jsonl")
         http_series = loss_series(c, job_id)
@@ -442,7 +453,7 @@ def main():
         # SIGTERM while a job runs: ztraind cancels it with a checkpoint and exits 0.
         long_id = c.cli("submit", long_job)[1].strip()
         deadline = time.monotonic() + 60
-        while c.job(long_id).get("step", 0) < 5 and time.monotonic() < deadline:
+        while step(c.job(long_id)) < 5 and time.monotonic() < deadline:
             time.sleep(0.2)
         timings["stop"] = c.stop()
         exit_code = podman("inspect", "--format", "{{.State.ExitCode}}", name)[1].strip()
@@ -465,12 +476,12 @@ def main():
         c.start()
         timings["second start"] = time.monotonic() - t
         j2 = c.job(job_id)
-        check(j2.get("state") == "SUCCEEDED" and j2.get("step") == STEPS,
+        check(state(j2) == "SUCCEEDED" and step(j2) == STEPS,
               f"after the restart GetJob {job_id}: {j2.get('state')} step {j2.get('step')}")
         check(loss_series(c, job_id) == http_series, "the same metric history over HTTP")
         check(c.cli("logs", job_id)[1] == logs_before, "the same logs")
         jl = c.job(long_id)
-        check(jl.get("state") == "CANCELLED",
+        check(state(jl) == "CANCELLED",
               f"the job running at the stop is {jl.get('state')}: {jl.get('reason', '')}")
         listed = c.cli("list")[1]
         check(job_id in listed and long_id in listed, "ztrain list shows both jobs")
