@@ -322,16 +322,36 @@ static bool plain_checkpoint(const char *dir, char *what, size_t size) {
 /* A resume in another pipeline layout than the checkpoint's is refused, naming the key, before
  * anything is made: a pipelined job would look for its stages beside a plain checkpoint, start
  * over and hide it (its pipeline.json sends every reader to the stages), and a job of another
- * stage count, or none, would read the stages' tags where they are not. Every rank decides the
- * same from the same files. */
+ * stage count, or none, would read the stages' tags where they are not. A job that does not
+ * resume still saves there, over a checkpoint of its own layout as DeepSpeed does, but one
+ * layout beside the other hides the plain checkpoint, the old one or its own new ones. Every
+ * rank decides the same from the same files. */
 static zt_status check_pipeline_layout(const trainer *t, const char *dir) {
     const int stages = t->job->pipeline.stages > 1 ? t->job->pipeline.stages : 1;
+    const bool resume = t->job->train.resume;
     zt_ckpt_pipeline saved;
     int saved_stages = zt_ckpt_pipeline_read(dir, &saved);
     const char *method = saved.partition[0] ? saved.partition : "not recorded";
     char what[512];
+    const bool on_plain = saved_stages == 0 && stages > 1 &&
+                          plain_checkpoint(dir, what, sizeof what);
+    const bool on_pipeline = saved_stages > 0 && stages == 1;
     zt_status s = ZT_OK;
-    if (saved_stages == 0 && stages > 1 && plain_checkpoint(dir, what, sizeof what))
+    if (on_plain && !resume)
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s holds a checkpoint saved without a pipeline (%s): this job "
+                     "(pipeline.stages %d, train.resume false) would save its stages beside it, "
+                     "and their pipeline.json would hide it from every reader. Give this job "
+                     "another checkpoint_dir, or remove that checkpoint first",
+                     dir, what, stages);
+    else if (on_pipeline && !resume)
+        s = zt_error(ZT_ERR_INVALID,
+                     "%s holds the checkpoint of a pipeline of %d stages (pipeline.json): this job "
+                     "(no \"pipeline\" section, train.resume false) would save beside it, where "
+                     "every reader looks for the stages and would not find its checkpoints. Give "
+                     "this job another checkpoint_dir, or remove that checkpoint first",
+                     dir, saved_stages);
+    else if (on_plain)
         s = zt_error(ZT_ERR_INVALID,
                      "%s holds a checkpoint saved without a pipeline (%s), which a job with "
                      "pipeline.stages %d cannot resume: it would start from step 0 beside it and "
@@ -339,7 +359,7 @@ static zt_status check_pipeline_layout(const trainer *t, const char *dir) {
                      "another checkpoint_dir (`ztrain export %s` writes its weights as one model, "
                      "which model.init_from starts from)",
                      dir, what, stages, dir);
-    else if (saved_stages > 0 && stages == 1)
+    else if (on_pipeline)
         s = zt_error(ZT_ERR_INVALID,
                      "%s holds the checkpoint of a pipeline of %d stages (pipeline.json, partition "
                      "\"%s\"), which a job without a \"pipeline\" section cannot resume: set "
@@ -347,7 +367,7 @@ static zt_status check_pipeline_layout(const trainer *t, const char *dir) {
                      "(`ztrain export %s` writes its weights as one model, which model.init_from "
                      "starts from)",
                      dir, saved_stages, method, saved_stages, dir);
-    else if (saved_stages > 0 && saved_stages != stages)
+    else if (resume && saved_stages > 0 && saved_stages != stages)
         s = zt_error(ZT_ERR_INVALID,
                      "%s/pipeline.json: pipeline.stages is %d, but the checkpoint was saved by a "
                      "pipeline of %d stages (partition \"%s\"): a resume needs the same stages; "
@@ -386,9 +406,11 @@ static zt_status choose_resume(trainer *t) {
     char note[4096], shard0[4200];
     const char *dir = resume_dir(t, shard0, sizeof shard0);
     t->resume_tag[0] = '\0';
-    if (!t->job->train.resume || !dir[0])
+    if (!dir[0])
         return ZT_OK;
     ZT_TRY(check_pipeline_layout(t, t->job->train.checkpoint_dir));
+    if (!t->job->train.resume)
+        return ZT_OK;
     ZT_TRY(zt_ckpt_find_resume(dir, t->resume_tag, sizeof t->resume_tag, note, sizeof note));
     if (note[0] && t->opts->progress) {
         fprintf(t->opts->progress, "%s\n", note);

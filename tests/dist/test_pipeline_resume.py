@@ -105,6 +105,25 @@ with tempfile.TemporaryDirectory() as d:
              f"a pipelined resume on a plain checkpoint is refused: {p.stderr.strip()[-500:]}")
     ck.check(sorted(os.listdir(f"{d}/ck-plain")) == ["global_step2", "latest"],
              f"and the plain checkpoint is left alone: {os.listdir(f'{d}/ck-plain')}")
+    # A job that does not resume still saves into its checkpoint_dir, where one layout beside
+    # the other hides a checkpoint (pipeline.json sends every reader to the stages): refused
+    # before anything is written, in both directions.
+    p = train(d, "overplain", job("ck-plain"), check=False)
+    ck.check(p.returncode != 0 and "saved without a pipeline" in p.stderr and
+             "train.resume false" in p.stderr and "another checkpoint_dir" in p.stderr,
+             f"a pipelined job without resume on a plain checkpoint is refused: "
+             f"{p.stderr.strip()[-500:]}")
+    spec = job("ck-half", world=2)
+    del spec["pipeline"]
+    p = train(d, "overpipe", spec, check=False)
+    ck.check(p.returncode != 0 and "pipeline of 2 stages" in p.stderr and
+             "train.resume false" in p.stderr and "another checkpoint_dir" in p.stderr,
+             f"a job without a pipeline or resume on a pipeline's checkpoint is refused: "
+             f"{p.stderr.strip()[-500:]}")
+    ck.check(sorted(os.listdir(f"{d}/ck-plain")) == ["global_step2", "latest"] and
+             sorted(os.listdir(f"{d}/ck-half")) == ["pipeline.json", "stage_00", "stage_01"],
+             f"and both checkpoints are left alone: {os.listdir(f'{d}/ck-plain')}, "
+             f"{os.listdir(f'{d}/ck-half')}")
     ck.check(all(os.path.exists(f"{d}/ck-half/stage_{s:02d}/global_step5/DONE") for s in (0, 1)),
              "each stage has its checkpoint of step 5")
     train(d, "half", job("ck-half", resume=True))
