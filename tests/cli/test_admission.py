@@ -17,6 +17,11 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()  # transformers' LlamaConfig, the reference for the banner's head_dim
+
 BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "build")))
 ZTRAIN = os.path.join(BUILD, "ztrain")
@@ -114,6 +119,21 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
                                       os.path.join(d, "out-overflow")])
         check(rc == 1 and fact in err and "runtime error" not in err and "Sanitizer" not in err,
               f"{what}: refused naming the field, no undefined behaviour: {err.strip()[:300]}")
+
+    # The banner names the model as it is built: a Llama job without head_dim or n_kv_head
+    # gets transformers' LlamaConfig defaults for both (hidden_size // num_attention_heads, and
+    # num_attention_heads), not the 0 that stands for them in the job file.
+    from transformers import LlamaConfig
+    ref = LlamaConfig(hidden_size=48, num_attention_heads=4, num_hidden_layers=1)
+    llama = write_job(d, "llama", n_layer=1, n_head=4, n_embd=48, type="llama",
+                      intermediate_size=64)
+    rc, out, err, _ = watched([ZTRAIN, "run", llama, "--out", os.path.join(d, "out-llama"),
+                               "--set", "train.max_steps=1"])
+    banner = out.splitlines()[0] if out else ""
+    check(rc == 0 and f"head_dim {ref.head_dim}," in banner and
+          f"n_kv_head {ref.num_key_value_heads}," in banner,
+          f"run: the banner names head_dim {ref.head_dim} and n_kv_head "
+          f"{ref.num_key_value_heads} as LlamaConfig does: exit {rc}: {banner}")
 
     small = write_job(d, "small", world_size=2, stage=1)
     rc, out, err, _ = watched([ZTRAIN, "run", small, "--out", os.path.join(d, "out-small")])
