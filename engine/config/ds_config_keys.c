@@ -15,7 +15,10 @@
 #define OPAQUE (ZT_DS_KEY_SECTION | ZT_DS_KEY_OPAQUE)
 #define HAND ZT_DS_KEY_BY_HAND
 #define PRESENT ZT_DS_KEY_PRESENCE
-#define REMOVED (ZT_DS_KEY_SECTION | ZT_DS_KEY_OPAQUE | ZT_DS_KEY_REMOVED | HAND | R)
+/* A removed key is refused by zt_ds_check_removed whatever it holds; only one whose value was an
+ * object in DeepSpeed (a "configuration block") is a section, the others were scalars. */
+#define REMOVED_LEAF (ZT_DS_KEY_REMOVED | HAND | R)
+#define REMOVED (ZT_DS_KEY_SECTION | ZT_DS_KEY_OPAQUE | REMOVED_LEAF)
 #define ST123 0xe
 #define ST23 0xc
 #define ST3 0x8
@@ -54,13 +57,14 @@ static const zt_ds_key rows[] = {
     {"seq_parallel_communication_data_type", W, 0, "\"fp32\"", "no sequence parallelism: " NO_TP},
     {"dump_state", W, 0, "false", "DeepSpeed's debug dump of its engine state"},
     {"disable_allgather", W, 0, "false", "ztrain always all-gathers updated partitions"},
-    {"sparse_gradients", REMOVED, 0, NULL, REMOVED_IN_019 "sparse gradients of dense embeddings"},
+    {"sparse_gradients", REMOVED_LEAF, 0, NULL,
+     REMOVED_IN_019 "sparse gradients of dense embeddings"},
     {"allgather_size", HAND | H, 0, NULL,
      "read with the legacy \"zero_optimization\": true as its allgather bucket"},
     {"zero_allow_untested_optimizer", H, 0, "false",
      "LAMB and SGD at ZeRO stages 1-3 need it, as in DeepSpeed (warned when given)"},
     {"zero_force_ds_cpu_optimizer", W, 0, "true", "ztrain always runs its own CPU optimizer"},
-    {"graph_harvesting", REMOVED, 0, NULL, REMOVED_IN_019 "graph harvesting"},
+    {"graph_harvesting", REMOVED_LEAF, 0, NULL, REMOVED_IN_019 "graph harvesting"},
     {"memory_breakdown", W, 0, "false",
      "ztrain records each rank's memory in every metric record instead"},
     {"use_data_before_expert_parallelism", W, 0, "false", "no expert parallelism"},
@@ -428,8 +432,8 @@ static const zt_ds_key rows[] = {
     {"zero_optimization.zero_quantized_gradients", HAND | R, 0, "false", "true refused (ZeRO++)"},
     {"zero_optimization.zeropp_loco_param", REMOVED, 0, NULL,
      REMOVED_IN_019 "LoCo-ZeRO++: without the key ZeRO++ quantizes without LoCo"},
-    {"zero_optimization.mics_shard_size", REMOVED, 0, NULL, REMOVED_IN_019 "MiCS sharding"},
-    {"zero_optimization.mics_hierarchical_params_gather", REMOVED, 0, NULL,
+    {"zero_optimization.mics_shard_size", REMOVED_LEAF, 0, NULL, REMOVED_IN_019 "MiCS sharding"},
+    {"zero_optimization.mics_hierarchical_params_gather", REMOVED_LEAF, 0, NULL,
      REMOVED_IN_019 "MiCS sharding"},
     {"zero_optimization.zenflow", OPAQUE | HAND | R, 0, NULL,
      "refused: ZenFlow is not implemented"},

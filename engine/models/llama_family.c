@@ -54,6 +54,16 @@ static zt_status llama_validate(const zt_model_spec *s, const char *source) {
     return check_rope_scaling(s, source);
 }
 
+/* The head width and the key/value heads as zt_llama_dims builds the model with them, for a
+ * description; a spec without heads (not yet validated) is left as it is. */
+static void llama_effective(zt_model_spec *s) {
+    if (s->n_head <= 0)
+        return;
+    const llama_dims d = zt_llama_dims(s);
+    s->n_kv_head = (int)d.KV;
+    s->head_dim = (int)d.HD;
+}
+
 /* ---- Sizes ----------------------------------------------------------------------------------- */
 
 /* Exact sizes from the spec: the tensors zt_llama_create lays out and the activations it carves,
@@ -202,6 +212,7 @@ const zt_model_family zt_llama_family = {
     .fields = llama_fields,
     .validate = llama_validate,
     .estimate = llama_estimate,
+    .effective = llama_effective,
     .create = zt_llama_create,
     .hf = LLAMA_HF_MAP,
 };
@@ -212,6 +223,7 @@ const zt_model_family zt_mistral_family = {
     .fields = llama_fields,
     .validate = llama_validate,
     .estimate = llama_estimate,
+    .effective = llama_effective,
     .create = zt_llama_create,
     .hf = LLAMA_HF_MAP,
 };
@@ -222,6 +234,7 @@ const zt_model_family zt_qwen2_family = {
     .fields = qwen2_fields,
     .validate = llama_validate,
     .estimate = llama_estimate,
+    .effective = llama_effective,
     .create = zt_llama_create,
     .hf = LLAMA_HF_MAP,
 };

@@ -81,13 +81,16 @@ void zt_model_spec_describe(const zt_model_spec *spec, char *buf, size_t size) {
         snprintf(buf, size, "%s", spec->type);
         return;
     }
+    zt_model_spec built = *spec;
+    if (fam->effective)
+        fam->effective(&built);
     size_t used = (size_t)snprintf(buf, size, "%s (", fam->title);
     const char *sep = "";
     for (const zt_model_field *f = fam->fields; f->key && used < size; f++) {
         if (f->kind == ZT_FIELD_PATH)
             continue;
         char value[64];
-        zt_model_field_format_value(f, spec, value, sizeof value);
+        zt_model_field_format_value(f, &built, value, sizeof value);
         used += (size_t)snprintf(buf + used, size - used, "%s%s %s", sep, f->key, value);
         sep = ", ";
     }

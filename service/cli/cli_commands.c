@@ -76,7 +76,8 @@ static const zt_cli_command commands[] = {
      "The job's memory per rank and on this host, as `ztrain run` and ztraind judge it; for a\n"
      "\"cuda\" job also its device memory per rank, judged against the visible GPUs and\n"
      "--max-device-memory (docs/gpu.md, \"Device memory\"). -o json (or --json): one JSON\n"
-     "object.\n",
+     "object. Exit status 0 when the job fits, 1 when it does not (after the whole report)\n"
+     "or the job file is bad, 2 bad usage.\n",
      "-o= --output= --json --max-device-memory=", "file", "-o:json --output:json"},
     {"config-keys", "[-o json | --json]",
      "Every DeepSpeed config key ztrain knows, with its fate, as a markdown table; -o json\n"

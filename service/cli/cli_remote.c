@@ -374,6 +374,7 @@ typedef struct {
      * the end state after its other events (ended), not when one was cut after its first. */
     int stream_events;
     bool ended;
+    int32_t attempt; /* the last attempt seen (Job.attempts), 0 before the first Job */
     struct timespec last_draw;
 } watch_view;
 
@@ -453,7 +454,35 @@ static void show_progress(watch_view *v, bool force) {
     fflush(v->out);
 }
 
+/* A new attempt (a restart after a rank failed, or a requeue after ztraind restarted): one line
+ * naming it and how the one before it ended, which the state alone does not show (a restart
+ * can go RUNNING to RUNNING). The first Job a watch sees only sets where it starts from. */
+static void on_attempt(watch_view *v, const Ztrain__V1__Job *j) {
+    if (j->n_attempts == 0)
+        return;
+    const Ztrain__V1__JobAttempt *now = j->attempts[j->n_attempts - 1];
+    bool first = v->attempt == 0, changed = now->attempt > v->attempt;
+    if (changed)
+        v->attempt = now->attempt;
+    if (first || !changed || v->quiet)
+        return;
+    clear_bar(v);
+    fprintf(v->out, "%s: attempt %d started from step %lld", v->id, now->attempt,
+            (long long)now->resumed_from_step);
+    if (j->n_attempts >= 2) {
+        const Ztrain__V1__JobAttempt *last = j->attempts[j->n_attempts - 2];
+        char *reason = shown(last->reason);
+        fprintf(v->out, "; attempt %d %s at step %lld%s%s", last->attempt,
+                last->failed ? "failed" : "ended", (long long)last->step, reason[0] ? ": " : "",
+                reason);
+        free(reason);
+    }
+    fputc('\n', v->out);
+    fflush(v->out);
+}
+
 static void on_job(watch_view *v, const Ztrain__V1__Job *j) {
+    on_attempt(v, j);
     bool changed = j->state != v->state;
     v->state = j->state;
     if (j->max_steps > 0)

@@ -153,6 +153,12 @@ static void device_limits(const zt_job_spec *job, uint64_t max_device, zt_admiss
     }
 }
 
+/* The verdict as the exit status, after the whole report: a script can gate a submission on
+ * `ztrain estimate JOB.json` alone, as on `ztrain validate`. */
+static int estimate_status(bool fits) {
+    return fits ? 0 : 1;
+}
+
 static int cmd_estimate(int argc, char **argv) {
     const char *job_path = NULL;
     bool json = false;
@@ -253,7 +259,7 @@ static int cmd_estimate(int argc, char **argv) {
                e.ranks_per_host, (unsigned long long)e.host_bytes,
                (unsigned long long)e.job_bytes, (unsigned long long)hm.available, device,
                fits ? "true" : "false");
-        return 0;
+        return estimate_status(fits);
     }
     char desc[768], host[32], avail[32];
     zt_memory_estimate_describe(&e, desc, sizeof desc);
@@ -281,7 +287,7 @@ static int cmd_estimate(int argc, char **argv) {
                host_fits ? "fits" : "does not fit");
     if (why[0])
         printf("%s\n", why);
-    return 0;
+    return estimate_status(fits);
 }
 
 /* The --set overrides of a command line, at most ZT_CLI_MAX_SETS. */

@@ -217,6 +217,11 @@ static void unknown_flag(const char *a, const char *origin) {
                 "config file may set, written without their dashes)\n", origin,
                 strncmp(a, "--", 2) == 0 ? a + 2 : a, hint ? " (did you mean " : "",
                 hint ? near + 2 : "", hint ? "?)" : "");
+    else if (a[0] != '-')
+        /* ztraind takes no operands: a word that is not an option is named as ztrain names a
+         * stray argument, not as an option it is not. */
+        fprintf(stderr, "ztraind: unexpected argument '%s' (ztraind takes only options)\n%s", a,
+                usage_hint);
     else
         fprintf(stderr, "ztraind: unknown option '%s'%s%s%s\n%s", a,
                 hint ? " (did you mean " : "", hint ? near : "", hint ? "?)" : "", usage_hint);
@@ -347,7 +352,8 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
             char *end;
             o->grace_s = strtod(v, &end);
             if (end == v || *end || !(o->grace_s > 0 && o->grace_s < 86400)) {
-                fprintf(stderr, "ztraind: --grace expects seconds in (0, 86400), got '%s'\n", v);
+                fprintf(stderr, "ztraind: --grace expects seconds in (0, 86400), got '%s'\n%s",
+                        v, usage_hint);
                 rc = -1;
             }
         } else {

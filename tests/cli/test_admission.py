@@ -11,11 +11,17 @@ Every run is watched: the run and its children together may not pass 1 GiB of re
 machine down."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()  # transformers' LlamaConfig, the reference for the banner's head_dim
 
 BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "build")))
@@ -85,9 +91,16 @@ def write_job(d, name, world_size=1, micro_batch=2, stage=0, device="cpu", **mod
 
 
 def estimate(path, *opts, env=None):
+    """The JSON report, with the exit status as "rc": 0 when it fits, 1 when it does not (the
+    report still printed) or the job is bad, 2 bad usage."""
     out = subprocess.run([ZTRAIN, "estimate", "--json", path, *opts], capture_output=True,
                          text=True, timeout=60, env=env)
-    return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr}
+    try:
+        report = json.loads(out.stdout)
+    except ValueError:
+        report = {"error": out.stderr}
+    report["rc"] = out.returncode
+    return report
 
 
 with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
@@ -115,6 +128,21 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
         check(rc == 1 and fact in err and "runtime error" not in err and "Sanitizer" not in err,
               f"{what}: refused naming the field, no undefined behaviour: {err.strip()[:300]}")
 
+    # The banner names the model as it is built: a Llama job without head_dim or n_kv_head
+    # gets transformers' LlamaConfig defaults for both (hidden_size // num_attention_heads, and
+    # num_attention_heads), not the 0 that stands for them in the job file.
+    from transformers import LlamaConfig
+    ref = LlamaConfig(hidden_size=48, num_attention_heads=4, num_hidden_layers=1)
+    llama = write_job(d, "llama", n_layer=1, n_head=4, n_embd=48, type="llama",
+                      intermediate_size=64)
+    rc, out, err, _ = watched([ZTRAIN, "run", llama, "--out", os.path.join(d, "out-llama"),
+                               "--set", "train.max_steps=1"])
+    banner = out.splitlines()[0] if out else ""
+    check(rc == 0 and f"head_dim {ref.head_dim}," in banner and
+          f"n_kv_head {ref.num_key_value_heads}," in banner,
+          f"run: the banner names head_dim {ref.head_dim} and n_kv_head "
+          f"{ref.num_key_value_heads} as LlamaConfig does: exit {rc}: {banner}")
+
     small = write_job(d, "small", world_size=2, stage=1)
     rc, out, err, _ = watched([ZTRAIN, "run", small, "--out", os.path.join(d, "out-small")])
     check(rc == 0 and "done: 3 steps" in out, f"an ordinary job runs: exit {rc} {err[-300:]}")
@@ -134,8 +162,25 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
     check(e.get("rank_bytes") == sum(e.get(k, 0) for k in parts) and
           e.get("host_bytes") == 2 * e.get("rank_bytes", 0) and e.get("fits") is True,
           "estimate: the parts add up, two ranks on this host, and it fits")
-    check(estimate(os.path.join(d, "big1.json")).get("fits") is False,
-          "estimate: n_embd 65536 does not fit")
+    check(e.get("rc") == 0, f"estimate: a job that fits exits 0 ({e.get('rc')})")
+    big = estimate(os.path.join(d, "big1.json"))
+    check(big.get("fits") is False and big.get("rc") == 1 and big.get("rank_bytes", 0) > 0,
+          f"estimate -o json: n_embd 65536 does not fit: exit {big.get('rc')}, after the whole "
+          f"report")
+    text = subprocess.run([ZTRAIN, "estimate", os.path.join(d, "big1.json")],
+                          capture_output=True, text=True, timeout=60)
+    check(text.returncode == 1 and "does not fit" in text.stdout and "parameters" in text.stdout,
+          f"estimate (text): n_embd 65536 exits 1 after the report: exit {text.returncode}: "
+          f"{text.stdout.strip()[-200:]}")
+    for args, want, what in ((["/nonexistent/job.json"], 1, "a missing job file"),
+                             ([small, "--bogus"], 2, "an unknown option")):
+        p = subprocess.run([ZTRAIN, "estimate"] + args, capture_output=True, text=True,
+                           timeout=60)
+        check(p.returncode == want and not p.stdout,
+              f"estimate: {what} still exits {want}, with no report ({p.returncode})")
+    helptext = subprocess.run([ZTRAIN, "help", "estimate"], capture_output=True, text=True,
+                              timeout=60).stdout
+    check("1 when it does not" in helptext, "ztrain help estimate names exit status 1")
 
     # A "cuda" job's device memory, judged on the emulated CUDA device (an H100 of 80 GB,
     # docs/gpu.md) when this build has it: a job above the GPU, or above --max-device-memory,
@@ -149,7 +194,8 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
               f"estimate: a small cuda job has a device figure above cuBLASLt's 32 MiB "
               f"workspace and fits the emulated H100: {e}")
         e = estimate(gpu, "--max-device-memory", "16M", env=emu)
-        check(e.get("fits") is False and e.get("max_device_bytes") == 16 << 20,
+        check(e.get("fits") is False and e.get("rc") == 1 and
+              e.get("max_device_bytes") == 16 << 20,
               f"estimate --max-device-memory 16M: does not fit: {e}")
         text = subprocess.run([ZTRAIN, "estimate", gpu, "--max-device-memory", "16M"],
                               capture_output=True, text=True, timeout=60, env=emu).stdout
@@ -183,14 +229,17 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
         small_gpu = write_job(d, "gpu-shared", world_size=8, stage=1, device="cuda", n_layer=8,
                               n_head=32, n_embd=4096)
         rc, out, err, _ = watched([ZTRAIN, "estimate", small_gpu], env=emu)
-        check("does not fit on the GPU" in err + out and
+        check(rc == 1 and "does not fit on the GPU" in err + out and
               "a 1/8 share of GPU 0 (NVIDIA H100 80GB HBM3" in err + out and
               "which 8 ranks share" in err + out,
               f"estimate: 8 ranks on one GPU are judged against an eighth of it each: exit {rc}: "
               f"{(err + out).strip()[-600:]}")
         rc, out, err, _ = watched([ZTRAIN, "estimate", small_gpu],
                                   env=dict(emu, ZTRAIN_CUDA_EMU_DEVICES="8"))
-        check(rc == 0 and "does not fit on the GPU" not in err + out,
+        # The GPUs are judged apart from this host's memory, which 8 such ranks may exceed:
+        # the exit status is then the host's verdict.
+        host_fits = re.search(r"ranks on this host: .*: fits$", out, re.M) is not None
+        check(rc == (0 if host_fits else 1) and "does not fit on the GPU" not in err + out,
               f"estimate: the same job fits 8 GPUs, one a rank: exit {rc}: "
                        f"{(err + out).strip()[-400:]}")
         rc, out, err, _ = watched([ZTRAIN, "run", small, "--max-device-memory", "1M", "--out",

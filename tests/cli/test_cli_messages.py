@@ -6,7 +6,8 @@ lists, and the exit statuses getting-started.md documents.
      list, `ztraind --max-rank 2` --max-ranks: each time the one word of the help within the
      distance this test computes; a word near nothing gets no suggestion; exit 2.
   b. A value option without its value is "needs a value", not an unknown option.
-  c. ztraind's bad flag is one line and a pointer to --help, not its whole help on stderr.
+  c. ztraind's bad flag, stray argument or bad value is one line naming it (a stray argument
+     in ztrain's words) and a pointer to --help, not its whole help on stderr; exit 2.
   d. Global options misused name their own value (--token-file FILE, not HOST:PORT); a
      leading unknown option is an unknown option, not a command; `ztrain --server X --help`
      prints the help, exit 0, as kubectl's does.
@@ -76,6 +77,21 @@ def main():
     p = run(ZTRAIND, "--max-rank", "2")
     check(len(p.stderr.strip().splitlines()) <= 2 and "--help" in p.stderr,
           f"c: ztraind's bad flag is short ({len(p.stderr.splitlines())} lines)")
+    # A stray argument, an unknown option and a bad value: each one line naming the word, as
+    # ztrain's own usage error names it ("unexpected argument 'stray'"), and the pointer to
+    # ztraind --help, exit 2.
+    ztrain_stray = run(ZTRAIN, "list", "stray").stderr.splitlines()[0]
+    for args, word in ((["stray"], "unexpected argument 'stray'"),
+                       (["--grace", "5", "stray"], "unexpected argument 'stray'"),
+                       (["--bogus"], "unknown option '--bogus'"),
+                       (["--grace", "0"], "--grace expects")):
+        p = run(ZTRAIND, *args)
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode == 2 and len(lines) == 2 and word in lines[0] and
+              "ztraind --help" in lines[1] and
+              (not word.startswith("unexpected") or word in ztrain_stray),
+              f"c: ztraind {' '.join(args)}: {word} and --help, exit 2 "
+              f"({p.returncode}: {p.stderr.strip()[:120]})")
     p = run(ZTRAIN, "--token-file", "token", "help", "list")
     check(p.returncode == 2 and "--token-file FILE" in p.stderr and "HOST:PORT" not in p.stderr,
           f"d: --token-file misplaced names FILE: {p.stderr.strip()[-60:]}")

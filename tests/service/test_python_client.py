@@ -33,7 +33,8 @@ real ztraind with a token (run in .venv/ for googleapis-common-protos).
      .code, .message and .details: PERMISSION_DENIED (a read-scoped token submitting),
      DEADLINE_EXCEEDED (a call past its timeout) and UNIMPLEMENTED (a method ztraind lacks)
      from this daemon.
-  j. A token with a trailing newline (open(f).read()) works; a blank one or one with a line
+  j. A token with a trailing newline (open(f).read()) works; an empty or blank one (which
+     ztrain refuses from a token file and from ZTRAIN_TOKEN, checked here) or one with a line
      break inside is InvalidArgument naming token; a closed Client raises ClientClosed, a
      ZtrainError.
   k. A job file whose "deepspeed" file is not JSON is a SpecError naming spec.deepspeed, the
@@ -56,6 +57,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from svc import BUILD, LONG, SOURCE, Checker, Daemon, read_metrics, temp_dir, tiny_job  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cli"))
+from cliref import ZTRAIN  # noqa: E402
 
 ck = Checker()
 TOKEN = "client-token"
@@ -409,7 +412,23 @@ def case_j(ztrain, c, d):
         except Exception as e:  # noqa: BLE001 - reported by the check
             n, err = None, e
         ck.check(err is None and n, f"j: token={form!r} works as the file's token ({err!r})")
-    for form in ("\n", "   ", TOKEN + "\nother", "tok en"):
+    # The CLI is the reference for what an empty or blank token is: an empty --token-file and
+    # ZTRAIN_TOKEN="" are refused (exit 1 naming the file or the variable), never a call without
+    # a token; the Python client must refuse the same strings as InvalidArgument naming token.
+    for form in ("", "\n", "   "):
+        path = os.path.join(d.dir, "empty-token")
+        with open(path, "w") as f:
+            f.write(form)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ZTRAIN_TOKEN")}
+        by_file = subprocess.run([ZTRAIN, "--server", d.grpc_addr, "--token-file", path, "list"],
+                                 capture_output=True, text=True, timeout=60, env=env)
+        by_env = subprocess.run([ZTRAIN, "--server", d.grpc_addr, "list"], capture_output=True,
+                                text=True, timeout=60, env=dict(env, ZTRAIN_TOKEN=form))
+        ck.check(by_file.returncode == 1 and path in by_file.stderr and
+                 by_env.returncode == 1 and "ZTRAIN_TOKEN" in by_env.stderr,
+                 f"j: ztrain refuses the token {form!r} from a file and from ZTRAIN_TOKEN "
+                 f"({by_file.stderr.strip()[:80]} / {by_env.stderr.strip()[:80]})")
+    for form in ("", "\n", "   ", TOKEN + "\nother", "tok en"):
         try:
             ztrain.Client(d.grpc_addr, token=form)
             err = None

@@ -5,14 +5,20 @@ file) restarted 31 times in 0.3 s. Here, with --restart-backoff 0.5:
   a. the gaps between the starts of consecutive attempts (Job.attempts[].start_time) are at
      least 0.5, 1, 2, 4 s: each at least the back-off the formula gives (0.5 * 2^(n-1));
   b. while it waits, the job is QUEUED and its reason names the back-off and the failure;
-  c. after 9 s it has made at most 5 attempts and has not FAILED; CancelJob ends it."""
+  c. after 9 s it has made at most 5 attempts and has not FAILED; CancelJob ends it;
+  d. `ztrain watch` of the job, started at the submit, prints one line for each attempt that
+     started while it watched, naming how the attempt before ended, as GetJob's attempts say."""
 import os
+import re
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from svc import (BUILD, Checker, Daemon, get_job, spec_proto, state_name, stubs,  # noqa: E402
                  temp_dir, tiny_job)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cli"))
+from cliref import ZTRAIN  # noqa: E402
 
 pb = stubs()[0]
 ck = Checker()
@@ -28,6 +34,8 @@ with Daemon(BUILD, temp_dir("ztrain-backoff-"), max_ranks=1,
     spec.max_restarts = 30
     t0 = time.monotonic()
     j = d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec), timeout=30)
+    watch = subprocess.Popen([ZTRAIN, "--server", d.grpc_addr, "watch", j.id],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     reasons = set()
     while time.monotonic() - t0 < 9:
         g = get_job(d, j.id)
@@ -53,4 +61,24 @@ with Daemon(BUILD, temp_dir("ztrain-backoff-"), max_ranks=1,
     while state_name(get_job(d, j.id).state) != "CANCELLED" and time.monotonic() < deadline:
         time.sleep(0.1)
     ck.check(state_name(get_job(d, j.id).state) == "CANCELLED", "c: CancelJob ends it")
+    try:
+        out, err = watch.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        watch.kill()
+        out, err = watch.communicate()
+    attempts = list(get_job(d, j.id).attempts)
+    lines = re.findall(r"^\S+: attempt (\d+) started from step (\d+); attempt (\d+) (failed|ended) "
+                       r"at step (\d+)(?:: (.*))?$", out, re.M)
+    seen = [int(m[0]) for m in lines]
+    ck.check(seen and seen == list(range(seen[0], attempts[-1].attempt + 1)) and seen[0] >= 2,
+             f"d: watch printed attempts {seen} started, each one after the last up to "
+             f"{attempts[-1].attempt} ({out.strip()[-300:]} {err.strip()[-200:]})")
+    by_number = {a.attempt: a for a in attempts}
+    for m in lines:
+        before = by_number.get(int(m[2]))
+        ck.check(before is not None and int(m[2]) == int(m[0]) - 1 and before.failed and
+                 m[3] == "failed" and (m[5] or "") == before.reason and
+                 int(m[1]) == by_number[int(m[0])].resumed_from_step,
+                 f"d: the line for attempt {m[0]} names attempt {m[2]} {m[3]}: {m[5][:100]!r} "
+                 f"(GetJob: {before.reason[:100] if before else None!r})")
 ck.done()

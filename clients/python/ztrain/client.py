@@ -125,8 +125,10 @@ class Client:
 
         c = Client("127.0.0.1:50051", token="...", tls=False)
 
-    token: the server's bearer token (None or "": the server has none); surrounding white space
-    is removed, as ztrain reads a token file, so open("token").read() works as it is. tls: False
+    token: the server's bearer token (None: the server has none); surrounding white space is
+    removed, as ztrain reads a token file, so open("token").read() works as it is, and an empty
+    or blank one is InvalidArgument naming token, as ztrain refuses an empty token file or
+    ZTRAIN_TOKEN="" (docs/api.md, "Tokens"). tls: False
     (plaintext), True (TLS, the system's roots), a CA file's path, or {"ca": ..., "cert": ...,
     "key": ...} for mutual TLS. timeout: seconds for each unary call.
 
@@ -373,15 +375,18 @@ def _token(token: Optional[str]) -> Optional[str]:
     reads a token file or ZTRAIN_TOKEN, so that a token read with open(f).read() keeps no
     newline. What gRPC cannot send in a header, or a token of white space alone, is refused
     naming `token` (InvalidArgument) instead of failing every call with "INTERNAL: Invalid
-    metadata"."""
-    if token is None or token == "":
+    metadata". Only None means no token: "" is what an empty token file or ZTRAIN_TOKEN=""
+    gives, which ztrain refuses too rather than calling without one."""
+    if token is None:
         return None
     if not isinstance(token, str):
         message = f"token: must be a string, got {type(token).__name__}"
     else:
+        what = "empty" if token == "" else "blank (white space only)"
         token = token.strip()
         if not token:
-            message = "token: is blank (white space only)"
+            message = (f"token: is {what}: give the token, or None for a server without "
+                       f"authentication")
         elif any(not ("!" <= ch <= "~") for ch in token):
             bad = next(ch for ch in token if not ("!" <= ch <= "~"))
             message = (f"token: holds {bad!r}: a bearer token is printable ASCII without "

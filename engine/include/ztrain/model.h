@@ -403,6 +403,10 @@ typedef struct {
      * how a job is judged before any memory is taken (ztrain/admission.h). */
     zt_status (*estimate)(const zt_model_spec *spec, const zt_model_estimate_args *args,
                           const char *source, zt_model_estimate *out);
+    /* Gives the fields whose 0 stands for a value derived from others ("head_dim 0: n_embd /
+     * n_head") that value, as the model is built with it, so that a description names what
+     * runs. NULL when no field has such a default. */
+    void (*effective)(zt_model_spec *spec);
     /* Builds the model or a stage of it; zt_model_create_stage's contract, with pad_to >= 1 and
      * a stage already checked against spec->n_layer. */
     zt_status (*create)(zt_model **out, const zt_model_spec *spec, zt_backend *be, zt_dtype act,
@@ -433,8 +437,9 @@ zt_status zt_model_estimate_spec(const zt_model_spec *spec, const zt_model_estim
                                  const char *source, zt_model_estimate *out);
 
 /* Writes a person's description of the spec: the family's title and its architecture fields,
- * "GPT-2 (n_layer 2, n_head 2, n_embd 32, vocab_size 256, block_size 32)". An unknown type is
- * described by its name alone. */
+ * "GPT-2 (n_layer 2, n_head 2, n_embd 32, vocab_size 256, block_size 32)", each with the value
+ * the model is built with (a Llama's head_dim 0 is described as n_embd / n_head, the family's
+ * effective). An unknown type is described by its name alone. */
 void zt_model_spec_describe(const zt_model_spec *spec, char *buf, size_t size);
 
 /* The first field in which a and b differ, or NULL when they describe the same model:
