@@ -1,6 +1,7 @@
-/* The chat template's parts shared by its two files (internal to engine/data): the nodes a
- * template is cut into (chat_template.c) and the values, renders and expressions that evaluate
- * them (chat_expr.c). */
+/* The chat template's parts shared by its files (internal to engine/data): the nodes a template
+ * is cut into (chat_template.c), the values and renders that evaluate them (chat_value.c), the
+ * methods (chat_method.c) and the expressions' entry points (chat_expr.c, which reads them, and
+ * chat_ops.c, which computes them; their own parts are in chat_expr_internal.h). */
 #ifndef ZTRAIN_DATA_CHAT_TEMPLATE_INTERNAL_H
 #define ZTRAIN_DATA_CHAT_TEMPLATE_INTERNAL_H
 
@@ -104,6 +105,7 @@ val zt_chat_strip_space(val v, bool left, bool right);
 /* Values (chat_value.c; zt_chat_is_ident is chat_expr.c's). */
 val zt_chat_str(const char *s, size_t n);
 val zt_chat_bool(bool b);
+val zt_chat_int(long long i);
 val zt_chat_from_json(const cJSON *j);
 bool zt_chat_truthy(val v);
 /* Item k (0 <= k < count) of the list v. */

@@ -18,6 +18,7 @@ char *zt_chat_alloc(render *r, size_t n) {
 
 val zt_chat_str(const char *s, size_t n) { return (val){.k = V_STR, .s = s, .n = n}; }
 val zt_chat_bool(bool b) { return (val){.k = V_BOOL, .b = b}; }
+val zt_chat_int(long long i) { return (val){.k = V_INT, .i = i}; }
 
 val zt_chat_from_json(const cJSON *j) {
     if (!j)

@@ -23,19 +23,13 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()  # transformers' LlamaConfig, the reference for the banner's head_dim
 
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build")))
-ZTRAIN = os.path.join(BUILD, "ztrain")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, ZTRAIN, Checks  # noqa: E402
 TEXT = (b"It was the best of times, it was the worst of times, it was the age of wisdom, "
         b"it was the age of foolishness, it was the epoch of belief.\n" * 40)
 sys.stdout.reconfigure(line_buffering=True)
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what)
-    failed += 0 if ok else 1
+ck = Checks()
+check = ck.check
 
 
 def tree_rss_mb(root):
@@ -278,6 +272,4 @@ with tempfile.TemporaryDirectory(prefix="ztrain-admission-") as d:
     else:
         print("skipped: the device checks (this build has no emulated CUDA device)")
 
-if failed:
-    raise SystemExit(f"{failed} check(s) failed")
-print("all checks passed")
+ck.finish()

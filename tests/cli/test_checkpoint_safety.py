@@ -26,20 +26,14 @@ import subprocess
 import sys
 import tempfile
 
-BUILD = os.environ.get("ZTRAIN_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
-ZTRAIN = os.path.join(BUILD, "ztrain")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import ZTRAIN, Checks  # noqa: E402
 TEXT = (b"It was the best of times, it was the worst of times, it was the age of wisdom, "
         b"it was the age of foolishness, it was the epoch of belief.\n" * 40)[:4096]
 
 sys.stdout.reconfigure(line_buffering=True)
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
-    return ok
+checks = Checks()
+check = checks.check
 
 
 top = tempfile.mkdtemp(prefix="ztrain-ckpt-safety-")
@@ -215,6 +209,4 @@ for variant, env, points in variants:
               f"is complete ({hidden(ck)})")
 
 shutil.rmtree(top, ignore_errors=True)
-if failed:
-    raise SystemExit(f"{failed} check(s) failed")
-print("all checks passed")
+checks.finish()

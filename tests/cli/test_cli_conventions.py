@@ -37,18 +37,10 @@ reexec_in_venv()
 import torch  # noqa: E402,F401  (transformers needs it)
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
-SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
-ZTRAIN = os.path.join(BUILD, "ztrain")
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
-    return ok
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, SRC, ZTRAIN, Checks  # noqa: E402
+ck = Checks()
+check = ck.check
 
 
 def env_clean(**extra):
@@ -464,8 +456,7 @@ def main():
         part_e(tmp)
         part_f(tmp)
         part_g(tmp)
-    print("FAILED" if failed else "PASSED")
-    sys.exit(1 if failed else 0)
+    ck.finish()
 
 
 if __name__ == "__main__":

@@ -28,22 +28,15 @@ pyvenv.reexec_in_venv()
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig  # noqa: E402
 from transformers.training_args import TrainingArguments  # noqa: E402
 
-SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
-ZTRAIN = os.path.join(BUILD, "ztrain")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, SRC, ZTRAIN, Checks  # noqa: E402
 CHECK_TOOL = os.path.join(BUILD, "zt_job_check")
 CONFIGS = os.path.join(SRC, "tests", "configs")
 N_EMBD = 32
 MAX_STEPS = 2
 sys.stdout.reconfigure(line_buffering=True)
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what)
-    failed += 0 if ok else 1
+ck = Checks()
+check = ck.check
 
 
 # The Trainer's arguments the corpus uses, all given (so HF compares every one, as ztrain does for
@@ -345,8 +338,7 @@ def main():
                 check_config(tmp, name, CORPUS[name])
         check_linear_schedule(tmp)
         check_unknown_keys(tmp)
-    print(f"{failed} failure(s)")
-    sys.exit(1 if failed else 0)
+    ck.finish()
 
 
 if __name__ == "__main__":

@@ -12,18 +12,11 @@ import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
-ZTRAIN = os.path.join(BUILD, "ztrain")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, SRC, ZTRAIN, Checks  # noqa: E402
 CHECK_TOOL = os.path.join(BUILD, "zt_job_check")
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what)
-    failed += 0 if ok else 1
+ck = Checks()
+check = ck.check
 
 
 def readme_table():
@@ -236,8 +229,7 @@ def main():
                   f"refused key {path}: an error naming it ({p.stderr.strip()[-200:]})")
             n += 1
         check(n > 30, f"{n} refused keys probed")
-    print(f"{failed} failure(s)")
-    sys.exit(1 if failed else 0)
+    ck.finish()
 
 
 if __name__ == "__main__":

@@ -29,16 +29,11 @@ reexec_in_venv()
 
 import jsonschema_rs  # noqa: E402
 
-SRC = os.path.abspath(os.environ.get("ZTRAIN_SOURCE",
-                                     os.path.join(os.path.dirname(__file__), "..", "..")))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, SRC, Checks  # noqa: E402
 
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
+ck = Checks()
+check = ck.check
 
 
 WORK = tempfile.mkdtemp(prefix="ztrain-schema-")
@@ -229,9 +224,7 @@ def main():
     schema, validator = case_a()
     case_b(schema, validator)
     case_c(validator)
-    if failed:
-        raise SystemExit(f"{failed} check(s) failed")
-    print("all checks passed")
+    ck.finish()
 
 
 if __name__ == "__main__":

@@ -15,9 +15,8 @@ import sys
 import tempfile
 import time
 
-SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SRC, "build")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, SRC, Checks  # noqa: E402
 UNIT = os.path.join(SRC, "examples", "systemd", "ztraind.service")
 KNOWN = {
     "Unit": {"Description", "Documentation", "After", "Wants"},
@@ -26,13 +25,8 @@ KNOWN = {
                 "LimitNOFILE", "NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp"},
     "Install": {"WantedBy"},
 }
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
+ck = Checks()
+check = ck.check
 
 
 def read_unit():
@@ -135,8 +129,7 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    print("FAILED" if failed else "PASSED")
-    sys.exit(1 if failed else 0)
+    ck.finish()
 
 
 if __name__ == "__main__":

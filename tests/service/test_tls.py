@@ -12,7 +12,11 @@ with a client certificate of its own that ztraind must not trust.
      job, and plain HTTP on that port gets no HTTP answer.
   c. --tls-client-ca: a gRPC client without a certificate, or with one another CA signed, is
      refused; with its certificate it is served (grpcio and the CLI). HTTPS the same: no
-     certificate or a foreign one is 403 naming the client certificate, its own is 200."""
+     certificate or a foreign one is 403 naming the client certificate, its own is 200.
+  d. The TLS hint is for a first call only: a `ztrain watch` whose plaintext ztraind is SIGKILLed
+     mid-stream and started again on the same state and ports says it is reconnecting, follows
+     the job on the new daemon, and blames no TLS, while b's first call to a TLS server without
+     --tls-ca still gets the hint."""
 import http.client
 import json
 import os
@@ -20,12 +24,13 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, Checker, Daemon, error_of, state_name, stubs, temp_dir,  # noqa: E402
-                 tiny_job, spec_proto)
+from svc import (BUILD, LONG, Checker, Daemon, error_of, state_name, stubs, temp_dir,  # noqa: E402
+                 tiny_job, spec_proto, wait_state, wait_step)
 
 pb, rpc, health_pb, health_rpc = stubs()
 ck = Checker()
@@ -295,12 +300,61 @@ def case_mutual_tls(certs, tmp):
              f"c: ztraind stops with 0 ({rc}) {d.sanitizer_errors()}")
 
 
+def watch_across_kill(d):
+    """Watches a running job while ztraind is SIGKILLed and started again on the same state and
+    ports, then cancels the job (whether recovery resumed or failed it); returns the watch's
+    (exit status, stdout, stderr)."""
+    job = d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec_proto(
+        tiny_job(d.data_root, name="killed-mid-watch", max_steps=LONG))),
+        metadata=d.metadata, timeout=30)
+    wait_step(d, job.id, 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZTRAIN_")}
+    watcher = subprocess.Popen([ZTRAIN, "watch", job.id, "--server", d.grpc_addr],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    try:
+        # A first line: the daemon has answered on the watch's stream. The pause lets the
+        # connection go quiet, so that the kernel closes the dead daemon's socket with a FIN
+        # ("Socket closed", what a TLS server's close looks like) rather than a reset.
+        first = watcher.stdout.readline()
+        time.sleep(0.5)
+        d.kill()
+        time.sleep(1)
+        d.start()
+        wait_state(d, job.id, {"RUNNING", "QUEUED", "SUCCEEDED", "FAILED", "CANCELLED"})
+        rpc_error(lambda: d.stub().CancelJob(pb.CancelJobRequest(id=job.id),
+                                              metadata=d.metadata, timeout=10))
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
+    return watcher.returncode, first + out, err
+
+
+def case_killed_daemon(tmp):
+    """d. A plaintext daemon killed mid-watch: a restart, not a TLS server."""
+    with Daemon(BUILD, temp_dir("ztrain-tls-d-")) as d:
+        # A reset instead of a clean close would not be the case the hint is for: try again.
+        for attempt in range(3):
+            rc, out, err = watch_across_kill(d)
+            if "Socket closed" in err:
+                break
+        ck.check("Socket closed" in err and "reconnecting" in err and rc in (1, 3),
+                 f"d: watch follows its job across a SIGKILLed ztraind, reconnecting after the "
+                 f"socket closed (exit {rc}, attempt {attempt + 1}; {err.strip()[-250:]})")
+        ck.check("TLS" not in err and "--tls-ca" not in err,
+                 f"d: the reconnect line after the daemon answered blames no TLS "
+                 f"({err.strip()[-300:]})")
+
+
 def main():
     tmp = temp_dir("ztrain-tls-")
     certs = Certs(tmp)
     case_bad_files(certs, tmp)
     case_server_tls(certs, tmp)
     case_mutual_tls(certs, tmp)
+    case_killed_daemon(tmp)
     ck.done()
 
 
