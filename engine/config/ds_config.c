@@ -496,19 +496,8 @@ static zt_status parse_activation_checkpointing(zt_ds_config *cfg, const zt_json
 
 static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json_obj *top) {
     const char *src = top->source;
-    static const char *const switched[] = {
-        "flops_profiler", "comms_logger", "autotuning", "hybrid_engine", "datastates",
-        "torch_autocast", "expert_parallel", NULL};
-    for (const char *const *k = switched; *k; k++) {
-        const cJSON *sec = zt_json_item(top, *k);
-        const cJSON *en = sec && cJSON_IsObject(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "enabled") : NULL;
-        if (cJSON_IsTrue(en))
-            return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s.enabled is not supported by ztrain", src, *k);
-    }
+    ZT_TRY(zt_ds_check_switches(top));
     ZT_TRY(check_data_efficiency(top));
-    const cJSON *comp = zt_json_item(top, "compile");
-    if (comp && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(comp, "deepcompile")))
-        return zt_error(ZT_ERR_UNSUPPORTED, "%s: compile.deepcompile is not supported by ztrain", src);
     int sp = 1, dp = cfg->world_size;
     bool managed = true;
     zt_json_get_int(top, "sequence_parallel_size", &sp, NULL);

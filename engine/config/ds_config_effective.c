@@ -142,6 +142,15 @@ static void zero(cJSON *root, const zt_ds_config *c) {
     offload(o, "offload_param", &z->offload_param, true);
 }
 
+/* The monitors ztrain writes, where the config has their sections: `enabled` as the parser
+ * settled it (1 or "yes" written as true). */
+static void monitors(cJSON *root, const zt_ds_config *c) {
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "tensorboard")))
+        flag(section(root, "tensorboard"), "enabled", c->monitor.tensorboard.enabled);
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "csv_monitor")))
+        flag(section(root, "csv_monitor"), "enabled", c->monitor.csv.enabled);
+}
+
 char *zt_ds_config_effective_json(const zt_ds_config *c, const cJSON *resolved) {
     cJSON *root = resolved && cJSON_IsObject(resolved) ? cJSON_Duplicate(resolved, true)
                                                        : cJSON_CreateObject();
@@ -176,6 +185,7 @@ char *zt_ds_config_effective_json(const zt_ds_config *c, const cJSON *resolved) 
     flag(bf16, "enabled", c->bf16.enabled);
     flag(bf16, "check_grad_overflow", c->bf16.check_grad_overflow);
     zero(root, c);
+    monitors(root, c);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     char *out = text ? strdup(text) : NULL;

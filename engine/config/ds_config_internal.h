@@ -56,14 +56,25 @@ typedef struct {
  * checking types and ranges; an absent field leaves its default. */
 zt_status zt_ds_read_fields(const zt_json_obj *o, const field *fields, size_t n, void *base);
 
-/* DeepSpeed reads the sections above through pydantic models in lax mode, which convert a value
- * to the field's type: strings ("2" to 2 for zero_optimization.stage, "128" to 128.0 for
- * fp16.loss_scale, "true"/"yes"/"on"/"1" to true), 0 and 1 to bools, bools to 0 and 1. The
- * sections it reads with dict.get (the top level, optimizer, scheduler) convert nothing, and
- * their readers refuse a string by name. This converts, in place, each value under a table
- * field of zero_optimization, its offload sections, fp16 and bf16 as pydantic would; a value
+/* DeepSpeed reads the sections above, the monitors, comms_logger, hybrid_engine and compile
+ * through pydantic models in lax mode, which convert a value to the field's type: strings ("2" to
+ * 2 for zero_optimization.stage, "128" to 128.0 for fp16.loss_scale, "true"/"yes"/"on"/"1" to
+ * true), 0 and 1 to bools, bools to 0 and 1. The sections it reads with dict.get (the top level,
+ * optimizer, scheduler, and the switches flops_profiler, autotuning, torch_autocast and
+ * expert_parallel) convert nothing. zt_ds_coerce_model_strings converts, in place, each value
+ * under a typed field of those model sections as pydantic would (ds_config_lax.c); a value
  * pydantic refuses is left for the reader to refuse. */
 void zt_ds_coerce_model_strings(cJSON *root);
+/* Its parts: zero_optimization with its offload sections, fp16 and bf16 by their tables
+ * (ds_config_zero.c); one key, or every field of a table, of a section (NULL or not an object:
+ * nothing). `strict`: a DeepSpeed validator that calls int() or float() first, so "2.0" stays
+ * refused as an int and a bool is not a number. */
+void zt_ds_coerce_zero_sections(cJSON *root);
+void zt_ds_coerce_key(cJSON *sec, const char *key, field_type type, bool strict);
+void zt_ds_coerce_fields(cJSON *sec, const field *fields, size_t n);
+/* A bool as a pydantic model reads it: true/false, 0/1, or one of its strings ("yes", "off",
+ * ...); false when v is none of those. */
+bool zt_ds_lax_bool(const cJSON *v, bool *out);
 
 /* The allowed keys of a table section are its fields plus a few read by hand (`extra`, NULL or
  * NULL-terminated). */
@@ -82,6 +93,11 @@ zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top);
 zt_status zt_ds_parse_tensor_parallel(zt_ds_config *cfg, const zt_json_obj *top);
 /* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet. */
 zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
+
+/* The switches of DeepSpeed features ztrain lacks (ds_config_switches.c): ZT_ERR_UNSUPPORTED
+ * naming the key where DeepSpeed would turn one on, ZT_ERR_INVALID where it would fail on the
+ * value. */
+zt_status zt_ds_check_switches(const zt_json_obj *top);
 
 /* JSON null where DeepSpeed does not read it as absent (ds_config_null.c): refused by key, with
  * how DeepSpeed fails on it. Runs before the section parsers. */

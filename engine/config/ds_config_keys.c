@@ -169,8 +169,8 @@ static const zt_ds_key rows[] = {
     {"data_efficiency.data_routing.random_ltd", OPAQUE | R, 0, NULL, "enabled refused"},
     {"data_efficiency.data_routing.random_ltd.enabled", HAND | R, 0, "false", "true refused"},
 
-    {"datastates", OPAQUE | R, 0, NULL, "enabled refused"},
-    {"datastates.enabled", HAND | R, 0, "false", "true refused"},
+    {"datastates_ckpt", HAND | R, 0, "false",
+     "DataStates checkpointing: any value but false refused (DeepSpeed turns it on for any)"},
     {"eigenvalue", REMOVED, 0, NULL, REMOVED_IN_019 "eigenvalue-based Mixture-of-Quantization"},
     {"elasticity", REMOVED, 0, NULL,
      REMOVED_IN_019 "elastic training: set the batch keys directly"},

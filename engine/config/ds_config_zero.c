@@ -2,11 +2,9 @@
  * fp16 and bf16. Their pydantic models are lists of typed, range-checked keys, so they are read
  * from tables (ds_config_internal.h) plus a few keys read by hand. All of it is parsed and
  * validated here; what this build does not run is refused afterwards by ds_config.c. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "ds_config_internal.h"
 
@@ -335,135 +333,26 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     return check_master_precision(cfg, top->source);
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* pydantic's lax mode: strings converted to the field's type                                  */
-
-/* Python's whitespace at either end of a number; *end is one past the last non-space. */
-static const char *trim(const char *s, const char **end) {
-    while (*s == ' ' || (*s >= '\t' && *s <= '\r'))
-        s++;
-    const char *e = s + strlen(s);
-    while (e > s && (e[-1] == ' ' || (e[-1] >= '\t' && e[-1] <= '\r')))
-        e--;
-    *end = e;
-    return s;
-}
-
-/* An int as pydantic reads a string: a sign, digits with single underscores between them, and
- * (unless `whole`, Python's int() as DeepSpeed's own validators call it) a fraction of zeros
- * ("2.00"). */
-static bool lax_int(const char *text, bool whole, double *out) {
-    const char *end, *s = trim(text, &end);
-    char buf[64];
-    size_t n = 0;
-    if (s < end && (*s == '+' || *s == '-'))
-        buf[n++] = *s++;
-    bool digit = false;
-    for (; s < end && n + 1 < sizeof buf; s++) {
-        if (*s >= '0' && *s <= '9') {
-            buf[n++] = *s;
-            digit = true;
-        } else if (*s == '_' && digit && s + 1 < end && s[1] >= '0' && s[1] <= '9') {
-            continue;
-        } else {
-            break;
-        }
-    }
-    if (!digit)
-        return false;
-    if (!whole && s < end && *s == '.' && s + 1 < end) {
-        for (s++; s < end && *s == '0'; s++)
-            ;
-    }
-    if (s != end)
-        return false;
-    buf[n] = '\0';
-    *out = strtod(buf, NULL);
-    return true;
-}
-
-/* A float as pydantic reads a string: Python's float() syntax, underscores dropped; a value that
- * is not finite is left to be refused as a string. */
-static bool lax_float(const char *text, double *out) {
-    const char *end, *s = trim(text, &end);
-    char buf[64];
-    size_t n = 0;
-    for (; s < end && n + 1 < sizeof buf; s++)
-        if (*s != '_')
-            buf[n++] = *s;
-    if (s != end || n == 0 || strpbrk(buf, "xXpP"))
-        return false;
-    buf[n] = '\0';
-    char *stop;
-    double v = strtod(buf, &stop);
-    if (*stop || !isfinite(v))
-        return false;
-    *out = v;
-    return true;
-}
-
-/* A bool as pydantic reads a string, in any case and without spaces. */
-static bool lax_bool(const char *s, bool *out) {
-    static const char *const yes[] = {"true", "1", "yes", "on", "t", "y", NULL};
-    static const char *const no[] = {"false", "0", "no", "off", "f", "n", NULL};
-    for (int i = 0; yes[i]; i++) {
-        if (strcasecmp(s, yes[i]) == 0)
-            return *out = true, true;
-        if (strcasecmp(s, no[i]) == 0)
-            return *out = false, true;
-    }
-    return false;
-}
-
-/* `strict`: DeepSpeed's own validators of these fp16 keys refuse a bool before pydantic would
- * turn it into 1 or 0. */
-static void coerce_key(cJSON *sec, const char *key, field_type type, bool strict) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(sec, key);
-    bool number = type == FT_INT || type == FT_INT64 || type == FT_DOUBLE;
-    double d;
-    bool b;
-    cJSON *to = NULL;
-    if (cJSON_IsString(v) && (type == FT_INT || type == FT_INT64) &&
-        lax_int(v->valuestring, strict, &d))
-        to = cJSON_CreateNumber(d);
-    else if (cJSON_IsString(v) && type == FT_DOUBLE && lax_float(v->valuestring, &d))
-        to = cJSON_CreateNumber(d);
-    else if (cJSON_IsString(v) && type == FT_BOOL && lax_bool(v->valuestring, &b))
-        to = cJSON_CreateBool(b);
-    else if (cJSON_IsNumber(v) && type == FT_BOOL && (v->valuedouble == 0 || v->valuedouble == 1))
-        to = cJSON_CreateBool(v->valuedouble == 1);
-    else if (cJSON_IsBool(v) && number && !strict)
-        to = cJSON_CreateNumber(cJSON_IsTrue(v) ? 1 : 0);
-    /* Out of memory leaves the value, which its reader then refuses by name. */
-    if (to && !cJSON_ReplaceItemInObjectCaseSensitive(sec, key, to))
-        cJSON_Delete(to);
-}
-
-static void coerce_fields(cJSON *sec, const field *fields, size_t n) {
-    if (!cJSON_IsObject(sec))
-        return;
-    for (size_t i = 0; i < n; i++)
-        coerce_key(sec, fields[i].key, fields[i].type, false);
-}
-
-void zt_ds_coerce_model_strings(cJSON *root) {
+/* pydantic's lax mode on these sections' tables (ds_config_lax.c). */
+void zt_ds_coerce_zero_sections(cJSON *root) {
     cJSON *z = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
-    coerce_fields(z, zero_fields, NFIELDS(zero_fields));
+    zt_ds_coerce_fields(z, zero_fields, NFIELDS(zero_fields));
     if (cJSON_IsObject(z)) {
-        coerce_fields(cJSON_GetObjectItemCaseSensitive(z, "offload_optimizer"),
-                      offload_optimizer_fields, NFIELDS(offload_optimizer_fields));
-        coerce_fields(cJSON_GetObjectItemCaseSensitive(z, "offload_param"), offload_param_fields,
-                      NFIELDS(offload_param_fields));
+        zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(z, "offload_optimizer"),
+                            offload_optimizer_fields, NFIELDS(offload_optimizer_fields));
+        zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(z, "offload_param"),
+                            offload_param_fields, NFIELDS(offload_param_fields));
     }
     cJSON *fp16 = cJSON_GetObjectItemCaseSensitive(root, "fp16");
-    coerce_fields(fp16, fp16_fields, NFIELDS(fp16_fields));
+    zt_ds_coerce_fields(fp16, fp16_fields, NFIELDS(fp16_fields));
     if (cJSON_IsObject(fp16)) {
         /* DeepSpeed's own validators: float(v) for loss_scale, int(v) for these two. */
-        coerce_key(fp16, "loss_scale", FT_DOUBLE, true);
-        coerce_key(fp16, "loss_scale_window", FT_INT, true);
-        coerce_key(fp16, "min_loss_scale", FT_INT64, true);
+        zt_ds_coerce_key(fp16, "loss_scale", FT_DOUBLE, true);
+        zt_ds_coerce_key(fp16, "loss_scale_window", FT_INT, true);
+        zt_ds_coerce_key(fp16, "min_loss_scale", FT_INT64, true);
     }
-    coerce_fields(cJSON_GetObjectItemCaseSensitive(root, "bf16"), bf16_fields, NFIELDS(bf16_fields));
-    coerce_fields(cJSON_GetObjectItemCaseSensitive(root, "bfloat16"), bf16_fields,
-                  NFIELDS(bf16_fields));
+    zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(root, "bf16"), bf16_fields,
+                        NFIELDS(bf16_fields));
+    zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(root, "bfloat16"), bf16_fields,
+                        NFIELDS(bf16_fields));
 }

@@ -96,6 +96,31 @@ CASES = [
     ("bf16 enabled \"true\"", dict(BASE, bf16={"enabled": "true"}), "enabled", "config", False),
 ]
 
+# Switches: what DeepSpeed makes of a value (an expression over its DeepSpeedConfig `c`, tested
+# for truth), for the sections it reads through pydantic (1, "yes" and "off" converted, "maybe"
+# refused) and those it reads with dict.get (the value itself tested later, so "no" is on).
+# ztrain must refuse, naming the key, every switch of a feature it lacks that DeepSpeed turns on
+# or refuses, accept it where DeepSpeed leaves it off, and write what DeepSpeed decided into
+# the effective config for the monitors it honours.
+SWITCH_SECTIONS = [
+    ("flops_profiler", "enabled", "c.flops_profiler_config.enabled", [1, 0, "no", "", 0.5, None]),
+    ("autotuning", "enabled", "c.autotuning_config.enabled", [1, 0, "off"]),
+    ("torch_autocast", "enabled", "c.torch_autocast_enabled", ["no", 0, []]),
+    ("expert_parallel", "enabled", "c.expert_parallel_config.enabled", [1, 0.0]),
+    # The model's value: DeepSpeed 0.19's logger starts on the section's presence alone
+    # (ds_config_switches.c says why ztrain follows "enabled").
+    ("comms_logger", "enabled", "c.comms_config.comms_logger.enabled", ["yes", "off", 1, "maybe"]),
+    ("hybrid_engine", "enabled", "c.hybrid_engine.enabled", ["on", 0, "F"]),
+    ("compile", "deepcompile", "c.compile_config.deepcompile", ["true", "0"]),
+    ("tensorboard", "enabled", "c.monitor_config.tensorboard.enabled", [1, "off", "Yes"]),
+    ("csv_monitor", "enabled", "c.monitor_config.csv_monitor.enabled", ["t", 0]),
+]
+HONOURED = ("tensorboard", "csv_monitor")
+SWITCHES = [(f"{sec}.{key} {json.dumps(v)}", dict(BASE, **{sec: {key: v}}), f"{sec}.{key}",
+             "value:" + expr) for sec, key, expr, values in SWITCH_SECTIONS for v in values]
+SWITCHES += [(f"datastates_ckpt {json.dumps(v)}", dict(BASE, datastates_ckpt=v), "datastates_ckpt",
+              "value:c.datastates_config.enabled") for v in ({}, False, {"path": "x"})]
+
 # The DeepSpeed side, run in a child so that one process holds its distributed state.
 DS_CHILD = r"""
 import json, logging, os, sys
@@ -107,6 +132,10 @@ logger.setLevel(logging.ERROR)
 cases, out = json.load(open(sys.argv[1])), {}
 for name, cfg, how in cases:
     try:
+        if how.startswith("value:"):
+            c = DeepSpeedConfig(cfg)
+            out[name] = "ON" if eval(how[len("value:"):]) else "OFF"
+            continue
         if how == "config":
             DeepSpeedConfig(cfg)
         else:
@@ -132,7 +161,8 @@ def free_port():
 
 def deepspeed_verdicts(tmp):
     with open(f"{tmp}/cases.json", "w") as f:
-        json.dump([(name, cfg, how) for name, cfg, _, how, _ in CASES], f)
+        json.dump([(name, cfg, how) for name, cfg, _, how, _ in CASES] +
+                  [(name, cfg, how) for name, cfg, _, how in SWITCHES], f)
     with open(f"{tmp}/child.py", "w") as f:
         f.write(DS_CHILD)
     env = dict(os.environ, DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
@@ -146,14 +176,14 @@ def deepspeed_verdicts(tmp):
         return json.load(f)
 
 
-def ztrain_verdict(tmp, cfg):
+def ztrain_verdict(tmp, cfg, run_dir=None):
     job = {"model": {"type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 256,
                      "block_size": 8},
            "data": {"train": "train.txt"}, "deepspeed": cfg}
     with open(f"{tmp}/job.json", "w") as f:
         json.dump(job, f)
-    p = subprocess.run([tool("zt_job_check"), f"{tmp}/job.json"], capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run([tool("zt_job_check"), f"{tmp}/job.json"] + ([run_dir] if run_dir else []),
+                       capture_output=True, text=True, timeout=60)
     return p.returncode, p.stderr.strip()
 
 
@@ -171,6 +201,23 @@ def main():
                 ck.check(rc != 0 and key in err,
                          f"{name}: DeepSpeed says {verdict[:120]!r}; ztrain refuses naming "
                          f"{key} ({err[-200:]})")
+        for name, cfg, key, _ in SWITCHES:
+            verdict, section = ds[name], key.split(".")[0]
+            run_dir = f"{tmp}/run-{len(name)}-{abs(hash(name))}"
+            os.makedirs(run_dir)
+            rc, err = ztrain_verdict(tmp, cfg, run_dir)
+            if section in HONOURED and verdict in ("ON", "OFF"):
+                with open(f"{run_dir}/ds_config.effective.json") as f:
+                    enabled = json.load(f)[section]["enabled"]
+                ck.check(rc == 0 and enabled == (verdict == "ON"),
+                         f"{name}: DeepSpeed turns it {verdict}; ztrain's effective config says "
+                         f"enabled {enabled} ({err[-200:]})")
+            elif verdict == "OFF":
+                ck.check(rc == 0, f"{name}: DeepSpeed leaves it off; ztrain accepts it ({err[-200:]})")
+            else:
+                ck.check(rc != 0 and key in err,
+                         f"{name}: DeepSpeed says {verdict[:120]!r}; ztrain refuses naming {key} "
+                         f"({err[-200:]})")
     ck.done()
 
 
