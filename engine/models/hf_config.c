@@ -178,7 +178,8 @@ static bool when_holds(const hf_row *r, const cJSON *root) {
     const cJSON *v = lookup(root, key);
     if (eq)
         return cJSON_IsString(v) && strcmp(v->valuestring, eq + 1) == 0;
-    return v && !cJSON_IsNull(v) && !cJSON_IsFalse(v);
+    /* transformers tests it with `if config.key:` (use_sliding_window, rope_scaling). */
+    return zt_hf_truthy(v);
 }
 
 /* The row's value in the config: the key, its alias, or Hugging Face's default (parsed into
@@ -191,12 +192,21 @@ static const cJSON *row_value(const hf_row *r, const cJSON *root, cJSON **owned)
     return v;
 }
 
+/* A row whose key is a boolean to transformers: its allowed values are true or false. */
+static bool boolean_row(const hf_row *r) {
+    return r->allowed && (strncmp(r->allowed, "[true", 5) == 0 ||
+                          strncmp(r->allowed, "[false", 6) == 0);
+}
+
+/* Whether v is one of the row's allowed values; for a boolean key, whether its truth (as
+ * transformers reads it: 0 and null are false, 1 is true) is. */
 static bool allowed_value(const hf_row *r, const cJSON *v) {
     cJSON *allowed = cJSON_Parse(r->allowed);
     bool ok = false;
     const cJSON *a;
     cJSON_ArrayForEach(a, allowed) {
-        if (cJSON_Compare(a, v, true))
+        if (cJSON_Compare(a, v, true) ||
+            (cJSON_IsBool(a) && boolean_row(r) && cJSON_IsTrue(a) == zt_hf_truthy(v)))
             ok = true;
     }
     cJSON_Delete(allowed);
@@ -209,6 +219,12 @@ static zt_status set_field(const zt_model_field *f, zt_model_spec *spec, const c
     void *p = (char *)spec + f->offset;
     char got[96];
     zt_json_repr(v, got, sizeof got);
+    /* transformers stores a boolean key as given and tests it with `if`: any value reads by
+     * its truth, null and 0 as false (tie_word_embeddings 0 is an untied model). */
+    if (f->kind == ZT_FIELD_BOOL) {
+        *(bool *)p = zt_hf_truthy(v);
+        return ZT_OK;
+    }
     if (cJSON_IsNull(v)) {
         zt_model_field_set_default(f, spec);
         return ZT_OK;
@@ -259,13 +275,13 @@ static zt_status check_qwen2(const cJSON *root, zt_hf_config *c) {
         return zt_error(ZT_ERR_FORMAT, "%s: key 'max_window_layers' must be an integer",
                         c->path);
     double layers = cJSON_IsNumber(mwl) ? mwl->valuedouble : 28;
-    if (cJSON_IsTrue(use) && layers >= c->spec.n_layer) {
+    if (zt_hf_truthy(use) && layers >= c->spec.n_layer) {
         const zt_model_field *f = zt_model_family_field(c->family, "sliding_window");
         if (f)
             *(int *)((char *)&c->spec + f->offset) = 0;
         return ZT_OK;
     }
-    if (cJSON_IsTrue(use) && layers > 0 && layers < c->spec.n_layer)
+    if (zt_hf_truthy(use) && layers > 0 && layers < c->spec.n_layer)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: key 'max_window_layers' (%d) is below "
                         "num_hidden_layers (%d) with use_sliding_window: ztrain applies one "
                         "sliding window to every layer, not to some", c->path, (int)layers,
@@ -296,11 +312,17 @@ static zt_status apply_row(const hf_row *r, const cJSON *root, zt_hf_config *c) 
         s = zt_error(ZT_ERR_FORMAT, "%s: key '%s' is %.0f.0, a float: transformers sizes the "
                      "model with it and from_pretrained fails on a float (TypeError); write it "
                      "as an integer, %.0f", c->path, r->key, v->valuedouble, v->valuedouble);
-    if (s == ZT_OK && r->allowed && !cJSON_IsNull(v) && !allowed_value(r, v)) {
-        char got[96];
+    /* A boolean key's null is false to transformers, not its default. */
+    if (s == ZT_OK && r->allowed && (!cJSON_IsNull(v) || boolean_row(r)) &&
+        !allowed_value(r, v)) {
+        char got[96], truth[64] = "";
         zt_json_repr(v, got, sizeof got);
-        s = zt_error(ZT_ERR_UNSUPPORTED, "%s: key '%s' is %s, which ztrain's %s does not "
-                     "support (supported: %s)", c->path, r->key, got, fam->title, r->allowed);
+        if (boolean_row(r) && !cJSON_IsBool(v))
+            snprintf(truth, sizeof truth, " (%s to transformers, which reads it by its truth)",
+                     zt_hf_truthy(v) ? "true" : "false");
+        s = zt_error(ZT_ERR_UNSUPPORTED, "%s: key '%s' is %s%s, which ztrain's %s does not "
+                     "support (supported: %s)", c->path, r->key, got, truth, fam->title,
+                     r->allowed);
     }
     if (s == ZT_OK && f) {
         s = set_field(f, &c->spec, v, c->path, r->key ? r->key : r->field);

@@ -5,6 +5,7 @@
  * directions walk the protobuf-c descriptors instead of listing every field twice: a field added
  * to the proto is known here at once. The one exception is "deepspeed" in JSON, which is
  * JobSpec.deepspeed_json in the proto. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -189,6 +190,49 @@ static zt_status check_positive_double(const zt_json_obj *o, const char *key, do
 static zt_status fill_from_json(ProtobufCMessage *msg, const zt_json_obj *o, bool top,
                                 bool server_text, bool *ok);
 
+/* An integer field given as a decimal string, the form the proto3 JSON mapping prints a 64-bit
+ * integer in and which its parsers (json_format.Parse, protojson) read for any integer field:
+ * an optional sign and ASCII digits, nothing else (no space, fraction, exponent or hex, as
+ * json_format refuses them), within the field's type. Numbers above 2^53 are exact only in this
+ * form, since a JSON number is read as a double. */
+static zt_status int_from_string(const zt_json_obj *o, const ProtobufCFieldDescriptor *f,
+                                 const char *text, void *p) {
+    bool negative = text[0] == '-';
+    const char *digits = text + (negative || text[0] == '+');
+    bool ok = *digits != '\0';
+    for (const char *c = digits; ok && *c; c++)
+        ok = *c >= '0' && *c <= '9';
+    errno = 0;
+    long long v = 0;
+    unsigned long long u = 0;
+    if (ok && f->type == PROTOBUF_C_TYPE_UINT64)
+        u = strtoull(digits, NULL, 10);
+    else if (ok)
+        v = strtoll(text, NULL, 10);
+    ok = ok && errno != ERANGE;
+    if (f->type == PROTOBUF_C_TYPE_UINT64)
+        ok = ok && (!negative || u == 0);
+    if (f->type == PROTOBUF_C_TYPE_INT32)
+        ok = ok && v >= INT32_MIN && v <= INT32_MAX;
+    if (!ok)
+        return zt_json_key_error(ZT_ERR_INVALID, o, f->name, "must be an integer within %s, as "
+                                 "a number or a decimal string (\"42\"), got \"%.40s\"",
+                                 f->type == PROTOBUF_C_TYPE_INT32   ? "int32"
+                                 : f->type == PROTOBUF_C_TYPE_INT64 ? "int64"
+                                                                    : "uint64",
+                                 text);
+    if (f->type == PROTOBUF_C_TYPE_UINT64) {
+        *(uint64_t *)p = u;
+        return ZT_OK;
+    }
+    ZT_TRY(check_positive(o, f->name, v));
+    if (f->type == PROTOBUF_C_TYPE_INT32)
+        *(int32_t *)p = (int32_t)v;
+    else
+        *(int64_t *)p = v;
+    return ZT_OK;
+}
+
 /* One key of a section into its field; absent values (null) leave the default. */
 static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f,
                                  const zt_json_obj *o, bool server_text, bool *ok) {
@@ -210,6 +254,12 @@ static zt_status field_from_json(ProtobufCMessage *msg, const ProtobufCFieldDesc
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_UINT64: {
         int64_t v;
+        const cJSON *it = zt_json_item(o, f->name);
+        if (server_text && cJSON_IsString(it)) {
+            ZT_TRY(int_from_string(o, f, it->valuestring, p));
+            found = true;
+            break;
+        }
         ZT_TRY(zt_json_get_int64(o, f->name, &v, &found));
         if (!found)
             break;

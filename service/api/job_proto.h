@@ -20,9 +20,10 @@
  *
  * "deepspeed" is an object (sent as its JSON text) or a path to a DeepSpeed config file, read
  * relative to base_dir and sent unchanged; with base_dir NULL a path is an error, so text that
- * came from elsewhere (a server's stored spec) never makes this code read a file; it also maps an
- * empty string to "unset" instead of refusing it. `source` names the text in messages
- * ("job.json"). */
+ * came from elsewhere (a server's stored spec, an HTTP body) never makes this code read a file;
+ * it also maps an empty string to "unset" instead of refusing it, and takes an integer as the
+ * proto3 JSON mapping also writes one, a decimal string ("3000000000"): an HTTP body is that
+ * mapping's JSON. `source` names the text in messages ("job.json"). */
 zt_status zt_job_proto_spec_from_json(const char *json_text, const char *source,
                                       const char *base_dir, Ztrain__V1__JobSpec **out);
 

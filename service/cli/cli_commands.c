@@ -107,7 +107,8 @@ static const zt_cli_command commands[] = {
      "Follow a job until it ends (exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED).\n",
      "--from-step= " REMOTE_OPTIONS, "id", NULL},
     {"logs", "ID [-f] [--tail N]",
-     "The job's last N log lines (default 100); -f follows until it ends.\n",
+     "The job's last N log lines (default 100; 0: none); -f then follows until the job ends\n"
+     "(with --tail 0, only new lines).\n",
      "-f --follow --tail= " REMOTE_OPTIONS, "id", NULL},
     {"cancel", "ID... [--force] [--grace SECONDS]",
      "Stop jobs: each writes a checkpoint first, or stops at once with --force. --grace: the\n"

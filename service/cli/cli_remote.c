@@ -48,6 +48,7 @@ typedef struct {
     const char *idempotency_key;
     const char *fork_from;      /* "job-000042@8" */
     long limit, tail;
+    bool tail_given;  /* --tail was given: its 0 asks for no lines, its absence for 100 */
     int64_t from_step;
     double grace_s;
 } options;
@@ -114,10 +115,16 @@ static int value_flag(options *o, const char *flag, const char *v) {
         }
         o->sets[o->n_sets++] = v;
     }
-    else if (strcmp(flag, "--limit") == 0 || strcmp(flag, "--tail") == 0) {
+    else if (strcmp(flag, "--limit") == 0) {
         if (zt_cli_parse_long(flag, v, 1, INT32_MAX, &n))
             return -1;
-        *(flag[2] == 'l' ? &o->limit : &o->tail) = n;
+        o->limit = n;
+    } else if (strcmp(flag, "--tail") == 0) {
+        /* 0 is a tail too: no kept lines (with -f, only new ones), as kubectl's --tail=0. */
+        if (zt_cli_parse_long(flag, v, 0, INT32_MAX, &n))
+            return -1;
+        o->tail = n;
+        o->tail_given = true;
     } else if (strcmp(flag, "--from-step") == 0) {
         if (zt_cli_parse_long(flag, v, 0, LONG_MAX, &n))
             return -1;
@@ -937,7 +944,10 @@ static bool on_log(void *ctx, const ProtobufCMessage *m) {
 static int cmd_logs(const options *o, zt_rpc_client *c) {
     Ztrain__V1__StreamLogsRequest req = ZTRAIN__V1__STREAM_LOGS_REQUEST__INIT;
     req.id = (char *)o->arg;
-    req.tail = (int32_t)o->tail;
+    if (o->tail_given) {
+        req.tail_present_case = ZTRAIN__V1__STREAM_LOGS_REQUEST__TAIL_PRESENT_TAIL;
+        req.tail = (int32_t)o->tail;
+    }
     req.follow = o->follow;
     zt_status s = zt_rpc_stream(c, "/ztrain.v1.Trainer/StreamLogs", &req.base,
                                 &ztrain__v1__log_line__descriptor, on_log, NULL);

@@ -279,6 +279,10 @@ zt_status zt_jobs_metric_records(zt_jobs *jm, const char *id, int64_t since_step
                                  int64_t after_seq, int limit, zt_record_fn emit, void *ctx,
                                  int64_t *next_after_seq);
 
+/* The lines a request for a job's log gets when it names no number (StreamLogs without tail, GET
+ * .../logs and .../events without ?tail=); 0 is a number, and gets none. */
+#define ZT_LOG_TAIL_DEFAULT 100
+
 /* The last `tail` log lines of the job (all ranks, in arrival order), through emit: up to the
  * 10,000 the store keeps (a larger or negative tail serves those), the newest 2,000 from memory
  * and older ones read from the store, under the manager's lock. */

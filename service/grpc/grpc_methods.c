@@ -28,7 +28,6 @@
 
 #define LIST_DEFAULT_PAGE 50
 #define LIST_MAX_PAGE 1000
-#define LOGS_DEFAULT_TAIL 100
 /* A replay from the state file waits while this much is queued on its call: an unread WatchJob
  * holds about this much of a long history (issue 34; as the SSE stream's window). */
 #define REPLAY_WINDOW ((size_t)256 * 1024)
@@ -446,11 +445,13 @@ static void handle_logs(call *c, ProtobufCMessage *m) {
     Ztrain__V1__StreamLogsRequest *req = (Ztrain__V1__StreamLogsRequest *)m;
     if (!require_id(c, req->id))
         return;
-    if (req->tail < 0) {
+    /* tail sits in a oneof for its presence: 0 asks for no kept lines, unset for the default. */
+    bool given = req->tail_present_case == ZTRAIN__V1__STREAM_LOGS_REQUEST__TAIL_PRESENT_TAIL;
+    if (given && req->tail < 0) {
         zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "tail", "tail must be >= 0");
         return;
     }
-    int tail = req->tail ? req->tail : LOGS_DEFAULT_TAIL;
+    int tail = given ? req->tail : ZT_LOG_TAIL_DEFAULT;
     if (req->follow) {
         start_watch(c, req->id, ZT_WATCH_LOGS, 0, (zt_watch_cursor){0}, tail);
         return;

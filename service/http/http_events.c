@@ -406,7 +406,7 @@ static void read_last_event_id(const char *lei, int64_t *since, zt_watch_cursor 
 enum MHD_Result zt_http_job_events(zt_http_server *s, struct MHD_Connection *c,
                                    const char *id) {
     enum MHD_Result ret;
-    int64_t since = 0, tail = 100;
+    int64_t since = 0, tail = ZT_LOG_TAIL_DEFAULT;
     zt_watch_cursor after = {0};
     bool logs = false;
     if (!zt_http_arg_int(c, "since_step", 0, INT64_MAX, &since, &ret) ||

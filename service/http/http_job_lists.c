@@ -79,7 +79,7 @@ static zt_status walk_logs(zt_http_server *s, const char *id, int64_t cursor, in
     (void)cursor;
     (void)filter;
     *next = -1;
-    return zt_jobs_logs(s->jm, id, size ? size : 100, log_encode, w);
+    return zt_jobs_logs(s->jm, id, size, log_encode, w);
 }
 
 static void anomaly_encode(void *ctx, const zt_anomaly *a) {
@@ -117,7 +117,8 @@ static zt_status walk_webhooks(zt_http_server *s, const char *id, int64_t cursor
 static const job_list lists[] = {
     [ZT_LIST_RECORDS] = {"records", "page_size", "limit", "after_seq", "since_step",
                          ZT_RECORDS_MAX_PAGE, ZT_RECORDS_MAX_PAGE, walk_records, ZT_PAGE_RECORDS},
-    [ZT_LIST_LOGS] = {"lines", "tail", NULL, NULL, NULL, 100, ZT_MAX_LOG_TAIL, walk_logs},
+    [ZT_LIST_LOGS] = {"lines", "tail", NULL, NULL, NULL, ZT_LOG_TAIL_DEFAULT, ZT_MAX_LOG_TAIL,
+                      walk_logs},
     [ZT_LIST_ANOMALIES] = {"anomalies", "page_size", "limit", "after_seq", NULL, 10000, 10000,
                            walk_anomalies, ZT_PAGE_ANOMALIES},
     [ZT_LIST_WEBHOOKS] = {"deliveries", "page_size", "limit", NULL, NULL, 10000, 10000,
@@ -163,9 +164,10 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
     const job_list *l = &lists[kind];
     enum MHD_Result ret;
     int64_t size = l->default_size, cursor = 0, filter = 0;
-    /* tail=0 is the default number of lines, as it always was; a page size of 0 is the
-     * default and one above the maximum is the maximum (AIP-158, as gRPC's lists). The older
-     * name of the size is read and checked too; the new one wins when both are given. */
+    /* tail=0 is no lines, as StreamLogs' tail 0 and `ztrain logs --tail 0` (a tail is a
+     * number of lines, not a page size); a page size of 0 is the default and one above the
+     * maximum is the maximum (AIP-158, as gRPC's lists). The older name of the size is read
+     * and checked too; the new one wins when both are given. */
     bool sized = kind == ZT_LIST_LOGS
                      ? zt_http_arg_int(c, l->size_name, 0, l->max_size, &size, &ret)
                      : (!l->old_size || zt_http_arg_page_size(c, l->old_size, l->default_size,

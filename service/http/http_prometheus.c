@@ -29,7 +29,8 @@ static double pv_loss(const zt_job_summary *j) { return j->loss; }
 static double pv_tps(const zt_job_summary *j) { return j->tokens_per_second; }
 static double pv_lr(const zt_job_summary *j) { return j->values[K_LR]; }
 static double pv_step_s(const zt_job_summary *j) { return j->values[K_STEP_MS] / 1e3; }
-static double pv_tflops(const zt_job_summary *j) { return j->values[K_TFLOPS]; }
+/* Prometheus names carry base units: FLOP/s, from the record's TFLOPS (10^12 FLOP/s). */
+static double pv_flops(const zt_job_summary *j) { return j->values[K_TFLOPS] * 1e12; }
 static double pv_gnorm(const zt_job_summary *j) { return j->values[K_GRAD_NORM]; }
 static double pv_skipped(const zt_job_summary *j) { return j->values[K_SKIPPED]; }
 static double pv_straggler(const zt_job_summary *j) { return j->values[K_STRAGGLER]; }
@@ -47,7 +48,8 @@ static const struct {
     {"ztrain_job_learning_rate", "gauge", "Last learning rate (train/learning_rate).", pv_lr},
     {"ztrain_job_step_time_seconds", "gauge", "Duration of the last logged step in seconds.",
      pv_step_s},
-    {"ztrain_job_tflops", "gauge", "Last achieved model TFLOPS (perf/tflops).", pv_tflops},
+    {"ztrain_job_flops_per_second", "gauge",
+     "Last achieved model FLOP/s (perf/tflops times 10^12).", pv_flops},
     {"ztrain_job_grad_norm", "gauge", "Last global gradient norm (train/grad_norm).", pv_gnorm},
     {"ztrain_job_skipped_steps_total", "counter",
      "Optimizer steps skipped because of gradient overflow.", pv_skipped},

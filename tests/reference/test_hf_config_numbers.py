@@ -5,7 +5,14 @@ which Python's json reads as a float). transformers' from_pretrained and a forwa
 of them load: the keys that size a tensor or count layers fail (TypeError), the others load as
 the same model. ztrain must refuse exactly the ones transformers fails on, naming the key, and
 give transformers' logits for the others. Weights saved in float64 load, with transformers'
-logits; an I64 tensor is refused with a message that lists the float types ztrain reads."""
+logits; an I64 tensor is refused with a message that lists the float types ztrain reads.
+
+The boolean keys ztrain reads (tie_word_embeddings, attention_bias, mlp_bias, use_sliding_window,
+GPT-2's scale_attn_weights, scale_attn_by_inverse_layer_idx, add_cross_attention) written as 0,
+1, 0.0, null or a string: transformers stores them as given and tests them with `if`, so each
+loads by its truth (0 and null false, 1 and "false" true). ztrain must load the same model
+(transformers' logits) or, where that model is one ztrain does not have (an untied GPT-2),
+refuse it as it refuses the JSON boolean of the same truth, naming the key."""
 import json
 import os
 import sys
@@ -19,7 +26,7 @@ reexec_in_venv()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from llama_ref import CLASSES, base_config, hf_model  # noqa: E402
@@ -136,4 +143,45 @@ with tempfile.TemporaryDirectory() as d:
     got, why = ztrain_logits(d, inputs)
     ck.check(got is None and "I64" in why and "F64" in why and "model.norm.weight" in why,
              f"an I64 tensor is refused, listing the float types read: {why}")
+
+# Boolean keys as other JSON values, decided by transformers (its config's value and logits).
+BOOLEANS = {
+    "gpt2": (None, {"tie_word_embeddings": [1, 0, None], "scale_attn_weights": [1, 0, None],
+                    "scale_attn_by_inverse_layer_idx": [0, None, 1],
+                    "add_cross_attention": [0, None]}),
+    "llama": (base_config(), {"tie_word_embeddings": [0, 0.0, None, 1, "false"],
+                              "attention_bias": [0, None], "mlp_bias": [0, None, 1]}),
+    "qwen2": (base_config(sliding_window=64, max_window_layers=0),
+              {"use_sliding_window": [0, None, 1], "tie_word_embeddings": [0, 1]}),
+}
+for i, (family, (config, keys)) in enumerate(BOOLEANS.items()):
+    model = gpt2_model(70 + i) if family == "gpt2" else hf_model(family, 70 + i, **config)
+    cls = GPT2LMHeadModel if family == "gpt2" else CLASSES[family][1]
+    g = torch.Generator().manual_seed(370 + i)
+    inputs = torch.randint(0, model.config.vocab_size, (B, BLOCK), generator=g).to(torch.int32)
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(f"{d}/hf", safe_serialization=True)
+        src = json.load(open(f"{d}/hf/config.json"))
+        for key, values in keys.items():
+            for value in values:
+                c = dict(src, **{key: value})
+                with open(f"{d}/hf/config.json", "w") as f:
+                    json.dump(c, f)
+                truth = bool(AutoConfig.from_pretrained(f"{d}/hf").to_dict().get(key))
+                want, err = hf_logits(d, cls, inputs)
+                got, why = ztrain_logits(d, inputs)
+                what = f"{family} {key} {json.dumps(value)} (transformers: {truth})"
+                if got is not None:
+                    e = rel_err(got.view(want.shape), want) if want is not None else float("nan")
+                    ck.check(e < 1e-5, f"{what}: ztrain loads transformers' model, logits rel "
+                             f"err {e:.2e}")
+                    continue
+                # Refused: only where ztrain refuses the boolean of the same truth too, naming
+                # the key (or for the same reason: a tied model whose file has a distinct
+                # lm_head.weight, which ztrain refuses rather than drop).
+                with open(f"{d}/hf/config.json", "w") as f:
+                    json.dump(dict(src, **{key: truth}), f)
+                got_bool, why_bool = ztrain_logits(d, inputs)
+                ck.check(got_bool is None and (f"'{key}'" in why or why == why_bool),
+                         f"{what}: refused as {json.dumps(truth)} is: {why} | {why_bool}")
 ck.done()

@@ -11,14 +11,21 @@
   d. WatchJob from step 0, opened after the job started, replays every record (compared with
      metrics.jsonl); since_step skips the earlier ones.
   e. ListJobs pages newest first with page tokens; a repeated idempotency key returns the first
-     job; StreamLogs returns the last lines; unknown ids are NOT_FOUND everywhere."""
+     job; StreamLogs returns the last lines; unknown ids are NOT_FOUND everywhere.
+  f. A log's tail says the same over gRPC, HTTP, the CLI and the Python client (docs/api.md,
+     "Logs"; kubectl's --tail): none given, the last 100; 0, none, and with follow only new
+     lines (none, of a finished job); n, the last n. The reference is every kept line."""
+import json
 import math
 import os
+import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, LONG, Checker, Daemon, get_job, read_metrics, state_name, stubs,  # noqa: E402
+from svc import (BUILD, LONG, SOURCE, Checker, Daemon, get_job, read_metrics, state_name, stubs,  # noqa: E402
                  submit, temp_dir, tiny_job, wait_state, wait_step)
 
 import grpc  # noqa: E402
@@ -217,6 +224,7 @@ def case_e(d):
                                              metadata=d.metadata, timeout=10)]
     ck.check(len(lines) == 2 and "exited with status 0" in lines[-1],
              f"e: StreamLogs tail=2 gives the last two lines ({lines})")
+    case_f(d)
 
     missing = "job-999999"
     calls = {
@@ -236,6 +244,67 @@ def case_e(d):
             code, details = e.code(), e.details()
         ck.check(code == grpc.StatusCode.NOT_FOUND and missing in details,
                  f"e: {name} of an unknown id is NOT_FOUND naming it ({code}: {details})")
+
+
+def case_f(d):
+    """The tail of a finished job's log over every way in, against every line it keeps: a job
+    that prints each step (DeepSpeed's steps_per_print 1), so that it keeps more than 100."""
+    stub = d.stub()
+    job_id = submit(d, tiny_job(d.data_root, name="chatty", max_steps=120, log_interval=60,
+                                deepspeed={"train_micro_batch_size_per_gpu": 1,
+                                           "steps_per_print": 1})).id
+    j = wait_state(d, job_id, {"SUCCEEDED", "FAILED"}, timeout=120)
+    kept = [l.text for l in stub.StreamLogs(pb.StreamLogsRequest(id=job_id, tail=10000),
+                                            metadata=d.metadata, timeout=10)]
+    ck.check(state_name(j.state) == "SUCCEEDED" and len(kept) > 100,
+             f"f: a job that keeps more than 100 log lines ({state_name(j.state)}, {len(kept)})")
+    want = {None: kept[-100:], 0: [], 2: kept[-2:]}
+    sys.path.insert(0, os.path.join(SOURCE, "clients", "python"))
+    import ztrain
+
+    def grpc_tail(tail, follow):
+        req = pb.StreamLogsRequest(id=job_id, follow=follow)
+        if tail is not None:
+            req.tail = tail
+        return [l.text for l in stub.StreamLogs(req, metadata=d.metadata, timeout=30)]
+
+    def http_tail(tail, follow):
+        if follow:
+            return None  # HTTP follows with /events?logs=1, not /logs
+        query = "" if tail is None else f"?tail={tail}"
+        with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{job_id}/logs{query}",
+                                    timeout=30) as r:
+            return [l.get("text", "") for l in json.load(r).get("lines", [])]
+
+    def cli_tail(tail, follow):
+        args = [os.path.join(BUILD, "ztrain"), "logs", job_id, "--server", d.grpc_addr]
+        args += (["--tail", str(tail)] if tail is not None else []) + (["-f"] if follow else [])
+        env = {k: v for k, v in os.environ.items() if k not in ("ZTRAIN_SERVER", "ZTRAIN_TOKEN")}
+        p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
+        if p.returncode != 0:
+            return f"exit {p.returncode}: {p.stderr.strip()}"
+        # [ztraind] and [rank N] prefix the lines of ztraind and of ranks above 0.
+        return [line.split("] ", 1)[1] if line.startswith(("[ztraind] ", "[rank ")) else line
+                for line in p.stdout.splitlines()]
+
+    def python_tail(tail, follow):
+        with ztrain.Client(d.grpc_addr) as c:
+            kw = {} if tail is None else {"tail": tail}
+            return [l.text for l in c.logs(job_id, follow=follow, timeout=30, **kw)]
+
+    ways = {"gRPC": grpc_tail, "HTTP": http_tail, "CLI": cli_tail, "Python": python_tail}
+    for name, read in ways.items():
+        for tail in (None, 0, 2):
+            for follow in (False, True):
+                try:
+                    got = read(tail, follow)
+                except (grpc.RpcError, urllib.error.URLError, ztrain.ZtrainError) as e:
+                    got = f"{type(e).__name__}: {e}"
+                if got is None:
+                    continue
+                ck.check(got == want[tail], f"f: {name} tail={tail} follow={follow} gives "
+                         f"{len(want[tail])} of the {len(kept)} kept lines (got "
+                         f"{got if isinstance(got, str) else len(got)})")
 
 
 tmp = temp_dir("ztrain-grpc-jobs-")

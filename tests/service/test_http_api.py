@@ -24,8 +24,9 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
      every field, the checkpoints with DONE and "latest"; metric series equal metrics.jsonl (keys
      repeated or comma-separated alike, 65 of them 400),
      max_points thins them keeping the last point; records and logs; the list pages.
-  d. /metrics parses as Prometheus text (HELP and TYPE for every family) and ztrain_job_loss is
-     the last train/loss; label values are escaped.
+  d. /metrics parses as Prometheus text (HELP and TYPE for every family, names in base units:
+     ztrain_job_flops_per_second is perf/tflops times 10^12) and ztrain_job_loss is the last
+     train/loss; label values are escaped.
   e. A running job: its run duration and /healthz; cancel over POST ends it CANCELLED with a complete
      checkpoint, and its event stream (authorised by ?access_token=) ends with that state.
   f. SIGTERM with an event stream open: the daemon ends it, stops and exits 0 (under ASan: no
@@ -709,13 +710,23 @@ def case_d(api, d, job_id, recs):
              value("ztrain_job_tokens_per_second", job_id) == last["perf/tokens_per_second"] and
              value("ztrain_job_learning_rate", job_id) == last["train/learning_rate"] and
              value("ztrain_job_grad_norm", job_id) == last["train/grad_norm"] and
-             value("ztrain_job_tflops", job_id) == last["perf/tflops"] and
              math.isclose(value("ztrain_job_step_time_seconds", job_id) or 0,
                           last["perf/step_time_ms"] / 1e3, rel_tol=1e-12) and
              value("ztrain_job_skipped_steps_total", job_id) == last["train/skipped_steps"] and
              value("ztrain_job_world_size", job_id) == 1,
              f"d: per-job gauges are the last record's values "
              f"(loss {value('ztrain_job_loss', job_id)} vs {last['train/loss']})")
+    # Prometheus' naming practice: base units (seconds, bytes, FLOP/s; a ratio, not a percent)
+    # named by their suffix, never milli-, mega- or tera- ones.
+    scaled = re.compile(r"(^|_)(ms|us|ns|milliseconds|microseconds|minutes|hours|kb|mb|gb|kib|mib|"
+                        r"gib|kilobytes|megabytes|gigabytes|percent|pct|kflops|mflops|gflops|"
+                        r"tflops)(_|$)")
+    ck.check(not [n for n in names if scaled.search(n)],
+             f"d: no family is in scaled units ({sorted(n for n in names if scaled.search(n))})")
+    flops = value("ztrain_job_flops_per_second", job_id)
+    ck.check(flops is not None and math.isclose(flops, last["perf/tflops"] * 1e12, rel_tol=1e-12),
+             f"d: ztrain_job_flops_per_second is perf/tflops in FLOP/s ({flops} vs "
+             f"{last['perf/tflops']} TFLOPS)")
     st = [lab for n, lab, x in samples if n == "ztrain_job_state" and lab["job_id"] == job_id]
     ck.check(len(st) == 1 and st[0]["state"] == "SUCCEEDED" and st[0]["job_name"] == "finite",
              f"d: ztrain_job_state has one series per job, for its current state ({st})")

@@ -5,18 +5,23 @@ config's warnings are in the job's log exactly once, as ztraind's own lines and 
 (two ranks), the effective config in the run directory holds the values transformers' rules give
 (re-derived here: micro = per_device_train_batch_size, train_batch_size = micro * accumulation *
 world, warmup = ceil(max_steps * warmup_ratio), ...), and a value that mismatches an argument is
-INVALID_ARGUMENT with the Trainer's text, before any rank starts."""
+INVALID_ARGUMENT with the Trainer's text, before any rank starts. A warmup_steps above 2^31 - 1
+(TrainingArgs.warmup_steps is int64) goes through gRPC, `ztrain submit`, the Python client and
+HTTP, whose body takes each form json_format reads as an int64 (a number, a decimal string) and
+refuses the others by the field's name."""
 import json
 import math
 import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import BUILD, Checker, Daemon, get_job, stubs, submit, temp_dir, tiny_job, wait_state  # noqa: E402
+from svc import BUILD, SOURCE, Checker, Daemon, get_job, stubs, submit, temp_dir, tiny_job, wait_state  # noqa: E402
 
 import grpc  # noqa: E402
+from google.protobuf import json_format, wrappers_pb2  # noqa: E402
 
 pb = stubs()[0]
 ck = Checker()
@@ -106,4 +111,79 @@ with Daemon(BUILD, temp_dir("ztrain-targs-"), max_ranks=2) as d:
                  "- ds train_micro_batch_size_per_gpu=4 vs hf per_device_train_batch_size=2\n"
                  "- ds optimizer.params.lr=0.0001 vs hf learning_rate=0.0003" in e.details(),
                  f"a mismatch is INVALID_ARGUMENT with the Trainer's text ({e.details()})")
+
+    # A count above int32's 2^31 - 1 (TrainingArgs.warmup_steps is int64) over every way in:
+    # gRPC, `ztrain submit`, the Python client and HTTP's body, whose integers take the proto3
+    # JSON mapping's forms as json_format.Parse reads them (a number, or a decimal string).
+    # One idempotency key over all of them: each must resolve to the same spec, so to one job.
+    BIG = 3_000_000_000
+    big = tiny_job(d.data_root, name="big-warmup", max_steps=1)
+    big["training_args"] = {"warmup_steps": BIG, "learning_rate": 1e-3}
+    KEY = "big-warmup"
+    first = None
+    try:
+        first = submit(d, big, key=KEY)
+        got = get_job(d, first.id).spec.training_args
+        ck.check(got.WhichOneof("warmup_steps_present") == "warmup_steps" and
+                 got.warmup_steps == BIG, f"gRPC: warmup_steps {BIG} round-trips ({got})")
+    except (ValueError, grpc.RpcError) as e:
+        ck.check(False, f"gRPC: a warmup_steps of {BIG} can be sent ({e})")
+    with open(path, "w") as f:
+        json.dump(big, f)
+    p = subprocess.run([os.path.join(BUILD, "ztrain"), "submit", path, "--server", d.grpc_addr,
+                        "--idempotency-key", KEY], capture_output=True, text=True, env=env,
+                       timeout=60)
+    ck.check(p.returncode == 0 and first is not None and p.stdout.strip() == first.id,
+             f"`ztrain submit` sends warmup_steps {BIG}: the same job ({p.stdout.strip()} "
+             f"{p.stderr.strip()})")
+    sys.path.insert(0, os.path.join(SOURCE, "clients", "python"))
+    import ztrain  # noqa: E402
+    try:
+        with ztrain.Client(d.grpc_addr) as c:
+            via = c.submit(big, idempotency_key=KEY)
+        ck.check(first is not None and via.id == first.id and
+                 via.spec.training_args.warmup_steps == BIG,
+                 f"the Python client sends warmup_steps {BIG}: the same job ({via.id})")
+    except (ValueError, ztrain.ZtrainError) as e:
+        ck.check(False, f"the Python client sends warmup_steps {BIG} ({e})")
+
+    def post(spec, warmup):
+        """POST the spec with warmup_steps written as the JSON text `warmup`."""
+        spec = json.loads(json.dumps(spec))
+        spec["training_args"]["warmup_steps"] = "@W@"
+        body = json.dumps({"spec": spec, "idempotency_key": KEY}).replace('"@W@"', warmup)
+        body = body.encode()
+        req = urllib.request.Request(f"{d.http_url}/api/v1/jobs", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    # Each form of the value, judged by json_format as an int64 (the reference: Int64Value's
+    # JSON is the bare value, read as an int64 field's) and by POST /api/v1/jobs.
+    forms = ["3000000000", '"3000000000"', "3e9", "3000000000.0", '"+3000000000"',
+             '"03000000000"', '"3e9"', '"3000000000.0"', '" 3000000000"', '"3000000000 "',
+             '"0x10"', '""', '"1.5"', "1.5", '"9223372036854775808"', "true"]
+    for form in forms:
+        try:
+            ref = json_format.Parse(form, wrappers_pb2.Int64Value()).value
+        except (json_format.ParseError, ValueError):  # a wrapper's refusal is a ValueError
+            ref = None
+        status, body = post(big, form)
+        if ref is not None:
+            job_id = body.get("id")
+            sent = (body.get("spec", {}).get("trainingArgs", {}).get("warmupSteps"))
+            ck.check(status == 200 and first is not None and job_id == first.id and
+                     sent == str(ref),
+                     f"HTTP: warmup_steps {form} is accepted as {ref}, json_format's reading "
+                     f"({status} {job_id} {sent} {body.get('detail', '')})")
+        else:
+            ck.check(status == 400 and body.get("field") == "spec.training_args.warmup_steps",
+                     f"HTTP: warmup_steps {form} is refused naming the field, as json_format "
+                     f"refuses it ({status} {body.get('field')}: {body.get('detail')})")
+    if first is not None:
+        d.stub().CancelJob(pb.CancelJobRequest(id=first.id, force=True), metadata=d.metadata,
+                           timeout=30)
 ck.done()

@@ -259,11 +259,13 @@ class Client:
             return out
         return _frame(out)
 
-    def logs(self, job_id: str, tail: int = 100, follow: bool = False,
+    def logs(self, job_id: str, tail: Optional[int] = None, follow: bool = False,
              timeout: Optional[float] = None) -> Iterator["pb.LogLine"]:
-        """The last `tail` lines of every rank; with follow, then new lines until the job
-        ends."""
-        req = pb.StreamLogsRequest(id=_id(job_id), tail=tail, follow=follow)
+        """The last `tail` lines of every rank (None: the server's default, 100; 0: none);
+        with follow, then new lines until the job ends (with tail=0, only those)."""
+        req = pb.StreamLogsRequest(id=_id(job_id), follow=follow)
+        if tail is not None:
+            req.tail = tail
         yield from self._stream("StreamLogs", req, timeout)
 
     def checkpoints(self, job_id: str) -> "pb.ListCheckpointsResponse":

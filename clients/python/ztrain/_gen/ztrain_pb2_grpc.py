@@ -123,8 +123,8 @@ class TrainerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def StreamLogs(self, request, context):
-        """The last `tail` log lines of every rank (default 100, at most the 10,000 the server keeps);
-        with follow, then new lines until the job ends.
+        """The last `tail` log lines of every rank (unset: 100; 0: none; at most the 10,000 the server
+        keeps); with follow, then new lines until the job ends.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
