@@ -144,6 +144,34 @@ static void safe_name(char *out, size_t size, const char *name) {
     out[n] = '\0';
 }
 
+/* Tells the process that started this rank (`ztrain run`'s launcher, ztraind's supervisor) which
+ * directory it made, by one line "RANK PATH" appended to the file ZT_OFFLOAD_RECORD_ENV names: a
+ * rank killed with SIGKILL cannot remove it, and its keeper, which knows its own record file,
+ * then removes exactly the directories its own ranks made, never another run's beside them.
+ * The record is written just after mkdtemp, before any file of the state: a kill in between
+ * leaves an empty directory at worst. One write with O_APPEND keeps lines of ranks that share
+ * the file whole. A path with a newline in it is not recorded (its line could not be read
+ * back). */
+static void record_dir(const zt_offload *f, const directory *d) {
+    const char *record = getenv(ZT_OFFLOAD_RECORD_ENV);
+    if (!record || !*record || strchr(d->path, '\n'))
+        return;
+    /* Absolute, since the keeper's working directory need not be the rank's. */
+    char cwd[PATH_MAX] = "";
+    if (d->path[0] != '/' && !getcwd(cwd, sizeof cwd))
+        return;
+    char line[2 * PATH_MAX + 32];
+    int n = snprintf(line, sizeof line, "%d %s%s%s\n", f->rank, cwd, cwd[0] ? "/" : "", d->path);
+    int fd = open(record, O_WRONLY | O_APPEND | O_CLOEXEC);
+    ssize_t w = fd >= 0 && n > 0 && (size_t)n < sizeof line ? write(fd, line, (size_t)n) : -1;
+    if (w != n)
+        fprintf(stderr, "[ztrain] rank %d: warning: cannot record its offload directory %s in "
+                "%s: %s; if the rank is killed, remove the directory by hand\n", f->rank,
+                d->path, record, w < 0 ? strerror(errno) : "short write");
+    if (fd >= 0)
+        close(fd);
+}
+
 /* Makes this run's directory under nvme_path: the path must exist and be writable; a new
  * directory per run and rank, so concurrent jobs and ranks never share files. */
 static zt_status make_dir(zt_offload *f, directory *d, const char *job) {
@@ -167,6 +195,7 @@ static zt_status make_dir(zt_offload *f, directory *d, const char *job) {
         return zt_error(ZT_ERR_IO, "%s '%s' is not writable: rank %d cannot create its offload "
                         "directory there: %s", d->key, d->root, f->rank, strerror(errno));
     d->made = true;
+    record_dir(f, d);
     return ZT_OK;
 }
 

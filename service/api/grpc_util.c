@@ -1,6 +1,7 @@
 /* protobuf-c <-> grpc byte buffers, metadata lookup, status names and gRPC's log
  * (grpc_util.h). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,11 +101,14 @@ const char *zt_grpc_status_name(grpc_status_code code) {
 
 static const char *log_program = "ztrain";
 static int log_per_minute;
+static atomic_bool log_muted;
 
 static void log_limited(gpr_log_func_args *args) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static time_t window_start;
     static int in_window, dropped;
+    if (atomic_load(&log_muted))
+        return;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     pthread_mutex_lock(&mu);
@@ -119,6 +123,10 @@ static void log_limited(gpr_log_func_args *args) {
     else
         dropped++;
     pthread_mutex_unlock(&mu);
+}
+
+void zt_grpc_log_mute(bool mute) {
+    atomic_store(&log_muted, mute);
 }
 
 void zt_grpc_log_limit(const char *program, int per_minute) {

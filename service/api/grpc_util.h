@@ -3,6 +3,8 @@
 #ifndef ZTRAIN_GRPC_UTIL_H
 #define ZTRAIN_GRPC_UTIL_H
 
+#include <stdbool.h>
+
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
@@ -43,5 +45,10 @@ const char *zt_grpc_status_name(grpc_status_code code);
  * handshake, and a client reconnecting in a loop must not fill a daemon's log. Process-wide;
  * program must be a string that lives as long as the process. */
 void zt_grpc_log_limit(const char *program, int per_minute);
+
+/* While muted, the messages zt_grpc_log_limit would print are dropped: for a call whose failure
+ * the caller words itself (a port in use), where gRPC core would log its raw error text too.
+ * Without zt_grpc_log_limit (GRPC_VERBOSITY or GRPC_TRACE set) gRPC's own log is untouched. */
+void zt_grpc_log_mute(bool mute);
 
 #endif

@@ -221,6 +221,20 @@ static void supervise(launch *l, const sigset_t *waitset) {
     }
 }
 
+/* What `ztrain run` says of the offload directories its killed ranks left (zt_rank_record). */
+static void said_removed(void *ctx, int rank, const char *dir) {
+    (void)ctx;
+    fprintf(stderr, "ztrain: rank %d was killed before it could remove its NVMe offload "
+                    "directory: removed %s\n", rank, dir);
+}
+
+static void said_not_removed(void *ctx, int rank, const char *dir, const char *why) {
+    (void)ctx;
+    fprintf(stderr, "ztrain: rank %d was killed before it could remove its NVMe offload "
+                    "directory, and it cannot be removed: %s: %s; remove it by hand\n", rank,
+            dir, why);
+}
+
 /* Starts the ranks through zt_rank_spawn: an empty signal mask (ours blocks SIGINT, SIGTERM and
  * SIGCHLD right now) and default dispositions even if our caller ignores some, no descriptor
  * other than 0-2 (the user's terminal), one process group. */
@@ -277,18 +291,26 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
         snprintf(run_id, sizeof run_id, "%ld-%lld%09ld", (long)getpid(), (long long)ts.tv_sec,
                  ts.tv_nsec);
     }
+    /* Without a record the run goes on: only the clean-up after a SIGKILL is lost. */
+    zt_rank_record record;
+    if (zt_rank_record_init(&record) != ZT_OK)
+        fprintf(stderr, "ztrain: warning: %s; a rank killed with SIGKILL will leave its NVMe "
+                        "offload directory behind\n", zt_last_error());
+    const char *extra_env[] = {record.var, NULL};
     int port = 0;
     zt_rank_env env = {0};
     zt_rank_group_spec spec = {.program = opts->program, .argv = opts->argv, .world_size = n,
                                .env = ZT_RANK_ENV_INHERIT, .identity = ZT_RANK_ID_TORCHRUN,
                                .master_addr = "127.0.0.1", .run_id = run_id,
                                .threads_per_rank = opts->threads_per_rank,
-                               .wait = ZT_RANK_WAIT_AUTO, .cuda_devices = opts->cuda_devices};
+                               .wait = ZT_RANK_WAIT_AUTO, .cuda_devices = opts->cuda_devices,
+                               .extra_env = record.var[0] ? extra_env : NULL};
     zt_status s = zt_rank_free_port(&port);
     spec.master_port = port;
     if (s == ZT_OK)
         s = zt_rank_env_init(&env, &spec);
     if (s != ZT_OK) {
+        zt_rank_record_free(&record);
         free(l.pids);
         free(l.reaped);
         if (!opts->exits)
@@ -330,6 +352,9 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (restore_chld)
         sigaction(SIGCHLD, &old_chld, NULL);
+    /* Every rank has ended: a directory still recorded is one a killed rank could not remove. */
+    zt_rank_record_clean(&record, said_removed, said_not_removed, NULL);
+    zt_rank_record_free(&record);
 
     char why[512];
     if (l.spawn_rank >= 0) {

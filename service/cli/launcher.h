@@ -47,9 +47,9 @@ typedef struct {
  *
  * Each rank gets the launcher's environment plus RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
  * MASTER_ADDR=127.0.0.1, MASTER_PORT (a port that was free on loopback), ZTRAIN_RUN_ID,
- * ZTRAIN_LAUNCHER_PID, and OMP_NUM_THREADS (see threads_per_rank); OMP_WAIT_POLICY=PASSIVE
- * when the ranks' threads outnumber the cores and the user chose no policy; CUDA_VISIBLE_DEVICES
- * when cuda_devices assigns GPUs. Slurm's and torchelastic's identity variables are removed so
+ * ZTRAIN_LAUNCHER_PID, ZTRAIN_OFFLOAD_RECORD (see below), and OMP_NUM_THREADS (see
+ * threads_per_rank); OMP_WAIT_POLICY=PASSIVE when the ranks' threads outnumber the cores and the
+ * user chose no policy; CUDA_VISIBLE_DEVICES when cuda_devices assigns GPUs. Slurm's and torchelastic's identity variables are removed so
  * that they cannot contradict these (rank_group.h: ZT_RANK_ENV_INHERIT, ZT_RANK_WAIT_AUTO).
  * Ranks inherit stdin, stdout and stderr and no other descriptor, start with default signal
  * dispositions and an empty signal mask, and form one new process group whose id is rank 0's pid.
@@ -71,7 +71,12 @@ typedef struct {
  *
  * While it runs, SIGINT, SIGTERM and SIGCHLD are blocked in the calling thread and taken with
  * sigtimedwait: the first SIGINT/SIGTERM is forwarded to the group as SIGTERM (the ranks finish
- * their step, checkpoint and exit 130), a second one SIGKILLs the group. The caller's signal mask
+ * their step, checkpoint and exit 130), a second one SIGKILLs the group.
+ *
+ * Once every rank has ended, whatever NVMe offload directory a rank recorded in the file named
+ * by ZTRAIN_OFFLOAD_RECORD and did not remove itself (it was killed: by the SIGKILL above, or
+ * from outside) is removed, each with a line on stderr naming the rank and the directory
+ * (rank_group.h: zt_rank_record). The caller's signal mask
  * and SIGCHLD disposition are restored before it returns. It waits only for the pids it started
  * (never for other children of the caller), so call it from a process whose other threads block
  * SIGINT and SIGTERM, and that does not set SIGCHLD to SIG_IGN concurrently. */

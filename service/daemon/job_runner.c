@@ -345,6 +345,9 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
     zt_jobs *jm = j->jm;
     pthread_mutex_lock(&jm->mu);
     j->group = NULL;
+    if (end->offload_dirs && end->offload_dirs[0])
+        zt_jm_daemon_log(jm, j, "removed the NVMe offload directories that killed ranks left "
+                         "behind: %s", end->offload_dirs);
     jm->ranks_in_use -= j->info.world_size;
     zt_gpu_pool_release(&jm->gpus, j->info.id);
     bool all_zero = true, all_stopped = true;

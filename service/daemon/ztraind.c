@@ -25,7 +25,9 @@
 #include <string.h>
 #include <sched.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,6 +45,7 @@
 #include "api/tls.h"
 #include "ztrain/comm.h"
 #include "ztrain/gpu.h"
+#include "ztrain/fsutil.h"
 #include "ztrain/text.h"
 
 #ifndef ZT_WEB_DIR
@@ -474,6 +477,55 @@ static int split_addr(const char *addr, char *host, size_t size, int *port) {
     return 0;
 }
 
+/* Whether ztraind can listen on addr (--grpc-addr or --http-addr: HOST:PORT, [V6]:PORT), tried
+ * with a socket of its own before anything is written to the state directory: a port in use
+ * then stops the start with one message naming the address, not gRPC core's error text, and
+ * leaves no new state directory behind. Only "in use" is judged here, when no address HOST
+ * resolves to could be taken; anything else (a unix socket, port 0, a host that does not
+ * resolve) is left to the server's own bind, which names its error. The sockets are closed
+ * again at once: another program may still take the port before the servers bind it, and
+ * main then removes what this start created. */
+static int check_listen(const char *flag, const char *addr) {
+    const char *colon = strrchr(addr, ':');
+    if (strncmp(addr, "unix", 4) == 0 || !colon || strcmp(colon + 1, "0") == 0)
+        return 0;
+    char host[256];
+    size_t len = (size_t)(colon - addr);
+    if (len >= sizeof host)
+        return 0;
+    memcpy(host, addr, len);
+    host[len] = '\0';
+    if (len >= 2 && host[0] == '[' && host[len - 1] == ']') {
+        memmove(host, host + 1, len - 2);
+        host[len - 2] = '\0';
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *res;
+    if (getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &res) != 0)
+        return 0;
+    bool taken = false, in_use = false;
+    for (struct addrinfo *ai = res; ai && !taken; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        /* As the servers bind: past TIME_WAIT, never beside a listener. */
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1) == 0)
+            taken = true;
+        else if (errno == EADDRINUSE)
+            in_use = true;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    if (taken || !in_use)
+        return 0;
+    fprintf(stderr, "ztraind: %s %s: cannot listen there: the address is in use (another ztraind "
+                    "or another program listens on it); choose another port, or stop that "
+                    "program\n", flag, addr);
+    return -1;
+}
+
 /* The soft open-file limit raised to the hard one: every connection costs a descriptor, and
  * the usual soft 1024 is far below what the system allows the process. Returns the limit in
  * force, and the one it started with in *was. ztraind polls with poll and epoll only, so
@@ -573,6 +625,19 @@ static int lock_state_dir(const char *dir) {
     return fd;
 }
 
+/* After a start that failed before serving (a port taken between check_listen and the servers'
+ * bind): removes the state directory, and the data and runs roots, that this start made. One
+ * that existed before is left as it is, new files in it included: it holds someone's state. */
+static void remove_what_start_made(const char *state_dir, bool made_state, const char *data_root,
+                                   bool made_data, const char *runs_root, bool made_runs) {
+    const char *dirs[] = {made_data ? data_root : NULL, made_runs ? runs_root : NULL,
+                          made_state ? state_dir : NULL};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
+        if (dirs[i] && zt_remove_tree(dirs[i]) != ZT_OK)
+            fprintf(stderr, "ztraind: cannot remove %s, which this start made: %s\n", dirs[i],
+                    zt_last_error());
+}
+
 int main(int argc, char **argv) {
     options o = {.grpc_addr = "127.0.0.1:50051", .http_addr = "127.0.0.1:8080",
                  .metrics_window_s = 3600,
@@ -612,8 +677,8 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    /* Unless GRPC_VERBOSITY asks for gRPC's own log as it is. */
-    if (!getenv("GRPC_VERBOSITY"))
+    /* Unless GRPC_VERBOSITY or GRPC_TRACE asks for gRPC's own log as it is. */
+    if (!getenv("GRPC_VERBOSITY") && !getenv("GRPC_TRACE"))
         zt_grpc_log_limit("ztraind", 20);
 
     zt_auth_tokens *token = NULL;
@@ -648,7 +713,18 @@ int main(int argc, char **argv) {
         zt_tls_pem_free(&tls);
         return 1;
     }
-    if (mkdir(o.state_dir, 0700) != 0 && errno != EEXIST) {
+    /* Before the state directory is made or touched (check_listen). */
+    if (check_listen("--grpc-addr", o.grpc_addr) != 0 ||
+        check_listen("--http-addr", o.http_addr) != 0) {
+        zt_auth_tokens_free(token);
+        zt_tls_pem_free(&tls);
+        return 1;
+    }
+    /* A start that fails after this removes the state directory again if it made it (and never
+     * one that was there before), and the data and runs roots likewise. */
+    bool made_data = !zt_path_exists(data_root), made_runs = !zt_path_exists(runs_root);
+    bool made_state = mkdir(o.state_dir, 0700) == 0;
+    if (!made_state && errno != EEXIST) {
         fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, strerror(errno));
         zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
@@ -776,5 +852,8 @@ out:
     close(state_lock);
     if (rc == 0)
         printf("ztraind: stopped\n");
+    else if (!grpc || !http)
+        remove_what_start_made(o.state_dir, made_state, data_root, made_data, runs_root,
+                               made_runs);
     return rc;
 }

@@ -726,7 +726,10 @@ static zt_status register_and_bind(zt_grpc_server *s, const char *addr, int max_
             return zt_error(ZT_ERR_INVALID, "gRPC: cannot register %s", zt_grpc_methods[m].path);
     }
     grpc_server_credentials *creds = server_credentials(tls);
+    /* The failure is said below, naming the address; gRPC core's own text of it is not. */
+    zt_grpc_log_mute(true);
     s->port = grpc_server_add_http2_port(s->server, addr, creds);
+    zt_grpc_log_mute(false);
     grpc_server_credentials_release(creds);
     if (s->port == 0)
         return zt_error(ZT_ERR_IO, "gRPC: cannot listen on %s: the address is in use or invalid",

@@ -5,7 +5,9 @@
 #include "rank_group.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -28,6 +30,7 @@ extern char **environ;
 static const char *const replaced_vars[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "ZTRAIN_RUN_ID", "ZTRAIN_JOB_ID", "ZTRAIN_LAUNCHER_PID", "ZTRAIN_RDZV_SECRET",
+    "ZTRAIN_OFFLOAD_RECORD",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "TORCHELASTIC_RUN_ID",
     "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
     /* torchrun's agent store is at its MASTER_PORT, not at the one set here: kept, it would move
@@ -267,6 +270,95 @@ zt_status zt_rank_spawn(zt_rank_env *e, int rank, const zt_rank_io *io, pid_t *p
                             .stdout_fd = io->stdout_fd, .stderr_fd = io->stderr_fd,
                             .fd3 = metrics ? io->metrics_fd : 0};
     return zt_spawn(&req, pid, pidfd);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The record of the ranks' offload directories                                                */
+
+zt_status zt_rank_record_init(zt_rank_record *r) {
+    *r = (zt_rank_record){0};
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    int n = snprintf(r->path, sizeof r->path, "%s/ztrain-offload-record-XXXXXX", tmp);
+    int fd = n > 0 && (size_t)n < sizeof r->path ? mkostemp(r->path, O_CLOEXEC) : -1;
+    if (fd < 0) {
+        zt_status s = zt_error(ZT_ERR_IO, "cannot create the record of the ranks' offload "
+                               "directories in %s: %s", tmp, strerror(errno));
+        r->path[0] = '\0';
+        return s;
+    }
+    close(fd);
+    snprintf(r->var, sizeof r->var, "ZTRAIN_OFFLOAD_RECORD=%s", r->path);
+    return ZT_OK;
+}
+
+/* Whether dir's last component is what a rank `rank` names its directory (offload.c's
+ * "ztrain-<job>-rank<r>-XXXXXX"): a line that is not one is never acted on. */
+static bool is_rank_dir(const char *dir, int rank) {
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    char tag[32];
+    snprintf(tag, sizeof tag, "-rank%d-", rank);
+    return strncmp(base, "ztrain-", 7) == 0 && strstr(base, tag) != NULL;
+}
+
+/* Removes dir and the files in it (the rank makes nothing else there); errno on failure. */
+static int remove_rank_dir(const char *dir) {
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return -1;
+    }
+    int err = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+            unlinkat(dfd, e->d_name, 0) != 0 && !err)
+            err = errno;
+    closedir(d);
+    if (!err && rmdir(dir) != 0)
+        err = errno;
+    errno = err;
+    return err ? -1 : 0;
+}
+
+int zt_rank_record_clean(const zt_rank_record *r,
+                         void (*removed)(void *ctx, int rank, const char *dir),
+                         void (*failed)(void *ctx, int rank, const char *dir, const char *why),
+                         void *ctx) {
+    if (!r->path[0])
+        return 0;
+    FILE *f = fopen(r->path, "re");
+    if (!f)
+        return 0;
+    int n = 0;
+    char line[2 * 4096 + 32];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        int rank, at = 0;
+        if (sscanf(line, "%d %n", &rank, &at) != 1 || at == 0 || line[at] != '/' ||
+            !is_rank_dir(line + at, rank))
+            continue;
+        const char *dir = line + at;
+        if (remove_rank_dir(dir) == 0) {
+            n++;
+            if (removed)
+                removed(ctx, rank, dir);
+        } else if (errno != ENOENT && failed) {
+            failed(ctx, rank, dir, strerror(errno));
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+void zt_rank_record_free(zt_rank_record *r) {
+    if (r->path[0])
+        unlink(r->path);
+    *r = (zt_rank_record){0};
 }
 
 /* ------------------------------------------------------------------------------------------ */

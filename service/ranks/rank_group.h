@@ -140,6 +140,37 @@ typedef struct {
  * or non-executable program) is ZT_ERR_IO with zt_spawn's message naming the program's path. */
 zt_status zt_rank_spawn(zt_rank_env *e, int rank, const zt_rank_io *io, pid_t *pid, int *pidfd);
 
+/* The record of the NVMe offload directories a group's ranks make (`<nvme_path>/ztrain-<job>-
+ * rank<r>-XXXXXX/`, engine/include/ztrain/offload.h). A rank removes its own when it ends, but
+ * one killed with SIGKILL cannot, and its directory holds the rank's whole optimizer state.
+ * The group's keeper therefore makes an empty file and hands its name to the ranks in
+ * ZTRAIN_OFFLOAD_RECORD (var, to put in the spec's extra_env); each rank appends "RANK PATH"
+ * for each directory it makes. Once every rank has ended, zt_rank_record_clean removes what the
+ * record names and is still there: exactly this group's directories, never another run's
+ * beside them under the same nvme_path (a name pattern could not tell them apart, and the
+ * keeper does not read the ranks' configs to learn their nvme_paths). Local ranks only: a
+ * Slurm group's ranks run on other hosts. Caller-owned; path[0] is '\0' when there is none. */
+typedef struct {
+    char path[4096];    /* the record file, in $TMPDIR (else /tmp) */
+    char var[4200];     /* "ZTRAIN_OFFLOAD_RECORD=<path>" */
+} zt_rank_record;
+
+/* Creates the empty record file (mode 0600). ZT_ERR_IO naming the directory when it cannot; r is
+ * then empty and zt_rank_record_clean and _free do nothing. */
+zt_status zt_rank_record_init(zt_rank_record *r);
+
+/* Call only after every rank of the group has ended. Removes each recorded directory that is still
+ * there (its files and itself; a line that does not name a directory "ztrain-...-rank<R>-..."
+ * of its rank is skipped) and calls removed(ctx, rank, dir) for each, or failed(ctx, rank, dir,
+ * reason) when it could not remove it. Returns how many were removed. */
+int zt_rank_record_clean(const zt_rank_record *r,
+                         void (*removed)(void *ctx, int rank, const char *dir),
+                         void (*failed)(void *ctx, int rank, const char *dir, const char *why),
+                         void *ctx);
+
+/* Removes the record file itself. */
+void zt_rank_record_free(zt_rank_record *r);
+
 /* How one rank ended, exit status and signal recorded apart (as waitpid reports them). */
 typedef struct {
     pid_t pid;          /* 0 when unknown (never started, or a Slurm rank on another node) */

@@ -34,6 +34,7 @@
 /* Groups                                                                                      */
 
 static void group_free(zt_rank_group *g) {
+    zt_rank_record_free(&g->record);
     for (int i = 0; i < g->n_pipes; i++) {
         if (g->pipes[i].fd >= 0)
             close(g->pipes[i].fd);
@@ -116,10 +117,18 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
         return pst;
     char job_var[160];
     snprintf(job_var, sizeof job_var, "ZTRAIN_JOB_ID=%s", spec->job_id ? spec->job_id : "");
-    const char *extra[] = {job_var, NULL};
+    /* Without a record the job runs all the same: only the clean-up after a SIGKILL is lost. */
+    if (zt_rank_record_init(&g->record) != ZT_OK)
+        fprintf(stderr, "ztraind: warning: %s; a rank killed with SIGKILL will leave its NVMe "
+                        "offload directory behind\n", zt_last_error());
+    const char *extra[3] = {NULL}, **x = extra;
+    if (spec->job_id)
+        *x++ = job_var;
+    if (g->record.var[0])
+        *x++ = g->record.var;
     zt_rank_group_spec rs = {
         .program = spec->program, .argv = spec->argv, .cwd = spec->cwd,
-        .extra_env = spec->job_id ? extra : NULL,
+        .extra_env = extra,
         .world_size = spec->world_size, .env = ZT_RANK_ENV_WHITELIST,
         .identity = ZT_RANK_ID_TORCHRUN, .master_addr = "127.0.0.1", .master_port = port,
         .run_id = run_id, .threads_per_rank = spec->threads_per_rank,
@@ -297,6 +306,31 @@ static bool group_done(const zt_rank_group *g, double now) {
     return true;
 }
 
+/* The text of zt_group_end.offload_dirs, built by zt_rank_record_clean's callbacks. */
+typedef struct {
+    char text[2048];
+    size_t len;
+} dirs_note;
+
+static void note_dir(dirs_note *n, int rank, const char *dir, const char *why) {
+    if (n->len >= sizeof n->text - 1)
+        return;
+    int w = snprintf(n->text + n->len, sizeof n->text - n->len, "%srank %d: %s%s%s%s",
+                     n->len ? "; " : "", rank, dir, why ? " (cannot remove: " : "",
+                     why ? why : "", why ? ")" : "");
+    n->len = w < 0 ? n->len : n->len + (size_t)w;
+    if (n->len >= sizeof n->text)
+        n->len = sizeof n->text - 1;
+}
+
+static void dir_removed(void *ctx, int rank, const char *dir) {
+    note_dir(ctx, rank, dir, NULL);
+}
+
+static void dir_not_removed(void *ctx, int rank, const char *dir, const char *why) {
+    note_dir(ctx, rank, dir, why);
+}
+
 static void finish_groups(zt_supervisor *s) {
     double now = zt_sup_now_s();
     zt_rank_group **link = &s->groups;
@@ -328,6 +362,10 @@ static void finish_groups(zt_supervisor *s) {
         if (g->kill_sent && g->term_at && g->kill_at >= g->term_at)
             end.grace_s = g->kill_at - g->term_at;
         pthread_mutex_unlock(&s->mu);
+        /* Every rank is reaped: a directory still recorded is one a killed rank left. */
+        dirs_note dirs = {.text = ""};
+        zt_rank_record_clean(&g->record, dir_removed, dir_not_removed, &dirs);
+        end.offload_dirs = dirs.text;
         s->cb.group_ended(g->ctx, &end);
         group_free(g);
     }

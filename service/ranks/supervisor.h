@@ -40,6 +40,11 @@ typedef struct {
      * first zt_rank_group_terminate to the SIGKILL deadline in force (the shortest asked for);
      * 0 otherwise. */
     double grace_s;
+    /* Local groups: "rank 1: <dir>" for each NVMe offload directory that a rank killed with
+     * SIGKILL could not remove and the supervisor removed once every rank had ended (the
+     * ranks record them, rank_group.h: zt_rank_record), "; "-separated, and "rank 1: <dir>
+     * (cannot remove: <why>)" for one it could not; "" when there was none. */
+    const char *offload_dirs;
 } zt_group_end;
 
 /* All run on the supervisor thread, with no supervisor lock held. */

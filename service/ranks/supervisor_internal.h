@@ -62,6 +62,8 @@ struct zt_rank_group {
     double term_at;         /* CLOCK_MONOTONIC seconds of the first graceful stop; 0: none */
     double kill_at;         /* CLOCK_MONOTONIC seconds; 0: no SIGKILL scheduled */
     bool kill_sent;
+    /* Local groups: where the ranks record their NVMe offload directories (rank_group.h). */
+    zt_rank_record record;
     zt_rank_group *next;
 };
 

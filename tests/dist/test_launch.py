@@ -24,7 +24,13 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
      checkpointed.
   i. A token file truncated while 1 or 2 ranks train from it: the rank that reads past its new end
      fails naming the file and both sizes ("changed size while training: N bytes, was M"), and
-     the run exits 1, no rank dying of SIGBUS."""
+     the run exits 1, no rank dying of SIGBUS.
+  j. The second signal of h on a job that offloads its optimizer state to NVMe files: the killed
+     ranks cannot remove their offload directories, so `ztrain run` removes each one its ranks
+     made and says so per rank, while a directory beside them that another run made (named like
+     this job's rank 1's) is left as it was.
+
+Run: python3 tests/dist/test_launch.py [LETTERS] (e.g. "hj": only those cases)."""
 import json
 import os
 import re
@@ -529,8 +535,60 @@ def case_h():
         cleanup(job, run)
 
 
+def case_j():
+    d, job = new_case(checkpoint=True)
+    with open(job) as f:
+        spec = json.load(f)
+    spec["deepspeed"]["zero_optimization"] = {
+        "stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "nvme"}}
+    write_job(job, spec)
+    nvme = os.path.join(d, "nvme")
+    # Another run's directory beside this one's, as offload.c names them, with state in it.
+    neighbour = os.path.join(nvme, f"ztrain-{spec['name']}-rank1-Other0")
+    os.makedirs(neighbour)
+    with open(os.path.join(neighbour, "exp_avg.bin"), "wb") as f:
+        f.write(b"another run's state")
+    tmp = os.path.join(d, "tmp")    # where the launcher keeps its record of the directories
+    os.makedirs(tmp)
+    run = Run(job, env=base_env(TMPDIR=tmp))
+    try:
+        started = run.wait_training()
+        ranks = rank_pids(run)
+        ours = sorted(set(os.listdir(nvme)) - {os.path.basename(neighbour)})
+        ck.check(started and len(ranks) == 2 and len(ours) == 2,
+                 f"j: both ranks start, train and make their offload directories ({ranks}, {ours})")
+        if len(ranks) != 2:
+            return
+        os.kill(run.p.pid, signal.SIGINT)
+        os.kill(run.p.pid, signal.SIGTERM)
+        rc = run.wait(20)
+        err = run.stderr()
+        ck.check(rc == 137, f"j: a second signal ends `ztrain run` with exit 137 (exit {rc})")
+        left = sorted(os.listdir(nvme))
+        ck.check(left == [os.path.basename(neighbour)],
+                 f"j: the killed ranks' offload directories are removed, the other run's is "
+                 f"kept ({left})")
+        with open(os.path.join(neighbour, "exp_avg.bin"), "rb") as f:
+            kept = f.read()
+        ck.check(kept == b"another run's state", "j: the other run's file is untouched")
+        for r, name in enumerate(ours):
+            said = re.search(rf"rank (\d) was killed before it could remove its NVMe offload "
+                             rf"directory: removed {re.escape(os.path.join(nvme, name))}$", err,
+                             re.M)
+            ck.check(said and said.group(1) == name.split("-rank")[1][0],
+                     f"j: it names the directory it removed and its rank: {name} in "
+                     f"{err.strip()[-600:]}")
+        ck.check(not os.listdir(tmp), f"j: the record of the directories is removed too "
+                                      f"({os.listdir(tmp)})")
+    finally:
+        cleanup(job, run)
+
+
+cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j)
 try:
-    for case in (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i):
+    for case in cases:
+        if len(sys.argv) > 1 and case.__name__[-1] not in sys.argv[1]:
+            continue
         t = time.monotonic()
         case()
         print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")

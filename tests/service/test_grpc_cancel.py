@@ -8,7 +8,11 @@
   c. Force cancel of a 2-rank job: CANCELLED within seconds and no rank process is left (their
      pids are gone from /proc); the ranks report the signal that ended them.
   d. Cancelling a queued job cancels it at once; cancelling a finished job leaves it as it was;
-     a negative grace is INVALID_ARGUMENT."""
+     a negative grace is INVALID_ARGUMENT.
+  e. Force cancel of a 2-rank job that offloads its optimizer state to NVMe files: the killed
+     ranks cannot remove their offload directories, so ztraind removes each one they made and
+     says so in the job's log, while a directory beside them that another run made (named like
+     this job's rank 1's) is left as it was."""
 import json
 import os
 import sys
@@ -131,12 +135,49 @@ def case_d(d):
     ck.check(state_name(again.state) == "CANCELLED", "d: cancelling a finished job leaves it be")
 
 
+def case_e(d):
+    nvme = os.path.join(d.runs_root, "nvme")
+    neighbour = os.path.join(nvme, "ztrain-offloaded-rank1-Other0")
+    os.makedirs(neighbour)
+    with open(os.path.join(neighbour, "exp_avg.bin"), "wb") as f:
+        f.write(b"another run's state")
+    ds = {"train_micro_batch_size_per_gpu": 2,
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+          "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+                                                                  "nvme_path": nvme}}}
+    job = submit(d, tiny_job(d.data_root, name="offloaded", world_size=2, max_steps=LONG,
+                             log_interval=10, deepspeed=ds))
+    j = wait_step(d, job.id, 10)
+    ours = sorted(set(os.listdir(nvme)) - {os.path.basename(neighbour)})
+    ck.check(state_name(j.state) == "RUNNING" and len(ours) == 2,
+             f"e: both ranks run and make their offload directories ({ours}, {j.reason})")
+    cancel(d, job.id, force=True)
+    end = wait_state(d, job.id, {"CANCELLED", "FAILED", "SUCCEEDED"}, timeout=20)
+    ck.check(state_name(end.state) == "CANCELLED" and
+             all(r.signal == 9 for r in end.ranks),
+             f"e: force cancel kills the ranks ({state_name(end.state)}, {end.reason})")
+    left = sorted(os.listdir(nvme))
+    ck.check(left == [os.path.basename(neighbour)],
+             f"e: the killed ranks' offload directories are removed, the other run's is kept "
+             f"({left})")
+    with open(os.path.join(neighbour, "exp_avg.bin"), "rb") as f:
+        ck.check(f.read() == b"another run's state", "e: the other run's file is untouched")
+    lines = [l.text for l in d.stub().StreamLogs(pb.StreamLogsRequest(id=job.id),
+                                                 metadata=d.metadata, timeout=10)]
+    said = [l for l in lines if "removed the NVMe offload directories" in l]
+    named = said and all(f"rank {name.split('-rank')[1][0]}: {os.path.join(nvme, name)}" in said[0]
+                         for name in ours)
+    ck.check(named, f"e: the job's log names each directory removed and its rank "
+                    f"({said or lines[-3:]})")
+
+
 tmp = temp_dir("ztrain-grpc-cancel-")
 with Daemon(BUILD, tmp, max_ranks=2, grace=20) as d:
     t = time.monotonic()
     ckpt, step = case_a(d)
     print(f"      (case_a: {time.monotonic() - t:.1f} s)")
-    for case, args in ((case_b, (ckpt, step)), (case_c, ()), (case_d, ())):
+    for case, args in ((case_b, (ckpt, step)), (case_c, ()), (case_d, ()),
+                       (case_e, ())):
         t = time.monotonic()
         case(d, *args)
         print(f"      ({case.__name__}: {time.monotonic() - t:.1f} s)")

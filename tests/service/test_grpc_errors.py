@@ -10,9 +10,15 @@
      the size limit is RESOURCE_EXHAUSTED, and the server keeps serving throughout.
   d. Watchers that cancel or hit their deadline mid-stream are cleaned up: the job goes on, new
      watches work, and 100 concurrent calls all succeed.
-  e. A second ztraind on the same gRPC port fails to start with an error naming the address."""
+  e. A second ztraind on the same gRPC port fails to start with an error naming the address.
+  f. ztraind with --grpc-addr, then --http-addr, on a port a Python socket holds: exit 1, one
+     message naming that address and saying it is in use, no gRPC core text on stderr, and
+     nothing left on disk: a new --state-dir does not exist afterwards, and an existing one
+     (holding a file) is left exactly as it was."""
 import json
 import os
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -225,10 +231,62 @@ def case_e(d, tmp):
     ck.check(serving(d), "e: the first one still serves")
 
 
+def tree(path):
+    """{relative path: file bytes or None for a directory} of everything under path."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for n in dirs:
+            out[os.path.relpath(os.path.join(root, n), path)] = None
+        for n in files:
+            with open(os.path.join(root, n), "rb") as f:
+                out[os.path.relpath(os.path.join(root, n), path)] = f.read()
+    return out
+
+
+def case_f(tmp):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    busy = f"127.0.0.1:{holder.getsockname()[1]}"
+    existing = os.path.join(tmp, "existing-state")
+    os.makedirs(existing)
+    with open(os.path.join(existing, "notes.txt"), "w") as f:
+        f.write("kept\n")
+    before = tree(existing)
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_VERBOSITY", "GRPC_TRACE")}
+    try:
+        for flag in ("--grpc-addr", "--http-addr"):
+            for state, new in ((os.path.join(tmp, f"new-state{flag}"), True), (existing, False)):
+                addrs = {"--grpc-addr": "127.0.0.1:0", "--http-addr": "127.0.0.1:0", flag: busy}
+                p = subprocess.run([os.path.join(BUILD, "ztraind"),
+                                    "--grpc-addr", addrs["--grpc-addr"],
+                                    "--http-addr", addrs["--http-addr"], "--state-dir", state],
+                                   capture_output=True, text=True, timeout=30, env=env)
+                lines = [l for l in p.stderr.splitlines() if l.strip()]
+                what = f"f: {flag} {busy} busy, {'new' if new else 'existing'} state dir"
+                ck.check(p.returncode == 1, f"{what}: exit 1 ({p.returncode})")
+                ck.check(len(lines) == 1 and flag in lines[0] and busy in lines[0] and
+                         "in use" in lines[0],
+                         f"{what}: one message naming the address as in use ({lines})")
+                ck.check(not any(t in p.stderr for t in ("grpc:", "UNKNOWN:", "chttp2", "errno")),
+                         f"{what}: no gRPC core text ({p.stderr.strip()[:300]!r})")
+                if new:
+                    ck.check(not os.path.exists(state), f"{what}: {state} was not left behind "
+                             f"({sorted(tree(state)) if os.path.isdir(state) else 'a file'})")
+                else:
+                    after = tree(existing)
+                    ck.check(after == before, f"{what}: it is left as it was ({sorted(after)})")
+    finally:
+        holder.close()
+
+
 tmp = temp_dir("ztrain-grpc-errors-")
 t = time.monotonic()
 case_a(tmp)
 print(f"      (case_a: {time.monotonic() - t:.1f} s)")
+t = time.monotonic()
+case_f(tmp)
+print(f"      (case_f: {time.monotonic() - t:.1f} s)")
 with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1) as d:
     for case, args in ((case_b, ()), (case_c, ()), (case_d, ()), (case_e, (tmp,))):
         t = time.monotonic()
