@@ -182,7 +182,8 @@ def case_a(d):
         err = str(e)
     other.stop(5)
     ck.check(err is not None and "exited with 1" in err and
-             f"HTTP 127.0.0.1:{d.http_port}: Address already in use" in err,
+             f"--http-addr 127.0.0.1:{d.http_port}: cannot listen there: the address is in use"
+             in err,
              f"a: a port in use is an error naming it "
              f"({(err or 'it started').strip().splitlines()[-1]})")
 
