@@ -56,8 +56,8 @@ typedef struct {
  * checking types and ranges; an absent field leaves its default. */
 zt_status zt_ds_read_fields(const zt_json_obj *o, const field *fields, size_t n, void *base);
 
-/* DeepSpeed reads the sections above, the monitors, comms_logger, hybrid_engine and compile
- * through pydantic models in lax mode, which convert a value to the field's type: strings ("2" to
+/* DeepSpeed reads the sections above, the monitors, comms_logger, hybrid_engine, compile and
+ * tensor_parallel through pydantic models in lax mode, which convert a value to the field's type: strings ("2" to
  * 2 for zero_optimization.stage, "128" to 128.0 for fp16.loss_scale, "true"/"yes"/"on"/"1" to
  * true), 0 and 1 to bools, bools to 0 and 1. The sections it reads with dict.get (the top level,
  * optimizer, scheduler, and the switches flops_profiler, autotuning, torch_autocast and
@@ -75,6 +75,9 @@ void zt_ds_coerce_fields(cJSON *sec, const field *fields, size_t n);
 /* A bool as a pydantic model reads it: true/false, 0/1, or one of its strings ("yes", "off",
  * ...); false when v is none of those. */
 bool zt_ds_lax_bool(const cJSON *v, bool *out);
+/* An int as a pydantic model reads it: a number, a bool (1 or 0), or a string of one ("2",
+ * " 2_000 ", "2.0"); false when v is none of those or not a whole number within int. */
+bool zt_ds_lax_int(const cJSON *v, int *out);
 
 /* The allowed keys of a table section are its fields plus a few read by hand (`extra`, NULL or
  * NULL-terminated). */

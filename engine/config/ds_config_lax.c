@@ -4,6 +4,7 @@
  * each by the fields ztrain reads or judges, before any reader sees them; a value pydantic
  * refuses is left for the reader to refuse by name. The sections DeepSpeed reads with dict.get
  * convert nothing (ds_config_internal.h). */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,20 @@ static const field comet_fields[] = {
     {"online", FT_BOOL, NOSTORE, ANYVAL},
 };
 static const field compile_fields[] = {{"deepcompile", FT_BOOL, NOSTORE, ANYVAL}};
+/* runtime/tensor_parallel/config.py: TPTrainingConfig and its TPConfig (under "tensor_parallel"
+ * or its alias "tp"). */
+static const field tp_training_fields[] = {
+    {"autotp_size", FT_INT, NOSTORE, ANYVAL},
+    {"tp_overlap_comm", FT_BOOL, NOSTORE, ANYVAL},
+    {"keep_module_on_host", FT_BOOL, NOSTORE, ANYVAL},
+    {"vocab_parallel_lm_head", FT_BOOL, NOSTORE, ANYVAL},
+    {"replace_with_kernel_inject", FT_BOOL, NOSTORE, ANYVAL},
+    {"kernel_inject", FT_BOOL, NOSTORE, ANYVAL},
+};
+static const field tp_config_fields[] = {
+    {"tp_size", FT_INT, NOSTORE, ANYVAL},
+    {"tp_grain_size", FT_INT, NOSTORE, ANYVAL},
+};
 
 void zt_ds_coerce_model_strings(cJSON *root) {
     zt_ds_coerce_zero_sections(root);
@@ -147,4 +162,28 @@ void zt_ds_coerce_model_strings(cJSON *root) {
                         NFIELDS(comet_fields));
     zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(root, "compile"), compile_fields,
                         NFIELDS(compile_fields));
+    cJSON *tp = cJSON_GetObjectItemCaseSensitive(root, "tensor_parallel");
+    zt_ds_coerce_fields(tp, tp_training_fields, NFIELDS(tp_training_fields));
+    if (cJSON_IsObject(tp)) {
+        zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(tp, "tensor_parallel"),
+                            tp_config_fields, NFIELDS(tp_config_fields));
+        zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(tp, "tp"), tp_config_fields,
+                            NFIELDS(tp_config_fields));
+    }
+}
+
+bool zt_ds_lax_int(const cJSON *v, int *out) {
+    double d;
+    if (cJSON_IsNumber(v))
+        d = v->valuedouble;
+    else if (cJSON_IsString(v) && lax_int(v->valuestring, false, &d))
+        ;
+    else if (cJSON_IsBool(v))
+        d = cJSON_IsTrue(v);
+    else
+        return false;
+    if (!(d >= INT_MIN && d <= INT_MAX) || d != (double)(int)d)
+        return false;
+    *out = (int)d;
+    return true;
 }

@@ -30,18 +30,19 @@ static zt_status nested_tp_size(const zt_json_obj *sec, int *out, const char **w
     return ZT_OK;
 }
 
+/* The config as written (a stored job spec), so its values are read as the parser reads them
+ * after zt_ds_coerce_model_strings: "2" is 2. */
 int zt_ds_tp_size_of(const cJSON *ds) {
     const cJSON *sec = cJSON_IsObject(ds) ? cJSON_GetObjectItemCaseSensitive(ds, "tensor_parallel")
                                           : NULL;
-    const cJSON *autotp = cJSON_GetObjectItemCaseSensitive(sec, "autotp_size");
-    if (cJSON_IsNumber(autotp) && autotp->valuedouble > 1)
-        return (int)autotp->valuedouble;
+    int v;
+    if (zt_ds_lax_int(cJSON_GetObjectItemCaseSensitive(sec, "autotp_size"), &v) && v > 1)
+        return v;
     static const char *const names[] = {"tensor_parallel", "tp"};
     for (int i = 0; i < 2; i++) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(sec, names[i]);
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "tp_size");
-        if (cJSON_IsNumber(v) && v->valuedouble > 1)
-            return (int)v->valuedouble;
+        if (zt_ds_lax_int(cJSON_GetObjectItemCaseSensitive(o, "tp_size"), &v) && v > 1)
+            return v;
     }
     return 1;
 }

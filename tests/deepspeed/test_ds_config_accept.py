@@ -94,6 +94,11 @@ CASES = [
     ("fp16 hysteresis 0, stage 0", dict(BASE, fp16={"enabled": True, "hysteresis": 0}),
      "hysteresis", "config", False),
     ("bf16 enabled \"true\"", dict(BASE, bf16={"enabled": "true"}), "enabled", "config", False),
+    ("tensor_parallel strings", dict(BASE, tensor_parallel={
+        "autotp_size": "1", "tp_overlap_comm": "off", "tp": {"tp_size": " 1 "}}),
+     "autotp_size", "config", False),
+    ("tensor_parallel autotp_size \"x\"", dict(BASE, tensor_parallel={"autotp_size": "x"}),
+     "autotp_size", "config", False),
 ]
 
 # Switches: what DeepSpeed makes of a value (an expression over its DeepSpeedConfig `c`, tested

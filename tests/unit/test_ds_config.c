@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "check.h"
 #include "ztrain/ds_config.h"
 
@@ -529,6 +531,25 @@ static void test_monitor(void) {
     ERR_PREFIX("{" B "\"datastates_ckpt\": {}}", 1, ZT_ERR_UNSUPPORTED,
                "ds.json: datastates_ckpt is not supported");
     OK("{" B "\"datastates_ckpt\": false}", 1, &c);
+    /* tensor_parallel is a pydantic model too (TPTrainingConfig, TPConfig): "2" is 2, for the
+     * parser and for zt_ds_tp_size_of, which reads a stored spec as written. */
+    if (OK("{\"train_batch_size\": 4, \"tensor_parallel\": {\"autotp_size\": \"2\", "
+           "\"tp_overlap_comm\": \"off\"}}", 2, &c))
+        CHECK(c.tp_size == 2 && c.world_size == 1);
+    if (OK("{\"train_batch_size\": 4, \"tensor_parallel\": {\"tp\": {\"tp_size\": \" 2 \"}}}", 2,
+           &c))
+        CHECK(c.tp_size == 2);
+    static const char *const written[] = {"{\"tensor_parallel\": {\"autotp_size\": \"2\"}}",
+                                          "{\"tensor_parallel\": {\"tp\": {\"tp_size\": \"4.0\"}}}",
+                                          "{\"tensor_parallel\": {\"autotp_size\": \"x\"}}"};
+    const int sizes[] = {2, 4, 1};
+    for (int i = 0; i < 3; i++) {
+        cJSON *j = cJSON_Parse(written[i]);
+        CHECK(zt_ds_tp_size_of(j) == sizes[i], "%s", written[i]);
+        cJSON_Delete(j);
+    }
+    ERR_PREFIX("{\"train_batch_size\": 4, \"tensor_parallel\": {\"autotp_size\": \"x\"}}", 2,
+               ZT_ERR_INVALID, "ds.json: key 'tensor_parallel.autotp_size' must be an integer");
 }
 
 static void test_scheduler(void) {
