@@ -234,7 +234,7 @@ static const zt_ds_key rows[] = {
      "Adam with torch_adam and adam_w_mode false: true is AdamW's decay"},
     {"optimizer.params.amsgrad", HAND | R, 0, NULL,
      "true refused (FusedAdam, CPUAdam have none; not implemented for torch_adam)"},
-    {"optimizer.params.maximize", HAND | H, 0, NULL, "SGD; true refused for Adam (torch_adam)"},
+    {"optimizer.params.maximize", HAND | H, 0, NULL, "SGD, and Adam with torch_adam"},
     {"optimizer.params.set_grad_none", W, 0, "true",
      "ztrain's gradients are one flat buffer (Adam, AdamW without torch_adam or offload)"},
     {"optimizer.params.fused", W, 0, NULL,

@@ -165,10 +165,8 @@ static zt_status parse_adam(zt_ds_config *cfg, const zt_json_obj *p, bool type_i
         return zt_ds_fail(ZT_ERR_UNSUPPORTED, p, "amsgrad", "%s: %s.amsgrad: true is not supported: "
                           "DeepSpeed builds %s here, which has the AMSGrad variant, and ztrain's "
                           "Adam does not implement it", p->source, p->path, adam_class_name[cls]);
-    if (maximize)
-        return zt_ds_fail(ZT_ERR_UNSUPPORTED, p, "maximize", "%s: %s.maximize: true is not "
-                          "supported with Adam (ztrain's Adam kernels always minimise; SGD honours "
-                          "maximize)", p->source, p->path);
+    /* Only torch.optim.Adam/AdamW take it (the key check above): the gradient negated first. */
+    o->maximize = maximize;
     return ZT_OK;
 }
 

@@ -228,6 +228,7 @@ static zt_adam_args adam_args(const zt_optimizer *o, double lr, double momentum)
         .bias_correction1 = (float)bc1,
         .bias_correction2 = (float)bc2,
         .adamw_mode = c->adam_w_mode,
+        .maximize = c->maximize,
     };
 }
 

@@ -410,6 +410,12 @@ static adam_coef adam_coef_of(const zt_adam_args *a) {
 
 void zt_cpu_adam_update(float *p, const float *g, float *m, float *v, size_t n,
                         const zt_adam_args *a) {
+    /* maximize: the scaled path with a multiplier of -1, so the plain path keeps no multiply
+     * that could touch a NaN's bits. */
+    if (a->maximize) {
+        zt_cpu_adam_update_mixed(p, g, ZT_F32, 1.0f, m, v, NULL, ZT_F32, n, a);
+        return;
+    }
     adam_coef c = adam_coef_of(a);
     adam_fn fn = pick_path()->adam;
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
@@ -439,6 +445,9 @@ void zt_cpu_adam_update_mixed(float *master, const void *grad, zt_dtype grad_typ
         param_type = ZT_F32;
     adam_coef c = adam_coef_of(a);
     mixed_fn fn = pick_path()->mixed;
+    /* -(g·mul) = g·(-mul) exactly: torch negates the gradient after unscaling. */
+    if (a->maximize)
+        grad_mul = -grad_mul;
     const char *g = grad;
     size_t gsize = grad_type == ZT_F32 ? sizeof(float) : sizeof(uint16_t);
     size_t nchunks = (n + CHUNK - 1) / CHUNK;

@@ -119,8 +119,9 @@ __global__ void scale_kernel(float *v, size_t n, float s) {
 
 extern "C" void zt_cuda_adam_update(const zt_ctx *x, float *p, const float *g, float *m, float *v,
                                     size_t n, const zt_adam_args *a) {
-    OPT_LAUNCH(x, n, adam_mixed_kernel, p, g, (int)ZT_F32, 1.0f, m, v, (uint16_t *)NULL, false, n,
-               adam_coef_of(a));
+    /* maximize: torch negates the gradient first, a multiplier of -1 here. */
+    OPT_LAUNCH(x, n, adam_mixed_kernel, p, g, (int)ZT_F32, a->maximize ? -1.0f : 1.0f, m, v,
+               (uint16_t *)NULL, false, n, adam_coef_of(a));
 }
 
 extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const void *grad,
@@ -129,8 +130,10 @@ extern "C" void zt_cuda_adam_update_mixed(const zt_ctx *x, float *master, const 
                                           const zt_adam_args *a) {
     ZT_ASSERT(grad_type == ZT_F32 || grad_type == ZT_BF16 || grad_type == ZT_F16);
     ZT_ASSERT(!param16 || param_type == ZT_BF16 || param_type == ZT_F16);
-    OPT_LAUNCH(x, n, adam_mixed_kernel, master, grad, (int)grad_type, grad_mul, m, v, param16,
-                 param_type == ZT_BF16, n, adam_coef_of(a));
+    /* -(g·mul) = g·(-mul) exactly: torch negates the gradient after unscaling. */
+    OPT_LAUNCH(x, n, adam_mixed_kernel, master, grad, (int)grad_type,
+               a->maximize ? -grad_mul : grad_mul, m, v, param16, param_type == ZT_BF16, n,
+               adam_coef_of(a));
 }
 
 static sgd_coef sgd_coef_of(const zt_sgd_args *a, bool has_buf) {

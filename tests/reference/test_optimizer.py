@@ -141,6 +141,19 @@ CASES = [
                                                  "weight_decay": 1e-2}},
      lambda ps: torch.optim.SGD(ps, lr=0.02, momentum=0.9, nesterov=True, weight_decay=1e-2),
      REL_TOL),
+    # maximize (torch_adam: torch.optim.Adam/AdamW): the gradient negated before anything else.
+    ("adamw_maximize", {"type": "AdamW", "params": {
+        "lr": 1e-2, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1, "torch_adam": True,
+        "maximize": True}},
+     lambda ps: torch.optim.AdamW(ps, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                                  maximize=True),
+     ADAMW_REL_TOL),
+    ("adam_l2_maximize", {"type": "Adam", "params": {
+        "lr": 1e-3, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.01, "adam_w_mode": False,
+        "torch_adam": True, "maximize": True}},
+     lambda ps: torch.optim.Adam(ps, lr=1e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01,
+                                 maximize=True),
+     REL_TOL),
     # maximize: torch negates the gradient before the decay and the momentum.
     ("sgd_maximize", {"type": "SGD", "params": {"lr": 0.02, "momentum": 0.9, "nesterov": True,
                                                  "weight_decay": 1e-2, "maximize": True}},

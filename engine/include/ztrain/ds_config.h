@@ -46,7 +46,7 @@ typedef struct {
     double momentum;       /* SGD, default 0 */
     double dampening;      /* SGD, default 0 */
     bool nesterov;         /* SGD, default false */
-    bool maximize;         /* SGD: torch's maximize, the gradient negated first; default false */
+    bool maximize; /* SGD, and Adam with torch_adam: torch's maximize, the gradient negated first */
     double max_coeff;      /* LAMB: upper clamp of the trust ratio, default 10.0 */
     double min_coeff;      /* LAMB: lower clamp of the trust ratio, default 0.01 */
     bool eps_inside_sqrt;  /* LAMB: sqrt(v + eps) rather than sqrt(v) + eps, default false */

@@ -151,6 +151,7 @@ typedef struct {
     float bias_correction1; /* 1 - beta1^t, or 1 when bias correction is off */
     float bias_correction2; /* 1 - beta2^t, or 1 when bias correction is off */
     bool adamw_mode;        /* decoupled decay p -= lr*wd*p; else L2: g += wd*p */
+    bool maximize;          /* torch's maximize: the gradient is negated before anything else */
 } zt_adam_args;
 
 /* LAMB as DeepSpeed's FusedLamb computes it (csrc/lamb/fused_lamb_cuda_kernel.cu): Adam's moments

@@ -38,16 +38,19 @@ static adam_state adam_copy(const adam_state *s) {
                         zt_test_dup(s->m, s->n), zt_test_dup(s->v, s->n)};
 }
 
-/* Three settings: AdamW with decay, Adam with L2 decay, and no decay nor bias correction. */
+/* Four settings: AdamW with decay, Adam with L2 decay, no decay nor bias correction, and Adam
+ * with L2 decay maximizing (torch's maximize). */
+enum { ADAM_VARIANTS = 4 };
 static zt_adam_args adam_args(int variant, int step) {
     zt_adam_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-3f,
                       .bias_correction1 = 1.0f, .bias_correction2 = 1.0f};
-    if (variant < 2) {
+    if (variant != 2) {
         a.bias_correction1 = (float)(1.0 - pow(0.9, step));
         a.bias_correction2 = (float)(1.0 - pow(0.999, step));
     }
-    a.weight_decay = variant == 0 ? 0.1f : variant == 1 ? 0.05f : 0.0f;
-    a.adamw_mode = variant != 1;
+    a.weight_decay = variant == 0 ? 0.1f : variant == 1 || variant == 3 ? 0.05f : 0.0f;
+    a.adamw_mode = variant != 1 && variant != 3;
+    a.maximize = variant == 3;
     return a;
 }
 
@@ -70,7 +73,7 @@ static const size_t sizes[] = {13, 2 * 16384 + 37};
 static void adam_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_rng *r) {
     (void)act;
     for (int k = 0; k < 2; k++)
-        for (int variant = 0; variant < 3; variant++) {
+        for (int variant = 0; variant < ADAM_VARIANTS; variant++) {
             adam_state want = adam_make(r, sizes[k]), got = adam_copy(&want);
             for (int step = 1; step <= 3; step++) {
                 zt_adam_args a = adam_args(variant, step);
@@ -95,7 +98,7 @@ static void adam_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test_
 static void adam_ref(const adam_state *s, const zt_adam_args *a, double *p, double *m, double *v) {
     double b1 = a->beta1, b2 = a->beta2, lr = a->lr, wd = a->weight_decay;
     for (size_t i = 0; i < s->n; i++) {
-        double g = s->g[i], p0 = s->p[i];
+        double g = a->maximize ? -(double)s->g[i] : s->g[i], p0 = s->p[i];
         if (!a->adamw_mode)
             g += wd * p0;
         m[i] = b1 * s->m[i] + (1.0 - b1) * g;
@@ -124,7 +127,7 @@ static void adam_check_step(const adam_state *s, const float *p0, const double *
 
 static void adam_cpu(zt_backend *cpu, zt_test_rng *r) {
     for (int k = 0; k < 2; k++)
-        for (int variant = 0; variant < 3; variant++) {
+        for (int variant = 0; variant < ADAM_VARIANTS; variant++) {
             adam_state s = adam_make(r, sizes[k]);
             double *p = calloc(s.n, sizeof *p), *m = calloc(s.n, sizeof *m),
                    *v = calloc(s.n, sizeof *v);
@@ -227,7 +230,7 @@ static void mixed_compare(zt_backend *cpu, zt_backend *be, zt_dtype act, zt_test
         zt_dtype gt = mixed_types[k / 3], pt = mixed_types[k % 3];
         mixed_case want = mixed_make(r, sizes[k % 2], gt, pt, k % 2 ? 0.37f : 1.0f);
         mixed_case got = mixed_copy(&want);
-        zt_adam_args a = adam_args(k % 3, 2);
+        zt_adam_args a = adam_args(k % ADAM_VARIANTS, 2);
         mixed_run(cpu, &want, &a);
         mixed_run(be, &got, &a);
         char at[112];
@@ -269,7 +272,7 @@ static void mixed_cpu(zt_backend *cpu, zt_test_rng *r) {
         zt_dtype gt = mixed_types[k / 6], pt = mixed_types[k / 2 % 3];
         float mul = k % 2 ? 0.37f : 1.0f;
         mixed_case c = mixed_make(r, 16384 + 1001, gt, pt, mul), parts = mixed_copy(&c);
-        zt_adam_args a = adam_args(k % 3, 1 + k % 4);
+        zt_adam_args a = adam_args(k % ADAM_VARIANTS, 1 + k % 4);
         /* The reference step reads the gradient as the op does. */
         adam_state ref_in = adam_copy(&c.s);
         for (size_t i = 0; i < c.s.n; i++)
