@@ -434,7 +434,7 @@ STREAM_RECORDER_JS = r"""
     const url = typeof input === 'string' ? input : input.url;
     if (!/\/events\?/.test(url)) return real.apply(this, arguments);
     const rec = {url, lastEventId: new Headers((init && init.headers) || {}).get('Last-Event-ID'),
-                 events: [], cut: false};
+                 events: [], cut: false, done: false};
     const n = window.__streams.push(rec);
     const res = await real.apply(this, arguments);
     const reader = res.body.getReader();
@@ -468,6 +468,7 @@ STREAM_RECORDER_JS = r"""
           }
           const {value, done} = await reader.read();
           if (done) {
+            rec.done = true;
             if (pending) ctrl.enqueue(enc.encode(pending));
             ctrl.close();
             return;
@@ -475,7 +476,7 @@ STREAM_RECORDER_JS = r"""
           pending += dec.decode(value, {stream: true});
         }
       },
-      cancel() { reader.cancel(); },
+      cancel() { rec.done = true; reader.cancel(); },
     });
     return new Response(body, {status: res.status, statusText: res.statusText,
                                headers: res.headers});
@@ -526,8 +527,10 @@ def case_resume(drv, d):
             "return v && v.dataset.loaded === 'true';"), 15)
         wait_state(d, c_id, TERMINAL, timeout=120)
         # The last stream ends with the terminal job event, after which the page opens none. On
-        # a loaded machine (the suite's other tests) the page takes its time over 600 steps.
-        streams = wait_until(lambda: (lambda s: s if s and not s[-1]["cut"] and
+        # a loaded machine (the suite's other tests) the page takes its time over 600 steps, and
+        # may reconnect only after the job ended: that stream opens with the end state too, so
+        # it counts once it is over (done), not at its first event.
+        streams = wait_until(lambda: (lambda s: s if s and not s[-1]["cut"] and s[-1]["done"] and
                                       s[-1]["events"][-1:] and s[-1]["events"][-1][0] == "job"
                                       and text_of(drv, "job-state") in TERMINAL else None)(
             drv.execute_script("return window.__streams;")), 120) or \
@@ -585,7 +588,9 @@ def case_ended_cut(drv, d):
     try:
         drv.get("about:blank")
         drv.get(f"{d.http_url}/#/jobs/{c_id}")
-        streams = wait_until(lambda: (lambda s: s if len(s) >= 2 and s[-1]["events"][-1:] and
+        # The second stream opens with the end state as well: over once it is done.
+        streams = wait_until(lambda: (lambda s: s if len(s) >= 2 and s[-1]["done"] and
+                                      s[-1]["events"][-1:] and
                                       s[-1]["events"][-1][0] == "job" else None)(
             drv.execute_script("return window.__streams;")), 60) or \
             drv.execute_script("return window.__streams;") or []
