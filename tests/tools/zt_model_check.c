@@ -30,6 +30,8 @@ static zt_dtype parse_act(const char *s) {
     return ZT_F32;
 }
 
+/* Every failure leaves through one exit that frees what was made, so that a sanitizer build's
+ * leak report never joins the message a test compares. */
 int main(int argc, char **argv) {
     if (argc != 6 && argc != 7) {
         fprintf(stderr, "usage: zt_model_check JOB.json BATCH.i32 OUT_DIR B T [f32|bf16|f16]\n");
@@ -40,52 +42,76 @@ int main(int argc, char **argv) {
         return die("");
     int B = atoi(argv[4]), T = atoi(argv[5]);
     zt_dtype act = argc == 7 ? parse_act(argv[6]) : ZT_F32;
-    zt_backend *be;
-    zt_model *m;
-    if (zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK ||
-        zt_model_create(&m, &job.model, be, act, B, 1) != ZT_OK)
-        return die("");
-    if (!job.model.init_from)
-        return die("the job has no model.init_from");
-    if (zt_model_load_safetensors(m, job.model.init_from) != ZT_OK)
-        return die("");
+    zt_backend *be = NULL;
+    zt_model *m = NULL;
+    int32_t *batch = NULL;
+    float *logits = NULL, *grads = NULL;
+    zt_st_entry *e = NULL;
+    FILE *f = NULL;
+    int rc = 1;
+    if (zt_backend_create(&be, ZT_DEVICE_CPU, NULL) != ZT_OK) {
+        be = NULL;
+        rc = die("");
+        goto out;
+    }
+    if (zt_model_create(&m, &job.model, be, act, B, 1) != ZT_OK) {
+        m = NULL;
+        rc = die("");
+        goto out;
+    }
+    if (!job.model.init_from) {
+        rc = die("the job has no model.init_from");
+        goto out;
+    }
+    if (zt_model_load_safetensors(m, job.model.init_from) != ZT_OK) {
+        rc = die("");
+        goto out;
+    }
     const int V = job.model.vocab_size;
     size_t n = (size_t)B * T;
-    int32_t *batch = malloc(2 * n * sizeof(int32_t));
-    FILE *f = fopen(argv[2], "rb");
+    batch = malloc(2 * n * sizeof(int32_t));
+    f = fopen(argv[2], "rb");
     if (!batch || !f || fread(batch, sizeof(int32_t), 2 * n, f) != 2 * n) {
         fprintf(stderr, "zt_model_check: cannot read %s\n", argv[2]);
-        return 1;
+        goto out;
     }
     fclose(f);
+    f = NULL;
     char path[4096];
 
     if (act == ZT_F32) {
         m->ops->forward(m, batch, NULL, B, T, 0.0f);
-        float *logits = malloc(n * V * sizeof(float));
+        logits = malloc(n * V * sizeof(float));
         snprintf(path, sizeof path, "%s/logits.f32", argv[3]);
         f = fopen(path, "wb");
-        if (!logits || !f)
-            return die("cannot write the logits ");
+        if (!logits || !f) {
+            rc = die("cannot write the logits ");
+            goto out;
+        }
         m->ops->logits(m, 0, n, logits);
         fwrite(logits, sizeof(float), n * V, f);
         fclose(f);
-        free(logits);
+        f = NULL;
     }
 
     float loss = m->ops->forward(m, batch, batch + n, B, T, 1.0f / (float)n);
     m->ops->backward(m);
     snprintf(path, sizeof path, "%s/loss.txt", argv[3]);
     f = fopen(path, "w");
-    if (!f)
-        return die("cannot write the loss ");
+    if (!f) {
+        rc = die("cannot write the loss ");
+        goto out;
+    }
     fprintf(f, "%.9g\n", loss);
     fclose(f);
+    f = NULL;
 
-    float *grads = malloc(m->n_params * sizeof(float));
-    zt_st_entry *e = calloc((size_t)m->n_tensors, sizeof *e);
-    if (!grads || !e)
-        return die("out of memory ");
+    grads = malloc(m->n_params * sizeof(float));
+    e = calloc((size_t)m->n_tensors, sizeof *e);
+    if (!grads || !e) {
+        rc = die("out of memory ");
+        goto out;
+    }
     zt_backend_copy(be, grads, m->grads, m->n_params * sizeof(float), ZT_COPY_D2H,
                     ZT_STREAM_COMPUTE);
     for (int i = 0; i < m->n_tensors; i++) {
@@ -93,13 +119,18 @@ int main(int argc, char **argv) {
         e[i] = (zt_st_entry){t->name, grads + t->offset, t->ndim, {t->shape[0], t->shape[1]}};
     }
     snprintf(path, sizeof path, "%s/grads.safetensors", argv[3]);
-    if (zt_st_write(path, e, m->n_tensors, NULL, NULL, 0) != ZT_OK)
-        return die("");
+    rc = zt_st_write(path, e, m->n_tensors, NULL, NULL, 0) == ZT_OK ? 0 : die("");
+out:
+    if (f)
+        fclose(f);
     free(e);
     free(grads);
+    free(logits);
     free(batch);
-    zt_model_destroy(m);
-    zt_backend_destroy(be);
+    if (m)
+        zt_model_destroy(m);
+    if (be)
+        zt_backend_destroy(be);
     zt_job_spec_free(&job);
-    return 0;
+    return rc;
 }
