@@ -60,14 +60,20 @@ def main():
                 "const v = document.querySelector('[data-testid=\"job-view\"]');"
                 "return v && v.dataset.loaded === 'true';"), 15)
             # The panel draws at the charts' flush, shortly after the history is loaded (on a
-            # loaded machine it may first draw from part of it): wait for both strip rows with
-            # their 40 cells and for the note the whole history gives.
+            # loaded machine it may first draw from part of it, 40 cells of earlier steps among
+            # them): wait for both strip rows with their 40 cells ending at the job's last
+            # logged step, and for the note the whole history gives.
+            last_step = max(api_series(d, jid, "perf/straggler_rank")[0])
             wait_until(lambda: drv.execute_script("""
                 const rows = document.querySelectorAll('[data-testid="strip-row"]');
                 const note = document.querySelector('[data-testid="system-note"]');
                 return rows.length === 2 &&
-                  [...rows].every(r => r.querySelectorAll('.strip-cell').length === 40) &&
-                  note !== null && note.textContent.includes('No GPU figures');"""), 15)
+                  [...rows].every(r => {
+                    const cells = r.querySelectorAll('.strip-cell');
+                    return cells.length === 40 &&
+                      Number(cells[cells.length - 1].dataset.step) === arguments[0];
+                  }) && note !== null && note.textContent.includes('No GPU figures');""",
+                last_step), 30)
             panel = drv.find_element(By.CSS_SELECTOR, '[data-testid="system-panel"]')
             drv.execute_script("arguments[0].scrollIntoView();", panel)
             shot = os.path.join(BUILD, "dashboard-system.png")
@@ -111,7 +117,9 @@ def main():
                 ok = ok and cells == want
             ck.check(ok and len(last) == 40,
                      f"the strip has a row per rank, a cell per step of the last 40, with each rank's compute "
-                     f"time and the straggler outlined ({sum(1 for _, c in strip for x in c if x[2])} outlined)")
+                     f"time and the straggler outlined ({sum(1 for _, c in strip for x in c if x[2])} outlined; "
+                     f"steps {[c[0][0] for _, c in strip if c]}..{[c[-1][0] for _, c in strip if c]}, "
+                     f"the API's {last[:1]}..{last[-1:]})")
 
             rows = drv.execute_script("""
                 return [...document.querySelectorAll('[data-testid="rank-row"]')]
