@@ -19,16 +19,6 @@
 
 typedef enum { AS_PYDANTIC_BOOL, AS_TRUTH, AS_BOOL_OR_INT } switch_reading;
 
-static bool python_truth(const cJSON *v) {
-    if (cJSON_IsBool(v))
-        return cJSON_IsTrue(v);
-    if (cJSON_IsNumber(v))
-        return v->valuedouble != 0;
-    if (cJSON_IsString(v))
-        return v->valuestring[0] != '\0';
-    return (cJSON_IsArray(v) || cJSON_IsObject(v)) && v->child;
-}
-
 static zt_status refuse_type(const zt_json_obj *top, const char *field, const char *got,
                              const char *how) {
     return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: key '%s' must be true or false (%s), "
@@ -52,7 +42,7 @@ static zt_status check_switch(const zt_json_obj *top, const char *section, const
         !(cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble))
         return refuse_type(top, field, got, "DeepSpeed ORs it into a bool, and fails on "
                            "anything but a bool or an integer");
-    if (!python_truth(v))
+    if (!zt_json_truthy(v))
         return ZT_OK;
     const bool b = cJSON_IsBool(v);
     return zt_error_field(zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is not supported by ztrain%s%s%s",

@@ -179,7 +179,7 @@ static bool when_holds(const hf_row *r, const cJSON *root) {
     if (eq)
         return cJSON_IsString(v) && strcmp(v->valuestring, eq + 1) == 0;
     /* transformers tests it with `if config.key:` (use_sliding_window, rope_scaling). */
-    return zt_hf_truthy(v);
+    return zt_json_truthy(v);
 }
 
 /* The row's value in the config: the key, its alias, or Hugging Face's default (parsed into
@@ -206,7 +206,7 @@ static bool allowed_value(const hf_row *r, const cJSON *v) {
     const cJSON *a;
     cJSON_ArrayForEach(a, allowed) {
         if (cJSON_Compare(a, v, true) ||
-            (cJSON_IsBool(a) && boolean_row(r) && cJSON_IsTrue(a) == zt_hf_truthy(v)))
+            (cJSON_IsBool(a) && boolean_row(r) && cJSON_IsTrue(a) == zt_json_truthy(v)))
             ok = true;
     }
     cJSON_Delete(allowed);
@@ -222,7 +222,7 @@ static zt_status set_field(const zt_model_field *f, zt_model_spec *spec, const c
     /* transformers stores a boolean key as given and tests it with `if`: any value reads by
      * its truth, null and 0 as false (tie_word_embeddings 0 is an untied model). */
     if (f->kind == ZT_FIELD_BOOL) {
-        *(bool *)p = zt_hf_truthy(v);
+        *(bool *)p = zt_json_truthy(v);
         return ZT_OK;
     }
     if (cJSON_IsNull(v)) {
@@ -275,13 +275,13 @@ static zt_status check_qwen2(const cJSON *root, zt_hf_config *c) {
         return zt_error(ZT_ERR_FORMAT, "%s: key 'max_window_layers' must be an integer",
                         c->path);
     double layers = cJSON_IsNumber(mwl) ? mwl->valuedouble : 28;
-    if (zt_hf_truthy(use) && layers >= c->spec.n_layer) {
+    if (zt_json_truthy(use) && layers >= c->spec.n_layer) {
         const zt_model_field *f = zt_model_family_field(c->family, "sliding_window");
         if (f)
             *(int *)((char *)&c->spec + f->offset) = 0;
         return ZT_OK;
     }
-    if (zt_hf_truthy(use) && layers > 0 && layers < c->spec.n_layer)
+    if (zt_json_truthy(use) && layers > 0 && layers < c->spec.n_layer)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: key 'max_window_layers' (%d) is below "
                         "num_hidden_layers (%d) with use_sliding_window: ztrain applies one "
                         "sliding window to every layer, not to some", c->path, (int)layers,
@@ -319,7 +319,7 @@ static zt_status apply_row(const hf_row *r, const cJSON *root, zt_hf_config *c) 
         zt_json_repr(v, got, sizeof got);
         if (boolean_row(r) && !cJSON_IsBool(v))
             snprintf(truth, sizeof truth, " (%s to transformers, which reads it by its truth)",
-                     zt_hf_truthy(v) ? "true" : "false");
+                     zt_json_truthy(v) ? "true" : "false");
         s = zt_error(ZT_ERR_UNSUPPORTED, "%s: key '%s' is %s%s, which ztrain's %s does not "
                      "support (supported: %s)", c->path, r->key, got, truth, fam->title,
                      r->allowed);

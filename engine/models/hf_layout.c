@@ -68,18 +68,6 @@ bool zt_hf_layout_key_known(const char *type, const char *key) {
 }
 
 /* Also whether a value counts as set the way Python's `or` reads it (rope_scaling or ...). */
-bool zt_hf_truthy(const cJSON *v) {
-    if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v))
-        return false;
-    if (cJSON_IsObject(v) || cJSON_IsArray(v))
-        return v->child != NULL;
-    if (cJSON_IsNumber(v))
-        return v->valuedouble != 0;
-    if (cJSON_IsString(v))
-        return v->valuestring[0] != '\0';
-    return true;
-}
-
 static const char *rope_type_of(const cJSON *obj) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "rope_type");
     if (!t)
@@ -202,7 +190,7 @@ static zt_status read_rope(cJSON *root, const char *type, const char *path) {
     cJSON *old = cJSON_IsObject(rs) ? cJSON_GetObjectItemCaseSensitive(rs, "type") : NULL;
     if (old && !cJSON_GetObjectItemCaseSensitive(rs, "rope_type"))
         cJSON_AddItemToObject(rs, "rope_type", cJSON_Duplicate(old, true));
-    if (zt_hf_truthy(rs) && strcmp(type, "gpt2") != 0) {
+    if (zt_json_truthy(rs) && strcmp(type, "gpt2") != 0) {
         ZT_TRY(check_rope_dict(rs, "rope_scaling", path));
         /* transformers 4 refuses a rope_scaling without llama3's pre-training length; 5 would
          * take max_position_embeddings: refused, as the versions disagree. */
@@ -220,7 +208,7 @@ static zt_status read_rope(cJSON *root, const char *type, const char *path) {
     double theta4 = DEFAULT_THETA, theta5 = DEFAULT_THETA;
     if (top)
         ZT_TRY(theta_of(top, path, "rope_theta", &theta4));
-    const cJSON *src5 = zt_hf_truthy(rs) ? rs : rp;
+    const cJSON *src5 = zt_json_truthy(rs) ? rs : rp;
     const cJSON *t5 = cJSON_GetObjectItemCaseSensitive(src5, "rope_theta");
     if (t5)
         ZT_TRY(theta_of(t5, path, src5 == rs ? "rope_scaling.rope_theta"
@@ -237,7 +225,7 @@ static zt_status read_rope(cJSON *root, const char *type, const char *path) {
     if (strcmp(type, "mistral") == 0 && strcmp(rope_type_of(rp), "default") != 0)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: key 'rope_parameters.rope_type' is \"%s\"; "
                         "ztrain's mistral has no rotary scaling", path, rope_type_of(rp));
-    if (zt_hf_truthy(rs))
+    if (zt_json_truthy(rs))
         return cJSON_IsObject(rs) ? check_same_scaling(rp, rs, path) : ZT_OK;
     cJSON_DeleteItemFromObjectCaseSensitive(root, "rope_scaling");
     if (strcmp(rope_type_of(rp), "default") == 0)
@@ -264,7 +252,7 @@ static zt_status check_layer_types(const cJSON *root, const char *path) {
         return zt_error(ZT_ERR_FORMAT, "%s: key 'layer_types' must be a list of "
                         "num_hidden_layers (%d) strings", path, n_layer);
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-    bool use = zt_hf_truthy(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")) &&
+    bool use = zt_json_truthy(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")) &&
                sw && !cJSON_IsNull(sw);
     int mwl = int_or(root, "max_window_layers", 28);
     int i = 0;
@@ -304,7 +292,7 @@ static zt_status check_qwen2_head_dim(const cJSON *root, const char *path) {
  * checks above, a rope_scaling of that type reads as null, no scaling. */
 static void drop_default_scaling(cJSON *root) {
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (cJSON_IsObject(rs) && zt_hf_truthy(rs) && strcmp(rope_type_of(rs), "default") == 0)
+    if (cJSON_IsObject(rs) && zt_json_truthy(rs) && strcmp(rope_type_of(rs), "default") == 0)
         cJSON_ReplaceItemInObjectCaseSensitive(root, "rope_scaling", cJSON_CreateNull());
 }
 
@@ -335,7 +323,7 @@ void zt_hf_layout_write(cJSON *root, const char *type) {
     cJSON_AddItemToObject(root, "rope_parameters", rp);
     if (strcmp(type, "qwen2") == 0) {
         const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-        bool use = zt_hf_truthy(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")) &&
+        bool use = zt_json_truthy(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")) &&
                    sw && !cJSON_IsNull(sw);
         int n_layer = int_or(root, "num_hidden_layers", 32);
         int mwl = int_or(root, "max_window_layers", 28);

@@ -35,11 +35,6 @@ zt_status zt_hf_layout_read(cJSON *root, const char *type, const char *path);
  * zt_hf_layout_read. Any other key is refused by the reader. */
 bool zt_hf_layout_key_known(const char *type, const char *key);
 
-/* Whether a value is true the way Python reads it (`if v:`), which is how transformers reads
- * every boolean key of a config (tie_word_embeddings, attention_bias, use_sliding_window, ...):
- * its config classes store the value as given, with no type check, so 0, 0.0, null, "" and []
- * are false and 1, 2, -1, "false" and [0] true. NULL (absent) is false. */
-bool zt_hf_truthy(const cJSON *v);
 
 /* Adds to an exported 4.x-layout config (rope_theta, rope_scaling written) the same values in
  * the 5.x layout: rope_parameters, and for Qwen2 layer_types. */

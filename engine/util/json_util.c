@@ -507,6 +507,18 @@ void zt_json_key_path(const zt_json_obj *o, const char *key, char *buf, size_t n
     append(buf, n, &len, key);
 }
 
+bool zt_json_truthy(const cJSON *v) {
+    if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v))
+        return false;
+    if (cJSON_IsObject(v) || cJSON_IsArray(v))
+        return v->child != NULL;
+    if (cJSON_IsNumber(v))
+        return v->valuedouble != 0;
+    if (cJSON_IsString(v))
+        return v->valuestring[0] != '\0';
+    return true;
+}
+
 void zt_json_repr(const cJSON *item, char *buf, size_t n) {
     char *text = item ? cJSON_PrintUnformatted(item) : NULL;
     if (!text) {

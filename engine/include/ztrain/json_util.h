@@ -124,6 +124,12 @@ const char *zt_json_suggest(const char *word, const char *const *names);
 zt_status zt_json_key_error(zt_status s, const zt_json_obj *o, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Whether a value is true the way Python reads it (`if v:`): 0, 0.0, null, "", [] and {} are
+ * false, 1, -1, "false", "no" and [0] true; NULL (absent) is false. transformers reads every
+ * boolean key of a config so (its config classes keep the value as given), and DeepSpeed the
+ * switches it fetches with dict.get. */
+bool zt_json_truthy(const cJSON *v);
+
 /* Writes a short JSON rendering of item into buf for "got ..." messages (truncated with "..."). */
 void zt_json_repr(const cJSON *item, char *buf, size_t n);
 
