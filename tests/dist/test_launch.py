@@ -511,6 +511,16 @@ def case_i():
             cleanup(job, run)
 
 
+def signal_twice(run):
+    """A second signal to `ztrain run` while its first is handled: SIGINT then SIGTERM (two
+    different signals, so that the second is not merged into the first while pending). Its exit
+    status and stderr."""
+    os.kill(run.p.pid, signal.SIGINT)
+    os.kill(run.p.pid, signal.SIGTERM)
+    rc = run.wait(20)
+    return rc, run.stderr()
+
+
 def case_h():
     d, job = new_case(checkpoint=True)
     run = Run(job)
@@ -520,11 +530,7 @@ def case_h():
         ck.check(started and len(ranks) == 2, f"h: both ranks start and train ({ranks})")
         if len(ranks) != 2:
             return
-        # Two different signals, so that the second is not merged into the first while pending.
-        os.kill(run.p.pid, signal.SIGINT)
-        os.kill(run.p.pid, signal.SIGTERM)
-        rc = run.wait(20)
-        err = run.stderr()
+        rc, err = signal_twice(run)
         ck.check(rc == 137, f"h: a second signal ends `ztrain run` with exit 137 (exit {rc}) "
                             f"{err.strip()}")
         ck.check("killed on a second signal; their last step was not checkpointed" in err,
@@ -559,10 +565,7 @@ def case_j():
                  f"j: both ranks start, train and make their offload directories ({ranks}, {ours})")
         if len(ranks) != 2:
             return
-        os.kill(run.p.pid, signal.SIGINT)
-        os.kill(run.p.pid, signal.SIGTERM)
-        rc = run.wait(20)
-        err = run.stderr()
+        rc, err = signal_twice(run)
         ck.check(rc == 137, f"j: a second signal ends `ztrain run` with exit 137 (exit {rc})")
         left = sorted(os.listdir(nvme))
         ck.check(left == [os.path.basename(neighbour)],

@@ -98,15 +98,22 @@ def get_key(cfg, key):
     return cfg[key.split(".")[0]][key.split(".")[1]] if "." in key else cfg[key]
 
 
+def saved_model(family, config, seed, d):
+    """A random model of the family saved to d/hf, its model class, a batch of inputs and the
+    config.json it was saved with."""
+    model = gpt2_model(seed) if family == "gpt2" else hf_model(family, seed, **config)
+    cls = GPT2LMHeadModel if family == "gpt2" else CLASSES[family][1]
+    g = torch.Generator().manual_seed(300 + seed)
+    inputs = torch.randint(0, model.config.vocab_size, (B, BLOCK), generator=g).to(torch.int32)
+    model.save_pretrained(f"{d}/hf", safe_serialization=True)
+    with open(f"{d}/hf/config.json") as f:
+        return cls, inputs, json.load(f)
+
+
 ck = Checker()
 for i, (family, (config, keys)) in enumerate(FAMILIES.items()):
-    model = gpt2_model(90 + i) if family == "gpt2" else hf_model(family, 90 + i, **config)
-    cls = GPT2LMHeadModel if family == "gpt2" else CLASSES[family][1]
-    g = torch.Generator().manual_seed(390 + i)
-    inputs = torch.randint(0, model.config.vocab_size, (B, BLOCK), generator=g).to(torch.int32)
     with tempfile.TemporaryDirectory() as d:
-        model.save_pretrained(f"{d}/hf", safe_serialization=True)
-        src = json.load(open(f"{d}/hf/config.json"))
+        cls, inputs, src = saved_model(family, config, 90 + i, d)
         for key in keys:
             c = json.loads(json.dumps(src))
             set_key(c, key, float(get_key(c, key)))
@@ -155,13 +162,8 @@ BOOLEANS = {
               {"use_sliding_window": [0, None, 1], "tie_word_embeddings": [0, 1]}),
 }
 for i, (family, (config, keys)) in enumerate(BOOLEANS.items()):
-    model = gpt2_model(70 + i) if family == "gpt2" else hf_model(family, 70 + i, **config)
-    cls = GPT2LMHeadModel if family == "gpt2" else CLASSES[family][1]
-    g = torch.Generator().manual_seed(370 + i)
-    inputs = torch.randint(0, model.config.vocab_size, (B, BLOCK), generator=g).to(torch.int32)
     with tempfile.TemporaryDirectory() as d:
-        model.save_pretrained(f"{d}/hf", safe_serialization=True)
-        src = json.load(open(f"{d}/hf/config.json"))
+        cls, inputs, src = saved_model(family, config, 70 + i, d)
         for key, values in keys.items():
             for value in values:
                 c = dict(src, **{key: value})
