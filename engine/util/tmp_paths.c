@@ -1,4 +1,6 @@
 /* Temporary paths removed on SIGINT/SIGTERM (ztrain/tmp_paths.h). */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -6,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "ztrain/fsutil.h"
@@ -20,6 +23,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static tracked *paths;
 static bool removing_on_signals;     /* zt_tmp_remove_on_signals ran: the signals are ours */
 static atomic_bool signal_taken;     /* the signals' thread has one and is about to remove */
+static int signal_fd = -1;           /* the signals' thread reads SIGINT/SIGTERM from it */
 
 void zt_tmp_track(const char *path) {
     tracked *t = malloc(sizeof *t);
@@ -60,14 +64,16 @@ static void stop_signals(sigset_t *set) {
     sigaddset(set, SIGTERM);
 }
 
-/* A stop signal is on its way to the signals' thread: taken by it already, or still pending (it
- * is blocked in every thread, so a process-directed one waits in the pending set for sigwait). */
+/* A stop signal is on its way to the signals' thread: still pending (it is blocked in every
+ * thread, so a process-directed one waits in the pending set), or taken by it already. Pending
+ * is asked first: the signals' thread marks a signal taken before it dequeues it, so a signal
+ * sent before this call is seen by one question or the other, never missed between them. */
 static bool stop_signal_arrived(void) {
-    if (atomic_load(&signal_taken))
-        return true;
     sigset_t pending;
-    return sigpending(&pending) == 0 &&
-           (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1);
+    if (sigpending(&pending) == 0 &&
+        (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1))
+        return true;
+    return atomic_load(&signal_taken);
 }
 
 /* Removes what is tracked, with the lock held (and kept: nothing is tracked or untracked after
@@ -88,7 +94,7 @@ int zt_tmp_rename(const char *tmp, const char *path) {
     pthread_mutex_lock(&lock);
     if (removing_on_signals && stop_signal_arrived()) {
         /* Taken here when the signals' thread has not taken it: one sent to this thread (not the
-         * process) is pending for this thread alone, and sigwait there would never see it. */
+         * process) is pending for this thread alone, and the signals' thread never sees it. */
         sigset_t set;
         stop_signals(&set);
         const struct timespec now = {0, 0};
@@ -107,15 +113,22 @@ int zt_tmp_rename(const char *tmp, const char *path) {
     return rc;
 }
 
-/* Waits for the first signal, then removes what is tracked and dies of it. */
+/* Waits for the first signal, marks it taken, dequeues it, then removes what is tracked and dies
+ * of it. poll() sees the signal without taking it out of the pending set (sigwait would take it
+ * first and leave a moment in which zt_tmp_rename finds it neither pending nor taken). */
 static void *remover(void *arg) {
     (void)arg;
-    sigset_t set;
-    stop_signals(&set);
-    int sig;
-    while (sigwait(&set, &sig) != 0)
+    struct pollfd p = {.fd = signal_fd, .events = POLLIN};
+    while (poll(&p, 1, -1) < 0 && errno == EINTR)
         ;
     atomic_store(&signal_taken, true);
+    struct signalfd_siginfo info;
+    ssize_t n;
+    while ((n = read(signal_fd, &info, sizeof info)) < 0 && errno == EINTR)
+        ;
+    /* Should zt_tmp_rename dequeue it first, read waits and that thread ends the process; a
+     * failed read (not expected) ends it as SIGTERM would. */
+    int sig = n == (ssize_t)sizeof info ? (int)info.ssi_signo : SIGTERM;
     pthread_mutex_lock(&lock);
     remove_and_die(sig);
 }
@@ -124,6 +137,8 @@ zt_status zt_tmp_remove_on_signals(void) {
     sigset_t set;
     stop_signals(&set);
     int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (rc == 0 && (signal_fd = signalfd(-1, &set, SFD_CLOEXEC)) < 0)
+        rc = errno;
     pthread_t th;
     pthread_attr_t attr;
     if (rc == 0 && (rc = pthread_attr_init(&attr)) == 0) {
@@ -132,6 +147,9 @@ zt_status zt_tmp_remove_on_signals(void) {
         pthread_attr_destroy(&attr);
     }
     if (rc != 0) {
+        if (signal_fd >= 0)
+            close(signal_fd);
+        signal_fd = -1;
         pthread_sigmask(SIG_UNBLOCK, &set, NULL);
         return zt_error(ZT_ERR_IO, "cannot start the thread that removes temporary files on "
                         "SIGINT/SIGTERM: %s", strerror(rc));

@@ -4,7 +4,6 @@ table is the parser's truth: every key it lists, written with DeepSpeed's defaul
 without a word, every warned key set away from its default draws exactly one warning naming it,
 and every refused key, at any depth, set to a value DeepSpeed does not default to is refused by name.
 """
-import ast
 import json
 import os
 import re
@@ -88,51 +87,6 @@ def run_check(tmp, ds):
     return subprocess.run([CHECK_TOOL, path], capture_output=True, text=True, timeout=30)
 
 
-def deepspeed_removed():
-    """DeepSpeed 0.19's own tables of the keys it refuses whatever their value
-    (runtime/config.py, _REMOVED_TOP_LEVEL_CONFIG_KEYS and _REMOVED_ZERO_CONFIG_KEYS), read from
-    .venv-ds without importing DeepSpeed: {dotted key: its refusal message}."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from pyvenv import venv_python
-    where = subprocess.run([venv_python(".venv-ds"), "-c", "import importlib.util; print("
-                            "importlib.util.find_spec('deepspeed').submodule_search_locations[0])"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    tree = ast.parse(open(os.path.join(where, "runtime", "config.py")).read())
-    removed = {}
-    for node in tree.body:
-        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)):
-            continue
-        name = node.targets[0].id
-        prefix = {"_REMOVED_TOP_LEVEL_CONFIG_KEYS": "",
-                  "_REMOVED_ZERO_CONFIG_KEYS": "zero_optimization."}.get(name)
-        if prefix is None:
-            continue
-        for k, v in zip(node.value.keys, node.value.values):
-            removed[prefix + k.value] = " ".join(
-                c.value for c in ast.walk(v) if isinstance(c, ast.Constant) and
-                isinstance(c.value, str))
-    return removed
-
-
-# What DeepSpeed held in a removed key whose 0.19 message does not say ("configuration block" is
-# an object, "flag" and "configuration option" a scalar): the field types of DeepSpeed 0.18's
-# models and getters, which 0.19 deleted (zero/config.py: mics_shard_size int = -1,
-# mics_hierarchical_params_gather bool = False, zeropp_loco_param Optional[Dict]; runtime/
-# config.py: amp, quantize_training and curriculum_learning are read as dicts).
-DS018_OBJECT = {"amp": True, "quantize_training": True, "curriculum_learning": True,
-                "zero_optimization.mics_shard_size": False,
-                "zero_optimization.mics_hierarchical_params_gather": False,
-                "zero_optimization.zeropp_loco_param": True}
-
-
-def removed_is_object(key, message):
-    if "block" in message:
-        return True
-    if " flag " in message or "configuration option" in message:
-        return False
-    return DS018_OBJECT.get(key)
-
-
 def main():
     printed = subprocess.run([ZTRAIN, "config-keys"], capture_output=True, text=True, check=True).stdout
     readme = readme_table()
@@ -160,18 +114,6 @@ def main():
     check(by_key.get("zero_optimization.stage", {}).get("default") == 0
           and by_key.get("zero_optimization", {}).get("section") is True,
           "config-keys -o json: defaults as JSON values, sections marked")
-    # A removed key is a section only when DeepSpeed held an object in it: a scalar one is an
-    # ordinary refused row, whose contents there is nothing to list of.
-    removed = deepspeed_removed()
-    check(len(removed) >= 14, f"DeepSpeed 0.19 refuses {len(removed)} removed keys")
-    for key, message in sorted(removed.items()):
-        obj = removed_is_object(key, message)
-        row = by_key.get(key, {})
-        check(obj is not None and row.get("fate") == "refused" and
-              row.get("section") is obj and row.get("contents_listed") is not obj,
-              f"config-keys -o json: removed key {key} is refused, section {obj} as its value "
-              f"in DeepSpeed is {'an object' if obj else 'a scalar'} (section "
-              f"{row.get('section')}, contents_listed {row.get('contents_listed')})")
     bad = subprocess.run([ZTRAIN, "config-keys", "-o", "yaml"], capture_output=True, text=True)
     check(bad.returncode == 2 and "yaml" in bad.stderr, "config-keys -o yaml is bad usage")
     check(len({r[0] for r in rows}) == len(rows), "no key is listed twice")

@@ -8,7 +8,7 @@
  * process killed by that signal, as an uncaught one would (a shell shows 130 or 143), instead of
  * leaving the temporary files behind (a new DIR.tmp-PID/ at every interrupted export).
  *
- * The signals are taken by a thread of their own with sigwait, not by a handler: removing a
+ * The signals are taken by a thread of their own through a signalfd, not by a handler: removing a
  * directory tree is not async-signal-safe, and a handler's frame must not land on a thread that
  * runs a kernel (ztrain/stop_signals.h). Tracking is a mutex-guarded list, so any thread may
  * track and untrack; the removal holds the mutex, so a path is never removed half-way through
