@@ -119,7 +119,7 @@ int zt_tmp_rename(const char *tmp, const char *path) {
 static void *remover(void *arg) {
     (void)arg;
     struct pollfd p = {.fd = signal_fd, .events = POLLIN};
-    while (poll(&p, 1, -1) < 0 && errno == EINTR)
+    while (poll(&p, 1, -1) != 1) /* only EINTR (or a passing ENOMEM) returns anything else */
         ;
     atomic_store(&signal_taken, true);
     struct signalfd_siginfo info;
