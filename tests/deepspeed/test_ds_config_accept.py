@@ -99,6 +99,23 @@ CASES = [
      "autotp_size", "config", False),
     ("tensor_parallel autotp_size \"x\"", dict(BASE, tensor_parallel={"autotp_size": "x"}),
      "autotp_size", "config", False),
+    # timers: get_timers_config looks "throughput" up in the value, then builds the pydantic
+    # DeepSpeedThroughputTimerConfig from it by ** (two bools, converted in lax mode).
+    ("timers strings", dict(BASE, timers={"throughput": {"enabled": "yes", "synchronized": 1}}),
+     "timers", "config", False),
+    ("timers enabled \"maybe\"", dict(BASE, timers={"throughput": {"enabled": "maybe"}}),
+     "timers.throughput.enabled", "config", False),
+    ("timers synchronized 2", dict(BASE, timers={"throughput": {"synchronized": 2}}),
+     "timers.throughput.synchronized", "config", False),
+    ("timers enabled null", dict(BASE, timers={"throughput": {"enabled": None}}),
+     "timers.throughput.enabled", "config", False),
+    ("timers throughput null", dict(BASE, timers={"throughput": None}), "timers.throughput",
+     "config", False),
+    ("timers throughput []", dict(BASE, timers={"throughput": []}), "timers.throughput",
+     "config", False),
+    ("timers 5", dict(BASE, timers=5), "timers", "config", False),
+    ("timers \"abc\"", dict(BASE, timers="abc"), "timers", "config", False),
+    ("timers [\"throughput\"]", dict(BASE, timers=["throughput"]), "timers", "config", False),
 ]
 
 # Switches: what DeepSpeed makes of a value (an expression over its DeepSpeedConfig `c`, tested

@@ -532,6 +532,34 @@ static void test_monitor(void) {
     ERR_PREFIX("{" B "\"datastates_ckpt\": {}}", 1, ZT_ERR_UNSUPPORTED,
                "ds.json: datastates_ckpt is not supported");
     OK("{" B "\"datastates_ckpt\": false}", 1, &c);
+    /* timers as DeepSpeed 0.19's get_timers_config reads it (utils/config.py): `"throughput" in
+     * timers`, then DeepSpeedThroughputTimerConfig(**timers["throughput"]), two pydantic bools
+     * (make test-deepspeed asks DeepSpeed itself). Converted to true, nothing is set away from
+     * the default, so nothing is warned; false is warned, the rest refused by key. */
+    if (OK("{" B "\"timers\": {\"throughput\": {\"enabled\": \"yes\", \"synchronized\": 1}}}",
+           1, &c))
+        CHECK(!strstr(c.warnings, "timers"), "%s", c.warnings);
+    if (OK("{" B "\"timers\": {\"throughput\": {\"enabled\": \"off\"}}}", 1, &c))
+        CHECK(strstr(c.warnings, "timers.throughput.enabled has no effect"), "%s", c.warnings);
+    OK("{" B "\"timers\": \"abc\"}", 1, &c);
+    OK("{" B "\"timers\": [1]}", 1, &c);
+    ERR("{" B "\"timers\": {\"throughput\": {\"enabled\": \"maybe\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'timers.throughput.enabled' must be true or false (DeepSpeed's pydantic "
+        "model also takes 1/0, \"yes\"/\"no\" and \"on\"/\"off\"), got \"maybe\"");
+    ERR_PREFIX("{" B "\"timers\": {\"throughput\": {\"synchronized\": 2}}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers.throughput.synchronized' must be true or false");
+    ERR_PREFIX("{" B "\"timers\": {\"throughput\": {\"enabled\": null}}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers.throughput.enabled' must be true or false");
+    ERR("{" B "\"timers\": {\"throughput\": null}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'timers.throughput' must be an object, got null (DeepSpeed passes it by ** "
+        "to DeepSpeedThroughputTimerConfig, which needs a mapping)");
+    ERR_PREFIX("{" B "\"timers\": {\"throughput\": []}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers.throughput' must be an object, got []");
+    ERR_PREFIX("{" B "\"timers\": 5}", 1, ZT_ERR_INVALID, "ds.json: key 'timers' must be an object");
+    ERR_PREFIX("{" B "\"timers\": \"xthroughputx\"}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers' must be an object");
+    ERR_PREFIX("{" B "\"timers\": [\"throughput\"]}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers' must be an object");
     /* tensor_parallel is a pydantic model too (TPTrainingConfig, TPConfig): "2" is 2, for the
      * parser and for zt_ds_tp_size_of, which reads a stored spec as written. */
     if (OK("{\"train_batch_size\": 4, \"tensor_parallel\": {\"autotp_size\": \"2\", "
@@ -796,6 +824,8 @@ static void field_at(int line, const char *json, const char *want) {
 #define FIELD(json, want) field_at(__LINE__, json, want)
 
 static void test_error_fields(void) {
+    FIELD("{" B "\"timers\": {\"throughput\": {\"synchronized\": \"x\"}}}",
+          "timers.throughput.synchronized");
     FIELD("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 0}}}",
           "scheduler.params.warmup_num_steps");
     FIELD("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
