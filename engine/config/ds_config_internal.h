@@ -56,8 +56,8 @@ typedef struct {
  * checking types and ranges; an absent field leaves its default. */
 zt_status zt_ds_read_fields(const zt_json_obj *o, const field *fields, size_t n, void *base);
 
-/* DeepSpeed reads the sections above, the monitors, comms_logger, hybrid_engine, compile and
- * tensor_parallel through pydantic models in lax mode, which convert a value to the field's type: strings ("2" to
+/* DeepSpeed reads the sections above, the monitors, comms_logger, hybrid_engine, compile,
+ * timers.throughput and tensor_parallel through pydantic models in lax mode, which convert a value to the field's type: strings ("2" to
  * 2 for zero_optimization.stage, "128" to 128.0 for fp16.loss_scale, "true"/"yes"/"on"/"1" to
  * true), 0 and 1 to bools, bools to 0 and 1. The sections it reads with dict.get (the top level,
  * optimizer, scheduler, and the switches flops_profiler, autotuning, torch_autocast and
@@ -94,7 +94,8 @@ zt_status zt_ds_parse_scheduler(zt_ds_config *cfg, const zt_json_obj *top);
 /* The tensor_parallel section (ds_config_tp.c), before the batch triple: sets cfg->tp_size and
  * divides cfg->world_size by it. */
 zt_status zt_ds_parse_tensor_parallel(zt_ds_config *cfg, const zt_json_obj *top);
-/* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet. */
+/* The monitor sections (ds_config_monitor.c): tensorboard, csv_monitor, wandb, comet, and the
+ * timers, refused where DeepSpeed fails on them. */
 zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
 
 /* The switches of DeepSpeed features ztrain lacks (ds_config_switches.c): ZT_ERR_UNSUPPORTED

@@ -128,7 +128,8 @@ bool zt_ds_lax_bool(const cJSON *v, bool *out) {
 
 /* The other sections DeepSpeed 0.19 reads through pydantic models, by the typed keys ztrain reads
  * (the monitors) or judges (a switch it refuses): deepspeed/monitor/config.py, comm/config.py
- * (CommsLoggerConfig), runtime/config.py (HybridEngineConfig) and compile/config.py. */
+ * (CommsLoggerConfig), runtime/config.py (HybridEngineConfig), compile/config.py and
+ * utils/config.py (the throughput timers). */
 static const field switch_fields[] = {{"enabled", FT_BOOL, NOSTORE, ANYVAL}};
 static const field comet_fields[] = {
     {"enabled", FT_BOOL, NOSTORE, ANYVAL},
@@ -150,6 +151,11 @@ static const field tp_config_fields[] = {
     {"tp_size", FT_INT, NOSTORE, ANYVAL},
     {"tp_grain_size", FT_INT, NOSTORE, ANYVAL},
 };
+/* utils/config.py: DeepSpeedThroughputTimerConfig, built from timers.throughput. */
+static const field timer_fields[] = {
+    {"enabled", FT_BOOL, NOSTORE, ANYVAL},
+    {"synchronized", FT_BOOL, NOSTORE, ANYVAL},
+};
 
 void zt_ds_coerce_model_strings(cJSON *root) {
     zt_ds_coerce_zero_sections(root);
@@ -170,6 +176,10 @@ void zt_ds_coerce_model_strings(cJSON *root) {
         zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(tp, "tp"), tp_config_fields,
                             NFIELDS(tp_config_fields));
     }
+    cJSON *timers = cJSON_GetObjectItemCaseSensitive(root, "timers");
+    if (cJSON_IsObject(timers))
+        zt_ds_coerce_fields(cJSON_GetObjectItemCaseSensitive(timers, "throughput"), timer_fields,
+                            NFIELDS(timer_fields));
 }
 
 bool zt_ds_lax_int(const cJSON *v, int *out) {

@@ -3,7 +3,6 @@
  * torch.optim's argument checks (negative lr, betas outside [0, 1), ...) are applied to Adam too,
  * with torch's texts, although FusedAdam itself does not check them. The schedules' parameters
  * take the types and ranges DeepSpeed's lr_schedules.py constructors check, with their texts. */
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -416,24 +415,30 @@ static const char *const torch_schedulers[] = {
     "ExponentialLR", "SequentialLR", "CosineAnnealingLR", "ChainedScheduler", "ReduceLROnPlateau",
     "CyclicLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR", NULL};
 
+/* A JSON number holds every integer only up to 2^53; DeepSpeed's Python ints go further, but no
+ * schedule counts that many steps. */
+#define STEP_COUNT_MAX 9007199254740992.0
+
 /* The keys DeepSpeed's schedules check with `isinstance(v, int) and v > 0` (warmup_num_steps,
  * lr_range_test_step_size): a JSON number written as an int ("3", not "3.0" or "3e0", which
  * json.load makes floats), or true (Python's bool is an int: 1), with DeepSpeed's ValueError text
  * otherwise. */
-static zt_status get_py_positive_int(const zt_json_obj *p, const char *key, int *out) {
+static zt_status get_py_positive_int(const zt_json_obj *p, const char *key, int64_t *out) {
     const cJSON *v = zt_json_item(p, key);
     if (!v)
         return ZT_OK;
     bool is_int = (cJSON_IsNumber(v) && !zt_json_is_float_literal(v) &&
                    v->valuedouble == floor(v->valuedouble)) || cJSON_IsBool(v);
     double d = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
-    if (!is_int || d <= 0 || d > INT_MAX) {
-        char got[64];
-        zt_ds_py_str(v, got, sizeof got);
+    char got[64];
+    zt_ds_py_str(v, got, sizeof got);
+    if (!is_int || d <= 0)
         return zt_ds_fail(ZT_ERR_INVALID, p, key, "%s: %s: %s must be a positive integer, got %s",
                           p->source, p->path, key, got);
-    }
-    *out = (int)d;
+    if (d > STEP_COUNT_MAX)
+        return zt_ds_fail(ZT_ERR_INVALID, p, key, "%s: %s: %s must be at most 2^53 "
+                          "(9007199254740992), got %s", p->source, p->path, key, got);
+    *out = (int64_t)d;
     return ZT_OK;
 }
 
@@ -453,13 +458,15 @@ static zt_status get_py_number(const zt_json_obj *p, const char *key, double *ou
     return zt_json_get_double(p, key, out, found);
 }
 
-static zt_status get_nonneg_int(const zt_json_obj *p, const char *key, int *out, bool *found) {
+static zt_status get_nonneg_int(const zt_json_obj *p, const char *key, int64_t *out,
+                                bool *found) {
     bool f;
-    ZT_TRY(zt_json_get_int(p, key, out, &f));
+    ZT_TRY(zt_json_get_int64(p, key, out, &f));
     if (found)
         *found = f;
     if (f && *out < 0)
-        return zt_json_key_error(ZT_ERR_INVALID, p, key, "must be >= 0, got %d", *out);
+        return zt_json_key_error(ZT_ERR_INVALID, p, key, "must be >= 0, got %lld",
+                                 (long long)*out);
     return ZT_OK;
 }
 
@@ -482,12 +489,12 @@ static zt_status parse_warmup(zt_schedule_config *s, const zt_json_obj *p) {
 static zt_status parse_total_steps(zt_schedule_config *s, const zt_json_obj *p) {
     ZT_TRY(zt_json_require(p, "total_num_steps"));
     ZT_TRY(get_py_number(p, "total_num_steps", &s->total_num_steps, NULL));
-    int n = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
-    if (s->total_num_steps < n) {
+    int64_t n = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
+    if (s->total_num_steps < (double)n) {
         char got[64];
         zt_ds_py_str(zt_json_item(p, "total_num_steps"), got, sizeof got);
-        zt_ds_warn(p->source, "total_num_steps %s is less than warmup_num_steps %d", got,
-                   s->warmup_num_steps);
+        zt_ds_warn(p->source, "total_num_steps %s is less than warmup_num_steps %lld", got,
+                   (long long)s->warmup_num_steps);
     }
     return ZT_OK;
 }

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "aio.h"
@@ -145,14 +147,15 @@ static void safe_name(char *out, size_t size, const char *name) {
 }
 
 /* Tells the process that started this rank (`ztrain run`'s launcher, ztraind's supervisor) which
- * directory it made, by one line "RANK PATH" appended to the file ZT_OFFLOAD_RECORD_ENV names: a
+ * directory it makes, by one line "RANK PATH" appended to the file ZT_OFFLOAD_RECORD_ENV names: a
  * rank killed with SIGKILL cannot remove it, and its keeper, which knows its own record file,
  * then removes exactly the directories its own ranks made, never another run's beside them.
- * The record is written just after mkdtemp, before any file of the state: a kill in between
- * leaves an empty directory at worst. One write with O_APPEND keeps lines of ranks that share
- * the file whole. A path with a newline in it is not recorded (its line could not be read
- * back). */
-static void record_dir(const zt_offload *f, const directory *d) {
+ * The name is recorded before the directory is made (make_dir), so no kill leaves a directory
+ * the record does not name; a recorded name that never came to be is nothing to the keeper. A
+ * name found taken after all is withdrawn by a line "RANK -PATH". One write with O_APPEND keeps
+ * lines of ranks that share the file whole. A path with a newline in it is not recorded (its
+ * line could not be read back). */
+static void record_line(const zt_offload *f, const directory *d, bool withdrawn) {
     const char *record = getenv(ZT_OFFLOAD_RECORD_ENV);
     if (!record || !*record || strchr(d->path, '\n'))
         return;
@@ -161,10 +164,11 @@ static void record_dir(const zt_offload *f, const directory *d) {
     if (d->path[0] != '/' && !getcwd(cwd, sizeof cwd))
         return;
     char line[2 * PATH_MAX + 32];
-    int n = snprintf(line, sizeof line, "%d %s%s%s\n", f->rank, cwd, cwd[0] ? "/" : "", d->path);
+    int n = snprintf(line, sizeof line, "%d %s%s%s%s\n", f->rank, withdrawn ? "-" : "", cwd,
+                     cwd[0] ? "/" : "", d->path);
     int fd = open(record, O_WRONLY | O_APPEND | O_CLOEXEC);
     ssize_t w = fd >= 0 && n > 0 && (size_t)n < sizeof line ? write(fd, line, (size_t)n) : -1;
-    if (w != n)
+    if (w != n && !withdrawn)
         fprintf(stderr, "[ztrain] rank %d: warning: cannot record its offload directory %s in "
                 "%s: %s; if the rank is killed, remove the directory by hand\n", f->rank,
                 d->path, record, w < 0 ? strerror(errno) : "short write");
@@ -172,8 +176,30 @@ static void record_dir(const zt_offload *f, const directory *d) {
         close(fd);
 }
 
+/* Six random characters from [A-Za-z0-9] over the XXXXXX that ends path, as mkdtemp picks them;
+ * the clock and the pid where the kernel has no randomness to give. */
+static void pick_name(char *path, unsigned attempt) {
+    static const char chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char r[6];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^ attempt;
+        for (size_t i = 0; i < sizeof r; i++, x = x * 6364136223846793005u + 1442695040888963407u)
+            r[i] = (unsigned char)(x >> 56);
+    }
+    char *x = path + strlen(path) - 6;
+    for (size_t i = 0; i < sizeof r; i++)
+        x[i] = chars[r[i] % (sizeof chars - 1)];
+}
+
 /* Makes this run's directory under nvme_path: the path must exist and be writable; a new
- * directory per run and rank, so concurrent jobs and ranks never share files. */
+ * directory per run and rank, so concurrent jobs and ranks never share files. mkdtemp would make
+ * the directory before its name could be recorded, and a kill in between would leave it behind
+ * unrecorded; so the name is picked, checked free, recorded, and only then made with mkdir,
+ * which fails on a name that exists as O_EXCL does. A name taken in between (another process
+ * picking the same six characters in that instant) is withdrawn from the record and another one
+ * picked. */
 static zt_status make_dir(zt_offload *f, directory *d, const char *job) {
     struct stat st;
     if (stat(d->root, &st) != 0)
@@ -191,11 +217,22 @@ static zt_status make_dir(zt_offload *f, directory *d, const char *job) {
                      name, f->rank);
     if (w < 0 || (size_t)w >= sizeof d->path)
         return zt_error(ZT_ERR_INVALID, "%s '%s' is too long", d->key, d->root);
-    if (!mkdtemp(d->path))
+    int err = EEXIST;
+    for (unsigned attempt = 0; attempt < 100 && err == EEXIST; attempt++) {
+        pick_name(d->path, attempt);
+        if (lstat(d->path, &st) == 0)
+            continue;
+        record_line(f, d, false);
+        zt_inject_offload_kill("recorded");
+        err = mkdir(d->path, 0700) == 0 ? 0 : errno;
+        if (err == EEXIST)
+            record_line(f, d, true);
+    }
+    if (err)
         return zt_error(ZT_ERR_IO, "%s '%s' is not writable: rank %d cannot create its offload "
-                        "directory there: %s", d->key, d->root, f->rank, strerror(errno));
+                        "directory there: %s", d->key, d->root, f->rank, strerror(err));
     d->made = true;
-    record_dir(f, d);
+    zt_inject_offload_kill("made");
     return ZT_OK;
 }
 

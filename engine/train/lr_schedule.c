@@ -20,14 +20,14 @@ void zt_lr_schedule_init(zt_lr_schedule *s, const zt_schedule_config *cfg, doubl
 void zt_lr_schedule_step(zt_lr_schedule *s) { s->last_batch_iteration++; }
 
 /* DeepSpeed clamps the warmup length to 2 so the log warmup never divides by ln(1) = 0. */
-static int warmup_steps(const zt_schedule_config *c) {
+static int64_t warmup_steps(const zt_schedule_config *c) {
     return c->warmup_num_steps < 2 ? 2 : c->warmup_num_steps;
 }
 
 /* The warmup fraction for 0 <= k < N: ln(k+1)/ln(N) or k/N. DeepSpeed multiplies by a precomputed
  * 1/ln(N) rather than dividing, and so do we. */
 static double warmup_gamma(const zt_schedule_config *c, int64_t k) {
-    int n = warmup_steps(c);
+    int64_t n = warmup_steps(c);
     if (c->warmup_linear)
         return (double)k / (double)n;
     return (1.0 / log((double)n)) * log((double)(k + 1));
@@ -39,7 +39,7 @@ static double warmup_lr(const zt_schedule_config *c, int64_t k) {
 }
 
 static double warmup_decay_lr(const zt_schedule_config *c, int64_t k) {
-    int n = warmup_steps(c);
+    int64_t n = warmup_steps(c);
     double gamma;
     if (k < n) {
         gamma = warmup_gamma(c, k);
@@ -51,7 +51,7 @@ static double warmup_decay_lr(const zt_schedule_config *c, int64_t k) {
 }
 
 static double warmup_cosine_ratio(const zt_schedule_config *c, int64_t k) {
-    int n = warmup_steps(c);
+    int64_t n = warmup_steps(c);
     if (k < n)
         return c->warmup_min_ratio + warmup_gamma(c, k) * (1.0 - c->warmup_min_ratio);
     double span = fmax(1.0, (double)c->total_num_steps - n);
@@ -76,7 +76,7 @@ static double one_cycle_scale(const zt_schedule_config *c, int64_t k) {
     double i = (double)(k + 1);
     double x = 1.0 + i / total - floor(1.0 + i / total);
     double scale;
-    int stairs;
+    int64_t stairs;
     if (x <= ratio) {
         scale = x / ratio;
         stairs = c->cycle_first_stair_count;
@@ -89,8 +89,9 @@ static double one_cycle_scale(const zt_schedule_config *c, int64_t k) {
      * 1.0, and flooring that would drop a whole stair. */
     if (stairs > 0) {
         double pos = fmod(i, total);
-        double position = pos <= first ? pos * stairs / first : (total - pos) * stairs / second;
-        scale = floor(position) / stairs;
+        double position = pos <= first ? pos * (double)stairs / first
+                                       : (total - pos) * (double)stairs / second;
+        scale = floor(position) / (double)stairs;
     }
     return scale;
 }
@@ -107,7 +108,7 @@ static double one_cycle_lr(const zt_schedule_config *c, int64_t k) {
     if (c->decay_step_size == 0 || c->decay_lr_rate == 0.0)
         return c->cycle_min_lr;
     double d = (double)k - one_cycle_total(c) + 1.0;
-    return c->cycle_min_lr / (1.0 + c->decay_lr_rate * (d / c->decay_step_size));
+    return c->cycle_min_lr / (1.0 + c->decay_lr_rate * (d / (double)c->decay_step_size));
 }
 
 /* Momentum moves opposite to the lr during the cycle and grows from cycle_max_mom afterwards. */
@@ -117,7 +118,7 @@ static double one_cycle_momentum(const zt_schedule_config *c, int64_t k) {
     if (c->decay_step_size == 0 || c->decay_mom_rate == 0.0)
         return c->cycle_max_mom;
     double d = (double)k - one_cycle_total(c) + 1.0;
-    return c->cycle_max_mom * (1.0 + c->decay_mom_rate * (d / c->decay_step_size));
+    return c->cycle_max_mom * (1.0 + c->decay_mom_rate * (d / (double)c->decay_step_size));
 }
 
 double zt_lr_schedule_lr(const zt_lr_schedule *s) {

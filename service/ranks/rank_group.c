@@ -325,6 +325,36 @@ static int remove_rank_dir(const char *dir) {
     return err ? -1 : 0;
 }
 
+/* One line of the record: "RANK PATH" for a directory the rank names before it makes it, "RANK
+ * -PATH" for a name it withdrew because the name was taken by then (offload.c's make_dir). */
+static bool read_line(char *line, int *rank, const char **dir, bool *withdrawn) {
+    line[strcspn(line, "\n")] = '\0';
+    int at = 0;
+    if (sscanf(line, "%d %n", rank, &at) != 1 || at == 0)
+        return false;
+    *withdrawn = line[at] == '-';
+    *dir = line + at + *withdrawn;
+    return **dir == '/' && is_rank_dir(*dir, *rank);
+}
+
+/* Whether the record withdraws rank's dir: the directory of that name is someone else's. */
+static bool is_withdrawn(const char *record, int rank, const char *dir) {
+    FILE *f = fopen(record, "re");
+    if (!f)
+        return false;
+    bool found = false;
+    char line[2 * 4096 + 32];
+    while (!found && fgets(line, sizeof line, f)) {
+        int r;
+        const char *d;
+        bool withdrawn;
+        found = read_line(line, &r, &d, &withdrawn) && withdrawn && r == rank &&
+                strcmp(d, dir) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
 int zt_rank_record_clean(const zt_rank_record *r,
                          void (*removed)(void *ctx, int rank, const char *dir),
                          void (*failed)(void *ctx, int rank, const char *dir, const char *why),
@@ -337,12 +367,14 @@ int zt_rank_record_clean(const zt_rank_record *r,
     int n = 0;
     char line[2 * 4096 + 32];
     while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        int rank, at = 0;
-        if (sscanf(line, "%d %n", &rank, &at) != 1 || at == 0 || line[at] != '/' ||
-            !is_rank_dir(line + at, rank))
+        int rank;
+        const char *dir;
+        bool withdrawn;
+        if (!read_line(line, &rank, &dir, &withdrawn) || withdrawn ||
+            is_withdrawn(r->path, rank, dir))
             continue;
-        const char *dir = line + at;
+        /* Not there (ENOENT): removed by its rank as it ended, or a name recorded by a rank
+         * killed before it made the directory; nothing to say either way. */
         if (remove_rank_dir(dir) == 0) {
             n++;
             if (removed)

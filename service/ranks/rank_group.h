@@ -145,8 +145,9 @@ zt_status zt_rank_spawn(zt_rank_env *e, int rank, const zt_rank_io *io, pid_t *p
  * one killed with SIGKILL cannot, and its directory holds the rank's whole optimizer state.
  * The group's keeper therefore makes an empty file and hands its name to the ranks in
  * ZTRAIN_OFFLOAD_RECORD (var, to put in the spec's extra_env); each rank appends "RANK PATH"
- * for each directory it makes. Once every rank has ended, zt_rank_record_clean removes what the
- * record names and is still there: exactly this group's directories, never another run's
+ * for each directory it makes, before it makes it (so a kill at any point leaves no directory
+ * unrecorded), and "RANK -PATH" when it found that name taken after all. Once every rank has
+ * ended, zt_rank_record_clean removes what the record names, does not withdraw, and is there: exactly this group's directories, never another run's
  * beside them under the same nvme_path (a name pattern could not tell them apart, and the
  * keeper does not read the ranks' configs to learn their nvme_paths). Local ranks only: a
  * Slurm group's ranks run on other hosts. Caller-owned; path[0] is '\0' when there is none. */
@@ -161,7 +162,8 @@ zt_status zt_rank_record_init(zt_rank_record *r);
 
 /* Call only after every rank of the group has ended. Removes each recorded directory that is still
  * there (its files and itself; a line that does not name a directory "ztrain-...-rank<R>-..."
- * of its rank is skipped) and calls removed(ctx, rank, dir) for each, or failed(ctx, rank, dir,
+ * of its rank, or names one the record withdraws, is skipped; a recorded directory that is not
+ * there, never made or already removed by its rank, is passed over in silence) and calls removed(ctx, rank, dir) for each, or failed(ctx, rank, dir,
  * reason) when it could not remove it. Returns how many were removed. */
 int zt_rank_record_clean(const zt_rank_record *r,
                          void (*removed)(void *ctx, int rank, const char *dir),

@@ -11,16 +11,11 @@ import re
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.abspath(os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", "..")))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SOURCE, "build")))
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, SRC, Checks  # noqa: E402
 
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
+ck = Checks()
+check = ck.check
 
 
 def ldd(path):
@@ -56,7 +51,7 @@ else:
 # The engine includes nothing of a backend's internals and no CUDA or NCCL header.
 bad = []
 pattern = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')
-for root, _, files in os.walk(os.path.join(SOURCE, "engine")):
+for root, _, files in os.walk(os.path.join(SRC, "engine")):
     for name in files:
         if not name.endswith((".c", ".h", ".cc")):
             continue
@@ -64,8 +59,7 @@ for root, _, files in os.walk(os.path.join(SOURCE, "engine")):
         for inc in pattern.findall(open(path, errors="replace").read()):
             if (inc.startswith(("cuda", "nccl", "cublas")) or "kernels/cuda" in inc or
                     inc in ("cuda_backend.h", "cuda_host.h")):
-                bad.append(f"{os.path.relpath(path, SOURCE)}: {inc}")
+                bad.append(f"{os.path.relpath(path, SRC)}: {inc}")
 check(not bad, f"engine/ includes no CUDA, NCCL or kernels/cuda header ({bad or 'none'})")
 
-print("test_cuda_linkage:", "FAILED" if failed else "ok")
-sys.exit(1 if failed else 0)
+ck.done()

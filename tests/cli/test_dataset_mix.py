@@ -32,16 +32,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "reference"))
 import tokcorpus  # noqa: E402
 
-BUILD = os.environ.get("ZTRAIN_BUILD", "build")
-ZTRAIN = os.path.join(BUILD, "ztrain")
-failures = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import ZTRAIN, Checks  # noqa: E402
 
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-    return cond
+ck = Checks()
+check = ck.check
 
 
 def run(*args):
@@ -163,7 +158,7 @@ def main():
                       for c in want)
         logged = lines[-1].split(" | sample: ", 1)[1] if lines else ""
         check(logged == esc or ("\\u" in logged and logged.startswith(prompt)),
-              f"the last evaluation's sample {logged!r} is not `ztrain sample`'s {esc!r}")
+              f"the last evaluation's sample {logged!r} is `ztrain sample`'s {esc!r}")
 
         r = run("sample", out("ckpt-full"), "--prompt", prompt, "--tokens", "30", "--seed", "3")
         check(r.returncode == 0, "sample with the checkpoint's tokenizer")
@@ -176,10 +171,7 @@ def main():
         want = tok.decode(ids + generated) + "\n"
         check(text == want, f"sample text {text!r}, HF decodes {want!r}")
         check(text.startswith(prompt), f"the sample starts with its prompt: {text!r}")
-    if failures:
-        print(f"{len(failures)} failures", file=sys.stderr)
-        sys.exit(1)
-    print("ok")
+    ck.done()
 
 
 if __name__ == "__main__":

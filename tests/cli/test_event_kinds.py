@@ -12,18 +12,15 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
-BUILD = os.environ.get("ZTRAIN_BUILD", "build")
-ZTRAIN = os.path.join(BUILD, "ztrain")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import ZTRAIN, Checks  # noqa: E402
+
 TEXT = b"It was the best of times, it was the worst of times, it was the age of wisdom. " * 40
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+ck = Checks()
+check = ck.check
 
 
 def job(d, name, policy, steps=4, events=None, world=2, fp16=False):
@@ -111,6 +108,4 @@ with tempfile.TemporaryDirectory() as d:
     latest = f"{d}/ckpt-scale-stop/latest"
     check(os.path.exists(latest) and open(latest).read().strip() == "global_step3",
           "with a checkpoint of step 3")
-if failures:
-    raise SystemExit(f"{len(failures)} check(s) failed")
-print("all checks passed")
+ck.done()

@@ -36,18 +36,13 @@ import sys
 import tempfile
 import threading
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.abspath(os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", "..")))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SOURCE, "build")))
-SCRIPT = os.path.join(SOURCE, "scripts", "gpu-check.sh")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, SRC, Checks  # noqa: E402
+
+SCRIPT = os.path.join(SRC, "scripts", "gpu-check.sh")
 MACHINE = {"libcuda.so.1", "libcublasLt.so.13", "libcublas.so.13", "libnccl.so.2"}
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
+ck = Checks()
+check = ck.check
 
 
 def sh(args, env=None, timeout=240):
@@ -167,7 +162,7 @@ try:
           f"{p.stdout.strip()[-300:]}")
 
     # The plan against docs/gpu.md's table: | `phase` | N s | commands | ... |
-    docs = open(os.path.join(SOURCE, "docs", "gpu.md")).read()
+    docs = open(os.path.join(SRC, "docs", "gpu.md")).read()
     table = {}
     for line in docs.split("## Running the GPU check", 1)[-1].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -330,5 +325,4 @@ try:
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
-print("test_gpu_bundle:", "FAILED" if failed else "ok")
-sys.exit(1 if failed else 0)
+ck.done()

@@ -10,18 +10,13 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.environ.get("ZTRAIN_SOURCE", os.path.join(HERE, "..", ".."))
-BUILD = os.path.abspath(os.environ.get("ZTRAIN_BUILD", os.path.join(SOURCE, "build")))
-CHECK = os.path.join(SOURCE, "tests", "gpu", "train_check.py")
-BENCH = os.path.join(SOURCE, "bench", "bench_gpu.py")
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import BUILD, SRC, Checks  # noqa: E402
 
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
+CHECK = os.path.join(SRC, "tests", "gpu", "train_check.py")
+BENCH = os.path.join(SRC, "bench", "bench_gpu.py")
+ck = Checks()
+check = ck.check
 
 
 def run(args, timeout=300):
@@ -113,5 +108,4 @@ check(p.returncode == 2 and "--micro-batch" in p.stderr, "a micro-batch of 0 is 
 p = run([BENCH])
 check(p.returncode != 0 and ("GPU" in p.stderr or "CUDA" in p.stderr or "cuda" in p.stderr),
       f"without a GPU bench_gpu says so and fails: {p.stderr.strip()[-300:]}")
-print("test_gpu_scripts:", "FAILED" if failed else "ok")
-sys.exit(1 if failed else 0)
+ck.done()

@@ -21,15 +21,11 @@ import shlex
 import subprocess
 import sys
 
-SRC = os.environ.get("ZTRAIN_SOURCE") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import SRC, Checks  # noqa: E402
 
-
-def check(ok, what):
-    global failed
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    failed += 0 if ok else 1
+ck = Checks()
+check = ck.check
 
 
 def installed_web_dir(prefix):
@@ -120,5 +116,4 @@ def case_c():
 case_a()
 case_b()
 case_c()
-print("FAILED" if failed else "PASSED")
-sys.exit(1 if failed else 0)
+ck.done()

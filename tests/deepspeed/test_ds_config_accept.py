@@ -99,6 +99,32 @@ CASES = [
      "autotp_size", "config", False),
     ("tensor_parallel autotp_size \"x\"", dict(BASE, tensor_parallel={"autotp_size": "x"}),
      "autotp_size", "config", False),
+    # A step count above 2^31 - 1: a Python int to DeepSpeed (tests/unit/test_ds_config.c checks
+    # the lr at such a step against lr_schedules.py's formula).
+    ("WarmupLR warmup_num_steps 3e9", opt("SGD", {"scheduler": {
+        "type": "WarmupLR", "params": {"warmup_num_steps": 3000000000}}}), "warmup_num_steps",
+     "init", False),
+    ("OneCycle decay_step_size 3e9", opt("SGD", {"scheduler": {
+        "type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
+                                       "decay_step_size": 3000000000}}}), "decay_step_size",
+     "init", False),
+    # timers: get_timers_config looks "throughput" up in the value, then builds the pydantic
+    # DeepSpeedThroughputTimerConfig from it by ** (two bools, converted in lax mode).
+    ("timers strings", dict(BASE, timers={"throughput": {"enabled": "yes", "synchronized": 1}}),
+     "timers", "config", False),
+    ("timers enabled \"maybe\"", dict(BASE, timers={"throughput": {"enabled": "maybe"}}),
+     "timers.throughput.enabled", "config", False),
+    ("timers synchronized 2", dict(BASE, timers={"throughput": {"synchronized": 2}}),
+     "timers.throughput.synchronized", "config", False),
+    ("timers enabled null", dict(BASE, timers={"throughput": {"enabled": None}}),
+     "timers.throughput.enabled", "config", False),
+    ("timers throughput null", dict(BASE, timers={"throughput": None}), "timers.throughput",
+     "config", False),
+    ("timers throughput []", dict(BASE, timers={"throughput": []}), "timers.throughput",
+     "config", False),
+    ("timers 5", dict(BASE, timers=5), "timers", "config", False),
+    ("timers \"abc\"", dict(BASE, timers="abc"), "timers", "config", False),
+    ("timers [\"throughput\"]", dict(BASE, timers=["throughput"]), "timers", "config", False),
 ]
 
 # Switches: what DeepSpeed makes of a value (an expression over its DeepSpeedConfig `c`, tested

@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "ztrain/ds_config.h"
+#include "ztrain/lr_schedule.h"
 
 #define CHECK_NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) <= 1e-12 * (1 + fabs((double)(b))))
 
@@ -532,6 +533,34 @@ static void test_monitor(void) {
     ERR_PREFIX("{" B "\"datastates_ckpt\": {}}", 1, ZT_ERR_UNSUPPORTED,
                "ds.json: datastates_ckpt is not supported");
     OK("{" B "\"datastates_ckpt\": false}", 1, &c);
+    /* timers as DeepSpeed 0.19's get_timers_config reads it (utils/config.py): `"throughput" in
+     * timers`, then DeepSpeedThroughputTimerConfig(**timers["throughput"]), two pydantic bools
+     * (make test-deepspeed asks DeepSpeed itself). Converted to true, nothing is set away from
+     * the default, so nothing is warned; false is warned, the rest refused by key. */
+    if (OK("{" B "\"timers\": {\"throughput\": {\"enabled\": \"yes\", \"synchronized\": 1}}}",
+           1, &c))
+        CHECK(!strstr(c.warnings, "timers"), "%s", c.warnings);
+    if (OK("{" B "\"timers\": {\"throughput\": {\"enabled\": \"off\"}}}", 1, &c))
+        CHECK(strstr(c.warnings, "timers.throughput.enabled has no effect"), "%s", c.warnings);
+    OK("{" B "\"timers\": \"abc\"}", 1, &c);
+    OK("{" B "\"timers\": [1]}", 1, &c);
+    ERR("{" B "\"timers\": {\"throughput\": {\"enabled\": \"maybe\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'timers.throughput.enabled' must be true or false (DeepSpeed's pydantic "
+        "model also takes 1/0, \"yes\"/\"no\" and \"on\"/\"off\"), got \"maybe\"");
+    ERR_PREFIX("{" B "\"timers\": {\"throughput\": {\"synchronized\": 2}}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers.throughput.synchronized' must be true or false");
+    ERR_PREFIX("{" B "\"timers\": {\"throughput\": {\"enabled\": null}}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers.throughput.enabled' must be true or false");
+    ERR("{" B "\"timers\": {\"throughput\": null}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'timers.throughput' must be an object, got null (DeepSpeed passes it by ** "
+        "to DeepSpeedThroughputTimerConfig, which needs a mapping)");
+    ERR_PREFIX("{" B "\"timers\": {\"throughput\": []}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers.throughput' must be an object, got []");
+    ERR_PREFIX("{" B "\"timers\": 5}", 1, ZT_ERR_INVALID, "ds.json: key 'timers' must be an object");
+    ERR_PREFIX("{" B "\"timers\": \"xthroughputx\"}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers' must be an object");
+    ERR_PREFIX("{" B "\"timers\": [\"throughput\"]}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'timers' must be an object");
     /* tensor_parallel is a pydantic model too (TPTrainingConfig, TPConfig): "2" is 2, for the
      * parser and for zt_ds_tp_size_of, which reads a stored spec as written. */
     if (OK("{\"train_batch_size\": 4, \"tensor_parallel\": {\"autotp_size\": \"2\", "
@@ -551,6 +580,60 @@ static void test_monitor(void) {
     }
     ERR_PREFIX("{\"train_batch_size\": 4, \"tensor_parallel\": {\"autotp_size\": \"x\"}}", 2,
                ZT_ERR_INVALID, "ds.json: key 'tensor_parallel.autotp_size' must be an integer");
+}
+
+/* The lr after k optimizer updates of the schedule in json (the schedule's state is DeepSpeed's
+ * last_batch_iteration, so it is set to k rather than stepped 2^31 times); NAN when the config is
+ * refused. */
+static double lr_at(int line, const char *json, int64_t k) {
+    zt_ds_config c;
+    if (!ok_at(line, json, 1, &c))
+        return NAN;
+    zt_lr_schedule s;
+    zt_lr_schedule_init(&s, &c.scheduler, c.optimizer.lr, c.optimizer.beta1);
+    s.last_batch_iteration = k;
+    return zt_lr_schedule_lr(&s);
+}
+
+/* Step counts above 2^31 - 1, which DeepSpeed's Python ints take: parsed whole, and the lr at a
+ * step past 2^31 is lr_schedules.py's formula, computed here. */
+static void test_long_schedules(void) {
+    zt_ds_config c;
+    const int64_t n = 3000000000, k = 2147483748; /* 2^31 + 100, inside the warmup */
+#define SCHED(type, params) "{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": " \
+    "1e-3}}, \"scheduler\": {\"type\": \"" type "\", \"params\": {" params "}}}"
+    const char *warm = SCHED("WarmupLR", "\"warmup_max_lr\": 1e-3, \"warmup_num_steps\": 3000000000");
+    if (OK(warm, 1, &c))
+        CHECK(c.scheduler.warmup_num_steps == n, "%lld", (long long)c.scheduler.warmup_num_steps);
+    /* WarmupLR, log: min + (max - min) * (1 / ln N) * ln(k + 1). */
+    CHECK_NEAR(lr_at(__LINE__, warm, k), 1e-3 * ((1.0 / log((double)n)) * log((double)(k + 1))));
+    /* Linear: k / N. */
+    CHECK_NEAR(lr_at(__LINE__, SCHED("WarmupLR", "\"warmup_max_lr\": 1e-3, \"warmup_num_steps\": "
+                                     "5000000000, \"warmup_type\": \"linear\""), 4000000000),
+               1e-3 * (4000000000.0 / 5000000000.0));
+    /* WarmupDecayLR past a 4e9-step warmup: (total - k) / max(1, total - N). */
+    CHECK_NEAR(lr_at(__LINE__, SCHED("WarmupDecayLR", "\"warmup_max_lr\": 1e-3, \"warmup_num_steps\": "
+                                     "4000000000, \"total_num_steps\": 6000000000"), 5000000000),
+               1e-3 * ((6000000000.0 - 5000000000.0) / (6000000000.0 - 4000000000.0)));
+    /* LRRangeTest: min_lr * (1 + rate * (k + 1) / step_size). */
+    CHECK_NEAR(lr_at(__LINE__, SCHED("LRRangeTest", "\"lr_range_test_min_lr\": 1e-4, "
+                                     "\"lr_range_test_step_size\": 3000000000"), 5999999999),
+               1e-4 * (1.0 + 1.0 * (6000000000.0 / 3000000000.0)));
+    /* OneCycle after its 20-step cycle: min_lr / (1 + rate * d / decay_step_size), d = k - 20 + 1. */
+    CHECK_NEAR(lr_at(__LINE__, SCHED("OneCycle", "\"cycle_min_lr\": 1e-4, \"cycle_max_lr\": 1e-3, "
+                                     "\"cycle_first_step_size\": 10, \"decay_lr_rate\": 0.5, "
+                                     "\"decay_step_size\": 3000000000, \"cycle_momentum\": false"),
+                     3000000019),
+               1e-4 / (1.0 + 0.5 * (3000000000.0 / 3000000000.0)));
+    if (OK(SCHED("OneCycle", "\"cycle_min_lr\": 1e-4, \"cycle_max_lr\": 1e-3, "
+                 "\"cycle_first_stair_count\": 4000000000"), 1, &c))
+        CHECK(c.scheduler.cycle_first_stair_count == 4000000000 &&
+              c.scheduler.cycle_second_stair_count == 4000000000);
+    /* Beyond 2^53 a JSON number no longer holds every integer. */
+    ERR(SCHED("WarmupLR", "\"warmup_num_steps\": 18014398509481984"), 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: warmup_num_steps must be at most 2^53 (9007199254740992), "
+        "got 18014398509481984");
+#undef SCHED
 }
 
 static void test_scheduler(void) {
@@ -796,6 +879,8 @@ static void field_at(int line, const char *json, const char *want) {
 #define FIELD(json, want) field_at(__LINE__, json, want)
 
 static void test_error_fields(void) {
+    FIELD("{" B "\"timers\": {\"throughput\": {\"synchronized\": \"x\"}}}",
+          "timers.throughput.synchronized");
     FIELD("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 0}}}",
           "scheduler.params.warmup_num_steps");
     FIELD("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
@@ -1074,6 +1159,7 @@ int main(void) {
     test_lamb_family();
     test_monitor();
     test_scheduler();
+    test_long_schedules();
     test_nulls();
     test_removed_keys();
     test_error_fields();

@@ -200,7 +200,7 @@ static void test_warnings_once(void) {
  * (0, 1); transformers 4's warmup_ratio applies when warmup_steps is 0; the integration fills at
  * least 1 (max(1, ...), as DeepSpeed >= 0.19.6 refuses 0). N = train.max_steps = 10. The same
  * cases run against transformers 5 itself in tests/deepspeed/test_hf5_warmup.py. */
-static void warmup_case(int line, const char *args, int want) {
+static void warmup_case(int line, const char *args, int64_t want) {
     char json[1024];
     snprintf(json, sizeof json,
              "{" MODEL ", \"train\": {\"max_steps\": 10}, \"training_args\": {%s},"
@@ -211,8 +211,8 @@ static void warmup_case(int line, const char *args, int want) {
     if (!parse_at(line, json, &job))
         return;
     check_at(__FILE__, line, job.ds.scheduler.warmup_num_steps == want,
-             "training_args {%s}: warmup_num_steps %d, want %d", args,
-             job.ds.scheduler.warmup_num_steps, want);
+             "training_args {%s}: warmup_num_steps %lld, want %lld", args,
+             (long long)job.ds.scheduler.warmup_num_steps, (long long)want);
     zt_job_spec_free(&job);
 }
 #define WARMUP(args, want) warmup_case(__LINE__, args, want)
@@ -226,6 +226,8 @@ static void test_warmup_steps(void) {
     WARMUP("\"warmup_ratio\": 0.3", 3);    /* transformers 4: ceil(10 * 0.3) */
     WARMUP("\"warmup_steps\": 4, \"warmup_ratio\": 0.9", 4);
     WARMUP("\"learning_rate\": 1e-3", 1);  /* no warmup: max(1, 0) */
+    /* Longer than a C int: the Trainer's warmup_steps is a Python int, and so is DeepSpeed's. */
+    WARMUP("\"warmup_steps\": 3000000000", 3000000000);
     ERR("{" MODEL ", \"training_args\": {\"warmup_steps\": -1}, \"deepspeed\": {}}", ZT_ERR_INVALID,
         "job.json: key 'training_args.warmup_steps' must be >= 0, got -1");
     ERR("{" MODEL ", \"training_args\": {\"warmup_steps\": \"5\"}, \"deepspeed\": {}}",

@@ -1,19 +1,24 @@
 /* The rank-group contract that `ztrain run` and ztraind share (service/ranks/rank_group.c): each rank's
  * environment under both policies, checked entry by entry against hand-written lists; a real
- * spawn, whose child reports what it got; the verdict on a rank's end, against a table; and the
- * descriptions, against the exact texts that users and the launch and service tests read. */
+ * spawn, whose child reports what it got; the verdict on a rank's end, against a table; the
+ * descriptions, against the exact texts that users and the launch and service tests read; and
+ * the record of the ranks' NVMe offload directories, with ranks killed while making theirs. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "ranks/rank_group.h"
+#include "ztrain/offload.h"
 
 /* A caller's environment with a bit of everything: the user's own settings, a secret, the
  * identity of an enclosing launcher (Slurm, torchrun), a stale GPU choice. */
@@ -407,6 +412,158 @@ static void descriptions(void) {
     CHECK_STR(got, want);
 }
 
+/* ---- the record of the ranks' offload directories ------------------------------------------ */
+
+typedef struct {
+    int removed, failed;
+    char said[2048];
+} cleaned;
+
+static void on_removed(void *ctx, int rank, const char *dir) {
+    cleaned *c = ctx;
+    c->removed++;
+    size_t n = strlen(c->said);
+    snprintf(c->said + n, sizeof c->said - n, "removed %d %s; ", rank, dir);
+}
+
+static void on_failed(void *ctx, int rank, const char *dir, const char *why) {
+    cleaned *c = ctx;
+    c->failed++;
+    size_t n = strlen(c->said);
+    snprintf(c->said + n, sizeof c->said - n, "failed %d %s: %s; ", rank, dir, why);
+}
+
+static int entries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Rank 1 making its NVMe offload directory under nvme in a child process, which SIGKILLs itself
+ * at `point` of it (ZTRAIN_INJECT_OFFLOAD_KILL, offload.c); the child's wait status. */
+static int rank_killed_at(const char *nvme, const zt_rank_record *rec, const char *point) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv(ZT_OFFLOAD_RECORD_ENV, rec->path, 1);
+        setenv("ZTRAIN_INJECT_OFFLOAD_KILL", point, 1);
+        zt_backend *be;
+        zt_backend_options opts = {.threads = 1};
+        if (zt_backend_create(&be, ZT_DEVICE_CPU, &opts) != ZT_OK)
+            _exit(3);
+        zt_offload_config opt = {.device = ZT_OFFLOAD_NVME, .buffer_count = 1, .ratio = 1.0};
+        snprintf(opt.nvme_path, sizeof opt.nvme_path, "%s", nvme);
+        zt_offload_config param = {.device = ZT_OFFLOAD_NONE};
+        zt_offload_spec spec = {.be = be, .rank = 1, .job_name = "rec", .n = 4096,
+                                .optimizer = &opt, .param = &param};
+        spec.streams[ZT_OFFLOAD_EXP_AVG] =
+            (zt_offload_stream_spec){ZT_PLACE_FILE, "exp_avg", 4, NULL, false};
+        zt_offload *f;
+        _exit(zt_offload_create(&f, &spec) == ZT_OK ? 0 : 4);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return st;
+}
+
+/* The record's lines, as one string. */
+static void read_record(const zt_rank_record *rec, char *out, size_t n) {
+    FILE *f = fopen(rec->path, "r");
+    size_t got = f ? fread(out, 1, n - 1, f) : 0;
+    out[got] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static void offload_record(void) {
+    char root[] = "/tmp/ztrain_record_XXXXXX", nvme[64];
+    if (!check_at(__FILE__, __LINE__, mkdtemp(root) != NULL, "mkdtemp: %s", strerror(errno)))
+        return;
+    snprintf(nvme, sizeof nvme, "%s/nvme", root);
+    mkdir(nvme, 0700);
+    setenv("TMPDIR", root, 1);
+    char lines[4096], want[4200];
+
+    /* A rank killed after recording its directory's name but before making it: the record names
+     * a directory that never came to be, nothing is left under nvme_path, and the cleaner passes
+     * over the name without a word. */
+    zt_rank_record rec;
+    if (check_at(__FILE__, __LINE__, zt_rank_record_init(&rec) == ZT_OK, "%s",
+                 zt_last_error())) {
+        int st = rank_killed_at(nvme, &rec, "recorded");
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the rank was killed (status %d)", st);
+        read_record(&rec, lines, sizeof lines);
+        snprintf(want, sizeof want, "1 %s/ztrain-rec-rank1-", nvme);
+        CHECK(strncmp(lines, want, strlen(want)) == 0 && strchr(lines, '\n') ==
+                  lines + strlen(lines) - 1, "the record holds one line for rank 1: '%s'", lines);
+        CHECK(entries(nvme) == 0, "nothing is left under nvme_path: %d entries", entries(nvme));
+        cleaned c = {0};
+        int n = zt_rank_record_clean(&rec, on_removed, on_failed, &c);
+        CHECK(n == 0 && c.removed == 0 && c.failed == 0, "the cleaner says nothing: %d, '%s'", n,
+              c.said);
+        zt_rank_record_free(&rec);
+    }
+
+    /* Killed just after making it: the record names it, and the cleaner removes it. */
+    if (check_at(__FILE__, __LINE__, zt_rank_record_init(&rec) == ZT_OK, "%s",
+                 zt_last_error())) {
+        int st = rank_killed_at(nvme, &rec, "made");
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the rank was killed (status %d)", st);
+        read_record(&rec, lines, sizeof lines);
+        lines[strcspn(lines, "\n")] = '\0';
+        CHECK(entries(nvme) == 1 && is_dir(lines + 2),
+              "the rank left its directory %s (%d entries)", lines + 2, entries(nvme));
+        cleaned c = {0};
+        int n = zt_rank_record_clean(&rec, on_removed, on_failed, &c);
+        snprintf(want, sizeof want, "removed 1 %s; ", lines + 2);
+        CHECK(n == 1 && strcmp(c.said, want) == 0, "the cleaner removes it: %d, '%s'", n, c.said);
+        CHECK(entries(nvme) == 0, "nothing is left under nvme_path: %d entries", entries(nvme));
+        zt_rank_record_free(&rec);
+    }
+
+    /* A record by hand: rank 0's directory never made, rank 1's made with a file in it, and rank
+     * 2's name withdrawn (another run's directory had it): only rank 1's is removed, and the
+     * other run's stays. */
+    if (check_at(__FILE__, __LINE__, zt_rank_record_init(&rec) == ZT_OK, "%s",
+                 zt_last_error())) {
+        char gone[128], made[128], file[160], other[128];
+        snprintf(gone, sizeof gone, "%s/ztrain-rec-rank0-Gone00", nvme);
+        snprintf(made, sizeof made, "%s/ztrain-rec-rank1-Made00", nvme);
+        snprintf(other, sizeof other, "%s/ztrain-rec-rank2-Other0", nvme);
+        mkdir(made, 0700);
+        mkdir(other, 0700);
+        snprintf(file, sizeof file, "%s/exp_avg.bin", made);
+        FILE *f = fopen(file, "w");
+        if (f)
+            fclose(f);
+        f = fopen(rec.path, "a");
+        if (f) {
+            fprintf(f, "0 %s\n1 %s\n2 %s\n2 -%s\n", gone, made, other, other);
+            fclose(f);
+        }
+        cleaned c = {0};
+        int n = zt_rank_record_clean(&rec, on_removed, on_failed, &c);
+        snprintf(want, sizeof want, "removed 1 %s; ", made);
+        CHECK(n == 1 && strcmp(c.said, want) == 0, "only rank 1's directory is removed, without a "
+              "word on rank 0's: %d, '%s'", n, c.said);
+        CHECK(!is_dir(made) && is_dir(other), "rank 1's directory is gone, the other run's kept");
+        rmdir(other);
+        zt_rank_record_free(&rec);
+    }
+    rmdir(nvme);
+    CHECK(rmdir(root) == 0, "%s is left empty: %s", root, strerror(errno));
+    unsetenv("TMPDIR");
+}
+
 int main(void) {
     snprintf(pid_var, sizeof pid_var, "ZTRAIN_LAUNCHER_PID=%ld", (long)getpid());
     inherit_policy();
@@ -417,5 +574,6 @@ int main(void) {
     spawn();
     failures();
     descriptions();
+    offload_record();
     return check_summary("test_rank_group");
 }

@@ -69,7 +69,10 @@ typedef struct {
     /* WarmupLR, WarmupDecayLR, WarmupCosineLR */
     double warmup_min_lr;        /* default 0 */
     double warmup_max_lr;        /* WarmupLR: the optimizer lr when absent; WarmupDecayLR: 1e-3 */
-    int warmup_num_steps;        /* default 1000; a JSON int (DeepSpeed's isinstance check) */
+    /* The step counts are 64-bit, as DeepSpeed's Python ints are unbounded (a Trainer's warmup
+     * can exceed 2^31 steps); the parser takes them up to 2^53, where a JSON number stops
+     * holding every integer. */
+    int64_t warmup_num_steps;    /* default 1000; a JSON int (DeepSpeed's isinstance check) */
     bool warmup_linear;          /* warmup_type "linear"; "log" (the default) otherwise */
     double total_num_steps;      /* WarmupDecayLR, WarmupCosineLR: required; any number, as
                                   * DeepSpeed only computes with it (6.5 is valid) */
@@ -80,15 +83,15 @@ typedef struct {
     double decay_lr_rate;              /* default 0 */
     double cycle_first_step_size;      /* default 2000; > 0, fractional allowed (float()) */
     double cycle_second_step_size;     /* default: first; >= 0 (0: no descending half) */
-    int cycle_first_stair_count;       /* default 0 */
-    int cycle_second_stair_count;      /* default: first */
-    int decay_step_size;               /* default 0 */
+    int64_t cycle_first_stair_count;   /* default 0 */
+    int64_t cycle_second_stair_count;  /* default: first */
+    int64_t decay_step_size;           /* default 0 */
     bool cycle_momentum;               /* default true */
     double cycle_min_mom, cycle_max_mom; /* default 0.8, 0.9 */
     double decay_mom_rate;             /* default 0 */
     /* LRRangeTest */
     double lr_range_test_min_lr;    /* default 1e-3 */
-    int lr_range_test_step_size;    /* default 2000; a JSON int (DeepSpeed's isinstance check) */
+    int64_t lr_range_test_step_size; /* default 2000; a JSON int (DeepSpeed's isinstance check) */
     double lr_range_test_step_rate; /* default 1.0 */
     bool lr_range_test_staircase;   /* default false */
 } zt_schedule_config;

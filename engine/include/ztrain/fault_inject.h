@@ -41,6 +41,17 @@ static inline void zt_inject_ckpt_kill(int64_t step, const char *point) {
     raise(SIGKILL);
 }
 
+/* ZTRAIN_INJECT_OFFLOAD_KILL=POINT: the process SIGKILLs itself at POINT of making its NVMe
+ * offload directory (offload.c: "recorded", the name written to the record but the directory
+ * not yet made; "made", just after), as a kill from outside landing there would. */
+static inline void zt_inject_offload_kill(const char *point) {
+    const char *v = getenv("ZTRAIN_INJECT_OFFLOAD_KILL");
+    if (!v || strcmp(v, point) != 0)
+        return;
+    fflush(NULL);
+    raise(SIGKILL);
+}
+
 /* ZTRAIN_INJECT_NO_RENAME_EXCHANGE set: checkpoints are replaced as on a filesystem without
  * renameat2's RENAME_EXCHANGE (NFS, for one), so that path is tested on any filesystem. */
 static inline bool zt_inject_no_rename_exchange(void) {

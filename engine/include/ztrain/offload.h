@@ -73,9 +73,10 @@ typedef struct {
 typedef struct zt_offload zt_offload;
 
 /* The environment variable that names the file where a rank records each offload directory it
- * makes, one line "RANK PATH" (appended, the file must exist): set by the process that starts
- * the ranks (service/ranks/rank_group.h, zt_rank_record), which removes the directories a rank
- * killed with SIGKILL could not. Unset: nothing is recorded. */
+ * makes, one line "RANK PATH" appended before the directory is made (the file must exist), and
+ * "RANK -PATH" should the name turn out taken: set by the process that starts the ranks
+ * (service/ranks/rank_group.h, zt_rank_record), which removes the directories a rank killed with
+ * SIGKILL could not. Unset: nothing is recorded. */
 #define ZT_OFFLOAD_RECORD_ENV "ZTRAIN_OFFLOAD_RECORD"
 
 /* One tile of an update: elements [first, first + count) of the slice, and where each present
