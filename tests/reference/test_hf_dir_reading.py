@@ -1,0 +1,154 @@
+"""Hugging Face model directories read as transformers reads them, key by key.
+
+Each case saves a tiny Llama, Mistral or Qwen2 with the venv's transformers (4.46), edits its
+config.json or weight files, and asks transformers what it builds: from_pretrained (float64,
+eager attention) gives the logits ztrain's zt_model_check must equal within 1e-5, or fails, and
+then ztrain must refuse the directory naming the key. Where transformers 5 (whose rule is
+re-derived here, as in test_hf_v5_layout.py) would read a key differently from 4.x, ztrain must
+refuse it too, naming the key.
+
+  rope_scaling's type: 4.x's config classes copy "type" over "rope_type" and fail (KeyError) on
+      a scaling that names neither or is not an object; 5.x prefers "rope_type" and reads a falsy
+      rope_scaling as none."""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from pyvenv import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+from llama_ref import base_config, hf_model  # noqa: E402
+from ztref import Checker, rel_err, run, tool, write_job  # noqa: E402
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+torch.set_num_threads(2)
+BLOCK, B = 16, 2
+LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}
+
+ck = Checker()
+
+
+def inputs_for(vocab, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (B, BLOCK), generator=g).to(torch.int32)
+
+
+def ztrain_logits(d, init_from, inputs):
+    """zt_model_check's logits of a job whose model is only init_from, or None and stderr."""
+    write_job(f"{d}/check.json", {"model": {"init_from": init_from, "block_size": BLOCK},
+                                  "data": {"train": "unused.bin"},
+                                  "deepspeed": {"train_micro_batch_size_per_gpu": B}})
+    with open(f"{d}/batch.i32", "wb") as f:
+        f.write(inputs.numpy().tobytes() * 2)
+    out = tempfile.mkdtemp(dir=d)
+    p = run([tool("zt_model_check"), f"{d}/check.json", f"{d}/batch.i32", out, B, BLOCK],
+            check=False)
+    if p.returncode != 0:
+        return None, p.stderr.strip()
+    return torch.from_numpy(np.fromfile(f"{out}/logits.f32", dtype="float32")), ""
+
+
+def hf_logits(hf_dir, inputs):
+    """transformers' logits of the directory (float64, eager), or None and why it fails."""
+    try:
+        m = AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="eager")
+        with torch.no_grad():
+            return m.double().eval()(input_ids=inputs.long()).logits, ""
+    except Exception as e:  # noqa: BLE001 - any failure of from_pretrained is the answer
+        return None, f"{type(e).__name__}: {str(e)[:120]}"
+
+
+def saved(d, family, seed=7, **over):
+    """A tiny model of `family` saved to d/hf; returns its vocabulary size."""
+    model = hf_model(family, seed, **base_config(**over))
+    model.save_pretrained(f"{d}/hf", safe_serialization=True)
+    return model.config.vocab_size
+
+
+def edit_config(d, **keys):
+    path = f"{d}/hf/config.json"
+    c = json.load(open(path))
+    c.update(keys)
+    json.dump(c, open(path, "w"))
+
+
+def same_or_refused(what, d, vocab, refuse_key=None, inputs=None):
+    """ztrain gives transformers' logits, or, where transformers fails or refuse_key says the
+    versions disagree, refuses naming the key (refuse_key, else the one named in `what`)."""
+    inputs = inputs_for(vocab) if inputs is None else inputs
+    want, hf_why = hf_logits(f"{d}/hf", inputs)
+    got, why = ztrain_logits(d, "hf", inputs)
+    if want is not None and refuse_key is None:
+        e = rel_err(got.view(B, BLOCK, vocab), want) if got is not None else float("nan")
+        ck.check(got is not None and e < 1e-5,
+                 f"{what}: transformers loads it; ztrain's logits rel err {e:.2e} {why[-200:]}")
+        return
+    key = refuse_key or what.split()[0]
+    ck.check(got is None and key in why,
+             f"{what}: refused naming '{key}' ({hf_why or 'transformers 4 and 5 disagree'}): "
+             f"{'loaded' if got is not None else why[-260:]}")
+
+
+# ---- rope_scaling's type ----------------------------------------------------------------------
+
+def v4_rope_type(rs):
+    """The type transformers 4's LlamaConfig / Qwen2Config leave in rope_scaling."""
+    rs = dict(rs)
+    if "type" in rs:
+        rs["rope_type"] = rs["type"]
+    return rs.get("rope_type")
+
+
+def v5_rope_type(rs):
+    """The type transformers 5's standardize_rope_params reads: rope_type, else type, else
+    default; a falsy rope_scaling is none."""
+    if not rs:
+        return "default"
+    return rs.get("rope_type", rs.get("type", "default"))
+
+
+def rope_type_case(family, what, rs):
+    with tempfile.TemporaryDirectory() as d:
+        vocab = saved(d, family)
+        edit_config(d, rope_scaling=rs)
+        disagree = None
+        if isinstance(rs, dict) and v4_rope_type(rs) not in (None, v5_rope_type(rs)):
+            disagree = "rope_scaling.rope_type"
+        # Where 4.x reads the type, it is the one its config holds.
+        try:
+            cfg = AutoConfig.from_pretrained(f"{d}/hf")
+            ck.check(cfg.rope_scaling["rope_type"] == v4_rope_type(rs),
+                     f"{family} {what}: transformers 4 reads rope_type "
+                     f"{cfg.rope_scaling['rope_type']!r} ({v4_rope_type(rs)!r} re-derived)")
+        except Exception:  # noqa: BLE001 - a failing config is a case of its own below
+            pass
+        same_or_refused(f"rope_scaling {what} ({family})", d, vocab, refuse_key=disagree)
+
+
+for family in ("llama", "qwen2"):
+    rope_type_case(family, "type linear alone", {"type": "linear", "factor": 2.0})
+    rope_type_case(family, "type and rope_type both linear",
+                   {"type": "linear", "rope_type": "linear", "factor": 2.0})
+    rope_type_case(family, "type linear, rope_type llama3",
+                   {"type": "linear", "rope_type": "llama3", **LLAMA3})
+    rope_type_case(family, "type llama3, rope_type linear",
+                   {"type": "llama3", "rope_type": "linear", **LLAMA3})
+    rope_type_case(family, "type default, rope_type linear",
+                   {"type": "default", "rope_type": "linear", "factor": 2.0})
+    rope_type_case(family, "type linear, rope_type null",
+                   {"type": "linear", "rope_type": None, "factor": 2.0})
+    rope_type_case(family, "{} (no type)", {})
+    rope_type_case(family, "{factor 2.0} (no type)", {"factor": 2.0})
+rope_type_case("llama", "false", False)
+
+ck.done()
