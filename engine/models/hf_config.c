@@ -289,6 +289,25 @@ static zt_status check_qwen2(const cJSON *root, zt_hf_config *c) {
     return ZT_OK;
 }
 
+/* A window transformers applies (Mistral's; Qwen2's with use_sliding_window) that is 0 or
+ * negative masks every key, the diagonal included: its eager attention then spreads each row
+ * evenly over all positions, future ones too (NaN in float64). ztrain's 0 means no window,
+ * which config.json says with null; such a value is refused rather than read as that. */
+static zt_status check_window(const cJSON *root, const char *type, const char *path) {
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    bool applied = strcmp(type, "mistral") == 0 ||
+                   (strcmp(type, "qwen2") == 0 &&
+                    zt_json_truthy(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")));
+    if (applied && cJSON_IsNumber(sw) && sw->valuedouble <= 0) {
+        char got[64];
+        zt_json_repr(sw, got, sizeof got);
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: key 'sliding_window' is %s: transformers then "
+                        "masks every key, so attention spreads over all positions, future ones "
+                        "too; write null for no window", path, got);
+    }
+    return ZT_OK;
+}
+
 static zt_status apply_row(const hf_row *r, const cJSON *root, zt_hf_config *c) {
     const zt_model_family *fam = c->family;
     const zt_model_field *f = r->field ? zt_model_family_field(fam, r->field) : NULL;
@@ -421,6 +440,7 @@ static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
     snprintf(c->spec.type, sizeof c->spec.type, "%s", type);
     ZT_TRY(zt_hf_layout_read(root, type, c->path));
     ZT_TRY(check_known_keys(root, type, c->path));
+    ZT_TRY(check_window(root, type, c->path));
     for (const zt_model_field *f = c->family->fields; f->key; f++)
         zt_model_field_set_default(f, &c->spec);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)

@@ -9,7 +9,10 @@ refuse it too, naming the key.
 
   rope_scaling's type: 4.x's config classes copy "type" over "rope_type" and fail (KeyError) on
       a scaling that names neither or is not an object; 5.x prefers "rope_type" and reads a falsy
-      rope_scaling as none."""
+      rope_scaling as none.
+  sliding_window 0 (or below) where transformers applies the window (Mistral; Qwen2 with
+      use_sliding_window): its mask then covers every key, so each position attends evenly to all
+      of them, the future included; ztrain's 0 is no window, so the value is refused."""
 import json
 import os
 import sys
@@ -82,7 +85,8 @@ def edit_config(d, **keys):
     json.dump(c, open(path, "w"))
 
 
-def same_or_refused(what, d, vocab, refuse_key=None, inputs=None):
+def same_or_refused(what, d, vocab, refuse_key=None, inputs=None,
+                    reason="transformers 4 and 5 disagree"):
     """ztrain gives transformers' logits, or, where transformers fails or refuse_key says the
     versions disagree, refuses naming the key (refuse_key, else the one named in `what`)."""
     inputs = inputs_for(vocab) if inputs is None else inputs
@@ -95,7 +99,7 @@ def same_or_refused(what, d, vocab, refuse_key=None, inputs=None):
         return
     key = refuse_key or what.split()[0]
     ck.check(got is None and key in why,
-             f"{what}: refused naming '{key}' ({hf_why or 'transformers 4 and 5 disagree'}): "
+             f"{what}: refused naming '{key}' ({hf_why or reason}): "
              f"{'loaded' if got is not None else why[-260:]}")
 
 
@@ -150,5 +154,38 @@ for family in ("llama", "qwen2"):
     rope_type_case(family, "{} (no type)", {})
     rope_type_case(family, "{factor 2.0} (no type)", {"factor": 2.0})
 rope_type_case("llama", "false", False)
+
+
+# ---- a sliding window of 0 ---------------------------------------------------------------------
+
+def sees_the_future(hf_dir, vocab):
+    """Whether transformers' model (float32, eager, as from_pretrained builds it) lets the first
+    position's logits depend on the last token."""
+    m = AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="eager").eval()
+    x = inputs_for(vocab).long()
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % vocab
+    with torch.no_grad():
+        return not torch.allclose(m(input_ids=x).logits[:, 0], m(input_ids=y).logits[:, 0])
+
+
+def window_case(family, what, applied, **keys):
+    with tempfile.TemporaryDirectory() as d:
+        vocab = saved(d, family)
+        edit_config(d, **keys)
+        future = sees_the_future(f"{d}/hf", vocab)
+        ck.check(future == applied, f"{family} {what}: transformers' first position "
+                 f"{'sees' if future else 'does not see'} the last token")
+        same_or_refused(f"sliding_window {what} ({family})", d, vocab,
+                        refuse_key="key 'sliding_window'" if applied else None,
+                        reason="the window covers every key")
+
+
+window_case("mistral", "0", True, sliding_window=0)
+window_case("mistral", "-1", True, sliding_window=-1)
+window_case("qwen2", "0 with use_sliding_window, max_window_layers 0", True,
+            use_sliding_window=True, sliding_window=0, max_window_layers=0)
+window_case("qwen2", "0 without use_sliding_window", False, use_sliding_window=False,
+            sliding_window=0)
 
 ck.done()
