@@ -105,7 +105,8 @@ static const hf_row rows[] = {
     FIELD("qwen2", "max_position_embeddings", "max_position_embeddings", "32768",
           .zero_is = "block_size", .positions = true),
     FIELD(LLAMA_LIKE, "tie_word_embeddings", "tie_word_embeddings", "false"),
-    FIXED(LLAMA_LIKE, "hidden_act", "\"silu\"", "[\"silu\"]"),
+    /* transformers' ACT2FN maps both names to nn.SiLU. */
+    FIXED(LLAMA_LIKE, "hidden_act", "\"silu\"", "[\"silu\", \"swish\"]"),
     /* ztrain has no dropout; the published Llama, Mistral and Qwen2 configs have none. */
     FIXED(LLAMA_LIKE, "attention_dropout", "0.0", "[0.0]"),
     /* transformers 4.x splits the projections into pretraining_tp slices when it is above 1. */

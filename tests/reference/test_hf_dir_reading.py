@@ -12,7 +12,8 @@ refuse it too, naming the key.
       rope_scaling as none.
   sliding_window 0 (or below) where transformers applies the window (Mistral; Qwen2 with
       use_sliding_window): its mask then covers every key, so each position attends evenly to all
-      of them, the future included; ztrain's 0 is no window, so the value is refused."""
+      of them, the future included; ztrain's 0 is no window, so the value is refused.
+  hidden_act "swish": transformers' ACT2FN maps it to nn.SiLU, as "silu", so it loads."""
 import json
 import os
 import sys
@@ -187,5 +188,14 @@ window_case("qwen2", "0 with use_sliding_window, max_window_layers 0", True,
             use_sliding_window=True, sliding_window=0, max_window_layers=0)
 window_case("qwen2", "0 without use_sliding_window", False, use_sliding_window=False,
             sliding_window=0)
+
+
+# ---- hidden_act "swish" ------------------------------------------------------------------------
+
+for family in ("llama", "mistral", "qwen2"):
+    with tempfile.TemporaryDirectory() as d:
+        vocab = saved(d, family)
+        edit_config(d, hidden_act="swish")
+        same_or_refused(f"hidden_act swish ({family})", d, vocab)
 
 ck.done()
