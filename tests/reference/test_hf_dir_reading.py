@@ -13,9 +13,12 @@ refuse it too, naming the key.
   sliding_window 0 (or below) where transformers applies the window (Mistral; Qwen2 with
       use_sliding_window): its mask then covers every key, so each position attends evenly to all
       of them, the future included; ztrain's 0 is no window, so the value is refused.
-  hidden_act "swish": transformers' ACT2FN maps it to nn.SiLU, as "silu", so it loads."""
+  hidden_act "swish": transformers' ACT2FN maps it to nn.SiLU, as "silu", so it loads.
+  model.safetensors beside model.safetensors.index.json and its shards, holding other weights:
+      from_pretrained loads model.safetensors (it looks for it first), and so must ztrain."""
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -197,5 +200,25 @@ for family in ("llama", "mistral", "qwen2"):
         vocab = saved(d, family)
         edit_config(d, hidden_act="swish")
         same_or_refused(f"hidden_act swish ({family})", d, vocab)
+
+
+# ---- which weight files ------------------------------------------------------------------------
+
+for family in ("llama", "qwen2"):
+    with tempfile.TemporaryDirectory() as d:
+        hf_model(family, 11, **base_config()).save_pretrained(
+            f"{d}/hf", max_shard_size="40KB", safe_serialization=True)
+        os.makedirs(f"{d}/single")
+        vocab = saved(f"{d}/single", family, seed=12)
+        x = inputs_for(vocab)
+        sharded, _ = hf_logits(f"{d}/hf", x)
+        shutil.copy(f"{d}/single/hf/model.safetensors", f"{d}/hf/model.safetensors")
+        both, _ = hf_logits(f"{d}/hf", x)
+        single, _ = hf_logits(f"{d}/single/hf", x)
+        ck.check(torch.equal(both, single) and not torch.allclose(both, sharded),
+                 f"{family}: from_pretrained of a directory with both reads model.safetensors")
+        same_or_refused(f"model.safetensors beside an index ({family})", d, vocab, inputs=x)
+        os.remove(f"{d}/hf/model.safetensors")
+        same_or_refused(f"the index alone ({family})", d, vocab, inputs=x)
 
 ck.done()

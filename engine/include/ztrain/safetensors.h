@@ -89,8 +89,8 @@ typedef struct {
 } zt_st_set;
 
 /* Opens a set from `path`: a safetensors file; an index (a path ending in ".json"); or a
- * directory, which is read through DIR/model.safetensors.index.json when it exists, else
- * DIR/model.safetensors. Each shard is opened with zt_st_open (mapped, headers checked) and the
+ * directory, which is read as DIR/model.safetensors when that is a file, else through
+ * DIR/model.safetensors.index.json, the order of transformers' from_pretrained. Each shard is opened with zt_st_open (mapped, headers checked) and the
  * index checked against them: a shard name must be a plain file name in the index's directory,
  * and every listed tensor must be in the shard the index names, every tensor of a shard listed
  * there, and no name in two shards. Messages name the index, the shard and the tensor at fault
