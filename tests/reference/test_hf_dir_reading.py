@@ -15,10 +15,16 @@ refuse it too, naming the key.
       of them, the future included; ztrain's 0 is no window, so the value is refused.
   hidden_act "swish": transformers' ACT2FN maps it to nn.SiLU, as "silu", so it loads.
   model.safetensors beside model.safetensors.index.json and its shards, holding other weights:
-      from_pretrained loads model.safetensors (it looks for it first), and so must ztrain."""
+      from_pretrained loads model.safetensors (it looks for it first), and so must ztrain.
+  safetensors headers against the safetensors library (which from_pretrained reads through):
+      a file is read by ztrain (zt_st_tool check) exactly when safe_open reads all its tensors;
+      shapes and offsets written as floats ("16.0") and a byte-order mark are refused by the
+      library, a null __metadata__ is read as none."""
 import json
 import os
 import shutil
+import struct
+import subprocess
 import sys
 import tempfile
 
@@ -29,6 +35,7 @@ reexec_in_venv()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
@@ -220,5 +227,47 @@ for family in ("llama", "qwen2"):
         same_or_refused(f"model.safetensors beside an index ({family})", d, vocab, inputs=x)
         os.remove(f"{d}/hf/model.safetensors")
         same_or_refused(f"the index alone ({family})", d, vocab, inputs=x)
+
+
+# ---- safetensors headers -----------------------------------------------------------------------
+
+def st_blob(header_text, data):
+    """A safetensors file: the 8-byte header length, the header text as given, the data."""
+    return struct.pack("<Q", len(header_text)) + header_text + data
+
+
+F4 = struct.pack("<4f", 1, 2, 3, 4)
+A = '"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}'
+HEADERS = [
+    ("a plain header", "{" + A + "}", F4),
+    ("a header padded with spaces", "{" + A + "}    ", F4),
+    ("a null __metadata__", '{"__metadata__": null, ' + A + "}", F4),
+    ("string __metadata__", '{"__metadata__": {"format": "pt"}, ' + A + "}", F4),
+    ("offsets written as floats", '{"a": {"dtype": "F32", "shape": [4], '
+     '"data_offsets": [0, 16.0]}}', F4),
+    ("a shape written as a float", '{"a": {"dtype": "F32", "shape": [4.0], '
+     '"data_offsets": [0, 16]}}', F4),
+    ("an offset with an exponent", '{"a": {"dtype": "F32", "shape": [4], '
+     '"data_offsets": [0, 1.6e1]}}', F4),
+    ("a byte-order mark", "\ufeff{" + A + "}", F4),
+    ("a metadata number", '{"__metadata__": {"format": 1}, ' + A + "}", F4),
+    ("trailing data", "{" + A + "}", F4 + b"\0" * 4),
+]
+with tempfile.TemporaryDirectory() as d:
+    for what, header, data in HEADERS:
+        path = f"{d}/m.safetensors"
+        with open(path, "wb") as f:
+            f.write(st_blob(header.encode("utf-8"), data))
+        try:
+            with safe_open(path, "pt") as f:
+                for k in f.keys():
+                    f.get_tensor(k)
+            lib = ""
+        except Exception as e:  # noqa: BLE001 - the library refusing the file is the answer
+            lib = str(e)[:100]
+        p = run([tool("zt_st_tool"), "check", path], check=False)
+        ck.check((p.returncode == 0) == (not lib),
+                 f"safetensors with {what}: the library {'refuses (' + lib + ')' if lib else 'reads it'}"
+                 f", ztrain {'reads it' if p.returncode == 0 else 'refuses: ' + p.stderr.strip()[-160:]}")
 
 ck.done()

@@ -36,9 +36,11 @@ typedef struct {
     size_t map_size;
 } zt_st_file;
 
-/* Opens and validates a safetensors file: header size within the file, well-formed JSON, offsets
- * in bounds, contiguous and non-overlapping, nbytes = prod(shape) * element size. Messages name the
- * file and the tensor at fault. Close with zt_st_close(). */
+/* Opens and validates a safetensors file as the safetensors library reads it: header size within
+ * the file, well-formed JSON (no byte-order mark; shapes and offsets integers written without a
+ * fraction or exponent; a null "__metadata__" is none), offsets in bounds, contiguous and
+ * non-overlapping, nbytes = prod(shape) * element size. Messages name the file and the tensor at
+ * fault. Close with zt_st_close(). */
 zt_status zt_st_open(zt_st_file *f, const char *path);
 void zt_st_close(zt_st_file *f);
 
