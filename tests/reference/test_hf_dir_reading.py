@@ -14,6 +14,8 @@ refuse it too, naming the key.
       use_sliding_window): its mask then covers every key, so each position attends evenly to all
       of them, the future included; ztrain's 0 is no window, so the value is refused.
   hidden_act "swish": transformers' ACT2FN maps it to nn.SiLU, as "silu", so it loads.
+  rope_scaling.factor below 1: transformers warns ("must be a float >= 1") and builds the model,
+      so ztrain loads it too.
   model.safetensors beside model.safetensors.index.json and its shards, holding other weights:
       from_pretrained loads model.safetensors (it looks for it first), and so must ztrain.
   safetensors headers against the safetensors library (which from_pretrained reads through):
@@ -208,6 +210,17 @@ for family in ("llama", "mistral", "qwen2"):
         edit_config(d, hidden_act="swish")
         same_or_refused(f"hidden_act swish ({family})", d, vocab)
 
+
+# ---- a rope factor below 1 ---------------------------------------------------------------------
+
+for family, rs in [("llama", {"rope_type": "linear", "factor": 0.5}),
+                   ("llama", {"rope_type": "llama3", **LLAMA3, "factor": 0.5}),
+                   ("qwen2", {"rope_type": "linear", "factor": 0.75})]:
+    with tempfile.TemporaryDirectory() as d:
+        vocab = saved(d, family)
+        edit_config(d, rope_scaling=rs)
+        same_or_refused(f"rope_scaling {rs['rope_type']} factor {rs['factor']} ({family})", d,
+                        vocab)
 
 # ---- which weight files ------------------------------------------------------------------------
 
