@@ -69,8 +69,10 @@ static const hf_row rows[] = {
     FIELD("gpt2", "vocab_size", "vocab_size", "50257", .int_only = true),
     FIELD("gpt2", "n_positions", NULL, "1024", .positions = true, .int_only = true),
     FIXED("gpt2", "n_inner", "null", "[null]"),
+    /* transformers' ACT2FN computes all four with GELU's tanh approximation (gelu_fast writes
+     * sqrt(2/pi) as 0.7978845608, 3e-11 from it). */
     FIXED("gpt2", "activation_function", "\"gelu_new\"",
-          "[\"gelu_new\", \"gelu_pytorch_tanh\"]"),
+          "[\"gelu_new\", \"gelu_pytorch_tanh\", \"gelu_fast\", \"gelu_accurate\"]"),
     FIXED("gpt2", "layer_norm_epsilon", "1e-05", "[1e-05]"),
     FIXED("gpt2", "scale_attn_weights", "true", "[true]"),
     FIXED("gpt2", "scale_attn_by_inverse_layer_idx", "false", "[false]"),

@@ -332,7 +332,21 @@ static void drop_default_scaling(cJSON *root) {
         cJSON_ReplaceItemInObjectCaseSensitive(root, "rope_scaling", cJSON_CreateNull());
 }
 
+/* GPT2MLP's width is n_inner when set, else 4 * n_embd: an integer n_inner of exactly that is
+ * the default spelled out (as some converters write it) and reads as null, the value the
+ * n_inner row accepts. A float stays, for the row to refuse (transformers' Conv1D fails on it). */
+static void drop_default_inner(cJSON *root) {
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(root, "n_inner");
+    const cJSON *embd = cJSON_GetObjectItemCaseSensitive(root, "n_embd");
+    double width = 4.0 * (embd ? (cJSON_IsNumber(embd) ? embd->valuedouble : -1) : 768);
+    if (cJSON_IsNumber(inner) && !zt_json_is_float_literal(inner) &&
+        inner->valuedouble == width)
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "n_inner", cJSON_CreateNull());
+}
+
 zt_status zt_hf_layout_read(cJSON *root, const char *type, const char *path) {
+    if (strcmp(type, "gpt2") == 0)
+        drop_default_inner(root);
     ZT_TRY(read_rope(root, type, path));
     if (strcmp(type, "gpt2") != 0)
         drop_default_scaling(root);

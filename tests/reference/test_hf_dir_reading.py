@@ -14,6 +14,9 @@ refuse it too, naming the key.
       use_sliding_window): its mask then covers every key, so each position attends evenly to all
       of them, the future included; ztrain's 0 is no window, so the value is refused.
   hidden_act "swish": transformers' ACT2FN maps it to nn.SiLU, as "silu", so it loads.
+  GPT-2 spelling ztrain's model another way: n_inner of exactly 4 * n_embd (GPT2MLP's default
+      width, written out) and activation_function gelu_fast or gelu_accurate (ACT2FN's other
+      tanh-approximation GELUs) load; exact "gelu" and a float n_inner stay refused by name.
   rope_scaling.factor below 1: transformers warns ("must be a float >= 1") and builds the model,
       so ztrain loads it too.
   model.safetensors beside model.safetensors.index.json and its shards, holding other weights:
@@ -38,7 +41,7 @@ reexec_in_venv()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from llama_ref import base_config, hf_model  # noqa: E402
@@ -89,6 +92,18 @@ def saved(d, family, seed=7, **over):
     model = hf_model(family, seed, **base_config(**over))
     model.save_pretrained(f"{d}/hf", safe_serialization=True)
     return model.config.vocab_size
+
+
+def saved_gpt2(d, seed=7):
+    """A tiny GPT-2 saved to d/hf, its weights moved off their initialisation."""
+    m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=32,
+                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn(p.shape))
+    m.save_pretrained(f"{d}/hf", safe_serialization=True)
+    return m.config.vocab_size
 
 
 def edit_config(d, **keys):
@@ -210,6 +225,22 @@ for family in ("llama", "mistral", "qwen2"):
         edit_config(d, hidden_act="swish")
         same_or_refused(f"hidden_act swish ({family})", d, vocab)
 
+
+# ---- GPT-2's defaults spelled out ---------------------------------------------------------------
+
+for what, keys, key in [("n_inner 128 (4 * n_embd)", {"n_inner": 128}, None),
+                        ("n_inner 128.0", {"n_inner": 128.0}, "n_inner"),
+                        ("activation_function gelu_fast", {"activation_function": "gelu_fast"},
+                         None),
+                        ("activation_function gelu_accurate",
+                         {"activation_function": "gelu_accurate"}, None),
+                        ("activation_function gelu (exact, erf)", {"activation_function": "gelu"},
+                         "activation_function")]:
+    with tempfile.TemporaryDirectory() as d:
+        vocab = saved_gpt2(d)
+        edit_config(d, **keys)
+        same_or_refused(f"{what} (gpt2)", d, vocab, refuse_key=key,
+                        reason="ztrain's GELU is the tanh approximation")
 
 # ---- a rope factor below 1 ---------------------------------------------------------------------
 
