@@ -311,6 +311,25 @@ static zt_status check_window(const cJSON *root, const char *type, const char *p
     return ZT_OK;
 }
 
+/* ztrain's 0 in n_kv_head and head_dim means "the default" (n_head; n_embd / n_head), but a 0
+ * in config.json is not transformers' default: num_key_value_heads 0 divides the heads by zero
+ * (ZeroDivisionError), and LlamaConfig keeps head_dim 0 (only None means the default), building
+ * zero-width projections. Such a value is refused rather than read as the default. MistralConfig
+ * reads head_dim with `or`, so its 0 is the default, as ztrain reads it. */
+static zt_status check_zero_sizes(const cJSON *root, const char *type, const char *path) {
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads");
+    if (cJSON_IsNumber(kv) && kv->valuedouble == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: key 'num_key_value_heads' is 0: transformers divides "
+                        "num_attention_heads by it (ZeroDivisionError); write null or "
+                        "num_attention_heads for one key/value head per query head", path);
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
+    if (strcmp(type, "llama") == 0 && cJSON_IsNumber(hd) && hd->valuedouble == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: key 'head_dim' is 0: transformers' LlamaConfig keeps "
+                        "it and builds projections of width 0; write null for hidden_size / "
+                        "num_attention_heads", path);
+    return ZT_OK;
+}
+
 static zt_status apply_row(const hf_row *r, const cJSON *root, zt_hf_config *c) {
     const zt_model_family *fam = c->family;
     const zt_model_field *f = r->field ? zt_model_family_field(fam, r->field) : NULL;
@@ -444,6 +463,7 @@ static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
     ZT_TRY(zt_hf_layout_read(root, type, c->path));
     ZT_TRY(check_known_keys(root, type, c->path));
     ZT_TRY(check_window(root, type, c->path));
+    ZT_TRY(check_zero_sizes(root, type, c->path));
     for (const zt_model_field *f = c->family->fields; f->key; f++)
         zt_model_field_set_default(f, &c->spec);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)

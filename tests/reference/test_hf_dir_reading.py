@@ -17,6 +17,9 @@ refuse it too, naming the key.
   GPT-2 spelling ztrain's model another way: n_inner of exactly 4 * n_embd (GPT2MLP's default
       width, written out) and activation_function gelu_fast or gelu_accurate (ACT2FN's other
       tanh-approximation GELUs) load; exact "gelu" and a float n_inner stay refused by name.
+  A 0 where ztrain's 0 means the default: num_key_value_heads 0 (transformers divides by it) and
+      Llama's head_dim 0 (LlamaConfig keeps it) fail in transformers and are refused by name;
+      Mistral's head_dim 0 is its default (MistralConfig reads it with `or`) and loads.
   rope_scaling.factor below 1: transformers warns ("must be a float >= 1") and builds the model,
       so ztrain loads it too.
   model.safetensors beside model.safetensors.index.json and its shards, holding other weights:
@@ -241,6 +244,22 @@ for what, keys, key in [("n_inner 128 (4 * n_embd)", {"n_inner": 128}, None),
         edit_config(d, **keys)
         same_or_refused(f"{what} (gpt2)", d, vocab, refuse_key=key,
                         reason="ztrain's GELU is the tanh approximation")
+
+# ---- a 0 that is not transformers' default ------------------------------------------------------
+
+for family, what, over, keys, key in [
+        ("llama", "num_key_value_heads 0 (MHA weights)", {"num_key_value_heads": 8},
+         {"num_key_value_heads": 0}, "'num_key_value_heads'"),
+        ("qwen2", "num_key_value_heads 0 (MHA weights)", {"num_key_value_heads": 8},
+         {"num_key_value_heads": 0}, "'num_key_value_heads'"),
+        ("mistral", "num_key_value_heads 0 (MHA weights)", {"num_key_value_heads": 8},
+         {"num_key_value_heads": 0}, "'num_key_value_heads'"),
+        ("llama", "head_dim 0", {}, {"head_dim": 0}, "'head_dim'"),
+        ("mistral", "head_dim 0", {}, {"head_dim": 0}, None)]:
+    with tempfile.TemporaryDirectory() as d:
+        vocab = saved(d, family, **over)
+        edit_config(d, **keys)
+        same_or_refused(f"{what} ({family})", d, vocab, refuse_key=key)
 
 # ---- a rope factor below 1 ---------------------------------------------------------------------
 
