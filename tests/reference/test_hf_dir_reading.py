@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
@@ -329,8 +328,9 @@ with tempfile.TemporaryDirectory() as d:
         except Exception as e:  # noqa: BLE001 - the library refusing the file is the answer
             lib = str(e)[:100]
         p = run([tool("zt_st_tool"), "check", path], check=False)
+        says = f"refuses ({lib})" if lib else "reads it"
+        zt = "reads it" if p.returncode == 0 else "refuses: " + p.stderr.strip()[-160:]
         ck.check((p.returncode == 0) == (not lib),
-                 f"safetensors with {what}: the library {'refuses (' + lib + ')' if lib else 'reads it'}"
-                 f", ztrain {'reads it' if p.returncode == 0 else 'refuses: ' + p.stderr.strip()[-160:]}")
+                 f"safetensors with {what}: the library {says}, ztrain {zt}")
 
 ck.done()

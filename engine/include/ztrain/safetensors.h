@@ -92,13 +92,14 @@ typedef struct {
 
 /* Opens a set from `path`: a safetensors file; an index (a path ending in ".json"); or a
  * directory, which is read as DIR/model.safetensors when that is a file, else through
- * DIR/model.safetensors.index.json, the order of transformers' from_pretrained. Each shard is opened with zt_st_open (mapped, headers checked) and the
- * index checked against them: a shard name must be a plain file name in the index's directory,
- * and every listed tensor must be in the shard the index names, every tensor of a shard listed
- * there, and no name in two shards. Messages name the index, the shard and the tensor at fault
- * ("DIR/model.safetensors.index.json: shard model-00002-of-00002.safetensors (holding
- * 'h.1.mlp.c_fc.weight'): DIR/model-00002-of-00002.safetensors: cannot open: No such file or
- * directory"). Close with zt_st_set_close. */
+ * DIR/model.safetensors.index.json, the order of transformers' from_pretrained. Each shard is
+ * opened with zt_st_open (mapped, headers checked) and the index checked against them: a shard
+ * name must be a plain file name in the index's directory, and every listed tensor must be in the
+ * shard the index names, every tensor of a shard listed there, and no name in two shards. Messages
+ * name the index, the shard and the tensor at fault ("DIR/model.safetensors.index.json: shard
+ * model-00002-of-00002.safetensors (holding 'h.1.mlp.c_fc.weight'):
+ * DIR/model-00002-of-00002.safetensors: cannot open: No such file or directory"). Close with
+ * zt_st_set_close. */
 zt_status zt_st_set_open(zt_st_set *set, const char *path);
 void zt_st_set_close(zt_st_set *set);
 
