@@ -69,8 +69,10 @@ static const hf_row rows[] = {
     FIELD("gpt2", "vocab_size", "vocab_size", "50257", .int_only = true),
     FIELD("gpt2", "n_positions", NULL, "1024", .positions = true, .int_only = true),
     FIXED("gpt2", "n_inner", "null", "[null]"),
+    /* transformers' ACT2FN computes all four with GELU's tanh approximation (gelu_fast writes
+     * sqrt(2/pi) as 0.7978845608, 3e-11 from it). */
     FIXED("gpt2", "activation_function", "\"gelu_new\"",
-          "[\"gelu_new\", \"gelu_pytorch_tanh\"]"),
+          "[\"gelu_new\", \"gelu_pytorch_tanh\", \"gelu_fast\", \"gelu_accurate\"]"),
     FIXED("gpt2", "layer_norm_epsilon", "1e-05", "[1e-05]"),
     FIXED("gpt2", "scale_attn_weights", "true", "[true]"),
     FIXED("gpt2", "scale_attn_by_inverse_layer_idx", "false", "[false]"),
@@ -105,7 +107,8 @@ static const hf_row rows[] = {
     FIELD("qwen2", "max_position_embeddings", "max_position_embeddings", "32768",
           .zero_is = "block_size", .positions = true),
     FIELD(LLAMA_LIKE, "tie_word_embeddings", "tie_word_embeddings", "false"),
-    FIXED(LLAMA_LIKE, "hidden_act", "\"silu\"", "[\"silu\"]"),
+    /* transformers' ACT2FN maps both names to nn.SiLU. */
+    FIXED(LLAMA_LIKE, "hidden_act", "\"silu\"", "[\"silu\", \"swish\"]"),
     /* ztrain has no dropout; the published Llama, Mistral and Qwen2 configs have none. */
     FIXED(LLAMA_LIKE, "attention_dropout", "0.0", "[0.0]"),
     /* transformers 4.x splits the projections into pretraining_tp slices when it is above 1. */
@@ -289,6 +292,44 @@ static zt_status check_qwen2(const cJSON *root, zt_hf_config *c) {
     return ZT_OK;
 }
 
+/* A window transformers applies (Mistral's; Qwen2's with use_sliding_window) that is 0 or
+ * negative masks every key, the diagonal included: its eager attention then spreads each row
+ * evenly over all positions, future ones too (NaN in float64). ztrain's 0 means no window,
+ * which config.json says with null; such a value is refused rather than read as that. */
+static zt_status check_window(const cJSON *root, const char *type, const char *path) {
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    bool applied = strcmp(type, "mistral") == 0 ||
+                   (strcmp(type, "qwen2") == 0 &&
+                    zt_json_truthy(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")));
+    if (applied && cJSON_IsNumber(sw) && sw->valuedouble <= 0) {
+        char got[64];
+        zt_json_repr(sw, got, sizeof got);
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: key 'sliding_window' is %s: transformers then "
+                        "masks every key, so attention spreads over all positions, future ones "
+                        "too; write null for no window", path, got);
+    }
+    return ZT_OK;
+}
+
+/* ztrain's 0 in n_kv_head and head_dim means "the default" (n_head; n_embd / n_head), but a 0
+ * in config.json is not transformers' default: num_key_value_heads 0 divides the heads by zero
+ * (ZeroDivisionError), and LlamaConfig keeps head_dim 0 (only None means the default), building
+ * zero-width projections. Such a value is refused rather than read as the default. MistralConfig
+ * reads head_dim with `or`, so its 0 is the default, as ztrain reads it. */
+static zt_status check_zero_sizes(const cJSON *root, const char *type, const char *path) {
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads");
+    if (cJSON_IsNumber(kv) && kv->valuedouble == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: key 'num_key_value_heads' is 0: transformers divides "
+                        "num_attention_heads by it (ZeroDivisionError); write null or "
+                        "num_attention_heads for one key/value head per query head", path);
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
+    if (strcmp(type, "llama") == 0 && cJSON_IsNumber(hd) && hd->valuedouble == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: key 'head_dim' is 0: transformers' LlamaConfig keeps "
+                        "it and builds projections of width 0; write null for hidden_size / "
+                        "num_attention_heads", path);
+    return ZT_OK;
+}
+
 static zt_status apply_row(const hf_row *r, const cJSON *root, zt_hf_config *c) {
     const zt_model_family *fam = c->family;
     const zt_model_field *f = r->field ? zt_model_family_field(fam, r->field) : NULL;
@@ -421,6 +462,8 @@ static zt_status read_config(cJSON *root, const char *dir, zt_hf_config *c) {
     snprintf(c->spec.type, sizeof c->spec.type, "%s", type);
     ZT_TRY(zt_hf_layout_read(root, type, c->path));
     ZT_TRY(check_known_keys(root, type, c->path));
+    ZT_TRY(check_window(root, type, c->path));
+    ZT_TRY(check_zero_sizes(root, type, c->path));
     for (const zt_model_field *f = c->family->fields; f->key; f++)
         zt_model_field_set_default(f, &c->spec);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)

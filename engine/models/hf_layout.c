@@ -184,12 +184,48 @@ static zt_status check_same_scaling(const cJSON *rp, const cJSON *rs, const char
     return ZT_OK;
 }
 
+/* The type of a rope_scaling that is there (not null). Older configs name it "type", newer ones
+ * "rope_type", and the versions read a file with both differently: transformers 4's config
+ * classes copy "type" over "rope_type" (LlamaConfig, Qwen2Config), 5's standardize_rope_params
+ * prefers "rope_type". 4.x also fails, with a KeyError naming rope_type, on a rope_scaling that
+ * names neither (even {}, which 5 reads as no scaling), and on one that is not an object. So a
+ * scaling must be an object naming its type once, or twice alike; an old "type" alone is copied
+ * to "rope_type", which the rows read. */
+static zt_status read_scaling_type(cJSON *rs, const char *path) {
+    char got[96];
+    zt_json_repr(rs, got, sizeof got);
+    if (!cJSON_IsObject(rs))
+        return zt_error(ZT_ERR_FORMAT, "%s: key 'rope_scaling' must be an object or null, got "
+                        "%s", path, got);
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!old && !rt)
+        return zt_error(ZT_ERR_FORMAT, "%s: key 'rope_scaling' (%s) names no 'rope_type': "
+                        "transformers 4 raises KeyError without one; write \"rope_type\": "
+                        "\"default\" or \"rope_scaling\": null for plain RoPE", path, got);
+    if (old && rt && !cJSON_Compare(old, rt, true)) {
+        char a[64], b[64];
+        zt_json_repr(old, a, sizeof a);
+        zt_json_repr(rt, b, sizeof b);
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: keys 'rope_scaling.type' (%s) and "
+                        "'rope_scaling.rope_type' (%s) disagree: transformers 4 reads the first, "
+                        "5 the second; keep one of them", path, a, b);
+    }
+    const cJSON *t = rt ? rt : old;
+    if (!cJSON_IsString(t)) {
+        zt_json_repr(t, got, sizeof got);
+        return zt_error(ZT_ERR_FORMAT, "%s: key 'rope_scaling.%s' must be a string, got %s", path,
+                        rt ? "rope_type" : "type", got);
+    }
+    if (!rt)
+        cJSON_AddItemToObject(rs, "rope_type", cJSON_Duplicate(old, true));
+    return ZT_OK;
+}
+
 static zt_status read_rope(cJSON *root, const char *type, const char *path) {
     cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    /* Older configs name the scaling type "type"; both versions read it as "rope_type". */
-    cJSON *old = cJSON_IsObject(rs) ? cJSON_GetObjectItemCaseSensitive(rs, "type") : NULL;
-    if (old && !cJSON_GetObjectItemCaseSensitive(rs, "rope_type"))
-        cJSON_AddItemToObject(rs, "rope_type", cJSON_Duplicate(old, true));
+    if (rs && !cJSON_IsNull(rs) && strcmp(type, "gpt2") != 0)
+        ZT_TRY(read_scaling_type(rs, path));
     if (zt_json_truthy(rs) && strcmp(type, "gpt2") != 0) {
         ZT_TRY(check_rope_dict(rs, "rope_scaling", path));
         /* transformers 4 refuses a rope_scaling without llama3's pre-training length; 5 would
@@ -296,7 +332,21 @@ static void drop_default_scaling(cJSON *root) {
         cJSON_ReplaceItemInObjectCaseSensitive(root, "rope_scaling", cJSON_CreateNull());
 }
 
+/* GPT2MLP's width is n_inner when set, else 4 * n_embd: an integer n_inner of exactly that is
+ * the default spelled out (as some converters write it) and reads as null, the value the
+ * n_inner row accepts. A float stays, for the row to refuse (transformers' Conv1D fails on it). */
+static void drop_default_inner(cJSON *root) {
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(root, "n_inner");
+    const cJSON *embd = cJSON_GetObjectItemCaseSensitive(root, "n_embd");
+    double width = 4.0 * (embd ? (cJSON_IsNumber(embd) ? embd->valuedouble : -1) : 768);
+    if (cJSON_IsNumber(inner) && !zt_json_is_float_literal(inner) &&
+        inner->valuedouble == width)
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "n_inner", cJSON_CreateNull());
+}
+
 zt_status zt_hf_layout_read(cJSON *root, const char *type, const char *path) {
+    if (strcmp(type, "gpt2") == 0)
+        drop_default_inner(root);
     ZT_TRY(read_rope(root, type, path));
     if (strcmp(type, "gpt2") != 0)
         drop_default_scaling(root);

@@ -18,8 +18,11 @@
 /* Rewrites root (config.json of model_type `type`, read from path) into the 4.x layout:
  * rope_parameters' rope_theta becomes rope_theta and its scaling becomes rope_scaling, as
  * transformers 5 reads them; an old rope_scaling "type" becomes "rope_type", and a rope_scaling
- * of rope_type "default" (plain RoPE to transformers) becomes null. Fails, naming the
- * key and path, on per-layer-type rotary parameters, a rope_type other than default, linear and
+ * of rope_type "default" (plain RoPE to transformers) becomes null, and so does a GPT-2 n_inner
+ * of exactly 4 * n_embd (its MLP's default width). Fails, naming the
+ * key and path, on a rope_scaling that is not null yet not an object naming its type (4.x
+ * raises on {}), one whose "type" and "rope_type" differ (4.x reads the first, 5.x the second),
+ * per-layer-type rotary parameters, a rope_type other than default, linear and
  * llama3, a scaling without a member transformers requires of its type (linear's factor;
  * llama3's factor, low/high_freq_factor and original_max_position_embeddings, which only
  * rope_parameters may leave to max_position_embeddings), a partial_rotary_factor other than 1, a

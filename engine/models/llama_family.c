@@ -17,10 +17,8 @@ static zt_status check_rope_scaling(const zt_model_spec *s, const char *source) 
     if (strcmp(s->rope_scaling, "linear") != 0 && strcmp(s->rope_scaling, "llama3") != 0)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: model.rope_scaling \"%s\" is not supported (known: "
                         "\"linear\", \"llama3\", or \"\" for none)", source, s->rope_scaling);
-    /* Hugging Face refuses a factor below 1 for both types. */
-    if (s->rope_factor < 1.0)
-        return zt_error(ZT_ERR_INVALID, "%s: model.rope_factor (%g) must be at least 1", source,
-                        s->rope_factor);
+    /* A factor below 1 (positions stretched, not compressed) is computed as any other:
+     * transformers only warns about it ("must be a float >= 1") and builds the model. */
     if (strcmp(s->rope_scaling, "llama3") == 0 &&
         !(s->rope_high_freq_factor > s->rope_low_freq_factor))
         return zt_error(ZT_ERR_INVALID, "%s: model.rope_high_freq_factor (%g) must be greater than "
@@ -175,7 +173,7 @@ static zt_status llama_estimate(const zt_model_spec *s, const zt_model_estimate_
     {ZT_MODEL_STRING_FIELD(rope_scaling), .def_str = "",                                      \
      .meaning = "rotary scaling: \"\" (none), \"linear\" or \"llama3\" (rope_scaling.rope_type)"}, \
     {ZT_MODEL_FIELD(rope_factor), .def = 1.0, .bound = ZT_BOUND_POSITIVE,                     \
-     .meaning = "rope_scaling.factor, at least 1"},                                           \
+     .meaning = "rope_scaling.factor (positive)"},                                             \
     {ZT_MODEL_FIELD(rope_low_freq_factor), .def = 1.0, .bound = ZT_BOUND_POSITIVE,            \
      .meaning = "rope_scaling.low_freq_factor (llama3)"},                                     \
     {ZT_MODEL_FIELD(rope_high_freq_factor), .def = 4.0, .bound = ZT_BOUND_POSITIVE,           \

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ztrain/fsutil.h"
+#include "ztrain/json_util.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian and is read in place; a big-endian host needs swapping"
@@ -62,9 +63,11 @@ int64_t zt_st_numel(const zt_st_tensor *t) {
 /* ---------------------------------------------------------------------------------------------
  * Reading */
 
-/* A JSON number that is a whole, non-negative, exactly representable integer. */
+/* A JSON number that is a whole, non-negative, exactly representable integer, written as one:
+ * the safetensors library reads shapes and offsets as usize, and its JSON reader refuses "4.0"
+ * there ("invalid type: floating point"), so from_pretrained fails on such a file. */
 static bool json_uint(const cJSON *v, uint64_t *out) {
-    if (!cJSON_IsNumber(v))
+    if (!cJSON_IsNumber(v) || zt_json_is_float_literal(v))
         return false;
     double d = v->valuedouble;
     if (!(d >= 0 && d <= ST_MAX_JSON_INT) || d != (double)(uint64_t)d)
@@ -118,7 +121,8 @@ static zt_status parse_tensor(const zt_st_file *f, const cJSON *obj, zt_st_tenso
         uint64_t v;
         if (!json_uint(d, &v))
             return zt_error(ZT_ERR_FORMAT,
-                            "%s: tensor '%s': shape entry %d is not a non-negative integer",
+                            "%s: tensor '%s': shape entry %d is not a non-negative integer "
+                            "(written without a fraction or exponent)",
                             f->path, name, i);
         t->shape[i++] = (int64_t)v;
         bits *= v;
@@ -136,7 +140,7 @@ static zt_status parse_tensor(const zt_st_file *f, const cJSON *obj, zt_st_tenso
         !json_uint(cJSON_GetArrayItem(off, 1), end))
         return zt_error(ZT_ERR_FORMAT,
                         "%s: tensor '%s': \"data_offsets\" must be [begin, end] of non-negative "
-                        "integers",
+                        "integers (written without a fraction or exponent)",
                         f->path, name);
     if (*end < *begin)
         return zt_error(ZT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin",
@@ -214,6 +218,9 @@ static zt_status check_layout(const zt_st_file *f, size_t data_len) {
 }
 
 static zt_status parse_metadata(zt_st_file *f, const cJSON *meta) {
+    /* The library's __metadata__ is optional: null is its absence. */
+    if (cJSON_IsNull(meta))
+        return ZT_OK;
     if (!cJSON_IsObject(meta))
         return zt_error(ZT_ERR_FORMAT, "%s: \"__metadata__\" is not an object", f->path);
     const cJSON *kv;
@@ -233,6 +240,10 @@ static zt_status parse_metadata(zt_st_file *f, const cJSON *meta) {
 }
 
 static zt_status parse_header(zt_st_file *f, const char *text, size_t len) {
+    /* cJSON skips a UTF-8 byte-order mark, which the library's JSON reader does not. */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: header starts with a UTF-8 byte-order mark, which "
+                        "the safetensors library refuses", f->path);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
@@ -240,6 +251,7 @@ static zt_status parse_header(zt_st_file *f, const char *text, size_t len) {
         return zt_error(ZT_ERR_FORMAT, "%s: header is not valid JSON (error near byte %zu of %zu)",
                         f->path, at, len);
     }
+    zt_json_mark_floats(root, text, (size_t)(end - text));
     zt_status s = ZT_OK;
     /* The reference writer pads with spaces; anything else after the JSON is corruption. */
     for (const char *p = end; p < text + len && s == ZT_OK; p++)

@@ -21,6 +21,11 @@ static bool is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static zt_status alloc_refs(zt_st_set *set) {
     int n = 0;
     for (int i = 0; i < set->n_files; i++)
@@ -155,10 +160,12 @@ zt_status zt_st_set_open(zt_st_set *set, const char *path) {
     if (is_dir(path)) {
         snprintf(index, sizeof index, "%s/" INDEX_NAME, path);
         snprintf(single, sizeof single, "%s/" SINGLE_NAME, path);
-        if (zt_path_exists(index))
-            what = index;
-        else if (zt_path_exists(single))
+        /* from_pretrained's order: a model.safetensors beside an index is what it loads (a
+         * Hub repo can hold both, and a re-save into the same directory can leave both). */
+        if (is_file(single))
             what = single;
+        else if (is_file(index))
+            what = index;
         else
             return zt_error(ZT_ERR_IO, "%s: no " SINGLE_NAME " or " INDEX_NAME " in this "
                             "directory", path);

@@ -243,8 +243,9 @@ static void test_errors(void) {
         "\"rope_low_freq_factor\": 4}, " DATA ", " DS "}", ZT_ERR_INVALID,
         "job.json: model.rope_high_freq_factor (4) must be greater than "
         "model.rope_low_freq_factor (4): llama3 scaling blends between them");
-    ERR("{\"model\": {" LLAMA ", \"rope_scaling\": \"linear\", \"rope_factor\": 0.5}, " DATA
-        ", " DS "}", ZT_ERR_INVALID, "job.json: model.rope_factor (0.5) must be at least 1");
+    /* Below 1 is a stretch transformers computes (it only warns); 0 would divide by zero. */
+    ERR("{\"model\": {" LLAMA ", \"rope_scaling\": \"linear\", \"rope_factor\": 0}, " DATA
+        ", " DS "}", ZT_ERR_INVALID, "job.json: model.rope_factor must be positive, got 0");
     ERR("{\"model\": {" LLAMA ", \"max_position_embeddings\": 32}, " DATA ", " DS "}",
         ZT_ERR_INVALID, "job.json: model.block_size (64) must be at most "
         "model.max_position_embeddings (32)");

@@ -36,9 +36,11 @@ typedef struct {
     size_t map_size;
 } zt_st_file;
 
-/* Opens and validates a safetensors file: header size within the file, well-formed JSON, offsets
- * in bounds, contiguous and non-overlapping, nbytes = prod(shape) * element size. Messages name the
- * file and the tensor at fault. Close with zt_st_close(). */
+/* Opens and validates a safetensors file as the safetensors library reads it: header size within
+ * the file, well-formed JSON (no byte-order mark; shapes and offsets integers written without a
+ * fraction or exponent; a null "__metadata__" is none), offsets in bounds, contiguous and
+ * non-overlapping, nbytes = prod(shape) * element size. Messages name the file and the tensor at
+ * fault. Close with zt_st_close(). */
 zt_status zt_st_open(zt_st_file *f, const char *path);
 void zt_st_close(zt_st_file *f);
 
@@ -89,14 +91,15 @@ typedef struct {
 } zt_st_set;
 
 /* Opens a set from `path`: a safetensors file; an index (a path ending in ".json"); or a
- * directory, which is read through DIR/model.safetensors.index.json when it exists, else
- * DIR/model.safetensors. Each shard is opened with zt_st_open (mapped, headers checked) and the
- * index checked against them: a shard name must be a plain file name in the index's directory,
- * and every listed tensor must be in the shard the index names, every tensor of a shard listed
- * there, and no name in two shards. Messages name the index, the shard and the tensor at fault
- * ("DIR/model.safetensors.index.json: shard model-00002-of-00002.safetensors (holding
- * 'h.1.mlp.c_fc.weight'): DIR/model-00002-of-00002.safetensors: cannot open: No such file or
- * directory"). Close with zt_st_set_close. */
+ * directory, which is read as DIR/model.safetensors when that is a file, else through
+ * DIR/model.safetensors.index.json, the order of transformers' from_pretrained. Each shard is
+ * opened with zt_st_open (mapped, headers checked) and the index checked against them: a shard
+ * name must be a plain file name in the index's directory, and every listed tensor must be in the
+ * shard the index names, every tensor of a shard listed there, and no name in two shards. Messages
+ * name the index, the shard and the tensor at fault ("DIR/model.safetensors.index.json: shard
+ * model-00002-of-00002.safetensors (holding 'h.1.mlp.c_fc.weight'):
+ * DIR/model-00002-of-00002.safetensors: cannot open: No such file or directory"). Close with
+ * zt_st_set_close. */
 zt_status zt_st_set_open(zt_st_set *set, const char *path);
 void zt_st_set_close(zt_st_set *set);
 
