@@ -948,6 +948,18 @@ static void test_lax_values(void) {
         "ds.json: key 'fp16.loss_scale' must be a number, got \"inf\"");
     ERR("{" B "\"fp16\": {\"loss_scale\": true}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'fp16.loss_scale' must be a number, got true");
+    /* _reject_non_integer_scale_params refuses a bool for loss_scale_window as for
+     * min_loss_scale, with fp16 on or off, where pydantic alone would take true as 1; hysteresis
+     * has no such validator, so true is 1 there. */
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"loss_scale_window\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.loss_scale_window' must be an integer, got true");
+    ERR("{" B "\"fp16\": {\"loss_scale_window\": false}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.loss_scale_window' must be an integer, got false");
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.min_loss_scale' must be an integer, got true");
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": true, "
+           "\"loss_scale_window\": \" 1_0 \"}}", 1, &c))
+        CHECK(c.fp16.hysteresis == 1 && c.fp16.loss_scale_window == 10);
     /* Read with dict.get: a string stays a string, which DeepSpeed compares with a number. */
     ERR("{" B "\"gradient_clipping\": \"2\"}", 1, ZT_ERR_INVALID,
         "ds.json: key 'gradient_clipping' must be a number, got \"2\"");
