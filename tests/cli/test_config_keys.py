@@ -128,9 +128,10 @@ def main():
         n = 0
         for path, _, _, note in warned:
             # A value of another type than every default: the parser's typed sections refuse it,
-            # so the probe uses a value of the right kind for each family of knobs.
+            # so the probe uses a value of the right kind for each family of knobs ("Fail" for
+            # checkpoint.tag_validation, whose other values DeepSpeed refuses).
             text = section_warning(path) or f"{path} has no effect"
-            for probe in (True, False, 4, 0.5, "x", "fp16"):
+            for probe in (True, False, 4, 0.5, "x", "fp16", "Fail"):
                 p = run_check(tmp, nest(path, probe))
                 lines = [l for l in p.stderr.splitlines() if l.startswith("ztrain: warning:")]
                 hits = [l for l in lines if text in l]

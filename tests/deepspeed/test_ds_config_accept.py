@@ -99,6 +99,22 @@ CASES = [
      "hysteresis", "config", False),
     ("fp16 hysteresis 0, stage 0", dict(BASE, fp16={"enabled": True, "hysteresis": 0}),
      "hysteresis", "config", False),
+    ("checkpoint tag_validation \"Strict\"", dict(BASE, checkpoint={"tag_validation": "Strict"}),
+     "tag_validation", "config", False),
+    ("checkpoint tag_validation null", dict(BASE, checkpoint={"tag_validation": None}),
+     "tag_validation", "config", False),
+    ("checkpoint tag_validation \"fail\"", dict(BASE, checkpoint={"tag_validation": "fail"}),
+     "tag_validation", "config", False),
+    ("checkpoint pipeline_stage \"true\"", dict(BASE, checkpoint={
+        "parallel_write": {"pipeline_stage": "true"}}), "pipeline_stage", "config", False),
+    ("checkpoint pipeline_stage 1", dict(BASE, checkpoint={"parallel_write": {"pipeline_stage": 1}}),
+     "pipeline_stage", "config", False),
+    ("checkpoint writer type \"torch\"", dict(BASE, checkpoint={"writer": {"type": "torch"}}),
+     "writer.type", "config", False),
+    ("checkpoint writer \"python\", \"machine\"", dict(BASE, checkpoint={
+        "writer": {"type": "python", "data_parallel": "machine"}}), "writer", "config", False),
+    ("checkpoint writer data_parallel \"node\"", dict(BASE, checkpoint={
+        "writer": {"data_parallel": "node"}}), "data_parallel", "config", False),
     ("bf16 enabled \"true\"", dict(BASE, bf16={"enabled": "true"}), "enabled", "config", False),
     ("tensor_parallel strings", dict(BASE, tensor_parallel={
         "autotp_size": "1", "tp_overlap_comm": "off", "tp": {"tp_size": " 1 "}}),

@@ -1077,6 +1077,46 @@ static void test_files(void) {
     unlink(path);
 }
 
+/* The checkpoint section has no effect in ztrain, but DeepSpeedConfig checks some of its values
+ * (config.py get_checkpoint_tag_validation_mode, get_checkpoint_parallel_write_pipeline;
+ * model_checkpointing/config.py): tag_validation upper-cased in WARN/IGNORE/FAIL, a string (null
+ * fails at .upper()); parallel_write an object whose pipeline_stage is `in [True, False]` (so 1
+ * and 0.0 pass); writer.type in MOCK/PYTHON/FAST and writer.data_parallel in
+ * REPLICA/SOCKET/MACHINE, any case, null skipped. */
+static void test_checkpoint_values(void) {
+    zt_ds_config c;
+    OK("{" B "\"checkpoint\": {\"tag_validation\": \"fail\", \"parallel_write\": "
+       "{\"pipeline_stage\": 1}, \"writer\": {\"type\": \"Python\", \"data_parallel\": null}}}", 1,
+       &c);
+    OK("{" B "\"checkpoint\": {\"tag_validation\": \"IGNORE\", \"parallel_write\": "
+       "{\"pipeline_stage\": 0.0}, \"writer\": null}}", 1, &c);
+    OK("{" B "\"checkpoint\": {\"writer\": {\"type\": null, \"data_parallel\": \"socket\"}}}", 1,
+       &c);
+    ERR("{" B "\"checkpoint\": {\"tag_validation\": \"Strict\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.tag_validation' must be one of 'WARN', 'IGNORE', 'FAIL' (any "
+        "case), got \"Strict\"");
+    ERR("{" B "\"checkpoint\": {\"tag_validation\": null}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.tag_validation' must be one of 'WARN', 'IGNORE', 'FAIL' (any "
+        "case), got null (DeepSpeed fails calling .upper() on it)");
+    ERR("{" B "\"checkpoint\": {\"parallel_write\": {\"pipeline_stage\": \"true\"}}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'checkpoint.parallel_write.pipeline_stage' must be true or "
+        "false, got \"true\" (DeepSpeed: checkpoint::parallel_write::pipeline_stage value is "
+        "invalid)");
+    ERR("{" B "\"checkpoint\": {\"parallel_write\": {\"pipeline_stage\": 2}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.parallel_write.pipeline_stage' must be true or false, got 2 "
+        "(DeepSpeed: checkpoint::parallel_write::pipeline_stage value is invalid)");
+    ERR("{" B "\"checkpoint\": {\"parallel_write\": null}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.parallel_write' must be an object, got null (DeepSpeed fails: "
+        "'NoneType' object has no attribute 'get')");
+    ERR("{" B "\"checkpoint\": {\"writer\": {\"type\": \"torch\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.writer.type' must be one of 'MOCK', 'PYTHON', 'FAST' (any case), "
+        "got \"torch\"");
+    ERR("{" B "\"checkpoint\": {\"writer\": {\"data_parallel\": \"node\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.writer.data_parallel' must be one of 'REPLICA', 'SOCKET', "
+        "'MACHINE' (any case), got \"node\"");
+    FIELD("{" B "\"checkpoint\": {\"tag_validation\": \"x\"}}", "checkpoint.tag_validation");
+}
+
 int main(void) {
     test_batch();
     test_defaults();
@@ -1092,6 +1132,7 @@ int main(void) {
     test_malformed();
     test_keys_and_types();
     test_gates();
+    test_checkpoint_values();
     test_files();
     return check_summary("test_ds_config");
 }
