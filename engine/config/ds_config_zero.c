@@ -19,7 +19,9 @@ static const field zero_fields[] = {
     {"reduce_bucket_size", FT_INT64, ZF(reduce_bucket_size), POSITIVE},
     {"use_multi_rank_bucket_allreduce", FT_BOOL, NOSTORE, ANYVAL},
     {"allgather_partitions", FT_BOOL, ZF(allgather_partitions), ANYVAL},
-    {"allgather_bucket_size", FT_INT64, ZF(allgather_bucket_size), POSITIVE},
+    /* ge=0 in DeepSpeed's model, unlike reduce_bucket_size: 0 runs there, since torch's
+     * all_gather_into_tensor path never divides by it. */
+    {"allgather_bucket_size", FT_INT64, ZF(allgather_bucket_size), NONNEG},
     {"overlap_comm", FT_BOOL, ZF(overlap_comm), ANYVAL},
     {"load_from_fp32_weights", FT_BOOL, NOSTORE, ANYVAL},
     {"elastic_checkpoint", FT_BOOL, NOSTORE, ANYVAL},

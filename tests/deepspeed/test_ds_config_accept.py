@@ -84,6 +84,10 @@ CASES = [
     ("zero strings", dict(BASE, zero_optimization={"stage": "2", "reduce_bucket_size": "500",
                                                    "overlap_comm": "off"}),
      "stage", "config", False),
+    ("zero allgather_bucket_size 0", opt("Adam", {"zero_optimization": {
+        "stage": 2, "allgather_bucket_size": 0}}), "allgather_bucket_size", "init", False),
+    ("zero allgather_bucket_size -2", dict(BASE, zero_optimization={
+        "stage": 1, "allgather_bucket_size": -2}), "allgather_bucket_size", "config", False),
     ("zero stage \"2.5\"", dict(BASE, zero_optimization={"stage": "2.5"}), "stage", "config",
      False),
     ("fp16 strings", dict(BASE, fp16={"enabled": "yes", "loss_scale": "128",

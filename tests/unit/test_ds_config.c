@@ -955,6 +955,11 @@ static void test_gates(void) {
     CHECK(c.zero.stage == 1);
     ERR("{" B "\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 0}}", 1,
         ZT_ERR_INVALID, "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 1, got 0");
+    /* DeepSpeedZeroConfig: reduce_bucket_size gt=0, allgather_bucket_size ge=0. */
+    if (OK("{" B "\"zero_optimization\": {\"stage\": 2, \"allgather_bucket_size\": 0}}", 1, &c))
+        CHECK(c.zero.allgather_bucket_size == 0);
+    ERR("{" B "\"zero_optimization\": {\"stage\": 1, \"allgather_bucket_size\": -2}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'zero_optimization.allgather_bucket_size' must be >= 0, got -2");
     OK("{" B "\"zero_optimization\": false}", 1, &c);
     OK("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, &c);
     CHECK(c.fp16.enabled && c.fp16.initial_scale_power == 8 && c.fp16.hysteresis == 2 &&
