@@ -745,6 +745,30 @@ static void test_nulls(void) {
     if (OK("{" B "\"bf16\": null, \"steps_per_print\": null, \"optimizer\": {\"type\": \"AdamW\", "
            "\"params\": null}}", 1, &c))
         CHECK(!c.bf16.enabled && c.steps_per_print == 0 && c.has_optimizer);
+    /* Optimizer parameters go to the constructor as None: a number fails there or at the first
+     * step (FusedAdam, torch.optim.SGD, DeepSpeedCPUAdam); bias_correction and adam_w_mode,
+     * true when left out, are tested for truth and so turn off; the switches that default to
+     * false (torch_adam, amsgrad, nesterov) read None as their default. */
+    static const char *const numbers[] = {"lr", "betas", "eps", "weight_decay"};
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        char json[256], want[160];
+        snprintf(json, sizeof json, "{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": "
+                 "{\"%s\": null}}}", numbers[i]);
+        snprintf(want, sizeof want, "ds.json: key 'optimizer.params.%s' must not be null "
+                 "(DeepSpeed hands None to the optimizer, which fails on it", numbers[i]);
+        ERR_PREFIX(json, 1, ZT_ERR_INVALID, want);
+    }
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1, "
+               "\"momentum\": null}}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'optimizer.params.momentum' must not be null");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"bias_correction\": null}}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'optimizer.params.bias_correction' must not be null "
+        "(DeepSpeed reads None there as false, and the key left out as true: write false or true)");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": null}}}",
+               1, ZT_ERR_INVALID, "ds.json: key 'optimizer.params.adam_w_mode' must not be null");
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": null, "
+           "\"amsgrad\": null}}}", 1, &c))
+        CHECK(!c.optimizer.torch_adam && c.optimizer.adam_w_mode && c.optimizer.bias_correction);
     /* A null scheduler type is DeepSpeed's "no scheduler". */
     if (OK("{" B "\"scheduler\": {\"type\": null, \"params\": {}}}", 1, &c))
         CHECK(c.scheduler.type == ZT_SCHED_NONE);
