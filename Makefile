@@ -136,6 +136,7 @@ test-deepspeed:
 	/usr/bin/python3 tests/deepspeed/test_client_batch_rule.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_hf5_warmup.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_schedule_parity.py
+	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_scaler_parity.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_null_parity.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=2 /usr/bin/python3 tests/deepspeed/test_ds_config_accept.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_removed_keys.py

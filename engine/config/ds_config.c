@@ -497,6 +497,7 @@ static zt_status parse_activation_checkpointing(zt_ds_config *cfg, const zt_json
 static zt_status ds_config_check_features(const zt_ds_config *cfg, const zt_json_obj *top) {
     const char *src = top->source;
     ZT_TRY(zt_ds_check_switches(top));
+    ZT_TRY(zt_ds_check_checkpoint(top));
     ZT_TRY(check_data_efficiency(top));
     int sp = 1, dp = cfg->world_size;
     bool managed = true;

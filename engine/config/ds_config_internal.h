@@ -103,6 +103,11 @@ zt_status zt_ds_parse_monitor(zt_ds_config *cfg, const zt_json_obj *top);
  * value. */
 zt_status zt_ds_check_switches(const zt_json_obj *top);
 
+/* The checkpoint section's values that DeepSpeed checks although ztrain does not act on them
+ * (ds_config_checkpoint.c): tag_validation, parallel_write.pipeline_stage, writer.type and
+ * writer.data_parallel, refused by key where DeepSpeed fails. */
+zt_status zt_ds_check_checkpoint(const zt_json_obj *top);
+
 /* JSON null where DeepSpeed does not read it as absent (ds_config_null.c): refused by key, with
  * how DeepSpeed fails on it. Runs before the section parsers. */
 zt_status zt_ds_check_nulls(const zt_json_obj *top);

@@ -3,7 +3,8 @@
  * crashes (a section it calls .keys() or ** on, a scalar it compares), or its pydantic model
  * refuses it. Each is refused by name with what DeepSpeed does. The nulls DeepSpeed reads as its
  * default (the batch keys, steps_per_print, bf16, optimizer.params, the Optional fields of
- * zero_optimization and the offload sections, ...) stay accepted. */
+ * zero_optimization and the offload sections, the optimizer's switches that default to false,
+ * ...) stay accepted. */
 #include <string.h>
 
 #include "ds_config_internal.h"
@@ -72,6 +73,34 @@ static const char *const sched_nullable[] = {
     "warmup_max_lr", "cycle_second_step_size", "cycle_second_stair_count", "warmup_type",
     "lr_range_test_staircase", "cycle_momentum", NULL};
 
+/* The optimizer's parameters go to its constructor as keyword arguments, None included. A number
+ * as None fails there or at the first step (FusedAdam's multi_tensor_adam, torch.optim's range
+ * checks, DeepSpeedCPUAdam's create_adam); lr too, unless a schedule overwrites it first, which
+ * ztrain does not follow. These two switches default to true but are tested for truth, so None
+ * turns them off (FusedAdam's `1 if bias_correction else 0`, the engine's `name == "adamw" or
+ * adam_w_mode`): refused rather than read as absent, which would mean the opposite. */
+static const char *const optim_numbers[] = {"lr", "betas", "eps", "weight_decay", "momentum",
+                                            "dampening", "max_coeff", "min_coeff", NULL};
+static const char *const optim_true_switches[] = {"bias_correction", "adam_w_mode", NULL};
+
+static zt_status refuse_null_optimizer_params(const zt_json_obj *p) {
+    for (const cJSON *c = p->obj ? p->obj->child : NULL; c; c = c->next) {
+        if (!cJSON_IsNull(c))
+            continue;
+        char path[512];
+        zt_json_key_path(p, c->string, path, sizeof path);
+        if (zt_ds_name_in(c->string, optim_numbers))
+            return zt_ds_fail(ZT_ERR_INVALID, p, c->string, "%s: key '%s' must not be null "
+                              "(DeepSpeed hands None to the optimizer, which fails on it; give "
+                              "the value or leave the key out)", p->source, path);
+        if (zt_ds_name_in(c->string, optim_true_switches))
+            return zt_ds_fail(ZT_ERR_INVALID, p, c->string, "%s: key '%s' must not be null "
+                              "(DeepSpeed reads None there as false, and the key left out as "
+                              "true: write false or true)", p->source, path);
+    }
+    return ZT_OK;
+}
+
 static zt_status refuse_null_fields(const zt_json_obj *o, const char *model,
                                     const char *const *nullable) {
     for (const cJSON *c = o->obj ? o->obj->child : NULL; c; c = c->next)
@@ -111,7 +140,10 @@ zt_status zt_ds_check_nulls(const zt_json_obj *top) {
     section(top, "bf16", &bf16);
     ZT_TRY(refuse_null_fields(&bf16, "DeepSpeedBF16Config", none_nullable));
 
-    zt_json_obj p;
+    zt_json_obj p, opt;
+    section(top, "optimizer", &opt);
+    section(&opt, "params", &p);
+    ZT_TRY(refuse_null_optimizer_params(&p));
     section(top, "scheduler", &sch);
     section(&sch, "params", &p);
     return refuse_null_fields(&p, "lr_schedules", sched_nullable);

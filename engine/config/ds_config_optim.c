@@ -13,8 +13,15 @@
 /* Optimizer (engine.py::_configure_basic_optimizer)                                           */
 
 static const char *const ds_builtin_optimizers[] = {
-    "adagrad", "adam", "adamw", "lamb", "onebitadam", "zerooneadam", "onebitlamb",
-    "muadam", "muadamw", "musgd", "lion", "muon", NULL};
+    "adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon", NULL};
+/* The 1-bit family (OneBitAdam, ZeroOneAdam, OneBitLamb) left DeepSpeed with its compressed
+ * communication before 0.19: optimizer_name() no longer knows them, torch.optim has no such class,
+ * and deepspeed.initialize asserts "<type> is not a supported DeepSpeed Optimizer". Each is
+ * refused by name, pointing at the optimizer whose math it ran uncompressed. */
+static const struct {
+    const char *lower, *instead;
+} removed_optimizers[] = {
+    {"onebitadam", "AdamW"}, {"zerooneadam", "AdamW"}, {"onebitlamb", "Lamb"}, {NULL, NULL}};
 static const char *const torch_optimizers[] = {
     "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "LBFGS", "NAdam",
     "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam", NULL};
@@ -169,56 +176,14 @@ static zt_status parse_adam(zt_ds_config *cfg, const zt_json_obj *p, bool type_i
     return ZT_OK;
 }
 
-/* The keys of the 1-bit family's constructors (deepspeed/runtime/fp16/onebit/) that only steer
- * the compressed communication, per type (another type's key is an unknown key, as Python's
- * TypeError would make it); accepted, type-checked, and covered by the one warning that the
- * family runs without compression. */
-static const char *const onebit_adam_keys[] = {"freeze_step", "cuda_aware", "comm_backend_name",
-                                               NULL};
-static const char *const zero_one_adam_keys[] = {
-    "var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper",
-    "cuda_aware", "comm_backend_name", NULL};
-static const char *const onebit_lamb_keys[] = {
-    "freeze_step", "cuda_aware", "comm_backend_name", "coeff_beta", "factor_max", "factor_min",
-    "factor_threshold", NULL};
-/* All of them, for their type checks. */
-static const char *const onebit_comm_keys[] = {
-    "freeze_step", "cuda_aware", "comm_backend_name", "var_freeze_step", "var_update_scaler",
-    "local_step_scaler", "local_step_clipper", "coeff_beta", "factor_max", "factor_min",
-    "factor_threshold", NULL};
-
-static zt_status check_onebit_comm_keys(const zt_json_obj *p) {
-    for (const char *const *k = onebit_comm_keys; *k; k++) {
-        const cJSON *v = zt_json_item(p, *k);
-        if (!v)
-            continue;
-        bool is_bool = strcmp(*k, "cuda_aware") == 0, is_str = strcmp(*k, "comm_backend_name") == 0;
-        if ((is_bool && !cJSON_IsBool(v)) || (is_str && !cJSON_IsString(v)) ||
-            (!is_bool && !is_str && !cJSON_IsNumber(v))) {
-            char got[64];
-            zt_json_repr(v, got, sizeof got);
-            return zt_json_key_error(ZT_ERR_INVALID, p, *k, "must be a %s, got %s",
-                                     is_bool ? "bool" : is_str ? "string" : "number", got);
-        }
-    }
-    return ZT_OK;
-}
-
 /* FusedLamb (deepspeed/ops/lamb/fused_lamb.py): lr, bias_correction, betas, eps,
- * eps_inside_sqrt, weight_decay, max_coeff, min_coeff; OneBitLamb adds its communication keys.
- * max_grad_norm never gets here (refused for every type, as DeepSpeed does). */
-static zt_status parse_lamb(zt_optimizer_config *o, const zt_json_obj *p, bool onebit) {
+ * eps_inside_sqrt, weight_decay, max_coeff, min_coeff. max_grad_norm never gets here (refused for
+ * every type, as DeepSpeed does). */
+static zt_status parse_lamb(zt_optimizer_config *o, const zt_json_obj *p) {
     static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
                                        "eps_inside_sqrt", "max_coeff", "min_coeff", "amsgrad",
                                        NULL};
-    const char *all[32];
-    size_t k = 0;
-    for (const char *const *s = keys; *s; s++)
-        all[k++] = *s;
-    for (const char *const *s = onebit_lamb_keys; onebit && *s; s++)
-        all[k++] = *s;
-    all[k] = NULL;
-    ZT_TRY(zt_json_check_keys(p, all));
+    ZT_TRY(zt_json_check_keys(p, keys));
     bool amsgrad = false;
     o->type = ZT_OPTIM_LAMB;
     o->adam_w_mode = false; /* LAMB adds weight_decay * p to its update, before the trust ratio */
@@ -232,43 +197,9 @@ static zt_status parse_lamb(zt_optimizer_config *o, const zt_json_obj *p, bool o
     ZT_TRY(zt_json_get_double(p, "min_coeff", &o->min_coeff, NULL));
     ZT_TRY(zt_json_get_bool(p, "amsgrad", &amsgrad, NULL));
     ZT_TRY(get_betas(o, p));
-    if (onebit)
-        ZT_TRY(check_onebit_comm_keys(p));
     if (amsgrad)
-        return zt_ds_fail(ZT_ERR_INVALID, p, "amsgrad", "%s: %s.amsgrad: %s does not support the AMSGrad variant.",
-                        p->source, p->path, onebit ? "1-bit Lamb" : "FusedLamb");
-    return check_adam_like(o, p);
-}
-
-/* OneBitAdam and ZeroOneAdam: their constructors' math keys, as AdamW; eps_inside_sqrt is
- * accepted and, as in their step(), not used. */
-static zt_status parse_onebit_adam(zt_optimizer_config *o, const zt_json_obj *p,
-                                   bool zero_one) {
-    static const char *const keys[] = {"lr", "betas", "eps", "weight_decay", "bias_correction",
-                                       "eps_inside_sqrt", "amsgrad", NULL};
-    const char *all[32];
-    size_t k = 0;
-    for (const char *const *s = keys; *s; s++)
-        all[k++] = *s;
-    for (const char *const *s = zero_one ? zero_one_adam_keys : onebit_adam_keys; *s; s++)
-        all[k++] = *s;
-    all[k] = NULL;
-    ZT_TRY(zt_json_check_keys(p, all));
-    bool amsgrad = false, ignored;
-    o->type = ZT_OPTIM_ADAM;
-    o->adam_w_mode = true;
-    o->weight_decay = 0;
-    ZT_TRY(zt_json_get_double(p, "lr", &o->lr, NULL));
-    ZT_TRY(zt_json_get_double(p, "eps", &o->eps, NULL));
-    ZT_TRY(zt_json_get_double(p, "weight_decay", &o->weight_decay, NULL));
-    ZT_TRY(zt_json_get_bool(p, "bias_correction", &o->bias_correction, NULL));
-    ZT_TRY(zt_json_get_bool(p, "eps_inside_sqrt", &ignored, NULL));
-    ZT_TRY(zt_json_get_bool(p, "amsgrad", &amsgrad, NULL));
-    ZT_TRY(get_betas(o, p));
-    ZT_TRY(check_onebit_comm_keys(p));
-    if (amsgrad)
-        return zt_ds_fail(ZT_ERR_INVALID, p, "amsgrad", "%s: %s.amsgrad: the 1-bit and 0/1 Adam optimizers do not "
-                        "support the AMSGrad variant.", p->source, p->path);
+        return zt_ds_fail(ZT_ERR_INVALID, p, "amsgrad", "%s: %s.amsgrad: FusedLamb does not "
+                          "support the AMSGrad variant.", p->source, p->path);
     return check_adam_like(o, p);
 }
 
@@ -313,46 +244,28 @@ static zt_status check_untested_with_zero(const zt_ds_config *cfg, const char *s
     return ZT_OK;
 }
 
-/* LAMB and the 1-bit family, with the assertions DeepSpeed makes when it builds them
- * (engine.py: _do_args_sanity_check, _configure_basic_optimizer, _do_optimizer_sanity_check),
- * named by optimizer_name(), the lower-cased type. */
-static zt_status parse_lamb_family(zt_ds_config *cfg, const zt_json_obj *params, const char *lower,
-                                   const char *src) {
+/* LAMB, with the assertions DeepSpeed makes when it builds it (engine.py: _do_args_sanity_check,
+ * _configure_basic_optimizer, _do_optimizer_sanity_check), named by optimizer_name(), the
+ * lower-cased type. */
+static zt_status parse_fused_lamb(zt_ds_config *cfg, const zt_json_obj *params, const char *lower,
+                                  const char *src) {
     zt_optimizer_config *o = &cfg->optimizer;
-    bool lamb = strcmp(lower, "lamb") == 0 || strcmp(lower, "onebitlamb") == 0;
-    bool onebit = strcmp(lower, "lamb") != 0;
-    ZT_TRY(lamb ? parse_lamb(o, params, onebit)
-                : parse_onebit_adam(o, params, strcmp(lower, "zerooneadam") == 0));
-    o->compression_dropped = onebit;
-    if (lamb && cfg->fp16.loss_scale != 0)
+    ZT_TRY(parse_lamb(o, params));
+    if (cfg->fp16.loss_scale != 0)
         return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: DeepSpeed %s optimizer requires "
                                        "dynamic loss scaling (fp16.loss_scale must be 0)", src,
                                        lower), "fp16.loss_scale");
-    if (onebit && cfg->zero.stage > 0) {
-        const char *what = strcmp(lower, "onebitadam") == 0   ? "1bit-Adam"
-                           : strcmp(lower, "zerooneadam") == 0 ? "0/1 Adam"
-                                                                : "1bit-Lamb";
-        return zt_error_field(zt_error(ZT_ERR_INVALID, "%s: %s is not compatible with ZeRO "
-                                       "(zero_optimization.stage is %d)", src, what,
-                                       cfg->zero.stage), "zero_optimization.stage");
-    }
-    if (onebit)
-        zt_ds_warn(src, "optimizer %s: compressed communication is not implemented; it runs as "
-                   "uncompressed %s (%s), and %s", o->name, lamb ? "LAMB" : "Adam",
-                   lamb ? "DeepSpeed's FusedLamb math" : "DeepSpeed's FusedAdam math, AdamW mode",
-                   "freeze_step, cuda_aware, comm_backend_name and the other compression "
-                   "parameters have no effect");
-    if (lamb && cfg->zero.stage > 0) {
-        ZT_TRY(check_untested_with_zero(cfg, src, " (ztrain takes LAMB's trust ratios per parameter "
-                                        "tensor across the ranks' partitions, as without ZeRO; "
-                                        "DeepSpeed takes one per rank's flat partition)"));
-        if (cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
-            return zt_error_field(zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer %s with "
-                                           "zero_optimization.offload_optimizer is not supported "
-                                           "(DeepSpeed's FusedLamb is a GPU kernel, with no CPU "
-                                           "optimizer for offload)", src, o->name),
-                                  "zero_optimization.offload_optimizer");
-    }
+    if (cfg->zero.stage == 0)
+        return ZT_OK;
+    ZT_TRY(check_untested_with_zero(cfg, src, " (ztrain takes LAMB's trust ratios per parameter "
+                                    "tensor across the ranks' partitions, as without ZeRO; "
+                                    "DeepSpeed takes one per rank's flat partition)"));
+    if (cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NONE)
+        return zt_error_field(zt_error(ZT_ERR_UNSUPPORTED, "%s: optimizer %s with "
+                                       "zero_optimization.offload_optimizer is not supported "
+                                       "(DeepSpeed's FusedLamb is a GPU kernel, with no CPU "
+                                       "optimizer for offload)", src, o->name),
+                              "zero_optimization.offload_optimizer");
     return ZT_OK;
 }
 
@@ -389,13 +302,18 @@ zt_status zt_ds_parse_optimizer(zt_ds_config *cfg, const zt_json_obj *top) {
         ZT_TRY(parse_sgd(&cfg->optimizer, &params));
         return check_untested_with_zero(cfg, top->source, "");
     }
-    if (builtin && (strcmp(lower, "lamb") == 0 || strcmp(lower, "onebitlamb") == 0 ||
-                    strcmp(lower, "onebitadam") == 0 || strcmp(lower, "zerooneadam") == 0))
-        return parse_lamb_family(cfg, &params, lower, top->source);
+    if (builtin && strcmp(lower, "lamb") == 0)
+        return parse_fused_lamb(cfg, &params, lower, top->source);
     if (builtin || zt_ds_name_in(type, torch_optimizers))
         return zt_ds_fail(ZT_ERR_UNSUPPORTED, &opt, "type", "%s: optimizer type '%s' is not supported by ztrain "
-                        "(supported: Adam, AdamW, SGD, Lamb, and OneBitAdam, ZeroOneAdam, OneBitLamb "
-                        "without compression)", top->source, type);
+                        "(supported: Adam, AdamW, SGD, Lamb)", top->source, type);
+    for (size_t i = 0; removed_optimizers[i].lower; i++)
+        if (strcmp(lower, removed_optimizers[i].lower) == 0)
+            return zt_ds_fail(ZT_ERR_INVALID, &opt, "type", "%s: optimizer.type '%s' was removed "
+                              "from DeepSpeed 0.19 with the 1-bit optimizers' compressed "
+                              "communication, and DeepSpeed fails on it (\"%s is not a supported "
+                              "DeepSpeed Optimizer\"); use \"%s\", the same math uncompressed",
+                              top->source, type, type, removed_optimizers[i].instead);
     const char *near = zt_json_suggest(type, torch_optimizers);
     char hint[96] = "";
     if (near)

@@ -19,7 +19,9 @@ static const field zero_fields[] = {
     {"reduce_bucket_size", FT_INT64, ZF(reduce_bucket_size), POSITIVE},
     {"use_multi_rank_bucket_allreduce", FT_BOOL, NOSTORE, ANYVAL},
     {"allgather_partitions", FT_BOOL, ZF(allgather_partitions), ANYVAL},
-    {"allgather_bucket_size", FT_INT64, ZF(allgather_bucket_size), POSITIVE},
+    /* ge=0 in DeepSpeed's model, unlike reduce_bucket_size: 0 runs there, since torch's
+     * all_gather_into_tensor path never divides by it. */
+    {"allgather_bucket_size", FT_INT64, ZF(allgather_bucket_size), NONNEG},
     {"overlap_comm", FT_BOOL, ZF(overlap_comm), ANYVAL},
     {"load_from_fp32_weights", FT_BOOL, NOSTORE, ANYVAL},
     {"elastic_checkpoint", FT_BOOL, NOSTORE, ANYVAL},
@@ -203,7 +205,6 @@ static const field fp16_fields[] = {
     {"enabled", FT_BOOL, FLD(zt_fp16_config, enabled), ANYVAL},
     {"auto_cast", FT_BOOL, NOSTORE, ANYVAL},
     {"initial_scale_power", FT_INT, FLD(zt_fp16_config, initial_scale_power), ANYVAL},
-    {"loss_scale_window", FT_INT, FLD(zt_fp16_config, loss_scale_window), ANYVAL},
     {"hysteresis", FT_INT, FLD(zt_fp16_config, hysteresis), ANYVAL},
     {"consecutive_hysteresis", FT_BOOL, FLD(zt_fp16_config, consecutive_hysteresis), ANYVAL},
     {"fp16_master_weights_and_grads", FT_BOOL, FLD(zt_fp16_config, master_weights_and_grads), ANYVAL},
@@ -266,7 +267,10 @@ static zt_status check_master_precision(const zt_ds_config *cfg, const char *src
 zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     zt_json_obj fp16, bf16;
     ZT_TRY(zt_json_child(top, "fp16", &fp16));
-    static const char *const fp16_extra[] = {"loss_scale", "min_loss_scale", NULL};
+    /* Read apart from the table, which pydantic's lax mode coerces (true to 1): DeepSpeed's own
+     * validator refuses a bool for these two and takes a float only through float() or int(). */
+    static const char *const fp16_extra[] = {"loss_scale", "loss_scale_window", "min_loss_scale",
+                                             NULL};
     ZT_TRY(zt_ds_check_table_keys(&fp16, fp16_fields, NFIELDS(fp16_fields), fp16_extra));
     ZT_TRY(zt_ds_read_fields(&fp16, fp16_fields, NFIELDS(fp16_fields), &cfg->fp16));
     bool found;
@@ -274,6 +278,7 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     if (found && cfg->fp16.loss_scale < 0)
         return zt_ds_fail(ZT_ERR_INVALID, &fp16, "loss_scale", "%s: fp16.loss_scale must be >= 0 "
                           "(0 enables dynamic loss scaling)", top->source);
+    ZT_TRY(zt_json_get_int(&fp16, "loss_scale_window", &cfg->fp16.loss_scale_window, &found));
     /* An int in DeepSpeed's model, and Python's ints have no range: any integral value. */
     int64_t min_scale;
     ZT_TRY(zt_json_get_int64(&fp16, "min_loss_scale", &min_scale, &found));

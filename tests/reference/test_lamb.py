@@ -14,9 +14,8 @@ within 1e-5 relative and every final tensor within 1e-5 (norm-wise). bf16 on two
 (the mixed-precision path) within bf16's tolerance of the fp32 reference. A run stopped at step 4
 and resumed from its checkpoint ends bit for bit where the uninterrupted one does.
 
-Then the 1-bit family: OneBitAdam and ZeroOneAdam give bit for bit the trajectory of "AdamW" with the
-same parameters, OneBitLamb that of "Lamb", each with its one warning line; at ZeRO stage 1 they
-are refused as DeepSpeed refuses them.
+Then the 1-bit family, which DeepSpeed 0.19 no longer has (deepspeed.initialize asserts "OneBitLamb
+is not a supported DeepSpeed Optimizer"): `ztrain run` refuses OneBitLamb naming optimizer.type.
 
 eps is 1e-4 in the default-mode runs: the attention key bias's true gradient is exactly 0 (softmax
 ignores a shift of every key), so its computed gradient is rounding noise that m/(sqrt(v)+1e-8)
@@ -128,17 +127,6 @@ def compare(ck, what, got, want, loss_tol=1e-5, param_tol=1e-5):
              f"(< {param_tol:g})")
 
 
-def identical(ck, what, a, b):
-    same = a[0] == b[0] and all(torch.equal(a[1][k], b[1][k]) for k in b[1])
-    ck.check(same, f"{what}: the same losses and final parameters, bit for bit")
-
-
-def warned_once(ck, what, stderr, needle):
-    lines = [ln for ln in stderr.splitlines() if needle in ln]
-    ck.check(len(lines) >= 1 and "compressed communication is not implemented" in lines[0],
-             f"{what}: warns that compression is not implemented ({len(lines)} line(s))")
-
-
 ck = Checker()
 with tempfile.TemporaryDirectory() as d:
     g = torch.Generator().manual_seed(11)
@@ -178,21 +166,9 @@ with tempfile.TemporaryDirectory() as d:
             train(d, job("lamb-inside", 1, 0, {"type": "lamb", "params": LAMB_EPS_INSIDE})),
             ref_inside)
 
-    onebit = train(d, job("onebit-lamb", 1, 0, {"type": "OneBitLamb", "params": dict(
-        LAMB, freeze_step=2, cuda_aware=False, comm_backend_name="nccl", coeff_beta=0.9)}))
-    identical(ck, "OneBitLamb vs Lamb", onebit, one)
-    warned_once(ck, "OneBitLamb", onebit[2], "OneBitLamb")
-
-    adam_params = {"lr": 1e-3, "betas": [0.9, 0.99], "eps": 1e-6, "weight_decay": 0.01}
-    adamw = train(d, job("adamw", 1, 0, {"type": "AdamW", "params": adam_params}))
-    for kind, extra in (("OneBitAdam", {"freeze_step": 3, "cuda_aware": False}),
-                        ("ZeroOneAdam", {"var_freeze_step": 3, "local_step_scaler": 100})):
-        got = train(d, job(kind.lower(), 1, 0, {"type": kind, "params": dict(adam_params, **extra)}))
-        identical(ck, f"{kind} vs AdamW", got, adamw)
-        warned_once(ck, kind, got[2], kind)
-    p = train(d, job("onebit-zero", 2, 1, {"type": "OneBitAdam"}), check=False)
-    ck.check(p.returncode != 0 and "1bit-Adam is not compatible with ZeRO" in p.stderr,
-             "OneBitAdam with ZeRO-1 is refused as DeepSpeed refuses it")
+    p = train(d, job("onebit-lamb", 1, 0, {"type": "OneBitLamb", "params": LAMB}), check=False)
+    ck.check(p.returncode != 0 and "optimizer.type 'OneBitLamb' was removed from DeepSpeed 0.19"
+             in p.stderr, "OneBitLamb is refused as DeepSpeed 0.19 refuses it")
     spec = job("lamb-untested", 2, 1, lamb)
     del spec["deepspeed"]["zero_allow_untested_optimizer"]
     p = train(d, spec, check=False)

@@ -276,7 +276,7 @@ static void test_optimizer(void) {
         "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details");
     ERR("{" B "\"optimizer\": {\"type\": \"RMSprop\"}}", 1, ZT_ERR_UNSUPPORTED,
         "ds.json: optimizer type 'RMSprop' is not supported by ztrain (supported: Adam, AdamW, SGD, "
-        "Lamb, and OneBitAdam, ZeroOneAdam, OneBitLamb without compression)");
+        "Lamb)");
     ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"sgd\"}}", 1, ZT_ERR_INVALID,
                "ds.json: unknown optimizer type 'sgd' (");
     ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Frobnicate\"}}", 1, ZT_ERR_INVALID,
@@ -390,11 +390,12 @@ static void test_adam_classes(void) {
 #define ADAM6 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 6e-4}}, "
 
 /* LAMB with FusedLamb's defaults and DeepSpeed's assertions around it (engine.py), and the 1-bit
- * family run without compression. */
+ * family, which DeepSpeed 0.19 no longer has: its engine asserts "<type> is not a supported
+ * DeepSpeed Optimizer" for any case of the names and any params. */
 static void test_lamb_family(void) {
     zt_ds_config c;
     if (OK("{" B "\"optimizer\": {\"type\": \"LAMB\"}}", 1, &c)) {
-        CHECK(c.optimizer.type == ZT_OPTIM_LAMB && !c.optimizer.compression_dropped);
+        CHECK(c.optimizer.type == ZT_OPTIM_LAMB);
         CHECK_NEAR(c.optimizer.lr, 1e-3);
         CHECK_NEAR(c.optimizer.beta1, 0.9);
         CHECK_NEAR(c.optimizer.beta2, 0.999);
@@ -446,38 +447,16 @@ static void test_lamb_family(void) {
                "\"Lamb\"}}", 1, ZT_ERR_UNSUPPORTED,
                "ds.json: optimizer Lamb with zero_optimization.offload_optimizer is not supported");
 
-    if (OK("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"lr\": 4e-4, "
-           "\"freeze_step\": 23000, \"cuda_aware\": false, \"comm_backend_name\": \"nccl\", "
-           "\"weight_decay\": 0.01, \"bias_correction\": false}}}", 1, &c)) {
-        CHECK(c.optimizer.type == ZT_OPTIM_ADAM && c.optimizer.adam_w_mode);
-        CHECK(c.optimizer.compression_dropped && !c.optimizer.bias_correction);
-        CHECK_NEAR(c.optimizer.lr, 4e-4);
-        CHECK_NEAR(c.optimizer.weight_decay, 0.01);
-    }
-    if (OK("{" B "\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {\"var_freeze_step\": "
-           "1000, \"var_update_scaler\": 16, \"local_step_scaler\": 1000, \"local_step_clipper\": "
-           "16}}}", 1, &c))
-        CHECK(c.optimizer.type == ZT_OPTIM_ADAM && c.optimizer.compression_dropped);
-    if (OK("{" B "\"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"max_coeff\": 0.3, "
-           "\"min_coeff\": 0.01, \"freeze_step\": 1000, \"coeff_beta\": 0.9, \"factor_max\": 4.0, "
-           "\"factor_min\": 0.5, \"factor_threshold\": 0.1}}}", 1, &c)) {
-        CHECK(c.optimizer.type == ZT_OPTIM_LAMB && c.optimizer.compression_dropped);
-        CHECK_NEAR(c.optimizer.max_coeff, 0.3);
-    }
-    ERR("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"freeze_step\": \"x\"}}}", 1,
-        ZT_ERR_INVALID, "ds.json: key 'optimizer.params.freeze_step' must be a number, got \"x\"");
-    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"var_freeze_step\": "
-               "1}}}", 1, ZT_ERR_INVALID, "ds.json: unknown key 'var_freeze_step' in optimizer.params");
-    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {\"freeze_step\": 1}}}",
-               1, ZT_ERR_INVALID, "ds.json: unknown key 'freeze_step' in optimizer.params");
-    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"max_coeff\": 1}}}",
-               1, ZT_ERR_INVALID, "ds.json: unknown key 'max_coeff' in optimizer.params");
-    ERR("{" B "\"zero_optimization\": {\"stage\": 1}, \"optimizer\": {\"type\": \"OneBitAdam\"}}", 1,
-        ZT_ERR_INVALID, "ds.json: 1bit-Adam is not compatible with ZeRO (zero_optimization.stage is 1)");
-    ERR("{" B "\"zero_optimization\": {\"stage\": 2}, \"optimizer\": {\"type\": \"ZeroOneAdam\"}}",
-        1, ZT_ERR_INVALID, "ds.json: 0/1 Adam is not compatible with ZeRO (zero_optimization.stage is 2)");
-    ERR("{" B "\"zero_optimization\": {\"stage\": 3}, \"optimizer\": {\"type\": \"OneBitLamb\"}}",
-        1, ZT_ERR_INVALID, "ds.json: 1bit-Lamb is not compatible with ZeRO (zero_optimization.stage is 3)");
+    ERR("{" B "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"lr\": 4e-4, "
+        "\"freeze_step\": 23000}}}", 1, ZT_ERR_INVALID,
+        "ds.json: optimizer.type 'OneBitAdam' was removed from DeepSpeed 0.19 with the 1-bit "
+        "optimizers' compressed communication, and DeepSpeed fails on it (\"OneBitAdam is not a "
+        "supported DeepSpeed Optimizer\"); use \"AdamW\", the same math uncompressed");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"zerooneadam\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: optimizer.type 'zerooneadam' was removed from DeepSpeed 0.19");
+    ERR_PREFIX("{" B "\"zero_optimization\": {\"stage\": 3}, \"optimizer\": {\"type\": "
+               "\"OneBitLamb\", \"params\": {\"coeff_beta\": 0.9}}}", 1, ZT_ERR_INVALID,
+               "ds.json: optimizer.type 'OneBitLamb' was removed from DeepSpeed 0.19");
 }
 
 /* The monitor sections: where DeepSpeed's monitors would write (os.path.join(output_path,
@@ -849,6 +828,30 @@ static void test_nulls(void) {
     if (OK("{" B "\"bf16\": null, \"steps_per_print\": null, \"optimizer\": {\"type\": \"AdamW\", "
            "\"params\": null}}", 1, &c))
         CHECK(!c.bf16.enabled && c.steps_per_print == 0 && c.has_optimizer);
+    /* Optimizer parameters go to the constructor as None: a number fails there or at the first
+     * step (FusedAdam, torch.optim.SGD, DeepSpeedCPUAdam); bias_correction and adam_w_mode,
+     * true when left out, are tested for truth and so turn off; the switches that default to
+     * false (torch_adam, amsgrad, nesterov) read None as their default. */
+    static const char *const numbers[] = {"lr", "betas", "eps", "weight_decay"};
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        char json[256], want[160];
+        snprintf(json, sizeof json, "{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": "
+                 "{\"%s\": null}}}", numbers[i]);
+        snprintf(want, sizeof want, "ds.json: key 'optimizer.params.%s' must not be null "
+                 "(DeepSpeed hands None to the optimizer, which fails on it", numbers[i]);
+        ERR_PREFIX(json, 1, ZT_ERR_INVALID, want);
+    }
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1, "
+               "\"momentum\": null}}}", 1, ZT_ERR_INVALID,
+               "ds.json: key 'optimizer.params.momentum' must not be null");
+    ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"bias_correction\": null}}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'optimizer.params.bias_correction' must not be null "
+        "(DeepSpeed reads None there as false, and the key left out as true: write false or true)");
+    ERR_PREFIX("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": null}}}",
+               1, ZT_ERR_INVALID, "ds.json: key 'optimizer.params.adam_w_mode' must not be null");
+    if (OK("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"torch_adam\": null, "
+           "\"amsgrad\": null}}}", 1, &c))
+        CHECK(!c.optimizer.torch_adam && c.optimizer.adam_w_mode && c.optimizer.bias_correction);
     /* A null scheduler type is DeepSpeed's "no scheduler". */
     if (OK("{" B "\"scheduler\": {\"type\": null, \"params\": {}}}", 1, &c))
         CHECK(c.scheduler.type == ZT_SCHED_NONE);
@@ -881,6 +884,7 @@ static void field_at(int line, const char *json, const char *want) {
 static void test_error_fields(void) {
     FIELD("{" B "\"timers\": {\"throughput\": {\"synchronized\": \"x\"}}}",
           "timers.throughput.synchronized");
+    FIELD("{" B "\"optimizer\": {\"type\": \"OneBitLamb\"}}", "optimizer.type");
     FIELD("{" B "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 0}}}",
           "scheduler.params.warmup_num_steps");
     FIELD("{" B "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0, "
@@ -1033,6 +1037,18 @@ static void test_lax_values(void) {
         "ds.json: key 'fp16.loss_scale' must be a number, got \"inf\"");
     ERR("{" B "\"fp16\": {\"loss_scale\": true}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'fp16.loss_scale' must be a number, got true");
+    /* _reject_non_integer_scale_params refuses a bool for loss_scale_window as for
+     * min_loss_scale, with fp16 on or off, where pydantic alone would take true as 1; hysteresis
+     * has no such validator, so true is 1 there. */
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"loss_scale_window\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.loss_scale_window' must be an integer, got true");
+    ERR("{" B "\"fp16\": {\"loss_scale_window\": false}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.loss_scale_window' must be an integer, got false");
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"min_loss_scale\": true}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'fp16.min_loss_scale' must be an integer, got true");
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"hysteresis\": true, "
+           "\"loss_scale_window\": \" 1_0 \"}}", 1, &c))
+        CHECK(c.fp16.hysteresis == 1 && c.fp16.loss_scale_window == 10);
     /* Read with dict.get: a string stays a string, which DeepSpeed compares with a number. */
     ERR("{" B "\"gradient_clipping\": \"2\"}", 1, ZT_ERR_INVALID,
         "ds.json: key 'gradient_clipping' must be a number, got \"2\"");
@@ -1048,6 +1064,11 @@ static void test_gates(void) {
     CHECK(c.zero.stage == 1);
     ERR("{" B "\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 0}}", 1,
         ZT_ERR_INVALID, "ds.json: key 'zero_optimization.reduce_bucket_size' must be >= 1, got 0");
+    /* DeepSpeedZeroConfig: reduce_bucket_size gt=0, allgather_bucket_size ge=0. */
+    if (OK("{" B "\"zero_optimization\": {\"stage\": 2, \"allgather_bucket_size\": 0}}", 1, &c))
+        CHECK(c.zero.allgather_bucket_size == 0);
+    ERR("{" B "\"zero_optimization\": {\"stage\": 1, \"allgather_bucket_size\": -2}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'zero_optimization.allgather_bucket_size' must be >= 0, got -2");
     OK("{" B "\"zero_optimization\": false}", 1, &c);
     OK("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}}", 1, &c);
     CHECK(c.fp16.enabled && c.fp16.initial_scale_power == 8 && c.fp16.hysteresis == 2 &&
@@ -1150,6 +1171,46 @@ static void test_files(void) {
     unlink(path);
 }
 
+/* The checkpoint section has no effect in ztrain, but DeepSpeedConfig checks some of its values
+ * (config.py get_checkpoint_tag_validation_mode, get_checkpoint_parallel_write_pipeline;
+ * model_checkpointing/config.py): tag_validation upper-cased in WARN/IGNORE/FAIL, a string (null
+ * fails at .upper()); parallel_write an object whose pipeline_stage is `in [True, False]` (so 1
+ * and 0.0 pass); writer.type in MOCK/PYTHON/FAST and writer.data_parallel in
+ * REPLICA/SOCKET/MACHINE, any case, null skipped. */
+static void test_checkpoint_values(void) {
+    zt_ds_config c;
+    OK("{" B "\"checkpoint\": {\"tag_validation\": \"fail\", \"parallel_write\": "
+       "{\"pipeline_stage\": 1}, \"writer\": {\"type\": \"Python\", \"data_parallel\": null}}}", 1,
+       &c);
+    OK("{" B "\"checkpoint\": {\"tag_validation\": \"IGNORE\", \"parallel_write\": "
+       "{\"pipeline_stage\": 0.0}, \"writer\": null}}", 1, &c);
+    OK("{" B "\"checkpoint\": {\"writer\": {\"type\": null, \"data_parallel\": \"socket\"}}}", 1,
+       &c);
+    ERR("{" B "\"checkpoint\": {\"tag_validation\": \"Strict\"}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.tag_validation' must be one of 'WARN', 'IGNORE', 'FAIL' (any "
+        "case), got \"Strict\"");
+    ERR("{" B "\"checkpoint\": {\"tag_validation\": null}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.tag_validation' must be one of 'WARN', 'IGNORE', 'FAIL' (any "
+        "case), got null (DeepSpeed fails calling .upper() on it)");
+    ERR("{" B "\"checkpoint\": {\"parallel_write\": {\"pipeline_stage\": \"true\"}}}", 1,
+        ZT_ERR_INVALID, "ds.json: key 'checkpoint.parallel_write.pipeline_stage' must be true or "
+        "false, got \"true\" (DeepSpeed: checkpoint::parallel_write::pipeline_stage value is "
+        "invalid)");
+    ERR("{" B "\"checkpoint\": {\"parallel_write\": {\"pipeline_stage\": 2}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.parallel_write.pipeline_stage' must be true or false, got 2 "
+        "(DeepSpeed: checkpoint::parallel_write::pipeline_stage value is invalid)");
+    ERR("{" B "\"checkpoint\": {\"parallel_write\": null}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.parallel_write' must be an object, got null (DeepSpeed fails: "
+        "'NoneType' object has no attribute 'get')");
+    ERR("{" B "\"checkpoint\": {\"writer\": {\"type\": \"torch\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.writer.type' must be one of 'MOCK', 'PYTHON', 'FAST' (any case), "
+        "got \"torch\"");
+    ERR("{" B "\"checkpoint\": {\"writer\": {\"data_parallel\": \"node\"}}}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'checkpoint.writer.data_parallel' must be one of 'REPLICA', 'SOCKET', "
+        "'MACHINE' (any case), got \"node\"");
+    FIELD("{" B "\"checkpoint\": {\"tag_validation\": \"x\"}}", "checkpoint.tag_validation");
+}
+
 int main(void) {
     test_batch();
     test_defaults();
@@ -1166,6 +1227,7 @@ int main(void) {
     test_malformed();
     test_keys_and_types();
     test_gates();
+    test_checkpoint_values();
     test_files();
     return check_summary("test_ds_config");
 }

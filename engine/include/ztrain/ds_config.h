@@ -50,9 +50,6 @@ typedef struct {
     double max_coeff;      /* LAMB: upper clamp of the trust ratio, default 10.0 */
     double min_coeff;      /* LAMB: lower clamp of the trust ratio, default 0.01 */
     bool eps_inside_sqrt;  /* LAMB: sqrt(v + eps) rather than sqrt(v) + eps, default false */
-    /* "OneBitAdam", "ZeroOneAdam" or "OneBitLamb": run as Adam (AdamW mode) or LAMB without
-     * their compressed communication (the parser warns once); type says which. */
-    bool compression_dropped;
 } zt_optimizer_config;
 
 typedef enum {
