@@ -280,6 +280,25 @@ zt_dtype zt_ds_comm_dtype(const zt_ds_config *cfg) {
 }
 
 /* communication_data_type: case-insensitive fp32/fp16/bf16, DeepSpeed's error text otherwise. */
+/* data_types.keep_in_fp32_modules: the buffers DeepSpeed keeps in fp32 under 16-bit training,
+ * "auto" (the model's own transformers lists) or a list of name patterns; anything else (null
+ * too) DeepSpeedConfig refuses. Every value is honoured as it stands: ztrain's models have no
+ * buffers in the training precision (the RoPE tables are computed in fp32 at each use). */
+static zt_status read_keep_in_fp32(const zt_json_obj *dt) {
+    const cJSON *v = dt->obj ? cJSON_GetObjectItemCaseSensitive(dt->obj, "keep_in_fp32_modules")
+                             : NULL;
+    if (!v || (cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0))
+        return ZT_OK;
+    bool names = cJSON_IsArray(v);
+    for (const cJSON *n = names ? v->child : NULL; n; n = n->next)
+        names = names && cJSON_IsString(n);
+    if (!names)
+        return zt_json_key_error(ZT_ERR_INVALID, dt, "keep_in_fp32_modules",
+                                 "must be \"auto\" or a list of name patterns (DeepSpeed "
+                                 "refuses anything else)");
+    return ZT_OK;
+}
+
 static zt_status read_comm_dtype(const zt_json_obj *top, const char *key, char *out, size_t n) {
     const char *v = NULL;
     ZT_TRY(zt_json_get_string(top, key, &v, NULL));
@@ -364,9 +383,11 @@ static zt_status parse_top(zt_ds_config *cfg, const zt_json_obj *top, batch_keys
 
     zt_json_obj dt;
     ZT_TRY(zt_json_child(top, "data_types", &dt));
-    static const char *const dt_keys[] = {"grad_accum_dtype", "param_dtype", "buffer_dtype", NULL};
+    static const char *const dt_keys[] = {"grad_accum_dtype", "param_dtype", "buffer_dtype",
+                                          "keep_in_fp32_modules", NULL};
     ZT_TRY(zt_json_check_keys(&dt, dt_keys));
-    for (const char *const *k = dt_keys; *k; k++) {
+    ZT_TRY(read_keep_in_fp32(&dt));
+    for (const char *const *k = dt_keys; *k && strcmp(*k, "keep_in_fp32_modules") != 0; k++) {
         const char *v = NULL;
         ZT_TRY(zt_json_get_string(&dt, *k, &v, NULL));
         if (v && !dtype_canonical(v))

@@ -288,7 +288,8 @@ zt_status zt_ds_resolve_auto(cJSON *root, const zt_training_args *args,
 }
 
 /* The keys whose "auto" has a meaning: those the Trainer fills (fill_from_args, fill_finalize),
- * and DeepSpeed's own pipeline.stages, whose default is "auto". */
+ * and DeepSpeed's own pipeline.stages and data_types.keep_in_fp32_modules, whose default is
+ * "auto". */
 static const char *const auto_keys[] = {
     "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
     "gradient_clipping", "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps",
@@ -297,7 +298,8 @@ static const char *const auto_keys[] = {
     "scheduler.params.warmup_num_steps", "fp16.enabled", "amp.enabled", "amp.opt_level",
     "bf16.enabled", "zero_optimization.reduce_bucket_size",
     "zero_optimization.stage3_prefetch_bucket_size",
-    "zero_optimization.stage3_param_persistence_threshold", "pipeline.stages", NULL};
+    "zero_optimization.stage3_param_persistence_threshold", "pipeline.stages",
+    "data_types.keep_in_fp32_modules", NULL};
 
 static bool auto_allowed(const char *path) {
     for (const char *const *k = auto_keys; *k; k++)

@@ -47,6 +47,8 @@ static const zt_ds_key rows[] = {
     {"data_types.grad_accum_dtype", HAND | H, 0, NULL, "fp32 honoured; 16-bit refused"},
     {"data_types.param_dtype", HAND | H, 0, NULL, "fp32 honoured; 16-bit refused"},
     {"data_types.buffer_dtype", HAND | H, 0, NULL, "fp32 honoured; 16-bit refused"},
+    {"data_types.keep_in_fp32_modules", HAND | H, 0, "\"auto\"",
+     "honoured: ztrain's models hold no buffers in 16 bits"},
     {"prescale_gradients", W, 0, "false", "ztrain averages gradients in fp32 during the reduction"},
     {"gradient_predivide_factor", W, 0, "1.0",
      "ztrain averages gradients in fp32 during the reduction"},

@@ -165,6 +165,19 @@ CASES = [
     ("timers 5", dict(BASE, timers=5), "timers", "config", False),
     ("timers \"abc\"", dict(BASE, timers="abc"), "timers", "config", False),
     ("timers [\"throughput\"]", dict(BASE, timers=["throughput"]), "timers", "config", False),
+    # data_types.keep_in_fp32_modules: "auto" or a list of name patterns; null too is refused.
+    ("keep_in_fp32_modules \"auto\"", dict(BASE, data_types={"keep_in_fp32_modules": "auto"}),
+     "keep_in_fp32_modules", "config", False),
+    ("keep_in_fp32_modules []", dict(BASE, data_types={"keep_in_fp32_modules": []}),
+     "keep_in_fp32_modules", "config", False),
+    ("keep_in_fp32_modules patterns", dict(BASE, data_types={"keep_in_fp32_modules": ["a*", "b"]}),
+     "keep_in_fp32_modules", "config", False),
+    ("keep_in_fp32_modules null", dict(BASE, data_types={"keep_in_fp32_modules": None}),
+     "keep_in_fp32_modules", "config", False),
+    ("keep_in_fp32_modules \"x\"", dict(BASE, data_types={"keep_in_fp32_modules": "x"}),
+     "keep_in_fp32_modules", "config", False),
+    ("keep_in_fp32_modules [1]", dict(BASE, data_types={"keep_in_fp32_modules": [1]}),
+     "keep_in_fp32_modules", "config", False),
 ]
 
 # Switches: what DeepSpeed makes of a value (an expression over its DeepSpeedConfig `c`, tested

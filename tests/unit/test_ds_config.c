@@ -994,6 +994,20 @@ static void test_keys_and_types(void) {
         "ds.json: Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.");
     ERR_PREFIX("{" B "\"data_types\": {\"grad_accum_dtype\": \"fp64\"}}", 1, ZT_ERR_INVALID,
                "ds.json: key 'data_types.grad_accum_dtype' must be");
+    /* keep_in_fp32_modules: "auto" or a list of name patterns, as DeepSpeed 0.19's
+     * DeepSpeedConfig checks it (null is refused there too: it is not the "auto" default). */
+    zt_ds_config c;
+    OK("{" B "\"data_types\": {\"keep_in_fp32_modules\": \"auto\"}}", 1, &c);
+    OK("{" B "\"data_types\": {\"keep_in_fp32_modules\": []}}", 1, &c);
+    OK("{" B "\"data_types\": {\"keep_in_fp32_modules\": [\"*.bias\", \"e_score\"]}}", 1, &c);
+    const char *bad_keep[] = {"null", "\"x\"", "[1]", "{}", "true", "[\"a\", null]"};
+    for (size_t i = 0; i < sizeof bad_keep / sizeof *bad_keep; i++) {
+        char json[256];
+        snprintf(json, sizeof json, "{" B "\"data_types\": {\"keep_in_fp32_modules\": %s}}",
+                 bad_keep[i]);
+        ERR_PREFIX(json, 1, ZT_ERR_INVALID, "ds.json: key 'data_types.keep_in_fp32_modules' must "
+                   "be \"auto\" or a list of name patterns");
+    }
 }
 
 /* Values DeepSpeed 0.19 takes as they are: gradient_clipping and steps_per_print are read with
