@@ -59,11 +59,33 @@ val zt_chat_subscript(ex *e, val v, val key);
  * bound that is not an integer or none, or a value that is neither, gives jinja2's undefined; a
  * step of 0 raises. */
 val zt_chat_slice(ex *e, val v, val a, val b, val c);
-/* v|name: trim (of v as text) and length (code points of a string, items of a list or object,
- * 0 for undefined); with_args says a '(' follows the name, which the subset refuses. */
-val zt_chat_filter(ex *e, val v, const char *name, size_t n, bool with_args);
-/* v is [not] name: defined, none, string. */
-val zt_chat_test(ex *e, val v, const char *name, size_t n, bool negated);
+/* One argument of a call: positional (kw NULL) or kw=v. */
+typedef struct {
+    val v;
+    const char *kw;
+    size_t kw_len;
+} zt_chat_arg;
+
+/* The most arguments a call may pass. */
+#define ZT_CHAT_MAX_ARGS 8
+
+/* The filters and tests (chat_filters.c). */
+
+/* v|name(args), as jinja2's filter (transformers' own for tojson): trim, length, string, list,
+ * items, join, select, reject, tojson. An unknown filter, an unknown keyword or too many
+ * arguments is refused by name, in a check too. */
+val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args,
+                   int nargs);
+/* v is [not] name(args), as jinja2's test: defined, undefined, none, string, mapping, iterable,
+ * sequence, number, integer, float, boolean, true, false, equalto (eq, ==), ne (!=), in. */
+val zt_chat_test(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args, int nargs,
+                 bool negated);
+/* Whether the test name exists and takes nargs arguments; false after zt_chat_fail. */
+bool zt_chat_test_check(ex *e, const char *name, size_t n, int nargs);
+/* name(args), a function apply_chat_template passes: strftime_now(format), the local time as
+ * Python's datetime.now().strftime gives it. */
+val zt_chat_call(ex *e, const char *name, size_t n, const zt_chat_arg *args, int nargs);
+
 /* Unary '-' and '+' (o) of a number, as Python's; anything else raises TypeError. */
 val zt_chat_sign(ex *e, char o, val v);
 /* Integer arithmetic o ("+", "-", "*", "//", "%") with Python's floor division and modulo (bools

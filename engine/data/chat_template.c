@@ -88,14 +88,22 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
         return ZT_OK;
     }
     if (d->kind == N_SET || d->kind == N_FOR) {
-        const char *v = s;
-        while (s < end && zt_chat_is_ident(*s, s == v))
-            s++;
-        if (s == v || (size_t)(s - v) >= sizeof d->var)
-            return tag_error(t, d->offset, "expected a variable name after", w, (int)n);
-        snprintf(d->var, sizeof d->var, "%.*s", (int)(s - v), v);
-        while (s < end && is_space(*s))
-            s++;
+        /* a name, or for a for names split by ',' that each item unpacks into */
+        do {
+            while (d->n_var && s < end && is_space(*s))
+                s++;
+            const char *v = s;
+            while (s < end && zt_chat_is_ident(*s, s == v))
+                s++;
+            if (s == v || (size_t)(s - v) >= sizeof d->var[0])
+                return tag_error(t, d->offset, "expected a variable name after", w, (int)n);
+            if (d->n_var == 4)
+                return tag_error(t, d->offset, "unpacking into more than 4 names is not "
+                                 "supported:", w, (int)(end - w));
+            snprintf(d->var[d->n_var++], sizeof d->var[0], "%.*s", (int)(s - v), v);
+            while (s < end && is_space(*s))
+                s++;
+        } while (d->kind == N_FOR && s < end && *s == ',' && s++);
         if (d->kind == N_SET && (s == end || *s != '='))
             return tag_error(t, d->offset, "only 'set NAME = expression' is supported, not",
                              w, (int)(end - w));
@@ -265,6 +273,36 @@ static void bind(render *r, const char *name, val v, int frame) {
     r->vars[r->n_vars++].v = v;
 }
 
+/* Binds a for's item to its name, or unpacks it into its names as Python does (a list's items,
+ * an object's keys, a string's characters: as many as there are names), failing with Python's
+ * message otherwise. */
+static void unpack(render *r, const node *d, val item, int frame) {
+    if (d->n_var == 1) {
+        bind(r, d->var[0], item, frame);
+        return;
+    }
+    val parts[4];
+    int n = zt_chat_items(item, NULL);
+    if (n < 0) {
+        r->st = zt_error(ZT_ERR_INVALID, "%s: chat_template at offset %zu: cannot unpack "
+                         "non-iterable %s object", r->t->source,
+                         zt_chat_offset(r->t, d->offset), zt_chat_type_name(item));
+        return;
+    }
+    if (n != d->n_var) {
+        r->st = zt_error(ZT_ERR_INVALID, n < d->n_var
+                         ? "%s: chat_template at offset %zu: not enough values to unpack "
+                           "(expected %d, got %d)"
+                         : "%s: chat_template at offset %zu: too many values to unpack "
+                           "(expected %d)", r->t->source, zt_chat_offset(r->t, d->offset),
+                         d->n_var, n);
+        return;
+    }
+    zt_chat_items(item, parts);
+    for (int k = 0; k < n; k++)
+        bind(r, d->var[k], parts[k], frame);
+}
+
 /* What the for node d iterates over, after its loop filter: a list's items, a dict's keys, a
  * string's code points, nothing for undefined (as jinja2's Undefined iterates). *items is the
  * caller's to free; the count, 0 after a failure (*st). */
@@ -292,7 +330,7 @@ static int for_items(render *r, const node *d, val **items, zt_status *st) {
     int kept = 0;
     for (int k = 0; k < n && *st == ZT_OK; k++) {
         int inner = r->n_vars;
-        bind(r, d->var, (*items)[k], inner);
+        unpack(r, d, (*items)[k], inner);
         bool keep = zt_chat_truthy(zt_chat_eval(t, r, &filter, st));
         r->n_vars = inner;
         if (keep)
@@ -329,7 +367,7 @@ static void run(render *r, int i, int stop, int frame) {
         case N_SET: {
             val v = zt_chat_eval(t, r, d, &st);
             if (st == ZT_OK)
-                bind(r, d->var, v, frame);
+                bind(r, d->var[0], v, frame);
             i++;
             break;
         }
@@ -360,7 +398,7 @@ static void run(render *r, int i, int stop, int frame) {
             for (int k = 0; st == ZT_OK && r->st == ZT_OK && k < n; k++) {
                 int inner = r->n_vars;
                 ls.index0 = k;
-                bind(r, d->var, items[k], inner);
+                unpack(r, d, items[k], inner);
                 bind(r, "loop", (val){.k = V_LOOP, .loop = &ls}, inner);
                 run(r, i + 1, else_at >= 0 ? else_at : end, inner);
                 r->n_vars = inner; /* a loop's variables end with its iteration */
@@ -398,9 +436,13 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     cJSON_ArrayForEach(tok, t->tokens)
         bind(r, tok->string, zt_chat_from_json(tok), 0);
     bind(r, "add_generation_prompt", zt_chat_bool(add_generation_prompt), 0);
+    /* and its functions, so `strftime_now is defined` holds as there */
+    bind(r, "raise_exception", (val){.k = V_FUNC, .s = "raise_exception"}, 0);
+    bind(r, "strftime_now", (val){.k = V_FUNC, .s = "strftime_now"}, 0);
     emit(r, "", 0);
     run(r, 0, t->n, 0);
     zt_status s = r->st;
+    cJSON_Delete(r->made);
     while (r->arena) {
         arena_block *b = r->arena;
         r->arena = b->next;

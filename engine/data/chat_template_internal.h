@@ -18,7 +18,8 @@ typedef struct {
     node_kind kind;
     const char *at;  /* text, or the expression's source */
     size_t len;
-    char var[64];    /* the name a set or for binds */
+    char var[4][64]; /* the names a set or for binds: one, or a for's "a, b" to unpack */
+    int n_var;
     size_t offset;   /* where the tag starts in the template, for messages */
     int match;       /* if/elif/else: the next branch tag or endif; for: its else or endfor */
     const char *test; /* for: the loop filter's source ("for x in y if TEST"), or NULL */
@@ -41,7 +42,10 @@ struct zt_chat_template {
 
 /* V_FLOAT: a conversation's non-integral JSON number, kept only to be compared or refused by
  * name (the subset has no floating-point arithmetic or printing). */
-typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_LOOP } vkind;
+/* V_FUNC: a function apply_chat_template passes (raise_exception, strftime_now), named by s. */
+typedef enum {
+    V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_LOOP, V_FUNC
+} vkind;
 
 struct val;
 
@@ -83,6 +87,7 @@ typedef struct {
     binding vars[256];
     int n_vars;
     arena_block *arena;
+    cJSON *made;     /* the lists a render builds (filters' results), freed with it */
     zt_status st;
 } render;
 
@@ -127,6 +132,23 @@ bool zt_chat_equal(val a, val b);
 
 /* n bytes (and a NUL after them) that live until the render ends; NULL when out of memory. */
 char *zt_chat_alloc(render *r, size_t n);
+/* A list of items[0..n) that lives until the render ends (its strings copied, its lists and
+ * objects referenced, not copied); false when out of memory or when an item cannot be held in
+ * a list (undefined, loop, a function), with why naming it. */
+bool zt_chat_make_list(render *r, const val *items, int n, val *out, char why[256]);
+
+/* json.dumps's options as transformers' tojson filter passes them (ensure_ascii defaults to
+ * false there, not json's true). indent: NULL for none, else the text one level indents by;
+ * item_sep and key_sep: NULL for json.dumps's defaults. */
+typedef struct {
+    bool ensure_ascii, sort_keys;
+    const char *indent, *item_sep, *key_sep;
+    size_t indent_n, item_sep_n, key_sep_n;
+} zt_chat_json_opts;
+/* v as Python's json.dumps writes it, into *out (a string in r's arena). False with Python's
+ * TypeError in why for what JSON cannot hold (undefined, a loop), or a refusal for a float
+ * (the subset does not print floats). */
+bool zt_chat_json_dump(render *r, val v, const zt_chat_json_opts *o, val *out, char why[256]);
 
 /* A method templates may call (chat_method.c): its name and how many arguments it takes. */
 typedef struct {

@@ -205,6 +205,62 @@ const char *zt_chat_type_name(val v) {
     case V_LIST: return "list";
     case V_DICT: return "dict";
     case V_LOOP: return "LoopContext";
+    case V_FUNC: return "function";
     default: return "Undefined";
     }
+}
+
+/* v as an item of a list a render builds: strings copied (a value's text need not end in a
+ * NUL), lists and objects referenced; NULL when v cannot be one (why says so) or out of memory. */
+static cJSON *to_json(render *r, val v, char why[256]) {
+    switch (v.k) {
+    case V_NONE: return cJSON_CreateNull();
+    case V_BOOL: return cJSON_CreateBool(v.b);
+    case V_INT: case V_FLOAT: return cJSON_CreateNumber(v.k == V_INT ? (double)v.i : v.d);
+    case V_STR: {
+        char *s = zt_chat_alloc(r, v.n);
+        if (!s)
+            return NULL;
+        memcpy(s, v.s, v.n);
+        s[v.n] = '\0';
+        return cJSON_CreateStringReference(s);
+    }
+    case V_DICT: return cJSON_CreateObjectReference(v.j->child);
+    case V_LIST: {
+        if (v.lo == 0 && (v.step == 1 || v.step == 0) && v.count == cJSON_GetArraySize(v.j))
+            return cJSON_CreateArrayReference(v.j->child);
+        cJSON *a = cJSON_CreateArray();
+        for (int k = 0; a && k < v.count; k++) {
+            cJSON *x = to_json(r, zt_chat_list_item(v, k), why);
+            if (!x || !cJSON_AddItemToArray(a, x)) {
+                cJSON_Delete(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    default:
+        snprintf(why, 256, "a list holding a %s is not supported", zt_chat_type_name(v));
+        return NULL;
+    }
+}
+
+bool zt_chat_make_list(render *r, const val *items, int n, val *out, char why[256]) {
+    snprintf(why, 256, "out of memory");
+    if (!r->made && !(r->made = cJSON_CreateArray()))
+        return false;
+    cJSON *a = cJSON_CreateArray();
+    if (!a || !cJSON_AddItemToArray(r->made, a)) {
+        cJSON_Delete(a);
+        return false;
+    }
+    for (int k = 0; k < n; k++) {
+        cJSON *x = to_json(r, items[k], why);
+        if (!x || !cJSON_AddItemToArray(a, x)) {
+            cJSON_Delete(x);
+            return false;
+        }
+    }
+    *out = zt_chat_from_json(a);
+    return true;
 }

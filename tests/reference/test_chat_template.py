@@ -109,8 +109,7 @@ with tempfile.TemporaryDirectory() as d:
     # What the subset does not implement is refused when the template is read, by name.
     for what, template, key in [
             ("a macro", "{% macro f() %}x{% endmacro %}{{ f() }}", "'macro'"),
-            ("an unknown filter", "{{ messages[0]['content'] | tojson }}", "'tojson'"),
-            ("inline if", "{{ 'a' if add_generation_prompt else 'b' }}", "inline 'if"),
+            ("an unknown filter", "{{ messages[0]['content'] | upper }}", "'upper'"),
             ("a method", "{{ messages[0]['content'].upper() }}", "'upper'"),
             ("an untaken branch", "{% if false %}{{ x | wordcount }}{% endif %}", "'wordcount'"),
             ("an unclosed block", "{% for m in messages %}x", "never closed")]:
@@ -286,6 +285,76 @@ with tempfile.TemporaryDirectory() as d:
         ("a truncated escape", r"{% if false %}{{ '\u12' }}{% endif %}", "truncated", "raise"),
         ("a surrogate escape", r"{% if false %}{{ '\ud800' }}{% endif %}", "not a Unicode",
          "beyond"),
+        # tojson as transformers defines it (json.dumps, ensure_ascii=False) and its arguments
+        ("tojson", "{{ messages[0]|tojson }}|{{ messages[:2]|tojson }}|"
+         "{{ 'é\"\\\\\n\t\x01\x7f👍'|tojson }}|{{ 1|tojson }}{{ true|tojson }}{{ none|tojson }}"
+         "{{ messages[:0]|tojson }}", None, None),
+        ("tojson's arguments", "{{ messages[0]|tojson(indent=2) }}|"
+         "{{ messages[:2]|tojson(indent=0) }}"
+         "|{{ messages[0]|tojson(indent='\t') }}|{{ messages[0]|tojson(sort_keys=true) }}|"
+         "{{ messages[0].content|tojson(ensure_ascii=true) }}|{{ messages[:2]|tojson(false, 3) }}|"
+         "{{ messages[:0]|tojson(indent=4) }}|{{ messages[0]|tojson(indent=-1) }}|"
+         "{{ 'é\x7f'|tojson(true) }}", None, None),
+        ("tojson of undefined", "{{ nope|tojson }}", "not JSON serializable", "raise"),
+        ("tojson of a float", "{{ messages[2]|tojson }}", "float", "beyond"),
+        ("tojson's unknown keyword", "{{ 1|tojson(indnt=2) }}", "has no argument 'indnt'",
+         "raise"),
+        ("tojson's unknown keyword, untaken", "{% if false %}{{ 1|tojson(foo=1) }}{% endif %}",
+         "has no argument 'foo'", "beyond"),
+        ("tojson with five arguments", "{{ 1|tojson(1, 2, 3, 4, 5) }}", "'tojson' takes at most 4",
+         "raise"),
+        ("a keyword given twice", "{{ 1|tojson(false, ensure_ascii=true) }}",
+         "'ensure_ascii' twice", "raise"),
+        ("a positional argument after a keyword", "{% if false %}{{ 1|tojson(indent=1, 2) }}"
+         "{% endif %}", "positional argument follows", "raise"),
+        # join, items, list, string, select and reject with their tests, unpacking in for
+        ("join", "{{ messages[0].content|join('-') }}|{{ messages[0]|join(', ') }}|"
+         "{{ messages[0]|join }}|{{ nope|join(',') }}|{{ messages[0].content|list|join(d='.') }}|"
+         "{{ 'ab'|join(1) }}", None, None),
+        ("join's attribute", "{% if false %}{{ messages|join(',', attribute='role') }}{% endif %}"
+         "{{ messages[0]|join(attribute=none) }}", "'attribute'", "beyond"),
+        ("items and for a, b", "{% for k, v in messages[0]|items %}{{ k }}={{ v }};{% endfor %}|"
+         "{% for a, b in messages[0]|items|list %}{{ loop.index }}{{ a }}{% endfor %}|"
+         "{% for a, b in messages[:2] %}{{ a }}{{ b }}{% endfor %}|{% for x, y in ['ab'][0:0] "
+         "if x %}{% endfor %}{{ nope|items|list|length }}", "list and dict", "beyond"),
+        ("items, unpacking dicts and strings", "{% for k, v in messages[0]|items %}{{ k }}={{ v }};"
+         "{% endfor %}|{% for a, b in messages[0]|items|list %}{{ loop.index }}{{ a }}{% endfor %}|"
+         "{% for a, b in messages[:2] %}{{ a }}{{ b }}{% endfor %}|{% for a, b, c in messages[2]|list "
+         "%}{% endfor %}", "too many values to unpack (expected 3)", "raise"),
+        ("unpacking too few", "{% for p, q in messages[1].role|list|join(',')|reject('equalto', "
+         "',')|list|join|list %}{% endfor %}", "not enough values to unpack (expected 2, got 1)",
+         "raise"),
+        ("items of a string", "{{ 'ab'|items|list }}", "Can only get item pairs from a mapping",
+         "raise"),
+        ("unpacking too many", "{% for a, b in messages %}{% endfor %}",
+         "too many values to unpack (expected 2)", "raise"),
+        ("list and string", "{{ messages[0].content|list|length }}{{ messages[0]|list|join }}"
+         "{{ nope|list|length }}{{ 5|string ~ none|string }}{{ (5|string)|length }}", None, None),
+        ("select and reject", "{{ 'abcab'|reject('equalto', 'a')|join }}|"
+         "{{ 'abc'|select('in', 'ab')|join }}|{{ messages[0]|reject('ne', 'role')|join }}|"
+         "{{ messages[0]|select('==', 'role')|list|length }}|{{ 'a b'|select('string')|join }}|"
+         "{{ messages[0].content|select|join }}|{{ messages|select('mapping')|list|length }}|"
+         "{{ 'xyx'|reject('!=', 'x')|join }}|{{ messages[0]|reject('eq', 'content')|join }}",
+         None, None),
+        ("select with an unknown test", "{{ 'a'|reject('nope')|join }}", "'is nope'", "raise"),
+        ("select's test without its argument", "{{ 'a'|select('equalto')|join }}",
+         "'equalto' takes 1 argument", "raise"),
+        ("jinja2's tests", "{{ messages is mapping }}{{ messages[0] is mapping }}"
+         "{{ nope is iterable }}{{ 'a' is iterable }}{{ 1 is iterable }}{{ messages is sequence }}"
+         "{{ messages[0] is sequence }}{{ nope is sequence }}{{ 1 is number }}{{ true is number }}"
+         "{{ 'a' is number }}{{ true is boolean }}{{ 1 is boolean }}{{ 1 is integer }}"
+         "{{ true is integer }}{{ messages[2].n is float }}{{ messages[2].n is number }}"
+         "{{ nope is undefined }}{{ 1 is equalto 1 }}{{ 2 is eq(1) }}{{ 'a' is ne 'b' }}"
+         "{{ 'a' is in 'abc' }}{{ 1 is true }}{{ true is true }}{{ false is false }}"
+         "{{ 'x' is not string }}{{ 1 is equalto 1 and true }}{{ 1 is eq 2 or 'y' }}"
+         "{{ messages[0] is equalto messages[0] }}{{ 'b' is in(messages[1].role) }}",
+         None, None),
+        # strftime_now: the local time, as transformers' function
+        ("strftime_now", "{{ strftime_now('%d %b %Y %A %j') }}|{{ strftime_now is defined }}"
+         "{{ raise_exception is defined }}|{{ strftime_now('') }}", None, None),
+        ("strftime_now of an integer", "{{ strftime_now(1) }}", "must be str, not int",
+         "raise"),
+        ("an unknown function", "{% if false %}{{ range(3) }}{% endif %}", "'range'", "beyond"),
     ]
     with open(f"{d}/conv.json", "w") as f:
         json.dump([conv], f)

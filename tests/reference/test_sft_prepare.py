@@ -34,7 +34,7 @@ from tokenizers import (Regex, Tokenizer, decoders, models, normalizers,  # noqa
                         pre_tokenizers, processors, trainers)
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from chat_templates import LLAMA2, QWEN2  # noqa: E402
+from chat_templates import LLAMA2, LLAMA31, QWEN2, QWEN25  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
@@ -118,7 +118,9 @@ def assistant_mask(hf, conv, ids_offsets):
 
 ck = Checker()
 FAMILIES = [("qwen2", qwen2_tokenizer, QWEN2, None, "<|im_end|>"),
-            ("llama 2", llama2_tokenizer, LLAMA2, "<s>", "</s>")]
+            ("llama 2", llama2_tokenizer, LLAMA2, "<s>", "</s>"),
+            ("qwen2.5", qwen2_tokenizer, QWEN25, None, "<|im_end|>"),
+            ("llama 3.1", qwen2_tokenizer, LLAMA31, "<|endoftext|>", "<|im_end|>")]
 for name, make, template, bos, eos in FAMILIES:
     with tempfile.TemporaryDirectory() as d:
         tok = make()
