@@ -207,6 +207,72 @@ static val expr(ex *e);
 static val postfix(ex *e, val v);
 static int arguments(ex *e, zt_chat_arg *args, bool kw);
 
+/* The items of a list literal (or tuple) up to close, after its opening bracket; a trailing
+ * comma is allowed, as in jinja2. */
+static val list_literal(ex *e, const char *close) {
+    val items[64];
+    int n = 0;
+    while (e->st == ZT_OK && !op(e, close)) {
+        if (n == 64)
+            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "a list literal of more than 64 items");
+        items[n++] = expr(e);
+        if (!op(e, ",")) {
+            expect(e, close);
+            break;
+        }
+    }
+    if (!e->r || e->st != ZT_OK)
+        return (val){.k = V_UNDEF};
+    char why[256];
+    val out;
+    if (!zt_chat_make_list(e->r, items, n, &out, why))
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
+    return out;
+}
+
+/* (x) is x; (a, b) and () are tuples, which the subset holds as lists. */
+static val tuple(ex *e) {
+    if (op(e, ")")) { /* () */
+        char why[256];
+        val out = {.k = V_UNDEF};
+        if (e->r && !zt_chat_make_list(e->r, NULL, 0, &out, why))
+            return zt_chat_fail(e, ZT_ERR_NOMEM, "%s", why);
+        return out;
+    }
+    const char *at = e->p;
+    val v = expr(e);
+    if (op(e, ")"))
+        return v;
+    if (e->st != ZT_OK || !op(e, ","))
+        return zt_chat_fail(e, ZT_ERR_FORMAT, "expected ')'");
+    e->p = at; /* read again as a list's items */
+    return list_literal(e, ")");
+}
+
+/* {key: value, ...} with string keys. */
+static val dict_literal(ex *e) {
+    val keys[64], items[64];
+    int n = 0;
+    while (e->st == ZT_OK && !op(e, "}")) {
+        if (n == 64)
+            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "a dict literal of more than 64 items");
+        keys[n] = expr(e);
+        expect(e, ":");
+        items[n++] = expr(e);
+        if (!op(e, ",")) {
+            expect(e, "}");
+            break;
+        }
+    }
+    if (!e->r || e->st != ZT_OK)
+        return (val){.k = V_UNDEF};
+    char why[256];
+    val out;
+    if (!zt_chat_make_dict(e->r, keys, items, n, false, &out, why))
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
+    return out;
+}
+
 static val primary(ex *e) {
     skip_ws(e);
     if (e->p >= e->end)
@@ -223,13 +289,12 @@ static val primary(ex *e) {
             return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "floating-point numbers are not supported");
         return zt_chat_int(i);
     }
-    if (op(e, "(")) {
-        val v = expr(e);
-        expect(e, ")");
-        return v;
-    }
-    if (op(e, "[") || op(e, "{"))
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "list and dict literals are not supported");
+    if (op(e, "("))
+        return tuple(e);
+    if (op(e, "["))
+        return list_literal(e, "]");
+    if (op(e, "{"))
+        return dict_literal(e);
     size_t n = peek_ident(e);
     if (n == 0)
         return zt_chat_fail(e, ZT_ERR_FORMAT, "unexpected '%c'", *e->p);
@@ -566,13 +631,68 @@ static val or_expr(ex *e) {
     return v;
 }
 
+/* Whether an inline 'if' follows at this level before the expression ends (at a ',', ':' or
+ * closing bracket of the level, or its end): strings and brackets are skipped. */
+static bool inline_if_ahead(const ex *e) {
+    int depth = 0;
+    for (const char *p = e->p; p < e->end;) {
+        char c = *p;
+        if (c == '\'' || c == '"') {
+            for (p++; p < e->end && *p != c; p += *p == '\\' ? 2 : 1)
+                ;
+            p++;
+        } else if (zt_chat_is_ident(c, true)) {
+            const char *w = p;
+            while (p < e->end && zt_chat_is_ident(*p, false))
+                p++;
+            if (depth == 0 && p - w == 2 && !memcmp(w, "if", 2))
+                return true;
+        } else {
+            if (c == '(' || c == '[' || c == '{')
+                depth++;
+            else if (c == ')' || c == ']' || c == '}' || ((c == ',' || c == ':') && !depth))
+                if (depth-- == 0)
+                    return false;
+            p++;
+        }
+    }
+    return false;
+}
+
+/* a if c else b, as jinja2's parse_condexpr: c is evaluated first, then a or b (the other is
+ * only checked); without an else, a false c gives undefined. So a is read once to be checked,
+ * and again to be evaluated when c holds. */
+static val cond_expr(ex *e) {
+    const char *at = e->p;
+    render *keep = e->r;
+    e->r = NULL;
+    val v = or_expr(e);
+    e->r = keep;
+    if (!word(e, "if"))
+        return zt_chat_fail(e, ZT_ERR_FORMAT, "expected 'if'");
+    bool c = zt_chat_truthy(or_expr(e));
+    val b = {.k = V_UNDEF};
+    if (word(e, "else")) {
+        e->r = keep && !c ? keep : NULL;
+        b = expr(e);
+        e->r = keep;
+    }
+    if (!keep || e->st != ZT_OK)
+        return v;
+    if (!c)
+        return b;
+    const char *end = e->p;
+    e->p = at;
+    v = or_expr(e);
+    e->p = end;
+    return v;
+}
+
 static val expr(ex *e) {
     if (!deeper(e))
         return (val){.k = V_UNDEF};
-    val v = or_expr(e);
+    val v = inline_if_ahead(e) ? cond_expr(e) : or_expr(e);
     e->depth--;
-    if (peek_ident(e) == 2 && !memcmp(e->p, "if", 2))
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "inline 'if ... else' is not supported");
     return v;
 }
 

@@ -72,7 +72,7 @@ typedef struct {
 /* The filters and tests (chat_filters.c). */
 
 /* v|name(args), as jinja2's filter (transformers' own for tojson): trim, length, string, list,
- * items, join, select, reject, tojson. An unknown filter, an unknown keyword or too many
+ * items, join, select, reject, selectattr, rejectattr, tojson. An unknown filter, an unknown keyword or too many
  * arguments is refused by name, in a check too. */
 val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args,
                    int nargs);
@@ -83,7 +83,7 @@ val zt_chat_test(ex *e, val v, const char *name, size_t n, const zt_chat_arg *ar
 /* Whether the test name exists and takes nargs arguments; false after zt_chat_fail. */
 bool zt_chat_test_check(ex *e, const char *name, size_t n, int nargs);
 /* name(args), a function apply_chat_template passes: strftime_now(format), the local time as
- * Python's datetime.now().strftime gives it. */
+ * Python's datetime.now().strftime gives it, and jinja2's namespace(name=value, ...). */
 val zt_chat_call(ex *e, const char *name, size_t n, const zt_chat_arg *args, int nargs);
 
 /* Unary '-' and '+' (o) of a number, as Python's; anything else raises TypeError. */

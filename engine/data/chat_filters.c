@@ -20,7 +20,8 @@ typedef struct {
 static const filter_spec FILTERS[] = {
     {"trim", {NULL}, false},   {"length", {NULL}, false}, {"string", {NULL}, false},
     {"list", {NULL}, false},   {"items", {NULL}, false},  {"join", {"d", "attribute"}, false},
-    {"select", {NULL}, true},  {"reject", {NULL}, true},
+    {"select", {NULL}, true},  {"reject", {NULL}, true},  {"selectattr", {NULL}, true},
+    {"rejectattr", {NULL}, true},
     {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}, false},
 };
 
@@ -186,9 +187,16 @@ static val join(ex *e, val v, const val slot[MAX_PARAMS], const bool given[MAX_P
 }
 
 /* select/reject(test, args...): the items the test passes (or fails); with no test, the truthy
- * (or falsy) ones. A list, where jinja2 gives a generator: `|list` is the same, `|length` of it
+ * (or falsy) ones; selectattr/rejectattr test each item's attribute. A list, where jinja2 gives a generator: `|list` is the same, `|length` of it
  * is refused by jinja2 and counted here. */
-static val select(ex *e, val v, bool keep, const zt_chat_arg *args, int nargs) {
+static val select(ex *e, val v, bool keep, bool attr, const zt_chat_arg *args, int nargs) {
+    val name = {.k = V_NONE};
+    if (attr) { /* selectattr/rejectattr(name, test, args...): the test of each item's name */
+        if (nargs == 0 || args[0].v.k != V_STR)
+            return zt_chat_fail(e, ZT_ERR_INVALID, "%sattr needs an attribute's name",
+                                keep ? "select" : "reject");
+        name = args[0].v, args++, nargs--;
+    }
     if (nargs && args[0].v.k != V_STR)
         return zt_chat_fail(e, ZT_ERR_INVALID, "No test named %s.",
                             zt_chat_type_name(args[0].v));
@@ -197,9 +205,9 @@ static val select(ex *e, val v, bool keep, const zt_chat_arg *args, int nargs) {
     int n, kept = 0;
     val *all = iterate(e, keep ? "select" : "reject", v, &n);
     for (int k = 0; all && k < n && e->st == ZT_OK; k++) {
-        val t = nargs ? zt_chat_test(e, all[k], args[0].v.s, args[0].v.n, args + 1, nargs - 1,
-                                     false)
-                      : all[k];
+        val x = attr ? zt_chat_attribute(e, all[k], name.s, name.n) : all[k];
+        val t = nargs ? zt_chat_test(e, x, args[0].v.s, args[0].v.n, args + 1, nargs - 1, false)
+                      : x;
         if (zt_chat_truthy(t) == keep)
             all[kept++] = all[k];
     }
@@ -260,8 +268,9 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
     if (!strcmp(f->name, "join") && given[1] && slot[1].k != V_NONE)
         return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "join's 'attribute' argument is not "
                             "supported");
-    if (!e->r && f->rest && nargs && args[0].v.k == V_STR &&
-        !zt_chat_test_check(e, args[0].v.s, args[0].v.n, nargs - 1))
+    int t = strstr(f->name, "attr") ? 1 : 0; /* selectattr's test follows the name */
+    if (!e->r && f->rest && nargs > t && args[t].v.k == V_STR &&
+        !zt_chat_test_check(e, args[t].v.s, args[t].v.n, nargs - t - 1))
         return (val){.k = V_UNDEF};
     if (!e->r || e->st != ZT_OK)
         return v;
@@ -270,8 +279,8 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
     if (!strcmp(w, "length")) return length(e, v);
     if (!strcmp(w, "items")) return items(e, v);
     if (!strcmp(w, "join")) return join(e, v, slot, given);
-    if (!strcmp(w, "select") || !strcmp(w, "reject"))
-        return select(e, v, w[0] == 's', args, nargs);
+    if (f->rest)
+        return select(e, v, w[0] == 's', strstr(w, "attr") != NULL, args, nargs);
     if (!strcmp(w, "tojson")) return tojson(e, v, slot, given);
     if (!strcmp(w, "string")) {
         val t;
@@ -352,7 +361,29 @@ val zt_chat_test(ex *e, val v, const char *t, size_t n, const zt_chat_arg *args,
 
 /* ---- functions ---------------------------------------------------------------------------- */
 
+/* namespace(a=1, ...): jinja2's object whose attributes `set ns.a = ...` may change, also
+ * from inside a loop. */
+static val namespace(ex *e, const zt_chat_arg *args, int nargs) {
+    val keys[ZT_CHAT_MAX_ARGS], items[ZT_CHAT_MAX_ARGS];
+    for (int k = 0; k < nargs; k++) {
+        if (!args[k].kw)
+            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "namespace() with a positional argument "
+                                "is not supported (give name=value)");
+        keys[k] = zt_chat_str(args[k].kw, args[k].kw_len);
+        items[k] = args[k].v;
+    }
+    if (!e->r || e->st != ZT_OK)
+        return (val){.k = V_UNDEF};
+    char why[256];
+    val out;
+    if (!zt_chat_make_dict(e->r, keys, items, nargs, true, &out, why))
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
+    return out;
+}
+
 val zt_chat_call(ex *e, const char *name, size_t n, const zt_chat_arg *args, int nargs) {
+    if (zt_chat_is_name(name, n, "namespace"))
+        return namespace(e, args, nargs);
     if (!zt_chat_is_name(name, n, "strftime_now"))
         return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "function '%.*s' is not supported", (int)n,
                             name);

@@ -101,7 +101,7 @@ val zt_chat_attribute(ex *e, val v, const char *name, size_t n) {
         return v;
     if (v.k == V_UNDEF)
         return zt_chat_undefined_error(e, v);
-    if (v.k == V_DICT) {
+    if (v.k == V_DICT || v.k == V_NS) {
         char key[128];
         snprintf(key, sizeof key, "%.*s", (int)n, name);
         const cJSON *j = cJSON_GetObjectItemCaseSensitive(v.j, key);

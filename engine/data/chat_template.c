@@ -71,7 +71,8 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
         const char *word;
         node_kind kind;
     } words[] = {{"set", N_SET}, {"if", N_IF},       {"elif", N_ELIF}, {"else", N_ELSE},
-                 {"endif", N_ENDIF}, {"for", N_FOR}, {"endfor", N_ENDFOR}};
+                 {"endif", N_ENDIF}, {"for", N_FOR}, {"endfor", N_ENDFOR},
+                 {"break", N_BREAK}, {"continue", N_CONTINUE}};
     size_t k = 0;
     while (k < sizeof words / sizeof words[0] &&
            !(strlen(words[k].word) == n && memcmp(words[k].word, w, n) == 0))
@@ -81,7 +82,8 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
     d->kind = words[k].kind;
     while (s < end && is_space(*s))
         s++;
-    if (d->kind == N_ELSE || d->kind == N_ENDIF || d->kind == N_ENDFOR) {
+    if (d->kind == N_ELSE || d->kind == N_ENDIF || d->kind == N_ENDFOR || d->kind == N_BREAK ||
+        d->kind == N_CONTINUE) {
         if (s != end)
             return tag_error(t, d->offset, "unexpected text after the statement:", s,
                              (int)(end - s));
@@ -104,8 +106,22 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
             while (s < end && is_space(*s))
                 s++;
         } while (d->kind == N_FOR && s < end && *s == ',' && s++);
+        /* set ns.name = ...: a namespace's attribute */
+        if (d->kind == N_SET && s < end && *s == '.') {
+            const char *v = ++s;
+            while (s < end && zt_chat_is_ident(*s, s == v))
+                s++;
+            if (s == v || (size_t)(s - v) >= sizeof d->var[0])
+                return tag_error(t, d->offset, "expected an attribute's name in", w,
+                                 (int)(end - w));
+            snprintf(d->var[d->n_var++], sizeof d->var[0], "%.*s", (int)(s - v), v);
+            d->attr = true;
+            while (s < end && is_space(*s))
+                s++;
+        }
         if (d->kind == N_SET && (s == end || *s != '='))
-            return tag_error(t, d->offset, "only 'set NAME = expression' is supported, not",
+            return tag_error(t, d->offset, "only 'set NAME = expression' and 'set NAME.ATTR = expression' "
+                             "are supported, not",
                              w, (int)(end - w));
         if (d->kind == N_FOR && !(end - s > 3 && !memcmp(s, "in", 2) && is_space(s[2])))
             return tag_error(t, d->offset, "only 'for NAME in expression' is supported, not",
@@ -115,6 +131,26 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
     d->at = s;
     d->len = (size_t)(end - s);
     return d->kind == N_FOR ? zt_chat_split_for(t, d) : ZT_OK;
+}
+
+/* Where a {{ }} or {% %} tag closes: the first close ("}}" or "%}") outside a string literal,
+ * as jinja2's lexer reads the tag (`{{ "}}" }}` prints "}}"); NULL when none. */
+static const char *tag_close(const char *p, const char *close) {
+    for (; *p; p++) {
+        if (*p == '\'' || *p == '"') {
+            char q = *p;
+            const char *s = p + 1;
+            while (*s && *s != q)
+                s += s[0] == '\\' && s[1] ? 2 : 1;
+            if (*s) { /* an unterminated quote is left to the expression's reader */
+                p = s;
+                continue;
+            }
+        }
+        if (p[0] == close[0] && p[1] == close[1])
+            return p;
+    }
+    return NULL;
 }
 
 /* Cuts the template into nodes, applying the whitespace rules, and pairs the block tags. */
@@ -162,7 +198,7 @@ static zt_status cut(zt_chat_template *t) {
         char kind = open[1];
         const char *close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
         const char *inner = open + 2 + (open + 2 < end && (open[2] == '-' || open[2] == '+'));
-        const char *c = strstr(inner, close);
+        const char *c = kind == '#' ? strstr(inner, close) : tag_close(inner, close);
         if (!c)
             return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: the tag is not "
                             "closed with '%s'", t->source,
@@ -190,6 +226,13 @@ static zt_status cut(zt_chat_template *t) {
     int stack[64], depth = 0;
     for (int i = 0; i < t->n; i++) {
         node *d = &t->nodes[i];
+        bool in_for = false; /* loopcontrols: break and continue only inside a for */
+        for (int k = 0; k < depth; k++)
+            in_for |= t->nodes[stack[k]].kind == N_FOR;
+        if ((d->kind == N_BREAK || d->kind == N_CONTINUE) && !in_for)
+            return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: '%s' outside a "
+                            "loop", t->source, zt_chat_offset(t, d->offset),
+                            d->kind == N_BREAK ? "break" : "continue");
         if (d->kind == N_IF || d->kind == N_FOR) {
             if (depth == 64)
                 return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: blocks "
@@ -339,10 +382,27 @@ static int for_items(render *r, const node *d, val **items, zt_status *st) {
     return *st == ZT_OK ? kept : 0;
 }
 
+/* set ns.name = v: the variable must be a namespace, as jinja2 requires. */
+static zt_status set_attribute(render *r, const node *d, val v) {
+    const zt_chat_template *t = r->t;
+    int k = r->n_vars - 1;
+    while (k >= 0 && strcmp(r->vars[k].name, d->var[0]) != 0)
+        k--;
+    if (k < 0 || r->vars[k].v.k != V_NS)
+        return zt_error(ZT_ERR_INVALID, "%s: chat_template at offset %zu: cannot assign "
+                        "attribute on non-namespace object", t->source,
+                        zt_chat_offset(t, d->offset));
+    char why[256];
+    if (!zt_chat_ns_set(r, r->vars[k].v, d->var[1], v, why))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: %s", t->source,
+                        zt_chat_offset(t, d->offset), why);
+    return ZT_OK;
+}
+
 /* Runs nodes [i, stop) with variables set from `frame` on. */
 static void run(render *r, int i, int stop, int frame) {
     const zt_chat_template *t = r->t;
-    while (i < stop && r->st == ZT_OK) {
+    while (i < stop && r->st == ZT_OK && !r->jump) {
         const node *d = &t->nodes[i];
         zt_status st = ZT_OK;
         switch (d->kind) {
@@ -366,11 +426,18 @@ static void run(render *r, int i, int stop, int frame) {
         }
         case N_SET: {
             val v = zt_chat_eval(t, r, d, &st);
-            if (st == ZT_OK)
+            if (st == ZT_OK && d->attr)
+                st = set_attribute(r, d, v);
+            else if (st == ZT_OK)
                 bind(r, d->var[0], v, frame);
             i++;
             break;
         }
+        case N_BREAK:
+        case N_CONTINUE:
+            r->jump = d->kind == N_BREAK ? 1 : 2;
+            i++;
+            break;
         case N_IF: {
             int branch = i, taken = -1;
             while (taken < 0 && t->nodes[branch].kind != N_ENDIF && st == ZT_OK) {
@@ -395,6 +462,7 @@ static void run(render *r, int i, int stop, int frame) {
             val *items = NULL;
             int n = for_items(r, d, &items, &st);
             loop_state ls = {0, n, items};
+            bool iterated = false;
             for (int k = 0; st == ZT_OK && r->st == ZT_OK && k < n; k++) {
                 int inner = r->n_vars;
                 ls.index0 = k;
@@ -402,8 +470,15 @@ static void run(render *r, int i, int stop, int frame) {
                 bind(r, "loop", (val){.k = V_LOOP, .loop = &ls}, inner);
                 run(r, i + 1, else_at >= 0 ? else_at : end, inner);
                 r->n_vars = inner; /* a loop's variables end with its iteration */
+                /* jinja2 marks the loop iterated at the end of a body: a break or continue
+                 * before that leaves it unmarked, so the else still runs */
+                iterated |= !r->jump;
+                bool stop_loop = r->jump == 1;
+                r->jump = 0;
+                if (stop_loop)
+                    break;
             }
-            if (st == ZT_OK && n == 0 && else_at >= 0)
+            if (st == ZT_OK && !iterated && else_at >= 0)
                 run(r, else_at + 1, end, frame);
             free(items);
             i = end + 1;

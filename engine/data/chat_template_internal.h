@@ -12,7 +12,9 @@
 
 #include "ztrain/chat_template.h"
 
-typedef enum { N_TEXT, N_OUT, N_SET, N_IF, N_ELIF, N_ELSE, N_ENDIF, N_FOR, N_ENDFOR } node_kind;
+typedef enum {
+    N_TEXT, N_OUT, N_SET, N_IF, N_ELIF, N_ELSE, N_ENDIF, N_FOR, N_ENDFOR, N_BREAK, N_CONTINUE
+} node_kind;
 
 typedef struct {
     node_kind kind;
@@ -20,6 +22,7 @@ typedef struct {
     size_t len;
     char var[4][64]; /* the names a set or for binds: one, or a for's "a, b" to unpack */
     int n_var;
+    bool attr;       /* set: the target is var[0].var[1], a namespace's attribute */
     size_t offset;   /* where the tag starts in the template, for messages */
     int match;       /* if/elif/else: the next branch tag or endif; for: its else or endfor */
     const char *test; /* for: the loop filter's source ("for x in y if TEST"), or NULL */
@@ -42,9 +45,10 @@ struct zt_chat_template {
 
 /* V_FLOAT: a conversation's non-integral JSON number, kept only to be compared or refused by
  * name (the subset has no floating-point arithmetic or printing). */
-/* V_FUNC: a function apply_chat_template passes (raise_exception, strftime_now), named by s. */
+/* V_FUNC: a function apply_chat_template passes (raise_exception, strftime_now), named by s.
+ * V_NS: a namespace() (its attributes are j's members, which `set ns.x = ...` changes). */
 typedef enum {
-    V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_LOOP, V_FUNC
+    V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_LOOP, V_FUNC, V_NS
 } vkind;
 
 struct val;
@@ -87,7 +91,8 @@ typedef struct {
     binding vars[256];
     int n_vars;
     arena_block *arena;
-    cJSON *made;     /* the lists a render builds (filters' results), freed with it */
+    cJSON *made;     /* the lists, objects and namespaces a render builds, freed with it */
+    int jump;        /* a break (1) or continue (2) leaving its loop's body */
     zt_status st;
 } render;
 
@@ -136,6 +141,11 @@ char *zt_chat_alloc(render *r, size_t n);
  * objects referenced, not copied); false when out of memory or when an item cannot be held in
  * a list (undefined, loop, a function), with why naming it. */
 bool zt_chat_make_list(render *r, const val *items, int n, val *out, char why[256]);
+/* The same for an object of keys[k] (strings) to items[k], or, with ns, a namespace. */
+bool zt_chat_make_dict(render *r, const val *keys, const val *items, int n, bool ns, val *out,
+                       char why[256]);
+/* ns.name = v on the namespace ns; what it held stays alive until the render ends. */
+bool zt_chat_ns_set(render *r, val ns, const char *name, val v, char why[256]);
 
 /* json.dumps's options as transformers' tojson filter passes them (ensure_ascii defaults to
  * false there, not json's true). indent: NULL for none, else the text one level indents by;

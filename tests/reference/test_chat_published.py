@@ -2,7 +2,8 @@
 against transformers' apply_chat_template, byte for byte: Qwen2.5-Instruct's (its tools branch
 uses tojson), Llama 3.1's (tojson(indent=4), reject('equalto', ...), join, items, `for a, b in`,
 tests mapping and iterable) and Llama 3.2's (strftime_now), as chat_templates.py copies them
-from the published tokenizer_config.json files.
+from the published tokenizer_config.json files, Mistral v0.3's (namespace(), set ns.x,
+selectattr, dict.items(), string), and Gemma 2's and Phi-3's.
 
 Each renders varied conversations (with and without a system message, tool results, unicode,
 quotes, braces, newlines) with and without the generation prompt; a conversation the template
@@ -24,13 +25,16 @@ reexec_in_venv()
 from tokenizers import Tokenizer, models  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from chat_templates import LLAMA31, LLAMA32, QWEN25  # noqa: E402
+from chat_templates import GEMMA2, LLAMA31, LLAMA32, MISTRAL03, PHI3, QWEN25  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
 FAMILIES = [
     ("qwen2.5", QWEN25, None, "<|im_end|>"),
     ("llama 3.1", LLAMA31, "<|begin_of_text|>", "<|eot_id|>"),
     ("llama 3.2", LLAMA32, "<|begin_of_text|>", "<|eot_id|>"),
+    ("mistral v0.3", MISTRAL03, "<s>", "</s>"),
+    ("gemma 2", GEMMA2, "<bos>", "<eos>"),
+    ("phi-3", PHI3, "<s>", "<|endoftext|>"),
 ]
 
 CONVERSATIONS = [
@@ -49,6 +53,11 @@ CONVERSATIONS = [
     [{"role": "ipython", "content": "out"}, {"role": "user", "content": "then"}],
     [{"role": "system", "content": "s"}, {"role": "system", "content": "second system"},
      {"role": "user", "content": "u"}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": " b "},
+     {"role": "user", "content": "c\n{x}"}],
+    [{"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
+     {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}],
+    [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
 ]
 
 

@@ -315,8 +315,8 @@ with tempfile.TemporaryDirectory() as d:
          "{{ messages[0]|join(attribute=none) }}", "'attribute'", "beyond"),
         ("items and for a, b", "{% for k, v in messages[0]|items %}{{ k }}={{ v }};{% endfor %}|"
          "{% for a, b in messages[0]|items|list %}{{ loop.index }}{{ a }}{% endfor %}|"
-         "{% for a, b in messages[:2] %}{{ a }}{{ b }}{% endfor %}|{% for x, y in ['ab'][0:0] "
-         "if x %}{% endfor %}{{ nope|items|list|length }}", "list and dict", "beyond"),
+         "{% for a, b in messages[:2] %}{{ a }}{{ b }}{% endfor %}|{% for x, y in ['ab', 'cd'] "
+         "if x %}{{ y }}{% endfor %}{{ nope|items|list|length }}", None, None),
         ("items, unpacking dicts and strings", "{% for k, v in messages[0]|items %}{{ k }}={{ v }};"
          "{% endfor %}|{% for a, b in messages[0]|items|list %}{{ loop.index }}{{ a }}{% endfor %}|"
          "{% for a, b in messages[:2] %}{{ a }}{{ b }}{% endfor %}|{% for a, b, c in messages[2]|list "
@@ -355,6 +355,49 @@ with tempfile.TemporaryDirectory() as d:
         ("strftime_now of an integer", "{{ strftime_now(1) }}", "must be str, not int",
          "raise"),
         ("an unknown function", "{% if false %}{{ range(3) }}{% endif %}", "'range'", "beyond"),
+        # namespace() and set ns.x, inline if, list/dict/tuple literals, break and continue
+        ("namespace", "{% set ns = namespace(a=1, s='x') %}{% for m in messages %}"
+         "{% set ns.a = ns.a + 1 %}{% set ns.s = ns.s ~ m.role[0] %}{% endfor %}{{ ns.a }}"
+         "{{ ns.s }}{{ ns.nope is defined }}{% set ns.l = messages[:1] %}{{ ns.l|length }}"
+         "{% set keep = ns.l %}{% set ns.l = 'new' %}{{ keep[0].role }}{{ ns.l }}"
+         "{{ ns is mapping }}{{ namespace() is defined }}{% if ns %}T{% endif %}", None, None),
+        ("set on a non-namespace", "{% set x = messages[0] %}{% set x.role = 1 %}",
+         "cannot assign attribute on non-namespace object", "raise"),
+        ("namespace with a positional argument", "{% if false %}{% set ns = "
+         "namespace(messages[0]) %}{% endif %}", "positional", "beyond"),
+        ("printing a namespace", "{{ namespace() }}", "printing a Namespace", "beyond"),
+        ("inline if", "{{ 'a' if true else 'b' }}{{ 'a' if false else 'b' }}{{ 'x' if false }}|"
+         "{{ messages[0].nope.deeper if false else 'safe' }}"
+         "{{ 'y' if messages|length > 2 else nope.x }}{{ 1 if false else 2 if true else 3 }}"
+         "{{ ('a' if true else 'b') ~ 'c' }}{{ 'p' ~ 'q' if false else 'r' }}"
+         "{% for m in messages if (m.role if true else 'x') == 'user' %}"
+         "{{ m.content if loop.first else '-' }}{% endfor %}"
+         "{{ [1 if true else 2, 3]|join(',') }}{{ 'abc'.replace('a' if true else 'b', 'x') }}"
+         "{{ 'if' if 'if' else 'else' }}{% set v = 'k' if messages else 'j' %}{{ v }}", None,
+         None),
+        ("inline if's other side is checked", "{{ 'a' if true else x|upper }}", "'upper'",
+         "beyond"),
+        ("literals", "{{ [1, 'a', none, true]|tojson }}{{ ['x', 'y']|join('-') }}{{ []|length }}"
+         "{{ [1, 2,]|length }}{{ {'a': 1, 'b': [1, {'c': 'd'}]}|tojson }}{{ {'a': 1}.a }}"
+         "{{ {'k': 'v'}['k'] }}{{ (1, 2)|tojson }}{{ ()|length }}{{ (1)|tojson }}"
+         "{{ 'b' in ['a', 'b'] }}{{ messages[0].role in ('user', 'x') }}"
+         "{{ [messages[0]]|tojson }}{{ {}|tojson }}{{ {'a': 1, 'a': 2}|tojson }}"
+         "{{ [messages[:2][1:], 'x']|tojson }}{{ ['}}', \"%}\"]|join }}", None, None),
+        ("tojson's separators", "{{ messages[0]|tojson(separators=(',', ':')) }}"
+         "{{ [1, [2], {'a': 3}]|tojson(indent=1, separators=(';', '=')) }}", None, None),
+        ("break and continue", "{% for m in messages %}{% if loop.index == 2 %}{% continue %}"
+         "{% endif %}{{ m.role }}{% if loop.index == 3 %}{% break %}{% endif %}{% endfor %}|"
+         "{% for c in 'abcdef' %}{% if c == 'd' %}{% break %}{% endif %}{{ c }}{% for x in 'xy' %}"
+         "{% if x == 'y' %}{% break %}{% endif %}{{ x }}{% endfor %}{% endfor %}|"
+         "{% for c in 'ab' %}{% continue %}x{% else %}e{% endfor %}", None, None),
+        ("break outside a loop", "{% if false %}{% break %}{% endif %}", "outside a loop",
+         "raise"),
+        ("dict methods", "{% for k, v in messages[0].items() %}{{ k }}:{{ v }},{% endfor %}"
+         "{{ messages[0].keys()|join }}{{ messages[0].values()|join }}", None, None),
+        ("selectattr and rejectattr", "{{ messages|selectattr('role', 'equalto', 'user')|list|"
+         "length }}{% for m in messages|rejectattr('role', '==', 'user') %}{{ m.content }}"
+         "{% endfor %}{{ messages|selectattr('n')|list|length }}"
+         "{{ messages|selectattr('n', 'defined')|list|length }}", None, None),
     ]
     with open(f"{d}/conv.json", "w") as f:
         json.dump([conv], f)
