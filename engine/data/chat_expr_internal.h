@@ -1,9 +1,9 @@
-/* The chat templates' expressions, in two files (internal to engine/data): chat_expr.c reads an
- * expression (its scanner and jinja2's grammar, one recursive-descent parser) and calls
- * chat_ops.c for what each construct computes on the values it has read: variables, attributes,
- * subscripts and slices, the operators, filters and tests. Calls go one way, from the reader to
- * the operations; chat_template.c reaches both through zt_chat_eval and zt_chat_split_for
- * (chat_template_internal.h). */
+/* The chat templates' expressions, in three files (internal to engine/data): chat_expr.c reads
+ * an expression (its scanner and jinja2's grammar, one recursive-descent parser) and calls
+ * chat_ops.c (variables, attributes, subscripts and slices, the operators) and chat_filters.c
+ * (filters, tests, functions) for what each construct computes on the values it has read. Calls
+ * go one way, from the reader to the operations; chat_template.c reaches both through
+ * zt_chat_eval and zt_chat_split_for (chat_template_internal.h). */
 #ifndef ZTRAIN_DATA_CHAT_EXPR_INTERNAL_H
 #define ZTRAIN_DATA_CHAT_EXPR_INTERNAL_H
 

@@ -1,7 +1,8 @@
 /* The chat template's parts shared by its files (internal to engine/data): the nodes a template
  * is cut into (chat_template.c), the values and renders that evaluate them (chat_value.c), the
- * methods (chat_method.c) and the expressions' entry points (chat_expr.c, which reads them, and
- * chat_ops.c, which computes them; their own parts are in chat_expr_internal.h). */
+ * methods (chat_method.c), json.dumps for tojson (chat_json.c) and the expressions' entry points
+ * (chat_expr.c, which reads them, chat_ops.c and chat_filters.c, which compute them; their own
+ * parts are in chat_expr_internal.h). */
 #ifndef ZTRAIN_DATA_CHAT_TEMPLATE_INTERNAL_H
 #define ZTRAIN_DATA_CHAT_TEMPLATE_INTERNAL_H
 
