@@ -72,7 +72,7 @@ typedef struct {
 /* The filters and tests (chat_filters.c). */
 
 /* v|name(args), as jinja2's filter (transformers' own for tojson): trim, length, string, list,
- * items, join, select, reject, selectattr, rejectattr, tojson. An unknown filter, an unknown keyword or too many
+ * items, join, first, last, map, select, reject, selectattr, rejectattr, tojson. An unknown filter, an unknown keyword or too many
  * arguments is refused by name, in a check too. */
 val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args,
                    int nargs);
@@ -93,7 +93,7 @@ val zt_chat_sign(ex *e, char o, val v);
 val zt_chat_arith(ex *e, const char *o, val a, val b);
 /* '*': integers multiply, and a string times an integer repeats, as in Python. */
 val zt_chat_times(ex *e, val a, val b);
-/* '+': integers add, strings join, as in Python. */
+/* '+': integers add, strings and lists join, as in Python. */
 val zt_chat_plus(ex *e, val a, val b);
 /* '~': both sides as text (zt_chat_text), undefined as nothing. */
 val zt_chat_tilde(ex *e, val a, val b);

@@ -21,7 +21,8 @@ static const filter_spec FILTERS[] = {
     {"trim", {NULL}, false},   {"length", {NULL}, false}, {"string", {NULL}, false},
     {"list", {NULL}, false},   {"items", {NULL}, false},  {"join", {"d", "attribute"}, false},
     {"select", {NULL}, true},  {"reject", {NULL}, true},  {"selectattr", {NULL}, true},
-    {"rejectattr", {NULL}, true},
+    {"rejectattr", {NULL}, true}, {"first", {NULL}, false}, {"last", {NULL}, false},
+    {"map", {NULL}, true},
     {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}, false},
 };
 
@@ -251,6 +252,50 @@ static val tojson(ex *e, val v, const val slot[MAX_PARAMS], const bool given[MAX
     return out;
 }
 
+/* first and last: an item of what v iterates; undefined when there is none. */
+static val end_item(ex *e, val v, bool last) {
+    int n;
+    val *all = iterate(e, last ? "last" : "first", v, &n);
+    if (!all)
+        return (val){.k = V_UNDEF};
+    if (n == 0)
+        return zt_chat_undefined(e, "No %s item, sequence was empty.", last ? "last" : "first");
+    return all[last ? n - 1 : 0];
+}
+
+/* map(attribute='x'[, default=d]) takes each item's attribute (d where it has none);
+ * map('filter', args...) applies the filter to each item. A list, as select's. */
+static val map(ex *e, val v, const zt_chat_arg *args, int nargs) {
+    const zt_chat_arg *attr = NULL, *dflt = NULL;
+    for (int k = 0; k < nargs; k++) {
+        if (args[k].kw && zt_chat_is_name(args[k].kw, args[k].kw_len, "attribute"))
+            attr = &args[k];
+        else if (args[k].kw && zt_chat_is_name(args[k].kw, args[k].kw_len, "default"))
+            dflt = &args[k];
+        else if (args[k].kw)
+            return zt_chat_fail(e, ZT_ERR_INVALID, "filter 'map' has no argument '%.*s'",
+                                (int)args[k].kw_len, args[k].kw);
+    }
+    if (attr ? nargs != 1 + (dflt != NULL) : dflt || nargs == 0)
+        return zt_chat_fail(e, ZT_ERR_INVALID, "filter 'map' takes attribute= (and default=), "
+                            "or a filter's name and its arguments");
+    val f = attr ? attr->v : args[0].v;
+    if (f.k != V_STR)
+        return e->r ? zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "map's %s must be a string",
+                                   attr ? "attribute" : "filter name") : v;
+    if (!e->r) /* a check of the filter, when it is a literal */
+        return attr ? v : zt_chat_filter(e, v, f.s, f.n, args + 1, nargs - 1);
+    int n;
+    val *all = iterate(e, "map", v, &n);
+    for (int k = 0; all && k < n && e->st == ZT_OK; k++) {
+        all[k] = attr ? zt_chat_attribute(e, all[k], f.s, f.n)
+                      : zt_chat_filter(e, all[k], f.s, f.n, args + 1, nargs - 1);
+        if (attr && dflt && all[k].k == V_UNDEF)
+            all[k] = dflt->v;
+    }
+    return all && e->st == ZT_OK ? make_list(e, all, n) : (val){.k = V_UNDEF};
+}
+
 val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args,
                    int nargs) {
     const filter_spec *f = NULL;
@@ -260,6 +305,8 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
     if (!f)
         return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "filter '%.*s' is not supported", (int)n,
                             name);
+    if (!strcmp(f->name, "map"))
+        return map(e, v, args, nargs);
     val slot[MAX_PARAMS];
     bool given[MAX_PARAMS] = {false};
     if (!bind_args(e, f, args, nargs, slot, given))
@@ -282,6 +329,7 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
     if (f->rest)
         return select(e, v, w[0] == 's', strstr(w, "attr") != NULL, args, nargs);
     if (!strcmp(w, "tojson")) return tojson(e, v, slot, given);
+    if (!strcmp(w, "first") || !strcmp(w, "last")) return end_item(e, v, w[0] == 'l');
     if (!strcmp(w, "string")) {
         val t;
         return text_of(e, v, &t) ? t : zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "string of a %s is "

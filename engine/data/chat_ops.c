@@ -305,6 +305,19 @@ val zt_chat_plus(ex *e, val a, val b) {
         return zt_chat_undefined_error(e, a.k == V_UNDEF ? a : b);
     if (a.k == V_STR && b.k == V_STR)
         return concat(e, a, b);
+    if (a.k == V_LIST && b.k == V_LIST) { /* a new list of a's items, then b's */
+        val *items = (val *)(void *)zt_chat_alloc(e->r, (size_t)(a.count + b.count + 1) *
+                                                            sizeof *items);
+        if (!items)
+            return zt_chat_fail(e, ZT_ERR_NOMEM, "out of memory");
+        zt_chat_items(a, items);
+        zt_chat_items(b, items + a.count);
+        char why[256];
+        val out;
+        if (!zt_chat_make_list(e->r, items, a.count + b.count, &out, why))
+            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
+        return out;
+    }
     return zt_chat_fail(e, ZT_ERR_INVALID, "'+' of a %s and a %s", zt_chat_type_name(a),
                         zt_chat_type_name(b));
 }

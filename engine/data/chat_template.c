@@ -133,9 +133,11 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
     return d->kind == N_FOR ? zt_chat_split_for(t, d) : ZT_OK;
 }
 
-/* Where a {{ }} or {% %} tag closes: the first close ("}}" or "%}") outside a string literal,
- * as jinja2's lexer reads the tag (`{{ "}}" }}` prints "}}"); NULL when none. */
+/* Where a {{ }} or {% %} tag closes: the first close ("}}" or "%}") outside a string literal
+ * and outside brackets, as jinja2's lexer reads the tag (`{{ "}}" }}` prints "}}",
+ * `{{ {'a': {}}|length }}` prints 1); NULL when none. */
 static const char *tag_close(const char *p, const char *close) {
+    int depth = 0;
     for (; *p; p++) {
         if (*p == '\'' || *p == '"') {
             char q = *p;
@@ -147,8 +149,12 @@ static const char *tag_close(const char *p, const char *close) {
                 continue;
             }
         }
-        if (p[0] == close[0] && p[1] == close[1])
+        if (depth == 0 && p[0] == close[0] && p[1] == close[1])
             return p;
+        if (*p == '(' || *p == '[' || *p == '{')
+            depth++;
+        else if ((*p == ')' || *p == ']' || *p == '}') && depth > 0)
+            depth--;
     }
     return NULL;
 }

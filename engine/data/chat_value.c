@@ -218,7 +218,15 @@ static cJSON *to_json(render *r, val v, char why[256]) {
     switch (v.k) {
     case V_NONE: return cJSON_CreateNull();
     case V_BOOL: return cJSON_CreateBool(v.b);
-    case V_INT: case V_FLOAT: return cJSON_CreateNumber(v.k == V_INT ? (double)v.i : v.d);
+    case V_INT:
+        /* a cJSON number is a double: past 2**53 it would change */
+        if (v.i > (1ll << 53) || v.i < -(1ll << 53)) {
+            snprintf(why, 256, "a list or object holding an integer beyond 2**53 is not "
+                     "supported");
+            return NULL;
+        }
+        return cJSON_CreateNumber((double)v.i);
+    case V_FLOAT: return cJSON_CreateNumber(v.d);
     case V_STR: {
         char *s = zt_chat_alloc(r, v.n);
         if (!s)
@@ -242,7 +250,7 @@ static cJSON *to_json(render *r, val v, char why[256]) {
         return a;
     }
     default:
-        snprintf(why, 256, "a list holding a %s is not supported", zt_chat_type_name(v));
+        snprintf(why, 256, "a list, object or namespace holding a %s is not supported", zt_chat_type_name(v));
         return NULL;
     }
 }

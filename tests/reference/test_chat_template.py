@@ -383,6 +383,28 @@ with tempfile.TemporaryDirectory() as d:
          "{{ 'b' in ['a', 'b'] }}{{ messages[0].role in ('user', 'x') }}"
          "{{ [messages[0]]|tojson }}{{ {}|tojson }}{{ {'a': 1, 'a': 2}|tojson }}"
          "{{ [messages[:2][1:], 'x']|tojson }}{{ ['}}', \"%}\"]|join }}", None, None),
+        ("a literal list holding a large integer", "{{ [9007199254740993]|tojson }}", "2**53",
+         "beyond"),
+        ("nested literals and '}}' in a tag", "{{ {'b': 1, 'a': {'d': 1, 'c': 2}}|tojson("
+         "sort_keys=true, indent=1) }}{% set d = {'a': [1, {'b': 2}]} %}{{ d.a[1].b }}"
+         "{% if {'x': 1}.x %}y{% endif %}", None, None),
+        ("lists join with '+'", "{% set ns = namespace(x=[]) %}{% set ns.x = ns.x + [1] %}"
+         "{% set ns.x = ns.x + messages[:1] %}{{ ns.x|tojson }}{{ ([] + [])|length }}", None,
+         None),
+        ("map, first and last", "{{ messages|map(attribute='role')|join(',') }}|"
+         "{{ messages|map(attribute='nope', default='d')|join }}|"
+         "{{ messages[0].content|map('length')|join }}|{{ [' a ', 'b ']|map('trim')|join('.') }}|"
+         "{{ ['ab', 'c']|map('join', '-')|join }}|"
+         "{{ (messages|selectattr('role', 'eq', 'user')|first).content }}|"
+         "{{ messages[:2]|last|tojson }}|{{ 'abc'|first }}{{ 'abc'|last }}|"
+         "{{ []|first is defined }}{{ nope|first is defined }}{{ messages[0]|first }}", None, None),
+        ("map with an unknown filter", "{{ messages|map('nope')|list }}", "'nope'", "raise"),
+        ("map's unknown keyword", "{{ messages|map(attribute='role', x=1)|list }}",
+         "has no argument 'x'", "raise"),
+        ("map's unknown filter, untaken", "{% if false %}{{ messages|map('upper')|list }}"
+         "{% endif %}", "'upper'", "beyond"),
+        ("a list of undefined values", "{{ messages|map(attribute='nope')|list|length }}",
+         "holding a Undefined", "beyond"),
         ("tojson's separators", "{{ messages[0]|tojson(separators=(',', ':')) }}"
          "{{ [1, [2], {'a': 3}]|tojson(indent=1, separators=(';', '=')) }}", None, None),
         ("break and continue", "{% for m in messages %}{% if loop.index == 2 %}{% continue %}"
