@@ -3,7 +3,8 @@ against transformers' apply_chat_template, byte for byte: Qwen2.5-Instruct's (it
 uses tojson), Llama 3.1's (tojson(indent=4), reject('equalto', ...), join, items, `for a, b in`,
 tests mapping and iterable) and Llama 3.2's (strftime_now), as chat_templates.py copies them
 from the published tokenizer_config.json files, Mistral v0.3's (namespace(), set ns.x,
-selectattr, dict.items(), string), and Gemma 2's and Phi-3's.
+selectattr, dict.items(), string), DeepSeek-R1-Distill's (str.split), and Gemma 2's and
+Phi-3's.
 
 Each renders varied conversations (with and without a system message, tool results, unicode,
 quotes, braces, newlines) with and without the generation prompt; a conversation the template
@@ -25,7 +26,8 @@ reexec_in_venv()
 from tokenizers import Tokenizer, models  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from chat_templates import GEMMA2, LLAMA31, LLAMA32, MISTRAL03, PHI3, QWEN25  # noqa: E402
+from chat_templates import (DEEPSEEK_R1, GEMMA2, LLAMA31, LLAMA32, MISTRAL03, PHI3,  # noqa: E402
+                            QWEN25)
 from ztref import Checker, tool  # noqa: E402
 
 FAMILIES = [
@@ -35,6 +37,7 @@ FAMILIES = [
     ("mistral v0.3", MISTRAL03, "<s>", "</s>"),
     ("gemma 2", GEMMA2, "<bos>", "<eos>"),
     ("phi-3", PHI3, "<s>", "<|endoftext|>"),
+    ("deepseek r1 distill", DEEPSEEK_R1, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 ]
 
 CONVERSATIONS = [
@@ -58,6 +61,8 @@ CONVERSATIONS = [
     [{"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
      {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}],
     [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+    [{"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "<think>\nadd</think>\n\n4</think> sure"}],
 ]
 
 

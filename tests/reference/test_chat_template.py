@@ -405,6 +405,13 @@ with tempfile.TemporaryDirectory() as d:
          "{% endif %}", "'upper'", "beyond"),
         ("a list of undefined values", "{{ messages|map(attribute='nope')|list|length }}",
          "holding a Undefined", "beyond"),
+        ("split", "{{ 'a</think>b</think>c'.split('</think>')|tojson }}"
+         "{{ '  a  b\u3000c '.split()|tojson }}{{ 'a b c'.split(none, 1)|tojson }}"
+         "{{ 'a,b,c'.split(',', 1)|tojson }}{{ ''.split()|tojson }}{{ ''.split(',')|tojson }}"
+         "{{ ' a b '.split(none, 0)|tojson }}{{ 'a  b  '.split(none, 1)|tojson }}"
+         "{{ ',a,'.split(',')|tojson }}{{ 'abc'.split('abc')|tojson }}"
+         "{{ 'x'.split(',', -1)|tojson }}{{ messages[0].content.split('l')[-1] }}", None, None),
+        ("split by ''", "{{ 'a'.split('') }}", "empty separator", "raise"),
         ("tojson's separators", "{{ messages[0]|tojson(separators=(',', ':')) }}"
          "{{ [1, [2], {'a': 3}]|tojson(indent=1, separators=(';', '=')) }}", None, None),
         ("break and continue", "{% for m in messages %}{% if loop.index == 2 %}{% continue %}"

@@ -3,8 +3,9 @@
  * trim_blocks and lstrip_blocks; see docs/fine-tuning.md for the subset).
  *
  * The subset is what the published Llama 2, Llama 3, Llama 3.1/3.2/3.3, Mistral v0.2 and v0.3,
- * Qwen2, Qwen2.5, Gemma 2, Phi-3 and Zephyr templates use: text, {{ expression }},
- * {% set x = ... %}, {% set ns.x = ... %} on a namespace(...), {% if %}/{% elif %}/{% else %},
+ * Qwen2, Qwen2.5, Gemma 2, Phi-3, DeepSeek-R1-Distill and Zephyr templates use: text,
+ * {{ expression }}, {% set x = ... %}, {% set ns.x = ... %} on a namespace(...),
+ * {% if %}/{% elif %}/{% else %},
  * {% for x in y [if filter] %} (or "for a, b in", unpacking) ... [{% else %}] over a list, an
  * object's keys or a string's code points, {% break %} and {% continue %}, with loop.index0,
  * loop.index, loop.revindex(0), loop.first, loop.last, loop.length, loop.depth(0),
@@ -17,7 +18,7 @@
  * string, list, items, first, last, join, map, select, reject, selectattr, rejectattr and
  * transformers' tojson,
  * with positional and keyword arguments; the methods strip, lstrip and rstrip (chars optional),
- * startswith, endswith, replace, and dict.get, items, keys and values; raise_exception(message),
+ * startswith, endswith, replace, split, and dict.get, items, keys and values; raise_exception(message),
  * which fails the render with that message, strftime_now(format) and namespace(name=value).
  * Operators bind as in jinja2's parser (-x|length is (-x)|length). Anything else (macros, other
  * filters, tests or methods, a filter's unknown keyword, "/", \N{} escapes, nesting deeper than
