@@ -204,6 +204,74 @@ static val string_literal(ex *e) {
 /* ---- the grammar, as jinja2's parser: each level calls the one that binds tighter --------- */
 
 static val expr(ex *e);
+static val postfix(ex *e, val v);
+static int arguments(ex *e, zt_chat_arg *args, bool kw);
+
+/* The items of a list literal (or tuple) up to close, after its opening bracket; a trailing
+ * comma is allowed, as in jinja2. */
+static val list_literal(ex *e, const char *close) {
+    val items[64];
+    int n = 0;
+    while (e->st == ZT_OK && !op(e, close)) {
+        if (n == 64)
+            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "a list literal of more than 64 items");
+        items[n++] = expr(e);
+        if (!op(e, ",")) {
+            expect(e, close);
+            break;
+        }
+    }
+    if (!e->r || e->st != ZT_OK)
+        return (val){.k = V_UNDEF};
+    char why[256];
+    val out;
+    if (!zt_chat_make_list(e->r, items, n, &out, why))
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
+    return out;
+}
+
+/* (x) is x; (a, b) and () are tuples, which the subset holds as lists. */
+static val tuple(ex *e) {
+    if (op(e, ")")) { /* () */
+        char why[256];
+        val out = {.k = V_UNDEF};
+        if (e->r && !zt_chat_make_list(e->r, NULL, 0, &out, why))
+            return zt_chat_fail(e, ZT_ERR_NOMEM, "%s", why);
+        return out;
+    }
+    const char *at = e->p;
+    val v = expr(e);
+    if (op(e, ")"))
+        return v;
+    if (e->st != ZT_OK || !op(e, ","))
+        return zt_chat_fail(e, ZT_ERR_FORMAT, "expected ')'");
+    e->p = at; /* read again as a list's items */
+    return list_literal(e, ")");
+}
+
+/* {key: value, ...} with string keys. */
+static val dict_literal(ex *e) {
+    val keys[64], items[64];
+    int n = 0;
+    while (e->st == ZT_OK && !op(e, "}")) {
+        if (n == 64)
+            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "a dict literal of more than 64 items");
+        keys[n] = expr(e);
+        expect(e, ":");
+        items[n++] = expr(e);
+        if (!op(e, ",")) {
+            expect(e, "}");
+            break;
+        }
+    }
+    if (!e->r || e->st != ZT_OK)
+        return (val){.k = V_UNDEF};
+    char why[256];
+    val out;
+    if (!zt_chat_make_dict(e->r, keys, items, n, false, &out, why))
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
+    return out;
+}
 
 static val primary(ex *e) {
     skip_ws(e);
@@ -221,13 +289,12 @@ static val primary(ex *e) {
             return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "floating-point numbers are not supported");
         return zt_chat_int(i);
     }
-    if (op(e, "(")) {
-        val v = expr(e);
-        expect(e, ")");
-        return v;
-    }
-    if (op(e, "[") || op(e, "{"))
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "list and dict literals are not supported");
+    if (op(e, "("))
+        return tuple(e);
+    if (op(e, "["))
+        return list_literal(e, "]");
+    if (op(e, "{"))
+        return dict_literal(e);
     size_t n = peek_ident(e);
     if (n == 0)
         return zt_chat_fail(e, ZT_ERR_FORMAT, "unexpected '%c'", *e->p);
@@ -239,8 +306,7 @@ static val primary(ex *e) {
         return zt_chat_bool(false);
     if (zt_chat_is_name(name, n, "none") || zt_chat_is_name(name, n, "None"))
         return (val){.k = V_NONE};
-    if (zt_chat_is_name(name, n, "raise_exception")) {
-        expect(e, "(");
+    if (zt_chat_is_name(name, n, "raise_exception") && op(e, "(")) {
         val msg = expr(e);
         expect(e, ")");
         if (e->r && e->st == ZT_OK)
@@ -248,34 +314,48 @@ static val primary(ex *e) {
                                 msg.k == V_STR ? (int)msg.n : 0, msg.k == V_STR ? msg.s : "");
         return (val){.k = V_UNDEF};
     }
-    skip_ws(e);
-    if (e->p < e->end && *e->p == '(')
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "function '%.*s' is not supported", (int)n,
-                            name);
+    if (op(e, "(")) {
+        zt_chat_arg args[ZT_CHAT_MAX_ARGS];
+        int nargs = arguments(e, args, true);
+        return nargs < 0 ? (val){.k = V_UNDEF} : zt_chat_call(e, name, n, args, nargs);
+    }
     if (!e->r) /* a check knows `loop` by name, so its attributes are checked too */
         return zt_chat_is_name(name, n, "loop") ? (val){.k = V_LOOP} : (val){.k = V_UNDEF};
     return zt_chat_lookup(e, name, n);
 }
 
-/* The arguments of a call after its '(' up to its ')', at most max (positional only). */
-static int arguments(ex *e, val *args, int max) {
+/* The arguments of a call after its '(' up to its ')', at most ZT_CHAT_MAX_ARGS: positional
+ * ones, then keyword ones (name=value), as Python's grammar orders them; keywords are refused
+ * by name where kw is false (methods: Python's str methods take none that templates use). */
+static int arguments(ex *e, zt_chat_arg *args, bool kw) {
     int n = 0;
     if (op(e, ")"))
         return 0;
     do {
         size_t w = peek_ident(e);
-        const char *after = e->p + w;
+        const char *name = e->p, *after = e->p + w;
         while (after < e->end && (*after == ' ' || *after == '\t' || *after == '\n'))
             after++;
+        zt_chat_arg a = {0};
         if (w && after < e->end && *after == '=' && (after + 1 >= e->end || after[1] != '=')) {
-            zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "keyword arguments ('%.*s=') are not supported",
-                         (int)w, e->p);
+            if (!kw) {
+                zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "keyword arguments ('%.*s=') are not "
+                             "supported", (int)w, name);
+                return -1;
+            }
+            a.kw = name, a.kw_len = w;
+            e->p = after + 1;
+        } else if (n && args[n - 1].kw) {
+            zt_chat_fail(e, ZT_ERR_FORMAT, "a positional argument follows a keyword argument");
             return -1;
         }
-        val a = expr(e);
-        if (n < max)
-            args[n] = a;
-        n++;
+        a.v = expr(e);
+        if (n == ZT_CHAT_MAX_ARGS) {
+            zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "a call with more than %d arguments",
+                         ZT_CHAT_MAX_ARGS);
+            return -1;
+        }
+        args[n++] = a;
     } while (e->st == ZT_OK && op(e, ","));
     expect(e, ")");
     return e->st == ZT_OK ? n : -1;
@@ -290,10 +370,13 @@ static val call_method(ex *e, val v, const char *name, size_t n) {
         e->p = name;
         return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "method '%.*s' is not supported", (int)n, name);
     }
-    val args[8];
-    int nargs = arguments(e, args, 8);
+    zt_chat_arg a[ZT_CHAT_MAX_ARGS];
+    int nargs = arguments(e, a, false);
     if (nargs < 0)
         return (val){.k = V_UNDEF};
+    val args[ZT_CHAT_MAX_ARGS];
+    for (int k = 0; k < nargs; k++)
+        args[k] = a[k].v;
     if (nargs < m->min_args || nargs > m->max_args) {
         e->p = at;
         return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "method '%s' with %d argument%s is not "
@@ -350,22 +433,46 @@ static val postfix(ex *e, val v) {
     }
 }
 
-/* A filter's name after '|', and whether arguments follow it (the subset's filters take none). */
+/* A filter's name after '|', and its arguments when a '(' follows. */
 static val filter(ex *e, val v) {
     size_t n = peek_ident(e);
     const char *name = e->p;
     e->p += n;
-    skip_ws(e);
-    return zt_chat_filter(e, v, name, n, e->p < e->end && *e->p == '(');
+    if (n == 0)
+        return zt_chat_fail(e, ZT_ERR_FORMAT, "expected a filter's name after '|'");
+    zt_chat_arg args[ZT_CHAT_MAX_ARGS];
+    int nargs = op(e, "(") ? arguments(e, args, true) : 0;
+    if (nargs < 0)
+        return (val){.k = V_UNDEF};
+    return zt_chat_filter(e, v, name, n, args, nargs);
 }
 
-/* x is [not] NAME, after its "is". */
+/* x is [not] NAME, after its "is": with arguments in parentheses, or one value after the name
+ * (`x is equalto 3`), as jinja2's parse_test reads a name, a string, a number, '(' '[' '{' that
+ * is not "else", "or" or "and". */
 static val test(ex *e, val v) {
     bool neg = word(e, "not");
     size_t n = peek_ident(e);
     const char *name = e->p;
     e->p += n;
-    return zt_chat_test(e, v, name, n, neg);
+    if (n == 0)
+        return zt_chat_fail(e, ZT_ERR_FORMAT, "expected a test's name after 'is'");
+    zt_chat_arg args[ZT_CHAT_MAX_ARGS];
+    int nargs = 0;
+    if (op(e, "(")) {
+        nargs = arguments(e, args, true);
+    } else {
+        size_t w = peek_ident(e);
+        bool keyword = (w == 4 && !memcmp(e->p, "else", 4)) || (w == 2 && !memcmp(e->p, "or", 2))
+                       || (w == 3 && !memcmp(e->p, "and", 3));
+        if (e->p < e->end && !keyword && (w || strchr("'\"[{0123456789", *e->p))) {
+            args[0] = (zt_chat_arg){.v = postfix(e, primary(e))};
+            nargs = 1;
+        }
+    }
+    if (nargs < 0)
+        return (val){.k = V_UNDEF};
+    return zt_chat_test(e, v, name, n, args, nargs, neg);
 }
 
 /* Filters and tests after a value, as jinja2's parse_filter_expr: they bind tighter than any
@@ -524,13 +631,68 @@ static val or_expr(ex *e) {
     return v;
 }
 
+/* Whether an inline 'if' follows at this level before the expression ends (at a ',', ':' or
+ * closing bracket of the level, or its end): strings and brackets are skipped. */
+static bool inline_if_ahead(const ex *e) {
+    int depth = 0;
+    for (const char *p = e->p; p < e->end;) {
+        char c = *p;
+        if (c == '\'' || c == '"') {
+            for (p++; p < e->end && *p != c; p += *p == '\\' ? 2 : 1)
+                ;
+            p++;
+        } else if (zt_chat_is_ident(c, true)) {
+            const char *w = p;
+            while (p < e->end && zt_chat_is_ident(*p, false))
+                p++;
+            if (depth == 0 && p - w == 2 && !memcmp(w, "if", 2))
+                return true;
+        } else {
+            if (c == '(' || c == '[' || c == '{')
+                depth++;
+            else if (c == ')' || c == ']' || c == '}' || ((c == ',' || c == ':') && !depth))
+                if (depth-- == 0)
+                    return false;
+            p++;
+        }
+    }
+    return false;
+}
+
+/* a if c else b, as jinja2's parse_condexpr: c is evaluated first, then a or b (the other is
+ * only checked); without an else, a false c gives undefined. So a is read once to be checked,
+ * and again to be evaluated when c holds. */
+static val cond_expr(ex *e) {
+    const char *at = e->p;
+    render *keep = e->r;
+    e->r = NULL;
+    val v = or_expr(e);
+    e->r = keep;
+    if (!word(e, "if"))
+        return zt_chat_fail(e, ZT_ERR_FORMAT, "expected 'if'");
+    bool c = zt_chat_truthy(or_expr(e));
+    val b = {.k = V_UNDEF};
+    if (word(e, "else")) {
+        e->r = keep && !c ? keep : NULL;
+        b = expr(e);
+        e->r = keep;
+    }
+    if (!keep || e->st != ZT_OK)
+        return v;
+    if (!c)
+        return b;
+    const char *end = e->p;
+    e->p = at;
+    v = or_expr(e);
+    e->p = end;
+    return v;
+}
+
 static val expr(ex *e) {
     if (!deeper(e))
         return (val){.k = V_UNDEF};
-    val v = or_expr(e);
+    val v = inline_if_ahead(e) ? cond_expr(e) : or_expr(e);
     e->depth--;
-    if (peek_ident(e) == 2 && !memcmp(e->p, "if", 2))
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "inline 'if ... else' is not supported");
     return v;
 }
 

@@ -1,9 +1,9 @@
-/* The chat templates' expressions, in two files (internal to engine/data): chat_expr.c reads an
- * expression (its scanner and jinja2's grammar, one recursive-descent parser) and calls
- * chat_ops.c for what each construct computes on the values it has read: variables, attributes,
- * subscripts and slices, the operators, filters and tests. Calls go one way, from the reader to
- * the operations; chat_template.c reaches both through zt_chat_eval and zt_chat_split_for
- * (chat_template_internal.h). */
+/* The chat templates' expressions, in three files (internal to engine/data): chat_expr.c reads
+ * an expression (its scanner and jinja2's grammar, one recursive-descent parser) and calls
+ * chat_ops.c (variables, attributes, subscripts and slices, the operators) and chat_filters.c
+ * (filters, tests, functions) for what each construct computes on the values it has read. Calls
+ * go one way, from the reader to the operations; chat_template.c reaches both through
+ * zt_chat_eval and zt_chat_split_for (chat_template_internal.h). */
 #ifndef ZTRAIN_DATA_CHAT_EXPR_INTERNAL_H
 #define ZTRAIN_DATA_CHAT_EXPR_INTERNAL_H
 
@@ -59,11 +59,33 @@ val zt_chat_subscript(ex *e, val v, val key);
  * bound that is not an integer or none, or a value that is neither, gives jinja2's undefined; a
  * step of 0 raises. */
 val zt_chat_slice(ex *e, val v, val a, val b, val c);
-/* v|name: trim (of v as text) and length (code points of a string, items of a list or object,
- * 0 for undefined); with_args says a '(' follows the name, which the subset refuses. */
-val zt_chat_filter(ex *e, val v, const char *name, size_t n, bool with_args);
-/* v is [not] name: defined, none, string. */
-val zt_chat_test(ex *e, val v, const char *name, size_t n, bool negated);
+/* One argument of a call: positional (kw NULL) or kw=v. */
+typedef struct {
+    val v;
+    const char *kw;
+    size_t kw_len;
+} zt_chat_arg;
+
+/* The most arguments a call may pass. */
+#define ZT_CHAT_MAX_ARGS 8
+
+/* The filters and tests (chat_filters.c). */
+
+/* v|name(args), as jinja2's filter (transformers' own for tojson): trim, length, string, list,
+ * items, join, first, last, map, select, reject, selectattr, rejectattr, tojson. An unknown filter, an unknown keyword or too many
+ * arguments is refused by name, in a check too. */
+val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args,
+                   int nargs);
+/* v is [not] name(args), as jinja2's test: defined, undefined, none, string, mapping, iterable,
+ * sequence, number, integer, float, boolean, true, false, equalto (eq, ==), ne (!=), in. */
+val zt_chat_test(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args, int nargs,
+                 bool negated);
+/* Whether the test name exists and takes nargs arguments; false after zt_chat_fail. */
+bool zt_chat_test_check(ex *e, const char *name, size_t n, int nargs);
+/* name(args), a function apply_chat_template passes: strftime_now(format), the local time as
+ * Python's datetime.now().strftime gives it, and jinja2's namespace(name=value, ...). */
+val zt_chat_call(ex *e, const char *name, size_t n, const zt_chat_arg *args, int nargs);
+
 /* Unary '-' and '+' (o) of a number, as Python's; anything else raises TypeError. */
 val zt_chat_sign(ex *e, char o, val v);
 /* Integer arithmetic o ("+", "-", "*", "//", "%") with Python's floor division and modulo (bools
@@ -71,7 +93,7 @@ val zt_chat_sign(ex *e, char o, val v);
 val zt_chat_arith(ex *e, const char *o, val a, val b);
 /* '*': integers multiply, and a string times an integer repeats, as in Python. */
 val zt_chat_times(ex *e, val a, val b);
-/* '+': integers add, strings join, as in Python. */
+/* '+': integers add, strings and lists join, as in Python. */
 val zt_chat_plus(ex *e, val a, val b);
 /* '~': both sides as text (zt_chat_text), undefined as nothing. */
 val zt_chat_tilde(ex *e, val a, val b);

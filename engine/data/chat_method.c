@@ -1,6 +1,6 @@
 /* The methods a chat template may call (chat_template_internal.h), as Python computes them on
  * jinja2's values: str.strip, lstrip, rstrip (with or without chars), startswith, endswith and
- * replace, dict.get, and loop.cycle. Strings count and strip code points, as Python's str does. */
+ * replace, split, dict.get, items, keys and values (as lists), and loop.cycle. Strings count and strip code points, as Python's str does. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +9,7 @@
 static const zt_chat_method METHODS[] = {
     {"strip", 0, 1},      {"lstrip", 0, 1},   {"rstrip", 0, 1}, {"startswith", 1, 1},
     {"endswith", 1, 1},   {"replace", 2, 3},  {"get", 1, 2},    {"cycle", 1, 8},
+    {"items", 0, 0},      {"keys", 0, 0},     {"values", 0, 0}, {"split", 0, 2},
 };
 
 const zt_chat_method *zt_chat_method_find(const char *name, size_t n) {
@@ -100,11 +101,70 @@ static bool replace(render *r, val v, val old, val new, long long count, val *ou
     return true;
 }
 
+/* str.split(sep=None, maxsplit=-1): at each sep, or, with sep none, at runs of Python's
+ * whitespace with none kept at either end. */
+static bool split(render *r, val v, val sep, long long max, val *out, char why[256]) {
+    val *parts = (val *)(void *)zt_chat_alloc(r, (v.n + 1) * sizeof *parts);
+    if (!parts) {
+        snprintf(why, 256, "out of memory");
+        return false;
+    }
+    int n = 0;
+    if (sep.k == V_NONE) {
+        v = zt_chat_strip_space(v, true, false);
+        while (v.n) {
+            size_t k = 0;
+            if (max < 0 || n < max)
+                while (k < v.n && !zt_chat_space_prefix(v.s + k, v.n - k))
+                    k += zt_chat_cp_len((unsigned char)v.s[k]);
+            else /* past maxsplit the rest is one part, its trailing whitespace kept */
+                k = v.n;
+            k = k > v.n ? v.n : k;
+            parts[n++] = zt_chat_str(v.s, k);
+            v.s += k, v.n -= k;
+            v = zt_chat_strip_space(v, true, false);
+        }
+    } else {
+        for (;;) {
+            size_t k = 0;
+            while (k + sep.n <= v.n && memcmp(v.s + k, sep.s, sep.n) != 0)
+                k++;
+            if (k + sep.n > v.n || (max >= 0 && n >= max))
+                break;
+            parts[n++] = zt_chat_str(v.s, k);
+            v.s += k + sep.n, v.n -= k + sep.n;
+        }
+        parts[n++] = v;
+    }
+    return zt_chat_make_list(r, parts, n, out, why);
+}
+
+/* dict.items(), keys(), values() as lists ((key, value) pairs as two-item lists). */
+static bool dict_view(render *r, const zt_chat_method *m, val v, val *out, char why[256]) {
+    int n = cJSON_GetArraySize(v.j), k = 0;
+    val *all = (val *)(void *)zt_chat_alloc(r, (size_t)(n ? n : 1) * sizeof *all);
+    if (!all) {
+        snprintf(why, 256, "out of memory");
+        return false;
+    }
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v.j) {
+        val key = zt_chat_str(x->string, strlen(x->string)), pair[2] = {key, zt_chat_from_json(x)};
+        if (is(m, "items") && !zt_chat_make_list(r, pair, 2, &all[k], why))
+            return false;
+        if (!is(m, "items"))
+            all[k] = is(m, "keys") ? key : pair[1];
+        k++;
+    }
+    return zt_chat_make_list(r, all, n, out, why);
+}
+
 bool zt_chat_method_call(render *r, const zt_chat_method *m, val v, const val *args, int nargs,
                          val *out, char why[256]) {
     const char *type = zt_chat_type_name(v);
-    bool on_str = !is(m, "get") && !is(m, "cycle");
-    if ((on_str && v.k != V_STR) || (is(m, "get") && v.k != V_DICT) ||
+    bool on_dict = is(m, "get") || is(m, "items") || is(m, "keys") || is(m, "values");
+    bool on_str = !on_dict && !is(m, "cycle");
+    if ((on_str && v.k != V_STR) || (on_dict && v.k != V_DICT) ||
         (is(m, "cycle") && v.k != V_LOOP)) {
         snprintf(why, 256, "'%s object' has no attribute '%s'", type, m->name);
         return false;
@@ -113,6 +173,8 @@ bool zt_chat_method_call(render *r, const zt_chat_method *m, val v, const val *a
         *out = args[v.loop->index0 % nargs];
         return true;
     }
+    if (on_dict && !is(m, "get"))
+        return dict_view(r, m, v, out, why);
     if (is(m, "get")) {
         char key[128];
         const cJSON *j = NULL;
@@ -143,6 +205,22 @@ bool zt_chat_method_call(render *r, const zt_chat_method *m, val v, const val *a
         bool hit = p.n <= v.n && memcmp(is(m, "startswith") ? v.s : v.s + v.n - p.n, p.s, p.n) == 0;
         *out = zt_chat_bool(hit);
         return true;
+    }
+    if (is(m, "split")) {
+        val sep = nargs ? args[0] : (val){.k = V_NONE};
+        long long max = -1;
+        if ((sep.k != V_NONE && sep.k != V_STR) ||
+            (nargs > 1 && args[1].k != V_INT && args[1].k != V_BOOL)) {
+            snprintf(why, 256, "split() takes a separator (str or None) and an integer");
+            return false;
+        }
+        if (sep.k == V_STR && sep.n == 0) {
+            snprintf(why, 256, "empty separator");
+            return false;
+        }
+        if (nargs > 1)
+            max = args[1].k == V_INT ? args[1].i : args[1].b;
+        return split(r, v, sep, max, out, why);
     }
     /* replace */
     for (int k = 0; k < 2; k++)

@@ -1,5 +1,5 @@
 /* What the chat templates' expressions compute (chat_expr_internal.h): variables, attributes,
- * subscripts and slices, the operators, filters and tests, each as jinja2 and Python compute
+ * subscripts and slices, and the operators, each as jinja2 and Python compute
  * them, on the values the reader (chat_expr.c) has evaluated. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -64,13 +64,6 @@ val zt_chat_tilde(ex *e, val a, val b) {
     return concat(e, ta, tb);
 }
 
-static val strip(ex *e, val v, bool left, bool right) {
-    if (v.k != V_STR)
-        return zt_chat_fail(e, ZT_ERR_INVALID, "trim or strip of a %s, not a string",
-                            zt_chat_type_name(v));
-    return zt_chat_strip_space(v, left, right);
-}
-
 /* The loop variable's attributes; in a check (no loop) only whether the name is one. */
 static val loop_attribute(ex *e, const loop_state *l, const char *name, size_t n) {
     static const char *const names[] = {"index0", "index", "revindex0", "revindex", "first",
@@ -108,7 +101,7 @@ val zt_chat_attribute(ex *e, val v, const char *name, size_t n) {
         return v;
     if (v.k == V_UNDEF)
         return zt_chat_undefined_error(e, v);
-    if (v.k == V_DICT) {
+    if (v.k == V_DICT || v.k == V_NS) {
         char key[128];
         snprintf(key, sizeof key, "%.*s", (int)n, name);
         const cJSON *j = cJSON_GetObjectItemCaseSensitive(v.j, key);
@@ -236,54 +229,6 @@ val zt_chat_slice(ex *e, val v, val a, val b, val c) {
     return zt_chat_str(out, n);
 }
 
-val zt_chat_filter(ex *e, val v, const char *name, size_t n, bool with_args) {
-    if (with_args && (zt_chat_is_name(name, n, "trim") || zt_chat_is_name(name, n, "length")))
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "filter '%.*s' with arguments is not supported",
-                            (int)n, name);
-    if (zt_chat_is_name(name, n, "trim")) {
-        if (!e->r)
-            return v;
-        /* jinja2's trim strips the value made text */
-        char num[32];
-        val t = {.k = V_STR};
-        if (!zt_chat_text(v, num, &t.s, &t.n))
-            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "trim of a %s is not supported",
-                                zt_chat_type_name(v));
-        if (t.s == num) {
-            char *copy = zt_chat_alloc(e->r, t.n);
-            if (!copy)
-                return zt_chat_fail(e, ZT_ERR_NOMEM, "out of memory");
-            t.s = memcpy(copy, num, t.n);
-        }
-        return strip(e, t, true, true);
-    }
-    if (zt_chat_is_name(name, n, "length")) {
-        if (!e->r)
-            return v;
-        if (v.k == V_LIST) return zt_chat_int(v.count);
-        if (v.k == V_DICT) return zt_chat_int(cJSON_GetArraySize(v.j));
-        if (v.k == V_UNDEF) return zt_chat_int(0);
-        if (v.k == V_STR) { /* code points, as Python's len */
-            long long count = 0;
-            for (size_t i = 0; i < v.n; i++)
-                count += ((unsigned char)v.s[i] & 0xc0) != 0x80;
-            return zt_chat_int(count);
-        }
-        return zt_chat_fail(e, ZT_ERR_INVALID, "length of a %s", zt_chat_type_name(v));
-    }
-    return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "filter '%.*s' is not supported", (int)n, name);
-}
-
-val zt_chat_test(ex *e, val v, const char *t, size_t n, bool neg) {
-    bool r;
-    if (zt_chat_is_name(t, n, "defined")) r = v.k != V_UNDEF;
-    else if (zt_chat_is_name(t, n, "none")) r = v.k == V_NONE;
-    else if (zt_chat_is_name(t, n, "string")) r = v.k == V_STR;
-    else return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "test 'is %.*s' is not supported", (int)n,
-                             t);
-    return e->r ? zt_chat_bool(r != neg) : v;
-}
-
 /* jinja2's integers are unbounded: a result beyond 64 bits is refused, never wrapped. */
 val zt_chat_arith(ex *e, const char *o, val a, val b) {
     if (!e->r || e->st != ZT_OK)
@@ -360,6 +305,19 @@ val zt_chat_plus(ex *e, val a, val b) {
         return zt_chat_undefined_error(e, a.k == V_UNDEF ? a : b);
     if (a.k == V_STR && b.k == V_STR)
         return concat(e, a, b);
+    if (a.k == V_LIST && b.k == V_LIST) { /* a new list of a's items, then b's */
+        val *items = (val *)(void *)zt_chat_alloc(e->r, (size_t)(a.count + b.count + 1) *
+                                                            sizeof *items);
+        if (!items)
+            return zt_chat_fail(e, ZT_ERR_NOMEM, "out of memory");
+        zt_chat_items(a, items);
+        zt_chat_items(b, items + a.count);
+        char why[256];
+        val out;
+        if (!zt_chat_make_list(e->r, items, a.count + b.count, &out, why))
+            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
+        return out;
+    }
     return zt_chat_fail(e, ZT_ERR_INVALID, "'+' of a %s and a %s", zt_chat_type_name(a),
                         zt_chat_type_name(b));
 }

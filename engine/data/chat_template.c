@@ -71,7 +71,8 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
         const char *word;
         node_kind kind;
     } words[] = {{"set", N_SET}, {"if", N_IF},       {"elif", N_ELIF}, {"else", N_ELSE},
-                 {"endif", N_ENDIF}, {"for", N_FOR}, {"endfor", N_ENDFOR}};
+                 {"endif", N_ENDIF}, {"for", N_FOR}, {"endfor", N_ENDFOR},
+                 {"break", N_BREAK}, {"continue", N_CONTINUE}};
     size_t k = 0;
     while (k < sizeof words / sizeof words[0] &&
            !(strlen(words[k].word) == n && memcmp(words[k].word, w, n) == 0))
@@ -81,23 +82,46 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
     d->kind = words[k].kind;
     while (s < end && is_space(*s))
         s++;
-    if (d->kind == N_ELSE || d->kind == N_ENDIF || d->kind == N_ENDFOR) {
+    if (d->kind == N_ELSE || d->kind == N_ENDIF || d->kind == N_ENDFOR || d->kind == N_BREAK ||
+        d->kind == N_CONTINUE) {
         if (s != end)
             return tag_error(t, d->offset, "unexpected text after the statement:", s,
                              (int)(end - s));
         return ZT_OK;
     }
     if (d->kind == N_SET || d->kind == N_FOR) {
-        const char *v = s;
-        while (s < end && zt_chat_is_ident(*s, s == v))
-            s++;
-        if (s == v || (size_t)(s - v) >= sizeof d->var)
-            return tag_error(t, d->offset, "expected a variable name after", w, (int)n);
-        snprintf(d->var, sizeof d->var, "%.*s", (int)(s - v), v);
-        while (s < end && is_space(*s))
-            s++;
+        /* a name, or for a for names split by ',' that each item unpacks into */
+        do {
+            while (d->n_var && s < end && is_space(*s))
+                s++;
+            const char *v = s;
+            while (s < end && zt_chat_is_ident(*s, s == v))
+                s++;
+            if (s == v || (size_t)(s - v) >= sizeof d->var[0])
+                return tag_error(t, d->offset, "expected a variable name after", w, (int)n);
+            if (d->n_var == 4)
+                return tag_error(t, d->offset, "unpacking into more than 4 names is not "
+                                 "supported:", w, (int)(end - w));
+            snprintf(d->var[d->n_var++], sizeof d->var[0], "%.*s", (int)(s - v), v);
+            while (s < end && is_space(*s))
+                s++;
+        } while (d->kind == N_FOR && s < end && *s == ',' && s++);
+        /* set ns.name = ...: a namespace's attribute */
+        if (d->kind == N_SET && s < end && *s == '.') {
+            const char *v = ++s;
+            while (s < end && zt_chat_is_ident(*s, s == v))
+                s++;
+            if (s == v || (size_t)(s - v) >= sizeof d->var[0])
+                return tag_error(t, d->offset, "expected an attribute's name in", w,
+                                 (int)(end - w));
+            snprintf(d->var[d->n_var++], sizeof d->var[0], "%.*s", (int)(s - v), v);
+            d->attr = true;
+            while (s < end && is_space(*s))
+                s++;
+        }
         if (d->kind == N_SET && (s == end || *s != '='))
-            return tag_error(t, d->offset, "only 'set NAME = expression' is supported, not",
+            return tag_error(t, d->offset, "only 'set NAME = expression' and 'set NAME.ATTR = expression' "
+                             "are supported, not",
                              w, (int)(end - w));
         if (d->kind == N_FOR && !(end - s > 3 && !memcmp(s, "in", 2) && is_space(s[2])))
             return tag_error(t, d->offset, "only 'for NAME in expression' is supported, not",
@@ -107,6 +131,32 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
     d->at = s;
     d->len = (size_t)(end - s);
     return d->kind == N_FOR ? zt_chat_split_for(t, d) : ZT_OK;
+}
+
+/* Where a {{ }} or {% %} tag closes: the first close ("}}" or "%}") outside a string literal
+ * and outside brackets, as jinja2's lexer reads the tag (`{{ "}}" }}` prints "}}",
+ * `{{ {'a': {}}|length }}` prints 1); NULL when none. */
+static const char *tag_close(const char *p, const char *close) {
+    int depth = 0;
+    for (; *p; p++) {
+        if (*p == '\'' || *p == '"') {
+            char q = *p;
+            const char *s = p + 1;
+            while (*s && *s != q)
+                s += s[0] == '\\' && s[1] ? 2 : 1;
+            if (*s) { /* an unterminated quote is left to the expression's reader */
+                p = s;
+                continue;
+            }
+        }
+        if (depth == 0 && p[0] == close[0] && p[1] == close[1])
+            return p;
+        if (*p == '(' || *p == '[' || *p == '{')
+            depth++;
+        else if ((*p == ')' || *p == ']' || *p == '}') && depth > 0)
+            depth--;
+    }
+    return NULL;
 }
 
 /* Cuts the template into nodes, applying the whitespace rules, and pairs the block tags. */
@@ -154,7 +204,7 @@ static zt_status cut(zt_chat_template *t) {
         char kind = open[1];
         const char *close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
         const char *inner = open + 2 + (open + 2 < end && (open[2] == '-' || open[2] == '+'));
-        const char *c = strstr(inner, close);
+        const char *c = kind == '#' ? strstr(inner, close) : tag_close(inner, close);
         if (!c)
             return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: the tag is not "
                             "closed with '%s'", t->source,
@@ -182,6 +232,13 @@ static zt_status cut(zt_chat_template *t) {
     int stack[64], depth = 0;
     for (int i = 0; i < t->n; i++) {
         node *d = &t->nodes[i];
+        bool in_for = false; /* loopcontrols: break and continue only inside a for */
+        for (int k = 0; k < depth; k++)
+            in_for |= t->nodes[stack[k]].kind == N_FOR;
+        if ((d->kind == N_BREAK || d->kind == N_CONTINUE) && !in_for)
+            return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: '%s' outside a "
+                            "loop", t->source, zt_chat_offset(t, d->offset),
+                            d->kind == N_BREAK ? "break" : "continue");
         if (d->kind == N_IF || d->kind == N_FOR) {
             if (depth == 64)
                 return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: blocks "
@@ -265,6 +322,36 @@ static void bind(render *r, const char *name, val v, int frame) {
     r->vars[r->n_vars++].v = v;
 }
 
+/* Binds a for's item to its name, or unpacks it into its names as Python does (a list's items,
+ * an object's keys, a string's characters: as many as there are names), failing with Python's
+ * message otherwise. */
+static void unpack(render *r, const node *d, val item, int frame) {
+    if (d->n_var == 1) {
+        bind(r, d->var[0], item, frame);
+        return;
+    }
+    val parts[4];
+    int n = zt_chat_items(item, NULL);
+    if (n < 0) {
+        r->st = zt_error(ZT_ERR_INVALID, "%s: chat_template at offset %zu: cannot unpack "
+                         "non-iterable %s object", r->t->source,
+                         zt_chat_offset(r->t, d->offset), zt_chat_type_name(item));
+        return;
+    }
+    if (n != d->n_var) {
+        r->st = zt_error(ZT_ERR_INVALID, n < d->n_var
+                         ? "%s: chat_template at offset %zu: not enough values to unpack "
+                           "(expected %d, got %d)"
+                         : "%s: chat_template at offset %zu: too many values to unpack "
+                           "(expected %d)", r->t->source, zt_chat_offset(r->t, d->offset),
+                         d->n_var, n);
+        return;
+    }
+    zt_chat_items(item, parts);
+    for (int k = 0; k < n; k++)
+        bind(r, d->var[k], parts[k], frame);
+}
+
 /* What the for node d iterates over, after its loop filter: a list's items, a dict's keys, a
  * string's code points, nothing for undefined (as jinja2's Undefined iterates). *items is the
  * caller's to free; the count, 0 after a failure (*st). */
@@ -292,7 +379,7 @@ static int for_items(render *r, const node *d, val **items, zt_status *st) {
     int kept = 0;
     for (int k = 0; k < n && *st == ZT_OK; k++) {
         int inner = r->n_vars;
-        bind(r, d->var, (*items)[k], inner);
+        unpack(r, d, (*items)[k], inner);
         bool keep = zt_chat_truthy(zt_chat_eval(t, r, &filter, st));
         r->n_vars = inner;
         if (keep)
@@ -301,10 +388,27 @@ static int for_items(render *r, const node *d, val **items, zt_status *st) {
     return *st == ZT_OK ? kept : 0;
 }
 
+/* set ns.name = v: the variable must be a namespace, as jinja2 requires. */
+static zt_status set_attribute(render *r, const node *d, val v) {
+    const zt_chat_template *t = r->t;
+    int k = r->n_vars - 1;
+    while (k >= 0 && strcmp(r->vars[k].name, d->var[0]) != 0)
+        k--;
+    if (k < 0 || r->vars[k].v.k != V_NS)
+        return zt_error(ZT_ERR_INVALID, "%s: chat_template at offset %zu: cannot assign "
+                        "attribute on non-namespace object", t->source,
+                        zt_chat_offset(t, d->offset));
+    char why[256];
+    if (!zt_chat_ns_set(r, r->vars[k].v, d->var[1], v, why))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: %s", t->source,
+                        zt_chat_offset(t, d->offset), why);
+    return ZT_OK;
+}
+
 /* Runs nodes [i, stop) with variables set from `frame` on. */
 static void run(render *r, int i, int stop, int frame) {
     const zt_chat_template *t = r->t;
-    while (i < stop && r->st == ZT_OK) {
+    while (i < stop && r->st == ZT_OK && !r->jump) {
         const node *d = &t->nodes[i];
         zt_status st = ZT_OK;
         switch (d->kind) {
@@ -328,11 +432,18 @@ static void run(render *r, int i, int stop, int frame) {
         }
         case N_SET: {
             val v = zt_chat_eval(t, r, d, &st);
-            if (st == ZT_OK)
-                bind(r, d->var, v, frame);
+            if (st == ZT_OK && d->attr)
+                st = set_attribute(r, d, v);
+            else if (st == ZT_OK)
+                bind(r, d->var[0], v, frame);
             i++;
             break;
         }
+        case N_BREAK:
+        case N_CONTINUE:
+            r->jump = d->kind == N_BREAK ? 1 : 2;
+            i++;
+            break;
         case N_IF: {
             int branch = i, taken = -1;
             while (taken < 0 && t->nodes[branch].kind != N_ENDIF && st == ZT_OK) {
@@ -357,15 +468,23 @@ static void run(render *r, int i, int stop, int frame) {
             val *items = NULL;
             int n = for_items(r, d, &items, &st);
             loop_state ls = {0, n, items};
+            bool iterated = false;
             for (int k = 0; st == ZT_OK && r->st == ZT_OK && k < n; k++) {
                 int inner = r->n_vars;
                 ls.index0 = k;
-                bind(r, d->var, items[k], inner);
+                unpack(r, d, items[k], inner);
                 bind(r, "loop", (val){.k = V_LOOP, .loop = &ls}, inner);
                 run(r, i + 1, else_at >= 0 ? else_at : end, inner);
                 r->n_vars = inner; /* a loop's variables end with its iteration */
+                /* jinja2 marks the loop iterated at the end of a body: a break or continue
+                 * before that leaves it unmarked, so the else still runs */
+                iterated |= !r->jump;
+                bool stop_loop = r->jump == 1;
+                r->jump = 0;
+                if (stop_loop)
+                    break;
             }
-            if (st == ZT_OK && n == 0 && else_at >= 0)
+            if (st == ZT_OK && !iterated && else_at >= 0)
                 run(r, else_at + 1, end, frame);
             free(items);
             i = end + 1;
@@ -398,9 +517,13 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     cJSON_ArrayForEach(tok, t->tokens)
         bind(r, tok->string, zt_chat_from_json(tok), 0);
     bind(r, "add_generation_prompt", zt_chat_bool(add_generation_prompt), 0);
+    /* and its functions, so `strftime_now is defined` holds as there */
+    bind(r, "raise_exception", (val){.k = V_FUNC, .s = "raise_exception"}, 0);
+    bind(r, "strftime_now", (val){.k = V_FUNC, .s = "strftime_now"}, 0);
     emit(r, "", 0);
     run(r, 0, t->n, 0);
     zt_status s = r->st;
+    cJSON_Delete(r->made);
     while (r->arena) {
         arena_block *b = r->arena;
         r->arena = b->next;

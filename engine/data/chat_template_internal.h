@@ -1,7 +1,8 @@
 /* The chat template's parts shared by its files (internal to engine/data): the nodes a template
  * is cut into (chat_template.c), the values and renders that evaluate them (chat_value.c), the
- * methods (chat_method.c) and the expressions' entry points (chat_expr.c, which reads them, and
- * chat_ops.c, which computes them; their own parts are in chat_expr_internal.h). */
+ * methods (chat_method.c), json.dumps for tojson (chat_json.c) and the expressions' entry points
+ * (chat_expr.c, which reads them, chat_ops.c and chat_filters.c, which compute them; their own
+ * parts are in chat_expr_internal.h). */
 #ifndef ZTRAIN_DATA_CHAT_TEMPLATE_INTERNAL_H
 #define ZTRAIN_DATA_CHAT_TEMPLATE_INTERNAL_H
 
@@ -12,13 +13,17 @@
 
 #include "ztrain/chat_template.h"
 
-typedef enum { N_TEXT, N_OUT, N_SET, N_IF, N_ELIF, N_ELSE, N_ENDIF, N_FOR, N_ENDFOR } node_kind;
+typedef enum {
+    N_TEXT, N_OUT, N_SET, N_IF, N_ELIF, N_ELSE, N_ENDIF, N_FOR, N_ENDFOR, N_BREAK, N_CONTINUE
+} node_kind;
 
 typedef struct {
     node_kind kind;
     const char *at;  /* text, or the expression's source */
     size_t len;
-    char var[64];    /* the name a set or for binds */
+    char var[4][64]; /* the names a set or for binds: one, or a for's "a, b" to unpack */
+    int n_var;
+    bool attr;       /* set: the target is var[0].var[1], a namespace's attribute */
     size_t offset;   /* where the tag starts in the template, for messages */
     int match;       /* if/elif/else: the next branch tag or endif; for: its else or endfor */
     const char *test; /* for: the loop filter's source ("for x in y if TEST"), or NULL */
@@ -41,7 +46,11 @@ struct zt_chat_template {
 
 /* V_FLOAT: a conversation's non-integral JSON number, kept only to be compared or refused by
  * name (the subset has no floating-point arithmetic or printing). */
-typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_LOOP } vkind;
+/* V_FUNC: a function apply_chat_template passes (raise_exception, strftime_now), named by s.
+ * V_NS: a namespace() (its attributes are j's members, which `set ns.x = ...` changes). */
+typedef enum {
+    V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_LOOP, V_FUNC, V_NS
+} vkind;
 
 struct val;
 
@@ -83,6 +92,8 @@ typedef struct {
     binding vars[256];
     int n_vars;
     arena_block *arena;
+    cJSON *made;     /* the lists, objects and namespaces a render builds, freed with it */
+    int jump;        /* a break (1) or continue (2) leaving its loop's body */
     zt_status st;
 } render;
 
@@ -127,6 +138,28 @@ bool zt_chat_equal(val a, val b);
 
 /* n bytes (and a NUL after them) that live until the render ends; NULL when out of memory. */
 char *zt_chat_alloc(render *r, size_t n);
+/* A list of items[0..n) that lives until the render ends (its strings copied, its lists and
+ * objects referenced, not copied); false when out of memory or when an item cannot be held in
+ * a list (undefined, loop, a function), with why naming it. */
+bool zt_chat_make_list(render *r, const val *items, int n, val *out, char why[256]);
+/* The same for an object of keys[k] (strings) to items[k], or, with ns, a namespace. */
+bool zt_chat_make_dict(render *r, const val *keys, const val *items, int n, bool ns, val *out,
+                       char why[256]);
+/* ns.name = v on the namespace ns; what it held stays alive until the render ends. */
+bool zt_chat_ns_set(render *r, val ns, const char *name, val v, char why[256]);
+
+/* json.dumps's options as transformers' tojson filter passes them (ensure_ascii defaults to
+ * false there, not json's true). indent: NULL for none, else the text one level indents by;
+ * item_sep and key_sep: NULL for json.dumps's defaults. */
+typedef struct {
+    bool ensure_ascii, sort_keys;
+    const char *indent, *item_sep, *key_sep;
+    size_t indent_n, item_sep_n, key_sep_n;
+} zt_chat_json_opts;
+/* v as Python's json.dumps writes it, into *out (a string in r's arena). False with Python's
+ * TypeError in why for what JSON cannot hold (undefined, a loop), or a refusal for a float
+ * (the subset does not print floats). */
+bool zt_chat_json_dump(render *r, val v, const zt_chat_json_opts *o, val *out, char why[256]);
 
 /* A method templates may call (chat_method.c): its name and how many arguments it takes. */
 typedef struct {

@@ -50,7 +50,7 @@ bool zt_chat_truthy(val v) {
     case V_STR: return v.n > 0;
     case V_LIST: return v.count > 0;
     case V_DICT: return v.j->child != NULL;
-    case V_LOOP: return true;
+    case V_LOOP: case V_NS: case V_FUNC: return true;
     default: return false;
     }
 }
@@ -172,6 +172,7 @@ bool zt_chat_equal(val a, val b) {
     case V_STR: return a.n == b.n && memcmp(a.s, b.s, a.n) == 0;
     case V_NONE: case V_UNDEF: return true;
     case V_LOOP: return a.loop == b.loop;
+    case V_NS: return a.j == b.j;
     case V_LIST: {
         if (a.count != b.count)
             return false;
@@ -205,6 +206,124 @@ const char *zt_chat_type_name(val v) {
     case V_LIST: return "list";
     case V_DICT: return "dict";
     case V_LOOP: return "LoopContext";
+    case V_FUNC: return "function";
+    case V_NS: return "Namespace";
     default: return "Undefined";
     }
+}
+
+/* v as an item of a list a render builds: strings copied (a value's text need not end in a
+ * NUL), lists and objects referenced; NULL when v cannot be one (why says so) or out of memory. */
+static cJSON *to_json(render *r, val v, char why[256]) {
+    switch (v.k) {
+    case V_NONE: return cJSON_CreateNull();
+    case V_BOOL: return cJSON_CreateBool(v.b);
+    case V_INT:
+        /* a cJSON number is a double: past 2**53 it would change */
+        if (v.i > (1ll << 53) || v.i < -(1ll << 53)) {
+            snprintf(why, 256, "a list or object holding an integer beyond 2**53 is not "
+                     "supported");
+            return NULL;
+        }
+        return cJSON_CreateNumber((double)v.i);
+    case V_FLOAT: return cJSON_CreateNumber(v.d);
+    case V_STR: {
+        char *s = zt_chat_alloc(r, v.n);
+        if (!s)
+            return NULL;
+        memcpy(s, v.s, v.n);
+        s[v.n] = '\0';
+        return cJSON_CreateStringReference(s);
+    }
+    case V_DICT: return cJSON_CreateObjectReference(v.j->child);
+    case V_LIST: {
+        if (v.lo == 0 && (v.step == 1 || v.step == 0) && v.count == cJSON_GetArraySize(v.j))
+            return cJSON_CreateArrayReference(v.j->child);
+        cJSON *a = cJSON_CreateArray();
+        for (int k = 0; a && k < v.count; k++) {
+            cJSON *x = to_json(r, zt_chat_list_item(v, k), why);
+            if (!x || !cJSON_AddItemToArray(a, x)) {
+                cJSON_Delete(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    default:
+        snprintf(why, 256, "a list, object or namespace holding a %s is not supported", zt_chat_type_name(v));
+        return NULL;
+    }
+}
+
+/* A new array or object, kept in r->made. */
+static cJSON *made(render *r, bool object) {
+    if (!r->made && !(r->made = cJSON_CreateArray()))
+        return NULL;
+    cJSON *a = object ? cJSON_CreateObject() : cJSON_CreateArray();
+    if (!a || !cJSON_AddItemToArray(r->made, a)) {
+        cJSON_Delete(a);
+        return NULL;
+    }
+    return a;
+}
+
+bool zt_chat_make_list(render *r, const val *items, int n, val *out, char why[256]) {
+    snprintf(why, 256, "out of memory");
+    cJSON *a = made(r, false);
+    if (!a)
+        return false;
+    for (int k = 0; k < n; k++) {
+        cJSON *x = to_json(r, items[k], why);
+        if (!x || !cJSON_AddItemToArray(a, x)) {
+            cJSON_Delete(x);
+            return false;
+        }
+    }
+    *out = zt_chat_from_json(a);
+    return true;
+}
+
+bool zt_chat_make_dict(render *r, const val *keys, const val *items, int n, bool ns, val *out,
+                       char why[256]) {
+    snprintf(why, 256, "out of memory");
+    cJSON *o = made(r, true);
+    if (!o)
+        return false;
+    for (int k = 0; k < n; k++) {
+        char key[128];
+        if (keys[k].k != V_STR) {
+            snprintf(why, 256, "an object key that is a %s is not supported",
+                     zt_chat_type_name(keys[k]));
+            return false;
+        }
+        snprintf(key, sizeof key, "%.*s", (int)keys[k].n, keys[k].s);
+        cJSON *x = to_json(r, items[k], why);
+        if (!x)
+            return false;
+        cJSON *old = cJSON_DetachItemFromObjectCaseSensitive(o, key);
+        if (old)
+            cJSON_AddItemToArray(r->made, old);
+        if (!cJSON_AddItemToObject(o, key, x)) {
+            cJSON_Delete(x);
+            return false;
+        }
+    }
+    *out = ns ? (val){.k = V_NS, .j = o} : zt_chat_from_json(o);
+    return true;
+}
+
+bool zt_chat_ns_set(render *r, val ns, const char *name, val v, char why[256]) {
+    snprintf(why, 256, "out of memory");
+    cJSON *x = to_json(r, v, why);
+    if (!x)
+        return false;
+    /* a value read from the old one may still be in use: it moves to made, not away */
+    cJSON *old = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)ns.j, name);
+    if (old)
+        cJSON_AddItemToArray(r->made, old);
+    if (!cJSON_AddItemToObject((cJSON *)ns.j, name, x)) {
+        cJSON_Delete(x);
+        return false;
+    }
+    return true;
 }

@@ -109,8 +109,7 @@ with tempfile.TemporaryDirectory() as d:
     # What the subset does not implement is refused when the template is read, by name.
     for what, template, key in [
             ("a macro", "{% macro f() %}x{% endmacro %}{{ f() }}", "'macro'"),
-            ("an unknown filter", "{{ messages[0]['content'] | tojson }}", "'tojson'"),
-            ("inline if", "{{ 'a' if add_generation_prompt else 'b' }}", "inline 'if"),
+            ("an unknown filter", "{{ messages[0]['content'] | upper }}", "'upper'"),
             ("a method", "{{ messages[0]['content'].upper() }}", "'upper'"),
             ("an untaken branch", "{% if false %}{{ x | wordcount }}{% endif %}", "'wordcount'"),
             ("an unclosed block", "{% for m in messages %}x", "never closed")]:
@@ -286,6 +285,148 @@ with tempfile.TemporaryDirectory() as d:
         ("a truncated escape", r"{% if false %}{{ '\u12' }}{% endif %}", "truncated", "raise"),
         ("a surrogate escape", r"{% if false %}{{ '\ud800' }}{% endif %}", "not a Unicode",
          "beyond"),
+        # tojson as transformers defines it (json.dumps, ensure_ascii=False) and its arguments
+        ("tojson", "{{ messages[0]|tojson }}|{{ messages[:2]|tojson }}|"
+         "{{ 'é\"\\\\\n\t\x01\x7f👍'|tojson }}|{{ 1|tojson }}{{ true|tojson }}{{ none|tojson }}"
+         "{{ messages[:0]|tojson }}", None, None),
+        ("tojson's arguments", "{{ messages[0]|tojson(indent=2) }}|"
+         "{{ messages[:2]|tojson(indent=0) }}"
+         "|{{ messages[0]|tojson(indent='\t') }}|{{ messages[0]|tojson(sort_keys=true) }}|"
+         "{{ messages[0].content|tojson(ensure_ascii=true) }}|{{ messages[:2]|tojson(false, 3) }}|"
+         "{{ messages[:0]|tojson(indent=4) }}|{{ messages[0]|tojson(indent=-1) }}|"
+         "{{ 'é\x7f'|tojson(true) }}", None, None),
+        ("tojson of undefined", "{{ nope|tojson }}", "not JSON serializable", "raise"),
+        ("tojson of a float", "{{ messages[2]|tojson }}", "float", "beyond"),
+        ("tojson's unknown keyword", "{{ 1|tojson(indnt=2) }}", "has no argument 'indnt'",
+         "raise"),
+        ("tojson's unknown keyword, untaken", "{% if false %}{{ 1|tojson(foo=1) }}{% endif %}",
+         "has no argument 'foo'", "beyond"),
+        ("tojson with five arguments", "{{ 1|tojson(1, 2, 3, 4, 5) }}", "'tojson' takes at most 4",
+         "raise"),
+        ("a keyword given twice", "{{ 1|tojson(false, ensure_ascii=true) }}",
+         "'ensure_ascii' twice", "raise"),
+        ("a positional argument after a keyword", "{% if false %}{{ 1|tojson(indent=1, 2) }}"
+         "{% endif %}", "positional argument follows", "raise"),
+        # join, items, list, string, select and reject with their tests, unpacking in for
+        ("join", "{{ messages[0].content|join('-') }}|{{ messages[0]|join(', ') }}|"
+         "{{ messages[0]|join }}|{{ nope|join(',') }}|{{ messages[0].content|list|join(d='.') }}|"
+         "{{ 'ab'|join(1) }}", None, None),
+        ("join's attribute", "{% if false %}{{ messages|join(',', attribute='role') }}{% endif %}"
+         "{{ messages[0]|join(attribute=none) }}", "'attribute'", "beyond"),
+        ("items and for a, b", "{% for k, v in messages[0]|items %}{{ k }}={{ v }};{% endfor %}|"
+         "{% for a, b in messages[0]|items|list %}{{ loop.index }}{{ a }}{% endfor %}|"
+         "{% for a, b in messages[:2] %}{{ a }}{{ b }}{% endfor %}|{% for x, y in ['ab', 'cd'] "
+         "if x %}{{ y }}{% endfor %}{{ nope|items|list|length }}", None, None),
+        ("items, unpacking dicts and strings", "{% for k, v in messages[0]|items %}{{ k }}={{ v }};"
+         "{% endfor %}|{% for a, b in messages[0]|items|list %}{{ loop.index }}{{ a }}{% endfor %}|"
+         "{% for a, b in messages[:2] %}{{ a }}{{ b }}{% endfor %}|{% for a, b, c in messages[2]|list "
+         "%}{% endfor %}", "too many values to unpack (expected 3)", "raise"),
+        ("unpacking too few", "{% for p, q in messages[1].role|list|join(',')|reject('equalto', "
+         "',')|list|join|list %}{% endfor %}", "not enough values to unpack (expected 2, got 1)",
+         "raise"),
+        ("items of a string", "{{ 'ab'|items|list }}", "Can only get item pairs from a mapping",
+         "raise"),
+        ("unpacking too many", "{% for a, b in messages %}{% endfor %}",
+         "too many values to unpack (expected 2)", "raise"),
+        ("list and string", "{{ messages[0].content|list|length }}{{ messages[0]|list|join }}"
+         "{{ nope|list|length }}{{ 5|string ~ none|string }}{{ (5|string)|length }}", None, None),
+        ("select and reject", "{{ 'abcab'|reject('equalto', 'a')|join }}|"
+         "{{ 'abc'|select('in', 'ab')|join }}|{{ messages[0]|reject('ne', 'role')|join }}|"
+         "{{ messages[0]|select('==', 'role')|list|length }}|{{ 'a b'|select('string')|join }}|"
+         "{{ messages[0].content|select|join }}|{{ messages|select('mapping')|list|length }}|"
+         "{{ 'xyx'|reject('!=', 'x')|join }}|{{ messages[0]|reject('eq', 'content')|join }}",
+         None, None),
+        ("select with an unknown test", "{{ 'a'|reject('nope')|join }}", "'is nope'", "raise"),
+        ("select's test without its argument", "{{ 'a'|select('equalto')|join }}",
+         "'equalto' takes 1 argument", "raise"),
+        ("jinja2's tests", "{{ messages is mapping }}{{ messages[0] is mapping }}"
+         "{{ nope is iterable }}{{ 'a' is iterable }}{{ 1 is iterable }}{{ messages is sequence }}"
+         "{{ messages[0] is sequence }}{{ nope is sequence }}{{ 1 is number }}{{ true is number }}"
+         "{{ 'a' is number }}{{ true is boolean }}{{ 1 is boolean }}{{ 1 is integer }}"
+         "{{ true is integer }}{{ messages[2].n is float }}{{ messages[2].n is number }}"
+         "{{ nope is undefined }}{{ 1 is equalto 1 }}{{ 2 is eq(1) }}{{ 'a' is ne 'b' }}"
+         "{{ 'a' is in 'abc' }}{{ 1 is true }}{{ true is true }}{{ false is false }}"
+         "{{ 'x' is not string }}{{ 1 is equalto 1 and true }}{{ 1 is eq 2 or 'y' }}"
+         "{{ messages[0] is equalto messages[0] }}{{ 'b' is in(messages[1].role) }}",
+         None, None),
+        # strftime_now: the local time, as transformers' function
+        ("strftime_now", "{{ strftime_now('%d %b %Y %A %j') }}|{{ strftime_now is defined }}"
+         "{{ raise_exception is defined }}|{{ strftime_now('') }}", None, None),
+        ("strftime_now of an integer", "{{ strftime_now(1) }}", "must be str, not int",
+         "raise"),
+        ("an unknown function", "{% if false %}{{ range(3) }}{% endif %}", "'range'", "beyond"),
+        # namespace() and set ns.x, inline if, list/dict/tuple literals, break and continue
+        ("namespace", "{% set ns = namespace(a=1, s='x') %}{% for m in messages %}"
+         "{% set ns.a = ns.a + 1 %}{% set ns.s = ns.s ~ m.role[0] %}{% endfor %}{{ ns.a }}"
+         "{{ ns.s }}{{ ns.nope is defined }}{% set ns.l = messages[:1] %}{{ ns.l|length }}"
+         "{% set keep = ns.l %}{% set ns.l = 'new' %}{{ keep[0].role }}{{ ns.l }}"
+         "{{ ns is mapping }}{{ namespace() is defined }}{% if ns %}T{% endif %}", None, None),
+        ("set on a non-namespace", "{% set x = messages[0] %}{% set x.role = 1 %}",
+         "cannot assign attribute on non-namespace object", "raise"),
+        ("namespace with a positional argument", "{% if false %}{% set ns = "
+         "namespace(messages[0]) %}{% endif %}", "positional", "beyond"),
+        ("printing a namespace", "{{ namespace() }}", "printing a Namespace", "beyond"),
+        ("inline if", "{{ 'a' if true else 'b' }}{{ 'a' if false else 'b' }}{{ 'x' if false }}|"
+         "{{ messages[0].nope.deeper if false else 'safe' }}"
+         "{{ 'y' if messages|length > 2 else nope.x }}{{ 1 if false else 2 if true else 3 }}"
+         "{{ ('a' if true else 'b') ~ 'c' }}{{ 'p' ~ 'q' if false else 'r' }}"
+         "{% for m in messages if (m.role if true else 'x') == 'user' %}"
+         "{{ m.content if loop.first else '-' }}{% endfor %}"
+         "{{ [1 if true else 2, 3]|join(',') }}{{ 'abc'.replace('a' if true else 'b', 'x') }}"
+         "{{ 'if' if 'if' else 'else' }}{% set v = 'k' if messages else 'j' %}{{ v }}", None,
+         None),
+        ("inline if's other side is checked", "{{ 'a' if true else x|upper }}", "'upper'",
+         "beyond"),
+        ("literals", "{{ [1, 'a', none, true]|tojson }}{{ ['x', 'y']|join('-') }}{{ []|length }}"
+         "{{ [1, 2,]|length }}{{ {'a': 1, 'b': [1, {'c': 'd'}]}|tojson }}{{ {'a': 1}.a }}"
+         "{{ {'k': 'v'}['k'] }}{{ (1, 2)|tojson }}{{ ()|length }}{{ (1)|tojson }}"
+         "{{ 'b' in ['a', 'b'] }}{{ messages[0].role in ('user', 'x') }}"
+         "{{ [messages[0]]|tojson }}{{ {}|tojson }}{{ {'a': 1, 'a': 2}|tojson }}"
+         "{{ [messages[:2][1:], 'x']|tojson }}{{ ['}}', \"%}\"]|join }}", None, None),
+        ("a literal list holding a large integer", "{{ [9007199254740993]|tojson }}", "2**53",
+         "beyond"),
+        ("nested literals and '}}' in a tag", "{{ {'b': 1, 'a': {'d': 1, 'c': 2}}|tojson("
+         "sort_keys=true, indent=1) }}{% set d = {'a': [1, {'b': 2}]} %}{{ d.a[1].b }}"
+         "{% if {'x': 1}.x %}y{% endif %}", None, None),
+        ("lists join with '+'", "{% set ns = namespace(x=[]) %}{% set ns.x = ns.x + [1] %}"
+         "{% set ns.x = ns.x + messages[:1] %}{{ ns.x|tojson }}{{ ([] + [])|length }}", None,
+         None),
+        ("map, first and last", "{{ messages|map(attribute='role')|join(',') }}|"
+         "{{ messages|map(attribute='nope', default='d')|join }}|"
+         "{{ messages[0].content|map('length')|join }}|{{ [' a ', 'b ']|map('trim')|join('.') }}|"
+         "{{ ['ab', 'c']|map('join', '-')|join }}|"
+         "{{ (messages|selectattr('role', 'eq', 'user')|first).content }}|"
+         "{{ messages[:2]|last|tojson }}|{{ 'abc'|first }}{{ 'abc'|last }}|"
+         "{{ []|first is defined }}{{ nope|first is defined }}{{ messages[0]|first }}", None, None),
+        ("map with an unknown filter", "{{ messages|map('nope')|list }}", "'nope'", "raise"),
+        ("map's unknown keyword", "{{ messages|map(attribute='role', x=1)|list }}",
+         "has no argument 'x'", "raise"),
+        ("map's unknown filter, untaken", "{% if false %}{{ messages|map('upper')|list }}"
+         "{% endif %}", "'upper'", "beyond"),
+        ("a list of undefined values", "{{ messages|map(attribute='nope')|list|length }}",
+         "holding a Undefined", "beyond"),
+        ("split", "{{ 'a</think>b</think>c'.split('</think>')|tojson }}"
+         "{{ '  a  b\u3000c '.split()|tojson }}{{ 'a b c'.split(none, 1)|tojson }}"
+         "{{ 'a,b,c'.split(',', 1)|tojson }}{{ ''.split()|tojson }}{{ ''.split(',')|tojson }}"
+         "{{ ' a b '.split(none, 0)|tojson }}{{ 'a  b  '.split(none, 1)|tojson }}"
+         "{{ ',a,'.split(',')|tojson }}{{ 'abc'.split('abc')|tojson }}"
+         "{{ 'x'.split(',', -1)|tojson }}{{ messages[0].content.split('l')[-1] }}", None, None),
+        ("split by ''", "{{ 'a'.split('') }}", "empty separator", "raise"),
+        ("tojson's separators", "{{ messages[0]|tojson(separators=(',', ':')) }}"
+         "{{ [1, [2], {'a': 3}]|tojson(indent=1, separators=(';', '=')) }}", None, None),
+        ("break and continue", "{% for m in messages %}{% if loop.index == 2 %}{% continue %}"
+         "{% endif %}{{ m.role }}{% if loop.index == 3 %}{% break %}{% endif %}{% endfor %}|"
+         "{% for c in 'abcdef' %}{% if c == 'd' %}{% break %}{% endif %}{{ c }}{% for x in 'xy' %}"
+         "{% if x == 'y' %}{% break %}{% endif %}{{ x }}{% endfor %}{% endfor %}|"
+         "{% for c in 'ab' %}{% continue %}x{% else %}e{% endfor %}", None, None),
+        ("break outside a loop", "{% if false %}{% break %}{% endif %}", "outside a loop",
+         "raise"),
+        ("dict methods", "{% for k, v in messages[0].items() %}{{ k }}:{{ v }},{% endfor %}"
+         "{{ messages[0].keys()|join }}{{ messages[0].values()|join }}", None, None),
+        ("selectattr and rejectattr", "{{ messages|selectattr('role', 'equalto', 'user')|list|"
+         "length }}{% for m in messages|rejectattr('role', '==', 'user') %}{{ m.content }}"
+         "{% endfor %}{{ messages|selectattr('n')|list|length }}"
+         "{{ messages|selectattr('n', 'defined')|list|length }}", None, None),
     ]
     with open(f"{d}/conv.json", "w") as f:
         json.dump([conv], f)

@@ -3,7 +3,8 @@
 Tokenizers of the Qwen2 (byte-level BPE, <|im_start|>/<|im_end|>) and Llama 2 (SentencePiece
 style: Prepend/Replace normalizer, byte fallback, <s>/</s>) kinds are trained here with HF
 `tokenizers`, saved beside a tokenizer_config.json holding the family's published chat template
-(the ones of test_chat_template.py). Then:
+(the ones of test_chat_template.py and test_chat_published.py: Qwen2, Llama 2, Qwen2.5, Llama
+3.1 and 3.2). Then:
   - chat: the token stream of each example is tokenizer.apply_chat_template(messages,
     tokenize=True); the trained tokens are those whose character offsets (HF's offset mapping)
     start inside an assistant turn, a turn being the text between the conversation before it
@@ -34,7 +35,7 @@ from tokenizers import (Regex, Tokenizer, decoders, models, normalizers,  # noqa
                         pre_tokenizers, processors, trainers)
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from chat_templates import LLAMA2, QWEN2  # noqa: E402
+from chat_templates import LLAMA2, LLAMA31, LLAMA32, QWEN2, QWEN25  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
@@ -118,7 +119,10 @@ def assistant_mask(hf, conv, ids_offsets):
 
 ck = Checker()
 FAMILIES = [("qwen2", qwen2_tokenizer, QWEN2, None, "<|im_end|>"),
-            ("llama 2", llama2_tokenizer, LLAMA2, "<s>", "</s>")]
+            ("llama 2", llama2_tokenizer, LLAMA2, "<s>", "</s>"),
+            ("qwen2.5", qwen2_tokenizer, QWEN25, None, "<|im_end|>"),
+            ("llama 3.1", qwen2_tokenizer, LLAMA31, "<|endoftext|>", "<|im_end|>"),
+            ("llama 3.2", qwen2_tokenizer, LLAMA32, "<|endoftext|>", "<|im_end|>")]
 for name, make, template, bos, eos in FAMILIES:
     with tempfile.TemporaryDirectory() as d:
         tok = make()

@@ -2,21 +2,28 @@
  * its tokenizer_config.json, as transformers' apply_chat_template renders it (jinja2 with
  * trim_blocks and lstrip_blocks; see docs/fine-tuning.md for the subset).
  *
- * The subset is what the published Llama 2, Llama 3, Mistral and Qwen2 templates use: text,
- * {{ expression }}, {% set %}, {% if %}/{% elif %}/{% else %}, {% for x in y [if filter] %}
- * ... [{% else %}] over a list, an object's keys or a string's code points, with loop.index0,
+ * The subset is what the published Llama 2, Llama 3, Llama 3.1/3.2/3.3, Mistral v0.2 and v0.3,
+ * Qwen2, Qwen2.5, Gemma 2, Phi-3, DeepSeek-R1-Distill and Zephyr templates use: text,
+ * {{ expression }}, {% set x = ... %}, {% set ns.x = ... %} on a namespace(...),
+ * {% if %}/{% elif %}/{% else %},
+ * {% for x in y [if filter] %} (or "for a, b in", unpacking) ... [{% else %}] over a list, an
+ * object's keys or a string's code points, {% break %} and {% continue %}, with loop.index0,
  * loop.index, loop.revindex(0), loop.first, loop.last, loop.length, loop.depth(0),
  * loop.previtem, loop.nextitem and loop.cycle(...), comments, whitespace control ("-", "+");
  * expressions over strings, integers, booleans, none, lists and objects: literals (strings with
- * Python's escapes), variables, x.attr, x['key'], x[i] and slices x[a:b:c] of lists and strings,
- * + - * // % ~, unary - and +, chained comparisons, in, and/or/not, the tests
- * "is [not] defined/none/string", the filters trim and length, the methods strip, lstrip and
- * rstrip (chars optional), startswith, endswith, replace and dict.get, and
- * raise_exception(message), which fails the render with that message. Operators bind as in
- * jinja2's parser (-x|length is (-x)|length). Anything else (macros, other filters or methods,
- * keyword arguments, inline if, namespaces, "/", \N{} escapes, nesting deeper than 64, ...) is
- * refused when the template is parsed, naming the construct and its offset, even in a branch
- * the conversation would not take.
+ * Python's escapes, [lists], (tuples, as lists), {"dicts": ...}), variables, x.attr, x['key'],
+ * x[i] and slices x[a:b:c] of lists and strings, + - * // % ~, unary - and +, chained
+ * comparisons, in, and/or/not, inline "a if c else b"; jinja2's tests (defined, none, string,
+ * mapping, iterable, sequence, number, boolean, equalto, ...) and the filters trim, length,
+ * string, list, items, first, last, join, map, select, reject, selectattr, rejectattr and
+ * transformers' tojson,
+ * with positional and keyword arguments; the methods strip, lstrip and rstrip (chars optional),
+ * startswith, endswith, replace, split, and dict.get, items, keys and values; raise_exception(message),
+ * which fails the render with that message, strftime_now(format) and namespace(name=value).
+ * Operators bind as in jinja2's parser (-x|length is (-x)|length). Anything else (macros, other
+ * filters, tests or methods, a filter's unknown keyword, "/", \N{} escapes, nesting deeper than
+ * 64, ...) is refused when the template is parsed, naming the construct and its offset, even in
+ * a branch the conversation would not take.
  *
  * Within the subset a render is jinja2's (transformers' ImmutableSandboxedEnvironment): values
  * compare by value, lengths, subscripts and slices of strings count code points, "~" joins
@@ -28,8 +35,8 @@
  * text as given.
  *
  * Variables, as apply_chat_template(messages) passes them: messages (the conversation, a list of
- * {"role", "content"} objects), add_generation_prompt, tools and documents (none), and the
- * special tokens (zt_chat_template_parse). */
+ * {"role", "content"} objects), add_generation_prompt, tools and documents (none), the
+ * functions raise_exception and strftime_now, and the special tokens (zt_chat_template_parse). */
 #ifndef ZTRAIN_CHAT_TEMPLATE_H
 #define ZTRAIN_CHAT_TEMPLATE_H
 
