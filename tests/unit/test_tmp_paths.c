@@ -5,15 +5,19 @@
  *      thread is usually still waking then, so a plain rename() ran first and left a finished
  *      final file behind (`ztrain export` interrupted in CI did exactly that). The child must die
  *      of the signal with neither the temporary file nor the final one left, also when the
- *      signals' thread has taken the signal and not yet acted on it (CI caught a sigwait-based
- *      thread there once in many runs: 200 rounds give that moment its chances);
+ *      signals' thread has seen the signal and not yet acted on it (200 rounds give that moment
+ *      its chances; case e holds it open);
  *   b. without a signal, zt_tmp_rename renames and untracks: a signal afterwards leaves the final
  *      file alone and ends the process;
  *   c. without zt_tmp_remove_on_signals (a training rank, whose stop signals are its own), a
  *      pending SIGINT does not hold the rename back: zt_tmp_rename is rename();
  *   d. a signal sent to the writing thread itself (pthread_kill, raise), pending for that thread
  *      alone where the signals' thread never sees it, is taken by the writer: it
- *      removes and dies, rather than waiting forever for the signals' thread. */
+ *      removes and dies, rather than waiting forever for the signals' thread;
+ *   e. case a with the signals' thread held up for 200 ms after it has seen the signal
+ *      (ZTRAIN_INJECT_SIGNAL_LATE), so the writer renames while the signal is on its way: the
+ *      writer must still find it and die with nothing left (a sigwait-based thread, which
+ *      dequeues first, loses this case every time). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -77,6 +81,18 @@ static void rename_then_signal(const char *tmp, const char *final, int sig) {
         pause();
 }
 
+static void signal_late_then_rename(const char *tmp, const char *final, int sig) {
+    setenv("ZTRAIN_INJECT_SIGNAL_LATE", "1", 1);
+    if (zt_tmp_remove_on_signals() != ZT_OK)
+        _exit(3);
+    make_file(tmp);
+    zt_tmp_track(tmp);
+    kill(getpid(), sig);
+    nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL); /* the thread has seen it by now */
+    zt_tmp_rename(tmp, final);
+    _exit(4);
+}
+
 static void signal_this_thread(const char *tmp, const char *final, int sig) {
     if (zt_tmp_remove_on_signals() != ZT_OK)
         _exit(3);
@@ -125,6 +141,17 @@ int main(void) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
     CHECK(exists(final) && !exists(tmp), "renamed with the signal pending and not ours");
     unlink(final);
+
+    for (int i = 0; i < 2; i++) { /* e */
+        status = in_child(signal_late_then_rename, tmp, final, sigs[i]);
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == sigs[i],
+              "late signals' thread: status %#x, not killed by signal %d", status, sigs[i]);
+        CHECK(!exists(tmp) && !exists(final), "late signals' thread, signal %d: %s%s left",
+              sigs[i], exists(tmp) ? "the temporary file " : "",
+              exists(final) ? "the final file" : "");
+        unlink(tmp);
+        unlink(final);
+    }
 
     for (int i = 0; i < 2; i++) { /* d */
         status = in_child(signal_this_thread, tmp, final, sigs[i]);
