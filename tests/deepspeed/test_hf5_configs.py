@@ -24,14 +24,13 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv(".venv-ds", "scripts/install-deps.sh deepspeed")
 
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,  # noqa: E402
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from ztref import Checker, first_loss_from_hf, rel_err, run, tool, write_job  # noqa: E402
+from ztref import Checker, first_loss_from_hf, model_check_logits, rel_err, run, tool  # noqa: E402
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
@@ -74,17 +73,8 @@ def logits_of(cls, path, inputs):
 
 
 def ztrain_logits(d, inputs):
-    write_job(f"{d}/check.json", {"model": {"init_from": "hf", "block_size": BLOCK},
-                                  "data": {"train": "unused.bin"},
-                                  "deepspeed": {"train_micro_batch_size_per_gpu": B}})
-    with open(f"{d}/batch.i32", "wb") as f:
-        f.write(inputs.numpy().tobytes() * 2)
-    out = tempfile.mkdtemp(dir=d)
-    p = run([tool("zt_model_check"), f"{d}/check.json", f"{d}/batch.i32", out, B, BLOCK],
-            check=False)
-    if p.returncode != 0:
-        return None, p.stderr.strip()[-300:]
-    return torch.from_numpy(np.fromfile(f"{out}/logits.f32", dtype="float32")), ""
+    """zt_model_check's logits of the directory d/hf, or (None, its message)."""
+    return model_check_logits(d, "hf", inputs, tail=300)
 
 
 ck = Checker()

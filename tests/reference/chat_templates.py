@@ -401,3 +401,16 @@ DEEPSEEK_R1 = (
     "'<｜tool▁output▁end｜>'}}{%- endif %}{%- endif %}{%- endfor -%}{% if ns.is_tool %}"
     "{{'<｜tool▁outputs▁end｜>'}}{% endif %}{% if add_generation_prompt and not ns.is_tool %}"
     "{{'<｜Assistant｜><think>\\n'}}{% endif %}")
+
+
+def hf_tokenizer(template, bos, eos):
+    """A transformers tokenizer that holds only the template and the special tokens (a one-word
+    vocabulary): what apply_chat_template needs to render the template as transformers does.
+    Needs the test environment (.venv: tokenizers, transformers)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    kw = {"tokenizer_object": tok, "chat_template": template, "eos_token": eos}
+    if bos:
+        kw["bos_token"] = bos
+    return PreTrainedTokenizerFast(**kw)

@@ -23,11 +23,9 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-from tokenizers import Tokenizer, models  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 from chat_templates import (DEEPSEEK_R1, GEMMA2, LLAMA31, LLAMA32, MISTRAL03, PHI3,  # noqa: E402
-                            QWEN25)
+                            QWEN25, hf_tokenizer)
 from ztref import Checker, tool  # noqa: E402
 
 FAMILIES = [
@@ -64,14 +62,6 @@ CONVERSATIONS = [
     [{"role": "user", "content": "2+2?"},
      {"role": "assistant", "content": "<think>\nadd</think>\n\n4</think> sure"}],
 ]
-
-
-def hf_tokenizer(template, bos, eos):
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-    kw = {"tokenizer_object": tok, "chat_template": template, "eos_token": eos}
-    if bos:
-        kw["bos_token"] = bos
-    return PreTrainedTokenizerFast(**kw)
 
 
 ck = Checker()

@@ -29,10 +29,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-from tokenizers import Tokenizer, models  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from chat_templates import LLAMA2, LLAMA3, MISTRAL, QWEN2, ZEPHYR  # noqa: E402
+from chat_templates import LLAMA2, LLAMA3, MISTRAL, QWEN2, ZEPHYR, hf_tokenizer  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
 FAMILIES = [
@@ -59,14 +57,6 @@ CONVERSATIONS = [
      {"role": "assistant", "content": "\u00a0\u0085\u2028 ok\u1680\u205f\u202f\u2009\x1c"}],
     [{"role": "system", "content": "\u3000\n sys \u2029"}, {"role": "user", "content": "\u3000"}],
 ]
-
-
-def hf_tokenizer(template, bos, eos):
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-    kw = {"tokenizer_object": tok, "chat_template": template, "eos_token": eos}
-    if bos:
-        kw["bos_token"] = bos
-    return PreTrainedTokenizerFast(**kw)
 
 
 ck = Checker()

@@ -23,14 +23,13 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from llama_ref import CLASSES, base_config, hf_model  # noqa: E402
-from ztref import Checker, rel_err, run, tool, write_job  # noqa: E402
+from ztref import Checker, model_check_logits, rel_err  # noqa: E402
 
 hf_logging.set_verbosity_error()
 torch.set_num_threads(2)
@@ -62,18 +61,8 @@ def gpt2_model(seed):
 
 
 def ztrain_logits(d, inputs):
-    """(logits, "") of zt_model_check on the directory d/hf, or (None, its message)."""
-    write_job(f"{d}/check.json", {"model": {"init_from": "hf", "block_size": BLOCK},
-                                  "data": {"train": "unused.bin"},
-                                  "deepspeed": {"train_micro_batch_size_per_gpu": B}})
-    with open(f"{d}/batch.i32", "wb") as f:
-        f.write(inputs.numpy().tobytes() * 2)
-    out = tempfile.mkdtemp(dir=d)
-    p = run([tool("zt_model_check"), f"{d}/check.json", f"{d}/batch.i32", out, B, BLOCK],
-            check=False)
-    if p.returncode != 0:
-        return None, p.stderr.strip()[-300:]
-    return torch.from_numpy(np.fromfile(f"{out}/logits.f32", dtype="float32")), ""
+    """zt_model_check's logits of the directory d/hf, or (None, its message)."""
+    return model_check_logits(d, "hf", inputs, tail=300)
 
 
 def hf_logits(d, cls, inputs):

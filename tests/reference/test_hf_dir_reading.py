@@ -40,14 +40,13 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from llama_ref import base_config, hf_model  # noqa: E402
-from ztref import Checker, rel_err, run, tool, write_job  # noqa: E402
+from ztref import Checker, model_check_logits, rel_err, run, tool  # noqa: E402
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
@@ -65,18 +64,7 @@ def inputs_for(vocab, seed=1):
 
 
 def ztrain_logits(d, init_from, inputs):
-    """zt_model_check's logits of a job whose model is only init_from, or None and stderr."""
-    write_job(f"{d}/check.json", {"model": {"init_from": init_from, "block_size": BLOCK},
-                                  "data": {"train": "unused.bin"},
-                                  "deepspeed": {"train_micro_batch_size_per_gpu": B}})
-    with open(f"{d}/batch.i32", "wb") as f:
-        f.write(inputs.numpy().tobytes() * 2)
-    out = tempfile.mkdtemp(dir=d)
-    p = run([tool("zt_model_check"), f"{d}/check.json", f"{d}/batch.i32", out, B, BLOCK],
-            check=False)
-    if p.returncode != 0:
-        return None, p.stderr.strip()
-    return torch.from_numpy(np.fromfile(f"{out}/logits.f32", dtype="float32")), ""
+    return model_check_logits(d, init_from, inputs)
 
 
 def hf_logits(hf_dir, inputs):

@@ -21,13 +21,12 @@ from pyvenv import reexec_in_venv  # noqa: E402
 
 reexec_in_venv()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from llama_ref import CLASSES, base_config, hf_model  # noqa: E402
-from ztref import (Checker, first_loss_from_hf, read_metrics, rel_err, run, tool,  # noqa: E402
-                   write_job, write_llmc_tokens)
+from ztref import (Checker, first_loss_from_hf, model_check_logits, read_metrics, rel_err, run,  # noqa: E402
+                   tool, write_job, write_llmc_tokens)
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
@@ -52,19 +51,7 @@ ck = Checker()
 
 
 def ztrain_logits(d, init_from, inputs):
-    """ztrain's logits (zt_model_check) of a job whose model section is only init_from and
-    block_size."""
-    write_job(f"{d}/check.json", {"model": {"init_from": init_from, "block_size": BLOCK},
-                                  "data": {"train": "unused.bin"},
-                                  "deepspeed": {"train_micro_batch_size_per_gpu": B}})
-    with open(f"{d}/batch.i32", "wb") as f:
-        f.write(inputs.numpy().tobytes() * 2)
-    out = tempfile.mkdtemp(dir=d)
-    p = run([tool("zt_model_check"), f"{d}/check.json", f"{d}/batch.i32", out, B, BLOCK],
-            check=False)
-    if p.returncode != 0:
-        return None, p.stderr.strip()[-300:]
-    return torch.from_numpy(np.fromfile(f"{out}/logits.f32", dtype="float32")), ""
+    return model_check_logits(d, init_from, inputs, tail=300)
 
 
 for i, (what, family, dtype, config) in enumerate(CASES):

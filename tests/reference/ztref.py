@@ -7,6 +7,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -167,6 +168,26 @@ def write_llmc_tokens(path, tokens):
 def write_job(path, job):
     with open(path, "w") as f:
         json.dump(job, f, indent=1)
+
+
+def model_check_logits(d, init_from, inputs, tail=None):
+    """zt_model_check's float32 logits, flat, of a job in directory d whose model section is
+    only init_from (a path relative to d) and block_size, on inputs (batch x block, int32):
+    (logits, "") or (None, its stderr stripped, the last `tail` characters when given)."""
+    import numpy as np
+    batch, block = inputs.shape
+    write_job(f"{d}/check.json", {"model": {"init_from": init_from, "block_size": block},
+                                  "data": {"train": "unused.bin"},
+                                  "deepspeed": {"train_micro_batch_size_per_gpu": batch}})
+    with open(f"{d}/batch.i32", "wb") as f:
+        f.write(inputs.numpy().tobytes() * 2)
+    out = tempfile.mkdtemp(dir=d)
+    p = run([tool("zt_model_check"), f"{d}/check.json", f"{d}/batch.i32", out, batch, block],
+            check=False)
+    if p.returncode != 0:
+        err = p.stderr.strip()
+        return None, err[-tail:] if tail else err
+    return torch.from_numpy(np.fromfile(f"{out}/logits.f32", dtype="float32")), ""
 
 
 def read_metrics(path):
