@@ -44,6 +44,7 @@
 #include "ztrain/admission.h"
 #include "api/tls.h"
 #include "ztrain/comm.h"
+#include "ztrain/fault_inject.h"
 #include "ztrain/gpu.h"
 #include "ztrain/fsutil.h"
 #include "ztrain/text.h"
@@ -796,6 +797,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztraind: %s\n", zt_last_error());
         goto out;
     }
+    zt_inject_listen_race();
     zt_grpc_server_config gc = {.addr = o.grpc_addr, .tokens = token,
                                 .max_connections = (int)o.max_grpc_conns,
                                 .handshake_timeout_ms = (int)o.header_timeout_s * 1000,

@@ -418,7 +418,7 @@ static zt_status open_listener(const char *host, int port, int *fd_out) {
     if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0) {
         int e = errno;
         close(fd);
-        return zt_error(ZT_ERR_IO, "HTTP %s:%d: %s", host, port, strerror(e));
+        return zt_error(ZT_ERR_IO, "HTTP: cannot listen on %s:%d: %s", host, port, strerror(e));
     }
     *fd_out = fd;
     return ZT_OK;

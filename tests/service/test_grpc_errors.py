@@ -14,7 +14,11 @@
   f. ztraind with --grpc-addr, then --http-addr, on a port a Python socket holds: exit 1, one
      message naming that address and saying it is in use, no gRPC core text on stderr, and
      nothing left on disk: a new --state-dir does not exist afterwards, and an existing one
-     (holding a file) is left exactly as it was."""
+     (holding a file) is left exactly as it was.
+  g. The same port taken in the moment between ztraind's check and its servers' bind (the test
+     hook ZTRAIN_INJECT_LISTEN_RACE_MS holds ztraind there, after it has made its state
+     directory): exit 1, one message naming the address, and the state directory and the data
+     and runs roots this start made are removed again."""
 import json
 import os
 import socket
@@ -280,6 +284,47 @@ def case_f(tmp):
         holder.close()
 
 
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def case_g(tmp):
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_VERBOSITY", "GRPC_TRACE")}
+    env["ZTRAIN_INJECT_LISTEN_RACE_MS"] = "1500"
+    for flag in ("--grpc-addr", "--http-addr"):
+        port = free_port()
+        addr = f"127.0.0.1:{port}"
+        addrs = {"--grpc-addr": "127.0.0.1:0", "--http-addr": "127.0.0.1:0", flag: addr}
+        made = [os.path.join(tmp, f"race{flag}-{d}") for d in ("state", "data", "runs")]
+        p = subprocess.Popen([os.path.join(BUILD, "ztraind"), "--grpc-addr", addrs["--grpc-addr"],
+                              "--http-addr", addrs["--http-addr"], "--state-dir", made[0],
+                              "--data-root", made[1], "--runs-root", made[2]],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(made[0]) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        holder = socket.socket()
+        try:
+            holder.bind(("127.0.0.1", port))
+            holder.listen()
+            out, err = p.communicate(timeout=30)
+        finally:
+            holder.close()
+        lines = [l for l in err.splitlines() if l.strip()]
+        what = f"g: {flag} {addr} taken after the check"
+        ck.check(p.returncode == 1, f"{what}: exit 1 ({p.returncode})")
+        ck.check("ready" not in out, f"{what}: never ready ({out.strip()[-200:]!r})")
+        ck.check(len(lines) == 1 and addr in lines[0] and "in use" in lines[0],
+                 f"{what}: one message naming the address as in use ({lines})")
+        for d in made:
+            ck.check(not os.path.exists(d), f"{what}: {os.path.basename(d)}, made by this start, "
+                     f"was removed")
+
+
 tmp = temp_dir("ztrain-grpc-errors-")
 t = time.monotonic()
 case_a(tmp)
@@ -287,6 +332,9 @@ print(f"      (case_a: {time.monotonic() - t:.1f} s)")
 t = time.monotonic()
 case_f(tmp)
 print(f"      (case_f: {time.monotonic() - t:.1f} s)")
+t = time.monotonic()
+case_g(tmp)
+print(f"      (case_g: {time.monotonic() - t:.1f} s)")
 with Daemon(BUILD, os.path.join(tmp, "main"), max_ranks=1) as d:
     for case, args in ((case_b, ()), (case_c, ()), (case_d, ()), (case_e, (tmp,))):
         t = time.monotonic()

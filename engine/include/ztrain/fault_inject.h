@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The step (from 1) that the variable `name`, set to "STEP[:RANK]", names for `rank` (RANK
  * defaults to 0); 0 when it is unset, malformed or names another rank. */
@@ -50,6 +51,16 @@ static inline void zt_inject_offload_kill(const char *point) {
         return;
     fflush(NULL);
     raise(SIGKILL);
+}
+
+/* ZTRAIN_INJECT_LISTEN_RACE_MS=N: ztraind waits N milliseconds after it has made its state
+ * directory and before its servers bind their ports, so a test can take a port in the moment
+ * between ztraind's check of it and the bind, as another program could. */
+static inline void zt_inject_listen_race(void) {
+    const char *v = getenv("ZTRAIN_INJECT_LISTEN_RACE_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms > 0)
+        nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
 }
 
 /* ZTRAIN_INJECT_NO_RENAME_EXCHANGE set: checkpoints are replaced as on a filesystem without
