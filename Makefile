@@ -127,7 +127,8 @@ test-multihost:
 # makes .venv-ds/ with PyPI's torch, DeepSpeed and transformers 5 the first time): ten masked SFT
 # steps in DeepSpeed (CPU accelerator, two gloo ranks) and in ztrain on the same batches,
 # directories transformers 5 writes read, trained and exported against transformers 5, and the
-# Python client's batch-rule check against DeepSpeedConfig on a grid of batch keys.
+# Python client's batch-rule check against DeepSpeedConfig on a grid of batch keys, and
+# ztrain-worker under torch 2.x's torchrun command (static, c10d and standalone rendezvous).
 test-deepspeed:
 	./scripts/install-deps.sh build deepspeed
 	$(MAKE) build
@@ -140,6 +141,7 @@ test-deepspeed:
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_null_parity.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=2 /usr/bin/python3 tests/deepspeed/test_ds_config_accept.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_removed_keys.py
+	ZTRAIN_BUILD=$(abspath $(BUILD)) /usr/bin/python3 tests/deepspeed/test_torchrun_cli.py
 
 # ztraind under load and across faults (tests/soak/test_soak.py, about a minute on 2 cores): 200
 # watchers on a running job while 1,000 jobs are submitted and listed, then 100 small jobs with
