@@ -318,8 +318,12 @@ val zt_chat_plus(ex *e, val a, val b) {
             return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
         return out;
     }
-    return zt_chat_fail(e, ZT_ERR_INVALID, "'+' of a %s and a %s", zt_chat_type_name(a),
-                        zt_chat_type_name(b));
+    /* Python's TypeError, as a message's null content added to a string fails in jinja2 */
+    if (a.k == V_STR || a.k == V_LIST)
+        return zt_chat_fail(e, ZT_ERR_INVALID, "can only concatenate %s (not \"%s\") to %s",
+                            zt_chat_type_name(a), zt_chat_type_name(b), zt_chat_type_name(a));
+    return zt_chat_fail(e, ZT_ERR_INVALID, "unsupported operand type(s) for +: '%s' and '%s'",
+                        zt_chat_type_name(a), zt_chat_type_name(b));
 }
 
 /* Python's `needle in hay`: a substring, a list's item, an object's key. */

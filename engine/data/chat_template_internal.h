@@ -41,7 +41,12 @@ struct zt_chat_template {
     node *nodes;
     int n;
     size_t *cr_at;   /* where each \r of an \r\n was dropped from src, ascending */
-    size_t n_cr;
+    size_t n_cr;    /* From a list of named templates: the one named "tool_use" (rendered when tools are given),
+     * or NULL; no_default when none is named "default" (this one is then empty, and rendering
+     * without tools fails naming the list's names, sorted as Python prints them). */
+    struct zt_chat_template *tool_use;
+    bool no_default;
+    char names[256];
 };
 
 /* V_FLOAT: a conversation's non-integral JSON number, kept only to be compared or refused by

@@ -252,7 +252,8 @@ with tempfile.TemporaryDirectory() as d:
         ("unary + of a string", "{{ +'a' }}", "bad operand type for unary +: 'str'", "raise"),
         ("a test binds tighter than ==", "{{ true == none is none }}{{ not none is none }}",
          None, None),
-        ("'~' binds tighter than '+'", "{{ 1 + 2 ~ 'a' }}", "'+' of a int and a str", "raise"),
+        ("'~' binds tighter than '+'", "{{ 1 + 2 ~ 'a' }}",
+         "unsupported operand type(s) for +: 'int' and 'str'", "raise"),
         ("'~' and '*'", "{{ 2 * 3 ~ 'x' ~ 4 // 2 }}", None, None),
         ("chained comparisons", "{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 1 < 3 > 2 }}"
          "{{ 'a' in 'ab' in 'abc' }}{{ 2 < 1 < nope.x }}{{ 1 == 1 != 2 }}", None, None),
