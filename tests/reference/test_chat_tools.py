@@ -9,7 +9,8 @@ published template reads tool_call.id where no tool_call is in scope), a Hermes-
 named templates ("default" and "tool_use": get_chat_template takes "tool_use" when tools are
 given, an empty list included; a list without "default" fails without tools with transformers'
 message) and a RAG template that reads documents. The conversations: several tool calls in one
-turn, arguments as an object and as a string, unicode, integers, booleans and null in arguments,
+turn, arguments as an object and as a string, unicode, integers, floats (5.0 too), booleans and
+null in arguments,
 a call followed by its result and a final answer, content null or absent beside tool_calls, tools
 given but unused, no tools. A conversation the template refuses must be refused with its message.
 
@@ -136,6 +137,11 @@ CONVS = [
       {"role": "assistant", "content": "Je regarde.",
        "tool_calls": [call("get_weather", {"city": "São Paulo ✓ 東京 👍", "q": "\"quoted\"\n"})]}],
      TOOLS, None),
+    ("float arguments (21.0 stays a float, as json.loads reads it)",
+     [{"role": "user", "content": "Weather at 48.8566, 2.3522?"},
+      {"role": "assistant", "tool_calls": [call("get_weather", {
+          "lat": 48.8566, "lon": 2.3522, "min_temp": 21.0, "eps": 1e-05, "big": 1e+16,
+          "list": [0.1, -0.0, 3, 2.5e-300]})]}], TOOLS, None),
     ("tools given, unused",
      [{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi there."}],
      TOOLS, None),
@@ -162,6 +168,8 @@ CONVS = [
       {"role": "assistant", "content": "Sales rose."}], None,
      [{"title": "Report", "text": "Sales rose 5% — «bien»."}, {"title": "Memo", "text": "x\ny"}]),
 ]
+
+PLAIN = [{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi there."}]
 
 FAMILIES = [
     # name, chat_template (string or named list), hf template, bos, eos
@@ -383,7 +391,7 @@ for fam, cfg_template, hf_template, bos, eos in PREP_FAMILIES:
                      f"cannot locate its turn: exit {p.returncode} {p.stderr.strip()[-300:]}")
         if (fam, name) in refusals:
             with open(f"{d}/refused.jsonl", "w") as f:
-                f.write(json.dumps({"messages": CONVS[4][1]}) + "\n")
+                f.write(json.dumps({"messages": PLAIN}) + "\n")
                 f.write(json.dumps({"messages": msgs, "tools": tools, "documents": docs}) + "\n")
             p = subprocess.run([tool("ztrain"), "prepare", "--tokenizer", f"{d}/tokenizer.json",
                                 "--out", f"{d}/refused", "--format", "chat", f"{d}/refused.jsonl"],

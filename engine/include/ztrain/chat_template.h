@@ -30,8 +30,10 @@
  * values as text, strip and trim and the whitespace controls remove Python's Unicode whitespace,
  * CRLF and CR read as "\n", and an undefined variable or key prints as nothing but fails the
  * render with jinja2's message when used (an attribute of it, "+", "-"). Integers are 64-bit: a
- * result past that, and division by zero, fail the render by name, as does printing or
- * computing with a conversation's non-integral number. Offsets in messages count bytes of the
+ * result past that, and division by zero, fail the render by name, as does arithmetic on a
+ * conversation's float (a number written with a fraction or an exponent, as Python's json reads
+ * it when the tree comes from zt_json_parse or is marked by zt_json_mark_floats; it prints, and
+ * tojson writes it, as Python's repr). Offsets in messages count bytes of the
  * text as given.
  *
  * Variables, as apply_chat_template(messages, tools=tools, documents=documents) passes them:
