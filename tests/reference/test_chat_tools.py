@@ -159,6 +159,11 @@ CONVS = [
                                             "id": "xyz123456"}]},
       {"role": "ipython", "content": "12:00"},
       {"role": "assistant", "content": "Noon."}], [TIME], None),
+    ("an ipython result",
+     [{"role": "user", "content": "Time?"},
+      {"role": "assistant", "tool_calls": [call("get_time", {"tz": "UTC"})]},
+      {"role": "ipython", "content": "12:00"},
+      {"role": "assistant", "content": "Noon."}], [TIME], None),
     ("a short tool call id",
      [{"role": "user", "content": "Time?"},
       {"role": "assistant", "tool_calls": [call("get_time", {"tz": "UTC"}, "short")]}],
@@ -169,6 +174,18 @@ CONVS = [
      [{"title": "Report", "text": "Sales rose 5% — «bien»."}, {"title": "Memo", "text": "x\ny"}]),
 ]
 
+# How the messages' JSON reads in jinja2: null, absent, nested objects, numbers, booleans, and
+# tojson of arguments given as an object or as a string.
+PROBE = r"""{%- for m in messages %}
+{{- m.role }}: content defined {{ m.content is defined }} none {{ m.content is none }} string {{ m.content is string }}
+{%- if m.tool_calls is defined and m.tool_calls is not none %} calls {{ m.tool_calls | length }} mapping {{ m.tool_calls[0] is mapping }}
+{%- for c in m.tool_calls %} [{{ c.id }} {{ c.function.name }} args-mapping {{ c.function.arguments is mapping }} {{ c.function.arguments | tojson }} {{ c | tojson(sort_keys=true) }}
+{%- if c.function.arguments is mapping %}{% for k, v in c.function.arguments | items %} {{ k }}={% if v is string or v is not iterable %}{{ v }}{% else %}{{ v | tojson }}{% endif %}:{{ v is number }}{{ v is none }}{{ v is boolean }}{{ v is integer }}{% endfor %}{% endif %}]{% endfor %}
+{%- endif %}
+{%- for k in m %} {{ k }}{% endfor %} {{ m.get('name', '-') }} {{ m.tool_call_id is defined }}
+{% endfor %}
+{%- if tools is not none %}tools {{ tools | length }} {{ tools | map(attribute='function') | map(attribute='name') | join(',') }} {{ tools[0].function.parameters.required | tojson }}{% else %}no tools{% endif %}
+{%- if documents is not none %} docs {{ documents | tojson }}{% endif %}"""
 PLAIN = [{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi there."}]
 
 FAMILIES = [
@@ -181,6 +198,7 @@ FAMILIES = [
     ("named, no default", HERMES_NO_DEFAULT,
      {x["name"]: x["template"] for x in HERMES_NO_DEFAULT}, "<s>", "<|im_end|>"),
     ("rag", RAG, RAG, "<s>", "<|im_end|>"),
+    ("probe", PROBE, PROBE, None, "</s>"),
 ]
 
 
