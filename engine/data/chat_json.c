@@ -139,10 +139,17 @@ static bool dump(buf *b, val v, const zt_chat_json_opts *o, int level, char why[
         free(members);
         return ok;
     }
-    case V_FLOAT:
-        snprintf(why, 256, "tojson of a float is not supported (the subset does not print "
-                 "floats)");
-        return false;
+    case V_FLOAT: {
+        const char *s;
+        size_t n;
+        if (!zt_chat_text(v, num, &s, &n)) {
+            snprintf(why, 256, "tojson of %s is not supported",
+                     v.b ? "an integer beyond 64 bits" : "an infinite float");
+            return false;
+        }
+        put(b, s, n);
+        return true;
+    }
     default:
         snprintf(why, 256, "Object of type %s is not JSON serializable", zt_chat_type_name(v));
         return false;

@@ -299,7 +299,9 @@ val zt_chat_plus(ex *e, val a, val b) {
     long long x, y;
     if (!e->r || e->st != ZT_OK)
         return a;
-    if (as_int(a, &x) && as_int(b, &y))
+    bool num_a = a.k == V_INT || a.k == V_BOOL || a.k == V_FLOAT;
+    bool num_b = b.k == V_INT || b.k == V_BOOL || b.k == V_FLOAT;
+    if ((as_int(a, &x) && as_int(b, &y)) || (num_a && num_b)) /* a float: refused there */
         return zt_chat_arith(e, "+", a, b);
     if (a.k == V_UNDEF || b.k == V_UNDEF)
         return zt_chat_undefined_error(e, a.k == V_UNDEF ? a : b);
@@ -318,8 +320,12 @@ val zt_chat_plus(ex *e, val a, val b) {
             return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
         return out;
     }
-    return zt_chat_fail(e, ZT_ERR_INVALID, "'+' of a %s and a %s", zt_chat_type_name(a),
-                        zt_chat_type_name(b));
+    /* Python's TypeError, as a message's null content added to a string fails in jinja2 */
+    if (a.k == V_STR || a.k == V_LIST)
+        return zt_chat_fail(e, ZT_ERR_INVALID, "can only concatenate %s (not \"%s\") to %s",
+                            zt_chat_type_name(a), zt_chat_type_name(b), zt_chat_type_name(a));
+    return zt_chat_fail(e, ZT_ERR_INVALID, "unsupported operand type(s) for +: '%s' and '%s'",
+                        zt_chat_type_name(a), zt_chat_type_name(b));
 }
 
 /* Python's `needle in hay`: a substring, a list's item, an object's key. */

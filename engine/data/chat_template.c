@@ -499,20 +499,58 @@ static void run(render *r, int i, int stop, int frame) {
     }
 }
 
+/* tools and documents as apply_chat_template takes them: None, or a list of objects (it
+ * refuses anything else in a list with these messages). */
+static zt_status check_list(const zt_chat_template *t, const cJSON *v, const char *what,
+                            const char *why) {
+    if (!v || cJSON_IsNull(v))
+        return ZT_OK;
+    if (!cJSON_IsArray(v))
+        return zt_error(ZT_ERR_INVALID, "%s: %s must be a list, not a JSON %s", t->source, what,
+                        cJSON_IsObject(v) ? "object" : cJSON_IsString(v) ? "string" : "value");
+    const cJSON *e;
+    int k = 0;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsObject(e))
+            return zt_error(ZT_ERR_INVALID, "%s: %s[%d]: %s", t->source, what, k, why);
+        k++;
+    }
+    return ZT_OK;
+}
+
 zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
+                                  const cJSON *tools, const cJSON *documents,
                                   bool add_generation_prompt, char **out) {
     *out = NULL;
     if (!cJSON_IsArray(messages))
         return zt_error(ZT_ERR_INVALID, "%s: messages must be a list", t->source);
+    if (tools && cJSON_IsNull(tools))
+        tools = NULL;
+    if (documents && cJSON_IsNull(documents))
+        documents = NULL;
+    /* get_chat_template's choice among named templates: "tool_use" when tools are given (even
+     * an empty list), else "default" */
+    if (tools && t->tool_use)
+        t = t->tool_use;
+    else if (t->no_default)
+        return zt_error(ZT_ERR_INVALID, "%s: This model has multiple chat templates with no "
+                        "default specified! Please either pass a chat template or the name of "
+                        "the template you wish to use to the `chat_template` argument. Available "
+                        "template names are %s.", t->source, t->names);
+    ZT_TRY(check_list(t, tools, "tools", "Tools should either be a JSON schema, or a callable "
+                      "function with type hints and a docstring suitable for auto-conversion to "
+                      "a schema."));
+    ZT_TRY(check_list(t, documents, "documents", "Documents should be a list of dicts with "
+                      "'title' and 'text' keys!"));
     render *r = calloc(1, sizeof *r);
     if (!r)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     r->t = t;
-    /* what apply_chat_template passes: tools and documents are None (ztrain's chat data has no
-     * way to give them), and its special_tokens_map */
+    /* what apply_chat_template passes: the conversation's dicts as they are, tools and
+     * documents (None when not given), and its special_tokens_map */
     bind(r, "messages", zt_chat_from_json(messages), 0);
-    bind(r, "tools", (val){.k = V_NONE}, 0);
-    bind(r, "documents", (val){.k = V_NONE}, 0);
+    bind(r, "tools", tools ? zt_chat_from_json(tools) : (val){.k = V_NONE}, 0);
+    bind(r, "documents", documents ? zt_chat_from_json(documents) : (val){.k = V_NONE}, 0);
     const cJSON *tok;
     cJSON_ArrayForEach(tok, t->tokens)
         bind(r, tok->string, zt_chat_from_json(tok), 0);
@@ -620,7 +658,65 @@ void zt_chat_template_destroy(zt_chat_template *t) {
     cJSON_Delete(t->tokens);
     free(t->nodes);
     free(t->cr_at);
+    zt_chat_template_destroy(t->tool_use);
     free(t);
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The names of a list of templates as Python prints sorted(names): ['a', 'b']. */
+static void list_names(const cJSON *list, char *out, size_t cap) {
+    const char *names[64];
+    size_t n = 0, len = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, list)
+        if (n < 64)
+            names[n++] = cJSON_GetObjectItemCaseSensitive(e, "name")->valuestring;
+    qsort(names, n, sizeof names[0], by_name);
+    len += (size_t)snprintf(out, cap, "[");
+    for (size_t k = 0; k < n && len < cap; k++)
+        len += (size_t)snprintf(out + len, cap - len, "%s'%s'", k ? ", " : "", names[k]);
+    if (len < cap)
+        snprintf(out + len, cap - len, "]");
+}
+
+/* A "chat_template" list of {"name", "template"} objects, as transformers reads it into a dict
+ * of named templates: the "default" one (and "tool_use", which get_chat_template takes when
+ * tools are given) parsed; a list without "default" loads, and renders only with tools. */
+static zt_status load_named(const char *path, const cJSON *list, const cJSON *config,
+                            zt_chat_template **out) {
+    const char *text = NULL, *tool_use = NULL;
+    const cJSON *e;
+    int k = 0;
+    cJSON_ArrayForEach(e, list) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(e, "template");
+        if (!cJSON_IsString(name) || !cJSON_IsString(tmpl))
+            return zt_error(ZT_ERR_FORMAT, "%s: chat_template[%d] is not a {\"name\": ..., "
+                            "\"template\": ...} object of strings", path, k);
+        if (strcmp(name->valuestring, "default") == 0)
+            text = tmpl->valuestring;
+        else if (strcmp(name->valuestring, "tool_use") == 0)
+            tool_use = tmpl->valuestring;
+        k++;
+    }
+    if (k == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: \"chat_template\" is an empty list", path);
+    ZT_TRY(zt_chat_template_parse(text ? text : "", path, config, out));
+    (*out)->no_default = !text;
+    list_names(list, (*out)->names, sizeof (*out)->names);
+    if (!tool_use)
+        return ZT_OK;
+    char source[600];
+    snprintf(source, sizeof source, "%s (chat_template \"tool_use\")", path);
+    zt_status s = zt_chat_template_parse(tool_use, source, config, &(*out)->tool_use);
+    if (s != ZT_OK) {
+        zt_chat_template_destroy(*out);
+        *out = NULL;
+    }
+    return s;
 }
 
 zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {
@@ -628,25 +724,14 @@ zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {
     cJSON *root;
     ZT_TRY(zt_json_load_file(path, &root));
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-    const char *text = cJSON_IsString(ct) ? ct->valuestring : NULL;
-    if (cJSON_IsArray(ct)) {
-        const cJSON *e;
-        cJSON_ArrayForEach(e, ct) {
-            const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
-            const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(e, "template");
-            if (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0 &&
-                cJSON_IsString(tmpl))
-                text = tmpl->valuestring;
-        }
-    }
     zt_status s;
-    char source[600];
-    snprintf(source, sizeof source, "%s", path);
-    if (!text)
-        s = zt_error(ZT_ERR_FORMAT, "%s: no \"chat_template\" string (nor a list with one "
-                     "named \"default\")", path);
+    if (cJSON_IsArray(ct))
+        s = load_named(path, ct, root, out);
+    else if (cJSON_IsString(ct))
+        s = zt_chat_template_parse(ct->valuestring, path, root, out);
     else
-        s = zt_chat_template_parse(text, source, root, out);
+        s = zt_error(ZT_ERR_FORMAT, "%s: no \"chat_template\" (a string, or a list of named "
+                     "templates)", path);
     cJSON_Delete(root);
     return s;
 }

@@ -41,11 +41,18 @@ struct zt_chat_template {
     node *nodes;
     int n;
     size_t *cr_at;   /* where each \r of an \r\n was dropped from src, ascending */
-    size_t n_cr;
+    size_t n_cr;    /* From a list of named templates: the one named "tool_use" (rendered when tools are given),
+     * or NULL; no_default when none is named "default" (this one is then empty, and rendering
+     * without tools fails naming the list's names, sorted as Python prints them). */
+    struct zt_chat_template *tool_use;
+    bool no_default;
+    char names[256];
 };
 
-/* V_FLOAT: a conversation's non-integral JSON number, kept only to be compared or refused by
- * name (the subset has no floating-point arithmetic or printing). */
+/* V_FLOAT: a conversation's number written with a fraction or an exponent (2.5, 5.0, 1e3:
+ * zt_json_is_float_literal), compared, tested, printed and written by tojson as Python does;
+ * arithmetic on it is refused by name (the subset has no floating-point arithmetic). A whole
+ * number past 64 bits is one too, with b set (Python's int): it compares, but is never printed. */
 /* V_FUNC: a function apply_chat_template passes (raise_exception, strftime_now), named by s.
  * V_NS: a namespace() (its attributes are j's members, which `set ns.x = ...` changes). */
 typedef enum {
@@ -128,8 +135,9 @@ int zt_chat_items(val v, val *out);
 /* The byte length of the UTF-8 code point whose first byte is c (1 for a stray byte). */
 size_t zt_chat_cp_len(unsigned char c);
 bool zt_chat_is_ident(char c, bool first);
-/* v as jinja2 prints it (and '~' joins it): strings as they are, integers in decimal, True,
- * False, None, undefined as nothing; *s points into v or num. False for lists and objects. */
+/* v as jinja2 prints it (and '~' joins it): strings as they are, integers in decimal, floats
+ * as Python's repr (2.5, 1e-05), True, False, None, undefined as nothing; *s points into v or
+ * num. False for lists and objects. */
 bool zt_chat_text(val v, char num[32], const char **s, size_t *n);
 /* Python's name of v's type, for messages ("str", "int", "dict", ...). */
 const char *zt_chat_type_name(val v);
@@ -157,8 +165,7 @@ typedef struct {
     size_t indent_n, item_sep_n, key_sep_n;
 } zt_chat_json_opts;
 /* v as Python's json.dumps writes it, into *out (a string in r's arena). False with Python's
- * TypeError in why for what JSON cannot hold (undefined, a loop), or a refusal for a float
- * (the subset does not print floats). */
+ * TypeError in why for what JSON cannot hold (undefined, a loop). */
 bool zt_chat_json_dump(render *r, val v, const zt_chat_json_opts *o, val *out, char why[256]);
 
 /* A method templates may call (chat_method.c): its name and how many arguments it takes. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chat_template_internal.h"
+#include "ztrain/json_util.h"
 
 char *zt_chat_alloc(render *r, size_t n) {
     arena_block *b = malloc(sizeof *b + n + 1);
@@ -28,12 +29,14 @@ val zt_chat_from_json(const cJSON *j) {
     if (cJSON_IsBool(j))
         return zt_chat_bool(cJSON_IsTrue(j));
     if (cJSON_IsNumber(j)) {
-        /* an integer when it is one (a conversion outside long long's range would be undefined
-         * behaviour) */
+        /* an integer when it is one and was not written as a float (a conversion outside long
+         * long's range would be undefined behaviour) */
         double d = j->valuedouble;
-        if (d > -9.2e18 && d < 9.2e18 && d == (double)(long long)d)
+        if (!zt_json_is_float_literal(j) && d > -9.2e18 && d < 9.2e18 &&
+            d == (double)(long long)d)
             return (val){.k = V_INT, .i = (long long)d};
-        return (val){.k = V_FLOAT, .d = d};
+        /* b: a whole number past 64 bits, which Python keeps as an int: never printed */
+        return (val){.k = V_FLOAT, .d = d, .b = !zt_json_is_float_literal(j)};
     }
     if (cJSON_IsArray(j))
         return (val){.k = V_LIST, .j = j, .lo = 0, .count = cJSON_GetArraySize(j), .step = 1};
@@ -101,9 +104,65 @@ int zt_chat_items(val v, val *out) {
     }
 }
 
+/* Python's repr(d), which str() and json.dumps write too: the fewest significant digits that
+ * read back as d (the correctly rounded ones, as Python's dtoa picks), in positional notation
+ * when the exponent is in [-4, 16) ("0.0001", "1e-05", "1e+16"), with ".0" on an integral one.
+ * False for inf and NaN, which JSON data cannot hold. */
+static bool float_repr(double d, char out[32], size_t *n) {
+    if (d != d || d - d != 0)
+        return false;
+    char e[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, d);
+        if (strtod(e, NULL) == d)
+            break;
+    }
+    /* e is [-]D[.DDD]e[+-]XX: the digits without the point, and the exponent */
+    char digits[20];
+    size_t nd = 0;
+    const char *q = e + (e[0] == '-');
+    for (; *q != 'e'; q++)
+        if (*q != '.')
+            digits[nd++] = *q;
+    int exp = atoi(q + 1);
+    size_t k = 0;
+    if (e[0] == '-')
+        out[k++] = '-';
+    if (exp < -4 || exp >= 16) {
+        out[k++] = digits[0];
+        if (nd > 1) {
+            out[k++] = '.';
+            memcpy(out + k, digits + 1, nd - 1);
+            k += nd - 1;
+        }
+        k += (size_t)snprintf(out + k, 32 - k, "e%c%02d", exp < 0 ? '-' : '+', abs(exp));
+    } else if (exp < 0) {
+        memcpy(out + k, "0.", 2);
+        k += 2;
+        for (int z = -1; z > exp; z--)
+            out[k++] = '0';
+        memcpy(out + k, digits, nd);
+        k += nd;
+    } else {
+        for (int i = 0; i <= exp; i++)
+            out[k++] = (size_t)i < nd ? digits[i] : '0';
+        out[k++] = '.';
+        if (nd > (size_t)exp + 1) {
+            memcpy(out + k, digits + exp + 1, nd - (size_t)exp - 1);
+            k += nd - (size_t)exp - 1;
+        } else {
+            out[k++] = '0';
+        }
+    }
+    out[k] = '\0';
+    *n = k;
+    return true;
+}
+
 bool zt_chat_text(val v, char num[32], const char **s, size_t *n) {
     switch (v.k) {
     case V_STR: *s = v.s, *n = v.n; return true;
+    case V_FLOAT: *s = num; return !v.b && float_repr(v.d, num, n);
     case V_INT: *n = (size_t)snprintf(num, 32, "%lld", v.i), *s = num; return true;
     case V_BOOL: *s = v.b ? "True" : "False", *n = v.b ? 4 : 5; return true;
     case V_NONE: *s = "None", *n = 4; return true;
@@ -163,8 +222,12 @@ size_t zt_chat_space_suffix(const char *s, size_t n) {
 bool zt_chat_equal(val a, val b) {
     if ((a.k == V_INT || a.k == V_BOOL) && (b.k == V_INT || b.k == V_BOOL))
         return (a.k == V_INT ? a.i : a.b) == (b.k == V_INT ? b.i : b.b);
-    if (a.k == V_FLOAT || b.k == V_FLOAT) { /* a float is never integral here, so != any int */
-        return a.k == b.k && a.d == b.d;
+    if (a.k == V_FLOAT || b.k == V_FLOAT) { /* 5.0 == 5, as in Python */
+        bool na = a.k == V_FLOAT || a.k == V_INT || a.k == V_BOOL;
+        bool nb = b.k == V_FLOAT || b.k == V_INT || b.k == V_BOOL;
+        double x = a.k == V_FLOAT ? a.d : a.k == V_INT ? (double)a.i : a.b;
+        double y = b.k == V_FLOAT ? b.d : b.k == V_INT ? (double)b.i : b.b;
+        return na && nb && x == y;
     }
     if (a.k != b.k)
         return false;
@@ -226,7 +289,12 @@ static cJSON *to_json(render *r, val v, char why[256]) {
             return NULL;
         }
         return cJSON_CreateNumber((double)v.i);
-    case V_FLOAT: return cJSON_CreateNumber(v.d);
+    case V_FLOAT: { /* still a float when integral */
+        cJSON *x = cJSON_CreateNumber(v.d);
+        if (x)
+            x->type |= ZT_JSON_FLOAT_LITERAL;
+        return x;
+    }
     case V_STR: {
         char *s = zt_chat_alloc(r, v.n);
         if (!s)

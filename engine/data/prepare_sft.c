@@ -106,16 +106,83 @@ static void mark(sft_run *r, size_t from, size_t to) {
         r->ex_flags[i] |= ZT_LOSS_MASK_TRAINED;
 }
 
-static zt_status render_prefix(sft_run *r, const cJSON *msgs, int k, bool gen, char **out,
+/* What the template is given beside the messages: TRL's "tools" (and "documents") of the
+ * line, NULL when absent. */
+typedef struct {
+    const cJSON *msgs, *tools, *docs;
+} chat_conv;
+
+static zt_status render_prefix(sft_run *r, const chat_conv *c, int k, bool gen, char **out,
                                const char *where) {
     cJSON *head = cJSON_CreateArray();
     if (!head)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     for (int i = 0; i < k; i++)
-        cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(msgs, i));
-    zt_status s = zt_chat_template_render(r->tmpl, head, gen, out);
+        cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(c->msgs, i));
+    zt_status s = zt_chat_template_render(r->tmpl, head, c->tools, c->docs, gen, out);
     cJSON_Delete(head);
     return s == ZT_OK ? s : zt_error_prefix(s, "%s: ", where);
+}
+
+static const char *json_type(const cJSON *v) {
+    return cJSON_IsNull(v) ? "null" : cJSON_IsBool(v) ? "a boolean" : cJSON_IsNumber(v)
+           ? "a number" : cJSON_IsString(v) ? "a string" : cJSON_IsArray(v) ? "a list"
+           : "an object";
+}
+
+/* "tools" or "documents" of a line: absent, null, or a list of objects. */
+static zt_status check_objects(const cJSON *obj, const char *key, const char *where) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key), *e;
+    if (!v || cJSON_IsNull(v))
+        return ZT_OK;
+    if (!cJSON_IsArray(v))
+        return zt_error(ZT_ERR_FORMAT, "%s: \"%s\" is %s, not a list of objects", where, key,
+                        json_type(v));
+    int k = 0;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsObject(e))
+            return zt_error(ZT_ERR_FORMAT, "%s: \"%s\"[%d] is %s, not an object (a tool is "
+                            "the JSON schema of a function; a document an object with \"title\" "
+                            "and \"text\")", where, key, k, json_type(e));
+        k++;
+    }
+    return ZT_OK;
+}
+
+/* Message k as chat data holds it: an object with a string "role"; a string "content", which an
+ * assistant message with "tool_calls" (a list of objects) may leave null or out. Anything else
+ * it holds goes to the template as it is. */
+static zt_status check_message(const cJSON *m, int k, const char *key, const char *where) {
+    if (!cJSON_IsObject(m))
+        return zt_error(ZT_ERR_FORMAT, "%s: \"%s\"[%d] is %s, not a message object", where,
+                        key, k, json_type(m));
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *e;
+    if (!cJSON_IsString(role))
+        return zt_error(ZT_ERR_FORMAT, "%s: message %d: \"role\" is %s, not a string", where,
+                        k, role ? json_type(role) : "missing");
+    if (calls && !cJSON_IsNull(calls)) {
+        if (!cJSON_IsArray(calls))
+            return zt_error(ZT_ERR_FORMAT, "%s: message %d: \"tool_calls\" is %s, not a list",
+                            where, k, json_type(calls));
+        int i = 0;
+        cJSON_ArrayForEach(e, calls) {
+            if (!cJSON_IsObject(e))
+                return zt_error(ZT_ERR_FORMAT, "%s: message %d: \"tool_calls\"[%d] is %s, not "
+                                "an object", where, k, i, json_type(e));
+            i++;
+        }
+    }
+    bool may_omit = strcmp(role->valuestring, "assistant") == 0 && cJSON_IsArray(calls) &&
+                    cJSON_GetArraySize(calls) > 0;
+    if (cJSON_IsString(content) || (may_omit && (!content || cJSON_IsNull(content))))
+        return ZT_OK;
+    return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\" is %s, not a string%s",
+                    where, k, role->valuestring, content ? json_type(content) : "missing",
+                    may_omit ? " or null" : strcmp(role->valuestring, "assistant") == 0
+                    ? " (only an assistant message with \"tool_calls\" may leave it null or out)"
+                    : "");
 }
 
 static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
@@ -127,31 +194,31 @@ static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
         return zt_error(ZT_ERR_FORMAT, "%s: \"%.100s\" is an empty list (a conversation needs "
                         "a message)", where, key);
     const cJSON *m;
-    cJSON_ArrayForEach(m, msgs) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsString(role) || !cJSON_IsString(content))
-            return zt_error(ZT_ERR_FORMAT, "%s: a message without string \"role\" and "
-                            "\"content\"", where);
-    }
+    int k = 0;
+    cJSON_ArrayForEach(m, msgs)
+        ZT_TRY(check_message(m, k++, key, where));
+    ZT_TRY(check_objects(obj, "tools", where));
+    ZT_TRY(check_objects(obj, "documents", where));
+    chat_conv c = {msgs, cJSON_GetObjectItemCaseSensitive(obj, "tools"),
+                   cJSON_GetObjectItemCaseSensitive(obj, "documents")};
     char *full = NULL;
-    ZT_TRY(render_prefix(r, msgs, cJSON_GetArraySize(msgs), false, &full, where));
+    ZT_TRY(render_prefix(r, &c, cJSON_GetArraySize(msgs), false, &full, where));
     size_t len = strlen(full);
     zt_status s = encode(r, full, len, false, &r->ex);
     if (s == ZT_OK)
         s = grow((void **)&r->ex_flags, &r->ex_flags_cap, r->ex.n + 1, 1);
     if (s == ZT_OK)
         memset(r->ex_flags, 0, r->ex.n);
-    int k = 0;
+    k = 0;
     cJSON_ArrayForEach(m, msgs) {
         if (s != ZT_OK)
             break;
         const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
         if (strcmp(role, "assistant") == 0) {
             char *before = NULL, *through = NULL;
-            s = render_prefix(r, msgs, k, true, &before, where);
+            s = render_prefix(r, &c, k, true, &before, where);
             if (s == ZT_OK)
-                s = render_prefix(r, msgs, k + 1, false, &through, where);
+                s = render_prefix(r, &c, k + 1, false, &through, where);
             size_t a = before ? strlen(before) : 0, b = through ? strlen(through) : 0;
             if (s == ZT_OK && (b > len || memcmp(through, full, b) != 0 || a > b ||
                                memcmp(before, full, a) != 0))
@@ -257,6 +324,9 @@ static zt_status read_file(sft_run *r, const char *path, uint64_t *index) {
             q++;
         if (*q) {
             cJSON *obj = cJSON_Parse(p);
+            /* 5.0 stays a float in the template, as in Python's json.loads */
+            if (obj)
+                zt_json_mark_floats(obj, p, (size_t)(end - p));
             if (!cJSON_IsObject(obj)) {
                 if (r->o->skip_bad_lines)
                     r->st->bad_lines++;

@@ -45,14 +45,17 @@ int zt_cli_sample_chat(zt_model *m, const zt_tokenizer_t *tok, const char *tok_p
     zt_status s = zt_chat_template_load(cfg, &t);
     if (s == ZT_OK)
         s = zt_json_load_file(conv_path, &conv);
-    const cJSON *msgs = conv;
-    if (s == ZT_OK && cJSON_IsObject(conv))
+    const cJSON *msgs = conv, *tools = NULL, *docs = NULL;
+    if (s == ZT_OK && cJSON_IsObject(conv)) {
         msgs = cJSON_GetObjectItemCaseSensitive(conv, "messages");
+        tools = cJSON_GetObjectItemCaseSensitive(conv, "tools");
+        docs = cJSON_GetObjectItemCaseSensitive(conv, "documents");
+    }
     if (s == ZT_OK && !cJSON_IsArray(msgs))
         s = zt_error(ZT_ERR_FORMAT, "%s: not a list of messages (nor an object with "
                      "\"messages\")", conv_path);
     if (s == ZT_OK)
-        s = zt_chat_template_render(t, msgs, true, &text);
+        s = zt_chat_template_render(t, msgs, tools, docs, true, &text);
     if (s == ZT_OK)
         s = prompt_ids(tok, text, m->spec.vocab_size, &ids);
     int n_end = 0;

@@ -8,9 +8,9 @@ Phi-3's.
 
 Each renders varied conversations (with and without a system message, tool results, unicode,
 quotes, braces, newlines) with and without the generation prompt; a conversation the template
-rejects must be rejected with transformers' message. ztrain's chat data holds only role/content
-messages and passes tools=None, so the templates' tools branches are checked (read) but not
-taken; test_chat_template checks each construct on its own. The loss masks of these templates
+rejects must be rejected with transformers' message. These conversations pass tools=None;
+test_chat_tools renders the tools branches (tool_calls, tool results, the tools list) and
+test_chat_template checks each construct on its own. The loss masks of these templates
 are checked in test_sft_prepare."""
 import json
 import os

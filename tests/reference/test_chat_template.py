@@ -114,7 +114,9 @@ with tempfile.TemporaryDirectory() as d:
     # transformers; otherwise ztrain refuses (when reading or rendering) with key in its message,
     # and jinja2 either raises too ("raise") or goes where the subset does not ("beyond").
     conv = [{"role": "user", "content": "héllo👍"}, {"role": "assistant", "content": "yo"},
-            {"role": "user", "content": "again", "n": 2.5}]
+            {"role": "user", "content": "again", "n": 2.5,
+             "f": [5.0, 1e-05, 0.0001, 1e16, 1e15, 0.1, -0.0, 123456789.125, 1e22, 1.5e-07,
+                   3.141592653589793, -2.5e-300, 1.7976931348623157e308, 100.0, 0.30000000000000004]}]
     INT_MIN = "(-9223372036854775807 - 1)"
     LANGUAGE = [
         # arithmetic: '*' and '//' never divide by zero, Python's floor semantics, 64-bit limits
@@ -132,10 +134,16 @@ with tempfile.TemporaryDirectory() as d:
         ("- overflow", "{{ " + INT_MIN + " - messages|length }}", "beyond 64 bits", "beyond"),
         ("* overflow", "{{ 4611686018427387904 * 2 }}", "beyond 64 bits", "beyond"),
         ("a literal past 64 bits", "{{ 9223372036854775808 }}", "beyond 64 bits", "beyond"),
-        # a conversation's float compares, and is refused where the subset would need its value
+        # a conversation's float (5.0 too, as Python's json reads it) compares, prints and
+        # goes through tojson as in Python; arithmetic on it is refused
         ("a float from JSON", "{{ messages[2].n == messages[2]['n'] }}{{ messages[2].n == 2 }}"
-         "{% if messages[2].n %}!{% endif %}{{ messages[2].n is defined }}", None, None),
-        ("printing a float", "{{ messages[2].n }}", "printing a float", "beyond"),
+         "{% if messages[2].n %}!{% endif %}{{ messages[2].n is defined }}"
+         "{{ messages[2].f[0] == 5 }}{{ messages[2].f[0] is integer }}{{ messages[2].f[0] is float }}"
+         "{{ 5 in messages[2].f }}{{ messages[2].f[6] == 0 }}{% if messages[2].f[6] %}!{% endif %}",
+         None, None),
+        ("printing a float", "{{ messages[2].n }}|{% for x in messages[2].f %}{{ x }} {% endfor %}"
+         "|{{ messages[2].f|join(',') }}|{{ messages[2].f[0]|string }}|{{ 'x' ~ messages[2].n }}",
+         None, None),
         ("a float in arithmetic", "{{ messages[2].n + 1 }}", "float", "beyond"),
         # nesting
         ("40 parentheses", "{{ " + "(" * 40 + "messages[0]['content']" + ")" * 40 + " }}",
@@ -252,7 +260,8 @@ with tempfile.TemporaryDirectory() as d:
         ("unary + of a string", "{{ +'a' }}", "bad operand type for unary +: 'str'", "raise"),
         ("a test binds tighter than ==", "{{ true == none is none }}{{ not none is none }}",
          None, None),
-        ("'~' binds tighter than '+'", "{{ 1 + 2 ~ 'a' }}", "'+' of a int and a str", "raise"),
+        ("'~' binds tighter than '+'", "{{ 1 + 2 ~ 'a' }}",
+         "unsupported operand type(s) for +: 'int' and 'str'", "raise"),
         ("'~' and '*'", "{{ 2 * 3 ~ 'x' ~ 4 // 2 }}", None, None),
         ("chained comparisons", "{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 1 < 3 > 2 }}"
          "{{ 'a' in 'ab' in 'abc' }}{{ 2 < 1 < nope.x }}{{ 1 == 1 != 2 }}", None, None),
@@ -286,7 +295,8 @@ with tempfile.TemporaryDirectory() as d:
          "{{ messages[:0]|tojson(indent=4) }}|{{ messages[0]|tojson(indent=-1) }}|"
          "{{ 'é\x7f'|tojson(true) }}", None, None),
         ("tojson of undefined", "{{ nope|tojson }}", "not JSON serializable", "raise"),
-        ("tojson of a float", "{{ messages[2]|tojson }}", "float", "beyond"),
+        ("tojson of a float", "{{ messages[2]|tojson }}|{{ messages[2].f|tojson(indent=1) }}|"
+         "{{ messages[2].f|list|tojson }}|{{ messages[2].f[:3]|tojson }}", None, None),
         ("tojson's unknown keyword", "{{ 1|tojson(indnt=2) }}", "has no argument 'indnt'",
          "raise"),
         ("tojson's unknown keyword, untaken", "{% if false %}{{ 1|tojson(foo=1) }}{% endif %}",

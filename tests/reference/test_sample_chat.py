@@ -9,7 +9,8 @@ prefer, so that the stop shows), decoded without special tokens; from a tensor-p
 checkpoint too, with the job's data.tokenizer and no --tokenizer. An eos_token that is not one
 token is warned about; export --hf keeps the source config's bos_token_id and eos_token_id;
 --temperature 0 is refused before the prompt is printed. A conversation
-the file does not hold as a list is refused naming the file."""
+the file does not hold as a list is refused naming the file, and an object's "tools" reach the
+template (tools that are not a list are refused)."""
 import json
 import os
 import subprocess
@@ -184,4 +185,12 @@ with tempfile.TemporaryDirectory() as d:
                        capture_output=True, text=True)
     ck.check(p.returncode == 1 and "bad.json" in p.stderr and "messages" in p.stderr,
              f"a file without messages: exit {p.returncode} {p.stderr.strip()[-200:]}")
+    # the object's tools reach the template, as apply_chat_template(tools=...) takes them: a
+    # tools entry that is not a list is refused with transformers' words
+    json.dump({"messages": convs[0], "tools": {"type": "function"}}, open(f"{d}/bad.json", "w"))
+    p = subprocess.run([tool("ztrain"), "sample", f"{d}/ckpt", "--tokenizer",
+                        f"{d}/hf/tokenizer.json", "--chat", f"{d}/bad.json"],
+                       capture_output=True, text=True)
+    ck.check(p.returncode == 1 and "tools must be a list" in p.stderr,
+             f"tools that are not a list: exit {p.returncode} {p.stderr.strip()[-200:]}")
 ck.done()

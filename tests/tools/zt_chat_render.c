@@ -3,7 +3,9 @@
  *
  *   zt_chat_render TOKENIZER_CONFIG.json CONVERSATIONS.json OUT_DIR [--generation-prompt]
  *
- * CONVERSATIONS.json is a list of message lists; conversation i is written to OUT_DIR/i.txt, or
+ * CONVERSATIONS.json is a list of conversations, each a message list or an object {"messages":
+ * [...], "tools": [...], "documents": [...]} (tools and documents optional, as apply_chat_template
+ * takes them); conversation i is written to OUT_DIR/i.txt, or
  * its error message to OUT_DIR/i.err. Exit status: 0 when every conversation was handled, 1 when
  * the template was refused (the message on stderr), 2 usage or I/O. */
 #include <stdio.h>
@@ -46,7 +48,13 @@ int main(int argc, char **argv) {
     const cJSON *c;
     cJSON_ArrayForEach(c, convs) {
         char *text = NULL;
-        if (zt_chat_template_render(t, c, gen, &text) == ZT_OK)
+        const cJSON *msgs = c, *tools = NULL, *docs = NULL;
+        if (cJSON_IsObject(c)) {
+            msgs = cJSON_GetObjectItemCaseSensitive(c, "messages");
+            tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
+            docs = cJSON_GetObjectItemCaseSensitive(c, "documents");
+        }
+        if (zt_chat_template_render(t, msgs, tools, docs, gen, &text) == ZT_OK)
             rc |= write_text(argv[3], i, "txt", text);
         else
             rc |= write_text(argv[3], i, "err", zt_last_error());

@@ -30,13 +30,18 @@
  * values as text, strip and trim and the whitespace controls remove Python's Unicode whitespace,
  * CRLF and CR read as "\n", and an undefined variable or key prints as nothing but fails the
  * render with jinja2's message when used (an attribute of it, "+", "-"). Integers are 64-bit: a
- * result past that, and division by zero, fail the render by name, as does printing or
- * computing with a conversation's non-integral number. Offsets in messages count bytes of the
+ * result past that, and division by zero, fail the render by name, as does arithmetic on a
+ * conversation's float (a number written with a fraction or an exponent, as Python's json reads
+ * it when the tree comes from zt_json_parse or is marked by zt_json_mark_floats; it prints, and
+ * tojson writes it, as Python's repr). Offsets in messages count bytes of the
  * text as given.
  *
- * Variables, as apply_chat_template(messages) passes them: messages (the conversation, a list of
- * {"role", "content"} objects), add_generation_prompt, tools and documents (none), the
- * functions raise_exception and strftime_now, and the special tokens (zt_chat_template_parse). */
+ * Variables, as apply_chat_template(messages, tools=tools, documents=documents) passes them:
+ * messages (the conversation: a list of objects, each passed as it is, nested objects, numbers,
+ * booleans and nulls included, so `message.tool_calls is defined`, `message.content is none` and
+ * `tool_call.arguments | tojson` read as in jinja2), add_generation_prompt, tools and documents
+ * (lists of objects, or none), the functions raise_exception and strftime_now, and the special
+ * tokens (zt_chat_template_parse). */
 #ifndef ZTRAIN_CHAT_TEMPLATE_H
 #define ZTRAIN_CHAT_TEMPLATE_H
 
@@ -58,9 +63,9 @@ typedef struct zt_chat_template zt_chat_template;
 zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *config,
                                  zt_chat_template **out);
 
-/* Reads tokenizer_config.json: "chat_template" (a string; a list of named templates is refused
- * unless it has one named "default", which is taken) and the special tokens (see
- * zt_chat_template_parse). special_tokens_map.json is not read: transformers reads it only for
+/* Reads tokenizer_config.json: "chat_template" (a string, or a list of {"name", "template"}
+ * objects of which "default" and "tool_use" are read, as get_chat_template picks them: see
+ * zt_chat_template_render) and the special tokens (see zt_chat_template_parse). special_tokens_map.json is not read: transformers reads it only for
  * an old tokenizer_config.json without "added_tokens_decoder". */
 zt_status zt_chat_template_load(const char *tokenizer_config, zt_chat_template **out);
 void zt_chat_template_destroy(zt_chat_template *t);
@@ -68,9 +73,14 @@ void zt_chat_template_destroy(zt_chat_template *t);
 /* The eos_token the template was given ("" when none), which ends an assistant's reply. */
 const char *zt_chat_template_eos(const zt_chat_template *t);
 
-/* Renders messages (a JSON array of objects) into a heap string the caller frees. An error names
- * the source and what failed (a raise_exception's message, a missing key, a type). */
+/* Renders messages (a JSON array of objects) into a heap string the caller frees. tools and
+ * documents are JSON lists of objects, or NULL (or a JSON null) for none; anything else in them
+ * is refused with apply_chat_template's message. From a list of named templates the "tool_use"
+ * one renders when tools are given (an empty list counts), else "default"; with neither the
+ * render fails with transformers' message, naming the templates. An error names the source and
+ * what failed (a raise_exception's message, a missing key, a type). */
 zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
+                                  const cJSON *tools, const cJSON *documents,
                                   bool add_generation_prompt, char **out);
 
 #endif

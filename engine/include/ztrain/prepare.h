@@ -33,11 +33,14 @@ typedef enum { ZT_PREPARE_DTYPE_AUTO = 0, ZT_PREPARE_DTYPE_U16, ZT_PREPARE_DTYPE
 
 /* What the inputs hold. Text is pre-training data (above). The fine-tuning formats read JSONL
  * examples and write shards with a loss mask each (ztrain/loss_mask.h; docs/fine-tuning.md):
- *   CHAT: {"messages": [{"role", "content"}, ...]} rendered with the model's chat template
- *         (ztrain/chat_template.h) and encoded without the post-processor's tokens (the
- *         template writes them); the tokens of the assistant turns are trained: from the end of
- *         the conversation before the turn rendered with the generation prompt to the end of
- *         the conversation through the turn.
+ *   CHAT: {"messages": [{"role", "content", ...}, ...], "tools": [...], "documents": [...]}
+ *         (TRL's format: tools and documents lists of objects, optional; a message's content a
+ *         string, or null or absent beside an assistant's "tool_calls" list; its other keys
+ *         passed on as they are) rendered with the model's chat template
+ *         (ztrain/chat_template.h, given the tools and documents) and encoded without the
+ *         post-processor's tokens (the template writes them); the tokens of the assistant turns,
+ *         tool calls included, are trained: from the end of the conversation before the turn
+ *         rendered with the generation prompt to the end of the conversation through the turn.
  *   PROMPT_COMPLETION: {"prompt", "completion"}: prompt + completion encoded with the
  *         post-processor's tokens, then the end-of-text token; the completion and that token are
  *         trained.
