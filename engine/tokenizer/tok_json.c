@@ -51,6 +51,8 @@ zt_status zt_tokenizer_load(const char *path, zt_tokenizer_t **out) {
     if (s == ZT_OK)
         s = load_tree(t, root, path);
     cJSON_Delete(root);
+    if (s == ZT_OK)
+        s = tok_apply_class(t);
     if (s != ZT_OK) {
         zt_tokenizer_destroy(t);
         return s;
