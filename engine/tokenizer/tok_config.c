@@ -119,6 +119,35 @@ static zt_status side(zt_tokenizer_t *t, const cJSON *config, const char *src,
     return ZT_OK;
 }
 
+/* tokenizer_config.json's add_prefix_space, which some classes' __init__ applies to the
+ * tokenizer.json they read and ztrain does not: refused where it would change the encoding.
+ * LlamaTokenizerFast converts from the sentencepiece tokenizer.model when it is set at all;
+ * GPT2 and GPTNeoX rewrite a top-level pre-tokenizer's add_prefix_space that differs from it
+ * (default false); Cohere turns every add_prefix_space false into true when it is true. */
+static zt_status prefix_space(const cJSON *config, const cJSON *pre, const char *cls,
+                              const char *src) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(config, "add_prefix_space");
+    const cJSON *has = cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
+    const char *value = !a ? "missing (false)" : cJSON_IsTrue(a) ? "true"
+                      : cJSON_IsFalse(a) ? "false" : "null";
+    if (strcmp(cls, "LlamaTokenizer") == 0 && a && !cJSON_IsNull(a))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: add_prefix_space %s makes transformers' "
+                        "LlamaTokenizerFast convert tokenizer.model with sentencepiece instead of "
+                        "reading tokenizer.json, which ztrain does not; remove the key", src,
+                        value);
+    if ((strcmp(cls, "GPT2Tokenizer") == 0 || strcmp(cls, "GPTNeoXTokenizer") == 0) &&
+        cJSON_IsBool(has) && cJSON_IsTrue(has) != cJSON_IsTrue(a))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: add_prefix_space %s makes transformers' %sFast "
+                        "rewrite tokenizer.json's pre_tokenizer (add_prefix_space %s), which "
+                        "ztrain does not; set add_prefix_space to %s", src, value, cls,
+                        cJSON_IsTrue(has) ? "true" : "false", cJSON_IsTrue(has) ? "true" : "false");
+    if (strcmp(cls, "CohereTokenizer") == 0 && cJSON_IsTrue(a))
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: add_prefix_space true makes transformers' "
+                        "CohereTokenizerFast rewrite tokenizer.json's pre_tokenizer and decoder, "
+                        "which ztrain does not; remove the key", src);
+    return ZT_OK;
+}
+
 /* The class name without "Fast": AutoTokenizer takes "LlamaTokenizer" and "LlamaTokenizerFast"
  * alike to the fast class. */
 static void base_name(const char *cls, char *out, size_t cap) {
@@ -157,8 +186,23 @@ static zt_status pick_class(const cJSON *tc, const char *tc_path, const cJSON *m
                     "post-processor)", mc_path, type);
 }
 
-zt_status tok_apply_class(zt_tokenizer_t *t) {
-    char tc_path[PATH_MAX], mc_path[PATH_MAX], cls[128];
+/* Whether ztrain knows the class (by its name without "Fast"); *c is its entry when it rebuilds
+ * the template, NULL when it keeps tokenizer.json's. */
+static bool known_class(const char *cls, const rebuilding_class **c) {
+    *c = NULL;
+    for (size_t i = 0; i < sizeof REBUILDING / sizeof REBUILDING[0]; i++)
+        if (strcmp(cls, REBUILDING[i].name) == 0) {
+            *c = &REBUILDING[i];
+            return true;
+        }
+    for (size_t i = 0; i < sizeof FOLLOWING / sizeof FOLLOWING[0]; i++)
+        if (strcmp(cls, FOLLOWING[i]) == 0)
+            return true;
+    return false;
+}
+
+zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root) {
+    char tc_path[PATH_MAX], mc_path[PATH_MAX], cls[128] = "";
     cJSON *tc = NULL, *mc = NULL;
     const char *named_in = NULL;
     zt_status s = load_beside(t->path, "tokenizer_config.json", tc_path, sizeof tc_path, &tc);
@@ -167,13 +211,7 @@ zt_status tok_apply_class(zt_tokenizer_t *t) {
     if (s == ZT_OK)
         s = pick_class(tc, tc_path, mc, mc_path, cls, sizeof cls, &named_in);
     const rebuilding_class *c = NULL;
-    bool known = cls[0] == '\0' || s != ZT_OK;
-    for (size_t i = 0; !known && i < sizeof REBUILDING / sizeof REBUILDING[0]; i++)
-        if (strcmp(cls, REBUILDING[i].name) == 0)
-            c = &REBUILDING[i], known = true;
-    for (size_t i = 0; !known && i < sizeof FOLLOWING / sizeof FOLLOWING[0]; i++)
-        known = strcmp(cls, FOLLOWING[i]) == 0;
-    if (!known)
+    if (s == ZT_OK && cls[0] && !known_class(cls, &c))
         s = zt_error(ZT_ERR_UNSUPPORTED, "%s: tokenizer_class %sFast is not one ztrain knows "
                      "(Llama, CodeLlama, Gemma, GPTNeoX and Cohere rebuild the template from "
                      "add_bos_token/add_eos_token; PreTrainedTokenizerFast, GPT2 and Qwen2 keep "
@@ -186,6 +224,8 @@ zt_status tok_apply_class(zt_tokenizer_t *t) {
     if (s == ZT_OK && c && !tc && !(config = empty = cJSON_CreateObject()))
         s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->path);
     const char *src = tc ? tc_path : named_in;
+    if (s == ZT_OK && cls[0])
+        s = prefix_space(tc, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), cls, src);
     if (s == ZT_OK && c)
         s = side(t, config, src, c, true, &t->tmpl_before, &t->n_before);
     if (s == ZT_OK && c)

@@ -15,8 +15,9 @@ and:
     each document's tokenizer(doc)["input_ids"] (or the separator and the bare ids when the
     template is empty);
   - where transformers raises (add_bos_token true with bos_token null) or would add a new token
-    (a default bos_token the tokenizer lacks), ztrain refuses, naming the key; a tokenizer_class
-    ztrain does not know is refused by name.
+    (a default bos_token the tokenizer lacks), ztrain refuses, naming the key; so it does
+    where a class's add_prefix_space would rewrite the pre-tokenizer (GPT2, GPTNeoX, Cohere) or
+    convert tokenizer.model (Llama); a tokenizer_class ztrain does not know is refused by name.
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_tokenizer_config.py
 """
@@ -189,6 +190,26 @@ with tempfile.TemporaryDirectory() as d:
         got, err = zt_encode(d, TEXTS)
         want = [hf(t)["input_ids"] for t in TEXTS]
         ck.check(got == want, f"no post-processor, {cls}: {got} vs {want} ({err})")
+
+    # add_prefix_space, which the classes apply to the pre-tokenizer and ztrain does not, is
+    # refused where transformers would encode otherwise than tokenizer.json (or raise).
+    make_tokenizer(SPECIALS).save(f"{d}/tokenizer.json")
+    bare = Tokenizer.from_file(f"{d}/tokenizer.json")
+    for cls, value in (("GPT2TokenizerFast", True), ("GPTNeoXTokenizerFast", True),
+                       ("CohereTokenizerFast", True), ("LlamaTokenizerFast", False)):
+        write_config(d, cls, "false", "absent", {"add_prefix_space": value})
+        hf, hf_err = hf_load(d)
+        differs = hf is None or any(hf(t)["input_ids"] != bare.encode(t).ids for t in TEXTS)
+        got, err = zt_encode(d, TEXTS)
+        ck.check(differs and got is None and "add_prefix_space" in err,
+                 f"{cls} add_prefix_space {value}: transformers "
+                 f"{'raises' if hf is None else 'differs' if differs else 'agrees'}; ztrain "
+                 f"refuses: {err}")
+    write_config(d, "GPT2TokenizerFast", "absent", "absent", {"add_prefix_space": False})
+    hf, _ = hf_load(d)
+    got, err = zt_encode(d, TEXTS)
+    ck.check(got == [hf(t)["input_ids"] for t in TEXTS], f"GPT2 add_prefix_space false as "
+             f"tokenizer.json's: {err}")
 
     # Classes ztrain does not know are refused by name; with no tokenizer_config.json nor
     # config.json beside it, tokenizer.json's template is followed.

@@ -30,8 +30,10 @@
  * class's defaults where a key is missing: BOS on, EOS off, GPTNeoX both off; null is off), as
  * their update_post_processor does in transformers 4.46; PreTrainedTokenizerFast,
  * GPT2TokenizerFast and Qwen2TokenizerFast keep tokenizer.json's. Refused by name: another class
- * or model_type, a flag that is true with its token null (transformers raises), and a token the
- * tokenizer does not have (transformers would add it as a new id past the vocabulary). With
+ * or model_type, a flag that is true with its token null (transformers raises), a token the
+ * tokenizer does not have (transformers would add it as a new id past the vocabulary), and an
+ * add_prefix_space with which the class would rewrite the pre-tokenizer (GPT2, GPTNeoX: one
+ * differing from tokenizer.json's; Cohere: true) or convert tokenizer.model (Llama: any). With
  * neither file beside it (or a tokenizer_config.json naming no class and no config.json),
  * tokenizer.json's template is used.
  *
