@@ -72,7 +72,8 @@ typedef struct {
 /* The filters and tests (chat_filters.c). */
 
 /* v|name(args), as jinja2's filter (transformers' own for tojson): trim, length, string, list,
- * items, join, first, last, map, select, reject, selectattr, rejectattr, tojson. An unknown filter, an unknown keyword or too many
+ * items, join, first, last, upper, lower, capitalize, title, map, select, reject, selectattr,
+ * rejectattr, tojson. An unknown filter, an unknown keyword or too many
  * arguments is refused by name, in a check too. */
 val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args,
                    int nargs);

@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unicase.h>
+#include <unictype.h>
+#include <unistr.h>
 
 #include "chat_expr_internal.h"
 
@@ -22,7 +25,8 @@ static const filter_spec FILTERS[] = {
     {"list", {NULL}, false},   {"items", {NULL}, false},  {"join", {"d", "attribute"}, false},
     {"select", {NULL}, true},  {"reject", {NULL}, true},  {"selectattr", {NULL}, true},
     {"rejectattr", {NULL}, true}, {"first", {NULL}, false}, {"last", {NULL}, false},
-    {"map", {NULL}, true},
+    {"map", {NULL}, true},     {"upper", {NULL}, false},  {"lower", {NULL}, false},
+    {"capitalize", {NULL}, false}, {"title", {NULL}, false},
     {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}, false},
 };
 
@@ -128,6 +132,152 @@ static val trim(ex *e, val v) {
         return e->st == ZT_OK ? zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "trim of a %s is not "
                                              "supported", zt_chat_type_name(v)) : t;
     return zt_chat_strip_space(t, true, true);
+}
+
+/* ---- case: Python's str.upper, lower and capitalize, jinja2's title ---------------------------- */
+
+/* Python 3.11's case mappings are Unicode 14's full ones (SpecialCasing's unconditional entries:
+ * 'ß'.upper() is 'SS', 'İ'.lower() is 'i̇') with one context, Final_Sigma ('ΑΣ'.lower() is 'ας').
+ * libunistring 1.0 carries the same Unicode version and maps every code point as Python does
+ * (tests/reference/test_chat_case.py checks them all), so its u8_ct_* functions are used; glibc's
+ * towupper/towlower know only the one-to-one mappings, which would need a table of our own
+ * beside them. Final_Sigma is CPython's own (final_sigma below): libunistring reads a character
+ * that is both cased and case-ignorable (U+0345, the modifier letters ʰ ˡ ᵃ ...) next to a Σ as
+ * cased, where CPython skips it as ignorable. */
+typedef enum { CASE_UPPER, CASE_LOWER, CASE_TITLE } case_kind;
+
+/* Appends s[0..n) mapped by kind to out[*len..]. Only Final_Sigma depends on the text around,
+ * and lower_append decides it itself, so the text is mapped without a context. */
+static bool case_append(ex *e, const char *s, size_t n, case_kind kind, char *out,
+                        size_t *len) {
+    size_t m = 0;
+    uint8_t *(*f)(const uint8_t *, size_t, casing_prefix_context_t, casing_suffix_context_t,
+                  const char *, uninorm_t, uint8_t *, size_t *) =
+        kind == CASE_UPPER ? u8_ct_toupper : kind == CASE_LOWER ? u8_ct_tolower : u8_ct_totitle;
+    if (n == 0)
+        return true;
+    uint8_t *r = f((const uint8_t *)s, n, unicase_empty_prefix_context,
+                   unicase_empty_suffix_context, NULL, NULL, NULL, &m);
+    if (!r) {
+        zt_chat_fail(e, ZT_ERR_INVALID, "a case filter of text that is not UTF-8");
+        return false;
+    }
+    memcpy(out + *len, r, m);
+    *len += m;
+    free(r);
+    return true;
+}
+
+/* CPython's handle_capital_sigma: the Σ at s[at] of the string s[0..n) is final when a cased
+ * code point precedes it and none follows it, case-ignorable ones skipped on both sides. */
+static bool final_sigma(const char *s, size_t n, size_t at) {
+    const uint8_t *b = (const uint8_t *)s, *p = b + at;
+    ucs4_t c = 0;
+    bool found = false;
+    while ((p = u8_prev(&c, p, b)) != NULL)
+        if (!uc_is_property_case_ignorable(c)) {
+            found = true;
+            break;
+        }
+    if (!found || !uc_is_property_cased(c))
+        return false;
+    for (size_t i = at + 2; i < n;) {
+        int k = u8_mbtouc(&c, b + i, n - i);
+        if (!uc_is_property_case_ignorable(c))
+            return !uc_is_property_cased(c);
+        i += (size_t)k;
+    }
+    return true;
+}
+
+/* s[from..n).lower() as Python lowers it inside the string s[0..n): between the Σs (whose
+ * mapping alone depends on the text around) by libunistring, each Σ by final_sigma. */
+static bool lower_append(ex *e, const char *s, size_t n, size_t from, char *out, size_t *len) {
+    while (from < n) {
+        const char *sigma = NULL;
+        for (size_t i = from; i + 1 < n && !sigma; i++)
+            if ((unsigned char)s[i] == 0xce && (unsigned char)s[i + 1] == 0xa3)
+                sigma = s + i;
+        size_t end = sigma ? (size_t)(sigma - s) : n;
+        if (!case_append(e, s + from, end - from, CASE_LOWER, out, len))
+            return false;
+        if (sigma) {
+            memcpy(out + *len, final_sigma(s, n, end) ? "\xcf\x82" : "\xcf\x83", 2);
+            *len += 2;
+            end += 2;
+        }
+        from = end;
+    }
+    return true;
+}
+
+/* A full case mapping makes a code point at most 3 code points of at most 4 bytes: 12 bytes for
+ * each input byte is always enough. */
+static char *case_out(ex *e, size_t n) {
+    char *out = zt_chat_alloc(e->r, n * 12 + 1);
+    if (!out)
+        zt_chat_fail(e, ZT_ERR_NOMEM, "out of memory");
+    return out;
+}
+
+/* The length of the code point at s (n > 0). */
+static size_t cp_at(const char *s, size_t n) {
+    size_t k = zt_chat_cp_len((unsigned char)s[0]);
+    return k < n ? k : n;
+}
+
+/* s.upper(), s.lower() or s.capitalize(): capitalize is the first code point's title mapping
+ * and the rest's lower one, in the context of the whole string (CPython's do_capitalize). */
+static val case_string(ex *e, val t, const char *name) {
+    char *out = case_out(e, t.n);
+    size_t len = 0;
+    bool ok = out != NULL;
+    if (ok && name[0] == 'c' && t.n > 0) {
+        size_t k = cp_at(t.s, t.n);
+        ok = case_append(e, t.s, k, CASE_TITLE, out, &len) &&
+             lower_append(e, t.s, t.n, k, out, &len);
+    } else if (ok && name[0] == 'u') {
+        ok = case_append(e, t.s, t.n, CASE_UPPER, out, &len);
+    } else if (ok) {
+        ok = lower_append(e, t.s, t.n, 0, out, &len);
+    }
+    return ok ? zt_chat_str(out, len) : (val){.k = V_UNDEF};
+}
+
+/* Where jinja2's title splits: ([-\s({\[<]+), \s being Python's whitespace. */
+static size_t word_split_at(const char *s, size_t n) {
+    if (s[0] && strchr("-({[<", s[0]))
+        return 1;
+    size_t k = zt_chat_space_prefix(s, n);
+    return k ? cp_at(s, k) : 0;
+}
+
+/* jinja2's do_title: the text split into words and runs of the separators (both kept), each
+ * item[0].upper() + item[1:].lower(), the two halves cased as strings of their own. */
+static val title(ex *e, val t) {
+    char *out = case_out(e, t.n);
+    size_t len = 0;
+    bool ok = out != NULL;
+    for (size_t i = 0; ok && i < t.n;) {
+        bool sep = word_split_at(t.s + i, t.n - i) > 0;
+        size_t end = i;
+        while (end < t.n && (word_split_at(t.s + end, t.n - end) > 0) == sep)
+            end += sep ? word_split_at(t.s + end, t.n - end) : cp_at(t.s + end, t.n - end);
+        size_t k = cp_at(t.s + i, end - i);
+        ok = case_append(e, t.s + i, k, CASE_UPPER, out, &len) &&
+             lower_append(e, t.s + i + k, end - i - k, 0, out, &len);
+        i = end;
+    }
+    return ok ? zt_chat_str(out, len) : (val){.k = V_UNDEF};
+}
+
+/* The four case filters take any value jinja2 prints (soft_str), as trim does. */
+static val case_filter(ex *e, val v, const char *name) {
+    val t;
+    if (!text_of(e, v, &t))
+        return e->st == ZT_OK ? zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s of a %s is not "
+                                             "supported", name, zt_chat_type_name(v)) : t;
+    return name[0] == 't' ? title(e, t) : case_string(e, t, name);
 }
 
 static val length(ex *e, val v) {
@@ -323,6 +473,9 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
         return v;
     const char *w = f->name;
     if (!strcmp(w, "trim")) return trim(e, v);
+    if (!strcmp(w, "upper") || !strcmp(w, "lower") || !strcmp(w, "capitalize") ||
+        !strcmp(w, "title"))
+        return case_filter(e, v, w);
     if (!strcmp(w, "length")) return length(e, v);
     if (!strcmp(w, "items")) return items(e, v);
     if (!strcmp(w, "join")) return join(e, v, slot, given);

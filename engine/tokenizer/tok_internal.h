@@ -212,6 +212,9 @@ zt_status tok_parse_bpe(zt_tokenizer_t *t, const cJSON *model, const char *src);
 zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src);
 /* After the normalizers are loaded: the texts the added tokens are matched on. */
 zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src);
+/* After the whole tokenizer.json (root) is loaded (tok_config.c): the template of the tokenizer
+ * class AutoTokenizer picks from the files beside it, which may replace the post-processor's. */
+zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root);
 void tok_free_components(zt_tokenizer_t *t);
 zt_status tok_grow_ids(zt_tokenizer_t *t, int32_t id);
 zt_status tok_set_added_text(zt_tokenizer_t *t, int32_t id, const char *s, size_t len);

@@ -50,6 +50,8 @@ zt_status zt_tokenizer_load(const char *path, zt_tokenizer_t **out) {
     zt_status s = zt_json_load_file(path, &root);
     if (s == ZT_OK)
         s = load_tree(t, root, path);
+    if (s == ZT_OK)
+        s = tok_apply_class(t, root);
     cJSON_Delete(root);
     if (s != ZT_OK) {
         zt_tokenizer_destroy(t);

@@ -15,8 +15,9 @@
  * x[i] and slices x[a:b:c] of lists and strings, + - * // % ~, unary - and +, chained
  * comparisons, in, and/or/not, inline "a if c else b"; jinja2's tests (defined, none, string,
  * mapping, iterable, sequence, number, boolean, equalto, ...) and the filters trim, length,
- * string, list, items, first, last, join, map, select, reject, selectattr, rejectattr and
- * transformers' tojson,
+ * string, list, items, first, last, upper, lower, capitalize, title (Python's str methods with
+ * full Unicode case mapping; title as jinja2's do_title), join, map, select, reject, selectattr,
+ * rejectattr and transformers' tojson,
  * with positional and keyword arguments; the methods strip, lstrip and rstrip (chars optional),
  * startswith, endswith, replace, split, and dict.get, items, keys and values; raise_exception(message),
  * which fails the render with that message, strftime_now(format) and namespace(name=value).

@@ -8,8 +8,9 @@
  * text: the whole file is one document, or each line one when text_lines is set.
  *
  * Documents are encoded with the tokenizer on n_threads threads. Each document is separated from
- * the previous one the way its family does it: when the tokenizer's post-processor puts tokens
- * around a sequence (Llama's BOS), documents are encoded with them; otherwise the separator token
+ * the previous one the way its family does it: when the tokenizer's template puts tokens
+ * around a sequence (Llama's BOS, and EOS with tokenizer_config.json's add_eos_token; see
+ * ztrain/tokenizer.h), documents are encoded with them, as tokenizer(text) gives them; otherwise the separator token
  * (default: the tokenizer's <|endoftext|>, </s>, <|end_of_text|> or <eos>, whichever it has) goes
  * before each document, as llm.c's GPT-2 shards have it.
  *

@@ -20,6 +20,23 @@
  *                   those (normalized: true), as HF does; no lstrip, rstrip or single_word.
  *   truncation and padding must be null; ids must be below 2^24.
  *
+ * The template tokens (add_special) are those AutoTokenizer.from_pretrained(dir) puts around a
+ * text, read from the files beside tokenizer.json (tok_config.c): the tokenizer class is
+ * tokenizer_config.json's tokenizer_class (with or without "Fast"), else config.json's, else the
+ * class of config.json's model_type (llama, mistral, mixtral: Llama; gemma, gemma2: Gemma;
+ * gpt_neox, cohere, gpt2, qwen2: their own). LlamaTokenizer, CodeLlamaTokenizer, GemmaTokenizer,
+ * GPTNeoXTokenizer and CohereTokenizer replace the post-processor's template with
+ * "[bos_token] $A [eos_token]" from tokenizer_config.json's add_bos_token / add_eos_token (each
+ * class's defaults where a key is missing: BOS on, EOS off, GPTNeoX both off; null is off), as
+ * their update_post_processor does in transformers 4.46; PreTrainedTokenizerFast,
+ * GPT2TokenizerFast and Qwen2TokenizerFast keep tokenizer.json's. Refused by name: another class
+ * or model_type, a flag that is true with its token null (transformers raises), a token the
+ * tokenizer does not have (transformers would add it as a new id past the vocabulary), and an
+ * add_prefix_space with which the class would rewrite the pre-tokenizer (GPT2, GPTNeoX: one
+ * differing from tokenizer.json's; Cohere: true) or convert tokenizer.model (Llama: any). With
+ * neither file beside it (or a tokenizer_config.json naming no class and no config.json),
+ * tokenizer.json's template is used.
+ *
  * Text is UTF-8. Invalid UTF-8 is encoded as Python's bytes.decode("utf-8", "replace") would hand
  * it to Hugging Face: each maximal invalid subsequence becomes U+FFFD. Regexes are Oniguruma's, as
  * HF's; they run on PCRE2, translated to match the same characters (\w \s \h \b \v \p{Script},
@@ -47,8 +64,9 @@ typedef struct {
     size_t n, cap;
 } zt_tok_ids;
 
-/* Loads a tokenizer.json. *out is the caller's to zt_tokenizer_destroy. Messages name the file
- * and the component or key at fault. */
+/* Loads a tokenizer.json, and the tokenizer class's template from the tokenizer_config.json and
+ * config.json beside it (above). *out is the caller's to zt_tokenizer_destroy. Messages name the
+ * file and the component or key at fault. */
 zt_status zt_tokenizer_load(const char *path, zt_tokenizer_t **out);
 void zt_tokenizer_destroy(zt_tokenizer_t *t);
 
@@ -66,8 +84,9 @@ const char *zt_tokenizer_id_token(const zt_tokenizer_t *t, int32_t id);
 /* True when the id is an added token marked special. */
 bool zt_tokenizer_is_special(const zt_tokenizer_t *t, int32_t id);
 
-/* The ids the post-processor's single-sequence template puts before and after the text (Llama's
- * BOS: one id before, none after). The pointers are valid while t is; counts may be 0. */
+/* The ids the single-sequence template puts before and after the text (Llama's BOS: one id
+ * before, none after; with add_eos_token, </s> after), the tokenizer class's where it rebuilds
+ * the template. The pointers are valid while t is; counts may be 0. */
 void zt_tokenizer_template(const zt_tokenizer_t *t, const int32_t **before, size_t *n_before,
                            const int32_t **after, size_t *n_after);
 
@@ -75,7 +94,7 @@ zt_status zt_tok_worker_create(const zt_tokenizer_t *t, zt_tok_worker_t **out);
 void zt_tok_worker_destroy(zt_tok_worker_t *w);
 
 /* Appends the ids of text[0..len) to out, as HF's encode(text, add_special_tokens) gives them;
- * add_special applies the post-processor's template. *invalid_utf8 (may be NULL) is incremented
+ * add_special applies the template (zt_tokenizer_template): AutoTokenizer's tokenizer(text). *invalid_utf8 (may be NULL) is incremented
  * by the number of invalid UTF-8 sequences replaced by U+FFFD. On failure out keeps what it had. */
 zt_status zt_tok_encode(zt_tok_worker_t *w, const char *text, size_t len, bool add_special,
                         zt_tok_ids *out, size_t *invalid_utf8);
