@@ -21,14 +21,12 @@ void zt_strbuf_free(zt_strbuf *b) {
     zt_strbuf_init(b);
 }
 
-/* The capacity that holds `need` bytes: the current one doubled until it does, or exactly `need`
- * when doubling would pass what size_t holds. */
+/* The capacity that holds `need` bytes: at least double the current one, so a run of appends
+ * reallocates O(log n) times, and exactly `need` when that is more (a reserve for a whole batch
+ * gets what it asked for, not the next power of two above it). */
 static size_t grown_cap(size_t cap, size_t need) {
-    if (cap < FIRST_CAP)
-        cap = FIRST_CAP;
-    while (cap < need)
-        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    return cap;
+    cap = cap < FIRST_CAP ? FIRST_CAP : cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+    return cap < need ? need : cap;
 }
 
 bool zt_strbuf_reserve(zt_strbuf *b, size_t n) {

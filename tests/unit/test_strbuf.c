@@ -77,6 +77,10 @@ static void check_growth(void) {
     /* doubling: about log2(N / first capacity) reallocations, not N */
     CHECK(reallocs < 20, "%zu reallocations for %d bytes", reallocs, N);
     zt_strbuf_free(&b);
+    /* a reserve past double the capacity gets what it asks for, the NUL included */
+    zt_strbuf_reserve(&b, 100000);
+    CHECK(b.cap == 100001 && b.len == 0 && b.data[0] == '\0', "cap %zu", b.cap);
+    zt_strbuf_free(&b);
 }
 
 /* Appends of every size from nothing to megabytes, with puts and NUL bytes mixed in. */

@@ -29,8 +29,9 @@ void zt_strbuf_free(zt_strbuf *b);
 
 /* Makes room for n more bytes (and the NUL after them): false, and oom set, when that failed or
  * was already latched. Writers that fill the room themselves (b->data + b->len, then len += n)
- * call it first; the appends below call it for you. Growth doubles, so a run of appends costs
- * amortized O(1) each. */
+ * call it first; the appends below call it for you. Each growth at least doubles the capacity,
+ * so a run of appends costs amortized O(1) each; a larger reserve gets exactly what it asks for
+ * (a batch sized up front is not rounded up to a power of two). */
 bool zt_strbuf_reserve(zt_strbuf *b, size_t n);
 
 /* Appends n bytes from p (p may be NULL when n is 0). */
