@@ -14,17 +14,12 @@
 
 #include "ztrain/job_spec.h"
 #include "ztrain/model.h"
+#include "ztrain/strbuf.h"
 
-/* A growing text of "key=value\n" lines. */
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool failed;
-} lines;
-
-static void add(lines *l, const char *key, const char *fmt, ...)
+/* Appends the line "key=value\n" to the text. */
+static void add(zt_strbuf *l, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void add(lines *l, const char *key, const char *fmt, ...) {
+static void add(zt_strbuf *l, const char *key, const char *fmt, ...) {
     char value[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -34,20 +29,7 @@ static void add(lines *l, const char *key, const char *fmt, ...) {
     for (char *p = value; *p; p++)
         if (*p == '\n')
             *p = ' ';
-    size_t need = strlen(key) + 1 + strlen(value) + 2;
-    if (l->failed)
-        return;
-    if (l->len + need > l->cap) {
-        size_t cap = (l->cap ? l->cap * 2 : 4096) + need;
-        char *b = realloc(l->buf, cap);
-        if (!b) {
-            l->failed = true;
-            return;
-        }
-        l->buf = b;
-        l->cap = cap;
-    }
-    l->len += (size_t)snprintf(l->buf + l->len, l->cap - l->len, "%s=%s\n", key, value);
+    zt_strbuf_printf(l, "%s=%s\n", key, value);
 }
 
 /* Whether a DeepSpeed key names a file or directory (nvme_path, a monitor's output_path). */
@@ -57,7 +39,7 @@ static bool is_path_key(const char *key) {
 }
 
 /* The effective DeepSpeed config flattened into "deepspeed.a.b=value" lines (arrays by index). */
-static void add_json(lines *l, const char *prefix, const cJSON *node) {
+static void add_json(zt_strbuf *l, const char *prefix, const cJSON *node) {
     char key[512];
     if (cJSON_IsObject(node) || cJSON_IsArray(node)) {
         int i = 0;
@@ -75,7 +57,7 @@ static void add_json(lines *l, const char *prefix, const cJSON *node) {
     }
     char *text = cJSON_PrintUnformatted(node);
     if (!text) {
-        l->failed = true;
+        l->oom = true;
         return;
     }
     add(l, prefix, "%s", text);
@@ -83,7 +65,7 @@ static void add_json(lines *l, const char *prefix, const cJSON *node) {
 }
 
 char *zt_job_spec_agreement_text(const zt_job_spec *job) {
-    lines l = {0};
+    zt_strbuf l = {0};
     add(&l, "world_size", "%d", job->world_size);
     add(&l, "device", "%d", (int)job->device);
     add(&l, "pipeline.stages", "%d", job->pipeline.stages);
@@ -132,19 +114,14 @@ char *zt_job_spec_agreement_text(const zt_job_spec *job) {
     add(&l, "train.activation_checkpointing", "%d", t->activation_checkpointing);
     add(&l, "train.activation_checkpoint_interval", "%d", t->activation_checkpoint_interval);
 
+    /* The effective config is ztrain's own JSON: cJSON fails on it only for lack of memory. */
     cJSON *ds = job->ds_effective_json ? cJSON_Parse(job->ds_effective_json) : NULL;
     if (ds)
         add_json(&l, "deepspeed", ds);
     else if (job->ds_effective_json)
-        l.failed = true;
+        l.oom = true;
     cJSON_Delete(ds);
-    if (l.failed) {
-        free(l.buf);
-        return NULL;
-    }
-    if (!l.buf)
-        return strdup("");
-    return l.buf;
+    return zt_strbuf_take(&l, NULL);
 }
 
 /* The value of `key` ("key=") in text, as a pointer to its start and its length; NULL when the

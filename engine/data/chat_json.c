@@ -5,33 +5,11 @@
 #include <string.h>
 
 #include "chat_template_internal.h"
+#include "ztrain/strbuf.h"
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-    bool nomem;
-} buf;
-
-static void put(buf *b, const char *s, size_t n) {
-    if (b->nomem)
-        return;
-    if (b->n + n > b->cap) {
-        size_t cap = (b->cap + n) * 2;
-        char *s2 = realloc(b->s, cap);
-        if (!s2) {
-            b->nomem = true;
-            return;
-        }
-        b->s = s2, b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-}
-
-static void put_u(buf *b, unsigned u) {
-    char e[16];
-    snprintf(e, sizeof e, "\\u%04x", u);
-    put(b, e, 6);
+/* One \uXXXX escape. */
+static void put_u(zt_strbuf *b, unsigned u) {
+    zt_strbuf_printf(b, "\\u%04x", u);
 }
 
 /* The code point of the UTF-8 sequence at s (w bytes). */
@@ -47,8 +25,8 @@ static unsigned decode(const unsigned char *s, size_t w) {
 /* A string as json's encoder quotes it: \" \\ \n \r \t \b \f, other control characters as
  * \u00XX; with ensure_ascii everything outside ' '..'~' as \uXXXX (UTF-16 surrogate pairs past
  * U+FFFF). */
-static void put_string(buf *b, const char *s, size_t n, bool ascii) {
-    put(b, "\"", 1);
+static void put_string(zt_strbuf *b, const char *s, size_t n, bool ascii) {
+    zt_strbuf_putc(b, '"');
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         size_t w = zt_chat_cp_len(c);
@@ -57,7 +35,7 @@ static void put_string(buf *b, const char *s, size_t n, bool ascii) {
                         : c == '\r' ? "\\r" : c == '\t' ? "\\t" : c == '\b' ? "\\b"
                         : c == '\f' ? "\\f" : NULL;
         if (esc) {
-            put(b, esc, 2);
+            zt_strbuf_append(b, esc, 2);
         } else if (c < 0x20 || (ascii && (c >= 0x7f))) {
             unsigned cp = decode((const unsigned char *)s + i, w);
             if (cp > 0xffff) {
@@ -68,67 +46,66 @@ static void put_string(buf *b, const char *s, size_t n, bool ascii) {
                 put_u(b, cp);
             }
         } else {
-            put(b, s + i, w);
+            zt_strbuf_append(b, s + i, w);
         }
         i += w;
     }
-    put(b, "\"", 1);
+    zt_strbuf_putc(b, '"');
 }
 
-static void newline(buf *b, const zt_chat_json_opts *o, int level) {
-    put(b, "\n", 1);
+static void newline(zt_strbuf *b, const zt_chat_json_opts *o, int level) {
+    zt_strbuf_putc(b, '\n');
     for (int k = 0; k < level; k++)
-        put(b, o->indent, o->indent_n);
+        zt_strbuf_append(b, o->indent, o->indent_n);
 }
 
 static int by_key(const void *a, const void *b) {
     return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
 }
 
-static bool dump(buf *b, val v, const zt_chat_json_opts *o, int level, char why[256]);
+static bool dump(zt_strbuf *b, val v, const zt_chat_json_opts *o, int level, char why[256]);
 
 /* A list's items or an object's members (keys[0..n) with their values), between open and
  * close, as json's encoder separates and indents them. */
-static bool dump_items(buf *b, val v, const cJSON **members, int n,
+static bool dump_items(zt_strbuf *b, val v, const cJSON **members, int n,
                        const zt_chat_json_opts *o, int level, char why[256]) {
     char open = members ? '{' : '[';
-    put(b, &open, 1);
+    zt_strbuf_putc(b, open);
     if (n == 0) {
-        put(b, members ? "}" : "]", 1);
+        zt_strbuf_putc(b, members ? '}' : ']');
         return true;
     }
     for (int k = 0; k < n; k++) {
         if (k)
-            put(b, o->item_sep, o->item_sep_n);
+            zt_strbuf_append(b, o->item_sep, o->item_sep_n);
         if (o->indent)
             newline(b, o, level + 1);
         val item = members ? zt_chat_from_json(members[k]) : zt_chat_list_item(v, k);
         if (members) {
             put_string(b, members[k]->string, strlen(members[k]->string), o->ensure_ascii);
-            put(b, o->key_sep, o->key_sep_n);
+            zt_strbuf_append(b, o->key_sep, o->key_sep_n);
         }
         if (!dump(b, item, o, level + 1, why))
             return false;
     }
     if (o->indent)
         newline(b, o, level);
-    put(b, members ? "}" : "]", 1);
+    zt_strbuf_putc(b, members ? '}' : ']');
     return true;
 }
 
-static bool dump(buf *b, val v, const zt_chat_json_opts *o, int level, char why[256]) {
-    char num[32];
+static bool dump(zt_strbuf *b, val v, const zt_chat_json_opts *o, int level, char why[256]) {
     switch (v.k) {
     case V_STR: put_string(b, v.s, v.n, o->ensure_ascii); return true;
-    case V_INT: put(b, num, (size_t)snprintf(num, sizeof num, "%lld", v.i)); return true;
-    case V_BOOL: put(b, v.b ? "true" : "false", v.b ? 4 : 5); return true;
-    case V_NONE: put(b, "null", 4); return true;
+    case V_INT: zt_strbuf_printf(b, "%lld", v.i); return true;
+    case V_BOOL: zt_strbuf_puts(b, v.b ? "true" : "false"); return true;
+    case V_NONE: zt_strbuf_puts(b, "null"); return true;
     case V_LIST: return dump_items(b, v, NULL, v.count, o, level, why);
     case V_DICT: {
         int n = cJSON_GetArraySize(v.j), k = 0;
         const cJSON **members = malloc((size_t)(n ? n : 1) * sizeof *members), *x;
         if (!members) {
-            b->nomem = true;
+            b->oom = true;
             return true;
         }
         cJSON_ArrayForEach(x, v.j)
@@ -140,6 +117,7 @@ static bool dump(buf *b, val v, const zt_chat_json_opts *o, int level, char why[
         return ok;
     }
     case V_FLOAT: {
+        char num[32];
         const char *s;
         size_t n;
         if (!zt_chat_text(v, num, &s, &n)) {
@@ -147,7 +125,7 @@ static bool dump(buf *b, val v, const zt_chat_json_opts *o, int level, char why[
                      v.b ? "an integer beyond 64 bits" : "an infinite float");
             return false;
         }
-        put(b, s, n);
+        zt_strbuf_append(b, s, n);
         return true;
     }
     default:
@@ -163,15 +141,15 @@ bool zt_chat_json_dump(render *r, val v, const zt_chat_json_opts *o, val *out, c
         opts.item_sep = opts.indent ? "," : ", ", opts.item_sep_n = opts.indent ? 1 : 2;
     if (!opts.key_sep)
         opts.key_sep = ": ", opts.key_sep_n = 2;
-    buf b = {0};
+    zt_strbuf b = {0};
     bool ok = dump(&b, v, &opts, 0, why);
-    char *s = ok && !b.nomem ? zt_chat_alloc(r, b.n) : NULL;
+    char *s = ok && !b.oom ? zt_chat_alloc(r, b.len) : NULL;
     if (ok && !s)
         snprintf(why, 256, "out of memory");
     if (s) {
-        memcpy(s, b.s, b.n);
-        *out = zt_chat_str(s, b.n);
+        memcpy(s, b.data, b.len);
+        *out = zt_chat_str(s, b.len);
     }
-    free(b.s);
+    zt_strbuf_free(&b);
     return s != NULL;
 }

@@ -293,18 +293,9 @@ static zt_status cut(zt_chat_template *t) {
 static void emit(render *r, const char *s, size_t n) {
     if (r->st != ZT_OK)
         return;
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = (r->cap + n + 1) * 2;
-        char *o = realloc(r->out, cap);
-        if (!o) {
-            r->st = zt_error(ZT_ERR_NOMEM, "%s: out of memory", r->t->source);
-            return;
-        }
-        r->out = o, r->cap = cap;
-    }
-    memcpy(r->out + r->len, s, n);
-    r->len += n;
-    r->out[r->len] = '\0';
+    zt_strbuf_append(&r->out, s, n);
+    if (r->out.oom)
+        r->st = zt_error(ZT_ERR_NOMEM, "%s: out of memory", r->t->source);
 }
 
 static void bind(render *r, const char *name, val v, int frame) {
@@ -558,7 +549,6 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     /* and its functions, so `strftime_now is defined` holds as there */
     bind(r, "raise_exception", (val){.k = V_FUNC, .s = "raise_exception"}, 0);
     bind(r, "strftime_now", (val){.k = V_FUNC, .s = "strftime_now"}, 0);
-    emit(r, "", 0);
     run(r, 0, t->n, 0);
     zt_status s = r->st;
     cJSON_Delete(r->made);
@@ -567,10 +557,11 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
         r->arena = b->next;
         free(b);
     }
-    if (s == ZT_OK)
-        *out = r->out;
-    else
-        free(r->out);
+    /* "" when the template wrote nothing */
+    *out = s == ZT_OK ? zt_strbuf_take(&r->out, NULL) : NULL;
+    if (s == ZT_OK && !*out)
+        s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
+    zt_strbuf_free(&r->out);
     free(r);
     return s;
 }

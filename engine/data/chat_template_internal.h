@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "ztrain/chat_template.h"
+#include "ztrain/strbuf.h"
 
 typedef enum {
     N_TEXT, N_OUT, N_SET, N_IF, N_ELIF, N_ELSE, N_ENDIF, N_FOR, N_ENDFOR, N_BREAK, N_CONTINUE
@@ -94,8 +95,7 @@ typedef struct arena_block {
 /* One render: the output, the variables (frames for loops), and the strings it made. */
 typedef struct {
     const zt_chat_template *t;
-    char *out;
-    size_t len, cap;
+    zt_strbuf out;
     binding vars[256];
     int n_vars;
     arena_block *arena;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ztrain/fsutil.h"
+#include "ztrain/strbuf.h"
 #include "ztrain/tmp_paths.h"
 #include "prepare_internal.h"
 #include "ztrain/data.h"
@@ -178,8 +179,7 @@ static uint64_t mix(uint64_t x) {
 }
 
 typedef struct {
-    char *arena;
-    size_t arena_n, arena_cap;
+    zt_strbuf text; /* the documents one after another, without NULs between them */
     size_t *offs, *lens;
     const char **texts;
     zt_tok_ids *outs;
@@ -187,21 +187,11 @@ typedef struct {
 } batch;
 
 static zt_status batch_add(batch *b, const char *doc, size_t len) {
-    if (b->arena_n + len > b->arena_cap) {
-        size_t cap = b->arena_cap ? b->arena_cap : BATCH_BYTES;
-        while (cap < b->arena_n + len)
-            cap *= 2;
-        char *p = realloc(b->arena, cap);
-        if (!p)
-            return zt_error(ZT_ERR_NOMEM, "out of memory for a document of %zu bytes",
-                            len);
-        b->arena = p;
-        b->arena_cap = cap;
-    }
-    memcpy(b->arena + b->arena_n, doc, len);
-    b->offs[b->n] = b->arena_n;
+    b->offs[b->n] = b->text.len;
+    zt_strbuf_append(&b->text, doc, len);
+    if (b->text.oom)
+        return zt_error(ZT_ERR_NOMEM, "out of memory for a document of %zu bytes", len);
     b->lens[b->n++] = len;
-    b->arena_n += len;
     return ZT_OK;
 }
 
@@ -209,7 +199,7 @@ static zt_status encode_and_write(prep_run *r, const zt_tokenizer_t *t, batch *b
                                   uint64_t *doc_index, zt_prepare_stats *st) {
     const zt_prepare_options *o = r->o;
     for (size_t i = 0; i < b->n; i++) {
-        b->texts[i] = b->arena + b->offs[i];
+        b->texts[i] = b->text.data + b->offs[i];
         b->outs[i].n = 0;
     }
     ZT_TRY(zt_tokenizer_encode_batch(t, b->texts, b->lens, b->n, true, o->n_threads, b->outs,
@@ -231,7 +221,7 @@ static zt_status encode_and_write(prep_run *r, const zt_tokenizer_t *t, batch *b
         (*doc_index)++;
     }
     b->n = 0;
-    b->arena_n = 0;
+    zt_strbuf_clear(&b->text);
     return ZT_OK;
 }
 
@@ -243,7 +233,9 @@ static zt_status read_all(prep_run *r, const zt_tokenizer_t *t, const prep_files
     b.lens = malloc(BATCH_DOCS * sizeof *b.lens);
     b.texts = malloc(BATCH_DOCS * sizeof *b.texts);
     b.outs = calloc(BATCH_DOCS, sizeof *b.outs);
-    zt_status s = b.offs && b.lens && b.texts && b.outs
+    /* a batch's worth at once, so the first batch does not grow it by doubling */
+    zt_strbuf_reserve(&b.text, BATCH_BYTES);
+    zt_status s = b.offs && b.lens && b.texts && b.outs && !b.text.oom
                       ? ZT_OK
                       : zt_error(ZT_ERR_NOMEM, "out of memory");
     uint64_t doc_index = 0, bytes_done = 0;
@@ -261,7 +253,7 @@ static zt_status read_all(prep_run *r, const zt_tokenizer_t *t, const prep_files
             s = batch_add(&b, doc, len);
             if (owned)
                 free((char *)doc);
-            if (s == ZT_OK && (b.n == BATCH_DOCS || b.arena_n >= BATCH_BYTES)) {
+            if (s == ZT_OK && (b.n == BATCH_DOCS || b.text.len >= BATCH_BYTES)) {
                 s = encode_and_write(r, t, &b, sep, &doc_index, st);
                 if (s == ZT_OK && o->progress)
                     o->progress(o->progress_ctx, bytes_done + rd.pos, files->total_bytes,
@@ -281,7 +273,7 @@ static zt_status read_all(prep_run *r, const zt_tokenizer_t *t, const prep_files
     free(b.texts);
     free(b.offs);
     free(b.lens);
-    free(b.arena);
+    zt_strbuf_free(&b.text);
     return s;
 }
 

@@ -17,8 +17,7 @@
 
 zt_status zt_metrics_open(zt_metrics_writer *w, const char *path, bool append) {
     w->mirror_fd = 0;
-    w->line = NULL;
-    w->cap = 0;
+    zt_strbuf_init(&w->line);
     w->tb = NULL;
     w->f = fopen(path, append ? "a" : "w");
     if (!w->f)
@@ -49,33 +48,6 @@ static void mirror_line(zt_metrics_writer *w, const char *line, size_t n) {
     }
 }
 
-/* Appends to the writer's line buffer, growing it when a record is longer than any before, so
- * the step loop formats records without allocating. Returns false when out of memory. */
-static bool put(zt_metrics_writer *w, size_t *len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool put(zt_metrics_writer *w, size_t *len, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        /* The buffer is NULL until the first record: NULL + 0 is undefined in C, so that
-         * first call measures into no buffer at all. */
-        int n = vsnprintf(w->line ? w->line + *len : NULL, w->cap - *len, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return false;
-        if (*len + (size_t)n < w->cap) {
-            *len += (size_t)n;
-            return true;
-        }
-        size_t cap = 2 * (w->cap + (size_t)n) + 256;
-        char *grown = realloc(w->line, cap);
-        if (!grown)
-            return false;
-        w->line = grown;
-        w->cap = cap;
-    }
-}
-
 /* A value as a record writes it: null for a non-finite one, an integral one without a
  * fraction, any other with 9 significant digits. */
 static void format_value(char buf[32], double v) {
@@ -85,12 +57,6 @@ static void format_value(char buf[32], double v) {
         snprintf(buf, 32, "%lld", (long long)v);
     else
         snprintf(buf, 32, "%.9g", v);
-}
-
-static bool put_value(zt_metrics_writer *w, size_t *len, double v) {
-    char buf[32];
-    format_value(buf, v);
-    return put(w, len, "%s", buf);
 }
 
 /* The record's values as TensorBoard scalars (zt_metrics_tensorboard). */
@@ -115,14 +81,24 @@ static zt_status write_tensorboard(zt_metrics_writer *w, const zt_metric *m, int
 }
 
 zt_status zt_metrics_write(zt_metrics_writer *w, const zt_metric *m, int n) {
-    size_t len = 0;
-    bool ok = put(w, &len, "{");
-    for (int i = 0; ok && i < n; i++)
-        ok = put(w, &len, "%s\"%s\": ", i ? ", " : "", m[i].key) && put_value(w, &len, m[i].value);
-    if (!ok || !put(w, &len, "}\n"))
+    /* The line's memory stays between records, so the step loop allocates only for a record
+     * longer than any before. */
+    zt_strbuf *b = &w->line;
+    zt_strbuf_clear(b);
+    zt_strbuf_putc(b, '{');
+    for (int i = 0; i < n; i++) {
+        char value[32];
+        format_value(value, m[i].value);
+        zt_strbuf_printf(b, "%s\"%s\": %s", i ? ", " : "", m[i].key, value);
+    }
+    zt_strbuf_puts(b, "}\n");
+    if (b->oom) {
+        /* This record is lost; the next one starts again from an empty buffer. */
+        zt_strbuf_free(b);
         return zt_error(ZT_ERR_NOMEM, "out of memory formatting a metric record");
-    fwrite(w->line, 1, len, w->f);
-    mirror_line(w, w->line, len);
+    }
+    fwrite(b->data, 1, b->len, w->f);
+    mirror_line(w, b->data, b->len);
     if (fflush(w->f) != 0 || ferror(w->f))
         return zt_error(ZT_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
     return w->tb ? write_tensorboard(w, m, n) : ZT_OK;
@@ -162,11 +138,9 @@ void zt_metrics_close(zt_metrics_writer *w) {
     }
     w->tb = NULL;
     free(w->path);
-    free(w->line);
+    zt_strbuf_free(&w->line);
     w->f = NULL;
     w->path = NULL;
-    w->line = NULL;
-    w->cap = 0;
     w->mirror_fd = 0;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tok_internal.h"
+#include "ztrain/strbuf.h"
 
 /* Oniguruma's word character under Unicode, inside a class: Alphabetic, marks, decimal digits and
  * connector punctuation (so ① is not one, though PCRE2's \w with UCP takes every \p{N}). */
@@ -23,15 +24,23 @@
     "(?:(?<=[" ONIG_WORD "])(?=[" ONIG_WORD "])|(?<![" ONIG_WORD "])(?![" ONIG_WORD "]))"
 
 typedef struct {
-    tok_buf out;
+    zt_strbuf out;
     const char *pattern, *src, *what;
     bool caseless; /* the pattern turns on (?i) somewhere */
     zt_status status;
 } translation;
 
-static void put(translation *t, const char *s) {
-    if (t->status == ZT_OK && !tok_buf_add(&t->out, s, strlen(s)))
+/* Appends to the translation; the first failure, a refusal or out of memory, is the one kept. */
+static void put_n(translation *t, const char *s, size_t n) {
+    if (t->status != ZT_OK)
+        return;
+    zt_strbuf_append(&t->out, s, n);
+    if (t->out.oom)
         t->status = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->src);
+}
+
+static void put(translation *t, const char *s) {
+    put_n(t, s, strlen(s));
 }
 
 static void refuse(translation *t, const char *construct, const char *why) {
@@ -70,8 +79,7 @@ static size_t property(translation *t, const char *pat, size_t i) {
     snprintf(head, sizeof head, "\\%c{%s%s", pat[i], negated ? "^" : "",
              is_script(pat + name, k - name) ? "sc:" : "");
     put(t, head);
-    if (t->status == ZT_OK && !tok_buf_add(&t->out, pat + name, k - name))
-        t->status = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->src);
+    put_n(t, pat + name, k - name);
     if (pat[k] == '}')
         put(t, "}");
     else
@@ -143,8 +151,7 @@ static size_t escape(translation *t, const char *pat, size_t i, bool in_class) {
                 k++;
         }
         put(t, "\\");
-        if (t->status == ZT_OK && !tok_buf_add(&t->out, pat + i, k))
-            t->status = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->src);
+        put_n(t, pat + i, k);
         return k - 1;
     }
     default:
@@ -254,17 +261,14 @@ static zt_status onig_to_pcre2(const char *pat, const char *src, const char *wha
         }
         if (c == ']' && in_class)
             in_class = false;
-        if (t.status == ZT_OK && !tok_buf_add(&t.out, &c, 1))
-            t.status = zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
+        put_n(&t, &c, 1);
     }
-    if (t.status == ZT_OK && !tok_buf_add(&t.out, "", 1))
-        t.status = zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
     if (t.status != ZT_OK) {
-        free(t.out.p);
+        zt_strbuf_free(&t.out);
         return t.status;
     }
-    *out = t.out.p;
-    return ZT_OK;
+    *out = zt_strbuf_take(&t.out, NULL);
+    return *out ? ZT_OK : zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
 }
 
 zt_status tok_regex_compile(const char *pattern, bool literal, pcre2_code **out, const char *src,

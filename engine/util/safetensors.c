@@ -19,6 +19,7 @@
 
 #include "ztrain/fsutil.h"
 #include "ztrain/json_util.h"
+#include "ztrain/strbuf.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian and is read in place; a big-endian host needs swapping"
@@ -435,57 +436,19 @@ zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, float *dst,
 /* ---------------------------------------------------------------------------------------------
  * Writing */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} strbuf;
-
-static void sb_put(strbuf *b, const char *s, size_t n) {
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_puts(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(strbuf *b, const char *fmt, long long v) {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, fmt, v);
-    sb_put(b, tmp, (size_t)n);
-}
-
 /* A JSON string literal; bytes >= 0x80 pass through, so UTF-8 names stay as they are. */
-static void sb_json_string(strbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void json_string(zt_strbuf *b, const char *s) {
+    zt_strbuf_putc(b, '"');
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            char esc[2] = {'\\', (char)c};
-            sb_put(b, esc, 2);
-        } else if (c < 0x20) {
-            char esc[8];
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            sb_put(b, esc, 6);
-        } else {
-            sb_put(b, (const char *)&c, 1);
-        }
+        if (c == '"' || c == '\\')
+            zt_strbuf_printf(b, "\\%c", c);
+        else if (c < 0x20)
+            zt_strbuf_printf(b, "\\u%04x", c);
+        else
+            zt_strbuf_putc(b, (char)c);
     }
-    sb_put(b, "\"", 1);
+    zt_strbuf_putc(b, '"');
 }
 
 static zt_status check_entries(const char *path, const zt_st_entry *e, const zt_st_source *src,
@@ -624,18 +587,18 @@ zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
             return zt_error(ZT_ERR_INVALID, "%s: tensor '%s': only F32, F16 and BF16 are written",
                             path, entries[i].name);
 
-    strbuf h = {0};
-    sb_puts(&h, "{");
+    zt_strbuf h = {0};
+    zt_strbuf_puts(&h, "{");
     if (n_meta > 0) {
-        sb_puts(&h, "\"__metadata__\":{");
+        zt_strbuf_puts(&h, "\"__metadata__\":{");
         for (int i = 0; i < n_meta; i++) {
             if (i)
-                sb_puts(&h, ",");
-            sb_json_string(&h, meta_keys[i]);
-            sb_puts(&h, ":");
-            sb_json_string(&h, meta_values[i]);
+                zt_strbuf_puts(&h, ",");
+            json_string(&h, meta_keys[i]);
+            zt_strbuf_puts(&h, ":");
+            json_string(&h, meta_values[i]);
         }
-        sb_puts(&h, "}");
+        zt_strbuf_puts(&h, "}");
     }
     size_t offset = 0;
     for (int i = 0; i < n_entries; i++) {
@@ -643,22 +606,21 @@ zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
         zt_st_dtype dt = dtypes ? dtypes[i] : ZT_ST_F32;
         size_t nb = entry_bytes(e, dt);
         if (i || n_meta > 0)
-            sb_puts(&h, ",");
-        sb_json_string(&h, e->name);
-        sb_puts(&h, dt == ZT_ST_BF16  ? ":{\"dtype\":\"BF16\",\"shape\":["
-                    : dt == ZT_ST_F16 ? ":{\"dtype\":\"F16\",\"shape\":["
-                                      : ":{\"dtype\":\"F32\",\"shape\":[");
+            zt_strbuf_puts(&h, ",");
+        json_string(&h, e->name);
+        zt_strbuf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[",
+                         dt == ZT_ST_BF16 ? "BF16" : dt == ZT_ST_F16 ? "F16" : "F32");
         for (int d = 0; d < e->ndim; d++)
-            sb_printf(&h, d ? ",%lld" : "%lld", (long long)e->shape[d]);
-        sb_printf(&h, "],\"data_offsets\":[%lld", (long long)offset);
-        sb_printf(&h, ",%lld]}", (long long)(offset + nb));
+            zt_strbuf_printf(&h, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+        zt_strbuf_printf(&h, "],\"data_offsets\":[%lld", (long long)offset);
+        zt_strbuf_printf(&h, ",%lld]}", (long long)(offset + nb));
         offset += nb;
     }
-    sb_puts(&h, "}");
+    zt_strbuf_puts(&h, "}");
     while (!h.oom && h.len % 8 != 0)
-        sb_puts(&h, " ");
+        zt_strbuf_puts(&h, " ");
     if (h.oom) {
-        free(h.p);
+        zt_strbuf_free(&h);
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory for the header", path);
     }
 
@@ -666,13 +628,13 @@ zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
     int fd;
     zt_status s = zt_atomic_write_begin(path, &tmp, &fd);
     if (s != ZT_OK) {
-        free(h.p);
+        zt_strbuf_free(&h);
         return s;
     }
     uint64_t hlen = h.len;
     s = zt_write_all(fd, &hlen, sizeof hlen, tmp);
     if (s == ZT_OK)
-        s = zt_write_all(fd, h.p, h.len, tmp);
+        s = zt_write_all(fd, h.data, h.len, tmp);
     for (int i = 0; i < n_entries && s == ZT_OK; i++) {
         zt_st_dtype dt = dtypes ? dtypes[i] : ZT_ST_F32;
         if (entries[i].data && dt == ZT_ST_F32)
@@ -680,7 +642,7 @@ zt_status zt_st_write_typed(const char *path, const zt_st_entry *entries,
         else
             s = write_streamed(fd, &entries[i], sources ? &sources[i] : NULL, dt, tmp);
     }
-    free(h.p);
+    zt_strbuf_free(&h);
     return zt_atomic_write_end(fd, tmp, path, s);
 }
 

@@ -10,64 +10,36 @@
 #include "json_writer.h"
 
 void zt_jbuf_init(zt_jbuf *b) {
-    memset(b, 0, sizeof *b);
+    zt_strbuf_init(&b->buf);
+    b->comma = false;
 }
 
 void zt_jbuf_free(zt_jbuf *b) {
-    free(b->data);
-    zt_jbuf_init(b);
+    zt_strbuf_free(&b->buf);
+    b->comma = false;
 }
 
 bool zt_jbuf_reserve(zt_jbuf *b, size_t n) {
-    if (b->oom)
-        return false;
-    if (b->len + n + 1 <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) {
-        if (cap > SIZE_MAX / 2) {
-            b->oom = true;
-            return false;
-        }
-        cap *= 2;
-    }
-    char *p = realloc(b->data, cap);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    b->data = p;
-    b->cap = cap;
-    return true;
+    return zt_strbuf_reserve(&b->buf, n);
 }
 
 char *zt_jbuf_take(zt_jbuf *b, size_t *len) {
-    if (b->oom || !zt_jbuf_reserve(b, 0)) {
-        zt_jbuf_free(b);
-        return NULL;
-    }
-    char *p = b->data;
-    p[b->len] = '\0';
-    if (len)
-        *len = b->len;
-    zt_jbuf_init(b);
-    return p;
+    b->comma = false;
+    return zt_strbuf_take(&b->buf, len);
+}
+
+void zt_jbuf_clear(zt_jbuf *b) {
+    zt_strbuf_clear(&b->buf);
+    b->comma = false;
 }
 
 /* Appends without touching the comma state: the building block of everything else. */
 static void put(zt_jbuf *b, const char *s, size_t n) {
-    if (n == 0 || !zt_jbuf_reserve(b, n))
-        return;
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
+    zt_strbuf_append(&b->buf, s, n);
 }
 
 static void putc1(zt_jbuf *b, char c) {
-    if (!zt_jbuf_reserve(b, 1))
-        return;
-    b->data[b->len++] = c;
-    b->data[b->len] = '\0';
+    zt_strbuf_putc(&b->buf, c);
 }
 
 void zt_jbuf_text(zt_jbuf *b, const char *s, size_t n) {
@@ -82,15 +54,9 @@ void zt_jbuf_puts(zt_jbuf *b, const char *s) {
 void zt_jbuf_printf(zt_jbuf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    zt_strbuf_vprintf(&b->buf, fmt, ap);
     va_end(ap);
     b->comma = false;
-    if (n <= 0 || !zt_jbuf_reserve(b, (size_t)n))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
 }
 
 /* Starts a value or a member: the separator from the previous one, if any. */

@@ -7,24 +7,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A growable byte buffer with a JSON writer on top. The writer inserts the commas between
- * members and elements itself, so encoders read as the structure they write. After an
- * allocation failure the buffer stops growing and `oom` stays set: callers check it once, at
- * the end, instead of after every append. */
+#include "ztrain/strbuf.h"
+
+/* A growable byte buffer (ztrain/strbuf.h) with a JSON writer on top. The writer inserts the
+ * commas between members and elements itself, so encoders read as the structure they write.
+ * The bytes, their length and the out-of-memory latch are the zt_strbuf's: after an allocation
+ * failure the buffer stops growing and `buf.oom` stays set, so callers check it once, at the end,
+ * instead of after every append. */
 typedef struct {
-    char *data;    /* NUL-terminated when not NULL */
-    size_t len, cap;
+    zt_strbuf buf; /* buf.data is NUL-terminated when not NULL */
     bool comma;    /* a value was just completed: the next member or element needs a ',' */
-    bool oom;
 } zt_jbuf;
 
 void zt_jbuf_init(zt_jbuf *b);
 void zt_jbuf_free(zt_jbuf *b);
-/* Makes room for n more bytes; false (and oom) when that failed. */
+/* Makes room for n more bytes; false (and buf.oom) when that failed. */
 bool zt_jbuf_reserve(zt_jbuf *b, size_t n);
 /* Hands the NUL-terminated text to the caller (release with free()) and leaves b empty;
  * NULL after an allocation failure (b is then freed). *len may be NULL. */
 char *zt_jbuf_take(zt_jbuf *b, size_t *len);
+/* Forgets the text but keeps its memory and the out-of-memory latch, for a buffer that writes
+ * one chunk or page after another; the next value starts without a comma. */
+void zt_jbuf_clear(zt_jbuf *b);
 /* Appends bytes that are not a JSON value (SSE framing, Prometheus text); resets the comma
  * state, so a JSON value written next starts without one. */
 void zt_jbuf_text(zt_jbuf *b, const char *s, size_t n);

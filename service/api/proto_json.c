@@ -72,7 +72,7 @@ static void print_base64(zt_jbuf *b, const ProtobufCBinaryData *d) {
                      left > 1 ? abc[(v >> 6) & 63] : '=', left > 2 ? abc[v & 63] : '='};
         zt_jbuf_text(&text, q, 4);
     }
-    zt_json_strn(b, text.data ? text.data : "", text.len);
+    zt_json_strn(b, text.buf.data ? text.buf.data : "", text.buf.len);
     zt_jbuf_free(&text);
 }
 

@@ -353,11 +353,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         /* A chunked body that grows past the cap: no status can be sent mid-body, so the
          * connection is dropped. */
-        if (req->body.len + *upload_size > body_limit(s, url, method))
+        if (req->body.buf.len + *upload_size > body_limit(s, url, method))
             return MHD_NO;
         zt_jbuf_text(&req->body, upload_data, *upload_size);
         *upload_size = 0;
-        return req->body.oom ? MHD_NO : MHD_YES;
+        return req->body.buf.oom ? MHD_NO : MHD_YES;
     }
     zt_http_conns_request_read(s->conns, c);
     return route(s, c, url, method, req);

@@ -142,8 +142,8 @@ static void value(walk *w, int depth) {
 bool zt_http_body_json(struct MHD_Connection *c, const zt_jbuf *body, const char *body_field,
                        cJSON **out, enum MHD_Result *ret) {
     *out = NULL;
-    const char *text = body && body->data ? body->data : "";
-    size_t len = body ? body->len : 0;
+    const char *text = body && body->buf.data ? body->buf.data : "";
+    size_t len = body ? body->buf.len : 0;
     const char *field = body_field ? body_field : "";
     const char *sep = body_field ? ": " : "";
     /* On a failure cJSON says where through its parse end (its global error pointer is shared by

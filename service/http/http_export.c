@@ -80,7 +80,7 @@ static void csv_cell(zt_jbuf *b, const cJSON *v) {
         if (text)
             csv_text(b, text);
         else
-            b->oom = true;
+            b->buf.oom = true;
         cJSON_free(text);
     }
 }
@@ -129,7 +129,7 @@ static void collect_columns(void *ctx, const zt_metric_record *r) {
             x->columns = grown;
         if (!grown || !key) {
             free(key);
-            x->out.oom = true;
+            x->out.buf.oom = true;
             break;
         }
         x->columns[x->n_columns++] = key;
@@ -158,7 +158,7 @@ static void encode_record(void *ctx, const zt_metric_record *r) {
 static zt_status walk_all(export_stream *x, zt_record_fn fn) {
     int64_t after = 0;
     x->written = 0;
-    while (after >= 0 && x->written < x->last_seq && !x->too_many_columns && !x->out.oom)
+    while (after >= 0 && x->written < x->last_seq && !x->too_many_columns && !x->out.buf.oom)
         ZT_TRY(zt_jobs_metric_records(x->jm, x->id, 0, after, EXPORT_PAGE, fn, x, &after));
     return ZT_OK;
 }
@@ -168,18 +168,17 @@ static zt_status walk_all(export_stream *x, zt_record_fn fn) {
 static ssize_t export_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     export_stream *x = cls;
-    while (x->pos == x->out.len) {
+    while (x->pos == x->out.buf.len) {
         x->pos = 0;
-        x->out.len = 0;
-        x->out.comma = false;
+        zt_jbuf_clear(&x->out);
         if (x->next_after < 0 || x->written >= x->last_seq)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (zt_jobs_metric_records(x->jm, x->id, 0, x->next_after, EXPORT_PAGE, encode_record,
-                                   x, &x->next_after) != ZT_OK || x->out.oom)
+                                   x, &x->next_after) != ZT_OK || x->out.buf.oom)
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    size_t n = x->out.len - x->pos < max ? x->out.len - x->pos : max;
-    memcpy(buf, x->out.data + x->pos, n);
+    size_t n = x->out.buf.len - x->pos < max ? x->out.buf.len - x->pos : max;
+    memcpy(buf, x->out.buf.data + x->pos, n);
     x->pos += n;
     return (ssize_t)n;
 }
@@ -206,10 +205,10 @@ enum MHD_Result zt_http_job_export(zt_http_server *s, struct MHD_Connection *c, 
                                       "than %d keys (the most a CSV export has)", id,
                                       EXPORT_MAX_COLUMNS);
         }
-        if (st == ZT_OK && !x->out.oom)
+        if (st == ZT_OK && !x->out.buf.oom)
             csv_header(x);
     }
-    if (st != ZT_OK || x->out.oom) {
+    if (st != ZT_OK || x->out.buf.oom) {
         export_free(x);
         return st != ZT_OK ? zt_http_send_status(c, st, id) : MHD_NO;
     }

@@ -196,8 +196,7 @@ enum MHD_Result zt_http_job_list(zt_http_server *s, struct MHD_Connection *c, co
     }
     /* An empty list and an empty token are left out, as protobuf's printer leaves defaults. */
     if (w.count == 0) {
-        b.len = 0;
-        b.comma = false;
+        zt_jbuf_clear(&b);
         zt_json_open(&b, '{');
     } else {
         zt_json_close(&b, ']');

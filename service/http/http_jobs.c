@@ -179,7 +179,7 @@ enum MHD_Result zt_http_job_cancel(zt_http_server *s, struct MHD_Connection *c, 
     char err[128];
     cJSON *o = NULL;
     enum MHD_Result ret;
-    if (body && body->len > 0 && !zt_http_body_json(c, body, NULL, &o, &ret))
+    if (body && body->buf.len > 0 && !zt_http_body_json(c, body, NULL, &o, &ret))
         return ret;
     bool ok = parse_cancel_body(o, &force, &grace, err, sizeof err);
     cJSON_Delete(o);

@@ -180,7 +180,7 @@ static int exported_jobs(const zt_job_summary *jobs, int n, int64_t window_ms,
 static void prom_write(zt_jbuf *b, const zt_job_summary *all, int n_all, int64_t window_ms) {
     zt_job_summary *jobs = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof *jobs);
     if (!jobs) {
-        b->oom = true;
+        b->buf.oom = true;
         return;
     }
     int n = n_all;

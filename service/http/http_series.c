@@ -93,7 +93,7 @@ static enum MHD_Result join_keys(void *ctx, enum MHD_ValueKind kind, const char 
     (void)kind;
     zt_jbuf *all = ctx;
     if (strcmp(name, "keys") == 0 && value) {
-        zt_jbuf_text(all, ",", all->len > 0);
+        zt_jbuf_text(all, ",", all->buf.len > 0);
         zt_jbuf_puts(all, value);
     }
     return MHD_YES;
@@ -225,7 +225,7 @@ static void series_cache_put(zt_series_cache *cache, const char *query, int64_t 
 
 /* Sends a NUL-terminated body of len bytes (taken over) as JSON. */
 static enum MHD_Result send_json_body(struct MHD_Connection *c, char *body, size_t len) {
-    zt_jbuf b = {.data = body, .len = len, .cap = len + 1};
+    zt_jbuf b = {.buf = {.data = body, .len = len, .cap = len + 1}};
     return zt_http_send_json(c, MHD_HTTP_OK, &b);
 }
 
@@ -243,8 +243,8 @@ static enum MHD_Result compute_series(zt_http_server *s, struct MHD_Connection *
         zt_jbuf b;
         zt_jbuf_init(&b);
         encode_series(&b, id, &set, keys, n_keys);
-        if (!b.oom)
-            series_cache_put(s->cache, query, n_records, b.data, b.len);
+        if (!b.buf.oom)
+            series_cache_put(s->cache, query, n_records, b.buf.data, b.buf.len);
         ret = zt_http_send_json(c, MHD_HTTP_OK, &b);
     } else if (st != ZT_OK) {
         ret = zt_http_send_status(c, st, id);
@@ -288,11 +288,11 @@ enum MHD_Result zt_http_job_metrics(zt_http_server *s, struct MHD_Connection *c,
     for (int i = 0; i < n_keys; i++)
         zt_jbuf_printf(&q, "%s%s", i ? "," : "", keys[i]);
     size_t len;
-    char *body = q.oom ? NULL : series_cache_get(s->cache, q.data, n_records, &len);
+    char *body = q.buf.oom ? NULL : series_cache_get(s->cache, q.buf.data, n_records, &len);
     if (body)
         ret = send_json_body(c, body, len);
-    else if (!q.oom)
-        ret = compute_series(s, c, id, keys, n_keys, since, (int)max_points, q.data, n_records);
+    else if (!q.buf.oom)
+        ret = compute_series(s, c, id, keys, n_keys, since, (int)max_points, q.buf.data, n_records);
     else
         ret = MHD_NO;
     zt_jbuf_free(&q);

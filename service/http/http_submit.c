@@ -22,7 +22,7 @@ static enum MHD_Result bad(struct MHD_Connection *c, const char *msg) {
 
 enum MHD_Result zt_http_jobs_submit(zt_http_server *s, struct MHD_Connection *c,
                                     const zt_jbuf *body) {
-    if (!body || body->len == 0)
+    if (!body || body->buf.len == 0)
         return bad(c, "spec: the body must be a SubmitJobRequest, {\"spec\": {...}}");
     cJSON *root;
     enum MHD_Result ret;

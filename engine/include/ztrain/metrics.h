@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "ztrain/status.h"
+#include "ztrain/strbuf.h"
 
 typedef struct {
     const char *key;
@@ -23,8 +24,7 @@ typedef struct {
     FILE *f;
     char *path;
     int mirror_fd;  /* > 0: every record is also written here as one line (see below) */
-    char *line;     /* the record being formatted; grown once, reused for every record */
-    size_t cap;
+    zt_strbuf line; /* the record being formatted; grown once, reused for every record */
     struct zt_tb_writer *tb;  /* NULL unless zt_metrics_tensorboard opened one */
 } zt_metrics_writer;
 
