@@ -142,6 +142,7 @@ test-deepspeed:
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=2 /usr/bin/python3 tests/deepspeed/test_ds_config_accept.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) OMP_NUM_THREADS=1 /usr/bin/python3 tests/deepspeed/test_ds_removed_keys.py
 	ZTRAIN_BUILD=$(abspath $(BUILD)) /usr/bin/python3 tests/deepspeed/test_torchrun_cli.py
+	ZTRAIN_BUILD=$(abspath $(BUILD)) /usr/bin/python3 tests/deepspeed/test_hf5_tokenizer_class.py
 
 # ztraind under load and across faults (tests/soak/test_soak.py, about a minute on 2 cores): 200
 # watchers on a running job while 1,000 jobs are submitted and listed, then 100 small jobs with

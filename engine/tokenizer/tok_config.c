@@ -29,10 +29,12 @@ static const rebuilding_class REBUILDING[] = {
     {"CohereTokenizer", true, false, "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"},
 };
 
-/* The classes that keep tokenizer.json's post-processor (PreTrainedTokenizerFast itself, and
- * the classes of the other families ztrain trains). */
+/* The classes that keep tokenizer.json's post-processor: PreTrainedTokenizerFast itself, the
+ * classes of the other families ztrain trains, and transformers 5's TokenizersBackend (the base
+ * class 5.x writes as tokenizer_class; from_pretrained in 5.x drops add_bos_token and
+ * add_eos_token whenever a tokenizer.json is there, so tokenizer.json's template is the one). */
 static const char *const FOLLOWING[] = {"PreTrainedTokenizer", "GPT2Tokenizer",
-                                        "Qwen2Tokenizer"};
+                                        "Qwen2Tokenizer", "TokenizersBackend"};
 
 /* AutoTokenizer's class for a config.json model_type, for the families above. */
 static const struct {
@@ -214,8 +216,8 @@ zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root) {
     if (s == ZT_OK && cls[0] && !known_class(cls, &c))
         s = zt_error(ZT_ERR_UNSUPPORTED, "%s: tokenizer_class %sFast is not one ztrain knows "
                      "(Llama, CodeLlama, Gemma, GPTNeoX and Cohere rebuild the template from "
-                     "add_bos_token/add_eos_token; PreTrainedTokenizerFast, GPT2 and Qwen2 keep "
-                     "tokenizer.json's); name PreTrainedTokenizerFast to keep tokenizer.json's "
+                     "add_bos_token/add_eos_token; PreTrainedTokenizerFast, GPT2, Qwen2 and "
+                     "transformers 5's TokenizersBackend keep tokenizer.json's); name PreTrainedTokenizerFast to keep tokenizer.json's "
                      "post-processor", named_in, cls);
     /* The flags and tokens are read from tokenizer_config.json alone (an empty one when it is
      * missing and config.json names the class), as from_pretrained passes them. */

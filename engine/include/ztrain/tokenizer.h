@@ -29,7 +29,9 @@
  * "[bos_token] $A [eos_token]" from tokenizer_config.json's add_bos_token / add_eos_token (each
  * class's defaults where a key is missing: BOS on, EOS off, GPTNeoX both off; null is off), as
  * their update_post_processor does in transformers 4.46; PreTrainedTokenizerFast,
- * GPT2TokenizerFast and Qwen2TokenizerFast keep tokenizer.json's. Refused by name: another class
+ * GPT2TokenizerFast, Qwen2TokenizerFast and transformers 5's TokenizersBackend keep
+ * tokenizer.json's (5.x drops the two flags whenever tokenizer.json is there, so for the
+ * rebuilding classes this is 4.x's reading, not 5.x's). Refused by name: another class
  * or model_type, a flag that is true with its token null (transformers raises), a token the
  * tokenizer does not have (transformers would add it as a new id past the vocabulary), and an
  * add_prefix_space with which the class would rewrite the pre-tokenizer (GPT2, GPTNeoX: one
