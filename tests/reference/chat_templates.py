@@ -403,14 +403,28 @@ DEEPSEEK_R1 = (
     "{{'<｜Assistant｜><think>\\n'}}{% endif %}")
 
 
-def hf_tokenizer(template, bos, eos):
-    """A transformers tokenizer that holds only the template and the special tokens (a one-word
-    vocabulary): what apply_chat_template needs to render the template as transformers does.
-    Needs the test environment (.venv: tokenizers, transformers)."""
+def hf_tokenizer(template, bos, eos, tokenizer_file=None):
+    """A transformers tokenizer that holds the template and the special tokens: what
+    apply_chat_template needs to render the template as transformers does. Its vocabulary is
+    tokenizer_file's (to compare ids too), else one word. Needs the test environment (.venv:
+    tokenizers, transformers)."""
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-    kw = {"tokenizer_object": tok, "chat_template": template, "eos_token": eos}
+    kw = {"chat_template": template, "eos_token": eos}
     if bos:
         kw["bos_token"] = bos
+    if tokenizer_file:
+        kw["tokenizer_file"] = tokenizer_file
+    else:
+        kw["tokenizer_object"] = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
     return PreTrainedTokenizerFast(**kw)
+
+
+def rendered(out, i):
+    """What zt_chat_render wrote for conversation i into the directory out: (the render, or None
+    when it was refused; the refusal's text, or "" when it rendered)."""
+    import os
+    got = open(f"{out}/{i}.txt", encoding="utf-8").read() \
+        if os.path.exists(f"{out}/{i}.txt") else None
+    err = open(f"{out}/{i}.err").read() if os.path.exists(f"{out}/{i}.err") else ""
+    return got, err

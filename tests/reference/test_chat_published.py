@@ -25,7 +25,7 @@ reexec_in_venv()
 
 
 from chat_templates import (DEEPSEEK_R1, GEMMA2, LLAMA31, LLAMA32, MISTRAL03, PHI3,  # noqa: E402
-                            QWEN25, hf_tokenizer)
+                            QWEN25, hf_tokenizer, rendered)
 from ztref import Checker, tool  # noqa: E402
 
 FAMILIES = [
@@ -100,9 +100,7 @@ with tempfile.TemporaryDirectory() as d:
             after = jinja2_renders(gen)
             for i, conv in enumerate(CONVERSATIONS):
                 want, why = after[i]
-                got = open(f"{out}/{i}.txt", encoding="utf-8").read() \
-                    if os.path.exists(f"{out}/{i}.txt") else None
-                err = open(f"{out}/{i}.err").read() if os.path.exists(f"{out}/{i}.err") else ""
+                got, err = rendered(out, i)
                 if got == before[i][0]:
                     want = got
                 if want is not None:

@@ -30,7 +30,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 
 
-from chat_templates import LLAMA2, LLAMA3, MISTRAL, QWEN2, ZEPHYR, hf_tokenizer  # noqa: E402
+from chat_templates import (LLAMA2, LLAMA3, MISTRAL, QWEN2, ZEPHYR, hf_tokenizer,  # noqa: E402
+                            rendered)
 from ztref import Checker, tool  # noqa: E402
 
 FAMILIES = [
@@ -85,9 +86,7 @@ with tempfile.TemporaryDirectory() as d:
                                                        add_generation_prompt=gen), None
                 except Exception as e:  # the template's raise_exception
                     want, why = None, str(e)
-                got = open(f"{out}/{i}.txt", encoding="utf-8").read() \
-                    if os.path.exists(f"{out}/{i}.txt") else None
-                err = open(f"{out}/{i}.err").read() if os.path.exists(f"{out}/{i}.err") else ""
+                got, err = rendered(out, i)
                 if want is not None:
                     ck.check(got == want, f"{name}, generation prompt {gen}, conversation {i}: "
                              f"{'equal' if got == want else repr(got) + ' vs ' + repr(want)} "

@@ -34,9 +34,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from chat_templates import LLAMA31, LLAMA32, MISTRAL03, QWEN25  # noqa: E402
+from chat_templates import LLAMA31, LLAMA32, MISTRAL03, QWEN25, hf_tokenizer, rendered  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
 # A Hermes-2-Pro-style pair of named templates (the published one needs macros, which the subset
@@ -202,17 +201,6 @@ FAMILIES = [
 ]
 
 
-def hf_tokenizer(tok_file, template, bos, eos):
-    kw = {"chat_template": template, "eos_token": eos}
-    if bos:
-        kw["bos_token"] = bos
-    if tok_file:
-        kw["tokenizer_file"] = tok_file
-    else:
-        kw["tokenizer_object"] = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-    return PreTrainedTokenizerFast(**kw)
-
-
 def hf_render(hf, msgs, tools, docs, gen, tokenize=False):
     try:
         return hf.apply_chat_template(msgs, tools=tools, documents=docs, tokenize=tokenize,
@@ -221,18 +209,22 @@ def hf_render(hf, msgs, tools, docs, gen, tokenize=False):
         return None, str(e)
 
 
+def write_tokenizer_config(d, template, bos, eos):
+    cfg = {"chat_template": template, "eos_token": eos}
+    if bos:
+        cfg["bos_token"] = bos
+    with open(f"{d}/tokenizer_config.json", "w") as f:
+        json.dump(cfg, f)
+
+
 ck = Checker()
 d = tempfile.mkdtemp()
 with open(f"{d}/convs.json", "w") as f:
     json.dump([{"messages": m, "tools": t, "documents": docs} for _, m, t, docs in CONVS], f)
 refusals = {}
 for fam, cfg_template, hf_template, bos, eos in FAMILIES:
-    cfg = {"chat_template": cfg_template, "eos_token": eos}
-    if bos:
-        cfg["bos_token"] = bos
-    with open(f"{d}/tokenizer_config.json", "w") as f:
-        json.dump(cfg, f)
-    hf = hf_tokenizer(None, hf_template, bos, eos)
+    write_tokenizer_config(d, cfg_template, bos, eos)
+    hf = hf_tokenizer(hf_template, bos, eos)
     for gen in (False, True):
         out = tempfile.mkdtemp(dir=d)
         args = [tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json", out]
@@ -244,9 +236,7 @@ for fam, cfg_template, hf_template, bos, eos in FAMILIES:
             continue
         for i, (name, msgs, tools, docs) in enumerate(CONVS):
             want, why = hf_render(hf, msgs, tools, docs, gen)
-            got = open(f"{out}/{i}.txt", encoding="utf-8").read() \
-                if os.path.exists(f"{out}/{i}.txt") else None
-            err = open(f"{out}/{i}.err").read() if os.path.exists(f"{out}/{i}.err") else ""
+            got, err = rendered(out, i)
             if want is not None:
                 ck.check(got == want, f"{fam}, generation prompt {gen}, {name}: "
                          f"{'equal' if got == want else repr(got) + ' vs ' + repr(want)} "
@@ -317,12 +307,8 @@ tok.save(f"{d}/tokenizer.json")
 PREP_FAMILIES = [f for f in FAMILIES if f[0] in ("qwen2.5", "llama 3.1", "mistral v0.3",
                                                  "hermes tool_use", "rag")]
 for fam, cfg_template, hf_template, bos, eos in PREP_FAMILIES:
-    cfg = {"chat_template": cfg_template, "eos_token": eos}
-    if bos:
-        cfg["bos_token"] = bos
-    with open(f"{d}/tokenizer_config.json", "w") as f:
-        json.dump(cfg, f)
-    hf = hf_tokenizer(f"{d}/tokenizer.json", hf_template, bos, eos)
+    write_tokenizer_config(d, cfg_template, bos, eos)
+    hf = hf_tokenizer(hf_template, bos, eos, f"{d}/tokenizer.json")
     # the conversations the template renders (the others are refused, below) and whose turns
     # the rule locates: Mistral's system message joins only the last user message, so a
     # conversation before an assistant turn is not the start of the whole (refused, below)
