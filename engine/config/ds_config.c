@@ -279,7 +279,6 @@ zt_dtype zt_ds_comm_dtype(const zt_ds_config *cfg) {
     return zt_ds_train_dtype(cfg);
 }
 
-/* communication_data_type: case-insensitive fp32/fp16/bf16, DeepSpeed's error text otherwise. */
 /* data_types.keep_in_fp32_modules: the buffers DeepSpeed keeps in fp32 under 16-bit training,
  * "auto" (the model's own transformers lists) or a list of name patterns; anything else (null
  * too) DeepSpeedConfig refuses. Every value is honoured as it stands: ztrain's models have no
@@ -299,6 +298,7 @@ static zt_status read_keep_in_fp32(const zt_json_obj *dt) {
     return ZT_OK;
 }
 
+/* communication_data_type: case-insensitive fp32/fp16/bf16, DeepSpeed's error text otherwise. */
 static zt_status read_comm_dtype(const zt_json_obj *top, const char *key, char *out, size_t n) {
     const char *v = NULL;
     ZT_TRY(zt_json_get_string(top, key, &v, NULL));
@@ -385,9 +385,11 @@ static zt_status parse_top(zt_ds_config *cfg, const zt_json_obj *top, batch_keys
     ZT_TRY(zt_json_child(top, "data_types", &dt));
     static const char *const dt_keys[] = {"grad_accum_dtype", "param_dtype", "buffer_dtype",
                                           "keep_in_fp32_modules", NULL};
+    static const char *const dtype_keys[] = {"grad_accum_dtype", "param_dtype", "buffer_dtype",
+                                             NULL};
     ZT_TRY(zt_json_check_keys(&dt, dt_keys));
     ZT_TRY(read_keep_in_fp32(&dt));
-    for (const char *const *k = dt_keys; *k && strcmp(*k, "keep_in_fp32_modules") != 0; k++) {
+    for (const char *const *k = dtype_keys; *k; k++) {
         const char *v = NULL;
         ZT_TRY(zt_json_get_string(&dt, *k, &v, NULL));
         if (v && !dtype_canonical(v))

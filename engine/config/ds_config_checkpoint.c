@@ -3,20 +3,18 @@
  * model_checkpointing/config.py get_checkpoint_config). ztrain writes its own checkpoints and only
  * warns that these keys have no effect, but a value DeepSpeed refuses is refused here as well, so
  * a config ztrain runs is one DeepSpeed would run too. */
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ds_config_internal.h"
 
-/* Python's str.upper() of an ASCII name, into buf (n bytes); false when it does not fit. */
-static bool upper_name(const char *s, char *buf, size_t n) {
-    size_t len = strlen(s);
-    if (len >= n)
-        return false;
-    for (size_t i = 0; i <= len; i++)
-        buf[i] = (char)toupper((unsigned char)s[i]);
-    return true;
+/* Whether Python's name.upper() is one of `allowed` (upper case), for ASCII names. */
+static bool upper_in(const char *name, const char *const *allowed) {
+    for (const char *const *k = allowed; *k; k++)
+        if (strcasecmp(name, *k) == 0)
+            return true;
+    return false;
 }
 
 /* The value under key as written, JSON null included (zt_json_item reads null as absent, but
@@ -33,12 +31,12 @@ static zt_status check_name(const zt_json_obj *o, const char *key, const char *c
     const cJSON *v = raw_item(o, key);
     if (!v || (null_ok && cJSON_IsNull(v)))
         return ZT_OK;
-    char got[64], upper[64];
+    char got[64];
     zt_json_repr(v, got, sizeof got);
     if (!cJSON_IsString(v))
         return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be one of %s (any case), got %s "
                                  "(DeepSpeed fails calling .upper() on it)", list, got);
-    if (upper_name(v->valuestring, upper, sizeof upper) && zt_ds_name_in(upper, allowed))
+    if (upper_in(v->valuestring, allowed))
         return ZT_OK;
     return zt_json_key_error(ZT_ERR_INVALID, o, key, "must be one of %s (any case), got %s",
                              list, got);

@@ -268,7 +268,8 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
     zt_json_obj fp16, bf16;
     ZT_TRY(zt_json_child(top, "fp16", &fp16));
     /* Read apart from the table, which pydantic's lax mode coerces (true to 1): DeepSpeed's own
-     * validator refuses a bool for these two and takes a float only through float() or int(). */
+     * validator refuses a bool for loss_scale_window and min_loss_scale and takes a float only
+     * through float() or int(); loss_scale is read as a float. */
     static const char *const fp16_extra[] = {"loss_scale", "loss_scale_window", "min_loss_scale",
                                              NULL};
     ZT_TRY(zt_ds_check_table_keys(&fp16, fp16_fields, NFIELDS(fp16_fields), fp16_extra));

@@ -20,16 +20,17 @@
 static void add(zt_strbuf *l, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void add(zt_strbuf *l, const char *key, const char *fmt, ...) {
-    char value[1024];
+    zt_strbuf_printf(l, "%s=", key);
+    size_t start = l->len;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(value, sizeof value, fmt, ap);
+    zt_strbuf_vprintf(l, fmt, ap); /* whole: ranks differing past any cut must not agree */
     va_end(ap);
     /* A value is one line: a newline inside a string would split it. */
-    for (char *p = value; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
-    zt_strbuf_printf(l, "%s=%s\n", key, value);
+    for (size_t i = start; i < l->len; i++)
+        if (l->data[i] == '\n')
+            l->data[i] = ' ';
+    zt_strbuf_putc(l, '\n');
 }
 
 /* Whether a DeepSpeed key names a file or directory (nvme_path, a monitor's output_path). */

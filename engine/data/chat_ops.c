@@ -296,12 +296,11 @@ val zt_chat_times(ex *e, val a, val b) {
 }
 
 val zt_chat_plus(ex *e, val a, val b) {
-    long long x, y;
     if (!e->r || e->st != ZT_OK)
         return a;
     bool num_a = a.k == V_INT || a.k == V_BOOL || a.k == V_FLOAT;
     bool num_b = b.k == V_INT || b.k == V_BOOL || b.k == V_FLOAT;
-    if ((as_int(a, &x) && as_int(b, &y)) || (num_a && num_b)) /* a float: refused there */
+    if (num_a && num_b) /* a float: refused there */
         return zt_chat_arith(e, "+", a, b);
     if (a.k == V_UNDEF || b.k == V_UNDEF)
         return zt_chat_undefined_error(e, a.k == V_UNDEF ? a : b);

@@ -42,7 +42,8 @@ struct zt_chat_template {
     node *nodes;
     int n;
     size_t *cr_at;   /* where each \r of an \r\n was dropped from src, ascending */
-    size_t n_cr;    /* From a list of named templates: the one named "tool_use" (rendered when tools are given),
+    size_t n_cr;
+    /* From a list of named templates: the one named "tool_use" (rendered when tools are given),
      * or NULL; no_default when none is named "default" (this one is then empty, and rendering
      * without tools fails naming the list's names, sorted as Python prints them). */
     struct zt_chat_template *tool_use;
