@@ -183,17 +183,14 @@ static zt_status add_token_ids(const char *dir, const char *tag, const char *con
     ZT_TRY(zt_ckpt_read_tokenizer(dir, tag, &tok_path));
     if (!tok_path)
         return ZT_OK;
-    const char *slash = strrchr(tok_path, '/');
     char src[4200];
     cJSON *from = NULL, *out = NULL;
     zt_tokenizer_t *tok = NULL;
     zt_status s = ZT_OK;
-    snprintf(src, sizeof src, "%.*sconfig.json", slash ? (int)(slash - tok_path + 1) : 0,
-             tok_path);
+    zt_path_beside(tok_path, "config.json", src, sizeof src);
     bool have_config = access(src, F_OK) == 0;
     if (!have_config)
-        snprintf(src, sizeof src, "%.*stokenizer_config.json",
-                 slash ? (int)(slash - tok_path + 1) : 0, tok_path);
+        zt_path_beside(tok_path, "tokenizer_config.json", src, sizeof src);
     if (access(src, F_OK) != 0)
         goto done;
     s = zt_json_load_file(src, &from);

@@ -405,13 +405,10 @@ static zt_status write_split(sft_run *r, const split_buf *b, const char *split, 
 static zt_status load_template(sft_run *r) {
     const zt_prepare_options *o = r->o;
     char path[PATH_MAX];
-    if (o->chat_template) {
+    if (o->chat_template)
         snprintf(path, sizeof path, "%s", o->chat_template);
-    } else {
-        const char *slash = strrchr(o->tokenizer, '/');
-        snprintf(path, sizeof path, "%.*stokenizer_config.json",
-                 slash ? (int)(slash - o->tokenizer + 1) : 0, o->tokenizer);
-    }
+    else
+        zt_path_beside(o->tokenizer, "tokenizer_config.json", path, sizeof path);
     return zt_chat_template_load(path, &r->tmpl);
 }
 

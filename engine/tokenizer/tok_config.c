@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "ztrain/fsutil.h"
 #include "ztrain/json_util.h"
 #include "tok_internal.h"
 
@@ -51,10 +51,8 @@ static const struct {
 static zt_status load_beside(const char *tok_path, const char *name, char *path, size_t cap,
                              cJSON **out) {
     *out = NULL;
-    const char *slash = strrchr(tok_path, '/');
-    snprintf(path, cap, "%.*s%s", slash ? (int)(slash - tok_path + 1) : 0, tok_path, name);
-    struct stat sb;
-    if (stat(path, &sb) != 0)
+    zt_path_beside(tok_path, name, path, cap);
+    if (!zt_path_exists(path))
         return ZT_OK;
     ZT_TRY(zt_json_load_file(path, out));
     if (!cJSON_IsObject(*out)) {

@@ -249,6 +249,11 @@ bool zt_path_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+void zt_path_beside(const char *file, const char *name, char *out, size_t cap) {
+    const char *slash = strrchr(file, '/');
+    snprintf(out, cap, "%.*s%s", slash ? (int)(slash - file + 1) : 0, file, name);
+}
+
 zt_status zt_sync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)

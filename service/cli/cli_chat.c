@@ -8,6 +8,7 @@
 
 #include "cli_remote.h"
 #include "ztrain/chat_template.h"
+#include "ztrain/fsutil.h"
 #include "ztrain/json_util.h"
 
 static zt_status prompt_ids(const zt_tokenizer_t *tok, const char *text, int vocab,
@@ -30,13 +31,10 @@ int zt_cli_sample_chat(zt_model *m, const zt_tokenizer_t *tok, const char *tok_p
                        const char *conv_path, const char *template_path, int max_tokens,
                        const zt_sample_options *so) {
     char cfg[PATH_MAX];
-    if (template_path) {
+    if (template_path)
         snprintf(cfg, sizeof cfg, "%s", template_path);
-    } else {
-        const char *slash = strrchr(tok_path, '/');
-        snprintf(cfg, sizeof cfg, "%.*stokenizer_config.json",
-                 slash ? (int)(slash - tok_path + 1) : 0, tok_path);
-    }
+    else
+        zt_path_beside(tok_path, "tokenizer_config.json", cfg, sizeof cfg);
     zt_chat_template *t = NULL;
     cJSON *conv = NULL;
     char *text = NULL, *reply = NULL;

@@ -42,6 +42,9 @@ zt_status zt_map_file(const char *path, void **map, size_t *size);
 /* Unmaps what zt_map_file mapped; a NULL map (an empty file, or none) is a no-op. */
 void zt_unmap_file(void *map, size_t size);
 bool zt_path_exists(const char *path);
+/* The path of `name` in the directory that holds `file` (just `name` for a bare file name), into
+ * out (cap bytes, cut to fit): the tokenizer_config.json beside a tokenizer.json. */
+void zt_path_beside(const char *file, const char *name, char *out, size_t cap);
 /* fsync a directory so renames inside it are durable. A filesystem that does not sync
  * directories (fsync says EINVAL or ENOTSUP) is not an error; any other failure is ZT_ERR_IO
  * naming the directory. */

@@ -44,7 +44,8 @@ typedef enum { ZT_PREPARE_DTYPE_AUTO = 0, ZT_PREPARE_DTYPE_U16, ZT_PREPARE_DTYPE
  *         rendered with the generation prompt to the end of the conversation through the turn.
  *   PROMPT_COMPLETION: {"prompt", "completion"}: prompt + completion encoded with the
  *         post-processor's tokens, then the end-of-text token; the completion and that token are
- *         trained.
+ *         trained. With add_eos_token the template's EOS comes first, so such an example ends
+ *         in two EOS tokens, as tokenizer(prompt + completion + eos_token) does.
  * Each example starts a document (mask bit 1) and lies whole in one shard. */
 typedef enum {
     ZT_PREPARE_TEXT = 0,
