@@ -566,21 +566,6 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     return s;
 }
 
-/* One special token as tokenizer_config.json gives it, a string or an AddedToken object
- * ({"content": ...}), into *text; NULL for null. */
-static zt_status token_text(const char *source, const char *key, const cJSON *v,
-                            const char **text) {
-    *text = NULL;
-    if (cJSON_IsObject(v))
-        v = cJSON_GetObjectItemCaseSensitive(v, "content");
-    if (cJSON_IsString(v))
-        *text = v->valuestring;
-    else if (v && !cJSON_IsNull(v))
-        return zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a string or an AddedToken object "
-                        "({\"content\": \"...\"})", source, key);
-    return ZT_OK;
-}
-
 /* The special tokens apply_chat_template passes (its special_tokens_map): each that the config
  * gives as non-empty text, additional_special_tokens as a list when it holds any. */
 static zt_status special_tokens(zt_chat_template *t, const cJSON *config) {
@@ -590,8 +575,8 @@ static zt_status special_tokens(zt_chat_template *t, const cJSON *config) {
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const char *text;
-        ZT_TRY(token_text(t->source, keys[k],
-                          cJSON_GetObjectItemCaseSensitive(config, keys[k]), &text));
+        ZT_TRY(zt_json_token_text(cJSON_GetObjectItemCaseSensitive(config, keys[k]), t->source,
+                                  keys[k], &text));
         if (text && text[0] && !cJSON_AddStringToObject(t->tokens, keys[k], text))
             return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     }
@@ -605,7 +590,7 @@ static zt_status special_tokens(zt_chat_template *t, const cJSON *config) {
             return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
         cJSON_ArrayForEach(e, more) {
             const char *text;
-            ZT_TRY(token_text(t->source, key, e, &text));
+            ZT_TRY(zt_json_token_text(e, t->source, key, &text));
             if (!text)
                 return zt_error(ZT_ERR_FORMAT, "%s: key '%s' holds a null", t->source, key);
             if (!cJSON_AddItemToArray(list, cJSON_CreateString(text)))

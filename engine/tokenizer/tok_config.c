@@ -70,16 +70,7 @@ static zt_status token_text(const cJSON *config, const char *key, const char *sr
                             bool *present, const char **text) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
     *present = v != NULL;
-    *text = NULL;
-    if (!v || cJSON_IsNull(v))
-        return ZT_OK;
-    if (cJSON_IsObject(v))
-        v = cJSON_GetObjectItemCaseSensitive(v, "content");
-    if (!cJSON_IsString(v))
-        return zt_error(ZT_ERR_FORMAT, "%s: %s is neither a string nor an object with a string "
-                        "\"content\"", src, key);
-    *text = v->valuestring;
-    return ZT_OK;
+    return zt_json_token_text(v, src, key, text);
 }
 
 /* One side of the rebuilt template: the token's id when the flag is on, as update_post_processor

@@ -507,6 +507,19 @@ void zt_json_key_path(const zt_json_obj *o, const char *key, char *buf, size_t n
     append(buf, n, &len, key);
 }
 
+zt_status zt_json_token_text(const cJSON *v, const char *source, const char *key,
+                             const char **text) {
+    *text = NULL;
+    if (cJSON_IsObject(v))
+        v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (cJSON_IsString(v))
+        *text = v->valuestring;
+    else if (v && !cJSON_IsNull(v))
+        return zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a string or an AddedToken object "
+                        "({\"content\": \"...\"})", source, key);
+    return ZT_OK;
+}
+
 bool zt_json_truthy(const cJSON *v) {
     if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v))
         return false;

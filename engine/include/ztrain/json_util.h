@@ -130,6 +130,12 @@ zt_status zt_json_key_error(zt_status s, const zt_json_obj *o, const char *key, 
  * switches it fetches with dict.get. */
 bool zt_json_truthy(const cJSON *v);
 
+/* A special token as tokenizer_config.json gives it: a string, or an AddedToken object's
+ * "content". *text is NULL when v is absent or null (or its content null); any other value is
+ * ZT_ERR_FORMAT naming source and key. *text points into v. */
+zt_status zt_json_token_text(const cJSON *v, const char *source, const char *key,
+                             const char **text);
+
 /* Writes a short JSON rendering of item into buf for "got ..." messages (truncated with "..."). */
 void zt_json_repr(const cJSON *item, char *buf, size_t n);
 
