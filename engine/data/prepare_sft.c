@@ -149,9 +149,48 @@ static zt_status check_objects(const cJSON *obj, const char *key, const char *wh
     return ZT_OK;
 }
 
-/* Message k as chat data holds it: an object with a string "role"; a string "content", which an
- * assistant message with "tool_calls" (a list of objects) may leave null or out. Anything else
- * it holds goes to the template as it is. */
+/* Part i of message k's content list, as transformers and TRL pass one: an object whose "type"
+ * is "text" with a string "text" (any other key it holds goes to the template with it). ztrain
+ * trains text models, so an image, video or audio part is refused: the template would write its
+ * placeholder (Gemma 3's <start_of_image>, Mistral's [IMG]) with nothing behind it. */
+static zt_status check_part(const cJSON *part, int k, int i, const char *role,
+                            const char *where) {
+    if (!cJSON_IsObject(part))
+        return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\"[%d] is %s, not a "
+                        "part object ({\"type\": \"text\", \"text\": \"...\"})", where, k, role,
+                        i, json_type(part));
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+    if (!cJSON_IsString(type))
+        return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\"[%d]: \"type\" is "
+                        "%s, not a string (a text part is {\"type\": \"text\", \"text\": "
+                        "\"...\"})", where, k, role, i, type ? json_type(type) : "missing");
+    const char *t = type->valuestring;
+    if (strcmp(t, "text") == 0) {
+        if (cJSON_IsString(text))
+            return ZT_OK;
+        return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\"[%d] is a text part "
+                        "whose \"text\" is %s, not a string", where, k, role, i,
+                        text ? json_type(text) : "missing");
+    }
+    /* "image", "image_url", "input_audio", "video_url", ... */
+    static const char *const media[] = {"an image", "a video", "an audio"};
+    for (size_t m = 0; m < sizeof media / sizeof media[0]; m++)
+        if (strstr(t, strchr(media[m], ' ') + 1))
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: message %d (%.40s): \"content\"[%d] is "
+                            "%s part (\"type\": \"%.40s\"): ztrain trains text models, which "
+                            "have no tokens for it (the template would write its placeholder "
+                            "with nothing behind it); keep the text parts only", where, k, role,
+                            i, media[m], t);
+    return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\"[%d] has \"type\": "
+                    "\"%.40s\", not \"text\" (the only kind of part a text model trains on)",
+                    where, k, role, i, t);
+}
+
+/* Message k as chat data holds it: an object with a string "role"; a "content" that is a string
+ * or a list of text parts (check_part), which an assistant message with "tool_calls" (a list of
+ * objects) may leave null or out. Anything else it holds goes to the template as it is, and a
+ * content list goes as it is too, for the template to iterate. */
 static zt_status check_message(const cJSON *m, int k, const char *key, const char *where) {
     if (!cJSON_IsObject(m))
         return zt_error(ZT_ERR_FORMAT, "%s: \"%s\"[%d] is %s, not a message object", where,
@@ -174,12 +213,19 @@ static zt_status check_message(const cJSON *m, int k, const char *key, const cha
             i++;
         }
     }
+    if (cJSON_IsArray(content)) {
+        int i = 0;
+        cJSON_ArrayForEach(e, content)
+            ZT_TRY(check_part(e, k, i++, role->valuestring, where));
+        return ZT_OK;
+    }
     bool may_omit = strcmp(role->valuestring, "assistant") == 0 && cJSON_IsArray(calls) &&
                     cJSON_GetArraySize(calls) > 0;
     if (cJSON_IsString(content) || (may_omit && (!content || cJSON_IsNull(content))))
         return ZT_OK;
-    return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\" is %s, not a string%s",
-                    where, k, role->valuestring, content ? json_type(content) : "missing",
+    return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\" is %s, not a string "
+                    "or a list of text parts%s", where, k, role->valuestring,
+                    content ? json_type(content) : "missing",
                     may_omit ? " or null" : strcmp(role->valuestring, "assistant") == 0
                     ? " (only an assistant message with \"tool_calls\" may leave it null or out)"
                     : "");

@@ -426,7 +426,7 @@ BAD = [
      ['message 1', '"content" is null', 'tool_calls']),
     ({"messages": [{"role": "user", "content": "a"},
                    {"role": "assistant", "content": ["part"], "tool_calls": [call("f", {})]}]},
-     ['message 1', '"content" is a list']),
+     ['message 1', '"content"[0] is a string, not a part object']),
     ({"messages": [{"role": 1, "content": "a"}]}, ['message 0', '"role" is a number']),
     ({"messages": [{"content": "a"}]}, ['message 0', '"role" is missing']),
     ({"messages": ["hello"]}, ['"messages"[0] is a string']),
