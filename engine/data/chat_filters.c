@@ -4,6 +4,7 @@
  * argument too many is refused by name when the template is read. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unicase.h>
@@ -134,7 +135,7 @@ static val trim(ex *e, val v) {
     return zt_chat_strip_space(t, true, true);
 }
 
-/* ---- case: Python's str.upper, lower and capitalize, jinja2's title ---------------------------- */
+/* ---- case: Python's str.upper, lower, capitalize and title, jinja2's title ------------------- */
 
 /* Python 3.11's case mappings are Unicode 14's full ones (SpecialCasing's unconditional entries:
  * 'ß'.upper() is 'SS', 'İ'.lower() is 'i̇') with one context, Final_Sigma ('ΑΣ'.lower() is 'ας').
@@ -144,26 +145,32 @@ static val trim(ex *e, val v) {
  * beside them. Final_Sigma is CPython's own (final_sigma below): libunistring reads a character
  * that is both cased and case-ignorable (U+0345, the modifier letters ʰ ˡ ᵃ ...) next to a Σ as
  * cased, where CPython skips it as ignorable. */
-typedef enum { CASE_UPPER, CASE_LOWER, CASE_TITLE } case_kind;
+typedef enum { MAP_UPPER, MAP_LOWER, MAP_TITLE } case_map;
 
-/* Appends s[0..n) mapped by kind to out[*len..]. Only Final_Sigma depends on the text around,
- * and lower_append decides it itself, so the text is mapped without a context. */
-static bool case_append(ex *e, const char *s, size_t n, case_kind kind, char *out,
-                        size_t *len) {
+/* One case mapping into a buffer big enough for it (case_out). */
+typedef struct {
+    char *out;
+    size_t len;
+    char *why;
+} case_buf;
+
+/* Appends s[0..n) mapped by kind to b. Only Final_Sigma depends on the text around, and
+ * lower_append decides it itself, so the text is mapped without a context. */
+static bool case_append(case_buf *b, const char *s, size_t n, case_map kind) {
     size_t m = 0;
     uint8_t *(*f)(const uint8_t *, size_t, casing_prefix_context_t, casing_suffix_context_t,
                   const char *, uninorm_t, uint8_t *, size_t *) =
-        kind == CASE_UPPER ? u8_ct_toupper : kind == CASE_LOWER ? u8_ct_tolower : u8_ct_totitle;
+        kind == MAP_UPPER ? u8_ct_toupper : kind == MAP_LOWER ? u8_ct_tolower : u8_ct_totitle;
     if (n == 0)
         return true;
     uint8_t *r = f((const uint8_t *)s, n, unicase_empty_prefix_context,
                    unicase_empty_suffix_context, NULL, NULL, NULL, &m);
     if (!r) {
-        zt_chat_fail(e, ZT_ERR_INVALID, "a case filter of text that is not UTF-8");
+        snprintf(b->why, 256, "a change of case of text that is not UTF-8");
         return false;
     }
-    memcpy(out + *len, r, m);
-    *len += m;
+    memcpy(b->out + b->len, r, m);
+    b->len += m;
     free(r);
     return true;
 }
@@ -190,34 +197,27 @@ static bool final_sigma(const char *s, size_t n, size_t at) {
     return true;
 }
 
-/* s[from..n).lower() as Python lowers it inside the string s[0..n): between the Σs (whose
+static bool is_sigma(const char *s, size_t n, size_t i) {
+    return i + 1 < n && (unsigned char)s[i] == 0xce && (unsigned char)s[i + 1] == 0xa3;
+}
+
+/* s[from..to).lower() as Python lowers it inside the string s[0..n): between the Σs (whose
  * mapping alone depends on the text around) by libunistring, each Σ by final_sigma. */
-static bool lower_append(ex *e, const char *s, size_t n, size_t from, char *out, size_t *len) {
-    while (from < n) {
-        const char *sigma = NULL;
-        for (size_t i = from; i + 1 < n && !sigma; i++)
-            if ((unsigned char)s[i] == 0xce && (unsigned char)s[i + 1] == 0xa3)
-                sigma = s + i;
-        size_t end = sigma ? (size_t)(sigma - s) : n;
-        if (!case_append(e, s + from, end - from, CASE_LOWER, out, len))
+static bool lower_append(case_buf *b, const char *s, size_t n, size_t from, size_t to) {
+    while (from < to) {
+        size_t end = from;
+        while (end < to && !is_sigma(s, n, end))
+            end++;
+        if (!case_append(b, s + from, end - from, MAP_LOWER))
             return false;
-        if (sigma) {
-            memcpy(out + *len, final_sigma(s, n, end) ? "\xcf\x82" : "\xcf\x83", 2);
-            *len += 2;
+        if (end < to) {
+            memcpy(b->out + b->len, final_sigma(s, n, end) ? "\xcf\x82" : "\xcf\x83", 2);
+            b->len += 2;
             end += 2;
         }
         from = end;
     }
     return true;
-}
-
-/* A full case mapping makes a code point at most 3 code points of at most 4 bytes: 12 bytes for
- * each input byte is always enough. */
-static char *case_out(ex *e, size_t n) {
-    char *out = zt_chat_alloc(e->r, n * 12 + 1);
-    if (!out)
-        zt_chat_fail(e, ZT_ERR_NOMEM, "out of memory");
-    return out;
 }
 
 /* The length of the code point at s (n > 0). */
@@ -226,22 +226,22 @@ static size_t cp_at(const char *s, size_t n) {
     return k < n ? k : n;
 }
 
-/* s.upper(), s.lower() or s.capitalize(): capitalize is the first code point's title mapping
- * and the rest's lower one, in the context of the whole string (CPython's do_capitalize). */
-static val case_string(ex *e, val t, const char *name) {
-    char *out = case_out(e, t.n);
-    size_t len = 0;
-    bool ok = out != NULL;
-    if (ok && name[0] == 'c' && t.n > 0) {
-        size_t k = cp_at(t.s, t.n);
-        ok = case_append(e, t.s, k, CASE_TITLE, out, &len) &&
-             lower_append(e, t.s, t.n, k, out, &len);
-    } else if (ok && name[0] == 'u') {
-        ok = case_append(e, t.s, t.n, CASE_UPPER, out, &len);
-    } else if (ok) {
-        ok = lower_append(e, t.s, t.n, 0, out, &len);
+/* CPython's do_title (str.title): each code point after a cased one lowered (in the string's
+ * context, for Σ), every other one title-cased; whether a code point is cased is read from it
+ * as it was, not from its mapping. */
+static bool str_title(case_buf *b, const char *s, size_t n) {
+    bool after_cased = false;
+    for (size_t i = 0; i < n;) {
+        size_t k = cp_at(s + i, n - i);
+        bool ok = after_cased ? lower_append(b, s, n, i, i + k)
+                              : case_append(b, s + i, k, MAP_TITLE);
+        if (!ok)
+            return false;
+        ucs4_t c;
+        after_cased = u8_mbtouc(&c, (const uint8_t *)s + i, k) > 0 && uc_is_property_cased(c);
+        i += k;
     }
-    return ok ? zt_chat_str(out, len) : (val){.k = V_UNDEF};
+    return true;
 }
 
 /* Where jinja2's title splits: ([-\s({\[<]+), \s being Python's whitespace. */
@@ -254,30 +254,59 @@ static size_t word_split_at(const char *s, size_t n) {
 
 /* jinja2's do_title: the text split into words and runs of the separators (both kept), each
  * item[0].upper() + item[1:].lower(), the two halves cased as strings of their own. */
-static val title(ex *e, val t) {
-    char *out = case_out(e, t.n);
-    size_t len = 0;
-    bool ok = out != NULL;
-    for (size_t i = 0; ok && i < t.n;) {
-        bool sep = word_split_at(t.s + i, t.n - i) > 0;
+static bool jinja_title(case_buf *b, const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        bool sep = word_split_at(s + i, n - i) > 0;
         size_t end = i;
-        while (end < t.n && (word_split_at(t.s + end, t.n - end) > 0) == sep)
-            end += sep ? word_split_at(t.s + end, t.n - end) : cp_at(t.s + end, t.n - end);
-        size_t k = cp_at(t.s + i, end - i);
-        ok = case_append(e, t.s + i, k, CASE_UPPER, out, &len) &&
-             lower_append(e, t.s + i + k, end - i - k, 0, out, &len);
+        while (end < n && (word_split_at(s + end, n - end) > 0) == sep)
+            end += sep ? word_split_at(s + end, n - end) : cp_at(s + end, n - end);
+        size_t k = cp_at(s + i, end - i);
+        if (!case_append(b, s + i, k, MAP_UPPER) ||
+            !lower_append(b, s + i + k, end - i - k, 0, end - i - k))
+            return false;
         i = end;
     }
-    return ok ? zt_chat_str(out, len) : (val){.k = V_UNDEF};
+    return true;
 }
 
-/* The four case filters take any value jinja2 prints (soft_str), as trim does. */
+bool zt_chat_case(render *r, val t, zt_chat_case_kind kind, val *out, char why[256]) {
+    /* A full case mapping makes a code point at most 3 code points of at most 4 bytes: 12 bytes
+     * for each input byte is always enough. */
+    case_buf b = {zt_chat_alloc(r, t.n * 12 + 1), 0, why};
+    if (!b.out) {
+        snprintf(why, 256, "out of memory");
+        return false;
+    }
+    bool ok = true;
+    switch (kind) {
+    case ZT_CASE_UPPER: ok = case_append(&b, t.s, t.n, MAP_UPPER); break;
+    case ZT_CASE_LOWER: ok = lower_append(&b, t.s, t.n, 0, t.n); break;
+    case ZT_CASE_CAPITALIZE: /* CPython's do_capitalize: the first code point's title mapping */
+        if (t.n) {
+            size_t k = cp_at(t.s, t.n);
+            ok = case_append(&b, t.s, k, MAP_TITLE) && lower_append(&b, t.s, t.n, k, t.n);
+        }
+        break;
+    case ZT_CASE_TITLE: ok = str_title(&b, t.s, t.n); break;
+    case ZT_CASE_JINJA_TITLE: ok = jinja_title(&b, t.s, t.n); break;
+    }
+    *out = zt_chat_str(b.out, b.len);
+    return ok;
+}
+
+/* The four case filters take any value jinja2 prints (soft_str), as trim does; upper, lower and
+ * capitalize are then Python's str methods, title is jinja2's own. */
 static val case_filter(ex *e, val v, const char *name) {
-    val t;
+    val t, out;
     if (!text_of(e, v, &t))
         return e->st == ZT_OK ? zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s of a %s is not "
                                              "supported", name, zt_chat_type_name(v)) : t;
-    return name[0] == 't' ? title(e, t) : case_string(e, t, name);
+    zt_chat_case_kind kind = name[0] == 'u' ? ZT_CASE_UPPER : name[0] == 'l' ? ZT_CASE_LOWER
+                             : name[0] == 'c' ? ZT_CASE_CAPITALIZE : ZT_CASE_JINJA_TITLE;
+    char why[256];
+    if (!zt_chat_case(e->r, t, kind, &out, why))
+        return zt_chat_fail(e, ZT_ERR_INVALID, "%s", why);
+    return out;
 }
 
 static val length(ex *e, val v) {

@@ -1,6 +1,7 @@
 /* The methods a chat template may call (chat_template_internal.h), as Python computes them on
  * jinja2's values: str.strip, lstrip, rstrip (with or without chars), startswith, endswith and
- * replace, split, dict.get, items, keys and values (as lists), and loop.cycle. Strings count and strip code points, as Python's str does. */
+ * replace, split, upper, lower, capitalize and title, dict.get, items, keys and values (as
+ * lists), and loop.cycle. Strings count and strip code points, as Python's str does. */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +11,18 @@ static const zt_chat_method METHODS[] = {
     {"strip", 0, 1},      {"lstrip", 0, 1},   {"rstrip", 0, 1}, {"startswith", 1, 1},
     {"endswith", 1, 1},   {"replace", 2, 3},  {"get", 1, 2},    {"cycle", 1, 8},
     {"items", 0, 0},      {"keys", 0, 0},     {"values", 0, 0}, {"split", 0, 2},
+    {"upper", 0, 0},      {"lower", 0, 0},    {"title", 0, 0},  {"capitalize", 0, 0},
+};
+
+/* The case methods are Python's, which are not all jinja2's filters of the same name: str.title
+ * starts a word after any code point that is not cased ("they're".title() is "They'Re"), the
+ * title filter only after whitespace and -({[<. */
+static const struct {
+    const char *name;
+    zt_chat_case_kind kind;
+} CASES[] = {
+    {"upper", ZT_CASE_UPPER}, {"lower", ZT_CASE_LOWER}, {"title", ZT_CASE_TITLE},
+    {"capitalize", ZT_CASE_CAPITALIZE},
 };
 
 const zt_chat_method *zt_chat_method_find(const char *name, size_t n) {
@@ -175,6 +188,9 @@ bool zt_chat_method_call(render *r, const zt_chat_method *m, val v, const val *a
     }
     if (on_dict && !is(m, "get"))
         return dict_view(r, m, v, out, why);
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++)
+        if (is(m, CASES[k].name))
+            return zt_chat_case(r, v, CASES[k].kind, out, why);
     if (is(m, "get")) {
         char key[128];
         const cJSON *j = NULL;

@@ -169,6 +169,17 @@ typedef struct {
  * TypeError in why for what JSON cannot hold (undefined, a loop). */
 bool zt_chat_json_dump(render *r, val v, const zt_chat_json_opts *o, val *out, char why[256]);
 
+/* How zt_chat_case changes a string's case: Python's str.upper(), lower(), capitalize() and
+ * title(), and jinja2's title filter (do_title), which splits words its own way and is not
+ * str.title ("they're".title() is "They'Re", its filter "They're"). */
+typedef enum {
+    ZT_CASE_UPPER, ZT_CASE_LOWER, ZT_CASE_CAPITALIZE, ZT_CASE_TITLE, ZT_CASE_JINJA_TITLE
+} zt_chat_case_kind;
+/* The string t in that case (chat_filters.c), as Python 3.11 maps each code point (Unicode 14's
+ * full mappings and Final_Sigma), into *out (a string in r's arena). False with why for text
+ * that is not UTF-8 or out of memory. */
+bool zt_chat_case(render *r, val t, zt_chat_case_kind kind, val *out, char why[256]);
+
 /* A method templates may call (chat_method.c): its name and how many arguments it takes. */
 typedef struct {
     const char *name;

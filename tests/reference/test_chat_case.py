@@ -13,6 +13,14 @@ whitespace, U+001C and U+3000 among it) go through all four filters, `title` bei
 do_title (words split on ([-\\s({\\[<]+), each item[0].upper() + item[1:].lower()), rendered by
 jinja2's sandboxed environment as transformers renders a chat template.
 
+The str methods `.upper()`, `.lower()`, `.capitalize()` and `.title()` are Python's, which are
+not jinja2's title filter (str.title starts a word after any code point that is not cased,
+"they're".title() being "They'Re"): for every code point c, c·"bA"·c·"b" (c's title mapping at
+the start, its lower mapping after a cased letter, whether it is cased by the letter after it)
+and "aΣ"·c·"Σ" (Final_Sigma inside a title) go through the four methods and must give Python's
+results; the mixed strings go through them too, and a method of a non-string is refused with
+jinja2's message.
+
 Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_chat_case.py
 """
 import json
@@ -39,9 +47,15 @@ CHUNK = 50000
 DELIMS = ("\U0010FFFE", "\U0010FFFF")
 
 
+METHODS = ("upper()", "lower()", "capitalize()", "title()")
+
+
 def template(filters, delims=DELIMS):
-    return ("{% for m in messages %}" + delims[0].join("{{ m.content|%s }}" % f for f in filters)
-            + delims[1] + "{% endfor %}")
+    """Each filter applied to each message's content; a name ending in "()" is called as the
+    content's method."""
+    return ("{% for m in messages %}" + delims[0].join(
+        "{{ m.content.%s }}" % f if f.endswith("()") else "{{ m.content|%s }}" % f
+        for f in filters) + delims[1] + "{% endfor %}")
 
 
 def render(d, filters, texts, delims=DELIMS):
@@ -92,6 +106,19 @@ with tempfile.TemporaryDirectory() as d:
              ("" if got is None else f"; {sum(g[0] != t.lower() for g, t in zip(got, around))} "
               "differ"))
 
+    # The str methods over every code point, in a context that shows each mapping it uses.
+    ctx = [f"{chr(c)}bA{chr(c)}b" for c in cps[:-2]] + [f"aΣ{chr(c)}Σ" for c in cps[:-2]]
+    got, err = render(d, METHODS, ctx)
+    ck.check(got is not None and len(got) == len(ctx), f"methods: every code point rendered "
+             f"({err})")
+    if got is not None:
+        for k, name in enumerate(METHODS):
+            bad = [i for i, t in enumerate(ctx) if got[i][k] != getattr(t, name[:-2])()]
+            ck.check(not bad, f"str.{name}: {len(ctx) - len(bad)} of {len(ctx)} strings c·bA·c·b "
+                     f"and aΣ·c·Σ as Python's" + (f"; first {ctx[bad[0]]!r}: {got[bad[0]][k]!r} "
+                                                 f"vs {getattr(ctx[bad[0]], name[:-2])()!r}"
+                                                 if bad else ""))
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     pool = (list("abcXYZ019 ") + list("-({[<\t\n\x1c\x1f\x85\xa0\u2000\u3000\u2028") +
             list("ΣσςΑαΒ\u0345\u0301\u00b7'ßŉǅǆǈİıﬁﬀᾳᾼᾀΐẞꭰ日本Ⓐⓐ𐐀𐐨ᲀ") + ["\u0307"] +
@@ -101,13 +128,13 @@ with tempfile.TemporaryDirectory() as d:
              "hello world", "hELLO-wORLD (x) [y] {z} <w>", "ǆemal ǈubav", "ßtraße ﬁne",
              "\u3000ίΣ\x1cαΣ", "", " ", "a\u0307", "İstanbul ı", "ᾳ ᾼ"]
     mixed += ["".join(rng.choice(pool) for _ in range(rng.randint(1, 12))) for _ in range(5000)]
-    got, err = render(d, FILTERS, mixed)
+    got, err = render(d, FILTERS + METHODS, mixed)
     ck.check(got is not None and len(got) == len(mixed), f"mixed strings rendered ({err})")
     if got is not None:
-        want = env.from_string(template(FILTERS)).render(
+        want = env.from_string(template(FILTERS + METHODS)).render(
             messages=[{"role": "user", "content": t} for t in mixed])
         want = [item.split(DELIMS[0]) for item in want.split(DELIMS[1])[:-1]]
-        for k, name in enumerate(FILTERS):
+        for k, name in enumerate(FILTERS + METHODS):
             bad = [i for i in range(len(mixed)) if got[i][k] != want[i][k]]
             ck.check(not bad, f"{name}: {len(mixed) - len(bad)} of {len(mixed)} mixed strings as "
                      f"jinja2's" + (f"; first {mixed[bad[0]]!r}: {got[bad[0]][k]!r} vs "
@@ -131,4 +158,19 @@ with tempfile.TemporaryDirectory() as d:
     p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
                         out], capture_output=True, text=True)
     ck.check(p.returncode == 1 and "'upper'" in p.stderr, f"upper(1) refused: {p.stderr.strip()}")
+    # The methods are str's: of a number, jinja2 says the int has no such attribute.
+    for m in METHODS:
+        tpl = "{{ (12).%s }}" % m
+        with open(f"{d}/tokenizer_config.json", "w") as f:
+            json.dump({"chat_template": tpl}, f)
+        out = tempfile.mkdtemp(dir=d)
+        subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
+                        out])
+        try:
+            why = env.from_string(tpl).render(messages=[])
+        except Exception as e:  # jinja2's UndefinedError
+            why = str(e)
+        got = open(f"{out}/0.err").read() if os.path.exists(f"{out}/0.err") else ""
+        ck.check(why in got and "has no attribute" in why, f"(12).{m} refused as jinja2 "
+                 f"refuses it ({why!r}): {got!r}")
 ck.done()

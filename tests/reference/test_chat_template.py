@@ -99,7 +99,7 @@ with tempfile.TemporaryDirectory() as d:
     for what, template, key in [
             ("a macro", "{% macro f() %}x{% endmacro %}{{ f() }}", "'macro'"),
             ("an unknown filter", "{{ messages[0]['content'] | center }}", "'center'"),
-            ("a method", "{{ messages[0]['content'].upper() }}", "'upper'"),
+            ("a method", "{{ messages[0]['content'].zfill(3) }}", "'zfill'"),
             ("an untaken branch", "{% if false %}{{ x | wordcount }}{% endif %}", "'wordcount'"),
             ("an unclosed block", "{% for m in messages %}x", "never closed")]:
         with open(f"{d}/tokenizer_config.json", "w") as f:
