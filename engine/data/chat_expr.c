@@ -230,14 +230,14 @@ static val list_literal(ex *e, const char *close) {
     return out;
 }
 
-/* (x) is x; (a, b) and () are tuples, which the subset holds as lists. */
+/* (x) is x; (a, b) and () are tuples, which the subset holds as lists (ZT_CHAT_NOT_LIST). */
 static val tuple(ex *e) {
     if (op(e, ")")) { /* () */
         char why[256];
         val out = {.k = V_UNDEF};
         if (e->r && !zt_chat_make_list(e->r, NULL, 0, &out, why))
             return zt_chat_fail(e, ZT_ERR_NOMEM, "%s", why);
-        return out;
+        return e->r ? zt_chat_not_list(out) : out;
     }
     const char *at = e->p;
     val v = expr(e);
@@ -246,7 +246,8 @@ static val tuple(ex *e) {
     if (e->st != ZT_OK || !op(e, ","))
         return zt_chat_fail(e, ZT_ERR_FORMAT, "expected ')'");
     e->p = at; /* read again as a list's items */
-    return list_literal(e, ")");
+    v = list_literal(e, ")");
+    return e->r && e->st == ZT_OK ? zt_chat_not_list(v) : v;
 }
 
 /* {key: value, ...} with string keys. */

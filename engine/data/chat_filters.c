@@ -83,12 +83,16 @@ static bool bind_args(ex *e, const filter_spec *f, const zt_chat_arg *args, int 
     return true;
 }
 
-/* v as jinja2 prints it, copied into the arena when it lives in num. */
+/* v as jinja2 prints it (soft_str: a list or dict as its repr), copied into the arena when it
+ * lives in num. False when the subset does not print v; after zt_chat_fail when out of memory. */
 static bool text_of(ex *e, val v, val *out) {
-    char num[32];
+    char num[32], why[256];
     *out = (val){.k = V_STR};
-    if (!zt_chat_text(v, num, &out->s, &out->n))
+    if (!zt_chat_print(e->r, v, num, &out->s, &out->n, why)) {
+        if (strstr(why, "out of memory"))
+            zt_chat_fail(e, ZT_ERR_NOMEM, "out of memory");
         return false;
+    }
     if (out->s == num) {
         char *copy = zt_chat_alloc(e->r, out->n);
         if (!copy) {
@@ -125,6 +129,12 @@ static val make_list(ex *e, const val *items, int n) {
     if (!zt_chat_make_list(e->r, items, n, &out, why))
         return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
     return out;
+}
+
+/* What jinja2 gives as a generator (select, reject, map, items) or a tuple (items' pairs): a
+ * list here, marked so that it is not printed as one. */
+static val not_list(ex *e, val v) {
+    return e->st == ZT_OK && v.k == V_LIST ? zt_chat_not_list(v) : v;
 }
 
 static val trim(ex *e, val v) {
@@ -322,7 +332,7 @@ static val length(ex *e, val v) {
 /* items: an object's (key, value) pairs, as two-item lists (the subset has no tuples). */
 static val items(ex *e, val v) {
     if (v.k == V_UNDEF)
-        return make_list(e, NULL, 0);
+        return not_list(e, make_list(e, NULL, 0));
     if (v.k != V_DICT)
         return zt_chat_fail(e, ZT_ERR_INVALID, "Can only get item pairs from a mapping.");
     int n = cJSON_GetArraySize(v.j), k = 0;
@@ -332,9 +342,9 @@ static val items(ex *e, val v) {
     const cJSON *x;
     cJSON_ArrayForEach(x, v.j) {
         val pair[2] = {zt_chat_str(x->string, strlen(x->string)), zt_chat_from_json(x)};
-        pairs[k++] = make_list(e, pair, 2);
+        pairs[k++] = not_list(e, make_list(e, pair, 2));
     }
-    return e->st == ZT_OK ? make_list(e, pairs, n) : (val){.k = V_UNDEF};
+    return e->st == ZT_OK ? not_list(e, make_list(e, pairs, n)) : (val){.k = V_UNDEF};
 }
 
 /* join(d='', attribute=None): the items as text with d between them. */
@@ -391,7 +401,7 @@ static val select(ex *e, val v, bool keep, bool attr, const zt_chat_arg *args, i
         if (zt_chat_truthy(t) == keep)
             all[kept++] = all[k];
     }
-    return all && e->st == ZT_OK ? make_list(e, all, kept) : (val){.k = V_UNDEF};
+    return all && e->st == ZT_OK ? not_list(e, make_list(e, all, kept)) : (val){.k = V_UNDEF};
 }
 
 /* tojson(ensure_ascii=False, indent=None, separators=None, sort_keys=False): transformers'
@@ -472,7 +482,7 @@ static val map(ex *e, val v, const zt_chat_arg *args, int nargs) {
         if (attr && dflt && all[k].k == V_UNDEF)
             all[k] = dflt->v;
     }
-    return all && e->st == ZT_OK ? make_list(e, all, n) : (val){.k = V_UNDEF};
+    return all && e->st == ZT_OK ? not_list(e, make_list(e, all, n)) : (val){.k = V_UNDEF};
 }
 
 val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args,
@@ -517,8 +527,8 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
         return text_of(e, v, &t) ? t : zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "string of a %s is "
                                                     "not supported", zt_chat_type_name(v));
     }
-    /* list */
-    if (v.k == V_LIST)
+    /* list: a generator's or tuple's items (ZT_CHAT_NOT_LIST) make a new list */
+    if (v.k == V_LIST && !v.b)
         return v;
     int count;
     val *all = iterate(e, "list", v, &count);

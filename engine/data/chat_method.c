@@ -165,11 +165,15 @@ static bool dict_view(render *r, const zt_chat_method *m, val v, val *out, char 
         val key = zt_chat_str(x->string, strlen(x->string)), pair[2] = {key, zt_chat_from_json(x)};
         if (is(m, "items") && !zt_chat_make_list(r, pair, 2, &all[k], why))
             return false;
-        if (!is(m, "items"))
-            all[k] = is(m, "keys") ? key : pair[1];
+        all[k] = is(m, "items") ? zt_chat_not_list(all[k]) /* a tuple */
+                 : is(m, "keys") ? key : pair[1];
         k++;
     }
-    return zt_chat_make_list(r, all, n, out, why);
+    /* a dict view (dict_items([...]) when printed) */
+    if (!zt_chat_make_list(r, all, n, out, why))
+        return false;
+    *out = zt_chat_not_list(*out);
+    return true;
 }
 
 bool zt_chat_method_call(render *r, const zt_chat_method *m, val v, const val *args, int nargs,

@@ -56,11 +56,11 @@ static val concat(ex *e, val a, val b) {
 val zt_chat_tilde(ex *e, val a, val b) {
     if (!e->r)
         return a;
-    char na[32], nb[32];
+    char na[32], nb[32], why[256];
     val ta = {.k = V_STR}, tb = {.k = V_STR};
-    if (!zt_chat_text(a, na, &ta.s, &ta.n) || !zt_chat_text(b, nb, &tb.s, &tb.n))
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'~' of a %s is not supported",
-                            zt_chat_type_name(zt_chat_text(a, na, &ta.s, &ta.n) ? b : a));
+    if (!zt_chat_print(e->r, a, na, &ta.s, &ta.n, why) ||
+        !zt_chat_print(e->r, b, nb, &tb.s, &tb.n, why))
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'~': %s", why);
     return concat(e, ta, tb);
 }
 

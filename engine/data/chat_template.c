@@ -409,15 +409,14 @@ static void run(render *r, int i, int stop, int frame) {
             break;
         case N_OUT: {
             val v = zt_chat_eval(t, r, d, &st);
-            char num[32];
+            char num[32], why[256];
             const char *s;
             size_t n;
-            if (st == ZT_OK && zt_chat_text(v, num, &s, &n))
+            if (st == ZT_OK && zt_chat_print(r, v, num, &s, &n, why))
                 emit(r, s, n);
             else if (st == ZT_OK)
-                st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: printing a "
-                              "%s is not supported", t->source, zt_chat_offset(t, d->offset),
-                              zt_chat_type_name(v));
+                st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: %s",
+                              t->source, zt_chat_offset(t, d->offset), why);
             i++;
             break;
         }

@@ -121,6 +121,13 @@ size_t zt_chat_space_suffix(const char *s, size_t n);
  * Python's str.strip/lstrip/rstrip() without characters. */
 val zt_chat_strip_space(val v, bool left, bool right);
 
+/* The mark (a bit of a cJSON node's type above cJSON's own and ZT_JSON_FLOAT_LITERAL) of an
+ * array a render made that Python holds as a tuple ((a, b), items()' pairs), a generator
+ * (select, reject, map, the items filter) or a dict view (keys(), values(), items()), not a
+ * list: a V_LIST read from it has b set. It iterates, compares and counts as a list, but is not
+ * printed, where Python would write "(1, 2)" or "<generator object ...>". */
+#define ZT_CHAT_NOT_LIST (1 << 13)
+
 /* Values (chat_value.c; zt_chat_is_ident is chat_expr.c's). */
 val zt_chat_str(const char *s, size_t n);
 val zt_chat_bool(bool b);
@@ -140,6 +147,14 @@ bool zt_chat_is_ident(char c, bool first);
  * as Python's repr (2.5, 1e-05), True, False, None, undefined as nothing; *s points into v or
  * num. False for lists and objects. */
 bool zt_chat_text(val v, char num[32], const char **s, size_t *n);
+/* v as jinja2 prints it ({{ v }}, '~', the string filter: Python's str(v)): zt_chat_text's text,
+ * and a list or dict as Python's repr writes it ([1, 'a', None], {'k': [True, 2.5]}: strings
+ * quoted and escaped as repr does, by str.isprintable, floats as repr, nested). *s points into
+ * v, num or r's arena. False with why for what the subset does not print: a namespace, a loop,
+ * a function, an integer beyond 64 bits, a ZT_CHAT_NOT_LIST array. */
+bool zt_chat_print(render *r, val v, char num[32], const char **s, size_t *n, char why[256]);
+/* Marks v, a list the render made (never the conversation's), as ZT_CHAT_NOT_LIST. */
+val zt_chat_not_list(val v);
 /* Python's name of v's type, for messages ("str", "int", "dict", ...). */
 const char *zt_chat_type_name(val v);
 /* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */

@@ -1,9 +1,11 @@
 /* The chat templates' values (chat_template_internal.h): a conversation's JSON as values,
- * and what Python does with them in jinja2 — truth, printing, equality, type names and str's
- * whitespace. */
+ * and what Python does with them in jinja2 — truth, printing (str, and repr inside a list or
+ * dict), equality, type names and str's whitespace. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unictype.h>
+#include <unistr.h>
 
 #include "chat_template_internal.h"
 #include "ztrain/json_util.h"
@@ -39,7 +41,8 @@ val zt_chat_from_json(const cJSON *j) {
         return (val){.k = V_FLOAT, .d = d, .b = !zt_json_is_float_literal(j)};
     }
     if (cJSON_IsArray(j))
-        return (val){.k = V_LIST, .j = j, .lo = 0, .count = cJSON_GetArraySize(j), .step = 1};
+        return (val){.k = V_LIST, .j = j, .lo = 0, .count = cJSON_GetArraySize(j), .step = 1,
+                     .b = (j->type & ZT_CHAT_NOT_LIST) != 0};
     if (cJSON_IsObject(j))
         return (val){.k = V_DICT, .j = j};
     return (val){.k = V_NONE};
@@ -169,6 +172,115 @@ bool zt_chat_text(val v, char num[32], const char **s, size_t *n) {
     case V_UNDEF: *s = "", *n = 0; return true;
     default: return false;
     }
+}
+
+/* Python's str.isprintable() of one code point: false for the categories Other (Cc, Cf, Cs, Co,
+ * Cn: unassigned ones too) and Separator (Zs, Zl, Zp) but the ASCII space. libunistring 1.0
+ * has Python 3.11's Unicode 14 (tests/reference/test_chat_print.py checks every code point). */
+static bool printable(ucs4_t c) {
+    return c == ' ' || (!uc_is_general_category(c, UC_CATEGORY_C) &&
+                        !uc_is_general_category(c, UC_CATEGORY_Z));
+}
+
+/* repr(s) as CPython's unicode_repr writes it: in single quotes, or double ones when s holds a '
+ * and no "; the quote and \ escaped, \t \n \r, the other ASCII control characters as \xHH, and
+ * a code point that is not printable as \xHH, \uHHHH or \UHHHHHHHH; everything else as it is. */
+static void repr_str(zt_strbuf *b, const char *s, size_t n) {
+    char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
+    zt_strbuf_putc(b, q);
+    for (size_t i = 0; i < n;) {
+        ucs4_t c;
+        int w = u8_mbtouc(&c, (const uint8_t *)s + i, n - i);
+        if (c == (ucs4_t)q || c == '\\')
+            zt_strbuf_putc(b, '\\'), zt_strbuf_putc(b, (char)c);
+        else if (c == '\t' || c == '\n' || c == '\r')
+            zt_strbuf_puts(b, c == '\t' ? "\\t" : c == '\n' ? "\\n" : "\\r");
+        else if (c < ' ' || c == 0x7f)
+            zt_strbuf_printf(b, "\\x%02x", (unsigned)c);
+        else if (c < 0x7f || printable(c))
+            zt_strbuf_append(b, s + i, (size_t)w);
+        else
+            zt_strbuf_printf(b, c <= 0xff ? "\\x%02x" : c <= 0xffff ? "\\u%04x" : "\\U%08x",
+                             (unsigned)c);
+        i += (size_t)w;
+    }
+    zt_strbuf_putc(b, q);
+}
+
+/* repr(v) of an item of a list or dict: strings by repr_str, lists and dicts item by item,
+ * numbers, booleans and None as str() writes them. False with why for what it cannot write. */
+static bool repr(zt_strbuf *b, val v, char why[256]) {
+    if (v.k == V_STR) {
+        repr_str(b, v.s, v.n);
+        return true;
+    }
+    if (v.k == V_LIST && v.b) {
+        snprintf(why, 256, "printing a tuple, a generator or a dict view (select, map, items(), "
+                 "..., which the subset holds as a list) is not supported; |list makes a list");
+        return false;
+    }
+    if (v.k == V_LIST) {
+        zt_strbuf_putc(b, '[');
+        for (int k = 0; k < v.count; k++) {
+            if (k)
+                zt_strbuf_puts(b, ", ");
+            if (!repr(b, zt_chat_list_item(v, k), why))
+                return false;
+        }
+        zt_strbuf_putc(b, ']');
+        return true;
+    }
+    if (v.k == V_DICT) {
+        const cJSON *x;
+        zt_strbuf_putc(b, '{');
+        cJSON_ArrayForEach(x, v.j) {
+            if (x != v.j->child)
+                zt_strbuf_puts(b, ", ");
+            repr_str(b, x->string, strlen(x->string));
+            zt_strbuf_puts(b, ": ");
+            if (!repr(b, zt_chat_from_json(x), why))
+                return false;
+        }
+        zt_strbuf_putc(b, '}');
+        return true;
+    }
+    char num[32];
+    const char *s;
+    size_t n;
+    if (!zt_chat_text(v, num, &s, &n) || v.k == V_UNDEF) {
+        snprintf(why, 256, "printing %s is not supported", v.k == V_FLOAT
+                 ? "an integer beyond 64 bits" : zt_chat_type_name(v));
+        return false;
+    }
+    zt_strbuf_append(b, s, n);
+    return true;
+}
+
+bool zt_chat_print(render *r, val v, char num[32], const char **s, size_t *n, char why[256]) {
+    if (v.k != V_LIST && v.k != V_DICT) {
+        if (zt_chat_text(v, num, s, n))
+            return true;
+        snprintf(why, 256, "printing a%s %s is not supported", v.k == V_FLOAT ? "n" : "",
+                 v.k == V_FLOAT ? "integer beyond 64 bits" : zt_chat_type_name(v));
+        return false;
+    }
+    zt_strbuf b = {0};
+    bool ok = repr(&b, v, why);
+    char *out = ok && !b.oom ? zt_chat_alloc(r, b.len) : NULL;
+    if (ok && !out)
+        snprintf(why, 256, "out of memory");
+    if (out) {
+        memcpy(out, b.data, b.len);
+        *s = out, *n = b.len;
+    }
+    zt_strbuf_free(&b);
+    return out != NULL;
+}
+
+val zt_chat_not_list(val v) {
+    ((cJSON *)v.j)->type |= ZT_CHAT_NOT_LIST;
+    v.b = true;
+    return v;
 }
 
 /* Python's whitespace in UTF-8: the byte length of the one at s (or ending at s + n), 0 if none. */
@@ -304,10 +416,16 @@ static cJSON *to_json(render *r, val v, char why[256]) {
         return cJSON_CreateStringReference(s);
     }
     case V_DICT: return cJSON_CreateObjectReference(v.j->child);
-    case V_LIST: {
-        if (v.lo == 0 && (v.step == 1 || v.step == 0) && v.count == cJSON_GetArraySize(v.j))
-            return cJSON_CreateArrayReference(v.j->child);
+    case V_LIST: { /* a tuple, generator or dict view stays one inside (ZT_CHAT_NOT_LIST) */
+        if (v.lo == 0 && (v.step == 1 || v.step == 0) && v.count == cJSON_GetArraySize(v.j)) {
+            cJSON *a = cJSON_CreateArrayReference(v.j->child);
+            if (a)
+                a->type |= v.j->type & ZT_CHAT_NOT_LIST;
+            return a;
+        }
         cJSON *a = cJSON_CreateArray();
+        if (a && v.b)
+            a->type |= ZT_CHAT_NOT_LIST;
         for (int k = 0; a && k < v.count; k++) {
             cJSON *x = to_json(r, zt_chat_list_item(v, k), why);
             if (!x || !cJSON_AddItemToArray(a, x)) {
