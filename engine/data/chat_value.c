@@ -207,6 +207,13 @@ static void repr_str(zt_strbuf *b, const char *s, size_t n) {
     zt_strbuf_putc(b, q);
 }
 
+/* Why v cannot be printed: the kinds zt_chat_text does not write. */
+static bool unprintable(val v, char why[256]) {
+    snprintf(why, 256, "printing a%s %s is not supported", v.k == V_FLOAT ? "n" : "",
+             v.k == V_FLOAT ? "integer beyond 64 bits" : zt_chat_type_name(v));
+    return false;
+}
+
 /* repr(v) of an item of a list or dict: strings by repr_str, lists and dicts item by item,
  * numbers, booleans and None as str() writes them. False with why for what it cannot write. */
 static bool repr(zt_strbuf *b, val v, char why[256]) {
@@ -247,23 +254,15 @@ static bool repr(zt_strbuf *b, val v, char why[256]) {
     char num[32];
     const char *s;
     size_t n;
-    if (!zt_chat_text(v, num, &s, &n) || v.k == V_UNDEF) {
-        snprintf(why, 256, "printing %s is not supported", v.k == V_FLOAT
-                 ? "an integer beyond 64 bits" : zt_chat_type_name(v));
-        return false;
-    }
+    if (!zt_chat_text(v, num, &s, &n) || v.k == V_UNDEF)
+        return unprintable(v, why);
     zt_strbuf_append(b, s, n);
     return true;
 }
 
 bool zt_chat_print(render *r, val v, char num[32], const char **s, size_t *n, char why[256]) {
-    if (v.k != V_LIST && v.k != V_DICT) {
-        if (zt_chat_text(v, num, s, n))
-            return true;
-        snprintf(why, 256, "printing a%s %s is not supported", v.k == V_FLOAT ? "n" : "",
-                 v.k == V_FLOAT ? "integer beyond 64 bits" : zt_chat_type_name(v));
-        return false;
-    }
+    if (v.k != V_LIST && v.k != V_DICT)
+        return zt_chat_text(v, num, s, n) || unprintable(v, why);
     zt_strbuf b = {0};
     bool ok = repr(&b, v, why);
     char *out = ok && !b.oom ? zt_chat_alloc(r, b.len) : NULL;
