@@ -38,10 +38,13 @@ typedef enum { ZT_PREPARE_DTYPE_AUTO = 0, ZT_PREPARE_DTYPE_U16, ZT_PREPARE_DTYPE
  *         (TRL's format: tools and documents lists of objects, optional; a message's content a
  *         string, or null or absent beside an assistant's "tool_calls" list; its other keys
  *         passed on as they are) rendered with the model's chat template
- *         (ztrain/chat_template.h, given the tools and documents) and encoded without the
- *         post-processor's tokens (the template writes them); the tokens of the assistant turns,
- *         tool calls included, are trained: from the end of the conversation before the turn
- *         rendered with the generation prompt to the end of the conversation through the turn.
+ *         (ztrain/chat_template.h, given the tools and documents) and encoded without the post-processor's tokens (the template
+ *         writes them). When the template holds {% generation %} blocks, the tokens of their
+ *         spans are trained as apply_chat_template(return_assistant_tokens_mask=True) marks them
+ *         (a span edge inside a token is refused, naming the line and the message); else the
+ *         tokens of the assistant turns, tool calls included: from the end of the conversation
+ *         before the turn rendered with the generation prompt to the end of the conversation
+ *         through the turn (a template that does not render a prefix of itself is refused).
  *   PROMPT_COMPLETION: {"prompt", "completion"}: prompt + completion encoded with the
  *         post-processor's tokens, then the end-of-text token; the completion and that token are
  *         trained. With add_eos_token the template's EOS comes first, so such an example ends
