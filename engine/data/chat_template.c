@@ -567,10 +567,44 @@ static zt_status check_list(const zt_chat_template *t, const cJSON *v, const cha
     return ZT_OK;
 }
 
+/* The extra keyword arguments: an object whose keys reach the template, less the ones
+ * apply_chat_template takes itself (zt_chat_args says which are refused and why). */
+static zt_status check_kwargs(const zt_chat_template *t, const cJSON *kwargs) {
+    static const char *const taken[] = {"messages", "add_generation_prompt"};
+    static const char *const own[] = {
+        "conversation", "chat_template", "continue_final_message", "tokenize", "padding",
+        "truncation", "max_length", "return_tensors", "return_dict",
+        "return_assistant_tokens_mask", "tokenizer_kwargs"};
+    if (!kwargs || cJSON_IsNull(kwargs))
+        return ZT_OK;
+    if (!cJSON_IsObject(kwargs))
+        return zt_error(ZT_ERR_INVALID, "%s: the template's keyword arguments must be an object "
+                        "of names to values", t->source);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, kwargs) {
+        for (size_t k = 0; k < sizeof taken / sizeof taken[0]; k++)
+            if (strcmp(e->string, taken[k]) == 0)
+                return zt_error(ZT_ERR_INVALID, "%s: keyword argument '%s': apply_chat_template "
+                                "got multiple values for keyword argument '%s' (it is set by "
+                                "the call itself)", t->source, e->string, e->string);
+        if (strlen(e->string) >= sizeof ((binding *)0)->name)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: keyword argument '%.40s...' is longer than "
+                            "the %zu bytes a variable's name may have", t->source, e->string,
+                            sizeof ((binding *)0)->name - 1);
+        for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+            if (strcmp(e->string, own[k]) == 0)
+                return zt_error(ZT_ERR_INVALID, "%s: keyword argument '%s' is one of "
+                                "apply_chat_template's own arguments, which changes the call "
+                                "rather than reaching the template; remove it", t->source,
+                                e->string);
+    }
+    return ZT_OK;
+}
+
 zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
                                   const cJSON *tools, const cJSON *documents,
                                   bool add_generation_prompt, char **out) {
-    zt_chat_args a = {tools, documents, add_generation_prompt};
+    zt_chat_args a = {tools, documents, add_generation_prompt, NULL};
     return zt_chat_template_render_with(t, messages, &a, out, NULL);
 }
 
@@ -590,7 +624,14 @@ zt_status zt_chat_template_render_with(const zt_chat_template *t, const cJSON *m
     *out = NULL;
     if (!cJSON_IsArray(messages))
         return zt_error(ZT_ERR_INVALID, "%s: messages must be a list", t->source);
+    ZT_TRY(check_kwargs(t, a->kwargs));
+    const cJSON *kwargs = cJSON_IsObject(a->kwargs) ? a->kwargs : NULL;
     const cJSON *tools = a->tools, *documents = a->documents;
+    /* TRL merges a row's chat_template_kwargs over its tools */
+    if (cJSON_HasObjectItem(kwargs, "tools"))
+        tools = cJSON_GetObjectItemCaseSensitive(kwargs, "tools");
+    if (cJSON_HasObjectItem(kwargs, "documents"))
+        documents = cJSON_GetObjectItemCaseSensitive(kwargs, "documents");
     bool add_generation_prompt = a->add_generation_prompt;
     if (tools && cJSON_IsNull(tools))
         tools = NULL;
@@ -627,6 +668,11 @@ zt_status zt_chat_template_render_with(const zt_chat_template *t, const cJSON *m
     /* and its functions, so `strftime_now is defined` holds as there */
     bind(r, "raise_exception", (val){.k = V_FUNC, .s = "raise_exception"}, 0);
     bind(r, "strftime_now", (val){.k = V_FUNC, .s = "strftime_now"}, 0);
+    /* and the extra keyword arguments, over all of these but the call's own */
+    const cJSON *kw;
+    cJSON_ArrayForEach(kw, kwargs)
+        if (strcmp(kw->string, "tools") != 0 && strcmp(kw->string, "documents") != 0)
+            bind(r, kw->string, zt_chat_from_json(kw), 0);
     run(r, 0, t->n, 0);
     zt_status s = r->st;
     cJSON_Delete(r->made);

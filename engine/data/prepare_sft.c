@@ -107,9 +107,9 @@ static void mark(sft_run *r, size_t from, size_t to) {
 }
 
 /* What the template is given beside the messages: TRL's "tools" (and "documents") of the
- * line, NULL when absent. */
+ * line, NULL when absent, and its "chat_template_kwargs" (NULL, null or an object). */
 typedef struct {
-    const cJSON *msgs, *tools, *docs;
+    const cJSON *msgs, *tools, *docs, *kwargs;
 } chat_conv;
 
 /* Renders the first k messages; spans (or NULL) receives the generation blocks' spans. */
@@ -120,7 +120,7 @@ static zt_status render_prefix(sft_run *r, const chat_conv *c, int k, bool gen, 
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     for (int i = 0; i < k; i++)
         cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(c->msgs, i));
-    zt_chat_args a = {c->tools, c->docs, gen};
+    zt_chat_args a = {c->tools, c->docs, gen, c->kwargs};
     zt_status s = zt_chat_template_render_with(r->tmpl, head, &a, out, spans);
     cJSON_Delete(head);
     return s == ZT_OK ? s : zt_error_prefix(s, "%s: ", where);
@@ -308,10 +308,19 @@ static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
         ZT_TRY(check_message(m, k++, key, where));
     ZT_TRY(check_objects(obj, "tools", where));
     ZT_TRY(check_objects(obj, "documents", where));
+    const char *kw_key = "chat_template_kwargs";
+    const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(obj, kw_key);
+    if (kwargs && !cJSON_IsNull(kwargs) && !cJSON_IsObject(kwargs))
+        return zt_error(ZT_ERR_FORMAT, "%s: \"%s\" is %s, not an object of the template's "
+                        "keyword arguments", where, kw_key, json_type(kwargs));
+    ZT_TRY(check_objects(kwargs, "tools", where));
+    ZT_TRY(check_objects(kwargs, "documents", where));
     chat_conv c = {msgs, cJSON_GetObjectItemCaseSensitive(obj, "tools"),
-                   cJSON_GetObjectItemCaseSensitive(obj, "documents")};
-    /* the template the render picks: "tool_use" when tools are given */
-    const cJSON *tools = c.tools;
+                   cJSON_GetObjectItemCaseSensitive(obj, "documents"), kwargs};
+    /* the template the render picks: "tool_use" when tools are given (as kwargs' tools
+     * replace the line's, TRL's merge) */
+    const cJSON *tools = cJSON_HasObjectItem(kwargs, "tools")
+                             ? cJSON_GetObjectItemCaseSensitive(kwargs, "tools") : c.tools;
     bool tracked = zt_chat_template_has_generation(r->tmpl, tools && !cJSON_IsNull(tools));
     char *full = NULL;
     zt_chat_spans spans = {0};

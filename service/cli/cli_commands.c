@@ -36,9 +36,11 @@ static const zt_cli_command commands[] = {
      "        [--max-length N] [--overlong truncate|drop]",
      "Encode text files, JSONL files (*.jsonl: field F, default text), directories and globs\n"
      "into llm.c token shards DIR/NAME_{train,val}_NNNNNN.bin. With --format chat (JSONL\n"
-     "{\"messages\": [...], \"tools\": [...]} as TRL reads it, or the list under --field F,\n"
-     "rendered with the chat template of the tokenizer's tokenizer_config.json, tools and\n"
-     "tool_calls passed to it; every assistant turn is trained) or prompt-completion\n"
+     "{\"messages\": [...], \"tools\": [...], \"chat_template_kwargs\": {...}} as TRL reads it,\n"
+     "or the list under --field F, rendered with the chat template of the tokenizer's\n"
+     "tokenizer_config.json, tools, tool_calls and the kwargs passed to it; every assistant\n"
+     "turn is trained, or with {% generation %} blocks in the template what they wrote, as\n"
+     "apply_chat_template's assistant mask) or prompt-completion\n"
      "(JSONL {\"prompt\", \"completion\"}), each shard gets a loss mask\n"
      "NAME_..._NNNNNN.bin.mask (train with data.format \"masked\"); examples over\n"
      "--max-length tokens are truncated or dropped.\n",

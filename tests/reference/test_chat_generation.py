@@ -1,4 +1,4 @@
-"""{% generation %} blocks against transformers 4.46.
+"""{% generation %} blocks and chat_template_kwargs against transformers 4.46.
 
   - spans: zt_chat_render's generation spans (bytes, made characters here) equal the character
     spans transformers' AssistantTracker records (_render_with_assistant_indices, what
@@ -12,7 +12,13 @@
     assistant_masks for multi-turn conversations, reasoning in <think> and in
     reasoning_content, tool calls and tool results: no prefix rule, so Qwen3's conversations with
     several assistant turns (which the published template, without blocks, renders differently
-    as they grow, and prepare refuses) are prepared."""
+    as they grow, and prepare refuses) are prepared;
+  - kwargs: Qwen3's published template with enable_thinking false and true, Llama 3.1's with
+    builtin_tools (its <|python_tag|> calls), tools_in_user_message and date_string, rendered with
+    apply_chat_template's extra keyword arguments byte for byte; the keys apply_chat_template
+    takes itself are refused by name; prepare's per-line "chat_template_kwargs" (an object,
+    null or absent) gives the ids of apply_chat_template(messages, **kwargs) and its masks;
+    anything else is refused naming the line."""
 import json
 import os
 import struct
@@ -30,7 +36,7 @@ from transformers import PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils.chat_template_utils import (_compile_jinja_template,  # noqa: E402
                                                     _render_with_assistant_indices)
 
-from chat_templates import CHATML_GEN, QWEN3, QWEN3_GEN  # noqa: E402
+from chat_templates import CHATML_GEN, LLAMA31, QWEN3, QWEN3_GEN, hf_tokenizer  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
 ck = Checker()
@@ -270,4 +276,88 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(p.returncode != 0 and "chat.jsonl:1" in p.stderr and "generation" in p.stderr,
              f"qwen3 without blocks: multi-turn refused by the prefix rule: "
              f"{p.stderr.strip()[-200:]}")
+
+    # ---- kwargs -------------------------------------------------------------------------------
+    KW_CONVS = [
+        {"messages": [{"role": "user", "content": "Hi"}],
+         "chat_template_kwargs": {"enable_thinking": False}},
+        {"messages": [{"role": "user", "content": "Hi"}],
+         "chat_template_kwargs": {"enable_thinking": True}},
+        {"messages": [{"role": "user", "content": "Hi"}]},
+    ]
+    for gen in (False, True):
+        rc, err, got = render_spans(QWEN3, KW_CONVS, gen)
+        hf = hf_tokenizer(QWEN3, None, "<|im_end|>")
+        for i, conv in enumerate(KW_CONVS):
+            want = hf.apply_chat_template(conv["messages"], tokenize=False,
+                                          add_generation_prompt=gen,
+                                          **conv.get("chat_template_kwargs", {}))
+            ck.check(rc == 0 and got[i][0] == want, f"qwen3 kwargs {conv.get('chat_template_kwargs')}"
+                     f", generation prompt {gen}: {got[i][0]!r} vs {want!r} {got[i][2]}")
+
+    LLAMA_CALL = {"type": "function", "function": {"name": "brave_search",
+                                                   "arguments": {"query": "Paris weather"}}}
+    LLAMA_ROWS = [
+        {"messages": [{"role": "user", "content": "Search the weather."},
+                      {"role": "assistant", "content": "", "tool_calls": [LLAMA_CALL]},
+                      {"role": "ipython", "content": "sunny"},
+                      {"role": "assistant", "content": "It is sunny."}],
+         "chat_template_kwargs": {"builtin_tools": ["brave_search", "wolfram_alpha"],
+                                  "date_string": "01 Jan 2025"}},
+        {"messages": [{"role": "system", "content": "Be terse."},
+                      {"role": "user", "content": "Weather?"},
+                      {"role": "assistant", "content": "Sunny."}],
+         "tools": TOOLS, "chat_template_kwargs": {"tools_in_user_message": False,
+                                                  "date_string": "26 Jul 2024"}},
+        {"messages": [{"role": "user", "content": "Weather?"},
+                      {"role": "assistant", "content": "Sunny."}],
+         "tools": TOOLS, "chat_template_kwargs": {"tools_in_user_message": True,
+                                                  "date_string": "26 Jul 2024"}},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
+         "chat_template_kwargs": None},
+    ]
+    bos, eot = "<|begin_of_text|>", "<|eot_id|>"
+    hf = hf_tokenizer(LLAMA31, bos, eot)
+    rc, err, got = render_spans(LLAMA31, LLAMA_ROWS, False, {"bos_token": bos, "eos_token": eot})
+    for i, row in enumerate(LLAMA_ROWS):
+        want = hf.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=False,
+                                      **(row.get("chat_template_kwargs") or {}))
+        ck.check(rc == 0 and got[i][0] == want, f"llama 3.1 kwargs row {i}: "
+                 f"{'equal' if got[i][0] == want else repr(got[i][0]) + ' vs ' + repr(want)} "
+                 f"{got[i][2][:200]}")
+    ck.check(rc == 0 and "<|python_tag|>brave_search.call(query=\"Paris weather\")" in got[0][0],
+             "llama 3.1 builtin_tools: the call is written as <|python_tag|>brave_search.call")
+
+    # keys apply_chat_template takes itself
+    for key, why in [("messages", "multiple values"), ("add_generation_prompt", "multiple values"),
+                     ("tokenize", "own arguments"), ("chat_template", "own arguments")]:
+        rc, err, got = render_spans(QWEN3, [{"messages": [{"role": "user", "content": "x"}],
+                                             "chat_template_kwargs": {key: True}}])
+        ck.check(rc == 0 and got[0][0] is None and f"'{key}'" in got[0][2] and why in got[0][2],
+                 f"kwargs {key!r} refused: {got[0][2].strip()[:200]}")
+    # a kwargs key overrides a special token, as {**special_tokens_map, **kwargs}
+    rc, err, got = render_spans("{{ eos_token }}", [{"messages": [],
+                                                     "chat_template_kwargs": {"eos_token": "E"}}])
+    ck.check(rc == 0 and got[0][0] == "E", f"kwargs override a special token: {got[0]}")
+
+    hfl = PreTrainedTokenizerFast(tokenizer_file=f"{d}/tokenizer.json", chat_template=LLAMA31,
+                                  eos_token=eot, bos_token=bos)
+    p, got = prepare(d, LLAMA_ROWS, LLAMA31, bos, eot)
+    if ck.check(p.returncode == 0, f"llama 3.1 kwargs prepare exit {p.returncode} "
+                f"{p.stderr.strip()[-300:]}"):
+        compare("llama 3.1 kwargs prepare", hfl, LLAMA_ROWS, got, False)
+    rows = [dict(CONVS[1], chat_template_kwargs={"enable_thinking": False}), CONVS[2]]
+    hfq = PreTrainedTokenizerFast(tokenizer_file=f"{d}/tokenizer.json", chat_template=QWEN3_GEN,
+                                  eos_token="<|im_end|>")
+    p, got = prepare(d, rows, QWEN3_GEN)
+    if ck.check(p.returncode == 0, f"qwen3+generation kwargs prepare exit {p.returncode} "
+                f"{p.stderr.strip()[-300:]}"):
+        compare("qwen3+generation kwargs prepare", hfq, rows, got, True)
+    for bad, why in [("yes", "\"chat_template_kwargs\" is a string, not an object"),
+                     ({"tokenize": False}, "'tokenize'"),
+                     ({"tools": "x"}, "\"tools\" is a string")]:
+        p, _ = prepare(d, [CONVS[0], dict(CONVS[0], chat_template_kwargs=bad)], QWEN3_GEN)
+        ck.check(p.returncode != 0 and "chat.jsonl:2" in p.stderr and why in p.stderr,
+                 f"prepare refuses chat_template_kwargs {bad!r}: {p.stderr.strip()[-200:]}")
+
 ck.done()

@@ -4,8 +4,9 @@
  *   zt_chat_render TOKENIZER_CONFIG.json CONVERSATIONS.json OUT_DIR [--generation-prompt]
  *
  * CONVERSATIONS.json is a list of conversations, each a message list or an object {"messages":
- * [...], "tools": [...], "documents": [...]} (tools and documents optional, as
- * apply_chat_template takes them); conversation i is written to OUT_DIR/i.txt, or its error message to OUT_DIR/i.err, and when the template has
+ * [...], "tools": [...], "documents": [...], "chat_template_kwargs": {...}} (all but messages
+ * optional, as apply_chat_template takes them, the last its extra keyword arguments); conversation
+ * i is written to OUT_DIR/i.txt, or its error message to OUT_DIR/i.err, and when the template has
  * a {% generation %} block, its spans to OUT_DIR/i.spans as a JSON list of [start, end] byte
  * offsets. Exit status: 0 when every conversation was handled, 1 when
  * the template was refused (the message on stderr), 2 usage or I/O. */
@@ -68,6 +69,7 @@ int main(int argc, char **argv) {
             msgs = cJSON_GetObjectItemCaseSensitive(c, "messages");
             a.tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
             a.documents = cJSON_GetObjectItemCaseSensitive(c, "documents");
+            a.kwargs = cJSON_GetObjectItemCaseSensitive(c, "chat_template_kwargs");
         }
         zt_chat_spans spans = {0};
         if (zt_chat_template_render_with(t, msgs, &a, &text, &spans) == ZT_OK) {

@@ -39,7 +39,8 @@
  * tojson writes it, as Python's repr). Offsets in messages count bytes of the
  * text as given.
  *
- * Variables, as apply_chat_template(messages, tools=tools, documents=documents) passes them:
+ * Variables, as apply_chat_template(messages, tools=tools, documents=documents, **kwargs) passes
+ * them (kwargs: zt_chat_args):
  * messages (the conversation: a list of objects, each passed as it is, nested objects, numbers,
  * booleans and nulls included, so `message.tool_calls is defined`, `message.content is none` and
  * `tool_call.arguments | tojson` read as in jinja2), add_generation_prompt, tools and documents
@@ -85,10 +86,21 @@ typedef struct {
 void zt_chat_spans_free(zt_chat_spans *s);
 
 /* What apply_chat_template is given beside the messages: tools and documents (JSON lists of
- * objects, or NULL or a JSON null for none) and add_generation_prompt. */
+ * objects, or NULL or a JSON null for none), add_generation_prompt, and kwargs (NULL, a JSON
+ * null, or an object): its extra keyword arguments, each key a variable of the template, as
+ * apply_chat_template(messages, tools=..., documents=..., add_generation_prompt=..., **kwargs)
+ * passes them (a key overrides a special token's variable and the functions raise_exception and
+ * strftime_now, as a render's arguments shadow jinja2's globals). kwargs' "tools" and
+ * "documents" replace the fields above, as TRL merges a dataset row's chat_template_kwargs over
+ * the row's tools; "messages" and "add_generation_prompt" are refused by name (Python raises
+ * "got multiple values for keyword argument"), as is each of apply_chat_template's own arguments
+ * (conversation, chat_template, continue_final_message, tokenize, padding, truncation,
+ * max_length, return_tensors, return_dict, return_assistant_tokens_mask, tokenizer_kwargs), which
+ * would change the call instead of reaching the template. */
 typedef struct {
     const cJSON *tools, *documents;
     bool add_generation_prompt;
+    const cJSON *kwargs;
 } zt_chat_args;
 
 /* Renders as zt_chat_template_render does, with a's arguments. When spans is not NULL, the
