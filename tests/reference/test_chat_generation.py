@@ -18,7 +18,9 @@
     apply_chat_template's extra keyword arguments byte for byte; the keys apply_chat_template
     takes itself are refused by name; prepare's per-line "chat_template_kwargs" (an object,
     null or absent) gives the ids of apply_chat_template(messages, **kwargs) and its masks;
-    anything else is refused naming the line."""
+    anything else is refused naming the line;
+  - Qwen3's published template renders as transformers does (conversations with tools, tool
+    calls, reasoning, system messages, with and without the generation prompt)."""
 import json
 import os
 import struct
@@ -360,4 +362,28 @@ with tempfile.TemporaryDirectory() as d:
         ck.check(p.returncode != 0 and "chat.jsonl:2" in p.stderr and why in p.stderr,
                  f"prepare refuses chat_template_kwargs {bad!r}: {p.stderr.strip()[-200:]}")
 
+# ---- Qwen3's published template -----------------------------------------------------------
+
+PUBLISHED = CONVS + [
+    {"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "q"}]},
+    {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                  {"role": "user", "content": "<tool_response>\nx\n</tool_response>"},
+                  {"role": "assistant", "content": "b", "reasoning_content": "r"}]},
+    {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+                  {"role": "tool", "content": "t1"}, {"role": "tool", "content": "t2"},
+                  {"role": "system", "content": "late"}], "tools": TOOLS},
+    {"messages": [{"role": "user", "content": "q"},
+                  {"role": "assistant", "content": "x</think>\n\ny", "tool_calls": [
+                      {"function": {"name": "f", "arguments": '{"a": 1}'}}]}]},
+]
+for gen in (False, True):
+    rc, err, got = render_spans(QWEN3, PUBLISHED, gen)
+    hf = hf_tokenizer(QWEN3, None, "<|im_end|>")
+    for i, conv in enumerate(PUBLISHED):
+        want = hf.apply_chat_template(conv["messages"], tools=conv.get("tools"), tokenize=False,
+                                      add_generation_prompt=gen)
+        ck.check(rc == 0 and got[i][0] == want, f"qwen3 published, generation prompt {gen}, "
+                 f"conversation {i}: "
+                 f"{'equal' if got[i][0] == want else repr(got[i][0]) + ' vs ' + repr(want)} "
+                 f"{got[i][2][:200]}")
 ck.done()

@@ -3,7 +3,7 @@
  * trim_blocks and lstrip_blocks; see docs/fine-tuning.md for the subset).
  *
  * The subset is what the published Llama 2, Llama 3, Llama 3.1/3.2/3.3, Mistral v0.2 and v0.3,
- * Qwen2, Qwen2.5, Gemma 2, Phi-3, DeepSeek-R1-Distill and Zephyr templates use: text,
+ * Qwen2, Qwen2.5, Qwen3, Gemma 2, Phi-3, DeepSeek-R1-Distill and Zephyr templates use: text,
  * {{ expression }}, {% set x = ... %}, {% set ns.x = ... %} on a namespace(...),
  * {% if %}/{% elif %}/{% else %}, transformers' {% generation %} ... {% endgeneration %} (see
  * zt_chat_template_render_with; one may not hold another, nor a break or continue outside a for
