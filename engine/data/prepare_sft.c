@@ -498,6 +498,44 @@ static zt_status write_split(sft_run *r, const split_buf *b, const char *split, 
     return ZT_OK;
 }
 
+/* Whether the ByteLevel post-processor p (or one of a Sequence's) trims offsets: tokenizers'
+ * default where the key is missing. */
+static bool trims_offsets(const cJSON *p) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type"), *e;
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "Sequence") == 0) {
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(p, "processors"))
+            if (trims_offsets(e))
+                return true;
+        return false;
+    }
+    const cJSON *trim = cJSON_GetObjectItemCaseSensitive(p, "trim_offsets");
+    return cJSON_IsString(type) && strcmp(type->valuestring, "ByteLevel") == 0 &&
+           !cJSON_IsFalse(trim);
+}
+
+/* A ByteLevel post-processor with trim_offsets moves each token's character offsets off its
+ * leading and trailing spaces, so transformers' char_to_token finds no token for a generation
+ * block that starts or ends on such a space (it then stops marking, or marks to the end);
+ * ztrain keeps no offsets to follow that, so a template with blocks is refused with such a
+ * tokenizer rather than masked differently. */
+static zt_status check_offsets(sft_run *r) {
+    if (!zt_chat_template_has_generation(r->tmpl, false) &&
+        !zt_chat_template_has_generation(r->tmpl, true))
+        return ZT_OK;
+    cJSON *root;
+    ZT_TRY(zt_json_load_file(r->o->tokenizer, &root));
+    bool trims = trims_offsets(cJSON_GetObjectItemCaseSensitive(root, "post_processor"));
+    cJSON_Delete(root);
+    if (trims)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: post_processor ByteLevel has \"trim_offsets\": "
+                        "true (or leaves it to its default), with which transformers maps a "
+                        "{%% generation %%} block that starts or ends on a space to no token; "
+                        "ztrain cannot reproduce that assistant mask: use a chat template "
+                        "without generation blocks, or a tokenizer.json with \"trim_offsets\": "
+                        "false", r->o->tokenizer);
+    return ZT_OK;
+}
+
 static zt_status load_template(sft_run *r) {
     const zt_prepare_options *o = r->o;
     char path[PATH_MAX];
@@ -505,7 +543,8 @@ static zt_status load_template(sft_run *r) {
         snprintf(path, sizeof path, "%s", o->chat_template);
     else
         zt_path_beside(o->tokenizer, "tokenizer_config.json", path, sizeof path);
-    return zt_chat_template_load(path, &r->tmpl);
+    ZT_TRY(zt_chat_template_load(path, &r->tmpl));
+    return check_offsets(r);
 }
 
 static void free_split(split_buf *b) {

@@ -6,7 +6,9 @@
     byte, over QWEN3_GEN (Qwen3's published template with generation blocks), CHATML_GEN and
     constructs on their own: a block before any output (not recorded), an empty block, a block's
     own scope, whitespace control; nested and unclosed blocks, a stray endgeneration and a break
-    out of a block are refused naming the offset;
+    out of a block are refused naming the offset; a tokenizer whose ByteLevel post-processor
+    trims offsets (transformers then maps a block that starts on a space to no token) is
+    refused with such templates;
   - masks: `ztrain prepare --format chat` with those templates gives apply_chat_template(...,
     tokenize=True, return_dict=True, return_assistant_tokens_mask=True)'s input_ids and
     assistant_masks for multi-turn conversations, reasoning in <think> and in
@@ -272,6 +274,38 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(merged and p.returncode != 0 and "chat.jsonl:2" in p.stderr and
              "assistant message 1" in p.stderr and "inside a token" in p.stderr,
              f"a block starting inside a token is refused: {p.stderr.strip()[-250:]}")
+    # A ByteLevel post-processor that trims offsets (tokenizers' default) makes transformers
+    # map a block starting on a space to no token: refused naming the key; trim_offsets false
+    # gives transformers' mask.
+    for trim in (True, False):
+        t = json.load(open(f"{d}/tokenizer.json"))
+        t["post_processor"] = {"type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": trim,
+             "use_regex": False}]}
+        os.makedirs(f"{d}/trim", exist_ok=True)
+        json.dump(t, open(f"{d}/trim/tokenizer.json", "w"))
+        template = CHATML_GEN.replace("message.content + '<|im_end|>'",
+                                      "' ' + message.content + '<|im_end|>'")
+        json.dump({"chat_template": template, "eos_token": "<|im_end|>"},
+                  open(f"{d}/trim/tokenizer_config.json", "w"))
+        with open(f"{d}/trim/chat.jsonl", "w") as f:
+            f.write(json.dumps(CONVS[0]) + "\n")
+        p = subprocess.run([tool("ztrain"), "prepare", "--tokenizer", f"{d}/trim/tokenizer.json",
+                            "--out", f"{d}/trim/out", "--overwrite", "--format", "chat",
+                            f"{d}/trim/chat.jsonl"], capture_output=True, text=True)
+        hft = PreTrainedTokenizerFast(tokenizer_file=f"{d}/trim/tokenizer.json",
+                                      chat_template=template, eos_token="<|im_end|>")
+        if trim:
+            out = hft.apply_chat_template(CONVS[0]["messages"], tokenize=True, return_dict=True,
+                                          return_assistant_tokens_mask=True)
+            ck.check(p.returncode != 0 and "trim_offsets" in p.stderr and
+                     "trim/tokenizer.json" in p.stderr and sum(out["assistant_masks"]) == 0,
+                     f"trim_offsets true: refused (transformers marks no token: "
+                     f"{sum(out['assistant_masks'])}): {p.stderr.strip()[-200:]}")
+        elif ck.check(p.returncode == 0, f"trim_offsets false: prepare exit {p.returncode} "
+                      f"{p.stderr.strip()[-200:]}"):
+            compare("trim_offsets false", hft, CONVS[:1],
+                    read_stream(f"{d}/trim/out/data_train_000000"), True)
     # Without blocks, Qwen3's template is not a prefix of itself once a conversation has two
     # assistant turns: refused, pointing at generation blocks.
     p, _ = prepare(d, CONVS[1:2], QWEN3)
