@@ -631,3 +631,22 @@ CHATML_GEN = r"""{%- for message in messages %}
 {%- if add_generation_prompt %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}"""
+
+# Mistral v0.3's template (MISTRAL03) with each assistant reply, tool calls included, in a
+# {% generation %} block: it moves the system message into the last user turn, so only the
+# blocks can mask its multi-turn conversations.
+MISTRAL03_GEN = MISTRAL03.replace(
+    '''        {{- "[TOOL_CALLS] [" }}''',
+    '''        {%- generation %}
+        {{- "[TOOL_CALLS] [" }}''').replace(
+    '''                {{- "]" + eos_token }}
+            {%- endif %}
+        {%- endfor %}''',
+    '''                {{- "]" + eos_token }}
+            {%- endif %}
+        {%- endfor %}
+        {%- endgeneration %}''').replace(
+    '''        {{- " " + message["content"]|trim + eos_token}}''',
+    '''        {%- generation %}
+        {{- " " + message["content"]|trim + eos_token}}
+        {%- endgeneration %}''')

@@ -14,7 +14,8 @@
     assistant_masks for multi-turn conversations, reasoning in <think> and in
     reasoning_content, tool calls and tool results: no prefix rule, so Qwen3's conversations with
     several assistant turns (which the published template, without blocks, renders differently
-    as they grow, and prepare refuses) are prepared;
+    as they grow, and prepare refuses) are prepared, as are Mistral v0.3's with a system
+    message (MISTRAL03_GEN; the published one moves it into the last user turn);
   - kwargs: Qwen3's published template with enable_thinking false and true, Llama 3.1's with
     builtin_tools (its <|python_tag|> calls), tools_in_user_message and date_string, rendered with
     apply_chat_template's extra keyword arguments byte for byte; the keys apply_chat_template
@@ -40,7 +41,8 @@ from transformers import PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils.chat_template_utils import (_compile_jinja_template,  # noqa: E402
                                                     _render_with_assistant_indices)
 
-from chat_templates import CHATML_GEN, LLAMA31, QWEN3, QWEN3_GEN, hf_tokenizer  # noqa: E402
+from chat_templates import (CHATML_GEN, LLAMA31, MISTRAL03, MISTRAL03_GEN, QWEN3,  # noqa: E402
+                            QWEN3_GEN, hf_tokenizer)
 from ztref import Checker, tool  # noqa: E402
 
 ck = Checker()
@@ -264,6 +266,29 @@ with tempfile.TemporaryDirectory() as d:
         if ck.check(p.returncode == 0, f"{name}: prepare exit {p.returncode} "
                     f"{p.stderr.strip()[-300:]}"):
             compare(name, hf, CONVS, got, True)
+    # Mistral v0.3's template moves the system message into the last user turn: the prefix
+    # rule refuses such a conversation; with blocks its ids and mask are transformers'.
+    bos = "<|endoftext|>"
+    mistral = [{"messages": [{"role": "system", "content": "Be terse."},
+                             {"role": "user", "content": "What is the capital of France?"},
+                             {"role": "assistant", "content": " Paris. "},
+                             {"role": "user", "content": "And héllo?"},
+                             {"role": "assistant", "content": "wörld ✓"}]},
+               # (its tool-result branch reads an undefined tool_call: jinja2 fails there too)
+               {"messages": [{"role": "user", "content": "The weather in Paris?"},
+                             {"role": "assistant", "tool_calls": [dict(CALL, id="abcdef123")]}],
+                "tools": TOOLS}]
+    hfm = PreTrainedTokenizerFast(tokenizer_file=f"{d}/tokenizer.json",
+                                  chat_template=MISTRAL03_GEN, eos_token="<|im_end|>",
+                                  bos_token=bos)
+    p, got = prepare(d, mistral, MISTRAL03_GEN, bos)
+    if ck.check(p.returncode == 0, f"mistral v0.3+generation: prepare exit {p.returncode} "
+                f"{p.stderr.strip()[-300:]}"):
+        compare("mistral v0.3+generation", hfm, mistral, got, True)
+    p, _ = prepare(d, mistral[:1], MISTRAL03, bos)
+    ck.check(p.returncode != 0 and "chat.jsonl:1" in p.stderr and "generation" in p.stderr,
+             f"mistral v0.3 without blocks: a system message and two turns refused by the "
+             f"prefix rule: {p.stderr.strip()[-200:]}")
     # A block that starts inside a token (the header's newline merges with the reply's): the
     # token boundary cannot be found without offsets, so it is refused naming line and message.
     row = {"messages": [{"role": "user", "content": "a"},
