@@ -143,6 +143,9 @@ def hf_spans(template, conv, gen=False, **kw):
 CONSTRUCTS = [
     # the first block is reached before any output: transformers records no span for it
     "{% generation %}a{% endgeneration %}b{% generation %}c{% endgeneration %}",
+    # an output that prints nothing makes the tracker active; a branch not taken does not
+    "{{ '' }}{% generation %}a{% endgeneration %}{% if false %}x{% endif %}",
+    "{% if false %}x{% endif %}{% set y = 1 %}{% generation %}a{% endgeneration %}",
     # an empty block is recorded, and makes the tracker active
     "x{% generation %}{% endgeneration %}b{% generation %}c{% endgeneration %}",
     # a variable set in a block ends with it; a namespace's attribute does not
