@@ -55,9 +55,9 @@ static const zt_cli_command commands[] = {
      "Generate N tokens (default 200) from a checkpoint (default tag: latest); with a tokenizer\n"
      "(default: the job's data.tokenizer) the prompt and output are text; the model sees the\n"
      "last block_size tokens of a longer prompt. With --chat, the conversation (a JSON list\n"
-     "of messages, or an object with \"messages\" and \"tools\") is rendered with the chat\n"
-     "template (default: tokenizer_config.json beside the tokenizer) and the assistant's\n"
-     "reply is printed, up to the template's eos_token.\n",
+     "of messages, or an object with \"messages\", \"tools\" and \"chat_template_kwargs\") is\n"
+     "rendered with the chat template (default: tokenizer_config.json beside the tokenizer)\n"
+     "and the assistant's reply is printed, up to the template's eos_token.\n",
      "--tag= --prompt= --prompt-tokens= --tokens= --temperature= --top-k= --seed= --threads= "
      "--tokenizer= --chat= --chat-template=",
      "dir", NULL},
