@@ -72,7 +72,8 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
         node_kind kind;
     } words[] = {{"set", N_SET}, {"if", N_IF},       {"elif", N_ELIF}, {"else", N_ELSE},
                  {"endif", N_ENDIF}, {"for", N_FOR}, {"endfor", N_ENDFOR},
-                 {"break", N_BREAK}, {"continue", N_CONTINUE}};
+                 {"break", N_BREAK}, {"continue", N_CONTINUE},
+                 {"generation", N_GEN}, {"endgeneration", N_ENDGEN}};
     size_t k = 0;
     while (k < sizeof words / sizeof words[0] &&
            !(strlen(words[k].word) == n && memcmp(words[k].word, w, n) == 0))
@@ -83,7 +84,7 @@ static zt_status statement(zt_chat_template *t, node *d, const char *s, const ch
     while (s < end && is_space(*s))
         s++;
     if (d->kind == N_ELSE || d->kind == N_ENDIF || d->kind == N_ENDFOR || d->kind == N_BREAK ||
-        d->kind == N_CONTINUE) {
+        d->kind == N_CONTINUE || d->kind == N_GEN || d->kind == N_ENDGEN) {
         if (s != end)
             return tag_error(t, d->offset, "unexpected text after the statement:", s,
                              (int)(end - s));
@@ -228,29 +229,44 @@ static zt_status cut(zt_chat_template *t) {
         t->nodes[t->n++] = d;
     }
     /* Pair the blocks: each if/elif/else points at its next branch or endif, a for at its
-     * endfor. */
+     * endfor, a generation at its endgeneration. */
     int stack[64], depth = 0;
     for (int i = 0; i < t->n; i++) {
         node *d = &t->nodes[i];
-        bool in_for = false; /* loopcontrols: break and continue only inside a for */
-        for (int k = 0; k < depth; k++)
-            in_for |= t->nodes[stack[k]].kind == N_FOR;
+        /* loopcontrols: break and continue only inside a for, and one inside the generation
+         * block they are in (jinja2 compiles its body into a function, where Python refuses a
+         * break of the loop outside) */
+        bool in_for = false, in_gen = false;
+        for (int k = 0; k < depth; k++) {
+            node_kind open = t->nodes[stack[k]].kind;
+            in_for = open == N_FOR || (in_for && open != N_GEN);
+            in_gen |= open == N_GEN;
+        }
         if ((d->kind == N_BREAK || d->kind == N_CONTINUE) && !in_for)
             return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: '%s' outside a "
-                            "loop", t->source, zt_chat_offset(t, d->offset),
-                            d->kind == N_BREAK ? "break" : "continue");
-        if (d->kind == N_IF || d->kind == N_FOR) {
+                            "loop%s", t->source, zt_chat_offset(t, d->offset),
+                            d->kind == N_BREAK ? "break" : "continue",
+                            in_gen ? " of its own generation block" : "");
+        if (d->kind == N_GEN && in_gen)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: a "
+                            "'generation' block inside another is not supported (transformers "
+                            "tracks only the outer one)", t->source,
+                            zt_chat_offset(t, d->offset));
+        t->generation |= d->kind == N_GEN;
+        if (d->kind == N_IF || d->kind == N_FOR || d->kind == N_GEN) {
             if (depth == 64)
                 return zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: blocks "
                                 "nest deeper than 64", t->source, zt_chat_offset(t, d->offset));
             stack[depth++] = i;
             continue;
         }
-        if (d->kind != N_ELIF && d->kind != N_ELSE && d->kind != N_ENDIF && d->kind != N_ENDFOR)
+        if (d->kind != N_ELIF && d->kind != N_ELSE && d->kind != N_ENDIF &&
+            d->kind != N_ENDFOR && d->kind != N_ENDGEN)
             continue;
         node *open = depth ? &t->nodes[stack[depth - 1]] : NULL;
         /* an else closes an if's branches or a for's body (run when it iterates no item) */
-        node_kind want = d->kind == N_ENDFOR || (d->kind == N_ELSE && open && open->kind == N_FOR)
+        node_kind want = d->kind == N_ENDGEN ? N_GEN
+                         : d->kind == N_ENDFOR || (d->kind == N_ELSE && open && open->kind == N_FOR)
                              ? N_FOR : N_IF;
         /* the innermost open block's current branch */
         int at = depth ? stack[depth - 1] : -1;
@@ -261,9 +277,10 @@ static zt_status cut(zt_chat_template *t) {
             return zt_error(ZT_ERR_FORMAT, "%s: chat_template at offset %zu: a misplaced "
                             "'%s'", t->source, zt_chat_offset(t, d->offset),
                             d->kind == N_ELIF ? "elif" : d->kind == N_ELSE ? "else"
-                            : d->kind == N_ENDIF ? "endif" : "endfor");
+                            : d->kind == N_ENDIF ? "endif" : d->kind == N_ENDFOR ? "endfor"
+                            : "endgeneration");
         t->nodes[at].match = i;
-        if (d->kind == N_ENDIF || d->kind == N_ENDFOR)
+        if (d->kind == N_ENDIF || d->kind == N_ENDFOR || d->kind == N_ENDGEN)
             depth--;
     }
     if (depth)
@@ -293,6 +310,7 @@ static zt_status cut(zt_chat_template *t) {
 static void emit(render *r, const char *s, size_t n) {
     if (r->st != ZT_OK)
         return;
+    r->yielded = true;
     zt_strbuf_append(&r->out, s, n);
     if (r->out.oom)
         r->st = zt_error(ZT_ERR_NOMEM, "%s: out of memory", r->t->source);
@@ -396,6 +414,42 @@ static zt_status set_attribute(render *r, const node *d, val v) {
     return ZT_OK;
 }
 
+/* A generation block's span [start, end) of the output, kept as AssistantTracker keeps it. */
+static void add_span(render *r, size_t start, size_t end) {
+    zt_chat_spans *sp = r->spans;
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? 2 * sp->cap : 16;
+        size_t *a = realloc(sp->start, cap * sizeof *a);
+        if (a)
+            sp->start = a;
+        size_t *b = a ? realloc(sp->end, cap * sizeof *b) : NULL;
+        if (!b) {
+            r->st = zt_error(ZT_ERR_NOMEM, "%s: out of memory", r->t->source);
+            return;
+        }
+        sp->end = b;
+        sp->cap = cap;
+    }
+    sp->start[sp->n] = start;
+    sp->end[sp->n++] = end;
+}
+
+static void run(render *r, int i, int stop, int frame);
+
+/* {% generation %}: its body renders in place, with its own scope (jinja2 renders it as a
+ * call block's caller, so a variable it sets ends with it); transformers records the span it
+ * wrote once the template has output something before it. */
+static void run_generation(render *r, const node *d, int i) {
+    bool active = r->yielded;
+    size_t start = r->out.len;
+    int inner = r->n_vars;
+    run(r, i + 1, d->match, inner);
+    r->n_vars = inner;
+    if (r->st == ZT_OK && active && r->spans)
+        add_span(r, start, r->out.len);
+    r->yielded = true;
+}
+
 /* Runs nodes [i, stop) with variables set from `frame` on. */
 static void run(render *r, int i, int stop, int frame) {
     const zt_chat_template *t = r->t;
@@ -433,6 +487,10 @@ static void run(render *r, int i, int stop, int frame) {
         case N_CONTINUE:
             r->jump = d->kind == N_BREAK ? 1 : 2;
             i++;
+            break;
+        case N_GEN:
+            run_generation(r, d, i);
+            i = d->match + 1;
             break;
         case N_IF: {
             int branch = i, taken = -1;
@@ -480,7 +538,7 @@ static void run(render *r, int i, int stop, int frame) {
             i = end + 1;
             break;
         }
-        default: /* elif, else, endif, endfor are consumed by their block */
+        default: /* elif, else, endif, endfor, endgeneration are consumed by their block */
             i++;
             break;
         }
@@ -508,12 +566,72 @@ static zt_status check_list(const zt_chat_template *t, const cJSON *v, const cha
     return ZT_OK;
 }
 
+/* The extra keyword arguments: an object whose keys reach the template, less the ones
+ * apply_chat_template takes itself (zt_chat_args says which are refused and why). */
+static zt_status check_kwargs(const zt_chat_template *t, const cJSON *kwargs) {
+    static const char *const taken[] = {"messages", "add_generation_prompt"};
+    static const char *const own[] = {
+        "conversation", "chat_template", "continue_final_message", "tokenize", "padding",
+        "truncation", "max_length", "return_tensors", "return_dict",
+        "return_assistant_tokens_mask", "tokenizer_kwargs"};
+    if (!kwargs || cJSON_IsNull(kwargs))
+        return ZT_OK;
+    if (!cJSON_IsObject(kwargs))
+        return zt_error(ZT_ERR_INVALID, "%s: the template's keyword arguments must be an object "
+                        "of names to values", t->source);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, kwargs) {
+        for (size_t k = 0; k < sizeof taken / sizeof taken[0]; k++)
+            if (strcmp(e->string, taken[k]) == 0)
+                return zt_error(ZT_ERR_INVALID, "%s: keyword argument '%s': apply_chat_template "
+                                "got multiple values for keyword argument '%s' (it is set by "
+                                "the call itself)", t->source, e->string, e->string);
+        if (strlen(e->string) >= sizeof ((binding *)0)->name)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: keyword argument '%.40s...' is longer than "
+                            "the %zu bytes a variable's name may have", t->source, e->string,
+                            sizeof ((binding *)0)->name - 1);
+        for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+            if (strcmp(e->string, own[k]) == 0)
+                return zt_error(ZT_ERR_INVALID, "%s: keyword argument '%s' is one of "
+                                "apply_chat_template's own arguments, which changes the call "
+                                "rather than reaching the template; remove it", t->source,
+                                e->string);
+    }
+    return ZT_OK;
+}
+
 zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
                                   const cJSON *tools, const cJSON *documents,
                                   bool add_generation_prompt, char **out) {
+    zt_chat_args a = {tools, documents, add_generation_prompt, NULL};
+    return zt_chat_template_render_with(t, messages, &a, out, NULL);
+}
+
+bool zt_chat_template_has_generation(const zt_chat_template *t, bool tools) {
+    return tools && t->tool_use ? t->tool_use->generation : t->generation;
+}
+
+void zt_chat_spans_free(zt_chat_spans *s) {
+    free(s->start);
+    free(s->end);
+    memset(s, 0, sizeof *s);
+}
+
+zt_status zt_chat_template_render_with(const zt_chat_template *t, const cJSON *messages,
+                                       const zt_chat_args *a, char **out,
+                                       zt_chat_spans *spans) {
     *out = NULL;
     if (!cJSON_IsArray(messages))
         return zt_error(ZT_ERR_INVALID, "%s: messages must be a list", t->source);
+    ZT_TRY(check_kwargs(t, a->kwargs));
+    const cJSON *kwargs = cJSON_IsObject(a->kwargs) ? a->kwargs : NULL;
+    const cJSON *tools = a->tools, *documents = a->documents;
+    /* TRL merges a row's chat_template_kwargs over its tools */
+    if (cJSON_HasObjectItem(kwargs, "tools"))
+        tools = cJSON_GetObjectItemCaseSensitive(kwargs, "tools");
+    if (cJSON_HasObjectItem(kwargs, "documents"))
+        documents = cJSON_GetObjectItemCaseSensitive(kwargs, "documents");
+    bool add_generation_prompt = a->add_generation_prompt;
     if (tools && cJSON_IsNull(tools))
         tools = NULL;
     if (documents && cJSON_IsNull(documents))
@@ -536,6 +654,7 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     if (!r)
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     r->t = t;
+    r->spans = spans;
     /* what apply_chat_template passes: the conversation's dicts as they are, tools and
      * documents (None when not given), and its special_tokens_map */
     bind(r, "messages", zt_chat_from_json(messages), 0);
@@ -548,6 +667,11 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     /* and its functions, so `strftime_now is defined` holds as there */
     bind(r, "raise_exception", (val){.k = V_FUNC, .s = "raise_exception"}, 0);
     bind(r, "strftime_now", (val){.k = V_FUNC, .s = "strftime_now"}, 0);
+    /* and the extra keyword arguments, over all of these but the call's own */
+    const cJSON *kw;
+    cJSON_ArrayForEach(kw, kwargs)
+        if (strcmp(kw->string, "tools") != 0 && strcmp(kw->string, "documents") != 0)
+            bind(r, kw->string, zt_chat_from_json(kw), 0);
     run(r, 0, t->n, 0);
     zt_status s = r->st;
     cJSON_Delete(r->made);

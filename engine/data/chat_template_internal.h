@@ -15,7 +15,8 @@
 #include "ztrain/strbuf.h"
 
 typedef enum {
-    N_TEXT, N_OUT, N_SET, N_IF, N_ELIF, N_ELSE, N_ENDIF, N_FOR, N_ENDFOR, N_BREAK, N_CONTINUE
+    N_TEXT, N_OUT, N_SET, N_IF, N_ELIF, N_ELSE, N_ENDIF, N_FOR, N_ENDFOR, N_BREAK, N_CONTINUE,
+    N_GEN, N_ENDGEN /* transformers' {% generation %} ... {% endgeneration %} */
 } node_kind;
 
 typedef struct {
@@ -26,7 +27,8 @@ typedef struct {
     int n_var;
     bool attr;       /* set: the target is var[0].var[1], a namespace's attribute */
     size_t offset;   /* where the tag starts in the template, for messages */
-    int match;       /* if/elif/else: the next branch tag or endif; for: its else or endfor */
+    int match;       /* if/elif/else: the next branch tag or endif; for: its else or endfor;
+                      * generation: its endgeneration */
     const char *test; /* for: the loop filter's source ("for x in y if TEST"), or NULL */
     size_t test_len;
 } node;
@@ -49,6 +51,7 @@ struct zt_chat_template {
     struct zt_chat_template *tool_use;
     bool no_default;
     char names[256];
+    bool generation; /* holds a {% generation %} block */
 };
 
 /* V_FLOAT: a conversation's number written with a fraction or an exponent (2.5, 5.0, 1e3:
@@ -103,6 +106,10 @@ typedef struct {
     cJSON *made;     /* the lists, objects and namespaces a render builds, freed with it */
     int jump;        /* a break (1) or continue (2) leaving its loop's body */
     zt_status st;
+    /* Whether anything was output yet (a text, a {{ }}, a generation block, even empty ones):
+     * transformers' AssistantTracker records a generation block's span only then. */
+    bool yielded;
+    zt_chat_spans *spans; /* where the generation blocks' spans go, or NULL */
 } render;
 
 /* The deepest an expression nests: parentheses, brackets, calls' arguments, and chains of '-' or

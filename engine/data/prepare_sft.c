@@ -107,19 +107,21 @@ static void mark(sft_run *r, size_t from, size_t to) {
 }
 
 /* What the template is given beside the messages: TRL's "tools" (and "documents") of the
- * line, NULL when absent. */
+ * line, NULL when absent, and its "chat_template_kwargs" (NULL, null or an object). */
 typedef struct {
-    const cJSON *msgs, *tools, *docs;
+    const cJSON *msgs, *tools, *docs, *kwargs;
 } chat_conv;
 
+/* Renders the first k messages; spans (or NULL) receives the generation blocks' spans. */
 static zt_status render_prefix(sft_run *r, const chat_conv *c, int k, bool gen, char **out,
-                               const char *where) {
+                               zt_chat_spans *spans, const char *where) {
     cJSON *head = cJSON_CreateArray();
     if (!head)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     for (int i = 0; i < k; i++)
         cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(c->msgs, i));
-    zt_status s = zt_chat_template_render(r->tmpl, head, c->tools, c->docs, gen, out);
+    zt_chat_args a = {c->tools, c->docs, gen, c->kwargs};
+    zt_status s = zt_chat_template_render_with(r->tmpl, head, &a, out, spans);
     cJSON_Delete(head);
     return s == ZT_OK ? s : zt_error_prefix(s, "%s: ", where);
 }
@@ -231,46 +233,94 @@ static zt_status check_message(const cJSON *m, int k, const char *key, const cha
                     : "");
 }
 
-static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
-    const char *key = r->o->field ? r->o->field : "messages";
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsArray(msgs))
-        return zt_error(ZT_ERR_FORMAT, "%s: no \"%.100s\" list", where, key);
-    if (cJSON_GetArraySize(msgs) == 0)
-        return zt_error(ZT_ERR_FORMAT, "%s: \"%.100s\" is an empty list (a conversation needs "
-                        "a message)", where, key);
+/* The start of the UTF-8 character that holds byte at of text. */
+static size_t char_start(const char *text, size_t at) {
+    while (at > 0 && ((unsigned char)text[at] & 0xC0) == 0x80)
+        at--;
+    return at;
+}
+
+/* Names generation span k of a line for messages: the assistant message it renders when the
+ * conversation has one assistant message per span, else its place and first words. */
+static void span_name(const chat_conv *c, const char *text, const zt_chat_spans *sp, size_t k,
+                      char *out, size_t cap) {
+    int n_assistant = 0, which = -1, i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, c->msgs) {
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, "assistant") == 0 &&
+            n_assistant++ == (int)k)
+            which = i;
+        i++;
+    }
+    if ((size_t)n_assistant == sp->n && which >= 0)
+        snprintf(out, cap, "the generation block of assistant message %d", which);
+    else
+        snprintf(out, cap, "generation block %zu (\"%.30s\")", k + 1, text + sp->start[k]);
+}
+
+/* The loss mask of a template with {% generation %} blocks, as apply_chat_template(...,
+ * return_assistant_tokens_mask=True) computes it: for each span the tokens from the one holding
+ * its first character through the one holding its last (char_to_token of start and end - 1; an
+ * end in token 0 runs to the end, and a start past the text stops the marking, as transformers
+ * 4.46 has it). ztrain's tokenizer keeps no offsets, so a token boundary is found by encoding
+ * the text before it, whose tokens must begin the example's (boundary()); a span edge inside a
+ * token, or a last character split over tokens, is refused naming the line and the block. */
+static zt_status generation_mask(sft_run *r, const chat_conv *c, const char *full, size_t len,
+                                 const zt_chat_spans *sp, const char *where) {
+    for (size_t k = 0; k < sp->n; k++) {
+        size_t s = sp->start[k], e = sp->end[k], ts = 0, te = 0, last = 0;
+        if (s >= len)
+            break;
+        char what[128], what_end[160];
+        span_name(c, full, sp, k, what, sizeof what);
+        snprintf(what_end, sizeof what_end, "the last character of %s", what);
+        if (e == 0)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is empty at the text's start, which "
+                            "has no last character to find", where, what);
+        ZT_TRY(boundary(r, full, s, false, &ts, where, what));
+        /* the first token that holds the last character: one that starts with it, or for a
+         * one-byte character the token that ends the span */
+        size_t cs = char_start(full, e - 1);
+        zt_status st = cs == s ? (last = ts, ZT_OK)
+                               : boundary(r, full, cs, false, &last, where, what_end);
+        if (st != ZT_OK && cs == e - 1) {
+            st = e == len ? (last = r->ex.n, ZT_OK)
+                          : boundary(r, full, e, false, &last, where, what_end);
+            te = last - 1;
+        } else {
+            te = last;
+        }
+        ZT_TRY(st);
+        mark(r, ts, te ? te + 1 : r->ex.n);
+    }
+    return ZT_OK;
+}
+
+/* The loss mask by the prefix rule: each assistant turn is the text between the conversation
+ * before it rendered with the generation prompt and the conversation through it, both of
+ * which must begin the whole. */
+static zt_status prefix_mask(sft_run *r, const chat_conv *c, const char *full, size_t len,
+                             const char *where) {
+    zt_status s = ZT_OK;
     const cJSON *m;
     int k = 0;
-    cJSON_ArrayForEach(m, msgs)
-        ZT_TRY(check_message(m, k++, key, where));
-    ZT_TRY(check_objects(obj, "tools", where));
-    ZT_TRY(check_objects(obj, "documents", where));
-    chat_conv c = {msgs, cJSON_GetObjectItemCaseSensitive(obj, "tools"),
-                   cJSON_GetObjectItemCaseSensitive(obj, "documents")};
-    char *full = NULL;
-    ZT_TRY(render_prefix(r, &c, cJSON_GetArraySize(msgs), false, &full, where));
-    size_t len = strlen(full);
-    zt_status s = encode(r, full, len, false, &r->ex);
-    if (s == ZT_OK)
-        s = grow((void **)&r->ex_flags, &r->ex_flags_cap, r->ex.n + 1, 1);
-    if (s == ZT_OK)
-        memset(r->ex_flags, 0, r->ex.n);
-    k = 0;
-    cJSON_ArrayForEach(m, msgs) {
+    cJSON_ArrayForEach(m, c->msgs) {
         if (s != ZT_OK)
             break;
         const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
         if (strcmp(role, "assistant") == 0) {
             char *before = NULL, *through = NULL;
-            s = render_prefix(r, &c, k, true, &before, where);
+            s = render_prefix(r, c, k, true, &before, NULL, where);
             if (s == ZT_OK)
-                s = render_prefix(r, &c, k + 1, false, &through, where);
+                s = render_prefix(r, c, k + 1, false, &through, NULL, where);
             size_t a = before ? strlen(before) : 0, b = through ? strlen(through) : 0;
             if (s == ZT_OK && (b > len || memcmp(through, full, b) != 0 || a > b ||
                                memcmp(before, full, a) != 0))
                 s = zt_error(ZT_ERR_UNSUPPORTED, "%s: the chat template does not render the "
                              "conversation up to message %d as the start of the whole, so its "
-                             "assistant turn cannot be located", where, k);
+                             "assistant turn cannot be located (a template whose assistant "
+                             "turns are {%% generation %%} blocks is masked by those instead: "
+                             "see docs/fine-tuning.md)", where, k);
             size_t ta = 0, tb = 0;
             char what[64];
             snprintf(what, sizeof what, "assistant message %d", k);
@@ -287,6 +337,52 @@ static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
         }
         k++;
     }
+    return s;
+}
+
+static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
+    const char *key = r->o->field ? r->o->field : "messages";
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsArray(msgs))
+        return zt_error(ZT_ERR_FORMAT, "%s: no \"%.100s\" list", where, key);
+    if (cJSON_GetArraySize(msgs) == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: \"%.100s\" is an empty list (a conversation needs "
+                        "a message)", where, key);
+    const cJSON *m;
+    int k = 0;
+    cJSON_ArrayForEach(m, msgs)
+        ZT_TRY(check_message(m, k++, key, where));
+    ZT_TRY(check_objects(obj, "tools", where));
+    ZT_TRY(check_objects(obj, "documents", where));
+    const char *kw_key = "chat_template_kwargs";
+    const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(obj, kw_key);
+    if (kwargs && !cJSON_IsNull(kwargs) && !cJSON_IsObject(kwargs))
+        return zt_error(ZT_ERR_FORMAT, "%s: \"%s\" is %s, not an object of the template's "
+                        "keyword arguments", where, kw_key, json_type(kwargs));
+    ZT_TRY(check_objects(kwargs, "tools", where));
+    ZT_TRY(check_objects(kwargs, "documents", where));
+    chat_conv c = {msgs, cJSON_GetObjectItemCaseSensitive(obj, "tools"),
+                   cJSON_GetObjectItemCaseSensitive(obj, "documents"), kwargs};
+    /* the template the render picks: "tool_use" when tools are given (as kwargs' tools
+     * replace the line's, TRL's merge) */
+    const cJSON *tools = cJSON_HasObjectItem(kwargs, "tools")
+                             ? cJSON_GetObjectItemCaseSensitive(kwargs, "tools") : c.tools;
+    bool tracked = zt_chat_template_has_generation(r->tmpl, tools && !cJSON_IsNull(tools));
+    char *full = NULL;
+    zt_chat_spans spans = {0};
+    zt_status s = render_prefix(r, &c, cJSON_GetArraySize(msgs), false, &full,
+                                tracked ? &spans : NULL, where);
+    size_t len = full ? strlen(full) : 0;
+    if (s == ZT_OK)
+        s = encode(r, full, len, false, &r->ex);
+    if (s == ZT_OK)
+        s = grow((void **)&r->ex_flags, &r->ex_flags_cap, r->ex.n + 1, 1);
+    if (s == ZT_OK)
+        memset(r->ex_flags, 0, r->ex.n);
+    if (s == ZT_OK)
+        s = tracked ? generation_mask(r, &c, full, len, &spans, where)
+                    : prefix_mask(r, &c, full, len, where);
+    zt_chat_spans_free(&spans);
     free(full);
     return s;
 }
@@ -448,6 +544,44 @@ static zt_status write_split(sft_run *r, const split_buf *b, const char *split, 
     return ZT_OK;
 }
 
+/* Whether the ByteLevel post-processor p (or one of a Sequence's) trims offsets: tokenizers'
+ * default where the key is missing. */
+static bool trims_offsets(const cJSON *p) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type"), *e;
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "Sequence") == 0) {
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(p, "processors"))
+            if (trims_offsets(e))
+                return true;
+        return false;
+    }
+    const cJSON *trim = cJSON_GetObjectItemCaseSensitive(p, "trim_offsets");
+    return cJSON_IsString(type) && strcmp(type->valuestring, "ByteLevel") == 0 &&
+           !cJSON_IsFalse(trim);
+}
+
+/* A ByteLevel post-processor with trim_offsets moves each token's character offsets off its
+ * leading and trailing spaces, so transformers' char_to_token finds no token for a generation
+ * block that starts or ends on such a space (it then stops marking, or marks to the end);
+ * ztrain keeps no offsets to follow that, so a template with blocks is refused with such a
+ * tokenizer rather than masked differently. */
+static zt_status check_offsets(sft_run *r) {
+    if (!zt_chat_template_has_generation(r->tmpl, false) &&
+        !zt_chat_template_has_generation(r->tmpl, true))
+        return ZT_OK;
+    cJSON *root;
+    ZT_TRY(zt_json_load_file(r->o->tokenizer, &root));
+    bool trims = trims_offsets(cJSON_GetObjectItemCaseSensitive(root, "post_processor"));
+    cJSON_Delete(root);
+    if (trims)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: post_processor ByteLevel has \"trim_offsets\": "
+                        "true (or leaves it to its default), with which transformers maps a "
+                        "{%% generation %%} block that starts or ends on a space to no token; "
+                        "ztrain cannot reproduce that assistant mask: use a chat template "
+                        "without generation blocks, or a tokenizer.json with \"trim_offsets\": "
+                        "false", r->o->tokenizer);
+    return ZT_OK;
+}
+
 static zt_status load_template(sft_run *r) {
     const zt_prepare_options *o = r->o;
     char path[PATH_MAX];
@@ -455,7 +589,8 @@ static zt_status load_template(sft_run *r) {
         snprintf(path, sizeof path, "%s", o->chat_template);
     else
         zt_path_beside(o->tokenizer, "tokenizer_config.json", path, sizeof path);
-    return zt_chat_template_load(path, &r->tmpl);
+    ZT_TRY(zt_chat_template_load(path, &r->tmpl));
+    return check_offsets(r);
 }
 
 static void free_split(split_buf *b) {

@@ -36,9 +36,11 @@ static const zt_cli_command commands[] = {
      "        [--max-length N] [--overlong truncate|drop]",
      "Encode text files, JSONL files (*.jsonl: field F, default text), directories and globs\n"
      "into llm.c token shards DIR/NAME_{train,val}_NNNNNN.bin. With --format chat (JSONL\n"
-     "{\"messages\": [...], \"tools\": [...]} as TRL reads it, or the list under --field F,\n"
-     "rendered with the chat template of the tokenizer's tokenizer_config.json, tools and\n"
-     "tool_calls passed to it; every assistant turn is trained) or prompt-completion\n"
+     "{\"messages\": [...], \"tools\": [...], \"chat_template_kwargs\": {...}} as TRL reads it,\n"
+     "or the list under --field F, rendered with the chat template of the tokenizer's\n"
+     "tokenizer_config.json, tools, tool_calls and the kwargs passed to it; every assistant\n"
+     "turn is trained, or with {% generation %} blocks in the template what they wrote, as\n"
+     "apply_chat_template's assistant mask) or prompt-completion\n"
      "(JSONL {\"prompt\", \"completion\"}), each shard gets a loss mask\n"
      "NAME_..._NNNNNN.bin.mask (train with data.format \"masked\"); examples over\n"
      "--max-length tokens are truncated or dropped.\n",
@@ -53,9 +55,9 @@ static const zt_cli_command commands[] = {
      "Generate N tokens (default 200) from a checkpoint (default tag: latest); with a tokenizer\n"
      "(default: the job's data.tokenizer) the prompt and output are text; the model sees the\n"
      "last block_size tokens of a longer prompt. With --chat, the conversation (a JSON list\n"
-     "of messages, or an object with \"messages\" and \"tools\") is rendered with the chat\n"
-     "template (default: tokenizer_config.json beside the tokenizer) and the assistant's\n"
-     "reply is printed, up to the template's eos_token.\n",
+     "of messages, or an object with \"messages\", \"tools\" and \"chat_template_kwargs\") is\n"
+     "rendered with the chat template (default: tokenizer_config.json beside the tokenizer)\n"
+     "and the assistant's reply is printed, up to the template's eos_token.\n",
      "--tag= --prompt= --prompt-tokens= --tokens= --temperature= --top-k= --seed= --threads= "
      "--tokenizer= --chat= --chat-template=",
      "dir", NULL},

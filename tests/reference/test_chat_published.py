@@ -3,8 +3,9 @@ against transformers' apply_chat_template, byte for byte: Qwen2.5-Instruct's (it
 uses tojson), Llama 3.1's (tojson(indent=4), reject('equalto', ...), join, items, `for a, b in`,
 tests mapping and iterable) and Llama 3.2's (strftime_now), as chat_templates.py copies them
 from the published tokenizer_config.json files, Mistral v0.3's (namespace(), set ns.x,
-selectattr, dict.items(), string), DeepSeek-R1-Distill's (str.split), and Gemma 2's and
-Phi-3's.
+selectattr, dict.items(), string), DeepSeek-R1-Distill's (str.split), Qwen3's (messages[::-1],
+loop.index0 arithmetic, reasoning split from <think>; its tools, reasoning_content and
+enable_thinking are rendered in test_chat_generation), and Gemma 2's and Phi-3's.
 
 Each renders varied conversations (with and without a system message, tool results, unicode,
 quotes, braces, newlines) with and without the generation prompt; a conversation the template
@@ -25,11 +26,12 @@ reexec_in_venv()
 
 
 from chat_templates import (DEEPSEEK_R1, GEMMA2, LLAMA31, LLAMA32, MISTRAL03, PHI3,  # noqa: E402
-                            QWEN25, hf_tokenizer, rendered)
+                            QWEN25, QWEN3, hf_tokenizer, rendered)
 from ztref import Checker, tool  # noqa: E402
 
 FAMILIES = [
     ("qwen2.5", QWEN25, None, "<|im_end|>"),
+    ("qwen3", QWEN3, None, "<|im_end|>"),
     ("llama 3.1", LLAMA31, "<|begin_of_text|>", "<|eot_id|>"),
     ("llama 3.2", LLAMA32, "<|begin_of_text|>", "<|eot_id|>"),
     ("mistral v0.3", MISTRAL03, "<s>", "</s>"),

@@ -10,7 +10,7 @@ checkpoint too, with the job's data.tokenizer and no --tokenizer. An eos_token t
 token is warned about; export --hf keeps the source config's bos_token_id and eos_token_id;
 --temperature 0 is refused before the prompt is printed. A conversation
 the file does not hold as a list is refused naming the file, and an object's "tools" reach the
-template (tools that are not a list are refused)."""
+template (tools that are not a list are refused), as do its "chat_template_kwargs"."""
 import json
 import os
 import subprocess
@@ -193,4 +193,17 @@ with tempfile.TemporaryDirectory() as d:
                        capture_output=True, text=True)
     ck.check(p.returncode == 1 and "tools must be a list" in p.stderr,
              f"tools that are not a list: exit {p.returncode} {p.stderr.strip()[-200:]}")
+    # the object's chat_template_kwargs reach the template as apply_chat_template's extra
+    # keyword arguments; one of its own arguments is refused by name
+    json.dump({"chat_template": "{{ raise_exception(why) if why is defined }}" + QWEN2,
+               "eos_token": "<|im_end|>"}, open(f"{d}/hf/tokenizer_config.json", "w"))
+    for kwargs, want in [({"why": "the kwargs reached it"}, "the kwargs reached it"),
+                         ({"tokenize": True}, "'tokenize'")]:
+        json.dump({"messages": convs[0], "chat_template_kwargs": kwargs},
+                  open(f"{d}/kw.json", "w"))
+        p = subprocess.run([tool("ztrain"), "sample", f"{d}/ckpt", "--tokenizer",
+                            f"{d}/hf/tokenizer.json", "--chat", f"{d}/kw.json"],
+                           capture_output=True, text=True)
+        ck.check(p.returncode == 1 and want in p.stderr,
+                 f"chat_template_kwargs {kwargs}: exit {p.returncode} {p.stderr.strip()[-200:]}")
 ck.done()

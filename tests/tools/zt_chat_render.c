@@ -4,9 +4,11 @@
  *   zt_chat_render TOKENIZER_CONFIG.json CONVERSATIONS.json OUT_DIR [--generation-prompt]
  *
  * CONVERSATIONS.json is a list of conversations, each a message list or an object {"messages":
- * [...], "tools": [...], "documents": [...]} (tools and documents optional, as apply_chat_template
- * takes them); conversation i is written to OUT_DIR/i.txt, or
- * its error message to OUT_DIR/i.err. Exit status: 0 when every conversation was handled, 1 when
+ * [...], "tools": [...], "documents": [...], "chat_template_kwargs": {...}} (all but messages
+ * optional, as apply_chat_template takes them, the last its extra keyword arguments); conversation
+ * i is written to OUT_DIR/i.txt, or its error message to OUT_DIR/i.err, and when the template has
+ * a {% generation %} block, its spans to OUT_DIR/i.spans as a JSON list of [start, end] byte
+ * offsets. Exit status: 0 when every conversation was handled, 1 when
  * the template was refused (the message on stderr), 2 usage or I/O. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,19 @@ static int write_text(const char *dir, int i, const char *ext, const char *text)
         return 2;
     }
     return 0;
+}
+
+static int write_spans(const char *dir, int i, const zt_chat_spans *sp) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%d.spans", dir, i);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 2;
+    fputc('[', f);
+    for (size_t k = 0; k < sp->n; k++)
+        fprintf(f, "%s[%zu, %zu]", k ? ", " : "", sp->start[k], sp->end[k]);
+    fputc(']', f);
+    return fclose(f) == 0 ? 0 : 2;
 }
 
 int main(int argc, char **argv) {
@@ -48,16 +63,23 @@ int main(int argc, char **argv) {
     const cJSON *c;
     cJSON_ArrayForEach(c, convs) {
         char *text = NULL;
-        const cJSON *msgs = c, *tools = NULL, *docs = NULL;
+        const cJSON *msgs = c;
+        zt_chat_args a = {.add_generation_prompt = gen};
         if (cJSON_IsObject(c)) {
             msgs = cJSON_GetObjectItemCaseSensitive(c, "messages");
-            tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
-            docs = cJSON_GetObjectItemCaseSensitive(c, "documents");
+            a.tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
+            a.documents = cJSON_GetObjectItemCaseSensitive(c, "documents");
+            a.kwargs = cJSON_GetObjectItemCaseSensitive(c, "chat_template_kwargs");
         }
-        if (zt_chat_template_render(t, msgs, tools, docs, gen, &text) == ZT_OK)
+        zt_chat_spans spans = {0};
+        if (zt_chat_template_render_with(t, msgs, &a, &text, &spans) == ZT_OK) {
             rc |= write_text(argv[3], i, "txt", text);
-        else
+            if (zt_chat_template_has_generation(t, a.tools && !cJSON_IsNull(a.tools)))
+                rc |= write_spans(argv[3], i, &spans);
+        } else {
             rc |= write_text(argv[3], i, "err", zt_last_error());
+        }
+        zt_chat_spans_free(&spans);
         free(text);
         i++;
     }

@@ -3,9 +3,11 @@
  * trim_blocks and lstrip_blocks; see docs/fine-tuning.md for the subset).
  *
  * The subset is what the published Llama 2, Llama 3, Llama 3.1/3.2/3.3, Mistral v0.2 and v0.3,
- * Qwen2, Qwen2.5, Gemma 2, Phi-3, DeepSeek-R1-Distill and Zephyr templates use: text,
+ * Qwen2, Qwen2.5, Qwen3, Gemma 2, Phi-3, DeepSeek-R1-Distill and Zephyr templates use: text,
  * {{ expression }}, {% set x = ... %}, {% set ns.x = ... %} on a namespace(...),
- * {% if %}/{% elif %}/{% else %},
+ * {% if %}/{% elif %}/{% else %}, transformers' {% generation %} ... {% endgeneration %} (see
+ * zt_chat_template_render_with; one may not hold another, nor a break or continue outside a for
+ * of its own, as jinja2 compiles its body into a function),
  * {% for x in y [if filter] %} (or "for a, b in", unpacking) ... [{% else %}] over a list, an
  * object's keys or a string's code points, {% break %} and {% continue %}, with loop.index0,
  * loop.index, loop.revindex(0), loop.first, loop.last, loop.length, loop.depth(0),
@@ -37,7 +39,8 @@
  * tojson writes it, as Python's repr). Offsets in messages count bytes of the
  * text as given.
  *
- * Variables, as apply_chat_template(messages, tools=tools, documents=documents) passes them:
+ * Variables, as apply_chat_template(messages, tools=tools, documents=documents, **kwargs) passes
+ * them (kwargs: zt_chat_args):
  * messages (the conversation: a list of objects, each passed as it is, nested objects, numbers,
  * booleans and nulls included, so `message.tool_calls is defined`, `message.content is none` and
  * `tool_call.arguments | tojson` read as in jinja2), add_generation_prompt, tools and documents
@@ -73,6 +76,44 @@ void zt_chat_template_destroy(zt_chat_template *t);
 
 /* The eos_token the template was given ("" when none), which ends an assistant's reply. */
 const char *zt_chat_template_eos(const zt_chat_template *t);
+
+/* The byte spans of a render that its {% generation %} blocks wrote, [start[k], end[k]) in
+ * the order the blocks ended. Zero it before the render; zt_chat_spans_free frees it. */
+typedef struct {
+    size_t *start, *end;
+    size_t n, cap;
+} zt_chat_spans;
+void zt_chat_spans_free(zt_chat_spans *s);
+
+/* What apply_chat_template is given beside the messages: tools and documents (JSON lists of
+ * objects, or NULL or a JSON null for none), add_generation_prompt, and kwargs (NULL, a JSON
+ * null, or an object): its extra keyword arguments, each key a variable of the template, as
+ * apply_chat_template(messages, tools=..., documents=..., add_generation_prompt=..., **kwargs)
+ * passes them (a key overrides a special token's variable and the functions raise_exception and
+ * strftime_now, as a render's arguments shadow jinja2's globals). kwargs' "tools" and
+ * "documents" replace the fields above, as TRL merges a dataset row's chat_template_kwargs over
+ * the row's tools; "messages" and "add_generation_prompt" are refused by name (Python raises
+ * "got multiple values for keyword argument"), as is each of apply_chat_template's own arguments
+ * (conversation, chat_template, continue_final_message, tokenize, padding, truncation,
+ * max_length, return_tensors, return_dict, return_assistant_tokens_mask, tokenizer_kwargs), which
+ * would change the call instead of reaching the template. */
+typedef struct {
+    const cJSON *tools, *documents;
+    bool add_generation_prompt;
+    const cJSON *kwargs;
+} zt_chat_args;
+
+/* Renders as zt_chat_template_render does, with a's arguments. When spans is not NULL, the
+ * spans the {% generation %} blocks wrote are appended to it as transformers' AssistantTracker
+ * records them for apply_chat_template(..., return_assistant_tokens_mask=True): each block's
+ * whole output, empty ones included, except a block reached before the template output anything
+ * (the tracker is not yet active then: transformers 4.46 records no span for it). */
+zt_status zt_chat_template_render_with(const zt_chat_template *t, const cJSON *messages,
+                                       const zt_chat_args *a, char **out, zt_chat_spans *spans);
+
+/* Whether the template a render with (tools: true) or without tools picks (see
+ * zt_chat_template_render) holds a {% generation %} block. */
+bool zt_chat_template_has_generation(const zt_chat_template *t, bool tools);
 
 /* Renders messages (a JSON array of objects) into a heap string the caller frees. tools and
  * documents are JSON lists of objects, or NULL (or a JSON null) for none; anything else in them

@@ -34,14 +34,20 @@ typedef enum { ZT_PREPARE_DTYPE_AUTO = 0, ZT_PREPARE_DTYPE_U16, ZT_PREPARE_DTYPE
 
 /* What the inputs hold. Text is pre-training data (above). The fine-tuning formats read JSONL
  * examples and write shards with a loss mask each (ztrain/loss_mask.h; docs/fine-tuning.md):
- *   CHAT: {"messages": [{"role", "content", ...}, ...], "tools": [...], "documents": [...]}
- *         (TRL's format: tools and documents lists of objects, optional; a message's content a
- *         string, or null or absent beside an assistant's "tool_calls" list; its other keys
- *         passed on as they are) rendered with the model's chat template
- *         (ztrain/chat_template.h, given the tools and documents) and encoded without the
- *         post-processor's tokens (the template writes them); the tokens of the assistant turns,
- *         tool calls included, are trained: from the end of the conversation before the turn
- *         rendered with the generation prompt to the end of the conversation through the turn.
+ *   CHAT: {"messages": [{"role", "content", ...}, ...], "tools": [...], "documents": [...],
+ *         "chat_template_kwargs": {...}} (TRL's format: tools and documents lists of objects,
+ *         optional; a message's content a string, or null or absent beside an assistant's
+ *         "tool_calls" list; its other keys passed on as they are; chat_template_kwargs an
+ *         object or null, apply_chat_template's extra keyword arguments: see zt_chat_args)
+ *         rendered with the model's chat template (ztrain/chat_template.h, given the tools,
+ *         documents and kwargs) and encoded without the post-processor's tokens (the template
+ *         writes them). When the template holds {% generation %} blocks, the tokens of their
+ *         spans are trained as apply_chat_template(return_assistant_tokens_mask=True) marks them
+ *         (a span edge inside a token is refused, naming the line and the message, and so is
+ *         a tokenizer.json whose ByteLevel post-processor trims offsets); else the
+ *         tokens of the assistant turns, tool calls included: from the end of the conversation
+ *         before the turn rendered with the generation prompt to the end of the conversation
+ *         through the turn (a template that does not render a prefix of itself is refused).
  *   PROMPT_COMPLETION: {"prompt", "completion"}: prompt + completion encoded with the
  *         post-processor's tokens, then the end-of-text token; the completion and that token are
  *         trained. With add_eos_token the template's EOS comes first, so such an example ends
