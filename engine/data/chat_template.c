@@ -600,14 +600,18 @@ static zt_status check_kwargs(const zt_chat_template *t, const cJSON *kwargs) {
     return ZT_OK;
 }
 
-zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
-                                  const cJSON *tools, const cJSON *documents,
-                                  bool add_generation_prompt, char **out) {
-    zt_chat_args a = {tools, documents, add_generation_prompt, NULL};
-    return zt_chat_template_render_with(t, messages, &a, out, NULL);
+/* A render's tools or documents (key): the keyword arguments' over the field, as TRL merges a
+ * row's chat_template_kwargs over its tools; NULL for none (absent or a JSON null). */
+static const cJSON *given(const cJSON *field, const cJSON *kwargs, const char *key) {
+    if (cJSON_IsObject(kwargs) && cJSON_HasObjectItem(kwargs, key))
+        field = cJSON_GetObjectItemCaseSensitive(kwargs, key);
+    return field && !cJSON_IsNull(field) ? field : NULL;
 }
 
-bool zt_chat_template_has_generation(const zt_chat_template *t, bool tools) {
+bool zt_chat_template_has_generation(const zt_chat_template *t, const zt_chat_args *a) {
+    if (!a)
+        return t->generation || (t->tool_use && t->tool_use->generation);
+    bool tools = given(a->tools, a->kwargs, "tools") != NULL;
     return tools && t->tool_use ? t->tool_use->generation : t->generation;
 }
 
@@ -617,25 +621,16 @@ void zt_chat_spans_free(zt_chat_spans *s) {
     memset(s, 0, sizeof *s);
 }
 
-zt_status zt_chat_template_render_with(const zt_chat_template *t, const cJSON *messages,
-                                       const zt_chat_args *a, char **out,
-                                       zt_chat_spans *spans) {
+zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
+                                  const zt_chat_args *a, char **out, zt_chat_spans *spans) {
     *out = NULL;
     if (!cJSON_IsArray(messages))
         return zt_error(ZT_ERR_INVALID, "%s: messages must be a list", t->source);
     ZT_TRY(check_kwargs(t, a->kwargs));
     const cJSON *kwargs = cJSON_IsObject(a->kwargs) ? a->kwargs : NULL;
-    const cJSON *tools = a->tools, *documents = a->documents;
-    /* TRL merges a row's chat_template_kwargs over its tools */
-    if (cJSON_HasObjectItem(kwargs, "tools"))
-        tools = cJSON_GetObjectItemCaseSensitive(kwargs, "tools");
-    if (cJSON_HasObjectItem(kwargs, "documents"))
-        documents = cJSON_GetObjectItemCaseSensitive(kwargs, "documents");
+    const cJSON *tools = given(a->tools, kwargs, "tools");
+    const cJSON *documents = given(a->documents, kwargs, "documents");
     bool add_generation_prompt = a->add_generation_prompt;
-    if (tools && cJSON_IsNull(tools))
-        tools = NULL;
-    if (documents && cJSON_IsNull(documents))
-        documents = NULL;
     /* get_chat_template's choice among named templates: "tool_use" when tools are given (even
      * an empty list), else "default" */
     if (tools && t->tool_use)

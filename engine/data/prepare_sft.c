@@ -106,131 +106,19 @@ static void mark(sft_run *r, size_t from, size_t to) {
         r->ex_flags[i] |= ZT_LOSS_MASK_TRAINED;
 }
 
-/* What the template is given beside the messages: TRL's "tools" (and "documents") of the
- * line, NULL when absent, and its "chat_template_kwargs" (NULL, null or an object). */
-typedef struct {
-    const cJSON *msgs, *tools, *docs, *kwargs;
-} chat_conv;
-
 /* Renders the first k messages; spans (or NULL) receives the generation blocks' spans. */
-static zt_status render_prefix(sft_run *r, const chat_conv *c, int k, bool gen, char **out,
+static zt_status render_prefix(sft_run *r, const zt_chat_conversation *c, int k, bool gen, char **out,
                                zt_chat_spans *spans, const char *where) {
     cJSON *head = cJSON_CreateArray();
     if (!head)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     for (int i = 0; i < k; i++)
-        cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(c->msgs, i));
-    zt_chat_args a = {c->tools, c->docs, gen, c->kwargs};
-    zt_status s = zt_chat_template_render_with(r->tmpl, head, &a, out, spans);
+        cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(c->messages, i));
+    zt_chat_args a = c->args;
+    a.add_generation_prompt = gen;
+    zt_status s = zt_chat_template_render(r->tmpl, head, &a, out, spans);
     cJSON_Delete(head);
     return s == ZT_OK ? s : zt_error_prefix(s, "%s: ", where);
-}
-
-static const char *json_type(const cJSON *v) {
-    return cJSON_IsNull(v) ? "null" : cJSON_IsBool(v) ? "a boolean" : cJSON_IsNumber(v)
-           ? "a number" : cJSON_IsString(v) ? "a string" : cJSON_IsArray(v) ? "a list"
-           : "an object";
-}
-
-/* "tools" or "documents" of a line: absent, null, or a list of objects. */
-static zt_status check_objects(const cJSON *obj, const char *key, const char *where) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key), *e;
-    if (!v || cJSON_IsNull(v))
-        return ZT_OK;
-    if (!cJSON_IsArray(v))
-        return zt_error(ZT_ERR_FORMAT, "%s: \"%s\" is %s, not a list of objects", where, key,
-                        json_type(v));
-    int k = 0;
-    cJSON_ArrayForEach(e, v) {
-        if (!cJSON_IsObject(e))
-            return zt_error(ZT_ERR_FORMAT, "%s: \"%s\"[%d] is %s, not an object (a tool is "
-                            "the JSON schema of a function; a document an object with \"title\" "
-                            "and \"text\")", where, key, k, json_type(e));
-        k++;
-    }
-    return ZT_OK;
-}
-
-/* Part i of message k's content list, as transformers and TRL pass one: an object whose "type"
- * is "text" with a string "text" (any other key it holds goes to the template with it). ztrain
- * trains text models, so an image, video or audio part is refused: the template would write its
- * placeholder (Gemma 3's <start_of_image>, Mistral's [IMG]) with nothing behind it. */
-static zt_status check_part(const cJSON *part, int k, int i, const char *role,
-                            const char *where) {
-    if (!cJSON_IsObject(part))
-        return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\"[%d] is %s, not a "
-                        "part object ({\"type\": \"text\", \"text\": \"...\"})", where, k, role,
-                        i, json_type(part));
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-    if (!cJSON_IsString(type))
-        return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\"[%d]: \"type\" is "
-                        "%s, not a string (a text part is {\"type\": \"text\", \"text\": "
-                        "\"...\"})", where, k, role, i, type ? json_type(type) : "missing");
-    const char *t = type->valuestring;
-    if (strcmp(t, "text") == 0) {
-        if (cJSON_IsString(text))
-            return ZT_OK;
-        return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\"[%d] is a text part "
-                        "whose \"text\" is %s, not a string", where, k, role, i,
-                        text ? json_type(text) : "missing");
-    }
-    /* "image", "image_url", "input_audio", "video_url", ... */
-    static const char *const media[] = {"an image", "a video", "an audio"};
-    for (size_t m = 0; m < sizeof media / sizeof media[0]; m++)
-        if (strstr(t, strchr(media[m], ' ') + 1))
-            return zt_error(ZT_ERR_UNSUPPORTED, "%s: message %d (%.40s): \"content\"[%d] is "
-                            "%s part (\"type\": \"%.40s\"): ztrain trains text models, which "
-                            "have no tokens for it (the template would write its placeholder "
-                            "with nothing behind it); keep the text parts only", where, k, role,
-                            i, media[m], t);
-    return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\"[%d] has \"type\": "
-                    "\"%.40s\", not \"text\" (the only kind of part a text model trains on)",
-                    where, k, role, i, t);
-}
-
-/* Message k as chat data holds it: an object with a string "role"; a "content" that is a string
- * or a list of text parts (check_part), which an assistant message with "tool_calls" (a list of
- * objects) may leave null or out. Anything else it holds goes to the template as it is, and a
- * content list goes as it is too, for the template to iterate. */
-static zt_status check_message(const cJSON *m, int k, const char *key, const char *where) {
-    if (!cJSON_IsObject(m))
-        return zt_error(ZT_ERR_FORMAT, "%s: \"%s\"[%d] is %s, not a message object", where,
-                        key, k, json_type(m));
-    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *e;
-    if (!cJSON_IsString(role))
-        return zt_error(ZT_ERR_FORMAT, "%s: message %d: \"role\" is %s, not a string", where,
-                        k, role ? json_type(role) : "missing");
-    if (calls && !cJSON_IsNull(calls)) {
-        if (!cJSON_IsArray(calls))
-            return zt_error(ZT_ERR_FORMAT, "%s: message %d: \"tool_calls\" is %s, not a list",
-                            where, k, json_type(calls));
-        int i = 0;
-        cJSON_ArrayForEach(e, calls) {
-            if (!cJSON_IsObject(e))
-                return zt_error(ZT_ERR_FORMAT, "%s: message %d: \"tool_calls\"[%d] is %s, not "
-                                "an object", where, k, i, json_type(e));
-            i++;
-        }
-    }
-    if (cJSON_IsArray(content)) {
-        int i = 0;
-        cJSON_ArrayForEach(e, content)
-            ZT_TRY(check_part(e, k, i++, role->valuestring, where));
-        return ZT_OK;
-    }
-    bool may_omit = strcmp(role->valuestring, "assistant") == 0 && cJSON_IsArray(calls) &&
-                    cJSON_GetArraySize(calls) > 0;
-    if (cJSON_IsString(content) || (may_omit && (!content || cJSON_IsNull(content))))
-        return ZT_OK;
-    return zt_error(ZT_ERR_FORMAT, "%s: message %d (%.40s): \"content\" is %s, not a string "
-                    "or a list of text parts%s", where, k, role->valuestring,
-                    content ? json_type(content) : "missing",
-                    may_omit ? " or null" : strcmp(role->valuestring, "assistant") == 0
-                    ? " (only an assistant message with \"tool_calls\" may leave it null or out)"
-                    : "");
 }
 
 /* The start of the UTF-8 character that holds byte at of text. */
@@ -242,11 +130,11 @@ static size_t char_start(const char *text, size_t at) {
 
 /* Names generation span k of a line for messages: the assistant message it renders when the
  * conversation has one assistant message per span, else its place and first words. */
-static void span_name(const chat_conv *c, const char *text, const zt_chat_spans *sp, size_t k,
+static void span_name(const zt_chat_conversation *c, const char *text, const zt_chat_spans *sp, size_t k,
                       char *out, size_t cap) {
     int n_assistant = 0, which = -1, i = 0;
     const cJSON *m;
-    cJSON_ArrayForEach(m, c->msgs) {
+    cJSON_ArrayForEach(m, c->messages) {
         if (strcmp(cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, "assistant") == 0 &&
             n_assistant++ == (int)k)
             which = i;
@@ -265,7 +153,7 @@ static void span_name(const chat_conv *c, const char *text, const zt_chat_spans 
  * 4.46 has it). ztrain's tokenizer keeps no offsets, so a token boundary is found by encoding
  * the text before it, whose tokens must begin the example's (boundary()); a span edge inside a
  * token, or a last character split over tokens, is refused naming the line and the block. */
-static zt_status generation_mask(sft_run *r, const chat_conv *c, const char *full, size_t len,
+static zt_status generation_mask(sft_run *r, const zt_chat_conversation *c, const char *full, size_t len,
                                  const zt_chat_spans *sp, const char *where) {
     for (size_t k = 0; k < sp->n; k++) {
         size_t s = sp->start[k], e = sp->end[k], ts = 0, te = 0, last = 0;
@@ -299,12 +187,12 @@ static zt_status generation_mask(sft_run *r, const chat_conv *c, const char *ful
 /* The loss mask by the prefix rule: each assistant turn is the text between the conversation
  * before it rendered with the generation prompt and the conversation through it, both of
  * which must begin the whole. */
-static zt_status prefix_mask(sft_run *r, const chat_conv *c, const char *full, size_t len,
+static zt_status prefix_mask(sft_run *r, const zt_chat_conversation *c, const char *full, size_t len,
                              const char *where) {
     zt_status s = ZT_OK;
     const cJSON *m;
     int k = 0;
-    cJSON_ArrayForEach(m, c->msgs) {
+    cJSON_ArrayForEach(m, c->messages) {
         if (s != ZT_OK)
             break;
         const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
@@ -341,36 +229,13 @@ static zt_status prefix_mask(sft_run *r, const chat_conv *c, const char *full, s
 }
 
 static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
-    const char *key = r->o->field ? r->o->field : "messages";
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsArray(msgs))
-        return zt_error(ZT_ERR_FORMAT, "%s: no \"%.100s\" list", where, key);
-    if (cJSON_GetArraySize(msgs) == 0)
-        return zt_error(ZT_ERR_FORMAT, "%s: \"%.100s\" is an empty list (a conversation needs "
-                        "a message)", where, key);
-    const cJSON *m;
-    int k = 0;
-    cJSON_ArrayForEach(m, msgs)
-        ZT_TRY(check_message(m, k++, key, where));
-    ZT_TRY(check_objects(obj, "tools", where));
-    ZT_TRY(check_objects(obj, "documents", where));
-    const char *kw_key = "chat_template_kwargs";
-    const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(obj, kw_key);
-    if (kwargs && !cJSON_IsNull(kwargs) && !cJSON_IsObject(kwargs))
-        return zt_error(ZT_ERR_FORMAT, "%s: \"%s\" is %s, not an object of the template's "
-                        "keyword arguments", where, kw_key, json_type(kwargs));
-    ZT_TRY(check_objects(kwargs, "tools", where));
-    ZT_TRY(check_objects(kwargs, "documents", where));
-    chat_conv c = {msgs, cJSON_GetObjectItemCaseSensitive(obj, "tools"),
-                   cJSON_GetObjectItemCaseSensitive(obj, "documents"), kwargs};
-    /* the template the render picks: "tool_use" when tools are given (as kwargs' tools
-     * replace the line's, TRL's merge) */
-    const cJSON *tools = cJSON_HasObjectItem(kwargs, "tools")
-                             ? cJSON_GetObjectItemCaseSensitive(kwargs, "tools") : c.tools;
-    bool tracked = zt_chat_template_has_generation(r->tmpl, tools && !cJSON_IsNull(tools));
+    zt_chat_conversation c;
+    zt_chat_conversation_split(obj, r->o->field, &c);
+    ZT_TRY(zt_chat_conversation_check(&c, r->o->field, where));
+    bool tracked = zt_chat_template_has_generation(r->tmpl, &c.args);
     char *full = NULL;
     zt_chat_spans spans = {0};
-    zt_status s = render_prefix(r, &c, cJSON_GetArraySize(msgs), false, &full,
+    zt_status s = render_prefix(r, &c, cJSON_GetArraySize(c.messages), false, &full,
                                 tracked ? &spans : NULL, where);
     size_t len = full ? strlen(full) : 0;
     if (s == ZT_OK)
@@ -565,8 +430,7 @@ static bool trims_offsets(const cJSON *p) {
  * ztrain keeps no offsets to follow that, so a template with blocks is refused with such a
  * tokenizer rather than masked differently. */
 static zt_status check_offsets(sft_run *r) {
-    if (!zt_chat_template_has_generation(r->tmpl, false) &&
-        !zt_chat_template_has_generation(r->tmpl, true))
+    if (!zt_chat_template_has_generation(r->tmpl, NULL))
         return ZT_OK;
     cJSON *root;
     ZT_TRY(zt_json_load_file(r->o->tokenizer, &root));

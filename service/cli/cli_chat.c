@@ -43,21 +43,16 @@ int zt_cli_sample_chat(zt_model *m, const zt_tokenizer_t *tok, const char *tok_p
     zt_status s = zt_chat_template_load(cfg, &t);
     if (s == ZT_OK)
         s = zt_json_load_file(conv_path, &conv);
-    const cJSON *msgs = conv;
-    zt_chat_args args = {.add_generation_prompt = true};
-    if (s == ZT_OK && cJSON_IsObject(conv)) {
-        msgs = cJSON_GetObjectItemCaseSensitive(conv, "messages");
-        args.tools = cJSON_GetObjectItemCaseSensitive(conv, "tools");
-        args.documents = cJSON_GetObjectItemCaseSensitive(conv, "documents");
-        /* apply_chat_template's extra keyword arguments (Qwen3's enable_thinking, ...), as a
-         * TRL dataset row carries them */
-        args.kwargs = cJSON_GetObjectItemCaseSensitive(conv, "chat_template_kwargs");
-    }
-    if (s == ZT_OK && !cJSON_IsArray(msgs))
+    zt_chat_conversation c;
+    zt_chat_conversation_split(conv, NULL, &c);
+    c.args.add_generation_prompt = true;
+    if (s == ZT_OK && !cJSON_IsArray(conv) && !cJSON_IsObject(conv))
         s = zt_error(ZT_ERR_FORMAT, "%s: not a list of messages (nor an object with "
                      "\"messages\")", conv_path);
     if (s == ZT_OK)
-        s = zt_chat_template_render_with(t, msgs, &args, &text, NULL);
+        s = zt_chat_conversation_check(&c, NULL, conv_path);
+    if (s == ZT_OK)
+        s = zt_chat_template_render(t, c.messages, &c.args, &text, NULL);
     if (s == ZT_OK)
         s = prompt_ids(tok, text, m->spec.vocab_size, &ids);
     int n_end = 0;

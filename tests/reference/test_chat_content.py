@@ -12,7 +12,8 @@ transformers and TRL pass it, against transformers' apply_chat_template.
 - An image, video or audio part, a part of another type, a text part without a string "text" and
   a part that is not an object are refused naming FILE:LINE, the message and the part's index.
 - `ztrain sample --chat` of a conversation with a content list replies as transformers' greedy
-  decoding of apply_chat_template(conv, add_generation_prompt=True) does (a tiny Qwen2 model)."""
+  decoding of apply_chat_template(conv, add_generation_prompt=True) does (a tiny Qwen2 model);
+  one with an image part is refused as prepare refuses it, naming the file."""
 import json
 import os
 import struct
@@ -255,4 +256,15 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(p.returncode == 0 and got == want and len(want) > 0,
              f"sample --chat with content lists: reply {got!r} vs transformers' greedy {want!r} "
              f"{p.stderr.strip()[-200:]}")
+    # sample --chat holds its conversation to chat data's rules: an image part is refused
+    # naming the file, the message and the part, before anything is rendered
+    conv["messages"][1]["content"].append({"type": "image", "url": "cat.png"})
+    json.dump(conv, open(f"{d}/conv_image.json", "w"))
+    p = subprocess.run([tool("ztrain"), "sample", f"{d}/ckpt", "--tokenizer",
+                        f"{d}/hf/tokenizer.json", "--chat", f"{d}/conv_image.json", "--top-k",
+                        "1", "--tokens", "20"], capture_output=True, text=True)
+    ck.check(p.returncode != 0 and p.stdout == "" and "conv_image.json: message 1" in p.stderr
+             and "\"content\"[2]" in p.stderr and "image" in p.stderr,
+             f"sample --chat refuses an image part by file, message and part: exit "
+             f"{p.returncode} {p.stderr.strip()[-300:]}")
 ck.done()

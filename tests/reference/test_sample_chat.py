@@ -186,12 +186,14 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(p.returncode == 1 and "bad.json" in p.stderr and "messages" in p.stderr,
              f"a file without messages: exit {p.returncode} {p.stderr.strip()[-200:]}")
     # the object's tools reach the template, as apply_chat_template(tools=...) takes them: a
-    # tools entry that is not a list is refused with transformers' words
+    # tools entry that is not a list is refused as chat data's rules refuse it in prepare,
+    # naming the file
     json.dump({"messages": convs[0], "tools": {"type": "function"}}, open(f"{d}/bad.json", "w"))
     p = subprocess.run([tool("ztrain"), "sample", f"{d}/ckpt", "--tokenizer",
                         f"{d}/hf/tokenizer.json", "--chat", f"{d}/bad.json"],
                        capture_output=True, text=True)
-    ck.check(p.returncode == 1 and "tools must be a list" in p.stderr,
+    ck.check(p.returncode == 1 and
+             'bad.json: "tools" is an object, not a list of objects' in p.stderr,
              f"tools that are not a list: exit {p.returncode} {p.stderr.strip()[-200:]}")
     # the object's chat_template_kwargs reach the template as apply_chat_template's extra
     # keyword arguments; one of its own arguments is refused by name

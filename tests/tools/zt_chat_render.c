@@ -63,18 +63,13 @@ int main(int argc, char **argv) {
     const cJSON *c;
     cJSON_ArrayForEach(c, convs) {
         char *text = NULL;
-        const cJSON *msgs = c;
-        zt_chat_args a = {.add_generation_prompt = gen};
-        if (cJSON_IsObject(c)) {
-            msgs = cJSON_GetObjectItemCaseSensitive(c, "messages");
-            a.tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
-            a.documents = cJSON_GetObjectItemCaseSensitive(c, "documents");
-            a.kwargs = cJSON_GetObjectItemCaseSensitive(c, "chat_template_kwargs");
-        }
+        zt_chat_conversation cv;
+        zt_chat_conversation_split(c, NULL, &cv);
+        cv.args.add_generation_prompt = gen;
         zt_chat_spans spans = {0};
-        if (zt_chat_template_render_with(t, msgs, &a, &text, &spans) == ZT_OK) {
+        if (zt_chat_template_render(t, cv.messages, &cv.args, &text, &spans) == ZT_OK) {
             rc |= write_text(argv[3], i, "txt", text);
-            if (zt_chat_template_has_generation(t, a.tools && !cJSON_IsNull(a.tools)))
+            if (zt_chat_template_has_generation(t, &cv.args))
                 rc |= write_spans(argv[3], i, &spans);
         } else {
             rc |= write_text(argv[3], i, "err", zt_last_error());

@@ -3,10 +3,11 @@
  * trim_blocks and lstrip_blocks; see docs/fine-tuning.md for the subset).
  *
  * The subset is what the published Llama 2, Llama 3, Llama 3.1/3.2/3.3, Mistral v0.2 and v0.3,
- * Qwen2, Qwen2.5, Qwen3, Gemma 2, Phi-3, DeepSeek-R1-Distill and Zephyr templates use: text,
+ * Mistral Small 3.1, Qwen2, Qwen2.5, Qwen3, Gemma 2 and 3, Phi-3, DeepSeek-R1-Distill and Zephyr
+ * templates use: text,
  * {{ expression }}, {% set x = ... %}, {% set ns.x = ... %} on a namespace(...),
  * {% if %}/{% elif %}/{% else %}, transformers' {% generation %} ... {% endgeneration %} (see
- * zt_chat_template_render_with; one may not hold another, nor a break or continue outside a for
+ * zt_chat_template_render; one may not hold another, nor a break or continue outside a for
  * of its own, as jinja2 compiles its body into a function),
  * {% for x in y [if filter] %} (or "for a, b in", unpacking) ... [{% else %}] over a list, an
  * object's keys or a string's code points, {% break %} and {% continue %}, with loop.index0,
@@ -21,7 +22,8 @@
  * full Unicode case mapping; title as jinja2's do_title), join, map, select, reject, selectattr,
  * rejectattr and transformers' tojson,
  * with positional and keyword arguments; the methods strip, lstrip and rstrip (chars optional),
- * startswith, endswith, replace, split, and dict.get, items, keys and values; raise_exception(message),
+ * startswith, endswith, replace, split, upper, lower, capitalize and title (Python's str
+ * methods), and dict.get, items, keys and values; raise_exception(message),
  * which fails the render with that message, strftime_now(format) and namespace(name=value).
  * Operators bind as in jinja2's parser (-x|length is (-x)|length). Anything else (macros, other
  * filters, tests or methods, a filter's unknown keyword, "/", \N{} escapes, nesting deeper than
@@ -69,8 +71,9 @@ zt_status zt_chat_template_parse(const char *text, const char *source, const cJS
 
 /* Reads tokenizer_config.json: "chat_template" (a string, or a list of {"name", "template"}
  * objects of which "default" and "tool_use" are read, as get_chat_template picks them: see
- * zt_chat_template_render) and the special tokens (see zt_chat_template_parse). special_tokens_map.json is not read: transformers reads it only for
- * an old tokenizer_config.json without "added_tokens_decoder". */
+ * zt_chat_template_render) and the special tokens (see zt_chat_template_parse).
+ * special_tokens_map.json is not read: transformers reads it only for an old
+ * tokenizer_config.json without "added_tokens_decoder". */
 zt_status zt_chat_template_load(const char *tokenizer_config, zt_chat_template **out);
 void zt_chat_template_destroy(zt_chat_template *t);
 
@@ -103,26 +106,49 @@ typedef struct {
     const cJSON *kwargs;
 } zt_chat_args;
 
-/* Renders as zt_chat_template_render does, with a's arguments. When spans is not NULL, the
- * spans the {% generation %} blocks wrote are appended to it as transformers' AssistantTracker
- * records them for apply_chat_template(..., return_assistant_tokens_mask=True): each block's
- * whole output, empty ones included, except a block reached before the template output anything
- * (the tracker is not yet active then: transformers 4.46 records no span for it). */
-zt_status zt_chat_template_render_with(const zt_chat_template *t, const cJSON *messages,
-                                       const zt_chat_args *a, char **out, zt_chat_spans *spans);
-
-/* Whether the template a render with (tools: true) or without tools picks (see
- * zt_chat_template_render) holds a {% generation %} block. */
-bool zt_chat_template_has_generation(const zt_chat_template *t, bool tools);
-
-/* Renders messages (a JSON array of objects) into a heap string the caller frees. tools and
- * documents are JSON lists of objects, or NULL (or a JSON null) for none; anything else in them
- * is refused with apply_chat_template's message. From a list of named templates the "tool_use"
- * one renders when tools are given (an empty list counts), else "default"; with neither the
- * render fails with transformers' message, naming the templates. An error names the source and
- * what failed (a raise_exception's message, a missing key, a type). */
+/* Renders messages (a JSON array of objects) with a's arguments into a heap string the caller
+ * frees. The tools and documents it is given (a's kwargs over its fields) must be lists of
+ * objects, or none; anything else is refused with apply_chat_template's message. From a list of
+ * named templates the "tool_use" one renders when tools are given (an empty list counts), else
+ * "default"; with neither the render fails with transformers' message, naming the templates. An
+ * error names the source and what failed (a raise_exception's message, a missing key, a type).
+ *
+ * When spans is not NULL, the spans the {% generation %} blocks wrote are appended to it as
+ * transformers' AssistantTracker records them for apply_chat_template(...,
+ * return_assistant_tokens_mask=True): each block's whole output, empty ones included, except a
+ * block reached before the template output anything (the tracker is not yet active then:
+ * transformers 4.46 records no span for it). */
 zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messages,
-                                  const cJSON *tools, const cJSON *documents,
-                                  bool add_generation_prompt, char **out);
+                                  const zt_chat_args *a, char **out, zt_chat_spans *spans);
+
+/* Whether the template a render with a's arguments picks holds a {% generation %} block; with a
+ * NULL, whether any of a list of named templates does. */
+bool zt_chat_template_has_generation(const zt_chat_template *t, const zt_chat_args *a);
+
+/* A conversation as a line of chat data holds it (TRL's format): its messages, and the tools,
+ * documents and chat_template_kwargs that go beside them (add_generation_prompt is the
+ * caller's). Pointers into the JSON it was split from. */
+typedef struct {
+    const cJSON *messages;
+    zt_chat_args args;
+} zt_chat_conversation;
+
+/* Splits v: a list of messages, or an object holding one under key (NULL: "messages") beside
+ * "tools", "documents" and "chat_template_kwargs". Checks nothing: a render refuses what
+ * apply_chat_template refuses (zt_chat_template_render), zt_chat_conversation_check what chat
+ * data may not hold. */
+void zt_chat_conversation_split(const cJSON *v, const char *key, zt_chat_conversation *out);
+
+/* The rules of chat data, which a render alone would let through or fail on later with a
+ * message that does not name the line: messages a non-empty list of objects, each with a string
+ * "role" and a "content" that is a string or a list of text parts ({"type": "text", "text":
+ * "..."}; an image, video or audio part is refused: a text model has no tokens for it), which
+ * an assistant message with a non-empty "tool_calls" list of objects may leave null or out;
+ * "tools" and "documents" lists of objects (or null or absent); "chat_template_kwargs" an object
+ * (or null or absent) whose tools and documents follow the same rule. Every other key goes to
+ * the template as it is. where ("FILE:LINE", or a file) and key (the messages' key) name the
+ * place in messages. */
+zt_status zt_chat_conversation_check(const zt_chat_conversation *c, const char *key,
+                                     const char *where);
 
 #endif
