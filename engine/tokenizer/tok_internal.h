@@ -162,12 +162,15 @@ typedef struct {
 } tok_dec;
 
 /* An added token: its content s, and the text it is matched on, m: s itself, or for a
- * normalized token s run through the normalizers (HF matches those in the normalized text). */
+ * normalized token s run through the normalizers (HF matches those in the normalized text).
+ * id -1 marks a token tokenizer_config.json names that the tokenizer lacks: transformers gives
+ * it a new id past the vocabulary, so ztrain refuses a text holding it, naming `origin`. */
 typedef struct {
     char *s, *m;
     size_t len, mlen;
     int32_t id;
     bool special, normalized;
+    char *origin;
 } tok_added;
 
 struct zt_tokenizer {
@@ -215,9 +218,21 @@ zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src);
 /* After the whole tokenizer.json (root) is loaded (tok_config.c): the template of the tokenizer
  * class AutoTokenizer picks from the files beside it, which may replace the post-processor's. */
 zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root);
+/* Then (tok_specials.c): the special tokens tokenizer_config.json (`config`, NULL when there is
+ * none; messages start with src) and the class `cls` (its name without "Fast", "" for none)
+ * name, added as transformers' PreTrainedTokenizerFast.__init__ adds those tokenizer.json's
+ * added_tokens lacks. */
+zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const char *src,
+                                const char *cls);
+/* The class's default for a special token key ("bos_token", ...), or NULL when it has none. */
+const char *tok_class_default(const char *cls, const char *key);
 void tok_free_components(zt_tokenizer_t *t);
 zt_status tok_grow_ids(zt_tokenizer_t *t, int32_t id);
 zt_status tok_set_added_text(zt_tokenizer_t *t, int32_t id, const char *s, size_t len);
+/* Appends an added token matched on s (normalized or raw), as id (-1: one that would need a new
+ * id; origin says who names it and starts the messages). Its special flag is the id's. */
+zt_status tok_add_token(zt_tokenizer_t *t, const char *s, int32_t id, bool normalized,
+                        const char *origin);
 /* The longest added token of the given kind (normalized or raw) that starts at s, or NULL. */
 const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t len,
                                  bool normalized);

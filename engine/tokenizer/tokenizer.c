@@ -92,6 +92,13 @@ static zt_status split_added(zt_tok_worker_t *w, const char *s, size_t len, bool
             i++;
             continue;
         }
+        if (a->id < 0)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: the text holds \"%s\" (%s), which the "
+                            "tokenizer lacks: transformers adds it as a new id past the "
+                            "vocabulary, which the model has no embedding for; add it to "
+                            "tokenizer.json's added_tokens with an id of the model's vocabulary, "
+                            "or remove it from tokenizer_config.json",
+                            t->path, a->s, a->origin);
         ZT_TRY(emit(w, s + start, i - start, first && start == 0, out));
         if (!tok_ids_push(out, a->id))
             return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory");
