@@ -53,9 +53,11 @@ def run_tool(tok_path, mode, payload, *flags):
 
 
 def encode(tok_path, texts, *flags):
-    """ztrain's ids of each text (with the template tokens unless --no-special is given):
-    (id lists, None), or (None, the refusal) when the library refuses."""
-    raw, err = run_tool(tok_path, "encode", frame_docs([t.encode() for t in texts]), *flags)
+    """ztrain's ids of each text (str, or bytes passed as they are), with the template tokens
+    unless --no-special is given: (id lists, None), or (None, the refusal) when the library
+    refuses."""
+    docs = [t if isinstance(t, bytes) else t.encode() for t in texts]
+    raw, err = run_tool(tok_path, "encode", frame_docs(docs), *flags)
     return (None, err.strip()) if raw is None else (parse_ids(raw), None)
 
 
