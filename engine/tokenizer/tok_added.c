@@ -53,20 +53,20 @@ zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src) {
  * stretch between them, and matches the normalized tokens there, by their content normalized the
  * same way (under Llama 2's Prepend("▁") and Replace(" ", "▁"), "hello world" is matched as
  * "▁hello▁world"). `what` names the token in messages. */
-static zt_status prepare_one(zt_tokenizer_t *t, tok_added *a, tok_buf *norm, const char *what) {
+static zt_status prepare_one(zt_tokenizer_t *t, tok_added *a, zt_strbuf *norm, const char *what) {
     a->m = a->s;
     a->mlen = a->len;
     if (a->normalized && t->n_norms > 0) {
         ZT_TRY(tok_normalize(t, a->s, a->len, norm));
-        if (norm->n == 0)
+        if (norm->len == 0)
             return zt_error(ZT_ERR_UNSUPPORTED, "%s (\"%s\"): normalized true and the normalizer "
                             "leaves nothing of it, which ztrain does not match", what, a->s);
-        if (!(a->m = malloc(norm->n))) {
+        if (!(a->m = malloc(norm->len))) {
             a->m = a->s;
             return zt_error(ZT_ERR_NOMEM, "%s: out of memory", what);
         }
-        memcpy(a->m, norm->p, norm->n);
-        a->mlen = norm->n;
+        memcpy(a->m, norm->data, norm->len);
+        a->mlen = norm->len;
     }
     if (a->normalized)
         t->any_norm_added = true;
@@ -77,14 +77,14 @@ static zt_status prepare_one(zt_tokenizer_t *t, tok_added *a, tok_buf *norm, con
 }
 
 zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src) {
-    tok_buf norm = {0};
+    zt_strbuf norm = {0};
     zt_status s = ZT_OK;
     char what[PATH_MAX + 32];
     for (size_t i = 0; i < t->n_added && s == ZT_OK; i++) {
         snprintf(what, sizeof what, "%s: added_tokens[%zu]", src, i);
         s = prepare_one(t, &t->added[i], &norm, what);
     }
-    free(norm.p);
+    zt_strbuf_free(&norm);
     return s;
 }
 
@@ -105,9 +105,9 @@ zt_status tok_add_token(zt_tokenizer_t *t, const char *s, int32_t id, bool norma
     if (a->origin)
         memcpy(a->origin, origin, strlen(origin) + 1);
     t->n_added++;
-    tok_buf norm = {0};
+    zt_strbuf norm = {0};
     zt_status st = prepare_one(t, a, &norm, origin);
-    free(norm.p);
+    zt_strbuf_free(&norm);
     return st;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ztrain/strbuf.h"
 #include "ztrain/tokenizer.h"
 
 /* ---- hash tables (tok_hash.c) ------------------------------------------------------------- */
@@ -76,15 +77,11 @@ int tok_utf8_encode(uint32_t cp, char *out);
 
 /* ---- byte buffers and string lists --------------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} tok_buf;
+/* Empties a worker's buffer for the next text. One that ran out of memory on the last text (the
+ * zt_strbuf latch) is freed instead, so one failed text does not fail every later one. */
+void tok_buf_restart(zt_strbuf *b);
 
-bool tok_buf_reserve(tok_buf *b, size_t extra);
-bool tok_buf_add(tok_buf *b, const void *s, size_t n);
-
-/* Pieces of text: each is buf.p[off .. off+len). `first` marks a piece that starts at offset 0
+/* Pieces of text: each is buf.data[off .. off+len). `first` marks a piece that starts at offset 0
  * of the original text (Metaspace's prepend_scheme "first" looks at it). */
 typedef struct {
     size_t off, len;
@@ -92,7 +89,7 @@ typedef struct {
 } tok_piece;
 
 typedef struct {
-    tok_buf buf;
+    zt_strbuf buf;
     tok_piece *v;
     size_t n, cap;
 } tok_pieces;
@@ -100,7 +97,7 @@ typedef struct {
 bool tok_pieces_add(tok_pieces *p, const char *s, size_t len, bool first);
 /* Piece i's text ("" while the buffer holds nothing, so no offset is applied to NULL). */
 static inline const char *tok_piece_text(const tok_pieces *p, size_t i) {
-    return p->buf.p ? p->buf.p + p->v[i].off : "";
+    return p->buf.data ? p->buf.data + p->v[i].off : "";
 }
 void tok_pieces_clear(tok_pieces *p);
 void tok_pieces_free(tok_pieces *p);
@@ -250,7 +247,8 @@ const char *tok_json_str(const cJSON *j, const char *key);
 
 typedef struct {
     tok_strmap map;            /* word -> index into entries */
-    tok_buf keys;              /* the words' bytes */
+    char *keys;                /* the words' bytes, allocated once (the map borrows them) */
+    size_t n_keys, cap_keys;
     int32_t *ids;              /* the entries' ids, back to back */
     size_t n_ids, cap_ids;
     uint32_t *starts, *counts; /* per entry */
@@ -261,8 +259,8 @@ struct zt_tok_worker {
     const zt_tokenizer_t *t;
     pcre2_match_data *md;
     tok_pieces a, b;           /* pre-tokenizer stages ping-pong between these */
-    tok_buf text, norm;        /* the sanitised text; one normalized segment */
-    tok_buf scratch;           /* a pre-tokenizer's rewritten piece */
+    zt_strbuf text, norm;      /* the sanitised text; one normalized segment */
+    zt_strbuf scratch;         /* a pre-tokenizer's rewritten piece */
     tok_cache cache;
     /* BPE scratch */
     struct tok_sym *syms;
@@ -274,8 +272,8 @@ struct zt_tok_worker {
     size_t cap_spans;
 };
 
-/* Normalizes s into out (cleared first). */
-zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, tok_buf *out);
+/* Normalizes s into out (restarted first). */
+zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, zt_strbuf *out);
 /* Runs the pre-tokenizers over one normalized segment; the result is in *result (w->a or w->b),
  * already mapped to the byte-level alphabet where a ByteLevel pre-tokenizer asks for it. */
 zt_status tok_pre_tokenize(zt_tok_worker_t *w, const char *s, size_t len, bool first,
