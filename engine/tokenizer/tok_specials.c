@@ -260,11 +260,13 @@ static zt_status match_token(zt_tokenizer_t *t, const cfg_token *tk) {
     return tok_add_token(t, tk->content, id, tk->normalized, origin);
 }
 
-static bool in_list(const cfg_list *l, const char *content) {
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->v[i].content, content) == 0)
-            return true;
-    return false;
+/* A text's value in a table keyed by the texts (borrowed), or -1. */
+static int32_t text_get(const tok_strmap *m, const char *text) {
+    return tok_strmap_get(m, text, (uint32_t)strlen(text));
+}
+
+static bool text_put(tok_strmap *m, const char *text, int32_t v) {
+    return tok_strmap_put(m, text, (uint32_t)strlen(text), v);
 }
 
 /* tokenizers' add_tokens on the batch: first each special token whose text is not yet special
@@ -274,18 +276,23 @@ static bool in_list(const cfg_list *l, const char *content) {
  * AddedVocabulary does. `held` is tokenizer.json's added tokens. */
 static zt_status add_batch(zt_tokenizer_t *t, const cfg_list *batch, const cfg_list *held,
                            const char *src) {
-    cfg_list now = {0};     /* the vocabulary's added tokens: id -> token, as added_tokens_map_r */
-    cfg_list special = {0}; /* the special texts, as special_tokens_set */
+    cfg_list now = {0};  /* the vocabulary's added tokens, as added_tokens_map_r has them */
+    tok_strmap at = {0}; /* text -> its index in now */
+    tok_strmap special = {0}; /* the special texts, as special_tokens_set */
+    size_t cap = held->n + batch->n + 1;
     zt_status s = ZT_OK;
+    if (!tok_strmap_init(&at, cap) || !tok_strmap_init(&special, cap))
+        s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
     for (size_t i = 0; i < held->n && s == ZT_OK; i++)
-        if (!list_push(&now, held->v[i]) || (held->v[i].special && !list_push(&special, held->v[i])))
+        if (!text_put(&at, held->v[i].content, (int32_t)now.n) || !list_push(&now, held->v[i]) ||
+            (held->v[i].special && !text_put(&special, held->v[i].content, 1)))
             s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
     for (size_t i = 0; i < batch->n && s == ZT_OK; i++) {
         const cfg_token *tk = &batch->v[i];
-        if (!tk->special || in_list(&special, tk->content))
+        if (!tk->special || text_get(&special, tk->content) >= 0)
             continue;
         s = match_token(t, tk);
-        if (s == ZT_OK && !list_push(&special, *tk))
+        if (s == ZT_OK && !text_put(&special, tk->content, 1))
             s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
         int32_t id = zt_tokenizer_token_id(t, tk->content);
         if (s == ZT_OK && id >= 0)
@@ -293,22 +300,19 @@ static zt_status add_batch(zt_tokenizer_t *t, const cfg_list *batch, const cfg_l
     }
     for (size_t i = 0; i < batch->n && s == ZT_OK; i++) {
         const cfg_token *tk = &batch->v[i];
-        size_t j = 0;
-        while (j < now.n && !same_token(&now.v[j], tk))
-            j++;
-        if (j < now.n)
+        int32_t j = text_get(&at, tk->content);
+        if (j >= 0 && same_token(&now.v[j], tk))
             continue;
-        for (j = 0; j < now.n && strcmp(now.v[j].content, tk->content) != 0; j++)
-            ;
-        if (j < now.n)
+        if (j >= 0)
             now.v[j] = *tk;
-        else if (!list_push(&now, *tk))
+        else if (!text_put(&at, tk->content, (int32_t)now.n) || !list_push(&now, *tk))
             s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
-        if (s == ZT_OK && !in_list(&special, tk->content))
+        if (s == ZT_OK && text_get(&special, tk->content) < 0)
             s = match_token(t, tk);
     }
+    tok_strmap_free(&at);
+    tok_strmap_free(&special);
     free(now.v);
-    free(special.v);
     return s;
 }
 
@@ -376,6 +380,14 @@ zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const ch
         if (tk->is_str)
             tk->normalized = !tk->special;
     }
+    /* tokenizer.json's own tokens handed back change nothing unless a key made one special
+     * (add_tokens finds each equal to itself), so they are left out of the batch: a tokenizer
+     * with thousands of added tokens loads without comparing each with every other. */
+    size_t kept = 0;
+    for (size_t i = 0; i < batch.n && s == ZT_OK; i++)
+        if (atd || i >= n_decoder || batch.v[i].special != t->added[i].special)
+            batch.v[kept++] = batch.v[i];
+    batch.n = kept;
     if (s == ZT_OK)
         s = add_batch(t, &batch, &held, src);
     free(batch.v);
