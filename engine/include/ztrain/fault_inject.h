@@ -53,10 +53,12 @@ static inline void zt_inject_offload_kill(const char *point) {
     raise(SIGKILL);
 }
 
-/* The sleep hooks are named ZTRAIN_INJECT_<MOMENT>_MS and set to N: the program waits N
- * milliseconds at that moment, to hold open a race that a loaded machine can open. The value of
- * the variable `name`: N, or 0 when it is unset, malformed or not positive. A hook that runs on a
- * thread of its own reads it before that thread starts (getenv is not safe beside setenv). */
+/* The hooks that hold a race open are named ZTRAIN_INJECT_<MOMENT>_MS and set to N: the program
+ * waits N milliseconds at that moment, one that a loaded machine can stretch. (The slow rank of
+ * ZTRAIN_INJECT_SLOW_RANK=MS[:RANK], observe/rank_stats.c, is a slowdown of every batch of one
+ * rank, not such a moment.) The value of the variable `name`: N, or 0 when it is unset,
+ * malformed or not positive. A hook that runs on a thread of its own reads it before that thread
+ * starts (getenv is not safe beside setenv). */
 static inline long zt_inject_ms(const char *name) {
     const char *v = getenv(name);
     char *end;
