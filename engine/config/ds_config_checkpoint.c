@@ -43,12 +43,9 @@ static zt_status check_name(const zt_json_obj *o, const char *key, const char *c
 }
 
 /* pipeline_stage is tested with `value in [True, False]`, which also holds for 1, 0, 1.0 and
- * 0.0, Python's numbers equal to the two bools. */
+ * 0.0, Python's numbers equal to the two bools. (A null parallel_write is zt_ds_check_nulls'.) */
 static zt_status check_parallel_write(const zt_json_obj *ckpt) {
     zt_json_obj pw;
-    if (cJSON_IsNull(raw_item(ckpt, "parallel_write")))
-        return zt_json_key_error(ZT_ERR_INVALID, ckpt, "parallel_write", "must be an object, got "
-                                 "null (DeepSpeed fails: 'NoneType' object has no attribute 'get')");
     ZT_TRY(zt_json_child(ckpt, "parallel_write", &pw));
     const cJSON *v = raw_item(&pw, "pipeline_stage");
     if (!v || cJSON_IsBool(v) || (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1)))

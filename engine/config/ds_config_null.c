@@ -59,6 +59,12 @@ static const char *const top_crash[][2] = {
     {"sparse_attention", REMOVED},
 };
 
+/* Keys inside a section whose null DeepSpeed does not survive: checkpoint.parallel_write, which
+ * get_checkpoint_parallel_write_pipeline reads with .get. */
+static const char *const section_crash[][3] = {
+    {"checkpoint", "parallel_write", NO_GET},
+};
+
 /* The fields of DeepSpeed's pydantic sections that take None (Optional in the model); a null at
  * any other field of these sections is the model's validation error. */
 static const char *const zero_nullable[] = {
@@ -127,6 +133,17 @@ zt_status zt_ds_check_nulls(const zt_json_obj *top) {
         if (cJSON_IsNull(v))
             return zt_ds_fail(ZT_ERR_INVALID, top, top_crash[i][0], "%s: key '%s' must not be "
                               "null (%s)", top->source, top_crash[i][0], top_crash[i][1]);
+    }
+    for (size_t i = 0; i < sizeof section_crash / sizeof section_crash[0]; i++) {
+        zt_json_obj o;
+        section(top, section_crash[i][0], &o);
+        const char *key = section_crash[i][1];
+        if (!cJSON_IsNull(o.obj ? cJSON_GetObjectItemCaseSensitive(o.obj, key) : NULL))
+            continue;
+        char path[512];
+        zt_json_key_path(&o, key, path, sizeof path);
+        return zt_ds_fail(ZT_ERR_INVALID, &o, key, "%s: key '%s' must not be null (%s)",
+                          top->source, path, section_crash[i][2]);
     }
     zt_json_obj zero, off, fp16, bf16, sch;
     section(top, "zero_optimization", &zero);

@@ -1,6 +1,8 @@
 /* Added tokens and the post-processor of a tokenizer.json: the tokens matched in the text before
  * the model sees it (special tokens such as <|endoftext|>), and the template that puts BOS/EOS
  * around an encoded sequence (TemplateProcessing). */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,38 +52,63 @@ zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src) {
 /* HF (AddedVocabulary) splits the raw text on the tokens with normalized false, normalizes each
  * stretch between them, and matches the normalized tokens there, by their content normalized the
  * same way (under Llama 2's Prepend("▁") and Replace(" ", "▁"), "hello world" is matched as
- * "▁hello▁world"). */
-zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src) {
-    tok_buf norm = {0};
-    zt_status s = ZT_OK;
-    for (size_t i = 0; i < t->n_added && s == ZT_OK; i++) {
-        tok_added *a = &t->added[i];
-        a->m = a->s;
-        a->mlen = a->len;
-        if (a->normalized && t->n_norms > 0) {
-            s = tok_normalize(t, a->s, a->len, &norm);
-            if (s == ZT_OK && norm.n == 0)
-                s = zt_error(ZT_ERR_UNSUPPORTED,
-                             "%s: added_tokens[%zu] (\"%s\"): normalized true and the normalizer "
-                             "leaves nothing of it, which ztrain does not match",
-                             src, i, a->s);
-            if (s == ZT_OK && !(a->m = malloc(norm.n))) {
-                a->m = a->s;
-                s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
-            }
-            if (s != ZT_OK)
-                break;
-            memcpy(a->m, norm.p, norm.n);
-            a->mlen = norm.n;
+ * "▁hello▁world"). `what` names the token in messages. */
+static zt_status prepare_one(zt_tokenizer_t *t, tok_added *a, zt_strbuf *norm, const char *what) {
+    a->m = a->s;
+    a->mlen = a->len;
+    if (a->normalized && t->n_norms > 0) {
+        ZT_TRY(tok_normalize(t, a->s, a->len, norm));
+        if (norm->len == 0)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s (\"%s\"): normalized true and the normalizer "
+                            "leaves nothing of it, which ztrain does not match", what, a->s);
+        if (!(a->m = malloc(norm->len))) {
+            a->m = a->s;
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", what);
         }
-        if (a->normalized)
-            t->any_norm_added = true;
-        else
-            t->any_raw_added = true;
-        t->added_first[(unsigned char)a->m[0]] |= a->normalized ? 2 : 1;
+        memcpy(a->m, norm->data, norm->len);
+        a->mlen = norm->len;
     }
-    free(norm.p);
+    if (a->normalized)
+        t->any_norm_added = true;
+    else
+        t->any_raw_added = true;
+    t->added_first[(unsigned char)a->m[0]] |= a->normalized ? 2 : 1;
+    return ZT_OK;
+}
+
+zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src) {
+    zt_strbuf norm = {0};
+    zt_status s = ZT_OK;
+    char what[PATH_MAX + 32];
+    for (size_t i = 0; i < t->n_added && s == ZT_OK; i++) {
+        snprintf(what, sizeof what, "%s: added_tokens[%zu]", src, i);
+        s = prepare_one(t, &t->added[i], &norm, what);
+    }
+    zt_strbuf_free(&norm);
     return s;
+}
+
+zt_status tok_add_token(zt_tokenizer_t *t, const char *s, int32_t id, bool normalized,
+                        const char *origin) {
+    tok_added *v = realloc(t->added, (t->n_added + 1) * sizeof *v);
+    if (!v)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", origin);
+    t->added = v;
+    tok_added *a = &v[t->n_added];
+    *a = (tok_added){.len = strlen(s), .id = id, .normalized = normalized};
+    a->s = malloc(a->len + 1);
+    if (!a->s || (id < 0 && !(a->origin = malloc(strlen(origin) + 1)))) {
+        free(a->s);
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", origin);
+    }
+    memcpy(a->s, s, a->len + 1);
+    if (a->origin)
+        memcpy(a->origin, origin, strlen(origin) + 1);
+    t->n_added++;
+    zt_strbuf norm = {0};
+    zt_status st = prepare_one(t, a, &norm, origin);
+    zt_strbuf_free(&norm);
+    return st;
 }
 
 const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t len,

@@ -362,7 +362,7 @@ static void merge_all(zt_tok_worker_t *w, size_t n) {
 static void cache_reset(tok_cache *c) {
     memset(c->map.slots, 0, (c->map.mask + 1) * sizeof *c->map.slots);
     c->map.n = 0;
-    c->keys.n = 0;
+    c->n_keys = 0;
     c->n_ids = 0;
     c->n = 0;
 }
@@ -370,8 +370,9 @@ static void cache_reset(tok_cache *c) {
 static bool cache_ready(tok_cache *c) {
     if (c->map.slots)
         return true;
-    if (!tok_strmap_init(&c->map, CACHE_ENTRIES) || !tok_buf_reserve(&c->keys, CACHE_KEY_BYTES))
+    if (!tok_strmap_init(&c->map, CACHE_ENTRIES) || !(c->keys = malloc(CACHE_KEY_BYTES)))
         return false;
+    c->cap_keys = CACHE_KEY_BYTES;
     c->ids = malloc(CACHE_IDS * sizeof *c->ids);
     c->starts = malloc(CACHE_ENTRIES * sizeof *c->starts);
     c->counts = malloc(CACHE_ENTRIES * sizeof *c->counts);
@@ -383,11 +384,11 @@ static bool cache_ready(tok_cache *c) {
 /* Remembers a word's ids; the key and ids buffers never move (they are allocated once), so the
  * table's borrowed keys stay valid until the whole cache is emptied when one of them fills. */
 static void cache_put(tok_cache *c, const char *s, size_t len, const int32_t *ids, size_t n) {
-    if (c->n == c->cap || c->keys.n + len > c->keys.cap || c->n_ids + n > c->cap_ids)
+    if (c->n == c->cap || c->n_keys + len > c->cap_keys || c->n_ids + n > c->cap_ids)
         cache_reset(c);
-    char *key = c->keys.p + c->keys.n;
+    char *key = c->keys + c->n_keys;
     memcpy(key, s, len);
-    c->keys.n += len;
+    c->n_keys += len;
     c->starts[c->n] = (uint32_t)c->n_ids;
     c->counts[c->n] = (uint32_t)n;
     memcpy(c->ids + c->n_ids, ids, n * sizeof *ids);
@@ -399,7 +400,7 @@ static void cache_put(tok_cache *c, const char *s, size_t len, const int32_t *id
 
 void tok_cache_free(tok_cache *c) {
     tok_strmap_free(&c->map);
-    free(c->keys.p);
+    free(c->keys);
     free(c->ids);
     free(c->starts);
     free(c->counts);

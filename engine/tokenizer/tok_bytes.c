@@ -112,27 +112,11 @@ int tok_utf8_encode(uint32_t cp, char *out) {
     return 4;
 }
 
-bool tok_buf_reserve(tok_buf *b, size_t extra) {
-    if (b->n + extra <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + extra)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p)
-        return false;
-    b->p = p;
-    b->cap = cap;
-    return true;
-}
-
-bool tok_buf_add(tok_buf *b, const void *s, size_t n) {
-    if (!tok_buf_reserve(b, n))
-        return false;
-    if (n)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-    return true;
+void tok_buf_restart(zt_strbuf *b) {
+    if (b->oom)
+        zt_strbuf_free(b);
+    else
+        zt_strbuf_clear(b);
 }
 
 bool tok_pieces_add(tok_pieces *p, const char *s, size_t len, bool first) {
@@ -144,8 +128,9 @@ bool tok_pieces_add(tok_pieces *p, const char *s, size_t len, bool first) {
         p->v = v;
         p->cap = cap;
     }
-    size_t off = p->buf.n;
-    if (!tok_buf_add(&p->buf, s, len))
+    size_t off = p->buf.len;
+    zt_strbuf_append(&p->buf, s, len);
+    if (p->buf.oom)
         return false;
     p->v[p->n++] = (tok_piece){off, len, first};
     return true;
@@ -153,12 +138,12 @@ bool tok_pieces_add(tok_pieces *p, const char *s, size_t len, bool first) {
 
 void tok_pieces_clear(tok_pieces *p) {
     p->n = 0;
-    p->buf.n = 0;
+    tok_buf_restart(&p->buf);
 }
 
 void tok_pieces_free(tok_pieces *p) {
     free(p->v);
-    free(p->buf.p);
+    zt_strbuf_free(&p->buf);
     memset(p, 0, sizeof *p);
 }
 

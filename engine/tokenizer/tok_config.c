@@ -14,19 +14,16 @@
 #include "tok_internal.h"
 
 /* The classes whose __init__ rebuilds the template as "[bos] $A [eos]", with their defaults for
- * a flag or a token the config leaves out. */
+ * a flag the config leaves out (their default tokens are tok_class_default's). */
 typedef struct {
     const char *name;
     bool add_bos, add_eos;
-    const char *bos, *eos;
 } rebuilding_class;
 
 static const rebuilding_class REBUILDING[] = {
-    {"LlamaTokenizer", true, false, "<s>", "</s>"},
-    {"CodeLlamaTokenizer", true, false, "<s>", "</s>"},
-    {"GemmaTokenizer", true, false, "<bos>", "<eos>"},
-    {"GPTNeoXTokenizer", false, false, "<|endoftext|>", "<|endoftext|>"},
-    {"CohereTokenizer", true, false, "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"},
+    {"LlamaTokenizer", true, false},   {"CodeLlamaTokenizer", true, false},
+    {"GemmaTokenizer", true, false},   {"GPTNeoXTokenizer", false, false},
+    {"CohereTokenizer", true, false},
 };
 
 /* The classes that keep tokenizer.json's post-processor: PreTrainedTokenizerFast itself, the
@@ -87,7 +84,7 @@ static zt_status side(zt_tokenizer_t *t, const cJSON *config, const char *src,
     const char *text;
     ZT_TRY(token_text(config, key, src, &present, &text));
     if (!present)
-        text = bos ? c->bos : c->eos;
+        text = tok_class_default(c->name, key);
     free(*ids);
     *ids = NULL;
     *n = 0;
@@ -221,6 +218,12 @@ zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root) {
         s = side(t, config, src, c, true, &t->tmpl_before, &t->n_before);
     if (s == ZT_OK && c)
         s = side(t, config, src, c, false, &t->tmpl_after, &t->n_after);
+    /* The special tokens are the class's and the config's whatever the class does with the
+     * template; with neither file, AutoTokenizer has no class and adds none. */
+    if (s == ZT_OK && (tc || cls[0]) && !config && !(config = empty = cJSON_CreateObject()))
+        s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->path);
+    if (s == ZT_OK && (tc || cls[0]))
+        s = tok_add_config_tokens(t, config, src, cls);
     cJSON_Delete(empty);
     cJSON_Delete(tc);
     cJSON_Delete(mc);

@@ -105,19 +105,28 @@ zt_status tok_parse_decoder(zt_tokenizer_t *t, const cJSON *j, const char *src) 
 }
 
 /* Appends s as UTF-8 with each maximal invalid subpart replaced by U+FFFD (from_utf8_lossy). */
-static bool add_lossy(tok_buf *out, const char *s, size_t n) {
-    bool ok = true;
+static void add_lossy(zt_strbuf *out, const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         size_t bad, v = tok_utf8_valid((const unsigned char *)s + i, n - i, &bad);
         if (v) {
-            ok &= tok_buf_add(out, s + i, v);
+            zt_strbuf_append(out, s + i, v);
             i += v;
         } else {
-            ok &= tok_buf_add(out, "\xef\xbf\xbd", 3);
+            zt_strbuf_append(out, "\xef\xbf\xbd", 3);
             i += bad;
         }
     }
-    return ok;
+}
+
+/* Whether every character of s is one of the byte-level alphabet's. */
+static bool all_bytes(const char *s, size_t len) {
+    for (size_t k = 0; k < len;) {
+        size_t cl;
+        if (tok_char_to_byte(tok_utf8_decode((const unsigned char *)s + k, &cl)) < 0)
+            return false;
+        k += cl;
+    }
+    return true;
 }
 
 static bool is_valid_utf8(const char *s, size_t n) {
@@ -132,39 +141,37 @@ static bool is_valid_utf8(const char *s, size_t n) {
 
 #define PIECE(l, i) tok_piece_text((l), (i)), ((l)->v[i].len)
 
-/* One decoder over the token list `in`, into `out` (cleared first). */
-static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out, tok_buf *tmp) {
+/* One decoder over the token list `in`, into `out` (cleared first); tmp is scratch. False when
+ * memory ran out. */
+static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out, zt_strbuf *tmp) {
     bool ok = true;
     tok_pieces_clear(out);
     switch (d->kind) {
     case TOK_DEC_BYTELEVEL: {
-        tmp->n = 0;
-        tok_buf bytes = {0};
-        for (size_t i = 0; i < in->n && ok; i++) {
+        /* A token with a character outside the alphabet (an added token's) is kept as it is. */
+        zt_strbuf_clear(tmp);
+        zt_strbuf bytes = {0};
+        for (size_t i = 0; i < in->n; i++) {
             const char *s = tok_piece_text(in, i);
-            size_t len = in->v[i].len, start = tmp->n;
-            bool mapped = true;
-            for (size_t k = 0; k < len && mapped;) {
+            size_t len = in->v[i].len;
+            if (!all_bytes(s, len)) {
+                zt_strbuf_append(tmp, s, len);
+                continue;
+            }
+            for (size_t k = 0; k < len;) {
                 size_t cl;
-                int b = tok_char_to_byte(tok_utf8_decode((const unsigned char *)s + k, &cl));
-                if (b < 0)
-                    mapped = false;
-                else
-                    ok &= tok_buf_add(tmp, &(char){(char)b}, 1);
+                zt_strbuf_putc(tmp, (char)tok_char_to_byte(
+                                        tok_utf8_decode((const unsigned char *)s + k, &cl)));
                 k += cl;
             }
-            if (!mapped) {
-                tmp->n = start;
-                ok &= tok_buf_add(tmp, s, len);
-            }
         }
-        ok &= add_lossy(&bytes, tmp->p, tmp->n);
-        ok &= tok_pieces_add(out, bytes.p, bytes.n, false);
-        free(bytes.p);
+        add_lossy(&bytes, tmp->data, tmp->len);
+        ok = !bytes.oom && tok_pieces_add(out, bytes.data, bytes.len, false);
+        zt_strbuf_free(&bytes);
         break;
     }
     case TOK_DEC_BYTEFALLBACK: {
-        tmp->n = 0;
+        zt_strbuf_clear(tmp);
         for (size_t i = 0; i <= in->n && ok; i++) {
             const char *s = i < in->n ? tok_piece_text(in, i) : NULL;
             size_t len = i < in->n ? in->v[i].len : 0;
@@ -180,16 +187,16 @@ static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out,
                 v = v * 16 + (unsigned)h;
             }
             if (is_byte) {
-                ok &= tok_buf_add(tmp, &(char){(char)v}, 1);
+                zt_strbuf_putc(tmp, (char)v);
                 continue;
             }
-            if (tmp->n) {
-                if (is_valid_utf8(tmp->p, tmp->n))
-                    ok &= tok_pieces_add(out, tmp->p, tmp->n, false);
+            if (tmp->len) {
+                if (is_valid_utf8(tmp->data, tmp->len))
+                    ok &= tok_pieces_add(out, tmp->data, tmp->len, false);
                 else
-                    for (size_t k = 0; k < tmp->n; k++)
+                    for (size_t k = 0; k < tmp->len; k++)
                         ok &= tok_pieces_add(out, "\xef\xbf\xbd", 3, false);
-                tmp->n = 0;
+                zt_strbuf_clear(tmp);
             }
             if (s)
                 ok &= tok_pieces_add(out, s, len, false);
@@ -197,30 +204,30 @@ static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out,
         break;
     }
     case TOK_DEC_FUSE:
-        tmp->n = 0;
+        zt_strbuf_clear(tmp);
         for (size_t i = 0; i < in->n; i++)
-            ok &= tok_buf_add(tmp, PIECE(in, i));
-        ok &= tok_pieces_add(out, tmp->p, tmp->n, false);
+            zt_strbuf_append(tmp, PIECE(in, i));
+        ok &= tok_pieces_add(out, tmp->data, tmp->len, false);
         break;
     case TOK_DEC_REPLACE:
     case TOK_DEC_METASPACE:
         for (size_t i = 0; i < in->n && ok; i++) {
             const char *s = tok_piece_text(in, i);
             size_t len = in->v[i].len;
-            tmp->n = 0;
+            zt_strbuf_clear(tmp);
             for (size_t k = 0; k < len;) {
                 if (k + d->alen <= len && memcmp(s + k, d->a, d->alen) == 0) {
                     if (d->kind == TOK_DEC_REPLACE)
-                        ok &= tok_buf_add(tmp, d->b, d->blen);
+                        zt_strbuf_append(tmp, d->b, d->blen);
                     else if (!(i == 0 && d->prepend != TOK_PREPEND_NEVER))
-                        ok &= tok_buf_add(tmp, " ", 1);
+                        zt_strbuf_putc(tmp, ' ');
                     k += d->alen;
                 } else {
-                    ok &= tok_buf_add(tmp, s + k, 1);
+                    zt_strbuf_putc(tmp, s[k]);
                     k++;
                 }
             }
-            ok &= tok_pieces_add(out, tmp->p, tmp->n, false);
+            ok &= tok_pieces_add(out, tmp->data, tmp->len, false);
         }
         break;
     case TOK_DEC_STRIP:
@@ -238,14 +245,14 @@ static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out,
         }
         break;
     }
-    return ok;
+    return ok && !tmp->oom;
 }
 
 zt_status zt_tokenizer_decode(const zt_tokenizer_t *t, const int32_t *ids, size_t n,
                               bool skip_special, char **text, size_t *len) {
     *text = NULL;
     tok_pieces a = {0}, b = {0};
-    tok_buf tmp = {0};
+    zt_strbuf tmp = {0};
     bool ok = true;
     for (size_t i = 0; i < n && ok; i++) {
         int32_t id = ids[i];
@@ -261,21 +268,20 @@ zt_status zt_tokenizer_decode(const zt_tokenizer_t *t, const int32_t *ids, size_
         next = swap;
     }
     /* Without a decoder HF joins the tokens with spaces. */
-    tmp.n = 0;
+    zt_strbuf_clear(&tmp);
     for (size_t i = 0; i < cur->n && ok; i++) {
         if (i > 0 && !t->has_decoder)
-            ok &= tok_buf_add(&tmp, " ", 1);
-        ok &= tok_buf_add(&tmp, PIECE(cur, i));
+            zt_strbuf_putc(&tmp, ' ');
+        zt_strbuf_append(&tmp, PIECE(cur, i));
     }
-    ok &= tok_buf_add(&tmp, "", 1);
     tok_pieces_free(&a);
     tok_pieces_free(&b);
-    if (!ok) {
-        free(tmp.p);
+    if (!ok)
+        zt_strbuf_free(&tmp);
+    size_t n_text = 0;
+    if (!ok || !(*text = zt_strbuf_take(&tmp, &n_text)))
         return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory decoding %zu ids", n);
-    }
-    *text = tmp.p;
     if (len)
-        *len = tmp.n - 1;
+        *len = n_text;
     return ZT_OK;
 }

@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ztrain/strbuf.h"
 #include "ztrain/tokenizer.h"
 
 /* ---- hash tables (tok_hash.c) ------------------------------------------------------------- */
@@ -76,15 +77,11 @@ int tok_utf8_encode(uint32_t cp, char *out);
 
 /* ---- byte buffers and string lists --------------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} tok_buf;
+/* Empties a worker's buffer for the next text. One that ran out of memory on the last text (the
+ * zt_strbuf latch) is freed instead, so one failed text does not fail every later one. */
+void tok_buf_restart(zt_strbuf *b);
 
-bool tok_buf_reserve(tok_buf *b, size_t extra);
-bool tok_buf_add(tok_buf *b, const void *s, size_t n);
-
-/* Pieces of text: each is buf.p[off .. off+len). `first` marks a piece that starts at offset 0
+/* Pieces of text: each is buf.data[off .. off+len). `first` marks a piece that starts at offset 0
  * of the original text (Metaspace's prepend_scheme "first" looks at it). */
 typedef struct {
     size_t off, len;
@@ -92,7 +89,7 @@ typedef struct {
 } tok_piece;
 
 typedef struct {
-    tok_buf buf;
+    zt_strbuf buf;
     tok_piece *v;
     size_t n, cap;
 } tok_pieces;
@@ -100,7 +97,7 @@ typedef struct {
 bool tok_pieces_add(tok_pieces *p, const char *s, size_t len, bool first);
 /* Piece i's text ("" while the buffer holds nothing, so no offset is applied to NULL). */
 static inline const char *tok_piece_text(const tok_pieces *p, size_t i) {
-    return p->buf.p ? p->buf.p + p->v[i].off : "";
+    return p->buf.data ? p->buf.data + p->v[i].off : "";
 }
 void tok_pieces_clear(tok_pieces *p);
 void tok_pieces_free(tok_pieces *p);
@@ -162,12 +159,15 @@ typedef struct {
 } tok_dec;
 
 /* An added token: its content s, and the text it is matched on, m: s itself, or for a
- * normalized token s run through the normalizers (HF matches those in the normalized text). */
+ * normalized token s run through the normalizers (HF matches those in the normalized text).
+ * id -1 marks a token tokenizer_config.json names that the tokenizer lacks: transformers gives
+ * it a new id past the vocabulary, so ztrain refuses a text holding it, naming `origin`. */
 typedef struct {
     char *s, *m;
     size_t len, mlen;
     int32_t id;
     bool special, normalized;
+    char *origin;
 } tok_added;
 
 struct zt_tokenizer {
@@ -215,9 +215,21 @@ zt_status tok_prepare_added(zt_tokenizer_t *t, const char *src);
 /* After the whole tokenizer.json (root) is loaded (tok_config.c): the template of the tokenizer
  * class AutoTokenizer picks from the files beside it, which may replace the post-processor's. */
 zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root);
+/* Then (tok_specials.c): the special tokens tokenizer_config.json (`config`, NULL when there is
+ * none; messages start with src) and the class `cls` (its name without "Fast", "" for none)
+ * name, added as transformers' PreTrainedTokenizerFast.__init__ adds those tokenizer.json's
+ * added_tokens lacks. */
+zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const char *src,
+                                const char *cls);
+/* The class's default for a special token key ("bos_token", ...), or NULL when it has none. */
+const char *tok_class_default(const char *cls, const char *key);
 void tok_free_components(zt_tokenizer_t *t);
 zt_status tok_grow_ids(zt_tokenizer_t *t, int32_t id);
 zt_status tok_set_added_text(zt_tokenizer_t *t, int32_t id, const char *s, size_t len);
+/* Appends an added token matched on s (normalized or raw), as id (-1: one that would need a new
+ * id; origin says who names it and starts the messages). Its special flag is the id's. */
+zt_status tok_add_token(zt_tokenizer_t *t, const char *s, int32_t id, bool normalized,
+                        const char *origin);
 /* The longest added token of the given kind (normalized or raw) that starts at s, or NULL. */
 const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t len,
                                  bool normalized);
@@ -235,7 +247,8 @@ const char *tok_json_str(const cJSON *j, const char *key);
 
 typedef struct {
     tok_strmap map;            /* word -> index into entries */
-    tok_buf keys;              /* the words' bytes */
+    char *keys;                /* the words' bytes, allocated once (the map borrows them) */
+    size_t n_keys, cap_keys;
     int32_t *ids;              /* the entries' ids, back to back */
     size_t n_ids, cap_ids;
     uint32_t *starts, *counts; /* per entry */
@@ -246,8 +259,8 @@ struct zt_tok_worker {
     const zt_tokenizer_t *t;
     pcre2_match_data *md;
     tok_pieces a, b;           /* pre-tokenizer stages ping-pong between these */
-    tok_buf text, norm;        /* the sanitised text; one normalized segment */
-    tok_buf scratch;           /* a pre-tokenizer's rewritten piece */
+    zt_strbuf text, norm;      /* the sanitised text; one normalized segment */
+    zt_strbuf scratch;         /* a pre-tokenizer's rewritten piece */
     tok_cache cache;
     /* BPE scratch */
     struct tok_sym *syms;
@@ -259,8 +272,8 @@ struct zt_tok_worker {
     size_t cap_spans;
 };
 
-/* Normalizes s into out (cleared first). */
-zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, tok_buf *out);
+/* Normalizes s into out (restarted first). */
+zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, zt_strbuf *out);
 /* Runs the pre-tokenizers over one normalized segment; the result is in *result (w->a or w->b),
  * already mapped to the byte-level alphabet where a ByteLevel pre-tokenizer asks for it. */
 zt_status tok_pre_tokenize(zt_tok_worker_t *w, const char *s, size_t len, bool first,

@@ -78,6 +78,7 @@ void zt_tokenizer_destroy(zt_tokenizer_t *t) {
         if (t->added[i].m != t->added[i].s)
             free(t->added[i].m);
         free(t->added[i].s);
+        free(t->added[i].origin);
     }
     free(t->added);
     for (size_t i = 0; i < t->n_norms; i++) {
@@ -104,7 +105,8 @@ int32_t zt_tokenizer_vocab_size(const zt_tokenizer_t *t) { return t->n_ids; }
 int32_t zt_tokenizer_token_id(const zt_tokenizer_t *t, const char *token) {
     size_t len = strlen(token);
     for (size_t i = 0; i < t->n_added; i++)
-        if (t->added[i].len == len && memcmp(t->added[i].s, token, len) == 0)
+        if (t->added[i].id >= 0 && t->added[i].len == len &&
+            memcmp(t->added[i].s, token, len) == 0)
             return t->added[i].id;
     return tok_strmap_get(&t->vocab, token, (uint32_t)len);
 }

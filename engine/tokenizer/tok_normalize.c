@@ -90,49 +90,51 @@ zt_status tok_parse_normalizer(zt_tokenizer_t *t, const cJSON *j, const char *sr
     return add_norm(t, n, src);
 }
 
-static void replace_all(const char *s, size_t len, const tok_norm *n, tok_buf *out, bool *ok) {
+static void replace_all(const char *s, size_t len, const tok_norm *n, zt_strbuf *out) {
     for (size_t i = 0; i < len;) {
         if (i + n->alen <= len && memcmp(s + i, n->a, n->alen) == 0) {
-            *ok &= tok_buf_add(out, n->b, n->blen);
+            zt_strbuf_append(out, n->b, n->blen);
             i += n->alen;
         } else {
-            *ok &= tok_buf_add(out, s + i, 1);
+            zt_strbuf_putc(out, s[i]);
             i++;
         }
     }
 }
 
-zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, tok_buf *out) {
-    out->n = 0;
-    bool ok = tok_buf_add(out, s, len);
-    tok_buf tmp = {0};
+zt_status tok_normalize(const zt_tokenizer_t *t, const char *s, size_t len, zt_strbuf *out) {
+    tok_buf_restart(out);
+    zt_strbuf_append(out, s, len);
+    zt_strbuf tmp = {0};
+    bool ok = !out->oom;
     for (size_t k = 0; k < t->n_norms && ok; k++) {
         const tok_norm *n = &t->norms[k];
-        tmp.n = 0;
+        zt_strbuf_clear(&tmp);
         if (n->kind == TOK_NORM_UNICODE) {
-            if (out->n == 0)
+            if (out->len == 0)
                 continue;
             size_t len = 0;
-            uint8_t *u = u8_normalize((uninorm_t)n->form, (const uint8_t *)out->p, out->n, NULL,
-                                      &len);
+            uint8_t *u = u8_normalize((uninorm_t)n->form, (const uint8_t *)out->data, out->len,
+                                      NULL, &len);
             if (!u) {
                 ok = false;
                 break;
             }
-            ok &= tok_buf_add(&tmp, u, len);
+            zt_strbuf_append(&tmp, u, len);
             free(u);
         } else if (n->kind == TOK_NORM_PREPEND) {
-            if (out->n == 0)
+            if (out->len == 0)
                 continue;
-            ok &= tok_buf_add(&tmp, n->a, n->alen);
-            ok &= tok_buf_add(&tmp, out->p, out->n);
+            zt_strbuf_append(&tmp, n->a, n->alen);
+            zt_strbuf_append(&tmp, out->data, out->len);
         } else {
-            replace_all(out->p, out->n, n, &tmp, &ok);
+            replace_all(out->data, out->len, n, &tmp);
         }
-        tok_buf swap = *out;
+        ok = !tmp.oom;
+        zt_strbuf swap = *out;
         *out = tmp;
         tmp = swap;
     }
-    free(tmp.p);
+    zt_strbuf_free(&tmp);
     return ok ? ZT_OK : zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory normalizing");
 }

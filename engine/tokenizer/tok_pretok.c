@@ -248,56 +248,63 @@ static zt_status split_piece(zt_tok_worker_t *w, const tok_pre *p, const char *s
 /* ByteLevel: the optional prefix space, GPT-2's split, then every byte to its stand-in. */
 static zt_status byte_level(zt_tok_worker_t *w, const tok_pre *p, const char *s, size_t len,
                             bool first, tok_pieces *out) {
-    tok_buf *tmp = &w->scratch;
+    zt_strbuf *tmp = &w->scratch;
     if (p->add_prefix_space && s[0] != ' ') {
-        tmp->n = 0;
-        if (!tok_buf_add(tmp, " ", 1) || !tok_buf_add(tmp, s, len))
+        tok_buf_restart(tmp);
+        zt_strbuf_putc(tmp, ' ');
+        zt_strbuf_append(tmp, s, len);
+        if (tmp->oom)
             return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory");
-        s = tmp->p;
-        len = tmp->n;
+        s = tmp->data;
+        len = tmp->len;
     }
     size_t start = out->n;
     if (p->re)
         ZT_TRY(split_piece(w, p, s, len, first, out));
     else if (!tok_pieces_add(out, s, len, first))
         return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory");
-    /* Map the new pieces in place of themselves: each byte grows to at most two. */
+    /* Map the new pieces in place of themselves: each byte grows to at most two, written into
+     * the room reserved for them (then the NUL the buffer keeps after its bytes). */
+    zt_strbuf *b = &out->buf;
     for (size_t i = start; i < out->n; i++) {
         tok_piece *pc = &out->v[i];
         size_t need = 0;
         for (size_t k = 0; k < pc->len; k++)
-            need += tok_byte_to_char[(unsigned char)out->buf.p[pc->off + k]].len;
-        if (!tok_buf_reserve(&out->buf, need))
+            need += tok_byte_to_char[(unsigned char)b->data[pc->off + k]].len;
+        if (!zt_strbuf_reserve(b, need))
             return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory");
-        size_t off = out->buf.n;
+        size_t off = b->len;
         for (size_t k = 0; k < pc->len; k++) {
-            const tok_bytechar *c = &tok_byte_to_char[(unsigned char)out->buf.p[pc->off + k]];
-            memcpy(out->buf.p + out->buf.n, c->s, c->len);
-            out->buf.n += c->len;
+            const tok_bytechar *c = &tok_byte_to_char[(unsigned char)b->data[pc->off + k]];
+            memcpy(b->data + b->len, c->s, c->len);
+            b->len += c->len;
         }
+        b->data[b->len] = '\0';
         pc->off = off;
-        pc->len = out->buf.n - off;
+        pc->len = b->len - off;
     }
     return ZT_OK;
 }
 
 static zt_status metaspace(zt_tok_worker_t *w, const tok_pre *p, const char *s, size_t len,
                            bool first, tok_pieces *out) {
-    tok_buf *tmp = &w->scratch;
-    tmp->n = 0;
-    bool ok = true;
+    zt_strbuf *tmp = &w->scratch;
+    tok_buf_restart(tmp);
     bool starts = len >= 1 && s[0] == ' ';
     bool starts_repl = len >= p->repl_len && memcmp(s, p->repl, p->repl_len) == 0;
     if (!starts && !starts_repl &&
         (p->prepend == TOK_PREPEND_ALWAYS || (p->prepend == TOK_PREPEND_FIRST && first)))
-        ok &= tok_buf_add(tmp, p->repl, p->repl_len);
+        zt_strbuf_append(tmp, p->repl, p->repl_len);
     for (size_t i = 0; i < len; i++)
-        ok &= s[i] == ' ' ? tok_buf_add(tmp, p->repl, p->repl_len) : tok_buf_add(tmp, s + i, 1);
-    if (!ok)
+        if (s[i] == ' ')
+            zt_strbuf_append(tmp, p->repl, p->repl_len);
+        else
+            zt_strbuf_putc(tmp, s[i]);
+    if (tmp->oom)
         return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory");
     if (p->split)
-        return split_piece(w, p, tmp->p, tmp->n, first, out);
-    return tok_pieces_add(out, tmp->p, tmp->n, first) ? ZT_OK
+        return split_piece(w, p, tmp->data, tmp->len, first, out);
+    return tok_pieces_add(out, tmp->data, tmp->len, first) ? ZT_OK
                                                       : zt_error(ZT_ERR_NOMEM, "tokenizer: oom");
 }
 

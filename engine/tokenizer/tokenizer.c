@@ -28,9 +28,9 @@ void zt_tok_worker_destroy(zt_tok_worker_t *w) {
     pcre2_match_data_free(w->md);
     tok_pieces_free(&w->a);
     tok_pieces_free(&w->b);
-    free(w->text.p);
-    free(w->norm.p);
-    free(w->scratch.p);
+    zt_strbuf_free(&w->text);
+    zt_strbuf_free(&w->norm);
+    zt_strbuf_free(&w->scratch);
     tok_cache_free(&w->cache);
     free(w->syms);
     free(w->heap);
@@ -40,10 +40,10 @@ void zt_tok_worker_destroy(zt_tok_worker_t *w) {
 
 /* The text as valid UTF-8 in w->text, each maximal invalid subpart replaced by U+FFFD. */
 static zt_status repair_utf8(zt_tok_worker_t *w, const char *s, size_t len, size_t *n_bad) {
-    w->text.n = 0;
+    tok_buf_restart(&w->text);
     if (len == 0)
         return ZT_OK;
-    bool ok = tok_buf_reserve(&w->text, len);
+    bool ok = zt_strbuf_reserve(&w->text, len);
     size_t start = 0;
     for (size_t i = 0; i < len && ok;) {
         unsigned char c = (unsigned char)s[i];
@@ -56,14 +56,15 @@ static zt_status repair_utf8(zt_tok_worker_t *w, const char *s, size_t len, size
             i += v;
             continue;
         }
-        ok &= tok_buf_add(&w->text, s + start, i - start);
-        ok &= tok_buf_add(&w->text, "\xef\xbf\xbd", 3);
+        zt_strbuf_append(&w->text, s + start, i - start);
+        zt_strbuf_append(&w->text, "\xef\xbf\xbd", 3);
+        ok = !w->text.oom;
         (*n_bad)++;
         i += bad;
         start = i;
     }
-    ok &= tok_buf_add(&w->text, s + start, len - start);
-    return ok ? ZT_OK : zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", len);
+    zt_strbuf_append(&w->text, s + start, len - start);
+    return !w->text.oom ? ZT_OK : zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", len);
 }
 
 /* Pre-tokenizes and runs BPE on one stretch of normalized text without added tokens. */
@@ -92,6 +93,13 @@ static zt_status split_added(zt_tok_worker_t *w, const char *s, size_t len, bool
             i++;
             continue;
         }
+        if (a->id < 0)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: the text holds \"%s\" (%s), which the "
+                            "tokenizer lacks: transformers adds it as a new id past the "
+                            "vocabulary, which the model has no embedding for; add it to "
+                            "tokenizer.json's added_tokens with an id of the model's vocabulary, "
+                            "or remove it from tokenizer_config.json",
+                            t->path, a->s, a->origin);
         ZT_TRY(emit(w, s + start, i - start, first && start == 0, out));
         if (!tok_ids_push(out, a->id))
             return zt_error(ZT_ERR_NOMEM, "tokenizer: out of memory");
@@ -110,7 +118,7 @@ static zt_status encode_segment(zt_tok_worker_t *w, const char *s, size_t len, b
     if (w->t->n_norms == 0)
         return split_added(w, s, len, true, first, out, encode_plain);
     ZT_TRY(tok_normalize(w->t, s, len, &w->norm));
-    return split_added(w, w->norm.p, w->norm.n, true, first, out, encode_plain);
+    return split_added(w, w->norm.data, w->norm.len, true, first, out, encode_plain);
 }
 
 zt_status zt_tok_encode(zt_tok_worker_t *w, const char *text, size_t len, bool add_special,
@@ -122,10 +130,10 @@ zt_status zt_tok_encode(zt_tok_worker_t *w, const char *text, size_t len, bool a
     if (s == ZT_OK && add_special)
         for (size_t i = 0; i < t->n_before; i++)
             ok &= tok_ids_push(out, t->tmpl_before[i]);
-    if (s == ZT_OK && ok && w->text.n > 0) {
+    if (s == ZT_OK && ok && w->text.len > 0) {
         /* The stages below write to the worker's other buffers, never to w->text, so the
          * repaired text is read in place. */
-        s = split_added(w, w->text.p, w->text.n, false, true, out, encode_segment);
+        s = split_added(w, w->text.data, w->text.len, false, true, out, encode_segment);
     }
     if (s == ZT_OK && add_special)
         for (size_t i = 0; i < t->n_after; i++)

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ztrain/fault_inject.h"
 #include "ztrain/fsutil.h"
 #include "ztrain/tmp_paths.h"
 
@@ -25,7 +26,7 @@ static tracked *paths;
 static bool removing_on_signals;     /* zt_tmp_remove_on_signals ran: the signals are ours */
 static atomic_bool signal_taken;     /* the signals' thread has one and is about to remove */
 static int signal_fd = -1;           /* the signals' thread reads SIGINT/SIGTERM from it */
-static bool signal_late;             /* ZTRAIN_INJECT_SIGNAL_LATE (tests): a slow signals' thread */
+static long signal_late_ms;          /* ZTRAIN_INJECT_SIGNAL_LATE_MS (tests): a slow signals' thread */
 
 void zt_tmp_track(const char *path) {
     tracked *t = malloc(sizeof *t);
@@ -123,8 +124,8 @@ static void *remover(void *arg) {
     struct pollfd p = {.fd = signal_fd, .events = POLLIN};
     while (poll(&p, 1, -1) != 1) /* only EINTR (or a passing ENOMEM) returns anything else */
         ;
-    if (signal_late) /* as a loaded machine can stall it, between seeing the signal and taking it */
-        nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+    /* As a loaded machine can stall it, between seeing the signal and taking it. */
+    zt_inject_sleep_ms(signal_late_ms);
     atomic_store(&signal_taken, true);
     struct signalfd_siginfo info;
     ssize_t n;
@@ -140,7 +141,7 @@ static void *remover(void *arg) {
 zt_status zt_tmp_remove_on_signals(void) {
     sigset_t set;
     stop_signals(&set);
-    signal_late = getenv("ZTRAIN_INJECT_SIGNAL_LATE") != NULL;
+    signal_late_ms = zt_inject_signal_late_ms();
     int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
     if (rc == 0 && (signal_fd = signalfd(-1, &set, SFD_CLOEXEC)) < 0)
         rc = errno;

@@ -21,7 +21,6 @@ Run: make test-deepspeed, or ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/te
 """
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -36,6 +35,7 @@ reexec_in_venv(".venv-ds", "scripts/install-deps.sh deepspeed")
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import torch  # noqa: E402
 from ztref import Checker, read_metrics, run, tool, write_job, write_llmc_tokens  # noqa: E402
+from ports import free_port  # noqa: E402
 
 T, B, GAS, W, STEPS, LR = 16, 2, 2, 2, 10, 1e-2
 N_SAMPLES = STEPS * W * GAS * B
@@ -137,12 +137,6 @@ def deepspeed_rank(d, rank, port):
         with open(f"{d}/deepspeed.json", "w") as f:
             json.dump(out, f)
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():

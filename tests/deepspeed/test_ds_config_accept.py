@@ -17,7 +17,6 @@ Run: make test-deepspeed, or ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/te
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ reexec_in_venv(".venv-ds", "scripts/install-deps.sh deepspeed")
 
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 from ztref import Checker, tool  # noqa: E402
+from ports import free_port  # noqa: E402
 
 BASE = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 1000000}
 OFFLOAD = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
@@ -235,12 +235,6 @@ for name, cfg, how in cases:
         out[name] = f"{type(e).__name__}: {e}".replace("\n", " | ")[:300]
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def deepspeed_verdicts(tmp):

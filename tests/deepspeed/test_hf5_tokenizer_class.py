@@ -11,7 +11,6 @@ Run: ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/test_hf5_tokenizer_class.p
 """
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import transformers  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: E402
 
+import toktool  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -45,21 +45,6 @@ def make_dir(d):
         single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                             unk_token="<unk>").save_pretrained(d)
-
-
-def zt_encode(d):
-    with open(f"{d}/in.bin", "wb") as f:
-        f.write(b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in TEXTS))
-    p = subprocess.run([tool("zt_tok_tool"), f"{d}/tokenizer.json", "encode", f"{d}/in.bin",
-                        f"{d}/out.bin"], capture_output=True, text=True)
-    if p.returncode != 0:
-        return p.stderr.strip()
-    raw, out, off = open(f"{d}/out.bin", "rb").read(), [], 0
-    while off < len(raw):
-        (n,) = struct.unpack_from("<I", raw, off)
-        out.append(list(struct.unpack_from(f"<{n}i", raw, off + 4)))
-        off += 4 + 4 * n
-    return out
 
 
 def main():
@@ -83,8 +68,9 @@ def main():
                 json.dump(cfg, f)
             hf = AutoTokenizer.from_pretrained(base)
             want = [hf(t)["input_ids"] for t in TEXTS]
-            got = zt_encode(base)
-            ck.check(got == want, f"{what}: ztrain's ids are transformers 5's ({got} vs {want})")
+            got, err = toktool.encode(f"{base}/tokenizer.json", TEXTS)
+            ck.check(got == want, f"{what}: ztrain's ids are transformers 5's ({got or err} vs "
+                     f"{want})")
             p = subprocess.run([tool("ztrain"), "prepare", "--tokenizer",
                                 f"{base}/tokenizer.json", "--out", f"{top}/out", "--overwrite",
                                 f"{base}/tokenizer_config.json"], capture_output=True, text=True)

@@ -16,7 +16,6 @@ Run: ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/test_torchrun_cli.py (make
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 from ztref import Checker, read_metrics, tool, write_job  # noqa: E402
+from ports import free_port  # noqa: E402
 
 sys.stdout.reconfigure(line_buffering=True)
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -44,21 +44,6 @@ def env():
     e = {k: v for k, v in os.environ.items() if k not in IDENTITY}
     e.update(OMP_NUM_THREADS="1", ZTRAIN_COMM_TIMEOUT_S="60")
     return e
-
-
-def free_port():
-    """A port p with p and p+1 free now (the static agent takes p, ztrain's store p+1)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no two adjacent free ports")
 
 
 def losses(out_dir):
@@ -108,11 +93,11 @@ def main():
     ck.check(ref.returncode == 0 and len(want) == 6,
              f"`ztrain run` of the job trains ({ref.returncode}) {ref.stderr.strip()[-300:]}")
 
-    port = free_port()
+    port = free_port(2)  # the static agent takes port, ztrain's store port + 1
     static = [[TORCHRUN, "--nnodes=2", "--nproc-per-node=1", f"--node-rank={n}",
                "--master-addr=127.0.0.1", f"--master-port={port}", "--no-python", WORKER,
                "job.json", "--out", "static"] for n in (0, 1)]
-    c10d_port = free_port()
+    c10d_port = free_port(2)
     c10d = [[TORCHRUN, "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
              f"--rdzv-endpoint=127.0.0.1:{c10d_port}", "--rdzv-id=ztrain-test", "--no-python",
              WORKER, "job.json", "--out", f"c10d{n}"] for n in (0, 1)]

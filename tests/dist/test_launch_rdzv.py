@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 from ztref import Checker, read_metrics, tool, write_job  # noqa: E402
+from ports import free_port  # noqa: E402
 
 sys.stdout.reconfigure(line_buffering=True)
 ZTRAIN = os.path.abspath(tool("ztrain"))
@@ -74,27 +75,6 @@ def base_env(**extra):
     env["OMP_NUM_THREADS"] = "1"
     env.update({k: str(v) for k, v in extra.items()})
     return env
-
-
-def free_port(span=1):
-    """A port p with p .. p+span-1 free right now (torchrun's agent takes p, ztrain p+1)."""
-    import socket
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p + span > 65535:
-            continue
-        ok = True
-        for q in range(p + 1, p + span):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", q))
-                except OSError:
-                    ok = False
-        if ok:
-            return p
-    raise SystemExit("no free ports")
 
 
 def new_case(lr=1e-3, max_steps=6, sub=None):

@@ -24,7 +24,7 @@ reexec_in_venv()
 
 import torch  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
-from transformers import AutoConfig, PreTrainedTokenizerFast  # noqa: E402
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from chat_templates import QWEN2  # noqa: E402
@@ -104,6 +104,9 @@ with tempfile.TemporaryDirectory() as d:
     wid = tok.token_to_id(word)
     json.dump({"chat_template": QWEN2, "eos_token": word},
               open(f"{d}/hf/tokenizer_config.json", "w"))
+    # The directory as transformers now loads it: the word, named as eos_token, is a special
+    # token, which the reply's decode skips.
+    hf_tok = AutoTokenizer.from_pretrained(f"{d}/hf")
     with torch.no_grad():
         model.lm_head.weight[wid] *= 50.0
     model.save_pretrained(f"{d}/hf", safe_serialization=True)

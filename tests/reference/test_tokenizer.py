@@ -30,7 +30,6 @@ Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_tokenizer.py
 import json
 import os
 import random
-import struct
 import subprocess
 import sys
 import tempfile
@@ -45,9 +44,8 @@ from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,  # noqa:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tokcorpus  # noqa: E402
+import toktool  # noqa: E402
 
-BUILD = os.environ.get("ZTRAIN_BUILD", "build")
-TOOL = os.path.join(BUILD, "zt_tok_tool")
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -158,56 +156,15 @@ def train_prefix(texts):
     return tok
 
 
-def frame_docs(docs):
-    return b"".join(struct.pack("<I", len(d)) + d for d in docs)
-
-
-def frame_ids(lists):
-    return b"".join(struct.pack("<I", len(ids)) + struct.pack("<%di" % len(ids), *ids)
-                    for ids in lists)
-
-
-def run_tool(tok_path, mode, payload, *flags):
-    with tempfile.TemporaryDirectory() as d:
-        src, dst = os.path.join(d, "in"), os.path.join(d, "out")
-        with open(src, "wb") as f:
-            f.write(payload)
-        r = subprocess.run([TOOL, tok_path, mode, src, dst, *flags], capture_output=True,
-                           text=True, timeout=120)
-        if r.returncode != 0:
-            return None, r.stderr
-        with open(dst, "rb") as f:
-            return f.read(), r.stderr
-
-
-def parse_ids(raw):
-    out, off = [], 0
-    while off < len(raw):
-        (n,) = struct.unpack_from("<I", raw, off)
-        out.append(list(struct.unpack_from("<%di" % n, raw, off + 4)))
-        off += 4 + 4 * n
-    return out
-
-
-def parse_texts(raw):
-    out, off = [], 0
-    while off < len(raw):
-        (n,) = struct.unpack_from("<I", raw, off)
-        out.append(raw[off + 4:off + 4 + n].decode("utf-8"))
-        off += 4 + n
-    return out
-
-
 def compare_encodings(name, tok, path, docs, specials=(True, False), thread_counts=("1", "2")):
     texts = [d.decode("utf-8", errors="replace") for d in docs]
     for special in specials:
         want = [e.ids for e in tok.encode_batch(texts, add_special_tokens=special)]
         for threads in thread_counts:
             flags = ["--threads", threads] + ([] if special else ["--no-special"])
-            raw, err = run_tool(path, "encode", frame_docs(docs), *flags)
-            if not check(raw is not None, f"{name}: encode failed: {err}"):
+            got, err = toktool.encode(path, docs, *flags)
+            if not check(got is not None, f"{name}: encode failed: {err}"):
                 return
-            got = parse_ids(raw)
             bad = [i for i in range(len(docs)) if got[i] != want[i]]
             check(not bad, f"{name}: special={special} threads={threads}: {len(bad)} of "
                   f"{len(docs)} documents differ; first {docs[bad[0]]!r}: ztrain "
@@ -218,11 +175,9 @@ def compare_encodings(name, tok, path, docs, specials=(True, False), thread_coun
 def compare_decodings(name, tok, path, id_lists):
     for skip in (True, False):
         want = tok.decode_batch(id_lists, skip_special_tokens=skip)
-        raw, err = run_tool(path, "decode", frame_ids(id_lists),
-                            *([] if skip else ["--keep-special"]))
-        if not check(raw is not None, f"{name}: decode failed: {err}"):
+        got, err = toktool.decode(path, id_lists, *([] if skip else ["--keep-special"]))
+        if not check(got is not None, f"{name}: decode failed: {err}"):
             return
-        got = parse_texts(raw)
         bad = [i for i in range(len(id_lists)) if got[i] != want[i]]
         check(not bad, f"{name}: decode skip_special={skip}: {len(bad)} of {len(id_lists)} "
               f"differ; first ids {id_lists[bad[0]][:20]}: ztrain {got[bad[0]]!r} HF "
@@ -338,7 +293,7 @@ def check_refused(d, base_json, mutate, expect):
     path = os.path.join(d, "bad.json")
     with open(path, "w") as f:
         json.dump(j, f)
-    r = subprocess.run([TOOL, path, "vocab"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([toktool.TOOL, path, "vocab"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 1 and expect in r.stderr,
           f"refusal: expected exit 1 with {expect!r}, got {r.returncode}: {r.stderr.strip()}")
 
@@ -377,8 +332,8 @@ def main():
             if name in ("gpt2", "llama3"):
                 want = [x.decode("utf-8", errors="replace") for x in docs]
                 plain = [e.ids for e in tok.encode_batch(want, add_special_tokens=False)]
-                raw, err = run_tool(path, "decode", frame_ids(plain), "--keep-special")
-                back = parse_texts(raw) if raw is not None else []
+                back, err = toktool.decode(path, plain, "--keep-special")
+                back = back or []
                 n_bad = sum(1 for a, b in zip(back, want) if a != b) + len(want) - len(back)
                 check(n_bad == 0, f"{name}: {n_bad} documents do not round-trip: {err}")
             print(f"{name}: {len(docs)} documents, vocab {vocab}: encode and decode agree")

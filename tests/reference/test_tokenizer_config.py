@@ -39,6 +39,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoTokenizer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import toktool  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -91,22 +92,6 @@ def hf_load(d):
         return None, f"{type(e).__name__}: {e}"
 
 
-def zt_encode(d, texts):
-    docs = b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in texts)
-    with open(f"{d}/in.bin", "wb") as f:
-        f.write(docs)
-    p = subprocess.run([tool("zt_tok_tool"), f"{d}/tokenizer.json", "encode", f"{d}/in.bin",
-                        f"{d}/out.bin"], capture_output=True, text=True)
-    if p.returncode != 0:
-        return None, p.stderr.strip()
-    raw, out, off = open(f"{d}/out.bin", "rb").read(), [], 0
-    while off < len(raw):
-        (n,) = struct.unpack_from("<I", raw, off)
-        out.append(list(struct.unpack_from(f"<{n}i", raw, off + 4)))
-        off += 4 + 4 * n
-    return out, None
-
-
 def read_tokens(prefix):
     data = open(prefix + ".bin", "rb").read()
     magic, _, n = struct.unpack("<3i", data[:12])
@@ -155,7 +140,7 @@ with tempfile.TemporaryDirectory() as d:
         what = (f"{cls or 'model_type llama'} add_bos_token {bos} add_eos_token {eos} "
                 f"tokens {tok_keys}")
         hf, hf_err = hf_load(d)
-        got, err = zt_encode(d, TEXTS)
+        got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
         if hf is None:
             flag = "add_bos_token" if "add_bos_token" in hf_err else "add_eos_token"
             ck.check(got is None and flag in err,
@@ -178,7 +163,7 @@ with tempfile.TemporaryDirectory() as d:
     n_vocab = Tokenizer.from_file(f"{d}/tokenizer.json").get_vocab_size()
     ck.check(hf is not None and hf("x")["input_ids"][0] == n_vocab,
              f"Gemma without <bos>: transformers adds it as id {hf and hf('x')['input_ids'][0]}")
-    got, err = zt_encode(d, TEXTS)
+    got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
     ck.check(got is None and "bos_token" in err and "<bos>" in err,
              f"Gemma without <bos>: ztrain refuses naming it: {err}")
 
@@ -187,7 +172,7 @@ with tempfile.TemporaryDirectory() as d:
     for cls, eos in (("LlamaTokenizerFast", "true"), ("PreTrainedTokenizerFast", "true")):
         write_config(d, cls, "absent", eos, {})
         hf, _ = hf_load(d)
-        got, err = zt_encode(d, TEXTS)
+        got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
         want = [hf(t)["input_ids"] for t in TEXTS]
         ck.check(got == want, f"no post-processor, {cls}: {got} vs {want} ({err})")
 
@@ -200,30 +185,30 @@ with tempfile.TemporaryDirectory() as d:
         write_config(d, cls, "false", "absent", {"add_prefix_space": value})
         hf, hf_err = hf_load(d)
         differs = hf is None or any(hf(t)["input_ids"] != bare.encode(t).ids for t in TEXTS)
-        got, err = zt_encode(d, TEXTS)
+        got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
         ck.check(differs and got is None and "add_prefix_space" in err,
                  f"{cls} add_prefix_space {value}: transformers "
                  f"{'raises' if hf is None else 'differs' if differs else 'agrees'}; ztrain "
                  f"refuses: {err}")
     write_config(d, "GPT2TokenizerFast", "absent", "absent", {"add_prefix_space": False})
     hf, _ = hf_load(d)
-    got, err = zt_encode(d, TEXTS)
+    got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
     ck.check(got == [hf(t)["input_ids"] for t in TEXTS], f"GPT2 add_prefix_space false as "
              f"tokenizer.json's: {err}")
 
     # Classes ztrain does not know are refused by name; with no tokenizer_config.json nor
     # config.json beside it, tokenizer.json's template is followed.
     write_config(d, "BertTokenizerFast", "absent", "absent", {})
-    got, err = zt_encode(d, TEXTS)
+    got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
     ck.check(got is None and "BertTokenizerFast" in err, f"unknown class refused: {err}")
     write_config(d, None, "absent", "absent", {}, "t5")
-    got, err = zt_encode(d, TEXTS)
+    got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
     ck.check(got is None and "t5" in err and "config.json" in err,
              f"unknown model_type refused: {err}")
     os.remove(f"{d}/tokenizer_config.json")
     os.remove(f"{d}/config.json")
     make_tokenizer(SPECIALS).save(f"{d}/tokenizer.json")
     bare = Tokenizer.from_file(f"{d}/tokenizer.json")
-    got, err = zt_encode(d, TEXTS)
+    got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
     ck.check(got == [bare.encode(t).ids for t in TEXTS], f"bare tokenizer.json: {got} ({err})")
 ck.done()

@@ -34,7 +34,6 @@ import json
 import math
 import os
 import re
-import socket
 import sys
 import time
 import urllib.request
@@ -45,6 +44,7 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from svc import BUILD, LONG, SOURCE, Checker, Daemon, read_metrics, temp_dir, tiny_job  # noqa: E402
+from ports import free_port  # noqa: E402
 
 sys.path.insert(0, os.path.join(SOURCE, "clients", "python"))
 import ztrain  # noqa: E402
@@ -79,14 +79,6 @@ def same(name, via_http, via_grpc):
     ck.check(via_http == via_grpc,
              f"{name}: HTTP equals gRPC" + ("" if via_http == via_grpc else
                                             f"\n  HTTP {via_http}\n  gRPC {via_grpc}"))
-
-
-def dead_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def sse_events(d, job_id):
@@ -142,7 +134,7 @@ def main():
         job = tiny_job(d.data_root, name="parity", max_steps=6, checkpoint_dir="ck",
                        checkpoint_interval=2)
         job["events"] = {"nonfinite": {"policy": "skip"}}
-        job["alerts"] = {"webhooks": [{"url": f"http://127.0.0.1:{dead_port()}/hook",
+        job["alerts"] = {"webhooks": [{"url": f"http://127.0.0.1:{free_port()}/hook",
                                        "on": ["end"]}]}
         before = time.time()
         j = c.submit(job)

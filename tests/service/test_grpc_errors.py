@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from svc import (BUILD, LONG, Checker, Daemon, get_job, spec_proto, state_name, stubs,  # noqa: E402
                  submit, temp_dir, tiny_job, wait_state, wait_step)
+from ports import free_port  # noqa: E402
 
 import grpc  # noqa: E402
 
@@ -282,14 +283,6 @@ def case_f(tmp):
                     ck.check(after == before, f"{what}: it is left as it was ({sorted(after)})")
     finally:
         holder.close()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def case_g(tmp):

@@ -29,7 +29,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ports import free_port  # noqa: E402
 
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "srun", "sbatch", "scancel", "squeue",
             "sinfo", "scontrol", "setpriv", "nsenter", "ip")
@@ -39,12 +43,6 @@ def missing_programs():
     """The programs this cluster needs that are not installed."""
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
     return [p for p in PROGRAMS if not shutil.which(p, path=path)]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def which(name):

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ports.h"
 #include "ztrain/backend.h"
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
@@ -36,29 +37,6 @@ static inline bool emu_devices(const char *test, int devices) {
         return true;
     printf("%s: SKIPPED: no emulated CUDA device in this build\n", test);
     return false;
-}
-
-/* n distinct free ports of the loopback interface into ports[n] (all held open until every one
- * is found, so none repeats), false with a message when there are none. */
-static inline bool emu_free_ports(int *ports, int n) {
-    int socks[n];
-    bool ok = true;
-    int made = 0;
-    for (; made < n && ok; made++) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof a;
-        socks[made] = socket(AF_INET, SOCK_STREAM, 0);
-        ok = socks[made] >= 0 && bind(socks[made], (struct sockaddr *)&a, sizeof a) == 0 &&
-             getsockname(socks[made], (struct sockaddr *)&a, &len) == 0;
-        if (ok)
-            ports[made] = ntohs(a.sin_port);
-        else
-            fprintf(stderr, "no free TCP port: %s\n", strerror(errno));
-    }
-    for (int i = 0; i < made; i++)
-        if (socks[i] >= 0)
-            close(socks[i]);
-    return ok;
 }
 
 /* A forked rank's launcher environment: each rank on an emulated GPU of its own (the engine

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ports.h"
 #include "ztrain/comm.h"
 
 #ifndef ZT_HAVE_GLOO
@@ -56,18 +57,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* A port nothing listens on right now. */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    socklen_t len = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 static zt_dist_info info(int rank, int world, int port, const char *id) {

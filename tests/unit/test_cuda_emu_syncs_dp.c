@@ -453,7 +453,7 @@ int main(void) {
         return 0;
     /* Free ports for the nccl cases' rendezvous (rank 0 serves each case's store on its own,
      * so a rank that moves on first never meets the previous case's store). */
-    if (!emu_free_ports(nccl_ports, NCASES))
+    if (!free_ports(nccl_ports, NCASES))
         return 2;
     check_tmpdir_create("zt_syncs_dp");
     emu_write_data(NTOK);

@@ -479,7 +479,7 @@ int main(void) {
     if (!emu_devices("test_cuda_emu_syncs_pipe", 4))
         return 0;
     /* Free ports for every run's rendezvous (the nccl runs' store; shm ignores it). */
-    if (!emu_free_ports(ports, NPORTS))
+    if (!free_ports(ports, NPORTS))
         return 2;
     check_tmpdir_create("zt_syncs_pipe");
     write_data();

@@ -169,7 +169,7 @@ static int rank_main(int rank, int world) {
 int main(void) {
     if (!emu_devices("test_cuda_emu_syncs_trainer", 2))
         return 0;
-    if (!emu_free_ports(ports, 3 * NCASES))
+    if (!free_ports(ports, 3 * NCASES))
         return 2;
     check_tmpdir_create("zt_syncs_loop");
     emu_write_data(NTOK);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ports.h"
 #include "ztrain/backend.h"
 #include "ztrain/comm.h"
 #include "ztrain/nccl.h"
@@ -303,19 +304,6 @@ static int rank_main(int rank, const char *run, const pid_t *pids) {
     int rc = check_summary(name);
     fflush(stdout);
     return rc;
-}
-
-static int free_port(void) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(s, (struct sockaddr *)&a, &len) != 0) {
-        fprintf(stderr, "no free TCP port: %s\n", strerror(errno));
-        exit(2);
-    }
-    close(s);
-    return ntohs(a.sin_port);
 }
 
 /* Four ranks, forked last to first, so that rank 0 knows the others' pids. */

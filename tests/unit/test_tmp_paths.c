@@ -15,9 +15,10 @@
  *      alone where the signals' thread never sees it, is taken by the writer: it
  *      removes and dies, rather than waiting forever for the signals' thread;
  *   e. case a with the signals' thread held up for 200 ms after it has seen the signal
- *      (ZTRAIN_INJECT_SIGNAL_LATE), so the writer renames while the signal is on its way: the
- *      writer must still find it and die with nothing left (a sigwait-based thread, which
- *      dequeues first, loses this case every time). */
+ *      (ZTRAIN_INJECT_SIGNAL_LATE_MS=200), so the writer renames while the signal is on its way
+ *      (the child marks that it lived past the signal, so the hook is seen to hold): the writer
+ *      must still find it and die with nothing left (a sigwait-based thread, which dequeues
+ *      first, loses this case every time). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -82,13 +83,14 @@ static void rename_then_signal(const char *tmp, const char *final, int sig) {
 }
 
 static void signal_late_then_rename(const char *tmp, const char *final, int sig) {
-    setenv("ZTRAIN_INJECT_SIGNAL_LATE", "1", 1);
+    setenv("ZTRAIN_INJECT_SIGNAL_LATE_MS", "200", 1);
     if (zt_tmp_remove_on_signals() != ZT_OK)
         _exit(3);
     make_file(tmp);
     zt_tmp_track(tmp);
     kill(getpid(), sig);
     nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL); /* the thread has seen it by now */
+    make_file(check_tmp_path("lived"));
     zt_tmp_rename(tmp, final);
     _exit(4);
 }
@@ -117,6 +119,7 @@ static void untaken_signals(const char *tmp, const char *final, int sig) {
 int main(void) {
     check_tmpdir_create("test_tmp_paths");
     const char *tmp = check_tmp_path("out.tmp"), *final = check_tmp_path("out");
+    const char *lived = check_tmp_path("lived"); /* case e's child writes it */
     int sigs[] = {SIGINT, SIGTERM};
 
     for (int round = 0; round < 200; round++) { /* a: each round a fresh race */
@@ -146,6 +149,9 @@ int main(void) {
         status = in_child(signal_late_then_rename, tmp, final, sigs[i]);
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == sigs[i],
               "late signals' thread: status %#x, not killed by signal %d", status, sigs[i]);
+        CHECK(exists(lived), "late signals' thread, signal %d: the child did not live 50 ms past "
+              "it (ZTRAIN_INJECT_SIGNAL_LATE_MS did not hold the signals' thread)", sigs[i]);
+        unlink(lived);
         CHECK(!exists(tmp) && !exists(final), "late signals' thread, signal %d: %s%s left",
               sigs[i], exists(tmp) ? "the temporary file " : "",
               exists(final) ? "the final file" : "");

@@ -53,14 +53,36 @@ static inline void zt_inject_offload_kill(const char *point) {
     raise(SIGKILL);
 }
 
+/* The hooks that hold a race open are named ZTRAIN_INJECT_<MOMENT>_MS and set to N: the program
+ * waits N milliseconds at that moment, one that a loaded machine can stretch. (The slow rank of
+ * ZTRAIN_INJECT_SLOW_RANK=MS[:RANK], observe/rank_stats.c, is a slowdown of every batch of one
+ * rank, not such a moment.) The value of the variable `name`: N, or 0 when it is unset,
+ * malformed or not positive. A hook that runs on a thread of its own reads it before that thread
+ * starts (getenv is not safe beside setenv). */
+static inline long zt_inject_ms(const char *name) {
+    const char *v = getenv(name);
+    char *end;
+    long ms = v ? strtol(v, &end, 10) : 0;
+    return v && end != v && *end == '\0' && ms > 0 ? ms : 0;
+}
+
+static inline void zt_inject_sleep_ms(long ms) {
+    if (ms > 0)
+        nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+}
+
 /* ZTRAIN_INJECT_LISTEN_RACE_MS=N: ztraind waits N milliseconds after it has made its state
  * directory and before its servers bind their ports, so a test can take a port in the moment
  * between ztraind's check of it and the bind, as another program could. */
 static inline void zt_inject_listen_race(void) {
-    const char *v = getenv("ZTRAIN_INJECT_LISTEN_RACE_MS");
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms > 0)
-        nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+    zt_inject_sleep_ms(zt_inject_ms("ZTRAIN_INJECT_LISTEN_RACE_MS"));
+}
+
+/* ZTRAIN_INJECT_SIGNAL_LATE_MS=N: the thread that takes SIGINT and SIGTERM for the temporary
+ * outputs (tmp_paths.c) waits N milliseconds after it has seen a signal and before it takes it,
+ * so a writer renames while the signal is on its way. Read when that thread starts. */
+static inline long zt_inject_signal_late_ms(void) {
+    return zt_inject_ms("ZTRAIN_INJECT_SIGNAL_LATE_MS");
 }
 
 /* ZTRAIN_INJECT_NO_RENAME_EXCHANGE set: checkpoints are replaced as on a filesystem without

@@ -17,8 +17,8 @@
  * A writer puts its output into place with zt_tmp_rename, never plain rename(): the signals'
  * thread can be slower to wake than the writer, and a signal that arrived before the rename
  * must still find the temporary output there to remove, not a finished final one.
- * ZTRAIN_INJECT_SIGNAL_LATE (tests) holds the signals' thread for 200 ms after it has seen a
- * signal, the moment a loaded machine can stretch.
+ * ZTRAIN_INJECT_SIGNAL_LATE_MS=N (tests; ztrain/fault_inject.h) holds the signals' thread for N
+ * ms after it has seen a signal, the moment a loaded machine can stretch.
  * Without zt_tmp_remove_on_signals the tracking costs a lock and a copy of the name and does
  * nothing else (a training rank keeps its own stop signals: ztrain/stop_signals.h). */
 #ifndef ZTRAIN_TMP_PATHS_H

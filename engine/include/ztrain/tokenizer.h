@@ -39,6 +39,16 @@
  * neither file beside it (or a tokenizer_config.json naming no class and no config.json),
  * tokenizer.json's template is used.
  *
+ * The special tokens the directory names outside tokenizer.json's added_tokens are added as
+ * transformers 4.46's PreTrainedTokenizerFast.__init__ adds them (tok_specials.c): the class's
+ * default tokens, tokenizer_config.json's bos/eos/unk/sep/pad/cls/mask_token and
+ * additional_special_tokens (overridden by special_tokens_map.json's when the config has no
+ * added_tokens_decoder) and its added_tokens_decoder entries, each with its AddedToken flags
+ * (a string is special and raw): a text held in the vocabulary is then matched as one token and,
+ * when special, skipped by decode's skip_special. One the vocabulary lacks (transformers gives it
+ * a new id past the vocabulary) refuses any text that holds it, naming the token and the key;
+ * lstrip, rstrip and single_word are refused by name.
+ *
  * Text is UTF-8. Invalid UTF-8 is encoded as Python's bytes.decode("utf-8", "replace") would hand
  * it to Hugging Face: each maximal invalid subsequence becomes U+FFFD. Regexes are Oniguruma's, as
  * HF's; they run on PCRE2, translated to match the same characters (\w \s \h \b \v \p{Script},

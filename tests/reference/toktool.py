@@ -1,0 +1,68 @@
+"""zt_tok_tool from Python: ztrain's encode and decode of a tokenizer.json, for the tests that
+compare them with Hugging Face's (tokenizers, AutoTokenizer)."""
+import os
+import struct
+import subprocess
+import tempfile
+
+BUILD = os.environ.get("ZTRAIN_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+TOOL = os.path.join(BUILD, "zt_tok_tool")
+
+
+def frame_docs(docs):
+    """Documents (bytes) as zt_tok_tool reads them: each a uint32 length and its bytes."""
+    return b"".join(struct.pack("<I", len(d)) + d for d in docs)
+
+
+def frame_ids(lists):
+    return b"".join(struct.pack("<I", len(ids)) + struct.pack("<%di" % len(ids), *ids)
+                    for ids in lists)
+
+
+def parse_ids(raw):
+    out, off = [], 0
+    while off < len(raw):
+        (n,) = struct.unpack_from("<I", raw, off)
+        out.append(list(struct.unpack_from("<%di" % n, raw, off + 4)))
+        off += 4 + 4 * n
+    return out
+
+
+def parse_texts(raw):
+    out, off = [], 0
+    while off < len(raw):
+        (n,) = struct.unpack_from("<I", raw, off)
+        out.append(raw[off + 4:off + 4 + n].decode("utf-8"))
+        off += 4 + n
+    return out
+
+
+def run_tool(tok_path, mode, payload, *flags):
+    """zt_tok_tool's raw output for a framed payload: (bytes, stderr), or (None, stderr) when it
+    fails."""
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "in"), os.path.join(d, "out")
+        with open(src, "wb") as f:
+            f.write(payload)
+        r = subprocess.run([TOOL, tok_path, mode, src, dst, *flags], capture_output=True,
+                           text=True, timeout=120)
+        if r.returncode != 0:
+            return None, r.stderr
+        with open(dst, "rb") as f:
+            return f.read(), r.stderr
+
+
+def encode(tok_path, texts, *flags):
+    """ztrain's ids of each text (str, or bytes passed as they are), with the template tokens
+    unless --no-special is given: (id lists, None), or (None, the refusal) when the library
+    refuses."""
+    docs = [t if isinstance(t, bytes) else t.encode() for t in texts]
+    raw, err = run_tool(tok_path, "encode", frame_docs(docs), *flags)
+    return (None, err.strip()) if raw is None else (parse_ids(raw), None)
+
+
+def decode(tok_path, id_lists, *flags):
+    """ztrain's text of each id list (special tokens skipped unless --keep-special is given):
+    (texts, None), or (None, the refusal)."""
+    raw, err = run_tool(tok_path, "decode", frame_ids(id_lists), *flags)
+    return (None, err.strip()) if raw is None else (parse_texts(raw), None)
