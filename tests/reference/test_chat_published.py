@@ -1,4 +1,4 @@
-"""The chat templates people fine-tune now, rendered by ztrain (engine/data/chat_template.c)
+"""The chat templates people fine-tune now, rendered by ztrain (engine/chat/chat_template.c)
 against transformers' apply_chat_template, byte for byte: Qwen2.5-Instruct's (its tools branch
 uses tojson), Llama 3.1's (tojson(indent=4), reject('equalto', ...), join, items, `for a, b in`,
 tests mapping and iterable) and Llama 3.2's (strftime_now), as chat_templates.py copies them

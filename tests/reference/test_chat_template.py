@@ -1,4 +1,4 @@
-"""Chat templates rendered by ztrain (engine/data/chat_template.c) against transformers'
+"""Chat templates rendered by ztrain (engine/chat/chat_template.c) against transformers'
 tokenizer.apply_chat_template, byte for byte.
 
 The templates are the published ones of Llama 3 (Meta-Llama-3-8B-Instruct), Llama 2

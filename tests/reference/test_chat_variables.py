@@ -1,4 +1,4 @@
-"""The variables a chat template sees (engine/data/chat_template.c) against transformers 4.46's
+"""The variables a chat template sees (engine/chat/chat_template.c) against transformers 4.46's
 apply_chat_template, byte for byte, with the tokenizer loaded by from_pretrained from the same
 directory: tools=None and documents=None, and every special token of tokenizer_config.json as
 its special_tokens_map gives it (strings and AddedToken objects as text; a missing, null or

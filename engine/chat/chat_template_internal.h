@@ -1,4 +1,4 @@
-/* The chat template's parts shared by its files (internal to engine/data): the nodes a template
+/* The chat template's parts shared by its files (internal to engine/chat): the nodes a template
  * is cut into (chat_template.c), the values and renders that evaluate them (chat_value.c), the
  * methods (chat_method.c), json.dumps for tojson (chat_json.c) and the expressions' entry points
  * (chat_expr.c, which reads them, chat_ops.c and chat_filters.c, which compute them; their own

@@ -1,4 +1,4 @@
-/* The chat templates' expressions, in three files (internal to engine/data): chat_expr.c reads
+/* The chat templates' expressions, in three files (internal to engine/chat): chat_expr.c reads
  * an expression (its scanner and jinja2's grammar, one recursive-descent parser) and calls
  * chat_ops.c (variables, attributes, subscripts and slices, the operators) and chat_filters.c
  * (filters, tests, functions) for what each construct computes on the values it has read. Calls
