@@ -84,13 +84,17 @@ static bool bind_args(ex *e, const filter_spec *f, const zt_chat_arg *args, int 
 }
 
 /* v as jinja2 prints it (soft_str: a list or dict as its repr), copied into the arena when it
- * lives in num. False when the subset does not print v; after zt_chat_fail when out of memory. */
-static bool text_of(ex *e, val v, val *out) {
+ * lives in num, for filter name. False after zt_chat_fail: what the subset does not print is
+ * refused with zt_chat_print's reason. */
+static bool text_of(ex *e, val v, val *out, const char *name) {
     char num[32], why[256];
     *out = (val){.k = V_STR};
     if (!zt_chat_print(e->r, v, num, &out->s, &out->n, why)) {
         if (strstr(why, "out of memory"))
             zt_chat_fail(e, ZT_ERR_NOMEM, "out of memory");
+        else
+            zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s of a %s: %s", name, zt_chat_type_name(v),
+                         why);
         return false;
     }
     if (out->s == num) {
@@ -139,9 +143,8 @@ static val not_list(ex *e, val v) {
 
 static val trim(ex *e, val v) {
     val t;
-    if (!text_of(e, v, &t))
-        return e->st == ZT_OK ? zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "trim of a %s is not "
-                                             "supported", zt_chat_type_name(v)) : t;
+    if (!text_of(e, v, &t, "trim"))
+        return t;
     return zt_chat_strip_space(t, true, true);
 }
 
@@ -308,9 +311,8 @@ bool zt_chat_case(render *r, val t, zt_chat_case_kind kind, val *out, char why[2
  * capitalize are then Python's str methods, title is jinja2's own. */
 static val case_filter(ex *e, val v, const char *name) {
     val t, out;
-    if (!text_of(e, v, &t))
-        return e->st == ZT_OK ? zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s of a %s is not "
-                                             "supported", name, zt_chat_type_name(v)) : t;
+    if (!text_of(e, v, &t, name))
+        return t;
     zt_chat_case_kind kind = name[0] == 'u' ? ZT_CASE_UPPER : name[0] == 'l' ? ZT_CASE_LOWER
                              : name[0] == 'c' ? ZT_CASE_CAPITALIZE : ZT_CASE_JINJA_TITLE;
     char why[256];
@@ -351,18 +353,16 @@ static val items(ex *e, val v) {
 static val join(ex *e, val v, const val slot[MAX_PARAMS], const bool given[MAX_PARAMS]) {
     /* join's attribute is refused unless none, by zt_chat_filter */
     val d = zt_chat_str("", 0);
-    if (given[0] && !text_of(e, slot[0], &d))
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "join with a %s between is not supported",
-                            zt_chat_type_name(slot[0]));
+    if (given[0] && !text_of(e, slot[0], &d, "join's separator"))
+        return d;
     int n;
     val *all = iterate(e, "join", v, &n);
     if (!all)
         return (val){.k = V_UNDEF};
     size_t len = 0;
     for (int k = 0; k < n; k++) {
-        if (!text_of(e, all[k], &all[k]))
-            return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "join of a list holding a %s is not "
-                                "supported", zt_chat_type_name(all[k]));
+        if (!text_of(e, all[k], &all[k], "join's item"))
+            return all[k];
         len += all[k].n + (k ? d.n : 0);
     }
     char *s = zt_chat_alloc(e->r, len), *p = s;
@@ -524,8 +524,8 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
     if (!strcmp(w, "first") || !strcmp(w, "last")) return end_item(e, v, w[0] == 'l');
     if (!strcmp(w, "string")) {
         val t;
-        return text_of(e, v, &t) ? t : zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "string of a %s is "
-                                                    "not supported", zt_chat_type_name(v));
+        text_of(e, v, &t, "string");
+        return t;
     }
     /* list: a generator's or tuple's items (ZT_CHAT_NOT_LIST) make a new list */
     if (v.k == V_LIST && !v.b)

@@ -306,6 +306,10 @@ val zt_chat_plus(ex *e, val a, val b) {
         return zt_chat_undefined_error(e, a.k == V_UNDEF ? a : b);
     if (a.k == V_STR && b.k == V_STR)
         return concat(e, a, b);
+    if (a.k == V_LIST && b.k == V_LIST && (a.b || b.b)) /* ZT_CHAT_NOT_LIST */
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'+' of a tuple, a generator or a dict view "
+                            "(select, map, items(), ..., which the subset holds as a list) is "
+                            "not supported: jinja2 gives a tuple or fails; |list makes a list");
     if (a.k == V_LIST && b.k == V_LIST) { /* a new list of a's items, then b's */
         val *items = (val *)(void *)zt_chat_alloc(e->r, (size_t)(a.count + b.count + 1) *
                                                             sizeof *items);

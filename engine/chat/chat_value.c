@@ -401,6 +401,11 @@ static cJSON *to_json(render *r, val v, char why[256]) {
         }
         return cJSON_CreateNumber((double)v.i);
     case V_FLOAT: { /* still a float when integral */
+        if (v.b) { /* an integer beyond 64 bits, which a double would round */
+            snprintf(why, 256, "a list or object holding an integer beyond 2**53 is not "
+                     "supported");
+            return NULL;
+        }
         cJSON *x = cJSON_CreateNumber(v.d);
         if (x)
             x->type |= ZT_JSON_FLOAT_LITERAL;

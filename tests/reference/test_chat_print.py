@@ -102,4 +102,33 @@ with tempfile.TemporaryDirectory() as d:
         got, err = render(d, template, [conv])[0]
         ck.check(got is None and "printing a tuple, a generator or a dict view" in err,
                  f"{what} is refused by name: {got!r:.100} {err[:200]}")
+    # ... and through the filters that print, the reason is that one, not the list's
+    for what, template in [("upper of items()", "{{ messages[0].x[1].items()|upper }}"),
+                           ("trim of a map", "{{ messages|map(attribute='role')|trim }}"),
+                           ("join of tuples", "{{ messages[0].x[1]|items|join(',') }}")]:
+        got, err = render(d, template, [conv])[0]
+        ck.check(got is None and "printing a tuple, a generator or a dict view" in err,
+                 f"{what} is refused with the reason: {got!r:.100} {err[:200]}")
+    # '+' keeps a tuple a tuple, and fails on a generator or a dict view, in jinja2: the
+    # subset, holding them as lists, refuses rather than print a list
+    for what, template in [("tuple + tuple", "{{ (1, 2) + (3,) }}"),
+                           ("generator + list", "{{ messages|map(attribute='role') + ['x'] }}"),
+                           ("keys() + list", "{{ messages[0].x[1].keys() + ['x'] }}")]:
+        got, err = render(d, template, [conv])[0]
+        want = None
+        try:
+            want = hf_tokenizer(template, None, "</s>").apply_chat_template(conv, tokenize=False)
+        except Exception:
+            pass
+        ck.check(got is None and "'+' of a tuple, a generator or a dict view" in err and
+                 (want is None or want.startswith("(")),
+                 f"{what} is refused (jinja2: {want!r:.60}): {got!r:.100} {err[:200]}")
+    # An integer past 64 bits in the data prints whole in jinja2; inside a list the subset
+    # would have written it as a double: refused, as it is on its own
+    big = [{"role": "user", "content": "", "f": 12345678901234567890}]
+    for template in ["{{ [messages[0].f] }}", "{{ messages[0] }}"]:
+        want = hf_tokenizer(template, None, "</s>").apply_chat_template(big, tokenize=False)
+        got, err = render(d, template, [big])[0]
+        ck.check(got is None and "beyond" in err and "12345678901234567890" in want,
+                 f"{template}: refused ({err[:120]}), jinja2 prints {want!r:.80}: {got!r:.80}")
 ck.done()

@@ -36,8 +36,9 @@ typedef enum { ZT_PREPARE_DTYPE_AUTO = 0, ZT_PREPARE_DTYPE_U16, ZT_PREPARE_DTYPE
  * examples and write shards with a loss mask each (ztrain/loss_mask.h; docs/fine-tuning.md):
  *   CHAT: {"messages": [{"role", "content", ...}, ...], "tools": [...], "documents": [...],
  *         "chat_template_kwargs": {...}} (TRL's format: tools and documents lists of objects,
- *         optional; a message's content a string, or null or absent beside an assistant's
- *         "tool_calls" list; its other keys passed on as they are; chat_template_kwargs an
+ *         optional; a message's content a string or a list of text parts, or null or absent
+ *         beside an assistant's "tool_calls" list; its other keys passed on as they are: the
+ *         rules of zt_chat_conversation_check; chat_template_kwargs an
  *         object or null, apply_chat_template's extra keyword arguments: see zt_chat_args)
  *         rendered with the model's chat template (ztrain/chat_template.h, given the tools,
  *         documents and kwargs) and encoded without the post-processor's tokens (the template
