@@ -190,11 +190,13 @@ static zt_status span_by_prefixes(sft_run *r, const zt_chat_conversation *c, con
 
 /* The loss mask of a template with {% generation %} blocks, as apply_chat_template(...,
  * return_assistant_tokens_mask=True) computes it: for each span the tokens from the one holding
- * its first character through the one holding its last (char_to_token of start and end - 1; an
- * end in token 0 runs to the end, and a start past the text stops the marking, as transformers
- * 4.46 has it). A byte-level tokenizer gives the tokens' offsets (zt_tokenizer_offsets), read
- * as char_to_token reads them: a span's byte offsets are its characters' first bytes. Other
- * tokenizers (Metaspace's) keep none, and fall back to span_by_prefixes. */
+ * its first character through the one holding its last (char_to_token of start and end - 1; a
+ * start past the text stops the marking, and an end in token 0 marks up to token 1 only:
+ * transformers 4.46 then runs to len(input_ids), which for one conversation is the length of
+ * the list around its ids, 1). A byte-level tokenizer gives the tokens' offsets
+ * (zt_tokenizer_offsets), read as char_to_token reads them: a span's byte offsets are its
+ * characters' first bytes. Other tokenizers (Metaspace's) keep none, and fall back to
+ * span_by_prefixes. */
 static zt_status generation_mask(sft_run *r, const zt_chat_conversation *c, const char *full, size_t len,
                                  const zt_chat_spans *sp, const char *where) {
     size_t n = r->ex.n, *ends = malloc((n + 1) * sizeof *ends);
@@ -218,7 +220,7 @@ static zt_status generation_mask(sft_run *r, const zt_chat_conversation *c, cons
             st = span_by_prefixes(r, c, full, len, sp, k, &ts, &te, where);
         }
         if (st == ZT_OK)
-            mark(r, ts, te ? te + 1 : n);
+            mark(r, ts, te ? te + 1 : 1);
     }
     free(ends);
     return st;
@@ -466,9 +468,9 @@ static bool trims_offsets(const cJSON *p) {
 
 /* A ByteLevel post-processor with trim_offsets moves each token's character offsets off its
  * leading and trailing spaces, so transformers' char_to_token finds no token for a generation
- * block that starts or ends on such a space (it then stops marking, or marks to the end);
- * ztrain keeps no offsets to follow that, so a template with blocks is refused with such a
- * tokenizer rather than masked differently. */
+ * block that starts or ends on such a space (it then stops marking, or marks token 0 at most);
+ * ztrain's offsets are untrimmed, so a template with blocks is refused with such a tokenizer
+ * rather than masked differently. */
 static zt_status check_offsets(sft_run *r) {
     if (!zt_chat_template_has_generation(r->tmpl, NULL))
         return ZT_OK;

@@ -7,9 +7,11 @@ after a space (the token " Paris" covers it), after a newline, a block whose las
 inside a multi-character token or is split over byte tokens (accented, CJK, emoji, combining
 characters), a block that starts inside a token, with byte-level tokenizers trained here in the
 styles of GPT-2 (ByteLevel's own regex), Llama 3 (a Split before ByteLevel) and Qwen2 (NFC, a
-Split, ByteLevel). A Metaspace (SentencePiece-style) tokenizer keeps no offsets: a block after a
-space, inside its "▁Paris" token, is still refused naming the line, and a block that starts on a
-token boundary gives transformers' mask."""
+Split, ByteLevel). A block whose last character is in token 0 marks token 0 only (transformers'
+range runs to len(input_ids), 1 for one conversation), with or without offsets. A Metaspace
+(SentencePiece-style) tokenizer keeps no offsets: a block after a space, inside its "▁Paris"
+token, is still refused naming the line, and a block that starts on a token boundary gives
+transformers' mask."""
 import json
 import os
 import struct
@@ -105,11 +107,12 @@ def read_stream(prefix):
     return ids, [b & 1 for b in open(prefix + ".bin.mask", "rb").read()[1024:]]
 
 
-def prepare(d, row, template):
+def prepare(d, rows, template):
     json.dump({"chat_template": template, "eos_token": "<|im_end|>"},
               open(f"{d}/tokenizer_config.json", "w"))
     with open(f"{d}/chat.jsonl", "w") as f:
-        f.write(json.dumps(row) + "\n")
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
     out = tempfile.mkdtemp(dir=d)
     p = subprocess.run([tool("ztrain"), "prepare", "--tokenizer", f"{d}/tokenizer.json", "--out",
                         out, "--format", "chat", f"{d}/chat.jsonl"],
@@ -125,15 +128,20 @@ def want(d, row, template):
     return out["input_ids"], out["assistant_masks"], hf.convert_ids_to_tokens(out["input_ids"])
 
 
-def compare(d, name, row, template):
-    ids, mask, toks = want(d, row, template)
-    p, got = prepare(d, row, template)
+def compare(d, name, row, template, more=()):
+    """prepare's ids and mask of row (then of the rows in more) against transformers'."""
+    ids, mask, toks, first = [], [], [], []
+    for r in [row, *more]:
+        i, m, t = want(d, r, template)
+        ids, mask, toks, first = ids + i, mask + m, toks + t, first + [len(ids)]
+    p, got = prepare(d, [row, *more], template)
     what = f"{name}: {[m['content'] for m in row['messages']]!r}"
     if not ck.check(p.returncode == 0, f"{what}: prepare exit {p.returncode} "
                     f"{p.stderr.strip()[-250:]}"):
         return
     # an example's first token is never a target: its bit does not matter
-    same = got[0] == ids and got[1][1:] == mask[1:]
+    same = got[0] == ids and all(g == w or k in first
+                                 for k, (g, w) in enumerate(zip(got[1], mask)))
     ck.check(same, f"{what}: ids and mask equal apply_chat_template's ({sum(mask)} of "
              f"{len(mask)} tokens)" + ("" if same else f"\n  tokens {toks}\n  got  {got}\n"
                                       f"  want {mask}"))
@@ -167,6 +175,21 @@ with tempfile.TemporaryDirectory() as work:
              len(toks) > len(want(d, conv("q", "a"), CHATML)[2]),
              f"'ж' is split over byte tokens: {toks}")
 
+    # A block whose last character is in token 0: transformers' range then runs to
+    # len(input_ids), the length of the list around one conversation's ids (1), so only token 0
+    # is marked, not the text's end; an empty block after a character of token 0 marks nothing.
+    # (A second line gives the split a trained token.)
+    head = [{"role": "assistant", "content": "Paris"}, {"role": "user", "content": " is nice"}]
+    for what, template in [
+            ("a block ending in token 0", "{{ '' }}" + GLUED),
+            ("an empty block after token 0", "{% for m in messages %}{{ m.content }}{% if m.role "
+             "== 'assistant' %}{% generation %}{{ m.reply }}{% endgeneration %}{% endif %}"
+             "{% endfor %}")]:
+        for tname in ("gpt2", "llama3"):
+            compare(dirs[tname], f"{tname} {what}", {"messages": [dict(head[0], reply=""),
+                                                                  head[1]]}, template,
+                    [conv("q", "Paris"), {"messages": [dict(head[0], reply=" Paris"), head[1]]}])
+
     # NFC changes the text: prepare falls back to encoding the text before each edge, which
     # finds this block's edges on token boundaries.
     row = conv("q", "e\u0301 x")
@@ -176,9 +199,14 @@ with tempfile.TemporaryDirectory() as work:
     # naming the line; one after a newline that is its own token gives transformers' mask.
     d = metaspace(work)
     _, _, toks = want(d, conv("q", "Paris"), SPACE)
-    p, _ = prepare(d, conv("q", "Paris"), SPACE)
+    p, _ = prepare(d, [conv("q", "Paris")], SPACE)
     ck.check("▁Paris" in toks and p.returncode != 0 and "chat.jsonl:1" in p.stderr and
              "inside a token" in p.stderr,
              f"metaspace: a block inside '▁Paris' is refused: {toks} {p.stderr.strip()[-200:]}")
     compare(d, "metaspace chatml", conv("q", "Paris"), CHATML)
+    # without offsets too, an end in token 0 marks token 0 only
+    two = {"messages": [{"role": "assistant", "content": "Paris is"},
+                        {"role": "user", "content": " nice"}]}
+    compare(d, "metaspace, a block ending in token 0", {"messages": head}, "{{ '' }}" + GLUED,
+            [two])
 ck.done()
