@@ -7,7 +7,9 @@
  * covers is found by encoding the text up to each boundary: its tokens must be the first ones of
  * the whole example's, as TRL requires of a prompt; a boundary inside a token (a prompt ending in
  * a space that merges with the completion's first word) is refused naming the line, rather than
- * training on part of the prompt or leaving out part of the answer. */
+ * training on part of the prompt or leaving out part of the answer. {% generation %} blocks,
+ * which transformers maps by offsets, are mapped by the tokens' offsets where the tokenizer has
+ * them (generation_mask). */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -146,42 +148,82 @@ static void span_name(const zt_chat_conversation *c, const char *text, const zt_
         snprintf(out, cap, "generation block %zu (\"%.30s\")", k + 1, text + sp->start[k]);
 }
 
+/* The example's token that holds byte `at` of its text: the first whose end lies past it. */
+static size_t token_at(const size_t *ends, size_t n, size_t at) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ends[mid] > at)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Without offsets, span k's first token (*ts) and the first token holding its last character
+ * (*te) are found by encoding the text before them, whose tokens must begin the example's
+ * (boundary()); a span edge inside a token, or a last character split over tokens, is refused
+ * naming the line and the block. */
+static zt_status span_by_prefixes(sft_run *r, const zt_chat_conversation *c, const char *full,
+                                  size_t len, const zt_chat_spans *sp, size_t k, size_t *ts,
+                                  size_t *te, const char *where) {
+    size_t s = sp->start[k], e = sp->end[k], last = 0;
+    char what[128], what_end[160];
+    span_name(c, full, sp, k, what, sizeof what);
+    snprintf(what_end, sizeof what_end, "the last character of %s", what);
+    ZT_TRY(boundary(r, full, s, false, ts, where, what));
+    /* the first token that holds the last character: one that starts with it, or for a
+     * one-byte character the token that ends the span */
+    size_t cs = char_start(full, e - 1);
+    zt_status st = cs == s ? (last = *ts, ZT_OK)
+                           : boundary(r, full, cs, false, &last, where, what_end);
+    if (st != ZT_OK && cs == e - 1) {
+        st = e == len ? (last = r->ex.n, ZT_OK)
+                      : boundary(r, full, e, false, &last, where, what_end);
+        *te = last - 1;
+    } else {
+        *te = last;
+    }
+    return st;
+}
+
 /* The loss mask of a template with {% generation %} blocks, as apply_chat_template(...,
  * return_assistant_tokens_mask=True) computes it: for each span the tokens from the one holding
- * its first character through the one holding its last (char_to_token of start and end - 1; an
- * end in token 0 runs to the end, and a start past the text stops the marking, as transformers
- * 4.46 has it). ztrain's tokenizer keeps no offsets, so a token boundary is found by encoding
- * the text before it, whose tokens must begin the example's (boundary()); a span edge inside a
- * token, or a last character split over tokens, is refused naming the line and the block. */
+ * its first character through the one holding its last (char_to_token of start and end - 1; a
+ * start past the text stops the marking, and an end in token 0 marks up to token 1 only:
+ * transformers 4.46 then runs to len(input_ids), which for one conversation is the length of
+ * the list around its ids, 1). A byte-level tokenizer gives the tokens' offsets
+ * (zt_tokenizer_offsets), read as char_to_token reads them: a span's byte offsets are its
+ * characters' first bytes. Other tokenizers (Metaspace's) keep none, and fall back to
+ * span_by_prefixes. */
 static zt_status generation_mask(sft_run *r, const zt_chat_conversation *c, const char *full, size_t len,
                                  const zt_chat_spans *sp, const char *where) {
-    for (size_t k = 0; k < sp->n; k++) {
-        size_t s = sp->start[k], e = sp->end[k], ts = 0, te = 0, last = 0;
+    size_t n = r->ex.n, *ends = malloc((n + 1) * sizeof *ends);
+    if (!ends)
+        return zt_error(ZT_ERR_NOMEM, "out of memory");
+    bool exact = zt_tokenizer_offsets(r->tok, r->ex.ids, n, full, len, ends);
+    zt_status st = ZT_OK;
+    for (size_t k = 0; st == ZT_OK && k < sp->n; k++) {
+        size_t s = sp->start[k], e = sp->end[k], ts = 0, te = 0;
         if (s >= len)
             break;
-        char what[128], what_end[160];
-        span_name(c, full, sp, k, what, sizeof what);
-        snprintf(what_end, sizeof what_end, "the last character of %s", what);
-        if (e == 0)
-            return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is empty at the text's start, which "
-                            "has no last character to find", where, what);
-        ZT_TRY(boundary(r, full, s, false, &ts, where, what));
-        /* the first token that holds the last character: one that starts with it, or for a
-         * one-byte character the token that ends the span */
-        size_t cs = char_start(full, e - 1);
-        zt_status st = cs == s ? (last = ts, ZT_OK)
-                               : boundary(r, full, cs, false, &last, where, what_end);
-        if (st != ZT_OK && cs == e - 1) {
-            st = e == len ? (last = r->ex.n, ZT_OK)
-                          : boundary(r, full, e, false, &last, where, what_end);
-            te = last - 1;
+        if (e == 0) {
+            char what[128];
+            span_name(c, full, sp, k, what, sizeof what);
+            st = zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is empty at the text's start, which has "
+                          "no last character to find", where, what);
+        } else if (exact) {
+            ts = token_at(ends, n, s);
+            te = token_at(ends, n, char_start(full, e - 1));
         } else {
-            te = last;
+            st = span_by_prefixes(r, c, full, len, sp, k, &ts, &te, where);
         }
-        ZT_TRY(st);
-        mark(r, ts, te ? te + 1 : r->ex.n);
+        if (st == ZT_OK)
+            mark(r, ts, te ? te + 1 : 1);
     }
-    return ZT_OK;
+    free(ends);
+    return st;
 }
 
 /* The loss mask by the prefix rule: each assistant turn is the text between the conversation
@@ -426,9 +468,9 @@ static bool trims_offsets(const cJSON *p) {
 
 /* A ByteLevel post-processor with trim_offsets moves each token's character offsets off its
  * leading and trailing spaces, so transformers' char_to_token finds no token for a generation
- * block that starts or ends on such a space (it then stops marking, or marks to the end);
- * ztrain keeps no offsets to follow that, so a template with blocks is refused with such a
- * tokenizer rather than masked differently. */
+ * block that starts or ends on such a space (it then stops marking, or marks token 0 at most);
+ * ztrain's offsets are untrimmed, so a template with blocks is refused with such a tokenizer
+ * rather than masked differently. */
 static zt_status check_offsets(sft_run *r) {
     if (!zt_chat_template_has_generation(r->tmpl, NULL))
         return ZT_OK;

@@ -1,7 +1,7 @@
 /* Decoders of a tokenizer.json: ids back to text. The tokens' texts pass through the decoder
  * chain (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip) as lists of strings, each
  * decoder mapping the list as Hugging Face's decode_chain does, and the result is their
- * concatenation. */
+ * concatenation. A byte-level encoding's tokens read back the same way give their offsets. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,4 +284,53 @@ zt_status zt_tokenizer_decode(const zt_tokenizer_t *t, const int32_t *ids, size_
     if (len)
         *len = n_text;
     return ZT_OK;
+}
+
+/* Whether the vocabulary is written in the byte-level alphabet: a ByteLevel pre-tokenizer maps
+ * every piece into it before the model sees it. */
+static bool byte_level_vocab(const zt_tokenizer_t *t) {
+    for (size_t k = 0; k < t->n_pres; k++)
+        if (t->pres[k].kind == TOK_PRE_BYTELEVEL)
+            return true;
+    return false;
+}
+
+/* Matches the bytes of token s[0..len) at text[*at..len): the alphabet reversed, or, for a token
+ * with a character outside it (an added token's content), its text as it is, as the ByteLevel
+ * decoder reads it. Advances *at past them; false when they differ or are none. */
+static bool match_token_bytes(const char *s, size_t len, const char *text, size_t text_len,
+                              size_t *at) {
+    size_t p = *at;
+    if (!all_bytes(s, len)) {
+        if (len > text_len - p || memcmp(s, text + p, len) != 0)
+            return false;
+        p += len;
+    } else {
+        for (size_t k = 0; k < len; p++) {
+            size_t cl;
+            int b = tok_char_to_byte(tok_utf8_decode((const unsigned char *)s + k, &cl));
+            if (p >= text_len || (unsigned char)text[p] != (unsigned)b)
+                return false;
+            k += cl;
+        }
+    }
+    if (p == *at)
+        return false;
+    *at = p;
+    return true;
+}
+
+bool zt_tokenizer_offsets(const zt_tokenizer_t *t, const int32_t *ids, size_t n,
+                          const char *text, size_t len, size_t *ends) {
+    if (!byte_level_vocab(t))
+        return false;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= t->n_ids || !t->id_text[id] ||
+            !match_token_bytes(t->id_text[id], t->id_len[id], text, len, &at))
+            return false;
+        ends[i] = at;
+    }
+    return at == len;
 }

@@ -117,6 +117,20 @@ zt_status zt_tokenizer_encode_batch(const zt_tokenizer_t *t, const char *const *
                                     const size_t *lens, size_t n, bool add_special, int n_threads,
                                     zt_tok_ids *outs, size_t *invalid_utf8);
 
+/* The byte offsets of ids[0..n), text[0..len)'s encoding without the template: token i covers
+ * text[ends[i-1] .. ends[i]) (from 0 for the first), as the offsets of HF's encoding with a
+ * ByteLevel post-processor's trim_offsets false (a token " Paris" covers its space), in bytes.
+ * HF gives a token that holds only some bytes of a character the whole character, so its
+ * char_to_token(c) is the first token holding c: here, the token that holds c's first byte.
+ * Known exactly only for a byte-level vocabulary (a ByteLevel pre-tokenizer: GPT-2, Llama 3,
+ * Qwen2/3) and only when the tokens' bytes (the alphabet reversed; a token with a character
+ * outside it, an added token's content, as it is) concatenate to exactly the text, which is
+ * checked on every call: false otherwise, ends then unspecified (a Metaspace/SentencePiece
+ * vocabulary such as Llama 2's or Mistral's, a normalizer that changed the text, a prefix space
+ * added, a pre-tokenizer that removed some, U+FFFD for invalid UTF-8). ends has room for n. */
+bool zt_tokenizer_offsets(const zt_tokenizer_t *t, const int32_t *ids, size_t n,
+                          const char *text, size_t len, size_t *ends);
+
 /* Decodes ids into a NUL-terminated heap string the caller frees (*len, if not NULL, excludes
  * the NUL), as HF's decode(ids, skip_special_tokens) does: ids the tokenizer does not have (a
  * model's vocabulary padded past the tokenizer's) are left out, and bytes that do not form UTF-8
