@@ -109,8 +109,8 @@ static void mark(sft_run *r, size_t from, size_t to) {
 }
 
 /* Renders the first k messages; spans (or NULL) receives the generation blocks' spans. */
-static zt_status render_prefix(sft_run *r, const zt_chat_conversation *c, int k, bool gen, char **out,
-                               zt_chat_spans *spans, const char *where) {
+static zt_status render_prefix(sft_run *r, const zt_chat_conversation *c, int k, bool gen,
+                               char **out, zt_chat_spans *spans, const char *where) {
     cJSON *head = cJSON_CreateArray();
     if (!head)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
@@ -130,22 +130,15 @@ static size_t char_start(const char *text, size_t at) {
     return at;
 }
 
-/* Names generation span k of a line for messages: the assistant message it renders when the
- * conversation has one assistant message per span, else its place and first words. */
-static void span_name(const zt_chat_conversation *c, const char *text, const zt_chat_spans *sp, size_t k,
-                      char *out, size_t cap) {
-    int n_assistant = 0, which = -1, i = 0;
-    const cJSON *m;
-    cJSON_ArrayForEach(m, c->messages) {
-        if (strcmp(cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, "assistant") == 0 &&
-            n_assistant++ == (int)k)
-            which = i;
-        i++;
-    }
-    if ((size_t)n_assistant == sp->n && which >= 0)
-        snprintf(out, cap, "the generation block of assistant message %d", which);
-    else
-        snprintf(out, cap, "generation block %zu (\"%.30s\")", k + 1, text + sp->start[k]);
+/* Names generation span k of a line for messages: its place and first words, cut at a
+ * character. (Which message a block belongs to is not known: a turn may write two blocks, or
+ * none.) */
+static void span_name(const char *text, const zt_chat_spans *sp, size_t k, char *out,
+                      size_t cap) {
+    size_t n = sp->end[k] - sp->start[k];
+    if (n > 30)
+        n = char_start(text + sp->start[k], 30);
+    snprintf(out, cap, "generation block %zu (\"%.*s\")", k + 1, (int)n, text + sp->start[k]);
 }
 
 /* The example's token that holds byte `at` of its text: the first whose end lies past it. */
@@ -165,12 +158,12 @@ static size_t token_at(const size_t *ends, size_t n, size_t at) {
  * (*te) are found by encoding the text before them, whose tokens must begin the example's
  * (boundary()); a span edge inside a token, or a last character split over tokens, is refused
  * naming the line and the block. */
-static zt_status span_by_prefixes(sft_run *r, const zt_chat_conversation *c, const char *full,
-                                  size_t len, const zt_chat_spans *sp, size_t k, size_t *ts,
-                                  size_t *te, const char *where) {
+static zt_status span_by_prefixes(sft_run *r, const char *full, size_t len,
+                                  const zt_chat_spans *sp, size_t k, size_t *ts, size_t *te,
+                                  const char *where) {
     size_t s = sp->start[k], e = sp->end[k], last = 0;
     char what[128], what_end[160];
-    span_name(c, full, sp, k, what, sizeof what);
+    span_name(full, sp, k, what, sizeof what);
     snprintf(what_end, sizeof what_end, "the last character of %s", what);
     ZT_TRY(boundary(r, full, s, false, ts, where, what));
     /* the first token that holds the last character: one that starts with it, or for a
@@ -197,7 +190,7 @@ static zt_status span_by_prefixes(sft_run *r, const zt_chat_conversation *c, con
  * (zt_tokenizer_offsets), read as char_to_token reads them: a span's byte offsets are its
  * characters' first bytes. Other tokenizers (Metaspace's) keep none, and fall back to
  * span_by_prefixes. */
-static zt_status generation_mask(sft_run *r, const zt_chat_conversation *c, const char *full, size_t len,
+static zt_status generation_mask(sft_run *r, const char *full, size_t len,
                                  const zt_chat_spans *sp, const char *where) {
     size_t n = r->ex.n, *ends = malloc((n + 1) * sizeof *ends);
     if (!ends)
@@ -210,14 +203,14 @@ static zt_status generation_mask(sft_run *r, const zt_chat_conversation *c, cons
             break;
         if (e == 0) {
             char what[128];
-            span_name(c, full, sp, k, what, sizeof what);
+            span_name(full, sp, k, what, sizeof what);
             st = zt_error(ZT_ERR_UNSUPPORTED, "%s: %s is empty at the text's start, which has "
                           "no last character to find", where, what);
         } else if (exact) {
             ts = token_at(ends, n, s);
             te = token_at(ends, n, char_start(full, e - 1));
         } else {
-            st = span_by_prefixes(r, c, full, len, sp, k, &ts, &te, where);
+            st = span_by_prefixes(r, full, len, sp, k, &ts, &te, where);
         }
         if (st == ZT_OK)
             mark(r, ts, te ? te + 1 : 1);
@@ -229,8 +222,8 @@ static zt_status generation_mask(sft_run *r, const zt_chat_conversation *c, cons
 /* The loss mask by the prefix rule: each assistant turn is the text between the conversation
  * before it rendered with the generation prompt and the conversation through it, both of
  * which must begin the whole. */
-static zt_status prefix_mask(sft_run *r, const zt_chat_conversation *c, const char *full, size_t len,
-                             const char *where) {
+static zt_status prefix_mask(sft_run *r, const zt_chat_conversation *c, const char *full,
+                             size_t len, const char *where) {
     zt_status s = ZT_OK;
     const cJSON *m;
     int k = 0;
@@ -287,7 +280,7 @@ static zt_status chat_example(sft_run *r, const cJSON *obj, const char *where) {
     if (s == ZT_OK)
         memset(r->ex_flags, 0, r->ex.n);
     if (s == ZT_OK)
-        s = tracked ? generation_mask(r, &c, full, len, &spans, where)
+        s = tracked ? generation_mask(r, full, len, &spans, where)
                     : prefix_mask(r, &c, full, len, where);
     zt_chat_spans_free(&spans);
     free(full);
