@@ -94,6 +94,33 @@ static val loop_attribute(ex *e, const loop_state *l, const char *name, size_t n
     }
 }
 
+/* Python's methods of str, dict and list, which jinja2's sandboxed getattr finds before a
+ * dict's key of the same name: those that modify a dict or list are unsafe there and give an
+ * undefined value, the others a bound method (truthy, printed with its address), which the
+ * subset does not hold. */
+static const char *const STR_METHODS[] = {
+    "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find",
+    "format", "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit",
+    "isidentifier", "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper",
+    "join", "ljust", "lower", "lstrip", "maketrans", "partition", "removeprefix",
+    "removesuffix", "replace", "rfind", "rindex", "rjust", "rpartition", "rsplit", "rstrip",
+    "split", "splitlines", "startswith", "strip", "swapcase", "title", "translate", "upper",
+    "zfill", NULL};
+static const char *const DICT_METHODS[] = {"copy", "fromkeys", "get", "items", "keys", "values",
+                                           NULL};
+static const char *const DICT_MUTATORS[] = {"clear", "pop", "popitem", "setdefault", "update",
+                                            NULL};
+static const char *const LIST_METHODS[] = {"copy", "count", "index", NULL};
+static const char *const LIST_MUTATORS[] = {"append", "clear", "extend", "insert", "pop",
+                                            "remove", "reverse", "sort", NULL};
+
+static bool named(const char *const *names, const char *name, size_t n) {
+    for (; *names; names++)
+        if (strlen(*names) == n && memcmp(*names, name, n) == 0)
+            return true;
+    return false;
+}
+
 val zt_chat_attribute(ex *e, val v, const char *name, size_t n) {
     if (v.k == V_LOOP)
         return loop_attribute(e, v.loop, name, n);
@@ -101,6 +128,22 @@ val zt_chat_attribute(ex *e, val v, const char *name, size_t n) {
         return v;
     if (v.k == V_UNDEF)
         return zt_chat_undefined_error(e, v);
+    const char *type = v.k == V_STR ? "str" : v.k == V_DICT ? "dict" : v.k == V_LIST ? "list"
+                                                                                   : NULL;
+    if ((v.k == V_DICT && named(DICT_MUTATORS, name, n)) ||
+        (v.k == V_LIST && named(LIST_MUTATORS, name, n)))
+        return zt_chat_undefined(e, "access to attribute '%.*s' of '%s' object is unsafe.",
+                                 (int)n, name, type);
+    if ((v.k == V_STR && named(STR_METHODS, name, n)) ||
+        (v.k == V_DICT && named(DICT_METHODS, name, n)) ||
+        (v.k == V_LIST && named(LIST_METHODS, name, n)))
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'.%.*s' without a call is a bound method "
+                            "of the %s in jinja2, which the subset does not hold: call it%s%.*s%s",
+                            (int)n, name, type,
+                            v.k == V_DICT ? " (jinja2 finds the method before a key of that "
+                                            "name), or write x['" : "",
+                            v.k == V_DICT ? (int)n : 0, name,
+                            v.k == V_DICT ? "'] for the key" : "");
     if (v.k == V_DICT || v.k == V_NS) {
         char key[128];
         snprintf(key, sizeof key, "%.*s", (int)n, name);

@@ -426,6 +426,17 @@ with tempfile.TemporaryDirectory() as d:
          "length }}{% for m in messages|rejectattr('role', '==', 'user') %}{{ m.content }}"
          "{% endfor %}{{ messages|selectattr('n')|list|length }}"
          "{{ messages|selectattr('n', 'defined')|list|length }}", None, None),
+        # Python's methods come before a dict's keys in jinja2's getattr: a method without a
+        # call is a bound method (refused), a mutator of a dict or list is unsafe (undefined)
+        ("a str method without a call", "{{ messages[0].content.upper }}", "bound method",
+         "method"),
+        ("a dict method before its key", "{% if messages[2].get %}T{% endif %}", "bound method",
+         "truthy"),
+        ("a list method without a call", "{{ messages.count }}", "bound method", "method"),
+        ("a dict's mutator is undefined", "[{{ messages[0].pop }}]{{ messages[0].pop is defined "
+         "}}{{ messages[0].update is defined }}", None, None),
+        ("a list's mutator is undefined", "{{ messages.append is defined }}{{ messages.sort }}",
+         None, None),
     ]
     with open(f"{d}/conv.json", "w") as f:
         json.dump([conv], f)
