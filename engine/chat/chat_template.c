@@ -17,6 +17,7 @@
 
 #include "chat_template_internal.h"
 #include "ztrain/json_util.h"
+#include "ztrain/tokenizer.h"
 
 /* ---- newlines ----------------------------------------------------------------------------- */
 
@@ -684,22 +685,22 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     return s;
 }
 
-/* The special tokens apply_chat_template passes (its special_tokens_map): each that the config
+/* The special tokens apply_chat_template passes (its special_tokens_map): each that specials
  * gives as non-empty text, additional_special_tokens as a list when it holds any. */
-static zt_status special_tokens(zt_chat_template *t, const cJSON *config) {
+static zt_status special_tokens(zt_chat_template *t, const cJSON *specials) {
     static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "sep_token",
                                        "pad_token", "cls_token", "mask_token"};
     if (!(t->tokens = cJSON_CreateObject()))
         return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const char *text;
-        ZT_TRY(zt_json_token_text(cJSON_GetObjectItemCaseSensitive(config, keys[k]), t->source,
+        ZT_TRY(zt_json_token_text(cJSON_GetObjectItemCaseSensitive(specials, keys[k]), t->source,
                                   keys[k], &text));
         if (text && text[0] && !cJSON_AddStringToObject(t->tokens, keys[k], text))
             return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->source);
     }
     const char *key = "additional_special_tokens";
-    const cJSON *more = cJSON_GetObjectItemCaseSensitive(config, key), *e;
+    const cJSON *more = cJSON_GetObjectItemCaseSensitive(specials, key), *e;
     if (more && !cJSON_IsNull(more) && !cJSON_IsArray(more))
         return zt_error(ZT_ERR_FORMAT, "%s: key '%s' must be a list of tokens", t->source, key);
     if (cJSON_GetArraySize(more) > 0) {
@@ -720,7 +721,7 @@ static zt_status special_tokens(zt_chat_template *t, const cJSON *config) {
     return ZT_OK;
 }
 
-zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *config,
+zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *specials,
                                  zt_chat_template **out) {
     *out = NULL;
     zt_chat_template *t = calloc(1, sizeof *t);
@@ -729,7 +730,7 @@ zt_status zt_chat_template_parse(const char *text, const char *source, const cJS
     snprintf(t->source, sizeof t->source, "%s", source);
     t->eos = "";
     t->src = strdup(text);
-    zt_status s = t->src ? special_tokens(t, config)
+    zt_status s = t->src ? special_tokens(t, specials)
                          : zt_error(ZT_ERR_NOMEM, "%s: out of memory", source);
     if (s == ZT_OK)
         s = normalize_newlines(t);
@@ -779,7 +780,7 @@ static void list_names(const cJSON *list, char *out, size_t cap) {
 /* A "chat_template" list of {"name", "template"} objects, as transformers reads it into a dict
  * of named templates: the "default" one (and "tool_use", which get_chat_template takes when
  * tools are given) parsed; a list without "default" loads, and renders only with tools. */
-static zt_status load_named(const char *path, const cJSON *list, const cJSON *config,
+static zt_status load_named(const char *path, const cJSON *list, const cJSON *specials,
                             zt_chat_template **out) {
     const char *text = NULL, *tool_use = NULL;
     const cJSON *e;
@@ -798,14 +799,14 @@ static zt_status load_named(const char *path, const cJSON *list, const cJSON *co
     }
     if (k == 0)
         return zt_error(ZT_ERR_FORMAT, "%s: \"chat_template\" is an empty list", path);
-    ZT_TRY(zt_chat_template_parse(text ? text : "", path, config, out));
+    ZT_TRY(zt_chat_template_parse(text ? text : "", path, specials, out));
     (*out)->no_default = !text;
     list_names(list, (*out)->names, sizeof (*out)->names);
     if (!tool_use)
         return ZT_OK;
     char source[600];
     snprintf(source, sizeof source, "%s (chat_template \"tool_use\")", path);
-    zt_status s = zt_chat_template_parse(tool_use, source, config, &(*out)->tool_use);
+    zt_status s = zt_chat_template_parse(tool_use, source, specials, &(*out)->tool_use);
     if (s != ZT_OK) {
         zt_chat_template_destroy(*out);
         *out = NULL;
@@ -815,17 +816,22 @@ static zt_status load_named(const char *path, const cJSON *list, const cJSON *co
 
 zt_status zt_chat_template_load(const char *path, zt_chat_template **out) {
     *out = NULL;
-    cJSON *root;
+    cJSON *root, *specials = NULL;
     ZT_TRY(zt_json_load_file(path, &root));
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-    zt_status s;
-    if (cJSON_IsArray(ct))
-        s = load_named(path, ct, root, out);
-    else if (cJSON_IsString(ct))
-        s = zt_chat_template_parse(ct->valuestring, path, root, out);
-    else
+    zt_status s = ZT_OK;
+    if (!cJSON_IsArray(ct) && !cJSON_IsString(ct))
         s = zt_error(ZT_ERR_FORMAT, "%s: no \"chat_template\" (a string, or a list of named "
                      "templates)", path);
+    /* the special tokens as the tokenizer resolves them, class defaults and
+     * special_tokens_map.json included, not the config's keys alone */
+    if (s == ZT_OK)
+        s = zt_tokenizer_special_tokens_map(path, root, &specials);
+    if (s == ZT_OK && cJSON_IsArray(ct))
+        s = load_named(path, ct, specials, out);
+    else if (s == ZT_OK)
+        s = zt_chat_template_parse(ct->valuestring, path, specials, out);
+    cJSON_Delete(specials);
     cJSON_Delete(root);
     return s;
 }

@@ -189,29 +189,54 @@ static bool known_class(const char *cls, const rebuilding_class **c) {
     return false;
 }
 
-zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root) {
-    char tc_path[PATH_MAX], mc_path[PATH_MAX], cls[128] = "";
-    cJSON *tc = NULL, *mc = NULL;
+/* The class AutoTokenizer picks for the directory of tc (tokenizer_config.json at tc_path, NULL
+ * when there is none) and config.json beside it, into cls ("" for none), refused when ztrain
+ * does not know it; *c as known_class gives it. */
+static zt_status dir_class(const cJSON *tc, const char *tc_path, char *cls, size_t cap,
+                           const rebuilding_class **c) {
+    char mc_path[PATH_MAX];
+    cJSON *mc = NULL;
     const char *named_in = NULL;
-    zt_status s = load_beside(t->path, "tokenizer_config.json", tc_path, sizeof tc_path, &tc);
+    *c = NULL;
+    zt_status s = load_beside(tc_path, "config.json", mc_path, sizeof mc_path, &mc);
     if (s == ZT_OK)
-        s = load_beside(t->path, "config.json", mc_path, sizeof mc_path, &mc);
-    if (s == ZT_OK)
-        s = pick_class(tc, tc_path, mc, mc_path, cls, sizeof cls, &named_in);
-    const rebuilding_class *c = NULL;
-    if (s == ZT_OK && cls[0] && !known_class(cls, &c))
+        s = pick_class(tc, tc_path, mc, mc_path, cls, cap, &named_in);
+    if (s == ZT_OK && cls[0] && !known_class(cls, c))
         s = zt_error(ZT_ERR_UNSUPPORTED, "%s: tokenizer_class %sFast is not one ztrain knows "
                      "(Llama, CodeLlama, Gemma, GPTNeoX and Cohere rebuild the template from "
                      "add_bos_token/add_eos_token; PreTrainedTokenizerFast, GPT2, Qwen2 and "
                      "transformers 5's TokenizersBackend keep tokenizer.json's); name PreTrainedTokenizerFast to keep tokenizer.json's "
                      "post-processor", named_in, cls);
+    cJSON_Delete(mc);
+    return s;
+}
+
+zt_status zt_tokenizer_special_tokens_map(const char *tokenizer_config, const cJSON *config,
+                                          cJSON **out) {
+    char cls[128] = "";
+    const rebuilding_class *c;
+    *out = NULL;
+    ZT_TRY(dir_class(config, tokenizer_config, cls, sizeof cls, &c));
+    return tok_special_tokens_map(config, tokenizer_config, cls, out);
+}
+
+zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root) {
+    char tc_path[PATH_MAX], cls[128] = "";
+    cJSON *tc = NULL;
+    zt_status s = load_beside(t->path, "tokenizer_config.json", tc_path, sizeof tc_path, &tc);
+    const rebuilding_class *c = NULL;
+    if (s == ZT_OK)
+        s = dir_class(tc, tc_path, cls, sizeof cls, &c);
     /* The flags and tokens are read from tokenizer_config.json alone (an empty one when it is
      * missing and config.json names the class), as from_pretrained passes them. */
     cJSON *empty = NULL;
     const cJSON *config = tc;
     if (s == ZT_OK && c && !tc && !(config = empty = cJSON_CreateObject()))
         s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->path);
-    const char *src = tc ? tc_path : named_in;
+    /* without tokenizer_config.json, config.json is what names the class */
+    char mc_path[PATH_MAX];
+    zt_path_beside(t->path, "config.json", mc_path, sizeof mc_path);
+    const char *src = tc ? tc_path : mc_path;
     if (s == ZT_OK && cls[0])
         s = prefix_space(tc, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), cls, src);
     if (s == ZT_OK && c)
@@ -226,6 +251,5 @@ zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root) {
         s = tok_add_config_tokens(t, config, src, cls);
     cJSON_Delete(empty);
     cJSON_Delete(tc);
-    cJSON_Delete(mc);
     return s;
 }

@@ -221,6 +221,10 @@ zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root);
  * added_tokens lacks. */
 zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const char *src,
                                 const char *cls);
+/* transformers' special_tokens_map for tokenizer_config.json (`config`, at src) and the class
+ * `cls`: zt_tokenizer_special_tokens_map's object, special_tokens_map.json read beside src. */
+zt_status tok_special_tokens_map(const cJSON *config, const char *src, const char *cls,
+                                 cJSON **out);
 /* The class's default for a special token key ("bos_token", ...), or NULL when it has none. */
 const char *tok_class_default(const char *cls, const char *key);
 void tok_free_components(zt_tokenizer_t *t);

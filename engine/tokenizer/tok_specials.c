@@ -316,10 +316,10 @@ static zt_status add_batch(zt_tokenizer_t *t, const cfg_list *batch, const cfg_l
     return s;
 }
 
-/* special_tokens_map.json beside tokenizer.json into *map, NULL when there is none. */
-static zt_status load_map(const zt_tokenizer_t *t, char *path, size_t cap, cJSON **map) {
+/* special_tokens_map.json beside the file `beside` into *map, NULL when there is none. */
+static zt_status load_map(const char *beside, char *path, size_t cap, cJSON **map) {
     *map = NULL;
-    zt_path_beside(t->path, "special_tokens_map.json", path, cap);
+    zt_path_beside(beside, "special_tokens_map.json", path, cap);
     if (!zt_path_exists(path))
         return ZT_OK;
     ZT_TRY(zt_json_load_file(path, map));
@@ -338,7 +338,7 @@ zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const ch
     const cJSON *atd = cJSON_GetObjectItemCaseSensitive(config, "added_tokens_decoder");
     /* from_pretrained reads special_tokens_map.json only when the config has no
      * added_tokens_decoder (its legacy branch). */
-    zt_status s = atd ? ZT_OK : load_map(t, map_path, sizeof map_path, &map);
+    zt_status s = atd ? ZT_OK : load_map(t->path, map_path, sizeof map_path, &map);
     sources in = {config, map, src, map_path};
     if (s == ZT_OK)
         s = json_tokens(t, &held);
@@ -394,5 +394,134 @@ zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const ch
     free(specials.v);
     free(held.v);
     cJSON_Delete(map);
+    return s;
+}
+
+/* ---- the special_tokens_map a chat template sees ------------------------------------------ */
+
+/* Whether two of special_tokens_map.json's AddedTokens (made special) are equal, as AddedToken
+ * compares them: on the content and every flag (normalized defaults to false for a special one). */
+static bool same_added(const cJSON *a, const cJSON *b) {
+    const char *flags[] = {"lstrip", "rstrip", "single_word", "normalized"};
+    bool same = strcmp(tok_json_str(a, "content"), tok_json_str(b, "content")) == 0;
+    for (int f = 0; f < 4 && same; f++)
+        same = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, flags[f])) ==
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, flags[f]));
+    return same;
+}
+
+/* Whether special_tokens_map.json's additional_special_tokens item e is already in the list
+ * from_pretrained builds (`token not in additional_special_tokens`): a string equals a string
+ * of the config's list or an earlier one of the map's; an AddedToken only an equal earlier
+ * AddedToken of the map's (the config's are still plain dicts then, equal to nothing). */
+static bool map_item_held(const cJSON *config_list, const cJSON *map_list, const cJSON *e) {
+    for (const cJSON *c = cJSON_IsString(e) ? config_list : NULL; c; c = c->next)
+        if (cJSON_IsString(c) && strcmp(c->valuestring, e->valuestring) == 0)
+            return true;
+    for (const cJSON *m = map_list; m && m != e; m = m->next)
+        if (cJSON_IsString(e) ? cJSON_IsString(m) && strcmp(m->valuestring, e->valuestring) == 0
+                              : cJSON_IsObject(m) && same_added(m, e))
+            return true;
+    return false;
+}
+
+/* One file's additional_special_tokens list (NULL: none), its texts appended to `list`; with
+ * `from_map` those from_pretrained finds already there are left out. A null in the list is
+ * refused, as SpecialTokensMixin asserts each item is a string or an AddedToken. */
+static zt_status extra_texts(const cJSON *config_list, const cJSON *items, const char *file,
+                             bool from_map, cJSON *list) {
+    int i = 0;
+    for (const cJSON *e = items; e; e = e->next, i++) {
+        char key[64];
+        const char *text;
+        snprintf(key, sizeof key, "additional_special_tokens[%d]", i);
+        ZT_TRY(zt_json_token_text(e, file, key, &text));
+        if (!text)
+            return zt_error(ZT_ERR_FORMAT, "%s: %s is null or has no \"content\" "
+                            "(transformers refuses it); give a string or remove it", file, key);
+        if (from_map && map_item_held(config_list, items, e))
+            continue;
+        if (!cJSON_AddItemToArray(list, cJSON_CreateString(text)))
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", file);
+    }
+    return ZT_OK;
+}
+
+/* A file's additional_special_tokens: its first item, NULL when the list is missing, null or
+ * empty; anything but a list is refused. */
+static zt_status extra_list(const cJSON *j, const char *file, const cJSON **first) {
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(j, "additional_special_tokens");
+    *first = cJSON_IsArray(extra) ? extra->child : NULL;
+    if (extra && !cJSON_IsNull(extra) && !cJSON_IsArray(extra))
+        return zt_error(ZT_ERR_FORMAT, "%s: additional_special_tokens must be a list of strings "
+                        "or AddedToken objects", file);
+    return ZT_OK;
+}
+
+/* The additional_special_tokens attribute: the config's list as it is, then the map's items
+ * not already in it (from_pretrained's legacy branch), then CodeLlama's infilling tokens
+ * (its __init__ appends them, duplicates and all). */
+static zt_status extra_attribute(const sources *in, const char *cls, cJSON *list) {
+    const cJSON *from_config, *from_map = NULL;
+    ZT_TRY(extra_list(in->config, in->config_path, &from_config));
+    if (in->map)
+        ZT_TRY(extra_list(in->map, in->map_path, &from_map));
+    ZT_TRY(extra_texts(NULL, from_config, in->config_path, false, list));
+    ZT_TRY(extra_texts(from_config, from_map, in->map_path, true, list));
+    for (size_t k = 0; strcmp(cls, "CodeLlamaTokenizer") == 0 && k < 4; k++) {
+        cfg_token tk;
+        bool any;
+        ZT_TRY(key_token(in, CODELLAMA_KEYS[k], CODELLAMA_DEFS[k], &tk, &any));
+        if (any && !cJSON_AddItemToArray(list, cJSON_CreateString(tk.content)))
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", in->config_path);
+    }
+    return ZT_OK;
+}
+
+/* special_tokens_map: each key's text where it is not empty (the files' value, else the
+ * class default: key_token, as the tokens added above), additional_special_tokens where the
+ * list holds any. */
+static zt_status tokens_map(const sources *in, const char *cls, cJSON *out) {
+    for (size_t k = 0; k < N_KEYS; k++) {
+        cfg_token tk;
+        bool any;
+        ZT_TRY(key_token(in, KEYS[k], tok_class_default(cls, KEYS[k]), &tk, &any));
+        if (any && !cJSON_AddStringToObject(out, KEYS[k], tk.content))
+            return zt_error(ZT_ERR_NOMEM, "%s: out of memory", in->config_path);
+    }
+    cJSON *list = cJSON_CreateArray();
+    if (!list)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", in->config_path);
+    zt_status s = extra_attribute(in, cls, list);
+    if (s != ZT_OK || !list->child) {
+        cJSON_Delete(list);
+        return s;
+    }
+    if (cJSON_AddItemToObject(out, "additional_special_tokens", list))
+        return ZT_OK;
+    cJSON_Delete(list);
+    return zt_error(ZT_ERR_NOMEM, "%s: out of memory", in->config_path);
+}
+
+zt_status tok_special_tokens_map(const cJSON *config, const char *src, const char *cls,
+                                 cJSON **out) {
+    char map_path[PATH_MAX] = "";
+    cJSON *map = NULL;
+    zt_status s = ZT_OK;
+    *out = cJSON_CreateObject();
+    if (!*out)
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", src);
+    /* special_tokens_map.json counts only where tokenizer_config.json has no
+     * added_tokens_decoder, as for the tokens the tokenizer adds */
+    if (!cJSON_GetObjectItemCaseSensitive(config, "added_tokens_decoder"))
+        s = load_map(src, map_path, sizeof map_path, &map);
+    sources in = {config, map, src, map_path};
+    if (s == ZT_OK)
+        s = tokens_map(&in, cls, *out);
+    cJSON_Delete(map);
+    if (s != ZT_OK) {
+        cJSON_Delete(*out);
+        *out = NULL;
+    }
     return s;
 }

@@ -60,20 +60,25 @@
 typedef struct zt_chat_template zt_chat_template;
 
 /* Parses and checks template text. source names it in messages ("tokenizer_config.json").
- * config (NULL: none) is the tokenizer_config.json object whose special tokens become variables
- * as transformers' special_tokens_map passes them: bos_token, eos_token, unk_token, sep_token,
- * pad_token, cls_token and mask_token as text (each a string or an AddedToken object
- * {"content": ...}), additional_special_tokens as a list of them; a token that is missing, null
- * or "" (or an empty list) leaves its variable undefined. The template keeps no pointer into
- * config. *out is the caller's to destroy. */
-zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *config,
+ * specials (NULL: none) is an object whose special tokens become variables as transformers'
+ * special_tokens_map passes them: bos_token, eos_token, unk_token, sep_token, pad_token,
+ * cls_token and mask_token as text (each a string or an AddedToken object {"content": ...}),
+ * additional_special_tokens as a list of them; a token that is missing, null or "" (or an empty
+ * list) leaves its variable undefined. It is taken as it is: zt_tokenizer_special_tokens_map
+ * gives the object a directory's tokenizer resolves (class defaults and special_tokens_map.json
+ * included), which zt_chat_template_load passes; a tokenizer_config.json object alone lacks
+ * them. The template keeps no pointer into specials. *out is the caller's to destroy. */
+zt_status zt_chat_template_parse(const char *text, const char *source, const cJSON *specials,
                                  zt_chat_template **out);
 
 /* Reads tokenizer_config.json: "chat_template" (a string, or a list of {"name", "template"}
  * objects of which "default" and "tool_use" are read, as get_chat_template picks them: see
- * zt_chat_template_render) and the special tokens (see zt_chat_template_parse).
- * special_tokens_map.json is not read: transformers reads it only for an old
- * tokenizer_config.json without "added_tokens_decoder". */
+ * zt_chat_template_render), and gives the templates the special tokens that
+ * AutoTokenizer.from_pretrained of its directory holds (zt_tokenizer_special_tokens_map: the
+ * config's keys, special_tokens_map.json's where the config has no "added_tokens_decoder", and
+ * the defaults of the tokenizer class the config or the config.json beside it names, so a
+ * Llama directory without "bos_token" renders {{ bos_token }} as "<s>"). A tokenizer class
+ * ztrain does not know is refused by name, as zt_tokenizer_load refuses it. */
 zt_status zt_chat_template_load(const char *tokenizer_config, zt_chat_template **out);
 void zt_chat_template_destroy(zt_chat_template *t);
 

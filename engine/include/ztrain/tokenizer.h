@@ -65,6 +65,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "ztrain/status.h"
 
 typedef struct zt_tokenizer zt_tokenizer_t;
@@ -81,6 +83,20 @@ typedef struct {
  * file and the component or key at fault. */
 zt_status zt_tokenizer_load(const char *path, zt_tokenizer_t **out);
 void zt_tokenizer_destroy(zt_tokenizer_t *t);
+
+/* transformers 4.46's special_tokens_map for the directory of a tokenizer_config.json (its path
+ * and config, its parsed object), the variables apply_chat_template gives a chat template:
+ * {"bos_token": "<s>", ..., "additional_special_tokens": [...]}. Each of bos, eos, unk, sep,
+ * pad, cls and mask_token is its text as from_pretrained resolves it, the same resolution
+ * zt_tokenizer_load adds the tokens by (above): special_tokens_map.json's value (read beside
+ * it only when the config has no added_tokens_decoder), else the config's, else the default of
+ * the class AutoTokenizer picks (LlamaTokenizerFast's "<s>", GemmaTokenizerFast's "<pad>", ...);
+ * a key left null or "" is absent. additional_special_tokens is the config's list, then the
+ * map's items it does not already hold, then CodeLlama's infilling tokens, absent when empty.
+ * A class ztrain does not know, and a token that is neither text nor an AddedToken object, are
+ * refused by name. *out is the caller's to cJSON_Delete. */
+zt_status zt_tokenizer_special_tokens_map(const char *tokenizer_config, const cJSON *config,
+                                          cJSON **out);
 
 /* One past the largest id of the vocabulary and the added tokens: the smallest vocab_size that
  * holds every id the tokenizer produces. */
