@@ -16,7 +16,6 @@ transformers and TRL pass it, against transformers' apply_chat_template.
   one with an image part is refused as prepare refuses it, naming the file."""
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,8 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 
 from chat_templates import GEMMA3, MISTRAL_SMALL31, hf_tokenizer, rendered  # noqa: E402
 from llama_ref import base_config, hf_model  # noqa: E402
-from ztref import Checker, tool, write_job, write_llmc_tokens  # noqa: E402
+from ztref import (Checker, read_masked_shard, tool, write_job,  # noqa: E402
+                   write_llmc_tokens)
 
 hf_logging.set_verbosity_error()
 torch.set_num_threads(2)
@@ -83,15 +83,6 @@ def byte_bpe(specials, vocab_size=400):
         vocab_size=vocab_size, special_tokens=specials, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     return tok
-
-
-def read_stream(prefix):
-    """Tokens and mask bytes of prefix.bin and prefix.bin.mask."""
-    data = open(prefix + ".bin", "rb").read()
-    magic, _, n = struct.unpack("<3i", data[:12])
-    width = 2 if magic == 20240520 else 4
-    ids = list(struct.unpack(f"<{n}{'H' if width == 2 else 'I'}", data[1024:1024 + n * width]))
-    return ids, list(open(prefix + ".bin.mask", "rb").read()[1024:])
 
 
 def assistant_mask(hf, conv, offsets):
@@ -172,7 +163,7 @@ with tempfile.TemporaryDirectory() as d:
                            capture_output=True, text=True)
         ck.check(p.returncode == 0, f"{name} prepare of content lists: exit {p.returncode} "
                  f"{p.stderr.strip()[-300:]}")
-        ids, mask = read_stream(f"{pd}/out/data_train_000000") if p.returncode == 0 else ([], [])
+        ids, mask = read_masked_shard(f"{pd}/out/data_train_000000") if p.returncode == 0 else ([], [])
         ck.check(ids == want_ids, f"{name} prepare: {len(ids)} ids equal apply_chat_template's "
                  f"{len(want_ids)}")
         got_mask = [bool(b & 1) for b in mask]

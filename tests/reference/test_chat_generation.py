@@ -26,7 +26,6 @@
     calls, reasoning, system messages, with and without the generation prompt)."""
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from transformers.utils.chat_template_utils import (_compile_jinja_template,  # 
 
 from chat_templates import (CHATML_GEN, LLAMA31, MISTRAL03, MISTRAL03_GEN, QWEN3,  # noqa: E402
                             QWEN3_GEN, hf_tokenizer)
-from ztref import Checker, tool  # noqa: E402
+from ztref import Checker, prepare_chat, read_masked_shard, tool  # noqa: E402
 
 ck = Checker()
 WORK = tempfile.mkdtemp()
@@ -194,25 +193,9 @@ for template, where, why in REFUSED:
 
 # ---- masks --------------------------------------------------------------------------------
 
-def read_stream(prefix):
-    data = open(prefix + ".bin", "rb").read()
-    magic, _, n = struct.unpack("<3i", data[:12])
-    fmt = "H" if magic == 20240520 else "I"
-    ids = list(struct.unpack(f"<{n}{fmt}", data[1024:1024 + n * struct.calcsize(fmt)]))
-    return ids, list(open(prefix + ".bin.mask", "rb").read()[1024:])
-
-
 def prepare(d, rows, template, bos=None, eos="<|im_end|>"):
-    cfg = {"chat_template": template, "eos_token": eos, **({"bos_token": bos} if bos else {})}
-    json.dump(cfg, open(f"{d}/tokenizer_config.json", "w"))
-    with open(f"{d}/chat.jsonl", "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    out = tempfile.mkdtemp(dir=d)
-    p = subprocess.run([tool("ztrain"), "prepare", "--tokenizer", f"{d}/tokenizer.json", "--out",
-                        out, "--format", "chat", f"{d}/chat.jsonl"],
-                       capture_output=True, text=True)
-    return p, (read_stream(f"{out}/data_train_000000") if p.returncode == 0 else None)
+    return prepare_chat(d, rows, {"chat_template": template, "eos_token": eos,
+                                  **({"bos_token": bos} if bos else {})})
 
 
 def prefix_mask(hf, conv, kw):
@@ -336,7 +319,7 @@ with tempfile.TemporaryDirectory() as d:
         elif ck.check(p.returncode == 0, f"trim_offsets false: prepare exit {p.returncode} "
                       f"{p.stderr.strip()[-200:]}"):
             compare("trim_offsets false", hft, CONVS[:1],
-                    read_stream(f"{d}/trim/out/data_train_000000"), True)
+                    read_masked_shard(f"{d}/trim/out/data_train_000000"), True)
     # Without blocks, Qwen3's template is not a prefix of itself once a conversation has two
     # assistant turns: refused, pointing at generation blocks.
     p, _ = prepare(d, CONVS[1:2], QWEN3)

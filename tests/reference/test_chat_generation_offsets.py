@@ -12,10 +12,7 @@ range runs to len(input_ids), 1 for one conversation), with or without offsets. 
 (SentencePiece-style) tokenizer keeps no offsets: a block after a space, inside its "▁Paris"
 token, is still refused naming the line, and a block that starts on a token boundary gives
 transformers' mask."""
-import json
 import os
-import struct
-import subprocess
 import sys
 import tempfile
 
@@ -27,7 +24,7 @@ reexec_in_venv()
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402,E501
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from ztref import Checker, tool  # noqa: E402
+from ztref import Checker, prepare_chat  # noqa: E402
 
 ck = Checker()
 
@@ -99,25 +96,9 @@ ROWS = {
 }
 
 
-def read_stream(prefix):
-    data = open(prefix + ".bin", "rb").read()
-    magic, _, n = struct.unpack("<3i", data[:12])
-    fmt = "H" if magic == 20240520 else "I"
-    ids = list(struct.unpack(f"<{n}{fmt}", data[1024:1024 + n * struct.calcsize(fmt)]))
-    return ids, [b & 1 for b in open(prefix + ".bin.mask", "rb").read()[1024:]]
-
-
 def prepare(d, rows, template):
-    json.dump({"chat_template": template, "eos_token": "<|im_end|>"},
-              open(f"{d}/tokenizer_config.json", "w"))
-    with open(f"{d}/chat.jsonl", "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    out = tempfile.mkdtemp(dir=d)
-    p = subprocess.run([tool("ztrain"), "prepare", "--tokenizer", f"{d}/tokenizer.json", "--out",
-                        out, "--format", "chat", f"{d}/chat.jsonl"],
-                       capture_output=True, text=True)
-    return p, (read_stream(f"{out}/data_train_000000") if p.returncode == 0 else None)
+    p, got = prepare_chat(d, rows, {"chat_template": template, "eos_token": "<|im_end|>"})
+    return p, got and (got[0], [b & 1 for b in got[1]])
 
 
 def want(d, row, template):

@@ -23,7 +23,6 @@ trained, its end-of-turn token included, and tool results are not; and the train
 to exactly those pieces of jinja2's text. Bad shapes are refused naming FILE:LINE and the field."""
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ reexec_in_venv()
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 from chat_templates import LLAMA31, LLAMA32, MISTRAL03, QWEN25, hf_tokenizer, rendered  # noqa: E402
-from ztref import Checker, tool  # noqa: E402
+from ztref import Checker, read_masked_shard, tool  # noqa: E402
 
 # A Hermes-2-Pro-style pair of named templates (the published one needs macros, which the subset
 # does not have): ChatML without tools, and the tools in the system prompt with <tool_call> and
@@ -281,14 +280,6 @@ def bpe_tokenizer():
     return tok
 
 
-def read_stream(prefix):
-    data = open(prefix + ".bin", "rb").read()
-    magic, _, n = struct.unpack("<3i", data[:12])
-    width = 2 if magic == 20240520 else 4
-    ids = list(struct.unpack(f"<{n}{'H' if width == 2 else 'I'}", data[1024:1024 + n * width]))
-    return ids, list(open(prefix + ".bin.mask", "rb").read()[1024:])
-
-
 def turn_spans(hf, msgs, tools, docs):
     """The assistant turns' character spans by the rule, every render given tools/documents."""
     spans = []
@@ -343,7 +334,7 @@ for fam, cfg_template, hf_template, bos, eos in PREP_FAMILIES:
              f"{p.returncode} {p.stderr[-300:]}")
     if p.returncode != 0:
         continue
-    ids, mask = read_stream(f"{d}/out_{len(fam)}/data_train_000000")
+    ids, mask = read_masked_shard(f"{d}/out_{len(fam)}/data_train_000000")
     at = 0
     for name, msgs, tools, docs in convs:
         text = hf.apply_chat_template(msgs, tools=tools, documents=docs, tokenize=False)

@@ -165,6 +165,31 @@ def write_llmc_tokens(path, tokens):
         f.write(struct.pack(f"<{len(tokens)}H", *tokens))
 
 
+def read_masked_shard(prefix):
+    """The tokens of prefix.bin (uint16 under llm.c's magic 20240520, else uint32) and the mask
+    bytes of prefix.bin.mask, as `ztrain prepare --format chat|prompt-completion` writes them."""
+    data = open(prefix + ".bin", "rb").read()
+    magic, _, n = struct.unpack("<3i", data[:12])
+    fmt = "H" if magic == 20240520 else "I"
+    ids = list(struct.unpack(f"<{n}{fmt}", data[1024:1024 + n * struct.calcsize(fmt)]))
+    return ids, list(open(prefix + ".bin.mask", "rb").read()[1024:])
+
+
+def prepare_chat(d, rows, config):
+    """`ztrain prepare --format chat` of rows (JSONL objects) with d/tokenizer.json and config
+    written as d/tokenizer_config.json: (the finished process, (ids, mask bytes) of its train
+    shard or None when it failed)."""
+    json.dump(config, open(f"{d}/tokenizer_config.json", "w"))
+    with open(f"{d}/chat.jsonl", "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    out = tempfile.mkdtemp(dir=d)
+    p = subprocess.run([tool("ztrain"), "prepare", "--tokenizer", f"{d}/tokenizer.json", "--out",
+                        out, "--format", "chat", f"{d}/chat.jsonl"],
+                       capture_output=True, text=True)
+    return p, (read_masked_shard(f"{out}/data_train_000000") if p.returncode == 0 else None)
+
+
 def write_job(path, job):
     with open(path, "w") as f:
         json.dump(job, f, indent=1)
