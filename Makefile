@@ -86,8 +86,9 @@ test-sanitize: deps
 
 # libFuzzer targets (tests/fuzz/: the DeepSpeed config, job specs, safetensors, token files,
 # checkpoints' meta.json, ztraind's HTTP requests and gRPC request messages), built with clang
-# under ASan/UBSan in build-fuzz/ and each run for FUZZ_SECONDS over its corpus. A crash fails
-# the run and keeps its input in build-fuzz/fuzz/crashes/ (tests/fuzz/run.sh).
+# under ASan/UBSan in build-fuzz/ and each run for FUZZ_SECONDS over its corpus, FUZZ_JOBS at a
+# time (default one per core). A crash fails the run and keeps its input in
+# build-fuzz/fuzz/crashes/ (tests/fuzz/run.sh).
 FUZZ_SECONDS ?= 60
 test-fuzz:
 	./scripts/install-deps.sh build fuzz

@@ -4,6 +4,7 @@
 #
 #   tests/fuzz/run.sh BUILD_DIR [TARGET...]      (default: every fuzz_* in BUILD_DIR)
 #   FUZZ_SECONDS=N     seconds per target (default 60)
+#   FUZZ_JOBS=N        targets run at once, one core each (default: the cores, nproc)
 #   FUZZ_TIMEOUT=N     seconds one input may take (default 30)
 #   FUZZ_TMPDIR=DIR    where the targets write their files (default /dev/shm, else $TMPDIR)
 #
@@ -33,6 +34,8 @@ fi
 # Undefined behaviour stops the run like a crash (the build also makes it fatal), with a stack.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
+# The cores, counted before OMP_NUM_THREADS is set (nproc obeys it).
+jobs_max="${FUZZ_JOBS:-$(nproc)}"
 export OMP_NUM_THREADS=1
 # The targets that read files write each input to one first: on a disk-backed /tmp that costs
 # twenty times more than on tmpfs. They work in one directory for this run, removed at its end,
@@ -45,23 +48,22 @@ TMPDIR="$(mktemp -d "${base:-${TMPDIR:-/tmp}}/ztrain-fuzz-run.XXXXXX")" || exit 
 export TMPDIR
 trap 'rm -rf "$TMPDIR"' EXIT
 
-failed=()
-summary=()
-for t in "${targets[@]}"; do
-  exe="$build/fuzz_$t"
-  seeds="tests/fuzz/corpus/$t"
-  work="$build/fuzz/corpus/$t"
-  crashes="$build/fuzz/crashes/$t"
-  log="$build/fuzz/$t.log"
+# One target: its libFuzzer run, then its summary line in $build/fuzz/<target>.summary (ending
+# in FAILED when it found something). Targets run FUZZ_JOBS at a time, each on one core.
+fuzz_one() {
+  local t="$1"
+  local exe="$build/fuzz_$t" seeds="tests/fuzz/corpus/$t" work="$build/fuzz/corpus/$t"
+  local crashes="$build/fuzz/crashes/$t" log="$build/fuzz/$t.log"
   mkdir -p "$work" "$crashes"
-  args=(-max_total_time="$seconds" -timeout="$timeout_s" -rss_limit_mb=2048 -max_len=65536
-        -print_final_stats=1 -close_fd_mask=3 -artifact_prefix="$crashes/")
+  local args=(-max_total_time="$seconds" -timeout="$timeout_s" -rss_limit_mb=2048
+              -max_len=65536 -print_final_stats=1 -close_fd_mask=3 -artifact_prefix="$crashes/")
   [ -f "tests/fuzz/$t.dict" ] && args+=(-dict="tests/fuzz/$t.dict")
-  echo "fuzz: $t for ${seconds} s (log: $log)"
+  local start rc
   start=$(date +%s)
   "$exe" "${args[@]}" "$work" "$seeds" >"$log" 2>&1
   rc=$?
-  elapsed=$(( $(date +%s) - start ))
+  local elapsed=$(( $(date +%s) - start ))
+  local runs rate cov kept line
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
@@ -69,13 +71,36 @@ for t in "${targets[@]}"; do
   line=$(printf '%-16s %5ss %10s runs %7s/s  cov %6s  corpus %5s' "$t" "$elapsed" "${runs:-?}" \
          "${rate:-?}" "${cov:-?}" "$kept")
   if [ $rc -ne 0 ] || [ -n "$(ls -A "$crashes")" ]; then
-    failed+=("$t")
     line="$line  FAILED (rc $rc)"
-    echo "fuzz: $t FAILED; the end of $log:" >&2
-    tail -n 40 "$log" >&2
-    ls "$crashes" >&2
   fi
+  echo "$line" >"$build/fuzz/$t.summary"
+}
+
+mkdir -p "$build/fuzz"
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs_max" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+  echo "fuzz: $t for ${seconds} s (log: $build/fuzz/$t.log)"
+  rm -f "$build/fuzz/$t.summary"
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  line=$(cat "$build/fuzz/$t.summary" 2>/dev/null || echo "$t  FAILED (no summary)")
   summary+=("$line")
+  if [[ "$line" == *FAILED* ]]; then
+    failed+=("$t")
+    echo "fuzz: $t FAILED; the end of $build/fuzz/$t.log:" >&2
+    tail -n 40 "$build/fuzz/$t.log" >&2
+    ls "$build/fuzz/crashes/$t" >&2
+  fi
 done
 
 echo

@@ -158,7 +158,7 @@ def case_d(d, doc):
     cmd = [sys.executable, os.path.join(SOURCE, "tests", "service", "schemathesis_run.py"),
            "--config-file", os.path.join(SOURCE, "tests", "service", "schemathesis.toml"),
            "run", DOC, "--url", d.http_url, "-H", f"Authorization: Bearer {TOKEN}",
-           "--checks", "all", "--max-examples", "15", "--max-time", "75",
+           "--checks", "all", "--max-examples", "15", "--max-time", "40",
            "--request-timeout", "10", "--workers", "1", "--no-color"]
     t = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=d.dir)
