@@ -589,8 +589,8 @@ val zt_chat_test(ex *e, val v, const char *t, size_t n, const zt_chat_arg *args,
     /* Undefined has __iter__ and __len__: jinja2 finds it iterable and a sequence */
     else if (!strcmp(w, "iterable") || !strcmp(w, "sequence")) r = seq;
     else if (!strcmp(w, "number")) r = v.k == V_INT || v.k == V_FLOAT || v.k == V_BOOL;
-    else if (!strcmp(w, "integer")) r = v.k == V_INT;
-    else if (!strcmp(w, "float")) r = v.k == V_FLOAT;
+    else if (!strcmp(w, "integer")) r = v.k == V_INT || (v.k == V_FLOAT && v.b);
+    else if (!strcmp(w, "float")) r = v.k == V_FLOAT && !v.b;
     else if (!strcmp(w, "boolean")) r = v.k == V_BOOL;
     else if (!strcmp(w, "true")) r = v.k == V_BOOL && v.b;
     else if (!strcmp(w, "false")) r = v.k == V_BOOL && !v.b;

@@ -279,6 +279,12 @@ val zt_chat_arith(ex *e, const char *o, val a, val b) {
     if (a.k == V_UNDEF || b.k == V_UNDEF)
         return zt_chat_undefined_error(e, a.k == V_UNDEF ? a : b);
     long long x, y, z;
+    if ((a.k == V_FLOAT && a.b) || (b.k == V_FLOAT && b.b)) {
+        val big = a.k == V_FLOAT && a.b ? a : b;
+        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'%s' of an integer beyond 64 bits (%.*s) is "
+                            "not supported: jinja2 computes it exactly, the subset in 64 bits", o,
+                            big.s ? (int)big.n : 3, big.s ? big.s : "...");
+    }
     if (!as_int(a, &x) || !as_int(b, &y))
         return zt_chat_fail(e, ZT_ERR_INVALID, "'%s' of a %s and a %s, not two integers", o,
                             zt_chat_type_name(a), zt_chat_type_name(b));
@@ -413,15 +419,13 @@ static val order(ex *e, char o, bool eq, val a, val b) {
         return a;
     if (a.k == V_UNDEF || b.k == V_UNDEF)
         return zt_chat_undefined_error(e, a.k == V_UNDEF ? a : b);
-    long long x, y;
+    /* integers exactly, past 64 bits too (by their digits) */
     int c;
-    if (as_int(a, &x) && as_int(b, &y)) {
-        c = x < y ? -1 : x > y;
-    } else if (a.k == V_STR && b.k == V_STR) {
+    if (a.k == V_STR && b.k == V_STR) {
         c = memcmp(a.s, b.s, a.n < b.n ? a.n : b.n);
         if (c == 0)
             c = a.n < b.n ? -1 : a.n > b.n;
-    } else {
+    } else if (!zt_chat_int_order(a, b, &c)) {
         return zt_chat_fail(e, ZT_ERR_INVALID, "'%c%s' between a %s and a %s", o, eq ? "=" : "",
                             zt_chat_type_name(a), zt_chat_type_name(b));
     }

@@ -56,8 +56,11 @@ struct zt_chat_template {
 
 /* V_FLOAT: a conversation's number written with a fraction or an exponent (2.5, 5.0, 1e3:
  * zt_json_is_float_literal), compared, tested, printed and written by tojson as Python does;
- * arithmetic on it is refused by name (the subset has no floating-point arithmetic). A whole
- * number past 64 bits is one too, with b set (Python's int): it compares, but is never printed. */
+ * arithmetic on it is refused by name (the subset has no floating-point arithmetic). An integer
+ * past 64 bits is one too, with b set (Python's int, so its type is "int") and s, n its digits as
+ * written (zt_json_int_digits; NULL when a tree not read by zt_json_parse held it as a double):
+ * it is printed, written by tojson and kept in lists from them, compared exactly, and refused by
+ * name in arithmetic, whose result jinja2 computes exactly. */
 /* V_FUNC: a function apply_chat_template passes (raise_exception, strftime_now), named by s.
  * V_NS: a namespace() (its attributes are j's members, which `set ns.x = ...` changes). */
 typedef enum {
@@ -158,7 +161,7 @@ bool zt_chat_text(val v, char num[32], const char **s, size_t *n);
  * and a list or dict as Python's repr writes it ([1, 'a', None], {'k': [True, 2.5]}: strings
  * quoted and escaped as repr does, by str.isprintable, floats as repr, nested). *s points into
  * v, num or r's arena. False with why for what the subset does not print: a namespace, a loop,
- * a function, an integer beyond 64 bits, a ZT_CHAT_NOT_LIST array. */
+ * a function, an integer beyond 64 bits without its digits, a ZT_CHAT_NOT_LIST array. */
 bool zt_chat_print(render *r, val v, char num[32], const char **s, size_t *n, char why[256]);
 /* Marks v, a list the render made (never the conversation's), as ZT_CHAT_NOT_LIST. */
 val zt_chat_not_list(val v);
@@ -166,6 +169,9 @@ val zt_chat_not_list(val v);
 const char *zt_chat_type_name(val v);
 /* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */
 bool zt_chat_equal(val a, val b);
+/* Whether a and b are integers (bools as 1 and 0, one past 64 bits by its digits), with *c
+ * their order, -1, 0 or 1, exact as Python's. */
+bool zt_chat_int_order(val a, val b, int *c);
 
 /* n bytes (and a NUL after them) that live until the render ends; NULL when out of memory. */
 char *zt_chat_alloc(render *r, size_t n);

@@ -1,6 +1,8 @@
 /* The chat templates' values (chat_template_internal.h): a conversation's JSON as values,
  * and what Python does with them in jinja2 — truth, printing (str, and repr inside a list or
  * dict), equality, type names and str's whitespace. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,28 @@ val zt_chat_str(const char *s, size_t n) { return (val){.k = V_STR, .s = s, .n =
 val zt_chat_bool(bool b) { return (val){.k = V_BOOL, .b = b}; }
 val zt_chat_int(long long i) { return (val){.k = V_INT, .i = i}; }
 
+/* A number of the conversation as Python's json.loads reads it: a float when written with a
+ * fraction or an exponent, else an int, exact from the literal's digits where the double would
+ * have rounded it (zt_json_int_digits), and past 64 bits a V_FLOAT with b set that keeps them. */
+static val number(const cJSON *j) {
+    double d = j->valuedouble;
+    if (zt_json_is_float_literal(j))
+        return (val){.k = V_FLOAT, .d = d};
+    const char *digits = zt_json_int_digits(j);
+    if (digits) {
+        errno = 0;
+        long long i = strtoll(digits, NULL, 10);
+        if (errno != ERANGE)
+            return zt_chat_int(i);
+        return (val){.k = V_FLOAT, .d = d, .b = true, .s = digits, .n = strlen(digits)};
+    }
+    /* a node the render made from a double (a conversion outside long long's range would be
+     * undefined behaviour); past 64 bits without digits it is never printed */
+    if (d > -9.2e18 && d < 9.2e18 && d == (double)(long long)d)
+        return zt_chat_int((long long)d);
+    return (val){.k = V_FLOAT, .d = d, .b = d == floor(d)};
+}
+
 val zt_chat_from_json(const cJSON *j) {
     if (!j)
         return (val){.k = V_UNDEF};
@@ -30,16 +54,8 @@ val zt_chat_from_json(const cJSON *j) {
         return zt_chat_str(j->valuestring, strlen(j->valuestring));
     if (cJSON_IsBool(j))
         return zt_chat_bool(cJSON_IsTrue(j));
-    if (cJSON_IsNumber(j)) {
-        /* an integer when it is one and was not written as a float (a conversion outside long
-         * long's range would be undefined behaviour) */
-        double d = j->valuedouble;
-        if (!zt_json_is_float_literal(j) && d > -9.2e18 && d < 9.2e18 &&
-            d == (double)(long long)d)
-            return (val){.k = V_INT, .i = (long long)d};
-        /* b: a whole number past 64 bits, which Python keeps as an int: never printed */
-        return (val){.k = V_FLOAT, .d = d, .b = !zt_json_is_float_literal(j)};
-    }
+    if (cJSON_IsNumber(j))
+        return number(j);
     if (cJSON_IsArray(j))
         return (val){.k = V_LIST, .j = j, .lo = 0, .count = cJSON_GetArraySize(j), .step = 1,
                      .b = (j->type & ZT_CHAT_NOT_LIST) != 0};
@@ -165,7 +181,13 @@ static bool float_repr(double d, char out[32], size_t *n) {
 bool zt_chat_text(val v, char num[32], const char **s, size_t *n) {
     switch (v.k) {
     case V_STR: *s = v.s, *n = v.n; return true;
-    case V_FLOAT: *s = num; return !v.b && float_repr(v.d, num, n);
+    case V_FLOAT:
+        if (v.b) { /* an integer past 64 bits: its digits as written, when known */
+            *s = v.s, *n = v.n;
+            return v.s != NULL;
+        }
+        *s = num;
+        return float_repr(v.d, num, n);
     case V_INT: *n = (size_t)snprintf(num, 32, "%lld", v.i), *s = num; return true;
     case V_BOOL: *s = v.b ? "True" : "False", *n = v.b ? 4 : 5; return true;
     case V_NONE: *s = "None", *n = 4; return true;
@@ -329,13 +351,70 @@ size_t zt_chat_space_suffix(const char *s, size_t n) {
     }
 }
 
+/* The decimal text of v in buf or v's digits: an integer (a bool as 1 or 0, one past 64 bits
+ * when its digits are known) or, with floats, a float that is a whole number (glibc prints a
+ * double's exact value). False for anything else. */
+static bool decimal(val v, bool floats, char buf[400], const char **s, size_t *n) {
+    if (v.k == V_INT || v.k == V_BOOL) {
+        *n = (size_t)snprintf(buf, 400, "%lld", v.k == V_INT ? v.i : (long long)v.b);
+        *s = buf;
+        return true;
+    }
+    if (v.k == V_FLOAT && v.b) {
+        *s = v.s, *n = v.n;
+        return v.s != NULL;
+    }
+    if (!floats || v.k != V_FLOAT || !isfinite(v.d) || v.d != floor(v.d))
+        return false;
+    *n = (size_t)snprintf(buf, 400, "%.0f", v.d == 0 ? 0.0 : v.d); /* -0.0 is 0 */
+    *s = buf;
+    return true;
+}
+
+/* The order of two integers written in decimal without leading zeros: -1, 0 or 1. */
+static int decimal_order(const char *x, size_t nx, const char *y, size_t ny) {
+    bool neg = x[0] == '-';
+    if (neg != (y[0] == '-'))
+        return neg ? -1 : 1;
+    x += neg, nx -= neg, y += neg, ny -= neg;
+    int c = nx != ny ? (nx < ny ? -1 : 1) : memcmp(x, y, nx);
+    c = c < 0 ? -1 : c > 0;
+    return neg ? -c : c;
+}
+
+/* Whether a and b are both whole numbers (with floats, whole floats too) and *c their order. */
+static bool whole_order(val a, val b, bool floats, int *c) {
+    char ba[400], bb[400];
+    const char *sa, *sb;
+    size_t na, nb;
+    if (!decimal(a, floats, ba, &sa, &na) || !decimal(b, floats, bb, &sb, &nb))
+        return false;
+    *c = decimal_order(sa, na, sb, nb);
+    return true;
+}
+
+bool zt_chat_int_order(val a, val b, int *c) {
+    if ((a.k == V_INT || a.k == V_BOOL) && (b.k == V_INT || b.k == V_BOOL)) {
+        long long x = a.k == V_INT ? a.i : a.b, y = b.k == V_INT ? b.i : b.b;
+        *c = x < y ? -1 : x > y;
+        return true;
+    }
+    return whole_order(a, b, false, c);
+}
+
 /* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */
 bool zt_chat_equal(val a, val b) {
     if ((a.k == V_INT || a.k == V_BOOL) && (b.k == V_INT || b.k == V_BOOL))
         return (a.k == V_INT ? a.i : a.b) == (b.k == V_INT ? b.i : b.b);
-    if (a.k == V_FLOAT || b.k == V_FLOAT) { /* 5.0 == 5, as in Python */
+    if (a.k == V_FLOAT || b.k == V_FLOAT) {
         bool na = a.k == V_FLOAT || a.k == V_INT || a.k == V_BOOL;
         bool nb = b.k == V_FLOAT || b.k == V_INT || b.k == V_BOOL;
+        /* 5.0 == 5 and 2**53 + 1 != 2.0**53, as in Python, which compares an int with a float
+         * exactly: by their decimal digits */
+        int c;
+        if (na && nb && whole_order(a, b, true, &c))
+            return c == 0;
+        /* a fraction, or an integer past 64 bits without its digits, compares as a double */
         double x = a.k == V_FLOAT ? a.d : a.k == V_INT ? (double)a.i : a.b;
         double y = b.k == V_FLOAT ? b.d : b.k == V_INT ? (double)b.i : b.b;
         return na && nb && x == y;
@@ -375,7 +454,7 @@ const char *zt_chat_type_name(val v) {
     case V_NONE: return "NoneType";
     case V_BOOL: return "bool";
     case V_INT: return "int";
-    case V_FLOAT: return "float";
+    case V_FLOAT: return v.b ? "int" : "float";
     case V_STR: return "str";
     case V_LIST: return "list";
     case V_DICT: return "dict";
@@ -386,26 +465,45 @@ const char *zt_chat_type_name(val v) {
     }
 }
 
+/* An integer as an item of a list a render builds: a cJSON number, a double, and with more than
+ * 15 digits its digits too, as zt_json_parse keeps them (zt_json_int_digits), so it reads back
+ * exact. */
+static cJSON *whole_number(double d, const char *digits, size_t n, char why[256]) {
+    cJSON *x = cJSON_CreateNumber(d);
+    if (x && n - (digits[0] == '-') > 15) {
+        x->valuestring = cJSON_malloc(n + 1);
+        if (x->valuestring) {
+            memcpy(x->valuestring, digits, n);
+            x->valuestring[n] = '\0';
+        } else {
+            cJSON_Delete(x);
+            x = NULL;
+        }
+    }
+    if (!x)
+        snprintf(why, 256, "out of memory");
+    return x;
+}
+
 /* v as an item of a list a render builds: strings copied (a value's text need not end in a
  * NUL), lists and objects referenced; NULL when v cannot be one (why says so) or out of memory. */
 static cJSON *to_json(render *r, val v, char why[256]) {
     switch (v.k) {
     case V_NONE: return cJSON_CreateNull();
     case V_BOOL: return cJSON_CreateBool(v.b);
-    case V_INT:
-        /* a cJSON number is a double: past 2**53 it would change */
-        if (v.i > (1ll << 53) || v.i < -(1ll << 53)) {
-            snprintf(why, 256, "a list or object holding an integer beyond 2**53 is not "
-                     "supported");
-            return NULL;
-        }
-        return cJSON_CreateNumber((double)v.i);
+    case V_INT: {
+        char digits[32];
+        snprintf(digits, sizeof digits, "%lld", v.i);
+        return whole_number((double)v.i, digits, strlen(digits), why);
+    }
     case V_FLOAT: { /* still a float when integral */
-        if (v.b) { /* an integer beyond 64 bits, which a double would round */
-            snprintf(why, 256, "a list or object holding an integer beyond 2**53 is not "
-                     "supported");
+        if (v.b && !v.s) {
+            snprintf(why, 256, "a list or object holding an integer beyond 64 bits that a "
+                     "render computed is not supported");
             return NULL;
         }
+        if (v.b)
+            return whole_number(v.d, v.s, v.n, why);
         cJSON *x = cJSON_CreateNumber(v.d);
         if (x)
             x->type |= ZT_JSON_FLOAT_LITERAL;

@@ -366,11 +366,13 @@ static zt_status read_file(sft_run *r, const char *path, uint64_t *index) {
             q++;
         if (*q) {
             cJSON *obj = cJSON_Parse(p);
-            /* 5.0 stays a float in the template, as in Python's json.loads (only a chat
-             * template sees the numbers of a line) */
-            if (obj && r->o->format == ZT_PREPARE_CHAT)
-                zt_json_mark_floats(obj, p, (size_t)(end - p));
-            if (!cJSON_IsObject(obj)) {
+            /* 5.0 stays a float in the template, and 12345678901234567891 exact, as in
+             * Python's json.loads (only a chat template sees the numbers of a line) */
+            if (obj && r->o->format == ZT_PREPARE_CHAT &&
+                !zt_json_mark_floats(obj, p, (size_t)(end - p))) {
+                s = zt_error(ZT_ERR_NOMEM, "%s: out of memory keeping a large integer's digits",
+                             where);
+            } else if (!cJSON_IsObject(obj)) {
                 if (r->o->skip_bad_lines)
                     r->st->bad_lines++;
                 else

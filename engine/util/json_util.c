@@ -22,15 +22,21 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Strict syntax scan                                                                          */
 
+/* Where a number is written in the text, and whether with a fraction or an exponent (Python's
+ * json reads it as a float). */
+typedef struct {
+    size_t at, len;
+    bool is_float;
+} num_literal;
+
 typedef struct {
     const char *s;
     size_t n, pos;
     int depth;
     const char *err; /* first error found, NULL while the text is fine */
     size_t err_pos;
-    /* One byte per number, in document order: 1 where it was written with a fraction or an
-     * exponent (Python's json reads it as a float). NULL when the allocation failed. */
-    unsigned char *floats;
+    /* The numbers, in document order. NULL when the allocation failed. */
+    num_literal *nums;
     size_t nnum, cap;
 } scanner;
 
@@ -127,15 +133,17 @@ static bool scan_number(scanner *sc) {
     }
     if (sc->nnum == sc->cap) {
         size_t cap = sc->cap ? 2 * sc->cap : 64;
-        unsigned char *f = realloc(sc->floats, cap);
+        num_literal *f = realloc(sc->nums, cap * sizeof *f);
         if (!f)
             return scan_fail(sc, start, "out of memory");
-        sc->floats = f;
+        sc->nums = f;
         sc->cap = cap;
     }
-    sc->floats[sc->nnum++] = memchr(sc->s + start, '.', sc->pos - start) ||
-                             memchr(sc->s + start, 'e', sc->pos - start) ||
-                             memchr(sc->s + start, 'E', sc->pos - start);
+    size_t len = sc->pos - start;
+    sc->nums[sc->nnum++] = (num_literal){
+        .at = start, .len = len,
+        .is_float = memchr(sc->s + start, '.', len) || memchr(sc->s + start, 'e', len) ||
+                    memchr(sc->s + start, 'E', len)};
     return true;
 }
 
@@ -235,19 +243,38 @@ static const char *syntax_hint(const char *s, size_t n, size_t pos) {
     }
 }
 
-/* Marks the numbers of the tree that were written as floats, visiting them in document order as
- * the scan met them. */
-static void mark_floats(cJSON *node, const scanner *sc, size_t *next) {
+/* A double holds every integer of up to 15 digits exactly (2**53 has 16): only longer integer
+ * literals keep their digits. */
+#define EXACT_DIGITS 15
+
+/* Marks the numbers of the tree that were written as floats, and keeps the text of each integer
+ * of more than EXACT_DIGITS digits as its valuestring, visiting them in document order as the
+ * scan met them. False when out of memory. */
+static bool mark_floats(cJSON *node, const scanner *sc, size_t *next) {
     for (cJSON *c = node; c; c = c->next) {
-        if (cJSON_IsNumber(c) && *next < sc->nnum && sc->floats[(*next)++])
+        const num_literal *lit = cJSON_IsNumber(c) && *next < sc->nnum ? &sc->nums[(*next)++]
+                                                                       : NULL;
+        if (lit && lit->is_float)
             c->type |= ZT_JSON_FLOAT_LITERAL;
-        if (c->child)
-            mark_floats(c->child, sc, next);
+        else if (lit && lit->len - (sc->s[lit->at] == '-') > EXACT_DIGITS && !c->valuestring) {
+            if (!(c->valuestring = cJSON_malloc(lit->len + 1)))
+                return false;
+            memcpy(c->valuestring, sc->s + lit->at, lit->len);
+            c->valuestring[lit->len] = '\0';
+        }
+        if (c->child && !mark_floats(c->child, sc, next))
+            return false;
     }
+    return true;
 }
 
 bool zt_json_is_float_literal(const cJSON *item) {
     return cJSON_IsNumber(item) && (item->type & ZT_JSON_FLOAT_LITERAL);
+}
+
+const char *zt_json_int_digits(const cJSON *item) {
+    return cJSON_IsNumber(item) && !(item->type & ZT_JSON_FLOAT_LITERAL) ? item->valuestring
+                                                                          : NULL;
 }
 
 /* Turns each whole number marked as a float into raw text with a fraction ("3.0"), which cJSON
@@ -273,13 +300,15 @@ static bool keep_floats(cJSON *node) {
     return true;
 }
 
-void zt_json_mark_floats(cJSON *root, const char *text, size_t len) {
+bool zt_json_mark_floats(cJSON *root, const char *text, size_t len) {
     scanner sc = {.s = text, .n = len};
-    if (scan_value(&sc) && !sc.err && sc.floats) {
+    bool ok = true;
+    if (scan_value(&sc) && !sc.err && sc.nums) {
         size_t next = 0;
-        mark_floats(root, &sc, &next);
+        ok = mark_floats(root, &sc, &next);
     }
-    free(sc.floats);
+    free(sc.nums);
+    return ok;
 }
 
 char *zt_json_print(const cJSON *item, bool formatted) {
@@ -309,7 +338,7 @@ zt_status zt_json_parse(const char *text, const char *source, cJSON **out) {
             scan_fail(&sc, sc.pos, "Extra data after the JSON value");
     }
     if (sc.err) {
-        free(sc.floats);
+        free(sc.nums);
         int line, col;
         line_col(text, sc.err_pos, &line, &col);
         return zt_error(ZT_ERR_FORMAT, "%s: line %d, column %d: %s%s", source, line, col, sc.err,
@@ -322,13 +351,18 @@ zt_status zt_json_parse(const char *text, const char *source, cJSON **out) {
         int line = 1, col = 1;
         if (end && end >= text && (size_t)(end - text) <= sc.n)
             line_col(text, (size_t)(end - text), &line, &col);
-        free(sc.floats);
+        free(sc.nums);
         return zt_error(ZT_ERR_NOMEM, "%s: line %d, column %d: cJSON could not build the tree",
                         source, line, col);
     }
     size_t next = 0;
-    mark_floats(root, &sc, &next);
-    free(sc.floats);
+    bool marked = mark_floats(root, &sc, &next);
+    free(sc.nums);
+    if (!marked) {
+        cJSON_Delete(root);
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory keeping a large integer's digits",
+                        source);
+    }
     *out = root;
     return ZT_OK;
 }

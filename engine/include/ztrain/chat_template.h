@@ -38,8 +38,9 @@
  * result past that, and division by zero, fail the render by name, as does arithmetic on a
  * conversation's float (a number written with a fraction or an exponent, as Python's json reads
  * it when the tree comes from zt_json_parse or is marked by zt_json_mark_floats; it prints, and
- * tojson writes it, as Python's repr). Offsets in messages count bytes of the
- * text as given.
+ * tojson writes it, as Python's repr) and on a conversation's integer past 64 bits (exact from
+ * the same trees' digits, zt_json_int_digits: it prints, goes through tojson and compares as in
+ * Python). Offsets in messages count bytes of the text as given.
  *
  * Variables, as apply_chat_template(messages, tools=tools, documents=documents, **kwargs) passes
  * them (kwargs: zt_chat_args):

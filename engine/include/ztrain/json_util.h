@@ -52,9 +52,20 @@ zt_status zt_json_parse(const char *text, const char *source, cJSON **out);
 #define ZT_JSON_FLOAT_LITERAL (1 << 12)
 bool zt_json_is_float_literal(const cJSON *item);
 
-/* Marks the numbers written as floats in a tree another parser made of `text` (len bytes, one
- * JSON value that parser accepted), as zt_json_parse marks its own. */
-void zt_json_mark_floats(cJSON *root, const char *text, size_t len);
+/* The decimal text of an integer of a tree from zt_json_parse written with more than 15 digits
+ * ("-12345678901234567891", as written: JSON has no leading zeros, so it is also Python's str()
+ * of json.loads's int), or NULL for any other node. cJSON holds every number as a double, which
+ * past 2**53 is rounded (and past 64 bits beyond any integer type), while Python's json keeps the
+ * integer exact. The text is the node's valuestring (cJSON_IsNumber still holds; cJSON_Delete
+ * frees it, cJSON_Duplicate copies it, cJSON_Print still prints the double); it lives as long as
+ * the node. */
+const char *zt_json_int_digits(const cJSON *item);
+
+/* Marks the numbers written as floats and keeps the digits of long integers
+ * (zt_json_int_digits) in a tree another parser made of `text` (len bytes, one JSON value that
+ * parser accepted), as zt_json_parse does with its own. False when out of memory: some
+ * integers may then be left without their digits. */
+bool zt_json_mark_floats(cJSON *root, const char *text, size_t len);
 
 /* cJSON_Print (formatted) or cJSON_PrintUnformatted of item, except that a whole number marked
  * as written as a float prints as one ("3.0", not "3"), so text printed from a parsed tree reads
