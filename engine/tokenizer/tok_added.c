@@ -1,11 +1,14 @@
 /* Added tokens and the post-processor of a tokenizer.json: the tokens matched in the text before
- * the model sees it (special tokens such as <|endoftext|>), and the template that puts BOS/EOS
- * around an encoded sequence (TemplateProcessing). */
+ * the model sees it (special tokens such as <|endoftext|>), the template that puts BOS/EOS
+ * around an encoded sequence (TemplateProcessing), and the added_tokens.json a slow tokenizer
+ * leaves beside it. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ztrain/fsutil.h"
+#include "ztrain/json_util.h"
 #include "tok_internal.h"
 
 zt_status tok_parse_added(zt_tokenizer_t *t, const cJSON *j, const char *src) {
@@ -211,4 +214,85 @@ zt_status tok_parse_post_processor(zt_tokenizer_t *t, const cJSON *j, const char
         return parse_template(t, j, src);
     }
     return zt_error(ZT_ERR_UNSUPPORTED, "%s: post_processor type %s is not supported", src, type);
+}
+
+/* ---- added_tokens.json ---------------------------------------------------------------------- */
+
+static int by_id(const void *a, const void *b) {
+    int32_t x = ((const tok_json_added *)a)->id, y = ((const tok_json_added *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* One entry's id: an integer in [0, TOK_MAX_ID). transformers takes a negative id too (it only
+ * orders the entries) and raises on a string; ztrain refuses any but a plain id. */
+static zt_status entry_id(const cJSON *e, const char *path, int32_t *id) {
+    if (!*e->string)
+        return zt_error(ZT_ERR_FORMAT, "%s: an entry has an empty text (transformers skips it); "
+                        "remove it", path);
+    if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= TOK_MAX_ID ||
+        e->valuedouble != (double)(int32_t)e->valuedouble)
+        return zt_error(ZT_ERR_FORMAT, "%s: \"%s\" must map to an id, an integer in [0, %d)",
+                        path, e->string, TOK_MAX_ID);
+    *id = (int32_t)e->valuedouble;
+    return ZT_OK;
+}
+
+/* A text or an id given twice: json.load keeps a text's last id, and two texts of one id leave
+ * one of them out of from_pretrained's added_tokens_decoder. */
+static zt_status distinct(tok_json_added *v, size_t n, const char *path) {
+    tok_strmap seen = {0};
+    if (!tok_strmap_init(&seen, n + 1))
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    zt_status s = ZT_OK;
+    for (size_t i = 0; i < n && s == ZT_OK; i++) {
+        uint32_t len = (uint32_t)strlen(v[i].s);
+        if (tok_strmap_get(&seen, v[i].s, len) >= 0)
+            s = zt_error(ZT_ERR_FORMAT, "%s: \"%s\" is given twice; keep one entry", path,
+                         v[i].s);
+        tok_strmap_put(&seen, v[i].s, len, (int32_t)i);
+    }
+    tok_strmap_free(&seen);
+    if (s != ZT_OK)
+        return s;
+    qsort(v, n, sizeof *v, by_id);
+    for (size_t i = 1; i < n; i++)
+        if (v[i].id == v[i - 1].id)
+            return zt_error(ZT_ERR_FORMAT, "%s: \"%s\" and \"%s\" are both given id %d (one "
+                            "would be dropped); give each its own id or remove one", path,
+                            v[i - 1].s, v[i].s, v[i].id);
+    return ZT_OK;
+}
+
+zt_status tok_load_added_json(const char *beside, char *path, size_t cap, cJSON **root,
+                              tok_json_added **out, size_t *n, const char **last) {
+    *root = NULL;
+    *out = NULL;
+    *n = 0;
+    *last = NULL;
+    zt_path_beside(beside, "added_tokens.json", path, cap);
+    if (!zt_path_exists(path))
+        return ZT_OK;
+    ZT_TRY(zt_json_load_file(path, root));
+    zt_status s = ZT_OK;
+    if (!cJSON_IsObject(*root))
+        s = zt_error(ZT_ERR_FORMAT, "%s: not a JSON object of token text to id", path);
+    size_t count = s == ZT_OK ? (size_t)cJSON_GetArraySize(*root) : 0;
+    if (s == ZT_OK && !(*out = calloc(count + 1, sizeof **out)))
+        s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    for (const cJSON *e = s == ZT_OK ? (*root)->child : NULL; e && s == ZT_OK; e = e->next) {
+        s = entry_id(e, path, &(*out)[*n].id);
+        (*out)[(*n)++].s = e->string;
+        *last = e->string;
+    }
+    if (s == ZT_OK)
+        s = distinct(*out, *n, path);
+    if (s != ZT_OK) {
+        cJSON_Delete(*root);
+        free(*out);
+        *root = NULL;
+        *out = NULL;
+        *n = 0;
+        *last = NULL;
+    }
+    return s;
 }

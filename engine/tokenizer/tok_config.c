@@ -244,10 +244,15 @@ zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root) {
     if (s == ZT_OK && c)
         s = side(t, config, src, c, false, &t->tmpl_after, &t->n_after);
     /* The special tokens are the class's and the config's whatever the class does with the
-     * template; with neither file, AutoTokenizer has no class and adds none. */
-    if (s == ZT_OK && (tc || cls[0]) && !config && !(config = empty = cJSON_CreateObject()))
+     * template; with neither file, AutoTokenizer has no class and adds none. An added_tokens.json
+     * there is read as PreTrainedTokenizerFast.from_pretrained reads it (with an empty config),
+     * rather than left aside. */
+    char json_path[PATH_MAX];
+    zt_path_beside(t->path, "added_tokens.json", json_path, sizeof json_path);
+    bool add = tc || cls[0] || zt_path_exists(json_path);
+    if (s == ZT_OK && add && !config && !(config = empty = cJSON_CreateObject()))
         s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->path);
-    if (s == ZT_OK && (tc || cls[0]))
+    if (s == ZT_OK && add)
         s = tok_add_config_tokens(t, config, src, cls);
     cJSON_Delete(empty);
     cJSON_Delete(tc);

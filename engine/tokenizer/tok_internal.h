@@ -218,7 +218,8 @@ zt_status tok_apply_class(zt_tokenizer_t *t, const cJSON *root);
 /* Then (tok_specials.c): the special tokens tokenizer_config.json (`config`, NULL when there is
  * none; messages start with src) and the class `cls` (its name without "Fast", "" for none)
  * name, added as transformers' PreTrainedTokenizerFast.__init__ adds those tokenizer.json's
- * added_tokens lacks. */
+ * added_tokens lacks; without an added_tokens_decoder in the config, special_tokens_map.json's
+ * and added_tokens.json's too, as from_pretrained's legacy branch reads them. */
 zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const char *src,
                                 const char *cls);
 /* transformers' special_tokens_map for tokenizer_config.json (`config`, at src) and the class
@@ -234,6 +235,19 @@ zt_status tok_set_added_text(zt_tokenizer_t *t, int32_t id, const char *s, size_
  * id; origin says who names it and starts the messages). Its special flag is the id's. */
 zt_status tok_add_token(zt_tokenizer_t *t, const char *s, int32_t id, bool normalized,
                         const char *origin);
+/* One entry of added_tokens.json (a slow tokenizer's {"text": id} file): its text, borrowed
+ * from the parsed file, and its id. */
+typedef struct {
+    const char *s;
+    int32_t id;
+} tok_json_added;
+/* added_tokens.json beside the file `beside` (its path into path): *root its parse, which the
+ * entries borrow (NULL when there is no such file; the caller deletes it), *out its *n entries
+ * by id (the caller frees it) and *last the text of the file's last entry. A file that is not
+ * an object of distinct non-empty texts to distinct integer ids >= 0 is refused naming the file
+ * and the entry. */
+zt_status tok_load_added_json(const char *beside, char *path, size_t cap, cJSON **root,
+                              tok_json_added **out, size_t *n, const char **last);
 /* The longest added token of the given kind (normalized or raw) that starts at s, or NULL. */
 const tok_added *tok_added_match(const zt_tokenizer_t *t, const char *s, size_t len,
                                  bool normalized);

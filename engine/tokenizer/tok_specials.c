@@ -52,6 +52,8 @@ typedef struct {
     const char *content;
     bool is_str, special, normalized;
     bool keyed;        /* given as one of KEYS (from_pretrained may swap it for an added token) */
+    bool new_id;       /* added_tokens.json's text the tokenizer lacks, added as `id` */
+    int32_t id;
     const char *strip; /* the first of lstrip, rstrip, single_word that is true, or NULL */
     const char *file;  /* the file that names it */
     char where[96];    /* and where in it */
@@ -246,12 +248,15 @@ static bool same_token(const cfg_token *a, const cfg_token *b) {
 }
 
 /* One token tokenizers' AddedVocabulary will match: the id its text has (an added token's,
- * else the model vocabulary's), or -1 with the message naming who names it. */
+ * else the model vocabulary's; added_tokens.json's new id for its new text), or -1 with the
+ * message naming who names it. */
 static zt_status match_token(zt_tokenizer_t *t, const cfg_token *tk) {
     if (tk->strip)
         return zt_error(ZT_ERR_UNSUPPORTED, "%s: %s (\"%s\"): %s true is not supported; set it "
                         "to false", tk->file, tk->where, tk->content, tk->strip);
-    int32_t id = zt_tokenizer_token_id(t, tk->content);
+    int32_t id = tk->new_id ? tk->id : zt_tokenizer_token_id(t, tk->content);
+    if (tk->new_id)
+        ZT_TRY(tok_set_added_text(t, id, tk->content, strlen(tk->content)));
     for (size_t i = 0; i < t->n_added; i++)
         if (strcmp(t->added[i].s, tk->content) == 0 && t->added[i].normalized == tk->normalized)
             return ZT_OK; /* matched so already */
@@ -316,6 +321,191 @@ static zt_status add_batch(zt_tokenizer_t *t, const cfg_list *batch, const cfg_l
     return s;
 }
 
+/* ---- added_tokens.json ---------------------------------------------------------------------- */
+
+/* The value from_pretrained holds for a key: special_tokens_map.json's (the legacy branch
+ * overwrites the config's with it) when the map has the key, else the config's; *from_map says
+ * which. */
+static const cJSON *held_value(const sources *in, const char *key, bool *from_map) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(in->map, key);
+    *from_map = m != NULL;
+    return m ? m : cJSON_GetObjectItemCaseSensitive(in->config, key);
+}
+
+/* What str() gives for a value held then: a string itself, an AddedToken its content, anything
+ * else NULL (None is skipped; a dict's str() is no token's text). The map's objects are already
+ * AddedTokens; the config's become so (`converted`) only where they say "__type": "AddedToken",
+ * after added_tokens.json is read. */
+static const char *held_text(const cJSON *v, bool from_map, bool converted) {
+    if (cJSON_IsString(v))
+        return v->valuestring;
+    const char *type = tok_json_str(v, "__type");
+    if (cJSON_IsObject(v) && (from_map || (converted && type && strcmp(type, "AddedToken") == 0)))
+        return tok_json_str(v, "content");
+    return NULL;
+}
+
+/* Whether from_pretrained's legacy branch makes added_tokens.json's `text` special: it is the
+ * value of a key or an item of additional_special_tokens as from_pretrained holds them then
+ * (the config's list with the map's items after it, or the map's value alone when that is not
+ * a list). The class's defaults are not among them. */
+static bool legacy_special(const sources *in, const char *text) {
+    bool from_map = false;
+    for (size_t k = 0; k < N_KEYS; k++) {
+        const char *v = held_text(held_value(in, KEYS[k], &from_map), from_map, false);
+        if (v && strcmp(v, text) == 0)
+            return true;
+    }
+    const cJSON *list = held_value(in, "additional_special_tokens", &from_map);
+    const cJSON *config_list = cJSON_GetObjectItemCaseSensitive(in->config,
+                                                                "additional_special_tokens");
+    for (const cJSON *e = from_map && cJSON_IsArray(list) && cJSON_IsArray(config_list)
+                              ? config_list->child : NULL; e; e = e->next)
+        if (cJSON_IsString(e) && strcmp(e->valuestring, text) == 0)
+            return true;
+    for (const cJSON *e = cJSON_IsArray(list) ? list->child : NULL; e; e = e->next) {
+        const char *v = held_text(e, from_map, false);
+        if (v && strcmp(v, text) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* tokenizer.json's added tokens by text and by id, so that a file of thousands of entries
+ * beside thousands of added tokens is checked without comparing each with every other. */
+typedef struct {
+    tok_strmap by_text; /* text -> the first added token of it */
+    int32_t *by_id;     /* id -> the last added token of it (as the decoder dict keeps), or -1 */
+} added_index;
+
+static zt_status index_added(const zt_tokenizer_t *t, added_index *ix) {
+    ix->by_id = malloc(((size_t)t->n_ids + 1) * sizeof *ix->by_id);
+    if (!ix->by_id || !tok_strmap_init(&ix->by_text, t->n_added + 1))
+        return zt_error(ZT_ERR_NOMEM, "%s: out of memory", t->path);
+    for (int32_t id = 0; id < t->n_ids; id++)
+        ix->by_id[id] = -1;
+    for (size_t i = 0; i < t->n_added; i++) {
+        const tok_added *a = &t->added[i];
+        if (text_get(&ix->by_text, a->s) < 0)
+            text_put(&ix->by_text, a->s, (int32_t)i);
+        ix->by_id[a->id] = (int32_t)i;
+    }
+    return ZT_OK;
+}
+
+/* Whether tokenizer.json's added_tokens hold text. */
+static bool json_added(const added_index *ix, const char *text) {
+    return text_get(&ix->by_text, text) >= 0;
+}
+
+/* from_pretrained's legacy branch files each added_tokens.json entry under str(token), `token`
+ * being a variable left over from an earlier loop: the last item of special_tokens_map.json's
+ * additional_special_tokens, else its own `token` argument (None). The last entry stays filed
+ * there, unless tokenizer.json has an added token of that text, and a key whose text it is then
+ * takes that entry in its place. ztrain refuses where that changes the key's text. */
+static zt_status check_misfiled(const added_index *ix, const sources *in, const char *path,
+                                const char *last) {
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(in->map, "additional_special_tokens");
+    int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
+    const char *under = n ? held_text(cJSON_GetArrayItem(list, n - 1), true, true) : NULL;
+    if (!under)
+        under = "None";
+    if (!last || strcmp(last, under) == 0 || json_added(ix, under))
+        return ZT_OK;
+    for (size_t k = 0; k < N_KEYS; k++) {
+        bool from_map = false;
+        const cJSON *v = held_value(in, KEYS[k], &from_map);
+        const char *text = held_text(v, from_map, true);
+        if (text && strcmp(text, under) == 0)
+            return zt_error(ZT_ERR_UNSUPPORTED, "%s: transformers 4.46 reads %s \"%s\" (%s) as "
+                            "this file's last entry \"%s\" (its from_pretrained files that entry "
+                            "under the text of special_tokens_map.json's last "
+                            "additional_special_tokens item, else \"None\"), which ztrain does not "
+                            "reproduce; make \"%s\" the file's last entry, or add it to "
+                            "tokenizer.json's added_tokens", path, KEYS[k], text,
+                            from_map ? in->map_path : in->config_path, last, text);
+    }
+    return ZT_OK;
+}
+
+/* The id tokenizers gives the next text it lacks: past the vocabulary (model.vocab's size) and
+ * the added tokens (whose largest id is `max`, -1 for none), as AddedVocabulary::add_tokens. */
+static int32_t next_free(const zt_tokenizer_t *t, int32_t max) {
+    int32_t vocab = (int32_t)t->vocab.n;
+    return max < 0 ? vocab : max >= vocab || vocab == 0 ? max + 1 : vocab;
+}
+
+/* One entry (text s, id) as the token from_pretrained makes of it, unless tokenizer.json's
+ * added token of that id replaces it (*skip), or it would not get its id: tokenizers gives a
+ * text the id it has, else the next free one (*max the largest added id so far). */
+static zt_status json_file_token(const zt_tokenizer_t *t, const added_index *ix,
+                                 const sources *in, const char *path, const tok_json_added *e,
+                                 int32_t *max, cfg_token *tk, bool *skip) {
+    int32_t at = e->id < t->n_ids ? ix->by_id[e->id] : -1;
+    *skip = at >= 0 && strcmp(t->added[at].s, e->s) == 0;
+    if (*skip)
+        return ZT_OK;
+    if (at >= 0)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: \"%s\": %d: tokenizer.json's added_tokens "
+                        "list gives id %d to \"%s\", so transformers drops this entry; remove it "
+                        "or correct its id", path, e->s, e->id, e->id, t->added[at].s);
+    int32_t added = text_get(&ix->by_text, e->s);
+    int32_t have = added >= 0 ? t->added[added].id : text_get(&t->vocab, e->s);
+    if (have >= 0 && have != e->id)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: \"%s\": %d: tokenizer.json's %s gives it id %d, "
+                        "which transformers keeps; correct the entry's id to %d or remove it",
+                        path, e->s, e->id,
+                        added >= 0 ? "added_tokens list" : "model.vocab", have, have);
+    int32_t next = next_free(t, *max);
+    if (have < 0 && e->id < t->n_ids && t->id_text[e->id])
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: \"%s\": %d: id %d is tokenizer.json's \"%s\"; "
+                        "transformers gives \"%s\" the next free id, %d; correct the entry's id "
+                        "or remove it", path, e->s, e->id, e->id, t->id_text[e->id], e->s, next);
+    if (have < 0 && e->id != next)
+        return zt_error(ZT_ERR_UNSUPPORTED, "%s: \"%s\": %d: transformers gives this text the "
+                        "tokenizer lacks the next free id, %d (the entries are added by id); "
+                        "correct the entry's id to %d or remove it", path, e->s, e->id, next,
+                        next);
+    if (e->id > *max)
+        *max = e->id;
+    bool special = legacy_special(in, e->s);
+    *tk = (cfg_token){.content = e->s, .special = special, .normalized = !special,
+                      .new_id = have < 0, .id = e->id, .file = path};
+    snprintf(tk->where, sizeof tk->where, "entry \"%.60s\": %d", e->s, e->id);
+    return ZT_OK;
+}
+
+/* Without added_tokens_decoder, from_pretrained turns added_tokens.json's entries into
+ * AddedTokens (special when a key or additional_special_tokens names the text, normalized when
+ * not), which __init__ adds after tokenizer.json's, in the order of their ids: appended to
+ * *batch. *root holds the parsed file the tokens borrow (the caller deletes it). */
+static zt_status json_file_tokens(zt_tokenizer_t *t, const sources *in, char *path, size_t cap,
+                                  cJSON **root, cfg_list *batch) {
+    tok_json_added *v;
+    size_t n;
+    const char *last;
+    ZT_TRY(tok_load_added_json(t->path, path, cap, root, &v, &n, &last));
+    added_index ix = {0};
+    zt_status s = n ? index_added(t, &ix) : ZT_OK;
+    if (s == ZT_OK)
+        s = check_misfiled(&ix, in, path, last);
+    int32_t max = -1;
+    for (size_t i = 0; i < t->n_added; i++)
+        if (t->added[i].id > max)
+            max = t->added[i].id;
+    for (size_t i = 0; i < n && s == ZT_OK; i++) {
+        cfg_token tk;
+        bool skip;
+        s = json_file_token(t, &ix, in, path, &v[i], &max, &tk, &skip);
+        if (s == ZT_OK && !skip && !list_push(batch, tk))
+            s = zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    tok_strmap_free(&ix.by_text);
+    free(ix.by_id);
+    free(v);
+    return s;
+}
+
 /* special_tokens_map.json beside the file `beside` into *map, NULL when there is none. */
 static zt_status load_map(const char *beside, char *path, size_t cap, cJSON **map) {
     *map = NULL;
@@ -333,8 +523,8 @@ static zt_status load_map(const char *beside, char *path, size_t cap, cJSON **ma
 zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const char *src,
                                 const char *cls) {
     cfg_list batch = {0}, specials = {0}, held = {0};
-    char map_path[PATH_MAX];
-    cJSON *map = NULL;
+    char map_path[PATH_MAX], json_path[PATH_MAX];
+    cJSON *map = NULL, *json_file = NULL;
     const cJSON *atd = cJSON_GetObjectItemCaseSensitive(config, "added_tokens_decoder");
     /* from_pretrained reads special_tokens_map.json only when the config has no
      * added_tokens_decoder (its legacy branch). */
@@ -360,6 +550,10 @@ zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const ch
                 break;
             }
     }
+    /* from_pretrained reads added_tokens.json, too, only without added_tokens_decoder; its
+     * entries are filed under no text a key could take (check_misfiled). */
+    if (s == ZT_OK && !atd)
+        s = json_file_tokens(t, &in, json_path, sizeof json_path, &json_file, &batch);
     /* A string key is added unless an added token or the batch already has its text; an
      * AddedToken always is. Each token is special when it is or when a key names its text. */
     size_t n_decoder = batch.n;
@@ -385,7 +579,7 @@ zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const ch
      * with thousands of added tokens loads without comparing each with every other. */
     size_t kept = 0;
     for (size_t i = 0; i < batch.n && s == ZT_OK; i++)
-        if (atd || i >= n_decoder || batch.v[i].special != t->added[i].special)
+        if (atd || i >= held.n || batch.v[i].special != t->added[i].special)
             batch.v[kept++] = batch.v[i];
     batch.n = kept;
     if (s == ZT_OK)
@@ -394,6 +588,7 @@ zt_status tok_add_config_tokens(zt_tokenizer_t *t, const cJSON *config, const ch
     free(specials.v);
     free(held.v);
     cJSON_Delete(map);
+    cJSON_Delete(json_file);
     return s;
 }
 
