@@ -671,11 +671,7 @@ zt_status zt_chat_template_render(const zt_chat_template *t, const cJSON *messag
     run(r, 0, t->n, 0);
     zt_status s = r->st;
     cJSON_Delete(r->made);
-    while (r->arena) {
-        arena_block *b = r->arena;
-        r->arena = b->next;
-        free(b);
-    }
+    zt_chat_arena_free(r);
     /* "" when the template wrote nothing */
     *out = s == ZT_OK ? zt_strbuf_take(&r->out, NULL) : NULL;
     if (s == ZT_OK && !*out)

@@ -94,9 +94,12 @@ typedef struct {
     val v;
 } binding;
 
+/* The strings and item arrays a render makes, bump-allocated from blocks freed with it: a long
+ * conversation makes one per printed value, which one malloc each made slow to create and free. */
 typedef struct arena_block {
     struct arena_block *next;
-    char data[];
+    size_t used, cap;
+    _Alignas(16) char data[];
 } arena_block;
 
 /* One render: the output, the variables (frames for loops), and the strings it made. */
@@ -173,8 +176,10 @@ bool zt_chat_equal(val a, val b);
  * their order, -1, 0 or 1, exact as Python's. */
 bool zt_chat_int_order(val a, val b, int *c);
 
-/* n bytes (and a NUL after them) that live until the render ends; NULL when out of memory. */
+/* n bytes (and a NUL after them), 16-byte aligned, that live until the render ends; NULL when
+ * out of memory. */
 char *zt_chat_alloc(render *r, size_t n);
+void zt_chat_arena_free(render *r);
 /* A list of items[0..n) that lives until the render ends (its strings copied, its lists and
  * objects referenced, not copied); false when out of memory or when an item cannot be held in
  * a list (undefined, loop, a function), with why naming it. */

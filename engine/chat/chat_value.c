@@ -3,6 +3,7 @@
  * dict), equality, type names and str's whitespace. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +13,55 @@
 #include "chat_template_internal.h"
 #include "ztrain/json_util.h"
 
+/* A block's size; a larger request gets a block of its own. */
+#define ARENA_BLOCK (64 * 1024)
+
+/* Under AddressSanitizer a block is poisoned but for the n + 1 bytes handed out, so that a
+ * write past one string is caught as it would be past its own malloc. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define ARENA_POISON(p, n) ((void)(p), (void)(n))
+#define ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 char *zt_chat_alloc(render *r, size_t n) {
-    arena_block *b = malloc(sizeof *b + n + 1);
-    if (!b)
+    if (n > SIZE_MAX - 32)
         return NULL;
-    b->next = r->arena;
-    r->arena = b;
+    size_t need = (n + 1 + 15) & ~(size_t)15;
+    arena_block *b = r->arena;
+    if (b && b->cap - b->used >= need) {
+        char *p = b->data + b->used;
+        b->used += need;
+        ARENA_UNPOISON(p, n + 1);
+        return p;
+    }
+    size_t cap = need > ARENA_BLOCK / 4 ? need : ARENA_BLOCK;
+    if (!(b = malloc(sizeof *b + cap)))
+        return NULL;
+    b->cap = cap;
+    b->used = need;
+    ARENA_POISON(b->data, cap);
+    ARENA_UNPOISON(b->data, n + 1);
+    if (cap == need && r->arena) { /* behind the current block, whose room stays in use */
+        b->next = r->arena->next;
+        r->arena->next = b;
+    } else {
+        b->next = r->arena;
+        r->arena = b;
+    }
     return b->data;
+}
+
+void zt_chat_arena_free(render *r) {
+    while (r->arena) {
+        arena_block *b = r->arena;
+        r->arena = b->next;
+        ARENA_UNPOISON(b->data, b->cap); /* free's own poisoning takes it from here */
+        free(b);
+    }
 }
 
 val zt_chat_str(const char *s, size_t n) { return (val){.k = V_STR, .s = s, .n = n}; }
