@@ -186,10 +186,10 @@ static zt_status span_by_prefixes(sft_run *r, const char *full, size_t len,
  * its first character through the one holding its last (char_to_token of start and end - 1; a
  * start past the text stops the marking, and an end in token 0 marks up to token 1 only:
  * transformers 4.46 then runs to len(input_ids), which for one conversation is the length of
- * the list around its ids, 1). A byte-level tokenizer gives the tokens' offsets
- * (zt_tokenizer_offsets), read as char_to_token reads them: a span's byte offsets are its
- * characters' first bytes. Other tokenizers (Metaspace's) keep none, and fall back to
- * span_by_prefixes. */
+ * the list around its ids, 1). Byte-level and SentencePiece-style tokenizers give the tokens'
+ * offsets (zt_tokenizer_offsets), read as char_to_token reads them: a span's byte offsets are
+ * its characters' first bytes. A text without them (an <unk> token, a normalizer that changes
+ * it) falls back to span_by_prefixes. */
 static zt_status generation_mask(sft_run *r, const char *full, size_t len,
                                  const zt_chat_spans *sp, const char *where) {
     size_t n = r->ex.n, *ends = malloc((n + 1) * sizeof *ends);

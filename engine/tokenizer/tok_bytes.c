@@ -32,6 +32,16 @@ void tok_bytes_init(void) { pthread_once(&bytes_once, build_alphabet); }
 
 int tok_char_to_byte(uint32_t cp) { return cp < 324 ? char_to_byte[cp] : -1; }
 
+bool tok_all_bytes(const char *s, size_t len) {
+    for (size_t k = 0; k < len;) {
+        size_t cl;
+        if (tok_char_to_byte(tok_utf8_decode((const unsigned char *)s + k, &cl)) < 0)
+            return false;
+        k += cl;
+    }
+    return true;
+}
+
 size_t tok_utf8_valid(const unsigned char *p, size_t n, size_t *bad) {
     unsigned c = p[0];
     if (c < 0x80)

@@ -1,7 +1,7 @@
 /* Decoders of a tokenizer.json: ids back to text. The tokens' texts pass through the decoder
  * chain (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip) as lists of strings, each
  * decoder mapping the list as Hugging Face's decode_chain does, and the result is their
- * concatenation. A byte-level encoding's tokens read back the same way give their offsets. */
+ * concatenation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,17 +118,6 @@ static void add_lossy(zt_strbuf *out, const char *s, size_t n) {
     }
 }
 
-/* Whether every character of s is one of the byte-level alphabet's. */
-static bool all_bytes(const char *s, size_t len) {
-    for (size_t k = 0; k < len;) {
-        size_t cl;
-        if (tok_char_to_byte(tok_utf8_decode((const unsigned char *)s + k, &cl)) < 0)
-            return false;
-        k += cl;
-    }
-    return true;
-}
-
 static bool is_valid_utf8(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         size_t bad, v = tok_utf8_valid((const unsigned char *)s + i, n - i, &bad);
@@ -154,7 +143,7 @@ static bool decode_step(const tok_dec *d, const tok_pieces *in, tok_pieces *out,
         for (size_t i = 0; i < in->n; i++) {
             const char *s = tok_piece_text(in, i);
             size_t len = in->v[i].len;
-            if (!all_bytes(s, len)) {
+            if (!tok_all_bytes(s, len)) {
                 zt_strbuf_append(tmp, s, len);
                 continue;
             }
@@ -284,53 +273,4 @@ zt_status zt_tokenizer_decode(const zt_tokenizer_t *t, const int32_t *ids, size_
     if (len)
         *len = n_text;
     return ZT_OK;
-}
-
-/* Whether the vocabulary is written in the byte-level alphabet: a ByteLevel pre-tokenizer maps
- * every piece into it before the model sees it. */
-static bool byte_level_vocab(const zt_tokenizer_t *t) {
-    for (size_t k = 0; k < t->n_pres; k++)
-        if (t->pres[k].kind == TOK_PRE_BYTELEVEL)
-            return true;
-    return false;
-}
-
-/* Matches the bytes of token s[0..len) at text[*at..len): the alphabet reversed, or, for a token
- * with a character outside it (an added token's content), its text as it is, as the ByteLevel
- * decoder reads it. Advances *at past them; false when they differ or are none. */
-static bool match_token_bytes(const char *s, size_t len, const char *text, size_t text_len,
-                              size_t *at) {
-    size_t p = *at;
-    if (!all_bytes(s, len)) {
-        if (len > text_len - p || memcmp(s, text + p, len) != 0)
-            return false;
-        p += len;
-    } else {
-        for (size_t k = 0; k < len; p++) {
-            size_t cl;
-            int b = tok_char_to_byte(tok_utf8_decode((const unsigned char *)s + k, &cl));
-            if (p >= text_len || (unsigned char)text[p] != (unsigned)b)
-                return false;
-            k += cl;
-        }
-    }
-    if (p == *at)
-        return false;
-    *at = p;
-    return true;
-}
-
-bool zt_tokenizer_offsets(const zt_tokenizer_t *t, const int32_t *ids, size_t n,
-                          const char *text, size_t len, size_t *ends) {
-    if (!byte_level_vocab(t))
-        return false;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        if (id < 0 || id >= t->n_ids || !t->id_text[id] ||
-            !match_token_bytes(t->id_text[id], t->id_len[id], text, len, &at))
-            return false;
-        ends[i] = at;
-    }
-    return at == len;
 }

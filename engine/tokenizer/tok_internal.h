@@ -65,6 +65,8 @@ typedef struct {
 extern tok_bytechar tok_byte_to_char[256];
 /* The byte of a code point of that alphabet, or -1. Indexed by code point below 324. */
 int tok_char_to_byte(uint32_t cp);
+/* Whether every character of the UTF-8 text s[0..len) is one of that alphabet's. */
+bool tok_all_bytes(const char *s, size_t len);
 void tok_bytes_init(void);
 
 /* Length of the valid UTF-8 sequence at p[0..n) (1..4), or 0 with *bad set to the length of the

@@ -9,8 +9,10 @@ characters), a block that starts inside a token, with byte-level tokenizers trai
 styles of GPT-2 (ByteLevel's own regex), Llama 3 (a Split before ByteLevel) and Qwen2 (NFC, a
 Split, ByteLevel). A block whose last character is in token 0 marks token 0 only (transformers'
 range runs to len(input_ids), 1 for one conversation), with or without offsets. A Metaspace
-(SentencePiece-style) tokenizer keeps no offsets: a block after a space, inside its "▁Paris"
-token, is still refused naming the line, and a block that starts on a token boundary gives
+(SentencePiece-style) tokenizer has offsets too (test_chat_generation_metaspace.py covers them):
+a block after a space, inside its "▁Paris" token, gives transformers' mask; but where the text
+holds an <unk> token (a newline this vocabulary lacks, without byte fallback) it has none, and
+that block is still refused naming the line, while one that starts on a token boundary gives
 transformers' mask."""
 import os
 import sys
@@ -176,14 +178,18 @@ with tempfile.TemporaryDirectory() as work:
     row = conv("q", "e\u0301 x")
     compare(dirs["qwen2"], "qwen2 (NFC changes the text)", row, CHATML)
 
-    # Metaspace: no offsets. The block after a space starts inside "▁Paris": still refused,
-    # naming the line; one after a newline that is its own token gives transformers' mask.
+    # Metaspace: the block after a space starts inside "▁Paris", which its offsets map. With the
+    # newline (<unk> here) the text has no offsets: that block is still refused, naming the line;
+    # one after a newline that is its own token gives transformers' mask.
     d = metaspace(work)
+    compare(d, "metaspace, offsets", conv("What is the capital of France?", "Paris"),
+            SPACE.replace("\n", " "))
     _, _, toks = want(d, conv("q", "Paris"), SPACE)
     p, _ = prepare(d, [conv("q", "Paris")], SPACE)
-    ck.check("▁Paris" in toks and p.returncode != 0 and "chat.jsonl:1" in p.stderr and
-             "inside a token" in p.stderr,
-             f"metaspace: a block inside '▁Paris' is refused: {toks} {p.stderr.strip()[-200:]}")
+    ck.check("▁Paris" in toks and "<unk>" in toks and p.returncode != 0 and
+             "chat.jsonl:1" in p.stderr and "inside a token" in p.stderr,
+             f"metaspace with <unk>: a block inside '▁Paris' is refused: {toks} "
+             f"{p.stderr.strip()[-200:]}")
     compare(d, "metaspace chatml", conv("q", "Paris"), CHATML)
     # without offsets too, an end in token 0 marks token 0 only
     two = {"messages": [{"role": "assistant", "content": "Paris is"},

@@ -66,3 +66,21 @@ def decode(tok_path, id_lists, *flags):
     (texts, None), or (None, the refusal)."""
     raw, err = run_tool(tok_path, "decode", frame_ids(id_lists), *flags)
     return (None, err.strip()) if raw is None else (parse_texts(raw), None)
+
+
+def offsets(tok_path, texts):
+    """ztrain's ids of each text without the template and zt_tokenizer_offsets' ends of its
+    tokens (byte offsets), or None where it does not know them exactly: ([(ids, ends)], None),
+    or (None, the refusal)."""
+    docs = [t if isinstance(t, bytes) else t.encode() for t in texts]
+    raw, err = run_tool(tok_path, "offsets", frame_docs(docs))
+    if raw is None:
+        return None, err.strip()
+    out, off = [], 0
+    while off < len(raw):
+        (n,) = struct.unpack_from("<I", raw, off)
+        ids = list(struct.unpack_from("<%di" % n, raw, off + 4))
+        exact, *ends = struct.unpack_from("<i%dI" % n, raw, off + 4 + 4 * n)
+        out.append((ids, ends if exact else None))
+        off += 8 + 8 * n
+    return out, None

@@ -6,6 +6,10 @@
  *   zt_tok_tool TOK.json decode IN OUT [--keep-special]
  *       IN holds id lists (uint32 count, int32 ids); OUT gets per list the text's uint32 length
  *       and bytes (special tokens skipped unless --keep-special).
+ *   zt_tok_tool TOK.json offsets IN OUT
+ *       IN as for encode; OUT gets, per document, its ids without the template as encode writes
+ *       them, an int32 1 when zt_tokenizer_offsets knows their offsets exactly (else 0), and
+ *       that many uint32 ends (zero when not exact).
  *   zt_tok_tool TOK.json vocab       prints the vocabulary size
  *
  * Exit status: 0 success, 1 the library refused the tokenizer or the input, 2 usage or I/O. */
@@ -84,7 +88,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rc = 0;
-    if (strcmp(argv[2], "encode") == 0) {
+    bool offsets = strcmp(argv[2], "offsets") == 0;
+    if (offsets)
+        special = false;
+    if (strcmp(argv[2], "encode") == 0 || offsets) {
         size_t cap = 1024, nd = 0;
         const char **texts = malloc(cap * sizeof *texts);
         size_t *lens = malloc(cap * sizeof *lens);
@@ -106,6 +113,17 @@ int main(int argc, char **argv) {
             uint32_t c = (uint32_t)outs[i].n;
             fwrite(&c, 4, 1, out);
             fwrite(outs[i].ids, 4, outs[i].n, out);
+            if (offsets) {
+                size_t *ends = calloc(outs[i].n + 1, sizeof *ends);
+                int32_t exact = zt_tokenizer_offsets(t, outs[i].ids, outs[i].n, texts[i],
+                                                     lens[i], ends);
+                fwrite(&exact, 4, 1, out);
+                for (size_t k = 0; k < outs[i].n; k++) {
+                    uint32_t e = exact ? (uint32_t)ends[k] : 0;
+                    fwrite(&e, 4, 1, out);
+                }
+                free(ends);
+            }
         }
         for (size_t i = 0; i < nd; i++)
             free(outs[i].ids);

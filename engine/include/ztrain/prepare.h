@@ -44,9 +44,10 @@ typedef enum { ZT_PREPARE_DTYPE_AUTO = 0, ZT_PREPARE_DTYPE_U16, ZT_PREPARE_DTYPE
  *         documents and kwargs) and encoded without the post-processor's tokens (the template
  *         writes them). When the template holds {% generation %} blocks, the tokens of their
  *         spans are trained as apply_chat_template(return_assistant_tokens_mask=True) marks them
- *         (by the tokens' offsets with a byte-level tokenizer, zt_tokenizer_offsets; without
- *         them, a Metaspace one's, a span edge inside a token is refused, naming the line and
- *         the message; so is a tokenizer.json whose ByteLevel post-processor trims offsets);
+ *         (by the tokens' offsets, zt_tokenizer_offsets, with a byte-level or SentencePiece-
+ *         style tokenizer; without them, e.g. with an <unk> token, a span edge inside a token
+ *         is refused, naming the line and the message; so is a tokenizer.json whose ByteLevel
+ *         post-processor trims offsets);
  *         else the
  *         tokens of the assistant turns, tool calls included: from the end of the conversation
  *         before the turn rendered with the generation prompt to the end of the conversation

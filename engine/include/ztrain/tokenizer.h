@@ -133,17 +133,31 @@ zt_status zt_tokenizer_encode_batch(const zt_tokenizer_t *t, const char *const *
                                     const size_t *lens, size_t n, bool add_special, int n_threads,
                                     zt_tok_ids *outs, size_t *invalid_utf8);
 
-/* The byte offsets of ids[0..n), text[0..len)'s encoding without the template: token i covers
- * text[ends[i-1] .. ends[i]) (from 0 for the first), as the offsets of HF's encoding with a
- * ByteLevel post-processor's trim_offsets false (a token " Paris" covers its space), in bytes.
- * HF gives a token that holds only some bytes of a character the whole character, so its
- * char_to_token(c) is the first token holding c: here, the token that holds c's first byte.
- * Known exactly only for a byte-level vocabulary (a ByteLevel pre-tokenizer: GPT-2, Llama 3,
- * Qwen2/3) and only when the tokens' bytes (the alphabet reversed; a token with a character
- * outside it, an added token's content, as it is) concatenate to exactly the text, which is
- * checked on every call: false otherwise, ends then unspecified (a Metaspace/SentencePiece
- * vocabulary such as Llama 2's or Mistral's, a normalizer that changed the text, a prefix space
- * added, a pre-tokenizer that removed some, U+FFFD for invalid UTF-8). ends has room for n. */
+/* The byte offsets of ids[0..n), text[0..len)'s encoding without the template, as the offsets of
+ * HF's encoding (the tokenizers library's encoding.offsets, a fast tokenizer's offset_mapping and
+ * char_to_token) give them: ends[i] is where token i's coverage ends, and the token that holds
+ * byte b (char_to_token of its character) is the first whose end lies past b. ends has room for
+ * n. Known exactly, and checked on every call, for two families; false otherwise, ends then
+ * unspecified:
+ *  - a byte-level vocabulary (a ByteLevel pre-tokenizer: GPT-2, Llama 3, Qwen2/3), with a ByteLevel
+ *    post-processor's trim_offsets false (a token " Paris" covers its space), when the tokens'
+ *    bytes (the alphabet reversed; a token with a character outside it, an added token's content,
+ *    as it is) concatenate to exactly the text: not where a normalizer changed the text, a prefix
+ *    space was added, a pre-tokenizer removed some, or U+FFFD replaced invalid UTF-8;
+ *  - a SentencePiece-style one (Llama 2, Mistral, Gemma, TinyLlama): normalizers Prepend and
+ *    Replace of one character by one (Prepend("▁") + Replace(" ", "▁")), a Metaspace as the first
+ *    pre-tokenizer (prepend_scheme always, first or never; split or not), Splits that remove
+ *    nothing, a Unicode form only where it leaves the text as it is, a BPE with or without
+ *    byte_fallback, when the tokens' pieces (a "<0xNN>" byte-fallback token as its byte, any other
+ *    token as its text) concatenate to exactly the normalized text: each stretch between added
+ *    tokens with its prepended "▁" (Prepend's on every non-empty stretch; Metaspace's where the
+ *    stretch does not start with one, and for "first" only at the text's start) and each space
+ *    as "▁". As tokenizers aligns them, a "▁" that stands for a space covers that space (the
+ *    reply "Paris" after "[/INST] " starts inside "▁Paris"), a prepended "▁" covers the
+ *    stretch's first character, and an added token its own text. Not with an <unk> token, a
+ *    Unicode form that changes the text (NFKC's "ﬁ"), or invalid UTF-8.
+ * In both, a token that holds only some bytes of a character (byte tokens of "世") covers the
+ * whole character, as HF gives it, so a character's token is the first that holds part of it. */
 bool zt_tokenizer_offsets(const zt_tokenizer_t *t, const int32_t *ids, size_t n,
                           const char *text, size_t len, size_t *ends);
 
