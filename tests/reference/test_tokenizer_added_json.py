@@ -29,7 +29,7 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 
 import transformers  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import normalizers  # noqa: E402
 from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,20 +48,9 @@ FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"
 def make_tokenizer(d, keep_added=(), normalizer=None):
     """A tokenizer.json whose vocabulary has <s>, </s> and VOCAB_ONLY, with only <s>, </s> and
     keep_added in its added_tokens (all special); its model.vocab."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    if normalizer:
-        tok.normalizer = normalizer
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<s>", "</s>"] + VOCAB_ONLY, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.save(f"{d}/tokenizer.json")
-    j = json.load(open(f"{d}/tokenizer.json"))
-    j["added_tokens"] = [a for a in j["added_tokens"]
-                         if a["content"] in ("<s>", "</s>", *keep_added)]
-    json.dump(j, open(f"{d}/tokenizer.json", "w"))
-    return j["model"]["vocab"]
+    return toktool.train_byte_level(d, CORPUS, ["<s>", "</s>"] + VOCAB_ONLY,
+                                    dict.fromkeys(("<s>", "</s>", *keep_added), True),
+                                    normalizer)
 
 
 def write_dir(d, config=None, smap=None, added=None, keep_added=(), normalizer=None):

@@ -27,7 +27,7 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 
 import transformers  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Tokenizer, normalizers  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,21 +45,8 @@ TEXTS = ["a<pad>b <x> c<y>d<sep> <s>e<mask>", "<pad><pad>x</s>", "no special tok
 def make_tokenizer(d, keep_added, normalizer=None):
     """A tokenizer.json whose vocabulary has <s>, </s> and VOCAB_ONLY, with only <s>, </s> and
     keep_added ({text: special}) in its added_tokens."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    if normalizer:
-        tok.normalizer = normalizer
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<s>", "</s>"] + VOCAB_ONLY, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.save(f"{d}/tokenizer.json")
-    j = json.load(open(f"{d}/tokenizer.json"))
-    j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] in ("<s>", "</s>")
-                         or a["content"] in keep_added]
-    for a in j["added_tokens"]:
-        a["special"] = keep_added.get(a["content"], True)
-    json.dump(j, open(f"{d}/tokenizer.json", "w"))
+    toktool.train_byte_level(d, CORPUS, ["<s>", "</s>"] + VOCAB_ONLY,
+                             {"<s>": True, "</s>": True, **keep_added}, normalizer)
 
 
 def added(content, **flags):

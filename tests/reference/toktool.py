@@ -84,3 +84,29 @@ def offsets(tok_path, texts):
         out.append((ids, ends if exact else None))
         off += 8 + 8 * n
     return out, None
+
+
+def train_byte_level(d, corpus, special_tokens, keep_added, normalizer=None):
+    """Trains a small byte-level BPE tokenizer on corpus with special_tokens in its vocabulary
+    and writes d/tokenizer.json keeping only the added tokens keep_added names ({text:
+    special}); returns its model.vocab. The tests of the files beside it (tokenizer_config.json,
+    special_tokens_map.json, added_tokens.json) then add the others as transformers would."""
+    import json
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    if normalizer:
+        tok.normalizer = normalizer
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=list(special_tokens), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(f"{d}/tokenizer.json")
+    with open(f"{d}/tokenizer.json") as f:
+        j = json.load(f)
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] in keep_added]
+    for a in j["added_tokens"]:
+        a["special"] = keep_added[a["content"]]
+    with open(f"{d}/tokenizer.json", "w") as f:
+        json.dump(j, f)
+    return j["model"]["vocab"]
