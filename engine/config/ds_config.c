@@ -93,6 +93,8 @@ void zt_ds_py_float(double v, char *buf, size_t n) {
 void zt_ds_py_str(const cJSON *v, char *buf, size_t n) {
     if (cJSON_IsNumber(v) && zt_json_is_float_literal(v)) {
         zt_ds_py_float(v->valuedouble, buf, n);
+    } else if (cJSON_IsNumber(v) && zt_json_int_digits(v)) { /* past 2**53, as written */
+        snprintf(buf, n, "%s", zt_json_int_digits(v));
     } else if (cJSON_IsNumber(v)) {
         snprintf(buf, n, "%.0f", v->valuedouble);
     } else if (cJSON_IsBool(v)) {

@@ -612,6 +612,11 @@ static void test_long_schedules(void) {
     ERR(SCHED("WarmupLR", "\"warmup_num_steps\": 18014398509481984"), 1, ZT_ERR_INVALID,
         "ds.json: scheduler.params: warmup_num_steps must be at most 2^53 (9007199254740992), "
         "got 18014398509481984");
+    /* ... and the value is named as written, not as the double it was rounded to
+     * (12345678901234567168). */
+    ERR(SCHED("WarmupLR", "\"warmup_num_steps\": 12345678901234567891"), 1, ZT_ERR_INVALID,
+        "ds.json: scheduler.params: warmup_num_steps must be at most 2^53 (9007199254740992), "
+        "got 12345678901234567891");
 #undef SCHED
 }
 
